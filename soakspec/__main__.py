@@ -1,0 +1,5 @@
+import sys
+
+from soakspec.cli import main
+
+sys.exit(main())

@@ -1,0 +1,23 @@
+"""Process exit codes, in one place (the CLI contract; see README "Exit codes")."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """What `soakspec` returns to its caller.
+
+    OK            -- the command succeeded; for `run`/`gate`, the gate passed.
+    GATE_FAILED   -- the evidence was judged and a `require` rule failed
+                     (`verify`: an artifact does not match its hash; `lint-claims`: findings).
+    USAGE         -- bad command line or an invalid spec; nothing ran.
+    INCONCLUSIVE  -- the evidence is incomplete or has too few samples to judge.
+    ABORTED       -- the run was aborted: interrupt, a backend could not start or died.
+    """
+
+    OK = 0
+    GATE_FAILED = 1
+    USAGE = 2
+    INCONCLUSIVE = 3
+    ABORTED = 4

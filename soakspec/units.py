@@ -1,0 +1,107 @@
+"""Quantities with units: durations, sizes, ratios and rates.
+
+A quantity in a `.soak` file is a number immediately followed by its unit (`120s`, `50ms`,
+`2GiB`, `95%`, `4rps`). Internally every quantity is converted to a base unit:
+seconds, bytes, a fraction (95% -> 0.95) or requests per second.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+
+class Dimension(enum.StrEnum):
+    DURATION = "duration"
+    SIZE = "size"
+    RATIO = "ratio"
+    RATE = "rate"
+
+
+# unit -> (dimension, factor to the base unit)
+UNITS: dict[str, tuple[Dimension, float]] = {
+    "us": (Dimension.DURATION, 1e-6),
+    "ms": (Dimension.DURATION, 1e-3),
+    "s": (Dimension.DURATION, 1.0),
+    "m": (Dimension.DURATION, 60.0),
+    "h": (Dimension.DURATION, 3600.0),
+    "B": (Dimension.SIZE, 1.0),
+    "KiB": (Dimension.SIZE, 1024.0),
+    "MiB": (Dimension.SIZE, 1024.0**2),
+    "GiB": (Dimension.SIZE, 1024.0**3),
+    "TiB": (Dimension.SIZE, 1024.0**4),
+    "KB": (Dimension.SIZE, 1e3),
+    "MB": (Dimension.SIZE, 1e6),
+    "GB": (Dimension.SIZE, 1e9),
+    "%": (Dimension.RATIO, 0.01),
+    "rps": (Dimension.RATE, 1.0),
+    "rpm": (Dimension.RATE, 1.0 / 60.0),
+}
+
+UNITS_BY_DIMENSION: dict[Dimension, tuple[str, ...]] = {
+    dim: tuple(u for u, (d, _) in UNITS.items() if d is dim) for dim in Dimension
+}
+
+_QUANTITY = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z%]+)\s*$")
+
+
+class UnitError(ValueError):
+    pass
+
+
+def to_base(value: float, unit: str) -> tuple[Dimension, float]:
+    try:
+        dim, factor = UNITS[unit]
+    except KeyError:
+        raise UnitError(f"unknown unit {unit!r}") from None
+    return dim, value * factor
+
+
+def parse_quantity(text: str, dimension: Dimension | None = None) -> float:
+    """Parse `"50ms"` -> 0.05 (base unit). Used by command-line flags (e.g. `soakspec sim`).
+
+    A bare number is accepted only when `dimension` is RATIO (a plain fraction).
+    """
+    m = _QUANTITY.match(text)
+    if not m:
+        if dimension is Dimension.RATIO:
+            try:
+                return float(text)
+            except ValueError:
+                pass
+        want = ", ".join(UNITS_BY_DIMENSION[dimension]) if dimension else "a unit"
+        raise UnitError(f"{text!r} is not a quantity (a number followed by {want})")
+    dim, base = to_base(float(m.group(1)), m.group(2))
+    if dimension is not None and dim is not dimension:
+        raise UnitError(f"{text!r} is a {dim}, expected a {dimension}")
+    return base
+
+
+def format_duration(seconds: float) -> str:
+    """Human text for a duration: 0.05 -> '50ms', 150 -> '2m30s'."""
+    if seconds < 0:
+        return "-" + format_duration(-seconds)
+    if seconds < 1:
+        ms = seconds * 1000
+        return f"{ms:.3g}ms"
+    if seconds < 60:
+        return f"{seconds:.3g}s" if seconds != int(seconds) else f"{int(seconds)}s"
+    total = int(round(seconds))
+    h, rem = divmod(total, 3600)
+    m, s = divmod(rem, 60)
+    out = ""
+    if h:
+        out += f"{h}h"
+    if m:
+        out += f"{m}m"
+    if s or not out:
+        out += f"{s}s"
+    return out
+
+
+def format_size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f}{unit}" if unit != "B" else f"{int(n)}B"
+        n /= 1024
+    return f"{n}B"
