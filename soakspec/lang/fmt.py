@@ -1,0 +1,146 @@
+"""AST -> canonical .soak text (`soakspec fmt`).
+
+Canonical form: two-space indentation, one statement per line, one blank line between
+top-level blocks, `key = value`, lists on one line when they fit in 88 columns (else one
+item per line with a trailing comma), comments kept (full-line comments above their
+statement, trailing comments after it). `fmt` is pure and idempotent, and
+`parse(fmt(tree)) == tree` for every tree the parser can produce (tested with hypothesis).
+"""
+
+from __future__ import annotations
+
+from soakspec.lang import ast as A
+
+INDENT = "  "
+WIDTH = 88
+
+
+def fmt(tree: A.SoakFile) -> str:
+    out: list[str] = []
+    for i, stmt in enumerate(tree.body):
+        if i and (isinstance(stmt, A.Block) or isinstance(tree.body[i - 1], A.Block)):
+            out.append("")
+        _stmt(stmt, 0, out)
+    if tree.closing_comments:
+        if tree.body:
+            out.append("")
+        out.extend(_comment(c, 0) for c in tree.closing_comments)
+    return "\n".join(out) + "\n" if out else ""
+
+
+def _comment(text: str, depth: int) -> str:
+    return f"{INDENT * depth}# {text}".rstrip() if text else f"{INDENT * depth}#"
+
+
+def _with_trailing(line: str, trailing: str | None) -> str:
+    if trailing is None:
+        return line
+    return f"{line}  # {trailing}".rstrip() if trailing else f"{line}  #"
+
+
+def _stmt(stmt: A.Statement, depth: int, out: list[str]) -> None:
+    pad = INDENT * depth
+    out.extend(_comment(c, depth) for c in stmt.comments)
+    if isinstance(stmt, A.Block):
+        head = stmt.kind + (f" {string(stmt.label)}" if stmt.label is not None else "")
+        if not stmt.body and not stmt.closing_comments:
+            out.append(_with_trailing(f"{pad}{head} {{}}", stmt.trailing))
+            return
+        out.append(f"{pad}{head} {{")
+        for inner in stmt.body:
+            _stmt(inner, depth + 1, out)
+        out.extend(_comment(c, depth + 1) for c in stmt.closing_comments)
+        out.append(_with_trailing(f"{pad}}}", stmt.trailing))
+    elif isinstance(stmt, A.Attribute):
+        lines = value_lines(stmt.value, depth, len(pad) + len(stmt.key) + 3)
+        lines[0] = f"{pad}{stmt.key} = {lines[0]}"
+        lines[-1] = _with_trailing(lines[-1], stmt.trailing)
+        out.extend(lines)
+    elif isinstance(stmt, A.Rule):
+        out.append(_with_trailing(pad + rule_text(stmt), stmt.trailing))
+    elif isinstance(stmt, A.Claim):
+        out.append(_with_trailing(f"{pad}{stmt.kind} {string(stmt.text)}", stmt.trailing))
+    else:  # pragma: no cover
+        raise TypeError(f"not a statement: {stmt!r}")
+
+
+def rule_text(rule: A.Rule) -> str:
+    parts = [rule.severity, expr_text(rule.expr)]
+    if rule.op is not None and rule.threshold is not None:
+        parts += [rule.op, value_text(rule.threshold)]
+    if rule.scope is not None:
+        parts += ["per", rule.scope.kind]
+        if rule.scope.length is not None:
+            parts.append(value_text(rule.scope.length))
+    if rule.target is not None:
+        parts += ["on", string(rule.target)]
+    return " ".join(parts)
+
+
+def expr_text(expr: A.Expr) -> str:
+    if isinstance(expr, A.Call):
+        return f"{expr.func}({expr_text(expr.arg)})"
+    return expr.name
+
+
+def number(v: int | float) -> str:
+    if isinstance(v, bool):  # pragma: no cover - bools are Bool nodes
+        raise TypeError("bool is not a number")
+    return str(v) if isinstance(v, int) else repr(float(v))
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def _escape(s: str, keep_newlines: bool) -> str:
+    out = []
+    for ch in s:
+        if ch == "\n" and keep_newlines:
+            out.append(ch)
+        elif ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ch == "\x7f" or 0xD800 <= ord(ch) <= 0xDFFF:
+            out.append(f"\\u{ord(ch):04x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def string(s: A.Str) -> str:
+    if s.style == "raw" and '"' not in s.value and "\n" not in s.value:
+        return f'r"{s.value}"'
+    if s.style == "long":
+        return '"""' + _escape(s.value, keep_newlines=True) + '"""'
+    return '"' + _escape(s.value, keep_newlines=False) + '"'
+
+
+def value_text(v: A.Value) -> str:
+    if isinstance(v, A.Str):
+        return string(v)
+    if isinstance(v, A.Num):
+        return number(v.value)
+    if isinstance(v, A.Quantity):
+        return f"{number(v.value)}{v.unit}"
+    if isinstance(v, A.Bool):
+        return "true" if v.value else "false"
+    if isinstance(v, A.Word):
+        return v.name
+    if isinstance(v, A.List):
+        return "[" + ", ".join(value_text(i) for i in v.items) + "]"
+    raise TypeError(f"not a value: {v!r}")  # pragma: no cover
+
+
+def value_lines(v: A.Value, depth: int, used: int) -> list[str]:
+    """A value as one or more lines; a list too wide for one line gets one item per line."""
+    one = value_text(v)
+    if not isinstance(v, A.List) or not v.items or used + len(one) <= WIDTH:
+        return one.split("\n") if "\n" in one else [one]
+    pad = INDENT * (depth + 1)
+    lines = ["["]
+    for item in v.items:
+        item_lines = value_lines(item, depth + 1, len(pad))
+        item_lines[0] = pad + item_lines[0]
+        item_lines[-1] += ","
+        lines.extend(item_lines)
+    lines.append(INDENT * depth + "]")
+    return lines

@@ -1,0 +1,41 @@
+"""The run clock: epoch seconds that never jump.
+
+Every timestamp in a run (request records, bucket edges, deadlines) comes from one `RunClock`.
+It reads a monotonic high-resolution timer and anchors it once to the wall clock, so its values
+are epoch-second floats that are comparable to server trace timestamps, yet an NTP step during a
+soak cannot make a latency negative.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import trio
+
+
+class RunClock:
+    """Monotonic epoch seconds: `now() = wall time at creation + (timer() - timer at creation)`.
+
+    `timer` defaults to `time.perf_counter`. Tests running under `trio.testing.MockClock` pass
+    `timer=trio.current_time` to make the run clock follow virtual time.
+    """
+
+    __slots__ = ("_offset", "_timer")
+
+    def __init__(self, timer: Callable[[], float] = time.perf_counter, *, epoch: float | None = None) -> None:
+        self._timer = timer
+        self._offset = (time.time() if epoch is None else epoch) - timer()
+
+    def now(self) -> float:
+        """The current time in epoch seconds."""
+        return self._offset + self._timer()
+
+    def to_trio(self, epoch: float) -> float:
+        """Convert a run-clock time to trio's clock, for `trio.move_on_at` / `trio.sleep_until`.
+
+        Must be called inside a trio run. Infinite times stay infinite.
+        """
+        if epoch == float("inf") or epoch == float("-inf"):
+            return epoch
+        return trio.current_time() + (epoch - self.now())
