@@ -1,8 +1,8 @@
 """AST -> canonical .soak text (`soakspec fmt`).
 
 Canonical form: two-space indentation, one statement per line, one blank line between
-top-level blocks, `key = value`, lists on one line when they fit in 88 columns (else one
-item per line with a trailing comma), comments kept (full-line comments above their
+top-level blocks, `key = value`, lists on one line when they fit in 88 columns (else
+filled into lines after '[', with a trailing comma), comments kept (full-line comments above their
 statement, trailing comments after it). `fmt` is pure and idempotent, and
 `parse(fmt(tree)) == tree` for every tree the parser can produce (tested with hypothesis).
 """
@@ -131,16 +131,30 @@ def value_text(v: A.Value) -> str:
 
 
 def value_lines(v: A.Value, depth: int, used: int) -> list[str]:
-    """A value as one or more lines; a list too wide for one line gets one item per line."""
+    """A value as one or more lines. A list too wide for one line is broken after '[' and
+    its items filled greedily into lines of at most WIDTH columns, with a trailing comma."""
     one = value_text(v)
     if not isinstance(v, A.List) or not v.items or used + len(one) <= WIDTH:
         return one.split("\n") if "\n" in one else [one]
     pad = INDENT * (depth + 1)
     lines = ["["]
+    current = ""
     for item in v.items:
-        item_lines = value_lines(item, depth + 1, len(pad))
-        item_lines[0] = pad + item_lines[0]
-        item_lines[-1] += ","
-        lines.extend(item_lines)
+        text = value_text(item) + ","
+        if "\n" in text:  # a long string with newlines gets lines of its own
+            if current:
+                lines.append(pad + current)
+                current = ""
+            item_lines = text.split("\n")
+            lines.append(pad + item_lines[0])
+            lines.extend(item_lines[1:])
+            continue
+        if current and len(pad) + len(current) + 1 + len(text) > WIDTH:
+            lines.append(pad + current)
+            current = text
+        else:
+            current = f"{current} {text}" if current else text
+    if current:
+        lines.append(pad + current)
     lines.append(INDENT * depth + "]")
     return lines

@@ -1,0 +1,86 @@
+"""The facts the claim linter consumes: plain frozen values, no I/O, no parser types.
+
+`lint` never sees a `Spec` or an evidence directory. Adapters (`soakspec.claims.adapters`) turn
+a checked spec into a `ClaimBoundary` and a `Coverage`, and a retained run into one
+`EvidenceFacts` per backend. Tests build these values directly.
+
+Unknown values are `None` (or an empty tuple): a check that needs an unknown value is skipped,
+never guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from collections.abc import Mapping
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ClaimBoundary:
+    """The spec's `claim "…"` and `exclude "…"` lines, in source order."""
+
+    claims: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Coverage:
+    """What the workload covered (union over the spec's workloads).
+
+    duration_s is the duration of one level; total_duration_s the sum over every level run one
+    after another. Empty `hardware` means the hardware is unknown (not "none").
+    """
+
+    concurrency_levels: tuple[int, ...] = ()
+    rates: tuple[float, ...] = ()
+    duration_s: float = 0.0
+    total_duration_s: float = 0.0
+    prompt_words: tuple[int, ...] = ()
+    prompt_file: str | None = None
+    max_tokens: tuple[int, ...] = ()
+    backends: tuple[str, ...] = ()
+    runtime_boundaries: tuple[str, ...] = ()
+    hardware: tuple[str, ...] = ()
+    model_ids: tuple[str, ...] = ()
+    model_revisions: tuple[str, ...] = ()
+
+
+def _frozen_map(m: Mapping[str, str] | None) -> Mapping[str, str]:
+    return types.MappingProxyType(dict(m or {}))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class EvidenceFacts:
+    """One backend of one retained run.
+
+    `report_sha256` is the SHA-256 of this backend's report (what a PR's results table cites);
+    `artifact_sha256` maps every other hashed thing the evidence knows (artifact relpaths, model
+    fingerprint, server binary, …) to its SHA-256. `gate` is "passed", "failed" or
+    "inconclusive". `source` (the evidence directory) only makes messages clearer.
+    """
+
+    backend: str
+    completed: int | None = None
+    failed: int | None = None
+    timeouts: int | None = None
+    buckets: int | None = None
+    batches: int | None = None
+    concurrency_levels: tuple[int, ...] = ()
+    duration_s: float | None = None
+    commit: str | None = None
+    model_revision: str | None = None
+    runtime_boundary: str | None = None
+    report_sha256: str | None = None
+    artifact_sha256: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False)
+    spec_sha256: str | None = None
+    gate: str | None = None
+    source: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "artifact_sha256", _frozen_map(self.artifact_sha256))
+
+    def known_hashes(self) -> frozenset[str]:
+        """Every 64-hex value this evidence records, lower-cased."""
+        values = [self.report_sha256, self.spec_sha256, self.commit, self.model_revision]
+        values += list(self.artifact_sha256.values())
+        return frozenset(v.lower() for v in values if v)

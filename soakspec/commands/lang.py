@@ -1,0 +1,141 @@
+"""`soakspec check`, `soakspec plan` and `soakspec fmt`: pure commands, nothing a spec names runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+from soakspec.diagnostics import Diagnostic, has_errors, render_text
+from soakspec.exitcodes import ExitCode
+
+
+def _add_format(p: argparse.ArgumentParser, choices=("text", "json")) -> None:
+    p.add_argument("--format", choices=choices, default="text", help="output format (default: text)")
+
+
+def configure_check(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE", help=".soak files to check")
+    _add_format(p)
+    p.add_argument("--strict", action="store_true", help="treat warnings as errors")
+
+
+def configure_plan(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", metavar="FILE")
+    _add_format(p)
+    p.add_argument("--time-scale", type=float, default=1.0, metavar="F", help="shrink every duration by F (rehearsals)")
+    p.add_argument("--rehearse", action="store_true", help="plan a rehearsal against the simulator")
+    p.add_argument("--backend", action="append", default=[], metavar="NAME", help="only these backends")
+
+
+def configure_fmt(p: argparse.ArgumentParser) -> None:
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--check", action="store_true", help="exit 1 if a file is not formatted; change nothing")
+    p.add_argument("--diff", action="store_true", help="print a diff instead of rewriting")
+
+
+def _print_diags(diags: list[Diagnostic], sources: dict[str, str]) -> None:
+    if diags:
+        print(render_text(diags, sources), file=sys.stderr)
+
+
+def main_check(args: argparse.Namespace) -> int:
+    from soakspec.lang import load_spec
+
+    all_diags: list[Diagnostic] = []
+    sources: dict[str, str] = {}
+    results = []
+    for f in args.files:
+        spec, diags, text = load_spec(f)
+        sources[f] = text
+        all_diags.extend(diags)
+        results.append({"path": f, "ok": spec is not None and not (args.strict and diags), "sha256": spec.sha256 if spec else None})
+    failed = has_errors(all_diags) or (args.strict and all_diags)
+    if args.format == "json":
+        print(
+            json.dumps(
+                {"schema_version": 1, "ok": not failed, "files": results, "diagnostics": [d.as_json() for d in all_diags]},
+                indent=2,
+            )
+        )
+    else:
+        if all_diags:
+            print(render_text(all_diags, sources))
+        else:
+            for r in results:
+                print(f"{r['path']}: ok")
+    return ExitCode.USAGE if failed else ExitCode.OK
+
+
+def main_plan(args: argparse.Namespace) -> int:
+    from soakspec.lang import load_spec
+    from soakspec.plan import plan, render_text as render_plan, to_json
+
+    spec, diags, text = load_spec(args.file)
+    _print_diags(diags, {args.file: text})
+    if spec is None:
+        return ExitCode.USAGE
+    if not 0 < args.time_scale <= 1:
+        print("soakspec plan: error: --time-scale must be in (0, 1]", file=sys.stderr)
+        return ExitCode.USAGE
+    unknown = [n for n in args.backend if n not in {b.name for b in spec.backends}]
+    if unknown:
+        print(f"soakspec plan: error: no backend named {', '.join(map(repr, unknown))} in {args.file}", file=sys.stderr)
+        return ExitCode.USAGE
+    p = plan(spec, time_scale=args.time_scale, rehearse=args.rehearse, only=tuple(args.backend))
+    if args.format == "json":
+        print(json.dumps(to_json(p), indent=2))
+    else:
+        print(render_plan(p))
+    return ExitCode.OK
+
+
+def main_fmt(args: argparse.Namespace) -> int:
+    import difflib
+
+    from soakspec.lang import fmt, parse_file
+
+    status = ExitCode.OK
+    for f in args.files:
+        tree, diags, text = parse_file(f)
+        if tree is None:
+            _print_diags(diags, {f: text})
+            status = ExitCode.USAGE
+            continue
+        out = fmt(tree)
+        if out == text:
+            continue
+        if args.check or args.diff:
+            if args.diff:
+                sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), out.splitlines(True), f, f + " (formatted)"))
+            else:
+                print(f"{f}: would reformat")
+            if status == ExitCode.OK:
+                status = ExitCode.GATE_FAILED
+            continue
+        _write_atomic(f, out)
+        print(f"{f}: reformatted", file=sys.stderr)
+    return status
+
+
+def _write_atomic(path: str, text: str) -> None:
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".soakfmt-")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.chmod(tmp, os.stat(path).st_mode & 0o777)
+        except OSError:
+            pass
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

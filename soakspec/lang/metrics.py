@@ -1,0 +1,113 @@
+"""The metric catalogue: what a gate rule can name, what it aggregates to, and its unit.
+
+Shared by the checker (types and units of thresholds) and the judge (how to compute).
+
+Per-request distributions (aggregate with min, max, mean or pNN):
+  ttft, itl, tpot, latency, schedule_lag   (durations), output_tokens, prompt_tokens (counts)
+Outcome counts (bare name = count over the scope; ratio() = share of measured requests;
+rate() = per second of the scope's wall time):
+  requests, completed, failed, timeouts, rejected, disconnected, errors
+Per-bucket series (aggregate with min, max or mean over the scope's buckets):
+  throughput (output tokens/s), qps (completed requests/s), gpu_memory (bytes used by the
+  server's own processes), gpu_memory_device, rss (server process tree), in_flight (mean
+  requests in flight)
+Evidence checks (yes/no, except trace_coverage which is a ratio per bucket):
+  bucket_coverage, duration_coverage, trace_coverage, follow_up, provenance_consistent,
+  runtime_boundary_specific, artifacts_verified, completed_run
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+
+
+class Kind(enum.Enum):
+    DURATION = "duration"
+    SIZE = "size"
+    RATIO = "ratio"
+    RATE = "rate"
+    COUNT = "count"
+    NUMBER = "number"
+    BOOL = "bool"
+
+
+DIST = ("min", "max", "mean", "p")
+SERIES = ("min", "max", "mean")
+
+
+@dataclasses.dataclass(frozen=True)
+class Metric:
+    name: str
+    kind: Kind
+    aggregates: tuple[str, ...]
+    description: str
+    outcome: bool = False  # an outcome class counted over requests
+    bare_ok: bool = False
+    series: bool = False  # a per-bucket value rather than a per-request one
+    validity: bool = False
+
+    def result_kind(self, agg: str | None) -> Kind:
+        if agg == "ratio":
+            return Kind.RATIO
+        if agg == "rate":
+            return Kind.RATE
+        if agg == "count":
+            return Kind.COUNT
+        return self.kind
+
+
+def _outcome(name: str, desc: str) -> Metric:
+    return Metric(name, Kind.COUNT, ("count", "ratio", "rate"), desc, outcome=True, bare_ok=True)
+
+
+METRICS: dict[str, Metric] = {
+    m.name: m
+    for m in (
+        Metric("ttft", Kind.DURATION, DIST, "time to first token, per request"),
+        Metric("itl", Kind.DURATION, DIST, "inter-token latency, per token"),
+        Metric("tpot", Kind.DURATION, DIST, "time per output token after the first, per request"),
+        Metric("latency", Kind.DURATION, DIST, "end-to-end request latency"),
+        Metric("schedule_lag", Kind.DURATION, DIST, "open-loop send delay behind the schedule"),
+        Metric("output_tokens", Kind.NUMBER, DIST, "output tokens per request"),
+        Metric("prompt_tokens", Kind.NUMBER, DIST, "prompt tokens per request"),
+        _outcome("requests", "measured requests"),
+        _outcome("completed", "completed requests"),
+        _outcome("failed", "failed requests"),
+        _outcome("timeouts", "requests that passed their deadline"),
+        _outcome("rejected", "requests the server refused (4xx)"),
+        _outcome("disconnected", "requests whose connection broke"),
+        _outcome("errors", "failed + timeouts + rejected + disconnected"),
+        Metric("throughput", Kind.NUMBER, SERIES, "output tokens per second, per bucket", series=True),
+        Metric("qps", Kind.RATE, SERIES, "completed requests per second, per bucket", series=True),
+        Metric("gpu_memory", Kind.SIZE, SERIES, "GPU memory used by the server's processes, per sample", series=True),
+        Metric("gpu_memory_device", Kind.SIZE, SERIES, "GPU memory used on the device, per sample", series=True),
+        Metric("rss", Kind.SIZE, SERIES, "server process-tree resident memory, per sample", series=True),
+        Metric("in_flight", Kind.NUMBER, SERIES, "mean requests in flight, per bucket", series=True),
+    )
+}
+
+AGGREGATES = ("count", "ratio", "rate", "min", "max", "mean")
+
+EVIDENCE_PREDICATES: dict[str, Kind] = {
+    "bucket_coverage": Kind.BOOL,
+    "duration_coverage": Kind.BOOL,
+    "trace_coverage": Kind.RATIO,
+    "follow_up": Kind.BOOL,
+    "provenance_consistent": Kind.BOOL,
+    "runtime_boundary_specific": Kind.BOOL,
+    "artifacts_verified": Kind.BOOL,
+    "completed_run": Kind.BOOL,
+}
+
+
+def parse_percentile(func: str) -> float | None:
+    """`p99` -> 99.0, `p99.9` -> 99.9; None when not a percentile in (0, 100]."""
+    m = re.fullmatch(r"p([0-9]+(?:\.[0-9]+)?)", func)
+    if not m:
+        return None
+    q = float(m.group(1))
+    if not 0 < q <= 100:
+        return None
+    return q

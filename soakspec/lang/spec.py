@@ -1,0 +1,217 @@
+"""The checked spec: what `check` produces from a `SoakFile` and every later stage consumes.
+
+All values are in base units (seconds, bytes, fractions, requests/second), every reference
+is resolved, and the spec is immutable. `Spec.canonical_text` is `fmt` of the tree it came
+from and `Spec.sha256` its hash: evidence records it so a later gate can tell stale evidence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from soakspec.diagnostics import NO_SPAN, Span
+
+BackendKind = Literal["launch", "shell", "url", "sim"]
+Endpoint = Literal["completions", "chat"]
+LoadMode = Literal["closed", "batch", "open"]
+Severity = Literal["require", "warn"]
+ScopeKind = Literal["run", "backend", "level", "bucket", "window"]
+
+
+def _span() -> Span:
+    return dataclasses.field(default=NO_SPAN, compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Header:
+    name: str
+    issue: str | None = None
+    description: str | None = None
+    parallel: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    id: str | None = None
+    revision: str | None = None
+    path: str | None = None
+    served_name: str | None = None  # the `model` field sent in requests; defaults to id
+
+    @property
+    def request_name(self) -> str:
+        return self.served_name or self.id or "default"
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    repo: str | None = None  # path of the repository whose commit is recorded
+
+
+@dataclasses.dataclass(frozen=True)
+class Telemetry:
+    interval_s: float = 5.0
+    require_gpus: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Ready:
+    method: str = "GET"
+    path: str = "/v1/models"
+    status: int = 200
+    timeout_s: float = 600.0
+    interval_s: float = 0.5
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeDecl:
+    """A declared runtime boundary and how to confirm it from what the run observes."""
+
+    label: str
+    log_pattern: str | None = None  # regex; group `version` (or group 1) is the version
+    version: str | None = None  # expected version
+    require_env: tuple[str, ...] = ()  # env names that must be set in the launched env
+
+
+@dataclasses.dataclass(frozen=True)
+class Traces:
+    source: Literal["none", "log", "jsonl"] = "none"
+    pattern: str | None = None  # log: regex with a `json` group (payload) or an `id` group
+    file: str | None = None  # jsonl: path of the server's trace file
+    id_field: str = "request_id"
+    id_forms: tuple[str, ...] = ("{id}", "cmpl-{id}", "cmpl-{id}-0", "chatcmpl-{id}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    name: str
+    kind: BackendKind
+    argv: tuple[str, ...] = ()  # launch: argv template ({port}, {host}, {model_path}, ...)
+    shell: str | None = None
+    url: str | None = None
+    sim: tuple[tuple[str, object], ...] = ()  # simulator options in base units
+    env: tuple[tuple[str, str], ...] = ()
+    cwd: str | None = None
+    ready: Ready = Ready()
+    shutdown_grace_s: float = 10.0
+    gpus: tuple[int, ...] = ()
+    capture_log: bool = True
+    api_key_env: str | None = None
+    runtime: RuntimeDecl | None = None
+    traces: Traces = Traces()
+    span: Span = _span()
+
+    @property
+    def launches(self) -> bool:
+        return self.kind != "url"
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    greedy: bool = True
+    temperature: float = 0.0
+    top_k: int | None = None
+    top_p: float = 1.0
+    seed: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Load:
+    mode: LoadMode
+    concurrency: tuple[int, ...] = ()  # closed and batch
+    requests: int | None = None  # batch: requests per batch
+    rates: tuple[float, ...] = ()  # open: requests/second
+    arrival: Literal["constant", "poisson"] = "constant"
+    seed: int = 0
+
+    @property
+    def levels(self) -> tuple[int | float, ...]:
+        return self.rates if self.mode == "open" else self.concurrency
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    name: str
+    endpoint: Endpoint = "completions"
+    stream: bool = True
+    prompt_words: int | None = 64
+    prompt_file: str | None = None
+    max_tokens: tuple[int, ...] = (64,)
+    sampling: Sampling = Sampling()
+    ignore_eos: bool = True
+    load: Load = Load("closed", (1,))
+    duration_s: float = 60.0
+    bucket_s: float = 60.0
+    warmup_s: float = 0.0
+    deadline_s: float = 300.0
+    follow_up: bool = True
+    expected_latency_s: float | None = None  # planning hint only
+    span: Span = _span()
+
+    @property
+    def buckets_per_level(self) -> int:
+        import math
+
+        return max(1, math.ceil(self.duration_s / self.bucket_s - 1e-9))
+
+
+@dataclasses.dataclass(frozen=True)
+class Expr:
+    """A resolved rule expression: `agg(metric)`, optionally wrapped in drift/slope."""
+
+    metric: str
+    agg: str | None = None  # count | ratio | rate | min | max | mean | pNN | None (bare)
+    percentile: float | None = None
+    wrapper: Literal["drift", "slope"] | None = None
+    text: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    severity: Severity
+    klass: Literal["validity", "evidence", "performance"]
+    expr: Expr
+    op: str | None
+    threshold: float | None  # base units
+    threshold_text: str | None
+    scope: ScopeKind
+    window_s: float | None = None
+    backend: str | None = None
+    text: str = ""
+    span: Span = _span()
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+    rules: tuple[Rule, ...] = ()
+    confidence: float = 0.95
+    min_samples: int = 1
+    allow_rehearsal: bool = False
+    trace_window_s: float = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimBoundary:
+    claims: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    header: Header
+    model: Model
+    source: Source
+    telemetry: Telemetry
+    backends: tuple[Backend, ...]
+    workloads: tuple[Workload, ...]
+    gate: Gate
+    claims: ClaimBoundary
+    canonical_text: str
+    sha256: str
+    path: str | None = None
+
+    def backend(self, name: str) -> Backend:
+        for b in self.backends:
+            if b.name == name:
+                return b
+        raise KeyError(name)

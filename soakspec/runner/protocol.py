@@ -1,0 +1,527 @@
+"""The OpenAI-compatible request protocol, without I/O: bodies, SSE parsing, metrics, outcomes.
+
+Both HTTP clients (`h11client`, `httpxclient`) only move bytes and report transport events;
+everything that decides what a response *means* lives here, once, so the two clients produce
+identical records for identical server behaviour:
+
+    build_body(shape, request_id) -> bytes            the request
+    StreamAccumulator(shape)                           one per request
+        .on_response(status, content_type, t)          the response head arrived
+        .on_body(data, t) -> keep_reading              body bytes (SSE parsed incrementally)
+        .on_end(t)                                     the body is complete
+        .fail(outcome, message)                        a transport failure or the deadline
+        .connection_closed()                           the peer closed the connection early
+        .finish(record, end)                           classify and fill the RequestRecord
+
+Measurement rules (the record's contract):
+
+* TTFT ends at the first event carrying non-empty text (`choices[0].text`, chat
+  `choices[0].delta.content`); role-only and empty chunks do not count.
+* Tokens, not chunks. With cumulative `usage.completion_tokens` on every text chunk
+  (`continuous_usage_stats`), a chunk's tokens are the delta (`itl_source = "usage"`); tokens
+  reported before the first text chunk belong to it, and a text-less chunk that raises the count
+  after it (e.g. the EOS token with `finish_reason: stop`) is a token arrival of its own.
+  Otherwise, with only a final usage of N tokens over C text chunks: one token per chunk when
+  N == C (`"exact"`), else N spread evenly over the chunks (`"estimated"`). Without any usage,
+  every text chunk is one token (`tokens_source = itl_source = "counted"`).
+* ITL: a chunk carrying k tokens, arriving `gap` after the previous token-bearing chunk, adds k
+  gaps of gap/k; the first chunk's tokens add none. So `sum(itl) == last_token - first_token` and
+  `len(itl) == output_tokens - tokens_in_first_chunk`.
+  TPOT = (last token - first token) / (N - 1) when N > 1 and tokens arrived at two times or more.
+* Outcomes: see `records.Outcome`. The first failure wins, outcome and message.
+* Memory is bounded: one SSE event or line at most `Limits.max_event_bytes` (else failed, stop
+  reading), the whole response at most `Limits.max_response_bytes`; the text itself is never
+  kept, only a running SHA-256 and its length in characters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import errno
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from soakspec.runner.records import ERROR_LIMIT, ItlSource, Outcome, RequestRecord, TokensSource
+
+# --------------------------------------------------------------------------------------------
+# Requests
+
+
+class Endpoint(enum.StrEnum):
+    COMPLETIONS = "completions"
+    CHAT = "chat"
+
+
+ENDPOINT_PATHS: Mapping[Endpoint, str] = {
+    Endpoint.COMPLETIONS: "/v1/completions",
+    Endpoint.CHAT: "/v1/chat/completions",
+}
+
+STREAM_OPTIONS: Mapping[str, bool] = {"include_usage": True, "continuous_usage_stats": True}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sampling:
+    """Sampling parameters. The default is greedy decoding.
+
+    Greedy is `temperature 0, top_p 1.0` with `top_k` omitted from the body: temperature 0 is
+    already argmax everywhere, and omitting top_k (rather than vLLM's `-1`) keeps the body
+    valid for servers that reject or mean something else by a negative top_k.
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int | None = None
+    seed: int | None = None
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+GREEDY = Sampling()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RequestShape:
+    """What one request asks for; shared by every request of a workload.
+
+    `extra` holds additional body fields as (name, value) pairs (kept hashable); they are
+    merged last, so they can override any generated field.
+    """
+
+    endpoint: Endpoint
+    model: str
+    prompt: str
+    max_tokens: int
+    sampling: Sampling = GREEDY
+    ignore_eos: bool = False
+    stream: bool = True
+    extra: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def path(self) -> str:
+        return ENDPOINT_PATHS[self.endpoint]
+
+
+def build_body(shape: RequestShape, request_id: str) -> bytes:
+    """The JSON request body (compact, UTF-8)."""
+    s = shape.sampling
+    body: dict[str, Any] = {"model": shape.model}
+    if shape.endpoint is Endpoint.CHAT:
+        body["messages"] = [{"role": "user", "content": shape.prompt}]
+    else:
+        body["prompt"] = shape.prompt
+    body["max_tokens"] = shape.max_tokens
+    body["temperature"] = s.temperature
+    body["top_p"] = s.top_p
+    if s.top_k is not None:
+        body["top_k"] = s.top_k
+    body["stream"] = shape.stream
+    if shape.stream:
+        body["stream_options"] = STREAM_OPTIONS
+    body["ignore_eos"] = shape.ignore_eos
+    body["request_id"] = request_id
+    if s.seed is not None:
+        body["seed"] = s.seed
+    body.update(shape.extra)
+    return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+# --------------------------------------------------------------------------------------------
+# Limits
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Limits:
+    """Memory bounds for one response. A non-streaming body counts as one event."""
+
+    max_event_bytes: int = 1 << 20
+    max_response_bytes: int = 64 << 20
+
+
+DEFAULT_LIMITS = Limits()
+
+# --------------------------------------------------------------------------------------------
+# Server-sent events
+
+
+class SSEError(ValueError):
+    """The byte stream cannot be parsed as server-sent events within the limits."""
+
+
+class SSEEvent(NamedTuple):
+    event: str  # the `event:` field; "message" when absent
+    data: bytes  # the `data:` lines joined with b"\n"
+
+
+class SSEParser:
+    """Incremental server-sent-events parser (WHATWG rules) over arbitrary chunk boundaries.
+
+    Lines end with LF, CRLF or CR; `:` lines are comments; multi-line `data:` fields are joined
+    with LF; an event is dispatched at a blank line; an unterminated event at the end of the
+    stream is dropped. `id:` and `retry:` are ignored (we never reconnect a stream). One
+    deviation: an `event:` line without data still dispatches (with empty data), so that an
+    `event: error` is never lost.
+    Raises SSEError when a line or an event exceeds `max_event_bytes`.
+    """
+
+    __slots__ = ("_tail", "_data", "_size", "_event", "_after_cr", "_max")
+
+    def __init__(self, max_event_bytes: int = DEFAULT_LIMITS.max_event_bytes) -> None:
+        self._tail = b""  # an incomplete line
+        self._data: list[bytes] = []  # data lines of the current event
+        self._size = 0  # bytes in _data
+        self._event: str | None = None
+        self._after_cr = False  # the last chunk ended with CR: a leading LF belongs to it
+        self._max = max_event_bytes
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """Consume the next bytes of the stream; return the events they complete."""
+        if not chunk:
+            return []
+        if self._after_cr:
+            self._after_cr = False
+            if chunk[0] == 0x0A:
+                chunk = chunk[1:]
+        if b"\r" in chunk:
+            self._after_cr = chunk[-1] == 0x0D
+            chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        if b"\n" not in chunk:
+            self._tail += chunk
+            if len(self._tail) > self._max:
+                raise SSEError("SSE event too large")
+            return []
+        lines = (self._tail + chunk if self._tail else chunk).split(b"\n")
+        self._tail = lines.pop()
+        if len(self._tail) > self._max:
+            raise SSEError("SSE event too large")
+        events: list[SSEEvent] = []
+        data = self._data
+        for line in lines:
+            if not line:
+                if data or self._event is not None:
+                    payload = data[0] if len(data) == 1 else b"\n".join(data)
+                    events.append(SSEEvent(self._event or "message", payload))
+                    data.clear()
+                    self._size = 0
+                    self._event = None
+                continue
+            if line[0] == 0x3A:  # ":" comment
+                continue
+            name, _, value = line.partition(b":")
+            if value[:1] == b" ":
+                value = value[1:]
+            if name == b"data":
+                self._size += len(value)
+                if self._size > self._max:
+                    raise SSEError("SSE event too large")
+                data.append(value)
+            elif name == b"event":
+                self._event = value.decode("utf-8", "replace")
+        return events
+
+
+# --------------------------------------------------------------------------------------------
+# Transport errors, described the same way whichever client saw them
+
+
+def describe_transport_error(exc: BaseException) -> str:
+    """A stable, library-independent description of a network error (its root OSError)."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError) and e.errno is not None:
+            name = errno.errorcode.get(e.errno, str(e.errno))
+            return f"{e.strerror or name} ({name})".lower() if e.strerror else name
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        for nxt in (e.__cause__, e.__context__):
+            if nxt is not None:
+                todo.append(nxt)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+CLOSED_BEFORE_RESPONSE = "connection closed before the response"
+CLOSED_MID_RESPONSE = "connection closed before the response finished"
+DEADLINE_PASSED = "deadline passed before the response finished"
+
+# --------------------------------------------------------------------------------------------
+# The accumulator
+
+
+class _Body(enum.Enum):
+    NONE = 0  # no response head yet
+    SSE = 1  # streaming 200: parse events
+    JSON = 2  # non-streaming 200: buffer one JSON document
+    ERROR = 3  # an error response: keep a snippet for the message
+
+
+def _error_text(err: Any) -> str:
+    if isinstance(err, Mapping):
+        msg = err.get("message")
+        if msg is not None:
+            return str(msg)
+    return err if isinstance(err, str) else json.dumps(err, sort_keys=True)
+
+
+def _snippet(data: bytes | bytearray) -> str:
+    return bytes(data[:ERROR_LIMIT]).decode("utf-8", "replace")
+
+
+class StreamAccumulator:
+    """Turns one response into record fields. One per request; see the module docstring."""
+
+    __slots__ = (
+        "_shape", "_limits", "_parser", "_chat", "_body_mode", "_body", "_body_start", "_received",
+        "status", "outcome", "error", "first_token", "server_id", "finish_reason",
+        "prompt_tokens", "chunks", "done", "ended",
+        "_usage", "_times", "_cum", "_textless", "_continuous", "_hash", "_chars",
+    )  # fmt: skip
+
+    def __init__(self, shape: RequestShape, limits: Limits = DEFAULT_LIMITS) -> None:
+        self._shape = shape
+        self._limits = limits
+        self._parser: SSEParser | None = None
+        self._chat = shape.endpoint is Endpoint.CHAT
+        self._body_mode = _Body.NONE
+        self._body = bytearray()  # JSON body, or the start of an error body
+        self._body_start: float | None = None  # when the first body byte arrived
+        self._received = 0
+        self.status: int | None = None
+        self.outcome: Outcome | None = None  # set by the first failure
+        self.error: str | None = None
+        self.first_token: float | None = None
+        self.server_id: str | None = None
+        self.finish_reason: str | None = None
+        self.prompt_tokens: int | None = None
+        self.chunks = 0
+        self.done = False  # saw data: [DONE]
+        self.ended = False  # the body was complete
+        self._usage: int | None = None  # the last usage.completion_tokens seen
+        # token-bearing points: arrival time and cumulative completion tokens (-1: unknown)
+        self._times: list[float] = []
+        self._cum: list[int] = []
+        self._textless: list[int] = []  # indices of points that carried tokens but no text
+        self._continuous = True  # every text chunk so far carried usage.completion_tokens
+        self._hash = hashlib.sha256()
+        self._chars = 0
+
+    # -- transport events ---------------------------------------------------------------------
+
+    def fail(self, outcome: Outcome, message: str) -> None:
+        """Record a failure; only the first one counts."""
+        if self.outcome is None:
+            self.outcome = outcome
+            self.error = message
+
+    def connection_closed(self) -> None:
+        """The peer closed the connection before the response was complete."""
+        self.fail(Outcome.DISCONNECTED, CLOSED_BEFORE_RESPONSE if self.status is None else CLOSED_MID_RESPONSE)
+
+    def on_response(self, status: int, content_type: str | None, t: float) -> None:
+        self.status = status
+        if status == 200:
+            if not self._shape.stream:
+                self._body_mode = _Body.JSON
+            elif content_type is None or content_type.strip().lower().startswith("text/event-stream"):
+                self._body_mode = _Body.SSE
+                self._parser = SSEParser(self._limits.max_event_bytes)
+            else:
+                self._body_mode = _Body.ERROR
+                self.fail(Outcome.FAILED, f"unexpected content-type {content_type!r} for a stream")
+        else:
+            self._body_mode = _Body.ERROR
+            self.fail(Outcome.REJECTED if 400 <= status < 500 else Outcome.FAILED, f"HTTP {status}")
+
+    def on_body(self, data: bytes, t: float) -> bool:
+        """Consume body bytes received at `t`. False: stop reading and drop the connection."""
+        self._received += len(data)
+        if self._received > self._limits.max_response_bytes:
+            self.fail(Outcome.FAILED, f"response too large (over {self._limits.max_response_bytes} bytes)")
+            return False
+        mode = self._body_mode
+        if mode is _Body.SSE:
+            try:
+                events = self._parser.feed(data)  # type: ignore[union-attr]
+            except SSEError as exc:
+                self.fail(Outcome.FAILED, str(exc))
+                return False
+            for event in events:
+                self.on_event(event, t)
+        elif mode is _Body.JSON:
+            if self._body_start is None:
+                self._body_start = t  # non-streaming: TTFT is the first byte of the body
+            if len(self._body) + len(data) > self._limits.max_event_bytes:
+                self.fail(Outcome.FAILED, "response body too large")
+                return False
+            self._body += data
+        elif len(self._body) < ERROR_LIMIT:
+            self._body += data[: ERROR_LIMIT - len(self._body)]
+        return True
+
+    def on_end(self, t: float) -> None:
+        """The body is complete (end of message)."""
+        self.ended = True
+        if self._body_mode is _Body.JSON:
+            obj = self._parse_json(bytes(self._body))
+            self._body = bytearray()
+            if obj is not None:
+                self._take(obj, t if self._body_start is None else self._body_start, "message")
+
+    # -- events -------------------------------------------------------------------------------
+
+    def on_event(self, event: SSEEvent, t: float) -> None:
+        """One SSE event received at `t` (the hot path: one json.loads, nothing else that grows)."""
+        data = event.data
+        if event.event != "message":
+            if event.event == "error":
+                self.fail(Outcome.FAILED, "SSE error event: " + _snippet(data))
+            return
+        if self.done:
+            return
+        if data == b"[DONE]":
+            self.done = True
+            return
+        obj = self._parse_json(data)
+        if obj is not None:
+            self._take(obj, t, "delta")
+
+    def _parse_json(self, data: bytes) -> dict[str, Any] | None:
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            self.fail(Outcome.FAILED, "malformed JSON in the response: " + _snippet(data))
+            return None
+        if type(obj) is not dict:
+            self.fail(Outcome.FAILED, "malformed response, not a JSON object: " + _snippet(data))
+            return None
+        return obj
+
+    def _take(self, obj: dict[str, Any], t: float, chat_key: str) -> None:
+        err = obj.get("error")
+        if err is not None or obj.get("object") == "error":
+            self.fail(Outcome.FAILED, "error in response: " + _error_text(obj if err is None else err))
+            return
+        if self.server_id is None:
+            sid = obj.get("id")
+            if sid is not None:
+                self.server_id = str(sid)
+        cum = -1
+        usage = obj.get("usage")
+        if usage:
+            pt = usage.get("prompt_tokens")
+            if pt is not None:
+                self.prompt_tokens = pt
+            ct = usage.get("completion_tokens")
+            if ct is not None:
+                self._usage = cum = ct
+        text = None
+        choices = obj.get("choices")
+        if choices:
+            c0 = choices[0]
+            if self._chat:
+                msg = c0.get(chat_key)
+                text = msg.get("content") if msg else None
+            else:
+                text = c0.get("text")
+            reason = c0.get("finish_reason")
+            if reason is not None:
+                self.finish_reason = reason
+                if reason == "error":
+                    self.fail(Outcome.FAILED, "finish_reason: error")
+        if text:
+            if self.first_token is None:
+                self.first_token = t
+            self.chunks += 1
+            self._hash.update(text.encode())
+            self._chars += len(text)
+            self._times.append(t)
+            self._cum.append(cum)
+            if cum < 0:
+                self._continuous = False
+        elif cum > 0 and self._continuous and self._cum and cum > self._cum[-1]:
+            self._textless.append(len(self._times))
+            self._times.append(t)
+            self._cum.append(cum)
+
+    # -- the result ---------------------------------------------------------------------------
+
+    def finish(self, record: RequestRecord, end: float) -> None:
+        """Classify the request and write every measured field of `record`."""
+        shape = self._shape
+        if self.outcome is None:
+            if not self.ended:
+                self.connection_closed()
+            elif shape.stream and not self.done:
+                self.fail(Outcome.FAILED, "stream ended without data: [DONE]")
+        tokens_source, itl_source, n, per_point = self._tokens()
+        if self.outcome is None and shape.max_tokens > 0:
+            if self.chunks == 0:
+                self.fail(Outcome.FAILED, "no text in the response")
+            elif n == 0:
+                self.fail(Outcome.FAILED, "completion_tokens is 0")
+        error = self.error
+        if error is not None and self._body_mode is _Body.ERROR and self._body:
+            error = f"{error}: {_snippet(self._body)}"
+
+        itl: list[float] = []
+        tpot = None
+        times = self._times
+        if times:
+            first = last = times[0]
+            for i in range(1, len(times)):
+                k = per_point[i]
+                if k > 0:
+                    t = times[i]
+                    gap = (t - last) / k
+                    if k == 1:
+                        itl.append(gap)
+                    else:
+                        itl.extend([gap] * k)
+                    last = t
+            if n > 1 and last > first:
+                tpot = (last - first) / (n - 1)
+
+        record.end = end
+        record.status = self.status
+        record.outcome = self.outcome or Outcome.COMPLETED
+        record.error = None if error is None else error[:ERROR_LIMIT]
+        record.first_token = self.first_token
+        record.finish_reason = self.finish_reason
+        record.server_id = self.server_id
+        record.prompt_tokens = self.prompt_tokens
+        record.output_tokens = n
+        record.tokens_source = tokens_source
+        record.itl_source = itl_source
+        record.chunks = self.chunks
+        record.tpot = tpot
+        record.itl = itl
+        record.output_sha256 = self._hash.hexdigest() if self.chunks else None
+        record.output_chars = self._chars
+
+    def _tokens(self) -> tuple[TokensSource, ItlSource, int, list[int]]:
+        """(tokens_source, itl_source, output tokens, tokens per point) by the module's rules."""
+        cum = self._cum
+        if cum and self._continuous:
+            per_point = [cum[0]] + [cum[i] - cum[i - 1] for i in range(1, len(cum))]
+            n = max(cum[-1], self._usage or 0)
+            return TokensSource.USAGE, ItlSource.USAGE, n, per_point
+        if self._textless:  # usage stopped being continuous: keep the text chunks only
+            drop = set(self._textless)
+            self._times = [x for i, x in enumerate(self._times) if i not in drop]
+        c = len(self._times)
+        if self._usage is not None:
+            n = self._usage
+            if n == c:
+                return TokensSource.USAGE, ItlSource.EXACT, n, [1] * c
+            per_point = [(i + 1) * n // c - i * n // c for i in range(c)] if c else []
+            return TokensSource.USAGE, ItlSource.ESTIMATED, n, per_point
+        return TokensSource.COUNTED, ItlSource.COUNTED, c, [1] * c

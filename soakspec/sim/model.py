@@ -1,0 +1,283 @@
+"""The simulator's behaviour model: pure, deterministic, no sockets and no trio.
+
+Design
+------
+* Every random decision about a request comes from `plan_request(config, index, ...)`, where
+  `index` is the request's arrival index (0, 1, 2, ... over the inference requests the server
+  received). Three independent streams are seeded from (seed, index): *fault* (which fault,
+  where, the 5xx status, trace dropping, early EOS), *text* (the token pieces) and *time* (ITL
+  jitter). So the same seed and the same request sequence give the same texts, timings and
+  traces; and token i's text does not depend on max_tokens or on the fault knobs.
+* Faults partition [0, 1): one uniform draw u picks at most one fault, in the order
+  error, stream_error, stall, disconnect, omit_done; each happens with exactly its rate.
+* Time: a `Timeline` turns a plan into absolute event deadlines on the server's monotonic clock.
+  Each deadline is the previous *deadline* plus a delay, never "now" plus a delay, so wake-up
+  lateness never accumulates. TTFT = queue wait + (ttft + prefill_per_token x prompt) x drift;
+  each later token = itl x drift x (1 + itl_jitter x u) x (1 + slowdown_per_active x others),
+  u uniform in [-1, 1] from the time stream and drift = 1 + drift_rate x uptime_minutes.
+* Events: the first token is sent alone (so TTFT is exact, as vLLM does with a stream interval);
+  later events carry `tokens_per_chunk` tokens each and are due when their last token is.
+* `Scheduler`: `slots` running sequences, a FIFO wait queue, 429 when `queue_limit` wait already.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import hashlib
+import random
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+from soakspec.sim.config import SimConfig
+
+__all__ = [
+    "WORDS",
+    "Admission",
+    "Counters",
+    "Fault",
+    "RequestPlan",
+    "Scheduler",
+    "Timeline",
+    "chunk_sizes",
+    "drift_factor",
+    "memory_used",
+    "plan_request",
+    "schedule",
+]
+
+# 256 pieces: a token is " " + one of these (so every token is non-empty, and words == tokens).
+WORDS: tuple[str, ...] = tuple(
+    """
+    the of and to in is was for on that with as by at from his her it an be are were this which
+    or had not but have one all their they has been would when who will more no if out so said
+    what up its about into than them can only other new some could time these two may then do
+    first any my now such like our over man me even most made after also did many before must
+    through back years where much your way well down should because each just those people how
+    too little state good very make world still own see men work long get here between both life
+    being under never day same another know while last might us great old year off come since
+    against go came right used take three states himself few house use during without again
+    place american around however home small found mrs thought went say part once general high
+    upon school every order until system set number united often public program business water
+    course power light large early hand city night form give kind turn point far young market
+    road river stone cloud green quiet silver window garden letter table engine signal vector
+    token kernel tensor batch cache queue slot paper winter summer autumn spring north south
+    east west music story field energy matter travel harbor forest meadow valley island bridge
+    castle apple orange purple yellow morning evening candle mirror ladder pocket rabbit falcon
+    copper marble velvet thunder lantern compass anchor
+    """.split()
+)
+assert len(WORDS) == len(set(WORDS)) == 256
+
+
+class Fault(enum.StrEnum):
+    ERROR = "error"  # HTTP 500/503 before streaming
+    STREAM_ERROR = "stream_error"  # 200, some tokens, `data: {"error": ...}`, `data: [DONE]`
+    STALL = "stall"  # stop sending, hold the connection until the client leaves
+    DISCONNECT = "disconnect"  # close the TCP connection mid-stream
+    OMIT_DONE = "omit_done"  # complete, but without `data: [DONE]`
+
+
+_FAULT_RATES: tuple[tuple[Fault, str], ...] = (
+    (Fault.ERROR, "error_rate"),
+    (Fault.STREAM_ERROR, "stream_error_rate"),
+    (Fault.STALL, "stall_rate"),
+    (Fault.DISCONNECT, "disconnect_rate"),
+    (Fault.OMIT_DONE, "omit_done_rate"),
+)
+MID_STREAM_FAULTS = frozenset({Fault.STREAM_ERROR, Fault.STALL, Fault.DISCONNECT})
+
+
+def _rng(seed: int, index: int, stream: str) -> random.Random:
+    digest = hashlib.blake2b(f"soakspec-sim:{seed}:{index}:{stream}".encode(), digest_size=8).digest()
+    return random.Random(int.from_bytes(digest, "big"))
+
+
+def chunk_sizes(n_tokens: int, tokens_per_chunk: int) -> list[int]:
+    """Tokens per SSE event: the first token alone, then `tokens_per_chunk` at a time."""
+    if n_tokens <= 0:
+        return []
+    sizes = [1]
+    rest = n_tokens - 1
+    while rest > 0:
+        sizes.append(min(tokens_per_chunk, rest))
+        rest -= sizes[-1]
+    return sizes
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestPlan:
+    """What will happen to one request, decided at arrival from (seed, index)."""
+
+    index: int
+    tokens: tuple[str, ...]  # the output pieces; len(tokens) == completion tokens when it completes
+    finish_reason: str  # "length" or "stop"
+    jitter: tuple[float, ...]  # u in [-1, 1] per token (entry 0 unused: token 0 is the TTFT)
+    events: tuple[int, ...]  # tokens per SSE event
+    fault: Fault | None
+    fault_after_events: int  # mid-stream faults: token events sent before the fault (1..len(events))
+    error_status: int  # the status of Fault.ERROR (500 or 503)
+    drop_trace: bool
+
+    @property
+    def text(self) -> str:
+        return "".join(self.tokens)
+
+
+def plan_request(config: SimConfig, index: int, max_tokens: int, ignore_eos: bool) -> RequestPlan:
+    frng = _rng(config.seed, index, "fault")
+    u_fault, u_status, u_where, u_drop, u_eos, u_eos_at = (frng.random() for _ in range(6))
+
+    fault: Fault | None = None
+    edge = 0.0
+    for kind, rate_name in _FAULT_RATES:
+        edge += getattr(config, rate_name)
+        if u_fault < edge:
+            fault = kind
+            break
+
+    n = max_tokens
+    finish = "length"
+    if not ignore_eos and max_tokens > 1 and u_eos < config.eos_rate:
+        n = 1 + int(u_eos_at * (max_tokens - 1))  # 1 .. max_tokens-1
+        finish = "stop"
+
+    trng = _rng(config.seed, index, "text")
+    words = WORDS
+    tokens = tuple(" " + words[trng.getrandbits(8)] for _ in range(n))
+    if config.zero_latency or config.itl_jitter == 0:
+        jitter: tuple[float, ...] = ()
+    else:
+        jrng = _rng(config.seed, index, "time")
+        jitter = tuple(jrng.uniform(-1.0, 1.0) for _ in range(n))
+    events = tuple(chunk_sizes(n, config.tokens_per_chunk))
+    return RequestPlan(
+        index=index,
+        tokens=tokens,
+        finish_reason=finish,
+        jitter=jitter,
+        events=events,
+        fault=fault,
+        fault_after_events=1 + min(int(u_where * len(events)), len(events) - 1) if events else 0,
+        error_status=500 if u_status < 0.5 else 503,
+        drop_trace=u_drop < config.trace_drop_rate,
+    )
+
+
+def drift_factor(config: SimConfig, uptime: float) -> float:
+    return 1.0 + config.drift * max(uptime, 0.0) / 60.0
+
+
+def first_token_delay(config: SimConfig, prompt_tokens: int, uptime: float) -> float:
+    if config.zero_latency:
+        return 0.0
+    return (config.ttft + config.prefill_per_token * prompt_tokens) * drift_factor(config, uptime)
+
+
+def token_delay(config: SimConfig, jitter_u: float, others_active: int, uptime: float) -> float:
+    if config.zero_latency:
+        return 0.0
+    return (
+        config.itl
+        * drift_factor(config, uptime)
+        * (1.0 + config.itl_jitter * jitter_u)
+        * (1.0 + config.slowdown_per_active * max(others_active, 0))
+    )
+
+
+class Timeline:
+    """Absolute deadlines of a plan's events, one event at a time.
+
+    `start` is when the sequence got its slot and `epoch` when the server started, both on the
+    same monotonic clock. `next_event(others_active)` returns when the next event is due; the
+    number of other active sequences is sampled then (it changes as others come and go).
+    """
+
+    def __init__(self, config: SimConfig, plan: RequestPlan, prompt_tokens: int, start: float, epoch: float):
+        self.config = config
+        self.plan = plan
+        self.prompt_tokens = prompt_tokens
+        self.deadline = start
+        self.epoch = epoch
+        self.tokens_done = 0
+        self.events_done = 0
+
+    def next_event(self, others_active: int = 0) -> float:
+        size = self.plan.events[self.events_done]
+        cfg, jitter = self.config, self.plan.jitter
+        for _ in range(size):
+            uptime = self.deadline - self.epoch
+            if self.tokens_done == 0:
+                self.deadline += first_token_delay(cfg, self.prompt_tokens, uptime)
+            else:
+                u = jitter[self.tokens_done] if jitter else 0.0
+                self.deadline += token_delay(cfg, u, others_active, uptime)
+            self.tokens_done += 1
+        self.events_done += 1
+        return self.deadline
+
+
+def schedule(
+    config: SimConfig, plan: RequestPlan, prompt_tokens: int, start: float = 0.0, epoch: float = 0.0,
+    others_active: int = 0,
+) -> list[float]:
+    """Every event deadline of `plan` with a constant number of other active sequences."""
+    t = Timeline(config, plan, prompt_tokens, start, epoch)
+    return [t.next_event(others_active) for _ in plan.events]
+
+
+def memory_used(config: SimConfig, uptime: float) -> float:
+    return config.memory_base + config.memory_growth * max(uptime, 0.0) / 60.0
+
+
+class Admission(enum.Enum):
+    RUNNING = "running"
+    WAITING = "waiting"
+    REJECTED = "rejected"
+
+
+T = TypeVar("T", bound=Hashable)
+
+
+class Scheduler(Generic[T]):
+    """Decode slots with a FIFO wait queue. Pure bookkeeping: the server wakes whom it admits."""
+
+    def __init__(self, slots: int, queue_limit: int = 0):
+        self.slots = slots
+        self.queue_limit = queue_limit
+        self.running: set[T] = set()
+        self.waiting: collections.deque[T] = collections.deque()
+
+    def arrive(self, item: T) -> Admission:
+        if len(self.running) < self.slots and not self.waiting:
+            self.running.add(item)
+            return Admission.RUNNING
+        if self.queue_limit and len(self.waiting) >= self.queue_limit:
+            return Admission.REJECTED
+        self.waiting.append(item)
+        return Admission.WAITING
+
+    def withdraw(self, item: T) -> None:
+        """A waiting item left (its client went away) before getting a slot."""
+        self.waiting.remove(item)
+
+    def release(self, item: T) -> list[T]:
+        """A running item finished: free its slot; return the items admitted from the queue."""
+        self.running.discard(item)
+        admitted = []
+        while self.waiting and len(self.running) < self.slots:
+            nxt = self.waiting.popleft()
+            self.running.add(nxt)
+            admitted.append(nxt)
+        return admitted
+
+
+@dataclasses.dataclass
+class Counters:
+    """Totals for /metrics."""
+
+    success: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # by finish_reason
+    failure: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # by terminal reason
+    prompt_tokens: int = 0
+    generation_tokens: int = 0

@@ -1,0 +1,363 @@
+"""The OpenAI-compatible wire format, as vLLM's server emits it: pure functions, no I/O.
+
+Requests: `parse_request(endpoint, body, config)` validates a `/v1/completions` or
+`/v1/chat/completions` body into an `InferenceRequest`, or raises `ApiError` (HTTP 400, or 404
+for an unknown model as vLLM does). Prompt tokens = whitespace-separated words of the prompt
+(chat: of all message contents); a prompt given as token ids counts its ids.
+
+Responses (shapes follow vLLM's `serving_completion.py` / `serving_chat.py`, serialised compactly):
+* errors: `{"object":"error","message":..,"type":..,"param":..,"code":status}`;
+* stream chunks: `data: {json}\\n\\n`, the last token chunk carries `finish_reason`; then, with
+  `stream_options.include_usage`, a chunk with `"choices": []` and `usage`; then `data: [DONE]\\n\\n`.
+  With `stream_options.continuous_usage_stats` every chunk carries the cumulative `usage`.
+  Chat streams begin with a `{"role":"assistant","content":""}` delta, sent with the first token.
+* an engine failure mid-stream (vLLM's generator catches it): `data: {"error": {<error body>}}\\n\\n`
+  followed by `data: [DONE]\\n\\n` -- the HTTP status stays 200.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from soakspec.sim.config import SimConfig
+
+__all__ = [
+    "DONE",
+    "ApiError",
+    "InferenceRequest",
+    "StreamRenderer",
+    "error_body",
+    "full_response",
+    "models_body",
+    "parse_request",
+    "render_metrics",
+]
+
+DONE = b"data: [DONE]\n\n"
+ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+_STATUS_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    413: "BadRequestError",
+    429: "TooManyRequestsError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+
+
+def _dumps(obj: object) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, type_: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.type = type_ or _STATUS_TYPES.get(status, "BadRequestError")
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, self.param, self.type)
+
+
+def error_body(status: int, message: str, param: str | None = None, type_: str | None = None) -> dict[str, Any]:
+    return {
+        "object": "error",
+        "message": message,
+        "type": type_ or _STATUS_TYPES.get(status, "BadRequestError"),
+        "param": param,
+        "code": status,
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class InferenceRequest:
+    endpoint: str  # "completions" | "chat"
+    model: str
+    prompt_tokens: int
+    max_tokens: int
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    ignore_eos: bool
+    request_id: str | None  # the body's `request_id`, if any
+
+
+def _words(text: str) -> int:
+    return len(text.split())
+
+
+def _completion_prompt_tokens(prompt: object) -> int:
+    if isinstance(prompt, str):
+        return _words(prompt)
+    if isinstance(prompt, list) and prompt:
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+            return len(prompt)  # token ids
+        if len(prompt) == 1 and isinstance(prompt[0], str):
+            return _words(prompt[0])
+        if all(isinstance(p, (str, list)) for p in prompt):
+            raise ApiError(400, "the simulator serves one prompt per request (batched prompts are not supported)",
+                           "prompt")
+    raise ApiError(400, "prompt must be a string, a list of token ids, or a list of one string", "prompt")
+
+
+def _chat_prompt_tokens(messages: object) -> int:
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "messages must be a non-empty list", "messages")
+    total = 0
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise ApiError(400, f"messages[{i}] must be an object with a string 'role'", "messages")
+        content = m.get("content")
+        if content is None:
+            continue
+        if isinstance(content, str):
+            total += _words(content)
+        elif isinstance(content, list):
+            for part in content:
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    total += _words(part["text"])
+                elif not isinstance(part, dict):
+                    raise ApiError(400, f"messages[{i}].content parts must be objects", "messages")
+        else:
+            raise ApiError(400, f"messages[{i}].content must be a string or a list of parts", "messages")
+    return total
+
+
+def _bool(body: Mapping[str, Any], name: str, default: bool = False) -> bool:
+    value = body.get(name, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise ApiError(400, f"{name} must be a boolean", name)
+    return value
+
+
+def parse_request(endpoint: str, raw: bytes, config: SimConfig) -> InferenceRequest:
+    """Validate a request body; raise ApiError with vLLM's status and an OpenAI error body."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApiError(400, f"malformed JSON body: {e}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+
+    model = body.get("model")
+    if model is None:
+        model = config.model
+    elif not isinstance(model, str) or model not in config.model_names:
+        raise ApiError(404, f"The model `{model}` does not exist.", "model", "NotFoundError")
+
+    if endpoint == "chat":
+        if "messages" not in body:
+            raise ApiError(400, "Field required: messages", "messages")
+        prompt_tokens = _chat_prompt_tokens(body["messages"])
+        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        max_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
+    else:
+        if body.get("prompt") is None:
+            raise ApiError(400, "Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
+        prompt_tokens = _completion_prompt_tokens(body["prompt"])
+        max_tokens = body.get("max_tokens")
+        max_name = "max_tokens"
+
+    if max_tokens is None:
+        max_tokens = min(config.default_max_tokens, max(config.max_model_len - prompt_tokens, 1))
+    elif isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
+        raise ApiError(400, f"{max_name} must be an integer, got {max_tokens!r}", max_name)
+    elif max_tokens < 1:
+        raise ApiError(400, f"{max_name} must be at least 1, got {max_tokens}.", max_name)
+    if prompt_tokens + max_tokens > config.max_model_len:
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {config.max_model_len} tokens. However, you requested "
+            f"{prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, {max_tokens} in the "
+            "completion). Please reduce the length of the messages or completion.",
+            max_name,
+        )
+
+    n = body.get("n", 1)
+    if n not in (None, 1):
+        raise ApiError(400, "the simulator supports n=1 only", "n")
+
+    stream = _bool(body, "stream")
+    options = body.get("stream_options")
+    include_usage = continuous = False
+    if options is not None:
+        if not stream:
+            raise ApiError(400, "Stream options can only be defined when `stream=True`.", "stream_options")
+        if not isinstance(options, dict):
+            raise ApiError(400, "stream_options must be an object", "stream_options")
+        include_usage = _bool(options, "include_usage")
+        continuous = _bool(options, "continuous_usage_stats")
+
+    request_id = body.get("request_id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise ApiError(400, "request_id must be a string", "request_id")
+
+    return InferenceRequest(
+        endpoint=endpoint,
+        model=model,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        stream=stream,
+        include_usage=include_usage,
+        continuous_usage=continuous,
+        ignore_eos=_bool(body, "ignore_eos"),
+        request_id=request_id or None,
+    )
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+    }
+
+
+class StreamRenderer:
+    """SSE events of one streamed response. Only the token text and counts change between chunks,
+    so the JSON around them is built once (the zero-latency benchmark writes millions of these)."""
+
+    def __init__(self, req: InferenceRequest, response_id: str, model: str, created: int | None = None):
+        self.req = req
+        self.chat = req.endpoint == "chat"
+        created = int(time.time()) if created is None else created
+        obj = "chat.completion.chunk" if self.chat else "text_completion"
+        self._head = f'data: {{"id":{_dumps(response_id)},"object":"{obj}","created":{created},"model":{_dumps(model)},'
+        if self.chat:
+            self._choice = '"choices":[{"index":0,"delta":{"content":'
+            self._tail_open = '},"logprobs":null,"finish_reason":'
+        else:
+            self._choice = '"choices":[{"index":0,"text":'
+            self._tail_open = ',"logprobs":null,"finish_reason":'
+
+    def _usage_field(self, completion_tokens: int) -> str:
+        if self.req.continuous_usage:
+            return ',"usage":' + _dumps(_usage(self.req.prompt_tokens, completion_tokens))
+        return "" if self.chat else ',"usage":null'
+
+    def role_event(self) -> bytes:
+        """Chat only: the first chunk, announcing the assistant role."""
+        return (
+            self._head + '"choices":[{"index":0,"delta":{"role":"assistant","content":""},'
+            '"logprobs":null,"finish_reason":null}]' + self._usage_field(0) + "}\n\n"
+        ).encode()
+
+    def token_event(self, text: str, completion_tokens: int, finish_reason: str | None) -> bytes:
+        fr = "null" if finish_reason is None else f'"{finish_reason}"'
+        return (
+            self._head + self._choice + _dumps(text) + self._tail_open + fr + ',"stop_reason":null}]'
+            + self._usage_field(completion_tokens) + "}\n\n"
+        ).encode()
+
+    def usage_event(self, completion_tokens: int) -> bytes:
+        return (
+            self._head + '"choices":[],"usage":' + _dumps(_usage(self.req.prompt_tokens, completion_tokens)) + "}\n\n"
+        ).encode()
+
+    @staticmethod
+    def error_event(message: str = ENGINE_DEAD_MESSAGE, status: int = 500) -> bytes:
+        return ("data: " + _dumps({"error": error_body(status, message)}) + "\n\n").encode()
+
+
+def full_response(
+    req: InferenceRequest, response_id: str, model: str, text: str, completion_tokens: int, finish_reason: str,
+    created: int | None = None,
+) -> dict[str, Any]:
+    """The non-streaming response body."""
+    created = int(time.time()) if created is None else created
+    usage = _usage(req.prompt_tokens, completion_tokens)
+    if req.endpoint == "chat":
+        return {
+            "id": response_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "tool_calls": []},
+                "logprobs": None,
+                "finish_reason": finish_reason,
+                "stop_reason": None,
+            }],
+            "usage": usage,
+            "prompt_logprobs": None,
+        }
+    return {
+        "id": response_id,
+        "object": "text_completion",
+        "created": created,
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "stop_reason": None,
+            "prompt_logprobs": None,
+        }],
+        "usage": usage,
+    }
+
+
+def models_body(config: SimConfig, created: int) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": name,
+                "object": "model",
+                "created": created,
+                "owned_by": "vllm",
+                "root": config.model,
+                "parent": None,
+                "max_model_len": config.max_model_len,
+            }
+            for name in config.model_names
+        ],
+    }
+
+
+def render_metrics(
+    model: str, running: int, waiting: int, success: Mapping[str, int], failure: Mapping[str, int],
+    prompt_tokens: int, generation_tokens: int, memory_bytes: float,
+) -> str:
+    """Prometheus text exposition. vLLM's names where vLLM has the metric; `sim_` otherwise."""
+    lbl = f'model_name="{model}"'
+    lines = [
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        f"vllm:num_requests_running{{{lbl}}} {float(running)}",
+        "# HELP vllm:num_requests_waiting Number of requests waiting to be processed.",
+        "# TYPE vllm:num_requests_waiting gauge",
+        f"vllm:num_requests_waiting{{{lbl}}} {float(waiting)}",
+        "# HELP vllm:request_success_total Count of successfully processed requests.",
+        "# TYPE vllm:request_success_total counter",
+    ]
+    for reason in sorted({"stop", "length", *success}):
+        lines.append(f'vllm:request_success_total{{finished_reason="{reason}",{lbl}}} {float(success.get(reason, 0))}')
+    lines += [
+        "# HELP sim_request_failure_total Requests that did not complete, by terminal reason.",
+        "# TYPE sim_request_failure_total counter",
+    ]
+    for reason in sorted({"cancelled", "disconnected", "error", "rejected", *failure}):
+        lines.append(f'sim_request_failure_total{{reason="{reason}",{lbl}}} {float(failure.get(reason, 0))}')
+    lines += [
+        "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.",
+        "# TYPE vllm:prompt_tokens_total counter",
+        f"vllm:prompt_tokens_total{{{lbl}}} {float(prompt_tokens)}",
+        "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
+        "# TYPE vllm:generation_tokens_total counter",
+        f"vllm:generation_tokens_total{{{lbl}}} {float(generation_tokens)}",
+        "# HELP sim_gpu_memory_used_bytes Simulated GPU memory in use.",
+        "# TYPE sim_gpu_memory_used_bytes gauge",
+        f"sim_gpu_memory_used_bytes {float(memory_bytes)}",
+    ]
+    return "\n".join(lines) + "\n"
