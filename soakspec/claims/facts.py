@@ -56,7 +56,8 @@ class EvidenceFacts:
     `report_sha256` is the SHA-256 of this backend's report (what a PR's results table cites);
     `artifact_sha256` maps every other hashed thing the evidence knows (artifact relpaths, model
     fingerprint, server binary, …) to its SHA-256. `gate` is "passed", "failed" or
-    "inconclusive". `source` (the evidence directory) only makes messages clearer.
+    "inconclusive". `source` (the evidence directory) only makes messages clearer. `hardware`
+(e.g. "2x RTX 5090") is used when the spec's `Coverage.hardware` is unknown.
     """
 
     backend: str
@@ -75,6 +76,7 @@ class EvidenceFacts:
     spec_sha256: str | None = None
     gate: str | None = None
     source: str | None = None
+    hardware: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "artifact_sha256", _frozen_map(self.artifact_sha256))

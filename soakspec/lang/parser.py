@@ -314,7 +314,7 @@ def _replace(obj, **changes):
 
 def _nesting_depth(text: str) -> int:
     depth = best = 0
-    for ch in re.sub(r'r"[^"\n]*"|"(?:[^"\\\n]|\\.)*"|#[^\n]*', "", text):
+    for ch in re.sub(r'"""(?:[^"\\]|\\.|"(?!""))*"""|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|"(?:[^"\\\n]|\\.)*"|#[^\n]*', "", text, flags=re.S):
         if ch in "{[(":
             depth += 1
             best = max(best, depth)
@@ -356,6 +356,7 @@ def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Di
             _eof_error(source, add)
             return False
         _token_error(e, add)
+        _repair(e)
         return len(diags) < MAX_SYNTAX_ERRORS
 
     source = text
@@ -395,7 +396,7 @@ def _comment_tokens(source: str) -> list[Token]:
     Only called on text that parsed, so every string here is well formed."""
     found: list[Token] = []
     pattern = re.compile(
-        r'(?P<long>"""(?:[^"\\]|\\.|"(?!""))*""")|(?P<raw>r"[^"\n]*")|(?P<str>"(?:[^"\\\n]|\\.)*")|(?P<comment>#[^\n]*)',
+        r'(?P<long>"""(?:[^"\\]|\\.|"(?!""))*""")|(?P<raw>(?<![A-Za-z0-9_.\-])r"[^"\n]*")|(?P<str>"(?:[^"\\\n]|\\.)*")|(?P<comment>#[^\n]*)',
         re.S,
     )
     line_starts = [0]
@@ -433,11 +434,31 @@ def _token_error(e: UnexpectedToken, add) -> None:
     )
 
 
+def _repair(e: UnexpectedToken) -> None:
+    """After reporting a missing '=' (`key 5`) or ',' (`[1 2]`), insert it, so that parsing
+    goes on from where the writer meant and the next line does not report a second error."""
+    ip = e.interactive_parser
+    if ip is None:
+        return
+    for name, text in (("EQUAL", "="), ("COMMA", ",")):
+        if name not in ip.accepts():
+            continue
+        trial = ip.copy()
+        try:
+            trial.feed_token(Token(name, text))
+            trial.feed_token(e.token)
+        except UnexpectedInput:
+            continue
+        ip.feed_token(Token(name, text))
+        ip.feed_token(e.token)
+        return
+
+
 def _lex_error(e: UnexpectedCharacters, source: str, add) -> tuple[int, int, str]:
     """Report a lexer error; return (start, end, filler): the span of source to replace, and
     a replacement of the same length that lexes cleanly, so that parsing can go on without
     the error cascading (an unterminated string becomes an empty one, a stray character a
-    name)."""
+    name or a blank)."""
     pos = e.pos_in_stream
     line_end = source.find("\n", pos)
     if line_end < 0:
@@ -457,14 +478,22 @@ def _lex_error(e: UnexpectedCharacters, source: str, add) -> tuple[int, int, str
         add("E003", "unexpected '\\' outside a string", e.line, e.column)
     else:
         add("E003", f"unexpected character {ch!r}", e.line, e.column)
-    return pos, pos + 1, "\n" if ch == "\n" else "_"
+    if ch == "\n":
+        return pos, pos + 1, "\n"
+    # Where a value or a name is expected (`key = @`, `dura@tion`) the character becomes a
+    # name; elsewhere (`duration = 60s;`) it is blanked, so that it does not start a statement.
+    line_start = source.rfind("\n", 0, pos) + 1
+    before = source[line_start:pos].rstrip()
+    prev, after = source[pos - 1 : pos] if pos > line_start else "", source[pos + 1 : pos + 2]
+    joins = (prev.isalnum() or prev == "_") and (after.isalnum() or after == "_")
+    return pos, pos + 1, "_" if before[-1:] in ("=", "[", ",", "(", "<", ">") or joins else " "
 
 
 def _eof_error(source: str, add) -> None:
     """The file ended inside a block or list: point at the bracket that was never closed."""
     stack: list[tuple[str, int]] = []
     stripped = re.sub(
-        r'"""(?:[^"\\]|\\.|"(?!""))*"""|r"[^"\n]*"|"(?:[^"\\\n]|\\.)*"|#[^\n]*',
+        r'"""(?:[^"\\]|\\.|"(?!""))*"""|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|"(?:[^"\\\n]|\\.)*"|#[^\n]*',
         lambda m: re.sub(r"[^\n]", " ", m.group()),
         source,
         flags=re.S,

@@ -41,6 +41,7 @@ import enum
 import errno
 import hashlib
 import json
+import os
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -240,7 +241,7 @@ def describe_transport_error(exc: BaseException) -> str:
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno is not None:
             name = errno.errorcode.get(e.errno, str(e.errno))
-            return f"{e.strerror or name} ({name})".lower() if e.strerror else name
+            return f"{os.strerror(e.errno)} ({name})".lower()
         if isinstance(e, BaseExceptionGroup):
             todo.extend(e.exceptions)
         for nxt in (e.__cause__, e.__context__):

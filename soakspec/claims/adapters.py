@@ -1,0 +1,289 @@
+"""Adapters: a checked spec -> (ClaimBoundary, Coverage); an evidence directory -> EvidenceFacts.
+
+The only module of `soakspec.claims` that touches files or the language front end. Kept thin
+and tolerant on purpose: the spec and evidence formats are still moving.
+
+Spec (via `soakspec.lang`): `load_spec(path)` when it exists, else `parse_file` + `check`.
+Reads `spec.claims.claims`/`.excludes` (strings, or objects with `.text`), `spec.backends`
+(`.name`, `.runtime.label`), `spec.workloads` (`.concurrency` or `.load.concurrency`,
+`.rates` or `.load.rates`, `.duration_s`, `.prompt_words` (int or tuple), `.prompt_file`,
+`.max_tokens`), `spec.model.id`/`.revision`, `spec.hardware` (optional) and `spec.sha256`
+(else the SHA-256 of the file's bytes).
+
+Evidence directory (`load_evidence_facts(dir)`, one `EvidenceFacts` per backend):
+- manifest.json: `spec_sha256` or `spec.sha256`; `backends` as {name: entry} or [{name, …}];
+  per entry `commit_after`/`commit_before` (or under `source`), `model.revision`,
+  `runtime_boundary.display` (or a string); `artifacts` {relpath: sha256}.
+- results.json: `backends` as {name: entry} or [{name, …}]; per entry `completed`,
+  `failed`, `timeouts` (or `requests.completed/failed/timeout`), `buckets` (int or list; a
+  list's items give `concurrency`), `batches`/`leafs`/`leaves` (int or list), `gate` (string,
+  or `{verdict}`/`{passed: bool}`), `duration_s`, `concurrency_levels`.
+- manifest.json `gpus.devices[].name` -> `hardware` ("2x NVIDIA GeForce RTX 5090").
+- verdict.json (optional): `verdict` (PASS/FAIL/INCONCLUSIVE) when a backend has no `gate`.
+- The report hash of a backend: the artifact whose relpath names the backend and contains
+  "report" (else the backend's results/buckets file). Every other 64-hex string anywhere in
+  manifest.json/results.json, and the SHA-256 of those two files, go into `artifact_sha256`,
+  so a document may cite any hash the evidence records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
+from soakspec.diagnostics import Diagnostic
+
+
+class AdapterError(Exception):
+    """The spec or evidence cannot be turned into facts (printed as one line, exit 2)."""
+
+
+# ---------------------------------------------------------------- spec
+
+def _lang():
+    try:
+        import soakspec.lang as lang
+    except ImportError as e:  # pragma: no cover - only before the language front end lands
+        raise AdapterError(f"the .soak language front end is not available ({e})") from e
+    if not hasattr(lang, "load_spec") and not (hasattr(lang, "parse_file") and hasattr(lang, "check")):
+        raise AdapterError("soakspec.lang has neither load_spec nor parse_file/check: the language front end has not landed")
+    return lang
+
+
+def _text(x: Any) -> str:
+    return x if isinstance(x, str) else str(getattr(x, "text", x))
+
+
+def _ints(v: Any) -> tuple[int, ...]:
+    if v is None:
+        return ()
+    if isinstance(v, (int, float)):
+        return (int(v),)
+    return tuple(int(x) for x in v)
+
+
+def coverage_from_spec(spec: Any) -> Coverage:
+    levels: set[int] = set()
+    rates: set[float] = set()
+    words: set[int] = set()
+    max_tokens: set[int] = set()
+    prompt_file = None
+    duration = 0.0
+    total = 0.0
+    for w in getattr(spec, "workloads", ()):
+        load = getattr(w, "load", None)
+        conc = _ints(getattr(w, "concurrency", None) or getattr(load, "concurrency", None))
+        rts = tuple(float(r) for r in (getattr(w, "rates", None) or getattr(load, "rates", None) or ()))
+        levels |= set(conc)
+        rates |= set(rts)
+        words |= set(_ints(getattr(w, "prompt_words", None)))
+        max_tokens |= set(_ints(getattr(w, "max_tokens", None)))
+        prompt_file = prompt_file or getattr(w, "prompt_file", None)
+        d = float(getattr(w, "duration_s", 0.0) or 0.0)
+        duration = max(duration, d)
+        total += d * max(1, len(conc) + len(rts))
+    backends = tuple(b.name for b in getattr(spec, "backends", ()))
+    runtimes = tuple(
+        b.runtime.label for b in getattr(spec, "backends", ()) if getattr(b, "runtime", None) is not None
+    )
+    model = getattr(spec, "model", None)
+    hardware = getattr(spec, "hardware", ()) or ()
+    return Coverage(
+        concurrency_levels=tuple(sorted(levels)),
+        rates=tuple(sorted(rates)),
+        duration_s=duration,
+        total_duration_s=total,
+        prompt_words=tuple(sorted(words)),
+        prompt_file=prompt_file,
+        max_tokens=tuple(sorted(max_tokens)),
+        backends=backends,
+        runtime_boundaries=runtimes,
+        hardware=tuple(str(h) for h in hardware) if not isinstance(hardware, str) else (hardware,),
+        model_ids=tuple(x for x in [getattr(model, "id", None)] if x),
+        model_revisions=tuple(x for x in [getattr(model, "revision", None)] if x),
+    )
+
+
+def load_boundary_and_coverage(
+    spec_path: str | Path,
+) -> tuple[ClaimBoundary | None, Coverage | None, str | None, list[Diagnostic]]:
+    """Parse and check a spec. Returns (boundary, coverage, spec sha256, diagnostics); the first
+    three are None when the spec has errors. Raises AdapterError when the front end is missing."""
+    from soakspec.diagnostics import has_errors
+
+    lang = _lang()
+    path = Path(spec_path)
+    if hasattr(lang, "load_spec"):
+        spec, diags, *_ = lang.load_spec(path)
+    else:
+        parsed = lang.parse_file(path)
+        tree, diags = parsed[0], list(parsed[1])
+        spec = None
+        if tree is not None and not has_errors(diags):
+            spec, more = lang.check(tree, path=str(path))
+            diags = diags + list(more)
+    diags = list(diags)
+    if spec is None or has_errors(diags):
+        return None, None, None, diags
+    claims = getattr(spec, "claims", None)
+    boundary = ClaimBoundary(
+        claims=tuple(_text(c) for c in getattr(claims, "claims", ())),
+        excludes=tuple(_text(e) for e in getattr(claims, "excludes", ())),
+    )
+    sha = getattr(spec, "sha256", None) or hashlib.sha256(path.read_bytes()).hexdigest()
+    return boundary, coverage_from_spec(spec), sha, diags
+
+
+# ---------------------------------------------------------------- evidence
+
+_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise AdapterError(f"{path}: cannot read evidence: {e}") from e
+
+
+def _by_name(v: Any) -> dict[str, dict]:
+    if isinstance(v, dict):
+        return {str(k): (e if isinstance(e, dict) else {}) for k, e in v.items()}
+    if isinstance(v, list):
+        return {str(e["name"]): e for e in v if isinstance(e, dict) and "name" in e}
+    return {}
+
+
+def _hashes(obj: Any, prefix: str, out: dict[str, str]) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _hashes(v, f"{prefix}/{k}", out)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _hashes(v, f"{prefix}/{i}", out)
+    elif isinstance(obj, str) and _HEX64.match(obj):
+        out[prefix] = obj.lower()
+
+
+def _count(v: Any) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)) and not (isinstance(v, float) and math.isnan(v)):
+        return int(v)
+    if isinstance(v, (list, tuple, dict)):
+        return len(v)
+    return None
+
+
+def _gate(v: Any) -> str | None:
+    if isinstance(v, dict):
+        if "passed" in v and isinstance(v["passed"], bool):
+            return "passed" if v["passed"] else "failed"
+        v = v.get("verdict") or v.get("status")
+    if isinstance(v, bool):
+        return "passed" if v else "failed"
+    if isinstance(v, str):
+        s = v.strip().lower()
+        return {"pass": "passed", "fail": "failed"}.get(s, s)
+    return None
+
+
+def _first(d: dict, *keys: str) -> Any:
+    for k in keys:
+        cur: Any = d
+        for part in k.split("."):
+            cur = cur.get(part) if isinstance(cur, dict) else None
+        if cur is not None:
+            return cur
+    return None
+
+
+def _hardware(manifest: dict) -> tuple[str, ...]:
+    """`gpus.devices[].name` counted by name: ("2x NVIDIA GeForce RTX 5090",)."""
+    devices = _first(manifest, "gpus.devices") or []
+    names: dict[str, int] = {}
+    for d in devices if isinstance(devices, list) else []:
+        if isinstance(d, dict) and d.get("name"):
+            names[str(d["name"])] = names.get(str(d["name"]), 0) + 1
+    return tuple(f"{n}x {name}" for name, n in names.items())
+
+
+def load_evidence_facts(evidence_dir: str | Path) -> tuple[EvidenceFacts, ...]:
+    """One EvidenceFacts per backend of the run in `evidence_dir`."""
+    root = Path(evidence_dir)
+    if not root.is_dir():
+        raise AdapterError(f"{root}: not an evidence directory")
+    manifest = _read_json(root / "manifest.json")
+    if not isinstance(manifest, dict):
+        raise AdapterError(f"{root}: no manifest.json")
+    results = _read_json(root / "results.json")
+    results = results if isinstance(results, dict) else {}
+    verdict = _read_json(root / "verdict.json")
+
+    artifacts = {str(k): str(v).lower() for k, v in (manifest.get("artifacts") or {}).items() if isinstance(v, str)}
+    extra: dict[str, str] = {}
+    _hashes(manifest, "manifest.json", extra)
+    _hashes(results, "results.json", extra)
+    for name in ("manifest.json", "results.json"):
+        p = root / name
+        if p.is_file():
+            extra[name] = hashlib.sha256(p.read_bytes()).hexdigest()
+    spec_sha = _first(manifest, "spec_sha256", "spec.sha256")
+    m_backends = _by_name(manifest.get("backends"))
+    r_backends = _by_name(results.get("backends"))
+    if not m_backends and "backend" in manifest:
+        m_backends = {str(manifest["backend"]): manifest}
+    names = list(dict.fromkeys([*m_backends, *r_backends]))
+    if not names:
+        raise AdapterError(f"{root}: the evidence names no backends")
+    run_gate = _gate(verdict) if isinstance(verdict, dict) else None
+    hardware = _hardware(manifest)
+
+    out = []
+    for name in names:
+        m = m_backends.get(name, {})
+        r = r_backends.get(name, {})
+        safe = str(m.get("safe_name") or r.get("safe_name") or name)
+        report = next(
+            (h for rel, h in artifacts.items() if (name in rel or safe in rel) and "report" in rel.lower()),
+            None,
+        ) or next((h for rel, h in artifacts.items() if (f"/{safe}/" in f"/{rel}") and "buckets" in rel), None)
+        rb = m.get("runtime_boundary") or r.get("runtime_boundary")
+        runtime = rb.get("display") if isinstance(rb, dict) else rb
+        buckets_v = r.get("buckets")
+        levels = _ints(_first(r, "concurrency_levels") or _first(m, "concurrency_levels"))
+        if not levels and isinstance(buckets_v, list):
+            levels = tuple(sorted({int(b["concurrency"]) for b in buckets_v if isinstance(b, dict) and isinstance(b.get("concurrency"), int)}))
+        duration = _first(r, "duration_s") or _first(m, "duration_s", "workload.duration_s")
+        out.append(
+            EvidenceFacts(
+                backend=name,
+                completed=_count(_first(r, "completed", "requests.completed")),
+                failed=_count(_first(r, "failed", "requests.failed")),
+                timeouts=_count(_first(r, "timeouts", "timeout", "requests.timeout", "requests.timeouts")),
+                buckets=_count(buckets_v),
+                batches=_count(_first(r, "batches", "leafs", "leaves")),
+                concurrency_levels=levels,
+                duration_s=float(duration) if isinstance(duration, (int, float)) else None,
+                commit=_first(m, "commit_after", "commit_before", "source.commit_after", "source.commit_before", "commit")
+                or _first(manifest, "commit", "source.commit_after"),
+                model_revision=_first(m, "model.revision") or _first(manifest, "model.revision"),
+                runtime_boundary=str(runtime) if runtime else None,
+                report_sha256=report,
+                artifact_sha256={**extra, **artifacts},
+                spec_sha256=str(spec_sha).lower() if spec_sha else None,
+                gate=_gate(r.get("gate")) or run_gate,
+                source=str(root),
+                hardware=hardware,
+            )
+        )
+    return tuple(out)

@@ -1,0 +1,240 @@
+"""A review document as the linter sees it: lines, blocks, sentences, and masked text.
+
+`parse_document(text)` is pure. Offsets index the original text; `Document.span(start, end)`
+turns them into a 1-based `Span` (a tab counts as one column, like the renderer).
+
+Masking: `Document.masked` has the same length as `text`, with quoted material blanked to
+spaces (newlines kept): fenced code blocks (``` / ~~~), blockquote lines (`>`), inline code
+(`…`), and double-quoted text ("…", “…”, ‘…’) closed on the same line. Quoted text is never an
+assertion; checks that look for assertions read `masked`, checks that look for stated values
+(numbers, hashes, the boundary section) read `text`.
+
+Blocks: a Markdown heading, a table row (tab- or pipe-separated), a list item (`-`, `*`, `+`,
+`•`, `1.`; with its continuation lines), or a paragraph (consecutive other lines). A paragraph
+that is one short line without closing punctuation, standing alone between blank lines, is a
+*title* (a plain-text heading, as in PR bodies pasted from GitHub: "Summary", "Validation").
+Sentences split blocks at `.`, `!`, `?` followed by whitespace (not after e.g./i.e./etc./vs.).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import enum
+import re
+
+from soakspec.diagnostics import Span
+
+
+class BlockKind(enum.StrEnum):
+    HEADING = "heading"
+    TITLE = "title"
+    PARAGRAPH = "paragraph"
+    LIST_ITEM = "list_item"
+    TABLE_ROW = "table_row"
+    CODE = "code"
+    QUOTE = "quote"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Block:
+    kind: BlockKind
+    start: int  # offset of the first character (after the line's indentation)
+    end: int  # offset just past the last character of the last line
+    first_line: int  # 1-based
+    last_line: int
+    level: int = 0  # heading level (titles: 0)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Sentence:
+    start: int
+    end: int
+    block: int  # index into Document.blocks
+
+
+_FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
+_HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+\S")
+_LIST = re.compile(r"^\s*(?:[-*+•◦▪‣]|\d{1,3}[.)])\s+")
+_QUOTE = re.compile(r"^\s{0,3}>")
+_TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?\s*$")
+_INLINE_QUOTES = re.compile(r"`[^`\n]*`|\"[^\"\n]*\"|“[^”\n]*”|‘[^’\n]*’")
+_SENT_END = re.compile(r"[.!?]+(?=[\s\"')\]]*(?:\s|$))")
+_ABBREV = re.compile(r"(?:\b(?:[eE]\.g|[iI]\.e|etc|vs|cf|approx|[fF]ig|al|incl)|\b[A-Z])\.$")
+
+
+def is_table_row(line: str) -> bool:
+    if line.count("\t") >= 2 and len([c for c in line.split("\t") if c.strip()]) >= 3:
+        return True
+    s = line.strip()
+    return s.count("|") >= 2 and (s.startswith("|") or s.count("|") >= 3)
+
+
+@dataclasses.dataclass(frozen=True)
+class Document:
+    text: str
+    masked: str
+    line_starts: tuple[int, ...]
+    blocks: tuple[Block, ...]
+    sentences: tuple[Sentence, ...]
+    code_lines: frozenset[int]  # 1-based lines inside fenced code (fences included)
+    quote_lines: frozenset[int]
+
+    @property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")
+
+    def position(self, offset: int) -> tuple[int, int]:
+        i = bisect.bisect_right(self.line_starts, offset) - 1
+        return i + 1, offset - self.line_starts[i] + 1
+
+    def span(self, start: int, end: int) -> Span:
+        line, col = self.position(start)
+        eline, ecol = self.position(max(start, end))
+        return Span(line, col, eline, ecol)
+
+    def line_span(self, line: int) -> Span:
+        """The whole text of a 1-based line, without leading whitespace."""
+        start = self.line_starts[line - 1]
+        text = self.lines[line - 1]
+        lead = len(text) - len(text.lstrip())
+        return self.span(start + lead, start + len(text.rstrip()))
+
+    def line_offset(self, line: int) -> int:
+        return self.line_starts[line - 1]
+
+    def sentence_text(self, s: Sentence, masked: bool = True) -> str:
+        src = self.masked if masked else self.text
+        return src[s.start : s.end]
+
+    def sentences_in(self, start: int, end: int) -> list[Sentence]:
+        return [s for s in self.sentences if s.start >= start and s.end <= end]
+
+    def block_of(self, s: Sentence) -> Block:
+        return self.blocks[s.block]
+
+
+def _mask(text: str, lines: list[str], line_starts: list[int]) -> tuple[str, set[int], set[int]]:
+    chars = list(text)
+    code: set[int] = set()
+    quote: set[int] = set()
+    fence: str | None = None
+    for i, line in enumerate(lines):
+        lineno = i + 1
+        m = _FENCE.match(line)
+        if fence is not None:
+            code.add(lineno)
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+                fence = None
+        elif m:
+            fence = m.group(1)
+            code.add(lineno)
+        elif _QUOTE.match(line):
+            quote.add(lineno)
+        if lineno in code or lineno in quote:
+            for k in range(line_starts[i], line_starts[i] + len(line)):
+                chars[k] = " "
+            continue
+        for q in _INLINE_QUOTES.finditer(line):
+            for k in range(line_starts[i] + q.start(), line_starts[i] + q.end()):
+                chars[k] = " "
+    return "".join(chars), code, quote
+
+
+def _split_sentences(masked: str, start: int, end: int, block: int) -> list[Sentence]:
+    out: list[Sentence] = []
+    seg = masked[start:end]
+    cur = 0
+    for m in _SENT_END.finditer(seg):
+        if m.group(0).startswith(".") and len(m.group(0)) == 1 and _ABBREV.search(seg[max(0, m.start() - 8) : m.end()]):
+            continue
+        if seg[cur : m.end()].strip():
+            out.append(Sentence(start + cur, start + m.end(), block))
+        cur = m.end()
+    if seg[cur:].strip():
+        out.append(Sentence(start + cur, end, block))
+    # trim leading whitespace so spans start on a word
+    trimmed = []
+    for s in out:
+        st = s.start
+        while st < s.end and masked[st].isspace():
+            st += 1
+        trimmed.append(Sentence(st, s.end, s.block))
+    return trimmed
+
+
+def parse_document(text: str) -> Document:
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    line_starts: list[int] = []
+    pos = 0
+    for line in lines:
+        line_starts.append(pos)
+        pos += len(line) + 1
+    masked, code, quote = _mask(text, lines, line_starts)
+
+    # (kind, first_line, last_line, level)
+    raw: list[list] = []
+    prev_blank = True
+    for i, line in enumerate(lines):
+        lineno = i + 1
+        if lineno in code:
+            if raw and raw[-1][0] is BlockKind.CODE and raw[-1][2] == lineno - 1:
+                raw[-1][2] = lineno
+            else:
+                raw.append([BlockKind.CODE, lineno, lineno, 0])
+            prev_blank = False
+            continue
+        if lineno in quote:
+            raw.append([BlockKind.QUOTE, lineno, lineno, 0])
+            prev_blank = False
+            continue
+        if not line.strip():
+            prev_blank = True
+            continue
+        if _HEADING.match(line):
+            level = len(line.lstrip().split()[0])
+            raw.append([BlockKind.HEADING, lineno, lineno, level])
+        elif _TABLE_SEP.match(line) and "-" in line:
+            pass  # a Markdown table's separator row carries nothing
+        elif is_table_row(line):
+            raw.append([BlockKind.TABLE_ROW, lineno, lineno, 0])
+        elif _LIST.match(line):
+            raw.append([BlockKind.LIST_ITEM, lineno, lineno, 0])
+        elif not prev_blank and raw and raw[-1][0] in (BlockKind.PARAGRAPH, BlockKind.LIST_ITEM) and raw[-1][2] == lineno - 1:
+            raw[-1][2] = lineno
+        else:
+            raw.append([BlockKind.PARAGRAPH, lineno, lineno, 0])
+        prev_blank = False
+
+    blocks: list[Block] = []
+    for idx, (kind, first, last, level) in enumerate(raw):
+        line = lines[first - 1]
+        if kind is BlockKind.PARAGRAPH and first == last:
+            before_blank = first == 1 or not lines[first - 2].strip()
+            after_blank = last == len(lines) or not lines[last].strip()
+            words = line.split()
+            if before_blank and after_blank and 0 < len(words) <= 6 and not re.search(r"[.!?,;:]\s*$", line):
+                kind = BlockKind.TITLE
+        start = line_starts[first - 1] + (len(line) - len(line.lstrip()))
+        end = line_starts[last - 1] + len(lines[last - 1].rstrip())
+        blocks.append(Block(kind, start, end, first, last, level))
+
+    sentences: list[Sentence] = []
+    for bi, b in enumerate(blocks):
+        if b.kind in (BlockKind.CODE, BlockKind.QUOTE):
+            continue
+        if b.kind in (BlockKind.HEADING, BlockKind.TITLE, BlockKind.TABLE_ROW):
+            if masked[b.start : b.end].strip():
+                sentences.append(Sentence(b.start, b.end, bi))
+            continue
+        sentences.extend(_split_sentences(masked, b.start, b.end, bi))
+    return Document(
+        text=text,
+        masked=masked,
+        line_starts=tuple(line_starts),
+        blocks=tuple(blocks),
+        sentences=tuple(sentences),
+        code_lines=frozenset(code),
+        quote_lines=frozenset(quote),
+    )

@@ -1,0 +1,55 @@
+"""`lint`: one pure function from (document, boundary, coverage, evidence) to diagnostics."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from soakspec.claims.boundary import check_assertions, check_boundary_section, negated_list_blocks
+from soakspec.claims.document import parse_document
+from soakspec.claims.evidence_check import check_evidence, check_stale
+from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
+from soakspec.claims.phrases import compile_exclusion
+from soakspec.claims.scope import check_scope
+from soakspec.diagnostics import Diagnostic, Span, sort_key
+
+
+def _overlaps(a: Span, b: Span) -> bool:
+    return (a.line, a.column) < (b.end_line, b.end_column) and (b.line, b.column) < (a.end_line, a.end_column)
+
+
+def lint(
+    doc_text: str,
+    doc_path: str,
+    boundary: ClaimBoundary,
+    coverage: Coverage,
+    evidence: Sequence[EvidenceFacts] = (),
+    current_spec_sha256: str | None = None,
+) -> list[Diagnostic]:
+    """Check a review document against a claim boundary, a workload's coverage and evidence.
+
+    Checks: CB001/CB002 (the claim-boundary section and its exclusions), CB101 (an excluded
+    item asserted), CB301 (scope creep; dropped where a CB101 already covers the phrase),
+    CB201/CB202 (values and hashes vs evidence; only with evidence), CB401 (stale evidence;
+    only with `current_spec_sha256`). Unknown `coverage.hardware` is taken from the evidence.
+    Pure: no I/O. Diagnostics come sorted.
+    """
+    if not coverage.hardware:
+        hardware = tuple(dict.fromkeys(h for ev in evidence for h in ev.hardware))
+        coverage = dataclasses.replace(coverage, hardware=hardware)
+    doc = parse_document(doc_text)
+    excludes = [compile_exclusion(e) for e in boundary.excludes if e.strip()]
+    negated = negated_list_blocks(doc)
+    has_boundary = bool(boundary.claims or boundary.excludes)
+
+    diags: list[Diagnostic] = []
+    diags += check_boundary_section(doc, doc_path, excludes, has_boundary)
+    asserted = check_assertions(doc, doc_path, excludes, negated)
+    diags += asserted
+    diags += [
+        d for d in check_scope(doc, doc_path, coverage, negated)
+        if not any(_overlaps(d.span, a.span) for a in asserted)
+    ]
+    diags += check_evidence(doc, doc_path, evidence, current_spec_sha256)
+    diags += check_stale(doc, doc_path, evidence, current_spec_sha256)
+    return sorted(diags, key=sort_key)

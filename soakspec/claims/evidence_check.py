@@ -1,0 +1,354 @@
+"""Checks 3 and 5: values the document states about the evidence (CB201, CB202) and stale
+evidence (CB401).
+
+What is read (raw text, so values in `code` count; fenced code and blockquotes are skipped
+except for the SHA-256 rule):
+
+- a results table (tab- or pipe-separated) whose header has a "Backend" column; columns are
+  recognised by name: Runtime boundary, Completed, Failed/timeouts (or Failed, Timeouts),
+  Buckets / leafs (or Buckets, Leafs/Leaves/Batches), Gate (or Verdict/Status), a column
+  containing "SHA". A row is compared with the evidence of the backend it names (case and
+  punctuation ignored: "NCCL" = "nccl"); rows for other names (e.g. "combined") are checked
+  only by the SHA-256 rule. "-" cells are skipped.
+- lines: "commit: <hex>" (7-64 hex, a prefix of the recorded commit is fine), "model
+  revision: <hex>", "N completed" / "completed: N", "N failures"/"no failures"/"failed: N",
+  "N timeouts"/"timeouts: N", "N buckets", "N leafs/leaves/batches", "concurrency 4,8",
+  "duration_s=120", "runtime boundary: …", "gate: passed". A line naming one or more evidence
+  backends is compared with those; otherwise the value must match some backend (for
+  completed/failed/timeouts also the sum over backends).
+- every 64-hex value anywhere: it must be a hash the evidence records (CB202), and in a
+  table's SHA column it must be that backend's report hash (CB201).
+
+CB401: an evidence set whose spec hash differs from the current spec's is stale; reported at
+the first place the document cites one of its hashes, else on line 1.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+
+from soakspec.claims.document import BlockKind, Document
+from soakspec.claims.facts import EvidenceFacts
+from soakspec.diagnostics import Diagnostic, Span
+
+_HEX64 = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{64}(?![0-9A-Fa-f])")
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _norm_text(s: str) -> str:
+    return " ".join(s.replace("`", "").split()).casefold()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Stated:
+    kind: str  # completed | failed | timeouts | buckets | batches | concurrency | duration | commit | revision | runtime | gate | sha
+    value: object
+    text: str
+    span: Span
+    backends: tuple[EvidenceFacts, ...]  # candidates this statement is about
+
+
+_FIELD_LABEL = {
+    "completed": "completed",
+    "failed": "failed",
+    "timeouts": "timeouts",
+    "buckets": "buckets",
+    "batches": "leafs",
+    "concurrency": "concurrency levels",
+    "duration": "duration_s",
+    "commit": "commit",
+    "revision": "model revision",
+    "runtime": "runtime boundary",
+    "gate": "gate",
+    "sha": "report SHA-256",
+}
+
+
+def _recorded(ev: EvidenceFacts, kind: str) -> object:
+    return {
+        "completed": ev.completed,
+        "failed": ev.failed,
+        "timeouts": ev.timeouts,
+        "buckets": ev.buckets,
+        "batches": ev.batches,
+        "concurrency": tuple(ev.concurrency_levels) or None,
+        "duration": ev.duration_s,
+        "commit": ev.commit,
+        "revision": ev.model_revision,
+        "runtime": ev.runtime_boundary,
+        "gate": ev.gate,
+        "sha": ev.report_sha256,
+    }[kind]
+
+
+def _matches(kind: str, stated: object, recorded: object) -> bool:
+    if kind in ("commit", "revision"):
+        return str(recorded).lower().startswith(str(stated).lower())
+    if kind == "sha":
+        return str(recorded).lower() == str(stated).lower()
+    if kind == "runtime":
+        return _norm_text(str(stated)) == _norm_text(str(recorded))
+    if kind == "gate":
+        return _norm_gate(str(stated)) == _norm_gate(str(recorded))
+    if kind == "concurrency":
+        return set(stated) <= set(recorded)  # type: ignore[arg-type]
+    if kind == "duration":
+        return abs(float(stated) - float(recorded)) < 1e-6  # type: ignore[arg-type]
+    return stated == recorded
+
+
+def _norm_gate(s: str) -> str:
+    s = s.strip().lower()
+    return {"pass": "passed", "ok": "passed", "fail": "failed", "inconclusive": "inconclusive"}.get(s, s)
+
+
+def _fmt(kind: str, v: object) -> str:
+    if kind == "concurrency":
+        return ",".join(map(str, v))  # type: ignore[call-overload]
+    if kind == "duration":
+        return f"{float(v):g}"  # type: ignore[arg-type]
+    return str(v)
+
+
+# ---------------------------------------------------------------- results tables
+
+def _cells(line: str) -> list[tuple[int, int, str]]:
+    """(start, end, text) of each cell, offsets in the line, text stripped."""
+    sep = "\t" if "\t" in line else "|"
+    out: list[tuple[int, int, str]] = []
+    pos = 0
+    for part in line.split(sep):
+        lead = len(part) - len(part.lstrip())
+        text = part.strip()
+        out.append((pos + lead, pos + lead + len(text), text))
+        pos += len(part) + 1
+    if sep == "|":
+        if out and not out[0][2]:
+            out = out[1:]
+        if out and not out[-1][2]:
+            out = out[:-1]
+    return out
+
+
+def _column(header: str) -> str | None:
+    h = header.lower()
+    if "sha" in h:
+        return "sha"
+    if "backend" in h:
+        return "backend"
+    if "runtime" in h:
+        return "runtime"
+    if "fail" in h and "timeout" in h:
+        return "failed/timeouts"
+    if "fail" in h:
+        return "failed"
+    if "timeout" in h:
+        return "timeouts"
+    if "bucket" in h and re.search(r"lea[fv]|batch", h):
+        return "buckets/batches"
+    if "bucket" in h:
+        return "buckets"
+    if re.search(r"lea[fv]|batch", h):
+        return "batches"
+    if "complet" in h or h == "ok":
+        return "completed"
+    if "gate" in h or "verdict" in h or "status" in h:
+        return "gate"
+    return None
+
+
+def _table_statements(doc: Document, by_key: dict[str, EvidenceFacts]) -> tuple[list[Stated], set[int]]:
+    out: list[Stated] = []
+    table_lines: set[int] = set()
+    columns: list[str | None] | None = None
+    prev_line = -10
+    for b in doc.blocks:
+        if b.kind is not BlockKind.TABLE_ROW:
+            continue
+        line = doc.lines[b.first_line - 1]
+        off = doc.line_offset(b.first_line)
+        cells = _cells(line)
+        contiguous = b.first_line - prev_line <= 2
+        prev_line = b.first_line
+        kinds = [_column(c[2]) for c in cells]
+        if "backend" in kinds and sum(k is not None for k in kinds) >= 2:
+            columns = kinds
+            table_lines.add(b.first_line)
+            continue
+        if columns is None or not contiguous:
+            columns = None
+            continue
+        table_lines.add(b.first_line)
+        name = next((c[2] for c, k in zip(cells, columns) if k == "backend"), None)
+        ev = by_key.get(_key(name or ""))
+        if ev is None:
+            continue
+        for (a, e, text), kind in zip(cells, columns):
+            if kind in (None, "backend") or text in ("", "-", "—", "n/a"):
+                continue
+            span = doc.span(off + a, off + e)
+            if kind == "runtime":
+                out.append(Stated("runtime", text, text, span, (ev,)))
+            elif kind == "gate":
+                out.append(Stated("gate", text, text, span, (ev,)))
+            elif kind == "sha":
+                m = _HEX64.search(text)
+                if m:
+                    out.append(Stated("sha", m.group(0).lower(), m.group(0), doc.span(off + a + m.start(), off + a + m.end()), (ev,)))
+            elif "/" in kind:
+                k1, k2 = kind.split("/")
+                for k, m in zip((k1, k2), re.finditer(r"\d+", text)):
+                    out.append(Stated(k, int(m.group(0)), m.group(0), doc.span(off + a + m.start(), off + a + m.end()), (ev,)))
+            else:
+                m = re.search(r"\d+", text)
+                if m:
+                    out.append(Stated(kind, int(m.group(0)), m.group(0), doc.span(off + a + m.start(), off + a + m.end()), (ev,)))
+    return out, table_lines
+
+
+# ---------------------------------------------------------------- prose lines
+
+def _int(s: str) -> int:
+    return 0 if s.lower() in ("no", "zero", "none") else int(s)
+
+
+_NUMLIST = r"\d+(?:\s*(?:,|/|&|\band\b)\s*\d+)*"
+_PROSE: list[tuple[str, re.Pattern[str], Callable[[str], object]]] = [
+    ("commit", re.compile(r"\bcommit(?:\s+sha)?\s*[:=]?\s*`?(?P<v>(?=[0-9a-f]*\d)[0-9a-f]{7,64})\b", re.I), str.lower),
+    ("revision", re.compile(r"\b(?:model\s+)?revision\s*[:=]?\s*`?(?P<v>(?=[0-9a-f]*\d)[0-9a-f]{7,64})\b", re.I), str.lower),
+    ("completed", re.compile(r"\b(?P<v>\d+)\s+(?:requests?\s+)?(?:completed|succeeded|successful\s+requests?)\b|\bcompleted\s*[:=]\s*(?P<v2>\d+)|\bcompleted\s+(?P<v3>\d+)\s+requests?\b", re.I), _int),
+    ("failed", re.compile(r"\b(?P<v>\d+|no|zero)\s+(?:failed\s+requests?|request\s+failures?|failures?)\b|\bfail(?:ed|ures?)\s*[:=]\s*(?P<v2>\d+)", re.I), _int),
+    ("timeouts", re.compile(r"\b(?P<v>\d+|no|zero)\s+timeouts?\b|\btimeouts?\s*[:=]\s*(?P<v2>\d+)", re.I), _int),
+    ("buckets", re.compile(r"\b(?P<v>\d+)\s+buckets?\b|\bbuckets\s*[:=]\s*(?P<v2>\d+)", re.I), int),
+    ("batches", re.compile(r"\b(?P<v>\d+)\s+(?:leaf|leafs|leaves|batches)\b|\b(?:leafs|leaves|batches)\s*[:=]\s*(?P<v2>\d+)", re.I), int),
+    ("concurrency", re.compile(rf"\bconcurrency(?:\s+levels?)?\s*[:=]?\s*(?P<v>{_NUMLIST})", re.I), lambda s: tuple(int(x) for x in re.findall(r"\d+", s))),
+    ("duration", re.compile(r"\bduration(?:_s)?\s*[:=]\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>ms|s|m|h)?\b", re.I), float),
+    ("runtime", re.compile(r"\bruntime[ _-]boundary\s*[:=]\s*(?P<v>[^;\n]+?)\s*$", re.I), str),
+    ("gate", re.compile(r"\bgate\s*[:=]\s*(?P<v>passed|failed|inconclusive|pass|fail)\b", re.I), str),
+]
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _line_backends(line: str, evidence: Sequence[EvidenceFacts]) -> tuple[EvidenceFacts, ...]:
+    named = []
+    for ev in evidence:
+        variants = {ev.backend, ev.backend.replace("-", " "), ev.backend.replace("_", " ")}
+        if any(re.search(rf"(?<![\w-]){re.escape(v)}(?![\w-])", line, re.I) for v in variants):
+            named.append(ev)
+    return tuple(named) or tuple(evidence)
+
+
+def _prose_statements(doc: Document, evidence: Sequence[EvidenceFacts], skip: set[int]) -> list[Stated]:
+    out: list[Stated] = []
+    for i, line in enumerate(doc.lines):
+        lineno = i + 1
+        if lineno in skip or lineno in doc.code_lines or lineno in doc.quote_lines:
+            continue
+        off = doc.line_offset(lineno)
+        cands = _line_backends(line, evidence)
+        for kind, rx, conv in _PROSE:
+            for m in rx.finditer(line):
+                g = next(n for n in ("v", "v2", "v3") if n in rx.groupindex and m.group(n) is not None)
+                value = conv(m.group(g))
+                if kind == "duration":
+                    value = float(value) * _DURATION_UNITS.get((m.group("u") or "s").lower(), 1.0)  # type: ignore[arg-type]
+                span = doc.span(off + m.start(g), off + m.end(g))
+                out.append(Stated(kind, value, m.group(g), span, cands))
+    return out
+
+
+# ---------------------------------------------------------------- the checks
+
+def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], current_spec_sha256: str | None = None) -> list[Diagnostic]:
+    """CB201 (a stated value differs from the evidence) and CB202 (a SHA-256 the evidence does
+    not record)."""
+    if not evidence:
+        return []
+    by_key = {_key(ev.backend): ev for ev in evidence}
+    table, table_lines = _table_statements(doc, by_key)
+    statements = table + _prose_statements(doc, evidence, table_lines)
+    out: list[Diagnostic] = []
+    flagged: set[tuple[int, int]] = set()
+    for st in statements:
+        recorded = [(ev, _recorded(ev, st.kind)) for ev in st.backends]
+        recorded = [(ev, r) for ev, r in recorded if r is not None]
+        if not recorded:
+            continue
+        if any(_matches(st.kind, st.value, r) for _, r in recorded):
+            continue
+        if st.kind in ("completed", "failed", "timeouts") and len(st.backends) > 1:
+            total = sum(int(r) for _, r in recorded)  # type: ignore[call-overload]
+            if len(recorded) == len(st.backends) and st.value == total:
+                continue
+        label = _FIELD_LABEL[st.kind]
+        rec = "; ".join(f"{ev.backend}: {_fmt(st.kind, r)}" for ev, r in recorded)
+        who = f" for {recorded[0][0].backend}" if len(recorded) == 1 else ""
+        out.append(
+            Diagnostic(
+                "CB201",
+                f"states {label} {_fmt(st.kind, st.value)}{who}; the evidence records {rec}",
+                st.span,
+                path,
+                hint="correct the document from the evidence (lint-claims never rewrites)",
+            )
+        )
+        flagged.add((st.span.line, st.span.column))
+
+    known = set().union(*(ev.known_hashes() for ev in evidence))
+    if current_spec_sha256:
+        known.add(current_spec_sha256.lower())
+    for m in _HEX64.finditer(doc.text):
+        span = doc.span(m.start(), m.end())
+        if m.group(0).lower() in known or (span.line, span.column) in flagged:
+            continue
+        out.append(
+            Diagnostic(
+                "CB202",
+                f"SHA-256 {m.group(0)} appears nowhere in the evidence",
+                span,
+                path,
+                hint="cite hashes from the evidence manifest (soakspec verify re-hashes them)",
+            )
+        )
+    return out
+
+
+def check_stale(doc: Document, path: str, evidence: Sequence[EvidenceFacts], current_spec_sha256: str | None) -> list[Diagnostic]:
+    """CB401: evidence produced from a different spec than the current one."""
+    if not current_spec_sha256:
+        return []
+    out: list[Diagnostic] = []
+    seen: set[tuple[str | None, str]] = set()
+    low = doc.text.lower()
+    for ev in evidence:
+        if not ev.spec_sha256 or ev.spec_sha256.lower() == current_spec_sha256.lower():
+            continue
+        key = (ev.source, ev.spec_sha256.lower())
+        if key in seen:
+            continue
+        seen.add(key)
+        hashes = [h for h in [ev.report_sha256, *ev.artifact_sha256.values(), ev.spec_sha256] if h]
+        where = [low.find(h.lower()) for h in hashes]
+        where = [w for w in where if w >= 0]
+        if where:
+            at = min(where)
+            span = doc.span(at, at + 64)
+        else:
+            span = doc.line_span(1) if doc.text.strip() else Span(1, 1, 1, 1)
+        src = f" ({ev.source})" if ev.source else ""
+        out.append(
+            Diagnostic(
+                "CB401",
+                f"stale evidence{src}: backend {ev.backend} was run from spec sha256 {ev.spec_sha256}, "
+                f"but the current spec is {current_spec_sha256}",
+                span,
+                path,
+                hint="re-run the soak with the current spec, or cite evidence produced from it",
+            )
+        )
+    return out

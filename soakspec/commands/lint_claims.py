@@ -1,0 +1,83 @@
+"""`soakspec lint-claims DOC --spec FILE [--evidence DIR ...] [--format text|json]`
+
+Checks a review document (PR text, Markdown) against the spec's claim boundary, the workload's
+coverage and, optionally, retained evidence. It explains; it never rewrites the document.
+
+Exit codes: 0 no errors (warnings may be printed), 1 findings, 2 usage (unreadable document,
+invalid spec, unreadable evidence). The result goes to stdout; spec diagnostics to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from soakspec.claims import adapters
+from soakspec.claims.engine import lint
+from soakspec.diagnostics import Severity, has_errors, render_text
+from soakspec.exitcodes import ExitCode
+
+JSON_SCHEMA_VERSION = 1
+
+
+class _Usage(Exception):
+    pass
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("document", metavar="DOC", help="the review document (Markdown or PR text)")
+    parser.add_argument("--spec", required=True, metavar="FILE", help="the .soak spec whose claim boundary applies")
+    parser.add_argument(
+        "--evidence", action="extend", nargs="+", default=[], metavar="DIR",
+        help="retained evidence directories to check stated numbers and hashes against",
+    )
+    parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise _Usage(f"cannot read {what} {path}: {reason}") from e
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        text = _read(args.document, "document")
+        _read(args.spec, "spec")
+        boundary, coverage, spec_sha, spec_diags = adapters.load_boundary_and_coverage(args.spec)
+        if boundary is None or coverage is None or has_errors(spec_diags):
+            try:
+                source = {args.spec: Path(args.spec).read_text(encoding="utf-8")}
+            except (OSError, UnicodeDecodeError):
+                source = {}
+            print(render_text(spec_diags, source), file=sys.stderr)
+            raise _Usage(f"invalid spec {args.spec}")
+        evidence = []
+        for d in args.evidence:
+            evidence.extend(adapters.load_evidence_facts(d))
+    except (_Usage, adapters.AdapterError) as e:
+        print(f"soakspec lint-claims: error: {e}", file=sys.stderr)
+        return ExitCode.USAGE
+
+    diags = lint(text, args.document, boundary, coverage, evidence, spec_sha)
+    if args.format == "json":
+        errors = sum(1 for d in diags if d.severity is Severity.ERROR)
+        payload = {
+            "schema_version": JSON_SCHEMA_VERSION,
+            "document": args.document,
+            "spec": args.spec,
+            "spec_sha256": spec_sha,
+            "evidence": list(args.evidence),
+            "diagnostics": [d.as_json() for d in diags],
+            "summary": {"errors": errors, "warnings": len(diags) - errors},
+        }
+        print(json.dumps(payload, indent=2, sort_keys=True))
+    elif diags:
+        print(render_text(diags, {args.document: text}))
+    else:
+        print(f"{args.document}: no findings")
+    return ExitCode.GATE_FAILED if has_errors(diags) else ExitCode.OK

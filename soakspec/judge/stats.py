@@ -1,0 +1,154 @@
+"""The statistics the judge uses, in one place: percentiles, means and the sample-size test.
+
+`percentile(values, q)` is THE percentile of soakspec: reports, results.json and gate rules all
+call it, so a number printed in a report is the number a rule compared.
+
+Method: linear interpolation between order statistics (numpy's default ``method="linear"``,
+Hyndman & Fan type 7, also ``statistics.quantiles(method="inclusive")``). With the values
+sorted as x[0] <= ... <= x[n-1] and h = (n - 1) * q / 100, the result is
+``x[floor(h)] + (h - floor(h)) * (x[floor(h) + 1] - x[floor(h)])``. p0 is the minimum, p100 the
+maximum, p50 the usual median.
+
+Sample sizes (MLPerf LoadGen's early-stopping argument). To claim, with confidence c, that the
+q-th percentile of the underlying distribution is below (at most) the largest of n observed
+samples, the chance that all n samples fall at or below the true q-th percentile must be small:
+``(q/100)**n <= 1 - c``. The smallest such n is ``ceil(ln(1 - c) / ln(q/100))`` -- 59 samples for
+p95 and 299 for p99 at 95 % confidence. With fewer samples no claim about that percentile is
+possible, whatever the samples say. `max_overages` generalises this to k samples above the
+order statistic (the binomial tail), and `exceeds_with_confidence` is the mirror test used to
+*fail* a percentile rule early: when so many samples exceed a threshold that the percentile
+cannot be below it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+__all__ = [
+    "binomial_cdf",
+    "exceeds_with_confidence",
+    "max_overages",
+    "mean",
+    "median",
+    "min_samples_for_percentile",
+    "percentile",
+    "samples_needed",
+]
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """The q-th percentile (0 <= q <= 100) of `values` by linear interpolation between order
+    statistics (numpy's default); None when there are no values. Order does not matter."""
+    if not 0 <= q <= 100 or math.isnan(q):
+        raise ValueError(f"percentile must be within [0, 100], got {q!r}")
+    xs = sorted(values)
+    n = len(xs)
+    if n == 0:
+        return None
+    if n == 1:
+        return float(xs[0])
+    h = (n - 1) * q / 100.0
+    lo = math.floor(h)
+    if lo >= n - 1:
+        return float(xs[-1])
+    frac = h - lo
+    a, b = xs[lo], xs[lo + 1]
+    if frac == 0 or a == b:
+        return float(a)
+    return float(a + frac * (b - a))
+
+
+def mean(values: Iterable[float]) -> float | None:
+    """The arithmetic mean (exactly rounded sum, `math.fsum`); None when empty."""
+    xs = list(values)
+    if not xs:
+        return None
+    return math.fsum(xs) / len(xs)
+
+
+def median(values: Iterable[float]) -> float | None:
+    return percentile(values, 50.0)
+
+
+def _check(q: float, confidence: float) -> None:
+    if not 0 < q <= 100:
+        raise ValueError(f"percentile must be in (0, 100], got {q!r}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+
+
+def min_samples_for_percentile(q: float, confidence: float) -> int:
+    """The smallest n with ``(q/100)**n <= 1 - confidence``: below it, no claim that the q-th
+    percentile lies at or below any observed value holds at `confidence`.
+
+    p100 is the observed maximum, a statistic of the sample and not an estimate: 1.
+    """
+    _check(q, confidence)
+    if q >= 100:
+        return 1
+    p = q / 100.0
+    alpha = 1.0 - confidence
+    n = max(1, math.ceil(math.log(alpha) / math.log(p) - 1e-12))
+    # settle floating-point doubt at the boundary with the defining inequality itself
+    while n > 1 and p ** (n - 1) <= alpha:
+        n -= 1
+    while p**n > alpha:
+        n += 1
+    return n
+
+
+def samples_needed(n: int, q: float, confidence: float) -> int:
+    """How many more samples than `n` a claim about the q-th percentile needs (0: n suffices)."""
+    return max(0, min_samples_for_percentile(q, confidence) - n)
+
+
+def binomial_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ Binomial(n, p), summed in log space (stable for n in the millions)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    if p <= 0:
+        return 1.0
+    if p >= 1:
+        return 0.0
+    lp, lq = math.log(p), math.log1p(-p)
+    terms = [math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * lp + (n - i) * lq for i in range(k + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
+
+
+def max_overages(n: int, q: float, confidence: float) -> int | None:
+    """LoadGen early stopping: the largest k such that, with n samples, the (n-k)-th smallest
+    sample is an upper bound of the q-th percentile at `confidence`; None when even k = 0 is
+    not enough (n below `min_samples_for_percentile`)."""
+    _check(q, confidence)
+    if q >= 100:
+        return 0 if n >= 1 else None
+    alpha = 1.0 - confidence
+    p_over = 1.0 - q / 100.0
+    # The (n-k)-th order statistic is below the true percentile when at most k samples exceed
+    # it... the claim fails with probability P(Bin(n, p_over) <= k); it must be <= alpha.
+    k = -1
+    while k + 1 < n and binomial_cdf(k + 1, n, p_over) <= alpha:
+        k += 1
+    return None if k < 0 else k
+
+
+def exceeds_with_confidence(over: int, n: int, q: float, confidence: float) -> bool:
+    """True when `over` of `n` samples above a threshold show, at `confidence`, that the q-th
+    percentile is above it: were it at or below, a sample would exceed it with probability at
+    most 1 - q/100, and seeing `over` or more such samples would have probability <= 1 - c."""
+    _check(q, confidence)
+    if over <= 0 or n <= 0:
+        return False
+    p_over = 1.0 - q / 100.0
+    if p_over <= 0:
+        return over > 0  # p100 is the maximum: one sample above the threshold settles it
+    tail = 1.0 - binomial_cdf(over - 1, n, p_over)
+    return tail <= 1.0 - confidence
+
+
+def as_sorted(values: Sequence[float]) -> list[float]:  # pragma: no cover - tiny helper
+    return sorted(values)

@@ -1,0 +1,311 @@
+"""Load models: closed loop, batch ("leaf") and open loop, with wall-clock buckets.
+
+One `drive_level()` call runs one planned level against one server and returns what
+happened (`LevelRun`). The time model is the plan's (see `soakspec.plan`):
+
+  - the level starts at `t0`; requests that start before `t0 + warmup` are warmup (bucket -1);
+  - bucket k covers [m + k·B, m + (k+1)·B) with m = t0 + warmup; a request belongs to the
+    bucket in which it *started* (open loop: in which it was *scheduled*);
+  - no request starts at or after `m + duration`; in-flight requests then drain (each is
+    bounded by its own absolute deadline).
+
+Closed loop: c workers, each with its own kept-alive connection, sends its next request as
+soon as its last one ends: no barrier, so concurrency stays at c between requests.
+Batch: batches of N requests at concurrency c, back to back (the original harness's "leaf"
+semantics, kept for reproducing old evidence); a batch stops launching at the level's end.
+Open loop: send times from a constant or seeded Poisson schedule; latency and TTFT count
+from the *intended* send time, and the lag behind the schedule is recorded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections import deque
+from collections.abc import Callable
+from typing import Protocol
+
+import trio
+
+from soakspec.plan import Level
+from soakspec.runner.clock import RunClock
+from soakspec.runner.protocol import Endpoint, RequestShape, Sampling
+from soakspec.runner.records import RequestRecord
+from soakspec.lang.spec import Workload
+
+OPEN_LOOP_MAX_CONNECTIONS = 4096
+
+# A fixed vocabulary: prompts are `prompt_words` consecutive words starting at the request's
+# global index, so they are deterministic and need no tokenizer (as in the original harness).
+WORDS = (
+    "time year people way day man thing woman life child world school state family student group "
+    "country problem hand part place case week company system program question work government "
+    "number night point home water room mother area money story fact month lot right study book "
+    "eye job word business issue side kind head house service friend father power hour game line "
+    "end member law car city community name president team minute idea kid body information back "
+    "parent face others level office door health person art war history party result change "
+    "morning reason research girl guy moment air teacher force education foot boy age policy "
+    "process music market sense nation plan college interest death experience effect use class "
+    "control care field development role effort rate heart drug show leader light voice wife "
+    "police mind price report decision son view relationship town road arm difference value "
+    "building action model season society tax director position player record paper space ground "
+    "form event official matter center couple site project activity star table need court oil "
+    "situation cost industry figure street image phone data picture practice piece land product "
+    "doctor wall patient worker news test movie north love support technology step baby computer"
+).split()
+
+
+def prompt_words(index: int, n: int) -> str:
+    w = len(WORDS)
+    return " ".join(WORDS[(index + i) % w] for i in range(n))
+
+
+class Connection(Protocol):
+    async def send(self, shape: RequestShape, request_id: str, headers, record: RequestRecord, *, deadline: float) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+@dataclasses.dataclass
+class Shapes:
+    """Makes the request shape of the i-th request of a workload."""
+
+    workload: Workload
+    model: str
+    prompts: tuple[str, ...] = ()  # from a prompt file
+
+    def make(self, index: int, smallest: bool = False) -> RequestShape:
+        w = self.workload
+        if smallest:
+            max_tokens = min(w.max_tokens)
+            prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
+        else:
+            max_tokens = w.max_tokens[index % len(w.max_tokens)]
+            prompt = self.prompts[index % len(self.prompts)] if self.prompts else prompt_words(index, w.prompt_words or 1)
+        s = w.sampling
+        return RequestShape(
+            endpoint=Endpoint(w.endpoint),
+            model=self.model,
+            prompt=prompt,
+            max_tokens=max_tokens,
+            sampling=Sampling(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed),
+            ignore_eos=w.ignore_eos,
+            stream=w.stream,
+        )
+
+
+class LiveStats:
+    """Cheap counters for progress display; bounded memory whatever the run length."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.done = 0
+        self.outcomes: dict[str, int] = {}
+        self.ttfts: deque[float] = deque(maxlen=512)
+        self.in_flight = 0
+
+    def started(self) -> None:
+        self.sent += 1
+        self.in_flight += 1
+
+    def finished(self, rec: RequestRecord) -> None:
+        self.in_flight -= 1
+        self.done += 1
+        key = str(rec.outcome)
+        self.outcomes[key] = self.outcomes.get(key, 0) + 1
+        t = rec.ttft
+        if t is not None:
+            self.ttfts.append(t)
+
+    @property
+    def failed(self) -> int:
+        return self.done - self.outcomes.get("completed", 0)
+
+    def ttft_p50(self) -> float | None:
+        if not self.ttfts:
+            return None
+        xs = sorted(self.ttfts)
+        return xs[len(xs) // 2]
+
+
+@dataclasses.dataclass
+class LevelRun:
+    level: Level
+    started_at: float
+    measure_start: float
+    measure_end: float | None = None
+    drained_at: float | None = None
+    completed: bool = False
+    sent: int = 0
+
+    def bucket_windows(self) -> list[dict]:
+        out = []
+        for b in self.level.buckets:
+            start = self.measure_start + b.start_s
+            out.append({"index": b.index, "start": start, "end": start + b.length_s, "planned_length_s": b.length_s})
+        return out
+
+
+@dataclasses.dataclass
+class LevelContext:
+    backend: str
+    clock: RunClock
+    connect: Callable[[], Connection]
+    shapes: Shapes
+    sink: Callable[[RequestRecord], None]
+    next_id: Callable[[], tuple[int, str]]  # (global request index, request id)
+    headers: tuple[tuple[str, str], ...] = ()
+    stats: LiveStats = dataclasses.field(default_factory=LiveStats)
+    on_bucket: Callable[[int], None] | None = None  # called at each bucket's end
+
+
+async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
+    clock = ctx.clock
+    t0 = clock.now()
+    m = t0 + level.warmup_s
+    run = LevelRun(level, started_at=t0, measure_start=m)
+    stop = m + level.duration_s
+    nb = len(level.buckets)
+    blen = level.buckets[0].length_s
+
+    def bucket_of(t: float) -> int:
+        if t < m:
+            return -1
+        return min(int((t - m) // blen), nb - 1)
+
+    async def one(conn: Connection, worker: int, intended: float | None) -> None:
+        index, rid = ctx.next_id()
+        now = clock.now()
+        start_ref = intended if intended is not None else now
+        rec = RequestRecord(
+            request_id=rid,
+            backend=ctx.backend,
+            workload=level.workload,
+            level=level.index,
+            concurrency=level.concurrency,
+            rate=level.rate,
+            bucket=bucket_of(start_ref),
+            worker=worker,
+            intended_start=intended,
+        )
+        ctx.stats.started()
+        run.sent += 1
+        try:
+            await conn.send(ctx.shapes.make(index), rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
+        finally:
+            ctx.stats.finished(rec)
+            ctx.sink(rec)
+
+    async def bucket_clock() -> None:
+        for b in level.buckets:
+            await trio.sleep_until(clock.to_trio(m + b.start_s + b.length_s))
+            if ctx.on_bucket is not None:
+                ctx.on_bucket(b.index)
+
+    async with trio.open_nursery() as outer:
+        outer.start_soon(bucket_clock)
+        if level.mode == "closed":
+            await _closed(level, ctx, one, stop)
+        elif level.mode == "batch":
+            await _batch(level, ctx, one, stop)
+        else:
+            await _open(level, ctx, one, stop, m)
+        # The load functions return only after `stop`, with every request drained; an abort
+        # arrives as cancellation instead. The bucket clock ends with the last bucket.
+    run.measure_end = stop
+    run.completed = True
+    run.drained_at = clock.now()
+    return run
+
+
+async def _closed(level: Level, ctx: LevelContext, one, stop: float) -> None:
+    clock = ctx.clock
+
+    async def worker(w: int) -> None:
+        conn = ctx.connect()
+        try:
+            while clock.now() < stop:
+                await one(conn, w, None)
+        finally:
+            with trio.CancelScope(shield=True):
+                await conn.aclose()
+
+    async with trio.open_nursery() as n:
+        for w in range(level.concurrency or 1):
+            n.start_soon(worker, w)
+
+
+async def _batch(level: Level, ctx: LevelContext, one, stop: float) -> None:
+    clock = ctx.clock
+    c = level.concurrency or 1
+    conns = [ctx.connect() for _ in range(c)]
+    try:
+        while clock.now() < stop:
+            queue = list(range(level.batch_requests or c))
+
+            async def worker(w: int) -> None:
+                while queue and clock.now() < stop:
+                    queue.pop()
+                    await one(conns[w], w, None)
+
+            async with trio.open_nursery() as n:
+                for w in range(min(c, len(queue))):
+                    n.start_soon(worker, w)
+    finally:
+        with trio.CancelScope(shield=True):
+            for conn in conns:
+                await conn.aclose()
+
+
+def schedule(rate: float, arrival: str, seed: int, start: float, stop: float):
+    """Intended send times in [start, stop): constant spacing or a seeded Poisson process."""
+    rng = random.Random(seed)
+    t = start
+    i = 0
+    while True:
+        if arrival == "poisson":
+            t = t + rng.expovariate(rate) if i else start + rng.expovariate(rate)
+        else:
+            t = start + i / rate
+        if t >= stop:
+            return
+        yield t
+        i += 1
+
+
+async def _open(level: Level, ctx: LevelContext, one, stop: float, measure_start: float) -> None:
+    clock = ctx.clock
+    idle: list[tuple[int, Connection]] = []
+    limiter = trio.CapacityLimiter(OPEN_LOOP_MAX_CONNECTIONS)
+    opened: list[Connection] = []
+    load = ctx.shapes.workload.load
+    start = clock.now()
+
+    async def fire(intended: float) -> None:
+        async with limiter:
+            if idle:
+                idx, conn = idle.pop()
+            else:
+                idx, conn = len(opened), ctx.connect()
+                opened.append(conn)
+            try:
+                await one(conn, idx, intended)
+            finally:
+                idle.append((idx, conn))
+
+    try:
+        async with trio.open_nursery() as n:
+            for t in schedule(level.rate or 1.0, load.arrival, load.seed + level.index, start, stop):
+                await trio.sleep_until(clock.to_trio(t))
+                n.start_soon(fire, t)
+    finally:
+        with trio.CancelScope(shield=True):
+            for conn in opened:
+                await conn.aclose()
+
+
+def level_duration_upper_bound(level: Level) -> float:
+    return level.warmup_s + level.duration_s + level.deadline_s + 1.0
+
+
+__all__ = ["LevelContext", "LevelRun", "LiveStats", "Shapes", "drive_level", "prompt_words", "schedule"]

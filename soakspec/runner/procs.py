@@ -1,0 +1,273 @@
+"""Backend server processes: launch, readiness, teardown, and the guarantee that none survives.
+
+Each launched backend runs in its own session (process group). Its stdout and stderr go
+straight into `server.log` in the evidence directory (the kernel writes; nothing to pump,
+nothing to block). Teardown sends SIGTERM to the whole group, waits the spec's grace, then
+SIGKILL.
+
+No server may outlive soakspec, even when soakspec itself is SIGKILLed. Two mechanisms:
+  - every child gets PR_SET_PDEATHSIG=SIGKILL (Linux), which covers the direct child;
+  - a small reaper process (`python -m soakspec.runner.reaper`) is told each process group
+    over a pipe; when the pipe closes without a clean "done" (soakspec died), it kills the
+    groups. This covers grandchildren too (`shell` backends, servers that fork workers).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+
+import trio
+
+PR_SET_PDEATHSIG = 1
+
+
+class BackendError(Exception):
+    """A backend could not be started or died: the run aborts (exit 4)."""
+
+    def __init__(self, backend: str, message: str, log_tail: str = ""):
+        super().__init__(message)
+        self.backend = backend
+        self.message = message
+        self.log_tail = log_tail
+
+    def __str__(self) -> str:
+        return f"backend '{self.backend}': {self.message}"
+
+
+def _pdeathsig() -> None:  # runs in the child between fork and exec
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except Exception:  # noqa: BLE001 - best effort; the reaper is the backstop
+        pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def log_tail(path: str | os.PathLike, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
+    """The last lines of a log, decoded leniently (a server may print binary garbage)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", "replace")
+    text = "".join(ch if ch.isprintable() or ch in "\n\t" else "\ufffd" for ch in text)
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Reaper:
+    """Handle on the reaper process. `watch(pgid)` before a group can leak; `close()` at the end."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if self._proc is not None:
+            return
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "soakspec.runner.reaper", str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # a Ctrl-C to our group must not kill it first
+            close_fds=True,
+        )
+
+    def _send(self, line: str) -> None:
+        if self._proc is None or self._proc.stdin is None:
+            return
+        try:
+            self._proc.stdin.write(line.encode() + b"\n")
+            self._proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def watch(self, pgid: int) -> None:
+        self._send(f"watch {pgid}")
+
+    def forget(self, pgid: int) -> None:
+        self._send(f"forget {pgid}")
+
+    def close(self) -> None:
+        if self._proc is None:
+            return
+        self._send("done")
+        try:
+            if self._proc.stdin:
+                self._proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:  # pragma: no cover
+            self._proc.kill()
+        self._proc = None
+
+
+@dataclasses.dataclass
+class Server:
+    """A launched backend process."""
+
+    name: str
+    process: trio.Process
+    pgid: int
+    log_path: str
+    started_at: float
+    exit_status: int | None = None
+    stop_signal: str | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def poll(self) -> int | None:
+        rc = self.process.poll()
+        if rc is not None and self.exit_status is None:
+            self.exit_status = rc
+        return rc
+
+
+def describe_exit(rc: int) -> str:
+    if rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exited with status {rc}"
+
+
+async def launch(
+    name: str,
+    argv: Sequence[str] | None,
+    shell: str | None,
+    env: Mapping[str, str],
+    cwd: str | None,
+    log_path: str,
+    reaper: Reaper | None,
+    started_at: float,
+) -> Server:
+    """Start the server; raise BackendError when it cannot even be executed."""
+    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        cmd: list[str] | str = list(argv) if argv else (shell or "")
+        try:
+            proc = await trio.lowlevel.open_process(
+                cmd,
+                shell=shell is not None and not argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                env=dict(env),
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=_pdeathsig,
+            )
+        except FileNotFoundError as e:
+            what = cmd[0] if isinstance(cmd, list) else cmd
+            where = f" (cwd {cwd})" if cwd else ""
+            raise BackendError(name, f"command not found: {what}{where}") from e
+        except PermissionError as e:
+            what = cmd[0] if isinstance(cmd, list) else cmd
+            raise BackendError(name, f"cannot execute {what}: permission denied (is it executable?)") from e
+        except NotADirectoryError as e:
+            raise BackendError(name, f"cannot start: {e}") from e
+        except OSError as e:
+            raise BackendError(name, f"cannot start: {e.strerror or e}") from e
+    finally:
+        os.close(log_fd)
+    pgid = proc.pid  # start_new_session: the child leads its own group
+    if reaper is not None:
+        reaper.watch(pgid)
+    return Server(name, proc, pgid, log_path, started_at)
+
+
+def _killpg(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except (ProcessLookupError, PermissionError):
+        return False
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover
+        return True
+
+
+async def stop(server: Server, grace_s: float, reaper: Reaper | None) -> None:
+    """SIGTERM the group, wait up to `grace_s`, then SIGKILL. Safe to call twice; always
+    bounded (grace + 5 s); shielded, so it runs to the end even while being cancelled."""
+    with trio.CancelScope(shield=True):
+        if server.poll() is None:
+            server.stop_signal = "SIGTERM"
+        _killpg(server.pgid, signal.SIGTERM)
+        with trio.move_on_after(grace_s):
+            await server.process.wait()
+            # the leader is gone; give the rest of its group the same grace
+            while _group_alive(server.pgid):
+                await trio.sleep(0.05)
+        if server.process.poll() is None or _group_alive(server.pgid):
+            if server.process.poll() is None:
+                server.stop_signal = "SIGKILL"
+            _killpg(server.pgid, signal.SIGKILL)
+            with trio.move_on_after(5):
+                await server.process.wait()
+        server.poll()
+        if reaper is not None:
+            reaper.forget(server.pgid)
+
+
+async def wait_ready(
+    server: Server | None,
+    name: str,
+    url: str,
+    method: str,
+    expect_status: int,
+    timeout_s: float,
+    interval_s: float,
+    client,
+) -> float:
+    """Poll the readiness probe until it answers `expect_status`. Returns the trio time it
+    became ready. Raises BackendError when the process exits first or the timeout passes."""
+    import httpx
+
+    last = "no answer yet"
+    with trio.move_on_after(timeout_s):
+        while True:
+            if server is not None:
+                rc = server.poll()
+                if rc is not None:
+                    raise BackendError(name, f"{describe_exit(rc)} before it was ready", log_tail(server.log_path))
+            try:
+                with trio.move_on_after(max(1.0, interval_s * 4)):
+                    resp = await client.request(method, url)
+                    if resp.status_code == expect_status:
+                        return trio.current_time()
+                    last = f"HTTP {resp.status_code}"
+            except httpx.HTTPError as e:
+                last = type(e).__name__
+            await trio.sleep(interval_s)
+    tail = log_tail(server.log_path) if server is not None else ""
+    raise BackendError(name, f"not ready after {timeout_s:g}s ({method} {url}: {last})", tail)

@@ -1,0 +1,102 @@
+"""Run progress on stderr: a rich live display on a TTY, plain lines otherwise, nothing with --quiet.
+
+Progress never goes to stdout (stdout carries the verdict/report). Secret values are
+scrubbed from every message before it is printed.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterable
+
+from soakspec.units import format_duration
+
+
+class Progress:
+    def __init__(self, *, quiet: bool = False, stream=None, secrets: Iterable[str] = ()):
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.secrets = tuple(s for s in secrets if s and len(s) >= 4)
+        self._live = None
+        self._rich = None
+        self._task = None
+        self._state: dict = {}
+
+    # ------------------------------------------------------------ plumbing
+    def _scrub(self, text: str) -> str:
+        for s in self.secrets:
+            text = text.replace(s, "<redacted>")
+        return text
+
+    def log(self, text: str) -> None:
+        if self.quiet:
+            return
+        text = self._scrub(text)
+        if self._rich is not None:
+            self._rich.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
+    def start(self) -> None:
+        if self.quiet or not self.tty:
+            return
+        try:
+            from rich.console import Console
+            from rich.progress import BarColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            self._rich = RichProgress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TimeElapsedColumn(),
+                TextColumn("/"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[stats]}"),
+                console=Console(file=self.stream, stderr=True),
+                transient=False,
+                refresh_per_second=4,
+            )
+            self._rich.start()
+        except Exception:  # noqa: BLE001 - a display problem must never stop a soak
+            self._rich = None
+
+    def stop(self) -> None:
+        if self._rich is not None:
+            try:
+                self._rich.stop()
+            except Exception:  # noqa: BLE001
+                pass
+            self._rich = None
+
+    # ------------------------------------------------------------ events
+    def level_started(self, backend: str, label: str, total_s: float) -> None:
+        self._state = {"backend": backend, "label": label, "t0": time.monotonic(), "total": total_s}
+        if self._rich is not None:
+            if self._task is not None:
+                self._rich.update(self._task, completed=self._rich.tasks[-1].total)
+            self._task = self._rich.add_task(f"{backend} · {label}", total=max(total_s, 0.001), stats="")
+        else:
+            self.log(f"[{backend}] {label}: {format_duration(total_s)}")
+
+    def tick(self, stats) -> None:
+        """Called a few times a second with the level's LiveStats."""
+        if self._rich is None or self._task is None:
+            return
+        p50 = stats.ttft_p50()
+        text = f"done {stats.done} failed {stats.failed} in-flight {stats.in_flight}"
+        if p50 is not None:
+            text += f" TTFT p50 {p50 * 1000:.0f}ms"
+        self._rich.update(self._task, completed=time.monotonic() - self._state["t0"], stats=text)
+
+    def bucket_done(self, backend: str, label: str, bucket: int, nb: int, stats) -> None:
+        if self._rich is not None:
+            return
+        p50 = stats.ttft_p50()
+        ttft = f", TTFT p50 {p50 * 1000:.1f}ms" if p50 is not None else ""
+        elapsed = time.monotonic() - self._state.get("t0", time.monotonic())
+        remaining = max(0.0, self._state.get("total", 0.0) - elapsed)
+        self.log(
+            f"[{backend}] {label}: bucket {bucket + 1}/{nb} done; {stats.done} requests, "
+            f"{stats.failed} not completed{ttft}; {format_duration(remaining)} left in level"
+        )

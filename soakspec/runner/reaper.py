@@ -1,0 +1,66 @@
+"""The reaper: kills the backend process groups of a soakspec run that died without cleaning up.
+
+Started by the runner with a pipe on stdin. Commands, one per line: `watch PGID`,
+`forget PGID`, `done`. When stdin closes before `done` (the runner was SIGKILLed, or
+crashed), every watched group gets SIGTERM, then SIGKILL two seconds later. The reaper
+runs in its own session so a Ctrl-C aimed at the runner's terminal does not kill it first.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+
+def _kill(groups: set[int], sig: int) -> None:
+    for pgid in groups:
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _alive(groups: set[int]) -> set[int]:
+    out = set()
+    for pgid in groups:
+        try:
+            os.killpg(pgid, 0)
+            out.add(pgid)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            out.add(pgid)
+    return out
+
+
+def main() -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    groups: set[int] = set()
+    clean = False
+    for raw in sys.stdin.buffer:
+        parts = raw.decode("ascii", "replace").split()
+        if not parts:
+            continue
+        if parts[0] == "done":
+            clean = True
+            break
+        if len(parts) == 2 and parts[1].isdigit():
+            if parts[0] == "watch":
+                groups.add(int(parts[1]))
+            elif parts[0] == "forget":
+                groups.discard(int(parts[1]))
+    if clean:
+        return 0
+    _kill(groups, signal.SIGTERM)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and _alive(groups):
+        time.sleep(0.05)
+    _kill(_alive(groups), signal.SIGKILL)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

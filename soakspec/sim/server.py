@@ -1,0 +1,564 @@
+"""The simulator's HTTP/1.1 server: trio for concurrency, h11 for the protocol.
+
+Design
+------
+* One trio task per connection; one h11 `Connection` per socket; keep-alive until the client
+  closes, sends `Connection: close`, or stays idle past `keep_alive_timeout` (uvicorn, which vLLM
+  runs on, closes idle connections after 5 s). Streams use chunked transfer encoding.
+* Bounded: request heads above `MAX_HEADER_BYTES` get 431, bodies above `MAX_BODY_BYTES` 413,
+  a stalled body read gives up after `BODY_READ_TIMEOUT`; pipelined bytes buffered while a
+  response is being produced are capped.
+* While a request is being served a watcher task reads the socket: end-of-file means the client
+  went away, and the request is cancelled (queued or streaming), its slot freed and its trace
+  written with terminal_reason "disconnected" -- the way vLLM aborts a request whose client left.
+* The behaviour comes from `model` (plan, timeline, scheduler) and the bytes from `protocol`;
+  this module only moves them and keeps time: each event is written at its absolute deadline
+  (`trio.sleep_until`); events already due are coalesced into one write.
+* Traces: one JSON object per finished inference request (`soakspec_sim_trace {json}` on stdout,
+  flushed per line, and/or a JSONL `trace_file`). `request_id` is the server form: `cmpl-<id>-0`
+  for completions (vLLM's per-choice engine id), `chatcmpl-<id>` for chat; `client_request_id`
+  is the bare id (X-Request-Id header, else the body's `request_id`, else a generated uuid).
+  Times are `time.time()` floats; `active`/`pending` count the *other* running/waiting requests
+  at the moment this one finished. terminal_reason: completed | rejected (4xx) | error (5xx, or an
+  in-stream error) | disconnected (the connection ended early: client left, or the disconnect
+  fault) | cancelled (the server shut down).
+"""
+
+from __future__ import annotations
+
+import http
+import json
+import os
+import sys
+import time
+import traceback
+import uuid
+from collections.abc import Sequence
+from typing import IO, Any
+
+import h11
+import trio
+
+from soakspec.sim.config import SimConfig
+from soakspec.sim.model import (
+    MID_STREAM_FAULTS,
+    Admission,
+    Counters,
+    Fault,
+    RequestPlan,
+    Scheduler,
+    Timeline,
+    memory_used,
+    plan_request,
+)
+from soakspec.sim.protocol import (
+    DONE,
+    ENGINE_DEAD_MESSAGE,
+    ApiError,
+    InferenceRequest,
+    StreamRenderer,
+    error_body,
+    full_response,
+    models_body,
+    parse_request,
+    render_metrics,
+)
+
+__all__ = ["CRASH_EXIT_CODE", "TRACE_PREFIX", "serve"]
+
+MAX_BODY_BYTES = 1 << 20
+MAX_HEADER_BYTES = 64 * 1024
+READ_SIZE = 64 * 1024
+BODY_READ_TIMEOUT = 60.0
+PIPELINE_BUFFER_CAP = 64 * 1024
+WRITE_COALESCE_BYTES = 64 * 1024
+CRASH_EXIT_CODE = 3
+TRACE_PREFIX = "soakspec_sim_trace "
+ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
+
+
+def _crash(reason: str) -> None:
+    """Die the way a crashed server does: no cleanup, open streams cut mid-body."""
+    try:
+        sys.stdout.flush()
+        sys.stderr.write(f"soakspec-sim: simulated crash: {reason}\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(CRASH_EXIT_CODE)
+
+
+class TraceWriter:
+    def __init__(self, config: SimConfig):
+        self.log = config.trace_log
+        self.file: IO[str] | None = None
+        if config.trace_file:
+            self.file = open(config.trace_file, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in close()
+
+    def write(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":"))
+        if self.log:
+            sys.stdout.write(TRACE_PREFIX + line + "\n")
+            sys.stdout.flush()
+        if self.file is not None:
+            self.file.write(line + "\n")
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+MAX_WAKE_LEAD = 0.002
+
+
+class _Waker:
+    """`sleep_until` aimed at the deadline itself. An event loop wakes late (epoll rounds its
+    timeout up to whole milliseconds, then the scheduler adds its own delay), so this learns the
+    typical lateness (a moving average, capped) and asks to be woken that much earlier: the
+    median event then leaves at its deadline instead of ~1 ms after it. Deadlines stay absolute,
+    so neither the lead nor any lateness accumulates over a stream."""
+
+    def __init__(self) -> None:
+        self.lead = 0.0
+
+    async def sleep_until(self, deadline: float) -> None:
+        target = deadline - self.lead
+        await trio.sleep_until(target)
+        late = trio.current_time() - target
+        self.lead = min(MAX_WAKE_LEAD, max(0.0, 0.95 * self.lead + 0.05 * late))
+
+
+class _Request:
+    """Mutable state of one inference request, turned into its trace when it finishes."""
+
+    __slots__ = (
+        "index", "endpoint", "client_id", "response_id", "trace_id", "stream", "queued_at", "scheduled_at", "scheduled_mono",
+        "arrived_mono", "first_token_at", "prompt_tokens", "completion_tokens", "max_tokens", "finish_reason", "terminal",
+        "status", "fault", "state", "ready", "client_gone",
+    )
+
+    def __init__(self, index: int, endpoint: str, arrived_mono: float, arrived_wall: float):
+        self.index = index
+        self.endpoint = endpoint
+        self.arrived_mono = arrived_mono
+        self.client_id = ""
+        self.response_id = ""
+        self.trace_id = ""
+        self.stream: bool | None = None
+        self.queued_at = arrived_wall
+        self.scheduled_at: float | None = None
+        self.scheduled_mono = 0.0
+        self.first_token_at: float | None = None
+        self.prompt_tokens: int | None = None
+        self.completion_tokens = 0
+        self.max_tokens: int | None = None
+        self.finish_reason: str | None = None
+        self.terminal: str | None = None
+        self.status: int | None = None
+        self.fault: str | None = None
+        self.state: Admission | None = None
+        self.ready = trio.Event()
+        self.client_gone = False
+
+
+class _Io:
+    """One connection: the socket, its h11 state, and whether it must close after this exchange."""
+
+    def __init__(self, stream: trio.SocketStream):
+        self.stream = stream
+        self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        self.must_close = False
+
+    async def next_event(self, timeout: float) -> Any:
+        """The next h11 event, or None if nothing arrived within `timeout`."""
+        while True:
+            event = self.conn.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            data = None
+            with trio.move_on_after(timeout):
+                data = await self.stream.receive_some(READ_SIZE)
+            if data is None:
+                return None
+            self.conn.receive_data(data)
+
+    async def send(self, *events: Any) -> None:
+        await self.stream.send_all(b"".join(self.conn.send(e) or b"" for e in events))
+
+    def next_cycle(self) -> bool:
+        if self.must_close or self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
+            return False
+        self.conn.start_next_cycle()
+        return True
+
+
+def _response(status: int, headers: list[tuple[str, str]]) -> h11.Response:
+    return h11.Response(
+        status_code=status,
+        headers=[("server", "soakspec-sim"), *headers],
+        reason=http.HTTPStatus(status).phrase.encode(),
+    )
+
+
+async def _send_body(io: _Io, status: int, body: bytes, content_type: str, headers: Sequence[tuple[str, str]] = (),
+                     close: bool = False) -> None:
+    hdrs = [("content-type", content_type), ("content-length", str(len(body))), *headers]
+    if close:
+        hdrs.append(("connection", "close"))
+        io.must_close = True
+    events: list[Any] = [_response(status, hdrs)]
+    if body:
+        events.append(h11.Data(data=body))
+    events.append(h11.EndOfMessage())
+    await io.send(*events)
+
+
+async def _send_json(io: _Io, status: int, obj: object, headers: Sequence[tuple[str, str]] = (),
+                     close: bool = False) -> None:
+    body = json.dumps(obj, separators=(",", ":")).encode()
+    await _send_body(io, status, body, "application/json", headers, close)
+
+
+class _Server:
+    def __init__(self, config: SimConfig, trace: TraceWriter):
+        self.cfg = config
+        self.trace = trace
+        self.sched: Scheduler[_Request] = Scheduler(config.slots, config.queue_limit)
+        self.counters = Counters()
+        self.arrivals = 0
+        self.epoch = trio.current_time()
+        self.started_wall = int(time.time())
+        self.waker = _Waker()
+
+    # -- connections ---------------------------------------------------------------------------
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        io = _Io(stream)
+        try:
+            while await self._exchange(io):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        except Exception:  # noqa: BLE001 - one bad connection must not stop the server
+            sys.stderr.write("soakspec-sim: internal error on a connection:\n" + traceback.format_exc())
+            sys.stderr.flush()
+        finally:
+            await trio.aclose_forcefully(stream)
+
+    async def _exchange(self, io: _Io) -> bool:
+        """Serve one request; return whether the connection stays open for another."""
+        try:
+            event = await io.next_event(self.cfg.keep_alive_timeout)
+            if event is None or isinstance(event, h11.ConnectionClosed):
+                return False
+            assert isinstance(event, h11.Request)
+            arrived = (trio.current_time(), time.time())  # the request's arrival: its head was read
+            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
+            length = headers.get("content-length")
+            if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+                await self._too_large(io)
+                return False
+            body = bytearray()
+            while True:
+                part = await io.next_event(BODY_READ_TIMEOUT)
+                if part is None or isinstance(part, h11.ConnectionClosed):
+                    return False
+                if isinstance(part, h11.EndOfMessage):
+                    break
+                body += part.data
+                if len(body) > MAX_BODY_BYTES:
+                    await self._too_large(io)
+                    return False
+        except h11.RemoteProtocolError as e:
+            if io.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
+                status = e.error_status_hint
+                await _send_json(io, status, error_body(status, f"bad HTTP request: {e}"), close=True)
+            return False
+
+        path = event.target.decode("latin-1").split("?", 1)[0]
+        method = event.method.decode("latin-1")
+        if path in ENDPOINTS:
+            if method != "POST":
+                await _send_json(io, 405, {"detail": "Method Not Allowed"})
+            else:
+                await self._inference(io, ENDPOINTS[path], headers, bytes(body), arrived)
+        elif path in ("/health", "/metrics", "/v1/models"):
+            if method != "GET":
+                await _send_json(io, 405, {"detail": "Method Not Allowed"})
+            elif path == "/health":
+                await _send_body(io, 200, b"", "application/json")
+            elif path == "/metrics":
+                await _send_body(io, 200, self._metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
+            else:
+                await _send_json(io, 200, models_body(self.cfg, self.started_wall))
+        else:
+            await _send_json(io, 404, {"detail": "Not Found"})
+        return io.next_cycle()
+
+    async def _too_large(self, io: _Io) -> None:
+        msg = f"request body larger than {MAX_BODY_BYTES} bytes"
+        await _send_json(io, 413, error_body(413, msg), close=True)
+
+    def _metrics(self) -> str:
+        c = self.counters
+        return render_metrics(
+            self.cfg.model, len(self.sched.running), len(self.sched.waiting), c.success, c.failure,
+            c.prompt_tokens, c.generation_tokens, memory_used(self.cfg, trio.current_time() - self.epoch),
+        )
+
+    # -- inference -----------------------------------------------------------------------------
+
+    async def _inference(
+        self, io: _Io, endpoint: str, headers: dict[str, str], body: bytes, arrived: tuple[float, float]
+    ) -> None:
+        cfg = self.cfg
+        index = self.arrivals
+        self.arrivals += 1
+        if cfg.crash_after_requests is not None and index >= cfg.crash_after_requests:
+            _crash(f"request {index + 1} arrived (--crash-after-requests {cfg.crash_after_requests})")
+        st = _Request(index, endpoint, *arrived)
+        plan: RequestPlan | None = None
+        header_id = headers.get("x-request-id") or None
+        self._set_ids(st, header_id or uuid.uuid4().hex)
+        try:
+            try:
+                req = parse_request(endpoint, body, cfg)
+            except ApiError as e:
+                st.status, st.terminal = e.status, "rejected"
+                await _send_json(io, e.status, e.body(), [("x-request-id", st.client_id)])
+                return
+            self._set_ids(st, header_id or req.request_id or st.client_id)
+            st.stream, st.prompt_tokens, st.max_tokens = req.stream, req.prompt_tokens, req.max_tokens
+            plan = plan_request(cfg, index, req.max_tokens, req.ignore_eos)
+            st.fault = plan.fault.value if plan.fault else None
+            id_header = [("x-request-id", st.client_id)]
+            if plan.fault is Fault.ERROR:
+                status = plan.error_status
+                st.status, st.terminal = status, "error"
+                message = "simulated engine failure" if status == 500 else "simulated overload: service unavailable"
+                await _send_json(io, status, error_body(status, message), id_header)
+                return
+            st.state = self.sched.arrive(st)
+            if st.state is Admission.REJECTED:
+                st.status, st.terminal = 429, "rejected"
+                msg = f"the wait queue is full ({cfg.queue_limit} requests waiting)"
+                await _send_json(io, 429, error_body(429, msg), id_header)
+                return
+            if st.state is Admission.RUNNING:  # a free slot: scheduled the moment it arrived
+                self._mark_scheduled(st, st.arrived_mono, st.queued_at)
+            await self._serve_admitted(io, st, req, plan, id_header)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            st.client_gone = True
+            io.must_close = True
+        finally:
+            self._settle(st, plan)
+
+    def _set_ids(self, st: _Request, client_id: str) -> None:
+        st.client_id = client_id
+        if st.endpoint == "chat":
+            st.response_id = st.trace_id = f"chatcmpl-{client_id}"
+        else:
+            st.response_id = f"cmpl-{client_id}"
+            st.trace_id = st.response_id + "-0"
+
+    def _mark_scheduled(self, st: _Request, mono: float | None = None, wall: float | None = None) -> None:
+        st.state = Admission.RUNNING
+        st.scheduled_mono = trio.current_time() if mono is None else mono
+        st.scheduled_at = time.time() if wall is None else wall
+        st.ready.set()
+
+    async def _serve_admitted(self, io: _Io, st: _Request, req: InferenceRequest, plan: RequestPlan,
+                              id_header: Sequence[tuple[str, str]]) -> None:
+        """Wait for a slot and generate, while a watcher notices if the client goes away."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._watch_client, io, st, nursery.cancel_scope)
+            try:
+                if req.stream:
+                    st.status = 200
+                    await io.send(_response(200, [
+                        ("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"),
+                        *id_header,
+                    ]))
+                await st.ready.wait()
+                if req.stream:
+                    await self._stream(io, st, req, plan)
+                else:
+                    await self._full(io, st, req, plan, id_header)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                st.client_gone = True
+            finally:
+                nursery.cancel_scope.cancel()
+        if st.client_gone:
+            io.must_close = True
+
+    async def _watch_client(self, io: _Io, st: _Request, scope: trio.CancelScope) -> None:
+        try:
+            while True:
+                data = await io.stream.receive_some(READ_SIZE)
+                if not data:
+                    break
+                io.conn.receive_data(data)  # a pipelined request: keep it for the next cycle
+                if len(io.conn.trailing_data[0]) > PIPELINE_BUFFER_CAP:
+                    return  # stop reading rather than buffer without bound
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        st.client_gone = True
+        scope.cancel()
+
+    def _others(self) -> int:
+        return len(self.sched.running) - 1
+
+    async def _stream(self, io: _Io, st: _Request, req: InferenceRequest, plan: RequestPlan) -> None:
+        cfg = self.cfg
+        renderer = StreamRenderer(req, st.response_id, cfg.model)
+        timeline = Timeline(cfg, plan, req.prompt_tokens, st.scheduled_mono, self.epoch)
+        n_tokens, n_events = len(plan.tokens), len(plan.events)
+        fault = plan.fault if plan.fault in MID_STREAM_FAULTS else None
+        buf: list[bytes] = []
+        buffered = 0
+        made = 0  # tokens rendered into events (sent or buffered)
+
+        async def flush(end: bool = False) -> None:
+            nonlocal buffered
+            if made and st.first_token_at is None:
+                st.first_token_at = time.time()
+            events: list[Any] = [h11.Data(data=b"".join(buf))] if buf else []
+            if end:
+                events.append(h11.EndOfMessage())
+            buf.clear()
+            buffered = 0
+            if events:
+                await io.send(*events)
+            st.completion_tokens = made
+
+        for ev in range(n_events + 1):
+            if fault is not None and ev == plan.fault_after_events:
+                if fault is Fault.STREAM_ERROR:
+                    buf += [StreamRenderer.error_event(), DONE]
+                    await flush(end=True)
+                    st.terminal = "error"
+                elif fault is Fault.DISCONNECT:
+                    await flush()
+                    st.terminal = "disconnected"
+                    io.must_close = True
+                else:  # STALL: the client decides when this ends
+                    await flush()
+                    await trio.sleep_forever()
+                return
+            if ev == n_events:
+                break
+            deadline = timeline.next_event(self._others())
+            if not cfg.zero_latency and deadline > trio.current_time():
+                if buf:
+                    await flush()
+                await self.waker.sleep_until(deadline)
+            size = plan.events[ev]
+            text = "".join(plan.tokens[made:made + size])
+            made += size
+            if ev == 0 and renderer.chat:
+                buf.append(renderer.role_event())
+            chunk = renderer.token_event(text, made, plan.finish_reason if made == n_tokens else None)
+            buf.append(chunk)
+            buffered += len(chunk)
+            if buffered > WRITE_COALESCE_BYTES:
+                await flush()
+        if req.include_usage:
+            buf.append(renderer.usage_event(made))
+        if plan.fault is not Fault.OMIT_DONE:
+            buf.append(DONE)
+        await flush(end=True)
+        st.terminal, st.finish_reason = "completed", plan.finish_reason
+
+    async def _full(self, io: _Io, st: _Request, req: InferenceRequest, plan: RequestPlan,
+                    id_header: Sequence[tuple[str, str]]) -> None:
+        cfg = self.cfg
+        timeline = Timeline(cfg, plan, req.prompt_tokens, st.scheduled_mono, self.epoch)
+        fault = plan.fault if plan.fault in MID_STREAM_FAULTS else None
+        n_events = len(plan.events)
+        for ev in range(n_events + 1):
+            if fault is not None and ev == plan.fault_after_events:
+                if fault is Fault.STREAM_ERROR:
+                    st.status, st.terminal = 500, "error"
+                    await _send_json(io, 500, error_body(500, ENGINE_DEAD_MESSAGE), id_header)
+                elif fault is Fault.DISCONNECT:
+                    st.terminal = "disconnected"
+                    io.must_close = True
+                else:
+                    await trio.sleep_forever()
+                return
+            if ev == n_events:
+                break
+            deadline = timeline.next_event(self._others())
+            if not cfg.zero_latency and deadline > trio.current_time():
+                await self.waker.sleep_until(deadline)
+            if ev == 0:
+                st.first_token_at = time.time()
+            st.completion_tokens += plan.events[ev]
+        body = full_response(req, st.response_id, cfg.model, plan.text, len(plan.tokens), plan.finish_reason)
+        st.status = 200
+        await _send_json(io, 200, body, id_header)
+        st.terminal, st.finish_reason = "completed", plan.finish_reason
+
+    def _settle(self, st: _Request, plan: RequestPlan | None) -> None:
+        """The request is over, whatever happened: free its place, count it, trace it."""
+        sched = self.sched
+        active, pending = len(sched.running), len(sched.waiting)
+        if st.state is Admission.RUNNING:
+            active -= 1
+            for admitted in sched.release(st):
+                self._mark_scheduled(admitted)
+        elif st.state is Admission.WAITING:
+            pending -= 1
+            sched.withdraw(st)
+        terminal = st.terminal or ("disconnected" if st.client_gone else "cancelled")
+        c = self.counters
+        if terminal == "completed":
+            c.success[st.finish_reason or "length"] += 1
+        else:
+            c.failure[terminal] += 1
+        if st.scheduled_at is not None and st.prompt_tokens:
+            c.prompt_tokens += st.prompt_tokens
+        c.generation_tokens += st.completion_tokens
+        if plan is not None and plan.drop_trace:
+            return
+        self.trace.write({
+            "request_id": st.trace_id,
+            "client_request_id": st.client_id,
+            "endpoint": st.endpoint,
+            "arrival_index": st.index,
+            "stream": st.stream,
+            "queued_at": st.queued_at,
+            "scheduled_at": st.scheduled_at,
+            "first_token_at": st.first_token_at,
+            "finished_at": time.time(),
+            "prompt_tokens": st.prompt_tokens,
+            "completion_tokens": st.completion_tokens,
+            "max_tokens": st.max_tokens,
+            "finish_reason": st.finish_reason,
+            "terminal_reason": terminal,
+            "status": st.status,
+            "fault": st.fault,
+            "active": active,
+            "pending": pending,
+        })
+
+
+async def _crash_later(delay: float) -> None:
+    await trio.sleep(delay)
+    _crash(f"{delay:g}s after listening (--crash-after)")
+
+
+async def serve(config: SimConfig, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run the simulator until cancelled. `task_status.started(port)` once it is listening."""
+    if config.startup_delay > 0:
+        await trio.sleep(config.startup_delay)
+    trace = TraceWriter(config)
+    try:
+        listeners = await trio.open_tcp_listeners(config.port, host=config.host)
+        server = _Server(config, trace)
+        async with trio.open_nursery() as nursery:
+            if config.crash_after is not None:
+                nursery.start_soon(_crash_later, config.crash_after)
+            await nursery.start(trio.serve_listeners, server.handle, listeners)
+            task_status.started(listeners[0].socket.getsockname()[1])
+    finally:
+        trace.close()

@@ -1,0 +1,224 @@
+"""Evidence I/O: atomic JSON, line-atomic JSONL, the run lock, disk-full errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from soakspec.evidence.io import (
+    EvidenceFormatError,
+    EvidenceInUseError,
+    EvidenceSchemaError,
+    JsonlWriter,
+    RunLock,
+    lock_holder,
+    read_jsonl,
+    sha256_file,
+    write_json_atomic,
+)
+from soakspec.evidence.testing import sample_request
+
+PY = sys.executable
+
+
+def test_write_json_atomic_sorted_indented_and_hashed(tmp_path):
+    p = tmp_path / "x.json"
+    digest = write_json_atomic(p, {"b": 1, "a": {"d": [1, 2], "c": None}})
+    text = p.read_text()
+    assert text == json.dumps({"a": {"c": None, "d": [1, 2]}, "b": 1}, indent=2, sort_keys=True) + "\n"
+    assert digest == sha256_file(p)
+    assert [f.name for f in tmp_path.iterdir()] == ["x.json"]  # no temp file left behind
+
+
+def test_schema_error_names_path_and_pointer_and_writes_nothing(tmp_path):
+    p = tmp_path / "r.json"
+    p.write_text("old\n")
+    bad = sample_request(0, outcome="exploded")
+    with pytest.raises(EvidenceSchemaError) as ei:
+        write_json_atomic(p, bad, schema="request")
+    msg = str(ei.value)
+    assert str(p) in msg and "/outcome" in msg and ei.value.pointer == "/outcome"
+    assert p.read_text() == "old\n"
+
+
+def test_nan_is_refused_with_the_path(tmp_path):
+    with pytest.raises(ValueError, match="x.json"):
+        write_json_atomic(tmp_path / "x.json", {"v": float("nan")})
+
+
+def test_jsonl_roundtrip_and_schema_checked_per_record(tmp_path):
+    p = tmp_path / "requests.jsonl"
+    with JsonlWriter(p, schema="request") as w:
+        w.write(sample_request(0))
+        w.flush_fsync()
+        w.write(sample_request(1))
+        with pytest.raises(EvidenceSchemaError, match="/latency"):
+            w.write(sample_request(2, latency="slow"))
+    records, partial = read_jsonl(p)
+    assert [r["request_id"] for r in records] == ["run1-a-00000", "run1-a-00001"]
+    assert partial is False
+    assert all("\n" not in line for line in p.read_text().splitlines())
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.dictionaries(st.text(max_size=5), st.text(max_size=8) | st.integers(), max_size=3), min_size=1, max_size=5))
+def test_a_file_cut_at_any_byte_reads_as_whole_lines_plus_a_skipped_tail(tmp_path_factory, objs):
+    """Property: cutting a JSONL file at any byte yields a prefix of the records written, and
+    `partial_tail` is True exactly when the cut is not at a line end."""
+    d = tmp_path_factory.mktemp("cut")
+    full = d / "full.jsonl"
+    with JsonlWriter(full) as w:
+        for o in objs:
+            w.write(o)
+    data = full.read_bytes()
+    cut = d / "cut.jsonl"
+    for n in range(len(data) + 1):
+        cut.write_bytes(data[:n])
+        records, partial = read_jsonl(cut)
+        assert records == objs[: len(records)]
+        assert partial == (n > 0 and data[n - 1 : n] != b"\n")
+
+
+def test_corrupt_whole_line_is_an_error_with_its_line(tmp_path):
+    p = tmp_path / "x.jsonl"
+    p.write_text('{"a": 1}\n{not json}\n{"a": 2}\n')
+    with pytest.raises(EvidenceFormatError) as ei:
+        read_jsonl(p)
+    assert ei.value.line == 2 and "x.jsonl:2" in str(ei.value)
+
+
+def test_sigkill_mid_write_leaves_whole_lines_and_at_most_a_partial_tail(tmp_path):
+    p = tmp_path / "requests.jsonl"
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from soakspec.evidence.io import JsonlWriter
+        w = JsonlWriter({str(p)!r})
+        i = 0
+        while True:
+            w.write({{"i": i, "pad": "x" * 5000}})
+            if i == 50:
+                print("ready", flush=True)
+            i += 1
+        """
+    )
+    proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    records, partial = read_jsonl(p)
+    assert len(records) > 50
+    assert [r["i"] for r in records] == list(range(len(records)))
+    # A partial tail is possible only in principle (whole lines go out in one write); it is
+    # simulated here to show readers cope with both.
+    with open(p, "ab") as f:
+        f.write(b'{"i": 99999, "pa')
+    records2, partial2 = read_jsonl(p)
+    assert records2 == records and partial2 is True
+
+
+DISK_FULL = textwrap.dedent(
+    """
+    import json, resource, signal, sys
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    from soakspec.evidence.io import EvidenceWriteError, JsonlWriter, write_json_atomic
+    kind, path = sys.argv[1], sys.argv[2]
+    try:
+        if kind == "jsonl":
+            w = JsonlWriter(path)
+            for i in range(1000):
+                w.write({"i": i, "pad": "y" * 100})
+        else:
+            write_json_atomic(path, {"pad": "z" * 10000})
+    except EvidenceWriteError as e:
+        print(json.dumps({"msg": str(e), "errno": e.errno, "path": e.path}))
+        sys.exit(0)
+    sys.exit(5)
+    """
+)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "json"])
+def test_disk_full_becomes_evidence_write_error_naming_the_path(tmp_path, kind):
+    p = tmp_path / ("out.jsonl" if kind == "jsonl" else "out.json")
+    r = subprocess.run([PY, "-c", DISK_FULL, kind, str(p)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["path"] == str(p)
+    assert "File too large" in out["msg"] and "EFBIG" in out["msg"] and str(p) in out["msg"]
+    if kind == "jsonl":  # the failed write was rolled back to the last whole line
+        records, partial = read_jsonl(p)
+        assert partial is False and records and [r["i"] for r in records] == list(range(len(records)))
+    else:  # the target was never created and no temp file is left
+        assert list(tmp_path.iterdir()) == []
+
+
+def test_run_lock_refuses_a_second_writer_naming_the_pid(tmp_path):
+    d = tmp_path / "run1"
+    with RunLock(d) as lock:
+        assert lock.held and (d / ".lock").read_text().strip() == str(os.getpid())
+        assert lock_holder(d) == os.getpid()
+        with pytest.raises(EvidenceInUseError, match=rf"evidence directory {d} is in use by pid {os.getpid()}"):
+            RunLock(d).acquire()
+    assert not (d / ".lock").exists() and lock_holder(d) is None
+    with RunLock(d):  # free again
+        pass
+
+
+def test_run_lock_held_by_another_process(tmp_path):
+    d = tmp_path / "run1"
+    code = f"from soakspec.evidence.io import RunLock\nimport time\nl = RunLock({str(d)!r}).acquire()\nprint('locked', flush=True)\ntime.sleep(60)\n"
+    proc = subprocess.Popen([PY, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "locked"
+        with pytest.raises(EvidenceInUseError, match=f"in use by pid {proc.pid}"):
+            RunLock(d).acquire()
+    finally:
+        proc.kill()
+        proc.wait()
+    # the holder died without releasing: the kernel dropped the flock, so a new run may proceed
+    with RunLock(d):
+        pass
+
+
+def test_run_lock_refuses_a_directory_that_already_holds_a_run(tmp_path):
+    d = tmp_path / "run1"
+    d.mkdir()
+    (d / "manifest.json").write_text(json.dumps({"status": "complete"}))
+    with pytest.raises(EvidenceInUseError, match="already holds a complete run"):
+        RunLock(d).acquire()
+    (d / "manifest.json").write_text(json.dumps({"status": "running"}))
+    with pytest.raises(EvidenceInUseError, match="status running"):
+        RunLock(d).acquire()
+    with RunLock(d, allow_existing=True):  # re-judging retained evidence
+        pass
+
+
+def test_sha256_file_matches_hashlib(tmp_path):
+    import hashlib
+
+    p = tmp_path / "blob"
+    data = os.urandom(3 << 20)
+    p.write_bytes(data)
+    assert sha256_file(p) == hashlib.sha256(data).hexdigest()
+
+
+def test_evidence_package_imports_without_trio():
+    code = "import sys, soakspec.evidence.verify, soakspec.evidence.manifest, soakspec.evidence.traces, soakspec.evidence.telemetry; print('trio' in sys.modules)"
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "False", r.stderr
+
+
+def test_runtime_module_is_cheap_to_import():
+    code = "import sys, soakspec.evidence.runtime; print(sorted(m for m in ('jsonschema', 'trio', 'pynvml') if m in sys.modules))"
+    r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "[]", r.stderr

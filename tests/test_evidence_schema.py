@@ -1,0 +1,62 @@
+"""The shipped schemas load from the package, are valid Draft 2020-12, and name pointers."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from soakspec.evidence import schema
+from soakspec.evidence.testing import sample_request, sample_results
+
+
+@pytest.mark.parametrize("name", schema.SCHEMA_NAMES)
+def test_every_schema_is_valid_and_versioned(name):
+    s = schema.load_schema(name)
+    Draft202012Validator.check_schema(s)
+    assert s["$schema"].endswith("2020-12/schema")
+    assert s["properties"]["schema_version"] == {"const": 1}
+    assert "schema_version" in s["required"]
+
+
+def test_schemas_ship_inside_the_package():
+    files = resources.files("soakspec.evidence").joinpath("schemas")
+    names = sorted(p.name for p in files.iterdir() if p.name.endswith(".schema.json"))
+    assert names == sorted(f"{n}.schema.json" for n in schema.SCHEMA_NAMES)
+    for n in names:
+        json.loads(files.joinpath(n).read_text("utf-8"))
+
+
+def test_unknown_schema_name_is_a_clear_error():
+    with pytest.raises(KeyError, match="no evidence schema named 'nope'"):
+        schema.load_schema("nope")
+
+
+def test_request_record_keys_are_the_contract():
+    required = set(schema.load_schema("request")["required"])
+    assert required == set(sample_request(0)) and not schema.validate("request", sample_request(0))
+    assert {"request_id", "ttft", "itl", "output_sha256", "tokens_source", "itl_source", "intended_start"} <= required
+
+
+def test_validate_reports_json_pointers():
+    bad = sample_request(0, outcome="exploded", itl=[0.1, "x"])
+    errs = schema.validate("request", bad)
+    assert any(e.startswith("/outcome: ") for e in errs)
+    assert any(e.startswith("/itl/1: ") for e in errs)
+    missing = dict(sample_request(0))
+    del missing["ttft"]
+    assert any(e.startswith("/: ") and "'ttft'" in e for e in schema.validate("request", missing))
+
+
+def test_failed_requests_need_an_error_and_completed_ones_an_end():
+    assert schema.validate("request", sample_request(0, outcome="timeout", error=None))
+    assert not schema.validate("request", sample_request(0, outcome="timeout", error="deadline passed"))
+    assert schema.validate("request", sample_request(0, end=None, latency=None))
+
+
+def test_results_and_verdict_schemas():
+    assert not schema.validate("results", sample_results("r", ["a"], 3))
+    assert not schema.validate("verdict", {"schema_version": 1, "verdict": "PASS", "rules": [], "extra": {"ok": 1}})
+    assert schema.validate("verdict", {"schema_version": 1, "verdict": "MAYBE", "rules": []})

@@ -1,0 +1,384 @@
+"""The pure protocol layer: request bodies, the SSE parser, token/ITL accounting, outcomes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from soakspec.runner.clock import RunClock
+from soakspec.runner.protocol import (
+    Endpoint,
+    Limits,
+    RequestShape,
+    Sampling,
+    SSEError,
+    SSEEvent,
+    SSEParser,
+    StreamAccumulator,
+    build_body,
+    describe_transport_error,
+)
+from soakspec.runner.records import RECORD_KEYS, ItlSource, Outcome, RequestRecord, TokensSource
+
+COMPLETIONS = RequestShape(Endpoint.COMPLETIONS, "m", "hello world", max_tokens=8)
+CHAT = RequestShape(Endpoint.CHAT, "m", "hello world", max_tokens=8)
+
+
+# ---------------------------------------------------------------------------------------------
+# request bodies
+
+
+def test_completions_body_greedy() -> None:
+    body = json.loads(build_body(COMPLETIONS, "r-1"))
+    assert body == {
+        "model": "m",
+        "prompt": "hello world",
+        "max_tokens": 8,
+        "temperature": 0.0,
+        "top_p": 1.0,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "ignore_eos": False,
+        "request_id": "r-1",
+    }
+    assert COMPLETIONS.path == "/v1/completions"
+
+
+def test_chat_body_sampled_with_extra_fields() -> None:
+    shape = RequestShape(
+        Endpoint.CHAT,
+        "m",
+        "hi",
+        max_tokens=4,
+        sampling=Sampling(temperature=0.7, top_p=0.9, top_k=40, seed=7),
+        ignore_eos=True,
+        stream=False,
+        extra=(("min_tokens", 4), ("temperature", 0.5)),
+    )
+    body = json.loads(build_body(shape, "r-2"))
+    assert body["messages"] == [{"role": "user", "content": "hi"}]
+    assert "prompt" not in body and "stream_options" not in body
+    assert (body["top_k"], body["seed"], body["ignore_eos"], body["stream"]) == (40, 7, True, False)
+    assert (body["min_tokens"], body["temperature"]) == (4, 0.5)  # extra fields win
+    assert shape.path == "/v1/chat/completions"
+    assert not shape.sampling.greedy and Sampling().greedy
+
+
+# ---------------------------------------------------------------------------------------------
+# SSE parser
+
+
+def parse(*chunks: bytes) -> list[SSEEvent]:
+    p = SSEParser()
+    return [e for c in chunks for e in p.feed(c)]
+
+
+def test_sse_basic_fields() -> None:
+    stream = (
+        b": comment\n"
+        b"data: one\n\n"
+        b"event: error\ndata: {\"x\": 1}\n\n"
+        b"data:  two spaces\ndata:no space\ndata\n\n"
+        b"id: 5\nretry: 10\ndata: [DONE]\n\n"
+        b"event: error\n\n"
+        b"data: unterminated\n"
+    )
+    assert parse(stream) == [
+        SSEEvent("message", b"one"),
+        SSEEvent("error", b'{"x": 1}'),
+        SSEEvent("message", b" two spaces\nno space\n"),
+        SSEEvent("message", b"[DONE]"),
+        SSEEvent("error", b""),
+    ]
+
+
+def test_sse_line_endings() -> None:
+    want = [SSEEvent("message", b"a"), SSEEvent("message", b"b")]
+    assert parse(b"data: a\r\n\r\ndata: b\r\n\r\n") == want
+    assert parse(b"data: a\r\rdata: b\r\r") == want
+    assert parse(b"data: a\r", b"\n\r", b"\ndata: b\r\n", b"\r\n") == want
+
+
+def test_sse_event_too_large() -> None:
+    p = SSEParser(max_event_bytes=100)
+    p.feed(b"data: " + b"x" * 90)
+    with pytest.raises(SSEError, match="too large"):
+        p.feed(b"x" * 20)
+    p = SSEParser(max_event_bytes=100)
+    with pytest.raises(SSEError, match="too large"):
+        p.feed(b"data: " + b"x" * 60 + b"\ndata: " + b"x" * 60 + b"\n")
+    assert SSEParser(max_event_bytes=100).feed(b": " + b"c" * 200 + b"\n") == []  # comments are not kept
+
+
+_text = st.binary(max_size=20).filter(lambda b: b"\r" not in b and b"\n" not in b)
+_field_event = st.tuples(
+    st.one_of(st.none(), st.sampled_from(["error", "message", "ping"])),
+    st.lists(_text, min_size=1, max_size=3),
+    st.booleans(),  # a comment line before it
+)
+
+
+@given(
+    events=st.lists(_field_event, max_size=6),
+    newline=st.sampled_from([b"\n", b"\r\n", b"\r"]),
+    cuts=st.lists(st.integers(min_value=0, max_value=400), max_size=12),
+)
+def test_sse_any_split_yields_the_same_events(events, newline, cuts) -> None:
+    """Property: rendering events to bytes and feeding them in any split parses back the events."""
+    out = b""
+    want = []
+    for name, lines, comment in events:
+        if comment:
+            out += b": note" + newline
+        if name is not None:
+            out += b"event: " + name.encode() + newline
+        for line in lines:
+            out += b"data: " + line + newline
+        out += newline
+        want.append(SSEEvent(name or "message", b"\n".join(lines)))
+    bounds = sorted({c % (len(out) + 1) for c in cuts})
+    pieces = [out[a:b] for a, b in zip([0, *bounds], [*bounds, len(out)])]
+    assert parse(*pieces) == want
+    assert parse(out) == want
+
+
+# ---------------------------------------------------------------------------------------------
+# accumulator helpers
+
+
+def chunk(text: str | None = None, *, ct: int | None = None, finish: str | None = None, chat: bool = False, **kw) -> bytes:
+    choice: dict = {"index": 0, "finish_reason": finish}
+    if chat:
+        choice["delta"] = {} if text is None else {"content": text}
+    else:
+        choice["text"] = text if text is not None else ""
+    obj: dict = {"id": "cmpl-1", "object": "x", "choices": [choice], **kw}
+    if ct is not None:
+        obj["usage"] = {"prompt_tokens": 3, "completion_tokens": ct, "total_tokens": 3 + ct}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def usage_only(ct: int) -> bytes:
+    obj = {"id": "cmpl-1", "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": ct}}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+def run(
+    timed: list[tuple[float, bytes]],
+    shape: RequestShape = COMPLETIONS,
+    *,
+    status: int = 200,
+    content_type: str | None = "text/event-stream",
+    end: bool = True,
+    limits: Limits = Limits(),
+) -> RequestRecord:
+    """Feed (time, body bytes) pairs to an accumulator, as a client would; return the record."""
+    acc = StreamAccumulator(shape, limits)
+    rec = RequestRecord("r", intended_start=0.0, start=0.0)
+    acc.on_response(status, content_type, 0.001)
+    for t, data in timed:
+        if not acc.on_body(data, t):
+            end = False
+            break
+    if end:
+        acc.on_end(timed[-1][0] if timed else 0.0)
+    acc.finish(rec, 10.0)
+    return rec
+
+
+# ---------------------------------------------------------------------------------------------
+# tokens and inter-token latency
+
+
+def test_continuous_usage_k_tokens_per_chunk() -> None:
+    rec = run([(1.0, chunk("abcd", ct=4)), (1.2, chunk("efgh", ct=8)), (1.3, chunk("ijkl", ct=12, finish="length")),
+               (1.3, usage_only(12)), (1.3, DONE)])  # fmt: skip
+    assert rec.outcome is Outcome.COMPLETED and rec.error is None
+    assert (rec.output_tokens, rec.chunks, rec.prompt_tokens) == (12, 3, 3)
+    assert (rec.tokens_source, rec.itl_source) == (TokensSource.USAGE, ItlSource.USAGE)
+    assert rec.ttft == 1.0 and rec.latency == 10.0
+    assert rec.itl == pytest.approx([0.05] * 4 + [0.025] * 4)
+    assert sum(rec.itl) == pytest.approx(0.3)
+    assert rec.tpot == pytest.approx(0.3 / 11)
+    assert rec.output_sha256 == hashlib.sha256(b"abcdefghijkl").hexdigest()
+    assert (rec.output_chars, rec.finish_reason, rec.server_id) == (12, "length", "cmpl-1")
+
+
+def test_continuous_usage_tokens_without_text() -> None:
+    """Tokens before the first text belong to it; a text-less EOS token is its own arrival."""
+    rec = run([(0.5, chunk(None, ct=1)), (1.0, chunk("ab", ct=2)), (1.1, chunk("c", ct=3)),
+               (1.3, chunk(None, ct=4, finish="stop")), (1.3, usage_only(4)), (1.3, DONE)])  # fmt: skip
+    assert rec.outcome is Outcome.COMPLETED
+    assert (rec.output_tokens, rec.chunks, rec.itl_source) == (4, 2, ItlSource.USAGE)
+    assert rec.ttft == 1.0
+    assert rec.itl == pytest.approx([0.1, 0.2])
+    assert rec.tpot == pytest.approx(0.3 / 3)
+
+
+def test_final_usage_equal_to_chunks_is_exact() -> None:
+    rec = run([(1.0, chunk("a")), (1.1, chunk("b")), (1.3, chunk("c", finish="length")), (1.3, usage_only(3)), (1.3, DONE)])
+    assert (rec.output_tokens, rec.tokens_source, rec.itl_source) == (3, TokensSource.USAGE, ItlSource.EXACT)
+    assert rec.itl == pytest.approx([0.1, 0.2])
+    assert rec.tpot == pytest.approx(0.15)
+
+
+def test_final_usage_spread_evenly_is_estimated() -> None:
+    rec = run([(1.0, chunk("a")), (1.1, chunk("b")), (1.2, chunk("c")), (1.2, usage_only(7)), (1.2, DONE)])
+    assert (rec.output_tokens, rec.itl_source) == (7, ItlSource.ESTIMATED)
+    # 7 tokens over 3 chunks: 2, 2, 3 -- the first chunk's 2 add no gap
+    assert rec.itl == pytest.approx([0.05] * 2 + [0.1 / 3] * 3)
+    assert rec.tpot == pytest.approx(0.2 / 6)
+
+
+def test_no_usage_counts_chunks() -> None:
+    rec = run([(1.0, chunk("a")), (1.5, chunk("b")), (1.5, DONE)])
+    assert (rec.output_tokens, rec.tokens_source, rec.itl_source) == (2, TokensSource.COUNTED, ItlSource.COUNTED)
+    assert rec.prompt_tokens is None
+    assert rec.itl == pytest.approx([0.5])
+
+
+def test_chat_role_chunk_is_not_the_first_token() -> None:
+    role = b'data: {"id":"chat-9","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}\n\n'
+    rec = run([(0.2, role), (0.7, chunk("hi", ct=1, chat=True)), (0.9, chunk(" there", ct=2, chat=True, finish="length")),
+               (0.9, DONE)], CHAT)  # fmt: skip
+    assert rec.outcome is Outcome.COMPLETED
+    assert (rec.ttft, rec.chunks, rec.output_tokens, rec.server_id) == (0.7, 2, 2, "chat-9")
+    assert rec.output_sha256 == hashlib.sha256(b"hi there").hexdigest()
+
+
+def test_non_streaming_json_body() -> None:
+    shape = RequestShape(Endpoint.CHAT, "m", "p", max_tokens=5, stream=False)
+    body = {"id": "chat-2", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"},
+            "finish_reason": "length"}], "usage": {"prompt_tokens": 2, "completion_tokens": 5}}  # fmt: skip
+    raw = json.dumps(body).encode()
+    rec = run([(0.4, raw[:10]), (0.6, raw[10:])], shape, content_type="application/json")
+    assert rec.outcome is Outcome.COMPLETED
+    assert (rec.ttft, rec.output_tokens, rec.chunks, rec.tpot, rec.itl) == (0.4, 5, 1, None, [])
+    assert (rec.tokens_source, rec.finish_reason, rec.server_id) == (TokensSource.USAGE, "length", "chat-2")
+
+
+# ---------------------------------------------------------------------------------------------
+# outcome classification
+
+
+@pytest.mark.parametrize(
+    ("timed", "error"),
+    [
+        ([(1.0, chunk("a")), (1.1, b'data: {"error": {"message": "boom", "code": 500}}\n\n'), (1.1, DONE)],
+         "error in response: boom"),
+        ([(1.0, chunk("a")), (1.1, b'data: {"object": "error", "message": "old style"}\n\n'), (1.1, DONE)],
+         "error in response: old style"),
+        ([(1.0, chunk("a")), (1.1, b"event: error\ndata: overloaded\n\n"), (1.1, DONE)], "SSE error event: overloaded"),
+        ([(1.0, chunk("a", finish="error")), (1.1, DONE)], "finish_reason: error"),
+        ([(1.0, chunk("a")), (1.1, chunk("b"))], "stream ended without data: [DONE]"),
+        ([(1.0, chunk("", finish="length")), (1.1, DONE)], "no text in the response"),
+        ([(1.0, b"data: {not json\n\n"), (1.0, chunk("a")), (1.1, DONE)], "malformed JSON in the response: {not json"),
+        ([(1.0, b"data: [1, 2]\n\n"), (1.0, chunk("a")), (1.1, DONE)], "malformed response, not a JSON object: [1, 2]"),
+        ([(1.0, chunk("a")), (1.1, usage_only(0)), (1.1, DONE)], "completion_tokens is 0"),
+    ],
+    ids=["error-key", "error-object", "error-event", "finish-error", "no-done", "no-text", "bad-json",
+         "not-object", "zero-tokens"],  # fmt: skip
+)  # fmt: skip
+def test_failures_after_http_200(timed, error) -> None:
+    rec = run(timed)
+    assert (rec.outcome, rec.error, rec.status) == (Outcome.FAILED, error, 200)
+
+
+def test_first_error_wins_and_is_truncated() -> None:
+    long = "x" * 2000
+    rec = run([(1.0, b"event: error\ndata: " + long.encode() + b"\n\n"), (1.1, b'data: {"error": "second"}\n\n')])
+    assert rec.outcome is Outcome.FAILED
+    assert rec.error == ("SSE error event: " + long)[:500]
+
+
+@pytest.mark.parametrize(("status", "outcome"), [(429, Outcome.REJECTED), (400, Outcome.REJECTED),
+                                                   (500, Outcome.FAILED), (302, Outcome.FAILED)])  # fmt: skip
+def test_http_status(status, outcome) -> None:
+    rec = run([(0.1, b'{"error": "too many"}')], status=status, content_type="application/json")
+    assert (rec.outcome, rec.status, rec.error) == (outcome, status, f'HTTP {status}: {{"error": "too many"}}')
+    assert rec.first_token is None and rec.output_sha256 is None
+
+
+def test_wrong_content_type() -> None:
+    rec = run([(0.1, b'{"choices": []}')], content_type="application/json")
+    assert rec.outcome is Outcome.FAILED
+    assert rec.error == "unexpected content-type 'application/json' for a stream: {\"choices\": []}"
+
+
+def test_event_too_large_stops_reading() -> None:
+    rec = run([(1.0, chunk("a")), (1.1, b"data: " + b"x" * 300), (1.2, b"x" * 300)], limits=Limits(max_event_bytes=500))
+    assert (rec.outcome, rec.error) == (Outcome.FAILED, "SSE event too large")
+    assert rec.chunks == 1
+
+
+def test_response_too_large_stops_reading() -> None:
+    rec = run([(1.0, chunk("a"))] * 10, limits=Limits(max_response_bytes=500))
+    assert rec.outcome is Outcome.FAILED and rec.error.startswith("response too large")
+
+
+def test_transport_failures() -> None:
+    acc = StreamAccumulator(COMPLETIONS)
+    acc.on_response(200, "text/event-stream", 0.1)
+    acc.on_body(chunk("a"), 0.2)
+    acc.connection_closed()
+    acc.fail(Outcome.TIMEOUT, "later")
+    rec = RequestRecord("r", intended_start=0.0)
+    acc.finish(rec, 1.0)
+    assert (rec.outcome, rec.error, rec.chunks) == (Outcome.DISCONNECTED, "connection closed before the response finished", 1)
+    acc = StreamAccumulator(COMPLETIONS)
+    acc.connection_closed()
+    acc.finish(rec, 1.0)
+    assert (rec.outcome, rec.error, rec.status) == (Outcome.DISCONNECTED, "connection closed before the response", None)
+
+
+def test_describe_transport_error_finds_the_root_oserror() -> None:
+    try:
+        try:
+            raise ConnectionResetError(104, "Connection reset by peer")
+        except OSError as inner:
+            raise trio.BrokenResourceError from inner
+    except trio.BrokenResourceError as exc:
+        assert describe_transport_error(exc) == "connection reset by peer (econnreset)"
+    group = OSError("all attempts failed")
+    group.__cause__ = ExceptionGroup("x", [ConnectionRefusedError(111, "Connection refused")])
+    assert describe_transport_error(group) == "connection refused (econnrefused)"
+    assert describe_transport_error(RuntimeError("odd")) == "RuntimeError: odd"
+
+
+# ---------------------------------------------------------------------------------------------
+# records and the clock
+
+
+def test_record_json_schema_round_trip() -> None:
+    rec = run([(1.0, chunk("abcd", ct=4)), (1.2, chunk("efgh", ct=8)), (1.2, DONE)])
+    rec.backend, rec.workload, rec.level, rec.concurrency, rec.bucket, rec.worker = "b", "w", 1, 8, -1, 3
+    d = rec.to_json()
+    assert tuple(d) == RECORD_KEYS
+    assert json.loads(json.dumps(d)) == d
+    assert d["itl"] == [0.05] * 4 and d["ttft"] == 1.0 and d["outcome"] == "completed"
+    back = RequestRecord.from_json(d)
+    assert back.to_json() == d
+    with pytest.raises(ValueError, match="missing"):
+        RequestRecord.from_json({k: v for k, v in d.items() if k != "end"})
+
+
+def test_run_clock_is_epoch_and_monotonic() -> None:
+    clock = RunClock()
+    a, b = clock.now(), clock.now()
+    assert a <= b and abs(a - time.time()) < 0.1
+    assert RunClock(lambda: 5.0, epoch=100.0).now() == 100.0
+
+
+async def test_run_clock_to_trio() -> None:
+    clock = RunClock()
+    assert clock.to_trio(clock.now() + 2.0) == pytest.approx(trio.current_time() + 2.0, abs=0.01)
+    assert clock.to_trio(float("inf")) == float("inf")
