@@ -23,7 +23,7 @@ cannot be below it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 
 __all__ = [
     "binomial_cdf",
@@ -148,7 +148,3 @@ def exceeds_with_confidence(over: int, n: int, q: float, confidence: float) -> b
         return over > 0  # p100 is the maximum: one sample above the threshold settles it
     tail = 1.0 - binomial_cdf(over - 1, n, p_over)
     return tail <= 1.0 - confidence
-
-
-def as_sorted(values: Sequence[float]) -> list[float]:  # pragma: no cover - tiny helper
-    return sorted(values)

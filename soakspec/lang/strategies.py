@@ -106,7 +106,7 @@ def _scalars() -> st.SearchStrategy[A.Value]:
     )
 
 
-def values(max_depth: int = 3) -> st.SearchStrategy[A.Value]:
+def values() -> st.SearchStrategy[A.Value]:
     return st.recursive(
         _scalars(),
         lambda inner: st.builds(A.List, st.lists(inner, max_size=6).map(tuple)),

@@ -29,6 +29,8 @@ from __future__ import annotations
 import http
 import json
 import os
+import socket
+import struct
 import sys
 import time
 import traceback
@@ -160,6 +162,11 @@ class _Request:
         self.client_gone = False
 
 
+# Linux's SO_TIMESTAMPNS (not exported by the socket module): the kernel stamps each received
+# segment, so a request's arrival time excludes the event loop's wake-up and parsing delays.
+_SO_TIMESTAMPNS = 35 if sys.platform == "linux" else None
+
+
 class _Io:
     """One connection: the socket, its h11 state, and whether it must close after this exchange."""
 
@@ -167,6 +174,35 @@ class _Io:
         self.stream = stream
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         self.must_close = False
+        self.arrival_wall: float | None = None  # kernel receive time of the current request's first bytes
+        self.timestamps = False
+        if _SO_TIMESTAMPNS is not None:
+            try:
+                stream.socket.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+                self.timestamps = True
+            except OSError:
+                pass
+
+    async def _receive(self) -> bytes:
+        if not self.timestamps or self.arrival_wall is not None:
+            return await self.stream.receive_some(READ_SIZE)
+        try:
+            data, ancdata, _flags, _addr = await self.stream.socket.recvmsg(READ_SIZE, 64)
+        except OSError as e:
+            raise trio.BrokenResourceError(str(e)) from e
+        for level, kind, raw in ancdata:
+            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= 16:
+                sec, nsec = struct.unpack("qq", raw[:16])
+                self.arrival_wall = sec + nsec * 1e-9
+        return data
+
+    def arrival(self) -> tuple[float, float]:
+        """(monotonic, wall) time the current request arrived: its first bytes' kernel timestamp."""
+        mono, wall = trio.current_time(), time.time()
+        stamp, self.arrival_wall = self.arrival_wall, None
+        if stamp is not None and 0.0 <= wall - stamp < 1.0:
+            return mono - (wall - stamp), stamp
+        return mono, wall
 
     async def next_event(self, timeout: float) -> Any:
         """The next h11 event, or None if nothing arrived within `timeout`."""
@@ -176,7 +212,7 @@ class _Io:
                 return event
             data = None
             with trio.move_on_after(timeout):
-                data = await self.stream.receive_some(READ_SIZE)
+                data = await self._receive()
             if data is None:
                 return None
             self.conn.receive_data(data)
@@ -251,7 +287,7 @@ class _Server:
             if event is None or isinstance(event, h11.ConnectionClosed):
                 return False
             assert isinstance(event, h11.Request)
-            arrived = (trio.current_time(), time.time())  # the request's arrival: its head was read
+            arrived = io.arrival()
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
             length = headers.get("content-length")
             if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
