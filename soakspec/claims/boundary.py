@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator, Sequence
 
 from soakspec.claims.document import Block, BlockKind, Document, Sentence
-from soakspec.claims.phrases import MENTION_SLACK, STATED_SLACK, Exclusion, tokens, windows
+from soakspec.claims.phrases import MENTION_SLACK, STATED_SLACK, Exclusion, content_tokens, windows
 from soakspec.claims.polarity import _NEG_DETERMINER, _NEG_VERBAL, Polarity, negates_list, polarity
 from soakspec.diagnostics import Diagnostic, Span
 
@@ -76,7 +76,7 @@ def _stated(doc: Document, sentences: Sequence[Sentence], ex: Exclusion) -> bool
         raw = doc.text[s.start : s.end]
         if any(p.search(raw) for p in ex.patterns):
             return True
-        toks = tokens(raw)
+        toks = content_tokens(raw)
         if next(windows(toks, ex.slots, len(ex.slots) + STATED_SLACK, ex.stated_needed), None):
             return True
     return False
@@ -122,7 +122,7 @@ def _candidates(doc: Document, s: Sentence, ex: Exclusion) -> Iterator[tuple[int
     found: list[tuple[int, int]] = []
     for p in ex.patterns:
         found.extend((m.start(), m.end()) for m in p.finditer(text) if m.end() > m.start())
-    toks = tokens(text)
+    toks = content_tokens(text)
     for i, j in windows(toks, ex.slots, len(ex.slots) + MENTION_SLACK, len(ex.slots)):
         a, b = toks[i].start, toks[j - 1].end
         inner = text[a:b]

@@ -323,12 +323,12 @@ def check_stale(doc: Document, path: str, evidence: Sequence[EvidenceFacts], cur
     if not current_spec_sha256:
         return []
     out: list[Diagnostic] = []
-    seen: set[tuple[str | None, str]] = set()
+    seen: set[tuple[str, str]] = set()
     low = doc.text.lower()
     for ev in evidence:
         if not ev.spec_sha256 or ev.spec_sha256.lower() == current_spec_sha256.lower():
             continue
-        key = (ev.source, ev.spec_sha256.lower())
+        key = (ev.source or f"backend {ev.backend}", ev.spec_sha256.lower())  # one per evidence dir
         if key in seen:
             continue
         seen.add(key)

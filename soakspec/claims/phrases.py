@@ -15,7 +15,7 @@ qualifiers dropped (`OPTIONAL`: a, an, the, of, for, hard, strict, soak, http, c
 A slash makes alternatives for one slot: "long/mixed-prompt" -> {long | mixed} + {prompt},
 "latency/memory" -> {latency | memory}; "long or mixed prompt" normalises to the same slots.
 
-Two thresholds (token windows never cross a sentence):
+Two thresholds (token windows count content words only, never cross a sentence):
 - *stated* (check 1, the claim-boundary section): some window of ``len(slots) + 3`` tokens
   satisfies at least ``STATED_THRESHOLD`` (2/3, rounded up) of the slots, or an assertion
   pattern of the exclusion matches. "production readiness" needs both slots; "multi-node
@@ -145,6 +145,11 @@ def tokens(text: str, base: int = 0) -> list[Token]:
             continue
         out.append(Token(w, canon(w), base + m.start(), base + m.end()))
     return out
+
+
+def content_tokens(text: str, base: int = 0) -> list[Token]:
+    """`tokens` without articles and qualifiers (`OPTIONAL`): window widths count these only."""
+    return [t for t in tokens(text, base) if t.text.lower() not in OPTIONAL]
 
 
 def normalise(text: str) -> str:

@@ -349,11 +349,18 @@ def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Di
         errored_lines.add(line)
         diags.append(Diagnostic(code, msg, Span(line, col, line, end_col or col + 1), path, hint=hint))
 
+    # An unterminated '"""' runs to the end of the file: what is left open there is its doing.
+    swallowed = False
+
+    def eof_error() -> None:
+        if not swallowed:
+            _eof_error(source, add)
+
     def on_error(e: UnexpectedInput) -> bool:
         if isinstance(e, UnexpectedCharacters):
             return False  # handled below by blanking the span and parsing again
         if e.token.type == "$END":
-            _eof_error(source, add)
+            eof_error()
             return False
         _token_error(e, add)
         _repair(e)
@@ -366,11 +373,12 @@ def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Di
             tree = parser.parse(source, on_error=on_error)
         except UnexpectedCharacters as e:
             start, end, filler = _lex_error(e, source, add)
+            swallowed = swallowed or (end == len(source) and source.startswith('"""', start))
             source = source[:start] + filler + source[end:]
             continue
         except (UnexpectedEOF, UnexpectedToken) as e:
             if isinstance(e, UnexpectedEOF) or e.token.type == "$END":
-                _eof_error(source, add)
+                eof_error()
             return None, diags
         except UnexpectedInput as e:  # pragma: no cover - other lark errors
             add("E001", f"syntax error: {e.__class__.__name__}", e.line, e.column)
@@ -435,12 +443,13 @@ def _token_error(e: UnexpectedToken, add) -> None:
 
 
 def _repair(e: UnexpectedToken) -> None:
-    """After reporting a missing '=' (`key 5`) or ',' (`[1 2]`), insert it, so that parsing
-    goes on from where the writer meant and the next line does not report a second error."""
+    """After reporting a missing '=' (`key 5`), ',' (`[1 2]`), ']' (`[1, 2 }`) or ')'
+    (`p95(ttft <= 1s`), insert it, so that parsing goes on from where the writer meant and
+    the next line does not report a second error."""
     ip = e.interactive_parser
     if ip is None:
         return
-    for name, text in (("EQUAL", "="), ("COMMA", ",")):
+    for name, text in (("EQUAL", "="), ("COMMA", ","), ("RSQB", "]"), ("RPAR", ")")):
         if name not in ip.accepts():
             continue
         trial = ip.copy()
@@ -473,6 +482,9 @@ def _lex_error(e: UnexpectedCharacters, source: str, add) -> tuple[int, int, str
             return pos, len(source), _blank(source, pos, len(source))[pos:]
         add("E002", "unterminated string: the closing '\"' is missing on this line", e.line, e.column)
         n = line_end - pos
+        tail = source[pos:line_end].rstrip()
+        if len(tail) >= 3 and tail[-1] in "{[":  # `backend "a {`: keep the bracket the line opens
+            return pos, line_end, ('""' + " " * (len(tail) - 3) + tail[-1]).ljust(n)
         return pos, line_end, ('""' + " " * (n - 2)) if n >= 2 else "_"
     if ch == "\\":
         add("E003", "unexpected '\\' outside a string", e.line, e.column)

@@ -218,13 +218,11 @@ class _BackendRun:
     async def _watch_process(self) -> None:
         if self.server is None:
             await trio.sleep_forever()
-        while True:
-            rc = self.server.poll()
-            if rc is not None:
-                from soakspec.runner.procs import describe_exit
+        from soakspec.runner.procs import describe_exit
 
-                raise BackendError(self.backend.name, f"server {describe_exit(rc)} during the run", log_tail(self.server.log_path))
-            await trio.sleep(0.1)
+        rc = await self.server.process.wait()
+        self.server.poll()
+        raise BackendError(self.backend.name, f"server {describe_exit(rc)} during the run", log_tail(self.server.log_path))
 
     async def _telemetry(self) -> None:
         from soakspec.evidence.telemetry import telemetry_record
@@ -319,7 +317,7 @@ class _BackendRun:
         try:
             await trio.to_thread.run_sync(self._collect_sync)
         except Exception as e:  # noqa: BLE001 - keep the evidence; say what could not be derived
-            eng.progress.log(f"[{b.name}] could not finish the evidence: {type(e).__name__}: {e}")
+            eng.progress.error(f"[{b.name}] could not finish the evidence: {type(e).__name__}: {e}")
             self.entry.setdefault("collect_error", f"{type(e).__name__}: {e}")
             self.entry.setdefault("name", b.name)
 
@@ -500,7 +498,7 @@ async def _execute(eng: _Engine) -> tuple[str, str | None]:
     status, reason = "complete", None
     if plan.spec.telemetry.require_gpus and not gpus.get("available"):
         status, reason = "aborted", f"the spec requires GPUs and NVML reports none ({gpus.get('reason')})"
-        eng.progress.log(f"soakspec run: {reason}")
+        eng.progress.error(f"soakspec run: {reason}")
         return _finish(eng, manifest, status, reason)
 
     eng.reaper.start()
@@ -520,16 +518,16 @@ async def _execute(eng: _Engine) -> tuple[str, str | None]:
                 for r in eng.runs:
                     if r.backend.name == err.backend:
                         r.aborted_reason = err.message
-                eng.progress.log(f"soakspec run: {err}")
+                eng.progress.error(f"soakspec run: {err}")
                 if err.log_tail:
-                    eng.progress.log(f"last lines of {err.backend}'s log:\n{err.log_tail}")
+                    eng.progress.error(f"last lines of {err.backend}'s log:\n{err.log_tail}")
             except* EvidenceError as group:
                 err = group.exceptions[0]
                 status, reason = "aborted", f"cannot write evidence: {err}"
-                eng.progress.log(f"soakspec run: {reason}")
+                eng.progress.error(f"soakspec run: {reason}")
             if eng.signal_name is not None:
                 status, reason = "aborted", f"interrupted by {eng.signal_name}"
-                eng.progress.log(f"soakspec run: {reason}; servers stopped, evidence kept")
+                eng.progress.error(f"soakspec run: {reason}; servers stopped, evidence kept")
     finally:
         eng.reaper.close()
         eng.nvml.close()

@@ -39,6 +39,14 @@ class Progress:
         else:
             print(text, file=self.stream, flush=True)
 
+    def error(self, text: str) -> None:
+        """Problems are printed even with --quiet."""
+        text = self._scrub(text)
+        if self._rich is not None:
+            self._rich.console.print(text, markup=False, highlight=False)
+        else:
+            print(text, file=self.stream, flush=True)
+
     def start(self) -> None:
         if self.quiet or not self.tty:
             return

@@ -4,9 +4,9 @@ Design
 ------
 * Every random decision about a request comes from `plan_request(config, index, ...)`, where
   `index` is the request's arrival index (0, 1, 2, ... over the inference requests the server
-  received). Three independent streams are seeded from (seed, index): *fault* (which fault,
-  where, the 5xx status, trace dropping, early EOS), *text* (the token pieces) and *time* (ITL
-  jitter). So the same seed and the same request sequence give the same texts, timings and
+  received). Three independent byte streams, SHAKE-128 of (seed, index, name), feed it: *fault*
+  (which fault, where, the 5xx status, trace dropping, early EOS), *text* (one byte picks each
+  token among 256 words) and *time* (ITL jitter). No global RNG, no state between requests. So the same seed and the same request sequence give the same texts, timings and
   traces; and token i's text does not depend on max_tokens or on the fault knobs.
 * Faults partition [0, 1): one uniform draw u picks at most one fault, in the order
   error, stream_error, stall, disconnect, omit_done; each happens with exactly its rate.
@@ -26,7 +26,7 @@ import collections
 import dataclasses
 import enum
 import hashlib
-import random
+import struct
 from collections.abc import Hashable
 from typing import Generic, TypeVar
 
@@ -89,21 +89,25 @@ _FAULT_RATES: tuple[tuple[Fault, str], ...] = (
 MID_STREAM_FAULTS = frozenset({Fault.STREAM_ERROR, Fault.STALL, Fault.DISCONNECT})
 
 
-def _rng(seed: int, index: int, stream: str) -> random.Random:
-    digest = hashlib.blake2b(f"soakspec-sim:{seed}:{index}:{stream}".encode(), digest_size=8).digest()
-    return random.Random(int.from_bytes(digest, "big"))
+def _stream_bytes(seed: int, index: int, stream: str, n: int) -> bytes:
+    """`n` pseudo-random bytes that depend only on (seed, index, stream): SHAKE-128 of that key."""
+    return hashlib.shake_128(f"soakspec-sim:{seed}:{index}:{stream}".encode()).digest(n)
+
+
+def _uniforms(raw: bytes) -> list[float]:
+    """Floats uniform in [0, 1), 8 bytes each."""
+    return [x / 2.0**64 for x in struct.unpack(f">{len(raw) // 8}Q", raw)]
 
 
 def chunk_sizes(n_tokens: int, tokens_per_chunk: int) -> list[int]:
     """Tokens per SSE event: the first token alone, then `tokens_per_chunk` at a time."""
     if n_tokens <= 0:
         return []
-    sizes = [1]
-    rest = n_tokens - 1
-    while rest > 0:
-        sizes.append(min(tokens_per_chunk, rest))
-        rest -= sizes[-1]
-    return sizes
+    full, rest = divmod(n_tokens - 1, tokens_per_chunk)
+    return [1] + [tokens_per_chunk] * full + ([rest] if rest else [])
+
+
+_PIECES: tuple[str, ...] = tuple(" " + w for w in WORDS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,8 +117,10 @@ class RequestPlan:
     index: int
     tokens: tuple[str, ...]  # the output pieces; len(tokens) == completion tokens when it completes
     finish_reason: str  # "length" or "stop"
-    jitter: tuple[float, ...]  # u in [-1, 1] per token (entry 0 unused: token 0 is the TTFT)
+    jitter: tuple[float, ...]  # u in [-1, 1] per token (entry 0 unused: token 0 is the TTFT); () if unused
     events: tuple[int, ...]  # tokens per SSE event
+    event_texts: tuple[str, ...]  # the text of each event
+    event_ends: tuple[int, ...]  # completion tokens sent once each event is
     fault: Fault | None
     fault_after_events: int  # mid-stream faults: token events sent before the fault (1..len(events))
     error_status: int  # the status of Fault.ERROR (500 or 503)
@@ -126,8 +132,7 @@ class RequestPlan:
 
 
 def plan_request(config: SimConfig, index: int, max_tokens: int, ignore_eos: bool) -> RequestPlan:
-    frng = _rng(config.seed, index, "fault")
-    u_fault, u_status, u_where, u_drop, u_eos, u_eos_at = (frng.random() for _ in range(6))
+    u_fault, u_status, u_where, u_drop, u_eos, u_eos_at = _uniforms(_stream_bytes(config.seed, index, "fault", 48))
 
     fault: Fault | None = None
     edge = 0.0
@@ -143,21 +148,28 @@ def plan_request(config: SimConfig, index: int, max_tokens: int, ignore_eos: boo
         n = 1 + int(u_eos_at * (max_tokens - 1))  # 1 .. max_tokens-1
         finish = "stop"
 
-    trng = _rng(config.seed, index, "text")
-    words = WORDS
-    tokens = tuple(" " + words[trng.getrandbits(8)] for _ in range(n))
-    if config.zero_latency or config.itl_jitter == 0:
-        jitter: tuple[float, ...] = ()
+    tokens = tuple(map(_PIECES.__getitem__, _stream_bytes(config.seed, index, "text", n)))
+    jitter: tuple[float, ...] = ()
+    if not config.zero_latency and config.itl_jitter:
+        jitter = tuple(2.0 * u - 1.0 for u in _uniforms(_stream_bytes(config.seed, index, "time", 8 * n)))
+    k = config.tokens_per_chunk
+    events = tuple(chunk_sizes(n, k))
+    if k == 1:
+        event_texts, event_ends = tokens, tuple(range(1, n + 1))
     else:
-        jrng = _rng(config.seed, index, "time")
-        jitter = tuple(jrng.uniform(-1.0, 1.0) for _ in range(n))
-    events = tuple(chunk_sizes(n, config.tokens_per_chunk))
+        ends = [1 + i * k for i in range(len(events))]
+        ends[-1] = n
+        starts = [0, *ends[:-1]]
+        event_texts = tuple("".join(tokens[a:b]) for a, b in zip(starts, ends))
+        event_ends = tuple(ends)
     return RequestPlan(
         index=index,
         tokens=tokens,
         finish_reason=finish,
         jitter=jitter,
         events=events,
+        event_texts=event_texts,
+        event_ends=event_ends,
         fault=fault,
         fault_after_events=1 + min(int(u_where * len(events)), len(events) - 1) if events else 0,
         error_status=500 if u_status < 0.5 else 503,

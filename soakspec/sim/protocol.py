@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soakspec.sim.config import SimConfig
@@ -51,6 +51,15 @@ _STATUS_TYPES = {
 
 def _dumps(obj: object) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+def _is_plain(text: str) -> bool:
+    """Printable ASCII without quotes or backslashes (every simulated token): JSON needs no escaping."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
+
+
+def _json_str(text: str) -> str:
+    return '"' + text + '"' if _is_plain(text) else _dumps(text)
 
 
 class ApiError(Exception):
@@ -251,11 +260,33 @@ class StreamRenderer:
         ).encode()
 
     def token_event(self, text: str, completion_tokens: int, finish_reason: str | None) -> bytes:
-        fr = "null" if finish_reason is None else f'"{finish_reason}"'
-        return (
-            self._head + self._choice + _dumps(text) + self._tail_open + fr + ',"stop_reason":null}]'
-            + self._usage_field(completion_tokens) + "}\n\n"
-        ).encode()
+        return self.token_events((text,), (completion_tokens,), finish_reason)
+
+    def token_events(self, texts: Sequence[str], ends: Sequence[int], finish_reason: str | None) -> bytes:
+        """Consecutive token events: `ends[i]` = completion tokens once event i is sent;
+        `finish_reason` goes on the last one (None while the stream goes on)."""
+        pre = self._head + self._choice
+        post = self._tail_open + 'null,"stop_reason":null}]'
+        n_plain = len(texts) - (finish_reason is not None)  # events without a finish_reason
+        if n_plain <= 0:
+            out = ""
+        elif self.req.continuous_usage:
+            out = "".join(
+                pre + _json_str(t) + post + self._usage_field(e) + "}\n\n" for t, e in zip(texts[:n_plain], ends)
+            )
+        else:
+            post += self._usage_field(0) + "}\n\n"
+            plain = texts[:n_plain]
+            if _is_plain("".join(plain)):  # nothing to escape: the whole run is one join
+                out = pre + '"' + ('"' + post + pre + '"').join(plain) + '"' + post
+            else:
+                out = "".join(pre + _json_str(t) + post for t in plain)
+        if finish_reason is not None and texts:
+            out += (
+                pre + _json_str(texts[-1]) + self._tail_open + f'"{finish_reason}","stop_reason":null}}]'
+                + self._usage_field(ends[-1]) + "}\n\n"
+            )
+        return out.encode()
 
     def usage_event(self, completion_tokens: int) -> bytes:
         return (

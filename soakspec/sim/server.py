@@ -73,7 +73,7 @@ MAX_HEADER_BYTES = 64 * 1024
 READ_SIZE = 64 * 1024
 BODY_READ_TIMEOUT = 60.0
 PIPELINE_BUFFER_CAP = 64 * 1024
-WRITE_COALESCE_BYTES = 64 * 1024
+MAX_COALESCED_EVENTS = 256  # events due at once (a late wake-up) are written together, this many at most
 CRASH_EXIT_CODE = 3
 TRACE_PREFIX = "soakspec_sim_trace "
 ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
@@ -174,6 +174,7 @@ class _Io:
         self.stream = stream
         self.conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         self.must_close = False
+        self.pending: list[Any] = []  # h11 events to send with the next write (a deferred response head)
         self.arrival_wall: float | None = None  # kernel receive time of the current request's first bytes
         self.timestamps = False
         if _SO_TIMESTAMPNS is not None:
@@ -183,15 +184,17 @@ class _Io:
             except OSError:
                 pass
 
-    async def _receive(self) -> bytes:
-        if not self.timestamps or self.arrival_wall is not None:
+    async def receive(self, stamp: bool) -> bytes:
+        """Read from the socket. With `stamp`, bytes that may begin a request: keep the kernel's
+        receive time of the first such read until `arrival()` takes it."""
+        if not (stamp and self.timestamps) or self.arrival_wall is not None:
             return await self.stream.receive_some(READ_SIZE)
         try:
             data, ancdata, _flags, _addr = await self.stream.socket.recvmsg(READ_SIZE, 64)
         except OSError as e:
             raise trio.BrokenResourceError(str(e)) from e
         for level, kind, raw in ancdata:
-            if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= 16:
+            if data and level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS and len(raw) >= 16:
                 sec, nsec = struct.unpack("qq", raw[:16])
                 self.arrival_wall = sec + nsec * 1e-9
         return data
@@ -204,7 +207,7 @@ class _Io:
             return mono - (wall - stamp), stamp
         return mono, wall
 
-    async def next_event(self, timeout: float) -> Any:
+    async def next_event(self, timeout: float, stamp: bool = False) -> Any:
         """The next h11 event, or None if nothing arrived within `timeout`."""
         while True:
             event = self.conn.next_event()
@@ -212,13 +215,17 @@ class _Io:
                 return event
             data = None
             with trio.move_on_after(timeout):
-                data = await self._receive()
+                data = await self.receive(stamp)
             if data is None:
                 return None
             self.conn.receive_data(data)
 
     async def send(self, *events: Any) -> None:
-        await self.stream.send_all(b"".join(self.conn.send(e) or b"" for e in events))
+        if self.pending:
+            events = (*self.pending, *events)
+            self.pending.clear()
+        if events:
+            await self.stream.send_all(b"".join(self.conn.send(e) or b"" for e in events))
 
     def next_cycle(self) -> bool:
         if self.must_close or self.conn.our_state is not h11.DONE or self.conn.their_state is not h11.DONE:
@@ -283,7 +290,7 @@ class _Server:
     async def _exchange(self, io: _Io) -> bool:
         """Serve one request; return whether the connection stays open for another."""
         try:
-            event = await io.next_event(self.cfg.keep_alive_timeout)
+            event = await io.next_event(self.cfg.keep_alive_timeout, stamp=True)
             if event is None or isinstance(event, h11.ConnectionClosed):
                 return False
             assert isinstance(event, h11.Request)
@@ -405,34 +412,43 @@ class _Server:
     async def _serve_admitted(self, io: _Io, st: _Request, req: InferenceRequest, plan: RequestPlan,
                               id_header: Sequence[tuple[str, str]]) -> None:
         """Wait for a slot and generate, while a watcher notices if the client goes away."""
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._watch_client, io, st, nursery.cancel_scope)
+        if req.stream:  # the head goes with the first event, or before any wait
+            st.status = 200
+            io.pending.append(_response(200, [
+                ("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"), *id_header,
+            ]))
+
+        async def generate() -> None:
             try:
-                if req.stream:
-                    st.status = 200
-                    await io.send(_response(200, [
-                        ("content-type", "text/event-stream; charset=utf-8"), ("cache-control", "no-cache"),
-                        *id_header,
-                    ]))
-                await st.ready.wait()
+                if not st.ready.is_set():
+                    await io.send()
+                    await st.ready.wait()
                 if req.stream:
                     await self._stream(io, st, req, plan)
                 else:
                     await self._full(io, st, req, plan, id_header)
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 st.client_gone = True
-            finally:
-                nursery.cancel_scope.cancel()
+
+        if self.cfg.zero_latency and st.ready.is_set() and plan.fault is not Fault.STALL:
+            await generate()  # nothing to wait for: no one to watch
+        else:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._watch_client, io, st, nursery.cancel_scope)
+                try:
+                    await generate()
+                finally:
+                    nursery.cancel_scope.cancel()
         if st.client_gone:
             io.must_close = True
 
     async def _watch_client(self, io: _Io, st: _Request, scope: trio.CancelScope) -> None:
         try:
             while True:
-                data = await io.stream.receive_some(READ_SIZE)
+                data = await io.receive(stamp=True)
                 if not data:
                     break
-                io.conn.receive_data(data)  # a pipelined request: keep it for the next cycle
+                io.conn.receive_data(data)  # the next request, pipelined: keep it for the next cycle
                 if len(io.conn.trailing_data[0]) > PIPELINE_BUFFER_CAP:
                     return  # stop reading rather than buffer without bound
         except (trio.BrokenResourceError, trio.ClosedResourceError):
@@ -446,63 +462,59 @@ class _Server:
     async def _stream(self, io: _Io, st: _Request, req: InferenceRequest, plan: RequestPlan) -> None:
         cfg = self.cfg
         renderer = StreamRenderer(req, st.response_id, cfg.model)
-        timeline = Timeline(cfg, plan, req.prompt_tokens, st.scheduled_mono, self.epoch)
-        n_tokens, n_events = len(plan.tokens), len(plan.events)
+        n_events = len(plan.events)
         fault = plan.fault if plan.fault in MID_STREAM_FAULTS else None
+        stop = plan.fault_after_events if fault is not None else n_events  # token events to send
         buf: list[bytes] = []
-        buffered = 0
-        made = 0  # tokens rendered into events (sent or buffered)
+        rendered = 0  # token events rendered into buf (or already sent)
+
+        def render(upto: int) -> None:
+            nonlocal rendered
+            if rendered == 0 and renderer.chat:
+                buf.append(renderer.role_event())
+            final = plan.finish_reason if upto == n_events else None
+            buf.append(renderer.token_events(plan.event_texts[rendered:upto], plan.event_ends[rendered:upto], final))
+            rendered = upto
 
         async def flush(end: bool = False) -> None:
-            nonlocal buffered
-            if made and st.first_token_at is None:
+            if rendered and st.first_token_at is None:
                 st.first_token_at = time.time()
             events: list[Any] = [h11.Data(data=b"".join(buf))] if buf else []
             if end:
                 events.append(h11.EndOfMessage())
             buf.clear()
-            buffered = 0
-            if events:
-                await io.send(*events)
-            st.completion_tokens = made
+            await io.send(*events)
+            st.completion_tokens = plan.event_ends[rendered - 1] if rendered else 0
 
-        for ev in range(n_events + 1):
-            if fault is not None and ev == plan.fault_after_events:
-                if fault is Fault.STREAM_ERROR:
-                    buf += [StreamRenderer.error_event(), DONE]
-                    await flush(end=True)
-                    st.terminal = "error"
-                elif fault is Fault.DISCONNECT:
-                    await flush()
-                    st.terminal = "disconnected"
-                    io.must_close = True
-                else:  # STALL: the client decides when this ends
-                    await flush()
-                    await trio.sleep_forever()
-                return
-            if ev == n_events:
-                break
-            deadline = timeline.next_event(self._others())
-            if not cfg.zero_latency and deadline > trio.current_time():
-                if buf:
-                    await flush()
-                await self.waker.sleep_until(deadline)
-            size = plan.events[ev]
-            text = "".join(plan.tokens[made:made + size])
-            made += size
-            if ev == 0 and renderer.chat:
-                buf.append(renderer.role_event())
-            chunk = renderer.token_event(text, made, plan.finish_reason if made == n_tokens else None)
-            buf.append(chunk)
-            buffered += len(chunk)
-            if buffered > WRITE_COALESCE_BYTES:
-                await flush()
-        if req.include_usage:
-            buf.append(renderer.usage_event(made))
-        if plan.fault is not Fault.OMIT_DONE:
-            buf.append(DONE)
-        await flush(end=True)
-        st.terminal, st.finish_reason = "completed", plan.finish_reason
+        if cfg.zero_latency:
+            render(stop)
+        else:
+            timeline = Timeline(cfg, plan, req.prompt_tokens, st.scheduled_mono, self.epoch)
+            for ev in range(stop):
+                deadline = timeline.next_event(self._others())
+                if deadline > trio.current_time() or len(buf) >= MAX_COALESCED_EVENTS:
+                    await flush()  # what is due goes out before waiting
+                    await self.waker.sleep_until(deadline)
+                render(ev + 1)
+
+        if fault is Fault.STREAM_ERROR:
+            buf += [StreamRenderer.error_event(), DONE]
+            await flush(end=True)
+            st.terminal = "error"
+        elif fault is Fault.DISCONNECT:
+            await flush()
+            st.terminal = "disconnected"
+            io.must_close = True
+        elif fault is Fault.STALL:
+            await flush()
+            await trio.sleep_forever()  # until the client leaves (or the server stops)
+        else:
+            if req.include_usage:
+                buf.append(renderer.usage_event(rendered and plan.event_ends[rendered - 1]))
+            if plan.fault is not Fault.OMIT_DONE:
+                buf.append(DONE)
+            await flush(end=True)
+            st.terminal, st.finish_reason = "completed", plan.finish_reason
 
     async def _full(self, io: _Io, st: _Request, req: InferenceRequest, plan: RequestPlan,
                     id_header: Sequence[tuple[str, str]]) -> None:

@@ -1,0 +1,256 @@
+"""Synthetic evidence for the judge's tests: a clean run of a spec, in memory or on disk.
+
+`EvidenceBuilder(spec)` lays out what a perfect run of `spec` would leave behind -- every
+planned backend, level and bucket with requests, matched traces, telemetry, a passing follow-up
+and consistent provenance -- as plain mutable dicts. Tests break one thing (fail a request,
+drop a bucket, cut the run short, change a commit) and then either `build()` an in-memory
+`Evidence` (treated as verified) or `write(dir)` a real evidence directory with the evidence
+package's own writers and a finalized, hashed manifest, which `load_evidence` reads back.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from soakspec.evidence import layout
+from soakspec.judge.evidence import BackendEvidence, Evidence, Integrity
+from soakspec.lang.spec import Spec
+from soakspec.plan import plan as make_plan
+
+T0 = 1_747_000_000.0
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+FINGERPRINT = "f" * 64
+BINARY_SHA = "b" * 64
+
+
+def _hex(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class EvidenceBuilder:
+    """A clean run of `spec`. Attributes are plain data that tests may edit before building:
+
+    manifest     the manifest dict (backends[i]["levels"] hold the bucket windows)
+    records      backend name -> list of requests.jsonl rows (warm-up, measured, follow-up)
+    traces       backend name -> list of traces.jsonl rows
+    telemetry    backend name -> list of telemetry.jsonl rows
+    followups    backend name -> followup.json dict
+    """
+
+    def __init__(self, spec: Spec, *, per_bucket: int = 8, latency: float = 1.0, t0: float = T0,
+                 run_id: str = "run1", time_scale: float = 1.0, rehearsal: bool = False):
+        self.spec = spec
+        self.run_id = run_id
+        self.per_bucket = per_bucket
+        self.latency = latency
+        p = make_plan(spec, time_scale=time_scale, rehearse=rehearsal)
+        self.records: dict[str, list[dict[str, Any]]] = {}
+        self.traces: dict[str, list[dict[str, Any]]] = {}
+        self.telemetry: dict[str, list[dict[str, Any]]] = {}
+        self.followups: dict[str, dict[str, Any]] = {}
+        backends = []
+        t = t0
+        for bp in p.backends:
+            be = bp.backend
+            name = be.name
+            recs: list[dict[str, Any]] = []
+            self.records[name] = recs
+            levels = []
+            start_of_backend = t
+            for lv in bp.levels:
+                started = t
+                ms = started + lv.warmup_s
+                buckets = []
+                for bk in lv.buckets:
+                    a = ms + bk.start_s
+                    buckets.append({"index": bk.index, "start": a, "end": a + bk.length_s, "planned_length_s": bk.length_s})
+                    for i in range(per_bucket):
+                        s = a + bk.length_s * i / per_bucket
+                        recs.append(self.request(name, lv.workload, lv.index, bk.index, s, conc=lv.concurrency, rate=lv.rate))
+                me = ms + lv.duration_s
+                levels.append({
+                    "workload": lv.workload, "index": lv.index, "mode": lv.mode, "concurrency": lv.concurrency,
+                    "rate": lv.rate, "batch_requests": lv.batch_requests, "planned_duration_s": lv.duration_s,
+                    "bucket_s": lv.buckets[0].length_s, "warmup_s": lv.warmup_s, "deadline_s": lv.deadline_s,
+                    "started_at": started, "measure_start": ms, "measure_end": me, "drained_at": me + latency,
+                    "completed": True, "buckets": buckets, "sent": per_bucket * len(lv.buckets),
+                })
+                t = me + latency + 1.0
+            fu = None
+            if bp.follow_up:
+                fu = self.request(name, bp.levels[0].workload, 0, -2, t, conc=1, rate=None)
+                recs.append(fu)
+                t += latency + 1.0
+            self.followups[name] = {"required": bp.follow_up, "record": copy.deepcopy(fu), "passed": bp.follow_up,
+                                    "reason": None, "server_idle": True if bp.follow_up else None}
+            trace_source = be.traces.source
+            self.traces[name] = [self.trace_row(r) for r in recs] if trace_source != "none" else []
+            self.telemetry[name] = [
+                {"schema_version": 1, "t": x, "server_pid": 4242, "server_rss_bytes": 2 << 30,
+                 "gpus": [{"index": g, "memory_used": 40 << 30, "process_memory_used": 38 << 30,
+                           "utilization_gpu": 90.0, "temperature_c": 60.0, "power_w": 300.0} for g in (be.gpus or (0,))]}
+                for x in _frange(start_of_backend, t, 5.0)
+            ]
+            rt = be.runtime
+            if rt is None:
+                rb = {"declared": None, "detected": None, "env_observed": {}, "status": "undeclared", "display": "undeclared", "details": []}
+            elif rt.log_pattern:
+                rb = {"declared": rt.label, "detected": rt.version, "env_observed": {k: "1" for k in rt.require_env},
+                      "status": "confirmed", "display": rt.label, "details": []}
+            else:
+                rb = {"declared": rt.label, "detected": None, "env_observed": {}, "status": "declared", "display": rt.label, "details": []}
+            backends.append({
+                "name": name, "safe_name": layout.safe_name(name), "kind": be.kind, "url": None,
+                "argv": list(be.argv) or None, "env": dict(be.env), "cwd": None, "pid": 4242,
+                "started_at": None, "ready_at": None, "ready_seconds": None, "exit_status": 0, "stop_signal": "SIGTERM",
+                "runtime_boundary": rb,
+                "source": {"repo": spec.source.repo, "commit_before": COMMIT, "commit_after": COMMIT,
+                           "dirty_before": False, "dirty_after": False, "reason": None},
+                "model": {"id": spec.model.id, "revision": spec.model.revision, "path": spec.model.path,
+                          "fingerprint": FINGERPRINT, "fingerprint_files": {}, "reason": None},
+                "server_binary": {"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA},
+                "levels": levels, "trace_source": trace_source, "aborted_reason": None,
+            })
+        from soakspec.evidence.manifest import utc_iso
+
+        self.manifest: dict[str, Any] = {
+            "schema_version": 1, "soakspec_version": "0.0.0", "run_id": run_id, "status": "complete",
+            "incomplete_reason": None, "rehearsal": rehearsal, "time_scale": time_scale,
+            "spec": {"path": spec.path, "text": spec.canonical_text, "sha256": spec.sha256},
+            "started_at": utc_iso(t0), "started_at_epoch": t0, "ended_at": utc_iso(t), "ended_at_epoch": t,
+            "host": {"hostname": "h", "cpu_model": "cpu", "cpu_cores": 2, "memory_total": 1 << 30,
+                     "kernel": "6.0", "os": "Linux", "python_version": "3.11", "soakspec_version": "0.0.0"},
+            "gpus": {"available": False, "reason": "synthetic"},
+            "backends": backends, "artifacts": {},
+        }
+        self._seq = 0
+
+    # ---------------------------------------------------------------- rows
+
+    def request(self, backend: str, workload: str, level: int, bucket: int, start: float, *,
+                conc: int | None, rate: float | None, outcome: str = "completed", error: str | None = None,
+                status: int | None = 200) -> dict[str, Any]:
+        self._seq = getattr(self, "_seq", 0) + 1
+        rid = f"{self.run_id}-{layout.safe_name(backend)}-{self._seq:05d}"
+        lat = self.latency
+        ok = outcome == "completed"
+        out = 64 if ok else 0
+        text = f"out {rid}"
+        return {
+            "schema_version": 1, "request_id": rid, "backend": backend, "workload": workload, "level": level,
+            "concurrency": conc, "rate": rate, "bucket": bucket, "worker": 0,
+            "intended_start": start, "start": start, "first_byte": start + 0.05, "first_token": start + 0.1 if ok else None,
+            "end": start + lat, "status": status, "outcome": outcome, "error": error,
+            "finish_reason": "length" if ok else None, "server_id": f"cmpl-{rid}-0",
+            "prompt_tokens": 64, "output_tokens": out, "tokens_source": "usage", "itl_source": "exact",
+            "chunks": out, "ttft": 0.1 if ok else None, "latency": lat, "tpot": (lat - 0.1) / 63 if ok else None,
+            "itl": [round((lat - 0.1) / 63, 6)] * 63 if ok else [], "output_sha256": _hex(text) if ok else None,
+            "output_chars": len(text) if ok else 0,
+        }
+
+    def trace_row(self, r: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "schema_version": 1, "trace_id": f"cmpl-{r['request_id']}-0", "request_id": r["request_id"], "matched": True,
+            "reason": None, "times": [r["start"], r["end"]], "source": "server.log", "offset": 0,
+            "payload": {"request_id": f"cmpl-{r['request_id']}-0", "terminal_reason": "finished", "queued": r["start"]},
+        }
+
+    # ---------------------------------------------------------------- edits
+
+    def entry(self, backend: str) -> dict[str, Any]:
+        for b in self.manifest["backends"]:
+            if b["name"] == backend:
+                return b
+        raise KeyError(backend)
+
+    def level(self, backend: str, index: int, workload: str | None = None) -> dict[str, Any]:
+        for lv in self.entry(backend)["levels"]:
+            if lv["index"] == index and (workload is None or lv["workload"] == workload):
+                return lv
+        raise KeyError((backend, index))
+
+    def measured(self, backend: str, level: int | None = None, bucket: int | None = None) -> Iterator[dict[str, Any]]:
+        for r in self.records[backend]:
+            if r["bucket"] < 0:
+                continue
+            if level is not None and r["level"] != level:
+                continue
+            if bucket is not None and r["bucket"] != bucket:
+                continue
+            yield r
+
+    def set_outcome(self, r: dict[str, Any], outcome: str, error: str, status: int | None = 200) -> dict[str, Any]:
+        """Turn a measured request into a failure of the given kind (in place)."""
+        r.update(outcome=outcome, error=error, status=status, first_token=None, ttft=None, tpot=None, itl=[],
+                 output_tokens=0, chunks=0, finish_reason=None, output_sha256=None, output_chars=0)
+        return r
+
+    def untrace(self, request_id: str, backend: str) -> None:
+        self.traces[backend] = [t for t in self.traces[backend] if t["request_id"] != request_id]
+
+    def drop_bucket_requests(self, backend: str, level: int, bucket: int) -> None:
+        gone = {r["request_id"] for r in self.measured(backend, level, bucket)}
+        self.records[backend] = [r for r in self.records[backend] if r["request_id"] not in gone]
+        self.traces[backend] = [t for t in self.traces[backend] if t["request_id"] not in gone]
+
+    # ---------------------------------------------------------------- outputs
+
+    def build(self) -> Evidence:
+        """An in-memory `Evidence`, treated as verified (nothing on disk to re-hash)."""
+        backends = []
+        for b in self.manifest["backends"]:
+            n = b["name"]
+            backends.append(BackendEvidence(
+                name=n, safe_name=layout.safe_name(n), entry=copy.deepcopy(b),
+                records=tuple(copy.deepcopy(self.records.get(n, []))), traces=tuple(copy.deepcopy(self.traces.get(n, []))),
+                telemetry=tuple(copy.deepcopy(self.telemetry.get(n, []))), followup=copy.deepcopy(self.followups.get(n)),
+            ))
+        return Evidence(copy.deepcopy(self.manifest), tuple(backends), Integrity(checked=0, verified=True), None, None)
+
+    def write(self, run_dir: str | Path, *, finalize: bool = True) -> Path:
+        """Write a real evidence directory (writers of `soakspec.evidence`), hash it into the
+        manifest like a finished run, and return its path."""
+        from soakspec.evidence.io import JsonlWriter, write_bytes_atomic, write_json_atomic
+        from soakspec.evidence.manifest import write_manifest
+        from soakspec.evidence.verify import finalize_artifacts
+        from soakspec.judge.evidence import load_evidence
+        from soakspec.judge.summary import summarize
+
+        root = Path(run_dir)
+        root.mkdir(parents=True, exist_ok=True)
+        m = copy.deepcopy(self.manifest)
+        final_status, final_reason = m["status"], m["incomplete_reason"]
+        m.update(status="running", incomplete_reason=None, ended_at=None, ended_at_epoch=None, artifacts={})
+        write_manifest(root, m)
+        for b in m["backends"]:
+            n = b["name"]
+            d = layout.RunLayout(root).backend_dir(n)
+            d.mkdir(parents=True, exist_ok=True)
+            for fname, rows in ((layout.REQUESTS, self.records.get(n, [])), (layout.TRACES, self.traces.get(n, [])),
+                                (layout.TELEMETRY, self.telemetry.get(n, []))):
+                with JsonlWriter(d / fname) as w:
+                    for row in rows:
+                        w.write(row)
+            write_json_atomic(d / layout.FOLLOWUP, self.followups.get(n))
+            write_json_atomic(d / layout.BUCKETS, {"schema_version": 1, "levels": b["levels"]})
+            write_bytes_atomic(d / layout.SERVER_LOG, b"server starting\nready\n")
+        results = summarize(load_evidence(root), self.spec)
+        write_json_atomic(root / layout.RESULTS, results, schema="results")
+        if finalize:
+            m.update(status=final_status, incomplete_reason=final_reason, ended_at=self.manifest["ended_at"],
+                     ended_at_epoch=self.manifest["ended_at_epoch"], artifacts=finalize_artifacts(root))
+            write_manifest(root, m)
+        return root
+
+
+def _frange(a: float, b: float, step: float) -> list[float]:
+    out = []
+    x = a
+    while x < b:
+        out.append(x)
+        x += step
+    return out

@@ -1,0 +1,240 @@
+"""The verdict: what the judge decided, rule by rule, and how to show it.
+
+`Verdict.to_json()` is verdict.json (schema_version 1, validated by verdict.schema.json);
+`render_text(verdict)` is the terminal form. Both are deterministic: judging the same evidence
+twice gives byte-identical output (no clocks, no hostnames, no absolute paths).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from soakspec.exitcodes import ExitCode
+
+SCHEMA_VERSION = 1
+
+Status = Literal["pass", "fail", "inconclusive", "not_evaluated", "warn"]
+Outcome = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+CLASSES = ("validity", "evidence", "performance")
+MAX_LISTED = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class Location:
+    """Where a rule held or failed: a backend, a level, a bucket (or window) and its times."""
+
+    backend: str | None = None
+    workload: str | None = None
+    level: int | None = None
+    level_label: str | None = None
+    bucket: int | None = None
+    start: float | None = None  # epoch seconds of the bucket/window
+    end: float | None = None
+    text: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "workload": self.workload,
+            "level": self.level,
+            "level_label": self.level_label,
+            "bucket": self.bucket,
+            "start": self.start,
+            "end": self.end,
+            "text": self.text,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Instance:
+    """One scope instance that did not pass (fail or inconclusive), for the detail list."""
+
+    status: Status
+    where: Location
+    observed: float | None
+    observed_text: str | None
+    samples: int | None
+    message: str
+    needs: int | None = None  # inconclusive for want of samples: how many more
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "needs": self.needs,
+            "status": self.status,
+            "where": self.where.to_json(),
+            "observed": self.observed,
+            "observed_text": self.observed_text,
+            "samples": self.samples,
+            "message": self.message,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleResult:
+    """One rule's outcome.
+
+    `message` is the reviewer's sentence after the status, e.g. "backend nccl, concurrency 8,
+    bucket 1 [12:01:00-12:02:00 UTC]: 1 failed request (HTTP 200 with an in-stream error:
+    "engine died")"; `text()` prefixes the rule and the status.
+    """
+
+    rule: str  # the rule as written, without its severity ("failed == 0")
+    klass: str  # validity | evidence | performance
+    severity: str  # require | warn
+    status: Status
+    message: str
+    builtin: bool = False  # a check the judge always runs (not written in the spec)
+    line: int | None = None  # the rule's line in the spec
+    metric: str | None = None
+    op: str | None = None
+    threshold: float | None = None
+    threshold_text: str | None = None
+    scope: str | None = None
+    window_s: float | None = None
+    observed: float | bool | None = None  # base units; the worst instance's value
+    observed_text: str | None = None  # e.g. "p99(ttft) = 1.82s"
+    samples: int | None = None
+    needs: int | None = None  # more samples needed for a claim (inconclusive rules)
+    where: Location | None = None
+    instances: int = 0  # scope instances evaluated
+    failing: int = 0  # of them, not passing
+    details: tuple[Instance, ...] = ()  # up to MAX_LISTED of the failing instances
+
+    @property
+    def status_word(self) -> str:
+        return self.status.upper().replace("_", " ")
+
+    def text(self) -> str:
+        return f"{self.rule}: {self.status_word} — {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "class": self.klass,
+            "severity": self.severity,
+            "status": self.status,
+            "builtin": self.builtin,
+            "line": self.line,
+            "metric": self.metric,
+            "op": self.op,
+            "threshold": self.threshold,
+            "threshold_text": self.threshold_text,
+            "scope": self.scope,
+            "window_s": self.window_s,
+            "observed": self.observed,
+            "observed_text": self.observed_text,
+            "samples": self.samples,
+            "needs": self.needs,
+            "where": self.where.to_json() if self.where is not None else None,
+            "instances": self.instances,
+            "failing": self.failing,
+            "details": [d.to_json() for d in self.details],
+            "message": self.message,
+            "text": self.text(),
+        }
+
+
+def decide(rules: tuple[RuleResult, ...] | list[RuleResult]) -> Outcome:
+    """FAIL if a require rule failed; else INCONCLUSIVE if a require rule is inconclusive or
+    was not evaluated; else PASS. Warn rules never decide."""
+    req = [r for r in rules if r.severity == "require"]
+    if any(r.status == "fail" for r in req):
+        return "FAIL"
+    if any(r.status in ("inconclusive", "not_evaluated") for r in req):
+        return "INCONCLUSIVE"
+    return "PASS"
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    rules: tuple[RuleResult, ...]
+    soak: str
+    spec_sha256: str
+    evidence_spec_sha256: str | None = None
+    run_id: str | None = None
+    manifest_sha256: str | None = None
+    run_status: str | None = None
+    rehearsal: bool = False
+    time_scale: float = 1.0
+    notes: tuple[str, ...] = ()
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {"PASS": ExitCode.OK, "FAIL": ExitCode.GATE_FAILED, "INCONCLUSIVE": ExitCode.INCONCLUSIVE}[self.outcome]
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome == "PASS"
+
+    def counts(self) -> dict[str, int]:
+        out = {s: 0 for s in ("pass", "fail", "inconclusive", "not_evaluated", "warn")}
+        for r in self.rules:
+            out[r.status] += 1
+        return out
+
+    def summary(self) -> str:
+        req = [r for r in self.rules if r.severity == "require"]
+        failed = [r.rule for r in req if r.status == "fail"]
+        unsure = [r.rule for r in req if r.status in ("inconclusive", "not_evaluated")]
+        warned = [r.rule for r in self.rules if r.status == "warn"]
+        if self.outcome == "FAIL":
+            text = f"FAIL: {len(failed)} of {len(req)} required rules failed ({', '.join(failed)})"
+        elif self.outcome == "INCONCLUSIVE":
+            text = f"INCONCLUSIVE: {len(unsure)} of {len(req)} required rules could not be decided ({', '.join(unsure)})"
+        else:
+            text = f"PASS: all {len(req)} required rules hold"
+        if warned:
+            text += f"; {len(warned)} warning{'s' if len(warned) != 1 else ''} ({', '.join(warned)})"
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "verdict": self.outcome,
+            "exit_code": int(self.exit_code),
+            "soak": self.soak,
+            "spec_sha256": self.spec_sha256,
+            "evidence_spec_sha256": self.evidence_spec_sha256,
+            "run_id": self.run_id,
+            "manifest_sha256": self.manifest_sha256,
+            "run_status": self.run_status,
+            "rehearsal": self.rehearsal,
+            "time_scale": self.time_scale,
+            "summary": self.summary(),
+            "counts": self.counts(),
+            "notes": list(self.notes),
+            "rules": [r.to_json() for r in self.rules],
+        }
+
+
+_MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "????", "not_evaluated": "----", "warn": "WARN"}
+
+
+def render_text(v: Verdict, *, verbose: bool = False) -> str:
+    """The terminal form: one line per rule grouped by class, details under failures, and the
+    verdict last."""
+    head = f"soak '{v.soak}'" + (f", run {v.run_id}" if v.run_id else "")
+    if v.rehearsal or v.time_scale != 1:
+        head += f" (rehearsal: {'yes' if v.rehearsal else 'no'}, time scale {v.time_scale:g})"
+    lines = [head]
+    for note in v.notes:
+        lines.append(f"  note: {note}")
+    for klass in CLASSES:
+        rs = [r for r in v.rules if r.klass == klass]
+        if not rs:
+            continue
+        lines.append(f"  {klass}")
+        for r in rs:
+            sev = "" if r.severity == "require" else " (warn)"
+            lines.append(f"    {_MARK[r.status]}  {r.rule}{sev} — {r.message}")
+            if r.status != "pass" or verbose:
+                shown = r.details if r.status in ("fail", "warn", "inconclusive") else ()
+                for d in shown[1:] if shown and shown[0].message in r.message else shown:
+                    lines.append(f"            {d.where.text}: {d.message}" if d.where.text else f"            {d.message}")
+                extra = r.failing - len(r.details)
+                if extra > 0:
+                    lines.append(f"            ... and {extra} more")
+    lines.append(v.summary())
+    return "\n".join(lines)

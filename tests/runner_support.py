@@ -1,0 +1,129 @@
+"""Helpers for tests that run `soakspec run` for real: specs from templates, a marker in the
+environment to find every process a run started, and JSON/JSONL readers."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+MARKER_VAR = "SOAKSPEC_TEST_MARKER"
+
+
+def sim_spec(
+    *,
+    sim: str = "ttft = 20ms\n    itl = 5ms",
+    load: str = "mode = closed\n    concurrency = [2]",
+    duration: str = "2s",
+    bucket: str = "1s",
+    deadline: str = "5s",
+    max_tokens: int = 8,
+    gate: str = "require failed == 0",
+    backends: int = 1,
+    extra_backend: str = "",
+    follow_up: bool = True,
+    name: str = "t",
+) -> str:
+    """A small valid spec with `backends` simulated backends."""
+    parts = [f'soak "{name}" {{\n  issue = "test"\n}}\n']
+    for i in range(backends):
+        parts.append(
+            f'backend "b{i}" {{\n  sim {{\n    {sim}\n  }}\n  runtime {{\n    label = "host-staged"\n  }}\n{extra_backend}}}\n'
+        )
+    parts.append(
+        textwrap.dedent(
+            f"""\
+            workload "w" {{
+              prompt_words = 8
+              max_tokens = {max_tokens}
+              load {{
+                {load}
+              }}
+              duration = {duration}
+              bucket = {bucket}
+              deadline = {deadline}
+              follow_up = {"true" if follow_up else "false"}
+            }}
+            gate {{
+              {gate}
+            }}
+            claims {{
+              claim "test"
+            }}
+            """
+        )
+    )
+    return "\n".join(parts)
+
+
+def new_marker() -> str:
+    return uuid.uuid4().hex
+
+
+def run_env(marker: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env[MARKER_VAR] = marker
+    env.pop("CI", None)
+    return env
+
+
+def soakspec_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "soakspec", *args]
+
+
+def run_soakspec(args: list[str], marker: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        soakspec_cmd(*args), cwd=cwd, env=run_env(marker), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def processes_with_marker(marker: str) -> list[int]:
+    """Pids of live processes whose environment carries this test's marker."""
+    needle = f"{MARKER_VAR}={marker}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                env = fh.read()
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                state = fh.read().rsplit(b")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state == b"Z":
+            continue
+        if needle in env.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def wait_no_survivors(marker: str, timeout: float = 5.0) -> list[int]:
+    """Survivors after up to `timeout` seconds (servers may still be exiting)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = processes_with_marker(marker)
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+    return rows
+
+
+def manifest(run_dir: Path) -> dict:
+    return json.loads((Path(run_dir) / "manifest.json").read_text())

@@ -1,0 +1,220 @@
+"""Property tests of the .soak front end (hypothesis), over trees built from the AST
+(`soakspec.lang.strategies`), over arbitrary text and bytes, and over checked-valid specs."""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+
+import pytest
+from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import strategies as st
+
+from soakspec.diagnostics import Severity
+from soakspec.lang import check, fmt, parse, parse_file
+from soakspec.lang import ast as A
+from soakspec.lang.strategies import soak_files, valid_specs
+from soakspec.plan import plan, to_json
+
+MODEST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+DSV2LITE = (pathlib.Path(__file__).resolve().parents[1] / "specs" / "dsv2lite.soak").read_text()
+
+
+def _assert_positions_within(text: str, diags) -> None:
+    lines = text.split("\n")
+    for d in diags:
+        assert d.span.line >= 1 and d.span.column >= 1, d
+        assert d.span.line <= len(lines), d
+        assert d.span.column <= len(lines[d.span.line - 1]) + 1, (d, lines[d.span.line - 1])
+
+
+# ---------------------------------------------------------------- round trips
+
+
+@MODEST
+@given(soak_files())
+def test_parse_inverts_fmt(tree):
+    """For every tree: parse(fmt(tree)) == tree, with no diagnostics (spans don't count;
+    comments, string styles and number types do)."""
+    text = fmt(tree)
+    back, diags = parse(text)
+    assert diags == []
+    assert back == tree
+
+
+@MODEST
+@given(soak_files())
+def test_fmt_is_idempotent(tree):
+    """For every tree: fmt(parse(fmt(tree))) == fmt(tree)."""
+    text = fmt(tree)
+    back, _ = parse(text)
+    assert back is not None
+    assert fmt(back) == text
+
+
+@MODEST
+@given(soak_files())
+def test_spans_point_into_the_text(tree):
+    """Every statement the parser returns has a span inside the formatted text, and a block's
+    span contains its body's."""
+    text = fmt(tree)
+    back, _ = parse(text)
+    n_lines = text.count("\n") + 1
+
+    def walk(stmts, outer=None):
+        for s in stmts:
+            assert 1 <= s.span.line <= s.span.end_line <= n_lines
+            if outer is not None:
+                assert outer.line <= s.span.line and s.span.end_line <= outer.end_line
+            if isinstance(s, A.Block):
+                walk(s.body, s.span)
+
+    walk(back.body)
+
+
+# ---------------------------------------------------------------- garbage in, diagnostics out
+
+
+@MODEST
+@given(st.text(max_size=300))
+@example("")
+@example("\x00")
+@example('x = """')
+@example("a { b = [1, 2 }")
+@example("require")
+@example("}}}]]]))")
+@example("a {" * 40)
+@example('for"a\\"#" {}')
+def test_parse_never_raises_on_text(text):
+    """Arbitrary text: parse returns (tree, []) or (None, errors), never raises; every
+    diagnostic has a 1-based line and column inside the text; a tree it returns round-trips."""
+    tree, diags = parse(text)
+    _assert_positions_within(text, diags)
+    if tree is None:
+        assert diags and all(d.severity is Severity.ERROR for d in diags)
+    else:
+        assert diags == []
+        assert parse(fmt(tree))[0] == tree
+
+
+_PIECES = st.sampled_from(
+    ['"', '"""', "r", "{", "}", "[", "]", "(", ")", "=", ",", "#", "\n", " ", "\\", "@", ";", "-", "5s", "1", "x",
+     "require", "per", "on", "true", "é", "\t", "\r"]
+)  # fmt: skip
+
+
+@MODEST
+@given(soak_files(), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 3), _PIECES), max_size=4))
+def test_parse_never_raises_on_mutated_specs(tree, edits):
+    """Valid text with a few characters deleted or tokens inserted: parse never raises,
+    positions lie inside the text, and if it still parses, fmt round-trips the result."""
+    text = fmt(tree)
+    for pos, delete, piece in edits:
+        pos = pos % (len(text) + 1)
+        text = text[:pos] + piece + text[pos + delete :]
+    result, diags = parse(text)
+    _assert_positions_within(text, diags)
+    if result is not None:
+        assert parse(fmt(result))[0] == result
+
+
+@FEW
+@given(st.integers(0, len(DSV2LITE) - 1), st.integers(1, 3), _PIECES)
+def test_parse_never_raises_on_mutated_dsv2lite(pos, delete, piece):
+    """The same, on the committed spec, and `check` never raises on what parses."""
+    text = DSV2LITE[:pos] + piece + DSV2LITE[pos + delete :]
+    tree, diags = parse(text)
+    _assert_positions_within(text, diags)
+    if tree is not None:
+        _, more = check(tree)
+        _assert_positions_within(text, [d for d in more if d.span.known])
+
+
+@pytest.fixture(scope="module")
+def bytes_file(tmp_path_factory) -> pathlib.Path:
+    return tmp_path_factory.mktemp("bytes") / "fuzz.soak"
+
+
+@MODEST
+@given(st.binary(max_size=300))
+@example(b"soak \xff {}")
+@example(b"\xef\xbb\xbfsoak \"x\" {}")
+@example(b'x = "\xed\xa0\x80"')
+def test_parse_file_never_raises_on_bytes(bytes_file, data):
+    """Arbitrary bytes in a file: parse_file never raises; undecodable input is one E003 at
+    the line of the first bad byte; decodable input behaves as parse of the text."""
+    bytes_file.write_bytes(data)
+    tree, diags, text = parse_file(bytes_file)
+    try:
+        decoded = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        assert tree is None and [d.code for d in diags] == ["E003"]
+        assert (diags[0].span.line, diags[0].span.column) == (data[: e.start].count(b"\n") + 1, 1)
+        return
+    assert text == decoded
+    _assert_positions_within(text, diags)
+    assert (tree, diags) == parse(decoded, str(bytes_file))
+
+
+@MODEST
+@given(st.binary(max_size=300))
+def test_parse_never_raises_on_decoded_bytes(data):
+    """Random bytes decoded leniently (replacement characters, latin-1): parse never raises."""
+    for text in (data.decode("utf-8", "replace"), data.decode("latin-1")):
+        tree, diags = parse(text)
+        _assert_positions_within(text, diags)
+
+
+# ---------------------------------------------------------------- checked-valid specs
+
+
+@MODEST
+@given(valid_specs())
+def test_valid_specs_check_and_plan_consistently(generated):
+    """For every generated valid spec: check accepts it (no errors), its canonical text is
+    the text itself, and plan has backends × Σ(levels × ceil(duration / bucket)) buckets,
+    each level's buckets tile its duration, and the JSON agrees with the plan."""
+    text, shape = generated
+    tree, diags = parse(text)
+    assert diags == [] and tree is not None
+    spec, diags = check(tree)
+    assert spec is not None, [f"{d.span.line}:{d.span.column} {d.code} {d.message}" for d in diags]
+    assert not [d for d in diags if d.severity is Severity.ERROR]
+    assert spec.canonical_text == text
+    assert [b.name for b in spec.backends] == list(shape.backends)
+    assert tuple(b.kind for b in spec.backends) == shape.backend_kinds
+
+    p = plan(spec)
+    assert p.bucket_count == shape.bucket_count
+    assert len(p.backends) == len(shape.backends)
+    for bp in p.backends:
+        assert len(bp.levels) == sum(levels for levels, *_ in shape.workloads)
+        assert bp.min_requests >= len(bp.levels)
+        for lv in bp.levels:
+            assert lv.buckets[0].start_s == 0
+            assert math.isclose(sum(b.length_s for b in lv.buckets), lv.duration_s, rel_tol=1e-9)
+            assert all(b.length_s > 0 for b in lv.buckets)
+            assert [b.index for b in lv.buckets] == list(range(len(lv.buckets)))
+            if lv.expected_requests is not None:
+                assert lv.expected_requests >= lv.min_requests
+        assert bp.max_wall_s >= bp.est_wall_s >= sum(lv.duration_s for lv in bp.levels)
+    walls = [bp.est_wall_s for bp in p.backends]
+    assert p.est_wall_s == (max(walls) if shape.parallel else sum(walls))
+    doc = json.loads(json.dumps(to_json(p)))
+    assert doc["bucket_count"] == shape.bucket_count
+    assert doc["min_requests"] == sum(bp.min_requests for bp in p.backends)
+    assert doc["est_wall_s"] == round(p.est_wall_s, 3)
+
+
+@FEW
+@given(valid_specs(), st.sampled_from([1.0, 0.5, 0.1, 0.01]))
+def test_time_scale_keeps_the_shape(generated, scale):
+    """Scaling time (rehearsals) shrinks durations by the factor and keeps every bucket."""
+    text, shape = generated
+    spec, _ = check(parse(text)[0])
+    full, scaled = plan(spec), plan(spec, time_scale=scale, rehearse=True)
+    assert scaled.bucket_count == full.bucket_count == shape.bucket_count
+    assert math.isclose(scaled.est_wall_s, full.est_wall_s * scale, rel_tol=1e-9)

@@ -1,0 +1,170 @@
+"""GPU telemetry through NVML (a fake module with two GPUs; the real one on this GPU-less host)
+and process-tree memory from /proc (a real subprocess tree)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+
+from soakspec.evidence import schema
+from soakspec.evidence.telemetry import NvmlSource, process_tree_pids, process_tree_rss, telemetry_record, visible_indices
+
+GiB = 1 << 30
+
+
+class NVMLError(Exception):
+    pass
+
+
+class FakeNvml:
+    """The pynvml functions soakspec uses, for two GPUs; power is unsupported on GPU 1."""
+
+    NVMLError = NVMLError
+
+    def __init__(self, procs=None, fail_init=False):
+        self.procs = procs or {}
+        self.fail_init = fail_init
+        self.inits = 0
+        self.shutdowns = 0
+        self.uuids = ["GPU-aaaa-1111", "GPU-bbbb-2222"]
+
+    def nvmlInit(self):
+        self.inits += 1
+        if self.fail_init:
+            raise NVMLError("Driver Not Loaded")
+
+    def nvmlShutdown(self):
+        self.shutdowns += 1
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return ("h", i)
+
+    def nvmlSystemGetDriverVersion(self):
+        return b"550.54.15"
+
+    def nvmlSystemGetCudaDriverVersion(self):
+        return 12040
+
+    def nvmlDeviceGetName(self, h):
+        return "NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetUUID(self, h):
+        return self.uuids[h[1]]
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        return types.SimpleNamespace(total=80 * GiB, used=(10 + h[1]) * GiB, free=0)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        return [types.SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self.procs.get(h[1], [])]
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        return types.SimpleNamespace(gpu=87, memory=40)
+
+    def nvmlDeviceGetTemperature(self, h, sensor):
+        return 61
+
+    def nvmlDeviceGetPowerUsage(self, h):
+        if h[1] == 1:
+            raise NVMLError("Not Supported")
+        return 350_500
+
+
+def test_inventory_of_two_gpus_hashes_uuids():
+    nv = FakeNvml()
+    inv = NvmlSource(nv, visible_devices=None).gpu_inventory()
+    assert inv["available"] is True and inv["driver_version"] == "550.54.15" and inv["cuda_version"] == "12.4"
+    assert [d["index"] for d in inv["devices"]] == [0, 1]
+    d0 = inv["devices"][0]
+    assert d0["name"] == "NVIDIA H100 80GB HBM3" and d0["memory_total"] == 80 * GiB
+    assert d0["uuid_sha256"] == hashlib.sha256(b"GPU-aaaa-1111").hexdigest()
+    assert "GPU-aaaa" not in repr(inv)
+    assert not schema.validate("manifest", _manifest_with(inv))
+
+
+def test_cuda_visible_devices_selects_gpus():
+    assert [d["index"] for d in NvmlSource(FakeNvml(), visible_devices="1").gpu_inventory()["devices"]] == [1]
+    inv = NvmlSource(FakeNvml(), visible_devices="GPU-bbbb").gpu_inventory()
+    assert [d["index"] for d in inv["devices"]] == [1] and inv["cuda_visible_devices"] == "GPU-bbbb"
+    assert NvmlSource(FakeNvml(), visible_devices="").gpu_inventory()["devices"] == []
+    assert visible_indices("1,0,7,0", 2, []) == [1, 0]  # CUDA stops at the first bad entry
+    assert visible_indices(None, 2, []) == [0, 1]
+
+
+def test_sample_sums_gpu_memory_of_the_server_process_tree():
+    me = os.getpid()
+    nv = FakeNvml(procs={0: [(me, 3 * GiB), (999_999_999, 5 * GiB)], 1: [(me, None)]})
+    s = NvmlSource(nv, visible_devices=None).sample([me])
+    assert s[0] == {"index": 0, "memory_used": 10 * GiB, "process_memory_used": 3 * GiB,
+                    "utilization_gpu": 87.0, "temperature_c": 61.0, "power_w": 350.5}
+    assert s[1]["process_memory_used"] == 0 and s[1]["power_w"] is None  # unsupported -> unknown
+    rec = telemetry_record(NvmlSource(nv, visible_devices=None), me, t=1.0)
+    assert not schema.validate("telemetry", rec) and rec["server_rss_bytes"] > 0
+
+
+def test_init_failure_is_recorded_once_never_raised():
+    nv = FakeNvml(fail_init=True)
+    src = NvmlSource(nv)
+    assert src.available is False and "Driver Not Loaded" in src.reason
+    assert src.sample([os.getpid()]) is None
+    assert src.gpu_inventory() == {"available": False, "reason": src.reason}
+    assert nv.inits == 1
+
+
+def test_real_pynvml_on_this_host_reports_unavailable_with_a_reason():
+    src = NvmlSource()
+    if src.available:  # pragma: no cover - only on GPU hosts
+        pytest.skip("this host has an NVIDIA driver")
+    assert src.reason and "NVML" in src.reason
+    inv = src.gpu_inventory()
+    assert inv["available"] is False and not schema.validate("manifest", _manifest_with(inv))
+    rec = telemetry_record(src, None, t=1.0)
+    assert rec["gpus"] is None and not schema.validate("telemetry", rec)
+
+
+def test_import_failure_is_unavailable(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` raise ImportError
+    src = NvmlSource()
+    assert src.available is False and "cannot import pynvml" in src.reason
+
+
+def test_process_tree_rss_counts_descendants():
+    code = (
+        "import subprocess, sys, time\n"
+        "kids = [subprocess.Popen([sys.executable, '-c', 'b = bytearray(40 << 20); import time; print(1, flush=True); time.sleep(60)'], stdout=subprocess.PIPE) for _ in range(2)]\n"
+        "[k.stdout.readline() for k in kids]\n"
+        "print(' '.join(str(k.pid) for k in kids), flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        kids = [int(p) for p in parent.stdout.readline().split()]
+        tree = process_tree_pids(parent.pid)
+        assert tree[0] == parent.pid and set(kids) <= set(tree)
+        total = process_tree_rss(parent.pid)
+        alone = process_tree_rss(kids[0])
+        assert alone >= 40 << 20
+        assert total >= 80 << 20 and total > alone
+    finally:
+        for pid in process_tree_pids(parent.pid)[::-1]:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        parent.wait()
+    time.sleep(0.05)
+    assert process_tree_rss(parent.pid) is None and process_tree_pids(parent.pid) == []
+
+
+def _manifest_with(gpus):
+    from soakspec.evidence.manifest import new_manifest
+
+    return new_manifest(run_id="r", spec_text="x", spec_path=None, started_at=1_747_000_000.0, gpus=gpus)

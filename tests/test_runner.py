@@ -1,0 +1,305 @@
+"""`soakspec run` for real: the simulator as a real server process, real sockets, real signals.
+
+Every test marks its runner's environment so that any process the run started (servers,
+the reaper) can be found afterwards: no test may leave one behind.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner_support import (
+    REPO,
+    manifest,
+    new_marker,
+    read_jsonl,
+    run_env,
+    run_soakspec,
+    sim_spec,
+    soakspec_cmd,
+    wait_no_survivors,
+)
+
+
+def _write(tmp_path: Path, text: str, name: str = "t.soak") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _run(tmp_path: Path, spec_text: str, *extra: str, timeout: float = 120):
+    spec = _write(tmp_path, spec_text)
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = run_soakspec(["run", str(spec), "--out", str(out), "--quiet", *extra], marker, tmp_path, timeout)
+    survivors = wait_no_survivors(marker)
+    assert survivors == [], f"processes left behind: {survivors}"
+    return proc, out
+
+
+def _requests(out: Path, backend: str = "b0") -> list[dict]:
+    return read_jsonl(out / "backends" / backend / "requests.jsonl")
+
+
+# ------------------------------------------------------------------ lifecycle
+
+
+@pytest.mark.slow
+def test_demo_spec_runs_end_to_end_and_leaves_no_server(tmp_path):
+    """The README's quick start: servers start, progress shows, evidence is written, the
+    verdict is a pass, and no server outlives the run."""
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = run_soakspec(["run", str(REPO / "specs" / "demo.soak"), "--out", str(out)], marker, tmp_path, timeout=240)
+    assert wait_no_survivors(marker) == []
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ready after" in proc.stderr and "bucket 1/2 done" in proc.stderr  # plain progress lines
+    m = manifest(out)
+    assert m["status"] == "complete"
+    assert [b["name"] for b in m["backends"]] == ["sim-fast", "sim-slow"]
+    for b in m["backends"]:
+        assert b["exit_status"] is not None, "the server was stopped and reaped"
+        for f in ("requests.jsonl", "traces.jsonl", "telemetry.jsonl", "followup.json", "server.log"):
+            assert (out / "backends" / b["safe_name"] / f).is_file()
+    assert m["backends"][0]["runtime_boundary"]["status"] == "confirmed"
+
+
+def test_backend_crash_mid_run_aborts_with_partial_evidence(tmp_path):
+    """A server that dies mid-run stops the run cleanly: exit 4, the exit status and the log
+    tail on stderr, the evidence so far kept and marked aborted."""
+    spec = sim_spec(sim="ttft = 10ms\n    itl = 2ms\n    crash_after_requests = 12", duration="5s")
+    proc, out = _run(tmp_path, spec)
+    assert proc.returncode == 4, proc.stderr
+    assert "exited with status 3" in proc.stderr
+    assert "last lines of b0's log" in proc.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted"
+    assert "b0" in m["incomplete_reason"]
+    rows = _requests(out)
+    completed = [r for r in rows if r["outcome"] == "completed"]
+    assert len(completed) >= 10, "records written before the crash are kept"
+    assert any(r["outcome"] != "completed" for r in rows), "requests cut by the crash are recorded"
+    assert len(rows) <= 20, "the run stops as soon as the server dies"
+
+
+def test_command_not_found_aborts_before_load(tmp_path):
+    spec = sim_spec().replace("sim {\n    ttft = 20ms\n    itl = 5ms\n  }", 'launch = ["./no-such-server", "--port", "{port}"]')
+    proc, out = _run(tmp_path, spec)
+    assert proc.returncode == 4
+    assert "command not found: ./no-such-server" in proc.stderr
+    assert manifest(out)["status"] == "aborted"
+
+
+def test_never_ready_aborts_after_the_probe_timeout(tmp_path):
+    extra = "  ready {\n    path = \"/nope\"\n    timeout = 4s\n  }\n"
+    proc, out = _run(tmp_path, sim_spec(extra_backend=extra))
+    assert proc.returncode == 4
+    assert "not ready after 4s" in proc.stderr and "HTTP 404" in proc.stderr
+
+
+def _start_runner(tmp_path: Path, spec_text: str, marker: str):
+    spec = _write(tmp_path, spec_text)
+    out = tmp_path / "ev"
+    proc = subprocess.Popen(
+        soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"),
+        cwd=tmp_path,
+        env=run_env(marker),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    req = out / "backends" / "b0" / "requests.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if req.exists() and req.stat().st_size > 0:
+            break
+        if proc.poll() is not None:
+            raise AssertionError(f"runner exited early: {proc.communicate()}")
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        raise AssertionError("no request was recorded within 30 s")
+    return proc, out
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
+def test_signal_mid_bucket_tears_down_and_keeps_evidence(tmp_path, sig):
+    marker = new_marker()
+    proc, out = _start_runner(tmp_path, sim_spec(duration="30s", bucket="10s"), marker)
+    time.sleep(0.3)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert wait_no_survivors(marker) == []
+    assert proc.returncode == 4, err
+    m = manifest(out)
+    assert m["status"] == "aborted"
+    assert m["incomplete_reason"] == f"interrupted by {sig.name}"
+    assert len(_requests(out)) > 0
+    assert m["backends"][0]["stop_signal"] == "SIGTERM"
+
+
+def test_sigkill_of_the_runner_kills_the_servers_too(tmp_path):
+    """Even SIGKILL of soakspec leaves no server behind (the reaper), and the evidence
+    directory stays readable, its manifest still saying `running`."""
+    marker = new_marker()
+    proc, out = _start_runner(tmp_path, sim_spec(duration="30s", bucket="10s"), marker)
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert wait_no_survivors(marker, timeout=10) == []
+    assert manifest(out)["status"] == "running"
+    assert len(_requests(out)) >= 1
+
+
+def test_sigkill_reaches_the_grandchildren_of_a_shell_backend(tmp_path):
+    """A `shell` backend whose server is a grandchild (sh -> python) still dies with us."""
+    spec = sim_spec(duration="30s", bucket="10s").replace(
+        "sim {\n    ttft = 20ms\n    itl = 5ms\n  }",
+        f'shell = "{sys.executable} -m soakspec sim --port {{port}} --ttft 20ms & wait"',
+    )
+    marker = new_marker()
+    proc, out = _start_runner(tmp_path, spec, marker)
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert wait_no_survivors(marker, timeout=10) == []
+
+
+def test_two_runs_into_one_evidence_directory_are_refused(tmp_path):
+    spec = _write(tmp_path, sim_spec(duration="1s", bucket="1s"))
+    marker = new_marker()
+    first = run_soakspec(["run", str(spec), "--out", str(tmp_path / "ev"), "--quiet"], marker, tmp_path)
+    second = run_soakspec(["run", str(spec), "--out", str(tmp_path / "ev"), "--quiet"], marker, tmp_path)
+    assert first.returncode in (0, 1, 3), first.stderr
+    assert second.returncode == 4
+    assert "ev" in second.stderr and ("in use" in second.stderr or "already" in second.stderr)
+    assert wait_no_survivors(marker) == []
+
+
+# ------------------------------------------------------------------ measurement
+
+
+@pytest.mark.parametrize("tokens_per_chunk", [1, 4])
+def test_measured_ttft_and_itl_match_the_injected_values(tmp_path, tokens_per_chunk):
+    """At low load the simulator's injected TTFT (50 ms) and ITL (10 ms) are what soakspec
+    measures (p50 within ±2 ms), and with k tokens per SSE event ITL is still per token."""
+    spec = sim_spec(
+        sim=f"ttft = 50ms\n    itl = 10ms\n    tokens_per_chunk = {tokens_per_chunk}",
+        load="mode = closed\n    concurrency = [1]",
+        max_tokens=17,
+        duration="3s",
+        bucket="3s",
+    )
+    proc, out = _run(tmp_path, spec)
+    rows = [r for r in _requests(out) if r["bucket"] >= 0]
+    assert len(rows) >= 10, proc.stderr
+    assert all(r["outcome"] == "completed" for r in rows)
+    assert all(r["output_tokens"] == 17 and r["tokens_source"] == "usage" for r in rows)
+    assert all(len(r["itl"]) == 16 for r in rows), "one ITL gap per token after the first"
+    if tokens_per_chunk > 1:
+        assert all(r["chunks"] < r["output_tokens"] for r in rows)
+    ttft = statistics.median(r["ttft"] for r in rows)
+    itl = statistics.median(g for r in rows for g in r["itl"])
+    assert abs(ttft - 0.050) <= 0.002, ttft
+    assert abs(itl - 0.010) <= 0.002, itl
+
+
+def test_each_fault_gives_its_outcome_class(tmp_path):
+    """In-stream error after HTTP 200 -> failed; missing [DONE] -> failed; a stalled stream
+    -> timeout at the deadline; HTTP 500 -> failed; a cut connection -> disconnected."""
+    faults = {
+        "b0": ("stream_error_rate = 1", "failed"),
+        "b1": ("omit_done_rate = 1", "failed"),
+        "b2": ("stall_rate = 1", "timeout"),
+        "b3": ("error_rate = 1", "failed"),
+        "b4": ("disconnect_rate = 1", "disconnected"),
+    }
+    text = sim_spec(backends=5, duration="1s", bucket="1s", deadline="1s", follow_up=False,
+                    load="mode = closed\n    concurrency = [1]")  # fmt: skip
+    for name, (knob, _) in faults.items():
+        text = text.replace(f'backend "{name}" {{\n  sim {{\n', f'backend "{name}" {{\n  sim {{\n    {knob}\n', 1)
+    proc, out = _run(tmp_path, text)
+    assert proc.returncode != 4, proc.stderr
+    for name, (knob, outcome) in faults.items():
+        rows = [r for r in _requests(out, name) if r["bucket"] >= 0]
+        assert rows, name
+        assert {r["outcome"] for r in rows} == {outcome}, (knob, {r["outcome"] for r in rows}, rows[0]["error"])
+    for r in _requests(out, "b2"):
+        assert 0.95 <= r["latency"] <= 1.5, "a stall ends at the request's deadline"
+    assert any("error" in (r["error"] or "").lower() for r in _requests(out, "b0"))
+    assert any("[DONE]" in (r["error"] or "") for r in _requests(out, "b1"))
+
+
+def test_buckets_follow_wall_time_and_closed_loop_holds_concurrency(tmp_path):
+    spec = sim_spec(sim="ttft = 15ms\n    itl = 3ms", load="mode = closed\n    concurrency = [4]", duration="3s", bucket="1s")
+    proc, out = _run(tmp_path, spec)
+    level = manifest(out)["backends"][0]["levels"][0]
+    m0, deadline = level["measure_start"], level["deadline_s"]
+    stop = m0 + level["planned_duration_s"]
+    assert [round(b["end"] - b["start"], 6) for b in level["buckets"]] == [1.0, 1.0, 1.0]
+    rows = [r for r in _requests(out) if r["bucket"] >= 0]
+    for r in rows:
+        assert r["start"] < stop, "no request starts after the level's end"
+        assert r["bucket"] == min(int((r["start"] - m0) // 1.0), 2)
+        assert r["end"] <= r["start"] + deadline + 0.5
+    # requests in flight, sampled every 5 ms over the measured window (edges excluded)
+    samples = []
+    t = m0 + 0.1
+    while t < stop - 0.1:
+        samples.append(sum(1 for r in rows if r["start"] <= t < r["end"]))
+        t += 0.005
+    assert min(samples) >= 3, "concurrency never drops between requests"
+    assert statistics.mean(samples) >= 3.9
+
+
+def test_open_loop_counts_latency_from_the_intended_send_time(tmp_path):
+    spec = sim_spec(load="mode = open\n    rate = 20rps", duration="2s", bucket="1s")
+    proc, out = _run(tmp_path, spec)
+    rows = sorted((r for r in _requests(out) if r["bucket"] >= 0), key=lambda r: r["intended_start"])
+    assert 38 <= len(rows) <= 41
+    gaps = [b["intended_start"] - a["intended_start"] for a, b in zip(rows, rows[1:])]
+    assert all(abs(g - 0.05) < 1e-6 for g in gaps), "constant-rate schedule"
+    for r in rows:
+        assert r["start"] >= r["intended_start"]
+        assert r["ttft"] == pytest.approx(r["first_token"] - r["intended_start"], abs=2e-6)
+
+
+def test_batch_mode_runs_batches_of_n_back_to_back(tmp_path):
+    spec = sim_spec(sim="ttft = 30ms\n    itl = 5ms", load="mode = batch\n    concurrency = [2]\n    requests = 4", duration="1s", bucket="1s")
+    proc, out = _run(tmp_path, spec)
+    rows = [r for r in _requests(out) if r["bucket"] >= 0]
+    assert rows and all(r["outcome"] == "completed" for r in rows)
+    assert {r["worker"] for r in rows} == {0, 1}
+    assert len(rows) % 4 == 0 or rows[-1]["start"] >= manifest(out)["backends"][0]["levels"][0]["measure_end"] - 0.5
+
+
+@pytest.mark.slow
+def test_rehearsal_of_the_dsv2lite_spec_completes_and_is_marked(tmp_path):
+    """`soakspec run --rehearse --time-scale 0.1 specs/dsv2lite.soak` completes in under two
+    minutes on this machine, is marked as a rehearsal, and its NCCL boundary is confirmed from
+    the simulator's log line."""
+    marker = new_marker()
+    out = tmp_path / "ev"
+    t0 = time.monotonic()
+    proc = run_soakspec(
+        ["run", "--rehearse", "--time-scale", "0.1", str(REPO / "specs" / "dsv2lite.soak"), "--out", str(out), "--quiet"],
+        marker, tmp_path, timeout=180,
+    )  # fmt: skip
+    elapsed = time.monotonic() - t0
+    assert wait_no_survivors(marker) == []
+    assert elapsed < 120, elapsed
+    m = manifest(out)
+    assert m["status"] == "complete", proc.stderr
+    assert m["rehearsal"] is True and m["time_scale"] == 0.1
+    nccl = next(b for b in m["backends"] if b["name"] == "nccl")
+    assert nccl["runtime_boundary"]["status"] == "confirmed"
+    assert nccl["env"]["NCCL_IB_DISABLE"] == "1"
+    # a rehearsal never passes a real gate
+    assert proc.returncode != 0
+    assert json.loads((out / "manifest.json").read_text())["spec"]["sha256"]
