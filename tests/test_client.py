@@ -610,3 +610,134 @@ async def test_injected_ttft_and_itl_are_measured_exactly(nursery, make_client) 
             break
     else:
         pytest.fail(f"median ttft, chunk gap, tpot, lag (ms) per round: {rounds}")
+
+
+async def test_malformed_chunked_body_fails(nursery, make_client) -> None:
+    async def bad_chunk(peer: Peer, req: Request) -> bool:
+        await peer.write(head() + frame(token_events()[0]) + b"zz\r\nnot hex\r\n")
+        return True
+
+    server, client, rec = await run_scenario(nursery, make_client, bad_chunk)
+    assert rec.outcome is Outcome.FAILED and rec.error.startswith("HTTP protocol error: ")
+    assert rec.chunks == 1
+    server.scenario = normal
+    assert (await send(client)).outcome is Outcome.COMPLETED
+    assert server.accepts == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# against the embedded simulator
+
+try:
+    from soakspec.sim.config import SimConfig
+    from soakspec.sim.server import serve as sim_serve
+except ImportError:  # pragma: no cover - the simulator is built separately
+    sim_serve = None
+
+needs_sim = pytest.mark.skipif(sim_serve is None, reason="soakspec.sim is not available")
+FAST = {"ttft": 0.005, "itl": 0.001}
+
+
+async def start_sim(nursery: trio.Nursery, **options: Any) -> int:
+    return await nursery.start(partial(sim_serve, SimConfig(model="sim", trace_log=False, **options)))
+
+
+@needs_sim
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+async def test_sim_streams_tokens_not_chunks(nursery, make_client, endpoint) -> None:
+    port = await start_sim(nursery, tokens_per_chunk=4, **FAST)
+    client = make_client(port)
+    rec = await send(client, RequestShape(Endpoint(endpoint), "sim", "one two three", max_tokens=17))
+    assert rec.outcome is Outcome.COMPLETED, rec.error
+    # the first token goes alone, then chunks of 4: 1 + 4 * 4
+    assert (rec.output_tokens, rec.chunks, len(rec.itl), rec.itl_source) == (17, 5, 16, ItlSource.USAGE)
+    assert rec.prompt_tokens and rec.finish_reason == "length" and rec.output_sha256
+    assert rec.server_id and rec.server_id.endswith("req-1")
+    rec = await send(client, RequestShape(Endpoint(endpoint), "sim", "one two", max_tokens=5, stream=False))
+    assert rec.outcome is Outcome.COMPLETED, rec.error
+    assert (rec.output_tokens, rec.chunks, rec.tokens_source) == (5, 1, TokensSource.USAGE)
+
+
+@needs_sim
+@pytest.mark.parametrize(
+    ("fault", "outcome"),
+    [("stream_error_rate", Outcome.FAILED), ("omit_done_rate", Outcome.FAILED), ("error_rate", Outcome.FAILED),
+     ("disconnect_rate", Outcome.DISCONNECTED), ("stall_rate", Outcome.TIMEOUT)],
+)  # fmt: skip
+async def test_sim_faults_are_classified(nursery, make_client, fault, outcome) -> None:
+    port = await start_sim(nursery, **{fault: 1.0}, **FAST)
+    client = make_client(port)
+    rec = await send(client, timeout=0.5)
+    assert rec.outcome is outcome, rec.error
+    rec = await send(make_client(await start_sim(nursery, **FAST)))
+    assert rec.outcome is Outcome.COMPLETED
+
+
+@needs_sim
+async def test_sim_full_queue_is_rejected(nursery) -> None:
+    port = await start_sim(nursery, slots=1, queue_limit=1, ttft=0.3, itl=0.001)
+    records: list[RequestRecord] = []
+
+    async def one(i: int) -> None:
+        async with H11Connection("127.0.0.1", port, CLOCK) as conn:
+            await trio.sleep(0.05 * i)  # arrive in order: running, waiting, refused
+            records.append(await send(conn, rid=f"q{i}"))
+
+    async with trio.open_nursery() as inner:
+        for i in range(3):
+            inner.start_soon(one, i)
+    assert sorted(r.outcome for r in records) == [Outcome.COMPLETED, Outcome.COMPLETED, Outcome.REJECTED]
+    assert [r.status for r in records if r.outcome is Outcome.REJECTED] == [429]
+
+
+@needs_sim
+async def test_sim_keep_alive_and_identical_records(nursery) -> None:
+    """One connection carries many requests; h11 and httpx records agree on each behaviour."""
+    port = await start_sim(nursery, **FAST)
+    async with H11Connection("127.0.0.1", port, CLOCK) as conn:
+        for i in range(10):
+            assert (await send(conn, rid=f"k{i}")).outcome is Outcome.COMPLETED
+        assert conn.connects == 1
+
+    times = {"request_id", "server_id", "intended_start", "start", "first_byte", "first_token", "end", "ttft",
+             "latency", "tpot"}  # fmt: skip
+    configs = [{}, {"tokens_per_chunk": 3}, {"stream_error_rate": 1.0}, {"omit_done_rate": 1.0},
+               {"error_rate": 1.0}, {"disconnect_rate": 1.0}]  # fmt: skip
+    async with httpx.AsyncClient() as http:
+        for options in configs:
+            rows = []
+            for kind in ("h11", "httpx"):
+                port = await start_sim(nursery, **options, **FAST)  # a fresh, identically seeded simulator
+                if kind == "h11":
+                    async with H11Connection("127.0.0.1", port, CLOCK) as conn:
+                        rec = await send(conn, CHAT)
+                else:
+                    rec = await send(HttpxClient(http, f"http://127.0.0.1:{port}", CLOCK), CHAT)
+                d = {k: v for k, v in rec.to_json().items() if k not in times}
+                d["itl"] = len(d["itl"])
+                rows.append(d)
+            assert rows[0] == rows[1], options
+
+
+@needs_sim
+async def test_sim_timing_is_measured_exactly(nursery, make_client, tmp_path) -> None:
+    """Against the simulator's own trace: first-token times agree within 2 ms (medians), and the
+    configured TTFT (50 ms) and ITL (10 ms) are what the client measures."""
+    trace = tmp_path / "trace.jsonl"
+    port = await start_sim(nursery, ttft=0.05, itl=0.01, trace_file=str(trace))
+    client = make_client(port)
+    await send(client, rid="warm")
+    rounds = []
+    for r in range(4):
+        recs = [await send(client, rid=f"t{r}-{i}", shape=RequestShape(Endpoint.COMPLETIONS, "sim", "a b", max_tokens=6))
+                for i in range(7)]  # fmt: skip
+        await trio.sleep(0.05)  # let the last trace be written
+        traces = {d["client_request_id"]: d for d in map(json.loads, trace.read_text().splitlines())}
+        lag = statistics.median(rec.first_token - traces[rec.request_id]["first_token_at"] for rec in recs)
+        ttft = statistics.median(rec.ttft for rec in recs)
+        itl = statistics.median(g for rec in recs for g in rec.itl)
+        rounds.append((round(lag * 1000, 3), round(ttft * 1000, 3), round(itl * 1000, 3)))
+        if abs(lag) < 0.002 and 0.048 <= ttft <= 0.058 and abs(itl - 0.01) < 0.002:
+            break
+    else:
+        pytest.fail(f"median lag, ttft, itl (ms) per round: {rounds}")

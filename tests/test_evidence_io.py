@@ -68,7 +68,7 @@ def test_jsonl_roundtrip_and_schema_checked_per_record(tmp_path):
     assert all("\n" not in line for line in p.read_text().splitlines())
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(st.lists(st.dictionaries(st.text(max_size=5), st.text(max_size=8) | st.integers(), max_size=3), min_size=1, max_size=5))
 def test_a_file_cut_at_any_byte_reads_as_whole_lines_plus_a_skipped_tail(tmp_path_factory, objs):
     """Property: cutting a JSONL file at any byte yields a prefix of the records written, and
@@ -79,10 +79,9 @@ def test_a_file_cut_at_any_byte_reads_as_whole_lines_plus_a_skipped_tail(tmp_pat
         for o in objs:
             w.write(o)
     data = full.read_bytes()
-    cut = d / "cut.jsonl"
-    for n in range(len(data) + 1):
-        cut.write_bytes(data[:n])
-        records, partial = read_jsonl(cut)
+    for n in range(len(data), -1, -1):
+        os.truncate(full, n)
+        records, partial = read_jsonl(full)
         assert records == objs[: len(records)]
         assert partial == (n > 0 and data[n - 1 : n] != b"\n")
 

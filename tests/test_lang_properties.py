@@ -8,7 +8,7 @@ import math
 import pathlib
 
 import pytest
-from hypothesis import HealthCheck, assume, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from soakspec.diagnostics import Severity
@@ -17,8 +17,10 @@ from soakspec.lang import ast as A
 from soakspec.lang.strategies import soak_files, valid_specs
 from soakspec.plan import plan, to_json
 
+# Modest budgets: the whole file runs in well under a minute on two cores.
 MODEST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-FEW = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SOME = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 DSV2LITE = (pathlib.Path(__file__).resolve().parents[1] / "specs" / "dsv2lite.soak").read_text()
 
@@ -45,7 +47,7 @@ def test_parse_inverts_fmt(tree):
     assert back == tree
 
 
-@MODEST
+@SOME
 @given(soak_files())
 def test_fmt_is_idempotent(tree):
     """For every tree: fmt(parse(fmt(tree))) == fmt(tree)."""
@@ -55,7 +57,7 @@ def test_fmt_is_idempotent(tree):
     assert fmt(back) == text
 
 
-@MODEST
+@FEW
 @given(soak_files())
 def test_spans_point_into_the_text(tree):
     """Every statement the parser returns has a span inside the formatted text, and a block's
@@ -106,7 +108,7 @@ _PIECES = st.sampled_from(
 )  # fmt: skip
 
 
-@MODEST
+@SOME
 @given(soak_files(), st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 3), _PIECES), max_size=4))
 def test_parse_never_raises_on_mutated_specs(tree, edits):
     """Valid text with a few characters deleted or tokens inserted: parse never raises,
@@ -138,7 +140,7 @@ def bytes_file(tmp_path_factory) -> pathlib.Path:
     return tmp_path_factory.mktemp("bytes") / "fuzz.soak"
 
 
-@MODEST
+@SOME
 @given(st.binary(max_size=300))
 @example(b"soak \xff {}")
 @example(b"\xef\xbb\xbfsoak \"x\" {}")
@@ -159,7 +161,7 @@ def test_parse_file_never_raises_on_bytes(bytes_file, data):
     assert (tree, diags) == parse(decoded, str(bytes_file))
 
 
-@MODEST
+@SOME
 @given(st.binary(max_size=300))
 def test_parse_never_raises_on_decoded_bytes(data):
     """Random bytes decoded leniently (replacement characters, latin-1): parse never raises."""
@@ -192,8 +194,11 @@ def test_valid_specs_check_and_plan_consistently(generated):
     assert len(p.backends) == len(shape.backends)
     for bp in p.backends:
         assert len(bp.levels) == sum(levels for levels, *_ in shape.workloads)
-        assert bp.min_requests >= len(bp.levels)
         for lv in bp.levels:
+            if lv.mode == "open":  # rate × duration, planned, not a promise of the server
+                assert lv.min_requests == lv.expected_requests == round(lv.rate * lv.duration_s)
+            else:  # one request per worker, or one batch
+                assert lv.min_requests == (lv.batch_requests if lv.mode == "batch" else lv.concurrency) >= 1
             assert lv.buckets[0].start_s == 0
             assert math.isclose(sum(b.length_s for b in lv.buckets), lv.duration_s, rel_tol=1e-9)
             assert all(b.length_s > 0 for b in lv.buckets)

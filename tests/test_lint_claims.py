@@ -436,3 +436,39 @@ def test_durations_compare_with_the_larger_of_level_and_total():
 
 def test_no_boundary_in_spec_means_no_boundary_checks():
     assert lint("Anything goes.\n", "d.md", ClaimBoundary(), COVERAGE) == []
+
+
+def test_markdown_pr_with_table_bold_introducer_and_next_steps_is_clean():
+    """A Markdown rendering of the same PR: pipe table, bullets under "**Does not claim:**",
+    forward-looking claims under "## Next steps"."""
+    text = (DATA / "dsv2lite-markdown-pr.md").read_text(encoding="utf-8")
+    assert run(text, evidence(), SPEC_SHA) == []
+    broken = text.replace("| NCCL | 128 |", "| NCCL | 129 |").replace("**Does not claim:**", "**Also shows:**")
+    diags = run(broken, evidence())
+    assert codes(diags) == ["CB201"] + ["CB101"] * 6
+    assert diags[0].span.line == line_of(broken, "| NCCL | 129 |")
+
+
+def test_sections_that_never_assert():
+    text = BOUNDARY_SECTION + "## Next steps\n\nA 24-hour soak will make the path production-ready.\n\n## Results\n\nThe path is production-ready.\n"
+    diags = run(text)
+    assert [(d.code, d.span.line) for d in diags] == [("CB101", line_of(text, "The path is production-ready"))]
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    ["Concurrency 4 and 8, 120 s per level.", "It ran at concurrency 4,8 with duration_s=120.", "Concurrency levels 4, 8 and 4 again."],
+)
+def test_concurrency_lists_stop_before_durations(sentence):
+    assert run(BOUNDARY_SECTION + sentence + "\n") == []
+
+
+def test_plain_boundary_line_with_bold_labels():
+    text = (
+        "**Claim boundary:** short-shape soak evidence only.\n\n**Does not claim:**\n\n"
+        + "".join(f"- {e}\n" for e in BOUNDARY.excludes)
+        + "\n**Validation:** pytest passed.\n"
+    )
+    assert run(text) == []
+    after = text.replace("- production readiness\n", "") + "\nIt does not claim production readiness.\n"
+    assert codes(run(after)) == ["CB002"]  # stated, but after "**Validation:**" ended the section

@@ -74,15 +74,12 @@ def is_table_row(line: str) -> bool:
 class Document:
     text: str
     masked: str
+    lines: tuple[str, ...]
     line_starts: tuple[int, ...]
     blocks: tuple[Block, ...]
     sentences: tuple[Sentence, ...]
     code_lines: frozenset[int]  # 1-based lines inside fenced code (fences included)
     quote_lines: frozenset[int]
-
-    @property
-    def lines(self) -> list[str]:
-        return self.text.split("\n")
 
     def position(self, offset: int) -> tuple[int, int]:
         i = bisect.bisect_right(self.line_starts, offset) - 1
@@ -214,7 +211,8 @@ def parse_document(text: str) -> Document:
             before_blank = first == 1 or not lines[first - 2].strip()
             after_blank = last == len(lines) or not lines[last].strip()
             words = line.split()
-            if before_blank and after_blank and 0 < len(words) <= 6 and not re.search(r"[.!?,;:]\s*$", line):
+            closing = re.search(r"[.!?,;:]\s*$", line.rstrip().rstrip("*_"))
+            if before_blank and after_blank and 0 < len(words) <= 6 and not closing:
                 kind = BlockKind.TITLE
         start = line_starts[first - 1] + (len(line) - len(line.lstrip()))
         end = line_starts[last - 1] + len(lines[last - 1].rstrip())
@@ -232,6 +230,7 @@ def parse_document(text: str) -> Document:
     return Document(
         text=text,
         masked=masked,
+        lines=tuple(lines),
         line_starts=tuple(line_starts),
         blocks=tuple(blocks),
         sentences=tuple(sentences),

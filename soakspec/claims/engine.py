@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from soakspec.claims.boundary import check_assertions, check_boundary_section, negated_list_blocks
+from soakspec.claims.boundary import check_assertions, check_boundary_section, unasserted_blocks
 from soakspec.claims.document import parse_document
 from soakspec.claims.evidence_check import check_evidence, check_stale
 from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
@@ -39,7 +39,7 @@ def lint(
         coverage = dataclasses.replace(coverage, hardware=hardware)
     doc = parse_document(doc_text)
     excludes = [compile_exclusion(e) for e in boundary.excludes if e.strip()]
-    negated = negated_list_blocks(doc)
+    negated = unasserted_blocks(doc)
     has_boundary = bool(boundary.claims or boundary.excludes)
 
     diags: list[Diagnostic] = []

@@ -31,6 +31,7 @@ from collections.abc import Callable, Sequence
 
 from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.facts import EvidenceFacts
+from soakspec.claims.scope import NUMBER_LIST
 from soakspec.diagnostics import Diagnostic, Span
 
 _HEX64 = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{64}(?![0-9A-Fa-f])")
@@ -217,7 +218,7 @@ def _int(s: str) -> int:
     return 0 if s.lower() in ("no", "zero", "none") else int(s)
 
 
-_NUMLIST = r"\d+(?:\s*(?:,|/|&|\band\b)\s*\d+)*"
+_NUMLIST = NUMBER_LIST
 _PROSE: list[tuple[str, re.Pattern[str], Callable[[str], object]]] = [
     ("commit", re.compile(r"\bcommit(?:\s+sha)?\s*[:=]?\s*`?(?P<v>(?=[0-9a-f]*\d)[0-9a-f]{7,64})\b", re.I), str.lower),
     ("revision", re.compile(r"\b(?:model\s+)?revision\s*[:=]?\s*`?(?P<v>(?=[0-9a-f]*\d)[0-9a-f]{7,64})\b", re.I), str.lower),

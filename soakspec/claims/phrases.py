@@ -35,6 +35,7 @@ multi-node failure", …; "a hard latency/memory drift budget" gives "no drift",
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from collections.abc import Iterator, Sequence
@@ -91,6 +92,7 @@ _SYNONYMS = {
 }
 
 
+@functools.lru_cache(maxsize=8192)
 def stem(word: str) -> str:
     """Light, consistent stemming: equal stems for the inflections this linter cares about."""
     w = word.lower().replace("’", "'")
@@ -270,10 +272,10 @@ def _derive_patterns(text: str, slots: tuple[frozenset[str], ...]) -> list[str]:
             rf"\bstable\s+{q}\b",
         ]
     if "stabl" in heads:
-        shape = [next(iter(s)) for s in slots if "stabl" not in s]
-        alts = [w for w in raw_words if canon(w) not in {"stabl", "prompt", "soak"}]
-        if alts and "prompt" in shape:
-            a = r"(?:" + "|".join(re.escape(canon(w)) + r"\w*" for w in re.split(r"[/-]", "/".join(alts)) if w) + r")"
+        # "long/mixed-prompt soak stability": the shape words become one alternation
+        shape = [w for w in raw_words if canon(w) not in {"stabl", "prompt", "soak"}]
+        if shape and any("prompt" in s for s in slots):
+            a = "(?:" + "|".join(re.escape(canon(w)) + r"\w*" for w in shape) + ")"
             a2 = rf"{a}(?:\s*(?:/|or|and)\s*{a})?"
             pats += [
                 rf"\b{a2}[-\s]+(?:prompts?|context)\s+(?:soak\s+)?stab(?:le|ility)\b",

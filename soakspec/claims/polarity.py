@@ -4,8 +4,10 @@
 (quoted material is already blanked, so it never matches). Rules, in order:
 
 1. A sentence ending in `?` asks; it does not assert (QUESTION).
-2. A list item governed by a negated introducer ("It does not claim:" / "Not claimed:" /
-   a heading such as "Non-goals", "Out of scope", "Limitations") is NEGATED.
+2. NEGATED (`inherited_negation`): a list item governed by a negated introducer ("It does not
+   claim:", "**Not claimed:**") or heading, and everything in a section headed "Non-goals",
+   "Out of scope", "Limitations", "Not claimed", "Future work", "Next steps", "Follow-ups",
+   "Roadmap", "TODO", "Open questions" (see `boundary.unasserted_blocks`).
 3. The *clause* around the phrase is the sentence cut at breakers: `;`, a dash between spaces,
    but / however / although / though / whereas / yet / while / because / since / so / therefore,
    ", which", "and"/"," followed by a new subject (it, this, we, the X is …), and "and"
@@ -60,13 +62,13 @@ _BREAK = re.compile(
     re.IGNORECASE,
 )
 
-_NEG_VERBAL = re.compile(
+NEGATION_CUES = re.compile(
     r"\b(?:not|never|neither|nor|none|nothing|nobody|without|cannot|lacks?|lacking|excludes?|"
     r"excluding|except|beyond|non|unclaimed|unproven|unverified|untested|unsupported)\b"
     r"|n['’]t\b|\brather\s+than\b|\binstead\s+of\b|\bout\s+of\s+scope\b|\bstops?\s+short\s+of\b",
     re.IGNORECASE,
 )
-_NEG_DETERMINER = re.compile(r"\b(?:no|zero)\b", re.IGNORECASE)
+NEGATION_DETERMINERS = re.compile(r"\b(?:no|zero)\b", re.IGNORECASE)
 
 _HEDGE = re.compile(
     r"\b(?:may|might|could|would|should|possibly|perhaps|potentially|probably|likely|hopefully|"
@@ -106,9 +108,9 @@ def _clause_suffix(suffix: str) -> str:
 
 
 def _negated_prefix(clause: str) -> bool:
-    if _NEG_VERBAL.search(clause):
+    if NEGATION_CUES.search(clause):
         return True
-    for m in _NEG_DETERMINER.finditer(clause):
+    for m in NEGATION_DETERMINERS.finditer(clause):
         # "no"/"zero" govern their own noun phrase: up to the next "and"
         if not re.search(r"\band\b", clause[m.end() :], re.IGNORECASE):
             return True
@@ -144,8 +146,8 @@ def negates_list(introducer: str, is_heading: bool) -> bool:
     """Whether a list under `introducer` (a heading, or a paragraph ending in ':') is negated."""
     text = introducer.strip()
     if is_heading:
-        return bool(_NEGATED_HEADING.search(text)) or bool(_NEG_VERBAL.search(text))
+        return bool(_NEGATED_HEADING.search(text)) or bool(NEGATION_CUES.search(text))
     if not text.endswith(":"):
         return False
     last = re.split(r"(?<=[.!?])\s+", text)[-1]
-    return bool(_NEGATED_HEADING.search(last) or _NEG_VERBAL.search(last) or _NEG_DETERMINER.search(last))
+    return bool(_NEGATED_HEADING.search(last) or NEGATION_CUES.search(last) or NEGATION_DETERMINERS.search(last))

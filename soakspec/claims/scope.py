@@ -67,7 +67,9 @@ _VAGUE_SECONDS = {
     "aroundtheclock": float("inf"),
 }
 
-_NUMLIST = r"(?P<list>\d+(?:\s*(?:,|/|&|\band\b|\bor\b)\s*\d+)*)"
+_UNIT_AFTER = r"(?!\d|\.\d|\s*(?:ms|s|m|h|min|mins|sec|secs|seconds?|minutes?|hours?|rps|qps|req|%|x|GiB|GB|words?|tokens?)\b)"
+NUMBER_LIST = rf"\d+{_UNIT_AFTER}(?:\s*(?:,|/|&)\s*\d+{_UNIT_AFTER})*(?:\s*,?\s*\b(?:and|or)\s+\d+{_UNIT_AFTER})?"
+_NUMLIST = rf"(?P<list>{NUMBER_LIST})"
 _CONCURRENCY = [
     re.compile(rf"\bconcurrenc(?:y|ies)(?:\s+levels?)?(?:\s+of)?\s*(?:[:=]\s*|\s+)(?:(?:up\s+to|as\s+high\s+as|of)\s+)?{_NUMLIST}", re.I),
     re.compile(r"\bc\s*=\s*(?P<list>\d+)\b"),

@@ -1,0 +1,33 @@
+"""The judge: evidence in, verdict out.
+
+    load_evidence(run_dir) -> Evidence       verify (re-hash) and read a run directory; the only I/O
+    summarize(evidence, spec=None) -> dict   results.json: per backend, level and bucket
+    judge(spec, evidence) -> Verdict         validity -> evidence -> performance rules; pure
+    render_text(verdict) / verdict.to_json() the terminal form / verdict.json
+    combine(children) -> Combined            the report across per-backend runs
+
+Statistics live in `soakspec.judge.stats` (the one percentile function); synthetic evidence for
+tests in `soakspec.judge.testing`.
+"""
+
+from __future__ import annotations
+
+from soakspec.judge.evidence import BackendEvidence, Evidence, EvidenceNotFound, Integrity, load_evidence
+from soakspec.judge.judge import judge
+from soakspec.judge.summary import summarize
+from soakspec.judge.verdict import Instance, Location, RuleResult, Verdict, render_text
+
+__all__ = [
+    "BackendEvidence",
+    "Evidence",
+    "EvidenceNotFound",
+    "Instance",
+    "Integrity",
+    "Location",
+    "RuleResult",
+    "Verdict",
+    "judge",
+    "load_evidence",
+    "render_text",
+    "summarize",
+]

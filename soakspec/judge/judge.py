@@ -94,7 +94,7 @@ def format_value(value: float | None, kind: Kind | None) -> str:
     if kind is Kind.RATIO:
         return f"{value * 100:.4g}%"
     if kind is Kind.RATE:
-        return f"{value:.4g}/s"
+        return f"{value:.4g} rps"
     if kind is Kind.COUNT and float(value).is_integer():
         return str(int(value))
     return f"{value:.4g}"
@@ -336,7 +336,12 @@ class _Judge:
                 if have < need:
                     insts.append(Instance("inconclusive", loc, float(have), None, have,
                                           f"{_plural(have, 'completed request')}; needs {need - have} more (at least {need})", need - have))
-        msg = "every level has enough completed requests" + (f" (fewest: {fewest[0]} in {fewest[1]})" if fewest else "")
+                planned = {pb.index for pb in plv.buckets}
+                for w in lv.buckets:
+                    if w.index in planned and not S.completed(w.records):
+                        insts.append(Instance("inconclusive", _loc(S.bucket_scope(bi, lv, w)), 0.0, None, 0,
+                                              "no completed request in the bucket: it measured nothing", 1))
+        msg = "every level has enough completed requests, every bucket at least one" + (f" (fewest: {fewest[0]} in {fewest[1]})" if fewest else "")
         return self._result(None, "min_samples", "validity", "require", insts, msg, count)
 
     # ------------------------------------------------------------------ evidence
@@ -537,6 +542,9 @@ class _Judge:
                 traced = sum(1 for r in sc.records if any(r.get("request_id") in bi.traced and r.get("backend", bi.name) in (bi.name, None) for bi in sc.backends))
                 cov = traced / total
                 loc = _loc(sc)
+                if compare(cov, rule.op, rule.threshold) and not S.completed(sc.records):
+                    insts.append(Instance("inconclusive", loc, cov, None, total, "no request in it completed: nothing was measured", 1))
+                    continue
                 if worst is None or cov < worst[0]:
                     worst = (cov, loc, traced, total)
                 if not compare(cov, rule.op, rule.threshold):
@@ -609,9 +617,9 @@ class _Judge:
         distinct = len({S.error_message(r) for r in offenders})
         more = f"; {distinct} distinct errors" if distinct > 1 else ""
         lead = f"{value_text}: " if rule.expr.agg != "count" else ""
-        if len(groups) == 1:
-            key = next(iter(groups))
-            return places[key], f"{lead}{_plural(n, noun)} ({describe_request(first)}){more}"
+        if len(groups) == 1 or sc.kind in ("bucket", "window"):
+            where = places[next(iter(groups))] if sc.kind not in ("bucket", "window") and groups else _loc(sc)
+            return where, f"{lead}{_plural(n, noun)} ({describe_request(first)}){more}"
         listing = ", ".join(f"{places[k].level_label} bucket {k[3]}" + (f" of {k[0]}" if sc.backend is None else "") + f" ({len(v)})"
                             for k, v in list(groups.items())[:5])
         if len(groups) > 5:
@@ -641,6 +649,10 @@ class _Judge:
                     basis += f", the gate's min_samples {self.gate.min_samples}"
             return Instance("inconclusive", loc, m.value, vtext, m.samples,
                             f"{vtext} from only {self._unit_word(m.unit, m.samples)}; needs {m.short} more{basis}", m.short), m.value, m
+        if ok and rule.expr.metric in S.OUTCOME_METRICS and not S.completed(sc.records):
+            # a scope where nothing completed measured nothing: it can fail a rule, never pass one
+            return Instance("inconclusive", loc, m.value, vtext, m.samples,
+                            f"{vtext}, but no request in it completed: nothing was measured", 1), m.value, m
         if ok:
             return Instance("pass", loc, m.value, vtext, m.samples, f"{vtext} ({thr})"), m.value, m
         if rule.expr.metric in BAD_OUTCOMES:
@@ -806,7 +818,7 @@ def _not_evaluated(rule: Rule) -> RuleResult:
         klass=rule.klass,
         severity=rule.severity,
         status="not_evaluated",
-        message="not evaluated: a required validity or evidence check failed",
+        message="a required validity or evidence check failed, so the evidence cannot support it",
         line=rule.span.line if rule.span.known else None,
         metric=rule.expr.metric,
         op=rule.op,

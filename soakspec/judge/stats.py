@@ -128,11 +128,19 @@ def max_overages(n: int, q: float, confidence: float) -> int | None:
         return 0 if n >= 1 else None
     alpha = 1.0 - confidence
     p_over = 1.0 - q / 100.0
-    # The (n-k)-th order statistic is below the true percentile when at most k samples exceed
-    # it... the claim fails with probability P(Bin(n, p_over) <= k); it must be <= alpha.
+    # The (n-k)-th smallest sample lies below the true percentile exactly when at most k samples
+    # exceed it: probability P(Bin(n, p_over) <= k), which must be <= alpha. Sum the pmf upwards.
+    lp, lq = math.log(p_over), math.log1p(-p_over)
+    log_pmf = n * lq  # P(X = 0)
+    cdf = 0.0
     k = -1
-    while k + 1 < n and binomial_cdf(k + 1, n, p_over) <= alpha:
-        k += 1
+    for i in range(n):
+        if i > 0:
+            log_pmf += math.log(n - i + 1) - math.log(i) + lp - lq
+        cdf += math.exp(log_pmf)
+        if cdf > alpha:
+            break
+        k = i
     return None if k < 0 else k
 
 

@@ -42,12 +42,13 @@ class EvidenceBuilder:
     """
 
     def __init__(self, spec: Spec, *, per_bucket: int = 8, latency: float = 1.0, t0: float = T0,
-                 run_id: str = "run1", time_scale: float = 1.0, rehearsal: bool = False):
+                 run_id: str = "run1", time_scale: float = 1.0, rehearsal: bool = False,
+                 only: tuple[str, ...] = ()):
         self.spec = spec
         self.run_id = run_id
         self.per_bucket = per_bucket
         self.latency = latency
-        p = make_plan(spec, time_scale=time_scale, rehearse=rehearsal)
+        p = make_plan(spec, time_scale=time_scale, rehearse=rehearsal, only=only)
         self.records: dict[str, list[dict[str, Any]]] = {}
         self.traces: dict[str, list[dict[str, Any]]] = {}
         self.telemetry: dict[str, list[dict[str, Any]]] = {}
@@ -127,6 +128,8 @@ class EvidenceBuilder:
             "gpus": {"available": False, "reason": "synthetic"},
             "backends": backends, "artifacts": {},
         }
+        if only:
+            self.manifest["only"] = list(only)
         self._seq = 0
 
     # ---------------------------------------------------------------- rows
@@ -254,3 +257,39 @@ def _frange(a: float, b: float, step: float) -> list[float]:
         out.append(x)
         x += step
     return out
+
+
+def spec_from_text(text: str, path: str = "<test>") -> Spec:
+    """Parse and check spec text; raise ValueError with the diagnostics when it does not check."""
+    from soakspec.diagnostics import has_errors, render_text
+    from soakspec.lang import check, parse
+
+    tree, diags = parse(text, path)
+    spec = None
+    if tree is not None and not has_errors(diags):
+        spec, more = check(tree, path)
+        diags = diags + more
+    if spec is None:
+        raise ValueError(render_text(diags, {path: text}))
+    return spec
+
+
+def small_spec(rules: str = "require failed == 0", *, levels: str = "[2]", mode: str = "closed",
+               duration: str = "2m", bucket: str = "1m", gate: str = "", traces: bool = True,
+               backends: tuple[str, ...] = ("a",), follow_up: bool = True) -> Spec:
+    """A one-workload spec over `url` backends, for rule tests. `rules` are gate lines."""
+    blocks = []
+    for b in backends:
+        tr = '\n  traces {\n    source = jsonl\n    file = "traces.jsonl"\n  }' if traces else ""
+        blocks.append(f'backend "{b}" {{\n  url = "http://127.0.0.1:8000"{tr}\n  runtime {{\n    label = "host-staged"\n  }}\n}}')
+    load = f"mode = {mode}\n    " + (f"rate = {levels}" if mode == "open" else f"concurrency = {levels}")
+    if mode == "batch":
+        load += "\n    requests = 4"
+    text = (
+        'soak "small" {}\n'
+        + "\n".join(blocks)
+        + f'\nworkload "w" {{\n  load {{\n    {load}\n  }}\n  duration = {duration}\n  bucket = {bucket}\n'
+        + f"  deadline = 30s\n  follow_up = {'true' if follow_up else 'false'}\n}}\n"
+        + "gate {\n  " + gate + "\n  " + "\n  ".join(rules.splitlines()) + "\n}\n"
+    )
+    return spec_from_text(text)

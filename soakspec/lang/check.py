@@ -20,12 +20,14 @@ Diagnostic codes (see README "Diagnostics"):
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 import string as _string
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from soakspec.diagnostics import Diagnostic, Severity, Span
+from soakspec.evidence.runtime import is_generic_label, validate_log_regex
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
 from soakspec.lang.fmt import expr_text, fmt, rule_text, value_text
@@ -38,18 +40,11 @@ from soakspec.lang.metrics import (
 )
 from soakspec.units import UNITS, Dimension, UNITS_BY_DIMENSION
 
-GENERIC_RUNTIME_LABELS = {"", "unknown", "n/a", "na", "none", "default", "generic", "tbd", "?", "-"}
-GENERIC_RUNTIME_NAMES = {"nccl", "rccl", "gloo", "mpi", "cuda", "nvlink", "ucx", "host", "tcp", "ib"}
 PLACEHOLDERS = {"port", "host", "url", "model_path", "model_id", "model_revision", "backend"}
+MAX_DURATION_S = 30 * 86400.0  # any duration in a spec; longer is a typo, and sums must stay finite
 
-
-def is_generic_runtime_label(label: str) -> bool:
-    """`nccl`, `unknown`, `n/a`, `` are generic: a claim needs a version or a specific mode."""
-    norm = label.strip().lower()
-    if norm in GENERIC_RUNTIME_LABELS:
-        return True
-    words = re.findall(r"[a-z0-9_.\-]+", norm)
-    return bool(words) and all(w in GENERIC_RUNTIME_NAMES for w in words)
+# One definition of "generic", shared with the evidence layer that re-checks it after a run.
+is_generic_runtime_label = is_generic_label
 
 
 class _Ctx:
@@ -317,7 +312,11 @@ def _quantity_value(ctx: _Ctx, key: str, v: A.Value, dim: Dimension) -> float | 
     if got_dim is not dim:
         ctx.error("E203", f"'{key}' is a {dim} ({units}); {value_text(v)} is a {got_dim}", v.span)
         return None
-    return float(v.value) * factor
+    value = float(v.value) * factor
+    if not math.isfinite(value) or (dim is Dimension.DURATION and abs(value) > MAX_DURATION_S):
+        ctx.error("E204", f"'{key}' is too large" + (" (at most 30 days)" if dim is Dimension.DURATION else ""), v.span)
+        return None
+    return value
 
 
 # ---------------------------------------------------------------- top level
@@ -548,7 +547,9 @@ def _backend(ctx: _Ctx, blk: A.Block) -> S.Backend | None:
                 rt.attrs["label"].value.span,
             )
         if pattern is not None:
-            _check_regex(ctx, pattern, rt.attrs["log_pattern"].value.span)
+            problem = validate_log_regex(pattern)
+            if problem is not None:
+                ctx.error("E405", f"runtime log_pattern: {problem}", rt.attrs["log_pattern"].value.span)
         if version is not None and pattern is None:
             ctx.error("E403", "runtime 'version' is confirmed from the log: add log_pattern = r\"... (\\d+\\.\\d+\\.\\d+)\"", rt.attrs["version"].key_span)
         env_names = {k for k, _ in env}
@@ -660,6 +661,9 @@ def _sim_options(ctx: _Ctx, b: _Body | None) -> tuple:
 
 # ---------------------------------------------------------------- workloads
 
+MAX_BUCKETS_PER_LEVEL = 10_000  # the plan lists every bucket; a 1 ms bucket over 24 h would never finish
+MAX_LOAD_LEVEL = 1_000_000  # with MAX_DURATION_S, keeps the plan's request estimates finite
+
 WORKLOAD_KEYS = (
     "endpoint", "stream", "prompt_words", "prompt_file", "max_tokens", "sampling", "ignore_eos",
     "duration", "bucket", "warmup", "deadline", "follow_up", "expected_latency",
@@ -726,6 +730,10 @@ def _workload(ctx: _Ctx, blk: A.Block) -> S.Workload | None:
         levels = load.levels
         if len(set(levels)) != len(levels):
             ctx.warn("W504", "the same load level is listed twice", lb.span)
+        key = "rate" if mode == "open" else "concurrency"
+        if levels and max(levels) > MAX_LOAD_LEVEL and key in lb.attrs:
+            what = "requests/s" if mode == "open" else "workers"
+            ctx.error("E204", f"'{key}' is more than {MAX_LOAD_LEVEL:,} {what}", lb.attrs[key].value.span)
 
     duration = b.quantity("duration", Dimension.DURATION, required=True)
     bucket = b.quantity("bucket", Dimension.DURATION)
@@ -743,7 +751,9 @@ def _workload(ctx: _Ctx, blk: A.Block) -> S.Workload | None:
         )
     elif duration is not None and bucket is not None:
         ratio = duration / bucket
-        if abs(ratio - round(ratio)) > 1e-6:
+        if ratio > MAX_BUCKETS_PER_LEVEL:
+            ctx.error("E204", f"bucket ({value_text(b.attrs['bucket'].value)}) cuts each level into {math.ceil(ratio - 1e-9)} buckets; at most {MAX_BUCKETS_PER_LEVEL} are allowed", b.attrs["bucket"].value.span)
+        elif abs(ratio - round(ratio)) > 1e-6:
             ctx.warn("W505", "the duration is not a whole number of buckets; the last bucket of each level will be short", b.attrs["bucket"].value.span)
     if duration is None:
         return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast as pyast
 import functools
 import importlib.resources
+import math
 import pathlib
 import re
 
@@ -388,6 +389,12 @@ def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Di
         break
     else:  # pragma: no cover
         return None, diags
+    if diags:
+        return None, diags
+    for tok in tree.scan_values(lambda v: isinstance(v, Token) and v.type in ("NUMBER", "QUANTITY")):
+        number = _QUANTITY_RE.fullmatch(tok).group(1) if tok.type == "QUANTITY" else str(tok)
+        if math.isinf(float(number)):  # also keeps int() from refusing a 5000-digit literal
+            add("E001", f"number {_describe_token(tok)} is too large", tok.line, tok.column, tok.end_column if tok.end_line == tok.line else None)
     if diags:
         return None, diags
     try:

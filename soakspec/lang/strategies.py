@@ -17,6 +17,7 @@ it; only tests do (like zarr's `zarr.testing.strategies`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import re
 from fractions import Fraction
@@ -51,6 +52,7 @@ def _is_name(s: str) -> bool:
     return s not in KEYWORDS and not _KEYWORD_START.match(s)
 
 
+@functools.cache
 def names() -> st.SearchStrategy[str]:
     """NAME tokens (`[A-Za-z_][A-Za-z0-9_.-]*`) that the lexer will not read as keywords."""
     short = st.sampled_from(["a", "x", "env", "load", "gpus", "ttft", "req", "requires", "perk", "only", "truth", "_"])
@@ -62,6 +64,7 @@ def names() -> st.SearchStrategy[str]:
     return st.one_of(short, built).filter(_is_name)
 
 
+@functools.cache
 def comment_texts() -> st.SearchStrategy[str]:
     """What follows '# ': one line, no trailing blanks (the parser strips them), may be empty
     or start with more spaces, and may contain quotes and '#'."""
@@ -76,11 +79,12 @@ def _text(max_size: int = 12) -> st.SearchStrategy[str]:
     )
 
 
+@functools.cache
 def strings() -> st.SearchStrategy[A.Str]:
     plain = st.builds(A.Str, _text(), st.just("plain"))
     long = st.builds(A.Str, _text(), st.just("long"))
-    # A raw string cannot hold '"' or a newline (fmt would fall back to a plain string).
-    raw = st.builds(A.Str, st.text(alphabet=st.characters(blacklist_characters='"\n\r', blacklist_categories=("Cs",)), max_size=12), st.just("raw"))
+    # A raw string cannot hold '"', a newline or NUL (the parser rejects NUL anywhere).
+    raw = st.builds(A.Str, st.text(alphabet=st.characters(blacklist_characters='"\n\x00', blacklist_categories=("Cs",)), max_size=12), st.just("raw"))
     return st.one_of(plain, raw, long)
 
 
@@ -96,6 +100,7 @@ def quantities(units: tuple[str, ...] | None = None) -> st.SearchStrategy[A.Quan
     return st.builds(A.Quantity, _numbers(), st.sampled_from(units or tuple(UNITS)))
 
 
+@functools.cache
 def _scalars() -> st.SearchStrategy[A.Value]:
     return st.one_of(
         strings(),
@@ -106,14 +111,16 @@ def _scalars() -> st.SearchStrategy[A.Value]:
     )
 
 
+@functools.cache
 def values() -> st.SearchStrategy[A.Value]:
     return st.recursive(
         _scalars(),
-        lambda inner: st.builds(A.List, st.lists(inner, max_size=6).map(tuple)),
-        max_leaves=12,
+        lambda inner: st.builds(A.List, st.lists(inner, max_size=4).map(tuple)),
+        max_leaves=6,
     )
 
 
+@functools.cache
 def _exprs() -> st.SearchStrategy[A.Expr]:
     return st.recursive(
         st.builds(A.MetricRef, names()),
@@ -122,10 +129,12 @@ def _exprs() -> st.SearchStrategy[A.Expr]:
     )
 
 
+@functools.cache
 def _leading() -> st.SearchStrategy[tuple[str, ...]]:
     return st.lists(comment_texts(), max_size=2).map(tuple)
 
 
+@functools.cache
 def _trailing() -> st.SearchStrategy[str | None]:
     return st.none() | comment_texts()
 
@@ -146,38 +155,39 @@ def _rules(draw) -> A.Rule:
     )
 
 
+@functools.cache
 def _attributes() -> st.SearchStrategy[A.Attribute]:
     return st.builds(A.Attribute, key=names(), value=values(), comments=_leading(), trailing=_trailing())
 
 
+@functools.cache
 def _claims() -> st.SearchStrategy[A.Claim]:
     return st.builds(A.Claim, st.sampled_from(["claim", "exclude"]), strings(), comments=_leading(), trailing=_trailing())
 
 
+@functools.cache
 def statements(max_depth: int = 3) -> st.SearchStrategy[A.Statement]:
     """Any statement; blocks nest at most `max_depth` deep."""
     leaf = st.one_of(_attributes(), _rules(), _claims())
     if max_depth <= 0:
         return leaf
-
-    def block(body):
-        return st.builds(
-            A.Block,
-            kind=names(),
-            label=st.none() | strings(),
-            body=st.lists(body, max_size=4).map(tuple),
-            comments=_leading(),
-            trailing=_trailing(),
-            closing_comments=_leading(),
-        )
-
-    return st.deferred(lambda: st.one_of(leaf, block(statements(max_depth - 1))))
+    block = st.builds(
+        A.Block,
+        kind=names(),
+        label=st.none() | strings(),
+        body=st.lists(statements(max_depth - 1), max_size=3).map(tuple),
+        comments=_leading(),
+        trailing=_trailing(),
+        closing_comments=_leading(),
+    )
+    return st.one_of(leaf, block)
 
 
+@functools.cache
 def soak_files() -> st.SearchStrategy[A.SoakFile]:
     return st.builds(
         A.SoakFile,
-        st.lists(statements(), max_size=6).map(tuple),
+        st.lists(statements(), max_size=5).map(tuple),
         closing_comments=_leading(),
     )
 
@@ -306,7 +316,7 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
     body: list[A.Statement] = [_block("load", None, *load), _attr("duration", dq)]
     b = d
     if draw(st.booleans()):
-        bq, b = draw(_duration(lo_s=min(d, Fraction(1, 10)), hi_s=d))
+        bq, b = draw(_duration(lo_s=max(min(d, Fraction(1, 10)), d / 1000), hi_s=d))
         body.append(_attr("bucket", bq))
     w = Fraction(0)
     if draw(st.booleans()):

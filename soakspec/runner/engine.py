@@ -198,7 +198,9 @@ class _BackendRun:
             cwd = str(eng.spec_dir)
         self.cwd = cwd
         self.started_at = eng.clock.now()
-        eng.progress.log(f"[{b.name}] starting: {' '.join(self.launched_argv) if argv else shell}")
+        from soakspec.evidence.redact import redact_argv
+
+        eng.progress.log(f"[{b.name}] starting: {' '.join(redact_argv(self.launched_argv))}")
         self.server = await launch(b.name, argv, shell, env, cwd, str(eng.layout.server_log(b.name)), eng.reaper, self.started_at)
 
     async def _ready(self) -> None:

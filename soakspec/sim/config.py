@@ -226,7 +226,7 @@ class SimConfig:
             problems.append(f"port {self.port} is out of range 0..65535")
         if not self.model:
             problems.append("model name is empty")
-        for name, low in (("slots", 1), ("max_model_len", 2), ("default_max_tokens", 1),
+        for name, low in (("slots", 1), ("max_model_len", 1), ("default_max_tokens", 1),
                           ("tokens_per_chunk", 1), ("queue_limit", 0)):
             if getattr(self, name) < low:
                 problems.append(f"{name} must be at least {low}, got {getattr(self, name)}")

@@ -99,8 +99,12 @@ class TraceWriter:
     def write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":"))
         if self.log:
-            sys.stdout.write(TRACE_PREFIX + line + "\n")
-            sys.stdout.flush()
+            try:
+                sys.stdout.write(TRACE_PREFIX + line + "\n")
+                sys.stdout.flush()
+            except (OSError, ValueError) as e:  # the log reader went away: keep serving, say so once
+                self.log = False
+                sys.stderr.write(f"soakspec-sim: trace log disabled: stdout failed: {e}\n")
         if self.file is not None:
             self.file.write(line + "\n")
 
@@ -109,15 +113,16 @@ class TraceWriter:
             self.file.close()
 
 
-MAX_WAKE_LEAD = 0.002
+MAX_WAKE_LEAD = 0.0015
 
 
 class _Waker:
     """`sleep_until` aimed at the deadline itself. An event loop wakes late (epoll rounds its
-    timeout up to whole milliseconds, then the scheduler adds its own delay), so this learns the
-    typical lateness (a moving average, capped) and asks to be woken that much earlier: the
-    median event then leaves at its deadline instead of ~1 ms after it. Deadlines stay absolute,
-    so neither the lead nor any lateness accumulates over a stream."""
+    timeout up to whole milliseconds, then the OS scheduler adds its own delay), so this learns
+    the typical lateness (a moving average of samples capped at 1.5 ms) and asks to be woken that
+    much earlier: the median event then leaves at its deadline instead of ~1 ms after it.
+    Deadlines stay absolute, so neither the lead nor any lateness accumulates over a stream.
+    (What no event loop can remove is the wait for a CPU on an overloaded machine.)"""
 
     def __init__(self) -> None:
         self.lead = 0.0
@@ -125,8 +130,8 @@ class _Waker:
     async def sleep_until(self, deadline: float) -> None:
         target = deadline - self.lead
         await trio.sleep_until(target)
-        late = trio.current_time() - target
-        self.lead = min(MAX_WAKE_LEAD, max(0.0, 0.95 * self.lead + 0.05 * late))
+        late = min(max(trio.current_time() - target, 0.0), MAX_WAKE_LEAD)  # a stall of the loop is no lesson
+        self.lead = 0.95 * self.lead + 0.05 * late
 
 
 class _Request:
@@ -234,6 +239,12 @@ class _Io:
         return True
 
 
+def _id_header(client_id: str) -> list[tuple[str, str]]:
+    """Echo the request id (as vLLM does with --enable-request-id-headers) when it is header-safe;
+    a body `request_id` may hold anything."""
+    return [("x-request-id", client_id)] if client_id.isascii() and client_id.isprintable() else []
+
+
 def _response(status: int, headers: list[tuple[str, str]]) -> h11.Response:
     return h11.Response(
         status_code=status,
@@ -295,6 +306,10 @@ class _Server:
                 return False
             assert isinstance(event, h11.Request)
             arrived = io.arrival()
+            if len(event.target) + sum(len(k) + len(v) + 4 for k, v in event.headers) > MAX_HEADER_BYTES:
+                msg = f"request head larger than {MAX_HEADER_BYTES} bytes"
+                await _send_json(io, 431, error_body(431, msg), close=True)
+                return False
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in event.headers}
             length = headers.get("content-length")
             if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
@@ -367,13 +382,13 @@ class _Server:
                 req = parse_request(endpoint, body, cfg)
             except ApiError as e:
                 st.status, st.terminal = e.status, "rejected"
-                await _send_json(io, e.status, e.body(), [("x-request-id", st.client_id)])
+                await _send_json(io, e.status, e.body(), _id_header(st.client_id))
                 return
             self._set_ids(st, header_id or req.request_id or st.client_id)
             st.stream, st.prompt_tokens, st.max_tokens = req.stream, req.prompt_tokens, req.max_tokens
             plan = plan_request(cfg, index, req.max_tokens, req.ignore_eos)
             st.fault = plan.fault.value if plan.fault else None
-            id_header = [("x-request-id", st.client_id)]
+            id_header = _id_header(st.client_id)
             if plan.fault is Fault.ERROR:
                 status = plan.error_status
                 st.status, st.terminal = status, "error"
@@ -549,11 +564,12 @@ class _Server:
     def _settle(self, st: _Request, plan: RequestPlan | None) -> None:
         """The request is over, whatever happened: free its place, count it, trace it."""
         sched = self.sched
+        now_mono, now_wall = trio.current_time(), time.time()  # its slot passes on at this instant
         active, pending = len(sched.running), len(sched.waiting)
         if st.state is Admission.RUNNING:
             active -= 1
             for admitted in sched.release(st):
-                self._mark_scheduled(admitted)
+                self._mark_scheduled(admitted, now_mono, now_wall)
         elif st.state is Admission.WAITING:
             pending -= 1
             sched.withdraw(st)
@@ -577,7 +593,7 @@ class _Server:
             "queued_at": st.queued_at,
             "scheduled_at": st.scheduled_at,
             "first_token_at": st.first_token_at,
-            "finished_at": time.time(),
+            "finished_at": now_wall,
             "prompt_tokens": st.prompt_tokens,
             "completion_tokens": st.completion_tokens,
             "max_tokens": st.max_tokens,

@@ -1,0 +1,214 @@
+"""Combining per-backend evidence into one report (pure; `soakspec combine` does the I/O).
+
+Every child is re-verified and re-judged by the caller, never trusted; `combine` then checks,
+all of which must hold:
+
+  children_pass         every child's verdict is PASS (a FAIL fails, an INCONCLUSIVE makes the
+                        combination inconclusive)
+  backends_once         every backend the spec declares appears in exactly one child
+  one_commit            one source commit across all children and backends
+  model_provenance      identical model revision, model fingerprint and server binary sha256
+  same_workload         the same spec (sha256), or at least identical workloads and gate
+  runtime_boundaries    a runtime boundary retained for every backend (confirmed or declared)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from soakspec.exitcodes import ExitCode
+from soakspec.judge.evidence import Evidence
+from soakspec.judge.verdict import Verdict
+from soakspec.lang.spec import Spec
+
+SCHEMA_VERSION = 1
+Outcome = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Child:
+    dir: str
+    spec: Spec
+    evidence: Evidence
+    verdict: Verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    name: str
+    status: Literal["pass", "fail", "inconclusive"]
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status, "message": self.message}
+
+
+@dataclasses.dataclass(frozen=True)
+class Combined:
+    outcome: Outcome
+    checks: tuple[Check, ...]
+    children: tuple[Child, ...]
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {"PASS": ExitCode.OK, "FAIL": ExitCode.GATE_FAILED, "INCONCLUSIVE": ExitCode.INCONCLUSIVE}[self.outcome]
+
+    def to_json(self) -> dict[str, Any]:
+        backends = []
+        for c in self.children:
+            for b in c.evidence.backends:
+                e = b.entry
+                src = e.get("source") if isinstance(e.get("source"), Mapping) else {}
+                model = e.get("model") if isinstance(e.get("model"), Mapping) else {}
+                binary = e.get("server_binary") if isinstance(e.get("server_binary"), Mapping) else {}
+                backends.append({
+                    "name": b.name,
+                    "child": c.dir,
+                    "runtime_boundary": e.get("runtime_boundary"),
+                    "commit": src.get("commit_before"),
+                    "model": {"id": model.get("id"), "revision": model.get("revision"), "fingerprint": model.get("fingerprint")},
+                    "server_binary_sha256": binary.get("sha256"),
+                })
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "verdict": self.outcome,
+            "exit_code": int(self.exit_code),
+            "summary": self.summary(),
+            "checks": [c.to_json() for c in self.checks],
+            "children": [
+                {
+                    "dir": c.dir,
+                    "run_id": c.evidence.run_id,
+                    "verdict": c.verdict.outcome,
+                    "summary": c.verdict.summary(),
+                    "spec_sha256": c.evidence.spec_sha256,
+                    "manifest_sha256": c.evidence.manifest_sha256,
+                    "artifacts": dict(sorted(_artifacts(c.evidence).items())),
+                    "backends": [b.name for b in c.evidence.backends],
+                    "failed_rules": [r.text() for r in c.verdict.rules if r.severity == "require" and r.status != "pass"],
+                }
+                for c in self.children
+            ],
+            "backends": backends,
+        }
+
+    def summary(self) -> str:
+        bad = [c.name for c in self.checks if c.status != "pass"]
+        if self.outcome == "PASS":
+            return f"PASS: {len(self.children)} children, all {len(self.checks)} combination checks hold"
+        return f"{self.outcome}: {', '.join(bad)}"
+
+
+def _artifacts(ev: Evidence) -> dict[str, str]:
+    a = ev.manifest.get("artifacts")
+    return {str(k): str(v) for k, v in a.items()} if isinstance(a, Mapping) else {}
+
+
+def _get(entry: Mapping[str, Any], *path: str) -> Any:
+    cur: Any = entry
+    for p in path:
+        cur = cur.get(p) if isinstance(cur, Mapping) else None
+    return cur
+
+
+def _distinct(values: Mapping[str, Any], label: str) -> str | None:
+    vals = {str(v) for v in values.values()}
+    missing = [k for k, v in values.items() if v is None]
+    if missing:
+        return f"no {label} recorded for {', '.join(missing)}"
+    if len(vals) > 1:
+        return f"different {label}s: " + ", ".join(f"{k}: {str(v)[:16]}" for k, v in values.items())
+    return None
+
+
+def combine(children: Sequence[Child]) -> Combined:
+    checks: list[Check] = []
+    # children_pass
+    failed = [c for c in children if c.verdict.outcome == "FAIL"]
+    unsure = [c for c in children if c.verdict.outcome == "INCONCLUSIVE"]
+    if failed:
+        checks.append(Check("children_pass", "fail", "; ".join(f"{c.dir}: {c.verdict.summary()}" for c in failed)))
+    elif unsure:
+        checks.append(Check("children_pass", "inconclusive", "; ".join(f"{c.dir}: {c.verdict.summary()}" for c in unsure)))
+    else:
+        checks.append(Check("children_pass", "pass", f"all {len(children)} children pass their gate"))
+
+    # backends_once
+    where: dict[str, list[str]] = {}
+    for c in children:
+        for b in c.evidence.backends:
+            where.setdefault(b.name, []).append(c.dir)
+    declared = [b.name for b in children[0].spec.backends] if children else []
+    problems = [f"backend {n} appears in {len(ds)} children ({', '.join(ds)})" for n, ds in where.items() if len(ds) > 1]
+    problems += [f"backend {n} is in no child" for n in declared if n not in where]
+    problems += [f"backend {n} is not declared by the spec" for n in where if n not in declared]
+    checks.append(Check("backends_once", "fail" if problems else "pass",
+                        "; ".join(problems) or f"each of {', '.join(declared)} appears once"))
+
+    # provenance across every backend of every child
+    entries = {f"{c.dir}:{b.name}": b.entry for c in children for b in c.evidence.backends}
+    commits: dict[str, Any] = {}
+    msgs = []
+    for k, e in entries.items():
+        before, after = _get(e, "source", "commit_before"), _get(e, "source", "commit_after")
+        if before != after:
+            msgs.append(f"{k}: commit changed during the run")
+        commits[k] = before
+    m = _distinct(commits, "commit")
+    if m:
+        msgs.append(m)
+    checks.append(Check("one_commit", "fail" if msgs else "pass",
+                        "; ".join(msgs) or f"one commit {str(next(iter(commits.values()), ''))[:12]} across {len(entries)} backends"))
+
+    msgs = []
+    for label, path in (("model revision", ("model", "revision")), ("model fingerprint", ("model", "fingerprint")),
+                        ("server binary sha256", ("server_binary", "sha256"))):
+        m = _distinct({k: _get(e, *path) for k, e in entries.items()}, label)
+        if m:
+            msgs.append(m)
+    checks.append(Check("model_provenance", "fail" if msgs else "pass",
+                        "; ".join(msgs) or "identical model revision, fingerprint and server binary across backends"))
+
+    # same workload
+    shas = {c.dir: c.spec.sha256 for c in children}
+    if len(set(shas.values())) <= 1:
+        checks.append(Check("same_workload", "pass", "every child ran the same spec"))
+    else:
+        first = children[0].spec
+        differ = [c.dir for c in children[1:] if c.spec.workloads != first.workloads or c.spec.gate != first.gate]
+        if differ:
+            checks.append(Check("same_workload", "fail", f"workloads or gate differ from {children[0].dir} in {', '.join(differ)}"))
+        else:
+            checks.append(Check("same_workload", "pass", "specs differ in text but have identical workloads and gate"))
+
+    # runtime boundaries
+    msgs, shown = [], []
+    for k, e in entries.items():
+        status = _get(e, "runtime_boundary", "status")
+        display = _get(e, "runtime_boundary", "display")
+        if status in ("confirmed", "declared"):
+            shown.append(f"{k}: {display}")
+        else:
+            msgs.append(f"{k}: runtime boundary {display!r} is {status or 'not recorded'}")
+    checks.append(Check("runtime_boundaries", "fail" if msgs else "pass", "; ".join(msgs) or "; ".join(shown)))
+
+    if not children:
+        checks.append(Check("children", "fail", "no children"))
+    statuses = [c.status for c in checks]
+    outcome: Outcome = "FAIL" if "fail" in statuses else "INCONCLUSIVE" if "inconclusive" in statuses else "PASS"
+    return Combined(outcome, tuple(checks), tuple(children))
+
+
+def render_text(c: Combined) -> str:
+    lines = [f"combined report of {len(c.children)} children"]
+    for ch in c.children:
+        lines.append(f"  {ch.verdict.outcome:12} {ch.dir} (run {ch.evidence.run_id}: {', '.join(b.name for b in ch.evidence.backends)})")
+        for r in ch.verdict.rules:
+            if r.severity == "require" and r.status != "pass":
+                lines.append(f"                 {r.text()}")
+    for k in c.checks:
+        lines.append(f"  {k.status.upper():12} {k.name} — {k.message}")
+    lines.append(c.summary())
+    return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""`soakspec combine`: per-backend children re-verified and re-judged, then combined."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from soakspec.cli import main
+from soakspec.judge.testing import EvidenceBuilder
+from soakspec.lang import load_spec
+
+SEED = Path(__file__).resolve().parents[1] / "specs" / "dsv2lite.soak"
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_spec(SEED)[0]
+
+
+def children(spec, tmp_path, edit=lambda name, b: None):
+    dirs = []
+    for i, name in enumerate(("host-staged", "nccl")):
+        b = EvidenceBuilder(spec, only=(name,), run_id=f"run-{name}", t0=1_747_000_000.0 + 1000 * i)
+        edit(name, b)
+        dirs.append(str(b.write(tmp_path / name)))
+    return dirs
+
+
+def run_combine(dirs, out, capsys, *extra):
+    code = main(["combine", *dirs, "--out", str(out), *extra])
+    return code, capsys.readouterr()
+
+
+def checks(out: Path) -> dict[str, str]:
+    doc = json.loads((out / "combined.json").read_text())
+    return {c["name"]: c["status"] for c in doc["checks"]}
+
+
+def test_two_clean_children_pass(spec, tmp_path, capsys):
+    dirs = children(spec, tmp_path)
+    out = tmp_path / "out"
+    code, cap = run_combine(dirs, out, capsys)
+    assert code == 0, cap.out
+    doc = json.loads((out / "combined.json").read_text())
+    assert doc["verdict"] == "PASS" and doc["exit_code"] == 0
+    assert set(checks(out).values()) == {"pass"}
+    assert [c["verdict"] for c in doc["children"]] == ["PASS", "PASS"]
+    for c in doc["children"]:
+        assert len(c["manifest_sha256"]) == 64
+        assert "backends/" + ("nccl" if "nccl" in c["dir"] else "host-staged") + "/requests.jsonl" in c["artifacts"]
+    assert {b["name"]: b["runtime_boundary"]["status"] for b in doc["backends"]} == {"host-staged": "declared", "nccl": "confirmed"}
+    sidecar = (out / "combined.json.sha256").read_text()
+    assert sidecar == hashlib.sha256((out / "combined.json").read_bytes()).hexdigest() + "  combined.json\n"
+
+
+def test_json_format(spec, tmp_path, capsys):
+    code, cap = run_combine(children(spec, tmp_path), tmp_path / "out", capsys, "--format", "json")
+    assert code == 0
+    doc = json.loads(cap.out)
+    assert doc["combined_sha256"] == hashlib.sha256((tmp_path / "out" / "combined.json").read_bytes()).hexdigest()
+
+
+def test_a_failing_child_fails(spec, tmp_path, capsys):
+    def edit(name, b):
+        if name == "nccl":
+            b.set_outcome(next(b.measured("nccl")), "failed", "engine died")
+
+    out = tmp_path / "out"
+    code, cap = run_combine(children(spec, tmp_path, edit), out, capsys)
+    assert code == 1
+    assert checks(out)["children_pass"] == "fail"
+    assert "nccl: FAIL: 1 of 14 required rules failed (failed == 0)" in cap.out
+
+
+def test_children_are_reverified_not_trusted(spec, tmp_path, capsys):
+    dirs = children(spec, tmp_path)
+    p = Path(dirs[1]) / "backends" / "nccl" / "traces.jsonl"
+    p.write_text(p.read_text() + p.read_text().splitlines(keepends=True)[0])
+    out = tmp_path / "out"
+    code, cap = run_combine(dirs, out, capsys)
+    assert code == 1
+    assert "artifacts_verified: FAIL — backends/nccl/traces.jsonl" in cap.out
+
+
+def test_different_model_revisions_fail(spec, tmp_path, capsys):
+    def edit(name, b):
+        if name == "nccl":
+            b.entry("nccl")["model"]["revision"] = "1" * 40
+
+    out = tmp_path / "out"
+    code, cap = run_combine(children(spec, tmp_path, edit), out, capsys)
+    assert code == 1
+    assert checks(out)["model_provenance"] == "fail"
+    assert "different model revisions" in cap.out
+
+
+def test_different_fingerprints_fail_even_when_children_pass(spec, tmp_path, capsys):
+    def edit(name, b):
+        if name == "nccl":
+            b.entry("nccl")["model"]["fingerprint"] = "e" * 64
+
+    out = tmp_path / "out"
+    code, _ = run_combine(children(spec, tmp_path, edit), out, capsys)
+    assert code == 1
+    c = checks(out)
+    assert c["children_pass"] == "pass" and c["model_provenance"] == "fail"
+
+
+def test_different_commits_fail(spec, tmp_path, capsys):
+    def edit(name, b):
+        if name == "nccl":
+            src = b.entry("nccl")["source"]
+            src["commit_before"] = src["commit_after"] = "a" * 40
+
+    out = tmp_path / "out"
+    code, _ = run_combine(children(spec, tmp_path, edit), out, capsys)
+    assert code == 1
+    assert checks(out)["one_commit"] == "fail"
+
+
+def test_a_backend_twice_or_missing_fails(spec, tmp_path, capsys):
+    d = str(EvidenceBuilder(spec, only=("nccl",)).write(tmp_path / "a"))
+    e = str(EvidenceBuilder(spec, only=("nccl",)).write(tmp_path / "b"))
+    out = tmp_path / "out"
+    code, _ = run_combine([d, e], out, capsys)
+    assert code == 1
+    assert checks(out)["backends_once"] == "fail"
+    doc = json.loads((out / "combined.json").read_text())
+    assert "backend host-staged is in no child" in next(c["message"] for c in doc["checks"] if c["name"] == "backends_once")
+
+
+def test_inconclusive_child_makes_the_combination_inconclusive(spec, tmp_path, capsys):
+    def edit(name, b):
+        b.manifest.update(time_scale=0.5)
+
+    out = tmp_path / "out"
+    code, _ = run_combine(children(spec, tmp_path, edit), out, capsys)
+    assert code == 3

@@ -1,0 +1,105 @@
+"""`soakspec gate DIR`: verify, judge, print; exit 0/1/3 (2 for usage errors)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from soakspec.cli import main
+from soakspec.evidence import schema
+from soakspec.judge.testing import EvidenceBuilder
+from soakspec.lang import load_spec
+
+SEED = Path(__file__).resolve().parents[1] / "specs" / "dsv2lite.soak"
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return load_spec(SEED)[0]
+
+
+def listing(root: Path) -> dict[str, float]:
+    return {str(p.relative_to(root)): p.stat().st_mtime for p in root.rglob("*")}
+
+
+def test_clean_run_passes(spec, tmp_path, capsys):
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    before = listing(root)
+    assert main(["gate", str(root)]) == 0
+    out, err = capsys.readouterr()
+    assert out.rstrip().splitlines()[-1] == "PASS: all 14 required rules hold"
+    assert err == ""
+    assert listing(root) == before  # gate writes nothing
+
+
+def test_json_output_validates(spec, tmp_path, capsys):
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    assert main(["gate", str(root), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert not schema.validate("verdict", doc)
+    assert doc["verdict"] == "PASS" and doc["exit_code"] == 0
+    assert doc["run_id"] == "run1" and len(doc["manifest_sha256"]) == 64
+
+
+def test_failed_request_exits_1(spec, tmp_path, capsys):
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("nccl", level=1, bucket=1))[0], "failed", "engine died")
+    root = b.write(tmp_path / "run")
+    assert main(["gate", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert 'FAIL  failed == 0 — backend nccl, concurrency 8 (batches of 8), bucket 1 [' in out
+    assert '1 failed request (HTTP 200 with an in-stream error: "engine died")' in out
+
+
+def test_edited_artifact_refuses_to_pass_and_names_the_file(spec, tmp_path, capsys):
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    p = root / "backends" / "nccl" / "requests.jsonl"
+    lines = p.read_text().splitlines(keepends=True)
+    doctored = json.loads(lines[3])
+    doctored.update(latency=0.5)  # a retouched number
+    lines[3] = json.dumps(doctored, sort_keys=True, separators=(",", ":")) + "\n"
+    p.write_text("".join(lines))
+    assert main(["gate", str(root)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL  artifacts_verified — backends/nccl/requests.jsonl: changed since the manifest was written" in out
+
+
+def test_added_file_refuses_to_pass(spec, tmp_path, capsys):
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    (root / "backends" / "nccl" / "extra.jsonl").write_text("{}\n")
+    assert main(["gate", str(root)]) == 1
+    assert "backends/nccl/extra.jsonl: exists but is not listed" in capsys.readouterr().out
+
+
+def test_rehearsal_exits_3(spec, tmp_path, capsys):
+    root = EvidenceBuilder(spec, time_scale=0.1, rehearsal=True).write(tmp_path / "run")
+    assert main(["gate", str(root)]) == 3
+    assert "INCONCLUSIVE" in capsys.readouterr().out
+
+
+def test_missing_directory_is_a_usage_error(tmp_path, capsys):
+    assert main(["gate", str(tmp_path / "nope")]) == 2
+    assert "no such evidence directory" in capsys.readouterr().err
+    os.mkdir(tmp_path / "empty")
+    assert main(["gate", str(tmp_path / "empty")]) == 2
+
+
+def test_newer_spec_is_used_and_reported(spec, tmp_path, capsys):
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    newer = tmp_path / "newer.soak"
+    newer.write_text(SEED.read_text().replace("  require follow_up\n", "  require follow_up\n  require p99(ttft) <= 1s\n"))
+    assert main(["gate", str(root), "--spec", str(newer)]) == 3  # 32 requests per backend cannot show a p99
+    out, err = capsys.readouterr()
+    assert "differs from the spec the run used" in err
+    assert "p99(ttft) <= 1s" in out and "needs" in out
+
+
+def test_spec_that_does_not_check_is_a_usage_error(spec, tmp_path, capsys):
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    bad = tmp_path / "bad.soak"
+    bad.write_text('soak "x" {}\ngate {\n  require nonsense <= 1\n}\n')
+    assert main(["gate", str(root), "--spec", str(bad)]) == 2
+    assert "does not check" in capsys.readouterr().err

@@ -1,0 +1,301 @@
+"""Rule semantics: samples, thresholds, scopes, drift and slope, warn rules, class ordering."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+import pytest
+
+from soakspec.evidence import schema
+from soakspec.judge import Integrity, judge, render_text, summarize
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+
+def rule(v, name):
+    return next(r for r in v.rules if r.rule == name)
+
+
+def set_ttft(r, value):
+    r["ttft"] = value
+    r["first_token"] = r["intended_start"] + value
+
+
+def set_latency(r, value):
+    r["latency"] = value
+    r["end"] = r["intended_start"] + value
+
+
+# ---------------------------------------------------------------- samples
+
+
+def test_percentile_with_too_few_samples_is_inconclusive():
+    spec = small_spec("require p99(ttft) <= 1s per level")
+    v = judge(spec, EvidenceBuilder(spec).build())  # 2 buckets x 8 requests
+    r = rule(v, "p99(ttft) <= 1s per level")
+    assert r.status == "inconclusive"
+    assert r.needs == 299 - 16
+    assert "from only 16 requests; needs 283 more; p99 at 95% confidence needs 299" in r.message
+    assert v.outcome == "INCONCLUSIVE" and v.exit_code == 3
+
+
+def test_percentile_with_enough_samples_passes():
+    spec = small_spec("require p99(ttft) <= 1s per level")
+    v = judge(spec, EvidenceBuilder(spec, per_bucket=150).build())
+    r = rule(v, "p99(ttft) <= 1s per level")
+    assert r.status == "pass", r.message
+    assert r.samples == 300
+    assert r.observed_text == "p99(ttft) = 100ms"
+
+
+def test_gate_min_samples_raises_the_bar():
+    spec = small_spec("require p50(ttft) <= 1s per level", gate="min_samples = 40")
+    v = judge(spec, EvidenceBuilder(spec).build())
+    r = rule(v, "p50(ttft) <= 1s per level")
+    assert r.status == "inconclusive" and r.needs == 24
+    assert "the gate's min_samples 40" in r.message
+    assert rule(v, "min_samples").status == "inconclusive"
+
+
+def test_certain_violation_fails_even_with_few_samples():
+    spec = small_spec("require p99(ttft) <= 1s per level")
+    b = EvidenceBuilder(spec)
+    for r in list(b.measured("a"))[:8]:
+        set_ttft(r, 5.0)
+    v = judge(spec, b.build())
+    r = rule(v, "p99(ttft) <= 1s per level")
+    assert r.status == "fail"
+    assert "enough samples violate the threshold" in r.message
+
+
+def test_one_slow_request_in_few_samples_stays_inconclusive():
+    spec = small_spec("require p99(ttft) <= 1s per level")
+    b = EvidenceBuilder(spec)
+    set_ttft(next(b.measured("a")), 5.0)
+    v = judge(spec, b.build())
+    assert rule(v, "p99(ttft) <= 1s per level").status == "inconclusive"
+
+
+@pytest.mark.parametrize(("op", "status"), [("<=", "pass"), ("<", "fail"), (">=", "pass"), (">", "fail"), ("==", "pass"), ("!=", "fail")])
+def test_threshold_at_the_observed_value_follows_the_operator(op, status):
+    spec = small_spec(f"require p50(ttft) {op} 100ms per level")
+    v = judge(spec, EvidenceBuilder(spec).build())
+    r = rule(v, f"p50(ttft) {op} 100ms per level")
+    assert r.observed == pytest.approx(0.1)
+    assert r.status == status
+
+
+def test_warn_rule_reports_but_never_fails():
+    spec = small_spec("require failed == 0\nwarn max(latency) <= 500ms")
+    v = judge(spec, EvidenceBuilder(spec).build())
+    r = rule(v, "max(latency) <= 500ms")
+    assert r.status == "warn" and r.severity == "warn"
+    assert "max(latency) = 1s" in r.message
+    assert v.outcome == "PASS"
+    assert "1 warning" in v.summary()
+
+
+# ---------------------------------------------------------------- scopes and missing data
+
+
+def test_empty_scope_is_inconclusive_never_a_pass():
+    spec = small_spec("require failed == 0 per window 10s")
+    v = judge(spec, EvidenceBuilder(spec, per_bucket=2).build())  # requests at 0s and 30s of each minute
+    r = rule(v, "failed == 0 per window 10s")
+    assert r.status == "inconclusive"
+    assert "no measured requests" in r.message
+    assert r.instances == 12
+    assert v.outcome == "INCONCLUSIVE"
+
+
+def test_window_scope_names_the_window():
+    spec = small_spec("require failed == 0 per window 30s")
+    b = EvidenceBuilder(spec)
+    bad = list(b.measured("a", bucket=1))[5]  # 37.5 s into bucket 1: window 3
+    b.set_outcome(bad, "failed", "boom", status=500)
+    v = judge(spec, b.build())
+    r = rule(v, "failed == 0 per window 30s")
+    assert r.status == "fail"
+    assert r.where.bucket == 3 and r.where.end - r.where.start == pytest.approx(30.0)
+    assert r.message.startswith("backend a, concurrency 2, window 3 [")
+    assert r.message.endswith(': 1 failed request (HTTP 500: "boom")')
+
+
+def test_per_bucket_count_rule_reports_every_failing_bucket():
+    spec = small_spec("require errors == 0 per bucket", duration="4m")
+    b = EvidenceBuilder(spec)
+    for k in (0, 2, 3):
+        b.set_outcome(next(b.measured("a", bucket=k)), "disconnected", "connection reset", status=None)
+    v = judge(spec, b.build())
+    r = rule(v, "errors == 0 per bucket")
+    assert r.status == "fail" and r.failing == 3 and r.instances == 4
+    assert [d.where.bucket for d in r.details] == [0, 2, 3]
+
+
+def test_backend_target_and_run_scope():
+    spec = small_spec('require failed == 0 on "b"\nrequire ratio(completed) >= 95% per run', backends=("a", "b"))
+    b = EvidenceBuilder(spec)
+    b.set_outcome(next(b.measured("a")), "failed", "x")
+    v = judge(spec, b.build())
+    assert rule(v, 'failed == 0 on "b"').status == "pass"
+    r = rule(v, "ratio(completed) >= 95% per run")
+    assert r.status == "pass" and r.samples == 32
+    assert r.observed == pytest.approx(31 / 32)
+
+
+def test_no_traces_declared():
+    spec = small_spec("require trace_coverage >= 90% per bucket", traces=False)
+    v = judge(spec, EvidenceBuilder(spec).build())
+    r = rule(v, "trace_coverage >= 90% per bucket")
+    assert r.status == "fail"
+    assert "declares no traces" in r.message
+
+
+def test_evidence_failure_blocks_performance():
+    spec = small_spec("require bucket_coverage\nrequire failed == 0")
+    b = EvidenceBuilder(spec)
+    b.drop_bucket_requests("a", 0, 0)
+    b.set_outcome(next(b.measured("a")), "failed", "x")
+    v = judge(spec, b.build())
+    assert rule(v, "bucket_coverage").status == "fail"
+    assert rule(v, "failed == 0").status == "not_evaluated"
+    assert v.outcome == "FAIL"
+
+
+def test_bucket_with_only_failures_is_not_covered():
+    spec = small_spec("require bucket_coverage")
+    b = EvidenceBuilder(spec)
+    for r in b.measured("a", bucket=1):
+        b.set_outcome(r, "failed", "x")
+    v = judge(spec, b.build())
+    assert "no completed request (of 8 measured)" in rule(v, "bucket_coverage").message
+
+
+def test_unverified_evidence_is_inconclusive():
+    spec = small_spec()
+    ev = EvidenceBuilder(spec).build()
+    v = judge(spec, dataclasses.replace(ev, integrity=Integrity(verified=False)))
+    assert rule(v, "artifacts_verified").status == "inconclusive"
+    assert v.outcome == "INCONCLUSIVE"
+
+
+def test_requests_outside_the_manifest_levels():
+    spec = small_spec()
+    b = EvidenceBuilder(spec)
+    next(b.measured("a"))["level"] = 7
+    v = judge(spec, b.build())
+    r = rule(v, "completed_run")
+    assert r.builtin and r.status == "inconclusive"
+    assert "1 measured request belong to no level" in r.message
+
+
+def test_allow_rehearsal():
+    spec = small_spec(gate="allow_rehearsal = true")
+    v = judge(spec, EvidenceBuilder(spec, time_scale=0.5, rehearsal=True).build())
+    assert rule(v, "full_scale_run").status == "pass"
+    assert v.outcome == "PASS", render_text(v)
+
+
+def test_only_runs_the_named_backends():
+    spec = small_spec(backends=("a", "b"))
+    v = judge(spec, EvidenceBuilder(spec, only=("b",)).build())
+    assert v.outcome == "PASS", render_text(v)
+    b = EvidenceBuilder(spec)
+    b.manifest["backends"] = [e for e in b.manifest["backends"] if e["name"] == "a"]
+    v = judge(spec, b.build())
+    assert "backend b did not run" in rule(v, "completed_run").message
+
+
+# ---------------------------------------------------------------- drift and slope
+
+
+def test_drift_first_vs_last_quarter():
+    spec = small_spec("require drift(mean(latency)) <= 10% per level", duration="4m")
+    b = EvidenceBuilder(spec)
+    for r in b.measured("a", bucket=3):
+        set_latency(r, 1.5)
+    v = judge(spec, b.build())
+    r = rule(v, "drift(mean(latency)) <= 10% per level")
+    assert r.status == "fail"
+    assert r.observed == pytest.approx(0.5)
+    assert "drift(mean(latency)) = +50%" in r.message
+    # bucket 1 and 2 are outside the compared quarters: changing them changes nothing
+    for r in b.measured("a", bucket=1):
+        set_latency(r, 9.0)
+    assert rule(judge(spec, b.build()), "drift(mean(latency)) <= 10% per level").observed == pytest.approx(0.5)
+
+
+def test_drift_needs_two_buckets():
+    spec = small_spec("require drift(mean(latency)) <= 10% per level", duration="1m")
+    r = rule(judge(spec, EvidenceBuilder(spec).build()), "drift(mean(latency)) <= 10% per level")
+    assert r.status == "inconclusive" and "at least 2 buckets" in r.message
+
+
+def test_slope_per_minute():
+    spec = small_spec("require slope(mean(latency)) <= 5% per level", duration="4m")
+    b = EvidenceBuilder(spec)
+    for k in range(4):
+        for r in b.measured("a", bucket=k):
+            set_latency(r, 1.0 + 0.1 * k)  # +0.1 s per minute around a mean of 1.15 s
+    r = rule(judge(spec, b.build()), "slope(mean(latency)) <= 5% per level")
+    assert r.status == "fail"
+    assert r.observed == pytest.approx(0.1 / 1.15)
+
+
+def test_series_rules_use_bucket_values():
+    spec = small_spec("require min(qps) >= 0.1rps per level\nrequire max(in_flight) <= 1 per level\nrequire max(rss) <= 3GiB")
+    v = judge(spec, EvidenceBuilder(spec).build())
+    assert rule(v, "min(qps) >= 0.1rps per level").observed == pytest.approx(8 / 60)
+    assert rule(v, "max(in_flight) <= 1 per level").observed == pytest.approx(8 / 60)
+    assert rule(v, "max(rss) <= 3GiB").status == "pass"
+    assert v.outcome == "PASS", render_text(v)
+
+
+# ---------------------------------------------------------------- results.json and determinism
+
+
+def test_summary_numbers():
+    spec = small_spec(duration="4m")
+    b = EvidenceBuilder(spec)
+    b.set_outcome(next(b.measured("a", bucket=2)), "failed", "engine died")
+    res = summarize(b.build(), spec)
+    assert not schema.validate("results", res)
+    be = res["backends"][0]
+    bk = be["buckets"][2]
+    assert bk["requests"] == {"total": 8, "completed": 7, "failed": 1, "timeout": 0, "rejected": 0, "disconnected": 0}
+    assert bk["qps"] == pytest.approx(7 / 60)
+    assert bk["output_tokens_per_s"] == pytest.approx(7 * 64 / 60)
+    assert bk["in_flight"] == pytest.approx(8 / 60)
+    assert bk["errors"] == {"engine died": 1}
+    assert bk["trace_coverage"] == 1.0
+    assert bk["terminal_reasons"] == {"finished": 8}
+    assert bk["ttft"]["p50"] == pytest.approx(0.1)
+    assert bk["rss"]["max"] == 2 << 30
+    lv = be["levels"][0]
+    assert lv["drift"]["qps"]["change"] == pytest.approx(0.0)
+    assert lv["drift"]["rss"]["change"] == pytest.approx(0.0)
+    assert be["trace_coverage"]["required"] is None
+
+
+def test_in_flight_is_exact():
+    spec = small_spec()
+    b = EvidenceBuilder(spec)
+    lv = b.level("a", 0)
+    a = lv["buckets"][0]["start"]
+    # a warm-up request still running when bucket 0 opens counts for its overlap
+    warm = b.request("a", "w", 0, -1, a - 0.5, conc=2, rate=None)
+    b.records["a"].append(warm)
+    res = summarize(b.build())
+    assert res["backends"][0]["buckets"][0]["in_flight"] == pytest.approx((8 * 1.0 + 0.5) / 60)
+
+
+def test_judging_is_deterministic_and_order_free():
+    spec = small_spec("require p50(ttft) <= 1s per bucket\nrequire failed == 0 per level", duration="3m")
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("a"))[5], "failed", "boom")
+    first = judge(spec, b.build()).to_json()
+    assert judge(spec, b.build()).to_json() == first
+    random.Random(4).shuffle(b.records["a"])
+    random.Random(5).shuffle(b.traces["a"])
+    assert judge(spec, b.build()).to_json() == first
+    assert not schema.validate("verdict", first)

@@ -1,0 +1,146 @@
+"""soakspec.judge.stats: the one percentile function and the sample-size test."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from fractions import Fraction
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from soakspec.judge import stats
+
+finite = st.floats(min_value=-1e9, max_value=1e9, allow_nan=False, allow_infinity=False)
+samples = st.lists(finite, min_size=1, max_size=60)
+qs = st.floats(min_value=0, max_value=100, allow_nan=False)
+
+
+def reference_percentile(values, q):
+    """Hyndman-Fan type 7 in exact rational arithmetic."""
+    xs = sorted(Fraction(v) for v in values)
+    h = (len(xs) - 1) * Fraction(q) / 100
+    lo = math.floor(h)
+    if lo >= len(xs) - 1:
+        return xs[-1]
+    return xs[lo] + (h - lo) * (xs[lo + 1] - xs[lo])
+
+
+def test_known_values():
+    xs = [1.0, 2.0, 3.0, 4.0]
+    assert stats.percentile(xs, 0) == 1.0
+    assert stats.percentile(xs, 100) == 4.0
+    assert stats.percentile(xs, 50) == 2.5
+    assert stats.percentile(xs, 25) == 1.75  # numpy.percentile([1,2,3,4], 25) == 1.75
+    assert stats.percentile([10, 20], 95) == pytest.approx(19.5)
+    assert stats.percentile([7.0], 99) == 7.0
+    assert stats.percentile([], 50) is None
+    assert stats.mean([]) is None
+    assert stats.mean([1, 2, 3, 4]) == 2.5
+
+
+@pytest.mark.parametrize("q", [-1, 100.5, float("nan")])
+def test_percentile_rejects_bad_q(q):
+    with pytest.raises(ValueError):
+        stats.percentile([1.0], q)
+
+
+@given(samples, qs)
+def test_matches_exact_reference(values, q):
+    """percentile() equals type-7 interpolation computed exactly, to float rounding."""
+    got = stats.percentile(values, q)
+    want = float(reference_percentile(values, q))
+    assert got == pytest.approx(want, rel=1e-9, abs=1e-6)
+
+
+@given(st.lists(finite, min_size=2, max_size=60), st.integers(min_value=1, max_value=99))
+def test_matches_statistics_quantiles(values, q):
+    """statistics.quantiles(method='inclusive') is the same method (cut points at whole percents)."""
+    assume(len(set(values)) > 1)
+    cuts = statistics.quantiles(values, n=100, method="inclusive")
+    assert stats.percentile(values, q) == pytest.approx(cuts[q - 1], rel=1e-9, abs=1e-6)
+
+
+@given(samples, qs, qs)
+def test_monotone_in_q(values, q1, q2):
+    """A higher percentile is never below a lower one."""
+    lo, hi = sorted((q1, q2))
+    assert stats.percentile(values, lo) <= stats.percentile(values, hi)
+
+
+@given(samples, qs, st.randoms())
+def test_order_invariant(values, q, rnd):
+    """Shuffling the samples never changes a percentile or the mean."""
+    shuffled = list(values)
+    rnd.shuffle(shuffled)
+    assert stats.percentile(shuffled, q) == stats.percentile(values, q)
+    assert stats.mean(shuffled) == stats.mean(values)
+
+
+@given(samples, qs)
+def test_within_range(values, q):
+    assert min(values) <= stats.percentile(values, q) <= max(values)
+
+
+# ---------------------------------------------------------------- sample sizes
+
+
+@pytest.mark.parametrize(
+    ("q", "confidence", "n"),
+    [(50, 0.95, 5), (90, 0.95, 29), (95, 0.95, 59), (99, 0.95, 299), (99, 0.99, 459), (99.9, 0.95, 2995), (50, 0.75, 2), (100, 0.95, 1)],
+)
+def test_min_samples_known(q, confidence, n):
+    assert stats.min_samples_for_percentile(q, confidence) == n
+
+
+@given(st.floats(min_value=1, max_value=99.9), st.floats(min_value=0.5, max_value=0.999))
+def test_min_samples_is_the_smallest(q, c):
+    """(q/100)^n <= 1-c holds at n and fails at n-1."""
+    n = stats.min_samples_for_percentile(q, c)
+    p = q / 100
+    assert p**n <= 1 - c
+    assert n == 1 or p ** (n - 1) > 1 - c
+
+
+@given(st.floats(min_value=1, max_value=99), st.floats(min_value=1, max_value=99), st.floats(min_value=0.5, max_value=0.99))
+def test_min_samples_monotone_in_q(q1, q2, c):
+    lo, hi = sorted((q1, q2))
+    assert stats.min_samples_for_percentile(lo, c) <= stats.min_samples_for_percentile(hi, c)
+
+
+def test_samples_needed():
+    assert stats.samples_needed(0, 99, 0.95) == 299
+    assert stats.samples_needed(112, 99, 0.95) == 187
+    assert stats.samples_needed(299, 99, 0.95) == 0
+    assert stats.samples_needed(1000, 99, 0.95) == 0
+    # the checker's 95% is 0.9500000000000001: the same answer
+    assert stats.samples_needed(0, 95, 95 * 0.01) == 59
+
+
+def test_binomial_cdf_matches_brute_force():
+    for n in (1, 5, 20):
+        for p in (0.01, 0.3, 0.5):
+            for k in range(-1, n + 1):
+                want = sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(0, k + 1))
+                assert stats.binomial_cdf(k, n, p) == pytest.approx(want, abs=1e-12)
+
+
+@settings(max_examples=50)
+@given(st.integers(min_value=1, max_value=3000), st.sampled_from([50.0, 90.0, 95.0, 99.0]), st.sampled_from([0.9, 0.95, 0.99]))
+def test_max_overages_consistent(n, q, c):
+    """No overage allowance exactly when n is below the zero-overage minimum."""
+    k = stats.max_overages(n, q, c)
+    assert (k is None) == (n < stats.min_samples_for_percentile(q, c))
+    if k is not None:
+        assert stats.binomial_cdf(k, n, 1 - q / 100) <= 1 - c + 1e-12
+        assert k + 1 >= n or stats.binomial_cdf(k + 1, n, 1 - q / 100) > 1 - c
+
+
+def test_exceeds_with_confidence():
+    # 10 of 50 above the threshold: the p99 is surely above it
+    assert stats.exceeds_with_confidence(10, 50, 99, 0.95)
+    # 1 of 50 above: a p99 at or below the threshold explains that easily
+    assert not stats.exceeds_with_confidence(1, 50, 99, 0.95)
+    assert not stats.exceeds_with_confidence(0, 50, 99, 0.95)
+    assert stats.exceeds_with_confidence(1, 1, 100, 0.95)
