@@ -97,6 +97,7 @@ def main() -> int:
     ap.add_argument("--no-trace-log", action="store_true", help="start the simulator with --no-trace-log")
     args = ap.parse_args()
 
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         port_file = os.path.join(tmp, "port")
         cmd = [
@@ -141,7 +142,9 @@ def main() -> int:
     print(f"  completed      {done} in {elapsed:.2f} s ({bad} bad responses)")
     print(f"  completions/s  {done / elapsed:,.0f}")
     print(f"  tokens/s       {done * args.tokens / elapsed:,.0f}")
-    print(f"  server CPU     {cpu / elapsed:.0%} of one core")
+    print(f"  server CPU     {cpu:.1f} s = {cpu / elapsed:.0%} of one core "
+          f"-> {done / cpu:,.0f} completions and {done * args.tokens / cpu:,.0f} tokens per server CPU-second")
+    print(f"  machine        {os.cpu_count()} CPUs, load average {load0:.2f} before / {os.getloadavg()[0]:.2f} after")
     print(f"  server exit    {code} after SIGTERM")
     return 0 if bad == 0 and code == 0 and done > 0 else 1
 

@@ -16,9 +16,10 @@ from soakspec.evidence.testing import sample_request, sample_results
 def test_every_schema_is_valid_and_versioned(name):
     s = schema.load_schema(name)
     Draft202012Validator.check_schema(s)
-    assert s["$schema"].endswith("2020-12/schema")
+    assert s["$schema"].endswith("2020-12/schema") and s["$id"].endswith(":1")
     assert s["properties"]["schema_version"] == {"const": 1}
-    assert "schema_version" in s["required"]
+    # request lines carry no version of their own (the manifest's covers them)
+    assert ("schema_version" in s["required"]) == (name != "request")
 
 
 def test_schemas_ship_inside_the_package():
@@ -60,3 +61,16 @@ def test_results_and_verdict_schemas():
     assert not schema.validate("results", sample_results("r", ["a"], 3))
     assert not schema.validate("verdict", {"schema_version": 1, "verdict": "PASS", "rules": [], "extra": {"ok": 1}})
     assert schema.validate("verdict", {"schema_version": 1, "verdict": "MAYBE", "rules": []})
+
+
+def test_the_runners_request_records_match_the_schema():
+    """Contract: what the runner writes to requests.jsonl is what the schema (and verify) accept."""
+    records = pytest.importorskip("soakspec.runner.records")
+    ok = records.RequestRecord(request_id="r1", backend="a", workload="w", start=1.0, intended_start=1.0,
+                               first_token=1.1, end=2.0, status=200, outcome=records.Outcome.COMPLETED,
+                               output_tokens=3, chunks=3, itl=[0.1, 0.1], tpot=0.1)
+    failed = records.RequestRecord(request_id="r2", backend="a", workload="w", start=1.0, intended_start=1.0,
+                                   end=31.0, outcome=records.Outcome.TIMEOUT, error="deadline passed", bucket=-2)
+    for r in (ok, failed):
+        assert not schema.validate("request", r.to_json())
+    assert set(ok.to_json()) == set(schema.load_schema("request")["required"])

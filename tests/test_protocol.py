@@ -284,9 +284,15 @@ def test_non_streaming_json_body() -> None:
         ([(1.0, b"data: {not json\n\n"), (1.0, chunk("a")), (1.1, DONE)], "malformed JSON in the response: {not json"),
         ([(1.0, b"data: [1, 2]\n\n"), (1.0, chunk("a")), (1.1, DONE)], "malformed response, not a JSON object: [1, 2]"),
         ([(1.0, chunk("a")), (1.1, usage_only(0)), (1.1, DONE)], "completion_tokens is 0"),
+        ([(1.0, b'data: {"choices": ["x"]}\n\n'), (1.0, chunk("a")), (1.1, DONE)],
+         'malformed response, unexpected JSON shape: {"choices": ["x"]}'),
+        ([(1.0, b'data: {"choices": [{"text": 5}]}\n\n'), (1.0, chunk("a")), (1.1, DONE)],
+         'malformed response, unexpected JSON shape: {"choices": [{"text": 5}]}'),
+        ([(1.0, chunk("a")), (1.0, b'data: {"usage": {"completion_tokens": "7"}}\n\n'), (1.1, DONE)],
+         'malformed response, unexpected JSON shape: {"usage": {"completion_tokens": "7"}}'),
     ],
     ids=["error-key", "error-object", "error-event", "finish-error", "no-done", "no-text", "bad-json",
-         "not-object", "zero-tokens"],  # fmt: skip
+         "not-object", "zero-tokens", "choice-not-object", "text-not-string", "usage-not-int"],  # fmt: skip
 )  # fmt: skip
 def test_failures_after_http_200(timed, error) -> None:
     rec = run(timed)

@@ -97,3 +97,8 @@ def test_secret_values_collects_what_redaction_hides():
     assert {"hf_val", "k-123", "b-456"} <= got and "x" not in got
     line = "started with key k-123 and token hf_val; auth b-456"
     assert redact_text(line, got) == f"started with key {REDACTED} and token {REDACTED}; auth {REDACTED}"
+
+
+def test_secret_named_switches_do_not_swallow_the_next_flag():
+    assert redact_argv(["srv", "--no-auth", "--port", "8000", "--api-key", "k1"]) == \
+        ["srv", "--no-auth", "--port", "8000", "--api-key", REDACTED]

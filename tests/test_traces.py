@@ -15,6 +15,7 @@ from soakspec.evidence.traces import (
     match_traces,
     read_since,
     read_slice,
+    validate_id_form,
 )
 from soakspec.evidence import schema
 
@@ -146,3 +147,14 @@ def test_source_problems_for_the_compiler():
     assert "named group" in TraceSource(pattern=r"trace (\{.*\})").problems()[0]
     assert "invalid trace pattern" in TraceSource(pattern="(").problems()[0]
     assert "unknown trace source kind" in TraceSource(kind="http").problems()[0]
+
+
+def test_invalid_sources_and_id_forms_are_refused():
+    import pytest
+
+    with pytest.raises(ValueError, match="exactly one"):
+        extract_traces("x", TraceSource())
+    assert validate_id_form("cmpl-{id}-0") is None
+    assert "exactly once" in validate_id_form("cmpl-{rid}")
+    assert "exactly once" in validate_id_form("{id}-{id}")
+    assert "invalid id form" in validate_id_form("cmpl-{id")

@@ -169,13 +169,13 @@ def test_unsafe_entries(run_dir):
     assert any(d.path.endswith("backends/a/link") and d.code == "V106" for d in r.problems)
 
 
-def test_complete_run_needs_results(run_dir):
+def test_a_complete_run_without_results_is_incomplete(run_dir):
     (run_dir / "results.json").unlink()
     m = json.loads((run_dir / "manifest.json").read_text())
     del m["artifacts"]["results.json"]
     write_json_atomic(run_dir / "manifest.json", m)
     r = verify_evidence(run_dir)
-    assert codes(r) == ["V102"] and "a complete run has results" in r.problems[0].message
+    assert r.exit_code == 3 and codes(r) == ["V205"] and "results were never written" in r.incomplete[0].message
 
 
 def test_json_format(run_dir, capsys):

@@ -263,12 +263,10 @@ class H11Connection:
             ],
         )
         with trio.move_on_at(clock.to_trio(deadline)) as scope:
-            while True:
-                try:
-                    await self._exchange(request, body, acc, record)
-                    break
-                except _Stale:
-                    continue
+            try:
+                await self._exchange(request, body, acc, record)
+            except _Stale:  # the server closed the idle connection as we sent: once more, anew
+                await self._exchange(request, body, acc, record)
         if scope.cancelled_caught:
             acc.fail(Outcome.TIMEOUT, DEADLINE_PASSED)
         acc.finish(record, clock.now())
@@ -311,6 +309,7 @@ class H11Connection:
         out = conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())  # type: ignore[operator]
         size = self._receive_size
         now = self._clock.now
+        t = 0.0  # when the bytes being processed arrived
         try:
             await stream.send_all(out)
             # the head, parsed by h11
@@ -318,9 +317,10 @@ class H11Connection:
                 event = conn.next_event()
                 if event is h11.NEED_DATA:
                     data = await stream.receive_some(size)
+                    t = now()
                     if record.first_byte is None:
                         if data:
-                            record.first_byte = now()
+                            record.first_byte = t
                         elif reused:
                             raise _Stale
                     conn.receive_data(data)
@@ -329,7 +329,6 @@ class H11Connection:
                 elif type(event) is h11.ConnectionClosed:
                     acc.connection_closed()
                     return False
-            t = now()
             acc.on_response(event.status_code, _content_type(event.headers), t)
             decoder, keep_alive = body_decoder(event)
             data, _ = conn.trailing_data

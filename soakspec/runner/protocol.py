@@ -241,7 +241,9 @@ def describe_transport_error(exc: BaseException) -> str:
             continue
         seen.add(id(e))
         if isinstance(e, OSError) and e.errno is not None:
-            name = errno.errorcode.get(e.errno, str(e.errno))
+            name = errno.errorcode.get(e.errno)
+            if name is None:  # e.g. a resolver error (socket.gaierror)
+                return (e.strerror or str(e)).lower()
             return f"{os.strerror(e.errno)} ({name})".lower()
         if isinstance(e, BaseExceptionGroup):
             todo.extend(e.exceptions)
@@ -425,37 +427,16 @@ class StreamAccumulator:
         return obj
 
     def _take(self, obj: dict[str, Any], t: float, chat_key: str) -> None:
+        """One parsed payload (a stream chunk, or a whole non-streaming response)."""
         err = obj.get("error")
         if err is not None or obj.get("object") == "error":
             self.fail(Outcome.FAILED, "error in response: " + _error_text(obj if err is None else err))
             return
-        if self.server_id is None:
-            sid = obj.get("id")
-            if sid is not None:
-                self.server_id = str(sid)
-        cum = -1
-        usage = obj.get("usage")
-        if usage:
-            pt = usage.get("prompt_tokens")
-            if pt is not None:
-                self.prompt_tokens = pt
-            ct = usage.get("completion_tokens")
-            if ct is not None:
-                self._usage = cum = ct
-        text = None
-        choices = obj.get("choices")
-        if choices:
-            c0 = choices[0]
-            if self._chat:
-                msg = c0.get(chat_key)
-                text = msg.get("content") if msg else None
-            else:
-                text = c0.get("text")
-            reason = c0.get("finish_reason")
-            if reason is not None:
-                self.finish_reason = reason
-                if reason == "error":
-                    self.fail(Outcome.FAILED, "finish_reason: error")
+        try:
+            text, cum = self._fields(obj, chat_key)
+        except (AttributeError, TypeError, IndexError, KeyError):
+            self.fail(Outcome.FAILED, "malformed response, unexpected JSON shape: " + json.dumps(obj)[:ERROR_LIMIT])
+            return
         if text:
             if self.first_token is None:
                 self.first_token = t
@@ -470,6 +451,46 @@ class StreamAccumulator:
             self._textless.append(len(self._times))
             self._times.append(t)
             self._cum.append(cum)
+
+    def _fields(self, obj: dict[str, Any], chat_key: str) -> tuple[str | None, int]:
+        """(text, cumulative completion tokens or -1); notes id, usage and finish_reason.
+
+        Raises TypeError & co. when the payload does not have the OpenAI shape.
+        """
+        if self.server_id is None:
+            sid = obj.get("id")
+            if sid is not None:
+                self.server_id = str(sid)
+        cum = -1
+        usage = obj.get("usage")
+        if usage:
+            pt = usage.get("prompt_tokens")
+            if pt is not None:
+                if type(pt) is not int:
+                    raise TypeError("prompt_tokens")
+                self.prompt_tokens = pt
+            ct = usage.get("completion_tokens")
+            if ct is not None:
+                if type(ct) is not int:
+                    raise TypeError("completion_tokens")
+                self._usage = cum = ct
+        text = None
+        choices = obj.get("choices")
+        if choices:
+            c0 = choices[0]
+            if self._chat:
+                msg = c0.get(chat_key)
+                text = msg.get("content") if msg else None
+            else:
+                text = c0.get("text")
+            if text is not None and type(text) is not str:
+                raise TypeError("text")
+            reason = c0.get("finish_reason")
+            if reason is not None:
+                self.finish_reason = str(reason)
+                if reason == "error":
+                    self.fail(Outcome.FAILED, "finish_reason: error")
+        return text, cum
 
     # -- the result ---------------------------------------------------------------------------
 

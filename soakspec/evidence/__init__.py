@@ -1,0 +1,22 @@
+"""Evidence: everything a run writes so that a later reader can trust it.
+
+The directory layout (the contract between the runner, the judge and `soakspec verify`)::
+
+    <out>/<run_id>/
+      manifest.json            written at start (status "running"), rewritten at the end
+      results.json             per-backend summaries
+      verdict.json             the judge's output
+      .lock                    held (fcntl.flock) while a run writes
+      backends/<safe_name>/requests.jsonl    one record per finished request
+      backends/<safe_name>/buckets.json
+      backends/<safe_name>/telemetry.jsonl
+      backends/<safe_name>/traces.jsonl      server traces observed during this run
+      backends/<safe_name>/server.log        raw stdout+stderr of the server
+      backends/<safe_name>/followup.json
+
+Modules: `layout` (paths, `safe_name`), `io` (atomic JSON, JSONL, the run lock, hashing),
+`schema` (the shipped JSON Schemas), `manifest`, `provenance`, `redact`, `runtime`, `traces`,
+`telemetry` and `verify`. Nothing here imports trio; everything except telemetry sampling is
+pure or plain synchronous file I/O. This package `__init__` imports nothing, so the compiler can
+use `soakspec.evidence.runtime.is_generic_label` cheaply.
+"""

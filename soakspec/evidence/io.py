@@ -1,0 +1,398 @@
+"""Writing evidence that a later reader can trust: atomic JSON, line-atomic JSONL, a run lock.
+
+- `write_json_atomic` validates (optionally) *before* touching the disk, then writes a temp file
+  in the same directory, fsyncs it, renames it over the target and fsyncs the directory: a reader
+  sees the old file or the new one, never half of one.
+- `JsonlWriter` appends one complete line per `os.write`; a failed write is truncated back to the
+  last whole line. A reader of a file cut at any byte sees whole lines plus at most one partial
+  last line, which `read_jsonl` skips and reports.
+- `RunLock` holds an exclusive `fcntl.flock` on `<run_dir>/.lock` while a run writes.
+- Disk-full style failures (ENOSPC, EFBIG, EDQUOT) become `EvidenceWriteError` naming the path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from soakspec.evidence import layout
+
+_CHUNK = 1 << 20
+
+
+class EvidenceError(Exception):
+    """Base class: something about an evidence directory or file is wrong."""
+
+
+class EvidenceWriteError(EvidenceError):
+    """Writing evidence failed (disk full, file too large, permission...)."""
+
+    def __init__(self, path: os.PathLike | str, err: OSError):
+        self.path = str(path)
+        self.errno = err.errno
+        code = errno.errorcode.get(err.errno or 0, "E?")
+        reason = err.strerror or str(err)
+        super().__init__(f"{self.path}: cannot write evidence: {reason} ({code})")
+
+
+class EvidenceSchemaError(EvidenceError):
+    """An object does not match its schema; nothing was written."""
+
+    def __init__(self, path: os.PathLike | str, schema: str, errors: list[tuple[str, str]]):
+        self.path = str(path)
+        self.schema = schema
+        self.errors = errors
+        self.pointer = errors[0][0] if errors else ""
+        pointer, message = errors[0] if errors else ("", "invalid")
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        super().__init__(
+            f"{self.path}: does not match the {schema} schema at {pointer or '/'}: {message}{more}"
+        )
+
+
+class EvidenceFormatError(EvidenceError):
+    """A file that should hold JSON / JSONL does not parse."""
+
+    def __init__(self, path: os.PathLike | str, line: int, message: str):
+        self.path = str(path)
+        self.line = line
+        super().__init__(f"{self.path}:{line}: {message}")
+
+
+class EvidenceInUseError(EvidenceError):
+    """The evidence directory is locked by another run, or already holds a run."""
+
+
+def dumps_json(obj: Any) -> str:
+    """The canonical text of a JSON evidence file: sorted keys, indent 2, trailing newline."""
+    return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def dumps_line(obj: Any) -> str:
+    """One JSONL record: sorted keys, compact, no raw newlines, trailing newline."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _check_schema(path: os.PathLike | str, obj: Any, schema: str | Mapping | None) -> None:
+    if schema is None:
+        return
+    from soakspec.evidence import schema as schemas  # jsonschema is imported only when needed
+
+    errors = schemas.errors_for(schema, obj)
+    if errors:
+        name = schema if isinstance(schema, str) else str(schema.get("$id", "given"))
+        raise EvidenceSchemaError(path, name, errors)
+
+
+def fsync_dir(path: os.PathLike | str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_bytes_atomic(path: os.PathLike | str, data: bytes) -> str:
+    """Write `data` to `path` atomically (temp file, fsync, rename, fsync dir); return its sha256."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise EvidenceWriteError(path, e) from e
+    return hashlib.sha256(data).hexdigest()
+
+
+def write_json_atomic(path: os.PathLike | str, obj: Any, schema: str | Mapping | None = None) -> str:
+    """Validate `obj` against `schema` (a shipped schema name or a schema dict), then write it
+    atomically as sorted, indented JSON. Returns the SHA-256 of the bytes written.
+
+    Raises `EvidenceSchemaError` (naming the path and the JSON pointer) before anything is
+    written, `EvidenceWriteError` when the disk refuses, `ValueError` for NaN/non-JSON values.
+    """
+    _check_schema(path, obj, schema)
+    try:
+        text = dumps_json(obj)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{path}: not JSON-serialisable: {e}") from e
+    return write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def read_json(path: os.PathLike | str) -> Any:
+    """Read one JSON file; a parse error becomes `EvidenceFormatError` with the line."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise EvidenceFormatError(path, 1, f"not UTF-8: {e}") from e
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise EvidenceFormatError(path, e.lineno, f"invalid JSON: {e.msg} (column {e.colno})") from e
+
+
+class JsonlWriter:
+    """Append-only JSONL: `write(obj)` appends one whole line, `flush_fsync()` makes it durable.
+
+    Each record goes to the kernel in a single `os.write` of a complete line (O_APPEND), so a
+    SIGKILL loses nothing already written; call `flush_fsync()` at least once per bucket to
+    survive a power loss. A write that fails part-way is truncated back to the previous line end.
+    `schema` (e.g. "request") validates each record before it is written.
+    """
+
+    def __init__(self, path: os.PathLike | str, schema: str | Mapping | None = None):
+        self.path = Path(path)
+        self.schema = schema
+        self.count = 0
+        try:
+            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise EvidenceWriteError(self.path, e) from e
+
+    def write(self, obj: Any) -> None:
+        if self._fd is None:
+            raise ValueError(f"{self.path}: write to a closed JsonlWriter")
+        _check_schema(self.path, obj, self.schema)
+        try:
+            data = dumps_line(obj).encode("utf-8")
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{self.path}: record is not JSON-serialisable: {e}") from e
+        before = os.fstat(self._fd).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except OSError as e:
+            try:  # keep the file line-atomic: drop the partial line we may have written
+                os.ftruncate(self._fd, before)
+            except OSError:
+                pass
+            raise EvidenceWriteError(self.path, e) from e
+        self.count += 1
+
+    def flush_fsync(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            os.fsync(self._fd)
+        except OSError as e:
+            raise EvidenceWriteError(self.path, e) from e
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.fsync(fd)
+        except OSError as e:
+            raise EvidenceWriteError(self.path, e) from e
+        finally:
+            os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def __enter__(self) -> "JsonlWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class JsonlScan:
+    """Everything found in a JSONL file: parsed records with their 1-based line numbers, lines
+    that are whole but do not parse, and whether the file ends in a partial (unterminated) line."""
+
+    records: tuple[tuple[int, Any], ...]
+    errors: tuple[tuple[int, str], ...]
+    partial_tail: bool
+
+
+def scan_jsonl(path: os.PathLike | str) -> JsonlScan:
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    tail = lines.pop()  # b"" when the file ends with a newline (or is empty)
+    records: list[tuple[int, Any]] = []
+    errors: list[tuple[int, str]] = []
+    for i, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            errors.append((i, "empty line"))
+            continue
+        try:
+            records.append((i, json.loads(raw.decode("utf-8"))))
+        except UnicodeDecodeError:
+            errors.append((i, "not UTF-8"))
+        except json.JSONDecodeError as e:
+            errors.append((i, f"invalid JSON: {e.msg} (column {e.colno})"))
+    return JsonlScan(tuple(records), tuple(errors), partial_tail=bool(tail))
+
+
+def read_jsonl(path: os.PathLike | str) -> tuple[list[Any], bool]:
+    """Return `(records, partial_tail)`. An unterminated last line is a write that was cut off:
+    it is skipped and reported as `partial_tail=True`. A whole line that does not parse raises
+    `EvidenceFormatError` (that is corruption, not a cut)."""
+    scan = scan_jsonl(path)
+    if scan.errors:
+        line, message = scan.errors[0]
+        raise EvidenceFormatError(path, line, message)
+    return [r for _, r in scan.records], scan.partial_tail
+
+
+def sha256_file(path: os.PathLike | str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def sha256_text(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class RunLock:
+    """Exclusive lock on an evidence directory while a run writes into it.
+
+    `with RunLock(run_dir): ...` creates the directory, takes `flock(LOCK_EX | LOCK_NB)` on
+    `<run_dir>/.lock` and writes our pid into it. A second writer is refused with
+    "evidence directory X is in use by pid N". A directory that already holds a manifest is
+    refused too (a run never writes into another run's evidence) unless `allow_existing=True`
+    (for re-judging retained evidence). The lock file is removed on release.
+    """
+
+    def __init__(self, run_dir: os.PathLike | str, *, allow_existing: bool = False):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / layout.LOCK
+        self.allow_existing = allow_existing
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise EvidenceWriteError(self.run_dir, e) from e
+        for _ in range(10):  # retry if the file we locked was unlinked by its previous holder
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise EvidenceWriteError(self.path, e) from e
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_pid(fd)
+                os.close(fd)
+                who = f"pid {holder}" if holder else "another process"
+                raise EvidenceInUseError(f"evidence directory {self.run_dir} is in use by {who}") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(self.path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        else:  # pragma: no cover - needs a pathological race
+            raise EvidenceInUseError(f"evidence directory {self.run_dir}: could not take the lock")
+        self._fd = fd
+        manifest = self.run_dir / layout.MANIFEST
+        if not self.allow_existing and manifest.exists():
+            status = _manifest_status(manifest)
+            self.release()
+            if status == "complete":
+                raise EvidenceInUseError(
+                    f"evidence directory {self.run_dir} already holds a complete run; "
+                    "choose a new run id or output directory"
+                )
+            raise EvidenceInUseError(
+                f"evidence directory {self.run_dir} already holds a run (status {status}); "
+                "a run never writes into another run's evidence"
+            )
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as e:
+            self.release()
+            raise EvidenceWriteError(self.path, e) from e
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.unlink(self.path)  # while still holding the lock; see the inode check in acquire
+        except OSError:
+            pass
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def lock_holder(run_dir: os.PathLike | str) -> int | None:
+    """The pid holding `<run_dir>/.lock`, 0 if held by an unknown pid, None if not held.
+
+    Never creates the lock file."""
+    path = Path(run_dir) / layout.LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _read_pid(fd) or 0
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+        return int(text) if text.isdigit() else None
+    except OSError:
+        return None
+
+
+def _manifest_status(path: Path) -> str:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return str(data.get("status", "unknown")) if isinstance(data, dict) else "unreadable"
+    except (OSError, ValueError):
+        return "unreadable"

@@ -1,0 +1,92 @@
+"""Where things live inside an evidence directory, and `safe_name` for backend directories."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+RESULTS = "results.json"
+VERDICT = "verdict.json"
+LOCK = ".lock"
+BACKENDS = "backends"
+
+REQUESTS = "requests.jsonl"
+BUCKETS = "buckets.json"
+TELEMETRY = "telemetry.jsonl"
+TRACES = "traces.jsonl"
+SERVER_LOG = "server.log"
+FOLLOWUP = "followup.json"
+
+# Files never listed in manifest["artifacts"]: the manifest cannot hash itself, and the lock
+# exists only while a run writes.
+NOT_ARTIFACTS = frozenset({MANIFEST, LOCK})
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+_HASH_SUFFIX = re.compile(r"-[0-9a-f]{8}$")
+_MAX_STEM = 64
+
+
+def safe_name(name: str) -> str:
+    """A single path component for `name` that can never escape its parent directory.
+
+    Names made of [A-Za-z0-9._-] (no leading dot or dash, at most 64 characters) are kept as they
+    are. Anything else is sanitised and gets `-<8 hex of sha256(name)>` appended, so distinct
+    names stay distinct: `../../etc` -> `etc-<hash>`. A kept name never ends in such a suffix
+    (a name that does is treated as changed), so a kept name cannot collide with a changed one.
+    """
+    stem = _UNSAFE.sub("-", name).lstrip(".-").rstrip(".-")
+    stem = re.sub(r"-{2,}", "-", stem)[:_MAX_STEM].rstrip(".-")
+    if stem == name and stem and not _HASH_SUFFIX.search(stem):
+        return stem
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{stem or 'backend'}-{digest}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunLayout:
+    """Paths inside one run's evidence directory (`<out>/<run_id>`)."""
+
+    root: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root", Path(self.root))
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    @property
+    def results(self) -> Path:
+        return self.root / RESULTS
+
+    @property
+    def verdict(self) -> Path:
+        return self.root / VERDICT
+
+    @property
+    def lock(self) -> Path:
+        return self.root / LOCK
+
+    def backend_dir(self, backend: str) -> Path:
+        return self.root / BACKENDS / safe_name(backend)
+
+    def requests(self, backend: str) -> Path:
+        return self.backend_dir(backend) / REQUESTS
+
+    def buckets(self, backend: str) -> Path:
+        return self.backend_dir(backend) / BUCKETS
+
+    def telemetry(self, backend: str) -> Path:
+        return self.backend_dir(backend) / TELEMETRY
+
+    def traces(self, backend: str) -> Path:
+        return self.backend_dir(backend) / TRACES
+
+    def server_log(self, backend: str) -> Path:
+        return self.backend_dir(backend) / SERVER_LOG
+
+    def followup(self, backend: str) -> Path:
+        return self.backend_dir(backend) / FOLLOWUP

@@ -1,0 +1,198 @@
+"""Runtime boundary: which runtime a claim is limited to, declared in the spec and checked
+against what the server actually did during this run (pure; no I/O).
+
+A boundary is a label (`NCCL 2.26.2, NCCL_IB_DISABLE=1, NCCL_P2P_DISABLE=1`, `host-staged`),
+optionally a log regex whose `version` group (or first group) captures the runtime version
+(`NCCL version (\\d+\\.\\d+\\.\\d+)`), an expected version, and required environment variables.
+`NAME=VALUE` pairs in the label are checked against the launched environment too, and a version
+in the label is the expected version when a log regex is declared.
+
+Statuses:
+  confirmed      everything declared that can be detected was detected and agrees
+  missing        the log regex never matched, or a required variable is not set
+  contradictory  the log shows another version (or several), or a variable has another value
+  generic        the label says nothing specific ("", unknown, n/a, none, default, bare "nccl")
+  undeclared     the spec declares no boundary
+  declared       a specific label with nothing to detect (e.g. host-staged)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from soakspec.evidence.redact import redact_env
+
+_GENERIC_WORDS = frozenset(
+    {"", "unknown", "n/a", "na", "none", "default", "defaults", "generic", "tbd", "todo", "?", "-",
+     "any", "auto", "null", "unspecified", "standard", "normal", "runtime", "backend"}
+)
+# Runtime names that say nothing without a version or a mode.
+_RUNTIME_NAMES = frozenset(
+    {"nccl", "rccl", "cuda", "rocm", "hip", "gloo", "mpi", "ucx", "nvshmem", "torch", "pytorch",
+     "cpu", "gpu", "tensorrt", "trt", "vllm", "sglang", "xla", "tpu"}
+)
+_TOKEN_SPLIT = re.compile(r"[\s,;+()\[\]]+")
+_LABEL_ENV = re.compile(r"\b([A-Z_][A-Z0-9_]*)=([^\s,;]+)")
+_LABEL_VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+)(?![\w.])")
+
+STATUSES = ("confirmed", "missing", "contradictory", "generic", "undeclared", "declared")
+
+
+def is_generic_label(label: str | None) -> bool:
+    """True when a runtime boundary label names nothing specific: empty, "unknown", "n/a",
+    "none", "default", or only bare runtime names with no version or mode ("nccl", "NCCL default")."""
+    text = (label or "").strip().lower()
+    if text in _GENERIC_WORDS:
+        return True
+    tokens = [t for t in _TOKEN_SPLIT.split(text) if t]
+    return all(t in _GENERIC_WORDS or t in _RUNTIME_NAMES for t in tokens)
+
+
+def validate_log_regex(regex: str) -> str | None:
+    """None when `regex` can detect a version, else why not (for the compiler)."""
+    try:
+        compiled = re.compile(regex)
+    except re.error as e:
+        return f"invalid regular expression: {e}"
+    if compiled.groups == 0:
+        return "the pattern needs a group capturing the version, e.g. (\\d+\\.\\d+\\.\\d+)"
+    return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RuntimeDecl:
+    """What the spec declares. `required_env` maps a variable to its expected value (None: any)."""
+
+    label: str | None = None
+    log_regex: str | None = None
+    expected_version: str | None = None
+    required_env: tuple[tuple[str, str | None], ...] = ()
+
+    def __post_init__(self) -> None:
+        env = self.required_env
+        if isinstance(env, Mapping):
+            env = env.items()
+        object.__setattr__(self, "required_env", tuple(sorted((str(k), v) for k, v in env)))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RuntimeBoundary:
+    declared: str | None
+    detected_version: str | None
+    env_observed: tuple[tuple[str, str | None], ...]
+    status: str
+    display: str
+    details: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The manifest's `runtime_boundary` object."""
+        return {
+            "declared": self.declared,
+            "detected": self.detected_version,
+            "env_observed": dict(self.env_observed),
+            "status": self.status,
+            "display": self.display,
+            "details": list(self.details),
+        }
+
+
+def _found_versions(regex: str, text: str) -> list[str]:
+    pattern = re.compile(regex, re.MULTILINE)
+    group: int | str = 0
+    if "version" in pattern.groupindex:
+        group = "version"
+    elif pattern.groups:
+        group = 1
+    seen: list[str] = []
+    for m in pattern.finditer(text):
+        v = m.group(group)
+        if v is not None and v.strip() and v.strip() not in seen:
+            seen.append(v.strip())
+    return seen
+
+
+def _norm_version(v: str) -> str:
+    return v.strip().lower().removeprefix("v")
+
+
+def detect_runtime_boundary(
+    decl: RuntimeDecl | None, env: Mapping[str, str], log_text: str
+) -> RuntimeBoundary:
+    """Judge the declared boundary against the launched `env` and the server log text written
+    during this run (see the module docstring for the statuses)."""
+    if decl is None or (
+        decl.label is None and not decl.log_regex and not decl.required_env and not decl.expected_version
+    ):
+        return RuntimeBoundary(None, None, (), "undeclared", "undeclared", ("the spec declares no runtime boundary",))
+
+    label = decl.label.strip() if decl.label is not None else None
+    if label is not None and is_generic_label(label):
+        return RuntimeBoundary(
+            label, None, (), "generic", label or "(empty)",
+            (f"runtime boundary {label!r} is generic: name the runtime version or mode",),
+        )
+
+    required = dict(decl.required_env)
+    for name, value in _LABEL_ENV.findall(label or ""):
+        required.setdefault(name, value)
+    expected = decl.expected_version
+    if expected is None and decl.log_regex and label:
+        m = _LABEL_VERSION.search(_LABEL_ENV.sub("", label))
+        expected = m.group(1) if m else None
+
+    contradictions: list[str] = []
+    missing: list[str] = []
+    confirmations: list[str] = []
+    detected: str | None = None
+
+    if decl.log_regex:
+        versions = _found_versions(decl.log_regex, log_text)
+        if not versions:
+            missing.append(f"log pattern {decl.log_regex!r} not found in the server log written during this run")
+        else:
+            detected = ", ".join(versions)
+            if len({_norm_version(v) for v in versions}) > 1:
+                contradictions.append(f"the server log reports several versions: {detected}")
+            elif expected is not None and _norm_version(versions[0]) != _norm_version(expected):
+                contradictions.append(f"the server log reports version {versions[0]} but {expected} is declared")
+            else:
+                confirmations.append(f"the server log reports version {versions[0]}")
+    observed: dict[str, str | None] = {}
+    for name, want in sorted(required.items()):
+        have = env.get(name)
+        observed[name] = have
+        if have is None:
+            missing.append(f"{name} is not set in the launched environment")
+        elif want is not None and have != want:
+            contradictions.append(f"{name}={have} in the launched environment but {name}={want} is declared")
+        else:
+            confirmations.append(f"{name}={have} in the launched environment")
+
+    shown = redact_env({k: v for k, v in observed.items() if v is not None})
+    observed_red = tuple(sorted((k, shown.get(k)) for k in observed))
+
+    if contradictions:
+        status = "contradictory"
+    elif missing:
+        status = "missing"
+    elif decl.log_regex or required:
+        status = "confirmed"
+    else:
+        status = "declared"
+
+    details = [*contradictions, *missing, *confirmations]
+    if not decl.log_regex and expected is not None:
+        details.append(f"version {expected} is declared but no log pattern can detect it")
+    if status == "declared":
+        details.append("nothing to detect: the label is recorded as declared")
+
+    if label:
+        display = label
+    else:
+        parts = [f"version {detected}"] if detected else ([f"version {expected}"] if expected else [])
+        parts += [f"{k}={v}" for k, v in sorted(required.items()) if v is not None]
+        display = ", ".join(parts) or "declared"
+    return RuntimeBoundary(label, detected, observed_red, status, display, tuple(details))

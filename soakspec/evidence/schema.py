@@ -1,0 +1,69 @@
+"""The JSON Schemas (Draft 2020-12) shipped in `soakspec/evidence/schemas/`.
+
+`load_schema("manifest")` reads `manifest.schema.json` through importlib.resources (cached);
+`validate(name, obj)` returns readable errors, each prefixed with the JSON pointer of the value.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+SCHEMA_NAMES = ("manifest", "results", "request", "verdict", "trace", "telemetry")
+
+_MAX_MESSAGE = 240
+
+
+def _resource_name(name: str) -> str:
+    name = name.removesuffix(".json").removesuffix(".schema")
+    if name not in SCHEMA_NAMES:
+        raise KeyError(f"no evidence schema named {name!r} (have: {', '.join(SCHEMA_NAMES)})")
+    return f"{name}.schema.json"
+
+
+@functools.cache
+def _load(name: str) -> str:
+    return resources.files("soakspec.evidence").joinpath("schemas", _resource_name(name)).read_text("utf-8")
+
+
+def load_schema(name: str) -> dict:
+    """The schema called `name` ("manifest", "results", "request", ...), as a fresh dict."""
+    return json.loads(_load(name))
+
+
+@functools.cache
+def _validator(name: str):
+    from jsonschema import Draft202012Validator
+
+    schema = load_schema(name)
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def json_pointer(parts) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def errors_for(schema: str | Mapping, obj: Any) -> list[tuple[str, str]]:
+    """[(json_pointer, message)] for `obj`, sorted by pointer; empty when valid."""
+    if isinstance(schema, str):
+        validator = _validator(_resource_name(schema).removesuffix(".schema.json"))
+    else:
+        from jsonschema import Draft202012Validator
+
+        validator = Draft202012Validator(dict(schema))
+    out = []
+    for err in validator.iter_errors(obj):
+        message = err.message
+        if len(message) > _MAX_MESSAGE:
+            message = message[: _MAX_MESSAGE - 3] + "..."
+        out.append((json_pointer(err.absolute_path), message))
+    return sorted(set(out))
+
+
+def validate(name: str, obj: Any) -> list[str]:
+    """Errors of `obj` against schema `name`, each "pointer: message" ("/" for the root)."""
+    return [f"{p or '/'}: {m}" for p, m in errors_for(name, obj)]

@@ -1,0 +1,262 @@
+"""Telemetry: GPU state through NVML and server memory from /proc.
+
+`NvmlSource` wraps a module object with pynvml's function names (default: `import pynvml`,
+loaded lazily). If the import or `nvmlInit` fails, `available` is False and `reason` says why;
+nothing here raises because a GPU is missing. Raw GPU UUIDs never leave this module: the
+inventory carries `uuid_sha256`.
+
+The calls are synchronous and quick; the runner samples from trio with
+`trio.to_thread.run_sync(source.sample, pids)`.
+
+CUDA_VISIBLE_DEVICES: integer entries are taken as NVML indices (true when
+CUDA_DEVICE_ORDER=PCI_BUS_ID, which servers under test should set); `GPU-...` entries match
+UUID prefixes. As in CUDA, parsing stops at the first entry that names no device.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+_UNSET: Any = object()
+NVML_TEMPERATURE_GPU = 0
+
+
+def _text(v: Any) -> str:
+    return v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def visible_indices(spec: str | None, count: int, uuids: list[str]) -> list[int]:
+    """NVML indices selected by a CUDA_VISIBLE_DEVICES value (None: all devices)."""
+    if spec is None:
+        return list(range(count))
+    out: list[int] = []
+    for entry in (e.strip() for e in spec.split(",")):
+        if not entry:
+            break
+        idx: int | None = None
+        if entry.lstrip("-").isdigit():
+            n = int(entry)
+            idx = n if 0 <= n < count else None
+        else:
+            matches = [i for i, u in enumerate(uuids) if u.startswith(entry)]
+            idx = matches[0] if len(matches) == 1 else None
+        if idx is None:
+            break
+        if idx not in out:
+            out.append(idx)
+    return out
+
+
+class NvmlSource:
+    """GPU inventory and samples through an NVML module object (see the module docstring)."""
+
+    def __init__(self, module: Any = None, visible_devices: str | None = _UNSET):
+        self._module = module
+        self._visible_spec = os.environ.get("CUDA_VISIBLE_DEVICES") if visible_devices is _UNSET else visible_devices
+        self._started = False
+        self._available = False
+        self._reason: str | None = None
+        self._handles: list[tuple[int, Any]] = []
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        if self._module is None:
+            try:
+                import pynvml  # noqa: PLC0415 - lazy on purpose
+            except ImportError as e:
+                self._reason = f"NVML unavailable: cannot import pynvml (nvidia-ml-py): {e}"
+                return
+            self._module = pynvml
+        nv = self._module
+        try:
+            nv.nvmlInit()
+        except Exception as e:  # noqa: BLE001 - NVMLError: no driver, no library...
+            self._reason = f"NVML unavailable: {type(e).__name__}: {e}".rstrip(": ")
+            return
+        try:
+            count = int(nv.nvmlDeviceGetCount())
+            handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            uuids = [_text(self._call(nv.nvmlDeviceGetUUID, h) or "") for h in handles]
+        except Exception as e:  # noqa: BLE001
+            self._reason = f"NVML device enumeration failed: {type(e).__name__}: {e}"
+            self._shutdown()
+            return
+        self._handles = [(i, handles[i]) for i in visible_indices(self._visible_spec, count, uuids)]
+        self._available = True
+
+    def _shutdown(self) -> None:
+        try:
+            self._module.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def close(self) -> None:
+        if self._started and self._available:
+            self._shutdown()
+        self._available = False
+        self._reason = self._reason or "closed"
+
+    @property
+    def available(self) -> bool:
+        self._start()
+        return self._available
+
+    @property
+    def reason(self) -> str | None:
+        self._start()
+        return self._reason
+
+    @staticmethod
+    def _call(fn: Any, *args: Any) -> Any:
+        try:
+            return fn(*args)
+        except Exception:  # noqa: BLE001 - NVMLError_NotSupported and friends -> unknown
+            return None
+
+    # -- inventory and samples --------------------------------------------------------------
+
+    def gpu_inventory(self) -> dict[str, Any]:
+        """The manifest's `gpus`: `{"available": False, "reason"}` or the visible devices."""
+        if not self.available:
+            return {"available": False, "reason": self._reason or "NVML unavailable"}
+        nv = self._module
+        driver = self._call(nv.nvmlSystemGetDriverVersion)
+        cuda = self._call(nv.nvmlSystemGetCudaDriverVersion)
+        driver_s = _text(driver) if driver is not None else None
+        cuda_s = _cuda_version(int(cuda)) if isinstance(cuda, int) else None
+        devices = []
+        for visible, (index, h) in enumerate(self._handles):
+            name = self._call(nv.nvmlDeviceGetName, h)
+            uuid = self._call(nv.nvmlDeviceGetUUID, h)
+            mem = self._call(nv.nvmlDeviceGetMemoryInfo, h)
+            devices.append(
+                {
+                    "index": index,
+                    "visible_index": visible,
+                    "name": _text(name) if name is not None else None,
+                    "uuid_sha256": hashlib.sha256(_text(uuid).encode()).hexdigest() if uuid else None,
+                    "memory_total": int(mem.total) if mem is not None else None,
+                    "driver_version": driver_s,
+                    "cuda_version": cuda_s,
+                }
+            )
+        return {
+            "available": True,
+            "driver_version": driver_s,
+            "cuda_version": cuda_s,
+            "cuda_visible_devices": self._visible_spec,
+            "devices": devices,
+        }
+
+    def sample(self, pids: Iterable[int] = ()) -> list[dict[str, Any]] | None:
+        """Per visible GPU: memory used, memory used by the process trees of `pids`,
+        utilization (%), temperature (C), power (W). None when NVML is unavailable."""
+        if not self.available:
+            return None
+        nv = self._module
+        tree: set[int] = set()
+        for pid in pids:
+            tree.update(process_tree_pids(pid))
+        out = []
+        for index, h in self._handles:
+            mem = self._call(nv.nvmlDeviceGetMemoryInfo, h)
+            procs = self._call(nv.nvmlDeviceGetComputeRunningProcesses, h)
+            proc_mem: int | None = None
+            if procs is not None:
+                proc_mem = sum(
+                    int(p.usedGpuMemory)
+                    for p in procs
+                    if p.pid in tree and isinstance(getattr(p, "usedGpuMemory", None), int)
+                )
+            util = self._call(nv.nvmlDeviceGetUtilizationRates, h)
+            temp = self._call(nv.nvmlDeviceGetTemperature, h, NVML_TEMPERATURE_GPU)
+            power = self._call(nv.nvmlDeviceGetPowerUsage, h)
+            out.append(
+                {
+                    "index": index,
+                    "memory_used": int(mem.used) if mem is not None else None,
+                    "process_memory_used": proc_mem,
+                    "utilization_gpu": float(util.gpu) if util is not None else None,
+                    "temperature_c": float(temp) if temp is not None else None,
+                    "power_w": power / 1000.0 if isinstance(power, (int, float)) else None,
+                }
+            )
+        return out
+
+
+# --- /proc -----------------------------------------------------------------------------------
+
+
+def _ppid_map() -> dict[int, int]:
+    out: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(entry.path, "stat").read_bytes()
+        except OSError:
+            continue
+        # "pid (comm) state ppid ...": comm may contain spaces and parentheses
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) >= 2:
+            out[int(entry.name)] = int(fields[1])
+    return out
+
+
+def process_tree_pids(pid: int) -> list[int]:
+    """`pid` and all its descendants (from /proc); empty when `pid` does not exist."""
+    if not Path(f"/proc/{pid}").exists():
+        return []
+    children: dict[int, list[int]] = {}
+    for child, parent in _ppid_map().items():
+        children.setdefault(parent, []).append(child)
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        if p in out:
+            continue
+        out.append(p)
+        todo.extend(children.get(p, ()))
+    return out
+
+
+def _rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0  # exited meanwhile, a zombie or a kernel thread
+
+
+def process_tree_rss(pid: int) -> int | None:
+    """Resident memory (bytes) of `pid` and its descendants; None when `pid` does not exist."""
+    pids = process_tree_pids(pid)
+    if not pids:
+        return None
+    return sum(_rss(p) for p in pids)
+
+
+def telemetry_record(source: NvmlSource | None, server_pid: int | None, t: float | None = None) -> dict[str, Any]:
+    """One line of telemetry.jsonl (schema "telemetry")."""
+    return {
+        "schema_version": 1,
+        "t": time.time() if t is None else t,
+        "server_pid": server_pid,
+        "server_rss_bytes": process_tree_rss(server_pid) if server_pid else None,
+        "gpus": source.sample([server_pid] if server_pid else []) if source is not None else None,
+    }

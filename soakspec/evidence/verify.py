@@ -1,0 +1,307 @@
+"""`soakspec verify`: is an evidence directory exactly what its run wrote, and is it complete?
+
+Integrity problems (exit 1):
+  V101 an artifact's bytes changed since the manifest hashed them
+  V102 an artifact the manifest lists (or a complete run needs) is missing
+  V103 a file exists but the manifest does not list it
+  V104 a JSON document or JSONL record does not match its schema
+  V105 a file does not parse (invalid JSON, a corrupt whole JSONL line)
+  V106 an unsafe or non-regular entry (a listed path escaping the directory, a symlink...)
+  V107 results/verdict written after the manifest are bound to a different manifest
+  V108 files disagree with each other (run id, backend of a record)
+Incompleteness (exit 3 when there is no integrity problem):
+  V201 the manifest status is running, incomplete or aborted
+  V202 a JSONL file ends in a partial line (a write was cut off)
+  V203 a run still holds the directory's lock
+  V204 files were never hashed because the run never finalized its manifest
+  V205 a complete run has no results.json yet (and the manifest does not list one)
+
+results.json and verdict.json may be written after the final manifest (they can then carry the
+manifest's sha256 in `manifest_sha256`): such a file is accepted unlisted when that hash matches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import stat
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from soakspec.diagnostics import Diagnostic, Severity, Span
+from soakspec.evidence import layout
+from soakspec.evidence.io import EvidenceError, EvidenceFormatError, lock_holder, read_json, scan_jsonl, sha256_file
+from soakspec.exitcodes import ExitCode
+
+SCHEMA_VERSION = 1
+MAX_ERRORS_PER_FILE = 20
+
+# Which schema validates which file, by name.
+_JSON_SCHEMAS = {layout.RESULTS: "results", layout.VERDICT: "verdict"}
+_JSONL_SCHEMAS = {layout.REQUESTS: "request", layout.TRACES: "trace", layout.TELEMETRY: "telemetry"}
+_MAY_FOLLOW_MANIFEST = (layout.RESULTS, layout.VERDICT)
+
+
+class EvidenceNotFound(EvidenceError):
+    """No evidence directory or no manifest.json in it (a usage error)."""
+
+
+def list_files(run_dir: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """(regular files, other entries) under `run_dir` as sorted POSIX relpaths, without
+    manifest.json and .lock at the top level. Symlinks are never followed."""
+    root = Path(run_dir)
+    files: list[str] = []
+    others: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        rel_dir = Path(dirpath).relative_to(root)
+        for d in list(dirnames):
+            if os.path.islink(os.path.join(dirpath, d)):
+                others.append((rel_dir / d).as_posix())
+                dirnames.remove(d)
+        for f in filenames:
+            rel = (rel_dir / f).as_posix()
+            if rel in layout.NOT_ARTIFACTS:
+                continue
+            mode = os.lstat(os.path.join(dirpath, f)).st_mode
+            (files if stat.S_ISREG(mode) else others).append(rel)
+    return sorted(files), sorted(others)
+
+
+def finalize_artifacts(run_dir: str | os.PathLike) -> dict[str, str]:
+    """{relpath: sha256} of every regular file in the run directory except manifest.json and
+    .lock: the runner stores this as manifest["artifacts"] when the run ends."""
+    root = Path(run_dir)
+    files, _ = list_files(root)
+    return {rel: sha256_file(root / rel) for rel in files}
+
+
+def _safe_relpath(rel: str) -> bool:
+    if not rel or "\\" in rel or "\x00" in rel:
+        return False
+    p = PurePosixPath(rel)
+    return not p.is_absolute() and all(part not in ("", ".", "..") for part in rel.split("/"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class VerifyReport:
+    run_dir: str
+    manifest_status: str | None
+    artifacts_checked: int
+    records_checked: int
+    diagnostics: tuple[Diagnostic, ...]
+
+    @property
+    def problems(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity is Severity.ERROR)
+
+    @property
+    def incomplete(self) -> tuple[Diagnostic, ...]:
+        return tuple(d for d in self.diagnostics if d.severity is Severity.WARNING)
+
+    @property
+    def result(self) -> str:
+        return "failed" if self.problems else "incomplete" if self.incomplete else "ok"
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {"failed": ExitCode.GATE_FAILED, "incomplete": ExitCode.INCONCLUSIVE, "ok": ExitCode.OK}[self.result]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "run_dir": self.run_dir,
+            "result": self.result,
+            "exit_code": int(self.exit_code),
+            "manifest_status": self.manifest_status,
+            "artifacts_checked": self.artifacts_checked,
+            "records_checked": self.records_checked,
+            "problems": [d.as_json() for d in self.problems],
+            "incomplete": [d.as_json() for d in self.incomplete],
+        }
+
+    def render_text(self) -> str:
+        lines = []
+        for d in self.problems + self.incomplete:
+            where = f"{d.path}:{d.span.line}:{d.span.column}" if d.span.known else d.path
+            tag = " [incomplete]" if d.severity is Severity.WARNING else ""
+            lines.append(f"{where}: {d.code} {d.message}{tag}")
+        checked = f"{self.artifacts_checked} artifact{'s' if self.artifacts_checked != 1 else ''} and " \
+                  f"{self.records_checked} record{'s' if self.records_checked != 1 else ''} checked"
+        n = len(self.problems)
+        if n:
+            more = "; the run is also incomplete" if self.incomplete else ""
+            lines.append(f"Found {n} problem{'s' if n != 1 else ''} in {self.run_dir} ({checked}){more}.")
+        elif self.incomplete:
+            lines.append(f"{self.run_dir}: intact but incomplete (status {self.manifest_status}; {checked}).")
+        else:
+            lines.append(f"{self.run_dir}: intact and complete ({checked}).")
+        return "\n".join(lines)
+
+
+class _Checker:
+    def __init__(self, run_dir: str | os.PathLike):
+        self.root = Path(run_dir)
+        self.shown = str(run_dir).rstrip("/") or "/"
+        self.diags: list[Diagnostic] = []
+        self.artifacts_checked = 0
+        self.records_checked = 0
+
+    def path(self, rel: str) -> str:
+        return f"{self.shown}/{rel}"
+
+    def error(self, rel: str, code: str, message: str, line: int = 0) -> None:
+        self.diags.append(Diagnostic(code, message, Span(line, 1 if line else 0), self.path(rel)))
+
+    def note(self, rel: str, code: str, message: str) -> None:
+        self.diags.append(Diagnostic(code, message, path=self.path(rel), severity=Severity.WARNING))
+
+    def schema_errors(self, rel: str, schema: str, obj: Any, line: int = 0, budget: list[int] | None = None) -> bool:
+        from soakspec.evidence.schema import errors_for
+
+        errors = errors_for(schema, obj)
+        for pointer, message in errors:
+            if budget is not None:
+                budget[0] -= 1
+                if budget[0] < 0:
+                    continue
+            self.error(rel, "V104", f"{pointer or '/'}: {message} (schema {schema})", line)
+        if budget is not None and budget[0] < 0 and not line:  # one document: say how many more
+            self.error(rel, "V104", f"... and {-budget[0]} more schema errors")
+        return not errors
+
+    # -- the checks -------------------------------------------------------------------------
+
+    def run(self) -> VerifyReport:
+        if not self.root.is_dir():
+            raise EvidenceNotFound(f"{self.shown}: no such evidence directory")
+        manifest_path = self.root / layout.MANIFEST
+        if not manifest_path.is_file():
+            runs = sorted(p.name for p in self.root.iterdir() if (p / layout.MANIFEST).is_file())
+            hint = f"; it holds run directories: {', '.join(runs[:5])}{', ...' if len(runs) > 5 else ''}" if runs else ""
+            raise EvidenceNotFound(f"{self.shown}: no {layout.MANIFEST} (not an evidence directory){hint}")
+        try:
+            manifest = read_json(manifest_path)
+        except EvidenceFormatError as e:
+            self.error(layout.MANIFEST, "V105", str(e).split(": ", 1)[-1], e.line)
+            return self.report(None)
+        if not isinstance(manifest, dict):
+            self.error(layout.MANIFEST, "V104", "/: the manifest is not a JSON object")
+            return self.report(None)
+        self.schema_errors(layout.MANIFEST, "manifest", manifest, budget=[MAX_ERRORS_PER_FILE])
+        status = manifest.get("status") if isinstance(manifest.get("status"), str) else None
+        manifest_sha = sha256_file(manifest_path)
+
+        holder = lock_holder(self.root)
+        if holder is not None:
+            self.note(layout.LOCK, "V203", f"a run is still writing this directory (pid {holder or 'unknown'})")
+        if status != "complete":
+            reason = manifest.get("incomplete_reason")
+            self.note(layout.MANIFEST, "V201", f"run status is {status or 'unknown'}" + (f": {reason}" if reason else ""))
+
+        artifacts = manifest.get("artifacts")
+        artifacts = artifacts if isinstance(artifacts, dict) else {}
+        files, others = list_files(self.root)
+        present = set(files)
+
+        for rel in others:
+            self.error(rel, "V106", "not a regular file (symlinks and special files are not evidence)")
+        listed_ok: set[str] = set()
+        for rel, want in sorted(artifacts.items()):
+            if not _safe_relpath(rel):
+                self.error(layout.MANIFEST, "V106", f"artifact path {rel!r} is not a plain relative path inside the directory")
+                continue
+            if rel not in present:
+                if rel not in others:
+                    self.error(rel, "V102", "listed in manifest.json but missing")
+                continue
+            got = sha256_file(self.root / rel)
+            self.artifacts_checked += 1
+            if got != want:
+                self.error(rel, "V101", f"changed since the manifest was written (sha256 {got[:12]}..., manifest lists {str(want)[:12]}...)")
+            else:
+                listed_ok.add(rel)
+
+        unlisted = [rel for rel in files if rel not in artifacts]
+        never_finalized = status != "complete" and not artifacts
+        for rel in list(unlisted):
+            if rel in _MAY_FOLLOW_MANIFEST:
+                bound = self._bound_to_manifest(rel, manifest_sha)
+                if bound is True:
+                    self.artifacts_checked += 1
+                    unlisted.remove(rel)
+                    listed_ok.add(rel)
+                    continue
+                if bound is False:
+                    self.error(rel, "V107", "is bound to a different manifest (manifest_sha256 does not match manifest.json)")
+                    unlisted.remove(rel)
+                    continue
+        if never_finalized and unlisted:
+            self.note(layout.MANIFEST, "V204",
+                      f"{len(unlisted)} file{'s' if len(unlisted) != 1 else ''} never hashed: the run did not finalize its manifest")
+        else:
+            for rel in unlisted:
+                self.error(rel, "V103", "exists but is not listed in manifest.json")
+
+        if status == "complete" and layout.RESULTS not in present and layout.RESULTS not in artifacts:
+            self.note(layout.RESULTS, "V205", "missing: the run's results were never written (judge the run to write them)")
+
+        # Content checks on every file that is present (changed or not: report all we can).
+        for rel in files:
+            self._check_content(rel, manifest)
+        return self.report(status)
+
+    def _bound_to_manifest(self, rel: str, manifest_sha: str) -> bool | None:
+        try:
+            doc = json.loads((self.root / rel).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        bound = doc.get("manifest_sha256") if isinstance(doc, dict) else None
+        if not isinstance(bound, str):
+            return None
+        return bound == manifest_sha
+
+    def _check_content(self, rel: str, manifest: dict) -> None:
+        name = PurePosixPath(rel).name
+        path = self.root / rel
+        if name.endswith(".json"):
+            try:
+                doc = read_json(path)
+            except EvidenceFormatError as e:
+                self.error(rel, "V105", str(e).split(": ", 1)[-1], e.line)
+                return
+            if rel in _JSON_SCHEMAS:
+                self.schema_errors(rel, _JSON_SCHEMAS[rel], doc, budget=[MAX_ERRORS_PER_FILE])
+                run_id = doc.get("run_id") if isinstance(doc, dict) else None
+                if run_id is not None and run_id != manifest.get("run_id"):
+                    self.error(rel, "V108", f"run_id {run_id!r} differs from the manifest's {manifest.get('run_id')!r}")
+        elif name.endswith(".jsonl"):
+            scan = scan_jsonl(path)
+            for line, message in scan.errors[:MAX_ERRORS_PER_FILE]:
+                self.error(rel, "V105", message, line)
+            if scan.partial_tail:
+                self.note(rel, "V202", "ends in a partial line (a write was cut off); it is ignored")
+            schema = _JSONL_SCHEMAS.get(name)
+            budget = [MAX_ERRORS_PER_FILE]
+            parts = rel.split("/")
+            expect_dir = parts[1] if len(parts) == 3 and parts[0] == layout.BACKENDS else None
+            for line, rec in scan.records:
+                self.records_checked += 1
+                if schema:
+                    self.schema_errors(rel, schema, rec, line, budget)
+                if name == layout.REQUESTS and expect_dir and isinstance(rec, dict) and isinstance(rec.get("backend"), str):
+                    if layout.safe_name(rec["backend"]) != expect_dir:
+                        budget[0] -= 1
+                        if budget[0] >= 0:
+                            self.error(rel, "V108", f"record of backend {rec['backend']!r} in the directory of another backend", line)
+            if budget[0] < 0:
+                self.error(rel, "V104", f"... and {-budget[0]} more problems in this file")
+
+    def report(self, status: str | None) -> VerifyReport:
+        return VerifyReport(self.shown, status, self.artifacts_checked, self.records_checked, tuple(self.diags))
+
+
+def verify_evidence(run_dir: str | os.PathLike) -> VerifyReport:
+    """Check an evidence directory (see the module docstring). Raises `EvidenceNotFound` when
+    `run_dir` is not a directory or holds no manifest.json."""
+    return _Checker(run_dir).run()
