@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from soakspec.sim.server import TRACE_PREFIX
+from soakspec.sim.server import MAX_WAKE_LEAD, TRACE_PREFIX
+
+MAX_EARLY = MAX_WAKE_LEAD  # the server aims each event at its deadline and may wake this much before it
 
 
 class SimProcess:
@@ -29,12 +31,17 @@ class SimProcess:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})},
         )  # fmt: skip
         self.stdout: list[str] = []
-        self._reader = threading.Thread(target=lambda: self.stdout.extend(self.proc.stdout), daemon=True)  # type: ignore[arg-type]
+        self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
-    def wait_listening(self, timeout: float = 10) -> str:
+    def _read(self) -> None:
+        self.stdout.extend(self.proc.stdout)  # type: ignore[arg-type]
+
+    def wait_listening(self) -> str:
         line = self.proc.stderr.readline()  # type: ignore[union-attr]
-        assert "listening on" in line, (line, self.proc.stderr.read() if self.proc.poll() is not None else "")  # type: ignore[union-attr]
+        if "listening on" not in line:
+            self.proc.wait(timeout=10)
+            raise AssertionError(line + self.proc.stderr.read())  # type: ignore[union-attr]
         self.port = int(self.port_file.read_text())
         return line.strip()
 
@@ -62,7 +69,8 @@ def open_stream(port: int, max_tokens: int, request_id: str | None = None) -> so
     """Start a streaming completion; return once its first token event has arrived."""
     s = socket.create_connection(("127.0.0.1", port))
     s.settimeout(10)
-    s.sendall(request_bytes({"prompt": "a b", "max_tokens": max_tokens, "ignore_eos": True, "stream": True}, request_id))
+    body = {"prompt": "a b", "max_tokens": max_tokens, "ignore_eos": True, "stream": True}
+    s.sendall(request_bytes(body, request_id))
     buf = b""
     while b'"text"' not in buf:
         chunk = s.recv(65536)
@@ -198,7 +206,9 @@ def test_a_port_in_use_is_reported_in_one_line(tmp_path):
 
 def test_a_client_measures_the_injected_ttft_and_itl(tmp_path, sims):
     """--ttft 50ms --itl 10ms at low load: a plain socket client's p50 TTFT and ITL are the
-    injected values (within ±1 ms on an idle machine; ±3 ms asserted, for a loaded CI machine)."""
+    injected values. Within ±1 ms when the machine has a CPU free for the server (50.5 ms and
+    10.0 ms measured); asserted with room for a machine loaded by other test suites, where the
+    server waits for a CPU (TTFT p50 up to ~53 ms seen at load average 5 on 2 CPUs)."""
     sim = sims(tmp_path, "--ttft", "50ms", "--itl", "10ms", "--no-trace-log")
     sim.wait_listening()
     ttfts, itls = [], []
@@ -220,5 +230,5 @@ def test_a_client_measures_the_injected_ttft_and_itl(tmp_path, sims):
                         itls.append(now - last)
                     last = now
     ttft, itl = sorted(ttfts)[len(ttfts) // 2], sorted(itls)[len(itls) // 2]
-    assert abs(ttft - 0.050) < 0.003, ttft
-    assert abs(itl - 0.010) < 0.003, itl
+    assert -MAX_EARLY < ttft - 0.050 < 0.005, ttft
+    assert abs(itl - 0.010) < 0.002, itl

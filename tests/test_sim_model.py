@@ -145,7 +145,8 @@ def test_scheduler_fifo_queue_and_limit():
 
 
 @settings(max_examples=200)
-@given(st.integers(1, 4), st.integers(0, 3), st.lists(st.tuples(st.sampled_from("arw"), st.integers(0, 30)), max_size=60))
+@given(st.integers(1, 4), st.integers(0, 3),
+       st.lists(st.tuples(st.sampled_from("arw"), st.integers(0, 30)), max_size=60))
 def test_scheduler_matches_a_simple_model(slots, limit, ops):
     """Against a list-based model: never more than `slots` running, at most `limit` waiting,
     nobody waits while a slot is free, and waiters get slots in arrival order."""

@@ -525,6 +525,8 @@ async def _execute(eng: _Engine) -> tuple[str, str | None]:
                     eng.progress.error(f"last lines of {err.backend}'s log:\n{err.log_tail}")
             except* EvidenceError as group:
                 err = group.exceptions[0]
+                while isinstance(err, BaseExceptionGroup):  # nested nurseries nest the groups
+                    err = err.exceptions[0]
                 status, reason = "aborted", f"cannot write evidence: {err}"
                 eng.progress.error(f"soakspec run: {reason}")
             if eng.signal_name is not None:

@@ -306,7 +306,8 @@ class H11Connection:
     ) -> bool:
         """One request/response cycle. True if the connection can carry the next request."""
         conn = h11.Connection(h11.CLIENT)
-        out = conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())  # type: ignore[operator]
+        sent = (conn.send(request), conn.send(h11.Data(data=body)), conn.send(h11.EndOfMessage()))
+        out = b"".join(sent)
         size = self._receive_size
         now = self._clock.now
         t = 0.0  # when the bytes being processed arrived
@@ -329,7 +330,7 @@ class H11Connection:
                 elif type(event) is h11.ConnectionClosed:
                     acc.connection_closed()
                     return False
-            acc.on_response(event.status_code, _content_type(event.headers), t)
+            acc.on_response(event.status_code, _content_type(event.headers))
             decoder, keep_alive = body_decoder(event)
             data, _ = conn.trailing_data
             # the body, decoded here: one payload per socket read

@@ -91,8 +91,8 @@ class HttpxClient:
         response: httpx.Response | None = None
         try:
             response = await self._client.send(request, stream=True)
-            record.first_byte = t = now()
-            acc.on_response(response.status_code, response.headers.get("content-type"), t)
+            record.first_byte = now()
+            acc.on_response(response.status_code, response.headers.get("content-type"))
             async for data in response.aiter_raw():
                 if not acc.on_body(data, now()):
                     break

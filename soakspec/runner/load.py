@@ -30,10 +30,11 @@ import trio
 from soakspec.plan import Level
 from soakspec.runner.clock import RunClock
 from soakspec.runner.protocol import Endpoint, RequestShape, Sampling
-from soakspec.runner.records import RequestRecord
+from soakspec.runner.records import Outcome, RequestRecord
 from soakspec.lang.spec import Workload
 
 OPEN_LOOP_MAX_CONNECTIONS = 4096
+CANCELLED_BY_ABORT = "the run was aborted before the response finished"
 
 # A fixed vocabulary: prompts are `prompt_words` consecutive words starting at the request's
 # global index, so they are deterministic and need no tokenizer (as in the original harness).
@@ -193,6 +194,10 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         try:
             await conn.send(ctx.shapes.make(index), rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
         finally:
+            if rec.end is None:  # cancelled mid-request (the run is aborting): say so, keep the record valid
+                rec.end = clock.now()
+                rec.outcome = Outcome.DISCONNECTED
+                rec.error = CANCELLED_BY_ABORT
             ctx.stats.finished(rec)
             ctx.sink(rec)
 

@@ -6,7 +6,7 @@ identical records for identical server behaviour:
 
     build_body(shape, request_id) -> bytes            the request
     StreamAccumulator(shape)                           one per request
-        .on_response(status, content_type, t)          the response head arrived
+        .on_response(status, content_type)             the response head arrived
         .on_body(data, t) -> keep_reading              body bytes (SSE parsed incrementally)
         .on_end(t)                                     the body is complete
         .fail(outcome, message)                        a transport failure or the deadline
@@ -212,11 +212,14 @@ class SSEParser:
                     self._size = 0
                     self._event = None
                 continue
-            if line[0] == 0x3A:  # ":" comment
+            if line.startswith(b"data: "):  # the common case, without partition()
+                name, value = b"data", line[6:]
+            elif line[0] == 0x3A:  # ":" comment
                 continue
-            name, _, value = line.partition(b":")
-            if value[:1] == b" ":
-                value = value[1:]
+            else:
+                name, _, value = line.partition(b":")
+                if value[:1] == b" ":
+                    value = value[1:]
             if name == b"data":
                 self._size += len(value)
                 if self._size > self._max:
@@ -268,7 +271,7 @@ class _Body(enum.Enum):
     ERROR = 3  # an error response: keep a snippet for the message
 
 
-_scan_once = json.scanner.make_scanner(json.JSONDecoder())
+_scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a class
 
 
 def _loads(data: bytes) -> Any:
@@ -347,7 +350,8 @@ class StreamAccumulator:
         """The peer closed the connection before the response was complete."""
         self.fail(Outcome.DISCONNECTED, CLOSED_BEFORE_RESPONSE if self.status is None else CLOSED_MID_RESPONSE)
 
-    def on_response(self, status: int, content_type: str | None, t: float) -> None:
+    def on_response(self, status: int, content_type: str | None) -> None:
+        """The response head arrived."""
         self.status = status
         if status == 200:
             if not self._shape.stream:

@@ -6,8 +6,9 @@ Design
   `index` is the request's arrival index (0, 1, 2, ... over the inference requests the server
   received). Three independent byte streams, SHAKE-128 of (seed, index, name), feed it: *fault*
   (which fault, where, the 5xx status, trace dropping, early EOS), *text* (one byte picks each
-  token among 256 words) and *time* (ITL jitter). No global RNG, no state between requests. So the same seed and the same request sequence give the same texts, timings and
-  traces; and token i's text does not depend on max_tokens or on the fault knobs.
+  token among 256 words) and *time* (ITL jitter). No global RNG, no state between requests:
+  the same seed and the same request sequence give the same texts, timings and traces, and
+  token i's text does not depend on max_tokens or on the fault knobs.
 * Faults partition [0, 1): one uniform draw u picks at most one fault, in the order
   error, stream_error, stall, disconnect, omit_done; each happens with exactly its rate.
 * Time: a `Timeline` turns a plan into absolute event deadlines on the server's monotonic clock.

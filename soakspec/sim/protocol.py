@@ -9,7 +9,8 @@ Responses (shapes follow vLLM's `serving_completion.py` / `serving_chat.py`, ser
 * errors: `{"object":"error","message":..,"type":..,"param":..,"code":status}`;
 * stream chunks: `data: {json}\\n\\n`, the last token chunk carries `finish_reason`; then, with
   `stream_options.include_usage`, a chunk with `"choices": []` and `usage`; then `data: [DONE]\\n\\n`.
-  With `stream_options.continuous_usage_stats` every chunk carries the cumulative `usage`.
+  With `stream_options.continuous_usage_stats` (and `include_usage`, as vLLM requires) every
+  chunk carries the cumulative `usage`.
   Chat streams begin with a `{"role":"assistant","content":""}` delta, sent with the first token.
 * an engine failure mid-stream (vLLM's generator catches it): `data: {"error": {<error body>}}\\n\\n`
   followed by `data: [DONE]\\n\\n` -- the HTTP status stays 200.
@@ -203,7 +204,7 @@ def parse_request(endpoint: str, raw: bytes, config: SimConfig) -> InferenceRequ
         if not isinstance(options, dict):
             raise ApiError(400, "stream_options must be an object", "stream_options")
         include_usage = _bool(options, "include_usage")
-        continuous = _bool(options, "continuous_usage_stats")
+        continuous = include_usage and _bool(options, "continuous_usage_stats")  # vLLM: only with include_usage
 
     request_id = body.get("request_id")
     if request_id is not None and not isinstance(request_id, str):

@@ -138,9 +138,9 @@ class _Request:
     """Mutable state of one inference request, turned into its trace when it finishes."""
 
     __slots__ = (
-        "index", "endpoint", "client_id", "response_id", "trace_id", "stream", "queued_at", "scheduled_at", "scheduled_mono",
-        "arrived_mono", "first_token_at", "prompt_tokens", "completion_tokens", "max_tokens", "finish_reason", "terminal",
-        "status", "fault", "state", "ready", "client_gone",
+        "index", "endpoint", "client_id", "response_id", "trace_id", "stream", "queued_at", "scheduled_at",
+        "scheduled_mono", "arrived_mono", "first_token_at", "prompt_tokens", "completion_tokens", "max_tokens",
+        "finish_reason", "terminal", "status", "fault", "state", "ready", "client_gone",
     )
 
     def __init__(self, index: int, endpoint: str, arrived_mono: float, arrived_wall: float):

@@ -1,0 +1,48 @@
+"""Judging a run directory from a command: `soakspec run` calls this right after a run, with
+the spec it ran (the same code path as `soakspec gate`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+from soakspec.evidence import layout
+from soakspec.lang.spec import Spec
+
+
+def _dump(doc: Any) -> str:
+    return json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def judge_run_dir(run_dir: str | os.PathLike, spec: Spec, fmt: str = "text", *, write: bool = False) -> int:
+    """Verify and judge `run_dir` against `spec`, print the verdict to stdout and return its
+    exit code (0 PASS, 1 FAIL, 3 INCONCLUSIVE).
+
+    With `write`, results.json and verdict.json are written into the run directory, each bound
+    to the final manifest by `manifest_sha256` (so `soakspec verify` accepts them unlisted). A
+    file the manifest already lists as an artifact is never overwritten: that would turn the
+    evidence into something other than what the run hashed.
+    """
+    from soakspec.evidence.results import write_results, write_verdict
+    from soakspec.judge.evidence import load_evidence
+    from soakspec.judge.judge import judge
+    from soakspec.judge.summary import summarize
+    from soakspec.judge.verdict import render_text
+
+    evidence = load_evidence(run_dir)
+    verdict = judge(spec, evidence)
+    doc = verdict.to_json()
+    if write:
+        listed = evidence.manifest.get("artifacts") or {}
+        if layout.RESULTS not in listed:
+            write_results(run_dir, summarize(evidence, spec))
+        else:
+            print(f"soakspec: {layout.RESULTS} is part of the hashed evidence; not rewritten", file=sys.stderr)
+        if layout.VERDICT not in listed:
+            write_verdict(run_dir, doc)
+        else:
+            print(f"soakspec: {layout.VERDICT} is part of the hashed evidence; not rewritten", file=sys.stderr)
+    print(_dump(doc) if fmt == "json" else render_text(verdict))
+    return int(verdict.exit_code)

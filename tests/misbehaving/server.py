@@ -1,0 +1,185 @@
+"""A deliberately misbehaving OpenAI-compatible HTTP server for the fault-matrix tests.
+
+Plain Python (stdlib only, one thread per connection), loopback only. Launched as a `launch`
+backend: `python server.py --port {port} --mode MODE [flags]`. Every GET answers 200 (the
+readiness probe); every POST answers a streamed completion shaped by `--mode`:
+
+  ok              a correct chunked SSE stream: 4 text events, usage, `data: [DONE]`
+  malformed-json  an SSE event whose data is not JSON
+  huge-line       `data: ` followed by 10 MB without a newline (a client must stay bounded)
+  slow            the whole response, status line included, at one byte per second
+  reset           two events, then a TCP reset (SO_LINGER 0)
+  http10          an HTTP/1.0 response without Content-Length: the body ends at close
+  wrong-ctype     a correct stream labelled `application/json`
+  chunked-edge    chunk extensions, one-byte chunks, upper-case hex sizes and a trailer
+  error-event     HTTP 200, one token, then `data: {"error": ...}` and `[DONE]`
+  no-done         a correct stream, properly terminated, without `data: [DONE]`
+  die-mid-stream  two events, then the whole process exits with status 1
+
+Process-level flags: `--ignore-sigterm` (only SIGKILL stops it), `--garbage` (write binary
+garbage to stdout at start and per request), `--exit-before-ready` (print a line, exit 1 before
+listening), `--crash-at-start` (raise an exception before listening).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+GARBAGE = bytes(range(256)) + b"\x1b[2J\x1b[31m\xff\xfe\xc3\x28\x00\x07\x08\r" + os.urandom(64)
+
+
+def event(text: str | None = None, *, finish: str | None = None, usage: int | None = None) -> bytes:
+    obj: dict = {"id": "cmpl-mis", "object": "text_completion", "choices": [{"index": 0, "text": text or "", "finish_reason": finish}]}
+    if usage is not None:
+        obj["usage"] = {"prompt_tokens": 8, "completion_tokens": usage, "total_tokens": 8 + usage}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+TOKENS = [event("a"), event(" b"), event(" c"), event(" d", finish="length", usage=4)]
+DONE = b"data: [DONE]\n\n"
+STREAM = b"".join(TOKENS) + DONE
+
+
+def chunk(data: bytes, ext: str = "") -> bytes:
+    return b"%X%s\r\n%s\r\n" % (len(data), ext.encode(), data)
+
+
+def head(status: str = "200 OK", ctype: str = "text/event-stream", version: str = "HTTP/1.1", chunked: bool = True) -> bytes:
+    lines = [f"{version} {status}", f"Content-Type: {ctype}", "Connection: close"]
+    if chunked:
+        lines.append("Transfer-Encoding: chunked")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def read_request(conn: socket.socket) -> tuple[str, bytes] | None:
+    buf = b""
+    while b"\r\n\r\n" not in buf:
+        data = conn.recv(65536)
+        if not data:
+            return None
+        buf += data
+    raw_head, _, body = buf.partition(b"\r\n\r\n")
+    lines = raw_head.decode("latin-1").split("\r\n")
+    method = lines[0].split(" ", 1)[0]
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        data = conn.recv(65536)
+        if not data:
+            return None
+        body += data
+    return method, body
+
+
+def respond(conn: socket.socket, mode: str) -> None:
+    send = conn.sendall
+    if mode == "ok":
+        send(head() + chunk(STREAM) + b"0\r\n\r\n")
+    elif mode == "malformed-json":
+        send(head() + chunk(TOKENS[0] + b'data: {"choices": [{"text": "x",\n\n' + DONE) + b"0\r\n\r\n")
+    elif mode == "huge-line":
+        send(head(chunked=False) + b"data: ")
+        piece = b"x" * 65536
+        for _ in range(10 * 16):  # 10 MiB, no newline
+            send(piece)
+        send(b"\n\n" + DONE)
+    elif mode == "slow":
+        for b in head(chunked=False) + STREAM:
+            send(bytes([b]))
+            time.sleep(1.0)
+    elif mode == "reset":
+        send(head(chunked=False) + TOKENS[0] + TOKENS[1])
+        time.sleep(0.05)
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    elif mode == "http10":
+        send(head(version="HTTP/1.0", chunked=False).replace(b"Connection: close\r\n", b"") + STREAM)
+    elif mode == "wrong-ctype":
+        send(head(ctype="application/json") + chunk(STREAM) + b"0\r\n\r\n")
+    elif mode == "chunked-edge":
+        out = head()
+        out += chunk(TOKENS[0], ';name="value";flag')
+        out += b"".join(chunk(bytes([b])) for b in TOKENS[1])  # one-byte chunks
+        out += b"%x ; ext\r\n%s\r\n" % (len(TOKENS[2]), TOKENS[2])  # lower-case hex, BWS
+        out += chunk(TOKENS[3] + DONE, ";last")
+        out += b"0;end=1\r\nX-Trailer: yes\r\n\r\n"
+        send(out)
+    elif mode == "error-event":
+        err = b'data: {"error": {"message": "out of KV cache blocks", "type": "server_error"}}\n\n'
+        send(head() + chunk(TOKENS[0] + err + DONE) + b"0\r\n\r\n")
+    elif mode == "no-done":
+        send(head() + chunk(b"".join(TOKENS)) + b"0\r\n\r\n")
+    elif mode == "die-mid-stream":
+        send(head() + chunk(TOKENS[0] + TOKENS[1]))
+        time.sleep(0.05)
+        print("dying mid-stream", flush=True)
+        os._exit(1)
+    else:  # pragma: no cover
+        raise SystemExit(f"unknown mode {mode}")
+
+
+def serve_one(conn: socket.socket, mode: str, garbage: bool) -> None:
+    try:
+        req = read_request(conn)
+        if req is None:
+            return
+        method, _ = req
+        if method == "GET":
+            body = b'{"object": "list", "data": [{"id": "sim-model", "object": "model"}]}'
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            return
+        if garbage:
+            sys.stdout.buffer.write(GARBAGE + b"\n")
+            sys.stdout.buffer.flush()
+        respond(conn, mode)
+    except OSError:
+        pass
+    finally:
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--mode", default="ok")
+    p.add_argument("--ignore-sigterm", action="store_true")
+    p.add_argument("--garbage", action="store_true")
+    p.add_argument("--exit-before-ready", action="store_true")
+    p.add_argument("--crash-at-start", action="store_true")
+    args = p.parse_args()
+    if args.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.garbage:
+        sys.stdout.buffer.write(b"starting\n" + GARBAGE + b"\n")
+        sys.stdout.buffer.flush()
+    if args.crash_at_start:
+        raise RuntimeError("misbehaving server: crash at start")
+    if args.exit_before_ready:
+        print("misbehaving server: giving up before listening", flush=True)
+        return 1
+    srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", args.port))
+    srv.listen(128)
+    print(f"misbehaving server ({args.mode}) listening on 127.0.0.1:{args.port}", flush=True)
+    while True:
+        conn, _ = srv.accept()
+        threading.Thread(target=serve_one, args=(conn, args.mode, args.garbage), daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

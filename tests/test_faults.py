@@ -1,0 +1,446 @@
+"""The fault matrix: `soakspec run` against servers that fail in every way we could think of.
+
+Real processes, real sockets, real signals. Backends are the embedded simulator (its fault
+knobs) or `tests/misbehaving/server.py` (a small stdlib server that misbehaves on purpose, one
+`--mode` per protocol fault). Every case states the outcome class, the message and the exit
+code it expects, and every run is marked so that `wait_no_survivors` can prove that no
+process it started (server, reaper, grandchild) outlives it.
+
+Exit codes: 4 for an aborted run; a run that completed is judged, so it exits 0 (pass), 1 (the
+gate failed) or 3 (inconclusive, or no judge installed yet): `RUN_COMPLETED` below. The
+existing lifecycle cases of `test_runner.py` (crash after N requests, `./no-such-server`, a 404
+readiness probe, SIGINT/SIGTERM/SIGHUP teardown, SIGKILL of the runner, a second run into a
+finished directory) are not repeated here; these tests extend them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runner_support import (
+    manifest,
+    new_marker,
+    read_jsonl,
+    run_env,
+    run_soakspec,
+    sim_spec,
+    soakspec_cmd,
+    wait_no_survivors,
+)
+
+MISBEHAVING = Path(__file__).resolve().parent / "misbehaving" / "server.py"
+RUN_COMPLETED = (0, 1, 3)
+PY = sys.executable
+SIM_BLOCK = "sim {\n    ttft = 20ms\n    itl = 5ms\n  }"
+
+
+def _q(s: str) -> str:
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def launch_spec(argv: list[str], *, ready_timeout: str = "10s", grace: str = "2s", **kw) -> str:
+    """`sim_spec` with backend b0 replaced by `launch = argv`."""
+    kw.setdefault("duration", "1s")
+    kw.setdefault("bucket", "1s")
+    kw.setdefault("deadline", "3s")
+    kw.setdefault("follow_up", False)
+    launch = (
+        f"launch = [{', '.join(_q(a) for a in argv)}]\n"
+        f"  ready {{\n    timeout = {ready_timeout}\n    interval = 100ms\n  }}\n"
+        f"  shutdown_grace = {grace}"
+    )
+    text = sim_spec(**kw)
+    assert SIM_BLOCK in text
+    return text.replace(SIM_BLOCK, launch, 1)
+
+
+def misbehaving(mode: str = "ok", *flags: str) -> list[str]:
+    return [PY, str(MISBEHAVING), "--port", "{port}", "--mode", mode, *flags]
+
+
+def _run(tmp_path: Path, spec_text: str, *extra: str, timeout: float = 90, **popen):
+    spec = tmp_path / "t.soak"
+    spec.write_text(spec_text)
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = run_soakspec(["run", str(spec), "--out", str(out), "--quiet", *extra], marker, tmp_path, timeout)
+    survivors = wait_no_survivors(marker)
+    assert survivors == [], f"processes left behind: {survivors}"
+    return proc, out
+
+
+def _rows(out: Path, backend: str = "b0") -> list[dict]:
+    return read_jsonl(out / "backends" / backend / "requests.jsonl")
+
+
+def _verify(out: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
+
+
+def _printable(text: str) -> bool:
+    return all(ch.isprintable() or ch in "\n\t" for ch in text)
+
+
+def _one_line_no_traceback(stderr: str) -> None:
+    assert "Traceback" not in stderr, stderr
+
+
+# ------------------------------------------------------------------ backend faults
+
+
+def _not_executable(tmp_path: Path) -> list[str]:
+    script = tmp_path / "server.sh"
+    script.write_text("#!/bin/sh\nexec sleep 60\n")
+    script.chmod(0o644)
+    return ["./server.sh", "--port", "{port}"]
+
+
+BACKEND_CASES = {
+    # case: (argv builder, expected message regex on stderr, text expected in the log tail)
+    "command not found": (
+        lambda tmp: ["soakspec-no-such-server-binary", "--port", "{port}"],
+        r"backend 'b0': command not found: soakspec-no-such-server-binary",
+        None,
+    ),
+    "not executable": (
+        _not_executable,
+        r"backend 'b0': cannot execute \./server\.sh: permission denied \(is it executable\?\)",
+        None,
+    ),
+    "exits before ready": (
+        lambda tmp: misbehaving("ok", "--exit-before-ready"),
+        r"backend 'b0': exited with status 1 before it was ready",
+        "giving up before listening",
+    ),
+    "crashes at start": (
+        lambda tmp: misbehaving("ok", "--crash-at-start"),
+        r"backend 'b0': exited with status 1 before it was ready",
+        "RuntimeError: misbehaving server: crash at start",
+    ),
+    "never ready": (
+        lambda tmp: [PY, "-c", "import time; print('sleeping, never listening', flush=True); time.sleep(600)"],
+        r"backend 'b0': not ready after 2s \(GET http://127\.0\.0\.1:\d+/v1/models: ConnectError\)",
+        "sleeping, never listening",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BACKEND_CASES))
+def test_a_backend_that_cannot_start_aborts_the_run(tmp_path, case):
+    """Outcome: aborted before any load, exit 4, one line naming the backend and the cause,
+    the log tail when there is a log, no record, the manifest `aborted` with that reason."""
+    build, message, tail = BACKEND_CASES[case]
+    proc, out = _run(tmp_path, launch_spec(build(tmp_path), ready_timeout="2s"))
+    assert proc.returncode == 4, proc.stderr
+    _one_line_no_traceback(proc.stderr.split("last lines of")[0])
+    assert re.search(message, proc.stderr), proc.stderr
+    if tail is not None:
+        assert f"last lines of b0's log:" in proc.stderr
+        assert tail in proc.stderr.split("last lines of b0's log:", 1)[1]
+    m = manifest(out)
+    assert m["status"] == "aborted"
+    assert re.search(message, m["incomplete_reason"])
+    assert _rows(out) == []
+    assert _verify(out).returncode == 3, "aborted evidence is intact but incomplete"
+
+
+def test_port_taken_aborts_with_the_servers_own_message(tmp_path):
+    """A server told to bind a port that is already bound exits before it is ready: exit 4,
+    its exit status and its own error line (from the log tail) on stderr."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        argv = [PY, "-m", "soakspec", "sim", "--host", "127.0.0.1", "--port", str(port)]
+        proc, out = _run(tmp_path, launch_spec(argv))
+    finally:
+        holder.close()
+    assert proc.returncode == 4, proc.stderr
+    assert "backend 'b0': exited with status 4 before it was ready" in proc.stderr
+    assert "Address already in use" in proc.stderr.split("last lines of b0's log:", 1)[1]
+    assert manifest(out)["status"] == "aborted"
+
+
+def test_binary_garbage_in_the_log_is_shown_as_readable_text(tmp_path):
+    """A server that prints raw bytes (NUL, ANSI escapes, invalid UTF-8) and then dies: the
+    log tail on stderr is still plain printable text."""
+    proc, out = _run(tmp_path, launch_spec(misbehaving("ok", "--garbage", "--exit-before-ready")))
+    assert proc.returncode == 4
+    tail = proc.stderr.split("last lines of b0's log:", 1)[1]
+    assert "giving up before listening" in tail and "starting" in tail
+    assert _printable(proc.stderr), repr(proc.stderr)
+    assert b"\x1b[2J" in (out / "backends" / "b0" / "server.log").read_bytes(), "server.log keeps the raw bytes"
+
+
+def test_binary_garbage_while_serving_does_not_disturb_the_run(tmp_path):
+    """Outcome: a normal complete run; server.log holds the bytes as printed, and
+    `log_tail` (what soakspec would show) reads it as printable text."""
+    from soakspec.runner.procs import log_tail
+
+    proc, out = _run(tmp_path, launch_spec(misbehaving("ok", "--garbage")))
+    assert proc.returncode in RUN_COMPLETED, proc.stderr
+    assert manifest(out)["status"] == "complete"
+    rows = [r for r in _rows(out) if r["bucket"] >= 0]
+    assert rows and {r["outcome"] for r in rows} == {"completed"}
+    log = out / "backends" / "b0" / "server.log"
+    raw = log.read_bytes()
+    assert b"\x00" in raw and b"listening on 127.0.0.1" in raw
+    tail = log_tail(log)
+    assert "\ufffd" in tail and _printable(tail), "undecodable bytes and control characters are replaced"
+    assert _verify(out).returncode in (0, 3)
+
+
+def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
+    """Teardown: SIGTERM, the spec's grace (1 s), then SIGKILL of the group; the manifest
+    records stop_signal SIGKILL and the exit status -9; the run itself completed."""
+    t0 = time.monotonic()
+    proc, out = _run(tmp_path, launch_spec(misbehaving("ok", "--ignore-sigterm"), grace="1s"))
+    assert proc.returncode in RUN_COMPLETED, proc.stderr
+    b = manifest(out)["backends"][0]
+    assert manifest(out)["status"] == "complete"
+    assert b["stop_signal"] == "SIGKILL"
+    assert b["exit_status"] == -signal.SIGKILL
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_crash_mid_stream_aborts_and_the_cut_request_is_recorded(tmp_path):
+    """The server process exits while streaming: the cut request is `disconnected`, the run
+    aborts (exit 4) with the exit status, and the evidence stays valid (verify: intact,
+    incomplete) -- including requests the abort itself cancelled."""
+    proc, out = _run(tmp_path, launch_spec(misbehaving("die-mid-stream"), load="mode = closed\n    concurrency = [2]"))
+    assert proc.returncode == 4, proc.stderr
+    assert "backend 'b0': server exited with status 1 during the run" in proc.stderr
+    assert "dying mid-stream" in proc.stderr
+    rows = _rows(out)
+    assert rows and all(r["outcome"] == "disconnected" for r in rows), [(r["outcome"], r["error"]) for r in rows]
+    assert any(r["error"] == "connection closed before the response finished" for r in rows)
+    assert manifest(out)["status"] == "aborted"
+    v = _verify(out)
+    assert v.returncode == 3, v.stdout + v.stderr
+
+
+def test_a_crash_between_levels_keeps_the_finished_level(tmp_path):
+    """Level 1 (concurrency 1, 1 s, ~0.6 s per request) sends exactly two requests; the
+    simulator dies when the third -- the first of level 2 -- arrives. Level 1 stays complete
+    with its two completed records; level 2 is cut; exit 4."""
+    spec = sim_spec(
+        sim="ttft = 600ms\n    itl = 1ms\n    crash_after_requests = 2",
+        load="mode = closed\n    concurrency = [1, 2]",
+        max_tokens=2, duration="1s", bucket="1s", deadline="5s", follow_up=False,
+    )  # fmt: skip
+    proc, out = _run(tmp_path, spec)
+    assert proc.returncode == 4, proc.stderr
+    assert "backend 'b0': server exited with status 3 during the run" in proc.stderr
+    levels = manifest(out)["backends"][0]["levels"]
+    assert levels[0]["completed"] is True and levels[0]["sent"] == 2
+    assert len(levels) == 2 and levels[1]["completed"] is False
+    rows = _rows(out)
+    assert [r["outcome"] for r in rows if r["level"] == 0] == ["completed", "completed"]
+    cut = [r for r in rows if r["level"] == 1]
+    assert cut and all(r["outcome"] == "disconnected" for r in cut)
+
+
+# ------------------------------------------------------------------ protocol faults
+
+PROTOCOL_CASES = {
+    # mode: (outcome of every request, error text)
+    "malformed-json": ("failed", "malformed JSON in the response"),
+    "reset": ("disconnected", "connection reset by peer (econnreset)"),
+    "wrong-ctype": ("failed", "unexpected content-type 'application/json' for a stream"),
+    "error-event": ("failed", "error in response: out of KV cache blocks"),
+    "no-done": ("failed", "stream ended without data: [DONE]"),
+    "http10": ("completed", None),
+    "chunked-edge": ("completed", None),
+}
+
+
+@pytest.mark.parametrize("mode", list(PROTOCOL_CASES))
+def test_protocol_fault_gives_its_outcome_class(tmp_path, mode):
+    """Each protocol fault is a per-request outcome, never a crash of the runner: the run
+    completes (exit 0/1/3, not 4), every request gets the stated outcome and message, and
+    the evidence verifies."""
+    outcome, error = PROTOCOL_CASES[mode]
+    proc, out = _run(tmp_path, launch_spec(misbehaving(mode)))
+    assert proc.returncode in RUN_COMPLETED, proc.stderr
+    _one_line_no_traceback(proc.stderr)
+    assert manifest(out)["status"] == "complete"
+    rows = _rows(out)
+    assert len(rows) >= 3, proc.stderr
+    assert {r["outcome"] for r in rows} == {outcome}, {(r["outcome"], r["error"]) for r in rows}
+    for r in rows:
+        if error is None:
+            assert r["error"] is None and r["output_tokens"] == 4 and r["chunks"] == 4
+        else:
+            assert error in r["error"], r["error"]
+    assert _verify(out).returncode in (0, 3)
+
+
+def test_one_byte_per_second_ends_at_the_deadline(tmp_path):
+    """A server that drips its response (status line included) at 1 byte/s: the request's
+    absolute deadline (2 s) fires and it is a `timeout`, the level still ends on time."""
+    t0 = time.monotonic()
+    proc, out = _run(tmp_path, launch_spec(misbehaving("slow"), deadline="2s", load="mode = closed\n    concurrency = [1]"))
+    assert proc.returncode in RUN_COMPLETED, proc.stderr
+    rows = _rows(out)
+    assert len(rows) == 1
+    (r,) = rows
+    assert r["outcome"] == "timeout" and r["error"] == "deadline passed before the response finished"
+    assert 1.9 <= r["latency"] <= 2.6
+    assert time.monotonic() - t0 < 30
+
+
+def _vm_hwm_kib(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def test_a_10mb_sse_line_fails_the_request_and_memory_stays_bounded(tmp_path):
+    """`data: ` + 10 MB without a newline, at concurrency 2 for 1 s: each request fails as
+    soon as the line passes the 1 MiB event limit, and the runner's peak RSS (VmHWM, sampled
+    from /proc while it runs) stays under 200 MB."""
+    spec = tmp_path / "t.soak"
+    spec.write_text(launch_spec(misbehaving("huge-line"), load="mode = closed\n    concurrency = [2]"))
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = subprocess.Popen(
+        soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"),
+        cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    peak = 0
+    result: dict = {}
+    reader = threading.Thread(target=lambda: result.update(zip(("out", "err"), proc.communicate(timeout=90))))
+    reader.start()
+    while proc.poll() is None:
+        hwm = _vm_hwm_kib(proc.pid)
+        if hwm:
+            peak = max(peak, hwm)
+        time.sleep(0.02)
+    reader.join()
+    assert wait_no_survivors(marker) == []
+    assert proc.returncode in RUN_COMPLETED, result.get("err")
+    assert 0 < peak < 200 * 1024, f"runner peak RSS {peak} KiB"
+    rows = _rows(out)
+    assert len(rows) >= 2
+    assert {(r["outcome"], r["error"]) for r in rows} == {("failed", "SSE event too large")}
+
+
+# ------------------------------------------------------------------ runner faults
+
+
+def _start_runner(tmp_path: Path, spec_text: str, marker: str, out: Path, wait_for: str = "requests"):
+    spec = tmp_path / "t.soak"
+    spec.write_text(spec_text)
+    proc = subprocess.Popen(
+        soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"),
+        cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    req = out / "backends" / "b0" / "requests.jsonl"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if req.exists() and req.stat().st_size > 0:
+            return proc
+        if proc.poll() is not None:
+            raise AssertionError(f"runner exited early: {proc.communicate()}")
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("no request was recorded within 30 s")
+
+
+def test_a_signal_mid_bucket_leaves_evidence_that_verifies(tmp_path):
+    """Extends test_runner's signal cases: after SIGTERM mid-bucket (requests in flight), the
+    evidence is intact -- `soakspec verify` says incomplete (exit 3), not corrupt (exit 1):
+    requests cut by the teardown are recorded as `disconnected` with a reason."""
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = _start_runner(tmp_path, sim_spec(sim="ttft = 100ms\n    itl = 20ms", duration="30s", bucket="10s", max_tokens=32), marker, out)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert wait_no_survivors(marker) == []
+    assert proc.returncode == 4, err
+    v = _verify(out)
+    assert v.returncode == 3, v.stdout + v.stderr
+    assert "interrupted by SIGTERM" in v.stdout + v.stderr
+    cut = [r for r in _rows(out) if r["error"] == "the run was aborted before the response finished"]
+    assert cut, "requests in flight at the signal are recorded"
+    assert all(r["outcome"] == "disconnected" and r["end"] is not None for r in cut)
+
+
+def test_sigkill_of_the_runner_kills_a_server_that_ignores_sigterm(tmp_path):
+    """SIGKILL of soakspec: the reaper SIGTERMs, then SIGKILLs the server (which ignores
+    SIGTERM); the evidence left behind is readable: `soakspec verify` reports it incomplete
+    (exit 3), with no integrity problem."""
+    marker = new_marker()
+    out = tmp_path / "ev"
+    spec = launch_spec(misbehaving("ok", "--ignore-sigterm"), duration="30s", bucket="10s")
+    proc = _start_runner(tmp_path, spec, marker, out)
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert wait_no_survivors(marker, timeout=10) == []
+    assert manifest(out)["status"] == "running"
+    v = _verify(out)
+    assert v.returncode == 3, v.stdout + v.stderr
+    assert "V201" in v.stdout + v.stderr
+
+
+def test_disk_full_while_writing_evidence_aborts_cleanly(tmp_path):
+    """RLIMIT_FSIZE (64 KiB per file, SIGXFSZ ignored so writes fail with EFBIG) on the
+    runner: requests.jsonl hits the limit mid-run. One line names the path and the errno,
+    exit 4, no traceback, servers stopped; what was written verifies as incomplete."""
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
+
+    spec = tmp_path / "t.soak"
+    spec.write_text(sim_spec(sim="ttft = 5ms\n    itl = 1ms", max_tokens=64, duration="10s", bucket="1s", follow_up=False,
+                             load="mode = closed\n    concurrency = [4]"))  # fmt: skip
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = subprocess.run(
+        soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"),
+        cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=90, preexec_fn=limit,
+    )  # fmt: skip
+    assert wait_no_survivors(marker) == []
+    assert proc.returncode == 4, proc.stderr
+    _one_line_no_traceback(proc.stderr)
+    req = out / "backends" / "b0" / "requests.jsonl"
+    line = f"soakspec run: cannot write evidence: {req}: cannot write evidence: File too large (EFBIG)"
+    assert line in proc.stderr.splitlines(), proc.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted" and "EFBIG" in m["incomplete_reason"]
+    assert req.stat().st_size <= 64 * 1024
+    assert _verify(out).returncode == 3
+
+
+def test_a_second_run_into_a_directory_in_use_is_refused(tmp_path):
+    """While a run writes into --out, a second run into the same directory is refused (exit
+    4, "in use by pid N") and does not disturb the first, which finishes complete."""
+    marker = new_marker()
+    out = tmp_path / "ev"
+    first = _start_runner(tmp_path, sim_spec(duration="3s", bucket="1s"), marker, out)
+    second = run_soakspec(["run", str(tmp_path / "t.soak"), "--out", str(out), "--quiet"], marker, tmp_path)
+    assert second.returncode == 4
+    assert f"evidence directory {out} is in use by pid {first.pid}" in second.stderr
+    _, err = first.communicate(timeout=60)
+    assert first.returncode in RUN_COMPLETED, err
+    assert manifest(out)["status"] == "complete"
+    assert wait_no_survivors(marker) == []
