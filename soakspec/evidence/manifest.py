@@ -11,13 +11,13 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
 from soakspec.evidence.io import sha256_file, sha256_text, write_json_atomic
-from soakspec.evidence.redact import redact_argv, redact_env
+from soakspec.evidence.redact import redact_argv, redact_env, redact_text
 
 SCHEMA_VERSION = 1
 STATUSES = ("running", "complete", "incomplete", "aborted")
@@ -42,9 +42,12 @@ def new_manifest(
     gpus: Mapping[str, Any] | None = None,
     backends: Sequence[Mapping[str, Any]] = (),
     command: Sequence[str] | None = None,
+    secrets: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The start-of-run manifest (status "running"). `host` defaults to `provenance.host_info()`;
-    `gpus` to `{"available": False, ...}` -- pass `NvmlSource().gpu_inventory()`."""
+    `gpus` to `{"available": False, ...}` -- pass `NvmlSource().gpu_inventory()`.
+    The spec text is stored with `secrets` (and credential-looking values) redacted; its
+    `sha256` stays that of the real text, so the evidence still names the spec it ran."""
     from soakspec import __version__
     from soakspec.evidence.provenance import host_info
 
@@ -57,7 +60,7 @@ def new_manifest(
         "incomplete_reason": None,
         "rehearsal": bool(rehearsal),
         "time_scale": float(time_scale),
-        "spec": {"path": spec_path, "text": spec_text, "sha256": sha256_text(spec_text)},
+        "spec": {"path": spec_path, "text": redact_text(spec_text, secrets), "sha256": sha256_text(spec_text)},
         "started_at": utc_iso(started),
         "started_at_epoch": started,
         "ended_at": None,

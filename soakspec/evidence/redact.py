@@ -50,6 +50,11 @@ _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@?#]+)@")
 _QUERY_SECRET = re.compile(r"(?i)([?&;](?:[a-z0-9_.-]*(?:token|key|secret|password|passwd|auth|signature|sig)[a-z0-9_.-]*)=)([^&#\s]+)")
 _HEADER = re.compile(r"(?i)^(\s*(?:" + "|".join(re.escape(h) for h in _SECRET_HEADERS) + r")\s*:\s*)(.*)$", re.DOTALL)
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
+# Words inside one argv element that holds a whole command line (`sh -c "..."` of a shell backend).
+_WORD = r"""('[^']*'|"(?:[^"\\]|\\.)*"|[^\s'";|&]+)"""
+_CMD_FLAG = re.compile(r"(?<!\S)(--?[A-Za-z][A-Za-z0-9_.-]*)(=|\s+)(?!-)" + _WORD)
+_CMD_ASSIGN = re.compile(r"(?<![^\s;&|(`'\"])([A-Za-z_][A-Za-z0-9_]*)=" + _WORD)
+_CMD_HEADER = re.compile(r"(?i)(?<![\w-])(" + "|".join(re.escape(h) for h in _SECRET_HEADERS) + r")(\s*:\s*)([^'\"\n]+)")
 
 
 def is_secret_name(name: str) -> bool:
@@ -83,7 +88,31 @@ def _redact_arg(arg: str) -> str:
     m = _ASSIGN.match(arg)
     if m and is_secret_name(m.group(1)):
         return f"{m.group(1)}={REDACTED}"
-    return scrub(arg)
+    return scrub(_redact_command(arg) if any(c.isspace() for c in arg) else arg)
+
+
+def _command_secrets(cmd: str) -> list[tuple[int, int]]:
+    """Spans of secret values inside a command line: `--api-key X`, `NAME_TOKEN=X`, `Authorization: X`."""
+    spans = [m.span(3) for m in _CMD_HEADER.finditer(cmd)]
+    spans += [m.span(3) for m in _CMD_FLAG.finditer(cmd) if _is_secret_flag(m.group(1))]
+    spans += [m.span(2) for m in _CMD_ASSIGN.finditer(cmd) if is_secret_name(m.group(1))]
+    return spans
+
+
+def _redact_command(cmd: str) -> str:
+    for start, end in sorted(_merge(_command_secrets(cmd)), reverse=True):
+        cmd = cmd[:start] + REDACTED + cmd[end:]
+    return cmd
+
+
+def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
@@ -139,6 +168,11 @@ def secret_values(env: Mapping[str, str] | None = None, argv: Sequence[str] | No
         m = _ASSIGN.match(arg)
         if m and is_secret_name(m.group(1)) and m.group(2):
             found.add(m.group(2))
+        if any(c.isspace() for c in arg):
+            for s, e in _command_secrets(arg):
+                value = arg[s:e].strip("'\"")
+                found.add(value)
+                found.update(value.split(None, 1)[1:])  # `Bearer X`: X alone too
     for text in [*(str(v) for v in (env or {}).values()), *args]:
         found.update(m.group(0) for m in _CREDENTIAL.finditer(text))
     return {s for s in found if s}

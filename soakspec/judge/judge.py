@@ -54,6 +54,7 @@ OPS: dict[str, Callable[[float, float], bool]] = {
     "==": operator.eq,
     "!=": operator.ne,
 }
+FOLLOW_UP_BUCKET = -2
 DURATION_TOLERANCE_S = 1e-3  # a level measured this much short of its plan still covers it
 BAD_OUTCOMES = ("failed", "timeouts", "rejected", "disconnected", "errors")
 _NOUN = {
@@ -278,6 +279,10 @@ class _Judge:
                 bad(f"backend {name} was aborted: {aborted}", here)
             if bi.orphans:
                 bad(f"{_plural(len(bi.orphans), 'measured request')} belong to no level the manifest lists", here)
+            seen: set[str] = set()
+            dups = sorted({rid for r in bi.all_records if (rid := str(r["request_id"])) in seen or seen.add(rid)})  # type: ignore[func-returns-value]
+            if dups:
+                bad(f"{_plural(len(dups), 'request id')} recorded more than once (first: {dups[0]})", here)
             for plv in bp.levels:
                 lv = self.level_of(bi, plv)
                 if lv is None:
@@ -286,6 +291,14 @@ class _Judge:
                 lloc = _loc(S.level_scope(bi, lv))
                 if lv.entry.get("completed") is not True:
                     bad("the level did not run its full duration (completed = false)", lloc)
+                sent = lv.entry.get("sent")
+                if isinstance(sent, int) and not isinstance(sent, bool):
+                    have = sum(1 for r in bi.all_records if r.get("workload") == lv.workload and r.get("level") == lv.index
+                               and r.get("bucket") != FOLLOW_UP_BUCKET)
+                    if have < sent:
+                        bad(f"{sent} requests were sent but only {have} recorded: {sent - have} records are lost", lloc)
+                    elif have > sent:
+                        bad(f"{have} requests recorded but the run counted {sent} sent", lloc)
                 stray = [w for w in lv.buckets if not w.planned and w.records]
                 for w in stray:
                     bad(f"{_plural(len(w.records), 'request')} name bucket {w.index}, which the manifest does not list", lloc)

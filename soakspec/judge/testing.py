@@ -11,6 +11,7 @@ package's own writers and a finalized, hashed manifest, which `load_evidence` re
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -196,7 +197,11 @@ class EvidenceBuilder:
         self.traces[backend] = [t for t in self.traces[backend] if t["request_id"] != request_id]
 
     def drop_bucket_requests(self, backend: str, level: int, bucket: int) -> None:
+        """No request started in that bucket (the manifest's `sent` drops accordingly)."""
         gone = {r["request_id"] for r in self.measured(backend, level, bucket)}
+        for lv in self.entry(backend)["levels"]:
+            if lv["index"] == level:
+                lv["sent"] -= len(gone)
         self.records[backend] = [r for r in self.records[backend] if r["request_id"] not in gone]
         self.traces[backend] = [t for t in self.traces[backend] if t["request_id"] not in gone]
 
@@ -220,7 +225,6 @@ class EvidenceBuilder:
         from soakspec.evidence.io import JsonlWriter, write_bytes_atomic, write_json_atomic
         from soakspec.evidence.manifest import write_manifest
         from soakspec.evidence.verify import finalize_artifacts
-        from soakspec.judge.evidence import load_evidence
         from soakspec.judge.summary import summarize
 
         root = Path(run_dir)
@@ -241,12 +245,13 @@ class EvidenceBuilder:
             write_json_atomic(d / layout.FOLLOWUP, self.followups.get(n))
             write_json_atomic(d / layout.BUCKETS, {"schema_version": 1, "levels": b["levels"]})
             write_bytes_atomic(d / layout.SERVER_LOG, b"server starting\nready\n")
-        results = summarize(load_evidence(root), self.spec)
-        write_json_atomic(root / layout.RESULTS, results, schema="results")
         if finalize:
             m.update(status=final_status, incomplete_reason=final_reason, ended_at=self.manifest["ended_at"],
                      ended_at_epoch=self.manifest["ended_at_epoch"], artifacts=finalize_artifacts(root))
-            write_manifest(root, m)
+            sha = write_manifest(root, m)
+            # like `soakspec run`: results.json after the final manifest, bound to it by hash
+            results = summarize(dataclasses.replace(self.build(), manifest_sha256=sha), self.spec)
+            write_json_atomic(root / layout.RESULTS, results, schema="results")
         return root
 
 

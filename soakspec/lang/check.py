@@ -484,7 +484,7 @@ def _backend(ctx: _Ctx, blk: A.Block) -> S.Backend | None:
         attr = b.attrs.get(key)
         if attr is None:
             continue
-        texts = [(i.value, i.span) for i in attr.value.items] if isinstance(attr.value, A.List) else [(attr.value.value, attr.value.span)] if isinstance(attr.value, A.Str) else []
+        texts = [(i.value, i.span) for i in attr.value.items if isinstance(i, A.Str)] if isinstance(attr.value, A.List) else [(attr.value.value, attr.value.span)] if isinstance(attr.value, A.Str) else []
         for text, span in texts:
             for field in _placeholders(text):
                 if field not in PLACEHOLDERS:

@@ -495,8 +495,11 @@ async def _execute(eng: _Engine) -> tuple[str, str | None]:
         started_at=eng.clock.now(),
         gpus=gpus,
         command=list(eng.options.argv),
+        secrets=_run_secrets(plan),
     )
     write_manifest(eng.layout.root, manifest)
+    # progress and error output (a server's log tail included) never shows them either
+    eng.progress.secrets = tuple({*eng.progress.secrets, *(s for s in _run_secrets(plan) if len(s) >= 4)})
     status, reason = "complete", None
     if plan.spec.telemetry.require_gpus and not gpus.get("available"):
         status, reason = "aborted", f"the spec requires GPUs and NVML reports none ({gpus.get('reason')})"
@@ -536,6 +539,17 @@ async def _execute(eng: _Engine) -> tuple[str, str | None]:
         eng.reaper.close()
         eng.nvml.close()
     return _finish(eng, manifest, status, reason)
+
+
+def _run_secrets(plan: Plan) -> set[str]:
+    """Secret values the run knows: in the spec (env, launch argv, shell command lines) and the
+    endpoints' API keys (read from the environment)."""
+    found: set[str] = set()
+    for b in plan.spec.backends:
+        found |= secret_values(dict(b.env), [*b.argv, *([b.shell] if b.shell else [])])
+        if b.api_key_env and os.environ.get(b.api_key_env):
+            found.add(os.environ[b.api_key_env])
+    return found
 
 
 def _finish(eng: _Engine, manifest: dict, status: str, reason: str | None) -> tuple[str, str | None]:
