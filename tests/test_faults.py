@@ -399,6 +399,9 @@ def test_sigkill_of_the_runner_kills_a_server_that_ignores_sigterm(tmp_path):
     v = _verify(out)
     assert v.returncode == 3, v.stdout + v.stderr
     assert "V201" in v.stdout + v.stderr
+    gate = subprocess.run(soakspec_cmd("gate", str(out)), capture_output=True, text=True, timeout=60)
+    assert gate.returncode == 3, gate.stdout + gate.stderr
+    _one_line_no_traceback(gate.stderr)
 
 
 def test_disk_full_while_writing_evidence_aborts_cleanly(tmp_path):

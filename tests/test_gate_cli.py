@@ -103,3 +103,23 @@ def test_spec_that_does_not_check_is_a_usage_error(spec, tmp_path, capsys):
     bad.write_text('soak "x" {}\ngate {\n  require nonsense <= 1\n}\n')
     assert main(["gate", str(root), "--spec", str(bad)]) == 2
     assert "does not check" in capsys.readouterr().err
+
+
+def test_judge_run_dir_writes_bound_results_and_verdict(spec, tmp_path, capsys):
+    """`soakspec run` judges through judge_run_dir: results.json and verdict.json land next to
+    the final manifest, bound to it by hash, and the directory still verifies and gates."""
+    from soakspec.evidence.io import sha256_file
+    from soakspec.judge.cli_support import judge_run_dir
+
+    b = EvidenceBuilder(spec)
+    root = b.write(tmp_path / "run")
+    (root / "results.json").unlink()
+    assert judge_run_dir(root, spec, "text", write=True) == 0
+    assert capsys.readouterr().out.rstrip().endswith("PASS: all 14 required rules hold")
+    manifest_sha = sha256_file(root / "manifest.json")
+    for name, kind in (("results.json", "results"), ("verdict.json", "verdict")):
+        doc = json.loads((root / name).read_text())
+        assert doc["manifest_sha256"] == manifest_sha
+        assert not schema.validate(kind, doc)
+    assert main(["verify", str(root)]) == 0
+    assert main(["gate", str(root)]) == 0

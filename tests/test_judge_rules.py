@@ -299,3 +299,24 @@ def test_judging_is_deterministic_and_order_free():
     random.Random(5).shuffle(b.traces["a"])
     assert judge(spec, b.build()).to_json() == first
     assert not schema.validate("verdict", first)
+
+
+def test_lost_records_are_never_complete():
+    spec = small_spec("require completed_run")
+    b = EvidenceBuilder(spec)
+    gone = list(b.measured("a", bucket=1))[2]
+    b.records["a"].remove(gone)  # the manifest still counts it as sent
+    v = judge(spec, b.build())
+    r = rule(v, "completed_run")
+    assert r.status == "fail"
+    assert "16 requests were sent but only 15 recorded: 1 records are lost" in r.message
+
+
+def test_duplicate_request_ids_are_never_complete():
+    spec = small_spec("require completed_run")
+    b = EvidenceBuilder(spec)
+    first = next(b.measured("a"))
+    b.records["a"].append(dict(first))
+    b.level("a", 0)["sent"] += 1
+    v = judge(spec, b.build())
+    assert f"1 request id recorded more than once (first: {first['request_id']})" in rule(v, "completed_run").message

@@ -188,26 +188,36 @@ def test_two_runs_into_one_evidence_directory_are_refused(tmp_path):
 @pytest.mark.parametrize("tokens_per_chunk", [1, 4])
 def test_measured_ttft_and_itl_match_the_injected_values(tmp_path, tokens_per_chunk):
     """At low load the simulator's injected TTFT (50 ms) and ITL (10 ms) are what soakspec
-    measures (p50 within ±2 ms), and with k tokens per SSE event ITL is still per token."""
+    measures (p50 within ±2 ms), and with k tokens per SSE event ITL is still per token.
+
+    A shared machine only ever adds delay (a process waiting for a CPU), never removes it, so
+    the measurement is repeated up to three times and the best round must be within ±2 ms;
+    every round must still count tokens exactly."""
     spec = sim_spec(
         sim=f"ttft = 50ms\n    itl = 10ms\n    tokens_per_chunk = {tokens_per_chunk}",
         load="mode = closed\n    concurrency = [1]",
         max_tokens=17,
-        duration="3s",
-        bucket="3s",
+        duration="2s",
+        bucket="2s",
     )
-    proc, out = _run(tmp_path, spec)
-    rows = [r for r in _requests(out) if r["bucket"] >= 0]
-    assert len(rows) >= 10, proc.stderr
-    assert all(r["outcome"] == "completed" for r in rows)
-    assert all(r["output_tokens"] == 17 and r["tokens_source"] == "usage" for r in rows)
-    assert all(len(r["itl"]) == 16 for r in rows), "one ITL gap per token after the first"
-    if tokens_per_chunk > 1:
-        assert all(r["chunks"] < r["output_tokens"] for r in rows)
-    ttft = statistics.median(r["ttft"] for r in rows)
-    itl = statistics.median(g for r in rows for g in r["itl"])
-    assert abs(ttft - 0.050) <= 0.002, ttft
-    assert abs(itl - 0.010) <= 0.002, itl
+    rounds = []
+    for attempt in range(3):
+        work = tmp_path / f"round{attempt}"
+        work.mkdir()
+        proc, out = _run(work, spec)
+        rows = [r for r in _requests(out) if r["bucket"] >= 0]
+        assert len(rows) >= 8, proc.stderr
+        assert all(r["outcome"] == "completed" for r in rows)
+        assert all(r["output_tokens"] == 17 and r["tokens_source"] == "usage" for r in rows)
+        assert all(len(r["itl"]) == 16 for r in rows), "one ITL gap per token after the first"
+        if tokens_per_chunk > 1:
+            assert all(r["chunks"] < r["output_tokens"] for r in rows)
+        ttft = statistics.median(r["ttft"] for r in rows)
+        itl = statistics.median(g for r in rows for g in r["itl"])
+        if abs(ttft - 0.050) <= 0.002 and abs(itl - 0.010) <= 0.002:
+            return
+        rounds.append((round(ttft * 1000, 2), round(itl * 1000, 2)))
+    pytest.fail(f"median TTFT/ITL in ms per round: {rounds}; injected 50/10")
 
 
 def test_each_fault_gives_its_outcome_class(tmp_path):

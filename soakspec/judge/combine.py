@@ -148,7 +148,7 @@ def combine(children: Sequence[Child]) -> Combined:
                         "; ".join(problems) or f"each of {', '.join(declared)} appears once"))
 
     # provenance across every backend of every child
-    entries = {f"{c.dir}:{b.name}": b.entry for c in children for b in c.evidence.backends}
+    entries = {f"{b.name} in {c.dir}": b.entry for c in children for b in c.evidence.backends}
     commits: dict[str, Any] = {}
     msgs = []
     for k, e in entries.items():

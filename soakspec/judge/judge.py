@@ -3,30 +3,42 @@
 Rules are judged in three classes, in order:
 
 validity     Is this a run the gate can speak about? Built in, always run:
-               completed_run   manifest status complete, no cut-off or malformed file, every
-                               planned backend and level present and `completed`, no request
-                               outside the manifest's levels and buckets, no backend aborted;
+               completed_run   manifest status complete; no cut-off, malformed or unusable row;
+                               every planned backend and level present and `completed`; as many
+                               records as requests the level counted as sent, no duplicate id,
+                               no request outside the manifest's levels and buckets; no backend
+                               aborted. The planned backends are the spec's, narrowed by the
+                               manifest's `only` list when the run was restricted.
                full_scale_run  not a rehearsal nor time-scaled, unless `allow_rehearsal`;
-               min_samples     every level has at least max(gate min_samples, the plan's
-                               minimum) completed requests.
-             A failing built-in is INCONCLUSIVE (the evidence cannot support a verdict);
-             the spec's own `require completed_run` replaces the built-in and FAILs.
+               min_samples     every level has at least max(gate min_samples, the plan's minimum)
+                               completed requests, and every planned bucket at least one.
+             A failing built-in is INCONCLUSIVE (the evidence cannot support a verdict); the
+             spec's own `require completed_run` replaces the built-in and FAILs instead.
 evidence     Is the evidence whole and trustworthy? artifacts_verified is built in and FAILs
-             on any artifact changed, missing or unlisted since the run; the spec's
-             bucket_coverage, duration_coverage, trace_coverage, follow_up,
-             provenance_consistent and runtime_boundary_specific are judged when written.
+             on any artifact changed, missing or unlisted since the run (never only
+             inconclusive); the spec's bucket_coverage, duration_coverage, trace_coverage,
+             follow_up, provenance_consistent and runtime_boundary_specific are judged when the
+             spec writes them.
 performance  The spec's comparisons, each over every instance of its scope (run, backend,
-             level, bucket, window); the worst instance is reported. When a `require` rule of
-             the first two classes FAILs, performance rules are `not_evaluated`.
+             level, bucket, window); the worst instance is reported, and a count rule that
+             fails at a coarse scope names the buckets holding the offending requests. When a
+             `require` rule of the first two classes FAILs, performance rules are
+             `not_evaluated` (an inconclusive one -- a rehearsal, too few samples -- does not
+             block them: a failure seen is a failure).
 
-Samples: a percentile rule passes only when its scope has at least
-max(min_samples_for_percentile(q, confidence), gate min_samples) samples; with fewer it is
-INCONCLUSIVE ("needs N more requests"), except that it FAILs when so many samples violate the
-threshold that the percentile is beyond it at the gate's confidence. Other distribution
-aggregates need gate min_samples samples; count, ratio and rate rules need one measured request
--- an empty scope is INCONCLUSIVE, never a pass. `warn` rules report `warn` instead of `fail` and
-never decide the verdict. Verdict: FAIL if a require rule failed; else INCONCLUSIVE if a require
-rule is inconclusive or not evaluated; else PASS.
+Missing data is never a pass:
+  - a percentile rule passes only with at least max(min_samples_for_percentile(q, confidence),
+    gate min_samples) samples in the scope; with fewer it is INCONCLUSIVE ("needs N more
+    requests"), except that it FAILs when so many samples violate the threshold that the
+    percentile is beyond it at the gate's confidence;
+  - other distribution aggregates need gate min_samples samples;
+  - count, ratio and rate rules over a scope with no measured request are INCONCLUSIVE; over a
+    scope where requests ran but none completed they can FAIL (e.g. `failed == 0`) but not pass;
+    so adding a failed request can never turn a rule into PASS;
+  - drift() and slope() need every compared bucket to have enough samples itself.
+`warn` rules report `warn` instead of `fail` and never decide the verdict. Verdict: FAIL if a
+require rule failed; else INCONCLUSIVE if a require rule is inconclusive or not evaluated; else
+PASS.
 """
 
 from __future__ import annotations
@@ -64,8 +76,8 @@ _NOUN = {
     "disconnected": "disconnected request",
     "errors": "unsuccessful request",
 }
-_BUILTIN_VALIDITY = ("completed_run", "full_scale_run", "min_samples")
-_CHECK_TOKEN_RUNTIME_OK = ("confirmed", "declared")
+BUILTIN_VALIDITY = ("completed_run", "full_scale_run", "min_samples")  # always judged
+SPECIFIC_RUNTIME = ("confirmed", "declared")  # runtime boundary statuses that pass
 
 
 def compare(value: float, op: str, threshold: float) -> bool:
@@ -528,7 +540,7 @@ class _Judge:
             rb = rb if isinstance(rb, Mapping) else {}
             status = rb.get("status")
             display = rb.get("display") or rb.get("declared") or "none"
-            if status in _CHECK_TOKEN_RUNTIME_OK:
+            if status in SPECIFIC_RUNTIME:
                 shown.append(f"{name}: {display} ({status})")
                 continue
             details = rb.get("details") if isinstance(rb.get("details"), list) else []
@@ -558,7 +570,7 @@ class _Judge:
                 if total == 0:
                     insts.append(Instance("inconclusive", _loc(sc), None, None, 0, "no measured requests to trace"))
                     continue
-                traced = sum(1 for r in sc.records if any(r.get("request_id") in bi.traced and r.get("backend", bi.name) in (bi.name, None) for bi in sc.backends))
+                traced = sum(1 for r in sc.records if _traced(sc, r))
                 cov = traced / total
                 loc = _loc(sc)
                 if compare(cov, rule.op, rule.threshold) and not S.completed(sc.records):
@@ -567,7 +579,7 @@ class _Judge:
                 if worst is None or cov < worst[0]:
                     worst = (cov, loc, traced, total)
                 if not compare(cov, rule.op, rule.threshold):
-                    first = next((r for r in sc.records if not any(r.get("request_id") in bi.traced for bi in sc.backends)), None)
+                    first = next((r for r in sc.records if not _traced(sc, r)), None)
                     tail = f"; first untraced: {first.get('request_id')}" if first is not None else ""
                     insts.append(Instance("fail", loc, cov, f"trace coverage = {cov * 100:.4g}%", total,
                                           f"trace coverage {cov * 100:.4g}% ({traced} of {total} requests traced; threshold {rule.op} {rule.threshold_text}){tail}"))
@@ -823,6 +835,13 @@ class _Judge:
             time_scale=self.time_scale,
             notes=tuple(notes),
         )
+
+
+def _traced(sc: S.Scope, r: Mapping[str, Any]) -> bool:
+    """Has request `r` a matched trace from its own backend?"""
+    if len(sc.backends) == 1:
+        return r.get("request_id") in sc.backends[0].traced
+    return any(bi.name == r.get("backend") and r.get("request_id") in bi.traced for bi in sc.backends)
 
 
 def _replace(res: RuleResult, **changes: Any) -> RuleResult:

@@ -472,7 +472,7 @@ def _backend(ctx: _Ctx, blk: A.Block) -> S.Backend | None:
     kind = kinds[0] if kinds else "url"
 
     argv = b.strings("launch")
-    if b.has("launch") and not argv and isinstance(b.attrs["launch"].value, A.List):
+    if b.has("launch") and isinstance(b.attrs["launch"].value, A.List) and not b.attrs["launch"].value.items:
         ctx.error("E204", "'launch' needs at least the program to run", b.attrs["launch"].value.span)
     shell = b.string("shell")
     url = b.string("url")
