@@ -497,6 +497,9 @@ async def _execute(eng: _Engine) -> tuple[str, str | None]:
         command=list(eng.options.argv),
         secrets=_run_secrets(plan),
     )
+    ran = [bp.name for bp in plan.backends]
+    if ran != [b.name for b in plan.spec.backends]:
+        manifest["only"] = ran  # a --backend run: the judge expects just these backends
     write_manifest(eng.layout.root, manifest)
     # progress and error output (a server's log tail included) never shows them either
     eng.progress.secrets = tuple({*eng.progress.secrets, *(s for s in _run_secrets(plan) if len(s) >= 4)})

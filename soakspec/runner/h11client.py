@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import math
 import re
+import select
+import socket
 from collections.abc import Iterable
 
 import h11
 import trio
+from trio.lowlevel import wait_readable, wait_writable
 
 from soakspec import __version__
 from soakspec.runner.clock import RunClock
@@ -167,17 +170,21 @@ def body_decoder(response: h11.Response) -> tuple[Decoder, bool]:
     h11 has validated the head: Transfer-Encoding can only be `chunked`, Content-Length is one
     non-negative integer.
     """
+    return _framing(response.status_code, response.http_version, response.headers)
+
+
+def _framing(status: int, http_version: bytes, headers: Iterable[tuple[bytes, bytes]]) -> tuple[Decoder, bool]:
+    """`body_decoder` from the parts of a validated head (lower-case header names)."""
     chunked = False
     length: int | None = None
-    keep_alive = response.http_version == b"1.1"
-    for name, value in response.headers:
+    keep_alive = http_version == b"1.1"
+    for name, value in headers:
         if name == b"transfer-encoding":
             chunked = True
         elif name == b"content-length":
             length = int(value)
         elif name == b"connection" and b"close" in value.lower():
             keep_alive = False
-    status = response.status_code
     if status in (204, 304):
         return LengthDecoder(0), keep_alive
     if chunked:
@@ -185,6 +192,57 @@ def body_decoder(response: h11.Response) -> tuple[Decoder, bool]:
     if length is not None:
         return LengthDecoder(length), keep_alive
     return UntilCloseDecoder(), False
+
+
+# A final (status >= 200) response head in the plainest form h11 accepts: HTTP/1.0 or 1.1, CRLF
+# line ends, no folded lines, one Content-Length of digits, Transfer-Encoding exactly `chunked`.
+# The same expressions as h11's (`h11._abnf`), so whatever they accept h11 accepts alike.
+_STATUS_LINE = re.compile(rb"HTTP/1\.([01]) ([2-9][0-9][0-9])(?: [^\x00\n\r\x0b\x0c]*)?")
+_HEADER_LINE = re.compile(rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+):[ \t]*((?:[^\x00\s]+(?:[ \t]+[^\x00\s]+)*)?)[ \t]*")
+_MAX_LENGTH_DIGITS = 20  # h11's CONTENT_LENGTH_MAX_DIGITS
+
+
+def parse_head(data: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]], int] | None:
+    """(status, HTTP version, headers with lower-case names, end of the head) when `data` starts
+    with a complete head of the plain form above; None otherwise: then h11 reads it, and says
+    what is wrong if anything is."""
+    end = data.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    lines = data[:end].split(b"\r\n")
+    m = _STATUS_LINE.fullmatch(lines[0])
+    if m is None:
+        return None
+    headers = []
+    length = chunked = False
+    for i in range(1, len(lines)):
+        h = _HEADER_LINE.fullmatch(lines[i])
+        if h is None:
+            return None
+        name, value = h.groups()
+        name = name.lower()
+        if name == b"content-length":
+            if length or not value.isdigit() or len(value) > _MAX_LENGTH_DIGITS:
+                return None
+            length = True
+        elif name == b"transfer-encoding":
+            value = value.lower()
+            if chunked or value != b"chunked":
+                return None
+            chunked = True
+        headers.append((name, value))
+    return int(m.group(2)), b"1." + m.group(1), headers, end + 4
+
+
+def _awaiting_response() -> h11.Connection:
+    """An h11 client connection that has sent a request: ready to read a response head."""
+    conn = h11.Connection(h11.CLIENT)
+    conn.send(h11.Request(method=b"POST", target=b"/", headers=[(b"host", b"-"), (b"content-length", b"0")]))
+    conn.send(h11.EndOfMessage())
+    return conn
+
+
+_FIELD_VALUE = re.compile(rb"[^\x00\s]+(?:[ \t]+[^\x00\s]+)*")
 
 
 class _Stale(Exception):
@@ -213,12 +271,16 @@ class H11Connection:
         self._clock = clock
         self._limits = limits
         self._receive_size = receive_size
-        self._stream: trio.SocketStream | None = None
+        self._sock: socket.socket | None = None  # non-blocking; trio waits for it
         base = [(b"host", f"{host}:{port}".encode()), (b"user-agent", USER_AGENT)]
         base.append((b"content-type", b"application/json"))
         if api_key:
             base.append((b"authorization", b"Bearer " + api_key.encode()))
         self._base_headers = base
+        # every header but x-request-id and content-length, by (path, stream); None: let h11
+        # write (and refuse) a header value it would not accept
+        self._prefixes: dict[tuple[str, bool], bytes] = {}
+        self._plain = all(_FIELD_VALUE.fullmatch(v) for _, v in base)
         self.connects = 0  # connections opened so far
 
     async def __aenter__(self) -> H11Connection:
@@ -250,89 +312,121 @@ class H11Connection:
         if record.intended_start is None:
             record.intended_start = record.start
         acc = StreamAccumulator(shape, self._limits)
-        body = build_body(shape, request_id)
-        request = h11.Request(
-            method=b"POST",
-            target=shape.path.encode(),
-            headers=[
-                *self._base_headers,
-                (b"accept", b"text/event-stream" if shape.stream else b"application/json"),
-                (b"x-request-id", request_id.encode()),
-                *((k.encode(), v.encode()) for k, v in headers),
-                (b"content-length", b"%d" % len(body)),
-            ],
-        )
+        request = self._request(shape, request_id, tuple(headers))
         with trio.move_on_at(clock.to_trio(deadline)) as scope:
             try:
-                await self._exchange(request, body, acc, record)
+                await self._exchange(request, acc, record)
             except _Stale:  # the server closed the idle connection as we sent: once more, anew
-                await self._exchange(request, body, acc, record)
+                await self._exchange(request, acc, record)
         if scope.cancelled_caught:
             acc.fail(Outcome.TIMEOUT, DEADLINE_PASSED)
         acc.finish(record, clock.now())
 
-    def _drop(self) -> None:
-        if self._stream is not None:
-            self._stream.socket.close()
-            self._stream = None
+    def _request(self, shape: RequestShape, request_id: str, headers: tuple[tuple[str, str], ...]) -> bytes:
+        """The request's bytes: exactly what h11 writes for it, head and body."""
+        body = build_body(shape, request_id)
+        rid = request_id.encode()
+        accept = b"text/event-stream" if shape.stream else b"application/json"
+        if headers or not self._plain or _FIELD_VALUE.fullmatch(rid) is None:
+            conn = h11.Connection(h11.CLIENT)
+            head = conn.send(
+                h11.Request(
+                    method=b"POST",
+                    target=shape.path.encode(),
+                    headers=[
+                        *self._base_headers,
+                        (b"accept", accept),
+                        (b"x-request-id", rid),
+                        *((k.encode(), v.encode()) for k, v in headers),
+                        (b"content-length", b"%d" % len(body)),
+                    ],
+                )
+            )
+            return head + body  # type: ignore[operator]  # a Request always gives bytes
+        key = (shape.path, shape.stream)
+        prefix = self._prefixes.get(key)
+        if prefix is None:
+            lines = [b"POST %s HTTP/1.1\r\n" % shape.path.encode()]
+            lines += [b"%s: %s\r\n" % hv for hv in (*self._base_headers, (b"accept", accept))]
+            prefix = self._prefixes[key] = b"".join(lines) + b"x-request-id: "
+        return b"%s%s\r\ncontent-length: %d\r\n\r\n%s" % (prefix, rid, len(body), body)
 
-    async def _exchange(self, request: h11.Request, body: bytes, acc: StreamAccumulator, record: RequestRecord) -> None:
-        stream = self._stream
-        reused = stream is not None and not stream.socket.is_readable()  # readable when idle: closed
+    def _drop(self) -> None:
+        if self._sock is not None:
+            trio.lowlevel.notify_closing(self._sock)
+            self._sock.close()
+            self._sock = None
+
+    async def _connect(self) -> socket.socket:
+        """A new connection (trio resolves, connects, sets TCP_NODELAY), as a plain socket."""
+        stream = await trio.open_tcp_stream(self._host, self._port)
+        sock = socket.socket(fileno=stream.socket.detach())
+        sock.setblocking(False)
+        return sock
+
+    async def _exchange(self, request: bytes, acc: StreamAccumulator, record: RequestRecord) -> None:
+        sock = self._sock
+        reused = sock is not None and not _readable(sock)  # readable when idle: closed
         if not reused:
             self._drop()
             try:
-                stream = self._stream = await trio.open_tcp_stream(self._host, self._port)
+                sock = self._sock = await self._connect()
             except OSError as exc:
                 acc.fail(Outcome.DISCONNECTED, "connect failed: " + describe_transport_error(exc))
                 return
             self.connects += 1
-        assert stream is not None
+        assert sock is not None
         keep = False
         try:
-            keep = await self._round_trip(stream, request, body, acc, record, reused)
+            keep = await self._round_trip(sock, request, acc, record, reused)
         finally:
             if not keep:
                 self._drop()
 
     async def _round_trip(
         self,
-        stream: trio.SocketStream,
-        request: h11.Request,
-        body: bytes,
+        sock: socket.socket,
+        request: bytes,
         acc: StreamAccumulator,
         record: RequestRecord,
         reused: bool,
     ) -> bool:
         """One request/response cycle. True if the connection can carry the next request."""
-        conn = h11.Connection(h11.CLIENT)
-        sent = (conn.send(request), conn.send(h11.Data(data=body)), conn.send(h11.EndOfMessage()))
-        out = b"".join(sent)
+        conn: h11.Connection | None = None
         size = self._receive_size
         now = self._clock.now
-        t = 0.0  # when the bytes being processed arrived
         try:
-            await stream.send_all(out)
-            # the head, parsed by h11
-            while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    data = await stream.receive_some(size)
-                    t = now()
-                    if record.first_byte is None:
-                        if data:
+            await _send_all(sock, request)
+            data = await _receive(sock, size)
+            t = now()  # when the bytes being processed arrived
+            if data:
+                record.first_byte = t
+            elif reused:
+                raise _Stale
+            head = parse_head(data)
+            if head is not None:  # the usual case: a whole, plain head in the first read
+                status, version, headers, end = head
+                data = data[end:]
+            else:  # h11 reads the head: split across reads, unusual, or wrong
+                conn = _awaiting_response()
+                conn.receive_data(data)
+                while True:
+                    event = conn.next_event()
+                    if event is h11.NEED_DATA:
+                        data = await _receive(sock, size)
+                        t = now()
+                        if record.first_byte is None and data:
                             record.first_byte = t
-                        elif reused:
-                            raise _Stale
-                    conn.receive_data(data)
-                elif type(event) is h11.Response:
-                    break
-                elif type(event) is h11.ConnectionClosed:
-                    acc.connection_closed()
-                    return False
-            acc.on_response(event.status_code, _content_type(event.headers))
-            decoder, keep_alive = body_decoder(event)
-            data, _ = conn.trailing_data
+                        conn.receive_data(data)
+                    elif type(event) is h11.Response:
+                        break
+                    elif type(event) is h11.ConnectionClosed:
+                        acc.connection_closed()
+                        return False
+                status, version, headers = event.status_code, event.http_version, event.headers
+                data, _ = conn.trailing_data
+            acc.on_response(status, _content_type(headers))
+            decoder, keep_alive = _framing(status, version, headers)
             # the body, decoded here: one payload per socket read
             on_body = acc.on_body
             while True:
@@ -345,19 +439,20 @@ class H11Connection:
                         return False
                 if decoder.done:
                     break
-                data = await stream.receive_some(size)
+                data = await _receive(sock, size)
                 t = now()
                 if not data:
                     if type(decoder) is UntilCloseDecoder:
                         break
                     acc.connection_closed()
                     return False
-        except trio.BrokenResourceError as exc:
+        except OSError as exc:
             if reused and record.first_byte is None:
                 raise _Stale from exc
             acc.fail(Outcome.DISCONNECTED, describe_transport_error(exc))
             return False
         except h11.RemoteProtocolError as exc:
+            assert conn is not None  # only h11 raises it
             if conn.their_state is h11.ERROR and conn.trailing_data[1]:  # the peer closed mid-head
                 acc.connection_closed()
             else:
@@ -365,6 +460,35 @@ class H11Connection:
             return False
         acc.on_end(t)
         return keep_alive and not decoder.extra and type(decoder) is not UntilCloseDecoder
+
+
+async def _send_all(sock: socket.socket, data: bytes) -> None:
+    """Write `data`; waits only when the socket buffer is full (a request usually fits)."""
+    while True:
+        try:
+            n = sock.send(data)
+        except BlockingIOError:
+            n = 0
+        if n == len(data):
+            return
+        data = data[n:]
+        await wait_writable(sock)
+
+
+async def _receive(sock: socket.socket, size: int) -> bytes:
+    """The next bytes (b"" at the end). Waits first: called when the bytes are not there yet."""
+    while True:
+        await wait_readable(sock)
+        try:
+            return sock.recv(size)
+        except BlockingIOError:  # pragma: no cover - a spurious wake-up
+            pass
+
+
+def _readable(sock: socket.socket) -> bool:
+    p = select.poll()
+    p.register(sock, select.POLLIN)
+    return bool(p.poll(0))
 
 
 def _content_type(headers: Iterable[tuple[bytes, bytes]]) -> str | None:

@@ -34,6 +34,7 @@ from soakspec.runner.records import Outcome, RequestRecord
 from soakspec.lang.spec import Workload
 
 OPEN_LOOP_MAX_CONNECTIONS = 4096
+SHAPE_CACHE = 4096  # request shapes kept per workload (each shares its prompt string)
 CANCELLED_BY_ABORT = "the run was aborted before the response finished"
 
 # A fixed vocabulary: prompts are `prompt_words` consecutive words starting at the request's
@@ -69,20 +70,35 @@ class Connection(Protocol):
 
 @dataclasses.dataclass
 class Shapes:
-    """Makes the request shape of the i-th request of a workload."""
+    """Makes the request shape of the i-th request of a workload.
+
+    Shapes repeat (prompt i mod P, max_tokens i mod M): up to `SHAPE_CACHE` of them are made
+    once and shared, which also lets the client reuse each one's body template.
+    """
 
     workload: Workload
     model: str
     prompts: tuple[str, ...] = ()  # from a prompt file
+    _cache: dict[tuple[int, int], RequestShape] = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def make(self, index: int, smallest: bool = False) -> RequestShape:
         w = self.workload
         if smallest:
             max_tokens = min(w.max_tokens)
             prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
-        else:
+            return self._shape(prompt, max_tokens)
+        key = (index % (len(self.prompts) or len(WORDS)), index % len(w.max_tokens))
+        shape = self._cache.get(key)
+        if shape is None:
             max_tokens = w.max_tokens[index % len(w.max_tokens)]
             prompt = self.prompts[index % len(self.prompts)] if self.prompts else prompt_words(index, w.prompt_words or 1)
+            shape = self._shape(prompt, max_tokens)
+            if len(self._cache) < SHAPE_CACHE:
+                self._cache[key] = shape
+        return shape
+
+    def _shape(self, prompt: str, max_tokens: int) -> RequestShape:
+        w = self.workload
         s = w.sampling
         return RequestShape(
             endpoint=Endpoint(w.endpoint),
