@@ -74,9 +74,9 @@ def render_one(d: Diagnostic, source: str | None) -> str:
         head += " [warning]"
     lines = [head]
     if source is not None and d.span.known:
-        src_lines = source.splitlines()
+        src_lines = source.split("\n")  # the parser counts only '\n' as a line break
         if 0 < d.span.line <= len(src_lines):
-            text = src_lines[d.span.line - 1].expandtabs(1)
+            text = src_lines[d.span.line - 1].rstrip("\r").expandtabs(1)
             col = max(1, d.span.column)
             width = 1
             if d.span.end_line == d.span.line and d.span.end_column > col:

@@ -19,6 +19,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--time-scale", type=float, default=1.0, metavar="F",
         help="shrink every duration, bucket and deadline by F (0 < F <= 1); recorded, and a scaled run never passes a real gate",
     )  # fmt: skip
+    p.add_argument(
+        "--workers", type=int, default=1, metavar="N",
+        help="load processes per level, splitting its concurrency or rate (default 1); records merge into one file",
+    )  # fmt: skip
     p.add_argument("--format", choices=("text", "json", "md"), default="text", help="verdict format on stdout")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
 
@@ -34,6 +38,9 @@ def main(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
     if not 0 < args.time_scale <= 1:
         print("soakspec run: error: --time-scale must be in (0, 1]", file=sys.stderr)
+        return ExitCode.USAGE
+    if args.workers < 1:
+        print("soakspec run: error: --workers must be at least 1", file=sys.stderr)
         return ExitCode.USAGE
     names = {b.name for b in spec.backends}
     unknown = [n for n in args.backend if n not in names]
@@ -51,7 +58,9 @@ def main(args: argparse.Namespace) -> int:
     for b in spec.backends:
         secrets |= secret_values(dict(b.env), list(b.argv))
     progress = Progress(quiet=args.quiet, secrets=secrets)
-    options = RunOptions(out_dir=Path(args.out) if args.out else None, quiet=args.quiet, argv=tuple(sys.argv))
+    options = RunOptions(
+        out_dir=Path(args.out) if args.out else None, quiet=args.quiet, argv=tuple(sys.argv), workers=args.workers
+    )
     try:
         result = execute(the_plan, options, progress)
     except EvidenceError as e:

@@ -178,6 +178,20 @@ class JsonlWriter:
             data = dumps_line(obj).encode("utf-8")
         except (TypeError, ValueError) as e:
             raise ValueError(f"{self.path}: record is not JSON-serialisable: {e}") from e
+        self._append(data)
+
+    def write_lines(self, data: bytes) -> None:
+        """Append whole lines already made by `dumps_line` (e.g. by a `--workers` process), in
+        one write: the file stays line-atomic. Not validated against `schema`."""
+        if self._fd is None:
+            raise ValueError(f"{self.path}: write to a closed JsonlWriter")
+        if data and not data.endswith(b"\n"):
+            raise ValueError(f"{self.path}: write_lines needs whole lines")
+        if data:
+            self._append(data, data.count(b"\n"))
+
+    def _append(self, data: bytes, lines: int = 1) -> None:
+        assert self._fd is not None
         before = os.fstat(self._fd).st_size
         try:
             view = memoryview(data)
@@ -190,7 +204,7 @@ class JsonlWriter:
             except OSError:
                 pass
             raise EvidenceWriteError(self.path, e) from e
-        self.count += 1
+        self.count += lines
 
     def flush_fsync(self) -> None:
         if self._fd is None:

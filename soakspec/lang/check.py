@@ -743,6 +743,12 @@ def _workload(ctx: _Ctx, blk: A.Block) -> S.Workload | None:
     expected_latency = b.quantity("expected_latency", Dimension.DURATION)
     b.finish(WORKLOAD_KEYS + ("load",))
 
+    if duration is not None and load.mode == "open" and load.rates and min(load.rates) * duration < 1:
+        ctx.warn(
+            "W508",
+            f"at {min(load.rates):g} rps for {value_text(b.attrs['duration'].value)} a level expects fewer than one request",
+            b.attrs["duration"].value.span,
+        )
     if duration is not None and bucket is not None and bucket > duration + 1e-9:
         ctx.error(
             "E401",

@@ -1,0 +1,82 @@
+"""Reports: a verdict and its evidence, rendered for people and for CI.
+
+    evidence_meta(evidence) -> dict     what reports show about the run itself (pure)
+    prepare(spec, evidence) -> Inputs   judge + summarize + evidence_meta, in one call (pure)
+    render(verdict, results, evidence_meta, spec, fmt) -> str    one format, pure
+
+Formats, one module each:
+    md     soakspec.report.md      the PR-ready section: the seed's results table, workload,
+                                   provenance, rules that did not pass, the claim boundary;
+                                   passes `soakspec lint-claims` by construction
+    html   soakspec.report.html    one self-contained page: inline SVG charts per backend and
+                                   bucket (no script, no network), the tables
+    junit  soakspec.report.junit   one <testcase> per rule
+    json   soakspec.report.jsonfmt {schema_version, verdict, results}
+
+`soakspec report DIR` (soakspec.commands.report) does the I/O: it loads and verifies the
+evidence, re-judges it (a stored verdict.json is never read) and calls `render`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Mapping
+from typing import Any
+
+FORMATS = ("md", "html", "json", "junit")
+_MODULES = {"md": "soakspec.report.md", "html": "soakspec.report.html", "json": "soakspec.report.jsonfmt",
+            "junit": "soakspec.report.junit"}
+
+
+def evidence_meta(evidence: Any) -> dict[str, Any]:
+    """The run-level facts a report shows, from an `Evidence`: its manifest, the manifest's
+    sha256, the directory and what verification found."""
+    integ = evidence.integrity
+
+    def findings(fs: Any) -> list[dict[str, Any]]:
+        return [{"path": f.path, "code": f.code, "message": f.message, "line": f.line} for f in fs]
+
+    return {
+        "run_id": evidence.run_id,
+        "dir": evidence.root,
+        "manifest": evidence.manifest,
+        "manifest_sha256": evidence.manifest_sha256,
+        "integrity": {
+            "verified": integ.verified,
+            "checked": integ.checked,
+            "tampered": findings(integ.tampered),
+            "malformed": findings(integ.malformed),
+            "incomplete": findings(integ.incomplete),
+        },
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    verdict: Any
+    results: Mapping[str, Any]
+    meta: Mapping[str, Any]
+    spec: Any
+
+    def render(self, fmt: str) -> str:
+        return render(self.verdict, self.results, self.meta, self.spec, fmt)
+
+
+def prepare(spec: Any, evidence: Any) -> Inputs:
+    """Judge `evidence` with `spec` and collect everything `render` needs (pure)."""
+    from soakspec.judge.judge import judge
+    from soakspec.judge.summary import summarize
+
+    return Inputs(judge(spec, evidence), summarize(evidence, spec), evidence_meta(evidence), spec)
+
+
+def render(verdict: Any, results: Mapping[str, Any], evidence_meta: Mapping[str, Any], spec: Any, fmt: str) -> str:
+    """Render one format (`md`, `html`, `json`, `junit`); pure, deterministic, ends in a newline."""
+    if fmt not in _MODULES:
+        raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
+    module = importlib.import_module(_MODULES[fmt])
+    return module.render(verdict, results, evidence_meta, spec)
+
+
+__all__ = ["FORMATS", "Inputs", "evidence_meta", "prepare", "render"]

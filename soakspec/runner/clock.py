@@ -23,9 +23,17 @@ class RunClock:
 
     __slots__ = ("_offset", "_timer")
 
-    def __init__(self, timer: Callable[[], float] = time.perf_counter, *, epoch: float | None = None) -> None:
+    def __init__(
+        self, timer: Callable[[], float] = time.perf_counter, *, epoch: float | None = None, offset: float | None = None
+    ) -> None:
         self._timer = timer
-        self._offset = (time.time() if epoch is None else epoch) - timer()
+        self._offset = offset if offset is not None else (time.time() if epoch is None else epoch) - timer()
+
+    @property
+    def offset(self) -> float:
+        """`now() - timer()`. `perf_counter` is the system-wide CLOCK_MONOTONIC on Linux, so
+        `RunClock(offset=clock.offset)` in another process reads the same times (`--workers`)."""
+        return self._offset
 
     def now(self) -> float:
         """The current time in epoch seconds."""

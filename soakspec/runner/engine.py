@@ -59,6 +59,7 @@ class RunOptions:
     quiet: bool = False
     argv: tuple[str, ...] = ()
     nvml_module: Any = None  # test seam for telemetry
+    workers: int = 1  # load processes per level (`--workers`, see runner/workers.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -277,13 +278,25 @@ class _BackendRun:
             }  # fmt: skip
             self.levels.append(entry)
             try:
-                run = await drive_level(lv, ctx)
+                if eng.options.workers > 1:
+                    from soakspec.runner.workers import drive_level_workers, processes_for
+
+                    entry["workers"] = processes_for(lv, eng.options.workers)
+                    job = {
+                        "host": host, "port": port, "api_key_env": b.api_key_env, "workload": workload,
+                        "model": shapes.model, "prompts": shapes.prompts, "backend": b.name, "headers": ctx.headers,
+                        "id_prefix": f"{eng.id_prefix}-{self.index}", "first_index": self.seq,
+                    }  # fmt: skip
+                    run, self.seq = await drive_level_workers(lv, ctx, job, eng.options.workers, self.writer.write_lines)
+                else:
+                    run = await drive_level(lv, ctx)
             finally:
                 entry["sent"] = self.stats.sent
                 self.writer.flush_fsync()
             entry.update(
                 started_at=run.started_at, measure_start=run.measure_start, measure_end=run.measure_end,
                 drained_at=run.drained_at, completed=run.completed, buckets=run.bucket_windows(), sent=run.sent,
+                mean_in_flight=round(run.mean_in_flight, 3),
             )  # fmt: skip
         if self.bp.follow_up:
             await self._follow_up(connect)

@@ -154,6 +154,13 @@ class LevelRun:
     drained_at: float | None = None
     completed: bool = False
     sent: int = 0
+    busy_s: float = 0.0  # the sum of every request's [start, end] overlap with the measured window
+
+    @property
+    def mean_in_flight(self) -> float:
+        """Mean requests in flight over the measured window (exact: the in-flight count's
+        integral over the window, divided by its length)."""
+        return self.busy_s / self.level.duration_s if self.level.duration_s > 0 else 0.0
 
     def bucket_windows(self) -> list[dict]:
         out = []
@@ -174,11 +181,19 @@ class LevelContext:
     headers: tuple[tuple[str, str], ...] = ()
     stats: LiveStats = dataclasses.field(default_factory=LiveStats)
     on_bucket: Callable[[int], None] | None = None  # called at each bucket's end
+    # `--workers`: the level's start on the shared run clock, and this process's part (p, n) of
+    # the load: closed/batch workers w with w % n == p, open loop every n-th arrival from p
+    t0: float | None = None
+    part: tuple[int, int] = (0, 1)
 
 
 async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     clock = ctx.clock
-    t0 = clock.now()
+    if ctx.t0 is None:
+        t0 = clock.now()
+    else:
+        t0 = ctx.t0
+        await trio.sleep_until(clock.to_trio(t0))
     m = t0 + level.warmup_s
     run = LevelRun(level, started_at=t0, measure_start=m)
     stop = m + level.duration_s
@@ -214,6 +229,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                 rec.end = clock.now()
                 rec.outcome = Outcome.DISCONNECTED
                 rec.error = CANCELLED_BY_ABORT
+            if rec.start is not None and rec.end > m and rec.start < stop:
+                run.busy_s += min(rec.end, stop) - max(rec.start, m)
             ctx.stats.finished(rec)
             ctx.sink(rec)
 
@@ -230,7 +247,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         elif level.mode == "batch":
             await _batch(level, ctx, one, stop)
         else:
-            await _open(level, ctx, one, stop, m)
+            await _open(level, ctx, one, stop, t0)
         # The load functions return only after `stop`, with every request drained; an abort
         # arrives as cancellation instead. The bucket clock ends with the last bucket.
     run.measure_end = stop
@@ -251,18 +268,22 @@ async def _closed(level: Level, ctx: LevelContext, one, stop: float) -> None:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
 
+    p, parts = ctx.part
     async with trio.open_nursery() as n:
-        for w in range(level.concurrency or 1):
+        for w in range(p, level.concurrency or 1, parts):
             n.start_soon(worker, w)
 
 
 async def _batch(level: Level, ctx: LevelContext, one, stop: float) -> None:
     clock = ctx.clock
     c = level.concurrency or 1
-    conns = [ctx.connect() for _ in range(c)]
+    p, parts = ctx.part
+    mine = range(p, c, parts)  # this process's workers, and its share of each batch
+    share = len(range(p, level.batch_requests or c, parts))
+    conns = {w: ctx.connect() for w in mine}
     try:
         while clock.now() < stop:
-            queue = list(range(level.batch_requests or c))
+            queue = list(range(share))
 
             async def worker(w: int) -> None:
                 while queue and clock.now() < stop:
@@ -270,11 +291,11 @@ async def _batch(level: Level, ctx: LevelContext, one, stop: float) -> None:
                     await one(conns[w], w, None)
 
             async with trio.open_nursery() as n:
-                for w in range(min(c, len(queue))):
+                for w in mine[: len(queue)]:
                     n.start_soon(worker, w)
     finally:
         with trio.CancelScope(shield=True):
-            for conn in conns:
+            for conn in conns.values():
                 await conn.aclose()
 
 
@@ -294,20 +315,20 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float):
         i += 1
 
 
-async def _open(level: Level, ctx: LevelContext, one, stop: float, measure_start: float) -> None:
+async def _open(level: Level, ctx: LevelContext, one, stop: float, start: float) -> None:
     clock = ctx.clock
     idle: list[tuple[int, Connection]] = []
-    limiter = trio.CapacityLimiter(OPEN_LOOP_MAX_CONNECTIONS)
+    p, parts = ctx.part
+    limiter = trio.CapacityLimiter(max(1, len(range(p, OPEN_LOOP_MAX_CONNECTIONS, parts))))
     opened: list[Connection] = []
     load = ctx.shapes.workload.load
-    start = clock.now()
 
     async def fire(intended: float) -> None:
         async with limiter:
             if idle:
                 idx, conn = idle.pop()
             else:
-                idx, conn = len(opened), ctx.connect()
+                idx, conn = len(opened) * parts + p, ctx.connect()
                 opened.append(conn)
             try:
                 await one(conn, idx, intended)
@@ -316,9 +337,10 @@ async def _open(level: Level, ctx: LevelContext, one, stop: float, measure_start
 
     try:
         async with trio.open_nursery() as n:
-            for t in schedule(level.rate or 1.0, load.arrival, load.seed + level.index, start, stop):
-                await trio.sleep_until(clock.to_trio(t))
-                n.start_soon(fire, t)
+            for i, t in enumerate(schedule(level.rate or 1.0, load.arrival, load.seed + level.index, start, stop)):
+                if i % parts == p:
+                    await trio.sleep_until(clock.to_trio(t))
+                    n.start_soon(fire, t)
     finally:
         with trio.CancelScope(shield=True):
             for conn in opened:

@@ -1,0 +1,74 @@
+"""`soakspec report DIR --format md|html|json|junit [--spec FILE] [--out FILE]`
+
+Loads the evidence directory, verifying it first (every artifact re-hashed against the
+manifest), re-judges it with the spec embedded in the manifest -- or with `--spec FILE` -- and
+renders the report (`soakspec.report.render`). A stored verdict.json or results.json is never
+read: the report says what the evidence says now.
+
+The report goes to stdout, or to `--out FILE` (written atomically; nothing on stdout). Notes
+(a different spec) go to stderr. Exit code: the verdict's -- 0 PASS, 1 FAIL, 3 INCONCLUSIVE --
+whatever the format; 2 for a usage error (no evidence directory, a spec that does not check);
+3 when the evidence cannot be read at all; 4 when `--out` cannot be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from soakspec.exitcodes import ExitCode
+
+FORMATS = ("md", "html", "json", "junit")
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("dir", metavar="DIR", help="an evidence directory (the run's output)")
+    p.add_argument("--format", choices=FORMATS, default="md",
+                   help="md: PR-ready section; html: self-contained page with charts; json; junit (default: md)")
+    p.add_argument("--spec", metavar="FILE", help="judge with this spec instead of the one embedded in the evidence")
+    p.add_argument("--out", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+
+
+def _printable(text: str) -> str:
+    """Text any UTF-8 stream can take (a lone surrogate from the evidence becomes \\udcxx)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def main(args: argparse.Namespace) -> int:
+    from soakspec.cli import UsageError
+    from soakspec.commands.gate import spec_for
+    from soakspec.evidence.io import EvidenceError, write_bytes_atomic
+    from soakspec.judge.evidence import EvidenceNotFound, load_evidence
+    from soakspec.report import prepare
+
+    where = str(args.dir).rstrip("/") or "/"
+    if args.out is not None:
+        out = Path(args.out)
+        if out.is_dir():
+            raise UsageError(f"--out {args.out} is a directory; give a file name")
+        if not out.parent.is_dir():
+            raise UsageError(f"--out {args.out}: no such directory {out.parent}")
+    try:
+        evidence = load_evidence(Path(args.dir))
+    except EvidenceNotFound as e:
+        raise UsageError(str(e)) from None
+    except EvidenceError as e:
+        print(f"soakspec report: {e}: the evidence cannot be judged", file=sys.stderr)
+        return ExitCode.INCONCLUSIVE
+    spec, notes = spec_for(evidence, args.spec, where)
+    for n in notes:
+        print(f"soakspec report: note: {n}", file=sys.stderr)
+    inputs = prepare(spec, evidence)
+    text = _printable(inputs.render(args.format))
+    if args.out is not None:
+        try:
+            write_bytes_atomic(args.out, text.encode("utf-8"))
+        except EvidenceError as e:
+            print(f"soakspec report: cannot write {args.out}: {e}", file=sys.stderr)
+            return ExitCode.ABORTED
+        print(f"soakspec report: wrote {args.out} ({inputs.verdict.outcome})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return inputs.verdict.exit_code

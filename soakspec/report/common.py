@@ -1,0 +1,360 @@
+"""What every report format shows, computed once: the results-table rows, provenance lines,
+workload lines and the rules that did not pass. Pure; the formats only lay these out.
+
+Inputs (see `soakspec.report.render`):
+  verdict  -- `judge(spec, evidence)`, re-judged by the caller (never a stored verdict.json)
+  results  -- `summarize(evidence, spec)` (results.json's shape)
+  meta     -- `evidence_meta(evidence)`: the manifest, its sha256, the integrity findings
+  spec     -- the checked spec the verdict was judged with
+
+Definitions the reports state:
+  Completed, Failed/timeouts -- measured requests of the backend (warm-up and follow-up
+      excluded), as results.json counts them;
+  Buckets     -- the backend's buckets over all its levels (results.json `buckets`);
+  Gate        -- the run's verdict: one judgment over every backend, so every row shows it;
+  Artifact SHA-256 -- the sha256 that manifest.json records for the backend's
+      `backends/<name>/requests.jsonl` (the raw per-request evidence every number is computed
+      from; `soakspec verify` re-hashes it). See ARTIFACT_NOTE.
+
+Everything read from the evidence is untrusted text: formats escape it (`clean_text` removes
+what no output format can carry: control characters and lone surrogates).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from soakspec.evidence import layout
+
+GATE_WORD = {"PASS": "passed", "FAIL": "failed", "INCONCLUSIVE": "inconclusive"}
+STATUS_MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "????", "not_evaluated": "----", "warn": "WARN"}
+ARTIFACT_FILE = layout.REQUESTS
+ARTIFACT_NOTE = (
+    "Artifact SHA-256: the sha256 that the run's manifest.json records for the backend's "
+    f"backends/<name>/{ARTIFACT_FILE} (re-hashed by `soakspec verify` before this report was made)."
+)
+GATE_NOTE = "Gate: the run's verdict, one judgment over every backend, re-judged from the evidence for this report."
+
+_BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\ud800-\udfff]")
+
+
+def clean_text(value: Any) -> str:
+    """`str(value)` without characters no report format can carry (C0 controls other than tab,
+    newline and CR; DEL; lone surrogates; U+FFFE/U+FFFF), each shown as `\\xNN`/`\\uNNNN`."""
+    text = value if isinstance(value, str) else str(value)
+    return _BAD_CHARS.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100 else f"\\u{ord(m.group(0)):04x}", text)
+
+
+def one_line(value: Any) -> str:
+    """`clean_text` with every run of whitespace (newlines included) made one space."""
+    return " ".join(clean_text(value).split())
+
+
+def gate_word(outcome: str) -> str:
+    return GATE_WORD.get(outcome, outcome.lower())
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+def _int(v: Any) -> int | None:
+    f = _num(v)
+    return int(f) if f is not None else None
+
+
+def _map(v: Any) -> Mapping[str, Any]:
+    return v if isinstance(v, Mapping) else {}
+
+
+def _list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+# ------------------------------------------------------------------------------ the table
+
+
+@dataclasses.dataclass(frozen=True)
+class BackendRow:
+    """One row of the results table (None: not recorded)."""
+
+    name: str
+    runtime: str | None  # the runtime boundary as displayed (manifest `runtime_boundary.display`)
+    runtime_status: str | None  # confirmed | declared | generic | ...
+    completed: int | None
+    failed: int | None
+    timeouts: int | None
+    buckets: int | None
+    gate: str  # passed | failed | inconclusive | not run
+    artifact_sha256: str | None
+    ran: bool = True
+
+
+def manifest_entry(meta: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    for e in _list(_map(meta.get("manifest")).get("backends")):
+        if isinstance(e, Mapping) and e.get("name") == name:
+            return e
+    return {}
+
+
+def artifact_sha256(meta: Mapping[str, Any], safe_name: str) -> str | None:
+    """The manifest's sha256 of `backends/<safe_name>/requests.jsonl` (None when not listed)."""
+    arts = _map(_map(meta.get("manifest")).get("artifacts"))
+    sha = arts.get(f"{layout.BACKENDS}/{safe_name}/{ARTIFACT_FILE}")
+    return sha.lower() if isinstance(sha, str) and re.fullmatch(r"[0-9a-fA-F]{64}", sha) else None
+
+
+def backend_rows(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any) -> list[BackendRow]:
+    """One row per backend in the evidence, then one per backend the spec declares that the run
+    should have had but did not record (gate `not run`)."""
+    rows: list[BackendRow] = []
+    word = gate_word(verdict.outcome)
+    seen = set()
+    for b in _list(results.get("backends")):
+        if not isinstance(b, Mapping):
+            continue
+        name = str(b.get("name"))
+        seen.add(name)
+        entry = manifest_entry(meta, name)
+        rb = _map(b.get("runtime_boundary")) or _map(entry.get("runtime_boundary"))
+        req = _map(b.get("requests"))
+        safe = b.get("safe_name") if isinstance(b.get("safe_name"), str) else layout.safe_name(name)
+        rows.append(BackendRow(
+            name=name,
+            runtime=one_line(rb["display"]) if isinstance(rb.get("display"), str) else None,
+            runtime_status=str(rb["status"]) if isinstance(rb.get("status"), str) else None,
+            completed=_int(req.get("completed")),
+            failed=_int(req.get("failed")),
+            timeouts=_int(req.get("timeout")),
+            buckets=len(_list(b.get("buckets"))),
+            gate=word,
+            artifact_sha256=artifact_sha256(meta, safe),
+        ))
+    only = _list(_map(meta.get("manifest")).get("only"))
+    for be in getattr(spec, "backends", ()) if spec is not None else ():
+        if be.name in seen or (only and be.name not in only):
+            continue
+        rows.append(BackendRow(be.name, be.runtime.label if be.runtime else None, None, None, None, None, None,
+                               "not run", None, ran=False))
+    return rows
+
+
+# ------------------------------------------------------------------------------ provenance
+
+
+def _distinct(values: Sequence[Any]) -> list[Any]:
+    return list(dict.fromkeys(v for v in values))
+
+
+def commit_line(meta: Mapping[str, Any]) -> str:
+    """`0123abc…` when every backend recorded the same commit before and after its run."""
+    entries = [e for e in _list(_map(meta.get("manifest")).get("backends")) if isinstance(e, Mapping)]
+    srcs = [_map(e.get("source")) for e in entries]
+    after = _distinct([s.get("commit_after") for s in srcs])
+    before = _distinct([s.get("commit_before") for s in srcs])
+    if not srcs or all(v is None for v in after + before):
+        reasons = _distinct([one_line(s["reason"]) for s in srcs if isinstance(s.get("reason"), str) and s.get("reason")])
+        repo = any(s.get("repo") for s in srcs)
+        why = reasons[0] if reasons else ("no commit was recorded" if repo else "the spec declares no source repository")
+        return f"not recorded ({why})"
+    if len(after) == 1 and after == before:
+        text = one_line(after[0])
+    elif len(after) == 1 and after[0] is not None:
+        text = f"{one_line(after[0])} (changed during the run; it started at {', '.join(one_line(b) for b in before if b)})"
+    else:
+        per = "; ".join(f"{one_line(e.get('name'))} {one_line(_map(e.get('source')).get('commit_after'))}" for e in entries)
+        text = f"differs between backends ({per})"
+    if any(s.get("dirty_before") or s.get("dirty_after") for s in srcs):
+        text += " (working tree dirty)"
+    return text
+
+
+def model_lines(meta: Mapping[str, Any], spec: Any) -> tuple[str, str]:
+    """(model id, model revision) as recorded by the backends, else as the spec declares."""
+    entries = [e for e in _list(_map(meta.get("manifest")).get("backends")) if isinstance(e, Mapping)]
+    models = [_map(e.get("model")) for e in entries]
+    ids = _distinct([m.get("id") for m in models if m.get("id")])
+    revs = _distinct([m.get("revision") for m in models if m.get("revision")])
+    model = getattr(spec, "model", None)
+    if not ids and model is not None and model.id:
+        ids = [model.id]
+    mid = ", ".join(one_line(i) for i in ids) or "not recorded"
+    if len(revs) == 1:
+        rev = one_line(revs[0])
+    elif revs:
+        rev = "differs between backends (" + "; ".join(
+            f"{one_line(e.get('name'))} {one_line(_map(e.get('model')).get('revision'))}" for e in entries) + ")"
+    else:
+        rev = "not recorded"
+    return mid, rev
+
+
+def hardware_line(meta: Mapping[str, Any]) -> str:
+    """`2x NVIDIA GeForce RTX 5090, CUDA 12.8, driver 570.86` or `no GPU (NVML unavailable: …)`."""
+    gpus = _map(_map(meta.get("manifest")).get("gpus"))
+    devices = [d for d in _list(gpus.get("devices")) if isinstance(d, Mapping)]
+    if gpus.get("available") is True and devices:
+        counts: dict[str, int] = {}
+        for d in devices:
+            name = one_line(d.get("name")) if d.get("name") else "unknown GPU"
+            counts[name] = counts.get(name, 0) + 1
+        parts = [", ".join(f"{n}x {name}" for name, n in counts.items())]
+        if gpus.get("cuda_version"):
+            parts.append(f"CUDA {one_line(gpus['cuda_version'])}")
+        if gpus.get("driver_version"):
+            parts.append(f"driver {one_line(gpus['driver_version'])}")
+        return ", ".join(parts)
+    return f"no GPU ({gpu_unavailable_reason(meta)})"
+
+
+def gpu_unavailable_reason(meta: Mapping[str, Any]) -> str | None:
+    """`NVML unavailable: <why>` when the manifest records no GPU, else None."""
+    gpus = _map(_map(meta.get("manifest")).get("gpus"))
+    if gpus.get("available") is True and _list(gpus.get("devices")):
+        return None
+    reason = one_line(gpus.get("reason") or "no GPU recorded")
+    return reason if reason.lower().startswith("nvml") else f"NVML unavailable: {reason}"
+
+
+def host_line(meta: Mapping[str, Any]) -> str | None:
+    host = _map(_map(meta.get("manifest")).get("host"))
+    cpu = host.get("cpu_model")
+    if not cpu:
+        return None
+    cores = _int(host.get("cpu_cores"))
+    return one_line(cpu) + (f", {cores} cores" if cores else "")
+
+
+def run_lines(verdict: Any, meta: Mapping[str, Any]) -> tuple[str, str]:
+    """(`rehearsal: no`, `time scale: 1 (full scale)`) in words."""
+    m = _map(meta.get("manifest"))
+    rehearsal = bool(m.get("rehearsal", verdict.rehearsal))
+    scale = _num(m.get("time_scale"))
+    scale = verdict.time_scale if scale is None else scale
+    r = "yes: every backend was replaced by the simulator" if rehearsal else "no"
+    if scale == 1:
+        s = "1 (full scale)"
+    else:
+        s = f"{scale:g} (every duration was multiplied by {scale:g})"
+    if (rehearsal or scale != 1) and not getattr(verdict, "passed", False):
+        s += "; such a run cannot pass a full-scale gate unless the gate sets allow_rehearsal"
+    return r, s
+
+
+def _join(values: Sequence[Any]) -> str:
+    return ",".join(f"{v:g}" if isinstance(v, float) else str(v) for v in values)
+
+
+def workload_line(w: Any) -> str:
+    """The seed's workload line for one workload, from the spec (planned values)."""
+    parts = []
+    if w.prompt_file:
+        parts.append(f"prompt_file={one_line(w.prompt_file)}")
+    elif w.prompt_words is not None:
+        parts.append(f"prompt_words={w.prompt_words}")
+    parts.append(f"max_tokens={_join(w.max_tokens)}")
+    s = w.sampling
+    if s.greedy:
+        parts.append("greedy")
+    else:
+        samp = [f"temperature={s.temperature:g}", f"top_p={s.top_p:g}"]
+        if s.top_k is not None:
+            samp.append(f"top_k={s.top_k}")
+        if s.seed is not None:
+            samp.append(f"seed={s.seed}")
+        parts.append("sampling " + " ".join(samp))
+    parts.append("ignore-EOS" if w.ignore_eos else "stops at EOS")
+    load = w.load
+    if load.mode == "open":
+        parts.append(f"open loop, rates {', '.join(f'{r:g}' for r in load.rates)} rps ({load.arrival} arrivals, seed {load.seed})")
+    else:
+        parts.append(f"concurrency {_join(load.concurrency)}")
+        parts.append("closed loop" if load.mode == "closed" else f"batch mode (batches of {load.requests})")
+    parts.append(f"duration_s={w.duration_s:g} per level")
+    parts.append(f"bucket_s={w.bucket_s:g}")
+    if w.warmup_s:
+        parts.append(f"warmup_s={w.warmup_s:g}")
+    parts.append(f"deadline_s={w.deadline_s:g}")
+    parts.append(f"/v1/{'chat/completions' if w.endpoint == 'chat' else 'completions'}, {'streaming' if w.stream else 'not streaming'}")
+    if w.follow_up:
+        parts.append("clean follow-up request")
+    return ", ".join(parts)
+
+
+def required_trace_coverage(spec: Any) -> float | None:
+    from soakspec.judge.summary import required_trace_coverage as rtc
+
+    return rtc(spec)
+
+
+# ------------------------------------------------------------------------------ rules
+
+
+def open_rules(verdict: Any) -> list[Any]:
+    """Rules that did not pass (fail, inconclusive, not evaluated, warn), in the verdict's order."""
+    return [r for r in verdict.rules if r.status != "pass"]
+
+
+def rule_detail_lines(r: Any) -> list[str]:
+    """The failing instances under a rule's message (the first is often the message itself)."""
+    shown = list(r.details)
+    if shown and shown[0].message in r.message:
+        shown = shown[1:]
+    lines = [f"{d.where.text}: {d.message}" if d.where.text else d.message for d in shown]
+    extra = r.failing - len(r.details)
+    if extra > 0:
+        lines.append(f"... and {extra} more")
+    return [one_line(x) for x in lines]
+
+
+def observed_lines(r: Any) -> list[str]:
+    """Key: value lines of what a rule observed (JUnit system-out, HTML titles)."""
+    out = [f"rule: {r.rule}", f"class: {r.klass}", f"severity: {r.severity}", f"status: {r.status}"]
+    if r.line is not None:
+        out.append(f"spec line: {r.line}")
+    if r.scope:
+        out.append(f"scope: {r.scope}" + (f" ({r.window_s:g}s windows)" if r.window_s else ""))
+    if r.threshold_text is not None or r.op is not None:
+        out.append(f"threshold: {r.op or ''} {r.threshold_text or ''}".rstrip())
+    if r.observed_text is not None:
+        out.append(f"observed: {r.observed_text}")
+    elif isinstance(r.observed, bool):
+        out.append(f"observed: {'yes' if r.observed else 'no'}")
+    elif r.observed is not None:
+        out.append(f"observed: {r.observed:g}")
+    if r.samples is not None:
+        out.append(f"samples: {r.samples}")
+    if r.needs is not None:
+        out.append(f"needs: {r.needs} more")
+    if r.where is not None and r.where.text:
+        out.append(f"where: {r.where.text}")
+    if r.instances:
+        out.append(f"instances: {r.instances} evaluated, {r.failing} not passing")
+    out.append(f"message: {r.message}")
+    out += [f"  {d}" for d in rule_detail_lines(r)]
+    return [clean_text(x) for x in out]
+
+
+def verdict_sentence(verdict: Any) -> str:
+    """`2 of 14 required rules could not be decided; 1 warning` -- the summary without rule
+    text (rule text goes into code blocks, where review tools do not read it as prose)."""
+    req = [r for r in verdict.rules if r.severity == "require"]
+    failed = sum(1 for r in req if r.status == "fail")
+    unsure = sum(1 for r in req if r.status in ("inconclusive", "not_evaluated"))
+    warned = sum(1 for r in verdict.rules if r.severity == "warn" and r.status != "pass")
+    if verdict.outcome == "FAIL":
+        text = f"{failed} of {len(req)} required rules failed"
+        if unsure:
+            text += f", {unsure} could not be decided"
+    elif verdict.outcome == "INCONCLUSIVE":
+        text = f"{unsure} of {len(req)} required rules could not be decided"
+    else:
+        text = f"all {len(req)} required rules hold"
+    if warned:
+        text += f"; {warned} warn rule{'s' if warned != 1 else ''} did not pass"
+    return text

@@ -1,0 +1,255 @@
+"""`--format html`: one self-contained page.
+
+No script, no stylesheet link, no font, no image: inline CSS and inline SVG charts drawn by
+`soakspec.report.charts`, and a Content-Security-Policy of `default-src 'none'` so a browser
+would refuse any network fetch even if something slipped through. Every string from the
+evidence or the spec is escaped with `html.escape` (evidence is untrusted input).
+
+Sections: the verdict and its summary; the results table (the md report's columns); per
+backend, one chart per metric in `CHART_METRICS`, each a value per bucket over time (x =
+seconds since the backend's first bucket, levels shaded); the rules table; provenance and
+workload; the claim boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from soakspec.report import common as C
+from soakspec.report.charts import Band, Series, bar_chart, empty_chart, esc, line_chart
+
+CHART_METRICS = ("ttft", "itl", "throughput", "qps", "failures", "gpu_memory", "rss")
+FAILURE_KINDS = (("failed", "failed", "#d62728"), ("timeout", "timeouts", "#ff7f0e"),
+                 ("rejected", "rejected", "#9467bd"), ("disconnected", "disconnected", "#7f7f7f"))
+PCT_COLORS = (("p50", "#1f77b4"), ("p95", "#ff7f0e"), ("p99", "#d62728"))
+
+CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Helvetica,Arial,sans-serif;margin:24px;color:#1b1f23;background:#fff}
+h1{font-size:22px;margin:0 0 6px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
+h3{font-size:15px;margin:18px 0 6px}
+.badge{display:inline-block;padding:2px 10px;border-radius:12px;font-weight:600;color:#fff;margin-right:8px}
+.PASS{background:#1a7f37}.FAIL{background:#cf222e}.INCONCLUSIVE{background:#9a6700}
+table{border-collapse:collapse;margin:8px 0;font-size:13px}th,td{border:1px solid #d0d7de;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa}td.num{text-align:right;font-variant-numeric:tabular-nums}code,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
+tr.s-fail td{background:#ffebe9}tr.s-inconclusive td,tr.s-not_evaluated td{background:#fff8c5}tr.s-warn td{background:#fff1e5}
+.status{font-weight:600}.details{margin:4px 0 0 0;padding-left:18px;color:#57606a}
+.charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(380px,1fr));gap:10px}
+svg.chart{background:#fff;width:100%;height:auto}
+svg .frame{fill:none;stroke:#d0d7de}svg .grid{stroke:#eaeef2}svg .axis{stroke:#57606a}
+svg .tick{font-size:10px;fill:#57606a}svg .ctitle{font-size:12px;font-weight:600;fill:#1b1f23}
+svg .legend{font-size:10px;fill:#1b1f23}svg .blabel{font-size:10px;fill:#57606a}svg .empty{font-size:13px;fill:#57606a}
+svg .band0{fill:#f6f8fa}svg .band1{fill:#eef3f8}
+dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0}dl.facts dt{color:#57606a}dl.facts dd{margin:0}
+.note{color:#57606a;font-size:12px}
+"""
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v)
+
+
+# ------------------------------------------------------------------------------ charts
+
+
+def _time_scale(values: Sequence[float]) -> tuple[float, str]:
+    m = max(values, default=0.0)
+    return (1000.0, "ms") if m < 1 else (1.0, "s")
+
+
+def _size_scale(values: Sequence[float]) -> tuple[float, str]:
+    m = max(values, default=0.0)
+    for unit, f in (("TiB", 1024.0**4), ("GiB", 1024.0**3), ("MiB", 1024.0**2), ("KiB", 1024.0)):
+        if m >= f:
+            return f, unit
+    return 1.0, "B"
+
+
+def backend_charts(b: Mapping[str, Any], gpu_reason: str | None) -> list[str]:
+    """One chart per metric of `CHART_METRICS` for one backend of results.json."""
+    name = C.one_line(b.get("name"))
+    windows = [w for w in b.get("buckets") or [] if isinstance(w, Mapping)
+               and _num(w.get("started")) is not None and _num(w.get("ended")) is not None]
+    windows.sort(key=lambda w: w["started"])
+    if not windows:
+        return [empty_chart(name, m, m, "no bucket with a known time window") for m in CHART_METRICS]
+    t0 = min(w["started"] for w in windows)
+    x_max = max(w["ended"] for w in windows) - t0
+    mids = [((w["started"] + w["ended"]) / 2 - t0) for w in windows]
+    bands: list[Band] = []
+    keys: list[tuple[Any, Any]] = []
+    for w in windows:
+        key = (w.get("workload"), w.get("level"))
+        if keys and keys[-1] == key:
+            bands[-1] = Band(bands[-1].x0, w["ended"] - t0, bands[-1].label)
+        else:
+            keys.append(key)
+            bands.append(Band(w["started"] - t0, w["ended"] - t0, C.one_line(w.get("level_label") or f"level {w.get('level')}")))
+
+    out = []
+    for metric, title in (("ttft", "TTFT per bucket"), ("itl", "ITL per bucket")):
+        vals = {p: [(_num((w.get(metric) or {}).get(p)) if isinstance(w.get(metric), Mapping) else None) for w in windows]
+                for p, _ in PCT_COLORS}
+        factor, unit = _time_scale([v for vs in vals.values() for v in vs if v is not None])
+        series = [Series(p, tuple((x, v * factor if v is not None else None) for x, v in zip(mids, vals[p])), color)
+                  for p, color in PCT_COLORS]
+        out.append(line_chart(name, metric, title, unit, series, bands, x_max, lambda v, u=unit: f"{v:.3g} {u}",
+                              empty="no completed requests"))
+    tps = [_num(w.get("output_tokens_per_s")) for w in windows]
+    out.append(line_chart(name, "throughput", "Throughput (output tokens/s)", "tokens/s",
+                          [Series("tokens/s", tuple(zip(mids, tps)), "#2ca02c")], bands, x_max, lambda v: f"{v:.1f} tokens/s"))
+    qps = [_num(w.get("qps")) for w in windows]
+    out.append(line_chart(name, "qps", "Completed requests per second", "req/s",
+                          [Series("qps", tuple(zip(mids, qps)), "#1f77b4")], bands, x_max, lambda v: f"{v:.2f} req/s"))
+    bars = []
+    total_bad = 0
+    for w in windows:
+        req = w.get("requests") if isinstance(w.get("requests"), Mapping) else {}
+        vals = [float(_num(req.get(k)) or 0.0) for k, _, _ in FAILURE_KINDS]
+        total_bad += int(sum(vals))
+        bars.append((w["started"] - t0, w["ended"] - t0, vals))
+    out.append(bar_chart(name, "failures", "Unsuccessful requests per bucket", "requests", bars,
+                         [(label, color) for _, label, color in FAILURE_KINDS], bands, x_max,
+                         note=None if total_bad else f"no unsuccessful request in {len(windows)} buckets"))
+    for metric, title, missing in (
+        ("gpu_memory", "GPU memory of the server's processes", "no GPU telemetry" + (f" ({gpu_reason})" if gpu_reason else "")),
+        ("rss", "Server RSS", "no server RSS telemetry"),
+    ):
+        means = [_num((w.get(metric) or {}).get("mean")) if isinstance(w.get(metric), Mapping) else None for w in windows]
+        maxes = [_num((w.get(metric) or {}).get("max")) if isinstance(w.get(metric), Mapping) else None for w in windows]
+        known = [v for v in means + maxes if v is not None]
+        if not known:
+            out.append(empty_chart(name, metric, title, missing))
+            continue
+        factor, unit = _size_scale(known)
+        series = [Series("mean", tuple((x, v / factor if v is not None else None) for x, v in zip(mids, means)), "#1f77b4"),
+                  Series("max", tuple((x, v / factor if v is not None else None) for x, v in zip(mids, maxes)), "#d62728", "4 3")]
+        out.append(line_chart(name, metric, title, unit, series, bands, x_max, lambda v, u=unit: f"{v:.3g} {u}"))
+    return out
+
+
+# ------------------------------------------------------------------------------ page
+
+
+def _results_table(rows: Sequence[C.BackendRow]) -> list[str]:
+    head = ("Backend", "Runtime boundary", "Completed", "Failed/timeouts", "Buckets", "Gate", "Artifact SHA-256")
+    out = ['<table class="results"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    for r in rows:
+        def n(v: int | None) -> str:
+            return "-" if v is None else str(v)
+        fail = "-" if r.failed is None and r.timeouts is None else f"{n(r.failed)} / {n(r.timeouts)}"
+        rt = esc(r.runtime) + (f' <span class="note">({esc(r.runtime_status)})</span>' if r.runtime_status else "") if r.runtime else "-"
+        out.append(
+            f'<tr><td><code>{esc(r.name)}</code></td><td>{rt}</td><td class="num">{n(r.completed)}</td>'
+            f'<td class="num">{fail}</td><td class="num">{n(r.buckets)}</td><td>{esc(r.gate)}</td>'
+            f'<td class="mono">{esc(r.artifact_sha256 or "-")}</td></tr>'
+        )
+    out.append("</tbody></table>")
+    return out
+
+
+def _rules_table(verdict: Any) -> list[str]:
+    out = ['<table class="rules"><thead><tr><th>Class</th><th>Rule</th><th>Status</th><th>Observed</th><th>Explanation</th></tr></thead><tbody>']
+    for r in verdict.rules:
+        sev = "" if r.severity == "require" else ' <span class="note">(warn)</span>'
+        details = C.rule_detail_lines(r) if r.status != "pass" else []
+        det = ('<ul class="details">' + "".join(f"<li>{esc(d)}</li>" for d in details) + "</ul>") if details else ""
+        if r.observed_text is not None:
+            observed = r.observed_text
+        elif isinstance(r.observed, bool):
+            observed = "yes" if r.observed else "no"
+        else:
+            observed = "-" if r.observed is None else f"{r.observed:g}"
+        out.append(
+            f'<tr class="s-{esc(r.status)}"><td>{esc(r.klass)}</td><td><code>{esc(r.rule)}</code>{sev}</td>'
+            f'<td class="status">{esc(r.status_word)}</td><td>{esc(observed)}</td><td>{esc(r.message)}{det}</td></tr>'
+        )
+    out.append("</tbody></table>")
+    return out
+
+
+def _facts(verdict: Any, meta: Mapping[str, Any], spec: Any) -> list[str]:
+    model_id, revision = C.model_lines(meta, spec)
+    rehearsal, scale = C.run_lines(verdict, meta)
+    items = [("run", meta.get("run_id") or verdict.run_id or "unknown"), ("commit", C.commit_line(meta)),
+             ("model", model_id), ("model revision", revision), ("hardware", C.hardware_line(meta))]
+    host = C.host_line(meta)
+    if host:
+        items.append(("host CPU", host))
+    items += [("rehearsal", rehearsal), ("time scale", scale)]
+    for w in getattr(spec, "workloads", ()):
+        items.append((f"workload {w.name}", C.workload_line(w)))
+    need = C.required_trace_coverage(spec)
+    if need is not None:
+        items.append(("required trace coverage", f"{need * 100:g}%"))
+    m = meta.get("manifest") if isinstance(meta.get("manifest"), Mapping) else {}
+    if m.get("started_at"):
+        items.append(("started", f"{m.get('started_at')} (ended {m.get('ended_at') or 'unknown'})"))
+    if meta.get("manifest_sha256"):
+        items.append(("manifest.json sha256", meta["manifest_sha256"]))
+    integ = meta.get("integrity") if isinstance(meta.get("integrity"), Mapping) else {}
+    if integ.get("verified"):
+        bad = list(integ.get("tampered") or [])
+        items.append(("verification", f"{integ.get('checked', 0)} artifacts re-hashed; "
+                      + (f"{len(bad)} changed, missing or unlisted: " + "; ".join(f"{f['path']}: {f['message']}" for f in bad[:10])
+                         if bad else "all match the manifest")))
+    for note in verdict.notes:
+        items.append(("note", note))
+    return ['<dl class="facts">'] + [f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items] + ["</dl>"]
+
+
+def _claims(spec: Any) -> list[str]:
+    cb = getattr(spec, "claims", None)
+    claims = [c for c in getattr(cb, "claims", ()) if C.one_line(c)]
+    excludes = [e for e in getattr(cb, "excludes", ()) if C.one_line(e)]
+    out = ["<h2>Claim Boundary</h2>"]
+    if claims:
+        out.append("<p>The evidence claims:</p><ul>" + "".join(f"<li>{esc(C.one_line(c))}</li>" for c in claims) + "</ul>")
+    else:
+        out.append("<p>The spec states no claim.</p>")
+    if excludes:
+        out.append("<p>It does not claim:</p><ul>" + "".join(f"<li>{esc(C.one_line(e))}</li>" for e in excludes) + "</ul>")
+    else:
+        out.append("<p>The spec lists no exclusion.</p>")
+    return out
+
+
+def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any) -> str:
+    soak = getattr(getattr(spec, "header", None), "name", None) or verdict.soak
+    rows = C.backend_rows(verdict, results, meta, spec)
+    gpu_reason = C.gpu_unavailable_reason(meta)
+    out = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">",
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>soakspec report: {esc(soak)}</title>",
+        f"<style>{CSS}</style>",
+        "</head><body>",
+        f"<h1>soakspec report: {esc(soak)}</h1>",
+        f'<p><span class="badge {esc(verdict.outcome)}">{esc(verdict.outcome)}</span>{esc(C.verdict_sentence(verdict))}</p>',
+    ]
+    out += _results_table(rows)
+    out.append(f'<p class="note">{esc(C.ARTIFACT_NOTE.replace("`", ""))} {esc(C.GATE_NOTE)}</p>')
+    out.append("<h2>Per bucket, over time</h2>")
+    out.append('<p class="note">One point per bucket at its midpoint; shaded bands are the levels. '
+               "TTFT and ITL percentiles pool the bucket's completed requests; memory is the mean and maximum "
+               "of the telemetry samples taken in the bucket.</p>")
+    for b in results.get("backends") or []:
+        if not isinstance(b, Mapping):
+            continue
+        out.append(f'<section class="backend" data-backend="{esc(b.get("name"))}"><h3>Backend <code>{esc(b.get("name"))}</code></h3>')
+        out.append('<div class="charts">')
+        out += backend_charts(b, gpu_reason)
+        out.append("</div></section>")
+    out.append("<h2>Rules</h2>")
+    out += _rules_table(verdict)
+    out.append("<h2>Run</h2>")
+    out += _facts(verdict, meta, spec)
+    out += _claims(spec)
+    out.append(f'<p class="note">Generated by soakspec from the evidence of run {esc(meta.get("run_id") or verdict.run_id or "unknown")}; '
+               "the verdict was re-judged for this report.</p>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,326 @@
+"""`soakspec run --workers N`: one level's load from N processes, merged into one evidence stream.
+
+Why: one trio loop is one core. Past it, the client's own queueing shows up as latency (and
+the requested concurrency is not held), so a fast server needs more than one load process.
+
+Design, per level (the parent is the runner; `python -m soakspec.runner.workers` is a worker):
+
+  1. The parent starts N workers (N <= the level's concurrency in closed/batch mode), sends each
+     its job over stdin (pickled: level, workload, model, prompts, ids, its part p of N, and the
+     run clock's offset), and waits until every one says READY (imports done).
+  2. It picks the level's start t0 a moment ahead on the run clock and sends it. Every worker
+     builds `RunClock(offset=...)` -- the same clock, since `perf_counter` is the system-wide
+     monotonic clock -- and runs the ordinary `drive_level()` for its part with `t0` given, so
+     buckets, the warmup edge and the level's end are one set of times for all of them.
+     Closed/batch: worker w of the level's c runs in process w % N (each batch is split the same
+     way); open loop: every N-th arrival of the one seeded schedule, from arrival p.
+  3. Workers serialize each record exactly as `JsonlWriter.write` would (`dumps_line`) and stream
+     batches of lines back on stdout (every 256 records or 20 ms), with the outcome and TTFT of
+     each for the live progress. The parent appends each batch to the one requests.jsonl with one
+     write (line-atomic), and runs the bucket clock (fsync and progress at each bucket end).
+  4. At the end each worker sends its summary (requests sent, in-flight seconds, drain time) and
+     exits; the parent sums them into the level's `LevelRun`. Request indices are interleaved
+     (first + k*N + p), so ids stay unique and prompts cycle as with one process.
+
+Aborts: when the parent is cancelled it closes the workers' stdin; a worker then cancels its
+load (in-flight requests are recorded as aborted, as in one process) and flushes its records,
+which the parent still writes (bounded by `STOP_GRACE`); then any straggler is killed. Workers
+die with the parent (PR_SET_PDEATHSIG, and their stdin closing).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from soakspec.plan import Level
+from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, drive_level
+
+READY, START, RECORDS, DONE, ERROR, JOB = range(6)
+_HEAD = struct.Struct("<BI")  # message kind, payload length
+BATCH = 256  # records per message at most
+FLUSH_S = 0.02  # and at least this often
+STARTUP_TIMEOUT = 60.0  # for the workers to import and say READY
+START_MARGIN = 0.1  # t0 = now + this, so that every worker has the start before it comes
+STOP_GRACE = 5.0  # after an abort, for the workers to flush their records
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed (its traceback is the message)."""
+
+
+def processes_for(level: Level, workers: int) -> int:
+    """How many processes a level gets: closed/batch ones never more than their concurrency."""
+    if level.mode == "open":
+        return max(1, workers)
+    return max(1, min(workers, level.concurrency or 1))
+
+
+def _frame(kind: int, payload: bytes = b"") -> bytes:
+    return _HEAD.pack(kind, len(payload)) + payload
+
+
+class _Reader:
+    """Length-prefixed messages from a trio receive stream. Cancel-safe (keeps its buffer)."""
+
+    def __init__(self, stream: trio.abc.ReceiveStream) -> None:
+        self._stream = stream
+        self._buf = bytearray()
+
+    async def next(self) -> tuple[int, bytes] | None:
+        """The next message, or None at the end of the stream."""
+        while True:
+            if len(self._buf) >= _HEAD.size:
+                kind, size = _HEAD.unpack_from(self._buf)
+                end = _HEAD.size + size
+                if len(self._buf) >= end:
+                    payload = bytes(self._buf[_HEAD.size : end])
+                    del self._buf[:end]
+                    return kind, payload
+            data = await self._stream.receive_some(1 << 16)
+            if not data:
+                if self._buf:
+                    raise WorkerError("a worker's output ended mid-message")
+                return None
+            self._buf += data
+
+
+# ------------------------------------------------------------------------------------------
+# the parent
+
+
+async def drive_level_workers(
+    level: Level, ctx: LevelContext, job: dict[str, Any], workers: int, write_lines: Callable[[bytes], None]
+) -> tuple[LevelRun, int]:
+    """Run `level` from `workers` processes; returns the level's run and the next free request index.
+
+    `job` holds what a worker needs besides its part: host, port, api_key_env, workload, model,
+    prompts, backend, id_prefix, first_index, headers. Records go to `write_lines`; `ctx.stats`
+    and `ctx.on_bucket` work as with `drive_level`.
+    """
+    n = processes_for(level, workers)
+    clock = ctx.clock
+    stats = ctx.stats
+    procs: list[trio.Process] = []
+    readers: list[_Reader] = []
+    summaries: list[dict | None] = [None] * n
+    ended = [False] * n
+
+    def take(payload: bytes) -> None:
+        lines, outcomes, sent = pickle.loads(payload)
+        write_lines(lines)
+        _count(stats, outcomes, sent)
+
+    async def pump(p: int, draining: bool = False) -> None:
+        reader = readers[p]
+        while True:
+            msg = await reader.next()
+            if msg is None:
+                ended[p] = True
+                if summaries[p] is None and not draining:
+                    raise WorkerError(f"worker {p} of {n} exited without finishing its load")
+                return
+            kind, payload = msg
+            if kind == RECORDS:
+                take(payload)
+            elif kind == DONE:
+                summaries[p] = pickle.loads(payload)
+            elif kind == ERROR and not draining:
+                raise WorkerError(f"worker {p} of {n} failed:\n{payload.decode(errors='replace')}")
+
+    try:
+        for p in range(n):
+            proc = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "soakspec.runner.workers"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, preexec_fn=_pdeathsig,
+            )  # fmt: skip
+            procs.append(proc)
+            readers.append(_Reader(proc.stdout))  # type: ignore[arg-type]
+            part = dict(job, level=level, part=p, parts=n, clock_offset=clock.offset)
+            await proc.stdin.send_all(_frame(JOB, pickle.dumps(part)))  # type: ignore[union-attr]
+        with trio.fail_after(STARTUP_TIMEOUT):
+            for p, reader in enumerate(readers):
+                msg = await reader.next()
+                if msg is None or msg[0] != READY:
+                    detail = msg[1].decode(errors="replace") if msg and msg[0] == ERROR else "no READY"
+                    raise WorkerError(f"worker {p} of {n} did not start: {detail}")
+        t0 = clock.now() + START_MARGIN
+        for proc in procs:
+            await proc.stdin.send_all(_frame(START, struct.pack("<d", t0)))  # type: ignore[union-attr]
+        run = LevelRun(level, started_at=t0, measure_start=t0 + level.warmup_s)
+
+        async def bucket_clock() -> None:
+            for b in level.buckets:
+                await trio.sleep_until(clock.to_trio(run.measure_start + b.start_s + b.length_s))
+                if ctx.on_bucket is not None:
+                    ctx.on_bucket(b.index)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(bucket_clock)
+            for p in range(n):
+                nursery.start_soon(pump, p)
+    finally:
+        with trio.CancelScope(shield=True):
+            with trio.move_on_after(STOP_GRACE):
+                for proc in procs:
+                    with trio.move_on_after(0.5):  # closing stdin tells a worker to stop
+                        await proc.stdin.aclose()  # type: ignore[union-attr]
+                async with trio.open_nursery() as nursery:
+                    for p in range(len(readers)):
+                        if not ended[p]:
+                            nursery.start_soon(pump, p, True)
+            for proc in procs:
+                if proc.returncode is None:
+                    proc.kill()
+                await proc.wait()
+    first = job["first_index"]
+    assert all(s is not None for s in summaries)
+    done = [s for s in summaries if s is not None]
+    run.measure_end = run.measure_start + level.duration_s
+    run.completed = all(s["completed"] for s in done)
+    run.drained_at = max(s["drained_at"] for s in done)
+    run.sent = sum(s["sent"] for s in done)
+    run.busy_s = sum(s["busy_s"] for s in done)
+    used = [first + (s["ids"] - 1) * n + p + 1 for p, s in enumerate(done) if s["ids"]]
+    return run, max(used, default=first)
+
+
+def _count(stats: LiveStats, outcomes: list[tuple[str, float | None]], sent: int) -> None:
+    """`LiveStats.started()`/`finished()` for a batch of a worker's records."""
+    stats.sent += sent
+    stats.in_flight += sent - len(outcomes)
+    stats.done += len(outcomes)
+    for outcome, ttft in outcomes:
+        stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
+        if ttft is not None:
+            stats.ttfts.append(ttft)
+
+
+def _pdeathsig() -> None:
+    from soakspec.runner.procs import _pdeathsig as set_pdeathsig
+
+    set_pdeathsig()
+
+
+# ------------------------------------------------------------------------------------------
+# a worker
+
+
+async def _worker(msg_fd: int) -> None:
+    from soakspec.evidence.io import dumps_line
+    from soakspec.runner.clock import RunClock
+    from soakspec.runner.h11client import H11Connection
+
+    out = trio.lowlevel.FdStream(msg_fd)
+    reader = _Reader(trio.lowlevel.FdStream(os.dup(0)))
+    msg = await reader.next()
+    if msg is None or msg[0] != JOB:
+        return
+    job = pickle.loads(msg[1])
+    try:
+        level: Level = job["level"]
+        part, parts, first, prefix = job["part"], job["parts"], job["first_index"], job["id_prefix"]
+        clock = RunClock(offset=job["clock_offset"])
+        api_key = os.environ.get(job["api_key_env"]) if job["api_key_env"] else None
+        host, port = job["host"], job["port"]
+        shapes = Shapes(job["workload"], job["model"], job["prompts"])
+    except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
+        await out.send_all(_frame(ERROR, traceback.format_exc().encode()))
+        return
+    lines: list[bytes] = []
+    outcomes: list[tuple[str, float | None]] = []
+    stats = LiveStats()
+    reported = 0  # requests started, as last reported
+    ids = 0
+    full = trio.Event()
+
+    def next_id() -> tuple[int, str]:
+        nonlocal ids
+        i = first + ids * parts + part
+        ids += 1
+        return i, f"{prefix}-{i:07d}"
+
+    def sink(rec) -> None:
+        nonlocal full
+        lines.append(dumps_line(rec.to_json()).encode())
+        outcomes.append((rec.outcome.value, rec.ttft))
+        if len(lines) >= BATCH:
+            full.set()
+
+    async def flush() -> None:
+        nonlocal reported, full
+        if not lines and stats.sent == reported:
+            return
+        payload = pickle.dumps((b"".join(lines), list(outcomes), stats.sent - reported))
+        lines.clear()
+        outcomes.clear()
+        reported = stats.sent
+        full = trio.Event()
+        with trio.CancelScope(shield=True):  # a message is never cut
+            await out.send_all(_frame(RECORDS, payload))
+
+    async def flusher() -> None:
+        while True:
+            with trio.move_on_after(FLUSH_S):
+                await full.wait()
+            await flush()
+
+    await out.send_all(_frame(READY))
+    msg = await reader.next()
+    if msg is None or msg[0] != START:
+        return
+    (t0,) = struct.unpack("<d", msg[1])
+
+    def connect() -> H11Connection:
+        return H11Connection(host, port, clock, api_key=api_key)
+
+    ctx = LevelContext(
+        job["backend"], clock, connect, shapes, sink, next_id,
+        headers=job["headers"], stats=stats, t0=t0, part=(part, parts),
+    )  # fmt: skip
+    run: LevelRun | None = None
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def watch_parent() -> None:  # stdin closes: stop
+                while await reader.next() is not None:
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch_parent)
+            nursery.start_soon(flusher)
+            run = await drive_level(level, ctx)
+            nursery.cancel_scope.cancel()
+    except Exception:  # noqa: BLE001
+        with trio.CancelScope(shield=True):
+            await flush()
+            await out.send_all(_frame(ERROR, traceback.format_exc().encode()))
+        return
+    with trio.CancelScope(shield=True):
+        await flush()
+        if run is not None:
+            summary = {"sent": run.sent, "busy_s": run.busy_s, "drained_at": run.drained_at,
+                       "completed": run.completed, "ids": ids}  # fmt: skip
+            await out.send_all(_frame(DONE, pickle.dumps(summary)))
+
+
+def main() -> int:
+    msg_fd = os.dup(1)
+    os.dup2(2, 1)  # anything printed by mistake goes to stderr, not into the messages
+    try:
+        trio.run(_worker, msg_fd)
+    except (BrokenPipeError, trio.BrokenResourceError):  # the parent is gone
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Whole levels through both load paths: `drive_level` -> h11 hot path or httpx reference -> simulator.
+
+test_client.py proves each client alone, one request at a time. Here a level runs end to end
+(an open-loop schedule of concurrent requests over kept-alive connections, buckets, the sink),
+once with `H11Connection` and once with `HttpxClient`, each against a fresh, identically seeded
+in-process simulator (which answers by arrival order: hence a constant schedule, 25 ms apart).
+The records must agree in everything but ids, connection numbers and times; the schedule and
+the buckets must be the same.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+
+from soakspec.lang import load_spec
+from soakspec.plan import plan
+from soakspec.runner.clock import RunClock
+from soakspec.runner.h11client import H11Connection
+from soakspec.runner.httpxclient import HttpxClient
+from soakspec.runner.load import LevelContext, Shapes, drive_level
+from soakspec.runner.records import RECORD_KEYS, RequestRecord
+
+sim = pytest.importorskip("soakspec.sim.server")
+from soakspec.sim.config import SimConfig  # noqa: E402
+
+TIMES = {"request_id", "server_id", "worker", "intended_start", "start", "first_byte", "first_token", "end",
+         "ttft", "latency", "tpot"}  # fmt: skip
+
+SPEC = """\
+soak "loadpaths" {{
+  issue = "8"
+}}
+backend "sim" {{
+  sim {{}}
+  runtime {{
+    label = "host-staged"
+  }}
+}}
+workload "w" {{
+  endpoint = {endpoint}
+  prompt_words = 6
+  max_tokens = [7, 12]
+  load {{
+    mode = open
+    rate = [40rps]
+    arrival = constant
+  }}
+  duration = 1s
+  bucket = 500ms
+  deadline = 5s
+  follow_up = false
+}}
+gate {{
+  require failed == 0
+}}
+claims {{
+  claim "test"
+}}
+"""
+
+
+class _Httpx:
+    """`HttpxClient` as a load-path connection (the httpx client owns the pool)."""
+
+    def __init__(self, client: HttpxClient) -> None:
+        self.send = client.send
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+async def _level_records(tmp_path: Path, endpoint: str, kind: str, sim_options: dict[str, Any]):
+    path = tmp_path / f"{endpoint}.soak"
+    path.write_text(SPEC.format(endpoint=endpoint))
+    spec, diags, _ = load_spec(path)
+    assert spec is not None, diags
+    level = plan(spec).backends[0].levels[0]
+    clock = RunClock()
+    records: list[RequestRecord] = []
+    seq = iter(range(10**6))
+
+    def next_id() -> tuple[int, str]:
+        i = next(seq)
+        return i, f"{kind}-{i:07d}"
+
+    async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
+        config = SimConfig(model="sim", trace_log=False, seed=11, **sim_options)
+        port = await nursery.start(partial(sim.serve, config))
+        if kind == "h11":
+            connect = partial(H11Connection, "127.0.0.1", port, clock)
+        else:
+            client = HttpxClient(http, f"http://127.0.0.1:{port}", clock)
+            connect = partial(_Httpx, client)
+        ctx = LevelContext("sim", clock, connect, Shapes(spec.workloads[0], "sim"), records.append, next_id)
+        run = await drive_level(level, ctx)
+        nursery.cancel_scope.cancel()
+    return run, records
+
+
+def _normalized(run, rec: RequestRecord) -> dict[str, Any]:
+    d = {k: v for k, v in rec.to_json().items() if k not in TIMES}
+    d["itl"] = len(d["itl"])
+    d["scheduled"] = round(rec.intended_start - run.started_at, 9)  # the schedule, relative to the start
+    return d
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "options"),
+    [("completions", {}), ("completions", {"tokens_per_chunk": 3}), ("chat", {}), ("chat", {"tokens_per_chunk": 2})],
+)
+async def test_both_load_paths_record_the_same_level(tmp_path, endpoint, options) -> None:
+    """Same schedule, same buckets, same outcomes, tokens, texts (hashes) and ITL counts."""
+    options = {"ttft": 0.01, "itl": 0.002, **options}
+    rows = {}
+    for kind in ("h11", "httpx"):
+        run, records = await _level_records(tmp_path, endpoint, kind, options)
+        assert run.completed and run.sent == len(records) > 20
+        rows[kind] = sorted((_normalized(run, r) for r in records), key=lambda d: d["scheduled"])
+        assert all(tuple(r.to_json()) == RECORD_KEYS for r in records)
+        assert all(d["outcome"] == "completed" for d in rows[kind]), rows[kind]
+    h11_rows, httpx_rows = rows["h11"], rows["httpx"]
+    assert len(h11_rows) == len(httpx_rows)
+    for a, b in zip(h11_rows, httpx_rows):
+        assert abs(a.pop("scheduled") - b.pop("scheduled")) < 1e-6
+        assert a == b

@@ -1,0 +1,293 @@
+"""`soakspec report` on a real demo run: md, html, junit and json.
+
+The module runs `soakspec run specs/demo.soak` once at full scale (about 50 s): a time-scaled
+run can never PASS (the judge's built-in `full_scale_run` makes it INCONCLUSIVE), and the md
+report of a *passing* run is what has to render as a table and pass `lint-claims`. Failing and
+hostile cases use the judge's synthetic evidence (tests/test_report_render.py).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+import zlib
+from pathlib import Path
+
+import pytest
+
+from soakspec.cli import main
+from soakspec.evidence import schema
+from soakspec.report.html import CHART_METRICS
+
+REPO = Path(__file__).resolve().parents[1]
+DEMO = REPO / "specs" / "demo.soak"
+EXCLUDES = ("production readiness", "GPU performance", "long-prompt stability")
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report") / "demo"
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(DEMO), "--out", str(out), "--quiet"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode in (0, 3), proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert (out / "manifest.json").is_file()
+    return out
+
+
+def report(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(["report", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture(scope="module")
+def verdict(run_dir) -> dict:
+    """verdict.json's shape, re-judged in-process from the evidence."""
+    from soakspec.commands.gate import spec_for
+    from soakspec.judge import judge, load_evidence
+
+    evidence = load_evidence(run_dir)
+    return judge(spec_for(evidence, None, str(run_dir))[0], evidence).to_json()
+
+
+def table_rows(md: str) -> list[list[str]]:
+    """The results table: the block of `|` lines starting at the `| Backend |` header, split
+    into cells (GFM: `\\|` is a literal pipe, not a separator)."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| Backend |"))
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        block.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
+    return block
+
+
+def manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+# ------------------------------------------------------------------------------ the run
+
+
+def test_demo_run_passes(run_dir, verdict, capsys):
+    """The full-scale demo passes its gate, and every format exits with the verdict's code."""
+    assert verdict["verdict"] == "PASS", verdict["summary"]
+    for fmt in ("md", "html", "json", "junit"):
+        code, out, err = report(capsys, str(run_dir), "--format", fmt)
+        assert code == 0, (fmt, err)
+        assert out.endswith("\n") and err == ""
+
+
+# ------------------------------------------------------------------------------ md
+
+
+def test_md_results_table_shape(run_dir, capsys):
+    """Header + separator + one row per backend, the same column count on every line, the
+    seed's columns, and GitHub-flavoured Markdown renders it as a table."""
+    code, md, _ = report(capsys, str(run_dir), "--format", "md")
+    rows = table_rows(md)
+    assert rows[0] == ["Backend", "Runtime boundary", "Completed", "Failed/timeouts", "Buckets", "Gate", "Artifact SHA-256"]
+    assert all(re.fullmatch(r"-{3,}", c) for c in rows[1])
+    names = [b["name"] for b in manifest(run_dir)["backends"]]
+    assert [r[0] for r in rows[2:]] == names == ["sim-fast", "sim-slow"]
+    assert {len(r) for r in rows} == {7}
+    for r in rows[2:]:
+        assert r[5] == "passed" and r[3] == "0 / 0" and r[4] == "4"
+
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    tables = re.findall(r"<table>.*?</table>", html, re.S)
+    results = next(t for t in tables if "<th>Artifact SHA-256</th>" in t)
+    assert results.count("<tr>") == 1 + len(names)
+    assert results.count("<th>") == 7 and results.count("<td>") == 7 * len(names)
+
+
+def test_md_values_are_the_evidence(run_dir, capsys):
+    """Completed and failures count requests.jsonl; the SHA-256 is the manifest's hash of it."""
+    _, md, _ = report(capsys, str(run_dir), "--format", "md")
+    m = manifest(run_dir)
+    for row in table_rows(md)[2:]:
+        name = row[0]
+        recs = [json.loads(x) for x in (run_dir / "backends" / name / "requests.jsonl").read_text().splitlines()]
+        measured = [r for r in recs if r["bucket"] >= 0]
+        assert row[2] == str(sum(r["outcome"] == "completed" for r in measured))
+        assert row[6] == m["artifacts"][f"backends/{name}/requests.jsonl"]
+        entry = next(b for b in m["backends"] if b["name"] == name)
+        assert row[1].strip("`") == entry["runtime_boundary"]["display"]
+    assert "backends/<name>/requests.jsonl" in md  # the footnote says what the hash is of
+    assert re.search(r"^- hardware: (no GPU \(NVML unavailable: .+\)|\d+x .+)$", md, re.M)
+    assert "- workload: prompt_words=32, max_tokens=32,48, greedy, ignore-EOS, concurrency 4,8, closed loop," in md
+    assert "- time scale: 1 (full scale)" in md and "- rehearsal: no" in md
+
+
+def test_md_claim_boundary_lists_every_exclude_verbatim(run_dir, capsys):
+    _, md, _ = report(capsys, str(run_dir), "--format", "md")
+    section = md[md.index("### Claim Boundary"):]
+    assert "This is short-shape sustained HTTP soak evidence against the embedded simulator." in section
+    after = section[section.index("It does not claim:"):].splitlines()
+    assert [line[2:] for line in after if line.startswith("- ")] == list(EXCLUDES)
+
+
+def test_md_passes_lint_claims(run_dir, tmp_path, capsys):
+    """By construction: the md report of the run, linted against the spec and the evidence,
+    has no finding (text and JSON output)."""
+    _, md, _ = report(capsys, str(run_dir), "--format", "md")
+    doc = tmp_path / "PR.md"
+    doc.write_text(md)
+    assert main(["lint-claims", str(doc), "--spec", str(DEMO), "--evidence", str(run_dir)]) == 0
+    assert capsys.readouterr().out.strip() == f"{doc}: no findings"
+    assert main(["lint-claims", str(doc), "--spec", str(DEMO), "--evidence", str(run_dir), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["diagnostics"] == []
+
+
+def test_md_edited_table_is_caught_by_lint_claims(run_dir, tmp_path, capsys):
+    """The linter does read the generated table: a changed count is a finding on its line."""
+    _, md, _ = report(capsys, str(run_dir), "--format", "md")
+    row = table_rows(md)[2]
+    line = next(i for i, x in enumerate(md.splitlines(), 1) if x.startswith(f"| {row[0]} |"))
+    doctored = md.replace(f"| {row[2]} | {row[3]} |", f"| {int(row[2]) + 1} | {row[3]} |", 1)
+    doc = tmp_path / "PR.md"
+    doc.write_text(doctored)
+    assert main(["lint-claims", str(doc), "--spec", str(DEMO), "--evidence", str(run_dir)]) == 1
+    assert f"{doc}:{line}:" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------------------ html
+
+
+def test_html_is_self_contained_with_one_chart_per_backend_per_metric(run_dir, capsys):
+    _, page, _ = report(capsys, str(run_dir), "--format", "html")
+    assert page.startswith("<!DOCTYPE html>")
+    for ref in ("http://", "https://", "<script", "src=", "href=", "url(", "@import", "<link", "<img", "<iframe"):
+        assert ref not in page.lower(), ref
+    charts = re.findall(r'<svg class="chart" data-backend="([^"]*)" data-metric="([^"]*)"', page)
+    names = [b["name"] for b in manifest(run_dir)["backends"]]
+    assert sorted(charts) == sorted((n, m) for n in names for m in CHART_METRICS)
+    # the latency charts are real charts with a point per bucket, not placeholders
+    for n in names:
+        svg = re.search(rf'<svg class="chart" data-backend="{n}" data-metric="ttft".*?</svg>', page, re.S).group(0)
+        assert svg.count("<polyline") == 3 and svg.count("<circle") == 3 * 4
+    assert "no GPU telemetry" in page  # NVML is unavailable here: GPU memory says so
+
+
+def _png_pixels_vary(data: bytes) -> int:
+    """Distinct byte values in the PNG's decompressed image data (a blank page has 1-3)."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat = 8, b""
+    while pos < len(data):
+        n = int.from_bytes(data[pos:pos + 4], "big")
+        kind = data[pos + 4:pos + 8]
+        if kind == b"IDAT":
+            idat += data[pos + 8:pos + 8 + n]
+        pos += 12 + n
+    return len(set(zlib.decompress(idat)))
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed (apt-get install chromium)")
+def test_html_renders_in_headless_chromium(run_dir, tmp_path, capsys):
+    page = tmp_path / "report.html"
+    assert main(["report", str(run_dir), "--format", "html", "--out", str(page)]) == 0
+    capsys.readouterr()
+    shot = tmp_path / "shot.png"
+    proc = subprocess.run(
+        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}", "--window-size=1280,2000",
+         page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = shot.read_bytes()
+    assert len(data) > 20_000, len(data)
+    assert _png_pixels_vary(data) > 64
+
+
+# ------------------------------------------------------------------------------ junit, json
+
+
+def test_junit_one_testcase_per_rule(run_dir, verdict, capsys):
+    _, xml, _ = report(capsys, str(run_dir), "--format", "junit")
+    root = ET.fromstring(xml)
+    cases = root.findall("./testsuite/testcase")
+    assert [(c.get("classname"), c.get("name")) for c in cases] == [(r["class"], r["rule"]) for r in verdict["rules"]]
+    assert root.get("tests") == str(len(verdict["rules"]))
+    assert not root.findall(".//failure") and root.get("failures") == "0"
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props["verdict"] == "PASS" and props["run_id"] == manifest(run_dir)["run_id"]
+    assert all(c.find("system-out").text.startswith("rule: ") for c in cases)
+
+
+def test_json_validates(run_dir, capsys):
+    _, out, _ = report(capsys, str(run_dir), "--format", "json")
+    doc = json.loads(out)
+    assert set(doc) == {"schema_version", "verdict", "results"} and doc["schema_version"] == 1
+    assert not schema.validate("verdict", doc["verdict"])
+    assert not schema.validate("results", doc["results"])
+    assert doc["verdict"]["verdict"] == "PASS"
+
+
+# ------------------------------------------------------------------------------ the command
+
+
+def test_out_writes_the_file_and_nothing_to_stdout(run_dir, tmp_path, capsys):
+    dest = tmp_path / "r.md"
+    assert main(["report", str(run_dir), "--out", str(dest)]) == 0
+    out, err = capsys.readouterr()
+    assert out == "" and f"wrote {dest}" in err
+    _, md, _ = report(capsys, str(run_dir), "--format", "md")
+    assert dest.read_text() == md
+    assert [p.name for p in tmp_path.iterdir()] == ["r.md"]  # no temporary file left behind
+
+
+def test_a_stored_verdict_is_never_trusted(run_dir, tmp_path, capsys):
+    """A verdict.json that says FAIL (bound to the right manifest) changes nothing: the report
+    re-judges the evidence."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    v = json.loads((copy / "verdict.json").read_text())
+    v.update(verdict="FAIL", exit_code=1)
+    (copy / "verdict.json").write_text(json.dumps(v))
+    code, md, _ = report(capsys, str(copy), "--format", "md")
+    assert code == 0 and "**Verdict: PASS**" in md
+
+
+def test_edited_evidence_fails_and_names_the_file(run_dir, tmp_path, capsys):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    p = copy / "backends" / "sim-slow" / "requests.jsonl"
+    p.write_text(p.read_text().replace('"outcome":"completed"', '"outcome":"failed"', 1))
+    code, md, _ = report(capsys, str(copy), "--format", "md")
+    assert code == 1
+    assert all(r[5] == "failed" for r in table_rows(md)[2:])
+    assert "FAIL  [evidence] artifacts_verified — backends/sim-slow/requests.jsonl: changed since the manifest was written" in md
+    code, xml, _ = report(capsys, str(copy), "--format", "junit")
+    assert code == 1
+    failed = [c.get("name") for c in ET.fromstring(xml).iter("testcase") if c.find("failure") is not None]
+    assert "artifacts_verified" in failed
+
+
+def test_a_newer_spec_rejudges_and_says_so(run_dir, tmp_path, capsys):
+    strict = tmp_path / "strict.soak"
+    strict.write_text(DEMO.read_text().replace("require p95(ttft) < 1s per level", "require p95(ttft) < 1ms per level"))
+    code, md, err = report(capsys, str(run_dir), "--format", "md", "--spec", str(strict))
+    assert code == 1
+    assert "differs from the spec the run used" in err
+    assert "FAIL  [performance] p95(ttft) < 1ms per level" in md
+    assert "- note: judged with a spec" in md
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
+    assert "no such evidence directory" in capsys.readouterr().err
+    assert main(["report", str(tmp_path)]) == 2
+    with pytest.raises(SystemExit) as e:
+        main(["report", str(tmp_path), "--format", "pdf"])
+    assert e.value.code == 2

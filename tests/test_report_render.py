@@ -1,0 +1,232 @@
+"""The renderers on synthetic evidence (`soakspec.judge.testing`): failing runs, hostile
+strings, GPU telemetry present or absent, time-scaled runs. Fast: nothing runs."""
+
+from __future__ import annotations
+
+import json
+import re
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from soakspec.cli import main
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+from soakspec.lang import load_spec
+from soakspec.report import FORMATS, evidence_meta, prepare, render
+from soakspec.report.html import CHART_METRICS
+from soakspec.report.md import md_cell, md_code
+
+REPO = Path(__file__).resolve().parents[1]
+SEED = REPO / "specs" / "dsv2lite.soak"
+HOSTILE = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def seed():
+    return load_spec(SEED)[0]
+
+
+def failed_one(spec) -> EvidenceBuilder:
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("nccl", level=1, bucket=1))[0], "failed", "engine died")
+    return b
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def results_rows(md: str) -> list[list[str]]:
+    lines = md.splitlines()
+    i = next(i for i, x in enumerate(lines) if x.startswith("| Backend |"))
+    out = []
+    for x in lines[i:]:
+        if not x.startswith("|"):
+            break
+        out.append(cells(x))
+    return out
+
+
+# ------------------------------------------------------------------------------ failing runs
+
+
+def test_failed_request_md_names_the_rule_and_the_bucket(seed):
+    inp = prepare(seed, failed_one(seed).build())
+    assert inp.verdict.outcome == "FAIL"
+    md = inp.render("md")
+    rows = {r[0]: r for r in results_rows(md)[2:]}
+    assert rows["nccl"][3] == "1 / 0" and rows["nccl"][2] == "31"
+    assert rows["host-staged"][3] == "0 / 0"
+    assert {r[5] for r in rows.values()} == {"failed"}
+    assert "**Verdict: FAIL** (1 of 14 required rules failed; " in md
+    assert ("FAIL  [performance] failed == 0 — backend nccl, concurrency 8 (batches of 8), bucket 1 [" in md
+            and '1 failed request (HTTP 200 with an in-stream error: "engine died")' in md)
+    # provenance lines of the seed's "Retained Evidence"
+    assert "- commit: 0123456789abcdef0123456789abcdef01234567" in md
+    assert "- model revision: 604d5664dddd88a0433dbae533b7fe9472482de0" in md
+    assert "batch mode (batches of 8), duration_s=120 per level, bucket_s=60" in md
+    assert "- required trace coverage: 100%" in md
+
+
+def test_failed_request_junit_has_a_failure_on_that_rule(seed):
+    inp = prepare(seed, failed_one(seed).build())
+    root = ET.fromstring(inp.render("junit"))
+    cases = root.findall("./testsuite/testcase")
+    assert len(cases) == len(inp.verdict.rules)
+    failed = [(c.get("classname"), c.get("name")) for c in cases if c.find("failure") is not None]
+    assert failed == [("performance", "failed == 0")]
+    f = next(c for c in cases if c.get("name") == "failed == 0").find("failure")
+    assert "engine died" in f.get("message") and f.get("type") == "fail"
+    out = next(c for c in cases if c.get("name") == "failed == 0").find("system-out").text
+    assert "observed: failed = 1" in out and "scope: backend" in out
+    assert root.get("failures") == "1" and root.find("testsuite").get("failures") == "1"
+
+
+def test_inconclusive_rules_are_skipped_with_the_reason(seed):
+    inp = prepare(seed, EvidenceBuilder(seed, time_scale=0.1, rehearsal=True).build())
+    assert inp.verdict.outcome == "INCONCLUSIVE"
+    root = ET.fromstring(inp.render("junit"))
+    skipped = {c.get("name"): c.find("skipped").get("message") for c in root.iter("testcase") if c.find("skipped") is not None}
+    assert "full_scale_run" in skipped and "rehearsal" in skipped["full_scale_run"]
+    assert root.get("skipped") == str(len(skipped)) and not root.findall(".//failure")
+    md = inp.render("md")
+    assert "- rehearsal: yes: every backend was replaced by the simulator" in md
+    assert "- time scale: 0.1 (every duration was multiplied by 0.1); such a run cannot pass a full-scale gate" in md
+    assert {r[5] for r in results_rows(md)[2:]} == {"inconclusive"}
+
+
+def test_not_evaluated_rules_are_skipped(seed):
+    b = EvidenceBuilder(seed)
+    b.entry("nccl")["source"]["commit_after"] = "f" * 40  # commit changed mid-run: provenance fails
+    inp = prepare(seed, b.build())
+    root = ET.fromstring(inp.render("junit"))
+    status = {r.rule: r.status for r in inp.verdict.rules}
+    for c in root.iter("testcase"):
+        s = status[c.get("name")]
+        assert (c.find("failure") is not None) == (s == "fail")
+        assert (c.find("skipped") is not None) == (s in ("inconclusive", "not_evaluated"))
+    assert "not_evaluated" in status.values()
+    assert "changed during the run" in inp.render("md")
+
+
+def test_cli_report_exit_codes_follow_the_verdict(seed, tmp_path, capsys):
+    ok = EvidenceBuilder(seed).write(tmp_path / "ok")
+    bad = failed_one(seed).write(tmp_path / "bad")
+    scaled = EvidenceBuilder(seed, time_scale=0.1).write(tmp_path / "scaled")
+    for fmt in FORMATS:
+        assert main(["report", str(ok), "--format", fmt]) == 0
+        assert main(["report", str(bad), "--format", fmt]) == 1
+        assert main(["report", str(scaled), "--format", fmt]) == 3
+    capsys.readouterr()
+
+
+# ------------------------------------------------------------------------------ hostile input
+
+
+@pytest.fixture(scope="module")
+def hostile():
+    """A backend named `<script>alert(1)</script>`, a failed request whose error carries markup,
+    control characters and a lone surrogate, and a runtime boundary with pipes and backticks."""
+    spec = small_spec(backends=(HOSTILE, "b"))
+    b = EvidenceBuilder(spec)
+    r = list(b.measured(HOSTILE))[0]
+    b.set_outcome(r, "failed", "</pre></code>```\n<img src=x onerror=alert(2)> \x00\x1b[31m \udc80 & ]]> --> http://evil.example/x")
+    b.entry("b")["runtime_boundary"]["display"] = "a | b `c` <i>d</i>"
+    return prepare(spec, b.build())
+
+
+def test_hostile_backend_name_is_escaped_in_html(hostile):
+    page = hostile.render("html")
+    assert HOSTILE not in page and "<script" not in page.lower()
+    assert "<img" not in page and "onerror=alert(2)>" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "\x00" not in page and "\x1b" not in page and "\\x00" in page
+    charts = re.findall(r'<svg class="chart" data-backend="([^"]*)" data-metric="([^"]*)"', page)
+    names = ("&lt;script&gt;alert(1)&lt;/script&gt;", "b")
+    assert sorted(charts) == sorted((n, m) for n in names for m in CHART_METRICS)
+    page.encode("utf-8")  # no lone surrogate left
+
+
+def test_hostile_strings_keep_the_md_table_and_code_block_intact(hostile):
+    md = hostile.render("md")
+    rows = results_rows(md)
+    assert {len(r) for r in rows} == {7} and len(rows) == 4
+    assert rows[2][0] == md_code(HOSTILE) == "`<script>alert(1)</script>`"
+    assert rows[3][1] == "`` a \\| b `c` <i>d</i> ``"
+    # the rules block: its fence is longer than any backtick run inside, so nothing escapes it
+    block = re.search(r"^(`{3,})text\n(.*?)^\1$", md, re.S | re.M)
+    assert block and len(block.group(1)) > 3 and "engine" not in block.group(2)
+    assert "<img src=x" in block.group(2)  # inside the code block: shown, never rendered
+    outside = md.replace(block.group(0), "")
+    assert "<img" not in outside and "<script>" not in outside.replace("`<script>alert(1)</script>`", "")
+
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("commonmark").enable("table").render(md)
+    assert "<script>" not in html and "<img" not in html and "<i>" not in html
+
+
+def test_hostile_strings_junit_parses(hostile):
+    xml = hostile.render("junit")
+    root = ET.fromstring(xml)
+    f = next(c for c in root.iter("testcase") if c.get("name") == "failed == 0").find("failure")
+    assert "onerror=alert(2)" in f.text and "\\x00" in f.text and "\\x1b" in f.text
+    xml.encode("utf-8")
+
+
+def test_hostile_strings_json_is_valid(hostile):
+    text = hostile.render("json")
+    doc = json.loads(text)
+    assert doc["schema_version"] == 1 and doc["verdict"]["verdict"] == "FAIL"
+
+
+# ------------------------------------------------------------------------------ details
+
+
+def test_gpu_memory_chart_with_and_without_gpu_telemetry(seed):
+    b = EvidenceBuilder(seed)
+    page = prepare(seed, b.build()).render("html")
+    svg = re.search(r'<svg class="chart" data-backend="nccl" data-metric="gpu_memory".*?</svg>', page, re.S).group(0)
+    assert "<polyline" in svg and "GiB" in svg and "no GPU telemetry" not in svg
+    for rows in b.telemetry.values():
+        for row in rows:
+            row["gpus"] = None
+    page = prepare(seed, b.build()).render("html")
+    svg = re.search(r'<svg class="chart" data-backend="nccl" data-metric="gpu_memory".*?</svg>', page, re.S).group(0)
+    assert "<polyline" not in svg and "no GPU telemetry (NVML unavailable: synthetic)" in " ".join(
+        re.findall(r">([^<]+)</text>", svg))
+
+
+def test_hardware_line_names_the_gpus(seed):
+    b = EvidenceBuilder(seed)
+    dev = {"name": "NVIDIA GeForce RTX 5090", "index": 0}
+    b.manifest["gpus"] = {"available": True, "cuda_version": "12.8", "driver_version": "570.86", "devices": [dev, dict(dev, index=1)]}
+    md = prepare(seed, b.build()).render("md")
+    assert "- hardware: 2x NVIDIA GeForce RTX 5090, CUDA 12.8, driver 570.86" in md
+    b.manifest["gpus"] = {"available": False, "reason": "libnvidia-ml.so.1 not found"}
+    assert "- hardware: no GPU (NVML unavailable: libnvidia-ml.so.1 not found)" in prepare(seed, b.build()).render("md")
+
+
+def test_a_backend_missing_from_the_evidence_is_a_not_run_row(seed):
+    b = EvidenceBuilder(seed)
+    b.manifest["backends"] = [e for e in b.manifest["backends"] if e["name"] != "nccl"]
+    md = prepare(seed, b.build()).render("md")
+    rows = {r[0]: r for r in results_rows(md)[2:]}
+    assert rows["nccl"][5] == "not run" and rows["nccl"][2] == "-"
+
+
+def test_rendering_is_pure_and_deterministic(seed):
+    ev = failed_one(seed).build()
+    a, b = prepare(seed, ev), prepare(seed, ev)
+    for fmt in FORMATS:
+        assert a.render(fmt) == b.render(fmt) == render(a.verdict, a.results, evidence_meta(ev), seed, fmt)
+    with pytest.raises(ValueError, match="unknown report format"):
+        render(a.verdict, a.results, a.meta, seed, "pdf")
+
+
+def test_md_cells_are_plain_when_harmless_and_code_otherwise():
+    assert md_cell("host-staged") == "host-staged"
+    assert md_cell("NCCL 2.26.2, NCCL_IB_DISABLE=1") == "`NCCL 2.26.2, NCCL_IB_DISABLE=1`"
+    assert md_cell("") == "-"
+    assert md_code("a`b") == "`` a`b ``" and md_code("x|y") == "`x\\|y`"
