@@ -139,6 +139,9 @@ class _BackendRun:
             from soakspec.evidence.provenance import git_state
 
             self.source_before = await trio.to_thread.run_sync(git_state, repo)
+        # Request and trace lines are not schema-checked as they are written: a full jsonschema
+        # pass costs milliseconds per record, more than the request itself. RequestRecord.to_json
+        # is tested against the schema, and `verify`/`gate` check every line after the run.
         self.writer = JsonlWriter(eng.layout.requests(b.name), schema=None)
         kind = "sim" if eng.plan.rehearsal else b.kind
         try:
@@ -233,7 +236,7 @@ class _BackendRun:
         eng = self.engine
         interval = max(0.5, eng.plan.spec.telemetry.interval_s * (eng.plan.time_scale if eng.plan.rehearsal else 1.0))
         pid = self.server.pid if self.server is not None else None
-        with JsonlWriter(eng.layout.telemetry(self.backend.name)) as w:
+        with JsonlWriter(eng.layout.telemetry(self.backend.name), schema="telemetry") as w:
             while True:
                 rec = await trio.to_thread.run_sync(telemetry_record, eng.nvml, pid)
                 w.write(rec)

@@ -1,0 +1,214 @@
+"""The hot path's shortcuts change nothing: each is checked against the general code it bypasses.
+
+- `StreamAccumulator._fast_events` (one regex split for events in vLLM's byte layout) against
+  `SSEParser` + `json` on the same bytes, cut anywhere, including layouts it must refuse;
+- `parse_head` (plain response heads) against h11;
+- the hand-made request bytes against h11's serialization, and the body template against
+  building each body in full.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import h11
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from soakspec.runner import protocol
+from soakspec.runner.clock import RunClock
+from soakspec.runner.h11client import USER_AGENT, H11Connection, _awaiting_response, parse_head
+from soakspec.runner.protocol import Endpoint, Limits, RequestShape, Sampling, StreamAccumulator, build_body
+from soakspec.runner.records import RequestRecord
+
+SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# ---------------------------------------------------------------------------------------------
+# SSE streams: mostly the fast layout, with every kind of deviation mixed in
+
+texts = st.one_of(
+    st.sampled_from(["", " the", " a", "é", " 東京", "x" * 40]),
+    st.text(max_size=6),  # quotes, backslashes, control characters: escaped, so not fast
+)
+reasons = st.sampled_from([None, None, None, "length", "stop", "error"])
+
+
+def _j(x: Any) -> str:
+    return json.dumps(x, ensure_ascii=False)
+
+
+@st.composite
+def fast_event(draw, chat: bool) -> bytes:
+    obj = "chat.completion.chunk" if chat else "text_completion"
+    head = f'{{"id":{_j(draw(st.sampled_from(["cmpl-1", "", "chatcmpl-é"])))},"object":"{obj}","created":{draw(st.integers(0, 2**40))},"model":"m",'
+    if draw(st.integers(0, 5)) == 0:
+        choices = '"choices":[]'
+    else:
+        text = draw(texts)
+        if chat:
+            body = draw(st.sampled_from([
+                f'"delta":{{"content":{_j(text)}}}', f'"delta":{{"role":"assistant","content":{_j(text)}}}',
+                '"delta":{}', '"delta":{"role":"assistant"}', '"delta":{"content":null}',
+            ]))  # fmt: skip
+        else:
+            body = f'"text":{_j(text)}'
+        reason = draw(reasons)
+        stop = draw(st.sampled_from(["", ',"stop_reason":null', ',"stop_reason":7', ',"stop_reason":"</s>"']))
+        choices = f'"choices":[{{"index":0,{body},"logprobs":null,"finish_reason":{_j(reason)}{stop}}}]'
+    usage = draw(st.sampled_from(["none", "null", "cum", "cum"]))
+    tail = ""
+    if usage == "null":
+        tail = ',"usage":null'
+    elif usage == "cum":
+        ct = draw(st.integers(0, 70))
+        tail = f',"usage":{{"prompt_tokens":{draw(st.integers(0, 9))},"total_tokens":{ct + 3},"completion_tokens":{ct}}}'
+    return ("data: " + head + choices + tail + "}\n\n").encode()
+
+
+@st.composite
+def odd_event(draw) -> bytes:
+    """Events the fast path must leave to the general parser."""
+    return draw(st.sampled_from([
+        b'data: {"id": "cmpl-1", "choices": [{"index": 0, "text": " spaced"}]}\n\n',
+        b'data: {"choices":[{"text":" reordered","index":0}],"id":"x"}\n\n',
+        b'data: {"id":"x","object":"text_completion","created":0123,"model":"m","choices":[]}\n\n',  # leading 0
+        b'data: {"id":"x","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
+        b'"text":"\xff\xfe","logprobs":null,"finish_reason":null}]}\n\n',  # not UTF-8
+        b'data: {"error":{"message":"engine died","code":500}}\n\n',
+        b"event: error\ndata: boom\n\n",
+        b": keep-alive comment\n\n",
+        b'data: {"id":"x","choices":[{"index":0,"text":" crlf"}]}\r\n\r\n',
+        b'data: {"id":"x",\n\n',  # malformed
+        b"data: [DONE]\n\n",
+        b'data: {"id":"x","choices":[{"index":0,"text":" multi"}],\ndata: "usage":null}\n\n',
+    ]))  # fmt: skip
+
+
+@st.composite
+def stream(draw, chat: bool) -> tuple[bytes, list[int]]:
+    events = draw(st.lists(st.one_of(fast_event(chat), fast_event(chat), fast_event(chat), odd_event()), max_size=14))
+    if draw(st.booleans()):
+        events.append(b"data: [DONE]\n\n")
+        events += draw(st.lists(fast_event(chat), max_size=2))  # after [DONE]: ignored
+    data = b"".join(events)
+    cuts = sorted(set(draw(st.lists(st.integers(0, len(data)), max_size=6))))
+    return data, cuts
+
+
+def _accumulate(data: bytes, cuts: list[int], shape: RequestShape, limits: Limits, fast: bool, ended: bool):
+    acc = StreamAccumulator(shape, limits)
+    if not fast:
+        acc._fast = lambda data: [data]  # no event matches: everything goes through SSEParser
+    acc.on_response(200, "text/event-stream")
+    t = 100.0
+    kept = True
+    for a, b in zip([0, *cuts], [*cuts, len(data)]):
+        t += 0.01
+        if b > a and not (kept := acc.on_body(data[a:b], t)):
+            break
+    if ended and kept:
+        acc.on_end(t)
+    rec = RequestRecord("r", intended_start=99.0, start=99.0)
+    acc.finish(rec, t + 0.01)
+    return kept, rec.to_json()
+
+
+@SETTINGS
+@given(st.booleans().flatmap(lambda chat: st.tuples(st.just(chat), stream(chat))), st.booleans(),
+       st.sampled_from([protocol.DEFAULT_LIMITS, Limits(max_event_bytes=200, max_response_bytes=1500)]))  # fmt: skip
+def test_fast_events_equal_the_general_parser(case, ended, limits) -> None:
+    """For any byte stream cut anywhere: the same record, and reading stops at the same point."""
+    chat, (data, cuts) = case
+    shape = RequestShape(Endpoint.CHAT if chat else Endpoint.COMPLETIONS, "m", "p", max_tokens=16)
+    assert _accumulate(data, cuts, shape, limits, True, ended) == _accumulate(data, cuts, shape, limits, False, ended)
+
+
+def test_the_fast_path_takes_vllm_and_simulator_events() -> None:
+    """It is not vacuous: a vLLM-layout stream is read without the general parser."""
+    events = [
+        b'data: {"id":"cmpl-7","object":"text_completion","created":1,"model":"m","choices":[{"index":0,'
+        b'"text":" t%d","logprobs":null,"finish_reason":null,"stop_reason":null}],'
+        b'"usage":{"prompt_tokens":3,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (i, i + 4, i + 1)
+        for i in range(5)
+    ]
+    data = b"".join(events) + b"data: [DONE]\n\n"
+    acc = StreamAccumulator(RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=5))
+    acc.on_response(200, "text/event-stream")
+    assert acc._fast_events(data, 1.0) == len(data)
+    assert (acc.chunks, acc._usage, acc.done, acc.server_id) == (5, 5, True, "cmpl-7")
+
+
+# ---------------------------------------------------------------------------------------------
+# response heads
+
+header_names = st.sampled_from([b"Content-Type", b"content-length", b"Transfer-Encoding", b"Connection", b"X-A",
+                                b"Bad Name", b"", b"Server"])  # fmt: skip
+header_values = st.sampled_from([b"text/event-stream", b"12", b"chunked", b"CHUNKED", b"gzip", b"close", b"keep-alive",
+                                 b"", b" padded ", b"a\tb", b"1, 1", b"x\x00y", b"caf\xc3\xa9", b"-3", b"0012"])  # fmt: skip
+
+
+@st.composite
+def heads(draw) -> bytes:
+    status = draw(st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.0 200 OK", b"HTTP/1.1 204", b"HTTP/1.1 429 Too Many",
+                                   b"HTTP/1.1 100 Continue", b"HTTP/2.0 200 OK", b"HTTP/1.1 200 \xe9t\xe9", b"HTTP/1.1 20 X"]))  # fmt: skip
+    lines = [status]
+    for name, value in draw(st.lists(st.tuples(header_names, header_values), max_size=5)):
+        sep = draw(st.sampled_from([b": ", b":", b" : ", b":\t"]))
+        lines.append(name + sep + value)
+    if draw(st.integers(0, 6)) == 0:
+        lines.insert(1, b" folded")
+    eol = draw(st.sampled_from([b"\r\n", b"\r\n", b"\n"]))
+    return eol.join(lines) + eol + eol + draw(st.sampled_from([b"", b"body", b"data: x\n\n"]))
+
+
+@SETTINGS
+@given(heads())
+def test_parse_head_agrees_with_h11(data: bytes) -> None:
+    """Whatever `parse_head` accepts, h11 accepts alike: same status, version, headers and body start."""
+    head = parse_head(data)
+    if head is None:
+        return
+    status, version, headers, end = head
+    conn = _awaiting_response()
+    conn.receive_data(data)
+    event = conn.next_event()
+    assert type(event) is h11.Response
+    assert (event.status_code, event.http_version, list(event.headers)) == (status, version, headers)
+    assert conn.trailing_data[0] == data[end:]
+
+
+def test_parse_head_takes_a_plain_head() -> None:
+    data = b"HTTP/1.1 200 OK\r\nServer: nginx\r\nContent-Type: text/event-stream\r\nContent-Length: 4\r\n\r\nbody"
+    assert parse_head(data) == (200, b"1.1", [(b"server", b"nginx"), (b"content-type", b"text/event-stream"),
+                                              (b"content-length", b"4")], len(data) - 4)  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# requests
+
+
+def test_request_bytes_are_what_h11_writes() -> None:
+    for api_key in (None, "sk-test"):
+        conn = H11Connection("127.0.0.1", 8000, RunClock(), api_key=api_key)
+        for shape in (RequestShape(Endpoint.COMPLETIONS, "m", "a b", 8),
+                      RequestShape(Endpoint.CHAT, "m", "é", 8, Sampling(0.5, 0.9, 4, 1), stream=False)):  # fmt: skip
+            for rid in ("soak-1a2b-0-0000001", "other"):
+                body = build_body(shape, rid)
+                headers = [(b"host", b"127.0.0.1:8000"), (b"user-agent", USER_AGENT), (b"content-type", b"application/json")]
+                if api_key:
+                    headers.append((b"authorization", b"Bearer " + api_key.encode()))
+                headers += [(b"accept", b"text/event-stream" if shape.stream else b"application/json"),
+                            (b"x-request-id", rid.encode()), (b"content-length", b"%d" % len(body))]  # fmt: skip
+                h = h11.Connection(h11.CLIENT)
+                expected = h.send(h11.Request(method=b"POST", target=shape.path.encode(), headers=headers)) + body
+                assert conn._request(shape, rid, ()) == expected
+
+
+@SETTINGS
+@given(st.text(max_size=30), st.text(max_size=12), st.sampled_from([(), (("request_id", "x"),), (("n", [1, 2]),)]),
+       st.booleans())  # fmt: skip
+def test_body_template_equals_the_full_body(prompt: str, rid: str, extra, chat: bool) -> None:
+    shape = RequestShape(Endpoint.CHAT if chat else Endpoint.COMPLETIONS, "m", prompt, 8, extra=extra)
+    assert build_body(shape, rid) == protocol._build_body(shape, rid)
+    assert build_body(shape, rid) == protocol._build_body(shape, rid)  # cached the second time
