@@ -8,6 +8,8 @@ hostile cases use the judge's synthetic evidence (tests/test_report_render.py).
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import re
 import shutil
@@ -40,10 +42,24 @@ def run_dir(tmp_path_factory) -> Path:
     return out
 
 
+def cli(*argv: str) -> tuple[int, str, str]:
+    """`soakspec ARGV` in-process: (exit code, stdout, stderr)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
 def report(capsys, *argv: str) -> tuple[int, str, str]:
     code = main(["report", *argv])
     out, err = capsys.readouterr()
     return code, out, err
+
+
+@pytest.fixture(scope="module")
+def reports(run_dir) -> dict[str, tuple[int, str, str]]:
+    """`soakspec report RUN --format F` once per format (verification takes a few seconds)."""
+    return {fmt: cli("report", str(run_dir), "--format", fmt) for fmt in ("md", "html", "json", "junit")}
 
 
 @pytest.fixture(scope="module")
@@ -76,11 +92,10 @@ def manifest(run_dir: Path) -> dict:
 # ------------------------------------------------------------------------------ the run
 
 
-def test_demo_run_passes(run_dir, verdict, capsys):
+def test_demo_run_passes(reports, verdict):
     """The full-scale demo passes its gate, and every format exits with the verdict's code."""
     assert verdict["verdict"] == "PASS", verdict["summary"]
-    for fmt in ("md", "html", "json", "junit"):
-        code, out, err = report(capsys, str(run_dir), "--format", fmt)
+    for fmt, (code, out, err) in reports.items():
         assert code == 0, (fmt, err)
         assert out.endswith("\n") and err == ""
 
@@ -88,10 +103,10 @@ def test_demo_run_passes(run_dir, verdict, capsys):
 # ------------------------------------------------------------------------------ md
 
 
-def test_md_results_table_shape(run_dir, capsys):
+def test_md_results_table_shape(reports, run_dir):
     """Header + separator + one row per backend, the same column count on every line, the
     seed's columns, and GitHub-flavoured Markdown renders it as a table."""
-    code, md, _ = report(capsys, str(run_dir), "--format", "md")
+    code, md, _ = reports["md"]
     rows = table_rows(md)
     assert rows[0] == ["Backend", "Runtime boundary", "Completed", "Failed/timeouts", "Buckets", "Gate", "Artifact SHA-256"]
     assert all(re.fullmatch(r"-{3,}", c) for c in rows[1])
@@ -110,9 +125,9 @@ def test_md_results_table_shape(run_dir, capsys):
     assert results.count("<th>") == 7 and results.count("<td>") == 7 * len(names)
 
 
-def test_md_values_are_the_evidence(run_dir, capsys):
+def test_md_values_are_the_evidence(reports, run_dir):
     """Completed and failures count requests.jsonl; the SHA-256 is the manifest's hash of it."""
-    _, md, _ = report(capsys, str(run_dir), "--format", "md")
+    _, md, _ = reports["md"]
     m = manifest(run_dir)
     for row in table_rows(md)[2:]:
         name = row[0]
@@ -128,18 +143,18 @@ def test_md_values_are_the_evidence(run_dir, capsys):
     assert "- time scale: 1 (full scale)" in md and "- rehearsal: no" in md
 
 
-def test_md_claim_boundary_lists_every_exclude_verbatim(run_dir, capsys):
-    _, md, _ = report(capsys, str(run_dir), "--format", "md")
+def test_md_claim_boundary_lists_every_exclude_verbatim(reports):
+    _, md, _ = reports["md"]
     section = md[md.index("### Claim Boundary"):]
     assert "This is short-shape sustained HTTP soak evidence against the embedded simulator." in section
     after = section[section.index("It does not claim:"):].splitlines()
     assert [line[2:] for line in after if line.startswith("- ")] == list(EXCLUDES)
 
 
-def test_md_passes_lint_claims(run_dir, tmp_path, capsys):
+def test_md_passes_lint_claims(reports, run_dir, tmp_path, capsys):
     """By construction: the md report of the run, linted against the spec and the evidence,
     has no finding (text and JSON output)."""
-    _, md, _ = report(capsys, str(run_dir), "--format", "md")
+    _, md, _ = reports["md"]
     doc = tmp_path / "PR.md"
     doc.write_text(md)
     assert main(["lint-claims", str(doc), "--spec", str(DEMO), "--evidence", str(run_dir)]) == 0
@@ -148,9 +163,9 @@ def test_md_passes_lint_claims(run_dir, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["diagnostics"] == []
 
 
-def test_md_edited_table_is_caught_by_lint_claims(run_dir, tmp_path, capsys):
+def test_md_edited_table_is_caught_by_lint_claims(reports, run_dir, tmp_path, capsys):
     """The linter does read the generated table: a changed count is a finding on its line."""
-    _, md, _ = report(capsys, str(run_dir), "--format", "md")
+    _, md, _ = reports["md"]
     row = table_rows(md)[2]
     line = next(i for i, x in enumerate(md.splitlines(), 1) if x.startswith(f"| {row[0]} |"))
     doctored = md.replace(f"| {row[2]} | {row[3]} |", f"| {int(row[2]) + 1} | {row[3]} |", 1)
@@ -163,8 +178,8 @@ def test_md_edited_table_is_caught_by_lint_claims(run_dir, tmp_path, capsys):
 # ------------------------------------------------------------------------------ html
 
 
-def test_html_is_self_contained_with_one_chart_per_backend_per_metric(run_dir, capsys):
-    _, page, _ = report(capsys, str(run_dir), "--format", "html")
+def test_html_is_self_contained_with_one_chart_per_backend_per_metric(reports, run_dir):
+    _, page, _ = reports["html"]
     assert page.startswith("<!DOCTYPE html>")
     for ref in ("http://", "https://", "<script", "src=", "href=", "url(", "@import", "<link", "<img", "<iframe"):
         assert ref not in page.lower(), ref
@@ -213,8 +228,8 @@ def test_html_renders_in_headless_chromium(run_dir, tmp_path, capsys):
 # ------------------------------------------------------------------------------ junit, json
 
 
-def test_junit_one_testcase_per_rule(run_dir, verdict, capsys):
-    _, xml, _ = report(capsys, str(run_dir), "--format", "junit")
+def test_junit_one_testcase_per_rule(reports, run_dir, verdict):
+    _, xml, _ = reports["junit"]
     root = ET.fromstring(xml)
     cases = root.findall("./testsuite/testcase")
     assert [(c.get("classname"), c.get("name")) for c in cases] == [(r["class"], r["rule"]) for r in verdict["rules"]]
@@ -225,8 +240,8 @@ def test_junit_one_testcase_per_rule(run_dir, verdict, capsys):
     assert all(c.find("system-out").text.startswith("rule: ") for c in cases)
 
 
-def test_json_validates(run_dir, capsys):
-    _, out, _ = report(capsys, str(run_dir), "--format", "json")
+def test_json_validates(reports):
+    _, out, _ = reports["json"]
     doc = json.loads(out)
     assert set(doc) == {"schema_version", "verdict", "results"} and doc["schema_version"] == 1
     assert not schema.validate("verdict", doc["verdict"])
@@ -237,12 +252,12 @@ def test_json_validates(run_dir, capsys):
 # ------------------------------------------------------------------------------ the command
 
 
-def test_out_writes_the_file_and_nothing_to_stdout(run_dir, tmp_path, capsys):
+def test_out_writes_the_file_and_nothing_to_stdout(reports, run_dir, tmp_path, capsys):
     dest = tmp_path / "r.md"
     assert main(["report", str(run_dir), "--out", str(dest)]) == 0
     out, err = capsys.readouterr()
     assert out == "" and f"wrote {dest}" in err
-    _, md, _ = report(capsys, str(run_dir), "--format", "md")
+    _, md, _ = reports["md"]
     assert dest.read_text() == md
     assert [p.name for p in tmp_path.iterdir()] == ["r.md"]  # no temporary file left behind
 

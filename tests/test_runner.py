@@ -313,3 +313,28 @@ def test_rehearsal_of_the_dsv2lite_spec_completes_and_is_marked(tmp_path):
     # a rehearsal never passes a real gate
     assert proc.returncode != 0
     assert json.loads((out / "manifest.json").read_text())["spec"]["sha256"]
+
+
+def test_jsonl_trace_file_only_counts_what_this_run_appended(tmp_path):
+    """A server's trace file that outlives runs: the second run reads only the lines appended
+    after it started, so traces of the first run are neither matched nor even listed."""
+    backend = (
+        f'launch = ["{sys.executable}", "-m", "soakspec", "sim", "--port", "{{port}}", '
+        '"--trace-file", "server-traces.jsonl", "--no-trace-log", "--ttft", "5ms", "--itl", "1ms"]\n'
+        '  traces {\n    source = jsonl\n    file = "server-traces.jsonl"\n'
+        '    id_forms = ["cmpl-{id}-0"]\n  }\n'
+    )
+    text = sim_spec(duration="1s", bucket="1s").replace("sim {\n    ttft = 20ms\n    itl = 5ms\n  }", backend)
+    spec = _write(tmp_path, text)
+    marker = new_marker()
+    counts = []
+    for run in ("ev1", "ev2"):
+        proc = run_soakspec(["run", str(spec), "--out", str(tmp_path / run), "--quiet"], marker, tmp_path)
+        assert proc.returncode in (0, 3), proc.stderr
+        requests = read_jsonl(tmp_path / run / "backends" / "b0" / "requests.jsonl")
+        traces = read_jsonl(tmp_path / run / "backends" / "b0" / "traces.jsonl")
+        assert len(traces) == len(requests), "one trace per request of this run, none from before"
+        assert all(t["matched"] for t in traces)
+        counts.append(len(requests))
+    assert len(read_jsonl(tmp_path / "server-traces.jsonl")) == sum(counts)
+    assert wait_no_survivors(marker) == []

@@ -123,6 +123,10 @@ class _BackendRun:
         self.source_before: dict | None = None
         self.seq = 0
 
+    def trace_file_path(self) -> Path:
+        f = self.backend.traces.file or ""
+        return Path(f) if os.path.isabs(f) else self.engine.spec_dir / f
+
     # -------------------------------------------------------------- ids
     def next_id(self) -> tuple[int, str]:
         i = self.seq
@@ -144,6 +148,11 @@ class _BackendRun:
         # is tested against the schema, and `verify`/`gate` check every line after the run.
         self.writer = JsonlWriter(eng.layout.requests(b.name), schema=None)
         kind = "sim" if eng.plan.rehearsal else b.kind
+        if b.traces.source == "jsonl" and not eng.plan.rehearsal:
+            from soakspec.evidence.traces import file_offset
+
+            # only what the server appends from now on belongs to this run
+            self.trace_offset = file_offset(self.trace_file_path())
         try:
             if kind == "url":
                 self.base_url = b.url.rstrip("/")
@@ -373,7 +382,7 @@ class _BackendRun:
                 src = TraceSource(kind="log", pattern=pattern, id_field=tr.id_field)
                 traces, _bad = collect_traces(log_path, 0, src) if log_path.exists() else ([], [])
             else:
-                path = Path(tr.file) if os.path.isabs(tr.file) else eng.spec_dir / tr.file
+                path = self.trace_file_path()
                 src = TraceSource(kind="jsonl", id_field=tr.id_field, name=str(path))
                 traces, _bad = collect_traces(path, self.trace_offset, src) if path.exists() else ([], [])
             match = match_traces(requests, traces, tr.id_field, forms, eng.plan.spec.gate.trace_window_s)

@@ -1,0 +1,119 @@
+"""`soakspec run --workers N` for real: worker processes against the simulator as a real server.
+
+The contract: the same evidence as one process -- one requests.jsonl of the same schema and the
+same totals (an open-loop schedule is split exactly), buckets on the one shared run clock, the
+level's in-flight mean -- and no worker outlives the run, even an aborted one.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from runner_support import manifest, new_marker, read_jsonl, run_env, run_soakspec, sim_spec, soakspec_cmd, wait_no_survivors
+from soakspec.plan import Bucket, Level
+from soakspec.runner.records import RECORD_KEYS
+from soakspec.runner.workers import processes_for
+
+OPEN = sim_spec(sim="ttft = 10ms\n    itl = 2ms", load="mode = open\n    rate = [30rps]\n    arrival = constant",
+                duration="2s", bucket="1s", follow_up=False)  # fmt: skip
+CLOSED = sim_spec(sim="ttft = 15ms\n    itl = 3ms\n    slots = 16", load="mode = closed\n    concurrency = [5]",
+                  duration="2s", bucket="500ms")  # fmt: skip
+
+
+def _run(tmp_path: Path, spec_text: str, workers: int, name: str):
+    spec = tmp_path / f"{name}.soak"
+    spec.write_text(spec_text)
+    out = tmp_path / name
+    marker = new_marker()
+    proc = run_soakspec(["run", str(spec), "--out", str(out), "--quiet", "--workers", str(workers)], marker, tmp_path)
+    assert wait_no_survivors(marker) == [], "a worker or server outlived the run"
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, manifest(out)["backends"][0]["levels"][0], read_jsonl(out / "backends" / "b0" / "requests.jsonl")
+
+
+def _verify(out: Path) -> None:
+    proc = subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_two_workers_give_the_same_records_as_one(tmp_path):
+    """Open loop, constant rate: exactly rate x duration requests either way, in the same buckets,
+    with the same outcomes and keys; the schedule is the one schedule, split between processes."""
+    runs = {w: _run(tmp_path, OPEN, w, f"w{w}") for w in (1, 2)}
+    summary = {}
+    for w, (out, level, rows) in runs.items():
+        _verify(out)
+        assert all(tuple(r) == RECORD_KEYS for r in rows)
+        assert len({r["request_id"] for r in rows}) == len(rows), "ids are unique"
+        assert level["sent"] == len(rows)
+        offsets = sorted(round(r["intended_start"] - level["started_at"], 6) for r in rows)
+        summary[w] = (len(rows), Counter(r["bucket"] for r in rows), Counter(r["outcome"] for r in rows), offsets)
+        assert 0 < level["mean_in_flight"] < 5
+    assert summary[1][:3] == summary[2][:3] == (60, Counter({0: 30, 1: 30}), Counter({"completed": 60}))
+    assert summary[1][3] == summary[2][3]
+    _, level2, rows2 = runs[2]
+    assert level2["workers"] == 2
+    assert {r["worker"] % 2 for r in rows2} == {0, 1}, "both processes sent requests"
+
+
+def test_buckets_follow_the_shared_clock_and_in_flight_is_exact(tmp_path):
+    """Closed loop, c = 5 over two processes (3 + 2 workers): every record's bucket is where its
+    start falls on the level's clock, whichever process sent it; `mean_in_flight` is the exact
+    integral of the records' [start, end] over the measured window."""
+    out, level, rows = _run(tmp_path, CLOSED, 2, "closed")
+    _verify(out)
+    m0, stop = level["measure_start"], level["measure_end"]
+    assert {r["worker"] for r in rows if r["bucket"] >= 0} == {0, 1, 2, 3, 4}
+    for r in rows:
+        if r["bucket"] == -2:  # the follow-up
+            continue
+        assert r["start"] < stop
+        expected = -1 if r["start"] < m0 else min(int((r["start"] - m0) // 0.5), 3)
+        assert r["bucket"] == expected, r
+    busy = sum(max(0.0, min(r["end"], stop) - max(r["start"], m0)) for r in rows if r["bucket"] != -2)
+    assert level["mean_in_flight"] == pytest.approx(busy / (stop - m0), abs=1e-3)
+    assert level["mean_in_flight"] > 4.0, "five workers keep about five requests in flight"
+
+
+def test_an_interrupted_run_with_workers_keeps_their_records_and_leaves_no_process(tmp_path):
+    spec = tmp_path / "long.soak"
+    spec.write_text(sim_spec(sim="ttft = 20ms\n    itl = 5ms", load="mode = closed\n    concurrency = [4]",
+                             duration="30s", bucket="10s"))  # fmt: skip
+    out = tmp_path / "ev"
+    marker = new_marker()
+    proc = subprocess.Popen(
+        soakspec_cmd("run", str(spec), "--out", str(out), "--quiet", "--workers", "2"),
+        cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    req = out / "backends" / "b0" / "requests.jsonl"
+    deadline = time.monotonic() + 60
+    while not (req.exists() and req.stat().st_size > 0):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no record within 60 s"
+        time.sleep(0.05)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert wait_no_survivors(marker, timeout=10) == []
+    assert proc.returncode == 4, err
+    m = manifest(out)
+    assert m["status"] == "aborted"
+    rows = read_jsonl(req)
+    assert rows and {r["worker"] % 2 for r in rows} == {0, 1}
+    _verify(out)
+
+
+def test_processes_per_level() -> None:
+    def level(mode: str, c: int | None) -> Level:
+        return Level("w", 0, mode, c, None if c else 10.0, None, 0.0, 1.0, 1.0, (Bucket(0, 0.0, 1.0),), 1, None)
+
+    assert processes_for(level("closed", 8), 2) == 2
+    assert processes_for(level("closed", 1), 4) == 1
+    assert processes_for(level("batch", 3), 4) == 3
+    assert processes_for(level("open", None), 3) == 3
