@@ -280,7 +280,9 @@ class _BackendRun:
                 eng.progress.bucket_done(b.name, _lv.label, k, _nb, self.stats)
 
             ctx = LevelContext(b.name, eng.clock, connect, shapes, self._sink, self.next_id, stats=self.stats, on_bucket=on_bucket)
-            eng.progress.level_started(b.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s)
+            eng.progress.level_started(
+                b.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.buckets[0].length_s, nb, lv.warmup_s
+            )
             entry = {
                 "workload": lv.workload, "index": lv.index, "mode": lv.mode, "concurrency": lv.concurrency,
                 "rate": lv.rate, "batch_requests": lv.batch_requests, "planned_duration_s": lv.duration_s,

@@ -78,8 +78,11 @@ class Progress:
             self._rich = None
 
     # ------------------------------------------------------------ events
-    def level_started(self, backend: str, label: str, total_s: float) -> None:
-        self._state = {"backend": backend, "label": label, "t0": time.monotonic(), "total": total_s}
+    def level_started(self, backend: str, label: str, total_s: float, bucket_s: float | None = None, buckets: int = 0, warmup_s: float = 0.0) -> None:
+        self._state = {
+            "backend": backend, "label": label, "t0": time.monotonic(), "total": total_s,
+            "bucket_s": bucket_s, "buckets": buckets, "warmup_s": warmup_s,
+        }  # fmt: skip
         if self._rich is not None:
             if self._task is not None:
                 self._rich.update(self._task, completed=self._rich.tasks[-1].total)
@@ -92,10 +95,19 @@ class Progress:
         if self._rich is None or self._task is None:
             return
         p50 = stats.ttft_p50()
-        text = f"done {stats.done} failed {stats.failed} in-flight {stats.in_flight}"
+        st = self._state
+        elapsed = time.monotonic() - st["t0"]
+        text = ""
+        if st.get("bucket_s") and st.get("buckets"):
+            if elapsed < st["warmup_s"]:
+                text = "warmup · "
+            else:
+                k = min(int((elapsed - st["warmup_s"]) // st["bucket_s"]), st["buckets"] - 1)
+                text = f"bucket {k + 1}/{st['buckets']} · "
+        text += f"done {stats.done} failed {stats.failed} in-flight {stats.in_flight}"
         if p50 is not None:
             text += f" TTFT p50 {p50 * 1000:.0f}ms"
-        self._rich.update(self._task, completed=time.monotonic() - self._state["t0"], stats=text)
+        self._rich.update(self._task, completed=elapsed, stats=text)
 
     def bucket_done(self, backend: str, label: str, bucket: int, nb: int, stats) -> None:
         if self._rich is not None:
