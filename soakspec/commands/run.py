@@ -23,7 +23,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--workers", type=int, default=1, metavar="N",
         help="load processes per level, splitting its concurrency or rate (default 1); records merge into one file",
     )  # fmt: skip
-    p.add_argument("--format", choices=("text", "json", "md"), default="text", help="verdict format on stdout")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="verdict format on stdout (reports: soakspec report DIR)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
 
 
