@@ -230,3 +230,20 @@ def test_md_cells_are_plain_when_harmless_and_code_otherwise():
     assert md_cell("NCCL 2.26.2, NCCL_IB_DISABLE=1") == "`NCCL 2.26.2, NCCL_IB_DISABLE=1`"
     assert md_cell("") == "-"
     assert md_code("a`b") == "`` a`b ``" and md_code("x|y") == "`x\\|y`"
+
+
+def test_report_never_starts_a_process(seed, tmp_path, monkeypatch, capsys):
+    """A spec is code; `soakspec report` only reads it (the dsv2lite spec launches binaries)."""
+    import os
+    import subprocess
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"a process was started: {args!r}")
+
+    for mod, name in ((subprocess, "Popen"), (os, "system"), (os, "popen"), (os, "fork"), (os, "posix_spawn"),
+                      (os, "posix_spawnp"), (os, "execv"), (os, "execve"), (os, "execvp"), (os, "execvpe")):
+        monkeypatch.setattr(mod, name, refuse)
+    root = EvidenceBuilder(seed).write(tmp_path / "run")
+    for fmt in FORMATS:
+        assert main(["report", str(root), "--format", fmt, "--spec", str(SEED)]) == 0
+    capsys.readouterr()

@@ -21,7 +21,8 @@ Evidence directory (`load_evidence_facts(dir)`, one `EvidenceFacts` per backend)
 - manifest.json `gpus.devices[].name` -> `hardware` ("2x NVIDIA GeForce RTX 5090").
 - verdict.json (optional): `verdict` (PASS/FAIL/INCONCLUSIVE) when a backend has no `gate`.
 - The report hash of a backend: the artifact whose relpath names the backend and contains
-  "report" (else the backend's results/buckets file). Every other 64-hex string anywhere in
+  "report", else the backend's requests.jsonl (what `soakspec report --format md` cites in
+  its Artifact SHA-256 column). Every other 64-hex string anywhere in
   manifest.json/results.json, and the SHA-256 of those two files, go into `artifact_sha256`,
   so a document may cite any hash the evidence records.
 """
@@ -37,6 +38,7 @@ from typing import Any
 
 from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
 from soakspec.diagnostics import Diagnostic
+from soakspec.evidence import layout
 
 
 class AdapterError(Exception):
@@ -256,7 +258,7 @@ def load_evidence_facts(evidence_dir: str | Path) -> tuple[EvidenceFacts, ...]:
         report = next(
             (h for rel, h in artifacts.items() if (name in rel or safe in rel) and "report" in rel.lower()),
             None,
-        ) or next((h for rel, h in artifacts.items() if (f"/{safe}/" in f"/{rel}") and "buckets" in rel), None)
+        ) or artifacts.get(f"{layout.BACKENDS}/{safe}/{layout.REQUESTS}")
         rb = m.get("runtime_boundary") or r.get("runtime_boundary")
         runtime = rb.get("display") if isinstance(rb, dict) else rb
         buckets_v = r.get("buckets")

@@ -47,9 +47,38 @@ def json_pointer(parts) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+@functools.cache
+def _fast(name: str):
+    """A compiled yes/no check for schema `name` (fastjsonschema), ~20x faster than walking
+    the schema with jsonschema, which matters for `verify` over millions of JSONL lines.
+
+    fastjsonschema knows drafts up to 07; our schemas use only keywords whose meaning is the
+    same there (type, enum, const, required, properties, items, if/then, pattern, minimum,
+    exclusiveMinimum as a number, propertyNames, $ref to #/$defs/...). A test checks that both
+    validators agree on valid and mutated documents. Only a "no" pays for jsonschema's
+    detailed, pointer-labelled errors."""
+    import fastjsonschema
+
+    schema = load_schema(name)
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    return fastjsonschema.compile(schema)
+
+
+def is_valid(name: str, obj: Any) -> bool:
+    import fastjsonschema
+
+    try:
+        _fast(_resource_name(name).removesuffix(".schema.json"))(obj)
+    except fastjsonschema.JsonSchemaException:
+        return False
+    return True
+
+
 def errors_for(schema: str | Mapping, obj: Any) -> list[tuple[str, str]]:
     """[(json_pointer, message)] for `obj`, sorted by pointer; empty when valid."""
     if isinstance(schema, str):
+        if is_valid(schema, obj):
+            return []
         validator = _validator(_resource_name(schema).removesuffix(".schema.json"))
     else:
         from jsonschema import Draft202012Validator

@@ -104,32 +104,35 @@ def _fmt_rate(v: Any) -> str:
     return f"{v:.1f}"
 
 
+def _pct(d: Any) -> str:
+    if not isinstance(d, Mapping):
+        return "-"
+    return " / ".join(_fmt_s(d.get(k)) for k in ("p50", "p95", "p99"))
+
+
+def _wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """A per-bucket rate over a level: the buckets' values weighted by their wall time."""
+    pairs = [(w.get(key), w.get("wall_s")) for w in windows]
+    pairs = [(v, t) for v, t in pairs if isinstance(v, (int, float)) and isinstance(t, (int, float)) and t > 0]
+    wall = sum(t for _, t in pairs)
+    return sum(v * t for v, t in pairs) / wall if wall else None
+
+
 def level_table(results: Mapping[str, Any]) -> list[str]:
-    """Per backend and level: requests, TTFT p50/p95/p99, ITL p50/p95/p99, tokens/s, QPS."""
+    """Per backend and level: requests, TTFT and ITL p50/p95/p99, output tokens/s, QPS."""
     head = ("Backend / level", "Requests", "TTFT p50 / p95 / p99", "ITL p50 / p95 / p99", "Output tok/s", "QPS")
-    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    n = 0
+    rows = []
     for b in results.get("backends") or []:
         buckets = [w for w in b.get("buckets") or [] if isinstance(w, Mapping)]
         for lv in b.get("levels") or []:
             mine = [w for w in buckets if w.get("level") == lv.get("index") and w.get("workload") == lv.get("workload")]
-            wall = sum(w.get("wall_s") or 0.0 for w in mine)
-            toks = [w.get("output_tokens_per_s") for w in mine]
-            qps = [w.get("qps") for w in mine]
-            tps = sum((t or 0.0) * (w.get("wall_s") or 0.0) for t, w in zip(toks, mine)) / wall if wall else None
-            qv = sum((q or 0.0) * (w.get("wall_s") or 0.0) for q, w in zip(qps, mine)) / wall if wall else None
-
-            def pct(d: Any, keys: tuple[str, ...] = ("p50", "p95", "p99")) -> str:
-                if not isinstance(d, Mapping):
-                    return "-"
-                return " / ".join(_fmt_s(d.get(k)) for k in keys)
-
-            label = f"{md_cell(b.get('name'))} · {md_text(lv.get('label'))}"
-            req = (lv.get("requests") or {}).get("total")
-            out.append("| " + " | ".join([label, _num(req if isinstance(req, int) else None), pct(lv.get("ttft")),
-                                          pct(lv.get("itl")), _fmt_rate(tps), _fmt_rate(qv)]) + " |")
-            n += 1
-    return out if n else []
+            total = (lv.get("requests") or {}).get("total")
+            rows.append([f"{md_cell(b.get('name'))} · {md_text(lv.get('label'))}", _num(total if isinstance(total, int) else None),
+                         _pct(lv.get("ttft")), _pct(lv.get("itl")), _fmt_rate(_wall_mean(mine, "output_tokens_per_s")),
+                         _fmt_rate(_wall_mean(mine, "qps"))])
+    if not rows:
+        return []
+    return ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any) -> str:

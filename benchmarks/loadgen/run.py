@@ -1,0 +1,476 @@
+"""Load-generator benchmark: soakspec's own load path against a server that costs almost nothing.
+
+nginx (the Debian package; installed with apt-get if missing and we are root) runs as a
+non-daemon child on a free loopback port and answers `POST /v1/completions` with a canned
+streamed completion -- 64 text events in the vLLM completions layout, one usage event,
+`data: [DONE]` -- and `GET /v1/models`. Whatever latency a client measures against it is the
+client's own.
+
+For each of `--runs` rounds (default 3), in one process run:
+
+  * soakspec: a generated spec with one `url` backend (nginx), closed loop at each
+    `--concurrency` (8, 64, 256), `--warmup` + `--duration` per level, run through
+    `soakspec.runner.engine.execute()` -- exactly what `soakspec run` does (evidence written,
+    telemetry, progress), minus the verdict at the end, which re-validates every record and
+    takes minutes for 100k records -- once per `--workers` value (1 and 2);
+  * wrk (`-t1`, a Lua script for the POST) at the same concurrencies for `--duration`: the
+    ceiling of a C client that does not parse the stream.
+
+Per level, from the evidence (measured window only): completed requests/s, output tokens/s,
+TTFT p50/p99 (against a zero-latency server: what the client itself adds), client CPU seconds
+per 1,000 requests (user+system of the client's process tree from /proc, sampled every 50 ms,
+interpolated at the window's edges), the manifest's mean requests in flight, nginx's CPU share,
+and the ratio to wrk. Median of the rounds, min-max shown. nginx is stopped at the end, also on
+an error or a signal.
+
+    python benchmarks/loadgen/run.py                       # the full table (about 8 minutes)
+    python benchmarks/loadgen/run.py --runs 1 --duration 4 # a quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+TOKENS = 64
+CLK = os.sysconf("SC_CLK_TCK")
+
+# ------------------------------------------------------------------------------------------
+# the canned server
+
+
+def canned_completion(tokens: int = TOKENS) -> bytes:
+    """A vLLM-style streamed completion: `tokens` text events, a usage event, [DONE]."""
+    head = '{"id":"cmpl-bench","object":"text_completion","created":1700000000,"model":"bench","choices":[{"index":0,'
+    events = []
+    for i in range(tokens):
+        reason = '"length"' if i == tokens - 1 else "null"
+        events.append(f'data: {head}"text":" tok{i}","logprobs":null,"finish_reason":{reason},"stop_reason":null}}]}}\n\n')
+    usage = f'{{"prompt_tokens":8,"total_tokens":{8 + tokens},"completion_tokens":{tokens}}}'
+    events.append(f'data: {{"id":"cmpl-bench","object":"text_completion","created":1700000000,"model":"bench","choices":[],"usage":{usage}}}\n\n')
+    events.append("data: [DONE]\n\n")
+    return "".join(events).encode()
+
+
+NGINX_CONF = """\
+daemon off;
+master_process on;
+worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  types {{ text/event-stream sse; application/json json; }}
+  client_body_temp_path {dir}/body;
+  proxy_temp_path {dir}/proxy;
+  fastcgi_temp_path {dir}/fastcgi;
+  uwsgi_temp_path {dir}/uwsgi;
+  scgi_temp_path {dir}/scgi;
+  keepalive_requests 100000000;
+  keepalive_timeout 300s;
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    root {dir}/www;
+    location = /v1/completions {{
+      try_files /completion.sse =404;
+      error_page 405 =200 $uri;   # the static handler refuses POST: serve the file anyway
+    }}
+    location = /v1/models {{
+      try_files /models.json =404;
+    }}
+  }}
+}}
+"""
+
+
+def find_tool(name: str) -> str | None:
+    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.access(p, os.X_OK)), None)
+
+
+def ensure_tools() -> tuple[str, str]:
+    nginx, wrk = find_tool("nginx"), find_tool("wrk")
+    if nginx and wrk:
+        return nginx, wrk
+    if os.geteuid() != 0:
+        raise SystemExit("nginx and wrk are needed: apt-get install -y nginx wrk")
+    log("installing nginx and wrk (apt-get)")
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    subprocess.run(["apt-get", "install", "-y", "-q", "nginx", "wrk"], check=True, env=env, stdout=subprocess.DEVNULL, timeout=600)
+    nginx, wrk = find_tool("nginx"), find_tool("wrk")
+    if not (nginx and wrk):
+        raise SystemExit("could not install nginx and wrk")
+    return nginx, wrk
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_nginx(nginx: str, workdir: Path, port: int) -> subprocess.Popen:
+    www = workdir / "www"
+    www.mkdir(parents=True)
+    for d in (workdir.parent, workdir, www):  # nginx's worker runs as an unprivileged user when we are root
+        d.chmod(0o755)
+    (www / "completion.sse").write_bytes(canned_completion())
+    (www / "models.json").write_text(json.dumps({"object": "list", "data": [{"id": "bench", "object": "model"}]}))
+    conf = workdir / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(dir=workdir, port=port))
+    proc = subprocess.Popen([nginx, "-p", str(workdir), "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 15
+    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only, whatever *_proxy says
+    while True:
+        try:
+            with direct.open(f"http://127.0.0.1:{port}/v1/models", timeout=1) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_nginx(proc)
+            raise SystemExit(f"nginx did not start: {proc.stderr.read().decode(errors='replace') if proc.stderr else ''}")
+        time.sleep(0.1)
+
+
+def stop_nginx(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)  # nginx: fast shutdown
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+# ------------------------------------------------------------------------------------------
+# CPU of process trees, sampled
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(ppid, CPU seconds incl. reaped children) of a process."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), sum(int(x) for x in fields[11:15]) / CLK
+
+
+def tree_cpu(root: int) -> float:
+    """User+system seconds of `root` and its live descendants (and what they reaped)."""
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            s = _stat(int(entry))
+            if s is not None:
+                stats[int(entry)] = s
+    total, todo, seen = 0.0, [root], set()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in stats.items():
+        children.setdefault(ppid, []).append(pid)
+    while todo:
+        pid = todo.pop()
+        if pid in seen or pid not in stats:
+            continue
+        seen.add(pid)
+        total += stats[pid][1]
+        todo.extend(children.get(pid, ()))
+    return total
+
+
+class Sampler:
+    """Samples the CPU of a few process trees every `interval` s (epoch time stamps)."""
+
+    def __init__(self, roots: dict[str, int], interval: float = 0.05) -> None:
+        self.roots = roots
+        self.samples: list[tuple[float, dict[str, float]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
+
+    def _run(self, interval: float) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), {k: tree_cpu(p) for k, p in self.roots.items()}))
+            self._stop.wait(interval)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def at(self, key: str, t: float) -> float:
+        """CPU seconds of tree `key` at time `t` (linear between samples)."""
+        prev = None
+        for ts, v in self.samples:
+            if ts >= t:
+                if prev is None:
+                    return v[key]
+                t0, v0 = prev
+                return v0[key] + (v[key] - v0[key]) * (t - t0) / (ts - t0)
+            prev = (ts, v)
+        return prev[1][key] if prev else float("nan")
+
+
+# ------------------------------------------------------------------------------------------
+# soakspec
+
+
+SPEC = """\
+soak "loadgen-benchmark" {{
+  issue = "8"
+}}
+model {{
+  id = "bench"
+}}
+backend "nginx" {{
+  url = "http://127.0.0.1:{port}"
+  runtime {{
+    label = "nginx, canned 64-token SSE completion"
+  }}
+}}
+workload "w" {{
+  endpoint = completions
+  prompt_words = 8
+  max_tokens = {tokens}
+  ignore_eos = true
+  load {{
+    mode = closed
+    concurrency = [{concurrency}]
+  }}
+  warmup = {warmup}s
+  duration = {duration}s
+  bucket = {duration}s
+  deadline = 30s
+  follow_up = false
+}}
+gate {{
+  require failed == 0
+}}
+claims {{
+  claim "load generator benchmark"
+}}
+"""
+
+
+def client_main(spec_path: str, out: str, workers: int) -> int:
+    """The client process: `soakspec run` up to the verdict (engine.execute)."""
+    from soakspec.lang import load_spec
+    from soakspec.plan import plan
+    from soakspec.runner.engine import RunOptions, execute
+
+    spec, diags, _ = load_spec(spec_path)
+    if spec is None:
+        print("\n".join(map(str, diags)), file=sys.stderr)
+        return 2
+    result = execute(plan(spec), RunOptions(out_dir=Path(out), quiet=True, workers=workers))
+    return 0 if result.status == "complete" else 4
+
+
+def percentile(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = min(len(xs) - 1, max(0, int(round(q / 100 * len(xs) + 0.5)) - 1))  # nearest rank
+    return xs[k]
+
+
+def run_soakspec(args, port: int, nginx_pid: int, workers: int, workdir: Path, round_: int) -> list[dict]:
+    spec = workdir / f"spec-w{workers}-r{round_}.soak"
+    spec.write_text(SPEC.format(port=port, tokens=TOKENS, concurrency=", ".join(map(str, args.concurrency)),
+                                warmup=args.warmup, duration=args.duration))  # fmt: skip
+    out = workdir / f"ev-w{workers}-r{round_}"
+    cmd = [sys.executable, __file__, "_client", str(spec), str(out), str(workers)]
+    limit = len(args.concurrency) * (args.warmup + args.duration + 40) + 120
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
+    try:
+        with Sampler({"client": proc.pid, "nginx": nginx_pid}) as cpu:
+            rc = proc.wait(timeout=limit)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if rc != 0:
+        raise SystemExit(f"the soakspec client failed (exit {rc}); evidence in {out}")
+    manifest = json.loads((out / "manifest.json").read_text())
+    levels = manifest["backends"][0]["levels"]
+    by_level: dict[int, list[dict]] = {}
+    with open(out / "backends" / "nginx" / "requests.jsonl", "rb") as f:
+        for line in f:
+            r = json.loads(line)
+            if r["bucket"] >= 0:
+                by_level.setdefault(r["level"], []).append(r)
+    results = []
+    for lv in levels:
+        rows = by_level.get(lv["index"], [])
+        done = [r for r in rows if r["outcome"] == "completed"]
+        ms, me = lv["measure_start"], lv["measure_end"]
+        dur = me - ms
+        client_cpu = cpu.at("client", me) - cpu.at("client", ms)
+        nginx_cpu = cpu.at("nginx", me) - cpu.at("nginx", ms)
+        ttfts = [r["ttft"] for r in done]
+        results.append({
+            "c": lv["concurrency"], "workers": workers, "requests": len(rows), "completed": len(done),
+            "failed": len(rows) - len(done), "rps": len(done) / dur, "tokens_s": sum(r["output_tokens"] for r in done) / dur,
+            "ttft_p50_ms": percentile(ttfts, 50) * 1e3, "ttft_p99_ms": percentile(ttfts, 99) * 1e3,
+            "cpu_per_1k": client_cpu / max(1, len(rows)) * 1000, "client_cores": client_cpu / dur,
+            "in_flight": lv.get("mean_in_flight"), "nginx_cores": nginx_cpu / dur,
+        })  # fmt: skip
+    shutil.rmtree(out, ignore_errors=True)
+    return results
+
+
+# ------------------------------------------------------------------------------------------
+# wrk
+
+WRK_LUA = """\
+wrk.method = "POST"
+wrk.body = '{"model":"bench","prompt":"time year people way day man thing woman","max_tokens":64,"stream":true}'
+wrk.headers["Content-Type"] = "application/json"
+"""
+
+
+def run_wrk(args, wrk: str, port: int, nginx_pid: int, c: int, workdir: Path) -> dict:
+    lua = workdir / "post.lua"
+    lua.write_text(WRK_LUA)
+    cmd = [wrk, f"-t{args.wrk_threads}", f"-c{c}", f"-d{args.duration}s", "--timeout", "10s", "-s", str(lua),
+           f"http://127.0.0.1:{port}/v1/completions"]  # fmt: skip
+    n0 = tree_cpu(nginx_pid)
+    t0 = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=args.duration + 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    wall = time.monotonic() - t0
+    nginx_cpu = tree_cpu(nginx_pid) - n0
+    rps = next((float(line.split()[1]) for line in out.splitlines() if line.startswith("Requests/sec:")), None)
+    total = next((int(line.split()[0]) for line in out.splitlines() if "requests in" in line), None)
+    errors = next((line.strip() for line in out.splitlines() if "Non-2xx" in line or "Socket errors" in line), None)
+    if rps is None:
+        raise SystemExit(f"wrk failed:\n{out}")
+    return {"c": c, "rps": rps, "tokens_s": rps * TOKENS, "requests": total, "errors": errors,
+            "nginx_cores": nginx_cpu / wall}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------
+# the table
+
+
+def med(values: list[float], fmt: str) -> str:
+    values = [v for v in values if v is not None]
+    if not values:
+        return "-"
+    m = statistics.median(values)
+    if len(values) == 1:
+        return format(m, fmt)
+    return f"{format(m, fmt)} ({format(min(values), fmt)}-{format(max(values), fmt)})"
+
+
+def table(args, wrk_runs: dict[int, list[dict]], sk_runs: dict[tuple[int, int], list[dict]]) -> str:
+    lines = [
+        "| client | c | completed req/s | output tokens/s | TTFT p50 (ms) | TTFT p99 (ms) | client CPU s / 1k req "
+        "| mean in flight | nginx cores | ratio to wrk |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c in args.concurrency:
+        w = wrk_runs[c]
+        lines.append(f"| wrk -t{args.wrk_threads} | {c} | {med([r['rps'] for r in w], ',.0f')} | "
+                     f"{med([r['tokens_s'] for r in w], ',.0f')} | - | - | - | - | {med([r['nginx_cores'] for r in w], '.2f')} | 1 |")  # fmt: skip
+        wrk_med = statistics.median(r["rps"] for r in w)
+        for workers in args.workers:
+            rs = sk_runs[(workers, c)]
+            name = f"soakspec, {workers} worker{'s' if workers > 1 else ''}"
+            lines.append(
+                f"| {name} | {c} | {med([r['rps'] for r in rs], ',.0f')} | {med([r['tokens_s'] for r in rs], ',.0f')} | "
+                f"{med([r['ttft_p50_ms'] for r in rs], '.1f')} | {med([r['ttft_p99_ms'] for r in rs], '.1f')} | "
+                f"{med([r['cpu_per_1k'] for r in rs], '.3f')} | {med([r['in_flight'] for r in rs], '.1f')} | "
+                f"{med([r['nginx_cores'] for r in rs], '.2f')} | {med([r['rps'] / wrk_med for r in rs], '.3f')} |"
+            )
+    return "\n".join(lines)
+
+
+def log(msg: str) -> None:
+    print(f"[loadgen {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_client":
+        return client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[8, 64, 256])
+    ap.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[1, 2])
+    ap.add_argument("--duration", type=int, default=10, help="measured seconds per level (and per wrk run)")
+    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--wrk-threads", type=int, default=1)
+    ap.add_argument("--json", metavar="FILE", help="also write every measurement here")
+    args = ap.parse_args()
+    if not (1 <= args.runs <= 10 and 1 <= args.duration <= 600 and all(1 <= c <= 4096 for c in args.concurrency)):
+        raise SystemExit("--runs 1..10, --duration 1..600, --concurrency 1..4096")
+
+    def on_signal(signum, frame):
+        raise SystemExit(f"interrupted by {signal.Signals(signum).name}")
+
+    signal.signal(signal.SIGTERM, on_signal)
+    nginx_bin, wrk = ensure_tools()
+    loads = [os.getloadavg()]
+    wrk_runs: dict[int, list[dict]] = {c: [] for c in args.concurrency}
+    sk_runs: dict[tuple[int, int], list[dict]] = {(w, c): [] for w in args.workers for c in args.concurrency}
+    with tempfile.TemporaryDirectory(prefix="soakspec-loadgen-") as tmp:
+        workdir = Path(tmp)
+        port = free_port()
+        nginx = start_nginx(nginx_bin, workdir / "nginx", port)
+        try:
+            log(f"nginx pid {nginx.pid} on 127.0.0.1:{port}; {args.runs} rounds")
+            for r in range(args.runs):
+                for c in args.concurrency:
+                    res = run_wrk(args, wrk, port, nginx.pid, c, workdir)
+                    wrk_runs[c].append(res)
+                    log(f"round {r + 1}: wrk c={c}: {res['rps']:,.0f} req/s")
+                for workers in args.workers:
+                    for res in run_soakspec(args, port, nginx.pid, workers, workdir, r):
+                        sk_runs[(workers, res["c"])].append(res)
+                        log(f"round {r + 1}: soakspec workers={workers} c={res['c']}: {res['rps']:,.0f} req/s, "
+                            f"TTFT p50 {res['ttft_p50_ms']:.1f} ms, in flight {res['in_flight']}, failed {res['failed']}")  # fmt: skip
+                loads.append(os.getloadavg())
+        finally:
+            stop_nginx(nginx)
+            log("nginx stopped")
+    uname = os.uname()
+    print(f"soakspec load generator vs wrk, nginx canned {TOKENS}-token SSE completion, closed loop, "
+          f"{args.warmup} s warmup + {args.duration} s per level, median of {args.runs} (min-max)")
+    print(f"machine: {os.cpu_count()} CPUs, {uname.sysname} {uname.release}, Python {sys.version.split()[0]}; "
+          f"load average (1 min) during the rounds: {', '.join(f'{x[0]:.2f}' for x in loads)}")
+    print()
+    print(table(args, wrk_runs, sk_runs))
+    if len(args.workers) > 1 and 256 in args.concurrency:
+        base = statistics.median(r["rps"] for r in sk_runs[(args.workers[0], 256)])
+        for w in args.workers[1:]:
+            print(f"\nc=256: {w} workers / {args.workers[0]} = {statistics.median(r['rps'] for r in sk_runs[(w, 256)]) / base:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"wrk": wrk_runs, "soakspec": {f"{w}/{c}": v for (w, c), v in sk_runs.items()},
+                                               "load": loads}, indent=1))  # fmt: skip
+    failed = sum(r["failed"] for v in sk_runs.values() for r in v)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
