@@ -34,198 +34,15 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
-import urllib.request
 from pathlib import Path
 
-TOKENS = 64
-CLK = os.sysconf("SC_CLK_TCK")
-
-# ------------------------------------------------------------------------------------------
-# the canned server
-
-
-def canned_completion(tokens: int = TOKENS) -> bytes:
-    """A vLLM-style streamed completion: `tokens` text events, a usage event, [DONE]."""
-    head = '{"id":"cmpl-bench","object":"text_completion","created":1700000000,"model":"bench","choices":[{"index":0,'
-    events = []
-    for i in range(tokens):
-        reason = '"length"' if i == tokens - 1 else "null"
-        events.append(f'data: {head}"text":" tok{i}","logprobs":null,"finish_reason":{reason},"stop_reason":null}}]}}\n\n')
-    usage = f'{{"prompt_tokens":8,"total_tokens":{8 + tokens},"completion_tokens":{tokens}}}'
-    events.append(f'data: {{"id":"cmpl-bench","object":"text_completion","created":1700000000,"model":"bench","choices":[],"usage":{usage}}}\n\n')
-    events.append("data: [DONE]\n\n")
-    return "".join(events).encode()
-
-
-NGINX_CONF = """\
-daemon off;
-master_process on;
-worker_processes 1;
-pid {dir}/nginx.pid;
-error_log {dir}/error.log warn;
-events {{ worker_connections 8192; }}
-http {{
-  access_log off;
-  types {{ text/event-stream sse; application/json json; }}
-  client_body_temp_path {dir}/body;
-  proxy_temp_path {dir}/proxy;
-  fastcgi_temp_path {dir}/fastcgi;
-  uwsgi_temp_path {dir}/uwsgi;
-  scgi_temp_path {dir}/scgi;
-  keepalive_requests 100000000;
-  keepalive_timeout 300s;
-  server {{
-    listen 127.0.0.1:{port} backlog=4096;
-    root {dir}/www;
-    location = /v1/completions {{
-      try_files /completion.sse =404;
-      error_page 405 =200 $uri;   # the static handler refuses POST: serve the file anyway
-    }}
-    location = /v1/models {{
-      try_files /models.json =404;
-    }}
-  }}
-}}
-"""
-
-
-def find_tool(name: str) -> str | None:
-    return shutil.which(name) or next((p for p in (f"/usr/sbin/{name}", f"/usr/bin/{name}") if os.access(p, os.X_OK)), None)
-
-
-def ensure_tools() -> tuple[str, str]:
-    nginx, wrk = find_tool("nginx"), find_tool("wrk")
-    if nginx and wrk:
-        return nginx, wrk
-    if os.geteuid() != 0:
-        raise SystemExit("nginx and wrk are needed: apt-get install -y nginx wrk")
-    log("installing nginx and wrk (apt-get)")
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    subprocess.run(["apt-get", "install", "-y", "-q", "nginx", "wrk"], check=True, env=env, stdout=subprocess.DEVNULL, timeout=600)
-    nginx, wrk = find_tool("nginx"), find_tool("wrk")
-    if not (nginx and wrk):
-        raise SystemExit("could not install nginx and wrk")
-    return nginx, wrk
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_nginx(nginx: str, workdir: Path, port: int) -> subprocess.Popen:
-    www = workdir / "www"
-    www.mkdir(parents=True)
-    for d in (workdir.parent, workdir, www):  # nginx's worker runs as an unprivileged user when we are root
-        d.chmod(0o755)
-    (www / "completion.sse").write_bytes(canned_completion())
-    (www / "models.json").write_text(json.dumps({"object": "list", "data": [{"id": "bench", "object": "model"}]}))
-    conf = workdir / "nginx.conf"
-    conf.write_text(NGINX_CONF.format(dir=workdir, port=port))
-    proc = subprocess.Popen([nginx, "-p", str(workdir), "-c", str(conf)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 15
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback only, whatever *_proxy says
-    while True:
-        try:
-            with direct.open(f"http://127.0.0.1:{port}/v1/models", timeout=1) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            stop_nginx(proc)
-            raise SystemExit(f"nginx did not start: {proc.stderr.read().decode(errors='replace') if proc.stderr else ''}")
-        time.sleep(0.1)
-
-
-def stop_nginx(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)  # nginx: fast shutdown
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-# ------------------------------------------------------------------------------------------
-# CPU of process trees, sampled
-
-
-def _stat(pid: int) -> tuple[int, float] | None:
-    """(ppid, CPU seconds incl. reaped children) of a process."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except OSError:
-        return None
-    return int(fields[1]), sum(int(x) for x in fields[11:15]) / CLK
-
-
-def tree_cpu(root: int) -> float:
-    """User+system seconds of `root` and its live descendants (and what they reaped)."""
-    stats = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            s = _stat(int(entry))
-            if s is not None:
-                stats[int(entry)] = s
-    total, todo, seen = 0.0, [root], set()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
-        children.setdefault(ppid, []).append(pid)
-    while todo:
-        pid = todo.pop()
-        if pid in seen or pid not in stats:
-            continue
-        seen.add(pid)
-        total += stats[pid][1]
-        todo.extend(children.get(pid, ()))
-    return total
-
-
-class Sampler:
-    """Samples the CPU of a few process trees every `interval` s (epoch time stamps)."""
-
-    def __init__(self, roots: dict[str, int], interval: float = 0.05) -> None:
-        self.roots = roots
-        self.samples: list[tuple[float, dict[str, float]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(interval,), daemon=True)
-
-    def _run(self, interval: float) -> None:
-        while not self._stop.is_set():
-            self.samples.append((time.time(), {k: tree_cpu(p) for k, p in self.roots.items()}))
-            self._stop.wait(interval)
-
-    def __enter__(self) -> Sampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def at(self, key: str, t: float) -> float:
-        """CPU seconds of tree `key` at time `t` (linear between samples)."""
-        prev = None
-        for ts, v in self.samples:
-            if ts >= t:
-                if prev is None:
-                    return v[key]
-                t0, v0 = prev
-                return v0[key] + (v[key] - v0[key]) * (t - t0) / (ts - t0)
-            prev = (ts, v)
-        return prev[1][key] if prev else float("nan")
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fixture import TOKENS, Sampler, ensure_tools, free_port, log, start_nginx, stop_nginx, tree_cpu  # noqa: E402
 
 # ------------------------------------------------------------------------------------------
 # soakspec
@@ -328,6 +145,7 @@ def run_soakspec(args, port: int, nginx_pid: int, workers: int, workdir: Path, r
             "c": lv["concurrency"], "workers": workers, "requests": len(rows), "completed": len(done),
             "failed": len(rows) - len(done), "rps": len(done) / dur, "tokens_s": sum(r["output_tokens"] for r in done) / dur,
             "ttft_p50_ms": percentile(ttfts, 50) * 1e3, "ttft_p99_ms": percentile(ttfts, 99) * 1e3,
+            "latency_p50_ms": percentile([r["latency"] for r in done], 50) * 1e3,
             "cpu_per_1k": client_cpu / max(1, len(rows)) * 1000, "client_cores": client_cpu / dur,
             "in_flight": lv.get("mean_in_flight"), "nginx_cores": nginx_cpu / dur,
         })  # fmt: skip
@@ -386,29 +204,26 @@ def med(values: list[float], fmt: str) -> str:
 
 def table(args, wrk_runs: dict[int, list[dict]], sk_runs: dict[tuple[int, int], list[dict]]) -> str:
     lines = [
-        "| client | c | completed req/s | output tokens/s | TTFT p50 (ms) | TTFT p99 (ms) | client CPU s / 1k req "
-        "| mean in flight | nginx cores | ratio to wrk |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| client | c | completed req/s | output tokens/s | TTFT p50 (ms) | TTFT p99 (ms) | latency p50 (ms) "
+        "| client CPU s / 1k req | client cores | mean in flight | nginx cores | ratio to wrk |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for c in args.concurrency:
         w = wrk_runs[c]
         lines.append(f"| wrk -t{args.wrk_threads} | {c} | {med([r['rps'] for r in w], ',.0f')} | "
-                     f"{med([r['tokens_s'] for r in w], ',.0f')} | - | - | - | - | {med([r['nginx_cores'] for r in w], '.2f')} | 1 |")  # fmt: skip
+                     f"{med([r['tokens_s'] for r in w], ',.0f')} | - | - | - | - | - | - | {med([r['nginx_cores'] for r in w], '.2f')} | 1 |")  # fmt: skip
         wrk_med = statistics.median(r["rps"] for r in w)
         for workers in args.workers:
             rs = sk_runs[(workers, c)]
             name = f"soakspec, {workers} worker{'s' if workers > 1 else ''}"
             lines.append(
                 f"| {name} | {c} | {med([r['rps'] for r in rs], ',.0f')} | {med([r['tokens_s'] for r in rs], ',.0f')} | "
-                f"{med([r['ttft_p50_ms'] for r in rs], '.1f')} | {med([r['ttft_p99_ms'] for r in rs], '.1f')} | "
-                f"{med([r['cpu_per_1k'] for r in rs], '.3f')} | {med([r['in_flight'] for r in rs], '.1f')} | "
+                f"{med([r['ttft_p50_ms'] for r in rs], '.2f')} | {med([r['ttft_p99_ms'] for r in rs], '.1f')} | "
+                f"{med([r['latency_p50_ms'] for r in rs], '.1f')} | {med([r['cpu_per_1k'] for r in rs], '.3f')} | "
+                f"{med([r['client_cores'] for r in rs], '.2f')} | {med([r['in_flight'] for r in rs], '.1f')} | "
                 f"{med([r['nginx_cores'] for r in rs], '.2f')} | {med([r['rps'] / wrk_med for r in rs], '.3f')} |"
             )
     return "\n".join(lines)
-
-
-def log(msg: str) -> None:
-    print(f"[loadgen {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
 def main() -> int:

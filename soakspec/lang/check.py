@@ -588,6 +588,12 @@ def _backend(ctx: _Ctx, blk: A.Block) -> S.Backend | None:
     grace = b.quantity("shutdown_grace", Dimension.DURATION, 10.0)
     gpus = b.ints("gpus", minimum=0)
     capture = b.boolean("log", True)
+    if not capture and (traces.source == "log" or (runtime is not None and runtime.log_pattern is not None)):
+        ctx.error(
+            "E403",
+            f"{where} sets log = false, but reads its {'traces' if traces.source == 'log' else 'runtime boundary'} from the server log",
+            b.attrs["log"].value.span,
+        )
     cwd = b.string("cwd")
     api_key_env = b.string("api_key_env")
     if api_key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", api_key_env):

@@ -214,7 +214,8 @@ class _BackendRun:
         from soakspec.evidence.redact import redact_argv
 
         eng.progress.log(f"[{b.name}] starting: {' '.join(redact_argv(self.launched_argv))}")
-        self.server = await launch(b.name, argv, shell, env, cwd, str(eng.layout.server_log(b.name)), eng.reaper, self.started_at)
+        log = str(eng.layout.server_log(b.name)) if b.capture_log or eng.plan.rehearsal else None
+        self.server = await launch(b.name, argv, shell, env, cwd, log, eng.reaper, self.started_at)
 
     async def _ready(self) -> None:
         eng = self.engine

@@ -21,10 +21,14 @@ response that ends the connection leaves no connection behind: the next request 
 from __future__ import annotations
 
 import math
+import os
 import re
 import select
 import socket
-from collections.abc import Iterable
+import struct
+import sys
+import time
+from collections.abc import Callable, Iterable
 
 import h11
 import trio
@@ -44,6 +48,13 @@ from soakspec.runner.protocol import (
 from soakspec.runner.records import Outcome, RequestRecord
 
 RECEIVE_SIZE = 64 * 1024
+# Kernel receive time stamps (Linux; the constant is not in the socket module): SO_TIMESTAMPNS
+# makes recvmsg return a struct timespec of wall-clock time with the data.
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", None)
+if SO_TIMESTAMPNS is None and sys.platform == "linux" and os.uname().machine in ("x86_64", "aarch64", "riscv64"):
+    SO_TIMESTAMPNS = 35  # asm-generic/socket.h
+_TIMESPEC = struct.Struct("@ll")
+_ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
 USER_AGENT = f"soakspec/{__version__}".encode()
 
 
@@ -362,6 +373,11 @@ class H11Connection:
         stream = await trio.open_tcp_stream(self._host, self._port)
         sock = socket.socket(fileno=stream.socket.detach())
         sock.setblocking(False)
+        if SO_TIMESTAMPNS is not None:
+            try:  # the kernel stamps each received segment; recvmsg hands the stamp over
+                sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            except OSError:  # pragma: no cover - then every read is stamped by the run clock
+                pass
         return sock
 
     async def _exchange(self, request: bytes, acc: StreamAccumulator, record: RequestRecord) -> None:
@@ -395,10 +411,10 @@ class H11Connection:
         conn: h11.Connection | None = None
         size = self._receive_size
         now = self._clock.now
+        t = record.start or 0.0  # when the bytes being processed arrived (never going back)
         try:
             await _send_all(sock, request)
-            data = await _receive(sock, size)
-            t = now()  # when the bytes being processed arrived
+            data, t = await _receive(sock, size, now, t)
             if data:
                 record.first_byte = t
             elif reused:
@@ -413,8 +429,7 @@ class H11Connection:
                 while True:
                     event = conn.next_event()
                     if event is h11.NEED_DATA:
-                        data = await _receive(sock, size)
-                        t = now()
+                        data, t = await _receive(sock, size, now, t)
                         if record.first_byte is None and data:
                             record.first_byte = t
                         conn.receive_data(data)
@@ -439,8 +454,7 @@ class H11Connection:
                         return False
                 if decoder.done:
                     break
-                data = await _receive(sock, size)
-                t = now()
+                data, t = await _receive(sock, size, now, t)
                 if not data:
                     if type(decoder) is UntilCloseDecoder:
                         break
@@ -475,14 +489,23 @@ async def _send_all(sock: socket.socket, data: bytes) -> None:
         await wait_writable(sock)
 
 
-async def _receive(sock: socket.socket, size: int) -> bytes:
-    """The next bytes (b"" at the end). Waits first: called when the bytes are not there yet."""
+async def _receive(sock: socket.socket, size: int, now: Callable[[], float], after: float) -> tuple[bytes, float]:
+    """The next bytes (b"" at the end) and when they arrived on the run clock: the kernel's
+    receive time stamp of the last segment read, converted from the wall clock, kept within
+    [after, now]; `now()` if there is no stamp. Waits first: called when the bytes are not there yet."""
     while True:
         await wait_readable(sock)
         try:
-            return sock.recv(size)
+            data, anc, _, _ = sock.recvmsg(size, _ANC_SIZE)
         except BlockingIOError:  # pragma: no cover - a spurious wake-up
-            pass
+            continue
+        t = now()
+        if anc:
+            level, kind, stamp = anc[0]
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(stamp) == _TIMESPEC.size:
+                sec, nsec = _TIMESPEC.unpack(stamp)
+                t = min(t, sec + nsec * 1e-9 + (t - time.time()))
+        return data, t if t > after else after
 
 
 def _readable(sock: socket.socket) -> bool:

@@ -57,8 +57,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def log_tail(path: str | os.PathLike, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
+def log_tail(path: str | os.PathLike | None, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
     """The last lines of a log, decoded leniently (a server may print binary garbage)."""
+    if path is None:
+        return "(the spec sets log = false: the server's output was not kept)"
     try:
         with open(path, "rb") as fh:
             fh.seek(0, os.SEEK_END)
@@ -128,7 +130,7 @@ class Server:
     name: str
     process: trio.Process
     pgid: int
-    log_path: str
+    log_path: str | None
     started_at: float
     exit_status: int | None = None
     stop_signal: str | None = None
@@ -159,12 +161,13 @@ async def launch(
     shell: str | None,
     env: Mapping[str, str],
     cwd: str | None,
-    log_path: str,
+    log_path: str | None,
     reaper: Reaper | None,
     started_at: float,
 ) -> Server:
-    """Start the server; raise BackendError when it cannot even be executed."""
-    log_fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    """Start the server; raise BackendError when it cannot even be executed. With
+    `log_path` None the server's output is discarded (a spec's `log = false`)."""
+    log_fd = os.open(log_path if log_path is not None else os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         cmd: list[str] | str = list(argv) if argv else (shell or "")
         try:

@@ -1,0 +1,148 @@
+"""Timing fidelity: does soakspec measure what the simulator injects?
+
+Runs `soakspec run` (a real run: the simulator as a launched server process, the h11 load
+path, evidence, verdict) against the embedded simulator configured with TTFT 50 ms and ITL
+10 ms and enough slots that nothing queues, closed loop at concurrency 32, and prints the
+measured TTFT and ITL percentiles minus the injected values. The simulator's trace of each
+request (when it wrote the first token, on the wall clock) separates the client's error from the
+simulator's own timer error: "client - simulator" is soakspec's first-token time minus the
+simulator's, and the simulator's own TTFT error is its first-token time minus when it scheduled
+the request, minus the injected TTFT.
+
+    python benchmarks/fidelity.py                 # 3 runs of 20 s
+    python benchmarks/fidelity.py --runs 1 --duration 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SPEC = """\
+soak "fidelity" {{
+  issue = "8"
+}}
+model {{
+  id = "sim-model"
+}}
+backend "sim" {{
+  sim {{
+    ttft = {ttft}ms
+    itl = {itl}ms
+    slots = {slots}
+  }}
+  runtime {{
+    label = "host-staged"
+  }}
+}}
+workload "w" {{
+  prompt_words = 16
+  max_tokens = {tokens}
+  ignore_eos = true
+  load {{
+    mode = closed
+    concurrency = [{concurrency}]
+  }}
+  warmup = 2s
+  duration = {duration}s
+  bucket = {duration}s
+  deadline = 30s
+  follow_up = false
+}}
+gate {{
+  require failed == 0
+}}
+claims {{
+  claim "timing fidelity benchmark"
+}}
+"""
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, int(round(q / 100 * len(xs) + 0.5)) - 1))]
+
+
+def one_run(args, workdir: Path, i: int) -> dict:
+    spec = workdir / f"fidelity-{i}.soak"
+    spec.write_text(SPEC.format(ttft=args.ttft, itl=args.itl, slots=args.concurrency * 2, tokens=args.tokens,
+                                concurrency=args.concurrency, duration=args.duration))  # fmt: skip
+    out = workdir / f"ev-{i}"
+    cmd = [sys.executable, "-m", "soakspec", "run", str(spec), "--out", str(out), "--quiet", "--format", "json"]
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=args.duration + 600)
+    manifest = json.loads((out / "manifest.json").read_text())
+    if manifest["status"] != "complete":
+        raise SystemExit(f"run {i} did not complete (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+    level = manifest["backends"][0]["levels"][0]
+    rows = [json.loads(x) for x in (out / "backends" / "sim" / "requests.jsonl").read_text().splitlines()]
+    measured = [r for r in rows if r["bucket"] >= 0]
+    rows = [r for r in measured if r["outcome"] == "completed"]
+    traces = {}
+    for line in (out / "backends" / "sim" / "traces.jsonl").read_text().splitlines():
+        t = json.loads(line)
+        if t.get("matched") and t.get("payload"):
+            traces[t["request_id"]] = t["payload"]
+    ttft = [r["ttft"] for r in rows]
+    itl = [g for r in rows for g in r["itl"]]
+    both = [(r, traces[r["request_id"]]) for r in rows if traces.get(r["request_id"], {}).get("first_token_at")]
+    lag = [r["first_token"] - t["first_token_at"] for r, t in both]
+    sim_late = [t["first_token_at"] - t["scheduled_at"] - args.ttft / 1e3 for _, t in both if t.get("scheduled_at")]
+    return {
+        "requests": len(rows), "failed": len(measured) - len(rows),
+        "in_flight": level.get("mean_in_flight"),
+        "ttft_p50": pct(ttft, 50) - args.ttft / 1e3, "ttft_p99": pct(ttft, 99) - args.ttft / 1e3,
+        "itl_p50": pct(itl, 50) - args.itl / 1e3, "itl_p99": pct(itl, 99) - args.itl / 1e3,
+        "lag_p50": pct(lag, 50) if lag else float("nan"), "lag_p99": pct(lag, 99) if lag else float("nan"),
+        "sim_p50": pct(sim_late, 50) if sim_late else float("nan"),
+        "sim_p99": pct(sim_late, 99) if sim_late else float("nan"),
+        "matched": len(lag),
+    }  # fmt: skip
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--duration", type=int, default=20)
+    ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--ttft", type=int, default=50, help="injected TTFT, ms")
+    ap.add_argument("--itl", type=int, default=10, help="injected ITL, ms")
+    args = ap.parse_args()
+    if not (1 <= args.runs <= 10 and 1 <= args.duration <= 600):
+        raise SystemExit("--runs 1..10, --duration 1..600")
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory(prefix="soakspec-fidelity-") as tmp:
+        runs = []
+        for i in range(args.runs):
+            runs.append(one_run(args, Path(tmp), i))
+            load.append(os.getloadavg()[0])
+            print(f"run {i + 1}: {runs[-1]}", file=sys.stderr)
+
+    def cell(key: str) -> str:
+        xs = [r[key] * 1e3 for r in runs]
+        m = statistics.median(xs)
+        return f"{m:+.3f}" + (f" ({min(xs):+.3f} to {max(xs):+.3f})" if len(xs) > 1 else "")
+
+    print(f"timing fidelity: simulator TTFT {args.ttft} ms, ITL {args.itl} ms, closed loop c={args.concurrency}, "
+          f"{args.tokens} tokens, {args.duration} s per run; median of {args.runs} (min to max); "
+          f"load average {', '.join(f'{x:.2f}' for x in load)}")  # fmt: skip
+    print(f"requests per run: {', '.join(str(r['requests']) for r in runs)}; mean in flight: "
+          f"{', '.join(str(r['in_flight']) for r in runs)}")
+    print()
+    print("| ms | p50 | p99 |")
+    print("| --- | ---: | ---: |")
+    print(f"| TTFT measured - injected | {cell('ttft_p50')} | {cell('ttft_p99')} |")
+    print(f"| ITL measured - injected | {cell('itl_p50')} | {cell('itl_p99')} |")
+    print(f"| first token: client's time - simulator's (its trace) | {cell('lag_p50')} | {cell('lag_p99')} |")
+    print(f"| simulator's own TTFT - injected (its trace: first token - scheduled) | {cell('sim_p50')} | {cell('sim_p99')} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
