@@ -338,3 +338,15 @@ def test_jsonl_trace_file_only_counts_what_this_run_appended(tmp_path):
         counts.append(len(requests))
     assert len(read_jsonl(tmp_path / "server-traces.jsonl")) == sum(counts)
     assert wait_no_survivors(marker) == []
+
+
+def test_a_spec_that_requires_gpus_stops_before_load_without_them(tmp_path):
+    """No GPU here (NVML absent is a normal, recorded state): a spec that requires GPUs stops
+    before any server starts, says why, and records NVML's absence in the manifest."""
+    text = sim_spec().replace('soak "t" {\n  issue = "test"\n}\n', 'soak "t" {\n  issue = "test"\n}\ntelemetry {\n  require_gpus = true\n}\n')
+    proc, out = _run(tmp_path, text)
+    assert proc.returncode == 4, proc.stderr
+    assert "requires GPUs" in proc.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted" and m["gpus"]["available"] is False and m["gpus"]["reason"]
+    assert not (out / "backends" / "b0" / "server.log").exists(), "no server was started"
