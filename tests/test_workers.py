@@ -112,6 +112,66 @@ def test_an_interrupted_run_with_workers_keeps_their_records_and_leaves_no_proce
     _verify(out, 3)
 
 
+def _start(tmp_path: Path, spec_text: str, workers: int, marker: str):
+    spec = tmp_path / "run.soak"
+    spec.write_text(spec_text)
+    out = tmp_path / "ev"
+    proc = subprocess.Popen(
+        soakspec_cmd("run", str(spec), "--out", str(out), "--quiet", "--workers", str(workers)),
+        cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    req = out / "backends" / "b0" / "requests.jsonl"
+    deadline = time.monotonic() + 60
+    while not (req.exists() and req.stat().st_size > 0):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no record within 60 s"
+        time.sleep(0.05)
+    return proc, out
+
+
+def test_sigkill_of_the_runner_ends_its_workers(tmp_path):
+    """Workers notice that the runner is gone (their stdin closes) and exit."""
+    marker = new_marker()
+    spec = sim_spec(sim="ttft = 20ms\n    itl = 5ms", load="mode = closed\n    concurrency = [4]", duration="30s", bucket="10s")
+    proc, out = _start(tmp_path, spec, 2, marker)
+    proc.kill()
+    proc.communicate(timeout=10)
+    assert wait_no_survivors(marker, timeout=15) == []
+
+
+async def test_workers_are_not_tied_to_the_thread_that_started_them(tmp_path, monkeypatch):
+    """trio starts processes from a worker thread and retires idle threads (after 10 s; 0.2 s
+    here): the workers must not die with that thread, as PR_SET_PDEATHSIG would make them."""
+    import trio
+
+    from soakspec.lang import load_spec
+    from soakspec.plan import plan
+    from soakspec.runner.clock import RunClock
+    from soakspec.runner.load import LevelContext, Shapes
+    from soakspec.runner.workers import drive_level_workers
+    from soakspec.sim.config import SimConfig
+    from soakspec.sim.server import serve
+
+    monkeypatch.setattr(trio._core._thread_cache, "IDLE_TIMEOUT", 0.2)
+    path = tmp_path / "t.soak"
+    path.write_text(sim_spec(sim="ttft = 5ms", load="mode = closed\n    concurrency = [4]", duration="2s", bucket="1s"))
+    spec, diags, _ = load_spec(path)
+    assert spec is not None, diags
+    level = plan(spec).backends[0].levels[0]
+    clock = RunClock()
+    lines: list[bytes] = []
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve, SimConfig(model="sim", trace_log=False, ttft=0.005, itl=0.001))
+        ctx = LevelContext("b0", clock, None, Shapes(spec.workloads[0], "sim"), None, None)  # type: ignore[arg-type]
+        job = {"host": "127.0.0.1", "port": port, "api_key_env": None, "workload": spec.workloads[0], "model": "sim",
+               "prompts": (), "backend": "b0", "headers": (), "id_prefix": "t-0", "first_index": 0}  # fmt: skip
+        run, next_index = await drive_level_workers(level, ctx, job, 2, lines.append)
+        nursery.cancel_scope.cancel()
+    records = b"".join(lines).count(b"\n")
+    assert run.completed and run.sent == records == ctx.stats.done > 0
+    assert next_index >= records
+
+
 def test_processes_per_level() -> None:
     def level(mode: str, c: int | None) -> Level:
         return Level("w", 0, mode, c, None if c else 10.0, None, 0.0, 1.0, 1.0, (Bucket(0, 0.0, 1.0),), 1, None)

@@ -25,7 +25,9 @@ Design, per level (the parent is the runner; `python -m soakspec.runner.workers`
 Aborts: when the parent is cancelled it closes the workers' stdin; a worker then cancels its
 load (in-flight requests are recorded as aborted, as in one process) and flushes its records,
 which the parent still writes (bounded by `STOP_GRACE`); then any straggler is killed. Workers
-die with the parent (PR_SET_PDEATHSIG, and their stdin closing).
+die with the parent: its end of their stdin closes with it, and they stop. (Not PR_SET_PDEATHSIG:
+trio starts processes from a worker thread, the signal fires when *that thread* exits, and trio
+retires idle threads after 10 s.)
 """
 
 from __future__ import annotations
@@ -140,7 +142,7 @@ async def drive_level_workers(
         for p in range(n):
             proc = await trio.lowlevel.open_process(
                 [sys.executable, "-m", "soakspec.runner.workers"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True, preexec_fn=_pdeathsig,
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
             )  # fmt: skip
             procs.append(proc)
             readers.append(_Reader(proc.stdout))  # type: ignore[arg-type]
@@ -202,12 +204,6 @@ def _count(stats: LiveStats, outcomes: list[tuple[str, float | None]], sent: int
         stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
         if ttft is not None:
             stats.ttfts.append(ttft)
-
-
-def _pdeathsig() -> None:
-    from soakspec.runner.procs import _pdeathsig as set_pdeathsig
-
-    set_pdeathsig()
 
 
 # ------------------------------------------------------------------------------------------
