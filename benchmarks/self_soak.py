@@ -8,7 +8,7 @@ ITL 40 ms, 16 tokens) with 1% in-stream errors, 1% disconnects and 1% stalls, cl
 concurrency 64, one level of `--minutes`, a short deadline (3 s) so that stalls end as timeouts.
 While it runs, the runner's RSS (VmRSS in /proc/<pid>/status) and its open file descriptors
 (/proc/<pid>/fd) are sampled every `--sample-every` seconds; the table shows them at the start,
-middle and end of the load, and the peak after the load (evidence collection).
+middle and end of the load, and the peak after the load (evidence collection and judging).
 
 Afterwards it checks exact accounting: for every bucket, sent (records started in the bucket)
 = completed + failed + timeouts + rejected + disconnected, every record has one of those
@@ -153,7 +153,7 @@ def main() -> int:
         time.sleep(0.1)
     t_load = time.monotonic()
     samples: list[tuple[float, int, int]] = []  # (seconds into the load, rss KiB, fds)
-    after: list[tuple[float, int, int]] = []  # the same, after the load (evidence collection)
+    after: list[tuple[float, int, int]] = []  # the same, after the load (evidence collection, judging)
     next_sample = t_load
     killed = False
     while runner.poll() is None:
@@ -208,7 +208,7 @@ def main() -> int:
     fds = [s[2] for s in samples]
     print(f"| min/max during load | | {min(rss) / 1024:.1f} / {max(rss) / 1024:.1f} | {min(fds)} / {max(fds)} |")
     if after:
-        print(f"| peak after the load (evidence collection) | | {max(s[1] for s in after) / 1024:.1f} | {max(s[2] for s in after)} |")
+        print(f"| peak after the load (collection, judging) | | {max(s[1] for s in after) / 1024:.1f} | {max(s[2] for s in after)} |")
     print(f"\n{len(samples)} samples; requests/s {n / duration:.0f}")
     if m["status"] != "complete" or killed:
         print(f"the run did not complete: {m.get('incomplete_reason')}; stderr tail:\n{err[-2000:]}")

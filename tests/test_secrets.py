@@ -11,7 +11,7 @@ A real run plants secrets everywhere a spec can carry them:
   environment and sent as `Authorization: Bearer`.
 
 Then every file of the evidence directory, the run's stdout and stderr (with progress on),
-and the output of `verify`, `gate` and `report` (when those commands exist) are searched for
+and the output of `verify`, `gate` and `report` are searched for
 every planted value. The one place a planted value may appear is `server.log`, and only the
 values the *server itself* printed (HF_TOKEN and MY_SECRET via `--echo-env`): server.log is the
 server's raw output and soakspec does not rewrite it (README, "Secrets"). The API key is sent
@@ -20,7 +20,6 @@ to the server but never printed by it, so it must be found nowhere at all.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -92,12 +91,12 @@ def test_planted_secrets_are_found_nowhere_but_in_what_the_server_printed(tmp_pa
 
     outputs = {"run stdout": run.stdout, "run stderr": run.stderr}
     assert "[b1] starting:" in run.stderr, "progress was on"
-    for command in (["verify", str(out)], ["gate", str(out)], ["report", str(out), "--format", "md"]):
-        if importlib.util.find_spec(f"soakspec.commands.{command[0]}") is None:  # not written yet
-            continue
+    commands = [["verify", str(out)], ["gate", str(out)]]
+    commands += [["report", str(out), "--format", fmt] for fmt in ("md", "html", "json", "junit")]
+    for command in commands:
         p = subprocess.run(soakspec_cmd(*command), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
         assert "Traceback" not in p.stderr, p.stderr
-        outputs[command[0]] = p.stdout + p.stderr
+        outputs[" ".join(command[::2])] = p.stdout + p.stderr
     leaks = {name: _grep(text.encode()) for name, text in outputs.items() if _grep(text.encode())}
     assert leaks == {}, f"planted secrets in the output: {leaks}"
 
