@@ -246,6 +246,33 @@ class JsonlScan:
     partial_tail: bool
 
 
+def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = None):
+    """Yield `(line_number, record)` one line at a time, so a reader of a long soak's
+    requests.jsonl never holds the file (or every parsed row) at once. Bad lines go into
+    `errors` as `(line, message)`; a cut-off last line (no newline) is reported as
+    `(line, None)` there and skipped, as `scan_jsonl` does."""
+    with open(path, "rb") as fh:
+        i = 0
+        for raw in fh:
+            i += 1
+            if not raw.endswith(b"\n"):
+                if errors is not None:
+                    errors.append((i, None))
+                return
+            if not raw.strip():
+                if errors is not None:
+                    errors.append((i, "empty line"))
+                continue
+            try:
+                yield i, json.loads(raw)
+            except UnicodeDecodeError:
+                if errors is not None:
+                    errors.append((i, "not UTF-8"))
+            except json.JSONDecodeError as e:
+                if errors is not None:
+                    errors.append((i, f"invalid JSON: {e.msg} (column {e.colno})"))
+
+
 def scan_jsonl(path: os.PathLike | str) -> JsonlScan:
     data = Path(path).read_bytes()
     lines = data.split(b"\n")

@@ -31,7 +31,7 @@ from typing import Any
 
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.evidence import layout
-from soakspec.evidence.io import EvidenceError, EvidenceFormatError, lock_holder, read_json, scan_jsonl, sha256_file
+from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, lock_holder, read_json, sha256_file
 from soakspec.exitcodes import ExitCode
 
 SCHEMA_VERSION = 1
@@ -276,16 +276,12 @@ class _Checker:
                 if run_id is not None and run_id != manifest.get("run_id"):
                     self.error(rel, "V108", f"run_id {run_id!r} differs from the manifest's {manifest.get('run_id')!r}")
         elif name.endswith(".jsonl"):
-            scan = scan_jsonl(path)
-            for line, message in scan.errors[:MAX_ERRORS_PER_FILE]:
-                self.error(rel, "V105", message, line)
-            if scan.partial_tail:
-                self.note(rel, "V202", "ends in a partial line (a write was cut off); it is ignored")
+            bad_lines: list[tuple[int, str | None]] = []
             schema = _JSONL_SCHEMAS.get(name)
             budget = [MAX_ERRORS_PER_FILE]
             parts = rel.split("/")
             expect_dir = parts[1] if len(parts) == 3 and parts[0] == layout.BACKENDS else None
-            for line, rec in scan.records:
+            for line, rec in iter_jsonl(path, bad_lines):  # streamed: a long soak's file never sits in memory
                 self.records_checked += 1
                 if schema:
                     self.schema_errors(rel, schema, rec, line, budget)
@@ -294,6 +290,10 @@ class _Checker:
                         budget[0] -= 1
                         if budget[0] >= 0:
                             self.error(rel, "V108", f"record of backend {rec['backend']!r} in the directory of another backend", line)
+            for line, message in [b for b in bad_lines if b[1] is not None][:MAX_ERRORS_PER_FILE]:
+                self.error(rel, "V105", message, line)
+            if any(message is None for _, message in bad_lines):
+                self.note(rel, "V202", "ends in a partial line (a write was cut off); it is ignored")
             if budget[0] < 0:
                 self.error(rel, "V104", f"... and {-budget[0]} more problems in this file")
 

@@ -13,6 +13,9 @@ row without an id, a bucket or a known outcome is a problem, never silently drop
 
 from __future__ import annotations
 
+import sys
+from array import array
+
 import dataclasses
 import os
 from collections.abc import Mapping
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
-from soakspec.evidence.io import EvidenceError, EvidenceFormatError, read_json, scan_jsonl, sha256_file
+from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, sha256_file
 
 OUTCOMES = ("completed", "failed", "timeout", "rejected", "disconnected")
 
@@ -134,17 +137,51 @@ def request_problem(row: Any) -> str | None:
     return None
 
 
-def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *, required: bool) -> list[Any]:
+def _compact_request(row: Any) -> Any:
+    """A long soak holds hundreds of thousands of records in memory while it is judged: keep
+    the per-token gaps as a float array (8 bytes a gap instead of ~32) and share repeated
+    strings. The values are unchanged."""
+    if not isinstance(row, dict):
+        return row
+    itl = row.get("itl")
+    if isinstance(itl, list) and all(type(g) is float or type(g) is int for g in itl):
+        row["itl"] = array("d", itl)
+    for key in ("backend", "workload", "outcome", "tokens_source", "itl_source", "finish_reason"):
+        v = row.get(key)
+        if type(v) is str:
+            row[key] = sys.intern(v)
+    return row
+
+
+# What the judge reads of a trace row (coverage and terminal reasons); the rest of the server's
+# payload stays in traces.jsonl, hashed, for a reader who wants it.
+_TRACE_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "active", "pending")
+
+
+def _compact_trace(row: Any) -> Any:
+    if not isinstance(row, dict):
+        return row
+    payload = row.get("payload", row.get("trace"))
+    out = {"request_id": row.get("request_id"), "matched": row.get("matched")}
+    if isinstance(payload, dict):
+        out["payload"] = {k: payload[k] for k in _TRACE_PAYLOAD_KEYS if k in payload}
+    return out
+
+
+def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *, required: bool, compact=None) -> list[Any]:
+    """Rows of a JSONL file, streamed and (with `compact`) compacted one at a time."""
     if not path.is_file():
         if required:
             problems.append(f"{rel}: missing")
         return []
-    scan = scan_jsonl(path)
-    for line, message in scan.errors:
-        problems.append(f"{rel}:{line}: {message}")
-    if scan.partial_tail:
-        partial.append(rel)
-    return [r for _, r in scan.records]
+    bad: list[tuple[int, str | None]] = []
+    rows = [compact(r) if compact is not None else r for _, r in iter_jsonl(path, bad)]
+    for line, message in bad:
+        if message is None:
+            partial.append(rel)
+        else:
+            problems.append(f"{rel}:{line}: {message}")
+    return rows
 
 
 def _integrity(root: Path) -> Integrity:
@@ -196,7 +233,7 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
         rel = f"{layout.BACKENDS}/{safe}/"
         problems: list[str] = [safe_note] if safe_note else []
         partial: list[str] = []
-        raw = _read_rows(d / layout.REQUESTS, rel + layout.REQUESTS, problems, partial, required=True)
+        raw = _read_rows(d / layout.REQUESTS, rel + layout.REQUESTS, problems, partial, required=True, compact=_compact_request)
         records = []
         for i, row in enumerate(raw, start=1):
             why = request_problem(row)
@@ -204,7 +241,12 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
                 problems.append(f"{rel}{layout.REQUESTS}: record {i}: {why}")
             else:
                 records.append(row)
-        traces = [r for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False) if isinstance(r, dict)]
+        del raw
+        traces = [
+            r
+            for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace)
+            if isinstance(r, dict)
+        ]
         telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False) if isinstance(r, dict)]
         followup = None
         fpath = d / layout.FOLLOWUP

@@ -27,6 +27,8 @@ Definitions (the metric catalogue in `soakspec.lang.metrics` names them):
 
 from __future__ import annotations
 
+from array import array
+
 import dataclasses
 import math
 from collections import Counter
@@ -340,7 +342,7 @@ def dist_values(records: Iterable[Row], metric: str) -> list[float]:
             if r.get("itl_source") == "estimated":
                 continue
             gaps = r.get("itl")
-            if isinstance(gaps, list):
+            if isinstance(gaps, (list, array)):
                 out.extend(v for g in gaps if (v := _num(g)) is not None)
             continue
         v: float | None

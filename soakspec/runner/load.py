@@ -205,6 +205,26 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             return -1
         return min(int((t - m) // blen), nb - 1)
 
+    # Finished records go to the sink from a task of their own, at the loop's next turn: writing
+    # one (JSON, a write) is the largest cost between a worker's request and its next, and the
+    # worker sends the next one first (a closed loop keeps its concurrency while records flush).
+    pending: list[RequestRecord] = []
+    wake = trio.Event()
+
+    def write_pending() -> None:
+        while pending:
+            batch = pending.copy()
+            pending.clear()
+            for rec in batch:
+                ctx.sink(rec)
+
+    async def writer() -> None:
+        nonlocal wake
+        while True:
+            await wake.wait()
+            wake = trio.Event()
+            write_pending()
+
     async def one(conn: Connection, worker: int, intended: float | None) -> None:
         index, rid = ctx.next_id()
         now = clock.now()
@@ -232,7 +252,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             if rec.start is not None and rec.end > m and rec.start < stop:
                 run.busy_s += min(rec.end, stop) - max(rec.start, m)
             ctx.stats.finished(rec)
-            ctx.sink(rec)
+            pending.append(rec)
+            wake.set()
 
     async def bucket_clock() -> None:
         for b in level.buckets:
@@ -240,16 +261,22 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             if ctx.on_bucket is not None:
                 ctx.on_bucket(b.index)
 
-    async with trio.open_nursery() as outer:
-        outer.start_soon(bucket_clock)
-        if level.mode == "closed":
-            await _closed(level, ctx, one, stop)
-        elif level.mode == "batch":
-            await _batch(level, ctx, one, stop)
-        else:
-            await _open(level, ctx, one, stop, t0)
-        # The load functions return only after `stop`, with every request drained; an abort
-        # arrives as cancellation instead. The bucket clock ends with the last bucket.
+    try:
+        async with trio.open_nursery() as background:
+            background.start_soon(writer)
+            async with trio.open_nursery() as outer:
+                outer.start_soon(bucket_clock)
+                if level.mode == "closed":
+                    await _closed(level, ctx, one, stop)
+                elif level.mode == "batch":
+                    await _batch(level, ctx, one, stop)
+                else:
+                    await _open(level, ctx, one, stop, t0)
+                # The load functions return only after `stop`, with every request drained; an
+                # abort arrives as cancellation instead. The bucket clock ends with the last bucket.
+            background.cancel_scope.cancel()
+    finally:
+        write_pending()  # also when aborting: every request sent has its record
     run.measure_end = stop
     run.completed = True
     run.drained_at = clock.now()
