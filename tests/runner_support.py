@@ -127,3 +127,21 @@ def read_jsonl(path: Path) -> list[dict]:
 
 def manifest(run_dir: Path) -> dict:
     return json.loads((Path(run_dir) / "manifest.json").read_text())
+
+
+def run_spec(tmp_path: Path, spec_text: str, *extra: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, Path]:
+    """Write `spec_text`, run it with `soakspec run --quiet` into tmp_path/ev, and assert that
+    no process the run started is left behind. Returns (completed process, evidence dir)."""
+    spec = tmp_path / "t.soak"
+    spec.write_text(spec_text)
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = run_soakspec(["run", str(spec), "--out", str(out), "--quiet", *extra], marker, tmp_path, timeout)
+    survivors = wait_no_survivors(marker)
+    assert survivors == [], f"processes left behind: {survivors}"
+    return proc, out
+
+
+def requests_of(out: Path, backend: str = "b0") -> list[dict]:
+    """The request records of one backend of an evidence directory."""
+    return read_jsonl(Path(out) / "backends" / backend / "requests.jsonl")

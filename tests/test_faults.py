@@ -15,7 +15,6 @@ finished directory) are not repeated here; these tests extend them.
 
 from __future__ import annotations
 
-import os
 import re
 import resource
 import signal
@@ -31,9 +30,10 @@ import pytest
 from runner_support import (
     manifest,
     new_marker,
-    read_jsonl,
+    requests_of,
     run_env,
     run_soakspec,
+    run_spec,
     sim_spec,
     soakspec_cmd,
     wait_no_survivors,
@@ -69,19 +69,8 @@ def misbehaving(mode: str = "ok", *flags: str) -> list[str]:
     return [PY, str(MISBEHAVING), "--port", "{port}", "--mode", mode, *flags]
 
 
-def _run(tmp_path: Path, spec_text: str, *extra: str, timeout: float = 90, **popen):
-    spec = tmp_path / "t.soak"
-    spec.write_text(spec_text)
-    marker = new_marker()
-    out = tmp_path / "ev"
-    proc = run_soakspec(["run", str(spec), "--out", str(out), "--quiet", *extra], marker, tmp_path, timeout)
-    survivors = wait_no_survivors(marker)
-    assert survivors == [], f"processes left behind: {survivors}"
-    return proc, out
 
 
-def _rows(out: Path, backend: str = "b0") -> list[dict]:
-    return read_jsonl(out / "backends" / backend / "requests.jsonl")
 
 
 def _verify(out: Path) -> subprocess.CompletedProcess:
@@ -137,21 +126,21 @@ BACKEND_CASES = {
 
 
 @pytest.mark.parametrize("case", list(BACKEND_CASES))
-def test_a_backend_that_cannot_start_aborts_the_run(tmp_path, case):
+def test_a_backend_that_cannot_start_aborts_therun_spec(tmp_path, case):
     """Outcome: aborted before any load, exit 4, one line naming the backend and the cause,
     the log tail when there is a log, no record, the manifest `aborted` with that reason."""
     build, message, tail = BACKEND_CASES[case]
-    proc, out = _run(tmp_path, launch_spec(build(tmp_path), ready_timeout="2s"))
+    proc, out = run_spec(tmp_path, launch_spec(build(tmp_path), ready_timeout="2s"))
     assert proc.returncode == 4, proc.stderr
     _one_line_no_traceback(proc.stderr.split("last lines of")[0])
     assert re.search(message, proc.stderr), proc.stderr
     if tail is not None:
-        assert f"last lines of b0's log:" in proc.stderr
+        assert "last lines of b0's log:" in proc.stderr
         assert tail in proc.stderr.split("last lines of b0's log:", 1)[1]
     m = manifest(out)
     assert m["status"] == "aborted"
     assert re.search(message, m["incomplete_reason"])
-    assert _rows(out) == []
+    assert requests_of(out) == []
     assert _verify(out).returncode == 3, "aborted evidence is intact but incomplete"
 
 
@@ -164,7 +153,7 @@ def test_port_taken_aborts_with_the_servers_own_message(tmp_path):
     port = holder.getsockname()[1]
     try:
         argv = [PY, "-m", "soakspec", "sim", "--host", "127.0.0.1", "--port", str(port)]
-        proc, out = _run(tmp_path, launch_spec(argv))
+        proc, out = run_spec(tmp_path, launch_spec(argv))
     finally:
         holder.close()
     assert proc.returncode == 4, proc.stderr
@@ -176,7 +165,7 @@ def test_port_taken_aborts_with_the_servers_own_message(tmp_path):
 def test_binary_garbage_in_the_log_is_shown_as_readable_text(tmp_path):
     """A server that prints raw bytes (NUL, ANSI escapes, invalid UTF-8) and then dies: the
     log tail on stderr is still plain printable text."""
-    proc, out = _run(tmp_path, launch_spec(misbehaving("ok", "--garbage", "--exit-before-ready")))
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving("ok", "--garbage", "--exit-before-ready")))
     assert proc.returncode == 4
     tail = proc.stderr.split("last lines of b0's log:", 1)[1]
     assert "giving up before listening" in tail and "starting" in tail
@@ -184,15 +173,15 @@ def test_binary_garbage_in_the_log_is_shown_as_readable_text(tmp_path):
     assert b"\x1b[2J" in (out / "backends" / "b0" / "server.log").read_bytes(), "server.log keeps the raw bytes"
 
 
-def test_binary_garbage_while_serving_does_not_disturb_the_run(tmp_path):
+def test_binary_garbage_while_serving_does_not_disturb_therun_spec(tmp_path):
     """Outcome: a normal complete run; server.log holds the bytes as printed, and
     `log_tail` (what soakspec would show) reads it as printable text."""
     from soakspec.runner.procs import log_tail
 
-    proc, out = _run(tmp_path, launch_spec(misbehaving("ok", "--garbage")))
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving("ok", "--garbage")))
     assert proc.returncode in RUN_COMPLETED, proc.stderr
     assert manifest(out)["status"] == "complete"
-    rows = [r for r in _rows(out) if r["bucket"] >= 0]
+    rows = [r for r in requests_of(out) if r["bucket"] >= 0]
     assert rows and {r["outcome"] for r in rows} == {"completed"}
     log = out / "backends" / "b0" / "server.log"
     raw = log.read_bytes()
@@ -206,7 +195,7 @@ def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     """Teardown: SIGTERM, the spec's grace (1 s), then SIGKILL of the group; the manifest
     records stop_signal SIGKILL and the exit status -9; the run itself completed."""
     t0 = time.monotonic()
-    proc, out = _run(tmp_path, launch_spec(misbehaving("ok", "--ignore-sigterm"), grace="1s"))
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving("ok", "--ignore-sigterm"), grace="1s"))
     assert proc.returncode in RUN_COMPLETED, proc.stderr
     b = manifest(out)["backends"][0]
     assert manifest(out)["status"] == "complete"
@@ -219,11 +208,11 @@ def test_a_crash_mid_stream_aborts_and_the_cut_request_is_recorded(tmp_path):
     """The server process exits while streaming: the cut request is `disconnected`, the run
     aborts (exit 4) with the exit status, and the evidence stays valid (verify: intact,
     incomplete) -- including requests the abort itself cancelled."""
-    proc, out = _run(tmp_path, launch_spec(misbehaving("die-mid-stream"), load="mode = closed\n    concurrency = [2]"))
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving("die-mid-stream"), load="mode = closed\n    concurrency = [2]"))
     assert proc.returncode == 4, proc.stderr
     assert "backend 'b0': server exited with status 1 during the run" in proc.stderr
     assert "dying mid-stream" in proc.stderr
-    rows = _rows(out)
+    rows = requests_of(out)
     assert rows and all(r["outcome"] == "disconnected" for r in rows), [(r["outcome"], r["error"]) for r in rows]
     assert any(r["error"] == "connection closed before the response finished" for r in rows)
     assert manifest(out)["status"] == "aborted"
@@ -240,13 +229,13 @@ def test_a_crash_between_levels_keeps_the_finished_level(tmp_path):
         load="mode = closed\n    concurrency = [1, 2]",
         max_tokens=2, duration="1s", bucket="1s", deadline="5s", follow_up=False,
     )  # fmt: skip
-    proc, out = _run(tmp_path, spec)
+    proc, out = run_spec(tmp_path, spec)
     assert proc.returncode == 4, proc.stderr
     assert "backend 'b0': server exited with status 3 during the run" in proc.stderr
     levels = manifest(out)["backends"][0]["levels"]
     assert levels[0]["completed"] is True and levels[0]["sent"] == 2
     assert len(levels) == 2 and levels[1]["completed"] is False
-    rows = _rows(out)
+    rows = requests_of(out)
     assert [r["outcome"] for r in rows if r["level"] == 0] == ["completed", "completed"]
     cut = [r for r in rows if r["level"] == 1]
     assert cut and all(r["outcome"] == "disconnected" for r in cut)
@@ -272,11 +261,11 @@ def test_protocol_fault_gives_its_outcome_class(tmp_path, mode):
     completes (exit 0/1/3, not 4), every request gets the stated outcome and message, and
     the evidence verifies."""
     outcome, error = PROTOCOL_CASES[mode]
-    proc, out = _run(tmp_path, launch_spec(misbehaving(mode)))
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving(mode)))
     assert proc.returncode in RUN_COMPLETED, proc.stderr
     _one_line_no_traceback(proc.stderr)
     assert manifest(out)["status"] == "complete"
-    rows = _rows(out)
+    rows = requests_of(out)
     assert len(rows) >= 3, proc.stderr
     assert {r["outcome"] for r in rows} == {outcome}, {(r["outcome"], r["error"]) for r in rows}
     for r in rows:
@@ -291,9 +280,9 @@ def test_one_byte_per_second_ends_at_the_deadline(tmp_path):
     """A server that drips its response (status line included) at 1 byte/s: the request's
     absolute deadline (2 s) fires and it is a `timeout`, the level still ends on time."""
     t0 = time.monotonic()
-    proc, out = _run(tmp_path, launch_spec(misbehaving("slow"), deadline="2s", load="mode = closed\n    concurrency = [1]"))
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving("slow"), deadline="2s", load="mode = closed\n    concurrency = [1]"))
     assert proc.returncode in RUN_COMPLETED, proc.stderr
-    rows = _rows(out)
+    rows = requests_of(out)
     assert len(rows) == 1
     (r,) = rows
     assert r["outcome"] == "timeout" and r["error"] == "deadline passed before the response finished"
@@ -337,7 +326,7 @@ def test_a_10mb_sse_line_fails_the_request_and_memory_stays_bounded(tmp_path):
     assert wait_no_survivors(marker) == []
     assert proc.returncode in RUN_COMPLETED, result.get("err")
     assert 0 < peak < 200 * 1024, f"runner peak RSS {peak} KiB"
-    rows = _rows(out)
+    rows = requests_of(out)
     assert len(rows) >= 2
     assert {(r["outcome"], r["error"]) for r in rows} == {("failed", "SSE event too large")}
 
@@ -379,7 +368,7 @@ def test_a_signal_mid_bucket_leaves_evidence_that_verifies(tmp_path):
     v = _verify(out)
     assert v.returncode == 3, v.stdout + v.stderr
     assert "interrupted by SIGTERM" in v.stdout + v.stderr
-    cut = [r for r in _rows(out) if r["error"] == "the run was aborted before the response finished"]
+    cut = [r for r in requests_of(out) if r["error"] == "the run was aborted before the response finished"]
     assert cut, "requests in flight at the signal are recorded"
     assert all(r["outcome"] == "disconnected" and r["end"] is not None for r in cut)
 

@@ -22,7 +22,9 @@ from runner_support import (
     new_marker,
     read_jsonl,
     run_env,
+    requests_of,
     run_soakspec,
+    run_spec,
     sim_spec,
     soakspec_cmd,
     wait_no_survivors,
@@ -35,18 +37,8 @@ def _write(tmp_path: Path, text: str, name: str = "t.soak") -> Path:
     return p
 
 
-def _run(tmp_path: Path, spec_text: str, *extra: str, timeout: float = 120):
-    spec = _write(tmp_path, spec_text)
-    marker = new_marker()
-    out = tmp_path / "ev"
-    proc = run_soakspec(["run", str(spec), "--out", str(out), "--quiet", *extra], marker, tmp_path, timeout)
-    survivors = wait_no_survivors(marker)
-    assert survivors == [], f"processes left behind: {survivors}"
-    return proc, out
 
 
-def _requests(out: Path, backend: str = "b0") -> list[dict]:
-    return read_jsonl(out / "backends" / backend / "requests.jsonl")
 
 
 # ------------------------------------------------------------------ lifecycle
@@ -76,14 +68,14 @@ def test_backend_crash_mid_run_aborts_with_partial_evidence(tmp_path):
     """A server that dies mid-run stops the run cleanly: exit 4, the exit status and the log
     tail on stderr, the evidence so far kept and marked aborted."""
     spec = sim_spec(sim="ttft = 10ms\n    itl = 2ms\n    crash_after_requests = 12", duration="5s")
-    proc, out = _run(tmp_path, spec)
+    proc, out = run_spec(tmp_path, spec)
     assert proc.returncode == 4, proc.stderr
     assert "exited with status 3" in proc.stderr
     assert "last lines of b0's log" in proc.stderr
     m = manifest(out)
     assert m["status"] == "aborted"
     assert "b0" in m["incomplete_reason"]
-    rows = _requests(out)
+    rows = requests_of(out)
     completed = [r for r in rows if r["outcome"] == "completed"]
     assert len(completed) >= 10, "records written before the crash are kept"
     assert any(r["outcome"] != "completed" for r in rows), "requests cut by the crash are recorded"
@@ -93,7 +85,7 @@ def test_backend_crash_mid_run_aborts_with_partial_evidence(tmp_path):
 
 def test_command_not_found_aborts_before_load(tmp_path):
     spec = sim_spec().replace("sim {\n    ttft = 20ms\n    itl = 5ms\n  }", 'launch = ["./no-such-server", "--port", "{port}"]')
-    proc, out = _run(tmp_path, spec)
+    proc, out = run_spec(tmp_path, spec)
     assert proc.returncode == 4
     assert "command not found: ./no-such-server" in proc.stderr
     assert manifest(out)["status"] == "aborted"
@@ -101,7 +93,7 @@ def test_command_not_found_aborts_before_load(tmp_path):
 
 def test_never_ready_aborts_after_the_probe_timeout(tmp_path):
     extra = "  ready {\n    path = \"/nope\"\n    timeout = 4s\n  }\n"
-    proc, out = _run(tmp_path, sim_spec(extra_backend=extra))
+    proc, out = run_spec(tmp_path, sim_spec(extra_backend=extra))
     assert proc.returncode == 4
     assert "not ready after 4s" in proc.stderr and "HTTP 404" in proc.stderr
 
@@ -143,7 +135,7 @@ def test_signal_mid_bucket_tears_down_and_keeps_evidence(tmp_path, sig):
     m = manifest(out)
     assert m["status"] == "aborted"
     assert m["incomplete_reason"] == f"interrupted by {sig.name}"
-    assert len(_requests(out)) > 0
+    assert len(requests_of(out)) > 0
     assert m["backends"][0]["stop_signal"] == "SIGTERM"
 
 
@@ -156,7 +148,7 @@ def test_sigkill_of_the_runner_kills_the_servers_too(tmp_path):
     proc.communicate(timeout=10)
     assert wait_no_survivors(marker, timeout=10) == []
     assert manifest(out)["status"] == "running"
-    assert len(_requests(out)) >= 1
+    assert len(requests_of(out)) >= 1
 
 
 def test_sigkill_reaches_the_grandchildren_of_a_shell_backend(tmp_path):
@@ -205,8 +197,8 @@ def test_measured_ttft_and_itl_match_the_injected_values(tmp_path, tokens_per_ch
     for attempt in range(3):
         work = tmp_path / f"round{attempt}"
         work.mkdir()
-        proc, out = _run(work, spec)
-        rows = [r for r in _requests(out) if r["bucket"] >= 0]
+        proc, out = run_spec(work, spec)
+        rows = [r for r in requests_of(out) if r["bucket"] >= 0]
         assert len(rows) >= 8, proc.stderr
         assert all(r["outcome"] == "completed" for r in rows)
         assert all(r["output_tokens"] == 17 and r["tokens_source"] == "usage" for r in rows)
@@ -235,26 +227,26 @@ def test_each_fault_gives_its_outcome_class(tmp_path):
                     load="mode = closed\n    concurrency = [1]")  # fmt: skip
     for name, (knob, _) in faults.items():
         text = text.replace(f'backend "{name}" {{\n  sim {{\n', f'backend "{name}" {{\n  sim {{\n    {knob}\n', 1)
-    proc, out = _run(tmp_path, text)
+    proc, out = run_spec(tmp_path, text)
     assert proc.returncode != 4, proc.stderr
     for name, (knob, outcome) in faults.items():
-        rows = [r for r in _requests(out, name) if r["bucket"] >= 0]
+        rows = [r for r in requests_of(out, name) if r["bucket"] >= 0]
         assert rows, name
         assert {r["outcome"] for r in rows} == {outcome}, (knob, {r["outcome"] for r in rows}, rows[0]["error"])
-    for r in _requests(out, "b2"):
+    for r in requests_of(out, "b2"):
         assert 0.95 <= r["latency"] <= 1.5, "a stall ends at the request's deadline"
-    assert any("error" in (r["error"] or "").lower() for r in _requests(out, "b0"))
-    assert any("[DONE]" in (r["error"] or "") for r in _requests(out, "b1"))
+    assert any("error" in (r["error"] or "").lower() for r in requests_of(out, "b0"))
+    assert any("[DONE]" in (r["error"] or "") for r in requests_of(out, "b1"))
 
 
 def test_buckets_follow_wall_time_and_closed_loop_holds_concurrency(tmp_path):
     spec = sim_spec(sim="ttft = 15ms\n    itl = 3ms", load="mode = closed\n    concurrency = [4]", duration="3s", bucket="1s")
-    proc, out = _run(tmp_path, spec)
+    proc, out = run_spec(tmp_path, spec)
     level = manifest(out)["backends"][0]["levels"][0]
     m0, deadline = level["measure_start"], level["deadline_s"]
     stop = m0 + level["planned_duration_s"]
     assert [round(b["end"] - b["start"], 6) for b in level["buckets"]] == [1.0, 1.0, 1.0]
-    rows = [r for r in _requests(out) if r["bucket"] >= 0]
+    rows = [r for r in requests_of(out) if r["bucket"] >= 0]
     for r in rows:
         assert r["start"] < stop, "no request starts after the level's end"
         assert r["bucket"] == min(int((r["start"] - m0) // 1.0), 2)
@@ -271,8 +263,8 @@ def test_buckets_follow_wall_time_and_closed_loop_holds_concurrency(tmp_path):
 
 def test_open_loop_counts_latency_from_the_intended_send_time(tmp_path):
     spec = sim_spec(load="mode = open\n    rate = 20rps", duration="2s", bucket="1s")
-    proc, out = _run(tmp_path, spec)
-    rows = sorted((r for r in _requests(out) if r["bucket"] >= 0), key=lambda r: r["intended_start"])
+    proc, out = run_spec(tmp_path, spec)
+    rows = sorted((r for r in requests_of(out) if r["bucket"] >= 0), key=lambda r: r["intended_start"])
     assert 38 <= len(rows) <= 41
     gaps = [b["intended_start"] - a["intended_start"] for a, b in zip(rows, rows[1:])]
     assert all(abs(g - 0.05) < 1e-6 for g in gaps), "constant-rate schedule"
@@ -283,8 +275,8 @@ def test_open_loop_counts_latency_from_the_intended_send_time(tmp_path):
 
 def test_batch_mode_runs_batches_of_n_back_to_back(tmp_path):
     spec = sim_spec(sim="ttft = 30ms\n    itl = 5ms", load="mode = batch\n    concurrency = [2]\n    requests = 4", duration="1s", bucket="1s")
-    proc, out = _run(tmp_path, spec)
-    rows = [r for r in _requests(out) if r["bucket"] >= 0]
+    proc, out = run_spec(tmp_path, spec)
+    rows = [r for r in requests_of(out) if r["bucket"] >= 0]
     assert rows and all(r["outcome"] == "completed" for r in rows)
     assert {r["worker"] for r in rows} == {0, 1}
     assert len(rows) % 4 == 0 or rows[-1]["start"] >= manifest(out)["backends"][0]["levels"][0]["measure_end"] - 0.5
@@ -345,7 +337,7 @@ def test_a_spec_that_requires_gpus_stops_before_load_without_them(tmp_path):
     """No GPU here (NVML absent is a normal, recorded state): a spec that requires GPUs stops
     before any server starts, says why, and records NVML's absence in the manifest."""
     text = sim_spec().replace('soak "t" {\n  issue = "test"\n}\n', 'soak "t" {\n  issue = "test"\n}\ntelemetry {\n  require_gpus = true\n}\n')
-    proc, out = _run(tmp_path, text)
+    proc, out = run_spec(tmp_path, text)
     assert proc.returncode == 4, proc.stderr
     assert "requires GPUs" in proc.stderr
     m = manifest(out)

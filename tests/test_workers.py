@@ -57,7 +57,9 @@ def test_two_workers_give_the_same_records_as_one(tmp_path):
         summary[w] = (len(rows), Counter(r["bucket"] for r in rows), Counter(r["outcome"] for r in rows), offsets)
         assert 0 < level["mean_in_flight"] < 5
     assert summary[1][:3] == summary[2][:3] == (60, Counter({0: 30, 1: 30}), Counter({"completed": 60}))
-    assert summary[1][3] == summary[2][3]
+    # the same schedule (epoch floats near 1.7e9 carry ~2e-7 s of rounding)
+    assert len(summary[1][3]) == len(summary[2][3])
+    assert all(abs(a - b) < 1e-5 for a, b in zip(summary[1][3], summary[2][3]))
     _, level2, rows2 = runs[2]
     assert level2["workers"] == 2
     assert {r["worker"] % 2 for r in rows2} == {0, 1}, "both processes sent requests"
