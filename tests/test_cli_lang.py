@@ -12,7 +12,6 @@ so adding a case is adding a file.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 import shutil

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import copy
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings

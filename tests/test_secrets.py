@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 from runner_support import manifest, new_marker, run_env, sim_spec, soakspec_cmd, wait_no_survivors
 

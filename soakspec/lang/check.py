@@ -922,7 +922,7 @@ def _rule(ctx: _Ctx, r: A.Rule, backend_names: set[str]) -> S.Rule | None:
                 window = _quantity_value(ctx, "window", r.scope.length, Dimension.DURATION)
                 ok = ok and window is not None
         elif r.scope.length is not None:
-            ctx.error("E305", f"only 'per window' takes a length", r.scope.length.span)
+            ctx.error("E305", "only 'per window' takes a length", r.scope.length.span)
             ok = False
     elif wrapper is not None:
         scope = "level"

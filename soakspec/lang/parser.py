@@ -9,14 +9,12 @@ mistake does not cascade into a page of noise.
 
 from __future__ import annotations
 
-import ast as pyast
 import functools
 import importlib.resources
 import math
 import pathlib
 import re
 
-import lark
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 

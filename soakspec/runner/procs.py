@@ -14,7 +14,6 @@ No server may outlive soakspec, even when soakspec itself is SIGKILLed. Two mech
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import dataclasses
 import os
