@@ -77,7 +77,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     nginx_bin, _ = ensure_tools()
     checkpoints = sorted(args.checkpoints)
-    readings: list[tuple[int, float, float]] = []  # (records, seconds since the first, RSS MiB)
+    readings: list[tuple[int, float, int]] = []  # (records, seconds since the first, RSS KiB)
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="soakspec-memory-") as tmp:
         work = Path(tmp)
@@ -109,11 +109,11 @@ def main() -> int:
                 offset += whole
                 if count and t_first is None:
                     t_first = time.monotonic()
-                    readings.append((count, 0.0, rss_kib(client.pid) / 1024))
+                    readings.append((count, 0.0, rss_kib(client.pid)))
                 while todo and count >= todo[0]:
                     todo.pop(0)
-                    readings.append((count, time.monotonic() - t_first, rss_kib(client.pid) / 1024))
-                    log(f"{count:,} requests: RSS {readings[-1][2]:.1f} MiB")
+                    readings.append((count, time.monotonic() - t_first, rss_kib(client.pid)))
+                    log(f"{count:,} requests: RSS {readings[-1][2]:,} KiB")
             load.append(os.getloadavg()[0])
         finally:
             if client is not None and client.poll() is None:
@@ -123,13 +123,14 @@ def main() -> int:
     print(f"RSS of the load process (soakspec engine, closed loop c={args.concurrency}, nginx canned 64-token stream); "
           f"load average {', '.join(f'{x:.2f}' for x in load)}")
     print()
-    print("| requests | seconds | RSS (MiB) |")
-    print("| ---: | ---: | ---: |")
+    print("| requests | seconds | RSS (KiB) | RSS (MiB) |")
+    print("| ---: | ---: | ---: | ---: |")
     for n, t, rss in readings:
-        print(f"| {n:,} | {t:.0f} | {rss:.1f} |")
-    marks = [r for r in readings[1:]]
+        print(f"| {n:,} | {t:.0f} | {rss:,} | {rss / 1024:.1f} |")
+    marks = readings[1:]
     if len(marks) >= 2:
-        print(f"\ngrowth from {marks[0][0]:,} to {marks[-1][0]:,} requests: {marks[-1][2] - marks[0][2]:+.1f} MiB")
+        print(f"\ngrowth from {marks[0][0]:,} to {marks[-1][0]:,} requests: {marks[-1][2] - marks[0][2]:+,} KiB "
+              f"({(marks[-1][2] - marks[0][2]) / 1024:+.2f} MiB)")
     return 0 if len(readings) == len(checkpoints) + 1 else 1
 
 
