@@ -22,19 +22,20 @@ code behind it, which takes anything unusual and words the errors:
 * Time stamps: the kernel's receive time of the bytes (SO_TIMESTAMPNS, from `recvmsg`), on the
   run clock, so TTFT and ITL are when the bytes arrived, not when the event loop came round to
   them. `end` stays when the client had read the response: latency and requests in flight are
-  the client's view (at c=64 against a zero-latency server the loop is ~40 ms behind its
-  sockets; TTFT from the kernel's stamps is 0.1 ms, latency 40 ms).
+  the client's view (at c=64 against a zero-latency server one process is ~30 ms behind its
+  sockets: TTFT from the kernel's stamps is 0.14 ms, latency 30 ms).
 
 The figures that chose this (nginx serving a canned 64-token stream, a server that costs almost
-nothing; closed loop at c=64; a shared 2-vCPU VM; `benchmarks/loadgen/`, py-spy and cProfile):
+nothing; closed loop at c=64; the shared 2-vCPU VM; `benchmarks/loadgen/`, py-spy, cProfile):
     start: h11 state machine per request, json.loads per SSE event, SocketStream
         1.39 ms client CPU per request, 266 streams/s, TTFT p50 245 ms
         (json per event ~55% of the CPU, h11's request building and head validation ~25%)
     + SSE events by one regex split per read                     0.94 ms,   679/s
     + requests by hand, plain heads without h11                  0.60 ms, 1,334/s
-    + raw sockets, body templates, shapes made once              0.50 ms, ~1,550/s (median of 3)
-    + kernel time stamps                                         TTFT p50 0.14 ms at c=8/64/256
-wrk (C, no stream parsing) reaches 13-18k/s on the same server; `--workers 2` 1.85x at c=256.
+    + raw sockets, body templates, shapes made once              0.50 ms, ~1,550/s
+    + records written at the loop's next turn (load.py)          0.45 ms, 2,197/s (median of 3)
+    + kernel time stamps                                         TTFT p50 0.14 ms (c=8, 64, 256)
+wrk (C, no stream parsing) does ~25,000/s on the same server; `--workers 2` 3,346/s at c=256.
 What is left: the regex over the events (~17% of the CPU), writing the record (~20%:
 `to_json` and JSON encoding), the send syscall and trio's scheduling.
 
@@ -44,6 +45,7 @@ before the first response byte (the close raced our send), the request is sent o
 fresh connection. Connect time always counts in the request. Any failure, the deadline, or a
 response that ends the connection leaves no connection behind: the next request reconnects.
 """
+
 from __future__ import annotations
 
 import math
