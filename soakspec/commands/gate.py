@@ -58,24 +58,36 @@ def spec_for(evidence, spec_file: str | None, where: str):
     return spec, notes
 
 
-def main(args: argparse.Namespace) -> int:
+def load_for_judging(command: str, run_dir: str, spec_file: str | None):
+    """Load (and hash-verify) an evidence directory and choose the spec to judge it with.
+    Returns (spec, evidence), or an exit code after saying why on stderr. Shared by `gate`
+    and `report`, which both re-judge rather than trust a stored verdict."""
     from soakspec.cli import UsageError
     from soakspec.evidence.io import EvidenceError
     from soakspec.judge.evidence import EvidenceNotFound, load_evidence
-    from soakspec.judge.judge import judge
-    from soakspec.judge.verdict import render_text
 
-    where = str(args.dir).rstrip("/") or "/"
+    where = str(run_dir).rstrip("/") or "/"
     try:
-        evidence = load_evidence(Path(args.dir))
+        evidence = load_evidence(Path(run_dir))
     except EvidenceNotFound as e:
         raise UsageError(str(e)) from None
     except EvidenceError as e:
-        print(f"soakspec gate: {e}: the evidence cannot be judged", file=sys.stderr)
+        print(f"soakspec {command}: {e}: the evidence cannot be judged", file=sys.stderr)
         return ExitCode.INCONCLUSIVE
-    spec, notes = spec_for(evidence, args.spec, where)
+    spec, notes = spec_for(evidence, spec_file, where)
     for n in notes:
-        print(f"soakspec gate: note: {n}", file=sys.stderr)
+        print(f"soakspec {command}: note: {n}", file=sys.stderr)
+    return spec, evidence
+
+
+def main(args: argparse.Namespace) -> int:
+    from soakspec.judge.judge import judge
+    from soakspec.judge.verdict import render_text
+
+    loaded = load_for_judging("gate", args.dir, args.spec)
+    if isinstance(loaded, int):
+        return loaded
+    spec, evidence = loaded
     verdict = judge(spec, evidence)
     if args.format == "json":
         print(json.dumps(verdict.to_json(), indent=2, sort_keys=True, ensure_ascii=False))

@@ -37,28 +37,20 @@ def _printable(text: str) -> str:
 
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
-    from soakspec.commands.gate import spec_for
+    from soakspec.commands.gate import load_for_judging
     from soakspec.evidence.io import EvidenceError, write_bytes_atomic
-    from soakspec.judge.evidence import EvidenceNotFound, load_evidence
     from soakspec.report import prepare
 
-    where = str(args.dir).rstrip("/") or "/"
     if args.out is not None:
         out = Path(args.out)
         if out.is_dir():
             raise UsageError(f"--out {args.out} is a directory; give a file name")
         if not out.parent.is_dir():
             raise UsageError(f"--out {args.out}: no such directory {out.parent}")
-    try:
-        evidence = load_evidence(Path(args.dir))
-    except EvidenceNotFound as e:
-        raise UsageError(str(e)) from None
-    except EvidenceError as e:
-        print(f"soakspec report: {e}: the evidence cannot be judged", file=sys.stderr)
-        return ExitCode.INCONCLUSIVE
-    spec, notes = spec_for(evidence, args.spec, where)
-    for n in notes:
-        print(f"soakspec report: note: {n}", file=sys.stderr)
+    loaded = load_for_judging("report", args.dir, args.spec)
+    if isinstance(loaded, int):
+        return loaded
+    spec, evidence = loaded
     inputs = prepare(spec, evidence)
     text = _printable(inputs.render(args.format))
     if args.out is not None:
