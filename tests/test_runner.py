@@ -343,3 +343,15 @@ def test_a_spec_that_requires_gpus_stops_before_load_without_them(tmp_path):
     m = manifest(out)
     assert m["status"] == "aborted" and m["gpus"]["available"] is False and m["gpus"]["reason"]
     assert not (out / "backends" / "b0" / "server.log").exists(), "no server was started"
+
+
+def test_servers_outlive_trios_idle_worker_threads(tmp_path):
+    """Regression: servers were started with PR_SET_PDEATHSIG from one of trio's worker
+    threads, and a thread that sat idle for 10 s exited and took the server with it. With
+    telemetry sampled once an hour nothing keeps that thread busy through a 13 s level."""
+    text = sim_spec(duration="13s", bucket="13s", load="mode = closed\n    concurrency = [1]")
+    text = text.replace('soak "t" {\n  issue = "test"\n}\n', 'soak "t" {\n  issue = "test"\n}\ntelemetry {\n  interval = 1h\n}\n')
+    proc, out = run_spec(tmp_path, text)
+    assert proc.returncode != 4, proc.stderr
+    assert manifest(out)["status"] == "complete"
+    assert all(r["outcome"] == "completed" for r in requests_of(out))

@@ -5,16 +5,18 @@ straight into `server.log` in the evidence directory (the kernel writes; nothing
 nothing to block). Teardown sends SIGTERM to the whole group, waits the spec's grace, then
 SIGKILL.
 
-No server may outlive soakspec, even when soakspec itself is SIGKILLed. Two mechanisms:
-  - every child gets PR_SET_PDEATHSIG=SIGKILL (Linux), which covers the direct child;
-  - a small reaper process (`python -m soakspec.runner.reaper`) is told each process group
-    over a pipe; when the pipe closes without a clean "done" (soakspec died), it kills the
-    groups. This covers grandchildren too (`shell` backends, servers that fork workers).
+No server may outlive soakspec, even when soakspec itself is SIGKILLed: a small reaper
+process (`python -m soakspec.runner.reaper`) is told each process group over a pipe; when the
+pipe closes without a clean "done" (soakspec died), it kills the groups. This covers
+grandchildren too (`shell` backends, servers that fork workers).
+
+PR_SET_PDEATHSIG is deliberately not used: trio starts processes from a worker thread, and
+the signal fires when that *thread* exits (trio retires idle threads after ~10 s), which
+would kill a healthy server mid-soak.
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import os
 import signal
@@ -24,9 +26,6 @@ import sys
 from collections.abc import Mapping, Sequence
 
 import trio
-
-PR_SET_PDEATHSIG = 1
-
 
 class BackendError(Exception):
     """A backend could not be started or died: the run aborts (exit 4)."""
@@ -39,14 +38,6 @@ class BackendError(Exception):
 
     def __str__(self) -> str:
         return f"backend '{self.backend}': {self.message}"
-
-
-def _pdeathsig() -> None:  # runs in the child between fork and exec
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except Exception:  # noqa: BLE001 - best effort; the reaper is the backstop
-        pass
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -179,7 +170,6 @@ async def launch(
                 env=dict(env),
                 cwd=cwd,
                 start_new_session=True,
-                preexec_fn=_pdeathsig,
             )
         except FileNotFoundError as e:
             what = cmd[0] if isinstance(cmd, list) else cmd
