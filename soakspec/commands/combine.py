@@ -27,10 +27,9 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
-    from soakspec.commands.gate import spec_for
+    from soakspec.commands.gate import load_for_judging
     from soakspec.evidence.io import EvidenceError, write_bytes_atomic, write_json_atomic
     from soakspec.judge.combine import Child, combine, render_text
-    from soakspec.judge.evidence import EvidenceNotFound, load_evidence
     from soakspec.judge.judge import judge
 
     if len(set(args.dirs)) != len(args.dirs):
@@ -39,16 +38,10 @@ def main(args: argparse.Namespace) -> int:
     children = []
     for d in args.dirs:
         where = str(d).rstrip("/") or "/"
-        try:
-            evidence = load_evidence(Path(d))
-        except EvidenceNotFound as e:
-            raise UsageError(str(e)) from None
-        except EvidenceError as e:
-            print(f"soakspec combine: {e}: the evidence cannot be judged", file=sys.stderr)
-            return ExitCode.INCONCLUSIVE
-        spec, notes = spec_for(evidence, None, where)
-        for n in notes:
-            print(f"soakspec combine: note: {where}: {n}", file=sys.stderr)
+        loaded = load_for_judging("combine", d, None, name_dir=True)
+        if isinstance(loaded, int):
+            return loaded
+        spec, evidence = loaded
         children.append(Child(where, spec, evidence, judge(spec, evidence)))
     result = combine(children)
     doc = result.to_json()

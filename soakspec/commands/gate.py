@@ -58,10 +58,10 @@ def spec_for(evidence, spec_file: str | None, where: str):
     return spec, notes
 
 
-def load_for_judging(command: str, run_dir: str, spec_file: str | None):
+def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_dir: bool = False):
     """Load (and hash-verify) an evidence directory and choose the spec to judge it with.
     Returns (spec, evidence), or an exit code after saying why on stderr. Shared by `gate`
-    and `report`, which both re-judge rather than trust a stored verdict."""
+    `report` and `combine`, which all re-judge rather than trust a stored verdict."""
     from soakspec.cli import UsageError
     from soakspec.evidence.io import EvidenceError
     from soakspec.judge.evidence import EvidenceNotFound, load_evidence
@@ -76,7 +76,7 @@ def load_for_judging(command: str, run_dir: str, spec_file: str | None):
         return ExitCode.INCONCLUSIVE
     spec, notes = spec_for(evidence, spec_file, where)
     for n in notes:
-        print(f"soakspec {command}: note: {n}", file=sys.stderr)
+        print(f"soakspec {command}: note: {where + ': ' if name_dir else ''}{n}", file=sys.stderr)
     return spec, evidence
 
 
