@@ -39,31 +39,43 @@ def _j(x: Any) -> str:
 
 
 @st.composite
-def fast_event(draw, chat: bool) -> bytes:
+def fast_layout(draw, chat: bool, usages=("none", "null", "cum", "cum")):
+    """An event in the fast layout, as a function of its text: everything else drawn once."""
     obj = "chat.completion.chunk" if chat else "text_completion"
     head = f'{{"id":{_j(draw(st.sampled_from(["cmpl-1", "", "chatcmpl-é"])))},"object":"{obj}","created":{draw(st.integers(0, 2**40))},"model":"m",'
     if draw(st.integers(0, 5)) == 0:
-        choices = '"choices":[]'
+        choices = lambda text: '"choices":[]'  # noqa: E731
     else:
-        text = draw(texts)
         if chat:
             body = draw(st.sampled_from([
-                f'"delta":{{"content":{_j(text)}}}', f'"delta":{{"role":"assistant","content":{_j(text)}}}',
-                '"delta":{}', '"delta":{"role":"assistant"}', '"delta":{"content":null}',
+                '"delta":{{"content":{}}}', '"delta":{{"role":"assistant","content":{}}}',
+                '"delta":{{}}', '"delta":{{"role":"assistant"}}', '"delta":{{"content":null}}',
             ]))  # fmt: skip
         else:
-            body = f'"text":{_j(text)}'
+            body = '"text":{}'
         reason = draw(reasons)
         stop = draw(st.sampled_from(["", ',"stop_reason":null', ',"stop_reason":7', ',"stop_reason":"</s>"']))
-        choices = f'"choices":[{{"index":0,{body},"logprobs":null,"finish_reason":{_j(reason)}{stop}}}]'
-    usage = draw(st.sampled_from(["none", "null", "cum", "cum"]))
+        choices = lambda text: f'"choices":[{{"index":0,{body.format(_j(text))},"logprobs":null,"finish_reason":{_j(reason)}{stop}}}]'  # noqa: E731
+    usage = draw(st.sampled_from(usages))
     tail = ""
     if usage == "null":
         tail = ',"usage":null'
     elif usage == "cum":
         ct = draw(st.integers(0, 70))
         tail = f',"usage":{{"prompt_tokens":{draw(st.integers(0, 9))},"total_tokens":{ct + 3},"completion_tokens":{ct}}}'
-    return ("data: " + head + choices + tail + "}\n\n").encode()
+    return lambda text: ("data: " + head + choices(text) + tail + "}\n\n").encode()
+
+
+@st.composite
+def fast_event(draw, chat: bool) -> bytes:
+    return draw(fast_layout(chat))(draw(texts))
+
+
+@st.composite
+def fast_run(draw, chat: bool) -> bytes:
+    """Events alike but for their text, as in a stream's middle (the bulk lane of the fast path)."""
+    layout = draw(fast_layout(chat, usages=("none", "none", "null", "cum")))
+    return b"".join(layout(text) for text in draw(st.lists(texts, min_size=2, max_size=8)))
 
 
 @st.composite
@@ -87,7 +99,7 @@ def odd_event(draw) -> bytes:
 
 @st.composite
 def stream(draw, chat: bool) -> tuple[bytes, list[int]]:
-    events = draw(st.lists(st.one_of(fast_event(chat), fast_event(chat), fast_event(chat), odd_event()), max_size=14))
+    events = draw(st.lists(st.one_of(fast_event(chat), fast_run(chat), fast_run(chat), odd_event()), max_size=14))
     if draw(st.booleans()):
         events.append(b"data: [DONE]\n\n")
         events += draw(st.lists(fast_event(chat), max_size=2))  # after [DONE]: ignored
@@ -99,7 +111,7 @@ def stream(draw, chat: bool) -> tuple[bytes, list[int]]:
 def _accumulate(data: bytes, cuts: list[int], shape: RequestShape, limits: Limits, fast: bool, ended: bool):
     acc = StreamAccumulator(shape, limits)
     if not fast:
-        acc._fast = lambda data: [data]  # no event matches: everything goes through SSEParser
+        acc._fast = None  # everything goes through SSEParser
     acc.on_response(200, "text/event-stream")
     t = 100.0
     kept = True
@@ -137,6 +149,40 @@ def test_the_fast_path_takes_vllm_and_simulator_events() -> None:
     acc.on_response(200, "text/event-stream")
     assert acc._fast_events(data, 1.0) == len(data)
     assert (acc.chunks, acc._usage, acc.done, acc.server_id) == (5, 5, True, "cmpl-7")
+
+
+class _Spy:
+    """A fast-path pattern that notes how many bytes its `split` was given."""
+
+    def __init__(self, pattern) -> None:
+        self.pattern, self.split_sizes = pattern, []
+
+    def match(self, data):
+        return self.pattern.match(data)
+
+    def split(self, data):
+        self.split_sizes.append(len(data))
+        return self.pattern.split(data)
+
+
+def test_a_streams_middle_is_taken_in_bulk() -> None:
+    """vLLM's usual stream (usage only at the end): the events that differ only in their text are
+    cut out without the regex, which reads just the last events -- and the record is the same."""
+    head = b'data: {"id":"cmpl-9","object":"text_completion","created":5,"model":"m","choices":[{"index":0,"text":"'
+    events = [head + b' t%d","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n' % i for i in range(40)]
+    events.append(head + b' end","logprobs":null,"finish_reason":"length","stop_reason":null}]}\n\n')
+    events.append(b'data: {"id":"cmpl-9","object":"text_completion","created":5,"model":"m","choices":[],'
+                  b'"usage":{"prompt_tokens":3,"total_tokens":44,"completion_tokens":41}}\n\n')  # fmt: skip
+    data = b"".join(events) + b"data: [DONE]\n\n"
+    shape = RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=41)
+    acc = StreamAccumulator(shape)
+    acc.on_response(200, "text/event-stream")
+    spy = acc._fast = _Spy(acc._fast)
+    assert acc._fast_events(data, 1.0) == len(data)
+    assert spy.split_sizes and max(spy.split_sizes) < len(events[-1]) * 4  # only the last events
+    assert (acc.chunks, acc._usage, acc.done, acc.finish_reason) == (41, 41, True, "length")
+    assert _accumulate(data, [], shape, protocol.DEFAULT_LIMITS, True, True) == \
+        _accumulate(data, [], shape, protocol.DEFAULT_LIMITS, False, True)  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

@@ -116,6 +116,16 @@ def test_sse_event_too_large() -> None:
     assert SSEParser(max_event_bytes=100).feed(b": " + b"c" * 200 + b"\n") == []  # comments are not kept
 
 
+def test_events_before_an_oversized_one_are_kept() -> None:
+    """An event complete before the one that is too large, in the same read, still counts."""
+    p = SSEParser(max_event_bytes=100)
+    with pytest.raises(SSEError, match="too large") as exc:
+        p.feed(b"data: a\n\ndata: " + b"x" * 120)
+    assert exc.value.events == [SSEEvent("message", b"a")]
+    rec = run([(1.0, chunk("a") + b"data: " + b"x" * 600)], limits=Limits(max_event_bytes=500))
+    assert (rec.outcome, rec.error, rec.chunks) == (Outcome.FAILED, "SSE event too large", 1)
+
+
 _text = st.binary(max_size=20).filter(lambda b: b"\r" not in b and b"\n" not in b)
 _field_event = st.tuples(
     st.one_of(st.none(), st.sampled_from(["error", "message", "ping"])),

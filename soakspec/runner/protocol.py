@@ -176,7 +176,14 @@ DEFAULT_LIMITS = Limits()
 
 
 class SSEError(ValueError):
-    """The byte stream cannot be parsed as server-sent events within the limits."""
+    """The byte stream cannot be parsed as server-sent events within the limits.
+
+    `events` are the events the same bytes completed before the error: they were received whole.
+    """
+
+    def __init__(self, message: str, events: list[SSEEvent] | None = None) -> None:
+        super().__init__(message)
+        self.events = events or []
 
 
 class SSEEvent(NamedTuple):
@@ -228,8 +235,6 @@ class SSEParser:
             return []
         lines = (self._tail + chunk if self._tail else chunk).split(b"\n")
         self._tail = lines.pop()
-        if len(self._tail) > self._max:
-            raise SSEError("SSE event too large")
         events: list[SSEEvent] = []
         data = self._data
         for line in lines:
@@ -252,10 +257,12 @@ class SSEParser:
             if name == b"data":
                 self._size += len(value)
                 if self._size > self._max:
-                    raise SSEError("SSE event too large")
+                    raise SSEError("SSE event too large", events)
                 data.append(value)
             elif name == b"event":
                 self._event = value.decode("utf-8", "replace")
+        if len(self._tail) > self._max:
+            raise SSEError("SSE event too large", events)
         return events
 
 
@@ -322,6 +329,7 @@ _FAST_CHAT = re.compile(
     _FAST_HEAD + rb'"delta":(?:\{(?:"role":"assistant",)?"content":(?:null|"(' + _J_STR + rb')")\}|\{(?:"role":"assistant")?\})'
     + _FAST_TAIL
 )
+_BAD_TEXT = re.compile(rb'["\\\x00-\x1f]')  # what a text captured by `_J_STR` cannot hold
 
 # --------------------------------------------------------------------------------------------
 # The accumulator
@@ -378,7 +386,7 @@ class StreamAccumulator:
         self._limits = limits
         self._parser: SSEParser | None = None
         self._chat = shape.endpoint is Endpoint.CHAT
-        self._fast = (_FAST_CHAT if self._chat else _FAST_COMPLETIONS).split
+        self._fast: re.Pattern[bytes] | None = _FAST_CHAT if self._chat else _FAST_COMPLETIONS
         self._body_mode = _Body.NONE
         self._body = bytearray()  # JSON body, or the start of an error body
         self._body_start: float | None = None  # when the first body byte arrived
@@ -438,19 +446,23 @@ class StreamAccumulator:
             return False
         mode = self._body_mode
         if mode is _Body.SSE:
-            if self._parser.idle:  # type: ignore[union-attr]
+            parser: SSEParser = self._parser  # type: ignore[assignment]
+            if not parser.idle:
+                # A read that starts mid-event: the parser finishes that event, up to the first
+                # LF LF (always an event's end: a line's end, then an empty line), and the fast
+                # path may take the rest.
+                q = data.find(b"\n\n") + 2
+                if 1 < q < len(data):
+                    if not self._feed(parser, data[:q], t):
+                        return False
+                    data = data[q:]
+            if parser.idle:
                 pos = self._fast_events(data, t)
                 if pos:
                     if pos == len(data):
                         return True
                     data = data[pos:]
-            try:
-                events = self._parser.feed(data)  # type: ignore[union-attr]
-            except SSEError as exc:
-                self.fail(Outcome.FAILED, str(exc))
-                return False
-            for event in events:
-                self.on_event(event, t)
+            return self._feed(parser, data, t)
         elif mode is _Body.JSON:
             if self._body_start is None:
                 self._body_start = t  # non-streaming: TTFT is the first byte of the body
@@ -460,6 +472,19 @@ class StreamAccumulator:
             self._body += data
         elif len(self._body) < ERROR_LIMIT:
             self._body += data[: ERROR_LIMIT - len(self._body)]
+        return True
+
+    def _feed(self, parser: SSEParser, data: bytes, t: float) -> bool:
+        """Stream bytes through the general parser. False: the stream is broken."""
+        try:
+            events = parser.feed(data)
+        except SSEError as exc:
+            for event in exc.events:  # complete before the error
+                self.on_event(event, t)
+            self.fail(Outcome.FAILED, str(exc))
+            return False
+        for event in events:
+            self.on_event(event, t)
         return True
 
     def on_end(self, t: float) -> None:
@@ -474,19 +499,46 @@ class StreamAccumulator:
     # -- events -------------------------------------------------------------------------------
 
     def _fast_events(self, data: bytes, t: float) -> int:
-        """Take the events at the start of `data` if all of them are in the fast layout (see
+        """Take the events at the start of `data` if they are in the fast layout (see
         `_FAST_HEAD`); return how many bytes they span (0: none taken, `SSEParser` reads it all).
         The same effect as `SSEParser.feed` + `on_event` on those events.
 
-        One `re.split` (in C) finds every event and its fields; the events must follow each
-        other from the first byte, and what follows the last one (part of an event, or an event
-        of another layout) is left to the parser. Every event of a read arrived at `t`.
+        The first event is matched alone. If it carries text and no usage, the events after it
+        that repeat it byte for byte but for the text (a stream's middle: same id, no
+        finish_reason) are cut out by one `bytes.split` on what lies between two texts; a text
+        there is valid if it has no quote, backslash or control character, so each of those
+        events matches the pattern exactly as the first did. What follows them -- the last
+        events, or all of them when the first does not qualify -- is read by one `re.split` (in
+        C) that finds every event and its fields; those events must follow each other, and what
+        follows the last one (part of an event, or an event of another layout) is left to the
+        parser. Every event of a read arrived at `t`.
         """
-        parts = self._fast(data)  # [sep, 6 groups, sep, 6 groups, ..., the rest]
-        n = len(parts) // 7
-        if not n or any(parts[0 : 7 * n : 7]):
+        pattern = self._fast
+        if pattern is None:
             return 0
-        end = len(data) - len(parts[-1])
+        m = pattern.match(data)
+        if m is None:
+            return 0
+        run: list[bytes] = []  # the texts of the first event and its repeats (no usage)
+        tail = 0  # where the events for the regex split begin
+        s3 = m.start(3)
+        if s3 > 0 and m.group(6) is None:
+            e3, e = m.end(3), m.end()
+            pre = data[:s3]
+            if data.startswith(pre, e):
+                pieces = data.split(data[e3:e] + pre)  # [pre + text 0, text 1, ..., the rest]
+                if len(pieces) > 2 and len(pieces[0]) == e3 and _BAD_TEXT.search(b"".join(pieces[1:-1])) is None:
+                    run = pieces[:-1]
+                    run[0] = m.group(3)
+                    tail = len(data) - len(pieces[-1]) - s3  # the start of the last piece's event
+        parts = pattern.split(data[tail:] if tail else data)  # [sep, 6 groups, sep, ..., the rest]
+        n = len(parts) // 7
+        if n and not any(parts[0 : 7 * n : 7]):
+            end = len(data) - len(parts[-1])
+        elif run:
+            n, end = 0, tail
+        else:
+            return 0
         if end > self._limits.max_event_bytes:  # so that no event of them is too large
             return 0
         ascii_ = data.isascii()
@@ -497,35 +549,43 @@ class StreamAccumulator:
                 return 0
         if self.done:
             return end
-        j = n
-        dones = parts[1 : 7 * n : 7]
-        if b"[DONE]" in dones:
-            j = dones.index(b"[DONE]")
-            self.done = True
-        if not j:
+        stop = 7 * n
+        if n:
+            dones = parts[1:stop:7]
+            if b"[DONE]" in dones:
+                stop = 7 * dones.index(b"[DONE]")
+                self.done = True
+        if not run and not stop:
             return end
-        stop = 7 * j
         if self.server_id is None:
-            self.server_id = parts[2].decode()  # every event but [DONE] has an id
+            self.server_id = m.group(2).decode()  # the first event is not [DONE]: it has an id
+        texts = parts[3:stop:7]
         cts = parts[6:stop:7]
-        for i in range(j - 1, -1, -1):  # the last usage seen
+        j = len(texts)
+        for i in range(j - 1, -1, -1):  # the last usage seen (never in the run)
             if cts[i] is not None:
                 self.prompt_tokens = int(parts[7 * i + 5])
                 self._usage = int(cts[i])
                 break
         reasons = parts[4:stop:7]
-        for i in range(j - 1, -1, -1):  # the last finish_reason seen
+        if run:
+            reasons.insert(0, m.group(4))  # the run's one finish_reason, before the rest's
+        for i in range(len(reasons) - 1, -1, -1):  # the last finish_reason seen
             if reasons[i] is not None:
                 self.finish_reason = reasons[i].decode()
                 if b"error" in reasons:
                     self.fail(Outcome.FAILED, "finish_reason: error")
                 break
-        texts = parts[3:stop:7]
         cums = self._cum
         k = len(cums)
+        tokens = len(run) - run.count(b"")  # text events in the run: no usage, so -1 each
+        if tokens:
+            cums.extend([-1] * tokens)
+            self._continuous = False
         continuous = self._continuous
         for text, ct in zip(texts, cts):
             if text:
+                tokens += 1
                 if ct is None:
                     cums.append(-1)
                     continuous = False
@@ -539,12 +599,11 @@ class StreamAccumulator:
         self._continuous = continuous
         if len(cums) > k:
             self._times.extend([t] * (len(cums) - k))
-        tokens = [x for x in texts if x]
         if tokens:
             if self.first_token is None:
                 self.first_token = t
-            self.chunks += len(tokens)
-            joined = b"".join(tokens)
+            self.chunks += tokens
+            joined = b"".join(run) + b"".join([x for x in texts if x])
             self._hash.update(joined)
             self._chars += len(joined) if ascii_ else len(joined.decode())
         return end
@@ -665,7 +724,12 @@ class StreamAccumulator:
         itl: list[float] = []
         tpot = None
         times = self._times
-        if times:
+        if times and per_point is None:  # one token per point: the gaps between them
+            first, last = times[0], times[-1]
+            itl = [b - a for a, b in zip(times, times[1:])]
+            if n > 1 and last > first:
+                tpot = (last - first) / (n - 1)
+        elif times and per_point is not None:
             first = last = times[0]
             for i in range(1, len(times)):
                 k = per_point[i]
@@ -697,8 +761,9 @@ class StreamAccumulator:
         record.output_sha256 = self._hash.hexdigest() if self.chunks else None
         record.output_chars = self._chars
 
-    def _tokens(self) -> tuple[TokensSource, ItlSource, int, list[int]]:
-        """(tokens_source, itl_source, output tokens, tokens per point) by the module's rules."""
+    def _tokens(self) -> tuple[TokensSource, ItlSource, int, list[int] | None]:
+        """(tokens_source, itl_source, output tokens, tokens per point or None: one each) by the
+        module's rules."""
         cum = self._cum
         if cum and self._continuous:
             per_point = [cum[0]] + [cum[i] - cum[i - 1] for i in range(1, len(cum))]
@@ -711,7 +776,7 @@ class StreamAccumulator:
         if self._usage is not None:
             n = self._usage
             if n == c:
-                return TokensSource.USAGE, ItlSource.EXACT, n, [1] * c
+                return TokensSource.USAGE, ItlSource.EXACT, n, None
             per_point = [(i + 1) * n // c - i * n // c for i in range(c)] if c else []
             return TokensSource.USAGE, ItlSource.ESTIMATED, n, per_point
-        return TokensSource.COUNTED, ItlSource.COUNTED, c, [1] * c
+        return TokensSource.COUNTED, ItlSource.COUNTED, c, None
