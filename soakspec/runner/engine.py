@@ -258,8 +258,9 @@ class _BackendRun:
             self.engine.progress.tick(self.stats)
             await trio.sleep(0.25)
 
-    def _sink(self, rec: RequestRecord) -> None:
-        self.writer.write(rec.to_json())
+    def _sink(self, records: list[RequestRecord]) -> None:
+        # one write per batch (the file stays line-atomic); `to_line` is `dumps_line(to_json())`
+        self.writer.write_lines(b"".join([rec.to_line() for rec in records]))
 
     async def _drive(self) -> None:
         eng = self.engine
@@ -328,7 +329,7 @@ class _BackendRun:
         finally:
             with trio.CancelScope(shield=True):
                 await conn.aclose()
-        self._sink(rec)
+        self._sink([rec])
         passed = str(rec.outcome) == "completed"
         self.followup = {
             "required": True,

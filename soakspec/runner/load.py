@@ -176,7 +176,7 @@ class LevelContext:
     clock: RunClock
     connect: Callable[[], Connection]
     shapes: Shapes
-    sink: Callable[[RequestRecord], None]
+    sink: Callable[[list[RequestRecord]], None]  # finished records, a batch at a time
     next_id: Callable[[], tuple[int, str]]  # (global request index, request id)
     headers: tuple[tuple[str, str], ...] = ()
     stats: LiveStats = dataclasses.field(default_factory=LiveStats)
@@ -215,8 +215,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         while pending:
             batch = pending.copy()
             pending.clear()
-            for rec in batch:
-                ctx.sink(rec)
+            ctx.sink(batch)
 
     async def writer() -> None:
         nonlocal wake

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
+import math
 from typing import Any
 
 
@@ -66,6 +68,26 @@ _DERIVED = frozenset({"ttft", "latency"})
 
 def _round_us(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds, 6)
+
+
+_str = json.encoder.encode_basestring  # type: ignore[attr-defined]  # a str as json.dumps(ensure_ascii=False) writes it
+
+
+def _opt_str(v: str | None) -> str:
+    return "null" if v is None else _str(v)
+
+
+def _num(v: float | None) -> str:
+    """A number as `json.dumps(allow_nan=False)` writes it (int or float repr)."""
+    if v is None:
+        return "null"
+    if not math.isfinite(v):
+        raise ValueError(f"number out of range for JSON: {v!r}")
+    return repr(v)
+
+
+def _us(v: float | None) -> str:
+    return "null" if v is None else _num(round(v, 6))
 
 
 @dataclasses.dataclass(slots=True)
@@ -147,6 +169,34 @@ class RequestRecord:
             "output_sha256": self.output_sha256,
             "output_chars": self.output_chars,
         }
+
+    def to_line(self) -> bytes:
+        """The requests.jsonl line: `dumps_line(self.to_json())` encoded, made in one go.
+
+        The load generator writes one per request, and `json.dumps` of the dict (keys sorted,
+        every ITL value rounded and then printed shortest) was a tenth of its CPU. This writes the
+        same keys in the same (sorted) order with the same separators; ITL values are printed
+        with six decimals ("%.6f": the digits `round(g, 6)` keeps), so every value reads back
+        exactly as from `to_json()` (tests/test_records.py), though `0.0` appears as `0.000000`.
+        Raises ValueError for a NaN or infinite time, as `dumps_line` does.
+        """
+        itl = ",".join(["%.6f" % g for g in self.itl])
+        if "n" in itl:  # nan, inf
+            raise ValueError(f"ITL value out of range for JSON in {self.request_id}")
+        return (
+            f'{{"backend":{_str(self.backend)},"bucket":{self.bucket!r},"chunks":{self.chunks!r},'
+            f'"concurrency":{_num(self.concurrency)},"end":{_num(self.end)},"error":{_opt_str(self.error)},'
+            f'"finish_reason":{_opt_str(self.finish_reason)},"first_byte":{_num(self.first_byte)},'
+            f'"first_token":{_num(self.first_token)},"intended_start":{_num(self.intended_start)},'
+            f'"itl":[{itl}],"itl_source":"{self.itl_source.value}","latency":{_us(self.latency)},'
+            f'"level":{self.level!r},"outcome":"{self.outcome.value}","output_chars":{self.output_chars!r},'
+            f'"output_sha256":{_opt_str(self.output_sha256)},"output_tokens":{self.output_tokens!r},'
+            f'"prompt_tokens":{_num(self.prompt_tokens)},"rate":{_num(self.rate)},'
+            f'"request_id":{_str(self.request_id)},"server_id":{_opt_str(self.server_id)},'
+            f'"start":{_num(self.start)},"status":{_num(self.status)},'
+            f'"tokens_source":"{self.tokens_source.value}","tpot":{_us(self.tpot)},"ttft":{_us(self.ttft)},'
+            f'"worker":{self.worker!r},"workload":{_str(self.workload)}}}\n'
+        ).encode()
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RequestRecord:

@@ -14,7 +14,7 @@ Design, per level (the parent is the runner; `python -m soakspec.runner.workers`
      buckets, the warmup edge and the level's end are one set of times for all of them.
      Closed/batch: worker w of the level's c runs in process w % N (each batch is split the same
      way); open loop: every N-th arrival of the one seeded schedule, from arrival p.
-  3. Workers serialize each record exactly as `JsonlWriter.write` would (`dumps_line`) and stream
+  3. Workers serialize each record as the runner does (`RequestRecord.to_line`) and stream
      batches of lines back on stdout (every 256 records or 20 ms), with the outcome and TTFT of
      each for the live progress. The parent appends each batch to the one requests.jsonl with one
      write (line-atomic), and runs the bucket clock (fsync and progress at each bucket end).
@@ -48,7 +48,7 @@ from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, driv
 
 READY, START, RECORDS, DONE, ERROR, JOB = range(6)
 _HEAD = struct.Struct("<BI")  # message kind, payload length
-BATCH = 256  # records per message at most
+BATCH = 256  # records waiting that make a message go at once
 FLUSH_S = 0.02  # and at least this often
 STARTUP_TIMEOUT = 60.0  # for the workers to import and say READY
 START_MARGIN = 0.1  # t0 = now + this, so that every worker has the start before it comes
@@ -211,7 +211,6 @@ def _count(stats: LiveStats, outcomes: list[tuple[str, float | None]], sent: int
 
 
 async def _worker(msg_fd: int) -> None:
-    from soakspec.evidence.io import dumps_line
     from soakspec.runner.clock import RunClock
     from soakspec.runner.h11client import H11Connection
 
@@ -244,10 +243,9 @@ async def _worker(msg_fd: int) -> None:
         ids += 1
         return i, f"{prefix}-{i:07d}"
 
-    def sink(rec) -> None:
-        nonlocal full
-        lines.append(dumps_line(rec.to_json()).encode())
-        outcomes.append((rec.outcome.value, rec.ttft))
+    def sink(records) -> None:
+        lines.extend([rec.to_line() for rec in records])
+        outcomes.extend([(rec.outcome.value, rec.ttft) for rec in records])
         if len(lines) >= BATCH:
             full.set()
 
