@@ -39,10 +39,16 @@ def _j(x: Any) -> str:
 
 
 @st.composite
-def fast_layout(draw, chat: bool, usages=("none", "null", "cum", "cum")):
-    """An event in the fast layout, as a function of its text: everything else drawn once."""
+def fast_head(draw, chat: bool) -> str:
+    """What every event of one stream starts with."""
     obj = "chat.completion.chunk" if chat else "text_completion"
-    head = f'{{"id":{_j(draw(st.sampled_from(["cmpl-1", "", "chatcmpl-é"])))},"object":"{obj}","created":{draw(st.integers(0, 2**40))},"model":"m",'
+    return f'{{"id":{_j(draw(st.sampled_from(["cmpl-1", "", "chatcmpl-é"])))},"object":"{obj}","created":{draw(st.integers(0, 2**40))},"model":"m",'
+
+
+@st.composite
+def fast_layout(draw, chat: bool, usages=("none", "null", "cum", "cum"), head: str | None = None):
+    """An event in the fast layout, as a function of its text: everything else drawn once."""
+    head = draw(fast_head(chat)) if head is None else head
     if draw(st.integers(0, 5)) == 0:
         choices = lambda text: '"choices":[]'  # noqa: E731
     else:
@@ -73,9 +79,14 @@ def fast_event(draw, chat: bool) -> bytes:
 
 @st.composite
 def fast_run(draw, chat: bool) -> bytes:
-    """Events alike but for their text, as in a stream's middle (the bulk lane of the fast path)."""
-    layout = draw(fast_layout(chat, usages=("none", "none", "null", "cum")))
-    return b"".join(layout(text) for text in draw(st.lists(texts, min_size=2, max_size=8)))
+    """Events alike but for their text, as in a stream's middle (the bulk lane of the fast path),
+    maybe ending like a stream does: an event of the same stream, with a finish_reason or usage."""
+    head = draw(fast_head(chat))
+    layout = draw(fast_layout(chat, usages=("none", "none", "null", "cum"), head=head))
+    events = [layout(text) for text in draw(st.lists(texts, min_size=2, max_size=8))]
+    for _ in range(draw(st.integers(0, 2))):
+        events.append(draw(fast_layout(chat, head=head))(draw(texts)))
+    return b"".join(events)
 
 
 @st.composite
