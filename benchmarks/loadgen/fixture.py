@@ -146,25 +146,33 @@ def _stat(pid: int) -> tuple[int, float] | None:
     return int(fields[1]), sum(int(x) for x in fields[11:15]) / CLK
 
 
+def _children(pid: int) -> list[int]:
+    """The live children of `pid` (of every one of its threads)."""
+    out: list[int] = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children", "rb") as f:
+                out.extend(int(x) for x in f.read().split())
+    except OSError:  # gone meanwhile
+        pass
+    return out
+
+
 def tree_cpu(root: int) -> float:
-    """User+system seconds of `root` and its live descendants (and what they reaped)."""
-    stats = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            s = _stat(int(entry))
-            if s is not None:
-                stats[int(entry)] = s
+    """User+system seconds of `root` and its live descendants (and what they reaped).
+
+    Walks the tree through /proc/<pid>/task/<tid>/children: a few reads, where scanning all of
+    /proc every 50 ms took ~6% of a core from the processes being measured."""
     total, todo, seen = 0.0, [root], set()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in stats.items():
-        children.setdefault(ppid, []).append(pid)
     while todo:
         pid = todo.pop()
-        if pid in seen or pid not in stats:
+        if pid in seen:
             continue
         seen.add(pid)
-        total += stats[pid][1]
-        todo.extend(children.get(pid, ()))
+        s = _stat(pid)
+        if s is not None:
+            total += s[1]
+            todo.extend(_children(pid))
     return total
 
 

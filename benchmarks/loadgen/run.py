@@ -279,7 +279,12 @@ def main() -> int:
     if len(args.workers) > 1 and 256 in args.concurrency:
         base = statistics.median(r["rps"] for r in sk_runs[(args.workers[0], 256)])
         for w in args.workers[1:]:
-            print(f"\nc=256: {w} workers / {args.workers[0]} = {statistics.median(r['rps'] for r in sk_runs[(w, 256)]) / base:.2f}x")
+            # also per round: both ran back to back, so a round's ratio does not see the machine's
+            # speed drift between rounds (other work on a shared VM)
+            rounds = [b["rps"] / a["rps"] for a, b in zip(sk_runs[(args.workers[0], 256)], sk_runs[(w, 256)])]
+            print(f"\nc=256: {w} workers / {args.workers[0]} = {statistics.median(r['rps'] for r in sk_runs[(w, 256)]) / base:.2f}x"
+                  f" (ratio of the medians); per round {', '.join(f'{x:.2f}x' for x in rounds)},"
+                  f" median {statistics.median(rounds):.2f}x")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"wrk": wrk_runs, "soakspec": {f"{w}/{c}": v for (w, c), v in sk_runs.items()},
                                                "load": loads}, indent=1))  # fmt: skip
