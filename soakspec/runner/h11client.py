@@ -15,8 +15,9 @@ code behind it, which takes anything unusual and words the errors:
 * Body framing (chunked, Content-Length, until close) is decoded here (`ChunkedDecoder` & co.):
   h11 hands out one event per chunk through its state machine, which for a 64-token stream
   with one SSE event per chunk cost 3x the throughput of the whole request. Every socket read
-  becomes one payload; the SSE layer takes the events in vLLM's byte layout with one regex split
-  per read, without building JSON objects (`protocol._fast_events`), and parses the rest fully.
+  becomes one payload; the SSE layer takes the events in vLLM's byte layout without building
+  JSON objects (`protocol._fast_events`: a run of events alike but for their text by one
+  bytes.split, the others by one regex split per read), and parses the rest fully.
 * I/O: plain non-blocking sockets; `trio.lowlevel.wait_readable` before each recv (a response
   is never there yet: no recv tried in vain), one `send` per request. No SocketStream layers.
 * Time stamps: the kernel's receive time of the bytes (SO_TIMESTAMPNS, from `recvmsg`), on the
@@ -35,9 +36,12 @@ nothing; closed loop at c=64; the shared 2-vCPU VM; `benchmarks/loadgen/`, py-sp
     + raw sockets, body templates, shapes made once              0.50 ms, ~1,550/s
     + records written at the loop's next turn (load.py)          0.45 ms, 2,197/s (median of 3)
     + kernel time stamps                                         TTFT p50 0.14 ms (c=8, 64, 256)
-wrk (C, no stream parsing) does ~25,000/s on the same server; `--workers 2` 3,346/s at c=256.
-What is left: the regex over the events (~17% of the CPU), writing the record (~20%:
-`to_json` and JSON encoding), the send syscall and trio's scheduling.
+    + a stream's middle by one bytes.split, reads that split an event back on the fast
+      path (protocol.py), records by `RequestRecord.to_line`, one write per batch
+                                                                 0.36 ms, 2,797/s (median of 3)
+wrk (C, no stream parsing) does ~23,000/s on the same server; `--workers 2` 4,264/s at c=256.
+What is left, by py-spy: the SSE lane (~25%: the split, the regex over the last events, the
+hash), the send syscall (~7%), the record line (~8%), the response head, trio's scheduling.
 
 Connection reuse: before each request an idle connection is checked (the server may have
 closed it while idle) and replaced if it is readable. If a *reused* connection still fails
