@@ -351,16 +351,29 @@ async def test_429_when_the_wait_queue_is_full(tmp_path):
 
 
 async def test_a_client_leaving_while_queued_frees_its_place(tmp_path):
-    async with running(tmp_path, slots=1, ttft=0.3, itl=0.001) as sim:
+    # Steps wait for what the server reports, not for fixed sleeps (CI machines are busy);
+    # "first" holds the one slot for 3 s, far longer than the steps take.
+    async with running(tmp_path, slots=1, ttft=3.0, itl=0.001) as sim:
+
+        async def gauge(name: str) -> float:
+            text = (await sim.client.get("/metrics")).text
+            return float(next(line for line in text.splitlines()
+                              if line.startswith(f'vllm:{name}{{model_name="sim-model"}} ')).rsplit(" ", 1)[1])  # fmt: skip
+
+        async def until(name: str, value: float) -> None:
+            with trio.fail_after(10):
+                while await gauge(name) != value:
+                    await trio.sleep(0.01)
+
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: sim.completion(max_tokens=1, request_id="first"))
-            await trio.sleep(0.02)
-            with trio.move_on_after(0.05):
-                await sim.completion(max_tokens=1, request_id="gone")
-            await trio.sleep(0.05)
-            metrics = (await sim.client.get("/metrics")).text
-            assert 'vllm:num_requests_running{model_name="sim-model"} 1.0' in metrics
-            assert 'vllm:num_requests_waiting{model_name="sim-model"} 0.0' in metrics
+            await until("num_requests_running", 1.0)
+            async with trio.open_nursery() as queued:
+                queued.start_soon(lambda: sim.completion(max_tokens=1, request_id="gone"))
+                await until("num_requests_waiting", 1.0)
+                queued.cancel_scope.cancel()  # the client leaves while it waits for the slot
+            await until("num_requests_waiting", 0.0)
+            assert await gauge("num_requests_running") == 1.0  # "first" still has the slot
         gone = next(t for t in await sim.wait_traces(2) if t["client_request_id"] == "gone")
         assert gone["terminal_reason"] == "disconnected" and gone["scheduled_at"] is None
 
