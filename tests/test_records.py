@@ -70,3 +70,22 @@ def test_a_runner_record_line_is_valid_evidence() -> None:
                         first_token=1.1, end=2.0, status=200, outcome=Outcome.COMPLETED,
                         output_tokens=3, chunks=3, itl=[0.1, 0.1], tpot=0.1, output_sha256="0" * 64)  # fmt: skip
     assert not schema.validate("request", json.loads(rec.to_line()))
+
+
+def test_the_judge_reads_runner_lines_back_equal_and_shares_their_keys(tmp_path) -> None:
+    """Lines written by `to_line` come back from the judge's reader with the same values; the
+    keys are one set of strings for all rows (json.loads makes new ones per line: over half of
+    a row's memory in a long soak)."""
+    from soakspec.judge.evidence import _compact_request, _read_rows
+
+    recs = [RequestRecord(f"r{i}", backend="b", workload="w", start=1.0 + i, intended_start=1.0 + i, end=2.0 + i,
+                          first_token=1.5 + i, status=200, outcome=Outcome.COMPLETED, itl=[0.25, 0.125])
+            for i in range(3)]  # fmt: skip
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(b"".join(r.to_line() for r in recs))
+    problems: list[str] = []
+    rows = _read_rows(path, "requests.jsonl", problems, [], required=True, compact=_compact_request)
+    assert not problems
+    assert [{**row, "itl": list(row["itl"])} for row in rows] == [r.to_json() for r in recs]
+    first, second = (list(row) for row in rows[:2])
+    assert all(a is b for a, b in zip(first, second))

@@ -140,7 +140,8 @@ def request_problem(row: Any) -> str | None:
 def _compact_request(row: Any) -> Any:
     """A long soak holds hundreds of thousands of records in memory while it is judged: keep
     the per-token gaps as a float array (8 bytes a gap instead of ~32) and share repeated
-    strings. The values are unchanged."""
+    strings -- the keys above all: `json.loads` makes new key strings for every line, over
+    half of a row's memory (benchmarks/judge_memory.py). The values are unchanged."""
     if not isinstance(row, dict):
         return row
     itl = row.get("itl")
@@ -150,7 +151,7 @@ def _compact_request(row: Any) -> Any:
         v = row.get(key)
         if type(v) is str:
             row[key] = sys.intern(v)
-    return row
+    return {sys.intern(k): v for k, v in row.items()}
 
 
 # What the judge reads of a trace row (coverage and terminal reasons); the rest of the server's
