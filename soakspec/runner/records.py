@@ -2,7 +2,8 @@
 
 The caller creates a `RequestRecord` with the request's identity (id, backend, workload, level,
 bucket, worker and, for open-loop load, the intended start); the client fills in what happened.
-`to_json()` is the on-disk schema: exactly the keys in `RECORD_KEYS`, in that order.
+`to_json()` is the on-disk schema: exactly the keys in `RECORD_KEYS`, in that order; the runner
+writes it as `to_line()` (the same line `dumps_line` makes, in a fraction of the time).
 
 Times are epoch seconds from the run's `RunClock`. Durations are derived, not stored twice:
 `ttft = first_token - intended_start`, `latency = end - intended_start` (open-loop load measures
