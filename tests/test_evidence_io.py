@@ -221,3 +221,17 @@ def test_runtime_module_is_cheap_to_import():
     code = "import sys, soakspec.evidence.runtime; print(sorted(m for m in ('jsonschema', 'trio', 'pynvml') if m in sys.modules))"
     r = subprocess.run([PY, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "[]", r.stderr
+
+
+def test_jsonl_lines_that_are_not_utf8_are_errors(tmp_path):
+    """Bytes JSON would otherwise accept (an encoded lone surrogate, UTF-16) are not evidence."""
+    from soakspec.evidence.io import iter_jsonl, scan_jsonl
+
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(b'{"a": 1}\n"\xed\xa0\x80"\n' + '{"b": 2}'.encode("utf-16") + b'\n{"c": 3}\n{"d"')
+    errors: list = []
+    assert list(iter_jsonl(p, errors)) == [(1, {"a": 1}), (4, {"c": 3})]
+    assert [e[1] for e in errors[:2]] == ["not UTF-8", "not UTF-8"] and errors[2] == (5, None)
+    scan = scan_jsonl(p)
+    assert scan.records == ((1, {"a": 1}), (4, {"c": 3})) and scan.partial_tail
+    assert [line for line, _ in scan.errors] == [2, 3]

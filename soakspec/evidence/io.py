@@ -263,8 +263,8 @@ def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = N
                 if errors is not None:
                     errors.append((i, "empty line"))
                 continue
-            try:
-                yield i, json.loads(raw)
+            try:  # decoded first: json.loads(bytes) would guess UTF-16/32 and pass lone surrogates
+                yield i, json.loads(raw.decode("utf-8"))
             except UnicodeDecodeError:
                 if errors is not None:
                     errors.append((i, "not UTF-8"))
@@ -274,22 +274,11 @@ def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = N
 
 
 def scan_jsonl(path: os.PathLike | str) -> JsonlScan:
-    data = Path(path).read_bytes()
-    lines = data.split(b"\n")
-    tail = lines.pop()  # b"" when the file ends with a newline (or is empty)
-    records: list[tuple[int, Any]] = []
-    errors: list[tuple[int, str]] = []
-    for i, raw in enumerate(lines, start=1):
-        if not raw.strip():
-            errors.append((i, "empty line"))
-            continue
-        try:
-            records.append((i, json.loads(raw.decode("utf-8"))))
-        except UnicodeDecodeError:
-            errors.append((i, "not UTF-8"))
-        except json.JSONDecodeError as e:
-            errors.append((i, f"invalid JSON: {e.msg} (column {e.colno})"))
-    return JsonlScan(tuple(records), tuple(errors), partial_tail=bool(tail))
+    """`iter_jsonl`, collected."""
+    found: list[tuple[int, str | None]] = []
+    records = tuple(iter_jsonl(path, found))
+    errors = tuple((i, m) for i, m in found if m is not None)
+    return JsonlScan(records, errors, partial_tail=len(errors) < len(found))
 
 
 def read_jsonl(path: os.PathLike | str) -> tuple[list[Any], bool]:
