@@ -164,7 +164,6 @@ class JsonlWriter:
     def __init__(self, path: os.PathLike | str, schema: str | Mapping | None = None):
         self.path = Path(path)
         self.schema = schema
-        self.count = 0
         try:
             self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as e:
@@ -188,9 +187,9 @@ class JsonlWriter:
         if data and not data.endswith(b"\n"):
             raise ValueError(f"{self.path}: write_lines needs whole lines")
         if data:
-            self._append(data, data.count(b"\n"))
+            self._append(data)
 
-    def _append(self, data: bytes, lines: int = 1) -> None:
+    def _append(self, data: bytes) -> None:
         assert self._fd is not None
         before = os.fstat(self._fd).st_size
         try:
@@ -204,7 +203,6 @@ class JsonlWriter:
             except OSError:
                 pass
             raise EvidenceWriteError(self.path, e) from e
-        self.count += lines
 
     def flush_fsync(self) -> None:
         if self._fd is None:

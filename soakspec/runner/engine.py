@@ -442,21 +442,14 @@ def _match_view(path: Path, id_field: str) -> list[dict]:
     """The request fields trace matching uses, read one line at a time: a long soak's
     requests.jsonl read whole as dicts takes ~5 KiB per request (850 MiB after 30 minutes
     at 94 requests/s). A cut-off last line is skipped, a corrupt whole line raises."""
-    import json
-
-    from soakspec.evidence.io import EvidenceFormatError
+    from soakspec.evidence.io import EvidenceFormatError, iter_jsonl
 
     keys = (id_field, "server_id", "start", "end")
-    out = []
-    with open(path, "rb") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.endswith(b"\n"):
-                break
-            try:
-                r = json.loads(line)
-            except ValueError as e:
-                raise EvidenceFormatError(path, n, f"invalid JSON: {e}") from e
-            out.append({k: r.get(k) for k in keys if k in r})
+    bad: list[tuple[int, str | None]] = []
+    out = [{k: r[k] for k in keys if k in r} for _, r in iter_jsonl(path, bad) if isinstance(r, dict)]
+    corrupt = next(((n, m) for n, m in bad if m is not None), None)
+    if corrupt is not None:
+        raise EvidenceFormatError(path, *corrupt)
     return out
 
 

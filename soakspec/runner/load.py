@@ -126,13 +126,18 @@ class LiveStats:
         self.in_flight += 1
 
     def finished(self, rec: RequestRecord) -> None:
-        self.in_flight -= 1
-        self.done += 1
-        key = str(rec.outcome)
-        self.outcomes[key] = self.outcomes.get(key, 0) + 1
-        t = rec.ttft
-        if t is not None:
-            self.ttfts.append(t)
+        self.add_batch([(str(rec.outcome), rec.ttft)], 0)
+
+    def add_batch(self, outcomes: list[tuple[str, float | None]], sent: int) -> None:
+        """`sent` more requests started and these (outcome, TTFT) finished (e.g. a `--workers`
+        process's batch)."""
+        self.sent += sent
+        self.in_flight += sent - len(outcomes)
+        self.done += len(outcomes)
+        for outcome, ttft in outcomes:
+            self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+            if ttft is not None:
+                self.ttfts.append(ttft)
 
     @property
     def failed(self) -> int:
@@ -212,7 +217,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     wake = trio.Event()
 
     def write_pending() -> None:
-        while pending:
+        if pending:
             batch = pending.copy()
             pending.clear()
             ctx.sink(batch)
@@ -254,17 +259,11 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             pending.append(rec)
             wake.set()
 
-    async def bucket_clock() -> None:
-        for b in level.buckets:
-            await trio.sleep_until(clock.to_trio(m + b.start_s + b.length_s))
-            if ctx.on_bucket is not None:
-                ctx.on_bucket(b.index)
-
     try:
         async with trio.open_nursery() as background:
             background.start_soon(writer)
             async with trio.open_nursery() as outer:
-                outer.start_soon(bucket_clock)
+                outer.start_soon(bucket_clock, level, ctx, m)
                 if level.mode == "closed":
                     await _closed(level, ctx, one, stop)
                 elif level.mode == "batch":
@@ -280,6 +279,14 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     run.completed = True
     run.drained_at = clock.now()
     return run
+
+
+async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float) -> None:
+    """Calls `ctx.on_bucket(i)` at each bucket's end on the run clock."""
+    for b in level.buckets:
+        await trio.sleep_until(ctx.clock.to_trio(measure_start + b.start_s + b.length_s))
+        if ctx.on_bucket is not None:
+            ctx.on_bucket(b.index)
 
 
 async def _closed(level: Level, ctx: LevelContext, one, stop: float) -> None:

@@ -746,9 +746,8 @@ class StreamAccumulator:
         if times and per_point is None:  # one token per point: the gaps between them
             first, last = times[0], times[-1]
             itl = [b - a for a, b in zip(times, times[1:])]
-            if n > 1 and last > first:
-                tpot = (last - first) / (n - 1)
-        elif times and per_point is not None:
+        elif times:
+            assert per_point is not None
             first = last = times[0]
             for i in range(1, len(times)):
                 k = per_point[i]
@@ -760,8 +759,8 @@ class StreamAccumulator:
                     else:
                         itl.extend([gap] * k)
                     last = t
-            if n > 1 and last > first:
-                tpot = (last - first) / (n - 1)
+        if times and n > 1 and last > first:
+            tpot = (last - first) / (n - 1)
 
         record.end = end
         record.status = self.status

@@ -88,7 +88,7 @@ def _num(v: float | None) -> str:
 
 
 def _us(v: float | None) -> str:
-    return "null" if v is None else _num(round(v, 6))
+    return _num(_round_us(v))
 
 
 @dataclasses.dataclass(slots=True)

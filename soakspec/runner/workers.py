@@ -44,7 +44,7 @@ from typing import Any
 import trio
 
 from soakspec.plan import Level
-from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, drive_level
+from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, drive_level
 
 READY, START, RECORDS, DONE, ERROR, JOB = range(6)
 _HEAD = struct.Struct("<BI")  # message kind, payload length
@@ -119,7 +119,7 @@ async def drive_level_workers(
     def take(payload: bytes) -> None:
         lines, outcomes, sent = pickle.loads(payload)
         write_lines(lines)
-        _count(stats, outcomes, sent)
+        stats.add_batch(outcomes, sent)
 
     async def pump(p: int, draining: bool = False) -> None:
         reader = readers[p]
@@ -159,14 +159,8 @@ async def drive_level_workers(
             await proc.stdin.send_all(_frame(START, struct.pack("<d", t0)))  # type: ignore[union-attr]
         run = LevelRun(level, started_at=t0, measure_start=t0 + level.warmup_s)
 
-        async def bucket_clock() -> None:
-            for b in level.buckets:
-                await trio.sleep_until(clock.to_trio(run.measure_start + b.start_s + b.length_s))
-                if ctx.on_bucket is not None:
-                    ctx.on_bucket(b.index)
-
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(bucket_clock)
+            nursery.start_soon(bucket_clock, level, ctx, run.measure_start)
             for p in range(n):
                 nursery.start_soon(pump, p)
     finally:
@@ -193,17 +187,6 @@ async def drive_level_workers(
     run.busy_s = sum(s["busy_s"] for s in done)
     used = [first + (s["ids"] - 1) * n + p + 1 for p, s in enumerate(done) if s["ids"]]
     return run, max(used, default=first)
-
-
-def _count(stats: LiveStats, outcomes: list[tuple[str, float | None]], sent: int) -> None:
-    """`LiveStats.started()`/`finished()` for a batch of a worker's records."""
-    stats.sent += sent
-    stats.in_flight += sent - len(outcomes)
-    stats.done += len(outcomes)
-    for outcome, ttft in outcomes:
-        stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
-        if ttft is not None:
-            stats.ttfts.append(ttft)
 
 
 # ------------------------------------------------------------------------------------------
