@@ -631,13 +631,9 @@ async def test_malformed_chunked_body_fails(nursery, make_client) -> None:
 # ---------------------------------------------------------------------------------------------
 # against the embedded simulator
 
-try:
-    from soakspec.sim.config import SimConfig
-    from soakspec.sim.server import serve as sim_serve
-except ImportError:  # pragma: no cover - the simulator is built separately
-    sim_serve = None
+from soakspec.sim.config import SimConfig  # noqa: E402
+from soakspec.sim.server import serve as sim_serve  # noqa: E402
 
-needs_sim = pytest.mark.skipif(sim_serve is None, reason="soakspec.sim is not available")
 FAST = {"ttft": 0.005, "itl": 0.001}
 
 
@@ -645,7 +641,6 @@ async def start_sim(nursery: trio.Nursery, **options: Any) -> int:
     return await nursery.start(partial(sim_serve, SimConfig(model="sim", trace_log=False, **options)))
 
 
-@needs_sim
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 async def test_sim_streams_tokens_not_chunks(nursery, make_client, endpoint) -> None:
     port = await start_sim(nursery, tokens_per_chunk=4, **FAST)
@@ -661,7 +656,6 @@ async def test_sim_streams_tokens_not_chunks(nursery, make_client, endpoint) -> 
     assert (rec.output_tokens, rec.chunks, rec.tokens_source) == (5, 1, TokensSource.USAGE)
 
 
-@needs_sim
 @pytest.mark.parametrize(
     ("fault", "outcome"),
     [("stream_error_rate", Outcome.FAILED), ("omit_done_rate", Outcome.FAILED), ("error_rate", Outcome.FAILED),
@@ -676,7 +670,6 @@ async def test_sim_faults_are_classified(nursery, make_client, fault, outcome) -
     assert rec.outcome is Outcome.COMPLETED
 
 
-@needs_sim
 async def test_sim_full_queue_is_rejected(nursery) -> None:
     port = await start_sim(nursery, slots=1, queue_limit=1, ttft=0.3, itl=0.001)
     records: list[RequestRecord] = []
@@ -693,7 +686,6 @@ async def test_sim_full_queue_is_rejected(nursery) -> None:
     assert [r.status for r in records if r.outcome is Outcome.REJECTED] == [429]
 
 
-@needs_sim
 async def test_sim_keep_alive_and_identical_records(nursery) -> None:
     """One connection carries many requests; h11 and httpx records agree on each behaviour."""
     port = await start_sim(nursery, **FAST)
@@ -722,7 +714,6 @@ async def test_sim_keep_alive_and_identical_records(nursery) -> None:
             assert rows[0] == rows[1], options
 
 
-@needs_sim
 async def test_sim_timing_is_measured_exactly(nursery, make_client, tmp_path) -> None:
     """Against the simulator's own trace: first-token times agree within 2 ms (medians), and the
     configured TTFT (50 ms) and ITL (10 ms) are what the client measures."""

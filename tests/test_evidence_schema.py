@@ -65,7 +65,7 @@ def test_results_and_verdict_schemas():
 
 def test_the_runners_request_records_match_the_schema():
     """Contract: what the runner writes to requests.jsonl is what the schema (and verify) accept."""
-    records = pytest.importorskip("soakspec.runner.records")
+    from soakspec.runner import records
     ok = records.RequestRecord(request_id="r1", backend="a", workload="w", start=1.0, intended_start=1.0,
                                first_token=1.1, end=2.0, status=200, outcome=records.Outcome.COMPLETED,
                                output_tokens=3, chunks=3, itl=[0.1, 0.1], tpot=0.1)

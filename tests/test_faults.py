@@ -69,10 +69,6 @@ def misbehaving(mode: str = "ok", *flags: str) -> list[str]:
     return [PY, str(MISBEHAVING), "--port", "{port}", "--mode", mode, *flags]
 
 
-
-
-
-
 def _verify(out: Path) -> subprocess.CompletedProcess:
     return subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
 
@@ -126,7 +122,7 @@ BACKEND_CASES = {
 
 
 @pytest.mark.parametrize("case", list(BACKEND_CASES))
-def test_a_backend_that_cannot_start_aborts_therun_spec(tmp_path, case):
+def test_a_backend_that_cannot_start_aborts_the_run(tmp_path, case):
     """Outcome: aborted before any load, exit 4, one line naming the backend and the cause,
     the log tail when there is a log, no record, the manifest `aborted` with that reason."""
     build, message, tail = BACKEND_CASES[case]
@@ -173,7 +169,7 @@ def test_binary_garbage_in_the_log_is_shown_as_readable_text(tmp_path):
     assert b"\x1b[2J" in (out / "backends" / "b0" / "server.log").read_bytes(), "server.log keeps the raw bytes"
 
 
-def test_binary_garbage_while_serving_does_not_disturb_therun_spec(tmp_path):
+def test_binary_garbage_while_serving_does_not_disturb_the_run(tmp_path):
     """Outcome: a normal complete run; server.log holds the bytes as printed, and
     `log_tail` (what soakspec would show) reads it as printable text."""
     from soakspec.runner.procs import log_tail

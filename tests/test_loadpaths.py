@@ -25,9 +25,8 @@ from soakspec.runner.h11client import H11Connection
 from soakspec.runner.httpxclient import HttpxClient
 from soakspec.runner.load import LevelContext, Shapes, drive_level
 from soakspec.runner.records import RECORD_KEYS, RequestRecord
-
-sim = pytest.importorskip("soakspec.sim.server")
-from soakspec.sim.config import SimConfig  # noqa: E402
+from soakspec.sim import server as sim
+from soakspec.sim.config import SimConfig
 
 TIMES = {"request_id", "server_id", "worker", "intended_start", "start", "first_byte", "first_token", "end",
          "ttft", "latency", "tpot"}  # fmt: skip

@@ -21,8 +21,8 @@ from runner_support import (
     manifest,
     new_marker,
     read_jsonl,
-    run_env,
     requests_of,
+    run_env,
     run_soakspec,
     run_spec,
     sim_spec,
@@ -35,10 +35,6 @@ def _write(tmp_path: Path, text: str, name: str = "t.soak") -> Path:
     p = tmp_path / name
     p.write_text(text)
     return p
-
-
-
-
 
 
 # ------------------------------------------------------------------ lifecycle
@@ -345,12 +341,14 @@ def test_a_spec_that_requires_gpus_stops_before_load_without_them(tmp_path):
     assert not (out / "backends" / "b0" / "server.log").exists(), "no server was started"
 
 
+@pytest.mark.slow
 def test_servers_outlive_trios_idle_worker_threads(tmp_path):
     """Regression: servers were started with PR_SET_PDEATHSIG from one of trio's worker
     threads, and a thread that sat idle for 10 s exited and took the server with it. With
     telemetry sampled once an hour nothing keeps that thread busy through a 13 s level."""
     text = sim_spec(duration="13s", bucket="13s", load="mode = closed\n    concurrency = [1]")
     text = text.replace('soak "t" {\n  issue = "test"\n}\n', 'soak "t" {\n  issue = "test"\n}\ntelemetry {\n  interval = 1h\n}\n')
+    assert "interval = 1h" in text, "the spec's header changed: the regression is not exercised"
     proc, out = run_spec(tmp_path, text)
     assert proc.returncode != 4, proc.stderr
     assert manifest(out)["status"] == "complete"
