@@ -24,6 +24,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "loadgen"))
+from fixture import percentile as pct  # noqa: E402
+
 SPEC = """\
 soak "fidelity" {{
   issue = "8"
@@ -64,11 +67,6 @@ claims {{
 """
 
 
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, max(0, int(round(q / 100 * len(xs) + 0.5)) - 1))]
-
-
 def one_run(args, workdir: Path, i: int) -> dict:
     spec = workdir / f"fidelity-{i}.soak"
     spec.write_text(SPEC.format(ttft=args.ttft, itl=args.itl, slots=args.concurrency * 2, tokens=args.tokens,
@@ -98,9 +96,9 @@ def one_run(args, workdir: Path, i: int) -> dict:
         "in_flight": level.get("mean_in_flight"),
         "ttft_p50": pct(ttft, 50) - args.ttft / 1e3, "ttft_p99": pct(ttft, 99) - args.ttft / 1e3,
         "itl_p50": pct(itl, 50) - args.itl / 1e3, "itl_p99": pct(itl, 99) - args.itl / 1e3,
-        "lag_p50": pct(lag, 50) if lag else float("nan"), "lag_p99": pct(lag, 99) if lag else float("nan"),
-        "sim_p50": pct(sim_late, 50) if sim_late else float("nan"),
-        "sim_p99": pct(sim_late, 99) if sim_late else float("nan"),
+        "lag_p50": pct(lag, 50), "lag_p99": pct(lag, 99),
+        "sim_p50": pct(sim_late, 50),
+        "sim_p99": pct(sim_late, 99),
         "matched": len(lag),
     }  # fmt: skip
 

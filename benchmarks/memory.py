@@ -25,42 +25,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "loadgen"))
-from fixture import ensure_tools, free_port, log, rss_kib, start_nginx, stop_nginx  # noqa: E402
-
-SPEC = """\
-soak "memory-benchmark" {{
-  issue = "8"
-}}
-model {{
-  id = "bench"
-}}
-backend "nginx" {{
-  url = "http://127.0.0.1:{port}"
-  runtime {{
-    label = "nginx, canned 64-token SSE completion"
-  }}
-}}
-workload "w" {{
-  prompt_words = 8
-  max_tokens = 64
-  ignore_eos = true
-  load {{
-    mode = closed
-    concurrency = [{concurrency}]
-  }}
-  duration = {duration}s
-  bucket = 60s
-  deadline = 30s
-  follow_up = false
-}}
-gate {{
-  require failed == 0
-}}
-claims {{
-  claim "memory benchmark"
-}}
-"""
-
+from fixture import ensure_tools, free_port, log, nginx_spec, rss_kib, start_nginx, stop_nginx  # noqa: E402
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -87,7 +52,7 @@ def main() -> int:
         try:
             duration = max(60, args.max_seconds)
             spec = work / "memory.soak"
-            spec.write_text(SPEC.format(port=port, concurrency=args.concurrency, duration=duration))
+            spec.write_text(nginx_spec("memory-benchmark", "memory benchmark", port, args.concurrency, duration, 60))
             out = work / "ev"
             client = subprocess.Popen([sys.executable, str(HERE / "loadgen" / "run.py"), "_client", str(spec), str(out), "1"],
                                       stdout=subprocess.DEVNULL)  # fmt: skip

@@ -40,6 +40,59 @@ def canned_completion(tokens: int = TOKENS) -> bytes:
     return "".join(events).encode()
 
 
+# What soakspec runs against the canned server: one `url` backend, closed loop (run.py, memory.py).
+NGINX_SPEC = """\
+soak "{name}" {{
+  issue = "8"
+}}
+model {{
+  id = "bench"
+}}
+backend "nginx" {{
+  url = "http://127.0.0.1:{port}"
+  runtime {{
+    label = "nginx, canned {tokens}-token SSE completion"
+  }}
+}}
+workload "w" {{
+  endpoint = completions
+  prompt_words = 8
+  max_tokens = {tokens}
+  ignore_eos = true
+  load {{
+    mode = closed
+    concurrency = [{concurrency}]
+  }}
+{warmup}  duration = {duration}s
+  bucket = {bucket}s
+  deadline = 30s
+  follow_up = false
+}}
+gate {{
+  require failed == 0
+}}
+claims {{
+  claim "{claim}"
+}}
+"""
+
+
+def nginx_spec(name: str, claim: str, port: int, concurrency: str, duration: float, bucket: float,
+               warmup: float | None = None) -> str:  # fmt: skip
+    warm = "" if warmup is None else f"  warmup = {warmup}s\n"
+    return NGINX_SPEC.format(name=name, claim=claim, port=port, tokens=TOKENS, concurrency=concurrency,
+                             duration=duration, bucket=bucket, warmup=warm)  # fmt: skip
+
+
+def percentile(xs: list[float], q: float) -> float:
+    """Nearest-rank percentile; NaN for no values."""
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = min(len(xs) - 1, max(0, int(round(q / 100 * len(xs) + 0.5)) - 1))
+    return xs[k]
+
+
 NGINX_CONF = """\
 daemon off;
 master_process on;
@@ -136,14 +189,14 @@ def stop_nginx(proc: subprocess.Popen) -> None:
 # CPU of process trees, sampled
 
 
-def _stat(pid: int) -> tuple[int, float] | None:
-    """(ppid, CPU seconds incl. reaped children) of a process."""
+def _cpu(pid: int) -> float | None:
+    """CPU seconds of a process, those of the children it reaped included."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
     except OSError:
         return None
-    return int(fields[1]), sum(int(x) for x in fields[11:15]) / CLK
+    return sum(int(x) for x in fields[11:15]) / CLK
 
 
 def _children(pid: int) -> list[int]:
@@ -169,9 +222,9 @@ def tree_cpu(root: int) -> float:
         if pid in seen:
             continue
         seen.add(pid)
-        s = _stat(pid)
+        s = _cpu(pid)
         if s is not None:
-            total += s[1]
+            total += s
             todo.extend(_children(pid))
     return total
 

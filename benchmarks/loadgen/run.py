@@ -42,47 +42,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fixture import TOKENS, Sampler, ensure_tools, free_port, log, start_nginx, stop_nginx, tree_cpu  # noqa: E402
+from fixture import (  # noqa: E402
+    TOKENS, Sampler, ensure_tools, free_port, log, nginx_spec, percentile, start_nginx, stop_nginx, tree_cpu,
+)
 
 # ------------------------------------------------------------------------------------------
 # soakspec
-
-
-SPEC = """\
-soak "loadgen-benchmark" {{
-  issue = "8"
-}}
-model {{
-  id = "bench"
-}}
-backend "nginx" {{
-  url = "http://127.0.0.1:{port}"
-  runtime {{
-    label = "nginx, canned 64-token SSE completion"
-  }}
-}}
-workload "w" {{
-  endpoint = completions
-  prompt_words = 8
-  max_tokens = {tokens}
-  ignore_eos = true
-  load {{
-    mode = closed
-    concurrency = [{concurrency}]
-  }}
-  warmup = {warmup}s
-  duration = {duration}s
-  bucket = {duration}s
-  deadline = 30s
-  follow_up = false
-}}
-gate {{
-  require failed == 0
-}}
-claims {{
-  claim "load generator benchmark"
-}}
-"""
 
 
 def client_main(spec_path: str, out: str, workers: int) -> int:
@@ -99,18 +64,10 @@ def client_main(spec_path: str, out: str, workers: int) -> int:
     return 0 if result.status == "complete" else 4
 
 
-def percentile(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    if not xs:
-        return float("nan")
-    k = min(len(xs) - 1, max(0, int(round(q / 100 * len(xs) + 0.5)) - 1))  # nearest rank
-    return xs[k]
-
-
 def run_soakspec(args, port: int, nginx_pid: int, workers: int, workdir: Path, round_: int) -> list[dict]:
     spec = workdir / f"spec-w{workers}-r{round_}.soak"
-    spec.write_text(SPEC.format(port=port, tokens=TOKENS, concurrency=", ".join(map(str, args.concurrency)),
-                                warmup=args.warmup, duration=args.duration))  # fmt: skip
+    spec.write_text(nginx_spec("loadgen-benchmark", "load generator benchmark", port, ", ".join(map(str, args.concurrency)),
+                               args.duration, args.duration, warmup=args.warmup))  # fmt: skip
     out = workdir / f"ev-w{workers}-r{round_}"
     cmd = [sys.executable, __file__, "_client", str(spec), str(out), str(workers)]
     limit = len(args.concurrency) * (args.warmup + args.duration + 40) + 120
@@ -259,7 +216,7 @@ def main() -> int:
                 for c in args.concurrency:
                     res = run_wrk(args, wrk, port, nginx.pid, c, workdir)
                     wrk_runs[c].append(res)
-                    log(f"round {r + 1}: wrk c={c}: {res['rps']:,.0f} req/s")
+                    log(f"round {r + 1}: wrk c={c}: {res['rps']:,.0f} req/s" + (f" ({res['errors']})" if res["errors"] else ""))
                 for workers in args.workers:
                     for res in run_soakspec(args, port, nginx.pid, workers, workdir, r):
                         sk_runs[(workers, res["c"])].append(res)
