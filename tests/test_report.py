@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from runner_support import manifest, requests_of
 from soakspec.cli import main
 from soakspec.evidence import schema
 from soakspec.report.html import CHART_METRICS
@@ -50,12 +51,6 @@ def cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
-def report(capsys, *argv: str) -> tuple[int, str, str]:
-    code = main(["report", *argv])
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.fixture(scope="module")
 def reports(run_dir) -> dict[str, tuple[int, str, str]]:
     """`soakspec report RUN --format F` once per format (verification takes a few seconds)."""
@@ -83,10 +78,6 @@ def table_rows(md: str) -> list[list[str]]:
             break
         block.append([c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]])
     return block
-
-
-def manifest(run_dir: Path) -> dict:
-    return json.loads((run_dir / "manifest.json").read_text())
 
 
 # ------------------------------------------------------------------------------ the run
@@ -131,7 +122,7 @@ def test_md_values_are_the_evidence(reports, run_dir):
     m = manifest(run_dir)
     for row in table_rows(md)[2:]:
         name = row[0]
-        recs = [json.loads(x) for x in (run_dir / "backends" / name / "requests.jsonl").read_text().splitlines()]
+        recs = requests_of(run_dir, name)
         measured = [r for r in recs if r["bucket"] >= 0]
         assert row[2] == str(sum(r["outcome"] == "completed" for r in measured))
         assert row[6] == m["artifacts"][f"backends/{name}/requests.jsonl"]
@@ -262,7 +253,7 @@ def test_out_writes_the_file_and_nothing_to_stdout(reports, run_dir, tmp_path, c
     assert [p.name for p in tmp_path.iterdir()] == ["r.md"]  # no temporary file left behind
 
 
-def test_a_stored_verdict_is_never_trusted(run_dir, tmp_path, capsys):
+def test_a_stored_verdict_is_never_trusted(run_dir, tmp_path):
     """A verdict.json that says FAIL (bound to the right manifest) changes nothing: the report
     re-judges the evidence."""
     copy = tmp_path / "run"
@@ -270,29 +261,29 @@ def test_a_stored_verdict_is_never_trusted(run_dir, tmp_path, capsys):
     v = json.loads((copy / "verdict.json").read_text())
     v.update(verdict="FAIL", exit_code=1)
     (copy / "verdict.json").write_text(json.dumps(v))
-    code, md, _ = report(capsys, str(copy), "--format", "md")
+    code, md, _ = cli("report", str(copy), "--format", "md")
     assert code == 0 and "**Verdict: PASS**" in md
 
 
-def test_edited_evidence_fails_and_names_the_file(run_dir, tmp_path, capsys):
+def test_edited_evidence_fails_and_names_the_file(run_dir, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
     p = copy / "backends" / "sim-slow" / "requests.jsonl"
     p.write_text(p.read_text().replace('"outcome":"completed"', '"outcome":"failed"', 1))
-    code, md, _ = report(capsys, str(copy), "--format", "md")
+    code, md, _ = cli("report", str(copy), "--format", "md")
     assert code == 1
     assert all(r[5] == "failed" for r in table_rows(md)[2:])
     assert "FAIL  [evidence] artifacts_verified — backends/sim-slow/requests.jsonl: changed since the manifest was written" in md
-    code, xml, _ = report(capsys, str(copy), "--format", "junit")
+    code, xml, _ = cli("report", str(copy), "--format", "junit")
     assert code == 1
     failed = [c.get("name") for c in ET.fromstring(xml).iter("testcase") if c.find("failure") is not None]
     assert "artifacts_verified" in failed
 
 
-def test_a_newer_spec_rejudges_and_says_so(run_dir, tmp_path, capsys):
+def test_a_newer_spec_rejudges_and_says_so(run_dir, tmp_path):
     strict = tmp_path / "strict.soak"
     strict.write_text(DEMO.read_text().replace("require p95(ttft) < 1s per level", "require p95(ttft) < 1ms per level"))
-    code, md, err = report(capsys, str(run_dir), "--format", "md", "--spec", str(strict))
+    code, md, err = cli("report", str(run_dir), "--format", "md", "--spec", str(strict))
     assert code == 1
     assert "differs from the spec the run used" in err
     assert "FAIL  [performance] p95(ttft) < 1ms per level" in md

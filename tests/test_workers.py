@@ -24,6 +24,7 @@ OPEN = sim_spec(sim="ttft = 10ms\n    itl = 2ms", load="mode = open\n    rate = 
                 duration="2s", bucket="1s", follow_up=False)  # fmt: skip
 CLOSED = sim_spec(sim="ttft = 15ms\n    itl = 3ms\n    slots = 16", load="mode = closed\n    concurrency = [5]",
                   duration="2s", bucket="500ms")  # fmt: skip
+LONG = sim_spec(sim="ttft = 20ms\n    itl = 5ms", load="mode = closed\n    concurrency = [4]", duration="30s", bucket="10s")
 
 
 def _run(tmp_path: Path, spec_text: str, workers: int, name: str):
@@ -84,36 +85,6 @@ def test_buckets_follow_the_shared_clock_and_in_flight_is_exact(tmp_path):
     assert level["mean_in_flight"] > 4.0, "five workers keep about five requests in flight"
 
 
-def test_an_interrupted_run_with_workers_keeps_their_records_and_leaves_no_process(tmp_path):
-    spec = tmp_path / "long.soak"
-    spec.write_text(sim_spec(sim="ttft = 20ms\n    itl = 5ms", load="mode = closed\n    concurrency = [4]",
-                             duration="30s", bucket="10s"))  # fmt: skip
-    out = tmp_path / "ev"
-    marker = new_marker()
-    proc = subprocess.Popen(
-        soakspec_cmd("run", str(spec), "--out", str(out), "--quiet", "--workers", "2"),
-        cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    req = out / "backends" / "b0" / "requests.jsonl"
-    deadline = time.monotonic() + 60
-    while not (req.exists() and req.stat().st_size > 0):
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "no record within 60 s"
-        time.sleep(0.05)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=60)
-    assert wait_no_survivors(marker, timeout=10) == []
-    assert proc.returncode == 4, err
-    m = manifest(out)
-    assert m["status"] == "aborted"
-    rows = read_jsonl(req)
-    assert rows and {r["worker"] % 2 for r in rows} == {0, 1}
-    assert any(r["error"] == "the run was aborted before the response finished" for r in rows), "in-flight ones too"
-    assert m["backends"][0]["levels"][0]["sent"] == len(rows)
-    _verify(out, 3)
-
-
 def _start(tmp_path: Path, spec_text: str, workers: int, marker: str):
     spec = tmp_path / "run.soak"
     spec.write_text(spec_text)
@@ -131,11 +102,28 @@ def _start(tmp_path: Path, spec_text: str, workers: int, marker: str):
     return proc, out
 
 
+def test_an_interrupted_run_with_workers_keeps_their_records_and_leaves_no_process(tmp_path):
+    marker = new_marker()
+    proc, out = _start(tmp_path, LONG, 2, marker)
+    req = out / "backends" / "b0" / "requests.jsonl"
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert wait_no_survivors(marker, timeout=10) == []
+    assert proc.returncode == 4, err
+    m = manifest(out)
+    assert m["status"] == "aborted"
+    rows = read_jsonl(req)
+    assert rows and {r["worker"] % 2 for r in rows} == {0, 1}
+    assert any(r["error"] == "the run was aborted before the response finished" for r in rows), "in-flight ones too"
+    assert m["backends"][0]["levels"][0]["sent"] == len(rows)
+    _verify(out, 3)
+
+
 def test_sigkill_of_the_runner_ends_its_workers(tmp_path):
     """Workers notice that the runner is gone (their stdin closes) and exit."""
     marker = new_marker()
-    spec = sim_spec(sim="ttft = 20ms\n    itl = 5ms", load="mode = closed\n    concurrency = [4]", duration="30s", bucket="10s")
-    proc, out = _start(tmp_path, spec, 2, marker)
+    proc, out = _start(tmp_path, LONG, 2, marker)
     proc.kill()
     proc.communicate(timeout=10)
     assert wait_no_survivors(marker, timeout=15) == []
