@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 
 from soakspec.exitcodes import ExitCode
-
-FORMATS = ("md", "html", "json", "junit")
+from soakspec.report import FORMATS
 
 
 def configure(p: argparse.ArgumentParser) -> None:

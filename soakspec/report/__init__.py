@@ -24,9 +24,9 @@ import importlib
 from collections.abc import Mapping
 from typing import Any
 
-FORMATS = ("md", "html", "json", "junit")
 _MODULES = {"md": "soakspec.report.md", "html": "soakspec.report.html", "json": "soakspec.report.jsonfmt",
             "junit": "soakspec.report.junit"}
+FORMATS = tuple(_MODULES)
 
 
 def evidence_meta(evidence: Any) -> dict[str, Any]:

@@ -45,10 +45,7 @@ dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:
 """
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return float(v)
+_num = C.num
 
 
 # ------------------------------------------------------------------------------ charts
