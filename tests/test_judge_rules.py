@@ -301,6 +301,19 @@ def test_judging_is_deterministic_and_order_free():
     assert not schema.validate("verdict", first)
 
 
+def test_an_index_built_once_for_judge_and_summary_changes_nothing():
+    """`soakspec report`/`gate` index the records once and hand the index to both."""
+    from soakspec.judge.summary import index
+
+    spec = small_spec("require p50(ttft) <= 1s per bucket\nrequire failed == 0 per level", duration="3m")
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("a"))[5], "failed", "boom")
+    ev = b.build()
+    indexes = index(ev)
+    assert judge(spec, ev, indexes).to_json() == judge(spec, ev).to_json()
+    assert summarize(ev, spec, indexes) == summarize(ev, spec)
+
+
 def test_lost_records_are_never_complete():
     spec = small_spec("require completed_run")
     b = EvidenceBuilder(spec)

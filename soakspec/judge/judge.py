@@ -154,7 +154,7 @@ def _loc(sc: S.Scope) -> Location:
 
 
 class _Judge:
-    def __init__(self, spec: Spec, evidence: Evidence):
+    def __init__(self, spec: Spec, evidence: Evidence, indexes: Sequence[S.BackendIndex] | None = None):
         self.spec = spec
         self.ev = evidence
         self.gate = spec.gate
@@ -170,9 +170,10 @@ class _Judge:
         self.planned: dict[str, BackendPlan] = {bp.name: bp for bp in self.plan.backends}
         self.multi_workload = len(spec.workloads) > 1
         self.index: dict[str, S.BackendIndex] = {}
+        built = {id(bi.evidence): bi for bi in indexes or ()}
         for be in evidence.backends:
             if be.name in self.planned and be.name not in self.index:
-                self.index[be.name] = S.index_backend(be)
+                self.index[be.name] = built.get(id(be)) or S.index_backend(be)
         self.bis: tuple[S.BackendIndex, ...] = tuple(self.index[n] for n in self.planned if n in self.index)
         self.where_of: dict[tuple[str, str], tuple[S.LevelIndex, S.Window]] = {}
         for bi in self.bis:
@@ -868,6 +869,7 @@ def _not_evaluated(rule: Rule) -> RuleResult:
     )
 
 
-def judge(spec: Spec, evidence: Evidence) -> Verdict:
-    """Judge `evidence` against `spec`'s gate. Pure: same inputs, same verdict."""
-    return _Judge(spec, evidence).run()
+def judge(spec: Spec, evidence: Evidence, indexes: Sequence[S.BackendIndex] | None = None) -> Verdict:
+    """Judge `evidence` against `spec`'s gate. Pure: same inputs, same verdict. `indexes`:
+    `summary.index(evidence)` when the caller also summarizes (indexing a long soak once)."""
+    return _Judge(spec, evidence, indexes).run()

@@ -778,9 +778,10 @@ def required_trace_coverage(spec: Any) -> float | None:
     return max(vals) if vals else None
 
 
-def summarize(evidence: Evidence, spec: Any = None) -> dict[str, Any]:
+def summarize(evidence: Evidence, spec: Any = None, indexes: Sequence[BackendIndex] | None = None) -> dict[str, Any]:
     """results.json: per backend, per level, per bucket (see results.schema.json). `spec`, when
-    given, only adds the trace coverage the gate requires."""
+    given, only adds the trace coverage the gate requires; `indexes`, `index(evidence)` when the
+    caller has it already."""
     need = required_trace_coverage(spec)
     return {
         "schema_version": SCHEMA_VERSION,
@@ -788,5 +789,5 @@ def summarize(evidence: Evidence, spec: Any = None) -> dict[str, Any]:
         "manifest_sha256": evidence.manifest_sha256,
         "spec_sha256": evidence.spec_sha256,
         "status": evidence.manifest.get("status"),
-        "backends": [backend_summary(bi, need) for bi in index(evidence)],
+        "backends": [backend_summary(bi, need) for bi in (index(evidence) if indexes is None else indexes)],
     }

@@ -66,9 +66,10 @@ class Inputs:
 def prepare(spec: Any, evidence: Any) -> Inputs:
     """Judge `evidence` with `spec` and collect everything `render` needs (pure)."""
     from soakspec.judge.judge import judge
-    from soakspec.judge.summary import summarize
+    from soakspec.judge.summary import index, summarize
 
-    return Inputs(judge(spec, evidence), summarize(evidence, spec), evidence_meta(evidence), spec)
+    indexes = index(evidence)  # once: sorting a long soak's records is the costly part
+    return Inputs(judge(spec, evidence, indexes), summarize(evidence, spec, indexes), evidence_meta(evidence), spec)
 
 
 def render(verdict: Any, results: Mapping[str, Any], evidence_meta: Mapping[str, Any], spec: Any, fmt: str) -> str:
