@@ -219,8 +219,22 @@ def heads(draw) -> bytes:
     return eol.join(lines) + eol + eol + draw(st.sampled_from([b"", b"body", b"data: x\n\n"]))
 
 
+@st.composite
+def plain_heads(draw) -> bytes:
+    """Heads `parse_head` should take: HTTP/1.x, CRLF, valid names and values, framing at most once."""
+    status = draw(st.sampled_from([b"HTTP/1.1 200 OK", b"HTTP/1.0 200 OK", b"HTTP/1.1 204", b"HTTP/1.1 429 Too Many"]))
+    names = [b"Content-Type", b"Server", b"Connection", b"X-A", b"Cache-Control"]
+    values = [b"text/event-stream", b"nginx", b"keep-alive", b"close", b"a\tb", b"caf\xc3\xa9", b"no-cache, private"]
+    lines = [status] + [name + draw(st.sampled_from([b": ", b":", b":\t"])) + draw(st.sampled_from(values))
+                        for name in draw(st.lists(st.sampled_from(names), max_size=4))]  # fmt: skip
+    framing = draw(st.sampled_from([b"", b"Content-Length: 12", b"content-length: 0", b"Transfer-Encoding: chunked"]))
+    if framing:
+        lines.insert(draw(st.integers(1, len(lines))), framing)
+    return b"\r\n".join(lines) + b"\r\n\r\n" + draw(st.sampled_from([b"", b"body", b"data: x\n\n"]))
+
+
 @SETTINGS
-@given(heads())
+@given(st.one_of(plain_heads(), heads()))
 def test_parse_head_agrees_with_h11(data: bytes) -> None:
     """Whatever `parse_head` accepts, h11 accepts alike: same status, version, headers and body start."""
     head = parse_head(data)
