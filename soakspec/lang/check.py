@@ -29,6 +29,7 @@ from typing import Any
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.evidence.runtime import is_generic_label, validate_log_regex
 from soakspec.lang import ast as A
+from soakspec.lang import simtrace
 from soakspec.lang import spec as S
 from soakspec.lang.fmt import expr_text, fmt, rule_text, value_text
 from soakspec.lang.metrics import (
@@ -581,7 +582,7 @@ def _backend(ctx: _Ctx, blk: A.Block) -> S.Backend | None:
                 ctx.error("E204", f"id form {f!r} must contain '{{id}}'", tb.attrs["id_forms"].value.span)
         traces = S.Traces(source=src, pattern=pattern, file=file, id_field=id_field, id_forms=forms)
     if kind == "sim" and tb is None:
-        traces = S.Traces(source="log", pattern=r"soakspec_sim_trace (?P<json>\{.*\})", id_forms=("cmpl-{id}-0", "chatcmpl-{id}", "cmpl-{id}", "{id}"))
+        traces = S.Traces(source="log", pattern=simtrace.TRACE_PATTERN, id_forms=simtrace.ID_FORMS)
     if kind == "url" and traces.source == "log":
         ctx.error("E403", "traces from the server log need a launched backend; for a url backend use source = jsonl", tb.span if tb else blk.kind_span)
 

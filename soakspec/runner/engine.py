@@ -33,6 +33,7 @@ from soakspec.evidence import layout as L
 from soakspec.evidence.io import EvidenceError, JsonlWriter, RunLock, write_json_atomic
 from soakspec.evidence.manifest import backend_entry, finalize_manifest, model_entry, new_manifest, source_entry, write_manifest
 from soakspec.evidence.redact import secret_values
+from soakspec.lang import simtrace
 from soakspec.lang.spec import Backend
 from soakspec.plan import BackendPlan, Plan
 from soakspec.runner.clock import RunClock
@@ -42,8 +43,6 @@ from soakspec.runner.procs import BackendError, Reaper, Server, free_port, launc
 from soakspec.runner.progress import Progress
 from soakspec.runner.records import RequestRecord
 
-SIM_TRACE_PATTERN = r"soakspec_sim_trace (?P<json>\{.*\})"
-SIM_ID_FORMS = ("cmpl-{id}-0", "chatcmpl-{id}", "cmpl-{id}", "{id}")
 
 
 class RunAborted(Exception):
@@ -379,7 +378,7 @@ class _BackendRun:
         source_kind = tr.source
         pattern, forms = tr.pattern, tr.id_forms
         if eng.plan.rehearsal or b.kind == "sim":
-            source_kind, pattern, forms = "log", SIM_TRACE_PATTERN, SIM_ID_FORMS
+            source_kind, pattern, forms = "log", simtrace.TRACE_PATTERN, simtrace.ID_FORMS
         trace_rows: list[dict] = []
         if source_kind != "none":
             if source_kind == "log":

@@ -41,6 +41,7 @@ from typing import IO, Any
 import h11
 import trio
 
+from soakspec.lang.simtrace import TRACE_PREFIX
 from soakspec.sim.config import SimConfig
 from soakspec.sim.model import (
     MID_STREAM_FAULTS,
@@ -75,7 +76,6 @@ BODY_READ_TIMEOUT = 60.0
 PIPELINE_BUFFER_CAP = 64 * 1024
 MAX_COALESCED_EVENTS = 256  # events due at once (a late wake-up) are written together, this many at most
 CRASH_EXIT_CODE = 3
-TRACE_PREFIX = "soakspec_sim_trace "
 ENDPOINTS = {"/v1/completions": "completions", "/v1/chat/completions": "chat"}
 
 
