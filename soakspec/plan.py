@@ -441,7 +441,7 @@ def _sim_command(b: Backend, model: str, rehearse: bool) -> tuple[str, ...]:
 
 
 def _launch(spec: Spec, b: Backend, base: Path, rehearse: bool) -> Launch:
-    kind = "sim" if rehearse and b.launches else b.kind
+    kind = "sim" if rehearse else b.kind
     m = spec.model
     fields = {"port": PORT, "host": HOST, "url": URL, "model_path": m.path or "", "model_id": m.id or "",
               "model_revision": m.revision or "", "backend": b.name}  # fmt: skip
