@@ -18,6 +18,7 @@ import pytest
 import trio
 
 from soakspec.evidence.layout import RunLayout
+from soakspec.evidence.schema import validate
 from soakspec.lang import load_spec
 from soakspec.plan import plan, to_json
 from soakspec.runner.backend import Deps, serve_backend
@@ -170,6 +171,7 @@ def test_a_rehearsal_records_the_plans_timings(tmp_path):
     result = execute(p, RunOptions(out_dir=tmp_path / "run", quiet=True))
     assert result.status == "complete", result.reason
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert validate("manifest", manifest) == []
     planned = to_json(p)["backends"][0]
     (b,) = manifest["backends"]
     assert b["kind"] == "sim" == planned["launch"]["kind"]
