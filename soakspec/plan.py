@@ -393,6 +393,9 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
     for i, level in enumerate(w.load.levels):
         shape = _shape(w, i, level)
         match shape:
+            case Open(rate=rate, arrival="constant"):
+                # sends at i / rate for every i with i / rate < duration
+                minimum = expected = max(0, math.ceil(rate * duration - 1e-9))
             case Open(rate=rate):
                 minimum = expected = int(round(rate * duration))
             case Batch(concurrency=c, requests=minimum) | Closed(concurrency=c as minimum):

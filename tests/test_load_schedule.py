@@ -12,7 +12,7 @@ import math
 import pytest
 import trio
 import trio.testing
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from soakspec.lang import check, parse
 from soakspec.plan import Level, plan
@@ -143,10 +143,11 @@ def test_batches_of_n_run_back_to_back():
 @settings(max_examples=25, deadline=None)
 @given(
     rate=st.sampled_from(["1rps", "2rps", "5rps", "30rpm"]),
-    duration=st.integers(2, 12),
+    duration=st.integers(4, 13),
     bucket=st.integers(1, 4),
     latency=st.floats(0.01, 3.0),
 )
+@example(rate="30rpm", duration=9, bucket=1, latency=1.0)  # 4.5 planned: the schedule sends 5 (0, 2, ..., 8 s)
 def test_open_loop_counts_and_buckets_follow_the_plan(rate, duration, bucket, latency):
     """For any constant rate, duration and bucket: rate × duration requests, every planned bucket
     gets exactly the requests scheduled in its window, and latency does not change the schedule."""

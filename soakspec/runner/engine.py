@@ -142,8 +142,8 @@ async def _load(load_scope: trio.CancelScope, backends: list[_Backend], plan: Pl
     with load_scope:
         try:
             await _run_backends(backends, plan, deps)
-        except* (BackendError, EvidenceError):
-            pass  # RunStatus holds the first failure's reason (set before it was raised)
+        except* (BackendError, EvidenceError) as group:
+            status.failed_with(group)  # keeps the first failure's reason, recorded before it was raised
     err = status.failure
     if status.signal_name is not None:
         deps.progress.error(f"soakspec run: {status.reason}; servers stopped, evidence kept")

@@ -11,7 +11,8 @@ A failure is recorded where it happens, before it is raised: `RunStatus` keeps t
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,12 @@ class RunStatus:
         if self.reason is None:
             self.reason = f"cannot write evidence: {err}"
         return err
+
+    def failed_with(self, group: BaseExceptionGroup) -> None:
+        """The load ended with these failures. Each recorded its reason where it was raised; one
+        that did not (a bug) still aborts the run, under the group's own description."""
+        if self.reason is None:
+            self.reason = f"the run failed: {group}"
 
     def interrupted(self, signal_name: str) -> None:
         self.signal_name = signal_name
@@ -158,27 +165,17 @@ class BackendRecorder:
             self.writer.close()
 
     # ------------------------------------------------------------ plumbing
-    def _evidence(self) -> _RecordEvidenceError:
-        return _RecordEvidenceError(self.status)
+    @contextlib.contextmanager
+    def _evidence(self) -> Iterator[None]:
+        """An EvidenceError raised inside is recorded in the run status, then propagates."""
+        try:
+            yield
+        except EvidenceError as e:
+            raise self.status.evidence_failed(e)
 
     @property
     def server_log(self) -> Path:
         return self.layout.server_log(self.name)
-
-
-class _RecordEvidenceError:
-    """`with`: an EvidenceError raised inside is recorded in the run status, then propagates."""
-
-    def __init__(self, status: RunStatus) -> None:
-        self.status = status
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, typ, exc, tb) -> bool:
-        if isinstance(exc, EvidenceError):
-            self.status.evidence_failed(exc)
-        return False
 
 
 __all__ = ["BackendRecorder", "RunStatus"]
