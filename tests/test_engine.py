@@ -25,7 +25,7 @@ from soakspec.runner.backend import Deps, serve_backend
 from soakspec.runner.clock import RunClock
 from soakspec.runner.collect import collect
 from soakspec.runner.driver import run_backend
-from soakspec.runner.engine import RunOptions, execute, h11_connect
+from soakspec.runner.engine import RunOptions, _Backend, _run, execute, h11_connect
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.procs import BackendError
 from soakspec.runner.progress import Progress
@@ -186,3 +186,63 @@ def test_a_rehearsal_records_the_plans_timings(tmp_path):
         assert got["label"] == want["label"]
         assert got["measure_end"] - got["measure_start"] == pytest.approx(want["duration_s"])
     assert p.backends[0].levels[0].duration_s == 1.0
+
+
+PARALLEL = """\
+soak "par" {{
+  issue = "13"
+  parallel = true
+}}
+backend "slow" {{
+  url = "http://127.0.0.1:{port}"
+  ready {{
+    timeout = 10m
+  }}
+}}
+backend "fast" {{
+  url = "http://127.0.0.1:{port}"
+  ready {{
+    timeout = 10s
+  }}
+}}
+workload "w" {{
+  load {{
+    concurrency = 1
+  }}
+  duration = 1m
+  bucket = 1m
+}}
+gate {{
+  require failed == 0
+}}
+claims {{
+  claim "test"
+}}
+"""
+
+
+async def test_the_first_failure_ends_the_load_and_is_the_reason(tmp_path, autojump_clock):
+    """Side by side, the backend that fails first (never ready within its 10 s) aborts the run:
+    its reason is the run's, the other backend's wait is cancelled, and both backends that
+    started still get a manifest entry, collected after the load."""
+    with trio.socket.socket() as s:
+        await s.bind(("127.0.0.1", 0))
+        path = tmp_path / "par.soak"
+        path.write_text(PARALLEL.format(port=s.getsockname()[1]))
+        spec, diags, _ = load_spec(path)
+        assert spec is not None, diags
+        p = plan(spec)
+        async with httpx.AsyncClient() as http:
+            clock = RunClock(timer=trio.current_time)
+            layout = RunLayout(tmp_path / "ev")
+            status = RunStatus()
+            deps = Deps(clock, Progress(quiet=True), http, h11_connect(clock), layout)
+            backends = [_Backend(bp, BackendRecorder(bp, layout, status), IdSequence(f"t-{i}")) for i, bp in enumerate(p.backends)]
+            t0 = trio.current_time()
+            entries = await _run(backends, p, deps, status)
+            assert trio.current_time() - t0 == pytest.approx(10.0, abs=1.0)
+    assert status.status == "aborted" and status.reason is not None
+    assert status.reason.startswith("backend 'fast': not ready after 10s")
+    assert [e["name"] for e in entries] == ["slow", "fast"]
+    assert [e["aborted_reason"] for e in entries] == [None, status.failure.message]
+    assert all(e["levels"] == [] for e in entries)
