@@ -8,6 +8,7 @@ real waiting, no timing tolerance. (tests/test_loadpaths.py runs whole levels ov
 from __future__ import annotations
 
 import math
+import typing
 
 import pytest
 import trio
@@ -15,10 +16,10 @@ import trio.testing
 from hypothesis import example, given, settings, strategies as st
 
 from soakspec.lang import check, parse
-from soakspec.plan import Level, plan
+from soakspec.plan import Level, LoadShape, plan
 from soakspec.runner.clock import RunClock
 from soakspec.runner.ids import IdSequence
-from soakspec.runner.load import LevelContext, Shapes, drive_level, schedule
+from soakspec.runner.load import LOAD_MODELS, LevelContext, Shapes, drive_level, schedule
 from soakspec.runner.records import Outcome, RequestRecord
 
 
@@ -158,3 +159,8 @@ def test_open_loop_counts_and_buckets_follow_the_plan(rate, duration, bucket, la
     for b in level.buckets:
         lo, hi = run.measure_start + b.start_s, run.measure_start + b.start_s + b.length_s
         assert sum(1 for r in records if r.bucket == b.index) == sum(1 for r in records if lo <= r.intended_start < hi)
+
+
+def test_every_planned_load_shape_has_a_load_model():
+    """A load shape is declared once in the plan (`LoadShape`) and driven by one function here."""
+    assert set(LOAD_MODELS) == set(typing.get_args(LoadShape))

@@ -212,24 +212,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             return -1
         return min(int((t - m) // blen), nb - 1)
 
-    # Finished records go to the sink from a task of their own, at the loop's next turn: writing
-    # one (JSON, a write) is the largest cost between a worker's request and its next, and the
-    # worker sends the next one first (a closed loop keeps its concurrency while records flush).
-    pending: list[RequestRecord] = []
-    wake = trio.Event()
-
-    def write_pending() -> None:
-        if pending:
-            batch = pending.copy()
-            pending.clear()
-            ctx.sink(batch)
-
-    async def writer() -> None:
-        nonlocal wake
-        while True:
-            await wake.wait()
-            wake = trio.Event()
-            write_pending()
+    pending = _PendingRecords(ctx.sink)
 
     async def one(conn: Connection, worker: int, intended: float | None) -> None:
         index, rid = ctx.next_id()
@@ -258,30 +241,50 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             if rec.start is not None and rec.end > m and rec.start < stop:
                 run.busy_s += min(rec.end, stop) - max(rec.start, m)
             ctx.stats.finished(rec)
-            pending.append(rec)
-            wake.set()
+            pending.add(rec)
 
     try:
         async with trio.open_nursery() as background:
-            background.start_soon(writer)
+            background.start_soon(pending.writer)
             async with trio.open_nursery() as outer:
                 outer.start_soon(bucket_clock, level, ctx, m)
-                match level.shape:
-                    case Closed(concurrency=c):
-                        await _closed(c, ctx, one, stop)
-                    case Batch(concurrency=c, requests=n):
-                        await _batch(c, n, ctx, one, stop)
-                    case Open() as shape:
-                        await _open(shape, ctx, one, stop, t0)
+                await LOAD_MODELS[type(level.shape)](level.shape, ctx, one, stop, t0)
                 # The load functions return only after `stop`, with every request drained; an
                 # abort arrives as cancellation instead. The bucket clock ends with the last bucket.
             background.cancel_scope.cancel()
     finally:
-        write_pending()  # also when aborting: every request sent has its record
+        pending.write()  # also when aborting: every request sent has its record
     run.measure_end = stop
     run.completed = True
     run.drained_at = clock.now()
     return run
+
+
+class _PendingRecords:
+    """Finished records go to the sink from a task of their own, at the loop's next turn: writing
+    one (JSON, a write) is the largest cost between a worker's request and its next, and the
+    worker sends the next one first (a closed loop keeps its concurrency while records flush)."""
+
+    def __init__(self, sink: Callable[[list[RequestRecord]], None]) -> None:
+        self.sink = sink
+        self.records: list[RequestRecord] = []
+        self.wake = trio.Event()
+
+    def add(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        self.wake.set()
+
+    def write(self) -> None:
+        if self.records:
+            batch = self.records.copy()
+            self.records.clear()
+            self.sink(batch)
+
+    async def writer(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake = trio.Event()
+            self.write()
 
 
 async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float) -> None:
@@ -292,7 +295,7 @@ async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float) ->
             ctx.on_bucket(b.index)
 
 
-async def _closed(concurrency: int, ctx: LevelContext, one, stop: float) -> None:
+async def _closed(shape: Closed, ctx: LevelContext, one, stop: float, start: float) -> None:
     clock = ctx.clock
 
     async def worker(w: int) -> None:
@@ -306,12 +309,13 @@ async def _closed(concurrency: int, ctx: LevelContext, one, stop: float) -> None
 
     p, parts = ctx.part
     async with trio.open_nursery() as n:
-        for w in range(p, concurrency, parts):
+        for w in range(p, shape.concurrency, parts):
             n.start_soon(worker, w)
 
 
-async def _batch(c: int, requests: int, ctx: LevelContext, one, stop: float) -> None:
+async def _batch(shape: Batch, ctx: LevelContext, one, stop: float, start: float) -> None:
     clock = ctx.clock
+    c, requests = shape.concurrency, shape.requests
     p, parts = ctx.part
     mine = range(p, c, parts)  # this process's workers, and its share of each batch
     share = len(range(p, requests, parts))
@@ -381,8 +385,9 @@ async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float) 
                 await conn.aclose()
 
 
-def level_duration_upper_bound(level: Level) -> float:
-    return level.warmup_s + level.duration_s + level.deadline_s + 1.0
+# One load model per plan load shape (soakspec.plan.LoadShape): `(shape, ctx, one, stop, start)`
+# runs the level's requests through `one` until `stop`, and returns when they have drained.
+LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open}
 
 
 __all__ = ["LevelContext", "LevelRun", "LiveStats", "Shapes", "drive_level", "prompt_words", "schedule"]
