@@ -59,11 +59,12 @@ async def serve_backend(
     argv = la.command(port)
     env = {**os.environ, **dict(la.env)}
     env.setdefault("PYTHONUNBUFFERED", "1")
-    rec.launching(argv, url, deps.clock.now())
+    started = deps.clock.now()
+    rec.launching(argv, url, started)
     deps.progress.log(f"[{la.name}] starting: {' '.join(redact_argv(argv))}")
     log = str(rec.server_log) if la.capture_log else None
     try:
-        server = await launch(la.name, argv, env, la.cwd, log, deps.reaper, rec.started_at or 0.0)
+        server = await launch(la.name, argv, env, la.cwd, log, deps.reaper, started)
     except BackendError as e:
         rec.failed(e)
         raise
