@@ -145,21 +145,7 @@ async def drive_level_workers(
                 raise WorkerError(f"worker {p} of {n} failed:\n{payload.decode(errors='replace')}")
 
     try:
-        for p in range(n):
-            proc = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "soakspec.runner.workers"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
-            )  # fmt: skip
-            procs.append(proc)
-            readers.append(_Reader(proc.stdout))  # type: ignore[arg-type]
-            part = dict(job, level=level, ids=shares[p], clock_offset=clock.offset)
-            await proc.stdin.send_all(_frame(JOB, pickle.dumps(part)))  # type: ignore[union-attr]
-        with trio.fail_after(STARTUP_TIMEOUT):
-            for p, reader in enumerate(readers):
-                msg = await reader.next()
-                if msg is None or msg[0] != READY:
-                    detail = msg[1].decode(errors="replace") if msg and msg[0] == ERROR else "no READY"
-                    raise WorkerError(f"worker {p} of {n} did not start: {detail}")
+        await _spawn(level, job, shares, clock, procs, readers)
         t0 = clock.now() + START_MARGIN
         for proc in procs:
             await proc.stdin.send_all(_frame(START, struct.pack("<d", t0)))  # type: ignore[union-attr]
@@ -184,8 +170,33 @@ async def drive_level_workers(
                     proc.kill()
                 await proc.wait()
     assert all(s is not None for s in summaries)
-    done = [s for s in summaries if s is not None]
-    run.measure_end = run.measure_start + level.duration_s
+    _sum_up(run, [s for s in summaries if s is not None], shares, ids)
+    return run, ids.end
+
+
+async def _spawn(level: Level, job: dict[str, Any], shares: list[IdSequence], clock, procs: list, readers: list) -> None:
+    """Start one worker per share, send each its job, wait (bounded) until each says READY."""
+    n = len(shares)
+    for p in range(n):
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "soakspec.runner.workers"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        procs.append(proc)
+        readers.append(_Reader(proc.stdout))  # type: ignore[arg-type]
+        part = dict(job, level=level, ids=shares[p], clock_offset=clock.offset)
+        await proc.stdin.send_all(_frame(JOB, pickle.dumps(part)))  # type: ignore[union-attr]
+    with trio.fail_after(STARTUP_TIMEOUT):
+        for p, reader in enumerate(readers):
+            msg = await reader.next()
+            if msg is None or msg[0] != READY:
+                detail = msg[1].decode(errors="replace") if msg and msg[0] == ERROR else "no READY"
+                raise WorkerError(f"worker {p} of {n} did not start: {detail}")
+
+
+def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSequence) -> None:
+    """The level's run from the workers' summaries; `ids` goes on after every index they used."""
+    run.measure_end = run.measure_start + run.level.duration_s
     run.completed = all(s["completed"] for s in done)
     run.drained_at = max(s["drained_at"] for s in done)
     run.sent = sum(s["sent"] for s in done)
@@ -193,7 +204,6 @@ async def drive_level_workers(
     for share, s in zip(shares, done):
         share.issued = s["ids"]
     ids.continue_after(shares)
-    return run, ids.end
 
 
 # ------------------------------------------------------------------------------------------
