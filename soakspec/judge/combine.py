@@ -60,16 +60,13 @@ class Combined:
         for c in self.children:
             for b in c.evidence.backends:
                 e = b.entry
-                src = e.get("source") if isinstance(e.get("source"), Mapping) else {}
-                model = e.get("model") if isinstance(e.get("model"), Mapping) else {}
-                binary = e.get("server_binary") if isinstance(e.get("server_binary"), Mapping) else {}
                 backends.append({
                     "name": b.name,
                     "child": c.dir,
                     "runtime_boundary": e.get("runtime_boundary"),
-                    "commit": src.get("commit_before"),
-                    "model": {"id": model.get("id"), "revision": model.get("revision"), "fingerprint": model.get("fingerprint")},
-                    "server_binary_sha256": binary.get("sha256"),
+                    "commit": _get(e, "source", "commit_before"),
+                    "model": {k: _get(e, "model", k) for k in ("id", "revision", "fingerprint")},
+                    "server_binary_sha256": _get(e, "server_binary", "sha256"),
                 })
         return {
             "schema_version": SCHEMA_VERSION,

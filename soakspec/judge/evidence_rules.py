@@ -160,12 +160,18 @@ def follow_up(run: JudgedRun, rule: Rule) -> RuleResult:
     return result(rule, "follow_up", "evidence", rule.severity, insts, msg, len(planned))
 
 
+def _part(e: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    """A manifest entry's sub-object `key` ({} when absent or not an object)."""
+    v = e.get(key)
+    return v if isinstance(v, Mapping) else {}
+
+
 def _provenance_of(run: JudgedRun, name: str, e: Mapping[str, Any]) -> tuple[list[Instance], str | None]:
     """One backend's provenance problems, and its commit when it has one, unchanged."""
     out: list[Instance] = []
     commit = None
     here = backend_here(name)
-    src = e.get("source") if isinstance(e.get("source"), Mapping) else {}
+    src = _part(e, "source")
     before, after = src.get("commit_before"), src.get("commit_after")
     if not before or not after:
         if run.spec.source.repo is not None or before or after:
@@ -177,7 +183,7 @@ def _provenance_of(run: JudgedRun, name: str, e: Mapping[str, Any]) -> tuple[lis
         commit = before
     if src.get("dirty_before") != src.get("dirty_after"):
         out.append(problem(f"the working tree changed during the run (dirty before: {src.get('dirty_before')}, after: {src.get('dirty_after')})", here))
-    model = e.get("model") if isinstance(e.get("model"), Mapping) else {}
+    model = _part(e, "model")
     want_rev = run.spec.model.revision
     if want_rev and model.get("revision") != want_rev:
         out.append(problem(f"model revision {model.get('revision')!r} is not the spec's {want_rev!r}", here))
@@ -188,8 +194,7 @@ def _provenance_of(run: JudgedRun, name: str, e: Mapping[str, Any]) -> tuple[lis
 
 
 def _model(e: Mapping[str, Any], key: str) -> Any:
-    model = e.get("model") if isinstance(e.get("model"), Mapping) else {}
-    return model.get(key)
+    return _part(e, "model").get(key)
 
 
 def provenance_consistent(run: JudgedRun, rule: Rule) -> RuleResult:
@@ -226,14 +231,14 @@ def runtime_boundary_specific(run: JudgedRun, rule: Rule) -> RuleResult:
         if bi is None:
             insts.append(problem("no evidence for this backend", here))
             continue
-        rb = bi.evidence.entry.get("runtime_boundary")
-        rb = rb if isinstance(rb, Mapping) else {}
+        rb = _part(bi.evidence.entry, "runtime_boundary")
         status = rb.get("status")
         display = rb.get("display") or rb.get("declared") or "none"
         if status in SPECIFIC_RUNTIME:
             shown.append(f"{name}: {display} ({status})")
             continue
-        details = rb.get("details") if isinstance(rb.get("details"), list) else []
+        details = rb.get("details")
+        details = details if isinstance(details, list) else []
         why = "; ".join(str(d) for d in details)
         insts.append(problem(f"runtime boundary {display!r} is {status or 'not recorded'}" + (f": {why}" if why else ""), here))
     msg = "; ".join(shown) or "runtime boundaries specific"

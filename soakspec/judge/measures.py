@@ -64,10 +64,10 @@ class MetricImpl(Protocol):
                 confidence: float = 0.95, min_samples: int = 1) -> Measure: ...
 
 
-_AGGREGATE: dict[str, Callable[[Sequence[float]], float]] = {"mean": stats.mean, "min": min, "max": max}
+_AGGREGATE: dict[str, Callable[[Sequence[float]], float | None]] = {"mean": stats.mean, "min": min, "max": max}
 
 
-def _aggregate(agg: str | None, vals: Sequence[float]) -> float:
+def _aggregate(agg: str | None, vals: Sequence[float]) -> float | None:
     f = _AGGREGATE.get(agg or "")
     if f is None:
         raise ValueError(f"{agg}() does not apply to this metric")

@@ -16,7 +16,7 @@ from soakspec.judge.index import LevelIndex, Row, Window, error_message
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import Distribution, Measure, MetricImpl, Outcome, bucket_series, completed, quarters, relative_change, slope
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
-from soakspec.judge.verdict import Instance, Location, RuleResult
+from soakspec.judge.verdict import Instance, Location, RuleResult, Status
 from soakspec.lang.metrics import METRICS, Kind
 from soakspec.lang.spec import Rule
 
@@ -192,7 +192,7 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     if value is None:
         return Instance("inconclusive", where, None, None, samples, f"{e.wrapper}() is undefined: the baseline {_inner_text(rule)} is 0 ({basis})"), None, samples
     vtext = f"{e.text} = {signed_pct(value)}{'/min' if e.wrapper == 'slope' else ''}"
-    status = "pass" if compare(value, rule.op, rule.threshold) else "fail"
+    status: Status = "pass" if compare(value, rule.op, rule.threshold) else "fail"
     return Instance(status, where, value, vtext, samples, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value, samples
 
 
