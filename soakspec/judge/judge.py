@@ -36,6 +36,7 @@ Missing data is never a pass:
     scope where requests ran but none completed they can FAIL (e.g. `failed == 0`) but not pass;
     so adding a failed request can never turn a rule into PASS;
   - drift() and slope() need every compared bucket to have enough samples itself.
+
 Order: in each of the first two classes, a built-in check the spec does not write as `require`
 comes first, then the spec's rules of that class in spec order, then the built-ins a spec cannot
 write (full_scale_run, min_samples); performance rules follow in spec order.
