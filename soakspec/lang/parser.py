@@ -9,6 +9,8 @@ mistake does not cascade into a page of noise.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import functools
 import importlib.resources
 import math
@@ -303,8 +305,6 @@ def _attach(body: tuple, comments: list[_Comment], end_line: int | None) -> tupl
 
 
 def _replace(obj, **changes):
-    import dataclasses
-
     return dataclasses.replace(obj, **changes)
 
 
@@ -415,8 +415,6 @@ def _comment_tokens(source: str) -> list[Token]:
     line_starts = [0]
     for m in re.finditer("\n", source):
         line_starts.append(m.end())
-    import bisect
-
     for m in pattern.finditer(source):
         if m.lastgroup != "comment":
             continue

@@ -8,6 +8,7 @@ from and `Spec.sha256` its hash: evidence records it so a later gate can tell st
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from soakspec.diagnostics import NO_SPAN, Span
@@ -150,8 +151,6 @@ class Workload:
 
     @property
     def buckets_per_level(self) -> int:
-        import math
-
         return max(1, math.ceil(self.duration_s / self.bucket_s - 1e-9))
 
 
