@@ -416,6 +416,8 @@ class _Syntax:
         if isinstance(e, UnexpectedCharacters):
             return False  # handled in run() by replacing the character and parsing again
         at_end = e.token.type == "$END"
+        if not at_end and e.token.line in self.errored_lines:
+            return True  # this line has its error: drop the token, cheaply (no copy of the parser)
         if self.mend_quote(self.last_line if at_end else e.token.line):
             self.restart = True
             return False
@@ -465,6 +467,8 @@ def _unescaped_quote(source: str, upto_line: int) -> tuple[int, int] | None:
             continue
         end = m.end()
         if end >= len(source) or not (source[end].isalnum() or source[end] == "_"):
+            continue
+        if m.group().rstrip('" \t').endswith(","):  # `["a, "b"]`: a missing quote, not an inner one
             continue
         if source.count("\n", 0, end) + 1 > upto_line:
             return None
@@ -529,7 +533,7 @@ def _repair(e: UnexpectedToken) -> None:
     for name, text in (("EQUAL", "="), ("COMMA", ","), ("RSQB", "]"), ("RPAR", ")")):
         if name not in ip.accepts():
             continue
-        trial = ip.copy()
+        trial = ip.copy(deepcopy_values=False)
         try:
             trial.feed_token(Token(name, text))
             trial.feed_token(e.token)
