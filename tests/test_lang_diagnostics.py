@@ -135,3 +135,23 @@ def test_count_compared_with_a_rate_hints_rate():
     d = _one(BASE % LOAD + "gate {\n  require failed < 2rps\n}\n")
     assert d.code == "E305" and "rate(failed) < 2rps" in d.hint
     assert _checks_clean(BASE % LOAD + "gate {\n  require rate(failed) < 2rps\n}\n")
+
+
+def test_require_env_warning_is_one_warning_with_a_count(tmp_path, capsys):
+    """W502 once per runtime block, counting the unset names, not once per name with the same
+    source line repeated."""
+    from soakspec.cli import main
+
+    runtime = '  runtime {\n    label = "NCCL 2.26.2"\n    require_env = ["NCCL_A", "NCCL_B", "NCCL_C"]\n  }\n'
+    spec = BASE.replace('backend "a" { url = "http://127.0.0.1:8000" }', 'backend "a" {\n  shell = "srv --port {port}"\n  env { NCCL_B = "1" }\n' + runtime + "}") % LOAD
+    tree, diags = parse(spec)
+    warnings = [d for d in check(tree)[1] if d.code == "W502"]
+    assert len(warnings) == 1
+    w = warnings[0]
+    assert (w.span.line, w.span.column) == (7, 19)
+    assert "2 env variables ('NCCL_A', 'NCCL_C')" in w.message and "NCCL_B" not in w.message
+    f = tmp_path / "w.soak"
+    f.write_text(spec)
+    assert main(["check", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("W502") == 1 and out.count('require_env = ["NCCL_A"') == 1

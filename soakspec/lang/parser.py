@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import errno
 import functools
 import importlib.resources
 import math
+import os
 import pathlib
 import re
+import select
+import stat
+import time
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
@@ -614,13 +619,54 @@ def _eof_error(source: str, add) -> None:
         add("E001", "unexpected end of file", line, 1)
 
 
+FIFO_WAIT_S = 10.0  # how long a named pipe (`soakspec check <(...)`) may take to deliver the spec
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _read_spec(path: pathlib.Path) -> bytes:
+    """At most MAX_SOURCE_BYTES + 1 bytes of the file: never more (`/dev/zero`), and never
+    an unbounded wait (a FIFO nobody writes to)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory")
+        pipe = stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+        deadline = time.monotonic() + FIFO_WAIT_S
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SOURCE_BYTES:
+            try:
+                chunk = os.read(fd, min(1 << 16, MAX_SOURCE_BYTES + 1 - size))
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise _Unreadable(f"nothing arrived from the pipe within {FIFO_WAIT_S:g} s") from None
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if pipe and not size:
+            raise _Unreadable("the pipe has no writer (nothing to read)")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def parse_file(path: str | pathlib.Path) -> tuple[A.SoakFile | None, list[Diagnostic], str]:
     """Read and parse a file. Returns (tree, diagnostics, source text)."""
-    p = pathlib.Path(path)
     try:
-        raw = p.read_bytes()
+        raw = _read_spec(pathlib.Path(path))
     except OSError as e:
         return None, [Diagnostic("E000", f"cannot read spec: {e.strerror or e}", Span(), str(path))], ""
+    except _Unreadable as e:
+        return None, [Diagnostic("E000", f"cannot read spec: {e}", Span(), str(path))], ""
+    if len(raw) > MAX_SOURCE_BYTES:
+        return None, [Diagnostic("E010", f"spec is larger than {MAX_SOURCE_BYTES // 1000} kB; refusing to parse it", Span(), str(path))], ""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

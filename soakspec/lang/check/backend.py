@@ -200,9 +200,10 @@ def _runtime(ctx: Ctx, b: Body, where: str, env_names: set[str]) -> S.RuntimeDec
     unset = [n for n in rt["require_env"] if n not in env_names]
     if unset:
         names = ", ".join(f"'{n}'" for n in unset)
+        what, it = (f"env {names}", "it") if len(unset) == 1 else (f"{len(unset)} env variables ({names})", "they")
         ctx.warn(
             "W502",
-            f"runtime requires env {names} that this backend's env block does not set (it must then come from the caller's environment)",
+            f"runtime requires {what} that this backend's env block does not set ({it} must then come from the caller's environment)",
             rt.got("require_env").span,
         )
     return S.RuntimeDecl(**rt.fields()) if label is not None else None
