@@ -155,3 +155,20 @@ def test_require_env_warning_is_one_warning_with_a_count(tmp_path, capsys):
     assert main(["check", str(f)]) == 0
     out = capsys.readouterr().out
     assert out.count("W502") == 1 and out.count('require_env = ["NCCL_A"') == 1
+
+
+def test_misspelled_load_block_is_not_also_missing():
+    d = _one(BASE % "  lod { concurrency = 1 }\n  duration = 60s")
+    assert (d.code, d.span.line, d.span.column) == ("E100", 4, 3) and d.hint == "did you mean 'load'?"
+
+
+def test_misspelled_launch_is_not_also_a_backend_without_a_kind():
+    text = BASE.replace('backend "a" { url = "http://127.0.0.1:8000" }', 'backend "a" { launh = ["srv", "{port}"] }') % LOAD
+    d = _one(text)
+    assert (d.code, d.span.line, d.span.column) == ("E101", 2, 15) and d.hint == "did you mean 'launch'?"
+
+
+def test_misspelled_runtime_label_is_not_also_missing():
+    text = BASE.replace('backend "a" { url = "http://127.0.0.1:8000" }', 'backend "a" {\n  url = "http://127.0.0.1:8000"\n  runtime { lable = "host-staged" }\n}') % LOAD
+    d = _one(text)
+    assert (d.code, d.span.line, d.span.column) == ("E101", 4, 13) and d.hint == "did you mean 'label'?"

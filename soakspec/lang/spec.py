@@ -2,7 +2,8 @@
 
 All values are in base units (seconds, bytes, fractions, requests/second), every reference
 is resolved, and the spec is immutable. `Spec.canonical_text` is `fmt` of the tree it came
-from and `Spec.sha256` its hash: evidence records it so a later gate can tell stale evidence.
+from without its comments and `Spec.sha256` its hash: evidence records it so a later gate can
+tell stale evidence, and editing a comment does not make evidence stale.
 """
 
 from __future__ import annotations

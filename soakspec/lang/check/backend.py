@@ -113,7 +113,7 @@ def backend(ctx: Ctx, blk: A.Block) -> S.Backend | None:
 def _kind(ctx: Ctx, b: Body, where: str) -> str:
     """launch, shell, url or sim: exactly one."""
     kinds = [k for k in ("launch", "shell", "url") if b.has(k)] + (["sim"] if "sim" in b.blocks else [])
-    if not kinds:
+    if not kinds and not b.suggested & {"launch", "shell", "url", "sim"}:  # else reported as misspelled
         ctx.error("E103", f"{where} needs one of: launch = [argv...], shell = \"command\", url = \"http://...\", or a sim {{}} block", b.span)
     elif len(kinds) > 1:
         second = b.got(kinds[1]).key_span if b.has(kinds[1]) else b.blocks["sim"].kind_span

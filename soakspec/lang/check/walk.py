@@ -109,18 +109,17 @@ def _sub_blocks(ctx: Ctx, body: Body, block: A.Block) -> None:
             continue
         if stmt.kind not in body.table.blocks:
             options = list(body.table.blocks) + [k.name for k in body.table.keys]
-            ctx.error("E100", f"unknown block '{stmt.kind}' in {body.where}", stmt.kind_span, _hint(stmt.kind, options))
+            meant = closest(stmt.kind, options)
+            if meant is not None:
+                body.suggested.add(meant)
+            hint = f"did you mean '{meant}'?" if meant else None
+            ctx.error("E100", f"unknown block '{stmt.kind}' in {body.where}", stmt.kind_span, hint)
         elif stmt.kind in body.blocks:
             ctx.error("E105", f"'{stmt.kind}' may appear once in {body.where}", stmt.kind_span)
         else:
             if stmt.label is not None:
                 ctx.error("E107", f"'{stmt.kind}' takes no name", stmt.label.span)
             body.blocks[stmt.kind] = stmt
-
-
-def _hint(name: str, options: list[str]) -> str | None:
-    meant = closest(name, options)
-    return f"did you mean '{meant}'?" if meant else None
 
 
 def _statements(ctx: Ctx, body: Body, block: A.Block) -> None:

@@ -99,7 +99,8 @@ def _sampling(ctx: Ctx, b: Body, where: str) -> S.Sampling:
 def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
     lb = sub(ctx, b, "load", LOAD, f"the load of {where}")
     if lb is None:
-        ctx.error("E103", f"{where} needs a load block: load {{ mode = closed  concurrency = [4, 8] }}", b.span)
+        if "load" not in b.suggested:  # else `lod { ... }` was reported as unknown already
+            ctx.error("E103", f"{where} needs a load block: load {{ mode = closed  concurrency = [4, 8] }}", b.span)
         return S.Load("closed", (1,))
     if lb.has("mode") and not lb.ok("mode"):
         return S.Load("closed", (1,))  # the mode is wrong (reported): what else belongs is unknown
