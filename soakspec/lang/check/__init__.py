@@ -19,12 +19,11 @@ from typing import Any
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
-from soakspec.lang.check.backend import BACKEND_BLOCKS, BACKEND_KEYS, PLACEHOLDERS, backend
-from soakspec.lang.check.claims import claims
+from soakspec.lang.check import backend, claims, gate, header, workload
+from soakspec.lang.check.backend import BACKEND_BLOCKS, BACKEND_KEYS, PLACEHOLDERS
 from soakspec.lang.check.core import MAX_DURATION_S, Ctx, suggest
-from soakspec.lang.check.gate import SCOPES, gate
-from soakspec.lang.check.header import header, model, source, telemetry
-from soakspec.lang.check.workload import MAX_BUCKETS_PER_LEVEL, MAX_LOAD_LEVEL, WORKLOAD_KEYS, workload
+from soakspec.lang.check.gate import SCOPES
+from soakspec.lang.check.workload import MAX_BUCKETS_PER_LEVEL, MAX_LOAD_LEVEL, WORKLOAD_KEYS
 from soakspec.lang.fmt import fmt, strip_comments
 from soakspec.lang.runtime_label import is_generic_label
 
@@ -60,19 +59,19 @@ def spec_hash(tree: A.SoakFile) -> tuple[str, str]:
 def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list[Diagnostic]]:
     ctx = Ctx(path)
     singles, named = _top_level(ctx, tree)
-    bks = _named(ctx, named["backend"], "backend", lambda b: backend(ctx, b))
-    wls = _named(ctx, named["workload"], "workload", lambda w: workload(ctx, w))
+    bks = _named(ctx, named["backend"], "backend", lambda b: backend.backend(ctx, b))
+    wls = _named(ctx, named["workload"], "workload", lambda w: workload.workload(ctx, w))
     if not named["backend"]:
         ctx.error("E407", "the spec declares no backend", Span(1, 1, 1, 2), "add: backend \"name\" { launch = [...] } or { url = \"...\" } or { sim {} }")
     if not named["workload"]:
         ctx.error("E407", "the spec declares no workload", Span(1, 1, 1, 2), "add: workload \"name\" { ... }")
     parts = dict(
-        header=header(ctx, singles.get("soak")),
-        model=model(ctx, singles.get("model")),
-        source=source(ctx, singles.get("source")),
-        telemetry=telemetry(ctx, singles.get("telemetry")),
-        gate=gate(ctx, singles.get("gate"), {b.name for b in bks}),
-        claims=claims(ctx, singles.get("claims")),
+        header=header.header(ctx, singles.get("soak")),
+        model=header.model(ctx, singles.get("model")),
+        source=header.source(ctx, singles.get("source")),
+        telemetry=header.telemetry(ctx, singles.get("telemetry")),
+        gate=gate.gate(ctx, singles.get("gate"), {b.name for b in bks}),
+        claims=claims.claims(ctx, singles.get("claims")),
     )
     if any(d.severity is Severity.ERROR for d in ctx.diags):
         return None, ctx.diags
