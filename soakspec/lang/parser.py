@@ -646,12 +646,15 @@ def _read_spec(path: pathlib.Path) -> bytes:
                 if left <= 0 or not select.select([fd], [], [], left)[0]:
                     raise _Unreadable(f"nothing arrived from the pipe within {FIFO_WAIT_S:g} s") from None
                 continue
+            if not chunk and pipe and not size and time.monotonic() < deadline:
+                time.sleep(0.05)  # a FIFO whose writer has not opened it yet reads as empty
+                continue
             if not chunk:
                 break
             chunks.append(chunk)
             size += len(chunk)
         if pipe and not size:
-            raise _Unreadable("the pipe has no writer (nothing to read)")
+            raise _Unreadable(f"nothing was written to the pipe within {FIFO_WAIT_S:g} s")
         return b"".join(chunks)
     finally:
         os.close(fd)
