@@ -5,7 +5,8 @@ Each subcommand lives in `soakspec.commands.<module>` and exposes two functions:
 Modules are imported only when their command runs, so `soakspec check` never imports trio.
 
 Errors: a user mistake prints one clear line (exit 2); an unexpected exception prints one line
-naming it as a bug, with the traceback only under `--debug`.
+naming it as a bug, with the traceback only under `--debug`, and aborts (exit 4). Every exit
+is an `ExitCode` member.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     fn = getattr(module, "main_" + args.command.replace("-", "_"), getattr(module, "main", None))
     try:
-        return int(fn(args))
+        return ExitCode(int(fn(args)))
     except UsageError as e:
         print(f"soakspec {args.command}: error: {e}", file=sys.stderr)
         return ExitCode.USAGE
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
             "(this is a bug; rerun with --debug for the traceback)",
             file=sys.stderr,
         )
-        return 70
+        return ExitCode.ABORTED
 
 
 if __name__ == "__main__":  # pragma: no cover

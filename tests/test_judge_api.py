@@ -5,8 +5,9 @@ import soakspec.judge
 
 def test_exported_members():
     assert sorted(soakspec.judge.__all__) == sorted([
-        "BackendEvidence", "Evidence", "EvidenceNotFound", "Instance", "Integrity", "Location",
-        "RuleResult", "Verdict", "judge", "load_evidence", "render_text", "summarize",
+        "BackendEvidence", "Evidence", "EvidenceNotFound", "Instance", "Integrity", "JudgedRun", "Location",
+        "RuleResult", "Verdict", "join", "judge", "judge_run", "load_evidence", "render_text", "summarize",
+        "summarize_run",
     ])
     for name in soakspec.judge.__all__:
         assert hasattr(soakspec.judge, name)

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from soakspec.evidence import schema
-from soakspec.judge import Integrity, judge, render_text, summarize
+from soakspec.judge import Integrity, join, judge, judge_run, render_text, summarize, summarize_run
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 
 
@@ -301,17 +301,16 @@ def test_judging_is_deterministic_and_order_free():
     assert not schema.validate("verdict", first)
 
 
-def test_an_index_built_once_for_judge_and_summary_changes_nothing():
-    """`soakspec report`/`gate` index the records once and hand the index to both."""
-    from soakspec.judge.summary import index
-
+def test_a_run_joined_once_for_judge_and_summary_changes_nothing():
+    """`soakspec report`/`run` join plan and evidence once and hand the joined run to both."""
     spec = small_spec("require p50(ttft) <= 1s per bucket\nrequire failed == 0 per level", duration="3m")
     b = EvidenceBuilder(spec)
     b.set_outcome(list(b.measured("a"))[5], "failed", "boom")
     ev = b.build()
-    indexes = index(ev)
-    assert judge(spec, ev, indexes).to_json() == judge(spec, ev).to_json()
-    assert summarize(ev, spec, indexes) == summarize(ev, spec)
+    run = join(spec, ev)
+    assert judge_run(run).to_json() == judge(spec, ev).to_json()
+    assert judge_run(run).outcome == "FAIL"  # the same joined run judged twice: nothing consumed
+    assert summarize_run(run) == summarize(ev, spec)
 
 
 def test_lost_records_are_never_complete():

@@ -117,14 +117,20 @@ def test_fmt_is_idempotent_and_preserves_the_tree():
     assert fmt(again) == once
 
 
-def test_comments_change_the_canonical_text_only():
-    """Comments are kept by fmt, so they are part of the canonical text (and its hash); the
-    checked spec is otherwise the same without them."""
+def test_comments_do_not_change_the_spec_hash():
+    """Spec.sha256 hashes the canonical spec without its comments: adding, changing or removing
+    a comment keeps the hash (retained evidence does not look stale), changing a value does not."""
     with_comments = check(parse(MESSY)[0])[0]
     bare = re.sub(r"(?m)^\s*#.*\n|\s+#\s*c\d\d.*$", "", MESSY)
+    assert bare != MESSY
     without = check(parse(bare)[0])[0]
-    assert with_comments.sha256 != without.sha256
+    assert with_comments.sha256 == without.sha256
+    assert with_comments.canonical_text == without.canonical_text
     assert with_comments.backends == without.backends and with_comments.workloads == without.workloads
+    reworded = check(parse(MESSY.replace("# c", "# changed c"))[0])[0]
+    assert reworded.sha256 == with_comments.sha256
+    changed = check(parse(MESSY.replace("#465", "#466"))[0])[0]
+    assert changed is not None and changed.sha256 != with_comments.sha256
 
 
 @pytest.mark.parametrize("path", sorted((ROOT / "specs").glob("*.soak")), ids=lambda p: p.name)

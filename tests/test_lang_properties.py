@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import pathlib
@@ -14,6 +15,7 @@ from hypothesis import strategies as st
 from soakspec.diagnostics import Severity
 from soakspec.lang import check, fmt, parse, parse_file
 from soakspec.lang import ast as A
+from soakspec.lang.fmt import strip_comments
 from soakspec.lang.strategies import soak_files, valid_specs
 from soakspec.plan import plan, to_json
 
@@ -176,8 +178,8 @@ def test_parse_never_raises_on_decoded_bytes(data):
 @MODEST
 @given(valid_specs())
 def test_valid_specs_check_and_plan_consistently(generated):
-    """For every generated valid spec: check accepts it (no errors), its canonical text is
-    the text itself, and plan has backends × Σ(levels × ceil(duration / bucket)) buckets,
+    """For every generated valid spec: check accepts it (no errors), the text is canonical
+    (fmt gives it back), the spec's canonical text is it without comments, and plan has backends × Σ(levels × ceil(duration / bucket)) buckets,
     each level's buckets tile its duration, and the JSON agrees with the plan."""
     text, shape = generated
     tree, diags = parse(text)
@@ -185,7 +187,9 @@ def test_valid_specs_check_and_plan_consistently(generated):
     spec, diags = check(tree)
     assert spec is not None, [f"{d.span.line}:{d.span.column} {d.code} {d.message}" for d in diags]
     assert not [d for d in diags if d.severity is Severity.ERROR]
-    assert spec.canonical_text == text
+    assert fmt(tree) == text
+    assert spec.canonical_text == fmt(strip_comments(tree))
+    assert spec.sha256 == hashlib.sha256(spec.canonical_text.encode()).hexdigest()
     assert [b.name for b in spec.backends] == list(shape.backends)
     assert tuple(b.kind for b in spec.backends) == shape.backend_kinds
 

@@ -121,7 +121,10 @@ def main_fmt(args: argparse.Namespace) -> int:
 
 
 def _write_atomic(path: str, text: str) -> None:
-    d = os.path.dirname(os.path.abspath(path))
+    """Replace the file atomically; a symlink is written through (its target is replaced, the
+    link stays a link)."""
+    path = os.path.realpath(path)
+    d = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".soakfmt-")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:

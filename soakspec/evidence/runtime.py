@@ -24,42 +24,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from soakspec.evidence.redact import redact_env
+# Defined once in the language layer (the checker applies it before a run); re-exported here.
+from soakspec.lang.runtime_label import is_generic_label, validate_log_regex  # noqa: F401
 
-_GENERIC_WORDS = frozenset(
-    {"", "unknown", "n/a", "na", "none", "default", "defaults", "generic", "tbd", "todo", "?", "-",
-     "any", "auto", "null", "unspecified", "standard", "normal", "runtime", "backend"}
-)
-# Runtime names that say nothing without a version or a mode.
-_RUNTIME_NAMES = frozenset(
-    {"nccl", "rccl", "cuda", "rocm", "hip", "gloo", "mpi", "ucx", "nvshmem", "torch", "pytorch",
-     "cpu", "gpu", "tensorrt", "trt", "vllm", "sglang", "xla", "tpu"}
-)
-_TOKEN_SPLIT = re.compile(r"[\s,;+()\[\]]+")
 _LABEL_ENV = re.compile(r"\b([A-Z_][A-Z0-9_]*)=([^\s,;]+)")
 _LABEL_VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+)(?![\w.])")
 
 STATUSES = ("confirmed", "missing", "contradictory", "generic", "undeclared", "declared")
-
-
-def is_generic_label(label: str | None) -> bool:
-    """True when a runtime boundary label names nothing specific: empty, "unknown", "n/a",
-    "none", "default", or only bare runtime names with no version or mode ("nccl", "NCCL default")."""
-    text = (label or "").strip().lower()
-    if text in _GENERIC_WORDS:
-        return True
-    tokens = [t for t in _TOKEN_SPLIT.split(text) if t]
-    return all(t in _GENERIC_WORDS or t in _RUNTIME_NAMES for t in tokens)
-
-
-def validate_log_regex(regex: str) -> str | None:
-    """None when `regex` can detect a version, else why not (for the compiler)."""
-    try:
-        compiled = re.compile(regex)
-    except re.error as e:
-        return f"invalid regular expression: {e}"
-    if compiled.groups == 0:
-        return "the pattern needs a group capturing the version, e.g. (\\d+\\.\\d+\\.\\d+)"
-    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -27,18 +27,19 @@ def judge_run_dir(run_dir: str | os.PathLike, spec: Spec, fmt: str = "text", *, 
     """
     from soakspec.evidence.results import write_results, write_verdict
     from soakspec.judge.evidence import load_evidence
-    from soakspec.judge.judge import judge
-    from soakspec.judge.summary import index, summarize
+    from soakspec.judge.joined import join
+    from soakspec.judge.judge import judge_run
+    from soakspec.judge.summary import summarize_run
     from soakspec.judge.verdict import render_text
 
     evidence = load_evidence(run_dir)
-    indexes = index(evidence) if write else None  # shared with the summary
-    verdict = judge(spec, evidence, indexes)
+    run = join(spec, evidence)  # once, for the verdict and results.json
+    verdict = judge_run(run)
     doc = verdict.to_json()
     if write:
         listed = evidence.manifest.get("artifacts") or {}
         if layout.RESULTS not in listed:
-            write_results(run_dir, summarize(evidence, spec, indexes))
+            write_results(run_dir, summarize_run(run))
         else:
             print(f"soakspec: {layout.RESULTS} is part of the hashed evidence; not rewritten", file=sys.stderr)
         if layout.VERDICT not in listed:

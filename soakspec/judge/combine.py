@@ -1,7 +1,7 @@
 """Combining per-backend evidence into one report (pure; `soakspec combine` does the I/O).
 
-Every child is re-verified and re-judged by the caller, never trusted; `combine` then checks,
-all of which must hold:
+Every child is re-verified and re-judged by the caller, never trusted; `combine` then runs the
+checks of `CHECKS`, in order, all of which must hold:
 
   children_pass         every child's verdict is PASS (a FAIL fails, an INCONCLUSIVE makes the
                         combination inconclusive)
@@ -15,7 +15,7 @@ all of which must hold:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from soakspec.exitcodes import ExitCode
@@ -60,16 +60,13 @@ class Combined:
         for c in self.children:
             for b in c.evidence.backends:
                 e = b.entry
-                src = e.get("source") if isinstance(e.get("source"), Mapping) else {}
-                model = e.get("model") if isinstance(e.get("model"), Mapping) else {}
-                binary = e.get("server_binary") if isinstance(e.get("server_binary"), Mapping) else {}
                 backends.append({
                     "name": b.name,
                     "child": c.dir,
                     "runtime_boundary": e.get("runtime_boundary"),
-                    "commit": src.get("commit_before"),
-                    "model": {"id": model.get("id"), "revision": model.get("revision"), "fingerprint": model.get("fingerprint")},
-                    "server_binary_sha256": binary.get("sha256"),
+                    "commit": _get(e, "source", "commit_before"),
+                    "model": {k: _get(e, "model", k) for k in ("id", "revision", "fingerprint")},
+                    "server_binary_sha256": _get(e, "server_binary", "sha256"),
                 })
         return {
             "schema_version": SCHEMA_VERSION,
@@ -123,19 +120,17 @@ def _distinct(values: Mapping[str, Any], label: str) -> str | None:
     return None
 
 
-def combine(children: Sequence[Child]) -> Combined:
-    checks: list[Check] = []
-    # children_pass
+def children_pass(children: Sequence[Child]) -> Check:
     failed = [c for c in children if c.verdict.outcome == "FAIL"]
     unsure = [c for c in children if c.verdict.outcome == "INCONCLUSIVE"]
     if failed:
-        checks.append(Check("children_pass", "fail", "; ".join(f"{c.dir}: {c.verdict.summary()}" for c in failed)))
-    elif unsure:
-        checks.append(Check("children_pass", "inconclusive", "; ".join(f"{c.dir}: {c.verdict.summary()}" for c in unsure)))
-    else:
-        checks.append(Check("children_pass", "pass", f"all {len(children)} children pass their gate"))
+        return Check("children_pass", "fail", "; ".join(f"{c.dir}: {c.verdict.summary()}" for c in failed))
+    if unsure:
+        return Check("children_pass", "inconclusive", "; ".join(f"{c.dir}: {c.verdict.summary()}" for c in unsure))
+    return Check("children_pass", "pass", f"all {len(children)} children pass their gate")
 
-    # backends_once
+
+def backends_once(children: Sequence[Child]) -> Check:
     where: dict[str, list[str]] = {}
     for c in children:
         for b in c.evidence.backends:
@@ -144,11 +139,16 @@ def combine(children: Sequence[Child]) -> Combined:
     problems = [f"backend {n} appears in {len(ds)} children ({', '.join(ds)})" for n, ds in where.items() if len(ds) > 1]
     problems += [f"backend {n} is in no child" for n in declared if n not in where]
     problems += [f"backend {n} is not declared by the spec" for n in where if n not in declared]
-    checks.append(Check("backends_once", "fail" if problems else "pass",
-                        "; ".join(problems) or f"each of {', '.join(declared)} appears once"))
+    return Check("backends_once", "fail" if problems else "pass", "; ".join(problems) or f"each of {', '.join(declared)} appears once")
 
-    # provenance across every backend of every child
-    entries = {f"{b.name} in {c.dir}": b.entry for c in children for b in c.evidence.backends}
+
+def _entries(children: Sequence[Child]) -> dict[str, Mapping[str, Any]]:
+    """Every backend of every child: `name in dir` -> its manifest entry."""
+    return {f"{b.name} in {c.dir}": b.entry for c in children for b in c.evidence.backends}
+
+
+def one_commit(children: Sequence[Child]) -> Check:
+    entries = _entries(children)
     commits: dict[str, Any] = {}
     msgs = []
     for k, e in entries.items():
@@ -159,41 +159,52 @@ def combine(children: Sequence[Child]) -> Combined:
     m = _distinct(commits, "commit")
     if m:
         msgs.append(m)
-    checks.append(Check("one_commit", "fail" if msgs else "pass",
-                        "; ".join(msgs) or f"one commit {str(next(iter(commits.values()), ''))[:12]} across {len(entries)} backends"))
+    return Check("one_commit", "fail" if msgs else "pass",
+                 "; ".join(msgs) or f"one commit {str(next(iter(commits.values()), ''))[:12]} across {len(entries)} backends")
 
+
+def model_provenance(children: Sequence[Child]) -> Check:
+    entries = _entries(children)
     msgs = []
     for label, path in (("model revision", ("model", "revision")), ("model fingerprint", ("model", "fingerprint")),
                         ("server binary sha256", ("server_binary", "sha256"))):
         m = _distinct({k: _get(e, *path) for k, e in entries.items()}, label)
         if m:
             msgs.append(m)
-    checks.append(Check("model_provenance", "fail" if msgs else "pass",
-                        "; ".join(msgs) or "identical model revision, fingerprint and server binary across backends"))
+    return Check("model_provenance", "fail" if msgs else "pass",
+                 "; ".join(msgs) or "identical model revision, fingerprint and server binary across backends")
 
-    # same workload
+
+def same_workload(children: Sequence[Child]) -> Check:
     shas = {c.dir: c.spec.sha256 for c in children}
     if len(set(shas.values())) <= 1:
-        checks.append(Check("same_workload", "pass", "every child ran the same spec"))
-    else:
-        first = children[0].spec
-        differ = [c.dir for c in children[1:] if c.spec.workloads != first.workloads or c.spec.gate != first.gate]
-        if differ:
-            checks.append(Check("same_workload", "fail", f"workloads or gate differ from {children[0].dir} in {', '.join(differ)}"))
-        else:
-            checks.append(Check("same_workload", "pass", "specs differ in text but have identical workloads and gate"))
+        return Check("same_workload", "pass", "every child ran the same spec")
+    first = children[0].spec
+    differ = [c.dir for c in children[1:] if c.spec.workloads != first.workloads or c.spec.gate != first.gate]
+    if differ:
+        return Check("same_workload", "fail", f"workloads or gate differ from {children[0].dir} in {', '.join(differ)}")
+    return Check("same_workload", "pass", "specs differ in text but have identical workloads and gate")
 
-    # runtime boundaries
+
+def runtime_boundaries(children: Sequence[Child]) -> Check:
     msgs, shown = [], []
-    for k, e in entries.items():
+    for k, e in _entries(children).items():
         status = _get(e, "runtime_boundary", "status")
         display = _get(e, "runtime_boundary", "display")
         if status in ("confirmed", "declared"):
             shown.append(f"{k}: {display}")
         else:
             msgs.append(f"{k}: runtime boundary {display!r} is {status or 'not recorded'}")
-    checks.append(Check("runtime_boundaries", "fail" if msgs else "pass", "; ".join(msgs) or "; ".join(shown)))
+    return Check("runtime_boundaries", "fail" if msgs else "pass", "; ".join(msgs) or "; ".join(shown))
 
+
+CHECKS: tuple[Callable[[Sequence[Child]], Check], ...] = (
+    children_pass, backends_once, one_commit, model_provenance, same_workload, runtime_boundaries,
+)
+
+
+def combine(children: Sequence[Child]) -> Combined:
+    checks = [check(children) for check in CHECKS]
     if not children:
         checks.append(Check("children", "fail", "no children"))
     statuses = [c.status for c in checks]

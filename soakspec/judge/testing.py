@@ -19,8 +19,8 @@ from typing import Any
 
 from soakspec.evidence import layout
 from soakspec.judge.evidence import BackendEvidence, Evidence, Integrity
-from soakspec.lang.spec import Spec
-from soakspec.plan import plan as make_plan
+from soakspec.lang.spec import Backend, Spec
+from soakspec.plan import BackendPlan, Level, plan as make_plan
 
 T0 = 1_747_000_000.0
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -49,6 +49,7 @@ class EvidenceBuilder:
         self.run_id = run_id
         self.per_bucket = per_bucket
         self.latency = latency
+        self._seq = 0
         p = make_plan(spec, time_scale=time_scale, rehearse=rehearsal, only=only)
         self.records: dict[str, list[dict[str, Any]]] = {}
         self.traces: dict[str, list[dict[str, Any]]] = {}
@@ -57,67 +58,87 @@ class EvidenceBuilder:
         backends = []
         t = t0
         for bp in p.backends:
-            be = bp.backend
-            name = be.name
-            recs: list[dict[str, Any]] = []
-            self.records[name] = recs
-            levels = []
-            start_of_backend = t
-            for lv in bp.levels:
-                started = t
-                ms = started + lv.warmup_s
-                buckets = []
-                for bk in lv.buckets:
-                    a = ms + bk.start_s
-                    buckets.append({"index": bk.index, "start": a, "end": a + bk.length_s, "planned_length_s": bk.length_s})
-                    for i in range(per_bucket):
-                        s = a + bk.length_s * i / per_bucket
-                        recs.append(self.request(name, lv.workload, lv.index, bk.index, s, conc=lv.concurrency, rate=lv.rate))
-                me = ms + lv.duration_s
-                levels.append(lv.to_json() | {
-                    "started_at": started, "measure_start": ms, "measure_end": me, "drained_at": me + latency,
-                    "completed": True, "buckets": buckets, "sent": per_bucket * len(lv.buckets),
-                })
-                t = me + latency + 1.0
-            fu = None
-            if bp.follow_up:
-                fu = self.request(name, bp.levels[0].workload, 0, -2, t, conc=1, rate=None)
-                recs.append(fu)
-                t += latency + 1.0
-            self.followups[name] = {"required": bp.follow_up, "record": copy.deepcopy(fu), "passed": bp.follow_up,
-                                    "reason": None, "server_idle": True if bp.follow_up else None}
-            trace_source = be.traces.source
-            self.traces[name] = [self.trace_row(r) for r in recs] if trace_source != "none" else []
-            self.telemetry[name] = [
-                {"schema_version": 1, "t": x, "server_pid": 4242, "server_rss_bytes": 2 << 30,
-                 "gpus": [{"index": g, "memory_used": 40 << 30, "process_memory_used": 38 << 30,
-                           "utilization_gpu": 90.0, "temperature_c": 60.0, "power_w": 300.0} for g in (be.gpus or (0,))]}
-                for x in _frange(start_of_backend, t, 5.0)
-            ]
-            rt = be.runtime
-            if rt is None:
-                rb = {"declared": None, "detected": None, "env_observed": {}, "status": "undeclared", "display": "undeclared", "details": []}
-            elif rt.log_pattern:
-                rb = {"declared": rt.label, "detected": rt.version, "env_observed": {k: "1" for k in rt.require_env},
-                      "status": "confirmed", "display": rt.label, "details": []}
-            else:
-                rb = {"declared": rt.label, "detected": None, "env_observed": {}, "status": "declared", "display": rt.label, "details": []}
-            backends.append({
-                "name": name, "safe_name": layout.safe_name(name), "kind": be.kind, "url": None,
-                "argv": list(be.argv) or None, "env": dict(be.env), "cwd": None, "pid": 4242,
-                "started_at": None, "ready_at": None, "ready_seconds": None, "exit_status": 0, "stop_signal": "SIGTERM",
-                "runtime_boundary": rb,
-                "source": {"repo": spec.source.repo, "commit_before": COMMIT, "commit_after": COMMIT,
-                           "dirty_before": False, "dirty_after": False, "reason": None},
-                "model": {"id": spec.model.id, "revision": spec.model.revision, "path": spec.model.path,
-                          "fingerprint": FINGERPRINT, "fingerprint_files": {}, "reason": None},
-                "server_binary": {"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA},
-                "levels": levels, "trace_source": trace_source, "aborted_reason": None,
-            })
+            entry, t = self._backend(bp, t)
+            backends.append(entry)
+        self.manifest: dict[str, Any] = self._manifest(backends, t0, t, time_scale=time_scale, rehearsal=rehearsal, only=only)
+        self._seq = 0  # request ids added after the clean run count from 1 again (as they always have)
+
+    def _level(self, name: str, lv: Level, t: float) -> tuple[dict[str, Any], float]:
+        """One level's manifest entry, its requests appended to records[name]; and the time
+        after it drained."""
+        started = t
+        ms = started + lv.warmup_s
+        buckets = []
+        for bk in lv.buckets:
+            a = ms + bk.start_s
+            buckets.append({"index": bk.index, "start": a, "end": a + bk.length_s, "planned_length_s": bk.length_s})
+            for i in range(self.per_bucket):
+                s = a + bk.length_s * i / self.per_bucket
+                self.records[name].append(self.request(name, lv.workload, lv.index, bk.index, s, conc=lv.concurrency, rate=lv.rate))
+        me = ms + lv.duration_s
+        entry = lv.to_json() | {  # the runner's entry: the plan's part, then what happened
+            "started_at": started, "measure_start": ms, "measure_end": me, "drained_at": me + self.latency,
+            "completed": True, "buckets": buckets, "sent": self.per_bucket * len(lv.buckets),
+        }
+        return entry, me + self.latency + 1.0
+
+    @staticmethod
+    def _runtime_boundary(be: Backend) -> dict[str, Any]:
+        rt = be.runtime
+        if rt is None:
+            return {"declared": None, "detected": None, "env_observed": {}, "status": "undeclared", "display": "undeclared", "details": []}
+        if rt.log_pattern:
+            return {"declared": rt.label, "detected": rt.version, "env_observed": {k: "1" for k in rt.require_env},
+                    "status": "confirmed", "display": rt.label, "details": []}
+        return {"declared": rt.label, "detected": None, "env_observed": {}, "status": "declared", "display": rt.label, "details": []}
+
+    def _backend(self, bp: BackendPlan, t: float) -> tuple[dict[str, Any], float]:
+        """One backend's manifest entry, with its requests, traces, telemetry and follow-up;
+        and the time after it."""
+        be = bp.backend
+        name = be.name
+        self.records[name] = []
+        levels = []
+        start_of_backend = t
+        for lv in bp.levels:
+            entry, t = self._level(name, lv, t)
+            levels.append(entry)
+        fu = None
+        if bp.follow_up:
+            fu = self.request(name, bp.levels[0].workload, 0, -2, t, conc=1, rate=None)
+            self.records[name].append(fu)
+            t += self.latency + 1.0
+        self.followups[name] = {"required": bp.follow_up, "record": copy.deepcopy(fu), "passed": bp.follow_up,
+                                "reason": None, "server_idle": True if bp.follow_up else None}
+        trace_source = be.traces.source
+        self.traces[name] = [self.trace_row(r) for r in self.records[name]] if trace_source != "none" else []
+        self.telemetry[name] = [
+            {"schema_version": 1, "t": x, "server_pid": 4242, "server_rss_bytes": 2 << 30,
+             "gpus": [{"index": g, "memory_used": 40 << 30, "process_memory_used": 38 << 30,
+                       "utilization_gpu": 90.0, "temperature_c": 60.0, "power_w": 300.0} for g in (be.gpus or (0,))]}
+            for x in _frange(start_of_backend, t, 5.0)
+        ]
+        spec = self.spec
+        return {
+            "name": name, "safe_name": layout.safe_name(name), "kind": be.kind, "url": None,
+            "argv": list(be.argv) or None, "env": dict(be.env), "cwd": None, "pid": 4242,
+            "started_at": None, "ready_at": None, "ready_seconds": None, "exit_status": 0, "stop_signal": "SIGTERM",
+            "runtime_boundary": self._runtime_boundary(be),
+            "source": {"repo": spec.source.repo, "commit_before": COMMIT, "commit_after": COMMIT,
+                       "dirty_before": False, "dirty_after": False, "reason": None},
+            "model": {"id": spec.model.id, "revision": spec.model.revision, "path": spec.model.path,
+                      "fingerprint": FINGERPRINT, "fingerprint_files": {}, "reason": None},
+            "server_binary": {"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA},
+            "levels": levels, "trace_source": trace_source, "aborted_reason": None,
+        }, t
+
+    def _manifest(self, backends: list[dict[str, Any]], t0: float, t: float, *, time_scale: float, rehearsal: bool,
+                  only: tuple[str, ...]) -> dict[str, Any]:
         from soakspec.evidence.manifest import utc_iso
 
-        self.manifest: dict[str, Any] = {
-            "schema_version": 1, "soakspec_version": "0.0.0", "run_id": run_id, "status": "complete",
+        spec = self.spec
+        m: dict[str, Any] = {
+            "schema_version": 1, "soakspec_version": "0.0.0", "run_id": self.run_id, "status": "complete",
             "incomplete_reason": None, "rehearsal": rehearsal, "time_scale": time_scale,
             "spec": {"path": spec.path, "text": spec.canonical_text, "sha256": spec.sha256},
             "started_at": utc_iso(t0), "started_at_epoch": t0, "ended_at": utc_iso(t), "ended_at_epoch": t,
@@ -127,15 +148,15 @@ class EvidenceBuilder:
             "backends": backends, "artifacts": {},
         }
         if only:
-            self.manifest["only"] = list(only)
-        self._seq = 0
+            m["only"] = list(only)
+        return m
 
     # ---------------------------------------------------------------- rows
 
     def request(self, backend: str, workload: str, level: int, bucket: int, start: float, *,
                 conc: int | None, rate: float | None, outcome: str = "completed", error: str | None = None,
                 status: int | None = 200) -> dict[str, Any]:
-        self._seq = getattr(self, "_seq", 0) + 1
+        self._seq += 1
         rid = f"{self.run_id}-{layout.safe_name(backend)}-{self._seq:05d}"
         lat = self.latency
         ok = outcome == "completed"

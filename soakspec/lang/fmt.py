@@ -9,6 +9,8 @@ statement, trailing comments after it). `fmt` is pure and idempotent, and
 
 from __future__ import annotations
 
+import dataclasses
+
 from soakspec.lang import ast as A
 
 INDENT = "  "
@@ -26,6 +28,18 @@ def fmt(tree: A.SoakFile) -> str:
             out.append("")
         out.extend(_comment(c, 0) for c in tree.closing_comments)
     return "\n".join(out) + "\n" if out else ""
+
+
+def strip_comments(tree: A.SoakFile) -> A.SoakFile:
+    """The same tree without any comment (what `Spec.sha256` hashes)."""
+    return A.SoakFile(tuple(_strip(s) for s in tree.body))
+
+
+def _strip(stmt: A.Statement) -> A.Statement:
+    if isinstance(stmt, A.Block):
+        body = tuple(_strip(s) for s in stmt.body)
+        return dataclasses.replace(stmt, body=body, comments=(), trailing=None, closing_comments=())
+    return dataclasses.replace(stmt, comments=(), trailing=None)
 
 
 def _comment(text: str, depth: int) -> str:

@@ -9,17 +9,25 @@ mistake does not cascade into a page of noise.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
+import errno
 import functools
 import importlib.resources
 import math
+import os
 import pathlib
 import re
+import select
+import stat
+import time
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from soakspec.diagnostics import Diagnostic, Span
 from soakspec.lang import ast as A
+from soakspec.units import UNITS
 
 MAX_SOURCE_BYTES = 1_000_000
 MAX_NESTING = 16
@@ -303,8 +311,6 @@ def _attach(body: tuple, comments: list[_Comment], end_line: int | None) -> tupl
 
 
 def _replace(obj, **changes):
-    import dataclasses
-
     return dataclasses.replace(obj, **changes)
 
 
@@ -328,96 +334,164 @@ def _blank(text: str, start: int, end: int) -> str:
     return text[:start] + seg + text[end:]
 
 
-def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Diagnostic]]:
-    """Parse .soak source. Returns the tree (None if there were syntax errors) and diagnostics."""
-    diags: list[Diagnostic] = []
+def _guard(text: str, path: str) -> Diagnostic | None:
+    """Refuse, before parsing, what no spec can be: too large, binary, too deeply nested."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
-        return None, [Diagnostic("E010", f"spec is larger than {MAX_SOURCE_BYTES // 1000} kB; refusing to parse it", Span(1, 1, 1, 2), path)]
+        return Diagnostic("E010", f"spec is larger than {MAX_SOURCE_BYTES // 1000} kB; refusing to parse it", Span(1, 1, 1, 2), path)
     if "\0" in text:
         line = text[: text.index("\0")].count("\n") + 1
-        return None, [Diagnostic("E003", "spec contains a NUL byte (is it a binary file?)", Span(line, 1, line, 2), path)]
+        return Diagnostic("E003", "spec contains a NUL byte (is it a binary file?)", Span(line, 1, line, 2), path)
     depth = _nesting_depth(text)
     if depth > MAX_NESTING:
-        return None, [Diagnostic("E011", f"spec nests {depth} levels deep; at most {MAX_NESTING} are allowed", Span(1, 1, 1, 2), path)]
+        return Diagnostic("E011", f"spec nests {depth} levels deep; at most {MAX_NESTING} are allowed", Span(1, 1, 1, 2), path)
+    return None
 
-    errored_lines: set[int] = set()
 
-    def add(code: str, msg: str, line: int, col: int, end_col: int | None = None, hint: str | None = None):
-        if line in errored_lines or len(diags) >= MAX_SYNTAX_ERRORS:
-            return
-        errored_lines.add(line)
-        diags.append(Diagnostic(code, msg, Span(line, col, line, end_col or col + 1), path, hint=hint))
-
-    # An unterminated '"""' runs to the end of the file: what is left open there is its doing.
-    swallowed = False
-
-    def eof_error() -> None:
-        if not swallowed:
-            _eof_error(source, add)
-
-    def on_error(e: UnexpectedInput) -> bool:
-        if isinstance(e, UnexpectedCharacters):
-            return False  # handled below by blanking the span and parsing again
-        if e.token.type == "$END":
-            eof_error()
-            return False
-        _token_error(e, add)
-        _repair(e)
-        return len(diags) < MAX_SYNTAX_ERRORS
-
-    source = text
-    for _attempt in range(MAX_SYNTAX_ERRORS + 1):
-        parser = _parser()
-        try:
-            tree = parser.parse(source, on_error=on_error)
-        except UnexpectedCharacters as e:
-            start, end, filler = _lex_error(e, source, add)
-            swallowed = swallowed or (end == len(source) and source.startswith('"""', start))
-            source = source[:start] + filler + source[end:]
-            continue
-        except (UnexpectedEOF, UnexpectedToken) as e:
-            if isinstance(e, UnexpectedEOF) or e.token.type == "$END":
-                eof_error()
-            return None, diags
-        except UnexpectedInput as e:  # pragma: no cover - other lark errors
-            add("E001", f"syntax error: {e.__class__.__name__}", e.line, e.column)
-            return None, diags
-        except VisitError as e:  # pragma: no cover - a transformer bug, surface the original
-            raise e.orig_exc from None
-        break
-    else:  # pragma: no cover
-        return None, diags
-    if diags:
-        return None, diags
+def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Diagnostic]]:
+    """Parse .soak source. Returns the tree (None if there were syntax errors) and diagnostics."""
+    refused = _guard(text, path)
+    if refused is not None:
+        return None, [refused]
+    syntax = _Syntax(text, path)
+    tree = syntax.run()
+    if tree is None or syntax.diags:
+        return None, syntax.diags
     for tok in tree.scan_values(lambda v: isinstance(v, Token) and v.type in ("NUMBER", "QUANTITY")):
         number = _QUANTITY_RE.fullmatch(tok).group(1) if tok.type == "QUANTITY" else str(tok)
         if math.isinf(float(number)):  # also keeps int() from refusing a 5000-digit literal
-            add("E001", f"number {_describe_token(tok)} is too large", tok.line, tok.column, tok.end_column if tok.end_line == tok.line else None)
-    if diags:
-        return None, diags
+            syntax.add("E001", f"number {_describe_token(tok)} is too large", tok.line, tok.column, tok.end_column if tok.end_line == tok.line else None)
+    if syntax.diags:
+        return None, syntax.diags
     try:
         soak = _ToAst().transform(tree)
     except VisitError as e:  # pragma: no cover
         raise e.orig_exc from None
     cs = sorted((_Comment(c) for c in _comment_tokens(text)), key=lambda c: (c.line, c.column))
     body, closing = _attach(soak.body, cs, None)
-    return A.SoakFile(body, closing), diags
+    return A.SoakFile(body, closing), []
+
+
+class _Syntax:
+    """One parse with error recovery. Syntax errors are all collected in one pass: an
+    unexpected character is replaced (positions kept) and the text parsed again; after an
+    unexpected token the parser skips or repairs it and resumes; an unescaped quote inside a
+    string is reported once and mended before anything that followed from it. At most one
+    error is reported per line."""
+
+    def __init__(self, text: str, path: str):
+        self.source = text
+        self.path = path
+        self.diags: list[Diagnostic] = []
+        self.errored_lines: set[int] = set()
+        self.swallowed = False  # an unterminated '"""' ran to the end of the file
+        self.restart = False  # the source was mended: parse it again
+
+    def add(self, code: str, msg: str, line: int, col: int, end_col: int | None = None, hint: str | None = None) -> None:
+        if line in self.errored_lines or len(self.diags) >= MAX_SYNTAX_ERRORS:
+            return
+        self.errored_lines.add(line)
+        self.diags.append(Diagnostic(code, msg, Span(line, col, line, end_col or col + 1), self.path, hint=hint))
+
+    def run(self):
+        for _attempt in range(MAX_SYNTAX_ERRORS + 2):
+            self.restart = False
+            try:
+                return _parser().parse(self.source, on_error=self.on_error)
+            except UnexpectedCharacters as e:
+                if not (self.restart or self.mend_quote(e.line)):
+                    self.lex_error(e)
+            except (UnexpectedEOF, UnexpectedToken) as e:
+                if self.restart or self.mend_quote(self.last_line):
+                    continue
+                if isinstance(e, UnexpectedEOF) or e.token.type == "$END":
+                    self.eof_error()
+                return None
+            except UnexpectedInput as e:  # pragma: no cover - other lark errors
+                self.add("E001", f"syntax error: {e.__class__.__name__}", e.line, e.column)
+                return None
+            except VisitError as e:  # pragma: no cover - a transformer bug, surface the original
+                raise e.orig_exc from None
+        return None  # pragma: no cover
+
+    @property
+    def last_line(self) -> int:
+        return self.source.count("\n") + 1
+
+    def on_error(self, e: UnexpectedInput) -> bool:
+        if isinstance(e, UnexpectedCharacters):
+            return False  # handled in run() by replacing the character and parsing again
+        at_end = e.token.type == "$END"
+        if not at_end and e.token.line in self.errored_lines:
+            return True  # this line has its error: drop the token, cheaply (no copy of the parser)
+        if self.mend_quote(self.last_line if at_end else e.token.line):
+            self.restart = True
+            return False
+        if at_end:
+            self.eof_error()
+            return False
+        _token_error(e, self.source, self.add)
+        _repair(e)
+        return len(self.diags) < MAX_SYNTAX_ERRORS
+
+    def mend_quote(self, upto_line: int) -> bool:
+        """`"say "hi" now"`: report the unescaped quote, and make the line one string."""
+        found = _unescaped_quote(self.source, upto_line)
+        if found is None:
+            return False
+        inner, last = found
+        line = self.source.count("\n", 0, inner) + 1
+        col = inner - (self.source.rfind("\n", 0, inner) + 1) + 1
+        hint = 'escape a quote inside a string as \\" (or write the string as """...""")'
+        self.add("E005", "unescaped '\"' inside a string: the string ends here", line, col, hint=hint)
+        mended = self.source[inner:last].replace('"', "'")
+        self.source = self.source[:inner] + mended + self.source[last:]
+        return True
+
+    def lex_error(self, e: UnexpectedCharacters) -> None:
+        start, end, filler = _lex_error(e, self.source, self.add)
+        self.swallowed = self.swallowed or (end == len(self.source) and self.source.startswith('"""', start))
+        self.source = self.source[:start] + filler + self.source[end:]
+
+    def eof_error(self) -> None:
+        if not self.swallowed:  # an unterminated '"""': what is left open there is its doing
+            _eof_error(self.source, self.add)
+
+
+_STRINGS_AND_COMMENTS = re.compile(
+    r'(?P<long>"""(?:[^"\\]|\\.|"(?!""))*""")|(?P<raw>(?<![A-Za-z0-9_.\-])r"[^"\n]*")|(?P<str>"(?:[^"\\\n]|\\.)*")|(?P<comment>#[^\n]*)',
+    re.S,
+)
+
+
+def _unescaped_quote(source: str, upto_line: int) -> tuple[int, int] | None:
+    """The first string (on a line up to `upto_line`) that a word follows without a space,
+    with another '"' later on its line: `"say "hi" now"`. Returns (position of the quote that
+    ended the string too early, position of the last '"' on the line)."""
+    for m in _STRINGS_AND_COMMENTS.finditer(source):
+        if m.lastgroup != "str":
+            continue
+        end = m.end()
+        if end >= len(source) or not (source[end].isalnum() or source[end] == "_"):
+            continue
+        if m.group().rstrip('" \t').endswith(","):  # `["a, "b"]`: a missing quote, not an inner one
+            continue
+        if source.count("\n", 0, end) + 1 > upto_line:
+            return None
+        line_end = source.find("\n", end)
+        last = source.rfind('"', end, len(source) if line_end < 0 else line_end)
+        if last >= 0:
+            return end - 1, last
+    return None
 
 
 def _comment_tokens(source: str) -> list[Token]:
     """Comments with their positions. Strings are matched first, since they may contain '#'.
     Only called on text that parsed, so every string here is well formed."""
     found: list[Token] = []
-    pattern = re.compile(
-        r'(?P<long>"""(?:[^"\\]|\\.|"(?!""))*""")|(?P<raw>(?<![A-Za-z0-9_.\-])r"[^"\n]*")|(?P<str>"(?:[^"\\\n]|\\.)*")|(?P<comment>#[^\n]*)',
-        re.S,
-    )
     line_starts = [0]
     for m in re.finditer("\n", source):
         line_starts.append(m.end())
-    import bisect
-
-    for m in pattern.finditer(source):
+    for m in _STRINGS_AND_COMMENTS.finditer(source):
         if m.lastgroup != "comment":
             continue
         pos = m.start()
@@ -428,7 +502,10 @@ def _comment_tokens(source: str) -> list[Token]:
     return found
 
 
-def _token_error(e: UnexpectedToken, add) -> None:
+_NUMBER_BEFORE = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?)[ \t]+$")
+
+
+def _token_error(e: UnexpectedToken, source: str, add) -> None:
     tok = e.token
     expected = set(e.accepts or e.expected or ())
     if tok.type == "$END":
@@ -437,6 +514,10 @@ def _token_error(e: UnexpectedToken, add) -> None:
     hint = None
     if tok.type in ("NUMBER", "QUANTITY") and "EQUAL" in expected:
         hint = "did you forget '=' between a key and its value?"
+    elif tok.type == "NAME" and text in UNITS:
+        number = _NUMBER_BEFORE.search(source, max(0, tok.start_pos - 40), tok.start_pos)
+        if number is not None:
+            hint = f"write the unit right after the number, without a space: {number.group(1)}{text}"
     add(
         "E001",
         f"unexpected {_describe_token(tok)}{_describe_expected(expected)}",
@@ -457,7 +538,7 @@ def _repair(e: UnexpectedToken) -> None:
     for name, text in (("EQUAL", "="), ("COMMA", ","), ("RSQB", "]"), ("RPAR", ")")):
         if name not in ip.accepts():
             continue
-        trial = ip.copy()
+        trial = ip.copy(deepcopy_values=False)
         try:
             trial.feed_token(Token(name, text))
             trial.feed_token(e.token)
@@ -466,6 +547,9 @@ def _repair(e: UnexpectedToken) -> None:
         ip.feed_token(Token(name, text))
         ip.feed_token(e.token)
         return
+
+
+_KEY_BEFORE = re.compile(r"\s*[A-Za-z_][A-Za-z0-9_.\-]*")
 
 
 def _lex_error(e: UnexpectedCharacters, source: str, add) -> tuple[int, int, str]:
@@ -491,16 +575,20 @@ def _lex_error(e: UnexpectedCharacters, source: str, add) -> tuple[int, int, str
         if len(tail) >= 3 and tail[-1] in "{[":  # `backend "a {`: keep the bracket the line opens
             return pos, line_end, ('""' + " " * (len(tail) - 3) + tail[-1]).ljust(n)
         return pos, line_end, ('""' + " " * (n - 2)) if n >= 2 else "_"
+    line_start = source.rfind("\n", 0, pos) + 1
+    before = source[line_start:pos].rstrip()
     if ch == "\\":
         add("E003", "unexpected '\\' outside a string", e.line, e.column)
+    elif ch == ":" and _KEY_BEFORE.fullmatch(before):  # `prompt_words: 128`: read it as '='
+        value = source[pos + 1 : line_end].strip()[:30] or "value"
+        add("E003", "unexpected character ':'", e.line, e.column, hint=f"a key and its value are written with '=': {before.strip()} = {value}")
+        return pos, pos + 1, "="
     else:
         add("E003", f"unexpected character {ch!r}", e.line, e.column)
     if ch == "\n":
         return pos, pos + 1, "\n"
     # Where a value or a name is expected (`key = @`, `dura@tion`) the character becomes a
     # name; elsewhere (`duration = 60s;`) it is blanked, so that it does not start a statement.
-    line_start = source.rfind("\n", 0, pos) + 1
-    before = source[line_start:pos].rstrip()
     prev, after = source[pos - 1 : pos] if pos > line_start else "", source[pos + 1 : pos + 2]
     joins = (prev.isalnum() or prev == "_") and (after.isalnum() or after == "_")
     return pos, pos + 1, "_" if before[-1:] in ("=", "[", ",", "(", "<", ">") or joins else " "
@@ -531,13 +619,57 @@ def _eof_error(source: str, add) -> None:
         add("E001", "unexpected end of file", line, 1)
 
 
+FIFO_WAIT_S = 10.0  # how long a named pipe (`soakspec check <(...)`) may take to deliver the spec
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _read_spec(path: pathlib.Path) -> bytes:
+    """At most MAX_SOURCE_BYTES + 1 bytes of the file: never more (`/dev/zero`), and never
+    an unbounded wait (a FIFO nobody writes to)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, "Is a directory")
+        pipe = stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+        deadline = time.monotonic() + FIFO_WAIT_S
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_SOURCE_BYTES:
+            try:
+                chunk = os.read(fd, min(1 << 16, MAX_SOURCE_BYTES + 1 - size))
+            except BlockingIOError:
+                left = deadline - time.monotonic()
+                if left <= 0 or not select.select([fd], [], [], left)[0]:
+                    raise _Unreadable(f"nothing arrived from the pipe within {FIFO_WAIT_S:g} s") from None
+                continue
+            if not chunk and pipe and not size and time.monotonic() < deadline:
+                time.sleep(0.05)  # a FIFO whose writer has not opened it yet reads as empty
+                continue
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if pipe and not size:
+            raise _Unreadable(f"nothing was written to the pipe within {FIFO_WAIT_S:g} s")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def parse_file(path: str | pathlib.Path) -> tuple[A.SoakFile | None, list[Diagnostic], str]:
     """Read and parse a file. Returns (tree, diagnostics, source text)."""
-    p = pathlib.Path(path)
     try:
-        raw = p.read_bytes()
+        raw = _read_spec(pathlib.Path(path))
     except OSError as e:
         return None, [Diagnostic("E000", f"cannot read spec: {e.strerror or e}", Span(), str(path))], ""
+    except _Unreadable as e:
+        return None, [Diagnostic("E000", f"cannot read spec: {e}", Span(), str(path))], ""
+    if len(raw) > MAX_SOURCE_BYTES:
+        return None, [Diagnostic("E010", f"spec is larger than {MAX_SOURCE_BYTES // 1000} kB; refusing to parse it", Span(), str(path))], ""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -2,12 +2,14 @@
 
 All values are in base units (seconds, bytes, fractions, requests/second), every reference
 is resolved, and the spec is immutable. `Spec.canonical_text` is `fmt` of the tree it came
-from and `Spec.sha256` its hash: evidence records it so a later gate can tell stale evidence.
+from without its comments and `Spec.sha256` its hash: evidence records it so a later gate can
+tell stale evidence, and editing a comment does not make evidence stale.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Literal
 
 from soakspec.diagnostics import NO_SPAN, Span
@@ -150,8 +152,6 @@ class Workload:
 
     @property
     def buckets_per_level(self) -> int:
-        import math
-
         return max(1, math.ceil(self.duration_s / self.bucket_s - 1e-9))
 
 

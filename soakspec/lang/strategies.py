@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from soakspec.lang import ast as A
 from soakspec.lang.fmt import fmt
+from soakspec.lang.parser import parse  # rules are easiest written as text
 from soakspec.units import UNITS
 
 __all__ = [
@@ -365,8 +366,6 @@ _RULES = (
 @st.composite
 def valid_specs(draw) -> tuple[str, SpecShape]:
     """A spec `check` accepts, rendered canonically, and the shape its plan must have."""
-    from soakspec.lang.parser import parse  # rules are easiest written as text
-
     n = draw(st.integers(1, 3))
     bnames = draw(st.lists(st.sampled_from(["host-staged", "nccl", "vllm", "sim-a", "b1", "Backend 2"]), min_size=n, max_size=n, unique=True))
     kinds = tuple(draw(st.sampled_from(["launch", "url", "sim"])) for _ in bnames)

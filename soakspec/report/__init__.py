@@ -65,11 +65,12 @@ class Inputs:
 
 def prepare(spec: Any, evidence: Any) -> Inputs:
     """Judge `evidence` with `spec` and collect everything `render` needs (pure)."""
-    from soakspec.judge.judge import judge
-    from soakspec.judge.summary import index, summarize
+    from soakspec.judge.joined import join
+    from soakspec.judge.judge import judge_run
+    from soakspec.judge.summary import summarize_run
 
-    indexes = index(evidence)  # once: sorting a long soak's records is the costly part
-    return Inputs(judge(spec, evidence, indexes), summarize(evidence, spec, indexes), evidence_meta(evidence), spec)
+    run = join(spec, evidence)  # once: indexing a long soak's records is the costly part
+    return Inputs(judge_run(run), summarize_run(run), evidence_meta(evidence), spec)
 
 
 def render(verdict: Any, results: Mapping[str, Any], evidence_meta: Mapping[str, Any], spec: Any, fmt: str) -> str:

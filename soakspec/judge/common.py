@@ -1,0 +1,181 @@
+"""What every rule module shares: comparisons, value formatting, where an instance is, and
+how a rule's instances fold into one `RuleResult`."""
+
+from __future__ import annotations
+
+import dataclasses
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from soakspec.judge.scope import Scope
+from soakspec.judge.verdict import MAX_LISTED, Instance, Location, RuleResult, Status
+from soakspec.lang.metrics import Kind
+from soakspec.lang.spec import Rule
+from soakspec.units import format_duration, format_size
+
+OPS: dict[str, Callable[[float, float], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+
+
+def compare(value: float, op: str, threshold: float) -> bool:
+    return OPS[op](value, threshold)
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def rule_display(rule: Rule) -> str:
+    text = rule.text or rule.expr.text
+    for sev in ("require ", "warn "):
+        if text.startswith(sev):
+            return text[len(sev):]
+    return text
+
+
+def format_value(value: float | None, kind: Kind | None) -> str:
+    """Human text for a value in base units."""
+    if value is None:
+        return "n/a"
+    if kind is Kind.DURATION:
+        return format_duration(value)
+    if kind is Kind.SIZE:
+        return format_size(value)
+    if kind is Kind.RATIO:
+        return f"{value * 100:.4g}%"
+    if kind is Kind.RATE:
+        return f"{value:.4g} rps"
+    if kind is Kind.COUNT and float(value).is_integer():
+        return str(int(value))
+    return f"{value:.4g}"
+
+
+def signed_pct(v: float) -> str:
+    return f"{v * 100:+.3g}%"
+
+
+def short(text: str, n: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def describe_request(r: Mapping[str, Any]) -> str:
+    """`HTTP 200 with an in-stream error: "engine died"` -- what went wrong, for a reviewer."""
+    err = r.get("error")
+    msg = f'"{short(err)}"' if isinstance(err, str) and err else "no error message"
+    status = r.get("status")
+    outcome = r.get("outcome")
+    if outcome == "failed" and status == 200:
+        return f"HTTP 200 with an in-stream error: {msg}"
+    if isinstance(status, int):
+        return f"HTTP {status}: {msg}"
+    if outcome == "timeout":
+        return f"deadline passed: {msg}"
+    if outcome == "disconnected":
+        return f"connection lost: {msg}"
+    return msg
+
+
+
+
+def loc(sc: Scope) -> Location:
+    lv = sc.level
+    return Location(
+        backend=sc.backend,
+        workload=lv.workload if lv else None,
+        level=lv.index if lv else None,
+        level_label=lv.label if lv else None,
+        bucket=sc.bucket,
+        start=sc.start,
+        end=sc.end,
+        text=sc.where(),
+    )
+
+
+def backend_here(name: str) -> Location:
+    return Location(backend=name, text=f"backend {name}")
+
+
+def problem(message: str, where: Location | None = None, status: Status = "fail") -> Instance:
+    """An instance that did not pass, with no observed value."""
+    return Instance(status, where or Location(), None, None, None, message)
+
+
+def fold(severity: str, statuses: Sequence[str]) -> Status:
+    if "fail" in statuses:
+        return "warn" if severity == "warn" else "fail"
+    if "inconclusive" in statuses:
+        return "inconclusive"
+    return "pass"
+
+
+def result(rule: Rule | None, name: str, klass: str, severity: str, insts: Sequence[Instance],
+           pass_message: str, n_instances: int, **extra: Any) -> RuleResult:
+    """Fold a rule's non-passing instances into its result: the first failure (else the first
+    inconclusive instance) is the message, the rest are counted and listed."""
+    status = fold(severity, [i.status for i in insts])
+    bad = [i for i in insts if i.status == "fail"] or [i for i in insts if i.status == "inconclusive"]
+    if status == "pass":
+        message = pass_message
+        where = extra.pop("where", None)
+    else:
+        first = bad[0]
+        message = f"{first.where.text}: {first.message}" if first.where.text else first.message
+        if len(bad) > 1:
+            message += f" (and {len(bad) - 1} more)"
+        where = first.where
+        extra.pop("where", None)
+    observed = extra.pop("observed", status == "pass")
+    if "needs" not in extra and status == "inconclusive":
+        shorts = [i.needs for i in insts if i.status == "inconclusive" and i.needs is not None]
+        extra["needs"] = max(shorts) if shorts else None
+    return RuleResult(
+        rule=rule_display(rule) if rule else name,
+        klass=klass,
+        severity=severity,
+        status=status,
+        message=message,
+        builtin=rule is None,
+        line=rule.span.line if rule is not None and rule.span.known else None,
+        metric=rule.expr.metric if rule else name,
+        op=rule.op if rule else None,
+        threshold=rule.threshold if rule else None,
+        threshold_text=rule.threshold_text if rule else None,
+        scope=rule.scope if rule else None,
+        window_s=rule.window_s if rule else None,
+        observed=observed,
+        where=where,
+        instances=n_instances,
+        failing=len(bad),
+        details=tuple(bad[:MAX_LISTED]),
+        **extra,
+    )
+
+
+def replace(res: RuleResult, **changes: Any) -> RuleResult:
+    return dataclasses.replace(res, **changes)
+
+
+def not_evaluated(rule: Rule) -> RuleResult:
+    return RuleResult(
+        rule=rule_display(rule),
+        klass=rule.klass,
+        severity=rule.severity,
+        status="not_evaluated",
+        message="a required validity or evidence check failed, so the evidence cannot support it",
+        line=rule.span.line if rule.span.known else None,
+        metric=rule.expr.metric,
+        op=rule.op,
+        threshold=rule.threshold,
+        threshold_text=rule.threshold_text,
+        scope=rule.scope,
+        window_s=rule.window_s,
+        observed=None,
+    )

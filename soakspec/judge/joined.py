@@ -1,0 +1,107 @@
+"""Plan and evidence, joined once: `join(spec, evidence) -> JudgedRun`.
+
+Everything the judge, results.json and the reports look up is indexed here, in dicts, once
+per judged run: the plan the run followed (re-planned from the manifest's rehearsal,
+time_scale and `only`), each backend's index of its records, each level by (backend,
+workload, level index), and where each measured request sits. Rules never search: they ask
+the `JudgedRun`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from soakspec.judge.evidence import Evidence
+from soakspec.judge.index import BackendIndex, LevelIndex, Window, index
+from soakspec.lang.spec import Gate, Rule, Spec
+from soakspec.plan import BackendPlan, Level, Plan, plan as make_plan
+
+LevelKey = tuple[str, str, int]  # (backend, workload, level index)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class JudgedRun:
+    """One run to judge: the spec, the evidence, the plan and the indexes that join them.
+
+    indexes    every backend of the evidence, indexed, in the evidence's order (results.json)
+    planned    the planned backends by name, in plan order
+    backends   planned backend name -> its index (the first backend of that name)
+    judged     the planned backends that have evidence, in plan order
+    levels     (backend, workload, level index) -> the level's index, for judged backends
+    where_of   (backend, request id) -> the level and bucket holding that measured request
+    """
+
+    spec: Spec
+    evidence: Evidence
+    plan: Plan
+    time_scale: float
+    bad_time_scale: bool  # the manifest's time_scale is not in (0, 1] (judged as 1)
+    rehearsal: bool
+    indexes: tuple[BackendIndex, ...]
+    planned: Mapping[str, BackendPlan]
+    backends: Mapping[str, BackendIndex]
+    judged: tuple[BackendIndex, ...]
+    levels: Mapping[LevelKey, LevelIndex]
+    where_of: Mapping[tuple[str, str], tuple[LevelIndex, Window]]
+
+    @property
+    def gate(self) -> Gate:
+        return self.spec.gate
+
+    @property
+    def multi_workload(self) -> bool:
+        return len(self.spec.workloads) > 1
+
+    def level(self, backend: str, lv: Level) -> LevelIndex | None:
+        """The evidence of planned level `lv` on `backend` (None: it did not run)."""
+        return self.levels.get((backend, lv.workload, lv.index))
+
+    def plan_label(self, lv: Level) -> str:
+        return f"{lv.workload} / {lv.label}" if self.multi_workload else lv.label
+
+    def backends_for(self, rule: Rule) -> tuple[BackendIndex, ...]:
+        """The judged backends a rule speaks about (all, or the one it names)."""
+        if rule.backend is None:
+            return self.judged
+        bi = self.backends.get(rule.backend)
+        return (bi,) if bi is not None else ()
+
+    def planned_for(self, rule: Rule) -> list[tuple[str, BackendPlan]]:
+        return [(n, bp) for n, bp in self.planned.items() if rule.backend is None or n == rule.backend]
+
+
+def _time_scale(m: Mapping[str, Any]) -> tuple[float, bool]:
+    ts = m.get("time_scale", 1.0)
+    ok = isinstance(ts, (int, float)) and not isinstance(ts, bool) and 0 < ts <= 1
+    scale = float(ts) if ok else 1.0
+    return scale, scale != ts
+
+
+def join(spec: Spec, evidence: Evidence) -> JudgedRun:
+    """Re-plan the run from its manifest and index its evidence against that plan (pure)."""
+    m = evidence.manifest
+    time_scale, bad_time_scale = _time_scale(m)
+    rehearsal = m.get("rehearsal") is True
+    only = m.get("only")
+    names = {b.name for b in spec.backends}
+    chosen = tuple(n for n in only if n in names) if isinstance(only, list) and only else ()
+    p = make_plan(spec, time_scale=time_scale, rehearse=rehearsal, only=chosen)
+    planned = {bp.name: bp for bp in p.backends}
+    indexes = index(evidence)
+    backends: dict[str, BackendIndex] = {}
+    for bi in indexes:
+        if bi.name in planned:
+            backends.setdefault(bi.name, bi)
+    judged = tuple(backends[n] for n in planned if n in backends)
+    levels: dict[LevelKey, LevelIndex] = {}
+    where_of: dict[tuple[str, str], tuple[LevelIndex, Window]] = {}
+    for bi in judged:
+        for lv in bi.levels:
+            levels.setdefault((bi.name, lv.workload, lv.index), lv)
+            for w in lv.buckets:
+                for r in w.records:
+                    where_of[(bi.name, str(r["request_id"]))] = (lv, w)
+    return JudgedRun(spec, evidence, p, time_scale, bad_time_scale, rehearsal, indexes, planned, backends,
+                     judged, levels, where_of)

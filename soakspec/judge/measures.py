@@ -1,0 +1,369 @@
+"""How a metric is computed over one scope instance: `impl.measure(scope, agg, q) -> Measure`.
+
+Each metric of the catalogue (`soakspec.lang.metrics`) has one implementation here, of one of
+four families; `soakspec.judge.registry.RULES` names which implements which metric. The gate
+and results.json call the same implementations, so a report and a gate cannot disagree.
+
+  Outcome     counted over the scope's measured requests: count, ratio() = share of them,
+              rate() = per second of the scope's wall time (the sum of its buckets' end - start)
+  PerRequest  a distribution pooling one value per *completed* measured request (ttft, tpot,
+              latency, schedule_lag, output_tokens, prompt_tokens): min, max, mean, pNN
+  PerToken    a distribution pooling the inter-token gaps of every completed request whose
+              ITL is not an estimate (itl)
+  PerBucket   one value per bucket (qps = completed / wall, throughput = output tokens of
+              completed requests / wall, in_flight = the exact time integral of the backend's
+              requests in flight over the window / its length): min, max or mean over the
+              scope's buckets
+  PerSample   one value per telemetry sample inside the scope's buckets (rss, gpu_memory --
+              the server's own processes, summed over GPUs -- and gpu_memory_device)
+
+Also here: drift and slope of a per-bucket series (median of the last quarter relative to the
+median of the first, quarter = max(1, n // 4); least-squares slope per minute relative to the
+mean), both needing at least 2 buckets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from array import array
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import ClassVar, Protocol
+
+from soakspec.judge import stats
+from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, num, req_time
+from soakspec.judge.scope import Scope, bucket_scope
+
+
+@dataclasses.dataclass(frozen=True)
+class Measure:
+    """One computed value with the evidence behind it.
+
+    value   -- None when it cannot be computed (then `reason` says why)
+    samples -- how many samples it rests on (requests, gaps, buckets or telemetry samples)
+    needed  -- how many it must rest on to support a claim (0: no minimum)
+    unit    -- what a sample is, for messages: "requests", "gaps", "buckets", "samples"
+    """
+
+    value: float | None
+    samples: int
+    needed: int = 0
+    unit: str = "requests"
+    reason: str | None = None
+    over: int | None = None  # percentile rules: samples beyond the threshold (set by the judge)
+
+    @property
+    def short(self) -> int:
+        return max(0, self.needed - self.samples)
+
+
+class MetricImpl(Protocol):
+    """What the registry holds for a performance metric."""
+
+    def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
+                confidence: float = 0.95, min_samples: int = 1) -> Measure: ...
+
+
+_AGGREGATE: dict[str, Callable[[Sequence[float]], float | None]] = {"mean": stats.mean, "min": min, "max": max}
+
+
+def _aggregate(agg: str | None, vals: Sequence[float]) -> float | None:
+    f = _AGGREGATE.get(agg or "")
+    if f is None:
+        raise ValueError(f"{agg}() does not apply to this metric")
+    return f(vals)
+
+
+def completed(records: Iterable[Row]) -> list[Row]:
+    return [r for r in records if r.get("outcome") == "completed"]
+
+
+# ------------------------------------------------------------------------------ outcome counts
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """A class of measured requests, counted. `noun` (one offending request) marks a failure
+    class: a failing count rule names the buckets that hold the offending requests."""
+
+    counts: Callable[[Row], bool]
+    noun: str | None = None
+
+    def count(self, records: Iterable[Row]) -> int:
+        return sum(1 for r in records if self.counts(r))
+
+    def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
+                confidence: float = 0.95, min_samples: int = 1) -> Measure:
+        n = len(scope.records)
+        agg = agg or "count"
+        if n == 0:
+            return Measure(None, 0, 1, "requests", "no measured requests")
+        c = self.count(scope.records)
+        if agg == "count":
+            return Measure(float(c), n, 1)
+        if agg == "ratio":
+            return Measure(c / n, n, 1)
+        if agg == "rate":
+            wall = scope.wall_s
+            if not wall:
+                return Measure(None, n, 1, "requests", "the scope's wall time is unknown")
+            return Measure(c / wall, n, 1)
+        raise ValueError(f"{agg}() does not apply to an outcome count")
+
+
+def outcome_is(outcome: str) -> Callable[[Row], bool]:
+    """Requests whose `outcome` (as requests.jsonl writes it) is `outcome`."""
+    return lambda r: r.get("outcome") == outcome
+
+
+def any_request(r: Row) -> bool:
+    return True
+
+
+def not_completed(r: Row) -> bool:
+    return r.get("outcome") != "completed"
+
+
+# ------------------------------------------------------------------------------ distributions
+
+
+class Distribution:
+    unit: ClassVar[str]
+
+    def values(self, records: Iterable[Row]) -> list[float]:
+        raise NotImplementedError
+
+    def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
+                confidence: float = 0.95, min_samples: int = 1) -> Measure:
+        vals = self.values(scope.records)
+        unit = self.unit
+        if percentile is not None:
+            need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
+            if not vals:
+                return Measure(None, 0, need, unit, f"no completed {unit}")
+            return Measure(stats.percentile(vals, percentile), len(vals), need, unit)
+        need = max(1, min_samples)
+        if not vals:
+            return Measure(None, 0, need, unit, f"no completed {unit}")
+        return Measure(_aggregate(agg, vals), len(vals), need, unit)
+
+
+@dataclasses.dataclass(frozen=True)
+class PerRequest(Distribution):
+    """One value per completed request (None: the request does not have it)."""
+
+    value: Callable[[Row], float | None]
+    unit: ClassVar[str] = "requests"
+
+    def values(self, records: Iterable[Row]) -> list[float]:
+        out: list[float] = []
+        for r in completed(records):
+            v = self.value(r)
+            if v is not None:
+                out.append(v)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class PerToken(Distribution):
+    """Many values per completed request: its inter-token gaps."""
+
+    gaps: Callable[[Row], Iterable[float]]
+    unit: ClassVar[str] = "gaps"
+
+    def values(self, records: Iterable[Row]) -> list[float]:
+        out: list[float] = []
+        for r in completed(records):
+            out.extend(self.gaps(r))
+        return out
+
+
+def field(name: str) -> Callable[[Row], float | None]:
+    """The request row's own numeric field `name`."""
+    return lambda r: num(r.get(name))
+
+
+def ttft(r: Row) -> float | None:
+    v = num(r.get("ttft"))
+    if v is None and (ft := num(r.get("first_token"))) is not None and (t := req_time(r)) is not None:
+        v = ft - t
+    return v
+
+
+def latency(r: Row) -> float | None:
+    v = num(r.get("latency"))
+    if v is None and (e := num(r.get("end"))) is not None and (t := req_time(r)) is not None:
+        v = e - t
+    return v
+
+
+def schedule_lag(r: Row) -> float | None:
+    s, i = num(r.get("start")), num(r.get("intended_start"))
+    return s - i if s is not None and i is not None else None
+
+
+def itl_gaps(r: Row) -> list[float]:
+    if r.get("itl_source") == "estimated":
+        return []
+    gaps = r.get("itl")
+    if isinstance(gaps, (list, array)):
+        return [v for g in gaps if (v := num(g)) is not None]
+    return []
+
+
+# ------------------------------------------------------------------------------ series
+
+
+class _Series:
+    unit: ClassVar[str]
+    empty: ClassVar[str]
+
+    def points(self, scope: Scope) -> list[float]:
+        raise NotImplementedError
+
+    def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
+                confidence: float = 0.95, min_samples: int = 1) -> Measure:
+        pts = self.points(scope)
+        if not pts:
+            return Measure(None, 0, 1, self.unit, self.empty)
+        return Measure(_aggregate(agg, pts), len(pts), 1, self.unit)
+
+
+@dataclasses.dataclass(frozen=True)
+class PerBucket(_Series):
+    """One value per bucket (or window) with a known wall time: value(backend, window, wall_s)."""
+
+    value: Callable[[BackendIndex, Window, float], float | None]
+    unit: ClassVar[str] = "buckets"
+    empty: ClassVar[str] = "no bucket with a known wall time"
+
+    def of(self, bi: BackendIndex, w: Window) -> float | None:
+        wall = w.wall_s
+        if not wall:
+            return None
+        return self.value(bi, w, wall)
+
+    def points(self, scope: Scope) -> list[float]:
+        return [v for bi, w in scope.windows if (v := self.of(bi, w)) is not None]
+
+
+@dataclasses.dataclass(frozen=True)
+class PerSample(_Series):
+    """One value per telemetry sample that falls inside one of the scope's windows."""
+
+    value: Callable[[Row], float | None]
+    unit: ClassVar[str] = "samples"
+    empty: ClassVar[str] = "no telemetry samples"
+
+    def points(self, scope: Scope) -> list[float]:
+        pts: list[float] = []
+        for bi, w in scope.windows:
+            if w.start is None or w.end is None:
+                continue
+            for s in bi.samples:
+                t = float(s["t"])
+                if w.start <= t < w.end and (v := self.value(s)) is not None:
+                    pts.append(v)
+        return pts
+
+
+def in_flight(all_records: Iterable[Row], start: float, end: float) -> float | None:
+    """Mean number of requests in flight over [start, end): the exact time integral of the
+    in-flight count divided by the window length."""
+    if end <= start:
+        return None
+    parts = []
+    for r in all_records:
+        s = num(r.get("start"))
+        e = num(r.get("end"))
+        if s is None:
+            continue
+        e = s if e is None else e
+        lo, hi = max(s, start), min(e, end)
+        if hi > lo:
+            parts.append(hi - lo)
+    return math.fsum(parts) / (end - start)
+
+
+def qps(bi: BackendIndex, w: Window, wall: float) -> float | None:
+    return sum(1 for r in w.records if r.get("outcome") == "completed") / wall
+
+
+def throughput(bi: BackendIndex, w: Window, wall: float) -> float | None:
+    return math.fsum(float(num(r.get("output_tokens")) or 0.0) for r in completed(w.records)) / wall
+
+
+def bucket_in_flight(bi: BackendIndex, w: Window, wall: float) -> float | None:
+    return in_flight(bi.all_records, w.start, w.end)  # type: ignore[arg-type]
+
+
+def rss(s: Row) -> float | None:
+    return num(s.get("server_rss_bytes", s.get("rss")))
+
+
+def gpu_sum(key: str) -> Callable[[Row], float | None]:
+    """The sample's `key` summed over its GPUs (None: no GPU reports it)."""
+
+    def value(s: Row) -> float | None:
+        gpus = s.get("gpus")
+        if not isinstance(gpus, list):
+            return None
+        vals = [v for g in gpus if isinstance(g, Mapping) and (v := num(g.get(key))) is not None]
+        return math.fsum(vals) if vals else None
+
+    return value
+
+
+# ------------------------------------------------------------------------------ drift / slope
+
+
+def quarters(n: int) -> int:
+    return max(1, n // 4)
+
+
+def relative_change(first: float, last: float) -> float | None:
+    if first == 0:
+        return 0.0 if last == 0 else None
+    return (last - first) / abs(first)
+
+
+def drift(values: Sequence[float]) -> float | None:
+    """Median of the last quarter relative to the median of the first (None: < 2 values, or a
+    zero baseline with a non-zero end)."""
+    n = len(values)
+    if n < 2:
+        return None
+    k = quarters(n)
+    first = stats.median(values[:k])
+    last = stats.median(values[n - k:])
+    return relative_change(first, last)  # type: ignore[arg-type]
+
+
+def slope(times: Sequence[float], values: Sequence[float]) -> float | None:
+    """Least-squares slope of values against times (seconds), per minute, relative to the
+    mean value (None: < 2 points, no time spread, or a zero mean with a non-zero slope)."""
+    n = len(values)
+    if n < 2 or len(times) != n:
+        return None
+    mt = math.fsum(times) / n
+    mv = math.fsum(values) / n
+    sxx = math.fsum((t - mt) ** 2 for t in times)
+    if sxx == 0:
+        return None
+    sxy = math.fsum((t - mt) * (v - mv) for t, v in zip(times, values))
+    per_min = sxy / sxx * 60.0
+    if mv == 0:
+        return 0.0 if per_min == 0 else None
+    return per_min / abs(mv)
+
+
+def bucket_series(bi: BackendIndex, levels: Sequence[LevelIndex], impl: MetricImpl, agg: str | None,
+                  percentile: float | None, *, confidence: float = 0.95, min_samples: int = 1) -> list[tuple[Scope, Measure]]:
+    """agg(metric) in each bucket of `levels`, in order."""
+    return [
+        (sc, impl.measure(sc, agg, percentile, confidence=confidence, min_samples=min_samples))
+        for lv in levels
+        for w in lv.buckets
+        for sc in [bucket_scope(bi, lv, w)]
+    ]
+

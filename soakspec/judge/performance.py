@@ -1,0 +1,243 @@
+"""Performance rules: the spec's comparisons (see `soakspec.judge.judge`).
+
+`judge(run, rule, impl)` judges one rule over every instance of its scope, computing the
+metric with `impl` (the metric's implementation, from `soakspec.judge.registry`); the worst
+instance is reported. drift() and slope() compare the per-bucket values of a level (or of a
+backend, in level order).
+"""
+
+from __future__ import annotations
+
+import math
+
+from soakspec.judge import stats
+from soakspec.judge.common import compare, describe_request, format_value, loc, plural, replace, result, signed_pct
+from soakspec.judge.index import LevelIndex, Row, Window, error_message
+from soakspec.judge.joined import JudgedRun
+from soakspec.judge.measures import Distribution, Measure, MetricImpl, Outcome, bucket_series, completed, quarters, relative_change, slope
+from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
+from soakspec.judge.verdict import Instance, Location, RuleResult, Status
+from soakspec.lang.metrics import METRICS, Kind
+from soakspec.lang.spec import Rule
+
+_UNIT_WORD = {"requests": "request", "gaps": "inter-token gap", "buckets": "bucket", "samples": "telemetry sample"}
+MAX_BUCKETS_LISTED = 5
+
+Judged = tuple[Instance, float | None, int | None]  # an instance, its value, its samples
+
+
+def kind(rule: Rule) -> Kind | None:
+    if rule.expr.wrapper is not None:
+        return Kind.RATIO
+    m = METRICS.get(rule.expr.metric)
+    return m.result_kind(rule.expr.agg) if m else None
+
+
+def _unit_word(unit: str, n: int) -> str:
+    return plural(n, _UNIT_WORD.get(unit, unit))
+
+
+def _significant_violation(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> bool:
+    """Percentile rules with too few samples: is the violation certain anyway?"""
+    q, op, t = rule.expr.percentile, rule.op, rule.threshold
+    if q is None or op not in ("<", "<=", ">", ">=") or t is None or not isinstance(impl, Distribution):
+        return False
+    vals = impl.values(sc.records)
+    confidence = run.gate.confidence
+    if op in ("<", "<="):
+        over = sum(1 for v in vals if (v > t if op == "<=" else v >= t))
+        return stats.exceeds_with_confidence(over, len(vals), q, confidence)
+    if q >= 100:
+        return False
+    under = sum(1 for v in vals if (v < t if op == ">=" else v <= t))
+    return stats.exceeds_with_confidence(under, len(vals), 100.0 - q, confidence)
+
+
+def _offender_groups(run: JudgedRun, sc: Scope, offenders: list[Row]) -> tuple[dict[tuple[str, str, int, int], list[Row]], dict[tuple[str, str, int, int], Location]]:
+    """The offending requests by (backend, workload, level, bucket), and where each group is."""
+    groups: dict[tuple[str, str, int, int], list[Row]] = {}
+    places: dict[tuple[str, str, int, int], Location] = {}
+    for r in offenders:
+        bname = str(r.get("backend")) if len(sc.backends) > 1 else sc.backends[0].name
+        found: tuple[LevelIndex, Window] | None = run.where_of.get((bname, str(r["request_id"])))
+        if found is None:
+            continue
+        lv, w = found
+        key = (bname, lv.workload, lv.index, w.index)
+        groups.setdefault(key, []).append(r)
+        if key not in places:
+            places[key] = loc(bucket_scope(run.backends[bname], lv, w))
+    return groups, places
+
+
+def _offenders_message(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, value_text: str) -> tuple[Location, str] | None:
+    """A failing count of a failure class: where the offending requests are, and the first one."""
+    if not isinstance(impl, Outcome) or impl.noun is None:
+        return None
+    offenders = [r for r in sc.records if impl.counts(r)]
+    if not offenders:
+        return None
+    groups, places = _offender_groups(run, sc, offenders)
+    first = offenders[0]
+    n = len(offenders)
+    distinct = len({error_message(r) for r in offenders})
+    more = f"; {distinct} distinct errors" if distinct > 1 else ""
+    lead = f"{value_text}: " if rule.expr.agg != "count" else ""
+    if len(groups) == 1 or sc.kind in ("bucket", "window"):
+        where = places[next(iter(groups))] if sc.kind not in ("bucket", "window") and groups else loc(sc)
+        return where, f"{lead}{plural(n, impl.noun)} ({describe_request(first)}){more}"
+    listing = ", ".join(f"{places[k].level_label} bucket {k[3]}" + (f" of {k[0]}" if sc.backend is None else "") + f" ({len(v)})"
+                        for k, v in list(groups.items())[:MAX_BUCKETS_LISTED])
+    if len(groups) > MAX_BUCKETS_LISTED:
+        listing += f", ... {len(groups) - MAX_BUCKETS_LISTED} more buckets"
+    return loc(sc), f"{lead}{plural(n, impl.noun)} in {len(groups)} buckets — {listing}; first: {describe_request(first)}{more}"
+
+
+def _too_few(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure, vtext: str, ok: bool) -> Instance:
+    """An instance with fewer samples than a claim needs: inconclusive, unless the violation is
+    certain anyway."""
+    where = loc(sc)
+    conf = run.gate.confidence
+    if not ok and _significant_violation(run, sc, rule, impl):
+        return Instance("fail", where, m.value, vtext, m.samples,
+                        f"{vtext} over {_unit_word(m.unit, m.samples)} (threshold {rule.op} {rule.threshold_text}); too few for the percentile, but enough samples violate the threshold to be sure at {conf * 100:.3g}% confidence")
+    basis = ""
+    if rule.expr.percentile is not None:
+        need_q = stats.min_samples_for_percentile(rule.expr.percentile, conf)
+        basis = f"; {rule.expr.agg} at {conf * 100:.3g}% confidence needs {need_q}"
+        if run.gate.min_samples > need_q:
+            basis += f", the gate's min_samples {run.gate.min_samples}"
+    return Instance("inconclusive", where, m.value, vtext, m.samples,
+                    f"{vtext} from only {_unit_word(m.unit, m.samples)}; needs {m.short} more{basis}", m.short)
+
+
+def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
+    """Judge one scope instance of a plain (unwrapped) performance rule."""
+    assert rule.op is not None and rule.threshold is not None
+    e = rule.expr
+    m = impl.measure(sc, e.agg, e.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples)
+    where = loc(sc)
+    if m.value is None:
+        return Instance("inconclusive", where, None, None, m.samples, f"{e.text} cannot be computed: {m.reason}"), None, m.samples
+    vtext = f"{e.text} = {format_value(m.value, kind(rule))}"
+    ok = compare(m.value, rule.op, rule.threshold)
+    if m.samples < m.needed:
+        return _too_few(run, sc, rule, impl, m, vtext, ok), m.value, m.samples
+    if ok and isinstance(impl, Outcome) and not completed(sc.records):
+        # a scope where nothing completed measured nothing: it can fail a rule, never pass one
+        return Instance("inconclusive", where, m.value, vtext, m.samples,
+                        f"{vtext}, but no request in it completed: nothing was measured", 1), m.value, m.samples
+    if ok:
+        return Instance("pass", where, m.value, vtext, m.samples, f"{vtext} (threshold {rule.op} {rule.threshold_text})"), m.value, m.samples
+    narrowed = _offenders_message(run, sc, rule, impl, vtext)
+    if narrowed is not None:
+        return Instance("fail", narrowed[0], m.value, vtext, m.samples, narrowed[1]), m.value, m.samples
+    return Instance("fail", where, m.value, vtext, m.samples,
+                    f"{vtext} over {_unit_word(m.unit, m.samples)} (threshold {rule.op} {rule.threshold_text})"), m.value, m.samples
+
+
+def _inner_text(rule: Rule) -> str:
+    e = rule.expr
+    return e.text[len(e.wrapper) + 1 : -1] if e.wrapper and e.text.startswith(e.wrapper + "(") else e.text
+
+
+def _short_buckets(rule: Rule, short: list[tuple[Scope, Measure]], used: list[tuple[Scope, Measure]]) -> tuple[str, int | None, int]:
+    """Why a drift/slope cannot be judged: (message, samples still needed, samples)."""
+    e = rule.expr
+    inner = _inner_text(rule)
+    s0, m0 = short[0]
+    b0 = f"bucket {s0.bucket}{clock_span(s0.start, s0.end)}"
+    if m0.value is None:
+        why = f"{b0} has no {inner} ({m0.reason})"
+    else:
+        why = f"{b0} has {inner} from only {_unit_word(m0.unit, m0.samples)}, needs {m0.short} more"
+    of = f"{len(short)} of the {len(used)} compared buckets are short of samples; " if len(short) > 1 else ""
+    shortfall = max((m.short for _, m in short), default=0) or None
+    return f"{e.wrapper}({inner}) cannot be judged: {of}{why}", shortfall, sum(m.samples for _, m in used)
+
+
+def _trend(rule: Rule, n: int, used: list[tuple[Scope, Measure]]) -> tuple[float | None, str]:
+    """The drift or slope of the compared buckets, and what it compares."""
+    e = rule.expr
+    inner = _inner_text(rule)
+    vals = [float(m.value) for _, m in used]  # type: ignore[arg-type]
+    if e.wrapper == "drift":
+        inner_kind = METRICS[e.metric].result_kind(e.agg) if e.metric in METRICS else None
+        k = quarters(n)
+        first, last = stats.median(vals[:k]), stats.median(vals[len(vals) - k:])
+        basis = f"{inner} {format_value(first, inner_kind)} → {format_value(last, inner_kind)}, first vs last {plural(k, 'bucket')}"
+        return relative_change(first, last), basis  # type: ignore[arg-type]
+    times = [((s.start or 0.0) + (s.end or 0.0)) / 2 for s, _ in used]
+    return slope(times, vals), f"{inner} over {plural(n, 'bucket')}"
+
+
+def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
+    """drift() or slope() over the buckets of a level (or of a backend, in level order)."""
+    assert rule.op is not None and rule.threshold is not None
+    e = rule.expr
+    bi = sc.backends[0]
+    levels = [sc.level] if sc.level is not None else list(bi.levels)
+    series = bucket_series(bi, levels, impl, e.agg, e.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples)
+    where = loc(sc)
+    n = len(series)
+    if n < 2:
+        return Instance("inconclusive", where, None, None, n, f"{e.wrapper}() needs at least 2 buckets; there {'is' if n == 1 else 'are'} {n}"), None, n
+    used = series[:quarters(n)] + series[n - quarters(n):] if e.wrapper == "drift" else series
+    short = [(s, m) for s, m in used if m.value is None or m.samples < m.needed]
+    if short:
+        message, shortfall, samples = _short_buckets(rule, short, used)
+        return Instance("inconclusive", where, None, None, samples, message, shortfall), None, samples
+    value, basis = _trend(rule, n, used)
+    samples = sum(m.samples for _, m in used)
+    if value is None:
+        return Instance("inconclusive", where, None, None, samples, f"{e.wrapper}() is undefined: the baseline {_inner_text(rule)} is 0 ({basis})"), None, samples
+    vtext = f"{e.text} = {signed_pct(value)}{'/min' if e.wrapper == 'slope' else ''}"
+    status: Status = "pass" if compare(value, rule.op, rule.threshold) else "fail"
+    return Instance(status, where, value, vtext, samples, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value, samples
+
+
+def _badness(rule: Rule, v: float | None) -> float:
+    if v is None or rule.threshold is None:
+        return -math.inf
+    t = rule.threshold
+    if rule.op in ("<", "<="):
+        return v - t
+    if rule.op in (">", ">="):
+        return t - v
+    if rule.op == "==":
+        return abs(v - t)
+    return -abs(v - t)
+
+
+def _pick(rule: Rule, judged: list[Judged]) -> tuple[Judged | None, list[Instance]]:
+    """The reported instance -- the worst failure, else the first inconclusive one, else the
+    pass closest to failing -- and the non-passing instances in the order they are listed."""
+    insts = [j[0] for j in judged]
+    failing = [j for j in judged if j[0].status == "fail"]
+    if failing:
+        pick = max(failing, key=lambda j: _badness(rule, j[1]))
+        return pick, [pick[0]] + [i for i in insts if i.status == "fail" and i is not pick[0]]
+    unsure = [j for j in judged if j[0].status == "inconclusive"]
+    if unsure:
+        return unsure[0], [i for i in insts if i.status == "inconclusive"]
+    passing = [j for j in judged if j[0].status == "pass"]
+    return (max(passing, key=lambda j: _badness(rule, j[1])) if passing else None), []
+
+
+def judge(run: JudgedRun, rule: Rule, impl: MetricImpl) -> RuleResult:
+    e = rule.expr
+    scope_list = scopes(rule.scope, run.backends_for(rule), rule.window_s)
+    if not scope_list:
+        inst = Instance("inconclusive", Location(), None, None, 0, f"no {rule.scope} in the evidence to evaluate")
+        return result(rule, e.text, "performance", rule.severity, [inst], "", 0, observed=None)
+    one = _wrapped if e.wrapper is not None else _instance
+    pick, ordered = _pick(rule, [one(run, sc, rule, impl) for sc in scope_list])
+    n = len(scope_list)
+    msg = ""
+    if pick is not None and pick[0].status == "pass":
+        each = f"all {n} {rule.scope}s pass; worst: " if n > 1 else ""
+        msg = f"{each}{pick[0].where.text}: {pick[0].message}" if pick[0].where.text else f"{each}{pick[0].message}"
+    res = result(rule, e.text, "performance", rule.severity, ordered, msg, n,
+                 observed=pick[1] if pick else None, where=pick[0].where if pick else None)
+    return replace(res, observed_text=pick[0].observed_text if pick else None, samples=pick[2] if pick else None)
+

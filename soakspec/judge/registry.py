@@ -1,0 +1,103 @@
+"""The judge's one table: every predicate and metric it can judge, its class and its function.
+
+`RULES` lists, in the order built-in checks are judged:
+  - validity and evidence predicates with `check(run, spec_rule) -> RuleResult`
+    (`spec_rule` is None when the judge runs the check on its own, `builtin`);
+  - performance metrics with `measure`, the metric's implementation (`soakspec.judge.measures`),
+    which `soakspec.judge.performance.judge` applies over each scope instance.
+
+Every name a spec may write (`in_spec`) is declared in the catalogue, `soakspec.lang.metrics`
+(`METRICS`: performance; `EVIDENCE_PREDICATES`: validity and evidence), and every name the
+catalogue declares is here: tests/test_judge_registry.py fails otherwise. `full_scale_run` and
+`min_samples` are the judge's own (never written in a spec).
+
+To add a metric: declare it in the catalogue, write (or reuse) an implementation in
+`measures.py`, and add its row here. To add an evidence check: declare it in the catalogue's
+`EVIDENCE_PREDICATES`, write `check(run, rule)` in `evidence_rules.py`, add its row here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from soakspec.judge import evidence_rules as E
+from soakspec.judge import measures as M
+from soakspec.judge import validity as V
+from soakspec.judge.joined import JudgedRun
+from soakspec.judge.verdict import RuleResult
+
+RuleClass = Literal["validity", "evidence", "performance"]
+Check = Callable[[JudgedRun, Any], RuleResult]  # (run, the spec's Rule, or None for a built-in)
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    name: str
+    klass: RuleClass
+    check: Check | None = None  # validity and evidence
+    measure: M.MetricImpl | None = None  # performance
+    builtin: bool = False  # judged on every run; a `require` rule of the same name replaces it
+    in_spec: bool = True  # a name a spec may write (declared in the catalogue)
+
+
+def _check(name: str, klass: RuleClass, fn: Check, *, builtin: bool = False, in_spec: bool = True) -> Entry:
+    return Entry(name, klass, check=fn, builtin=builtin, in_spec=in_spec)
+
+
+def _metric(name: str, impl: M.MetricImpl) -> Entry:
+    return Entry(name, "performance", measure=impl)
+
+
+RULES: tuple[Entry, ...] = (
+    # validity -- built in, always judged
+    _check("completed_run", "validity", V.completed_run, builtin=True),
+    _check("full_scale_run", "validity", V.full_scale_run, builtin=True, in_spec=False),
+    _check("min_samples", "validity", V.min_samples, builtin=True, in_spec=False),
+    # evidence
+    _check("artifacts_verified", "evidence", E.artifacts_verified, builtin=True),
+    _check("bucket_coverage", "evidence", E.bucket_coverage),
+    _check("duration_coverage", "evidence", E.duration_coverage),
+    _check("trace_coverage", "evidence", E.trace_coverage),
+    _check("follow_up", "evidence", E.follow_up),
+    _check("provenance_consistent", "evidence", E.provenance_consistent),
+    _check("runtime_boundary_specific", "evidence", E.runtime_boundary_specific),
+    # performance: per-request distributions
+    _metric("ttft", M.PerRequest(M.ttft)),
+    _metric("itl", M.PerToken(M.itl_gaps)),
+    _metric("tpot", M.PerRequest(M.field("tpot"))),
+    _metric("latency", M.PerRequest(M.latency)),
+    _metric("schedule_lag", M.PerRequest(M.schedule_lag)),
+    _metric("output_tokens", M.PerRequest(M.field("output_tokens"))),
+    _metric("prompt_tokens", M.PerRequest(M.field("prompt_tokens"))),
+    # performance: outcome counts (a noun marks a failure class)
+    _metric("requests", M.Outcome(M.any_request)),
+    _metric("completed", M.Outcome(M.outcome_is("completed"))),
+    _metric("failed", M.Outcome(M.outcome_is("failed"), noun="failed request")),
+    _metric("timeouts", M.Outcome(M.outcome_is("timeout"), noun="timed-out request")),
+    _metric("rejected", M.Outcome(M.outcome_is("rejected"), noun="rejected request")),
+    _metric("disconnected", M.Outcome(M.outcome_is("disconnected"), noun="disconnected request")),
+    _metric("errors", M.Outcome(M.not_completed, noun="unsuccessful request")),
+    # performance: per-bucket and per-sample series
+    _metric("throughput", M.PerBucket(M.throughput)),
+    _metric("qps", M.PerBucket(M.qps)),
+    _metric("in_flight", M.PerBucket(M.bucket_in_flight)),
+    _metric("rss", M.PerSample(M.rss)),
+    _metric("gpu_memory", M.PerSample(M.gpu_sum("process_memory_used"))),
+    _metric("gpu_memory_device", M.PerSample(M.gpu_sum("memory_used"))),
+)
+
+BY_NAME: Mapping[str, Entry] = {e.name: e for e in RULES}
+
+
+def metric(name: str) -> M.MetricImpl:
+    """The implementation of performance metric `name` (KeyError: no such metric)."""
+    impl = BY_NAME[name].measure
+    if impl is None:
+        raise KeyError(f"{name} is not a performance metric")
+    return impl
+
+
+def builtins(klass: RuleClass) -> tuple[Entry, ...]:
+    return tuple(e for e in RULES if e.klass == klass and e.builtin)

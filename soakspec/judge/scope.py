@@ -1,0 +1,120 @@
+"""Scope instances: the run, a backend, a level, a bucket or a `per window` slice.
+
+A rule is judged once per instance of its scope; `scopes(kind, backends, window_s)` lists them
+in a fixed order (backends, levels, buckets). A `Scope` holds the measured requests it covers
+and the bucket windows it spans (series metrics and rates read those), and says where it is
+for messages (`where()`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import math
+from collections.abc import Sequence
+
+from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, order, req_time
+
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """One instance of a rule's scope: what it covers and where it is, for messages."""
+
+    kind: str  # run | backend | level | bucket | window
+    backends: tuple[BackendIndex, ...]
+    records: tuple[Row, ...]  # measured requests in the scope, time order
+    windows: tuple[tuple[BackendIndex, Window], ...]  # buckets (or the one window) in the scope
+    level: LevelIndex | None = None
+    bucket: int | None = None
+    start: float | None = None
+    end: float | None = None
+
+    @property
+    def backend(self) -> str | None:
+        return self.backends[0].name if len(self.backends) == 1 else None
+
+    @property
+    def wall_s(self) -> float | None:
+        walls = [w.wall_s for _, w in self.windows]
+        if not walls or any(w is None for w in walls):
+            return None
+        return math.fsum(walls)  # type: ignore[arg-type]
+
+    def where(self) -> str:
+        """`backend nccl, concurrency 8, bucket 1 [12:01:00-12:02:00 UTC]`."""
+        if self.kind == "run":
+            return "the whole run"
+        parts = []
+        if self.backend is not None:
+            parts.append(f"backend {self.backend}")
+        if self.level is not None:
+            parts.append(self.level.label)
+        if self.bucket is not None:
+            parts.append(f"{'window' if self.kind == 'window' else 'bucket'} {self.bucket}{clock_span(self.start, self.end)}")
+        return ", ".join(parts)
+
+
+def clock(t: float) -> str:
+    return _dt.datetime.fromtimestamp(t, tz=_dt.timezone.utc).strftime("%H:%M:%S")
+
+
+def clock_span(start: float | None, end: float | None) -> str:
+    if start is None or end is None:
+        return ""
+    return f" [{clock(start)}-{clock(end)} UTC]"
+
+
+def bucket_scope(bi: BackendIndex, lv: LevelIndex, w: Window) -> Scope:
+    return Scope("bucket", (bi,), w.records, ((bi, w),), lv, w.index, w.start, w.end)
+
+
+def level_scope(bi: BackendIndex, lv: LevelIndex) -> Scope:
+    return Scope("level", (bi,), lv.records, tuple((bi, w) for w in lv.buckets), lv, None, lv.measure_start, lv.measure_end)
+
+
+def backend_scope(bi: BackendIndex) -> Scope:
+    return Scope("backend", (bi,), bi.measured, tuple((bi, w) for lv in bi.levels for w in lv.buckets))
+
+
+def run_scope(bis: Sequence[BackendIndex]) -> Scope:
+    ws = tuple((bi, w) for bi in bis for lv in bi.levels for w in lv.buckets)
+    recs = tuple(sorted((r for bi in bis for r in bi.measured), key=order))
+    return Scope("run", tuple(bis), recs, ws)
+
+
+def window_scopes(bi: BackendIndex, lv: LevelIndex, length: float) -> list[Scope]:
+    """Fixed, non-overlapping windows of `length` from the level's measured start; the last one
+    may be shorter. A request belongs to the window in which it started."""
+    t0, t1 = lv.measure_start, lv.measure_end
+    if t0 is None or t1 is None or length <= 0 or t1 <= t0:
+        return []
+    n = max(1, math.ceil((t1 - t0) / length - 1e-9))
+    out = []
+    recs = lv.records
+    for k in range(n):
+        a = t0 + k * length
+        b = min(t1, a + length)
+        last = k == n - 1
+        inside = tuple(r for r in recs if (t := req_time(r)) is not None and a <= t and (t < b or (last and t <= b)))
+        w = Window(k, a, b, b - a, inside)
+        out.append(Scope("window", (bi,), inside, ((bi, w),), lv, k, a, b))
+    return out
+
+
+def scopes(kind: str, bis: Sequence[BackendIndex], window_s: float | None = None) -> list[Scope]:
+    """Every instance of a scope kind, in a fixed order (backends, levels, buckets)."""
+    if kind == "run":
+        return [run_scope(bis)]
+    out: list[Scope] = []
+    for bi in bis:
+        if kind == "backend":
+            out.append(backend_scope(bi))
+            continue
+        for lv in bi.levels:
+            if kind == "level":
+                out.append(level_scope(bi, lv))
+            elif kind == "bucket":
+                out.extend(bucket_scope(bi, lv, w) for w in lv.buckets)
+            elif kind == "window":
+                out.extend(window_scopes(bi, lv, window_s or 0.0))
+    return out

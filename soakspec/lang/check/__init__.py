@@ -1,0 +1,123 @@
+"""`SoakFile` -> `Spec`: names, references, types, units, ranges and contradictions.
+
+`check(tree)` is pure: it never touches the file system, the network or a process (a spec
+is code, like a Makefile, and checking it must be safe). It reports every problem it can
+find in one pass, as `Diagnostic`s with the position of the offending node, and returns a
+`Spec` only when there are no errors.
+
+One module per block (`header`, `backend`, `workload`, `gate`, `claims`), each a declarative
+`Table` of its keys plus small named cross-field checks; `walk` is the one generic walker
+(unknown, duplicate, missing, type, unit, range, suggestions). Codes: `soakspec.lang.codes`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+from soakspec.diagnostics import Diagnostic, Severity, Span
+from soakspec.lang import ast as A
+from soakspec.lang import spec as S
+from soakspec.lang.check import backend, claims, gate, header, workload
+from soakspec.lang.check.backend import BACKEND_BLOCKS, BACKEND_KEYS, PLACEHOLDERS
+from soakspec.lang.check.core import MAX_DURATION_S, Ctx, suggest
+from soakspec.lang.check.gate import SCOPES
+from soakspec.lang.check.workload import MAX_BUCKETS_PER_LEVEL, MAX_LOAD_LEVEL, WORKLOAD_KEYS
+from soakspec.lang.fmt import fmt, strip_comments
+from soakspec.lang.runtime_label import is_generic_label
+
+__all__ = [
+    "BACKEND_BLOCKS",
+    "BACKEND_KEYS",
+    "MAX_BUCKETS_PER_LEVEL",
+    "MAX_DURATION_S",
+    "MAX_LOAD_LEVEL",
+    "PLACEHOLDERS",
+    "SCOPES",
+    "TOP_LEVEL",
+    "WORKLOAD_KEYS",
+    "check",
+    "is_generic_runtime_label",
+    "spec_hash",
+]
+
+# One definition of "generic", shared with the evidence layer that re-checks it after a run.
+is_generic_runtime_label = is_generic_label
+
+TOP_LEVEL = ("soak", "model", "source", "telemetry", "backend", "workload", "gate", "claims")
+_NAMED = ("backend", "workload")
+
+
+def spec_hash(tree: A.SoakFile) -> tuple[str, str]:
+    """(canonical text, its sha256): `fmt` of the tree without its comments, so that a
+    comment never makes retained evidence look stale."""
+    text = fmt(strip_comments(tree))
+    return text, hashlib.sha256(text.encode()).hexdigest()
+
+
+def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list[Diagnostic]]:
+    ctx = Ctx(path)
+    singles, named = _top_level(ctx, tree)
+    bks = _named(ctx, named["backend"], "backend", lambda b: backend.backend(ctx, b))
+    wls = _named(ctx, named["workload"], "workload", lambda w: workload.workload(ctx, w))
+    if not named["backend"]:
+        ctx.error("E407", "the spec declares no backend", Span(1, 1, 1, 2), "add: backend \"name\" { launch = [...] } or { url = \"...\" } or { sim {} }")
+    if not named["workload"]:
+        ctx.error("E407", "the spec declares no workload", Span(1, 1, 1, 2), "add: workload \"name\" { ... }")
+    parts = dict(
+        header=header.header(ctx, singles.get("soak")),
+        model=header.model(ctx, singles.get("model")),
+        source=header.source(ctx, singles.get("source")),
+        telemetry=header.telemetry(ctx, singles.get("telemetry")),
+        gate=gate.gate(ctx, singles.get("gate"), {b.name for b in bks}),
+        claims=claims.claims(ctx, singles.get("claims")),
+    )
+    if any(d.severity is Severity.ERROR for d in ctx.diags):
+        return None, ctx.diags
+    text, sha = spec_hash(tree)
+    spec = S.Spec(backends=tuple(bks), workloads=tuple(wls), canonical_text=text, sha256=sha, path=path, **parts)
+    return spec, ctx.diags
+
+
+def _top_level(ctx: Ctx, tree: A.SoakFile) -> tuple[dict[str, A.Block], dict[str, list[A.Block]]]:
+    singles: dict[str, A.Block] = {}
+    named: dict[str, list[A.Block]] = {k: [] for k in _NAMED}
+    for stmt in tree.body:
+        if isinstance(stmt, A.Block) and stmt.kind in _NAMED:
+            named[stmt.kind].append(stmt)
+        elif isinstance(stmt, A.Block) and stmt.kind in singles:
+            first = singles[stmt.kind].span.line
+            ctx.error("E105", f"'{stmt.kind}' may appear once (first on line {first})", stmt.kind_span)
+        elif isinstance(stmt, A.Block) and stmt.kind in TOP_LEVEL:
+            singles[stmt.kind] = stmt
+        elif isinstance(stmt, A.Block):
+            ctx.error("E100", f"unknown block '{stmt.kind}'", stmt.kind_span, suggest(stmt.kind, TOP_LEVEL))
+        elif isinstance(stmt, A.Attribute):
+            ctx.error("E101", f"unknown key '{stmt.key}' at the top level (settings go inside a block)", stmt.key_span)
+        elif isinstance(stmt, A.Rule):
+            ctx.error("E108", "a rule belongs in a gate block", stmt.span)
+        else:
+            ctx.error("E108", f"'{stmt.kind}' belongs in the claims block", stmt.span)
+    return singles, named
+
+
+def _named(ctx: Ctx, blocks: list[A.Block], what: str, build: Callable[[A.Block], Any]) -> list:
+    seen: dict[str, A.Block] = {}
+    out = []
+    for blk in blocks:
+        if blk.label is None:
+            ctx.error("E107", f"a {what} needs a name: {what} \"name\" {{ ... }}", blk.kind_span)
+            continue
+        name = blk.label.value
+        if not name.strip() or len(name) > 64 or any(c in name for c in "\n\r\t\0"):
+            ctx.error("E107", f"{what} name must be 1 to 64 characters on one line", blk.label.span)
+            continue
+        if name in seen:
+            ctx.error("E106", f"duplicate {what} '{name}' (first declared on line {seen[name].span.line})", blk.label.span)
+            continue
+        seen[name] = blk
+        item = build(blk)
+        if item is not None:
+            out.append(item)
+    return out

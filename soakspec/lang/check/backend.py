@@ -1,0 +1,247 @@
+"""`backend "name" { ... }`: how a server is launched (or reached), probed, traced and bounded."""
+
+from __future__ import annotations
+
+import re
+import string as _string
+
+from soakspec.diagnostics import Span
+from soakspec.lang import ast as A
+from soakspec.lang import simtrace
+from soakspec.lang import spec as S
+from soakspec.lang.check.core import Ctx, Key, Table, describe
+from soakspec.lang.check.walk import Body, sub, walk
+from soakspec.lang.fmt import value_text
+from soakspec.lang.runtime_label import is_generic_label, validate_log_regex
+from soakspec.lang.simoptions import SIM_OPTIONS
+from soakspec.units import Dimension
+
+PLACEHOLDERS = {"port", "host", "url", "model_path", "model_id", "model_revision", "backend"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_URL = re.compile(r"(https?)://([^/\s:]+|\[[0-9a-fA-F:]+\])(:\d{1,5})?(/[^\s]*)?")
+
+BACKEND = Table(
+    cls=S.Backend,
+    keys=(
+        Key("launch", "strings", "argv"),
+        Key("shell", "str", "shell"),
+        Key("url", "str", "url"),
+        Key("cwd", "str", "cwd"),
+        Key("shutdown_grace", "quantity", "shutdown_grace_s", Dimension.DURATION),
+        Key("gpus", "ints", "gpus", minimum=0),
+        Key("log", "bool", "capture_log"),
+        Key("api_key_env", "str", "api_key_env"),
+    ),
+    blocks=("sim", "env", "ready", "runtime", "traces"),
+)
+BACKEND_KEYS = tuple(k.name for k in BACKEND.keys)
+BACKEND_BLOCKS = BACKEND.blocks
+
+READY = Table(
+    cls=S.Ready,
+    keys=(
+        Key("method", "word", "method", choices=("GET", "POST", "HEAD")),
+        Key("path", "str", "path"),
+        Key("status", "int", "status", minimum=100, maximum=599),
+        Key("timeout", "quantity", "timeout_s", Dimension.DURATION),
+        Key("interval", "quantity", "interval_s", Dimension.DURATION),
+    ),
+)
+
+RUNTIME = Table(
+    cls=S.RuntimeDecl,
+    keys=(
+        Key("label", "str", "label", required=True),
+        Key("log_pattern", "str", "log_pattern"),
+        Key("version", "str", "version"),
+        Key("require_env", "strings", "require_env"),
+    ),
+)
+
+TRACES = Table(
+    cls=S.Traces,
+    keys=(
+        Key("source", "word", "source", choices=("none", "log", "jsonl")),
+        Key("pattern", "str", "pattern"),
+        Key("file", "str", "file"),
+        Key("id_field", "str", "id_field"),
+        Key("id_forms", "strings", "id_forms"),
+    ),
+)
+
+ENV = Table(keys=())
+
+# The simulator's options, from its own table: kind -> how the checker reads the value.
+_SIM_KEY = {
+    "duration": dict(type="quantity", unit=Dimension.DURATION, allow_zero=True),
+    "ratio": dict(type="quantity", unit=Dimension.RATIO, allow_zero=True),
+    "size": dict(type="quantity", unit=Dimension.SIZE, allow_zero=True),
+    "int": dict(type="int", minimum=0),
+    "float": dict(type="number"),
+    "bool": dict(type="bool", default=False),
+    "str": dict(type="str"),
+}
+SIM = Table(keys=tuple(Key(name, field=name, **_SIM_KEY[kind]) for name, kind in sorted(SIM_OPTIONS.items())))
+
+
+def backend(ctx: Ctx, blk: A.Block) -> S.Backend | None:
+    where = f"backend '{blk.label.value}'"
+    b = walk(ctx, blk, BACKEND, where)
+    kind = _kind(ctx, b, where)
+    _check_launch(ctx, b, kind, where)
+    env = _env(ctx, b, where)
+    runtime = _runtime(ctx, b, where, {k for k, _ in env})
+    traces = _traces(ctx, b, kind, blk.kind_span)
+    _check_log(ctx, b, traces, runtime, where)
+    if b["api_key_env"] is not None and not _ENV_NAME.fullmatch(b["api_key_env"]):
+        ctx.error("E411", "'api_key_env' names an environment variable (the key itself is never written in a spec)", b.got("api_key_env").span)
+    if kind == "url" and (b.has("cwd") or "env" in b.blocks or b["gpus"]):
+        ctx.warn("W503", f"{where} is an already-running server (url); cwd, env and gpus are ignored", blk.kind_span)
+    return S.Backend(
+        name=blk.label.value,
+        kind=kind,
+        sim=_sim(ctx, b, where),
+        env=env,
+        ready=_ready(ctx, b, where),
+        runtime=runtime,
+        traces=traces,
+        span=blk.kind_span,
+        **b.fields(),
+    )
+
+
+def _kind(ctx: Ctx, b: Body, where: str) -> str:
+    """launch, shell, url or sim: exactly one."""
+    kinds = [k for k in ("launch", "shell", "url") if b.has(k)] + (["sim"] if "sim" in b.blocks else [])
+    if not kinds and not b.suggested & {"launch", "shell", "url", "sim"}:  # else reported as misspelled
+        ctx.error("E103", f"{where} needs one of: launch = [argv...], shell = \"command\", url = \"http://...\", or a sim {{}} block", b.span)
+    elif len(kinds) > 1:
+        second = b.got(kinds[1]).key_span if b.has(kinds[1]) else b.blocks["sim"].kind_span
+        ctx.error("E403", f"{where} sets both '{kinds[0]}' and '{kinds[1]}'; a backend is launched one way", second)
+    return kinds[0] if kinds else "url"
+
+
+def _check_launch(ctx: Ctx, b: Body, kind: str, where: str) -> None:
+    if b.ok("launch") and not b["launch"]:
+        ctx.error("E205", "'launch' needs at least the program to run", b.got("launch").span)
+    if b.ok("url") and not _URL.fullmatch(b["url"]):
+        ctx.error("E406", f"'url' must be an http(s) URL like http://127.0.0.1:8000, not {b['url']!r}", b.got("url").span)
+    for key in ("launch", "shell"):
+        if not b.ok(key):
+            continue
+        node = b.got(key).node
+        for item in node.items if isinstance(node, A.List) else (node,):
+            _check_placeholders(ctx, item.value, item.span)
+    if kind in ("launch", "shell"):
+        texts = b["launch"] or ((b["shell"],) if b["shell"] else ())
+        if not any("{port}" in t for t in texts):
+            ctx.warn("W501", f"{where} never uses '{{port}}'; soakspec cannot tell the server which port to listen on", b.span)
+
+
+def _check_placeholders(ctx: Ctx, text: str, span: Span) -> None:
+    try:
+        fields = [f for _, f, _, _ in _string.Formatter().parse(text) if f is not None]
+    except ValueError:
+        fields = ["<unbalanced brace>"]
+    for field in fields:
+        if field not in PLACEHOLDERS:
+            known = ", ".join("{" + p + "}" for p in sorted(PLACEHOLDERS))
+            ctx.error("E404", f"unknown placeholder '{{{field}}}' (known: {known})", span, "write '{{' and '}}' for literal braces")
+
+
+def _env(ctx: Ctx, b: Body, where: str) -> tuple[tuple[str, str], ...]:
+    eb = sub(ctx, b, "env", ENV, f"the env of {where}", free=True)
+    if eb is None:
+        return ()
+    env = []
+    for key, attr in eb.extra.items():
+        if not _ENV_NAME.fullmatch(key):
+            ctx.error("E411", f"'{key}' is not a valid environment variable name", attr.key_span)
+        if isinstance(attr.value, A.Str):
+            env.append((key, attr.value.value))
+        elif isinstance(attr.value, (A.Num, A.Bool)):
+            env.append((key, value_text(attr.value)))
+        else:
+            ctx.error("E104", f"env value '{key}' must be a string, not {describe(attr.value)}", attr.value.span)
+    return tuple(env)
+
+
+def _sim(ctx: Ctx, b: Body, where: str) -> tuple[tuple[str, object], ...]:
+    sb = sub(ctx, b, "sim", SIM, f"the sim block of {where}")
+    if sb is None:
+        return ()
+    return tuple((key, sb[key]) for key in sorted(sb.values) if sb.ok(key))
+
+
+def _ready(ctx: Ctx, b: Body, where: str) -> S.Ready:
+    rb = sub(ctx, b, "ready", READY, f"the ready probe of {where}")
+    if rb is None:
+        return S.Ready()
+    if rb.ok("path") and not rb["path"].startswith("/"):
+        ctx.error("E408", "ready 'path' must start with '/'", rb.got("path").span)
+    return S.Ready(**rb.fields())
+
+
+def _runtime(ctx: Ctx, b: Body, where: str, env_names: set[str]) -> S.RuntimeDecl | None:
+    rt = sub(ctx, b, "runtime", RUNTIME, f"the runtime boundary of {where}")
+    if rt is None:
+        return None
+    label, pattern = rt["label"], rt["log_pattern"]
+    if label is not None and is_generic_label(label):
+        ctx.error(
+            "E402",
+            f"runtime boundary {label!r} is generic; name the runtime and its version or mode (e.g. \"NCCL 2.26.2, NCCL_IB_DISABLE=1\" or \"host-staged\")",
+            rt.got("label").span,
+        )
+    if pattern is not None and (problem := validate_log_regex(pattern)) is not None:
+        ctx.error("E405", f"runtime log_pattern: {problem}", rt.got("log_pattern").span)
+    if rt["version"] is not None and pattern is None:
+        ctx.error("E403", "runtime 'version' is confirmed from the log: add log_pattern = r\"... (\\d+\\.\\d+\\.\\d+)\"", rt.got("version").key_span)
+    unset = [n for n in rt["require_env"] if n not in env_names]
+    if unset:
+        names = ", ".join(f"'{n}'" for n in unset)
+        what, it = (f"env {names}", "it") if len(unset) == 1 else (f"{len(unset)} env variables ({names})", "they")
+        ctx.warn(
+            "W502",
+            f"runtime requires {what} that this backend's env block does not set ({it} must then come from the caller's environment)",
+            rt.got("require_env").span,
+        )
+    return S.RuntimeDecl(**rt.fields()) if label is not None else None
+
+
+def _traces(ctx: Ctx, b: Body, kind: str, span: Span) -> S.Traces:
+    tb = sub(ctx, b, "traces", TRACES, f"the traces of {b.where}")
+    if tb is None:
+        if kind == "sim":
+            return S.Traces(source="log", pattern=simtrace.TRACE_PATTERN, id_forms=simtrace.ID_FORMS)
+        return S.Traces()
+    src = tb["source"]
+    if src == "log" and tb["pattern"] is None:
+        ctx.error("E103", "traces from the log need a 'pattern' with a (?P<json>...) or (?P<id>...) group", tb.span)
+    if src == "jsonl" and tb["file"] is None:
+        ctx.error("E103", "traces from a JSONL file need 'file'", tb.span)
+    if tb["pattern"] is not None:
+        _check_trace_pattern(ctx, tb["pattern"], tb.got("pattern").span)
+    for f in tb["id_forms"]:
+        if "{id}" not in f:
+            ctx.error("E410", f"id form {f!r} must contain '{{id}}'", tb.got("id_forms").span)
+    if kind == "url" and src == "log":
+        ctx.error("E403", "traces from the server log need a launched backend; for a url backend use source = jsonl", tb.span)
+    return S.Traces(**tb.fields())
+
+
+def _check_trace_pattern(ctx: Ctx, pattern: str, span: Span) -> None:
+    try:
+        rx = re.compile(pattern)
+    except re.error as e:
+        ctx.error("E405", f"invalid regular expression: {e}", span)
+        return
+    if not ({"json", "id"} & set(rx.groupindex)):
+        ctx.error("E405", "trace 'pattern' needs a named group (?P<json>...) for a JSON payload or (?P<id>...) for a request id", span)
+
+
+def _check_log(ctx: Ctx, b: Body, traces: S.Traces, runtime: S.RuntimeDecl | None, where: str) -> None:
+    if b["log"] or not (traces.source == "log" or (runtime is not None and runtime.log_pattern is not None)):
+        return
+    what = "traces" if traces.source == "log" else "runtime boundary"
+    ctx.error("E403", f"{where} sets log = false, but reads its {what} from the server log", b.got("log").span)

@@ -1,0 +1,284 @@
+"""The generic half of the checker: a key table per block, and one walker over it.
+
+A block is described by a `Table` of `Key`s (name -> value type, unit kind, range, and the
+`Spec` dataclass field whose default is the key's default). `walk` goes over a block once and
+reports, from the table alone, every unknown key or block (with a suggestion of what is valid
+there), duplicate, missing required key, wrong type, wrong unit and out-of-range value. What it
+returns, a `Body`, carries each value with its spans, so that the cross-field checks of each
+block (small named functions beside its table) point at the right place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from soakspec.diagnostics import Diagnostic, Severity, Span
+from soakspec.lang import ast as A
+from soakspec.lang.codes import CODES
+from soakspec.lang.fmt import value_text
+from soakspec.units import UNITS, UNITS_BY_DIMENSION, Dimension
+
+MAX_DURATION_S = 30 * 86400.0  # any duration in a spec; longer is a typo, and sums must stay finite
+
+
+class Ctx:
+    """Where diagnostics go: one per `check` call."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.diags: list[Diagnostic] = []
+
+    def error(self, code: str, msg: str, span: Span, hint: str | None = None) -> None:
+        assert code in CODES, code
+        self.diags.append(Diagnostic(code, msg, span, self.path, Severity.ERROR, hint))
+
+    def warn(self, code: str, msg: str, span: Span, hint: str | None = None) -> None:
+        assert code in CODES, code
+        self.diags.append(Diagnostic(code, msg, span, self.path, Severity.WARNING, hint))
+
+
+def closest(name: str, options: Iterable[str]) -> str | None:
+    """What was probably meant: a valid word the name begins with (`chat_completions` ->
+    `chat`), else the closest by spelling."""
+    options = list(options)
+    prefixed = [o for o in options if len(o) >= 3 and name.lower().startswith(o.lower())]
+    if prefixed:
+        return max(prefixed, key=len)
+    close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def suggest(name: str, options: Iterable[str]) -> str | None:
+    found = closest(name, options)
+    return f"did you mean '{found}'?" if found else None
+
+
+# ---------------------------------------------------------------- tables
+
+NO_DEFAULT = object()
+
+
+@dataclasses.dataclass(frozen=True)
+class Key:
+    """One key of a block. `type` is one of CONVERTERS; `field` names the `Spec` dataclass
+    field the value goes to (its default is the key's default unless `default` is given)."""
+
+    name: str
+    type: str
+    field: str | None = None
+    unit: Dimension | None = None
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    maximum: float | None = None
+    required: bool = False
+    allow_zero: bool = False  # durations and rates must be more than zero unless allowed
+    default: Any = NO_DEFAULT
+    hints: tuple[tuple[str, str], ...] = ()  # (wrong word, hint) for words
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """A block: its keys, the sub-blocks it may hold, and which statements (rules, claims)."""
+
+    keys: tuple[Key, ...]
+    cls: type | None = None  # the Spec dataclass whose field defaults are the defaults
+    blocks: tuple[str, ...] = ()
+    statements: tuple[type, ...] = ()
+
+    def key(self, name: str) -> Key | None:
+        for k in self.keys:
+            if k.name == name:
+                return k
+        return None
+
+    def default(self, k: Key) -> Any:
+        if k.default is not NO_DEFAULT:
+            return k.default
+        if k.required:
+            return None
+        if self.cls is not None and k.field is not None:
+            for f in dataclasses.fields(self.cls):
+                if f.name == k.field:
+                    if f.default is not dataclasses.MISSING:
+                        return f.default
+                    if f.default_factory is not dataclasses.MISSING:
+                        return f.default_factory()
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Got:
+    """A key as written: its converted value (when it was valid) and its spans."""
+
+    key: str
+    value: Any
+    ok: bool
+    span: Span  # the value
+    key_span: Span
+    node: A.Value
+
+
+# ---------------------------------------------------------------- value conversion
+
+
+def describe(v: A.Value) -> str:
+    if isinstance(v, A.Str):
+        return f"the string {value_text(v)}"
+    if isinstance(v, A.Num):
+        return f"the number {value_text(v)}"
+    if isinstance(v, A.Quantity):
+        return f"the quantity {value_text(v)}"
+    if isinstance(v, A.Bool):
+        return value_text(v)
+    if isinstance(v, A.Word):
+        return f"the name '{v.name}'"
+    return "a list"
+
+
+class Bad(Exception):
+    """A value is wrong; already reported."""
+
+
+def int_value(ctx: Ctx, key: str, v: A.Value, minimum: float | None, maximum: float | None = None) -> int:
+    if isinstance(v, A.Quantity):
+        ctx.error("E104", f"'{key}' is a plain count and takes no unit (got {value_text(v)})", v.span)
+        raise Bad
+    if not isinstance(v, A.Num) or not isinstance(v.value, int):
+        ctx.error("E104", f"'{key}' must be a whole number, not {describe(v)}", v.span)
+        raise Bad
+    if minimum is not None and v.value < minimum:
+        rel = "more than zero" if minimum == 1 else f"at least {minimum:g}"
+        ctx.error("E204", f"'{key}' must be {rel}, not {v.value}", v.span)
+        raise Bad
+    if maximum is not None and v.value > maximum:
+        ctx.error("E204", f"'{key}' must be at most {maximum:g}, not {v.value}", v.span)
+        raise Bad
+    return v.value
+
+
+def quantity_value(ctx: Ctx, key: str, v: A.Value, dim: Dimension) -> float:
+    units = ", ".join(UNITS_BY_DIMENSION[dim])
+    if isinstance(v, A.Num):
+        if dim is Dimension.RATIO:
+            if not 0 <= v.value <= 1:
+                ctx.error("E204", f"'{key}' as a plain number is a fraction between 0 and 1; write {v.value}% for a percentage", v.span)
+                raise Bad
+            return float(v.value)
+        ctx.error("E201", f"'{key}' needs a unit: write {value_text(v)} followed by one of {units}", v.span)
+        raise Bad
+    if not isinstance(v, A.Quantity):
+        ctx.error("E104", f"'{key}' must be a {dim} ({units}), not {describe(v)}", v.span)
+        raise Bad
+    if v.unit not in UNITS:
+        ctx.error("E202", f"unknown unit '{v.unit}' in {value_text(v)} (a {dim} takes {units})", v.span, suggest(v.unit, UNITS_BY_DIMENSION[dim]))
+        raise Bad
+    got_dim, factor = UNITS[v.unit]
+    if got_dim is not dim:
+        ctx.error("E203", f"'{key}' is a {dim} ({units}); {value_text(v)} is a {got_dim}", v.span)
+        raise Bad
+    value = float(v.value) * factor
+    if not math.isfinite(value) or (dim is Dimension.DURATION and abs(value) > MAX_DURATION_S):
+        ctx.error("E204", f"'{key}' is too large" + (" (at most 30 days)" if dim is Dimension.DURATION else ""), v.span)
+        raise Bad
+    return value
+
+
+def _type_error(ctx: Ctx, k: Key, v: A.Value, expected: str) -> None:
+    ctx.error("E104", f"'{k.name}' must be {expected}, not {describe(v)}", v.span)
+    raise Bad
+
+
+def _str(ctx: Ctx, k: Key, v: A.Value) -> str:
+    if not isinstance(v, A.Str):
+        _type_error(ctx, k, v, "a string")
+    return v.value
+
+
+def _word(ctx: Ctx, k: Key, v: A.Value) -> str:
+    name = v.name if isinstance(v, A.Word) else v.value if isinstance(v, A.Str) else None
+    if name is None:
+        _type_error(ctx, k, v, "one of " + ", ".join(k.choices))
+    if name not in k.choices:
+        hint = dict(k.hints).get(name) or suggest(name, k.choices)
+        ctx.error("E109", f"'{k.name}' must be one of {', '.join(k.choices)}, not '{name}'", v.span, hint)
+        raise Bad
+    return name
+
+
+def _bool(ctx: Ctx, k: Key, v: A.Value) -> bool:
+    if not isinstance(v, A.Bool):
+        _type_error(ctx, k, v, "true or false")
+    return v.value
+
+
+def _int(ctx: Ctx, k: Key, v: A.Value) -> int:
+    return int_value(ctx, k.name, v, k.minimum, k.maximum)
+
+
+def _number(ctx: Ctx, k: Key, v: A.Value) -> float:
+    if not isinstance(v, A.Num):
+        _type_error(ctx, k, v, "a number")
+    if (k.minimum is not None and v.value < k.minimum) or (k.maximum is not None and v.value > k.maximum):
+        ctx.error("E204", f"'{k.name}' must be between {k.minimum} and {k.maximum}, not {v.value}", v.span)
+        raise Bad
+    return float(v.value)
+
+
+def _positive(ctx: Ctx, k: Key, val: float, span: Span) -> float:
+    if val < 0 or (val == 0 and not k.allow_zero):
+        ctx.error("E204", f"'{k.name}' must be {'zero or more' if k.allow_zero else 'more than zero'}", span)
+        raise Bad
+    return val
+
+
+def _quantity(ctx: Ctx, k: Key, v: A.Value) -> float:
+    return _positive(ctx, k, quantity_value(ctx, k.name, v, k.unit), v.span)
+
+
+def _strings(ctx: Ctx, k: Key, v: A.Value) -> tuple[str, ...]:
+    if not isinstance(v, A.List) or not all(isinstance(i, A.Str) for i in v.items):
+        _type_error(ctx, k, v, "a list of strings")
+    return tuple(i.value for i in v.items)
+
+
+def _items(ctx: Ctx, k: Key, v: A.Value) -> tuple[A.Value, ...]:
+    """One value or a non-empty list of them."""
+    if not isinstance(v, A.List):
+        return (v,)
+    if not v.items:
+        ctx.error("E205", f"'{k.name}' needs at least one value", v.span)
+        raise Bad
+    return v.items
+
+
+def _ints(ctx: Ctx, k: Key, v: A.Value) -> tuple[int, ...]:
+    return tuple(_int(ctx, k, i) for i in _items(ctx, k, v))
+
+
+def _quantities(ctx: Ctx, k: Key, v: A.Value) -> tuple[float, ...]:
+    return tuple(_quantity(ctx, k, i) for i in _items(ctx, k, v))
+
+
+CONVERTERS = {
+    "str": _str,
+    "word": _word,
+    "bool": _bool,
+    "int": _int,
+    "number": _number,
+    "quantity": _quantity,
+    "strings": _strings,
+    "ints": _ints,
+    "quantities": _quantities,
+}
+
+
+def convert(ctx: Ctx, k: Key, attr: A.Attribute) -> Got:
+    try:
+        value, ok = CONVERTERS[k.type](ctx, k, attr.value), True
+    except Bad:
+        value, ok = None, False
+    return Got(attr.key, value, ok, attr.value.span, attr.key_span, attr.value)

@@ -1,0 +1,228 @@
+"""`gate { ... }`: the gate's settings and its rules (`require|warn EXPR [OP VALUE] [per ...] [on "..."]`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from soakspec.lang import ast as A
+from soakspec.lang import spec as S
+from soakspec.lang.check.core import Bad, Ctx, Key, Table, describe, quantity_value, suggest
+from soakspec.lang.check.walk import walk
+from soakspec.lang.fmt import expr_text, rule_text, value_text
+from soakspec.lang.metrics import AGGREGATES, EVIDENCE_PREDICATES, METRICS, Kind, parse_percentile
+from soakspec.units import UNITS, Dimension
+
+SCOPES = ("run", "backend", "level", "bucket", "window")
+WRAPPERS = ("drift", "slope")
+_DIM_OF_KIND = {Kind.DURATION: Dimension.DURATION, Kind.SIZE: Dimension.SIZE, Kind.RATIO: Dimension.RATIO, Kind.RATE: Dimension.RATE}
+
+GATE = Table(
+    cls=S.Gate,
+    keys=(
+        Key("confidence", "quantity", "confidence", Dimension.RATIO),  # in [50%, 100%): gate()
+        Key("min_samples", "int", "min_samples", minimum=1),
+        Key("allow_rehearsal", "bool", "allow_rehearsal"),
+        Key("trace_window", "quantity", "trace_window_s", Dimension.DURATION),
+    ),
+    statements=(A.Rule,),
+)
+
+
+def gate(ctx: Ctx, blk: A.Block | None, backend_names: set[str]) -> S.Gate:
+    if blk is None:
+        return S.Gate()
+    if blk.label is not None:
+        ctx.error("E107", "'gate' takes no name", blk.label.span)
+    b = walk(ctx, blk, GATE, "gate")
+    fields = b.fields()
+    if b.ok("confidence") and not 0.5 <= b["confidence"] < 1:
+        ctx.error("E204", "'confidence' must be at least 50% and below 100%", b.got("confidence").span)
+        fields["confidence"] = GATE.default(GATE.key("confidence"))
+    rules = [_rule(ctx, stmt, backend_names) for stmt in b.statements]
+    return S.Gate(rules=tuple(r for r in rules if r is not None), **fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Resolved:
+    """What a rule's expression measures."""
+
+    metric: str
+    agg: str | None
+    percentile: float | None
+    wrapper: str | None
+    kind: Kind
+    klass: str
+    failed: bool = False  # an error was reported, but the rest of the rule can still be checked
+
+
+_FAILED = object()
+
+
+def _attempt(part, ctx: Ctx, r: A.Rule, res: _Resolved, backend_names: set[str]):
+    try:
+        return part(ctx, r, res, backend_names)
+    except Bad:
+        return _FAILED
+
+
+def _rule(ctx: Ctx, r: A.Rule, backend_names: set[str]) -> S.Rule | None:
+    try:
+        res = _resolve(ctx, r.expr)
+    except Bad:
+        return None
+    parts = [_attempt(part, ctx, r, res, backend_names) for part in (_threshold, _scope, _target)]
+    if res.failed or any(p is _FAILED for p in parts):
+        return None
+    threshold, (scope, window), target = parts
+    return S.Rule(
+        severity=r.severity,
+        klass=res.klass,
+        expr=S.Expr(metric=res.metric, agg=res.agg, percentile=res.percentile, wrapper=res.wrapper, text=expr_text(r.expr)),
+        op=r.op,
+        threshold=threshold,
+        threshold_text=value_text(r.threshold) if r.threshold is not None else None,
+        scope=scope,
+        window_s=window,
+        backend=target,
+        text=rule_text(r),
+        span=r.span,
+    )
+
+
+def _resolve(ctx: Ctx, expr: A.Expr) -> _Resolved:
+    wrapper = None
+    if isinstance(expr, A.Call) and expr.func in WRAPPERS:
+        wrapper, expr = expr.func, expr.arg
+        if not isinstance(expr, A.Call):
+            ctx.error("E305", f"{wrapper}() takes an aggregate such as {wrapper}(p95(ttft))", expr.span)
+            raise Bad
+    agg, percentile, metric_node = _aggregate(ctx, expr)
+    metric = metric_node.name
+    if metric in EVIDENCE_PREDICATES:
+        if agg is not None or wrapper is not None:
+            ctx.error("E305", f"'{metric}' is an evidence check, not a metric to aggregate", expr.span)
+            raise Bad
+        klass = "validity" if metric == "completed_run" else "evidence"
+        return _Resolved(metric, None, None, None, EVIDENCE_PREDICATES[metric], klass)
+    if metric not in METRICS:
+        ctx.error("E302", f"unknown metric '{metric}'", metric_node.span, suggest(metric, list(METRICS) + list(EVIDENCE_PREDICATES)))
+        raise Bad
+    agg = _check_aggregate(ctx, METRICS[metric], agg, percentile, expr, metric_node)
+    kind = Kind.RATIO if wrapper is not None else METRICS[metric].result_kind(agg)
+    bad_percentile = percentile is None and re.fullmatch(r"p-?[0-9.]+", agg) is not None
+    return _Resolved(metric, agg, percentile, wrapper, kind, "performance", failed=bad_percentile)
+
+
+def _aggregate(ctx: Ctx, expr: A.Expr) -> tuple[str | None, float | None, A.MetricRef]:
+    """(function, percentile, metric) of `agg(metric)` or a bare metric."""
+    if not isinstance(expr, A.Call):
+        return None, None, expr
+    if not isinstance(expr.arg, A.MetricRef):
+        ctx.error("E305", f"{expr.func}() takes a metric name, not another function", expr.arg.span)
+        raise Bad
+    agg = expr.func
+    if agg in WRAPPERS:
+        ctx.error("E305", f"{agg}() must be the outermost function", expr.span)
+        raise Bad
+    if re.fullmatch(r"p-?[0-9.]+", agg):
+        percentile = parse_percentile(agg)
+        if percentile is None:  # reported; the rest of the rule is still checked
+            ctx.error("E304", f"percentile '{agg}' is outside (0, 100]; write p50, p95, p99 or p99.9", expr.span)
+        return agg, percentile, expr.arg
+    if agg not in AGGREGATES:
+        options = list(AGGREGATES) + list(WRAPPERS) + ["p50", "p95", "p99"]
+        ctx.error("E303", f"unknown function '{agg}'", expr.span, suggest(agg, options))
+        raise Bad
+    return agg, None, expr.arg
+
+
+_PREFERRED = ("p", "mean", "max", "min", "ratio", "rate")
+
+
+def aggregate_examples(m) -> str:
+    """How to aggregate a metric, only in forms the checker accepts: p99(ttft) or mean(ttft),
+    mean(throughput) or max(throughput)."""
+    forms = [f"{'p99' if a == 'p' else a}({m.name})" for a in _PREFERRED if a in m.aggregates]
+    return " or ".join(forms[:2])
+
+
+def _check_aggregate(ctx: Ctx, m, agg: str | None, percentile: float | None, expr: A.Expr, node: A.MetricRef) -> str:
+    if agg is None:
+        if not m.bare_ok:
+            what = "a per-bucket series" if m.series else "a distribution"
+            ctx.error("E305", f"'{m.name}' is {what}; aggregate it, e.g. {aggregate_examples(m)}", node.span)
+            raise Bad
+        return "count"
+    if percentile is not None or agg.startswith("p"):
+        if "p" not in m.aggregates:
+            ctx.error("E305", f"a percentile does not apply to '{m.name}' ({m.description})", expr.span, f"write {aggregate_examples(m)}")
+            raise Bad
+    elif agg not in m.aggregates:
+        ctx.error("E305", f"{agg}() does not apply to '{m.name}' ({m.description})", expr.span, f"write {aggregate_examples(m)}")
+        raise Bad
+    return agg
+
+
+def _threshold(ctx: Ctx, r: A.Rule, res: _Resolved, _names: set[str]) -> float | None:
+    text = expr_text(r.expr)
+    if r.op is None:
+        if res.kind is not Kind.BOOL:
+            ctx.error("E305", f"'{text}' needs a comparison, e.g. {text} <= ...", r.expr.span)
+            raise Bad
+        return None
+    if res.kind is Kind.BOOL:
+        ctx.error("E305", f"'{res.metric}' is a yes/no check; write just: {r.severity} {res.metric}", r.threshold.span)
+        raise Bad
+    if res.kind in _DIM_OF_KIND:
+        return quantity_value(ctx, text, r.threshold, _DIM_OF_KIND[res.kind])
+    if isinstance(r.threshold, A.Quantity):  # a plain number (count, tokens, tokens/s)
+        ctx.error("E305", f"'{text}' is a plain number; {value_text(r.threshold)} has a unit", r.threshold.span, _count_hint(res, r))
+        raise Bad
+    if not isinstance(r.threshold, A.Num):
+        ctx.error("E104", f"the threshold must be a number, not {describe(r.threshold)}", r.threshold.span)
+        raise Bad
+    return float(r.threshold.value)
+
+
+def _count_hint(res: _Resolved, r: A.Rule) -> str | None:
+    """A count compared with a ratio or a rate: say which function gives one."""
+    unit = UNITS.get(r.threshold.unit)
+    func = {Dimension.RATIO: "ratio", Dimension.RATE: "rate"}.get(unit[0]) if unit else None
+    if func is None or res.agg != "count" or func not in METRICS[res.metric].aggregates:
+        return None
+    what = "the share of measured requests" if func == "ratio" else "requests per second"
+    return f"for {what}, write {func}({res.metric}) {r.op} {value_text(r.threshold)}"
+
+
+def _scope(ctx: Ctx, r: A.Rule, res: _Resolved, _names: set[str]) -> tuple[str, float | None]:
+    scope, window = ("level" if res.wrapper else "backend"), None
+    if r.scope is not None:
+        scope = r.scope.kind
+        if scope not in SCOPES:
+            msg = f"unknown scope 'per {scope}' (use per run, backend, level, bucket or window <duration>)"
+            ctx.error("E306", msg, r.scope.span, suggest(scope, SCOPES))
+            raise Bad
+        if scope == "window":
+            if r.scope.length is None:
+                ctx.error("E103", "'per window' needs a length, e.g. per window 30s", r.scope.span)
+                raise Bad
+            window = quantity_value(ctx, "window", r.scope.length, Dimension.DURATION)
+        elif r.scope.length is not None:
+            ctx.error("E305", "only 'per window' takes a length", r.scope.length.span)
+            raise Bad
+    if res.wrapper is not None and scope not in ("level", "backend"):
+        ctx.error("E305", f"{res.wrapper}() compares buckets over time; use per level or per backend", r.scope.span if r.scope else r.span)
+        raise Bad
+    return scope, window
+
+
+def _target(ctx: Ctx, r: A.Rule, _res: _Resolved, backend_names: set[str]) -> str | None:
+    if r.target is None:
+        return None
+    target = r.target.value
+    if target not in backend_names:
+        msg = f"rule names backend '{target}', which the spec does not declare"
+        ctx.error("E301", msg, r.target.span, suggest(target, backend_names))
+        raise Bad
+    return target

@@ -1,0 +1,160 @@
+"""`workload "name" { ... }`: the requests, their sampling, the load shape and the timing."""
+
+from __future__ import annotations
+
+import math
+
+from soakspec.lang import ast as A
+from soakspec.lang import spec as S
+from soakspec.lang.check.core import Ctx, Key, Table
+from soakspec.lang.check.walk import Body, sub, walk
+from soakspec.lang.fmt import value_text
+from soakspec.units import Dimension
+
+MAX_BUCKETS_PER_LEVEL = 10_000  # the plan lists every bucket; a 1 ms bucket over 24 h would never finish
+MAX_LOAD_LEVEL = 1_000_000  # with MAX_DURATION_S, keeps the plan's request estimates finite
+
+WORKLOAD = Table(
+    cls=S.Workload,
+    keys=(
+        Key("endpoint", "word", "endpoint", choices=("completions", "chat")),
+        Key("stream", "bool", "stream"),
+        Key("prompt_words", "int", "prompt_words", minimum=1, default=None),  # 64 when no prompt_file
+        Key("prompt_file", "str", "prompt_file"),
+        Key("max_tokens", "ints", "max_tokens", minimum=1),
+        Key("sampling", "word", choices=("greedy",)),
+        Key("ignore_eos", "bool", "ignore_eos"),
+        Key("duration", "quantity", "duration_s", Dimension.DURATION, required=True),
+        Key("bucket", "quantity", "bucket_s", Dimension.DURATION, default=None),  # the duration
+        Key("warmup", "quantity", "warmup_s", Dimension.DURATION, allow_zero=True),
+        Key("deadline", "quantity", "deadline_s", Dimension.DURATION),
+        Key("follow_up", "bool", "follow_up"),
+        Key("expected_latency", "quantity", "expected_latency_s", Dimension.DURATION),
+    ),
+    blocks=("load", "sampling"),
+)
+WORKLOAD_KEYS = tuple(k.name for k in WORKLOAD.keys)
+
+_ARRIVAL_HINT = "{0} is an arrival process, not a mode: write mode = open and arrival = {0}"
+LOAD = Table(
+    cls=S.Load,
+    keys=(
+        Key("mode", "word", "mode", choices=("closed", "batch", "open"), default="closed",
+            hints=tuple((w, _ARRIVAL_HINT.format(w)) for w in ("poisson", "constant"))),
+        Key("concurrency", "ints", "concurrency", minimum=1),
+        Key("requests", "int", "requests", minimum=1),
+        Key("rate", "quantities", "rates", Dimension.RATE),
+        Key("arrival", "word", "arrival", choices=("constant", "poisson")),
+        Key("seed", "int", "seed", minimum=0),
+    ),
+)  # fmt: skip
+_CLOSED_ONLY = ("concurrency", "requests")
+_OPEN_ONLY = ("rate", "arrival", "seed")
+
+SAMPLING = Table(
+    cls=S.Sampling,
+    keys=(
+        Key("temperature", "number", "temperature", minimum=0.0, maximum=10.0, default=1.0),  # a block samples
+        Key("top_k", "int", "top_k", minimum=1),
+        Key("top_p", "number", "top_p", minimum=0.0, maximum=1.0),
+        Key("seed", "int", "seed", minimum=0),
+    ),
+)  # fmt: skip
+
+
+def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
+    where = f"workload '{blk.label.value}'"
+    b = walk(ctx, blk, WORKLOAD, where)
+    fields = b.fields()
+    fields["prompt_words"] = _prompt_words(ctx, b, where)
+    fields["sampling"] = _sampling(ctx, b, where)
+    fields["load"] = _load(ctx, b, where)
+    _check_timing(ctx, b, fields["load"])
+    if fields["duration_s"] is None:
+        return None
+    if fields["bucket_s"] is None:
+        fields["bucket_s"] = fields["duration_s"]
+    return S.Workload(name=blk.label.value, span=blk.kind_span, **fields)
+
+
+def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
+    if b["prompt_words"] is not None and b["prompt_file"] is not None:
+        ctx.error("E403", f"{where} sets both 'prompt_words' and 'prompt_file'", b.got("prompt_file").key_span)
+    if not b.has("prompt_words") and b["prompt_file"] is None:
+        return S.Workload.prompt_words
+    return b["prompt_words"]
+
+
+def _sampling(ctx: Ctx, b: Body, where: str) -> S.Sampling:
+    if b.has("sampling") and "sampling" in b.blocks:
+        ctx.error("E403", "'sampling' is either a word (greedy) or a block, not both", b.blocks["sampling"].kind_span)
+    sb = sub(ctx, b, "sampling", SAMPLING, f"the sampling of {where}")
+    if sb is None:
+        return S.Sampling()
+    if sb.ok("top_p") and sb["top_p"] == 0:
+        ctx.error("E204", "'top_p' must be more than 0", sb.got("top_p").span)
+    return S.Sampling(greedy=sb["temperature"] == 0, **sb.fields())
+
+
+def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
+    lb = sub(ctx, b, "load", LOAD, f"the load of {where}")
+    if lb is None:
+        if "load" not in b.suggested:  # else `lod { ... }` was reported as unknown already
+            ctx.error("E103", f"{where} needs a load block: load {{ mode = closed  concurrency = [4, 8] }}", b.span)
+        return S.Load("closed", (1,))
+    if lb.has("mode") and not lb.ok("mode"):
+        return S.Load("closed", (1,))  # the mode is wrong (reported): what else belongs is unknown
+    mode = lb["mode"]
+    if mode == "open":
+        _misplaced(ctx, lb, _CLOSED_ONLY, "belongs to closed-loop load; open-loop load sets 'rate'")
+        lb.require("rate")
+        load = S.Load("open", (), None, lb["rate"] or (1.0,), lb["arrival"], lb["seed"])
+    else:
+        _misplaced(ctx, lb, _OPEN_ONLY, "belongs to open-loop load (mode = open)")
+        lb.require("concurrency")
+        if mode == "batch":
+            lb.require("requests")
+        elif lb.has("requests"):
+            ctx.error("E403", "'requests' sets the batch size of mode = batch; closed-loop load runs for the duration", lb.got("requests").key_span)
+        load = S.Load(mode, lb["concurrency"] or (1,), lb["requests"])
+    _check_levels(ctx, lb, load)
+    return load
+
+
+def _misplaced(ctx: Ctx, lb: Body, keys: tuple[str, ...], why: str) -> None:
+    for key in keys:
+        if lb.has(key):
+            ctx.error("E403", f"'{key}' {why}", lb.got(key).key_span)
+
+
+def _check_levels(ctx: Ctx, lb: Body, load: S.Load) -> None:
+    levels = load.levels
+    if len(set(levels)) != len(levels):
+        ctx.warn("W504", "the same load level is listed twice", lb.span)
+    key = "rate" if load.mode == "open" else "concurrency"
+    if levels and max(levels) > MAX_LOAD_LEVEL and lb.ok(key):
+        what = "requests/s" if load.mode == "open" else "workers"
+        ctx.error("E204", f"'{key}' is more than {MAX_LOAD_LEVEL:,} {what}", lb.got(key).span)
+
+
+def _check_timing(ctx: Ctx, b: Body, load: S.Load) -> None:
+    duration, bucket = b["duration"], b["bucket"]
+    if duration is not None and load.mode == "open" and load.rates and min(load.rates) * duration < 1:
+        d = b.got("duration")
+        ctx.warn("W508", f"at {min(load.rates):g} rps for {value_text(d.node)} a level expects fewer than one request", d.span)
+    if duration is None or bucket is None:
+        return
+    bg, dg = b.got("bucket"), b.got("duration")
+    if bucket > duration + 1e-9:
+        ctx.error(
+            "E401",
+            f"bucket ({value_text(bg.node)}) is longer than the duration ({value_text(dg.node)}); a level would have no complete bucket",
+            bg.span,
+        )
+        return
+    ratio = duration / bucket
+    if ratio > MAX_BUCKETS_PER_LEVEL:
+        n = math.ceil(ratio - 1e-9)
+        ctx.error("E204", f"bucket ({value_text(bg.node)}) cuts each level into {n} buckets; at most {MAX_BUCKETS_PER_LEVEL} are allowed", bg.span)
+    elif abs(ratio - round(ratio)) > 1e-6:
+        ctx.warn("W505", "the duration is not a whole number of buckets; the last bucket of each level will be short", bg.span)

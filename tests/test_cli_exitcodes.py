@@ -1,0 +1,54 @@
+"""Every exit of the `soakspec` command line is an `ExitCode` member (README "Exit codes"):
+an internal error (a bug) is one line on stderr and exits ABORTED, not an undocumented 70."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import soakspec.cli
+from soakspec.cli import main
+from soakspec.exitcodes import ExitCode
+
+
+def test_an_internal_error_exits_with_a_documented_code(monkeypatch, capsys):
+    import soakspec.commands.lang as lang_cmd
+
+    def crash(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(lang_cmd, "main_check", crash)
+    code = main(["check", str(pathlib.Path(__file__).resolve().parents[1] / "specs" / "demo.soak")])
+    err = capsys.readouterr().err
+    assert code is ExitCode.ABORTED and code == 4
+    assert "internal error: RuntimeError: boom" in err and "Traceback" not in err
+
+
+def test_a_command_returning_an_undocumented_number_is_a_bug(monkeypatch, capsys):
+    import soakspec.commands.lang as lang_cmd
+
+    monkeypatch.setattr(lang_cmd, "main_check", lambda args: 70)
+    code = main(["check", str(pathlib.Path(__file__).resolve().parents[1] / "specs" / "demo.soak")])
+    assert isinstance(code, ExitCode) and code is ExitCode.ABORTED
+    assert "internal error" in capsys.readouterr().err
+
+
+def test_ordinary_exits_are_members(capsys):
+    root = pathlib.Path(__file__).resolve().parents[1]
+    assert main(["check", str(root / "specs" / "demo.soak")]) is ExitCode.OK
+    assert main([]) is ExitCode.USAGE
+    capsys.readouterr()
+
+
+def test_cli_returns_only_exitcode_members():
+    """Every `return` in cli.main is an ExitCode member or ExitCode(...) of a command's result."""
+    tree = ast.parse(pathlib.Path(soakspec.cli.__file__).read_text())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == "main")
+    returns = [n.value for n in ast.walk(fn) if isinstance(n, ast.Return)]
+    assert returns
+    for value in returns:
+        member = isinstance(value, ast.Attribute) and isinstance(value.value, ast.Name) and value.value.id == "ExitCode"
+        wrapped = isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "ExitCode"
+        assert member or wrapped, ast.unparse(value)
+        if member:
+            assert value.attr in ExitCode.__members__

@@ -1,0 +1,174 @@
+"""Diagnostics as a new user meets them: one mistake gives one error, at its own line and
+column, with a hint that names something the checker accepts. (Each case also has a file in
+tests/bad_specs/, which pins the exact set of errors, lines and columns through the CLI.)"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from soakspec.diagnostics import Severity
+from soakspec.lang import check, parse
+from soakspec.lang.metrics import METRICS
+
+BASE = 'soak "x" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\nworkload "w" {\n%s\n}\n'
+LOAD = "  load { concurrency = 1 }\n  duration = 60s"
+
+
+def _errors(text: str) -> list:
+    tree, diags = parse(text)
+    if tree is not None:
+        _, diags = check(tree)
+    return [d for d in diags if d.severity is Severity.ERROR]
+
+
+def _one(text: str):
+    errors = _errors(text)
+    assert len(errors) == 1, [(d.span.line, d.span.column, d.code, d.message) for d in errors]
+    return errors[0]
+
+
+def _checks_clean(text: str) -> bool:
+    return _errors(text) == []
+
+
+def test_unescaped_quote_is_one_error_at_the_quote():
+    d = _one('soak "x" {\n  description = "say "hi" now"\n}\n' + BASE.split("\n", 1)[1] % LOAD)
+    assert (d.code, d.span.line, d.span.column) == ("E005", 2, 22)
+    assert '\\"' in d.hint
+
+
+@pytest.mark.parametrize(
+    "line, col",
+    [('  issue = "a "b" c"', 14), ('  issue = "ok"\n  description = "x "y z"', 20), ('  description = "he said "no""', 26)],
+)
+def test_unescaped_quote_variants(line, col):
+    text = 'soak "x" {\n%s\n}\n' % line + BASE.split("\n", 1)[1] % LOAD
+    d = _one(text)
+    assert d.code == "E005" and d.span.line == 1 + line.count("\n") + 1 and d.span.column == col
+
+
+def test_each_unescaped_quote_is_reported_on_its_own_line():
+    text = 'soak "x" {\n  issue = "a "b" c"\n  description = "d "e" f"\n}\n' + BASE.split("\n", 1)[1] % LOAD
+    tree, diags = parse(text)
+    assert tree is None and [(d.code, d.span.line) for d in diags] == [("E005", 2), ("E005", 3)]
+
+
+def test_a_word_after_a_string_without_a_quote_later_is_not_taken_for_one():
+    """`x = "a"b` has no second quote on its line: not an unescaped quote."""
+    _, diags = parse('a {\n  x = "a"b\n}\n')
+    assert "E005" not in [d.code for d in diags]
+
+
+def test_endpoint_suggestion_is_what_the_word_begins_with():
+    d = _one(BASE % ("  endpoint = chat_completions\n" + LOAD))
+    assert (d.code, d.span.line, d.span.column) == ("E109", 4, 14)
+    assert d.hint == "did you mean 'chat'?"
+    assert _checks_clean(BASE % ("  endpoint = chat\n" + LOAD))
+
+
+@pytest.mark.parametrize("name", sorted(n for n, m in METRICS.items() if not m.bare_ok))
+def test_aggregate_hint_names_only_forms_the_checker_accepts(name):
+    """For every metric that needs an aggregate, each form the message suggests checks clean."""
+    d = _one(BASE % LOAD + f"gate {{\n  require {name} > 10\n}}\n")
+    assert (d.code, d.span.line, d.span.column) == ("E305", 8, 11)
+    forms = re.findall(r"\b(\w+\(\w+\))", d.message)
+    assert forms, d.message
+    for form in forms:
+        threshold = {"duration": "1s", "size": "1GiB", "rate": "1rps", "ratio": "1%"}.get(METRICS[name].kind.value, "10")
+        assert _checks_clean(BASE % LOAD + f"gate {{\n  require {form} > {threshold}\n}}\n"), form
+
+
+def test_throughput_hint_does_not_suggest_a_percentile():
+    d = _one(BASE % LOAD + "gate {\n  require throughput > 10\n}\n")
+    assert "p99" not in d.message and "mean(throughput)" in d.message
+
+
+def test_mode_poisson_is_one_error_with_the_arrival_hint():
+    d = _one(BASE % "  load {\n    mode = poisson\n    rate = [2rps]\n  }\n  duration = 60s")
+    assert (d.code, d.span.line, d.span.column) == ("E109", 5, 12)
+    assert "mode = open and arrival = poisson" in d.hint
+    assert _checks_clean(BASE % "  load {\n    mode = open\n    arrival = poisson\n    rate = [2rps]\n  }\n  duration = 60s")
+
+
+def test_misspelled_required_key_is_not_also_missing():
+    d = _one(BASE % "  load { concurrency = 1 }\n  duraton = 60s")
+    assert (d.code, d.span.line, d.span.column) == ("E101", 5, 3)
+    assert d.hint == "did you mean 'duration'?"
+
+
+def test_a_missing_key_with_no_lookalike_is_still_reported():
+    errors = _errors(BASE % "  load { concurrency = 1 }\n  xyzzy = 60s")
+    assert sorted((e.code, e.span.line, e.span.column) for e in errors) == [("E101", 5, 3), ("E103", 3, 1)]
+
+
+def test_misspelled_required_key_in_a_load_block():
+    d = _one(BASE % "  load {\n    mode = batch\n    concurrency = 4\n    requets = 8\n  }\n  duration = 60s")
+    assert (d.code, d.span.line, d.span.column) == ("E101", 7, 5) and "requests" in d.hint
+
+
+def test_space_between_number_and_unit():
+    tree, diags = parse(BASE % "  load {\n    mode = open\n    rate = [2 rps]\n  }\n  duration = 60s")
+    assert tree is None and len(diags) == 1
+    d = diags[0]
+    assert (d.code, d.span.line, d.span.column) == ("E001", 6, 15)
+    assert "2rps" in d.hint
+
+
+def test_colon_instead_of_equals():
+    tree, diags = parse(BASE % ("  prompt_words: 128\n" + LOAD))
+    assert tree is None and len(diags) == 1
+    d = diags[0]
+    assert (d.code, d.span.line, d.span.column) == ("E003", 4, 15)
+    assert "prompt_words = 128" in d.hint
+
+
+def test_count_compared_with_a_ratio_hints_ratio():
+    d = _one(BASE % LOAD + "gate {\n  require timeouts < 1%\n}\n")
+    assert (d.code, d.span.line, d.span.column) == ("E305", 8, 22)
+    assert "ratio(timeouts) < 1%" in d.hint
+    assert _checks_clean(BASE % LOAD + "gate {\n  require ratio(timeouts) < 1%\n}\n")
+
+
+def test_count_compared_with_a_rate_hints_rate():
+    d = _one(BASE % LOAD + "gate {\n  require failed < 2rps\n}\n")
+    assert d.code == "E305" and "rate(failed) < 2rps" in d.hint
+    assert _checks_clean(BASE % LOAD + "gate {\n  require rate(failed) < 2rps\n}\n")
+
+
+def test_require_env_warning_is_one_warning_with_a_count(tmp_path, capsys):
+    """W502 once per runtime block, counting the unset names, not once per name with the same
+    source line repeated."""
+    from soakspec.cli import main
+
+    runtime = '  runtime {\n    label = "NCCL 2.26.2"\n    require_env = ["NCCL_A", "NCCL_B", "NCCL_C"]\n  }\n'
+    spec = BASE.replace('backend "a" { url = "http://127.0.0.1:8000" }', 'backend "a" {\n  shell = "srv --port {port}"\n  env { NCCL_B = "1" }\n' + runtime + "}") % LOAD
+    tree, diags = parse(spec)
+    warnings = [d for d in check(tree)[1] if d.code == "W502"]
+    assert len(warnings) == 1
+    w = warnings[0]
+    assert (w.span.line, w.span.column) == (7, 19)
+    assert "2 env variables ('NCCL_A', 'NCCL_C')" in w.message and "NCCL_B" not in w.message
+    f = tmp_path / "w.soak"
+    f.write_text(spec)
+    assert main(["check", str(f)]) == 0
+    out = capsys.readouterr().out
+    assert out.count("W502") == 1 and out.count('require_env = ["NCCL_A"') == 1
+
+
+def test_misspelled_load_block_is_not_also_missing():
+    d = _one(BASE % "  lod { concurrency = 1 }\n  duration = 60s")
+    assert (d.code, d.span.line, d.span.column) == ("E100", 4, 3) and d.hint == "did you mean 'load'?"
+
+
+def test_misspelled_launch_is_not_also_a_backend_without_a_kind():
+    text = BASE.replace('backend "a" { url = "http://127.0.0.1:8000" }', 'backend "a" { launh = ["srv", "{port}"] }') % LOAD
+    d = _one(text)
+    assert (d.code, d.span.line, d.span.column) == ("E101", 2, 15) and d.hint == "did you mean 'launch'?"
+
+
+def test_misspelled_runtime_label_is_not_also_missing():
+    text = BASE.replace('backend "a" { url = "http://127.0.0.1:8000" }', 'backend "a" {\n  url = "http://127.0.0.1:8000"\n  runtime { lable = "host-staged" }\n}') % LOAD
+    d = _one(text)
+    assert (d.code, d.span.line, d.span.column) == ("E101", 4, 13) and d.hint == "did you mean 'label'?"
