@@ -1,8 +1,22 @@
-"""Spec -> Plan: what a run will do, in order, before anything runs.
+"""Spec -> Plan: everything a run will do, in order, resolved before anything runs.
 
-`plan(spec)` is pure. For each backend (in spec order, one after another unless the spec
-says `parallel = true`) it lists workloads × load levels × buckets with their wall-clock
-offsets, the expected request count and the expected wall time.
+`plan(spec)` is pure (it reads no file and starts nothing). It is the whole truth the runner
+acts on: the runner imports nothing from `soakspec.lang` and never looks at the `Spec`.
+
+For each backend (in spec order, one after another unless the spec says `parallel = true`):
+  - its `Launch`: kind, the exact command (argv, or `/bin/sh -c` for a shell backend) with only
+    `{port}` and `{url}` left for the runner to fill in once it has a free port, the env the spec
+    sets (with `CUDA_VISIBLE_DEVICES` from `gpus`), the working directory, the readiness `Probe`
+    (path, status, timeout, interval), the shutdown grace and the SIGKILL wait, log capture;
+  - its `TracePlan` (where server traces come from, how ids are matched), its runtime declaration;
+  - its levels: workload × load level, each with its `LoadShape` (`Closed`, `Batch` or `Open`),
+    its `RequestTemplate` and its buckets with their wall-clock offsets, the expected request
+    count and the expected wall time.
+
+A rehearsal (`rehearse=True`) is decided here, once: every backend becomes the embedded
+simulator (`Launch.kind == "sim"`), with its output captured and its traces read from its log,
+a readiness timeout of at most `REHEARSAL_READY_TIMEOUT_S` and a grace of at most
+`REHEARSAL_GRACE_S`; telemetry is sampled at the scaled interval.
 
 Time model (the runner implements exactly this):
   - a level runs for `warmup + duration`; warmup requests are recorded but belong to no bucket;
@@ -22,9 +36,94 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
 
+from soakspec.evidence.redact import redact_argv, redact_env, scrub, secret_values
+from soakspec.evidence.runtime import RuntimeDecl as BoundaryDecl
+from soakspec.lang import simtrace
 from soakspec.lang.spec import Backend, Spec, Workload
+from soakspec.sim.config import sim_argv
 from soakspec.units import format_duration
+
+HOST = "127.0.0.1"  # launched servers listen here; the port is picked at launch
+PORT, URL = "{port}", "{url}"  # the only fields a planned command still has (filled in at launch)
+REHEARSAL_READY_TIMEOUT_S = 60.0  # the simulator is ready in well under a second
+REHEARSAL_GRACE_S = 5.0  # and stops at once on SIGTERM
+KILL_WAIT_S = 5.0  # after SIGKILL, for the process to be reaped
+PROBE_ATTEMPT_MIN_S = 1.0  # one readiness request: max(this, 4 × interval)
+TELEMETRY_MIN_INTERVAL_S = 0.5
+PROGRESS_INTERVAL_S = 0.25
+
+
+# ---------------------------------------------------------------- load shapes
+
+
+@dataclasses.dataclass(frozen=True)
+class Closed:
+    """`concurrency` workers, each sending its next request as soon as its last one ends."""
+
+    concurrency: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Batch:
+    """Batches of `requests` at `concurrency`, back to back (the old harness's "leaf")."""
+
+    concurrency: int
+    requests: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Open:
+    """Requests at `rate` per second on a constant or seeded Poisson schedule."""
+
+    rate: float
+    arrival: str  # constant | poisson
+    seed: int  # the workload's seed + the level's index
+
+
+LoadShape = Closed | Batch | Open
+
+
+def shape_label(shape: LoadShape) -> str:
+    """`concurrency 8`, `rate 2 rps`, `concurrency 4 (batches of 8)`: the one level label."""
+    match shape:
+        case Open(rate=rate):
+            return f"rate {rate:g} rps"
+        case Batch(concurrency=c, requests=n):
+            return f"concurrency {c} (batches of {n})"
+        case Closed(concurrency=c):
+            return f"concurrency {c}"
+    raise TypeError(shape)
+
+
+# ---------------------------------------------------------------- requests
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestTemplate:
+    """What every request of a level looks like; the i-th request cycles prompts and max_tokens."""
+
+    endpoint: str  # completions | chat
+    model: str  # the `model` field sent
+    stream: bool
+    prompt_words: int | None  # generated prompts of this many words (no prompt file)
+    prompt_file: str | None  # absolute path: one prompt per line or JSONL
+    max_tokens: tuple[int, ...]
+    temperature: float
+    top_p: float
+    top_k: int | None
+    seed: int | None
+    ignore_eos: bool
+    api_key_env: str | None  # the NAME of the variable holding the endpoint's API key
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"max_tokens": list(self.max_tokens)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,12 +135,10 @@ class Bucket:
 
 @dataclasses.dataclass(frozen=True)
 class Level:
-    workload: str
+    workload: str  # the workload's name
     index: int  # position in the workload's level list
-    mode: str  # closed | batch | open
-    concurrency: int | None
-    rate: float | None
-    batch_requests: int | None
+    shape: LoadShape
+    request: RequestTemplate
     warmup_s: float
     duration_s: float
     deadline_s: float
@@ -50,22 +147,143 @@ class Level:
     expected_requests: int | None
 
     @property
+    def mode(self) -> str:
+        match self.shape:
+            case Open():
+                return "open"
+            case Batch():
+                return "batch"
+        return "closed"
+
+    @property
+    def concurrency(self) -> int | None:
+        return None if isinstance(self.shape, Open) else self.shape.concurrency
+
+    @property
+    def rate(self) -> float | None:
+        return self.shape.rate if isinstance(self.shape, Open) else None
+
+    @property
+    def batch_requests(self) -> int | None:
+        return self.shape.requests if isinstance(self.shape, Batch) else None
+
+    @property
     def label(self) -> str:
-        if self.mode == "open":
-            return f"rate {self.rate:g} rps"
-        if self.mode == "batch":
-            return f"concurrency {self.concurrency} (batches of {self.batch_requests})"
-        return f"concurrency {self.concurrency}"
+        return shape_label(self.shape)
+
+    @property
+    def bucket_s(self) -> float:
+        return self.buckets[0].length_s
+
+    def to_json(self) -> dict[str, Any]:
+        """The level's entry in the manifest (the runner adds what happened: times, buckets, sent)."""
+        return {
+            "workload": self.workload, "index": self.index, "label": self.label, "mode": self.mode,
+            "concurrency": self.concurrency, "rate": self.rate, "batch_requests": self.batch_requests,
+            "planned_duration_s": self.duration_s, "bucket_s": self.bucket_s, "warmup_s": self.warmup_s,
+            "deadline_s": self.deadline_s,
+        }  # fmt: skip
+
+
+# ---------------------------------------------------------------- backends
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """The readiness probe: `method path` until it answers `status`, every `interval_s`, for at
+    most `timeout_s`; one attempt waits at most `attempt_timeout_s`."""
+
+    method: str
+    path: str
+    status: int
+    timeout_s: float
+    interval_s: float
+
+    @property
+    def attempt_timeout_s(self) -> float:
+        return max(PROBE_ATTEMPT_MIN_S, self.interval_s * 4)
+
+
+@dataclasses.dataclass(frozen=True)
+class Launch:
+    """How a backend is started (or reached) and stopped. `argv` holds `{port}`/`{url}` where the
+    runner puts the port it picked; `url` backends are not launched."""
+
+    name: str
+    kind: str  # launch | shell | sim | url ("sim" for every backend of a rehearsal)
+    argv: tuple[str, ...] | None  # the exact command (shell backends: /bin/sh -c LINE)
+    url: str | None  # url backends: where the server already runs
+    env: tuple[tuple[str, str], ...]  # what the spec sets (+ CUDA_VISIBLE_DEVICES); os.environ under it
+    cwd: str | None
+    probe: Probe
+    shutdown_grace_s: float  # SIGTERM, then at most this long before SIGKILL
+    kill_wait_s: float  # after SIGKILL, at most this long for the process to be reaped
+    capture_log: bool
+    host: str = HOST
+
+    @property
+    def launches(self) -> bool:
+        return self.kind != "url"
+
+    @property
+    def shell(self) -> bool:
+        return self.kind == "shell"
+
+    @property
+    def stop_bound_s(self) -> float:
+        """The longest a teardown takes (its shielded cancel scope's bound)."""
+        return self.shutdown_grace_s + self.kill_wait_s + 1.0
+
+    def base_url(self, port: int | None) -> str:
+        if not self.launches:
+            return (self.url or "").rstrip("/")
+        return f"http://{self.host}:{port}"
+
+    def command(self, port: int) -> list[str]:
+        """The argv the runner executes once it has a port."""
+        url = self.base_url(port)
+        return [a.replace(PORT, str(port)).replace(URL, url) for a in self.argv or ()]
+
+    def to_json(self) -> dict[str, Any]:
+        """As the plan prints it: secrets redacted the way the manifest redacts them."""
+        return {
+            "kind": self.kind,
+            "argv": redact_argv(list(self.argv)) if self.argv is not None else None,
+            "url": scrub(self.url) if self.url else self.url,
+            "env": redact_env(dict(self.env)),
+            "cwd": self.cwd,
+            "capture_log": self.capture_log,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class TracePlan:
+    """Where a backend's server traces come from and how they match request ids."""
+
+    source: str  # none | log | jsonl
+    pattern: str | None  # log: regex with a `json` or `id` group
+    file: str | None  # jsonl: absolute path of the server's trace file
+    id_field: str
+    id_forms: tuple[str, ...]
+    window_s: float  # a trace matches a request within this many seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"id_forms": list(self.id_forms)}
 
 
 @dataclasses.dataclass(frozen=True)
 class BackendPlan:
-    backend: Backend
+    backend: Backend  # the checked spec's backend (for the judge; the runner reads `launch`)
     levels: tuple[Level, ...]
     follow_up: bool
     follow_up_deadline_s: float
     est_wall_s: float  # load time: warmups + durations (+ follow-up estimate)
-    max_wall_s: float  # upper bound: + ready timeout, drains, follow-up deadline, shutdown grace
+    max_wall_s: float  # upper bound: + ready timeout, drains, follow-up deadline, shutdown
+    launch: Launch
+    traces: TracePlan
+    runtime: BoundaryDecl | None
+    follow_up_request: RequestTemplate
+    follow_up_workload: str
 
     @property
     def name(self) -> str:
@@ -80,6 +298,25 @@ class BackendPlan:
         vals = [lv.expected_requests for lv in self.levels]
         return None if any(v is None for v in vals) else sum(vals)  # type: ignore[misc]
 
+    def timeouts(self) -> dict[str, float | None]:
+        """Every bound the runner applies to this backend (also in its manifest entry)."""
+        la = self.launch
+        return {
+            "ready_timeout_s": la.probe.timeout_s,
+            "ready_interval_s": la.probe.interval_s,
+            "ready_attempt_timeout_s": la.probe.attempt_timeout_s,
+            "shutdown_grace_s": la.shutdown_grace_s if la.launches else None,
+            "kill_wait_s": la.kill_wait_s if la.launches else None,
+            "follow_up_deadline_s": self.follow_up_deadline_s if self.follow_up else None,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelRef:
+    id: str | None
+    revision: str | None
+    path: str | None  # absolute
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
@@ -88,6 +325,17 @@ class Plan:
     parallel: bool
     time_scale: float = 1.0
     rehearsal: bool = False
+    # what the runner needs beyond the backends, resolved (the runner never reads `spec`)
+    name: str = ""
+    spec_text: str = ""
+    spec_path: str | None = None
+    model: ModelRef = ModelRef(None, None, None)
+    source_repo: str | None = None  # absolute
+    telemetry_interval_s: float = 5.0
+    require_gpus: bool = False
+    only: tuple[str, ...] | None = None  # the backends run, when not all of the spec's
+    spec_secrets: frozenset[str] = frozenset()  # secret values written in the spec
+    api_key_envs: tuple[str, ...] = ()  # variables holding API keys (their values are secrets too)
 
     @property
     def est_wall_s(self) -> float:
@@ -107,6 +355,9 @@ class Plan:
         return render_text(self)
 
 
+# ---------------------------------------------------------------- building
+
+
 def _buckets(duration: float, bucket: float) -> tuple[Bucket, ...]:
     n = max(1, math.ceil(duration / bucket - 1e-9))
     out = []
@@ -116,71 +367,193 @@ def _buckets(duration: float, bucket: float) -> tuple[Bucket, ...]:
     return tuple(out)
 
 
-def _levels(w: Workload, scale: float) -> list[Level]:
+def _request(w: Workload, model: str, spec_dir: Path, api_key_env: str | None) -> RequestTemplate:
+    s = w.sampling
+    return RequestTemplate(
+        endpoint=w.endpoint, model=model, stream=w.stream, prompt_words=w.prompt_words,
+        prompt_file=_abspath(spec_dir, w.prompt_file), max_tokens=tuple(w.max_tokens),
+        temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed, ignore_eos=w.ignore_eos,
+        api_key_env=api_key_env,
+    )  # fmt: skip
+
+
+def _shape(w: Workload, i: int, level: int | float) -> LoadShape:
+    load = w.load
+    if load.mode == "open":
+        return Open(float(level), load.arrival, load.seed + i)
+    if load.mode == "batch":
+        return Batch(int(level), int(load.requests or level))
+    return Closed(int(level))
+
+
+def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
     out = []
     duration = w.duration_s * scale
-    bucket = w.bucket_s * scale
-    warmup = w.warmup_s * scale
-    deadline = w.deadline_s * scale
     latency = w.expected_latency_s * scale if w.expected_latency_s else None
-    load = w.load
-    for i, level in enumerate(load.levels):
-        if load.mode == "open":
-            expected = int(round(level * duration))
-            minimum = expected
-            conc, rate = None, float(level)
-        else:
-            conc, rate = int(level), None
-            minimum = load.requests if load.mode == "batch" else conc
-            expected = max(minimum, int(conc * duration / latency)) if latency else None
+    for i, level in enumerate(w.load.levels):
+        shape = _shape(w, i, level)
+        match shape:
+            case Open(rate=rate, arrival="constant"):
+                # sends at i / rate for every i with i / rate < duration
+                minimum = expected = max(0, math.ceil(rate * duration - 1e-9))
+            case Open(rate=rate):
+                minimum = expected = int(round(rate * duration))
+            case Batch(concurrency=c, requests=minimum) | Closed(concurrency=c as minimum):
+                expected = max(minimum, int(c * duration / latency)) if latency else None
         out.append(
             Level(
-                workload=w.name,
-                index=i,
-                mode=load.mode,
-                concurrency=conc,
-                rate=rate,
-                batch_requests=load.requests,
-                warmup_s=warmup,
-                duration_s=duration,
-                deadline_s=deadline,
-                buckets=_buckets(duration, bucket),
-                min_requests=minimum,
-                expected_requests=expected,
+                workload=w.name, index=i, shape=shape, request=request, warmup_s=w.warmup_s * scale,
+                duration_s=duration, deadline_s=w.deadline_s * scale, buckets=_buckets(duration, w.bucket_s * scale),
+                min_requests=minimum, expected_requests=expected,
             )
-        )
+        )  # fmt: skip
     return out
+
+
+def _abspath(base: Path, path: str | None) -> str | None:
+    if path is None:
+        return None
+    return path if os.path.isabs(path) else str(base / path)
+
+
+def spec_dir(spec: Spec) -> Path:
+    """Relative paths in a spec are relative to its file's directory (or the current one)."""
+    return Path(spec.path).resolve().parent if spec.path and os.path.exists(spec.path) else Path.cwd()
+
+
+def runtime_banner(backend: Backend) -> str | None:
+    """In a rehearsal, the simulator prints a log line the declared pattern recognises, so that
+    the boundary machinery is exercised: the regex's literal prefix + the version."""
+    rt = backend.runtime
+    if rt is None or rt.log_pattern is None or rt.version is None:
+        return None
+    prefix = re.split(r"(?<!\\)[(\[]", rt.log_pattern, maxsplit=1)[0]
+    prefix = re.sub(r"\\(.)", r"\1", prefix).lstrip("^")
+    banner = prefix + rt.version
+    return banner if re.search(rt.log_pattern, banner) else None
+
+
+def _sim_command(b: Backend, model: str, rehearse: bool) -> tuple[str, ...]:
+    opts = dict(b.sim)
+    if rehearse and "runtime_banner" not in opts:
+        banner = runtime_banner(b)
+        if banner:
+            opts["runtime_banner"] = banner
+    opts.setdefault("model", model)
+    return (sys.executable, "-m", "soakspec", "sim", "--host", HOST, "--port", PORT, *sim_argv(opts))
+
+
+def _launch(spec: Spec, b: Backend, base: Path, rehearse: bool) -> Launch:
+    kind = "sim" if rehearse else b.kind
+    m = spec.model
+    fields = {"port": PORT, "host": HOST, "url": URL, "model_path": m.path or "", "model_id": m.id or "",
+              "model_revision": m.revision or "", "backend": b.name}  # fmt: skip
+    if kind == "sim":
+        argv: tuple[str, ...] | None = _sim_command(b, m.request_name, rehearse)
+    elif kind == "launch":
+        argv = tuple(a.format(**fields) for a in b.argv)
+    elif kind == "shell":
+        quoted = {k: v if v in (PORT, URL) else shlex.quote(v) for k, v in fields.items()}
+        argv = ("/bin/sh", "-c", (b.shell or "").format(**quoted))
+    else:
+        argv = None
+    env = dict(b.env)
+    if b.gpus and kind != "url":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, b.gpus))
+    cwd = None
+    if kind in ("launch", "shell"):
+        cwd = str((base / b.cwd).resolve()) if b.cwd is not None and not os.path.isabs(b.cwd) else (b.cwd or str(base))
+    r = b.ready
+    timeout = min(r.timeout_s, REHEARSAL_READY_TIMEOUT_S) if rehearse else r.timeout_s
+    grace = min(b.shutdown_grace_s, REHEARSAL_GRACE_S) if rehearse else b.shutdown_grace_s
+    return Launch(
+        name=b.name, kind=kind, argv=argv, url=b.url if kind == "url" else None, env=tuple(env.items()), cwd=cwd,
+        probe=Probe(r.method, r.path, r.status, timeout, r.interval_s), shutdown_grace_s=grace,
+        kill_wait_s=KILL_WAIT_S, capture_log=b.capture_log or rehearse,
+    )  # fmt: skip
+
+
+def _traces(spec: Spec, b: Backend, base: Path, rehearse: bool) -> TracePlan:
+    t = b.traces
+    window = spec.gate.trace_window_s
+    if rehearse or b.kind == "sim":
+        return TracePlan("log", simtrace.TRACE_PATTERN, None, t.id_field, simtrace.ID_FORMS, window)
+    return TracePlan(t.source, t.pattern, _abspath(base, t.file) if t.source == "jsonl" else None, t.id_field, t.id_forms, window)
+
+
+def _runtime(b: Backend) -> BoundaryDecl | None:
+    rt = b.runtime
+    if rt is None:
+        return None
+    return BoundaryDecl(label=rt.label, log_regex=rt.log_pattern, expected_version=rt.version,
+                        required_env=tuple((n, None) for n in rt.require_env))  # fmt: skip
+
+
+def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehearse: bool) -> BackendPlan:
+    model = spec.model.request_name
+    levels: list[Level] = []
+    for w in spec.workloads:
+        levels.extend(_levels(w, time_scale, _request(w, model, base, b.api_key_env)))
+    follow = any(w.follow_up for w in spec.workloads)
+    follow_deadline = min((w.deadline_s for w in spec.workloads), default=0.0) * time_scale
+    follow_est = min((w.expected_latency_s or 0.0 for w in spec.workloads), default=0.0) * time_scale if follow else 0.0
+    est = sum(lv.warmup_s + lv.duration_s for lv in levels) + follow_est
+    launch = _launch(spec, b, base, rehearse)
+    upper = (
+        est
+        + launch.probe.timeout_s
+        + sum(lv.deadline_s for lv in levels)
+        + (follow_deadline if follow else 0.0)
+        + (launch.shutdown_grace_s if launch.launches else 0.0)
+    )
+    first = spec.workloads[0]
+    return BackendPlan(
+        b, tuple(levels), follow, follow_deadline, est, upper, launch, _traces(spec, b, base, rehearse), _runtime(b),
+        _request(first, model, base, b.api_key_env), first.name,
+    )
 
 
 def plan(spec: Spec, *, time_scale: float = 1.0, rehearse: bool = False, only: tuple[str, ...] = ()) -> Plan:
     """Build the plan. `time_scale` shrinks every duration, bucket and deadline (rehearsals);
-    `only` restricts the run to the named backends (names are checked by the caller)."""
+    `rehearse` replaces every backend by the simulator; `only` restricts the run to the named
+    backends (names are checked by the caller)."""
     if not 0 < time_scale <= 1:
         raise ValueError("time_scale must be in (0, 1]")
-    backends = []
+    base = spec_dir(spec)
+    backends = tuple(_backend_plan(spec, b, base, time_scale, rehearse) for b in spec.backends if not only or b.name in only)
+    found: set[str] = set()
     for b in spec.backends:
-        if only and b.name not in only:
-            continue
-        levels: list[Level] = []
-        for w in spec.workloads:
-            levels.extend(_levels(w, time_scale))
-        follow = any(w.follow_up for w in spec.workloads)
-        follow_deadline = min((w.deadline_s for w in spec.workloads), default=0.0) * time_scale
-        follow_est = min((w.expected_latency_s or 0.0 for w in spec.workloads), default=0.0) * time_scale if follow else 0.0
-        est = sum(lv.warmup_s + lv.duration_s for lv in levels) + follow_est
-        ready_timeout = b.ready.timeout_s * (time_scale if rehearse else 1.0) if b.launches else b.ready.timeout_s
-        upper = (
-            est
-            + (ready_timeout if b.launches or b.kind == "url" else 0.0)
-            + sum(lv.deadline_s for lv in levels)
-            + (follow_deadline if follow else 0.0)
-            + (b.shutdown_grace_s if b.launches else 0.0)
-        )
-        backends.append(BackendPlan(b, tuple(levels), follow, follow_deadline, est, upper))
-    return Plan(spec, tuple(backends), spec.header.parallel, time_scale, rehearse)
+        found |= secret_values(dict(b.env), [*b.argv, *([b.shell] if b.shell else [])])
+    interval = spec.telemetry.interval_s * (time_scale if rehearse else 1.0)
+    ran = tuple(bp.name for bp in backends)
+    m = spec.model
+    return Plan(
+        spec, backends, spec.header.parallel, time_scale, rehearse,
+        name=spec.header.name, spec_text=spec.canonical_text, spec_path=spec.path,
+        model=ModelRef(m.id, m.revision, _abspath(base, m.path)), source_repo=_source_repo(spec, base),
+        telemetry_interval_s=max(TELEMETRY_MIN_INTERVAL_S, interval), require_gpus=spec.telemetry.require_gpus,
+        only=ran if ran != tuple(b.name for b in spec.backends) else None, spec_secrets=frozenset(found),
+        api_key_envs=tuple(sorted({b.api_key_env for b in spec.backends if b.api_key_env})),
+    )  # fmt: skip
+
+
+def _source_repo(spec: Spec, base: Path) -> str | None:
+    repo = spec.source.repo
+    if repo is None:
+        return None
+    return repo if os.path.isabs(repo) else str((base / repo).resolve())
 
 
 # ---------------------------------------------------------------- rendering
+
+
+def _how(la: Launch, rehearsal: bool) -> str:
+    if la.kind == "url":
+        return f"already running at {scrub(la.url or '')}"
+    if la.kind == "sim":
+        return "embedded simulator" + (" (rehearsal)" if rehearsal else "")
+    argv = redact_argv(list(la.argv or ()))
+    return f"shell: {argv[-1]}" if la.kind == "shell" else "launch " + " ".join(argv)
 
 
 def render_text(p: Plan) -> str:
@@ -197,31 +570,7 @@ def render_text(p: Plan) -> str:
         shape += f" × {n_buckets.pop()} buckets"
     lines.append(f"  shape: {shape} = {p.bucket_count} buckets in all; backends run {'side by side' if p.parallel else 'one after another'}")
     for b in p.backends:
-        be = b.backend
-        how = {
-            "launch": "launch " + " ".join(be.argv),
-            "shell": f"shell: {be.shell}",
-            "url": f"already running at {be.url}",
-            "sim": "embedded simulator",
-        }[be.kind]
-        rt = be.runtime.label if be.runtime else "(none declared)"
-        lines.append(f"  backend '{be.name}': {how}")
-        lines.append(f"    runtime boundary: {rt}; traces: {be.traces.source}")
-        for lv in b.levels:
-            exp = f"~{lv.expected_requests}" if lv.expected_requests is not None else "?"
-            warm = f" after {format_duration(lv.warmup_s)} warmup" if lv.warmup_s else ""
-            blen = format_duration(lv.buckets[0].length_s)
-            lines.append(
-                f"    {lv.workload} / {lv.label}: {format_duration(lv.duration_s)}{warm} in "
-                f"{len(lv.buckets)} × {blen} buckets; requests ≥ {lv.min_requests}, expected {exp}"
-            )
-        if b.follow_up:
-            lines.append("    then one clean follow-up request")
-        exp = b.expected_requests
-        lines.append(
-            f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else " (set expected_latency for an estimate)")
-            + f"; wall time ≈ {format_duration(b.est_wall_s)} (at most {format_duration(b.max_wall_s)} with startup, drains and shutdown)"
-        )
+        lines.extend(_render_backend(b, p.rehearsal))
     total_exp = [b.expected_requests for b in p.backends]
     exp_text = f", expected ~{sum(total_exp)}" if total_exp and all(v is not None for v in total_exp) else ""  # type: ignore[misc]
     lines.append(
@@ -229,6 +578,75 @@ def render_text(p: Plan) -> str:
         f"wall time ≈ {format_duration(p.est_wall_s)} (at most {format_duration(p.max_wall_s)})"
     )
     return "\n".join(lines)
+
+
+def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
+    la = b.launch
+    rt = b.runtime.label if b.runtime else "(none declared)"
+    pr = la.probe
+    ready = f"ready when {pr.method} {pr.path} answers {pr.status} (every {format_duration(pr.interval_s)}, at most {format_duration(pr.timeout_s)})"
+    stop = f"; stop: SIGTERM, {format_duration(la.shutdown_grace_s)} grace, SIGKILL" if la.launches else ""
+    lines = [
+        f"  backend '{b.name}': {_how(la, rehearsal)}",
+        f"    runtime boundary: {rt}; traces: {b.traces.source}",
+        f"    {ready}{stop}",
+    ]
+    for lv in b.levels:
+        exp = f"~{lv.expected_requests}" if lv.expected_requests is not None else "?"
+        warm = f" after {format_duration(lv.warmup_s)} warmup" if lv.warmup_s else ""
+        lines.append(
+            f"    {lv.workload} / {lv.label}: {format_duration(lv.duration_s)}{warm} in "
+            f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets; requests ≥ {lv.min_requests}, expected {exp}"
+        )
+    if b.follow_up:
+        lines.append(f"    then one clean follow-up request (deadline {format_duration(b.follow_up_deadline_s)})")
+    exp = b.expected_requests
+    lines.append(
+        f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else " (set expected_latency for an estimate)")
+        + f"; wall time ≈ {format_duration(b.est_wall_s)} (at most {format_duration(b.max_wall_s)} with startup, drains and shutdown)"
+    )
+    return lines
+
+
+def _shape_json(shape: LoadShape) -> dict[str, Any]:
+    match shape:
+        case Open():
+            kind = "open"
+        case Batch():
+            kind = "batch"
+        case _:
+            kind = "closed"
+    return {"kind": kind, **dataclasses.asdict(shape)}
+
+
+def _level_json(lv: Level) -> dict[str, Any]:
+    return {
+        "workload": lv.workload, "index": lv.index, "label": lv.label, "mode": lv.mode, "concurrency": lv.concurrency,
+        "rate": lv.rate, "batch_requests": lv.batch_requests, "shape": _shape_json(lv.shape),
+        "warmup_s": lv.warmup_s, "duration_s": lv.duration_s, "bucket_s": lv.bucket_s, "deadline_s": lv.deadline_s,
+        "min_requests": lv.min_requests, "expected_requests": lv.expected_requests, "request": lv.request.to_json(),
+        "buckets": [{"index": bk.index, "start_s": bk.start_s, "length_s": bk.length_s} for bk in lv.buckets],
+    }  # fmt: skip
+
+
+def _backend_json(b: BackendPlan) -> dict[str, Any]:
+    la = b.launch
+    return {
+        "name": b.name,
+        "kind": b.backend.kind,
+        "runtime_boundary": b.runtime.label if b.runtime else None,
+        "launch": la.to_json(),
+        "ready": {"method": la.probe.method, "path": la.probe.path, "status": la.probe.status},
+        "timeouts": b.timeouts(),
+        "traces": b.traces.to_json(),
+        "min_requests": b.min_requests,
+        "expected_requests": b.expected_requests,
+        "est_wall_s": round(b.est_wall_s, 3),
+        "max_wall_s": round(b.max_wall_s, 3),
+        "follow_up": b.follow_up,
+        "follow_up_request": b.follow_up_request.to_json() if b.follow_up else None,
+        "levels": [_level_json(lv) for lv in b.levels],
+    }
 
 
 def to_json(p: Plan) -> dict:
@@ -249,34 +667,7 @@ def to_json(p: Plan) -> dict:
         ),
         "est_wall_s": round(p.est_wall_s, 3),
         "max_wall_s": round(p.max_wall_s, 3),
-        "backends": [
-            {
-                "name": b.name,
-                "kind": b.backend.kind,
-                "runtime_boundary": b.backend.runtime.label if b.backend.runtime else None,
-                "min_requests": b.min_requests,
-                "expected_requests": b.expected_requests,
-                "est_wall_s": round(b.est_wall_s, 3),
-                "max_wall_s": round(b.max_wall_s, 3),
-                "follow_up": b.follow_up,
-                "levels": [
-                    {
-                        "workload": lv.workload,
-                        "index": lv.index,
-                        "mode": lv.mode,
-                        "concurrency": lv.concurrency,
-                        "rate": lv.rate,
-                        "batch_requests": lv.batch_requests,
-                        "warmup_s": lv.warmup_s,
-                        "duration_s": lv.duration_s,
-                        "deadline_s": lv.deadline_s,
-                        "min_requests": lv.min_requests,
-                        "expected_requests": lv.expected_requests,
-                        "buckets": [{"index": bk.index, "start_s": bk.start_s, "length_s": bk.length_s} for bk in lv.buckets],
-                    }
-                    for lv in b.levels
-                ],
-            }
-            for b in p.backends
-        ],
+        "telemetry_interval_s": p.telemetry_interval_s,
+        "progress_interval_s": PROGRESS_INTERVAL_S,
+        "backends": [_backend_json(b) for b in p.backends],
     }

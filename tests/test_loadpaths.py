@@ -10,6 +10,7 @@ which two requests due together may swap: the texts are compared as a multiset.)
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ async def _level_records(tmp_path: Path, endpoint: str, kind: str, sim_options: 
         else:
             client = HttpxClient(http, f"http://127.0.0.1:{port}", clock)
             connect = partial(_Httpx, client)
-        ctx = LevelContext("sim", clock, connect, Shapes(spec.workloads[0], "sim"), records.extend, next_id)
+        ctx = LevelContext("sim", clock, connect, Shapes(dataclasses.replace(level.request, model="sim")), records.extend, next_id)
         run = await drive_level(level, ctx)
         nursery.cancel_scope.cancel()
     return run, records

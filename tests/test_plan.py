@@ -137,3 +137,66 @@ def test_plan_is_pure_and_json_is_stable():
     assert json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
     assert a["spec_sha256"] == spec.sha256 and a["schema_version"] == 1
     assert set(a["backends"][0]["levels"][0]) >= {"workload", "mode", "concurrency", "rate", "buckets", "min_requests", "expected_requests"}
+
+
+SECRET_BACKENDS = (
+    'backend "l" {\n launch = ["./server", "--port", "{port}", "--api-key", "sk-abcdefghijklmnopqrstuvwx", "--model", "{model_id}"]\n'
+    ' env { HF_TOKEN = "hf_abcdefghijklmnopqrstuvwx"\n RUST_LOG = "info" }\n gpus = [0, 1]\n shutdown_grace = 7s\n'
+    ' ready {\n path = "/health"\n timeout = 90s\n interval = 250ms\n }\n}\n'
+    'backend "u" { url = "http://127.0.0.1:8000" }\n'
+)
+
+
+def test_plan_json_says_every_timeout_grace_and_command_with_secrets_redacted():
+    """`soakspec plan --format json` is what `run` will do: the exact command (only the port left
+    to fill in), env with CUDA_VISIBLE_DEVICES, readiness probe and its timeouts, the grace, the
+    follow-up deadline -- with secrets redacted as the manifest redacts them."""
+    spec = spec_of(W60.replace("follow_up = false", "follow_up = true"), SECRET_BACKENDS, header="")
+    doc = to_json(plan(spec))
+    text = json.dumps(doc)
+    assert "sk-abcdefghijklmnopqrstuvwx" not in text and "hf_abcdefghijklmnopqrstuvwx" not in text
+    la, url = doc["backends"]
+    assert la["launch"]["argv"] == ["./server", "--port", "{port}", "--api-key", "<redacted>", "--model", ""]
+    assert la["launch"]["env"] == {"HF_TOKEN": "<redacted>", "RUST_LOG": "info", "CUDA_VISIBLE_DEVICES": "0,1"}
+    assert la["launch"]["cwd"] == str(pathlib.Path.cwd())
+    assert la["ready"] == {"method": "GET", "path": "/health", "status": 200}
+    assert la["timeouts"] == {
+        "ready_timeout_s": 90.0, "ready_interval_s": 0.25, "ready_attempt_timeout_s": 1.0,
+        "shutdown_grace_s": 7.0, "kill_wait_s": 5.0, "follow_up_deadline_s": 10.0,
+    }  # fmt: skip
+    assert url["launch"]["kind"] == "url" and url["launch"]["argv"] is None
+    assert url["timeouts"]["shutdown_grace_s"] is None and url["timeouts"]["ready_timeout_s"] == 600.0
+    (lv,) = la["levels"]
+    assert lv["shape"] == {"kind": "closed", "concurrency": 1} and lv["label"] == "concurrency 1"
+    assert lv["request"]["endpoint"] == "completions" and lv["request"]["max_tokens"] == [64]
+    assert doc["telemetry_interval_s"] == 5.0
+
+
+def test_a_rehearsal_is_decided_in_the_plan():
+    """Every backend becomes the simulator, launched with the plan's exact argv; its readiness
+    timeout and grace are capped, its log is kept and its traces are the simulator's."""
+    spec = spec_of(W60, SECRET_BACKENDS.replace("timeout = 90s", "timeout = 20m") + 'backend "q" { launch = ["./q"]\n log = false }')
+    full, rehearsal = plan(spec), plan(spec, rehearse=True, time_scale=0.5)
+    for b in rehearsal.backends:
+        assert b.launch.kind == "sim" and b.launch.capture_log and b.launch.cwd is None
+        assert b.launch.argv[1:8] == ("-m", "soakspec", "sim", "--host", "127.0.0.1", "--port", "{port}")
+        assert b.traces.source == "log" and b.traces.pattern is not None
+        assert b.launch.probe.timeout_s <= 60.0 and b.launch.shutdown_grace_s <= 5.0
+    assert [b.launch.kind for b in full.backends] == ["launch", "url", "launch"]
+    assert full.backends[0].launch.probe.timeout_s == 1200.0 and full.backends[0].launch.shutdown_grace_s == 7.0
+    assert full.backends[2].launch.capture_log is False
+    assert full.backends[0].launch.command(4242)[:3] == ["./server", "--port", "4242"]
+
+
+def test_load_shapes_are_a_sum_type():
+    from soakspec.plan import Batch, Closed, Open
+
+    spec = spec_of(
+        'workload "c" {\n load { concurrency = [1, 3] }\n duration = 60s\n}\n'
+        'workload "b" {\n load {\n  mode = batch\n  concurrency = 2\n  requests = 5\n }\n duration = 60s\n}\n'
+        'workload "o" {\n load {\n  mode = open\n  rate = [1rps, 2rps]\n  arrival = poisson\n  seed = 9\n }\n duration = 60s\n}'
+    )
+    shapes = [lv.shape for lv in plan(spec).backends[0].levels]
+    assert shapes == [Closed(1), Closed(3), Batch(2, 5), Open(1.0, "poisson", 9), Open(2.0, "poisson", 10)]
+    labels = [lv.label for lv in plan(spec).backends[0].levels]
+    assert labels == ["concurrency 1", "concurrency 3", "concurrency 2 (batches of 5)", "rate 1 rps", "rate 2 rps"]

@@ -7,6 +7,7 @@ level's in-flight mean -- and no worker outlives the run, even an aborted one.
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import subprocess
 import time
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from runner_support import manifest, new_marker, read_jsonl, run_env, run_soakspec, sim_spec, soakspec_cmd, wait_no_survivors
-from soakspec.plan import Bucket, Level
+from soakspec.plan import Batch, Bucket, Closed, Level, Open, RequestTemplate
 from soakspec.runner.records import RECORD_KEYS
 from soakspec.runner.workers import processes_for
 
@@ -137,6 +138,7 @@ async def test_workers_are_not_tied_to_the_thread_that_started_them(tmp_path, mo
     from soakspec.lang import load_spec
     from soakspec.plan import plan
     from soakspec.runner.clock import RunClock
+    from soakspec.runner.ids import IdSequence
     from soakspec.runner.load import LevelContext, Shapes
     from soakspec.runner.workers import drive_level_workers
     from soakspec.sim.config import SimConfig
@@ -152,10 +154,11 @@ async def test_workers_are_not_tied_to_the_thread_that_started_them(tmp_path, mo
     lines: list[bytes] = []
     async with trio.open_nursery() as nursery:
         port = await nursery.start(serve, SimConfig(model="sim", trace_log=False, ttft=0.005, itl=0.001))
-        ctx = LevelContext("b0", clock, None, Shapes(spec.workloads[0], "sim"), None, None)  # type: ignore[arg-type]
-        job = {"host": "127.0.0.1", "port": port, "api_key_env": None, "workload": spec.workloads[0], "model": "sim",
-               "prompts": (), "backend": "b0", "headers": (), "id_prefix": "t-0", "first_index": 0}  # fmt: skip
-        run, next_index = await drive_level_workers(level, ctx, job, 2, lines.append)
+        ids = IdSequence("t-0")
+        ctx = LevelContext("b0", clock, None, Shapes(dataclasses.replace(level.request, model="sim")), None, ids)  # type: ignore[arg-type]
+        job = {"host": "127.0.0.1", "port": port, "api_key_env": None, "request": dataclasses.replace(level.request, model="sim"),
+               "prompts": (), "backend": "b0", "headers": ()}  # fmt: skip
+        run, next_index = await drive_level_workers(level, ctx, job, 2, lines.append, ids)
         nursery.cancel_scope.cancel()
     records = b"".join(lines).count(b"\n")
     assert run.completed and run.sent == records == ctx.stats.done > 0
@@ -163,10 +166,12 @@ async def test_workers_are_not_tied_to_the_thread_that_started_them(tmp_path, mo
 
 
 def test_processes_per_level() -> None:
-    def level(mode: str, c: int | None) -> Level:
-        return Level("w", 0, mode, c, None if c else 10.0, None, 0.0, 1.0, 1.0, (Bucket(0, 0.0, 1.0),), 1, None)
+    request = RequestTemplate("completions", "sim", True, 8, None, (8,), 0.0, 1.0, None, None, True, None)
 
-    assert processes_for(level("closed", 8), 2) == 2
-    assert processes_for(level("closed", 1), 4) == 1
-    assert processes_for(level("batch", 3), 4) == 3
-    assert processes_for(level("open", None), 3) == 3
+    def level(shape) -> Level:
+        return Level("w", 0, shape, request, 0.0, 1.0, 1.0, (Bucket(0, 0.0, 1.0),), 1, None)
+
+    assert processes_for(level(Closed(8)), 2) == 2
+    assert processes_for(level(Closed(1)), 4) == 1
+    assert processes_for(level(Batch(3, 6)), 4) == 3
+    assert processes_for(level(Open(10.0, "constant", 0)), 3) == 3

@@ -50,14 +50,10 @@ def main(args: argparse.Namespace) -> int:
     the_plan = plan(spec, time_scale=args.time_scale, rehearse=args.rehearse, only=tuple(args.backend))
 
     from soakspec.evidence.io import EvidenceError
-    from soakspec.evidence.redact import secret_values
     from soakspec.runner.engine import RunOptions, execute
     from soakspec.runner.progress import Progress
 
-    secrets = set()
-    for b in spec.backends:
-        secrets |= secret_values(dict(b.env), list(b.argv))
-    progress = Progress(quiet=args.quiet, secrets=secrets)
+    progress = Progress(quiet=args.quiet, secrets=the_plan.spec_secrets)
     options = RunOptions(
         out_dir=Path(args.out) if args.out else None, quiet=args.quiet, argv=tuple(sys.argv), workers=args.workers
     )

@@ -76,10 +76,7 @@ class EvidenceBuilder:
                 s = a + bk.length_s * i / self.per_bucket
                 self.records[name].append(self.request(name, lv.workload, lv.index, bk.index, s, conc=lv.concurrency, rate=lv.rate))
         me = ms + lv.duration_s
-        entry = {
-            "workload": lv.workload, "index": lv.index, "mode": lv.mode, "concurrency": lv.concurrency,
-            "rate": lv.rate, "batch_requests": lv.batch_requests, "planned_duration_s": lv.duration_s,
-            "bucket_s": lv.buckets[0].length_s, "warmup_s": lv.warmup_s, "deadline_s": lv.deadline_s,
+        entry = lv.to_json() | {  # the runner's entry: the plan's part, then what happened
             "started_at": started, "measure_start": ms, "measure_end": me, "drained_at": me + self.latency,
             "completed": True, "buckets": buckets, "sent": self.per_bucket * len(lv.buckets),
         }

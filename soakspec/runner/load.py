@@ -27,15 +27,15 @@ from typing import Protocol
 
 import trio
 
-from soakspec.plan import Level
+from soakspec.plan import Batch, Closed, Level, Open, RequestTemplate
 from soakspec.runner.clock import RunClock
 from soakspec.runner.protocol import Endpoint, RequestShape, Sampling
 from soakspec.runner.records import Outcome, RequestRecord
-from soakspec.lang.spec import Workload
 
 OPEN_LOOP_MAX_CONNECTIONS = 4096
 SHAPE_CACHE = 4096  # request shapes kept per workload (each shares its prompt string)
 CANCELLED_BY_ABORT = "the run was aborted before the response finished"
+CLOSE_S = 1.0  # closing a connection (shielded) takes at most this long
 
 # A fixed vocabulary: prompts are `prompt_words` consecutive words starting at the request's
 # global index, so they are deterministic and need no tokenizer (as in the original harness).
@@ -70,19 +70,18 @@ class Connection(Protocol):
 
 @dataclasses.dataclass
 class Shapes:
-    """Makes the request shape of the i-th request of a workload.
+    """Makes the request shape of the i-th request of a level (from the plan's template).
 
     Shapes repeat (prompt i mod P, max_tokens i mod M): up to `SHAPE_CACHE` of them are made
     once and shared, which also lets the client reuse each one's body template.
     """
 
-    workload: Workload
-    model: str
-    prompts: tuple[str, ...] = ()  # from a prompt file
+    template: RequestTemplate
+    prompts: tuple[str, ...] = ()  # from the template's prompt file
     _cache: dict[tuple[int, int], RequestShape] = dataclasses.field(default_factory=dict, init=False, repr=False)
 
     def make(self, index: int, smallest: bool = False) -> RequestShape:
-        w = self.workload
+        w = self.template
         if smallest:
             max_tokens = min(w.max_tokens)
             prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
@@ -97,15 +96,18 @@ class Shapes:
                 self._cache[key] = shape
         return shape
 
+    @property
+    def model(self) -> str:
+        return self.template.model
+
     def _shape(self, prompt: str, max_tokens: int) -> RequestShape:
-        w = self.workload
-        s = w.sampling
+        w = self.template
         return RequestShape(
             endpoint=Endpoint(w.endpoint),
-            model=self.model,
+            model=w.model,
             prompt=prompt,
             max_tokens=max_tokens,
-            sampling=Sampling(temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed),
+            sampling=Sampling(temperature=w.temperature, top_p=w.top_p, top_k=w.top_k, seed=w.seed),
             ignore_eos=w.ignore_eos,
             stream=w.stream,
         )
@@ -210,24 +212,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             return -1
         return min(int((t - m) // blen), nb - 1)
 
-    # Finished records go to the sink from a task of their own, at the loop's next turn: writing
-    # one (JSON, a write) is the largest cost between a worker's request and its next, and the
-    # worker sends the next one first (a closed loop keeps its concurrency while records flush).
-    pending: list[RequestRecord] = []
-    wake = trio.Event()
-
-    def write_pending() -> None:
-        if pending:
-            batch = pending.copy()
-            pending.clear()
-            ctx.sink(batch)
-
-    async def writer() -> None:
-        nonlocal wake
-        while True:
-            await wake.wait()
-            wake = trio.Event()
-            write_pending()
+    pending = _PendingRecords(ctx.sink)
 
     async def one(conn: Connection, worker: int, intended: float | None) -> None:
         index, rid = ctx.next_id()
@@ -256,29 +241,50 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             if rec.start is not None and rec.end > m and rec.start < stop:
                 run.busy_s += min(rec.end, stop) - max(rec.start, m)
             ctx.stats.finished(rec)
-            pending.append(rec)
-            wake.set()
+            pending.add(rec)
 
     try:
         async with trio.open_nursery() as background:
-            background.start_soon(writer)
+            background.start_soon(pending.writer)
             async with trio.open_nursery() as outer:
                 outer.start_soon(bucket_clock, level, ctx, m)
-                if level.mode == "closed":
-                    await _closed(level, ctx, one, stop)
-                elif level.mode == "batch":
-                    await _batch(level, ctx, one, stop)
-                else:
-                    await _open(level, ctx, one, stop, t0)
+                await LOAD_MODELS[type(level.shape)](level.shape, ctx, one, stop, t0)
                 # The load functions return only after `stop`, with every request drained; an
                 # abort arrives as cancellation instead. The bucket clock ends with the last bucket.
             background.cancel_scope.cancel()
     finally:
-        write_pending()  # also when aborting: every request sent has its record
+        pending.write()  # also when aborting: every request sent has its record
     run.measure_end = stop
     run.completed = True
     run.drained_at = clock.now()
     return run
+
+
+class _PendingRecords:
+    """Finished records go to the sink from a task of their own, at the loop's next turn: writing
+    one (JSON, a write) is the largest cost between a worker's request and its next, and the
+    worker sends the next one first (a closed loop keeps its concurrency while records flush)."""
+
+    def __init__(self, sink: Callable[[list[RequestRecord]], None]) -> None:
+        self.sink = sink
+        self.records: list[RequestRecord] = []
+        self.wake = trio.Event()
+
+    def add(self, rec: RequestRecord) -> None:
+        self.records.append(rec)
+        self.wake.set()
+
+    def write(self) -> None:
+        if self.records:
+            batch = self.records.copy()
+            self.records.clear()
+            self.sink(batch)
+
+    async def writer(self) -> None:
+        while True:
+            await self.wake.wait()
+            self.wake = trio.Event()
+            self.write()
 
 
 async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float) -> None:
@@ -289,7 +295,7 @@ async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float) ->
             ctx.on_bucket(b.index)
 
 
-async def _closed(level: Level, ctx: LevelContext, one, stop: float) -> None:
+async def _closed(shape: Closed, ctx: LevelContext, one, stop: float, start: float) -> None:
     clock = ctx.clock
 
     async def worker(w: int) -> None:
@@ -298,21 +304,21 @@ async def _closed(level: Level, ctx: LevelContext, one, stop: float) -> None:
             while clock.now() < stop:
                 await one(conn, w, None)
         finally:
-            with trio.CancelScope(shield=True):
+            with trio.move_on_after(CLOSE_S, shield=True):
                 await conn.aclose()
 
     p, parts = ctx.part
     async with trio.open_nursery() as n:
-        for w in range(p, level.concurrency or 1, parts):
+        for w in range(p, shape.concurrency, parts):
             n.start_soon(worker, w)
 
 
-async def _batch(level: Level, ctx: LevelContext, one, stop: float) -> None:
+async def _batch(shape: Batch, ctx: LevelContext, one, stop: float, start: float) -> None:
     clock = ctx.clock
-    c = level.concurrency or 1
+    c, requests = shape.concurrency, shape.requests
     p, parts = ctx.part
     mine = range(p, c, parts)  # this process's workers, and its share of each batch
-    share = len(range(p, level.batch_requests or c, parts))
+    share = len(range(p, requests, parts))
     conns = {w: ctx.connect() for w in mine}
     try:
         while clock.now() < stop:
@@ -327,7 +333,7 @@ async def _batch(level: Level, ctx: LevelContext, one, stop: float) -> None:
                 for w in mine[: len(queue)]:
                     n.start_soon(worker, w)
     finally:
-        with trio.CancelScope(shield=True):
+        with trio.move_on_after(CLOSE_S, shield=True):
             for conn in conns.values():
                 await conn.aclose()
 
@@ -348,13 +354,12 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float):
         i += 1
 
 
-async def _open(level: Level, ctx: LevelContext, one, stop: float, start: float) -> None:
+async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float) -> None:
     clock = ctx.clock
     idle: list[tuple[int, Connection]] = []
     p, parts = ctx.part
     limiter = trio.CapacityLimiter(max(1, len(range(p, OPEN_LOOP_MAX_CONNECTIONS, parts))))
     opened: list[Connection] = []
-    load = ctx.shapes.workload.load
 
     async def fire(intended: float) -> None:
         async with limiter:
@@ -370,18 +375,19 @@ async def _open(level: Level, ctx: LevelContext, one, stop: float, start: float)
 
     try:
         async with trio.open_nursery() as n:
-            for i, t in enumerate(schedule(level.rate or 1.0, load.arrival, load.seed + level.index, start, stop)):
+            for i, t in enumerate(schedule(shape.rate, shape.arrival, shape.seed, start, stop)):
                 if i % parts == p:
                     await trio.sleep_until(clock.to_trio(t))
                     n.start_soon(fire, t)
     finally:
-        with trio.CancelScope(shield=True):
+        with trio.move_on_after(CLOSE_S, shield=True):
             for conn in opened:
                 await conn.aclose()
 
 
-def level_duration_upper_bound(level: Level) -> float:
-    return level.warmup_s + level.duration_s + level.deadline_s + 1.0
+# One load model per plan load shape (soakspec.plan.LoadShape): `(shape, ctx, one, stop, start)`
+# runs the level's requests through `one` until `stop`, and returns when they have drained.
+LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open}
 
 
 __all__ = ["LevelContext", "LevelRun", "LiveStats", "Shapes", "drive_level", "prompt_words", "schedule"]

@@ -25,7 +25,9 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 
+import httpx
 import trio
+
 
 class BackendError(Exception):
     """A backend could not be started or died: the run aborts (exit 4)."""
@@ -147,8 +149,7 @@ def describe_exit(rc: int) -> str:
 
 async def launch(
     name: str,
-    argv: Sequence[str] | None,
-    shell: str | None,
+    argv: Sequence[str],
     env: Mapping[str, str],
     cwd: str | None,
     log_path: str | None,
@@ -158,12 +159,11 @@ async def launch(
     """Start the server; raise BackendError when it cannot even be executed. With
     `log_path` None the server's output is discarded (a spec's `log = false`)."""
     log_fd = os.open(log_path if log_path is not None else os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    what = argv[0] if argv else ""
     try:
-        cmd: list[str] | str = list(argv) if argv else (shell or "")
         try:
             proc = await trio.lowlevel.open_process(
-                cmd,
-                shell=shell is not None and not argv,
+                list(argv),
                 stdin=subprocess.DEVNULL,
                 stdout=log_fd,
                 stderr=log_fd,
@@ -172,11 +172,9 @@ async def launch(
                 start_new_session=True,
             )
         except FileNotFoundError as e:
-            what = cmd[0] if isinstance(cmd, list) else cmd
             where = f" (cwd {cwd})" if cwd else ""
             raise BackendError(name, f"command not found: {what}{where}") from e
         except PermissionError as e:
-            what = cmd[0] if isinstance(cmd, list) else cmd
             raise BackendError(name, f"cannot execute {what}: permission denied (is it executable?)") from e
         except NotADirectoryError as e:
             raise BackendError(name, f"cannot start: {e}") from e
@@ -208,58 +206,63 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
-async def stop(server: Server, grace_s: float, reaper: Reaper | None) -> None:
-    """SIGTERM the group, wait up to `grace_s`, then SIGKILL. Safe to call twice; always
-    bounded (grace + 5 s); shielded, so it runs to the end even while being cancelled."""
-    with trio.CancelScope(shield=True):
-        if server.poll() is None:
-            server.stop_signal = "SIGTERM"
-        _killpg(server.pgid, signal.SIGTERM)
-        with trio.move_on_after(grace_s):
+async def stop(server: Server, grace_s: float, kill_wait_s: float, reaper: Reaper | None) -> None:
+    """SIGTERM the group, wait up to `grace_s`, then SIGKILL and wait up to `kill_wait_s`. Safe
+    to call twice. The caller runs it in a shielded cancel scope bounded by
+    `Launch.stop_bound_s`, so that it runs to the end even while the run is being cancelled."""
+    if server.poll() is None:
+        server.stop_signal = "SIGTERM"
+    _killpg(server.pgid, signal.SIGTERM)
+    with trio.move_on_after(grace_s):
+        await server.process.wait()
+        # the leader is gone; give the rest of its group the same grace
+        while _group_alive(server.pgid):
+            await trio.sleep(0.05)
+    if server.process.poll() is None or _group_alive(server.pgid):
+        if server.process.poll() is None:
+            server.stop_signal = "SIGKILL"
+        _killpg(server.pgid, signal.SIGKILL)
+        with trio.move_on_after(kill_wait_s):
             await server.process.wait()
-            # the leader is gone; give the rest of its group the same grace
-            while _group_alive(server.pgid):
-                await trio.sleep(0.05)
-        if server.process.poll() is None or _group_alive(server.pgid):
-            if server.process.poll() is None:
-                server.stop_signal = "SIGKILL"
-            _killpg(server.pgid, signal.SIGKILL)
-            with trio.move_on_after(5):
-                await server.process.wait()
-        server.poll()
-        if reaper is not None:
-            reaper.forget(server.pgid)
+    server.poll()
+    if reaper is not None:
+        reaper.forget(server.pgid)
 
 
-async def wait_ready(
-    server: Server | None,
-    name: str,
-    url: str,
-    method: str,
-    expect_status: int,
-    timeout_s: float,
-    interval_s: float,
-    client,
-) -> float:
-    """Poll the readiness probe until it answers `expect_status`. Returns the trio time it
-    became ready. Raises BackendError when the process exits first or the timeout passes."""
-    import httpx
+class ReadinessProbe:
+    """Polls a backend's readiness probe until it answers the expected status.
 
-    last = "no answer yet"
-    with trio.move_on_after(timeout_s):
+    `wait()` has no bound of its own: the caller applies the plan's `Probe.timeout_s` with
+    `trio.move_on_after` and, when it passes, raises `timed_out()` (which says what the last
+    attempt saw). Each attempt is bounded by `Probe.attempt_timeout_s`.
+    """
+
+    def __init__(self, name: str, url: str, probe, server: Server | None, client: httpx.AsyncClient) -> None:
+        self.name = name
+        self.url = url
+        self.probe = probe
+        self.server = server
+        self.client = client
+        self.last = "no answer yet"
+
+    async def wait(self) -> None:
+        p = self.probe
         while True:
-            if server is not None:
-                rc = server.poll()
+            if self.server is not None:
+                rc = self.server.poll()
                 if rc is not None:
-                    raise BackendError(name, f"{describe_exit(rc)} before it was ready", log_tail(server.log_path))
+                    raise BackendError(self.name, f"{describe_exit(rc)} before it was ready", log_tail(self.server.log_path))
             try:
-                with trio.move_on_after(max(1.0, interval_s * 4)):
-                    resp = await client.request(method, url)
-                    if resp.status_code == expect_status:
-                        return trio.current_time()
-                    last = f"HTTP {resp.status_code}"
+                with trio.move_on_after(p.attempt_timeout_s):
+                    resp = await self.client.request(p.method, self.url)
+                    if resp.status_code == p.status:
+                        return
+                    self.last = f"HTTP {resp.status_code}"
             except httpx.HTTPError as e:
-                last = type(e).__name__
-            await trio.sleep(interval_s)
-    tail = log_tail(server.log_path) if server is not None else ""
-    raise BackendError(name, f"not ready after {timeout_s:g}s ({method} {url}: {last})", tail)
+                self.last = type(e).__name__
+            await trio.sleep(p.interval_s)
+
+    def timed_out(self) -> BackendError:
+        tail = log_tail(self.server.log_path) if self.server is not None else ""
+        p = self.probe
+        return BackendError(self.name, f"not ready after {p.timeout_s:g}s ({p.method} {self.url}: {self.last})", tail)

@@ -20,7 +20,7 @@ Design, per level (the parent is the runner; `python -m soakspec.runner.workers`
      write (line-atomic), and runs the bucket clock (fsync and progress at each bucket end).
   4. At the end each worker sends its summary (requests sent, in-flight seconds, drain time) and
      exits; the parent sums them into the level's `LevelRun`. Request indices are interleaved
-     (first + k*N + p), so ids stay unique and prompts cycle as with one process.
+     (`IdSequence.share`, runner/ids.py), so ids stay unique and prompts cycle as with one process.
 
 Aborts: when the parent is cancelled it closes the workers' stdin; a worker then cancels its
 load (in-flight requests are recorded as aborted, as in one process) and flushes its records,
@@ -43,7 +43,10 @@ from typing import Any
 
 import trio
 
-from soakspec.plan import Level
+from soakspec.plan import Level, Open
+from soakspec.runner.clock import RunClock
+from soakspec.runner.h11client import H11Connection
+from soakspec.runner.ids import IdSequence
 from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, drive_level
 
 READY, START, RECORDS, DONE, ERROR, JOB = range(6)
@@ -61,7 +64,7 @@ class WorkerError(RuntimeError):
 
 def processes_for(level: Level, workers: int) -> int:
     """How many processes a level gets: closed/batch ones never more than their concurrency."""
-    if level.mode == "open":
+    if isinstance(level.shape, Open):
         return max(1, workers)
     return max(1, min(workers, level.concurrency or 1))
 
@@ -100,15 +103,18 @@ class _Reader:
 
 
 async def drive_level_workers(
-    level: Level, ctx: LevelContext, job: dict[str, Any], workers: int, write_lines: Callable[[bytes], None]
+    level: Level, ctx: LevelContext, job: dict[str, Any], workers: int, write_lines: Callable[[bytes], None],
+    ids: IdSequence,
 ) -> tuple[LevelRun, int]:
-    """Run `level` from `workers` processes; returns the level's run and the next free request index.
+    """Run `level` from `workers` processes; returns the level's run and the next free request index
+    (`ids` continues after every index a worker used).
 
-    `job` holds what a worker needs besides its part: host, port, api_key_env, workload, model,
-    prompts, backend, id_prefix, first_index, headers. Records go to `write_lines`; `ctx.stats`
-    and `ctx.on_bucket` work as with `drive_level`.
+    `job` holds what a worker needs besides its part: host, port, api_key_env, request (the
+    level's template), prompts, backend, headers. Records go to `write_lines`; `ctx.stats` and
+    `ctx.on_bucket` work as with `drive_level`.
     """
     n = processes_for(level, workers)
+    shares = [ids.share(p, n) for p in range(n)]
     clock = ctx.clock
     stats = ctx.stats
     procs: list[trio.Process] = []
@@ -139,21 +145,7 @@ async def drive_level_workers(
                 raise WorkerError(f"worker {p} of {n} failed:\n{payload.decode(errors='replace')}")
 
     try:
-        for p in range(n):
-            proc = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "soakspec.runner.workers"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
-            )  # fmt: skip
-            procs.append(proc)
-            readers.append(_Reader(proc.stdout))  # type: ignore[arg-type]
-            part = dict(job, level=level, part=p, parts=n, clock_offset=clock.offset)
-            await proc.stdin.send_all(_frame(JOB, pickle.dumps(part)))  # type: ignore[union-attr]
-        with trio.fail_after(STARTUP_TIMEOUT):
-            for p, reader in enumerate(readers):
-                msg = await reader.next()
-                if msg is None or msg[0] != READY:
-                    detail = msg[1].decode(errors="replace") if msg and msg[0] == ERROR else "no READY"
-                    raise WorkerError(f"worker {p} of {n} did not start: {detail}")
+        await _spawn(level, job, shares, clock, procs, readers)
         t0 = clock.now() + START_MARGIN
         for proc in procs:
             await proc.stdin.send_all(_frame(START, struct.pack("<d", t0)))  # type: ignore[union-attr]
@@ -177,16 +169,41 @@ async def drive_level_workers(
                 if proc.returncode is None:
                     proc.kill()
                 await proc.wait()
-    first = job["first_index"]
     assert all(s is not None for s in summaries)
-    done = [s for s in summaries if s is not None]
-    run.measure_end = run.measure_start + level.duration_s
+    _sum_up(run, [s for s in summaries if s is not None], shares, ids)
+    return run, ids.end
+
+
+async def _spawn(level: Level, job: dict[str, Any], shares: list[IdSequence], clock, procs: list, readers: list) -> None:
+    """Start one worker per share, send each its job, wait (bounded) until each says READY."""
+    n = len(shares)
+    for p in range(n):
+        proc = await trio.lowlevel.open_process(
+            [sys.executable, "-m", "soakspec.runner.workers"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+        )  # fmt: skip
+        procs.append(proc)
+        readers.append(_Reader(proc.stdout))  # type: ignore[arg-type]
+        part = dict(job, level=level, ids=shares[p], clock_offset=clock.offset)
+        await proc.stdin.send_all(_frame(JOB, pickle.dumps(part)))  # type: ignore[union-attr]
+    with trio.fail_after(STARTUP_TIMEOUT):
+        for p, reader in enumerate(readers):
+            msg = await reader.next()
+            if msg is None or msg[0] != READY:
+                detail = msg[1].decode(errors="replace") if msg and msg[0] == ERROR else "no READY"
+                raise WorkerError(f"worker {p} of {n} did not start: {detail}")
+
+
+def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSequence) -> None:
+    """The level's run from the workers' summaries; `ids` goes on after every index they used."""
+    run.measure_end = run.measure_start + run.level.duration_s
     run.completed = all(s["completed"] for s in done)
     run.drained_at = max(s["drained_at"] for s in done)
     run.sent = sum(s["sent"] for s in done)
     run.busy_s = sum(s["busy_s"] for s in done)
-    used = [first + (s["ids"] - 1) * n + p + 1 for p, s in enumerate(done) if s["ids"]]
-    return run, max(used, default=first)
+    for share, s in zip(shares, done):
+        share.issued = s["ids"]
+    ids.continue_after(shares)
 
 
 # ------------------------------------------------------------------------------------------
@@ -194,9 +211,6 @@ async def drive_level_workers(
 
 
 async def _worker(msg_fd: int) -> None:
-    from soakspec.runner.clock import RunClock
-    from soakspec.runner.h11client import H11Connection
-
     out = trio.lowlevel.FdStream(msg_fd)
     reader = _Reader(trio.lowlevel.FdStream(os.dup(0)))
     msg = await reader.next()
@@ -205,11 +219,11 @@ async def _worker(msg_fd: int) -> None:
     job = pickle.loads(msg[1])
     try:
         level: Level = job["level"]
-        part, parts, first, prefix = job["part"], job["parts"], job["first_index"], job["id_prefix"]
+        next_id: IdSequence = job["ids"]
         clock = RunClock(offset=job["clock_offset"])
         api_key = os.environ.get(job["api_key_env"]) if job["api_key_env"] else None
         host, port = job["host"], job["port"]
-        shapes = Shapes(job["workload"], job["model"], job["prompts"])
+        shapes = Shapes(job["request"], job["prompts"])
     except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
         await out.send_all(_frame(ERROR, traceback.format_exc().encode()))
         return
@@ -217,14 +231,7 @@ async def _worker(msg_fd: int) -> None:
     outcomes: list[tuple[str, float | None]] = []
     stats = LiveStats()
     reported = 0  # requests started, as last reported
-    ids = 0
     full = trio.Event()
-
-    def next_id() -> tuple[int, str]:
-        nonlocal ids
-        i = first + ids * parts + part
-        ids += 1
-        return i, f"{prefix}-{i:07d}"
 
     def sink(records) -> None:
         lines.extend([rec.to_line() for rec in records])
@@ -261,7 +268,7 @@ async def _worker(msg_fd: int) -> None:
 
     ctx = LevelContext(
         job["backend"], clock, connect, shapes, sink, next_id,
-        headers=job["headers"], stats=stats, t0=t0, part=(part, parts),
+        headers=job["headers"], stats=stats, t0=t0, part=(next_id.part, next_id.parts),
     )  # fmt: skip
     run: LevelRun | None = None
     try:
@@ -285,7 +292,7 @@ async def _worker(msg_fd: int) -> None:
         await flush()
         if run is not None:
             summary = {"sent": run.sent, "busy_s": run.busy_s, "drained_at": run.drained_at,
-                       "completed": run.completed, "ids": ids}  # fmt: skip
+                       "completed": run.completed, "ids": next_id.issued}  # fmt: skip
             await out.send_all(_frame(DONE, pickle.dumps(summary)))
 
 

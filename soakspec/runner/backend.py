@@ -1,0 +1,117 @@
+"""One backend during a run: its server, its telemetry, its progress ticker.
+
+`serve_backend(launch, deps, recorder)` is started with `await nursery.start(...)`: it launches
+the server (or reaches an already running one), polls the readiness probe for at most the
+plan's `Probe.timeout_s`, reports the base URL with `task_status.started(url)`, and then
+watches the process: a server that exits during the run raises `BackendError`. When it is
+cancelled (the load is done, or the run aborts) it stops the server -- SIGTERM, the plan's
+grace, SIGKILL -- in a shielded cancel scope bounded by `Launch.stop_bound_s`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+
+import httpx
+import trio
+
+from soakspec.evidence.io import EvidenceError, JsonlWriter
+from soakspec.evidence.layout import RunLayout
+from soakspec.evidence.redact import redact_argv
+from soakspec.evidence.telemetry import NvmlSource, telemetry_record
+from soakspec.plan import PROGRESS_INTERVAL_S, Launch
+from soakspec.runner.clock import RunClock
+from soakspec.runner.load import Connection
+from soakspec.runner.procs import BackendError, ReadinessProbe, Reaper, describe_exit, free_port, launch, log_tail, stop
+from soakspec.runner.progress import Progress
+from soakspec.runner.recorder import BackendRecorder
+
+ConnectionFactory = Callable[[str, int, "str | None"], Connection]  # (host, port, api key) -> connection
+
+
+@dataclasses.dataclass(frozen=True)
+class Deps:
+    """What the run's parts share, passed in explicitly (tests pass their own)."""
+
+    clock: RunClock
+    progress: Progress
+    http: httpx.AsyncClient  # readiness probes
+    connect: ConnectionFactory  # the load's HTTP connections
+    layout: RunLayout
+    reaper: Reaper | None = None
+    nvml: NvmlSource | None = None
+    workers: int = 1  # load processes per level (`--workers`)
+
+
+async def serve_backend(
+    la: Launch, deps: Deps, rec: BackendRecorder, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Start the backend, report its URL once ready, watch it, stop it (see the module docstring)."""
+    if not la.launches:
+        url = la.base_url(None)
+        await _until_ready(la, url, None, deps, rec)
+        task_status.started(url)
+        return
+    port = free_port(la.host)
+    url = la.base_url(port)
+    argv = la.command(port)
+    env = {**os.environ, **dict(la.env)}
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    started = deps.clock.now()
+    rec.launching(argv, url, started)
+    deps.progress.log(f"[{la.name}] starting: {' '.join(redact_argv(argv))}")
+    log = str(rec.server_log) if la.capture_log else None
+    try:
+        server = await launch(la.name, argv, env, la.cwd, log, deps.reaper, started)
+    except BackendError as e:
+        rec.failed(e)
+        raise
+    rec.launched(server)
+    try:
+        await _until_ready(la, url, server, deps, rec)
+        task_status.started(url)
+        rc = await server.process.wait()
+        server.poll()
+        raise rec.failed(BackendError(la.name, f"server {describe_exit(rc)} during the run", log_tail(server.log_path)))
+    finally:
+        with trio.move_on_after(la.stop_bound_s, shield=True):
+            await stop(server, la.shutdown_grace_s, la.kill_wait_s, deps.reaper)
+
+
+async def _until_ready(la: Launch, url: str, server, deps: Deps, rec: BackendRecorder) -> None:
+    probe = ReadinessProbe(la.name, url + la.probe.path, la.probe, server, deps.http)
+    try:
+        with trio.move_on_after(la.probe.timeout_s) as scope:
+            await probe.wait()
+    except BackendError as e:
+        rec.failed(e)
+        raise
+    if scope.cancelled_caught:
+        raise rec.failed(probe.timed_out())
+    took = rec.ready(deps.clock.now(), url)
+    deps.progress.log(f"[{la.name}] ready after {took:.1f}s at {url}")
+
+
+async def sample_telemetry(deps: Deps, rec: BackendRecorder, interval_s: float) -> None:
+    """GPU and server-process samples every `interval_s` into telemetry.jsonl, each fsynced."""
+    pid = rec.server.pid if rec.server is not None else None
+    try:
+        with JsonlWriter(deps.layout.telemetry(rec.name), schema="telemetry") as w:
+            while True:
+                sample = await trio.to_thread.run_sync(telemetry_record, deps.nvml, pid)
+                w.write(sample)
+                w.flush_fsync()
+                await trio.sleep(interval_s)
+    except EvidenceError as e:
+        raise rec.status.evidence_failed(e)
+
+
+async def tick_progress(progress: Progress, rec: BackendRecorder) -> None:
+    while True:
+        progress.tick(rec.stats)
+        await trio.sleep(PROGRESS_INTERVAL_S)
+
+
+__all__ = ["ConnectionFactory", "Deps", "sample_telemetry", "serve_backend", "tick_progress"]

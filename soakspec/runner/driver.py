@@ -1,0 +1,99 @@
+"""The load driver: a backend's planned levels, one after another, then the clean follow-up.
+
+`drive_backend` sends nothing the plan does not say: each level's shape, request template,
+buckets and deadlines come from its `Level`; records go to the backend's recorder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import trio
+
+from soakspec.plan import BackendPlan, Level, RequestTemplate
+from soakspec.runner.backend import Deps, sample_telemetry, serve_backend, tick_progress
+from soakspec.runner.ids import IdSequence
+from soakspec.runner.load import CLOSE_S, LevelContext, LevelRun, Shapes, drive_level
+from soakspec.runner.prompts import PromptFiles
+from soakspec.runner.recorder import BackendRecorder
+from soakspec.runner.records import RequestRecord
+from soakspec.runner.workers import drive_level_workers, processes_for
+
+
+async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles, telemetry_interval_s: float) -> None:
+    """Serve the backend, drive its load with telemetry and progress alongside, stop it."""
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(serve_backend, bp.launch, deps, rec)
+        nursery.start_soon(sample_telemetry, deps, rec, telemetry_interval_s)
+        nursery.start_soon(tick_progress, deps.progress, rec)
+        await drive_backend(bp, url, deps, rec, ids, prompts)
+        nursery.cancel_scope.cancel()
+
+
+async def drive_backend(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles) -> None:
+    host, port = host_port(url)
+
+    def connector(template: RequestTemplate):
+        api_key = os.environ.get(template.api_key_env) if template.api_key_env else None
+        return lambda: deps.connect(host, port, api_key)
+
+    for lv in bp.levels:
+        shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
+        await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port))
+    if bp.follow_up:
+        fu = bp.follow_up_request
+        await follow_up(bp, deps, rec, ids, Shapes(fu, prompts(fu.prompt_file)), connector(fu))
+
+
+async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where) -> LevelRun:
+    progress = deps.progress
+    nb = len(lv.buckets)
+    entry = rec.level_started(lv, deps.clock.now())
+    stats = rec.stats
+
+    def on_bucket(k: int) -> None:
+        rec.flush()
+        progress.bucket_done(bp.name, lv.label, k, nb, stats)
+
+    ctx = LevelContext(bp.name, deps.clock, connect, shapes, rec.write_records, ids, stats=stats, on_bucket=on_bucket)
+    progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
+    try:
+        if deps.workers > 1:
+            entry["workers"] = processes_for(lv, deps.workers)
+            host, port = where
+            job = {"host": host, "port": port, "api_key_env": lv.request.api_key_env, "request": lv.request,
+                   "prompts": shapes.prompts, "backend": bp.name, "headers": ctx.headers}  # fmt: skip
+            run, _ = await drive_level_workers(lv, ctx, job, deps.workers, rec.write_lines, ids)
+        else:
+            run = await drive_level(lv, ctx)
+    finally:
+        rec.level_stopped(entry)
+    rec.level_finished(entry, run)
+    return run
+
+
+async def follow_up(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect) -> None:
+    """One request of the smallest shape at concurrency 1, after the last level."""
+    _, rid = ids()
+    record = RequestRecord(request_id=rid, backend=bp.name, workload=bp.follow_up_workload, level=-1, concurrency=1, bucket=-2)
+    conn = connect()
+    try:
+        await conn.send(shapes.make(0, smallest=True), rid, (), record, deadline=deps.clock.now() + bp.follow_up_deadline_s)
+    finally:
+        with trio.move_on_after(CLOSE_S, shield=True):
+            await conn.aclose()
+    passed = rec.follow_up_done(record)
+    deps.progress.log(f"[{bp.name}] clean follow-up: {'passed' if passed else 'FAILED'}")
+
+
+def host_port(url: str) -> tuple[str, int]:
+    m = re.match(r"https?://(\[[^\]]+\]|[^/:]+)(?::(\d+))?", url)
+    if m is None:
+        raise ValueError(f"not an http(s) URL: {url!r}")
+    host = m.group(1).strip("[]")
+    port = int(m.group(2) or (443 if url.startswith("https") else 80))
+    return host, port
+
+
+__all__ = ["drive_backend", "follow_up", "host_port", "run_backend"]

@@ -1,0 +1,181 @@
+"""What a run records while it runs: synchronous, one object per backend, no I/O but its writes.
+
+The async parts (the backend server, the load driver) report facts here -- launched, ready,
+a level started or ended, records, a bucket end, the follow-up, stopped, failed -- and this
+writes them (requests.jsonl is appended per batch and fsynced at every bucket end) or keeps
+them for the manifest entry that `collect` builds after the load.
+
+A failure is recorded where it happens, before it is raised: `RunStatus` keeps the first one
+(its reason becomes the manifest's), so the engine never has to dig it out of an ExceptionGroup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from soakspec.evidence.io import EvidenceError, JsonlWriter
+from soakspec.evidence.layout import RunLayout
+from soakspec.plan import BackendPlan, Level
+from soakspec.runner.load import LevelRun, LiveStats
+from soakspec.runner.procs import BackendError, Server
+from soakspec.runner.records import RequestRecord
+
+
+class RunStatus:
+    """How the run ends: complete, or aborted with the first failure's reason (a signal wins)."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self.failure: BackendError | None = None
+        self.signal_name: str | None = None
+
+    @property
+    def status(self) -> str:
+        return "complete" if self.reason is None else "aborted"
+
+    def backend_failed(self, err: BackendError) -> BackendError:
+        if self.reason is None:
+            self.reason, self.failure = str(err), err
+        return err
+
+    def evidence_failed(self, err: EvidenceError) -> EvidenceError:
+        if self.reason is None:
+            self.reason = f"cannot write evidence: {err}"
+        return err
+
+    def failed_with(self, group: BaseExceptionGroup) -> None:
+        """The load ended with these failures. Each recorded its reason where it was raised; one
+        that did not (a bug) still aborts the run, under the group's own description."""
+        if self.reason is None:
+            self.reason = f"the run failed: {group}"
+
+    def interrupted(self, signal_name: str) -> None:
+        self.signal_name = signal_name
+        self.reason = f"interrupted by {signal_name}"
+
+
+class BackendRecorder:
+    """One backend's evidence as the run goes (see the module docstring)."""
+
+    def __init__(self, bp: BackendPlan, layout: RunLayout, status: RunStatus) -> None:
+        self.bp = bp
+        self.name = bp.name
+        self.status = status
+        self.layout = layout
+        self.started = False  # prepare() ran: the backend has a manifest entry
+        self.writer: JsonlWriter | None = None
+        self.stats = LiveStats()
+        self.levels: list[dict[str, Any]] = []
+        self.followup: dict[str, Any] | None = None
+        self.argv: list[str] | None = None  # the command as executed
+        self.url: str | None = None
+        self.started_at: float | None = None
+        self.ready_at: float | None = None
+        self.server: Server | None = None
+        self.aborted_reason: str | None = None
+        self.trace_offset = 0
+        self.source_before: dict | None = None
+
+    # ------------------------------------------------------------ setup
+    def prepare(self, trace_offset: int, source_before: dict | None) -> None:
+        self.started = True
+        self.trace_offset = trace_offset
+        self.source_before = source_before
+        # Request lines are not schema-checked as they are written: a full jsonschema pass costs
+        # milliseconds per record, more than the request itself. RequestRecord.to_json is tested
+        # against the schema, and `verify`/`gate` check every line after the run.
+        with self._evidence():
+            self.layout.backend_dir(self.name).mkdir(parents=True, exist_ok=True)
+            self.writer = JsonlWriter(self.layout.requests(self.name), schema=None)
+
+    # ------------------------------------------------------------ the server
+    def launching(self, argv: list[str], url: str, started_at: float) -> None:
+        self.argv, self.url, self.started_at = argv, url, started_at
+
+    def launched(self, server: Server) -> None:
+        self.server = server
+
+    def ready(self, at: float, url: str) -> float:
+        """Returns the seconds it took (0 for a server that was already running)."""
+        self.url = url
+        self.ready_at = at
+        if self.started_at is None:
+            self.started_at = at
+        return at - self.started_at
+
+    def failed(self, err: BackendError) -> BackendError:
+        self.aborted_reason = err.message
+        return self.status.backend_failed(err)
+
+    # ------------------------------------------------------------ the load
+    def level_started(self, lv: Level, now: float) -> dict[str, Any]:
+        self.stats = LiveStats()
+        entry = lv.to_json() | {
+            "started_at": now, "measure_start": now + lv.warmup_s, "measure_end": None, "drained_at": None,
+            "completed": False, "buckets": [], "sent": 0,
+        }  # fmt: skip
+        self.levels.append(entry)
+        return entry
+
+    def level_stopped(self, entry: dict[str, Any]) -> None:
+        """The level's load ended, finished or not: what was sent is on disk."""
+        entry["sent"] = self.stats.sent
+        self.flush()
+
+    def level_finished(self, entry: dict[str, Any], run: LevelRun) -> None:
+        entry.update(
+            started_at=run.started_at, measure_start=run.measure_start, measure_end=run.measure_end,
+            drained_at=run.drained_at, completed=run.completed, buckets=run.bucket_windows(), sent=run.sent,
+            mean_in_flight=round(run.mean_in_flight, 3),
+        )  # fmt: skip
+
+    def write_records(self, records: Iterable[RequestRecord]) -> None:
+        # one write per batch (the file stays line-atomic); `to_line` is `dumps_line(to_json())`
+        self.write_lines(b"".join([rec.to_line() for rec in records]))
+
+    def write_lines(self, data: bytes) -> None:
+        assert self.writer is not None
+        try:
+            self.writer.write_lines(data)
+        except EvidenceError as e:
+            raise self.status.evidence_failed(e)
+
+    def flush(self) -> None:
+        if self.writer is not None:
+            with self._evidence():
+                self.writer.flush_fsync()
+
+    def follow_up_done(self, rec: RequestRecord) -> bool:
+        self.write_records([rec])
+        passed = str(rec.outcome) == "completed"
+        self.followup = {
+            "required": True,
+            "record": rec.to_json(),
+            "passed": passed,
+            "reason": None if passed else f"follow-up request {rec.outcome}: {rec.error or 'no detail'}",
+            "server_idle": None,
+        }
+        return passed
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+    # ------------------------------------------------------------ plumbing
+    @contextlib.contextmanager
+    def _evidence(self) -> Iterator[None]:
+        """An EvidenceError raised inside is recorded in the run status, then propagates."""
+        try:
+            yield
+        except EvidenceError as e:
+            raise self.status.evidence_failed(e)
+
+    @property
+    def server_log(self) -> Path:
+        return self.layout.server_log(self.name)
+
+
+__all__ = ["BackendRecorder", "RunStatus"]

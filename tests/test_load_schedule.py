@@ -1,0 +1,166 @@
+"""The load models' time model in virtual time: `drive_level` under `trio.testing.MockClock`.
+
+A fake connection "serves" each request in a fixed virtual latency, so the schedule, the
+bucket edges, the closed loop's concurrency and the level's end are exact -- no sockets, no
+real waiting, no timing tolerance. (tests/test_loadpaths.py runs whole levels over real sockets.)
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import example, given, settings, strategies as st
+
+from soakspec.lang import check, parse
+from soakspec.plan import Level, LoadShape, plan
+from soakspec.runner.clock import RunClock
+from soakspec.runner.ids import IdSequence
+from soakspec.runner.load import LOAD_MODELS, LevelContext, Shapes, drive_level, schedule
+from soakspec.runner.records import Outcome, RequestRecord
+
+
+def level_of(load: str, *, duration: str = "10s", bucket: str = "2s", warmup: str = "0s", deadline: str = "30s") -> Level:
+    text = (
+        'soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+        f'workload "w" {{\n load {{\n {load}\n }}\n duration = {duration}\n bucket = {bucket}\n'
+        f" warmup = {warmup}\n deadline = {deadline}\n follow_up = false\n}}\n"
+    )
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, diags
+    return plan(spec).backends[0].levels[0]
+
+
+class FakeServer:
+    """Counts requests in flight; each takes `latency` seconds of virtual time."""
+
+    def __init__(self, clock: RunClock, latency: float) -> None:
+        self.clock = clock
+        self.latency = latency
+        self.in_flight = 0
+        self.in_flight_at_start: list[int] = []
+
+    def connect(self) -> FakeConnection:
+        return FakeConnection(self)
+
+
+class FakeConnection:
+    def __init__(self, server: FakeServer) -> None:
+        self.server = server
+
+    async def send(self, shape, request_id, headers, record: RequestRecord, *, deadline: float) -> None:
+        srv = self.server
+        record.start = srv.clock.now()
+        srv.in_flight += 1
+        srv.in_flight_at_start.append(srv.in_flight)
+        try:
+            await trio.sleep(srv.latency)
+        finally:
+            srv.in_flight -= 1
+        record.end = srv.clock.now()
+        record.outcome = Outcome.COMPLETED
+
+    async def aclose(self) -> None:
+        await trio.lowlevel.checkpoint()
+
+
+async def drive(level: Level, latency: float):
+    clock = RunClock(timer=trio.current_time, epoch=1000.0)
+    server = FakeServer(clock, latency)
+    records: list[RequestRecord] = []
+    bucket_ends: list[tuple[int, float]] = []
+    ctx = LevelContext(
+        "a", clock, server.connect, Shapes(level.request), records.extend, IdSequence("t"),
+        on_bucket=lambda k: bucket_ends.append((k, clock.now())),
+    )  # fmt: skip
+    run = await drive_level(level, ctx)
+    return run, records, bucket_ends, server
+
+
+def run_virtual(level: Level, latency: float):
+    return trio.run(drive, level, latency, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_open_loop_sends_on_the_planned_schedule():
+    """Constant arrival: request i is due at start + i/rate, exactly rate × duration of them,
+    each in the bucket of its intended start; none starts at or after the level's end."""
+    level = level_of("mode = open\n rate = [4rps]\n arrival = constant")
+    run, records, _, _ = run_virtual(level, latency=0.3)
+    assert len(records) == level.min_requests == 40
+    intended = sorted(r.intended_start - run.started_at for r in records)
+    assert intended == pytest.approx([i / 4 for i in range(40)], abs=1e-9)
+    assert all(r.start == pytest.approx(r.intended_start, abs=1e-9) for r in records)  # no lag behind the schedule
+    for r in records:
+        assert r.bucket == int((r.intended_start - run.measure_start) // 2.0)
+    end = run.measure_start + level.duration_s
+    assert max(r.start for r in records) < end
+
+
+def test_poisson_schedule_is_seeded_by_the_plan():
+    level = level_of("mode = open\n rate = [3rps]\n arrival = poisson\n seed = 7")
+    run, records, _, _ = run_virtual(level, latency=0.1)
+    want = list(schedule(3.0, "poisson", level.shape.seed, run.started_at, run.started_at + level.duration_s))
+    assert sorted(r.intended_start for r in records) == pytest.approx(want, abs=1e-9)
+
+
+def test_closed_loop_keeps_exactly_c_in_flight():
+    """c workers, no barrier: c requests are in flight from the start to the level's end, so the
+    measured in-flight mean is c; nobody starts a request after the end, and they all drain."""
+    level = level_of("concurrency = [3]", duration="10s", bucket="5s")
+    run, records, _, server = run_virtual(level, latency=0.7)
+    assert max(server.in_flight_at_start) == 3
+    assert server.in_flight_at_start[3:] == [3] * (len(records) - 3)  # each start refills to c
+    assert run.mean_in_flight == pytest.approx(3.0, abs=1e-9)
+    end = run.measure_start + level.duration_s
+    assert all(r.start < end for r in records)
+    assert len(records) == 3 * math.ceil(10 / 0.7)
+    assert run.drained_at == pytest.approx(max(r.end for r in records), abs=1e-9)
+
+
+def test_bucket_ends_fire_at_the_planned_edges_after_the_warmup():
+    level = level_of("concurrency = [1]", duration="5s", bucket="2s", warmup="1s")
+    run, records, bucket_ends, _ = run_virtual(level, latency=0.25)
+    m = run.measure_start
+    assert m == pytest.approx(run.started_at + 1.0)
+    assert bucket_ends == [(0, pytest.approx(m + 2.0)), (1, pytest.approx(m + 4.0)), (2, pytest.approx(m + 5.0))]
+    assert [w["end"] - w["start"] for w in run.bucket_windows()] == pytest.approx([2.0, 2.0, 1.0])
+    assert {r.bucket for r in records if r.start < m} == {-1}  # warmup requests belong to no bucket
+    assert {r.bucket for r in records if r.start >= m} == {0, 1, 2}
+
+
+def test_batches_of_n_run_back_to_back():
+    """Batches of 6 at concurrency 2 with 1 s requests: 3 rounds of 2 per batch, batch after batch,
+    and the last batch stops launching at the level's end."""
+    level = level_of("mode = batch\n concurrency = [2]\n requests = 6", duration="10s", bucket="5s")
+    run, records, _, server = run_virtual(level, latency=1.0)
+    starts = sorted(r.start - run.started_at for r in records)
+    assert starts == pytest.approx([float(k) for k in range(10) for _ in range(2)])
+    assert max(server.in_flight_at_start) == 2
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rate=st.sampled_from(["1rps", "2rps", "5rps", "30rpm"]),
+    duration=st.integers(4, 13),
+    bucket=st.integers(1, 4),
+    latency=st.floats(0.01, 3.0),
+)
+@example(rate="30rpm", duration=9, bucket=1, latency=1.0)  # 4.5 planned: the schedule sends 5 (0, 2, ..., 8 s)
+def test_open_loop_counts_and_buckets_follow_the_plan(rate, duration, bucket, latency):
+    """For any constant rate, duration and bucket: rate × duration requests, every planned bucket
+    gets exactly the requests scheduled in its window, and latency does not change the schedule."""
+    level = level_of(f"mode = open\n rate = [{rate}]\n arrival = constant", duration=f"{duration}s", bucket=f"{bucket}s")
+    run, records, bucket_ends, _ = run_virtual(level, latency=latency)
+    assert len(records) == level.min_requests
+    assert [k for k, _ in bucket_ends] == [b.index for b in level.buckets]
+    for b in level.buckets:
+        lo, hi = run.measure_start + b.start_s, run.measure_start + b.start_s + b.length_s
+        assert sum(1 for r in records if r.bucket == b.index) == sum(1 for r in records if lo <= r.intended_start < hi)
+
+
+def test_every_planned_load_shape_has_a_load_model():
+    """A load shape is declared once in the plan (`LoadShape`) and driven by one function here."""
+    assert set(LOAD_MODELS) == set(typing.get_args(LoadShape))
