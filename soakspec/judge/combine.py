@@ -5,11 +5,22 @@ checks of `CHECKS`, in order, all of which must hold:
 
   children_pass         every child's verdict is PASS (a FAIL fails, an INCONCLUSIVE makes the
                         combination inconclusive)
-  backends_once         every backend the spec declares appears in exactly one child
-  one_commit            one source commit across all children and backends
-  model_provenance      identical model revision, model fingerprint and server binary sha256
+  backends_once         every backend the spec declares appears in a child, and no child has a
+                        backend the spec does not declare. A backend in several children is a
+                        before/after series (allowed; `soakspec compare` gives the statistics)
+  one_commit            one source commit across all children and backends -- required only
+                        when the spec declares `source { repo }`; otherwise commits that were
+                        recorded must still agree. In a before/after series the commit is what
+                        changed: shown, not required equal
+  model_provenance      identical model revision (required when the spec declares a revision),
+                        model fingerprint (when it declares a model path) and server binary
+                        sha256 (when a backend launches a server); values recorded without being
+                        declared must still agree. A before/after series may change the binary
   same_workload         the same spec (sha256), or at least identical workloads and gate
   runtime_boundaries    a runtime boundary retained for every backend (confirmed or declared)
+
+Provenance the spec never asked for is never required: a `url` backend records no binary, a
+spec without `source` no commit.
 """
 
 from __future__ import annotations
@@ -136,10 +147,19 @@ def backends_once(children: Sequence[Child]) -> Check:
         for b in c.evidence.backends:
             where.setdefault(b.name, []).append(c.dir)
     declared = [b.name for b in children[0].spec.backends] if children else []
-    problems = [f"backend {n} appears in {len(ds)} children ({', '.join(ds)})" for n, ds in where.items() if len(ds) > 1]
-    problems += [f"backend {n} is in no child" for n in declared if n not in where]
+    problems = [f"backend {n} is in no child" for n in declared if n not in where]
     problems += [f"backend {n} is not declared by the spec" for n in where if n not in declared]
-    return Check("backends_once", "fail" if problems else "pass", "; ".join(problems) or f"each of {', '.join(declared)} appears once")
+    series = [f"backend {n} appears in {len(ds)} children ({', '.join(ds)}): a before/after series"
+              for n, ds in where.items() if len(ds) > 1]
+    if problems:
+        return Check("backends_once", "fail", "; ".join(problems + series))
+    return Check("backends_once", "pass", "; ".join(series) or f"each of {', '.join(declared)} appears once")
+
+
+def before_after(children: Sequence[Child]) -> bool:
+    """True when some backend appears in more than one child (a before/after series)."""
+    names = [b.name for c in children for b in c.evidence.backends]
+    return len(names) != len(set(names))
 
 
 def _entries(children: Sequence[Child]) -> dict[str, Mapping[str, Any]]:
@@ -147,8 +167,17 @@ def _entries(children: Sequence[Child]) -> dict[str, Mapping[str, Any]]:
     return {f"{b.name} in {c.dir}": b.entry for c in children for b in c.evidence.backends}
 
 
+def _agree(values: Mapping[str, Any], label: str, required: bool) -> str | None:
+    """None when the values agree; missing values matter only when `required`."""
+    if required:
+        return _distinct(values, label)
+    return _distinct({k: v for k, v in values.items() if v is not None}, label)
+
+
 def one_commit(children: Sequence[Child]) -> Check:
     entries = _entries(children)
+    spec = children[0].spec if children else None
+    required = spec is not None and spec.source.repo is not None
     commits: dict[str, Any] = {}
     msgs = []
     for k, e in entries.items():
@@ -156,23 +185,56 @@ def one_commit(children: Sequence[Child]) -> Check:
         if before != after:
             msgs.append(f"{k}: commit changed during the run")
         commits[k] = before
-    m = _distinct(commits, "commit")
+    if before_after(children):
+        shown = ", ".join(f"{k}: {str(v)[:12] if v else 'none'}" for k, v in commits.items())
+        return Check("one_commit", "fail" if msgs else "pass", "; ".join(msgs) or f"before/after series; commits {shown}")
+    m = _agree(commits, "commit", required)
     if m:
         msgs.append(m)
-    return Check("one_commit", "fail" if msgs else "pass",
-                 "; ".join(msgs) or f"one commit {str(next(iter(commits.values()), ''))[:12]} across {len(entries)} backends")
+    recorded = [v for v in commits.values() if v is not None]
+    if msgs:
+        return Check("one_commit", "fail", "; ".join(msgs))
+    if not recorded:
+        return Check("one_commit", "pass", "the spec declares no source repository; no commit to compare")
+    return Check("one_commit", "pass", f"one commit {str(recorded[0])[:12]} across {len(entries)} backends")
 
 
 def model_provenance(children: Sequence[Child]) -> Check:
     entries = _entries(children)
-    msgs = []
-    for label, path in (("model revision", ("model", "revision")), ("model fingerprint", ("model", "fingerprint")),
-                        ("server binary sha256", ("server_binary", "sha256"))):
-        m = _distinct({k: _get(e, *path) for k, e in entries.items()}, label)
+    spec = children[0].spec if children else None
+    model = spec.model if spec is not None else None
+    launches = {b.name for b in spec.backends if b.launches} if spec is not None else set()
+    series = before_after(children)
+    msgs, compared = [], []
+    for label, path, required in (
+        ("model revision", ("model", "revision"), bool(model and model.revision)),
+        ("model fingerprint", ("model", "fingerprint"), bool(model and model.path)),
+    ):
+        vals = {k: _get(e, *path) for k, e in entries.items()}
+        m = _agree(vals, label, required)
         if m:
             msgs.append(m)
-    return Check("model_provenance", "fail" if msgs else "pass",
-                 "; ".join(msgs) or "identical model revision, fingerprint and server binary across backends")
+        elif any(v is not None for v in vals.values()):
+            compared.append(label)
+    binaries = {f"{b.name} in {c.dir}": _get(b.entry, "server_binary", "sha256")
+                for c in children for b in c.evidence.backends}
+    must = [f"{b.name} in {c.dir}" for c in children for b in c.evidence.backends if b.name in launches]
+    missing = [k for k in must if binaries.get(k) is None]
+    if missing:
+        msgs.append(f"no server binary sha256 recorded for {', '.join(missing)}")
+    elif not series:
+        m = _distinct({k: v for k, v in binaries.items() if v is not None}, "server binary sha256")
+        if m:
+            msgs.append(m)
+        elif any(v is not None for v in binaries.values()):
+            compared.append("server binary sha256")
+    elif any(v is not None for v in binaries.values()):
+        compared.append("server binary sha256 shown per run (a before/after series may change it)")
+    if msgs:
+        return Check("model_provenance", "fail", "; ".join(msgs))
+    return Check("model_provenance", "pass",
+                 ("identical " + ", ".join(compared) + " across backends") if compared
+                 else "the spec declares no model provenance to compare")
 
 
 def same_workload(children: Sequence[Child]) -> Check:
