@@ -113,14 +113,19 @@ def test_not_evaluated_rules_are_skipped(seed):
     assert "changed during the run" in inp.render("md")
 
 
-def test_cli_report_exit_codes_follow_the_verdict(seed, tmp_path, capsys):
+def test_cli_report_exits_0_when_rendered_and_gate_keeps_the_verdicts_code(seed, tmp_path, capsys):
+    """`report` publishes a FAIL report under `set -e`; the verdict's code is `gate`'s."""
     ok = EvidenceBuilder(seed).write(tmp_path / "ok")
     bad = failed_one(seed).write(tmp_path / "bad")
     scaled = EvidenceBuilder(seed, time_scale=0.1).write(tmp_path / "scaled")
     for fmt in FORMATS:
-        assert main(["report", str(ok), "--format", fmt]) == 0
-        assert main(["report", str(bad), "--format", fmt]) == 1
-        assert main(["report", str(scaled), "--format", fmt]) == 3
+        for d, word in ((ok, "PASS"), (bad, "FAIL"), (scaled, "INCONCLUSIVE")):
+            assert main(["report", str(d), "--format", fmt]) == 0
+            assert word in capsys.readouterr().out
+    assert main(["gate", str(ok)]) == 0
+    assert main(["gate", str(bad)]) == 1
+    assert main(["gate", str(scaled)]) == 3
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
     capsys.readouterr()
 
 
