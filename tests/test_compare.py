@@ -143,3 +143,64 @@ def test_compare_refuses_evidence_changed_after_the_run(tmp_path, capsys):
 def test_markdown_escapes_evidence_text():
     c = compare(builder(1).build(), builder(2).build(), base_dir="<b>|x", resamples=200)
     assert "<b>" not in render(c, "html")
+
+
+# ------------------------------------------------------------------------------ real simulator runs
+
+SIM_SPEC = """
+soak "cmp" {}
+model {
+  id = "sim-model"
+}
+backend "sim" {
+  sim {
+    ttft = TTFT
+    itl = 5ms
+    slots = 16
+  }
+  runtime {
+    label = "host-staged"
+  }
+}
+workload "w" {
+  endpoint = completions
+  prompt_words = 16
+  max_tokens = [16]
+  sampling = greedy
+  ignore_eos = true
+  load {
+    mode = closed
+    concurrency = [8]
+  }
+  duration = 8s
+  bucket = 4s
+  deadline = 10s
+  follow_up = false
+}
+gate {
+  require failed == 0
+}
+"""
+
+
+@pytest.mark.slow
+def test_compare_two_real_simulator_runs_finds_a_20_percent_ttft_regression(tmp_path, capsys):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    dirs = []
+    for name, ttft in (("base", "50ms"), ("new", "60ms")):
+        spec = tmp_path / f"{name}.soak"
+        spec.write_text(SIM_SPEC.replace("TTFT", ttft))
+        out = tmp_path / name
+        p = subprocess.run([sys.executable, "-m", "soakspec", "run", str(spec), "--out", str(out), "--quiet"],
+                           cwd=repo, capture_output=True, text=True, timeout=120)
+        assert p.returncode in (0, 3), p.stderr[-2000:]
+        dirs.append(str(out))
+    code = main(["compare", *dirs, "--format", "json", "--require", "p50(ttft) regression <= 5%"])
+    doc = json.loads(capsys.readouterr().out)
+    row = next(r for r in doc["rows"] if (r["metric"], r["stat"]) == ("ttft", "p50"))
+    assert row["verdict"] == "regression" and 0.1 < row["change"] < 0.3, row
+    assert code == 1 and doc["rules"][0]["status"] == "fail"
