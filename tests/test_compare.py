@@ -204,3 +204,73 @@ def test_compare_two_real_simulator_runs_finds_a_20_percent_ttft_regression(tmp_
     row = next(r for r in doc["rows"] if (r["metric"], r["stat"]) == ("ttft", "p50"))
     assert row["verdict"] == "regression" and 0.1 < row["change"] < 0.3, row
     assert code == 1 and doc["rules"][0]["status"] == "fail"
+
+
+# ------------------------------------------------------------------------------ compare { ... } in a spec
+
+COMPARE_BLOCK = """
+compare {
+  confidence = 90%
+  require regression(p50(ttft)) <= 5%
+  warn regression(mean(qps)) <= 10%
+}
+"""
+
+
+def _spec_with(block: str):
+    from soakspec.judge.testing import spec_from_text
+
+    return spec_from_text(SPEC.canonical_text + block)
+
+
+def test_a_compare_block_is_checked_into_the_spec():
+    spec = _spec_with(COMPARE_BLOCK)
+    assert spec.compare.confidence == 0.9
+    got = [(r.severity, r.stat, r.metric, r.op, r.threshold) for r in spec.compare.rules]
+    assert got == [("require", "p50", "ttft", "<=", 0.05), ("warn", "mean", "qps", "<=", 0.1)]
+    from soakspec.compare import rules_of
+
+    assert [r.text() for r in rules_of(spec)] == ["require p50(ttft) regression <= 5%", "warn mean(qps) regression <= 10%"]
+
+
+@pytest.mark.parametrize("line, code", [
+    ("require regression(p99(bogus)) <= 5%", "E302"),
+    ("require regression(p99(qps)) <= 5%", "E303"),
+    ("require regression(ttft) <= 5%", "E303"),
+    ("require regression(p100(ttft)) <= 5%", "E304"),
+    ("require regression(p99(ttft)) >= 5%", "E305"),
+    ("require regression(p99(ttft)) <= 5% per bucket", "E306"),
+])
+def test_a_bad_compare_rule_is_a_located_diagnostic(line, code):
+    with pytest.raises(ValueError, match=code):
+        _spec_with("compare {\n  " + line + "\n}\n")
+
+
+def test_the_checker_and_compare_agree_on_the_metrics():
+    from soakspec.compare import METRICS
+    from soakspec.lang.check.compare import COMPARE_METRICS
+
+    assert {m.name: ("mean" if m.kind == "per_bucket" else "percentile") for m in METRICS} == COMPARE_METRICS
+
+
+def test_the_command_gates_with_the_spec_s_compare_block(tmp_path, capsys):
+    spec = _spec_with(COMPARE_BLOCK)
+
+    def run(seed, factor):
+        b = builder(seed, ttft_factor=factor)
+        b.spec = spec
+        b.manifest["spec"] = {"path": spec.path, "text": spec.canonical_text, "sha256": spec.sha256}
+        return b
+
+    base = run(1, 1.0).write(tmp_path / "base")
+    new = run(2, 1.2).write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["confidence"] == 0.9
+    assert [(r["rule"], r["status"]) for r in doc["rules"]][0] == ("require p50(ttft) regression <= 5%", "fail")
+    # the same configuration: no regression seen, but 400 samples cannot bound it within 5%
+    same = run(3, 1.0).write(tmp_path / "same")
+    assert main(["compare", str(base), str(same), "--resamples", "500", "--format", "json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rules"][0]["status"] == "inconclusive"
+    assert all(r["verdict"] == "no significant change" for r in doc["rows"])

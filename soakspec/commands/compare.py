@@ -4,8 +4,11 @@ Before/after with statistics. Both evidence directories are loaded and verified 
 does (every artifact re-hashed against its manifest; a spec that does not check is a usage
 error), matched by backend and level, and compared row by row with a seeded bootstrap interval
 (`soakspec.compare` documents the method). `--spec FILE` checks both runs against that spec
-instead of the ones embedded in their manifests. Rules (`--require 'p99(ttft) regression <= 5%'`,
-repeatable; `warn ...` for a rule that never decides) gate the comparison.
+instead of the ones embedded in their manifests. Rules gate the comparison: those of the
+spec's `compare { require regression(p99(ttft)) <= 5% }` block (`--spec FILE`, else the NEW
+run's embedded spec -- the one under review; its `confidence` too unless `--confidence` is
+given), then every `--require 'p99(ttft) regression <= 5%'` (repeatable; `warn ...` for a rule
+that never decides).
 
 Exit code: 0 PASS (both runs verified, every require rule holds); 1 FAIL (a require rule
 failed, or a run's evidence does not verify); 3 INCONCLUSIVE (a rule the samples cannot
@@ -38,8 +41,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("base", metavar="BASE", help="the evidence directory before the change")
     p.add_argument("new", metavar="NEW", help="the evidence directory after the change")
     p.add_argument("--spec", metavar="FILE", help="check both runs with this spec instead of their embedded ones")
-    p.add_argument("--confidence", type=_confidence, default=0.95, metavar="C",
-                   help="family-wise confidence of the intervals, e.g. 95%% or 0.99 (default: 95%%)")
+    p.add_argument("--confidence", type=_confidence, default=None, metavar="C",
+                   help="family-wise confidence of the intervals, e.g. 95%% or 0.99 (default: the spec's compare "
+                        "block, else 95%%)")
     p.add_argument("--require", action="append", default=[], metavar="RULE",
                    help="a gating rule, e.g. 'p99(ttft) regression <= 5%%' (or 'warn p50(tpot) regression <= 10%%')")
     p.add_argument("--format", choices=FORMATS, default="md", help="md, html or json (default: md)")
@@ -51,7 +55,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
     from soakspec.commands.gate import load_for_judging
-    from soakspec.compare import DEFAULT_RESAMPLES, RuleError, compare, parse_rule
+    from soakspec.compare import DEFAULT_RESAMPLES, RuleError, compare, parse_rule, rules_of
     from soakspec.compare.render import render
     from soakspec.evidence.io import EvidenceError, write_bytes_atomic
 
@@ -62,13 +66,17 @@ def main(args: argparse.Namespace) -> int:
     resamples = DEFAULT_RESAMPLES if args.resamples is None else args.resamples
     if resamples < 100:
         raise UsageError("--resamples must be at least 100")
-    sides = []
+    sides, specs = [], []
     for d in (args.base, args.new):
         loaded = load_for_judging("compare", d, args.spec, name_dir=True)
         if isinstance(loaded, int):
             return loaded
+        specs.append(loaded[0])
         sides.append(loaded[1])
-    c = compare(sides[0], sides[1], base_dir=str(args.base), new_dir=str(args.new), confidence=args.confidence,
+    spec = specs[1]  # --spec, else the new run's own spec: the one under review
+    rules = list(rules_of(spec)) + rules
+    confidence = args.confidence if args.confidence is not None else spec.compare.confidence
+    c = compare(sides[0], sides[1], base_dir=str(args.base), new_dir=str(args.new), confidence=confidence,
                 rules=rules, resamples=resamples, seed=args.seed)
     text = render(c, args.format).encode("utf-8", "backslashreplace").decode("utf-8")
     if args.out is not None:

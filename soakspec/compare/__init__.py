@@ -1,7 +1,8 @@
 """Before/after with statistics: `compare(base, new) -> Comparison` (pure, deterministic).
 
     compare(base: Evidence, new: Evidence, *, confidence, rules, resamples, seed) -> Comparison
-    parse_rule(text) -> CompareRule        `require p99(ttft) regression <= 5%`
+    parse_rule(text) -> CompareRule        `require p99(ttft) regression <= 5%` (command line)
+    rules_of(spec) -> tuple[CompareRule]   a spec's `compare { require regression(p99(ttft)) <= 5% }`
     Comparison.to_json() / soakspec.compare.render.render(comparison, fmt)
 
 Matching. Backends are matched by name; when the two runs have no backend name in common and
@@ -120,6 +121,10 @@ _RULE = re.compile(
     r"^\s*(?:(require|warn)\s+)?(p\d+(?:\.\d+)?|median|mean)\(\s*([a-z_]+)\s*\)\s+regression\s*(<=|<)\s*"
     r"(-?\d+(?:\.\d+)?)\s*%\s*$"
 )
+_SPEC_FORM = re.compile(  # the spec's `compare { require regression(p99(ttft)) <= 5% }` form
+    r"^\s*(?:(require|warn)\s+)?regression\(\s*(p\d+(?:\.\d+)?|median|mean)\(\s*([a-z_]+)\s*\)\s*\)\s*(<=|<)\s*"
+    r"(-?\d+(?:\.\d+)?)\s*%\s*$"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,8 +144,9 @@ class RuleError(ValueError):
 
 
 def parse_rule(text: str) -> CompareRule:
-    """`[require|warn] STAT(METRIC) regression <= N%`; raises RuleError with a reason."""
-    m = _RULE.match(text)
+    """`[require|warn] STAT(METRIC) regression <= N%` (or the spec's form,
+    `regression(STAT(METRIC)) <= N%`); raises RuleError with a reason."""
+    m = _RULE.match(text) or _SPEC_FORM.match(text)
     if not m:
         raise RuleError(f"{text!r}: expected `require STAT(METRIC) regression <= N%`, e.g. `require p99(ttft) regression <= 5%`")
     sev, stat, name, op, n = m.groups()
@@ -154,6 +160,12 @@ def parse_rule(text: str) -> CompareRule:
     if cm.kind == "distribution" and (q is None or not 0 < q < 100):
         raise RuleError(f"{text!r}: {name} is compared by a percentile p1..p99.9, e.g. p99({name})")
     return CompareRule(sev or "require", stat, name, op, float(n) / 100.0)  # type: ignore[arg-type]
+
+
+def rules_of(spec: Any) -> tuple[CompareRule, ...]:
+    """The rules of a checked spec's `compare { ... }` block (soakspec/lang/check/compare.py)."""
+    block = getattr(spec, "compare", None)
+    return tuple(CompareRule(r.severity, r.stat, r.metric, r.op, r.threshold) for r in getattr(block, "rules", ()))
 
 
 # ------------------------------------------------------------------------------ bootstrap
@@ -483,4 +495,4 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
 
 
 __all__ = ["BY_NAME", "METRICS", "CompareMetric", "CompareRule", "Comparison", "Row", "RuleError", "RuleOutcome",
-           "Side", "compare", "mean_draws", "parse_rule", "percentile_draws"]
+           "Side", "compare", "mean_draws", "parse_rule", "percentile_draws", "rules_of"]

@@ -19,7 +19,7 @@ from typing import Any
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
-from soakspec.lang.check import backend, claims, gate, header, workload
+from soakspec.lang.check import backend, claims, compare, gate, header, workload
 from soakspec.lang.check.backend import BACKEND_BLOCKS, BACKEND_KEYS, PLACEHOLDERS
 from soakspec.lang.check.core import MAX_DURATION_S, Ctx, suggest
 from soakspec.lang.check.gate import SCOPES
@@ -45,7 +45,7 @@ __all__ = [
 # One definition of "generic", shared with the evidence layer that re-checks it after a run.
 is_generic_runtime_label = is_generic_label
 
-TOP_LEVEL = ("soak", "model", "source", "telemetry", "backend", "workload", "gate", "claims")
+TOP_LEVEL = ("soak", "model", "source", "telemetry", "backend", "workload", "gate", "claims", "compare")
 _NAMED = ("backend", "workload")
 
 
@@ -72,6 +72,7 @@ def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list
         telemetry=header.telemetry(ctx, singles.get("telemetry")),
         gate=gate.gate(ctx, singles.get("gate"), {b.name for b in bks}),
         claims=claims.claims(ctx, singles.get("claims")),
+        compare=compare.compare(ctx, singles.get("compare")),
     )
     if any(d.severity is Severity.ERROR for d in ctx.diags):
         return None, ctx.diags
