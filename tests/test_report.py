@@ -277,8 +277,10 @@ def test_edited_evidence_fails_and_names_the_file(run_dir, tmp_path):
     assert code == 0  # rendered; the verdict's exit code is the gate's
     assert cli("gate", str(copy))[0] == 1
     assert "**Verdict: FAIL**" in md
-    # a run-wide check (no backend named in its findings) fails every backend
-    assert all(r[8].startswith("failed: ") and "artifacts_verified" in r[8] for r in table_rows(md)[2:])
+    # the changed file is sim-slow's: its row fails artifacts_verified; sim-fast's evidence is intact
+    own = {r[0]: r[8] for r in table_rows(md)[2:]}
+    assert own["sim-slow"].startswith("failed: ") and "artifacts_verified" in own["sim-slow"]
+    assert "artifacts_verified" not in own["sim-fast"]
     assert "FAIL  [evidence] artifacts_verified — backends/sim-slow/requests.jsonl: changed since the manifest was written" in md
     code, xml, _ = cli("report", str(copy), "--format", "junit")
     assert code == 0

@@ -251,3 +251,16 @@ def test_the_failing_report_renders_in_headless_chromium(tmp_path):
             idat += data[pos + 8:pos + 8 + n]
         pos += 12 + n
     assert len(set(zlib.decompress(idat))) > 64
+
+
+def test_a_changed_file_fails_only_the_backend_it_belongs_to(tmp_path):
+    spec = small_spec(backends=("a", "b"))
+    d = EvidenceBuilder(spec).write(tmp_path / "run")
+    f = d / "backends" / "b" / "traces.jsonl"
+    f.write_bytes(f.read_bytes() + f.read_bytes().splitlines(keepends=True)[0])
+    code, md, _ = cli("report", str(d))
+    assert code == 0 and "**Verdict: FAIL**" in md
+    rows = md_rows(md)
+    assert "artifacts_verified" in rows["b"]["Own rules"] and rows["b"]["Own rules"].startswith("failed")
+    # a's evidence is intact; its performance rules were not evaluated (the run's evidence failed)
+    assert "artifacts_verified" not in rows["a"]["Own rules"] and not rows["a"]["Own rules"].startswith("failed")

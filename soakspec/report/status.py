@@ -10,8 +10,9 @@ backend's result (a backend that passed every rule would read "failed"). Per bac
                      but the narrowed judgment is still made and kept as `measured`, so a report
                      can show the figure, marked as not evaluated.
   validity, evidence the run-level result; when it did not pass and every failing instance is
-                     listed with its backend, a backend none of them names passes it (checks
-                     without a backend -- the manifest, artifacts -- apply to every backend).
+                     listed with its backend (or names a file under that backend's
+                     `backends/<name>/`), a backend none of them names passes it; a finding
+                     about the run as a whole (the manifest) applies to every backend.
 
 Word: failed (a require rule fails for it), inconclusive (a require rule is inconclusive or not
 evaluated), passed; `not run` for a planned backend without evidence.
@@ -20,11 +21,14 @@ evaluated), passed; `not run` for a planned backend without evidence.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from soakspec.evidence import layout
 from soakspec.judge.verdict import RuleResult
 
+_BACKEND_FILE = re.compile(rf"(?:^|[\s:(]){layout.BACKENDS}/([A-Za-z0-9._-]+)/")
 _RANK = {"pass": 0, "warn": 1, "not_evaluated": 2, "inconclusive": 3, "fail": 4}
 
 
@@ -66,13 +70,27 @@ class BackendStatus:
                            "measured": r.measured.observed_text if r.measured is not None else None} for r in self.rules]}
 
 
+def _named(d: Any) -> str | None:
+    """The backend an instance speaks about: its location's backend, or the backend whose
+    directory a file finding names (`backends/<safe name>/requests.jsonl: changed ...`)."""
+    if d.where.backend:
+        return d.where.backend
+    for text in (d.where.text, d.message):
+        m = _BACKEND_FILE.search(text) if isinstance(text, str) else None
+        if m:
+            return "\0dir:" + m.group(1)
+    return None
+
+
 def _for_backend(r: RuleResult, name: str) -> str:
     """A validity or evidence result as it applies to backend `name`."""
     if r.status == "pass":
         return "pass"
     listed = r.details
-    if listed and all(d.where.backend for d in listed) and r.failing <= len(listed):
-        mine = [d.status for d in listed if d.where.backend == name]
+    names = [_named(d) for d in listed]
+    if listed and all(names) and r.failing <= len(listed):
+        me = (name, "\0dir:" + layout.safe_name(name))
+        mine = [d.status for d, n in zip(listed, names) if n in me]
         if not mine:
             return "pass"
         worst = max(mine, key=lambda s: _RANK.get(s, 0))
