@@ -23,7 +23,7 @@ from soakspec.lang.check import backend, claims, gate, header, workload
 from soakspec.lang.check.backend import BACKEND_BLOCKS, BACKEND_KEYS, PLACEHOLDERS
 from soakspec.lang.check.core import MAX_DURATION_S, Ctx, suggest
 from soakspec.lang.check.gate import SCOPES
-from soakspec.lang.check.workload import MAX_BUCKETS_PER_LEVEL, MAX_LOAD_LEVEL, WORKLOAD_KEYS
+from soakspec.lang.check.workload import MAX_BUCKETS_PER_LEVEL, MAX_LOAD_LEVEL, MAX_TOTAL_LOAD_S, WORKLOAD_KEYS
 from soakspec.lang.fmt import fmt, strip_comments
 from soakspec.lang.runtime_label import is_generic_label
 
@@ -33,6 +33,7 @@ __all__ = [
     "MAX_BUCKETS_PER_LEVEL",
     "MAX_DURATION_S",
     "MAX_LOAD_LEVEL",
+    "MAX_TOTAL_LOAD_S",
     "PLACEHOLDERS",
     "SCOPES",
     "TOP_LEVEL",
@@ -70,9 +71,10 @@ def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list
         model=header.model(ctx, singles.get("model")),
         source=header.source(ctx, singles.get("source")),
         telemetry=header.telemetry(ctx, singles.get("telemetry")),
-        gate=gate.gate(ctx, singles.get("gate"), {b.name for b in bks}),
+        gate=gate.gate(ctx, singles.get("gate"), {b.name: b for b in bks}),
         claims=claims.claims(ctx, singles.get("claims")),
     )
+    workload.check_total_load(ctx, wls, len(bks), parts["header"].parallel)
     if any(d.severity is Severity.ERROR for d in ctx.diags):
         return None, ctx.diags
     text, sha = spec_hash(tree)
