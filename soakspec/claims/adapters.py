@@ -30,7 +30,6 @@ Evidence directory (`load_evidence_facts(dir)`, one `EvidenceFacts` per backend)
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
 from soakspec.diagnostics import Diagnostic
 from soakspec.evidence import layout
+from soakspec.evidence.io import loads
 
 
 class AdapterError(Exception):
@@ -148,7 +148,7 @@ _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads(path.read_text(encoding="utf-8"))  # bounded depth and numbers
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError, ValueError) as e:
