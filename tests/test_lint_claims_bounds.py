@@ -61,3 +61,48 @@ def test_a_one_megabyte_one_line_document_is_linted_through_the_cli(tmp_path):
     )
     assert r.returncode == 1, r.stderr[-2000:]
     assert '"CB301"' in r.stdout and "Traceback" not in r.stderr
+
+
+# ------------------------------------------------------------------ hostile files
+
+
+def _lint(capsys, *args: str) -> tuple[int, str]:
+    from soakspec.cli import main
+
+    code = main(["lint-claims", *args])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err and "internal error" not in out + err
+    return code, out + err
+
+
+def test_dev_zero_as_document_or_spec_is_a_usage_error_not_a_memory_error(tmp_path, capsys):
+    doc = tmp_path / "PR.md"
+    doc.write_text("Claim boundary: no production readiness.\n")
+    code, out = _lint(capsys, "/dev/zero", "--spec", SMALL)
+    assert code == 2 and "larger than 10 MB" in out
+    code, out = _lint(capsys, str(doc), "--spec", "/dev/zero")
+    assert code == 2 and "spec /dev/zero is larger than 1 MB" in out
+
+
+def test_a_fifo_nobody_writes_to_is_refused_after_a_bounded_wait(tmp_path, capsys, monkeypatch):
+    import os
+
+    from soakspec.lang import parser
+
+    monkeypatch.setattr(parser, "FIFO_WAIT_S", 0.3)
+    fifo = tmp_path / "PR.md"
+    os.mkfifo(fifo)
+    code, out = _lint(capsys, str(fifo), "--spec", SMALL)
+    assert code == 2 and "nothing was written to the pipe" in out
+
+
+def test_a_spec_given_as_a_pipe_is_read_once(tmp_path):
+    """`--spec <(cat small.soak)`: the spec is read once, so a pipe works."""
+    doc = tmp_path / "PR.md"
+    doc.write_text("Claim boundary: no production readiness.\n")
+    r = subprocess.run(
+        ["bash", "-c", f'"{sys.executable}" -m soakspec lint-claims "{doc}" --spec <(cat "{SMALL}")'],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert r.returncode in (0, 1), r.stderr
+    assert "cannot read" not in r.stderr and "invalid spec" not in r.stderr

@@ -112,15 +112,22 @@ def coverage_from_spec(spec: Any) -> Coverage:
 
 
 def load_boundary_and_coverage(
-    spec_path: str | Path,
+    spec_path: str | Path, source: str | None = None
 ) -> tuple[ClaimBoundary | None, Coverage | None, str | None, list[Diagnostic]]:
-    """Parse and check a spec. Returns (boundary, coverage, spec sha256, diagnostics); the first
-    three are None when the spec has errors. Raises AdapterError when the front end is missing."""
+    """Parse and check a spec (its `source` text when the caller has read it already, else the
+    file). Returns (boundary, coverage, spec sha256, diagnostics); the first three are None when
+    the spec has errors. Raises AdapterError when the front end is missing."""
     from soakspec.diagnostics import has_errors
 
     lang = _lang()
     path = Path(spec_path)
-    if hasattr(lang, "load_spec"):
+    if source is not None:
+        tree, diags = lang.parse(source, str(path))
+        spec = None
+        if tree is not None and not has_errors(diags):
+            spec, more = lang.check(tree, path=str(path))
+            diags = list(diags) + list(more)
+    elif hasattr(lang, "load_spec"):
         spec, diags, *_ = lang.load_spec(path)
     else:
         parsed = lang.parse_file(path)
