@@ -12,6 +12,7 @@ One module per block (`header`, `backend`, `workload`, `gate`, `claims`), each a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from typing import Any
@@ -75,11 +76,30 @@ def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list
         claims=claims.claims(ctx, singles.get("claims")),
     )
     workload.check_total_load(ctx, wls, len(bks), parts["header"].parallel)
-    if any(d.severity is Severity.ERROR for d in ctx.diags):
-        return None, ctx.diags
+    diags = collapse_repeated_warnings(ctx.diags)
+    if any(d.severity is Severity.ERROR for d in diags):
+        return None, diags
     text, sha = spec_hash(tree)
     spec = S.Spec(backends=tuple(bks), workloads=tuple(wls), canonical_text=text, sha256=sha, path=path, **parts)
-    return spec, ctx.diags
+    return spec, diags
+
+
+def collapse_repeated_warnings(diags: list[Diagnostic]) -> list[Diagnostic]:
+    """Each distinct warning once: a warning repeated word for word (the same code and message,
+    e.g. W505 in a hundred copied workloads) is reported at its first place, with a count."""
+    counts: dict[tuple[str, str], int] = {}
+    for d in diags:
+        if d.severity is Severity.WARNING:
+            counts[(d.code, d.message)] = counts.get((d.code, d.message), 0) + 1
+    out, seen = [], set()
+    for d in diags:
+        key = (d.code, d.message)
+        if d.severity is not Severity.WARNING or counts[key] == 1:
+            out.append(d)
+        elif key not in seen:
+            seen.add(key)
+            out.append(dataclasses.replace(d, message=f"{d.message} (and {counts[key] - 1} more like it)"))
+    return out
 
 
 def _top_level(ctx: Ctx, tree: A.SoakFile) -> tuple[dict[str, A.Block], dict[str, list[A.Block]]]:
