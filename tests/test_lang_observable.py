@@ -6,11 +6,12 @@ the CLI); the neighbouring valid forms still check clean."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from soakspec.diagnostics import Severity
 from soakspec.lang import check, fmt, parse
 from soakspec.lang.check import MAX_TOTAL_LOAD_S
-from soakspec.lang.runtime_label import label_versions, unversioned_runtimes
+from soakspec.lang.runtime_label import VERSIONED_RUNTIMES, label_versions, unversioned_runtimes
 from soakspec.plan import plan
 
 WORKLOAD = 'workload "w" {\n  load { concurrency = 1 }\n  duration = 60s\n}\n'
@@ -133,7 +134,7 @@ def test_a_versioned_runtime_without_a_concrete_version_is_rejected(label):
     "label",
     ["NCCL 2.26.2, NCCL_IB_DISABLE=1", "host-staged", "NCCL 2.26.2, NCCL_IB_DISABLE=1, NCCL_P2P_DISABLE=1",
      "vLLM 0.32.0 V1 engine, CPU build", "NCCL v2.26", "CUDA 12.4.1+cu124, NCCL 2.21.5", "vllm 0.6.3rc1, tp=2",
-     "cuda-graphs on", "NCCL_IB_DISABLE=1"],
+     "cuda-graphs on", "torch.compile on", "NCCL_IB_DISABLE=1"],
 )  # fmt: skip
 def test_specific_labels_stay_valid(label):
     assert _errors(_runtime(label)) == []
@@ -154,6 +155,24 @@ def test_label_version_must_equal_the_block_version():
     assert _errors(_runtime("NCCL 2.26.2", extra=PATTERN + '    version = "2.26.2"\n')) == []
     assert _errors(_runtime("NCCL v2.26.2", extra=PATTERN + '    version = "v2.26.2"\n')) == []
     assert _errors(_runtime("host-staged", extra=PATTERN + '    version = "2.26.2"\n')) == []
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.sampled_from(sorted(VERSIONED_RUNTIMES)),
+    st.lists(st.integers(0, 999), min_size=1, max_size=4),
+    st.sampled_from(["", "v", "V"]),
+    st.sampled_from(["", ", NCCL_IB_DISABLE=1", " (tp=2)", " build"]),
+)
+def test_a_runtime_is_specific_exactly_when_it_carries_major_minor(name, parts, v, rest):
+    """Property: "<runtime> <version>" is specific iff the version has at least major.minor;
+    the label's version is what it states, without the 'v'."""
+    version = ".".join(map(str, parts))
+    label = f"{name.upper()} {v}{version}{rest}"
+    if len(parts) >= 2:
+        assert unversioned_runtimes(label) == () and label_versions(label)[0] == version
+    else:
+        assert unversioned_runtimes(label) == (name.upper(),)
 
 
 def test_label_helpers():

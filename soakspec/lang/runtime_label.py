@@ -49,9 +49,9 @@ VERSIONED_RUNTIMES = frozenset(
     {"nccl", "rccl", "cuda", "rocm", "hip", "nvshmem", "ucx", "torch", "pytorch", "tensorrt",
      "trt", "vllm", "sglang", "xla", "cudnn", "openmpi"}
 )  # fmt: skip
-# A runtime's name as a word: not part of an identifier (NCCL_IB_DISABLE) or a compound (cuda-graphs).
+# A runtime's name as a word: not part of an identifier (NCCL_IB_DISABLE) or a compound (cuda-graphs, torch.compile).
 _RUNTIME_MENTION = re.compile(
-    r"(?<![A-Za-z0-9_])(" + "|".join(sorted(VERSIONED_RUNTIMES, key=len, reverse=True)) + r")(?![A-Za-z0-9_]|-[A-Za-z])",
+    r"(?<![A-Za-z0-9_])(" + "|".join(sorted(VERSIONED_RUNTIMES, key=len, reverse=True)) + r")(?![A-Za-z0-9_]|[-.][A-Za-z])",
     re.IGNORECASE,
 )
 # A concrete version: v?MAJOR.MINOR[.PATCH...] with an optional pre-release or local suffix
