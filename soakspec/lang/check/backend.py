@@ -195,7 +195,14 @@ def _runtime(ctx: Ctx, b: Body, kind: str, where: str, env_names: set[str]) -> S
         )
     elif label is not None:
         _check_label_version(ctx, rt, label)
-    if pattern is not None and (problem := validate_log_regex(pattern)) is not None:
+    if pattern is not None and kind == "url":
+        ctx.error(
+            "E413",
+            f"{where} is an already-running server (url): soakspec has no log of it, so 'log_pattern' can never confirm the runtime",
+            rt.got("log_pattern").key_span,
+            "remove log_pattern (and version); the label alone then states the runtime",
+        )
+    elif pattern is not None and (problem := validate_log_regex(pattern)) is not None:
         ctx.error("E405", f"runtime log_pattern: {problem}", rt.got("log_pattern").span)
     if rt["version"] is not None and pattern is None and kind == "url":
         ctx.error(
@@ -295,25 +302,10 @@ def _check_trace_pattern(ctx: Ctx, pattern: str, span: Span) -> None:
 
 
 def _check_log(ctx: Ctx, b: Body, kind: str, traces: S.Traces, runtime: S.RuntimeDecl | None, where: str) -> None:
-    """What is read from the server log needs one: a launched backend that captures it. (Traces
-    from the log of a url backend are reported by `_traces`.)"""
+    """What is read from the server log needs one: a launched backend that captures it. (A url
+    backend has none: its log_pattern and log traces are reported by `_runtime` and `_traces`.)"""
     pattern = runtime is not None and runtime.log_pattern is not None
-    if kind == "url":
-        if pattern:
-            ctx.error(
-                "E413",
-                f"{where} is an already-running server (url): soakspec has no log of it, so 'log_pattern' can never confirm the runtime",
-                _attr(b.blocks["runtime"], "log_pattern").key_span,
-                "remove log_pattern (and version); the label alone then states the runtime",
-            )
-        return
-    if b["log"] or not (traces.source == "log" or pattern):
+    if kind == "url" or b["log"] or not (traces.source == "log" or pattern):
         return
     what = "traces" if traces.source == "log" else "runtime boundary"
     ctx.error("E413", f"{where} sets log = false, but reads its {what} from the server log", b.got("log").span, "remove log = false, or stop reading the log")
-
-
-def _attr(blk: A.Block | None, key: str) -> A.Attribute | None:
-    if blk is None:
-        return None
-    return next((s for s in blk.body if isinstance(s, A.Attribute) and s.key == key), None)
