@@ -383,6 +383,11 @@ def valid_specs(draw) -> tuple[str, SpecShape]:
     stmts: list[A.Statement] = [_block("soak", draw(st.sampled_from(["soak", "dsv2-lite http soak", "x"])), *header, comments=("generated",))]
     if draw(st.booleans()):
         stmts.append(_block("model", None, _attr("id", _s("org/model")), _attr("revision", _s("604d5664"))))
+    if draw(st.booleans()):
+        src = [_attr("repo", _s("."))]
+        if draw(st.booleans()):
+            src.append(_attr("allow_dirty", A.Bool(draw(st.booleans()))))
+        stmts.append(_block("source", None, *src))
     drawn = [draw(_backend(name, kind)) for name, kind in zip(bnames, kinds)]
     stmts += [blk for blk, _ in drawn]
     shapes = []
