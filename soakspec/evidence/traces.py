@@ -29,6 +29,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from soakspec.evidence.io import loads
+
 DEFAULT_ID_FORMS = ("{id}", "cmpl-{id}", "cmpl-{id}-0", "chatcmpl-{id}")
 DEFAULT_WINDOW_S = 5.0
 
@@ -215,7 +217,7 @@ def extract_traces(
             traces.append(Trace(given_id, (t,) if t is not None else (), None, here, source.name))
             continue
         try:
-            payload = json.loads(payload_text)
+            payload = loads(payload_text)  # bounded: a server's log is not ours to trust
         except json.JSONDecodeError as e:
             malformed.append((here, f"trace payload is not valid JSON: {e.msg}"))
             continue

@@ -23,7 +23,6 @@ manifest's sha256 in `manifest_sha256`): such a file is accepted unlisted when t
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import stat
 from pathlib import Path, PurePosixPath
@@ -31,7 +30,7 @@ from typing import Any
 
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.evidence import layout
-from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, lock_holder, read_json, sha256_file
+from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, loads, lock_holder, read_json, sha256_file
 from soakspec.exitcodes import ExitCode
 
 SCHEMA_VERSION = 1
@@ -253,7 +252,7 @@ class _Checker:
 
     def _bound_to_manifest(self, rel: str, manifest_sha: str) -> bool | None:
         try:
-            doc = json.loads((self.root / rel).read_text(encoding="utf-8"))
+            doc = loads((self.root / rel).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         bound = doc.get("manifest_sha256") if isinstance(doc, dict) else None
