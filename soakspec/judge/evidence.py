@@ -85,6 +85,8 @@ class BackendEvidence:
     followup: Mapping[str, Any] | None = None
     partial_tail: tuple[str, ...] = ()  # files of this backend that end in a cut-off line
     problems: tuple[str, ...] = ()  # rows the judge could not use, as "file:line: why"
+    server_log: str | None = None  # the retained server.log (None: not retained or not loaded)
+    mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,7 +130,7 @@ def request_problem(row: Any) -> str | None:
     b = row.get("bucket")
     if not isinstance(b, int) or isinstance(b, bool):
         return "no integer bucket"
-    if row.get("outcome") not in OUTCOMES:
+    if row.get("outcome") is not None and row.get("outcome") not in OUTCOMES:  # absent: re-derived
         return f"unknown outcome {row.get('outcome')!r}"
     for key in ("start", "end", "intended_start", "first_token"):
         v = row.get(key)
@@ -156,16 +158,19 @@ def _compact_request(row: Any) -> Any:
 
 # What the judge reads of a trace row (coverage and terminal reasons); the rest of the server's
 # payload stays in traces.jsonl, hashed, for a reader who wants it.
-_TRACE_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "active", "pending")
+_TRACE_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status", "active", "pending")
 
 
 def _compact_trace(row: Any) -> Any:
     if not isinstance(row, dict):
         return row
     payload = row.get("payload", row.get("trace"))
-    out = {"request_id": row.get("request_id"), "matched": row.get("matched")}
+    out = {"request_id": row.get("request_id"), "matched": row.get("matched"), "trace_id": row.get("trace_id"),
+           "times": row.get("times")}
     if isinstance(payload, dict):
-        out["payload"] = {k: payload[k] for k in _TRACE_PAYLOAD_KEYS if k in payload}
+        # the payload's own times stay: the judge re-matches a trace by its id and times
+        out["payload"] = {k: v for k, v in payload.items()
+                          if k in _TRACE_PAYLOAD_KEYS or isinstance(v, (int, float)) and not isinstance(v, bool)}
     return out
 
 
@@ -249,6 +254,10 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
             if isinstance(r, dict)
         ]
         telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False) if isinstance(r, dict)]
+        server_log = None
+        lpath = d / layout.SERVER_LOG
+        if lpath.is_file() and not lpath.is_symlink():
+            server_log = lpath.read_bytes().decode("utf-8", "replace")
         followup = None
         fpath = d / layout.FOLLOWUP
         if fpath.is_file():
@@ -270,6 +279,7 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
                 followup=followup,
                 partial_tail=tuple(partial),
                 problems=tuple(problems),
+                server_log=server_log,
             )
         )
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))

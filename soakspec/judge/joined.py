@@ -80,7 +80,11 @@ def _time_scale(m: Mapping[str, Any]) -> tuple[float, bool]:
 
 
 def join(spec: Spec, evidence: Evidence) -> JudgedRun:
-    """Re-plan the run from its manifest and index its evidence against that plan (pure)."""
+    """Re-plan the run from its manifest, re-derive every stored conclusion from its facts
+    (`soakspec.judge.rederive`) and index the evidence against that plan (pure)."""
+    from soakspec.judge.rederive import rederive
+
+    evidence = rederive(spec, evidence)
     m = evidence.manifest
     time_scale, bad_time_scale = _time_scale(m)
     rehearsal = m.get("rehearsal") is True

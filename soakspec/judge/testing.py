@@ -40,6 +40,9 @@ class EvidenceBuilder:
     traces       backend name -> list of traces.jsonl rows
     telemetry    backend name -> list of telemetry.jsonl rows
     followups    backend name -> followup.json dict
+    server_logs  backend name -> server.log text, to replace the default one (`server_log`: the
+                 runtime's version line, one trace line per trace row when the backend's traces
+                 come from its log, built from `traces` when the evidence is built)
     """
 
     def __init__(self, spec: Spec, *, per_bucket: int = 8, latency: float = 1.0, t0: float = T0,
@@ -55,12 +58,15 @@ class EvidenceBuilder:
         self.traces: dict[str, list[dict[str, Any]]] = {}
         self.telemetry: dict[str, list[dict[str, Any]]] = {}
         self.followups: dict[str, dict[str, Any]] = {}
+        self.server_logs: dict[str, str] = {}
+        self._rehearsal = rehearsal
         backends = []
         t = t0
         for bp in p.backends:
             entry, t = self._backend(bp, t)
             backends.append(entry)
         self.manifest: dict[str, Any] = self._manifest(backends, t0, t, time_scale=time_scale, rehearsal=rehearsal, only=only)
+
         self._seq = 0  # request ids added after the clean run count from 1 again (as they always have)
 
     def _level(self, name: str, lv: Level, t: float) -> tuple[dict[str, Any], float]:
@@ -184,6 +190,45 @@ class EvidenceBuilder:
             "payload": {"request_id": f"cmpl-{r['request_id']}-0", "terminal_reason": "finished", "queued": r["start"]},
         }
 
+    def _trace_pattern(self, be: Backend) -> str | None:
+        from soakspec.lang import simtrace
+
+        if self._rehearsal or be.kind == "sim":
+            return simtrace.TRACE_PATTERN
+        return be.traces.pattern if be.traces.source == "log" else None
+
+    def server_log(self, be: Backend) -> str:
+        """What the server printed: a start line, the runtime's version line (when the backend
+        declares a version the log can confirm), one trace line per trace row when its traces
+        come from the log, and a ready line. Rebuilt from `traces` on every `build`/`write`."""
+        import json
+        import re
+
+        lines = ["server starting"]
+        rt = be.runtime
+        if rt is not None and rt.version:
+            for cand in (f"NCCL version {rt.version}", f"version {rt.version}", rt.version):
+                if rt.log_pattern is None or re.search(rt.log_pattern, cand):
+                    lines.append(cand)
+                    break
+        lines.append("ready")
+        pattern = self._trace_pattern(be)
+        if pattern is not None:
+            rx = re.compile(pattern)
+            for row in self.traces.get(be.name, []):
+                payload = json.dumps(row["payload"], sort_keys=True)
+                for prefix in ("soakspec_sim_trace ", "pegainfer_http_trace ", ""):
+                    if (m := rx.search(prefix + payload)) is not None and m.groupdict().get("json") == payload:
+                        lines.append(prefix + payload)
+                        break
+        return "\n".join(lines) + "\n"
+
+    def log_of(self, name: str) -> str:
+        if name in self.server_logs:
+            return self.server_logs[name]
+        be = next(b for b in self.spec.backends if b.name == name)
+        return self.server_log(be)
+
     # ---------------------------------------------------------------- edits
 
     def entry(self, backend: str) -> dict[str, Any]:
@@ -237,6 +282,7 @@ class EvidenceBuilder:
                 name=n, safe_name=layout.safe_name(n), entry=copy.deepcopy(b),
                 records=tuple(copy.deepcopy(self.records.get(n, []))), traces=tuple(copy.deepcopy(self.traces.get(n, []))),
                 telemetry=tuple(copy.deepcopy(self.telemetry.get(n, []))), followup=copy.deepcopy(self.followups.get(n)),
+                server_log=self.log_of(n),
             ))
         return Evidence(copy.deepcopy(self.manifest), tuple(backends), Integrity(checked=0, verified=True), None, None)
 
@@ -265,7 +311,7 @@ class EvidenceBuilder:
                         w.write(row)
             write_json_atomic(d / layout.FOLLOWUP, self.followups.get(n))
             write_json_atomic(d / layout.BUCKETS, {"schema_version": 1, "levels": b["levels"]})
-            write_bytes_atomic(d / layout.SERVER_LOG, b"server starting\nready\n")
+            write_bytes_atomic(d / layout.SERVER_LOG, self.log_of(n).encode())
         if finalize:
             m.update(status=final_status, incomplete_reason=final_reason, ended_at=self.manifest["ended_at"],
                      ended_at_epoch=self.manifest["ended_at_epoch"], artifacts=finalize_artifacts(root))

@@ -60,6 +60,8 @@ def _backend_problems(bi: BackendIndex) -> list[Instance]:
         out.append(problem(f"unusable evidence: {p}", here))
     if len(be.problems) > MAX_SHOWN:
         out.append(problem(f"... and {len(be.problems) - MAX_SHOWN} more unusable rows", here))
+    for note in be.mislabeled:
+        out.append(problem(f"malformed evidence: {note}", here))
     aborted = be.entry.get("aborted_reason")
     if aborted:
         out.append(problem(f"backend {bi.name} was aborted: {aborted}", here))
