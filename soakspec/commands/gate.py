@@ -3,6 +3,8 @@
 The evidence is verified first (every artifact re-hashed against the manifest: an artifact edited
 after the run FAILs the gate and is named), then judged against the spec embedded in the
 manifest -- or against `--spec FILE` (a newer spec; a different sha256 is reported on stderr).
+The run's own results.json and verdict.json are part of retained evidence: either missing makes
+the verdict INCONCLUSIVE (incomplete evidence), whatever the rest says.
 The verdict goes to stdout (text or JSON); the exit code is 0 PASS, 1 FAIL, 3 INCONCLUSIVE,
 2 for a usage error (no evidence directory, a spec that does not check). Nothing is written.
 """
@@ -88,7 +90,7 @@ def main(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     spec, evidence = loaded
-    verdict = judge(spec, evidence)
+    verdict = judge(spec, evidence, retained=True)  # after the fact: results/verdict must be there
     if args.format == "json":
         print(json.dumps(verdict.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
     else:

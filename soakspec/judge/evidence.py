@@ -28,7 +28,7 @@ from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl,
 OUTCOMES = ("completed", "failed", "timeout", "rejected", "disconnected")
 
 # verify codes: the artifact no longer is what the run wrote
-TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107"})
+TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107", "V109"})
 # the evidence does not parse or does not follow its contract
 MALFORMED_CODES = frozenset({"V104", "V105", "V108"})
 
@@ -121,6 +121,23 @@ class Evidence:
         return None
 
 
+def embedded_spec_sha256(text: str) -> str | None:
+    """The sha256 of the spec `text` as the spec language computes it (`Spec.sha256`), or None
+    when it does not check with this soakspec. Never the bytes' hash: the language decides what
+    a spec's identity covers."""
+    from soakspec.diagnostics import has_errors
+    from soakspec.lang import check, parse
+
+    try:
+        tree, diags = parse(text, "manifest.json#spec")
+        if tree is None or has_errors(diags):
+            return None
+        spec, more = check(tree, "manifest.json#spec")
+    except Exception:  # noqa: BLE001 - an embedded spec this soakspec cannot read has no hash to compare
+        return None
+    return spec.sha256 if spec is not None and not has_errors(more) else None
+
+
 def request_problem(row: Any) -> str | None:
     """Why a requests.jsonl row cannot be judged, or None."""
     if not isinstance(row, Mapping):
@@ -193,7 +210,7 @@ def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *,
 def _integrity(root: Path) -> Integrity:
     from soakspec.evidence.verify import verify_evidence
 
-    report = verify_evidence(root)
+    report = verify_evidence(root, spec_sha256=embedded_spec_sha256)
     prefix = report.run_dir.rstrip("/") + "/"
     tampered, malformed, incomplete = [], [], []
     for d in report.diagnostics:

@@ -7,7 +7,8 @@
                                judge re-matches them), per scope; an attempt that did not
                                complete neither counts as covered nor needs a trace
     follow_up                  the clean follow-up request after the load passed
-    provenance_consistent      one commit and one model across backends, unchanged during the run
+    provenance_consistent      one commit and one model across backends, unchanged during the run,
+                               from a clean tree (no uncommitted change before or after)
     runtime_boundary_specific  every backend's runtime boundary confirmed or declared
 
 Each is `rule(run, spec_rule) -> RuleResult` (`spec_rule` None: the built-in check).
@@ -18,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from soakspec.evidence.io import sha256_text
+from soakspec.judge.evidence import embedded_spec_sha256
 from soakspec.judge.common import backend_here, compare, describe_request, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, Row
 from soakspec.judge.joined import JudgedRun
@@ -41,8 +42,9 @@ def artifacts_verified(run: JudgedRun, rule: Rule | None) -> RuleResult:
     for f in integ.tampered:
         insts.append(problem(f.message, Location(text=f.path)))
     spec = run.evidence.manifest.get("spec")
-    if isinstance(spec, Mapping) and isinstance(spec.get("text"), str) and isinstance(spec.get("sha256"), str):
-        if sha256_text(spec["text"]) != spec["sha256"]:
+    already = any(f.code == "V109" for f in integ.tampered)
+    if not already and isinstance(spec, Mapping) and isinstance(spec.get("text"), str) and isinstance(spec.get("sha256"), str):
+        if embedded_spec_sha256(spec["text"]) not in (None, spec["sha256"]):
             insts.append(problem("the spec text embedded in the manifest does not match its recorded sha256", Location(text="manifest.json")))
     msg = f"all {plural(integ.checked, 'artifact')} match the sha256 recorded in the manifest"
     severity = rule.severity if rule else "require"
@@ -168,6 +170,13 @@ def _part(e: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
+def _dirty_allowed(run: JudgedRun) -> bool:
+    """Whether the spec accepts a run from a tree with uncommitted changes. Always False for
+    now: the spec language has no `allow_dirty` key yet. When it gains one, read it here (and
+    only here): a dirty tree then passes provenance_consistent, and reports show it."""
+    return False
+
+
 def _provenance_of(run: JudgedRun, name: str, e: Mapping[str, Any]) -> tuple[list[Instance], str | None]:
     """One backend's provenance problems, and its commit when it has one, unchanged."""
     out: list[Instance] = []
@@ -185,6 +194,9 @@ def _provenance_of(run: JudgedRun, name: str, e: Mapping[str, Any]) -> tuple[lis
         commit = before
     if src.get("dirty_before") != src.get("dirty_after"):
         out.append(problem(f"the working tree changed during the run (dirty before: {src.get('dirty_before')}, after: {src.get('dirty_after')})", here))
+    elif src.get("dirty_before") is True and not _dirty_allowed(run):
+        out.append(problem("the working tree had uncommitted changes before and after the run (dirty_before = dirty_after = true): "
+                           "the commit does not say what ran", here))
     model = _part(e, "model")
     want_rev = run.spec.model.revision
     if want_rev and model.get("revision") != want_rev:

@@ -45,6 +45,9 @@ class JudgedRun:
     judged: tuple[BackendIndex, ...]
     levels: Mapping[LevelKey, LevelIndex]
     where_of: Mapping[tuple[str, str], tuple[LevelIndex, Window]]
+    restricted: tuple[str, ...] = ()  # the backends a restricted run (`only`, `--backend`) ran
+    not_run: tuple[str, ...] = ()  # the spec's backends a restricted run left out
+    retained: bool = False  # judged from retained evidence (`gate`), not right after the run
 
     @property
     def gate(self) -> Gate:
@@ -68,6 +71,15 @@ class JudgedRun:
         bi = self.backends.get(rule.backend)
         return (bi,) if bi is not None else ()
 
+    def unrun(self, rule: Rule) -> str | None:
+        """Why `rule` names a backend this run did not run (None: it does not)."""
+        if rule.backend is None or rule.backend in self.planned:
+            return None
+        if rule.backend in self.not_run:
+            return (f"the run was restricted to {', '.join(self.restricted)}; backend {rule.backend} did not run, "
+                    "so nothing here speaks about it")
+        return f"backend {rule.backend} is not planned by this run"
+
     def planned_for(self, rule: Rule) -> list[tuple[str, BackendPlan]]:
         return [(n, bp) for n, bp in self.planned.items() if rule.backend is None or n == rule.backend]
 
@@ -79,9 +91,11 @@ def _time_scale(m: Mapping[str, Any]) -> tuple[float, bool]:
     return scale, scale != ts
 
 
-def join(spec: Spec, evidence: Evidence) -> JudgedRun:
+def join(spec: Spec, evidence: Evidence, *, retained: bool = False) -> JudgedRun:
     """Re-plan the run from its manifest, re-derive every stored conclusion from its facts
-    (`soakspec.judge.rederive`) and index the evidence against that plan (pure)."""
+    (`soakspec.judge.rederive`) and index the evidence against that plan (pure). `retained`:
+    the evidence is judged after the fact (`soakspec gate`), so the run's own results.json and
+    verdict.json must be there."""
     from soakspec.judge.rederive import rederive
 
     evidence = rederive(spec, evidence)
@@ -107,5 +121,6 @@ def join(spec: Spec, evidence: Evidence) -> JudgedRun:
             for w in lv.buckets:
                 for r in w.records:
                     where_of[(bi.name, str(r["request_id"]))] = (lv, w)
+    not_run = tuple(b.name for b in spec.backends if b.name not in planned) if chosen else ()
     return JudgedRun(spec, evidence, p, time_scale, bad_time_scale, rehearsal, indexes, planned, backends,
-                     judged, levels, where_of)
+                     judged, levels, where_of, chosen, not_run, retained)

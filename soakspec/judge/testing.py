@@ -129,7 +129,7 @@ class EvidenceBuilder:
         ]
         spec = self.spec
         return {
-            "name": name, "safe_name": layout.safe_name(name), "kind": be.kind, "url": None,
+            "name": name, "safe_name": layout.safe_name(name), "kind": "sim" if self._rehearsal else be.kind, "url": None,
             "argv": list(be.argv) or None, "env": dict(be.env), "cwd": None, "pid": 4242,
             "started_at": None, "ready_at": None, "ready_seconds": None, "exit_status": 0, "stop_signal": "SIGTERM",
             "runtime_boundary": self._runtime_boundary(be),
@@ -319,6 +319,10 @@ class EvidenceBuilder:
             # like `soakspec run`: results.json after the final manifest, bound to it by hash
             results = summarize(dataclasses.replace(self.build(), manifest_sha256=sha), self.spec)
             write_json_atomic(root / layout.RESULTS, results, schema="results")
+            from soakspec.evidence.results import write_verdict
+            from soakspec.judge.judge import judge
+
+            write_verdict(root, judge(self.spec, dataclasses.replace(self.build(), manifest_sha256=sha)).to_json())
         return root
 
 
