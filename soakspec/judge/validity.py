@@ -42,7 +42,10 @@ def _run_problems(run: JudgedRun) -> list[Instance]:
         # results and verdict are part of its evidence: missing, the evidence is incomplete.
         if f.code == "V201" or (f.code in ("V205", "V206") and not run.retained):
             continue
-        out.append(problem(f"incomplete evidence: {f.text()}" if f.code in ("V205", "V206") else f.text()))
+        if f.code in ("V205", "V206"):  # the run may be fine; what is retained of it is not whole
+            out.append(problem(f"incomplete evidence: {f.text()}", status="inconclusive"))
+        else:
+            out.append(problem(f.text()))
     for f in ev.integrity.malformed[:MAX_SHOWN]:
         out.append(problem(f"malformed evidence: {f.text()}"))
     if len(ev.integrity.malformed) > MAX_SHOWN:
