@@ -372,3 +372,15 @@ def test_a_restricted_run_says_what_it_left_out_and_cannot_pass_a_rule_on_it():
     assert on_b.status == "inconclusive" and "backend b did not run" in on_b.message
     assert rule(v, "failed == 0").status == "pass"
     assert v.outcome == "INCONCLUSIVE"
+
+
+def test_gate_with_the_same_backend_restriction_judges_what_was_run(tmp_path, capsys):
+    spec = small_spec('require failed == 0 on "b"\nrequire failed == 0', backends=("a", "b"))
+    root = EvidenceBuilder(spec, only=("a",)).write(tmp_path / "run")
+    assert main(["gate", str(root)]) == 3
+    out = capsys.readouterr().out
+    assert "restricted to backend a; not run: b" in out
+    assert main(["gate", str(root), "--backend", "a", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert "gate restricted to backend a (--backend); not judged: b and the rules naming them" in doc["notes"]
+    assert 'failed == 0 on "b"' not in {r["rule"] for r in doc["rules"]}

@@ -24,6 +24,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", metavar="FILE", help="judge with this spec instead of the one embedded in the evidence")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     p.add_argument("--verbose", action="store_true", help="text: list every instance, not only failures")
+    p.add_argument("--backend", action="append", default=[], metavar="NAME",
+                   help="judge only this backend (repeatable), as a `run --backend` of it: rules naming other backends are dropped")
 
 
 def spec_for(evidence, spec_file: str | None, where: str):
@@ -90,7 +92,14 @@ def main(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     spec, evidence = loaded
-    verdict = judge(spec, evidence, retained=True)  # after the fact: results/verdict must be there
+    names = {b.name for b in spec.backends}
+    unknown = [n for n in args.backend if n not in names]
+    if unknown:
+        from soakspec.cli import UsageError
+
+        raise UsageError(f"--backend {unknown[0]}: the spec declares no such backend ({', '.join(sorted(names))})")
+    # after the fact: the run's results/verdict must be there
+    verdict = judge(spec, evidence, retained=True, backends=tuple(args.backend))
     if args.format == "json":
         print(json.dumps(verdict.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
     else:

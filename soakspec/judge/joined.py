@@ -48,6 +48,7 @@ class JudgedRun:
     restricted: tuple[str, ...] = ()  # the backends a restricted run (`only`, `--backend`) ran
     not_run: tuple[str, ...] = ()  # the spec's backends a restricted run left out
     retained: bool = False  # judged from retained evidence (`gate`), not right after the run
+    gate_only: bool = False  # the gate itself was restricted (`gate --backend`), not only the run
 
     @property
     def gate(self) -> Gate:
@@ -91,11 +92,12 @@ def _time_scale(m: Mapping[str, Any]) -> tuple[float, bool]:
     return scale, scale != ts
 
 
-def join(spec: Spec, evidence: Evidence, *, retained: bool = False) -> JudgedRun:
+def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tuple[str, ...] = ()) -> JudgedRun:
     """Re-plan the run from its manifest, re-derive every stored conclusion from its facts
     (`soakspec.judge.rederive`) and index the evidence against that plan (pure). `retained`:
     the evidence is judged after the fact (`soakspec gate`), so the run's own results.json and
-    verdict.json must be there."""
+    verdict.json must be there. `backends` (`gate --backend`): judge only these backends, as a
+    `--backend` run of them would be judged -- the rules naming other backends are dropped."""
     from soakspec.judge.rederive import rederive
 
     evidence = rederive(spec, evidence)
@@ -105,6 +107,11 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False) -> JudgedRun
     only = m.get("only")
     names = {b.name for b in spec.backends}
     chosen = tuple(n for n in only if n in names) if isinstance(only, list) and only else ()
+    gate_only = bool(backends)
+    if gate_only:
+        chosen = tuple(b.name for b in spec.backends if b.name in set(backends))
+        spec = dataclasses.replace(spec, gate=dataclasses.replace(
+            spec.gate, rules=tuple(r for r in spec.gate.rules if r.backend is None or r.backend in chosen)))
     p = make_plan(spec, time_scale=time_scale, rehearse=rehearsal, only=chosen)
     planned = {bp.name: bp for bp in p.backends}
     indexes = index(evidence)
@@ -123,4 +130,4 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False) -> JudgedRun
                     where_of[(bi.name, str(r["request_id"]))] = (lv, w)
     not_run = tuple(b.name for b in spec.backends if b.name not in planned) if chosen else ()
     return JudgedRun(spec, evidence, p, time_scale, bad_time_scale, rehearsal, indexes, planned, backends,
-                     judged, levels, where_of, chosen, not_run, retained)
+                     judged, levels, where_of, chosen, not_run, retained, gate_only)

@@ -32,7 +32,9 @@ follow-up's pass, the runtime boundary's status) from the raw fields it retains
 
 A restricted run (`only` in the manifest: `soakspec run --backend`) is judged for what it
 covered, and every verdict says so in its notes ("restricted to backends a; not run: b"); a
-rule naming a backend it did not run (`on "b"`) is INCONCLUSIVE, never a pass.
+rule naming a backend it did not run (`on "b"`) is INCONCLUSIVE, never a pass -- unless the
+gate itself is judged for the same backends (`soakspec gate --backend a`), which drops the rules
+naming the others and says so.
 
 Missing data is never a pass:
   - a percentile rule passes only with at least max(min_samples_for_percentile(q, confidence),
@@ -93,8 +95,12 @@ def restriction_note(run: JudgedRun) -> str | None:
     if not run.restricted:
         return None
     names = ", ".join(run.restricted)
+    s = "s" if len(run.restricted) != 1 else ""
+    if run.gate_only:
+        rest = f"; not judged: {', '.join(run.not_run)} and the rules naming them" if run.not_run else ""
+        return f"gate restricted to backend{s} {names} (--backend){rest}"
     rest = f"; not run: {', '.join(run.not_run)}" if run.not_run else ""
-    return f"restricted to backend{'s' if len(run.restricted) != 1 else ''} {names}{rest} (judged for what it covered)"
+    return f"restricted to backend{s} {names}{rest} (judged for what it covered)"
 
 
 def _notes(run: JudgedRun) -> tuple[str, ...]:
@@ -110,7 +116,7 @@ def _notes(run: JudgedRun) -> tuple[str, ...]:
 
 def judge_run(run: JudgedRun) -> Verdict:
     """Judge a joined run (`join(spec, evidence)`); pure: same inputs, same verdict."""
-    rules = run.spec.gate.rules
+    rules = run.spec.gate.rules  # (narrowed by `gate --backend`: see `join`)
     results = _judge_class(run, "validity", rules) + _judge_class(run, "evidence", rules)
     blocked = any(x.severity == "require" and x.status == "fail" for x in results)
     for r in rules:
@@ -132,9 +138,10 @@ def judge_run(run: JudgedRun) -> Verdict:
     )
 
 
-def judge(spec: Spec, evidence: Evidence, *, retained: bool = False) -> Verdict:
+def judge(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tuple[str, ...] = ()) -> Verdict:
     """Judge `evidence` against `spec`'s gate. Pure: same inputs, same verdict. A caller that
     also summarizes the run joins it once: `run = join(spec, evidence)`, then `judge_run(run)`
     and `summary.summarize_run(run)`. `retained` (`soakspec gate`): judged after the fact, so a
-    missing results.json or verdict.json makes the evidence incomplete."""
-    return judge_run(join(spec, evidence, retained=retained))
+    missing results.json or verdict.json makes the evidence incomplete. `backends` (`gate
+    --backend`): judge only those backends, like a `--backend` run of them."""
+    return judge_run(join(spec, evidence, retained=retained, backends=backends))

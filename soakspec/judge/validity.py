@@ -53,6 +53,8 @@ def _run_problems(run: JudgedRun) -> list[Instance]:
     if run.bad_time_scale:
         out.append(problem(f"the manifest's time_scale {m.get('time_scale')!r} is not in (0, 1]"))
     for be in ev.backends:
+        if be.name in run.not_run and run.gate_only:
+            continue  # the gate was asked about the others only (`gate --backend`)
         if be.name not in run.planned:
             out.append(problem(f"backend {be.name} is in the evidence but not planned by the spec"
                                + (f" (the manifest restricts the run to {', '.join(run.restricted)})" if be.name in run.not_run else "")))
