@@ -384,3 +384,24 @@ def test_gate_with_the_same_backend_restriction_judges_what_was_run(tmp_path, ca
     doc = json.loads(capsys.readouterr().out)
     assert "gate restricted to backend a (--backend); not judged: b and the rules naming them" in doc["notes"]
     assert 'failed == 0 on "b"' not in {r["rule"] for r in doc["rules"]}
+
+
+def test_usage_that_contradicts_the_stream_is_not_measured():
+    """1000 completion tokens for 64 chunks at max_tokens = 64 with ignore_eos: the ITL the
+    runner computed from that count (0.06ms gaps) and the 15x throughput are not the stream's."""
+    spec = small_spec("require p50(itl) < 1ms per level\nrequire mean(throughput) >= 100 per level")
+    b = EvidenceBuilder(spec)
+    for r in b.measured("a"):
+        r.update(output_tokens=1000, itl=[0.9 / 999] * 999, tpot=0.9 / 999)
+    v = judge(spec, b.build())
+    itl = rule(v, "p50(itl) < 1ms per level")
+    assert itl.status == "inconclusive" and "cannot be computed" in itl.message
+    tp = rule(v, "mean(throughput) >= 100 per level")
+    assert tp.status == "fail"  # counted by its chunks: 64 tokens a request, ~8.5 tokens/s
+    from soakspec.judge.rederive import usage_problem
+
+    assert "1000 completion tokens reported at max_tokens = 64 with ignore_eos" == usage_problem(
+        {"output_tokens": 1000, "chunks": 64}, 64, True)
+    assert "more than 16 a chunk" in usage_problem({"output_tokens": 1000, "chunks": 16}, None, False)
+    assert "each chunk carries at least one" in usage_problem({"output_tokens": 1, "chunks": 16}, None, False)
+    assert usage_problem({"output_tokens": 64, "chunks": 64}, 64, True) is None

@@ -19,6 +19,13 @@ without changing its facts. `rederive(spec, evidence)` draws every such conclusi
   errors     a matched trace reporting a server-side error for a request (status >= 500, or
              terminal / finish reason "error") makes that request failed, with the trace's
              reason as its error -- the server said it failed, whatever the stream looked like;
+  usage      a completed request's reported completion tokens checked against its stream
+             (`usage_problem`): never fewer tokens than text chunks, never more than
+             MAX_TOKENS_PER_CHUNK per chunk, never more than max_tokens when the workload sets
+             ignore_eos. A request that disagrees keeps its outcome but is flagged
+             `usage_mismatch` (the reason): its ITL, TPOT and output tokens are not computed
+             from the claimed count (`soakspec.judge.measures`), and throughput counts its
+             chunks, a lower bound, instead;
   follow-up  `passed` from the follow-up record's own derived outcome;
   runtime    the boundary status from the spec's declaration, the retained server.log and the
              launched environment the manifest records (`detect_runtime_boundary`).
@@ -44,6 +51,9 @@ Row = Mapping[str, Any]
 DEADLINE_TOLERANCE_S = 0.05  # a completed request may end this much past its deadline (clock steps)
 MAX_LISTED = 3  # mislabeled rows named one by one per kind
 DEADLINE_PASSED = "deadline passed"
+# The most tokens one streamed text chunk may carry (speculative decoding, server-side batching
+# of detokenized text): beyond it, a reported completion count cannot be the stream's.
+MAX_TOKENS_PER_CHUNK = 16
 
 
 def _num(v: Any) -> float | None:
@@ -90,6 +100,20 @@ def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | No
         why.append(f"it ended {end - start:.3g}s after it started, past its {deadline_s:g}s deadline")
         outcome = "timeout" if outcome == "completed" else outcome
     return outcome, tuple(why)
+
+
+def usage_problem(r: Row, max_tokens: int | None, ignore_eos: bool) -> str | None:
+    """Why a completed request's reported completion tokens cannot be its stream's, or None."""
+    n, chunks = _num(r.get("output_tokens")), _num(r.get("chunks"))
+    if n is None or chunks is None or chunks <= 0:
+        return None
+    if n < chunks:
+        return f"{int(n)} completion tokens reported for {int(chunks)} text chunks (each chunk carries at least one)"
+    if n > chunks * MAX_TOKENS_PER_CHUNK:
+        return f"{int(n)} completion tokens reported for {int(chunks)} text chunks (more than {MAX_TOKENS_PER_CHUNK} a chunk)"
+    if ignore_eos and max_tokens is not None and n > max_tokens:
+        return f"{int(n)} completion tokens reported at max_tokens = {max_tokens} with ignore_eos"
+    return None
 
 
 def server_error(payloads: Sequence[Row]) -> str | None:
@@ -206,7 +230,13 @@ def _max_tokens(spec: Spec) -> dict[str, int]:
     return {w.name: min(w.max_tokens) for w in spec.workloads if w.max_tokens}
 
 
-def _relabel(r: Row, deadline: float | None, max_tokens: int | None, trace_error: str | None) -> tuple[Row, str | None]:
+def _usage_bounds(spec: Spec) -> dict[str, tuple[int | None, bool]]:
+    """Per workload: the largest max_tokens it asks for, and whether it sets ignore_eos."""
+    return {w.name: (max(w.max_tokens) if w.max_tokens else None, w.ignore_eos) for w in spec.workloads}
+
+
+def _relabel(r: Row, deadline: float | None, max_tokens: int | None, trace_error: str | None,
+             usage: tuple[int | None, bool] = (None, False)) -> tuple[Row, str | None]:
     """The record judged by its facts, and why its stored label is wrong (None: it is not)."""
     stored = r.get("outcome")
     derived, why = derive_outcome(r, deadline, max_tokens)
@@ -219,6 +249,10 @@ def _relabel(r: Row, deadline: float | None, max_tokens: int | None, trace_error
         new = {**r, "outcome": derived}
     if trace_error is not None and new.get("outcome") == "completed":
         new = {**new, "outcome": "failed", "error": trace_error}
+    if new.get("outcome") == "completed" and not new.get("usage_mismatch"):
+        why_usage = usage_problem(new, *usage)
+        if why_usage is not None:
+            new = {**new, "usage_mismatch": why_usage}
     return new, note
 
 
@@ -280,6 +314,7 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
     spec_be = next((b for b in spec.backends if b.name == be.name), None)
     deadlines = _deadlines(be)
     max_tokens = _max_tokens(spec)
+    bounds = _usage_bounds(spec)
     traces, trace_notes = _rematch(be, spec_be, window_s, rehearsal, be.records)
     payloads: dict[str, list[Row]] = {}
     for t in traces:
@@ -289,8 +324,9 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
     label_notes: list[str] = []
     for r in be.records:
         key = (r.get("workload"), r.get("level"))
-        new, note = _relabel(r, deadlines.get(key), max_tokens.get(str(r.get("workload"))),
-                             server_error(payloads.get(str(r.get("request_id")), ())))
+        w = str(r.get("workload"))
+        new, note = _relabel(r, deadlines.get(key), max_tokens.get(w),
+                             server_error(payloads.get(str(r.get("request_id")), ())), bounds.get(w, (None, False)))
         records.append(new)
         if note:
             label_notes.append(note)
