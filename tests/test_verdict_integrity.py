@@ -405,3 +405,24 @@ def test_usage_that_contradicts_the_stream_is_not_measured():
     assert "more than 16 a chunk" in usage_problem({"output_tokens": 1000, "chunks": 16}, None, False)
     assert "each chunk carries at least one" in usage_problem({"output_tokens": 1, "chunks": 16}, None, False)
     assert usage_problem({"output_tokens": 64, "chunks": 64}, 64, True) is None
+
+
+@pytest.mark.parametrize("hostile", ["[" * 100_000 + "]" * 100_000, "9" * 5000, "9" * 4000])
+def test_hostile_json_in_evidence_is_malformed_never_an_internal_error(seed, tmp_path, capsys, hostile):
+    """JSON nested 100,000 deep or integers of thousands of digits, hashes recomputed: `verify`
+    and `gate` report malformed evidence (exit 1), never an internal error (exit 70)."""
+    from soakspec.evidence.verify import finalize_artifacts
+
+    root = EvidenceBuilder(seed).write(tmp_path / "run")
+    for rel in ("backends/nccl/requests.jsonl", "backends/nccl/traces.jsonl", "backends/nccl/telemetry.jsonl"):
+        p = root / rel
+        lines = p.read_text().splitlines()
+        lines[0] = lines[0][:-1] + f',"start": {hostile}, "t": {hostile}' + "}"
+        p.write_text("\n".join(lines) + "\n")
+    m = json.loads((root / layout.MANIFEST).read_text())
+    m["artifacts"] = {rel: sha for rel, sha in finalize_artifacts(root).items() if rel in m["artifacts"]}
+    (root / layout.MANIFEST).write_text(json.dumps(m))
+    assert main(["verify", str(root)]) == 1
+    assert main(["gate", str(root)]) in (1, 3)
+    out = capsys.readouterr().out
+    assert "internal error" not in out

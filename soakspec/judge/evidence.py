@@ -149,10 +149,12 @@ def request_problem(row: Any) -> str | None:
         return "no integer bucket"
     if row.get("outcome") is not None and row.get("outcome") not in OUTCOMES:  # absent: re-derived
         return f"unknown outcome {row.get('outcome')!r}"
-    for key in ("start", "end", "intended_start", "first_token"):
+    for key in ("start", "end", "intended_start", "first_token", "ttft", "latency", "tpot", "output_tokens", "prompt_tokens", "chunks"):
         v = row.get(key)
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
             return f"{key} is not a number"
+        if isinstance(v, int) and abs(v) > 2**63:
+            return f"{key} is an integer of {len(str(abs(v)))} digits, not a measurement"
     return None
 
 

@@ -57,9 +57,9 @@ MAX_TOKENS_PER_CHUNK = 16
 
 
 def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    return float(v)
+    from soakspec.judge.index import num
+
+    return num(v)
 
 
 def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | None = None) -> tuple[str, tuple[str, ...]]:
