@@ -133,11 +133,16 @@ class EvidenceBuilder:
             "argv": list(be.argv) or None, "env": dict(be.env), "cwd": None, "pid": 4242,
             "started_at": None, "ready_at": None, "ready_seconds": None, "exit_status": 0, "stop_signal": "SIGTERM",
             "runtime_boundary": self._runtime_boundary(be),
-            "source": {"repo": spec.source.repo, "commit_before": COMMIT, "commit_after": COMMIT,
-                       "dirty_before": False, "dirty_after": False, "reason": None},
+            # like the runner: a commit only from a declared repository, a binary hash only for a
+            # launched binary (sim, url and shell backends have none)
+            "source": ({"repo": spec.source.repo, "commit_before": COMMIT, "commit_after": COMMIT,
+                        "dirty_before": False, "dirty_after": False, "reason": None} if spec.source.repo is not None else
+                       {"repo": None, "commit_before": None, "commit_after": None, "dirty_before": None,
+                        "dirty_after": None, "reason": None}),
             "model": {"id": spec.model.id, "revision": spec.model.revision, "path": spec.model.path,
                       "fingerprint": FINGERPRINT, "fingerprint_files": {}, "reason": None},
-            "server_binary": {"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA},
+            "server_binary": ({"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA}
+                              if be.kind == "launch" and not self._rehearsal else None),
             "levels": levels, "trace_source": trace_source, "aborted_reason": None,
         }, t
 
@@ -169,7 +174,9 @@ class EvidenceBuilder:
         rid = f"{self.run_id}-{layout.safe_name(backend)}-{self._seq:05d}"
         lat = self.latency
         ok = outcome == "completed"
-        out = 64 if ok else 0
+        wl = next((w for w in self.spec.workloads if w.name == workload), None)
+        tokens = min(64, max(wl.max_tokens)) if wl is not None and wl.max_tokens else 64  # never above max_tokens
+        out = tokens if ok else 0
         text = f"out {rid}"
         return {
             "schema_version": 1, "request_id": rid, "backend": backend, "workload": workload, "level": level,
@@ -178,8 +185,8 @@ class EvidenceBuilder:
             "end": start + lat, "status": status, "outcome": outcome, "error": error,
             "finish_reason": "length" if ok else None, "server_id": f"cmpl-{rid}-0",
             "prompt_tokens": 64, "output_tokens": out, "tokens_source": "usage", "itl_source": "exact",
-            "chunks": out, "ttft": 0.1 if ok else None, "latency": lat, "tpot": (lat - 0.1) / 63 if ok else None,
-            "itl": [round((lat - 0.1) / 63, 6)] * 63 if ok else [], "output_sha256": _hex(text) if ok else None,
+            "chunks": out, "ttft": 0.1 if ok else None, "latency": lat, "tpot": (lat - 0.1) / max(tokens - 1, 1) if ok and tokens > 1 else None,
+            "itl": [round((lat - 0.1) / max(tokens - 1, 1), 6)] * (tokens - 1) if ok else [], "output_sha256": _hex(text) if ok else None,
             "output_chars": len(text) if ok else 0,
         }
 
