@@ -426,3 +426,34 @@ def test_hostile_json_in_evidence_is_malformed_never_an_internal_error(seed, tmp
     assert main(["gate", str(root)]) in (1, 3)
     out = capsys.readouterr().out
     assert "internal error" not in out
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(fail_at=st.sets(st.integers(0, 40), max_size=3), untraced=st.sets(st.integers(0, 40), max_size=2),
+       fu_fails=st.booleans(), bad_version=st.booleans())
+def test_the_verdict_is_invariant_under_deleting_every_stored_label(seed, fail_at, untraced, fu_fails, bad_version):
+    """Property: outcomes, ttft and latency, trace `matched` flags, the follow-up's `passed` and
+    the runtime boundary's status are all re-derived; deleting them changes no rule's status."""
+    b = EvidenceBuilder(seed)
+    rs = list(b.measured("nccl"))
+    for i in fail_at:
+        b.set_outcome(rs[i % len(rs)], "failed", "HTTP 500", status=500)
+    for i in untraced:
+        b.untrace(rs[i % len(rs)]["request_id"], "nccl")
+    if fu_fails:
+        b.followups["nccl"]["record"].update(status=503, error="HTTP 503", output_tokens=0, chunks=0, outcome="failed")
+        b.followups["nccl"].update(passed=False, reason="follow-up request failed: HTTP 503")
+    if bad_version:
+        b.server_logs["nccl"] = b.log_of("nccl").replace("NCCL version 2.26.2", "NCCL version 2.18.1")
+        b.entry("nccl")["runtime_boundary"]["status"] = "contradictory"
+    labelled = judge(seed, b.build())
+    for name in ("host-staged", "nccl"):
+        for r in b.records[name]:
+            for key in ("outcome", "ttft", "latency"):
+                r.pop(key, None)
+        for t in b.traces[name]:
+            t.pop("matched", None)
+        b.followups[name].pop("passed", None)
+        b.entry(name)["runtime_boundary"].pop("status", None)
+    bare = judge(seed, b.build())
+    assert statuses(bare) == statuses(labelled) and bare.outcome == labelled.outcome

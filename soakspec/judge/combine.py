@@ -163,11 +163,9 @@ def _entries(children: Sequence[Child]) -> dict[str, Mapping[str, Any]]:
 
 
 def _full_entries(children: Sequence[Child]) -> dict[str, _Entry]:
-    from soakspec.judge.rederive import rederive
-
     out: dict[str, _Entry] = {}
     for c in children:
-        ev = rederive(c.spec, c.evidence)
+        ev = c.evidence  # re-derived by `combine`
         rehearsal = ev.manifest.get("rehearsal") is True
         for b in ev.backends:
             out[f"{b.name} in {c.dir}"] = _Entry(b.entry, c.spec, rehearsal)
@@ -248,6 +246,10 @@ CHECKS: tuple[Callable[[Sequence[Child]], Check], ...] = (
 
 
 def combine(children: Sequence[Child]) -> Combined:
+    from soakspec.judge.rederive import rederive
+
+    # every check reads facts: each child's stored conclusions re-derived once, here
+    children = [dataclasses.replace(c, evidence=rederive(c.spec, c.evidence)) for c in children]
     checks = [check(children) for check in CHECKS]
     if not children:
         checks.append(Check("children", "fail", "no children"))

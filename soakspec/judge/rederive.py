@@ -272,8 +272,8 @@ def _followup(f: Mapping[str, Any] | None, deadline: float | None, max_tokens: i
     if f.get("passed") is True and not passed:
         reason = f"the follow-up record says {', '.join(why) or derived}"
         return {**f, "passed": False, "reason": reason}, f"followup.json says passed but {reason[4:]}"
-    if f.get("passed") is not True:
-        return f, None
+    if f.get("passed") is None:  # no stored label: the record decides
+        return {**f, "passed": passed, "reason": f.get("reason") or (None if passed else f"the follow-up request {derived}: {', '.join(why)}")}, None
     return f, None
 
 
@@ -297,10 +297,10 @@ def _runtime(be: BackendEvidence, spec_be: Backend | None, same_spec: bool) -> t
     stored = entry.get("runtime_boundary")
     stored_status = stored.get("status") if isinstance(stored, Mapping) else None
     note = None
-    if same_spec and stored_status != derived["status"]:
+    if same_spec and stored_status is not None and stored_status != derived["status"]:
         note = (f"the manifest records runtime boundary status {stored_status!r} but the declaration, the retained "
                 f"server.log and the launched environment give {derived['status']!r}")
-    derived["stored_status"] = stored_status
+    derived["stored_status"] = stored_status if stored_status is not None else derived["status"]  # absent: nothing to contradict
     return {**entry, "runtime_boundary": derived}, note
 
 
