@@ -457,3 +457,14 @@ def test_the_verdict_is_invariant_under_deleting_every_stored_label(seed, fail_a
         b.entry(name)["runtime_boundary"].pop("status", None)
     bare = judge(seed, b.build())
     assert statuses(bare) == statuses(labelled) and bare.outcome == labelled.outcome
+
+
+def test_only_edited_to_hide_a_failing_backend_is_caught():
+    spec = small_spec("require failed == 0", backends=("a", "b"))
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("b"))[0], "failed", "HTTP 500", status=500)
+    b.manifest["only"] = ["a"]  # the failing backend "removed" from the run
+    v = judge(spec, b.build())
+    assert v.outcome != "PASS"
+    assert "backend b is in the evidence but not planned by the spec (the manifest restricts the run to a)" in rule(v, "completed_run").message
+    assert "restricted to backend a; not run: b" in v.notes[0]

@@ -124,6 +124,11 @@ def any_request(r: Row) -> bool:
     return True
 
 
+def usage_mismatched(r: Row) -> bool:
+    """A completed request whose reported completion tokens contradict its stream."""
+    return r.get("outcome") == "completed" and bool(r.get("usage_mismatch"))
+
+
 def not_completed(r: Row) -> bool:
     return r.get("outcome") != "completed"
 

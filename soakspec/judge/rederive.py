@@ -102,10 +102,15 @@ def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | No
     return outcome, tuple(why)
 
 
-def usage_problem(r: Row, max_tokens: int | None, ignore_eos: bool) -> str | None:
-    """Why a completed request's reported completion tokens cannot be its stream's, or None."""
+def usage_problem(r: Row, max_tokens: int | None, ignore_eos: bool, stream: bool = True) -> str | None:
+    """Why a completed request's reported completion tokens cannot be its stream's, or None.
+    Without streaming there are no chunks to compare: only the max_tokens bound applies."""
     n, chunks = _num(r.get("output_tokens")), _num(r.get("chunks"))
-    if n is None or chunks is None or chunks <= 0:
+    if n is None:
+        return None
+    if not stream or chunks is None or chunks <= 0:
+        if ignore_eos and max_tokens is not None and n > max_tokens:
+            return f"{int(n)} completion tokens reported at max_tokens = {max_tokens} with ignore_eos"
         return None
     if n < chunks:
         return f"{int(n)} completion tokens reported for {int(chunks)} text chunks (each chunk carries at least one)"
@@ -230,13 +235,14 @@ def _max_tokens(spec: Spec) -> dict[str, int]:
     return {w.name: min(w.max_tokens) for w in spec.workloads if w.max_tokens}
 
 
-def _usage_bounds(spec: Spec) -> dict[str, tuple[int | None, bool]]:
-    """Per workload: the largest max_tokens it asks for, and whether it sets ignore_eos."""
-    return {w.name: (max(w.max_tokens) if w.max_tokens else None, w.ignore_eos) for w in spec.workloads}
+def _usage_bounds(spec: Spec) -> dict[str, tuple[int | None, bool, bool]]:
+    """Per workload: the largest max_tokens it asks for, whether it sets ignore_eos, whether it
+    streams."""
+    return {w.name: (max(w.max_tokens) if w.max_tokens else None, w.ignore_eos, w.stream) for w in spec.workloads}
 
 
 def _relabel(r: Row, deadline: float | None, max_tokens: int | None, trace_error: str | None,
-             usage: tuple[int | None, bool] = (None, False)) -> tuple[Row, str | None]:
+             usage: tuple[int | None, bool, bool] = (None, False, True)) -> tuple[Row, str | None]:
     """The record judged by its facts, and why its stored label is wrong (None: it is not)."""
     stored = r.get("outcome")
     derived, why = derive_outcome(r, deadline, max_tokens)
@@ -326,7 +332,7 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
         key = (r.get("workload"), r.get("level"))
         w = str(r.get("workload"))
         new, note = _relabel(r, deadlines.get(key), max_tokens.get(w),
-                             server_error(payloads.get(str(r.get("request_id")), ())), bounds.get(w, (None, False)))
+                             server_error(payloads.get(str(r.get("request_id")), ())), bounds.get(w, (None, False, True)))
         records.append(new)
         if note:
             label_notes.append(note)
