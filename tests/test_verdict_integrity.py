@@ -468,3 +468,19 @@ def test_only_edited_to_hide_a_failing_backend_is_caught():
     assert v.outcome != "PASS"
     assert "backend b is in the evidence but not planned by the spec (the manifest restricts the run to a)" in rule(v, "completed_run").message
     assert "restricted to backend a; not run: b" in v.notes[0]
+
+
+def test_a_dropped_attempt_hidden_by_a_resend_is_a_disconnect(seed):
+    """The server closed a kept-alive connection without answering; the client resent the
+    request on a fresh one and recorded it completed. The server's trace of the first attempt
+    (terminal_reason disconnected) gives it away: `disconnected == 0` FAILs."""
+    b = EvidenceBuilder(seed)
+    r = list(b.measured("nccl", bucket=1))[3]
+    first = next(t for t in b.traces["nccl"] if t["request_id"] == r["request_id"])
+    dropped = json.loads(json.dumps(first))
+    dropped["payload"]["terminal_reason"] = "disconnected"
+    b.traces["nccl"].insert(b.traces["nccl"].index(first), dropped)
+    v = judge(seed, b.build())
+    d = rule(v, "disconnected == 0")
+    assert d.status == "fail"
+    assert "ended disconnected (terminal_reason disconnected): a dropped attempt hidden behind a resend" in d.message

@@ -19,6 +19,11 @@ without changing its facts. `rederive(spec, evidence)` draws every such conclusi
   errors     a matched trace reporting a server-side error for a request (status >= 500, or
              terminal / finish reason "error") makes that request failed, with the trace's
              reason as its error -- the server said it failed, whatever the stream looked like;
+  drops      a matched trace saying an attempt of a request ended with its client gone
+             (terminal reason "disconnected", "cancelled" or "aborted") while the record says
+             completed makes that request disconnected: the server saw an attempt that never
+             completed -- a connection dropped and the request silently resent -- and the
+             client's record hides it;
   usage      a completed request's reported completion tokens checked against its stream
              (`usage_problem`): never fewer tokens than text chunks, never more than
              MAX_TOKENS_PER_CHUNK per chunk, never more than max_tokens when the workload sets
@@ -138,6 +143,19 @@ def server_error(payloads: Sequence[Row]) -> str | None:
     return None
 
 
+DROPPED = ("disconnected", "cancelled", "aborted")
+
+
+def server_drop(payloads: Sequence[Row]) -> str | None:
+    """The dropped attempt a request's matched traces report, or None."""
+    for p in payloads:
+        term = p.get("terminal_reason")
+        if term in DROPPED:
+            return (f"the server's trace shows an attempt of this request ended {term} (terminal_reason {term}): "
+                    "a dropped attempt hidden behind a resend")
+    return None
+
+
 # ------------------------------------------------------------------------------ traces
 
 
@@ -241,9 +259,10 @@ def _usage_bounds(spec: Spec) -> dict[str, tuple[int | None, bool, bool]]:
     return {w.name: (max(w.max_tokens) if w.max_tokens else None, w.ignore_eos, w.stream) for w in spec.workloads}
 
 
-def _relabel(r: Row, deadline: float | None, max_tokens: int | None, trace_error: str | None,
+def _relabel(r: Row, deadline: float | None, max_tokens: int | None, server: tuple[str, str] | None,
              usage: tuple[int | None, bool, bool] = (None, False, True)) -> tuple[Row, str | None]:
-    """The record judged by its facts, and why its stored label is wrong (None: it is not)."""
+    """The record judged by its facts, and why its stored label is wrong (None: it is not).
+    `server`: (outcome, reason) when the server's own traces say the request did not complete."""
     stored = r.get("outcome")
     derived, why = derive_outcome(r, deadline, max_tokens)
     note = None
@@ -253,8 +272,8 @@ def _relabel(r: Row, deadline: float | None, max_tokens: int | None, trace_error
     elif stored == "completed" and derived != "completed":
         note = f"{r.get('request_id')} is labelled completed but its record says {', '.join(why)}"
         new = {**r, "outcome": derived}
-    if trace_error is not None and new.get("outcome") == "completed":
-        new = {**new, "outcome": "failed", "error": trace_error}
+    if server is not None and new.get("outcome") == "completed":
+        new = {**new, "outcome": server[0], "error": server[1]}
     if new.get("outcome") == "completed" and not new.get("usage_mismatch"):
         why_usage = usage_problem(new, *usage)
         if why_usage is not None:
@@ -310,6 +329,16 @@ def _runtime(be: BackendEvidence, spec_be: Backend | None, same_spec: bool) -> t
     return {**entry, "runtime_boundary": derived}, note
 
 
+def _server_verdict(payloads: Sequence[Row]) -> tuple[str, str] | None:
+    """(outcome, reason) when the server's traces say a request did not complete: an error
+    first (failed), else a dropped attempt (disconnected)."""
+    if (err := server_error(payloads)) is not None:
+        return "failed", err
+    if (drop := server_drop(payloads)) is not None:
+        return "disconnected", drop
+    return None
+
+
 def _capped(kind: str, notes: list[str]) -> list[str]:
     if len(notes) <= MAX_LISTED:
         return notes
@@ -332,7 +361,7 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
         key = (r.get("workload"), r.get("level"))
         w = str(r.get("workload"))
         new, note = _relabel(r, deadlines.get(key), max_tokens.get(w),
-                             server_error(payloads.get(str(r.get("request_id")), ())), bounds.get(w, (None, False, True)))
+                             _server_verdict(payloads.get(str(r.get("request_id")), ())), bounds.get(w, (None, False, True)))
         records.append(new)
         if note:
             label_notes.append(note)
