@@ -45,6 +45,7 @@ _TOKEN_SPLIT = re.compile(r"[\s,;+()\[\]]+")
 _LABEL_ENV = re.compile(r"\b([A-Z_][A-Z0-9_]*)=([^\s,;]+)")
 _LABEL_VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+)(?![\w.])")
 
+_LABEL_WORDS = re.compile(r"[\s,;+()\[\]=]+")
 # A runtime's own version line, for labels that name the runtime and a version but declare no
 # log regex: (word in the label, case-insensitive) -> regex with a `version` group.
 DEFAULT_VERSION_PATTERNS: tuple[tuple[str, str], ...] = (
@@ -162,7 +163,7 @@ def detect_runtime_boundary(
         expected = label_version
     implicit_regex = None
     if not decl.log_regex and (expected or label_version):
-        words = {t for t in _TOKEN_SPLIT.split((label or "").lower()) if t}
+        words = {t for t in _LABEL_WORDS.split((label or "").lower()) if t}
         implicit_regex = next((rx for word, rx in DEFAULT_VERSION_PATTERNS if word in words), None)
 
     contradictions: list[str] = []
