@@ -484,3 +484,18 @@ def test_a_dropped_attempt_hidden_by_a_resend_is_a_disconnect(seed):
     d = rule(v, "disconnected == 0")
     assert d.status == "fail"
     assert "ended disconnected (terminal_reason disconnected): a dropped attempt hidden behind a resend" in d.message
+
+
+def test_a_stored_verdict_that_disagrees_is_named(seed, tmp_path, capsys):
+    """verdict.json edited to PASS (re-bound to the manifest) over a failing run: the gate
+    re-judges, FAILs, and says the stored verdict disagrees."""
+    b = EvidenceBuilder(seed)
+    b.set_outcome(list(b.measured("nccl"))[0], "failed", "HTTP 500", status=500)
+    root = b.write(tmp_path / "run")
+    doc = json.loads((root / layout.VERDICT).read_text())
+    assert doc["verdict"] == "FAIL"
+    doc["verdict"] = "PASS"
+    (root / layout.VERDICT).write_text(json.dumps(doc))
+    assert main(["gate", str(root), "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert "the run's own verdict.json says PASS; re-judged from the evidence: FAIL" in out["notes"]

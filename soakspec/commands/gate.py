@@ -12,6 +12,7 @@ The verdict goes to stdout (text or JSON); the exit code is 0 PASS, 1 FAIL, 3 IN
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -84,6 +85,22 @@ def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_
     return spec, evidence
 
 
+def _stored_outcome(evidence) -> str | None:
+    """The outcome the run's verdict.json records (None: none readable)."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import EvidenceError, read_json
+
+    if evidence.root is None:
+        return None
+    path = Path(evidence.root) / layout.VERDICT
+    try:
+        doc = read_json(path) if path.is_file() else None
+    except (EvidenceError, OSError):
+        return None
+    out = doc.get("outcome", doc.get("verdict")) if isinstance(doc, dict) else None
+    return out if out in ("PASS", "FAIL", "INCONCLUSIVE") else None
+
+
 def main(args: argparse.Namespace) -> int:
     from soakspec.judge.judge import judge
     from soakspec.judge.verdict import render_text
@@ -100,6 +117,11 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--backend {unknown[0]}: the spec declares no such backend ({', '.join(sorted(names))})")
     # after the fact: the run's results/verdict must be there
     verdict = judge(spec, evidence, retained=True, backends=tuple(args.backend))
+    stored = _stored_outcome(evidence)
+    if stored is not None and stored != verdict.outcome and not args.backend:
+        # the stored verdict is a conclusion like any other: the gate re-judges and says so
+        verdict = dataclasses.replace(verdict, notes=verdict.notes + (
+            f"the run's own verdict.json says {stored}; re-judged from the evidence: {verdict.outcome}",))
     if args.format == "json":
         print(json.dumps(verdict.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
     else:
