@@ -196,8 +196,9 @@ def _log_from(be: BackendEvidence) -> tuple[str, int] | None:
 
 
 def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehearsal: bool,
-             records: Sequence[Row]) -> tuple[tuple[dict[str, Any], ...], list[str]]:
-    """The trace rows as the judge matches them, and what the stored rows claimed wrongly."""
+             records: Sequence[Row], same_spec: bool = True) -> tuple[tuple[dict[str, Any], ...], list[str]]:
+    """The trace rows as the judge matches them, and what the stored rows claimed wrongly
+    (only under the run's own spec: another spec may match with another window or id forms)."""
     kind, pattern, id_field, forms = _trace_config(spec_be, be.entry, rehearsal)
     if kind == "none":
         return (), []
@@ -219,7 +220,7 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
     claimed = [t for t in be.traces if t.get("matched") is True and t.get("request_id") in known]
     wrong = [t for t in claimed if t["request_id"] not in derived]
     notes: list[str] = []
-    if wrong:
+    if wrong and same_spec:
         why = {a.request_id: a.reason for a in match.assignments if a.request_id is not None and not a.matched}
         first = wrong[0]["request_id"]
         reason = why.get(first)
@@ -350,7 +351,7 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
     deadlines = _deadlines(be)
     max_tokens = _max_tokens(spec)
     bounds = _usage_bounds(spec)
-    traces, trace_notes = _rematch(be, spec_be, window_s, rehearsal, be.records)
+    traces, trace_notes = _rematch(be, spec_be, window_s, rehearsal, be.records, same_spec)
     payloads: dict[str, list[Row]] = {}
     for t in traces:
         if t["matched"] and isinstance(t["request_id"], str) and isinstance(t["payload"], Mapping):
