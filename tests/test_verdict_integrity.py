@@ -499,3 +499,19 @@ def test_a_stored_verdict_that_disagrees_is_named(seed, tmp_path, capsys):
     assert main(["gate", str(root), "--format", "json"]) == 1
     out = json.loads(capsys.readouterr().out)
     assert "the run's own verdict.json says PASS; re-judged from the evidence: FAIL" in out["notes"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 5000), k=st.integers(0, 400), q=st.sampled_from([50.0, 90.0, 95.0, 99.0, 99.9]),
+       conf=st.sampled_from([0.9, 0.95, 0.99]))
+def test_adding_an_overage_sample_never_allows_a_claim_that_was_not_allowed(n, k, q, conf):
+    """Property of the rule itself: with k of n samples beyond the threshold not allowed,
+    k + 1 of n + 1 (one more sample, beyond) is not allowed either; one more sample within the
+    threshold never takes an allowance away."""
+    k = min(k, n)
+    allowed = stats.max_overages(n, q, conf)
+    more = stats.max_overages(n + 1, q, conf)
+    if allowed is None or k > allowed:
+        assert more is None or k + 1 > more
+    if allowed is not None:
+        assert more is not None and more >= allowed
