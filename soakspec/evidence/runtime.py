@@ -20,7 +20,8 @@ Statuses:
 a label naming a runtime the judge knows how to find in a log (`DEFAULT_VERSION_PATTERNS`:
 NCCL, RCCL, CUDA) is checked against that runtime's own version line: another version in the
 log is a contradiction (`NCCL 2.26.2` with the log saying `NCCL version 2.18.1`), none leaves
-the version declared, never confirmed -- even when the label's `NAME=VALUE` pairs match.
+the version declared, never confirmed -- even when the label's `NAME=VALUE` pairs match. Such a
+runtime named without a version (`NCCL x.y.z`, `nccl 2`, `NCCL vX`) is generic.
 """
 
 from __future__ import annotations
@@ -162,9 +163,17 @@ def detect_runtime_boundary(
     if expected is None and decl.log_regex:
         expected = label_version
     implicit_regex = None
+    words = {t for t in _LABEL_WORDS.split((label or "").lower()) if t}
     if not decl.log_regex and (expected or label_version):
-        words = {t for t in _LABEL_WORDS.split((label or "").lower()) if t}
         implicit_regex = next((rx for word, rx in DEFAULT_VERSION_PATTERNS if word in words), None)
+    versioned = next((word for word, _ in DEFAULT_VERSION_PATTERNS if word in words), None)
+    if versioned is not None and not (expected or label_version) and not decl.log_regex:
+        # `NCCL x.y.z`, `nccl 2`, `NCCL vX`: a versioned runtime named without its version
+        return RuntimeBoundary(
+            label, None, (), "generic", label or "(empty)",
+            (f"runtime boundary {label!r} names {versioned.upper()} without a version (like 2.26.2): "
+             "name the version, or declare a log_pattern that detects it",),
+        )
 
     contradictions: list[str] = []
     missing: list[str] = []
