@@ -405,6 +405,10 @@ def test_usage_that_contradicts_the_stream_is_not_measured():
     assert "more than 16 a chunk" in usage_problem({"output_tokens": 1000, "chunks": 16}, None, False)
     assert "each chunk carries at least one" in usage_problem({"output_tokens": 1, "chunks": 16}, None, False)
     assert usage_problem({"output_tokens": 64, "chunks": 64}, 64, True) is None
+    # a final usage of 48 for 16 chunks at max_tokens = 16 (TPOT from the wrong count)
+    assert "48 completion tokens reported at max_tokens = 16 with ignore_eos" == usage_problem(
+        {"output_tokens": 48, "chunks": 16}, 16, True)
+    assert usage_problem({"output_tokens": 48, "chunks": 16}, 64, False) is None  # 3 a chunk: plausible
 
 
 @pytest.mark.parametrize("hostile", ["[" * 100_000 + "]" * 100_000, "9" * 5000, "9" * 4000])
