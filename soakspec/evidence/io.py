@@ -215,6 +215,8 @@ def read_json(path: os.PathLike | str) -> Any:
         return loads(text)
     except json.JSONDecodeError as e:
         raise EvidenceFormatError(path, e.lineno, f"invalid JSON: {e.msg} (column {e.colno})") from e
+    except (RecursionError, ValueError) as e:  # nested too deep; an integer of too many digits
+        raise EvidenceFormatError(path, 1, f"JSON beyond the decoder's limits: {str(e)[:120]}") from None
 
 
 class JsonlWriter:
@@ -334,6 +336,9 @@ def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = N
             except json.JSONDecodeError as e:
                 if errors is not None:
                     errors.append((i, f"invalid JSON: {e.msg} (column {e.colno})"))
+            except (RecursionError, ValueError) as e:  # nested too deep; an integer of too many digits
+                if errors is not None:
+                    errors.append((i, f"JSON beyond the decoder's limits: {str(e)[:120]}"))
 
 
 def scan_jsonl(path: os.PathLike | str) -> JsonlScan:

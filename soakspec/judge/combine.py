@@ -6,10 +6,18 @@ checks of `CHECKS`, in order, all of which must hold:
   children_pass         every child's verdict is PASS (a FAIL fails, an INCONCLUSIVE makes the
                         combination inconclusive)
   backends_once         every backend the spec declares appears in exactly one child
-  one_commit            one source commit across all children and backends
-  model_provenance      identical model revision, model fingerprint and server binary sha256
+  one_commit            one source commit across all children and backends, unchanged and from a
+                        clean tree (required when the spec declares a source repository)
+  model_provenance      identical model revision (when the spec names one), model fingerprint
+                        (when it names a model path, outside rehearsals) and server binary sha256
+                        (for `launch` backends: `sim`, `url` and `shell` backends have no binary
+                        soakspec can hash, so none is required of them)
   same_workload         the same spec (sha256), or at least identical workloads and gate
-  runtime_boundaries    a runtime boundary retained for every backend (confirmed or declared)
+  runtime_boundaries    a runtime boundary for every backend, confirmed or declared, as the
+                        judge re-derives it from the spec, the retained log and environment
+
+Provenance is read from each child's evidence as the judge re-derives it
+(`soakspec.judge.rederive`), never from stored conclusions.
 """
 
 from __future__ import annotations
@@ -142,37 +150,71 @@ def backends_once(children: Sequence[Child]) -> Check:
     return Check("backends_once", "fail" if problems else "pass", "; ".join(problems) or f"each of {', '.join(declared)} appears once")
 
 
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    entry: Mapping[str, Any]  # the backend's manifest entry, re-derived
+    spec: Spec  # the child's spec
+    rehearsal: bool
+
+
 def _entries(children: Sequence[Child]) -> dict[str, Mapping[str, Any]]:
-    """Every backend of every child: `name in dir` -> its manifest entry."""
-    return {f"{b.name} in {c.dir}": b.entry for c in children for b in c.evidence.backends}
+    """Every backend of every child: `name in dir` -> its manifest entry (re-derived)."""
+    return {k: e.entry for k, e in _full_entries(children).items()}
+
+
+def _full_entries(children: Sequence[Child]) -> dict[str, _Entry]:
+    out: dict[str, _Entry] = {}
+    for c in children:
+        ev = c.evidence  # re-derived by `combine`
+        rehearsal = ev.manifest.get("rehearsal") is True
+        for b in ev.backends:
+            out[f"{b.name} in {c.dir}"] = _Entry(b.entry, c.spec, rehearsal)
+    return out
 
 
 def one_commit(children: Sequence[Child]) -> Check:
-    entries = _entries(children)
+    entries = _full_entries(children)
     commits: dict[str, Any] = {}
     msgs = []
-    for k, e in entries.items():
+    for k, fe in entries.items():
+        e = fe.entry
         before, after = _get(e, "source", "commit_before"), _get(e, "source", "commit_after")
+        if before is None and after is None and fe.spec.source.repo is None:
+            continue  # no source repository declared: no commit to record
         if before != after:
             msgs.append(f"{k}: commit changed during the run")
+        if _get(e, "source", "dirty_before") is True or _get(e, "source", "dirty_after") is True:
+            msgs.append(f"{k}: the working tree had uncommitted changes (dirty before: {_get(e, 'source', 'dirty_before')}, "
+                        f"after: {_get(e, 'source', 'dirty_after')})")
         commits[k] = before
+    if not commits:
+        return Check("one_commit", "pass", "no source repository declared, so no commit to check")
     m = _distinct(commits, "commit")
     if m:
         msgs.append(m)
     return Check("one_commit", "fail" if msgs else "pass",
-                 "; ".join(msgs) or f"one commit {str(next(iter(commits.values()), ''))[:12]} across {len(entries)} backends")
+                 "; ".join(msgs) or f"one commit {str(next(iter(commits.values()), ''))[:12]} across {len(commits)} backends")
+
+
+def _required(fe: _Entry, label: str) -> bool:
+    """Whether a backend can have (so must have) this kind of provenance."""
+    if label == "model revision":
+        return fe.spec.model.revision is not None or _get(fe.entry, "model", "revision") is not None
+    if label == "model fingerprint":
+        return (fe.spec.model.path is not None and not fe.rehearsal) or _get(fe.entry, "model", "fingerprint") is not None
+    return fe.entry.get("kind") == "launch"  # server binary: only a launched binary has one
 
 
 def model_provenance(children: Sequence[Child]) -> Check:
-    entries = _entries(children)
+    entries = _full_entries(children)
     msgs = []
     for label, path in (("model revision", ("model", "revision")), ("model fingerprint", ("model", "fingerprint")),
                         ("server binary sha256", ("server_binary", "sha256"))):
-        m = _distinct({k: _get(e, *path) for k, e in entries.items()}, label)
+        m = _distinct({k: _get(fe.entry, *path) for k, fe in entries.items() if _required(fe, label)}, label)
         if m:
             msgs.append(m)
     return Check("model_provenance", "fail" if msgs else "pass",
-                 "; ".join(msgs) or "identical model revision, fingerprint and server binary across backends")
+                 "; ".join(msgs) or "identical model revision, fingerprint and server binary across backends (where they exist)")
 
 
 def same_workload(children: Sequence[Child]) -> Check:
@@ -204,6 +246,10 @@ CHECKS: tuple[Callable[[Sequence[Child]], Check], ...] = (
 
 
 def combine(children: Sequence[Child]) -> Combined:
+    from soakspec.judge.rederive import rederive
+
+    # every check reads facts: each child's stored conclusions re-derived once, here
+    children = [dataclasses.replace(c, evidence=rederive(c.spec, c.evidence)) for c in children]
     checks = [check(children) for check in CHECKS]
     if not children:
         checks.append(Check("children", "fail", "no children"))
