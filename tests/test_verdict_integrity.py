@@ -4,6 +4,8 @@ that gave it away (issue 15)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from pathlib import Path
 
@@ -360,6 +362,19 @@ def test_a_dirty_tree_fails_provenance(seed):
     v = judge(seed, b.build())
     p = rule(v, "provenance_consistent")
     assert p.status == "fail" and "uncommitted changes before and after the run" in p.message
+
+
+def test_a_dirty_tree_passes_provenance_only_when_the_spec_allows_it_and_says_so(seed):
+    allowing = dataclasses.replace(seed, source=dataclasses.replace(seed.source, allow_dirty=True))
+    b = EvidenceBuilder(allowing)
+    for name in ("host-staged", "nccl"):
+        b.entry(name)["source"].update(dirty_before=True, dirty_after=True)
+    p = rule(judge(allowing, b.build()), "provenance_consistent")
+    assert p.status == "pass" and "allow_dirty = true" in p.message
+    # a tree that became dirty during the run is never allowed
+    b = EvidenceBuilder(allowing)
+    b.entry("nccl")["source"].update(dirty_before=False, dirty_after=True)
+    assert rule(judge(allowing, b.build()), "provenance_consistent").status == "fail"
 
 
 def test_a_restricted_run_says_what_it_left_out_and_cannot_pass_a_rule_on_it():

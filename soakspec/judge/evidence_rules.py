@@ -171,10 +171,10 @@ def _part(e: Mapping[str, Any], key: str) -> Mapping[str, Any]:
 
 
 def _dirty_allowed(run: JudgedRun) -> bool:
-    """Whether the spec accepts a run from a tree with uncommitted changes. Always False for
-    now: the spec language has no `allow_dirty` key yet. When it gains one, read it here (and
-    only here): a dirty tree then passes provenance_consistent, and reports show it."""
-    return False
+    """Whether the spec accepts a run from a tree with uncommitted changes (`source {
+    allow_dirty = true }`); read here and only here. A dirty tree then passes
+    provenance_consistent, and the passing message says that it was dirty."""
+    return run.spec.source.allow_dirty
 
 
 def _provenance_of(run: JudgedRun, name: str, e: Mapping[str, Any]) -> tuple[list[Instance], str | None]:
@@ -228,8 +228,11 @@ def provenance_consistent(run: JudgedRun, rule: Rule) -> RuleResult:
             listing = ", ".join(f"{n}: {str(v)[:12]}" for n, v in values.items())
             insts.append(problem(f"backends ran different {label} ({listing})", Location(text="across backends")))
     one = sorted(set(commits.values()))
+    dirty = any(_part(e, "source").get("dirty_before") is True for _, e in entries)
     if len(one) == 1:
         msg = f"one commit ({one[0][:12]}) and one model across {plural(len(entries), 'backend')}, unchanged during the run"
+        if dirty:
+            msg += "; the working tree had uncommitted changes, which the spec allows (allow_dirty = true)"
     else:
         msg = f"one model across {plural(len(entries), 'backend')}; no source repository declared, so no commit to check"
     return result(rule, "provenance_consistent", "evidence", rule.severity, insts, msg, max(1, len(entries)))
