@@ -401,6 +401,18 @@ def test_gate_with_the_same_backend_restriction_judges_what_was_run(tmp_path, ca
     assert 'failed == 0 on "b"' not in {r["rule"] for r in doc["rules"]}
 
 
+def test_a_usage_mismatch_rule_counts_the_requests_whose_usage_contradicts_their_stream():
+    spec = small_spec("require usage_mismatch == 0")
+    assert rule(judge(spec, EvidenceBuilder(spec).build()), "usage_mismatch == 0").status == "pass"
+    b = EvidenceBuilder(spec)
+    bad = list(b.measured("a"))[:3]
+    for r in bad:
+        r.update(output_tokens=1000, itl=[0.9 / 999] * 999, tpot=0.9 / 999)
+    res = rule(judge(spec, b.build()), "usage_mismatch == 0")
+    assert res.status == "fail" and "3 usage-mismatched requests" in res.message
+    assert "usage contradicts the stream: 1000 completion tokens" in res.message
+
+
 def test_usage_that_contradicts_the_stream_is_not_measured():
     """1000 completion tokens for 64 chunks at max_tokens = 64 with ignore_eos: the ITL the
     runner computed from that count (0.06ms gaps) and the 15x throughput are not the stream's."""

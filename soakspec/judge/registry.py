@@ -27,7 +27,6 @@ from soakspec.judge import measures as M
 from soakspec.judge import validity as V
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.verdict import RuleResult
-from soakspec.lang.metrics import METRICS
 
 RuleClass = Literal["validity", "evidence", "performance"]
 Check = Callable[[JudgedRun, Any], RuleResult]  # (run, the spec's Rule, or None for a built-in)
@@ -80,10 +79,8 @@ RULES: tuple[Entry, ...] = (
     _metric("rejected", M.Outcome(M.outcome_is("rejected"), noun="rejected request")),
     _metric("disconnected", M.Outcome(M.outcome_is("disconnected"), noun="disconnected request")),
     _metric("errors", M.Outcome(M.not_completed, noun="unsuccessful request")),
-    # registered as soon as the catalogue declares it (`_outcome("usage_mismatch", ...)` in
-    # soakspec.lang.metrics): completed requests whose usage contradicts their stream
-    *([_metric("usage_mismatch", M.Outcome(M.usage_mismatched, noun="request whose usage contradicts its stream"))]
-      if "usage_mismatch" in METRICS else []),
+    # completed requests whose usage contradicts their stream (`rederive`)
+    _metric("usage_mismatch", M.Outcome(M.usage_mismatched, noun="usage-mismatched request")),
     # performance: per-bucket and per-sample series
     _metric("throughput", M.PerBucket(M.throughput)),
     _metric("qps", M.PerBucket(M.qps)),
