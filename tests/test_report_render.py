@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from soakspec.cli import main
-from soakspec.judge.testing import EvidenceBuilder, small_spec
+from soakspec.judge.testing import spec_from_text, EvidenceBuilder, small_spec
 from soakspec.lang import load_spec
 from soakspec.report import FORMATS, evidence_meta, prepare, render
 from soakspec.report.html import CHART_METRICS
@@ -136,11 +136,12 @@ def test_cli_report_exits_0_when_rendered_and_gate_keeps_the_verdicts_code(seed,
 def hostile():
     """A backend named `<script>alert(1)</script>`, a failed request whose error carries markup,
     control characters and a lone surrogate, and a runtime boundary with pipes and backticks."""
-    spec = small_spec(backends=(HOSTILE, "b"))
+    text = small_spec(backends=(HOSTILE, "b")).canonical_text
+    at = text.rindex('"host-staged"')  # backend b's runtime label (the judge shows the spec's label)
+    spec = spec_from_text(text[:at] + '"a | b `c` <i>d</i>"' + text[at + len('"host-staged"'):])
     b = EvidenceBuilder(spec)
     r = list(b.measured(HOSTILE))[0]
     b.set_outcome(r, "failed", "</pre></code>```\n<img src=x onerror=alert(2)> \x00\x1b[31m \udc80 & ]]> --> http://evil.example/x")
-    b.entry("b")["runtime_boundary"]["display"] = "a | b `c` <i>d</i>"
     return prepare(spec, b.build())
 
 

@@ -67,6 +67,13 @@ CODES: dict[str, Code] = {
         Code("E409", "invalid model revision"),
         Code("E410", "trace id form without {id}"),
         Code("E411", "invalid environment variable name"),
+        Code("E412", "required env of a server soakspec does not launch"),
+        Code("E413", "reads a server log the backend does not have"),
+        Code("E414", "trace coverage of a backend without traces"),
+        Code("E415", "pattern on JSONL traces"),
+        Code("E416", "runtime named without a concrete version"),
+        Code("E417", "runtime label and version disagree"),
+        Code("E418", "planned load time over the limit"),
         # W5xx warnings
         Code("W501", "launched backend never uses {port}"),
         Code("W502", "required env not set by the backend"),

@@ -48,6 +48,9 @@ class Model:
 @dataclasses.dataclass(frozen=True)
 class Source:
     repo: str | None = None  # path of the repository whose commit is recorded
+    # A tree with uncommitted changes (before or after the run) fails provenance_consistent
+    # unless the spec allows it; the evidence then records that it did.
+    allow_dirty: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

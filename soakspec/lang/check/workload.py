@@ -9,10 +9,11 @@ from soakspec.lang import spec as S
 from soakspec.lang.check.core import Ctx, Key, Table
 from soakspec.lang.check.walk import Body, sub, walk
 from soakspec.lang.fmt import value_text
-from soakspec.units import Dimension
+from soakspec.units import Dimension, format_duration
 
 MAX_BUCKETS_PER_LEVEL = 10_000  # the plan lists every bucket; a 1 ms bucket over 24 h would never finish
 MAX_LOAD_LEVEL = 1_000_000  # with MAX_DURATION_S, keeps the plan's request estimates finite
+MAX_TOTAL_LOAD_S = 30 * 86400.0  # the whole run's planned load time; a longer soak is a typo
 
 WORKLOAD = Table(
     cls=S.Workload,
@@ -158,3 +159,31 @@ def _check_timing(ctx: Ctx, b: Body, load: S.Load) -> None:
         ctx.error("E204", f"bucket ({value_text(bg.node)}) cuts each level into {n} buckets; at most {MAX_BUCKETS_PER_LEVEL} are allowed", bg.span)
     elif abs(ratio - round(ratio)) > 1e-6:
         ctx.warn("W505", "the duration is not a whole number of buckets; the last bucket of each level will be short", bg.span)
+
+
+def load_time_s(w: S.Workload) -> float:
+    """The planned load time of one workload on one backend: every level's warmup + duration."""
+    return len(w.load.levels) * (w.warmup_s + w.duration_s)
+
+
+def check_total_load(ctx: Ctx, workloads: list[S.Workload], n_backends: int, parallel: bool) -> None:
+    """The run's planned load time (what `plan` calls the wall time without startup and drains):
+    every backend runs every workload, one after another unless `parallel = true`. Above
+    MAX_TOTAL_LOAD_S it is an error, reported at the workload that contributes most."""
+    if not workloads or n_backends == 0:
+        return
+    per_backend = sum(load_time_s(w) for w in workloads)
+    total = per_backend * (1 if parallel else n_backends)
+    if total <= MAX_TOTAL_LOAD_S:
+        return
+    worst = max(workloads, key=load_time_s)
+    times = "" if parallel or n_backends == 1 else f" × {n_backends} backends one after another"
+    ctx.error(
+        "E418",
+        f"the spec plans {format_duration(total)} of load in all ({format_duration(per_backend)} per backend{times}); "
+        f"at most {MAX_TOTAL_LOAD_S / 86400:g} days ({format_duration(MAX_TOTAL_LOAD_S)}) are allowed",
+        worst.span,
+        f"workload '{worst.name}' alone plans {format_duration(load_time_s(worst))} per backend "
+        f"({len(worst.load.levels)} levels × {format_duration(worst.warmup_s + worst.duration_s)}); "
+        "shorten the duration, drop levels, or split the soak into several specs",
+    )
