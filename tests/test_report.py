@@ -4,7 +4,8 @@ The evidence is a real `soakspec run` of the quick-start demo spec, shortened to
 (`quick_demo` in tests/conftest.py): the runner's own writers, at full scale, because a
 time-scaled run can never PASS (the judge's built-in `full_scale_run` makes it INCONCLUSIVE) and
 the md report of a *passing* run is what has to render as a table and pass `lint-claims`. The
-45 s demo itself runs end to end in the `slow` lane (tests/test_runner.py). Failing and hostile
+45 s demo itself runs in the `slow` lane: its report passes `lint-claims` against the shipped
+spec (below), and tests/test_runner.py runs it end to end. Failing and hostile
 cases use the judge's synthetic evidence (tests/test_report_render.py).
 """
 
@@ -16,6 +17,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import xml.etree.ElementTree as ET
 import zlib
 from pathlib import Path
@@ -288,6 +290,24 @@ def test_a_newer_spec_rejudges_and_says_so(run_dir, spec_path, tmp_path):
     assert "differs from the spec the run used" in err
     assert "FAIL  [performance] p95(ttft) < 1ms per level" in md
     assert "- note: judged with a spec" in md
+
+
+@pytest.mark.slow
+def test_the_shipped_demo_reports_a_pass_that_lint_claims_accepts(tmp_path, capsys):
+    """The quick start as a reviewer would use it, on the shipped spec itself (about 50 s): the
+    45 s demo passes, and its md report linted against specs/demo.soak has no finding."""
+    demo = REPO / "specs" / "demo.soak"
+    out = tmp_path / "demo"
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(demo), "--out", str(out), "--quiet"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    code, md, _ = cli("report", str(out), "--format", "md")
+    assert code == 0 and "**Verdict: PASS**" in md
+    assert "- workload: prompt_words=32, max_tokens=32,48, greedy, ignore-EOS, concurrency 4,8, closed loop," in md
+    doc = tmp_path / "PR.md"
+    doc.write_text(md)
+    assert main(["lint-claims", str(doc), "--spec", str(demo), "--evidence", str(out)]) == 0
+    assert capsys.readouterr().out.strip() == f"{doc}: no findings"
 
 
 def test_usage_errors_exit_2(tmp_path, capsys):
