@@ -380,7 +380,8 @@ async def test_a_client_leaving_while_queued_frees_its_place(tmp_path, autojump_
         assert gone["terminal_reason"] == "disconnected" and gone["scheduled_at"] is None
 
 
-async def test_metrics_exposes_gauges_counters_and_simulated_memory(tmp_path):
+async def test_metrics_exposes_gauges_counters_and_simulated_memory(tmp_path, autojump_clock):
+    # simulated memory grows on the server's trio clock: the 0.2 s below pass in virtual time
     async with running(tmp_path, memory_base=8 * 2**30, memory_growth=60 * 2**30, **FAST) as sim:
         await sim.completion(prompt="a b c", max_tokens=4, ignore_eos=True)
         await sim.completion(max_tokens=-1)
