@@ -1,0 +1,39 @@
+"""The two test lanes: the README's test command runs the default lane (everything but `slow`),
+and CI (`.ci/run`) runs that same command and then the slow lane, which must not be empty
+(pytest exits 5 when a `-m` selects nothing, which would fail CI)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _ci_pytest_commands() -> list[str]:
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
+    return [line.strip().split(" || ")[0] for line in lines if "-m pytest" in line and not line.lstrip().startswith("#")]
+
+
+def test_ci_runs_the_readme_test_command_and_then_the_slow_lane():
+    readme = (REPO / "README.md").read_text()
+    quick = re.search(r"Run the tests:\n\n```sh\n(.+)\n```", readme).group(1)
+    readme_pytest = quick.rsplit("&& ", 1)[1]  # `.venv/bin/python -m pytest -q`
+    assert _ci_pytest_commands() == [readme_pytest, f"{readme_pytest} -m slow"]
+
+
+def test_the_default_lane_leaves_out_slow_tests():
+    ini = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "-m 'not slow'" in ini["addopts"]
+    assert any(m.startswith("slow:") for m in ini["markers"])
+
+
+def test_the_slow_lane_collects_tests():
+    proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "slow", "-p", "no:cacheprovider"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    collected = [line for line in proc.stdout.splitlines() if "::" in line]
+    assert len(collected) >= 5, proc.stdout[-2000:]
