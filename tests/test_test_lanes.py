@@ -27,7 +27,7 @@ def test_ci_runs_the_readme_test_command_and_then_the_slow_lane():
 
 def test_the_default_lane_leaves_out_slow_tests():
     ini = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
-    assert "-m 'not slow'" in ini["addopts"]
+    assert "-m 'not slow and not realserver'" in ini["addopts"]
     assert any(m.startswith("slow:") for m in ini["markers"])
 
 
