@@ -18,7 +18,9 @@ import pytest
 
 from soakspec.cli import main
 from soakspec.evidence import schema
-from soakspec.evidence.testing import SAMPLE_SPEC, build_evidence_dir, sample_request, sample_spec_text
+from soakspec.evidence.testing import (
+    SAMPLE_LEVEL, SAMPLE_SPEC, SAMPLE_TIMEOUTS, build_evidence_dir, sample_request, sample_spec_text,
+)
 from soakspec.judge.testing import EvidenceBuilder, small_spec, spec_from_text
 from soakspec.lang import load_spec
 from soakspec.plan import plan
@@ -76,6 +78,16 @@ def test_the_sample_spec_checks_and_plans_the_sample_records():
     r = sample_request(0)
     assert (lv.workload, lv.index, lv.concurrency, lv.rate) == (r["workload"], r["level"], r["concurrency"], r["rate"])
     assert [b.name for b in spec_from_text(sample_spec_text(("x", "y", "z"))).backends] == ["x", "y", "z"]
+
+
+def test_the_sample_manifest_entries_are_the_plans(tmp_path):
+    """build_evidence_dir's level entries and bounds are what the plan of SAMPLE_SPEC says."""
+    bp = plan(spec_from_text(SAMPLE_SPEC)).backends[0]
+    assert SAMPLE_TIMEOUTS == bp.timeouts() and SAMPLE_LEVEL == bp.levels[0].to_json()
+    m = build_evidence_dir(tmp_path / "run")
+    for b in m["backends"]:
+        assert b["timeouts"] == bp.timeouts()
+        assert b["levels"][0].items() >= bp.levels[0].to_json().items()
 
 
 def test_builders_leave_the_files_a_run_leaves(built, real):

@@ -120,12 +120,19 @@ def _sim_trace_line(rec: dict[str, Any], active: int) -> str:
     return simtrace.TRACE_PREFIX + json.dumps(payload, separators=(",", ":")) + "\n"
 
 
-def _level_entry(rec0: dict[str, Any], n: int, started: float) -> dict[str, Any]:
-    """A manifest level entry for the one level of `sample_spec_text` (a 60 s bucket)."""
+# What `plan(sample_spec_text())` gives each backend (tests/test_evidence_builders.py checks
+# both against the plan; the evidence package does not import the plan).
+SAMPLE_TIMEOUTS = {"ready_timeout_s": 600.0, "ready_interval_s": 0.5, "ready_attempt_timeout_s": 2.0,
+                   "shutdown_grace_s": 10.0, "kill_wait_s": 5.0, "follow_up_deadline_s": 30.0}
+SAMPLE_LEVEL = {"workload": "short", "index": 0, "label": "concurrency 4", "mode": "closed", "concurrency": 4, "rate": None,
+                "batch_requests": None, "planned_duration_s": 60.0, "bucket_s": 60.0, "warmup_s": 0.0, "deadline_s": 30.0}
+
+
+def _level_entry(n: int, started: float) -> dict[str, Any]:
+    """A manifest level entry for the one level of `sample_spec_text` (a 60 s bucket): the
+    plan's `Level.to_json()`, then what happened."""
     ms = started
-    return {
-        "workload": "short", "index": 0, "mode": "closed", "concurrency": 4, "rate": None, "batch_requests": None,
-        "planned_duration_s": 60.0, "bucket_s": 60.0, "warmup_s": 0.0, "deadline_s": 30.0,
+    return dict(SAMPLE_LEVEL) | {
         "started_at": started, "measure_start": ms, "measure_end": ms + 60.0, "drained_at": ms + 60.5,
         "completed": True, "buckets": [{"index": 0, "start": ms, "end": ms + 60.0, "planned_length_s": 60.0}],
         "sent": n, "mean_in_flight": 4.0,
@@ -184,8 +191,8 @@ def build_evidence_dir(
                                   pid=1000 + i, started_at=T0, ready_at=T0 + 1.5, exit_status=0, stop_signal="SIGTERM",
                                   runtime_boundary={"declared": "host-staged", "detected": None, "env_observed": {},
                                                     "status": "declared", "display": "host-staged", "details": []})
-            entry.update(levels=[_level_entry(rows[0], requests_per_backend, T0)], planned_levels=1,
-                         trace_source="log", aborted_reason=None)
+            entry.update(levels=[_level_entry(requests_per_backend, T0)], trace_source="log",
+                         aborted_reason=None, planned_levels=1, timeouts=dict(SAMPLE_TIMEOUTS))
             entries.append(entry)
         if status == "running":  # a run writes its backends into the manifest only when it ends
             return m

@@ -134,7 +134,7 @@ class EvidenceBuilder:
                       "fingerprint": FINGERPRINT, "fingerprint_files": {}, "reason": None},
             "server_binary": {"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA},
             "levels": levels, "planned_levels": len(bp.levels), "trace_source": trace_source,
-            "aborted_reason": None,
+            "aborted_reason": None, "timeouts": bp.timeouts(),
         }, t
 
     def _manifest(self, backends: list[dict[str, Any]], t0: float, t: float, *, time_scale: float, rehearsal: bool,
