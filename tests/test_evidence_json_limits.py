@@ -4,7 +4,7 @@ Now such a file is malformed evidence: `verify` exits 1 naming the file and line
 `report` exit 3 (INCONCLUSIVE: the evidence cannot support a verdict) -- never a traceback.
 
 The evidence is edited the way a careless or dishonest operator could: the file changed and
-its hash in the manifest (and the results' binding to the manifest) recomputed."""
+its hash in the manifest (and the results' and verdict's binding to the manifest) recomputed."""
 
 from __future__ import annotations
 
@@ -32,13 +32,15 @@ def _edit(root: Path, rel: str, text: str) -> None:
         m = json.loads(mpath.read_text())
         m["artifacts"][rel] = hashlib.sha256((root / rel).read_bytes()).hexdigest()
         mpath.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
-    if rel != "results.json" and (root / "results.json").exists():
+    for bound in ("results.json", "verdict.json"):  # written after the manifest, bound to it
+        if rel == bound or not (root / bound).exists():
+            continue
         try:
-            res = json.loads((root / "results.json").read_text())
+            doc = json.loads((root / bound).read_text())
         except ValueError:
-            return
-        res["manifest_sha256"] = hashlib.sha256(mpath.read_bytes()).hexdigest()
-        (root / "results.json").write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
+            continue
+        doc["manifest_sha256"] = hashlib.sha256(mpath.read_bytes()).hexdigest()
+        (root / bound).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 def _append_line(root: Path, rel: str, line: str) -> str:
@@ -56,7 +58,7 @@ CASES = {
     "requests.jsonl 5000-digit integer": ("backends/a/requests.jsonl", lambda r, p: _append_line(r, p, '{"x": %s}' % BIG), 18),
     "traces.jsonl 5000-digit integer": ("backends/a/traces.jsonl", lambda r, p: _append_line(r, p, '{"x": %s}' % BIG), None),
     "telemetry.jsonl nested deep": ("backends/a/telemetry.jsonl", lambda r, p: _append_line(r, p, DEEP), None),
-    "buckets.json nested deep": ("backends/a/buckets.json", lambda r, p: DEEP, 1),
+    "followup.json nested deep": ("backends/a/followup.json", lambda r, p: DEEP, 1),
     "followup.json 1e999": ("backends/a/followup.json", lambda r, p: _add_key(r, p, "1e999"), None),
     "results.json 5000-digit integer": ("results.json", lambda r, p: _add_key(r, p, BIG), None),
     "manifest.json nested deep": ("manifest.json", lambda r, p: DEEP, 1),

@@ -139,7 +139,7 @@ def clean_run(tmp_path_factory) -> Path:
 
 
 FILES = ("manifest.json", "results.json", "backends/a/requests.jsonl", "backends/a/traces.jsonl",
-         "backends/a/telemetry.jsonl", "backends/a/buckets.json", "backends/a/followup.json")  # fmt: skip
+         "backends/a/telemetry.jsonl", "backends/a/followup.json", "verdict.json")  # fmt: skip
 _RAW = "\x00RAW\x00"
 HOSTILE_VALUES = [None, True, False, 0, -1, 1.5, 1e308, -1e308, "", "x" * 5000, [], {}, [[[]]], {"a": {"b": {}}},
                   "NaN", "1e999", "-" + "9" * 400]  # fmt: skip
@@ -196,18 +196,19 @@ def evidence_edits(draw, root: Path) -> tuple[str, bytes, bool]:
 
 def _rehash(root: Path, rel: str) -> None:
     """Recompute what would give the edit away: the manifest's hash of the file and the
-    results' binding to the manifest (where they still parse)."""
+    results' and verdict's binding to the manifest (where they still parse)."""
     mpath = root / "manifest.json"
     with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
         if rel != "manifest.json":
             m = json.loads(mpath.read_text())
             m["artifacts"][rel] = hashlib.sha256((root / rel).read_bytes()).hexdigest()
             mpath.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
-    with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
-        if rel != "results.json":
-            res = json.loads((root / "results.json").read_text())
-            res["manifest_sha256"] = hashlib.sha256(mpath.read_bytes()).hexdigest()
-            (root / "results.json").write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
+    for bound in ("results.json", "verdict.json"):  # written after the manifest, bound to it
+        with contextlib.suppress(ValueError, KeyError, TypeError, AttributeError):
+            if rel != bound:
+                doc = json.loads((root / bound).read_text())
+                doc["manifest_sha256"] = hashlib.sha256(mpath.read_bytes()).hexdigest()
+                (root / bound).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
 @EVIDENCE_PROFILE

@@ -4,8 +4,10 @@
 planned backend, level and bucket with requests, matched traces, telemetry, a passing follow-up
 and consistent provenance -- as plain mutable dicts. Tests break one thing (fail a request,
 drop a bucket, cut the run short, change a commit) and then either `build()` an in-memory
-`Evidence` (treated as verified) or `write(dir)` a real evidence directory with the evidence
-package's own writers and a finalized, hashed manifest, which `load_evidence` reads back.
+`Evidence` (treated as verified) or `write(dir)` a real evidence directory the way `soakspec run`
+writes one -- the evidence package's writers, request lines by `RequestRecord.to_line`, a
+finalized, hashed manifest, then results.json and verdict.json bound to it -- which
+`load_evidence` reads back (tests/test_evidence_builders.py compares it with a real run).
 """
 
 from __future__ import annotations
@@ -85,6 +87,8 @@ class EvidenceBuilder:
         entry = lv.to_json() | {  # the runner's entry: the plan's part, then what happened
             "started_at": started, "measure_start": ms, "measure_end": me, "drained_at": me + self.latency,
             "completed": True, "buckets": buckets, "sent": self.per_bucket * len(lv.buckets),
+            # what the load measures: requests x latency over the measured time
+            "mean_in_flight": round(self.per_bucket * len(lv.buckets) * self.latency / lv.duration_s, 3),
         }
         return entry, me + self.latency + 1.0
 
@@ -140,7 +144,8 @@ class EvidenceBuilder:
                       "fingerprint": FINGERPRINT, "fingerprint_files": {}, "reason": None},
             "server_binary": ({"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA}
                               if be.kind == "launch" and not self._rehearsal else None),
-            "levels": levels, "trace_source": trace_source, "aborted_reason": None,
+            "levels": levels, "planned_levels": len(bp.levels), "trace_source": trace_source,
+            "aborted_reason": None, "timeouts": bp.timeouts(),
         }, t
 
     def _manifest(self, backends: list[dict[str, Any]], t0: float, t: float, *, time_scale: float, rehearsal: bool,
@@ -156,7 +161,7 @@ class EvidenceBuilder:
             "host": {"hostname": "h", "cpu_model": "cpu", "cpu_cores": 2, "memory_total": 1 << 30,
                      "kernel": "6.0", "os": "Linux", "python_version": "3.11", "soakspec_version": "0.0.0"},
             "gpus": {"available": False, "reason": "synthetic"},
-            "backends": backends, "artifacts": {},
+            "backends": backends, "artifacts": {}, "command": ["soakspec", "run", spec.path or "spec.soak"],
         }
         if only:
             m["only"] = list(only)
@@ -175,8 +180,8 @@ class EvidenceBuilder:
         tokens = min(64, max(wl.max_tokens)) if wl is not None and wl.max_tokens else 64  # never above max_tokens
         out = tokens if ok else 0
         text = f"out {rid}"
-        return {
-            "schema_version": 1, "request_id": rid, "backend": backend, "workload": workload, "level": level,
+        return {  # RequestRecord.to_json()'s keys (records carry no schema_version)
+            "request_id": rid, "backend": backend, "workload": workload, "level": level,
             "concurrency": conc, "rate": rate, "bucket": bucket, "worker": 0,
             "intended_start": start, "start": start, "first_byte": start + 0.05, "first_token": start + 0.1 if ok else None,
             "end": start + lat, "status": status, "outcome": outcome, "error": error,
@@ -190,7 +195,7 @@ class EvidenceBuilder:
     def trace_row(self, r: Mapping[str, Any]) -> dict[str, Any]:
         return {
             "schema_version": 1, "trace_id": f"cmpl-{r['request_id']}-0", "request_id": r["request_id"], "matched": True,
-            "reason": None, "times": [r["start"], r["end"]], "source": "server.log", "offset": 0,
+            "reason": None, "window_checked": True, "times": [r["start"], r["end"]], "source": "server.log", "offset": 0,
             "payload": {"request_id": f"cmpl-{r['request_id']}-0", "terminal_reason": "finished", "queued": r["start"]},
         }
 
@@ -295,8 +300,11 @@ class EvidenceBuilder:
         manifest like a finished run, and return its path."""
         from soakspec.evidence.io import JsonlWriter, write_bytes_atomic, write_json_atomic
         from soakspec.evidence.manifest import write_manifest
+        from soakspec.evidence.results import write_results, write_verdict
         from soakspec.evidence.verify import finalize_artifacts
+        from soakspec.judge.judge import judge
         from soakspec.judge.summary import summarize
+        from soakspec.runner.records import RequestRecord
 
         root = Path(run_dir)
         root.mkdir(parents=True, exist_ok=True)
@@ -308,25 +316,22 @@ class EvidenceBuilder:
             n = b["name"]
             d = layout.RunLayout(root).backend_dir(n)
             d.mkdir(parents=True, exist_ok=True)
-            for fname, rows in ((layout.REQUESTS, self.records.get(n, [])), (layout.TRACES, self.traces.get(n, [])),
-                                (layout.TELEMETRY, self.telemetry.get(n, []))):
+            with JsonlWriter(d / layout.REQUESTS) as w:  # as the runner writes them: one batch of lines
+                w.write_lines(b"".join(RequestRecord.from_json(r).to_line() for r in self.records.get(n, [])))
+            for fname, rows in ((layout.TRACES, self.traces.get(n, [])), (layout.TELEMETRY, self.telemetry.get(n, []))):
                 with JsonlWriter(d / fname) as w:
                     for row in rows:
                         w.write(row)
             write_json_atomic(d / layout.FOLLOWUP, self.followups.get(n))
-            write_json_atomic(d / layout.BUCKETS, {"schema_version": 1, "levels": b["levels"]})
             write_bytes_atomic(d / layout.SERVER_LOG, self.log_of(n).encode())
         if finalize:
             m.update(status=final_status, incomplete_reason=final_reason, ended_at=self.manifest["ended_at"],
                      ended_at_epoch=self.manifest["ended_at_epoch"], artifacts=finalize_artifacts(root))
             sha = write_manifest(root, m)
-            # like `soakspec run`: results.json after the final manifest, bound to it by hash
-            results = summarize(dataclasses.replace(self.build(), manifest_sha256=sha), self.spec)
-            write_json_atomic(root / layout.RESULTS, results, schema="results")
-            from soakspec.evidence.results import write_verdict
-            from soakspec.judge.judge import judge
-
-            write_verdict(root, judge(self.spec, dataclasses.replace(self.build(), manifest_sha256=sha)).to_json())
+            # like `soakspec run`: results.json and verdict.json after the final manifest, bound to it
+            evidence = dataclasses.replace(self.build(), manifest_sha256=sha)
+            write_results(root, summarize(evidence, self.spec))
+            write_verdict(root, judge(self.spec, evidence).to_json())
         return root
 
 
