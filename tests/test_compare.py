@@ -274,3 +274,19 @@ def test_the_command_gates_with_the_spec_s_compare_block(tmp_path, capsys):
     doc = json.loads(capsys.readouterr().out)
     assert doc["rules"][0]["status"] == "inconclusive"
     assert all(r["verdict"] == "no significant change" for r in doc["rows"])
+
+
+def test_itl_intervals_count_requests_not_gaps():
+    """A request's 63 gaps are not 63 independent samples: itl's interval and sample-size rule
+    use the number of requests, so its interval is wider than a gap-count bootstrap's."""
+    c = compare(builder(1).build(), builder(2).build(), resamples=1000)
+    itl = next(r for r in c.rows if (r.metric, r.stat) == ("itl", "p99"))
+    assert itl.n_base == 400 * 63 and "from 400 / 400 requests" in itl.note
+    r9 = random.Random(9)
+    xs = sorted(r9.expovariate(1.0) for _ in range(6300))
+    spread = lambda draws: stats.percentile(draws, 97.5) - stats.percentile(draws, 2.5)
+    wide = spread(percentile_draws(xs, 99, random.Random(1), 2000, size=100))
+    narrow = spread(percentile_draws(xs, 99, random.Random(1), 2000))
+    assert wide > 3 * narrow
+    md = render(c, "md")
+    assert "one request's gaps are not independent" in md

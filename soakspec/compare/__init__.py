@@ -56,9 +56,13 @@ the worst row. Outcome: FAIL when a `require` rule fails or a run's evidence doe
 INCONCLUSIVE when a require rule is inconclusive, a run is incomplete or nothing could be
 matched; else PASS. Without rules the comparison only reports (PASS = both runs verified).
 
-Assumption stated: samples within a level are treated as independent draws. Inter-token gaps of
-one request are correlated, so the itl intervals are narrower than the truth; prefer tpot
-(one value per request) for a gate.
+Independence. The requests of a level are treated as independent draws. The inter-token gaps
+of one request are not (they share its batch, its position in the queue), so itl's interval is
+an m-out-of-n bootstrap: resamples as large as the number of requests, not of gaps (the same
+Beta draws with n = requests), and its sample-size rule counts requests. What no interval
+within a run can see is run-to-run variation (another load on the machine, a warmer cache):
+two runs of one configuration on a busy host can differ for real. A rule's threshold
+(`regression <= 5%`) is where a reviewer says how much change matters.
 """
 
 from __future__ import annotations
@@ -94,11 +98,12 @@ class CompareMetric:
     higher_is_worse: bool
     stats: tuple[str, ...]  # default statistics: "p50" ... or "mean"
     unit: str  # "s" or "/s"
+    per_request_samples: bool = False  # several correlated values per request: n = requests
 
 
 METRICS: tuple[CompareMetric, ...] = (
     CompareMetric("ttft", "distribution", True, ("p50", "p95", "p99"), "s"),
-    CompareMetric("itl", "distribution", True, ("p50", "p95", "p99"), "s"),
+    CompareMetric("itl", "distribution", True, ("p50", "p95", "p99"), "s", per_request_samples=True),
     CompareMetric("tpot", "distribution", True, ("p50", "p95", "p99"), "s"),
     CompareMetric("latency", "distribution", True, ("p50", "p95", "p99"), "s"),
     CompareMetric("qps", "per_bucket", False, ("mean",), "/s"),
@@ -175,11 +180,14 @@ def _beta(rng: random.Random, a: float, b: float) -> float:
     return rng.betavariate(a, b) if b > 0 else 1.0 - 1e-12
 
 
-def percentile_draws(xs: Sequence[float], q: float, rng: random.Random, draws: int) -> list[float]:
+def percentile_draws(xs: Sequence[float], q: float, rng: random.Random, draws: int, size: int | None = None) -> list[float]:
     """`draws` values of the type-7 q-th percentile of a bootstrap resample of `xs` (sorted),
-    drawn from its exact distribution via the order statistics of uniforms (module doc)."""
-    n = len(xs)
-    if n == 1:
+    drawn from its exact distribution via the order statistics of uniforms (module doc).
+    `size`: the resample's size when it is not len(xs) (an m-out-of-n bootstrap: itl's gaps
+    resampled as if there were only as many as requests)."""
+    big = len(xs)
+    n = big if size is None else max(1, min(size, big))
+    if big == 1:
         return [float(xs[0])] * draws
     h = (n - 1) * q / 100.0
     lo = min(int(math.floor(h)), n - 1)
@@ -188,10 +196,10 @@ def percentile_draws(xs: Sequence[float], q: float, rng: random.Random, draws: i
     out = []
     for _ in range(draws):
         u1 = _beta(rng, k, n + 1 - k)
-        a = xs[min(n - 1, int(u1 * n))]
+        a = xs[min(big - 1, int(u1 * big))]
         if frac > 0 and k < n:
             u2 = u1 + (1.0 - u1) * _beta(rng, 1, n - k)
-            b = xs[min(n - 1, int(u2 * n))]
+            b = xs[min(big - 1, int(u2 * big))]
             out.append(a + frac * (b - a))
         else:
             out.append(float(a))
@@ -360,13 +368,18 @@ def _load(lv: LevelIndex) -> str:
     return f"{e.get('mode')} concurrency={e.get('concurrency')} rate={e.get('rate')}"
 
 
-def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> list[float]:
+def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> tuple[list[float], int]:
+    """(the values, the number of independent samples among them)."""
     impl = metric(cm.name)
     if cm.kind == "distribution":
         assert isinstance(impl, Distribution)
-        return sorted(impl.values(lv.records))
+        vals = sorted(impl.values(lv.records))
+        if cm.per_request_samples:
+            return vals, sum(1 for r in lv.records if impl.values([r]))
+        return vals, len(vals)
     assert isinstance(impl, PerBucket)
-    return [v for w in lv.buckets if (v := impl.of(bi, w)) is not None]
+    vals = [v for w in lv.buckets if (v := impl.of(bi, w)) is not None]
+    return vals, len(vals)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -393,7 +406,7 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
         side = "base" if p.base_lv is None else "new"
         return Row(**common, base=None, new=None, n_base=0, n_new=0, change=None, low=None, high=None,  # type: ignore[arg-type]
                    verdict="missing", note=f"level not in the {side} run")
-    xb, xn = _samples(p.base_bi, p.base_lv, cm), _samples(p.new_bi, p.new_lv, cm)
+    (xb, eb), (xn, en) = _samples(p.base_bi, p.base_lv, cm), _samples(p.new_bi, p.new_lv, cm)
 
     def point(xs: list[float]) -> float | None:
         if not xs:
@@ -402,14 +415,17 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
 
     b, n = point(xb), point(xn)
     change = (n / b - 1.0) if b is not None and n is not None and b > 0 else None
-    base_row = dict(common, base=b, new=n, n_base=len(xb), n_new=len(xn), change=change, note=p.note)
+    note = p.note
+    if cm.per_request_samples and (eb, en) != (len(xb), len(xn)):
+        note = "; ".join(x for x in (note, f"interval from {eb} / {en} requests: one request's gaps are not independent") if x)
+    base_row = dict(common, base=b, new=n, n_base=len(xb), n_new=len(xn), change=change, note=note)
     if not xb or not xn:
         return Row(**base_row, low=None, high=None, verdict="missing")  # type: ignore[arg-type]
-    if len(xb) < need or len(xn) < need:
+    if eb < need or en < need:
         return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]
     rng = random.Random(_seed(seed, p.key))
     if q is not None:
-        db, dn = percentile_draws(xb, q, rng, resamples), percentile_draws(xn, q, rng, resamples)
+        db, dn = percentile_draws(xb, q, rng, resamples, eb), percentile_draws(xn, q, rng, resamples, en)
     else:
         db, dn = mean_draws(xb, rng, resamples), mean_draws(xn, rng, resamples)
     rel = [y / x - 1.0 for x, y in zip(db, dn) if x > 0]

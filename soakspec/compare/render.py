@@ -47,6 +47,15 @@ def _method(c: Comparison) -> str:
             "percentiles from the exact order-statistic bootstrap). Regression: the whole interval is on the worse side.")
 
 
+def _row_notes(c: Comparison) -> list[str]:
+    """Each row note once, with the rows it is about."""
+    by: dict[str, list[str]] = {}
+    for r in c.rows:
+        if r.note:
+            by.setdefault(r.note, []).append(f"{r.backend} · {r.label} {r.stat}({r.metric})")
+    return [f"{', '.join(rows)}: {note}" for note, rows in by.items()]
+
+
 def render_md(c: Comparison) -> str:
     lines = ["## Comparison", "",
              f"- base: `{one_line(c.base.dir)}` (run {md_text(c.base.run_id or 'unknown')}, manifest {c.base.manifest_sha256 or '-'})",
@@ -69,6 +78,9 @@ def render_md(c: Comparison) -> str:
         if r.verdict == "regression":
             cells[-1] = f"**{cells[-1]}**"
         lines.append("| " + " | ".join(cells) + " |")
+    notes = _row_notes(c)
+    if notes:
+        lines += [""] + [f"- {md_text(n)}" for n in notes]
     lines += ["", md_text(_method(c))]
     return "\n".join(lines) + "\n"
 
@@ -98,6 +110,9 @@ def render_html(c: Comparison) -> str:
         cls = r.verdict.split()[0]
         out.append(f'<tr class="{cls}">' + "".join(f"<td>{e(x)}</td>" for x in _cells(r)) + "</tr>")
     out.append("</table>")
+    notes = _row_notes(c)
+    if notes:
+        out.append('<ul class="row-notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
     out.append(f"<p>{e(_method(c))}</p></body></html>")
     return "\n".join(out) + "\n"
 
