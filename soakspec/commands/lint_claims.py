@@ -28,7 +28,8 @@ class _Usage(Exception):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("document", metavar="DOC", help="the review document (Markdown or PR text)")
+    parser.add_argument("document", metavar="DOC", nargs="?", default=None,
+                        help="the review document (Markdown or PR text); it may also follow --evidence DIR...")
     parser.add_argument("--spec", required=True, metavar="FILE", help="the .soak spec whose claim boundary applies")
     parser.add_argument(
         "--evidence", action="extend", nargs="+", default=[], metavar="DIR",
@@ -57,8 +58,18 @@ def _read(path: str, what: str, limit: int) -> str:
         raise _Usage(f"cannot read {what} {path}: {e}") from e
 
 
+def _document_after_evidence(args: argparse.Namespace) -> None:
+    """`--evidence D1 D2 PR.md`: --evidence takes every word after it, so the document lands in
+    its list. Evidence is a directory; a trailing entry that is not one is the document."""
+    if args.document is None and args.evidence and not Path(args.evidence[-1]).is_dir():
+        args.document = args.evidence.pop()
+    if args.document is None:
+        raise _Usage("no document given (soakspec lint-claims DOC --spec FILE [--evidence DIR...])")
+
+
 def main(args: argparse.Namespace) -> int:
     try:
+        _document_after_evidence(args)
         text = _read(args.document, "document", MAX_DOCUMENT_BYTES)
         spec_text = _read(args.spec, "spec", MAX_SOURCE_BYTES)  # read once: it may be a pipe
         boundary, coverage, spec_sha, spec_diags = adapters.load_boundary_and_coverage(args.spec, source=spec_text)

@@ -91,9 +91,10 @@ def _safe_relpath(rel: str) -> bool:
 class VerifyReport:
     run_dir: str
     manifest_status: str | None
-    artifacts_checked: int
+    artifacts_checked: int  # files the manifest lists with a sha256, re-hashed (what `run` counts)
     records_checked: int
     diagnostics: tuple[Diagnostic, ...]
+    bound_checked: int = 0  # results.json / verdict.json: not artifacts, bound by manifest_sha256
 
     @property
     def problems(self) -> tuple[Diagnostic, ...]:
@@ -119,6 +120,7 @@ class VerifyReport:
             "exit_code": int(self.exit_code),
             "manifest_status": self.manifest_status,
             "artifacts_checked": self.artifacts_checked,
+            "bound_checked": self.bound_checked,
             "records_checked": self.records_checked,
             "problems": [d.as_json() for d in self.problems],
             "incomplete": [d.as_json() for d in self.incomplete],
@@ -130,7 +132,9 @@ class VerifyReport:
             where = f"{d.path}:{d.span.line}:{d.span.column}" if d.span.known else d.path
             tag = " [incomplete]" if d.severity is Severity.WARNING else ""
             lines.append(f"{where}: {d.code} {d.message}{tag}")
-        checked = f"{self.artifacts_checked} artifact{'s' if self.artifacts_checked != 1 else ''} and " \
+        bound = f", {self.bound_checked} result file{'s' if self.bound_checked != 1 else ''} bound to the manifest" \
+            if self.bound_checked else ""
+        checked = f"{self.artifacts_checked} artifact{'s' if self.artifacts_checked != 1 else ''}{bound} and " \
                   f"{self.records_checked} record{'s' if self.records_checked != 1 else ''} checked"
         n = len(self.problems)
         if n:
@@ -150,6 +154,7 @@ class _Checker:
         self.shown = str(run_dir).rstrip("/") or "/"
         self.diags: list[Diagnostic] = []
         self.artifacts_checked = 0
+        self.bound_checked = 0
         self.records_checked = 0
 
     def path(self, rel: str) -> str:
@@ -233,7 +238,7 @@ class _Checker:
             if rel in _MAY_FOLLOW_MANIFEST:
                 bound = self._bound_to_manifest(rel, manifest_sha)
                 if bound is True:
-                    self.artifacts_checked += 1
+                    self.bound_checked += 1  # not an artifact: `run` and the manifest do not count it
                     unlisted.remove(rel)
                     listed_ok.add(rel)
                     continue
@@ -318,7 +323,8 @@ class _Checker:
                 self.error(rel, "V104", f"... and {-budget[0]} more problems in this file")
 
     def report(self, status: str | None) -> VerifyReport:
-        return VerifyReport(self.shown, status, self.artifacts_checked, self.records_checked, tuple(self.diags))
+        return VerifyReport(self.shown, status, self.artifacts_checked, self.records_checked, tuple(self.diags),
+                            self.bound_checked)
 
 
 def verify_evidence(run_dir: str | os.PathLike, *, spec_sha256: Callable[[str], str | None] | None = None) -> VerifyReport:

@@ -5,13 +5,17 @@ checks of `CHECKS`, in order, all of which must hold:
 
   children_pass         every child's verdict is PASS (a FAIL fails, an INCONCLUSIVE makes the
                         combination inconclusive)
-  backends_once         every backend the spec declares appears in exactly one child
+  backends_once         every backend the spec declares appears in a child, and no child has a
+                        backend the spec does not declare. A backend in several children is a
+                        before/after series (allowed; `soakspec compare` gives the statistics)
   one_commit            one source commit across all children and backends, unchanged and from a
-                        clean tree (required when the spec declares a source repository)
+                        clean tree (required when the spec declares a source repository); in a
+                        before/after series the commit is what changed: shown, not required equal
   model_provenance      identical model revision (when the spec names one), model fingerprint
                         (when it names a model path, outside rehearsals) and server binary sha256
                         (for `launch` backends: `sim`, `url` and `shell` backends have no binary
-                        soakspec can hash, so none is required of them)
+                        soakspec can hash, so none is required of them); a before/after
+                        series may change the binary
   same_workload         the same spec (sha256), or at least identical workloads and gate
   runtime_boundaries    a runtime boundary for every backend, confirmed or declared, as the
                         judge re-derives it from the spec, the retained log and environment
@@ -144,10 +148,19 @@ def backends_once(children: Sequence[Child]) -> Check:
         for b in c.evidence.backends:
             where.setdefault(b.name, []).append(c.dir)
     declared = [b.name for b in children[0].spec.backends] if children else []
-    problems = [f"backend {n} appears in {len(ds)} children ({', '.join(ds)})" for n, ds in where.items() if len(ds) > 1]
-    problems += [f"backend {n} is in no child" for n in declared if n not in where]
+    problems = [f"backend {n} is in no child" for n in declared if n not in where]
     problems += [f"backend {n} is not declared by the spec" for n in where if n not in declared]
-    return Check("backends_once", "fail" if problems else "pass", "; ".join(problems) or f"each of {', '.join(declared)} appears once")
+    series = [f"backend {n} appears in {len(ds)} children ({', '.join(ds)}): a before/after series"
+              for n, ds in where.items() if len(ds) > 1]
+    if problems:
+        return Check("backends_once", "fail", "; ".join(problems + series))
+    return Check("backends_once", "pass", "; ".join(series) or f"each of {', '.join(declared)} appears once")
+
+
+def before_after(children: Sequence[Child]) -> bool:
+    """True when some backend appears in more than one child (a before/after series)."""
+    names = [b.name for c in children for b in c.evidence.backends]
+    return len(names) != len(set(names))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -189,6 +202,9 @@ def one_commit(children: Sequence[Child]) -> Check:
         commits[k] = before
     if not commits:
         return Check("one_commit", "pass", "no source repository declared, so no commit to check")
+    if before_after(children):
+        shown = ", ".join(f"{k}: {str(v)[:12] if v else 'none'}" for k, v in commits.items())
+        return Check("one_commit", "fail" if msgs else "pass", "; ".join(msgs) or f"before/after series; commits {shown}")
     m = _distinct(commits, "commit")
     if m:
         msgs.append(m)
@@ -208,9 +224,16 @@ def _required(fe: _Entry, label: str) -> bool:
 def model_provenance(children: Sequence[Child]) -> Check:
     entries = _full_entries(children)
     msgs = []
+    series = before_after(children)
     for label, path in (("model revision", ("model", "revision")), ("model fingerprint", ("model", "fingerprint")),
                         ("server binary sha256", ("server_binary", "sha256"))):
-        m = _distinct({k: _get(fe.entry, *path) for k, fe in entries.items() if _required(fe, label)}, label)
+        vals = {k: _get(fe.entry, *path) for k, fe in entries.items() if _required(fe, label)}
+        if series and label == "server binary sha256":  # the binary is what a before/after may change
+            missing = [k for k, v in vals.items() if v is None]
+            if missing:
+                msgs.append(f"no {label} recorded for {', '.join(missing)}")
+            continue
+        m = _distinct(vals, label)
         if m:
             msgs.append(m)
     return Check("model_provenance", "fail" if msgs else "pass",

@@ -200,6 +200,27 @@ class ClaimBoundary:
 
 
 @dataclasses.dataclass(frozen=True)
+class CompareRequirement:
+    """One `compare { require regression(p99(ttft)) <= 5% }` rule (checked by lang/check/compare.py)."""
+
+    severity: Severity
+    stat: str  # p99, p50, ..., or mean
+    metric: str  # one soakspec.compare compares
+    op: str  # <= or <
+    threshold: float  # a fraction: 5% -> 0.05
+    text: str = ""
+    span: Span = _span()
+
+
+@dataclasses.dataclass(frozen=True)
+class Compare:
+    """`compare { ... }`: what `soakspec compare` gates a before/after with."""
+
+    confidence: float = 0.95
+    rules: tuple[CompareRequirement, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Spec:
     header: Header
     model: Model
@@ -212,6 +233,7 @@ class Spec:
     canonical_text: str
     sha256: str
     path: str | None = None
+    compare: Compare = Compare()
 
     def backend(self, name: str) -> Backend:
         for b in self.backends:

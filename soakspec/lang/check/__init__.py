@@ -20,7 +20,7 @@ from typing import Any
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
-from soakspec.lang.check import backend, claims, gate, header, workload
+from soakspec.lang.check import backend, claims, compare, gate, header, workload
 from soakspec.lang.check.backend import BACKEND_BLOCKS, BACKEND_KEYS, PLACEHOLDERS
 from soakspec.lang.check.core import MAX_DURATION_S, Ctx, suggest
 from soakspec.lang.check.gate import SCOPES
@@ -47,7 +47,7 @@ __all__ = [
 # One definition of "generic", shared with the evidence layer that re-checks it after a run.
 is_generic_runtime_label = is_generic_label
 
-TOP_LEVEL = ("soak", "model", "source", "telemetry", "backend", "workload", "gate", "claims")
+TOP_LEVEL = ("soak", "model", "source", "telemetry", "backend", "workload", "gate", "claims", "compare")
 _NAMED = ("backend", "workload")
 
 
@@ -74,6 +74,7 @@ def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list
         telemetry=header.telemetry(ctx, singles.get("telemetry")),
         gate=gate.gate(ctx, singles.get("gate"), {b.name: b for b in bks}),
         claims=claims.claims(ctx, singles.get("claims")),
+        compare=compare.compare(ctx, singles.get("compare")),
     )
     workload.check_total_load(ctx, wls, len(bks), parts["header"].parallel)
     diags = collapse_repeated_warnings(ctx.diags)
