@@ -35,6 +35,7 @@ expected_latency`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -121,9 +122,28 @@ class RequestTemplate:
     seed: int | None
     ignore_eos: bool
     api_key_env: str | None  # the NAME of the variable holding the endpoint's API key
+    # The prompt file as `check` read it: its prompts (text, or chat messages as (role, content)
+    # pairs) travel in the plan, so the runner never reads or guesses the file.
+    prompts: tuple[str | tuple[tuple[str, str], ...], ...] = dataclasses.field(default=(), repr=False)
+    output_lens: tuple[int | None, ...] = dataclasses.field(default=(), repr=False)  # per prompt (max_tokens_from_file)
+    prompt_format: str | None = None  # text | jsonl | sharegpt
+    prompt_sha256: str | None = None  # of the prompt file's bytes
+    body_json: str | None = None  # extra body fields (a JSON object), merged into every request
+    headers: tuple[tuple[str, str], ...] = ()  # extra HTTP headers
+    header_env: tuple[tuple[str, str], ...] = ()  # (header, env variable NAME): the value is read at run time, never recorded
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"max_tokens": list(self.max_tokens)}
+        out = dataclasses.asdict(self)
+        for key in ("prompts", "output_lens", "body_json", "header_env"):
+            del out[key]
+        return out | {
+            "max_tokens": list(self.max_tokens),
+            "prompt_count": len(self.prompts) if self.prompts else None,
+            "max_tokens_from_file": bool(self.output_lens),
+            "body": json.loads(self.body_json) if self.body_json else {},
+            "headers": dict(self.headers),
+            "header_env": {h: {"env": name} for h, name in self.header_env},
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -373,8 +393,17 @@ def _request(w: Workload, model: str, spec_dir: Path, api_key_env: str | None) -
         endpoint=w.endpoint, model=model, stream=w.stream, prompt_words=w.prompt_words,
         prompt_file=_abspath(spec_dir, w.prompt_file), max_tokens=tuple(w.max_tokens),
         temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed, ignore_eos=w.ignore_eos,
-        api_key_env=api_key_env,
+        api_key_env=api_key_env, body_json=w.body_json, headers=w.headers, header_env=w.header_env,
+        **_prompt_source(w),
     )  # fmt: skip
+
+
+def _prompt_source(w: Workload) -> dict[str, Any]:
+    d = w.dataset
+    if d is None:
+        return {}
+    lens = d.output_lens if w.max_tokens_from_file and all(n is not None for n in d.output_lens) else ()
+    return {"prompts": d.prompts, "output_lens": lens, "prompt_format": d.format, "prompt_sha256": d.sha256}
 
 
 def _shape(w: Workload, i: int, level: int | float) -> LoadShape:
@@ -533,7 +562,8 @@ def plan(spec: Spec, *, time_scale: float = 1.0, rehearse: bool = False, only: t
         model=ModelRef(m.id, m.revision, _abspath(base, m.path)), source_repo=_source_repo(spec, base),
         telemetry_interval_s=max(TELEMETRY_MIN_INTERVAL_S, interval), require_gpus=spec.telemetry.require_gpus,
         only=ran if ran != tuple(b.name for b in spec.backends) else None, spec_secrets=frozenset(found),
-        api_key_envs=tuple(sorted({b.api_key_env for b in spec.backends if b.api_key_env})),
+        api_key_envs=tuple(sorted({b.api_key_env for b in spec.backends if b.api_key_env}
+                                  | {name for w in spec.workloads for _, name in w.header_env})),
     )  # fmt: skip
 
 

@@ -56,7 +56,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         rec.flush()
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
 
-    ctx = LevelContext(bp.name, deps.clock, connect, shapes, rec.write_records, ids, stats=stats, on_bucket=on_bucket)
+    ctx = LevelContext(bp.name, deps.clock, connect, shapes, rec.write_records, ids, shapes.headers(), stats=stats, on_bucket=on_bucket)
     progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
     try:
         if deps.workers > 1:
@@ -79,7 +79,7 @@ async def follow_up(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSe
     record = RequestRecord(request_id=rid, backend=bp.name, workload=bp.follow_up_workload, level=-1, concurrency=1, bucket=-2)
     conn = connect()
     try:
-        await conn.send(shapes.make(0, smallest=True), rid, (), record, deadline=deps.clock.now() + bp.follow_up_deadline_s)
+        await conn.send(shapes.make(0, smallest=True), rid, shapes.headers(), record, deadline=deps.clock.now() + bp.follow_up_deadline_s)
     finally:
         with trio.move_on_after(CLOSE_S, shield=True):
             await conn.aclose()

@@ -20,9 +20,11 @@ from the *intended* send time, and the lag behind the schedule is recorded.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import trio
@@ -77,19 +79,27 @@ class Shapes:
     """
 
     template: RequestTemplate
-    prompts: tuple[str, ...] = ()  # from the template's prompt file
+    prompts: tuple[str | tuple[tuple[str, str], ...], ...] = ()  # the template's prompt file's (the plan carries them)
     _cache: dict[tuple[int, int], RequestShape] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    _extra: tuple[tuple[str, object], ...] = dataclasses.field(default=(), init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.template.prompts:
+            self.prompts = self.template.prompts
+        if self.template.body_json:
+            self._extra = tuple(json.loads(self.template.body_json).items())
 
     def make(self, index: int, smallest: bool = False) -> RequestShape:
         w = self.template
         if smallest:
-            max_tokens = min(w.max_tokens)
+            max_tokens = min(w.output_lens or w.max_tokens)
             prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
             return self._shape(prompt, max_tokens)
-        key = (index % (len(self.prompts) or len(WORDS)), index % len(w.max_tokens))
+        lens = w.output_lens or w.max_tokens  # with output lengths from the file, the i-th prompt's own
+        key = (index % (len(self.prompts) or len(WORDS)), index % len(lens))
         shape = self._cache.get(key)
         if shape is None:
-            max_tokens = w.max_tokens[index % len(w.max_tokens)]
+            max_tokens = lens[index % len(lens)]
             prompt = self.prompts[index % len(self.prompts)] if self.prompts else prompt_words(index, w.prompt_words or 1)
             shape = self._shape(prompt, max_tokens)
             if len(self._cache) < SHAPE_CACHE:
@@ -100,16 +110,25 @@ class Shapes:
     def model(self) -> str:
         return self.template.model
 
-    def _shape(self, prompt: str, max_tokens: int) -> RequestShape:
+    def headers(self, environ: Mapping[str, str] = os.environ) -> tuple[tuple[str, str], ...]:
+        """The workload's extra headers, with `header_env` values read from the environment now
+        (an unset variable sends no header; the plan records only its name)."""
         w = self.template
+        return w.headers + tuple((h, environ[name]) for h, name in w.header_env if environ.get(name))
+
+    def _shape(self, prompt: str | tuple[tuple[str, str], ...], max_tokens: int) -> RequestShape:
+        w = self.template
+        messages = prompt if isinstance(prompt, tuple) else None
         return RequestShape(
             endpoint=Endpoint(w.endpoint),
             model=w.model,
-            prompt=prompt,
+            prompt=prompt if isinstance(prompt, str) else prompt[-1][1],
             max_tokens=max_tokens,
             sampling=Sampling(temperature=w.temperature, top_p=w.top_p, top_k=w.top_k, seed=w.seed),
             ignore_eos=w.ignore_eos,
             stream=w.stream,
+            extra=self._extra,
+            messages=messages,
         )
 
 

@@ -1,8 +1,13 @@
-"""Prompts from a workload's prompt file (read once per file and run)."""
+"""Prompt files at run time: nothing to read.
+
+`check` reads and parses a workload's prompt file (`soakspec.lang.datasets`, in its named
+format, with errors at the file's own line) and the plan's `RequestTemplate.prompts` carries
+the prompts, so the runner acts on the plan alone and never re-reads (or guesses the format of)
+a file that may have changed since. `PromptFiles` is kept for the driver's signature.
+"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 
@@ -13,46 +18,21 @@ class RunAborted(Exception):
 
 
 def load_prompts(path: Path | str) -> tuple[str, ...]:
-    """Prompts from a file: JSONL (`prompt`/`text` field, or ShareGPT `conversations`), or
-    one prompt per non-empty line of plain text."""
-    out = []
+    """A plain-text prompt file: one prompt per non-empty line (no format is guessed here;
+    spec prompt files are read by `check`)."""
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            if line.startswith("{"):
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    out.append(line)
-                    continue
-                if isinstance(obj.get("prompt"), str):
-                    out.append(obj["prompt"])
-                elif isinstance(obj.get("text"), str):
-                    out.append(obj["text"])
-                elif isinstance(obj.get("conversations"), list) and obj["conversations"]:
-                    first = obj["conversations"][0]
-                    out.append(str(first.get("value") or first.get("content") or ""))
-            else:
-                out.append(line)
+        out = tuple(line.rstrip("\r\n") for line in fh if line.strip())
     if not out:
         raise RunAborted(f"prompt file {path} has no prompts")
-    return tuple(out)
+    return out
 
 
 class PromptFiles:
-    """Each prompt file read once, the first time a level needs it."""
-
-    def __init__(self) -> None:
-        self._cache: dict[str, tuple[str, ...]] = {}
+    """The prompts of a template's file: always the plan's (`Shapes` takes them from the
+    template), so this returns none and reads nothing."""
 
     def __call__(self, path: str | None) -> tuple[str, ...]:
-        if path is None:
-            return ()
-        if path not in self._cache:
-            self._cache[path] = load_prompts(path)
-        return self._cache[path]
+        return ()
 
 
 __all__ = ["PromptFiles", "RunAborted", "load_prompts"]

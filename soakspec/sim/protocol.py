@@ -19,6 +19,7 @@ Responses (shapes follow vLLM's `serving_completion.py` / `serving_chat.py`, ser
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -96,6 +97,26 @@ class InferenceRequest:
     continuous_usage: bool
     ignore_eos: bool
     request_id: str | None  # the body's `request_id`, if any
+    # what was asked, for the trace: the prompt (chat: the last message's text content), its
+    # first PROMPT_HEAD characters and its sha256, and the number of chat messages
+    prompt_head: str = ""
+    prompt_sha256: str = ""
+    messages: int | None = None
+
+
+PROMPT_HEAD = 64
+
+
+def _prompt_text(endpoint: str, body: Mapping[str, Any]) -> str:
+    if endpoint == "chat":
+        content = body["messages"][-1].get("content")
+        if isinstance(content, list):
+            return " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return content if isinstance(content, str) else ""
+    prompt = body["prompt"]
+    if isinstance(prompt, list):
+        return prompt[0] if len(prompt) == 1 and isinstance(prompt[0], str) else " ".join(map(str, prompt))
+    return prompt
 
 
 def _words(text: str) -> int:
@@ -220,6 +241,9 @@ def parse_request(endpoint: str, raw: bytes, config: SimConfig) -> InferenceRequ
         continuous_usage=continuous,
         ignore_eos=_bool(body, "ignore_eos"),
         request_id=request_id or None,
+        prompt_head=(text := _prompt_text(endpoint, body))[:PROMPT_HEAD],
+        prompt_sha256=hashlib.sha256(text.encode("utf-8", "replace")).hexdigest(),
+        messages=len(body["messages"]) if endpoint == "chat" else None,
     )
 
 

@@ -140,7 +140,7 @@ class _Request:
     __slots__ = (
         "index", "endpoint", "client_id", "response_id", "trace_id", "stream", "queued_at", "scheduled_at",
         "scheduled_mono", "arrived_mono", "first_token_at", "prompt_tokens", "completion_tokens", "max_tokens",
-        "finish_reason", "terminal", "status", "fault", "state", "ready", "client_gone",
+        "finish_reason", "terminal", "status", "fault", "state", "ready", "client_gone", "prompt",
     )
 
     def __init__(self, index: int, endpoint: str, arrived_mono: float, arrived_wall: float):
@@ -165,6 +165,7 @@ class _Request:
         self.state: Admission | None = None
         self.ready = trio.Event()
         self.client_gone = False
+        self.prompt: dict[str, Any] = {}  # prompt_head, prompt_sha256, messages (once parsed)
 
 
 # Linux's SO_TIMESTAMPNS (not exported by the socket module): the kernel stamps each received
@@ -386,6 +387,7 @@ class _Server:
                 return
             self._set_ids(st, header_id or req.request_id or st.client_id)
             st.stream, st.prompt_tokens, st.max_tokens = req.stream, req.prompt_tokens, req.max_tokens
+            st.prompt = {"prompt_head": req.prompt_head, "prompt_sha256": req.prompt_sha256, "messages": req.messages}
             plan = plan_request(cfg, index, req.max_tokens, req.ignore_eos)
             st.fault = plan.fault.value if plan.fault else None
             id_header = _id_header(st.client_id)
@@ -603,6 +605,7 @@ class _Server:
             "fault": st.fault,
             "active": active,
             "pending": pending,
+            **st.prompt,
         })
 
 

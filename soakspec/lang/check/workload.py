@@ -6,8 +6,10 @@ import math
 
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
+from soakspec.lang.check import requests
 from soakspec.lang.check.core import Ctx, Key, Table
 from soakspec.lang.check.walk import Body, sub, walk
+from soakspec.lang.datasets import FORMATS
 from soakspec.lang.fmt import value_text
 from soakspec.units import Dimension, format_duration
 
@@ -22,6 +24,8 @@ WORKLOAD = Table(
         Key("stream", "bool", "stream"),
         Key("prompt_words", "int", "prompt_words", minimum=1, default=None),  # 64 when no prompt_file
         Key("prompt_file", "str", "prompt_file"),
+        Key("prompt_format", "word", "prompt_format", choices=FORMATS),
+        Key("max_tokens_from_file", "bool", "max_tokens_from_file"),
         Key("max_tokens", "ints", "max_tokens", minimum=1),
         Key("sampling", "word", choices=("greedy",)),
         Key("ignore_eos", "bool", "ignore_eos"),
@@ -32,7 +36,7 @@ WORKLOAD = Table(
         Key("follow_up", "bool", "follow_up"),
         Key("expected_latency", "quantity", "expected_latency_s", Dimension.DURATION),
     ),
-    blocks=("load", "sampling"),
+    blocks=("load", "sampling", "body", "headers", "header_env"),
 )
 WORKLOAD_KEYS = tuple(k.name for k in WORKLOAD.keys)
 
@@ -71,6 +75,9 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     fields["sampling"] = _sampling(ctx, b, where)
     fields["load"] = _load(ctx, b, where)
     _check_timing(ctx, b, fields["load"])
+    fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where)
+    fields["body_json"] = requests.body_json(ctx, b, where)
+    fields["headers"], fields["header_env"] = requests.headers(ctx, b, where)
     if fields["duration_s"] is None:
         return None
     if fields["bucket_s"] is None:
