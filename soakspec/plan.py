@@ -127,6 +127,9 @@ class RequestTemplate:
     prompts: tuple[str | tuple[tuple[str, str], ...], ...] = dataclasses.field(default=(), repr=False)
     output_lens: tuple[int | None, ...] = dataclasses.field(default=(), repr=False)  # per prompt (max_tokens_from_file)
     prompt_format: str | None = None  # text | jsonl | sharegpt
+    prompt_tokens: tuple[int, ...] = ()  # token-exact prompts (cycling lengths), built by the runner with the tokenizer
+    tokenizer: str | None = None  # absolute path of a tokenizer.json; None with prompt_tokens: the server's /tokenize
+    prefix_tokens: int = 0  # shared prefix tokens (the cache regime: 0 = unique prefix per request)
     prompt_sha256: str | None = None  # of the prompt file's bytes
     body_json: str | None = None  # extra body fields (a JSON object), merged into every request
     headers: tuple[tuple[str, str], ...] = ()  # extra HTTP headers
@@ -138,6 +141,8 @@ class RequestTemplate:
             del out[key]
         return out | {
             "max_tokens": list(self.max_tokens),
+            "prompt_tokens": list(self.prompt_tokens) or None,
+            "prefix_cache": _prefix_policy(self),
             "prompt_count": len(self.prompts) if self.prompts else None,
             "max_tokens_from_file": bool(self.output_lens),
             "body": json.loads(self.body_json) if self.body_json else {},
@@ -394,11 +399,33 @@ def _request(w: Workload, model: str, spec_dir: Path, api_key_env: str | None) -
         prompt_file=_abspath(spec_dir, w.prompt_file), max_tokens=tuple(w.max_tokens),
         temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed, ignore_eos=w.ignore_eos,
         api_key_env=api_key_env, body_json=w.body_json, headers=w.headers, header_env=w.header_env,
-        **_prompt_source(w),
+        **_prompt_source(w, spec_dir),
     )  # fmt: skip
 
 
-def _prompt_source(w: Workload) -> dict[str, Any]:
+def prompt_label(t: RequestTemplate) -> str:
+    """What the prompts are, in a line: `128, 32 tokens (the server's /tokenize)`, `2 from ... (sharegpt)`."""
+    if t.prompt_tokens:
+        how = f"tokenizer {t.tokenizer}" if t.tokenizer else "the server's /tokenize"
+        return f"{', '.join(map(str, t.prompt_tokens))} tokens ({how})"
+    if t.prompts:
+        lens = ", output lengths from the file" if t.output_lens else ""
+        return f"{len(t.prompts)} from {t.prompt_file} ({t.prompt_format}, sha256 {(t.prompt_sha256 or '')[:12]}){lens}"
+    return f"{t.prompt_words} words"
+
+
+def _prefix_policy(t: RequestTemplate) -> str:
+    """The cache regime the prompts measure, stated in the evidence."""
+    if t.prompt_tokens:
+        return f"shared prefix of {t.prefix_tokens} tokens" if t.prefix_tokens else "unique prefix per request"
+    if t.prompts:
+        return "the prompt file's prompts, cycling"
+    return "word prompts starting at the request's index (consecutive requests share words)"
+
+
+def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
+    if w.prompt_tokens:
+        return {"prompt_tokens": w.prompt_tokens, "tokenizer": _abspath(base, w.tokenizer), "prefix_tokens": w.prefix_tokens}
     d = w.dataset
     if d is None:
         return {}
@@ -628,6 +655,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
             f"    {lv.workload} / {lv.label}: {format_duration(lv.duration_s)}{warm} in "
             f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets; requests ≥ {lv.min_requests}, expected {exp}"
         )
+    for name, t in {lv.workload: lv.request for lv in b.levels}.items():
+        lines.append(f"    {name} prompts: {prompt_label(t)}; cache: {_prefix_policy(t)}")
     if b.follow_up:
         lines.append(f"    then one clean follow-up request (deadline {format_duration(b.follow_up_deadline_s)})")
     exp = b.expected_requests

@@ -153,6 +153,9 @@ class Workload:
     stream: bool = True
     prompt_words: int | None = 64
     prompt_file: str | None = None
+    prompt_tokens: tuple[int, ...] = ()  # token-exact prompts of these lengths (cycling), by the model's tokenizer
+    tokenizer: str | None = None  # a local tokenizer.json for prompt_tokens; None: the server's /tokenize
+    prefix_tokens: int = 0  # prompt_tokens: a prefix of this many tokens shared by every request; 0: unique prefixes
     prompt_format: str | None = None  # text | jsonl | sharegpt; None: detected (see lang.datasets)
     max_tokens_from_file: bool = False  # per-prompt output lengths from the prompt file
     dataset: Dataset | None = dataclasses.field(default=None, compare=False)

@@ -40,10 +40,13 @@ async def drive_backend(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecor
 
     for lv in bp.levels:
         shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
+        await shapes.prepare(url)
         await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port))
     if bp.follow_up:
         fu = bp.follow_up_request
-        await follow_up(bp, deps, rec, ids, Shapes(fu, prompts(fu.prompt_file)), connector(fu))
+        fu_shapes = Shapes(fu, prompts(fu.prompt_file))
+        await fu_shapes.prepare(url)
+        await follow_up(bp, deps, rec, ids, fu_shapes, connector(fu))
 
 
 async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where) -> LevelRun:

@@ -27,14 +27,18 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+import httpx
 import trio
 
 from soakspec.plan import Batch, Closed, Level, Open, RequestTemplate
 from soakspec.runner.clock import RunClock
+from soakspec.runner.prompts import LocalTokenizer, RunAborted, ServerTokenizer, TokenCosts, measure_costs, token_prompt, verify
 from soakspec.runner.protocol import Endpoint, RequestShape, Sampling
 from soakspec.runner.records import Outcome, RequestRecord
 
 OPEN_LOOP_MAX_CONNECTIONS = 4096
+TOKENIZE_TIMEOUT_S = 30.0  # one /tokenize request while token-exact prompts are prepared
+_COSTS: dict[tuple[str, str], TokenCosts] = {}  # (tokenizer file or server URL, model) -> word costs, per process
 SHAPE_CACHE = 4096  # request shapes kept per workload (each shares its prompt string)
 CANCELLED_BY_ABORT = "the run was aborted before the response finished"
 CLOSE_S = 1.0  # closing a connection (shielded) takes at most this long
@@ -82,6 +86,7 @@ class Shapes:
     prompts: tuple[str | tuple[tuple[str, str], ...], ...] = ()  # the template's prompt file's (the plan carries them)
     _cache: dict[tuple[int, int], RequestShape] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _extra: tuple[tuple[str, object], ...] = dataclasses.field(default=(), init=False, repr=False)
+    _costs: TokenCosts | None = dataclasses.field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.template.prompts:
@@ -89,8 +94,26 @@ class Shapes:
         if self.template.body_json:
             self._extra = tuple(json.loads(self.template.body_json).items())
 
+    async def prepare(self, base_url: str) -> None:
+        """Token-exact prompts need the tokenizer's word costs: measured once per tokenizer
+        (a local file, or the server's /tokenize) and confirmed on the level's first prompts."""
+        w = self.template
+        if not w.prompt_tokens or self._costs is not None:
+            return
+        key = (w.tokenizer or base_url, w.model)
+        async with httpx.AsyncClient(timeout=TOKENIZE_TIMEOUT_S) as client:
+            tok = LocalTokenizer(w.tokenizer) if w.tokenizer else ServerTokenizer(base_url, w.model, client)
+            costs = _COSTS.get(key)
+            if costs is None:
+                costs = _COSTS[key] = await measure_costs(tok, tuple(WORDS))
+            for n in sorted(set(w.prompt_tokens)):
+                await verify(tok, costs, n, w.prefix_tokens)
+        self._costs = costs
+
     def make(self, index: int, smallest: bool = False) -> RequestShape:
         w = self.template
+        if w.prompt_tokens:
+            return self._token_shape(index, smallest)
         if smallest:
             max_tokens = min(w.output_lens or w.max_tokens)
             prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
@@ -105,6 +128,14 @@ class Shapes:
             if len(self._cache) < SHAPE_CACHE:
                 self._cache[key] = shape
         return shape
+
+    def _token_shape(self, index: int, smallest: bool) -> RequestShape:
+        w = self.template
+        if self._costs is None:
+            raise RunAborted("token-exact prompts were not prepared (Shapes.prepare)")
+        n = min(w.prompt_tokens) if smallest else w.prompt_tokens[index % len(w.prompt_tokens)]
+        max_tokens = min(w.max_tokens) if smallest else w.max_tokens[index % len(w.max_tokens)]
+        return self._shape(token_prompt(self._costs, index, n, w.prefix_tokens), max_tokens)
 
     @property
     def model(self) -> str:

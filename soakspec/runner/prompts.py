@@ -8,7 +8,10 @@ a file that may have changed since. `PromptFiles` is kept for the driver's signa
 
 from __future__ import annotations
 
+import dataclasses
+import random
 from pathlib import Path
+from typing import Protocol
 
 
 class RunAborted(Exception):
@@ -35,4 +38,105 @@ class PromptFiles:
         return ()
 
 
-__all__ = ["PromptFiles", "RunAborted", "load_prompts"]
+
+
+# ---------------------------------------------------------------- token-exact prompts
+#
+# A prompt of exactly N tokens is built from a vocabulary of common words whose token counts
+# were measured once with the model's own tokenizer (a local tokenizer.json through the optional
+# `tokenizers` library, or the server's `/tokenize` endpoint): with a leading space and, for
+# the first word, without. Tokenizers split text into pre-tokens at spaces (byte-level BPE,
+# SentencePiece's metaspace), so a space-separated prompt counts the sum of its words' tokens;
+# the first prompts of each level are re-counted whole to confirm it, and the run aborts if the
+# tokenizer disagrees. Special tokens the tokenizer adds (a BOS) count towards N.
+#
+# Cache control: with `prefix_tokens = 0` the first TOKEN_ID_WORDS words spell the request's
+# index in base V (V one-token words), so no two requests within V**3 share even their first
+# tokens; with a shared prefix, every request starts with the same `prefix_tokens` tokens.
+
+TOKEN_ID_WORDS = 3
+VERIFY_PROMPTS = 4  # re-counted whole, per level
+
+
+class Tokenizer(Protocol):
+    async def count(self, text: str, special: bool) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenCosts:
+    """Tokens per vocabulary word, measured once per tokenizer."""
+
+    words: tuple[str, ...]  # words costing exactly one token after a space and at the start
+    overhead: int  # special tokens the tokenizer adds to any prompt (e.g. BOS)
+
+
+async def measure_costs(tok: Tokenizer, vocabulary: tuple[str, ...]) -> TokenCosts:
+    ones = []
+    for w in vocabulary:
+        if await tok.count(w, False) == 1 and await tok.count(f"{w} {w}", False) == 2:
+            ones.append(w)
+    if len(ones) < 16:
+        raise RunAborted(f"the tokenizer counts only {len(ones)} of {len(vocabulary)} common words as one token; prompt_tokens cannot be built")
+    overhead = await tok.count(ones[0], True) - 1
+    return TokenCosts(tuple(ones), max(0, overhead))
+
+
+def token_prompt(costs: TokenCosts, index: int, n: int, prefix_tokens: int, seed: int = 0) -> str:
+    """The index-th prompt of exactly `n` tokens (special tokens included)."""
+    words, v = costs.words, len(costs.words)
+    content = n - costs.overhead
+    if content < 1:
+        raise RunAborted(f"prompt_tokens = {n} leaves no room after the tokenizer's {costs.overhead} special tokens")
+    rng = random.Random(f"prefix-{seed}")
+    out = [words[rng.randrange(v)] for _ in range(min(prefix_tokens, content))]
+    mark, i = [], index
+    for _ in range(TOKEN_ID_WORDS):
+        mark.append(words[i % v])
+        i //= v
+    rng = random.Random(f"{seed}-{index}")
+    out += mark[: content - len(out)]
+    out += [words[rng.randrange(v)] for _ in range(content - len(out))]
+    return " ".join(out)
+
+
+class LocalTokenizer:
+    """A tokenizer.json through the `tokenizers` library (`pip install soakspec[tokenizers]`)."""
+
+    def __init__(self, path: str):
+        try:
+            from tokenizers import Tokenizer as HfTokenizer  # optional: the default install need not have it
+        except ImportError:
+            raise RunAborted("tokenizer = ... needs the tokenizers library: pip install 'soakspec[tokenizers]'") from None
+        try:
+            self._tok = HfTokenizer.from_file(path)
+        except Exception as e:  # noqa: BLE001 - the library raises its own exception types
+            raise RunAborted(f"cannot load the tokenizer {path}: {e}") from None
+
+    async def count(self, text: str, special: bool) -> int:
+        return len(self._tok.encode(text, add_special_tokens=special).ids)
+
+
+class ServerTokenizer:
+    """The server's `/tokenize` endpoint (vLLM, SGLang, the simulator): `{"count": n}`."""
+
+    def __init__(self, base_url: str, model: str, client):
+        self._url, self._model, self._client = base_url.rstrip("/") + "/tokenize", model, client
+
+    async def count(self, text: str, special: bool) -> int:
+        r = await self._client.post(self._url, json={"model": self._model, "prompt": text, "add_special_tokens": special})
+        if r.status_code != 200:
+            raise RunAborted(f"prompt_tokens needs the server's /tokenize endpoint: it answered {r.status_code}; set tokenizer = \"tokenizer.json\"")
+        count = r.json().get("count")
+        if not isinstance(count, int):
+            raise RunAborted("the server's /tokenize answer has no integer 'count'")
+        return count
+
+
+async def verify(tok: Tokenizer, costs: TokenCosts, n: int, prefix_tokens: int) -> None:
+    for i in range(VERIFY_PROMPTS):
+        got = await tok.count(token_prompt(costs, i, n, prefix_tokens), True)
+        if got != n:
+            raise RunAborted(f"a {n}-token prompt counts {got} tokens with this tokenizer (it joins words across spaces); prompt_tokens cannot be exact")
+
+
+__all__ = ["LocalTokenizer", "PromptFiles", "RunAborted", "ServerTokenizer", "TokenCosts", "load_prompts", "measure_costs", "token_prompt", "verify"]

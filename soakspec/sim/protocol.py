@@ -160,6 +160,25 @@ def _chat_prompt_tokens(messages: object) -> int:
     return total
 
 
+def tokenize_body(raw: bytes, config: SimConfig) -> dict[str, Any]:
+    """vLLM's `/tokenize`: `{prompt}` or `{messages}` -> `{count, max_model_len, tokens}`, counted
+    exactly as the simulator's usage counts prompt tokens (whitespace-separated words; the
+    simulator's tokenizer adds no special tokens). The ids are the words' positions."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApiError(400, f"malformed JSON body: {e}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    if "messages" in body:
+        count = _chat_prompt_tokens(body["messages"])
+    elif "prompt" in body:
+        count = _completion_prompt_tokens(body["prompt"])
+    else:
+        raise ApiError(400, "Either prompt or messages must be provided.", "prompt")
+    return {"count": count, "max_model_len": config.max_model_len, "tokens": list(range(count))}
+
+
 def _bool(body: Mapping[str, Any], name: str, default: bool = False) -> bool:
     value = body.get(name, default)
     if value is None:

@@ -65,6 +65,7 @@ from soakspec.sim.protocol import (
     models_body,
     parse_request,
     render_metrics,
+    tokenize_body,
 )
 
 __all__ = ["CRASH_EXIT_CODE", "TRACE_PREFIX", "serve"]
@@ -340,6 +341,8 @@ class _Server:
                 await _send_json(io, 405, {"detail": "Method Not Allowed"})
             else:
                 await self._inference(io, ENDPOINTS[path], headers, bytes(body), arrived)
+        elif path == "/tokenize":
+            await self._tokenize(io, method, bytes(body))
         elif path in ("/health", "/metrics", "/v1/models"):
             if method != "GET":
                 await _send_json(io, 405, {"detail": "Method Not Allowed"})
@@ -352,6 +355,15 @@ class _Server:
         else:
             await _send_json(io, 404, {"detail": "Not Found"})
         return io.next_cycle()
+
+    async def _tokenize(self, io: _Io, method: str, body: bytes) -> None:
+        if method != "POST":
+            await _send_json(io, 405, {"detail": "Method Not Allowed"})
+            return
+        try:
+            await _send_json(io, 200, tokenize_body(body, self.cfg))
+        except ApiError as e:
+            await _send_json(io, e.status, e.body())
 
     async def _too_large(self, io: _Io) -> None:
         msg = f"request body larger than {MAX_BODY_BYTES} bytes"

@@ -24,6 +24,9 @@ WORKLOAD = Table(
         Key("stream", "bool", "stream"),
         Key("prompt_words", "int", "prompt_words", minimum=1, default=None),  # 64 when no prompt_file
         Key("prompt_file", "str", "prompt_file"),
+        Key("prompt_tokens", "ints", "prompt_tokens", minimum=1),
+        Key("tokenizer", "str", "tokenizer"),
+        Key("prefix_tokens", "int", "prefix_tokens", minimum=0),
         Key("prompt_format", "word", "prompt_format", choices=FORMATS),
         Key("max_tokens_from_file", "bool", "max_tokens_from_file"),
         Key("max_tokens", "ints", "max_tokens", minimum=1),
@@ -85,10 +88,21 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     return S.Workload(name=blk.label.value, span=blk.kind_span, **fields)
 
 
+_SOURCES = ("prompt_words", "prompt_file", "prompt_tokens")
+
+
 def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
-    if b["prompt_words"] is not None and b["prompt_file"] is not None:
-        ctx.error("E403", f"{where} sets both 'prompt_words' and 'prompt_file'", b.got("prompt_file").key_span)
-    if not b.has("prompt_words") and b["prompt_file"] is None:
+    """One prompt source: generated words (the default, 64), a file, or token-exact prompts."""
+    given = [k for k in _SOURCES if b.has(k)]
+    for key in given[1:]:
+        ctx.error("E403", f"{where} sets both '{given[0]}' and '{key}': a workload has one prompt source", b.got(key).key_span)
+    for key in ("tokenizer", "prefix_tokens"):
+        if b.has(key) and not b.has("prompt_tokens"):
+            ctx.error("E403", f"'{key}' belongs to token-exact prompts; {where} sets no 'prompt_tokens'", b.got(key).key_span)
+    if b.ok("prefix_tokens") and b.ok("prompt_tokens") and b["prefix_tokens"] >= min(b["prompt_tokens"]):
+        ctx.error("E204", f"'prefix_tokens' ({b['prefix_tokens']}) must be less than the shortest prompt_tokens "
+                          f"({min(b['prompt_tokens'])}): each request needs tokens of its own", b.got("prefix_tokens").span)  # fmt: skip
+    if not given:
         return S.Workload.prompt_words
     return b["prompt_words"]
 
