@@ -16,6 +16,7 @@ from soakspec.diagnostics import Severity, render_text
 from soakspec.lang import load_spec
 from soakspec.lang.datasets import DatasetError, parse_dataset
 from soakspec.plan import plan
+from soakspec.plan import render_text as render_plan
 from soakspec.runner.clock import RunClock
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.load import LevelContext, Shapes, drive_level
@@ -145,7 +146,9 @@ def test_malformed_files_fail_at_their_line(text, line, fmt, match):
     assert e.value.line == line
 
 
-_prompt = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40).filter(str.strip)
+_prompt = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40).filter(
+    lambda p: p.strip() and not p.startswith("\ufeff")  # a leading BOM is the file's, and dropped
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -196,7 +199,9 @@ def test_prompt_format_without_a_prompt_file_is_a_contradiction(tmp_path):
 def test_the_plan_carries_the_prompts_and_records_the_file(tmp_path):
     spec, diags, _ = _spec(tmp_path, str(EXAMPLES / "sharegpt.json"), endpoint="chat", extra="max_tokens_from_file = true")
     assert spec is not None, diags
-    req = plan(spec).backends[0].levels[0].request
+    p = plan(spec)
+    req = p.backends[0].levels[0].request
+    assert "w prompts: 2 from " in render_plan(p) and "(sharegpt, sha256 " in render_plan(p)
     assert req.prompts[0] == "What is the capital of Australia?"
     assert req.prompts[1] == (("system", "You are a terse assistant."), ("user", "Name two prime numbers above fifty."))
     assert req.output_lens == (6, 3)

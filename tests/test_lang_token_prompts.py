@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from soakspec.lang import load_spec
 from soakspec.plan import plan
+from soakspec.plan import render_text as render_plan
 from soakspec.runner.clock import RunClock
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.load import WORDS, LevelContext, Shapes, drive_level
@@ -83,6 +84,7 @@ def test_the_plan_states_the_lengths_and_the_cache_regime(tmp_path):
     j = plan(spec).backends[0].levels[0].request.to_json()
     assert j["prompt_tokens"] == [128, 32] and j["prompt_words"] is None and j["tokenizer"] is None
     assert j["prefix_cache"] == "shared prefix of 16 tokens"
+    assert "w prompts: 128, 32 tokens (the server's /tokenize); cache: shared prefix of 16 tokens" in render_plan(plan(spec))
     spec, _, _ = _load(tmp_path, "prompt_tokens = 128")
     assert plan(spec).backends[0].levels[0].request.to_json()["prefix_cache"] == "unique prefix per request"
     spec, _, _ = _load(tmp_path, "prompt_words = 8")

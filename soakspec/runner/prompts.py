@@ -13,6 +13,11 @@ import random
 from pathlib import Path
 from typing import Protocol
 
+try:  # optional (`pip install 'soakspec[tokenizers]'`): only `tokenizer = "tokenizer.json"` needs it
+    from tokenizers import Tokenizer as HfTokenizer
+except ImportError:  # pragma: no cover - the default install
+    HfTokenizer = None
+
 
 class RunAborted(Exception):
     def __init__(self, reason: str):
@@ -103,10 +108,8 @@ class LocalTokenizer:
     """A tokenizer.json through the `tokenizers` library (`pip install soakspec[tokenizers]`)."""
 
     def __init__(self, path: str):
-        try:
-            from tokenizers import Tokenizer as HfTokenizer  # optional: the default install need not have it
-        except ImportError:
-            raise RunAborted("tokenizer = ... needs the tokenizers library: pip install 'soakspec[tokenizers]'") from None
+        if HfTokenizer is None:
+            raise RunAborted("tokenizer = ... needs the tokenizers library: pip install 'soakspec[tokenizers]'")
         try:
             self._tok = HfTokenizer.from_file(path)
         except Exception as e:  # noqa: BLE001 - the library raises its own exception types
