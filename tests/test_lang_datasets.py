@@ -121,6 +121,14 @@ def test_a_pretty_printed_object_is_not_jsonl():
     assert e.value.line == 2
 
 
+def test_a_json_array_of_prompt_records_is_read_as_jsonl_records():
+    p = parse_dataset('[\n  {"prompt": "a b"},\n  {"text": "c"}\n]\n', None, chat=False, lengths=False)
+    assert (p.format, p.prompts) == ("jsonl", ("a b", "c"))
+    with pytest.raises(DatasetError, match="'prompt', 'text' or 'messages'") as e:
+        parse_dataset('[\n  {"prompt": "a b"},\n  {"question": "c"}\n]\n', None, chat=False, lengths=False)
+    assert e.value.line == 3
+
+
 def test_text_that_starts_with_a_brace_is_text_when_declared():
     assert parse_dataset("{not json}\nsecond\n", "text", chat=False, lengths=False).prompts == ("{not json}", "second")
 

@@ -3,15 +3,16 @@
 Formats (`prompt_format = ...`, or detected from the file's first non-blank character):
 
   - `text`: one prompt per non-empty line (the line, without its line break);
-  - `jsonl`: one JSON object per line with a string `prompt` or `text`, or OpenAI chat
-    `messages` (a list of `{role, content}`; only for `endpoint = chat`);
+  - `jsonl`: one JSON object per line (or a JSON array of them) with a string `prompt` or
+    `text`, or OpenAI chat `messages` (a list of `{role, content}`; only for `endpoint = chat`);
   - `sharegpt`: a JSON array, or JSONL, of objects with `conversations`, a list of
     `{from, value}` turns; the prompt is the first `human`/`user` turn (after an optional
     `system` turn, which chat requests send too), its answer the next `gpt`/`assistant` turn.
 
 Detection, when `prompt_format` is not set: a file whose first non-blank character is `[` is a
-JSON array (ShareGPT); `{` is JSONL (ShareGPT when its first object has `conversations`);
-anything else is text. A file is never guessed line by line: a pretty-printed JSON object in a
+JSON array, `{` is JSONL — either ShareGPT when its first record has `conversations`, else
+`prompt`/`text`/`messages` records (a JSON array of those is read as `jsonl`); anything else
+is text. A file is never guessed line by line: a pretty-printed JSON object in a
 JSONL file is an error at its first line, and a text file that starts with `{` needs
 `prompt_format = text`.
 
@@ -85,11 +86,14 @@ def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, sha2
         items: list[tuple[int, Any]] = [(i, line) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
         records = [(n, _text_line(line)) for n, line in items]
     elif stripped.startswith("["):
-        records = [(n, _record(obj, n, fmt, chat, lengths)) for n, obj in _json_array(text)]
+        array = _json_array(text)
+        if fmt == "array":  # detected: ShareGPT when the first record has conversations, else prompt/text/messages
+            fmt = "sharegpt" if array and isinstance(array[0][1], dict) and "conversations" in array[0][1] else "jsonl"
+        records = [(n, _record(obj, n, fmt, chat, lengths)) for n, obj in array]
     else:
         records = [(n, _record(obj, n, fmt, chat, lengths)) for n, obj in _jsonl(text)]
     if not records:
-        raise DatasetError(f"has no prompts ({fmt})")
+        raise DatasetError("has no prompts" + (f" ({fmt})" if fmt in FORMATS else ""))
     if len(records) > MAX_PROMPTS:
         raise DatasetError(f"has more than {MAX_PROMPTS:,} prompts", records[MAX_PROMPTS][0])
     prompts = tuple(r[1][0] for r in records)
@@ -98,7 +102,7 @@ def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, sha2
 
 def _detect(text: str, stripped: str) -> str:
     if stripped.startswith("["):
-        return "sharegpt"
+        return "array"
     if stripped.startswith("{"):
         first = stripped.split("\n", 1)[0]
         try:
