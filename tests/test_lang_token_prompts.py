@@ -7,6 +7,8 @@ BOS token gives prompts that count exactly N with it."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from functools import partial
 from pathlib import Path
 
@@ -196,3 +198,15 @@ def test_a_missing_tokenizer_file_aborts_with_its_path(tmp_path):
     pytest.importorskip("tokenizers")
     with pytest.raises(RunAborted, match="nope.json"):
         LocalTokenizer(str(tmp_path / "nope.json"))
+
+
+@pytest.mark.parametrize(("source", "code"), [("prompt_tokens = 128", 0), ("prompt_tokens = 127", 1)])
+def test_a_run_gates_on_the_servers_count_of_the_asked_length(tmp_path, source, code):
+    """End to end (soakspec run against the simulator): the gate holds the server's usage to 128."""
+    text = SPEC.format(source=source)
+    text = text.replace("require failed == 0", "require failed == 0\n  require min(prompt_tokens) >= 128\n  require max(prompt_tokens) <= 128")
+    path = tmp_path / "g.soak"
+    path.write_text(text)
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(path), "--out", str(tmp_path / "ev"), "-q"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == code, proc.stdout + proc.stderr
