@@ -38,6 +38,7 @@ from soakspec.runner.records import Outcome, RequestRecord
 
 OPEN_LOOP_MAX_CONNECTIONS = 4096
 TOKENIZE_TIMEOUT_S = 30.0  # one /tokenize request while token-exact prompts are prepared
+PREPARE_TIMEOUT_S = 120.0  # all of them (a few hundred requests; milliseconds each on a local server)
 _COSTS: dict[tuple[str, str], TokenCosts] = {}  # (tokenizer file or server URL, model) -> word costs, per process
 SHAPE_CACHE = 4096  # request shapes kept per workload (each shares its prompt string)
 CANCELLED_BY_ABORT = "the run was aborted before the response finished"
@@ -101,14 +102,17 @@ class Shapes:
         if not w.prompt_tokens or self._costs is not None:
             return
         key = (w.tokenizer or base_url, w.model)
-        async with httpx.AsyncClient(timeout=TOKENIZE_TIMEOUT_S) as client:
-            tok = LocalTokenizer(w.tokenizer) if w.tokenizer else ServerTokenizer(base_url, w.model, client)
-            costs = _COSTS.get(key)
-            if costs is None:
-                costs = _COSTS[key] = await measure_costs(tok, tuple(WORDS))
-            for n in sorted(set(w.prompt_tokens)):
-                await verify(tok, costs, n, w.prefix_tokens)
-        self._costs = costs
+        with trio.move_on_after(PREPARE_TIMEOUT_S) as scope:
+            async with httpx.AsyncClient(timeout=TOKENIZE_TIMEOUT_S) as client:
+                tok = LocalTokenizer(w.tokenizer) if w.tokenizer else ServerTokenizer(base_url, w.model, client)
+                costs = _COSTS.get(key)
+                if costs is None:
+                    costs = _COSTS[key] = await measure_costs(tok, tuple(WORDS))
+                for n in sorted(set(w.prompt_tokens)):
+                    await verify(tok, costs, n, w.prefix_tokens)
+            self._costs = costs
+        if scope.cancelled_caught:
+            raise RunAborted(f"the tokenizer did not measure the prompt words within {PREPARE_TIMEOUT_S:g}s")
 
     def make(self, index: int, smallest: bool = False) -> RequestShape:
         w = self.template
