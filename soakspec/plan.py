@@ -126,6 +126,7 @@ class RequestTemplate:
     # pairs) travel in the plan, so the runner never reads or guesses the file.
     prompts: tuple[str | tuple[tuple[str, str], ...], ...] = dataclasses.field(default=(), repr=False)
     output_lens: tuple[int | None, ...] = dataclasses.field(default=(), repr=False)  # per prompt (max_tokens_from_file)
+    conversations: tuple[tuple[tuple[str, str], ...], ...] = dataclasses.field(default=(), repr=False)  # multi_turn sessions
     prompt_format: str | None = None  # text | jsonl | sharegpt
     prompt_tokens: tuple[int, ...] = ()  # token-exact prompts (cycling lengths), built by the runner with the tokenizer
     tokenizer: str | None = None  # absolute path of a tokenizer.json; None with prompt_tokens: the server's /tokenize
@@ -137,7 +138,7 @@ class RequestTemplate:
 
     def to_json(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
-        for key in ("prompts", "output_lens", "body_json", "header_env"):
+        for key in ("prompts", "output_lens", "conversations", "body_json", "header_env"):
             del out[key]
         return out | {
             "max_tokens": list(self.max_tokens),
@@ -145,6 +146,7 @@ class RequestTemplate:
             "prefix_cache": _prefix_policy(self),
             "prompt_count": len(self.prompts) if self.prompts else None,
             "max_tokens_from_file": bool(self.output_lens),
+            "multi_turn_sessions": len(self.conversations) if self.conversations else None,
             "body": json.loads(self.body_json) if self.body_json else {},
             "headers": dict(self.headers),
             "header_env": {h: {"env": name} for h, name in self.header_env},
@@ -410,6 +412,7 @@ def prompt_label(t: RequestTemplate) -> str:
         return f"{', '.join(map(str, t.prompt_tokens))} tokens ({how})"
     if t.prompts:
         lens = ", output lengths from the file" if t.output_lens else ""
+        lens += f", {len(t.conversations)} multi-turn conversations" if t.conversations else ""
         return f"{len(t.prompts)} from {t.prompt_file} ({t.prompt_format}, sha256 {(t.prompt_sha256 or '')[:12]}){lens}"
     return f"{t.prompt_words} words"
 
@@ -418,6 +421,8 @@ def _prefix_policy(t: RequestTemplate) -> str:
     """The cache regime the prompts measure, stated in the evidence."""
     if t.prompt_tokens:
         return f"shared prefix of {t.prefix_tokens} tokens" if t.prefix_tokens else "unique prefix per request"
+    if t.conversations:
+        return "multi-turn sessions: each turn repeats its conversation's history (a warm cache helps, as in production)"
     if t.prompts:
         return "the prompt file's prompts, cycling"
     return "word prompts starting at the request's index (consecutive requests share words)"
@@ -430,7 +435,8 @@ def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
     if d is None:
         return {}
     lens = d.output_lens if w.max_tokens_from_file and all(n is not None for n in d.output_lens) else ()
-    return {"prompts": d.prompts, "output_lens": lens, "prompt_format": d.format, "prompt_sha256": d.sha256}
+    convs = d.conversations if w.multi_turn else ()
+    return {"prompts": d.prompts, "output_lens": lens, "conversations": convs, "prompt_format": d.format, "prompt_sha256": d.sha256}
 
 
 def _shape(w: Workload, i: int, level: int | float) -> LoadShape:

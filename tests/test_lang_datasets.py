@@ -269,3 +269,49 @@ async def test_each_format_sends_its_prompts_in_order(tmp_path, name, endpoint, 
     assert set(heads) == {e[:64] for e in expected}
     if name == "sharegpt.json":  # the system turn travels with its question
         assert [r["messages"] for r in rows[:2]] == [1, 2]
+
+
+# ---------------------------------------------------------------- multi-turn sessions
+
+
+def test_multi_turn_needs_chat_closed_loop_and_conversations(tmp_path):
+    share = str(EXAMPLES / "sharegpt.json")
+    spec, diags, _ = _spec(tmp_path, share, endpoint="completions", extra="multi_turn = true")
+    assert spec is None and "endpoint = chat" in diags[0].message
+    spec, diags, _ = _spec(tmp_path, str(EXAMPLES / "prompts.txt"), endpoint="chat", extra="multi_turn = true")
+    assert spec is None and any(d.code == "E419" and "multi_turn needs conversations" in d.message for d in diags)
+    spec, diags, _ = _spec(tmp_path, share, endpoint="chat", extra="multi_turn = true")
+    assert spec is not None, diags
+    req = plan(spec).backends[0].levels[0].request
+    assert req.to_json()["multi_turn_sessions"] == 2
+    assert req.conversations[0][2] == ("user", "And its largest city?")
+
+
+async def test_a_session_sends_its_next_turn_with_the_history(tmp_path):
+    """Concurrency 1 is one session: conversation a1 (two user turns), then a2 (system + user),
+    then a1 again; each turn carries the turns before it (read back from the simulator)."""
+    path = tmp_path / "w.soak"
+    path.write_text(SPEC.format(file=str(EXAMPLES / "sharegpt.json"), endpoint="chat", extra="multi_turn = true", duration="400ms"))
+    spec, diags, _ = load_spec(path)
+    assert spec is not None, diags
+    level = plan(spec).backends[0].levels[0]
+    clock = RunClock()
+    traces = tmp_path / "traces.jsonl"
+    seq = iter(range(10**6))
+
+    async with trio.open_nursery() as nursery:
+        config = SimConfig(model="default", trace_log=False, trace_file=str(traces), ttft=0.002, itl=0.001, seed=1)
+        port = await nursery.start(partial(sim.serve, config))
+        ctx = LevelContext("sim", clock, partial(H11Connection, "127.0.0.1", port, clock), Shapes(level.request), lambda rs: None,
+                           lambda: (i := next(seq), f"m-{i:07d}"))  # fmt: skip
+        await drive_level(level, ctx)
+        nursery.cancel_scope.cancel()
+    rows = sorted((json.loads(line) for line in traces.read_text().splitlines()), key=lambda r: r["arrival_index"])
+    assert len(rows) >= 4
+    got = [(r["messages"], r["prompt_head"]) for r in rows[:4]]
+    assert got == [
+        (1, "What is the capital of Australia?"),
+        (3, "And its largest city?"),
+        (2, "Name two prime numbers above fifty."),
+        (1, "What is the capital of Australia?"),
+    ]

@@ -56,9 +56,10 @@ class Parsed:
     sha256: str
     prompts: tuple[Prompt, ...]
     output_lens: tuple[int | None, ...]  # per prompt, when the record gives one
+    conversations: tuple[Messages, ...] = ()  # every record's whole conversation (multi-turn chat)
 
 
-def read_dataset(path: str, fmt: str | None, *, chat: bool, lengths: bool) -> Parsed:
+def read_dataset(path: str, fmt: str | None, *, chat: bool, lengths: bool, turns: bool = False) -> Parsed:
     """Read and parse a prompt file (bounded: MAX_FILE_BYTES; never a FIFO or a directory)."""
     try:
         if not os.path.isfile(path):
@@ -74,14 +75,16 @@ def read_dataset(path: str, fmt: str | None, *, chat: bool, lengths: bool) -> Pa
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise DatasetError("is not UTF-8", line, e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1) from None
-    return parse_dataset(text, fmt, chat=chat, lengths=lengths, sha256=hashlib.sha256(raw).hexdigest())
+    return parse_dataset(text, fmt, chat=chat, lengths=lengths, turns=turns, sha256=hashlib.sha256(raw).hexdigest())
 
 
-def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, sha256: str = "") -> Parsed:
+def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, turns: bool = False, sha256: str = "") -> Parsed:
+    """`turns`: also keep every record's whole conversation (multi-turn chat)."""
     text = text.removeprefix("\ufeff")
     stripped = text.lstrip()
     if fmt is None:
         fmt = _detect(text, stripped)
+    array: list[tuple[int, Any]] = []
     if fmt == "text":
         items: list[tuple[int, Any]] = [(i, line) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
         records = [(n, _text_line(line)) for n, line in items]
@@ -97,7 +100,33 @@ def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, sha2
     if len(records) > MAX_PROMPTS:
         raise DatasetError(f"has more than {MAX_PROMPTS:,} prompts", records[MAX_PROMPTS][0])
     prompts = tuple(r[1][0] for r in records)
-    return Parsed(fmt, sha256, prompts, tuple(r[1][1] for r in records))
+    convs: tuple[Messages, ...] = ()
+    if turns:
+        if fmt == "text":
+            raise DatasetError("multi_turn needs conversations: a sharegpt file or jsonl 'messages' records, not text")
+        objs = dict(array if stripped.startswith("[") else _jsonl(text))
+        convs = tuple(_conversation(objs[n], n) for n, _ in records)
+    return Parsed(fmt, sha256, prompts, tuple(r[1][1] for r in records), convs)
+
+
+def _conversation(obj: dict, line: int) -> Messages:
+    """A record as chat turns: ShareGPT's (`human` -> user, `gpt` -> assistant), `messages` as
+    they are, a prompt/text as one user turn."""
+    if "conversations" in obj:
+        roles = {"system": "system", **{h: "user" for h in HUMAN}, **{a: "assistant" for a in ANSWER}}
+        turns = []
+        for t in obj["conversations"]:
+            role = roles.get(t["from"].lower())
+            if role is None:
+                raise DatasetError(f"unknown ShareGPT speaker '{t['from']}' (human, gpt or system)", line)
+            turns.append((role, t["value"]))
+        return tuple(turns)
+    if "messages" in obj:
+        msgs = _messages(obj["messages"], line)
+        if not any(role == "user" for role, _ in msgs):
+            raise DatasetError("a conversation needs at least one 'user' message", line)
+        return msgs
+    return (("user", obj.get("prompt") or obj.get("text")),)
 
 
 def _detect(text: str, stripped: str) -> str:

@@ -144,6 +144,7 @@ class Dataset:
     sha256: str  # of the file's bytes, recorded in the evidence
     prompts: tuple[str | tuple[tuple[str, str], ...], ...] = dataclasses.field(repr=False)  # text or chat messages
     output_lens: tuple[int | None, ...] = dataclasses.field(default=(), repr=False)  # max_tokens_from_file
+    conversations: tuple[tuple[tuple[str, str], ...], ...] = dataclasses.field(default=(), repr=False)  # multi_turn
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +159,7 @@ class Workload:
     prefix_tokens: int = 0  # prompt_tokens: a prefix of this many tokens shared by every request; 0: unique prefixes
     prompt_format: str | None = None  # text | jsonl | sharegpt; None: detected (see lang.datasets)
     max_tokens_from_file: bool = False  # per-prompt output lengths from the prompt file
+    multi_turn: bool = False  # chat sessions: each closed-loop worker sends a conversation's turns in order, with its history
     dataset: Dataset | None = dataclasses.field(default=None, compare=False)
     max_tokens: tuple[int, ...] = (64,)
     sampling: Sampling = Sampling()

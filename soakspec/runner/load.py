@@ -88,6 +88,8 @@ class Shapes:
     _cache: dict[tuple[int, int], RequestShape] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _extra: tuple[tuple[str, object], ...] = dataclasses.field(default=(), init=False, repr=False)
     _costs: TokenCosts | None = dataclasses.field(default=None, init=False, repr=False)
+    _sessions: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict, init=False, repr=False)  # worker -> (conversation, next turn)
+    _conv_counter: int = dataclasses.field(default=0, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.template.prompts:
@@ -114,10 +116,12 @@ class Shapes:
         if scope.cancelled_caught:
             raise RunAborted(f"the tokenizer did not measure the prompt words within {PREPARE_TIMEOUT_S:g}s")
 
-    def make(self, index: int, smallest: bool = False) -> RequestShape:
+    def make(self, index: int, smallest: bool = False, worker: int | None = None) -> RequestShape:
         w = self.template
         if w.prompt_tokens:
             return self._token_shape(index, smallest)
+        if w.conversations and worker is not None and not smallest:
+            return self._session_turn(index, worker)
         if smallest:
             max_tokens = min(w.output_lens or w.max_tokens)
             prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
@@ -132,6 +136,28 @@ class Shapes:
             if len(self._cache) < SHAPE_CACHE:
                 self._cache[key] = shape
         return shape
+
+    def _session_turn(self, index: int, worker: int) -> RequestShape:
+        """Multi-turn chat: worker `worker` is one session at a time; its next request is the
+        next user turn of its conversation with everything before it as history (the file's own
+        answers: a closed-loop worker sends it only after the previous turn's answer arrived).
+        After a conversation's last turn the worker takes the next conversation."""
+        w, convs = self.template, self.template.conversations
+        conv, turn = self._sessions.get(worker) or (self._next_conv(), 0)
+        turns = convs[conv % len(convs)]
+        users = [i for i, (role, _) in enumerate(turns) if role == "user"]
+        if turn >= len(users):
+            conv, turn = self._next_conv(), 0
+            turns = convs[conv % len(convs)]
+            users = [i for i, (role, _) in enumerate(turns) if role == "user"]
+        self._sessions[worker] = (conv, turn + 1)
+        history = turns[: users[turn] + 1]
+        return self._shape(history, w.max_tokens[index % len(w.max_tokens)])
+
+    def _next_conv(self) -> int:
+        n = self._conv_counter
+        self._conv_counter += 1
+        return n
 
     def _token_shape(self, index: int, smallest: bool) -> RequestShape:
         w = self.template
@@ -286,7 +312,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         ctx.stats.started()
         run.sent += 1
         try:
-            await conn.send(ctx.shapes.make(index), rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
+            await conn.send(ctx.shapes.make(index, worker=worker), rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
         finally:
             if rec.end is None:  # cancelled mid-request (the run is aborting): say so, keep the record valid
                 rec.end = clock.now()

@@ -47,10 +47,10 @@ def data_path(ctx: Ctx, written: str) -> str:
 def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
     """Read the prompt file once (bounded); every problem is reported in the file, at its line,
     with the spec's `prompt_file` as the place that named it."""
-    fmt, lengths = b["prompt_format"], b["max_tokens_from_file"]
+    fmt, lengths, turns = b["prompt_format"], b["max_tokens_from_file"], b["multi_turn"]
     if b["prompt_file"] is None:
-        for key in ("prompt_format", "max_tokens_from_file"):
-            if b.has(key) and (key != "max_tokens_from_file" or lengths):
+        for key in ("prompt_format", "max_tokens_from_file", "multi_turn"):
+            if b.has(key) and (key == "prompt_format" or b[key]):
                 ctx.error("E403", f"'{key}' describes a prompt file; {where} sets no 'prompt_file'", b.got(key).key_span)
         return None
     if b.has("prompt_format") and not b.ok("prompt_format"):
@@ -58,7 +58,7 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
     got = b.got("prompt_file")
     path = data_path(ctx, got.value)
     try:
-        parsed = read_dataset(path, fmt, chat=endpoint == "chat", lengths=lengths)
+        parsed = read_dataset(path, fmt, chat=endpoint == "chat", lengths=lengths, turns=turns and endpoint == "chat")
     except DatasetError as e:
         saved, ctx.path = ctx.path, path
         try:
@@ -68,7 +68,20 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
             ctx.path = saved
         ctx.error("E419", f"the prompt file {got.value!r} cannot be used (see {path}:{e.line})", got.span)
         return None
-    return S.Dataset(path, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens)
+    return S.Dataset(path, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens, parsed.conversations)
+
+
+def check_multi_turn(ctx: Ctx, b: Body, endpoint: str, load: S.Load, where: str) -> None:
+    """Multi-turn sessions are chat conversations driven by closed-loop workers (one session each)."""
+    if not b["multi_turn"] or b["prompt_file"] is None:
+        return
+    span = b.got("multi_turn").key_span
+    if endpoint != "chat":
+        ctx.error("E403", f"'multi_turn' sends chat conversations; {where} needs endpoint = chat", span)
+    if load.mode != "closed":
+        ctx.error("E403", f"'multi_turn' sessions need closed-loop load (each worker is one session), not mode = {load.mode}", span)
+    if b["max_tokens_from_file"]:
+        ctx.error("E403", "'multi_turn' and 'max_tokens_from_file' do not combine (each turn's answer is the file's)", b.got("max_tokens_from_file").key_span)
 
 
 def body_json(ctx: Ctx, b: Body, where: str) -> str | None:

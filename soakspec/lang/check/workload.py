@@ -29,6 +29,7 @@ WORKLOAD = Table(
         Key("prefix_tokens", "int", "prefix_tokens", minimum=0),
         Key("prompt_format", "word", "prompt_format", choices=FORMATS),
         Key("max_tokens_from_file", "bool", "max_tokens_from_file"),
+        Key("multi_turn", "bool", "multi_turn"),
         Key("max_tokens", "ints", "max_tokens", minimum=1),
         Key("sampling", "word", choices=("greedy",)),
         Key("ignore_eos", "bool", "ignore_eos"),
@@ -79,6 +80,7 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     fields["load"] = _load(ctx, b, where)
     _check_timing(ctx, b, fields["load"])
     fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where)
+    requests.check_multi_turn(ctx, b, fields["endpoint"], fields["load"], where)
     fields["body_json"] = requests.body_json(ctx, b, where)
     fields["headers"], fields["header_env"] = requests.headers(ctx, b, where)
     if fields["duration_s"] is None:
