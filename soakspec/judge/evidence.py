@@ -85,7 +85,8 @@ class BackendEvidence:
     followup: Mapping[str, Any] | None = None
     partial_tail: tuple[str, ...] = ()  # files of this backend that end in a cut-off line
     problems: tuple[str, ...] = ()  # rows the judge could not use, as "file:line: why"
-    server_log: str | None = None  # the retained server.log (None: not retained or not loaded)
+    server_log: str | None = None  # the retained server.log's text, for evidence built in memory
+    server_log_path: str | None = None  # the retained server.log on disk: streamed from, never held
     mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
 
 
@@ -180,6 +181,13 @@ def _compact_request(row: Any) -> Any:
 _TRACE_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status", "active", "pending")
 
 
+def compact_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """What the judge keeps of a trace's payload: the fields it reads, and the numbers (the
+    payload's own times: the judge re-matches a trace by its id and times)."""
+    return {k: v for k, v in payload.items()
+            if k in _TRACE_PAYLOAD_KEYS or isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
 def _compact_trace(row: Any) -> Any:
     if not isinstance(row, dict):
         return row
@@ -187,9 +195,7 @@ def _compact_trace(row: Any) -> Any:
     out = {"request_id": row.get("request_id"), "matched": row.get("matched"), "trace_id": row.get("trace_id"),
            "times": row.get("times")}
     if isinstance(payload, dict):
-        # the payload's own times stay: the judge re-matches a trace by its id and times
-        out["payload"] = {k: v for k, v in payload.items()
-                          if k in _TRACE_PAYLOAD_KEYS or isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out["payload"] = compact_payload(payload)
     return out
 
 
@@ -273,10 +279,9 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
             if isinstance(r, dict)
         ]
         telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False) if isinstance(r, dict)]
-        server_log = None
         lpath = d / layout.SERVER_LOG
-        if lpath.is_file() and not lpath.is_symlink():
-            server_log = lpath.read_bytes().decode("utf-8", "replace")
+        # never read whole: the judge streams it from the run's start offset (`rederive`)
+        server_log_path = str(lpath) if lpath.is_file() and not lpath.is_symlink() else None
         followup = None
         fpath = d / layout.FOLLOWUP
         if fpath.is_file():
@@ -298,7 +303,7 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
                 followup=followup,
                 partial_tail=tuple(partial),
                 problems=tuple(problems),
-                server_log=server_log,
+                server_log_path=server_log_path,
             )
         )
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
