@@ -311,15 +311,18 @@ class JsonlScan:
     partial_tail: bool
 
 
-def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = None):
+def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = None, hasher: Any = None):
     """Yield `(line_number, record)` one line at a time, so a reader of a long soak's
     requests.jsonl never holds the file (or every parsed row) at once. Bad lines go into
     `errors` as `(line, message)`; a cut-off last line (no newline) is reported as
-    `(line, None)` there and skipped, as `scan_jsonl` does."""
+    `(line, None)` there and skipped, as `scan_jsonl` does. `hasher` (a hashlib object), when
+    given, is fed every byte of the file as it is read: one pass hashes and decodes."""
     with open(path, "rb") as fh:
         i = 0
         for raw in fh:
             i += 1
+            if hasher is not None:
+                hasher.update(raw)
             if not raw.endswith(b"\n"):
                 if errors is not None:
                     errors.append((i, None))

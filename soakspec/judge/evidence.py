@@ -199,14 +199,20 @@ def _compact_trace(row: Any) -> Any:
     return out
 
 
-def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *, required: bool, compact=None) -> list[Any]:
-    """Rows of a JSONL file, streamed and (with `compact`) compacted one at a time."""
+def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *, required: bool, compact=None,
+               read: dict[str, _Rows] | None = None) -> list[Any]:
+    """Rows of a JSONL file, streamed and (with `compact`) compacted one at a time -- or, when
+    verification already decoded the file (`read`), its rows from there."""
     if not path.is_file():
         if required:
             problems.append(f"{rel}: missing")
         return []
-    bad: list[tuple[int, str | None]] = []
-    rows = [compact(r) if compact is not None else r for _, r in iter_jsonl(path, bad)]
+    got = read.pop(rel, None) if read is not None else None
+    if got is not None:
+        rows, bad = got.rows, got.bad
+    else:
+        bad = []
+        rows = [compact(r) if compact is not None else r for _, r in iter_jsonl(path, bad)]
     for line, message in bad:
         if message is None:
             partial.append(rel)
@@ -215,10 +221,38 @@ def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *,
     return rows
 
 
-def _integrity(root: Path) -> Integrity:
+class _Rows:
+    """The rows of one JSONL file as verification decodes them, compacted as they arrive."""
+
+    def __init__(self, compact) -> None:
+        self.compact = compact
+        self.rows: list[Any] = []
+        self.bad: list[tuple[int, str | None]] = []
+
+    def add(self, line: int, row: Any) -> None:
+        self.rows.append(self.compact(row) if self.compact is not None else row)
+
+    def end(self, bad_lines: list[tuple[int, str | None]]) -> None:
+        self.bad = list(bad_lines)
+
+
+_COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None}
+
+
+def _integrity(root: Path, read: dict[str, _Rows] | None = None) -> Integrity:
+    """Verify `root`. `read`, when given, receives the rows of every backend's requests,
+    traces and telemetry file as verification decodes them (rel path -> rows): one pass hashes,
+    decodes and validates each file, and the judge reads it from there."""
     from soakspec.evidence.verify import verify_evidence
 
-    report = verify_evidence(root, spec_sha256=embedded_spec_sha256)
+    def rows(rel: str) -> _Rows | None:
+        parts = rel.split("/")
+        if read is None or len(parts) != 3 or parts[0] != layout.BACKENDS or parts[2] not in _COMPACTORS:
+            return None
+        read[rel] = sink = _Rows(_COMPACTORS[parts[2]])
+        return sink
+
+    report = verify_evidence(root, spec_sha256=embedded_spec_sha256, rows=rows)
     prefix = report.run_dir.rstrip("/") + "/"
     tampered, malformed, incomplete = [], [], []
     for d in report.diagnostics:
@@ -246,7 +280,8 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
     if not isinstance(manifest, dict):
         raise EvidenceFormatError(mpath, 1, "the manifest is not a JSON object")
     manifest_sha = sha256_file(mpath)
-    integrity = _integrity(root)
+    read: dict[str, _Rows] = {}
+    integrity = _integrity(root, read)
 
     backends = []
     entries = manifest.get("backends")
@@ -264,7 +299,8 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
         rel = f"{layout.BACKENDS}/{safe}/"
         problems: list[str] = [safe_note] if safe_note else []
         partial: list[str] = []
-        raw = _read_rows(d / layout.REQUESTS, rel + layout.REQUESTS, problems, partial, required=True, compact=_compact_request)
+        raw = _read_rows(d / layout.REQUESTS, rel + layout.REQUESTS, problems, partial, required=True, compact=_compact_request,
+                         read=read)
         records = []
         for i, row in enumerate(raw, start=1):
             why = request_problem(row)
@@ -275,10 +311,12 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
         del raw
         traces = [
             r
-            for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace)
+            for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
+                               read=read)
             if isinstance(r, dict)
         ]
-        telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False) if isinstance(r, dict)]
+        telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False, read=read)
+                     if isinstance(r, dict)]
         lpath = d / layout.SERVER_LOG
         # never read whole: the judge streams it from the run's start offset (`rederive`)
         server_log_path = str(lpath) if lpath.is_file() and not lpath.is_symlink() else None
