@@ -24,6 +24,7 @@ about as much memory as `gate`.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -133,6 +134,7 @@ def generate(n: int, out: Path):
 
     rnd = random.Random(0)
     jitter = [rnd.random() * 2e-4 for _ in range(4096)]
+    digests = [hashlib.sha256(str(k).encode()).hexdigest() for k in range(4096)]  # real hex, as the runner writes
     lat = _latency()
     log = open(rec.server_log, "w", encoding="utf-8")  # noqa: SIM115 - closed below
     log.write("soakspec-sim: listening on 127.0.0.1:1\n")
@@ -161,7 +163,7 @@ def generate(n: int, out: Path):
             intended_start=start, start=start, first_byte=first, first_token=first, end=end, status=200,
             outcome=Outcome.COMPLETED, finish_reason="length", server_id=f"cmpl-{rid}-0", prompt_tokens=16,
             output_tokens=TOKENS, tokens_source=TokensSource.USAGE, itl_source=ItlSource.EXACT, chunks=TOKENS,
-            tpot=(end - first) / (TOKENS - 1), itl=itl, output_sha256="ab" * 32, output_chars=5 * TOKENS,
+            tpot=(end - first) / (TOKENS - 1), itl=itl, output_sha256=digests[i & 4095], output_chars=5 * TOKENS,
         ))  # fmt: skip
         trace_lines.append(TRACE_PREFIX + json.dumps({
             "request_id": f"cmpl-{rid}-0", "client_request_id": rid, "endpoint": "/v1/completions",

@@ -81,9 +81,12 @@ class EvidenceInUseError(EvidenceError):
 MAX_JSON_DEPTH = 64  # evidence nests about 6 deep; a reader may recurse over what it decodes
 MAX_INT_DIGITS = 300  # any such integer converts to a finite float (the largest is about 1.8e308)
 _DEPTH_SCAN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
-# Numbers that may break a limit: a long run of digits, or a 3-digit exponent (1e999 is inf).
-# Only a text with one takes the slower decode with number hooks.
-_SUSPECT_NUMBER = re.compile(r"\d{%d}|[eE][+-]?\d{3}" % (MAX_INT_DIGITS + 1))
+# Numbers that may break a limit: a long run of digits, or a number with a 3-digit exponent
+# (1e999 is inf). A JSON number starts the text or follows a structural character or
+# whitespace, so hex inside a string ("...1e234...", most sha256 digests) is not one; a string
+# that merely looks like one only costs the slower decode. Only a text with one takes the
+# slower decode with number hooks.
+_SUSPECT_NUMBER = re.compile(r"\d{%d}|(?:^|[:,\[\s])-?\d+(?:\.\d+)?[eE][+-]?\d{3}" % (MAX_INT_DIGITS + 1))
 
 
 class _Limit(Exception):
