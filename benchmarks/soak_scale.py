@@ -127,7 +127,7 @@ def generate(n: int, out: Path):
     rec.prepare(0, None)
     rec.launching(["soakspec", "sim"], "http://127.0.0.1:1", t0)
     rec.ready(t0 + 0.5, "http://127.0.0.1:1")
-    ids = IdSequence("soak-5ca1e000-0")
+    ids = IdSequence("soak-5ca1ab1e-0")
     measure_start = t0 + 1.0
     entry = rec.level_started(lv, measure_start)
     run = LevelRun(lv, measure_start, measure_start)
