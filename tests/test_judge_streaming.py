@@ -179,6 +179,9 @@ def test_a_server_log_is_not_held_in_memory(tmp_path):
     ev = load_evidence(root)
     assert ev.backends[0].server_log is None
     assert ev.backends[0].server_log_path is not None and Path(ev.backends[0].server_log_path).is_file()
+    # its stored trace rows are held as claims only (the judge re-matches from the log)
+    assert ev.backends[0].traces and all(set(t) == {"request_id", "matched"} for t in ev.backends[0].traces)
+    assert len(ev.backends[0].full_traces()) == len(ev.backends[0].traces)
     _same(spec, root)
     # the log's traces were matched from the file: trace coverage is complete
     v, _ = _figures(spec, ev)

@@ -87,6 +87,17 @@ class BackendEvidence:
     problems: tuple[str, ...] = ()  # rows the judge could not use, as "file:line: why"
     server_log: str | None = None  # the retained server.log's text, for evidence built in memory
     server_log_path: str | None = None  # the retained server.log on disk: streamed from, never held
+    # traces.jsonl held as {request_id, matched} only (a backend whose traces come from its log:
+    # the judge re-matches them from server.log); `full_traces()` reads the whole rows if needed
+    traces_path: str | None = None
+
+    def full_traces(self) -> tuple[Mapping[str, Any], ...]:
+        """The trace rows with their ids, times and payloads (read again when only their
+        claims were kept)."""
+        if self.traces_path is None:
+            return self.traces
+        rows = (_compact_trace(r) for _, r in iter_jsonl(self.traces_path))
+        return tuple(r for r in rows if isinstance(r, dict))
     mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
 
 
@@ -188,6 +199,14 @@ def compact_payload(payload: dict[str, Any]) -> dict[str, Any]:
             if k in _TRACE_PAYLOAD_KEYS or isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def _claim_only(row: Any) -> Any:
+    """What the judge reads of a stored trace row when it re-matches the backend's traces from
+    its server.log: which request the row claims, and whether it says matched."""
+    if not isinstance(row, dict):
+        return row
+    return {"request_id": row.get("request_id"), "matched": row.get("matched")}
+
+
 def _compact_trace(row: Any) -> Any:
     if not isinstance(row, dict):
         return row
@@ -239,7 +258,7 @@ class _Rows:
 _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None}
 
 
-def _integrity(root: Path, read: dict[str, _Rows] | None = None) -> Integrity:
+def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: frozenset[str] = frozenset()) -> Integrity:
     """Verify `root`. `read`, when given, receives the rows of every backend's requests,
     traces and telemetry file as verification decodes them (rel path -> rows): one pass hashes,
     decodes and validates each file, and the judge reads it from there."""
@@ -249,7 +268,8 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None) -> Integrity:
         parts = rel.split("/")
         if read is None or len(parts) != 3 or parts[0] != layout.BACKENDS or parts[2] not in _COMPACTORS:
             return None
-        read[rel] = sink = _Rows(_COMPACTORS[parts[2]])
+        compact = _claim_only if parts[2] == layout.TRACES and parts[1] in from_log else _COMPACTORS[parts[2]]
+        read[rel] = sink = _Rows(compact)
         return sink
 
     report = verify_evidence(root, spec_sha256=embedded_spec_sha256, rows=rows)
@@ -281,7 +301,12 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
         raise EvidenceFormatError(mpath, 1, "the manifest is not a JSON object")
     manifest_sha = sha256_file(mpath)
     read: dict[str, _Rows] = {}
-    integrity = _integrity(root, read)
+    entries = manifest.get("backends")
+    # backends whose traces the run took from server.log: the judge re-matches them from there
+    from_log = frozenset(layout.safe_name(e["name"]) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
+                         and e.get("trace_source") == "log" and (root / layout.BACKENDS / layout.safe_name(e["name"])
+                                                                  / layout.SERVER_LOG).is_file()) if isinstance(entries, list) else frozenset()
+    integrity = _integrity(root, read, from_log)
 
     backends = []
     entries = manifest.get("backends")
@@ -309,6 +334,7 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
             else:
                 records.append(row)
         del raw
+        claims_only = safe in from_log and (rel + layout.TRACES) in read
         traces = [
             r
             for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
@@ -342,6 +368,7 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
                 partial_tail=tuple(partial),
                 problems=tuple(problems),
                 server_log_path=server_log_path,
+                traces_path=str(d / layout.TRACES) if claims_only else None,
             )
         )
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))

@@ -227,7 +227,7 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
                                            compact=compact_payload)
         basis = "the retained server.log"
     else:
-        traces = _stored_traces(be.traces)
+        traces = _stored_traces(be.full_traces())
         basis = "the trace's own id and times"
     match = match_traces(records, traces, id_field, forms, window_s)
     rows = tuple(_row(a) for a in match.assignments)
@@ -389,7 +389,7 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
     entry, rnote = _runtime(be, spec_be, same_spec)
     notes = _capped("mislabeled records", label_notes) + trace_notes + ([fnote] if fnote else []) + ([rnote] if rnote else [])
     return dataclasses.replace(be, entry=entry, records=tuple(records), traces=traces, followup=followup,
-                               mislabeled=be.mislabeled + tuple(notes))
+                               mislabeled=be.mislabeled + tuple(notes), traces_path=None)
 
 
 def rederive(spec: Spec, evidence: Evidence) -> Evidence:
