@@ -32,13 +32,15 @@ def _edit(root: Path, rel: str, text: str) -> None:
         m = json.loads(mpath.read_text())
         m["artifacts"][rel] = hashlib.sha256((root / rel).read_bytes()).hexdigest()
         mpath.write_text(json.dumps(m, indent=2, sort_keys=True) + "\n")
-    if rel != "results.json" and (root / "results.json").exists():
+    for bound in ("results.json", "verdict.json"):  # both are bound to the manifest by its hash
+        if rel == bound or not (root / bound).exists():
+            continue
         try:
-            res = json.loads((root / "results.json").read_text())
+            res = json.loads((root / bound).read_text())
         except ValueError:
-            return
+            continue
         res["manifest_sha256"] = hashlib.sha256(mpath.read_bytes()).hexdigest()
-        (root / "results.json").write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
+        (root / bound).write_text(json.dumps(res, indent=2, sort_keys=True) + "\n")
 
 
 def _append_line(root: Path, rel: str, line: str) -> str:
