@@ -236,6 +236,8 @@ def timed(argv: list[str]) -> dict[str, float | int | str]:
     t = shutil.which("time") or "/usr/bin/time"
     proc = subprocess.run([t, "-v", *argv], capture_output=True, text=True)
     err = proc.stderr
+    if "Maximum resident set size" not in err:  # killed before /usr/bin/time could report
+        return {"rc": proc.returncode, "wall_s": math.nan, "cpu_s": math.nan, "rss_kib": 0, "stdout": err[-2000:]}
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", err).group(1))
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", err).group(1)
     parts = [float(x) for x in wall.split(":")]
