@@ -1,8 +1,11 @@
 """Reading an evidence directory into immutable values: the judge's only file I/O.
 
-`load_evidence(run_dir)` verifies the directory first (`soakspec.evidence.verify`: every artifact
+`load_evidence(run_dir)` verifies the directory (`soakspec.evidence.verify`: every artifact
 re-hashed against manifest["artifacts"], unlisted/missing/unsafe files, schemas, partial lines)
-and then reads, per backend, requests.jsonl, traces.jsonl, telemetry.jsonl and followup.json.
+and reads, per backend, requests.jsonl, traces.jsonl, telemetry.jsonl and followup.json -- in
+one pass per JSONL file: verification hashes, decodes and validates each line and hands the
+row over (`verify_evidence(rows=...)`), compacted as it arrives. server.log is not read here:
+the evidence keeps its path, and the judge streams it from the run's start offset.
 Everything after this is pure: `summarize(evidence)` and `judge(spec, evidence)` never touch the
 disk, so tests build `Evidence` values directly (see `soakspec.judge.testing`).
 
