@@ -250,7 +250,9 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
 
 
 def _row(a: Any) -> dict[str, Any]:
-    payload = dict(a.trace.payload) if a.trace.payload is not None else None
+    # the payload is shared, not copied: nothing in the judge mutates it, and a long soak has
+    # one per request
+    payload = a.trace.payload
     return {"trace_id": a.trace.trace_id, "request_id": a.request_id, "matched": a.matched, "reason": a.reason,
             "times": list(a.trace.times), "payload": payload}
 
