@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from soakspec.evidence.redact import redact_env
@@ -87,7 +87,21 @@ class RuntimeBoundary:
         }
 
 
+class _Lazy:
+    """A log text read on first use."""
+
+    def __init__(self, read: Callable[[], str]) -> None:
+        self.read = read
+        self.text: str | None = None
+
+    def __str__(self) -> str:
+        if self.text is None:
+            self.text = self.read()
+        return self.text
+
+
 def _found_versions(regex: str, text: str) -> list[str]:
+    text = str(text)
     pattern = re.compile(regex, re.MULTILINE)
     group: int | str = 0
     if "version" in pattern.groupindex:
@@ -107,10 +121,15 @@ def _norm_version(v: str) -> str:
 
 
 def detect_runtime_boundary(
-    decl: RuntimeDecl | None, env: Mapping[str, str], log_text: str
+    decl: RuntimeDecl | None, env: Mapping[str, str], log_text: str | Callable[[], str]
 ) -> RuntimeBoundary:
     """Judge the declared boundary against the launched `env` and the server log text written
-    during this run (see the module docstring for the statuses)."""
+    during this run (see the module docstring for the statuses). `log_text` may be a function
+    that reads it: it is called only when a version pattern has to be searched for, so a
+    judge of a long soak reads a big server.log whole only when the declaration needs it."""
+    if callable(log_text):
+        reader = log_text
+        log_text = _Lazy(reader)  # type: ignore[assignment]
     if decl is None or (
         decl.label is None and not decl.log_regex and not decl.required_env and not decl.expected_version
     ):

@@ -26,7 +26,7 @@ import datetime as _dt
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence.io import loads
@@ -184,6 +184,35 @@ def extract_traces(
 ) -> tuple[list[Trace], list[tuple[int, str]]]:
     """All traces in `text` (which starts at byte `base_offset` of its file), and the
     `(offset, problem)` of lines that look like traces but do not parse."""
+    return extract_trace_lines(text.splitlines(keepends=True), source, base_offset)
+
+
+def log_lines(path: os.PathLike | str, offset: int) -> tuple[Iterator[str], int]:
+    """The lines of `path` from byte `offset` on, streamed (a day-long soak's server.log is never
+    held at once), and the offset they start at: 0 when the file is shorter than `offset`
+    (truncated or rotated: read it all, as the runner does). Each newline-terminated piece is
+    decoded on its own (UTF-8, undecodable bytes replaced -- a newline is never inside a UTF-8
+    sequence, so this equals decoding the whole) and split as `str.splitlines` splits, so
+    `extract_trace_lines(lines, ...)` finds exactly what `extract_traces` finds in the text."""
+    size = os.path.getsize(path)
+    start = offset if 0 <= offset <= size else 0
+
+    def gen() -> Iterator[str]:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            for raw in fh:
+                yield from raw.decode("utf-8", "replace").splitlines(keepends=True)
+
+    return gen(), start
+
+
+def extract_trace_lines(
+    lines: Iterable[str], source: TraceSource, base_offset: int = 0,
+    compact: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> tuple[list[Trace], list[tuple[int, str]]]:
+    """`extract_traces` over lines (each with its line end) that start at byte `base_offset`.
+    `compact`, when given, replaces each payload (after its id and times are read) by what the
+    caller keeps of it: the judge keeps a few fields, not the server's whole object."""
     problems = source.problems()
     if problems:
         raise ValueError(problems[0])
@@ -191,7 +220,7 @@ def extract_traces(
     malformed: list[tuple[int, str]] = []
     rx = re.compile(source.pattern) if source.kind == "log" and source.pattern else None
     offset = base_offset
-    for line in text.splitlines(keepends=True):
+    for line in lines:
         here = offset
         offset += len(line.encode("utf-8"))
         body = line.rstrip("\r\n")
@@ -227,6 +256,8 @@ def extract_traces(
         if isinstance(got, str):
             malformed.append((here, got))
             continue
+        if compact is not None and got.payload is not None:
+            got = dataclasses.replace(got, payload=compact(dict(got.payload)))
         if given_id is not None or given_ts is not None:
             t = as_epoch(given_ts) if given_ts else None
             got = dataclasses.replace(

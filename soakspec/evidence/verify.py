@@ -27,11 +27,12 @@ manifest's sha256 in `manifest_sha256`): such a file is accepted unlisted when t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import stat
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, Protocol
 
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.evidence import layout
@@ -147,10 +148,21 @@ class VerifyReport:
         return "\n".join(lines)
 
 
+class RowSink(Protocol):
+    """Where `verify_evidence(rows=...)` hands the rows of one JSONL file as it checks them."""
+
+    def add(self, line: int, row: Any) -> None: ...
+
+    def end(self, bad_lines: list[tuple[int, str | None]]) -> None: ...
+
+
 class _Checker:
-    def __init__(self, run_dir: str | os.PathLike, spec_sha256: Callable[[str], str | None] | None = None):
+    def __init__(self, run_dir: str | os.PathLike, spec_sha256: Callable[[str], str | None] | None = None,
+                 rows: Callable[[str], RowSink | None] | None = None):
         self.root = Path(run_dir)
         self.spec_sha256 = spec_sha256
+        self.rows = rows
+        self.hashes: dict[str, str] = {}  # rel -> sha256 of a JSONL file, taken while it was decoded
         self.shown = str(run_dir).rstrip("/") or "/"
         self.diags: list[Diagnostic] = []
         self.artifacts_checked = 0
@@ -213,6 +225,12 @@ class _Checker:
         artifacts = artifacts if isinstance(artifacts, dict) else {}
         files, others = list_files(self.root)
         present = set(files)
+        # One pass over each JSONL file hashes, decodes, validates (and hands the rows to
+        # `rows`); its findings are reported after the hash checks, in the same order as before.
+        before, self.diags = self.diags, []
+        for rel in files:
+            self._check_content(rel, manifest)
+        content, self.diags = self.diags, before
 
         for rel in others:
             self.error(rel, "V106", "not a regular file (symlinks and special files are not evidence)")
@@ -225,7 +243,7 @@ class _Checker:
                 if rel not in others:
                     self.error(rel, "V102", "listed in manifest.json but missing")
                 continue
-            got = sha256_file(self.root / rel)
+            got = self.hashes.get(rel) or sha256_file(self.root / rel)
             self.artifacts_checked += 1
             if got != want:
                 self.error(rel, "V101", f"changed since the manifest was written (sha256 {got[:12]}..., manifest lists {str(want)[:12]}...)")
@@ -260,8 +278,7 @@ class _Checker:
         self._check_spec(manifest)
 
         # Content checks on every file that is present (changed or not: report all we can).
-        for rel in files:
-            self._check_content(rel, manifest)
+        self.diags.extend(content)
         return self.report(status)
 
     def _check_spec(self, manifest: dict) -> None:
@@ -306,7 +323,9 @@ class _Checker:
             budget = [MAX_ERRORS_PER_FILE]
             parts = rel.split("/")
             expect_dir = parts[1] if len(parts) == 3 and parts[0] == layout.BACKENDS else None
-            for line, rec in iter_jsonl(path, bad_lines):  # streamed: a long soak's file never sits in memory
+            hasher = hashlib.sha256()
+            sink = self.rows(rel) if self.rows is not None else None
+            for line, rec in iter_jsonl(path, bad_lines, hasher):  # streamed: a long soak's file never sits in memory
                 self.records_checked += 1
                 if schema:
                     self.schema_errors(rel, schema, rec, line, budget)
@@ -315,6 +334,11 @@ class _Checker:
                         budget[0] -= 1
                         if budget[0] >= 0:
                             self.error(rel, "V108", f"record of backend {rec['backend']!r} in the directory of another backend", line)
+                if sink is not None:
+                    sink.add(line, rec)
+            self.hashes[rel] = hasher.hexdigest()
+            if sink is not None:
+                sink.end(bad_lines)
             for line, message in [b for b in bad_lines if b[1] is not None][:MAX_ERRORS_PER_FILE]:
                 self.error(rel, "V105", message, line)
             if any(message is None for _, message in bad_lines):
@@ -327,9 +351,12 @@ class _Checker:
                             self.bound_checked)
 
 
-def verify_evidence(run_dir: str | os.PathLike, *, spec_sha256: Callable[[str], str | None] | None = None) -> VerifyReport:
+def verify_evidence(run_dir: str | os.PathLike, *, spec_sha256: Callable[[str], str | None] | None = None,
+                    rows: Callable[[str], RowSink | None] | None = None) -> VerifyReport:
     """Check an evidence directory (see the module docstring). Raises `EvidenceNotFound` when
     `run_dir` is not a directory or holds no manifest.json. `spec_sha256(text)`, when given, is
     the spec language's hash of a spec text (None: it does not check): with it, the embedded
-    spec is checked against its recorded sha256 (V109)."""
-    return _Checker(run_dir, spec_sha256).run()
+    spec is checked against its recorded sha256 (V109). `rows(rel)`, when given, may return a
+    `RowSink` for the JSONL file `rel` (relative to the run directory): it gets every row the
+    check decoded, then the file's bad lines -- so a reader (the judge) needs no second pass."""
+    return _Checker(run_dir, spec_sha256, rows).run()

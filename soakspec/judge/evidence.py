@@ -1,8 +1,11 @@
 """Reading an evidence directory into immutable values: the judge's only file I/O.
 
-`load_evidence(run_dir)` verifies the directory first (`soakspec.evidence.verify`: every artifact
+`load_evidence(run_dir)` verifies the directory (`soakspec.evidence.verify`: every artifact
 re-hashed against manifest["artifacts"], unlisted/missing/unsafe files, schemas, partial lines)
-and then reads, per backend, requests.jsonl, traces.jsonl, telemetry.jsonl and followup.json.
+and reads, per backend, requests.jsonl, traces.jsonl, telemetry.jsonl and followup.json -- in
+one pass per JSONL file: verification hashes, decodes and validates each line and hands the
+row over (`verify_evidence(rows=...)`), compacted as it arrives. server.log is not read here:
+the evidence keeps its path, and the judge streams it from the run's start offset.
 Everything after this is pure: `summarize(evidence)` and `judge(spec, evidence)` never touch the
 disk, so tests build `Evidence` values directly (see `soakspec.judge.testing`).
 
@@ -85,7 +88,19 @@ class BackendEvidence:
     followup: Mapping[str, Any] | None = None
     partial_tail: tuple[str, ...] = ()  # files of this backend that end in a cut-off line
     problems: tuple[str, ...] = ()  # rows the judge could not use, as "file:line: why"
-    server_log: str | None = None  # the retained server.log (None: not retained or not loaded)
+    server_log: str | None = None  # the retained server.log's text, for evidence built in memory
+    server_log_path: str | None = None  # the retained server.log on disk: streamed from, never held
+    # traces.jsonl held as {request_id, matched} only (a backend whose traces come from its log:
+    # the judge re-matches them from server.log); `full_traces()` reads the whole rows if needed
+    traces_path: str | None = None
+
+    def full_traces(self) -> tuple[Mapping[str, Any], ...]:
+        """The trace rows with their ids, times and payloads (read again when only their
+        claims were kept)."""
+        if self.traces_path is None:
+            return self.traces
+        rows = (_compact_trace(r) for _, r in iter_jsonl(self.traces_path))
+        return tuple(r for r in rows if isinstance(r, dict))
     mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
 
 
@@ -180,6 +195,21 @@ def _compact_request(row: Any) -> Any:
 _TRACE_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status", "active", "pending")
 
 
+def compact_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """What the judge keeps of a trace's payload: the fields it reads, and the numbers (the
+    payload's own times: the judge re-matches a trace by its id and times)."""
+    return {k: v for k, v in payload.items()
+            if k in _TRACE_PAYLOAD_KEYS or isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def _claim_only(row: Any) -> Any:
+    """What the judge reads of a stored trace row when it re-matches the backend's traces from
+    its server.log: which request the row claims, and whether it says matched."""
+    if not isinstance(row, dict):
+        return row
+    return {"request_id": row.get("request_id"), "matched": row.get("matched")}
+
+
 def _compact_trace(row: Any) -> Any:
     if not isinstance(row, dict):
         return row
@@ -187,20 +217,24 @@ def _compact_trace(row: Any) -> Any:
     out = {"request_id": row.get("request_id"), "matched": row.get("matched"), "trace_id": row.get("trace_id"),
            "times": row.get("times")}
     if isinstance(payload, dict):
-        # the payload's own times stay: the judge re-matches a trace by its id and times
-        out["payload"] = {k: v for k, v in payload.items()
-                          if k in _TRACE_PAYLOAD_KEYS or isinstance(v, (int, float)) and not isinstance(v, bool)}
+        out["payload"] = compact_payload(payload)
     return out
 
 
-def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *, required: bool, compact=None) -> list[Any]:
-    """Rows of a JSONL file, streamed and (with `compact`) compacted one at a time."""
+def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *, required: bool, compact=None,
+               read: dict[str, _Rows] | None = None) -> list[Any]:
+    """Rows of a JSONL file, streamed and (with `compact`) compacted one at a time -- or, when
+    verification already decoded the file (`read`), its rows from there."""
     if not path.is_file():
         if required:
             problems.append(f"{rel}: missing")
         return []
-    bad: list[tuple[int, str | None]] = []
-    rows = [compact(r) if compact is not None else r for _, r in iter_jsonl(path, bad)]
+    got = read.pop(rel, None) if read is not None else None
+    if got is not None:
+        rows, bad = got.rows, got.bad
+    else:
+        bad = []
+        rows = [compact(r) if compact is not None else r for _, r in iter_jsonl(path, bad)]
     for line, message in bad:
         if message is None:
             partial.append(rel)
@@ -209,10 +243,39 @@ def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *,
     return rows
 
 
-def _integrity(root: Path) -> Integrity:
+class _Rows:
+    """The rows of one JSONL file as verification decodes them, compacted as they arrive."""
+
+    def __init__(self, compact) -> None:
+        self.compact = compact
+        self.rows: list[Any] = []
+        self.bad: list[tuple[int, str | None]] = []
+
+    def add(self, line: int, row: Any) -> None:
+        self.rows.append(self.compact(row) if self.compact is not None else row)
+
+    def end(self, bad_lines: list[tuple[int, str | None]]) -> None:
+        self.bad = list(bad_lines)
+
+
+_COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None}
+
+
+def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: frozenset[str] = frozenset()) -> Integrity:
+    """Verify `root`. `read`, when given, receives the rows of every backend's requests,
+    traces and telemetry file as verification decodes them (rel path -> rows): one pass hashes,
+    decodes and validates each file, and the judge reads it from there."""
     from soakspec.evidence.verify import verify_evidence
 
-    report = verify_evidence(root, spec_sha256=embedded_spec_sha256)
+    def rows(rel: str) -> _Rows | None:
+        parts = rel.split("/")
+        if read is None or len(parts) != 3 or parts[0] != layout.BACKENDS or parts[2] not in _COMPACTORS:
+            return None
+        compact = _claim_only if parts[2] == layout.TRACES and parts[1] in from_log else _COMPACTORS[parts[2]]
+        read[rel] = sink = _Rows(compact)
+        return sink
+
+    report = verify_evidence(root, spec_sha256=embedded_spec_sha256, rows=rows)
     prefix = report.run_dir.rstrip("/") + "/"
     tampered, malformed, incomplete = [], [], []
     for d in report.diagnostics:
@@ -240,7 +303,13 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
     if not isinstance(manifest, dict):
         raise EvidenceFormatError(mpath, 1, "the manifest is not a JSON object")
     manifest_sha = sha256_file(mpath)
-    integrity = _integrity(root)
+    read: dict[str, _Rows] = {}
+    entries = manifest.get("backends")
+    # backends whose traces the run took from server.log: the judge re-matches them from there
+    from_log = frozenset(layout.safe_name(e["name"]) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
+                         and e.get("trace_source") == "log" and (root / layout.BACKENDS / layout.safe_name(e["name"])
+                                                                  / layout.SERVER_LOG).is_file()) if isinstance(entries, list) else frozenset()
+    integrity = _integrity(root, read, from_log)
 
     backends = []
     entries = manifest.get("backends")
@@ -258,7 +327,8 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
         rel = f"{layout.BACKENDS}/{safe}/"
         problems: list[str] = [safe_note] if safe_note else []
         partial: list[str] = []
-        raw = _read_rows(d / layout.REQUESTS, rel + layout.REQUESTS, problems, partial, required=True, compact=_compact_request)
+        raw = _read_rows(d / layout.REQUESTS, rel + layout.REQUESTS, problems, partial, required=True, compact=_compact_request,
+                         read=read)
         records = []
         for i, row in enumerate(raw, start=1):
             why = request_problem(row)
@@ -267,16 +337,18 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
             else:
                 records.append(row)
         del raw
+        claims_only = safe in from_log and (rel + layout.TRACES) in read
         traces = [
             r
-            for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace)
+            for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
+                               read=read)
             if isinstance(r, dict)
         ]
-        telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False) if isinstance(r, dict)]
-        server_log = None
+        telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False, read=read)
+                     if isinstance(r, dict)]
         lpath = d / layout.SERVER_LOG
-        if lpath.is_file() and not lpath.is_symlink():
-            server_log = lpath.read_bytes().decode("utf-8", "replace")
+        # never read whole: the judge streams it from the run's start offset (`rederive`)
+        server_log_path = str(lpath) if lpath.is_file() and not lpath.is_symlink() else None
         followup = None
         fpath = d / layout.FOLLOWUP
         if fpath.is_file():
@@ -298,7 +370,8 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
                 followup=followup,
                 partial_tail=tuple(partial),
                 problems=tuple(problems),
-                server_log=server_log,
+                server_log_path=server_log_path,
+                traces_path=str(d / layout.TRACES) if claims_only else None,
             )
         )
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))

@@ -226,6 +226,8 @@ def itl_gaps(r: Row) -> list[float]:
     if r.get("itl_source") == "estimated" or not usage_ok(r):
         return []
     gaps = r.get("itl")
+    if type(gaps) is array and math.isfinite(sum(gaps)):  # a finite sum: every gap is finite
+        return gaps.tolist()
     if isinstance(gaps, (list, array)):
         return [v for g in gaps if (v := num(g)) is not None]
     return []

@@ -43,12 +43,12 @@ rule, results.json and report reads facts. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence.runtime import RuntimeDecl, detect_runtime_boundary
-from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, extract_traces, match_traces
-from soakspec.judge.evidence import BackendEvidence, Evidence
+from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, extract_trace_lines, log_lines, match_traces
+from soakspec.judge.evidence import BackendEvidence, Evidence, compact_payload
 from soakspec.lang import simtrace
 from soakspec.lang.spec import Backend, Spec
 
@@ -183,16 +183,33 @@ def _stored_traces(rows: Sequence[Row]) -> list[Trace]:
     return out
 
 
-def _log_from(be: BackendEvidence) -> tuple[str, int] | None:
-    """The retained server.log written during this run, and its start offset (None: not kept)."""
-    if be.server_log is None:
-        return None
+def _log_offset(be: BackendEvidence) -> int:
     off = be.entry.get("server_log_offset", 0)
-    off = off if isinstance(off, int) and not isinstance(off, bool) and off >= 0 else 0
-    data = be.server_log.encode("utf-8")
-    if off > len(data):
-        off = 0  # truncated or rotated: read it all, as the runner would
-    return data[off:].decode("utf-8", "replace"), off
+    return off if isinstance(off, int) and not isinstance(off, bool) and off >= 0 else 0
+
+
+def _log_lines(be: BackendEvidence) -> tuple[Iterable[str], int] | None:
+    """The retained server.log written during this run, as lines from its start offset, and
+    that offset (None: not kept). On disk it is streamed, never held; an offset past its end
+    (truncated or rotated) reads it all, as the runner would."""
+    off = _log_offset(be)
+    if be.server_log is not None:
+        data = be.server_log.encode("utf-8")
+        if off > len(data):
+            off = 0
+        return data[off:].decode("utf-8", "replace").splitlines(keepends=True), off
+    if be.server_log_path is not None:
+        try:
+            return log_lines(be.server_log_path, off)
+        except OSError:
+            return None
+    return None
+
+
+def _log_text(be: BackendEvidence) -> str:
+    """The same lines, read whole: only for a version pattern, which may span lines."""
+    got = _log_lines(be)
+    return "".join(got[0]) if got is not None else ""
 
 
 def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehearsal: bool,
@@ -202,14 +219,15 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
     kind, pattern, id_field, forms = _trace_config(spec_be, be.entry, rehearsal)
     if kind == "none":
         return (), []
-    log = _log_from(be)
-    from_log = kind == "log" and pattern is not None and log is not None
+    log = _log_lines(be) if kind == "log" and pattern is not None else None
+    from_log = log is not None
     if from_log:
         assert log is not None and pattern is not None
-        traces, _bad = extract_traces(log[0], TraceSource(kind="log", pattern=pattern, id_field=id_field), log[1])
+        traces, _bad = extract_trace_lines(log[0], TraceSource(kind="log", pattern=pattern, id_field=id_field), log[1],
+                                           compact=compact_payload)
         basis = "the retained server.log"
     else:
-        traces = _stored_traces(be.traces)
+        traces = _stored_traces(be.full_traces())
         basis = "the trace's own id and times"
     match = match_traces(records, traces, id_field, forms, window_s)
     rows = tuple(_row(a) for a in match.assignments)
@@ -232,7 +250,9 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
 
 
 def _row(a: Any) -> dict[str, Any]:
-    payload = dict(a.trace.payload) if a.trace.payload is not None else None
+    # the payload is shared, not copied: nothing in the judge mutates it, and a long soak has
+    # one per request
+    payload = a.trace.payload
     return {"trace_id": a.trace.trace_id, "request_id": a.request_id, "matched": a.matched, "reason": a.reason,
             "times": list(a.trace.times), "payload": payload}
 
@@ -316,9 +336,9 @@ def _runtime(be: BackendEvidence, spec_be: Backend | None, same_spec: bool) -> t
                            required_env=tuple((n, None) for n in rt.require_env))
     env = entry.get("env")
     env = {str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {}
-    log = _log_from(be)
-    derived = detect_runtime_boundary(decl, env, log[0] if log is not None else "").to_json()
-    if log is None and rt is not None and rt.log_pattern:
+    kept = be.server_log is not None or be.server_log_path is not None
+    derived = detect_runtime_boundary(decl, env, lambda: _log_text(be)).to_json()
+    if not kept and rt is not None and rt.log_pattern:
         derived["details"] = list(derived["details"]) + ["no server.log was retained to confirm it"]
     stored = entry.get("runtime_boundary")
     stored_status = stored.get("status") if isinstance(stored, Mapping) else None
@@ -371,7 +391,7 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
     entry, rnote = _runtime(be, spec_be, same_spec)
     notes = _capped("mislabeled records", label_notes) + trace_notes + ([fnote] if fnote else []) + ([rnote] if rnote else [])
     return dataclasses.replace(be, entry=entry, records=tuple(records), traces=traces, followup=followup,
-                               mislabeled=be.mislabeled + tuple(notes))
+                               mislabeled=be.mislabeled + tuple(notes), traces_path=None)
 
 
 def rederive(spec: Spec, evidence: Evidence) -> Evidence:

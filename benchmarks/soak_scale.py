@@ -1,0 +1,297 @@
+"""Evidence at soak scale: how `gate`, `verify` and `report` cope with N requests.
+
+    python benchmarks/soak_scale.py --requests 100000 --out /tmp/scale-1e5
+    python benchmarks/soak_scale.py --requests 1000000 --out /tmp/scale-1e6 --keep
+    python benchmarks/soak_scale.py --out /tmp/scale-1e6 --measure-only   # time an existing directory
+
+Writes a complete, verifiable evidence directory of N requests through the runner's own
+writers -- no network, no server: the records are built directly as `RequestRecord`s (64
+output tokens each, ITL per token) and written by the real `BackendRecorder` (requests.jsonl
+in batches, fsynced at every bucket end, the follow-up record), the level entry is the real
+`LevelRun`'s, one simulator trace line per request goes to server.log in the simulator's
+format (`soakspec.lang.simtrace`), the runner's `collect` matches the traces and builds the
+backend's manifest entry, `finalize_manifest` hashes every artifact, and the run's own judging
+(`judge_run_dir`, as `soakspec run` ends) writes results.json and verdict.json. One sim backend,
+one level at concurrency 256 of many 60 s buckets; every request completes.
+
+Then it prints the directory and times `soakspec gate DIR`, `soakspec verify DIR` and
+`soakspec report DIR --format html` as separate processes under `/usr/bin/time -v` (`apt-get
+install -y time`), printing wall time, peak RSS and the evidence's bytes on disk per request.
+The generator itself judges the run in-process (that is what `soakspec run` does), so it needs
+about as much memory as `gate`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CONCURRENCY = 256
+TOKENS = 64
+TTFT = 0.005  # seconds
+ITL = 0.001
+BUCKET_S = 60
+
+SPEC = """\
+soak "soak-scale" {{
+  description = "benchmarks/soak_scale.py: {n} synthetic requests written through the runner's writers."
+}}
+
+backend "sim" {{
+  sim {{
+    slots = {c}
+    ttft = 5ms
+    itl = 1ms
+  }}
+  runtime {{
+    label = "host-staged"
+  }}
+}}
+
+workload "chat" {{
+  prompt_words = 16
+  max_tokens = {tokens}
+  ignore_eos = true
+  load {{
+    mode = closed
+    concurrency = [{c}]
+  }}
+  warmup = 0s
+  duration = {duration}s
+  bucket = {bucket}s
+  deadline = 10s
+  follow_up = true
+}}
+
+gate {{
+  require completed_run
+  require artifacts_verified
+  require bucket_coverage
+  require follow_up
+  require failed == 0
+  require trace_coverage >= 99%
+  require p95(ttft) < 500ms
+  require p99(itl) < 50ms
+  require p99(latency) < 2s
+}}
+"""
+
+
+def _latency() -> float:
+    return TTFT + (TOKENS - 1) * ITL
+
+
+def duration_for(n: int) -> int:
+    """Whole seconds (a multiple of the bucket) that hold n requests at the closed-loop rate."""
+    per_worker = math.ceil(n / CONCURRENCY)
+    seconds = math.ceil(per_worker * _latency() * 1.001) + 1
+    return max(BUCKET_S, math.ceil(seconds / BUCKET_S) * BUCKET_S)
+
+
+def generate(n: int, out: Path):
+    from soakspec.evidence.layout import RunLayout
+    from soakspec.evidence.manifest import finalize_manifest, new_manifest, write_manifest
+    from soakspec.judge.testing import spec_from_text
+    from soakspec.lang.simtrace import TRACE_PREFIX
+    from soakspec.plan import plan as make_plan
+    from soakspec.runner.collect import collect
+    from soakspec.runner.ids import IdSequence
+    from soakspec.runner.load import LevelRun
+    from soakspec.runner.progress import Progress
+    from soakspec.runner.records import FOLLOW_UP_BUCKET, ItlSource, Outcome, RequestRecord, TokensSource
+    from soakspec.runner.recorder import BackendRecorder, RunStatus
+
+    text = SPEC.format(n=n, c=CONCURRENCY, tokens=TOKENS, duration=duration_for(n), bucket=BUCKET_S)
+    spec = spec_from_text(text)
+    plan = make_plan(spec)
+    bp = plan.backends[0]
+    lv = bp.levels[0]
+    layout = RunLayout(out)
+    t0 = 1_764_500_000.0
+    manifest = new_manifest(run_id="soak-scale", spec_text=plan.spec_text, spec_path=None, rehearsal=False,
+                            time_scale=1.0, started_at=t0, gpus={"available": False, "reason": "benchmark"},
+                            command=["benchmarks/soak_scale.py", "--requests", str(n)], secrets=[])
+    write_manifest(layout.root, manifest)
+    status = RunStatus()
+    rec = BackendRecorder(bp, layout, status)
+    rec.prepare(0, None)
+    rec.launching(["soakspec", "sim"], "http://127.0.0.1:1", t0)
+    rec.ready(t0 + 0.5, "http://127.0.0.1:1")
+    ids = IdSequence("soak-5ca1ab1e-0")
+    measure_start = t0 + 1.0
+    entry = rec.level_started(lv, measure_start)
+    run = LevelRun(lv, measure_start, measure_start)
+
+    rnd = random.Random(0)
+    jitter = [rnd.random() * 2e-4 for _ in range(4096)]
+    digests = [hashlib.sha256(str(k).encode()).hexdigest() for k in range(4096)]  # real hex, as the runner writes
+    lat = _latency()
+    log = open(rec.server_log, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    log.write("soakspec-sim: listening on 127.0.0.1:1\n")
+    batch: list[RequestRecord] = []
+    bucket_of_start = lambda t: min(len(lv.buckets) - 1, int((t - measure_start) // BUCKET_S))  # noqa: E731
+    last_bucket = 0
+    busy = 0.0
+    trace_lines: list[str] = []
+    for i in range(n):
+        _, rid = ids()
+        w, j = i % CONCURRENCY, i // CONCURRENCY
+        start = measure_start + j * lat * 1.001 + w * lat / CONCURRENCY
+        itl = [ITL + jitter[(i + k) & 4095] for k in range(TOKENS - 1)]
+        first = start + TTFT + jitter[i & 4095]
+        end = first + sum(itl)
+        b = bucket_of_start(start)
+        if b != last_bucket:  # a bucket closed: what it holds is on disk, fsynced (the recorder's contract)
+            rec.write_records(batch)
+            batch.clear()
+            log.write("".join(trace_lines))
+            trace_lines.clear()
+            rec.flush()
+            last_bucket = b
+        batch.append(RequestRecord(
+            rid, backend=bp.name, workload=lv.workload, level=lv.index, concurrency=CONCURRENCY, bucket=b, worker=w,
+            intended_start=start, start=start, first_byte=first, first_token=first, end=end, status=200,
+            outcome=Outcome.COMPLETED, finish_reason="length", server_id=f"cmpl-{rid}-0", prompt_tokens=16,
+            output_tokens=TOKENS, tokens_source=TokensSource.USAGE, itl_source=ItlSource.EXACT, chunks=TOKENS,
+            tpot=(end - first) / (TOKENS - 1), itl=itl, output_sha256=digests[i & 4095], output_chars=5 * TOKENS,
+        ))  # fmt: skip
+        trace_lines.append(TRACE_PREFIX + json.dumps({
+            "request_id": f"cmpl-{rid}-0", "client_request_id": rid, "endpoint": "/v1/completions",
+            "arrival_index": i, "stream": True, "queued_at": start + 1e-4, "scheduled_at": start + 2e-4,
+            "first_token_at": first, "finished_at": end, "prompt_tokens": 16, "completion_tokens": TOKENS,
+            "max_tokens": TOKENS, "finish_reason": "length", "terminal_reason": "completed", "status": 200,
+            "fault": None, "active": CONCURRENCY, "pending": 0,
+        }, separators=(",", ":")) + "\n")  # fmt: skip
+        busy += end - start
+        if len(batch) >= 4096:
+            rec.write_records(batch)
+            batch.clear()
+            log.write("".join(trace_lines))
+            trace_lines.clear()
+    rec.write_records(batch)
+    log.write("".join(trace_lines))
+    run.sent = n
+    run.measure_end = measure_start + lv.duration_s
+    run.drained_at = run.measure_end + lat
+    run.completed = True
+    run.busy_s = busy
+    rec.stats.sent = n
+    rec.level_stopped(entry)
+    rec.level_finished(entry, run)
+    # the clean follow-up request after the level, on a idle server
+    _, rid = ids()
+    fs = run.drained_at + 0.1
+    fitl = [ITL] * (TOKENS - 1)
+    ffirst = fs + TTFT
+    fend = ffirst + sum(fitl)
+    follow = RequestRecord(
+        rid, backend=bp.name, workload=lv.workload, level=lv.index, concurrency=CONCURRENCY, bucket=FOLLOW_UP_BUCKET,
+        intended_start=fs, start=fs, first_byte=ffirst, first_token=ffirst, end=fend, status=200,
+        outcome=Outcome.COMPLETED, finish_reason="length", server_id=f"cmpl-{rid}-0", prompt_tokens=16,
+        output_tokens=TOKENS, tokens_source=TokensSource.USAGE, itl_source=ItlSource.EXACT, chunks=TOKENS,
+        tpot=ITL, itl=fitl, output_sha256="ab" * 32, output_chars=5 * TOKENS,
+    )  # fmt: skip
+    log.write(TRACE_PREFIX + json.dumps({
+        "request_id": f"cmpl-{rid}-0", "client_request_id": rid, "endpoint": "/v1/completions", "arrival_index": n,
+        "stream": True, "queued_at": fs, "scheduled_at": fs, "first_token_at": ffirst, "finished_at": fend,
+        "prompt_tokens": 16, "completion_tokens": TOKENS, "max_tokens": TOKENS, "finish_reason": "length",
+        "terminal_reason": "completed", "status": 200, "fault": None, "active": 1, "pending": 0,
+    }, separators=(",", ":")) + "\n")  # fmt: skip
+    log.close()
+    rec.follow_up_done(follow)
+    rec.flush()
+    rec.close()
+    entries = [collect(plan, rec, Progress(quiet=True))]
+    finalize_manifest(layout.root, manifest | {"backends": entries}, status.status, status.reason)
+    return spec
+
+
+def judge_written(out: Path, spec) -> int:
+    """results.json and verdict.json, as `soakspec run` writes them once the run lock is released."""
+    import contextlib
+    import io
+
+    from soakspec.judge.cli_support import judge_run_dir
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        return judge_run_dir(out, spec, "text", write=True)
+
+
+def evidence_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+
+
+def timed(argv: list[str]) -> dict[str, float | int | str]:
+    """Run argv under /usr/bin/time -v: (exit code, wall seconds, peak RSS in KiB)."""
+    t = shutil.which("time") or "/usr/bin/time"
+    proc = subprocess.run([t, "-v", *argv], capture_output=True, text=True)
+    err = proc.stderr
+    if "Maximum resident set size" not in err:  # killed before /usr/bin/time could report
+        return {"rc": proc.returncode, "wall_s": math.nan, "cpu_s": math.nan, "rss_kib": 0, "stdout": err[-2000:]}
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", err).group(1))
+    wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", err).group(1)
+    parts = [float(x) for x in wall.split(":")]
+    seconds = sum(p * 60 ** k for k, p in enumerate(reversed(parts)))
+    cpu = float(re.search(r"User time \(seconds\): ([\d.]+)", err).group(1)) + float(
+        re.search(r"System time \(seconds\): ([\d.]+)", err).group(1))
+    return {"rc": proc.returncode, "wall_s": seconds, "cpu_s": cpu, "rss_kib": rss, "stdout": proc.stdout}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=100_000)
+    ap.add_argument("--out", required=True, help="evidence directory to write (must not exist, unless --measure-only)")
+    ap.add_argument("--measure-only", action="store_true", help="time an existing directory, do not write one")
+    ap.add_argument("--skip", default="", help="comma-separated commands not to time (gate, verify, report)")
+    ap.add_argument("--keep", action="store_true", help="keep the directory (default: removed after timing)")
+    args = ap.parse_args()
+    out = Path(args.out)
+    if not args.measure_only:
+        if out.exists():
+            print(f"{out}: exists", file=sys.stderr)
+            return 2
+        from soakspec.evidence.io import RunLock
+
+        t = time.perf_counter()
+        with RunLock(out):  # as `soakspec run` holds it (and creates the directory)
+            spec = generate(args.requests, out)
+        code = judge_written(out, spec)
+        print(f"wrote {out} ({args.requests:,} requests, the run's own verdict exit {code}) in "
+              f"{time.perf_counter() - t:.1f} s", flush=True)
+    print(out, flush=True)
+    n = sum(1 for _ in open(next(out.glob("backends/*/requests.jsonl")), "rb")) - 1  # less the follow-up
+    size = evidence_bytes(out)
+    print(f"evidence: {size:,} bytes, {size / n:,.0f} bytes a request "
+          f"(requests.jsonl {next(out.glob('backends/*/requests.jsonl')).stat().st_size / n:,.0f}, "
+          f"server.log {next(out.glob('backends/*/server.log')).stat().st_size / n:,.0f}, "
+          f"traces.jsonl {next(out.glob('backends/*/traces.jsonl')).stat().st_size / n:,.0f})")
+    py = [sys.executable, "-m", "soakspec"]
+    skip = set(filter(None, args.skip.split(",")))
+    cmds = {"gate": [*py, "gate", str(out)], "verify": [*py, "verify", str(out)],
+            "report": [*py, "report", str(out), "--format", "html"]}
+    print(f"| command | requests | exit | wall (s) | µs / request | CPU (s) | peak RSS (MiB) |")
+    for name, argv in cmds.items():
+        if name in skip:
+            continue
+        r = timed(argv)
+        print(f"| {name} | {n:,} | {r['rc']} | {r['wall_s']:.1f} | {r['wall_s'] / n * 1e6:.1f} | {r['cpu_s']:.1f} "
+              f"| {r['rss_kib'] / 1024:,.0f} |", flush=True)
+        if name == "gate" and r["rc"] != 0:
+            print(r["stdout"][-3000:])
+    if not args.keep and not args.measure_only:
+        shutil.rmtree(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
