@@ -93,8 +93,10 @@ def test_hostile_json_is_malformed_evidence_not_an_internal_error(case, spec, tm
     assert code == 3, out
     assert "INCONCLUSIVE" in out or "cannot be judged" in out, out
 
+    # report exits 0 once it rendered (the verdict's code is gate's); evidence it cannot even
+    # load is exit 3 with the reason, as gate's
     code, out = _cli(capsys, "report", str(root))
-    assert code == 3, out
+    assert (code == 0 and "**Verdict: INCONCLUSIVE**" in out) or (code == 3 and "cannot be judged" in out), out
 
 
 def test_the_limits_are_named_in_the_message(tmp_path, spec, capsys):
