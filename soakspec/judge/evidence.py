@@ -312,66 +312,68 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
     integrity = _integrity(root, read, from_log)
 
     backends = []
-    entries = manifest.get("backends")
     for entry in entries if isinstance(entries, list) else []:
-        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
-            continue
-        name = entry["name"]
-        safe = layout.safe_name(name)
-        if entry.get("safe_name") not in (None, safe):
-            # never follow a manifest-supplied directory name: it could point anywhere
-            safe_note = f"manifest safe_name {entry.get('safe_name')!r} differs from {safe!r}; using {safe!r}"
-        else:
-            safe_note = None
-        d = root / layout.BACKENDS / safe
-        rel = f"{layout.BACKENDS}/{safe}/"
-        problems: list[str] = [safe_note] if safe_note else []
-        partial: list[str] = []
-        raw = _read_rows(d / layout.REQUESTS, rel + layout.REQUESTS, problems, partial, required=True, compact=_compact_request,
-                         read=read)
-        records = []
-        for i, row in enumerate(raw, start=1):
-            why = request_problem(row)
-            if why:
-                problems.append(f"{rel}{layout.REQUESTS}: record {i}: {why}")
-            else:
-                records.append(row)
-        del raw
-        claims_only = safe in from_log and (rel + layout.TRACES) in read
-        traces = [
-            r
-            for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
-                               read=read)
-            if isinstance(r, dict)
-        ]
-        telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False, read=read)
-                     if isinstance(r, dict)]
-        lpath = d / layout.SERVER_LOG
-        # never read whole: the judge streams it from the run's start offset (`rederive`)
-        server_log_path = str(lpath) if lpath.is_file() and not lpath.is_symlink() else None
-        followup = None
-        fpath = d / layout.FOLLOWUP
-        if fpath.is_file():
-            try:
-                doc = read_json(fpath)
-                followup = doc if isinstance(doc, dict) else None
-                if followup is None:
-                    problems.append(f"{rel}{layout.FOLLOWUP}: not a JSON object")
-            except EvidenceFormatError as e:
-                problems.append(f"{rel}{layout.FOLLOWUP}:{e.line}: does not parse")
-        backends.append(
-            BackendEvidence(
-                name=name,
-                safe_name=safe,
-                entry=entry,
-                records=tuple(records),
-                traces=tuple(traces),
-                telemetry=tuple(telemetry),
-                followup=followup,
-                partial_tail=tuple(partial),
-                problems=tuple(problems),
-                server_log_path=server_log_path,
-                traces_path=str(d / layout.TRACES) if claims_only else None,
-            )
-        )
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            backends.append(_load_backend(root, entry, read, from_log))
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
+
+
+def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str]) -> BackendEvidence:
+    """One backend's records, traces, telemetry and follow-up, read once each (rows already
+    decoded by verification come from `read`)."""
+    name = entry["name"]
+    safe = layout.safe_name(name)
+    if entry.get("safe_name") not in (None, safe):
+        # never follow a manifest-supplied directory name: it could point anywhere
+        safe_note = f"manifest safe_name {entry.get('safe_name')!r} differs from {safe!r}; using {safe!r}"
+    else:
+        safe_note = None
+    d = root / layout.BACKENDS / safe
+    rel = f"{layout.BACKENDS}/{safe}/"
+    problems: list[str] = [safe_note] if safe_note else []
+    partial: list[str] = []
+    raw = _read_rows(d / layout.REQUESTS, rel + layout.REQUESTS, problems, partial, required=True, compact=_compact_request,
+                     read=read)
+    records = []
+    for i, row in enumerate(raw, start=1):
+        why = request_problem(row)
+        if why:
+            problems.append(f"{rel}{layout.REQUESTS}: record {i}: {why}")
+        else:
+            records.append(row)
+    del raw
+    claims_only = safe in from_log and (rel + layout.TRACES) in read
+    traces = [
+        r
+        for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
+                           read=read)
+        if isinstance(r, dict)
+    ]
+    telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False, read=read)
+                 if isinstance(r, dict)]
+    lpath = d / layout.SERVER_LOG
+    # never read whole: the judge streams it from the run's start offset (`rederive`)
+    server_log_path = str(lpath) if lpath.is_file() and not lpath.is_symlink() else None
+    followup = None
+    fpath = d / layout.FOLLOWUP
+    if fpath.is_file():
+        try:
+            doc = read_json(fpath)
+            followup = doc if isinstance(doc, dict) else None
+            if followup is None:
+                problems.append(f"{rel}{layout.FOLLOWUP}: not a JSON object")
+        except EvidenceFormatError as e:
+            problems.append(f"{rel}{layout.FOLLOWUP}:{e.line}: does not parse")
+    return BackendEvidence(
+        name=name,
+        safe_name=safe,
+        entry=entry,
+        records=tuple(records),
+        traces=tuple(traces),
+        telemetry=tuple(telemetry),
+        followup=followup,
+        partial_tail=tuple(partial),
+        problems=tuple(problems),
+        server_log_path=server_log_path,
+        traces_path=str(d / layout.TRACES) if claims_only else None,
+    )
