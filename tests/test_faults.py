@@ -432,3 +432,43 @@ def test_a_second_run_into_a_directory_in_use_is_refused(tmp_path):
     assert first.returncode in RUN_COMPLETED, err
     assert manifest(out)["status"] == "complete"
     assert wait_no_survivors(marker) == []
+
+
+# ------------------------------------------------------------------ kept-alive connections (issue 15)
+
+
+def test_a_server_that_drops_every_second_kept_alive_request_fails_the_gate(tmp_path):
+    """The server reads the second request of each kept-alive connection and closes it without
+    answering. Every dropped request is its own `disconnected` record (the client never resends
+    it silently on a fresh connection), about half of all requests, and `disconnected == 0`
+    FAILs (exit 1)."""
+    spec = launch_spec(misbehaving("drop-second"), load="mode = closed\n    concurrency = [2]",
+                       gate="require disconnected == 0")  # fmt: skip
+    proc, out = run_spec(tmp_path, spec)
+    assert proc.returncode == 1, proc.stderr
+    assert manifest(out)["status"] == "complete"
+    rows = requests_of(out)
+    outcomes = [r["outcome"] for r in rows]
+    dropped = [r for r in rows if r["outcome"] == "disconnected"]
+    assert set(outcomes) == {"completed", "disconnected"}, {(r["outcome"], r["error"]) for r in rows}
+    assert {r["error"] for r in dropped} == {"connection closed before the response"}
+    assert abs(len(dropped) - outcomes.count("completed")) <= 2  # one of every two, per connection
+    log = (out / "backends" / "b0" / "server.log").read_text()
+    assert log.count("dropping request") == len(dropped)  # each drop the server made is on the record
+
+
+def test_a_server_that_closes_idle_connections_drops_nothing(tmp_path):
+    """uvicorn's keep-alive timeout, shortened: the server closes a connection idle for 0.2 s;
+    requests come every 0.5 s on the same (idle) connection. The client sees the close before
+    sending and reconnects: every request completes, nothing is `disconnected`, the gate passes."""
+    spec = launch_spec(misbehaving("idle-close", "--idle-close", "0.2"),
+                       load="mode = open\n    rate = [2rps]\n    arrival = constant", duration="2s",
+                       gate="require disconnected == 0\n  require failed == 0")  # fmt: skip
+    proc, out = run_spec(tmp_path, spec)
+    rows = requests_of(out)
+    assert len(rows) >= 4, proc.stderr
+    assert {(r["outcome"], r["error"]) for r in rows} == {("completed", None)}
+    log = (out / "backends" / "b0" / "server.log").read_text()
+    assert log.count("closing a connection idle for 0.2 s after 1 requests") >= len(rows) - 1  # the idle closes happened
+    assert manifest(out)["status"] == "complete"
+    assert proc.returncode in (0, 3), proc.stderr  # 3: too few samples for a verdict, never a FAIL

@@ -15,6 +15,10 @@ readiness probe); every POST answers a streamed completion shaped by `--mode`:
   error-event     HTTP 200, one token, then `data: {"error": ...}` and `[DONE]`
   no-done         a correct stream, properly terminated, without `data: [DONE]`
   die-mid-stream  two events, then the whole process exits with status 1
+  drop-second     keep-alive: on each connection the first request is answered (a correct
+                  stream), the second is read and the connection closed without a response
+  idle-close      keep-alive: every request answered; a connection idle for `--idle-close`
+                  seconds (default 0.3) is closed by the server, as uvicorn does after 5 s
 
 Process-level flags: `--ignore-sigterm` (only SIGKILL stops it), `--garbage` (write binary
 garbage to stdout at start and per request), `--exit-before-ready` (print a line, exit 1 before
@@ -128,8 +132,46 @@ def respond(conn: socket.socket, mode: str) -> None:
         raise SystemExit(f"unknown mode {mode}")
 
 
-def serve_one(conn: socket.socket, mode: str, garbage: bool) -> None:
+KEEP_ALIVE_MODES = ("drop-second", "idle-close")
+
+
+def keep_alive_response() -> bytes:
+    """A correct stream with Content-Length and without `Connection: close`."""
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(STREAM), STREAM))
+
+
+def serve_kept_alive(conn: socket.socket, mode: str, idle_close: float) -> None:
+    """One kept-alive connection of the `drop-second`/`idle-close` modes."""
+    n = 0
+    while True:
+        conn.settimeout(idle_close if mode == "idle-close" else None)
+        try:
+            req = read_request(conn)
+        except socket.timeout:  # idle too long: close it, as uvicorn's timeout_keep_alive does
+            print(f"closing a connection idle for {idle_close} s after {n} requests", flush=True)
+            return
+        if req is None:
+            return
+        conn.settimeout(None)
+        n += 1
+        method, _ = req
+        if method == "GET":
+            body = b'{"object": "list", "data": []}'
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            continue
+        if mode == "drop-second" and n % 2 == 0:
+            print(f"dropping request {n} of a kept-alive connection", flush=True)
+            return  # the request was read; close without a byte of response
+        conn.sendall(keep_alive_response())
+
+
+def serve_one(conn: socket.socket, mode: str, garbage: bool, idle_close: float = 0.3) -> None:
     try:
+        if mode in KEEP_ALIVE_MODES:
+            serve_kept_alive(conn, mode, idle_close)
+            return
         req = read_request(conn)
         if req is None:
             return
@@ -160,6 +202,7 @@ def main() -> int:
     p.add_argument("--garbage", action="store_true")
     p.add_argument("--exit-before-ready", action="store_true")
     p.add_argument("--crash-at-start", action="store_true")
+    p.add_argument("--idle-close", type=float, default=0.3)
     args = p.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -178,7 +221,7 @@ def main() -> int:
     print(f"misbehaving server ({args.mode}) listening on 127.0.0.1:{args.port}", flush=True)
     while True:
         conn, _ = srv.accept()
-        threading.Thread(target=serve_one, args=(conn, args.mode, args.garbage), daemon=True).start()
+        threading.Thread(target=serve_one, args=(conn, args.mode, args.garbage, args.idle_close), daemon=True).start()
 
 
 if __name__ == "__main__":
