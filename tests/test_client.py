@@ -440,7 +440,7 @@ async def test_a_request_dropped_on_a_reused_connection_is_its_own_disconnected_
 @pytest.mark.parametrize(
     ("name", "outcome", "error"),
     [
-        ("error-after-200", Outcome.FAILED, "error in response: engine died"),
+        ("error-after-200", Outcome.FAILED, "error event: engine died"),
         ("missing-done", Outcome.FAILED, "stream ended without data: [DONE]"),
         ("429", Outcome.REJECTED, 'HTTP 429: {"error": "rate limited"}'),
         ("500", Outcome.FAILED, "HTTP 500: Internal Error"),

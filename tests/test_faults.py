@@ -244,8 +244,9 @@ PROTOCOL_CASES = {
     "malformed-json": ("failed", "malformed JSON in the response"),
     "reset": ("disconnected", "connection reset by peer (econnreset)"),
     "wrong-ctype": ("failed", "unexpected content-type 'application/json' for a stream"),
-    "error-event": ("failed", "error in response: out of KV cache blocks"),
+    "error-event": ("failed", "error event: out of KV cache blocks"),
     "no-done": ("failed", "stream ended without data: [DONE]"),
+    "zero-tokens": ("failed", "0 completion tokens and no text"),
     "http10": ("completed", None),
     "chunked-edge": ("completed", None),
 }
@@ -472,3 +473,21 @@ def test_a_server_that_closes_idle_connections_drops_nothing(tmp_path):
     assert log.count("closing a connection idle for 0.2 s after 1 requests") >= len(rows) - 1  # the idle closes happened
     assert manifest(out)["status"] == "complete"
     assert proc.returncode in (0, 3), proc.stderr  # 3: too few samples for a verdict, never a FAIL
+
+
+# ------------------------------------------------------------------ the server's own word (issue 16)
+
+
+def test_empty_text_completions_are_completed_and_flagged(tmp_path):
+    """The simulator's `empty_text_rate = 100%`: every request gets its tokens (usage counts
+    them, `finish_reason: length`, `[DONE]`) but they decode to empty text. The server says
+    they completed: every record is `completed` with `empty_text`, its tokens counted, its TTFT
+    at the first token event; `failed == 0` holds."""
+    spec = sim_spec(sim="ttft = 20ms\n    itl = 5ms\n    empty_text_rate = 100%", duration="1s", follow_up=False)
+    proc, out = run_spec(tmp_path, spec)
+    assert proc.returncode in (0, 3), proc.stderr
+    rows = requests_of(out)
+    assert rows and {(r["outcome"], r["error"], r["empty_text"]) for r in rows} == {("completed", None, True)}
+    assert {r["output_tokens"] for r in rows} == {8} and {r["output_chars"] for r in rows} == {0}
+    assert all(r["ttft"] is not None and 0.015 <= r["ttft"] for r in rows)
+    assert _verify(out).returncode in (0, 3)

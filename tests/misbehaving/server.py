@@ -15,6 +15,7 @@ readiness probe); every POST answers a streamed completion shaped by `--mode`:
   error-event     HTTP 200, one token, then `data: {"error": ...}` and `[DONE]`
   no-done         a correct stream, properly terminated, without `data: [DONE]`
   die-mid-stream  two events, then the whole process exits with status 1
+  zero-tokens     HTTP 200, events with empty text and usage 0, `finish_reason: length`, [DONE]
   drop-second     keep-alive: on each connection the first request is answered (a correct
                   stream), the second is read and the connection closed without a response
   idle-close      keep-alive: every request answered; a connection idle for `--idle-close`
@@ -123,6 +124,8 @@ def respond(conn: socket.socket, mode: str) -> None:
         send(head() + chunk(TOKENS[0] + err + DONE) + b"0\r\n\r\n")
     elif mode == "no-done":
         send(head() + chunk(b"".join(TOKENS)) + b"0\r\n\r\n")
+    elif mode == "zero-tokens":
+        send(head() + chunk(event(None, usage=0) + event(None, finish="length", usage=0) + DONE) + b"0\r\n\r\n")
     elif mode == "die-mid-stream":
         send(head() + chunk(TOKENS[0] + TOKENS[1]))
         time.sleep(0.05)
