@@ -204,7 +204,8 @@ def test_a_crash_mid_stream_aborts_and_the_cut_request_is_recorded(tmp_path):
     """The server process exits while streaming: the cut request is `disconnected`, the run
     aborts (exit 4) with the exit status, and the evidence stays valid (verify: intact,
     incomplete) -- including requests the abort itself cancelled."""
-    proc, out = run_spec(tmp_path, launch_spec(misbehaving("die-mid-stream"), load="mode = closed\n    concurrency = [2]"))
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving("die-mid-stream"), load="mode = closed\n    concurrency = [2]"),
+                         "--no-preflight")  # fmt: skip
     assert proc.returncode == 4, proc.stderr
     assert "backend 'b0': server exited with status 1 during the run" in proc.stderr
     assert "dying mid-stream" in proc.stderr
@@ -225,7 +226,7 @@ def test_a_crash_between_levels_keeps_the_finished_level(tmp_path):
         load="mode = closed\n    concurrency = [1, 2]",
         max_tokens=2, duration="1s", bucket="1s", deadline="5s", follow_up=False,
     )  # fmt: skip
-    proc, out = run_spec(tmp_path, spec)
+    proc, out = run_spec(tmp_path, spec, "--no-preflight")  # the crash counts requests: none before the levels
     assert proc.returncode == 4, proc.stderr
     assert "backend 'b0': server exited with status 3 during the run" in proc.stderr
     levels = manifest(out)["backends"][0]["levels"]
@@ -258,7 +259,7 @@ def test_protocol_fault_gives_its_outcome_class(tmp_path, mode):
     completes (exit 0/1/3, not 4), every request gets the stated outcome and message, and
     the evidence verifies."""
     outcome, error = PROTOCOL_CASES[mode]
-    proc, out = run_spec(tmp_path, launch_spec(misbehaving(mode)))
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving(mode)), "--no-preflight")  # every request faults
     assert proc.returncode in RUN_COMPLETED, proc.stderr
     _one_line_no_traceback(proc.stderr)
     assert manifest(out)["status"] == "complete"
@@ -277,7 +278,8 @@ def test_one_byte_per_second_ends_at_the_deadline(tmp_path):
     """A server that drips its response (status line included) at 1 byte/s: the request's
     absolute deadline (2 s) fires and it is a `timeout`, the level still ends on time."""
     t0 = time.monotonic()
-    proc, out = run_spec(tmp_path, launch_spec(misbehaving("slow"), deadline="2s", load="mode = closed\n    concurrency = [1]"))
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving("slow"), deadline="2s", load="mode = closed\n    concurrency = [1]"),
+                         "--no-preflight")  # fmt: skip
     assert proc.returncode in RUN_COMPLETED, proc.stderr
     rows = requests_of(out)
     assert len(rows) == 1
@@ -307,7 +309,7 @@ def test_a_10mb_sse_line_fails_the_request_and_memory_stays_bounded(tmp_path):
     marker = new_marker()
     out = tmp_path / "ev"
     proc = subprocess.Popen(
-        soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"),
+        soakspec_cmd("run", str(spec), "--out", str(out), "--quiet", "--no-preflight"),  # every request fails
         cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     peak = 0

@@ -81,6 +81,7 @@ from trio.lowlevel import wait_readable, wait_writable
 from soakspec import __version__
 from soakspec.runner.clock import RunClock
 from soakspec.runner.protocol import (
+    CONNECT_FAILED,
     DEADLINE_PASSED,
     DEFAULT_LIMITS,
     Limits,
@@ -425,7 +426,7 @@ class H11Connection:
             try:
                 sock = self._sock = await self._connect()
             except OSError as exc:
-                acc.fail(Outcome.DISCONNECTED, "connect failed: " + describe_transport_error(exc))
+                acc.fail(Outcome.DISCONNECTED, CONNECT_FAILED + describe_transport_error(exc))
                 return
             self.connects += 1
         assert sock is not None

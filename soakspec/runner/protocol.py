@@ -303,6 +303,7 @@ def describe_transport_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+CONNECT_FAILED = "connect failed: "  # a record's error when no connection could be made
 CLOSED_BEFORE_RESPONSE = "connection closed before the response"
 CLOSED_MID_RESPONSE = "connection closed before the response finished"
 DEADLINE_PASSED = "deadline passed before the response finished"
