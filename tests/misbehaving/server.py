@@ -23,7 +23,10 @@ readiness probe); every POST answers a streamed completion shaped by `--mode`:
 
 Process-level flags: `--ignore-sigterm` (only SIGKILL stops it), `--garbage` (write binary
 garbage to stdout at start and per request), `--exit-before-ready` (print a line, exit 1 before
-listening), `--crash-at-start` (raise an exception before listening).
+listening), `--crash-at-start` (raise an exception before listening), `--stop-answering-after S`
+(S seconds after listening, close the listening socket and every connection but stay alive:
+the port refuses connections while the process lives on, like an API server whose engine died),
+`--chat-template-error` (every chat request is a 400 with vLLM's "no chat template" message).
 """
 
 from __future__ import annotations
@@ -136,6 +139,24 @@ def respond(conn: socket.socket, mode: str) -> None:
 
 
 KEEP_ALIVE_MODES = ("drop-second", "idle-close")
+OPEN: set = set()  # accepted connections (closed by --stop-answering-after)
+CHAT_TEMPLATE_ERROR = False
+CHAT_TEMPLATE_MESSAGE = (
+    "As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat "
+    "template if the tokenizer does not define one."
+)
+
+
+def stop_answering(srv: socket.socket, after: float) -> None:
+    time.sleep(after)
+    print(f"engine died: the port stops answering after {after} s (the process lives on)", flush=True)
+    srv.shutdown(socket.SHUT_RDWR)
+    srv.close()
+    for conn in list(OPEN):
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
 def keep_alive_response() -> bytes:
@@ -187,6 +208,13 @@ def serve_one(conn: socket.socket, mode: str, garbage: bool, idle_close: float =
         if garbage:
             sys.stdout.buffer.write(GARBAGE + b"\n")
             sys.stdout.buffer.flush()
+        if CHAT_TEMPLATE_ERROR and b'"messages"' in req[1]:
+            body = json.dumps({"object": "error", "message": CHAT_TEMPLATE_MESSAGE, "type": "BadRequestError",
+                               "param": None, "code": 400}).encode()
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            print("chat request refused: no chat template", flush=True)
+            return
         respond(conn, mode)
     except OSError:
         pass
@@ -206,6 +234,8 @@ def main() -> int:
     p.add_argument("--exit-before-ready", action="store_true")
     p.add_argument("--crash-at-start", action="store_true")
     p.add_argument("--idle-close", type=float, default=0.3)
+    p.add_argument("--stop-answering-after", type=float, default=None)
+    p.add_argument("--chat-template-error", action="store_true")
     args = p.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -222,8 +252,17 @@ def main() -> int:
     srv.bind(("127.0.0.1", args.port))
     srv.listen(128)
     print(f"misbehaving server ({args.mode}) listening on 127.0.0.1:{args.port}", flush=True)
+    if args.stop_answering_after is not None:
+        threading.Thread(target=stop_answering, args=(srv, args.stop_answering_after), daemon=True).start()
+    global CHAT_TEMPLATE_ERROR
+    CHAT_TEMPLATE_ERROR = args.chat_template_error
     while True:
-        conn, _ = srv.accept()
+        try:
+            conn, _ = srv.accept()
+        except OSError:  # the listening socket was closed: live on, answering nothing
+            while True:
+                time.sleep(3600)
+        OPEN.add(conn)
         threading.Thread(target=serve_one, args=(conn, args.mode, args.garbage, args.idle_close), daemon=True).start()
 
 
