@@ -56,7 +56,9 @@ Connection reuse -- every request that reached the server is on the record:
   silently: a resend on a fresh connection would fold a real drop into a later success (a
   server that closed every second kept-alive request passed with `failed == 0`).
   The httpx reference client behaves the same (httpcore checks idle connections the same way
-  and does not resend), tests/test_keepalive.py proves both.
+  and does not resend); tests/test_client.py proves both clients alike, tests/test_faults.py
+  both cases end to end (a server that drops every second kept-alive request; one that closes
+  idle connections).
 
 Connect time always counts in the request. Any failure, the deadline, or a response that ends
 the connection leaves no connection behind: the next request reconnects.

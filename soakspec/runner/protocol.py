@@ -39,6 +39,12 @@ Measurement rules (the record's contract):
   failure ("0 completion tokens and no text"; "usage says 0 completion tokens for N text
   chunks"). Messages say what happened: "HTTP 500: <the server's body>", "error event: <its
   text>", "finish_reason: error", never a generic label.
+* Every request that reached the server is on the record: a request whose bytes were sent on
+  a connection that then closed or reset without a (complete) response is `disconnected`
+  (`CLOSED_BEFORE_RESPONSE` / `CLOSED_MID_RESPONSE`) and is never resent by a client; a
+  kept-alive connection closed by the server while idle is found before sending and replaced
+  (`h11client`'s docstring), so an idle close is never counted against the server. A connect
+  that fails is `disconnected` with `CONNECT_FAILED` ("connect failed: ...").
 * Memory is bounded: one SSE event or line at most `Limits.max_event_bytes` (else failed, stop
   reading), the whole response at most `Limits.max_response_bytes`; the text itself is never
   kept, only a running SHA-256 and its length in characters.
