@@ -112,13 +112,15 @@ def _assert_aborted_for_liveness(proc, out: Path, took: float) -> None:
     assert took < 25, took  # seconds after the death, not the level's 60 s
 
 
-def test_a_launched_backend_whose_port_goes_dead_aborts_the_run(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_launched_backend_whose_port_goes_dead_aborts_the_run(tmp_path, workers):
     """The process lives on, its port refuses connections (an API server whose engine died): the
-    liveness watch aborts after its 5 s grace; the load backs off meanwhile."""
+    liveness watch aborts after its 5 s grace; the load backs off meanwhile (in each `--workers`
+    process too)."""
     spec = launch_spec(misbehaving("ok", "--stop-answering-after", "1.5"), load="mode = closed\n    concurrency = [8]",
                        duration="60s", bucket="2s", follow_up=False)  # fmt: skip
     t0 = time.monotonic()
-    proc, out = run_spec(tmp_path, spec)
+    proc, out = run_spec(tmp_path, spec, "--workers", workers)
     _assert_aborted_for_liveness(proc, out, time.monotonic() - t0 - 1.5)
     assert "engine died" in (out / "backends" / "b0" / "server.log").read_text()
 

@@ -113,7 +113,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             entry["workers"] = processes_for(lv, deps.workers)
             host, port = where
             job = {"host": host, "port": port, "api_key_env": lv.request.api_key_env, "request": lv.request,
-                   "prompts": shapes.prompts, "backend": bp.name, "headers": ctx.headers}  # fmt: skip
+                   "prompts": shapes.prompts, "backend": bp.name, "headers": ctx.headers,
+                   "liveness": bp.launch.liveness}  # fmt: skip
             run, _ = await drive_level_workers(lv, ctx, job, deps.workers, rec.write_lines, ids)
         else:
             run = await drive_level(lv, ctx)
