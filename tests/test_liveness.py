@@ -125,6 +125,26 @@ def test_a_launched_backend_whose_port_goes_dead_aborts_the_run(tmp_path, worker
     assert "engine died" in (out / "backends" / "b0" / "server.log").read_text()
 
 
+def test_a_backend_that_answers_only_errors_fails_its_probe_and_aborts(tmp_path):
+    """An API server that stays up after its engine died: every request -- and the readiness
+    probe -- is an HTTP 500. Those 500s are answers, not signs of life: after the grace of a
+    failing probe the run aborts, saying the probe failed."""
+    spec = launch_spec(misbehaving("ok", "--fail-after", "1.5"), load="mode = closed\n    concurrency = [2]",
+                       duration="60s", bucket="2s", follow_up=False)  # fmt: skip
+    t0 = time.monotonic()
+    proc, out = run_spec(tmp_path, spec)
+    assert proc.returncode == 4, proc.stderr
+    assert time.monotonic() - t0 < 25
+    m = manifest(out)
+    assert m["status"] == "aborted"
+    assert "failing its readiness probe: GET /v1/models: HTTP 500 (expected 200) for 5s" in m["incomplete_reason"]
+    rows = requests_of(out)
+    assert {"completed", "failed"} <= {r["outcome"] for r in rows}
+    assert {r["error"] for r in rows if r["outcome"] == "failed"} == {
+        "HTTP 500: " + '{"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}}'}
+    assert all(r["start"] <= m["aborted_at"] + 1.0 for r in rows)  # the load stopped with the abort
+
+
 def test_an_external_backend_killed_mid_run_aborts_the_run(tmp_path):
     """A `url` backend: a simulator the test started itself, SIGKILLed (its process group) once
     requests flow. Exit 4 within seconds, aborted with the reason and time, < 100 refused records."""

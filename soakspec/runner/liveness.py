@@ -6,16 +6,19 @@ one whose process lives on while nothing answers (an engine that died behind its
 The rule is the plan's (`plan.Liveness`):
 
 * `Health` is one backend's shared state. The load reports every record to it (`observe`):
-  a response byte is an answer; a connect that failed (refused, unreachable) is a refusal.
+  a completed request shows the backend alive; any response byte shows its port open (the
+  backoff ends); a connect that failed (refused, unreachable) is a refusal.
   It is also the load's admission gate (`admit`): after a refusal, requests wait
   (`backoff_base_s`, doubling per refusal up to `backoff_max_s`) and only one at a time tries
   again (the scout), so a dead port gets a few connects per second, not thousands.
 * `watch_liveness` probes the readiness request every `interval_s` (not while the load's own
-  answers are recent), each attempt bounded by `attempt_timeout_s`. A refusal or a wrong
-  answer starts the grace; any answer ends it. `grace_s` of refusals without an answer, or
-  `hang_s` of probes that got nothing back in time, and it raises `BackendError("stopped
-  answering ...")`: the run stops that backend's load and aborts (exit 4), the manifest says
-  when and why, and the buckets after it are missing.
+  completions are recent), each attempt bounded by `attempt_timeout_s`. A refusal or a wrong
+  answer (e.g. vLLM's /health saying 500 once its engine died, while its API server still
+  answers every request with a 500) starts the grace; a passing probe or a completed request
+  ends it. `grace_s` of that, or `hang_s` of probes that got nothing back in time, and it raises
+  `BackendError("stopped answering ..." / "failing its readiness probe ...")`: the run stops
+  that backend's load and aborts (exit 4), the manifest says when and why, and the buckets
+  after it are missing.
 
 Nothing here sleeps unboundedly outside the caller's cancel scope; no clock but the run's.
 """
@@ -38,8 +41,9 @@ class Health:
     def __init__(self, clock: RunClock, liveness: Liveness = Liveness()) -> None:
         self.clock = clock
         self.liveness = liveness
-        self.answered_at: float | None = None  # the last time anything answered (probe or load)
-        self.refused_since: float | None = None  # the first refusal since the last answer
+        self.answered_at: float | None = None  # the last sign of life (a passing probe, a completion)
+        self.refused_since: float | None = None  # the first refusal or failing probe since then
+        self.refusing = False  # the last problem was a refused connect (else: a wrong answer)
         self.last_problem: str | None = None
         self.refusals = 0  # connects refused since the last answer
         self._until = 0.0  # no request starts before this (run clock), while refusals > 0
@@ -50,19 +54,29 @@ class Health:
     # -- what the load and the probes saw --------------------------------------------------------
 
     def answered(self, t: float) -> None:
+        """A sign of life at `t`: a passing probe or a completed request."""
         if self.answered_at is None or t > self.answered_at:
             self.answered_at = t
         self.refused_since = None
+        self.port_open()
+
+    def port_open(self) -> None:
+        """Something answered at the port (maybe an error): connects need no backoff."""
         if self.refusals:
             self.refusals = 0
             self._until = 0.0
             self._notify()
 
-    def refused(self, t: float, problem: str) -> None:
-        lv = self.liveness
+    def failing(self, t: float, problem: str, refused: bool) -> None:
+        """A failing probe (or a refused connect) at `t`: the grace runs from the first one."""
         if self.refused_since is None:
             self.refused_since = t
         self.last_problem = problem
+        self.refusing = refused
+
+    def refused(self, t: float, problem: str) -> None:
+        lv = self.liveness
+        self.failing(t, problem, True)
         self.refusals += 1
         delay = min(lv.backoff_max_s, lv.backoff_base_s * 2 ** min(self.refusals - 1, 30))
         self._until = max(self._until, t + delay)
@@ -71,7 +85,10 @@ class Health:
     def observe(self, rec: RequestRecord) -> None:
         """One finished request of the load."""
         if rec.first_byte is not None:
-            self.answered(rec.first_byte)
+            if rec.outcome is Outcome.COMPLETED:
+                self.answered(rec.first_byte)
+            else:
+                self.port_open()
         elif rec.outcome is Outcome.DISCONNECTED and rec.error and rec.error.startswith(CONNECT_FAILED):
             self.refused(rec.end if rec.end is not None else self.clock.now(), rec.error[len(CONNECT_FAILED):])
 
@@ -142,13 +159,12 @@ async def watch_liveness(la: Launch, url: str, health: Health, http: httpx.Async
                 hung_since = t if hung_since is None else hung_since
                 health.last_problem = what
             else:
-                health.refused_since = t if health.refused_since is None else health.refused_since
-                health.last_problem = what
+                health.failing(t, what, verdict == "refused")
             if health.refused_since is not None and t - health.refused_since >= lv.grace_s:
+                how = "stopped answering" if health.refusing else "failing its readiness probe"
                 raise BackendError(
                     la.name,
-                    f"stopped answering: {health.last_problem} for {lv.grace_s:g}s "
-                    f"(nothing answered since {_since(health)})",
+                    f"{how}: {health.last_problem} for {lv.grace_s:g}s (no sign of life since {_since(health)})",
                 )
             if hung_since is not None and t - hung_since >= lv.hang_s:
                 raise BackendError(la.name, f"stopped answering: {what} for {lv.hang_s:g}s")

@@ -26,7 +26,9 @@ garbage to stdout at start and per request), `--exit-before-ready` (print a line
 listening), `--crash-at-start` (raise an exception before listening), `--stop-answering-after S`
 (S seconds after listening, close the listening socket and every connection but stay alive:
 the port refuses connections while the process lives on, like an API server whose engine died),
-`--chat-template-error` (every chat request is a 400 with vLLM's "no chat template" message).
+`--chat-template-error` (every chat request is a 400 with vLLM's "no chat template" message),
+`--fail-after S` (S seconds after listening every request, the readiness GET included, is an
+HTTP 500: an API server that stays up after its engine died).
 """
 
 from __future__ import annotations
@@ -141,6 +143,8 @@ def respond(conn: socket.socket, mode: str) -> None:
 KEEP_ALIVE_MODES = ("drop-second", "idle-close")
 OPEN: set = set()  # accepted connections (closed by --stop-answering-after)
 CHAT_TEMPLATE_ERROR = False
+FAIL_AT: float | None = None  # --fail-after: from then on, every answer is a 500
+ENGINE_DEAD = b'{"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}}'
 CHAT_TEMPLATE_MESSAGE = (
     "As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat "
     "template if the tokenizer does not define one."
@@ -199,6 +203,10 @@ def serve_one(conn: socket.socket, mode: str, garbage: bool, idle_close: float =
         req = read_request(conn)
         if req is None:
             return
+        if FAIL_AT is not None and time.monotonic() >= FAIL_AT:
+            conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(ENGINE_DEAD), ENGINE_DEAD))
+            return
         method, _ = req
         if method == "GET":
             body = b'{"object": "list", "data": [{"id": "sim-model", "object": "model"}]}'
@@ -236,6 +244,7 @@ def main() -> int:
     p.add_argument("--idle-close", type=float, default=0.3)
     p.add_argument("--stop-answering-after", type=float, default=None)
     p.add_argument("--chat-template-error", action="store_true")
+    p.add_argument("--fail-after", type=float, default=None)
     args = p.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -254,8 +263,10 @@ def main() -> int:
     print(f"misbehaving server ({args.mode}) listening on 127.0.0.1:{args.port}", flush=True)
     if args.stop_answering_after is not None:
         threading.Thread(target=stop_answering, args=(srv, args.stop_answering_after), daemon=True).start()
-    global CHAT_TEMPLATE_ERROR
+    global CHAT_TEMPLATE_ERROR, FAIL_AT
     CHAT_TEMPLATE_ERROR = args.chat_template_error
+    if args.fail_after is not None:
+        FAIL_AT = time.monotonic() + args.fail_after
     while True:
         try:
             conn, _ = srv.accept()
