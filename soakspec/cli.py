@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("soakspec.commands.verify", "re-hash an evidence directory and check its schemas"),
     "combine": ("soakspec.commands.combine", "combine per-backend evidence into one report"),
     "report": ("soakspec.commands.report", "render a report from an evidence directory"),
+    "compare": ("soakspec.commands.compare", "compare two runs (before/after) with confidence intervals"),
     "lint-claims": ("soakspec.commands.lint_claims", "check a review document against the claim boundary"),
     "sim": ("soakspec.commands.sim", "run the embedded OpenAI-compatible inference simulator"),
 }

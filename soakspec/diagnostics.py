@@ -64,8 +64,15 @@ def sort_key(d: Diagnostic) -> tuple:
     return (d.path, d.span.line, d.span.column, d.code, d.message)
 
 
+SHOWN_COLUMNS = 120  # of a long source line, the part around the caret that is shown
+
+
 def render_one(d: Diagnostic, source: str | None) -> str:
     """One diagnostic as text: the header line, then the source line and a caret."""
+    return _render(d, source.split("\n") if source is not None else None)
+
+
+def _render(d: Diagnostic, src_lines: list[str] | None) -> str:
     if d.span.known:
         head = f"{d.path}:{d.span.line}:{d.span.column}: {d.code} {d.message}"
     else:
@@ -73,25 +80,42 @@ def render_one(d: Diagnostic, source: str | None) -> str:
     if d.severity is Severity.WARNING:
         head += " [warning]"
     lines = [head]
-    if source is not None and d.span.known:
-        src_lines = source.split("\n")  # the parser counts only '\n' as a line break
-        if 0 < d.span.line <= len(src_lines):
-            text = src_lines[d.span.line - 1].rstrip("\r").expandtabs(1)
-            col = max(1, d.span.column)
-            width = 1
-            if d.span.end_line == d.span.line and d.span.end_column > col:
-                width = d.span.end_column - col
-            width = max(1, min(width, len(text) - col + 1)) if len(text) >= col else 1
-            lines.append(f"  {text}")
-            lines.append("  " + " " * (col - 1) + "^" + "~" * (width - 1))
+    if src_lines is not None and d.span.known and 0 < d.span.line <= len(src_lines):
+        lines += _excerpt(d.span, src_lines[d.span.line - 1].rstrip("\r"))
     if d.hint:
         lines.append(f"  hint: {d.hint}")
     return "\n".join(lines)
 
 
+def _excerpt(span: Span, text: str) -> list[str]:
+    """The source line and its caret; of a line longer than SHOWN_COLUMNS only the part
+    around the caret, so that many diagnostics on one long line stay small."""
+    col = max(1, span.column)
+    width = span.end_column - col if span.end_line == span.line and span.end_column > col else 1
+    width = max(1, min(width, len(text) - col + 1)) if len(text) >= col else 1
+    if len(text) > SHOWN_COLUMNS:
+        start = max(0, min(col - 1 - SHOWN_COLUMNS // 3, len(text) - SHOWN_COLUMNS))
+        end = start + SHOWN_COLUMNS
+        lead, tail = ("…" if start > 0 else ""), ("…" if end < len(text) else "")
+        col = col - start + len(lead)
+        width = max(1, min(width, end - (span.column - 1)))
+        text = lead + text[start:end] + tail
+    text = text.expandtabs(1)
+    return [f"  {text}", "  " + " " * (col - 1) + "^" + "~" * (width - 1)]
+
+
 def render_text(diags: Sequence[Diagnostic], sources: dict[str, str] | None = None) -> str:
     sources = sources or {}
-    out = [render_one(d, sources.get(d.path)) for d in sorted(diags, key=sort_key)]
+    split: dict[str, list[str]] = {}  # each source split once, however many diagnostics it has
+
+    def lines_of(path: str) -> list[str] | None:
+        if path not in sources:
+            return None
+        if path not in split:
+            split[path] = sources[path].split("\n")  # the parser counts only '\n' as a line break
+        return split[path]
+
+    out = [_render(d, lines_of(d.path)) for d in sorted(diags, key=sort_key)]
     errors = sum(1 for d in diags if d.severity is Severity.ERROR)
     warnings = len(diags) - errors
     if diags:

@@ -20,10 +20,10 @@ def spec():
     return load_spec(SEED)[0]
 
 
-def children(spec, tmp_path, edit=lambda name, b: None):
+def children(spec, tmp_path, edit=lambda name, b: None, **options):
     dirs = []
     for i, name in enumerate(("host-staged", "nccl")):
-        b = EvidenceBuilder(spec, only=(name,), run_id=f"run-{name}", t0=1_747_000_000.0 + 1000 * i)
+        b = EvidenceBuilder(spec, only=(name,), run_id=f"run-{name}", t0=1_747_000_000.0 + 1000 * i, **options)
         edit(name, b)
         dirs.append(str(b.write(tmp_path / name)))
     return dirs
@@ -133,9 +133,129 @@ def test_a_backend_twice_or_missing_fails(spec, tmp_path, capsys):
 
 
 def test_inconclusive_child_makes_the_combination_inconclusive(spec, tmp_path, capsys):
+    # a time-scaled run, built as one (its bucket windows follow the scaled plan: the judge
+    # checks windows against the plan, so only editing the manifest's time_scale is malformed)
+    out = tmp_path / "out"
+    code, _ = run_combine(children(spec, tmp_path, time_scale=0.5), out, capsys)
+    assert code == 3
+
+
+def test_a_dirty_tree_fails_the_combination(spec, tmp_path, capsys):
     def edit(name, b):
-        b.manifest.update(time_scale=0.5)
+        if name == "nccl":
+            b.entry("nccl")["source"].update(dirty_before=True, dirty_after=True)
 
     out = tmp_path / "out"
     code, _ = run_combine(children(spec, tmp_path, edit), out, capsys)
-    assert code == 3
+    assert code == 1
+    doc = json.loads((out / "combined.json").read_text())
+    one = next(c for c in doc["checks"] if c["name"] == "one_commit")
+    assert one["status"] == "fail" and "uncommitted changes" in one["message"]
+
+
+def test_simulated_backends_can_combine(tmp_path, capsys):
+    """`sim` (and `url`, `shell`) backends have no server binary soakspec can hash, and a spec
+    without a source repository records no commit: neither is required of them."""
+    demo = load_spec(SEED.parent / "demo.soak")[0]
+    dirs = []
+    for i, b in enumerate(demo.backends):
+        eb = EvidenceBuilder(demo, only=(b.name,), run_id=f"run-{b.name}", t0=1_747_000_000.0 + 1000 * i, per_bucket=30)
+        dirs.append(str(eb.write(tmp_path / b.name)))
+    out = tmp_path / "out"
+    code, cap = run_combine(dirs, out, capsys)
+    assert code == 0, cap.out
+    assert set(checks(out).values()) == {"pass"}
+
+
+# ------------------------------------------------------------------------------ issue 19
+
+
+def test_the_combined_directory_is_evidence_that_verify_gate_and_report_accept(spec, tmp_path, capsys):
+    out = tmp_path / "out"
+    code, cap = run_combine(children(spec, tmp_path), out, capsys)
+    assert code == 0, cap.out
+    assert main(["verify", str(out)]) == 0
+    assert "intact and complete" in capsys.readouterr().out
+    assert main(["gate", str(out)]) == 0
+    gate = capsys.readouterr().out
+    assert "completed_run — run complete: 2 backends" in gate
+    assert main(["report", str(out), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {b["name"] for b in doc["results"]["backends"]} == {"host-staged", "nccl"}
+    m = json.loads((out / "manifest.json").read_text())
+    assert [c["run_id"] for c in m["combined_from"]] == ["run-host-staged", "run-nccl"]
+    assert "only" not in m and "combined.json" in m["artifacts"]
+
+
+def test_a_child_file_changed_after_the_combined_copy_is_caught_by_verify(spec, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert run_combine(children(spec, tmp_path), out, capsys)[0] == 0
+    f = out / "backends" / "nccl" / "requests.jsonl"
+    f.write_bytes(f.read_bytes().replace(b'"completed"', b'"failed"', 1))
+    assert main(["verify", str(out)]) == 1
+    assert main(["gate", str(out)]) == 1
+
+
+def _url_children(tmp_path, edit=lambda b: None):
+    from soakspec.judge.testing import small_spec
+
+    s = small_spec(backends=("a", "b"))
+    dirs = []
+    for name in ("a", "b"):
+        b = EvidenceBuilder(s, only=(name,), run_id=f"run-{name}")
+        e = b.entry(name)
+        e["source"] = {"repo": None, "commit_before": None, "commit_after": None, "dirty_before": None, "dirty_after": None,
+                       "reason": "the spec declares no source repository"}
+        e["model"].update(revision=None, fingerprint=None, reason="the spec declares no model")
+        e["server_binary"] = {"path": None, "sha256": None}  # a url backend launches nothing
+        edit(b)
+        dirs.append(str(b.write(tmp_path / name)))
+    return dirs
+
+
+def test_provenance_the_spec_never_declared_is_not_required(tmp_path, capsys):
+    out = tmp_path / "out"
+    code, cap = run_combine(_url_children(tmp_path), out, capsys)
+    assert code == 0, cap.out
+    c = checks(out)
+    assert c["one_commit"] == "pass" and c["model_provenance"] == "pass"
+    assert "no source repository declared" in cap.out
+    assert main(["verify", str(out)]) == 0
+
+
+def test_declared_provenance_is_still_required(spec, tmp_path, capsys):
+    def edit(name, b):
+        if name == "nccl":
+            src = b.entry("nccl")["source"]
+            src["commit_before"] = src["commit_after"] = None
+
+    out = tmp_path / "out"
+    code, cap = run_combine(children(spec, tmp_path, edit), out, capsys)
+    assert code == 1
+    assert checks(out)["one_commit"] == "fail" and "no commit recorded for nccl" in cap.out
+
+
+def test_two_runs_of_the_same_backend_are_a_before_after_series(spec, tmp_path, capsys):
+    before = EvidenceBuilder(spec, run_id="before")
+    after = EvidenceBuilder(spec, run_id="after", t0=1_748_000_000.0)
+    for name in ("host-staged", "nccl"):
+        e = after.entry(name)
+        e["source"]["commit_before"] = e["source"]["commit_after"] = "c" * 40
+        e["server_binary"]["sha256"] = "d" * 64
+    dirs = [str(before.write(tmp_path / "before")), str(after.write(tmp_path / "after"))]
+    out = tmp_path / "out"
+    code, cap = run_combine(dirs, out, capsys)
+    assert code == 0, cap.out
+    assert set(checks(out).values()) == {"pass"}
+    assert "before/after series" in cap.out
+    assert "soakspec compare" in cap.err
+    assert (out / "combined.json").is_file() and not (out / "manifest.json").exists()
+
+
+def test_out_must_be_new_or_empty(spec, tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    code, cap = run_combine(children(spec, tmp_path), out, capsys)
+    assert code == 2 and "not an empty directory" in cap.err
+    assert (out / "keep.txt").read_text() == "mine"

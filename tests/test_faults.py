@@ -121,7 +121,8 @@ BACKEND_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(BACKEND_CASES))
+# "never ready" waits out the 2 s readiness timeout of a real server process: the slow lane
+@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "never ready" else c for c in BACKEND_CASES])
 def test_a_backend_that_cannot_start_aborts_the_run(tmp_path, case):
     """Outcome: aborted before any load, exit 4, one line naming the backend and the cause,
     the log tail when there is a log, no record, the manifest `aborted` with that reason."""
@@ -187,6 +188,7 @@ def test_binary_garbage_while_serving_does_not_disturb_the_run(tmp_path):
     assert _verify(out).returncode in (0, 3)
 
 
+@pytest.mark.slow
 def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(tmp_path):
     """Teardown: SIGTERM, the spec's grace (1 s), then SIGKILL of the group; the manifest
     records stop_signal SIGKILL and the exit status -9; the run itself completed."""
@@ -274,6 +276,7 @@ def test_protocol_fault_gives_its_outcome_class(tmp_path, mode):
     assert _verify(out).returncode in (0, 3)
 
 
+@pytest.mark.slow
 def test_one_byte_per_second_ends_at_the_deadline(tmp_path):
     """A server that drips its response (status line included) at 1 byte/s: the request's
     absolute deadline (2 s) fires and it is a `timeout`, the level still ends on time."""
@@ -372,6 +375,7 @@ def test_a_signal_mid_bucket_leaves_evidence_that_verifies(tmp_path):
     assert all(r["outcome"] == "disconnected" and r["end"] is not None for r in cut)
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_runner_kills_a_server_that_ignores_sigterm(tmp_path):
     """SIGKILL of soakspec: the reaper SIGTERMs, then SIGKILLs the server (which ignores
     SIGTERM); the evidence left behind is readable: `soakspec verify` reports it incomplete
@@ -422,6 +426,7 @@ def test_disk_full_while_writing_evidence_aborts_cleanly(tmp_path):
     assert _verify(out).returncode == 3
 
 
+@pytest.mark.slow
 def test_a_second_run_into_a_directory_in_use_is_refused(tmp_path):
     """While a run writes into --out, a second run into the same directory is refused (exit
     4, "in use by pid N") and does not disturb the first, which finishes complete."""
@@ -480,16 +485,29 @@ def test_a_server_that_closes_idle_connections_drops_nothing(tmp_path):
 # ------------------------------------------------------------------ the server's own word (issue 16)
 
 
+EMPTY_TEXT_SPEC = sim_spec(sim="ttft = 20ms\n    itl = 5ms\n    empty_text_rate = 100%", duration="1s", follow_up=False)
+
+
 def test_empty_text_completions_are_completed_and_flagged(tmp_path):
     """The simulator's `empty_text_rate = 100%`: every request gets its tokens (usage counts
     them, `finish_reason: length`, `[DONE]`) but they decode to empty text. The server says
     they completed: every record is `completed` with `empty_text`, its tokens counted, its TTFT
-    at the first token event; `failed == 0` holds."""
-    spec = sim_spec(sim="ttft = 20ms\n    itl = 5ms\n    empty_text_rate = 100%", duration="1s", follow_up=False)
-    proc, out = run_spec(tmp_path, spec)
-    assert proc.returncode in (0, 3), proc.stderr
+    at the first token event."""
+    proc, out = run_spec(tmp_path, EMPTY_TEXT_SPEC)
+    assert proc.returncode in RUN_COMPLETED, proc.stderr
+    assert manifest(out)["status"] == "complete"
     rows = requests_of(out)
     assert rows and {(r["outcome"], r["error"], r["empty_text"]) for r in rows} == {("completed", None, True)}
     assert {r["output_tokens"] for r in rows} == {8} and {r["output_chars"] for r in rows} == {0}
     assert all(r["ttft"] is not None and 0.015 <= r["ttft"] for r in rows)
     assert _verify(out).returncode in (0, 3)
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "the judge re-derives outcomes (judge/rederive.py derive_outcome) and still fails a request "
+    "with 0 text chunks: it must accept chunks == 0 when output_tokens >= 1 and output_chars == 0 "
+    "(the record's empty_text); the integrator wires it -- then drop this marker"))  # fmt: skip
+def test_the_gate_counts_empty_text_completions_as_completed(tmp_path):
+    """Issue 16's must-show, at the verdict: `failed == 0` holds for empty-text completions."""
+    proc, _ = run_spec(tmp_path, EMPTY_TEXT_SPEC)
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr

@@ -14,6 +14,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from runner_support import REPO, manifest, new_marker, run_soakspec, sim_spec, wait_no_survivors
@@ -74,6 +75,7 @@ def test_safe_name_never_leaves_its_directory():
         seen[s] = n
 
 
+@pytest.mark.slow
 def test_a_run_with_traversal_names_writes_only_inside_the_evidence_directory(tmp_path):
     """Backends named `../../etc`, `a/b`, `..`, an absolute path and a deep `../` chain (and a
     workload named `../../w`) run for real against the simulator: every file the run creates is

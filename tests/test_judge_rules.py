@@ -10,6 +10,7 @@ import pytest
 from soakspec.evidence import schema
 from soakspec.judge import Integrity, join, judge, judge_run, render_text, summarize, summarize_run
 from soakspec.judge.testing import EvidenceBuilder, small_spec
+from soakspec.lang.spec import Traces
 
 
 def rule(v, name):
@@ -144,7 +145,9 @@ def test_backend_target_and_run_scope():
 
 
 def test_no_traces_declared():
-    spec = small_spec("require trace_coverage >= 90% per bucket", traces=False)
+    """`check` rejects this spec (E414); the judge still says why if handed one."""
+    spec = small_spec("require trace_coverage >= 90% per bucket")
+    spec = dataclasses.replace(spec, backends=tuple(dataclasses.replace(b, traces=Traces()) for b in spec.backends))
     v = judge(spec, EvidenceBuilder(spec).build())
     r = rule(v, "trace_coverage >= 90% per bucket")
     assert r.status == "fail"

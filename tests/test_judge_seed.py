@@ -181,17 +181,23 @@ def test_generic_runtime_boundary(spec):
     b.entry("nccl")["runtime_boundary"].update(declared="nccl", display="nccl", status="generic",
                                                  details=["'nccl' names a runtime without a version or mode"])
     v = judge(spec, b.build())
-    assert failing(v) == {"runtime_boundary_specific"}
-    assert "backend nccl: runtime boundary 'nccl' is generic" in rule(v, "runtime_boundary_specific").message
+    # the judge re-derives the status from the spec, the log and the environment: a stored
+    # label that disagrees is malformed evidence, and never better than what was recorded
+    assert failing(v) == {"runtime_boundary_specific", "completed_run"}
+    assert "backend nccl: runtime boundary" in rule(v, "runtime_boundary_specific").message
+    assert "recorded as generic" in rule(v, "runtime_boundary_specific").message
+    assert "runtime boundary status 'generic'" in rule(v, "completed_run").message
 
 
 def test_contradicted_runtime_boundary(spec):
     b = EvidenceBuilder(spec)
     b.entry("nccl")["runtime_boundary"].update(detected="2.21.5", status="contradictory",
                                                  details=["the log shows NCCL 2.21.5, the label declares 2.26.2"])
+    # the retained server.log is what the judge reads (the stored status above agrees with it)
+    b.server_logs["nccl"] = b.log_of("nccl").replace("NCCL version 2.26.2", "NCCL version 2.21.5")
     v = judge(spec, b.build())
     assert failing(v) == {"runtime_boundary_specific"}
-    assert "contradictory: the log shows NCCL 2.21.5" in rule(v, "runtime_boundary_specific").message
+    assert "contradictory: the server log reports version 2.21.5 but 2.26.2 is declared" in rule(v, "runtime_boundary_specific").message
 
 
 def test_edited_artifact_never_passes(spec, tmp_path):

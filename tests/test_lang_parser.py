@@ -166,7 +166,7 @@ def test_check_bounds_what_plan_computes(body, code):
 @pytest.mark.parametrize(
     "body",
     [
-        "  load { concurrency = 1000000 }\n  duration = 720h\n  bucket = 260s\n  warmup = 720h\n  expected_latency = 1us",
+        "  load { concurrency = 1000000 }\n  duration = 719h\n  bucket = 260s\n  warmup = 1h\n  expected_latency = 1us",
         "  load {\n    mode = open\n    rate = 1000000rps\n  }\n  duration = 720h\n  bucket = 259.2s",
     ],
 )

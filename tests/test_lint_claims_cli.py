@@ -105,12 +105,12 @@ def test_bad_format_is_an_argparse_usage_error(tmp_path):
 def test_main_with_a_monkeypatched_spec_adapter(tmp_path, capsys, monkeypatch):
     """`main` depends on the language front end only through the adapter."""
     boundary = ClaimBoundary(("x",), ("vLLM parity",))
-    monkeypatch.setattr(adapters, "load_boundary_and_coverage", lambda p: (boundary, Coverage(), "f" * 64, []))
+    monkeypatch.setattr(adapters, "load_boundary_and_coverage", lambda p, source=None: (boundary, Coverage(), "f" * 64, []))
     doc = _doc(tmp_path, "Claim boundary: no vLLM parity claim.\n\nIt matches vLLM.\n")
     assert cli.main(["lint-claims", doc, "--spec", SMALL]) == 1
     assert "CB101" in capsys.readouterr().out
 
-    def missing(path):
+    def missing(path, source=None):
         raise adapters.AdapterError("the .soak language front end is not available")
 
     monkeypatch.setattr(adapters, "load_boundary_and_coverage", missing)

@@ -112,6 +112,8 @@ def _assert_aborted_for_liveness(proc, out: Path, took: float) -> None:
     assert took < 25, took  # seconds after the death, not the level's 60 s
 
 
+# waits out the 5 s liveness grace of real server processes: the slow lane
+@pytest.mark.slow
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_launched_backend_whose_port_goes_dead_aborts_the_run(tmp_path, workers):
     """The process lives on, its port refuses connections (an API server whose engine died): the
@@ -125,6 +127,8 @@ def test_a_launched_backend_whose_port_goes_dead_aborts_the_run(tmp_path, worker
     assert "engine died" in (out / "backends" / "b0" / "server.log").read_text()
 
 
+# waits out the 5 s liveness grace of real server processes: the slow lane
+@pytest.mark.slow
 def test_a_backend_that_answers_only_errors_fails_its_probe_and_aborts(tmp_path):
     """An API server that stays up after its engine died: every request -- and the readiness
     probe -- is an HTTP 500. Those 500s are answers, not signs of life: after the grace of a
@@ -145,6 +149,8 @@ def test_a_backend_that_answers_only_errors_fails_its_probe_and_aborts(tmp_path)
     assert all(r["start"] <= m["aborted_at"] + 1.0 for r in rows)  # the load stopped with the abort
 
 
+# waits out the 5 s liveness grace of real server processes: the slow lane
+@pytest.mark.slow
 def test_an_external_backend_killed_mid_run_aborts_the_run(tmp_path):
     """A `url` backend: a simulator the test started itself, SIGKILLed (its process group) once
     requests flow. Exit 4 within seconds, aborted with the reason and time, < 100 refused records."""

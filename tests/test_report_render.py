@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from soakspec.cli import main
-from soakspec.judge.testing import EvidenceBuilder, small_spec
+from soakspec.judge.testing import spec_from_text, EvidenceBuilder, small_spec
 from soakspec.lang import load_spec
 from soakspec.report import FORMATS, evidence_meta, prepare, render
 from soakspec.report.html import CHART_METRICS
@@ -56,9 +56,11 @@ def test_failed_request_md_names_the_rule_and_the_bucket(seed):
     assert inp.verdict.outcome == "FAIL"
     md = inp.render("md")
     rows = {r[0]: r for r in results_rows(md)[2:]}
-    assert rows["nccl"][3] == "1 / 0" and rows["nccl"][2] == "31"
-    assert rows["host-staged"][3] == "0 / 0"
-    assert {r[5] for r in rows.values()} == {"failed"}
+    assert rows["nccl"][4] == "1 / 0" and rows["nccl"][3] == "31"
+    assert rows["host-staged"][4] == "0 / 0"
+    # each backend's own status, not the run's verdict: host-staged passed every rule
+    assert rows["nccl"][8] == "failed: failed == 0"
+    assert rows["host-staged"][8].startswith("passed (")
     assert "**Verdict: FAIL** (1 of 14 required rules failed; " in md
     assert ("FAIL  [performance] failed == 0 — backend nccl, concurrency 8 (batches of 8), bucket 1 [" in md
             and '1 failed request (HTTP 200 with an in-stream error: "engine died")' in md)
@@ -93,7 +95,8 @@ def test_inconclusive_rules_are_skipped_with_the_reason(seed):
     md = inp.render("md")
     assert "- rehearsal: yes: every backend was replaced by the simulator" in md
     assert "- time scale: 0.1 (every duration was multiplied by 0.1); such a run cannot pass a full-scale gate" in md
-    assert {r[5] for r in results_rows(md)[2:]} == {"inconclusive"}
+    assert {r[8].split(":")[0] for r in results_rows(md)[2:]} == {"inconclusive"}
+    assert all("full_scale_run" in r[8] for r in results_rows(md)[2:])
 
 
 def test_not_evaluated_rules_are_skipped(seed):
@@ -110,14 +113,19 @@ def test_not_evaluated_rules_are_skipped(seed):
     assert "changed during the run" in inp.render("md")
 
 
-def test_cli_report_exit_codes_follow_the_verdict(seed, tmp_path, capsys):
+def test_cli_report_exits_0_when_rendered_and_gate_keeps_the_verdicts_code(seed, tmp_path, capsys):
+    """`report` publishes a FAIL report under `set -e`; the verdict's code is `gate`'s."""
     ok = EvidenceBuilder(seed).write(tmp_path / "ok")
     bad = failed_one(seed).write(tmp_path / "bad")
     scaled = EvidenceBuilder(seed, time_scale=0.1).write(tmp_path / "scaled")
     for fmt in FORMATS:
-        assert main(["report", str(ok), "--format", fmt]) == 0
-        assert main(["report", str(bad), "--format", fmt]) == 1
-        assert main(["report", str(scaled), "--format", fmt]) == 3
+        for d, word in ((ok, "PASS"), (bad, "FAIL"), (scaled, "INCONCLUSIVE")):
+            assert main(["report", str(d), "--format", fmt]) == 0
+            assert word in capsys.readouterr().out
+    assert main(["gate", str(ok)]) == 0
+    assert main(["gate", str(bad)]) == 1
+    assert main(["gate", str(scaled)]) == 3
+    assert main(["report", str(tmp_path / "nowhere")]) == 2
     capsys.readouterr()
 
 
@@ -128,11 +136,12 @@ def test_cli_report_exit_codes_follow_the_verdict(seed, tmp_path, capsys):
 def hostile():
     """A backend named `<script>alert(1)</script>`, a failed request whose error carries markup,
     control characters and a lone surrogate, and a runtime boundary with pipes and backticks."""
-    spec = small_spec(backends=(HOSTILE, "b"))
+    text = small_spec(backends=(HOSTILE, "b")).canonical_text
+    at = text.rindex('"host-staged"')  # backend b's runtime label (the judge shows the spec's label)
+    spec = spec_from_text(text[:at] + '"a | b `c` <i>d</i>"' + text[at + len('"host-staged"'):])
     b = EvidenceBuilder(spec)
     r = list(b.measured(HOSTILE))[0]
     b.set_outcome(r, "failed", "</pre></code>```\n<img src=x onerror=alert(2)> \x00\x1b[31m \udc80 & ]]> --> http://evil.example/x")
-    b.entry("b")["runtime_boundary"]["display"] = "a | b `c` <i>d</i>"
     return prepare(spec, b.build())
 
 
@@ -151,7 +160,7 @@ def test_hostile_backend_name_is_escaped_in_html(hostile):
 def test_hostile_strings_keep_the_md_table_and_code_block_intact(hostile):
     md = hostile.render("md")
     rows = results_rows(md)
-    assert {len(r) for r in rows} == {7} and len(rows) == 4
+    assert {len(r) for r in rows} == {10} and len(rows) == 4
     assert rows[2][0] == md_code(HOSTILE) == "`<script>alert(1)</script>`"
     assert rows[3][1] == "`` a \\| b `c` <i>d</i> ``"
     # the rules block: its fence is longer than any backtick run inside, so nothing escapes it
@@ -194,7 +203,7 @@ def test_gpu_memory_chart_with_and_without_gpu_telemetry(seed):
             row["gpus"] = None
     page = prepare(seed, b.build()).render("html")
     svg = re.search(r'<svg class="chart" data-backend="nccl" data-metric="gpu_memory".*?</svg>', page, re.S).group(0)
-    assert "<polyline" not in svg and "no GPU telemetry (NVML unavailable: synthetic)" in " ".join(
+    assert "<polyline" not in svg and "no GPU telemetry (NVML not available)" in " ".join(
         re.findall(r">([^<]+)</text>", svg))
 
 
@@ -205,7 +214,10 @@ def test_hardware_line_names_the_gpus(seed):
     md = prepare(seed, b.build()).render("md")
     assert "- hardware: 2x NVIDIA GeForce RTX 5090, CUDA 12.8, driver 570.86" in md
     b.manifest["gpus"] = {"available": False, "reason": "libnvidia-ml.so.1 not found"}
-    assert "- hardware: no GPU (NVML unavailable: libnvidia-ml.so.1 not found)" in prepare(seed, b.build()).render("md")
+    # the raw reason (an exception's text) stays in the manifest, never in a PR report
+    for fmt in ("md", "html"):
+        text = prepare(seed, b.build()).render(fmt)
+        assert "no GPU telemetry (NVML not available)" in text and "libnvidia-ml" not in text
 
 
 def test_a_backend_missing_from_the_evidence_is_a_not_run_row(seed):
@@ -213,14 +225,15 @@ def test_a_backend_missing_from_the_evidence_is_a_not_run_row(seed):
     b.manifest["backends"] = [e for e in b.manifest["backends"] if e["name"] != "nccl"]
     md = prepare(seed, b.build()).render("md")
     rows = {r[0]: r for r in results_rows(md)[2:]}
-    assert rows["nccl"][5] == "not run" and rows["nccl"][2] == "-"
+    assert rows["nccl"][8] == "not run" and rows["nccl"][3] == "-"
 
 
 def test_rendering_is_pure_and_deterministic(seed):
     ev = failed_one(seed).build()
     a, b = prepare(seed, ev), prepare(seed, ev)
     for fmt in FORMATS:
-        assert a.render(fmt) == b.render(fmt) == render(a.verdict, a.results, evidence_meta(ev), seed, fmt)
+        assert a.render(fmt) == b.render(fmt) == render(a.verdict, a.results, a.meta, seed, fmt)
+    assert set(a.meta) >= set(evidence_meta(ev))  # prepare adds each backend's own status, nothing else changes
     with pytest.raises(ValueError, match="unknown report format"):
         render(a.verdict, a.results, a.meta, seed, "pdf")
 

@@ -87,6 +87,7 @@ def test_command_not_found_aborts_before_load(tmp_path):
     assert manifest(out)["status"] == "aborted"
 
 
+@pytest.mark.slow
 def test_never_ready_aborts_after_the_probe_timeout(tmp_path):
     extra = "  ready {\n    path = \"/nope\"\n    timeout = 4s\n  }\n"
     proc, out = run_spec(tmp_path, sim_spec(extra_backend=extra))
@@ -135,6 +136,7 @@ def test_signal_mid_bucket_tears_down_and_keeps_evidence(tmp_path, sig):
     assert m["backends"][0]["stop_signal"] == "SIGTERM"
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_runner_kills_the_servers_too(tmp_path):
     """Even SIGKILL of soakspec leaves no server behind (the reaper), and the evidence
     directory stays readable, its manifest still saying `running`."""
@@ -174,6 +176,7 @@ def test_two_runs_into_one_evidence_directory_are_refused(tmp_path):
 # ------------------------------------------------------------------ measurement
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tokens_per_chunk", [1, 4])
 def test_measured_ttft_and_itl_match_the_injected_values(tmp_path, tokens_per_chunk):
     """At low load the simulator's injected TTFT (50 ms) and ITL (10 ms) are what soakspec
@@ -209,6 +212,7 @@ def test_measured_ttft_and_itl_match_the_injected_values(tmp_path, tokens_per_ch
     pytest.fail(f"median TTFT/ITL in ms per round: {rounds}; injected 50/10")
 
 
+@pytest.mark.slow
 def test_each_fault_gives_its_outcome_class(tmp_path):
     """In-stream error after HTTP 200 -> failed; missing [DONE] -> failed; a stalled stream
     -> timeout at the deadline; HTTP 500 -> failed; a cut connection -> disconnected."""
@@ -235,6 +239,7 @@ def test_each_fault_gives_its_outcome_class(tmp_path):
     assert any("[DONE]" in (r["error"] or "") for r in requests_of(out, "b1"))
 
 
+@pytest.mark.slow
 def test_buckets_follow_wall_time_and_closed_loop_holds_concurrency(tmp_path):
     spec = sim_spec(sim="ttft = 15ms\n    itl = 3ms", load="mode = closed\n    concurrency = [4]", duration="3s", bucket="1s")
     proc, out = run_spec(tmp_path, spec)
@@ -257,6 +262,7 @@ def test_buckets_follow_wall_time_and_closed_loop_holds_concurrency(tmp_path):
     assert statistics.mean(samples) >= 3.9
 
 
+@pytest.mark.slow
 def test_open_loop_counts_latency_from_the_intended_send_time(tmp_path):
     spec = sim_spec(load="mode = open\n    rate = 20rps", duration="2s", bucket="1s")
     proc, out = run_spec(tmp_path, spec)
@@ -304,6 +310,7 @@ def test_rehearsal_of_the_dsv2lite_spec_completes_and_is_marked(tmp_path):
     assert json.loads((out / "manifest.json").read_text())["spec"]["sha256"]
 
 
+@pytest.mark.slow
 def test_jsonl_trace_file_only_counts_what_this_run_appended(tmp_path):
     """A server's trace file that outlives runs: the second run reads only the lines appended
     after it started, so traces of the first run are neither matched nor even listed."""

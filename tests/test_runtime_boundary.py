@@ -98,3 +98,18 @@ def test_boundary_is_frozen():
     rb = detect_runtime_boundary(RuntimeDecl("host-staged"), {}, "")
     with pytest.raises(AttributeError):
         rb.status = "confirmed"
+
+
+@pytest.mark.parametrize("label", ["NCCL x.y.z", "nccl 2", "NCCL vX", "NCCL x.y.z, NCCL_IB_DISABLE=1"])
+def test_a_versioned_runtime_without_its_version_is_generic(label):
+    rb = detect_runtime_boundary(RuntimeDecl(label), {"NCCL_IB_DISABLE": "1"}, "NCCL version 2.26.2\n")
+    assert rb.status == "generic" and "names NCCL without a version" in rb.details[0]
+
+
+def test_a_label_version_is_checked_against_the_runtimes_own_log_line():
+    env = {"NCCL_IB_DISABLE": "1"}
+    label = "NCCL 2.26.2, NCCL_IB_DISABLE=1"
+    assert detect_runtime_boundary(RuntimeDecl(label), env, "NCCL version 2.18.1\n").status == "contradictory"
+    assert detect_runtime_boundary(RuntimeDecl(label), env, "NCCL version 2.26.2\n").status == "confirmed"
+    unconfirmed = detect_runtime_boundary(RuntimeDecl(label), env, "ready\n")
+    assert unconfirmed.status == "declared" and any("nothing in the server log confirms it" in d for d in unconfirmed.details)

@@ -24,6 +24,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from runner_support import manifest, new_marker, run_env, sim_spec, soakspec_cmd, wait_no_survivors
 
 HF_TOKEN = "hf_plantedHfTokenValue0123456789"
@@ -55,6 +57,7 @@ def _grep(data: bytes) -> set[str]:
     return {v for v in PLANTED.values() if v.encode() in data}
 
 
+@pytest.mark.slow
 def test_planted_secrets_are_found_nowhere_but_in_what_the_server_printed(tmp_path):
     spec = tmp_path / "t.soak"
     spec.write_text(_spec())

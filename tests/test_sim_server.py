@@ -350,9 +350,11 @@ async def test_429_when_the_wait_queue_is_full(tmp_path):
         assert {t["client_request_id"] for t in rejected} == {"r2", "r3"} and {t["status"] for t in rejected} == {429}
 
 
-async def test_a_client_leaving_while_queued_frees_its_place(tmp_path):
+async def test_a_client_leaving_while_queued_frees_its_place(tmp_path, autojump_clock):
     # Steps wait for what the server reports, not for fixed sleeps (CI machines are busy);
-    # "first" holds the one slot for 3 s, far longer than the steps take.
+    # "first" holds the one slot for 3 s, far longer than the steps take. The server schedules
+    # on trio's clock, so the test runs in virtual time (pytest-trio's `autojump_clock`, a
+    # MockClock(autojump_threshold=0)): the 3 s pass as soon as every task waits.
     async with running(tmp_path, slots=1, ttft=3.0, itl=0.001) as sim:
 
         async def gauge(name: str) -> float:
@@ -378,7 +380,8 @@ async def test_a_client_leaving_while_queued_frees_its_place(tmp_path):
         assert gone["terminal_reason"] == "disconnected" and gone["scheduled_at"] is None
 
 
-async def test_metrics_exposes_gauges_counters_and_simulated_memory(tmp_path):
+async def test_metrics_exposes_gauges_counters_and_simulated_memory(tmp_path, autojump_clock):
+    # simulated memory grows on the server's trio clock: the 0.2 s below pass in virtual time
     async with running(tmp_path, memory_base=8 * 2**30, memory_growth=60 * 2**30, **FAST) as sim:
         await sim.completion(prompt="a b c", max_tokens=4, ignore_eos=True)
         await sim.completion(max_tokens=-1)

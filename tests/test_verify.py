@@ -39,7 +39,9 @@ def codes(report):
 def test_clean_directory_passes(run_dir, capsys):
     code, out, err = verify(capsys, run_dir)
     assert code == 0, out
-    assert out.strip().endswith("intact and complete (12 artifacts and 8 records checked).")
+    assert out.strip().endswith("intact and complete (10 artifacts, 2 result files bound to the manifest and 18 records checked).")
+    # results.json and verdict.json are bound to the manifest, not listed in it: the 10 artifacts
+    # are the manifest's, the number `run` and the gate's artifacts_verified state too
     assert err == ""
 
 
@@ -47,7 +49,7 @@ def _artifacts(run_dir):
     return sorted(json.loads((run_dir / "manifest.json").read_text())["artifacts"])
 
 
-@pytest.mark.parametrize("index", range(12))
+@pytest.mark.parametrize("index", range(10))  # the files the manifest hashes
 def test_editing_one_byte_of_any_artifact_fails_naming_it(run_dir, capsys, index):
     rel = _artifacts(run_dir)[index]
     p = run_dir / rel
@@ -77,12 +79,12 @@ def test_schema_error_in_a_request_record_is_located(run_dir):
     r = verify_evidence(run_dir)
     assert r.exit_code == 1 and codes(r) == ["V104"]
     d = r.problems[0]
-    assert d.path == f"{run_dir}/backends/b/requests.jsonl" and d.span.line == 4 and d.message.startswith("/outcome:")
-    assert f"{run_dir}/backends/b/requests.jsonl:4:1: V104 /outcome:" in r.render_text()
+    assert d.path == f"{run_dir}/backends/b/requests.jsonl" and d.span.line == 5 and d.message.startswith("/outcome:")
+    assert f"{run_dir}/backends/b/requests.jsonl:5:1: V104 /outcome:" in r.render_text()
 
 
 def test_corrupt_json_and_cross_file_disagreements(run_dir):
-    (run_dir / "backends/a/buckets.json").write_text("{oops")
+    (run_dir / "backends/a/followup.json").write_text("{oops")
     with open(run_dir / "backends/a/requests.jsonl", "a") as f:
         f.write(json.dumps(sample_request(5, backend="b")) + "\n")
     res = json.loads((run_dir / "results.json").read_text())
@@ -90,7 +92,7 @@ def test_corrupt_json_and_cross_file_disagreements(run_dir):
     _rehash(run_dir)
     r = verify_evidence(run_dir)
     assert codes(r) == ["V105", "V108"]
-    assert {d.path.rsplit("/", 2)[-1] for d in r.problems} == {"buckets.json", "requests.jsonl", "results.json"}
+    assert {d.path.rsplit("/", 2)[-1] for d in r.problems} == {"followup.json", "requests.jsonl", "results.json"}
 
 
 def test_running_run_is_incomplete_not_corrupt(tmp_path, capsys):
@@ -99,7 +101,7 @@ def test_running_run_is_incomplete_not_corrupt(tmp_path, capsys):
     code, out, _ = verify(capsys, d)
     assert code == 3
     assert "V201 run status is running [incomplete]" in out
-    assert "V204 12 files never hashed: the run did not finalize its manifest [incomplete]" in out
+    assert "V204 10 files never hashed: the run did not finalize its manifest [incomplete]" in out
     assert "intact but incomplete" in out.splitlines()[-1]
 
 
@@ -136,7 +138,7 @@ def test_writer_killed_mid_line_leaves_an_incomplete_but_readable_run(tmp_path, 
     with RunLock(d, allow_existing=True):
         finalize_manifest(d, m, "incomplete", "backend a writer was killed")
     r = verify_evidence(d)
-    assert r.exit_code == 3 and codes(r) == ["V201", "V202"] and r.records_checked == 9
+    assert r.exit_code == 3 and codes(r) == ["V201", "V202"] and r.records_checked == 19
 
 
 def test_lock_held_means_a_run_is_still_writing(run_dir):
@@ -148,9 +150,12 @@ def test_lock_held_means_a_run_is_still_writing(run_dir):
 def test_results_and_verdict_may_follow_the_final_manifest_when_bound_to_it(run_dir):
     digest = manifest_sha256(run_dir)
     write_json_atomic(run_dir / "verdict.json", {"schema_version": 1, "verdict": "FAIL", "rules": [], "manifest_sha256": digest})
+    assert "verdict.json" not in json.loads((run_dir / "manifest.json").read_text())["artifacts"]
+    assert verify_evidence(run_dir).exit_code == 0
     m = json.loads((run_dir / "manifest.json").read_text())
-    del m["artifacts"]["verdict.json"]
+    m["host"]["hostname"] = "another"
     write_json_atomic(run_dir / "manifest.json", m)
+    _rebind(run_dir, "results.json")
     r = verify_evidence(run_dir)  # the manifest changed, so the binding must be to the new one
     assert codes(r) == ["V107"]
     write_json_atomic(run_dir / "verdict.json", {"schema_version": 1, "verdict": "FAIL", "rules": [],
@@ -162,6 +167,7 @@ def test_unsafe_entries(run_dir):
     m = json.loads((run_dir / "manifest.json").read_text())
     m["artifacts"]["../outside.txt"] = "0" * 64
     write_json_atomic(run_dir / "manifest.json", m)
+    _rebind(run_dir, "results.json", "verdict.json")
     os.symlink("/etc/hostname", run_dir / "backends/a/link")
     r = verify_evidence(run_dir)
     assert codes(r) == ["V104", "V106"]
@@ -170,10 +176,7 @@ def test_unsafe_entries(run_dir):
 
 
 def test_a_complete_run_without_results_is_incomplete(run_dir):
-    (run_dir / "results.json").unlink()
-    m = json.loads((run_dir / "manifest.json").read_text())
-    del m["artifacts"]["results.json"]
-    write_json_atomic(run_dir / "manifest.json", m)
+    (run_dir / "results.json").unlink()  # like a run's, it followed the manifest: not listed there
     r = verify_evidence(run_dir)
     assert r.exit_code == 3 and codes(r) == ["V205"] and "results were never written" in r.incomplete[0].message
 
@@ -214,3 +217,10 @@ def _rehash(run_dir):
     m = json.loads((run_dir / "manifest.json").read_text())
     m["artifacts"] = finalize_artifacts(run_dir)
     write_json_atomic(run_dir / "manifest.json", m)
+
+
+def _rebind(run_dir, *names):
+    """Bind results/verdict written after the manifest to the manifest as it is now."""
+    for name in names:
+        doc = json.loads((run_dir / name).read_text())
+        write_json_atomic(run_dir / name, dict(doc, manifest_sha256=manifest_sha256(run_dir)))

@@ -45,6 +45,7 @@ def _verify(out: Path, code: int = 0) -> None:
     assert proc.returncode == code, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_two_workers_give_the_same_records_as_one(tmp_path):
     """Open loop, constant rate: exactly rate x duration requests either way, in the same buckets,
     with the same outcomes and keys; the schedule is the one schedule, split between processes."""
@@ -67,6 +68,7 @@ def test_two_workers_give_the_same_records_as_one(tmp_path):
     assert {r["worker"] % 2 for r in rows2} == {0, 1}, "both processes sent requests"
 
 
+@pytest.mark.slow
 def test_buckets_follow_the_shared_clock_and_in_flight_is_exact(tmp_path):
     """Closed loop, c = 5 over two processes (3 + 2 workers): every record's bucket is where its
     start falls on the level's clock, whichever process sent it; `mean_in_flight` is the exact
@@ -121,6 +123,7 @@ def test_an_interrupted_run_with_workers_keeps_their_records_and_leaves_no_proce
     _verify(out, 3)
 
 
+@pytest.mark.slow
 def test_sigkill_of_the_runner_ends_its_workers(tmp_path):
     """Workers notice that the runner is gone (their stdin closes) and exit."""
     marker = new_marker()
@@ -130,6 +133,7 @@ def test_sigkill_of_the_runner_ends_its_workers(tmp_path):
     assert wait_no_survivors(marker, timeout=15) == []
 
 
+@pytest.mark.slow
 async def test_workers_are_not_tied_to_the_thread_that_started_them(tmp_path, monkeypatch):
     """trio starts processes from a worker thread and retires idle threads (after 10 s; 0.2 s
     here): the workers must not die with that thread, as PR_SET_PDEATHSIG would make them."""

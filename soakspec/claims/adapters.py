@@ -30,7 +30,6 @@ Evidence directory (`load_evidence_facts(dir)`, one `EvidenceFacts` per backend)
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
 from soakspec.diagnostics import Diagnostic
 from soakspec.evidence import layout
+from soakspec.evidence.io import loads
 
 
 class AdapterError(Exception):
@@ -112,15 +112,22 @@ def coverage_from_spec(spec: Any) -> Coverage:
 
 
 def load_boundary_and_coverage(
-    spec_path: str | Path,
+    spec_path: str | Path, source: str | None = None
 ) -> tuple[ClaimBoundary | None, Coverage | None, str | None, list[Diagnostic]]:
-    """Parse and check a spec. Returns (boundary, coverage, spec sha256, diagnostics); the first
-    three are None when the spec has errors. Raises AdapterError when the front end is missing."""
+    """Parse and check a spec (its `source` text when the caller has read it already, else the
+    file). Returns (boundary, coverage, spec sha256, diagnostics); the first three are None when
+    the spec has errors. Raises AdapterError when the front end is missing."""
     from soakspec.diagnostics import has_errors
 
     lang = _lang()
     path = Path(spec_path)
-    if hasattr(lang, "load_spec"):
+    if source is not None:
+        tree, diags = lang.parse(source, str(path))
+        spec = None
+        if tree is not None and not has_errors(diags):
+            spec, more = lang.check(tree, path=str(path))
+            diags = list(diags) + list(more)
+    elif hasattr(lang, "load_spec"):
         spec, diags, *_ = lang.load_spec(path)
     else:
         parsed = lang.parse_file(path)
@@ -148,7 +155,7 @@ _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return loads(path.read_text(encoding="utf-8"))  # bounded depth and numbers
     except FileNotFoundError:
         return None
     except (OSError, UnicodeDecodeError, ValueError) as e:

@@ -26,6 +26,9 @@
    could, would, needs, requires, depends, "is future work", "is left …", "is planned").
 6. Otherwise ASSERTED.
 
+A clause reaches at most `CLAUSE_REACH` (1,000) characters on each side of the phrase, so the
+work per phrase is bounded and linting stays linear in the document.
+
 The phrase itself is never scanned for cues: "no drift" is an assertion, "does not claim no
 drift" is not.
 """
@@ -107,25 +110,41 @@ def _clause_suffix(suffix: str) -> str:
     return suffix[: m.start()] if m else suffix
 
 
+_AND = re.compile(r"\band\b", re.IGNORECASE)
+
+
 def _negated_prefix(clause: str) -> bool:
     if NEGATION_CUES.search(clause):
         return True
-    for m in NEGATION_DETERMINERS.finditer(clause):
-        # "no"/"zero" govern their own noun phrase: up to the next "and"
-        if not re.search(r"\band\b", clause[m.end() :], re.IGNORECASE):
-            return True
-    return False
+    # "no"/"zero" govern their own noun phrase: up to the next "and". So the clause is negated
+    # when a determiner comes after the last "and" (one pass each, not one per determiner).
+    last_and = max((m.start() for m in _AND.finditer(clause)), default=-1)
+    return any(m.end() > last_and for m in NEGATION_DETERMINERS.finditer(clause))
+
+
+# A clause reaches at most this far on each side of the phrase. Real clauses are far shorter;
+# the bound keeps the work per phrase constant, so that linting is linear in the document even
+# when it is one enormous "sentence" (a 5 MB line with no full stop).
+CLAUSE_REACH = 1000
+
+
+def _ends_with_question(sentence: str) -> bool:
+    i = len(sentence)
+    while i > 0 and sentence[i - 1].isspace():  # rstrip without copying the sentence
+        i -= 1
+    return i > 0 and sentence[i - 1] == "?"
 
 
 def polarity(sentence: str, start: int, end: int, inherited_negation: bool = False) -> Polarity:
-    """Polarity of `sentence[start:end]` within `sentence` (masked text, one sentence)."""
-    if sentence.rstrip().endswith("?"):
+    """Polarity of `sentence[start:end]` within `sentence` (masked text, one sentence).
+
+    Looks at most `CLAUSE_REACH` characters before and after the phrase."""
+    if _ends_with_question(sentence):
         return Polarity.QUESTION
     if inherited_negation:
         return Polarity.NEGATED
-    text = sentence.replace("\n", " ")
-    before = _clause_prefix(text[:start])
-    after = _clause_suffix(text[end:])
+    before = _clause_prefix(sentence[max(0, start - CLAUSE_REACH) : start].replace("\n", " "))
+    after = _clause_suffix(sentence[end : end + CLAUSE_REACH].replace("\n", " "))
     if _negated_prefix(before) or _SUFFIX_NEG.search(after):
         return Polarity.NEGATED
     if _HEDGE.search(before) or _SUFFIX_HEDGE.search(after):

@@ -2,17 +2,34 @@
 
 Each child is verified (artifacts re-hashed) and re-judged with the spec embedded in it; nothing
 a child says about itself (its verdict.json, results.json) is trusted. The combination checks
-are in `soakspec.judge.combine`. Writes `<out>/combined.json` atomically (sorted keys) and
-`<out>/combined.json.sha256` (`<sha256>  combined.json`), prints the report to stdout and exits
-0 PASS, 1 FAIL, 3 INCONCLUSIVE, 2 on a usage error.
+are in `soakspec.judge.combine` (only the provenance the spec declares is required; the same
+backend in two children is a before/after series).
+
+Output, in `--out DIR` (which must be new or empty):
+  combined.json, combined.json.sha256   the checks and every child (sorted keys)
+  an evidence directory                 when every backend appears once: each child's
+      `backends/<name>/` copied (every file re-hashed against the child's manifest while
+      copying), results.json and verdict.json (bound to the manifest, as `run` writes them),
+      and a manifest.json holding every backend's entry, the first child's spec and
+      host, `combined_from` (each child's run id, manifest sha256, host and times) and every
+      artifact's sha256 -- so `soakspec verify`, `gate` and `report` accept the directory.
+      A before/after series is not one run: no evidence directory is written for it (use
+      `soakspec compare BEFORE AFTER`); nor is one made from a child whose evidence does not
+      verify. combined.json is always written.
+Prints the report to stdout and exits 0 PASS, 1 FAIL, 3 INCONCLUSIVE, 2 on a usage error,
+4 when the output cannot be written.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
+import hashlib
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from soakspec.exitcodes import ExitCode
 
@@ -21,20 +38,103 @@ COMBINED = "combined.json"
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("dirs", nargs="+", metavar="DIR", help="evidence directories, one per backend run")
-    p.add_argument("--out", required=True, metavar="DIR", help="where to write combined.json")
+    p.add_argument("--out", required=True, metavar="DIR", help="a new (or empty) directory for combined.json and the combined evidence")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+
+
+class CopyMismatch(Exception):
+    """A child's file changed between verification and copying."""
+
+
+def combined_manifest(children: Sequence[Any]) -> dict[str, Any]:
+    """The combined run's manifest (artifacts still empty): pure."""
+    first = children[0]
+    m = copy.deepcopy(first.evidence.manifest)
+    order = [b.name for b in first.spec.backends]
+    entries = [copy.deepcopy(b.entry) for c in children for b in c.evidence.backends]
+    entries.sort(key=lambda e: order.index(e["name"]) if e["name"] in order else len(order))
+    ms = [c.evidence.manifest for c in children]
+    starts = [x for x in (mm.get("started_at_epoch") for mm in ms) if isinstance(x, (int, float))]
+    ends = [x for x in (mm.get("ended_at_epoch") for mm in ms) if isinstance(x, (int, float))]
+    statuses = [mm.get("status") for mm in ms]
+    run_id = "combined-" + hashlib.sha256("\n".join(str(c.evidence.run_id) for c in children).encode()).hexdigest()[:12]
+    m.update(run_id=run_id, backends=entries, artifacts={})
+    if starts:
+        first_i = min(range(len(ms)), key=lambda i: ms[i].get("started_at_epoch") if isinstance(ms[i].get("started_at_epoch"), (int, float)) else float("inf"))
+        m.update(started_at=ms[first_i].get("started_at"), started_at_epoch=min(starts))
+    if ends:
+        last_i = max(range(len(ms)), key=lambda i: ms[i].get("ended_at_epoch") if isinstance(ms[i].get("ended_at_epoch"), (int, float)) else float("-inf"))
+        m.update(ended_at=ms[last_i].get("ended_at"), ended_at_epoch=max(ends))
+    if all(s == "complete" for s in statuses):
+        m.update(status="complete", incomplete_reason=None)
+    else:
+        bad = [f"{c.dir}: {mm.get('status')}" for c, mm in zip(children, ms) if mm.get("status") != "complete"]
+        m.update(status="incomplete", incomplete_reason="a combined child did not complete: " + "; ".join(bad))
+    m["rehearsal"] = any(mm.get("rehearsal") is True for mm in ms)
+    names = {e["name"] for e in entries}
+    if set(order) <= names:
+        m.pop("only", None)
+    else:
+        m["only"] = [n for n in order if n in names]
+    m["combined_from"] = [
+        {"dir": c.dir, "run_id": c.evidence.run_id, "manifest_sha256": c.evidence.manifest_sha256,
+         "backends": [b.name for b in c.evidence.backends], "started_at": mm.get("started_at"),
+         "ended_at": mm.get("ended_at"), "host": mm.get("host"), "gpus": mm.get("gpus"),
+         "time_scale": mm.get("time_scale")}
+        for c, mm in zip(children, ms)
+    ]
+    return m
+
+
+def _copy_backends(children: Sequence[Any], out: Path) -> None:
+    """Copy every child's backends/<name>/ files into `out`, re-hashing each against the
+    child's manifest (a file changed since it was verified is not copied)."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import write_bytes_atomic
+
+    for c in children:
+        arts = c.evidence.manifest.get("artifacts") or {}
+        root = Path(c.evidence.root)
+        for b in c.evidence.backends:
+            prefix = f"{layout.BACKENDS}/{b.safe_name}/"
+            for rel, sha in sorted(arts.items()):
+                if not rel.startswith(prefix):
+                    continue
+                data = (root / rel).read_bytes()
+                if hashlib.sha256(data).hexdigest() != sha:
+                    raise CopyMismatch(f"{c.dir}/{rel} changed after it was verified")
+                dest = out / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                write_bytes_atomic(dest, data)
+
+
+def _write_results(out: Path, spec: Any) -> None:
+    """results.json and verdict.json, bound to the final manifest, as `soakspec run` writes them."""
+    from soakspec.evidence.results import write_results, write_verdict
+    from soakspec.judge.evidence import load_evidence
+    from soakspec.judge.joined import join
+    from soakspec.judge.judge import judge_run
+    from soakspec.judge.summary import summarize_run
+
+    run = join(spec, load_evidence(out))
+    write_results(out, summarize_run(run))
+    write_verdict(out, judge_run(run).to_json())
 
 
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
     from soakspec.commands.gate import load_for_judging
     from soakspec.evidence.io import EvidenceError, write_bytes_atomic, write_json_atomic
-    from soakspec.judge.combine import Child, combine, render_text
+    from soakspec.evidence.manifest import write_manifest
+    from soakspec.evidence.verify import finalize_artifacts
+    from soakspec.judge.combine import Child, before_after, combine, render_text
     from soakspec.judge.judge import judge
 
     if len(set(args.dirs)) != len(args.dirs):
         raise UsageError("the same directory is given twice")
     out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise UsageError(f"--out {args.out} exists and is not an empty directory")
     children = []
     for d in args.dirs:
         where = str(d).rstrip("/") or "/"
@@ -45,16 +145,37 @@ def main(args: argparse.Namespace) -> int:
         children.append(Child(where, spec, evidence, judge(spec, evidence)))
     result = combine(children)
     doc = result.to_json()
+    series = before_after(children)
+    changed = [c.dir for c in children if c.evidence.integrity.tampered or c.evidence.integrity.malformed]
+    as_evidence = not series and not changed
+    doc["evidence_directory"] = as_evidence
     try:
         out.mkdir(parents=True, exist_ok=True)
+        if as_evidence:
+            _copy_backends(children, out)
         sha = write_json_atomic(out / COMBINED, doc)
         write_bytes_atomic(out / (COMBINED + ".sha256"), f"{sha}  {COMBINED}\n".encode())
+        if as_evidence:
+            m = combined_manifest(children)
+            m["artifacts"] = finalize_artifacts(out)
+            write_manifest(out, m)
+            _write_results(out, children[0].spec)
+    except CopyMismatch as e:
+        print(f"soakspec combine: {e}; nothing combined", file=sys.stderr)
+        return ExitCode.GATE_FAILED
     except (OSError, EvidenceError) as e:
-        print(f"soakspec combine: cannot write {out / COMBINED}: {e}", file=sys.stderr)
+        print(f"soakspec combine: cannot write {out}: {e}", file=sys.stderr)
         return ExitCode.ABORTED
     if args.format == "json":
         print(json.dumps(dict(doc, combined_sha256=sha), indent=2, sort_keys=True, ensure_ascii=False))
     else:
         print(render_text(result))
+        if changed:
+            print(f"evidence that does not verify ({', '.join(changed)}): no combined evidence directory", file=sys.stderr)
+        elif series:
+            print("a before/after series: no combined evidence directory; "
+                  f"compare the runs with `soakspec compare {children[0].dir} {children[-1].dir}`", file=sys.stderr)
+        else:
+            print(f"wrote {out} (an evidence directory: soakspec verify/gate/report {out})", file=sys.stderr)
         print(f"wrote {out / COMBINED} (sha256 {sha})", file=sys.stderr)
     return result.exit_code

@@ -3,6 +3,8 @@
 The evidence is verified first (every artifact re-hashed against the manifest: an artifact edited
 after the run FAILs the gate and is named), then judged against the spec embedded in the
 manifest -- or against `--spec FILE` (a newer spec; a different sha256 is reported on stderr).
+The run's own results.json and verdict.json are part of retained evidence: either missing makes
+the verdict INCONCLUSIVE (incomplete evidence), whatever the rest says.
 The verdict goes to stdout (text or JSON); the exit code is 0 PASS, 1 FAIL, 3 INCONCLUSIVE,
 2 for a usage error (no evidence directory, a spec that does not check). Nothing is written.
 """
@@ -10,6 +12,7 @@ The verdict goes to stdout (text or JSON); the exit code is 0 PASS, 1 FAIL, 3 IN
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -22,6 +25,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", metavar="FILE", help="judge with this spec instead of the one embedded in the evidence")
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     p.add_argument("--verbose", action="store_true", help="text: list every instance, not only failures")
+    p.add_argument("--backend", action="append", default=[], metavar="NAME",
+                   help="judge only this backend (repeatable), as a `run --backend` of it: rules naming other backends are dropped")
 
 
 def spec_for(evidence, spec_file: str | None, where: str):
@@ -80,6 +85,22 @@ def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_
     return spec, evidence
 
 
+def _stored_outcome(evidence) -> str | None:
+    """The outcome the run's verdict.json records (None: none readable)."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import EvidenceError, read_json
+
+    if evidence.root is None:
+        return None
+    path = Path(evidence.root) / layout.VERDICT
+    try:
+        doc = read_json(path) if path.is_file() else None
+    except (EvidenceError, OSError):
+        return None
+    out = doc.get("outcome", doc.get("verdict")) if isinstance(doc, dict) else None
+    return out if out in ("PASS", "FAIL", "INCONCLUSIVE") else None
+
+
 def main(args: argparse.Namespace) -> int:
     from soakspec.judge.judge import judge
     from soakspec.judge.verdict import render_text
@@ -88,7 +109,19 @@ def main(args: argparse.Namespace) -> int:
     if isinstance(loaded, int):
         return loaded
     spec, evidence = loaded
-    verdict = judge(spec, evidence)
+    names = {b.name for b in spec.backends}
+    unknown = [n for n in args.backend if n not in names]
+    if unknown:
+        from soakspec.cli import UsageError
+
+        raise UsageError(f"--backend {unknown[0]}: the spec declares no such backend ({', '.join(sorted(names))})")
+    # after the fact: the run's results/verdict must be there
+    verdict = judge(spec, evidence, retained=True, backends=tuple(args.backend))
+    stored = _stored_outcome(evidence)
+    if stored is not None and stored != verdict.outcome and not args.backend:
+        # the stored verdict is a conclusion like any other: the gate re-judges and says so
+        verdict = dataclasses.replace(verdict, notes=verdict.notes + (
+            f"the run's own verdict.json says {stored}; re-judged from the evidence: {verdict.outcome}",))
     if args.format == "json":
         print(json.dumps(verdict.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
     else:

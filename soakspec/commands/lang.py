@@ -31,7 +31,7 @@ def configure_plan(p: argparse.ArgumentParser) -> None:
 
 
 def configure_fmt(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE", help="spec files; `-` reads stdin and writes the formatted spec to stdout")
     p.add_argument("--check", action="store_true", help="exit 1 if a file is not formatted; change nothing")
     p.add_argument("--diff", action="store_true", help="print a diff instead of rewriting")
 
@@ -99,6 +99,9 @@ def main_fmt(args: argparse.Namespace) -> int:
 
     status = ExitCode.OK
     for f in args.files:
+        if f == "-":
+            status = max(status, _fmt_stdin(args), key=int)
+            continue
         tree, diags, text = parse_file(f)
         if tree is None:
             _print_diags(diags, {f: text})
@@ -118,6 +121,37 @@ def main_fmt(args: argparse.Namespace) -> int:
         _write_atomic(f, out)
         print(f"{f}: reformatted", file=sys.stderr)
     return status
+
+
+def _fmt_stdin(args: argparse.Namespace) -> ExitCode:
+    """`soakspec fmt -`: the spec on stdin, formatted to stdout (with --check/--diff: as for a file)."""
+    import difflib
+
+    from soakspec.lang import fmt, parse
+
+    name = "<stdin>"
+    try:
+        text = sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError:
+        print(f"{name}: E003 spec is not valid UTF-8", file=sys.stderr)
+        return ExitCode.USAGE
+    tree, diags = parse(text, name)
+    from soakspec.diagnostics import has_errors
+
+    if tree is None or has_errors(diags):
+        _print_diags(diags, {name: text})
+        return ExitCode.USAGE
+    out = fmt(tree)
+    if args.check or args.diff:
+        if out == text:
+            return ExitCode.OK
+        if args.diff:
+            sys.stdout.writelines(difflib.unified_diff(text.splitlines(True), out.splitlines(True), name, name + " (formatted)"))
+        else:
+            print(f"{name}: would reformat")
+        return ExitCode.GATE_FAILED
+    sys.stdout.write(out)
+    return ExitCode.OK
 
 
 def _write_atomic(path: str, text: str) -> None:

@@ -18,6 +18,7 @@ from soakspec.claims import adapters
 from soakspec.claims.engine import lint
 from soakspec.diagnostics import Severity, has_errors, render_text
 from soakspec.exitcodes import ExitCode
+from soakspec.lang.parser import MAX_SOURCE_BYTES, Unreadable, read_bounded
 
 JSON_SCHEMA_VERSION = 1
 
@@ -27,7 +28,8 @@ class _Usage(Exception):
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("document", metavar="DOC", help="the review document (Markdown or PR text)")
+    parser.add_argument("document", metavar="DOC", nargs="?", default=None,
+                        help="the review document (Markdown or PR text); it may also follow --evidence DIR...")
     parser.add_argument("--spec", required=True, metavar="FILE", help="the .soak spec whose claim boundary applies")
     parser.add_argument(
         "--evidence", action="extend", nargs="+", default=[], metavar="DIR",
@@ -36,25 +38,43 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
 
 
-def _read(path: str, what: str) -> str:
+MAX_DOCUMENT_BYTES = 10_000_000  # a review document; linting is linear, so this bounds the work
+
+
+def _read(path: str, what: str, limit: int) -> str:
+    """The file's text, read once and bounded: never more than `limit` bytes (`/dev/zero`),
+    never an unbounded wait on a pipe nobody writes to."""
     try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-        raise _Usage(f"cannot read {what} {path}: {reason}") from e
+        raw = read_bounded(Path(path), limit)
+    except OSError as e:
+        raise _Usage(f"cannot read {what} {path}: {e.strerror or e}") from e
+    except Unreadable as e:
+        raise _Usage(f"cannot read {what} {path}: {e}") from e
+    if len(raw) > limit:
+        raise _Usage(f"{what} {path} is larger than {limit / 1e6:g} MB; refusing to read it")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _Usage(f"cannot read {what} {path}: {e}") from e
+
+
+def _document_after_evidence(args: argparse.Namespace) -> None:
+    """`--evidence D1 D2 PR.md`: --evidence takes every word after it, so the document lands in
+    its list. Evidence is a directory; a trailing entry that is not one is the document."""
+    if args.document is None and args.evidence and not Path(args.evidence[-1]).is_dir():
+        args.document = args.evidence.pop()
+    if args.document is None:
+        raise _Usage("no document given (soakspec lint-claims DOC --spec FILE [--evidence DIR...])")
 
 
 def main(args: argparse.Namespace) -> int:
     try:
-        text = _read(args.document, "document")
-        _read(args.spec, "spec")
-        boundary, coverage, spec_sha, spec_diags = adapters.load_boundary_and_coverage(args.spec)
+        _document_after_evidence(args)
+        text = _read(args.document, "document", MAX_DOCUMENT_BYTES)
+        spec_text = _read(args.spec, "spec", MAX_SOURCE_BYTES)  # read once: it may be a pipe
+        boundary, coverage, spec_sha, spec_diags = adapters.load_boundary_and_coverage(args.spec, source=spec_text)
         if boundary is None or coverage is None or has_errors(spec_diags):
-            try:
-                source = {args.spec: Path(args.spec).read_text(encoding="utf-8")}
-            except (OSError, UnicodeDecodeError):
-                source = {}
-            print(render_text(spec_diags, source), file=sys.stderr)
+            print(render_text(spec_diags, {args.spec: spec_text}), file=sys.stderr)
             raise _Usage(f"invalid spec {args.spec}")
         evidence = []
         for d in args.evidence:

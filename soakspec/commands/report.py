@@ -6,9 +6,11 @@ renders the report (`soakspec.report.render`). A stored verdict.json or results.
 read: the report says what the evidence says now.
 
 The report goes to stdout, or to `--out FILE` (written atomically; nothing on stdout). Notes
-(a different spec) go to stderr. Exit code: the verdict's -- 0 PASS, 1 FAIL, 3 INCONCLUSIVE --
-whatever the format; 2 for a usage error (no evidence directory, a spec that does not check);
-3 when the evidence cannot be read at all; 4 when `--out` cannot be written.
+(a different spec) go to stderr. Exit code: 0 when the report was rendered, whatever the
+verdict it shows (so `set -e` publishing of a FAIL report works; the verdict's exit code stays
+with `soakspec gate` and `soakspec run`); 2 for a usage error (no evidence directory, a spec
+that does not check); 3 when the evidence cannot be read at all; 4 when `--out` cannot be
+written.
 """
 
 from __future__ import annotations
@@ -62,4 +64,4 @@ def main(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
-    return inputs.verdict.exit_code
+    return ExitCode.OK  # rendered; the verdict's code is `gate`'s

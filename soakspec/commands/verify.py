@@ -21,9 +21,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
     from soakspec.evidence.verify import EvidenceNotFound, verify_evidence
+    from soakspec.judge.evidence import embedded_spec_sha256
 
     try:
-        report = verify_evidence(args.run_dir)
+        report = verify_evidence(args.run_dir, spec_sha256=embedded_spec_sha256)
     except EvidenceNotFound as e:
         raise UsageError(str(e)) from None
     if args.format == "json":

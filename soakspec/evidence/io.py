@@ -8,6 +8,11 @@
   last line, which `read_jsonl` skips and reports.
 - `RunLock` holds an exclusive `fcntl.flock` on `<run_dir>/.lock` while a run writes.
 - Disk-full style failures (ENOSPC, EFBIG, EDQUOT) become `EvidenceWriteError` naming the path.
+- `loads` decodes JSON with limits (nesting at most `MAX_JSON_DEPTH` deep, integers of at most
+  `MAX_INT_DIGITS` digits, finite numbers only, no NaN/Infinity): hostile evidence -- JSON
+  nested 100,000 deep, a 5000-digit integer -- is malformed evidence (`EvidenceFormatError`,
+  a bad line of a JSONL file), never a RecursionError or a ValueError from deep inside a reader.
+  `read_json`, `iter_jsonl` and everything built on them decode with it.
 """
 
 from __future__ import annotations
@@ -17,7 +22,9 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
+import re
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
@@ -69,6 +76,64 @@ class EvidenceFormatError(EvidenceError):
 
 class EvidenceInUseError(EvidenceError):
     """The evidence directory is locked by another run, or already holds a run."""
+
+
+MAX_JSON_DEPTH = 64  # evidence nests about 6 deep; a reader may recurse over what it decodes
+MAX_INT_DIGITS = 300  # any such integer converts to a finite float (the largest is about 1.8e308)
+_DEPTH_SCAN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+# Numbers that may break a limit: a long run of digits, or a 3-digit exponent (1e999 is inf).
+# Only a text with one takes the slower decode with number hooks.
+_SUSPECT_NUMBER = re.compile(r"\d{%d}|[eE][+-]?\d{3}" % (MAX_INT_DIGITS + 1))
+
+
+class _Limit(Exception):
+    def __init__(self, message: str, literal: str):
+        super().__init__(message)
+        self.literal = literal
+
+
+def _int(s: str) -> int:
+    if len(s) - s.startswith("-") > MAX_INT_DIGITS:
+        raise _Limit(f"integer of {len(s) - s.startswith('-')} digits (at most {MAX_INT_DIGITS})", s)
+    return int(s)
+
+
+def _float(s: str) -> float:
+    v = float(s)
+    if not math.isfinite(v):
+        raise _Limit(f"number {s[:24]}{'...' if len(s) > 24 else ''} is out of range", s)
+    return v
+
+
+def _constant(s: str) -> Any:
+    raise _Limit(f"{s} is not a JSON number", s)
+
+
+def _check_depth(text: str) -> None:
+    depth = 0
+    for m in _DEPTH_SCAN.finditer(text):
+        c = m.group()
+        if c in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise json.JSONDecodeError(f"nested deeper than {MAX_JSON_DEPTH} levels", text, m.start())
+        elif c in "]}":
+            depth -= 1
+
+
+def loads(text: str) -> Any:
+    """`json.loads` within limits; a text beyond them raises `json.JSONDecodeError` (a
+    ValueError) at the offending position, as a syntax error would."""
+    if text.count("[") + text.count("{") > MAX_JSON_DEPTH:  # else it cannot nest too deep
+        _check_depth(text)
+    try:
+        if _SUSPECT_NUMBER.search(text) is None:
+            return json.loads(text, parse_constant=_constant)
+        return json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    except _Limit as e:
+        raise json.JSONDecodeError(str(e), text, max(text.find(e.literal), 0)) from None
+    except RecursionError:  # unreachable after the depth check; kept so no reader ever sees one
+        raise json.JSONDecodeError("nested too deep", text, 0) from None
 
 
 def dumps_json(obj: Any) -> str:
@@ -147,9 +212,11 @@ def read_json(path: os.PathLike | str) -> Any:
     except UnicodeDecodeError as e:
         raise EvidenceFormatError(path, 1, f"not UTF-8: {e}") from e
     try:
-        return json.loads(text)
+        return loads(text)
     except json.JSONDecodeError as e:
         raise EvidenceFormatError(path, e.lineno, f"invalid JSON: {e.msg} (column {e.colno})") from e
+    except (RecursionError, ValueError) as e:  # nested too deep; an integer of too many digits
+        raise EvidenceFormatError(path, 1, f"JSON beyond the decoder's limits: {str(e)[:120]}") from None
 
 
 class JsonlWriter:
@@ -262,13 +329,16 @@ def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = N
                     errors.append((i, "empty line"))
                 continue
             try:  # decoded first: json.loads(bytes) would guess UTF-16/32 and pass lone surrogates
-                yield i, json.loads(raw.decode("utf-8"))
+                yield i, loads(raw.decode("utf-8"))
             except UnicodeDecodeError:
                 if errors is not None:
                     errors.append((i, "not UTF-8"))
             except json.JSONDecodeError as e:
                 if errors is not None:
                     errors.append((i, f"invalid JSON: {e.msg} (column {e.colno})"))
+            except (RecursionError, ValueError) as e:  # nested too deep; an integer of too many digits
+                if errors is not None:
+                    errors.append((i, f"JSON beyond the decoder's limits: {str(e)[:120]}"))
 
 
 def scan_jsonl(path: os.PathLike | str) -> JsonlScan:
@@ -420,7 +490,7 @@ def _read_pid(fd: int) -> int | None:
 
 def _manifest_status(path: Path) -> str:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads(path.read_text(encoding="utf-8"))
         return str(data.get("status", "unknown")) if isinstance(data, dict) else "unreadable"
     except (OSError, ValueError):
         return "unreadable"

@@ -13,7 +13,15 @@ Statuses:
   contradictory  the log shows another version (or several), or a variable has another value
   generic        the label says nothing specific ("", unknown, n/a, none, default, bare "nccl")
   undeclared     the spec declares no boundary
-  declared       a specific label with nothing to detect (e.g. host-staged)
+  declared       a specific label with nothing to detect (e.g. host-staged), or a label whose
+                 version nothing in the log confirms
+
+"confirmed" needs the log to confirm the version a label names. Without a declared log regex,
+a label naming a runtime the judge knows how to find in a log (`DEFAULT_VERSION_PATTERNS`:
+NCCL, RCCL, CUDA) is checked against that runtime's own version line: another version in the
+log is a contradiction (`NCCL 2.26.2` with the log saying `NCCL version 2.18.1`), none leaves
+the version declared, never confirmed -- even when the label's `NAME=VALUE` pairs match. Such a
+runtime named without a version (`NCCL x.y.z`, `nccl 2`, `NCCL vX`) is generic.
 """
 
 from __future__ import annotations
@@ -29,6 +37,15 @@ from soakspec.lang.runtime_label import is_generic_label, validate_log_regex  # 
 
 _LABEL_ENV = re.compile(r"\b([A-Z_][A-Z0-9_]*)=([^\s,;]+)")
 _LABEL_VERSION = re.compile(r"(?<![\w.])v?(\d+(?:\.\d+)+)(?![\w.])")
+
+_LABEL_WORDS = re.compile(r"[\s,;+()\[\]=]+")
+# A runtime's own version line, for labels that name the runtime and a version but declare no
+# log regex: (word in the label, case-insensitive) -> regex with a `version` group.
+DEFAULT_VERSION_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("nccl", r"NCCL version (?P<version>\d+(?:\.\d+)+)"),
+    ("rccl", r"RCCL version (?P<version>\d+(?:\.\d+)+)"),
+    ("cuda", r"CUDA (?:version|Version:?) (?P<version>\d+(?:\.\d+)+)"),
+)
 
 STATUSES = ("confirmed", "missing", "contradictory", "generic", "undeclared", "declared")
 
@@ -110,9 +127,24 @@ def detect_runtime_boundary(
     for name, value in _LABEL_ENV.findall(label or ""):
         required.setdefault(name, value)
     expected = decl.expected_version
-    if expected is None and decl.log_regex and label:
+    label_version = None
+    if label:
         m = _LABEL_VERSION.search(_LABEL_ENV.sub("", label))
-        expected = m.group(1) if m else None
+        label_version = m.group(1) if m else None
+    if expected is None and decl.log_regex:
+        expected = label_version
+    implicit_regex = None
+    words = {t for t in _LABEL_WORDS.split((label or "").lower()) if t}
+    if not decl.log_regex and (expected or label_version):
+        implicit_regex = next((rx for word, rx in DEFAULT_VERSION_PATTERNS if word in words), None)
+    versioned = next((word for word, _ in DEFAULT_VERSION_PATTERNS if word in words), None)
+    if versioned is not None and not (expected or label_version) and not decl.log_regex:
+        # `NCCL x.y.z`, `nccl 2`, `NCCL vX`: a versioned runtime named without its version
+        return RuntimeBoundary(
+            label, None, (), "generic", label or "(empty)",
+            (f"runtime boundary {label!r} names {versioned.upper()} without a version (like 2.26.2): "
+             "name the version, or declare a log_pattern that detects it",),
+        )
 
     contradictions: list[str] = []
     missing: list[str] = []
@@ -131,6 +163,18 @@ def detect_runtime_boundary(
                 contradictions.append(f"the server log reports version {versions[0]} but {expected} is declared")
             else:
                 confirmations.append(f"the server log reports version {versions[0]}")
+    unconfirmed: str | None = None
+    if not decl.log_regex and (expected or label_version):
+        want = expected or label_version
+        found = _found_versions(implicit_regex, log_text) if implicit_regex else []
+        if found and any(_norm_version(v) != _norm_version(want) for v in found):  # type: ignore[arg-type]
+            detected = ", ".join(found)
+            contradictions.append(f"the server log reports version {detected} but {want} is declared")
+        elif found:
+            detected = found[0]
+            confirmations.append(f"the server log reports version {found[0]}")
+        else:
+            unconfirmed = want
     observed: dict[str, str | None] = {}
     for name, want in sorted(required.items()):
         have = env.get(name)
@@ -149,14 +193,15 @@ def detect_runtime_boundary(
         status = "contradictory"
     elif missing:
         status = "missing"
-    elif decl.log_regex or required:
+    elif (decl.log_regex or required or detected) and unconfirmed is None:
         status = "confirmed"
     else:
         status = "declared"
 
     details = [*contradictions, *missing, *confirmations]
-    if not decl.log_regex and expected is not None:
-        details.append(f"version {expected} is declared but no log pattern can detect it")
+    if unconfirmed is not None:
+        details.append(f"version {unconfirmed} is declared but nothing in the server log confirms it"
+                       + ("" if implicit_regex else " (no log pattern can detect it)"))
     if status == "declared":
         details.append("nothing to detect: the label is recorded as declared")
 

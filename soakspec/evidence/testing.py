@@ -1,10 +1,19 @@
 """Test helpers built from the evidence model: sample records and a whole synthetic evidence
-directory written with the real writers. Used by soakspec's own tests (and handy for the
-judge's); hypothesis is imported only by the strategy functions."""
+directory written the way `soakspec run` writes one. Used by soakspec's own tests (and handy for
+the judge's); hypothesis is imported only by the strategy functions.
+
+`build_evidence_dir` leaves exactly the files a run of `sample_spec_text(backends)` against the
+embedded simulator leaves (tests/test_evidence_builders.py compares it with a real run): request
+lines made by `RequestRecord.to_line`, a server log with the simulator's trace lines, traces.jsonl
+from the runner's trace matcher, telemetry, followup.json in the runner's shape, a finalized,
+hashed manifest, and results.json and verdict.json written after it, bound to it by
+`manifest_sha256` (so `soakspec verify` accepts them unlisted, as it does a real run's).
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,14 +23,44 @@ from soakspec.evidence import layout
 from soakspec.evidence.io import JsonlWriter, RunLock, write_bytes_atomic, write_json_atomic
 from soakspec.evidence.manifest import backend_entry, finalize_manifest, new_manifest, write_manifest
 from soakspec.evidence.results import write_results, write_verdict
+from soakspec.evidence.traces import TraceSource, collect_traces, match_traces
+from soakspec.lang import check, parse, simtrace
 
 T0 = 1_747_000_000.0  # a fixed wall-clock origin for synthetic runs
+FOLLOW_UP_BUCKET = -2  # runner/records.py (the evidence package does not import the runner)
 
-SAMPLE_SPEC = 'backend "a" { url "http://127.0.0.1:8000" }\n'
+
+def sample_spec_text(backends: Sequence[str] = ("a", "b")) -> str:
+    """A spec that checks: one simulated backend per name, the workload `sample_request` rows
+    belong to (closed loop, concurrency 4, one 1-minute bucket) and a follow-up request."""
+    blocks = "".join(
+        f'backend "{b}" {{\n  sim {{}}\n  runtime {{\n    label = "host-staged"\n  }}\n}}\n' for b in backends
+    )
+    return (
+        'soak "sample" {\n  issue = "test"\n}\n'
+        + blocks
+        + 'workload "short" {\n  load {\n    mode = closed\n    concurrency = [4]\n  }\n'
+        '  duration = 1m\n  bucket = 1m\n  deadline = 30s\n  follow_up = true\n}\n'
+        "gate {\n  require failed == 0\n}\n"
+        'claims {\n  claim "sample evidence"\n}\n'
+    )
+
+
+SAMPLE_SPEC = sample_spec_text()
+
+
+def _canonical(text: str) -> str:
+    """The text `soakspec run` embeds in its manifest: the checked spec's canonical form (no
+    comments), whose hash is `Spec.sha256`."""
+    tree, diags = parse(text, "specs/sample.soak")
+    spec, more = check(tree, "specs/sample.soak")
+    assert spec is not None, diags + more
+    return spec.canonical_text
 
 
 def sample_request(i: int = 0, backend: str = "a", bucket: int = 0, **overrides: Any) -> dict[str, Any]:
-    """A completed, schema-valid requests.jsonl record."""
+    """A completed, schema-valid requests.jsonl record: `RequestRecord.to_json()`'s keys and
+    values (8 tokens in 8 chunks with usage, so `itl_source` is "exact")."""
     start = T0 + i * 0.5
     text = f"output {i}"
     rec: dict[str, Any] = {
@@ -46,7 +85,7 @@ def sample_request(i: int = 0, backend: str = "a", bucket: int = 0, **overrides:
         "prompt_tokens": 16,
         "output_tokens": 8,
         "tokens_source": "usage",
-        "itl_source": "chunks",
+        "itl_source": "exact",
         "chunks": 8,
         "ttft": 0.02,
         "latency": 0.3,
@@ -78,6 +117,37 @@ def sample_results(run_id: str, backends: Sequence[str], per_backend: int) -> di
     }
 
 
+def _sim_trace_line(rec: dict[str, Any], active: int) -> str:
+    """The line the simulator prints for a finished request (sim/server.py's payload keys)."""
+    payload = {
+        "request_id": rec["server_id"], "client_request_id": rec["request_id"], "endpoint": "completions",
+        "stream": True, "queued_at": rec["start"], "scheduled_at": rec["start"], "first_token_at": rec["first_token"],
+        "finished_at": rec["end"], "prompt_tokens": rec["prompt_tokens"], "completion_tokens": rec["output_tokens"],
+        "max_tokens": rec["output_tokens"], "finish_reason": rec["finish_reason"], "terminal_reason": "completed",
+        "status": rec["status"], "fault": None, "active": active, "pending": 0,
+    }
+    return simtrace.TRACE_PREFIX + json.dumps(payload, separators=(",", ":")) + "\n"
+
+
+# What `plan(sample_spec_text())` gives each backend (tests/test_evidence_builders.py checks
+# both against the plan; the evidence package does not import the plan).
+SAMPLE_TIMEOUTS = {"ready_timeout_s": 600.0, "ready_interval_s": 0.5, "ready_attempt_timeout_s": 2.0,
+                   "shutdown_grace_s": 10.0, "kill_wait_s": 5.0, "follow_up_deadline_s": 30.0}
+SAMPLE_LEVEL = {"workload": "short", "index": 0, "label": "concurrency 4", "mode": "closed", "concurrency": 4, "rate": None,
+                "batch_requests": None, "planned_duration_s": 60.0, "bucket_s": 60.0, "warmup_s": 0.0, "deadline_s": 30.0}
+
+
+def _level_entry(n: int, started: float) -> dict[str, Any]:
+    """A manifest level entry for the one level of `sample_spec_text` (a 60 s bucket): the
+    plan's `Level.to_json()`, then what happened."""
+    ms = started
+    return dict(SAMPLE_LEVEL) | {
+        "started_at": started, "measure_start": ms, "measure_end": ms + 60.0, "drained_at": ms + 60.5,
+        "completed": True, "buckets": [{"index": 0, "start": ms, "end": ms + 60.0, "planned_length_s": 60.0}],
+        "sent": n, "mean_in_flight": 4.0,
+    }
+
+
 def build_evidence_dir(
     run_dir: str | os.PathLike,
     *,
@@ -86,35 +156,65 @@ def build_evidence_dir(
     status: str = "complete",
     run_id: str = "run1",
 ) -> dict[str, Any]:
-    """Write a small, valid evidence directory like a finished run would; returns its manifest."""
+    """Write a small, valid evidence directory like a finished run would; returns its manifest.
+
+    `status="running"` stops where a run killed mid-soak stops (the start-of-run manifest, no
+    hashes, no results); other statuses finalize the manifest, and a complete run's results
+    and verdict follow it."""
+    from soakspec.runner.records import RequestRecord
+
     root = Path(run_dir)
     with RunLock(root):
         m = new_manifest(
-            run_id=run_id, spec_text=SAMPLE_SPEC, spec_path="specs/sample.soak", started_at=T0,
+            run_id=run_id, spec_text=_canonical(sample_spec_text(backends)), spec_path="specs/sample.soak", started_at=T0,
             host={"hostname": "h", "cpu_model": "cpu", "cpu_cores": 2, "memory_total": 1 << 30,
                   "kernel": "6.0", "os": "Linux", "python_version": "3.11", "soakspec_version": "0.1.0"},
-            backends=[backend_entry(name=b, kind="sim", argv=["soakspec", "sim", "--api-key", "sekrit-123"],
-                                    env={"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz"}, pid=1000 + i,
-                                    started_at=T0, ready_at=T0 + 1.5)
-                      for i, b in enumerate(backends)],
+            command=["soakspec", "run", "specs/sample.soak"],
         )
         write_manifest(root, m)
-        for b in backends:
+        entries = []
+        for i, b in enumerate(backends):
             d = layout.RunLayout(root).backend_dir(b)
             d.mkdir(parents=True, exist_ok=True)
-            with JsonlWriter(d / layout.REQUESTS, schema="request") as w:
-                for i in range(requests_per_backend):
-                    w.write(sample_request(i, backend=b))
+            rows = [sample_request(k, backend=b) for k in range(requests_per_backend)]
+            end = T0 + requests_per_backend * 0.5 + 1.0
+            fu = sample_request(requests_per_backend, backend=b, bucket=FOLLOW_UP_BUCKET, concurrency=1, worker=0,
+                                intended_start=end, start=end, first_byte=end + 0.01, first_token=end + 0.02,
+                                end=end + 0.3)
+            rows.append(fu)
+            with JsonlWriter(d / layout.REQUESTS) as w:  # the runner's writer: one batch of `to_line`s
+                w.write_lines(b"".join(RequestRecord.from_json(r).to_line() for r in rows))
+            log = "soakspec-sim listening on http://127.0.0.1:8000\n" + "".join(
+                _sim_trace_line(r, active=1 if r is fu else 4) for r in rows)
+            write_bytes_atomic(d / layout.SERVER_LOG, log.encode())
+            traces, _bad = collect_traces(d / layout.SERVER_LOG, 0, TraceSource(kind="log", pattern=simtrace.TRACE_PATTERN))
+            with JsonlWriter(d / layout.TRACES) as w:
+                for row in match_traces(rows, traces, "request_id", simtrace.ID_FORMS).records():
+                    w.write(row)
             with JsonlWriter(d / layout.TELEMETRY, schema="telemetry") as w:
-                w.write({"schema_version": 1, "t": T0 + 1, "server_pid": 1000, "server_rss_bytes": 1 << 20, "gpus": None})
-            write_json_atomic(d / layout.BUCKETS, {"schema_version": 1, "buckets": [{"bucket": 0}]})
-            write_json_atomic(d / layout.FOLLOWUP, {"schema_version": 1, "passed": True})
-            write_bytes_atomic(d / layout.SERVER_LOG, b"server starting\nready\n")
-        write_results(root, sample_results(run_id, backends, requests_per_backend))
-        write_verdict(root, {"schema_version": 1, "verdict": "PASS", "rules": []})
-        if status == "running":
+                w.write({"schema_version": 1, "t": T0 + 1, "server_pid": 1000 + i, "server_rss_bytes": 1 << 20, "gpus": None})
+            write_json_atomic(d / layout.FOLLOWUP, {"required": True, "record": fu, "passed": True, "reason": None,
+                                                    "server_idle": True})
+            entry = backend_entry(name=b, kind="sim", argv=["soakspec", "sim", "--port", "8000", "--api-key", "sekrit-123"],
+                                  env={"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz"}, url="http://127.0.0.1:8000",
+                                  pid=1000 + i, started_at=T0, ready_at=T0 + 1.5, exit_status=0, stop_signal="SIGTERM",
+                                  runtime_boundary={"declared": "host-staged", "detected": None, "env_observed": {},
+                                                    "status": "declared", "display": "host-staged", "details": []})
+            entry.update(levels=[_level_entry(requests_per_backend, T0)], trace_source="log",
+                         aborted_reason=None, planned_levels=1, timeouts=dict(SAMPLE_TIMEOUTS))
+            entries.append(entry)
+        if status == "running":  # a run writes its backends into the manifest only when it ends
             return m
-        return finalize_manifest(root, m, status, None if status == "complete" else "interrupted", ended_at=T0 + 130)
+        m = dict(m, backends=entries)
+        final = finalize_manifest(root, m, status, None if status == "complete" else "interrupted", ended_at=T0 + 130)
+        if status == "complete":  # like `soakspec run`: judged after the final manifest, bound to it
+            from soakspec.evidence.manifest import manifest_sha256
+
+            sha = manifest_sha256(root)
+            write_results(root, dict(sample_results(run_id, backends, requests_per_backend), manifest_sha256=sha))
+            write_verdict(root, {"schema_version": 1, "run_id": run_id, "manifest_sha256": sha, "verdict": "PASS",
+                                 "exit_code": 0, "rules": []})
+        return final
 
 
 # --- hypothesis strategies ------------------------------------------------------------------

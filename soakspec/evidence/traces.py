@@ -29,6 +29,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from soakspec.evidence.io import loads
+
 DEFAULT_ID_FORMS = ("{id}", "cmpl-{id}", "cmpl-{id}-0", "chatcmpl-{id}")
 DEFAULT_WINDOW_S = 5.0
 
@@ -147,6 +149,8 @@ def as_epoch(value: Any) -> float | None:
             value = dt.timestamp()
     if not isinstance(value, (int, float)) or value != value:
         return None
+    if isinstance(value, int) and abs(value) > 10**30:  # beyond any float time (and float())
+        return None
     for scale in (1.0, 1e3, 1e6, 1e9):
         t = value / scale
         if _EPOCH_MIN <= t <= _EPOCH_MAX:
@@ -215,7 +219,7 @@ def extract_traces(
             traces.append(Trace(given_id, (t,) if t is not None else (), None, here, source.name))
             continue
         try:
-            payload = json.loads(payload_text)
+            payload = loads(payload_text)  # bounded: a server's log is not ours to trust
         except json.JSONDecodeError as e:
             malformed.append((here, f"trace payload is not valid JSON: {e.msg}"))
             continue
@@ -308,10 +312,10 @@ class TraceMatch:
 
 def _window(req: Mapping[str, Any], window_s: float) -> tuple[float, float] | None:
     start = req.get("start")
-    if not isinstance(start, (int, float)):
+    if not isinstance(start, (int, float)) or isinstance(start, bool) or abs(start) > _EPOCH_MAX * 1e9:
         return None
     end = req.get("end")
-    if not isinstance(end, (int, float)):
+    if not isinstance(end, (int, float)) or isinstance(end, bool) or abs(end) > _EPOCH_MAX * 1e9:
         end = start
     return start - window_s, end + window_s
 

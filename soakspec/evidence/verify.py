@@ -9,12 +9,16 @@ Integrity problems (exit 1):
   V106 an unsafe or non-regular entry (a listed path escaping the directory, a symlink...)
   V107 results/verdict written after the manifest are bound to a different manifest
   V108 files disagree with each other (run id, backend of a record)
+  V109 the spec embedded in the manifest no longer hashes to the sha256 the manifest records
+       (checked when the caller gives `spec_sha256`, the spec language's own hash: `soakspec
+       verify` and the judge do)
 Incompleteness (exit 3 when there is no integrity problem):
   V201 the manifest status is running, incomplete or aborted
   V202 a JSONL file ends in a partial line (a write was cut off)
   V203 a run still holds the directory's lock
   V204 files were never hashed because the run never finalized its manifest
   V205 a complete run has no results.json yet (and the manifest does not list one)
+  V206 a complete run has no verdict.json yet (and the manifest does not list one)
 
 results.json and verdict.json may be written after the final manifest (they can then carry the
 manifest's sha256 in `manifest_sha256`): such a file is accepted unlisted when that hash matches.
@@ -23,15 +27,15 @@ manifest's sha256 in `manifest_sha256`): such a file is accepted unlisted when t
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.evidence import layout
-from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, lock_holder, read_json, sha256_file
+from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, loads, lock_holder, read_json, sha256_file
 from soakspec.exitcodes import ExitCode
 
 SCHEMA_VERSION = 1
@@ -87,9 +91,10 @@ def _safe_relpath(rel: str) -> bool:
 class VerifyReport:
     run_dir: str
     manifest_status: str | None
-    artifacts_checked: int
+    artifacts_checked: int  # files the manifest lists with a sha256, re-hashed (what `run` counts)
     records_checked: int
     diagnostics: tuple[Diagnostic, ...]
+    bound_checked: int = 0  # results.json / verdict.json: not artifacts, bound by manifest_sha256
 
     @property
     def problems(self) -> tuple[Diagnostic, ...]:
@@ -115,6 +120,7 @@ class VerifyReport:
             "exit_code": int(self.exit_code),
             "manifest_status": self.manifest_status,
             "artifacts_checked": self.artifacts_checked,
+            "bound_checked": self.bound_checked,
             "records_checked": self.records_checked,
             "problems": [d.as_json() for d in self.problems],
             "incomplete": [d.as_json() for d in self.incomplete],
@@ -126,7 +132,9 @@ class VerifyReport:
             where = f"{d.path}:{d.span.line}:{d.span.column}" if d.span.known else d.path
             tag = " [incomplete]" if d.severity is Severity.WARNING else ""
             lines.append(f"{where}: {d.code} {d.message}{tag}")
-        checked = f"{self.artifacts_checked} artifact{'s' if self.artifacts_checked != 1 else ''} and " \
+        bound = f", {self.bound_checked} result file{'s' if self.bound_checked != 1 else ''} bound to the manifest" \
+            if self.bound_checked else ""
+        checked = f"{self.artifacts_checked} artifact{'s' if self.artifacts_checked != 1 else ''}{bound} and " \
                   f"{self.records_checked} record{'s' if self.records_checked != 1 else ''} checked"
         n = len(self.problems)
         if n:
@@ -140,11 +148,13 @@ class VerifyReport:
 
 
 class _Checker:
-    def __init__(self, run_dir: str | os.PathLike):
+    def __init__(self, run_dir: str | os.PathLike, spec_sha256: Callable[[str], str | None] | None = None):
         self.root = Path(run_dir)
+        self.spec_sha256 = spec_sha256
         self.shown = str(run_dir).rstrip("/") or "/"
         self.diags: list[Diagnostic] = []
         self.artifacts_checked = 0
+        self.bound_checked = 0
         self.records_checked = 0
 
     def path(self, rel: str) -> str:
@@ -228,7 +238,7 @@ class _Checker:
             if rel in _MAY_FOLLOW_MANIFEST:
                 bound = self._bound_to_manifest(rel, manifest_sha)
                 if bound is True:
-                    self.artifacts_checked += 1
+                    self.bound_checked += 1  # not an artifact: `run` and the manifest do not count it
                     unlisted.remove(rel)
                     listed_ok.add(rel)
                     continue
@@ -245,15 +255,30 @@ class _Checker:
 
         if status == "complete" and layout.RESULTS not in present and layout.RESULTS not in artifacts:
             self.note(layout.RESULTS, "V205", "missing: the run's results were never written (judge the run to write them)")
+        if status == "complete" and layout.VERDICT not in present and layout.VERDICT not in artifacts:
+            self.note(layout.VERDICT, "V206", "missing: the run's verdict was never written (judge the run to write it)")
+        self._check_spec(manifest)
 
         # Content checks on every file that is present (changed or not: report all we can).
         for rel in files:
             self._check_content(rel, manifest)
         return self.report(status)
 
+    def _check_spec(self, manifest: dict) -> None:
+        spec = manifest.get("spec")
+        if self.spec_sha256 is None or not isinstance(spec, dict):
+            return
+        text, want = spec.get("text"), spec.get("sha256")
+        if not isinstance(text, str) or not isinstance(want, str):
+            return
+        got = self.spec_sha256(text)
+        if got is not None and got != want:
+            self.error(layout.MANIFEST, "V109", f"the embedded spec hashes to {got[:12]}..., not the sha256 the manifest records "
+                       f"({want[:12]}...): the spec text was changed after the run")
+
     def _bound_to_manifest(self, rel: str, manifest_sha: str) -> bool | None:
         try:
-            doc = json.loads((self.root / rel).read_text(encoding="utf-8"))
+            doc = loads((self.root / rel).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         bound = doc.get("manifest_sha256") if isinstance(doc, dict) else None
@@ -298,10 +323,13 @@ class _Checker:
                 self.error(rel, "V104", f"... and {-budget[0]} more problems in this file")
 
     def report(self, status: str | None) -> VerifyReport:
-        return VerifyReport(self.shown, status, self.artifacts_checked, self.records_checked, tuple(self.diags))
+        return VerifyReport(self.shown, status, self.artifacts_checked, self.records_checked, tuple(self.diags),
+                            self.bound_checked)
 
 
-def verify_evidence(run_dir: str | os.PathLike) -> VerifyReport:
+def verify_evidence(run_dir: str | os.PathLike, *, spec_sha256: Callable[[str], str | None] | None = None) -> VerifyReport:
     """Check an evidence directory (see the module docstring). Raises `EvidenceNotFound` when
-    `run_dir` is not a directory or holds no manifest.json."""
-    return _Checker(run_dir).run()
+    `run_dir` is not a directory or holds no manifest.json. `spec_sha256(text)`, when given, is
+    the spec language's hash of a spec text (None: it does not check): with it, the embedded
+    spec is checked against its recorded sha256 (V109)."""
+    return _Checker(run_dir, spec_sha256).run()

@@ -5,11 +5,23 @@ checks of `CHECKS`, in order, all of which must hold:
 
   children_pass         every child's verdict is PASS (a FAIL fails, an INCONCLUSIVE makes the
                         combination inconclusive)
-  backends_once         every backend the spec declares appears in exactly one child
-  one_commit            one source commit across all children and backends
-  model_provenance      identical model revision, model fingerprint and server binary sha256
+  backends_once         every backend the spec declares appears in a child, and no child has a
+                        backend the spec does not declare. A backend in several children is a
+                        before/after series (allowed; `soakspec compare` gives the statistics)
+  one_commit            one source commit across all children and backends, unchanged and from a
+                        clean tree (required when the spec declares a source repository); in a
+                        before/after series the commit is what changed: shown, not required equal
+  model_provenance      identical model revision (when the spec names one), model fingerprint
+                        (when it names a model path, outside rehearsals) and server binary sha256
+                        (for `launch` backends: `sim`, `url` and `shell` backends have no binary
+                        soakspec can hash, so none is required of them); a before/after
+                        series may change the binary
   same_workload         the same spec (sha256), or at least identical workloads and gate
-  runtime_boundaries    a runtime boundary retained for every backend (confirmed or declared)
+  runtime_boundaries    a runtime boundary for every backend, confirmed or declared, as the
+                        judge re-derives it from the spec, the retained log and environment
+
+Provenance is read from each child's evidence as the judge re-derives it
+(`soakspec.judge.rederive`), never from stored conclusions.
 """
 
 from __future__ import annotations
@@ -136,43 +148,96 @@ def backends_once(children: Sequence[Child]) -> Check:
         for b in c.evidence.backends:
             where.setdefault(b.name, []).append(c.dir)
     declared = [b.name for b in children[0].spec.backends] if children else []
-    problems = [f"backend {n} appears in {len(ds)} children ({', '.join(ds)})" for n, ds in where.items() if len(ds) > 1]
-    problems += [f"backend {n} is in no child" for n in declared if n not in where]
+    problems = [f"backend {n} is in no child" for n in declared if n not in where]
     problems += [f"backend {n} is not declared by the spec" for n in where if n not in declared]
-    return Check("backends_once", "fail" if problems else "pass", "; ".join(problems) or f"each of {', '.join(declared)} appears once")
+    series = [f"backend {n} appears in {len(ds)} children ({', '.join(ds)}): a before/after series"
+              for n, ds in where.items() if len(ds) > 1]
+    if problems:
+        return Check("backends_once", "fail", "; ".join(problems + series))
+    return Check("backends_once", "pass", "; ".join(series) or f"each of {', '.join(declared)} appears once")
+
+
+def before_after(children: Sequence[Child]) -> bool:
+    """True when some backend appears in more than one child (a before/after series)."""
+    names = [b.name for c in children for b in c.evidence.backends]
+    return len(names) != len(set(names))
+
+
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    entry: Mapping[str, Any]  # the backend's manifest entry, re-derived
+    spec: Spec  # the child's spec
+    rehearsal: bool
 
 
 def _entries(children: Sequence[Child]) -> dict[str, Mapping[str, Any]]:
-    """Every backend of every child: `name in dir` -> its manifest entry."""
-    return {f"{b.name} in {c.dir}": b.entry for c in children for b in c.evidence.backends}
+    """Every backend of every child: `name in dir` -> its manifest entry (re-derived)."""
+    return {k: e.entry for k, e in _full_entries(children).items()}
+
+
+def _full_entries(children: Sequence[Child]) -> dict[str, _Entry]:
+    out: dict[str, _Entry] = {}
+    for c in children:
+        ev = c.evidence  # re-derived by `combine`
+        rehearsal = ev.manifest.get("rehearsal") is True
+        for b in ev.backends:
+            out[f"{b.name} in {c.dir}"] = _Entry(b.entry, c.spec, rehearsal)
+    return out
 
 
 def one_commit(children: Sequence[Child]) -> Check:
-    entries = _entries(children)
+    entries = _full_entries(children)
     commits: dict[str, Any] = {}
     msgs = []
-    for k, e in entries.items():
+    for k, fe in entries.items():
+        e = fe.entry
         before, after = _get(e, "source", "commit_before"), _get(e, "source", "commit_after")
+        if before is None and after is None and fe.spec.source.repo is None:
+            continue  # no source repository declared: no commit to record
         if before != after:
             msgs.append(f"{k}: commit changed during the run")
+        if _get(e, "source", "dirty_before") is True or _get(e, "source", "dirty_after") is True:
+            msgs.append(f"{k}: the working tree had uncommitted changes (dirty before: {_get(e, 'source', 'dirty_before')}, "
+                        f"after: {_get(e, 'source', 'dirty_after')})")
         commits[k] = before
+    if not commits:
+        return Check("one_commit", "pass", "no source repository declared, so no commit to check")
+    if before_after(children):
+        shown = ", ".join(f"{k}: {str(v)[:12] if v else 'none'}" for k, v in commits.items())
+        return Check("one_commit", "fail" if msgs else "pass", "; ".join(msgs) or f"before/after series; commits {shown}")
     m = _distinct(commits, "commit")
     if m:
         msgs.append(m)
     return Check("one_commit", "fail" if msgs else "pass",
-                 "; ".join(msgs) or f"one commit {str(next(iter(commits.values()), ''))[:12]} across {len(entries)} backends")
+                 "; ".join(msgs) or f"one commit {str(next(iter(commits.values()), ''))[:12]} across {len(commits)} backends")
+
+
+def _required(fe: _Entry, label: str) -> bool:
+    """Whether a backend can have (so must have) this kind of provenance."""
+    if label == "model revision":
+        return fe.spec.model.revision is not None or _get(fe.entry, "model", "revision") is not None
+    if label == "model fingerprint":
+        return (fe.spec.model.path is not None and not fe.rehearsal) or _get(fe.entry, "model", "fingerprint") is not None
+    return fe.entry.get("kind") == "launch"  # server binary: only a launched binary has one
 
 
 def model_provenance(children: Sequence[Child]) -> Check:
-    entries = _entries(children)
+    entries = _full_entries(children)
     msgs = []
+    series = before_after(children)
     for label, path in (("model revision", ("model", "revision")), ("model fingerprint", ("model", "fingerprint")),
                         ("server binary sha256", ("server_binary", "sha256"))):
-        m = _distinct({k: _get(e, *path) for k, e in entries.items()}, label)
+        vals = {k: _get(fe.entry, *path) for k, fe in entries.items() if _required(fe, label)}
+        if series and label == "server binary sha256":  # the binary is what a before/after may change
+            missing = [k for k, v in vals.items() if v is None]
+            if missing:
+                msgs.append(f"no {label} recorded for {', '.join(missing)}")
+            continue
+        m = _distinct(vals, label)
         if m:
             msgs.append(m)
     return Check("model_provenance", "fail" if msgs else "pass",
-                 "; ".join(msgs) or "identical model revision, fingerprint and server binary across backends")
+                 "; ".join(msgs) or "identical model revision, fingerprint and server binary across backends (where they exist)")
 
 
 def same_workload(children: Sequence[Child]) -> Check:
@@ -204,6 +269,10 @@ CHECKS: tuple[Callable[[Sequence[Child]], Check], ...] = (
 
 
 def combine(children: Sequence[Child]) -> Combined:
+    from soakspec.judge.rederive import rederive
+
+    # every check reads facts: each child's stored conclusions re-derived once, here
+    children = [dataclasses.replace(c, evidence=rederive(c.spec, c.evidence)) for c in children]
     checks = [check(children) for check in CHECKS]
     if not children:
         checks.append(Check("children", "fail", "no children"))

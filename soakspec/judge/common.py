@@ -72,6 +72,9 @@ def describe_request(r: Mapping[str, Any]) -> str:
     msg = f'"{short(err)}"' if isinstance(err, str) and err else "no error message"
     status = r.get("status")
     outcome = r.get("outcome")
+    mismatch = r.get("usage_mismatch")
+    if outcome == "completed" and isinstance(mismatch, str) and mismatch:
+        return f"usage contradicts the stream: {short(mismatch)}"
     if outcome == "failed" and status == 200:
         return f"HTTP 200 with an in-stream error: {msg}"
     if isinstance(status, int):

@@ -28,7 +28,7 @@ from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl,
 OUTCOMES = ("completed", "failed", "timeout", "rejected", "disconnected")
 
 # verify codes: the artifact no longer is what the run wrote
-TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107"})
+TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107", "V109"})
 # the evidence does not parse or does not follow its contract
 MALFORMED_CODES = frozenset({"V104", "V105", "V108"})
 
@@ -85,6 +85,8 @@ class BackendEvidence:
     followup: Mapping[str, Any] | None = None
     partial_tail: tuple[str, ...] = ()  # files of this backend that end in a cut-off line
     problems: tuple[str, ...] = ()  # rows the judge could not use, as "file:line: why"
+    server_log: str | None = None  # the retained server.log (None: not retained or not loaded)
+    mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +121,23 @@ class Evidence:
         return None
 
 
+def embedded_spec_sha256(text: str) -> str | None:
+    """The sha256 of the spec `text` as the spec language computes it (`Spec.sha256`), or None
+    when it does not check with this soakspec. Never the bytes' hash: the language decides what
+    a spec's identity covers."""
+    from soakspec.diagnostics import has_errors
+    from soakspec.lang import check, parse
+
+    try:
+        tree, diags = parse(text, "manifest.json#spec")
+        if tree is None or has_errors(diags):
+            return None
+        spec, more = check(tree, "manifest.json#spec")
+    except Exception:  # noqa: BLE001 - an embedded spec this soakspec cannot read has no hash to compare
+        return None
+    return spec.sha256 if spec is not None and not has_errors(more) else None
+
+
 def request_problem(row: Any) -> str | None:
     """Why a requests.jsonl row cannot be judged, or None."""
     if not isinstance(row, Mapping):
@@ -128,12 +147,14 @@ def request_problem(row: Any) -> str | None:
     b = row.get("bucket")
     if not isinstance(b, int) or isinstance(b, bool):
         return "no integer bucket"
-    if row.get("outcome") not in OUTCOMES:
+    if row.get("outcome") is not None and row.get("outcome") not in OUTCOMES:  # absent: re-derived
         return f"unknown outcome {row.get('outcome')!r}"
-    for key in ("start", "end", "intended_start", "first_token"):
+    for key in ("start", "end", "intended_start", "first_token", "ttft", "latency", "tpot", "output_tokens", "prompt_tokens", "chunks"):
         v = row.get(key)
         if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
             return f"{key} is not a number"
+        if isinstance(v, int) and abs(v) > 2**63:
+            return f"{key} is an integer of {len(str(abs(v)))} digits, not a measurement"
     return None
 
 
@@ -156,16 +177,19 @@ def _compact_request(row: Any) -> Any:
 
 # What the judge reads of a trace row (coverage and terminal reasons); the rest of the server's
 # payload stays in traces.jsonl, hashed, for a reader who wants it.
-_TRACE_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "active", "pending")
+_TRACE_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status", "active", "pending")
 
 
 def _compact_trace(row: Any) -> Any:
     if not isinstance(row, dict):
         return row
     payload = row.get("payload", row.get("trace"))
-    out = {"request_id": row.get("request_id"), "matched": row.get("matched")}
+    out = {"request_id": row.get("request_id"), "matched": row.get("matched"), "trace_id": row.get("trace_id"),
+           "times": row.get("times")}
     if isinstance(payload, dict):
-        out["payload"] = {k: payload[k] for k in _TRACE_PAYLOAD_KEYS if k in payload}
+        # the payload's own times stay: the judge re-matches a trace by its id and times
+        out["payload"] = {k: v for k, v in payload.items()
+                          if k in _TRACE_PAYLOAD_KEYS or isinstance(v, (int, float)) and not isinstance(v, bool)}
     return out
 
 
@@ -188,7 +212,7 @@ def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *,
 def _integrity(root: Path) -> Integrity:
     from soakspec.evidence.verify import verify_evidence
 
-    report = verify_evidence(root)
+    report = verify_evidence(root, spec_sha256=embedded_spec_sha256)
     prefix = report.run_dir.rstrip("/") + "/"
     tampered, malformed, incomplete = [], [], []
     for d in report.diagnostics:
@@ -249,6 +273,10 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
             if isinstance(r, dict)
         ]
         telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False) if isinstance(r, dict)]
+        server_log = None
+        lpath = d / layout.SERVER_LOG
+        if lpath.is_file() and not lpath.is_symlink():
+            server_log = lpath.read_bytes().decode("utf-8", "replace")
         followup = None
         fpath = d / layout.FOLLOWUP
         if fpath.is_file():
@@ -270,6 +298,7 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
                 followup=followup,
                 partial_tail=tuple(partial),
                 problems=tuple(problems),
+                server_log=server_log,
             )
         )
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))

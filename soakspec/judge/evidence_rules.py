@@ -3,9 +3,12 @@
     artifacts_verified         built in: every artifact matches the manifest's sha256
     bucket_coverage            every planned bucket present, each with a completed request
     duration_coverage          every planned level measured for its planned duration
-    trace_coverage             share of measured requests with a matched trace, per scope
+    trace_coverage             share of completed measured requests with a matched trace (as the
+                               judge re-matches them), per scope; an attempt that did not
+                               complete neither counts as covered nor needs a trace
     follow_up                  the clean follow-up request after the load passed
-    provenance_consistent      one commit and one model across backends, unchanged during the run
+    provenance_consistent      one commit and one model across backends, unchanged during the run,
+                               from a clean tree (no uncommitted change before or after)
     runtime_boundary_specific  every backend's runtime boundary confirmed or declared
 
 Each is `rule(run, spec_rule) -> RuleResult` (`spec_rule` None: the built-in check).
@@ -16,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from soakspec.evidence.io import sha256_text
+from soakspec.judge.evidence import embedded_spec_sha256
 from soakspec.judge.common import backend_here, compare, describe_request, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, Row
 from soakspec.judge.joined import JudgedRun
@@ -39,8 +42,9 @@ def artifacts_verified(run: JudgedRun, rule: Rule | None) -> RuleResult:
     for f in integ.tampered:
         insts.append(problem(f.message, Location(text=f.path)))
     spec = run.evidence.manifest.get("spec")
-    if isinstance(spec, Mapping) and isinstance(spec.get("text"), str) and isinstance(spec.get("sha256"), str):
-        if sha256_text(spec["text"]) != spec["sha256"]:
+    already = any(f.code == "V109" for f in integ.tampered)
+    if not already and isinstance(spec, Mapping) and isinstance(spec.get("text"), str) and isinstance(spec.get("sha256"), str):
+        if embedded_spec_sha256(spec["text"]) not in (None, spec["sha256"]):
             insts.append(problem("the spec text embedded in the manifest does not match its recorded sha256", Location(text="manifest.json")))
     msg = f"all {plural(integ.checked, 'artifact')} match the sha256 recorded in the manifest"
     severity = rule.severity if rule else "require"
@@ -166,6 +170,13 @@ def _part(e: Mapping[str, Any], key: str) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
 
+def _dirty_allowed(run: JudgedRun) -> bool:
+    """Whether the spec accepts a run from a tree with uncommitted changes (`source {
+    allow_dirty = true }`); read here and only here. A dirty tree then passes
+    provenance_consistent, and the passing message says that it was dirty."""
+    return run.spec.source.allow_dirty
+
+
 def _provenance_of(run: JudgedRun, name: str, e: Mapping[str, Any]) -> tuple[list[Instance], str | None]:
     """One backend's provenance problems, and its commit when it has one, unchanged."""
     out: list[Instance] = []
@@ -183,6 +194,9 @@ def _provenance_of(run: JudgedRun, name: str, e: Mapping[str, Any]) -> tuple[lis
         commit = before
     if src.get("dirty_before") != src.get("dirty_after"):
         out.append(problem(f"the working tree changed during the run (dirty before: {src.get('dirty_before')}, after: {src.get('dirty_after')})", here))
+    elif src.get("dirty_before") is True and not _dirty_allowed(run):
+        out.append(problem("the working tree had uncommitted changes before and after the run (dirty_before = dirty_after = true): "
+                           "the commit does not say what ran", here))
     model = _part(e, "model")
     want_rev = run.spec.model.revision
     if want_rev and model.get("revision") != want_rev:
@@ -214,8 +228,11 @@ def provenance_consistent(run: JudgedRun, rule: Rule) -> RuleResult:
             listing = ", ".join(f"{n}: {str(v)[:12]}" for n, v in values.items())
             insts.append(problem(f"backends ran different {label} ({listing})", Location(text="across backends")))
     one = sorted(set(commits.values()))
+    dirty = any(_part(e, "source").get("dirty_before") is True for _, e in entries)
     if len(one) == 1:
         msg = f"one commit ({one[0][:12]}) and one model across {plural(len(entries), 'backend')}, unchanged during the run"
+        if dirty:
+            msg += "; the working tree had uncommitted changes, which the spec allows (allow_dirty = true)"
     else:
         msg = f"one model across {plural(len(entries), 'backend')}; no source repository declared, so no commit to check"
     return result(rule, "provenance_consistent", "evidence", rule.severity, insts, msg, max(1, len(entries)))
@@ -231,9 +248,14 @@ def runtime_boundary_specific(run: JudgedRun, rule: Rule) -> RuleResult:
         if bi is None:
             insts.append(problem("no evidence for this backend", here))
             continue
-        rb = _part(bi.evidence.entry, "runtime_boundary")
+        rb = _part(bi.evidence.entry, "runtime_boundary")  # re-derived by the judge (`rederive`)
         status = rb.get("status")
         display = rb.get("display") or rb.get("declared") or "none"
+        stored = rb.get("stored_status", status)
+        if status in SPECIFIC_RUNTIME and stored not in SPECIFIC_RUNTIME:
+            # the manifest's own label says it is not specific: never better than what was recorded
+            insts.append(problem(f"runtime boundary {display!r} is recorded as {stored or 'not recorded'}", here))
+            continue
         if status in SPECIFIC_RUNTIME:
             shown.append(f"{name}: {display} ({status})")
             continue
@@ -246,31 +268,34 @@ def runtime_boundary_specific(run: JudgedRun, rule: Rule) -> RuleResult:
 
 
 def _traced_in(sc: Scope) -> Callable[[Row], bool]:
-    """Has a request of scope `sc` a matched trace from its own backend?"""
+    """Has a request of scope `sc` a matched trace from its own backend? Only a completed
+    request counts: the trace of an attempt that did not complete covers nothing."""
     if len(sc.backends) == 1:
         traced = sc.backends[0].traced
-        return lambda r: r.get("request_id") in traced
+        return lambda r: r.get("outcome") == "completed" and r.get("request_id") in traced
     by_name: dict[str, BackendIndex] = {}
     for bi in sc.backends:
         by_name.setdefault(bi.name, bi)
-    return lambda r: (bi := by_name.get(r.get("backend"))) is not None and r.get("request_id") in bi.traced  # type: ignore[arg-type]
+    return lambda r: (r.get("outcome") == "completed" and (bi := by_name.get(r.get("backend"))) is not None
+                      and r.get("request_id") in bi.traced)  # type: ignore[arg-type]
 
 
 def _coverage_instance(sc: Scope, rule: Rule) -> tuple[Instance | None, float | None, int, int]:
     """(the instance when it does not pass, coverage, traced, total) of one scope instance."""
     assert rule.op is not None and rule.threshold is not None
-    total = len(sc.records)
-    if total == 0:
+    if not sc.records:
         return Instance("inconclusive", loc(sc), None, None, 0, "no measured requests to trace"), None, 0, 0
-    is_traced = _traced_in(sc)
-    traced = sum(1 for r in sc.records if is_traced(r))
-    cov = traced / total
+    done = completed(sc.records)
+    total = len(done)
     where = loc(sc)
-    if compare(cov, rule.op, rule.threshold) and not completed(sc.records):
-        return Instance("inconclusive", where, cov, None, total, "no request in it completed: nothing was measured", 1), None, traced, total
+    if total == 0:
+        return Instance("inconclusive", where, None, None, len(sc.records), "no request in it completed: nothing was measured", 1), None, 0, 0
+    is_traced = _traced_in(sc)
+    traced = sum(1 for r in done if is_traced(r))
+    cov = traced / total
     if compare(cov, rule.op, rule.threshold):
         return None, cov, traced, total
-    first = next((r for r in sc.records if not is_traced(r)), None)
+    first = next((r for r in done if not is_traced(r)), None)
     tail = f"; first untraced: {first.get('request_id')}" if first is not None else ""
     return Instance("fail", where, cov, f"trace coverage = {cov * 100:.4g}%", total,
                     f"trace coverage {cov * 100:.4g}% ({traced} of {total} requests traced; threshold {rule.op} {rule.threshold_text}){tail}"), cov, traced, total

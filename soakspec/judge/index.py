@@ -28,7 +28,10 @@ FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level (warm-
 def num(v: Any) -> float | None:
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return None
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond any float: not a measurement
+        return None
     return f if math.isfinite(f) else None
 
 

@@ -45,6 +45,10 @@ class JudgedRun:
     judged: tuple[BackendIndex, ...]
     levels: Mapping[LevelKey, LevelIndex]
     where_of: Mapping[tuple[str, str], tuple[LevelIndex, Window]]
+    restricted: tuple[str, ...] = ()  # the backends a restricted run (`only`, `--backend`) ran
+    not_run: tuple[str, ...] = ()  # the spec's backends a restricted run left out
+    retained: bool = False  # judged from retained evidence (`gate`), not right after the run
+    gate_only: bool = False  # the gate itself was restricted (`gate --backend`), not only the run
 
     @property
     def gate(self) -> Gate:
@@ -68,6 +72,15 @@ class JudgedRun:
         bi = self.backends.get(rule.backend)
         return (bi,) if bi is not None else ()
 
+    def unrun(self, rule: Rule) -> str | None:
+        """Why `rule` names a backend this run did not run (None: it does not)."""
+        if rule.backend is None or rule.backend in self.planned:
+            return None
+        if rule.backend in self.not_run:
+            return (f"the run was restricted to {', '.join(self.restricted)}; backend {rule.backend} did not run, "
+                    "so nothing here speaks about it")
+        return f"backend {rule.backend} is not planned by this run"
+
     def planned_for(self, rule: Rule) -> list[tuple[str, BackendPlan]]:
         return [(n, bp) for n, bp in self.planned.items() if rule.backend is None or n == rule.backend]
 
@@ -79,14 +92,26 @@ def _time_scale(m: Mapping[str, Any]) -> tuple[float, bool]:
     return scale, scale != ts
 
 
-def join(spec: Spec, evidence: Evidence) -> JudgedRun:
-    """Re-plan the run from its manifest and index its evidence against that plan (pure)."""
+def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tuple[str, ...] = ()) -> JudgedRun:
+    """Re-plan the run from its manifest, re-derive every stored conclusion from its facts
+    (`soakspec.judge.rederive`) and index the evidence against that plan (pure). `retained`:
+    the evidence is judged after the fact (`soakspec gate`), so the run's own results.json and
+    verdict.json must be there. `backends` (`gate --backend`): judge only these backends, as a
+    `--backend` run of them would be judged -- the rules naming other backends are dropped."""
+    from soakspec.judge.rederive import rederive
+
+    evidence = rederive(spec, evidence)
     m = evidence.manifest
     time_scale, bad_time_scale = _time_scale(m)
     rehearsal = m.get("rehearsal") is True
     only = m.get("only")
     names = {b.name for b in spec.backends}
     chosen = tuple(n for n in only if n in names) if isinstance(only, list) and only else ()
+    gate_only = bool(backends)
+    if gate_only:
+        chosen = tuple(b.name for b in spec.backends if b.name in set(backends))
+        spec = dataclasses.replace(spec, gate=dataclasses.replace(
+            spec.gate, rules=tuple(r for r in spec.gate.rules if r.backend is None or r.backend in chosen)))
     p = make_plan(spec, time_scale=time_scale, rehearse=rehearsal, only=chosen)
     planned = {bp.name: bp for bp in p.backends}
     indexes = index(evidence)
@@ -103,5 +128,6 @@ def join(spec: Spec, evidence: Evidence) -> JudgedRun:
             for w in lv.buckets:
                 for r in w.records:
                     where_of[(bi.name, str(r["request_id"]))] = (lv, w)
+    not_run = tuple(b.name for b in spec.backends if b.name not in planned) if chosen else ()
     return JudgedRun(spec, evidence, p, time_scale, bad_time_scale, rehearsal, indexes, planned, backends,
-                     judged, levels, where_of)
+                     judged, levels, where_of, chosen, not_run, retained, gate_only)

@@ -26,6 +26,16 @@ performance  The spec's comparisons, each over every instance of its scope (run,
              `not_evaluated` (an inconclusive one -- a rehearsal, too few samples -- does not
              block them: a failure seen is a failure).
 
+Facts, not labels: `join` re-derives every stored conclusion (outcomes, trace matches, the
+follow-up's pass, the runtime boundary's status) from the raw fields it retains
+(`soakspec.judge.rederive`); a label the facts contradict is malformed evidence.
+
+A restricted run (`only` in the manifest: `soakspec run --backend`) is judged for what it
+covered, and every verdict says so in its notes ("restricted to backends a; not run: b"); a
+rule naming a backend it did not run (`on "b"`) is INCONCLUSIVE, never a pass -- unless the
+gate itself is judged for the same backends (`soakspec gate --backend a`), which drops the rules
+naming the others and says so.
+
 Missing data is never a pass:
   - a percentile rule passes only with at least max(min_samples_for_percentile(q, confidence),
     gate min_samples) samples in the scope; with fewer it is INCONCLUSIVE ("needs N more
@@ -55,7 +65,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from soakspec.judge import performance
-from soakspec.judge.common import not_evaluated
+from soakspec.judge.common import not_evaluated, problem, result
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.joined import JudgedRun, join
 from soakspec.judge.registry import BY_NAME, RuleClass, builtins, metric
@@ -63,30 +73,55 @@ from soakspec.judge.verdict import RuleResult, Verdict, decide
 from soakspec.lang.spec import Rule, Spec
 
 
+def _unrun(run: JudgedRun, rule: Rule) -> RuleResult | None:
+    """A rule naming a backend the run did not run (a restricted run): never a pass."""
+    why = run.unrun(rule)
+    if why is None:
+        return None
+    return result(rule, rule.expr.text, rule.klass, rule.severity, [problem(why, status="inconclusive")], "", 0)
+
+
 def _judge_class(run: JudgedRun, klass: RuleClass, rules: Sequence[Rule]) -> list[RuleResult]:
     """The validity or evidence rules, built in and written, in their order (see above)."""
     written = {r.expr.metric for r in rules if r.klass == klass and r.severity == "require"}
     out = [e.check(run, None) for e in builtins(klass) if e.in_spec and e.name not in written and e.check]
-    out += [BY_NAME[r.expr.metric].check(run, r) for r in rules if r.klass == klass]  # type: ignore[misc]
+    out += [_unrun(run, r) or BY_NAME[r.expr.metric].check(run, r) for r in rules if r.klass == klass]  # type: ignore[misc]
     out += [e.check(run, None) for e in builtins(klass) if not e.in_spec and e.check]
     return out
 
 
+def restriction_note(run: JudgedRun) -> str | None:
+    """`restricted to backends a, b; not run: c` for a restricted run (`--backend`), else None."""
+    if not run.restricted:
+        return None
+    names = ", ".join(run.restricted)
+    s = "s" if len(run.restricted) != 1 else ""
+    if run.gate_only:
+        rest = f"; not judged: {', '.join(run.not_run)} and the rules naming them" if run.not_run else ""
+        return f"gate restricted to backend{s} {names} (--backend){rest}"
+    rest = f"; not run: {', '.join(run.not_run)}" if run.not_run else ""
+    return f"restricted to backend{s} {names}{rest} (judged for what it covered)"
+
+
 def _notes(run: JudgedRun) -> tuple[str, ...]:
+    out = []
+    note = restriction_note(run)
+    if note is not None:
+        out.append(note)
     ev_sha = run.evidence.spec_sha256
     if ev_sha is not None and ev_sha != run.spec.sha256:
-        return (f"judged with a spec (sha256 {run.spec.sha256[:12]}) other than the run's (sha256 {ev_sha[:12]})",)
-    return ()
+        out.append(f"judged with a spec (sha256 {run.spec.sha256[:12]}) other than the run's (sha256 {ev_sha[:12]})")
+    return tuple(out)
 
 
 def judge_run(run: JudgedRun) -> Verdict:
     """Judge a joined run (`join(spec, evidence)`); pure: same inputs, same verdict."""
-    rules = run.spec.gate.rules
+    rules = run.spec.gate.rules  # (narrowed by `gate --backend`: see `join`)
     results = _judge_class(run, "validity", rules) + _judge_class(run, "evidence", rules)
     blocked = any(x.severity == "require" and x.status == "fail" for x in results)
     for r in rules:
         if r.klass == "performance":
-            results.append(not_evaluated(r) if blocked else performance.judge(run, r, metric(r.expr.metric)))
+            results.append(not_evaluated(r) if blocked else _unrun(run, r) or performance.judge(run, r, metric(r.expr.metric)))
     status = run.evidence.manifest.get("status")
     return Verdict(
         outcome=decide(results),
@@ -103,8 +138,10 @@ def judge_run(run: JudgedRun) -> Verdict:
     )
 
 
-def judge(spec: Spec, evidence: Evidence) -> Verdict:
+def judge(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tuple[str, ...] = ()) -> Verdict:
     """Judge `evidence` against `spec`'s gate. Pure: same inputs, same verdict. A caller that
     also summarizes the run joins it once: `run = join(spec, evidence)`, then `judge_run(run)`
-    and `summary.summarize_run(run)`."""
-    return judge_run(join(spec, evidence))
+    and `summary.summarize_run(run)`. `retained` (`soakspec gate`): judged after the fact, so a
+    missing results.json or verdict.json makes the evidence incomplete. `backends` (`gate
+    --backend`): judge only those backends, like a `--backend` run of them."""
+    return judge_run(join(spec, evidence, retained=retained, backends=backends))

@@ -10,6 +10,10 @@ and results.json call the same implementations, so a report and a gate cannot di
               latency, schedule_lag, output_tokens, prompt_tokens): min, max, mean, pNN
   PerToken    a distribution pooling the inter-token gaps of every completed request whose
               ITL is not an estimate (itl)
+
+A completed request flagged `usage_mismatch` (its reported completion tokens contradict its
+stream, `soakspec.judge.rederive.usage_problem`) gives no ITL, TPOT or output_tokens value --
+they would be computed from the claimed count -- and throughput counts its text chunks instead.
   PerBucket   one value per bucket (qps = completed / wall, throughput = output tokens of
               completed requests / wall, in_flight = the exact time integral of the backend's
               requests in flight over the window / its length): min, max or mean over the
@@ -120,6 +124,11 @@ def any_request(r: Row) -> bool:
     return True
 
 
+def usage_mismatched(r: Row) -> bool:
+    """A completed request whose reported completion tokens contradict its stream."""
+    return r.get("outcome") == "completed" and bool(r.get("usage_mismatch"))
+
+
 def not_completed(r: Row) -> bool:
     return r.get("outcome") != "completed"
 
@@ -202,8 +211,19 @@ def schedule_lag(r: Row) -> float | None:
     return s - i if s is not None and i is not None else None
 
 
+def usage_ok(r: Row) -> bool:
+    """The request's token count agrees with its stream (not flagged `usage_mismatch`)."""
+    return not r.get("usage_mismatch")
+
+
+def counted(name: str) -> Callable[[Row], float | None]:
+    """A field computed from the reported token count: None when that count is contradicted."""
+    get = field(name)
+    return lambda r: get(r) if usage_ok(r) else None
+
+
 def itl_gaps(r: Row) -> list[float]:
-    if r.get("itl_source") == "estimated":
+    if r.get("itl_source") == "estimated" or not usage_ok(r):
         return []
     gaps = r.get("itl")
     if isinstance(gaps, (list, array)):
@@ -289,8 +309,13 @@ def qps(bi: BackendIndex, w: Window, wall: float) -> float | None:
     return sum(1 for r in w.records if r.get("outcome") == "completed") / wall
 
 
+def _tokens(r: Row) -> float:
+    key = "output_tokens" if usage_ok(r) else "chunks"  # a contradicted count: its chunks, a lower bound
+    return float(num(r.get(key)) or 0.0)
+
+
 def throughput(bi: BackendIndex, w: Window, wall: float) -> float | None:
-    return math.fsum(float(num(r.get("output_tokens")) or 0.0) for r in completed(w.records)) / wall
+    return math.fsum(_tokens(r) for r in completed(w.records)) / wall
 
 
 def bucket_in_flight(bi: BackendIndex, w: Window, wall: float) -> float | None:

@@ -53,6 +53,38 @@ def _significant_violation(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricIm
     return stats.exceeds_with_confidence(under, len(vals), 100.0 - q, confidence)
 
 
+def _overage(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure, vtext: str) -> Instance | None:
+    """A percentile rule whose point estimate passes: does the claim hold at the gate's
+    confidence? (LoadGen's overage rule, `stats.max_overages`.) None when it does; else the
+    inconclusive instance saying how many samples lie beyond the threshold, how many the
+    confidence allows and how many more samples the claim would need."""
+    q, op, t = rule.expr.percentile, rule.op, rule.threshold
+    if q is None or t is None or op not in ("<", "<=", ">", ">=") or not isinstance(impl, Distribution):
+        return None
+    if op in (">", ">=") and q <= 0:
+        return None
+    vals = impl.values(sc.records)
+    n = len(vals)
+    conf = run.gate.confidence
+    if op in ("<", "<="):
+        over = sum(1 for v in vals if (v > t if op == "<=" else v >= t))
+        qq, side = q, "above"
+    else:
+        over = sum(1 for v in vals if (v < t if op == ">=" else v <= t))
+        qq, side = 100.0 - q, "below"
+    if qq <= 0:
+        return None
+    allowed = stats.max_overages(n, qq, conf)
+    if allowed is not None and over <= allowed:
+        return None
+    more = stats.samples_for_overages(over, n, qq, conf)
+    need = f"needs {more} more {_UNIT_WORD.get(m.unit, m.unit)}{'' if more == 1 else 's'} within the threshold" if more else "cannot be claimed"
+    return Instance("inconclusive", loc(sc), m.value, vtext, n,
+                    f"{vtext}, but {over} of {_unit_word(m.unit, n)} are {side} {rule.threshold_text}; "
+                    f"at most {allowed if allowed is not None else 0} allowed at {conf * 100:.3g}% confidence "
+                    f"(threshold {rule.op} {rule.threshold_text}); {need}", more or None)
+
+
 def _offender_groups(run: JudgedRun, sc: Scope, offenders: list[Row]) -> tuple[dict[tuple[str, str, int, int], list[Row]], dict[tuple[str, str, int, int], Location]]:
     """The offending requests by (backend, workload, level, bucket), and where each group is."""
     groups: dict[tuple[str, str, int, int], list[Row]] = {}
@@ -127,6 +159,11 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
         # a scope where nothing completed measured nothing: it can fail a rule, never pass one
         return Instance("inconclusive", where, m.value, vtext, m.samples,
                         f"{vtext}, but no request in it completed: nothing was measured", 1), m.value, m.samples
+    if ok and (unsure := _overage(run, sc, rule, impl, m, vtext)) is not None:
+        if _significant_violation(run, sc, rule, impl):
+            return Instance("fail", where, m.value, vtext, m.samples,
+                            f"{vtext} over {_unit_word(m.unit, m.samples)} (threshold {rule.op} {rule.threshold_text}), but so many samples violate the threshold that the percentile is beyond it at {run.gate.confidence * 100:.3g}% confidence"), m.value, m.samples
+        return unsure, m.value, m.samples
     if ok:
         return Instance("pass", where, m.value, vtext, m.samples, f"{vtext} (threshold {rule.op} {rule.threshold_text})"), m.value, m.samples
     narrowed = _offenders_message(run, sc, rule, impl, vtext)

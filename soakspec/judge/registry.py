@@ -66,10 +66,10 @@ RULES: tuple[Entry, ...] = (
     # performance: per-request distributions
     _metric("ttft", M.PerRequest(M.ttft)),
     _metric("itl", M.PerToken(M.itl_gaps)),
-    _metric("tpot", M.PerRequest(M.field("tpot"))),
+    _metric("tpot", M.PerRequest(M.counted("tpot"))),
     _metric("latency", M.PerRequest(M.latency)),
     _metric("schedule_lag", M.PerRequest(M.schedule_lag)),
-    _metric("output_tokens", M.PerRequest(M.field("output_tokens"))),
+    _metric("output_tokens", M.PerRequest(M.counted("output_tokens"))),
     _metric("prompt_tokens", M.PerRequest(M.field("prompt_tokens"))),
     # performance: outcome counts (a noun marks a failure class)
     _metric("requests", M.Outcome(M.any_request)),
@@ -79,6 +79,8 @@ RULES: tuple[Entry, ...] = (
     _metric("rejected", M.Outcome(M.outcome_is("rejected"), noun="rejected request")),
     _metric("disconnected", M.Outcome(M.outcome_is("disconnected"), noun="disconnected request")),
     _metric("errors", M.Outcome(M.not_completed, noun="unsuccessful request")),
+    # completed requests whose usage contradicts their stream (`rederive`)
+    _metric("usage_mismatch", M.Outcome(M.usage_mismatched, noun="usage-mismatched request")),
     # performance: per-bucket and per-sample series
     _metric("throughput", M.PerBucket(M.throughput)),
     _metric("qps", M.PerBucket(M.qps)),

@@ -18,6 +18,30 @@ possible, whatever the samples say. `max_overages` generalises this to k samples
 order statistic (the binomial tail), and `exceeds_with_confidence` is the mirror test used to
 *fail* a percentile rule early: when so many samples exceed a threshold that the percentile
 cannot be below it.
+
+How a percentile rule is judged (`soakspec.judge.performance`). `pNN(x) < T` (or `<=`) over n
+samples of which k lie above T (at or above, for `<`):
+  - PASS only when k <= max_overages(n, NN, confidence): then the (n-k)-th smallest sample,
+    which is below T, bounds the NN-th percentile from above at the gate's confidence. The
+    point estimate alone is not enough: 59 samples with 3 above T (5.1 %) do not show
+    p95 < T at 95 % (0 overages are allowed at n = 59);
+  - FAIL when `exceeds_with_confidence(k, n, NN, confidence)`: so many samples lie above T
+    that the percentile is above it at that confidence (or the point estimate itself fails);
+  - otherwise INCONCLUSIVE, "k of n above T; at most m allowed at 95 % confidence; needs N
+    more samples within the threshold" (`samples_for_overages`).
+`pNN(x) > T` (or `>=`) is the mirror claim: the samples below T are the overages of the
+(100-NN)-th percentile. Adding a sample beyond the threshold never turns a rule into PASS.
+
+Overages allowed (`max_overages(n, q, confidence)`; "-": no claim possible at that n):
+
+      n    p50@90  p50@95  p50@99  p90@90  p90@95  p90@99  p95@90  p95@95  p95@99  p99@90  p99@95  p99@99
+      59        24      22      20       2       1       0       0       0       -       -       -       -
+     100        43      41      37       5       4       3       1       1       0       -       -       -
+     200        90      87      83      14      12      10       5       4       3       -       -       -
+     299       137     134     128      22      21      17       9       8       6       0       0       -
+     500       235     231     223      40      38      34      18      16      13       1       1       0
+    1000       479     473     462      87      84      78      40      38      34       5       4       2
+   10000      4935    4917    4883     961     950     930     471     463     449      86      83      77
 """
 
 from __future__ import annotations
@@ -33,6 +57,7 @@ __all__ = [
     "median",
     "min_samples_for_percentile",
     "percentile",
+    "samples_for_overages",
     "samples_needed",
 ]
 
@@ -156,3 +181,35 @@ def exceeds_with_confidence(over: int, n: int, q: float, confidence: float) -> b
         return over > 0  # p100 is the maximum: one sample above the threshold settles it
     tail = 1.0 - binomial_cdf(over - 1, n, p_over)
     return tail <= 1.0 - confidence
+
+
+def samples_for_overages(over: int, n: int, q: float, confidence: float) -> int:
+    """How many more samples, all within the threshold, `n` samples with `over` of them beyond
+    it need before `max_overages` allows `over` (0: it already does). `max_overages` never
+    decreases as n grows, so the answer is found by doubling and bisection."""
+    _check(q, confidence)
+
+    def ok(extra: int) -> bool:
+        k = max_overages(n + extra, q, confidence)
+        return k is not None and k >= over
+
+    if ok(0):
+        return 0
+    if q >= 100:
+        return _NEVER
+    hi = 1
+    while not ok(hi):
+        hi *= 2
+        if hi > 1 << 40:
+            return _NEVER
+    lo = hi // 2
+    while lo + 1 < hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+_NEVER = 0  # p100 with a sample beyond the threshold: no number of further samples helps

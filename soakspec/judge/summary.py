@@ -121,11 +121,13 @@ def errors_by_message(records: Iterable[Row], top: int = TOP_ERRORS) -> dict[str
 
 
 def trace_coverage(bi: BackendIndex, records: Sequence[Row]) -> tuple[float | None, int]:
-    """(requests with a matched trace / measured requests, traced count); None without requests."""
-    if not records:
+    """(completed requests with a matched trace / completed measured requests, traced count),
+    as the gate's trace_coverage counts them; None without a completed request."""
+    done = [r for r in records if r.get("outcome") == "completed"]
+    if not done:
         return None, 0
-    n = sum(1 for r in records if r.get("request_id") in bi.traced)
-    return n / len(records), n
+    n = sum(1 for r in done if r.get("request_id") in bi.traced)
+    return n / len(done), n
 
 
 def terminal_reasons(bi: BackendIndex, records: Iterable[Row]) -> dict[str, int]:
@@ -279,6 +281,11 @@ def summarize_run(run: JudgedRun) -> dict[str, Any]:
 
 
 def summarize(evidence: Evidence, spec: Any = None) -> dict[str, Any]:
-    """results.json: per backend, per level, per bucket. `spec`, when given, only adds the
-    trace coverage the gate requires."""
+    """results.json: per backend, per level, per bucket. `spec`, when given, adds the trace
+    coverage the gate requires, and the evidence's stored conclusions are re-derived against
+    it first (`soakspec.judge.rederive`), as the judge does."""
+    if spec is not None:
+        from soakspec.judge.rederive import rederive
+
+        evidence = rederive(spec, evidence)
     return _summarize(evidence, index(evidence), required_trace_coverage(spec))

@@ -4,8 +4,10 @@
 planned backend, level and bucket with requests, matched traces, telemetry, a passing follow-up
 and consistent provenance -- as plain mutable dicts. Tests break one thing (fail a request,
 drop a bucket, cut the run short, change a commit) and then either `build()` an in-memory
-`Evidence` (treated as verified) or `write(dir)` a real evidence directory with the evidence
-package's own writers and a finalized, hashed manifest, which `load_evidence` reads back.
+`Evidence` (treated as verified) or `write(dir)` a real evidence directory the way `soakspec run`
+writes one -- the evidence package's writers, request lines by `RequestRecord.to_line`, a
+finalized, hashed manifest, then results.json and verdict.json bound to it -- which
+`load_evidence` reads back (tests/test_evidence_builders.py compares it with a real run).
 """
 
 from __future__ import annotations
@@ -40,6 +42,9 @@ class EvidenceBuilder:
     traces       backend name -> list of traces.jsonl rows
     telemetry    backend name -> list of telemetry.jsonl rows
     followups    backend name -> followup.json dict
+    server_logs  backend name -> server.log text, to replace the default one (`server_log`: the
+                 runtime's version line, one trace line per trace row when the backend's traces
+                 come from its log, built from `traces` when the evidence is built)
     """
 
     def __init__(self, spec: Spec, *, per_bucket: int = 8, latency: float = 1.0, t0: float = T0,
@@ -55,12 +60,15 @@ class EvidenceBuilder:
         self.traces: dict[str, list[dict[str, Any]]] = {}
         self.telemetry: dict[str, list[dict[str, Any]]] = {}
         self.followups: dict[str, dict[str, Any]] = {}
+        self.server_logs: dict[str, str] = {}
+        self._rehearsal = rehearsal
         backends = []
         t = t0
         for bp in p.backends:
             entry, t = self._backend(bp, t)
             backends.append(entry)
         self.manifest: dict[str, Any] = self._manifest(backends, t0, t, time_scale=time_scale, rehearsal=rehearsal, only=only)
+
         self._seq = 0  # request ids added after the clean run count from 1 again (as they always have)
 
     def _level(self, name: str, lv: Level, t: float) -> tuple[dict[str, Any], float]:
@@ -79,6 +87,8 @@ class EvidenceBuilder:
         entry = lv.to_json() | {  # the runner's entry: the plan's part, then what happened
             "started_at": started, "measure_start": ms, "measure_end": me, "drained_at": me + self.latency,
             "completed": True, "buckets": buckets, "sent": self.per_bucket * len(lv.buckets),
+            # what the load measures: requests x latency over the measured time
+            "mean_in_flight": round(self.per_bucket * len(lv.buckets) * self.latency / lv.duration_s, 3),
         }
         return entry, me + self.latency + 1.0
 
@@ -120,16 +130,22 @@ class EvidenceBuilder:
         ]
         spec = self.spec
         return {
-            "name": name, "safe_name": layout.safe_name(name), "kind": be.kind, "url": None,
+            "name": name, "safe_name": layout.safe_name(name), "kind": "sim" if self._rehearsal else be.kind, "url": None,
             "argv": list(be.argv) or None, "env": dict(be.env), "cwd": None, "pid": 4242,
             "started_at": None, "ready_at": None, "ready_seconds": None, "exit_status": 0, "stop_signal": "SIGTERM",
             "runtime_boundary": self._runtime_boundary(be),
-            "source": {"repo": spec.source.repo, "commit_before": COMMIT, "commit_after": COMMIT,
-                       "dirty_before": False, "dirty_after": False, "reason": None},
+            # like the runner: a commit only from a declared repository, a binary hash only for a
+            # launched binary (sim, url and shell backends have none)
+            "source": ({"repo": spec.source.repo, "commit_before": COMMIT, "commit_after": COMMIT,
+                        "dirty_before": False, "dirty_after": False, "reason": None} if spec.source.repo is not None else
+                       {"repo": None, "commit_before": None, "commit_after": None, "dirty_before": None,
+                        "dirty_after": None, "reason": None}),
             "model": {"id": spec.model.id, "revision": spec.model.revision, "path": spec.model.path,
                       "fingerprint": FINGERPRINT, "fingerprint_files": {}, "reason": None},
-            "server_binary": {"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA},
-            "levels": levels, "trace_source": trace_source, "aborted_reason": None,
+            "server_binary": ({"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA}
+                              if be.kind == "launch" and not self._rehearsal else None),
+            "levels": levels, "planned_levels": len(bp.levels), "trace_source": trace_source,
+            "aborted_reason": None, "timeouts": bp.timeouts(),
         }, t
 
     def _manifest(self, backends: list[dict[str, Any]], t0: float, t: float, *, time_scale: float, rehearsal: bool,
@@ -145,7 +161,7 @@ class EvidenceBuilder:
             "host": {"hostname": "h", "cpu_model": "cpu", "cpu_cores": 2, "memory_total": 1 << 30,
                      "kernel": "6.0", "os": "Linux", "python_version": "3.11", "soakspec_version": "0.0.0"},
             "gpus": {"available": False, "reason": "synthetic"},
-            "backends": backends, "artifacts": {},
+            "backends": backends, "artifacts": {}, "command": ["soakspec", "run", spec.path or "spec.soak"],
         }
         if only:
             m["only"] = list(only)
@@ -160,26 +176,67 @@ class EvidenceBuilder:
         rid = f"{self.run_id}-{layout.safe_name(backend)}-{self._seq:05d}"
         lat = self.latency
         ok = outcome == "completed"
-        out = 64 if ok else 0
+        wl = next((w for w in self.spec.workloads if w.name == workload), None)
+        tokens = min(64, max(wl.max_tokens)) if wl is not None and wl.max_tokens else 64  # never above max_tokens
+        out = tokens if ok else 0
         text = f"out {rid}"
-        return {
-            "schema_version": 1, "request_id": rid, "backend": backend, "workload": workload, "level": level,
+        return {  # RequestRecord.to_json()'s keys (records carry no schema_version)
+            "request_id": rid, "backend": backend, "workload": workload, "level": level,
             "concurrency": conc, "rate": rate, "bucket": bucket, "worker": 0,
             "intended_start": start, "start": start, "first_byte": start + 0.05, "first_token": start + 0.1 if ok else None,
             "end": start + lat, "status": status, "outcome": outcome, "error": error,
             "finish_reason": "length" if ok else None, "server_id": f"cmpl-{rid}-0",
             "prompt_tokens": 64, "output_tokens": out, "tokens_source": "usage", "itl_source": "exact",
-            "chunks": out, "ttft": 0.1 if ok else None, "latency": lat, "tpot": (lat - 0.1) / 63 if ok else None,
-            "itl": [round((lat - 0.1) / 63, 6)] * 63 if ok else [], "output_sha256": _hex(text) if ok else None,
+            "chunks": out, "ttft": 0.1 if ok else None, "latency": lat, "tpot": (lat - 0.1) / max(tokens - 1, 1) if ok and tokens > 1 else None,
+            "itl": [round((lat - 0.1) / max(tokens - 1, 1), 6)] * (tokens - 1) if ok else [], "output_sha256": _hex(text) if ok else None,
             "output_chars": len(text) if ok else 0,
         }
 
     def trace_row(self, r: Mapping[str, Any]) -> dict[str, Any]:
         return {
             "schema_version": 1, "trace_id": f"cmpl-{r['request_id']}-0", "request_id": r["request_id"], "matched": True,
-            "reason": None, "times": [r["start"], r["end"]], "source": "server.log", "offset": 0,
+            "reason": None, "window_checked": True, "times": [r["start"], r["end"]], "source": "server.log", "offset": 0,
             "payload": {"request_id": f"cmpl-{r['request_id']}-0", "terminal_reason": "finished", "queued": r["start"]},
         }
+
+    def _trace_pattern(self, be: Backend) -> str | None:
+        from soakspec.lang import simtrace
+
+        if self._rehearsal or be.kind == "sim":
+            return simtrace.TRACE_PATTERN
+        return be.traces.pattern if be.traces.source == "log" else None
+
+    def server_log(self, be: Backend) -> str:
+        """What the server printed: a start line, the runtime's version line (when the backend
+        declares a version the log can confirm), one trace line per trace row when its traces
+        come from the log, and a ready line. Rebuilt from `traces` on every `build`/`write`."""
+        import json
+        import re
+
+        lines = ["server starting"]
+        rt = be.runtime
+        if rt is not None and rt.version:
+            for cand in (f"NCCL version {rt.version}", f"version {rt.version}", rt.version):
+                if rt.log_pattern is None or re.search(rt.log_pattern, cand):
+                    lines.append(cand)
+                    break
+        lines.append("ready")
+        pattern = self._trace_pattern(be)
+        if pattern is not None:
+            rx = re.compile(pattern)
+            for row in self.traces.get(be.name, []):
+                payload = json.dumps(row["payload"], sort_keys=True)
+                for prefix in ("soakspec_sim_trace ", "pegainfer_http_trace ", ""):
+                    if (m := rx.search(prefix + payload)) is not None and m.groupdict().get("json") == payload:
+                        lines.append(prefix + payload)
+                        break
+        return "\n".join(lines) + "\n"
+
+    def log_of(self, name: str) -> str:
+        if name in self.server_logs:
+            return self.server_logs[name]
+        be = next(b for b in self.spec.backends if b.name == name)
+        return self.server_log(be)
 
     # ---------------------------------------------------------------- edits
 
@@ -234,6 +291,7 @@ class EvidenceBuilder:
                 name=n, safe_name=layout.safe_name(n), entry=copy.deepcopy(b),
                 records=tuple(copy.deepcopy(self.records.get(n, []))), traces=tuple(copy.deepcopy(self.traces.get(n, []))),
                 telemetry=tuple(copy.deepcopy(self.telemetry.get(n, []))), followup=copy.deepcopy(self.followups.get(n)),
+                server_log=self.log_of(n),
             ))
         return Evidence(copy.deepcopy(self.manifest), tuple(backends), Integrity(checked=0, verified=True), None, None)
 
@@ -242,8 +300,11 @@ class EvidenceBuilder:
         manifest like a finished run, and return its path."""
         from soakspec.evidence.io import JsonlWriter, write_bytes_atomic, write_json_atomic
         from soakspec.evidence.manifest import write_manifest
+        from soakspec.evidence.results import write_results, write_verdict
         from soakspec.evidence.verify import finalize_artifacts
+        from soakspec.judge.judge import judge
         from soakspec.judge.summary import summarize
+        from soakspec.runner.records import RequestRecord
 
         root = Path(run_dir)
         root.mkdir(parents=True, exist_ok=True)
@@ -255,21 +316,22 @@ class EvidenceBuilder:
             n = b["name"]
             d = layout.RunLayout(root).backend_dir(n)
             d.mkdir(parents=True, exist_ok=True)
-            for fname, rows in ((layout.REQUESTS, self.records.get(n, [])), (layout.TRACES, self.traces.get(n, [])),
-                                (layout.TELEMETRY, self.telemetry.get(n, []))):
+            with JsonlWriter(d / layout.REQUESTS) as w:  # as the runner writes them: one batch of lines
+                w.write_lines(b"".join(RequestRecord.from_json(r).to_line() for r in self.records.get(n, [])))
+            for fname, rows in ((layout.TRACES, self.traces.get(n, [])), (layout.TELEMETRY, self.telemetry.get(n, []))):
                 with JsonlWriter(d / fname) as w:
                     for row in rows:
                         w.write(row)
             write_json_atomic(d / layout.FOLLOWUP, self.followups.get(n))
-            write_json_atomic(d / layout.BUCKETS, {"schema_version": 1, "levels": b["levels"]})
-            write_bytes_atomic(d / layout.SERVER_LOG, b"server starting\nready\n")
+            write_bytes_atomic(d / layout.SERVER_LOG, self.log_of(n).encode())
         if finalize:
             m.update(status=final_status, incomplete_reason=final_reason, ended_at=self.manifest["ended_at"],
                      ended_at_epoch=self.manifest["ended_at_epoch"], artifacts=finalize_artifacts(root))
             sha = write_manifest(root, m)
-            # like `soakspec run`: results.json after the final manifest, bound to it by hash
-            results = summarize(dataclasses.replace(self.build(), manifest_sha256=sha), self.spec)
-            write_json_atomic(root / layout.RESULTS, results, schema="results")
+            # like `soakspec run`: results.json and verdict.json after the final manifest, bound to it
+            evidence = dataclasses.replace(self.build(), manifest_sha256=sha)
+            write_results(root, summarize(evidence, self.spec))
+            write_verdict(root, judge(self.spec, evidence).to_json())
         return root
 
 

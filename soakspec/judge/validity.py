@@ -12,15 +12,18 @@ Each is `rule(run, spec_rule) -> RuleResult`; `spec_rule` is None for the built-
 from __future__ import annotations
 
 from soakspec.judge.common import backend_here, loc, plural, problem, result
-from soakspec.judge.index import BackendIndex, LevelIndex
+from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import completed
-from soakspec.judge.scope import bucket_scope, level_scope
+from soakspec.judge.scope import bucket_scope, clock, level_scope
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Rule
 from soakspec.plan import BackendPlan, Level
+from soakspec.units import format_duration
 
 MAX_SHOWN = 5  # malformed or unusable rows named one by one
+WINDOW_TOLERANCE_S = 1e-3  # a bucket window may differ this much from the plan's (float rounding)
+RECORD_TOLERANCE_S = 0.5  # a request may start this far outside its bucket's window (clock reads)
 
 
 def _run_problems(run: JudgedRun) -> list[Instance]:
@@ -33,9 +36,15 @@ def _run_problems(run: JudgedRun) -> list[Instance]:
         reason = m.get("incomplete_reason")
         out.append(problem(f"the run's status is {status or 'unknown'}" + (f": {reason}" if reason else "")))
     for f in ev.integrity.incomplete:
-        # V201 repeats the status; V205 (no results.json yet) does not matter: the judge
-        # recomputes every number from the raw evidence
-        if f.code not in ("V201", "V205"):
+        # V201 repeats the status; right after the run (`soakspec run`), V205/V206 (no
+        # results.json / verdict.json yet) do not matter: the judge recomputes every number
+        # from the raw evidence and writes them. Judged after the fact (`gate`), the run's own
+        # results and verdict are part of its evidence: missing, the evidence is incomplete.
+        if f.code == "V201" or (f.code in ("V205", "V206") and not run.retained):
+            continue
+        if f.code in ("V205", "V206"):  # the run may be fine; what is retained of it is not whole
+            out.append(problem(f"incomplete evidence: {f.text()}", status="inconclusive"))
+        else:
             out.append(problem(f.text()))
     for f in ev.integrity.malformed[:MAX_SHOWN]:
         out.append(problem(f"malformed evidence: {f.text()}"))
@@ -44,8 +53,27 @@ def _run_problems(run: JudgedRun) -> list[Instance]:
     if run.bad_time_scale:
         out.append(problem(f"the manifest's time_scale {m.get('time_scale')!r} is not in (0, 1]"))
     for be in ev.backends:
+        if be.name in run.not_run and run.gate_only:
+            continue  # the gate was asked about the others only (`gate --backend`)
         if be.name not in run.planned:
-            out.append(problem(f"backend {be.name} is in the evidence but not planned by the spec"))
+            out.append(problem(f"backend {be.name} is in the evidence but not planned by the spec"
+                               + (f" (the manifest restricts the run to {', '.join(run.restricted)})" if be.name in run.not_run else "")))
+    out.extend(problem(m) for m in kind_problems(run))
+    return out
+
+
+def kind_problems(run: JudgedRun) -> list[str]:
+    """Backends whose recorded kind disagrees with the manifest's `rehearsal` flag: a
+    rehearsal runs every backend as the simulator (kind `sim`), a full run as the spec says."""
+    out = []
+    declared = {b.name: b.kind for b in run.spec.backends}
+    for bi in run.judged:
+        kind = bi.evidence.entry.get("kind")
+        want = "sim" if run.rehearsal else declared.get(bi.name)
+        if kind is not None and want is not None and kind != want:
+            flag = "true" if run.rehearsal else "false"
+            out.append(f"backend {bi.name} is recorded as kind {kind} but the manifest says rehearsal = {flag}"
+                       f" (the spec declares kind {declared.get(bi.name)}): the run's record contradicts itself")
     return out
 
 
@@ -60,6 +88,8 @@ def _backend_problems(bi: BackendIndex) -> list[Instance]:
         out.append(problem(f"unusable evidence: {p}", here))
     if len(be.problems) > MAX_SHOWN:
         out.append(problem(f"... and {len(be.problems) - MAX_SHOWN} more unusable rows", here))
+    for note in be.mislabeled:
+        out.append(problem(f"malformed evidence: {note}", here))
     aborted = be.entry.get("aborted_reason")
     if aborted:
         out.append(problem(f"backend {bi.name} was aborted: {aborted}", here))
@@ -77,10 +107,43 @@ def _missing_level(run: JudgedRun, name: str, plv: Level) -> Location:
     return Location(name, plv.workload, plv.index, label, text=f"backend {name}, {label}")
 
 
-def _level_problems(bi: BackendIndex, lv: LevelIndex) -> list[Instance]:
+def _window_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instance]:
+    """Bucket windows that are not the plan's (a bucket is measure_start + its planned start,
+    for its planned length) and requests that started outside their bucket's window."""
+    out: list[Instance] = []
+    planned = {pb.index: pb for pb in plv.buckets}
+    ms = lv.measure_start
+    stray: list[tuple[str, float, int]] = []
+    for w in lv.buckets:
+        pb = planned.get(w.index)
+        if pb is None or not w.planned or w.start is None or w.end is None:
+            continue
+        length = w.end - w.start
+        if abs(length - pb.length_s) > WINDOW_TOLERANCE_S:
+            out.append(problem(f"bucket {w.index}'s window is {format_duration(length)} long, but the plan's bucket is {format_duration(pb.length_s)}", lloc))
+        elif ms is not None and abs(w.start - (ms + pb.start_s)) > WINDOW_TOLERANCE_S:
+            out.append(problem(f"bucket {w.index}'s window starts {format_duration(w.start - ms)} after the measured start, "
+                               f"but the plan puts it at {format_duration(pb.start_s)}", lloc))
+        if w.planned_length_s is not None and abs(w.planned_length_s - pb.length_s) > WINDOW_TOLERANCE_S:
+            out.append(problem(f"bucket {w.index} records a planned length of {format_duration(w.planned_length_s)}, "
+                               f"but the plan's bucket is {format_duration(pb.length_s)}", lloc))
+        for r in w.records:
+            t = req_time(r)
+            if t is not None and not (w.start - RECORD_TOLERANCE_S <= t <= w.end + RECORD_TOLERANCE_S):
+                stray.append((str(r.get("request_id")), t, w.index))
+    if stray:
+        rid, t, b = stray[0]
+        out.append(problem(f"{plural(len(stray), 'request')} started outside the window of the bucket they name "
+                           f"(first: {rid} at {clock(t)} UTC, bucket {b})", lloc))
+    return out
+
+
+def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None) -> list[Instance]:
     """What is wrong with one planned level that ran."""
     out: list[Instance] = []
     lloc = loc(level_scope(bi, lv))
+    if plv is not None:
+        out.extend(_window_problems(lv, plv, lloc))
     if lv.entry.get("completed") is not True:
         out.append(problem("the level did not run its full duration (completed = false)", lloc))
     sent = lv.entry.get("sent")
@@ -106,7 +169,7 @@ def _planned_backend_problems(run: JudgedRun, name: str, bp: BackendPlan) -> lis
         if lv is None:
             out.append(problem(f"{run.plan_label(plv)} did not run", _missing_level(run, name, plv)))
         else:
-            out.extend(_level_problems(bi, lv))
+            out.extend(_level_problems(bi, lv, plv))
     return out
 
 
@@ -122,6 +185,8 @@ def completed_run(run: JudgedRun, rule: Rule | None) -> RuleResult:
     n_req = sum(len(bi.measured) for bi in run.judged)
     n_lv = sum(len(bp.levels) for bp in run.planned.values())
     msg = f"run complete: {plural(len(run.planned), 'backend')}, {plural(n_lv, 'level')}, {plural(n_req, 'measured request')}"
+    if run.restricted:
+        msg += f" (restricted to {', '.join(run.restricted)}" + (f"; not run: {', '.join(run.not_run)})" if run.not_run else ")")
     if rule is None:
         # built in: a broken run cannot support a verdict either way
         insts = [Instance("inconclusive", i.where, None, None, None, i.message) for i in insts]
@@ -133,10 +198,19 @@ def full_scale_run(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
     what = []
     if run.rehearsal:
         what.append("a rehearsal against the simulator")
+    else:
+        declared = {b.name: b.kind for b in run.spec.backends}
+        sims = [bi.name for bi in run.judged if bi.evidence.entry.get("kind") == "sim" and declared.get(bi.name) != "sim"]
+        if sims:
+            what.append(f"a run against the simulator (backend {', '.join(sims)} recorded as kind sim, though the manifest says rehearsal = false)")
     if run.time_scale != 1:
         what.append(f"time-scaled by {run.time_scale:g}")
     if not what:
-        return result(None, "full_scale_run", "validity", "require", [], "a full-scale run against the declared backends", 1)
+        scope = "the declared backends"
+        if run.restricted:
+            scope = f"backend{'s' if len(run.restricted) != 1 else ''} {', '.join(run.restricted)} only" + (
+                f" (restricted with --backend; not run: {', '.join(run.not_run)})" if run.not_run else "")
+        return result(None, "full_scale_run", "validity", "require", [], f"a full-scale run against {scope}", 1)
     desc = " and ".join(what)
     if run.gate.allow_rehearsal:
         return result(None, "full_scale_run", "validity", "require", [], f"{desc}; the gate allows rehearsals (allow_rehearsal)", 1)

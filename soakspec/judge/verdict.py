@@ -212,9 +212,33 @@ class Verdict:
 _MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "????", "not_evaluated": "----", "warn": "WARN"}
 
 
+def _facts(r: RuleResult) -> str:
+    """`--verbose`: what a rule looked at, for every rule (passing ones too)."""
+    parts = [f"status {r.status}", f"severity {r.severity}"]
+    if r.line is not None:
+        parts.append(f"spec line {r.line}")
+    if r.observed_text is not None:
+        parts.append(f"observed {r.observed_text}")
+    elif isinstance(r.observed, bool):
+        parts.append(f"observed {'yes' if r.observed else 'no'}")
+    elif r.observed is not None:
+        parts.append(f"observed {r.observed:g}")
+    if r.threshold_text is not None:
+        parts.append(f"threshold {r.op or ''} {r.threshold_text}".replace("  ", " "))
+    if r.samples is not None:
+        parts.append(f"{r.samples} samples")
+    if r.instances:
+        noun = r.scope if r.klass == "performance" and r.scope else "instance"
+        parts.append(f"{r.instances} {noun}{'s' if r.instances != 1 else ''} evaluated, {r.failing} not passing")
+    if r.where is not None and r.where.text:
+        parts.append(f"worst: {r.where.text}")
+    return "; ".join(parts)
+
+
 def render_text(v: Verdict, *, verbose: bool = False) -> str:
     """The terminal form: one line per rule grouped by class, details under failures, and the
-    verdict last."""
+    verdict last. `verbose` adds, under every rule, what it looked at (observed value,
+    threshold, samples, instances evaluated, the worst instance)."""
     head = f"soak '{v.soak}'" + (f", run {v.run_id}" if v.run_id else "")
     if v.rehearsal or v.time_scale != 1:
         head += f" (rehearsal: {'yes' if v.rehearsal else 'no'}, time scale {v.time_scale:g})"
@@ -236,5 +260,7 @@ def render_text(v: Verdict, *, verbose: bool = False) -> str:
                 extra = r.failing - len(r.details)
                 if extra > 0:
                     lines.append(f"            ... and {extra} more")
+            if verbose:
+                lines.append(f"            {_facts(r)}")
     lines.append(v.summary())
     return "\n".join(lines)

@@ -622,13 +622,21 @@ def _eof_error(source: str, add) -> None:
 FIFO_WAIT_S = 10.0  # how long a named pipe (`soakspec check <(...)`) may take to deliver the spec
 
 
-class _Unreadable(Exception):
-    pass
+class Unreadable(Exception):
+    """A file that gave nothing within the wait (a pipe nobody writes to)."""
+
+
+_Unreadable = Unreadable
 
 
 def _read_spec(path: pathlib.Path) -> bytes:
-    """At most MAX_SOURCE_BYTES + 1 bytes of the file: never more (`/dev/zero`), and never
-    an unbounded wait (a FIFO nobody writes to)."""
+    return read_bounded(path, MAX_SOURCE_BYTES)
+
+
+def read_bounded(path: str | pathlib.Path, limit: int) -> bytes:
+    """At most `limit` + 1 bytes of the file: never more (`/dev/zero`), and never an unbounded
+    wait (a FIFO nobody writes to: `Unreadable` after FIFO_WAIT_S). More than `limit` bytes
+    back means the file is too large. OSError for what cannot be opened or read."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         mode = os.fstat(fd).st_mode
@@ -638,9 +646,9 @@ def _read_spec(path: pathlib.Path) -> bytes:
         deadline = time.monotonic() + FIFO_WAIT_S
         chunks: list[bytes] = []
         size = 0
-        while size <= MAX_SOURCE_BYTES:
+        while size <= limit:
             try:
-                chunk = os.read(fd, min(1 << 16, MAX_SOURCE_BYTES + 1 - size))
+                chunk = os.read(fd, min(1 << 16, limit + 1 - size))
             except BlockingIOError:
                 left = deadline - time.monotonic()
                 if left <= 0 or not select.select([fd], [], [], left)[0]:

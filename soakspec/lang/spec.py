@@ -48,6 +48,9 @@ class Model:
 @dataclasses.dataclass(frozen=True)
 class Source:
     repo: str | None = None  # path of the repository whose commit is recorded
+    # A tree with uncommitted changes (before or after the run) fails provenance_consistent
+    # unless the spec allows it; the evidence then records that it did.
+    allow_dirty: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,12 +135,32 @@ class Load:
 
 
 @dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A prompt file as `check` read it (`soakspec.lang.datasets`): the plan carries its prompts,
+    so the runner never re-reads (or re-guesses) the file."""
+
+    path: str  # absolute
+    format: str  # text | jsonl | sharegpt
+    sha256: str  # of the file's bytes, recorded in the evidence
+    prompts: tuple[str | tuple[tuple[str, str], ...], ...] = dataclasses.field(repr=False)  # text or chat messages
+    output_lens: tuple[int | None, ...] = dataclasses.field(default=(), repr=False)  # max_tokens_from_file
+    conversations: tuple[tuple[tuple[str, str], ...], ...] = dataclasses.field(default=(), repr=False)  # multi_turn
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     name: str
     endpoint: Endpoint = "completions"
     stream: bool = True
     prompt_words: int | None = 64
     prompt_file: str | None = None
+    prompt_tokens: tuple[int, ...] = ()  # token-exact prompts of these lengths (cycling), by the model's tokenizer
+    tokenizer: str | None = None  # a local tokenizer.json for prompt_tokens; None: the server's /tokenize
+    prefix_tokens: int = 0  # prompt_tokens: a prefix of this many tokens shared by every request; 0: unique prefixes
+    prompt_format: str | None = None  # text | jsonl | sharegpt; None: detected (see lang.datasets)
+    max_tokens_from_file: bool = False  # per-prompt output lengths from the prompt file
+    multi_turn: bool = False  # chat sessions: each closed-loop worker sends a conversation's turns in order, with its history
+    dataset: Dataset | None = dataclasses.field(default=None, compare=False)
     max_tokens: tuple[int, ...] = (64,)
     sampling: Sampling = Sampling()
     ignore_eos: bool = True
@@ -148,6 +171,9 @@ class Workload:
     deadline_s: float = 300.0
     follow_up: bool = True
     expected_latency_s: float | None = None  # planning hint only
+    body_json: str | None = None  # extra JSON body fields (an object, canonical text); never soakspec's own
+    headers: tuple[tuple[str, str], ...] = ()  # extra HTTP headers (no secrets: those come from header_env)
+    header_env: tuple[tuple[str, str], ...] = ()  # (header, NAME of the env variable holding its value)
     span: Span = _span()
 
     @property
@@ -197,6 +223,27 @@ class ClaimBoundary:
 
 
 @dataclasses.dataclass(frozen=True)
+class CompareRequirement:
+    """One `compare { require regression(p99(ttft)) <= 5% }` rule (checked by lang/check/compare.py)."""
+
+    severity: Severity
+    stat: str  # p99, p50, ..., or mean
+    metric: str  # one soakspec.compare compares
+    op: str  # <= or <
+    threshold: float  # a fraction: 5% -> 0.05
+    text: str = ""
+    span: Span = _span()
+
+
+@dataclasses.dataclass(frozen=True)
+class Compare:
+    """`compare { ... }`: what `soakspec compare` gates a before/after with."""
+
+    confidence: float = 0.95
+    rules: tuple[CompareRequirement, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Spec:
     header: Header
     model: Model
@@ -209,6 +256,7 @@ class Spec:
     canonical_text: str
     sha256: str
     path: str | None = None
+    compare: Compare = Compare()
 
     def backend(self, name: str) -> Backend:
         for b in self.backends:

@@ -245,8 +245,10 @@ _SPECIFIC_RUNTIMES = ("vllm 0.6.3, tp=2", "NCCL 2.26.2, NCCL_IB_DISABLE=1", "hos
 
 
 @st.composite
-def _backend(draw, name: str, kind: str) -> A.Block:
+def _backend(draw, name: str, kind: str) -> tuple[A.Block, bool]:
+    """A backend block, and whether it has traces (a rule over trace coverage needs them)."""
     body: list[A.Statement] = []
+    traced = kind == "sim"  # the simulator's traces are on by default
     if kind == "launch":
         argv = ["./server", "--host", "{host}", "--port", "{port}"] + draw(
             st.lists(st.sampled_from(["--model", "{model_path}", "--tp", "2", "--name", "{backend}"]), max_size=3)
@@ -269,9 +271,13 @@ def _backend(draw, name: str, kind: str) -> A.Block:
                     _attr("pattern", A.Str(r"trace (?P<json>\{.*\})", "raw")),
                 )
             )
+            traced = True
     elif kind == "url":
         port = draw(st.integers(1024, 65535))
         body.append(_attr("url", _s(f"http://127.0.0.1:{port}")))
+        if draw(st.booleans()):
+            body.append(_block("traces", None, _attr("source", A.Word("jsonl")), _attr("file", _s("traces.jsonl"))))
+            traced = True
     else:
         opts = draw(
             st.lists(
@@ -291,7 +297,8 @@ def _backend(draw, name: str, kind: str) -> A.Block:
         body.append(_block("sim", None, *opts))
     if draw(st.booleans()):
         body.append(_block("runtime", None, _attr("label", _s(draw(st.sampled_from(_SPECIFIC_RUNTIMES))))))
-    return _block("backend", name, *draw(st.permutations(body)), comments=draw(st.lists(st.sampled_from(["a backend", ""]), max_size=1).map(tuple)))
+    comments = draw(st.lists(st.sampled_from(["a backend", ""]), max_size=1).map(tuple))
+    return _block("backend", name, *draw(st.permutations(body)), comments=comments), traced
 
 
 @st.composite
@@ -331,8 +338,19 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
         body.append(_attr("endpoint", A.Word(draw(st.sampled_from(["completions", "chat"])))))
     if draw(st.booleans()):
         body.append(_attr("stream", A.Bool(draw(st.booleans()))))
-    if draw(st.booleans()):
+    source = draw(st.sampled_from(["default", "words", "tokens"]))  # one prompt source (or the default)
+    if source == "words":
         body.append(_attr("prompt_words", A.Num(draw(st.integers(1, 4096)))))
+    elif source == "tokens":
+        body.append(_attr("prompt_tokens", A.List(tuple(A.Num(n) for n in draw(st.lists(st.integers(16, 4096), min_size=1, max_size=3))))))
+        if draw(st.booleans()):
+            body.append(_attr("prefix_tokens", A.Num(draw(st.integers(0, 15)))))
+    if draw(st.booleans()):  # extra body fields, nested objects included
+        fields = [_attr("min_tokens", A.Num(draw(st.integers(0, 8)))), _block("chat_template_kwargs", None, _attr("enable_thinking", A.Bool(draw(st.booleans()))))]
+        body.append(_block("body", None, *draw(st.permutations(fields))))
+    if draw(st.booleans()):
+        body.append(_block("headers", None, _attr("X-Team", _s(draw(st.sampled_from(["perf", "a b", "x=1"]))))))
+        body.append(_block("header_env", None, _attr("Authorization", _s("SOAK_TOKEN"))))
     if draw(st.booleans()):
         body.append(_attr("follow_up", A.Bool(draw(st.booleans())), trailing="a trailing comment"))
     return _block("workload", name, *draw(st.permutations(body))), (n_levels, d, b, w)
@@ -376,13 +394,21 @@ def valid_specs(draw) -> tuple[str, SpecShape]:
     stmts: list[A.Statement] = [_block("soak", draw(st.sampled_from(["soak", "dsv2-lite http soak", "x"])), *header, comments=("generated",))]
     if draw(st.booleans()):
         stmts.append(_block("model", None, _attr("id", _s("org/model")), _attr("revision", _s("604d5664"))))
-    stmts += [draw(_backend(name, kind)) for name, kind in zip(bnames, kinds)]
+    if draw(st.booleans()):
+        src = [_attr("repo", _s("."))]
+        if draw(st.booleans()):
+            src.append(_attr("allow_dirty", A.Bool(draw(st.booleans()))))
+        stmts.append(_block("source", None, *src))
+    drawn = [draw(_backend(name, kind)) for name, kind in zip(bnames, kinds)]
+    stmts += [blk for blk, _ in drawn]
     shapes = []
     for wname in draw(st.lists(st.sampled_from(["short", "long", "mixed"]), min_size=1, max_size=2, unique=True)):
         blk, shape = draw(_workload(wname))
         stmts.append(blk)
         shapes.append(shape)
-    rule_texts = draw(st.lists(st.sampled_from(_RULES), max_size=6, unique=True))
+    traced = all(tr for _, tr in drawn)  # else trace coverage can never be measured (E414)
+    rules = _RULES if traced else tuple(r for r in _RULES if "trace_coverage" not in r)
+    rule_texts = draw(st.lists(st.sampled_from(rules), max_size=6, unique=True))
     if draw(st.booleans()):
         rule_texts.append(f'require failed == 0 on "{draw(st.sampled_from(bnames))}"')
     if rule_texts:

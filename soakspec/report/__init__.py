@@ -1,7 +1,9 @@
 """Reports: a verdict and its evidence, rendered for people and for CI.
 
     evidence_meta(evidence) -> dict     what reports show about the run itself (pure)
-    prepare(spec, evidence) -> Inputs   judge + summarize + evidence_meta, in one call (pure)
+    prepare(spec, evidence) -> Inputs   judge + summarize + evidence_meta, in one call (pure);
+                                        meta["backend_status"]: each backend's status from its
+                                        own rules (soakspec.report.status)
     render(verdict, results, evidence_meta, spec, fmt) -> str    one format, pure
 
 Formats, one module each:
@@ -69,8 +71,13 @@ def prepare(spec: Any, evidence: Any) -> Inputs:
     from soakspec.judge.judge import judge_run
     from soakspec.judge.summary import summarize_run
 
+    from soakspec.report.status import backend_statuses
+
     run = join(spec, evidence)  # once: indexing a long soak's records is the costly part
-    return Inputs(judge_run(run), summarize_run(run), evidence_meta(evidence), spec)
+    verdict = judge_run(run)
+    meta = evidence_meta(evidence)
+    meta["backend_status"] = backend_statuses(run, verdict)  # each backend's own rules
+    return Inputs(verdict, summarize_run(run), meta, spec)
 
 
 def render(verdict: Any, results: Mapping[str, Any], evidence_meta: Mapping[str, Any], spec: Any, fmt: str) -> str:

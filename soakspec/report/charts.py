@@ -2,7 +2,8 @@
 
 `line_chart` draws series of (x, y) points (None breaks the line), `bar_chart` stacked bars,
 `empty_chart` a framed message ("no GPU telemetry"). x is seconds since the backend's first
-bucket; `bands` shade the levels. Every string is escaped here; callers pass plain text.
+bucket; `bands` shade the levels; `Threshold` lines show a rule's threshold
+(`<line class="threshold">`), `Mark` rects a failing bucket (`<rect class="failing-bucket">`). Every string is escaped here; callers pass plain text.
 Each chart is `<svg class="chart" data-backend=… data-metric=…>` so a test can count them.
 """
 
@@ -34,6 +35,23 @@ class Series:
 
 @dataclasses.dataclass(frozen=True)
 class Band:
+    x0: float
+    x1: float
+    label: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+    """A rule's threshold, drawn as a dashed horizontal line (`y` in the chart's units)."""
+
+    y: float
+    label: str  # the rule as written
+
+
+@dataclasses.dataclass(frozen=True)
+class Mark:
+    """A bucket (or level) where a rule failed: shaded red over its x range."""
+
     x0: float
     x1: float
     label: str
@@ -152,14 +170,36 @@ def _legend(items: Sequence[tuple[str, str]], title: str) -> list[str]:
     return out
 
 
+def _marks(f: "_Frame", marks: Sequence[Mark]) -> list[str]:
+    out = []
+    for m in marks:
+        x0, x1 = f.x(max(0.0, m.x0)), f.x(min(f.x_max, m.x1))
+        out.append(f'<rect x="{x0:.1f}" y="{MT}" width="{max(2.0, x1 - x0):.1f}" height="{f.ph}" class="failing-bucket">'
+                   f"<title>{esc(m.label)}</title></rect>")
+    return out
+
+
+def _thresholds(f: "_Frame", thresholds: Sequence[Threshold]) -> list[str]:
+    out = []
+    for t in thresholds:
+        y = f.y(t.y)
+        out.append(f'<line x1="{ML}" x2="{W - MR}" y1="{y:.1f}" y2="{y:.1f}" class="threshold"><title>{esc(t.label)}</title></line>')
+        out.append(f'<text x="{W - MR - 2}" y="{y - 3:.1f}" class="tlabel" text-anchor="end">{esc(t.label)}</text>')
+    return out
+
+
 def line_chart(backend: str, metric: str, title: str, y_label: str, series: Sequence[Series], bands: Sequence[Band],
-               x_max: float, fmt: Callable[[float], str], empty: str = "no data") -> str:
-    """Lines with a marker per point; each marker's <title> gives the exact value."""
+               x_max: float, fmt: Callable[[float], str], empty: str = "no data", *,
+               thresholds: Sequence[Threshold] = (), marks: Sequence[Mark] = ()) -> str:
+    """Lines with a marker per point; each marker's <title> gives the exact value. A None point
+    breaks the line (callers put one between levels: no line joins two levels). `thresholds`
+    are dashed lines (the y range grows to show them), `marks` shade failing buckets."""
     ys = [y for s in series for _, y in s.points if y is not None and math.isfinite(y)]
     if not ys:
         return empty_chart(backend, metric, title, empty)
-    f = _Frame(x_max, max(ys))
-    parts = _open(backend, metric, title) + f.axes(bands, y_label)
+    tys = [t.y for t in thresholds if math.isfinite(t.y)]
+    f = _Frame(x_max, max(ys + [y * 1.08 for y in tys]))
+    parts = _open(backend, metric, title) + f.axes(bands, y_label) + _marks(f, marks) + _thresholds(f, thresholds)
     for s in series:
         seg: list[str] = []
         segs: list[list[str]] = []
@@ -186,11 +226,12 @@ def line_chart(backend: str, metric: str, title: str, y_label: str, series: Sequ
 
 
 def bar_chart(backend: str, metric: str, title: str, y_label: str, bars: Sequence[tuple[float, float, Sequence[float]]],
-              kinds: Sequence[tuple[str, str]], bands: Sequence[Band], x_max: float, note: str | None = None) -> str:
+              kinds: Sequence[tuple[str, str]], bands: Sequence[Band], x_max: float, note: str | None = None, *,
+              marks: Sequence[Mark] = ()) -> str:
     """Stacked bars: `bars` = (x0, x1, values per kind); `kinds` = (label, color)."""
     totals = [sum(v) for _, _, v in bars]
     f = _Frame(x_max, max(totals, default=0.0))
-    parts = _open(backend, metric, title) + f.axes(bands, y_label)
+    parts = _open(backend, metric, title) + f.axes(bands, y_label) + _marks(f, marks)
     for (x0, x1, values), total in zip(bars, totals):
         pad = (x1 - x0) * 0.1
         bx0, bx1 = f.x(x0 + pad), f.x(x1 - pad)

@@ -10,8 +10,14 @@ Inputs (see `soakspec.report.render`):
 Definitions the reports state:
   Completed, Failed/timeouts -- measured requests of the backend (warm-up and follow-up
       excluded), as results.json counts them;
+  Rejected, Disconnected -- measured requests the server refused (HTTP 429/503 or a refused
+      connection) and requests whose stream was cut, as results.json counts them;
   Buckets     -- the backend's buckets over all its levels (results.json `buckets`);
-  Gate        -- the run's verdict: one judgment over every backend, so every row shows it;
+  Boundary check -- the runtime boundary's status as the run recorded it: confirmed (observed),
+      declared (stated by the spec, not observed), or a failure in capitals (MISSING,
+      CONTRADICTORY, ...), so "missing" never reads like "confirmed";
+  Own rules   -- the backend's status from ITS rules (`soakspec.report.status`), not the run's
+      verdict (which is stated once, above the table);
   Artifact SHA-256 -- the sha256 that manifest.json records for the backend's
       `backends/<name>/requests.jsonl` (the raw per-request evidence every number is computed
       from; `soakspec verify` re-hashes it). See ARTIFACT_NOTE.
@@ -36,7 +42,10 @@ ARTIFACT_NOTE = (
     "Artifact SHA-256: the sha256 that the run's manifest.json records for the backend's "
     f"backends/<name>/{ARTIFACT_FILE} (re-hashed by `soakspec verify` before this report was made)."
 )
-GATE_NOTE = "Gate: the run's verdict, one judgment over every backend, re-judged from the evidence for this report."
+GATE_NOTE = ("Own rules: each backend's status from the rules as they apply to that backend; the run's verdict "
+             "above is one judgment over every backend, re-judged from the evidence for this report.")
+NO_GPU_TELEMETRY = "no GPU telemetry (NVML not available)"
+BOUNDARY_OK = ("confirmed", "declared")
 
 _BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\ud800-\udfff]")
 
@@ -91,9 +100,19 @@ class BackendRow:
     failed: int | None
     timeouts: int | None
     buckets: int | None
-    gate: str  # passed | failed | inconclusive | not run
+    gate: str  # the backend's own status: `passed (5 rules)`, `failed: <rules>`, ..., `not run`
     artifact_sha256: str | None
     ran: bool = True
+    rejected: int | None = None
+    disconnected: int | None = None
+
+    @property
+    def boundary_check(self) -> str:
+        """`confirmed`, `declared`, or the failing status in capitals (`MISSING`); `-` unknown."""
+        s = self.runtime_status
+        if not s:
+            return "-" if self.ran else "not run"
+        return s if s in BOUNDARY_OK else s.upper()
 
 
 def manifest_entry(meta: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -110,11 +129,25 @@ def artifact_sha256(meta: Mapping[str, Any], safe_name: str) -> str | None:
     return sha.lower() if isinstance(sha, str) and re.fullmatch(r"[0-9a-fA-F]{64}", sha) else None
 
 
+def own_status(verdict: Any, meta: Mapping[str, Any], name: str) -> str:
+    """The backend's own status cell: from `meta["backend_status"]` (set by `prepare`, which
+    re-judges performance rules per backend), else from the verdict's listed instances."""
+    statuses = meta.get("backend_status")
+    if isinstance(statuses, Mapping) and name in statuses:
+        return statuses[name].cell()
+    from soakspec.report.status import BackendStatus, RuleStatus, _for_backend
+
+    rows = tuple(RuleStatus(r.rule, r.severity, r.klass, _for_backend(r, name)) for r in verdict.rules)
+    req = [x for x in rows if x.severity == "require"]
+    word = ("failed" if any(x.status == "fail" for x in req) else
+            "inconclusive" if any(x.status in ("inconclusive", "not_evaluated") for x in req) else "passed")
+    return BackendStatus(name, word, rows).cell()
+
+
 def backend_rows(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any) -> list[BackendRow]:
     """One row per backend in the evidence, then one per backend the spec declares that the run
-    should have had but did not record (gate `not run`)."""
+    should have had but did not record (`not run`)."""
     rows: list[BackendRow] = []
-    word = gate_word(verdict.outcome)
     seen = set()
     for b in _list(results.get("backends")):
         if not isinstance(b, Mapping):
@@ -133,8 +166,10 @@ def backend_rows(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, An
             failed=_int(req.get("failed")),
             timeouts=_int(req.get("timeout")),
             buckets=len(_list(b.get("buckets"))),
-            gate=word,
+            gate=own_status(verdict, meta, name),
             artifact_sha256=artifact_sha256(meta, safe),
+            rejected=_int(req.get("rejected")),
+            disconnected=_int(req.get("disconnected")),
         ))
     only = _list(_map(meta.get("manifest")).get("only"))
     for be in getattr(spec, "backends", ()) if spec is not None else ():
@@ -196,7 +231,7 @@ def model_lines(meta: Mapping[str, Any], spec: Any) -> tuple[str, str]:
 
 
 def hardware_line(meta: Mapping[str, Any]) -> str:
-    """`2x NVIDIA GeForce RTX 5090, CUDA 12.8, driver 570.86` or `no GPU (NVML unavailable: …)`."""
+    """`2x NVIDIA GeForce RTX 5090, CUDA 12.8, driver 570.86` or `no GPU telemetry (NVML not available)`."""
     gpus = _map(_map(meta.get("manifest")).get("gpus"))
     devices = [d for d in _list(gpus.get("devices")) if isinstance(d, Mapping)]
     if gpus.get("available") is True and devices:
@@ -210,16 +245,19 @@ def hardware_line(meta: Mapping[str, Any]) -> str:
         if gpus.get("driver_version"):
             parts.append(f"driver {one_line(gpus['driver_version'])}")
         return ", ".join(parts)
-    return f"no GPU ({gpu_unavailable_reason(meta)})"
+    return gpu_unavailable_reason(meta) or NO_GPU_TELEMETRY
 
 
 def gpu_unavailable_reason(meta: Mapping[str, Any]) -> str | None:
-    """`NVML unavailable: <why>` when the manifest records no GPU, else None."""
+    """`no GPU telemetry (NVML not available)` when the manifest records no GPU, else None.
+    Never the raw reason (an exception's text, a library path): that stays in manifest.json,
+    where `soakspec verify` and a reader of the evidence find it."""
     gpus = _map(_map(meta.get("manifest")).get("gpus"))
     if gpus.get("available") is True and _list(gpus.get("devices")):
         return None
-    reason = one_line(gpus.get("reason") or "no GPU recorded")
-    return reason if reason.lower().startswith("nvml") else f"NVML unavailable: {reason}"
+    if gpus.get("available") is True:
+        return "no GPU telemetry (NVML found no GPU device)"
+    return NO_GPU_TELEMETRY
 
 
 def host_line(meta: Mapping[str, Any]) -> str | None:
@@ -356,3 +394,89 @@ def verdict_sentence(verdict: Any) -> str:
     if warned:
         text += f"; {warned} warn rule{'s' if warned != 1 else ''} did not pass"
     return text
+
+
+# ------------------------------------------------------------------------------ per level
+
+
+@dataclasses.dataclass(frozen=True)
+class LevelRow:
+    """One backend and level of results.json, as the per-level tables show it."""
+
+    backend: str
+    workload: str | None
+    level: int | None
+    label: str
+    offered: str  # `4 req/s (open loop)`, `concurrency 4`, `concurrency 4, batches of 8`
+    offered_rate: float | None  # req/s an open-loop level offered
+    qps: float | None  # achieved completed requests per second
+    tokens_per_s: float | None
+    in_flight: float | None  # mean requests in flight
+    ttft: Mapping[str, Any] | None
+    itl: Mapping[str, Any] | None
+    tpot: Mapping[str, Any] | None
+    latency: Mapping[str, Any] | None
+    requests: Mapping[str, Any]
+
+
+def wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """A per-bucket rate over a level: the buckets' values weighted by their wall time."""
+    pairs = [(num(w.get(key)), num(w.get("wall_s"))) for w in windows]
+    known = [(v, t) for v, t in pairs if v is not None and t is not None and t > 0]
+    wall = sum(t for _, t in known)
+    return sum(v * t for v, t in known) / wall if wall else None
+
+
+def offered_text(lv: Mapping[str, Any]) -> tuple[str, float | None]:
+    mode, rate, conc, batch = lv.get("mode"), num(lv.get("rate")), _int(lv.get("concurrency")), _int(lv.get("batch_requests"))
+    if rate is not None and mode in (None, "open"):
+        return f"{rate:g} req/s (open loop)", rate
+    parts = [f"concurrency {conc}"] if conc is not None else []
+    if batch:
+        parts.append(f"batches of {batch}")
+    return (", ".join(parts) or "-"), None
+
+
+def level_rows(results: Mapping[str, Any]) -> list[LevelRow]:
+    out = []
+    for b in _list(results.get("backends")):
+        if not isinstance(b, Mapping):
+            continue
+        buckets = [w for w in _list(b.get("buckets")) if isinstance(w, Mapping)]
+        for lv in _list(b.get("levels")):
+            if not isinstance(lv, Mapping):
+                continue
+            mine = [w for w in buckets if w.get("level") == lv.get("index") and w.get("workload") == lv.get("workload")]
+            offered, rate = offered_text(lv)
+            out.append(LevelRow(
+                backend=one_line(b.get("name")), workload=lv.get("workload"), level=_int(lv.get("index")),
+                label=one_line(lv.get("label") or f"level {lv.get('index')}"), offered=offered, offered_rate=rate,
+                qps=wall_mean(mine, "qps"), tokens_per_s=wall_mean(mine, "output_tokens_per_s"),
+                in_flight=wall_mean(mine, "in_flight"),
+                ttft=_map(lv.get("ttft")) or None, itl=_map(lv.get("itl")) or None, tpot=_map(lv.get("tpot")) or None,
+                latency=_map(lv.get("latency")) or None, requests=_map(lv.get("requests")),
+            ))
+    return out
+
+
+NOT_EVALUATED_NOTE = ("Performance rules were not evaluated (a required validity or evidence check failed); "
+                      "the figures below are measured from the evidence but not judged.")
+
+
+def performance_not_evaluated(verdict: Any) -> bool:
+    return any(r.klass == "performance" and r.status == "not_evaluated" for r in verdict.rules)
+
+
+def measured_lines(meta: Mapping[str, Any], r: Any) -> list[str]:
+    """For a performance rule that was not evaluated: what each backend measured (marked)."""
+    if r.status != "not_evaluated" or r.klass != "performance":
+        return []
+    out = []
+    statuses = meta.get("backend_status")
+    for name, st in (statuses.items() if isinstance(statuses, Mapping) else ()):
+        for rs in st.rules:
+            if rs.rule == r.rule and rs.klass == "performance" and rs.measured is not None:
+                m = rs.measured
+                shown = m.observed_text or m.message
+                out.append(one_line(f"measured, not evaluated: backend {name}: {shown} (would be {m.status_word})"))
+    return out

@@ -5,10 +5,15 @@ No script, no stylesheet link, no font, no image: inline CSS and inline SVG char
 would refuse any network fetch even if something slipped through. Every string from the
 evidence or the spec is escaped with `html.escape` (evidence is untrusted input).
 
-Sections: the verdict and its summary; the results table (the md report's columns); per
-backend, one chart per metric in `CHART_METRICS`, each a value per bucket over time (x =
-seconds since the backend's first bucket, levels shaded); the rules table; provenance and
-workload; the claim boundary.
+Sections: the verdict and its summary; the results table (the md report's columns: each
+backend's own status, rejected and disconnected counts, the runtime boundary's status); the
+per-level table (offered vs achieved rate, percentiles, every outcome count; marked when the
+performance rules were not evaluated); per backend, one chart per metric in `CHART_METRICS`,
+each a value per bucket over time (x = seconds since the backend's first bucket, levels
+shaded, a gap between levels, `<line class="threshold">` at the threshold of every plain rule
+on that metric, `<rect class="failing-bucket">` over each bucket where a rule failed, offered
+rate beside achieved on the qps chart); the rules table; provenance and workload; the claim
+boundary.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soakspec.report import common as C
-from soakspec.report.charts import Band, Series, bar_chart, empty_chart, esc, line_chart
+from soakspec.report.charts import Band, Mark, Series, Threshold, bar_chart, empty_chart, esc, line_chart
 
 CHART_METRICS = ("ttft", "itl", "throughput", "qps", "failures", "gpu_memory", "rss")
 FAILURE_KINDS = (("failed", "failed", "#d62728"), ("timeout", "timeouts", "#ff7f0e"),
@@ -40,8 +45,12 @@ svg .frame{fill:none;stroke:#d0d7de}svg .grid{stroke:#eaeef2}svg .axis{stroke:#5
 svg .tick{font-size:10px;fill:#57606a}svg .ctitle{font-size:12px;font-weight:600;fill:#1b1f23}
 svg .legend{font-size:10px;fill:#1b1f23}svg .blabel{font-size:10px;fill:#57606a}svg .empty{font-size:13px;fill:#57606a}
 svg .band0{fill:#f6f8fa}svg .band1{fill:#eef3f8}
+svg .failing-bucket{fill:#cf222e;fill-opacity:.18;stroke:#cf222e;stroke-width:1.5}
+svg .threshold{stroke:#cf222e;stroke-width:1.5;stroke-dasharray:6 3}svg .tlabel{font-size:10px;fill:#cf222e}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0}dl.facts dt{color:#57606a}dl.facts dd{margin:0}
 .note{color:#57606a;font-size:12px}
+td.boundary-bad{color:#cf222e;font-weight:700}tr.own-failed td.own{color:#cf222e;font-weight:600}
+tr.own-inconclusive td.own{color:#9a6700}tr.level-gap td{border-top:3px solid #57606a}
 """
 
 
@@ -64,7 +73,49 @@ def _size_scale(values: Sequence[float]) -> tuple[float, str]:
     return 1.0, "B"
 
 
-def backend_charts(b: Mapping[str, Any], gpu_reason: str | None) -> list[str]:
+CHART_OF = {"ttft": "ttft", "itl": "itl", "throughput": "throughput", "qps": "qps", "rss": "rss",
+            "gpu_memory": "gpu_memory", "gpu_memory_device": "gpu_memory"}  # rule metric -> its chart; others: failures
+
+
+def rule_overlays(verdict: Any, spec: Any, backend: str, t0: float) -> tuple[dict[str, list[tuple[float, str]]], dict[str, list[Mark]]]:
+    """(chart -> [(threshold in base units, rule text)], chart -> failing-bucket marks) for one
+    backend: the thresholds of the spec's plain comparisons (not drift/slope) on charted
+    metrics, and the buckets (or levels) where a rule failed, from the verdict's instances."""
+    thresholds: dict[str, list[tuple[float, str]]] = {}
+    marks: dict[str, list[Mark]] = {}
+    rules = [r for r in getattr(getattr(spec, "gate", None), "rules", ()) if r.klass == "performance"]
+    for r in rules:
+        chart = CHART_OF.get(r.expr.metric)
+        if chart and r.threshold is not None and r.expr.wrapper is None and r.backend in (None, backend):
+            thresholds.setdefault(chart, []).append((float(r.threshold), C.one_line(r.text or r.expr.text)))
+    for res in verdict.rules:
+        if res.status not in ("fail", "warn"):
+            continue
+        chart = CHART_OF.get(res.metric or "", "failures")
+        seen = set()
+        for where in [d.where for d in res.details if d.status in ("fail", "warn")] + ([res.where] if res.where else []):
+            if where.backend != backend or where.start is None or where.end is None:
+                continue
+            key = (where.start, where.end)
+            if key in seen:
+                continue
+            seen.add(key)
+            label = f"{res.rule}: {res.status_word} — {where.text}"
+            marks.setdefault(chart, []).append(Mark(where.start - t0, where.end - t0, label))
+    return thresholds, marks
+
+
+def _broken(points: Sequence[tuple[float, float | None]], keys: Sequence[Any]) -> tuple[tuple[float, float | None], ...]:
+    """The points with a gap (None) wherever the level changes: no line joins two levels."""
+    out: list[tuple[float, float | None]] = []
+    for i, (p, k) in enumerate(zip(points, keys)):
+        if i and keys[i - 1] != k:
+            out.append((p[0], None))
+        out.append(p)
+    return tuple(out)
+
+
+def backend_charts(b: Mapping[str, Any], gpu_reason: str | None, verdict: Any = None, spec: Any = None) -> list[str]:
     """One chart per metric of `CHART_METRICS` for one backend of results.json."""
     name = C.one_line(b.get("name"))
     windows = [w for w in b.get("buckets") or [] if isinstance(w, Mapping)
@@ -85,21 +136,33 @@ def backend_charts(b: Mapping[str, Any], gpu_reason: str | None) -> list[str]:
             keys.append(key)
             bands.append(Band(w["started"] - t0, w["ended"] - t0, C.one_line(w.get("level_label") or f"level {w.get('level')}")))
 
+    lv_keys = [(w.get("workload"), w.get("level")) for w in windows]
+    th, marks = rule_overlays(verdict, spec, name, t0) if verdict is not None else ({}, {})
+
+    def lines(metric: str, factor: float = 1.0) -> list[Threshold]:
+        return [Threshold(v * factor, label) for v, label in th.get(metric, [])]
+
     out = []
     for metric, title in (("ttft", "TTFT per bucket"), ("itl", "ITL per bucket")):
         vals = {p: [(_num((w.get(metric) or {}).get(p)) if isinstance(w.get(metric), Mapping) else None) for w in windows]
                 for p, _ in PCT_COLORS}
-        factor, unit = _time_scale([v for vs in vals.values() for v in vs if v is not None])
-        series = [Series(p, tuple((x, v * factor if v is not None else None) for x, v in zip(mids, vals[p])), color)
+        factor, unit = _time_scale([v for vs in vals.values() for v in vs if v is not None] + [v for v, _ in th.get(metric, [])])
+        series = [Series(p, _broken([(x, v * factor if v is not None else None) for x, v in zip(mids, vals[p])], lv_keys), color)
                   for p, color in PCT_COLORS]
         out.append(line_chart(name, metric, title, unit, series, bands, x_max, lambda v, u=unit: f"{v:.3g} {u}",
-                              empty="no completed requests"))
+                              empty="no completed requests", thresholds=lines(metric, factor), marks=marks.get(metric, ())))
     tps = [_num(w.get("output_tokens_per_s")) for w in windows]
     out.append(line_chart(name, "throughput", "Throughput (output tokens/s)", "tokens/s",
-                          [Series("tokens/s", tuple(zip(mids, tps)), "#2ca02c")], bands, x_max, lambda v: f"{v:.1f} tokens/s"))
+                          [Series("tokens/s", _broken(list(zip(mids, tps)), lv_keys), "#2ca02c")], bands, x_max,
+                          lambda v: f"{v:.1f} tokens/s", thresholds=lines("throughput"), marks=marks.get("throughput", ())))
     qps = [_num(w.get("qps")) for w in windows]
-    out.append(line_chart(name, "qps", "Completed requests per second", "req/s",
-                          [Series("qps", tuple(zip(mids, qps)), "#1f77b4")], bands, x_max, lambda v: f"{v:.2f} req/s"))
+    offered = [_num(w.get("rate")) for w in windows]
+    qps_series = [Series("achieved", _broken(list(zip(mids, qps)), lv_keys), "#1f77b4")]
+    if any(v is not None for v in offered):
+        qps_series.append(Series("offered", _broken(list(zip(mids, offered)), lv_keys), "#8250df", "5 3"))
+    qps_title = "Requests/s: achieved vs offered" if len(qps_series) > 1 else "Completed requests per second"
+    out.append(line_chart(name, "qps", qps_title, "req/s", qps_series, bands,
+                          x_max, lambda v: f"{v:.2f} req/s", thresholds=lines("qps"), marks=marks.get("qps", ())))
     bars = []
     total_bad = 0
     for w in windows:
@@ -109,9 +172,10 @@ def backend_charts(b: Mapping[str, Any], gpu_reason: str | None) -> list[str]:
         bars.append((w["started"] - t0, w["ended"] - t0, vals))
     out.append(bar_chart(name, "failures", "Unsuccessful requests per bucket", "requests", bars,
                          [(label, color) for _, label, color in FAILURE_KINDS], bands, x_max,
-                         note=None if total_bad else f"no unsuccessful request in {len(windows)} buckets"))
+                         note=None if total_bad else f"no unsuccessful request in {len(windows)} buckets",
+                         marks=marks.get("failures", ())))
     for metric, title, missing in (
-        ("gpu_memory", "GPU memory of the server's processes", "no GPU telemetry" + (f" ({gpu_reason})" if gpu_reason else "")),
+        ("gpu_memory", "GPU memory of the server's processes", gpu_reason or "no GPU telemetry in these buckets"),
         ("rss", "Server RSS", "no server RSS telemetry"),
     ):
         means = [_num((w.get(metric) or {}).get("mean")) if isinstance(w.get(metric), Mapping) else None for w in windows]
@@ -121,9 +185,10 @@ def backend_charts(b: Mapping[str, Any], gpu_reason: str | None) -> list[str]:
             out.append(empty_chart(name, metric, title, missing))
             continue
         factor, unit = _size_scale(known)
-        series = [Series("mean", tuple((x, v / factor if v is not None else None) for x, v in zip(mids, means)), "#1f77b4"),
-                  Series("max", tuple((x, v / factor if v is not None else None) for x, v in zip(mids, maxes)), "#d62728", "4 3")]
-        out.append(line_chart(name, metric, title, unit, series, bands, x_max, lambda v, u=unit: f"{v:.3g} {u}"))
+        series = [Series("mean", _broken([(x, v / factor if v is not None else None) for x, v in zip(mids, means)], lv_keys), "#1f77b4"),
+                  Series("max", _broken([(x, v / factor if v is not None else None) for x, v in zip(mids, maxes)], lv_keys), "#d62728", "4 3")]
+        out.append(line_chart(name, metric, title, unit, series, bands, x_max, lambda v, u=unit: f"{v:.3g} {u}",
+                              thresholds=lines(metric, 1.0 / factor), marks=marks.get(metric, ())))
     return out
 
 
@@ -131,27 +196,72 @@ def backend_charts(b: Mapping[str, Any], gpu_reason: str | None) -> list[str]:
 
 
 def _results_table(rows: Sequence[C.BackendRow]) -> list[str]:
-    head = ("Backend", "Runtime boundary", "Completed", "Failed/timeouts", "Buckets", "Gate", "Artifact SHA-256")
+    head = ("Backend", "Runtime boundary", "Boundary check", "Completed", "Failed/timeouts", "Rejected", "Disconnected",
+            "Buckets", "Own rules", "Artifact SHA-256")
     out = ['<table class="results"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for r in rows:
         def n(v: int | None) -> str:
             return "-" if v is None else str(v)
         fail = "-" if r.failed is None and r.timeouts is None else f"{n(r.failed)} / {n(r.timeouts)}"
-        rt = esc(r.runtime) + (f' <span class="note">({esc(r.runtime_status)})</span>' if r.runtime_status else "") if r.runtime else "-"
+        rt = esc(r.runtime) if r.runtime else "-"
+        check = r.boundary_check
+        check_cls = "ok" if check in C.BOUNDARY_OK else "bad" if check not in ("-", "not run") else "na"
+        own = r.gate.split(":")[0].split(" ")[0]
         out.append(
-            f'<tr><td><code>{esc(r.name)}</code></td><td>{rt}</td><td class="num">{n(r.completed)}</td>'
-            f'<td class="num">{fail}</td><td class="num">{n(r.buckets)}</td><td>{esc(r.gate)}</td>'
+            f'<tr class="own-{esc(own)}"><td><code>{esc(r.name)}</code></td><td>{rt}</td>'
+            f'<td class="boundary-{check_cls}">{esc(check)}</td><td class="num">{n(r.completed)}</td>'
+            f'<td class="num">{fail}</td><td class="num">{n(r.rejected)}</td><td class="num">{n(r.disconnected)}</td>'
+            f'<td class="num">{n(r.buckets)}</td><td class="own">{esc(r.gate)}</td>'
             f'<td class="mono">{esc(r.artifact_sha256 or "-")}</td></tr>'
         )
     out.append("</tbody></table>")
     return out
 
 
-def _rules_table(verdict: Any) -> list[str]:
+def _pct3(d: Mapping[str, Any] | None) -> str:
+    if not d:
+        return "-"
+    vals = [_num(d.get(k)) for k in ("p50", "p95", "p99")]
+    return " / ".join("-" if v is None else (f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s") for v in vals)
+
+
+def _rate(v: float | None, digits: int = 2) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def level_table(results: Mapping[str, Any], verdict: Any) -> list[str]:
+    """The per-level table: offered vs achieved rate, tokens/s, in flight, percentiles, counts."""
+    rows = C.level_rows(results)
+    if not rows:
+        return []
+    head = ("Backend", "Level", "Offered", "Achieved req/s", "Output tok/s", "Mean in flight", "TTFT p50 / p95 / p99",
+            "ITL p50 / p95 / p99", "TPOT p50 / p95 / p99", "Latency p50 / p95 / p99", "Completed", "Failed", "Timeouts",
+            "Rejected", "Disconnected")
+    out = []
+    if C.performance_not_evaluated(verdict):
+        out.append(f'<p class="note not-evaluated">{esc(C.NOT_EVALUATED_NOTE)}</p>')
+    out.append('<table class="levels"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>")
+    prev = None
+    for lv in rows:
+        req = lv.requests
+        cls = ' class="level-gap"' if prev is not None and prev != lv.backend else ""
+        prev = lv.backend
+        counts = "".join(f'<td class="num">{esc(req.get(k, "-"))}</td>' for k in ("completed", "failed", "timeout", "rejected", "disconnected"))
+        out.append(
+            f'<tr{cls}><td><code>{esc(lv.backend)}</code></td><td>{esc(lv.label)}</td><td>{esc(lv.offered)}</td>'
+            f'<td class="num">{_rate(lv.qps)}</td><td class="num">{_rate(lv.tokens_per_s, 1)}</td>'
+            f'<td class="num">{_rate(lv.in_flight)}</td><td class="num">{_pct3(lv.ttft)}</td><td class="num">{_pct3(lv.itl)}</td>'
+            f'<td class="num">{_pct3(lv.tpot)}</td><td class="num">{_pct3(lv.latency)}</td>{counts}</tr>'
+        )
+    out.append("</tbody></table>")
+    return out
+
+
+def _rules_table(verdict: Any, meta: Mapping[str, Any] | None = None) -> list[str]:
     out = ['<table class="rules"><thead><tr><th>Class</th><th>Rule</th><th>Status</th><th>Observed</th><th>Explanation</th></tr></thead><tbody>']
     for r in verdict.rules:
         sev = "" if r.severity == "require" else ' <span class="note">(warn)</span>'
-        details = C.rule_detail_lines(r) if r.status != "pass" else []
+        details = (C.rule_detail_lines(r) + C.measured_lines(meta or {}, r)) if r.status != "pass" else []
         det = ('<ul class="details">' + "".join(f"<li>{esc(d)}</li>" for d in details) + "</ul>") if details else ""
         if r.observed_text is not None:
             observed = r.observed_text
@@ -230,19 +340,24 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
     ]
     out += _results_table(rows)
     out.append(f'<p class="note">{esc(C.ARTIFACT_NOTE.replace("`", ""))} {esc(C.GATE_NOTE)}</p>')
+    per_level = level_table(results, verdict)
+    if per_level:
+        out.append("<h2>Per level</h2>")
+        out += per_level
     out.append("<h2>Per bucket, over time</h2>")
-    out.append('<p class="note">One point per bucket at its midpoint; shaded bands are the levels. '
-               "TTFT and ITL percentiles pool the bucket's completed requests; memory is the mean and maximum "
-               "of the telemetry samples taken in the bucket.</p>")
+    out.append('<p class="note">One point per bucket at its midpoint; shaded bands are the levels, and no line joins '
+               "two levels. TTFT and ITL percentiles pool the bucket's completed requests; memory is the mean and maximum "
+               "of the telemetry samples taken in the bucket. A dashed red line is a rule's threshold; a red-shaded "
+               "bucket is one where a rule failed.</p>")
     for b in results.get("backends") or []:
         if not isinstance(b, Mapping):
             continue
         out.append(f'<section class="backend" data-backend="{esc(b.get("name"))}"><h3>Backend <code>{esc(b.get("name"))}</code></h3>')
         out.append('<div class="charts">')
-        out += backend_charts(b, gpu_reason)
+        out += backend_charts(b, gpu_reason, verdict, spec)
         out.append("</div></section>")
     out.append("<h2>Rules</h2>")
-    out += _rules_table(verdict)
+    out += _rules_table(verdict, meta)
     out.append("<h2>Run</h2>")
     out += _facts(verdict, meta, spec)
     out += _claims(spec)

@@ -4,15 +4,19 @@
     - run, commit, model, model revision, hardware, rehearsal, time scale, workload line(s),
       required trace coverage
     **Verdict: PASS** -- all N required rules hold.
-    | Backend | Runtime boundary | Completed | Failed/timeouts | Buckets | Gate | Artifact SHA-256 |
-    footnotes: what the Artifact SHA-256 and Gate columns are
-    ### Per level          TTFT / ITL percentiles, tokens/s, QPS
+    | Backend | Runtime boundary | Boundary check | Completed | Failed/timeouts | Rejected |
+      Disconnected | Buckets | Own rules | Artifact SHA-256 |
+    footnotes: what the Artifact SHA-256 and Own rules columns are
+    ### Per level          offered vs achieved rate, tokens/s, in flight, TTFT / ITL / TPOT /
+                           latency percentiles, every outcome count (marked when the
+                           performance rules were not evaluated)
     ### Rules that did not pass     (a fenced text block: the judge's own words)
     ### Claim Boundary     the spec's claims, then "It does not claim:" and every exclude verbatim
 
 Built to pass `soakspec lint-claims --spec SPEC --evidence DIR`:
   - every value in the results table and the provenance lines is the evidence's own (the table
-    columns are the ones the linter reads; the Gate column is the run's verdict);
+    columns are the ones the linter reads; the backend's own status sits in "Own rules", a
+    column the linter does not compare with the run's verdict);
   - the rules' messages (which quote bucket-level counts) sit in a fenced code block, which the
     linter reads neither as prose statements nor as assertions;
   - exclusions are list items under "It does not claim:", which negates each of them whatever
@@ -30,7 +34,8 @@ from typing import Any
 
 from soakspec.report import common as C
 
-HEADER = ("Backend", "Runtime boundary", "Completed", "Failed/timeouts", "Buckets", "Gate", "Artifact SHA-256")
+HEADER = ("Backend", "Runtime boundary", "Boundary check", "Completed", "Failed/timeouts", "Rejected", "Disconnected",
+          "Buckets", "Own rules", "Artifact SHA-256")
 
 ARTIFACT_NOTE_MD = (
     "Artifact SHA-256: the sha256 that the run's manifest.json records for the backend's "
@@ -82,10 +87,14 @@ def results_table(rows: Sequence[C.BackendRow]) -> list[str]:
         cells = [
             md_cell(r.name),
             md_cell(r.runtime) if r.runtime else "-",
+            r.boundary_check if r.boundary_check in C.BOUNDARY_OK or r.boundary_check in ("-", "not run")
+            else f"**{md_text(r.boundary_check)}**",
             _num(r.completed),
             fail,
+            _num(r.rejected),
+            _num(r.disconnected),
             _num(r.buckets),
-            r.gate,
+            md_text(r.gate),
             r.artifact_sha256 or "-",
         ]
         out.append("| " + " | ".join(cells) + " |")
@@ -98,10 +107,10 @@ def _fmt_s(v: Any) -> str:
     return f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s"
 
 
-def _fmt_rate(v: Any) -> str:
+def _fmt_rate(v: Any, digits: int = 1) -> str:
     if not isinstance(v, (int, float)) or isinstance(v, bool):
         return "-"
-    return f"{v:.1f}"
+    return f"{v:.{digits}f}"
 
 
 def _pct(d: Any) -> str:
@@ -110,28 +119,23 @@ def _pct(d: Any) -> str:
     return " / ".join(_fmt_s(d.get(k)) for k in ("p50", "p95", "p99"))
 
 
-def _wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    """A per-bucket rate over a level: the buckets' values weighted by their wall time."""
-    pairs = [(w.get(key), w.get("wall_s")) for w in windows]
-    pairs = [(v, t) for v, t in pairs if isinstance(v, (int, float)) and isinstance(t, (int, float)) and t > 0]
-    wall = sum(t for _, t in pairs)
-    return sum(v * t for v, t in pairs) / wall if wall else None
+LEVEL_HEAD = ("Backend / level", "Offered", "Achieved req/s", "Output tok/s", "Mean in flight", "TTFT p50 / p95 / p99",
+              "ITL p50 / p95 / p99", "TPOT p50 / p95 / p99", "Latency p50 / p95 / p99", "Completed", "Failed", "Timeouts",
+              "Rejected", "Disconnected")
 
 
 def level_table(results: Mapping[str, Any]) -> list[str]:
-    """Per backend and level: requests, TTFT and ITL p50/p95/p99, output tokens/s, QPS."""
-    head = ("Backend / level", "Requests", "TTFT p50 / p95 / p99", "ITL p50 / p95 / p99", "Output tok/s", "QPS")
+    """Per backend and level: offered load and achieved rate, tokens/s, in flight, TTFT / ITL /
+    TPOT / latency p50/p95/p99 and every outcome count."""
     rows = []
-    for b in results.get("backends") or []:
-        buckets = [w for w in b.get("buckets") or [] if isinstance(w, Mapping)]
-        for lv in b.get("levels") or []:
-            mine = [w for w in buckets if w.get("level") == lv.get("index") and w.get("workload") == lv.get("workload")]
-            total = (lv.get("requests") or {}).get("total")
-            rows.append([f"{md_cell(b.get('name'))} · {md_text(lv.get('label'))}", _num(total if isinstance(total, int) else None),
-                         _pct(lv.get("ttft")), _pct(lv.get("itl")), _fmt_rate(_wall_mean(mine, "output_tokens_per_s")),
-                         _fmt_rate(_wall_mean(mine, "qps"))])
+    for lv in C.level_rows(results):
+        req = lv.requests
+        rows.append([f"{md_cell(lv.backend)} · {md_text(lv.label)}", md_text(lv.offered), _fmt_rate(lv.qps, 2),
+                     _fmt_rate(lv.tokens_per_s), _fmt_rate(lv.in_flight, 2), _pct(lv.ttft), _pct(lv.itl), _pct(lv.tpot),
+                     _pct(lv.latency)] + [_num(C._int(req.get(k))) for k in ("completed", "failed", "timeout", "rejected", "disconnected")])
     if not rows:
         return []
+    head = LEVEL_HEAD
     return ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
@@ -176,7 +180,10 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
 
     per_level = level_table(results)
     if per_level:
-        lines += ["### Per level", ""] + per_level + [""]
+        lines += ["### Per level", ""]
+        if C.performance_not_evaluated(verdict):
+            lines += [md_text(C.NOT_EVALUATED_NOTE), ""]
+        lines += per_level + [""]
 
     open_rules = C.open_rules(verdict)
     lines += ["### Rules that did not pass", ""]
@@ -186,6 +193,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
             sev = "" if r.severity == "require" else " (warn)"
             body.append(f"{C.STATUS_MARK[r.status]}  [{C.one_line(r.klass)}] {C.one_line(r.rule)}{sev} — {C.one_line(r.message)}")
             body += [f"      {d}" for d in C.rule_detail_lines(r)]
+            body += [f"      {d}" for d in C.measured_lines(meta, r)]
         fence = fence_for(body)
         lines += [fence + "text"] + body + [fence]
     else:

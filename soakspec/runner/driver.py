@@ -56,19 +56,23 @@ async def drive_backend(
         return lambda: deps.connect(host, port, api_key)
 
     if deps.preflight:
-        await preflight(bp, deps, rec, ids, prompts, connector)
+        await preflight(bp, url, deps, rec, ids, prompts, connector)
     for lv in bp.levels:
         shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
+        await shapes.prepare(url)
         await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), health)
     if bp.follow_up:
         fu = bp.follow_up_request
-        await follow_up(bp, deps, rec, ids, Shapes(fu, prompts(fu.prompt_file)), connector(fu))
+        fu_shapes = Shapes(fu, prompts(fu.prompt_file))
+        await fu_shapes.prepare(url)
+        await follow_up(bp, deps, rec, ids, fu_shapes, connector(fu))
 
 
 PREFLIGHT_LEVEL = -3  # the records' level and bucket (they are kept in the manifest entry only)
 
 
-async def preflight(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles, connector) -> None:
+async def preflight(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles,
+                    connector) -> None:  # fmt: skip
     """One request of each workload's shape must complete before any level (module docstring)."""
     seen: set[str] = set()
     for lv in bp.levels:
@@ -76,12 +80,13 @@ async def preflight(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSe
             continue
         seen.add(lv.workload)
         shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
+        await shapes.prepare(url)
         rid = f"{ids.prefix}-preflight-{len(seen)}"  # not of the load's sequence: requests.jsonl has no gap
         record = RequestRecord(request_id=rid, backend=bp.name, workload=lv.workload, level=PREFLIGHT_LEVEL,
                                concurrency=1, bucket=PREFLIGHT_LEVEL)  # fmt: skip
         conn = connector(lv.request)()
         try:
-            await conn.send(shapes.make(0), rid, (), record, deadline=deps.clock.now() + lv.deadline_s)
+            await conn.send(shapes.make(0), rid, shapes.headers(), record, deadline=deps.clock.now() + lv.deadline_s)
         finally:
             with trio.move_on_after(CLOSE_S, shield=True):
                 await conn.aclose()
@@ -105,8 +110,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         rec.flush()
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
 
-    ctx = LevelContext(bp.name, deps.clock, connect, shapes, rec.write_records, ids, stats=stats, on_bucket=on_bucket,
-                       health=health)  # fmt: skip
+    ctx = LevelContext(bp.name, deps.clock, connect, shapes, rec.write_records, ids, shapes.headers(), stats=stats,
+                       on_bucket=on_bucket, health=health)  # fmt: skip
     progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
     try:
         if deps.workers > 1:
@@ -130,7 +135,7 @@ async def follow_up(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSe
     record = RequestRecord(request_id=rid, backend=bp.name, workload=bp.follow_up_workload, level=-1, concurrency=1, bucket=-2)
     conn = connect()
     try:
-        await conn.send(shapes.make(0, smallest=True), rid, (), record, deadline=deps.clock.now() + bp.follow_up_deadline_s)
+        await conn.send(shapes.make(0, smallest=True), rid, shapes.headers(), record, deadline=deps.clock.now() + bp.follow_up_deadline_s)
     finally:
         with trio.move_on_after(CLOSE_S, shield=True):
             await conn.aclose()

@@ -12,6 +12,7 @@ One module per block (`header`, `backend`, `workload`, `gate`, `claims`), each a
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from typing import Any
@@ -19,11 +20,11 @@ from typing import Any
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
-from soakspec.lang.check import backend, claims, gate, header, workload
+from soakspec.lang.check import backend, claims, compare, gate, header, workload
 from soakspec.lang.check.backend import BACKEND_BLOCKS, BACKEND_KEYS, PLACEHOLDERS
 from soakspec.lang.check.core import MAX_DURATION_S, Ctx, suggest
 from soakspec.lang.check.gate import SCOPES
-from soakspec.lang.check.workload import MAX_BUCKETS_PER_LEVEL, MAX_LOAD_LEVEL, WORKLOAD_KEYS
+from soakspec.lang.check.workload import MAX_BUCKETS_PER_LEVEL, MAX_LOAD_LEVEL, MAX_TOTAL_LOAD_S, WORKLOAD_KEYS
 from soakspec.lang.fmt import fmt, strip_comments
 from soakspec.lang.runtime_label import is_generic_label
 
@@ -33,6 +34,7 @@ __all__ = [
     "MAX_BUCKETS_PER_LEVEL",
     "MAX_DURATION_S",
     "MAX_LOAD_LEVEL",
+    "MAX_TOTAL_LOAD_S",
     "PLACEHOLDERS",
     "SCOPES",
     "TOP_LEVEL",
@@ -45,7 +47,7 @@ __all__ = [
 # One definition of "generic", shared with the evidence layer that re-checks it after a run.
 is_generic_runtime_label = is_generic_label
 
-TOP_LEVEL = ("soak", "model", "source", "telemetry", "backend", "workload", "gate", "claims")
+TOP_LEVEL = ("soak", "model", "source", "telemetry", "backend", "workload", "gate", "claims", "compare")
 _NAMED = ("backend", "workload")
 
 
@@ -70,14 +72,35 @@ def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list
         model=header.model(ctx, singles.get("model")),
         source=header.source(ctx, singles.get("source")),
         telemetry=header.telemetry(ctx, singles.get("telemetry")),
-        gate=gate.gate(ctx, singles.get("gate"), {b.name for b in bks}),
+        gate=gate.gate(ctx, singles.get("gate"), {b.name: b for b in bks}),
         claims=claims.claims(ctx, singles.get("claims")),
+        compare=compare.compare(ctx, singles.get("compare")),
     )
-    if any(d.severity is Severity.ERROR for d in ctx.diags):
-        return None, ctx.diags
+    workload.check_total_load(ctx, wls, len(bks), parts["header"].parallel)
+    diags = collapse_repeated_warnings(ctx.diags)
+    if any(d.severity is Severity.ERROR for d in diags):
+        return None, diags
     text, sha = spec_hash(tree)
     spec = S.Spec(backends=tuple(bks), workloads=tuple(wls), canonical_text=text, sha256=sha, path=path, **parts)
-    return spec, ctx.diags
+    return spec, diags
+
+
+def collapse_repeated_warnings(diags: list[Diagnostic]) -> list[Diagnostic]:
+    """Each distinct warning once: a warning repeated word for word (the same code and message,
+    e.g. W505 in a hundred copied workloads) is reported at its first place, with a count."""
+    counts: dict[tuple[str, str], int] = {}
+    for d in diags:
+        if d.severity is Severity.WARNING:
+            counts[(d.code, d.message)] = counts.get((d.code, d.message), 0) + 1
+    out, seen = [], set()
+    for d in diags:
+        key = (d.code, d.message)
+        if d.severity is not Severity.WARNING or counts[key] == 1:
+            out.append(d)
+        elif key not in seen:
+            seen.add(key)
+            out.append(dataclasses.replace(d, message=f"{d.message} (and {counts[key] - 1} more like it)"))
+    return out
 
 
 def _top_level(ctx: Ctx, tree: A.SoakFile) -> tuple[dict[str, A.Block], dict[str, list[A.Block]]]:

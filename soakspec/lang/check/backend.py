@@ -12,7 +12,7 @@ from soakspec.lang import spec as S
 from soakspec.lang.check.core import Ctx, Key, Table, describe
 from soakspec.lang.check.walk import Body, sub, walk
 from soakspec.lang.fmt import value_text
-from soakspec.lang.runtime_label import is_generic_label, validate_log_regex
+from soakspec.lang.runtime_label import is_generic_label, label_versions, unversioned_runtimes, validate_log_regex
 from soakspec.lang.simoptions import SIM_OPTIONS
 from soakspec.units import Dimension
 
@@ -90,9 +90,9 @@ def backend(ctx: Ctx, blk: A.Block) -> S.Backend | None:
     kind = _kind(ctx, b, where)
     _check_launch(ctx, b, kind, where)
     env = _env(ctx, b, where)
-    runtime = _runtime(ctx, b, where, {k for k, _ in env})
+    runtime = _runtime(ctx, b, kind, where, {k for k, _ in env})
     traces = _traces(ctx, b, kind, blk.kind_span)
-    _check_log(ctx, b, traces, runtime, where)
+    _check_log(ctx, b, kind, traces, runtime, where)
     if b["api_key_env"] is not None and not _ENV_NAME.fullmatch(b["api_key_env"]):
         ctx.error("E411", "'api_key_env' names an environment variable (the key itself is never written in a spec)", b.got("api_key_env").span)
     if kind == "url" and (b.has("cwd") or "env" in b.blocks or b["gpus"]):
@@ -182,7 +182,7 @@ def _ready(ctx: Ctx, b: Body, where: str) -> S.Ready:
     return S.Ready(**rb.fields())
 
 
-def _runtime(ctx: Ctx, b: Body, where: str, env_names: set[str]) -> S.RuntimeDecl | None:
+def _runtime(ctx: Ctx, b: Body, kind: str, where: str, env_names: set[str]) -> S.RuntimeDecl | None:
     rt = sub(ctx, b, "runtime", RUNTIME, f"the runtime boundary of {where}")
     if rt is None:
         return None
@@ -193,10 +193,34 @@ def _runtime(ctx: Ctx, b: Body, where: str, env_names: set[str]) -> S.RuntimeDec
             f"runtime boundary {label!r} is generic; name the runtime and its version or mode (e.g. \"NCCL 2.26.2, NCCL_IB_DISABLE=1\" or \"host-staged\")",
             rt.got("label").span,
         )
-    if pattern is not None and (problem := validate_log_regex(pattern)) is not None:
+    elif label is not None:
+        _check_label_version(ctx, rt, label)
+    if pattern is not None and kind == "url":
+        ctx.error(
+            "E413",
+            f"{where} is an already-running server (url): soakspec has no log of it, so 'log_pattern' can never confirm the runtime",
+            rt.got("log_pattern").key_span,
+            "remove log_pattern (and version); the label alone then states the runtime",
+        )
+    elif pattern is not None and (problem := validate_log_regex(pattern)) is not None:
         ctx.error("E405", f"runtime log_pattern: {problem}", rt.got("log_pattern").span)
-    if rt["version"] is not None and pattern is None:
+    if rt["version"] is not None and pattern is None and kind == "url":
+        ctx.error(
+            "E413",
+            f"{where} is an already-running server (url): soakspec has no log of it to confirm 'version' from",
+            rt.got("version").key_span,
+            "remove 'version' and state the version in the label",
+        )
+    elif rt["version"] is not None and pattern is None:
         ctx.error("E403", "runtime 'version' is confirmed from the log: add log_pattern = r\"... (\\d+\\.\\d+\\.\\d+)\"", rt.got("version").key_span)
+    if kind == "url" and rt["require_env"]:
+        ctx.error(
+            "E412",
+            f"{where} is an already-running server (url): its environment is not soakspec's to see, so 'require_env' can never be confirmed",
+            rt.got("require_env").span,
+            "remove require_env, and name the mode in the label instead (e.g. \"NCCL 2.26.2, NCCL_IB_DISABLE=1\")",
+        )
+        return S.RuntimeDecl(**rt.fields()) if label is not None else None
     unset = [n for n in rt["require_env"] if n not in env_names]
     if unset:
         names = ", ".join(f"'{n}'" for n in unset)
@@ -207,6 +231,31 @@ def _runtime(ctx: Ctx, b: Body, where: str, env_names: set[str]) -> S.RuntimeDec
             rt.got("require_env").span,
         )
     return S.RuntimeDecl(**rt.fields()) if label is not None else None
+
+
+def _check_label_version(ctx: Ctx, rt: Body, label: str) -> None:
+    """A label that names a versioned runtime states its version (major.minor at least), and
+    that version is the block's `version` when both are given."""
+    missing = unversioned_runtimes(label)
+    if missing:
+        names = " and ".join(missing)
+        ctx.error(
+            "E416",
+            f"runtime label {label!r} names {names} without a concrete version (at least major.minor, e.g. 2.26 or 2.26.2)",
+            rt.got("label").span,
+            f"write the version the server runs, e.g. \"{missing[0]} 2.26.2\"; a mode without a runtime name (\"host-staged\") needs none",
+        )
+        return
+    versions = label_versions(label)
+    version = rt["version"]
+    if version is not None and versions and version.strip().lower().removeprefix("v") not in versions:
+        stated = ", ".join(versions)
+        ctx.error(
+            "E417",
+            f"runtime 'version' is {version!r} but the label states {stated}",
+            rt.got("version").span,
+            "make the label and 'version' name the same version",
+        )
 
 
 def _traces(ctx: Ctx, b: Body, kind: str, span: Span) -> S.Traces:
@@ -220,13 +269,25 @@ def _traces(ctx: Ctx, b: Body, kind: str, span: Span) -> S.Traces:
         ctx.error("E103", "traces from the log need a 'pattern' with a (?P<json>...) or (?P<id>...) group", tb.span)
     if src == "jsonl" and tb["file"] is None:
         ctx.error("E103", "traces from a JSONL file need 'file'", tb.span)
-    if tb["pattern"] is not None:
+    if src == "jsonl" and tb.has("pattern"):
+        ctx.error(
+            "E415",
+            "JSONL traces are read by field name, not with a regular expression: 'pattern' would be ignored",
+            tb.got("pattern").key_span,
+            "remove 'pattern'; name the request id field with id_field = \"request_id\"",
+        )
+    elif tb["pattern"] is not None:
         _check_trace_pattern(ctx, tb["pattern"], tb.got("pattern").span)
     for f in tb["id_forms"]:
         if "{id}" not in f:
             ctx.error("E410", f"id form {f!r} must contain '{{id}}'", tb.got("id_forms").span)
     if kind == "url" and src == "log":
-        ctx.error("E403", "traces from the server log need a launched backend; for a url backend use source = jsonl", tb.span)
+        ctx.error(
+            "E413",
+            f"{b.where} is an already-running server (url): soakspec has no log of it to read traces from",
+            tb.got("source").span,
+            "for a url backend use source = jsonl and file = \"...\" (the server's trace file)",
+        )
     return S.Traces(**tb.fields())
 
 
@@ -240,8 +301,11 @@ def _check_trace_pattern(ctx: Ctx, pattern: str, span: Span) -> None:
         ctx.error("E405", "trace 'pattern' needs a named group (?P<json>...) for a JSON payload or (?P<id>...) for a request id", span)
 
 
-def _check_log(ctx: Ctx, b: Body, traces: S.Traces, runtime: S.RuntimeDecl | None, where: str) -> None:
-    if b["log"] or not (traces.source == "log" or (runtime is not None and runtime.log_pattern is not None)):
+def _check_log(ctx: Ctx, b: Body, kind: str, traces: S.Traces, runtime: S.RuntimeDecl | None, where: str) -> None:
+    """What is read from the server log needs one: a launched backend that captures it. (A url
+    backend has none: its log_pattern and log traces are reported by `_runtime` and `_traces`.)"""
+    pattern = runtime is not None and runtime.log_pattern is not None
+    if kind == "url" or b["log"] or not (traces.source == "log" or pattern):
         return
     what = "traces" if traces.source == "log" else "runtime boundary"
-    ctx.error("E403", f"{where} sets log = false, but reads its {what} from the server log", b.got("log").span)
+    ctx.error("E413", f"{where} sets log = false, but reads its {what} from the server log", b.got("log").span, "remove log = false, or stop reading the log")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -101,13 +102,19 @@ class Table:
         if k.required:
             return None
         if self.cls is not None and k.field is not None:
-            for f in dataclasses.fields(self.cls):
-                if f.name == k.field:
-                    if f.default is not dataclasses.MISSING:
-                        return f.default
-                    if f.default_factory is not dataclasses.MISSING:
-                        return f.default_factory()
+            f = _fields(self.cls).get(k.field)
+            if f is not None:
+                if f.default is not dataclasses.MISSING:
+                    return f.default
+                if f.default_factory is not dataclasses.MISSING:
+                    return f.default_factory()
         return None
+
+
+@functools.cache
+def _fields(cls: type) -> dict[str, dataclasses.Field]:
+    """A dataclass's fields by name, looked up once (defaults are read for every key of every block)."""
+    return {f.name: f for f in dataclasses.fields(cls)}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
@@ -29,7 +30,9 @@ GATE = Table(
 )
 
 
-def gate(ctx: Ctx, blk: A.Block | None, backend_names: set[str]) -> S.Gate:
+def gate(ctx: Ctx, blk: A.Block | None, backends: Mapping[str, S.Backend]) -> S.Gate:
+    """The gate's settings and rules; `backends` (by name) are what rules may name and scope."""
+    backend_names = set(backends)
     if blk is None:
         return S.Gate()
     if blk.label is not None:
@@ -40,7 +43,28 @@ def gate(ctx: Ctx, blk: A.Block | None, backend_names: set[str]) -> S.Gate:
         ctx.error("E204", "'confidence' must be at least 50% and below 100%", b.got("confidence").span)
         fields["confidence"] = GATE.default(GATE.key("confidence"))
     rules = [_rule(ctx, stmt, backend_names) for stmt in b.statements]
+    for stmt, rule in zip(b.statements, rules):
+        if rule is not None:
+            _check_observable(ctx, stmt, rule, backends)
     return S.Gate(rules=tuple(r for r in rules if r is not None), **fields)
+
+
+def _check_observable(ctx: Ctx, stmt: A.Rule, rule: S.Rule, backends: Mapping[str, S.Backend]) -> None:
+    """A rule over what a backend can never produce could never pass: trace coverage of a
+    backend whose traces are `source = none` (the default, except for a simulator)."""
+    if rule.expr.metric != "trace_coverage":
+        return
+    scope = [backends[rule.backend]] if rule.backend is not None else list(backends.values())
+    untraced = [bk.name for bk in scope if bk.traces.source == "none"]
+    if not untraced:
+        return
+    names = ", ".join(f"'{n}'" for n in untraced)
+    ctx.error(
+        "E414",
+        f"'{rule.expr.text}' can never be measured: backend {names} {'has' if len(untraced) == 1 else 'have'} no traces (source = none)",
+        stmt.expr.span,
+        "declare traces { source = log  pattern = r\"...\" } (or source = jsonl  file = \"...\"), or scope the rule with on \"backend\" to one that has them",
+    )
 
 
 @dataclasses.dataclass(frozen=True)

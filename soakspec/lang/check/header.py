@@ -30,7 +30,7 @@ MODEL = Table(
     ),
 )
 
-SOURCE = Table(cls=S.Source, keys=(Key("repo", "str", "repo", required=True),))
+SOURCE = Table(cls=S.Source, keys=(Key("repo", "str", "repo", required=True), Key("allow_dirty", "bool", "allow_dirty")))
 
 TELEMETRY = Table(
     cls=S.Telemetry,

@@ -1,0 +1,91 @@
+"""`soakspec compare BASE NEW [--spec FILE] [--confidence 95%] [--require RULE]... [--format md|html|json]`
+
+Before/after with statistics. Both evidence directories are loaded and verified like `gate`
+does (every artifact re-hashed against its manifest; a spec that does not check is a usage
+error), matched by backend and level, and compared row by row with a seeded bootstrap interval
+(`soakspec.compare` documents the method). `--spec FILE` checks both runs against that spec
+instead of the ones embedded in their manifests. Rules gate the comparison: those of the
+spec's `compare { require regression(p99(ttft)) <= 5% }` block (`--spec FILE`, else the NEW
+run's embedded spec -- the one under review; its `confidence` too unless `--confidence` is
+given), then every `--require 'p99(ttft) regression <= 5%'` (repeatable; `warn ...` for a rule
+that never decides).
+
+Exit code: 0 PASS (both runs verified, every require rule holds); 1 FAIL (a require rule
+failed, or a run's evidence does not verify); 3 INCONCLUSIVE (a rule the samples cannot
+decide, an incomplete run, nothing to match); 2 usage error; 4 when `--out` cannot be written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from soakspec.exitcodes import ExitCode
+
+
+def _confidence(text: str) -> float:
+    t = text.strip()
+    try:
+        v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a confidence like 95% or 0.95") from None
+    if not 0 < v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: a confidence must be between 0 and 100%")
+    return v
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    from soakspec.compare.render import FORMATS
+
+    p.add_argument("base", metavar="BASE", help="the evidence directory before the change")
+    p.add_argument("new", metavar="NEW", help="the evidence directory after the change")
+    p.add_argument("--spec", metavar="FILE", help="check both runs with this spec instead of their embedded ones")
+    p.add_argument("--confidence", type=_confidence, default=None, metavar="C",
+                   help="family-wise confidence of the intervals, e.g. 95%% or 0.99 (default: the spec's compare "
+                        "block, else 95%%)")
+    p.add_argument("--require", action="append", default=[], metavar="RULE",
+                   help="a gating rule, e.g. 'p99(ttft) regression <= 5%%' (or 'warn p50(tpot) regression <= 10%%')")
+    p.add_argument("--format", choices=FORMATS, default="md", help="md, html or json (default: md)")
+    p.add_argument("--resamples", type=int, default=None, metavar="N", help="bootstrap draws per side (default: 4000)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0; the output is deterministic)")
+    p.add_argument("--out", metavar="FILE", help="write the comparison to FILE (atomically) instead of stdout")
+
+
+def main(args: argparse.Namespace) -> int:
+    from soakspec.cli import UsageError
+    from soakspec.commands.gate import load_for_judging
+    from soakspec.compare import DEFAULT_RESAMPLES, RuleError, compare, parse_rule, rules_of
+    from soakspec.compare.render import render
+    from soakspec.evidence.io import EvidenceError, write_bytes_atomic
+
+    try:
+        rules = [parse_rule(r if r.split()[:1] in (["require"], ["warn"]) else "require " + r) for r in args.require]
+    except RuleError as e:
+        raise UsageError(str(e)) from None
+    resamples = DEFAULT_RESAMPLES if args.resamples is None else args.resamples
+    if resamples < 100:
+        raise UsageError("--resamples must be at least 100")
+    sides, specs = [], []
+    for d in (args.base, args.new):
+        loaded = load_for_judging("compare", d, args.spec, name_dir=True)
+        if isinstance(loaded, int):
+            return loaded
+        specs.append(loaded[0])
+        sides.append(loaded[1])
+    spec = specs[1]  # --spec, else the new run's own spec: the one under review
+    rules = list(rules_of(spec)) + rules
+    confidence = args.confidence if args.confidence is not None else spec.compare.confidence
+    c = compare(sides[0], sides[1], base_dir=str(args.base), new_dir=str(args.new), confidence=confidence,
+                rules=rules, resamples=resamples, seed=args.seed)
+    text = render(c, args.format).encode("utf-8", "backslashreplace").decode("utf-8")
+    if args.out is not None:
+        try:
+            write_bytes_atomic(Path(args.out), text.encode("utf-8"))
+        except (OSError, EvidenceError) as e:
+            print(f"soakspec compare: cannot write {args.out}: {e}", file=sys.stderr)
+            return ExitCode.ABORTED
+        print(f"soakspec compare: wrote {args.out} ({c.outcome})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return c.exit_code

@@ -1,0 +1,514 @@
+"""Before/after with statistics: `compare(base, new) -> Comparison` (pure, deterministic).
+
+    compare(base: Evidence, new: Evidence, *, confidence, rules, resamples, seed) -> Comparison
+    parse_rule(text) -> CompareRule        `require p99(ttft) regression <= 5%` (command line)
+    rules_of(spec) -> tuple[CompareRule]   a spec's `compare { require regression(p99(ttft)) <= 5% }`
+    Comparison.to_json() / soakspec.compare.render.render(comparison, fmt)
+
+Matching. Backends are matched by name; when the two runs have no backend name in common and
+each has exactly one backend, those two are paired (a renamed backend, said in a note). Levels
+are matched by (workload, level index); a level whose load differs between the runs (another
+concurrency or rate) is still compared and the row carries a note.
+
+Rows. Per matched (backend, level): p50, p95 and p99 of ttft, itl, tpot and latency (per
+completed measured request; itl: every inter-token gap, as the gate counts it), and the mean
+over buckets of qps and output tokens/s (`throughput`) -- each computed with the gate's own
+metric implementations (`soakspec.judge.registry`) and the one percentile of
+`soakspec.judge.stats` (linear interpolation, type 7), so a compared number is the number the
+report and the gate show. A rule may ask for another percentile; it gets its own row.
+
+Statistic: the relative change `new / base - 1` of the row's statistic, with a confidence
+interval from a seeded, deterministic bootstrap (percentile interval, `resamples` draws per
+side, `random.Random(seed)` derived per row so rows do not depend on each other's order).
+
+Why a bootstrap and how it stays cheap. An exact rank method gives a distribution-free interval
+for ONE percentile (order statistics and the binomial), but there is no exact interval for the
+difference of two runs' percentiles, and combining two one-sample intervals is badly
+conservative. The bootstrap of the difference is the standard answer. Resampling a soak's
+100 000 samples thousands of times would be slow in pure Python, so the percentile rows use the
+*exact* bootstrap distribution of an order statistic instead of materialised resamples: the
+k-th smallest of n draws from the empirical distribution is `x[floor(n * U)]` with
+`U ~ Beta(k, n + 1 - k)` (the k-th of n uniforms), and the next order statistic, given that
+one, is `U + (1 - U) * Beta(1, n - k)`. One draw of the interpolated percentile therefore costs
+two Beta variates whatever n is, and is distributed exactly as the percentile of a full
+bootstrap resample. Means over buckets (few values) are resampled directly.
+
+Confidence. `confidence` (default 95 %) is family-wise over the comparison: with m rows, each
+row's interval is a (1 - (1 - confidence) / m) interval (Bonferroni), so "no significant
+change" on a whole comparison of identical configurations is wrong at most 1 - confidence of the
+time, not once per row. Rules use the same intervals.
+
+Verdict per row (direction: for ttft, itl, tpot and latency higher is worse; for qps and
+throughput lower is worse):
+    regression               the whole interval is on the worse side of 0
+    improvement              the whole interval is on the better side of 0
+    no significant change    the interval contains 0
+    insufficient samples     either side has fewer samples than the statistic needs:
+                             `min_samples_for_percentile(q, confidence)` for a percentile
+                             (59 for p95, 299 for p99 at 95 %), MIN_BUCKETS buckets for a mean
+    missing                  the level or the metric is absent on one side
+
+Rules (`require|warn STAT(METRIC) regression <= N%`): over every matched row of that metric
+and statistic, `regression` is the change towards worse (positive = worse). A row passes when
+its interval's upper end is at most N %, fails when its lower end is above N %, and is
+inconclusive otherwise (the samples cannot tell) or with insufficient samples. The rule takes
+the worst row. Outcome: FAIL when a `require` rule fails or a run's evidence does not verify;
+INCONCLUSIVE when a require rule is inconclusive, a run is incomplete or nothing could be
+matched; else PASS. Without rules the comparison only reports (PASS = both runs verified).
+
+Independence. The requests of a level are treated as independent draws. The inter-token gaps
+of one request are not (they share its batch, its position in the queue), so itl's interval is
+an m-out-of-n bootstrap: resamples as large as the number of requests, not of gaps (the same
+Beta draws with n = requests), and its sample-size rule counts requests. What no interval
+within a run can see is run-to-run variation (another load on the machine, a warmer cache):
+two runs of one configuration on a busy host can differ for real. A rule's threshold
+(`regression <= 5%`) is where a reviewer says how much change matters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import random
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from soakspec.exitcodes import ExitCode
+from soakspec.judge import stats
+from soakspec.judge.evidence import Evidence
+from soakspec.judge.index import BackendIndex, LevelIndex, index
+from soakspec.judge.measures import Distribution, PerBucket
+from soakspec.judge.registry import metric
+
+SCHEMA_VERSION = 1
+DEFAULT_RESAMPLES = 4000
+MIN_BUCKETS = 4
+Outcome = Literal["PASS", "FAIL", "INCONCLUSIVE"]
+RowVerdict = Literal["regression", "improvement", "no significant change", "insufficient samples", "missing"]
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareMetric:
+    """One compared metric: its registry name, how it is sampled and which way is worse."""
+
+    name: str
+    kind: Literal["distribution", "per_bucket"]
+    higher_is_worse: bool
+    stats: tuple[str, ...]  # default statistics: "p50" ... or "mean"
+    unit: str  # "s" or "/s"
+    per_request_samples: bool = False  # several correlated values per request: n = requests
+
+
+METRICS: tuple[CompareMetric, ...] = (
+    CompareMetric("ttft", "distribution", True, ("p50", "p95", "p99"), "s"),
+    CompareMetric("itl", "distribution", True, ("p50", "p95", "p99"), "s", per_request_samples=True),
+    CompareMetric("tpot", "distribution", True, ("p50", "p95", "p99"), "s"),
+    CompareMetric("latency", "distribution", True, ("p50", "p95", "p99"), "s"),
+    CompareMetric("qps", "per_bucket", False, ("mean",), "/s"),
+    CompareMetric("throughput", "per_bucket", False, ("mean",), "tok/s"),
+)
+BY_NAME = {m.name: m for m in METRICS}
+
+
+def _q(stat: str) -> float | None:
+    """The percentile of `p95` / `median`; None for `mean`."""
+    if stat == "median":
+        return 50.0
+    m = re.fullmatch(r"p(\d+(?:\.\d+)?)", stat)
+    return float(m.group(1)) if m else None
+
+
+# ------------------------------------------------------------------------------ rules
+
+_RULE = re.compile(
+    r"^\s*(?:(require|warn)\s+)?(p\d+(?:\.\d+)?|median|mean)\(\s*([a-z_]+)\s*\)\s+regression\s*(<=|<)\s*"
+    r"(-?\d+(?:\.\d+)?)\s*%\s*$"
+)
+_SPEC_FORM = re.compile(  # the spec's `compare { require regression(p99(ttft)) <= 5% }` form
+    r"^\s*(?:(require|warn)\s+)?regression\(\s*(p\d+(?:\.\d+)?|median|mean)\(\s*([a-z_]+)\s*\)\s*\)\s*(<=|<)\s*"
+    r"(-?\d+(?:\.\d+)?)\s*%\s*$"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class CompareRule:
+    severity: Literal["require", "warn"]
+    stat: str  # p99, p50 (median is written p50), mean
+    metric: str
+    op: str  # "<=" or "<"
+    threshold: float  # a fraction: 5% -> 0.05
+
+    def text(self) -> str:
+        return f"{self.severity} {self.stat}({self.metric}) regression {self.op} {self.threshold * 100:g}%"
+
+
+class RuleError(ValueError):
+    """A compare rule that does not parse or names what `compare` does not measure."""
+
+
+def parse_rule(text: str) -> CompareRule:
+    """`[require|warn] STAT(METRIC) regression <= N%` (or the spec's form,
+    `regression(STAT(METRIC)) <= N%`); raises RuleError with a reason."""
+    m = _RULE.match(text) or _SPEC_FORM.match(text)
+    if not m:
+        raise RuleError(f"{text!r}: expected `require STAT(METRIC) regression <= N%`, e.g. `require p99(ttft) regression <= 5%`")
+    sev, stat, name, op, n = m.groups()
+    stat = "p50" if stat == "median" else stat
+    cm = BY_NAME.get(name)
+    if cm is None:
+        raise RuleError(f"{text!r}: compare measures {', '.join(BY_NAME)}, not {name!r}")
+    q = _q(stat)
+    if cm.kind == "per_bucket" and stat != "mean":
+        raise RuleError(f"{text!r}: {name} is one value per bucket; compare its mean")
+    if cm.kind == "distribution" and (q is None or not 0 < q < 100):
+        raise RuleError(f"{text!r}: {name} is compared by a percentile p1..p99.9, e.g. p99({name})")
+    return CompareRule(sev or "require", stat, name, op, float(n) / 100.0)  # type: ignore[arg-type]
+
+
+def rules_of(spec: Any) -> tuple[CompareRule, ...]:
+    """The rules of a checked spec's `compare { ... }` block (soakspec/lang/check/compare.py)."""
+    block = getattr(spec, "compare", None)
+    return tuple(CompareRule(r.severity, r.stat, r.metric, r.op, r.threshold) for r in getattr(block, "rules", ()))
+
+
+# ------------------------------------------------------------------------------ bootstrap
+
+
+def _beta(rng: random.Random, a: float, b: float) -> float:
+    return rng.betavariate(a, b) if b > 0 else 1.0 - 1e-12
+
+
+def percentile_draws(xs: Sequence[float], q: float, rng: random.Random, draws: int, size: int | None = None) -> list[float]:
+    """`draws` values of the type-7 q-th percentile of a bootstrap resample of `xs` (sorted),
+    drawn from its exact distribution via the order statistics of uniforms (module doc).
+    `size`: the resample's size when it is not len(xs) (an m-out-of-n bootstrap: itl's gaps
+    resampled as if there were only as many as requests)."""
+    big = len(xs)
+    n = big if size is None else max(1, min(size, big))
+    if big == 1:
+        return [float(xs[0])] * draws
+    h = (n - 1) * q / 100.0
+    lo = min(int(math.floor(h)), n - 1)
+    frac = h - lo
+    k = lo + 1  # the 1-based order statistic below h
+    out = []
+    for _ in range(draws):
+        u1 = _beta(rng, k, n + 1 - k)
+        a = xs[min(big - 1, int(u1 * big))]
+        if frac > 0 and k < n:
+            u2 = u1 + (1.0 - u1) * _beta(rng, 1, n - k)
+            b = xs[min(big - 1, int(u2 * big))]
+            out.append(a + frac * (b - a))
+        else:
+            out.append(float(a))
+    return out
+
+
+def mean_draws(xs: Sequence[float], rng: random.Random, draws: int) -> list[float]:
+    n = len(xs)
+    return [math.fsum(xs[rng.randrange(n)] for _ in range(n)) / n for _ in range(draws)]
+
+
+def _seed(seed: int, *parts: Any) -> int:
+    h = hashlib.sha256(repr((seed,) + parts).encode()).digest()
+    return int.from_bytes(h[:8], "big")
+
+
+# ------------------------------------------------------------------------------ the comparison
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    backend: str  # the base's backend name (the new one's in new_backend when renamed)
+    new_backend: str
+    workload: str
+    level: int
+    label: str
+    metric: str
+    stat: str
+    unit: str
+    base: float | None
+    new: float | None
+    n_base: int
+    n_new: int
+    need: int
+    change: float | None  # new / base - 1
+    low: float | None  # interval of the change
+    high: float | None
+    row_confidence: float
+    verdict: RowVerdict
+    note: str | None = None
+
+    @property
+    def higher_is_worse(self) -> bool:
+        return BY_NAME[self.metric].higher_is_worse
+
+    def regression_interval(self) -> tuple[float, float] | None:
+        """The interval of the change towards worse (positive = worse)."""
+        if self.low is None or self.high is None:
+            return None
+        return (self.low, self.high) if self.higher_is_worse else (-self.high, -self.low)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend, "new_backend": self.new_backend, "workload": self.workload, "level": self.level,
+            "label": self.label, "metric": self.metric, "stat": self.stat, "unit": self.unit,
+            "base": self.base, "new": self.new, "n_base": self.n_base, "n_new": self.n_new, "samples_needed": self.need,
+            "change": self.change, "ci_low": self.low, "ci_high": self.high, "row_confidence": self.row_confidence,
+            "verdict": self.verdict, "note": self.note,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class RuleOutcome:
+    rule: CompareRule
+    status: Literal["pass", "fail", "inconclusive"]
+    message: str
+    rows: tuple[int, ...]  # indexes into Comparison.rows
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule.text(), "severity": self.rule.severity, "status": self.status, "message": self.message,
+                "rows": list(self.rows)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Side:
+    dir: str
+    run_id: str | None
+    manifest_sha256: str | None
+    spec_sha256: str | None
+    verified: bool  # every artifact re-hashed and matched, every file parsed
+    problems: tuple[str, ...]  # what did not verify (tampered, malformed)
+    incomplete: tuple[str, ...] = ()  # the run says it did not finish
+
+    def to_json(self) -> dict[str, Any]:
+        return {"dir": self.dir, "run_id": self.run_id, "manifest_sha256": self.manifest_sha256,
+                "spec_sha256": self.spec_sha256, "verified": self.verified, "problems": list(self.problems),
+                "incomplete": list(self.incomplete)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    base: Side
+    new: Side
+    confidence: float
+    resamples: int
+    seed: int
+    rows: tuple[Row, ...]
+    rules: tuple[RuleOutcome, ...]
+    notes: tuple[str, ...]
+    outcome: Outcome
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {"PASS": ExitCode.OK, "FAIL": ExitCode.GATE_FAILED, "INCONCLUSIVE": ExitCode.INCONCLUSIVE}[self.outcome]
+
+    def counts(self) -> dict[str, int]:
+        c: dict[str, int] = {}
+        for r in self.rows:
+            c[r.verdict] = c.get(r.verdict, 0) + 1
+        return c
+
+    def summary(self) -> str:
+        c = self.counts()
+        parts = [f"{c[k]} {k}" for k in ("regression", "improvement", "no significant change", "insufficient samples", "missing") if c.get(k)]
+        text = f"{self.outcome}: {len(self.rows)} rows ({', '.join(parts) or 'none'}) at {self.confidence * 100:g}% confidence"
+        bad = [r.rule.text() for r in self.rules if r.status != "pass"]
+        if bad:
+            text += "; rules not passing: " + "; ".join(bad)
+        return text
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "comparison",
+            "verdict": self.outcome,
+            "exit_code": int(self.exit_code),
+            "summary": self.summary(),
+            "confidence": self.confidence,
+            "method": {"interval": "bootstrap percentile interval of new/base - 1",
+                       "percentiles": "exact order-statistic bootstrap (Beta draws), type-7 interpolation",
+                       "means": "ordinary bootstrap over buckets", "resamples": self.resamples, "seed": self.seed,
+                       "family_wise": "Bonferroni over the rows"},
+            "base": self.base.to_json(),
+            "new": self.new.to_json(),
+            "rows": [r.to_json() for r in self.rows],
+            "rules": [r.to_json() for r in self.rules],
+            "notes": list(self.notes),
+        }
+
+
+def _side(dir: str, ev: Evidence) -> Side:
+    integ = ev.integrity
+    problems = tuple(f"{f.path}: {f.message}" for f in (*integ.tampered, *integ.malformed))
+    incomplete = tuple(f"{f.path}: {f.message}" for f in integ.incomplete)
+    return Side(dir, ev.run_id, ev.manifest_sha256, ev.spec_sha256, bool(integ.verified) and not problems, problems, incomplete)
+
+
+def _pairs(base: Sequence[BackendIndex], new: Sequence[BackendIndex], notes: list[str]) -> list[tuple[BackendIndex, BackendIndex]]:
+    by_new = {b.name: b for b in new}
+    pairs = [(b, by_new[b.name]) for b in base if b.name in by_new]
+    if not pairs and len(base) == 1 and len(new) == 1:
+        notes.append(f"no backend name in common: comparing base {base[0].name!r} with new {new[0].name!r}")
+        return [(base[0], new[0])]
+    names = {b.name for b, _ in pairs}
+    for b in base:
+        if b.name not in names:
+            notes.append(f"backend {b.name!r} is only in the base run")
+    for b in new:
+        if b.name not in names and not (len(pairs) == 1 and pairs[0][1] is b):
+            notes.append(f"backend {b.name!r} is only in the new run")
+    return pairs
+
+
+def _load(lv: LevelIndex) -> str:
+    e = lv.entry
+    return f"{e.get('mode')} concurrency={e.get('concurrency')} rate={e.get('rate')}"
+
+
+def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> tuple[list[float], int]:
+    """(the values, the number of independent samples among them)."""
+    impl = metric(cm.name)
+    if cm.kind == "distribution":
+        assert isinstance(impl, Distribution)
+        vals = sorted(impl.values(lv.records))
+        if cm.per_request_samples:
+            return vals, sum(1 for r in lv.records if impl.values([r]))
+        return vals, len(vals)
+    assert isinstance(impl, PerBucket)
+    vals = [v for w in lv.buckets if (v := impl.of(bi, w)) is not None]
+    return vals, len(vals)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pending:
+    key: tuple[str, str, str, int, str, str]
+    base_bi: BackendIndex
+    new_bi: BackendIndex
+    base_lv: LevelIndex | None
+    new_lv: LevelIndex | None
+    cm: CompareMetric
+    stat: str
+    note: str | None
+
+
+def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: int) -> Row:
+    cm, stat = p.cm, p.stat
+    backend, new_backend, workload, level = p.key[0], p.key[1], p.key[2], p.key[3]
+    label = (p.base_lv or p.new_lv).label  # type: ignore[union-attr]
+    q = _q(stat)
+    need = stats.min_samples_for_percentile(q, confidence) if q is not None else MIN_BUCKETS
+    common = dict(backend=backend, new_backend=new_backend, workload=workload, level=level, label=label,
+                  metric=cm.name, stat=stat, unit=cm.unit, need=need, row_confidence=row_conf)
+    if p.base_lv is None or p.new_lv is None:
+        side = "base" if p.base_lv is None else "new"
+        return Row(**common, base=None, new=None, n_base=0, n_new=0, change=None, low=None, high=None,  # type: ignore[arg-type]
+                   verdict="missing", note=f"level not in the {side} run")
+    (xb, eb), (xn, en) = _samples(p.base_bi, p.base_lv, cm), _samples(p.new_bi, p.new_lv, cm)
+
+    def point(xs: list[float]) -> float | None:
+        if not xs:
+            return None
+        return stats.percentile(xs, q) if q is not None else stats.mean(xs)
+
+    b, n = point(xb), point(xn)
+    change = (n / b - 1.0) if b is not None and n is not None and b > 0 else None
+    note = p.note
+    if cm.per_request_samples and (eb, en) != (len(xb), len(xn)):
+        note = "; ".join(x for x in (note, f"interval from {eb} / {en} requests: one request's gaps are not independent") if x)
+    base_row = dict(common, base=b, new=n, n_base=len(xb), n_new=len(xn), change=change, note=note)
+    if not xb or not xn:
+        return Row(**base_row, low=None, high=None, verdict="missing")  # type: ignore[arg-type]
+    if eb < need or en < need:
+        return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]
+    rng = random.Random(_seed(seed, p.key))
+    if q is not None:
+        db, dn = percentile_draws(xb, q, rng, resamples, eb), percentile_draws(xn, q, rng, resamples, en)
+    else:
+        db, dn = mean_draws(xb, rng, resamples), mean_draws(xn, rng, resamples)
+    rel = [y / x - 1.0 for x, y in zip(db, dn) if x > 0]
+    alpha = 1.0 - row_conf
+    if len(rel) < resamples * (1 - alpha / 2):  # a base statistic of 0 too often: no relative change
+        return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]
+    low, high = stats.percentile(rel, 100 * alpha / 2), stats.percentile(rel, 100 * (1 - alpha / 2))
+    assert low is not None and high is not None
+    if low > 0:
+        verdict: RowVerdict = "regression" if cm.higher_is_worse else "improvement"
+    elif high < 0:
+        verdict = "improvement" if cm.higher_is_worse else "regression"
+    else:
+        verdict = "no significant change"
+    return Row(**base_row, low=low, high=high, verdict=verdict)  # type: ignore[arg-type]
+
+
+def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
+    mine = [i for i, r in enumerate(rows) if r.metric == rule.metric and r.stat == rule.stat]
+    if not mine:
+        return RuleOutcome(rule, "inconclusive", "no matched level to compare", ())
+    worst: tuple[int, str, str] | None = None  # (rank, status, message)
+    rank = {"pass": 0, "inconclusive": 1, "fail": 2}
+    for i in mine:
+        r = rows[i]
+        where = f"{r.backend} {r.label}"
+        iv = r.regression_interval()
+        t = rule.threshold
+        if iv is None:
+            st, msg = "inconclusive", f"{where}: {r.verdict} (n={r.n_base}/{r.n_new}, needs {r.need})"
+        else:
+            lo, hi = iv
+            ok = hi <= t if rule.op == "<=" else hi < t
+            bad = lo > t if rule.op == "<=" else lo >= t
+            st = "pass" if ok else "fail" if bad else "inconclusive"
+            msg = f"{where}: regression {lo * 100:+.1f}% .. {hi * 100:+.1f}% (limit {t * 100:g}%)"
+        if worst is None or rank[st] > rank[worst[1]]:
+            worst = (i, st, msg)
+    assert worst is not None
+    return RuleOutcome(rule, worst[1], worst[2], tuple(mine))  # type: ignore[arg-type]
+
+
+def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: str = "new",
+            confidence: float = 0.95, rules: Sequence[CompareRule] = (), resamples: int = DEFAULT_RESAMPLES,
+            seed: int = 0) -> Comparison:
+    """Compare two runs' evidence (pure: same inputs, same comparison)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
+    notes: list[str] = []
+    sb, sn = _side(base_dir, base), _side(new_dir, new)
+    pending: list[_Pending] = []
+    for bb, bn in _pairs(index(base), index(new), notes):
+        lb = {lv.key: lv for lv in bb.levels}
+        ln = {lv.key: lv for lv in bn.levels}
+        for key in list(lb) + [k for k in ln if k not in lb]:
+            a, z = lb.get(key), ln.get(key)
+            note = None
+            if a is not None and z is not None and _load(a) != _load(z):
+                note = f"load differs: base {_load(a)}, new {_load(z)}"
+            for cm in METRICS:
+                wanted = list(cm.stats) + [r.stat for r in rules if r.metric == cm.name and r.stat not in cm.stats]
+                for stat in dict.fromkeys(wanted):
+                    pending.append(_Pending((bb.name, bn.name, key[0], key[1], cm.name, stat), bb, bn, a, z, cm, stat, note))
+    m = max(1, len(pending))
+    row_conf = 1.0 - (1.0 - confidence) / m
+    rows = tuple(_row(p, confidence, row_conf, resamples, seed) for p in pending)
+    outcomes = tuple(_judge_rule(r, rows) for r in rules)
+    req = [o for o in outcomes if o.rule.severity == "require"]
+    if not (sb.verified and sn.verified) or any(o.status == "fail" for o in req):
+        outcome: Outcome = "FAIL"
+    elif not rows or sb.incomplete or sn.incomplete or any(o.status == "inconclusive" for o in req):
+        outcome = "INCONCLUSIVE"
+    else:
+        outcome = "PASS"
+    for s, which in ((sb, "base"), (sn, "new")):
+        if not s.verified:
+            notes.append(f"the {which} run's evidence does not verify: " + ("; ".join(s.problems) or "not hash-verified"))
+        if s.incomplete:
+            notes.append(f"the {which} run is incomplete: " + "; ".join(s.incomplete))
+    if not rows:
+        notes.append("nothing to compare: no backend and level in common")
+    return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome)
+
+
+__all__ = ["BY_NAME", "METRICS", "CompareMetric", "CompareRule", "Comparison", "Row", "RuleError", "RuleOutcome",
+           "Side", "compare", "mean_draws", "parse_rule", "percentile_draws", "rules_of"]

@@ -1,0 +1,130 @@
+"""`soakspec compare` output: Markdown (PR-ready), one self-contained HTML page, JSON.
+
+    render(comparison, fmt) -> str     fmt in FORMATS; pure, deterministic, ends in a newline
+
+Every string from the evidence (backend names, labels, directories) is escaped for its format.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable
+
+from soakspec.compare import Comparison, Row
+from soakspec.report.common import one_line
+from soakspec.report.md import md_cell, md_text
+
+FORMATS = ("md", "html", "json")
+MARK = {"regression": "REGRESSION", "improvement": "improvement", "no significant change": "no significant change",
+        "insufficient samples": "insufficient samples", "missing": "missing"}
+HEAD = ("Backend / level", "Metric", "Base", "New", "Change", "Interval", "n base / new", "Verdict")
+
+
+def _val(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "s":
+        return f"{v * 1000:.1f} ms" if abs(v) < 1 else f"{v:.3f} s"
+    return f"{v:.2f} {unit}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:+.1f}%"
+
+
+def _cells(r: Row) -> list[str]:
+    where = r.backend if r.backend == r.new_backend else f"{r.backend} → {r.new_backend}"
+    iv = "-" if r.low is None else f"{_pct(r.low)} .. {_pct(r.high)}"
+    verdict = MARK[r.verdict] + (f" (needs {r.need})" if r.verdict == "insufficient samples" else "")
+    return [f"{where} · {r.label}", f"{r.stat}({r.metric})", _val(r.base, r.unit), _val(r.new, r.unit), _pct(r.change),
+            iv, f"{r.n_base} / {r.n_new}", verdict]
+
+
+def _method(c: Comparison) -> str:
+    return (f"Change: new / base - 1 of each statistic. Interval: {c.confidence * 100:g}% family-wise "
+            f"(Bonferroni over {len(c.rows)} rows), seeded bootstrap ({c.resamples} draws, seed {c.seed}; "
+            "percentiles from the exact order-statistic bootstrap). Regression: the whole interval is on the worse side.")
+
+
+def _row_notes(c: Comparison) -> list[str]:
+    """Each row note once, with the rows it is about."""
+    by: dict[str, list[str]] = {}
+    for r in c.rows:
+        if r.note:
+            by.setdefault(r.note, []).append(f"{r.backend} · {r.label} {r.stat}({r.metric})")
+    return [f"{', '.join(rows)}: {note}" for note, rows in by.items()]
+
+
+def render_md(c: Comparison) -> str:
+    lines = ["## Comparison", "",
+             f"- base: `{one_line(c.base.dir)}` (run {md_text(c.base.run_id or 'unknown')}, manifest {c.base.manifest_sha256 or '-'})",
+             f"- new: `{one_line(c.new.dir)}` (run {md_text(c.new.run_id or 'unknown')}, manifest {c.new.manifest_sha256 or '-'})",
+             ""]
+    lines += [f"**Comparison: {c.outcome}** ({md_text(c.summary())})", ""]
+    for n in c.notes:
+        lines.append(f"- note: {md_text(n)}")
+    if c.notes:
+        lines.append("")
+    if c.rules:
+        lines += ["### Rules", "", "| Rule | Status | Worst row |", "|---|---|---|"]
+        for o in c.rules:
+            lines.append(f"| {md_text(o.rule.text())} | {o.status.upper()} | {md_text(o.message)} |")
+        lines.append("")
+    lines += ["### Per level", "", "| " + " | ".join(HEAD) + " |", "|" + "|".join("---" for _ in HEAD) + "|"]
+    for r in c.rows:
+        cells = _cells(r)
+        cells[0] = md_cell(cells[0])
+        if r.verdict == "regression":
+            cells[-1] = f"**{cells[-1]}**"
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = _row_notes(c)
+    if notes:
+        lines += [""] + [f"- {md_text(n)}" for n in notes]
+    lines += ["", md_text(_method(c))]
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}td:first-child,th:first-child,td:nth-child(2){text-align:left}
+tr.regression{background:#fdd}tr.improvement{background:#dfd}tr.insufficient,tr.missing{color:#888}
+.PASS{color:#070}.FAIL{color:#b00}.INCONCLUSIVE{color:#a60}"""
+
+
+def render_html(c: Comparison) -> str:
+    e = html.escape
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"><title>soakspec comparison</title>',
+           f"<style>{_CSS}</style></head><body>", "<h1>Comparison</h1>",
+           f"<p>base: <code>{e(one_line(c.base.dir))}</code> (run {e(c.base.run_id or 'unknown')})<br>"
+           f"new: <code>{e(one_line(c.new.dir))}</code> (run {e(c.new.run_id or 'unknown')})</p>",
+           f'<p class="verdict {c.outcome}" id="outcome"><strong>{c.outcome}</strong> — {e(c.summary())}</p>']
+    if c.notes:
+        out.append("<ul>" + "".join(f"<li>{e(n)}</li>" for n in c.notes) + "</ul>")
+    if c.rules:
+        out.append('<h2>Rules</h2><table id="rules"><tr><th>Rule</th><th>Status</th><th>Worst row</th></tr>')
+        for o in c.rules:
+            out.append(f'<tr class="{o.status}"><td>{e(o.rule.text())}</td><td>{o.status.upper()}</td><td>{e(o.message)}</td></tr>')
+        out.append("</table>")
+    out.append('<h2>Per level</h2><table id="rows"><tr>' + "".join(f"<th>{e(h)}</th>" for h in HEAD) + "</tr>")
+    for r in c.rows:
+        cls = r.verdict.split()[0]
+        out.append(f'<tr class="{cls}">' + "".join(f"<td>{e(x)}</td>" for x in _cells(r)) + "</tr>")
+    out.append("</table>")
+    notes = _row_notes(c)
+    if notes:
+        out.append('<ul class="row-notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
+    out.append(f"<p>{e(_method(c))}</p></body></html>")
+    return "\n".join(out) + "\n"
+
+
+def render_json(c: Comparison) -> str:
+    return json.dumps(c.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+_RENDER: dict[str, Callable[[Comparison], str]] = {"md": render_md, "html": render_html, "json": render_json}
+
+
+def render(c: Comparison, fmt: str) -> str:
+    if fmt not in _RENDER:
+        raise ValueError(f"unknown comparison format {fmt!r} (one of {', '.join(FORMATS)})")
+    return _RENDER[fmt](c)

@@ -1,0 +1,385 @@
+"""Facts, not labels: what the judge re-derives from the raw fields before it judges anything.
+
+The runner writes some fields that are conclusions drawn from others: a request's `outcome`,
+a trace row's `matched`, the follow-up's `passed`, the runtime boundary's `status`. Evidence
+edited with its hashes recomputed -- by accident or on purpose -- can change a conclusion
+without changing its facts. `rederive(spec, evidence)` draws every such conclusion again:
+
+  outcome    from status, error, finish_reason, token counts, first token, times and the
+             level's deadline (`derive_outcome`). A record labelled `completed` whose raw
+             fields say otherwise is *mislabeled*: it is judged by its facts (failed, rejected,
+             timed out) and the label is reported as malformed evidence. A record without an
+             outcome gets the derived one (the judge does not need the label);
+  traces     re-matched by the judge with `soakspec.evidence.traces`: from the retained
+             server.log (from the run-start offset the manifest records, `server_log_offset`)
+             when the backend's traces come from its log, else from the retained trace rows'
+             own ids and times; with the gate's ± trace_window. A row marked matched that the
+             judge cannot match (stale, out of window, unknown id, fabricated) is reported and
+             does not count;
+  errors     a matched trace reporting a server-side error for a request (status >= 500, or
+             terminal / finish reason "error") makes that request failed, with the trace's
+             reason as its error -- the server said it failed, whatever the stream looked like;
+  drops      a matched trace saying an attempt of a request ended with its client gone
+             (terminal reason "disconnected", "cancelled" or "aborted") while the record says
+             completed makes that request disconnected: the server saw an attempt that never
+             completed -- a connection dropped and the request silently resent -- and the
+             client's record hides it;
+  usage      a completed request's reported completion tokens checked against its stream
+             (`usage_problem`): never fewer tokens than text chunks, never more than
+             MAX_TOKENS_PER_CHUNK per chunk, never more than max_tokens when the workload sets
+             ignore_eos. A request that disagrees keeps its outcome but is flagged
+             `usage_mismatch` (the reason): its ITL, TPOT and output tokens are not computed
+             from the claimed count (`soakspec.judge.measures`), and throughput counts its
+             chunks, a lower bound, instead;
+  follow-up  `passed` from the follow-up record's own derived outcome;
+  runtime    the boundary status from the spec's declaration, the retained server.log and the
+             launched environment the manifest records (`detect_runtime_boundary`).
+
+What is mislabeled goes to `BackendEvidence.mislabeled` (validity reports it: INCONCLUSIVE, or
+FAIL under `require completed_run`); the returned evidence carries the derived values, so every
+rule, results.json and report reads facts. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from soakspec.evidence.runtime import RuntimeDecl, detect_runtime_boundary
+from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, extract_traces, match_traces
+from soakspec.judge.evidence import BackendEvidence, Evidence
+from soakspec.lang import simtrace
+from soakspec.lang.spec import Backend, Spec
+
+Row = Mapping[str, Any]
+DEADLINE_TOLERANCE_S = 0.05  # a completed request may end this much past its deadline (clock steps)
+MAX_LISTED = 3  # mislabeled rows named one by one per kind
+DEADLINE_PASSED = "deadline passed"
+# The most tokens one streamed text chunk may carry (speculative decoding, server-side batching
+# of detokenized text): beyond it, a reported completion count cannot be the stream's.
+MAX_TOKENS_PER_CHUNK = 16
+
+
+def _num(v: Any) -> float | None:
+    from soakspec.judge.index import num
+
+    return num(v)
+
+
+def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | None = None) -> tuple[str, tuple[str, ...]]:
+    """(outcome, the facts that make it not completed) from a record's raw fields: a request
+    completed only with HTTP 200, no error, output tokens (when it asked for any), a first
+    token, an end and, with a deadline, an end within it."""
+    why: list[str] = []
+    outcome = "completed"
+    status = r.get("status")
+    err = r.get("error")
+    if isinstance(status, int) and not isinstance(status, bool):
+        if status != 200:
+            why.append(f"status {status}")
+            outcome = "rejected" if 400 <= status < 500 else "failed"
+    else:
+        why.append("no HTTP status")
+        outcome = "timeout" if isinstance(err, str) and DEADLINE_PASSED in err else "disconnected"
+    if isinstance(err, str) and err:
+        why.append(f"error {err[:80]!r}")
+        if outcome == "completed":
+            outcome = "failed"
+    if r.get("finish_reason") == "error":
+        why.append("finish_reason error")
+        outcome = "failed" if outcome == "completed" else outcome
+    wants_tokens = max_tokens is None or max_tokens > 0
+    out_tokens, chunks = _num(r.get("output_tokens")), _num(r.get("chunks"))
+    if wants_tokens and ((out_tokens is not None and out_tokens <= 0) or (chunks is not None and chunks <= 0)):
+        why.append(f"{int(out_tokens or 0)} tokens in {int(chunks or 0)} chunks")
+        outcome = "failed" if outcome == "completed" else outcome
+    if wants_tokens and r.get("first_token") is None:
+        why.append("no first token")
+        outcome = "failed" if outcome == "completed" else outcome
+    start, end = _num(r.get("start")), _num(r.get("end"))
+    if end is None:
+        why.append("no end time")
+        outcome = "failed" if outcome == "completed" else outcome
+    elif deadline_s is not None and start is not None and end - start > deadline_s + DEADLINE_TOLERANCE_S:
+        why.append(f"it ended {end - start:.3g}s after it started, past its {deadline_s:g}s deadline")
+        outcome = "timeout" if outcome == "completed" else outcome
+    return outcome, tuple(why)
+
+
+def usage_problem(r: Row, max_tokens: int | None, ignore_eos: bool, stream: bool = True) -> str | None:
+    """Why a completed request's reported completion tokens cannot be its stream's, or None.
+    Without streaming there are no chunks to compare: only the max_tokens bound applies."""
+    n, chunks = _num(r.get("output_tokens")), _num(r.get("chunks"))
+    if n is None:
+        return None
+    if not stream or chunks is None or chunks <= 0:
+        if ignore_eos and max_tokens is not None and n > max_tokens:
+            return f"{int(n)} completion tokens reported at max_tokens = {max_tokens} with ignore_eos"
+        return None
+    if n < chunks:
+        return f"{int(n)} completion tokens reported for {int(chunks)} text chunks (each chunk carries at least one)"
+    if n > chunks * MAX_TOKENS_PER_CHUNK:
+        return f"{int(n)} completion tokens reported for {int(chunks)} text chunks (more than {MAX_TOKENS_PER_CHUNK} a chunk)"
+    if ignore_eos and max_tokens is not None and n > max_tokens:
+        return f"{int(n)} completion tokens reported at max_tokens = {max_tokens} with ignore_eos"
+    return None
+
+
+def server_error(payloads: Sequence[Row]) -> str | None:
+    """The server-side error a request's matched traces report, or None."""
+    for p in payloads:
+        status = p.get("status")
+        term = p.get("terminal_reason")
+        fin = p.get("finish_reason")
+        bad_status = isinstance(status, int) and not isinstance(status, bool) and status >= 500
+        if bad_status or term == "error" or fin == "error":
+            parts = [f"terminal_reason {term}"] if term is not None else []
+            if fin == "error":
+                parts.append("finish_reason error")
+            if isinstance(status, int) and not isinstance(status, bool):
+                parts.append(f"status {status}")
+            return "the server's trace reports an error (" + ", ".join(parts) + ")"
+    return None
+
+
+DROPPED = ("disconnected", "cancelled", "aborted")
+
+
+def server_drop(payloads: Sequence[Row]) -> str | None:
+    """The dropped attempt a request's matched traces report, or None."""
+    for p in payloads:
+        term = p.get("terminal_reason")
+        if term in DROPPED:
+            return (f"the server's trace shows an attempt of this request ended {term} (terminal_reason {term}): "
+                    "a dropped attempt hidden behind a resend")
+    return None
+
+
+# ------------------------------------------------------------------------------ traces
+
+
+def _trace_config(spec_be: Backend | None, entry: Row, rehearsal: bool) -> tuple[str, str | None, str, tuple[str, ...]]:
+    """(source kind, log pattern, id field, id forms) the run matched traces with."""
+    recorded_kind = entry.get("kind")
+    if spec_be is None:
+        ts = entry.get("trace_source")
+        return (ts if isinstance(ts, str) else "none"), None, "request_id", DEFAULT_ID_FORMS
+    tr = spec_be.traces
+    if rehearsal or spec_be.kind == "sim" or recorded_kind == "sim":
+        return "log", simtrace.TRACE_PATTERN, tr.id_field, simtrace.ID_FORMS
+    return tr.source, tr.pattern, tr.id_field, tr.id_forms
+
+
+def _stored_traces(rows: Sequence[Row]) -> list[Trace]:
+    out = []
+    for t in rows:
+        tid = t.get("trace_id")
+        times = t.get("times")
+        ts = tuple(float(x) for x in times if _num(x) is not None) if isinstance(times, list) else ()
+        payload = t.get("payload")
+        out.append(Trace(None if tid is None else str(tid), ts, payload if isinstance(payload, Mapping) else None,
+                         t.get("offset") if isinstance(t.get("offset"), int) else None, str(t.get("source") or "traces.jsonl")))
+    return out
+
+
+def _log_from(be: BackendEvidence) -> tuple[str, int] | None:
+    """The retained server.log written during this run, and its start offset (None: not kept)."""
+    if be.server_log is None:
+        return None
+    off = be.entry.get("server_log_offset", 0)
+    off = off if isinstance(off, int) and not isinstance(off, bool) and off >= 0 else 0
+    data = be.server_log.encode("utf-8")
+    if off > len(data):
+        off = 0  # truncated or rotated: read it all, as the runner would
+    return data[off:].decode("utf-8", "replace"), off
+
+
+def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehearsal: bool,
+             records: Sequence[Row], same_spec: bool = True) -> tuple[tuple[dict[str, Any], ...], list[str]]:
+    """The trace rows as the judge matches them, and what the stored rows claimed wrongly
+    (only under the run's own spec: another spec may match with another window or id forms)."""
+    kind, pattern, id_field, forms = _trace_config(spec_be, be.entry, rehearsal)
+    if kind == "none":
+        return (), []
+    log = _log_from(be)
+    from_log = kind == "log" and pattern is not None and log is not None
+    if from_log:
+        assert log is not None and pattern is not None
+        traces, _bad = extract_traces(log[0], TraceSource(kind="log", pattern=pattern, id_field=id_field), log[1])
+        basis = "the retained server.log"
+    else:
+        traces = _stored_traces(be.traces)
+        basis = "the trace's own id and times"
+    match = match_traces(records, traces, id_field, forms, window_s)
+    rows = tuple(_row(a) for a in match.assignments)
+    derived = set(match.matched)
+    known = {str(r.get("request_id")) for r in records}
+    # a claim about a request that is not on the record covers nothing (lost records are
+    # validity's to report); one about a request that is, the judge must be able to make
+    claimed = [t for t in be.traces if t.get("matched") is True and t.get("request_id") in known]
+    wrong = [t for t in claimed if t["request_id"] not in derived]
+    notes: list[str] = []
+    if wrong and same_spec:
+        why = {a.request_id: a.reason for a in match.assignments if a.request_id is not None and not a.matched}
+        first = wrong[0]["request_id"]
+        reason = why.get(first)
+        reason_text = {"outside_window": "its times lie outside the request's window",
+                       "unknown_id": "no request has its id", "incomplete": "its payload is incomplete"}.get(reason or "", "no such trace")
+        notes.append(f"traces.jsonl marks {len(wrong)} trace{'s' if len(wrong) != 1 else ''} matched that the judge "
+                     f"cannot match from {basis} (first: {first}: {reason_text}); they do not count")
+    return rows, notes
+
+
+def _row(a: Any) -> dict[str, Any]:
+    payload = dict(a.trace.payload) if a.trace.payload is not None else None
+    return {"trace_id": a.trace.trace_id, "request_id": a.request_id, "matched": a.matched, "reason": a.reason,
+            "times": list(a.trace.times), "payload": payload}
+
+
+# ------------------------------------------------------------------------------ records
+
+
+def _deadlines(be: BackendEvidence) -> dict[tuple[Any, Any], float]:
+    out: dict[tuple[Any, Any], float] = {}
+    levels = be.entry.get("levels")
+    for lv in levels if isinstance(levels, list) else []:
+        if isinstance(lv, Mapping) and (d := _num(lv.get("deadline_s"))) is not None:
+            out[(lv.get("workload"), lv.get("index"))] = d
+    return out
+
+
+def _max_tokens(spec: Spec) -> dict[str, int]:
+    """The smallest max_tokens each workload asks for (0 tokens is only a failure above 0)."""
+    return {w.name: min(w.max_tokens) for w in spec.workloads if w.max_tokens}
+
+
+def _usage_bounds(spec: Spec) -> dict[str, tuple[int | None, bool, bool]]:
+    """Per workload: the largest max_tokens it asks for, whether it sets ignore_eos, whether it
+    streams."""
+    return {w.name: (max(w.max_tokens) if w.max_tokens else None, w.ignore_eos, w.stream) for w in spec.workloads}
+
+
+def _relabel(r: Row, deadline: float | None, max_tokens: int | None, server: tuple[str, str] | None,
+             usage: tuple[int | None, bool, bool] = (None, False, True)) -> tuple[Row, str | None]:
+    """The record judged by its facts, and why its stored label is wrong (None: it is not).
+    `server`: (outcome, reason) when the server's own traces say the request did not complete."""
+    stored = r.get("outcome")
+    derived, why = derive_outcome(r, deadline, max_tokens)
+    note = None
+    new = r
+    if stored is None:
+        new = {**r, "outcome": derived}
+    elif stored == "completed" and derived != "completed":
+        note = f"{r.get('request_id')} is labelled completed but its record says {', '.join(why)}"
+        new = {**r, "outcome": derived}
+    if server is not None and new.get("outcome") == "completed":
+        new = {**new, "outcome": server[0], "error": server[1]}
+    if new.get("outcome") == "completed" and not new.get("usage_mismatch"):
+        why_usage = usage_problem(new, *usage)
+        if why_usage is not None:
+            new = {**new, "usage_mismatch": why_usage}
+    return new, note
+
+
+def _followup(f: Mapping[str, Any] | None, deadline: float | None, max_tokens: int | None) -> tuple[Mapping[str, Any] | None, str | None]:
+    if f is None:
+        return None, None
+    rec = f.get("record")
+    if not isinstance(rec, Mapping):
+        if f.get("passed") is True:
+            return {**f, "passed": False, "reason": "followup.json says passed but holds no follow-up record"}, \
+                "followup.json says passed but holds no follow-up record"
+        return f, None
+    derived, why = derive_outcome(rec, deadline, max_tokens)
+    if rec.get("outcome") not in (None, "completed") and derived == "completed":
+        derived = str(rec.get("outcome"))
+    passed = derived == "completed"
+    if f.get("passed") is True and not passed:
+        reason = f"the follow-up record says {', '.join(why) or derived}"
+        return {**f, "passed": False, "reason": reason}, f"followup.json says passed but {reason[4:]}"
+    if f.get("passed") is None:  # no stored label: the record decides
+        return {**f, "passed": passed, "reason": f.get("reason") or (None if passed else f"the follow-up request {derived}: {', '.join(why)}")}, None
+    return f, None
+
+
+def _runtime(be: BackendEvidence, spec_be: Backend | None, same_spec: bool) -> tuple[Mapping[str, Any], str | None]:
+    """The backend entry with its runtime boundary re-derived, and a note when the stored one
+    disagrees."""
+    entry = be.entry
+    if spec_be is None:
+        return entry, None
+    rt = spec_be.runtime
+    decl = None
+    if rt is not None:
+        decl = RuntimeDecl(label=rt.label, log_regex=rt.log_pattern, expected_version=rt.version,
+                           required_env=tuple((n, None) for n in rt.require_env))
+    env = entry.get("env")
+    env = {str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {}
+    log = _log_from(be)
+    derived = detect_runtime_boundary(decl, env, log[0] if log is not None else "").to_json()
+    if log is None and rt is not None and rt.log_pattern:
+        derived["details"] = list(derived["details"]) + ["no server.log was retained to confirm it"]
+    stored = entry.get("runtime_boundary")
+    stored_status = stored.get("status") if isinstance(stored, Mapping) else None
+    note = None
+    if same_spec and stored_status is not None and stored_status != derived["status"]:
+        note = (f"the manifest records runtime boundary status {stored_status!r} but the declaration, the retained "
+                f"server.log and the launched environment give {derived['status']!r}")
+    derived["stored_status"] = stored_status if stored_status is not None else derived["status"]  # absent: nothing to contradict
+    return {**entry, "runtime_boundary": derived}, note
+
+
+def _server_verdict(payloads: Sequence[Row]) -> tuple[str, str] | None:
+    """(outcome, reason) when the server's traces say a request did not complete: an error
+    first (failed), else a dropped attempt (disconnected)."""
+    if (err := server_error(payloads)) is not None:
+        return "failed", err
+    if (drop := server_drop(payloads)) is not None:
+        return "disconnected", drop
+    return None
+
+
+def _capped(kind: str, notes: list[str]) -> list[str]:
+    if len(notes) <= MAX_LISTED:
+        return notes
+    return notes[:MAX_LISTED] + [f"... and {len(notes) - MAX_LISTED} more {kind}"]
+
+
+def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehearsal: bool, same_spec: bool) -> BackendEvidence:
+    spec_be = next((b for b in spec.backends if b.name == be.name), None)
+    deadlines = _deadlines(be)
+    max_tokens = _max_tokens(spec)
+    bounds = _usage_bounds(spec)
+    traces, trace_notes = _rematch(be, spec_be, window_s, rehearsal, be.records, same_spec)
+    payloads: dict[str, list[Row]] = {}
+    for t in traces:
+        if t["matched"] and isinstance(t["request_id"], str) and isinstance(t["payload"], Mapping):
+            payloads.setdefault(t["request_id"], []).append(t["payload"])
+    records = []
+    label_notes: list[str] = []
+    for r in be.records:
+        key = (r.get("workload"), r.get("level"))
+        w = str(r.get("workload"))
+        new, note = _relabel(r, deadlines.get(key), max_tokens.get(w),
+                             _server_verdict(payloads.get(str(r.get("request_id")), ())), bounds.get(w, (None, False, True)))
+        records.append(new)
+        if note:
+            label_notes.append(note)
+    follow_deadline = min(deadlines.values(), default=None)
+    followup, fnote = _followup(be.followup, follow_deadline, min(max_tokens.values(), default=None))
+    entry, rnote = _runtime(be, spec_be, same_spec)
+    notes = _capped("mislabeled records", label_notes) + trace_notes + ([fnote] if fnote else []) + ([rnote] if rnote else [])
+    return dataclasses.replace(be, entry=entry, records=tuple(records), traces=traces, followup=followup,
+                               mislabeled=be.mislabeled + tuple(notes))
+
+
+def rederive(spec: Spec, evidence: Evidence) -> Evidence:
+    """`evidence` with every derived label drawn again from its facts (see the module doc)."""
+    m = evidence.manifest
+    rehearsal = m.get("rehearsal") is True
+    same_spec = evidence.spec_sha256 is None or evidence.spec_sha256 == spec.sha256
+    window = spec.gate.trace_window_s
+    backends = tuple(rederive_backend(spec, be, window_s=window, rehearsal=rehearsal, same_spec=same_spec)
+                     for be in evidence.backends)
+    return dataclasses.replace(evidence, backends=backends)

@@ -1,0 +1,292 @@
+"""`soakspec compare`: before/after with seeded bootstrap intervals (soakspec.compare)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from soakspec.cli import main
+from soakspec.compare import compare, parse_rule, percentile_draws, RuleError
+from soakspec.compare.render import render
+from soakspec.judge import stats
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+SPEC = small_spec(duration="4m", bucket="1m")
+
+
+def builder(seed: int, ttft_factor: float = 1.0, per_bucket: int = 100) -> EvidenceBuilder:
+    """A clean run whose latencies are seeded random draws (lognormal TTFT and TPOT)."""
+    b = EvidenceBuilder(SPEC, per_bucket=per_bucket, run_id=f"run{seed}")
+    rng = random.Random(seed)
+    for r in b.measured("a"):
+        ttft = rng.lognormvariate(-2.3, 0.35) * ttft_factor
+        gaps = [rng.lognormvariate(-4.0, 0.25) for _ in range(63)]
+        r.update(ttft=ttft, first_token=r["start"] + ttft, itl=gaps, tpot=sum(gaps) / 63,
+                 latency=ttft + sum(gaps), end=r["start"] + ttft + sum(gaps))
+    return b
+
+
+def test_a_20_percent_ttft_increase_is_a_regression_at_95_percent():
+    c = compare(builder(1).build(), builder(2, ttft_factor=1.2).build(), confidence=0.95, resamples=2000)
+    by = {(r.metric, r.stat): r for r in c.rows}
+    assert by[("ttft", "p50")].verdict == "regression"
+    assert 0.1 < by[("ttft", "p50")].change < 0.3
+    assert by[("ttft", "p50")].low > 0
+    # what did not change is not called a regression (latency includes the TTFT, so it may)
+    assert all(r.verdict != "regression" for r in c.rows if r.metric in ("itl", "tpot", "qps", "throughput"))
+    # and the other way round it is an improvement
+    back = compare(builder(2, ttft_factor=1.2).build(), builder(1).build(), resamples=2000)
+    assert {(r.metric, r.stat): r for r in back.rows}[("ttft", "p50")].verdict == "improvement"
+
+
+def test_same_configuration_reports_no_significant_change_in_at_least_19_of_20_repetitions():
+    quiet = 0
+    for i in range(20):
+        c = compare(builder(100 + 2 * i).build(), builder(101 + 2 * i).build(), confidence=0.95, resamples=2000, seed=i)
+        assert c.rows
+        if all(r.verdict == "no significant change" for r in c.rows):
+            quiet += 1
+    assert quiet >= 19
+
+
+def test_a_rule_gates_the_comparison():
+    base, new = builder(1).build(), builder(2, ttft_factor=1.2).build()
+    fail = compare(base, new, rules=[parse_rule("require p50(ttft) regression <= 5%")], resamples=2000)
+    assert fail.outcome == "FAIL" and int(fail.exit_code) == 1
+    assert fail.rules[0].status == "fail" and "limit 5%" in fail.rules[0].message
+    ok = compare(base, new, rules=[parse_rule("require p50(ttft) regression <= 60%")], resamples=2000)
+    assert ok.outcome == "PASS" and int(ok.exit_code) == 0
+    # p99 with 400 samples per side: enough for a claim; a 19% limit sits inside the interval
+    unsure = compare(base, new, rules=[parse_rule("require p99(ttft) regression <= 19%")], resamples=2000)
+    assert unsure.rules[0].status == "inconclusive" and unsure.outcome == "INCONCLUSIVE"
+    # a warn rule never decides
+    warned = compare(base, new, rules=[parse_rule("warn p50(ttft) regression <= 5%")], resamples=2000)
+    assert warned.outcome == "PASS" and warned.rules[0].status == "fail"
+
+
+def test_too_few_samples_is_inconclusive_never_a_pass():
+    small = compare(builder(1, per_bucket=10).build(), builder(2, per_bucket=10).build(),
+                    rules=[parse_rule("require p99(ttft) regression <= 50%")], resamples=500)
+    row = next(r for r in small.rows if (r.metric, r.stat) == ("ttft", "p99"))
+    assert row.verdict == "insufficient samples" and row.need == 299
+    assert small.rules[0].status == "inconclusive" and int(small.exit_code) == 3
+
+
+def test_the_comparison_is_deterministic_for_a_seed():
+    a, b = builder(5).build(), builder(6).build()
+    assert compare(a, b, resamples=500).to_json() == compare(a, b, resamples=500).to_json()
+
+
+@pytest.mark.parametrize("text", ["p99(ttft) faster <= 5%", "require p99(bogus) regression <= 5%",
+                                  "require p99(qps) regression <= 5%", "require mean(ttft) regression <= 5%"])
+def test_bad_rules_are_refused_with_a_reason(text):
+    with pytest.raises(RuleError, match="expected|measures|bucket|percentile"):
+        parse_rule(text)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.floats(0, 1e3, allow_nan=False), min_size=1, max_size=60), st.floats(0, 100), st.integers(0, 2**32))
+def test_percentile_draws_are_percentiles_of_some_resample(xs, q, seed):
+    """Every draw lies between the sample's minimum and maximum (it is a percentile of a resample)."""
+    xs = sorted(xs)
+    for d in percentile_draws(xs, q, random.Random(seed), 20):
+        assert xs[0] - 1e-9 <= d <= xs[-1] + 1e-9
+
+
+def test_exact_order_statistic_draws_match_a_brute_force_bootstrap():
+    """The Beta shortcut has the distribution of a full resample's percentile (fixed seeds)."""
+    rng = random.Random(3)
+    xs = sorted(rng.expovariate(1.0) for _ in range(200))
+    exact = percentile_draws(xs, 90, random.Random(4), 4000)
+    r = random.Random(5)
+    brute = [stats.percentile([xs[r.randrange(200)] for _ in range(200)], 90) for _ in range(2000)]
+    for q in (10, 50, 90):
+        assert stats.percentile(exact, q) == pytest.approx(stats.percentile(brute, q), rel=0.05)
+
+
+# ------------------------------------------------------------------------------ the command
+
+
+def test_compare_cli_exit_codes_and_formats(tmp_path, capsys):
+    base = builder(1).write(tmp_path / "base")
+    new = builder(2, ttft_factor=1.2).write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--resamples", "500"]) == 0
+    md = capsys.readouterr().out
+    assert "## Comparison" in md and "REGRESSION" in md and "p50(ttft)" in md
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--require", "p50(ttft) regression <= 5%"]) == 1
+    assert "FAIL" in capsys.readouterr().out
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json", "--confidence", "99%"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["kind"] == "comparison" and doc["confidence"] == 0.99 and doc["base"]["verified"] is True
+    assert any(r["metric"] == "ttft" and r["verdict"] == "regression" for r in doc["rows"])
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "html"]) == 0
+    page = capsys.readouterr().out
+    assert 'id="rows"' in page and 'class="regression"' in page
+    assert main(["compare", str(base), str(new), "--require", "p99(nope) regression <= 5%"]) == 2
+
+
+def test_compare_refuses_evidence_changed_after_the_run(tmp_path, capsys):
+    base = builder(1).write(tmp_path / "base")
+    new = builder(2).write(tmp_path / "new")
+    req = new / "backends" / "a" / "requests.jsonl"
+    data = req.read_bytes()
+    assert b'"completed"' in data
+    req.write_bytes(data.replace(b'"completed"', b'"failed"', 1))  # one request's outcome, edited
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["new"]["verified"] is False and any("does not verify" in n for n in doc["notes"])
+
+
+def test_markdown_escapes_evidence_text():
+    c = compare(builder(1).build(), builder(2).build(), base_dir="<b>|x", resamples=200)
+    assert "<b>" not in render(c, "html")
+
+
+# ------------------------------------------------------------------------------ real simulator runs
+
+SIM_SPEC = """
+soak "cmp" {}
+model {
+  id = "sim-model"
+}
+backend "sim" {
+  sim {
+    ttft = TTFT
+    itl = 5ms
+    slots = 16
+  }
+  runtime {
+    label = "host-staged"
+  }
+}
+workload "w" {
+  endpoint = completions
+  prompt_words = 16
+  max_tokens = [16]
+  sampling = greedy
+  ignore_eos = true
+  load {
+    mode = closed
+    concurrency = [8]
+  }
+  duration = 8s
+  bucket = 4s
+  deadline = 10s
+  follow_up = false
+}
+gate {
+  require failed == 0
+}
+"""
+
+
+@pytest.mark.slow
+def test_compare_two_real_simulator_runs_finds_a_20_percent_ttft_regression(tmp_path, capsys):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    dirs = []
+    for name, ttft in (("base", "50ms"), ("new", "60ms")):
+        spec = tmp_path / f"{name}.soak"
+        spec.write_text(SIM_SPEC.replace("TTFT", ttft))
+        out = tmp_path / name
+        p = subprocess.run([sys.executable, "-m", "soakspec", "run", str(spec), "--out", str(out), "--quiet"],
+                           cwd=repo, capture_output=True, text=True, timeout=120)
+        assert p.returncode in (0, 3), p.stderr[-2000:]
+        dirs.append(str(out))
+    code = main(["compare", *dirs, "--format", "json", "--require", "p50(ttft) regression <= 5%"])
+    doc = json.loads(capsys.readouterr().out)
+    row = next(r for r in doc["rows"] if (r["metric"], r["stat"]) == ("ttft", "p50"))
+    assert row["verdict"] == "regression" and 0.1 < row["change"] < 0.3, row
+    assert code == 1 and doc["rules"][0]["status"] == "fail"
+
+
+# ------------------------------------------------------------------------------ compare { ... } in a spec
+
+COMPARE_BLOCK = """
+compare {
+  confidence = 90%
+  require regression(p50(ttft)) <= 5%
+  warn regression(mean(qps)) <= 10%
+}
+"""
+
+
+def _spec_with(block: str):
+    from soakspec.judge.testing import spec_from_text
+
+    return spec_from_text(SPEC.canonical_text + block)
+
+
+def test_a_compare_block_is_checked_into_the_spec():
+    spec = _spec_with(COMPARE_BLOCK)
+    assert spec.compare.confidence == 0.9
+    got = [(r.severity, r.stat, r.metric, r.op, r.threshold) for r in spec.compare.rules]
+    assert got == [("require", "p50", "ttft", "<=", 0.05), ("warn", "mean", "qps", "<=", 0.1)]
+    from soakspec.compare import rules_of
+
+    assert [r.text() for r in rules_of(spec)] == ["require p50(ttft) regression <= 5%", "warn mean(qps) regression <= 10%"]
+
+
+@pytest.mark.parametrize("line, code", [
+    ("require regression(p99(bogus)) <= 5%", "E302"),
+    ("require regression(p99(qps)) <= 5%", "E303"),
+    ("require regression(ttft) <= 5%", "E303"),
+    ("require regression(p100(ttft)) <= 5%", "E304"),
+    ("require regression(p99(ttft)) >= 5%", "E305"),
+    ("require regression(p99(ttft)) <= 5% per bucket", "E306"),
+])
+def test_a_bad_compare_rule_is_a_located_diagnostic(line, code):
+    with pytest.raises(ValueError, match=code):
+        _spec_with("compare {\n  " + line + "\n}\n")
+
+
+def test_the_checker_and_compare_agree_on_the_metrics():
+    from soakspec.compare import METRICS
+    from soakspec.lang.check.compare import COMPARE_METRICS
+
+    assert {m.name: ("mean" if m.kind == "per_bucket" else "percentile") for m in METRICS} == COMPARE_METRICS
+
+
+def test_the_command_gates_with_the_spec_s_compare_block(tmp_path, capsys):
+    spec = _spec_with(COMPARE_BLOCK)
+
+    def run(seed, factor):
+        b = builder(seed, ttft_factor=factor)
+        b.spec = spec
+        b.manifest["spec"] = {"path": spec.path, "text": spec.canonical_text, "sha256": spec.sha256}
+        return b
+
+    base = run(1, 1.0).write(tmp_path / "base")
+    new = run(2, 1.2).write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["confidence"] == 0.9
+    assert [(r["rule"], r["status"]) for r in doc["rules"]][0] == ("require p50(ttft) regression <= 5%", "fail")
+    # the same configuration: no regression seen, but 400 samples cannot bound it within 5%
+    same = run(3, 1.0).write(tmp_path / "same")
+    assert main(["compare", str(base), str(same), "--resamples", "500", "--format", "json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rules"][0]["status"] == "inconclusive"
+    assert all(r["verdict"] == "no significant change" for r in doc["rows"])
+
+
+def test_itl_intervals_count_requests_not_gaps():
+    """A request's 63 gaps are not 63 independent samples: itl's interval and sample-size rule
+    use the number of requests, so its interval is wider than a gap-count bootstrap's."""
+    c = compare(builder(1).build(), builder(2).build(), resamples=1000)
+    itl = next(r for r in c.rows if (r.metric, r.stat) == ("itl", "p99"))
+    assert itl.n_base == 400 * 63 and "from 400 / 400 requests" in itl.note
+    r9 = random.Random(9)
+    xs = sorted(r9.expovariate(1.0) for _ in range(6300))
+    spread = lambda draws: stats.percentile(draws, 97.5) - stats.percentile(draws, 2.5)
+    wide = spread(percentile_draws(xs, 99, random.Random(1), 2000, size=100))
+    narrow = spread(percentile_draws(xs, 99, random.Random(1), 2000))
+    assert wide > 3 * narrow
+    md = render(c, "md")
+    assert "one request's gaps are not independent" in md
