@@ -57,6 +57,13 @@ REHEARSAL_READY_TIMEOUT_S = 60.0  # the simulator is ready in well under a secon
 REHEARSAL_GRACE_S = 5.0  # and stops at once on SIGTERM
 KILL_WAIT_S = 5.0  # after SIGKILL, for the process to be reaped
 PROBE_ATTEMPT_MIN_S = 1.0  # one readiness request: max(this, 4 × interval)
+# Liveness during the run (see `Liveness`): the readiness request again, every LIVENESS_INTERVAL_S
+LIVENESS_INTERVAL_S = 1.0
+LIVENESS_GRACE_S = 5.0  # refused connections / failing probes this long: the backend is dead
+LIVENESS_ATTEMPT_S = 2.0  # one liveness probe waits at most this long
+LIVENESS_HANG_S = 60.0  # probes that get no answer at all (but no refusal) this long: dead too
+BACKOFF_BASE_S = 0.05  # after a refused connection the load waits this long, doubling per refusal,
+BACKOFF_MAX_S = 1.0  # up to this; one request at a time tries again
 TELEMETRY_MIN_INTERVAL_S = 0.5
 PROGRESS_INTERVAL_S = 0.25
 
@@ -232,6 +239,31 @@ class Probe:
 
 
 @dataclasses.dataclass(frozen=True)
+class Liveness:
+    """A backend's liveness during the run, launched or external (`runner/liveness.py`).
+
+    The readiness request (its method, path and status) is sent again every `interval_s`
+    (skipped while the load's own responses show the server answering), each attempt bounded by
+    `attempt_timeout_s`. Refused connections or wrong answers -- from those probes or the load's
+    own connects -- for `grace_s` without a single answer in between: the backend is dead, its
+    load stops and the run aborts (exit 4). Probes that only get no answer in time (a server
+    busy, not gone) count as dead only after `hang_s`. Meanwhile the load backs off: after a
+    refused connect it waits `backoff_base_s`, doubling per refusal up to `backoff_max_s`, and
+    only one request at a time tries again.
+    """
+
+    interval_s: float = LIVENESS_INTERVAL_S
+    grace_s: float = LIVENESS_GRACE_S
+    attempt_timeout_s: float = LIVENESS_ATTEMPT_S
+    hang_s: float = LIVENESS_HANG_S
+    backoff_base_s: float = BACKOFF_BASE_S
+    backoff_max_s: float = BACKOFF_MAX_S
+
+    def to_json(self) -> dict[str, float]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True)
 class Launch:
     """How a backend is started (or reached) and stopped. `argv` holds `{port}`/`{url}` where the
     runner puts the port it picked; `url` backends are not launched."""
@@ -247,6 +279,7 @@ class Launch:
     kill_wait_s: float  # after SIGKILL, at most this long for the process to be reaped
     capture_log: bool
     host: str = HOST
+    liveness: Liveness = Liveness()
 
     @property
     def launches(self) -> bool:
@@ -335,6 +368,7 @@ class BackendPlan:
             "shutdown_grace_s": la.shutdown_grace_s if la.launches else None,
             "kill_wait_s": la.kill_wait_s if la.launches else None,
             "follow_up_deadline_s": self.follow_up_deadline_s if self.follow_up else None,
+            **{f"liveness_{k}": v for k, v in la.liveness.to_json().items()},
         }
 
 
@@ -649,10 +683,14 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
     pr = la.probe
     ready = f"ready when {pr.method} {pr.path} answers {pr.status} (every {format_duration(pr.interval_s)}, at most {format_duration(pr.timeout_s)})"
     stop = f"; stop: SIGTERM, {format_duration(la.shutdown_grace_s)} grace, SIGKILL" if la.launches else ""
+    lv_ = la.liveness
+    alive = (f"    alive while {pr.method} {pr.path} answers (every {format_duration(lv_.interval_s)}); "
+             f"dead after {format_duration(lv_.grace_s)} of refusals: the run aborts")  # fmt: skip
     lines = [
         f"  backend '{b.name}': {_how(la, rehearsal)}",
         f"    runtime boundary: {rt}; traces: {b.traces.source}",
         f"    {ready}{stop}",
+        alive,
     ]
     for lv in b.levels:
         exp = f"~{lv.expected_requests}" if lv.expected_requests is not None else "?"

@@ -144,11 +144,13 @@ async def test_a_backend_served_and_driven_in_process(tmp_path):
 
 
 async def test_a_backend_that_is_never_ready_fails_after_the_planned_timeout(tmp_path, autojump_clock):
-    """Virtual time: the probe polls a closed port until the plan's readiness timeout, and the
-    failure is recorded (with its reason) before it is raised."""
+    """Virtual time: the probe polls a port that accepts connections but never answers (a
+    server slow to come up) until the plan's readiness timeout, and the failure is recorded
+    (with its reason) before it is raised."""
     with trio.socket.socket() as s:
         await s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # bound, never listening: connections are refused
+        s.listen(64)  # the kernel accepts connections; nothing ever answers
+        port = s.getsockname()[1]
         p = plan(_spec(tmp_path, f"http://127.0.0.1:{port}", ready="10m"))
         (bp,) = p.backends
         async with httpx.AsyncClient() as http:
@@ -160,6 +162,28 @@ async def test_a_backend_that_is_never_ready_fails_after_the_planned_timeout(tmp
             assert trio.current_time() - t0 == pytest.approx(600.0, abs=1.0)
     assert status.reason is not None and "not ready after 600s" in status.reason
     assert rec.aborted_reason is not None and rec.aborted_reason.startswith("not ready after 600s")
+
+
+async def test_a_url_backend_that_refuses_connections_fails_readiness_at_once(tmp_path, autojump_clock):
+    """Issue 16: nothing listens at a `url` backend's port. Readiness does not wait its 10
+    minutes in silence: every retry is shown on stderr, and after the liveness grace (5 s) of
+    refused connections it fails with a line that says so."""
+    with trio.socket.socket() as s:
+        await s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # bound, never listening: connections are refused
+        p = plan(_spec(tmp_path, f"http://127.0.0.1:{port}", ready="10m"))
+        (bp,) = p.backends
+        async with httpx.AsyncClient() as http:
+            status, rec, deps = _parts(tmp_path, bp, http, RunClock(timer=trio.current_time))
+            shown: list[str] = []
+            deps.progress.error = shown.append  # type: ignore[method-assign]
+            t0 = trio.current_time()
+            with pytest.RaisesGroup(pytest.RaisesExc(BackendError, match=r"nothing answers at http://127\.0\.0\.1:\d+/v1/models: connection refused \(econnrefused\) for 5s")):
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(serve_backend, bp.launch, deps, rec)
+            assert trio.current_time() - t0 == pytest.approx(5.0, abs=1.0)
+    assert len(shown) >= 4 and all("connection refused (econnrefused); retrying (attempt" in line for line in shown)
+    assert rec.aborted_reason is not None and rec.aborted_reason.startswith("nothing answers at")
 
 
 def test_a_rehearsal_records_the_plans_timings(tmp_path):
@@ -227,6 +251,7 @@ async def test_the_first_failure_ends_the_load_and_is_the_reason(tmp_path, autoj
     started still get a manifest entry, collected after the load."""
     with trio.socket.socket() as s:
         await s.bind(("127.0.0.1", 0))
+        s.listen(64)  # accepts, never answers: both backends wait for their readiness timeout
         path = tmp_path / "par.soak"
         path.write_text(PARALLEL.format(port=s.getsockname()[1]))
         spec, diags, _ = load_spec(path)

@@ -36,8 +36,10 @@ def test_unknown_schema_name_is_a_clear_error():
 
 
 def test_request_record_keys_are_the_contract():
+    from soakspec.runner.records import OPTIONAL_KEYS  # added later, optional so earlier evidence stays valid
+
     required = set(schema.load_schema("request")["required"])
-    assert required == set(sample_request(0)) and not schema.validate("request", sample_request(0))
+    assert required | OPTIONAL_KEYS == set(sample_request(0)) and not schema.validate("request", sample_request(0))
     assert {"request_id", "ttft", "itl", "output_sha256", "tokens_source", "itl_source", "intended_start"} <= required
 
 
@@ -73,4 +75,7 @@ def test_the_runners_request_records_match_the_schema():
                                    end=31.0, outcome=records.Outcome.TIMEOUT, error="deadline passed", bucket=-2)
     for r in (ok, failed):
         assert not schema.validate("request", r.to_json())
-    assert set(ok.to_json()) == set(schema.load_schema("request")["required"])
+    request = schema.load_schema("request")
+    # keys added later (`empty_text`) are optional, so that earlier evidence stays valid
+    assert set(ok.to_json()) == set(request["required"]) | records.OPTIONAL_KEYS
+    assert records.OPTIONAL_KEYS <= set(request["properties"])

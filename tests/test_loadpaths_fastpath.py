@@ -60,7 +60,13 @@ def fast_layout(draw, chat: bool, usages=("none", "null", "cum", "cum"), head: s
         else:
             body = '"text":{}'
         reason = draw(reasons)
-        stop = draw(st.sampled_from(["", ',"stop_reason":null', ',"stop_reason":7', ',"stop_reason":"</s>"']))
+        stop = draw(st.sampled_from([
+            "", ',"stop_reason":null', ',"stop_reason":7', ',"stop_reason":"</s>"',
+            # vLLM 0.32's layout, and what the fast path must refuse: ids that are not null
+            ',"stop_reason":null,"prompt_token_ids":null,"token_ids":null', ',"stop_reason":7,"token_ids":null',
+            ',"stop_reason":null,"prompt_token_ids":null', ',"stop_reason":null,"token_ids":[5,6]',
+            ',"token_ids":null,"prompt_token_ids":null',
+        ]))  # fmt: skip
         choices = lambda text: f'"choices":[{{"index":0,{body.format(_j(text))},"logprobs":null,"finish_reason":{_j(reason)}{stop}}}]'  # noqa: E731
     usage = draw(st.sampled_from(usages))
     tail = ""
@@ -160,6 +166,31 @@ def test_the_fast_path_takes_vllm_and_simulator_events() -> None:
     acc.on_response(200, "text/event-stream")
     assert acc._fast_events(data, 1.0) == len(data)
     assert (acc.chunks, acc._usage, acc.done, acc.server_id) == (5, 5, True, "cmpl-7")
+
+
+VLLM_032_EVENT = (
+    b'data: {"id":"cmpl-9a87260aedde1d55","object":"text_completion","created":1796135242,"model":"tiny",'
+    b'"choices":[{"index":0,"text":" request","logprobs":null,"finish_reason":null,"stop_reason":null,'
+    b'"prompt_token_ids":null,"token_ids":null}],"usage":{"prompt_tokens":3,"total_tokens":4,"completion_tokens":1}}\n\n'
+)
+
+
+def test_the_fast_path_takes_vllm_032_events() -> None:
+    """vLLM 0.32 (continuous usage) writes `prompt_token_ids`/`token_ids` after `stop_reason`:
+    its events are read by the fast path, with the same record as the general parser."""
+    assert protocol._FAST_COMPLETIONS.match(VLLM_032_EVENT) is not None
+    events = [VLLM_032_EVENT.replace(b'"completion_tokens":1', b'"completion_tokens":%d' % (i + 1))
+              .replace(b'"total_tokens":4', b'"total_tokens":%d' % (i + 4)) for i in range(6)]  # fmt: skip
+    events[-1] = events[-1].replace(b'"finish_reason":null', b'"finish_reason":"length"')
+    data = b"".join(events) + b"data: [DONE]\n\n"
+    shape = RequestShape(Endpoint.COMPLETIONS, "tiny", "p", max_tokens=6)
+    acc = StreamAccumulator(shape)
+    acc.on_response(200, "text/event-stream")
+    assert acc._fast_events(data, 1.0) == len(data)
+    assert (acc.chunks, acc._usage, acc.done, acc.finish_reason, acc.server_id) == (
+        6, 6, True, "length", "cmpl-9a87260aedde1d55")  # fmt: skip
+    assert _accumulate(data, [], shape, protocol.DEFAULT_LIMITS, True, True) == \
+        _accumulate(data, [], shape, protocol.DEFAULT_LIMITS, False, True)  # fmt: skip
 
 
 class _Spy:

@@ -163,6 +163,8 @@ def test_plan_json_says_every_timeout_grace_and_command_with_secrets_redacted():
     assert la["timeouts"] == {
         "ready_timeout_s": 90.0, "ready_interval_s": 0.25, "ready_attempt_timeout_s": 1.0,
         "shutdown_grace_s": 7.0, "kill_wait_s": 5.0, "follow_up_deadline_s": 10.0,
+        "liveness_interval_s": 1.0, "liveness_grace_s": 5.0, "liveness_attempt_timeout_s": 2.0, "liveness_hang_s": 60.0,
+        "liveness_backoff_base_s": 0.05, "liveness_backoff_max_s": 1.0,
     }  # fmt: skip
     assert url["launch"]["kind"] == "url" and url["launch"]["argv"] is None
     assert url["timeouts"]["shutdown_grace_s"] is None and url["timeouts"]["ready_timeout_s"] == 600.0

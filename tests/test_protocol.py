@@ -287,16 +287,18 @@ def test_non_streaming_json_body() -> None:
     ("timed", "error"),
     [
         ([(1.0, chunk("a")), (1.1, b'data: {"error": {"message": "boom", "code": 500}}\n\n'), (1.1, DONE)],
-         "error in response: boom"),
+         "error event: boom"),
         ([(1.0, chunk("a")), (1.1, b'data: {"object": "error", "message": "old style"}\n\n'), (1.1, DONE)],
-         "error in response: old style"),
-        ([(1.0, chunk("a")), (1.1, b"event: error\ndata: overloaded\n\n"), (1.1, DONE)], "SSE error event: overloaded"),
+         "error event: old style"),
+        ([(1.0, chunk("a")), (1.1, b"event: error\ndata: overloaded\n\n"), (1.1, DONE)], "error event: overloaded"),
         ([(1.0, chunk("a", finish="error")), (1.1, DONE)], "finish_reason: error"),
         ([(1.0, chunk("a")), (1.1, chunk("b"))], "stream ended without data: [DONE]"),
-        ([(1.0, chunk("", finish="length")), (1.1, DONE)], "no text in the response"),
+        ([(1.0, chunk("", finish="length")), (1.1, DONE)], "0 completion tokens and no text"),
+        ([(1.0, chunk("", ct=0)), (1.0, chunk("", ct=0, finish="length")), (1.1, DONE)],
+         "0 completion tokens and no text"),
         ([(1.0, b"data: {not json\n\n"), (1.0, chunk("a")), (1.1, DONE)], "malformed JSON in the response: {not json"),
         ([(1.0, b"data: [1, 2]\n\n"), (1.0, chunk("a")), (1.1, DONE)], "malformed response, not a JSON object: [1, 2]"),
-        ([(1.0, chunk("a")), (1.1, usage_only(0)), (1.1, DONE)], "completion_tokens is 0"),
+        ([(1.0, chunk("a")), (1.1, usage_only(0)), (1.1, DONE)], "usage says 0 completion tokens for 1 text chunks"),
         ([(1.0, b'data: {"choices": ["x"]}\n\n'), (1.0, chunk("a")), (1.1, DONE)],
          'malformed response, unexpected JSON shape: {"choices": ["x"]}'),
         ([(1.0, b'data: {"choices": [{"text": 5}]}\n\n'), (1.0, chunk("a")), (1.1, DONE)],
@@ -304,7 +306,7 @@ def test_non_streaming_json_body() -> None:
         ([(1.0, chunk("a")), (1.0, b'data: {"usage": {"completion_tokens": "7"}}\n\n'), (1.1, DONE)],
          'malformed response, unexpected JSON shape: {"usage": {"completion_tokens": "7"}}'),
     ],
-    ids=["error-key", "error-object", "error-event", "finish-error", "no-done", "no-text", "bad-json",
+    ids=["error-key", "error-object", "error-event", "finish-error", "no-done", "no-text", "no-text-zero-usage", "bad-json",
          "not-object", "zero-tokens", "choice-not-object", "text-not-string", "usage-not-int"],  # fmt: skip
 )  # fmt: skip
 def test_failures_after_http_200(timed, error) -> None:
@@ -316,7 +318,7 @@ def test_first_error_wins_and_is_truncated() -> None:
     long = "x" * 2000
     rec = run([(1.0, b"event: error\ndata: " + long.encode() + b"\n\n"), (1.1, b'data: {"error": "second"}\n\n')])
     assert rec.outcome is Outcome.FAILED
-    assert rec.error == ("SSE error event: " + long)[:500]
+    assert rec.error == ("error event: " + long)[:500]
 
 
 @pytest.mark.parametrize(("status", "outcome"), [(429, Outcome.REJECTED), (400, Outcome.REJECTED),
@@ -402,3 +404,50 @@ async def test_run_clock_to_trio() -> None:
     clock = RunClock()
     assert clock.to_trio(clock.now() + 2.0) == pytest.approx(trio.current_time() + 2.0, abs=0.01)
     assert clock.to_trio(float("inf")) == float("inf")
+
+
+# ---------------------------------------------------------------------------------------------
+# the server's own word (issue 16): completion tokens without text
+
+
+def test_tokens_that_decode_to_empty_text_complete_and_are_flagged() -> None:
+    """HTTP 200, `finish_reason: length`, usage rising to 3, `[DONE]`, no error -- but every
+    token's text is empty (a real model's special tokens). The server says it completed: the
+    record is COMPLETED with `empty_text`, 3 tokens, TTFT at the first token event and ITL
+    from the events whose usage rose."""
+    rec = run([(1.0, chunk("", ct=1)), (1.2, chunk("", ct=2)), (1.5, chunk("", ct=3, finish="length")),
+               (1.5, usage_only(3)), (1.6, DONE)])  # fmt: skip
+    assert (rec.outcome, rec.error, rec.empty_text) == (Outcome.COMPLETED, None, True)
+    assert (rec.output_tokens, rec.chunks, rec.output_chars, rec.output_sha256) == (3, 0, 0, None)
+    assert rec.ttft == pytest.approx(1.0) and rec.first_token == pytest.approx(1.0)
+    assert rec.itl == pytest.approx([0.2, 0.3]) and rec.tpot == pytest.approx(0.25)
+    assert rec.to_json()["empty_text"] is True
+
+
+def test_empty_text_with_only_a_final_usage_completes_at_the_usage_event() -> None:
+    """No per-event usage: the first (and only) event that shows completion tokens is the final
+    usage -- that is the first token event, and the only one."""
+    rec = run([(1.0, chunk("")), (1.2, chunk("", finish="length")), (1.4, usage_only(2)), (1.5, DONE)])
+    assert (rec.outcome, rec.empty_text, rec.output_tokens) == (Outcome.COMPLETED, True, 2)
+    assert rec.ttft == pytest.approx(1.4) and rec.itl == [] and rec.tpot is None
+
+
+def test_a_stream_with_text_is_never_flagged_empty_and_its_ttft_is_the_first_text() -> None:
+    """A token event without text before the first text (usage 1) still belongs to the first text
+    chunk, as before: TTFT is the first text, and the record is not `empty_text`."""
+    rec = run([(1.0, chunk("", ct=1)), (1.2, chunk("a", ct=2)), (1.3, chunk("b", ct=3, finish="length")), (1.4, DONE)])
+    assert (rec.outcome, rec.empty_text, rec.output_tokens) == (Outcome.COMPLETED, False, 3)
+    assert rec.ttft == pytest.approx(1.2) and len(rec.itl) == 1
+
+
+def test_an_empty_text_stream_that_fails_is_not_flagged() -> None:
+    rec = run([(1.0, chunk("", ct=1)), (1.2, b'data: {"error": {"message": "engine died"}}\n\n'), (1.3, DONE)])
+    assert (rec.outcome, rec.error, rec.empty_text) == (Outcome.FAILED, "error event: engine died", False)
+
+
+def test_non_streaming_empty_content_with_usage_completes() -> None:
+    shape = RequestShape(Endpoint.CHAT, "m", "p", max_tokens=5, stream=False)
+    body = {"id": "chat-3", "choices": [{"index": 0, "message": {"role": "assistant", "content": ""},
+            "finish_reason": "length"}], "usage": {"prompt_tokens": 2, "completion_tokens": 5}}  # fmt: skip
+    rec = run([(0.4, json.dumps(body).encode())], shape, content_type="application/json")
+    assert (rec.outcome, rec.empty_text, rec.output_tokens, rec.ttft) == (Outcome.COMPLETED, True, 5, 0.4)

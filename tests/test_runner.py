@@ -153,7 +153,7 @@ def test_sigkill_reaches_the_grandchildren_of_a_shell_backend(tmp_path):
     """A `shell` backend whose server is a grandchild (sh -> python) still dies with us."""
     spec = sim_spec(duration="30s", bucket="10s").replace(
         "sim {\n    ttft = 20ms\n    itl = 5ms\n  }",
-        f'shell = "{sys.executable} -m soakspec sim --port {{port}} --ttft 20ms & wait"',
+        f'shell = "{sys.executable} -m soakspec sim --port {{port}} --ttft 20ms --model default & wait"',
     )
     marker = new_marker()
     proc, out = _start_runner(tmp_path, spec, marker)
@@ -227,7 +227,7 @@ def test_each_fault_gives_its_outcome_class(tmp_path):
                     load="mode = closed\n    concurrency = [1]")  # fmt: skip
     for name, (knob, _) in faults.items():
         text = text.replace(f'backend "{name}" {{\n  sim {{\n', f'backend "{name}" {{\n  sim {{\n    {knob}\n', 1)
-    proc, out = run_spec(tmp_path, text)
+    proc, out = run_spec(tmp_path, text, "--no-preflight")  # every request faults, by design
     assert proc.returncode != 4, proc.stderr
     for name, (knob, outcome) in faults.items():
         rows = [r for r in requests_of(out, name) if r["bucket"] >= 0]
@@ -316,7 +316,7 @@ def test_jsonl_trace_file_only_counts_what_this_run_appended(tmp_path):
     after it started, so traces of the first run are neither matched nor even listed."""
     backend = (
         f'launch = ["{sys.executable}", "-m", "soakspec", "sim", "--port", "{{port}}", '
-        '"--trace-file", "server-traces.jsonl", "--no-trace-log", "--ttft", "5ms", "--itl", "1ms"]\n'
+        '"--trace-file", "server-traces.jsonl", "--no-trace-log", "--ttft", "5ms", "--itl", "1ms", "--model", "default"]\n'
         '  traces {\n    source = jsonl\n    file = "server-traces.jsonl"\n'
         '    id_forms = ["cmpl-{id}-0"]\n  }\n'
     )
@@ -332,7 +332,8 @@ def test_jsonl_trace_file_only_counts_what_this_run_appended(tmp_path):
         assert len(traces) == len(requests), "one trace per request of this run, none from before"
         assert all(t["matched"] for t in traces)
         counts.append(len(requests))
-    assert len(read_jsonl(tmp_path / "server-traces.jsonl")) == sum(counts)
+    preflights = 2  # one pre-flight request per run: traced by the server, kept out of requests and traces
+    assert len(read_jsonl(tmp_path / "server-traces.jsonl")) == sum(counts) + preflights
     assert wait_no_survivors(marker) == []
 
 

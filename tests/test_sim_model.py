@@ -39,6 +39,20 @@ def test_tokens_are_non_empty_words_and_do_not_depend_on_length_or_faults():
     assert len(set(plain.tokens)) > 20, "varied text"
 
 
+def test_empty_text_rate_empties_the_text_but_keeps_the_tokens():
+    """`empty_text_rate`: that fraction of requests emit their tokens (same count, same events)
+    with empty text; the others are exactly what they were without the knob."""
+    cfg = SimConfig(seed=1, empty_text_rate=0.5)
+    plans = [plan_request(cfg, i, 12, True) for i in range(400)]
+    empty = [p for p in plans if p.text == ""]
+    assert 150 < len(empty) < 250
+    for p in plans:
+        base = plan_request(SimConfig(seed=1), p.index, 12, True)
+        assert len(p.tokens) == 12 and p.events == base.events and p.event_ends == base.event_ends
+        assert p.tokens == base.tokens or set(p.tokens) == {""}
+        assert p.fault == base.fault and p.drop_trace == base.drop_trace  # the other draws are unchanged
+
+
 def test_eos_stops_early_only_without_ignore_eos():
     cfg = SimConfig(eos_rate=1.0)
     for i in range(50):

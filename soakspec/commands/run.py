@@ -23,6 +23,10 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--workers", type=int, default=1, metavar="N",
         help="load processes per level, splitting its concurrency or rate (default 1); records merge into one file",
     )  # fmt: skip
+    p.add_argument(
+        "--no-preflight", action="store_true",
+        help="skip the pre-flight request of each workload's shape before the first level (recorded in the manifest)",
+    )  # fmt: skip
     p.add_argument("--format", choices=("text", "json"), default="text", help="verdict format on stdout (reports: soakspec report DIR)")
     p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
 
@@ -55,7 +59,8 @@ def main(args: argparse.Namespace) -> int:
 
     progress = Progress(quiet=args.quiet, secrets=the_plan.spec_secrets)
     options = RunOptions(
-        out_dir=Path(args.out) if args.out else None, quiet=args.quiet, argv=tuple(sys.argv), workers=args.workers
+        out_dir=Path(args.out) if args.out else None, quiet=args.quiet, argv=tuple(sys.argv), workers=args.workers,
+        preflight=not args.no_preflight,
     )
     try:
         result = execute(the_plan, options, progress)

@@ -93,6 +93,7 @@ def sample_request(i: int = 0, backend: str = "a", bucket: int = 0, **overrides:
         "itl": [0.04] * 7,
         "output_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "output_chars": len(text),
+        "empty_text": False,
     }
     rec.update(overrides)
     return rec
@@ -132,7 +133,9 @@ def _sim_trace_line(rec: dict[str, Any], active: int) -> str:
 # What `plan(sample_spec_text())` gives each backend (tests/test_evidence_builders.py checks
 # both against the plan; the evidence package does not import the plan).
 SAMPLE_TIMEOUTS = {"ready_timeout_s": 600.0, "ready_interval_s": 0.5, "ready_attempt_timeout_s": 2.0,
-                   "shutdown_grace_s": 10.0, "kill_wait_s": 5.0, "follow_up_deadline_s": 30.0}
+                   "shutdown_grace_s": 10.0, "kill_wait_s": 5.0, "follow_up_deadline_s": 30.0,
+                   "liveness_interval_s": 1.0, "liveness_grace_s": 5.0, "liveness_attempt_timeout_s": 2.0,
+                   "liveness_hang_s": 60.0, "liveness_backoff_base_s": 0.05, "liveness_backoff_max_s": 1.0}
 SAMPLE_LEVEL = {"workload": "short", "index": 0, "label": "concurrency 4", "mode": "closed", "concurrency": 4, "rate": None,
                 "batch_requests": None, "planned_duration_s": 60.0, "bucket_s": 60.0, "warmup_s": 0.0, "deadline_s": 30.0}
 
@@ -201,11 +204,12 @@ def build_evidence_dir(
                                   runtime_boundary={"declared": "host-staged", "detected": None, "env_observed": {},
                                                     "status": "declared", "display": "host-staged", "details": []})
             entry.update(levels=[_level_entry(requests_per_backend, T0)], trace_source="log",
-                         aborted_reason=None, planned_levels=1, timeouts=dict(SAMPLE_TIMEOUTS))
+                         aborted_reason=None, planned_levels=1, timeouts=dict(SAMPLE_TIMEOUTS),
+                         aborted_at=None, crash_diagnosis=[], preflight=None)
             entries.append(entry)
         if status == "running":  # a run writes its backends into the manifest only when it ends
             return m
-        m = dict(m, backends=entries)
+        m = dict(m, backends=entries, preflight=True, aborted_at=None)
         final = finalize_manifest(root, m, status, None if status == "complete" else "interrupted", ended_at=T0 + 130)
         if status == "complete":  # like `soakspec run`: judged after the final manifest, bound to it
             from soakspec.evidence.manifest import manifest_sha256

@@ -146,6 +146,7 @@ class EvidenceBuilder:
                               if be.kind == "launch" and not self._rehearsal else None),
             "levels": levels, "planned_levels": len(bp.levels), "trace_source": trace_source,
             "aborted_reason": None, "timeouts": bp.timeouts(),
+            "aborted_at": None, "crash_diagnosis": [], "preflight": None,
         }, t
 
     def _manifest(self, backends: list[dict[str, Any]], t0: float, t: float, *, time_scale: float, rehearsal: bool,
@@ -162,6 +163,7 @@ class EvidenceBuilder:
                      "kernel": "6.0", "os": "Linux", "python_version": "3.11", "soakspec_version": "0.0.0"},
             "gpus": {"available": False, "reason": "synthetic"},
             "backends": backends, "artifacts": {}, "command": ["soakspec", "run", spec.path or "spec.soak"],
+            "preflight": True, "aborted_at": None,
         }
         if only:
             m["only"] = list(only)
@@ -189,7 +191,7 @@ class EvidenceBuilder:
             "prompt_tokens": 64, "output_tokens": out, "tokens_source": "usage", "itl_source": "exact",
             "chunks": out, "ttft": 0.1 if ok else None, "latency": lat, "tpot": (lat - 0.1) / max(tokens - 1, 1) if ok and tokens > 1 else None,
             "itl": [round((lat - 0.1) / max(tokens - 1, 1), 6)] * (tokens - 1) if ok else [], "output_sha256": _hex(text) if ok else None,
-            "output_chars": len(text) if ok else 0,
+            "output_chars": len(text) if ok else 0, "empty_text": False,
         }
 
     def trace_row(self, r: Mapping[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,7 @@ _BEHAVIOUR: dict[str, Option] = {
     "slowdown_per_active": Option("ratio", 0.0, "extra fraction of ITL per other active sequence"),
     "tokens_per_chunk": Option("int", 1, "tokens per SSE event after the first (the first token goes alone)"),
     "eos_rate": Option("ratio", 0.0, "probability a request without ignore_eos stops early (finish 'stop')"),
+    "empty_text_rate": Option("ratio", 0.0, "probability a request's tokens all decode to empty text (still counted)"),
     "zero_latency": Option("bool", False, "ttft = itl = 0: write every event as fast as possible"),
     "drift": Option("ratio", 0.0, "TTFT and ITL grow by this fraction per minute of uptime (5% -> 0.05)"),
     "keep_alive_timeout": Option("duration", 5.0, "close an idle keep-alive connection after this (uvicorn: 5s)"),

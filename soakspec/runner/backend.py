@@ -3,9 +3,15 @@
 `serve_backend(launch, deps, recorder)` is started with `await nursery.start(...)`: it launches
 the server (or reaches an already running one), polls the readiness probe for at most the
 plan's `Probe.timeout_s`, reports the base URL with `task_status.started(url)`, and then
-watches the process: a server that exits during the run raises `BackendError`. When it is
-cancelled (the load is done, or the run aborts) it stops the server -- SIGTERM, the plan's
-grace, SIGKILL -- in a shielded cancel scope bounded by `Launch.stop_bound_s`.
+watches the backend until cancelled: a server process that exits during the run, or a backend
+(launched or `url`) that stops answering by the plan's `Liveness` rule (`runner/liveness.py`),
+raises `BackendError` -- with the log lines that look like the cause (`procs.crash_lines`) --
+and the run aborts. When it is cancelled (the load is done, or the run aborts) it stops the
+server -- SIGTERM, the plan's grace, SIGKILL -- in a shielded cancel scope bounded by
+`Launch.stop_bound_s`.
+
+A `url` backend that refuses every connection fails readiness after the liveness grace with a
+clear line (each retry shown on stderr), not after the full readiness timeout in silence.
 """
 
 from __future__ import annotations
@@ -23,8 +29,19 @@ from soakspec.evidence.redact import redact_argv
 from soakspec.evidence.telemetry import NvmlSource, telemetry_record
 from soakspec.plan import PROGRESS_INTERVAL_S, Launch
 from soakspec.runner.clock import RunClock
+from soakspec.runner.liveness import Health, watch_liveness
 from soakspec.runner.load import Connection
-from soakspec.runner.procs import BackendError, ReadinessProbe, Reaper, describe_exit, free_port, launch, log_tail, stop
+from soakspec.runner.procs import (
+    BackendError,
+    ReadinessProbe,
+    Reaper,
+    crash_lines,
+    describe_exit,
+    free_port,
+    launch,
+    log_tail,
+    stop,
+)
 from soakspec.runner.progress import Progress
 from soakspec.runner.recorder import BackendRecorder
 
@@ -43,16 +60,24 @@ class Deps:
     reaper: Reaper | None = None
     nvml: NvmlSource | None = None
     workers: int = 1  # load processes per level (`--workers`)
+    preflight: bool = True  # one request of each workload's shape must complete before any level
 
 
 async def serve_backend(
-    la: Launch, deps: Deps, rec: BackendRecorder, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED
+    la: Launch,
+    deps: Deps,
+    rec: BackendRecorder,
+    health: Health | None = None,
+    *,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Start the backend, report its URL once ready, watch it, stop it (see the module docstring)."""
     if not la.launches:
         url = la.base_url(None)
         await _until_ready(la, url, None, deps, rec)
         task_status.started(url)
+        if health is not None:
+            await _watch(la, url, None, health, deps, rec)
         return
     port = free_port(la.host)
     url = la.base_url(port)
@@ -66,30 +91,67 @@ async def serve_backend(
     try:
         server = await launch(la.name, argv, env, la.cwd, log, deps.reaper, started)
     except BackendError as e:
-        rec.failed(e)
+        rec.failed(e, deps.clock.now())
         raise
     rec.launched(server)
     try:
         await _until_ready(la, url, server, deps, rec)
         task_status.started(url)
-        rc = await server.process.wait()
+        async with trio.open_nursery() as watchers:
+            if health is not None:
+                watchers.start_soon(_watch, la, url, server, health, deps, rec, watchers.cancel_scope)
+            rc = await server.process.wait()
+            watchers.cancel_scope.cancel()
+        if rec.aborted_reason is not None:  # the liveness watch found it dead first
+            assert rec.failure is not None
+            raise rec.failure
         server.poll()
-        raise rec.failed(BackendError(la.name, f"server {describe_exit(rc)} during the run", log_tail(server.log_path)))
+        raise rec.failed(
+            BackendError(la.name, f"server {describe_exit(rc)} during the run", log_tail(server.log_path),
+                         crash_lines(server.log_path)),
+            deps.clock.now(),
+        )  # fmt: skip
     finally:
         with trio.move_on_after(la.stop_bound_s, shield=True):
             await stop(server, la.shutdown_grace_s, la.kill_wait_s, deps.reaper)
 
 
+async def _watch(la: Launch, url: str, server, health: Health, deps: Deps, rec: BackendRecorder,
+                 scope: trio.CancelScope | None = None) -> None:  # fmt: skip
+    """The liveness watch; when it finds the backend dead, record it (with the log's cause
+    lines, for a launched server) and raise, or cancel `scope` (the process watch) so that
+    `serve_backend` raises it outside its nursery."""
+    try:
+        await watch_liveness(la, url, health, deps.http)
+    except BackendError as e:
+        if server is not None:
+            e = BackendError(e.backend, e.message, log_tail(server.log_path), crash_lines(server.log_path))
+        deps.progress.error(f"[{la.name}] {e.message}: stopping its load")
+        rec.failed(e, deps.clock.now())
+        if scope is None:
+            raise e from None
+        scope.cancel()
+
+
 async def _until_ready(la: Launch, url: str, server, deps: Deps, rec: BackendRecorder) -> None:
-    probe = ReadinessProbe(la.name, url + la.probe.path, la.probe, server, deps.http)
+    shown = [0.0]
+
+    def on_retry(attempt: int, seen: str) -> None:  # a url backend: say why we are still waiting
+        t = trio.current_time()
+        if t - shown[0] >= 1.0:
+            shown[0] = t
+            deps.progress.error(f"[{la.name}] {la.probe.method} {url + la.probe.path}: {seen}; retrying (attempt {attempt})")
+
+    probe = ReadinessProbe(la.name, url + la.probe.path, la.probe, server, deps.http,
+                           refused_grace_s=la.liveness.grace_s, on_retry=on_retry)  # fmt: skip
     try:
         with trio.move_on_after(la.probe.timeout_s) as scope:
             await probe.wait()
     except BackendError as e:
-        rec.failed(e)
+        rec.failed(e, deps.clock.now())
         raise
     if scope.cancelled_caught:
-        raise rec.failed(probe.timed_out())
+        raise rec.failed(probe.timed_out(), deps.clock.now())
     took = rec.ready(deps.clock.now(), url)
     deps.progress.log(f"[{la.name}] ready after {took:.1f}s at {url}")
 

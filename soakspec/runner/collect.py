@@ -63,6 +63,9 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     entry["levels"] = rec.levels
     entry["trace_source"] = trace_source
     entry["aborted_reason"] = rec.aborted_reason
+    entry["aborted_at"] = rec.aborted_at
+    entry["crash_diagnosis"] = list(rec.failure.diagnosis) if rec.failure is not None else []
+    entry["preflight"] = rec.preflight
     entry["planned_levels"] = len(bp.levels)
     entry["timeouts"] = bp.timeouts()
     return entry
@@ -73,6 +76,11 @@ def _traces(plan: Plan, rec: BackendRecorder) -> str:
     tr = rec.bp.traces
     requests_path = rec.layout.requests(rec.name)
     requests = _match_view(requests_path, tr.id_field) if requests_path.exists() else []
+    # pre-flight requests are not in requests.jsonl, but the server traced them: match them too,
+    # so that their traces are known as theirs and left out (they are not this run's load)
+    preflight = [p["record"] for p in rec.preflight or ()]
+    preflight_ids = {r["request_id"] for r in preflight}
+    requests += [{k: r[k] for k in (tr.id_field, "server_id", "start", "end") if k in r} for r in preflight]
     rows: list[dict] = []
     if tr.source != "none":
         if tr.source == "log":
@@ -83,7 +91,7 @@ def _traces(plan: Plan, rec: BackendRecorder) -> str:
             src = TraceSource(kind="jsonl", id_field=tr.id_field, name=str(path))
         traces, _bad = collect_traces(path, offset, src) if path.exists() else ([], [])
         match = match_traces(requests, traces, tr.id_field, tr.id_forms, tr.window_s)
-        rows = match.records()
+        rows = [row for row in match.records() if row["request_id"] not in preflight_ids or row["request_id"] is None]
         if rec.followup is not None:
             ts = match.matched.get(rec.followup["record"]["request_id"])
             if ts and ts[0].payload is not None:

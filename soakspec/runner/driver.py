@@ -1,11 +1,22 @@
-"""The load driver: a backend's planned levels, one after another, then the clean follow-up.
+"""The load driver: the pre-flight, a backend's planned levels one after another, then the
+clean follow-up.
 
 `drive_backend` sends nothing the plan does not say: each level's shape, request template,
 buckets and deadlines come from its `Level`; records go to the backend's recorder.
+
+Pre-flight (unless `--no-preflight`): before any level, one request of each workload's shape
+(its real body: the first request of its first level) must complete; a 4xx/5xx, an error event
+or a malformed stream stops the run before the soak (`BackendError`, exit 4) with the server's
+own words ("HTTP 400: ... default chat template is no longer allowed ..."). Those requests are
+kept in the backend's manifest entry (`preflight`), not in requests.jsonl: they measure nothing.
+
+The backend's `Health` (runner/liveness.py) is shared by its liveness watch and its load: a
+dead backend's load stops (the watch raises), and refused connects back off meanwhile.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
@@ -14,34 +25,42 @@ import trio
 from soakspec.plan import BackendPlan, Level, RequestTemplate
 from soakspec.runner.backend import Deps, sample_telemetry, serve_backend, tick_progress
 from soakspec.runner.ids import IdSequence
+from soakspec.runner.liveness import Health
+from soakspec.runner.procs import BackendError
 from soakspec.runner.load import CLOSE_S, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder
-from soakspec.runner.records import RequestRecord
+from soakspec.runner.records import Outcome, RequestRecord
 from soakspec.runner.workers import drive_level_workers, processes_for
 
 
 async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles, telemetry_interval_s: float) -> None:
     """Serve the backend, drive its load with telemetry and progress alongside, stop it."""
+    health = Health(deps.clock, bp.launch.liveness)
     async with trio.open_nursery() as nursery:
-        url = await nursery.start(serve_backend, bp.launch, deps, rec)
+        url = await nursery.start(functools.partial(serve_backend, bp.launch, deps, rec, health))
         nursery.start_soon(sample_telemetry, deps, rec, telemetry_interval_s)
         nursery.start_soon(tick_progress, deps.progress, rec)
-        await drive_backend(bp, url, deps, rec, ids, prompts)
+        await drive_backend(bp, url, deps, rec, ids, prompts, health)
         nursery.cancel_scope.cancel()
 
 
-async def drive_backend(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles) -> None:
+async def drive_backend(
+    bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles,
+    health: Health | None = None,
+) -> None:  # fmt: skip
     host, port = host_port(url)
 
     def connector(template: RequestTemplate):
         api_key = os.environ.get(template.api_key_env) if template.api_key_env else None
         return lambda: deps.connect(host, port, api_key)
 
+    if deps.preflight:
+        await preflight(bp, url, deps, rec, ids, prompts, connector)
     for lv in bp.levels:
         shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
         await shapes.prepare(url)
-        await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port))
+        await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), health)
     if bp.follow_up:
         fu = bp.follow_up_request
         fu_shapes = Shapes(fu, prompts(fu.prompt_file))
@@ -49,7 +68,39 @@ async def drive_backend(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecor
         await follow_up(bp, deps, rec, ids, fu_shapes, connector(fu))
 
 
-async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where) -> LevelRun:
+PREFLIGHT_LEVEL = -3  # the records' level and bucket (they are kept in the manifest entry only)
+
+
+async def preflight(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles,
+                    connector) -> None:  # fmt: skip
+    """One request of each workload's shape must complete before any level (module docstring)."""
+    seen: set[str] = set()
+    for lv in bp.levels:
+        if lv.workload in seen:
+            continue
+        seen.add(lv.workload)
+        shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
+        await shapes.prepare(url)
+        rid = f"{ids.prefix}-preflight-{len(seen)}"  # not of the load's sequence: requests.jsonl has no gap
+        record = RequestRecord(request_id=rid, backend=bp.name, workload=lv.workload, level=PREFLIGHT_LEVEL,
+                               concurrency=1, bucket=PREFLIGHT_LEVEL)  # fmt: skip
+        conn = connector(lv.request)()
+        try:
+            await conn.send(shapes.make(0), rid, shapes.headers(), record, deadline=deps.clock.now() + lv.deadline_s)
+        finally:
+            with trio.move_on_after(CLOSE_S, shield=True):
+                await conn.aclose()
+        if not rec.preflight_done(lv.workload, record):
+            what = record.error or str(record.outcome)
+            raise rec.failed(
+                BackendError(bp.name, f"pre-flight request of workload '{lv.workload}' {record.outcome}: {what}"),
+                deps.clock.now(),
+            )
+        deps.progress.log(f"[{bp.name}] pre-flight '{lv.workload}': completed ({record.output_tokens} tokens)")
+
+
+async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where,
+                       health: Health | None = None) -> LevelRun:  # fmt: skip
     progress = deps.progress
     nb = len(lv.buckets)
     entry = rec.level_started(lv, deps.clock.now())
@@ -59,14 +110,16 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         rec.flush()
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
 
-    ctx = LevelContext(bp.name, deps.clock, connect, shapes, rec.write_records, ids, shapes.headers(), stats=stats, on_bucket=on_bucket)
+    ctx = LevelContext(bp.name, deps.clock, connect, shapes, rec.write_records, ids, shapes.headers(), stats=stats,
+                       on_bucket=on_bucket, health=health)  # fmt: skip
     progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
     try:
         if deps.workers > 1:
             entry["workers"] = processes_for(lv, deps.workers)
             host, port = where
             job = {"host": host, "port": port, "api_key_env": lv.request.api_key_env, "request": lv.request,
-                   "prompts": shapes.prompts, "backend": bp.name, "headers": ctx.headers}  # fmt: skip
+                   "prompts": shapes.prompts, "backend": bp.name, "headers": ctx.headers,
+                   "liveness": bp.launch.liveness}  # fmt: skip
             run, _ = await drive_level_workers(lv, ctx, job, deps.workers, rec.write_lines, ids)
         else:
             run = await drive_level(lv, ctx)

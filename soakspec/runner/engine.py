@@ -12,10 +12,12 @@
      each started backend's runtime boundary, traces and provenance (`collect`), then the
      final manifest.
 
-Aborts (exit 4): a backend that cannot start, is never ready or dies mid-run; evidence that
-cannot be written; SIGINT, SIGTERM or SIGHUP. Each failure is recorded where it happens
-(`RunStatus`); the evidence written so far stays, the manifest is marked `aborted` with the
-reason, and every server is stopped (SIGTERM, grace, SIGKILL). If soakspec itself is
+Aborts (exit 4): a backend that cannot start, is never ready, fails its pre-flight request,
+dies mid-run or stops answering (its liveness, `runner/liveness.py`); evidence that cannot be
+written; SIGINT, SIGTERM or SIGHUP. Each failure is recorded where it happens (`RunStatus`);
+the evidence written so far stays, the manifest is marked `aborted` with the reason and the
+time (`aborted_at`), the log lines that look like the cause are shown and kept in the
+backend's entry (`crash_diagnosis`), and every server is stopped (SIGTERM, grace, SIGKILL). If soakspec itself is
 SIGKILLed, the reaper kills the servers and the manifest still says `running`, which
 `verify` and `gate` report as incomplete.
 """
@@ -49,7 +51,7 @@ from soakspec.runner.collect import collect
 from soakspec.runner.driver import run_backend
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence
-from soakspec.runner.procs import BackendError, Reaper
+from soakspec.runner.procs import BackendError, Reaper, diagnosis_text
 from soakspec.runner.progress import Progress
 from soakspec.runner.prompts import PromptFiles, RunAborted, load_prompts
 from soakspec.runner.recorder import BackendRecorder, RunStatus
@@ -65,6 +67,7 @@ class RunOptions:
     argv: tuple[str, ...] = ()
     nvml_module: Any = None  # test seam for telemetry
     workers: int = 1  # load processes per level (`--workers`, see runner/workers.py)
+    preflight: bool = True  # `--no-preflight` turns it off (recorded in the manifest)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,8 +152,8 @@ async def _load(load_scope: trio.CancelScope, backends: list[_Backend], plan: Pl
         deps.progress.error(f"soakspec run: {status.reason}; servers stopped, evidence kept")
     elif status.reason is not None:
         deps.progress.error(f"soakspec run: {status.reason}")
-        if err is not None and err.log_tail:
-            deps.progress.error(f"last lines of {err.backend}'s log:\n{err.log_tail}")
+        if err is not None and (err.log_tail or err.diagnosis):
+            deps.progress.error(diagnosis_text(err))
 
 
 async def _run(backends: list[_Backend], plan: Plan, deps: Deps, status: RunStatus) -> list[dict[str, Any]]:
@@ -184,6 +187,7 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
         run_id=run_id, spec_text=plan.spec_text, spec_path=plan.spec_path, rehearsal=plan.rehearsal,
         time_scale=plan.time_scale, started_at=clock.now(), gpus=gpus, command=list(options.argv), secrets=secrets,
     )  # fmt: skip
+    manifest["preflight"] = options.preflight
     if plan.only is not None:
         manifest["only"] = list(plan.only)  # a --backend run: the judge expects just these backends
     write_manifest(layout.root, manifest)
@@ -200,10 +204,12 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
         else:
             with _reaper() as reaper:
                 async with httpx.AsyncClient(timeout=PROBE_HTTP_TIMEOUT, trust_env=False) as http:
-                    deps = Deps(clock, progress, http, h11_connect(clock), layout, reaper, nvml, options.workers)
+                    deps = Deps(clock, progress, http, h11_connect(clock), layout, reaper, nvml, options.workers,
+                                options.preflight)  # fmt: skip
                     entries = await _run(backends, plan, deps, status)
     finally:
         nvml.close()
+    manifest["aborted_at"] = status.aborted_at
     finalize_manifest(layout.root, manifest | {"backends": entries}, status.status, status.reason)
     return status
 

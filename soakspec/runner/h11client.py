@@ -43,11 +43,25 @@ wrk (C, no stream parsing) does ~23,000/s on the same server; `--workers 2` 4,26
 What is left, by py-spy: the SSE lane (~25%: the split, the regex over the last events, the
 hash), the send syscall (~7%), the record line (~8%), the response head, trio's scheduling.
 
-Connection reuse: before each request an idle connection is checked (the server may have
-closed it while idle) and replaced if it is readable. If a *reused* connection still fails
-before the first response byte (the close raced our send), the request is sent once more on a
-fresh connection. Connect time always counts in the request. Any failure, the deadline, or a
-response that ends the connection leaves no connection behind: the next request reconnects.
+Connection reuse -- every request that reached the server is on the record:
+
+* Before a kept-alive connection is reused, it is checked without blocking (`poll`, timeout 0):
+  a connection the server closed while idle (uvicorn, behind vLLM, closes idle connections
+  after 5 s) has its EOF pending and reads as readable, so it is dropped and the request goes
+  on a fresh connection. Nothing was sent on the dead one: nothing was dropped, nothing is
+  recorded against the server.
+* Once a request's bytes were sent, the request is on the record as sent. A connection that
+  then closes (or resets) without a response is that request's outcome: `disconnected`
+  ("connection closed before the response"), reused connection or not. It is never sent again
+  silently: a resend on a fresh connection would fold a real drop into a later success (a
+  server that closed every second kept-alive request passed with `failed == 0`).
+  The httpx reference client behaves the same (httpcore checks idle connections the same way
+  and does not resend); tests/test_client.py proves both clients alike, tests/test_faults.py
+  both cases end to end (a server that drops every second kept-alive request; one that closes
+  idle connections).
+
+Connect time always counts in the request. Any failure, the deadline, or a response that ends
+the connection leaves no connection behind: the next request reconnects.
 """
 
 from __future__ import annotations
@@ -69,6 +83,7 @@ from trio.lowlevel import wait_readable, wait_writable
 from soakspec import __version__
 from soakspec.runner.clock import RunClock
 from soakspec.runner.protocol import (
+    CONNECT_FAILED,
     DEADLINE_PASSED,
     DEFAULT_LIMITS,
     Limits,
@@ -288,10 +303,6 @@ def _awaiting_response() -> h11.Connection:
 _FIELD_VALUE = re.compile(rb"[^\x00\s]+(?:[ \t]+[^\x00\s]+)*")
 
 
-class _Stale(Exception):
-    """A reused connection failed before any response byte: retry on a fresh one."""
-
-
 class H11Connection:
     """One HTTP/1.1 connection to `host:port`, kept alive across requests, not shared.
 
@@ -357,10 +368,7 @@ class H11Connection:
         acc = StreamAccumulator(shape, self._limits)
         request = self._request(shape, request_id, tuple(headers))
         with trio.move_on_at(clock.to_trio(deadline)) as scope:
-            try:
-                await self._exchange(request, acc, record)
-            except _Stale:  # the server closed the idle connection as we sent: once more, anew
-                await self._exchange(request, acc, record)
+            await self._exchange(request, acc, record)
         if scope.cancelled_caught:
             acc.fail(Outcome.TIMEOUT, DEADLINE_PASSED)
         acc.finish(record, clock.now())
@@ -414,19 +422,19 @@ class H11Connection:
 
     async def _exchange(self, request: bytes, acc: StreamAccumulator, record: RequestRecord) -> None:
         sock = self._sock
-        reused = sock is not None and not _readable(sock)  # readable when idle: closed
-        if not reused:
+        # readable while idle: the server closed it (EOF pending) -- use a fresh one, before sending
+        if sock is None or _readable(sock):
             self._drop()
             try:
                 sock = self._sock = await self._connect()
             except OSError as exc:
-                acc.fail(Outcome.DISCONNECTED, "connect failed: " + describe_transport_error(exc))
+                acc.fail(Outcome.DISCONNECTED, CONNECT_FAILED + describe_transport_error(exc))
                 return
             self.connects += 1
         assert sock is not None
         keep = False
         try:
-            keep = await self._round_trip(sock, request, acc, record, reused)
+            keep = await self._round_trip(sock, request, acc, record)
         finally:
             if not keep:
                 self._drop()
@@ -437,9 +445,11 @@ class H11Connection:
         request: bytes,
         acc: StreamAccumulator,
         record: RequestRecord,
-        reused: bool,
     ) -> bool:
-        """One request/response cycle. True if the connection can carry the next request."""
+        """One request/response cycle. True if the connection can carry the next request.
+
+        A close or reset before the whole response is the request's own outcome (`disconnected`),
+        on a reused connection as on a fresh one (see the module docstring)."""
         conn: h11.Connection | None = None
         size = self._receive_size
         now = self._clock.now
@@ -449,8 +459,6 @@ class H11Connection:
             data, t = await _receive(sock, size, now, t)
             if data:
                 record.first_byte = t
-            elif reused:
-                raise _Stale
             head = parse_head(data)
             if head is not None:  # the usual case: a whole, plain head in the first read
                 status, version, headers, end = head
@@ -493,8 +501,6 @@ class H11Connection:
                     acc.connection_closed()
                     return False
         except OSError as exc:
-            if reused and record.first_byte is None:
-                raise _Stale from exc
             acc.fail(Outcome.DISCONNECTED, describe_transport_error(exc))
             return False
         except h11.RemoteProtocolError as exc:

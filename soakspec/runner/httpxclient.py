@@ -16,6 +16,7 @@ import trio
 from soakspec import __version__
 from soakspec.runner.clock import RunClock
 from soakspec.runner.protocol import (
+    CONNECT_FAILED,
     DEADLINE_PASSED,
     DEFAULT_LIMITS,
     Limits,
@@ -104,7 +105,7 @@ class HttpxClient:
             else:
                 acc.fail(Outcome.FAILED, f"HTTP protocol error: {exc}")
         except httpx.ConnectError as exc:
-            acc.fail(Outcome.DISCONNECTED, "connect failed: " + describe_transport_error(exc))
+            acc.fail(Outcome.DISCONNECTED, CONNECT_FAILED + describe_transport_error(exc))
         except httpx.TransportError as exc:
             acc.fail(Outcome.DISCONNECTED, describe_transport_error(exc))
         finally:

@@ -25,7 +25,7 @@ import os
 import random
 from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import httpx
 import trio
@@ -35,6 +35,9 @@ from soakspec.runner.clock import RunClock
 from soakspec.runner.prompts import LocalTokenizer, RunAborted, ServerTokenizer, TokenCosts, measure_costs, token_prompt, verify
 from soakspec.runner.protocol import Endpoint, RequestShape, Sampling
 from soakspec.runner.records import Outcome, RequestRecord
+
+if TYPE_CHECKING:
+    from soakspec.runner.liveness import Health
 
 OPEN_LOOP_MAX_CONNECTIONS = 4096
 TOKENIZE_TIMEOUT_S = 30.0  # one /tokenize request while token-exact prompts are prepared
@@ -272,6 +275,9 @@ class LevelContext:
     # the load: closed/batch workers w with w % n == p, open loop every n-th arrival from p
     t0: float | None = None
     part: tuple[int, int] = (0, 1)
+    # the backend's liveness (runner/liveness.py): every record is reported to it, and after a
+    # refused connect requests wait at its gate (backoff, one at a time) instead of hammering
+    health: Health | None = None
 
 
 async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
@@ -294,7 +300,23 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
 
     pending = _PendingRecords(ctx.sink)
 
+    health = ctx.health
+
     async def one(conn: Connection, worker: int, intended: float | None) -> None:
+        scout = False
+        if health is not None and health.refusals:
+            scout = await health.admit()
+            if clock.now() >= stop:  # the level ended while the backend refused: nothing to send
+                if scout:
+                    health.scouted()
+                return
+        try:
+            await _one(conn, worker, intended)
+        finally:
+            if scout:
+                health.scouted()  # type: ignore[union-attr]
+
+    async def _one(conn: Connection, worker: int, intended: float | None) -> None:
         index, rid = ctx.next_id()
         now = clock.now()
         start_ref = intended if intended is not None else now
@@ -322,6 +344,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                 run.busy_s += min(rec.end, stop) - max(rec.start, m)
             ctx.stats.finished(rec)
             pending.add(rec)
+            if health is not None:
+                health.observe(rec)
 
     try:
         async with trio.open_nursery() as background:

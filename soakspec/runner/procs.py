@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,11 +33,12 @@ import trio
 class BackendError(Exception):
     """A backend could not be started or died: the run aborts (exit 4)."""
 
-    def __init__(self, backend: str, message: str, log_tail: str = ""):
+    def __init__(self, backend: str, message: str, log_tail: str = "", diagnosis: tuple[str, ...] = ()):
         super().__init__(message)
         self.backend = backend
         self.message = message
         self.log_tail = log_tail
+        self.diagnosis = diagnosis  # the log lines that look like the cause (`crash_lines`)
 
     def __str__(self) -> str:
         return f"backend '{self.backend}': {self.message}"
@@ -64,6 +66,42 @@ def log_tail(path: str | os.PathLike | None, lines: int = 40, max_bytes: int = 6
     text = data.decode("utf-8", "replace")
     text = "".join(ch if ch.isprintable() or ch in "\n\t" else "\ufffd" for ch in text)
     return "\n".join(text.splitlines()[-lines:])
+
+
+# A line that says why a server died: an error, an exception and its traceback, a worker that
+# died, a signal. Request-log noise (access lines, even of a 500) does not count.
+_CAUSE = re.compile(
+    r"error|exception|traceback|\bdied\b|\bsignal\b|\bsig(?:kill|segv|abrt|term|bus|ill)\b|killed|fatal|"
+    r"abort|out of memory|\boom\b|exit code|core dumped|assert",
+    re.IGNORECASE,
+)
+_ACCESS_LOG = re.compile(r'"(?:GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH) \S+ HTTP/[\d.]+" \d{3}')
+CAUSE_LINES = 12
+
+
+def crash_lines(path: str | os.PathLike | None, max_lines: int = CAUSE_LINES, max_bytes: int = 256 * 1024) -> tuple[str, ...]:
+    """The last `max_lines` lines of a log that look like the cause of a crash (error, exception,
+    Traceback, "died", signal lines), oldest first, each once; the whole log's end is read
+    (at most `max_bytes`), so a cause buried under request-log noise is still found."""
+    if path is None:
+        return ()
+    text = log_tail(path, lines=10**9, max_bytes=max_bytes)
+    out: list[str] = []
+    for line in text.splitlines():
+        line = line.rstrip()
+        if line and _CAUSE.search(line) and not _ACCESS_LOG.search(line) and line not in out[-3:]:
+            out.append(line[:500])
+    return tuple(out[-max_lines:])
+
+
+def diagnosis_text(err: BackendError) -> str:
+    """What the engine shows on stderr: the lines that look like the cause, then the tail."""
+    parts = []
+    if err.diagnosis:
+        parts.append(f"last lines of {err.backend}'s log that look like the cause:\n" + "\n".join(err.diagnosis))
+    if err.log_tail:
+        parts.append(f"last lines of {err.backend}'s log:\n{err.log_tail}")
+    return "\n".join(parts)
 
 
 class Reaper:
@@ -136,6 +174,12 @@ class Server:
         if rc is not None and self.exit_status is None:
             self.exit_status = rc
         return rc
+
+
+def _describe(e: BaseException) -> str:
+    from soakspec.runner.protocol import describe_transport_error
+
+    return describe_transport_error(e)
 
 
 def describe_exit(rc: int) -> str:
@@ -235,31 +279,68 @@ class ReadinessProbe:
     `wait()` has no bound of its own: the caller applies the plan's `Probe.timeout_s` with
     `trio.move_on_after` and, when it passes, raises `timed_out()` (which says what the last
     attempt saw). Each attempt is bounded by `Probe.attempt_timeout_s`.
+
+    An external server (`server` None) that refuses every connection for `refused_grace_s`
+    fails at once (`BackendError`: nothing listens there), not after the full timeout; each
+    retry is reported to `on_retry` meanwhile. One that accepts connections but is slow to
+    answer, or answers another status (still loading), is waited for until the timeout.
     """
 
-    def __init__(self, name: str, url: str, probe, server: Server | None, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self, name: str, url: str, probe, server: Server | None, client: httpx.AsyncClient,
+        *, refused_grace_s: float | None = None, on_retry=None, now=None,
+    ) -> None:  # fmt: skip
         self.name = name
         self.url = url
         self.probe = probe
         self.server = server
         self.client = client
         self.last = "no answer yet"
+        self.refused_grace_s = refused_grace_s
+        self.on_retry = on_retry  # (attempt number, what it saw) -> None
+        self._now = now or trio.current_time
+        self.attempts = 0
 
     async def wait(self) -> None:
         p = self.probe
+        refused_since: float | None = None
         while True:
             if self.server is not None:
                 rc = self.server.poll()
                 if rc is not None:
-                    raise BackendError(self.name, f"{describe_exit(rc)} before it was ready", log_tail(self.server.log_path))
+                    log = self.server.log_path
+                    raise BackendError(self.name, f"{describe_exit(rc)} before it was ready", log_tail(log), crash_lines(log))
+            self.attempts += 1
+            refused = False
+            seen = ""
             try:
-                with trio.move_on_after(p.attempt_timeout_s):
+                with trio.move_on_after(p.attempt_timeout_s) as attempt:
                     resp = await self.client.request(p.method, self.url)
                     if resp.status_code == p.status:
                         return
                     self.last = f"HTTP {resp.status_code}"
+                if attempt.cancelled_caught:
+                    self.last = f"no answer within {p.attempt_timeout_s:g}s"
+            except httpx.ConnectError as e:
+                self.last = "ConnectError"
+                seen = _describe(e)
+                refused = True
             except httpx.HTTPError as e:
                 self.last = type(e).__name__
+            if self.server is None and self.refused_grace_s is not None:
+                t = self._now()
+                if not refused:
+                    refused_since = None
+                elif refused_since is None:
+                    refused_since = t
+                elif t - refused_since >= self.refused_grace_s:
+                    raise BackendError(
+                        self.name,
+                        f"nothing answers at {self.url}: {seen} for {self.refused_grace_s:g}s "
+                        f"({self.attempts} attempts); is the server running?",
+                    )
+                if self.on_retry is not None:
+                    self.on_retry(self.attempts, seen or self.last)
             await trio.sleep(p.interval_s)
 
     def timed_out(self) -> BackendError:

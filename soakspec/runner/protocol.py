@@ -16,7 +16,9 @@ identical records for identical server behaviour:
 Measurement rules (the record's contract):
 
 * TTFT ends at the first event carrying non-empty text (`choices[0].text`, chat
-  `choices[0].delta.content`); role-only and empty chunks do not count.
+  `choices[0].delta.content`); role-only and empty chunks do not count. A response without
+  any text but with completion tokens (see "Outcomes") has its TTFT at its first token event:
+  the first event whose `usage.completion_tokens` is >= 1.
 * Tokens, not chunks. With cumulative `usage.completion_tokens` on every text chunk
   (`continuous_usage_stats`), a chunk's tokens are the delta (`itl_source = "usage"`); tokens
   reported before the first text chunk belong to it, and a text-less chunk that raises the count
@@ -28,7 +30,21 @@ Measurement rules (the record's contract):
   gaps of gap/k; the first chunk's tokens add none. So `sum(itl) == last_token - first_token` and
   `len(itl) == output_tokens - tokens_in_first_chunk`.
   TPOT = (last token - first token) / (N - 1) when N > 1 and tokens arrived at two times or more.
-* Outcomes: see `records.Outcome`. The first failure wins, outcome and message.
+* Outcomes: see `records.Outcome`. The first failure wins, outcome and message. The server's
+  own word decides completion: a 200 that ends with `[DONE]` (a stream), carries no error
+  event or payload and no `finish_reason: "error"`, and shows >= 1 completion token (its usage,
+  or its counted text events) is COMPLETED even when its tokens decode to empty text (special
+  tokens, partial UTF-8): such a record has `empty_text = true`, and its tokens, ITL and TPOT
+  come from the events whose usage rose (textless token events). 0 completion tokens is a
+  failure ("0 completion tokens and no text"; "usage says 0 completion tokens for N text
+  chunks"). Messages say what happened: "HTTP 500: <the server's body>", "error event: <its
+  text>", "finish_reason: error", never a generic label.
+* Every request that reached the server is on the record: a request whose bytes were sent on
+  a connection that then closed or reset without a (complete) response is `disconnected`
+  (`CLOSED_BEFORE_RESPONSE` / `CLOSED_MID_RESPONSE`) and is never resent by a client; a
+  kept-alive connection closed by the server while idle is found before sending and replaced
+  (`h11client`'s docstring), so an idle close is never counted against the server. A connect
+  that fails is `disconnected` with `CONNECT_FAILED` ("connect failed: ...").
 * Memory is bounded: one SSE event or line at most `Limits.max_event_bytes` (else failed, stop
   reading), the whole response at most `Limits.max_response_bytes`; the text itself is never
   kept, only a running SHA-256 and its length in characters.
@@ -295,6 +311,7 @@ def describe_transport_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
+CONNECT_FAILED = "connect failed: "  # a record's error when no connection could be made
 CLOSED_BEFORE_RESPONSE = "connection closed before the response"
 CLOSED_MID_RESPONSE = "connection closed before the response finished"
 DEADLINE_PASSED = "deadline passed before the response finished"
@@ -303,7 +320,8 @@ DEADLINE_PASSED = "deadline passed before the response finished"
 # The fast path: events in the byte layout vLLM (and the simulator) write
 #
 # Almost every event of a stream is `data: {"id":...,"choices":[{"index":0,"text":"..."...}]...}`
-# in one fixed key order, compact, without escapes. One regex (one match per event) reads the
+# in one fixed key order, compact, without escapes. vLLM 0.32 adds `"prompt_token_ids":null,
+# "token_ids":null` after `stop_reason` (each optional here; any other value is left to json). One regex (one match per event) reads the
 # fields the metrics need (id, text, finish_reason, usage) without building the JSON object. `json.loads`
 # and the dict lookups per event were over half the load generator's CPU for a 64-token stream;
 # one `re.split` per socket read (all its events at once) was under a fifth, ~90 us for 12 KB
@@ -325,7 +343,8 @@ _FAST_HEAD = (
 )
 _FAST_TAIL = (
     rb',"logprobs":null,"finish_reason":(?:null|"(' + _J_STR + rb')")'
-    rb'(?:,"stop_reason":(?:null|' + _J_INT + rb'|"' + _J_STR + rb'"))?\}\])'
+    rb'(?:,"stop_reason":(?:null|' + _J_INT + rb'|"' + _J_STR + rb'"))?'
+    rb'(?:,"prompt_token_ids":null)?(?:,"token_ids":null)?\}\])'
     rb'(?:,"usage":(?:null|\{"prompt_tokens":(' + _J_INT + rb'),"total_tokens":' + _J_INT
     + rb',"completion_tokens":(' + _J_INT + rb')\}))?\})\n\n'
 )
@@ -386,6 +405,7 @@ class StreamAccumulator:
         "status", "outcome", "error", "first_token", "server_id", "finish_reason",
         "prompt_tokens", "chunks", "done", "ended",
         "_usage", "_times", "_cum", "_textless", "_continuous", "_hash", "_chars", "_fast",
+        "_lead_times", "_lead_cum",
     )  # fmt: skip
 
     def __init__(self, shape: RequestShape, limits: Limits = DEFAULT_LIMITS) -> None:
@@ -414,6 +434,9 @@ class StreamAccumulator:
         self._cum: list[int] = []
         self._textless: list[int] = []  # indices of points that carried tokens but no text
         self._continuous = True  # every text chunk so far carried usage.completion_tokens
+        # token arrivals (usage rose) before any text: the points of a response with no text at all
+        self._lead_times: list[float] = []
+        self._lead_cum: list[int] = []
         self._hash = hashlib.sha256()
         self._chars = 0
 
@@ -617,6 +640,8 @@ class StreamAccumulator:
                 if cum > 0 and cums and cum > cums[-1]:
                     self._textless.append(len(cums))
                     cums.append(cum)
+                elif cum > 0 and not cums:
+                    self._lead(cum, t)
         self._continuous = continuous
         if len(cums) > k:
             self._times.extend([t] * (len(cums) - k))
@@ -634,7 +659,7 @@ class StreamAccumulator:
         data = event.data
         if event.event != "message":
             if event.event == "error":
-                self.fail(Outcome.FAILED, "SSE error event: " + _snippet(data))
+                self.fail(Outcome.FAILED, "error event: " + _snippet(data))
             return
         if self.done:
             return
@@ -660,7 +685,8 @@ class StreamAccumulator:
         """One parsed payload (a stream chunk, or a whole non-streaming response)."""
         err = obj.get("error")
         if err is not None or obj.get("object") == "error":
-            self.fail(Outcome.FAILED, "error in response: " + _error_text(obj if err is None else err))
+            what = "error event: " if chat_key == "delta" else "error in response: "
+            self.fail(Outcome.FAILED, what + _error_text(obj if err is None else err))
             return
         try:
             text, cum = self._fields(obj, chat_key)
@@ -677,10 +703,19 @@ class StreamAccumulator:
             self._cum.append(cum)
             if cum < 0:
                 self._continuous = False
-        elif cum > 0 and self._continuous and self._cum and cum > self._cum[-1]:
-            self._textless.append(len(self._times))
-            self._times.append(t)
-            self._cum.append(cum)
+        elif cum > 0 and self._continuous:
+            if not self._cum:
+                self._lead(cum, t)
+            elif cum > self._cum[-1]:
+                self._textless.append(len(self._times))
+                self._times.append(t)
+                self._cum.append(cum)
+
+    def _lead(self, cum: int, t: float) -> None:
+        """A token arrival before any text (usage rose to `cum` at `t`)."""
+        if not self._lead_cum or cum > self._lead_cum[-1]:
+            self._lead_times.append(t)
+            self._lead_cum.append(cum)
 
     def _fields(self, obj: dict[str, Any], chat_key: str) -> tuple[str | None, int]:
         """(text, cumulative completion tokens or -1); notes id, usage and finish_reason.
@@ -732,12 +767,17 @@ class StreamAccumulator:
                 self.connection_closed()
             elif shape.stream and not self.done:
                 self.fail(Outcome.FAILED, "stream ended without data: [DONE]")
+        if not self._cum and self._lead_cum and self._continuous:
+            # no text at all, but the usage rose: those events are the token arrivals
+            self._times, self._cum = self._lead_times, self._lead_cum
+            if self.first_token is None:
+                self.first_token = self._lead_times[0]
         tokens_source, itl_source, n, per_point = self._tokens()
-        if self.outcome is None and shape.max_tokens > 0:
+        if self.outcome is None and shape.max_tokens > 0 and n == 0:
             if self.chunks == 0:
-                self.fail(Outcome.FAILED, "no text in the response")
-            elif n == 0:
-                self.fail(Outcome.FAILED, "completion_tokens is 0")
+                self.fail(Outcome.FAILED, "0 completion tokens and no text")
+            else:
+                self.fail(Outcome.FAILED, f"usage says 0 completion tokens for {self.chunks} text chunks")
         error = self.error
         if error is not None and self._body_mode is _Body.ERROR and self._body:
             error = f"{error}: {_snippet(self._body)}"
@@ -780,6 +820,7 @@ class StreamAccumulator:
         record.itl = itl
         record.output_sha256 = self._hash.hexdigest() if self.chunks else None
         record.output_chars = self._chars
+        record.empty_text = record.outcome is Outcome.COMPLETED and self._chars == 0 and n > 0
 
     def _tokens(self) -> tuple[TokensSource, ItlSource, int, list[int] | None]:
         """(tokens_source, itl_source, output tokens, tokens per point or None: one each) by the

@@ -21,7 +21,7 @@ from soakspec.evidence.layout import RunLayout
 from soakspec.plan import BackendPlan, Level
 from soakspec.runner.load import LevelRun, LiveStats
 from soakspec.runner.procs import BackendError, Server
-from soakspec.runner.records import RequestRecord
+from soakspec.runner.records import Outcome, RequestRecord
 
 
 class RunStatus:
@@ -31,14 +31,15 @@ class RunStatus:
         self.reason: str | None = None
         self.failure: BackendError | None = None
         self.signal_name: str | None = None
+        self.aborted_at: float | None = None  # when the first failure happened (run clock)
 
     @property
     def status(self) -> str:
         return "complete" if self.reason is None else "aborted"
 
-    def backend_failed(self, err: BackendError) -> BackendError:
+    def backend_failed(self, err: BackendError, at: float | None = None) -> BackendError:
         if self.reason is None:
-            self.reason, self.failure = str(err), err
+            self.reason, self.failure, self.aborted_at = str(err), err, at
         return err
 
     def evidence_failed(self, err: EvidenceError) -> EvidenceError:
@@ -76,6 +77,9 @@ class BackendRecorder:
         self.ready_at: float | None = None
         self.server: Server | None = None
         self.aborted_reason: str | None = None
+        self.aborted_at: float | None = None
+        self.failure: BackendError | None = None
+        self.preflight: list[dict[str, Any]] | None = None  # None: not run (--no-preflight, or never reached)
         self.trace_offset = 0
         self.source_before: dict | None = None
 
@@ -106,9 +110,19 @@ class BackendRecorder:
             self.started_at = at
         return at - self.started_at
 
-    def failed(self, err: BackendError) -> BackendError:
-        self.aborted_reason = err.message
-        return self.status.backend_failed(err)
+    def failed(self, err: BackendError, at: float | None = None) -> BackendError:
+        """The backend failed at `at` (run clock): recorded (the first failure only), then returned to raise."""
+        if self.failure is None:
+            self.aborted_reason, self.aborted_at, self.failure = err.message, at, err
+        return self.status.backend_failed(err, at)
+
+    def preflight_done(self, workload: str, rec: RequestRecord) -> bool:
+        """One pre-flight request (kept in the manifest entry, not in requests.jsonl)."""
+        passed = rec.outcome is Outcome.COMPLETED
+        if self.preflight is None:
+            self.preflight = []
+        self.preflight.append({"workload": workload, "passed": passed, "record": rec.to_json()})
+        return passed
 
     # ------------------------------------------------------------ the load
     def level_started(self, lv: Level, now: float) -> dict[str, Any]:

@@ -24,10 +24,11 @@ from typing import Any
 class Outcome(enum.StrEnum):
     """How a request ended. Exactly one per record.
 
-    COMPLETED    -- HTTP 200, text, a finish, `data: [DONE]`, no error anywhere.
+    COMPLETED    -- HTTP 200, >= 1 completion token (usage or counted text events), `data: [DONE]`,
+                    no error anywhere. Its text may be empty (then `empty_text` is true).
     FAILED       -- the server answered but wrongly: status not 200 (except 4xx), an error event
-                    or payload, `finish_reason: error`, no `[DONE]`, no text or zero completion
-                    tokens although max_tokens > 0, malformed SSE/JSON, an oversized event.
+                    or payload, `finish_reason: error`, no `[DONE]`, zero completion tokens
+                    although max_tokens > 0, malformed SSE/JSON, an oversized event.
     TIMEOUT      -- the request's absolute deadline passed first.
     REJECTED     -- HTTP 4xx (including 429): the server refused the request.
     DISCONNECTED -- the connection failed (refused, closed, reset) before the response finished.
@@ -61,8 +62,10 @@ RECORD_KEYS: tuple[str, ...] = (
     "intended_start", "start", "first_byte", "first_token", "end",
     "status", "outcome", "error", "finish_reason", "server_id",
     "prompt_tokens", "output_tokens", "tokens_source", "itl_source", "chunks",
-    "ttft", "latency", "tpot", "itl", "output_sha256", "output_chars",
+    "ttft", "latency", "tpot", "itl", "output_sha256", "output_chars", "empty_text",
 )  # fmt: skip
+# Keys a record written before they existed may lack (`from_json` fills in the default).
+OPTIONAL_KEYS: frozenset[str] = frozenset({"empty_text"})
 
 _DERIVED = frozenset({"ttft", "latency"})
 
@@ -122,6 +125,8 @@ class RequestRecord:
     itl: list[float] = dataclasses.field(default_factory=list)
     output_sha256: str | None = None
     output_chars: int = 0
+    # a completed request whose tokens decoded to no text at all (special tokens, partial UTF-8)
+    empty_text: bool = False
 
     @property
     def ttft(self) -> float | None:
@@ -169,6 +174,7 @@ class RequestRecord:
             "itl": [round(g, 6) for g in self.itl],
             "output_sha256": self.output_sha256,
             "output_chars": self.output_chars,
+            "empty_text": self.empty_text,
         }
 
     def to_line(self) -> bytes:
@@ -186,7 +192,8 @@ class RequestRecord:
             raise ValueError(f"ITL value out of range for JSON in {self.request_id}")
         return (
             f'{{"backend":{_str(self.backend)},"bucket":{self.bucket!r},"chunks":{self.chunks!r},'
-            f'"concurrency":{_num(self.concurrency)},"end":{_num(self.end)},"error":{_opt_str(self.error)},'
+            f'"concurrency":{_num(self.concurrency)},"empty_text":{"true" if self.empty_text else "false"},'
+            f'"end":{_num(self.end)},"error":{_opt_str(self.error)},'
             f'"finish_reason":{_opt_str(self.finish_reason)},"first_byte":{_num(self.first_byte)},'
             f'"first_token":{_num(self.first_token)},"intended_start":{_num(self.intended_start)},'
             f'"itl":[{itl}],"itl_source":"{self.itl_source.value}","latency":{_us(self.latency)},'
@@ -202,7 +209,7 @@ class RequestRecord:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> RequestRecord:
         """Read a requests.jsonl row back. `ttft` and `latency` are recomputed from the times."""
-        missing = [k for k in RECORD_KEYS if k not in d]
+        missing = [k for k in RECORD_KEYS if k not in d and k not in OPTIONAL_KEYS]
         extra = [k for k in d if k not in RECORD_KEYS]
         if missing or extra:
             raise ValueError(f"not a request record: missing {missing}, unexpected {extra}")

@@ -43,8 +43,9 @@ from typing import Any
 
 import trio
 
-from soakspec.plan import Level, Open
+from soakspec.plan import Level, Liveness, Open
 from soakspec.runner.clock import RunClock
+from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, drive_level
@@ -270,6 +271,7 @@ async def _worker(msg_fd: int) -> None:
     ctx = LevelContext(
         job["backend"], clock, connect, shapes, sink, next_id,
         headers=job["headers"], stats=stats, t0=t0, part=(next_id.part, next_id.parts),
+        health=Health(clock, job.get("liveness", Liveness())),  # this process's connects back off too
     )  # fmt: skip
     run: LevelRun | None = None
     try:

@@ -144,6 +144,7 @@ class SimConfig:
     slowdown_per_active: float = 0.0
     tokens_per_chunk: int = 1
     eos_rate: float = 0.0
+    empty_text_rate: float = 0.0
     zero_latency: bool = False
     drift: float = 0.0
     keep_alive_timeout: float = 5.0

@@ -48,7 +48,8 @@ __all__ = [
     "schedule",
 ]
 
-# 256 pieces: a token is " " + one of these (so every token is non-empty, and words == tokens).
+# 256 pieces: a token is " " + one of these (so every token is non-empty, and words == tokens),
+# except in a request drawn by `empty_text_rate`: its tokens are all "" (special tokens).
 WORDS: tuple[str, ...] = tuple(
     """
     the of and to in is was for on that with as by at from his her it an be are were this which
@@ -133,7 +134,10 @@ class RequestPlan:
 
 
 def plan_request(config: SimConfig, index: int, max_tokens: int, ignore_eos: bool) -> RequestPlan:
-    u_fault, u_status, u_where, u_drop, u_eos, u_eos_at = _uniforms(_stream_bytes(config.seed, index, "fault", 48))
+    # 56 bytes: the first 48 are what they always were (SHAKE output is a prefix of a longer one)
+    u_fault, u_status, u_where, u_drop, u_eos, u_eos_at, u_empty = _uniforms(
+        _stream_bytes(config.seed, index, "fault", 56)
+    )
 
     fault: Fault | None = None
     edge = 0.0
@@ -150,6 +154,8 @@ def plan_request(config: SimConfig, index: int, max_tokens: int, ignore_eos: boo
         finish = "stop"
 
     tokens = tuple(map(_PIECES.__getitem__, _stream_bytes(config.seed, index, "text", n)))
+    if u_empty < config.empty_text_rate:  # tokens that decode to nothing (special tokens)
+        tokens = ("",) * n
     jitter: tuple[float, ...] = ()
     if not config.zero_latency and config.itl_jitter:
         jitter = tuple(2.0 * u - 1.0 for u in _uniforms(_stream_bytes(config.seed, index, "time", 8 * n)))

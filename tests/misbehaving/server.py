@@ -15,10 +15,20 @@ readiness probe); every POST answers a streamed completion shaped by `--mode`:
   error-event     HTTP 200, one token, then `data: {"error": ...}` and `[DONE]`
   no-done         a correct stream, properly terminated, without `data: [DONE]`
   die-mid-stream  two events, then the whole process exits with status 1
+  zero-tokens     HTTP 200, events with empty text and usage 0, `finish_reason: length`, [DONE]
+  drop-second     keep-alive: on each connection the first request is answered (a correct
+                  stream), the second is read and the connection closed without a response
+  idle-close      keep-alive: every request answered; a connection idle for `--idle-close`
+                  seconds (default 0.3) is closed by the server, as uvicorn does after 5 s
 
 Process-level flags: `--ignore-sigterm` (only SIGKILL stops it), `--garbage` (write binary
 garbage to stdout at start and per request), `--exit-before-ready` (print a line, exit 1 before
-listening), `--crash-at-start` (raise an exception before listening).
+listening), `--crash-at-start` (raise an exception before listening), `--stop-answering-after S`
+(S seconds after listening, close the listening socket and every connection but stay alive:
+the port refuses connections while the process lives on, like an API server whose engine died),
+`--chat-template-error` (every chat request is a 400 with vLLM's "no chat template" message),
+`--fail-after S` (S seconds after listening every request, the readiness GET included, is an
+HTTP 500: an API server that stays up after its engine died).
 """
 
 from __future__ import annotations
@@ -119,6 +129,8 @@ def respond(conn: socket.socket, mode: str) -> None:
         send(head() + chunk(TOKENS[0] + err + DONE) + b"0\r\n\r\n")
     elif mode == "no-done":
         send(head() + chunk(b"".join(TOKENS)) + b"0\r\n\r\n")
+    elif mode == "zero-tokens":
+        send(head() + chunk(event(None, usage=0) + event(None, finish="length", usage=0) + DONE) + b"0\r\n\r\n")
     elif mode == "die-mid-stream":
         send(head() + chunk(TOKENS[0] + TOKENS[1]))
         time.sleep(0.05)
@@ -128,10 +140,72 @@ def respond(conn: socket.socket, mode: str) -> None:
         raise SystemExit(f"unknown mode {mode}")
 
 
-def serve_one(conn: socket.socket, mode: str, garbage: bool) -> None:
+KEEP_ALIVE_MODES = ("drop-second", "idle-close")
+OPEN: set = set()  # accepted connections (closed by --stop-answering-after)
+CHAT_TEMPLATE_ERROR = False
+FAIL_AT: float | None = None  # --fail-after: from then on, every answer is a 500
+ENGINE_DEAD = b'{"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}}'
+CHAT_TEMPLATE_MESSAGE = (
+    "As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat "
+    "template if the tokenizer does not define one."
+)
+
+
+def stop_answering(srv: socket.socket, after: float) -> None:
+    time.sleep(after)
+    print(f"engine died: the port stops answering after {after} s (the process lives on)", flush=True)
+    srv.shutdown(socket.SHUT_RDWR)
+    srv.close()
+    for conn in list(OPEN):
+        try:
+            conn.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def keep_alive_response() -> bytes:
+    """A correct stream with Content-Length and without `Connection: close`."""
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+            % (len(STREAM), STREAM))
+
+
+def serve_kept_alive(conn: socket.socket, mode: str, idle_close: float) -> None:
+    """One kept-alive connection of the `drop-second`/`idle-close` modes."""
+    n = 0
+    while True:
+        conn.settimeout(idle_close if mode == "idle-close" else None)
+        try:
+            req = read_request(conn)
+        except socket.timeout:  # idle too long: close it, as uvicorn's timeout_keep_alive does
+            print(f"closing a connection idle for {idle_close} s after {n} requests", flush=True)
+            return
+        if req is None:
+            return
+        conn.settimeout(None)
+        n += 1
+        method, _ = req
+        if method == "GET":
+            body = b'{"object": "list", "data": []}'
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(body), body))
+            continue
+        if mode == "drop-second" and n % 2 == 0:
+            print(f"dropping request {n} of a kept-alive connection", flush=True)
+            return  # the request was read; close without a byte of response
+        conn.sendall(keep_alive_response())
+
+
+def serve_one(conn: socket.socket, mode: str, garbage: bool, idle_close: float = 0.3) -> None:
     try:
+        if mode in KEEP_ALIVE_MODES:
+            serve_kept_alive(conn, mode, idle_close)
+            return
         req = read_request(conn)
         if req is None:
+            return
+        if FAIL_AT is not None and time.monotonic() >= FAIL_AT:
+            conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                         b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(ENGINE_DEAD), ENGINE_DEAD))
             return
         method, _ = req
         if method == "GET":
@@ -142,6 +216,13 @@ def serve_one(conn: socket.socket, mode: str, garbage: bool) -> None:
         if garbage:
             sys.stdout.buffer.write(GARBAGE + b"\n")
             sys.stdout.buffer.flush()
+        if CHAT_TEMPLATE_ERROR and b'"messages"' in req[1]:
+            body = json.dumps({"object": "error", "message": CHAT_TEMPLATE_MESSAGE, "type": "BadRequestError",
+                               "param": None, "code": 400}).encode()
+            conn.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            print("chat request refused: no chat template", flush=True)
+            return
         respond(conn, mode)
     except OSError:
         pass
@@ -160,6 +241,10 @@ def main() -> int:
     p.add_argument("--garbage", action="store_true")
     p.add_argument("--exit-before-ready", action="store_true")
     p.add_argument("--crash-at-start", action="store_true")
+    p.add_argument("--idle-close", type=float, default=0.3)
+    p.add_argument("--stop-answering-after", type=float, default=None)
+    p.add_argument("--chat-template-error", action="store_true")
+    p.add_argument("--fail-after", type=float, default=None)
     args = p.parse_args()
     if args.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -176,9 +261,20 @@ def main() -> int:
     srv.bind(("127.0.0.1", args.port))
     srv.listen(128)
     print(f"misbehaving server ({args.mode}) listening on 127.0.0.1:{args.port}", flush=True)
+    if args.stop_answering_after is not None:
+        threading.Thread(target=stop_answering, args=(srv, args.stop_answering_after), daemon=True).start()
+    global CHAT_TEMPLATE_ERROR, FAIL_AT
+    CHAT_TEMPLATE_ERROR = args.chat_template_error
+    if args.fail_after is not None:
+        FAIL_AT = time.monotonic() + args.fail_after
     while True:
-        conn, _ = srv.accept()
-        threading.Thread(target=serve_one, args=(conn, args.mode, args.garbage), daemon=True).start()
+        try:
+            conn, _ = srv.accept()
+        except OSError:  # the listening socket was closed: live on, answering nothing
+            while True:
+                time.sleep(3600)
+        OPEN.add(conn)
+        threading.Thread(target=serve_one, args=(conn, args.mode, args.garbage, args.idle_close), daemon=True).start()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,184 @@
+"""A backend's liveness during the run: is anything still answering at its port?
+
+A launched server that exits is caught by its process watch (`backend.serve_backend`); this
+catches what a process watch cannot: an external (`url`) server that is gone, or a launched
+one whose process lives on while nothing answers (an engine that died behind its API server).
+The rule is the plan's (`plan.Liveness`):
+
+* `Health` is one backend's shared state. The load reports every record to it (`observe`):
+  a completed request shows the backend alive; any response byte shows its port open (the
+  backoff ends); a connect that failed (refused, unreachable) is a refusal.
+  It is also the load's admission gate (`admit`): after a refusal, requests wait
+  (`backoff_base_s`, doubling per refusal up to `backoff_max_s`) and only one at a time tries
+  again (the scout), so a dead port gets a few connects per second, not thousands.
+* `watch_liveness` probes the readiness request every `interval_s` (not while the load's own
+  completions are recent), each attempt bounded by `attempt_timeout_s`. A refusal or a wrong
+  answer (e.g. vLLM's /health saying 500 once its engine died, while its API server still
+  answers every request with a 500) starts the grace; a passing probe or a completed request
+  ends it. `grace_s` of that, or `hang_s` of probes that got nothing back in time, and it raises
+  `BackendError("stopped answering ..." / "failing its readiness probe ...")`: the run stops
+  that backend's load and aborts (exit 4), the manifest says when and why, and the buckets
+  after it are missing.
+
+Nothing here sleeps unboundedly outside the caller's cancel scope; no clock but the run's.
+"""
+
+from __future__ import annotations
+
+import httpx
+import trio
+
+from soakspec.plan import Launch, Liveness
+from soakspec.runner.clock import RunClock
+from soakspec.runner.procs import BackendError
+from soakspec.runner.protocol import CONNECT_FAILED
+from soakspec.runner.records import Outcome, RequestRecord
+
+
+class Health:
+    """One backend's liveness state and the load's admission gate (see the module docstring)."""
+
+    def __init__(self, clock: RunClock, liveness: Liveness = Liveness()) -> None:
+        self.clock = clock
+        self.liveness = liveness
+        self.answered_at: float | None = None  # the last sign of life (a passing probe, a completion)
+        self.refused_since: float | None = None  # the first refusal or failing probe since then
+        self.refusing = False  # the last problem was a refused connect (else: a wrong answer)
+        self.last_problem: str | None = None
+        self.refusals = 0  # connects refused since the last answer
+        self._until = 0.0  # no request starts before this (run clock), while refusals > 0
+        self._scout = False  # a request is trying again
+        self._changed = trio.Event()
+        self.wake = trio.Event()  # the watcher should look now
+
+    # -- what the load and the probes saw --------------------------------------------------------
+
+    def answered(self, t: float) -> None:
+        """A sign of life at `t`: a passing probe or a completed request."""
+        if self.answered_at is None or t > self.answered_at:
+            self.answered_at = t
+        self.refused_since = None
+        self.port_open()
+
+    def port_open(self) -> None:
+        """Something answered at the port (maybe an error): connects need no backoff."""
+        if self.refusals:
+            self.refusals = 0
+            self._until = 0.0
+            self._notify()
+
+    def failing(self, t: float, problem: str, refused: bool) -> None:
+        """A failing probe (or a refused connect) at `t`: the grace runs from the first one."""
+        if self.refused_since is None:
+            self.refused_since = t
+        self.last_problem = problem
+        self.refusing = refused
+
+    def refused(self, t: float, problem: str) -> None:
+        lv = self.liveness
+        self.failing(t, problem, True)
+        self.refusals += 1
+        delay = min(lv.backoff_max_s, lv.backoff_base_s * 2 ** min(self.refusals - 1, 30))
+        self._until = max(self._until, t + delay)
+        self.wake.set()
+
+    def observe(self, rec: RequestRecord) -> None:
+        """One finished request of the load."""
+        if rec.first_byte is not None:
+            if rec.outcome is Outcome.COMPLETED:
+                self.answered(rec.first_byte)
+            else:
+                self.port_open()
+        elif rec.outcome is Outcome.DISCONNECTED and rec.error and rec.error.startswith(CONNECT_FAILED):
+            self.refused(rec.end if rec.end is not None else self.clock.now(), rec.error[len(CONNECT_FAILED):])
+
+    # -- the admission gate ----------------------------------------------------------------------
+
+    async def admit(self) -> bool:
+        """Wait until a request may start. True: it is the scout (call `scouted()` after it)."""
+        while self.refusals:
+            if self.clock.now() < self._until:
+                await trio.sleep_until(self.clock.to_trio(self._until))
+                continue
+            if not self._scout:
+                self._scout = True
+                return True
+            await self._changed.wait()
+        await trio.lowlevel.checkpoint()
+        return False
+
+    def scouted(self) -> None:
+        self._scout = False
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+
+async def probe_once(http: httpx.AsyncClient, la: Launch, url: str) -> tuple[str, str]:
+    """("ok" | "refused" | "wrong" | "hung", what was seen) for one bounded readiness request."""
+    p = la.probe
+    with trio.move_on_after(la.liveness.attempt_timeout_s):
+        try:
+            resp = await http.request(p.method, url + p.path)
+        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
+            return "refused", f"{p.method} {p.path}: {_describe(e)}"
+        except httpx.TimeoutException:
+            return "hung", f"{p.method} {p.path}: no answer within {la.liveness.attempt_timeout_s:g}s"
+        except httpx.HTTPError as e:
+            return "refused", f"{p.method} {p.path}: {_describe(e)}"
+        if resp.status_code == p.status:
+            return "ok", f"HTTP {resp.status_code}"
+        return "wrong", f"{p.method} {p.path}: HTTP {resp.status_code} (expected {p.status})"
+    return "hung", f"{p.method} {p.path}: no answer within {la.liveness.attempt_timeout_s:g}s"
+
+
+def _describe(e: BaseException) -> str:
+    from soakspec.runner.protocol import describe_transport_error
+
+    return describe_transport_error(e)
+
+
+async def watch_liveness(la: Launch, url: str, health: Health, http: httpx.AsyncClient) -> None:
+    """Probe until the backend is dead by the plan's rule; then raise `BackendError`. Runs until
+    cancelled (the load is done) otherwise."""
+    lv = la.liveness
+    clock = health.clock
+    hung_since: float | None = None
+    while True:
+        now = clock.now()
+        recent = health.answered_at is not None and now - health.answered_at < lv.interval_s
+        if not recent:
+            verdict, what = await probe_once(http, la, url)
+            t = clock.now()
+            if verdict == "ok":
+                health.answered(t)
+                hung_since = None
+            elif verdict == "hung":
+                hung_since = t if hung_since is None else hung_since
+                health.last_problem = what
+            else:
+                health.failing(t, what, verdict == "refused")
+            if health.refused_since is not None and t - health.refused_since >= lv.grace_s:
+                how = "stopped answering" if health.refusing else "failing its readiness probe"
+                raise BackendError(
+                    la.name,
+                    f"{how}: {health.last_problem} for {lv.grace_s:g}s (no sign of life since {_since(health)})",
+                )
+            if hung_since is not None and t - hung_since >= lv.hang_s:
+                raise BackendError(la.name, f"stopped answering: {what} for {lv.hang_s:g}s")
+        with trio.move_on_after(lv.interval_s):
+            await health.wake.wait()
+        health.wake = trio.Event()
+
+
+def _since(health: Health) -> str:
+    if health.answered_at is None:
+        return "the run began"
+    import datetime as _dt
+
+    return _dt.datetime.fromtimestamp(health.answered_at, _dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3] + " UTC"
+
+
+__all__ = ["Health", "probe_once", "watch_liveness"]
