@@ -15,6 +15,7 @@ finished directory) are not repeated here; these tests extend them.
 
 from __future__ import annotations
 
+import json
 import re
 import resource
 import signal
@@ -503,11 +504,16 @@ def test_empty_text_completions_are_completed_and_flagged(tmp_path):
     assert _verify(out).returncode in (0, 3)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the judge re-derives outcomes (judge/rederive.py derive_outcome) and still fails a request "
-    "with 0 text chunks: it must accept chunks == 0 when output_tokens >= 1 and output_chars == 0 "
-    "(the record's empty_text); the integrator wires it -- then drop this marker"))  # fmt: skip
+EMPTY_TEXT_GATE = "require failed == 0\n  require empty_text >= 1\n  require completed_run"
+
+
 def test_the_gate_counts_empty_text_completions_as_completed(tmp_path):
-    """Issue 16's must-show, at the verdict: `failed == 0` holds for empty-text completions."""
-    proc, _ = run_spec(tmp_path, EMPTY_TEXT_SPEC)
-    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    """Issue 16's must-show, at the verdict: empty-text completions are completed (`failed == 0`
+    holds) and counted as `empty_text`; a 0-token stream is failed (test_faults' zero-tokens)."""
+    spec = EMPTY_TEXT_SPEC.replace("require failed == 0", EMPTY_TEXT_GATE)
+    assert spec != EMPTY_TEXT_SPEC
+    proc, _ = run_spec(tmp_path, spec, "--format", "json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rules = {r["rule"]: r for r in json.loads(proc.stdout)["rules"]}
+    assert rules["failed == 0"]["status"] == "pass"
+    assert rules["empty_text >= 1"]["status"] == "pass"

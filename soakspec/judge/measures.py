@@ -124,6 +124,11 @@ def any_request(r: Row) -> bool:
     return True
 
 
+def empty_text(r: Row) -> bool:
+    """A completed request whose tokens (>= 1 by the server's usage) decoded to no text."""
+    return r.get("outcome") == "completed" and r.get("empty_text") is True
+
+
 def usage_mismatched(r: Row) -> bool:
     """A completed request whose reported completion tokens contradict its stream."""
     return r.get("outcome") == "completed" and bool(r.get("usage_mismatch"))

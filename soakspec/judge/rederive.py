@@ -69,7 +69,8 @@ def _num(v: Any) -> float | None:
 
 def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | None = None) -> tuple[str, tuple[str, ...]]:
     """(outcome, the facts that make it not completed) from a record's raw fields: a request
-    completed only with HTTP 200, no error, output tokens (when it asked for any), a first
+    completed only with HTTP 200, no error, output tokens (when it asked for any; the server's
+    usage count when it reported one, even if the tokens decoded to empty text), a first
     token, an end and, with a deadline, an end within it."""
     why: list[str] = []
     outcome = "completed"
@@ -91,7 +92,10 @@ def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | No
         outcome = "failed" if outcome == "completed" else outcome
     wants_tokens = max_tokens is None or max_tokens > 0
     out_tokens, chunks = _num(r.get("output_tokens")), _num(r.get("chunks"))
-    if wants_tokens and ((out_tokens is not None and out_tokens <= 0) or (chunks is not None and chunks <= 0)):
+    # the server's own count decides (`usage`): >= 1 completion token is an answer even when its
+    # tokens decode to no text (`empty_text`); only without usage do the text chunks count
+    no_tokens = out_tokens <= 0 if out_tokens is not None else (chunks is not None and chunks <= 0)
+    if wants_tokens and no_tokens:
         why.append(f"{int(out_tokens or 0)} tokens in {int(chunks or 0)} chunks")
         outcome = "failed" if outcome == "completed" else outcome
     if wants_tokens and r.get("first_token") is None:

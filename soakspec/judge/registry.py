@@ -81,6 +81,7 @@ RULES: tuple[Entry, ...] = (
     _metric("errors", M.Outcome(M.not_completed, noun="unsuccessful request")),
     # completed requests whose usage contradicts their stream (`rederive`)
     _metric("usage_mismatch", M.Outcome(M.usage_mismatched, noun="usage-mismatched request")),
+    _metric("empty_text", M.Outcome(M.empty_text, noun="empty-text completion")),
     # performance: per-bucket and per-sample series
     _metric("throughput", M.PerBucket(M.throughput)),
     _metric("qps", M.PerBucket(M.qps)),

@@ -7,7 +7,8 @@ Per-request distributions (aggregate with min, max, mean or pNN):
 Outcome counts (bare name = count over the scope; ratio() = share of measured requests;
 rate() = per second of the scope's wall time):
   requests, completed, failed, timeouts, rejected, disconnected, errors, usage_mismatch (completed
-  requests whose usage contradicts their token events; they give no ITL/TPOT)
+  requests whose usage contradicts their token events; they give no ITL/TPOT), empty_text (completed
+  requests whose tokens decoded to no text)
 Per-bucket series (aggregate with min, max or mean over the scope's buckets):
   throughput (output tokens/s), qps (completed requests/s), gpu_memory (bytes used by the
   server's own processes), gpu_memory_device, rss (server process tree), in_flight (mean
@@ -81,6 +82,7 @@ METRICS: dict[str, Metric] = {
         _outcome("disconnected", "requests whose connection broke"),
         _outcome("errors", "failed + timeouts + rejected + disconnected"),
         _outcome("usage_mismatch", "completed requests whose reported usage contradicts their stream"),
+        _outcome("empty_text", "completed requests whose tokens decoded to no text (not a failure)"),
         Metric("throughput", Kind.NUMBER, SERIES, "output tokens per second, per bucket", series=True),
         Metric("qps", Kind.RATE, SERIES, "completed requests per second, per bucket", series=True),
         Metric("gpu_memory", Kind.SIZE, SERIES, "GPU memory used by the server's processes, per sample", series=True),
