@@ -63,7 +63,7 @@ def test_failed_request_md_names_the_rule_and_the_bucket(seed):
     assert rows["host-staged"][8].startswith("passed (")
     assert "**Verdict: FAIL** (1 of 14 required rules failed; " in md
     assert ("FAIL  [performance] failed == 0 — backend nccl, concurrency 8 (batches of 8), bucket 1 [" in md
-            and '1 failed request (HTTP 200 with an in-stream error: "engine died")' in md)
+            and '1 failed request (engine died)' in md)
     # provenance lines of the seed's "Retained Evidence"
     assert "- commit: 0123456789abcdef0123456789abcdef01234567" in md
     assert "- model revision: 604d5664dddd88a0433dbae533b7fe9472482de0" in md

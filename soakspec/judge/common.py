@@ -67,7 +67,8 @@ def short(text: str, n: int = 160) -> str:
 
 
 def describe_request(r: Mapping[str, Any]) -> str:
-    """`HTTP 200 with an in-stream error: "engine died"` -- what went wrong, for a reviewer."""
+    """What went wrong with a request, for a reviewer: `error event: engine died`, `HTTP 500:
+    "..."`, `connection lost: ...` -- the facts, never a generic label."""
     err = r.get("error")
     msg = f'"{short(err)}"' if isinstance(err, str) and err else "no error message"
     status = r.get("status")
@@ -76,7 +77,9 @@ def describe_request(r: Mapping[str, Any]) -> str:
     if outcome == "completed" and isinstance(mismatch, str) and mismatch:
         return f"usage contradicts the stream: {short(mismatch)}"
     if outcome == "failed" and status == 200:
-        return f"HTTP 200 with an in-stream error: {msg}"
+        # the runner's error already says what happened ("error event: ...", "0 completion
+        # tokens and no text", "the stream ended without [DONE]"): no generic label before it
+        return short(err) if isinstance(err, str) and err else "HTTP 200, but not completed: no error message"
     if isinstance(status, int):
         return f"HTTP {status}: {msg}"
     if outcome == "timeout":

@@ -75,8 +75,8 @@ class RuleResult:
     """One rule's outcome.
 
     `message` is the reviewer's sentence after the status, e.g. "backend nccl, concurrency 8,
-    bucket 1 [12:01:00-12:02:00 UTC]: 1 failed request (HTTP 200 with an in-stream error:
-    "engine died")"; `text()` prefixes the rule and the status.
+    bucket 1 [12:01:00-12:02:00 UTC]: 1 failed request (error event: engine died)"; `text()`
+    prefixes the rule and the status.
     """
 
     rule: str  # the rule as written, without its severity ("failed == 0")
