@@ -41,7 +41,7 @@ def _spec() -> str:
     shell = (
         f"true --api-key {ARGV_KEY} -H 'Authorization: Bearer {BEARER}'; "
         f"MY_SECRET={MY_SECRET} exec {sys.executable} -m soakspec sim --host 127.0.0.1 --port {{port}} "
-        f"--ttft 20ms --itl 5ms --echo-env HF_TOKEN --echo-env MY_SECRET"
+        f"--model default --ttft 20ms --itl 5ms --echo-env HF_TOKEN --echo-env MY_SECRET"
     )
     text = sim_spec(backends=2, duration="1s", bucket="1s", follow_up=True)
     env = f'  env {{\n    HF_TOKEN = "{HF_TOKEN}"\n  }}\n  api_key_env = "SOAKSPEC_TEST_API_KEY"\n'
@@ -116,6 +116,7 @@ def test_a_crashing_servers_log_tail_on_stderr_is_redacted(tmp_path):
                          env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert wait_no_survivors(marker) == []
     assert run.returncode == 4, run.stderr
+    assert "last lines of b1's log:" in run.stderr, run.stderr
     tail = run.stderr.split("last lines of b1's log:", 1)[1]
     assert "HF_TOKEN=<redacted>" in tail and "MY_SECRET=<redacted>" in tail, tail
     assert _grep((run.stdout + run.stderr).encode()) == set()

@@ -81,6 +81,8 @@ _REQUEST_KEYS = frozenset((
     "server_id", "prompt_tokens", "output_tokens", "tokens_source", "itl_source", "chunks", "ttft", "latency",
     "tpot", "itl", "output_sha256", "output_chars",
 ))  # fmt: skip
+# written by the runner since it records empty-text completions; older evidence lacks them
+_OPTIONAL_REQUEST_KEYS = frozenset(("empty_text",))
 _OUTCOMES = frozenset(("completed", "failed", "timeout", "rejected", "disconnected"))
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NUM = (int, float)
@@ -102,9 +104,15 @@ def request_certainly_valid(r: Any) -> bool:
     """True only when `r` is a valid request record (schema "request"): the runner's own shape,
     checked field by field in plain Python, ~30x faster than the compiled schema, which a
     verification of millions of lines needs. False means "not proven": the schema decides
-    (`errors_for`). Stricter than the schema (exactly its 29 keys; integers as int), never
-    looser -- tests/test_evidence_schema_fast.py checks that on mutated records."""
-    if type(r) is not dict or len(r) != 29 or not _REQUEST_KEYS.issuperset(r):
+    (`errors_for`). Stricter than the schema (exactly its 29 required keys, and its optional
+    ones only with their type; integers as int), never looser -- tests/test_evidence_schema_fast.py
+    checks that on mutated records."""
+    if type(r) is not dict:
+        return False
+    optional = _OPTIONAL_REQUEST_KEYS.intersection(r)
+    if len(r) - len(optional) != len(_REQUEST_KEYS) or not _REQUEST_KEYS.issuperset(r.keys() - optional):
+        return False
+    if any(type(r[k]) is not bool for k in optional):
         return False
     rid, backend, outcome, error, itl, sha = r["request_id"], r["backend"], r["outcome"], r["error"], r["itl"], r["output_sha256"]
     if not (type(rid) is str and rid and type(backend) is str and backend and type(r["workload"]) is str):
