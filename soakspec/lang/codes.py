@@ -74,6 +74,7 @@ CODES: dict[str, Code] = {
         Code("E416", "runtime named without a concrete version"),
         Code("E417", "runtime label and version disagree"),
         Code("E418", "planned load time over the limit"),
+        Code("E419", "abort rule the runner cannot evaluate live"),
         # W5xx warnings
         Code("W501", "launched backend never uses {port}"),
         Code("W502", "required env not set by the backend"),

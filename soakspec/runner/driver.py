@@ -6,12 +6,14 @@ buckets and deadlines come from its `Level`; records go to the backend's recorde
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
 import trio
 
 from soakspec.plan import BackendPlan, Level, RequestTemplate
+from soakspec.runner.abort import AbortWatch, row_of, row_of_json
 from soakspec.runner.backend import Deps, sample_telemetry, serve_backend, tick_progress
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.load import CLOSE_S, LevelContext, LevelRun, Shapes, drive_level
@@ -38,25 +40,44 @@ async def drive_backend(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecor
         api_key = os.environ.get(template.api_key_env) if template.api_key_env else None
         return lambda: deps.connect(host, port, api_key)
 
-    for lv in bp.levels:
-        shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
-        await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port))
+    # an abort rule that fires cancels the rest of the load: no later level, no follow-up
+    watch = AbortWatch(bp.name, bp.aborts)
+    with trio.CancelScope() as load:
+        watch.on_fire = lambda _fired: load.cancel()
+        for lv in bp.levels:
+            shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
+            await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), watch)
+    if watch.fired is not None:
+        rec.abort_fired = watch.fired.to_json()
+        deps.progress.error(f"soakspec run: {watch.fired.describe()}; the rest of the load is not run")
+        return
     if bp.follow_up:
         fu = bp.follow_up_request
         await follow_up(bp, deps, rec, ids, Shapes(fu, prompts(fu.prompt_file)), connector(fu))
 
 
-async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where) -> LevelRun:
+async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where,
+                       watch: AbortWatch) -> LevelRun:
     progress = deps.progress
     nb = len(lv.buckets)
     entry = rec.level_started(lv, deps.clock.now())
     stats = rec.stats
+    watch.level_started(lv.workload, lv.index, lv.label, entry["measure_start"], lv.duration_s, lv.bucket_s)
 
     def on_bucket(k: int) -> None:
         rec.flush()
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
+        watch.bucket_done(k, deps.clock.now())
 
-    ctx = LevelContext(bp.name, deps.clock, connect, shapes, rec.write_records, ids, stats=stats, on_bucket=on_bucket)
+    def write_records(records: list[RequestRecord]) -> None:
+        rec.write_records(records)
+        watch.observe([row_of(r) for r in records], deps.clock.now())
+
+    def write_lines(data: bytes) -> None:  # a --workers process's records
+        rec.write_lines(data)
+        watch.observe([row_of_json(json.loads(line)) for line in data.splitlines() if line.strip()], deps.clock.now())
+
+    ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, stats=stats, on_bucket=on_bucket)
     progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
     try:
         if deps.workers > 1:
@@ -64,7 +85,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             host, port = where
             job = {"host": host, "port": port, "api_key_env": lv.request.api_key_env, "request": lv.request,
                    "prompts": shapes.prompts, "backend": bp.name, "headers": ctx.headers}  # fmt: skip
-            run, _ = await drive_level_workers(lv, ctx, job, deps.workers, rec.write_lines, ids)
+            run, _ = await drive_level_workers(lv, ctx, job, deps.workers, write_lines, ids)
         else:
             run = await drive_level(lv, ctx)
     finally:

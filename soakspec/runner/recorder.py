@@ -76,6 +76,7 @@ class BackendRecorder:
         self.ready_at: float | None = None
         self.server: Server | None = None
         self.aborted_reason: str | None = None
+        self.abort_fired: dict[str, Any] | None = None  # the abort rule that stopped the load (runner/abort.py)
         self.trace_offset = 0
         self.source_before: dict | None = None
 
