@@ -220,6 +220,7 @@ class Launch:
     kill_wait_s: float  # after SIGKILL, at most this long for the process to be reaped
     capture_log: bool
     host: str = HOST
+    log_file: str | None = None  # url: the server's log file (absolute), read from its size at the backend's start
 
     @property
     def launches(self) -> bool:
@@ -253,6 +254,7 @@ class Launch:
             "env": redact_env(dict(self.env)),
             "cwd": self.cwd,
             "capture_log": self.capture_log,
+            "log_file": self.log_file,
         }
 
 
@@ -499,6 +501,7 @@ def _launch(spec: Spec, b: Backend, base: Path, rehearse: bool) -> Launch:
         name=b.name, kind=kind, argv=argv, url=b.url if kind == "url" else None, env=tuple(env.items()), cwd=cwd,
         probe=Probe(r.method, r.path, r.status, timeout, r.interval_s), shutdown_grace_s=grace,
         kill_wait_s=KILL_WAIT_S, capture_log=b.capture_log or rehearse,
+        log_file=_abspath(base, b.log_file) if kind == "url" else None,
     )  # fmt: skip
 
 

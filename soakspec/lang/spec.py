@@ -104,6 +104,7 @@ class Backend:
     api_key_env: str | None = None
     runtime: RuntimeDecl | None = None
     traces: Traces = Traces()
+    log_file: str | None = None  # url: the running server's log (read from its size at the run's start)
     span: Span = _span()
 
     @property

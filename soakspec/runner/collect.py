@@ -63,6 +63,8 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     entry["levels"] = rec.levels
     entry["trace_source"] = trace_source
     entry["aborted_reason"] = rec.aborted_reason
+    if rec.external_log is not None:
+        entry["log_file"] = rec.external_log  # where server.log came from: path, start offset, bytes read
     entry["planned_levels"] = len(bp.levels)
     entry["timeouts"] = bp.timeouts()
     return entry

@@ -16,6 +16,7 @@ from soakspec.plan import BackendPlan, Level, RequestTemplate
 from soakspec.runner.abort import AbortWatch, row_of, row_of_json
 from soakspec.runner.backend import Deps, sample_telemetry, serve_backend, tick_progress
 from soakspec.runner.ids import IdSequence
+from soakspec.runner.logfile import ExternalLog
 from soakspec.runner.load import CLOSE_S, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder
@@ -24,13 +25,19 @@ from soakspec.runner.workers import drive_level_workers, processes_for
 
 
 async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles, telemetry_interval_s: float) -> None:
-    """Serve the backend, drive its load with telemetry and progress alongside, stop it."""
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(serve_backend, bp.launch, deps, rec)
-        nursery.start_soon(sample_telemetry, deps, rec, telemetry_interval_s)
-        nursery.start_soon(tick_progress, deps.progress, rec)
-        await drive_backend(bp, url, deps, rec, ids, prompts)
-        nursery.cancel_scope.cancel()
+    """Serve the backend, drive its load with telemetry and progress alongside, stop it. A url
+    backend's `log_file` is read from its size now: what it gains becomes the backend's server.log."""
+    log = ExternalLog.at_start(bp.launch.log_file) if bp.launch.log_file else None
+    try:
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(serve_backend, bp.launch, deps, rec)
+            nursery.start_soon(sample_telemetry, deps, rec, telemetry_interval_s)
+            nursery.start_soon(tick_progress, deps.progress, rec)
+            await drive_backend(bp, url, deps, rec, ids, prompts)
+            nursery.cancel_scope.cancel()
+    finally:
+        if log is not None:
+            rec.external_log = log.copy_into(rec.server_log)
 
 
 async def drive_backend(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles) -> None:

@@ -77,6 +77,7 @@ class BackendRecorder:
         self.server: Server | None = None
         self.aborted_reason: str | None = None
         self.abort_fired: dict[str, Any] | None = None  # the abort rule that stopped the load (runner/abort.py)
+        self.external_log: dict[str, Any] | None = None  # a url backend's log_file as read (runner/logfile.py)
         self.trace_offset = 0
         self.source_before: dict | None = None
 
