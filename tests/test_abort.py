@@ -113,7 +113,8 @@ def test_value_of_outcome_and_distribution_rules():
     assert value(_rule(metric="timeouts", agg="count"), rows) == 1.0
     xs = [Row(0, 0.0, "completed", {"ttft": t}) for t in (0.1, 0.2, 0.3, 0.4)] + [Row(0, 0.0, "failed", {"ttft": 9.0})]
     assert value(_rule(metric="ttft", agg="max"), xs) == 0.4  # failed requests are not in a distribution
-    assert value(_rule(metric="ttft", agg="p", percentile=50.0), xs) == 0.2  # nearest rank
+    assert value(_rule(metric="ttft", agg="p", percentile=50.0), xs) == pytest.approx(0.25)  # interpolated, as the judge
+    assert value(_rule(metric="ttft", agg="p", percentile=100.0), xs) == pytest.approx(0.4)
     assert value(_rule(metric="ttft", agg="mean"), xs) == pytest.approx(0.25)
     assert value(_rule(min_requests=6), rows) is None  # too few: never fires on nothing
     assert value(_rule(metric="ttft", agg="max"), _rows(["failed"])) is None
@@ -221,13 +222,13 @@ def test_the_manifest_schema_describes_aborts():
 # ---------------------------------------------------------------- end to end (subprocess)
 
 
-def _run(tmp_path: Path, text: str, name: str = "s.soak"):
+def _run(tmp_path: Path, text: str, name: str = "s.soak", extra: tuple[str, ...] = ()):
     path = tmp_path / name
     path.write_text(text)
     marker = new_marker()
     out = tmp_path / "ev"
     t = time.monotonic()
-    proc = run_soakspec(["run", str(path), "--out", str(out)], marker, tmp_path, timeout=120)
+    proc = run_soakspec(["run", str(path), "--out", str(out), *extra], marker, tmp_path, timeout=120)
     took = time.monotonic() - t
     assert wait_no_survivors(marker) == []
     manifest = json.loads((out / "manifest.json").read_text())
@@ -237,11 +238,12 @@ def _run(tmp_path: Path, text: str, name: str = "s.soak"):
 TWO_LEVELS = "mode = closed\n    concurrency = [2, 4]"
 
 
-def test_an_abort_rule_fires_on_a_failing_simulator_and_stops_the_run_early(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])  # --workers: the records arrive from the load processes as lines
+def test_an_abort_rule_fires_on_a_failing_simulator_and_stops_the_run_early(tmp_path, workers):
     rule = "abort ratio(errors) > 50% per window 1s"
     text = sim_spec(sim="ttft = 5ms\n    itl = 1ms\n    error_rate = 0.8", load=TWO_LEVELS, duration="8s", bucket="2s",
                     gate=f"require failed == 0\n  {rule}")
-    proc, manifest, out, took = _run(tmp_path, text)
+    proc, manifest, out, took = _run(tmp_path, text, extra=("--workers", str(workers)))
     assert proc.returncode == 1, proc.stderr
     assert manifest["status"] == "complete"  # the run stopped as its spec asked, nothing crashed
     (fired,) = manifest["aborts"]

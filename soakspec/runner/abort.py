@@ -14,7 +14,8 @@ Values, from `RequestRecord` fields:
   - outcome metrics (requests, completed, failed, timeouts, rejected, disconnected, errors):
     `count` is the number of such requests, `ratio` that over all of the window's requests;
   - distributions (ttft, latency, tpot, output_tokens, prompt_tokens, schedule_lag) over the
-    completed requests that have the value: mean, min, max, or the nearest-rank percentile.
+    completed requests that have the value: mean, min, max, or the percentile (linear
+    interpolation between order statistics, as the judge computes it).
 A bucket or window with fewer than the rule's `min_requests` requests (or no value for a
 distribution) is not evaluated: an abort never fires on nothing.
 """
@@ -89,7 +90,10 @@ def value(rule: AbortRule, rows: list[Row]) -> float | None:
     if rule.agg == "max":
         return xs[-1]
     q = rule.percentile if rule.percentile is not None else 50.0
-    return xs[max(0, math.ceil(q / 100 * len(xs)) - 1)]  # nearest rank
+    pos = q / 100 * (len(xs) - 1)  # linear interpolation between order statistics, as the judge does
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
 
 
 def holds(rule: AbortRule, rows: list[Row]) -> tuple[bool, float | None]:
