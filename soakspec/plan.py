@@ -646,6 +646,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
         )
     if b.follow_up:
         lines.append(f"    then one clean follow-up request (deadline {format_duration(b.follow_up_deadline_s)})")
+    for a in b.aborts:
+        lines.append(f"    stops its load when: {a.text}")
     exp = b.expected_requests
     lines.append(
         f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else " (set expected_latency for an estimate)")

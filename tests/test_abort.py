@@ -20,7 +20,7 @@ from soakspec.evidence.schema import validate
 from soakspec.judge import judge
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 from soakspec.lang import check, parse
-from soakspec.plan import DEFAULT_ABORT_MIN_REQUESTS, AbortRule, plan
+from soakspec.plan import DEFAULT_ABORT_MIN_REQUESTS, AbortRule, plan, render_text
 from soakspec.runner.abort import AbortWatch, Row, holds, value
 from tests.runner_support import new_marker, run_soakspec, sim_spec, wait_no_survivors
 
@@ -91,6 +91,8 @@ def test_the_plan_resolves_abort_rules_per_backend_with_the_builtin_last():
     assert [(r.metric, r.agg) for r in b.aborts] == [("errors", "ratio"), ("latency", "max"), ("errors", "ratio")]
     builtin = a.aborts[-1]
     assert (builtin.op, builtin.threshold, builtin.min_requests) == (">=", 1.0, DEFAULT_ABORT_MIN_REQUESTS)
+    assert "stops its load when: abort ratio(errors) > 50% per window 30s" in render_text(p)  # `soakspec plan` says so
+    assert plan(spec).backends[0].aborts[0].window_s == 30.0
     off, _ = _check("  abort_default = false\n")
     assert plan(off).backends[0].aborts == ()
 
