@@ -253,6 +253,8 @@ def test_an_abort_rule_fires_on_a_failing_simulator_and_stops_the_run_early(tmp_
     assert fired["observed"] > 0.5 and fired["requests"] > 0 and fired["start"] < fired["end"] <= fired["at"]
     (be,) = manifest["backends"]
     assert len(be["levels"]) == 1 and be["levels"][0]["completed"] is False  # concurrency 4 never ran
+    assert [b["index"] for b in be["levels"][0]["buckets"]] == [0]  # the windows that had begun, which its requests name
+    assert "does not list" not in proc.stdout
     assert took < 16 / 2  # planned: 2 levels of 8 s
     assert f"abort rule '{rule}' fired" in proc.stderr
     assert "abort_fired" in proc.stdout and rule in proc.stdout

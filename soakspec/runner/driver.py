@@ -96,9 +96,19 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         else:
             run = await drive_level(lv, ctx)
     finally:
+        if watch.fired is not None:
+            _buckets_begun(entry, lv, watch.fired.at)
         rec.level_stopped(entry)
     rec.level_finished(entry, run)
     return run
+
+
+def _buckets_begun(entry: dict, lv: Level, until: float) -> None:
+    """A level an abort rule cut short lists the bucket windows that had begun (its requests
+    name them); it stays `completed = false`."""
+    m = entry["measure_start"]
+    entry["buckets"] = [{"index": b.index, "start": m + b.start_s, "end": m + b.start_s + b.length_s, "planned_length_s": b.length_s}
+                        for b in lv.buckets if m + b.start_s <= until]
 
 
 async def follow_up(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect) -> None:
