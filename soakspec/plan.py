@@ -35,6 +35,7 @@ expected_latency`.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import re
@@ -121,9 +122,35 @@ class RequestTemplate:
     seed: int | None
     ignore_eos: bool
     api_key_env: str | None  # the NAME of the variable holding the endpoint's API key
+    # The prompt file as `check` read it: its prompts (text, or chat messages as (role, content)
+    # pairs) travel in the plan, so the runner never reads or guesses the file.
+    prompts: tuple[str | tuple[tuple[str, str], ...], ...] = dataclasses.field(default=(), repr=False)
+    output_lens: tuple[int | None, ...] = dataclasses.field(default=(), repr=False)  # per prompt (max_tokens_from_file)
+    conversations: tuple[tuple[tuple[str, str], ...], ...] = dataclasses.field(default=(), repr=False)  # multi_turn sessions
+    prompt_format: str | None = None  # text | jsonl | sharegpt
+    prompt_tokens: tuple[int, ...] = ()  # token-exact prompts (cycling lengths), built by the runner with the tokenizer
+    tokenizer: str | None = None  # absolute path of a tokenizer.json; None with prompt_tokens: the server's /tokenize
+    prefix_tokens: int = 0  # shared prefix tokens (the cache regime: 0 = unique prefix per request)
+    prompt_sha256: str | None = None  # of the prompt file's bytes
+    body_json: str | None = None  # extra body fields (a JSON object), merged into every request
+    headers: tuple[tuple[str, str], ...] = ()  # extra HTTP headers
+    header_env: tuple[tuple[str, str], ...] = ()  # (header, env variable NAME): the value is read at run time, never recorded
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self) | {"max_tokens": list(self.max_tokens)}
+        out = dataclasses.asdict(self)
+        for key in ("prompts", "output_lens", "conversations", "body_json", "header_env"):
+            del out[key]
+        return out | {
+            "max_tokens": list(self.max_tokens),
+            "prompt_tokens": list(self.prompt_tokens) or None,
+            "prefix_cache": _prefix_policy(self),
+            "prompt_count": len(self.prompts) if self.prompts else None,
+            "max_tokens_from_file": bool(self.output_lens),
+            "multi_turn_sessions": len(self.conversations) if self.conversations else None,
+            "body": json.loads(self.body_json) if self.body_json else {},
+            "headers": dict(self.headers),
+            "header_env": {h: {"env": name} for h, name in self.header_env},
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -404,8 +431,43 @@ def _request(w: Workload, model: str, spec_dir: Path, api_key_env: str | None) -
         endpoint=w.endpoint, model=model, stream=w.stream, prompt_words=w.prompt_words,
         prompt_file=_abspath(spec_dir, w.prompt_file), max_tokens=tuple(w.max_tokens),
         temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed, ignore_eos=w.ignore_eos,
-        api_key_env=api_key_env,
+        api_key_env=api_key_env, body_json=w.body_json, headers=w.headers, header_env=w.header_env,
+        **_prompt_source(w, spec_dir),
     )  # fmt: skip
+
+
+def prompt_label(t: RequestTemplate) -> str:
+    """What the prompts are, in a line: `128, 32 tokens (the server's /tokenize)`, `2 from ... (sharegpt)`."""
+    if t.prompt_tokens:
+        how = f"tokenizer {t.tokenizer}" if t.tokenizer else "the server's /tokenize"
+        return f"{', '.join(map(str, t.prompt_tokens))} tokens ({how})"
+    if t.prompts:
+        lens = ", output lengths from the file" if t.output_lens else ""
+        lens += f", {len(t.conversations)} multi-turn conversations" if t.conversations else ""
+        return f"{len(t.prompts)} from {t.prompt_file} ({t.prompt_format}, sha256 {(t.prompt_sha256 or '')[:12]}){lens}"
+    return f"{t.prompt_words} words"
+
+
+def _prefix_policy(t: RequestTemplate) -> str:
+    """The cache regime the prompts measure, stated in the evidence."""
+    if t.prompt_tokens:
+        return f"shared prefix of {t.prefix_tokens} tokens" if t.prefix_tokens else "unique prefix per request"
+    if t.conversations:
+        return "multi-turn sessions: each turn repeats its conversation's history (a warm cache helps, as in production)"
+    if t.prompts:
+        return "the prompt file's prompts, cycling"
+    return "word prompts starting at the request's index (consecutive requests share words)"
+
+
+def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
+    if w.prompt_tokens:
+        return {"prompt_tokens": w.prompt_tokens, "tokenizer": _abspath(base, w.tokenizer), "prefix_tokens": w.prefix_tokens}
+    d = w.dataset
+    if d is None:
+        return {}
+    lens = d.output_lens if w.max_tokens_from_file and all(n is not None for n in d.output_lens) else ()
+    convs = d.conversations if w.multi_turn else ()
+    return {"prompts": d.prompts, "output_lens": lens, "conversations": convs, "prompt_format": d.format, "prompt_sha256": d.sha256}
 
 
 def _shape(w: Workload, i: int, level: int | float) -> LoadShape:
@@ -579,7 +641,8 @@ def plan(spec: Spec, *, time_scale: float = 1.0, rehearse: bool = False, only: t
         model=ModelRef(m.id, m.revision, _abspath(base, m.path)), source_repo=_source_repo(spec, base),
         telemetry_interval_s=max(TELEMETRY_MIN_INTERVAL_S, interval), require_gpus=spec.telemetry.require_gpus,
         only=ran if ran != tuple(b.name for b in spec.backends) else None, spec_secrets=frozenset(found),
-        api_key_envs=tuple(sorted({b.api_key_env for b in spec.backends if b.api_key_env})),
+        api_key_envs=tuple(sorted({b.api_key_env for b in spec.backends if b.api_key_env}
+                                  | {name for w in spec.workloads for _, name in w.header_env})),
     )  # fmt: skip
 
 
@@ -644,6 +707,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
             f"    {lv.workload} / {lv.label}: {format_duration(lv.duration_s)}{warm} in "
             f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets; requests ≥ {lv.min_requests}, expected {exp}"
         )
+    for name, t in {lv.workload: lv.request for lv in b.levels}.items():
+        lines.append(f"    {name} prompts: {prompt_label(t)}; cache: {_prefix_policy(t)}")
     if b.follow_up:
         lines.append(f"    then one clean follow-up request (deadline {format_duration(b.follow_up_deadline_s)})")
     for a in b.aborts:

@@ -1,6 +1,6 @@
 """Abort rules (issue 16): `abort EXPR OP VALUE per bucket|window D` in the gate.
 
-The checker accepts only what a finished bucket's own records give (E419 otherwise); the plan
+The checker accepts only what a finished bucket's own records give (E422 otherwise); the plan
 resolves them per backend, with the built-in abort unless `abort_default = false`; the runner's
 pure evaluator (`runner/abort.py`) fires on a finished bucket or window; a fired abort stops
 the load, the manifest records it and the judge FAILs naming it. The end-to-end runs use the
@@ -60,9 +60,9 @@ def test_abort_rules_go_to_gate_aborts_not_to_the_judges_rules():
         ("abort drift(p50(ttft)) > 10% per bucket", (13, 9)),
     ],
 )
-def test_abort_rules_the_runner_cannot_evaluate_live_are_E419(rule, where):
+def test_abort_rules_the_runner_cannot_evaluate_live_are_E422(rule, where):
     _, errors = _check(f"  {rule}\n")
-    assert errors == [("E419", *where)]
+    assert errors == [("E422", *where)]
 
 
 def test_abort_default_can_be_turned_off_and_is_a_bool():
@@ -72,11 +72,11 @@ def test_abort_default_can_be_turned_off_and_is_a_bool():
     assert [e[0] for e in errors] == ["E104"]
 
 
-def test_an_abort_rule_in_the_compare_block_is_E419():
+def test_an_abort_rule_in_the_compare_block_is_E422():
     text = 'soak "x" {}\n' + BACKEND + WORKLOAD + "compare {\n  abort regression(p99(ttft)) <= 5%\n}\n"
     tree, diags = parse(text)
     _, more = check(tree)
-    assert [(d.code, d.span.line) for d in diags + more] == [("E419", 13)]
+    assert [(d.code, d.span.line) for d in diags + more] == [("E422", 13)]
 
 
 # ---------------------------------------------------------------- plan

@@ -136,12 +136,32 @@ class Load:
 
 
 @dataclasses.dataclass(frozen=True)
+class Dataset:
+    """A prompt file as `check` read it (`soakspec.lang.datasets`): the plan carries its prompts,
+    so the runner never re-reads (or re-guesses) the file."""
+
+    path: str  # absolute
+    format: str  # text | jsonl | sharegpt
+    sha256: str  # of the file's bytes, recorded in the evidence
+    prompts: tuple[str | tuple[tuple[str, str], ...], ...] = dataclasses.field(repr=False)  # text or chat messages
+    output_lens: tuple[int | None, ...] = dataclasses.field(default=(), repr=False)  # max_tokens_from_file
+    conversations: tuple[tuple[tuple[str, str], ...], ...] = dataclasses.field(default=(), repr=False)  # multi_turn
+
+
+@dataclasses.dataclass(frozen=True)
 class Workload:
     name: str
     endpoint: Endpoint = "completions"
     stream: bool = True
     prompt_words: int | None = 64
     prompt_file: str | None = None
+    prompt_tokens: tuple[int, ...] = ()  # token-exact prompts of these lengths (cycling), by the model's tokenizer
+    tokenizer: str | None = None  # a local tokenizer.json for prompt_tokens; None: the server's /tokenize
+    prefix_tokens: int = 0  # prompt_tokens: a prefix of this many tokens shared by every request; 0: unique prefixes
+    prompt_format: str | None = None  # text | jsonl | sharegpt; None: detected (see lang.datasets)
+    max_tokens_from_file: bool = False  # per-prompt output lengths from the prompt file
+    multi_turn: bool = False  # chat sessions: each closed-loop worker sends a conversation's turns in order, with its history
+    dataset: Dataset | None = dataclasses.field(default=None, compare=False)
     max_tokens: tuple[int, ...] = (64,)
     sampling: Sampling = Sampling()
     ignore_eos: bool = True
@@ -152,6 +172,9 @@ class Workload:
     deadline_s: float = 300.0
     follow_up: bool = True
     expected_latency_s: float | None = None  # planning hint only
+    body_json: str | None = None  # extra JSON body fields (an object, canonical text); never soakspec's own
+    headers: tuple[tuple[str, str], ...] = ()  # extra HTTP headers (no secrets: those come from header_env)
+    header_env: tuple[tuple[str, str], ...] = ()  # (header, NAME of the env variable holding its value)
     span: Span = _span()
 
     @property

@@ -338,8 +338,19 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
         body.append(_attr("endpoint", A.Word(draw(st.sampled_from(["completions", "chat"])))))
     if draw(st.booleans()):
         body.append(_attr("stream", A.Bool(draw(st.booleans()))))
-    if draw(st.booleans()):
+    source = draw(st.sampled_from(["default", "words", "tokens"]))  # one prompt source (or the default)
+    if source == "words":
         body.append(_attr("prompt_words", A.Num(draw(st.integers(1, 4096)))))
+    elif source == "tokens":
+        body.append(_attr("prompt_tokens", A.List(tuple(A.Num(n) for n in draw(st.lists(st.integers(16, 4096), min_size=1, max_size=3))))))
+        if draw(st.booleans()):
+            body.append(_attr("prefix_tokens", A.Num(draw(st.integers(0, 15)))))
+    if draw(st.booleans()):  # extra body fields, nested objects included
+        fields = [_attr("min_tokens", A.Num(draw(st.integers(0, 8)))), _block("chat_template_kwargs", None, _attr("enable_thinking", A.Bool(draw(st.booleans()))))]
+        body.append(_block("body", None, *draw(st.permutations(fields))))
+    if draw(st.booleans()):
+        body.append(_block("headers", None, _attr("X-Team", _s(draw(st.sampled_from(["perf", "a b", "x=1"]))))))
+        body.append(_block("header_env", None, _attr("Authorization", _s("SOAK_TOKEN"))))
     if draw(st.booleans()):
         body.append(_attr("follow_up", A.Bool(draw(st.booleans())), trailing="a trailing comment"))
     return _block("workload", name, *draw(st.permutations(body))), (n_levels, d, b, w)

@@ -53,6 +53,7 @@ async def drive_backend(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecor
         watch.on_fire = lambda _fired: load.cancel()
         for lv in bp.levels:
             shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
+            await shapes.prepare(url)
             await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), watch)
     if watch.fired is not None:
         rec.abort_fired = watch.fired.to_json()
@@ -60,7 +61,9 @@ async def drive_backend(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecor
         return
     if bp.follow_up:
         fu = bp.follow_up_request
-        await follow_up(bp, deps, rec, ids, Shapes(fu, prompts(fu.prompt_file)), connector(fu))
+        fu_shapes = Shapes(fu, prompts(fu.prompt_file))
+        await fu_shapes.prepare(url)
+        await follow_up(bp, deps, rec, ids, fu_shapes, connector(fu))
 
 
 async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where,
@@ -84,7 +87,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         rec.write_lines(data)
         watch.observe([row_of_json(json.loads(line)) for line in data.splitlines() if line.strip()], deps.clock.now())
 
-    ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, stats=stats, on_bucket=on_bucket)
+    ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats, on_bucket=on_bucket)
     progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
     try:
         if deps.workers > 1:
@@ -117,7 +120,7 @@ async def follow_up(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSe
     record = RequestRecord(request_id=rid, backend=bp.name, workload=bp.follow_up_workload, level=-1, concurrency=1, bucket=-2)
     conn = connect()
     try:
-        await conn.send(shapes.make(0, smallest=True), rid, (), record, deadline=deps.clock.now() + bp.follow_up_deadline_s)
+        await conn.send(shapes.make(0, smallest=True), rid, shapes.headers(), record, deadline=deps.clock.now() + bp.follow_up_deadline_s)
     finally:
         with trio.move_on_after(CLOSE_S, shield=True):
             await conn.aclose()

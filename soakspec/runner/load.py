@@ -20,19 +20,26 @@ from the *intended* send time, and the lag behind the schedule is recorded.
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import random
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
+import httpx
 import trio
 
 from soakspec.plan import Batch, Closed, Level, Open, RequestTemplate
 from soakspec.runner.clock import RunClock
+from soakspec.runner.prompts import LocalTokenizer, RunAborted, ServerTokenizer, TokenCosts, measure_costs, token_prompt, verify
 from soakspec.runner.protocol import Endpoint, RequestShape, Sampling
 from soakspec.runner.records import Outcome, RequestRecord
 
 OPEN_LOOP_MAX_CONNECTIONS = 4096
+TOKENIZE_TIMEOUT_S = 30.0  # one /tokenize request while token-exact prompts are prepared
+PREPARE_TIMEOUT_S = 120.0  # all of them (a few hundred requests; milliseconds each on a local server)
+_COSTS: dict[tuple[str, str], TokenCosts] = {}  # (tokenizer file or server URL, model) -> word costs, per process
 SHAPE_CACHE = 4096  # request shapes kept per workload (each shares its prompt string)
 CANCELLED_BY_ABORT = "the run was aborted before the response finished"
 CLOSE_S = 1.0  # closing a connection (shielded) takes at most this long
@@ -77,39 +84,112 @@ class Shapes:
     """
 
     template: RequestTemplate
-    prompts: tuple[str, ...] = ()  # from the template's prompt file
+    prompts: tuple[str | tuple[tuple[str, str], ...], ...] = ()  # the template's prompt file's (the plan carries them)
     _cache: dict[tuple[int, int], RequestShape] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    _extra: tuple[tuple[str, object], ...] = dataclasses.field(default=(), init=False, repr=False)
+    _costs: TokenCosts | None = dataclasses.field(default=None, init=False, repr=False)
+    _sessions: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict, init=False, repr=False)  # worker -> (conversation, next turn)
+    _conv_counter: int = dataclasses.field(default=0, init=False, repr=False)
 
-    def make(self, index: int, smallest: bool = False) -> RequestShape:
+    def __post_init__(self) -> None:
+        if self.template.prompts:
+            self.prompts = self.template.prompts
+        if self.template.body_json:
+            self._extra = tuple(json.loads(self.template.body_json).items())
+
+    async def prepare(self, base_url: str) -> None:
+        """Token-exact prompts need the tokenizer's word costs: measured once per tokenizer
+        (a local file, or the server's /tokenize) and confirmed on the level's first prompts."""
         w = self.template
+        if not w.prompt_tokens or self._costs is not None:
+            return
+        key = (w.tokenizer or base_url, w.model)
+        with trio.move_on_after(PREPARE_TIMEOUT_S) as scope:
+            async with httpx.AsyncClient(timeout=TOKENIZE_TIMEOUT_S) as client:
+                tok = LocalTokenizer(w.tokenizer) if w.tokenizer else ServerTokenizer(base_url, w.model, client)
+                costs = _COSTS.get(key)
+                if costs is None:
+                    costs = _COSTS[key] = await measure_costs(tok, tuple(WORDS))
+                for n in sorted(set(w.prompt_tokens)):
+                    await verify(tok, costs, n, w.prefix_tokens)
+            self._costs = costs
+        if scope.cancelled_caught:
+            raise RunAborted(f"the tokenizer did not measure the prompt words within {PREPARE_TIMEOUT_S:g}s")
+
+    def make(self, index: int, smallest: bool = False, worker: int | None = None) -> RequestShape:
+        w = self.template
+        if w.prompt_tokens:
+            return self._token_shape(index, smallest)
+        if w.conversations and worker is not None and not smallest:
+            return self._session_turn(index, worker)
         if smallest:
-            max_tokens = min(w.max_tokens)
+            max_tokens = min(w.output_lens or w.max_tokens)
             prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
             return self._shape(prompt, max_tokens)
-        key = (index % (len(self.prompts) or len(WORDS)), index % len(w.max_tokens))
+        lens = w.output_lens or w.max_tokens  # with output lengths from the file, the i-th prompt's own
+        key = (index % (len(self.prompts) or len(WORDS)), index % len(lens))
         shape = self._cache.get(key)
         if shape is None:
-            max_tokens = w.max_tokens[index % len(w.max_tokens)]
+            max_tokens = lens[index % len(lens)]
             prompt = self.prompts[index % len(self.prompts)] if self.prompts else prompt_words(index, w.prompt_words or 1)
             shape = self._shape(prompt, max_tokens)
             if len(self._cache) < SHAPE_CACHE:
                 self._cache[key] = shape
         return shape
 
+    def _session_turn(self, index: int, worker: int) -> RequestShape:
+        """Multi-turn chat: worker `worker` is one session at a time; its next request is the
+        next user turn of its conversation with everything before it as history (the file's own
+        answers: a closed-loop worker sends it only after the previous turn's answer arrived).
+        After a conversation's last turn the worker takes the next conversation."""
+        w, convs = self.template, self.template.conversations
+        conv, turn = self._sessions.get(worker) or (self._next_conv(), 0)
+        turns = convs[conv % len(convs)]
+        users = [i for i, (role, _) in enumerate(turns) if role == "user"]
+        if turn >= len(users):
+            conv, turn = self._next_conv(), 0
+            turns = convs[conv % len(convs)]
+            users = [i for i, (role, _) in enumerate(turns) if role == "user"]
+        self._sessions[worker] = (conv, turn + 1)
+        history = turns[: users[turn] + 1]
+        return self._shape(history, w.max_tokens[index % len(w.max_tokens)])
+
+    def _next_conv(self) -> int:
+        n = self._conv_counter
+        self._conv_counter += 1
+        return n
+
+    def _token_shape(self, index: int, smallest: bool) -> RequestShape:
+        w = self.template
+        if self._costs is None:
+            raise RunAborted("token-exact prompts were not prepared (Shapes.prepare)")
+        n = min(w.prompt_tokens) if smallest else w.prompt_tokens[index % len(w.prompt_tokens)]
+        max_tokens = min(w.max_tokens) if smallest else w.max_tokens[index % len(w.max_tokens)]
+        return self._shape(token_prompt(self._costs, index, n, w.prefix_tokens), max_tokens)
+
     @property
     def model(self) -> str:
         return self.template.model
 
-    def _shape(self, prompt: str, max_tokens: int) -> RequestShape:
+    def headers(self, environ: Mapping[str, str] = os.environ) -> tuple[tuple[str, str], ...]:
+        """The workload's extra headers, with `header_env` values read from the environment now
+        (an unset variable sends no header; the plan records only its name)."""
         w = self.template
+        return w.headers + tuple((h, environ[name]) for h, name in w.header_env if environ.get(name))
+
+    def _shape(self, prompt: str | tuple[tuple[str, str], ...], max_tokens: int) -> RequestShape:
+        w = self.template
+        messages = prompt if isinstance(prompt, tuple) else None
         return RequestShape(
             endpoint=Endpoint(w.endpoint),
             model=w.model,
-            prompt=prompt,
+            prompt=prompt if isinstance(prompt, str) else prompt[-1][1],
             max_tokens=max_tokens,
             sampling=Sampling(temperature=w.temperature, top_p=w.top_p, top_k=w.top_k, seed=w.seed),
             ignore_eos=w.ignore_eos,
             stream=w.stream,
+            extra=self._extra,
+            messages=messages,
         )
 
 
@@ -232,7 +312,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         ctx.stats.started()
         run.sent += 1
         try:
-            await conn.send(ctx.shapes.make(index), rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
+            await conn.send(ctx.shapes.make(index, worker=worker), rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
         finally:
             if rec.end is None:  # cancelled mid-request (the run is aborting): say so, keep the record valid
                 rec.end = clock.now()

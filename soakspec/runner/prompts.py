@@ -1,9 +1,22 @@
-"""Prompts from a workload's prompt file (read once per file and run)."""
+"""Prompt files at run time: nothing to read.
+
+`check` reads and parses a workload's prompt file (`soakspec.lang.datasets`, in its named
+format, with errors at the file's own line) and the plan's `RequestTemplate.prompts` carries
+the prompts, so the runner acts on the plan alone and never re-reads (or guesses the format of)
+a file that may have changed since. `PromptFiles` is kept for the driver's signature.
+"""
 
 from __future__ import annotations
 
-import json
+import dataclasses
+import random
 from pathlib import Path
+from typing import Protocol
+
+try:  # optional (`pip install 'soakspec[tokenizers]'`): only `tokenizer = "tokenizer.json"` needs it
+    from tokenizers import Tokenizer as HfTokenizer
+except ImportError:  # pragma: no cover - the default install
+    HfTokenizer = None
 
 
 class RunAborted(Exception):
@@ -13,46 +26,120 @@ class RunAborted(Exception):
 
 
 def load_prompts(path: Path | str) -> tuple[str, ...]:
-    """Prompts from a file: JSONL (`prompt`/`text` field, or ShareGPT `conversations`), or
-    one prompt per non-empty line of plain text."""
-    out = []
+    """A plain-text prompt file: one prompt per non-empty line (no format is guessed here;
+    spec prompt files are read by `check`)."""
     with open(path, encoding="utf-8") as fh:
-        for line in fh:
-            line = line.strip()
-            if not line:
-                continue
-            if line.startswith("{"):
-                try:
-                    obj = json.loads(line)
-                except json.JSONDecodeError:
-                    out.append(line)
-                    continue
-                if isinstance(obj.get("prompt"), str):
-                    out.append(obj["prompt"])
-                elif isinstance(obj.get("text"), str):
-                    out.append(obj["text"])
-                elif isinstance(obj.get("conversations"), list) and obj["conversations"]:
-                    first = obj["conversations"][0]
-                    out.append(str(first.get("value") or first.get("content") or ""))
-            else:
-                out.append(line)
+        out = tuple(line.rstrip("\r\n") for line in fh if line.strip())
     if not out:
         raise RunAborted(f"prompt file {path} has no prompts")
-    return tuple(out)
+    return out
 
 
 class PromptFiles:
-    """Each prompt file read once, the first time a level needs it."""
-
-    def __init__(self) -> None:
-        self._cache: dict[str, tuple[str, ...]] = {}
+    """The prompts of a template's file: always the plan's (`Shapes` takes them from the
+    template), so this returns none and reads nothing."""
 
     def __call__(self, path: str | None) -> tuple[str, ...]:
-        if path is None:
-            return ()
-        if path not in self._cache:
-            self._cache[path] = load_prompts(path)
-        return self._cache[path]
+        return ()
 
 
-__all__ = ["PromptFiles", "RunAborted", "load_prompts"]
+
+
+# ---------------------------------------------------------------- token-exact prompts
+#
+# A prompt of exactly N tokens is built from a vocabulary of common words whose token counts
+# were measured once with the model's own tokenizer (a local tokenizer.json through the optional
+# `tokenizers` library, or the server's `/tokenize` endpoint): with a leading space and, for
+# the first word, without. Tokenizers split text into pre-tokens at spaces (byte-level BPE,
+# SentencePiece's metaspace), so a space-separated prompt counts the sum of its words' tokens;
+# the first prompts of each level are re-counted whole to confirm it, and the run aborts if the
+# tokenizer disagrees. Special tokens the tokenizer adds (a BOS) count towards N.
+#
+# Cache control: with `prefix_tokens = 0` the first TOKEN_ID_WORDS words spell the request's
+# index in base V (V one-token words), so no two requests within V**3 share even their first
+# tokens; with a shared prefix, every request starts with the same `prefix_tokens` tokens.
+
+TOKEN_ID_WORDS = 3
+VERIFY_PROMPTS = 4  # re-counted whole, per level
+
+
+class Tokenizer(Protocol):
+    async def count(self, text: str, special: bool) -> int: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class TokenCosts:
+    """Tokens per vocabulary word, measured once per tokenizer."""
+
+    words: tuple[str, ...]  # words costing exactly one token after a space and at the start
+    overhead: int  # special tokens the tokenizer adds to any prompt (e.g. BOS)
+
+
+async def measure_costs(tok: Tokenizer, vocabulary: tuple[str, ...]) -> TokenCosts:
+    ones = []
+    for w in vocabulary:
+        if await tok.count(w, False) == 1 and await tok.count(f"{w} {w}", False) == 2:
+            ones.append(w)
+    if len(ones) < 16:
+        raise RunAborted(f"the tokenizer counts only {len(ones)} of {len(vocabulary)} common words as one token; prompt_tokens cannot be built")
+    overhead = await tok.count(ones[0], True) - 1
+    return TokenCosts(tuple(ones), max(0, overhead))
+
+
+def token_prompt(costs: TokenCosts, index: int, n: int, prefix_tokens: int, seed: int = 0) -> str:
+    """The index-th prompt of exactly `n` tokens (special tokens included)."""
+    words, v = costs.words, len(costs.words)
+    content = n - costs.overhead
+    if content < 1:
+        raise RunAborted(f"prompt_tokens = {n} leaves no room after the tokenizer's {costs.overhead} special tokens")
+    rng = random.Random(f"prefix-{seed}")
+    out = [words[rng.randrange(v)] for _ in range(min(prefix_tokens, content))]
+    mark, i = [], index
+    for _ in range(TOKEN_ID_WORDS):
+        mark.append(words[i % v])
+        i //= v
+    rng = random.Random(f"{seed}-{index}")
+    out += mark[: content - len(out)]
+    out += [words[rng.randrange(v)] for _ in range(content - len(out))]
+    return " ".join(out)
+
+
+class LocalTokenizer:
+    """A tokenizer.json through the `tokenizers` library (`pip install soakspec[tokenizers]`)."""
+
+    def __init__(self, path: str):
+        if HfTokenizer is None:
+            raise RunAborted("tokenizer = ... needs the tokenizers library: pip install 'soakspec[tokenizers]'")
+        try:
+            self._tok = HfTokenizer.from_file(path)
+        except Exception as e:  # noqa: BLE001 - the library raises its own exception types
+            raise RunAborted(f"cannot load the tokenizer {path}: {e}") from None
+
+    async def count(self, text: str, special: bool) -> int:
+        return len(self._tok.encode(text, add_special_tokens=special).ids)
+
+
+class ServerTokenizer:
+    """The server's `/tokenize` endpoint (vLLM, SGLang, the simulator): `{"count": n}`."""
+
+    def __init__(self, base_url: str, model: str, client):
+        self._url, self._model, self._client = base_url.rstrip("/") + "/tokenize", model, client
+
+    async def count(self, text: str, special: bool) -> int:
+        r = await self._client.post(self._url, json={"model": self._model, "prompt": text, "add_special_tokens": special})
+        if r.status_code != 200:
+            raise RunAborted(f"prompt_tokens needs the server's /tokenize endpoint: it answered {r.status_code}; set tokenizer = \"tokenizer.json\"")
+        count = r.json().get("count")
+        if not isinstance(count, int):
+            raise RunAborted("the server's /tokenize answer has no integer 'count'")
+        return count
+
+
+async def verify(tok: Tokenizer, costs: TokenCosts, n: int, prefix_tokens: int) -> None:
+    for i in range(VERIFY_PROMPTS):
+        got = await tok.count(token_prompt(costs, i, n, prefix_tokens), True)
+        if got != n:
+            raise RunAborted(f"a {n}-token prompt counts {got} tokens with this tokenizer (it joins words across spaces); prompt_tokens cannot be exact")
+
+
+__all__ = ["LocalTokenizer", "PromptFiles", "RunAborted", "ServerTokenizer", "TokenCosts", "load_prompts", "measure_costs", "token_prompt", "verify"]

@@ -106,6 +106,7 @@ class RequestShape:
     ignore_eos: bool = False
     stream: bool = True
     extra: tuple[tuple[str, Any], ...] = ()
+    messages: tuple[tuple[str, str], ...] | None = None  # chat: the whole conversation (else one user turn of `prompt`)
 
     @property
     def path(self) -> str:
@@ -139,7 +140,8 @@ def _build_body(shape: RequestShape, request_id: str) -> bytes:
     s = shape.sampling
     body: dict[str, Any] = {"model": shape.model}
     if shape.endpoint is Endpoint.CHAT:
-        body["messages"] = [{"role": "user", "content": shape.prompt}]
+        turns = shape.messages or (("user", shape.prompt),)
+        body["messages"] = [{"role": role, "content": content} for role, content in turns]
     else:
         body["prompt"] = shape.prompt
     body["max_tokens"] = shape.max_tokens

@@ -224,6 +224,7 @@ async def _worker(msg_fd: int) -> None:
         api_key = os.environ.get(job["api_key_env"]) if job["api_key_env"] else None
         host, port = job["host"], job["port"]
         shapes = Shapes(job["request"], job["prompts"])
+        await shapes.prepare(f"http://{host}:{port}")  # token-exact prompts: this process's own word costs
     except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
         await out.send_all(_frame(ERROR, traceback.format_exc().encode()))
         return

@@ -19,6 +19,7 @@ Responses (shapes follow vLLM's `serving_completion.py` / `serving_chat.py`, ser
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
@@ -96,6 +97,26 @@ class InferenceRequest:
     continuous_usage: bool
     ignore_eos: bool
     request_id: str | None  # the body's `request_id`, if any
+    # what was asked, for the trace: the prompt (chat: the last message's text content), its
+    # first PROMPT_HEAD characters and its sha256, and the number of chat messages
+    prompt_head: str = ""
+    prompt_sha256: str = ""
+    messages: int | None = None
+
+
+PROMPT_HEAD = 64
+
+
+def _prompt_text(endpoint: str, body: Mapping[str, Any]) -> str:
+    if endpoint == "chat":
+        content = body["messages"][-1].get("content")
+        if isinstance(content, list):
+            return " ".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return content if isinstance(content, str) else ""
+    prompt = body["prompt"]
+    if isinstance(prompt, list):
+        return prompt[0] if len(prompt) == 1 and isinstance(prompt[0], str) else " ".join(map(str, prompt))
+    return prompt
 
 
 def _words(text: str) -> int:
@@ -137,6 +158,25 @@ def _chat_prompt_tokens(messages: object) -> int:
         else:
             raise ApiError(400, f"messages[{i}].content must be a string or a list of parts", "messages")
     return total
+
+
+def tokenize_body(raw: bytes, config: SimConfig) -> dict[str, Any]:
+    """vLLM's `/tokenize`: `{prompt}` or `{messages}` -> `{count, max_model_len, tokens}`, counted
+    exactly as the simulator's usage counts prompt tokens (whitespace-separated words; the
+    simulator's tokenizer adds no special tokens). The ids are the words' positions."""
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ApiError(400, f"malformed JSON body: {e}") from None
+    if not isinstance(body, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    if "messages" in body:
+        count = _chat_prompt_tokens(body["messages"])
+    elif "prompt" in body:
+        count = _completion_prompt_tokens(body["prompt"])
+    else:
+        raise ApiError(400, "Either prompt or messages must be provided.", "prompt")
+    return {"count": count, "max_model_len": config.max_model_len, "tokens": list(range(count))}
 
 
 def _bool(body: Mapping[str, Any], name: str, default: bool = False) -> bool:
@@ -220,6 +260,9 @@ def parse_request(endpoint: str, raw: bytes, config: SimConfig) -> InferenceRequ
         continuous_usage=continuous,
         ignore_eos=_bool(body, "ignore_eos"),
         request_id=request_id or None,
+        prompt_head=(text := _prompt_text(endpoint, body))[:PROMPT_HEAD],
+        prompt_sha256=hashlib.sha256(text.encode("utf-8", "replace")).hexdigest(),
+        messages=len(body["messages"]) if endpoint == "chat" else None,
     )
 
 

@@ -65,6 +65,7 @@ from soakspec.sim.protocol import (
     models_body,
     parse_request,
     render_metrics,
+    tokenize_body,
 )
 
 __all__ = ["CRASH_EXIT_CODE", "TRACE_PREFIX", "serve"]
@@ -140,7 +141,7 @@ class _Request:
     __slots__ = (
         "index", "endpoint", "client_id", "response_id", "trace_id", "stream", "queued_at", "scheduled_at",
         "scheduled_mono", "arrived_mono", "first_token_at", "prompt_tokens", "completion_tokens", "max_tokens",
-        "finish_reason", "terminal", "status", "fault", "state", "ready", "client_gone",
+        "finish_reason", "terminal", "status", "fault", "state", "ready", "client_gone", "prompt",
     )
 
     def __init__(self, index: int, endpoint: str, arrived_mono: float, arrived_wall: float):
@@ -165,6 +166,7 @@ class _Request:
         self.state: Admission | None = None
         self.ready = trio.Event()
         self.client_gone = False
+        self.prompt: dict[str, Any] = {}  # prompt_head, prompt_sha256, messages (once parsed)
 
 
 # Linux's SO_TIMESTAMPNS (not exported by the socket module): the kernel stamps each received
@@ -339,6 +341,8 @@ class _Server:
                 await _send_json(io, 405, {"detail": "Method Not Allowed"})
             else:
                 await self._inference(io, ENDPOINTS[path], headers, bytes(body), arrived)
+        elif path == "/tokenize":
+            await self._tokenize(io, method, bytes(body))
         elif path in ("/health", "/metrics", "/v1/models"):
             if method != "GET":
                 await _send_json(io, 405, {"detail": "Method Not Allowed"})
@@ -351,6 +355,15 @@ class _Server:
         else:
             await _send_json(io, 404, {"detail": "Not Found"})
         return io.next_cycle()
+
+    async def _tokenize(self, io: _Io, method: str, body: bytes) -> None:
+        if method != "POST":
+            await _send_json(io, 405, {"detail": "Method Not Allowed"})
+            return
+        try:
+            await _send_json(io, 200, tokenize_body(body, self.cfg))
+        except ApiError as e:
+            await _send_json(io, e.status, e.body())
 
     async def _too_large(self, io: _Io) -> None:
         msg = f"request body larger than {MAX_BODY_BYTES} bytes"
@@ -386,6 +399,7 @@ class _Server:
                 return
             self._set_ids(st, header_id or req.request_id or st.client_id)
             st.stream, st.prompt_tokens, st.max_tokens = req.stream, req.prompt_tokens, req.max_tokens
+            st.prompt = {"prompt_head": req.prompt_head, "prompt_sha256": req.prompt_sha256, "messages": req.messages}
             plan = plan_request(cfg, index, req.max_tokens, req.ignore_eos)
             st.fault = plan.fault.value if plan.fault else None
             id_header = _id_header(st.client_id)
@@ -603,6 +617,7 @@ class _Server:
             "fault": st.fault,
             "active": active,
             "pending": pending,
+            **st.prompt,
         })
 
 

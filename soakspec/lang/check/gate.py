@@ -3,7 +3,7 @@
 `abort EXPR OP VALUE per bucket|window D [on "..."]` rules are the runner's: it evaluates each on
 every finished bucket (or window) from the records it already holds, and stops the run's load
 when one holds (they land in `Gate.aborts`, not `Gate.rules`). Only what a finished bucket's
-records give is allowed (`ABORT_METRICS`); anything else is E419.
+records give is allowed (`ABORT_OUTCOMES`, `ABORT_DISTRIBUTIONS`); anything else is E422.
 """
 
 from __future__ import annotations
@@ -66,23 +66,23 @@ ABORT_SCOPES = ("bucket", "window")
 
 
 def _abort(ctx: Ctx, stmt: A.Rule, backend_names: set[str]) -> S.Rule | None:
-    """An abort rule: a gate rule the runner can evaluate live (E419 otherwise)."""
+    """An abort rule: a gate rule the runner can evaluate live (E422 otherwise)."""
     e = stmt.expr
     name = e.arg.name if isinstance(e, A.Call) and isinstance(e.arg, A.MetricRef) else e.name if isinstance(e, A.MetricRef) else None
     if name not in ABORT_OUTCOMES + ABORT_DISTRIBUTIONS:
         allowed = ", ".join(ABORT_OUTCOMES + ABORT_DISTRIBUTIONS)
-        ctx.error("E419", f"an abort rule is evaluated live on a finished bucket: it can use {allowed}", e.span,
+        ctx.error("E422", f"an abort rule is evaluated live on a finished bucket: it can use {allowed}", e.span,
                   "e.g. abort ratio(errors) > 50% per window 30s")
         return None
     rule = _rule(ctx, stmt, backend_names)
     if rule is None:
         return None
     if rule.expr.agg not in ("count", "ratio", "mean", "min", "max") and rule.expr.percentile is None:
-        ctx.error("E419", f"{rule.expr.agg}() cannot be evaluated live; use count or ratio (outcomes), mean, min, max or pNN",
+        ctx.error("E422", f"{rule.expr.agg}() cannot be evaluated live; use count or ratio (outcomes), mean, min, max or pNN",
                   e.span)
         return None
     if stmt.scope is None or rule.scope not in ABORT_SCOPES:
-        ctx.error("E419", "an abort rule is evaluated on each finished bucket or window: add per bucket or per window <duration>",
+        ctx.error("E422", "an abort rule is evaluated on each finished bucket or window: add per bucket or per window <duration>",
                   stmt.scope.span if stmt.scope is not None else stmt.span, "e.g. ... per window 30s")
         return None
     return rule

@@ -6,8 +6,10 @@ import math
 
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
+from soakspec.lang.check import requests
 from soakspec.lang.check.core import Ctx, Key, Table
 from soakspec.lang.check.walk import Body, sub, walk
+from soakspec.lang.datasets import FORMATS
 from soakspec.lang.fmt import value_text
 from soakspec.units import Dimension, format_duration
 
@@ -22,6 +24,12 @@ WORKLOAD = Table(
         Key("stream", "bool", "stream"),
         Key("prompt_words", "int", "prompt_words", minimum=1, default=None),  # 64 when no prompt_file
         Key("prompt_file", "str", "prompt_file"),
+        Key("prompt_tokens", "ints", "prompt_tokens", minimum=1),
+        Key("tokenizer", "str", "tokenizer"),
+        Key("prefix_tokens", "int", "prefix_tokens", minimum=0),
+        Key("prompt_format", "word", "prompt_format", choices=FORMATS),
+        Key("max_tokens_from_file", "bool", "max_tokens_from_file"),
+        Key("multi_turn", "bool", "multi_turn"),
         Key("max_tokens", "ints", "max_tokens", minimum=1),
         Key("sampling", "word", choices=("greedy",)),
         Key("ignore_eos", "bool", "ignore_eos"),
@@ -32,7 +40,7 @@ WORKLOAD = Table(
         Key("follow_up", "bool", "follow_up"),
         Key("expected_latency", "quantity", "expected_latency_s", Dimension.DURATION),
     ),
-    blocks=("load", "sampling"),
+    blocks=("load", "sampling", "body", "headers", "header_env"),
 )
 WORKLOAD_KEYS = tuple(k.name for k in WORKLOAD.keys)
 
@@ -71,6 +79,10 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     fields["sampling"] = _sampling(ctx, b, where)
     fields["load"] = _load(ctx, b, where)
     _check_timing(ctx, b, fields["load"])
+    fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where)
+    requests.check_multi_turn(ctx, b, fields["endpoint"], fields["load"], where)
+    fields["body_json"] = requests.body_json(ctx, b, where)
+    fields["headers"], fields["header_env"] = requests.headers(ctx, b, where)
     if fields["duration_s"] is None:
         return None
     if fields["bucket_s"] is None:
@@ -78,10 +90,21 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     return S.Workload(name=blk.label.value, span=blk.kind_span, **fields)
 
 
+_SOURCES = ("prompt_words", "prompt_file", "prompt_tokens")
+
+
 def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
-    if b["prompt_words"] is not None and b["prompt_file"] is not None:
-        ctx.error("E403", f"{where} sets both 'prompt_words' and 'prompt_file'", b.got("prompt_file").key_span)
-    if not b.has("prompt_words") and b["prompt_file"] is None:
+    """One prompt source: generated words (the default, 64), a file, or token-exact prompts."""
+    given = [k for k in _SOURCES if b.has(k)]
+    for key in given[1:]:
+        ctx.error("E403", f"{where} sets both '{given[0]}' and '{key}': a workload has one prompt source", b.got(key).key_span)
+    for key in ("tokenizer", "prefix_tokens"):
+        if b.has(key) and not b.has("prompt_tokens"):
+            ctx.error("E403", f"'{key}' belongs to token-exact prompts; {where} sets no 'prompt_tokens'", b.got(key).key_span)
+    if b.ok("prefix_tokens") and b.ok("prompt_tokens") and b["prefix_tokens"] >= min(b["prompt_tokens"]):
+        ctx.error("E204", f"'prefix_tokens' ({b['prefix_tokens']}) must be less than the shortest prompt_tokens "
+                          f"({min(b['prompt_tokens'])}): each request needs tokens of its own", b.got("prefix_tokens").span)  # fmt: skip
+    if not given:
         return S.Workload.prompt_words
     return b["prompt_words"]
 

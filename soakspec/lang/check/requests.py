@@ -1,0 +1,188 @@
+"""What a workload's requests carry besides the load: its prompt file (read and parsed here, so a
+malformed file fails `check` at its own line), extra body fields and extra HTTP headers."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from soakspec.diagnostics import Span
+from soakspec.lang import ast as A
+from soakspec.lang import spec as S
+from soakspec.lang.check.core import Ctx, describe
+from soakspec.lang.check.walk import Body
+from soakspec.lang.datasets import DatasetError, read_dataset
+
+# Body fields soakspec itself sets: overriding them would make the evidence lie about what was sent.
+RESERVED_BODY = {
+    "model": "the model block's served_name / id",
+    "prompt": "the workload's prompt_words or prompt_file",
+    "messages": "the workload's prompt_words or prompt_file",
+    "max_tokens": "the workload's max_tokens",
+    "stream": "the workload's stream",
+    "stream_options": "soakspec (it needs usage in the stream)",
+    "request_id": "soakspec (it matches server traces by it)",
+    "temperature": "the sampling block",
+    "top_p": "the sampling block",
+    "top_k": "the sampling block",
+    "seed": "the sampling block",
+    "ignore_eos": "the workload's ignore_eos",
+}
+RESERVED_HEADERS = ("host", "content-length", "content-type", "accept", "connection", "transfer-encoding", "x-request-id")
+_HEADER_NAME = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SECRET_HEADER = re.compile(r"(authorization|cookie|token|secret|api[-_]?key|password)", re.I)
+MAX_BODY_DEPTH = 8
+
+
+def data_path(ctx: Ctx, written: str) -> str:
+    """A relative prompt file is relative to the spec's directory (as the plan resolves it)."""
+    if os.path.isabs(written):
+        return written
+    base = os.path.dirname(os.path.abspath(ctx.path)) if os.path.exists(ctx.path) else os.getcwd()
+    return os.path.join(base, written)
+
+
+def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
+    """Read the prompt file once (bounded); every problem is reported in the file, at its line,
+    with the spec's `prompt_file` as the place that named it."""
+    fmt, lengths, turns = b["prompt_format"], b["max_tokens_from_file"], b["multi_turn"]
+    if b["prompt_file"] is None:
+        for key in ("prompt_format", "max_tokens_from_file", "multi_turn"):
+            if b.has(key) and (key == "prompt_format" or b[key]):
+                ctx.error("E403", f"'{key}' describes a prompt file; {where} sets no 'prompt_file'", b.got(key).key_span)
+        return None
+    if b.has("prompt_format") and not b.ok("prompt_format"):
+        return None
+    got = b.got("prompt_file")
+    path = data_path(ctx, got.value)
+    try:
+        parsed = read_dataset(path, fmt, chat=endpoint == "chat", lengths=lengths, turns=turns and endpoint == "chat")
+    except DatasetError as e:
+        saved, ctx.path = ctx.path, path
+        try:
+            ctx.error("E419", f"prompt file {e.message}", Span(e.line, e.column, e.line, e.column + 1),
+                      f"named by 'prompt_file' at {saved}:{got.span.line}:{got.span.column}")  # fmt: skip
+        finally:
+            ctx.path = saved
+        ctx.error("E419", f"the prompt file {got.value!r} cannot be used (see {path}:{e.line})", got.span)
+        return None
+    return S.Dataset(path, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens, parsed.conversations)
+
+
+def check_multi_turn(ctx: Ctx, b: Body, endpoint: str, load: S.Load, where: str) -> None:
+    """Multi-turn sessions are chat conversations driven by closed-loop workers (one session each)."""
+    if not b["multi_turn"] or b["prompt_file"] is None:
+        return
+    span = b.got("multi_turn").key_span
+    if endpoint != "chat":
+        ctx.error("E403", f"'multi_turn' sends chat conversations; {where} needs endpoint = chat", span)
+    if load.mode != "closed":
+        ctx.error("E403", f"'multi_turn' sessions need closed-loop load (each worker is one session), not mode = {load.mode}", span)
+    if b["max_tokens_from_file"]:
+        ctx.error("E403", "'multi_turn' and 'max_tokens_from_file' do not combine (each turn's answer is the file's)", b.got("max_tokens_from_file").key_span)
+
+
+def body_json(ctx: Ctx, b: Body, where: str) -> str | None:
+    blk = b.blocks.get("body")
+    if blk is None:
+        return None
+    obj = _object(ctx, blk, f"the body of {where}", 0)
+    for key in obj:
+        if key in RESERVED_BODY:
+            span = next(s.key_span if isinstance(s, A.Attribute) else s.kind_span
+                        for s in blk.body if isinstance(s, A.Attribute | A.Block) and _name(s) == key)  # fmt: skip
+            ctx.error("E420", f"body field '{key}' is set by soakspec itself; use {RESERVED_BODY[key]}", span)
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False) if obj else None
+
+
+def _name(s: A.Attribute | A.Block) -> str:
+    return s.key if isinstance(s, A.Attribute) else s.kind
+
+
+def _object(ctx: Ctx, blk: A.Block, where: str, depth: int) -> dict[str, object]:
+    if depth >= MAX_BODY_DEPTH:
+        ctx.error("E204", f"{where} nests more than {MAX_BODY_DEPTH} objects deep", blk.kind_span)
+        return {}
+    out: dict[str, object] = {}
+    for s in blk.body:
+        if not isinstance(s, A.Attribute | A.Block):
+            ctx.error("E108", f"{where} holds only fields (key = value) and objects (key {{ ... }})", s.span)
+            continue
+        key = _name(s)
+        if key in out:
+            ctx.error("E102", f"duplicate field '{key}' in {where}", s.key_span if isinstance(s, A.Attribute) else s.kind_span)
+            continue
+        if isinstance(s, A.Block):
+            if s.label is not None:
+                ctx.error("E107", f"object '{key}' takes no name", s.label.span)
+            out[key] = _object(ctx, s, f"'{key}' of {where}", depth + 1)
+        else:
+            value = _json_value(ctx, key, s.value)
+            if value is not _BAD:
+                out[key] = value
+    return out
+
+
+_BAD = object()
+
+
+def _json_value(ctx: Ctx, key: str, v: A.Value) -> object:
+    if isinstance(v, A.Str | A.Num | A.Bool):
+        return v.value
+    if isinstance(v, A.Word) and v.name == "null":
+        return None
+    if isinstance(v, A.List):
+        items = [_json_value(ctx, key, i) for i in v.items]
+        return _BAD if any(i is _BAD for i in items) else items
+    ctx.error("E104", f"body field '{key}' must be a string, number, true/false, null or a list, not {describe(v)}", v.span)
+    return _BAD
+
+
+def headers(ctx: Ctx, b: Body, where: str) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]:
+    """(headers, header_env): plain values, and values read at run time from named env variables."""
+    plain = _header_block(ctx, b.blocks.get("headers"), where, env=False)
+    env = _header_block(ctx, b.blocks.get("header_env"), where, env=True)
+    both = {k.lower() for k, _ in plain} & {k.lower() for k, _ in env}
+    for name in sorted(both):
+        ctx.error("E403", f"header '{name}' is set both in headers and in header_env", b.blocks["header_env"].kind_span)
+    return plain, env
+
+
+def _header_block(ctx: Ctx, blk: A.Block | None, where: str, env: bool) -> tuple[tuple[str, str], ...]:
+    if blk is None:
+        return ()
+    what = "header_env" if env else "headers"
+    if blk.label is not None:
+        ctx.error("E107", f"'{what}' takes no name", blk.label.span)
+    out: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for s in blk.body:
+        if not isinstance(s, A.Attribute):
+            ctx.error("E108", f"the {what} of {where} holds only Header-Name = \"value\" lines", s.span)
+            continue
+        if s.key.lower() in seen:
+            ctx.error("E102", f"duplicate header '{s.key}' in the {what} of {where}", s.key_span)
+            continue
+        seen.add(s.key.lower())
+        if not _HEADER_NAME.fullmatch(s.key) or s.key.lower() in RESERVED_HEADERS:
+            why = "is set by soakspec itself" if s.key.lower() in RESERVED_HEADERS else "is not a valid HTTP header name"
+            ctx.error("E420", f"header '{s.key}' {why}", s.key_span)
+            continue
+        if not isinstance(s.value, A.Str):
+            ctx.error("E104", f"header '{s.key}' must be a string, not {describe(s.value)}", s.value.span)
+            continue
+        value = s.value.value
+        if env and not _ENV_NAME.fullmatch(value):
+            ctx.error("E411", f"header_env '{s.key}' names an environment variable (the value itself is never written in a spec)", s.value.span)
+            continue
+        if not env and any(c in value for c in "\r\n\0"):
+            ctx.error("E104", f"header '{s.key}' may not contain a line break or NUL", s.value.span)
+            continue
+        if not env and _SECRET_HEADER.search(s.key):
+            ctx.error("E421", f"header '{s.key}' looks like a secret, which a spec never holds",
+                      s.key_span, f'put its value in an environment variable and write: header_env {{ {s.key} = "MY_ENV_VAR" }}')  # fmt: skip
+            continue
+        out.append((s.key, value))
+    return tuple(out)

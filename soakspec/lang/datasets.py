@@ -1,0 +1,266 @@
+"""Prompt files: the named formats a workload's `prompt_file` may be in, read once by `check`.
+
+Formats (`prompt_format = ...`, or detected from the file's first non-blank character):
+
+  - `text`: one prompt per non-empty line (the line, without its line break);
+  - `jsonl`: one JSON object per line (or a JSON array of them) with a string `prompt` or
+    `text`, or OpenAI chat `messages` (a list of `{role, content}`; only for `endpoint = chat`);
+  - `sharegpt`: a JSON array, or JSONL, of objects with `conversations`, a list of
+    `{from, value}` turns; the prompt is the first `human`/`user` turn (after an optional
+    `system` turn, which chat requests send too), its answer the next `gpt`/`assistant` turn.
+
+Detection, when `prompt_format` is not set: a file whose first non-blank character is `[` is a
+JSON array, `{` is JSONL — either ShareGPT when its first record has `conversations`, else
+`prompt`/`text`/`messages` records (a JSON array of those is read as `jsonl`); anything else
+is text. A file is never guessed line by line: a pretty-printed JSON object in a
+JSONL file is an error at its first line, and a text file that starts with `{` needs
+`prompt_format = text`.
+
+Output lengths (opt-in, `max_tokens_from_file = true`): a record's integer `max_tokens`,
+`output_len` or `output_tokens`, or for ShareGPT the answer's length in whitespace-separated
+words (no tokenizer is needed; a real server's tokenizer counts more tokens than words).
+
+Every problem is a `DatasetError` with the 1-based line and column in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from typing import Any
+
+__all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_PROMPTS", "DatasetError", "Parsed", "parse_dataset", "read_dataset"]
+
+FORMATS = ("text", "jsonl", "sharegpt")
+MAX_FILE_BYTES = 64 * 1024 * 1024  # `check` reads the whole file; a larger one is a mistake or needs splitting
+MAX_PROMPTS = 1_000_000
+LENGTH_FIELDS = ("max_tokens", "output_len", "output_tokens")
+HUMAN = ("human", "user")
+ANSWER = ("gpt", "assistant", "chatgpt", "bing", "bard", "model")
+
+Messages = tuple[tuple[str, str], ...]
+Prompt = str | Messages
+
+
+class DatasetError(Exception):
+    def __init__(self, message: str, line: int = 1, column: int = 1):
+        super().__init__(message)
+        self.message, self.line, self.column = message, line, column
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+    format: str
+    sha256: str
+    prompts: tuple[Prompt, ...]
+    output_lens: tuple[int | None, ...]  # per prompt, when the record gives one
+    conversations: tuple[Messages, ...] = ()  # every record's whole conversation (multi-turn chat)
+
+
+def read_dataset(path: str, fmt: str | None, *, chat: bool, lengths: bool, turns: bool = False) -> Parsed:
+    """Read and parse a prompt file (bounded: MAX_FILE_BYTES; never a FIFO or a directory)."""
+    try:
+        if not os.path.isfile(path):
+            raise DatasetError("no such file" if not os.path.exists(path) else "not a regular file")
+        if os.path.getsize(path) > MAX_FILE_BYTES:
+            raise DatasetError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise DatasetError(f"cannot be read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw.count(b"\n", 0, e.start) + 1
+        raise DatasetError("is not UTF-8", line, e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1) from None
+    return parse_dataset(text, fmt, chat=chat, lengths=lengths, turns=turns, sha256=hashlib.sha256(raw).hexdigest())
+
+
+def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, turns: bool = False, sha256: str = "") -> Parsed:
+    """`turns`: also keep every record's whole conversation (multi-turn chat)."""
+    text = text.removeprefix("\ufeff")
+    stripped = text.lstrip()
+    if fmt is None:
+        fmt = _detect(text, stripped)
+    array: list[tuple[int, Any]] = []
+    if fmt == "text":
+        items: list[tuple[int, Any]] = [(i, line) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
+        records = [(n, _text_line(line)) for n, line in items]
+    elif stripped.startswith("["):
+        array = _json_array(text)
+        if fmt == "array":  # detected: ShareGPT when the first record has conversations, else prompt/text/messages
+            fmt = "sharegpt" if array and isinstance(array[0][1], dict) and "conversations" in array[0][1] else "jsonl"
+        records = [(n, _record(obj, n, fmt, chat, lengths)) for n, obj in array]
+    else:
+        records = [(n, _record(obj, n, fmt, chat, lengths)) for n, obj in _jsonl(text)]
+    if not records:
+        raise DatasetError("has no prompts" + (f" ({fmt})" if fmt in FORMATS else ""))
+    if len(records) > MAX_PROMPTS:
+        raise DatasetError(f"has more than {MAX_PROMPTS:,} prompts", records[MAX_PROMPTS][0])
+    prompts = tuple(r[1][0] for r in records)
+    convs: tuple[Messages, ...] = ()
+    if turns:
+        if fmt == "text":
+            raise DatasetError("multi_turn needs conversations: a sharegpt file or jsonl 'messages' records, not text")
+        objs = dict(array if stripped.startswith("[") else _jsonl(text))
+        convs = tuple(_conversation(objs[n], n) for n, _ in records)
+    return Parsed(fmt, sha256, prompts, tuple(r[1][1] for r in records), convs)
+
+
+def _conversation(obj: dict, line: int) -> Messages:
+    """A record as chat turns: ShareGPT's (`human` -> user, `gpt` -> assistant), `messages` as
+    they are, a prompt/text as one user turn."""
+    if "conversations" in obj:
+        roles = {"system": "system", **{h: "user" for h in HUMAN}, **{a: "assistant" for a in ANSWER}}
+        turns = []
+        for t in obj["conversations"]:
+            role = roles.get(t["from"].lower())
+            if role is None:
+                raise DatasetError(f"unknown ShareGPT speaker '{t['from']}' (human, gpt or system)", line)
+            turns.append((role, t["value"]))
+        return tuple(turns)
+    if "messages" in obj:
+        msgs = _messages(obj["messages"], line)
+        if not any(role == "user" for role, _ in msgs):
+            raise DatasetError("a conversation needs at least one 'user' message", line)
+        return msgs
+    return (("user", obj.get("prompt") or obj.get("text")),)
+
+
+def _detect(text: str, stripped: str) -> str:
+    if stripped.startswith("["):
+        return "array"
+    if stripped.startswith("{"):
+        first = stripped.split("\n", 1)[0]
+        try:
+            obj = json.loads(first)
+        except json.JSONDecodeError:
+            line = text[: len(text) - len(stripped)].count("\n") + 1
+            raise DatasetError(
+                "starts with '{' but its first line is not a whole JSON object: JSONL needs one object per line "
+                "(a pretty-printed JSON document is not JSONL); set prompt_format = text for plain text",
+                line,
+            ) from None
+        return "sharegpt" if isinstance(obj, dict) and "conversations" in obj else "jsonl"
+    return "text"
+
+
+def _text_line(line: str) -> tuple[Prompt, int | None]:
+    return line.rstrip("\r"), None
+
+
+def _line_col(text: str, pos: int) -> tuple[int, int]:
+    line = text.count("\n", 0, pos) + 1
+    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
+def _json_array(text: str) -> list[tuple[int, Any]]:
+    """The items of a JSON array, each with the line it starts on."""
+    dec = json.JSONDecoder()
+    pos = len(text) - len(text.lstrip()) + 1  # after '['
+    out: list[tuple[int, Any]] = []
+    n = len(text)
+
+    def skip(p: int) -> int:
+        while p < n and text[p] in " \t\r\n":
+            p += 1
+        return p
+
+    pos = skip(pos)
+    if pos < n and text[pos] == "]":
+        return out
+    while True:
+        try:
+            obj, end = dec.raw_decode(text, pos)
+        except json.JSONDecodeError as e:
+            raise DatasetError(f"is not valid JSON: {e.msg}", *_line_col(text, e.pos)) from None
+        out.append((_line_col(text, pos)[0], obj))
+        pos = skip(end)
+        if pos < n and text[pos] == ",":
+            pos = skip(pos + 1)
+            continue
+        if pos < n and text[pos] == "]":
+            if skip(pos + 1) != n:
+                raise DatasetError("has text after the JSON array", *_line_col(text, skip(pos + 1)))
+            return out
+        raise DatasetError("is not valid JSON: expected ',' or ']' in the array", *_line_col(text, min(pos, n)))
+
+
+def _jsonl(text: str) -> list[tuple[int, Any]]:
+    out = []
+    for i, line in enumerate(text.split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append((i, json.loads(line)))
+        except json.JSONDecodeError as e:
+            raise DatasetError(f"is not one JSON object per line (JSONL): {e.msg}", i, e.colno) from None
+    return out
+
+
+def _record(obj: Any, line: int, fmt: str, chat: bool, lengths: bool) -> tuple[Prompt, int | None]:
+    if not isinstance(obj, dict):
+        raise DatasetError(f"each record must be a JSON object, not {type(obj).__name__}", line)
+    if fmt == "sharegpt":
+        prompt, answer_len = _sharegpt(obj, line, chat)
+    else:
+        prompt, answer_len = _jsonl_prompt(obj, line, chat), None
+    if not lengths:
+        return prompt, None
+    for name in LENGTH_FIELDS:
+        v = obj.get(name)
+        if v is not None:
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise DatasetError(f"'{name}' must be a whole number of tokens, at least 1", line)
+            return prompt, v
+    if answer_len is None:
+        want = "an answer turn or " if fmt == "sharegpt" else ""
+        raise DatasetError(f"max_tokens_from_file = true, but this record has {want}no {'/'.join(LENGTH_FIELDS)}", line)
+    return prompt, answer_len
+
+
+def _jsonl_prompt(obj: dict, line: int, chat: bool) -> Prompt:
+    for name in ("prompt", "text"):
+        if name in obj:
+            if not isinstance(obj[name], str) or not obj[name]:
+                raise DatasetError(f"'{name}' must be a non-empty string", line)
+            return obj[name]
+    if "messages" in obj:
+        if not chat:
+            raise DatasetError("'messages' records are chat messages: they need endpoint = chat", line)
+        return _messages(obj["messages"], line)
+    if "conversations" in obj:
+        raise DatasetError("this record is ShareGPT ('conversations'): set prompt_format = sharegpt", line)
+    raise DatasetError("a JSONL record needs a 'prompt', 'text' or 'messages' field", line)
+
+
+def _messages(msgs: Any, line: int) -> Messages:
+    if not isinstance(msgs, list) or not msgs:
+        raise DatasetError("'messages' must be a non-empty list", line)
+    out = []
+    for m in msgs:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise DatasetError("each message needs a string 'role' and 'content'", line)
+        out.append((m["role"], m["content"]))
+    return tuple(out)
+
+
+def _sharegpt(obj: dict, line: int, chat: bool) -> tuple[Prompt, int | None]:
+    conv = obj.get("conversations")
+    if not isinstance(conv, list) or not conv:
+        raise DatasetError("a ShareGPT record needs 'conversations', a non-empty list of {from, value} turns", line)
+    turns = []
+    for t in conv:
+        if not isinstance(t, dict) or not isinstance(t.get("from"), str) or not isinstance(t.get("value"), str):
+            raise DatasetError("each ShareGPT turn needs a string 'from' and 'value'", line)
+        turns.append((t["from"].lower(), t["value"]))
+    i = 1 if turns[0][0] == "system" else 0
+    if i >= len(turns) or turns[i][0] not in HUMAN or not turns[i][1]:
+        raise DatasetError("a ShareGPT conversation must start with a non-empty human turn (after an optional system turn)", line)
+    answer = turns[i + 1] if i + 1 < len(turns) and turns[i + 1][0] in ANSWER else None
+    answer_len = max(1, len(answer[1].split())) if answer else None
+    if chat and i == 1:
+        return (("system", turns[0][1]), ("user", turns[1][1])), answer_len
+    return turns[i][1], answer_len

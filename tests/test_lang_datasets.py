@@ -1,0 +1,317 @@
+"""Prompt files in their named formats: what `check` reads, what it rejects (at the data file's
+own line), and what the server actually receives (read back from the simulator's traces)."""
+
+from __future__ import annotations
+
+import json
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from soakspec.diagnostics import Severity, render_text
+from soakspec.lang import load_spec
+from soakspec.lang.datasets import DatasetError, parse_dataset
+from soakspec.plan import plan
+from soakspec.plan import render_text as render_plan
+from soakspec.runner.clock import RunClock
+from soakspec.runner.h11client import H11Connection
+from soakspec.runner.load import LevelContext, Shapes, drive_level
+from soakspec.sim import server as sim
+from soakspec.sim.config import SimConfig
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "prompts"
+
+SPEC = """\
+soak "datasets" {{
+  issue = "18"
+}}
+backend "sim" {{
+  sim {{}}
+  runtime {{
+    label = "host-staged"
+  }}
+}}
+workload "w" {{
+  endpoint = {endpoint}
+  prompt_file = "{file}"
+  {extra}
+  max_tokens = 4
+  load {{
+    mode = closed
+    concurrency = [1]
+  }}
+  duration = {duration}
+  deadline = 5s
+  follow_up = false
+}}
+gate {{
+  require failed == 0
+}}
+claims {{
+  claim "test"
+}}
+"""
+
+SHAREGPT_PRETTY = """\
+[
+  {
+    "id": "a1",
+    "conversations": [
+      {"from": "human", "value": "first question"},
+      {"from": "gpt", "value": "one two three"}
+    ]
+  },
+  {
+    "id": "a2",
+    "conversations": [
+      {"from": "human", "value": "second question"}
+    ]
+  }
+]
+"""
+
+
+def _spec(tmp_path: Path, file: str, endpoint: str = "completions", extra: str = "", duration: str = "1s"):
+    path = tmp_path / "w.soak"
+    path.write_text(SPEC.format(file=file, endpoint=endpoint, extra=extra, duration=duration))
+    return load_spec(path)
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def test_a_pretty_printed_sharegpt_array_gives_one_prompt_per_record_not_per_line():
+    p = parse_dataset(SHAREGPT_PRETTY, None, chat=False, lengths=False)
+    assert p.format == "sharegpt"
+    assert p.prompts == ("first question", "second question")
+
+
+def test_sharegpt_answer_length_is_the_output_length_only_when_asked():
+    with pytest.raises(DatasetError) as e:  # the second record has no answer
+        parse_dataset(SHAREGPT_PRETTY, None, chat=False, lengths=True)
+    assert e.value.line == 9
+    first = SHAREGPT_PRETTY.split("  },\n")[0] + "  }\n]\n"
+    assert parse_dataset(first, None, chat=False, lengths=True).output_lens == (3,)
+    assert parse_dataset(first, None, chat=False, lengths=False).output_lens == (None,)
+
+
+def test_jsonl_takes_prompt_text_and_messages_and_its_lengths():
+    text = (EXAMPLES / "prompts.jsonl").read_text()
+    p = parse_dataset(text, None, chat=True, lengths=True)
+    assert p.format == "jsonl"
+    assert p.prompts[0] == "Summarise the plot of Hamlet in two sentences."
+    assert p.prompts[1].startswith("Translate")
+    assert p.prompts[2] == (("system", "You answer briefly."), ("user", "What is a KV cache?"))
+    assert p.output_lens == (48, 16, 32)
+
+
+def test_chat_messages_need_the_chat_endpoint():
+    with pytest.raises(DatasetError, match="endpoint = chat") as e:
+        parse_dataset((EXAMPLES / "prompts.jsonl").read_text(), "jsonl", chat=False, lengths=False)
+    assert e.value.line == 3
+
+
+def test_a_pretty_printed_object_is_not_jsonl():
+    with pytest.raises(DatasetError, match="one object per line") as e:
+        parse_dataset('\n{\n  "prompt": "x"\n}\n', None, chat=False, lengths=False)
+    assert e.value.line == 2
+
+
+def test_a_json_array_of_prompt_records_is_read_as_jsonl_records():
+    p = parse_dataset('[\n  {"prompt": "a b"},\n  {"text": "c"}\n]\n', None, chat=False, lengths=False)
+    assert (p.format, p.prompts) == ("jsonl", ("a b", "c"))
+    with pytest.raises(DatasetError, match="'prompt', 'text' or 'messages'") as e:
+        parse_dataset('[\n  {"prompt": "a b"},\n  {"question": "c"}\n]\n', None, chat=False, lengths=False)
+    assert e.value.line == 3
+
+
+def test_text_that_starts_with_a_brace_is_text_when_declared():
+    assert parse_dataset("{not json}\nsecond\n", "text", chat=False, lengths=False).prompts == ("{not json}", "second")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "fmt", "match"),
+    [
+        ('[\n  {"conversations": [{"from": "human", "value": "a"}]},\n  {"conversations": []}\n]', 3, None, "non-empty list"),
+        ('[\n  {"conversations": [{"from": "human", "value": "a"}]}\n  {"x": 1}\n]', 3, None, "expected ','"),
+        ('[\n  {"conversations": [{"from": "human", "value": "a"}],\n]', 3, None, "not valid JSON"),
+        ('{"prompt": "a"}\n{"prompt": 3}\n', 2, None, "non-empty string"),
+        ('{"prompt": "a"}\n\n{"question": "b"}\n', 3, None, "needs a 'prompt', 'text' or 'messages'"),
+        ('{"prompt": "a"}\n{"prompt": "b"\n', 2, None, "JSONL"),
+        ('{"conversations": [{"from": "gpt", "value": "a"}]}\n', 1, None, "human turn"),
+        ('{"conversations": [{"from": "human", "value": "a"}]}\n', 1, "jsonl", "prompt_format = sharegpt"),
+        ("\n\n", 1, None, "no prompts"),
+        ("[]", 1, None, "no prompts"),
+    ],
+)
+def test_malformed_files_fail_at_their_line(text, line, fmt, match):
+    with pytest.raises(DatasetError, match=match) as e:
+        parse_dataset(text, fmt, chat=False, lengths=False)
+    assert e.value.line == line
+
+
+_prompt = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40).filter(
+    lambda p: p.strip() and not p.startswith("\ufeff")  # a leading BOM is the file's, and dropped
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(_prompt, min_size=1, max_size=8))
+def test_every_format_gives_back_the_prompts_it_was_written_with(prompts):
+    """Property: text (prompts that do not start with [ or { declared as text), JSONL and a
+    pretty-printed ShareGPT array all read back the same prompts in order."""
+    jsonl = "\n".join(json.dumps({"prompt": p}) for p in prompts)
+    assert parse_dataset(jsonl, "jsonl", chat=False, lengths=False).prompts == tuple(prompts)
+    share = json.dumps([{"conversations": [{"from": "human", "value": p}]} for p in prompts], indent=2)
+    assert parse_dataset(share, None, chat=False, lengths=False).prompts == tuple(prompts)
+    text = "\n".join(prompts)
+    assert parse_dataset(text, "text", chat=False, lengths=False).prompts == tuple(p.rstrip("\r") for p in prompts)
+
+
+# ---------------------------------------------------------------- check
+
+
+def test_check_reports_a_malformed_file_at_its_line_and_the_spec_position(tmp_path):
+    data = tmp_path / "bad.json"
+    data.write_text(SHAREGPT_PRETTY.replace('{"from": "human", "value": "second question"}', '{"from": "human"}'))
+    spec, diags, text = _spec(tmp_path, "bad.json")
+    assert spec is None
+    in_file = [d for d in diags if d.path == str(data)]
+    assert len(in_file) == 1 and in_file[0].code == "E419" and in_file[0].span.line == 9
+    assert "w.soak:12:" in (in_file[0].hint or "")  # where prompt_file is written
+    in_spec = [d for d in diags if d.path.endswith("w.soak") and d.code == "E419"]
+    assert len(in_spec) == 1 and in_spec[0].span.line == 12 and in_spec[0].severity is Severity.ERROR
+    assert f"{data}:9:" in render_text(diags, {str(tmp_path / 'w.soak'): text})
+
+
+def test_check_reports_a_missing_file_and_an_unknown_format(tmp_path):
+    spec, diags, _ = _spec(tmp_path, "nope.jsonl")
+    assert spec is None and any(d.code == "E419" and "no such file" in d.message for d in diags)
+    (tmp_path / "p.txt").write_text("a\n")
+    spec, diags, _ = _spec(tmp_path, "p.txt", extra="prompt_format = csv")
+    assert spec is None and [d.code for d in diags] == ["E109"]
+
+
+def test_prompt_format_without_a_prompt_file_is_a_contradiction(tmp_path):
+    path = tmp_path / "w.soak"
+    path.write_text(SPEC.format(file="x", endpoint="completions", extra="", duration="1s")
+                    .replace('prompt_file = "x"', "prompt_words = 4\n  prompt_format = text"))  # fmt: skip
+    spec, diags, _ = load_spec(path)
+    assert spec is None and [d.code for d in diags] == ["E403"]
+
+
+def test_the_plan_carries_the_prompts_and_records_the_file(tmp_path):
+    spec, diags, _ = _spec(tmp_path, str(EXAMPLES / "sharegpt.json"), endpoint="chat", extra="max_tokens_from_file = true")
+    assert spec is not None, diags
+    p = plan(spec)
+    req = p.backends[0].levels[0].request
+    assert "w prompts: 2 from " in render_plan(p) and "(sharegpt, sha256 " in render_plan(p)
+    assert req.prompts[0] == "What is the capital of Australia?"
+    assert req.prompts[1] == (("system", "You are a terse assistant."), ("user", "Name two prime numbers above fifty."))
+    assert req.output_lens == (6, 3)
+    j = req.to_json()
+    assert j["prompt_format"] == "sharegpt" and j["prompt_count"] == 2 and j["max_tokens_from_file"] is True
+    assert len(j["prompt_sha256"]) == 64 and "prompts" not in j
+    # the runner's shapes use the file's prompts and lengths, in order
+    shapes = Shapes(req)
+    assert [(s.prompt, s.max_tokens, s.messages is not None) for s in map(shapes.make, range(3))] == [
+        ("What is the capital of Australia?", 6, False),
+        ("Name two prime numbers above fifty.", 3, True),
+        ("What is the capital of Australia?", 6, False),
+    ]
+
+
+# ---------------------------------------------------------------- what the server receives
+
+
+async def _sent_prompts(tmp_path: Path, file: str, endpoint: str = "completions") -> list[dict]:
+    spec, diags, _ = _spec(tmp_path, file, endpoint=endpoint, duration="400ms")
+    assert spec is not None, diags
+    level = plan(spec).backends[0].levels[0]
+    clock = RunClock()
+    traces = tmp_path / "traces.jsonl"
+    seq = iter(range(10**6))
+
+    def next_id() -> tuple[int, str]:
+        i = next(seq)
+        return i, f"d-{i:07d}"
+
+    async with trio.open_nursery() as nursery:
+        config = SimConfig(model="default", trace_log=False, trace_file=str(traces), ttft=0.002, itl=0.001, seed=1)
+        port = await nursery.start(partial(sim.serve, config))
+        ctx = LevelContext("sim", clock, partial(H11Connection, "127.0.0.1", port, clock), Shapes(level.request), lambda rs: None, next_id)
+        run = await drive_level(level, ctx)
+        nursery.cancel_scope.cancel()
+    assert run.sent >= 3
+    rows = [json.loads(line) for line in traces.read_text().splitlines()]
+    return sorted(rows, key=lambda r: r["arrival_index"])
+
+
+@pytest.mark.parametrize(
+    ("name", "endpoint", "expected"),
+    [
+        ("sharegpt.json", "chat", ["What is the capital of Australia?", "Name two prime numbers above fifty."]),
+        ("prompts.jsonl", "chat", ["Summarise the plot of Hamlet in two sentences.",
+                                   "Translate 'good morning' into French, German and Spanish.", "What is a KV cache?"]),
+        ("prompts.txt", "completions", ["Explain what a soak test measures in one paragraph.", "Write a haiku about a GPU fan.",
+                                        "List three causes of tail latency in an inference server."]),
+    ],
+)  # fmt: skip
+async def test_each_format_sends_its_prompts_in_order(tmp_path, name, endpoint, expected):
+    """Read back from the simulator's traces: request i carried prompt i mod P, whole."""
+    rows = await _sent_prompts(tmp_path, str(EXAMPLES / name), endpoint)
+    heads = [r["prompt_head"] for r in rows]
+    assert heads[: len(expected)] == [e[:64] for e in expected]
+    assert set(heads) == {e[:64] for e in expected}
+    if name == "sharegpt.json":  # the system turn travels with its question
+        assert [r["messages"] for r in rows[:2]] == [1, 2]
+
+
+# ---------------------------------------------------------------- multi-turn sessions
+
+
+def test_multi_turn_needs_chat_closed_loop_and_conversations(tmp_path):
+    share = str(EXAMPLES / "sharegpt.json")
+    spec, diags, _ = _spec(tmp_path, share, endpoint="completions", extra="multi_turn = true")
+    assert spec is None and "endpoint = chat" in diags[0].message
+    spec, diags, _ = _spec(tmp_path, str(EXAMPLES / "prompts.txt"), endpoint="chat", extra="multi_turn = true")
+    assert spec is None and any(d.code == "E419" and "multi_turn needs conversations" in d.message for d in diags)
+    spec, diags, _ = _spec(tmp_path, share, endpoint="chat", extra="multi_turn = true")
+    assert spec is not None, diags
+    req = plan(spec).backends[0].levels[0].request
+    assert req.to_json()["multi_turn_sessions"] == 2
+    assert req.conversations[0][2] == ("user", "And its largest city?")
+
+
+async def test_a_session_sends_its_next_turn_with_the_history(tmp_path):
+    """Concurrency 1 is one session: conversation a1 (two user turns), then a2 (system + user),
+    then a1 again; each turn carries the turns before it (read back from the simulator)."""
+    path = tmp_path / "w.soak"
+    path.write_text(SPEC.format(file=str(EXAMPLES / "sharegpt.json"), endpoint="chat", extra="multi_turn = true", duration="400ms"))
+    spec, diags, _ = load_spec(path)
+    assert spec is not None, diags
+    level = plan(spec).backends[0].levels[0]
+    clock = RunClock()
+    traces = tmp_path / "traces.jsonl"
+    seq = iter(range(10**6))
+
+    async with trio.open_nursery() as nursery:
+        config = SimConfig(model="default", trace_log=False, trace_file=str(traces), ttft=0.002, itl=0.001, seed=1)
+        port = await nursery.start(partial(sim.serve, config))
+        ctx = LevelContext("sim", clock, partial(H11Connection, "127.0.0.1", port, clock), Shapes(level.request), lambda rs: None,
+                           lambda: (i := next(seq), f"m-{i:07d}"))  # fmt: skip
+        await drive_level(level, ctx)
+        nursery.cancel_scope.cancel()
+    rows = sorted((json.loads(line) for line in traces.read_text().splitlines()), key=lambda r: r["arrival_index"])
+    assert len(rows) >= 4
+    got = [(r["messages"], r["prompt_head"]) for r in rows[:4]]
+    assert got == [
+        (1, "What is the capital of Australia?"),
+        (3, "And its largest city?"),
+        (2, "Name two prime numbers above fifty."),
+        (1, "What is the capital of Australia?"),
+    ]
