@@ -19,7 +19,7 @@ from soakspec.diagnostics import Severity
 from soakspec.evidence.schema import validate
 from soakspec.judge import judge
 from soakspec.judge.testing import EvidenceBuilder, small_spec
-from soakspec.lang import check, parse
+from soakspec.lang import check, fmt, parse
 from soakspec.plan import DEFAULT_ABORT_MIN_REQUESTS, AbortRule, plan, render_text
 from soakspec.runner.abort import AbortWatch, Row, holds, value
 from tests.runner_support import new_marker, run_soakspec, sim_spec, wait_no_survivors
@@ -77,6 +77,15 @@ def test_an_abort_rule_in_the_compare_block_is_E422():
     tree, diags = parse(text)
     _, more = check(tree)
     assert [(d.code, d.span.line) for d in diags + more] == [("E422", 13)]
+
+
+def test_abort_rules_survive_fmt():
+    text = 'soak "x" {}\n' + BACKEND + WORKLOAD + 'gate {\n  abort   ratio(errors)>50% per window 30s on "b"\n  abort_default = false\n}\n'
+    tree, _ = parse(text)
+    once = fmt(tree)
+    assert "abort ratio(errors) > 50% per window 30s on \"b\"" in once
+    assert fmt(parse(once)[0]) == once
+    assert check(parse(once)[0])[0].gate.aborts == check(tree)[0].gate.aborts
 
 
 # ---------------------------------------------------------------- plan
@@ -154,6 +163,23 @@ def test_a_window_rule_fires_on_the_first_record_after_its_window_ends():
     w2.level_started("w", 0, "c", 10.0, 20.0, 5.0)
     w2.observe([Row(-1, 10.5, "failed", {})], now=13.0)
     assert w2.fired is None
+
+
+def test_the_builtin_abort_needs_a_whole_bucket_of_at_least_its_minimum_none_completed():
+    spec, _ = _check("")
+    (builtin,) = plan(spec).backends[0].aborts
+    fired = []
+    watch = AbortWatch("a", [builtin], on_fire=fired.append)
+    watch.level_started("w", 0, "c", 0.0, 10.0, 1.0)
+    watch.observe(_rows(["failed"] * (DEFAULT_ABORT_MIN_REQUESTS - 1), bucket=0, start=0.5), now=0.9)
+    watch.bucket_done(0, now=1.0)
+    assert fired == []  # too few requests to call the server dead
+    watch.observe(_rows(["failed"] * 30 + ["completed"], bucket=1, start=1.5), now=1.9)
+    watch.bucket_done(1, now=2.0)
+    assert fired == []  # one completed request: not degenerate
+    watch.observe(_rows(["rejected", "timeout"] * DEFAULT_ABORT_MIN_REQUESTS, bucket=2, start=2.5), now=2.9)
+    watch.bucket_done(2, now=3.0)
+    assert [(f.index, f.observed, f.rule.builtin) for f in fired] == [(2, 1.0, True)]
 
 
 def test_rows_no_rule_reads_again_are_forgotten():
