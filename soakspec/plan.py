@@ -280,6 +280,7 @@ class Launch:
     capture_log: bool
     host: str = HOST
     liveness: Liveness = Liveness()
+    log_file: str | None = None  # url: the server's log file (absolute), read from its size at the backend's start
 
     @property
     def launches(self) -> bool:
@@ -313,6 +314,7 @@ class Launch:
             "env": redact_env(dict(self.env)),
             "cwd": self.cwd,
             "capture_log": self.capture_log,
+            "log_file": self.log_file,
         }
 
 
@@ -331,6 +333,34 @@ class TracePlan:
         return dataclasses.asdict(self) | {"id_forms": list(self.id_forms)}
 
 
+# The built-in abort (on unless the gate says `abort_default = false`): a whole bucket of
+# at least this many requests in which not one completed.
+DEFAULT_ABORT_MIN_REQUESTS = 10
+DEFAULT_ABORT_TEXT = f"abort ratio(errors) >= 100% per bucket (built in: every request of a bucket of at least {DEFAULT_ABORT_MIN_REQUESTS} unsuccessful)"
+
+
+@dataclasses.dataclass(frozen=True)
+class AbortRule:
+    """An abort rule as the runner evaluates it (`runner/abort.py`) on each finished bucket or
+    window of this backend: `agg(metric) op threshold`, over the requests that started in it and
+    have finished. `agg` is count or ratio (outcome metrics: the share of the window's requests)
+    or mean, min, max, p (with `percentile`) over the completed requests' values."""
+
+    text: str  # as written (or DEFAULT_ABORT_TEXT)
+    metric: str
+    agg: str  # count | ratio | mean | min | max | p
+    percentile: float | None
+    op: str
+    threshold: float  # base units
+    scope: str  # bucket | window
+    window_s: float | None  # window: its length (time-scaled like the buckets)
+    min_requests: int = 1  # fewer requests in the bucket/window: not evaluated
+    builtin: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 @dataclasses.dataclass(frozen=True)
 class BackendPlan:
     backend: Backend  # the checked spec's backend (for the judge; the runner reads `launch`)
@@ -344,6 +374,7 @@ class BackendPlan:
     runtime: BoundaryDecl | None
     follow_up_request: RequestTemplate
     follow_up_workload: str
+    aborts: tuple[AbortRule, ...] = ()  # evaluated live; the first that fires stops the load
 
     @property
     def name(self) -> str:
@@ -566,6 +597,7 @@ def _launch(spec: Spec, b: Backend, base: Path, rehearse: bool) -> Launch:
         name=b.name, kind=kind, argv=argv, url=b.url if kind == "url" else None, env=tuple(env.items()), cwd=cwd,
         probe=Probe(r.method, r.path, r.status, timeout, r.interval_s), shutdown_grace_s=grace,
         kill_wait_s=KILL_WAIT_S, capture_log=b.capture_log or rehearse,
+        log_file=_abspath(base, b.log_file) if kind == "url" else None,
     )  # fmt: skip
 
 
@@ -583,6 +615,20 @@ def _runtime(b: Backend) -> BoundaryDecl | None:
         return None
     return BoundaryDecl(label=rt.label, log_regex=rt.log_pattern, expected_version=rt.version,
                         required_env=tuple((n, None) for n in rt.require_env))  # fmt: skip
+
+
+def _aborts(spec: Spec, b: Backend, time_scale: float) -> tuple[AbortRule, ...]:
+    out = []
+    for r in spec.gate.aborts:
+        if r.backend is not None and r.backend != b.name or r.op is None or r.threshold is None:
+            continue
+        agg = "p" if r.expr.percentile is not None else (r.expr.agg or "count")
+        window = r.window_s * time_scale if r.window_s is not None else None
+        out.append(AbortRule(r.text, r.expr.metric, agg, r.expr.percentile, r.op, r.threshold, r.scope, window))
+    if spec.gate.abort_default:
+        out.append(AbortRule(DEFAULT_ABORT_TEXT, "errors", "ratio", None, ">=", 1.0, "bucket", None,
+                             min_requests=DEFAULT_ABORT_MIN_REQUESTS, builtin=True))
+    return tuple(out)
 
 
 def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehearse: bool) -> BackendPlan:
@@ -605,7 +651,7 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
     first = spec.workloads[0]
     return BackendPlan(
         b, tuple(levels), follow, follow_deadline, est, upper, launch, _traces(spec, b, base, rehearse), _runtime(b),
-        _request(first, model, base, b.api_key_env), first.name,
+        _request(first, model, base, b.api_key_env), first.name, _aborts(spec, b, time_scale),
     )
 
 
@@ -703,6 +749,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
         lines.append(f"    {name} prompts: {prompt_label(t)}; cache: {_prefix_policy(t)}")
     if b.follow_up:
         lines.append(f"    then one clean follow-up request (deadline {format_duration(b.follow_up_deadline_s)})")
+    for a in b.aborts:
+        lines.append(f"    stops its load when: {a.text}")
     exp = b.expected_requests
     lines.append(
         f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else " (set expected_latency for an estimate)")
@@ -749,6 +797,7 @@ def _backend_json(b: BackendPlan) -> dict[str, Any]:
         "follow_up": b.follow_up,
         "follow_up_request": b.follow_up_request.to_json() if b.follow_up else None,
         "levels": [_level_json(lv) for lv in b.levels],
+        "aborts": [a.to_json() for a in b.aborts],
     }
 
 

@@ -66,6 +66,9 @@ def launch_spec(argv: list[str], *, ready_timeout: str = "10s", grace: str = "2s
     return text.replace(SIM_BLOCK, launch, 1)
 
 
+NO_ABORT = "require failed == 0\n  abort_default = false"  # for servers that fail every request on purpose
+
+
 def misbehaving(mode: str = "ok", *flags: str) -> list[str]:
     return [PY, str(MISBEHAVING), "--port", "{port}", "--mode", mode, *flags]
 
@@ -262,7 +265,9 @@ def test_protocol_fault_gives_its_outcome_class(tmp_path, mode):
     completes (exit 0/1/3, not 4), every request gets the stated outcome and message, and
     the evidence verifies."""
     outcome, error = PROTOCOL_CASES[mode]
-    proc, out = run_spec(tmp_path, launch_spec(misbehaving(mode)), "--no-preflight")  # every request faults
+    # every request faults by design: no pre-flight, and the built-in abort (runner/abort.py) is
+    # off, so each request keeps its own outcome
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving(mode), gate=NO_ABORT), "--no-preflight")
     assert proc.returncode in RUN_COMPLETED, proc.stderr
     _one_line_no_traceback(proc.stderr)
     assert manifest(out)["status"] == "complete"
@@ -309,7 +314,7 @@ def test_a_10mb_sse_line_fails_the_request_and_memory_stays_bounded(tmp_path):
     soon as the line passes the 1 MiB event limit, and the runner's peak RSS (VmHWM, sampled
     from /proc while it runs) stays under 200 MB."""
     spec = tmp_path / "t.soak"
-    spec.write_text(launch_spec(misbehaving("huge-line"), load="mode = closed\n    concurrency = [2]"))
+    spec.write_text(launch_spec(misbehaving("huge-line"), load="mode = closed\n    concurrency = [2]", gate=NO_ABORT))
     marker = new_marker()
     out = tmp_path / "ev"
     proc = subprocess.Popen(

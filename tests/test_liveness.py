@@ -27,7 +27,7 @@ from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health
 from soakspec.runner.procs import crash_lines, free_port
 from soakspec.runner.records import Outcome, RequestRecord
-from test_faults import SIM_BLOCK, launch_spec, misbehaving
+from test_faults import NO_ABORT, SIM_BLOCK, launch_spec, misbehaving
 
 PY = sys.executable
 
@@ -133,8 +133,10 @@ def test_a_backend_that_answers_only_errors_fails_its_probe_and_aborts(tmp_path)
     """An API server that stays up after its engine died: every request -- and the readiness
     probe -- is an HTTP 500. Those 500s are answers, not signs of life: after the grace of a
     failing probe the run aborts, saying the probe failed."""
+    # the built-in abort (every request of a bucket unsuccessful) would stop it first: off here,
+    # so that the liveness probe is what ends the run
     spec = launch_spec(misbehaving("ok", "--fail-after", "1.5"), load="mode = closed\n    concurrency = [2]",
-                       duration="60s", bucket="2s", follow_up=False)  # fmt: skip
+                       duration="60s", bucket="2s", follow_up=False, gate=NO_ABORT)  # fmt: skip
     t0 = time.monotonic()
     proc, out = run_spec(tmp_path, spec)
     assert proc.returncode == 4, proc.stderr
@@ -227,7 +229,8 @@ def test_a_chat_workload_the_server_refuses_stops_before_the_soak(tmp_path):
 def test_no_preflight_skips_it_and_says_so(tmp_path):
     """`--no-preflight`: the same refusing server gets its soak (every request rejected, the run
     completes) and the manifest records that no pre-flight ran."""
-    spec = _chat(launch_spec(misbehaving("ok", "--chat-template-error"), duration="1s", bucket="1s"))
+    # every request is rejected on purpose: the built-in abort is off so that each keeps its outcome
+    spec = _chat(launch_spec(misbehaving("ok", "--chat-template-error"), duration="1s", bucket="1s", gate=NO_ABORT))
     proc, out = run_spec(tmp_path, spec, "--no-preflight")
     assert proc.returncode != 4, proc.stderr
     m = manifest(out)

@@ -223,8 +223,9 @@ def test_each_fault_gives_its_outcome_class(tmp_path):
         "b3": ("error_rate = 1", "failed"),
         "b4": ("disconnect_rate = 1", "disconnected"),
     }
+    # every request fails by design: the built-in abort is off, so each keeps its own outcome
     text = sim_spec(backends=5, duration="1s", bucket="1s", deadline="1s", follow_up=False,
-                    load="mode = closed\n    concurrency = [1]")  # fmt: skip
+                    load="mode = closed\n    concurrency = [1]", gate="require failed == 0\n  abort_default = false")  # fmt: skip
     for name, (knob, _) in faults.items():
         text = text.replace(f'backend "{name}" {{\n  sim {{\n', f'backend "{name}" {{\n  sim {{\n    {knob}\n', 1)
     proc, out = run_spec(tmp_path, text, "--no-preflight")  # every request faults, by design

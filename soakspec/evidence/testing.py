@@ -209,7 +209,7 @@ def build_evidence_dir(
             entries.append(entry)
         if status == "running":  # a run writes its backends into the manifest only when it ends
             return m
-        m = dict(m, backends=entries, preflight=True, aborted_at=None)
+        m = dict(m, backends=entries, preflight=True, aborted_at=None, aborts=[])
         final = finalize_manifest(root, m, status, None if status == "complete" else "interrupted", ended_at=T0 + 130)
         if status == "complete":  # like `soakspec run`: judged after the final manifest, bound to it
             from soakspec.evidence.manifest import manifest_sha256

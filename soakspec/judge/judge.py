@@ -11,7 +11,10 @@ validity     Is this a run the gate can speak about? Built in, always run:
                                manifest's `only` list when the run was restricted.
                full_scale_run  not a rehearsal nor time-scaled, unless `allow_rehearsal`;
                min_samples     every level has at least max(gate min_samples, the plan's minimum)
-                               completed requests, and every planned bucket at least one.
+                               completed requests, and every planned bucket at least one;
+               abort_fired     only when the manifest records an abort rule that fired
+                               (`abort ... per bucket|window`, or the built-in one): FAIL,
+                               naming the rule, where, when and the value it saw.
              A failing built-in is INCONCLUSIVE (the evidence cannot support a verdict); the
              spec's own `require completed_run` replaces the built-in and FAILs instead.
 evidence     Is the evidence whole and trustworthy? artifacts_verified is built in and FAILs
@@ -87,7 +90,7 @@ def _judge_class(run: JudgedRun, klass: RuleClass, rules: Sequence[Rule]) -> lis
     out = [e.check(run, None) for e in builtins(klass) if e.in_spec and e.name not in written and e.check]
     out += [_unrun(run, r) or BY_NAME[r.expr.metric].check(run, r) for r in rules if r.klass == klass]  # type: ignore[misc]
     out += [e.check(run, None) for e in builtins(klass) if not e.in_spec and e.check]
-    return out
+    return [x for x in out if x is not None]  # a built-in with nothing to judge (abort_fired) gives none
 
 
 def restriction_note(run: JudgedRun) -> str | None:

@@ -8,8 +8,9 @@
 
 Every name a spec may write (`in_spec`) is declared in the catalogue, `soakspec.lang.metrics`
 (`METRICS`: performance; `EVIDENCE_PREDICATES`: validity and evidence), and every name the
-catalogue declares is here: tests/test_judge_registry.py fails otherwise. `full_scale_run` and
-`min_samples` are the judge's own (never written in a spec).
+catalogue declares is here: tests/test_judge_registry.py fails otherwise. `abort_fired`,
+`full_scale_run` and `min_samples` are the judge's own (never written in a spec); `abort_fired`
+gives a result only for a run whose manifest records a fired abort rule.
 
 To add a metric: declare it in the catalogue, write (or reuse) an implementation in
 `measures.py`, and add its row here. To add an evidence check: declare it in the catalogue's
@@ -29,7 +30,7 @@ from soakspec.judge.joined import JudgedRun
 from soakspec.judge.verdict import RuleResult
 
 RuleClass = Literal["validity", "evidence", "performance"]
-Check = Callable[[JudgedRun, Any], RuleResult]  # (run, the spec's Rule, or None for a built-in)
+Check = Callable[[JudgedRun, Any], "RuleResult | None"]  # (run, the spec's Rule, or None for a built-in)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +54,7 @@ def _metric(name: str, impl: M.MetricImpl) -> Entry:
 RULES: tuple[Entry, ...] = (
     # validity -- built in, always judged
     _check("completed_run", "validity", V.completed_run, builtin=True),
+    _check("abort_fired", "validity", V.abort_fired, builtin=True, in_spec=False),  # only when one fired
     _check("full_scale_run", "validity", V.full_scale_run, builtin=True, in_spec=False),
     _check("min_samples", "validity", V.min_samples, builtin=True, in_spec=False),
     # evidence

@@ -162,7 +162,7 @@ class EvidenceBuilder:
             "host": {"hostname": "h", "cpu_model": "cpu", "cpu_cores": 2, "memory_total": 1 << 30,
                      "kernel": "6.0", "os": "Linux", "python_version": "3.11", "soakspec_version": "0.0.0"},
             "gpus": {"available": False, "reason": "synthetic"},
-            "backends": backends, "artifacts": {}, "command": ["soakspec", "run", spec.path or "spec.soak"],
+            "backends": backends, "aborts": [], "artifacts": {}, "command": ["soakspec", "run", spec.path or "spec.soak"],
             "preflight": True, "aborted_at": None,
         }
         if only:

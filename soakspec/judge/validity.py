@@ -255,3 +255,30 @@ def min_samples(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
             insts.extend(_level_samples(run, bi, plv, lv))
     msg = "every level has enough completed requests, every bucket at least one" + (f" (fewest: {fewest[0]} in {fewest[1]})" if fewest else "")
     return result(None, "min_samples", "validity", "require", insts, msg, count)
+
+
+def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
+    """An abort rule stopped the run's load (the manifest's `aborts`, written by the runner's
+    `runner/abort.py`): FAIL, naming the rule, where and when it fired and what it saw. A run
+    with no abort has nothing to judge here (None: no result). A malformed `aborts` entry is
+    still an abort: a run that says it aborted never passes."""
+    aborts = run.evidence.manifest.get("aborts")
+    if not aborts:
+        return None
+    entries = aborts if isinstance(aborts, list) else [aborts]
+    insts = []
+    for a in entries:
+        if not isinstance(a, dict):
+            insts.append(problem(f"the manifest records an abort it cannot describe: {str(a)[:120]}"))
+            continue
+        level = a.get("level_label") or a.get("level")
+        where = Location(backend=a.get("backend") if isinstance(a.get("backend"), str) else None, workload=a.get("workload"),
+                         level=a.get("level") if isinstance(a.get("level"), int) else None, level_label=str(level),
+                         bucket=a.get("index") if a.get("scope") == "bucket" and isinstance(a.get("index"), int) else None,
+                         start=a.get("start"), end=a.get("end"),
+                         text=f"backend {a.get('backend')}, {a.get('workload')} / {level}, {a.get('scope')} {a.get('index')}")
+        observed = a.get("observed")
+        seen = f"{observed:.6g}" if isinstance(observed, (int, float)) else "?"
+        insts.append(problem(f"abort rule '{a.get('rule')}' fired: observed {seen} over {a.get('requests')} requests "
+                             f"(threshold {a.get('op')} {a.get('threshold')}); the rest of the load was not run", where))
+    return result(None, "abort_fired", "validity", "require", insts, "", len(entries))

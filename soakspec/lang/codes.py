@@ -77,6 +77,7 @@ CODES: dict[str, Code] = {
         Code("E419", "prompt file unreadable, malformed or of an unrecognised format"),
         Code("E420", "body field or header soakspec sets itself"),
         Code("E421", "secret written in a plain header"),
+        Code("E422", "abort rule the runner cannot evaluate live"),
         # W5xx warnings
         Code("W501", "launched backend never uses {port}"),
         Code("W502", "required env not set by the backend"),

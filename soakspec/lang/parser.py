@@ -75,7 +75,7 @@ _TERMINAL_NAMES = {
     "EQUAL": "'='",
     "COMMA": "','",
     "COMPARATOR": "a comparison",
-    "SEVERITY": "'require' or 'warn'",
+    "SEVERITY": "'require', 'warn' or 'abort'",
     "CLAIM_KW": "'claim' or 'exclude'",
     "TRUE": "true",
     "FALSE": "false",

@@ -17,7 +17,7 @@ from soakspec.diagnostics import NO_SPAN, Span
 BackendKind = Literal["launch", "shell", "url", "sim"]
 Endpoint = Literal["completions", "chat"]
 LoadMode = Literal["closed", "batch", "open"]
-Severity = Literal["require", "warn"]
+Severity = Literal["require", "warn", "abort"]  # abort: evaluated live by the runner (Gate.aborts)
 ScopeKind = Literal["run", "backend", "level", "bucket", "window"]
 
 
@@ -104,6 +104,7 @@ class Backend:
     api_key_env: str | None = None
     runtime: RuntimeDecl | None = None
     traces: Traces = Traces()
+    log_file: str | None = None  # url: the running server's log (read from its size at the run's start)
     span: Span = _span()
 
     @property
@@ -214,6 +215,10 @@ class Gate:
     min_samples: int = 1
     allow_rehearsal: bool = False
     trace_window_s: float = 5.0
+    # `abort EXPR OP VALUE per bucket|window D`: evaluated by the runner on each finished
+    # bucket/window; one that fires stops the run's load and the gate FAILs naming it
+    aborts: tuple[Rule, ...] = ()
+    abort_default: bool = True  # the built-in abort: every request of a bucket unsuccessful
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,32 +17,41 @@ dead backend's load stops (the watch raises), and refused connects back off mean
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 
 import trio
 
 from soakspec.plan import BackendPlan, Level, RequestTemplate
+from soakspec.runner.abort import AbortWatch, row_of, row_of_json
 from soakspec.runner.backend import Deps, sample_telemetry, serve_backend, tick_progress
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.liveness import Health
+from soakspec.runner.logfile import ExternalLog
 from soakspec.runner.procs import BackendError
 from soakspec.runner.load import CLOSE_S, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder
-from soakspec.runner.records import Outcome, RequestRecord
+from soakspec.runner.records import RequestRecord
 from soakspec.runner.workers import drive_level_workers, processes_for
 
 
 async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles, telemetry_interval_s: float) -> None:
-    """Serve the backend, drive its load with telemetry and progress alongside, stop it."""
+    """Serve the backend, drive its load with telemetry and progress alongside, stop it. A url
+    backend's `log_file` is read from its size now: what it gains becomes the backend's server.log."""
     health = Health(deps.clock, bp.launch.liveness)
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(functools.partial(serve_backend, bp.launch, deps, rec, health))
-        nursery.start_soon(sample_telemetry, deps, rec, telemetry_interval_s)
-        nursery.start_soon(tick_progress, deps.progress, rec)
-        await drive_backend(bp, url, deps, rec, ids, prompts, health)
-        nursery.cancel_scope.cancel()
+    log = ExternalLog.at_start(bp.launch.log_file) if bp.launch.log_file else None
+    try:
+        async with trio.open_nursery() as nursery:
+            url = await nursery.start(functools.partial(serve_backend, bp.launch, deps, rec, health))
+            nursery.start_soon(sample_telemetry, deps, rec, telemetry_interval_s)
+            nursery.start_soon(tick_progress, deps.progress, rec)
+            await drive_backend(bp, url, deps, rec, ids, prompts, health)
+            nursery.cancel_scope.cancel()
+    finally:
+        if log is not None:
+            rec.external_log = log.copy_into(rec.server_log)
 
 
 async def drive_backend(
@@ -57,10 +66,18 @@ async def drive_backend(
 
     if deps.preflight:
         await preflight(bp, url, deps, rec, ids, prompts, connector)
-    for lv in bp.levels:
-        shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
-        await shapes.prepare(url)
-        await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), health)
+    # an abort rule that fires cancels the rest of the load: no later level, no follow-up
+    watch = AbortWatch(bp.name, bp.aborts)
+    with trio.CancelScope() as load:
+        watch.on_fire = lambda _fired: load.cancel()
+        for lv in bp.levels:
+            shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
+            await shapes.prepare(url)
+            await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), watch, health)
+    if watch.fired is not None:
+        rec.abort_fired = watch.fired.to_json()
+        deps.progress.error(f"soakspec run: {watch.fired.describe()}; the rest of the load is not run")
+        return
     if bp.follow_up:
         fu = bp.follow_up_request
         fu_shapes = Shapes(fu, prompts(fu.prompt_file))
@@ -100,17 +117,27 @@ async def preflight(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder,
 
 
 async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where,
-                       health: Health | None = None) -> LevelRun:  # fmt: skip
+                       watch: AbortWatch, health: Health | None = None) -> LevelRun:  # fmt: skip
     progress = deps.progress
     nb = len(lv.buckets)
     entry = rec.level_started(lv, deps.clock.now())
     stats = rec.stats
+    watch.level_started(lv.workload, lv.index, lv.label, entry["measure_start"], lv.duration_s, lv.bucket_s)
 
     def on_bucket(k: int) -> None:
         rec.flush()
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
+        watch.bucket_done(k, deps.clock.now())
 
-    ctx = LevelContext(bp.name, deps.clock, connect, shapes, rec.write_records, ids, shapes.headers(), stats=stats,
+    def write_records(records: list[RequestRecord]) -> None:
+        rec.write_records(records)
+        watch.observe([row_of(r) for r in records], deps.clock.now())
+
+    def write_lines(data: bytes) -> None:  # a --workers process's records
+        rec.write_lines(data)
+        watch.observe([row_of_json(json.loads(line)) for line in data.splitlines() if line.strip()], deps.clock.now())
+
+    ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
                        on_bucket=on_bucket, health=health)  # fmt: skip
     progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
     try:
@@ -120,13 +147,23 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             job = {"host": host, "port": port, "api_key_env": lv.request.api_key_env, "request": lv.request,
                    "prompts": shapes.prompts, "backend": bp.name, "headers": ctx.headers,
                    "liveness": bp.launch.liveness}  # fmt: skip
-            run, _ = await drive_level_workers(lv, ctx, job, deps.workers, rec.write_lines, ids)
+            run, _ = await drive_level_workers(lv, ctx, job, deps.workers, write_lines, ids)
         else:
             run = await drive_level(lv, ctx)
     finally:
+        if watch.fired is not None:
+            _buckets_begun(entry, lv, watch.fired.at)
         rec.level_stopped(entry)
     rec.level_finished(entry, run)
     return run
+
+
+def _buckets_begun(entry: dict, lv: Level, until: float) -> None:
+    """A level an abort rule cut short lists the bucket windows that had begun (its requests
+    name them); it stays `completed = false`."""
+    m = entry["measure_start"]
+    entry["buckets"] = [{"index": b.index, "start": m + b.start_s, "end": m + b.start_s + b.length_s, "planned_length_s": b.length_s}
+                        for b in lv.buckets if m + b.start_s <= until]
 
 
 async def follow_up(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect) -> None:

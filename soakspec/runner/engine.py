@@ -210,7 +210,8 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
     finally:
         nvml.close()
     manifest["aborted_at"] = status.aborted_at
-    finalize_manifest(layout.root, manifest | {"backends": entries}, status.status, status.reason)
+    aborts = [b.recorder.abort_fired for b in backends if b.recorder.abort_fired is not None]
+    finalize_manifest(layout.root, manifest | {"backends": entries, "aborts": aborts}, status.status, status.reason)
     return status
 
 

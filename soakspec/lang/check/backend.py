@@ -31,6 +31,7 @@ BACKEND = Table(
         Key("gpus", "ints", "gpus", minimum=0),
         Key("log", "bool", "capture_log"),
         Key("api_key_env", "str", "api_key_env"),
+        Key("log_file", "str", "log_file"),  # url: the running server's log file (spec-relative)
     ),
     blocks=("sim", "env", "ready", "runtime", "traces"),
 )
@@ -90,8 +91,9 @@ def backend(ctx: Ctx, blk: A.Block) -> S.Backend | None:
     kind = _kind(ctx, b, where)
     _check_launch(ctx, b, kind, where)
     env = _env(ctx, b, where)
-    runtime = _runtime(ctx, b, kind, where, {k for k, _ in env})
-    traces = _traces(ctx, b, kind, blk.kind_span)
+    has_log = _check_log_file(ctx, b, kind, where)
+    runtime = _runtime(ctx, b, kind, where, {k for k, _ in env}, has_log)
+    traces = _traces(ctx, b, kind, blk.kind_span, has_log)
     _check_log(ctx, b, kind, traces, runtime, where)
     if b["api_key_env"] is not None and not _ENV_NAME.fullmatch(b["api_key_env"]):
         ctx.error("E411", "'api_key_env' names an environment variable (the key itself is never written in a spec)", b.got("api_key_env").span)
@@ -182,7 +184,22 @@ def _ready(ctx: Ctx, b: Body, where: str) -> S.Ready:
     return S.Ready(**rb.fields())
 
 
-def _runtime(ctx: Ctx, b: Body, kind: str, where: str, env_names: set[str]) -> S.RuntimeDecl | None:
+def _check_log_file(ctx: Ctx, b: Body, kind: str, where: str) -> bool:
+    """`log_file`: the log of a url backend (read from its offset at run start). True when the
+    backend has a server log soakspec can read: a url backend with `log_file`."""
+    if not b.ok("log_file"):
+        return False
+    if kind != "url":
+        ctx.error("E403", f"{where} is launched by soakspec, which captures its log: 'log_file' is for a url backend's log",
+                  b.got("log_file").key_span, "remove log_file")
+        return False
+    if not b["log_file"].strip():
+        ctx.error("E205", "'log_file' needs the path of the server's log file", b.got("log_file").span)
+        return False
+    return True
+
+
+def _runtime(ctx: Ctx, b: Body, kind: str, where: str, env_names: set[str], has_log: bool = False) -> S.RuntimeDecl | None:
     rt = sub(ctx, b, "runtime", RUNTIME, f"the runtime boundary of {where}")
     if rt is None:
         return None
@@ -195,16 +212,16 @@ def _runtime(ctx: Ctx, b: Body, kind: str, where: str, env_names: set[str]) -> S
         )
     elif label is not None:
         _check_label_version(ctx, rt, label)
-    if pattern is not None and kind == "url":
+    if pattern is not None and kind == "url" and not has_log:
         ctx.error(
             "E413",
             f"{where} is an already-running server (url): soakspec has no log of it, so 'log_pattern' can never confirm the runtime",
             rt.got("log_pattern").key_span,
-            "remove log_pattern (and version); the label alone then states the runtime",
+            "name the server's log with log_file = \"...\", or remove log_pattern (and version); the label alone then states the runtime",
         )
     elif pattern is not None and (problem := validate_log_regex(pattern)) is not None:
         ctx.error("E405", f"runtime log_pattern: {problem}", rt.got("log_pattern").span)
-    if rt["version"] is not None and pattern is None and kind == "url":
+    if rt["version"] is not None and pattern is None and kind == "url" and not has_log:
         ctx.error(
             "E413",
             f"{where} is an already-running server (url): soakspec has no log of it to confirm 'version' from",
@@ -258,7 +275,7 @@ def _check_label_version(ctx: Ctx, rt: Body, label: str) -> None:
         )
 
 
-def _traces(ctx: Ctx, b: Body, kind: str, span: Span) -> S.Traces:
+def _traces(ctx: Ctx, b: Body, kind: str, span: Span, has_log: bool = False) -> S.Traces:
     tb = sub(ctx, b, "traces", TRACES, f"the traces of {b.where}")
     if tb is None:
         if kind == "sim":
@@ -281,12 +298,12 @@ def _traces(ctx: Ctx, b: Body, kind: str, span: Span) -> S.Traces:
     for f in tb["id_forms"]:
         if "{id}" not in f:
             ctx.error("E410", f"id form {f!r} must contain '{{id}}'", tb.got("id_forms").span)
-    if kind == "url" and src == "log":
+    if kind == "url" and src == "log" and not has_log:
         ctx.error(
             "E413",
             f"{b.where} is an already-running server (url): soakspec has no log of it to read traces from",
             tb.got("source").span,
-            "for a url backend use source = jsonl and file = \"...\" (the server's trace file)",
+            "name the server's log with log_file = \"...\", or use source = jsonl and file = \"...\" (the server's trace file)",
         )
     return S.Traces(**tb.fields())
 

@@ -82,6 +82,9 @@ def _stat(ctx: Ctx, call: A.Call, metric: str) -> str:
 def _rule(ctx: Ctx, r: A.Rule) -> S.CompareRequirement:
     e = r.expr
     shape = "regression(p99(ttft)) <= 5%"
+    if r.severity == "abort":
+        ctx.error("E422", "abort rules stop a run while it runs: they belong in the gate block", r.span, "write require or warn here")
+        raise Bad
     if not (isinstance(e, A.Call) and e.func == "regression" and isinstance(e.arg, A.Call) and isinstance(e.arg.arg, A.MetricRef)):
         ctx.error("E303", f"a compare rule is {r.severity} {shape}", e.span, "e.g. require regression(p99(ttft)) <= 5%")
         raise Bad

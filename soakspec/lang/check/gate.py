@@ -1,4 +1,10 @@
-"""`gate { ... }`: the gate's settings and its rules (`require|warn EXPR [OP VALUE] [per ...] [on "..."]`)."""
+"""`gate { ... }`: the gate's settings and its rules (`require|warn EXPR [OP VALUE] [per ...] [on "..."]`).
+
+`abort EXPR OP VALUE per bucket|window D [on "..."]` rules are the runner's: it evaluates each on
+every finished bucket (or window) from the records it already holds, and stops the run's load
+when one holds (they land in `Gate.aborts`, not `Gate.rules`). Only what a finished bucket's
+records give is allowed (`ABORT_OUTCOMES`, `ABORT_DISTRIBUTIONS`); anything else is E422.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ GATE = Table(
         Key("min_samples", "int", "min_samples", minimum=1),
         Key("allow_rehearsal", "bool", "allow_rehearsal"),
         Key("trace_window", "quantity", "trace_window_s", Dimension.DURATION),
+        Key("abort_default", "bool", "abort_default"),
     ),
     statements=(A.Rule,),
 )
@@ -42,11 +49,43 @@ def gate(ctx: Ctx, blk: A.Block | None, backends: Mapping[str, S.Backend]) -> S.
     if b.ok("confidence") and not 0.5 <= b["confidence"] < 1:
         ctx.error("E204", "'confidence' must be at least 50% and below 100%", b.got("confidence").span)
         fields["confidence"] = GATE.default(GATE.key("confidence"))
-    rules = [_rule(ctx, stmt, backend_names) for stmt in b.statements]
-    for stmt, rule in zip(b.statements, rules):
+    stmts = [s for s in b.statements if s.severity != "abort"]
+    rules = [_rule(ctx, stmt, backend_names) for stmt in stmts]
+    for stmt, rule in zip(stmts, rules):
         if rule is not None:
             _check_observable(ctx, stmt, rule, backends)
-    return S.Gate(rules=tuple(r for r in rules if r is not None), **fields)
+    aborts = [_abort(ctx, stmt, backend_names) for stmt in b.statements if stmt.severity == "abort"]
+    return S.Gate(rules=tuple(r for r in rules if r is not None), aborts=tuple(r for r in aborts if r is not None), **fields)
+
+
+# What the runner computes on a finished bucket or window from its own records: outcome counts
+# (count, ratio) and per-request distributions over the completed requests (mean, min, max, pNN).
+ABORT_OUTCOMES = ("requests", "completed", "failed", "timeouts", "rejected", "disconnected", "errors")
+ABORT_DISTRIBUTIONS = ("ttft", "latency", "tpot", "output_tokens", "prompt_tokens", "schedule_lag")
+ABORT_SCOPES = ("bucket", "window")
+
+
+def _abort(ctx: Ctx, stmt: A.Rule, backend_names: set[str]) -> S.Rule | None:
+    """An abort rule: a gate rule the runner can evaluate live (E422 otherwise)."""
+    e = stmt.expr
+    name = e.arg.name if isinstance(e, A.Call) and isinstance(e.arg, A.MetricRef) else e.name if isinstance(e, A.MetricRef) else None
+    if name not in ABORT_OUTCOMES + ABORT_DISTRIBUTIONS:
+        allowed = ", ".join(ABORT_OUTCOMES + ABORT_DISTRIBUTIONS)
+        ctx.error("E422", f"an abort rule is evaluated live on a finished bucket: it can use {allowed}", e.span,
+                  "e.g. abort ratio(errors) > 50% per window 30s")
+        return None
+    rule = _rule(ctx, stmt, backend_names)
+    if rule is None:
+        return None
+    if rule.expr.agg not in ("count", "ratio", "mean", "min", "max") and rule.expr.percentile is None:
+        ctx.error("E422", f"{rule.expr.agg}() cannot be evaluated live; use count or ratio (outcomes), mean, min, max or pNN",
+                  e.span)
+        return None
+    if stmt.scope is None or rule.scope not in ABORT_SCOPES:
+        ctx.error("E422", "an abort rule is evaluated on each finished bucket or window: add per bucket or per window <duration>",
+                  stmt.scope.span if stmt.scope is not None else stmt.span, "e.g. ... per window 30s")
+        return None
+    return rule
 
 
 def _check_observable(ctx: Ctx, stmt: A.Rule, rule: S.Rule, backends: Mapping[str, S.Backend]) -> None:

@@ -1,0 +1,316 @@
+"""Abort rules (issue 16): `abort EXPR OP VALUE per bucket|window D` in the gate.
+
+The checker accepts only what a finished bucket's own records give (E422 otherwise); the plan
+resolves them per backend, with the built-in abort unless `abort_default = false`; the runner's
+pure evaluator (`runner/abort.py`) fires on a finished bucket or window; a fired abort stops
+the load, the manifest records it and the judge FAILs naming it. The end-to-end runs use the
+simulator as a real subprocess with short levels."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from soakspec.diagnostics import Severity
+from soakspec.evidence.schema import validate
+from soakspec.judge import judge
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+from soakspec.lang import check, fmt, parse
+from soakspec.plan import DEFAULT_ABORT_MIN_REQUESTS, AbortRule, plan, render_text
+from soakspec.runner.abort import AbortWatch, Row, holds, value
+from tests.runner_support import new_marker, run_soakspec, sim_spec, wait_no_survivors
+
+WORKLOAD = 'workload "w" {\n  load { concurrency = 1 }\n  duration = 60s\n}\n'
+BACKEND = 'backend "a" {\n  url = "http://127.0.0.1:8000"\n}\nbackend "b" {\n  url = "http://127.0.0.1:8001"\n}\n'
+
+
+def _check(gate: str):
+    text = 'soak "x" {}\n' + BACKEND + WORKLOAD + "gate {\n" + gate + "}\n"
+    tree, diags = parse(text)
+    assert tree is not None, diags
+    spec, more = check(tree)
+    return spec, [(d.code, d.span.line, d.span.column) for d in diags + more if d.severity is Severity.ERROR]
+
+
+# ---------------------------------------------------------------- check
+
+
+def test_abort_rules_go_to_gate_aborts_not_to_the_judges_rules():
+    spec, errors = _check('  require failed == 0\n  abort ratio(errors) > 50% per window 30s\n  abort p99(ttft) > 2s per bucket on "b"\n')
+    assert errors == []
+    assert [r.text for r in spec.gate.rules] == ["require failed == 0"]
+    w, b = spec.gate.aborts
+    assert (w.expr.metric, w.expr.agg, w.op, w.threshold, w.scope, w.window_s) == ("errors", "ratio", ">", 0.5, "window", 30.0)
+    assert (b.expr.metric, b.expr.percentile, b.threshold, b.scope, b.backend) == ("ttft", 99.0, 2.0, "bucket", "b")
+    assert spec.gate.abort_default is True
+
+
+@pytest.mark.parametrize(
+    "rule, where",
+    [
+        ("abort ratio(errors) > 50%", (13, 3)),  # no per: the whole statement
+        ("abort ratio(errors) > 50% per level", (13, 29)),  # only bucket or window
+        ("abort trace_coverage per bucket", (13, 9)),  # not computable live
+        ("abort mean(throughput) < 5 per bucket", (13, 9)),  # a per-bucket series, not a record field
+        ("abort rate(errors) > 5rps per bucket", (13, 9)),  # rate is not live
+        ("abort drift(p50(ttft)) > 10% per bucket", (13, 9)),
+    ],
+)
+def test_abort_rules_the_runner_cannot_evaluate_live_are_E422(rule, where):
+    _, errors = _check(f"  {rule}\n")
+    assert errors == [("E422", *where)]
+
+
+def test_abort_default_can_be_turned_off_and_is_a_bool():
+    spec, errors = _check("  abort_default = false\n")
+    assert errors == [] and spec.gate.abort_default is False
+    _, errors = _check('  abort_default = "no"\n')
+    assert [e[0] for e in errors] == ["E104"]
+
+
+def test_an_abort_rule_in_the_compare_block_is_E422():
+    text = 'soak "x" {}\n' + BACKEND + WORKLOAD + "compare {\n  abort regression(p99(ttft)) <= 5%\n}\n"
+    tree, diags = parse(text)
+    _, more = check(tree)
+    assert [(d.code, d.span.line) for d in diags + more] == [("E422", 13)]
+
+
+def test_abort_rules_survive_fmt():
+    text = 'soak "x" {}\n' + BACKEND + WORKLOAD + 'gate {\n  abort   ratio(errors)>50% per window 30s on "b"\n  abort_default = false\n}\n'
+    tree, _ = parse(text)
+    once = fmt(tree)
+    assert "abort ratio(errors) > 50% per window 30s on \"b\"" in once
+    assert fmt(parse(once)[0]) == once
+    assert check(parse(once)[0])[0].gate.aborts == check(tree)[0].gate.aborts
+
+
+# ---------------------------------------------------------------- plan
+
+
+def test_the_plan_resolves_abort_rules_per_backend_with_the_builtin_last():
+    spec, _ = _check('  abort ratio(errors) > 50% per window 30s\n  abort max(latency) > 10s per bucket on "b"\n')
+    p = plan(spec, time_scale=0.1)
+    a, b = p.backends
+    assert [(r.metric, r.scope, r.window_s, r.builtin) for r in a.aborts] == [
+        ("errors", "window", pytest.approx(3.0), False), ("errors", "bucket", None, True)]
+    assert [(r.metric, r.agg) for r in b.aborts] == [("errors", "ratio"), ("latency", "max"), ("errors", "ratio")]
+    builtin = a.aborts[-1]
+    assert (builtin.op, builtin.threshold, builtin.min_requests) == (">=", 1.0, DEFAULT_ABORT_MIN_REQUESTS)
+    assert "stops its load when: abort ratio(errors) > 50% per window 30s" in render_text(p)  # `soakspec plan` says so
+    assert plan(spec).backends[0].aborts[0].window_s == 30.0
+    off, _ = _check("  abort_default = false\n")
+    assert plan(off).backends[0].aborts == ()
+
+
+# ---------------------------------------------------------------- the pure evaluator
+
+
+def _rule(metric="errors", agg="ratio", op=">", threshold=0.5, scope="bucket", window_s=None, percentile=None, min_requests=1):
+    return AbortRule("abort test", metric, agg, percentile, op, threshold, scope, window_s, min_requests)
+
+
+def _rows(outcomes, bucket=0, start=0.0, ttft=0.1):
+    return [Row(bucket, start, o, {"ttft": ttft, "latency": ttft * 2}) for o in outcomes]
+
+
+def test_value_of_outcome_and_distribution_rules():
+    rows = _rows(["completed", "failed", "timeout", "completed"])
+    assert value(_rule(), rows) == 0.5
+    assert value(_rule(agg="count"), rows) == 2.0
+    assert value(_rule(metric="timeouts", agg="count"), rows) == 1.0
+    xs = [Row(0, 0.0, "completed", {"ttft": t}) for t in (0.1, 0.2, 0.3, 0.4)] + [Row(0, 0.0, "failed", {"ttft": 9.0})]
+    assert value(_rule(metric="ttft", agg="max"), xs) == 0.4  # failed requests are not in a distribution
+    assert value(_rule(metric="ttft", agg="p", percentile=50.0), xs) == pytest.approx(0.25)  # interpolated, as the judge
+    assert value(_rule(metric="ttft", agg="p", percentile=100.0), xs) == pytest.approx(0.4)
+    assert value(_rule(metric="ttft", agg="mean"), xs) == pytest.approx(0.25)
+    assert value(_rule(min_requests=6), rows) is None  # too few: never fires on nothing
+    assert value(_rule(metric="ttft", agg="max"), _rows(["failed"])) is None
+
+
+def test_a_bucket_rule_fires_once_at_its_bucket_and_stops_the_watch():
+    fired = []
+    watch = AbortWatch("a", [_rule(threshold=0.5)], on_fire=fired.append)
+    watch.level_started("w", 0, "concurrency 2", 100.0, 10.0, 1.0)
+    watch.observe(_rows(["completed", "failed"], bucket=0, start=100.1), now=100.5)
+    watch.bucket_done(0, now=101.0)
+    assert fired == []  # 50% is not > 50%
+    watch.observe(_rows(["failed", "failed", "completed"], bucket=1, start=101.2), now=101.9)
+    assert fired == []  # bucket 1 has not ended yet
+    watch.bucket_done(1, now=102.0)
+    (f,) = fired
+    assert (f.scope, f.index, f.requests, f.start, f.end, f.at) == ("bucket", 1, 3, 101.0, 102.0, 102.0)
+    assert f.observed == pytest.approx(2 / 3) and watch.fired is f
+    watch.observe(_rows(["failed"] * 5, bucket=2, start=102.1), now=102.5)
+    watch.bucket_done(2, now=103.0)
+    assert len(fired) == 1
+
+
+def test_a_window_rule_fires_on_the_first_record_after_its_window_ends():
+    fired = []
+    watch = AbortWatch("a", [_rule(scope="window", window_s=2.0, threshold=0.9, op=">=")], on_fire=fired.append)
+    watch.level_started("w", 1, "rate 5 rps", 10.0, 20.0, 5.0)
+    watch.observe([Row(0, 10.5, "failed", {}), Row(0, 11.5, "failed", {})], now=11.9)
+    assert fired == []  # window [10, 12) still open
+    watch.observe([Row(0, 12.1, "completed", {})], now=12.2)
+    (f,) = fired
+    assert (f.scope, f.index, f.level, f.requests, f.observed) == ("window", 0, 1, 2, 1.0)
+    # warmup requests (bucket -1) belong to no window
+    w2 = AbortWatch("a", [_rule(scope="window", window_s=2.0)], on_fire=fired.append)
+    w2.level_started("w", 0, "c", 10.0, 20.0, 5.0)
+    w2.observe([Row(-1, 10.5, "failed", {})], now=13.0)
+    assert w2.fired is None
+
+
+def test_the_builtin_abort_needs_a_whole_bucket_of_at_least_its_minimum_none_completed():
+    spec, _ = _check("")
+    (builtin,) = plan(spec).backends[0].aborts
+    fired = []
+    watch = AbortWatch("a", [builtin], on_fire=fired.append)
+    watch.level_started("w", 0, "c", 0.0, 10.0, 1.0)
+    watch.observe(_rows(["failed"] * (DEFAULT_ABORT_MIN_REQUESTS - 1), bucket=0, start=0.5), now=0.9)
+    watch.bucket_done(0, now=1.0)
+    assert fired == []  # too few requests to call the server dead
+    watch.observe(_rows(["failed"] * 30 + ["completed"], bucket=1, start=1.5), now=1.9)
+    watch.bucket_done(1, now=2.0)
+    assert fired == []  # one completed request: not degenerate
+    watch.observe(_rows(["rejected", "timeout"] * DEFAULT_ABORT_MIN_REQUESTS, bucket=2, start=2.5), now=2.9)
+    watch.bucket_done(2, now=3.0)
+    assert [(f.index, f.observed, f.rule.builtin) for f in fired] == [(2, 1.0, True)]
+
+
+def test_rows_no_rule_reads_again_are_forgotten():
+    watch = AbortWatch("a", [_rule(threshold=2.0)])
+    watch.level_started("w", 0, "c", 0.0, 100.0, 1.0)
+    for k in range(50):
+        watch.observe(_rows(["completed"] * 20, bucket=k, start=k + 0.5), now=k + 0.9)
+        watch.bucket_done(k, now=k + 1.0)
+    assert len(watch._rows) == 0
+
+
+outcome = st.sampled_from(["completed", "failed", "timeout", "rejected", "disconnected"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(outcome, min_size=1, max_size=40), st.floats(0, 1), st.floats(0, 1), st.sampled_from([">", ">="]))
+def test_firing_is_monotone_in_the_threshold(outcomes, t1, t2, op):
+    """A rule `X > t` that fires at t fires at every lower t; `X < t` the other way."""
+    lo, hi = sorted((t1, t2))
+    rows = _rows(outcomes)
+    if holds(_rule(op=op, threshold=hi), rows)[0]:
+        assert holds(_rule(op=op, threshold=lo), rows)[0]
+    less = "<" if op == ">" else "<="
+    if holds(_rule(op=less, threshold=lo), rows)[0]:
+        assert holds(_rule(op=less, threshold=hi), rows)[0]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(outcome, min_size=1, max_size=40), st.lists(outcome, max_size=10))
+def test_more_failures_never_stop_an_error_ratio_abort_from_firing(outcomes, more):
+    rows = _rows(outcomes)
+    if holds(_rule(threshold=0.3), rows)[0]:
+        assert holds(_rule(threshold=0.3), rows + _rows(["failed"] * len(more)))[0]
+
+
+# ---------------------------------------------------------------- the judge
+
+
+def _fired(rule: str = "abort ratio(errors) > 50% per window 1s") -> dict:
+    return {"rule": rule, "builtin": False, "metric": "errors", "op": ">", "threshold": 0.5, "observed": 0.8,
+            "requests": 40, "backend": "a", "workload": "w", "level": 0, "level_label": "concurrency 2",
+            "scope": "window", "index": 0, "start": 1.0, "end": 2.0, "at": 2.01}  # fmt: skip
+
+
+def test_the_judge_fails_a_run_whose_manifest_records_a_fired_abort_naming_the_rule():
+    spec = small_spec("require failed == 0")
+    b = EvidenceBuilder(spec)
+    clean = judge(spec, b.build())
+    assert clean.outcome == "PASS" and "abort_fired" not in [r.metric for r in clean.rules]
+    b.manifest["aborts"] = [_fired()]
+    v = judge(spec, b.build())
+    assert v.outcome == "FAIL"
+    (r,) = [r for r in v.rules if r.metric == "abort_fired"]
+    assert r.status == "fail" and "abort ratio(errors) > 50% per window 1s" in r.message and "0.8" in r.message
+    b.manifest["aborts"] = ["garbage"]  # a malformed abort is still an abort
+    assert judge(spec, b.build()).outcome == "FAIL"
+
+
+def test_the_manifest_schema_describes_aborts():
+    spec = small_spec("require failed == 0")
+    b = EvidenceBuilder(spec)
+    b.manifest["aborts"] = [_fired()]
+    assert validate("manifest", b.manifest) == []
+    b.manifest["aborts"] = [dict(_fired(), scope="level")]
+    assert [e for e in validate("manifest", b.manifest) if e.startswith("/aborts/0/scope")]
+
+
+# ---------------------------------------------------------------- end to end (subprocess)
+
+
+def _run(tmp_path: Path, text: str, name: str = "s.soak", extra: tuple[str, ...] = ()):
+    path = tmp_path / name
+    path.write_text(text)
+    marker = new_marker()
+    out = tmp_path / "ev"
+    t = time.monotonic()
+    proc = run_soakspec(["run", str(path), "--out", str(out), *extra], marker, tmp_path, timeout=120)
+    took = time.monotonic() - t
+    assert wait_no_survivors(marker) == []
+    manifest = json.loads((out / "manifest.json").read_text())
+    return proc, manifest, out, took
+
+
+TWO_LEVELS = "mode = closed\n    concurrency = [2, 4]"
+
+
+@pytest.mark.parametrize("workers", [1, 2])  # --workers: the records arrive from the load processes as lines
+def test_an_abort_rule_fires_on_a_failing_simulator_and_stops_the_run_early(tmp_path, workers):
+    rule = "abort ratio(errors) > 50% per window 1s"
+    text = sim_spec(sim="ttft = 5ms\n    itl = 1ms\n    error_rate = 0.8", load=TWO_LEVELS, duration="8s", bucket="2s",
+                    gate=f"require failed == 0\n  {rule}")
+    # the simulator fails requests on purpose: no pre-flight (which would stop the run before any level)
+    proc, manifest, out, took = _run(tmp_path, text, extra=("--workers", str(workers), "--no-preflight"))
+    assert proc.returncode == 1, proc.stderr
+    assert manifest["status"] == "complete"  # the run stopped as its spec asked, nothing crashed
+    (fired,) = manifest["aborts"]
+    assert (fired["rule"], fired["scope"], fired["index"], fired["level"]) == (rule, "window", 0, 0)
+    assert fired["observed"] > 0.5 and fired["requests"] > 0 and fired["start"] < fired["end"] <= fired["at"]
+    (be,) = manifest["backends"]
+    assert len(be["levels"]) == 1 and be["levels"][0]["completed"] is False  # concurrency 4 never ran
+    assert [b["index"] for b in be["levels"][0]["buckets"]] == [0]  # the windows that had begun, which its requests name
+    assert "does not list" not in proc.stdout
+    assert took < 16 / 2  # planned: 2 levels of 8 s
+    assert f"abort rule '{rule}' fired" in proc.stderr
+    assert "abort_fired" in proc.stdout and rule in proc.stdout
+    rep = run_soakspec(["report", str(out), "--format", "md"], new_marker(), tmp_path)
+    assert rep.returncode == 0 and rule in rep.stdout and "abort_fired" in rep.stdout
+    gate = run_soakspec(["gate", str(out)], new_marker(), tmp_path)
+    assert gate.returncode == 1 and rule in gate.stdout
+
+
+def test_a_healthy_simulator_without_abort_rules_runs_to_the_end(tmp_path):
+    text = sim_spec(load=TWO_LEVELS, duration="2s", bucket="1s", gate="require failed == 0")
+    proc, manifest, _, _ = _run(tmp_path, text)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert manifest["aborts"] == []
+    assert [lv["completed"] for lv in manifest["backends"][0]["levels"]] == [True, True]
+
+
+def test_the_builtin_abort_fires_when_every_request_fails_and_can_be_turned_off(tmp_path):
+    failing = "ttft = 5ms\n    itl = 1ms\n    error_rate = 1.0"
+    text = sim_spec(sim=failing, load=TWO_LEVELS, duration="4s", bucket="1s", gate="require failed == 0")
+    (tmp_path / "on").mkdir()
+    proc, manifest, _, _ = _run(tmp_path / "on", text, extra=("--no-preflight",))
+    assert proc.returncode == 1
+    (fired,) = manifest["aborts"]
+    assert fired["builtin"] is True and fired["scope"] == "bucket" and fired["observed"] == 1.0
+    assert fired["requests"] >= DEFAULT_ABORT_MIN_REQUESTS
+    assert len(manifest["backends"][0]["levels"]) == 1
+    off = sim_spec(sim=failing, load=TWO_LEVELS, duration="1s", bucket="1s", gate="require failed == 0\n  abort_default = false")
+    (tmp_path / "off").mkdir()
+    proc, manifest, _, _ = _run(tmp_path / "off", off, extra=("--no-preflight",))
+    assert proc.returncode == 1 and manifest["aborts"] == []
+    assert [lv["completed"] for lv in manifest["backends"][0]["levels"]] == [True, True]
