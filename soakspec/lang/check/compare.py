@@ -25,7 +25,7 @@ from __future__ import annotations
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
 from soakspec.lang.check.core import Bad, Ctx, Key, Table, quantity_value, suggest
-from soakspec.lang.check.walk import walk
+from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import rule_text
 from soakspec.units import Dimension
 
@@ -44,13 +44,7 @@ COMPARE = Table(
 def compare(ctx: Ctx, blk: A.Block | None) -> S.Compare:
     if blk is None:
         return S.Compare()
-    if blk.label is not None:
-        ctx.error("E107", "'compare' takes no name", blk.label.span)
-    b = walk(ctx, blk, COMPARE, "compare")
-    fields = b.fields()
-    if b.ok("confidence") and not 0.5 <= b["confidence"] < 1:
-        ctx.error("E204", "'confidence' must be at least 50% and below 100%", b.got("confidence").span)
-        fields["confidence"] = COMPARE.default(COMPARE.key("confidence"))
+    b, fields = walk_settings(ctx, blk, COMPARE, "compare")
     rules = []
     for stmt in b.statements:
         try:

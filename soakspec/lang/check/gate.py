@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
 from soakspec.lang.check.core import Bad, Ctx, Key, Table, describe, quantity_value, suggest
-from soakspec.lang.check.walk import walk
+from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import expr_text, rule_text, value_text
 from soakspec.lang.metrics import AGGREGATES, EVIDENCE_PREDICATES, METRICS, Kind, parse_percentile
 from soakspec.units import UNITS, Dimension
@@ -42,13 +42,7 @@ def gate(ctx: Ctx, blk: A.Block | None, backends: Mapping[str, S.Backend]) -> S.
     backend_names = set(backends)
     if blk is None:
         return S.Gate()
-    if blk.label is not None:
-        ctx.error("E107", "'gate' takes no name", blk.label.span)
-    b = walk(ctx, blk, GATE, "gate")
-    fields = b.fields()
-    if b.ok("confidence") and not 0.5 <= b["confidence"] < 1:
-        ctx.error("E204", "'confidence' must be at least 50% and below 100%", b.got("confidence").span)
-        fields["confidence"] = GATE.default(GATE.key("confidence"))
+    b, fields = walk_settings(ctx, blk, GATE, "gate")
     stmts = [s for s in b.statements if s.severity != "abort"]
     rules = [_rule(ctx, stmt, backend_names) for stmt in stmts]
     for stmt, rule in zip(stmts, rules):

@@ -139,6 +139,20 @@ def sub(ctx: Ctx, body: Body, kind: str, table: Table, where: str, free: bool = 
     return walk(ctx, blk, table, where, free) if blk is not None else None
 
 
+def walk_settings(ctx: Ctx, blk: A.Block, table: Table, where: str) -> tuple[Body, dict[str, Any]]:
+    """A top-level block of settings that takes no name (`gate`, `compare`): walked, and its
+    `confidence` kept at least 50 % and below 100 % (else reported and left at its default).
+    Returns the body and its fields."""
+    if blk.label is not None:
+        ctx.error("E107", f"'{where}' takes no name", blk.label.span)
+    b = walk(ctx, blk, table, where)
+    fields = b.fields()
+    if b.ok("confidence") and not 0.5 <= b["confidence"] < 1:
+        ctx.error("E204", "'confidence' must be at least 50% and below 100%", b.got("confidence").span)
+        fields["confidence"] = table.default(table.key("confidence"))
+    return b, fields
+
+
 def replace_default(table: Table, **defaults: Any) -> Table:
     """The same table with other defaults (e.g. a sampling block defaults to temperature 1)."""
     keys = tuple(dataclasses.replace(k, default=defaults[k.name]) if k.name in defaults else k for k in table.keys)
