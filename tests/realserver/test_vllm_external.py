@@ -5,7 +5,10 @@ One vLLM (CPU build, tiny model, started here without a chat template) serves tw
 1. a chat workload: vLLM answers every chat request 400 ("default chat template is no longer
    allowed"); the run stops before the first level (exit 4) with vLLM's message on stderr,
    after fewer than 10 requests;
-2. a completions soak; the test SIGKILLs vLLM's engine process mid-run: exit 4 within
+2. a completions soak that reads vLLM's log file (`log_file`): traces 100 % per bucket and the
+   runtime boundary confirmed from that log, and the run's output tokens equal the delta of
+   vLLM's own `vllm:generation_tokens_total`;
+3. a completions soak; the test SIGKILLs vLLM's engine process mid-run: exit 4 within
    seconds, the manifest `aborted` with the reason and the time, fewer than 100
    connection-refused records, and the gate never PASSes.
 """
@@ -138,6 +141,93 @@ def test_a_chat_workload_without_a_chat_template_stops_before_the_soak(vllm, tmp
     assert manifest["status"] == "aborted"
     assert manifest["backends"][0]["levels"] == []
     assert log.read_text().count("/v1/chat/completions") < 10
+
+
+URL_LOG_SPEC = """\
+soak "vllm-url-log" {{
+  issue = "16"
+}}
+model {{
+  id = "tiny"
+}}
+backend "vllm" {{
+  url = "http://127.0.0.1:{port}"
+  log_file = "{log}"
+  ready {{
+    path = "/health"
+    status = 200
+    timeout = 30s
+  }}
+  runtime {{
+    label = "vLLM 0.32.0 V1 engine, CPU build"
+    log_pattern = r"Initializing a V1 LLM engine \\(v(?P<version>\\d+\\.\\d+\\.\\d+)\\)"
+    version = "0.32.0"
+  }}
+  traces {{
+    source = log
+    pattern = r"Received request (?P<id>\\S+?):"
+    id_forms = ["cmpl-{{id}}-0", "chatcmpl-{{id}}", "cmpl-{{id}}", "{{id}}"]
+  }}
+}}
+workload "w" {{
+  endpoint = completions
+  prompt_words = 8
+  max_tokens = 16
+  ignore_eos = true
+  load {{
+    mode = closed
+    concurrency = [2]
+  }}
+  duration = 20s
+  bucket = 10s
+  deadline = 30s
+  follow_up = true
+}}
+gate {{
+  require completed_run
+  require failed == 0
+  require trace_coverage >= 100% per bucket
+  require runtime_boundary_specific
+  require follow_up
+}}
+claims {{
+  claim "test"
+}}
+"""
+
+
+def _generation_tokens(port: int) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("vllm:generation_tokens_total{"))
+
+
+def test_a_url_backend_reads_traces_and_its_runtime_from_the_servers_log_file_and_counts_every_token(vllm, tmp_path):
+    """`log_file` on a url backend: traces 100% per bucket and the runtime boundary confirmed
+    from vLLM's own log (read from where it stood when the run started), and the run's output
+    tokens (pre-flight, measured, follow-up) equal the delta of vLLM's own
+    vllm:generation_tokens_total over the run."""
+    port, _, log = vllm
+    before = _generation_tokens(port)
+    proc, out, _ = _run(tmp_path, URL_LOG_SPEC.format(port=port, log=log))
+    stdout, stderr = proc.communicate(timeout=300)
+    sys.stderr.write(stderr[-3000:])
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    after = _generation_tokens(port)
+    verdict = json.loads(stdout)
+    rules = {r["rule"]: r for r in verdict["rules"]}
+    assert rules["trace_coverage >= 100% per bucket"]["status"] == "pass"
+    assert "(confirmed)" in rules["runtime_boundary_specific"]["message"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    entry = manifest["backends"][0]
+    rows = [json.loads(line) for line in (out / "backends" / "vllm" / "requests.jsonl").read_text().splitlines() if line]
+    followup = json.loads((out / "backends" / "vllm" / "followup.json").read_text())
+    ours = sum(r["output_tokens"] or 0 for r in rows)
+    ours += sum((p.get("record") or {}).get("output_tokens") or 0 for p in entry.get("preflight") or [])
+    ours += (followup.get("record") or {}).get("output_tokens") or 0
+    sys.stderr.write(f"soakspec counted {ours} output tokens; vLLM's counter moved by {after - before}\n")
+    assert ours == after - before
 
 
 def test_killing_the_engine_mid_run_aborts_within_seconds(vllm, tmp_path):
