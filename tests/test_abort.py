@@ -266,7 +266,8 @@ def _run(tmp_path: Path, text: str, name: str = "s.soak", extra: tuple[str, ...]
 TWO_LEVELS = "mode = closed\n    concurrency = [2, 4]"
 
 
-@pytest.mark.parametrize("workers", [1, 2])  # --workers: the records arrive from the load processes as lines
+# --workers: the records arrive from the load processes as lines (the slow lane)
+@pytest.mark.parametrize("workers", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_an_abort_rule_fires_on_a_failing_simulator_and_stops_the_run_early(tmp_path, workers):
     rule = "abort ratio(errors) > 50% per window 1s"
     text = sim_spec(sim="ttft = 5ms\n    itl = 1ms\n    error_rate = 0.8", load=TWO_LEVELS, duration="8s", bucket="2s",
@@ -291,6 +292,7 @@ def test_an_abort_rule_fires_on_a_failing_simulator_and_stops_the_run_early(tmp_
     assert gate.returncode == 1 and rule in gate.stdout
 
 
+@pytest.mark.slow
 def test_a_healthy_simulator_without_abort_rules_runs_to_the_end(tmp_path):
     text = sim_spec(load=TWO_LEVELS, duration="2s", bucket="1s", gate="require failed == 0")
     proc, manifest, _, _ = _run(tmp_path, text)
@@ -299,6 +301,7 @@ def test_a_healthy_simulator_without_abort_rules_runs_to_the_end(tmp_path):
     assert [lv["completed"] for lv in manifest["backends"][0]["levels"]] == [True, True]
 
 
+@pytest.mark.slow
 def test_the_builtin_abort_fires_when_every_request_fails_and_can_be_turned_off(tmp_path):
     failing = "ttft = 5ms\n    itl = 1ms\n    error_rate = 1.0"
     text = sim_spec(sim=failing, load=TWO_LEVELS, duration="4s", bucket="1s", gate="require failed == 0")

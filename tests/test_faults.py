@@ -259,6 +259,7 @@ PROTOCOL_CASES = {
 }
 
 
+@pytest.mark.slow  # one real soak per fault (~2 s each); the in-process client tests cover the parsing
 @pytest.mark.parametrize("mode", list(PROTOCOL_CASES))
 def test_protocol_fault_gives_its_outcome_class(tmp_path, mode):
     """Each protocol fault is a per-request outcome, never a crash of the runner: the run

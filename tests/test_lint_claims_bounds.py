@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from soakspec.claims import adapters, polarity
 from soakspec.claims.engine import lint
 from soakspec.claims.polarity import CLAUSE_REACH, Polarity
@@ -51,6 +53,7 @@ def test_the_clause_bound_keeps_near_cues_and_drops_far_ones():
     assert polarity.polarity(far + " ?", j, j + 16) is Polarity.QUESTION
 
 
+@pytest.mark.slow
 def test_a_one_megabyte_one_line_document_is_linted_through_the_cli(tmp_path):
     """Generous bound, not a timing assertion: before the fix this took over an hour."""
     doc = tmp_path / "PR.md"
