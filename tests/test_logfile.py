@@ -113,6 +113,34 @@ def test_external_log_copies_only_what_the_file_gained(tmp_path):
     assert info["bytes_read"] == 0 and info["error"] is not None
 
 
+def test_the_running_servers_banner_from_before_the_run_is_kept_but_no_stale_trace(tmp_path):
+    """A long-running server printed its version when it started, before this run: the last
+    banner before the offset (the process now running; an older restart's banner is not it)
+    goes first into server.log, and nothing else from before the offset does."""
+    log = tmp_path / "srv.log"
+    old = b"Initializing a V1 LLM engine (v0.31.0)\n"
+    new = b"Initializing a V1 LLM engine (v0.32.0)\n"
+    log.write_bytes(old + b"Received request cmpl-stale-0: ...\n" + new + b"Received request cmpl-stale2-0: ...\n")
+    ext = ExternalLog.at_start(str(log), r"Initializing a V1 LLM engine \(v(?P<version>\d+\.\d+\.\d+)\)")
+    assert ext.banner == new and ext.banner_offset == len(old) + len(b"Received request cmpl-stale-0: ...\n")
+    with log.open("ab") as f:
+        f.write(b"Received request cmpl-fresh-0: ...\n")
+    dest = tmp_path / "server.log"
+    info = ext.copy_into(dest)
+    assert dest.read_bytes() == new + b"Received request cmpl-fresh-0: ...\n"
+    assert info["banner"] == {"offset": ext.banner_offset, "bytes": len(new)}
+    assert info["bytes_read"] == len(b"Received request cmpl-fresh-0: ...\n")
+    # without a runtime pattern nothing from before the offset is kept
+    plain = ExternalLog.at_start(str(log))
+    assert plain.banner is None
+    # a server that (re)started during the run printed its own banner: the old one is not added
+    ext = ExternalLog.at_start(str(log), r"Initializing a V1 LLM engine \(v(?P<version>\d+\.\d+\.\d+)\)")
+    with log.open("ab") as f:
+        f.write(b"Initializing a V1 LLM engine (v0.33.0)\n")
+    info = ext.copy_into(dest)
+    assert dest.read_bytes() == b"Initializing a V1 LLM engine (v0.33.0)\n" and "banner" not in info
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

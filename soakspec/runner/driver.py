@@ -41,7 +41,8 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
     """Serve the backend, drive its load with telemetry and progress alongside, stop it. A url
     backend's `log_file` is read from its size now: what it gains becomes the backend's server.log."""
     health = Health(deps.clock, bp.launch.liveness)
-    log = ExternalLog.at_start(bp.launch.log_file) if bp.launch.log_file else None
+    banner = bp.runtime.log_regex if bp.runtime is not None else None
+    log = ExternalLog.at_start(bp.launch.log_file, banner) if bp.launch.log_file else None
     try:
         async with trio.open_nursery() as nursery:
             url = await nursery.start(functools.partial(serve_backend, bp.launch, deps, rec, health))

@@ -7,6 +7,14 @@ backend's server.log artifact (bounded: at most `MAX_BYTES`), which the runtime 
 log traces and the judge's re-derivation then read like a launched server's captured log. A
 file that shrank below the offset (rotated or truncated) is read from its start, and says so.
 
+One line from before the offset is kept: the runtime banner. A long-running server printed its
+version line (`Initializing a V1 LLM engine (v0.32.0)`) when it started, long before this run,
+so with a runtime `log_pattern`, when nothing the run's part of the log holds matches it, the
+LAST line before the offset that does -- the banner of the server process now running -- is
+written first into server.log (its offset recorded as `banner.offset`). A server that started
+(or restarted) during the run printed its own banner after the offset, and an older one is not
+added. Traces are never taken from before the offset.
+
 Synchronous and small: no trio, nothing from `soakspec.lang`.
 """
 
@@ -14,24 +22,31 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 MAX_BYTES = 1 << 30  # copied from the log at most (1 GiB); the rest is counted as not copied
 CHUNK = 1 << 20
+BANNER_SCAN_BYTES = 64 << 20  # how far before the offset the runtime banner is looked for
 
 
 @dataclasses.dataclass(frozen=True)
 class ExternalLog:
     path: str
     start_offset: int  # the file's size at the backend's start (0 when it did not exist)
+    banner: bytes | None = None  # the last line before the offset matching the runtime pattern
+    banner_offset: int | None = None
+    banner_pattern: str | None = None
 
     @classmethod
-    def at_start(cls, path: str) -> ExternalLog:
+    def at_start(cls, path: str, banner_pattern: str | None = None) -> ExternalLog:
         try:
-            return cls(path, os.stat(path).st_size)
+            size = os.stat(path).st_size
         except OSError:
             return cls(path, 0)
+        banner, where = _last_match(path, size, banner_pattern) if banner_pattern else (None, None)
+        return cls(path, size, banner, where, banner_pattern)
 
     def copy_into(self, dest: Path) -> dict[str, Any]:
         """Copy what the file gained into `dest`; the manifest's `log_file` entry."""
@@ -54,9 +69,55 @@ class ExternalLog:
                     f.flush()
                     os.fsync(f.fileno())
                 out["bytes_not_copied"] = max(0, os.fstat(src.fileno()).st_size - start - out["bytes_read"])
+            if self.banner is not None and not _has_match(dest, self.banner_pattern):
+                _prepend(dest, self.banner.rstrip(b"\n") + b"\n")
+                out["banner"] = {"offset": self.banner_offset, "bytes": len(self.banner)}
         except OSError as e:
             out["error"] = f"{type(e).__name__}: {e}"
         return out
+
+
+def _has_match(path: Path, pattern: str | None) -> bool:
+    """Whether a line of `path` matches `pattern` (streamed, line by line)."""
+    if not pattern:
+        return False
+    rx = re.compile(pattern.encode())
+    with open(path, "rb") as f:
+        return any(rx.search(line) for line in f)
+
+
+def _prepend(path: Path, line: bytes) -> None:
+    """Rewrite `path` with `line` first (through a temporary file, renamed over it)."""
+    tmp = Path(str(path) + ".tmp")
+    with open(tmp, "wb") as out, open(path, "rb") as src:
+        out.write(line)
+        while chunk := src.read(CHUNK):
+            out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def _last_match(path: str, size: int, pattern: str) -> tuple[bytes | None, int | None]:
+    """The last line before `size` (within BANNER_SCAN_BYTES of it) that matches `pattern`."""
+    try:
+        rx = re.compile(pattern.encode())
+    except (re.error, UnicodeEncodeError):
+        return None, None
+    start = max(0, size - BANNER_SCAN_BYTES)
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            data = f.read(size - start)
+    except OSError:
+        return None, None
+    found: tuple[bytes | None, int | None] = (None, None)
+    pos = start
+    for line in data.splitlines(keepends=True):
+        if rx.search(line):
+            found = (line, pos)
+        pos += len(line)
+    return found
 
 
 __all__ = ["ExternalLog", "MAX_BYTES"]
