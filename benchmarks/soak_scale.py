@@ -27,7 +27,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import random
 import re
 import shutil
@@ -279,7 +278,7 @@ def main() -> int:
     skip = set(filter(None, args.skip.split(",")))
     cmds = {"gate": [*py, "gate", str(out)], "verify": [*py, "verify", str(out)],
             "report": [*py, "report", str(out), "--format", "html"]}
-    print(f"| command | requests | exit | wall (s) | µs / request | CPU (s) | peak RSS (MiB) |")
+    print("| command | requests | exit | wall (s) | µs / request | CPU (s) | peak RSS (MiB) |")
     for name, argv in cmds.items():
         if name in skip:
             continue

@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from soakspec.diagnostics import Severity
 from soakspec.lang import check, parse

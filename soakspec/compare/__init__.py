@@ -72,7 +72,7 @@ import hashlib
 import math
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from soakspec.exitcodes import ExitCode
