@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,18 +16,53 @@ REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.realserver
 
 
+# `vllm` on the PATH for the run: starts the real vLLM in its own session and, when soakspec
+# stops it (SIGTERM), first reads the server's /metrics -- the counters over the whole run, as
+# the server was launched fresh -- then forwards the signal.
+WRAPPER = """#!{python}
+import os, signal, subprocess, sys, urllib.request
+args = sys.argv[1:]
+port = args[args.index("--port") + 1]
+child = subprocess.Popen([{real!r}, *args], start_new_session=True)
+open({pidfile!r}, "w").write(str(child.pid))
+def on_term(*_):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{{port}}/metrics", timeout=10) as r:
+            open({metrics!r}, "wb").write(r.read())
+    finally:
+        os.killpg(child.pid, signal.SIGTERM)
+signal.signal(signal.SIGTERM, on_term)
+sys.exit(child.wait())
+"""
+
+
 def _run_spec(lane: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
     for f in ("vllm.soak", "vllm-chat-template.jinja"):
         shutil.copy(REPO / "specs" / f, tmp_path / f)
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "tiny").symlink_to(lane / "tiny")
-    env = dict(os.environ, PATH=f"{lane / 'V' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "vllm"
+    wrapper.write_text(WRAPPER.format(python=sys.executable, real=str(lane / "V" / "bin" / "vllm"),
+                                      pidfile=str(tmp_path / "vllm.pid"), metrics=str(tmp_path / "metrics.txt")))
+    wrapper.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{lane / 'V' / 'bin'}{os.pathsep}{os.environ['PATH']}")
     out = tmp_path / "ev"
     proc = subprocess.run(
         [sys.executable, "-m", "soakspec", "run", str(tmp_path / "vllm.soak"), "--out", str(out), "--format", "json"],
         capture_output=True, text=True, env=env, timeout=900,
     )
+    try:
+        os.killpg(int((tmp_path / "vllm.pid").read_text()), signal.SIGKILL)  # gone already, normally
+    except (OSError, ValueError):
+        pass
     return proc, out
+
+
+def _generation_tokens(metrics: str) -> float:
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("vllm:generation_tokens_total{"))
 
 
 def test_a_launched_vllm_soak_passes_with_full_traces_and_a_confirmed_runtime(lane, tmp_path):
@@ -40,5 +76,12 @@ def test_a_launched_vllm_soak_passes_with_full_traces_and_a_confirmed_runtime(la
     assert "(confirmed)" in rules["runtime_boundary_specific"]["message"]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete"
+    # every token soakspec counted (pre-flight, measured, follow-up) is one vLLM generated
+    rows = [json.loads(line) for line in (out / "backends" / "vllm" / "requests.jsonl").read_text().splitlines() if line]
+    ours = sum(r["output_tokens"] or 0 for r in rows)
+    ours += sum((p.get("record") or {}).get("output_tokens") or 0 for p in manifest["backends"][0].get("preflight") or [])
+    theirs = _generation_tokens((tmp_path / "metrics.txt").read_text())
+    sys.stderr.write(f"soakspec counted {ours} output tokens; vLLM's vllm:generation_tokens_total is {theirs}\n")
+    assert ours == theirs
     # no server process is left behind
     assert subprocess.run(["pgrep", "-f", str(tmp_path / "models")], capture_output=True).returncode == 1
