@@ -210,3 +210,40 @@ def test_a_run_gates_on_the_servers_count_of_the_asked_length(tmp_path, source, 
     proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(path), "--out", str(tmp_path / "ev"), "-q"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == code, proc.stdout + proc.stderr
+
+
+async def test_a_tokenizer_with_few_one_token_words_still_builds_exact_prompts_with_distinct_starts():
+    """The real-server lane's tiny BPE counts only 3 of the common words as one token: the
+    request index then takes more words, and prompts stay exact and distinct from the start."""
+    few = {"time", "way", "day"}
+
+    class Few:
+        async def count(self, text: str, special: bool) -> int:
+            await trio.lowlevel.checkpoint()
+            return sum(1 if w in few else 3 for w in text.split()) + (1 if special else 0)
+
+    costs = await measure_costs(Few(), tuple(WORDS))
+    assert sorted(costs.words) == sorted(few) and costs.overhead == 1
+    prompts = [token_prompt(costs, i, 128, 0) for i in range(3**6)]
+    assert [await Few().count(p, True) for p in prompts[:50]] == [128] * 50
+    starts = {tuple(p.split()[:13]) for p in prompts}
+    assert len(starts) == len(prompts)  # no two requests share their first tokens
+
+
+def test_a_run_whose_token_prompts_cannot_be_built_aborts_with_the_reason(tmp_path):
+    """Not an internal error: exit 4, the tokenizer's problem on stderr, the evidence marked aborted."""
+    tokenizers = pytest.importorskip("tokenizers")
+    from tokenizers import models, pre_tokenizers
+
+    # one token per letter: no common word is one token
+    tok = tokenizers.Tokenizer(models.BPE({c: i for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}, []))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(tmp_path / "tokenizer.json"))
+    path = tmp_path / "t.soak"
+    path.write_text(SPEC.format(source='prompt_tokens = 16\n  tokenizer = "tokenizer.json"'))
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(path), "--out", str(tmp_path / "ev")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    assert "counts only 0 of" in proc.stderr and "internal error" not in proc.stderr
+    manifest = json.loads((tmp_path / "ev" / "manifest.json").read_text())
+    assert manifest["status"] == "aborted" and "prompt_tokens cannot be built" in manifest["incomplete_reason"]

@@ -147,6 +147,10 @@ async def _load(load_scope: trio.CancelScope, backends: list[_Backend], plan: Pl
             await _run_backends(backends, plan, deps)
         except* (BackendError, EvidenceError) as group:
             status.failed_with(group)  # keeps the first failure's reason, recorded before it was raised
+        except* RunAborted as group:
+            # the run cannot go on as planned (e.g. token-exact prompts cannot be built): its reason
+            if status.reason is None:
+                status.reason = _first_leaf(group).reason
     err = status.failure
     if status.signal_name is not None:
         deps.progress.error(f"soakspec run: {status.reason}; servers stopped, evidence kept")
@@ -154,6 +158,13 @@ async def _load(load_scope: trio.CancelScope, backends: list[_Backend], plan: Pl
         deps.progress.error(f"soakspec run: {status.reason}")
         if err is not None and (err.log_tail or err.diagnosis):
             deps.progress.error(diagnosis_text(err))
+
+
+def _first_leaf(group: BaseExceptionGroup) -> BaseException:
+    e: BaseException = group
+    while isinstance(e, BaseExceptionGroup):
+        e = e.exceptions[0]
+    return e
 
 
 async def _run(backends: list[_Backend], plan: Plan, deps: Deps, status: RunStatus) -> list[dict[str, Any]]:
