@@ -238,7 +238,8 @@ def test_junit_one_testcase_per_rule(reports, run_dir, verdict):
 def test_json_validates(reports):
     _, out, _ = reports["json"]
     doc = json.loads(out)
-    assert set(doc) == {"schema_version", "verdict", "results", "backend_status"} and doc["schema_version"] == 1
+    assert set(doc) == {"schema_version", "verdict", "results", "backend_status", "run"} and doc["schema_version"] == 1
+    assert doc["run"]["status"] == "complete" and doc["run"]["preflight"] is True
     assert {n: b["status"] for n, b in doc["backend_status"].items()} == {"sim-fast": "passed", "sim-slow": "passed"}
     assert not schema.validate("verdict", doc["verdict"])
     assert not schema.validate("results", doc["results"])

@@ -5,7 +5,9 @@ No script, no stylesheet link, no font, no image: inline CSS and inline SVG char
 would refuse any network fetch even if something slipped through. Every string from the
 evidence or the spec is escaped with `html.escape` (evidence is untrusted input).
 
-Sections: the verdict and its summary; the results table (the md report's columns: each
+Sections: the verdict and its summary; how the run went when it did not simply complete (abort
+time and reason, crash diagnosis, a failed pre-flight: `<ul class="run-state">`); the
+results table (the md report's columns: each
 backend's own status, rejected and disconnected counts, the runtime boundary's status); the
 per-level table (offered vs achieved rate, percentiles, every outcome count; marked when the
 performance rules were not evaluated); per backend, one chart per metric in `CHART_METRICS`,
@@ -50,7 +52,7 @@ svg .threshold{stroke:#cf222e;stroke-width:1.5;stroke-dasharray:6 3}svg .tlabel{
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0}dl.facts dt{color:#57606a}dl.facts dd{margin:0}
 .note{color:#57606a;font-size:12px}
 td.boundary-bad{color:#cf222e;font-weight:700}tr.own-failed td.own{color:#cf222e;font-weight:600}
-tr.own-inconclusive td.own{color:#9a6700}tr.level-gap td{border-top:3px solid #57606a}
+tr.own-inconclusive td.own{color:#9a6700}ul.run-state{background:#fff8c5;border:1px solid #d4a72c;padding:6px 6px 6px 26px}tr.level-gap td{border-top:3px solid #57606a}
 """
 
 
@@ -286,6 +288,7 @@ def _facts(verdict: Any, meta: Mapping[str, Any], spec: Any) -> list[str]:
     if host:
         items.append(("host CPU", host))
     items += [("rehearsal", rehearsal), ("time scale", scale)]
+    items += C.run_state_lines(meta)
     for w in getattr(spec, "workloads", ()):
         items.append((f"workload {w.name}", C.workload_line(w)))
     need = C.required_trace_coverage(spec)
@@ -338,6 +341,9 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         f"<h1>soakspec report: {esc(soak)}</h1>",
         f'<p><span class="badge {esc(verdict.outcome)}">{esc(verdict.outcome)}</span>{esc(C.verdict_sentence(verdict))}</p>',
     ]
+    state = C.run_state_lines(meta)
+    if not C.run_went_normally(state):
+        out.append('<ul class="run-state">' + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in state) + "</ul>")
     out += _results_table(rows)
     out.append(f'<p class="note">{esc(C.ARTIFACT_NOTE.replace("`", ""))} {esc(C.GATE_NOTE)}</p>')
     per_level = level_table(results, verdict)
