@@ -165,6 +165,9 @@ def test_reports_show_when_and_why_a_run_aborted_and_the_crash_diagnosis():
     assert doc["run"]["status"] == "aborted" and doc["run"]["aborted_at"] == b.manifest["aborted_at"]
     assert doc["run"]["backends"]["b"]["crash_diagnosis"][0] == "RuntimeError: CUDA error: out of memory"
     assert doc["run"]["backends"]["a"]["crash_diagnosis"] == []
+    junit = inp.render("junit")
+    assert '<property name="run: run status" value="aborted: backend b exited with status 1 (at +12.5s' in junit
+    assert '<property name="run: backend b crash diagnosis"' in junit
 
 
 def test_a_complete_run_has_no_how_it_went_section():
@@ -180,7 +183,7 @@ def test_skipped_preflight_and_restricted_run_are_in_every_report():
     b = EvidenceBuilder(spec, only=("a",))
     b.manifest["preflight"] = False
     inp = prepare(spec, b.build())
-    for fmt in ("md", "html", "json"):
+    for fmt in ("md", "html", "json", "junit"):
         text = inp.render(fmt)
         assert "pre-flight skipped (--no-preflight)" in text, fmt
         assert "restricted to backend a; not run: b" in text, fmt
