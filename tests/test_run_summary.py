@@ -247,3 +247,15 @@ def test_sign_with_a_missing_key_is_a_usage_error_before_anything_runs(tmp_path)
     code, out, err = cli("run", str(spec), "--out", str(tmp_path / "ev"), "--sign", str(tmp_path / "nokey"))
     assert code == 2 and out == ""
     assert "--sign" in err and not (tmp_path / "ev").exists()
+
+
+def test_verify_and_gate_start_no_process_without_allowed_signers(signed_run, monkeypatch):
+    """Saying whether evidence is signed reads a file; only `--allowed-signers` runs ssh-keygen."""
+    _, ev = signed_run
+    started = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a) or (_ for _ in ()).throw(AssertionError("spawned")))
+    assert cli("verify", str(ev))[0] == 0
+    assert cli("gate", str(ev))[0] == 0
+    assert started == []
+    code, out, _ = cli("verify", str(ev), "--allowed-signers", str(ev / "manifest.json"))
+    assert started and code != 0  # with allowed signers it does run ssh-keygen (here refused by the patch)

@@ -25,7 +25,7 @@ from soakspec.exitcodes import ExitCode
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the .soak file")
-    p.add_argument("--out", metavar="DIR", help="evidence directory (default: soak-evidence/<run id>); refused if it holds a run")
+    p.add_argument("--out", metavar="DIR", help="evidence directory (default: soak-evidence/<run id>); one that holds a run is refused (exit 2)")
     p.add_argument("--backend", action="append", default=[], metavar="NAME", help="run only this backend (repeatable)")
     p.add_argument("--rehearse", action="store_true", help="replace every backend by the embedded simulator (no GPUs needed)")
     p.add_argument(
@@ -40,7 +40,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--no-preflight", action="store_true",
         help="skip the pre-flight request of each workload's shape before the first level (recorded in the manifest)",
     )  # fmt: skip
-    p.add_argument("--format", choices=("text", "json"), default="text", help="verdict format on stdout (reports: soakspec report DIR)")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="the verdict and the per-level summary on stdout (reports: soakspec report DIR)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="stdout unchanged (verdict, summary); stderr: errors only (no progress, warnings or notes)")
     p.add_argument(

@@ -488,7 +488,7 @@ MAX_DIAGNOSIS_LINES = 8  # per backend: the log lines that look like the cause (
 
 
 def _at(epoch: Any, start: Any) -> str:
-    """`+12.3s into the run (12:01:00 UTC)` for an epoch time, given the run's start epoch."""
+    """`at +12.3s into the run, 12:01:00 UTC` for an epoch time, given the run's start epoch."""
     import datetime as _dt
 
     t, t0 = num(epoch), num(start)
@@ -499,7 +499,7 @@ def _at(epoch: Any, start: Any) -> str:
     except (OverflowError, OSError, ValueError):
         clock = None
     rel = f"+{t - t0:.1f}s into the run" if t0 is not None else None
-    return "at " + (f"{rel} ({clock})" if rel and clock else rel or clock or f"{t:g}")
+    return "at " + (f"{rel}, {clock}" if rel and clock else rel or clock or f"{t:g}")
 
 
 def run_state_lines(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
