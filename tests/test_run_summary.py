@@ -112,6 +112,7 @@ def test_json_carries_the_summary_and_quiet_leaves_stderr_empty(tmp_path):
         assert got["requests"]["completed"] == lv["requests"]["completed"] and got["requests"]["timeouts"] == lv["requests"]["timeout"]
         assert got["achieved_rate"] > 0 and got["mean_in_flight"] > 0 and got["output_tokens_per_s"] > 0
     assert doc["run_summary"]["report_command"].startswith("soakspec report ")
+    assert doc["run_summary"]["performance_evaluated"] is True
     # the skipped pre-flight is in the verdict itself
     assert any("pre-flight skipped (--no-preflight)" in n for n in doc["notes"])
 
@@ -125,6 +126,28 @@ def test_out_onto_an_existing_run_is_a_usage_error_and_runs_nothing(signed_run, 
     assert proc.returncode == 2, proc.stderr
     assert "already holds a complete run" in proc.stderr and proc.stdout == "" and "[b0]" not in proc.stderr
     assert sorted(p.name for p in ev.iterdir()) == before
+
+
+def test_the_summary_shows_the_figures_when_performance_was_not_evaluated():
+    """An evidence rule failed: the performance rules are not evaluated, the summary still shows
+    every level's figures (the disconnected count included) and says they were not judged."""
+    from soakspec.report.runsummary import summary_json, summary_lines
+
+    spec = small_spec("require trace_coverage >= 100% per bucket\nrequire disconnected == 0", mode="open", levels="[1rps, 2rps]")
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("a", level=1, bucket=1))[0], "disconnected", "stream cut")
+    b.untrace(list(b.measured("a", level=0, bucket=0))[0]["request_id"], "a")
+    inp = prepare(spec, b.build())
+    lines = summary_lines(inp.results, "/ev dir", inp.verdict)
+    assert "Performance rules were not evaluated" in "\n".join(lines)
+    head = next(x for x in lines if "req/s" in x and "offered" in x)  # open loop: offered beside achieved
+    rows = [x for x in lines if x.strip().startswith("a ") and "req/s (open loop)" in x]
+    assert len(rows) == 2 and "2 req/s (open loop)" in rows[1]
+    assert rows[1].split()[-1] == "1" and head.split()[-1] == "disconnected"
+    assert lines[-1] == "full report: soakspec report '/ev dir' --format html --out report.html"
+    doc = summary_json(inp.results, "/ev dir", inp.verdict)
+    assert doc["performance_evaluated"] is False and doc["levels"][1]["requests"]["disconnected"] == 1
+    assert doc["levels"][1]["offered_rate"] == 2.0
 
 
 def test_quiet_keeps_errors_on_stderr(tmp_path):

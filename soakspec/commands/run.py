@@ -130,10 +130,10 @@ def _judge_and_report(spec, result, fmt: str) -> int:
 
     verdict, results = judge_and_write(result.run_dir, spec, write=True)
     if fmt == "json":
-        doc = verdict.to_json() | {"run_summary": summary_json(results, result.run_dir)}
+        doc = verdict.to_json() | {"run_summary": summary_json(results, result.run_dir, verdict)}
         print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
     else:
-        print("\n".join([render_text(verdict), *summary_lines(results, result.run_dir)]))
+        print("\n".join([render_text(verdict), *summary_lines(results, result.run_dir, verdict)]))
     if result.status == "aborted":
         print(f"soakspec run: run aborted: {result.reason}", file=sys.stderr)
         return ExitCode.ABORTED

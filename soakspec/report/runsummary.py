@@ -1,7 +1,7 @@
 """The end-of-run summary `soakspec run` prints after the verdict's rule lines.
 
-    summary_lines(results, run_dir) -> list[str]    the text form (stdout)
-    summary_json(results, run_dir)  -> dict         `--format json`'s `run_summary` member
+    summary_lines(results, run_dir, verdict) -> list[str]    the text form (stdout)
+    summary_json(results, run_dir, verdict)  -> dict         `--format json`'s `run_summary` member
 
 Both come from results.json's shape (`summarize_run`), through `common.level_rows` -- the rows
 the Markdown and HTML per-level tables show -- so the terminal, the reports and results.json
@@ -53,9 +53,10 @@ def level_json(lv: C.LevelRow) -> dict[str, Any]:
     return out
 
 
-def summary_json(results: Mapping[str, Any], run_dir: Any) -> dict[str, Any]:
+def summary_json(results: Mapping[str, Any], run_dir: Any, verdict: Any = None) -> dict[str, Any]:
+    judged = None if verdict is None else not C.performance_not_evaluated(verdict)
     return {"schema_version": SCHEMA_VERSION, "levels": [level_json(lv) for lv in C.level_rows(results)],
-            "report_command": report_command(run_dir)}
+            "performance_evaluated": judged, "report_command": report_command(run_dir)}
 
 
 def _secs(v: float | None) -> str:
@@ -83,10 +84,13 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[b
     return [line(head)] + [line(r) for r in rows]
 
 
-def summary_lines(results: Mapping[str, Any], run_dir: Any) -> list[str]:
-    """Two aligned tables (rates and counts; latency percentiles in ms) and the report line."""
+def summary_lines(results: Mapping[str, Any], run_dir: Any, verdict: Any = None) -> list[str]:
+    """Two aligned tables (rates and counts; latency percentiles in ms) and the report line;
+    with `verdict`, a note when its performance rules were not evaluated (figures measured, not judged)."""
     levels = C.level_rows(results)
     out = []
+    if levels and verdict is not None and C.performance_not_evaluated(verdict):
+        out += ["", C.NOT_EVALUATED_NOTE]
     if levels:
         names = [[lv.backend, lv.label] for lv in levels]
         offered = any(lv.offered != lv.label for lv in levels)  # a closed loop's level is its offered load
