@@ -167,7 +167,8 @@ def _aborted():
     b.manifest.update(status="aborted", incomplete_reason="backend b exited with status 1", aborted_at=t0 + 12.5)
     e = b.entry("b")
     e.update(aborted_reason="the server exited with status 1", aborted_at=t0 + 12.5,
-             crash_diagnosis=["RuntimeError: CUDA error: out of memory", "torch.OutOfMemoryError: tried to allocate 2 GiB"])
+             crash_diagnosis=["RuntimeError: CUDA error: out of memory", "torch.OutOfMemoryError: tried to allocate 2 GiB",
+                              "ERROR retrying with Authorization: Bearer sk-live-0123456789abcdef0123"])
     return spec, b
 
 
@@ -180,6 +181,7 @@ def test_reports_show_when_and_why_a_run_aborted_and_the_crash_diagnosis():
     assert "run status: aborted: backend b exited with status 1 (at +12.5s into the run" in section
     assert "backend b: aborted at +12.5s into the run" in section and "the server exited with status 1" in section
     assert "RuntimeError: CUDA error: out of memory | torch.OutOfMemoryError" in section
+    assert "sk-live-0123456789abcdef0123" not in md and "Bearer <redacted>" in section  # a server log line is scrubbed
     assert section.strip().startswith("```text")  # evidence text, fenced
     page = inp.render("html")
     state = page.split('<ul class="run-state">', 1)[1].split("</ul>", 1)[0]

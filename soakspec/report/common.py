@@ -503,6 +503,8 @@ def _at(epoch: Any, start: Any) -> str:
 
 
 def run_state_lines(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    from soakspec.evidence.redact import redact_text
+
     """(label, text) facts about how the run went, from the manifest: its status (and when and
     why it aborted), each backend's abort time and crash diagnosis (the server-log lines that
     look like the cause), a failed pre-flight. (A skipped pre-flight and a restricted run,
@@ -525,7 +527,8 @@ def run_state_lines(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
         if e.get("aborted_reason") or e.get("aborted_at") is not None:
             why = one_line(e["aborted_reason"]) if isinstance(e.get("aborted_reason"), str) else "no reason recorded"
             out.append((f"backend {name}", f"aborted {_at(e.get('aborted_at'), start)}: {why}"))
-        diag = [one_line(x) for x in _list(e.get("crash_diagnosis")) if isinstance(x, str) and x.strip()]
+        # the server's own log lines: credential-looking values are scrubbed before they reach a PR
+        diag = [one_line(redact_text(x)) for x in _list(e.get("crash_diagnosis")) if isinstance(x, str) and x.strip()]
         if diag:
             shown = diag[-MAX_DIAGNOSIS_LINES:]
             more = f" (last {len(shown)} of {len(diag)}; all in manifest.json)" if len(diag) > len(shown) else ""
@@ -539,7 +542,10 @@ def run_state_lines(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 
 def run_state_json(meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The same facts for `--format json`: values as the manifest records them."""
+    """The same facts for `--format json`: values as the manifest records them (the crash
+    diagnosis's server-log lines scrubbed of credential-looking values, as in every report)."""
+    from soakspec.evidence.redact import redact_text
+
     m = _map(meta.get("manifest"))
     backends = {}
     for e in _list(m.get("backends")):
@@ -547,7 +553,7 @@ def run_state_json(meta: Mapping[str, Any]) -> dict[str, Any]:
             backends[e["name"]] = {
                 "aborted_at": num(e.get("aborted_at")),
                 "aborted_reason": e.get("aborted_reason") if isinstance(e.get("aborted_reason"), str) else None,
-                "crash_diagnosis": [x for x in _list(e.get("crash_diagnosis")) if isinstance(x, str)],
+                "crash_diagnosis": [redact_text(x) for x in _list(e.get("crash_diagnosis")) if isinstance(x, str)],
                 "preflight": (None if e.get("preflight") is None else
                               [{"workload": p.get("workload"), "passed": p.get("passed")} for p in _list(e.get("preflight"))
                                if isinstance(p, Mapping)]),
