@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fmt": ("soakspec.commands.lang", "format .soak files canonically (comments kept)"),
     "run": ("soakspec.commands.run", "launch the backends, drive the load, judge the evidence"),
     "gate": ("soakspec.commands.gate", "re-judge retained evidence (hashes verified first)"),
-    "verify": ("soakspec.commands.verify", "re-hash an evidence directory and check its schemas"),
+    "verify": ("soakspec.commands.verify", "re-hash an evidence directory, check its schemas and its signature"),
     "combine": ("soakspec.commands.combine", "combine per-backend evidence into one report"),
     "report": ("soakspec.commands.report", "render a report from an evidence directory"),
     "compare": ("soakspec.commands.compare", "compare two runs (before/after) with confidence intervals"),

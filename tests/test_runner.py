@@ -168,7 +168,8 @@ def test_two_runs_into_one_evidence_directory_are_refused(tmp_path):
     first = run_soakspec(["run", str(spec), "--out", str(tmp_path / "ev"), "--quiet"], marker, tmp_path)
     second = run_soakspec(["run", str(spec), "--out", str(tmp_path / "ev"), "--quiet"], marker, tmp_path)
     assert first.returncode in (0, 1, 3), first.stderr
-    assert second.returncode == 4
+    assert second.returncode == 2  # a usage error: nothing ran (issue 19; was 4)
+    assert second.stdout == ""
     assert "ev" in second.stderr and ("in use" in second.stderr or "already" in second.stderr)
     assert wait_no_survivors(marker) == []
 

@@ -122,6 +122,9 @@ def main(args: argparse.Namespace) -> int:
         # the stored verdict is a conclusion like any other: the gate re-judges and says so
         verdict = dataclasses.replace(verdict, notes=verdict.notes + (
             f"the run's own verdict.json says {stored}; re-judged from the evidence: {verdict.outcome}",))
+    from soakspec.evidence.signing import signature_status  # says whether the evidence is signed (runs nothing)
+
+    verdict = dataclasses.replace(verdict, notes=verdict.notes + (f"evidence {signature_status(args.dir).text()}",))
     if args.format == "json":
         print(json.dumps(verdict.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
     else:

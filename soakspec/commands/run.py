@@ -1,4 +1,17 @@
-"""`soakspec run SPEC`: launch the backends, drive the load, write evidence, judge it."""
+"""`soakspec run SPEC`: launch the backends, drive the load, write evidence, judge it.
+
+stdout: the verdict's rule lines, then the end-of-run summary (`soakspec.report.runsummary`: a
+per-level table of rates, percentiles and outcome counts, read from results.json's document)
+and the `soakspec report DIR --format html` line; with `--format json`, one JSON document (the
+verdict, plus `run_summary` with the same table). stderr: progress, the spec's warnings, the
+evidence directory, errors. `--quiet` keeps stdout as it is and leaves on stderr only errors
+(no progress, no warnings, no `evidence: DIR` line; the summary's last line names the directory).
+
+Exit codes: the verdict's (0 PASS, 1 FAIL, 3 INCONCLUSIVE); 2 when nothing ran (a spec that does
+not check, a bad option, `--out` onto a directory that already holds a run or is in use, a
+`--sign` key that is not there); 4 when the run aborted or its evidence could not be written,
+or the manifest could not be signed.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +25,7 @@ from soakspec.exitcodes import ExitCode
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("spec", metavar="SPEC", help="the .soak file")
-    p.add_argument("--out", metavar="DIR", help="evidence directory (default: soak-evidence/<run id>); refused if it holds a run")
+    p.add_argument("--out", metavar="DIR", help="evidence directory (default: soak-evidence/<run id>); one that holds a run is refused (exit 2)")
     p.add_argument("--backend", action="append", default=[], metavar="NAME", help="run only this backend (repeatable)")
     p.add_argument("--rehearse", action="store_true", help="replace every backend by the embedded simulator (no GPUs needed)")
     p.add_argument(
@@ -27,16 +40,23 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--no-preflight", action="store_true",
         help="skip the pre-flight request of each workload's shape before the first level (recorded in the manifest)",
     )  # fmt: skip
-    p.add_argument("--format", choices=("text", "json"), default="text", help="verdict format on stdout (reports: soakspec report DIR)")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress on stderr")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="the verdict and the per-level summary on stdout (reports: soakspec report DIR)")
+    p.add_argument("--quiet", "-q", action="store_true",
+                   help="stdout unchanged (verdict, summary); stderr: errors only (no progress, warnings or notes)")
+    p.add_argument(
+        "--sign", metavar="KEY",
+        help="sign manifest.json with this SSH private key (ssh-keygen -Y sign, namespace soakspec) into manifest.json.sig",
+    )  # fmt: skip
 
 
 def main(args: argparse.Namespace) -> int:
     from soakspec.lang import load_spec
     from soakspec.plan import plan
 
+    from soakspec.diagnostics import has_errors
+
     spec, diags, text = load_spec(args.spec)
-    if diags:
+    if diags and (not args.quiet or has_errors(diags) or spec is None):
         print(render_text(diags, {args.spec: text}), file=sys.stderr)
     if spec is None:
         return ExitCode.USAGE
@@ -51,9 +71,17 @@ def main(args: argparse.Namespace) -> int:
     if unknown:
         print(f"soakspec run: error: no backend named {', '.join(map(repr, unknown))} in {args.spec}", file=sys.stderr)
         return ExitCode.USAGE
+    if args.sign is not None:
+        from soakspec.evidence.signing import SigningError, check_signing_key
+
+        try:
+            check_signing_key(args.sign)
+        except SigningError as e:
+            print(f"soakspec run: error: --sign {args.sign}: {e}", file=sys.stderr)
+            return ExitCode.USAGE
     the_plan = plan(spec, time_scale=args.time_scale, rehearse=args.rehearse, only=tuple(args.backend))
 
-    from soakspec.evidence.io import EvidenceError
+    from soakspec.evidence.io import EvidenceError, EvidenceInUseError
     from soakspec.runner.engine import RunOptions, execute
     from soakspec.runner.progress import Progress
 
@@ -64,24 +92,49 @@ def main(args: argparse.Namespace) -> int:
     )
     try:
         result = execute(the_plan, options, progress)
+    except EvidenceInUseError as e:  # taken before anything ran: --out names another run's directory
+        print(f"soakspec run: error: {e}", file=sys.stderr)
+        return ExitCode.USAGE
     except EvidenceError as e:
         print(f"soakspec run: error: {e}", file=sys.stderr)
         return ExitCode.ABORTED
-    print(f"evidence: {result.run_dir}", file=sys.stderr)
-    return _judge_and_report(spec, result, args.format)
+    if not args.quiet:
+        print(f"evidence: {result.run_dir}", file=sys.stderr)
+    signed = _sign(result.run_dir, args.sign, args.quiet) if args.sign is not None else True
+    code = _judge_and_report(spec, result, args.format)
+    return code if signed else ExitCode.ABORTED
+
+
+def _sign(run_dir: Path, key: str, quiet: bool) -> bool:
+    """Sign the final manifest (before results.json and verdict.json, which are bound to it)."""
+    from soakspec.evidence.signing import SigningError, sign_manifest
+
+    try:
+        sig = sign_manifest(run_dir, key)
+    except SigningError as e:
+        print(f"soakspec run: error: the evidence in {run_dir} is not signed: {e}", file=sys.stderr)
+        return False
+    if not quiet:
+        print(f"signed: {sig}", file=sys.stderr)
+    return True
 
 
 def _judge_and_report(spec, result, fmt: str) -> int:
-    """Judge the evidence just written (the same code path as `soakspec gate`)."""
-    try:
-        from soakspec.judge.cli_support import judge_run_dir
-    except ImportError:  # the judge is not available: the run itself is the result
-        if result.status != "complete":
-            print(f"soakspec run: run {result.status}: {result.reason}", file=sys.stderr)
-            return ExitCode.ABORTED
-        return ExitCode.INCONCLUSIVE
-    code = judge_run_dir(result.run_dir, spec, fmt, write=True)
+    """Judge the evidence just written (the same code path as `soakspec gate`), then print the
+    verdict and the end-of-run summary."""
+    import json
+
+    from soakspec.judge.cli_support import judge_and_write
+    from soakspec.judge.verdict import render_text
+    from soakspec.report.runsummary import summary_json, summary_lines
+
+    verdict, results = judge_and_write(result.run_dir, spec, write=True)
+    if fmt == "json":
+        doc = verdict.to_json() | {"run_summary": summary_json(results, result.run_dir, verdict)}
+        print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        print("\n".join([render_text(verdict), *summary_lines(results, result.run_dir, verdict)]))
     if result.status == "aborted":
         print(f"soakspec run: run aborted: {result.reason}", file=sys.stderr)
         return ExitCode.ABORTED
-    return code
+    return int(verdict.exit_code)

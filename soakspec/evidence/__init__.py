@@ -4,6 +4,7 @@ The directory layout (the contract between the runner, the judge and `soakspec v
 
     <out>/<run_id>/
       manifest.json            written at start (status "running"), rewritten at the end
+      manifest.json.sig        optional: its SSH signature (`run --sign KEY`; not an artifact)
       results.json             per-backend summaries
       verdict.json             the judge's output
       .lock                    held (fcntl.flock) while a run writes
@@ -16,7 +17,7 @@ The directory layout (the contract between the runner, the judge and `soakspec v
 
 Modules: `layout` (paths, `safe_name`), `io` (atomic JSON, JSONL, the run lock, hashing),
 `schema` (the shipped JSON Schemas), `manifest`, `provenance`, `redact`, `runtime`, `traces`,
-`telemetry` and `verify`. Nothing here imports trio; everything except telemetry sampling is
-pure or plain synchronous file I/O. This package `__init__` imports nothing, so the compiler can
+`telemetry`, `verify` and `signing` (runs `ssh-keygen`). Nothing here imports trio; everything
+except telemetry sampling and signing is pure or plain synchronous file I/O. This package `__init__` imports nothing, so the compiler can
 use `soakspec.evidence.runtime.is_generic_label` cheaply.
 """

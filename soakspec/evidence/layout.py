@@ -11,6 +11,7 @@ MANIFEST = "manifest.json"
 RESULTS = "results.json"
 VERDICT = "verdict.json"
 LOCK = ".lock"
+MANIFEST_SIG = "manifest.json.sig"  # optional SSH signature of manifest.json (evidence/signing.py)
 BACKENDS = "backends"
 
 REQUESTS = "requests.jsonl"
@@ -20,9 +21,9 @@ TRACES = "traces.jsonl"
 SERVER_LOG = "server.log"
 FOLLOWUP = "followup.json"
 
-# Files never listed in manifest["artifacts"]: the manifest cannot hash itself, and the lock
-# exists only while a run writes.
-NOT_ARTIFACTS = frozenset({MANIFEST, LOCK})
+# Files never listed in manifest["artifacts"]: the manifest cannot hash itself (nor its
+# signature, written after it), and the lock exists only while a run writes.
+NOT_ARTIFACTS = frozenset({MANIFEST, LOCK, MANIFEST_SIG})
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _HASH_SUFFIX = re.compile(r"-[0-9a-f]{8}$")

@@ -18,7 +18,16 @@ def _dump(doc: Any) -> str:
 
 def judge_run_dir(run_dir: str | os.PathLike, spec: Spec, fmt: str = "text", *, write: bool = False) -> int:
     """Verify and judge `run_dir` against `spec`, print the verdict to stdout and return its
-    exit code (0 PASS, 1 FAIL, 3 INCONCLUSIVE).
+    exit code (0 PASS, 1 FAIL, 3 INCONCLUSIVE). See `judge_and_write` for `write`."""
+    from soakspec.judge.verdict import render_text
+
+    verdict, _ = judge_and_write(run_dir, spec, write=write)
+    print(_dump(verdict.to_json()) if fmt == "json" else render_text(verdict))
+    return int(verdict.exit_code)
+
+
+def judge_and_write(run_dir: str | os.PathLike, spec: Spec, *, write: bool = False) -> tuple[Any, dict[str, Any]]:
+    """Verify and judge `run_dir` against `spec`: (the Verdict, results.json's document).
 
     With `write`, results.json and verdict.json are written into the run directory, each bound
     to the final manifest by `manifest_sha256` (so `soakspec verify` accepts them unlisted). A
@@ -30,21 +39,20 @@ def judge_run_dir(run_dir: str | os.PathLike, spec: Spec, fmt: str = "text", *, 
     from soakspec.judge.joined import join
     from soakspec.judge.judge import judge_run
     from soakspec.judge.summary import summarize_run
-    from soakspec.judge.verdict import render_text
 
     evidence = load_evidence(run_dir)
     run = join(spec, evidence)  # once, for the verdict and results.json
     verdict = judge_run(run)
     doc = verdict.to_json()
+    results = summarize_run(run)
     if write:
         listed = evidence.manifest.get("artifacts") or {}
         if layout.RESULTS not in listed:
-            write_results(run_dir, summarize_run(run))
+            write_results(run_dir, results)
         else:
             print(f"soakspec: {layout.RESULTS} is part of the hashed evidence; not rewritten", file=sys.stderr)
         if layout.VERDICT not in listed:
             write_verdict(run_dir, doc)
         else:
             print(f"soakspec: {layout.VERDICT} is part of the hashed evidence; not rewritten", file=sys.stderr)
-    print(_dump(doc) if fmt == "json" else render_text(verdict))
-    return int(verdict.exit_code)
+    return verdict, results

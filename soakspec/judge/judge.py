@@ -111,6 +111,8 @@ def _notes(run: JudgedRun) -> tuple[str, ...]:
     note = restriction_note(run)
     if note is not None:
         out.append(note)
+    if run.evidence.manifest.get("preflight") is False:  # `run --no-preflight`
+        out.append("pre-flight skipped (--no-preflight): no request of each workload's shape was checked before the first level")
     ev_sha = run.evidence.spec_sha256
     if ev_sha is not None and ev_sha != run.spec.sha256:
         out.append(f"judged with a spec (sha256 {run.spec.sha256[:12]}) other than the run's (sha256 {ev_sha[:12]})")

@@ -50,11 +50,13 @@ class Threshold:
 
 @dataclasses.dataclass(frozen=True)
 class Mark:
-    """A bucket (or level) where a rule failed: shaded red over its x range."""
+    """A bucket (or level) where a rule failed: shaded red over its x range (`kind`
+    `failing-bucket`); where a warn rule did not pass: an amber outline (`warn-bucket`)."""
 
     x0: float
     x1: float
     label: str
+    kind: str = "failing-bucket"
 
 
 def nice_step(span: float, ticks: int = 4) -> float:
@@ -172,9 +174,10 @@ def _legend(items: Sequence[tuple[str, str]], title: str) -> list[str]:
 
 def _marks(f: "_Frame", marks: Sequence[Mark]) -> list[str]:
     out = []
-    for m in marks:
+    for m in sorted(marks, key=lambda m: m.kind != "warn-bucket"):  # warnings first: a failure is drawn over them
         x0, x1 = f.x(max(0.0, m.x0)), f.x(min(f.x_max, m.x1))
-        out.append(f'<rect x="{x0:.1f}" y="{MT}" width="{max(2.0, x1 - x0):.1f}" height="{f.ph}" class="failing-bucket">'
+        kind = "warn-bucket" if m.kind == "warn-bucket" else "failing-bucket"
+        out.append(f'<rect x="{x0:.1f}" y="{MT}" width="{max(2.0, x1 - x0):.1f}" height="{f.ph}" class="{kind}">'
                    f"<title>{esc(m.label)}</title></rect>")
     return out
 

@@ -480,3 +480,95 @@ def measured_lines(meta: Mapping[str, Any], r: Any) -> list[str]:
                 shown = m.observed_text or m.message
                 out.append(one_line(f"measured, not evaluated: backend {name}: {shown} (would be {m.status_word})"))
     return out
+
+
+# ------------------------------------------------------------------------------ how the run went
+
+MAX_DIAGNOSIS_LINES = 8  # per backend: the log lines that look like the cause (the manifest keeps them all)
+
+
+def _at(epoch: Any, start: Any) -> str:
+    """`at +12.3s into the run, 12:01:00 UTC` for an epoch time, given the run's start epoch."""
+    import datetime as _dt
+
+    t, t0 = num(epoch), num(start)
+    if t is None:
+        return "at an unrecorded time"
+    try:
+        clock = _dt.datetime.fromtimestamp(t, _dt.timezone.utc).strftime("%H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        clock = None
+    rel = f"+{t - t0:.1f}s into the run" if t0 is not None else None
+    return "at " + (f"{rel}, {clock}" if rel and clock else rel or clock or f"{t:g}")
+
+
+def run_state_lines(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    from soakspec.evidence.redact import redact_text
+
+    """(label, text) facts about how the run went, from the manifest: its status (and when and
+    why it aborted), each backend's abort time and crash diagnosis (the server-log lines that
+    look like the cause), a failed pre-flight. (A skipped pre-flight and a restricted run,
+    `only`, are in the verdict's notes, which every format shows.)"""
+    m = _map(meta.get("manifest"))
+    out: list[tuple[str, str]] = []
+    status = m.get("status") if isinstance(m.get("status"), str) else "unknown"
+    start = m.get("started_at_epoch")
+    text = one_line(status)
+    if status != "complete":
+        if isinstance(m.get("incomplete_reason"), str) and m.get("incomplete_reason"):
+            text += f": {one_line(m['incomplete_reason'])}"
+        if m.get("aborted_at") is not None:
+            text += f" ({_at(m.get('aborted_at'), start)})"
+    out.append(("run status", text))
+    for e in _list(m.get("backends")):
+        if not isinstance(e, Mapping):
+            continue
+        name = one_line(e.get("name"))
+        if e.get("aborted_reason") or e.get("aborted_at") is not None:
+            why = one_line(e["aborted_reason"]) if isinstance(e.get("aborted_reason"), str) else "no reason recorded"
+            out.append((f"backend {name}", f"aborted {_at(e.get('aborted_at'), start)}: {why}"))
+        # the server's own log lines: credential-looking values are scrubbed before they reach a PR
+        diag = [one_line(redact_text(x)) for x in _list(e.get("crash_diagnosis")) if isinstance(x, str) and x.strip()]
+        if diag:
+            shown = diag[-MAX_DIAGNOSIS_LINES:]
+            more = f" (last {len(shown)} of {len(diag)}; all in manifest.json)" if len(diag) > len(shown) else ""
+            out.append((f"backend {name} crash diagnosis", f"server log lines that look like the cause{more}: " + " | ".join(shown)))
+        failed = [p for p in _list(e.get("preflight")) if isinstance(p, Mapping) and p.get("passed") is False]
+        for p in failed:
+            rec = _map(p.get("record"))
+            why = rec.get("error") or rec.get("outcome") or "did not complete"
+            out.append((f"backend {name} pre-flight", f"workload {one_line(p.get('workload'))} failed: {one_line(why)}"))
+    return out
+
+
+def run_state_json(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The same facts for `--format json`: values as the manifest records them (the crash
+    diagnosis's server-log lines scrubbed of credential-looking values, as in every report)."""
+    from soakspec.evidence.redact import redact_text
+
+    m = _map(meta.get("manifest"))
+    backends = {}
+    for e in _list(m.get("backends")):
+        if isinstance(e, Mapping) and isinstance(e.get("name"), str):
+            backends[e["name"]] = {
+                "aborted_at": num(e.get("aborted_at")),
+                "aborted_reason": e.get("aborted_reason") if isinstance(e.get("aborted_reason"), str) else None,
+                "crash_diagnosis": [redact_text(x) for x in _list(e.get("crash_diagnosis")) if isinstance(x, str)],
+                "preflight": (None if e.get("preflight") is None else
+                              [{"workload": p.get("workload"), "passed": p.get("passed")} for p in _list(e.get("preflight"))
+                               if isinstance(p, Mapping)]),
+            }
+    return {
+        "status": m.get("status") if isinstance(m.get("status"), str) else None,
+        "incomplete_reason": m.get("incomplete_reason") if isinstance(m.get("incomplete_reason"), str) else None,
+        "aborted_at": num(m.get("aborted_at")),
+        "preflight": m.get("preflight") if isinstance(m.get("preflight"), bool) else None,
+        "only": [x for x in _list(m.get("only")) if isinstance(x, str)] or None,
+        "backends": backends,
+        "lines": [{"label": k, "text": v} for k, v in run_state_lines(meta)],
+    }
+
+
+def run_went_normally(lines: Sequence[tuple[str, str]]) -> bool:
+    """Only `run status: complete`: nothing the reports need to call out."""
+    return [k for k, _ in lines] == ["run status"] and lines[0][1] == "complete"

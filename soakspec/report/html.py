@@ -5,7 +5,9 @@ No script, no stylesheet link, no font, no image: inline CSS and inline SVG char
 would refuse any network fetch even if something slipped through. Every string from the
 evidence or the spec is escaped with `html.escape` (evidence is untrusted input).
 
-Sections: the verdict and its summary; the results table (the md report's columns: each
+Sections: the verdict and its summary; how the run went when it did not simply complete (abort
+time and reason, crash diagnosis, a failed pre-flight: `<ul class="run-state">`); the
+results table (the md report's columns: each
 backend's own status, rejected and disconnected counts, the runtime boundary's status); the
 per-level table (offered vs achieved rate, percentiles, every outcome count; marked when the
 performance rules were not evaluated); per backend, one chart per metric in `CHART_METRICS`,
@@ -46,11 +48,14 @@ svg .tick{font-size:10px;fill:#57606a}svg .ctitle{font-size:12px;font-weight:600
 svg .legend{font-size:10px;fill:#1b1f23}svg .blabel{font-size:10px;fill:#57606a}svg .empty{font-size:13px;fill:#57606a}
 svg .band0{fill:#f6f8fa}svg .band1{fill:#eef3f8}
 svg .failing-bucket{fill:#cf222e;fill-opacity:.18;stroke:#cf222e;stroke-width:1.5}
-svg .threshold{stroke:#cf222e;stroke-width:1.5;stroke-dasharray:6 3}svg .tlabel{font-size:10px;fill:#cf222e}
+svg .warn-bucket{fill:#d4a72c;fill-opacity:.10;stroke:#9a6700;stroke-width:1;stroke-dasharray:3 2}
+svg .threshold{stroke:#cf222e;stroke-width:1.5;stroke-dasharray:6 3}svg .tlabel{font-size:10px;fill:#cf222e;paint-order:stroke;stroke:#fff;stroke-width:3px;stroke-linejoin:round}
 dl.facts{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;margin:8px 0}dl.facts dt{color:#57606a}dl.facts dd{margin:0}
 .note{color:#57606a;font-size:12px}
 td.boundary-bad{color:#cf222e;font-weight:700}tr.own-failed td.own{color:#cf222e;font-weight:600}
-tr.own-inconclusive td.own{color:#9a6700}tr.level-gap td{border-top:3px solid #57606a}
+tr.own-inconclusive td.own{color:#9a6700}ul.run-state{background:#fff8c5;border:1px solid #d4a72c;padding:6px 6px 6px 26px}tr.level-gap td{border-top:3px solid #57606a}
+div.wide{overflow-x:auto}table.levels{font-size:12px}table.levels th,table.levels td{padding:4px 5px}
+table.levels td.num,table.levels td.offered,table.levels code{white-space:nowrap}
 """
 
 
@@ -101,7 +106,8 @@ def rule_overlays(verdict: Any, spec: Any, backend: str, t0: float) -> tuple[dic
                 continue
             seen.add(key)
             label = f"{res.rule}: {res.status_word} — {where.text}"
-            marks.setdefault(chart, []).append(Mark(where.start - t0, where.end - t0, label))
+            kind = "warn-bucket" if res.status == "warn" else "failing-bucket"
+            marks.setdefault(chart, []).append(Mark(where.start - t0, where.end - t0, label, kind))
     return thresholds, marks
 
 
@@ -222,7 +228,17 @@ def _pct3(d: Mapping[str, Any] | None) -> str:
     if not d:
         return "-"
     vals = [_num(d.get(k)) for k in ("p50", "p95", "p99")]
-    return " / ".join("-" if v is None else (f"{v * 1000:.1f} ms" if v < 1 else f"{v:.2f} s") for v in vals)
+    known = [v for v in vals if v is not None]
+    if not known:
+        return "-"
+    factor, unit = (1000.0, "ms") if max(known) < 1 else (1.0, "s")  # one unit per cell: p50 / p95 / p99 ms
+    return " / ".join("-" if v is None else _sig3(v * factor) for v in vals) + f" {unit}"
+
+
+def _sig3(v: float) -> str:
+    """Three significant digits, trailing zeros kept (`1.00`, `19.1`, `100`, `0.675`)."""
+    a = abs(v)
+    return f"{v:.0f}" if a >= 100 else f"{v:.1f}" if a >= 10 else f"{v:.2f}" if a >= 1 else f"{v:.3f}"
 
 
 def _rate(v: float | None, digits: int = 2) -> str:
@@ -234,13 +250,14 @@ def level_table(results: Mapping[str, Any], verdict: Any) -> list[str]:
     rows = C.level_rows(results)
     if not rows:
         return []
-    head = ("Backend", "Level", "Offered", "Achieved req/s", "Output tok/s", "Mean in flight", "TTFT p50 / p95 / p99",
+    with_label = any(lv.label != lv.offered for lv in rows)  # a closed loop's level label is its offered load
+    head = ("Backend", *(("Level",) if with_label else ()), "Offered", "Achieved req/s", "Output tok/s", "Mean in flight", "TTFT p50 / p95 / p99",
             "ITL p50 / p95 / p99", "TPOT p50 / p95 / p99", "Latency p50 / p95 / p99", "Completed", "Failed", "Timeouts",
             "Rejected", "Disconnected")
     out = []
     if C.performance_not_evaluated(verdict):
         out.append(f'<p class="note not-evaluated">{esc(C.NOT_EVALUATED_NOTE)}</p>')
-    out.append('<table class="levels"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>")
+    out.append('<div class="wide"><table class="levels"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>")
     prev = None
     for lv in rows:
         req = lv.requests
@@ -248,12 +265,13 @@ def level_table(results: Mapping[str, Any], verdict: Any) -> list[str]:
         prev = lv.backend
         counts = "".join(f'<td class="num">{esc(req.get(k, "-"))}</td>' for k in ("completed", "failed", "timeout", "rejected", "disconnected"))
         out.append(
-            f'<tr{cls}><td><code>{esc(lv.backend)}</code></td><td>{esc(lv.label)}</td><td>{esc(lv.offered)}</td>'
+            f'<tr{cls}><td><code>{esc(lv.backend)}</code></td>' + (f'<td>{esc(lv.label)}</td>' if with_label else "")
+            + f'<td class="offered">{esc(lv.offered)}</td>'
             f'<td class="num">{_rate(lv.qps)}</td><td class="num">{_rate(lv.tokens_per_s, 1)}</td>'
             f'<td class="num">{_rate(lv.in_flight)}</td><td class="num">{_pct3(lv.ttft)}</td><td class="num">{_pct3(lv.itl)}</td>'
             f'<td class="num">{_pct3(lv.tpot)}</td><td class="num">{_pct3(lv.latency)}</td>{counts}</tr>'
         )
-    out.append("</tbody></table>")
+    out.append("</tbody></table></div>")
     return out
 
 
@@ -286,6 +304,7 @@ def _facts(verdict: Any, meta: Mapping[str, Any], spec: Any) -> list[str]:
     if host:
         items.append(("host CPU", host))
     items += [("rehearsal", rehearsal), ("time scale", scale)]
+    items += C.run_state_lines(meta)
     for w in getattr(spec, "workloads", ()):
         items.append((f"workload {w.name}", C.workload_line(w)))
     need = C.required_trace_coverage(spec)
@@ -338,6 +357,9 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         f"<h1>soakspec report: {esc(soak)}</h1>",
         f'<p><span class="badge {esc(verdict.outcome)}">{esc(verdict.outcome)}</span>{esc(C.verdict_sentence(verdict))}</p>',
     ]
+    state = C.run_state_lines(meta)
+    if not C.run_went_normally(state):
+        out.append('<ul class="run-state">' + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in state) + "</ul>")
     out += _results_table(rows)
     out.append(f'<p class="note">{esc(C.ARTIFACT_NOTE.replace("`", ""))} {esc(C.GATE_NOTE)}</p>')
     per_level = level_table(results, verdict)
@@ -348,7 +370,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
     out.append('<p class="note">One point per bucket at its midpoint; shaded bands are the levels, and no line joins '
                "two levels. TTFT and ITL percentiles pool the bucket's completed requests; memory is the mean and maximum "
                "of the telemetry samples taken in the bucket. A dashed red line is a rule's threshold; a red-shaded "
-               "bucket is one where a rule failed.</p>")
+               "bucket is one where a rule failed (an amber outline: where a warn rule did not pass).</p>")
     for b in results.get("backends") or []:
         if not isinstance(b, Mapping):
             continue

@@ -1,4 +1,5 @@
-"""`--format json`: `{schema_version, verdict, results, backend_status}` -- verdict.json's and results.json's
+"""`--format json`: `{schema_version, verdict, results, backend_status, run}` (`run`: how the run
+went -- status, abort time and reason, crash diagnosis, pre-flight, `only`; report.common.run_state_json) -- verdict.json's and results.json's
 shapes (each carries its own schema_version and validates against its schema), recomputed from
 the evidence. Sorted keys, two-space indent, finite numbers only."""
 
@@ -16,6 +17,10 @@ def document(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any] |
     statuses = (meta or {}).get("backend_status")
     if isinstance(statuses, Mapping):
         doc["backend_status"] = {n: s.to_json() for n, s in statuses.items()}
+    if meta is not None:
+        from soakspec.report.common import run_state_json
+
+        doc["run"] = run_state_json(meta)
     return doc
 
 

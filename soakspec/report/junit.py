@@ -44,6 +44,8 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         ("evidence_spec_sha256", verdict.evidence_spec_sha256),
         ("rehearsal", str(verdict.rehearsal).lower()),
         ("time_scale", f"{verdict.time_scale:g}"),
+        *(("note", n) for n in verdict.notes),  # a restricted run, a skipped pre-flight, ...
+        *((f"run: {k}", v) for k, v in C.run_state_lines(meta)),  # status, abort time and reason, crash diagnosis
     ):
         if value is not None:
             ET.SubElement(props, "property", {"name": name, "value": _x(value)})

@@ -1,12 +1,15 @@
 """`--format md`: the PR-ready "Retained evidence" section, in the seed PR's shape.
 
     ## Retained evidence: <soak>
-    - run, commit, model, model revision, hardware, rehearsal, time scale, workload line(s),
-      required trace coverage
+    - run, commit, model, model revision, hardware, rehearsal, time scale, run status,
+      workload line(s), required trace coverage
     **Verdict: PASS** -- all N required rules hold.
     | Backend | Runtime boundary | Boundary check | Completed | Failed/timeouts | Rejected |
       Disconnected | Buckets | Own rules | Artifact SHA-256 |
     footnotes: what the Artifact SHA-256 and Own rules columns are
+    ### How the run went   only when it did not simply complete: abort time and reason, each
+                           backend's crash diagnosis, a failed
+                           pre-flight (a fenced block: evidence text, shown literally)
     ### Per level          offered vs achieved rate, tokens/s, in flight, TTFT / ITL / TPOT /
                            latency percentiles, every outcome count (marked when the
                            performance rules were not evaluated)
@@ -157,6 +160,8 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         lines.append(f"- host CPU: {md_text(host)}")
     lines.append(f"- rehearsal: {md_text(rehearsal)}")
     lines.append(f"- time scale: {md_text(scale)}")
+    state = C.run_state_lines(meta)
+    lines.append(f"- run status: {md_text(_status_word(meta))}" + ("" if C.run_went_normally(state) else " (see How the run went)"))
     workloads = list(getattr(spec, "workloads", ()))
     for w in workloads:
         label = "workload" if len(workloads) == 1 else f"workload {md_code(w.name)}"
@@ -177,6 +182,9 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
     if manifest_sha:
         lines += [f"manifest.json: {manifest_sha}", ""]
     lines += [md_text(C.GATE_NOTE), ""]
+
+    if not C.run_went_normally(state):
+        lines += ["### How the run went", ""] + _fenced([f"{k}: {v}" for k, v in state]) + [""]
 
     per_level = level_table(results)
     if per_level:
@@ -202,6 +210,18 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
 
     lines += claim_boundary(spec)
     return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _status_word(meta: Mapping[str, Any]) -> str:
+    m = meta.get("manifest") if isinstance(meta.get("manifest"), Mapping) else {}
+    return str(m.get("status")) if isinstance(m.get("status"), str) else "unknown"
+
+
+def _fenced(body: Sequence[str]) -> list[str]:
+    """Evidence text (abort reasons, server-log lines) in a fenced block: shown literally, and
+    read by lint-claims neither as prose nor as an assertion."""
+    fence = fence_for(body)
+    return [fence + "text", *body, fence]
 
 
 def claim_boundary(spec: Any) -> list[str]:

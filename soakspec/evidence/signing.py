@@ -1,0 +1,164 @@
+"""Signed evidence (optional): an SSH signature over manifest.json, the mechanism git uses.
+
+    soakspec run SPEC --sign KEY             ssh-keygen -Y sign -f KEY -n soakspec  (manifest.json
+                                             on stdin) -> manifest.json.sig next to the manifest
+    soakspec verify DIR --allowed-signers F  ssh-keygen -Y find-principals, then -Y verify, against
+                                             F (the allowed_signers format of ssh-keygen(1))
+
+What the signature covers: the manifest's bytes, and through the manifest the sha256 of every
+artifact (records, traces, telemetry, server logs) -- so no artifact and no manifest field can
+change without the signature failing. results.json and verdict.json are written after the
+manifest and are not covered (they are conclusions: `gate` re-derives them from the artifacts).
+The signature file is not an artifact (like the manifest, it cannot be hashed by the manifest it
+signs); `verify` skips it when listing files, and checks it only when given allowed signers.
+The namespace `soakspec` keeps a soakspec signature from being replayed as a git or file one.
+
+Without a signature the hashes catch accidents and careless edits, not a determined editor, who
+can rewrite the records and recompute every hash.
+
+Running ssh-keygen is this module's own choice of a fixed program (found on PATH, arguments
+built here, never from the spec or the evidence): `verify` still never executes anything a spec
+names. A key with a passphrase needs ssh-agent (`-f` may then name the public key); ssh-keygen
+gets no terminal here, so it cannot prompt.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from soakspec.evidence import layout
+from soakspec.evidence.io import EvidenceError, write_bytes_atomic
+
+NAMESPACE = "soakspec"
+SIGNATURE = layout.MANIFEST_SIG
+TIMEOUT_S = 30.0  # ssh-keygen signs or verifies in milliseconds; a hung one must not hang the command
+MAX_SIGNATURE_BYTES = 64 * 1024  # an SSH signature is under 2 KB even for RSA-4096
+
+
+class SigningError(Exception):
+    """The manifest could not be signed, or a signature could not be checked at all."""
+
+
+def ssh_keygen() -> str:
+    exe = shutil.which("ssh-keygen")
+    if exe is None:
+        raise SigningError("ssh-keygen is not installed (OpenSSH 8.2 or later signs with -Y sign)")
+    return exe
+
+
+def _run(argv: list[str], data: bytes) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, input=data, capture_output=True, timeout=TIMEOUT_S,
+                              env={**os.environ, "SSH_ASKPASS_REQUIRE": "never"}, start_new_session=True)
+    except subprocess.TimeoutExpired:
+        raise SigningError(f"ssh-keygen did not finish within {TIMEOUT_S:g}s") from None
+    except OSError as e:
+        raise SigningError(f"cannot run ssh-keygen: {e}") from None
+
+
+def _why(proc: subprocess.CompletedProcess) -> str:
+    text = " ".join((proc.stderr or b"").decode("utf-8", "replace").split())
+    return text[:500] or f"ssh-keygen exited with status {proc.returncode}"
+
+
+def check_signing_key(key: str | os.PathLike) -> None:
+    """Before a run: the key file is readable and ssh-keygen is there (a usage error otherwise)."""
+    ssh_keygen()
+    p = Path(key)
+    if not p.is_file():
+        raise SigningError("no such key file")
+    if not os.access(p, os.R_OK):
+        raise SigningError("the key file is not readable")
+
+
+def sign_manifest(run_dir: str | os.PathLike, key: str | os.PathLike) -> Path:
+    """Sign `<run_dir>/manifest.json` with `key`; writes manifest.json.sig atomically, returns its path."""
+    root = Path(run_dir)
+    try:
+        data = (root / layout.MANIFEST).read_bytes()
+    except OSError as e:
+        raise SigningError(f"cannot read {layout.MANIFEST}: {e}") from None
+    proc = _run([ssh_keygen(), "-q", "-Y", "sign", "-f", str(key), "-n", NAMESPACE], data)
+    sig = proc.stdout or b""
+    if proc.returncode != 0 or b"BEGIN SSH SIGNATURE" not in sig:
+        raise SigningError(_why(proc))
+    try:
+        write_bytes_atomic(root / SIGNATURE, sig)
+    except EvidenceError as e:
+        raise SigningError(str(e)) from None
+    return root / SIGNATURE
+
+
+@dataclasses.dataclass(frozen=True)
+class SignatureCheck:
+    """status: `unsigned` (no manifest.json.sig), `present` (not checked: no allowed signers
+    given), `valid`, or `invalid` (with the reason)."""
+
+    status: str
+    principal: str | None = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool | None:
+        """True valid, False invalid (or unsigned when a signature was required), None unknown."""
+        return {"valid": True, "invalid": False}.get(self.status)
+
+    def text(self) -> str:
+        if self.status == "unsigned":
+            return "not signed: its sha256 hashes catch accidents, not a determined editor (`soakspec run --sign KEY` signs)"
+        if self.status == "present":
+            return f"signed ({SIGNATURE}), not checked here: `soakspec verify DIR --allowed-signers FILE` checks it"
+        if self.status == "valid":
+            return f"signed by {self.principal} ({self.message})" if self.message else f"signed by {self.principal}"
+        return f"INVALID: {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"status": self.status, "principal": self.principal, "message": self.message, "file": SIGNATURE}
+
+
+def signature_status(run_dir: str | os.PathLike) -> SignatureCheck:
+    """Whether the directory carries a signature (nothing is run)."""
+    p = Path(run_dir) / SIGNATURE
+    return SignatureCheck("present") if p.is_file() and not p.is_symlink() else SignatureCheck("unsigned")
+
+
+def verify_signature(run_dir: str | os.PathLike, allowed_signers: str | os.PathLike) -> SignatureCheck:
+    """Check manifest.json.sig against `allowed_signers`: the signer must be one of its
+    principals (found with `ssh-keygen -Y find-principals`) and the signature must verify for
+    namespace `soakspec`. Raises SigningError when the check cannot be made at all (no
+    ssh-keygen, no such allowed-signers file)."""
+    root = Path(run_dir)
+    allowed = Path(allowed_signers)
+    if not allowed.is_file():
+        raise SigningError(f"--allowed-signers {allowed_signers}: no such file")
+    sig = root / SIGNATURE
+    if not sig.is_file() or sig.is_symlink():
+        return SignatureCheck("invalid", message=f"no {SIGNATURE}: the evidence is not signed")
+    if sig.stat().st_size > MAX_SIGNATURE_BYTES:
+        return SignatureCheck("invalid", message=f"{SIGNATURE} is over {MAX_SIGNATURE_BYTES // 1024} KB: not an SSH signature")
+    try:
+        data = (root / layout.MANIFEST).read_bytes()
+    except OSError as e:
+        return SignatureCheck("invalid", message=f"cannot read {layout.MANIFEST}: {e}")
+    exe = ssh_keygen()
+    found = _run([exe, "-Y", "find-principals", "-s", str(sig), "-f", str(allowed)], b"")
+    principals = [x.strip() for x in (found.stdout or b"").decode("utf-8", "replace").splitlines() if x.strip()]
+    if found.returncode != 0 or not principals:
+        return SignatureCheck("invalid", message=f"the signing key is not in {allowed_signers} ({_why(found)})")
+    principal = principals[0]
+    proc = _run([exe, "-Y", "verify", "-f", str(allowed), "-I", principal, "-n", NAMESPACE, "-s", str(sig)], data)
+    said = " ".join((proc.stdout or b"").decode("utf-8", "replace").split())
+    if proc.returncode != 0:
+        return SignatureCheck("invalid", principal,
+                              f"the signature does not match manifest.json for {principal} ({_why(proc) or said})")
+    key = said.split(" with ", 1)[-1].rstrip(".") if " with " in said else ""
+    return SignatureCheck("valid", principal, key)
+
+
+__all__ = ["NAMESPACE", "SIGNATURE", "SignatureCheck", "SigningError", "check_signing_key", "sign_manifest",
+           "signature_status", "verify_signature"]

@@ -1,0 +1,111 @@
+"""The end-of-run summary `soakspec run` prints after the verdict's rule lines.
+
+    summary_lines(results, run_dir, verdict) -> list[str]    the text form (stdout)
+    summary_json(results, run_dir, verdict)  -> dict         `--format json`'s `run_summary` member
+
+Both come from results.json's shape (`summarize_run`), through `common.level_rows` -- the rows
+the Markdown and HTML per-level tables show -- so the terminal, the reports and results.json
+cannot disagree; nothing here computes a statistic. Per backend and level:
+
+  offered      the offered load (`4 req/s (open loop)`, `concurrency 4`)
+  req/s        achieved completed requests per second (the buckets' qps, weighted by wall time)
+  tok/s        output tokens per second (likewise)
+  in flight    mean requests in flight (likewise)
+  TTFT / ITL / TPOT / latency   p50 / p95 / p99 over the level's completed requests
+  completed / failed / timeouts / rejected / disconnected   measured requests by outcome
+
+and a last line naming the command that renders the full report (`soakspec report DIR
+--format html`).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from soakspec.report import common as C
+
+SCHEMA_VERSION = 1
+PCTS = ("p50", "p95", "p99")
+COUNTS = (("completed", "completed"), ("failed", "failed"), ("timeout", "timeouts"), ("rejected", "rejected"),
+          ("disconnected", "disconnected"))
+DISTS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("latency", "latency"))
+
+
+def report_command(run_dir: Any) -> str:
+    return f"soakspec report {shlex.quote(str(run_dir))} --format html --out report.html"
+
+
+def _pcts(d: Mapping[str, Any] | None) -> dict[str, float | None]:
+    return {p: (C.num(d.get(p)) if d else None) for p in PCTS}
+
+
+def level_json(lv: C.LevelRow) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "backend": lv.backend, "workload": lv.workload, "level": lv.level, "label": lv.label,
+        "offered": lv.offered, "offered_rate": lv.offered_rate, "achieved_rate": lv.qps,
+        "output_tokens_per_s": lv.tokens_per_s, "mean_in_flight": lv.in_flight,
+    }
+    for key, _ in DISTS:
+        out[key] = _pcts(getattr(lv, key))
+    out["requests"] = {name: C._int(lv.requests.get(key)) for key, name in COUNTS}
+    return out
+
+
+def summary_json(results: Mapping[str, Any], run_dir: Any, verdict: Any = None) -> dict[str, Any]:
+    judged = None if verdict is None else not C.performance_not_evaluated(verdict)
+    return {"schema_version": SCHEMA_VERSION, "levels": [level_json(lv) for lv in C.level_rows(results)],
+            "performance_evaluated": judged, "report_command": report_command(run_dir)}
+
+
+def _secs(v: float | None) -> str:
+    if v is None:
+        return "-"
+    ms = v * 1000
+    return f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
+
+
+def _trio(d: Mapping[str, Any] | None) -> str:
+    vals = [C.num(d.get(p)) if d else None for p in PCTS]
+    return " / ".join(_secs(v) for v in vals) if any(v is not None for v in vals) else "-"
+
+
+def _rate(v: float | None, digits: int) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> list[str]:
+    widths = [max(len(head[i]), *(len(r[i]) for r in rows)) for i in range(len(head))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if r else c.ljust(w) for c, w, r in zip(cells, widths, right)).rstrip()
+
+    return [line(head)] + [line(r) for r in rows]
+
+
+def summary_lines(results: Mapping[str, Any], run_dir: Any, verdict: Any = None) -> list[str]:
+    """Two aligned tables (rates and counts; latency percentiles in ms) and the report line;
+    with `verdict`, a note when its performance rules were not evaluated (figures measured, not judged)."""
+    levels = C.level_rows(results)
+    out = []
+    if levels and verdict is not None and C.performance_not_evaluated(verdict):
+        out += ["", C.NOT_EVALUATED_NOTE]
+    if levels:
+        names = [[lv.backend, lv.label] for lv in levels]
+        offered = any(lv.offered != lv.label for lv in levels)  # a closed loop's level is its offered load
+        rates = [n + ([lv.offered] if offered else []) + [_rate(lv.qps, 2), _rate(lv.tokens_per_s, 1), _rate(lv.in_flight, 2)]
+                 + [str(C._int(lv.requests.get(k))) if C._int(lv.requests.get(k)) is not None else "-" for k, _ in COUNTS]
+                 for n, lv in zip(names, levels)]
+        head = ["backend", "level"] + (["offered"] if offered else []) + ["req/s", "tok/s", "in flight"] + [n for _, n in COUNTS]
+        left = 3 if offered else 2
+        out += ["", "per level (results.json):"]
+        out += ["  " + x for x in _table(head, rates, [False] * left + [True] * (len(head) - left))]
+        lat = [n + [_trio(getattr(lv, key)) for key, _ in DISTS] for n, lv in zip(names, levels)]
+        head = ["backend", "level"] + [f"{name} p50/p95/p99 ms" for _, name in DISTS]
+        out += [""] + ["  " + x for x in _table(head, lat, [False, False] + [True] * len(DISTS))]
+    out += ["", f"full report: {report_command(run_dir)}"]
+    return [C.clean_text(x) for x in out]
+
+
+__all__ = ["report_command", "summary_json", "summary_lines"]
