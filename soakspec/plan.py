@@ -955,7 +955,11 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
             f"    {lv.workload} / {lv.label}: {format_duration(lv.duration_s)}{warm} in "
             f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets; requests ≥ {lv.min_requests}, expected {exp}"
         )
+    replayed = {lv.workload for lv in b.levels if isinstance(lv.shape, Replay)}
     for name, t in {lv.workload: lv.request for lv in b.levels}.items():
+        if name in replayed:
+            lines.append(f"    {name} prompts: each the trace's input_length in words, max_tokens its output_length")
+            continue
         lines.append(f"    {name} prompts: {prompt_label(t)}; cache: {_prefix_policy(t)}")
     lines.extend(_phase_lines(b))
     if b.follow_up:

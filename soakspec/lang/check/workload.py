@@ -166,7 +166,7 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
     if mode == "open":
         _misplaced(ctx, lb, _CLOSED_ONLY, "belongs to closed-loop load; open-loop load sets 'rate'")
         lb.require("rate")
-        arrival, burst = _arrival(ctx, lb, lb["arrival"], lb["burstiness"])
+        arrival, burst = _arrival(ctx, lb, lb["arrival"])
         load = S.Load("open", (), None, lb["rate"] or (1.0,), arrival, lb["seed"], burstiness=burst)
     else:
         _misplaced(ctx, lb, _OPEN_ONLY, "belongs to open-loop load (mode = open)")
@@ -180,11 +180,12 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
     return load
 
 
-def _arrival(ctx: Ctx, b: Body, arrival: str, burstiness: float | None) -> tuple[str, float]:
+def _arrival(ctx: Ctx, b: Body, arrival: str, default: float = 1.0) -> tuple[str, float]:
     """`burstiness` shapes random arrivals (gamma inter-arrival times; 1 is Poisson): it implies
-    `arrival = poisson`, and contradicts `arrival = constant`."""
-    if burstiness is None:
-        return arrival, 1.0
+    `arrival = poisson`, and contradicts `arrival = constant`. Without it: `default`."""
+    if not b.ok("burstiness"):
+        return arrival, default
+    burstiness = b["burstiness"]
     if b.has("arrival") and arrival != "poisson":
         ctx.error("E403", "'burstiness' shapes random arrivals (gamma inter-arrival times); it needs arrival = poisson, not constant",
                   b.got("burstiness").key_span)
@@ -203,7 +204,7 @@ def _phased(ctx: Ctx, lb: Body, mode: str, where: str) -> S.Load:
         if lb.has(key):
             ctx.error("E403", f"'{key}' is set per phase when the load has phases", lb.got(key).key_span)
     table = OPEN_PHASE if mode == "open" else CLOSED_PHASE
-    arrival, burst = _arrival(ctx, lb, lb["arrival"], lb["burstiness"]) if mode == "open" else ("constant", 1.0)
+    arrival, burst = _arrival(ctx, lb, lb["arrival"]) if mode == "open" else ("constant", 1.0)
     phases: list[S.Phase] = []
     seen: dict[str, Span] = {}
     for stmt in blk.body:
@@ -224,7 +225,7 @@ def _phased(ctx: Ctx, lb: Body, mode: str, where: str) -> S.Load:
         if mode == "open":
             p_arrival = pb["arrival"] or arrival
             if pb.has("burstiness"):
-                p_arrival, p_burst = _arrival(ctx, pb, p_arrival, pb["burstiness"])
+                p_arrival, p_burst = _arrival(ctx, pb, p_arrival)
             elif p_arrival == "constant":
                 p_burst = 1.0
         seed = pb["seed"] if mode == "open" and pb["seed"] is not None else lb["seed"]
@@ -280,10 +281,12 @@ def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
             return
         outs = load.replay.output_lens
         fields["max_tokens"] = tuple(sorted({min(outs), max(outs)}))  # the bounds the judge checks usage against
-        if fields["duration_s"] is None:
-            fields["duration_s"] = load.replay.offsets_s[-1] / load.replay.speed + REPLAY_TAIL_S
+        if fields["duration_s"] is None:  # the trace's span, in whole buckets when a bucket is set
+            span = load.replay.offsets_s[-1] / load.replay.speed + REPLAY_TAIL_S
+            bucket = b["bucket"] if b.ok("bucket") else None
+            fields["duration_s"] = math.ceil(span / bucket - 1e-9) * bucket if bucket else span
         return
-    if fields["duration_s"] is None and "duration" not in b.suggested:
+    if fields["duration_s"] is None and not b.has("duration") and "duration" not in b.suggested:
         ctx.error("E103", f"{where} needs 'duration'", b.span)
 
 
