@@ -645,6 +645,9 @@ def _prefix_policy(t: RequestTemplate) -> str:
 
 
 def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
+    rp = w.load.replay
+    if rp is not None and rp.tokens:  # each request's own length; the shortest and longest are verified at the start
+        return {"prompt_tokens": tuple(sorted({min(rp.input_lens), max(rp.input_lens)})), "tokenizer": _abspath(base, w.tokenizer)}
     if w.prompt_tokens:
         return {"prompt_tokens": w.prompt_tokens, "tokenizer": _abspath(base, w.tokenizer), "prefix_tokens": w.prefix_tokens}
     d = w.dataset
@@ -958,7 +961,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
     replayed = {lv.workload for lv in b.levels if isinstance(lv.shape, Replay)}
     for name, t in {lv.workload: lv.request for lv in b.levels}.items():
         if name in replayed:
-            lines.append(f"    {name} prompts: each the trace's input_length in words, max_tokens its output_length")
+            unit = f"tokens ({'tokenizer ' + t.tokenizer if t.tokenizer else 'the server' + chr(39) + 's /tokenize'})" if t.prompt_tokens else "words"
+            lines.append(f"    {name} prompts: each the trace's input_length in {unit}, max_tokens its output_length")
             continue
         lines.append(f"    {name} prompts: {prompt_label(t)}; cache: {_prefix_policy(t)}")
     lines.extend(_phase_lines(b))

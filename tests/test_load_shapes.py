@@ -9,6 +9,7 @@ import json
 import statistics
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,10 @@ from soakspec.plan import ClosedRamp, Open, OpenRamp, Replay, plan, render_text,
 from soakspec.runner.clock import RunClock
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.load import LevelContext, Shapes, drive_level, ramp_schedule, schedule, unit_arrivals
+from soakspec.runner.h11client import H11Connection
 from soakspec.runner.records import Outcome, RequestRecord
+from soakspec.sim import server as sim
+from soakspec.sim.config import SimConfig
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES_SPEC = REPO / "specs" / "phases.soak"
@@ -326,6 +330,33 @@ def test_a_malformed_trace_fails_check_at_its_line(tmp_path, rows, line, words):
     assert any(d.code == "E423" and d.path.endswith("r.soak") for d in diags)  # and at the spec's `trace`
     with pytest.raises(TraceFileError):
         parse_trace("\n".join(rows))
+
+
+async def test_replay_with_token_lengths_sends_exactly_the_traces_prompt_tokens(tmp_path):
+    """`input_lengths = tokens`: each request's prompt is exactly its trace input_length by the
+    server's own count (the simulator's /tokenize and usage), max_tokens its output_length."""
+    write_trace(tmp_path / "trace.jsonl", MOONCAKE)
+    spec, diags = spec_of('mode = replay\n trace = "trace.jsonl"\n input_lengths = tokens\n speed = 20.0', extra="bucket = 1s",
+                          path=tmp_path / "r.soak")  # fmt: skip
+    assert spec is not None, diags
+    p = plan(spec)
+    (lv,) = p.backends[0].levels
+    assert lv.request.prompt_tokens == (5, 30)  # the shortest and longest, verified before the level
+    assert "each the trace's input_length in tokens (the server's /tokenize)" in render_text(p)
+    records: list = []
+    seq = iter(range(10**6))
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(partial(sim.serve, SimConfig(model="default", trace_log=False, ttft=0.001, itl=0.001)))
+        shapes = Shapes(lv.request)
+        await shapes.prepare(f"http://127.0.0.1:{port}")
+        clock = RunClock()
+        ctx = LevelContext("a", clock, partial(H11Connection, "127.0.0.1", port, clock), shapes, records.extend,
+                           lambda: (i := next(seq), f"t-{i:07d}"))  # fmt: skip
+        await drive_level(lv, ctx)
+        nursery.cancel_scope.cancel()
+    assert all(r.outcome == "completed" for r in records)
+    assert sorted((r.prompt_tokens, r.output_tokens) for r in records) == sorted(
+        (m["input_length"], m["output_length"]) for m in MOONCAKE)
 
 
 def test_replay_takes_no_prompt_source_or_max_tokens(tmp_path):

@@ -175,6 +175,7 @@ class Replay:
     input_lens: tuple[int, ...] = dataclasses.field(repr=False)
     output_lens: tuple[int, ...] = dataclasses.field(repr=False)
     speed: float = 1.0  # offsets are divided by this
+    tokens: bool = False  # input lengths are token-exact prompts (the model's tokenizer), not words
 
 
 @dataclasses.dataclass(frozen=True)

@@ -127,7 +127,11 @@ class Shapes:
     def make(self, index: int, smallest: bool = False, worker: int | None = None,
              lengths: tuple[int, int] | None = None) -> RequestShape:
         w = self.template
-        if lengths is not None and not smallest:  # a replayed request: its own input (words) and output length
+        if lengths is not None and not smallest:  # a replayed request: its own input (words or tokens) and output length
+            if w.prompt_tokens:
+                if self._costs is None:
+                    raise RunAborted("token-exact prompts were not prepared (Shapes.prepare)")
+                return self._shape(token_prompt(self._costs, index, lengths[0], 0), lengths[1])
             return self._shape(prompt_words(index, lengths[0]), lengths[1])
         if w.prompt_tokens:
             return self._token_shape(index, smallest)

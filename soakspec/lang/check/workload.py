@@ -62,12 +62,13 @@ LOAD = Table(
         Key("trace", "str"),
         Key("trace_format", "word", choices=R.FORMATS, default="mooncake"),
         Key("speed", "number", minimum=0.001, maximum=1000.0, default=1.0),
+        Key("input_lengths", "word", choices=("words", "tokens"), default="words"),
     ),
     blocks=("phases",),
 )  # fmt: skip
 _CLOSED_ONLY = ("concurrency", "requests")
 _OPEN_ONLY = ("rate", "arrival", "seed", "burstiness")
-_REPLAY_ONLY = ("trace", "trace_format", "speed")
+_REPLAY_ONLY = ("trace", "trace_format", "speed", "input_lengths")
 
 _DURATION = Key("duration", "quantity", None, Dimension.DURATION, required=True)
 _STEPS = Key("steps", "int", minimum=1, maximum=1000, default=0)
@@ -127,6 +128,8 @@ def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
     for key in given[1:]:
         ctx.error("E403", f"{where} sets both '{given[0]}' and '{key}': a workload has one prompt source", b.got(key).key_span)
     for key in ("tokenizer", "prefix_tokens"):
+        if key == "tokenizer" and _replays_tokens(b):
+            continue  # a replay's token-exact input lengths use it
         if b.has(key) and not b.has("prompt_tokens"):
             ctx.error("E403", f"'{key}' belongs to token-exact prompts; {where} sets no 'prompt_tokens'", b.got(key).key_span)
     if b.ok("prefix_tokens") and b.ok("prompt_tokens") and b["prefix_tokens"] >= min(b["prompt_tokens"]):
@@ -135,6 +138,13 @@ def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
     if not given:
         return S.Workload.prompt_words
     return b["prompt_words"]
+
+
+def _replays_tokens(b: Body) -> bool:
+    """The workload's load block says `input_lengths = tokens` (read before the load is checked)."""
+    blk = b.blocks.get("load")
+    return blk is not None and any(isinstance(s, A.Attribute) and s.key == "input_lengths" and isinstance(s.value, A.Word)
+                                   and s.value.name == "tokens" for s in blk.body)  # fmt: skip
 
 
 def _sampling(ctx: Ctx, b: Body, where: str) -> S.Sampling:
@@ -257,7 +267,7 @@ def _replay(ctx: Ctx, lb: Body, where: str) -> S.Load:
             ctx.path = saved
         ctx.error("E423", f"the trace file {got.value!r} cannot be used (see {path}:{e.line})", got.span)
         return S.Load("replay")
-    rp = S.Replay(path, tf.format, tf.sha256, tf.offsets_s, tf.input_lens, tf.output_lens, lb["speed"])
+    rp = S.Replay(path, tf.format, tf.sha256, tf.offsets_s, tf.input_lens, tf.output_lens, lb["speed"], lb["input_lengths"] == "tokens")
     return S.Load("replay", replay=rp)
 
 
