@@ -18,6 +18,8 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from soakspec.judge import judge
+from soakspec.judge.testing import EvidenceBuilder, small_spec, spec_from_text
 from soakspec.lang import check, load_spec, parse
 from soakspec.lang.replay import TraceFileError, parse_trace
 from soakspec.plan import ClosedRamp, Open, OpenRamp, Replay, plan, render_text, to_json
@@ -185,6 +187,56 @@ def test_per_phase_is_a_gate_scope():
     spec, diags = check(parse(text)[0])
     assert [d.code for d in diags] == ["E306"]  # the misspelling only
     assert "phase" in diags[0].message
+
+
+PHASED_SPEC = """soak "p" {}
+backend "a" {
+  url = "http://127.0.0.1:8000"
+  runtime {
+    label = "host-staged"
+  }
+}
+workload "w" {
+  load {
+    mode = closed
+    phases {
+      steady { concurrency = 2  duration = 2m }
+      burst { concurrency = 8  duration = 1m }
+      recovery { concurrency = 2  duration = 2m }
+    }
+  }
+  bucket = 1m
+  deadline = 30s
+  follow_up = true
+}
+gate {
+  require p50(ttft) < 1s per phase
+  require p50(ttft) < 1s per level
+}
+"""
+
+
+def test_a_per_phase_rule_names_the_phase_that_fails():
+    """Synthetic evidence (the judge's builder): only the burst's requests are slow, so the rule
+    fails in that phase alone, named by it; judged per level it is the same instance."""
+    spec = spec_from_text(PHASED_SPEC)
+    b = EvidenceBuilder(spec, per_bucket=10)
+    for r in b.measured("a", level=1):
+        r["ttft"] = 3.0
+        r["first_token"] = r["intended_start"] + 3.0
+    v = judge(spec, b.build())
+    (by_phase,) = [r for r in v.rules if r.rule == "p50(ttft) < 1s per phase"]
+    assert by_phase.status == "fail" and by_phase.instances == 3 and by_phase.failing == 1
+    assert "backend a, phase burst, concurrency 8: p50(ttft) = 3s" in by_phase.message
+    (by_level,) = [r for r in v.rules if r.rule == "p50(ttft) < 1s per level"]
+    assert by_level.status == "fail" and by_level.where.text == by_phase.where.text
+
+
+def test_a_per_phase_rule_without_phases_is_inconclusive():
+    spec = small_spec("require p50(ttft) < 1s per phase")
+    v = judge(spec, EvidenceBuilder(spec).build())
+    (r,) = [r for r in v.rules if r.rule == "p50(ttft) < 1s per phase"]
+    assert r.status == "inconclusive" and "no phase" in r.message
 
 
 # ---------------------------------------------------------------- schedules in virtual time
