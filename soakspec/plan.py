@@ -361,13 +361,17 @@ class Level:
         return self.buckets[0].length_s
 
     def to_json(self) -> dict[str, Any]:
-        """The level's entry in the manifest (the runner adds what happened: times, buckets, sent)."""
-        return {
+        """The level's entry in the manifest (the runner adds what happened: times, buckets, sent).
+        A phase, a ramp or a replay adds its `phase` name and its `shape` (as the plan's JSON)."""
+        out = {
             "workload": self.workload, "index": self.index, "label": self.label, "mode": self.mode,
             "concurrency": self.concurrency, "rate": self.rate, "batch_requests": self.batch_requests,
             "planned_duration_s": self.duration_s, "bucket_s": self.bucket_s, "warmup_s": self.warmup_s,
-            "deadline_s": self.deadline_s, "phase": self.phase, "shape": _shape_json(self.shape),
+            "deadline_s": self.deadline_s,
         }  # fmt: skip
+        if self.phase is not None or not isinstance(self.shape, (Closed, Batch, Open)):
+            out |= {"phase": self.phase, "shape": _shape_json(self.shape)}
+        return out
 
 
 # ---------------------------------------------------------------- backends
