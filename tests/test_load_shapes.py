@@ -168,6 +168,8 @@ def test_closed_phases_ramp_hold_and_step():
         ("mode = open\n rate = [4rps]\n arrival = constant\n burstiness = 0.5", "duration = 10s", "E403"),
         ("mode = closed\n concurrency = [2]\n burstiness = 0.5", "duration = 10s", "E403"),
         ("mode = closed\n concurrency = [2]", "bucket = 1s", "E103"),  # no phases: duration is required
+        ("mode = closed\n concurrency = [2]\n trace = \"t.jsonl\"", "duration = 1s", "E403"),  # replay keys need mode = replay
+        ("mode = replay", "bucket = 1s", "E103"),  # a replay needs its trace
     ],
 )
 def test_load_shape_mistakes_are_reported_by_check(load, extra, code):
@@ -237,6 +239,19 @@ def test_a_per_phase_rule_without_phases_is_inconclusive():
     v = judge(spec, EvidenceBuilder(spec).build())
     (r,) = [r for r in v.rules if r.rule == "p50(ttft) < 1s per phase"]
     assert r.status == "inconclusive" and "no phase" in r.message
+
+
+@settings(max_examples=100, deadline=None)
+@given(a=st.integers(1, 40), b=st.integers(1, 40), steps=st.integers(0, 6), length=st.floats(0.1, 3600))
+def test_closed_ramp_targets_go_from_start_to_end_in_time_order(a, b, steps, length):
+    """For any ramp or staircase: the target starts at `start` at 0, ends at `end`, changes at
+    strictly later times inside the level, and a linear ramp moves one worker at a time."""
+    targets = ClosedRamp(a, b, steps).targets(length)
+    assert targets[0] == (0.0, a) and targets[-1][1] == b
+    times = [t for t, _ in targets]
+    assert times == sorted(times) and len(set(times)) == len(times) and times[-1] < length
+    if not steps:
+        assert [abs(y - x) for (_, x), (_, y) in zip(targets, targets[1:])] == [1] * abs(b - a)
 
 
 # ---------------------------------------------------------------- schedules in virtual time
@@ -409,6 +424,21 @@ async def test_replay_with_token_lengths_sends_exactly_the_traces_prompt_tokens(
     assert all(r.outcome == "completed" for r in records)
     assert sorted((r.prompt_tokens, r.output_tokens) for r in records) == sorted(
         (m["input_length"], m["output_length"]) for m in MOONCAKE)
+
+
+def test_the_example_trace_checks_and_plans(tmp_path):
+    example = REPO / "examples" / "traces" / "mooncake.jsonl"
+    spec, diags = spec_of(f'mode = replay\n trace = "{example}"', extra="bucket = 500ms", path=tmp_path / "r.soak")
+    assert spec is not None, diags
+    (lv,) = plan(spec).backends[0].levels
+    assert lv.min_requests == 5 and lv.duration_s == 2.0 and lv.label == "replay of 5 requests (mooncake.jsonl)"
+
+
+def test_a_long_trace_in_tiny_buckets_is_refused(tmp_path):
+    write_trace(tmp_path / "trace.jsonl", [{"timestamp": 0, "input_length": 1, "output_length": 1},
+                                           {"timestamp": 20_000_000, "input_length": 1, "output_length": 1}])  # fmt: skip
+    spec, diags = spec_of('mode = replay\n trace = "trace.jsonl"', extra="bucket = 1s", path=tmp_path / "r.soak")
+    assert spec is None and [d.code for d in diags] == ["E204"]
 
 
 def test_replay_takes_no_prompt_source_or_max_tokens(tmp_path):

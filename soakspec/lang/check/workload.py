@@ -295,6 +295,9 @@ def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
             span = load.replay.offsets_s[-1] / load.replay.speed + REPLAY_TAIL_S
             bucket = b["bucket"] if b.ok("bucket") else None
             fields["duration_s"] = math.ceil(span / bucket - 1e-9) * bucket if bucket else span
+        if b.ok("bucket") and fields["duration_s"] / b["bucket"] > MAX_BUCKETS_PER_LEVEL and not b.has("duration"):
+            ctx.error("E204", f"bucket cuts the replayed trace ({format_duration(fields['duration_s'])}) into more than "
+                              f"{MAX_BUCKETS_PER_LEVEL} buckets", b.got("bucket").span)  # fmt: skip
         return
     if fields["duration_s"] is None and not b.has("duration") and "duration" not in b.suggested:
         ctx.error("E103", f"{where} needs 'duration'", b.span)
