@@ -496,3 +496,14 @@ def test_reports_label_and_chart_the_phases(phases_run):
         assert f"phase {name}" in html  # each phase is a labelled band of the charts
     proc = subprocess.run([sys.executable, "-m", "soakspec", "plan", str(PHASES_SPEC)], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert "phased phases: ramp 1s → steady 1.5s → burst 500ms → recovery 1.5s" in proc.stdout
+
+
+def test_lint_claims_knows_the_rates_the_phases_covered(tmp_path):
+    """A review document may state the phases' rates; a rate no phase offered is scope creep."""
+    doc = tmp_path / "PR.md"
+    doc.write_text("# Phases\n\nWe soaked the simulator at 200 rps and at 20 rps, and at 500 rps.\n\n## Claim Boundary\n\n"
+                   "This is phase-scoped TTFT evidence against the embedded simulator. It does not claim production readiness.\n")
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "lint-claims", str(doc), "--spec", str(PHASES_SPEC)],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    findings = [line for line in proc.stdout.splitlines() if "CB" in line]
+    assert len(findings) == 1 and "CB301" in findings[0] and "500 rps" in findings[0], proc.stdout

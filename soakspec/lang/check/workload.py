@@ -245,7 +245,19 @@ def _phased(ctx: Ctx, lb: Body, mode: str, where: str) -> S.Load:
                               pb["steps"] or 0, p_arrival, p_burst, seed + len(phases), stmt.kind_span))  # fmt: skip
     if not phases and not seen:
         ctx.error("E205", "the phases block is empty: name at least one phase, e.g. steady { duration = 60s  ... }", blk.kind_span)
-    return S.Load(mode, (), None, (), arrival, lb["seed"], burstiness=burst, phases=tuple(phases))  # type: ignore[arg-type]
+    # every value the phases offer (holds, ramp ends, steps): what the run covered, for lint-claims' scope
+    values = sorted({v for p in phases for v in _phase_values(p)})
+    if mode == "open":
+        return S.Load(mode, (), None, tuple(values), arrival, lb["seed"], burstiness=burst, phases=tuple(phases))  # type: ignore[arg-type]
+    return S.Load(mode, tuple(sorted({int(round(v)) for v in values})), None, (), phases=tuple(phases))  # type: ignore[arg-type]
+
+
+def _phase_values(p: S.Phase) -> tuple[float, ...]:
+    if p.end is None:
+        return (p.start,)
+    if p.steps:
+        return tuple(p.start + (p.end - p.start) * j / p.steps for j in range(p.steps + 1))
+    return (p.start, p.end)
 
 
 def _replay(ctx: Ctx, lb: Body, where: str) -> S.Load:
