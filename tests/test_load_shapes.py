@@ -18,6 +18,7 @@ import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from soakspec.cli import main
 from soakspec.judge import judge
 from soakspec.judge.testing import EvidenceBuilder, small_spec, spec_from_text
 from soakspec.lang import check, load_spec, parse
@@ -460,12 +461,17 @@ def phases_run(tmp_path_factory) -> Path:
     return out
 
 
-def test_per_phase_rule_fails_only_in_the_burst_phase(phases_run):
+def cli(capsys, *argv: str) -> str:
+    """`soakspec ARGV` in-process; its stdout."""
+    capsys.readouterr()
+    main(list(argv))
+    return capsys.readouterr().out
+
+
+def test_per_phase_rule_fails_only_in_the_burst_phase(phases_run, capsys):
     """The simulator has 2 slots (about 80 requests/s): the 200 rps burst queues, so its TTFT
     rises past the rule's threshold; the ramp, steady and recovery phases stay under it."""
-    proc = subprocess.run([sys.executable, "-m", "soakspec", "gate", str(phases_run), "--format", "json"],
-                          cwd=REPO, capture_output=True, text=True, timeout=60)
-    verdict = json.loads(proc.stdout)
+    verdict = json.loads(cli(capsys, "gate", str(phases_run), "--format", "json"))
     (rule,) = [r for r in verdict["rules"] if r["rule"] == "p50(ttft) < 100ms per phase"]
     assert rule["status"] == "fail" and rule["scope"] == "phase"
     assert rule["instances"] == 4 and rule["failing"] == 1
@@ -480,12 +486,9 @@ def test_per_phase_rule_fails_only_in_the_burst_phase(phases_run):
     assert [lv["phase"] for lv in manifest["backends"][0]["levels"]] == ["ramp", "steady", "burst", "recovery"]
 
 
-def test_reports_label_and_chart_the_phases(phases_run):
+def test_reports_label_and_chart_the_phases(phases_run, capsys):
     def report(fmt: str) -> str:
-        proc = subprocess.run([sys.executable, "-m", "soakspec", "report", str(phases_run), "--format", fmt],
-                              cwd=REPO, capture_output=True, text=True, timeout=60)
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout
+        return cli(capsys, "report", str(phases_run), "--format", fmt)
 
     md = report("md")
     assert "open loop in phases: ramp 5→20 rps for 1s, steady 20 rps for 1.5s, burst 200 rps for 0.5s (burstiness 0.5)" in md
@@ -494,8 +497,7 @@ def test_reports_label_and_chart_the_phases(phases_run):
     html = report("html")
     for name in ("ramp", "steady", "burst", "recovery"):
         assert f"phase {name}" in html  # each phase is a labelled band of the charts
-    proc = subprocess.run([sys.executable, "-m", "soakspec", "plan", str(PHASES_SPEC)], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert "phased phases: ramp 1s → steady 1.5s → burst 500ms → recovery 1.5s" in proc.stdout
+    assert "phased phases: ramp 1s → steady 1.5s → burst 500ms → recovery 1.5s" in cli(capsys, "plan", str(PHASES_SPEC))
 
 
 def test_lint_claims_knows_the_rates_the_phases_covered(tmp_path):
