@@ -188,8 +188,10 @@ def test_per_phase_is_a_gate_scope():
             'workload "w" {\n load {\n mode = closed\n concurrency = [1]\n }\n duration = 1s\n}\n'
             'gate {\n require p95(ttft) < 1s per phase\n require p95(ttft) < 1s per phsae\n}\n')  # fmt: skip
     spec, diags = check(parse(text)[0])
-    assert [d.code for d in diags] == ["E306"]  # the misspelling only
-    assert "phase" in diags[0].message
+    assert [d.code for d in diags] == ["E306", "E403"]  # the misspelling; and per phase without phases
+    assert "per run, backend, level, phase" in diags[0].message
+    spec = spec_from_text(PHASED_SPEC.replace("require p50(ttft) < 1s per level", "warn drift(p50(ttft)) <= 10% per phase"))
+    assert [r.scope for r in spec.gate.rules] == ["phase", "phase"]  # drift() compares a phase's buckets
 
 
 PHASED_SPEC = """soak "p" {}
@@ -235,9 +237,16 @@ def test_a_per_phase_rule_names_the_phase_that_fails():
     assert by_level.status == "fail" and by_level.where.text == by_phase.where.text
 
 
-def test_a_per_phase_rule_without_phases_is_inconclusive():
-    spec = small_spec("require p50(ttft) < 1s per phase")
-    v = judge(spec, EvidenceBuilder(spec).build())
+def test_a_per_phase_rule_needs_phases():
+    """`check` refuses a per phase rule when no workload has phases (no run could judge it); the
+    judge, given evidence whose levels name no phase, finds nothing to judge: INCONCLUSIVE."""
+    with pytest.raises(ValueError, match="E403 'per phase' judges each named phase"):
+        small_spec("require p50(ttft) < 1s per phase")
+    spec = spec_from_text(PHASED_SPEC)
+    b = EvidenceBuilder(spec, per_bucket=10)
+    for lv in b.entry("a")["levels"]:
+        del lv["phase"]
+    v = judge(spec, b.build())
     (r,) = [r for r in v.rules if r.rule == "p50(ttft) < 1s per phase"]
     assert r.status == "inconclusive" and "no phase" in r.message
 

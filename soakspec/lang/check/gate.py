@@ -283,3 +283,13 @@ def _target(ctx: Ctx, r: A.Rule, _res: _Resolved, backend_names: set[str]) -> st
         ctx.error("E301", msg, r.target.span, suggest(target, backend_names))
         raise Bad
     return target
+
+
+def check_phase_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None:
+    """A `per phase` rule needs a workload with phases: without one no run could judge it (E403)."""
+    if any(w.load.phases for w in workloads):
+        return
+    for r in g.rules:
+        if r.scope == "phase":
+            ctx.error("E403", "'per phase' judges each named phase of a workload's load, and no workload has phases",
+                      r.span, "add load { phases { NAME { duration = ...  ... } } } to a workload, or scope the rule per level")
