@@ -93,16 +93,150 @@ class Open:
     rate: float
     arrival: str  # constant | poisson
     seed: int  # the workload's seed + the level's index
+    burstiness: float = 1.0  # poisson: gamma inter-arrival times of this shape (1: exponential), vLLM's --burstiness
 
 
-LoadShape = Closed | Batch | Open
+def _round_half_up(v: float) -> int:
+    return int(math.floor(v + 0.5 + 1e-9))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClosedRamp:
+    """Closed-loop workers from `start` to `end` over the level (its warmup included): linearly,
+    or with `steps` in that many equal steps (`steps + 1` values, each held for an equal share of
+    the level). The target at time t is rounded half up; a worker above the target finishes its
+    request and stops (a graceful ramp-down, as k6's), one below it starts at once."""
+
+    start: int
+    end: int
+    steps: int = 0
+
+    @property
+    def peak(self) -> int:
+        return max(self.start, self.end)
+
+    def targets(self, length_s: float) -> tuple[tuple[float, int], ...]:
+        """(offset from the level's start, workers) at every change, from (0, start)."""
+        a, b = self.start, self.end
+        out = [(0.0, a)]
+        if self.steps:
+            for j in range(1, self.steps + 1):
+                out.append((length_s * j / (self.steps + 1), _round_half_up(a + (b - a) * j / self.steps)))
+        elif b > a:
+            out += [(length_s * (k - 0.5 - a) / (b - a), k) for k in range(a + 1, b + 1)]
+        elif b < a:
+            out += [(length_s * (a - k - 0.5) / (a - b), k) for k in range(a - 1, b - 1, -1)]
+        kept = [out[0]]
+        for t, n in out[1:]:
+            if n != kept[-1][1]:
+                kept.append((t, n))
+        return tuple(kept)
+
+    def mean(self, length_s: float) -> float:
+        """The time-averaged target (for the plan's request estimate)."""
+        pts = self.targets(length_s) + ((length_s, 0),)
+        return sum((t1 - t0) * n for (t0, n), (t1, _) in zip(pts, pts[1:])) / length_s if length_s > 0 else float(self.start)
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenRamp:
+    """Open-loop arrivals whose rate goes from `start` to `end` requests/s over the level (its
+    warmup included), linearly or in `steps` equal steps. Arrivals are a unit-rate process
+    (constant: one per unit; poisson: exponential gaps; burstiness != 1: gamma gaps) mapped
+    through the inverse of the cumulative rate (the time-rescaling theorem), so every arrival
+    process keeps its meaning at every instantaneous rate."""
+
+    start: float
+    end: float
+    steps: int
+    arrival: str  # constant | poisson
+    seed: int
+    burstiness: float = 1.0
+
+    @property
+    def peak(self) -> float:
+        return max(self.start, self.end)
+
+    def segments(self, length_s: float) -> tuple[tuple[float, float, float, float], ...]:
+        """(t0, t1, rate at t0, rate at t1): the rate is linear inside each segment."""
+        a, b, s = self.start, self.end, self.steps
+        if not s:
+            return ((0.0, length_s, a, b),)
+        out = []
+        for j in range(s + 1):
+            v = a + (b - a) * j / s
+            out.append((length_s * j / (s + 1), length_s * (j + 1) / (s + 1), v, v))
+        return tuple(out)
+
+    def expected(self, length_s: float) -> float:
+        """Arrivals expected in the level: the integral of the rate."""
+        return math.fsum((t1 - t0) * (r0 + r1) / 2 for t0, t1, r0, r1 in self.segments(length_s))
+
+    def cumulative(self, t: float, length_s: float) -> float:
+        """Arrivals expected in [0, t): the rate's integral."""
+        out = 0.0
+        for t0, t1, r0, r1 in self.segments(length_s):
+            if t <= t0:
+                break
+            u = min(t, t1) - t0
+            out += r0 * u + (r1 - r0) * u * u / (2 * (t1 - t0))
+        return out
+
+    def time_of(self, s: float, length_s: float) -> float | None:
+        """The offset at which the cumulative rate reaches `s` (None: beyond the level)."""
+        for t0, t1, r0, r1 in self.segments(length_s):
+            area = (t1 - t0) * (r0 + r1) / 2
+            if s < area:
+                if abs(r1 - r0) < 1e-12:
+                    return t0 + s / r0
+                k = (r1 - r0) / (2 * (t1 - t0))  # cumulative: r0 τ + k τ²
+                return t0 + (2 * s) / (r0 + math.sqrt(r0 * r0 + 4 * k * s))  # the stable root
+            s -= area
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """Requests at a trace file's arrival offsets (divided by `speed`), each with its own prompt
+    length (input_length words, or tokens with token-exact prompts) and max_tokens (its
+    output_length). The trace travels in the plan: the runner never reads the file."""
+
+    source: str  # the trace file (absolute)
+    format: str  # mooncake
+    sha256: str
+    speed: float
+    offsets_s: tuple[float, ...] = dataclasses.field(repr=False)
+    input_lens: tuple[int, ...] = dataclasses.field(repr=False)
+    output_lens: tuple[int, ...] = dataclasses.field(repr=False)
+
+    def count(self, duration_s: float) -> int:
+        """Requests whose (sped-up) arrival falls inside a level of this duration."""
+        return sum(1 for t in self.offsets_s if t / self.speed < duration_s)
+
+
+LoadShape = Closed | Batch | Open | ClosedRamp | OpenRamp | Replay
+
+
+def _ramp_text(unit: str, a: float, b: float, steps: int) -> str:
+    if a == b and not steps:
+        return f"{a:g}{unit}"
+    how = f" in {steps} steps" if steps else ""
+    return f"{a:g}→{b:g}{unit}{how}"
 
 
 def shape_label(shape: LoadShape) -> str:
     """`concurrency 8`, `rate 2 rps`, `concurrency 4 (batches of 8)`: the one level label."""
     match shape:
+        case Open(rate=rate, burstiness=b) if b != 1.0:
+            return f"rate {rate:g} rps (burstiness {b:g})"
         case Open(rate=rate):
             return f"rate {rate:g} rps"
+        case ClosedRamp(start=a, end=b, steps=k):
+            return "concurrency " + _ramp_text("", a, b, k)
+        case OpenRamp(start=a, end=b, steps=k, burstiness=bu):
+            return "rate " + _ramp_text(" rps", a, b, k) + (f" (burstiness {bu:g})" if bu != 1.0 else "")
+        case Replay(source=src, speed=sp, offsets_s=offs):
+            return f"replay of {len(offs)} requests ({os.path.basename(src)}{f', speed {sp:g}' if sp != 1 else ''})"
         case Batch(concurrency=c, requests=n):
             return f"concurrency {c} (batches of {n})"
         case Closed(concurrency=c):
@@ -179,11 +313,12 @@ class Level:
     buckets: tuple[Bucket, ...]
     min_requests: int
     expected_requests: int | None
+    phase: str | None = None  # the workload's named phase this level is (`load { phases { ... } }`)
 
     @property
     def mode(self) -> str:
         match self.shape:
-            case Open():
+            case Open() | OpenRamp() | Replay():
                 return "open"
             case Batch():
                 return "batch"
@@ -191,11 +326,25 @@ class Level:
 
     @property
     def concurrency(self) -> int | None:
-        return None if isinstance(self.shape, Open) else self.shape.concurrency
+        """Workers (a ramp's: its peak); None for open-loop levels."""
+        match self.shape:
+            case Open() | OpenRamp() | Replay():
+                return None
+            case ClosedRamp():
+                return self.shape.peak
+        return self.shape.concurrency
 
     @property
     def rate(self) -> float | None:
-        return self.shape.rate if isinstance(self.shape, Open) else None
+        """Requests/s offered (a ramp's: its peak; a replay's: its mean over the level)."""
+        match self.shape:
+            case Open():
+                return self.shape.rate
+            case OpenRamp():
+                return self.shape.peak
+            case Replay():
+                return max(self.shape.count(self.duration_s), 1) / self.duration_s if self.duration_s > 0 else None
+        return None
 
     @property
     def batch_requests(self) -> int | None:
@@ -203,6 +352,8 @@ class Level:
 
     @property
     def label(self) -> str:
+        if self.phase is not None:
+            return f"phase {self.phase}, {shape_label(self.shape)}"
         return shape_label(self.shape)
 
     @property
@@ -210,13 +361,17 @@ class Level:
         return self.buckets[0].length_s
 
     def to_json(self) -> dict[str, Any]:
-        """The level's entry in the manifest (the runner adds what happened: times, buckets, sent)."""
-        return {
+        """The level's entry in the manifest (the runner adds what happened: times, buckets, sent).
+        A phase, a ramp or a replay adds its `phase` name and its `shape` (as the plan's JSON)."""
+        out = {
             "workload": self.workload, "index": self.index, "label": self.label, "mode": self.mode,
             "concurrency": self.concurrency, "rate": self.rate, "batch_requests": self.batch_requests,
             "planned_duration_s": self.duration_s, "bucket_s": self.bucket_s, "warmup_s": self.warmup_s,
             "deadline_s": self.deadline_s,
         }  # fmt: skip
+        if self.phase is not None or not isinstance(self.shape, (Closed, Batch, Open)):
+            out |= {"phase": self.phase, "shape": _shape_json(self.shape)}
+        return out
 
 
 # ---------------------------------------------------------------- backends
@@ -494,6 +649,9 @@ def _prefix_policy(t: RequestTemplate) -> str:
 
 
 def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
+    rp = w.load.replay
+    if rp is not None and rp.tokens:  # each request's own length; the shortest and longest are verified at the start
+        return {"prompt_tokens": tuple(sorted({min(rp.input_lens), max(rp.input_lens)})), "tokenizer": _abspath(base, w.tokenizer)}
     if w.prompt_tokens:
         return {"prompt_tokens": w.prompt_tokens, "tokenizer": _abspath(base, w.tokenizer), "prefix_tokens": w.prefix_tokens}
     d = w.dataset
@@ -507,13 +665,72 @@ def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
 def _shape(w: Workload, i: int, level: int | float) -> LoadShape:
     load = w.load
     if load.mode == "open":
-        return Open(float(level), load.arrival, load.seed + i)
+        return Open(float(level), load.arrival, load.seed + i, load.burstiness)
     if load.mode == "batch":
         return Batch(int(level), int(load.requests or level))
     return Closed(int(level))
 
 
+def _phase_levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
+    """One level per named phase, in order: its own shape and duration, the workload's bucket
+    (at most the phase's duration), the workload's warmup before the first phase only."""
+    out = []
+    latency = w.expected_latency_s * scale if w.expected_latency_s else None
+    for i, ph in enumerate(w.load.phases):
+        duration = ph.duration_s * scale
+        warmup = w.warmup_s * scale if i == 0 else 0.0
+        length = warmup + duration
+        shape: LoadShape
+        if w.load.mode == "open":
+            if ph.end is None:
+                shape = Open(ph.start, ph.arrival, ph.seed, ph.burstiness)
+                minimum = expected = _open_count(shape, duration)
+            else:
+                shape = OpenRamp(ph.start, ph.end, ph.steps, ph.arrival, ph.seed, ph.burstiness)
+                # the ramp spans warmup + duration; the part in the warmup is not counted
+                total = shape.expected(length) - shape.cumulative(warmup, length)
+                minimum = expected = max(0, int(round(total)))
+        else:
+            if ph.end is None:
+                shape = Closed(int(ph.start))
+                minimum, mean = int(ph.start), ph.start
+            else:
+                shape = ClosedRamp(int(ph.start), int(ph.end), ph.steps)
+                minimum, mean = shape.peak, shape.mean(length)
+            expected = max(minimum, int(mean * duration / latency)) if latency else None
+        out.append(
+            Level(
+                workload=w.name, index=i, shape=shape, request=request, warmup_s=warmup, duration_s=duration,
+                deadline_s=w.deadline_s * scale, buckets=_buckets(duration, min(w.bucket_s * scale, duration)),
+                min_requests=minimum, expected_requests=expected, phase=ph.name,
+            )
+        )  # fmt: skip
+    return out
+
+
+def _open_count(shape: Open, duration: float) -> int:
+    if shape.arrival == "constant":
+        return max(0, math.ceil(shape.rate * duration - 1e-9))  # sends at i / rate for every i with i / rate < duration
+    return int(round(shape.rate * duration))
+
+
+def _replay_levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
+    """A replayed trace is one open-loop level: its arrivals (time-scaled with the run), its lengths."""
+    rp = w.load.replay
+    assert rp is not None
+    shape = Replay(rp.path, rp.format, rp.sha256, rp.speed / scale, rp.offsets_s, rp.input_lens, rp.output_lens)
+    duration = w.duration_s * scale
+    n = shape.count(duration)
+    return [Level(workload=w.name, index=0, shape=shape, request=request, warmup_s=w.warmup_s * scale, duration_s=duration,
+                  deadline_s=w.deadline_s * scale, buckets=_buckets(duration, min(w.bucket_s * scale, duration)),
+                  min_requests=n, expected_requests=n)]  # fmt: skip
+
+
 def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
+    if w.load.phases:
+        return _phase_levels(w, scale, request)
+    if w.load.replay is not None:
+        return _replay_levels(w, scale, request)
     out = []
     duration = w.duration_s * scale
     latency = w.expected_latency_s * scale if w.expected_latency_s else None
@@ -745,8 +962,14 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
             f"    {lv.workload} / {lv.label}: {format_duration(lv.duration_s)}{warm} in "
             f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets; requests ≥ {lv.min_requests}, expected {exp}"
         )
+    replayed = {lv.workload for lv in b.levels if isinstance(lv.shape, Replay)}
     for name, t in {lv.workload: lv.request for lv in b.levels}.items():
+        if name in replayed:
+            unit = f"tokens ({'tokenizer ' + t.tokenizer if t.tokenizer else 'the server' + chr(39) + 's /tokenize'})" if t.prompt_tokens else "words"
+            lines.append(f"    {name} prompts: each the trace's input_length in {unit}, max_tokens its output_length")
+            continue
         lines.append(f"    {name} prompts: {prompt_label(t)}; cache: {_prefix_policy(t)}")
+    lines.extend(_phase_lines(b))
     if b.follow_up:
         lines.append(f"    then one clean follow-up request (deadline {format_duration(b.follow_up_deadline_s)})")
     for a in b.aborts:
@@ -759,12 +982,29 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
     return lines
 
 
+def _phase_lines(b: BackendPlan) -> list[str]:
+    """`w phases: ramp 10s → steady 20s → burst 10s → recovery 20s` for each workload with phases."""
+    by: dict[str, list[Level]] = {}
+    for lv in b.levels:
+        if lv.phase is not None:
+            by.setdefault(lv.workload, []).append(lv)
+    return [f"    {name} phases: " + " → ".join(f"{lv.phase} {format_duration(lv.duration_s)}" for lv in lvs) for name, lvs in by.items()]
+
+
 def _shape_json(shape: LoadShape) -> dict[str, Any]:
     match shape:
         case Open():
             kind = "open"
         case Batch():
             kind = "batch"
+        case ClosedRamp():
+            kind = "closed_ramp"
+        case OpenRamp():
+            kind = "open_ramp"
+        case Replay():
+            return {"kind": "replay", "source": shape.source, "format": shape.format, "sha256": shape.sha256,
+                    "speed": shape.speed, "requests": len(shape.offsets_s),
+                    "span_s": shape.offsets_s[-1] / shape.speed if shape.offsets_s else 0.0}  # fmt: skip
         case _:
             kind = "closed"
     return {"kind": kind, **dataclasses.asdict(shape)}

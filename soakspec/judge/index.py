@@ -124,7 +124,10 @@ class BackendIndex:
 def level_label(entry: Mapping[str, Any], with_workload: bool = False) -> str:
     """`concurrency 8`, `rate 2 rps`, `concurrency 4 (batches of 8)` -- as the plan prints it."""
     mode = entry.get("mode")
-    if mode == "open":
+    shape = entry.get("shape")
+    if isinstance(entry.get("label"), str) and (entry.get("phase") or isinstance(shape, Mapping) and shape.get("kind") == "replay"):
+        text = entry["label"]  # a phase (`phase burst, rate 40 rps`) or a replay: the plan's own label
+    elif mode == "open":
         rate = num(entry.get("rate"))
         text = f"rate {rate:g} rps" if rate is not None else "rate ?"
     elif mode == "batch":

@@ -1,4 +1,8 @@
-"""Scope instances: the run, a backend, a level, a bucket or a `per window` slice.
+"""Scope instances: the run, a backend, a level, a phase, a bucket or a `per window` slice.
+
+A phase is a level that carries a `phase` name (a workload's `load { phases { ... } }`): `per
+phase` judges each such level, named by its phase in messages; levels without one are no
+phase's (a run without phases has no phase instance, so the rule is inconclusive).
 
 A rule is judged once per instance of its scope; `scopes(kind, backends, window_s)` lists them
 in a fixed order (backends, levels, buckets). A `Scope` holds the measured requests it covers
@@ -20,7 +24,7 @@ from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, order, r
 class Scope:
     """One instance of a rule's scope: what it covers and where it is, for messages."""
 
-    kind: str  # run | backend | level | bucket | window
+    kind: str  # run | backend | level | phase | bucket | window
     backends: tuple[BackendIndex, ...]
     records: tuple[Row, ...]  # measured requests in the scope, time order
     windows: tuple[tuple[BackendIndex, Window], ...]  # buckets (or the one window) in the scope
@@ -68,8 +72,14 @@ def bucket_scope(bi: BackendIndex, lv: LevelIndex, w: Window) -> Scope:
     return Scope("bucket", (bi,), w.records, ((bi, w),), lv, w.index, w.start, w.end)
 
 
-def level_scope(bi: BackendIndex, lv: LevelIndex) -> Scope:
-    return Scope("level", (bi,), lv.records, tuple((bi, w) for w in lv.buckets), lv, None, lv.measure_start, lv.measure_end)
+def level_scope(bi: BackendIndex, lv: LevelIndex, kind: str = "level") -> Scope:
+    return Scope(kind, (bi,), lv.records, tuple((bi, w) for w in lv.buckets), lv, None, lv.measure_start, lv.measure_end)
+
+
+def phase_of(lv: LevelIndex) -> str | None:
+    """The level's phase name (its manifest entry's `phase`), or None."""
+    p = lv.entry.get("phase")
+    return p if isinstance(p, str) and p else None
 
 
 def backend_scope(bi: BackendIndex) -> Scope:
@@ -113,6 +123,9 @@ def scopes(kind: str, bis: Sequence[BackendIndex], window_s: float | None = None
         for lv in bi.levels:
             if kind == "level":
                 out.append(level_scope(bi, lv))
+            elif kind == "phase":
+                if phase_of(lv) is not None:
+                    out.append(level_scope(bi, lv, "phase"))
             elif kind == "bucket":
                 out.extend(bucket_scope(bi, lv, w) for w in lv.buckets)
             elif kind == "window":

@@ -78,6 +78,7 @@ CODES: dict[str, Code] = {
         Code("E420", "body field or header soakspec sets itself"),
         Code("E421", "secret written in a plain header"),
         Code("E422", "abort rule the runner cannot evaluate live"),
+        Code("E423", "replay trace file unreadable or malformed"),
         # W5xx warnings
         Code("W501", "launched backend never uses {port}"),
         Code("W502", "required env not set by the backend"),

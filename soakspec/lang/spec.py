@@ -16,9 +16,9 @@ from soakspec.diagnostics import NO_SPAN, Span
 
 BackendKind = Literal["launch", "shell", "url", "sim"]
 Endpoint = Literal["completions", "chat"]
-LoadMode = Literal["closed", "batch", "open"]
+LoadMode = Literal["closed", "batch", "open", "replay"]
 Severity = Literal["require", "warn", "abort"]  # abort: evaluated live by the runner (Gate.aborts)
-ScopeKind = Literal["run", "backend", "level", "bucket", "window"]
+ScopeKind = Literal["run", "backend", "level", "bucket", "window", "phase"]
 
 
 def _span() -> Span:
@@ -129,10 +129,53 @@ class Load:
     rates: tuple[float, ...] = ()  # open: requests/second
     arrival: Literal["constant", "poisson"] = "constant"
     seed: int = 0
+    burstiness: float = 1.0  # open, poisson: gamma inter-arrivals of this shape (1 = Poisson), as vLLM's --burstiness
+    phases: tuple[Phase, ...] = ()  # named phases in sequence: each one is a level (its own shape and duration)
+    replay: Replay | None = None  # mode = replay: a timestamped trace's arrivals and lengths
 
     @property
     def levels(self) -> tuple[int | float, ...]:
+        if self.phases:
+            return tuple(p.peak for p in self.phases)
+        if self.replay is not None:
+            return (len(self.replay.offsets_s),)
         return self.rates if self.mode == "open" else self.concurrency
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One named phase of a workload's load (`load { phases { NAME { ... } } }`): hold at `start`,
+    ramp linearly from `start` to `end` over its duration, or (with `steps`) step from `start` to
+    `end` in that many equal steps. Concurrency (closed) or requests/second (open)."""
+
+    name: str
+    duration_s: float
+    start: float
+    end: float | None = None  # ramp_to
+    steps: int = 0  # 0: a linear ramp (when `end` is set)
+    arrival: Literal["constant", "poisson"] = "constant"
+    burstiness: float = 1.0
+    seed: int = 0
+    span: Span = _span()
+
+    @property
+    def peak(self) -> float:
+        return max(self.start, self.end if self.end is not None else self.start)
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """A timestamped trace file as `check` read it (`soakspec.lang.replay`): per request, its
+    arrival offset from the first one (seconds) and its input and output lengths."""
+
+    path: str  # absolute
+    format: str  # mooncake
+    sha256: str
+    offsets_s: tuple[float, ...] = dataclasses.field(repr=False)
+    input_lens: tuple[int, ...] = dataclasses.field(repr=False)
+    output_lens: tuple[int, ...] = dataclasses.field(repr=False)
+    speed: float = 1.0  # offsets are divided by this
+    tokens: bool = False  # input lengths are token-exact prompts (the model's tokenizer), not words
 
 
 @dataclasses.dataclass(frozen=True)

@@ -306,12 +306,14 @@ def workload_line(w: Any) -> str:
         parts.append("sampling " + " ".join(samp))
     parts.append("ignore-EOS" if w.ignore_eos else "stops at EOS")
     load = w.load
-    if load.mode == "open":
+    if load.phases or load.replay is not None:
+        parts.append(shaped_load_text(load))
+    elif load.mode == "open":
         parts.append(f"open loop, rates {', '.join(f'{r:g}' for r in load.rates)} rps ({load.arrival} arrivals, seed {load.seed})")
     else:
         parts.append(f"concurrency {_join(load.concurrency)}")
         parts.append("closed loop" if load.mode == "closed" else f"batch mode (batches of {load.requests})")
-    parts.append(f"duration_s={w.duration_s:g} per level")
+    parts.append(f"duration_s={w.duration_s:g} {'in all' if load.phases else 'per level'}")
     parts.append(f"bucket_s={w.bucket_s:g}")
     if w.warmup_s:
         parts.append(f"warmup_s={w.warmup_s:g}")
@@ -425,6 +427,23 @@ def wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
     known = [(v, t) for v, t in pairs if v is not None and t is not None and t > 0]
     wall = sum(t for _, t in known)
     return sum(v * t for v, t in known) / wall if wall else None
+
+
+def shaped_load_text(load: Any) -> str:
+    """A workload's phases (`phases ramp 5→20 rps 1s, steady 20 rps 1.5s, ...`) or its replayed trace."""
+    if load.replay is not None:
+        rp = load.replay
+        return (f"replay of {len(rp.offsets_s)} requests from {rp.path} ({rp.format}, sha256 {rp.sha256[:12]}"
+                + (f", speed {rp.speed:g}" if rp.speed != 1 else "") + ")")
+    unit = " rps" if load.mode == "open" else ""
+    what = "open loop" if load.mode == "open" else "closed loop, concurrency"
+    items = []
+    for p in load.phases:
+        val = f"{p.start:g}{unit}" if p.end is None else f"{p.start:g}→{p.end:g}{unit}" + (f" in {p.steps} steps" if p.steps else "")
+        extra = f" (burstiness {p.burstiness:g})" if p.burstiness != 1 else ""
+        items.append(f"{p.name} {val} for {p.duration_s:g}s{extra}")
+    arrivals = f" ({load.arrival} arrivals, seed {load.seed})" if load.mode == "open" else ""
+    return f"{what} in phases: " + ", ".join(items) + arrivals
 
 
 def offered_text(lv: Mapping[str, Any]) -> tuple[str, float | None]:

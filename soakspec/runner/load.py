@@ -13,8 +13,13 @@ Closed loop: c workers, each with its own kept-alive connection, sends its next 
 soon as its last one ends: no barrier, so concurrency stays at c between requests.
 Batch: batches of N requests at concurrency c, back to back (the original harness's "leaf"
 semantics, kept for reproducing old evidence); a batch stops launching at the level's end.
-Open loop: send times from a constant or seeded Poisson schedule; latency and TTFT count
-from the *intended* send time, and the lag behind the schedule is recorded.
+Open loop: send times from a constant or seeded Poisson schedule (gamma with `burstiness`);
+latency and TTFT count from the *intended* send time, and the lag behind the schedule is
+recorded.
+Ramps and steps (a workload's phases): closed-loop workers started and stopped on the target's
+schedule (`ClosedRamp.targets`), open-loop arrivals of a varying rate (`OpenRamp.time_of`).
+Replay: a trace's arrival offsets, each request with its own prompt and output length; open
+loop, so its lag behind the trace is recorded like any open-loop schedule lag.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 import httpx
 import trio
 
-from soakspec.plan import Batch, Closed, Level, Open, RequestTemplate
+from soakspec.plan import Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
 from soakspec.runner.prompts import LocalTokenizer, RunAborted, ServerTokenizer, TokenCosts, measure_costs, token_prompt, verify
 from soakspec.runner.protocol import Endpoint, RequestShape, Sampling
@@ -119,8 +124,15 @@ class Shapes:
         if scope.cancelled_caught:
             raise RunAborted(f"the tokenizer did not measure the prompt words within {PREPARE_TIMEOUT_S:g}s")
 
-    def make(self, index: int, smallest: bool = False, worker: int | None = None) -> RequestShape:
+    def make(self, index: int, smallest: bool = False, worker: int | None = None,
+             lengths: tuple[int, int] | None = None) -> RequestShape:
         w = self.template
+        if lengths is not None and not smallest:  # a replayed request: its own input (words or tokens) and output length
+            if w.prompt_tokens:
+                if self._costs is None:
+                    raise RunAborted("token-exact prompts were not prepared (Shapes.prepare)")
+                return self._shape(token_prompt(self._costs, index, lengths[0], 0), lengths[1])
+            return self._shape(prompt_words(index, lengths[0]), lengths[1])
         if w.prompt_tokens:
             return self._token_shape(index, smallest)
         if w.conversations and worker is not None and not smallest:
@@ -302,7 +314,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
 
     health = ctx.health
 
-    async def one(conn: Connection, worker: int, intended: float | None) -> None:
+    async def one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None) -> None:
         scout = False
         if health is not None and health.refusals:
             scout = await health.admit()
@@ -311,12 +323,12 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                     health.scouted()
                 return
         try:
-            await _one(conn, worker, intended)
+            await _one(conn, worker, intended, lengths)
         finally:
             if scout:
                 health.scouted()  # type: ignore[union-attr]
 
-    async def _one(conn: Connection, worker: int, intended: float | None) -> None:
+    async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None) -> None:
         index, rid = ctx.next_id()
         now = clock.now()
         start_ref = intended if intended is not None else now
@@ -334,7 +346,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         ctx.stats.started()
         run.sent += 1
         try:
-            await conn.send(ctx.shapes.make(index, worker=worker), rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
+            await conn.send(ctx.shapes.make(index, worker=worker, lengths=lengths), rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
         finally:
             if rec.end is None:  # cancelled mid-request (the run is aborting): say so, keep the record valid
                 rec.end = clock.now()
@@ -442,13 +454,17 @@ async def _batch(shape: Batch, ctx: LevelContext, one, stop: float, start: float
                 await conn.aclose()
 
 
-def schedule(rate: float, arrival: str, seed: int, start: float, stop: float):
-    """Intended send times in [start, stop): constant spacing or a seeded Poisson process."""
+def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, burstiness: float = 1.0):
+    """Intended send times in [start, stop): constant spacing or a seeded Poisson process; with
+    `burstiness` b != 1, gamma inter-arrival times of shape b and scale 1/(rate·b) (vLLM's
+    `--burstiness`: the mean gap stays 1/rate, b < 1 burstier, b > 1 more even)."""
     rng = random.Random(seed)
     t = start
     i = 0
     while True:
-        if arrival == "poisson":
+        if arrival == "poisson" and burstiness != 1.0:
+            t = (t if i else start) + rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+        elif arrival == "poisson":
             t = t + rng.expovariate(rate) if i else start + rng.expovariate(rate)
         else:
             t = start + i / rate
@@ -459,13 +475,21 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float):
 
 
 async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float) -> None:
+    times = schedule(shape.rate, shape.arrival, shape.seed, start, stop, shape.burstiness)
+    await _arrivals(ctx, one, ((t, None) for t in times))
+
+
+async def _arrivals(ctx: LevelContext, one, due) -> None:
+    """Send a request at each intended time of `due` ((time, lengths or None), in time order) on
+    a pool of kept-alive connections, every `parts`-th from this process's `p`; return when they
+    have drained."""
     clock = ctx.clock
     idle: list[tuple[int, Connection]] = []
     p, parts = ctx.part
     limiter = trio.CapacityLimiter(max(1, len(range(p, OPEN_LOOP_MAX_CONNECTIONS, parts))))
     opened: list[Connection] = []
 
-    async def fire(intended: float) -> None:
+    async def fire(intended: float, lengths: tuple[int, int] | None) -> None:
         async with limiter:
             if idle:
                 idx, conn = idle.pop()
@@ -473,25 +497,98 @@ async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float) 
                 idx, conn = len(opened) * parts + p, ctx.connect()
                 opened.append(conn)
             try:
-                await one(conn, idx, intended)
+                await one(conn, idx, intended, lengths)
             finally:
                 idle.append((idx, conn))
 
     try:
         async with trio.open_nursery() as n:
-            for i, t in enumerate(schedule(shape.rate, shape.arrival, shape.seed, start, stop)):
+            for i, (t, lengths) in enumerate(due):
                 if i % parts == p:
                     await trio.sleep_until(clock.to_trio(t))
-                    n.start_soon(fire, t)
+                    n.start_soon(fire, t, lengths)
     finally:
         with trio.move_on_after(CLOSE_S, shield=True):
             for conn in opened:
                 await conn.aclose()
 
 
+def unit_arrivals(arrival: str, seed: int, burstiness: float = 1.0):
+    """A unit-rate arrival process in "operational time": 0, 1, 2, ... (constant), or seeded
+    exponential gaps (poisson), or gamma gaps of shape b and mean 1 (burstiness b != 1)."""
+    rng = random.Random(seed)
+    s, i = 0.0, 0
+    while True:
+        if arrival == "poisson":
+            s += rng.gammavariate(burstiness, 1.0 / burstiness) if burstiness != 1.0 else rng.expovariate(1.0)
+        else:
+            s = float(i)
+        yield s
+        i += 1
+
+
+def ramp_schedule(shape: OpenRamp, start: float, stop: float):
+    """Intended send times in [start, stop) for a rate ramp or staircase over [start, stop): the
+    unit-rate process mapped through the inverse cumulative rate (time rescaling)."""
+    length = stop - start
+    for s in unit_arrivals(shape.arrival, shape.seed, shape.burstiness):
+        off = shape.time_of(s, length)
+        if off is None or start + off >= stop:
+            return
+        yield start + off
+
+
+def replay_schedule(shape: Replay, start: float, stop: float):
+    """(intended send time, (input length, output length)) of each trace request before `stop`."""
+    for off, n_in, n_out in zip(shape.offsets_s, shape.input_lens, shape.output_lens):
+        t = start + off / shape.speed
+        if t >= stop:
+            return
+        yield t, (n_in, n_out)
+
+
+async def _open_ramp(shape: OpenRamp, ctx: LevelContext, one, stop: float, start: float) -> None:
+    await _arrivals(ctx, one, ((t, None) for t in ramp_schedule(shape, start, stop)))
+
+
+async def _replay(shape: Replay, ctx: LevelContext, one, stop: float, start: float) -> None:
+    await _arrivals(ctx, one, replay_schedule(shape, start, stop))
+
+
+async def _closed_ramp(shape: ClosedRamp, ctx: LevelContext, one, stop: float, start: float) -> None:
+    """Workers 0..target-1 run, the target following `shape.targets` over [start, stop): a new
+    worker starts at once, one above the target stops after its current request."""
+    clock = ctx.clock
+    p, parts = ctx.part
+    target = shape.start
+    running: set[int] = set()
+
+    async def worker(w: int) -> None:
+        conn = ctx.connect()
+        try:
+            while clock.now() < stop and w < target:
+                await one(conn, w, None)
+        finally:
+            running.discard(w)
+            with trio.move_on_after(CLOSE_S, shield=True):
+                await conn.aclose()
+
+    async with trio.open_nursery() as n:
+        for offset, k in shape.targets(stop - start):
+            if start + offset >= stop:
+                break
+            await trio.sleep_until(clock.to_trio(start + offset))
+            target = k
+            for w in range(p, k, parts):
+                if w not in running:
+                    running.add(w)
+                    n.start_soon(worker, w)
+
+
 # One load model per plan load shape (soakspec.plan.LoadShape): `(shape, ctx, one, stop, start)`
 # runs the level's requests through `one` until `stop`, and returns when they have drained.
-LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open}
+LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open, ClosedRamp: _closed_ramp, OpenRamp: _open_ramp, Replay: _replay}
 
 
-__all__ = ["LevelContext", "LevelRun", "LiveStats", "Shapes", "drive_level", "prompt_words", "schedule"]
+__all__ = ["LevelContext", "LevelRun", "LiveStats", "Shapes", "drive_level", "prompt_words", "ramp_schedule", "replay_schedule",
+           "schedule", "unit_arrivals"]

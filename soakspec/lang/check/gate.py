@@ -20,7 +20,7 @@ from soakspec.lang.fmt import expr_text, rule_text, value_text
 from soakspec.lang.metrics import AGGREGATES, EVIDENCE_PREDICATES, METRICS, Kind, parse_percentile
 from soakspec.units import UNITS, Dimension
 
-SCOPES = ("run", "backend", "level", "bucket", "window")
+SCOPES = ("run", "backend", "level", "bucket", "window", "phase")  # phase: each named phase (a level) of a workload's load
 WRAPPERS = ("drift", "slope")
 _DIM_OF_KIND = {Kind.DURATION: Dimension.DURATION, Kind.SIZE: Dimension.SIZE, Kind.RATIO: Dimension.RATIO, Kind.RATE: Dimension.RATE}
 
@@ -257,7 +257,7 @@ def _scope(ctx: Ctx, r: A.Rule, res: _Resolved, _names: set[str]) -> tuple[str, 
     if r.scope is not None:
         scope = r.scope.kind
         if scope not in SCOPES:
-            msg = f"unknown scope 'per {scope}' (use per run, backend, level, bucket or window <duration>)"
+            msg = f"unknown scope 'per {scope}' (use per run, backend, level, phase, bucket or window <duration>)"
             ctx.error("E306", msg, r.scope.span, suggest(scope, SCOPES))
             raise Bad
         if scope == "window":
@@ -268,7 +268,7 @@ def _scope(ctx: Ctx, r: A.Rule, res: _Resolved, _names: set[str]) -> tuple[str, 
         elif r.scope.length is not None:
             ctx.error("E305", "only 'per window' takes a length", r.scope.length.span)
             raise Bad
-    if res.wrapper is not None and scope not in ("level", "backend"):
+    if res.wrapper is not None and scope not in ("level", "backend", "phase"):
         ctx.error("E305", f"{res.wrapper}() compares buckets over time; use per level or per backend", r.scope.span if r.scope else r.span)
         raise Bad
     return scope, window
@@ -283,3 +283,13 @@ def _target(ctx: Ctx, r: A.Rule, _res: _Resolved, backend_names: set[str]) -> st
         ctx.error("E301", msg, r.target.span, suggest(target, backend_names))
         raise Bad
     return target
+
+
+def check_phase_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None:
+    """A `per phase` rule needs a workload with phases: without one no run could judge it (E403)."""
+    if any(w.load.phases for w in workloads):
+        return
+    for r in g.rules:
+        if r.scope == "phase":
+            ctx.error("E403", "'per phase' judges each named phase of a workload's load, and no workload has phases",
+                      r.span, "add load { phases { NAME { duration = ...  ... } } } to a workload, or scope the rule per level")

@@ -7,7 +7,10 @@ import math
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
 from soakspec.lang.check import requests
+from soakspec.diagnostics import Span
+from soakspec.lang import replay as R
 from soakspec.lang.check.core import Ctx, Key, Table
+from soakspec.lang.check.requests import data_path
 from soakspec.lang.check.walk import Body, sub, walk
 from soakspec.lang.datasets import FORMATS
 from soakspec.lang.fmt import value_text
@@ -33,7 +36,7 @@ WORKLOAD = Table(
         Key("max_tokens", "ints", "max_tokens", minimum=1),
         Key("sampling", "word", choices=("greedy",)),
         Key("ignore_eos", "bool", "ignore_eos"),
-        Key("duration", "quantity", "duration_s", Dimension.DURATION, required=True),
+        Key("duration", "quantity", "duration_s", Dimension.DURATION, default=None),  # required unless phases or a replay set it
         Key("bucket", "quantity", "bucket_s", Dimension.DURATION, default=None),  # the duration
         Key("warmup", "quantity", "warmup_s", Dimension.DURATION, allow_zero=True),
         Key("deadline", "quantity", "deadline_s", Dimension.DURATION),
@@ -48,17 +51,42 @@ _ARRIVAL_HINT = "{0} is an arrival process, not a mode: write mode = open and ar
 LOAD = Table(
     cls=S.Load,
     keys=(
-        Key("mode", "word", "mode", choices=("closed", "batch", "open"), default="closed",
+        Key("mode", "word", "mode", choices=("closed", "batch", "open", "replay"), default="closed",
             hints=tuple((w, _ARRIVAL_HINT.format(w)) for w in ("poisson", "constant"))),
         Key("concurrency", "ints", "concurrency", minimum=1),
         Key("requests", "int", "requests", minimum=1),
         Key("rate", "quantities", "rates", Dimension.RATE),
         Key("arrival", "word", "arrival", choices=("constant", "poisson")),
         Key("seed", "int", "seed", minimum=0),
+        Key("burstiness", "number", "burstiness", minimum=0.01, maximum=100.0),
+        Key("trace", "str"),
+        Key("trace_format", "word", choices=R.FORMATS, default="mooncake"),
+        Key("speed", "number", minimum=0.001, maximum=1000.0, default=1.0),
+        Key("input_lengths", "word", choices=("words", "tokens"), default="words"),
     ),
+    blocks=("phases",),
 )  # fmt: skip
 _CLOSED_ONLY = ("concurrency", "requests")
-_OPEN_ONLY = ("rate", "arrival", "seed")
+_OPEN_ONLY = ("rate", "arrival", "seed", "burstiness")
+_REPLAY_ONLY = ("trace", "trace_format", "speed", "input_lengths")
+
+_DURATION = Key("duration", "quantity", None, Dimension.DURATION, required=True)
+_STEPS = Key("steps", "int", minimum=1, maximum=1000, default=0)
+CLOSED_PHASE = Table(keys=(
+    _DURATION,
+    Key("concurrency", "int", minimum=1, maximum=MAX_LOAD_LEVEL, required=True),
+    Key("ramp_to", "int", minimum=1, maximum=MAX_LOAD_LEVEL),
+    _STEPS,
+))  # fmt: skip
+OPEN_PHASE = Table(keys=(
+    _DURATION,
+    Key("rate", "quantity", None, Dimension.RATE, required=True),
+    Key("ramp_to", "quantity", None, Dimension.RATE),
+    _STEPS,
+    Key("arrival", "word", choices=("constant", "poisson")),
+    Key("burstiness", "number", minimum=0.01, maximum=100.0),
+    Key("seed", "int", minimum=0),
+))  # fmt: skip
 
 SAMPLING = Table(
     cls=S.Sampling,
@@ -79,6 +107,7 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     fields["sampling"] = _sampling(ctx, b, where)
     fields["load"] = _load(ctx, b, where)
     _check_timing(ctx, b, fields["load"])
+    _shaped_duration(ctx, b, fields, where)
     fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where)
     requests.check_multi_turn(ctx, b, fields["endpoint"], fields["load"], where)
     fields["body_json"] = requests.body_json(ctx, b, where)
@@ -99,6 +128,8 @@ def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
     for key in given[1:]:
         ctx.error("E403", f"{where} sets both '{given[0]}' and '{key}': a workload has one prompt source", b.got(key).key_span)
     for key in ("tokenizer", "prefix_tokens"):
+        if key == "tokenizer" and _replays_tokens(b):
+            continue  # a replay's token-exact input lengths use it
         if b.has(key) and not b.has("prompt_tokens"):
             ctx.error("E403", f"'{key}' belongs to token-exact prompts; {where} sets no 'prompt_tokens'", b.got(key).key_span)
     if b.ok("prefix_tokens") and b.ok("prompt_tokens") and b["prefix_tokens"] >= min(b["prompt_tokens"]):
@@ -107,6 +138,13 @@ def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
     if not given:
         return S.Workload.prompt_words
     return b["prompt_words"]
+
+
+def _replays_tokens(b: Body) -> bool:
+    """The workload's load block says `input_lengths = tokens` (read before the load is checked)."""
+    blk = b.blocks.get("load")
+    return blk is not None and any(isinstance(s, A.Attribute) and s.key == "input_lengths" and isinstance(s.value, A.Word)
+                                   and s.value.name == "tokens" for s in blk.body)  # fmt: skip
 
 
 def _sampling(ctx: Ctx, b: Body, where: str) -> S.Sampling:
@@ -129,10 +167,17 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
     if lb.has("mode") and not lb.ok("mode"):
         return S.Load("closed", (1,))  # the mode is wrong (reported): what else belongs is unknown
     mode = lb["mode"]
+    if mode != "replay":
+        _misplaced(ctx, lb, _REPLAY_ONLY, "belongs to mode = replay (a trace file's arrivals)")
+    if "phases" in lb.blocks:
+        return _phased(ctx, lb, mode, where)
+    if mode == "replay":
+        return _replay(ctx, lb, where)
     if mode == "open":
         _misplaced(ctx, lb, _CLOSED_ONLY, "belongs to closed-loop load; open-loop load sets 'rate'")
         lb.require("rate")
-        load = S.Load("open", (), None, lb["rate"] or (1.0,), lb["arrival"], lb["seed"])
+        arrival, burst = _arrival(ctx, lb, lb["arrival"])
+        load = S.Load("open", (), None, lb["rate"] or (1.0,), arrival, lb["seed"], burstiness=burst)
     else:
         _misplaced(ctx, lb, _OPEN_ONLY, "belongs to open-loop load (mode = open)")
         lb.require("concurrency")
@@ -143,6 +188,134 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
         load = S.Load(mode, lb["concurrency"] or (1,), lb["requests"])
     _check_levels(ctx, lb, load)
     return load
+
+
+def _arrival(ctx: Ctx, b: Body, arrival: str, default: float = 1.0) -> tuple[str, float]:
+    """`burstiness` shapes random arrivals (gamma inter-arrival times; 1 is Poisson): it implies
+    `arrival = poisson`, and contradicts `arrival = constant`. Without it: `default`."""
+    if not b.ok("burstiness"):
+        return arrival, default
+    burstiness = b["burstiness"]
+    if b.has("arrival") and arrival != "poisson":
+        ctx.error("E403", "'burstiness' shapes random arrivals (gamma inter-arrival times); it needs arrival = poisson, not constant",
+                  b.got("burstiness").key_span)
+    return "poisson", burstiness
+
+
+def _phased(ctx: Ctx, lb: Body, mode: str, where: str) -> S.Load:
+    """`phases { NAME { ... } ... }`: named phases in sequence, each one level with its own
+    shape and duration (closed: concurrency; open: rate). Arrival settings of the load block are
+    each phase's defaults."""
+    blk = lb.blocks["phases"]
+    if mode not in ("closed", "open"):
+        ctx.error("E403", f"phases shape closed-loop (concurrency) or open-loop (rate) load, not mode = {mode}", blk.kind_span)
+        return S.Load("closed", (1,))
+    for key in ("concurrency", "rate", "requests"):
+        if lb.has(key):
+            ctx.error("E403", f"'{key}' is set per phase when the load has phases", lb.got(key).key_span)
+    table = OPEN_PHASE if mode == "open" else CLOSED_PHASE
+    arrival, burst = _arrival(ctx, lb, lb["arrival"]) if mode == "open" else ("constant", 1.0)
+    phases: list[S.Phase] = []
+    seen: dict[str, Span] = {}
+    for stmt in blk.body:
+        if not isinstance(stmt, A.Block):
+            ctx.error("E108", "a phases block holds named phases: NAME { duration = 10s  ... }", getattr(stmt, "key_span", None) or stmt.span)
+            continue
+        if stmt.label is not None:
+            ctx.error("E107", f"a phase is named by its block: {stmt.kind} {{ ... }}, not {stmt.kind} \"...\" {{ ... }}", stmt.label.span)
+        if stmt.kind in seen:
+            ctx.error("E106", f"phase '{stmt.kind}' is defined twice (first on line {seen[stmt.kind].line})", stmt.kind_span)
+            continue
+        seen[stmt.kind] = stmt.kind_span
+        pb = walk(ctx, stmt, table, f"phase '{stmt.kind}' of {where}")
+        start = pb["rate"] if mode == "open" else pb["concurrency"]
+        if pb.has("steps") and not pb.has("ramp_to"):
+            ctx.error("E403", "'steps' steps from the phase's start to its 'ramp_to'; set ramp_to", pb.got("steps").key_span)
+        p_arrival, p_burst = arrival, burst
+        if mode == "open":
+            p_arrival = pb["arrival"] or arrival
+            if pb.has("burstiness"):
+                p_arrival, p_burst = _arrival(ctx, pb, p_arrival)
+            elif p_arrival == "constant":
+                p_burst = 1.0
+        seed = pb["seed"] if mode == "open" and pb["seed"] is not None else lb["seed"]
+        if pb["duration"] is None or start is None:
+            continue
+        phases.append(S.Phase(stmt.kind, pb["duration"], float(start), float(pb["ramp_to"]) if pb["ramp_to"] is not None else None,
+                              pb["steps"] or 0, p_arrival, p_burst, seed + len(phases), stmt.kind_span))  # fmt: skip
+    if not phases and not seen:
+        ctx.error("E205", "the phases block is empty: name at least one phase, e.g. steady { duration = 60s  ... }", blk.kind_span)
+    # every value the phases offer (holds, ramp ends, steps): what the run covered, for lint-claims' scope
+    values = sorted({v for p in phases for v in _phase_values(p)})
+    if mode == "open":
+        return S.Load(mode, (), None, tuple(values), arrival, lb["seed"], burstiness=burst, phases=tuple(phases))  # type: ignore[arg-type]
+    return S.Load(mode, tuple(sorted({int(round(v)) for v in values})), None, (), phases=tuple(phases))  # type: ignore[arg-type]
+
+
+def _phase_values(p: S.Phase) -> tuple[float, ...]:
+    if p.end is None:
+        return (p.start,)
+    if p.steps:
+        return tuple(p.start + (p.end - p.start) * j / p.steps for j in range(p.steps + 1))
+    return (p.start, p.end)
+
+
+def _replay(ctx: Ctx, lb: Body, where: str) -> S.Load:
+    """`mode = replay  trace = "file.jsonl"`: the trace is read now, and every problem reported
+    at its line in the file (and at the spec's `trace`)."""
+    _misplaced(ctx, lb, _CLOSED_ONLY + _OPEN_ONLY, "does not apply to mode = replay (the trace sets arrivals and lengths)")
+    if not lb.require("trace", f"the load of {where} (mode = replay) needs 'trace', a timestamped trace file") or not lb.ok("trace"):
+        return S.Load("replay")
+    got = lb.got("trace")
+    path = data_path(ctx, got.value)
+    try:
+        tf = R.read_trace(path, lb["trace_format"])
+    except R.TraceFileError as e:
+        saved, ctx.path = ctx.path, path
+        try:
+            ctx.error("E423", f"trace file {e.message}", Span(e.line, e.column, e.line, e.column + 1),
+                      f"named by 'trace' at {saved}:{got.span.line}:{got.span.column}")  # fmt: skip
+        finally:
+            ctx.path = saved
+        ctx.error("E423", f"the trace file {got.value!r} cannot be used (see {path}:{e.line})", got.span)
+        return S.Load("replay")
+    rp = S.Replay(path, tf.format, tf.sha256, tf.offsets_s, tf.input_lens, tf.output_lens, lb["speed"], lb["input_lengths"] == "tokens")
+    return S.Load("replay", replay=rp)
+
+
+def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
+    """Phases and replays set the workload's duration (the phases' sum; the trace's span, unless
+    `duration` cuts it short); every other workload needs `duration`."""
+    load: S.Load = fields["load"]
+    if load.phases:
+        if b.has("duration"):
+            ctx.error("E403", "a workload with phases takes each phase's duration; remove 'duration'", b.got("duration").key_span)
+        fields["duration_s"] = math.fsum(p.duration_s for p in load.phases)
+        if b.ok("bucket") and b["bucket"] and max(p.duration_s for p in load.phases) / b["bucket"] > MAX_BUCKETS_PER_LEVEL:
+            ctx.error("E204", f"bucket cuts a phase into more than {MAX_BUCKETS_PER_LEVEL} buckets", b.got("bucket").span)
+        return
+    if load.mode == "replay":
+        for key in ("prompt_file", "prompt_tokens", "max_tokens", "max_tokens_from_file", "multi_turn"):
+            if b.has(key):
+                ctx.error("E403", f"'{key}' does not apply to mode = replay: the trace sets each request's input and output length",
+                          b.got(key).key_span)
+        if load.replay is None:
+            return
+        outs = load.replay.output_lens
+        fields["max_tokens"] = tuple(sorted({min(outs), max(outs)}))  # the bounds the judge checks usage against
+        if fields["duration_s"] is None:  # the trace's span, in whole buckets when a bucket is set
+            span = load.replay.offsets_s[-1] / load.replay.speed + REPLAY_TAIL_S
+            bucket = b["bucket"] if b.ok("bucket") else None
+            fields["duration_s"] = math.ceil(span / bucket - 1e-9) * bucket if bucket else span
+        if b.ok("bucket") and fields["duration_s"] / b["bucket"] > MAX_BUCKETS_PER_LEVEL and not b.has("duration"):
+            ctx.error("E204", f"bucket cuts the replayed trace ({format_duration(fields['duration_s'])}) into more than "
+                              f"{MAX_BUCKETS_PER_LEVEL} buckets", b.got("bucket").span)  # fmt: skip
+        return
+    if fields["duration_s"] is None and not b.has("duration") and "duration" not in b.suggested:
+        ctx.error("E103", f"{where} needs 'duration'", b.span)
+
+
+REPLAY_TAIL_S = 0.001  # a replay's duration without `duration`: the trace's span and this, so its last request is sent
 
 
 def _misplaced(ctx: Ctx, lb: Body, keys: tuple[str, ...], why: str) -> None:
@@ -185,7 +358,10 @@ def _check_timing(ctx: Ctx, b: Body, load: S.Load) -> None:
 
 
 def load_time_s(w: S.Workload) -> float:
-    """The planned load time of one workload on one backend: every level's warmup + duration."""
+    """The planned load time of one workload on one backend: every level's warmup + duration
+    (phases: their durations and one warmup, before the first)."""
+    if w.load.phases:
+        return w.warmup_s + w.duration_s
     return len(w.load.levels) * (w.warmup_s + w.duration_s)
 
 

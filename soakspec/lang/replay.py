@@ -1,0 +1,96 @@
+"""Trace files for `load { mode = replay  trace = "..." }`, read once by `check`.
+
+Formats (`trace_format = ...`):
+
+  - `mooncake` (the default): JSONL as Mooncake's traces publish it, one request per line:
+    `{"timestamp": MS, "input_length": N, "output_length": M, "hash_ids": [...]}` -- the arrival
+    time in milliseconds (any origin: offsets are taken from the first line's), the prompt and
+    output lengths in tokens. `hash_ids` (the prefix blocks) and any other field are ignored.
+
+Timestamps must not go backwards (a trace is in arrival order). Reading the file executes
+nothing. Every problem is a `TraceFileError` with the 1-based line and column in the file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+
+__all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_REQUESTS", "TraceFile", "TraceFileError", "parse_trace", "read_trace"]
+
+FORMATS = ("mooncake",)
+MAX_FILE_BYTES = 64 * 1024 * 1024
+MAX_REQUESTS = 1_000_000
+MAX_LENGTH = 10_000_000  # tokens of one request: larger is a corrupt line
+
+
+class TraceFileError(Exception):
+    def __init__(self, message: str, line: int = 1, column: int = 1):
+        super().__init__(message)
+        self.message, self.line, self.column = message, line, column
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceFile:
+    format: str
+    sha256: str
+    offsets_s: tuple[float, ...]  # from the first request's arrival
+    input_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+
+
+def read_trace(path: str, fmt: str = "mooncake") -> TraceFile:
+    """Read and parse a trace file (bounded: MAX_FILE_BYTES; never a FIFO or a directory)."""
+    try:
+        if not os.path.isfile(path):
+            raise TraceFileError("no such file" if not os.path.exists(path) else "not a regular file")
+        if os.path.getsize(path) > MAX_FILE_BYTES:
+            raise TraceFileError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_FILE_BYTES + 1)
+    except OSError as e:
+        raise TraceFileError(f"cannot be read: {e.strerror or e}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceFileError("is not UTF-8", raw.count(b"\n", 0, e.start) + 1) from None
+    return parse_trace(text, fmt, sha256=hashlib.sha256(raw).hexdigest())
+
+
+def parse_trace(text: str, fmt: str = "mooncake", *, sha256: str = "") -> TraceFile:
+    if fmt not in FORMATS:
+        raise TraceFileError(f"has an unknown format {fmt!r} (one of {', '.join(FORMATS)})")
+    stamps: list[float] = []
+    ins: list[int] = []
+    outs: list[int] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise TraceFileError(f"line {n} is not JSON: {e.msg}", n, e.colno) from None
+        if not isinstance(obj, dict):
+            raise TraceFileError(f"line {n} is not a JSON object (mooncake traces are one object per line)", n)
+        ts = obj.get("timestamp")
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
+            raise TraceFileError(f"line {n} needs a 'timestamp' (milliseconds, a number >= 0)", n)
+        if stamps and ts < stamps[-1]:
+            raise TraceFileError(f"line {n}'s timestamp {ts:g} ms is before the previous line's ({stamps[-1]:g} ms): a trace is in arrival order", n)
+        lens = []
+        for key in ("input_length", "output_length"):
+            v = obj.get(key)
+            if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_LENGTH:
+                raise TraceFileError(f"line {n} needs an integer '{key}' between 1 and {MAX_LENGTH:,}", n)
+            lens.append(v)
+        stamps.append(float(ts))
+        ins.append(lens[0])
+        outs.append(lens[1])
+        if len(stamps) > MAX_REQUESTS:
+            raise TraceFileError(f"has more than {MAX_REQUESTS:,} requests", n)
+    if not stamps:
+        raise TraceFileError("has no requests")
+    first = stamps[0]
+    return TraceFile(fmt, sha256, tuple((t - first) / 1000.0 for t in stamps), tuple(ins), tuple(outs))
