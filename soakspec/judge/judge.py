@@ -117,6 +117,15 @@ def _notes(run: JudgedRun) -> tuple[str, ...]:
     return tuple(out)
 
 
+def judge_performance(run: JudgedRun, r: Rule) -> RuleResult:
+    """One performance rule: a metric measured per scope (`performance.judge`), or a rule that
+    needs more of the spec's rule than a metric name (goodput's SLO set: its registry row's check)."""
+    entry = BY_NAME[r.expr.metric]
+    if entry.check is not None:
+        return entry.check(run, r)  # type: ignore[return-value]
+    return performance.judge(run, r, metric(r.expr.metric))
+
+
 def judge_run(run: JudgedRun) -> Verdict:
     """Judge a joined run (`join(spec, evidence)`); pure: same inputs, same verdict."""
     rules = run.spec.gate.rules  # (narrowed by `gate --backend`: see `join`)
@@ -124,7 +133,7 @@ def judge_run(run: JudgedRun) -> Verdict:
     blocked = any(x.severity == "require" and x.status == "fail" for x in results)
     for r in rules:
         if r.klass == "performance":
-            results.append(not_evaluated(r) if blocked else _unrun(run, r) or performance.judge(run, r, metric(r.expr.metric)))
+            results.append(not_evaluated(r) if blocked else _unrun(run, r) or judge_performance(run, r))
     status = run.evidence.manifest.get("status")
     return Verdict(
         outcome=decide(results),

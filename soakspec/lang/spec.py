@@ -183,6 +183,16 @@ class Workload:
 
 
 @dataclasses.dataclass(frozen=True)
+class Slo:
+    """One condition a request must meet to count as goodput: `ttft < 500ms` (base units)."""
+
+    metric: str
+    op: str
+    threshold: float
+    threshold_text: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Expr:
     """A resolved rule expression: `agg(metric)`, optionally wrapped in drift/slope."""
 
@@ -191,6 +201,7 @@ class Expr:
     percentile: float | None = None
     wrapper: Literal["drift", "slope"] | None = None
     text: str = ""
+    slo: tuple[Slo, ...] = ()  # goodput(...): the conditions (metric "goodput", agg ratio | rate)
 
 
 @dataclasses.dataclass(frozen=True)
