@@ -72,6 +72,7 @@ from soakspec.judge.common import not_evaluated, problem, result
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.joined import JudgedRun, join
 from soakspec.judge.registry import BY_NAME, RuleClass, builtins, metric
+from soakspec.judge.sweep import sweep_rule
 from soakspec.judge.verdict import RuleResult, Verdict, decide
 from soakspec.lang.spec import Rule, Spec
 
@@ -134,6 +135,8 @@ def judge_run(run: JudgedRun) -> Verdict:
     for r in rules:
         if r.klass == "performance":
             results.append(not_evaluated(r) if blocked else _unrun(run, r) or judge_performance(run, r))
+    if (swept := sweep_rule(run.sweep)) is not None:  # a sweep: its figure, FAIL when no level held
+        results.append(swept)
     status = run.evidence.manifest.get("status")
     return Verdict(
         outcome=decide(results),

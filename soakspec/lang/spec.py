@@ -129,6 +129,12 @@ class Load:
     rates: tuple[float, ...] = ()  # open: requests/second
     arrival: Literal["constant", "poisson"] = "constant"
     seed: int = 0
+    # a sweep (`search = bisect`): the levels are the [low, high] bounds of a grid of `step`
+    # workers (or `rate_step` requests/s), searched for the highest level the gate's rules hold at
+    search: Literal["bisect"] | None = None
+    step: int = 1
+    rate_step: float | None = None  # None: (high - low) / 16
+    max_wall_s: float | None = None  # the search's wall-time bound (required with search)
 
     @property
     def levels(self) -> tuple[int | float, ...]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from soakspec.lang import ast as A
@@ -55,6 +56,10 @@ LOAD = Table(
         Key("rate", "quantities", "rates", Dimension.RATE),
         Key("arrival", "word", "arrival", choices=("constant", "poisson")),
         Key("seed", "int", "seed", minimum=0),
+        Key("search", "word", "search", choices=("bisect",)),
+        Key("step", "int", "step", minimum=1),
+        Key("rate_step", "quantity", "rate_step", Dimension.RATE),
+        Key("max_wall", "quantity", "max_wall_s", Dimension.DURATION),
     ),
 )  # fmt: skip
 _CLOSED_ONLY = ("concurrency", "requests")
@@ -67,6 +72,10 @@ SAMPLING = Table(
         Key("top_k", "int", "top_k", minimum=1),
         Key("top_p", "number", "top_p", minimum=0.0, maximum=1.0),
         Key("seed", "int", "seed", minimum=0),
+        Key("search", "word", "search", choices=("bisect",)),
+        Key("step", "int", "step", minimum=1),
+        Key("rate_step", "quantity", "rate_step", Dimension.RATE),
+        Key("max_wall", "quantity", "max_wall_s", Dimension.DURATION),
     ),
 )  # fmt: skip
 
@@ -133,6 +142,7 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
         _misplaced(ctx, lb, _CLOSED_ONLY, "belongs to closed-loop load; open-loop load sets 'rate'")
         lb.require("rate")
         load = S.Load("open", (), None, lb["rate"] or (1.0,), lb["arrival"], lb["seed"])
+        load = _search(ctx, lb, load)
     else:
         _misplaced(ctx, lb, _OPEN_ONLY, "belongs to open-loop load (mode = open)")
         lb.require("concurrency")
@@ -141,8 +151,36 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
         elif lb.has("requests"):
             ctx.error("E403", "'requests' sets the batch size of mode = batch; closed-loop load runs for the duration", lb.got("requests").key_span)
         load = S.Load(mode, lb["concurrency"] or (1,), lb["requests"])
+        load = _search(ctx, lb, load)
     _check_levels(ctx, lb, load)
     return load
+
+
+_SWEEP_ONLY = ("step", "rate_step", "max_wall")
+
+
+def _search(ctx: Ctx, lb: Body, load: S.Load) -> S.Load:
+    """A sweep (`search = bisect`): the level list is its [low, high] bounds; closed loop steps
+    by `step` workers, open loop by `rate_step`; `max_wall` bounds the search's wall time."""
+    if lb["search"] is None:
+        for key in _SWEEP_ONLY:
+            if lb.has(key):
+                ctx.error("E403", f"'{key}' belongs to a sweep: add search = bisect", lb.got(key).key_span)
+        return load
+    key = "rate" if load.mode == "open" else "concurrency"
+    if load.mode == "batch":
+        ctx.error("E403", "a sweep searches closed-loop concurrency or open-loop rate, not batches", lb.got("search").key_span)
+        return load
+    if load.mode == "open" and lb.has("step"):
+        ctx.error("E403", "an open-loop sweep steps by rate_step (a rate, e.g. 0.5rps)", lb.got("step").key_span)
+    if load.mode != "open" and lb.has("rate_step"):
+        ctx.error("E403", "a closed-loop sweep steps by step (workers)", lb.got("rate_step").key_span)
+    levels = load.levels
+    if lb.ok(key) and (len(levels) != 2 or levels[0] >= levels[1]):
+        ctx.error("E204", f"a sweep's '{key}' is its bounds [low, high] with low < high, e.g. {key} = "
+                  + ("[1rps, 20rps]" if key == "rate" else "[1, 32]"), lb.got(key).span)
+    lb.require("max_wall")
+    return dataclasses.replace(load, search=lb["search"], step=lb["step"], rate_step=lb["rate_step"], max_wall_s=lb["max_wall"])
 
 
 def _misplaced(ctx: Ctx, lb: Body, keys: tuple[str, ...], why: str) -> None:
@@ -186,6 +224,8 @@ def _check_timing(ctx: Ctx, b: Body, load: S.Load) -> None:
 
 def load_time_s(w: S.Workload) -> float:
     """The planned load time of one workload on one backend: every level's warmup + duration."""
+    if w.load.search is not None and w.load.max_wall_s is not None:
+        return w.load.max_wall_s  # a sweep probes levels until its wall-time bound at most
     return len(w.load.levels) * (w.warmup_s + w.duration_s)
 
 
@@ -195,6 +235,11 @@ def check_total_load(ctx: Ctx, workloads: list[S.Workload], n_backends: int, par
     MAX_TOTAL_LOAD_S it is an error, reported at the workload that contributes most."""
     if not workloads or n_backends == 0:
         return
+    sweeps = [w for w in workloads if w.load.search is not None]
+    if sweeps and len(workloads) > 1:  # the search's verdict is one level's; other workloads would need their own
+        ctx.error("E403", f"workload '{sweeps[0].name}' is a sweep: a spec with a sweep has that one workload", sweeps[0].span)
+    elif sweeps and n_backends > 1:  # each backend would find its own level; judge them one spec each
+        ctx.error("E403", f"workload '{sweeps[0].name}' is a sweep: a spec with a sweep has one backend", sweeps[0].span)
     per_backend = sum(load_time_s(w) for w in workloads)
     total = per_backend * (1 if parallel else n_backends)
     if total <= MAX_TOTAL_LOAD_S:
