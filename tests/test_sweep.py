@@ -1,0 +1,182 @@
+"""A sweep judged by the gate (`search = bisect`): the search, the checker, the plan, the judge,
+and a real sweep against the simulator with a known capacity.
+
+What a user relies on: bisection finds the highest grid level that holds next to one that does
+not; `plan` shows the bounds; the gate re-judges every probe and reports
+`max_sustainable_concurrency` (or `_rate`), PASSes at the found level although probes above
+it fail, FAILs with "none" when even the lowest level fails, and says when the wall-time bound
+ended the search.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runner_support import manifest, run_spec, sim_spec
+from soakspec.judge import judge
+from soakspec.judge.summary import summarize_run
+from soakspec.judge.joined import join
+from soakspec.judge.testing import EvidenceBuilder, spec_from_text
+from soakspec.lang.check import check
+from soakspec.lang.parser import parse
+from soakspec.plan import Sweep, plan, render_text, sweep_grid, to_json
+from soakspec.runner.load import Bisection
+
+
+@given(st.integers(1, 300), st.data())
+def test_bisection_finds_the_boundary_within_its_probe_bound(n, data):
+    """Over a monotone predicate (levels 0..t hold), the search ends with good == t (None when
+    t < 0), probes each level at most once, and needs at most Sweep.max_probes probes."""
+    t = data.draw(st.integers(-1, n - 1))
+    search, probed = Bisection(n), []
+    while (i := search.next()) is not None:
+        assert i not in probed
+        probed.append(i)
+        search.record(i, i <= t)
+    assert search.good == (t if t >= 0 else None)
+    assert len(probed) <= Sweep("concurrency", tuple(range(n)), 1.0).max_probes
+
+
+def test_sweep_grid_includes_both_bounds():
+    assert sweep_grid(1, 10, 4, integer=True) == (1, 5, 9, 10)
+    assert sweep_grid(0.5, 2.0, 0.5, integer=False) == (0.5, 1.0, 1.5, 2.0)
+
+
+def _sweep_spec(load: str = "concurrency = [1, 12]\n    search = bisect\n    max_wall = 1m", *, workloads: int = 1,
+                backends: int = 1, rule: str = "require p90(ttft) < 200ms per level") -> str:
+    parts = ['soak "s" {}\n']
+    for b in range(backends):
+        parts.append(f'backend "b{b}" {{\n  url = "http://127.0.0.1:8000"\n  runtime {{\n    label = "host-staged"\n  }}\n}}\n')
+    for w in range(workloads):
+        parts.append(f'workload "w{w}" {{\n  load {{\n    mode = closed\n    {load}\n  }}\n  duration = 10m\n  bucket = 5m\n'
+                     '  deadline = 30s\n  follow_up = false\n}\n')
+    parts.append(f"gate {{\n  {rule}\n}}\n")
+    return "".join(parts)
+
+
+def _codes(text: str) -> list[str]:
+    tree, errs = parse(text)
+    assert tree is not None, errs
+    _, diags = check(tree, "<t>")
+    return [d.code for d in diags if d.code.startswith("E")]
+
+
+@pytest.mark.parametrize("text, code", [
+    (_sweep_spec("concurrency = [1, 12]\n    step = 2"), "E403"),  # step without search
+    (_sweep_spec("concurrency = [1, 4, 8]\n    search = bisect\n    max_wall = 1m"), "E204"),  # bounds are [low, high]
+    (_sweep_spec("concurrency = [8, 2]\n    search = bisect\n    max_wall = 1m"), "E204"),
+    (_sweep_spec("concurrency = [1, 12]\n    search = bisect"), "E103"),  # the wall-time bound is required
+    (_sweep_spec(workloads=2), "E403"),
+    (_sweep_spec(backends=2), "E403"),
+    (_sweep_spec("concurrency = [1, 12]\n    search = bisect\n    max_wall = 1m\n    rate_step = 1rps"), "E403"),
+])
+def test_checker_rejects_a_sweep_it_cannot_run(text, code):
+    assert code in _codes(text)
+
+
+def test_a_valid_sweep_checks_clean():
+    assert _codes(_sweep_spec()) == []
+
+
+def test_plan_shows_the_search_bounds():
+    spec = spec_from_text(_sweep_spec("concurrency = [1, 12]\n    search = bisect\n    step = 1\n    max_wall = 1h"))
+    p = plan(spec)
+    text = render_text(p)
+    assert "sweep concurrency 1..12 step 1" in text and "bisection over 12 levels" in text
+    assert f"at most {p.backends[0].levels[0].sweep.max_probes} probes" in text and "stopped after 1h" in text
+    (lv,) = to_json(p)["backends"][0]["levels"]
+    assert lv["sweep"]["grid"] == list(range(1, 13)) and lv["sweep"]["max_wall_s"] == 3600.0
+
+
+# ------------------------------------------------------------------------------ the judge
+
+PROBES = [1, 12, 6, 3, 4, 5]  # the order bisection probes a 1..12 grid with capacity 4
+
+
+def _evidence_of_probes(slow_above: int | None, *, bounded: bool = False):
+    """What a sweep of PROBES leaves: one manifest level per probe, in run order, requests
+    slow (ttft 0.5s) at every level above `slow_above`."""
+    plain = spec_from_text(_sweep_spec(f"concurrency = {PROBES}").replace("w0", "w0"))
+    b = EvidenceBuilder(plain, per_bucket=40)
+    for i, c in enumerate(PROBES):
+        if slow_above is None or c > slow_above:
+            for r in b.measured("b0", level=i):
+                r["ttft"] = 0.5
+    b.entry("b0")["sweep"] = {"probes": [{"level": i, "value": c, "passed": slow_above is not None and c <= slow_above}
+                                         for i, c in enumerate(PROBES)], "bounded_by_wall_time": bounded}
+    return b.build()
+
+
+def test_the_gate_passes_at_the_found_level_and_reports_the_figure():
+    spec = spec_from_text(_sweep_spec())
+    run = join(spec, _evidence_of_probes(4))
+    (sw,) = run.sweep
+    assert sw.result == 4 and sw.found_level == PROBES.index(4) and not sw.bounded and not sw.disagrees
+    assert [p["passed"] for p in sw.probes] == [c <= 4 for c in PROBES]
+    v = judge(spec, _evidence_of_probes(4))
+    assert v.outcome == "PASS", [r.text() for r in v.rules]
+    (rule,) = [r for r in v.rules if r.metric == "max_sustainable_concurrency"]
+    assert rule.status == "pass" and rule.observed == 4
+    assert summarize_run(run)["figures"] == {"max_sustainable_concurrency": 4}
+
+
+def test_when_even_the_lowest_level_fails_the_gate_fails_with_none():
+    spec = spec_from_text(_sweep_spec())
+    v = judge(spec, _evidence_of_probes(None))
+    assert v.outcome == "FAIL"
+    (rule,) = [r for r in v.rules if r.metric == "max_sustainable_concurrency"]
+    assert rule.status == "fail" and "none" in rule.message
+
+
+def test_a_search_ended_by_the_wall_time_bound_says_so():
+    spec = spec_from_text(_sweep_spec())
+    v = judge(spec, _evidence_of_probes(4, bounded=True))
+    (rule,) = [r for r in v.rules if r.metric == "max_sustainable_concurrency"]
+    assert rule.status == "pass" and "bounded by max wall time" in rule.message
+
+
+# ------------------------------------------------------------------------------ a real sweep
+
+SIM = "slots = 4\n    ttft = 20ms\n    itl = 10ms"  # capacity: 4 requests at once, ~90 ms each
+LOAD = "mode = closed\n    concurrency = [1, 12]\n    search = bisect\n    max_wall = {wall}"
+
+
+@pytest.mark.slow
+def test_a_sweep_against_the_simulator_finds_its_capacity_within_one_step(tmp_path):
+    """Beyond 4 slots requests queue for a whole ~90 ms service time, so p90(ttft) < 60ms holds
+    exactly up to concurrency 4: the analytic answer. The sweep finds it within one step, lists
+    every probe as a manifest level in the order it ran, and the gate passes at it."""
+    text = sim_spec(sim=SIM, load=LOAD.format(wall="60s"), duration="3s", bucket="3s", deadline="10s",
+                    gate="require p90(ttft) < 60ms per level")
+    proc, out = run_spec(tmp_path, text, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = manifest(out)
+    (be,) = m["backends"]
+    probes = be["sweep"]["probes"]
+    assert [lv["concurrency"] for lv in be["levels"]] == [p["value"] for p in probes]  # listed as they ran
+    assert [lv["index"] for lv in be["levels"]] == list(range(len(probes)))
+    results = json.loads((out / "results.json").read_text())
+    found = results["figures"]["max_sustainable_concurrency"]
+    assert abs(found - 4) <= 1
+    assert be["sweep"]["result"] == found and not be["sweep"]["bounded_by_wall_time"]
+
+
+@pytest.mark.slow
+def test_a_sweep_stops_within_its_wall_time_bound(tmp_path):
+    """With room for two 3 s probes only, the search stops before the third: the result is the
+    best holding level so far, marked bounded; the load time stays within the bound."""
+    text = sim_spec(sim=SIM, load=LOAD.format(wall="7s"), duration="3s", bucket="3s", deadline="10s",
+                    gate="require p90(ttft) < 60ms per level", follow_up=False)
+    proc, out = run_spec(tmp_path, text, timeout=120)
+    (be,) = manifest(out)["backends"]
+    sw = be["sweep"]
+    assert sw["bounded_by_wall_time"] and len(sw["probes"]) == 2 and sw["wall_s"] <= 7.0
+    assert sw["result"] == 1  # 1 holds, 12 does not; no time for 6
+    assert be["levels"][-1]["drained_at"] - be["levels"][0]["started_at"] <= 7.0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["sweep"][0]["bounded_by_wall_time"] is True
