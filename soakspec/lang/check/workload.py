@@ -72,10 +72,6 @@ SAMPLING = Table(
         Key("top_k", "int", "top_k", minimum=1),
         Key("top_p", "number", "top_p", minimum=0.0, maximum=1.0),
         Key("seed", "int", "seed", minimum=0),
-        Key("search", "word", "search", choices=("bisect",)),
-        Key("step", "int", "step", minimum=1),
-        Key("rate_step", "quantity", "rate_step", Dimension.RATE),
-        Key("max_wall", "quantity", "max_wall_s", Dimension.DURATION),
     ),
 )  # fmt: skip
 
