@@ -35,12 +35,12 @@ from soakspec.judge import stats
 from soakspec.judge.common import compare, format_value, loc, plural, replace, result
 from soakspec.judge.index import Row
 from soakspec.judge.joined import JudgedRun
-from soakspec.judge.scope import Scope, scopes
+from soakspec.judge.scope import Scope, level_scope, scopes
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.metrics import Kind
-from soakspec.lang.spec import Rule, Slo
+from soakspec.lang.spec import Rule, Slo, Spec
 
-__all__ = ["goodput", "goodput_rate", "judge", "meets", "slo_text"]
+__all__ = ["goodput", "goodput_rate", "judge", "level_summary", "meets", "slo_sets", "slo_text"]
 
 
 def _value_of(metric: str) -> Callable[[Row], float | None]:
@@ -87,6 +87,31 @@ def goodput_rate(scope: Scope, slo: Sequence[Slo]) -> float | None:
 
 def slo_text(slo: Sequence[Slo]) -> str:
     return " and ".join(f"{c.metric} {c.op} {c.threshold_text}" for c in slo)
+
+
+def slo_sets(spec: Spec) -> list[tuple[Slo, ...]]:
+    """The distinct SLO sets the spec's gate rules name, in rule order."""
+    out: dict[str, tuple[Slo, ...]] = {}
+    for r in spec.gate.rules:
+        if r.expr.slo:
+            out.setdefault(slo_text(r.expr.slo), r.expr.slo)
+    return list(out.values())
+
+
+def level_summary(run: JudgedRun) -> list[dict]:
+    """results.json's `goodput`: per SLO set the gate names, per backend and level, the requests
+    meeting it, the measured requests, the share and the rate per second of the level's wall time."""
+    rows = []
+    for slo in slo_sets(run.spec):
+        for bi in run.judged:
+            for lv in bi.levels:
+                sc = level_scope(bi, lv)
+                k, n = hits(sc.records, slo)
+                wall = sc.wall_s
+                rows.append({"slo": slo_text(slo), "backend": bi.name, "workload": lv.workload, "level": lv.index,
+                             "label": lv.label, "met": k, "requests": n, "goodput": k / n if n else None,
+                             "goodput_rate": k / wall if wall else None})  # fmt: skip
+    return rows
 
 
 # ------------------------------------------------------------------------------ judging

@@ -278,6 +278,10 @@ def summarize_run(run: JudgedRun) -> dict[str, Any]:
     """results.json of a joined run: every backend of its evidence, with the trace coverage
     its spec's gate requires."""
     out = _summarize(run.evidence, run.indexes, required_trace_coverage(run.spec))
+    from soakspec.judge.goodput import level_summary as goodput_summary
+
+    if goodput := goodput_summary(run):  # per SLO set the gate names, per level (`soakspec.judge.goodput`)
+        out["goodput"] = goodput
     if run.sweep:  # a sweep: the claimable figure and every probe (`soakspec.judge.sweep`)
         out["sweep"] = [r.to_json() for r in run.sweep]
         for r in run.sweep:
