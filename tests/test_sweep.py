@@ -180,3 +180,55 @@ def test_a_sweep_stops_within_its_wall_time_bound(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     assert results["sweep"][0]["bounded_by_wall_time"] is True
+
+
+# ------------------------------------------------------------------------------ lint-claims
+
+
+def _lint(doc: str, evidence=(), spec_text: str | None = None):
+    from soakspec.claims.adapters import coverage_from_spec
+    from soakspec.claims.engine import lint
+    from soakspec.claims.facts import ClaimBoundary
+
+    spec = spec_from_text(spec_text or _sweep_spec())
+    text = doc + "\n\n## Claim Boundary\n\n- claim: a sweep\n"
+    return [(d.code, d.message) for d in lint(text, "pr.md", ClaimBoundary(claims=("a sweep",)), coverage_from_spec(spec), evidence)]
+
+
+def test_lint_claims_checks_a_sustain_claim_against_the_figure():
+    from soakspec.claims.facts import EvidenceFacts
+
+    ev = (EvidenceFacts(backend="b0", sustainable={"max_sustainable_concurrency": 4.0}),)
+    assert _lint("The server sustains concurrency 4.", ev) == []
+    assert _lint("The server sustains 3 concurrent requests.", ev) == []  # below the figure: it held there too
+    (over,) = [d for d in _lint("The server sustains concurrency 8.", ev) if d[0] == "CB201"]
+    assert "max_sustainable_concurrency is 4" in over[1]
+    assert [d[0] for d in _lint("The max sustainable concurrency is 5.", ev)] == ["CB201"]
+    assert _lint("It does not sustain concurrency 8.", ev) == []  # negated: not a claim
+    none = (EvidenceFacts(backend="b0", sustainable={"max_sustainable_concurrency": None}),)
+    assert [d[0] for d in _lint("The server sustains concurrency 1.", none)] == ["CB201"]
+
+
+def test_lint_claims_without_evidence_knows_the_sweeps_range():
+    """No evidence: a sustain claim above the sweep's highest level is scope creep; a grid level
+    inside it is covered (the sweep may probe any of them)."""
+    assert _lint("The server sustains concurrency 7.") == []
+    codes = [d[0] for d in _lint("The server sustains concurrency 64.")]
+    assert "CB301" in codes
+    rate_spec = _sweep_spec("rate = [1rps, 20rps]\n    search = bisect\n    rate_step = 1rps\n    max_wall = 1m").replace(
+        "mode = closed", "mode = open")
+    assert _lint("It sustains 12 req/s.", spec_text=rate_spec) == []
+    assert "CB301" in [d[0] for d in _lint("It sustains 30 req/s.", spec_text=rate_spec)]
+
+
+def test_the_figure_reaches_lint_claims_from_an_evidence_directory(tmp_path):
+    """results.json's figures are what lint-claims reads from a retained run."""
+    from soakspec.claims.adapters import load_evidence_facts
+
+    b = EvidenceBuilder(spec_from_text(_sweep_spec(f"concurrency = {PROBES}")), per_bucket=40)
+    out = b.write(tmp_path / "ev")
+    results = json.loads((out / "results.json").read_text())
+    results["figures"] = {"max_sustainable_concurrency": 4}
+    (out / "results.json").write_text(json.dumps(results))
+    (ev,) = load_evidence_facts(out)
+    assert ev.sustainable == {"max_sustainable_concurrency": 4.0}
