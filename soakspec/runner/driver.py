@@ -174,23 +174,26 @@ async def _drive_sweep(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     start = deps.clock.now()
     probes: list[dict] = []
     bounded = False
-    while (i := search.next()) is not None:
-        probe = probe_level(lv, i, len(probes))
-        if deps.clock.now() - start + probe.warmup_s + probe.duration_s > sw.max_wall_s:
-            bounded = True
-            break
-        await _drive_level(bp, probe, deps, rec, ids, shapes, connect, where, watch, health)
-        entry = rec.levels[-1]
-        if deps.sweep_judge is None:
-            passed, why = entry.get("completed") is True, "no judge supplied: a completed level counts as holding"
-        else:
-            passed, why = deps.sweep_judge(bp.name, entry, _level_rows(rec, probe))
-        search.record(i, passed)
-        probes.append({"probe": len(probes), "level": probe.index, "grid_index": i, "value": sw.grid[i], "passed": passed, "why": why})
-        deps.progress.log(f"[{bp.name}] sweep: {sw.axis} {sw.grid[i]:g} {'holds' if passed else 'does not hold'} ({why})")
-    found = sw.grid[search.good] if search.good is not None else None
-    rec.sweep = {"workload": lv.workload, "axis": sw.axis, "grid": list(sw.grid), "max_wall_s": sw.max_wall_s,
-                 "probes": probes, "result": found, "bounded_by_wall_time": bounded, "wall_s": round(deps.clock.now() - start, 3)}  # fmt: skip
+    try:
+        while (i := search.next()) is not None:
+            probe = probe_level(lv, i, len(probes))
+            if deps.clock.now() - start + probe.warmup_s + probe.duration_s > sw.max_wall_s:
+                bounded = True
+                break
+            await _drive_level(bp, probe, deps, rec, ids, shapes, connect, where, watch, health)
+            entry = rec.levels[-1]
+            if deps.sweep_judge is None:
+                passed, why = entry.get("completed") is True, "no judge supplied: a completed level counts as holding"
+            else:
+                passed, why = deps.sweep_judge(bp.name, entry, _level_rows(rec, probe))
+            search.record(i, passed)
+            probes.append({"probe": len(probes), "level": probe.index, "grid_index": i, "value": sw.grid[i], "passed": passed, "why": why})
+            deps.progress.log(f"[{bp.name}] sweep: {sw.axis} {sw.grid[i]:g} {'holds' if passed else 'does not hold'} ({why})")
+    finally:  # also when an abort rule or an interrupt cut the search short: what it found so far
+        found = sw.grid[search.good] if search.good is not None else None
+        rec.sweep = {"workload": lv.workload, "axis": sw.axis, "grid": list(sw.grid), "max_wall_s": sw.max_wall_s,
+                     "probes": probes, "result": found, "bounded_by_wall_time": bounded,
+                     "wall_s": round(deps.clock.now() - start, 3)}  # fmt: skip
 
 
 def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
