@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soakspec.judge import judge, stats
-from soakspec.judge.goodput import goodput, meets
+from soakspec.judge.goodput import goodput, meets, share
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 from soakspec.lang.check import check
 from soakspec.lang.fmt import fmt
@@ -150,3 +150,27 @@ def test_goodput_is_monotone_in_thresholds_and_order_invariant(rows, t1, t2, p, 
     # adding a condition never raises goodput
     if rows:
         assert goodput(rows, loose + (Slo("latency", "<", 10.0, ""),)) <= g_loose
+
+
+_RANK = {"fail": 0, "inconclusive": 1, "pass": 2}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 400), st.data(), st.sampled_from([0.5, 0.8, 0.9, 0.95, 0.99]), st.sampled_from([0.9, 0.95, 0.99]))
+def test_a_share_claim_never_improves_with_a_miss_and_passes_only_within_the_bound(n, data, x, conf):
+    """`goodput >= X`: one more request missing the SLO (in place of a hit, or added) never
+    improves the status -- so a failed request can never make it pass; PASS implies
+    the misses are within LoadGen's overage bound for the X-quantile; with fewer requests than
+    a p(100 X) claim needs it never passes."""
+    k = data.draw(st.integers(0, n))
+    j = share(k, n, ">=", x, conf)
+    if j.status == "pass":
+        allowed = stats.max_overages(n, x * 100, conf)
+        assert allowed is not None and n - k <= allowed
+        assert n >= stats.min_samples_for_percentile(x * 100, conf)
+    if k > 0:  # the same n with one hit turned into a miss
+        assert _RANK[share(k - 1, n, ">=", x, conf).status] <= _RANK[j.status]
+    if j.status != "pass":  # adding a request that misses never turns the claim into PASS
+        assert share(k, n + 1, ">=", x, conf).status != "pass"
+    if j.status == "inconclusive":
+        assert j.more is None or j.more > 0

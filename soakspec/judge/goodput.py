@@ -28,6 +28,7 @@ completed.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Iterable, Sequence
 
@@ -40,7 +41,7 @@ from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.metrics import Kind
 from soakspec.lang.spec import Rule, Slo, Spec
 
-__all__ = ["goodput", "goodput_rate", "judge", "level_summary", "meets", "slo_sets", "slo_text"]
+__all__ = ["Share", "goodput", "goodput_rate", "judge", "level_summary", "meets", "share", "slo_sets", "slo_text"]
 
 
 def _value_of(metric: str) -> Callable[[Row], float | None]:
@@ -117,6 +118,41 @@ def level_summary(run: JudgedRun) -> list[dict]:
 # ------------------------------------------------------------------------------ judging
 
 
+@dataclasses.dataclass(frozen=True)
+class Share:
+    """How a share claim over `n` requests of which `k` meet the SLO is judged (pure)."""
+
+    status: str  # pass | fail | inconclusive
+    why: str  # plain | too_few | within | certain | beyond (the point estimate fails) | unsure
+    over: int = 0  # the overages: misses for ">= X", hits for "<= X"
+    allowed: int | None = None  # the overages the confidence allows at n
+    more: int | None = None  # inconclusive: how many more requests the claim needs
+
+
+def share(k: int, n: int, op: str, threshold: float, confidence: float, min_samples: int = 1) -> Share:
+    """Judge `k / n OP threshold` with LoadGen's overage rule (module docstring); n > 0."""
+    ok = compare(k / n, op, threshold)
+    if op not in ("<", "<=", ">", ">="):
+        return Share("pass" if ok else "fail", "plain")
+    # ">= X": the misses are the overages of the X-quantile; "<= X": the hits, of the (1-X)-quantile
+    over, q = (n - k, threshold * 100.0) if op in (">", ">=") else (k, (1.0 - threshold) * 100.0)
+    if q <= 0:  # ">= 0%" or "<= 100%": true of any share
+        return Share("pass", "plain", over)
+    q = min(q, 100.0)
+    certain = stats.exceeds_with_confidence(over, n, q, confidence) if q < 100 else over > 0
+    needed = max(stats.min_samples_for_percentile(q, confidence), min_samples)
+    if n < needed and not certain:  # too few for any claim, and the violation (if any) is not certain
+        return Share("inconclusive", "too_few", over, None, needed - n)
+    if not ok:
+        return Share("fail", "beyond", over)
+    allowed = stats.max_overages(n, q, confidence)
+    if allowed is not None and over <= allowed:
+        return Share("pass", "within", over, allowed)
+    if certain:
+        return Share("fail", "certain", over, allowed)
+    return Share("inconclusive", "unsure", over, allowed, stats.samples_for_overages(over, n, q, confidence) or None)
+
+
 def _ratio_instance(run: JudgedRun, sc: Scope, rule: Rule) -> tuple[Instance, float | None]:
     assert rule.op is not None and rule.threshold is not None
     k, n = hits(sc.records, rule.expr.slo)
@@ -125,40 +161,25 @@ def _ratio_instance(run: JudgedRun, sc: Scope, rule: Rule) -> tuple[Instance, fl
         return Instance("inconclusive", where, None, None, 0, f"{rule.expr.text} cannot be computed: no measured requests", 1), None
     value = k / n
     vtext = f"{rule.expr.text} = {format_value(value, Kind.RATIO)}"
-    ok = compare(value, rule.op, rule.threshold)
-    basis = f"{k} of {plural(n, 'request')} meet it"
-    if rule.op not in ("<", "<=", ">", ">="):
-        return Instance("pass" if ok else "fail", where, value, vtext, n, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value
-    # ">= X": the misses are the overages of the X-quantile; "<= X": the hits, of the (1-X)-quantile
-    at_least = rule.op in (">", ">=")
-    over, q = (n - k, rule.threshold * 100.0) if at_least else (k, (1.0 - rule.threshold) * 100.0)
-    side = "miss" if at_least else "meet"
     conf = run.gate.confidence
-    if q <= 0:  # ">= 0%" or "<= 100%": always true of any share
-        return Instance("pass", where, value, vtext, n, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value
-    q = min(q, 100.0)
-    certain = stats.exceeds_with_confidence(over, n, q, conf) if q < 100 else over > 0
-    needed = max(stats.min_samples_for_percentile(q, conf), run.gate.min_samples)
-    if n < needed and not certain:  # too few for any claim, and the violation (if any) is not certain
-        return Instance("inconclusive", where, value, vtext, n,
-                        f"{vtext} from only {plural(n, 'request')}; needs {needed - n} more (a share of {rule.threshold_text} "
-                        f"at {conf * 100:.3g}% confidence needs {needed})", needed - n), value
-    if not ok:
-        return Instance("fail", where, value, vtext, n, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value
-    allowed = stats.max_overages(n, q, conf)
-    if allowed is not None and over <= allowed:
-        return Instance("pass", where, value, vtext, n,
-                        f"{vtext} ({basis}; {over} {side} it, at most {allowed} allowed at {conf * 100:.3g}% confidence; "
-                        f"threshold {rule.op} {rule.threshold_text})"), value
-    if certain:
-        return Instance("fail", where, value, vtext, n,
-                        f"{vtext}, but {over} of {plural(n, 'request')} {side} the SLO: the true share is beyond "
-                        f"{rule.threshold_text} at {conf * 100:.3g}% confidence"), value
-    more = stats.samples_for_overages(over, n, q, conf)
-    need = f"needs {plural(more, 'more request')} {'meeting' if at_least else 'missing'} the SLO" if more else "cannot be claimed"
-    return Instance("inconclusive", where, value, vtext, n,
-                    f"{vtext} ({basis}), but {over} {side} it; at most {allowed if allowed is not None else 0} allowed "
-                    f"at {conf * 100:.3g}% confidence (threshold {rule.op} {rule.threshold_text}); {need}", more or None), value
+    j = share(k, n, rule.op, rule.threshold, conf, run.gate.min_samples)
+    basis = f"{k} of {plural(n, 'request')} meet it"
+    side = "miss" if rule.op in (">", ">=") else "meet"
+    thr = f"threshold {rule.op} {rule.threshold_text}"
+    at = f"{conf * 100:.3g}% confidence"
+    if j.why == "too_few":
+        msg = f"{vtext} from only {plural(n, 'request')}; needs {j.more} more (a share of {rule.threshold_text} at {at} needs {n + (j.more or 0)})"
+    elif j.why == "within":
+        msg = f"{vtext} ({basis}; {j.over} {side} it, at most {j.allowed} allowed at {at}; {thr})"
+    elif j.why == "certain":
+        msg = f"{vtext}, but {j.over} of {plural(n, 'request')} {side} the SLO: the true share is beyond {rule.threshold_text} at {at}"
+    elif j.why == "unsure":
+        need = f"needs {plural(j.more, 'more request')} {'meeting' if side == 'miss' else 'missing'} the SLO" if j.more else "cannot be claimed"
+        msg = (f"{vtext} ({basis}), but {j.over} {side} it; at most {j.allowed if j.allowed is not None else 0} allowed "
+               f"at {at} ({thr}); {need}")
+    else:
+        msg = f"{vtext} ({basis}; {thr})"
+    return Instance(j.status, where, value, vtext, n, msg, j.more if j.status == "inconclusive" else None), value  # type: ignore[arg-type]
 
 
 def _rate_instance(run: JudgedRun, sc: Scope, rule: Rule) -> tuple[Instance, float | None]:
