@@ -232,3 +232,86 @@ def test_the_figure_reaches_lint_claims_from_an_evidence_directory(tmp_path):
     (out / "results.json").write_text(json.dumps(results))
     (ev,) = load_evidence_facts(out)
     assert ev.sustainable == {"max_sustainable_concurrency": 4.0}
+
+
+# ------------------------------------------------------------------------------ the runner's loop, in virtual time
+
+
+class _Clock:
+    def now(self) -> float:
+        import trio
+
+        return trio.current_time()
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, line: str) -> None:
+        self.lines.append(line)
+
+
+class _Rec:
+    def __init__(self) -> None:
+        self.levels: list[dict] = []
+        self.sweep: dict | None = None
+
+
+def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12):
+    """The driver's sweep loop with its levels faked: each probe takes its planned warmup +
+    duration of virtual time; the judge holds a level iff its concurrency <= capacity."""
+    import dataclasses
+
+    import trio
+    import trio.testing
+
+    from soakspec.runner import driver
+    from soakspec.runner.backend import Deps
+
+    spec = spec_from_text(_sweep_spec(f"concurrency = [1, {high}]\n    search = bisect\n    max_wall = {max_wall}"))
+    bp = plan(spec).backends[0]
+    (lv,) = bp.levels
+    rec = _Rec()
+
+    async def fake_level(bp_, probe, deps, rec_, *rest):
+        rec_.levels.append(probe.to_json() | {"started_at": trio.current_time(), "completed": True})
+        await trio.sleep(probe.warmup_s + probe.duration_s)
+        rec_.levels[-1]["drained_at"] = trio.current_time()
+
+    monkeypatch.setattr(driver, "_drive_level", fake_level)
+    monkeypatch.setattr(driver, "_level_rows", lambda rec_, probe: [])
+    judge_one = lambda name, entry, rows: (entry["concurrency"] <= capacity, "fake")  # noqa: E731
+    deps = dataclasses.replace(Deps(_Clock(), _Progress(), None, None, None), sweep_judge=judge_one)  # type: ignore[arg-type]
+    trio.run(driver._drive_sweep, bp, lv, deps, rec, None, None, None, None, None, clock=trio.testing.MockClock(autojump_threshold=0))
+    return lv, rec
+
+
+@pytest.mark.parametrize("capacity", [0, 1, 4, 7, 12])
+def test_the_runners_sweep_finds_the_capacity_in_virtual_time(monkeypatch, capacity):
+    lv, rec = _run_sweep(monkeypatch, capacity, "2h")
+    sw = rec.sweep
+    assert sw["result"] == (capacity or None) and not sw["bounded_by_wall_time"]
+    assert [e["index"] for e in rec.levels] == list(range(len(rec.levels)))  # manifest order = run order
+    assert [e["concurrency"] for e in rec.levels] == [p["value"] for p in sw["probes"]]
+    assert len(rec.levels) <= lv.sweep.max_probes
+
+
+def test_the_runners_sweep_stops_within_its_wall_time_bound(monkeypatch):
+    """10-minute probes and a 25-minute bound: two probes fit, the third would end past it."""
+    lv, rec = _run_sweep(monkeypatch, 4, "25m")
+    sw = rec.sweep
+    assert [p["value"] for p in sw["probes"]] == [1, 12] and sw["bounded_by_wall_time"] and sw["result"] == 1
+    assert rec.levels[-1]["drained_at"] - rec.levels[0]["started_at"] <= lv.sweep.max_wall_s
+
+
+def test_an_open_loop_sweep_probes_open_levels_of_its_grid():
+    from soakspec.plan import Open, probe_level
+
+    text = _sweep_spec("rate = [2rps, 10rps]\n    rate_step = 2rps\n    search = bisect\n    max_wall = 1h\n    seed = 7").replace(
+        "mode = closed", "mode = open")
+    (lv,) = plan(spec_from_text(text)).backends[0].levels
+    assert lv.sweep.axis == "rate" and lv.sweep.grid == (2.0, 4.0, 6.0, 8.0, 10.0)
+    p = probe_level(lv, 3, 2)
+    assert p.shape == Open(8.0, "constant", 9) and p.index == 2 and p.sweep is None and p.label == "rate 8 rps"
+    assert p.min_requests == round(8.0 * lv.duration_s)
