@@ -124,6 +124,20 @@ def test_the_gate_passes_at_the_found_level_and_reports_the_figure():
     assert summarize_run(run)["figures"] == {"max_sustainable_concurrency": 4}
 
 
+def test_a_probe_that_did_not_run_its_full_duration_never_holds():
+    """The judge re-judges from the evidence: a level cut short (an abort rule) does not hold,
+    whatever its records say and whatever the runner recorded; the figure drops to the next."""
+    spec = spec_from_text(_sweep_spec())
+    ev = _evidence_of_probes(4)
+    entry = ev.backends[0].entry
+    (lv4,) = [e for e in entry["levels"] if e["concurrency"] == 4]
+    lv4["completed"] = False
+    lv4["stopped_by"] = {"rule": "abort ratio(errors) > 50% per bucket"}
+    (sw,) = join(spec, ev).sweep
+    assert sw.result == 3 and sw.disagrees
+    assert "stopped by abort ratio(errors)" in next(p["why"] for p in sw.probes if p["value"] == 4)
+
+
 def test_when_even_the_lowest_level_fails_the_gate_fails_with_none():
     spec = spec_from_text(_sweep_spec())
     v = judge(spec, _evidence_of_probes(None))
@@ -258,9 +272,18 @@ class _Rec:
         self.sweep: dict | None = None
 
 
-def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12):
+class _Fired:
+    def describe(self) -> str:
+        return "abort rule 'ratio(errors) > 50% per bucket'"
+
+    def to_json(self) -> dict:
+        return {"rule": "abort ratio(errors) > 50% per bucket"}
+
+
+def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12, abort_above: int | None = None):
     """The driver's sweep loop with its levels faked: each probe takes its planned warmup +
-    duration of virtual time; the judge holds a level iff its concurrency <= capacity."""
+    duration of virtual time; the judge holds a level iff its concurrency <= capacity; above
+    `abort_above` an abort rule fires a minute into the probe."""
     import dataclasses
 
     import trio
@@ -274,16 +297,25 @@ def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12):
     (lv,) = bp.levels
     rec = _Rec()
 
-    async def fake_level(bp_, probe, deps, rec_, *rest):
-        rec_.levels.append(probe.to_json() | {"started_at": trio.current_time(), "completed": True})
+    async def fake_level(bp_, probe, deps, rec_, ids, shapes, connect, where, watch, health):
+        rec_.levels.append(probe.to_json() | {"started_at": trio.current_time(), "completed": False})
+        if abort_above is not None and probe.concurrency > abort_above:
+            await trio.sleep(60)
+            watch.fired = _Fired()
+            watch.on_fire(watch.fired)
+            await trio.sleep_forever()
         await trio.sleep(probe.warmup_s + probe.duration_s)
-        rec_.levels[-1]["drained_at"] = trio.current_time()
+        rec_.levels[-1].update(drained_at=trio.current_time(), completed=True)
 
     monkeypatch.setattr(driver, "_drive_level", fake_level)
     monkeypatch.setattr(driver, "_level_rows", lambda rec_, probe: [])
     judge_one = lambda name, entry, rows: (entry["concurrency"] <= capacity, "fake")  # noqa: E731
     deps = dataclasses.replace(Deps(_Clock(), _Progress(), None, None, None), sweep_judge=judge_one)  # type: ignore[arg-type]
-    trio.run(driver._drive_sweep, bp, lv, deps, rec, None, None, None, None, None, clock=trio.testing.MockClock(autojump_threshold=0))
+    from soakspec.runner.abort import AbortWatch
+
+    watch = AbortWatch("b0", ())
+    trio.run(driver._drive_sweep, bp, lv, deps, rec, None, None, None, None, watch, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert watch.fired is None  # re-armed: a probe's abort is not the run's
     return lv, rec
 
 
@@ -315,3 +347,14 @@ def test_an_open_loop_sweep_probes_open_levels_of_its_grid():
     p = probe_level(lv, 3, 2)
     assert p.shape == Open(8.0, "constant", 9) and p.index == 2 and p.sweep is None and p.label == "rate 8 rps"
     assert p.min_requests == round(8.0 * lv.duration_s)
+
+
+def test_an_abort_rule_ends_only_the_probe_and_the_search_goes_on(monkeypatch):
+    """A probe beyond what the server can take trips an abort rule: that probe does not hold
+    (its entry says what stopped it) and the search continues below it."""
+    lv, rec = _run_sweep(monkeypatch, 4, "2h", abort_above=6)
+    sw = rec.sweep
+    assert sw["result"] == 4
+    stopped = [e for e in rec.levels if "stopped_by" in e]
+    assert [e["concurrency"] for e in stopped] == [12]  # probes 1, 12 (stopped), 6, 3, 4, 5
+    assert all(not p["passed"] and p["why"].startswith("stopped by") for p in sw["probes"] if p["value"] > 6)

@@ -23,6 +23,9 @@ provenance as recorded), and failing probes above it are expected, not gate fail
     sweep is INCONCLUSIVE instead: lengthen the levels;
   - the wall-time bound ended the search early: the result is the best holding level so far,
     marked "bounded by max wall time" (the rule `sweep` says so; it still passes);
+  - an abort rule that fires during a probe ends that probe only (the runner goes on searching
+    below it; the level entry says `stopped_by`): a probe that did not run its full duration
+    never holds, and is not a gate failure either;
   - the judge's re-judgement disagrees with the runner's (a probe the runner counted as holding
     does not hold now, e.g. judged with a newer spec): the judge's is used and the note says so.
 
@@ -173,7 +176,11 @@ def _rejudge(spec: Spec, evidence: Evidence, be: BackendEvidence, wl: Workload) 
         if not isinstance(value, (int, float)):
             continue
         one = dataclasses.replace(evidence, backends=(be,), manifest=dict(evidence.manifest) | {"backends": [be.entry]})
-        status, why = probe_status(level_spec(spec, value), level_evidence(one, wl.name, e["index"]))
+        if e.get("completed") is not True:  # cut short (an abort rule): a probe that did not run does not hold
+            stop = e.get("stopped_by") if isinstance(e.get("stopped_by"), Mapping) else {}
+            status, why = "fail", f"the probe did not run its full duration{' (stopped by ' + str(stop.get('rule')) + ')' if stop.get('rule') else ''}"
+        else:
+            status, why = probe_status(level_spec(spec, value), level_evidence(one, wl.name, e["index"]))
         passed = status == "pass"
         runner = by_level.get(e["index"], {}).get("passed")
         disagrees |= runner is not None and runner != passed

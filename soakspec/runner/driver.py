@@ -180,9 +180,11 @@ async def _drive_sweep(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             if deps.clock.now() - start + probe.warmup_s + probe.duration_s > sw.max_wall_s:
                 bounded = True
                 break
-            await _drive_level(bp, probe, deps, rec, ids, shapes, connect, where, watch, health)
+            stopped = await _drive_probe(bp, probe, deps, rec, ids, shapes, connect, where, watch, health)
             entry = rec.levels[-1]
-            if deps.sweep_judge is None:
+            if stopped is not None:  # an abort rule ended this probe: it does not hold; the search goes on
+                passed, why = False, f"stopped by {stopped.describe()}"
+            elif deps.sweep_judge is None:
                 passed, why = entry.get("completed") is True, "no judge supplied: a completed level counts as holding"
             else:
                 passed, why = deps.sweep_judge(bp.name, entry, _level_rows(rec, probe))
@@ -194,6 +196,24 @@ async def _drive_sweep(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         rec.sweep = {"workload": lv.workload, "axis": sw.axis, "grid": list(sw.grid), "max_wall_s": sw.max_wall_s,
                      "probes": probes, "result": found, "bounded_by_wall_time": bounded,
                      "wall_s": round(deps.clock.now() - start, 3)}  # fmt: skip
+
+
+async def _drive_probe(bp, probe: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where,
+                       watch: AbortWatch, health: Health | None):  # fmt: skip
+    """One probe of a sweep. An abort rule that fires ends this probe only (a sweep expects
+    levels the server cannot take): returned, and the watch re-armed for the next probe."""
+    outer = watch.on_fire
+    with trio.CancelScope() as scope:
+        watch.on_fire = lambda _fired: scope.cancel()
+        try:
+            await _drive_level(bp, probe, deps, rec, ids, shapes, connect, where, watch, health)
+        finally:
+            watch.on_fire = outer
+    fired, watch.fired = watch.fired, None
+    if fired is not None:
+        rec.levels[-1]["stopped_by"] = fired.to_json()
+        deps.progress.log(f"[{bp.name}] sweep: {fired.describe()}; this probe does not hold")
+    return fired
 
 
 def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
