@@ -100,7 +100,6 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tu
     verdict.json must be there. `backends` (`gate --backend`): judge only these backends, as a
     `--backend` run of them would be judged -- the rules naming other backends are dropped."""
     from soakspec.judge.rederive import rederive
-
     from soakspec.judge.sweep import narrow
 
     spec, evidence, sweep = narrow(spec, evidence)  # a sweep is judged at its found level
