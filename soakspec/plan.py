@@ -224,6 +224,56 @@ def _ramp_text(unit: str, a: float, b: float, steps: int) -> str:
     return f"{a:g}→{b:g}{unit}{how}"
 
 
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """A search (`search = bisect`) for the highest grid level at which the gate's `require`
+    rules hold. Not a load model of its own: the runner probes levels of the ordinary shape
+    (`Closed` or `Open` at a grid value, `probe_level`), each a level of the manifest in the
+    order they ran, and bisects over `grid` until adjacent grid points pass and fail, or until
+    `max_wall_s` leaves no time for the next probe (`soakspec.runner.load.Bisection`)."""
+
+    axis: str  # concurrency | rate
+    grid: tuple[int | float, ...]  # ascending; the levels the search may probe
+    max_wall_s: float
+
+    @property
+    def max_probes(self) -> int:
+        """The most probes bisection over the grid can take: low, high, then log2 of the rest."""
+        n = len(self.grid)
+        return min(n, 2 + max(0, math.ceil(math.log2(max(n - 1, 1)))))
+
+    def label(self) -> str:
+        lo, hi = self.grid[0], self.grid[-1]
+        unit = " rps" if self.axis == "rate" else ""
+        step = self.grid[1] - self.grid[0] if len(self.grid) > 1 else 0
+        return f"sweep {self.axis} {lo:g}..{hi:g}{unit} step {step:g}{unit}"
+
+
+def sweep_grid(low: float, high: float, step: float, integer: bool) -> tuple[int | float, ...]:
+    """low, low + step, ... up to high, and high itself (a grid of at most 10,000 points)."""
+    n = min(10_000, int(math.floor((high - low) / step + 1e-9)))
+    pts = [low + i * step for i in range(n + 1)]
+    if pts[-1] < high - 1e-9:
+        pts.append(high)
+    return tuple(int(round(v)) if integer else round(v, 9) for v in pts)
+
+
+def probe_level(lv: "Level", grid_index: int, probe: int) -> "Level":
+    """The sweep level `lv` as the probe number `probe` runs it: the grid's value at
+    `grid_index` in the level's own shape, the probe's number as its index (manifest order)."""
+    assert lv.sweep is not None
+    value = lv.sweep.grid[grid_index]
+    match lv.shape:
+        case Open(arrival=arrival, seed=seed):
+            shape: LoadShape = Open(float(value), arrival, seed + probe)
+            minimum = expected = int(round(float(value) * lv.duration_s))
+        case _:
+            shape = Closed(int(value))
+            minimum, expected = int(value), None
+    return dataclasses.replace(lv, index=probe, shape=shape, min_requests=minimum, expected_requests=expected, sweep=None,
+                               sweep_probe=grid_index)
+
+
 def shape_label(shape: LoadShape) -> str:
     """`concurrency 8`, `rate 2 rps`, `concurrency 4 (batches of 8)`: the one level label."""
     match shape:
@@ -314,6 +364,8 @@ class Level:
     min_requests: int
     expected_requests: int | None
     phase: str | None = None  # the workload's named phase this level is (`load { phases { ... } }`)
+    sweep: Sweep | None = None  # a sweep: the runner probes levels of this shape (see Sweep)
+    sweep_probe: int | None = None  # a probe of a sweep: its grid index
 
     @property
     def mode(self) -> str:
@@ -734,6 +786,8 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
     out = []
     duration = w.duration_s * scale
     latency = w.expected_latency_s * scale if w.expected_latency_s else None
+    if w.load.search is not None:
+        return [_sweep_level(w, scale, request)]
     for i, level in enumerate(w.load.levels):
         shape = _shape(w, i, level)
         match shape:
@@ -752,6 +806,24 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
             )
         )  # fmt: skip
     return out
+
+
+def _sweep_level(w: Workload, scale: float, request: RequestTemplate) -> Level:
+    """A sweep workload plans one level: its shape at the grid's low end, and the search."""
+    load = w.load
+    low, high = (load.levels + (load.levels[0],))[:2] if load.levels else (1, 1)
+    if load.mode == "open":
+        step = load.rate_step or (float(high) - float(low)) / 16 or 1.0
+        grid = sweep_grid(float(low), float(high), step, integer=False)
+    else:
+        grid = sweep_grid(int(low), int(high), max(1, load.step), integer=True)
+    duration = w.duration_s * scale
+    sweep = Sweep("rate" if load.mode == "open" else "concurrency", grid, (load.max_wall_s or duration) * scale)
+    shape = _shape(w, 0, grid[0])
+    lv = Level(workload=w.name, index=0, shape=shape, request=request, warmup_s=w.warmup_s * scale, duration_s=duration,
+               deadline_s=w.deadline_s * scale, buckets=_buckets(duration, w.bucket_s * scale), min_requests=0,
+               expected_requests=None, sweep=sweep)  # fmt: skip
+    return lv
 
 
 def _abspath(base: Path, path: str | None) -> str | None:
@@ -848,6 +920,12 @@ def _aborts(spec: Spec, b: Backend, time_scale: float) -> tuple[AbortRule, ...]:
     return tuple(out)
 
 
+def _level_load_s(lv: Level) -> float:
+    """A level's load time; a sweep's: its probes, at most its wall-time bound."""
+    one = lv.warmup_s + lv.duration_s
+    return one if lv.sweep is None else min(lv.sweep.max_probes * one, lv.sweep.max_wall_s)
+
+
 def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehearse: bool) -> BackendPlan:
     model = spec.model.request_name
     levels: list[Level] = []
@@ -856,12 +934,12 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
     follow = any(w.follow_up for w in spec.workloads)
     follow_deadline = min((w.deadline_s for w in spec.workloads), default=0.0) * time_scale
     follow_est = min((w.expected_latency_s or 0.0 for w in spec.workloads), default=0.0) * time_scale if follow else 0.0
-    est = sum(lv.warmup_s + lv.duration_s for lv in levels) + follow_est
+    est = sum(_level_load_s(lv) for lv in levels) + follow_est
     launch = _launch(spec, b, base, rehearse)
     upper = (
         est
         + launch.probe.timeout_s
-        + sum(lv.deadline_s for lv in levels)
+        + sum(lv.deadline_s * (lv.sweep.max_probes if lv.sweep is not None else 1) for lv in levels)
         + (follow_deadline if follow else 0.0)
         + (launch.shutdown_grace_s if launch.launches else 0.0)
     )
@@ -956,6 +1034,9 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
         alive,
     ]
     for lv in b.levels:
+        if lv.sweep is not None:
+            lines.append(_render_sweep(lv))
+            continue
         exp = f"~{lv.expected_requests}" if lv.expected_requests is not None else "?"
         warm = f" after {format_duration(lv.warmup_s)} warmup" if lv.warmup_s else ""
         lines.append(
@@ -989,6 +1070,20 @@ def _phase_lines(b: BackendPlan) -> list[str]:
         if lv.phase is not None:
             by.setdefault(lv.workload, []).append(lv)
     return [f"    {name} phases: " + " → ".join(f"{lv.phase} {format_duration(lv.duration_s)}" for lv in lvs) for name, lvs in by.items()]
+def _render_sweep(lv: Level) -> str:
+    sw = lv.sweep
+    assert sw is not None
+    return (f"    {lv.workload} / {sw.label()}: bisection over {len(sw.grid)} levels, at most {sw.max_probes} probes of "
+            f"{format_duration(lv.warmup_s + lv.duration_s)} each ({format_duration(lv.duration_s)} in "
+            f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets), stopped after {format_duration(sw.max_wall_s)}; "
+            f"result: the highest level where every require rule holds")
+
+
+def sweep_json(sw: Sweep | None) -> dict[str, Any] | None:
+    if sw is None:
+        return None
+    return {"axis": sw.axis, "low": sw.grid[0], "high": sw.grid[-1], "levels": len(sw.grid), "grid": list(sw.grid),
+            "max_probes": sw.max_probes, "max_wall_s": sw.max_wall_s, "search": "bisect"}
 
 
 def _shape_json(shape: LoadShape) -> dict[str, Any]:
@@ -1017,7 +1112,7 @@ def _level_json(lv: Level) -> dict[str, Any]:
         "warmup_s": lv.warmup_s, "duration_s": lv.duration_s, "bucket_s": lv.bucket_s, "deadline_s": lv.deadline_s,
         "min_requests": lv.min_requests, "expected_requests": lv.expected_requests, "request": lv.request.to_json(),
         "buckets": [{"index": bk.index, "start_s": bk.start_s, "length_s": bk.length_s} for bk in lv.buckets],
-    }  # fmt: skip
+    } | ({"sweep": sweep_json(lv.sweep)} if lv.sweep is not None else {})  # fmt: skip
 
 
 def _backend_json(b: BackendPlan) -> dict[str, Any]:

@@ -14,9 +14,9 @@ import soakspec.judge
 from soakspec.judge import judge
 from soakspec.judge.registry import BY_NAME, RULES
 from soakspec.judge.testing import EvidenceBuilder, small_spec
-from soakspec.lang.metrics import EVIDENCE_PREDICATES, METRICS, Kind
+from soakspec.lang.metrics import EVIDENCE_PREDICATES, GOODPUT, METRICS, Kind
 
-CATALOGUE = set(METRICS) | set(EVIDENCE_PREDICATES)
+CATALOGUE = set(METRICS) | set(EVIDENCE_PREDICATES) | {GOODPUT}  # goodput(...) / goodput_rate(...): SLO_FUNCTIONS
 
 # a threshold of each result kind that every value of a clean run satisfies with `>=`
 AT_LEAST_ZERO = {Kind.DURATION: "0s", Kind.SIZE: "0B", Kind.RATIO: "0%", Kind.RATE: "0rps", Kind.COUNT: "0", Kind.NUMBER: "0"}
@@ -42,6 +42,8 @@ def test_each_name_is_registered_once_with_the_function_its_class_needs():
     for e in RULES:
         if e.name in METRICS:
             assert e.klass == "performance" and e.measure is not None and e.check is None, e
+        elif e.name == GOODPUT:  # judged with the rule's SLO set, not only its name
+            assert e.klass == "performance" and e.check is not None and e.measure is None, e
         else:
             assert e.klass in ("validity", "evidence") and e.check is not None and e.measure is None, e
 

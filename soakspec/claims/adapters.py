@@ -69,6 +69,18 @@ def _ints(v: Any) -> tuple[int, ...]:
     return tuple(int(x) for x in v)
 
 
+def _sweep_cover(load: Any, conc: tuple[int, ...], rts: tuple[float, ...]) -> tuple[str, float, tuple[float, ...]]:
+    """A sweep's axis, its highest level and its grid (every level it may probe)."""
+    from soakspec.plan import sweep_grid
+
+    if rts:
+        lo, hi = min(rts), max(rts)
+        step = getattr(load, "rate_step", None) or (hi - lo) / 16 or 1.0
+        return "rate", hi, sweep_grid(lo, hi, step, integer=False)
+    lo, hi = min(conc), max(conc)
+    return "concurrency", float(hi), sweep_grid(lo, hi, max(1, int(getattr(load, "step", 1) or 1)), integer=True)
+
+
 def coverage_from_spec(spec: Any) -> Coverage:
     levels: set[int] = set()
     rates: set[float] = set()
@@ -77,6 +89,8 @@ def coverage_from_spec(spec: Any) -> Coverage:
     prompt_file = None
     duration = 0.0
     total = 0.0
+    sweep_axis: str | None = None
+    sweep_high: float | None = None
     for w in getattr(spec, "workloads", ()):
         load = getattr(w, "load", None)
         conc = _ints(getattr(w, "concurrency", None) or getattr(load, "concurrency", None))
@@ -89,6 +103,11 @@ def coverage_from_spec(spec: Any) -> Coverage:
         d = float(getattr(w, "duration_s", 0.0) or 0.0)
         duration = max(duration, d)
         total += d * max(1, len(conc) + len(rts))
+        if getattr(load, "search", None) is not None and (conc or rts):  # a sweep covers its whole grid
+            sweep_axis, sweep_high, grid = _sweep_cover(load, conc, rts)
+            levels |= {int(v) for v in grid} if sweep_axis == "concurrency" else set()
+            rates |= {float(v) for v in grid} if sweep_axis == "rate" else set()
+            total = max(total, float(getattr(load, "max_wall_s", 0.0) or 0.0))
     backends = tuple(b.name for b in getattr(spec, "backends", ()))
     runtimes = tuple(
         b.runtime.label for b in getattr(spec, "backends", ()) if getattr(b, "runtime", None) is not None
@@ -108,6 +127,8 @@ def coverage_from_spec(spec: Any) -> Coverage:
         hardware=tuple(str(h) for h in hardware) if not isinstance(hardware, str) else (hardware,),
         model_ids=tuple(x for x in [getattr(model, "id", None)] if x),
         model_revisions=tuple(x for x in [getattr(model, "revision", None)] if x),
+        sweep_axis=sweep_axis,
+        sweep_high=sweep_high,
     )
 
 
@@ -226,6 +247,15 @@ def _hardware(manifest: dict) -> tuple[str, ...]:
     return tuple(f"{n}x {name}" for name, n in names.items())
 
 
+def _figures(results: dict) -> dict[str, float | None]:
+    """A sweep's claimable figures (results.json `figures`: max_sustainable_*)."""
+    figs = results.get("figures")
+    if not isinstance(figs, dict):
+        return {}
+    return {str(k): (float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None)
+            for k, v in figs.items() if str(k).startswith("max_sustainable_")}  # fmt: skip
+
+
 def load_evidence_facts(evidence_dir: str | Path) -> tuple[EvidenceFacts, ...]:
     """One EvidenceFacts per backend of the run in `evidence_dir`."""
     root = Path(evidence_dir)
@@ -293,6 +323,7 @@ def load_evidence_facts(evidence_dir: str | Path) -> tuple[EvidenceFacts, ...]:
                 gate=_gate(r.get("gate")) or run_gate,
                 source=str(root),
                 hardware=hardware,
+                sustainable=_figures(results),
             )
         )
     return tuple(out)

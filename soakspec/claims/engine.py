@@ -11,6 +11,7 @@ from soakspec.claims.evidence_check import check_evidence, check_stale
 from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
 from soakspec.claims.phrases import compile_exclusion
 from soakspec.claims.scope import check_scope
+from soakspec.claims.sustain import check_sustain
 from soakspec.diagnostics import Diagnostic, Span, sort_key
 
 
@@ -50,6 +51,7 @@ def lint(
         d for d in check_scope(doc, doc_path, coverage, negated)
         if not any(_overlaps(d.span, a.span) for a in asserted)
     ]
+    diags += check_sustain(doc, doc_path, coverage, evidence, negated)  # a sweep's figure (CB201 / CB301)
     diags += check_evidence(doc, doc_path, evidence, current_spec_sha256)
     diags += check_stale(doc, doc_path, evidence, current_spec_sha256)
     return sorted(diags, key=sort_key)

@@ -43,6 +43,8 @@ class Coverage:
     hardware: tuple[str, ...] = ()
     model_ids: tuple[str, ...] = ()
     model_revisions: tuple[str, ...] = ()
+    sweep_axis: str | None = None  # a sweep workload: concurrency | rate (`soakspec.claims.sustain`)
+    sweep_high: float | None = None  # the highest level the sweep could probe
 
 
 def _frozen_map(m: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -77,9 +79,13 @@ class EvidenceFacts:
     gate: str | None = None
     source: str | None = None
     hardware: tuple[str, ...] = ()
+    # a sweep's figures (results.json `figures`): max_sustainable_concurrency / max_sustainable_rate
+    # -> the value, None when no level held
+    sustainable: Mapping[str, float | None] = dataclasses.field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "artifact_sha256", _frozen_map(self.artifact_sha256))
+        object.__setattr__(self, "sustainable", types.MappingProxyType(dict(self.sustainable or {})))
 
     def known_hashes(self) -> frozenset[str]:
         """Every 64-hex value this evidence records, lower-cased."""

@@ -88,7 +88,7 @@ def main(args: argparse.Namespace) -> int:
     progress = Progress(quiet=args.quiet, secrets=the_plan.spec_secrets)
     options = RunOptions(
         out_dir=Path(args.out) if args.out else None, quiet=args.quiet, argv=tuple(sys.argv), workers=args.workers,
-        preflight=not args.no_preflight,
+        preflight=not args.no_preflight, sweep_judge=_sweep_judge(spec, args),
     )
     try:
         result = execute(the_plan, options, progress)
@@ -117,6 +117,16 @@ def _sign(run_dir: Path, key: str, quiet: bool) -> bool:
     if not quiet:
         print(f"signed: {sig}", file=sys.stderr)
     return True
+
+
+def _sweep_judge(spec, args: argparse.Namespace):
+    """A sweep's per-level predicate for the runner (None without a sweep): the gate's
+    performance require rules judged on each probed level (`soakspec.judge.sweep`)."""
+    from soakspec.judge.sweep import probe_judge, sweep_workload
+
+    if sweep_workload(spec) is None:
+        return None
+    return probe_judge(spec, time_scale=args.time_scale, rehearsal=args.rehearse)
 
 
 def _judge_and_report(spec, result, fmt: str) -> int:

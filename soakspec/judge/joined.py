@@ -49,6 +49,7 @@ class JudgedRun:
     not_run: tuple[str, ...] = ()  # the spec's backends a restricted run left out
     retained: bool = False  # judged from retained evidence (`gate`), not right after the run
     gate_only: bool = False  # the gate itself was restricted (`gate --backend`), not only the run
+    sweep: tuple[Any, ...] = ()  # a sweep spec: each backend's re-judged search (`soakspec.judge.sweep`)
 
     @property
     def gate(self) -> Gate:
@@ -99,7 +100,9 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tu
     verdict.json must be there. `backends` (`gate --backend`): judge only these backends, as a
     `--backend` run of them would be judged -- the rules naming other backends are dropped."""
     from soakspec.judge.rederive import rederive
+    from soakspec.judge.sweep import narrow
 
+    spec, evidence, sweep = narrow(spec, evidence)  # a sweep is judged at its found level
     evidence = rederive(spec, evidence)
     m = evidence.manifest
     time_scale, bad_time_scale = _time_scale(m)
@@ -130,4 +133,4 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tu
                     where_of[(bi.name, str(r["request_id"]))] = (lv, w)
     not_run = tuple(b.name for b in spec.backends if b.name not in planned) if chosen else ()
     return JudgedRun(spec, evidence, p, time_scale, bad_time_scale, rehearsal, indexes, planned, backends,
-                     judged, levels, where_of, chosen, not_run, retained, gate_only)
+                     judged, levels, where_of, chosen, not_run, retained, gate_only, sweep)

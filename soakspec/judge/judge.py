@@ -72,6 +72,7 @@ from soakspec.judge.common import not_evaluated, problem, result
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.joined import JudgedRun, join
 from soakspec.judge.registry import BY_NAME, RuleClass, builtins, metric
+from soakspec.judge.sweep import sweep_rule
 from soakspec.judge.verdict import RuleResult, Verdict, decide
 from soakspec.lang.spec import Rule, Spec
 
@@ -119,6 +120,15 @@ def _notes(run: JudgedRun) -> tuple[str, ...]:
     return tuple(out)
 
 
+def judge_performance(run: JudgedRun, r: Rule) -> RuleResult:
+    """One performance rule: a metric measured per scope (`performance.judge`), or a rule that
+    needs more of the spec's rule than a metric name (goodput's SLO set: its registry row's check)."""
+    entry = BY_NAME[r.expr.metric]
+    if entry.check is not None:
+        return entry.check(run, r)  # type: ignore[return-value]
+    return performance.judge(run, r, metric(r.expr.metric))
+
+
 def judge_run(run: JudgedRun) -> Verdict:
     """Judge a joined run (`join(spec, evidence)`); pure: same inputs, same verdict."""
     rules = run.spec.gate.rules  # (narrowed by `gate --backend`: see `join`)
@@ -126,7 +136,9 @@ def judge_run(run: JudgedRun) -> Verdict:
     blocked = any(x.severity == "require" and x.status == "fail" for x in results)
     for r in rules:
         if r.klass == "performance":
-            results.append(not_evaluated(r) if blocked else _unrun(run, r) or performance.judge(run, r, metric(r.expr.metric)))
+            results.append(not_evaluated(r) if blocked else _unrun(run, r) or judge_performance(run, r))
+    if (swept := sweep_rule(run.sweep)) is not None:  # a sweep: its figure, FAIL when no level held
+        results.append(swept)
     status = run.evidence.manifest.get("status")
     return Verdict(
         outcome=decide(results),

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from soakspec.judge import evidence_rules as E
+from soakspec.judge import goodput as G
 from soakspec.judge import measures as M
 from soakspec.judge import validity as V
 from soakspec.judge.joined import JudgedRun
@@ -84,6 +85,9 @@ RULES: tuple[Entry, ...] = (
     # completed requests whose usage contradicts their stream (`rederive`)
     _metric("usage_mismatch", M.Outcome(M.usage_mismatched, noun="usage-mismatched request")),
     _metric("empty_text", M.Outcome(M.empty_text, noun="empty-text completion")),
+    # performance: SLO attainment -- judged with the rule's SLO set (`goodput.judge`), so a check
+    # rather than a bare measure; `goodput(...)` and `goodput_rate(...)` both resolve to it
+    Entry("goodput", "performance", check=G.judge),
     # performance: per-bucket and per-sample series
     _metric("throughput", M.PerBucket(M.throughput)),
     _metric("qps", M.PerBucket(M.qps)),

@@ -277,7 +277,16 @@ def _summarize(evidence: Evidence, indexes: Sequence[BackendIndex], required_cov
 def summarize_run(run: JudgedRun) -> dict[str, Any]:
     """results.json of a joined run: every backend of its evidence, with the trace coverage
     its spec's gate requires."""
-    return _summarize(run.evidence, run.indexes, required_trace_coverage(run.spec))
+    from soakspec.judge.goodput import level_summary as goodput_summary
+
+    out = _summarize(run.evidence, run.indexes, required_trace_coverage(run.spec))
+    if goodput := goodput_summary(run):  # per SLO set the gate names, per level (`soakspec.judge.goodput`)
+        out["goodput"] = goodput
+    if run.sweep:  # a sweep: the claimable figure and every probe (`soakspec.judge.sweep`)
+        out["sweep"] = [r.to_json() for r in run.sweep]
+        for r in run.sweep:
+            out.setdefault("figures", {})[r.figure] = r.result
+    return out
 
 
 def summarize(evidence: Evidence, spec: Any = None) -> dict[str, Any]:

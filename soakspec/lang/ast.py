@@ -89,7 +89,26 @@ class Call:
     span: Span = _span()
 
 
-Expr = Union[MetricRef, Call]
+@dataclasses.dataclass(frozen=True, slots=True)
+class Slo:
+    """One condition of an SLO set: `ttft < 500ms`."""
+
+    metric: str
+    op: str
+    threshold: "Value"
+    span: Span = _span()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SloCall:
+    """`goodput(ttft < 500ms and tpot < 50ms)`: a function of a set of per-request conditions."""
+
+    func: str
+    conditions: tuple[Slo, ...]
+    span: Span = _span()
+
+
+Expr = Union[MetricRef, Call, SloCall]
 
 
 # ---------------------------------------------------------------- statements

@@ -92,6 +92,9 @@ def rule_text(rule: A.Rule) -> str:
 
 
 def expr_text(expr: A.Expr) -> str:
+    if isinstance(expr, A.SloCall):
+        conds = " and ".join(f"{c.metric} {c.op} {value_text(c.threshold)}" for c in expr.conditions)
+        return f"{expr.func}({conds})"
     if isinstance(expr, A.Call):
         return f"{expr.func}({expr_text(expr.arg)})"
     return expr.name

@@ -213,6 +213,16 @@ class _ToAst(Transformer):
         return A.Call(str(name), arg, span=_span(meta))
 
     @v_args(meta=True)
+    def slo_call(self, meta, children):
+        name, *conds = children
+        return A.SloCall(str(name), tuple(c for c in conds if isinstance(c, A.Slo)), span=_span(meta))
+
+    @v_args(meta=True)
+    def slo(self, meta, children):
+        name, op, value = children
+        return A.Slo(str(name), str(op), value, span=_span(meta))
+
+    @v_args(meta=True)
     def metric_ref(self, meta, children):
         return A.MetricRef(str(children[0]), span=_span(meta))
 

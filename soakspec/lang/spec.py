@@ -132,6 +132,12 @@ class Load:
     burstiness: float = 1.0  # open, poisson: gamma inter-arrivals of this shape (1 = Poisson), as vLLM's --burstiness
     phases: tuple[Phase, ...] = ()  # named phases in sequence: each one is a level (its own shape and duration)
     replay: Replay | None = None  # mode = replay: a timestamped trace's arrivals and lengths
+    # a sweep (`search = bisect`): the levels are the [low, high] bounds of a grid of `step`
+    # workers (or `rate_step` requests/s), searched for the highest level the gate's rules hold at
+    search: Literal["bisect"] | None = None
+    step: int = 1
+    rate_step: float | None = None  # None: (high - low) / 16
+    max_wall_s: float | None = None  # the search's wall-time bound (required with search)
 
     @property
     def levels(self) -> tuple[int | float, ...]:
@@ -226,6 +232,16 @@ class Workload:
 
 
 @dataclasses.dataclass(frozen=True)
+class Slo:
+    """One condition a request must meet to count as goodput: `ttft < 500ms` (base units)."""
+
+    metric: str
+    op: str
+    threshold: float
+    threshold_text: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
 class Expr:
     """A resolved rule expression: `agg(metric)`, optionally wrapped in drift/slope."""
 
@@ -234,6 +250,7 @@ class Expr:
     percentile: float | None = None
     wrapper: Literal["drift", "slope"] | None = None
     text: str = ""
+    slo: tuple[Slo, ...] = ()  # goodput(...): the conditions (metric "goodput", agg ratio | rate)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -100,22 +100,21 @@ def _for_backend(r: RuleResult, name: str) -> str:
 
 def backend_statuses(run: Any, verdict: Any) -> dict[str, BackendStatus]:
     """name -> BackendStatus for every judged backend of a joined run (`judge.joined.join`)."""
-    from soakspec.judge import performance
-    from soakspec.judge.registry import metric
+    from soakspec.judge.judge import judge_performance
 
     spec_rules = [r for r in run.spec.gate.rules if r.klass == "performance"]
-    perf_results = [r for r in verdict.rules if r.klass == "performance"]
+    perf_results = [r for r in verdict.rules if r.klass == "performance" and not r.builtin]
     out: dict[str, BackendStatus] = {}
     for bi in run.judged:
         name = bi.name
         rows: list[RuleStatus] = []
         for r in verdict.rules:
-            if r.klass != "performance":
+            if r.klass != "performance" or r.builtin:  # builtin performance: a sweep's figure (judge/sweep.py)
                 rows.append(RuleStatus(r.rule, r.severity, r.klass, _for_backend(r, name)))
         for rule, res in zip(spec_rules, perf_results):
             if rule.backend is not None and rule.backend != name:
                 continue
-            mine = performance.judge(run, dataclasses.replace(rule, backend=name), metric(rule.expr.metric))
+            mine = judge_performance(run, dataclasses.replace(rule, backend=name))  # goodput too
             status = "not_evaluated" if res.status == "not_evaluated" else mine.status
             rows.append(RuleStatus(res.rule, res.severity, "performance", status, mine))
         req = [x for x in rows if x.severity == "require"]

@@ -61,6 +61,9 @@ class Deps:
     nvml: NvmlSource | None = None
     workers: int = 1  # load processes per level (`--workers`)
     preflight: bool = True  # one request of each workload's shape must complete before any level
+    # a sweep's per-level judgement, from the command layer (the runner never imports the judge):
+    # (backend, the probe's manifest level entry, its request rows) -> (the level holds, why)
+    sweep_judge: "Callable[[str, dict, list[dict]], tuple[bool, str]] | None" = None
 
 
 async def serve_backend(

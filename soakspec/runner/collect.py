@@ -66,6 +66,8 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     entry["aborted_at"] = rec.aborted_at
     entry["crash_diagnosis"] = list(rec.failure.diagnosis) if rec.failure is not None else []
     entry["preflight"] = rec.preflight
+    if rec.sweep is not None:
+        entry["sweep"] = rec.sweep  # the search: every probe in order, its judgement, the result
     if rec.external_log is not None:
         entry["log_file"] = rec.external_log  # where server.log came from: path, start offset, bytes read
     entry["planned_levels"] = len(bp.levels)

@@ -23,14 +23,14 @@ import re
 
 import trio
 
-from soakspec.plan import BackendPlan, Level, RequestTemplate
+from soakspec.plan import BackendPlan, Level, RequestTemplate, probe_level
 from soakspec.runner.abort import AbortWatch, row_of, row_of_json
 from soakspec.runner.backend import Deps, sample_telemetry, serve_backend, tick_progress
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.liveness import Health
 from soakspec.runner.logfile import ExternalLog
 from soakspec.runner.procs import BackendError
-from soakspec.runner.load import CLOSE_S, LevelContext, LevelRun, Shapes, drive_level
+from soakspec.runner.load import CLOSE_S, Bisection, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder
 from soakspec.runner.records import RequestRecord
@@ -74,6 +74,9 @@ async def drive_backend(
         for lv in bp.levels:
             shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
             await shapes.prepare(url)
+            if lv.sweep is not None:
+                await _drive_sweep(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), watch, health)
+                continue
             await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), watch, health)
     if watch.fired is not None:
         rec.abort_fired = watch.fired.to_json()
@@ -157,6 +160,73 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         rec.level_stopped(entry)
     rec.level_finished(entry, run)
     return run
+
+
+async def _drive_sweep(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where,
+                       watch: AbortWatch, health: Health | None = None) -> None:  # fmt: skip
+    """A sweep (plan.Sweep): probe levels chosen by bisection, each an ordinary level of the
+    manifest in the order it ran, judged by `deps.sweep_judge` from its own records; stop when
+    the search is settled or the next probe would end past the wall-time bound. The search and
+    its result go to the backend's manifest entry (`sweep`); the gate re-judges every probe."""
+    sw = lv.sweep
+    assert sw is not None
+    search = Bisection(len(sw.grid))
+    start = deps.clock.now()
+    probes: list[dict] = []
+    bounded = False
+    try:
+        while (i := search.next()) is not None:
+            probe = probe_level(lv, i, len(probes))
+            if deps.clock.now() - start + probe.warmup_s + probe.duration_s > sw.max_wall_s:
+                bounded = True
+                break
+            stopped = await _drive_probe(bp, probe, deps, rec, ids, shapes, connect, where, watch, health)
+            entry = rec.levels[-1]
+            if stopped is not None:  # an abort rule ended this probe: it does not hold; the search goes on
+                passed, why = False, f"stopped by {stopped.describe()}"
+            elif deps.sweep_judge is None:
+                passed, why = entry.get("completed") is True, "no judge supplied: a completed level counts as holding"
+            else:
+                passed, why = deps.sweep_judge(bp.name, entry, _level_rows(rec, probe))
+            search.record(i, passed)
+            probes.append({"probe": len(probes), "level": probe.index, "grid_index": i, "value": sw.grid[i], "passed": passed, "why": why})
+            deps.progress.log(f"[{bp.name}] sweep: {sw.axis} {sw.grid[i]:g} {'holds' if passed else 'does not hold'} ({why})")
+    finally:  # also when an abort rule or an interrupt cut the search short: what it found so far
+        found = sw.grid[search.good] if search.good is not None else None
+        rec.sweep = {"workload": lv.workload, "axis": sw.axis, "grid": list(sw.grid), "max_wall_s": sw.max_wall_s,
+                     "probes": probes, "result": found, "bounded_by_wall_time": bounded,
+                     "wall_s": round(deps.clock.now() - start, 3)}  # fmt: skip
+
+
+async def _drive_probe(bp, probe: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where,
+                       watch: AbortWatch, health: Health | None):  # fmt: skip
+    """One probe of a sweep. An abort rule that fires ends this probe only (a sweep expects
+    levels the server cannot take): returned, and the watch re-armed for the next probe."""
+    outer = watch.on_fire
+    with trio.CancelScope() as scope:
+        watch.on_fire = lambda _fired: scope.cancel()
+        try:
+            await _drive_level(bp, probe, deps, rec, ids, shapes, connect, where, watch, health)
+        finally:
+            watch.on_fire = outer
+    fired, watch.fired = watch.fired, None
+    if fired is not None:
+        rec.levels[-1]["stopped_by"] = fired.to_json()
+        deps.progress.log(f"[{bp.name}] sweep: {fired.describe()}; this probe does not hold")
+    return fired
+
+
+def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
+    """The probe's records as written (requests.jsonl is flushed at the level's end)."""
+    rec.flush()
+    rows = []
+    with open(rec.layout.requests(rec.name), "rb") as f:
+        for line in f:
+            if line.strip():
+                r = json.loads(line)
+                if r.get("workload") == lv.workload and r.get("level") == lv.index:
+                    rows.append(r)
+    return rows
 
 
 def _buckets_begun(entry: dict, lv: Level, until: float) -> None:

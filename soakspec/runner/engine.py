@@ -68,6 +68,7 @@ class RunOptions:
     nvml_module: Any = None  # test seam for telemetry
     workers: int = 1  # load processes per level (`--workers`, see runner/workers.py)
     preflight: bool = True  # `--no-preflight` turns it off (recorded in the manifest)
+    sweep_judge: Any = None  # a sweep's per-level judgement (runner.backend.Deps.sweep_judge)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +217,7 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
             with _reaper() as reaper:
                 async with httpx.AsyncClient(timeout=PROBE_HTTP_TIMEOUT, trust_env=False) as http:
                     deps = Deps(clock, progress, http, h11_connect(clock), layout, reaper, nvml, options.workers,
-                                options.preflight)  # fmt: skip
+                                options.preflight, sweep_judge=options.sweep_judge)  # fmt: skip
                     entries = await _run(backends, plan, deps, status)
     finally:
         nvml.close()

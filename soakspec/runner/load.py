@@ -590,5 +590,36 @@ async def _closed_ramp(shape: ClosedRamp, ctx: LevelContext, one, stop: float, s
 LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open, ClosedRamp: _closed_ramp, OpenRamp: _open_ramp, Replay: _replay}
 
 
-__all__ = ["LevelContext", "LevelRun", "LiveStats", "Shapes", "drive_level", "prompt_words", "ramp_schedule", "replay_schedule",
-           "schedule", "unit_arrivals"]
+__all__ = ["Bisection", "LevelContext", "LevelRun", "LiveStats", "Shapes", "drive_level", "prompt_words", "ramp_schedule",
+           "replay_schedule", "schedule", "unit_arrivals"]
+
+
+# ---------------------------------------------------------------- sweeps (plan.Sweep)
+
+
+@dataclasses.dataclass
+class Bisection:
+    """The search of a sweep over a grid of `n` ascending levels, assuming that a level passing
+    means every lower one passes (a server that is not monotone still ends at a passing level
+    next to a failing one, not necessarily the highest). Probe order: the lowest level (if it
+    fails there is no answer), the highest (if it passes it is the answer), then the midpoint of
+    the highest known pass and the lowest known fail until they are adjacent: at most
+    2 + ceil(log2(n - 1)) probes, and the answer is within one grid step of the true boundary."""
+
+    n: int
+    good: int | None = None  # the highest grid index known to pass
+    bad: int | None = None  # the lowest grid index known to fail
+
+    def next(self) -> int | None:
+        """The grid index to probe next; None when the search is settled."""
+        if self.good is None:
+            return None if self.bad == 0 else 0
+        if self.bad is None:
+            return None if self.good == self.n - 1 else self.n - 1
+        return None if self.bad - self.good <= 1 else (self.good + self.bad) // 2
+
+    def record(self, index: int, passed: bool) -> None:
+        if passed:
+            self.good = index if self.good is None else max(self.good, index)
+        else:
+            self.bad = index if self.bad is None else min(self.bad, index)

@@ -17,7 +17,7 @@ from soakspec.lang import spec as S
 from soakspec.lang.check.core import Bad, Ctx, Key, Table, describe, quantity_value, suggest
 from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import expr_text, rule_text, value_text
-from soakspec.lang.metrics import AGGREGATES, EVIDENCE_PREDICATES, METRICS, Kind, parse_percentile
+from soakspec.lang.metrics import AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRICS, SLO_FUNCTIONS, SLO_METRICS, Kind, parse_percentile
 from soakspec.units import UNITS, Dimension
 
 SCOPES = ("run", "backend", "level", "bucket", "window", "phase")  # phase: each named phase (a level) of a workload's load
@@ -111,6 +111,7 @@ class _Resolved:
     kind: Kind
     klass: str
     failed: bool = False  # an error was reported, but the rest of the rule can still be checked
+    slo: tuple[S.Slo, ...] = ()
 
 
 _FAILED = object()
@@ -135,7 +136,7 @@ def _rule(ctx: Ctx, r: A.Rule, backend_names: set[str]) -> S.Rule | None:
     return S.Rule(
         severity=r.severity,
         klass=res.klass,
-        expr=S.Expr(metric=res.metric, agg=res.agg, percentile=res.percentile, wrapper=res.wrapper, text=expr_text(r.expr)),
+        expr=S.Expr(metric=res.metric, agg=res.agg, percentile=res.percentile, wrapper=res.wrapper, text=expr_text(r.expr), slo=res.slo),
         op=r.op,
         threshold=threshold,
         threshold_text=value_text(r.threshold) if r.threshold is not None else None,
@@ -148,6 +149,8 @@ def _rule(ctx: Ctx, r: A.Rule, backend_names: set[str]) -> S.Rule | None:
 
 
 def _resolve(ctx: Ctx, expr: A.Expr) -> _Resolved:
+    if isinstance(expr, A.SloCall):
+        return _resolve_slo(ctx, expr)
     wrapper = None
     if isinstance(expr, A.Call) and expr.func in WRAPPERS:
         wrapper, expr = expr.func, expr.arg
@@ -171,10 +174,65 @@ def _resolve(ctx: Ctx, expr: A.Expr) -> _Resolved:
     return _Resolved(metric, agg, percentile, wrapper, kind, "performance", failed=bad_percentile)
 
 
+_SLO_OPS = ("<", "<=", ">", ">=")
+
+
+def _resolve_slo(ctx: Ctx, expr: A.SloCall) -> _Resolved:
+    """`goodput(ttft < 500ms and tpot < 50ms)` (a ratio) or `goodput_rate(...)` (per second)."""
+    if expr.func not in SLO_FUNCTIONS:
+        ctx.error("E303", f"'{expr.func}' does not take conditions; goodput(...) and goodput_rate(...) do", expr.span,
+                  suggest(expr.func, list(SLO_FUNCTIONS)))
+        raise Bad
+    conds: list[S.Slo] = []
+    seen: set[tuple[str, str]] = set()
+    for c in expr.conditions:
+        slo = _slo_condition(ctx, c)
+        if slo is None:
+            continue
+        if (slo.metric, slo.op) in seen:
+            ctx.error("E305", f"'{slo.metric} {slo.op}' is written twice in one SLO set", c.span)
+            continue
+        seen.add((slo.metric, slo.op))
+        conds.append(slo)
+    failed = len(conds) != len(expr.conditions)
+    agg = "ratio" if SLO_FUNCTIONS[expr.func] is Kind.RATIO else "rate"
+    return _Resolved(GOODPUT, agg, None, None, SLO_FUNCTIONS[expr.func], "performance", failed=failed, slo=tuple(conds))
+
+
+def _slo_condition(ctx: Ctx, c: A.Slo) -> S.Slo | None:
+    """One condition of an SLO set: a per-request metric, an ordering, a threshold in its unit."""
+    if c.metric not in SLO_METRICS:
+        known = c.metric in METRICS
+        why = "is not one value per request" if known else "is not a per-request metric"
+        ctx.error("E302" if not known else "E305", f"'{c.metric}' {why}; an SLO condition names one of {', '.join(SLO_METRICS)}",
+                  c.span, suggest(c.metric, list(SLO_METRICS)))
+        return None
+    if c.op not in _SLO_OPS:
+        ctx.error("E305", f"an SLO condition is a bound: write {c.metric} < ..., <=, > or >=, not {c.op}", c.span)
+        return None
+    kind = METRICS[c.metric].kind
+    text = f"{c.metric} {c.op} {value_text(c.threshold)}"
+    try:
+        if kind in _DIM_OF_KIND:
+            value = quantity_value(ctx, text, c.threshold, _DIM_OF_KIND[kind])
+        elif isinstance(c.threshold, A.Num):
+            value = float(c.threshold.value)
+        else:
+            ctx.error("E305", f"'{c.metric}' is a plain number of tokens; write e.g. {c.metric} <= 512", c.threshold.span)
+            return None
+    except Bad:
+        return None
+    return S.Slo(c.metric, c.op, value, value_text(c.threshold))
+
+
 def _aggregate(ctx: Ctx, expr: A.Expr) -> tuple[str | None, float | None, A.MetricRef]:
     """(function, percentile, metric) of `agg(metric)` or a bare metric."""
     if not isinstance(expr, A.Call):
         return None, None, expr
+    if isinstance(expr.arg, A.SloCall):
+        ctx.error("E305", f"{expr.arg.func}(...) is already a ratio (or a rate): compare it directly, e.g. {expr.arg.func}(...) >= 90%",
+                  expr.span)
+        raise Bad
     if not isinstance(expr.arg, A.MetricRef):
         ctx.error("E305", f"{expr.func}() takes a metric name, not another function", expr.arg.span)
         raise Bad

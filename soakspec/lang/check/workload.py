@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from soakspec.lang import ast as A
@@ -63,6 +64,10 @@ LOAD = Table(
         Key("trace_format", "word", choices=R.FORMATS, default="mooncake"),
         Key("speed", "number", minimum=0.001, maximum=1000.0, default=1.0),
         Key("input_lengths", "word", choices=("words", "tokens"), default="words"),
+        Key("search", "word", "search", choices=("bisect",)),
+        Key("step", "int", "step", minimum=1),
+        Key("rate_step", "quantity", "rate_step", Dimension.RATE),
+        Key("max_wall", "quantity", "max_wall_s", Dimension.DURATION),
     ),
     blocks=("phases",),
 )  # fmt: skip
@@ -178,6 +183,7 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
         lb.require("rate")
         arrival, burst = _arrival(ctx, lb, lb["arrival"])
         load = S.Load("open", (), None, lb["rate"] or (1.0,), arrival, lb["seed"], burstiness=burst)
+        load = _search(ctx, lb, load)
     else:
         _misplaced(ctx, lb, _OPEN_ONLY, "belongs to open-loop load (mode = open)")
         lb.require("concurrency")
@@ -186,6 +192,7 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
         elif lb.has("requests"):
             ctx.error("E403", "'requests' sets the batch size of mode = batch; closed-loop load runs for the duration", lb.got("requests").key_span)
         load = S.Load(mode, lb["concurrency"] or (1,), lb["requests"])
+        load = _search(ctx, lb, load)
     _check_levels(ctx, lb, load)
     return load
 
@@ -316,6 +323,31 @@ def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
 
 
 REPLAY_TAIL_S = 0.001  # a replay's duration without `duration`: the trace's span and this, so its last request is sent
+_SWEEP_ONLY = ("step", "rate_step", "max_wall")
+
+
+def _search(ctx: Ctx, lb: Body, load: S.Load) -> S.Load:
+    """A sweep (`search = bisect`): the level list is its [low, high] bounds; closed loop steps
+    by `step` workers, open loop by `rate_step`; `max_wall` bounds the search's wall time."""
+    if lb["search"] is None:
+        for key in _SWEEP_ONLY:
+            if lb.has(key):
+                ctx.error("E403", f"'{key}' belongs to a sweep: add search = bisect", lb.got(key).key_span)
+        return load
+    key = "rate" if load.mode == "open" else "concurrency"
+    if load.mode == "batch":
+        ctx.error("E403", "a sweep searches closed-loop concurrency or open-loop rate, not batches", lb.got("search").key_span)
+        return load
+    if load.mode == "open" and lb.has("step"):
+        ctx.error("E403", "an open-loop sweep steps by rate_step (a rate, e.g. 0.5rps)", lb.got("step").key_span)
+    if load.mode != "open" and lb.has("rate_step"):
+        ctx.error("E403", "a closed-loop sweep steps by step (workers)", lb.got("rate_step").key_span)
+    levels = load.levels
+    if lb.ok(key) and (len(levels) != 2 or levels[0] >= levels[1]):
+        ctx.error("E204", f"a sweep's '{key}' is its bounds [low, high] with low < high, e.g. {key} = "
+                  + ("[1rps, 20rps]" if key == "rate" else "[1, 32]"), lb.got(key).span)
+    lb.require("max_wall")
+    return dataclasses.replace(load, search=lb["search"], step=lb["step"], rate_step=lb["rate_step"], max_wall_s=lb["max_wall"])
 
 
 def _misplaced(ctx: Ctx, lb: Body, keys: tuple[str, ...], why: str) -> None:
@@ -362,6 +394,9 @@ def load_time_s(w: S.Workload) -> float:
     (phases: their durations and one warmup, before the first)."""
     if w.load.phases:
         return w.warmup_s + w.duration_s
+    """The planned load time of one workload on one backend: every level's warmup + duration."""
+    if w.load.search is not None and w.load.max_wall_s is not None:
+        return w.load.max_wall_s  # a sweep probes levels until its wall-time bound at most
     return len(w.load.levels) * (w.warmup_s + w.duration_s)
 
 
@@ -371,6 +406,11 @@ def check_total_load(ctx: Ctx, workloads: list[S.Workload], n_backends: int, par
     MAX_TOTAL_LOAD_S it is an error, reported at the workload that contributes most."""
     if not workloads or n_backends == 0:
         return
+    sweeps = [w for w in workloads if w.load.search is not None]
+    if sweeps and len(workloads) > 1:  # the search's verdict is one level's; other workloads would need their own
+        ctx.error("E403", f"workload '{sweeps[0].name}' is a sweep: a spec with a sweep has that one workload", sweeps[0].span)
+    elif sweeps and n_backends > 1:  # each backend would find its own level; judge them one spec each
+        ctx.error("E403", f"workload '{sweeps[0].name}' is a sweep: a spec with a sweep has one backend", sweeps[0].span)
     per_backend = sum(load_time_s(w) for w in workloads)
     total = per_backend * (1 if parallel else n_backends)
     if total <= MAX_TOTAL_LOAD_S:

@@ -1,0 +1,232 @@
+"""A sweep judged by the gate: each probed level re-judged on its own, and the run's verdict.
+
+A sweep workload (`search = bisect`, `soakspec.plan.Sweep`) leaves one manifest level per
+probe, in the order they ran, and the runner's account of the search in the backend's entry
+(`sweep`: every probe's grid value and judgement, the result, whether the wall-time bound
+ended it). The judge never trusts that account: it re-judges every probe from its records.
+
+A probe *holds* when every performance `require` rule of the gate PASSes on that level alone,
+at the gate's confidence (percentiles and goodput with their sample-size tests; INCONCLUSIVE --
+too few samples -- does not hold). `warn` rules, and the evidence and validity rules, speak
+about the whole run, not about a load level: they are not part of the search's predicate.
+
+The figure: `max_sustainable_concurrency` (closed loop) or `max_sustainable_rate` (open
+loop, requests/s) is the highest probed level that holds; bisection makes it the highest grid
+level that holds next to one that does not (within one `step` of the true boundary, when
+passing is monotone in load). `None` when even the lowest level fails.
+
+The verdict of a sweep run is the verdict of the found level: the gate is judged as if the run
+had been that one level (validity, evidence and every rule over its records; the follow-up and
+provenance as recorded), and failing probes above it are expected, not gate failures. Then:
+  - the lowest level fails: the run FAILs, with the figure "none" (rule `sweep`); when the lowest
+    level was only short of samples (INCONCLUSIVE, e.g. a p99 rule over a short level), the
+    sweep is INCONCLUSIVE instead: lengthen the levels;
+  - the wall-time bound ended the search early: the result is the best holding level so far,
+    marked "bounded by max wall time" (the rule `sweep` says so; it still passes);
+  - an abort rule that fires during a probe ends that probe only (the runner goes on searching
+    below it; the level entry says `stopped_by`): a probe that did not run its full duration
+    never holds, and is not a gate failure either;
+  - the judge's re-judgement disagrees with the runner's (a probe the runner counted as holding
+    does not hold now, e.g. judged with a newer spec): the judge's is used and the note says so.
+
+`probe_judge(spec, ...)` is the predicate the command layer hands the runner (`Deps.sweep_judge`):
+it judges one probe from its manifest entry and its request rows, in memory, with the same
+code as the gate's re-judgement (`judge_probe`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from soakspec.judge.evidence import BackendEvidence, Evidence, Integrity
+from soakspec.judge.verdict import Instance, Location, RuleResult
+from soakspec.lang.spec import Load, Spec, Workload
+
+__all__ = ["FIGURES", "SweepResult", "figure_name", "judge_probe", "narrow", "probe_judge", "sweep_rule", "sweep_workload"]
+
+FIGURES = {"concurrency": "max_sustainable_concurrency", "rate": "max_sustainable_rate"}
+
+
+def figure_name(axis: str) -> str:
+    return FIGURES.get(axis, f"max_sustainable_{axis}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepResult:
+    """The judge's account of one backend's sweep."""
+
+    backend: str
+    workload: str
+    axis: str  # concurrency | rate
+    probes: tuple[Mapping[str, Any], ...]  # in run order: level, value, passed (re-judged), why
+    result: float | None  # the highest probed value that holds; None: none held
+    found_level: int | None  # the manifest level index of that probe
+    bounded: bool  # the wall-time bound ended the search
+    disagrees: bool = False  # the runner's judgement of some probe differs from the judge's
+
+    @property
+    def figure(self) -> str:
+        return figure_name(self.axis)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"backend": self.backend, "workload": self.workload, "axis": self.axis, "figure": self.figure,
+                "result": self.result, "found_level": self.found_level, "bounded_by_wall_time": self.bounded,
+                "runner_disagrees": self.disagrees, "probes": [dict(p) for p in self.probes]}  # fmt: skip
+
+    def text(self) -> str:
+        unit = " rps" if self.axis == "rate" else ""
+        value = "none (even the lowest level does not hold)" if self.result is None else f"{self.result:g}{unit}"
+        tried = ", ".join(f"{p['value']:g}{'✓' if p['passed'] else '✗'}" for p in self.probes)
+        bound = "; bounded by max wall time" if self.bounded else ""
+        return f"{self.figure} = {value} (probed {tried}{bound})"
+
+
+def sweep_workload(spec: Spec) -> Workload | None:
+    return next((w for w in spec.workloads if w.load.search is not None), None)
+
+
+def _fixed_load(load: Load, value: float) -> Load:
+    """The sweep's load as one ordinary level of `value`."""
+    if load.mode == "open":
+        return dataclasses.replace(load, rates=(float(value),), search=None, max_wall_s=None)
+    return dataclasses.replace(load, concurrency=(int(value),), search=None, max_wall_s=None)
+
+
+def level_spec(spec: Spec, value: float) -> Spec:
+    """The spec as if its sweep workload had been the one level `value` (its hash kept: the
+    evidence was produced by this spec)."""
+    workloads = tuple(dataclasses.replace(w, load=_fixed_load(w.load, value)) if w.load.search is not None else w
+                      for w in spec.workloads)  # fmt: skip
+    return dataclasses.replace(spec, workloads=workloads)
+
+
+def _level_backend(be: BackendEvidence, workload: str, level: int) -> BackendEvidence:
+    """One backend's evidence narrowed to one probe of the sweep, renumbered as level 0."""
+    levels = [dict(e) | {"index": 0} for e in be.entry.get("levels") or [] if e.get("workload") == workload and e.get("index") == level]
+    records = tuple(dict(r) | {"level": 0} if r.get("level") == level else r
+                    for r in be.records if r.get("level") == level or r.get("bucket") == -2)  # fmt: skip
+    keep = {str(r.get("request_id")) for r in records}
+    traces = tuple(t for t in be.traces if str(t.get("request_id")) in keep)
+    return dataclasses.replace(be, entry=dict(be.entry) | {"levels": levels}, records=records, traces=traces)
+
+
+def level_evidence(evidence: Evidence, workload: str, level: int) -> Evidence:
+    backends = tuple(_level_backend(be, workload, level) for be in evidence.backends)
+    manifest = dict(evidence.manifest) | {"backends": [dict(be.entry) for be in backends]}
+    return dataclasses.replace(evidence, manifest=manifest, backends=backends)
+
+
+def probe_status(spec: Spec, evidence: Evidence) -> tuple[str, str]:
+    """pass | fail | inconclusive of the one-level run `evidence` (of the one-level `spec`) over
+    every performance `require` rule, and why: a failure first, else the first inconclusive."""
+    from soakspec.judge.joined import join
+    from soakspec.judge.judge import judge_performance
+
+    rules = [r for r in spec.gate.rules if r.klass == "performance" and r.severity == "require"]
+    if not rules:
+        return "pass", "no performance require rule"
+    run = join(spec, evidence)
+    results = [judge_performance(run, r) for r in rules]
+    bad = [x for x in results if x.status == "fail"] or [x for x in results if x.status != "pass"]
+    if not bad:
+        return "pass", f"all {len(results)} performance rules pass"
+    first = bad[0]
+    return ("fail" if first.status == "fail" else "inconclusive"), f"{first.rule}: {first.status.upper()} — {first.message}"
+
+
+def judge_probe(spec: Spec, evidence: Evidence) -> tuple[bool, str]:
+    """Does the one-level run hold every performance `require` rule? (the search's predicate:
+    only PASS holds; see the module docstring)"""
+    status, why = probe_status(spec, evidence)
+    return status == "pass", why
+
+
+def probe_judge(spec: Spec, *, time_scale: float = 1.0, rehearsal: bool = False) -> Callable[[str, dict, list[dict]], tuple[bool, str]]:
+    """The runner's per-level predicate (`Deps.sweep_judge`): (backend, the probe's manifest
+    level entry, its request rows) -> (holds, why), judged in memory like the gate's re-judgement."""
+    wl = sweep_workload(spec)
+
+    def judge_one(backend: str, entry: dict, rows: list[dict]) -> tuple[bool, str]:
+        if wl is None:
+            return entry.get("completed") is True, "not a sweep"
+        value = entry.get("rate") if wl.load.mode == "open" else entry.get("concurrency")
+        one = level_spec(spec, value)
+        lv = dict(entry) | {"index": 0}
+        records = tuple(dict(r) | {"level": 0} for r in rows)
+        be = BackendEvidence(name=backend, safe_name=backend, entry={"name": backend, "levels": [lv]}, records=records)
+        manifest = {"status": "complete", "time_scale": time_scale, "rehearsal": rehearsal, "backends": [be.entry]}
+        return judge_probe(one, Evidence(manifest, (be,), Integrity(checked=0, verified=True)))
+
+    return judge_one
+
+
+def _rejudge(spec: Spec, evidence: Evidence, be: BackendEvidence, wl: Workload) -> SweepResult:
+    recorded = be.entry.get("sweep") if isinstance(be.entry.get("sweep"), Mapping) else {}
+    axis = "rate" if wl.load.mode == "open" else "concurrency"
+    probes: list[dict[str, Any]] = []
+    best: tuple[float, int] | None = None
+    disagrees = False
+    by_level = {p.get("level"): p for p in recorded.get("probes") or [] if isinstance(p, Mapping)}
+    for e in be.entry.get("levels") or []:
+        if e.get("workload") != wl.name or not isinstance(e.get("index"), int):
+            continue
+        value = e.get(axis)
+        if not isinstance(value, (int, float)):
+            continue
+        one = dataclasses.replace(evidence, backends=(be,), manifest=dict(evidence.manifest) | {"backends": [be.entry]})
+        if e.get("completed") is not True:  # cut short (an abort rule): a probe that did not run does not hold
+            stop = e.get("stopped_by") if isinstance(e.get("stopped_by"), Mapping) else {}
+            status, why = "fail", f"the probe did not run its full duration{' (stopped by ' + str(stop.get('rule')) + ')' if stop.get('rule') else ''}"
+        else:
+            status, why = probe_status(level_spec(spec, value), level_evidence(one, wl.name, e["index"]))
+        passed = status == "pass"
+        runner = by_level.get(e["index"], {}).get("passed")
+        disagrees |= runner is not None and runner != passed
+        probes.append({"level": e["index"], "value": value, "passed": passed, "status": status, "why": why, "runner_passed": runner})
+        if passed and (best is None or value > best[0]):
+            best = (value, e["index"])
+    return SweepResult(be.name, wl.name, axis, tuple(probes), best[0] if best else None, best[1] if best else None,
+                       bool(recorded.get("bounded_by_wall_time")), disagrees)
+
+
+def narrow(spec: Spec, evidence: Evidence) -> tuple[Spec, Evidence, tuple[SweepResult, ...]]:
+    """For a sweep spec: every backend's sweep re-judged, and the spec and evidence narrowed to
+    the found level (the lowest probe when none holds), which the gate then judges as a
+    one-level run. Anything else is returned as it is, with no sweep."""
+    wl = sweep_workload(spec)
+    if wl is None:
+        return spec, evidence, ()
+    results = tuple(_rejudge(spec, evidence, be, wl) for be in evidence.backends)
+    if not results:
+        return spec, evidence, ()
+    r0 = results[0]  # a sweep spec has one backend (checked)
+    levels = [p for p in r0.probes]
+    if not levels:
+        return spec, evidence, results
+    if r0.found_level is not None:
+        level, value = r0.found_level, r0.result
+    else:
+        low = min(levels, key=lambda p: p["value"])
+        level, value = low["level"], low["value"]
+    return level_spec(spec, value), level_evidence(evidence, wl.name, level), results
+
+
+def sweep_rule(results: Sequence[SweepResult]) -> RuleResult | None:
+    """The sweep's own line in the verdict: PASS with the figure, FAIL when no level held."""
+    if not results:
+        return None
+    failed = [r for r in results if r.result is None]
+    # no level held: FAIL -- unless the lowest probe was only short of samples (INCONCLUSIVE)
+    unsure = [r for r in failed if r.probes and min(r.probes, key=lambda p: p["value"]).get("status") == "inconclusive"]
+    msg = "; ".join(f"backend {r.backend}: {r.text()}" + (" (the runner's own judgement of a probe differs; the judge's is used)"
+                                                           if r.disagrees else "") for r in results)  # fmt: skip
+    status = "pass" if not failed else "inconclusive" if len(unsure) == len(failed) else "fail"
+    r0 = results[0]
+    where = Location(backend=r0.backend)
+    inst = [Instance(status, where, None, None, len(r0.probes), msg)] if failed else []
+    return RuleResult(rule=f"sweep {r0.axis} (bisect)", klass="performance", severity="require", status=status,
+                      message=msg, builtin=True, metric=r0.figure, observed=r0.result if not failed else None,
+                      observed_text=f"{r0.figure} = {'none' if r0.result is None else f'{r0.result:g}'}",
+                      samples=len(r0.probes), instances=len(results), failing=len(failed), details=tuple(inst))  # fmt: skip

@@ -1,0 +1,360 @@
+"""A sweep judged by the gate (`search = bisect`): the search, the checker, the plan, the judge,
+and a real sweep against the simulator with a known capacity.
+
+What a user relies on: bisection finds the highest grid level that holds next to one that does
+not; `plan` shows the bounds; the gate re-judges every probe and reports
+`max_sustainable_concurrency` (or `_rate`), PASSes at the found level although probes above
+it fail, FAILs with "none" when even the lowest level fails, and says when the wall-time bound
+ended the search.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from runner_support import manifest, run_spec, sim_spec
+from soakspec.judge import judge
+from soakspec.judge.summary import summarize_run
+from soakspec.judge.joined import join
+from soakspec.judge.testing import EvidenceBuilder, spec_from_text
+from soakspec.lang.check import check
+from soakspec.lang.parser import parse
+from soakspec.plan import Sweep, plan, render_text, sweep_grid, to_json
+from soakspec.runner.load import Bisection
+
+
+@given(st.integers(1, 300), st.data())
+def test_bisection_finds_the_boundary_within_its_probe_bound(n, data):
+    """Over a monotone predicate (levels 0..t hold), the search ends with good == t (None when
+    t < 0), probes each level at most once, and needs at most Sweep.max_probes probes."""
+    t = data.draw(st.integers(-1, n - 1))
+    search, probed = Bisection(n), []
+    while (i := search.next()) is not None:
+        assert i not in probed
+        probed.append(i)
+        search.record(i, i <= t)
+    assert search.good == (t if t >= 0 else None)
+    assert len(probed) <= Sweep("concurrency", tuple(range(n)), 1.0).max_probes
+
+
+def test_sweep_grid_includes_both_bounds():
+    assert sweep_grid(1, 10, 4, integer=True) == (1, 5, 9, 10)
+    assert sweep_grid(0.5, 2.0, 0.5, integer=False) == (0.5, 1.0, 1.5, 2.0)
+
+
+def _sweep_spec(load: str = "concurrency = [1, 12]\n    search = bisect\n    max_wall = 1m", *, workloads: int = 1,
+                backends: int = 1, rule: str = "require p90(ttft) < 200ms per level") -> str:
+    parts = ['soak "s" {}\n']
+    for b in range(backends):
+        parts.append(f'backend "b{b}" {{\n  url = "http://127.0.0.1:8000"\n  runtime {{\n    label = "host-staged"\n  }}\n}}\n')
+    for w in range(workloads):
+        parts.append(f'workload "w{w}" {{\n  load {{\n    mode = closed\n    {load}\n  }}\n  duration = 10m\n  bucket = 5m\n'
+                     '  deadline = 30s\n  follow_up = false\n}\n')
+    parts.append(f"gate {{\n  {rule}\n}}\n")
+    return "".join(parts)
+
+
+def _codes(text: str) -> list[str]:
+    tree, errs = parse(text)
+    assert tree is not None, errs
+    _, diags = check(tree, "<t>")
+    return [d.code for d in diags if d.code.startswith("E")]
+
+
+@pytest.mark.parametrize("text, code", [
+    (_sweep_spec("concurrency = [1, 12]\n    step = 2"), "E403"),  # step without search
+    (_sweep_spec("concurrency = [1, 4, 8]\n    search = bisect\n    max_wall = 1m"), "E204"),  # bounds are [low, high]
+    (_sweep_spec("concurrency = [8, 2]\n    search = bisect\n    max_wall = 1m"), "E204"),
+    (_sweep_spec("concurrency = [1, 12]\n    search = bisect"), "E103"),  # the wall-time bound is required
+    (_sweep_spec(workloads=2), "E403"),
+    (_sweep_spec(backends=2), "E403"),
+    (_sweep_spec("concurrency = [1, 12]\n    search = bisect\n    max_wall = 1m\n    rate_step = 1rps"), "E403"),
+])
+def test_checker_rejects_a_sweep_it_cannot_run(text, code):
+    assert code in _codes(text)
+
+
+def test_a_valid_sweep_checks_clean():
+    assert _codes(_sweep_spec()) == []
+
+
+def test_plan_shows_the_search_bounds():
+    spec = spec_from_text(_sweep_spec("concurrency = [1, 12]\n    search = bisect\n    step = 1\n    max_wall = 1h"))
+    p = plan(spec)
+    text = render_text(p)
+    assert "sweep concurrency 1..12 step 1" in text and "bisection over 12 levels" in text
+    assert f"at most {p.backends[0].levels[0].sweep.max_probes} probes" in text and "stopped after 1h" in text
+    (lv,) = to_json(p)["backends"][0]["levels"]
+    assert lv["sweep"]["grid"] == list(range(1, 13)) and lv["sweep"]["max_wall_s"] == 3600.0
+
+
+# ------------------------------------------------------------------------------ the judge
+
+PROBES = [1, 12, 6, 3, 4, 5]  # the order bisection probes a 1..12 grid with capacity 4
+
+
+def _evidence_of_probes(slow_above: int | None, *, bounded: bool = False):
+    """What a sweep of PROBES leaves: one manifest level per probe, in run order, requests
+    slow (ttft 0.5s) at every level above `slow_above`."""
+    plain = spec_from_text(_sweep_spec(f"concurrency = {PROBES}").replace("w0", "w0"))
+    b = EvidenceBuilder(plain, per_bucket=40)
+    for i, c in enumerate(PROBES):
+        if slow_above is None or c > slow_above:
+            for r in b.measured("b0", level=i):
+                r["ttft"] = 0.5
+    b.entry("b0")["sweep"] = {"probes": [{"level": i, "value": c, "passed": slow_above is not None and c <= slow_above}
+                                         for i, c in enumerate(PROBES)], "bounded_by_wall_time": bounded}
+    return b.build()
+
+
+def test_the_gate_passes_at_the_found_level_and_reports_the_figure():
+    spec = spec_from_text(_sweep_spec())
+    run = join(spec, _evidence_of_probes(4))
+    (sw,) = run.sweep
+    assert sw.result == 4 and sw.found_level == PROBES.index(4) and not sw.bounded and not sw.disagrees
+    assert [p["passed"] for p in sw.probes] == [c <= 4 for c in PROBES]
+    v = judge(spec, _evidence_of_probes(4))
+    assert v.outcome == "PASS", [r.text() for r in v.rules]
+    (rule,) = [r for r in v.rules if r.metric == "max_sustainable_concurrency"]
+    assert rule.status == "pass" and rule.observed == 4
+    assert summarize_run(run)["figures"] == {"max_sustainable_concurrency": 4}
+
+
+def test_a_probe_that_did_not_run_its_full_duration_never_holds():
+    """The judge re-judges from the evidence: a level cut short (an abort rule) does not hold,
+    whatever its records say and whatever the runner recorded; the figure drops to the next."""
+    spec = spec_from_text(_sweep_spec())
+    ev = _evidence_of_probes(4)
+    entry = ev.backends[0].entry
+    (lv4,) = [e for e in entry["levels"] if e["concurrency"] == 4]
+    lv4["completed"] = False
+    lv4["stopped_by"] = {"rule": "abort ratio(errors) > 50% per bucket"}
+    (sw,) = join(spec, ev).sweep
+    assert sw.result == 3 and sw.disagrees
+    assert "stopped by abort ratio(errors)" in next(p["why"] for p in sw.probes if p["value"] == 4)
+
+
+def test_when_even_the_lowest_level_fails_the_gate_fails_with_none():
+    spec = spec_from_text(_sweep_spec())
+    v = judge(spec, _evidence_of_probes(None))
+    assert v.outcome == "FAIL"
+    (rule,) = [r for r in v.rules if r.metric == "max_sustainable_concurrency"]
+    assert rule.status == "fail" and "none" in rule.message
+
+
+def test_a_search_ended_by_the_wall_time_bound_says_so():
+    spec = spec_from_text(_sweep_spec())
+    v = judge(spec, _evidence_of_probes(4, bounded=True))
+    (rule,) = [r for r in v.rules if r.metric == "max_sustainable_concurrency"]
+    assert rule.status == "pass" and "bounded by max wall time" in rule.message
+
+
+# ------------------------------------------------------------------------------ a real sweep
+
+SIM = "slots = 4\n    ttft = 20ms\n    itl = 10ms"  # capacity: 4 requests at once, ~90 ms each
+LOAD = "mode = closed\n    concurrency = [1, 12]\n    search = bisect\n    max_wall = {wall}"
+
+
+@pytest.mark.slow
+def test_a_sweep_against_the_simulator_finds_its_capacity_within_one_step(tmp_path):
+    """Beyond 4 slots requests queue for a whole ~90 ms service time, so p90(ttft) < 60ms holds
+    exactly up to concurrency 4: the analytic answer. The sweep finds it within one step, lists
+    every probe as a manifest level in the order it ran, and the gate passes at it."""
+    text = sim_spec(sim=SIM, load=LOAD.format(wall="60s"), duration="3s", bucket="3s", deadline="10s",
+                    gate="require p90(ttft) < 60ms per level")
+    proc, out = run_spec(tmp_path, text, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = manifest(out)
+    (be,) = m["backends"]
+    probes = be["sweep"]["probes"]
+    assert [lv["concurrency"] for lv in be["levels"]] == [p["value"] for p in probes]  # listed as they ran
+    assert [lv["index"] for lv in be["levels"]] == list(range(len(probes)))
+    results = json.loads((out / "results.json").read_text())
+    found = results["figures"]["max_sustainable_concurrency"]
+    assert abs(found - 4) <= 1
+    assert be["sweep"]["result"] == found and not be["sweep"]["bounded_by_wall_time"]
+
+
+@pytest.mark.slow
+def test_a_sweep_stops_within_its_wall_time_bound(tmp_path):
+    """With room for two 3 s probes only, the search stops before the third: the result is the
+    best holding level so far, marked bounded; the load time stays within the bound."""
+    text = sim_spec(sim=SIM, load=LOAD.format(wall="7s"), duration="3s", bucket="3s", deadline="10s",
+                    gate="require p90(ttft) < 60ms per level", follow_up=False)
+    proc, out = run_spec(tmp_path, text, timeout=120)
+    (be,) = manifest(out)["backends"]
+    sw = be["sweep"]
+    assert sw["bounded_by_wall_time"] and len(sw["probes"]) == 2 and sw["wall_s"] <= 7.0
+    assert sw["result"] == 1  # 1 holds, 12 does not; no time for 6
+    assert be["levels"][-1]["drained_at"] - be["levels"][0]["started_at"] <= 7.0
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert results["sweep"][0]["bounded_by_wall_time"] is True
+
+
+# ------------------------------------------------------------------------------ lint-claims
+
+
+def _lint(doc: str, evidence=(), spec_text: str | None = None):
+    from soakspec.claims.adapters import coverage_from_spec
+    from soakspec.claims.engine import lint
+    from soakspec.claims.facts import ClaimBoundary
+
+    spec = spec_from_text(spec_text or _sweep_spec())
+    text = doc + "\n\n## Claim Boundary\n\n- claim: a sweep\n"
+    return [(d.code, d.message) for d in lint(text, "pr.md", ClaimBoundary(claims=("a sweep",)), coverage_from_spec(spec), evidence)]
+
+
+def test_lint_claims_checks_a_sustain_claim_against_the_figure():
+    from soakspec.claims.facts import EvidenceFacts
+
+    ev = (EvidenceFacts(backend="b0", sustainable={"max_sustainable_concurrency": 4.0}),)
+    assert _lint("The server sustains concurrency 4.", ev) == []
+    assert _lint("The server sustains 3 concurrent requests.", ev) == []  # below the figure: it held there too
+    (over,) = [d for d in _lint("The server sustains concurrency 8.", ev) if d[0] == "CB201"]
+    assert "max_sustainable_concurrency is 4" in over[1]
+    assert [d[0] for d in _lint("The max sustainable concurrency is 5.", ev)] == ["CB201"]
+    assert _lint("It does not sustain concurrency 8.", ev) == []  # negated: not a claim
+    none = (EvidenceFacts(backend="b0", sustainable={"max_sustainable_concurrency": None}),)
+    assert [d[0] for d in _lint("The server sustains concurrency 1.", none)] == ["CB201"]
+
+
+def test_lint_claims_without_evidence_knows_the_sweeps_range():
+    """No evidence: a sustain claim above the sweep's highest level is scope creep; a grid level
+    inside it is covered (the sweep may probe any of them)."""
+    assert _lint("The server sustains concurrency 7.") == []
+    codes = [d[0] for d in _lint("The server sustains concurrency 64.")]
+    assert "CB301" in codes
+    rate_spec = _sweep_spec("rate = [1rps, 20rps]\n    search = bisect\n    rate_step = 1rps\n    max_wall = 1m").replace(
+        "mode = closed", "mode = open")
+    assert _lint("It sustains 12 req/s.", spec_text=rate_spec) == []
+    assert "CB301" in [d[0] for d in _lint("It sustains 30 req/s.", spec_text=rate_spec)]
+
+
+def test_the_figure_reaches_lint_claims_from_an_evidence_directory(tmp_path):
+    """results.json's figures are what lint-claims reads from a retained run."""
+    from soakspec.claims.adapters import load_evidence_facts
+
+    b = EvidenceBuilder(spec_from_text(_sweep_spec(f"concurrency = {PROBES}")), per_bucket=40)
+    out = b.write(tmp_path / "ev")
+    results = json.loads((out / "results.json").read_text())
+    results["figures"] = {"max_sustainable_concurrency": 4}
+    (out / "results.json").write_text(json.dumps(results))
+    (ev,) = load_evidence_facts(out)
+    assert ev.sustainable == {"max_sustainable_concurrency": 4.0}
+
+
+# ------------------------------------------------------------------------------ the runner's loop, in virtual time
+
+
+class _Clock:
+    def now(self) -> float:
+        import trio
+
+        return trio.current_time()
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def log(self, line: str) -> None:
+        self.lines.append(line)
+
+
+class _Rec:
+    def __init__(self) -> None:
+        self.levels: list[dict] = []
+        self.sweep: dict | None = None
+
+
+class _Fired:
+    def describe(self) -> str:
+        return "abort rule 'ratio(errors) > 50% per bucket'"
+
+    def to_json(self) -> dict:
+        return {"rule": "abort ratio(errors) > 50% per bucket"}
+
+
+def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12, abort_above: int | None = None):
+    """The driver's sweep loop with its levels faked: each probe takes its planned warmup +
+    duration of virtual time; the judge holds a level iff its concurrency <= capacity; above
+    `abort_above` an abort rule fires a minute into the probe."""
+    import dataclasses
+
+    import trio
+    import trio.testing
+
+    from soakspec.runner import driver
+    from soakspec.runner.backend import Deps
+
+    spec = spec_from_text(_sweep_spec(f"concurrency = [1, {high}]\n    search = bisect\n    max_wall = {max_wall}"))
+    bp = plan(spec).backends[0]
+    (lv,) = bp.levels
+    rec = _Rec()
+
+    async def fake_level(bp_, probe, deps, rec_, ids, shapes, connect, where, watch, health):
+        rec_.levels.append(probe.to_json() | {"started_at": trio.current_time(), "completed": False})
+        if abort_above is not None and probe.concurrency > abort_above:
+            await trio.sleep(60)
+            watch.fired = _Fired()
+            watch.on_fire(watch.fired)
+            await trio.sleep_forever()
+        await trio.sleep(probe.warmup_s + probe.duration_s)
+        rec_.levels[-1].update(drained_at=trio.current_time(), completed=True)
+
+    monkeypatch.setattr(driver, "_drive_level", fake_level)
+    monkeypatch.setattr(driver, "_level_rows", lambda rec_, probe: [])
+    judge_one = lambda name, entry, rows: (entry["concurrency"] <= capacity, "fake")  # noqa: E731
+    deps = dataclasses.replace(Deps(_Clock(), _Progress(), None, None, None), sweep_judge=judge_one)  # type: ignore[arg-type]
+    from soakspec.runner.abort import AbortWatch
+
+    watch = AbortWatch("b0", ())
+    trio.run(driver._drive_sweep, bp, lv, deps, rec, None, None, None, None, watch, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert watch.fired is None  # re-armed: a probe's abort is not the run's
+    return lv, rec
+
+
+@pytest.mark.parametrize("capacity", [0, 1, 4, 7, 12])
+def test_the_runners_sweep_finds_the_capacity_in_virtual_time(monkeypatch, capacity):
+    lv, rec = _run_sweep(monkeypatch, capacity, "2h")
+    sw = rec.sweep
+    assert sw["result"] == (capacity or None) and not sw["bounded_by_wall_time"]
+    assert [e["index"] for e in rec.levels] == list(range(len(rec.levels)))  # manifest order = run order
+    assert [e["concurrency"] for e in rec.levels] == [p["value"] for p in sw["probes"]]
+    assert len(rec.levels) <= lv.sweep.max_probes
+
+
+def test_the_runners_sweep_stops_within_its_wall_time_bound(monkeypatch):
+    """10-minute probes and a 25-minute bound: two probes fit, the third would end past it."""
+    lv, rec = _run_sweep(monkeypatch, 4, "25m")
+    sw = rec.sweep
+    assert [p["value"] for p in sw["probes"]] == [1, 12] and sw["bounded_by_wall_time"] and sw["result"] == 1
+    assert rec.levels[-1]["drained_at"] - rec.levels[0]["started_at"] <= lv.sweep.max_wall_s
+
+
+def test_an_open_loop_sweep_probes_open_levels_of_its_grid():
+    from soakspec.plan import Open, probe_level
+
+    text = _sweep_spec("rate = [2rps, 10rps]\n    rate_step = 2rps\n    search = bisect\n    max_wall = 1h\n    seed = 7").replace(
+        "mode = closed", "mode = open")
+    (lv,) = plan(spec_from_text(text)).backends[0].levels
+    assert lv.sweep.axis == "rate" and lv.sweep.grid == (2.0, 4.0, 6.0, 8.0, 10.0)
+    p = probe_level(lv, 3, 2)
+    assert p.shape == Open(8.0, "constant", 9) and p.index == 2 and p.sweep is None and p.label == "rate 8 rps"
+    assert p.min_requests == round(8.0 * lv.duration_s)
+
+
+def test_an_abort_rule_ends_only_the_probe_and_the_search_goes_on(monkeypatch):
+    """A probe beyond what the server can take trips an abort rule: that probe does not hold
+    (its entry says what stopped it) and the search continues below it."""
+    lv, rec = _run_sweep(monkeypatch, 4, "2h", abort_above=6)
+    sw = rec.sweep
+    assert sw["result"] == 4
+    stopped = [e for e in rec.levels if "stopped_by" in e]
+    assert [e["concurrency"] for e in stopped] == [12]  # probes 1, 12 (stopped), 6, 3, 4, 5
+    assert all(not p["passed"] and p["why"].startswith("stopped by") for p in sw["probes"] if p["value"] > 6)
