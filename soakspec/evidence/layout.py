@@ -13,8 +13,8 @@ VERDICT = "verdict.json"
 LOCK = ".lock"
 BACKENDS = "backends"
 
-REQUESTS = "requests.jsonl"
-BUCKETS = "buckets.json"
+REQUESTS = "requests.jsonl.gz"  # gzip, one member per bucket (evidence/record.py: the line format)
+BUCKETS = "buckets.jsonl"  # one line per closed bucket, written (and fsynced) as the run goes
 TELEMETRY = "telemetry.jsonl"
 TRACES = "traces.jsonl"
 SERVER_LOG = "server.log"

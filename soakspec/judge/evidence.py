@@ -27,8 +27,7 @@ from typing import Any
 
 from soakspec.evidence import layout
 from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, sha256_file
-
-OUTCOMES = ("completed", "failed", "timeout", "rejected", "disconnected")
+from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
 
 # verify codes: the artifact no longer is what the run wrote
 TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107", "V109"})
@@ -234,7 +233,12 @@ def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *,
         rows, bad = got.rows, got.bad
     else:
         bad = []
-        rows = [compact(r) if compact is not None else r for _, r in iter_jsonl(path, bad)]
+        if path.name == layout.REQUESTS:  # decoded (and validated) as the record type, once
+            from soakspec.evidence.record import iter_records
+
+            rows = list(r for _, r in iter_records(path, bad))
+        else:
+            rows = [compact(r) if compact is not None else r for _, r in iter_jsonl(path, bad)]
     for line, message in bad:
         if message is None:
             partial.append(rel)

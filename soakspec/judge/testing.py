@@ -300,7 +300,7 @@ class EvidenceBuilder:
     def write(self, run_dir: str | Path, *, finalize: bool = True) -> Path:
         """Write a real evidence directory (writers of `soakspec.evidence`), hash it into the
         manifest like a finished run, and return its path."""
-        from soakspec.evidence.io import JsonlWriter, write_bytes_atomic, write_json_atomic
+        from soakspec.evidence.io import GzipJsonlWriter, JsonlWriter, write_bytes_atomic, write_json_atomic
         from soakspec.evidence.manifest import write_manifest
         from soakspec.evidence.results import write_results, write_verdict
         from soakspec.evidence.verify import finalize_artifacts
@@ -318,7 +318,7 @@ class EvidenceBuilder:
             n = b["name"]
             d = layout.RunLayout(root).backend_dir(n)
             d.mkdir(parents=True, exist_ok=True)
-            with JsonlWriter(d / layout.REQUESTS) as w:  # as the runner writes them: one batch of lines
+            with GzipJsonlWriter(d / layout.REQUESTS) as w:  # as the runner writes them: one batch of lines
                 w.write_lines(b"".join(RequestRecord.from_json(r).to_line() for r in self.records.get(n, [])))
             for fname, rows in ((layout.TRACES, self.traces.get(n, [])), (layout.TELEMETRY, self.telemetry.get(n, []))):
                 with JsonlWriter(d / fname) as w:

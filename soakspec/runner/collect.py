@@ -8,7 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from soakspec.evidence.io import EvidenceFormatError, JsonlWriter, iter_jsonl, write_json_atomic
+from soakspec.evidence.io import EvidenceFormatError, JsonlWriter, write_json_atomic
+from soakspec.evidence.record import iter_records
 from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
 from soakspec.evidence.provenance import binary_sha256, git_state
 from soakspec.evidence.runtime import detect_runtime_boundary
@@ -112,7 +113,7 @@ def _match_view(path: Path, id_field: str) -> list[dict]:
     at 94 requests/s). A cut-off last line is skipped, a corrupt whole line raises."""
     keys = (id_field, "server_id", "start", "end")
     bad: list[tuple[int, str | None]] = []
-    out = [{k: r[k] for k in keys if k in r} for _, r in iter_jsonl(path, bad) if isinstance(r, dict)]
+    out = [{k: r[k] for k in keys if k in r} for _, r in iter_records(path, bad)]
     corrupt = next(((n, m) for n, m in bad if m is not None), None)
     if corrupt is not None:
         raise EvidenceFormatError(path, *corrupt)

@@ -17,7 +17,6 @@ dead backend's load stops (the watch raises), and refused connects back off mean
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 
@@ -33,6 +32,7 @@ from soakspec.runner.procs import BackendError
 from soakspec.runner.load import CLOSE_S, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder
+from soakspec.evidence.record import FOLLOW_UP_BUCKET, decode_line
 from soakspec.runner.records import RequestRecord
 from soakspec.runner.workers import drive_level_workers, processes_for
 
@@ -126,7 +126,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     watch.level_started(lv.workload, lv.index, lv.label, entry["measure_start"], lv.duration_s, lv.bucket_s)
 
     def on_bucket(k: int) -> None:
-        rec.flush()
+        rec.bucket_closed(entry, k, deps.clock.now())  # requests member fsynced, then its buckets.jsonl line
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
         watch.bucket_done(k, deps.clock.now())
 
@@ -136,7 +136,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
 
     def write_lines(data: bytes) -> None:  # a --workers process's records
         rec.write_lines(data)
-        watch.observe([row_of_json(json.loads(line)) for line in data.splitlines() if line.strip()], deps.clock.now())
+        watch.observe([row_of_json(decode_line(line)) for line in data.splitlines() if line.strip()], deps.clock.now())
 
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
                        on_bucket=on_bucket, health=health)  # fmt: skip
@@ -170,7 +170,8 @@ def _buckets_begun(entry: dict, lv: Level, until: float) -> None:
 async def follow_up(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect) -> None:
     """One request of the smallest shape at concurrency 1, after the last level."""
     _, rid = ids()
-    record = RequestRecord(request_id=rid, backend=bp.name, workload=bp.follow_up_workload, level=-1, concurrency=1, bucket=-2)
+    record = RequestRecord(request_id=rid, backend=bp.name, workload=bp.follow_up_workload, level=-1, concurrency=1,
+                           bucket=FOLLOW_UP_BUCKET)
     conn = connect()
     try:
         await conn.send(shapes.make(0, smallest=True), rid, shapes.headers(), record, deadline=deps.clock.now() + bp.follow_up_deadline_s)

@@ -2,8 +2,15 @@
 
 The async parts (the backend server, the load driver) report facts here -- launched, ready,
 a level started or ended, records, a bucket end, the follow-up, stopped, failed -- and this
-writes them (requests.jsonl is appended per batch and fsynced at every bucket end) or keeps
-them for the manifest entry that `collect` builds after the load.
+writes them or keeps them for the manifest entry that `collect` builds after the load:
+
+- requests.jsonl.gz is appended per batch; at every bucket end its gzip member is closed and
+  fsynced (`GzipJsonlWriter`), so a SIGKILL loses at most the open bucket's records;
+- then buckets.jsonl gets that bucket's line (`BucketTally.line`) and is fsynced: a day-long
+  soak is inspectable while it runs (`soakspec gate --partial`), and a line there never claims
+  a bucket whose records are not durable. A bucket's line counts the bucket's requests that had
+  *finished* when its window closed (a request belongs to the bucket it started in; one still
+  running then is in requests.jsonl.gz and the judge counts it, the line does not).
 
 A failure is recorded where it happens, before it is raised: `RunStatus` keeps the first one
 (its reason becomes the manifest's), so the engine never has to dig it out of an ExceptionGroup.
@@ -12,11 +19,14 @@ A failure is recorded where it happens, before it is raised: `RunStatus` keeps t
 from __future__ import annotations
 
 import contextlib
+from array import array
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from soakspec.evidence.io import EvidenceError, JsonlWriter
+from soakspec.evidence.io import EvidenceError, GzipJsonlWriter, JsonlWriter
+from soakspec.evidence.record import OUTCOMES, Record, decode_line
 from soakspec.evidence.layout import RunLayout
 from soakspec.plan import BackendPlan, Level
 from soakspec.runner.load import LevelRun, LiveStats
@@ -67,7 +77,10 @@ class BackendRecorder:
         self.status = status
         self.layout = layout
         self.started = False  # prepare() ran: the backend has a manifest entry
-        self.writer: JsonlWriter | None = None
+        self.writer: GzipJsonlWriter | None = None
+        self.bucket_writer: JsonlWriter | None = None
+        self.tally = BucketTally()
+        self._level: Level | None = None
         self.stats = LiveStats()
         self.levels: list[dict[str, Any]] = []
         self.followup: dict[str, Any] | None = None
@@ -95,7 +108,8 @@ class BackendRecorder:
         # against the schema, and `verify`/`gate` check every line after the run.
         with self._evidence():
             self.layout.backend_dir(self.name).mkdir(parents=True, exist_ok=True)
-            self.writer = JsonlWriter(self.layout.requests(self.name), schema=None)
+            self.writer = GzipJsonlWriter(self.layout.requests(self.name))
+            self.bucket_writer = JsonlWriter(self.layout.buckets(self.name))
 
     # ------------------------------------------------------------ the server
     def launching(self, argv: list[str], url: str, started_at: float) -> None:
@@ -134,7 +148,24 @@ class BackendRecorder:
             "completed": False, "buckets": [], "sent": 0,
         }  # fmt: skip
         self.levels.append(entry)
+        self.tally = BucketTally()
+        self._level = lv
         return entry
+
+    def bucket_closed(self, entry: dict[str, Any], k: int, now: float) -> None:
+        """Bucket `k` of the level of `entry` ended at `now`: its records so far are made durable,
+        then its line goes to buckets.jsonl (fsynced)."""
+        self.flush()
+        assert self._level is not None
+        b = self._level.buckets[k]
+        start = entry["measure_start"] + b.start_s
+        window = {"start": start, "end": start + b.length_s}
+        line = {"workload": entry["workload"], "level": entry["index"], "label": entry["label"], "bucket": k,
+                "closed_at": now} | window | self.tally.line(k)  # fmt: skip
+        if self.bucket_writer is not None:
+            with self._evidence():
+                self.bucket_writer.write(line)
+                self.bucket_writer.flush_fsync()
 
     def level_stopped(self, entry: dict[str, Any]) -> None:
         """The level's load ended, finished or not: what was sent is on disk."""
@@ -149,10 +180,20 @@ class BackendRecorder:
         )  # fmt: skip
 
     def write_records(self, records: Iterable[RequestRecord]) -> None:
-        # one write per batch (the file stays line-atomic); `to_line` is `dumps_line(to_json())`
-        self.write_lines(b"".join([rec.to_line() for rec in records]))
+        # one write per batch into the open gzip member
+        frozen = [rec.freeze() for rec in records]
+        for r in frozen:
+            self.tally.add(r)
+        self._write(b"".join([encode(r) for r in frozen]))
 
     def write_lines(self, data: bytes) -> None:
+        """Whole request lines made elsewhere (a `--workers` process's `to_line`s)."""
+        for line in data.splitlines():
+            if line.strip():
+                self.tally.add(decode_line(line))
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
         assert self.writer is not None
         try:
             self.writer.write_lines(data)
@@ -179,6 +220,8 @@ class BackendRecorder:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.bucket_writer is not None:
+            self.bucket_writer.close()
 
     # ------------------------------------------------------------ plumbing
     @contextlib.contextmanager
@@ -194,4 +237,64 @@ class BackendRecorder:
         return self.layout.server_log(self.name)
 
 
-__all__ = ["BackendRecorder", "RunStatus"]
+class BucketTally:
+    """Per-bucket aggregates of the records written so far in one level, kept until the bucket's
+    line is written: counts by outcome, output tokens, and the TTFT and per-token ITL values
+    for exact p50/p95 (bounded by one bucket's requests, freed when it closes)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[int, Counter] = {}
+        self._tokens: dict[int, int] = {}
+        self._ttft: dict[int, array] = {}
+        self._itl: dict[int, array] = {}
+
+    def add(self, r: Record) -> None:
+        b = r.bucket
+        if b < 0:
+            return
+        c = self._counts.get(b)
+        if c is None:
+            c = self._counts[b] = Counter()
+            self._tokens[b] = 0
+            self._ttft[b] = array("d")
+            self._itl[b] = array("d")
+        c[r.outcome.value] += 1
+        if r.outcome.value == "completed":
+            self._tokens[b] += r.output_tokens
+            t = r.ttft
+            if t is not None:
+                self._ttft[b].append(t)
+            self._itl[b].extend(r.itl)
+
+    def line(self, b: int) -> dict[str, Any]:
+        """The bucket's figures (and forget them)."""
+        c = self._counts.pop(b, Counter())
+        ttft = sorted(self._ttft.pop(b, ()))
+        itl = sorted(self._itl.pop(b, ()))
+        return {
+            "requests": {"total": sum(c.values())} | {o: c.get(o, 0) for o in OUTCOMES},
+            "output_tokens": self._tokens.pop(b, 0),
+            "ttft": _quantiles(ttft),
+            "itl": _quantiles(itl),
+        }
+
+
+def _quantiles(xs: list[float]) -> dict[str, float | int | None]:
+    """p50/p95 by the nearest-rank method (a value that occurred), rounded to 1 us."""
+    if not xs:
+        return {"n": 0, "p50": None, "p95": None}
+    n = len(xs)
+
+    def q(p: float) -> float:
+        return round(xs[min(n - 1, max(0, -(-int(p * n * 1000) // 1000) - 1))], 6)
+
+    return {"n": n, "p50": q(0.5), "p95": q(0.95)}
+
+
+def encode(r: Record) -> bytes:
+    from soakspec.evidence.record import encode_line
+
+    return encode_line(r)
+
+
+__all__ = ["BackendRecorder", "BucketTally", "RunStatus"]
