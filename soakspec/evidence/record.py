@@ -1,8 +1,8 @@
 """THE request record: one type that the runner writes, `verify` validates and the judge reads.
 
 `Record` (a frozen `msgspec.Struct`) is one finished request as it lies on disk, a line of
-`backends/<name>/requests.jsonl.gz`. Decoding a line into it *is* the validation: types,
-ranges and the cross-field rules (`__post_init__`) are checked by one `msgspec` decode, in C,
+`backends/<name>/requests.jsonl.gz`. Decoding a line into it *is* the validation: types and
+ranges are checked by one `msgspec` decode, in C, then the cross-field rules (`broken_rule`),
 at about a microsecond a record (benchmarks/README.md, "record decode"), and the JSON Schema
 shipped as `schemas/request.schema.json` is generated from this type (`request_schema()`; a
 test fails when the file drifts from it).
@@ -155,21 +155,24 @@ class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_
     usage_decreased: bool = False
     client_delay: NonNegF | None = None
 
-    def __post_init__(self) -> None:
-        # the rules the schema states as if/then (request_schema adds them there)
+    def broken_rule(self) -> tuple[str, str] | None:
+        """(JSON pointer, why) of the first cross-field rule this record breaks, or None. Checked
+        by every reader (`decode_line`, `iter_records`), not when the runner freezes a record:
+        a run writes what happened and `verify` says what is wrong with it."""
         if self.outcome is Outcome.COMPLETED:
             if self.end is None:
-                raise ValueError("a completed request needs an end time - at `$.end`")
+                return "/end", "a completed request needs an end time"
             if self.error is not None:
-                raise ValueError("a completed request has no error - at `$.error`")
+                return "/error", "a completed request has no error"
         elif not self.error:
-            raise ValueError(f"a {self.outcome.value} request needs a non-empty error - at `$.error`")
+            return "/error", f"a {self.outcome.value} request needs a non-empty error"
         lat = self.latency
         if lat is not None and lat < 0:
-            raise ValueError("end is before the (intended) start - at `$.end`")
+            return "/end", "end is before the (intended) start"
         t = self.ttft
         if t is not None and t < 0:
-            raise ValueError("first_token is before the (intended) start - at `$.first_token`")
+            return "/first_token", "first_token is before the (intended) start"
+        return None
 
     # ---------------------------------------------------------------- derived
     @property
@@ -227,7 +230,9 @@ class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_
 
     def to_json(self) -> dict[str, Any]:
         """The on-disk object (plain JSON types), as `encode_line` writes it."""
-        return msgspec.to_builtins(self)
+        d = msgspec.to_builtins(self)
+        d["itl_us"] = list(self.itl_us)  # JSON's array, as a decoded line has it
+        return d
 
 
 Mapping.register(Record)
@@ -253,7 +258,11 @@ def encode_line(rec: Record) -> bytes:
 
 def decode_line(line: bytes | str) -> Record:
     """Decode and validate one line (raises `msgspec.ValidationError` / `msgspec.DecodeError`)."""
-    return _DECODER.decode(line)
+    rec = _DECODER.decode(line)
+    broken = rec.broken_rule()
+    if broken is not None:
+        raise msgspec.ValidationError(f"{broken[1]} - at `$.{broken[0][1:]}`")
+    return rec
 
 
 def error_pointer(err: Exception) -> tuple[str, str]:
@@ -335,7 +344,7 @@ class RequestRecord:
 
     def freeze(self) -> Record:
         """The finished record. Raises ValueError for a NaN or infinite time or gap (nothing
-        is written then) or a record that breaks `Record`'s rules."""
+        is written then)."""
         itl = self.itl
         if itl and not math.isfinite(s := sum(itl)):
             raise ValueError(f"ITL value out of range for JSON in {self.request_id}: {s!r}")
@@ -383,7 +392,7 @@ class RequestRecord:
 
 def request_schema() -> dict[str, Any]:
     """The JSON Schema of a requests line, generated from `Record` plus the cross-field rules
-    of `Record.__post_init__` that JSON Schema can state (`schemas/request.schema.json`)."""
+    of `Record.broken_rule` that JSON Schema can state (`schemas/request.schema.json`)."""
     generated = msgspec.json.schema(Record)
     defs = generated.get("$defs", {})
     body = dict(defs.pop("Record"))
@@ -398,6 +407,7 @@ def request_schema() -> dict[str, Any]:
                        "integer microseconds. bucket -1 is warm-up, -2 the follow-up request.",
     }
     schema |= body
+    schema["additionalProperties"] = False  # forbid_unknown_fields: a key the type does not know is an error
     schema["allOf"] = [
         {"if": {"properties": {"outcome": {"const": "completed"}}, "required": ["outcome"]},
          "then": {"properties": {"end": {"type": "number"}, "error": {"type": "null"}}}},
@@ -436,15 +446,45 @@ def iter_records(path, errors: list[tuple[int, str | None]] | None = None, hashe
                 errors.append((i, None))
             break
         try:
-            yield i, _DECODER.decode(raw)
-        except msgspec.ValidationError as e:
+            rec = _DECODER.decode(raw)
+            broken = rec.broken_rule()
+            if broken is None:
+                yield i, rec
+            elif schema_errors is not None:
+                schema_errors.append((i, *broken))
+            elif errors is not None:
+                errors.append((i, f"{broken[0]}: {broken[1]}"))
+        except msgspec.DecodeError as e:  # ValidationError included: the slow path says which it is
+            why = _not_json(raw)
+            if why is not None:
+                if errors is not None:
+                    errors.append((i, why))
+                continue
             pointer, message = error_pointer(e)
             if schema_errors is not None:
                 schema_errors.append((i, pointer, message))
             elif errors is not None:
                 errors.append((i, f"{pointer or '/'}: {message}"))
-        except msgspec.DecodeError as e:
-            if errors is not None:
-                errors.append((i, "empty line" if not raw.strip() else f"invalid JSON: {e}"))
     if cut and errors is not None and not any(m is None for _, m in errors):
         errors.append((cut[0] + 1, None))
+
+
+def _not_json(raw: bytes) -> str | None:
+    """Why a line that did not decode as a `Record` is not JSON within the evidence limits at
+    all (`io.loads`: nesting, digits, NaN), or None when it is JSON (then it is a record that
+    breaks its type). Only lines that failed pay for this second look."""
+    import json
+
+    from soakspec.evidence.io import loads
+
+    if not raw.strip():
+        return "empty line"
+    try:
+        loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8"
+    except json.JSONDecodeError as e:
+        return f"invalid JSON: {e.msg} (column {e.colno})"
+    except (RecursionError, ValueError) as e:
+        return f"JSON beyond the decoder's limits: {str(e)[:120]}"
+    return None

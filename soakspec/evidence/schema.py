@@ -87,10 +87,9 @@ def request_certainly_valid(r: Any) -> bool:
     if type(r) is not dict:
         return False
     try:
-        msgspec.convert(r, Record)
+        return msgspec.convert(r, Record).broken_rule() is None
     except (msgspec.ValidationError, TypeError, ValueError):
         return False
-    return True
 
 
 _CERTAIN = {"request": request_certainly_valid}

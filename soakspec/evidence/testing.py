@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
+from soakspec.evidence.buckets import lines_for
 from soakspec.evidence.io import GzipJsonlWriter, JsonlWriter, RunLock, write_bytes_atomic, write_json_atomic
 from soakspec.evidence.manifest import backend_entry, finalize_manifest, new_manifest, write_manifest
 from soakspec.evidence.results import write_results, write_verdict
@@ -186,14 +187,9 @@ def build_evidence_dir(
             rows.append(fu)
             with GzipJsonlWriter(d / layout.REQUESTS) as w:  # the runner's writer: one batch of `to_line`s
                 w.write_lines(b"".join(RequestRecord.from_json(r).to_line() for r in rows))
-            with JsonlWriter(d / layout.BUCKETS) as w:  # the recorder's line for the one bucket
-                w.write({"workload": "short", "level": 0, "label": "concurrency 4", "bucket": 0, "closed_at": T0 + 60.0,
-                         "start": T0, "end": T0 + 60.0,
-                         "requests": {"total": requests_per_backend, "completed": requests_per_backend, "failed": 0,
-                                      "timeout": 0, "rejected": 0, "disconnected": 0},
-                         "output_tokens": 8 * requests_per_backend,
-                         "ttft": {"n": requests_per_backend, "p50": 0.02, "p95": 0.02},
-                         "itl": {"n": 7 * requests_per_backend, "p50": 0.04, "p95": 0.04}})
+            with JsonlWriter(d / layout.BUCKETS) as w:  # the recorder's lines (a finished run: every record counted)
+                for line in lines_for([_level_entry(requests_per_backend, T0)], [RequestRecord.from_json(r).freeze() for r in rows]):
+                    w.write(line)
             log = "soakspec-sim listening on http://127.0.0.1:8000\n" + "".join(
                 _sim_trace_line(r, active=1 if r is fu else 4) for r in rows)
             write_bytes_atomic(d / layout.SERVER_LOG, log.encode())
@@ -203,7 +199,8 @@ def build_evidence_dir(
                     w.write(row)
             with JsonlWriter(d / layout.TELEMETRY, schema="telemetry") as w:
                 w.write({"schema_version": 1, "t": T0 + 1, "server_pid": 1000 + i, "server_rss_bytes": 1 << 20, "gpus": None})
-            write_json_atomic(d / layout.FOLLOWUP, {"required": True, "record": fu, "passed": True, "reason": None,
+            write_json_atomic(d / layout.FOLLOWUP, {"required": True, "record": RequestRecord.from_json(fu).to_json(),
+                                                    "passed": True, "reason": None,
                                                     "server_idle": True})
             entry = backend_entry(name=b, kind="sim", argv=["soakspec", "sim", "--port", "8000", "--api-key", "sekrit-123"],
                                   env={"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz"}, url="http://127.0.0.1:8000",

@@ -6,7 +6,7 @@ writes them or keeps them for the manifest entry that `collect` builds after the
 
 - requests.jsonl.gz is appended per batch; at every bucket end its gzip member is closed and
   fsynced (`GzipJsonlWriter`), so a SIGKILL loses at most the open bucket's records;
-- then buckets.jsonl gets that bucket's line (`BucketTally.line`) and is fsynced: a day-long
+- then buckets.jsonl gets that bucket's line (`soakspec.evidence.buckets`) and is fsynced: a day-long
   soak is inspectable while it runs (`soakspec gate --partial`), and a line there never claims
   a bucket whose records are not durable. A bucket's line counts the bucket's requests that had
   *finished* when its window closed (a request belongs to the bucket it started in; one still
@@ -19,14 +19,13 @@ A failure is recorded where it happens, before it is raised: `RunStatus` keeps t
 from __future__ import annotations
 
 import contextlib
-from array import array
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from soakspec.evidence.io import EvidenceError, GzipJsonlWriter, JsonlWriter
-from soakspec.evidence.record import OUTCOMES, Record, decode_line
+from soakspec.evidence.buckets import BucketTally, bucket_line
+from soakspec.evidence.record import Record, decode_line, encode_line
 from soakspec.evidence.layout import RunLayout
 from soakspec.plan import BackendPlan, Level
 from soakspec.runner.load import LevelRun, LiveStats
@@ -158,10 +157,7 @@ class BackendRecorder:
         self.flush()
         assert self._level is not None
         b = self._level.buckets[k]
-        start = entry["measure_start"] + b.start_s
-        window = {"start": start, "end": start + b.length_s}
-        line = {"workload": entry["workload"], "level": entry["index"], "label": entry["label"], "bucket": k,
-                "closed_at": now} | window | self.tally.line(k)  # fmt: skip
+        line = bucket_line(entry, k, entry["measure_start"] + b.start_s, b.length_s, now, self.tally)
         if self.bucket_writer is not None:
             with self._evidence():
                 self.bucket_writer.write(line)
@@ -237,64 +233,8 @@ class BackendRecorder:
         return self.layout.server_log(self.name)
 
 
-class BucketTally:
-    """Per-bucket aggregates of the records written so far in one level, kept until the bucket's
-    line is written: counts by outcome, output tokens, and the TTFT and per-token ITL values
-    for exact p50/p95 (bounded by one bucket's requests, freed when it closes)."""
-
-    def __init__(self) -> None:
-        self._counts: dict[int, Counter] = {}
-        self._tokens: dict[int, int] = {}
-        self._ttft: dict[int, array] = {}
-        self._itl: dict[int, array] = {}
-
-    def add(self, r: Record) -> None:
-        b = r.bucket
-        if b < 0:
-            return
-        c = self._counts.get(b)
-        if c is None:
-            c = self._counts[b] = Counter()
-            self._tokens[b] = 0
-            self._ttft[b] = array("d")
-            self._itl[b] = array("d")
-        c[r.outcome.value] += 1
-        if r.outcome.value == "completed":
-            self._tokens[b] += r.output_tokens
-            t = r.ttft
-            if t is not None:
-                self._ttft[b].append(t)
-            self._itl[b].extend(r.itl)
-
-    def line(self, b: int) -> dict[str, Any]:
-        """The bucket's figures (and forget them)."""
-        c = self._counts.pop(b, Counter())
-        ttft = sorted(self._ttft.pop(b, ()))
-        itl = sorted(self._itl.pop(b, ()))
-        return {
-            "requests": {"total": sum(c.values())} | {o: c.get(o, 0) for o in OUTCOMES},
-            "output_tokens": self._tokens.pop(b, 0),
-            "ttft": _quantiles(ttft),
-            "itl": _quantiles(itl),
-        }
-
-
-def _quantiles(xs: list[float]) -> dict[str, float | int | None]:
-    """p50/p95 by the nearest-rank method (a value that occurred), rounded to 1 us."""
-    if not xs:
-        return {"n": 0, "p50": None, "p95": None}
-    n = len(xs)
-
-    def q(p: float) -> float:
-        return round(xs[min(n - 1, max(0, -(-int(p * n * 1000) // 1000) - 1))], 6)
-
-    return {"n": n, "p50": q(0.5), "p95": q(0.95)}
-
-
 def encode(r: Record) -> bytes:
-    from soakspec.evidence.record import encode_line
-
     return encode_line(r)
 
 
-__all__ = ["BackendRecorder", "BucketTally", "RunStatus"]
+__all__ = ["BackendRecorder", "RunStatus"]
