@@ -428,7 +428,16 @@ def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = N
     does. `hasher` (a hashlib object), when given, is fed every byte of the file as it is read:
     one pass hashes and decodes."""
     cut: list[int] = []
-    for i, raw in iter_raw_lines(path, hasher, cut):
+    lines = iter_raw_lines(path, hasher, cut)
+    while True:
+        try:
+            i, raw = next(lines)
+        except StopIteration:
+            break
+        except EvidenceFormatError as e:  # not gzip after the last member: report it, stop there
+            if errors is not None:
+                errors.append((e.line, str(e).split(": ", 2)[-1]))
+            break
         if not raw.endswith(b"\n"):
             if errors is not None:
                 errors.append((i, None))

@@ -440,7 +440,7 @@ def iter_records(path, errors: list[tuple[int, str | None]] | None = None, hashe
     from soakspec.evidence.io import iter_raw_lines
 
     cut: list[int] = []
-    for i, raw in iter_raw_lines(path, hasher, cut):
+    for i, raw in _guarded(iter_raw_lines(path, hasher, cut), errors):
         if not raw.endswith(b"\n"):
             if errors is not None:
                 errors.append((i, None))
@@ -488,3 +488,14 @@ def _not_json(raw: bytes) -> str | None:
     except (RecursionError, ValueError) as e:
         return f"JSON beyond the decoder's limits: {str(e)[:120]}"
     return None
+
+
+def _guarded(lines, errors):
+    """`lines`, ending (with the reason in `errors`) where the file stops being gzip or JSONL."""
+    from soakspec.evidence.io import EvidenceFormatError
+
+    try:
+        yield from lines
+    except EvidenceFormatError as e:
+        if errors is not None:
+            errors.append((e.line, str(e).split(": ", 2)[-1]))

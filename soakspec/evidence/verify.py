@@ -361,20 +361,18 @@ class _Checker:
         expect_dir = parts[1] if len(parts) == 3 and parts[0] == layout.BACKENDS else None
         hasher = hashlib.sha256()
         sink = self.rows(rel) if self.rows is not None else None
-        try:
-            for line, rec in iter_records(path, bad_lines, hasher, schema_errors=invalid):
-                self.records_checked += 1
-                if expect_dir and layout.safe_name(rec.backend) != expect_dir:
-                    budget[0] -= 1
-                    if budget[0] >= 0:
-                        self.error(rel, "V108", f"record of backend {rec.backend!r} in the directory of another backend", line)
-                if sink is not None:
-                    sink.add(line, rec)
-        except EvidenceFormatError as e:  # not gzip, or gzip corrupt: nothing after it can be read
-            bad_lines.append((e.line, str(e).split(": ", 2)[-1]))
-            hasher = None
+        for line, rec in iter_records(path, bad_lines, hasher, schema_errors=invalid):
+            self.records_checked += 1
+            if expect_dir and layout.safe_name(rec.backend) != expect_dir:
+                budget[0] -= 1
+                if budget[0] >= 0:
+                    self.error(rel, "V108", f"record of backend {rec.backend!r} in the directory of another backend", line)
+            if sink is not None:
+                sink.add(line, rec)
         self.records_checked += len(invalid)
-        self.hashes[rel] = hasher.hexdigest() if hasher is not None else sha256_file(path)
+        # a file that stopped being gzip part-way was not read to its end: hash it whole
+        done = not bad_lines or bad_lines[-1][1] is None or "gzip" not in bad_lines[-1][1]
+        self.hashes[rel] = hasher.hexdigest() if done else sha256_file(path)
         if sink is not None:
             sink.end(bad_lines + [(line, f"{p or '/'}: {m}") for line, p, m in invalid])
         for line, pointer, message in invalid:
