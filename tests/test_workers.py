@@ -36,7 +36,7 @@ def _run(tmp_path: Path, spec_text: str, workers: int, name: str):
     proc = run_soakspec(["run", str(spec), "--out", str(out), "--quiet", "--workers", str(workers)], marker, tmp_path)
     assert wait_no_survivors(marker) == [], "a worker or server outlived the run"
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, manifest(out)["backends"][0]["levels"][0], read_jsonl(out / "backends" / "b0" / "requests.jsonl")
+    return out, manifest(out)["backends"][0]["levels"][0], read_jsonl(out / "backends" / "b0" / "requests.jsonl.gz")
 
 
 def _verify(out: Path, code: int = 0) -> None:
@@ -96,7 +96,7 @@ def _start(tmp_path: Path, spec_text: str, workers: int, marker: str):
         soakspec_cmd("run", str(spec), "--out", str(out), "--quiet", "--workers", str(workers)),
         cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    req = out / "backends" / "b0" / "requests.jsonl"
+    req = out / "backends" / "b0" / "requests.jsonl.gz"
     deadline = time.monotonic() + 60
     while not (req.exists() and req.stat().st_size > 0):
         assert proc.poll() is None, proc.communicate()
@@ -113,7 +113,7 @@ def test_an_interrupted_run_with_workers_keeps_their_records_and_leaves_no_proce
     assert SLOW_REQUESTS != LONG
     marker = new_marker()
     proc, out = _start(tmp_path, SLOW_REQUESTS, 2, marker)
-    req = out / "backends" / "b0" / "requests.jsonl"
+    req = out / "backends" / "b0" / "requests.jsonl.gz"
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)

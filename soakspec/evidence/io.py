@@ -26,6 +26,7 @@ import math
 import os
 import re
 import secrets
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -465,18 +466,22 @@ class GzipJsonlWriter:
     """Append-only gzip JSONL, one gzip member per bucket: `write_lines(data)` compresses whole
     lines into the open member (what the compressor emits goes to the file at once, O_APPEND);
     `flush_fsync()` ends the member (its gzip trailer) and fsyncs -- the runner calls it at
-    every bucket end. A SIGKILL therefore leaves closed members plus at most one cut member:
-    readers (`iter_raw_lines`) read the cut member's whole lines and report it as a cut-off
-    write (incomplete evidence, never corruption). A write the disk refuses truncates the file
+    every bucket end. Within a member, what the compressor holds is pushed out (a zlib sync
+    flush: a few bytes) at most every `sync_s` seconds, so the file grows as the run goes and a
+    SIGKILL loses at most the last `sync_s` seconds of records. It leaves closed members plus at
+    most one cut member: readers (`iter_raw_lines`) read the cut member's whole lines and
+    report it as a cut-off write (incomplete evidence, never corruption). A write the disk refuses truncates the file
     back to where the open member began (that member's records are lost; the run aborts on the
     `EvidenceWriteError`)."""
 
     LEVEL = 6
 
-    def __init__(self, path: os.PathLike | str):
+    def __init__(self, path: os.PathLike | str, sync_s: float = 1.0):
         self.path = Path(path)
+        self.sync_s = sync_s
         self._z: Any = None
         self._member_start = 0
+        self._synced = 0.0
         try:
             self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as e:
@@ -494,7 +499,13 @@ class GzipJsonlWriter:
 
             self._z = zlib.compressobj(self.LEVEL, zlib.DEFLATED, 31)
             self._member_start = os.fstat(self._fd).st_size
+            self._synced = time.monotonic()
         out = self._z.compress(data)
+        if time.monotonic() - self._synced >= self.sync_s:
+            import zlib
+
+            out += self._z.flush(zlib.Z_SYNC_FLUSH)
+            self._synced = time.monotonic()
         if out:
             self._append(out)
 

@@ -249,3 +249,12 @@ def read_request_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
     from soakspec.evidence.io import iter_raw_lines
 
     return [json.loads(raw) for _, raw in iter_raw_lines(path) if raw.strip()]
+
+
+def edit_requests(path: str | os.PathLike, edit) -> None:
+    """Rewrite a requests.jsonl.gz with `edit(text) -> text` applied to its decompressed text
+    (one gzip member): how tests doctor a request file the way an operator could."""
+    import gzip
+
+    p = Path(path)
+    p.write_bytes(gzip.compress(edit(gzip.decompress(p.read_bytes()).decode("utf-8")).encode("utf-8")))

@@ -294,9 +294,11 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
     return Integrity(report.artifacts_checked, tuple(tampered), tuple(malformed), tuple(incomplete), True)
 
 
-def load_evidence(run_dir: str | os.PathLike) -> Evidence:
+def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = None) -> Evidence:
     """Verify and read an evidence directory. Raises `EvidenceNotFound` when there is no
-    manifest.json, `EvidenceFormatError` when the manifest does not parse."""
+    manifest.json, `EvidenceFormatError` when the manifest does not parse. `entries`, when
+    given, are the backend entries to read instead of the manifest's (a run still going has
+    none yet: `soakspec gate --partial` makes them from buckets.jsonl)."""
     root = Path(run_dir)
     mpath = root / layout.MANIFEST
     if not root.is_dir():
@@ -308,7 +310,8 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
         raise EvidenceFormatError(mpath, 1, "the manifest is not a JSON object")
     manifest_sha = sha256_file(mpath)
     read: dict[str, _Rows] = {}
-    entries = manifest.get("backends")
+    if entries is None:
+        entries = manifest.get("backends")
     # backends whose traces the run took from server.log: the judge re-matches them from there
     from_log = frozenset(layout.safe_name(e["name"]) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
                          and e.get("trace_source") == "log" and (root / layout.BACKENDS / layout.safe_name(e["name"])

@@ -5,7 +5,8 @@ a level started or ended, records, a bucket end, the follow-up, stopped, failed 
 writes them or keeps them for the manifest entry that `collect` builds after the load:
 
 - requests.jsonl.gz is appended per batch; at every bucket end its gzip member is closed and
-  fsynced (`GzipJsonlWriter`), so a SIGKILL loses at most the open bucket's records;
+  fsynced (`GzipJsonlWriter`); within a bucket the compressor is flushed to the file every
+  second, so a SIGKILL loses at most about a second of records (a power loss: the open bucket's);
 - then buckets.jsonl gets that bucket's line (`soakspec.evidence.buckets`) and is fsynced: a day-long
   soak is inspectable while it runs (`soakspec gate --partial`), and a line there never claims
   a bucket whose records are not durable. A bucket's line counts the bucket's requests that had
