@@ -13,6 +13,7 @@ from soakspec.evidence.record import iter_records
 from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
 from soakspec.evidence.provenance import binary_sha256, git_state
 from soakspec.evidence.runtime import detect_runtime_boundary
+from soakspec.evidence.serverlog import cap_server_log, keep_lines
 from soakspec.evidence.traces import TraceSource, collect_traces, match_traces
 from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
@@ -34,8 +35,10 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     bp = rec.bp
     la = bp.launch
     log_path = rec.server_log
-    log_text = log_path.read_bytes().decode("utf-8", "replace") if log_path.exists() else ""
-    boundary = detect_runtime_boundary(bp.runtime, dict(la.env), log_text)
+    cut = _cap_log(rec) if log_path.exists() else None
+    # read lazily, once, and only if the declaration needs the log (the log is capped by now)
+    boundary = detect_runtime_boundary(bp.runtime, dict(la.env),
+                                       lambda: log_path.read_bytes().decode("utf-8", "replace") if log_path.exists() else "")
     trace_source = _traces(plan, rec)
     if rec.followup is None:
         rec.followup = {"required": bp.follow_up, "record": None, "passed": False, "reason": NOT_SENT, "server_idle": None}
@@ -63,6 +66,7 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     )
     entry["levels"] = rec.levels
     entry["trace_source"] = trace_source
+    entry["server_log_cut"] = cut
     entry["aborted_reason"] = rec.aborted_reason
     entry["aborted_at"] = rec.aborted_at
     entry["crash_diagnosis"] = list(rec.failure.diagnosis) if rec.failure is not None else []
@@ -72,6 +76,14 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     entry["planned_levels"] = len(bp.levels)
     entry["timeouts"] = bp.timeouts()
     return entry
+
+
+def _cap_log(rec: BackendRecorder) -> dict[str, Any] | None:
+    """Cap server.log (head and tail kept), never cutting a trace or runtime-banner line."""
+    tr = rec.bp.traces
+    rt = rec.bp.runtime
+    keep = keep_lines(tr.pattern if tr.source == "log" else None, getattr(rt, "log_regex", None) if rt else None)
+    return cap_server_log(rec.server_log, keep)
 
 
 def _traces(plan: Plan, rec: BackendRecorder) -> str:
