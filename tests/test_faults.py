@@ -413,8 +413,10 @@ def test_disk_full_while_writing_evidence_aborts_cleanly(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
 
     spec = tmp_path / "t.soak"
-    spec.write_text(sim_spec(sim="ttft = 5ms\n    itl = 1ms", max_tokens=64, duration="10s", bucket="1s", follow_up=False,
-                             load="mode = closed\n    concurrency = [4]"))  # fmt: skip
+    # the server's own log off (it would reach the limit first: requests.jsonl.gz is compressed)
+    spec.write_text(sim_spec(sim="ttft = 5ms\n    itl = 1ms", max_tokens=64, duration="20s", bucket="1s", follow_up=False,
+                             load="mode = closed\n    concurrency = [4]",
+                             extra_backend="  log = false\n  traces {\n    source = none\n  }\n"))  # fmt: skip
     marker = new_marker()
     out = tmp_path / "ev"
     proc = subprocess.run(
