@@ -48,7 +48,7 @@ class BucketTally:
             c = self._counts[b] = Counter()
             self._tokens[b] = 0
             self._ttft[b] = array("d")
-            self._itl[b] = array("d")
+            self._itl[b] = array("q")  # integer microseconds, as stored
         outcome = str(r["outcome"])
         c[outcome] += 1
         if outcome == "completed":
@@ -56,7 +56,7 @@ class BucketTally:
             t = r["ttft"]
             if t is not None:
                 self._ttft[b].append(t)
-            self._itl[b].extend(r["itl"])
+            self._itl[b].extend(r["itl_us"])
 
     def figures(self, b: int) -> dict[str, Any]:
         """The bucket's figures (and forget them)."""
@@ -65,7 +65,7 @@ class BucketTally:
             "requests": {"total": sum(c.values())} | {o: c.get(o, 0) for o in OUTCOMES},
             "output_tokens": self._tokens.pop(b, 0),
             "ttft": quantiles(sorted(self._ttft.pop(b, ()))),
-            "itl": quantiles(sorted(self._itl.pop(b, ()))),
+            "itl": quantiles([g / 1e6 for g in sorted(self._itl.pop(b, ()))]),
         }
 
 

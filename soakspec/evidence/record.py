@@ -265,6 +265,16 @@ def decode_line(line: bytes | str) -> Record:
     return rec
 
 
+def decode_lenient(line: bytes | str) -> Record | None:
+    """A line as a `Record` when it has the record's shape (its cross-field rules unchecked), else
+    None: for what the runner itself watches while it runs (abort rules, bucket lines), which
+    must never stop a run over a record `verify` will report afterwards."""
+    try:
+        return _DECODER.decode(line)
+    except msgspec.DecodeError:
+        return None
+
+
 def error_pointer(err: Exception) -> tuple[str, str]:
     """(JSON pointer, message) of a msgspec decode error: "... - at `$.bucket`" -> "/bucket"."""
     text = str(err)
@@ -421,7 +431,8 @@ def request_schema() -> dict[str, Any]:
 
 __all__ = [
     "DERIVED_KEYS", "ERROR_LIMIT", "FOLLOW_UP_BUCKET", "OPTIONAL_KEYS", "OUTCOMES", "READ_KEYS", "RECORD_KEYS", "WARMUP_BUCKET",
-    "ItlSource", "Outcome", "Record", "RequestRecord", "TokensSource", "decode_line", "encode_line", "error_pointer",
+    "ItlSource", "Outcome", "Record", "RequestRecord", "TokensSource", "decode_lenient", "decode_line", "encode_line",
+    "error_pointer", "iter_records",
     "measured", "request_schema",
 ]
 

@@ -17,6 +17,7 @@ dead backend's load stops (the watch raises), and refused connects back off mean
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 
@@ -32,7 +33,7 @@ from soakspec.runner.procs import BackendError
 from soakspec.runner.load import CLOSE_S, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder
-from soakspec.evidence.record import FOLLOW_UP_BUCKET, decode_line
+from soakspec.evidence.record import FOLLOW_UP_BUCKET, decode_lenient
 from soakspec.runner.records import RequestRecord
 from soakspec.runner.workers import drive_level_workers, processes_for
 
@@ -136,7 +137,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
 
     def write_lines(data: bytes) -> None:  # a --workers process's records
         rec.write_lines(data)
-        watch.observe([row_of_json(decode_line(line)) for line in data.splitlines() if line.strip()], deps.clock.now())
+        rows = [decode_lenient(line) or json.loads(line) for line in data.splitlines() if line.strip()]
+        watch.observe([row_of_json(r) for r in rows], deps.clock.now())
 
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
                        on_bucket=on_bucket, health=health)  # fmt: skip

@@ -26,7 +26,7 @@ from typing import Any
 
 from soakspec.evidence.io import EvidenceError, GzipJsonlWriter, JsonlWriter
 from soakspec.evidence.buckets import BucketTally, bucket_line
-from soakspec.evidence.record import Record, decode_line, encode_line
+from soakspec.evidence.record import Record, decode_lenient, encode_line
 from soakspec.evidence.layout import RunLayout
 from soakspec.plan import BackendPlan, Level
 from soakspec.runner.load import LevelRun, LiveStats
@@ -186,8 +186,8 @@ class BackendRecorder:
     def write_lines(self, data: bytes) -> None:
         """Whole request lines made elsewhere (a `--workers` process's `to_line`s)."""
         for line in data.splitlines():
-            if line.strip():
-                self.tally.add(decode_line(line))
+            if line.strip() and (r := decode_lenient(line)) is not None:
+                self.tally.add(r)
         self._write(data)
 
     def _write(self, data: bytes) -> None:
