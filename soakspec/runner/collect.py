@@ -5,6 +5,7 @@ said in the entry (`collect_error`) and the evidence written so far stays.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,8 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     la = bp.launch
     log_path = rec.server_log
     cut = _cap_log(rec) if log_path.exists() else None
-    # read lazily, once, and only if the declaration needs the log (the log is capped by now)
-    boundary = detect_runtime_boundary(bp.runtime, dict(la.env),
-                                       lambda: log_path.read_bytes().decode("utf-8", "replace") if log_path.exists() else "")
+    # read lazily, only if the declaration needs the log: the capped log without its trace lines
+    boundary = detect_runtime_boundary(bp.runtime, dict(la.env), lambda: _log_text(rec) if log_path.exists() else "")
     trace_source = _traces(plan, rec)
     if rec.followup is None:
         rec.followup = {"required": bp.follow_up, "record": None, "passed": False, "reason": NOT_SENT, "server_idle": None}
@@ -84,6 +84,22 @@ def _cap_log(rec: BackendRecorder) -> dict[str, Any] | None:
     rt = rec.bp.runtime
     keep = keep_lines(tr.pattern if tr.source == "log" else None, getattr(rt, "log_regex", None) if rt else None)
     return cap_server_log(rec.server_log, keep)
+
+
+def _log_text(rec: BackendRecorder) -> str:
+    """server.log's text for the runtime boundary, streamed: every line but the trace lines
+    (one per request: a long soak's log is mostly those), so what is held is bounded by the cap;
+    a trace line that matches the runtime pattern is kept."""
+    tr, rt = rec.bp.traces, rec.bp.runtime
+    trace_rx = re.compile(tr.pattern) if tr.source == "log" and tr.pattern else None
+    rt_rx = re.compile(rt.log_regex) if rt is not None and getattr(rt, "log_regex", None) else None
+    out = []
+    with open(rec.server_log, "rb") as f:
+        for raw in f:
+            line = raw.decode("utf-8", "replace")
+            if trace_rx is None or not trace_rx.search(line) or (rt_rx is not None and rt_rx.search(line)):
+                out.append(line)
+    return "".join(out)
 
 
 def _traces(plan: Plan, rec: BackendRecorder) -> str:
