@@ -1,11 +1,13 @@
 """buckets.jsonl: one line per closed bucket, written by the run as it goes.
 
-A line is the bucket's identity and window, then its figures over the bucket's requests that had
-*finished* when the window closed (a request belongs to the bucket it started in; one still
-running then is in requests.jsonl.gz, and the judge counts it; the line does not):
+A line is the bucket's identity and window, then its figures over the bucket's requests (a
+request belongs to the bucket it started in). The run writes it once they have all finished:
+after the window's end plus the level's deadline (every request ends by its deadline; a line
+is written at the next bucket end after that, or when the level stops), so its counts are the
+judge's -- except a request an overloaded scheduler started more than a second late:
 
   workload, level, label, bucket      which bucket (level = the level's index)
-  start, end, closed_at               its window, and when the run closed it (epoch s)
+  start, end, closed_at               its window, and when the line was written (epoch s)
   requests                            {total, completed, failed, timeout, rejected, disconnected}
   output_tokens                       completion tokens of its completed requests
   ttft, itl                           {n, p50, p95} (seconds; nearest-rank, exact) of completed requests

@@ -127,7 +127,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     watch.level_started(lv.workload, lv.index, lv.label, entry["measure_start"], lv.duration_s, lv.bucket_s)
 
     def on_bucket(k: int) -> None:
-        rec.bucket_closed(entry, k, deps.clock.now())  # requests member fsynced, then its buckets.jsonl line
+        rec.bucket_closed(entry, k, deps.clock.now())  # requests durable; bucket lines whose requests all ended
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
         watch.bucket_done(k, deps.clock.now())
 
@@ -156,7 +156,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     finally:
         if watch.fired is not None:
             _buckets_begun(entry, lv, watch.fired.at)
-        rec.level_stopped(entry)
+        rec.level_stopped(entry, deps.clock.now())
     rec.level_finished(entry, run)
     return run
 

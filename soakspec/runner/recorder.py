@@ -7,11 +7,11 @@ writes them or keeps them for the manifest entry that `collect` builds after the
 - requests.jsonl.gz is appended per batch; at every bucket end its gzip member is closed and
   fsynced (`GzipJsonlWriter`); within a bucket the compressor is flushed to the file every
   second, so a SIGKILL loses at most about a second of records (a power loss: the open bucket's);
-- then buckets.jsonl gets that bucket's line (`soakspec.evidence.buckets`) and is fsynced: a day-long
-  soak is inspectable while it runs (`soakspec gate --partial`), and a line there never claims
-  a bucket whose records are not durable. A bucket's line counts the bucket's requests that had
-  *finished* when its window closed (a request belongs to the bucket it started in; one still
-  running then is in requests.jsonl.gz and the judge counts it, the line does not).
+- a bucket's buckets.jsonl line (`soakspec.evidence.buckets`) is written, and fsynced, once
+  every request of the bucket has finished: at the first bucket end after its window end +
+  the level's deadline + LINE_GRACE_S (each request ends by its deadline), or when the level
+  stops. A day-long soak is inspectable while it runs (`soakspec gate --partial`), and a line
+  never claims a bucket whose records are not durable.
 
 A failure is recorded where it happens, before it is raised: `RunStatus` keeps the first one
 (its reason becomes the manifest's), so the engine never has to dig it out of an ExceptionGroup.
@@ -32,6 +32,9 @@ from soakspec.plan import BackendPlan, Level
 from soakspec.runner.load import LevelRun, LiveStats
 from soakspec.runner.procs import BackendError, Server
 from soakspec.runner.records import Outcome, RequestRecord
+
+
+LINE_GRACE_S = 1.0  # a bucket's line is written this long after its requests' deadline passed
 
 
 class RunStatus:
@@ -81,6 +84,7 @@ class BackendRecorder:
         self.bucket_writer: JsonlWriter | None = None
         self.tally = BucketTally()
         self._level: Level | None = None
+        self._pending: list[tuple[int, float, float]] = []  # closed buckets whose line waits: (k, start, length)
         self.stats = LiveStats()
         self.levels: list[dict[str, Any]] = []
         self.followup: dict[str, Any] | None = None
@@ -150,24 +154,39 @@ class BackendRecorder:
         self.levels.append(entry)
         self.tally = BucketTally()
         self._level = lv
+        self._pending = []
         return entry
 
     def bucket_closed(self, entry: dict[str, Any], k: int, now: float) -> None:
-        """Bucket `k` of the level of `entry` ended at `now`: its records so far are made durable,
-        then its line goes to buckets.jsonl (fsynced)."""
+        """Bucket `k` of the level of `entry` ended at `now`: its records so far are made durable
+        (the gzip member closed and fsynced). Its buckets.jsonl line waits until every request
+        of it has finished: `deadline_s` + LINE_GRACE_S after its window (each request ends by
+        its deadline); then the line counts them all. Lines whose time has come go out now."""
         self.flush()
         assert self._level is not None
         b = self._level.buckets[k]
-        line = bucket_line(entry, k, entry["measure_start"] + b.start_s, b.length_s, now, self.tally)
-        if self.bucket_writer is not None:
+        self._pending.append((k, entry["measure_start"] + b.start_s, b.length_s))
+        self._write_lines(entry, now, lambda start, length: now >= start + length + entry["deadline_s"] + LINE_GRACE_S)
+
+    def _write_lines(self, entry: dict[str, Any], now: float | None, due) -> None:
+        lines = []
+        for item in list(self._pending):
+            k, start, length = item
+            if due(start, length):
+                self._pending.remove(item)
+                lines.append(bucket_line(entry, k, start, length, now if now is not None else start + length, self.tally))
+        if lines and self.bucket_writer is not None:
             with self._evidence():
-                self.bucket_writer.write(line)
+                for line in lines:
+                    self.bucket_writer.write(line)
                 self.bucket_writer.flush_fsync()
 
-    def level_stopped(self, entry: dict[str, Any]) -> None:
-        """The level's load ended, finished or not: what was sent is on disk."""
+    def level_stopped(self, entry: dict[str, Any], now: float | None = None) -> None:
+        """The level's load ended, finished or not: what was sent is on disk, and the lines of
+        its closed buckets still waiting for their requests are written with what came."""
         entry["sent"] = self.stats.sent
         self.flush()
+        self._write_lines(entry, now, lambda start, length: True)
 
     def level_finished(self, entry: dict[str, Any], run: LevelRun) -> None:
         entry.update(
