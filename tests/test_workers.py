@@ -18,7 +18,7 @@ import pytest
 
 from runner_support import manifest, new_marker, read_jsonl, run_env, run_soakspec, sim_spec, soakspec_cmd, wait_no_survivors
 from soakspec.plan import Batch, Bucket, Closed, Level, Open, RequestTemplate
-from soakspec.runner.records import RECORD_KEYS
+from soakspec.evidence.record import READ_KEYS
 from soakspec.runner.workers import processes_for
 
 OPEN = sim_spec(sim="ttft = 10ms\n    itl = 2ms", load="mode = open\n    rate = [30rps]\n    arrival = constant",
@@ -53,7 +53,7 @@ def test_two_workers_give_the_same_records_as_one(tmp_path):
     summary = {}
     for w, (out, level, rows) in runs.items():
         _verify(out)
-        assert all(sorted(r) == sorted(RECORD_KEYS) for r in rows)
+        assert all(sorted(r) == sorted(READ_KEYS) for r in rows)  # the record type's keys, read as a dict
         assert len({r["request_id"] for r in rows}) == len(rows), "ids are unique"
         assert level["sent"] == len(rows)
         offsets = sorted(round(r["intended_start"] - level["started_at"], 6) for r in rows)

@@ -467,7 +467,7 @@ class GzipJsonlWriter:
     lines into the open member (what the compressor emits goes to the file at once, O_APPEND);
     `flush_fsync()` ends the member (its gzip trailer) and fsyncs -- the runner calls it at
     every bucket end. Within a member, what the compressor holds is pushed out (a zlib sync
-    flush: a few bytes) at most every `sync_s` seconds, so the file grows as the run goes and a
+    flush: a few bytes) with the member's first lines and then at most every `sync_s` seconds, so the file grows as the run goes and a
     SIGKILL loses at most the last `sync_s` seconds of records. It leaves closed members plus at
     most one cut member: readers (`iter_raw_lines`) read the cut member's whole lines and
     report it as a cut-off write (incomplete evidence, never corruption). A write the disk refuses truncates the file
@@ -499,7 +499,7 @@ class GzipJsonlWriter:
 
             self._z = zlib.compressobj(self.LEVEL, zlib.DEFLATED, 31)
             self._member_start = os.fstat(self._fd).st_size
-            self._synced = time.monotonic()
+            self._synced = -math.inf  # a member's first lines are flushed at once: a non-empty file has a record
         out = self._z.compress(data)
         if time.monotonic() - self._synced >= self.sync_s:
             import zlib
