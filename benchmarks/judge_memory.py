@@ -26,7 +26,9 @@ from soakspec.runner.records import Outcome, RequestRecord
 
 def write(path: Path, n: int, tokens: int) -> None:
     rnd = random.Random(0)
-    with open(path, "wb") as f:
+    from soakspec.evidence.io import GzipJsonlWriter
+
+    with GzipJsonlWriter(path) as f:
         for i in range(n):
             t = 1_764_500_000.0 + i * 0.01
             rec = RequestRecord(
@@ -36,7 +38,7 @@ def write(path: Path, n: int, tokens: int) -> None:
                 server_id=f"cmpl-{i:032x}", prompt_tokens=16, output_tokens=tokens, chunks=tokens, tpot=0.04,
                 itl=[0.04 + rnd.random() * 1e-3 for _ in range(tokens - 1)], output_sha256="ab" * 32, output_chars=5 * tokens,
             )  # fmt: skip
-            f.write(rec.to_line())
+            f.write_lines(rec.to_line())
 
 
 def main() -> int:
@@ -45,13 +47,13 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=16)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "requests.jsonl"
+        path = Path(tmp) / "requests.jsonl.gz"
         write(path, args.records, args.tokens)
         size = path.stat().st_size
         gc.collect()
         tracemalloc.start()
         t0 = time.perf_counter()
-        rows = evidence._read_rows(path, "requests.jsonl", [], [], required=True, compact=evidence._compact_request)
+        rows = evidence._read_rows(path, "requests.jsonl.gz", [], [], required=True, compact=evidence._compact_request)
         seconds = time.perf_counter() - t0
         held, _ = tracemalloc.get_traced_memory()
         tracemalloc.stop()

@@ -6,8 +6,9 @@
 
 Writes a complete, verifiable evidence directory of N requests through the runner's own
 writers -- no network, no server: the records are built directly as `RequestRecord`s (64
-output tokens each, ITL per token) and written by the real `BackendRecorder` (requests.jsonl
-in batches, fsynced at every bucket end, the follow-up record), the level entry is the real
+output tokens each, ITL per token) and written by the real `BackendRecorder` (requests.jsonl.gz
+in batches, a gzip member closed and fsynced at every bucket end, then that bucket's
+buckets.jsonl line; the follow-up record), the level entry is the real
 `LevelRun`'s, one simulator trace line per request goes to server.log in the simulator's
 format (`soakspec.lang.simtrace`), the runner's `collect` matches the traces and builds the
 backend's manifest entry, `finalize_manifest` hashes every artifact, and the run's own judging
@@ -150,12 +151,12 @@ def generate(n: int, out: Path):
         first = start + TTFT + jitter[i & 4095]
         end = first + sum(itl)
         b = bucket_of_start(start)
-        if b != last_bucket:  # a bucket closed: what it holds is on disk, fsynced (the recorder's contract)
+        if b != last_bucket:  # a bucket closed: what it holds is on disk, fsynced, then its buckets.jsonl line
             rec.write_records(batch)
             batch.clear()
             log.write("".join(trace_lines))
             trace_lines.clear()
-            rec.flush()
+            rec.bucket_closed(entry, last_bucket, measure_start + (last_bucket + 1) * BUCKET_S)
             last_bucket = b
         batch.append(RequestRecord(
             rid, backend=bp.name, workload=lv.workload, level=lv.index, concurrency=CONCURRENCY, bucket=b, worker=w,
@@ -179,6 +180,7 @@ def generate(n: int, out: Path):
             trace_lines.clear()
     rec.write_records(batch)
     log.write("".join(trace_lines))
+    rec.bucket_closed(entry, last_bucket, measure_start + (last_bucket + 1) * BUCKET_S)
     run.sent = n
     run.measure_end = measure_start + lv.duration_s
     run.drained_at = run.measure_end + lat
@@ -268,12 +270,13 @@ def main() -> int:
         print(f"wrote {out} ({args.requests:,} requests, the run's own verdict exit {code}) in "
               f"{time.perf_counter() - t:.1f} s", flush=True)
     print(out, flush=True)
-    n = sum(1 for _ in open(next(out.glob("backends/*/requests.jsonl")), "rb")) - 1  # less the follow-up
+    from soakspec.evidence.io import iter_raw_lines
+
+    n = sum(1 for _ in iter_raw_lines(next(out.glob("backends/*/requests.jsonl.gz")))) - 1  # less the follow-up
     size = evidence_bytes(out)
-    print(f"evidence: {size:,} bytes, {size / n:,.0f} bytes a request "
-          f"(requests.jsonl {next(out.glob('backends/*/requests.jsonl')).stat().st_size / n:,.0f}, "
-          f"server.log {next(out.glob('backends/*/server.log')).stat().st_size / n:,.0f}, "
-          f"traces.jsonl {next(out.glob('backends/*/traces.jsonl')).stat().st_size / n:,.0f})")
+    per = {p.name: p.stat().st_size / n for p in sorted(next(out.glob("backends/*")).iterdir())}
+    print(f"evidence: {size:,} bytes, {size / n:,.0f} bytes a request ("
+          + ", ".join(f"{k} {v:,.1f}" for k, v in per.items()) + ")")
     py = [sys.executable, "-m", "soakspec"]
     skip = set(filter(None, args.skip.split(",")))
     cmds = {"gate": [*py, "gate", str(out)], "verify": [*py, "verify", str(out)],

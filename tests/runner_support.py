@@ -115,6 +115,10 @@ def wait_no_survivors(marker: str, timeout: float = 5.0) -> list[int]:
 
 
 def read_jsonl(path: Path) -> list[dict]:
+    if str(path).endswith(".gz"):  # requests.jsonl.gz: the record type, as plain dicts (derived keys too)
+        from soakspec.evidence.record import iter_records
+
+        return [dict(r) for _, r in iter_records(path)]
     rows = []
     for line in Path(path).read_text().splitlines():
         if line.strip():
@@ -144,4 +148,4 @@ def run_spec(tmp_path: Path, spec_text: str, *extra: str, timeout: float = 120) 
 
 def requests_of(out: Path, backend: str = "b0") -> list[dict]:
     """The request records of one backend of an evidence directory."""
-    return read_jsonl(Path(out) / "backends" / backend / "requests.jsonl")
+    return read_jsonl(Path(out) / "backends" / backend / "requests.jsonl.gz")

@@ -546,7 +546,7 @@ async def test_both_clients_fill_identical_records(nursery) -> None:
 
     def normalized(rec: RequestRecord) -> dict[str, Any]:
         d = {k: v for k, v in rec.to_json().items() if k not in times}
-        d["itl"] = len(d["itl"])
+        d["itl_us"] = len(d["itl_us"])
         return d
 
     async with httpx.AsyncClient() as http:
@@ -716,7 +716,7 @@ async def test_sim_keep_alive_and_identical_records(nursery) -> None:
                 else:
                     rec = await send(HttpxClient(http, f"http://127.0.0.1:{port}", CLOCK), CHAT)
                 d = {k: v for k, v in rec.to_json().items() if k not in times}
-                d["itl"] = len(d["itl"])
+                d["itl_us"] = len(d["itl_us"])
                 rows.append(d)
             assert rows[0] == rows[1], options
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from soakspec.cli import main
+from soakspec.evidence.testing import edit_requests
 from soakspec.judge.testing import EvidenceBuilder
 from soakspec.lang import load_spec
 
@@ -50,7 +51,7 @@ def test_two_clean_children_pass(spec, tmp_path, capsys):
     assert [c["verdict"] for c in doc["children"]] == ["PASS", "PASS"]
     for c in doc["children"]:
         assert len(c["manifest_sha256"]) == 64
-        assert "backends/" + ("nccl" if "nccl" in c["dir"] else "host-staged") + "/requests.jsonl" in c["artifacts"]
+        assert "backends/" + ("nccl" if "nccl" in c["dir"] else "host-staged") + "/requests.jsonl.gz" in c["artifacts"]
     assert {b["name"]: b["runtime_boundary"]["status"] for b in doc["backends"]} == {"host-staged": "declared", "nccl": "confirmed"}
     sidecar = (out / "combined.json.sha256").read_text()
     assert sidecar == hashlib.sha256((out / "combined.json").read_bytes()).hexdigest() + "  combined.json\n"
@@ -190,8 +191,8 @@ def test_the_combined_directory_is_evidence_that_verify_gate_and_report_accept(s
 def test_a_child_file_changed_after_the_combined_copy_is_caught_by_verify(spec, tmp_path, capsys):
     out = tmp_path / "out"
     assert run_combine(children(spec, tmp_path), out, capsys)[0] == 0
-    f = out / "backends" / "nccl" / "requests.jsonl"
-    f.write_bytes(f.read_bytes().replace(b'"completed"', b'"failed"', 1))
+    f = out / "backends" / "nccl" / "requests.jsonl.gz"
+    edit_requests(f, lambda t: t.replace('"completed"', '"failed"', 1))
     assert main(["verify", str(out)]) == 1
     assert main(["gate", str(out)]) == 1
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 
@@ -12,6 +13,7 @@ from soakspec.cli import main
 from soakspec.compare import compare, parse_rule, percentile_draws, RuleError
 from soakspec.compare.render import render
 from soakspec.judge import stats
+from soakspec.evidence.testing import edit_requests
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 
 SPEC = small_spec(duration="4m", bucket="1m")
@@ -131,10 +133,9 @@ def test_compare_cli_exit_codes_and_formats(tmp_path, capsys):
 def test_compare_refuses_evidence_changed_after_the_run(tmp_path, capsys):
     base = builder(1).write(tmp_path / "base")
     new = builder(2).write(tmp_path / "new")
-    req = new / "backends" / "a" / "requests.jsonl"
-    data = req.read_bytes()
-    assert b'"completed"' in data
-    req.write_bytes(data.replace(b'"completed"', b'"failed"', 1))  # one request's outcome, edited
+    req = new / "backends" / "a" / "requests.jsonl.gz"
+    assert b'"completed"' in gzip.decompress(req.read_bytes())
+    edit_requests(req, lambda t: t.replace('"completed"', '"failed"', 1))  # one request's outcome, edited
     assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["new"]["verified"] is False and any("does not verify" in n for n in doc["notes"])

@@ -9,6 +9,7 @@ rehearsal's manifest carries exactly the plan's timings.
 from __future__ import annotations
 
 import ast
+import gzip
 import json
 from functools import partial
 from pathlib import Path
@@ -133,7 +134,7 @@ async def test_a_backend_served_and_driven_in_process(tmp_path):
     assert entry["completed"] is True and entry["sent"] > 4
     assert [w["planned_length_s"] for w in entry["buckets"]] == [b.length_s for b in lv.buckets]
     assert rec.followup is not None and rec.followup["passed"] is True
-    lines = (tmp_path / "ev" / "backends" / "u" / "requests.jsonl").read_text().splitlines()
+    lines = gzip.decompress((tmp_path / "ev" / "backends" / "u" / "requests.jsonl.gz").read_bytes()).decode().splitlines()
     ids = [json.loads(x)["request_id"] for x in lines]
     assert sorted(ids) == [f"t-0-{i:07d}" for i in range(len(ids))]  # one sequence, no gaps, no repeats
     assert len(lines) == entry["sent"] + 1  # every level request and the follow-up

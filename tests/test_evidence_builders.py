@@ -19,7 +19,7 @@ import pytest
 from soakspec.cli import main
 from soakspec.evidence import schema
 from soakspec.evidence.testing import (
-    SAMPLE_LEVEL, SAMPLE_SPEC, SAMPLE_TIMEOUTS, build_evidence_dir, sample_request, sample_spec_text,
+    SAMPLE_LEVEL, SAMPLE_SPEC, SAMPLE_TIMEOUTS, build_evidence_dir, read_request_rows, sample_request, sample_spec_text,
 )
 from soakspec.judge.testing import EvidenceBuilder, small_spec, spec_from_text
 from soakspec.lang import load_spec
@@ -37,7 +37,7 @@ def _files(root: Path) -> tuple[set[str], set[str]]:
 
 
 def _rows(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return read_request_rows(path)  # plain or gzip JSONL
 
 
 def _shape(root: Path) -> dict[str, set]:
@@ -47,7 +47,7 @@ def _shape(root: Path) -> dict[str, set]:
     d = root / "backends" / b["safe_name"]
     return {
         "manifest": set(m), "backend": set(b), "level": set(b["levels"][0]), "bucket": set(b["levels"][0]["buckets"][0]),
-        "request": set(_rows(d / "requests.jsonl")[0]), "trace": set(_rows(d / "traces.jsonl")[0]),
+        "request": set(_rows(d / "requests.jsonl.gz")[0]), "bucket line": set(_rows(d / "buckets.jsonl")[0]), "trace": set(_rows(d / "traces.jsonl")[0]),
         "telemetry": set(_rows(d / "telemetry.jsonl")[0]), "followup": set(json.loads((d / "followup.json").read_text())),
         "followup.record": set(json.loads((d / "followup.json").read_text())["record"]),
     }
@@ -112,15 +112,17 @@ def test_the_judge_builder_writes_results_and_verdict_as_the_judge_does(spec, re
 
 
 def _assert_runner_lines(root: Path) -> None:
-    files = sorted((root / "backends").glob("*/requests.jsonl"))
+    from soakspec.evidence.io import iter_raw_lines
+
+    files = sorted((root / "backends").glob("*/requests.jsonl.gz"))
     assert files
     for f in files:
-        for line in f.read_bytes().splitlines(keepends=True):
+        for _, line in iter_raw_lines(f):
             assert RequestRecord.from_json(json.loads(line)).to_line() == line, f
 
 
 def test_request_lines_are_the_runners_lines(built, real):
-    """Every requests.jsonl line reads back as a RequestRecord whose `to_line` is that line
+    """Every requests.jsonl.gz line reads back as a RequestRecord whose `to_line` is that line
     (checked on the real run too, so that the comparison itself is sound)."""
     _assert_runner_lines(real)
     _assert_runner_lines(built)
@@ -134,5 +136,5 @@ def test_builder_output_passes_verify(built, capsys):
     m = json.loads((root / "manifest.json").read_text())
     assert not schema.validate("manifest", m)
     for b in m["backends"]:
-        rows = _rows(root / "backends" / b["safe_name"] / "requests.jsonl")
+        rows = _rows(root / "backends" / b["safe_name"] / "requests.jsonl.gz")
         assert rows and not any(schema.validate("request", r) for r in rows)

@@ -60,8 +60,8 @@ def test_jsonl_roundtrip_and_schema_checked_per_record(tmp_path):
         w.write(sample_request(0))
         w.flush_fsync()
         w.write(sample_request(1))
-        with pytest.raises(EvidenceSchemaError, match="/latency"):
-            w.write(sample_request(2, latency="slow"))
+        with pytest.raises(EvidenceSchemaError, match="/tpot"):
+            w.write(sample_request(2, tpot="slow"))
     records, partial = read_jsonl(p)
     assert [r["request_id"] for r in records] == ["run1-a-00000", "run1-a-00001"]
     assert partial is False

@@ -8,6 +8,7 @@ its hash in the manifest (and the results' and verdict's binding to the manifest
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -24,9 +25,12 @@ DEEP = "[" * 100_000 + "]" * 100_000
 BIG = "1" * 5000
 
 
-def _edit(root: Path, rel: str, text: str) -> None:
+def _edit(root: Path, rel: str, text: str | bytes) -> None:
     """Replace `rel` and recompute every hash that would give the edit away."""
-    (root / rel).write_text(text)
+    if isinstance(text, bytes):
+        (root / rel).write_bytes(text)
+    else:
+        (root / rel).write_text(text)
     mpath = root / "manifest.json"
     if rel != "manifest.json":
         m = json.loads(mpath.read_text())
@@ -43,7 +47,9 @@ def _edit(root: Path, rel: str, text: str) -> None:
         (root / bound).write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
 
 
-def _append_line(root: Path, rel: str, line: str) -> str:
+def _append_line(root: Path, rel: str, line: str) -> str | bytes:
+    if rel.endswith(".gz"):  # one more gzip member, as a run that went on writing would add
+        return (root / rel).read_bytes() + gzip.compress((line + "\n").encode())
     return (root / rel).read_text() + line + "\n"
 
 
@@ -54,8 +60,8 @@ def _add_key(root: Path, rel: str, raw: str) -> str:
 
 
 CASES = {
-    "requests.jsonl nested 100,000 deep": ("backends/a/requests.jsonl", lambda r, p: _append_line(r, p, DEEP), 18),
-    "requests.jsonl 5000-digit integer": ("backends/a/requests.jsonl", lambda r, p: _append_line(r, p, '{"x": %s}' % BIG), 18),
+    "requests.jsonl.gz nested 100,000 deep": ("backends/a/requests.jsonl.gz", lambda r, p: _append_line(r, p, DEEP), 18),
+    "requests.jsonl.gz 5000-digit integer": ("backends/a/requests.jsonl.gz", lambda r, p: _append_line(r, p, '{"x": %s}' % BIG), 18),
     "traces.jsonl 5000-digit integer": ("backends/a/traces.jsonl", lambda r, p: _append_line(r, p, '{"x": %s}' % BIG), None),
     "telemetry.jsonl nested deep": ("backends/a/telemetry.jsonl", lambda r, p: _append_line(r, p, DEEP), None),
     "followup.json nested deep": ("backends/a/followup.json", lambda r, p: DEEP, 1),
@@ -101,7 +107,7 @@ def test_hostile_json_is_malformed_evidence_not_an_internal_error(case, spec, tm
 
 def test_the_limits_are_named_in_the_message(tmp_path, spec, capsys):
     root = EvidenceBuilder(spec).write(tmp_path / "run")
-    _edit(root, "backends/a/requests.jsonl", _append_line(root, "backends/a/requests.jsonl", '{"x": %s}' % BIG))
+    _edit(root, "backends/a/requests.jsonl.gz", _append_line(root, "backends/a/requests.jsonl.gz", '{"x": %s}' % BIG))
     _, out = _cli(capsys, "verify", str(root))
     assert f"integer of 5000 digits (at most {MAX_INT_DIGITS})" in out
 

@@ -47,4 +47,4 @@ def test_layout_paths_stay_inside_the_run_dir(tmp_path):
     lay = RunLayout(tmp_path / "run1")
     p = lay.requests("../../etc")
     assert p.resolve().is_relative_to((tmp_path / "run1").resolve())
-    assert p.name == "requests.jsonl" and p.parent.parent.name == "backends"
+    assert p.name == "requests.jsonl.gz" and p.parent.parent.name == "backends"

@@ -61,8 +61,8 @@ def test_fast_check_never_accepts_what_the_schema_rejects(base, key, value, drop
 @given(itl=st.lists(st.floats(allow_nan=False, allow_infinity=False) | st.integers(-3, 3) | st.booleans(), max_size=6))
 def test_fast_check_on_itl_values(itl):
     row = _runner_record(2, Outcome.COMPLETED)
-    row["itl"] = itl
+    row["itl_us"] = itl
     if request_certainly_valid(row):
         assert is_valid("request", row)
-    else:  # all floats >= 0 are proven valid
-        assert not (all(type(g) is float and g >= 0 for g in itl))
+    else:  # all integer microseconds >= 0 are proven valid
+        assert not (all(type(g) is int and g >= 0 for g in itl))

@@ -350,7 +350,7 @@ def _start_runner(tmp_path: Path, spec_text: str, marker: str, out: Path, wait_f
         soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"),
         cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    req = out / "backends" / "b0" / "requests.jsonl"
+    req = out / "backends" / "b0" / "requests.jsonl.gz"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if req.exists() and req.stat().st_size > 0:
@@ -413,8 +413,10 @@ def test_disk_full_while_writing_evidence_aborts_cleanly(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (64 * 1024, 64 * 1024))
 
     spec = tmp_path / "t.soak"
-    spec.write_text(sim_spec(sim="ttft = 5ms\n    itl = 1ms", max_tokens=64, duration="10s", bucket="1s", follow_up=False,
-                             load="mode = closed\n    concurrency = [4]"))  # fmt: skip
+    # the server's own log off (it would reach the limit first: requests.jsonl.gz is compressed)
+    spec.write_text(sim_spec(sim="ttft = 5ms\n    itl = 1ms", max_tokens=64, duration="20s", bucket="1s", follow_up=False,
+                             load="mode = closed\n    concurrency = [4]",
+                             extra_backend="  log = false\n  traces {\n    source = none\n  }\n"))  # fmt: skip
     marker = new_marker()
     out = tmp_path / "ev"
     proc = subprocess.run(
@@ -424,7 +426,7 @@ def test_disk_full_while_writing_evidence_aborts_cleanly(tmp_path):
     assert wait_no_survivors(marker) == []
     assert proc.returncode == 4, proc.stderr
     _one_line_no_traceback(proc.stderr)
-    req = out / "backends" / "b0" / "requests.jsonl"
+    req = out / "backends" / "b0" / "requests.jsonl.gz"
     line = f"soakspec run: cannot write evidence: {req}: cannot write evidence: File too large (EFBIG)"
     assert line in proc.stderr.splitlines(), proc.stderr
     m = manifest(out)

@@ -21,6 +21,7 @@ import contextlib
 import datetime
 import hashlib
 import io
+import gzip
 import json
 import os
 import shutil
@@ -138,7 +139,7 @@ def clean_run(tmp_path_factory) -> Path:
     return root
 
 
-FILES = ("manifest.json", "results.json", "backends/a/requests.jsonl", "backends/a/traces.jsonl",
+FILES = ("manifest.json", "results.json", "backends/a/requests.jsonl.gz", "backends/a/traces.jsonl",
          "backends/a/telemetry.jsonl", "backends/a/followup.json", "verdict.json")  # fmt: skip
 _RAW = "\x00RAW\x00"
 HOSTILE_VALUES = [None, True, False, 0, -1, 1.5, 1e308, -1e308, "", "x" * 5000, [], {}, [[[]]], {"a": {"b": {}}},
@@ -183,15 +184,16 @@ def evidence_edits(draw, root: Path) -> tuple[str, bytes, bool]:
     data = (root / rel).read_bytes()
     if draw(st.booleans()):
         return rel, draw(mutated_bytes(data)), draw(st.booleans())
-    text = data.decode()
-    if rel.endswith(".jsonl"):
+    gz = rel.endswith(".gz")  # requests.jsonl.gz: the lines are edited, then compressed again
+    text = (gzip.decompress(data) if gz else data).decode()
+    if rel.endswith((".jsonl", ".jsonl.gz")):
         lines = text.splitlines()
         i = draw(st.integers(0, len(lines) - 1))
         lines[i] = draw(json_mutation(lines[i]))
         new = "\n".join(lines) + "\n"
     else:
         new = draw(json_mutation(text))
-    return rel, new.encode(), draw(st.booleans())
+    return rel, gzip.compress(new.encode()) if gz else new.encode(), draw(st.booleans())
 
 
 def _rehash(root: Path, rel: str) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from soakspec.cli import main
 from soakspec.evidence import schema
+from soakspec.evidence.testing import edit_requests
 from soakspec.judge.testing import EvidenceBuilder
 from soakspec.lang import load_spec
 
@@ -56,15 +57,19 @@ def test_failed_request_exits_1(spec, tmp_path, capsys):
 
 def test_edited_artifact_refuses_to_pass_and_names_the_file(spec, tmp_path, capsys):
     root = EvidenceBuilder(spec).write(tmp_path / "run")
-    p = root / "backends" / "nccl" / "requests.jsonl"
-    lines = p.read_text().splitlines(keepends=True)
-    doctored = json.loads(lines[3])
-    doctored.update(latency=0.5)  # a retouched number
-    lines[3] = json.dumps(doctored, sort_keys=True, separators=(",", ":")) + "\n"
-    p.write_text("".join(lines))
+    p = root / "backends" / "nccl" / "requests.jsonl.gz"
+
+    def retouch(text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        doctored = json.loads(lines[3])
+        doctored.update(end=doctored["end"] - 0.5)  # a retouched number
+        lines[3] = json.dumps(doctored, separators=(",", ":")) + "\n"
+        return "".join(lines)
+
+    edit_requests(p, retouch)
     assert main(["gate", str(root)]) == 1
     out = capsys.readouterr().out
-    assert "FAIL  artifacts_verified — backends/nccl/requests.jsonl: changed since the manifest was written" in out
+    assert "FAIL  artifacts_verified — backends/nccl/requests.jsonl.gz: changed since the manifest was written" in out
 
 
 def test_added_file_refuses_to_pass(spec, tmp_path, capsys):

@@ -105,7 +105,7 @@ def test_a_run_with_traversal_names_writes_only_inside_the_evidence_directory(tm
     dirs = sorted(p.name for p in (out / "backends").iterdir())
     assert dirs == sorted(safe_name(n) for n in names)
     for d in dirs:
-        assert (out / "backends" / d / "requests.jsonl").stat().st_size > 0
+        assert (out / "backends" / d / "requests.jsonl.gz").stat().st_size > 0
     assert run_soakspec(["verify", str(out)], marker, work).returncode in (0, 3)
 
 

@@ -122,8 +122,10 @@ def test_run_cut_short(spec):
 
 def test_partial_tail_on_disk_is_incomplete(spec, tmp_path):
     root = EvidenceBuilder(spec).write(tmp_path / "run", finalize=False)
-    with open(root / "backends" / "nccl" / "requests.jsonl", "a") as f:
-        f.write('{"request_id": "cut')
+    import gzip
+
+    with open(root / "backends" / "nccl" / "requests.jsonl.gz", "ab") as f:
+        f.write(gzip.compress(b'{"request_id": "cut'))  # a member whose last line was cut mid-write
     v = judge(spec, load_evidence(root))
     assert v.outcome == "FAIL"
     assert "completed_run" in failing(v)

@@ -11,6 +11,7 @@ cut-off lines."""
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import json
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from soakspec.evidence import layout
 from soakspec.evidence.io import iter_jsonl, read_json, sha256_file
+from soakspec.evidence.record import iter_records
 from soakspec.judge.evidence import BackendEvidence, Evidence, _integrity, load_evidence
 from soakspec.judge.joined import join
 from soakspec.judge.judge import judge_run
@@ -72,7 +74,10 @@ def naive_load(root: Path) -> Evidence:
                     problems.append(f"{rel}{fname}: missing")
                 return []
             bad: list = []
-            out = [r for _, r in iter_jsonl(d / fname, bad)]
+            if fname == layout.REQUESTS:  # the record type, each copied into a plain dict
+                out = [dict(r) for _, r in iter_records(d / fname, bad)]
+            else:
+                out = [r for _, r in iter_jsonl(d / fname, bad)]
             for line, message in bad:
                 if message is None:
                     partial.append(rel + fname)
@@ -153,8 +158,8 @@ def test_streaming_judge_equals_naive_reference(tmp_path_factory, kind, failures
         _rehash(root, b)
     if cut is not None:
         p = root / layout.BACKENDS / layout.safe_name(name) / cut
-        with open(p, "ab") as fh:
-            fh.write(b'{"request_id": "cut-off')
+        with open(p, "ab") as fh:  # a line cut mid-write (requests: in a gzip member cut before its trailer)
+            fh.write(gzip.compress(b'{"request_id": "cut-off')[:-4] if cut == layout.REQUESTS else b'{"request_id": "cut-off')
     _same(spec, root)
 
 
@@ -211,7 +216,17 @@ def test_each_jsonl_file_is_decoded_once(tmp_path, monkeypatch):
     import soakspec.evidence.verify as verify
     import soakspec.judge.evidence as jev
 
+    from soakspec.evidence import record
+
+    real_records = record.iter_records
+
+    def counting_records(path, *a, **k):
+        seen[Path(path).name] = seen.get(Path(path).name, 0) + 1
+        return real_records(path, *a, **k)
+
     monkeypatch.setattr(verify, "iter_jsonl", counting)
     monkeypatch.setattr(jev, "iter_jsonl", counting)
+    monkeypatch.setattr(record, "iter_records", counting_records)
     load_evidence(root)
-    assert seen == {layout.REQUESTS: 1, layout.TRACES: 1, layout.TELEMETRY: 1}
+    # buckets.jsonl: verified (the judge does not read it)
+    assert seen == {layout.REQUESTS: 1, layout.TRACES: 1, layout.TELEMETRY: 1, layout.BUCKETS: 1}

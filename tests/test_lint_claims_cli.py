@@ -129,7 +129,7 @@ def _spec_sha() -> str:
 def _write_evidence(root: Path, spec_sha: str, *, list_form: bool = False) -> dict[str, str]:
     root.mkdir(parents=True)
     report = "ab" * 32
-    artifacts = {"backends/sim/report.json": report, "backends/sim/requests.jsonl": "cd" * 32}
+    artifacts = {"backends/sim/report.json": report, "backends/sim/requests.jsonl.gz": "cd" * 32}
     backend_m = {
         "source": {"commit_before": "a" * 40, "commit_after": "a" * 40},
         "model": {"revision": "b" * 40},

@@ -176,7 +176,7 @@ def test_an_external_backend_killed_mid_run_aborts_the_run(tmp_path):
         marker = new_marker()
         runner = subprocess.Popen(soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"), cwd=tmp_path,
                                   env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        req = out / "backends" / "b0" / "requests.jsonl"
+        req = out / "backends" / "b0" / "requests.jsonl.gz"
         deadline = time.monotonic() + 30
         while not (req.exists() and req.stat().st_size > 2000) and time.monotonic() < deadline:
             assert runner.poll() is None, runner.communicate()

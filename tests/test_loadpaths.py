@@ -105,7 +105,7 @@ async def _level_records(tmp_path: Path, endpoint: str, kind: str, sim_options: 
 
 def _normalized(run, rec: RequestRecord) -> dict[str, Any]:
     d = {k: v for k, v in rec.to_json().items() if k not in TIMES | {"output_sha256", "output_chars"}}
-    d["itl"] = len(d["itl"])
+    d["itl_us"] = len(d["itl_us"])
     d["scheduled"] = round(rec.intended_start - run.started_at, 9)  # the schedule, relative to the start
     return d
 

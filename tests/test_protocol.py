@@ -386,7 +386,7 @@ def test_record_json_schema_round_trip() -> None:
     d = rec.to_json()
     assert tuple(d) == RECORD_KEYS
     assert json.loads(json.dumps(d)) == d
-    assert d["itl"] == [0.05] * 4 and d["ttft"] == 1.0 and d["outcome"] == "completed"
+    assert d["itl_us"] == [50000] * 4 and rec.freeze().ttft == 1.0 and d["outcome"] == "completed"
     back = RequestRecord.from_json(d)
     assert back.to_json() == d
     with pytest.raises(ValueError, match="missing"):

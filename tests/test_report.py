@@ -27,6 +27,7 @@ import pytest
 from runner_support import manifest, requests_of
 from soakspec.cli import main
 from soakspec.evidence import schema
+from soakspec.evidence.testing import edit_requests
 from soakspec.report.html import CHART_METRICS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,10 +129,10 @@ def test_md_values_are_the_evidence(reports, run_dir):
         recs = requests_of(run_dir, name)
         measured = [r for r in recs if r["bucket"] >= 0]
         assert row[3] == str(sum(r["outcome"] == "completed" for r in measured))
-        assert row[9] == m["artifacts"][f"backends/{name}/requests.jsonl"]
+        assert row[9] == m["artifacts"][f"backends/{name}/requests.jsonl.gz"]
         entry = next(b for b in m["backends"] if b["name"] == name)
         assert row[1].strip("`") == entry["runtime_boundary"]["display"]
-    assert "backends/<name>/requests.jsonl" in md  # the footnote says what the hash is of
+    assert "backends/<name>/requests.jsonl.gz" in md  # the footnote says what the hash is of
     assert re.search(r"^- hardware: (no GPU telemetry \(NVML not available\)|\d+x .+)$", md, re.M)
     assert "- workload: prompt_words=32, max_tokens=32,48, greedy, ignore-EOS, concurrency 4,8, closed loop," in md
     assert "- time scale: 1 (full scale)" in md and "- rehearsal: no" in md
@@ -276,8 +277,8 @@ def test_a_stored_verdict_is_never_trusted(run_dir, tmp_path):
 def test_edited_evidence_fails_and_names_the_file(run_dir, tmp_path):
     copy = tmp_path / "run"
     shutil.copytree(run_dir, copy)
-    p = copy / "backends" / "sim-slow" / "requests.jsonl"
-    p.write_text(p.read_text().replace('"outcome":"completed"', '"outcome":"failed"', 1))
+    p = copy / "backends" / "sim-slow" / "requests.jsonl.gz"
+    edit_requests(p, lambda t: t.replace('"outcome":"completed"', '"outcome":"failed"', 1))
     code, md, _ = cli("report", str(copy), "--format", "md")
     assert code == 0  # rendered; the verdict's exit code is the gate's
     assert cli("gate", str(copy))[0] == 1
@@ -286,7 +287,7 @@ def test_edited_evidence_fails_and_names_the_file(run_dir, tmp_path):
     own = {r[0]: r[8] for r in table_rows(md)[2:]}
     assert own["sim-slow"].startswith("failed: ") and "artifacts_verified" in own["sim-slow"]
     assert "artifacts_verified" not in own["sim-fast"]
-    assert "FAIL  [evidence] artifacts_verified — backends/sim-slow/requests.jsonl: changed since the manifest was written" in md
+    assert "FAIL  [evidence] artifacts_verified — backends/sim-slow/requests.jsonl.gz: changed since the manifest was written" in md
     code, xml, _ = cli("report", str(copy), "--format", "junit")
     assert code == 0
     failed = [c.get("name") for c in ET.fromstring(xml).iter("testcase") if c.find("failure") is not None]

@@ -55,7 +55,7 @@ def test_demo_spec_runs_end_to_end_and_leaves_no_server(tmp_path):
     assert [b["name"] for b in m["backends"]] == ["sim-fast", "sim-slow"]
     for b in m["backends"]:
         assert b["exit_status"] is not None, "the server was stopped and reaped"
-        for f in ("requests.jsonl", "traces.jsonl", "telemetry.jsonl", "followup.json", "server.log"):
+        for f in ("requests.jsonl.gz", "buckets.jsonl", "traces.jsonl", "telemetry.jsonl", "followup.json", "server.log"):
             assert (out / "backends" / b["safe_name"] / f).is_file()
     assert m["backends"][0]["runtime_boundary"]["status"] == "confirmed"
 
@@ -106,7 +106,7 @@ def _start_runner(tmp_path: Path, spec_text: str, marker: str):
         stderr=subprocess.PIPE,
         text=True,
     )
-    req = out / "backends" / "b0" / "requests.jsonl"
+    req = out / "backends" / "b0" / "requests.jsonl.gz"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         if req.exists() and req.stat().st_size > 0:
@@ -329,7 +329,7 @@ def test_jsonl_trace_file_only_counts_what_this_run_appended(tmp_path):
     for run in ("ev1", "ev2"):
         proc = run_soakspec(["run", str(spec), "--out", str(tmp_path / run), "--quiet"], marker, tmp_path)
         assert proc.returncode in (0, 3), proc.stderr
-        requests = read_jsonl(tmp_path / run / "backends" / "b0" / "requests.jsonl")
+        requests = read_jsonl(tmp_path / run / "backends" / "b0" / "requests.jsonl.gz")
         traces = read_jsonl(tmp_path / run / "backends" / "b0" / "traces.jsonl")
         assert len(traces) == len(requests), "one trace per request of this run, none from before"
         assert all(t["matched"] for t in traces)

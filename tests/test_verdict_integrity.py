@@ -445,11 +445,15 @@ def test_hostile_json_in_evidence_is_malformed_never_an_internal_error(seed, tmp
     from soakspec.evidence.verify import finalize_artifacts
 
     root = EvidenceBuilder(seed).write(tmp_path / "run")
-    for rel in ("backends/nccl/requests.jsonl", "backends/nccl/traces.jsonl", "backends/nccl/telemetry.jsonl"):
+    import gzip
+
+    for rel in ("backends/nccl/requests.jsonl.gz", "backends/nccl/traces.jsonl", "backends/nccl/telemetry.jsonl"):
         p = root / rel
-        lines = p.read_text().splitlines()
+        gz = rel.endswith(".gz")
+        lines = (gzip.decompress(p.read_bytes()) if gz else p.read_bytes()).decode().splitlines()
         lines[0] = lines[0][:-1] + f',"start": {hostile}, "t": {hostile}' + "}"
-        p.write_text("\n".join(lines) + "\n")
+        text = ("\n".join(lines) + "\n").encode()
+        p.write_bytes(gzip.compress(text) if gz else text)
     m = json.loads((root / layout.MANIFEST).read_text())
     m["artifacts"] = {rel: sha for rel, sha in finalize_artifacts(root).items() if rel in m["artifacts"]}
     (root / layout.MANIFEST).write_text(json.dumps(m))

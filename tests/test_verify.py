@@ -15,7 +15,7 @@ import pytest
 from soakspec.cli import main as cli_main
 from soakspec.evidence.io import JsonlWriter, RunLock, write_json_atomic
 from soakspec.evidence.manifest import finalize_manifest, manifest_sha256
-from soakspec.evidence.testing import build_evidence_dir, sample_request
+from soakspec.evidence.testing import append_request_lines, build_evidence_dir, sample_request
 from soakspec.evidence.verify import EvidenceNotFound, finalize_artifacts, verify_evidence
 
 
@@ -39,7 +39,7 @@ def codes(report):
 def test_clean_directory_passes(run_dir, capsys):
     code, out, err = verify(capsys, run_dir)
     assert code == 0, out
-    assert out.strip().endswith("intact and complete (10 artifacts, 2 result files bound to the manifest and 18 records checked).")
+    assert out.strip().endswith("intact and complete (12 artifacts, 2 result files bound to the manifest and 20 records checked).")
     # results.json and verdict.json are bound to the manifest, not listed in it: the 10 artifacts
     # are the manifest's, the number `run` and the gate's artifacts_verified state too
     assert err == ""
@@ -49,7 +49,7 @@ def _artifacts(run_dir):
     return sorted(json.loads((run_dir / "manifest.json").read_text())["artifacts"])
 
 
-@pytest.mark.parametrize("index", range(10))  # the files the manifest hashes
+@pytest.mark.parametrize("index", range(12))  # the files the manifest hashes
 def test_editing_one_byte_of_any_artifact_fails_naming_it(run_dir, capsys, index):
     rel = _artifacts(run_dir)[index]
     p = run_dir / rel
@@ -72,27 +72,25 @@ def test_missing_and_unlisted_files(run_dir):
 
 
 def test_schema_error_in_a_request_record_is_located(run_dir):
-    p = run_dir / "backends/b/requests.jsonl"
-    with open(p, "a") as f:
-        f.write(json.dumps(sample_request(9, backend="b", outcome="exploded")) + "\n")
+    p = run_dir / "backends/b/requests.jsonl.gz"
+    append_request_lines(p, json.dumps(sample_request(9, backend="b", outcome="exploded")))
     _rehash(run_dir)
     r = verify_evidence(run_dir)
     assert r.exit_code == 1 and codes(r) == ["V104"]
     d = r.problems[0]
-    assert d.path == f"{run_dir}/backends/b/requests.jsonl" and d.span.line == 5 and d.message.startswith("/outcome:")
-    assert f"{run_dir}/backends/b/requests.jsonl:5:1: V104 /outcome:" in r.render_text()
+    assert d.path == f"{run_dir}/backends/b/requests.jsonl.gz" and d.span.line == 5 and d.message.startswith("/outcome:")
+    assert f"{run_dir}/backends/b/requests.jsonl.gz:5:1: V104 /outcome:" in r.render_text()
 
 
 def test_corrupt_json_and_cross_file_disagreements(run_dir):
     (run_dir / "backends/a/followup.json").write_text("{oops")
-    with open(run_dir / "backends/a/requests.jsonl", "a") as f:
-        f.write(json.dumps(sample_request(5, backend="b")) + "\n")
+    append_request_lines(run_dir / "backends/a/requests.jsonl.gz", json.dumps(sample_request(5, backend="b")))
     res = json.loads((run_dir / "results.json").read_text())
     write_json_atomic(run_dir / "results.json", dict(res, run_id="other"))
     _rehash(run_dir)
     r = verify_evidence(run_dir)
     assert codes(r) == ["V105", "V108"]
-    assert {d.path.rsplit("/", 2)[-1] for d in r.problems} == {"followup.json", "requests.jsonl", "results.json"}
+    assert {d.path.rsplit("/", 2)[-1] for d in r.problems} == {"followup.json", "requests.jsonl.gz", "results.json"}
 
 
 def test_running_run_is_incomplete_not_corrupt(tmp_path, capsys):
@@ -101,7 +99,7 @@ def test_running_run_is_incomplete_not_corrupt(tmp_path, capsys):
     code, out, _ = verify(capsys, d)
     assert code == 3
     assert "V201 run status is running [incomplete]" in out
-    assert "V204 10 files never hashed: the run did not finalize its manifest [incomplete]" in out
+    assert "V204 12 files never hashed: the run did not finalize its manifest [incomplete]" in out
     assert "intact but incomplete" in out.splitlines()[-1]
 
 
@@ -112,33 +110,38 @@ def test_aborted_run_with_hashes_is_incomplete(tmp_path):
     assert r.exit_code == 3 and codes(r) == ["V201"] and "interrupted" in r.incomplete[0].message
 
 
-def test_writer_killed_mid_line_leaves_an_incomplete_but_readable_run(tmp_path, capsys):
+def test_writer_killed_mid_member_leaves_an_incomplete_but_readable_run(tmp_path, capsys):
     d = tmp_path / "run1"
     build_evidence_dir(d, status="running")
-    req = d / "backends/a/requests.jsonl"
+    req = d / "backends/a/requests.jsonl.gz"
     code = textwrap.dedent(
         f"""
-        import json, os, signal
-        from soakspec.evidence.io import JsonlWriter
+        import os, signal, zlib
+        from soakspec.evidence.io import GzipJsonlWriter
+        from soakspec.evidence.record import RequestRecord
         from soakspec.evidence.testing import sample_request
-        w = JsonlWriter({str(req)!r})
-        w.write(sample_request(3))
-        line = json.dumps(sample_request(4)).encode()
+        w = GzipJsonlWriter({str(req)!r})
+        w.write_lines(RequestRecord.from_json(sample_request(3)).to_line())
+        w.flush_fsync()   # a bucket closed: its member is whole
+        z = zlib.compressobj(6, zlib.DEFLATED, 31)
+        data = z.compress(b"".join(RequestRecord.from_json(sample_request(k)).to_line() for k in (4, 5))) + z.flush()
         fd = os.open({str(req)!r}, os.O_WRONLY | os.O_APPEND)
-        os.write(fd, line[: len(line) // 2])   # the kernel took half a line, then:
+        os.write(fd, data[: len(data) // 2])   # the next bucket's member was half written, then:
         os.kill(os.getpid(), signal.SIGKILL)
         """
     )
     p = subprocess.run([sys.executable, "-c", code], timeout=60)
     assert p.returncode == -signal.SIGKILL
     rc, out, _ = verify(capsys, d)
-    assert rc == 3 and f"{d}/backends/a/requests.jsonl: V202 ends in a partial line" in out
+    assert rc == 3 and f"{d}/backends/a/requests.jsonl.gz: V202 ends in a cut-off write" in out, out
+    assert "V105" not in out and "V104" not in out  # a cut, not corruption
     # the runner's clean-up finalizes it as incomplete: the hashed partial tail is still incomplete
     m = json.loads((d / "manifest.json").read_text())
     with RunLock(d, allow_existing=True):
         finalize_manifest(d, m, "incomplete", "backend a writer was killed")
     r = verify_evidence(d)
-    assert r.exit_code == 3 and codes(r) == ["V201", "V202"] and r.records_checked == 19
+    # 20 of the builder's records, the closed member's one, and what the cut member's bytes hold
+    assert r.exit_code == 3 and codes(r) == ["V201", "V202"] and r.records_checked in (21, 22)
 
 
 def test_lock_held_means_a_run_is_still_writing(run_dir):

@@ -18,7 +18,7 @@ import pytest
 
 from runner_support import manifest, new_marker, read_jsonl, run_env, run_soakspec, sim_spec, soakspec_cmd, wait_no_survivors
 from soakspec.plan import Batch, Bucket, Closed, Level, Open, RequestTemplate
-from soakspec.runner.records import RECORD_KEYS
+from soakspec.evidence.record import READ_KEYS
 from soakspec.runner.workers import processes_for
 
 OPEN = sim_spec(sim="ttft = 10ms\n    itl = 2ms", load="mode = open\n    rate = [30rps]\n    arrival = constant",
@@ -36,7 +36,7 @@ def _run(tmp_path: Path, spec_text: str, workers: int, name: str):
     proc = run_soakspec(["run", str(spec), "--out", str(out), "--quiet", "--workers", str(workers)], marker, tmp_path)
     assert wait_no_survivors(marker) == [], "a worker or server outlived the run"
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return out, manifest(out)["backends"][0]["levels"][0], read_jsonl(out / "backends" / "b0" / "requests.jsonl")
+    return out, manifest(out)["backends"][0]["levels"][0], read_jsonl(out / "backends" / "b0" / "requests.jsonl.gz")
 
 
 def _verify(out: Path, code: int = 0) -> None:
@@ -53,7 +53,7 @@ def test_two_workers_give_the_same_records_as_one(tmp_path):
     summary = {}
     for w, (out, level, rows) in runs.items():
         _verify(out)
-        assert all(sorted(r) == sorted(RECORD_KEYS) for r in rows)
+        assert all(sorted(r) == sorted(READ_KEYS) for r in rows)  # the record type's keys, read as a dict
         assert len({r["request_id"] for r in rows}) == len(rows), "ids are unique"
         assert level["sent"] == len(rows)
         offsets = sorted(round(r["intended_start"] - level["started_at"], 6) for r in rows)
@@ -96,7 +96,7 @@ def _start(tmp_path: Path, spec_text: str, workers: int, marker: str):
         soakspec_cmd("run", str(spec), "--out", str(out), "--quiet", "--workers", str(workers)),
         cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    req = out / "backends" / "b0" / "requests.jsonl"
+    req = out / "backends" / "b0" / "requests.jsonl.gz"
     deadline = time.monotonic() + 60
     while not (req.exists() and req.stat().st_size > 0):
         assert proc.poll() is None, proc.communicate()
@@ -113,7 +113,7 @@ def test_an_interrupted_run_with_workers_keeps_their_records_and_leaves_no_proce
     assert SLOW_REQUESTS != LONG
     marker = new_marker()
     proc, out = _start(tmp_path, SLOW_REQUESTS, 2, marker)
-    req = out / "backends" / "b0" / "requests.jsonl"
+    req = out / "backends" / "b0" / "requests.jsonl.gz"
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)

@@ -7,6 +7,15 @@ The run's own results.json and verdict.json are part of retained evidence: eithe
 the verdict INCONCLUSIVE (incomplete evidence), whatever the rest says.
 The verdict goes to stdout (text or JSON); the exit code is 0 PASS, 1 FAIL, 3 INCONCLUSIVE,
 2 for a usage error (no evidence directory, a spec that does not check). Nothing is written.
+
+`--partial` judges a run that is still going, or was killed, up to its last closed bucket: the
+backends' levels and bucket windows come from their buckets.jsonl (one line per closed bucket,
+written during the run), the requests from requests.jsonl.gz (a cut-off last gzip member is
+read as far as it goes), and only requests of closed buckets (and warm-up) are judged. The
+verdict is always INCONCLUSIVE (exit 3) -- the evidence is incomplete by construction -- with
+every rule's result shown and a note saying up to which bucket it judged; a rule that already
+fails on the closed buckets says so. On a finished run (its manifest lists its backends)
+`--partial` judges it in full, as plain `gate` does, and says so.
 """
 
 from __future__ import annotations
@@ -27,6 +36,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--verbose", action="store_true", help="text: list every instance, not only failures")
     p.add_argument("--backend", action="append", default=[], metavar="NAME",
                    help="judge only this backend (repeatable), as a `run --backend` of it: rules naming other backends are dropped")
+    p.add_argument("--partial", action="store_true",
+                   help="judge a run still going (or killed) up to its last closed bucket; always INCONCLUSIVE")
 
 
 def spec_for(evidence, spec_file: str | None, where: str):
@@ -101,10 +112,110 @@ def _stored_outcome(evidence) -> str | None:
     return out if out in ("PASS", "FAIL", "INCONCLUSIVE") else None
 
 
+def partial_entries(spec, root: Path) -> tuple[list[dict], list[str]]:
+    """Backend entries for a run whose manifest has none yet, from each backend's buckets.jsonl:
+    the plan's levels, each with the windows of its closed buckets. Returns (entries, notes)."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import iter_jsonl
+    from soakspec.plan import plan as make_plan
+
+    entries, notes = [], []
+    for bp in make_plan(spec).backends:
+        path = layout.RunLayout(root).buckets(bp.name)
+        lines = [r for _, r in iter_jsonl(path, [])] if path.is_file() else []
+        closed: dict[tuple, dict[int, dict]] = {}
+        for r in lines:
+            if isinstance(r, dict) and isinstance(r.get("bucket"), int):
+                closed.setdefault((r.get("workload"), r.get("level")), {})[r["bucket"]] = r
+        levels = []
+        for lv in bp.levels:
+            got = closed.get((lv.workload, lv.index))
+            if not got:
+                continue
+            ks = [k for k in sorted(got) if 0 <= k < len(lv.buckets)]
+            ms = got[ks[0]]["start"] - lv.buckets[ks[0]].start_s
+            windows = [{"index": k, "start": got[k]["start"], "end": got[k]["end"], "planned_length_s": lv.buckets[k].length_s}
+                       for k in ks]  # fmt: skip
+            levels.append(lv.to_json() | {
+                "started_at": ms - lv.warmup_s, "measure_start": ms, "measure_end": windows[-1]["end"], "drained_at": None,
+                "completed": False, "buckets": windows, "sent": None,
+            })  # fmt: skip
+            notes.append(f"{bp.name} {lv.workload} / {lv.label}: judged buckets {ks[0]}-{ks[-1]} of {len(lv.buckets)}")
+        if not levels:
+            notes.append(f"{bp.name}: no bucket has closed yet")
+        entries.append({"name": bp.name, "safe_name": layout.safe_name(bp.name), "kind": bp.launch.kind,
+                        "trace_source": bp.traces.source, "levels": levels, "partial": True})  # fmt: skip
+    return entries, notes
+
+
+def _closed_only(evidence, entries: list[dict]):
+    """`evidence` with each backend's requests cut to those of closed buckets (and warm-up of a
+    level with one), and each level's `sent` set to what is recorded of it."""
+    backends = []
+    for be, entry in zip(evidence.backends, entries):
+        keep: dict[tuple, set[int]] = {(lv["workload"], lv["index"]): {b["index"] for b in lv["buckets"]}
+                                       for lv in entry["levels"]}  # fmt: skip
+        records = tuple(r for r in be.records if (k := keep.get((r.get("workload"), r.get("level")))) is not None
+                        and (r.get("bucket", -1) < 0 and r.get("bucket") != -2 or r.get("bucket") in k))
+        for lv in entry["levels"]:
+            lv["sent"] = sum(1 for r in records if (r.get("workload"), r.get("level")) == (lv["workload"], lv["index"]))
+        backends.append(dataclasses.replace(be, records=records))
+    return dataclasses.replace(evidence, backends=tuple(backends))
+
+
+def _main_partial(args: argparse.Namespace) -> int:
+    from soakspec.cli import UsageError
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import EvidenceError, read_json
+    from soakspec.judge.evidence import EvidenceNotFound, load_evidence
+    from soakspec.judge.judge import judge
+    from soakspec.judge.verdict import render_text
+
+    root = Path(args.dir)
+    where = str(args.dir).rstrip("/") or "/"
+    try:
+        manifest = read_json(root / layout.MANIFEST) if (root / layout.MANIFEST).is_file() else None
+    except EvidenceError as e:
+        print(f"soakspec gate: {e}: the evidence cannot be judged", file=sys.stderr)
+        return ExitCode.INCONCLUSIVE
+    if manifest is None:
+        raise UsageError(f"{where}: no {layout.MANIFEST} (not an evidence directory)")
+    if isinstance(manifest, dict) and manifest.get("status") != "running" and manifest.get("backends"):
+        print(f"soakspec gate: note: {where} holds a finished run (status {manifest.get('status')}); judged in full",
+              file=sys.stderr)
+        args.partial = False
+        return main(args)
+    # the spec first (the manifest embeds it from the start), then the evidence it plans
+    try:
+        bare = load_evidence(root, entries=[])
+    except EvidenceNotFound as e:
+        raise UsageError(str(e)) from None
+    spec, notes = spec_for(bare, args.spec, where)
+    for n in notes:
+        print(f"soakspec gate: note: {n}", file=sys.stderr)
+    entries, judged = partial_entries(spec, root)
+    evidence = load_evidence(root, entries=entries)
+    evidence = _closed_only(dataclasses.replace(evidence, manifest=dict(evidence.manifest, backends=entries)), entries)
+    verdict = judge(spec, evidence, backends=tuple(args.backend))
+    failing = [r.rule for r in verdict.rules if r.status == "fail" and r.klass == "performance"]
+    note = ("partial: the run is incomplete (status " + str(evidence.manifest.get("status")) + "); judged up to the last "
+            "closed bucket: " + "; ".join(judged))
+    if failing:
+        note += f"; already failing on the closed buckets: {', '.join(failing)}"
+    verdict = dataclasses.replace(verdict, outcome="INCONCLUSIVE", notes=verdict.notes + (note,))
+    if args.format == "json":
+        print(json.dumps(verdict.to_json() | {"partial": True}, indent=2, sort_keys=True, ensure_ascii=False))
+    else:
+        print(render_text(verdict, verbose=args.verbose))
+    return verdict.exit_code
+
+
 def main(args: argparse.Namespace) -> int:
     from soakspec.judge.judge import judge
     from soakspec.judge.verdict import render_text
 
+    if getattr(args, "partial", False):
+        return _main_partial(args)
     loaded = load_for_judging("gate", args.dir, args.spec)
     if isinstance(loaded, int):
         return loaded

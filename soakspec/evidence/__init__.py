@@ -8,14 +8,16 @@ The directory layout (the contract between the runner, the judge and `soakspec v
       results.json             per-backend summaries
       verdict.json             the judge's output
       .lock                    held (fcntl.flock) while a run writes
-      backends/<safe_name>/requests.jsonl    one record per finished request
-      backends/<safe_name>/buckets.json
+      backends/<safe_name>/requests.jsonl.gz one record per finished request (`record.Record`),
+                                             gzip, one member per bucket
+      backends/<safe_name>/buckets.jsonl     one line per closed bucket, written during the run
       backends/<safe_name>/telemetry.jsonl
       backends/<safe_name>/traces.jsonl      server traces observed during this run
-      backends/<safe_name>/server.log        raw stdout+stderr of the server
+      backends/<safe_name>/server.log        raw stdout+stderr of the server (capped: `serverlog`)
       backends/<safe_name>/followup.json
 
-Modules: `layout` (paths, `safe_name`), `io` (atomic JSON, JSONL, the run lock, hashing),
+Modules: `record` (THE request record), `buckets`, `serverlog`, `layout` (paths, `safe_name`),
+`io` (atomic JSON, JSONL and gzip JSONL, the run lock, hashing),
 `schema` (the shipped JSON Schemas), `manifest`, `provenance`, `redact`, `runtime`, `traces`,
 `telemetry`, `verify` and `signing` (runs `ssh-keygen`). Nothing here imports trio; everything
 except telemetry sampling and signing is pure or plain synchronous file I/O. This package `__init__` imports nothing, so the compiler can

@@ -26,6 +26,7 @@ import math
 import os
 import re
 import secrets
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -352,37 +353,222 @@ class JsonlScan:
     partial_tail: bool
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def iter_raw_lines(path: os.PathLike | str, hasher: Any = None, cut: list[int] | None = None):
+    """Yield `(line_number, raw_line)` of a JSONL file, plain or gzip (one or more members,
+    as `GzipJsonlWriter` writes them; told apart by the gzip magic), one line at a time.
+
+    `hasher` (a hashlib object), when given, is fed every byte of the *file* as it is read: one
+    pass hashes and decodes. A last line without its newline is yielded as it is (the caller
+    sees no trailing newline: a cut-off write). A gzip file whose last member ends early (a run
+    killed mid-bucket) yields the whole lines that member's bytes hold and appends the line
+    count so far to `cut`; bytes that are not gzip at all raise `EvidenceFormatError`."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+        fh.seek(0)
+        if head != GZIP_MAGIC:
+            i = 0
+            for raw in fh:
+                i += 1
+                if hasher is not None:
+                    hasher.update(raw)
+                yield i, raw
+            return
+        yield from _gzip_lines(path, fh, hasher, cut)
+
+
+def _gzip_lines(path, fh, hasher, cut):
+    import zlib
+
+    i = 0
+    tail = b""
+    d = zlib.decompressobj(wbits=31)
+    started = False  # the current member has consumed input
+    while True:
+        chunk = fh.read(_CHUNK)
+        if not chunk:
+            break
+        if hasher is not None:
+            hasher.update(chunk)
+        data = chunk
+        while data:
+            if not started and data[:2] != GZIP_MAGIC[: len(data[:2])]:
+                raise EvidenceFormatError(path, i + 1, "bytes after the last gzip member are not gzip (appended to?)")
+            try:
+                out = d.decompress(data)
+            except zlib.error as e:
+                raise EvidenceFormatError(path, i + 1, f"corrupt gzip data: {e}") from None
+            started = True
+            if d.eof:
+                data = d.unused_data
+                d = zlib.decompressobj(wbits=31)
+                started = False
+            else:
+                data = b""
+            if out:
+                lines = (tail + out).split(b"\n")
+                tail = lines.pop()
+                for raw in lines:
+                    i += 1
+                    yield i, raw + b"\n"
+    if started:  # the last member never ended: its writer was killed before closing it
+        if cut is not None:
+            cut.append(i)
+    if tail:
+        i += 1
+        yield i, tail
+
+
 def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = None, hasher: Any = None):
     """Yield `(line_number, record)` one line at a time, so a reader of a long soak's
-    requests.jsonl never holds the file (or every parsed row) at once. Bad lines go into
-    `errors` as `(line, message)`; a cut-off last line (no newline) is reported as
-    `(line, None)` there and skipped, as `scan_jsonl` does. `hasher` (a hashlib object), when
-    given, is fed every byte of the file as it is read: one pass hashes and decodes."""
-    with open(path, "rb") as fh:
-        i = 0
-        for raw in fh:
-            i += 1
-            if hasher is not None:
-                hasher.update(raw)
-            if not raw.endswith(b"\n"):
-                if errors is not None:
-                    errors.append((i, None))
-                return
-            if not raw.strip():
-                if errors is not None:
-                    errors.append((i, "empty line"))
-                continue
-            try:  # decoded first: json.loads(bytes) would guess UTF-16/32 and pass lone surrogates
-                yield i, loads(raw.decode("utf-8"))
-            except UnicodeDecodeError:
-                if errors is not None:
-                    errors.append((i, "not UTF-8"))
-            except json.JSONDecodeError as e:
-                if errors is not None:
-                    errors.append((i, f"invalid JSON: {e.msg} (column {e.colno})"))
-            except (RecursionError, ValueError) as e:  # nested too deep; an integer of too many digits
-                if errors is not None:
-                    errors.append((i, f"JSON beyond the decoder's limits: {str(e)[:120]}"))
+    requests never holds the file (or every parsed row) at once. Plain or gzip (see
+    `iter_raw_lines`). Bad lines go into `errors` as `(line, message)`; a cut-off last line (no
+    newline) or gzip member is reported as `(line, None)` there and skipped, as `scan_jsonl`
+    does. `hasher` (a hashlib object), when given, is fed every byte of the file as it is read:
+    one pass hashes and decodes."""
+    cut: list[int] = []
+    lines = iter_raw_lines(path, hasher, cut)
+    while True:
+        try:
+            i, raw = next(lines)
+        except StopIteration:
+            break
+        except EvidenceFormatError as e:  # not gzip after the last member: report it, stop there
+            if errors is not None:
+                errors.append((e.line, str(e).split(": ", 2)[-1]))
+            break
+        if not raw.endswith(b"\n"):
+            if errors is not None:
+                errors.append((i, None))
+            break
+        if not raw.strip():
+            if errors is not None:
+                errors.append((i, "empty line"))
+            continue
+        try:  # decoded first: json.loads(bytes) would guess UTF-16/32 and pass lone surrogates
+            yield i, loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            if errors is not None:
+                errors.append((i, "not UTF-8"))
+        except json.JSONDecodeError as e:
+            if errors is not None:
+                errors.append((i, f"invalid JSON: {e.msg} (column {e.colno})"))
+        except (RecursionError, ValueError) as e:  # nested too deep; an integer of too many digits
+            if errors is not None:
+                errors.append((i, f"JSON beyond the decoder's limits: {str(e)[:120]}"))
+    if cut and errors is not None and not any(m is None for _, m in errors):
+        errors.append((cut[0] + 1, None))
+
+
+class GzipJsonlWriter:
+    """Append-only gzip JSONL, one gzip member per bucket: `write_lines(data)` compresses whole
+    lines into the open member (what the compressor emits goes to the file at once, O_APPEND);
+    `flush_fsync()` ends the member (its gzip trailer) and fsyncs -- the runner calls it at
+    every bucket end. Within a member, what the compressor holds is pushed out (a zlib sync
+    flush: a few bytes) with the member's first lines and then at most every `sync_s` seconds, so the file grows as the run goes and a
+    SIGKILL loses at most the last `sync_s` seconds of records. It leaves closed members plus at
+    most one cut member: readers (`iter_raw_lines`) read the cut member's whole lines and
+    report it as a cut-off write (incomplete evidence, never corruption). A write the disk refuses truncates the file
+    back to where the open member began (that member's records are lost; the run aborts on the
+    `EvidenceWriteError`)."""
+
+    LEVEL = 6
+
+    def __init__(self, path: os.PathLike | str, sync_s: float = 1.0):
+        self.path = Path(path)
+        self.sync_s = sync_s
+        self._z: Any = None
+        self._member_start = 0
+        self._synced = 0.0
+        try:
+            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise EvidenceWriteError(self.path, e) from e
+
+    def write_lines(self, data: bytes) -> None:
+        if self._fd is None:
+            raise ValueError(f"{self.path}: write to a closed GzipJsonlWriter")
+        if data and not data.endswith(b"\n"):
+            raise ValueError(f"{self.path}: write_lines needs whole lines")
+        if not data:
+            return
+        if self._z is None:
+            import zlib
+
+            self._z = zlib.compressobj(self.LEVEL, zlib.DEFLATED, 31)
+            self._member_start = os.fstat(self._fd).st_size
+            self._synced = -math.inf  # a member's first lines are flushed at once: a non-empty file has a record
+        out = self._z.compress(data)
+        if time.monotonic() - self._synced >= self.sync_s:
+            import zlib
+
+            out += self._z.flush(zlib.Z_SYNC_FLUSH)
+            self._synced = time.monotonic()
+        if out:
+            self._append(out)
+
+    def write(self, obj: Any) -> None:
+        try:
+            data = dumps_line(obj).encode("utf-8")
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{self.path}: record is not JSON-serialisable: {e}") from e
+        self.write_lines(data)
+
+    def _append(self, data: bytes) -> None:
+        assert self._fd is not None
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+        except OSError as e:
+            self._z = None
+            try:  # the open member cannot be continued: drop it, keep the file readable
+                os.ftruncate(self._fd, self._member_start)
+            except OSError:
+                pass
+            raise EvidenceWriteError(self.path, e) from e
+
+    def end_member(self) -> None:
+        """End the open gzip member (nothing to do when none is open)."""
+        if self._z is not None and self._fd is not None:
+            z, self._z = self._z, None
+            self._append(z.flush())
+
+    def flush_fsync(self) -> None:
+        if self._fd is None:
+            return
+        self.end_member()
+        try:
+            os.fsync(self._fd)
+        except OSError as e:
+            raise EvidenceWriteError(self.path, e) from e
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self.end_member()
+        finally:
+            fd, self._fd = self._fd, None
+            try:
+                os.fsync(fd)
+            except OSError as e:
+                raise EvidenceWriteError(self.path, e) from e
+            finally:
+                os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def __enter__(self) -> "GzipJsonlWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def scan_jsonl(path: os.PathLike | str) -> JsonlScan:

@@ -14,8 +14,8 @@ LOCK = ".lock"
 MANIFEST_SIG = "manifest.json.sig"  # optional SSH signature of manifest.json (evidence/signing.py)
 BACKENDS = "backends"
 
-REQUESTS = "requests.jsonl"
-BUCKETS = "buckets.json"
+REQUESTS = "requests.jsonl.gz"  # gzip, one member per bucket (evidence/record.py: the line format)
+BUCKETS = "buckets.jsonl"  # one line per closed bucket, written (and fsynced) as the run goes
 TELEMETRY = "telemetry.jsonl"
 TRACES = "traces.jsonl"
 SERVER_LOG = "server.log"

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
-from soakspec.evidence.io import JsonlWriter, write_json_atomic
+from soakspec.evidence.io import GzipJsonlWriter, JsonlWriter, write_json_atomic
 
 
 def write_results(run_dir: str | os.PathLike, results: Mapping[str, Any]) -> str:
@@ -28,9 +28,10 @@ def open_backend_dir(run_dir: str | os.PathLike, backend: str) -> Path:
     return d
 
 
-def request_writer(run_dir: str | os.PathLike, backend: str) -> JsonlWriter:
-    """An appender for backends/<safe_name>/requests.jsonl validating each record."""
-    return JsonlWriter(open_backend_dir(run_dir, backend) / layout.REQUESTS, schema="request")
+def request_writer(run_dir: str | os.PathLike, backend: str) -> GzipJsonlWriter:
+    """An appender for backends/<safe_name>/requests.jsonl.gz (lines as `record.encode_line`
+    makes them; `flush_fsync()` closes a bucket's gzip member)."""
+    return GzipJsonlWriter(open_backend_dir(run_dir, backend) / layout.REQUESTS)
 
 
 def trace_writer(run_dir: str | os.PathLike, backend: str) -> JsonlWriter:

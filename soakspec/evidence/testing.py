@@ -20,14 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
-from soakspec.evidence.io import JsonlWriter, RunLock, write_bytes_atomic, write_json_atomic
+from soakspec.evidence.buckets import lines_for
+from soakspec.evidence.io import GzipJsonlWriter, JsonlWriter, RunLock, write_bytes_atomic, write_json_atomic
 from soakspec.evidence.manifest import backend_entry, finalize_manifest, new_manifest, write_manifest
 from soakspec.evidence.results import write_results, write_verdict
 from soakspec.evidence.traces import TraceSource, collect_traces, match_traces
 from soakspec.lang import check, parse, simtrace
 
 T0 = 1_747_000_000.0  # a fixed wall-clock origin for synthetic runs
-FOLLOW_UP_BUCKET = -2  # runner/records.py (the evidence package does not import the runner)
+from soakspec.evidence.record import FOLLOW_UP_BUCKET, RequestRecord
 
 
 def sample_spec_text(backends: Sequence[str] = ("a", "b")) -> str:
@@ -59,8 +60,8 @@ def _canonical(text: str) -> str:
 
 
 def sample_request(i: int = 0, backend: str = "a", bucket: int = 0, **overrides: Any) -> dict[str, Any]:
-    """A completed, schema-valid requests.jsonl record: `RequestRecord.to_json()`'s keys and
-    values (8 tokens in 8 chunks with usage, so `itl_source` is "exact")."""
+    """A completed, valid requests record: `RequestRecord.to_json()`'s keys and values (8 tokens
+    in 8 chunks with usage, so `itl_source` is "exact"; gaps in integer microseconds)."""
     start = T0 + i * 0.5
     text = f"output {i}"
     rec: dict[str, Any] = {
@@ -87,13 +88,14 @@ def sample_request(i: int = 0, backend: str = "a", bucket: int = 0, **overrides:
         "tokens_source": "usage",
         "itl_source": "exact",
         "chunks": 8,
-        "ttft": 0.02,
-        "latency": 0.3,
         "tpot": 0.04,
-        "itl": [0.04] * 7,
+        "itl_us": [40000] * 7,
         "output_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "output_chars": len(text),
         "empty_text": False,
+        "coalesced": 0,
+        "usage_decreased": False,
+        "client_delay": None,
     }
     rec.update(overrides)
     return rec
@@ -164,8 +166,6 @@ def build_evidence_dir(
     `status="running"` stops where a run killed mid-soak stops (the start-of-run manifest, no
     hashes, no results); other statuses finalize the manifest, and a complete run's results
     and verdict follow it."""
-    from soakspec.runner.records import RequestRecord
-
     root = Path(run_dir)
     with RunLock(root):
         m = new_manifest(
@@ -185,8 +185,11 @@ def build_evidence_dir(
                                 intended_start=end, start=end, first_byte=end + 0.01, first_token=end + 0.02,
                                 end=end + 0.3)
             rows.append(fu)
-            with JsonlWriter(d / layout.REQUESTS) as w:  # the runner's writer: one batch of `to_line`s
+            with GzipJsonlWriter(d / layout.REQUESTS) as w:  # the runner's writer: one batch of `to_line`s
                 w.write_lines(b"".join(RequestRecord.from_json(r).to_line() for r in rows))
+            with JsonlWriter(d / layout.BUCKETS) as w:  # the recorder's lines (a finished run: every record counted)
+                for line in lines_for([_level_entry(requests_per_backend, T0)], [RequestRecord.from_json(r).freeze() for r in rows]):
+                    w.write(line)
             log = "soakspec-sim listening on http://127.0.0.1:8000\n" + "".join(
                 _sim_trace_line(r, active=1 if r is fu else 4) for r in rows)
             write_bytes_atomic(d / layout.SERVER_LOG, log.encode())
@@ -196,14 +199,15 @@ def build_evidence_dir(
                     w.write(row)
             with JsonlWriter(d / layout.TELEMETRY, schema="telemetry") as w:
                 w.write({"schema_version": 1, "t": T0 + 1, "server_pid": 1000 + i, "server_rss_bytes": 1 << 20, "gpus": None})
-            write_json_atomic(d / layout.FOLLOWUP, {"required": True, "record": fu, "passed": True, "reason": None,
+            write_json_atomic(d / layout.FOLLOWUP, {"required": True, "record": RequestRecord.from_json(fu).to_json(),
+                                                    "passed": True, "reason": None,
                                                     "server_idle": True})
             entry = backend_entry(name=b, kind="sim", argv=["soakspec", "sim", "--port", "8000", "--api-key", "sekrit-123"],
                                   env={"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz"}, url="http://127.0.0.1:8000",
                                   pid=1000 + i, started_at=T0, ready_at=T0 + 1.5, exit_status=0, stop_signal="SIGTERM",
                                   runtime_boundary={"declared": "host-staged", "detected": None, "env_observed": {},
                                                     "status": "declared", "display": "host-staged", "details": []})
-            entry.update(levels=[_level_entry(requests_per_backend, T0)], trace_source="log",
+            entry.update(levels=[_level_entry(requests_per_backend, T0)], trace_source="log", server_log_cut=None,
                          aborted_reason=None, planned_levels=1, timeouts=dict(SAMPLE_TIMEOUTS),
                          aborted_at=None, crash_diagnosis=[], preflight=None)
             entries.append(entry)
@@ -229,3 +233,28 @@ def secrets_strategy():
     from hypothesis import strategies as st
 
     return st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.~+", min_size=8, max_size=40)
+
+
+def append_request_lines(path: str | os.PathLike, *lines: str | bytes) -> None:
+    """Append raw lines to a requests.jsonl.gz as one more gzip member (what a run that went on
+    writing would add): how tests edit a request file without re-writing it."""
+    data = b"".join((ln if isinstance(ln, bytes) else ln.encode()) + (b"" if (ln.endswith(b"\n") if isinstance(ln, bytes)
+                    else ln.endswith("\n")) else b"\n") for ln in lines)
+    with GzipJsonlWriter(path) as w:
+        w.write_lines(data)
+
+
+def read_request_rows(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of a requests file as plain JSON objects (gzip decompressed, every line)."""
+    from soakspec.evidence.io import iter_raw_lines
+
+    return [json.loads(raw) for _, raw in iter_raw_lines(path) if raw.strip()]
+
+
+def edit_requests(path: str | os.PathLike, edit) -> None:
+    """Rewrite a requests.jsonl.gz with `edit(text) -> text` applied to its decompressed text
+    (one gzip member): how tests doctor a request file the way an operator could."""
+    import gzip
+
+    p = Path(path)
+    p.write_bytes(gzip.compress(edit(gzip.decompress(p.read_bytes()).decode("utf-8")).encode("utf-8")))

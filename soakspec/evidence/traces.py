@@ -272,9 +272,10 @@ def extract_trace_lines(
 def collect_traces(
     path: os.PathLike | str, offset: int, source: TraceSource
 ) -> tuple[list[Trace], list[tuple[int, str]]]:
-    """Read what `path` gained since `offset` and extract its traces."""
-    sl = read_slice(path, offset)
-    return extract_traces(sl.text, source, sl.start)
+    """Read what `path` gained since `offset` and extract its traces, streamed: line by line
+    (`log_lines`), so a day-long soak's log is never held at once."""
+    lines, start = log_lines(path, offset)
+    return extract_trace_lines(lines, source, start)
 
 
 # --- matching -------------------------------------------------------------------------------

@@ -14,7 +14,8 @@ Integrity problems (exit 1):
        verify` and the judge do)
 Incompleteness (exit 3 when there is no integrity problem):
   V201 the manifest status is running, incomplete or aborted
-  V202 a JSONL file ends in a partial line (a write was cut off)
+  V202 a JSONL file ends in a partial line, or requests.jsonl.gz in an unfinished gzip member
+       (a write was cut off: a run killed mid-bucket); its whole lines are still read
   V203 a run still holds the directory's lock
   V204 files were never hashed because the run never finalized its manifest
   V205 a complete run has no results.json yet (and the manifest does not list one)
@@ -44,7 +45,7 @@ MAX_ERRORS_PER_FILE = 20
 
 # Which schema validates which file, by name.
 _JSON_SCHEMAS = {layout.RESULTS: "results", layout.VERDICT: "verdict"}
-_JSONL_SCHEMAS = {layout.REQUESTS: "request", layout.TRACES: "trace", layout.TELEMETRY: "telemetry"}
+_JSONL_SCHEMAS = {layout.TRACES: "trace", layout.TELEMETRY: "telemetry"}  # requests: decoded as `Record`
 _MAY_FOLLOW_MANIFEST = (layout.RESULTS, layout.VERDICT)
 
 
@@ -317,6 +318,8 @@ class _Checker:
                 run_id = doc.get("run_id") if isinstance(doc, dict) else None
                 if run_id is not None and run_id != manifest.get("run_id"):
                     self.error(rel, "V108", f"run_id {run_id!r} differs from the manifest's {manifest.get('run_id')!r}")
+        elif name == layout.REQUESTS:
+            self._check_requests(rel, path)
         elif name.endswith(".jsonl"):
             bad_lines: list[tuple[int, str | None]] = []
             schema = _JSONL_SCHEMAS.get(name)
@@ -345,6 +348,44 @@ class _Checker:
                 self.note(rel, "V202", "ends in a partial line (a write was cut off); it is ignored")
             if budget[0] < 0:
                 self.error(rel, "V104", f"... and {-budget[0]} more problems in this file")
+
+    def _check_requests(self, rel: str, path: Path) -> None:
+        """requests.jsonl.gz: one pass hashes, decompresses, decodes and validates each line as a
+        `Record` (the type is the schema) and hands it to the row sink."""
+        from soakspec.evidence.record import iter_records
+
+        bad_lines: list[tuple[int, str | None]] = []
+        invalid: list[tuple[int, str, str]] = []
+        budget = [MAX_ERRORS_PER_FILE]
+        parts = rel.split("/")
+        expect_dir = parts[1] if len(parts) == 3 and parts[0] == layout.BACKENDS else None
+        hasher = hashlib.sha256()
+        sink = self.rows(rel) if self.rows is not None else None
+        for line, rec in iter_records(path, bad_lines, hasher, schema_errors=invalid):
+            self.records_checked += 1
+            if expect_dir and layout.safe_name(rec.backend) != expect_dir:
+                budget[0] -= 1
+                if budget[0] >= 0:
+                    self.error(rel, "V108", f"record of backend {rec.backend!r} in the directory of another backend", line)
+            if sink is not None:
+                sink.add(line, rec)
+        self.records_checked += len(invalid)
+        # a file that stopped being gzip part-way was not read to its end: hash it whole
+        done = not bad_lines or bad_lines[-1][1] is None or "gzip" not in bad_lines[-1][1]
+        self.hashes[rel] = hasher.hexdigest() if done else sha256_file(path)
+        if sink is not None:
+            sink.end(bad_lines + [(line, f"{p or '/'}: {m}") for line, p, m in invalid])
+        for line, pointer, message in invalid:
+            budget[0] -= 1
+            if budget[0] >= 0:
+                self.error(rel, "V104", f"{pointer or '/'}: {message} (schema request)", line)
+        for line, message in [b for b in bad_lines if b[1] is not None][:MAX_ERRORS_PER_FILE]:
+            self.error(rel, "V105", message, line)
+        if any(message is None for _, message in bad_lines):
+            self.note(rel, "V202", "ends in a cut-off write (a partial line or an unfinished gzip member: the run "
+                      "stopped mid-bucket); its whole lines are read, the cut is ignored")
+        if budget[0] < 0:
+            self.error(rel, "V104", f"... and {-budget[0]} more problems in this file")
 
     def report(self, status: str | None) -> VerifyReport:
         return VerifyReport(self.shown, status, self.artifacts_checked, self.records_checked, tuple(self.diags),

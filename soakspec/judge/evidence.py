@@ -27,8 +27,7 @@ from typing import Any
 
 from soakspec.evidence import layout
 from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, sha256_file
-
-OUTCOMES = ("completed", "failed", "timeout", "rejected", "disconnected")
+from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
 
 # verify codes: the artifact no longer is what the run wrote
 TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107", "V109"})
@@ -234,7 +233,12 @@ def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *,
         rows, bad = got.rows, got.bad
     else:
         bad = []
-        rows = [compact(r) if compact is not None else r for _, r in iter_jsonl(path, bad)]
+        if path.name == layout.REQUESTS:  # decoded (and validated) as the record type, once
+            from soakspec.evidence.record import iter_records
+
+            rows = list(r for _, r in iter_records(path, bad))
+        else:
+            rows = [compact(r) if compact is not None else r for _, r in iter_jsonl(path, bad)]
     for line, message in bad:
         if message is None:
             partial.append(rel)
@@ -290,9 +294,11 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
     return Integrity(report.artifacts_checked, tuple(tampered), tuple(malformed), tuple(incomplete), True)
 
 
-def load_evidence(run_dir: str | os.PathLike) -> Evidence:
+def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = None) -> Evidence:
     """Verify and read an evidence directory. Raises `EvidenceNotFound` when there is no
-    manifest.json, `EvidenceFormatError` when the manifest does not parse."""
+    manifest.json, `EvidenceFormatError` when the manifest does not parse. `entries`, when
+    given, are the backend entries to read instead of the manifest's (a run still going has
+    none yet: `soakspec gate --partial` makes them from buckets.jsonl)."""
     root = Path(run_dir)
     mpath = root / layout.MANIFEST
     if not root.is_dir():
@@ -304,7 +310,8 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
         raise EvidenceFormatError(mpath, 1, "the manifest is not a JSON object")
     manifest_sha = sha256_file(mpath)
     read: dict[str, _Rows] = {}
-    entries = manifest.get("backends")
+    if entries is None:
+        entries = manifest.get("backends")
     # backends whose traces the run took from server.log: the judge re-matches them from there
     from_log = frozenset(layout.safe_name(e["name"]) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
                          and e.get("trace_source") == "log" and (root / layout.BACKENDS / layout.safe_name(e["name"])

@@ -144,7 +144,7 @@ class EvidenceBuilder:
                       "fingerprint": FINGERPRINT, "fingerprint_files": {}, "reason": None},
             "server_binary": ({"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA}
                               if be.kind == "launch" and not self._rehearsal else None),
-            "levels": levels, "planned_levels": len(bp.levels), "trace_source": trace_source,
+            "levels": levels, "planned_levels": len(bp.levels), "trace_source": trace_source, "server_log_cut": None,
             "aborted_reason": None, "timeouts": bp.timeouts(),
             "aborted_at": None, "crash_diagnosis": [], "preflight": None,
         }, t
@@ -300,7 +300,8 @@ class EvidenceBuilder:
     def write(self, run_dir: str | Path, *, finalize: bool = True) -> Path:
         """Write a real evidence directory (writers of `soakspec.evidence`), hash it into the
         manifest like a finished run, and return its path."""
-        from soakspec.evidence.io import JsonlWriter, write_bytes_atomic, write_json_atomic
+        from soakspec.evidence.buckets import lines_for
+        from soakspec.evidence.io import GzipJsonlWriter, JsonlWriter, write_bytes_atomic, write_json_atomic
         from soakspec.evidence.manifest import write_manifest
         from soakspec.evidence.results import write_results, write_verdict
         from soakspec.evidence.verify import finalize_artifacts
@@ -318,13 +319,19 @@ class EvidenceBuilder:
             n = b["name"]
             d = layout.RunLayout(root).backend_dir(n)
             d.mkdir(parents=True, exist_ok=True)
-            with JsonlWriter(d / layout.REQUESTS) as w:  # as the runner writes them: one batch of lines
+            with GzipJsonlWriter(d / layout.REQUESTS) as w:  # as the runner writes them: one batch of lines
                 w.write_lines(b"".join(RequestRecord.from_json(r).to_line() for r in self.records.get(n, [])))
+            with JsonlWriter(d / layout.BUCKETS) as w:  # the recorder's per-bucket lines
+                for line in lines_for(b.get("levels") or (), [RequestRecord.from_json(r).freeze() for r in self.records.get(n, [])]):
+                    w.write(line)
             for fname, rows in ((layout.TRACES, self.traces.get(n, [])), (layout.TELEMETRY, self.telemetry.get(n, []))):
                 with JsonlWriter(d / fname) as w:
                     for row in rows:
                         w.write(row)
-            write_json_atomic(d / layout.FOLLOWUP, self.followups.get(n))
+            fu = self.followups.get(n)
+            if isinstance(fu, dict) and isinstance(fu.get("record"), dict):  # the record as the runner stores it
+                fu = fu | {"record": RequestRecord.from_json(fu["record"]).to_json()}
+            write_json_atomic(d / layout.FOLLOWUP, fu)
             write_bytes_atomic(d / layout.SERVER_LOG, self.log_of(n).encode())
         if finalize:
             m.update(status=final_status, incomplete_reason=final_reason, ended_at=self.manifest["ended_at"],

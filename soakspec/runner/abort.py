@@ -28,6 +28,7 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from soakspec.evidence.record import WARMUP_BUCKET
 from soakspec.plan import AbortRule
 
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -49,7 +50,7 @@ OUTCOMES: dict[str, Callable[[str], bool]] = {
 class Row:
     """What an abort rule reads of one finished request."""
 
-    bucket: int  # -1: warmup
+    bucket: int  # WARMUP_BUCKET: warm-up
     start: float | None  # the intended start (open loop) or the start
     outcome: str
     values: dict[str, float | None]  # ttft, latency, tpot, output_tokens, prompt_tokens, schedule_lag
@@ -65,12 +66,12 @@ def row_of(rec: Any) -> Row:
 
 
 def row_of_json(d: dict[str, Any]) -> Row:
-    """A requests.jsonl row's (a `--workers` process's records arrive as lines)."""
+    """A decoded requests line's row (a `--workers` process's records arrive as lines)."""
     start = d.get("intended_start") if d.get("intended_start") is not None else d.get("start")
     s, i = d.get("start"), d.get("intended_start")
     values = {k: d.get(k) for k in ("ttft", "latency", "tpot", "output_tokens", "prompt_tokens")}
     values["schedule_lag"] = s - i if s is not None and i is not None else None
-    return Row(int(d.get("bucket", -1)), start, str(d.get("outcome")), values)
+    return Row(int(d.get("bucket", WARMUP_BUCKET)), start, str(d.get("outcome")), values)
 
 
 def value(rule: AbortRule, rows: list[Row]) -> float | None:

@@ -5,13 +5,16 @@ said in the entry (`collect_error`) and the evidence written so far stays.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
-from soakspec.evidence.io import EvidenceFormatError, JsonlWriter, iter_jsonl, write_json_atomic
+from soakspec.evidence.io import EvidenceFormatError, JsonlWriter, write_json_atomic
+from soakspec.evidence.record import iter_records
 from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
 from soakspec.evidence.provenance import binary_sha256, git_state
 from soakspec.evidence.runtime import detect_runtime_boundary
+from soakspec.evidence.serverlog import cap_server_log, keep_lines
 from soakspec.evidence.traces import TraceSource, collect_traces, match_traces
 from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
@@ -33,8 +36,9 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     bp = rec.bp
     la = bp.launch
     log_path = rec.server_log
-    log_text = log_path.read_bytes().decode("utf-8", "replace") if log_path.exists() else ""
-    boundary = detect_runtime_boundary(bp.runtime, dict(la.env), log_text)
+    cut = _cap_log(rec) if log_path.exists() else None
+    # read lazily, only if the declaration needs the log: the capped log without its trace lines
+    boundary = detect_runtime_boundary(bp.runtime, dict(la.env), lambda: _log_text(rec) if log_path.exists() else "")
     trace_source = _traces(plan, rec)
     if rec.followup is None:
         rec.followup = {"required": bp.follow_up, "record": None, "passed": False, "reason": NOT_SENT, "server_idle": None}
@@ -62,6 +66,7 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     )
     entry["levels"] = rec.levels
     entry["trace_source"] = trace_source
+    entry["server_log_cut"] = cut
     entry["aborted_reason"] = rec.aborted_reason
     entry["aborted_at"] = rec.aborted_at
     entry["crash_diagnosis"] = list(rec.failure.diagnosis) if rec.failure is not None else []
@@ -73,6 +78,30 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     entry["planned_levels"] = len(bp.levels)
     entry["timeouts"] = bp.timeouts()
     return entry
+
+
+def _cap_log(rec: BackendRecorder) -> dict[str, Any] | None:
+    """Cap server.log (head and tail kept), never cutting a trace or runtime-banner line."""
+    tr = rec.bp.traces
+    rt = rec.bp.runtime
+    keep = keep_lines(tr.pattern if tr.source == "log" else None, getattr(rt, "log_regex", None) if rt else None)
+    return cap_server_log(rec.server_log, keep)
+
+
+def _log_text(rec: BackendRecorder) -> str:
+    """server.log's text for the runtime boundary, streamed: every line but the trace lines
+    (one per request: a long soak's log is mostly those), so what is held is bounded by the cap;
+    a trace line that matches the runtime pattern is kept."""
+    tr, rt = rec.bp.traces, rec.bp.runtime
+    trace_rx = re.compile(tr.pattern) if tr.source == "log" and tr.pattern else None
+    rt_rx = re.compile(rt.log_regex) if rt is not None and getattr(rt, "log_regex", None) else None
+    out = []
+    with open(rec.server_log, "rb") as f:
+        for raw in f:
+            line = raw.decode("utf-8", "replace")
+            if trace_rx is None or not trace_rx.search(line) or (rt_rx is not None and rt_rx.search(line)):
+                out.append(line)
+    return "".join(out)
 
 
 def _traces(plan: Plan, rec: BackendRecorder) -> str:
@@ -114,7 +143,7 @@ def _match_view(path: Path, id_field: str) -> list[dict]:
     at 94 requests/s). A cut-off last line is skipped, a corrupt whole line raises."""
     keys = (id_field, "server_id", "start", "end")
     bad: list[tuple[int, str | None]] = []
-    out = [{k: r[k] for k in keys if k in r} for _, r in iter_jsonl(path, bad) if isinstance(r, dict)]
+    out = [{k: r[k] for k in keys if k in r} for _, r in iter_records(path, bad)]
     corrupt = next(((n, m) for n, m in bad if m is not None), None)
     if corrupt is not None:
         raise EvidenceFormatError(path, *corrupt)

@@ -33,6 +33,7 @@ from soakspec.runner.procs import BackendError
 from soakspec.runner.load import CLOSE_S, Bisection, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder
+from soakspec.evidence.record import FOLLOW_UP_BUCKET, decode_lenient
 from soakspec.runner.records import RequestRecord
 from soakspec.runner.workers import drive_level_workers, processes_for
 
@@ -129,7 +130,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     watch.level_started(lv.workload, lv.index, lv.label, entry["measure_start"], lv.duration_s, lv.bucket_s)
 
     def on_bucket(k: int) -> None:
-        rec.flush()
+        rec.bucket_closed(entry, k, deps.clock.now())  # requests durable; bucket lines whose requests all ended
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
         watch.bucket_done(k, deps.clock.now())
 
@@ -139,7 +140,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
 
     def write_lines(data: bytes) -> None:  # a --workers process's records
         rec.write_lines(data)
-        watch.observe([row_of_json(json.loads(line)) for line in data.splitlines() if line.strip()], deps.clock.now())
+        rows = [decode_lenient(line) or json.loads(line) for line in data.splitlines() if line.strip()]
+        watch.observe([row_of_json(r) for r in rows], deps.clock.now())
 
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
                        on_bucket=on_bucket, health=health)  # fmt: skip
@@ -157,7 +159,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     finally:
         if watch.fired is not None:
             _buckets_begun(entry, lv, watch.fired.at)
-        rec.level_stopped(entry)
+        rec.level_stopped(entry, deps.clock.now())
     rec.level_finished(entry, run)
     return run
 
@@ -240,7 +242,8 @@ def _buckets_begun(entry: dict, lv: Level, until: float) -> None:
 async def follow_up(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect) -> None:
     """One request of the smallest shape at concurrency 1, after the last level."""
     _, rid = ids()
-    record = RequestRecord(request_id=rid, backend=bp.name, workload=bp.follow_up_workload, level=-1, concurrency=1, bucket=-2)
+    record = RequestRecord(request_id=rid, backend=bp.name, workload=bp.follow_up_workload, level=-1, concurrency=1,
+                           bucket=FOLLOW_UP_BUCKET)
     conn = connect()
     try:
         await conn.send(shapes.make(0, smallest=True), rid, shapes.headers(), record, deadline=deps.clock.now() + bp.follow_up_deadline_s)

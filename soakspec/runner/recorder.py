@@ -2,8 +2,16 @@
 
 The async parts (the backend server, the load driver) report facts here -- launched, ready,
 a level started or ended, records, a bucket end, the follow-up, stopped, failed -- and this
-writes them (requests.jsonl is appended per batch and fsynced at every bucket end) or keeps
-them for the manifest entry that `collect` builds after the load.
+writes them or keeps them for the manifest entry that `collect` builds after the load:
+
+- requests.jsonl.gz is appended per batch; at every bucket end its gzip member is closed and
+  fsynced (`GzipJsonlWriter`); within a bucket the compressor is flushed to the file every
+  second, so a SIGKILL loses at most about a second of records (a power loss: the open bucket's);
+- a bucket's buckets.jsonl line (`soakspec.evidence.buckets`) is written, and fsynced, once
+  every request of the bucket has finished: at the first bucket end after its window end +
+  the level's deadline + LINE_GRACE_S (each request ends by its deadline), or when the level
+  stops. A day-long soak is inspectable while it runs (`soakspec gate --partial`), and a line
+  never claims a bucket whose records are not durable.
 
 A failure is recorded where it happens, before it is raised: `RunStatus` keeps the first one
 (its reason becomes the manifest's), so the engine never has to dig it out of an ExceptionGroup.
@@ -16,12 +24,17 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from soakspec.evidence.io import EvidenceError, JsonlWriter
+from soakspec.evidence.io import EvidenceError, GzipJsonlWriter, JsonlWriter
+from soakspec.evidence.buckets import BucketTally, bucket_line
+from soakspec.evidence.record import Record, decode_lenient, encode_line
 from soakspec.evidence.layout import RunLayout
 from soakspec.plan import BackendPlan, Level
 from soakspec.runner.load import LevelRun, LiveStats
 from soakspec.runner.procs import BackendError, Server
 from soakspec.runner.records import Outcome, RequestRecord
+
+
+LINE_GRACE_S = 1.0  # a bucket's line is written this long after its requests' deadline passed
 
 
 class RunStatus:
@@ -67,7 +80,11 @@ class BackendRecorder:
         self.status = status
         self.layout = layout
         self.started = False  # prepare() ran: the backend has a manifest entry
-        self.writer: JsonlWriter | None = None
+        self.writer: GzipJsonlWriter | None = None
+        self.bucket_writer: JsonlWriter | None = None
+        self.tally = BucketTally()
+        self._level: Level | None = None
+        self._pending: list[tuple[int, float, float]] = []  # closed buckets whose line waits: (k, start, length)
         self.stats = LiveStats()
         self.levels: list[dict[str, Any]] = []
         self.followup: dict[str, Any] | None = None
@@ -96,7 +113,8 @@ class BackendRecorder:
         # against the schema, and `verify`/`gate` check every line after the run.
         with self._evidence():
             self.layout.backend_dir(self.name).mkdir(parents=True, exist_ok=True)
-            self.writer = JsonlWriter(self.layout.requests(self.name), schema=None)
+            self.writer = GzipJsonlWriter(self.layout.requests(self.name))
+            self.bucket_writer = JsonlWriter(self.layout.buckets(self.name))
 
     # ------------------------------------------------------------ the server
     def launching(self, argv: list[str], url: str, started_at: float) -> None:
@@ -135,12 +153,41 @@ class BackendRecorder:
             "completed": False, "buckets": [], "sent": 0,
         }  # fmt: skip
         self.levels.append(entry)
+        self.tally = BucketTally()
+        self._level = lv
+        self._pending = []
         return entry
 
-    def level_stopped(self, entry: dict[str, Any]) -> None:
-        """The level's load ended, finished or not: what was sent is on disk."""
+    def bucket_closed(self, entry: dict[str, Any], k: int, now: float) -> None:
+        """Bucket `k` of the level of `entry` ended at `now`: its records so far are made durable
+        (the gzip member closed and fsynced). Its buckets.jsonl line waits until every request
+        of it has finished: `deadline_s` + LINE_GRACE_S after its window (each request ends by
+        its deadline); then the line counts them all. Lines whose time has come go out now."""
+        self.flush()
+        assert self._level is not None
+        b = self._level.buckets[k]
+        self._pending.append((k, entry["measure_start"] + b.start_s, b.length_s))
+        self._write_lines(entry, now, lambda start, length: now >= start + length + entry["deadline_s"] + LINE_GRACE_S)
+
+    def _write_lines(self, entry: dict[str, Any], now: float | None, due) -> None:
+        lines = []
+        for item in list(self._pending):
+            k, start, length = item
+            if due(start, length):
+                self._pending.remove(item)
+                lines.append(bucket_line(entry, k, start, length, now if now is not None else start + length, self.tally))
+        if lines and self.bucket_writer is not None:
+            with self._evidence():
+                for line in lines:
+                    self.bucket_writer.write(line)
+                self.bucket_writer.flush_fsync()
+
+    def level_stopped(self, entry: dict[str, Any], now: float | None = None) -> None:
+        """The level's load ended, finished or not: what was sent is on disk, and the lines of
+        its closed buckets still waiting for their requests are written with what came."""
         entry["sent"] = self.stats.sent
         self.flush()
+        self._write_lines(entry, now, lambda start, length: True)
 
     def level_finished(self, entry: dict[str, Any], run: LevelRun) -> None:
         entry.update(
@@ -150,10 +197,20 @@ class BackendRecorder:
         )  # fmt: skip
 
     def write_records(self, records: Iterable[RequestRecord]) -> None:
-        # one write per batch (the file stays line-atomic); `to_line` is `dumps_line(to_json())`
-        self.write_lines(b"".join([rec.to_line() for rec in records]))
+        # one write per batch into the open gzip member
+        frozen = [rec.freeze() for rec in records]
+        for r in frozen:
+            self.tally.add(r)
+        self._write(b"".join([encode(r) for r in frozen]))
 
     def write_lines(self, data: bytes) -> None:
+        """Whole request lines made elsewhere (a `--workers` process's `to_line`s)."""
+        for line in data.splitlines():
+            if line.strip() and (r := decode_lenient(line)) is not None:
+                self.tally.add(r)
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
         assert self.writer is not None
         try:
             self.writer.write_lines(data)
@@ -180,6 +237,8 @@ class BackendRecorder:
     def close(self) -> None:
         if self.writer is not None:
             self.writer.close()
+        if self.bucket_writer is not None:
+            self.bucket_writer.close()
 
     # ------------------------------------------------------------ plumbing
     @contextlib.contextmanager
@@ -193,6 +252,10 @@ class BackendRecorder:
     @property
     def server_log(self) -> Path:
         return self.layout.server_log(self.name)
+
+
+def encode(r: Record) -> bytes:
+    return encode_line(r)
 
 
 __all__ = ["BackendRecorder", "RunStatus"]

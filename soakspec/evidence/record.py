@@ -1,0 +1,512 @@
+"""THE request record: one type that the runner writes, `verify` validates and the judge reads.
+
+`Record` (a frozen `msgspec.Struct`) is one finished request as it lies on disk, a line of
+`backends/<name>/requests.jsonl.gz`. Decoding a line into it *is* the validation: types and
+ranges are checked by one `msgspec` decode, in C, then the cross-field rules (`broken_rule`),
+at about a microsecond a record (benchmarks/README.md, "record decode"), and the JSON Schema
+shipped as `schemas/request.schema.json` is generated from this type (`request_schema()`; a
+test fails when the file drifts from it).
+
+`RequestRecord` is the runner's *builder*: mutable while the request runs (the protocol fills
+it in as bytes arrive), frozen once by `freeze()` when it ends.
+
+Fields, their units and their meaning (times are epoch seconds of the run's `RunClock`, rounded
+to 1 us on disk; durations are seconds):
+
+  request_id      the id soakspec sent (x-request-id, the body's `user`)
+  backend         the backend's name in the spec
+  workload        the workload's name
+  level           the load level's index (an int; a string in evidence that named levels)
+  concurrency     closed loop: the level's concurrency; open loop: None
+  rate            open loop: the level's rate (requests/s); closed loop: None
+  bucket          the measured bucket the request *started* in (0, 1, ...), or a sentinel:
+                  WARMUP_BUCKET (-1) started during warm-up, FOLLOW_UP_BUCKET (-2) the clean
+                  follow-up request after the last level
+  worker          the closed-loop worker (or open-loop slot) that sent it
+  intended_start  when the schedule meant to send it (open loop: from the arrival process)
+  start           when it was sent (None: never sent)
+  first_byte      when the first response byte arrived
+  first_token     when the first completion text arrived
+  end             when the response finished (or failed)
+  status          the HTTP status (None: no response)
+  outcome         `Outcome`: exactly one per record
+  error           the first error's text (at most ERROR_LIMIT characters); None when completed
+  finish_reason   the server's finish_reason
+  server_id       the id the server gave the response (cmpl-...)
+  prompt_tokens   usage.prompt_tokens (None: not reported)
+  output_tokens   completion tokens (see tokens_source)
+  tokens_source   `TokensSource`: where output_tokens came from
+  itl_source      `ItlSource`: how the per-token gaps were attributed
+  chunks          text chunks (SSE events with text) received
+  tpot            time per output token after the first: (end - first_token) / (tokens - 1)
+  itl_us          inter-token gaps, integer microseconds, one per token after the first
+  output_sha256   sha256 of the completion text (None: none)
+  output_chars    characters of completion text
+  empty_text      a completed request whose tokens decoded to no text at all
+  coalesced       ITL gaps that share a read stamp with the previous token (not independent samples)
+  usage_decreased the stream's cumulative usage.completion_tokens went down at some point
+  client_delay    seconds between the last bytes' arrival stamp and the client finishing them
+
+Derived, defined once here (properties, never stored): `ttft` and `latency` measure from the
+intended start (open-loop load: a late scheduler is charged, not hidden), or from `start` when
+the record has no intended start; `itl` is `itl_us` in seconds. `tpot` is stored, because the
+token times it comes from are not all kept.
+
+Dict-style reading: `row["field"]`, `row.get("field", default)`, `"field" in row`, `keys()`,
+`{**row}` work for the stored fields and the derived ones (ttft, latency, itl), so code written
+against the JSON rows reads a `Record` unchanged. `Record` is registered as a `Mapping`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from array import array
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+import msgspec
+
+
+class Outcome(enum.StrEnum):
+    """How a request ended. Exactly one per record.
+
+    COMPLETED    -- HTTP 200, >= 1 completion token (usage or counted text events), `data: [DONE]`,
+                    no error anywhere. Its text may be empty (then `empty_text` is true).
+    FAILED       -- the server answered but wrongly: status not 200 (except 4xx), an error event
+                    or payload, `finish_reason: error`, no `[DONE]`, zero completion tokens
+                    although max_tokens > 0, malformed SSE/JSON, an oversized event.
+    TIMEOUT      -- the request's absolute deadline passed first.
+    REJECTED     -- HTTP 4xx (including 429): the server refused the request.
+    DISCONNECTED -- the connection failed (refused, closed, reset) before the response finished.
+    """
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    REJECTED = "rejected"
+    DISCONNECTED = "disconnected"
+
+
+OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
+
+
+class TokensSource(enum.StrEnum):
+    USAGE = "usage"  # the server's usage.completion_tokens
+    COUNTED = "counted"  # no usage anywhere: one token per text chunk
+
+
+class ItlSource(enum.StrEnum):
+    USAGE = "usage"  # per-chunk token counts from cumulative (continuous) usage
+    EXACT = "exact"  # final usage equals the number of text chunks: one token per chunk
+    ESTIMATED = "estimated"  # final usage spread evenly over the text chunks
+    COUNTED = "counted"  # no usage: one token per text chunk
+
+
+WARMUP_BUCKET = -1  # started during a level's warm-up: recorded, never measured
+FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level
+ERROR_LIMIT = 500  # characters of the first error message that are kept
+
+
+def measured(bucket: int) -> bool:
+    """Whether a request of `bucket` belongs to a measured bucket (not warm-up, not follow-up)."""
+    return bucket >= 0
+
+
+_US = 1_000_000
+NonNeg = Annotated[int, msgspec.Meta(ge=0)]
+NonNegF = Annotated[float, msgspec.Meta(ge=0)]
+_Sha = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+
+
+class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_unknown_fields=True):
+    """One finished request (see the module docstring for every field)."""
+
+    request_id: Annotated[str, msgspec.Meta(min_length=1)]
+    backend: Annotated[str, msgspec.Meta(min_length=1)]
+    workload: str
+    level: int | str
+    concurrency: Annotated[int, msgspec.Meta(ge=1)] | None
+    rate: Annotated[float, msgspec.Meta(gt=0)] | None
+    bucket: int
+    worker: NonNeg | None
+    intended_start: float | None
+    start: float | None
+    first_byte: float | None
+    first_token: float | None
+    end: float | None
+    status: Annotated[int, msgspec.Meta(ge=100, le=599)] | None
+    outcome: Outcome
+    error: str | None
+    finish_reason: str | None
+    server_id: str | None
+    prompt_tokens: NonNeg | None
+    output_tokens: NonNeg
+    tokens_source: TokensSource
+    itl_source: ItlSource
+    chunks: NonNeg
+    tpot: NonNegF | None
+    itl_us: tuple[NonNeg, ...]
+    output_sha256: _Sha | None
+    output_chars: NonNeg
+    empty_text: bool = False
+    coalesced: NonNeg = 0
+    usage_decreased: bool = False
+    client_delay: NonNegF | None = None
+
+    def broken_rule(self) -> tuple[str, str] | None:
+        """(JSON pointer, why) of the first cross-field rule this record breaks, or None. Checked
+        by every reader (`decode_line`, `iter_records`), not when the runner freezes a record:
+        a run writes what happened and `verify` says what is wrong with it."""
+        if self.outcome is Outcome.COMPLETED:
+            if self.end is None:
+                return "/end", "a completed request needs an end time"
+            if self.error is not None:
+                return "/error", "a completed request has no error"
+        elif not self.error:
+            return "/error", f"a {self.outcome.value} request needs a non-empty error"
+        lat = self.latency
+        if lat is not None and lat < 0:
+            return "/end", "end is before the (intended) start"
+        t = self.ttft
+        if t is not None and t < 0:
+            return "/first_token", "first_token is before the (intended) start"
+        return None
+
+    # ---------------------------------------------------------------- derived
+    @property
+    def sent_at(self) -> float | None:
+        """What durations measure from: the intended start, or the start without one."""
+        return self.intended_start if self.intended_start is not None else self.start
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to first token (s), from `sent_at`."""
+        t = self.sent_at
+        return None if self.first_token is None or t is None else self.first_token - t
+
+    @property
+    def latency(self) -> float | None:
+        """End-to-end latency (s), from `sent_at`."""
+        t = self.sent_at
+        return None if self.end is None or t is None else self.end - t
+
+    @property
+    def itl(self) -> array:
+        """The inter-token gaps in seconds (a float array)."""
+        return array("d", [g / _US for g in self.itl_us])
+
+    @property
+    def measured(self) -> bool:
+        return self.bucket >= 0
+
+    # ---------------------------------------------------------------- dict-style reading
+    def __getitem__(self, key: str) -> Any:
+        if key in _READABLE:
+            return getattr(self, key)
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return getattr(self, key) if key in _READABLE else default
+
+    def __contains__(self, key: object) -> bool:
+        return key in _READABLE
+
+    def keys(self) -> tuple[str, ...]:
+        return READ_KEYS
+
+    def __iter__(self):
+        return iter(READ_KEYS)
+
+    def __len__(self) -> int:
+        return len(READ_KEYS)
+
+    def items(self):
+        return [(k, getattr(self, k)) for k in READ_KEYS]
+
+    def values(self):
+        return [getattr(self, k) for k in READ_KEYS]
+
+    def to_json(self) -> dict[str, Any]:
+        """The on-disk object (plain JSON types), as `encode_line` writes it."""
+        d = msgspec.to_builtins(self)
+        d["itl_us"] = list(self.itl_us)  # JSON's array, as a decoded line has it
+        return d
+
+
+Mapping.register(Record)
+
+RECORD_KEYS: tuple[str, ...] = Record.__struct_fields__  # the on-disk keys, in the order written
+DERIVED_KEYS: tuple[str, ...] = ("ttft", "latency", "itl")
+READ_KEYS: tuple[str, ...] = RECORD_KEYS + DERIVED_KEYS
+_READABLE = frozenset(READ_KEYS)
+# Keys a record written before they existed may lack (decoding fills in the default).
+OPTIONAL_KEYS: frozenset[str] = frozenset(RECORD_KEYS[len(RECORD_KEYS) - len(Record.__struct_defaults__):])
+
+
+# ------------------------------------------------------------------------------ on disk
+
+_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(Record)
+
+
+def encode_line(rec: Record) -> bytes:
+    """One requests line: compact JSON of `rec`, newline-terminated."""
+    return _ENCODER.encode(rec) + b"\n"
+
+
+def decode_line(line: bytes | str) -> Record:
+    """Decode and validate one line (raises `msgspec.ValidationError` / `msgspec.DecodeError`)."""
+    rec = _DECODER.decode(line)
+    broken = rec.broken_rule()
+    if broken is not None:
+        raise msgspec.ValidationError(f"{broken[1]} - at `$.{broken[0][1:]}`")
+    return rec
+
+
+def decode_lenient(line: bytes | str) -> Record | None:
+    """A line as a `Record` when it has the record's shape (its cross-field rules unchecked), else
+    None: for what the runner itself watches while it runs (abort rules, bucket lines), which
+    must never stop a run over a record `verify` will report afterwards."""
+    try:
+        return _DECODER.decode(line)
+    except msgspec.DecodeError:
+        return None
+
+
+def error_pointer(err: Exception) -> tuple[str, str]:
+    """(JSON pointer, message) of a msgspec decode error: "... - at `$.bucket`" -> "/bucket"."""
+    text = str(err)
+    msg, sep, where = text.rpartition(" - at `")
+    if not sep:
+        return "", text
+    path = where.rstrip("`")
+    parts = []
+    for part in path.removeprefix("$").replace("]", "").replace("[", ".").split("."):
+        if part:
+            parts.append(part)
+    return "".join("/" + p for p in parts), msg
+
+
+def _round_us(t: float | None) -> float | None:
+    if t is None:
+        return None
+    if not math.isfinite(t):
+        raise ValueError(f"time out of range for JSON: {t!r}")
+    return round(t, 6)
+
+
+# ------------------------------------------------------------------------------ the runner's builder
+
+
+@dataclasses.dataclass(slots=True)
+class RequestRecord:
+    """What happened to one request. Mutable while the request runs; `freeze()` when done.
+
+    `itl` holds the per-token gaps in seconds as the protocol measures them; freezing rounds
+    them to whole microseconds (`Record.itl_us`) and the times to 1 us."""
+
+    request_id: str
+    backend: str = ""
+    workload: str = ""
+    level: int = 0
+    concurrency: int | None = None
+    rate: float | None = None
+    bucket: int = 0
+    worker: int = 0
+    intended_start: float | None = None
+    start: float | None = None
+    first_byte: float | None = None
+    first_token: float | None = None
+    end: float | None = None
+    status: int | None = None
+    outcome: Outcome = Outcome.FAILED
+    error: str | None = None
+    finish_reason: str | None = None
+    server_id: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int = 0
+    tokens_source: TokensSource = TokensSource.COUNTED
+    itl_source: ItlSource = ItlSource.COUNTED
+    chunks: int = 0
+    tpot: float | None = None
+    itl: list[float] = dataclasses.field(default_factory=list)
+    output_sha256: str | None = None
+    output_chars: int = 0
+    # a completed request whose tokens decoded to no text at all (special tokens, partial UTF-8)
+    empty_text: bool = False
+    coalesced: int = 0
+    usage_decreased: bool = False
+    client_delay: float | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        """Time to first token, as `Record.ttft` (from the intended start, else the start)."""
+        t = self.intended_start if self.intended_start is not None else self.start
+        return None if self.first_token is None or t is None else self.first_token - t
+
+    @property
+    def latency(self) -> float | None:
+        """End-to-end latency, as `Record.latency`."""
+        t = self.intended_start if self.intended_start is not None else self.start
+        return None if self.end is None or t is None else self.end - t
+
+    def freeze(self) -> Record:
+        """The finished record. Raises ValueError for a NaN or infinite time or gap (nothing
+        is written then)."""
+        itl = self.itl
+        if itl and not math.isfinite(s := sum(itl)):
+            raise ValueError(f"ITL value out of range for JSON in {self.request_id}: {s!r}")
+        tpot = self.tpot
+        if tpot is not None and not math.isfinite(tpot):
+            raise ValueError(f"tpot out of range for JSON in {self.request_id}")
+        cd = self.client_delay
+        return Record(
+            self.request_id, self.backend, self.workload, self.level, self.concurrency, self.rate, self.bucket,
+            self.worker, _round_us(self.intended_start), _round_us(self.start), _round_us(self.first_byte),
+            _round_us(self.first_token), _round_us(self.end), self.status, self.outcome, self.error,
+            self.finish_reason, self.server_id, self.prompt_tokens, self.output_tokens, self.tokens_source,
+            self.itl_source, self.chunks, None if tpot is None else round(tpot, 6),
+            tuple([round(g * _US) for g in itl]), self.output_sha256, self.output_chars, self.empty_text,
+            self.coalesced, self.usage_decreased, None if cd is None else round(cd, 6),
+        )  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """The on-disk object of the frozen record."""
+        return self.freeze().to_json()
+
+    def to_line(self) -> bytes:
+        """The requests line of the frozen record (`encode_line(freeze())`)."""
+        return _ENCODER.encode(self.freeze()) + b"\n"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> RequestRecord:
+        """A builder holding a stored record: a `Record`, its JSON object, or a row of the
+        format before `Record` (`itl` in seconds, stored `ttft`/`latency`, which are derived)."""
+        if isinstance(d, Record):
+            r = d
+        else:
+            d = dict(d)
+            itl = d.pop("itl", None)
+            d.pop("ttft", None)
+            d.pop("latency", None)
+            if itl is not None and "itl_us" not in d:
+                d["itl_us"] = [round(g * _US) for g in itl]
+            r = msgspec.convert(d, Record)
+        return cls(**{k: getattr(r, k) for k in RECORD_KEYS if k != "itl_us"}, itl=[g / _US for g in r.itl_us])
+
+
+# ------------------------------------------------------------------------------ the schema
+
+
+def request_schema() -> dict[str, Any]:
+    """The JSON Schema of a requests line, generated from `Record` plus the cross-field rules
+    of `Record.broken_rule` that JSON Schema can state (`schemas/request.schema.json`)."""
+    generated = msgspec.json.schema(Record)
+    defs = generated.get("$defs", {})
+    body = dict(defs.pop("Record"))
+    body.pop("title", None)
+    body.pop("description", None)
+    schema: dict[str, Any] = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "urn:soakspec:evidence:request:2",
+        "title": "one finished request (a line of backends/<name>/requests.jsonl.gz)",
+        "description": "Generated from soakspec.evidence.record.Record (its docstring says what each field means). "
+                       "Times are epoch seconds rounded to 1 us; tpot and client_delay are seconds; itl_us are "
+                       "integer microseconds. bucket -1 is warm-up, -2 the follow-up request.",
+    }
+    schema |= body
+    schema["additionalProperties"] = False  # forbid_unknown_fields: a key the type does not know is an error
+    schema["allOf"] = [
+        {"if": {"properties": {"outcome": {"const": "completed"}}, "required": ["outcome"]},
+         "then": {"properties": {"end": {"type": "number"}, "error": {"type": "null"}}}},
+        {"if": {"properties": {"outcome": {"enum": [o for o in OUTCOMES if o != "completed"]}}, "required": ["outcome"]},
+         "then": {"properties": {"error": {"type": "string", "minLength": 1}}}},
+    ]
+    if defs:
+        schema["$defs"] = defs
+    return schema
+
+
+__all__ = [
+    "DERIVED_KEYS", "ERROR_LIMIT", "FOLLOW_UP_BUCKET", "OPTIONAL_KEYS", "OUTCOMES", "READ_KEYS", "RECORD_KEYS", "WARMUP_BUCKET",
+    "ItlSource", "Outcome", "Record", "RequestRecord", "TokensSource", "decode_lenient", "decode_line", "encode_line",
+    "error_pointer", "iter_records",
+    "measured", "request_schema",
+]
+
+
+# ------------------------------------------------------------------------------ reading a stream
+
+
+def iter_records(path, errors: list[tuple[int, str | None]] | None = None, hasher: Any = None, *,
+                 schema_errors: list[tuple[int, str, str]] | None = None):
+    """Yield `(line_number, Record)` from a requests file (gzip or plain), decoding and
+    validating each line once, streamed. `hasher` is fed every byte of the file (one pass
+    hashes, decodes and validates). Lines that do not parse go into `errors` as `(line,
+    message)`; a cut-off last line or gzip member as `(line, None)` (see `io.iter_jsonl`).
+    Lines that parse but break the record's rules go into `schema_errors` as `(line, pointer,
+    message)` when given, else into `errors`."""
+    from soakspec.evidence.io import iter_raw_lines
+
+    cut: list[int] = []
+    for i, raw in _guarded(iter_raw_lines(path, hasher, cut), errors):
+        if not raw.endswith(b"\n"):
+            if errors is not None:
+                errors.append((i, None))
+            break
+        try:
+            rec = _DECODER.decode(raw)
+            broken = rec.broken_rule()
+            if broken is None:
+                yield i, rec
+            elif schema_errors is not None:
+                schema_errors.append((i, *broken))
+            elif errors is not None:
+                errors.append((i, f"{broken[0]}: {broken[1]}"))
+        except msgspec.DecodeError as e:  # ValidationError included: the slow path says which it is
+            why = _not_json(raw)
+            if why is not None:
+                if errors is not None:
+                    errors.append((i, why))
+                continue
+            pointer, message = error_pointer(e)
+            if schema_errors is not None:
+                schema_errors.append((i, pointer, message))
+            elif errors is not None:
+                errors.append((i, f"{pointer or '/'}: {message}"))
+    if cut and errors is not None and not any(m is None for _, m in errors):
+        errors.append((cut[0] + 1, None))
+
+
+def _not_json(raw: bytes) -> str | None:
+    """Why a line that did not decode as a `Record` is not JSON within the evidence limits at
+    all (`io.loads`: nesting, digits, NaN), or None when it is JSON (then it is a record that
+    breaks its type). Only lines that failed pay for this second look."""
+    import json
+
+    from soakspec.evidence.io import loads
+
+    if not raw.strip():
+        return "empty line"
+    try:
+        loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return "not UTF-8"
+    except json.JSONDecodeError as e:
+        return f"invalid JSON: {e.msg} (column {e.colno})"
+    except (RecursionError, ValueError) as e:
+        return f"JSON beyond the decoder's limits: {str(e)[:120]}"
+    return None
+
+
+def _guarded(lines, errors):
+    """`lines`, ending (with the reason in `errors`) where the file stops being gzip or JSONL."""
+    from soakspec.evidence.io import EvidenceFormatError
+
+    try:
+        yield from lines
+    except EvidenceFormatError as e:
+        if errors is not None:
+            errors.append((e.line, str(e).split(": ", 2)[-1]))

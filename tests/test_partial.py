@@ -1,0 +1,93 @@
+"""A run still going, or killed, is inspectable: buckets.jsonl has one line per closed bucket,
+`verify` reads a SIGKILLed run as incomplete (never corrupt) and `gate --partial` judges it up
+to its last closed bucket, INCONCLUSIVE."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from runner_support import manifest, new_marker, run_env, sim_spec, soakspec_cmd, wait_no_survivors
+from soakspec.cli import main
+from soakspec.evidence.io import iter_jsonl
+from soakspec.evidence.record import iter_records
+from soakspec.evidence.testing import build_evidence_dir
+
+
+def _gate_partial(capsys, root: Path, *extra: str) -> tuple[int, str]:
+    code = main(["gate", "--partial", str(root), *extra])
+    out = capsys.readouterr()
+    assert "Traceback" not in out.out + out.err
+    return code, out.out + out.err
+
+
+def test_partial_gate_of_a_running_run_is_inconclusive_and_says_how_far(tmp_path, capsys):
+    root = tmp_path / "run1"
+    build_evidence_dir(root, status="running")  # a run still going: no backends in its manifest yet
+    code, out = _gate_partial(capsys, root)
+    assert code == 3, out
+    assert "INCONCLUSIVE" in out and "partial: the run is incomplete (status running)" in out
+    assert "a short / concurrency 4: judged buckets 0-0 of 1" in out
+    # plain gate cannot judge it at all (no backends yet): --partial is the way to look
+    code, doc = _gate_partial(capsys, root, "--format", "json")
+    v = json.loads(doc[: doc.rindex("}") + 1])
+    assert v["partial"] is True and v["verdict"] == "INCONCLUSIVE"
+    # its failed == 0 rule was judged over the closed bucket's requests
+    assert any(r["rule"] == "failed == 0" and r["status"] == "pass" for r in v["rules"]), v["rules"]
+
+
+def test_partial_gate_of_a_finished_run_judges_it_in_full(tmp_path, capsys):
+    root = tmp_path / "run1"
+    build_evidence_dir(root)
+    code, out = _gate_partial(capsys, root)
+    assert code == main(["gate", str(root)]) and "judged in full" in out
+
+
+@pytest.mark.slow
+def test_sigkill_mid_bucket_leaves_evidence_verify_calls_incomplete_and_gate_partial_judges(tmp_path, capsys):
+    spec = tmp_path / "t.soak"
+    spec.write_text(sim_spec(duration="30s", bucket="1s", sim="ttft = 20ms\n    itl = 20ms"))
+    out = tmp_path / "ev"
+    marker = new_marker()
+    proc = subprocess.Popen(soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"), cwd=tmp_path,
+                            env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    buckets = out / "backends" / "b0" / "buckets.jsonl"
+    deadline = time.monotonic() + 60
+    try:
+        while not (buckets.exists() and buckets.read_bytes().count(b"\n") >= 2):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no two closed buckets within 60 s"
+            time.sleep(0.05)
+        time.sleep(0.5)  # mid-bucket
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert wait_no_survivors(marker, timeout=10) == []
+    assert manifest(out)["status"] == "running"
+
+    lines = [r for _, r in iter_jsonl(buckets)]
+    closed = {r["bucket"] for r in lines}
+    assert len(lines) >= 2 and closed == set(range(len(lines)))
+    assert all(r["requests"]["completed"] > 0 and r["ttft"]["p50"] is not None for r in lines)
+    # every request a closed bucket's line counted is on disk
+    bad: list = []
+    recs = [r for _, r in iter_records(out / "backends" / "b0" / "requests.jsonl.gz", bad)]
+    assert not [m for _, m in bad if m is not None]
+    for line in lines:
+        on_disk = sum(1 for r in recs if r.bucket == line["bucket"] and r.outcome == "completed")
+        assert on_disk >= line["requests"]["completed"]
+
+    assert main(["verify", str(out)]) == 3
+    text = capsys.readouterr().out
+    assert "intact but incomplete" in text and "V104" not in text and "V105" not in text, text
+
+    code, text = _gate_partial(capsys, out)
+    assert code == 3 and "INCONCLUSIVE" in text, text
+    assert f"judged buckets 0-{max(closed)} of 30" in text, text
