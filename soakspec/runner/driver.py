@@ -33,7 +33,7 @@ from soakspec.runner.procs import BackendError
 from soakspec.runner.load import CLOSE_S, Bisection, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder
-from soakspec.evidence.record import FOLLOW_UP_BUCKET, decode_lenient
+from soakspec.evidence.record import FOLLOW_UP_BUCKET, decode_lenient, iter_records
 from soakspec.runner.records import RequestRecord
 from soakspec.runner.workers import drive_level_workers, processes_for
 
@@ -219,16 +219,9 @@ async def _drive_probe(bp, probe: Level, deps: Deps, rec: BackendRecorder, ids: 
 
 
 def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
-    """The probe's records as written (requests.jsonl is flushed at the level's end)."""
+    """The probe's records as written (the requests stream is flushed at the level's end)."""
     rec.flush()
-    rows = []
-    with open(rec.layout.requests(rec.name), "rb") as f:
-        for line in f:
-            if line.strip():
-                r = json.loads(line)
-                if r.get("workload") == lv.workload and r.get("level") == lv.index:
-                    rows.append(r)
-    return rows
+    return [dict(r) for _, r in iter_records(rec.layout.requests(rec.name)) if r.workload == lv.workload and r.level == lv.index]
 
 
 def _buckets_begun(entry: dict, lv: Level, until: float) -> None:
