@@ -94,6 +94,8 @@ def rule_text(rule: A.Rule) -> str:
 def expr_text(expr: A.Expr) -> str:
     if isinstance(expr, A.Call):
         return f"{expr.func}({expr_text(expr.arg)})"
+    if isinstance(expr, A.NamedRef):
+        return f'{expr.func}("{_escape(expr.name, False)}")'
     return expr.name
 
 
