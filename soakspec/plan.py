@@ -450,7 +450,6 @@ class BackendPlan:
             "kill_wait_s": la.kill_wait_s if la.launches else None,
             "follow_up_deadline_s": self.follow_up_deadline_s if self.follow_up else None,
             **{f"liveness_{k}": v for k, v in la.liveness.to_json().items()},
-            **({"metrics_interval_s": self.metrics.interval_s, "metrics_timeout_s": self.metrics.timeout_s} if self.metrics else {}),
         }
 
 

@@ -71,7 +71,7 @@ from soakspec.judge import performance
 from soakspec.judge.common import not_evaluated, problem, result
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.joined import JudgedRun, join
-from soakspec.judge.registry import BY_NAME, RuleClass, builtins, metric
+from soakspec.judge.registry import BY_NAME, RuleClass, builtins, impl_for
 from soakspec.judge.verdict import RuleResult, Verdict, decide
 from soakspec.lang.spec import Rule, Spec
 
@@ -124,7 +124,7 @@ def judge_run(run: JudgedRun) -> Verdict:
     blocked = any(x.severity == "require" and x.status == "fail" for x in results)
     for r in rules:
         if r.klass == "performance":
-            results.append(not_evaluated(r) if blocked else _unrun(run, r) or performance.judge(run, r, metric(r.expr.metric)))
+            results.append(not_evaluated(r) if blocked else _unrun(run, r) or performance.judge(run, r, impl_for(r.expr)))
     status = run.evidence.manifest.get("status")
     return Verdict(
         outcome=decide(results),

@@ -101,7 +101,7 @@ def _for_backend(r: RuleResult, name: str) -> str:
 def backend_statuses(run: Any, verdict: Any) -> dict[str, BackendStatus]:
     """name -> BackendStatus for every judged backend of a joined run (`judge.joined.join`)."""
     from soakspec.judge import performance
-    from soakspec.judge.registry import metric
+    from soakspec.judge.registry import impl_for
 
     spec_rules = [r for r in run.spec.gate.rules if r.klass == "performance"]
     perf_results = [r for r in verdict.rules if r.klass == "performance"]
@@ -115,7 +115,7 @@ def backend_statuses(run: Any, verdict: Any) -> dict[str, BackendStatus]:
         for rule, res in zip(spec_rules, perf_results):
             if rule.backend is not None and rule.backend != name:
                 continue
-            mine = performance.judge(run, dataclasses.replace(rule, backend=name), metric(rule.expr.metric))
+            mine = performance.judge(run, dataclasses.replace(rule, backend=name), impl_for(rule.expr))
             status = "not_evaluated" if res.status == "not_evaluated" else mine.status
             rows.append(RuleStatus(res.rule, res.severity, "performance", status, mine))
         req = [x for x in rows if x.severity == "require"]
