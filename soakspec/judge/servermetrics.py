@@ -435,3 +435,53 @@ def family_type(bi: BackendIndex, family: str) -> str | None:
 
 __all__ = ["ServerMetric", "bind", "bucket_values", "family_type", "find", "metrics_scraped", "quantile_estimate", "scrape",
            "unavailable"]
+
+
+# ------------------------------------------------------------------------------ results.json
+
+SUMMARY_QUANTILES = (50.0, 99.0)
+
+
+def _bucket_entry(s: Series, start: float, end: float) -> dict[str, Any] | None:
+    if s.type == "counter":
+        c = counter_change(s, start, end)
+        if c is None or c[1] <= 0:
+            return None
+        return {"rate": c[0] / c[1], "increase": c[0], "scrapes": c[2]}
+    if s.type in ("histogram", "summary"):
+        d = hist_change(s, start, end)
+        if d is None or d.count <= 0:
+            return None
+        out: dict[str, Any] = {"mean": d.sum / d.count, "observations": d.count, "scrapes": d.scrapes}
+        if d.buckets:
+            for q in SUMMARY_QUANTILES:
+                v, (lo, hi) = quantile_estimate(q, d.buckets)
+                out[f"p{q:g}"] = {"value": v, "bucket": [lo, hi]}  # the estimate and its resolution
+        return out
+    vals = [x for i in inside(s, start, end) if (x := _value(s.points[i])) is not None]
+    if not vals:
+        return None
+    return {"mean": stats.mean(vals), "max": max(vals), "min": min(vals), "scrapes": len(vals)}
+
+
+def results_section(bi: BackendIndex) -> dict[str, Any] | None:
+    """results.json's `server_metrics` of one backend: how its /metrics scrapes went, and per
+    kept family its type and per-bucket values (keyed "workload:level:bucket"): a gauge's
+    mean/min/max, a counter's rate and increase, a histogram's mean observation and its p50/p99
+    estimates with the histogram bucket each falls in (the estimate's resolution)."""
+    entry = bi.evidence.entry.get("metrics")
+    if not isinstance(entry, Mapping) and not bi.evidence.metrics:
+        return None
+    entry = entry if isinstance(entry, Mapping) else {}
+    sc = scrapes(bi)
+    fams: dict[str, Any] = {}
+    for name in sorted(sc.series):
+        s = sc.series[name]
+        per: dict[str, Any] = {}
+        for lv in bi.levels:
+            for w in lv.buckets:
+                if w.start is not None and w.end is not None and (e := _bucket_entry(s, w.start, w.end)) is not None:
+                    per[f"{lv.workload}:{lv.index}:{w.index}"] = e
+        fams[name] = {"type": s.type, "per_bucket": per}
+    return {"path": entry.get("path"), "declared": entry.get("declared"), "status": entry.get("status"),
+            "scrapes": sc.total, "failed": len(sc.failed), "first_error": entry.get("first_error"), "families": fams}
