@@ -99,8 +99,8 @@ _SERIES = {"gauge": (("mean", "#1f77b4", None), ("max", "#d62728", "4 3")),
            "counter": (("rate", "#2ca02c", None),),
            "histogram": (("mean", "#1f77b4", None), ("p99", "#d62728", "4 3")),
            "summary": (("mean", "#1f77b4", None),)}
-_WHAT = {"gauge": "per bucket: mean and max of the scrapes", "counter": "per bucket: rate (per second)",
-         "histogram": "per bucket: mean observation, p99 estimate", "summary": "per bucket: mean observation"}
+# the y axis: what a point is (the legend says which statistic of the bucket)
+_WHAT = {"gauge": "value in the bucket", "counter": "per second", "histogram": "observation", "summary": "observation"}
 
 
 def _value(e: Any, key: str) -> float | None:
@@ -133,7 +133,7 @@ def html_charts(b: Mapping[str, Any], verdict: Any = None, spec: Any = None) -> 
         series = [Series(label, _broken([(x, _value(e, label)) for x, e in zip(mids, vals)], keys), color, dash)
                   for label, color, dash in _SERIES.get(kind, _SERIES["gauge"])]
         lines, marks = _overlays(verdict, spec, name, t0, lambda r, fam=fam: r.expr.server == fam)
-        out.append(line_chart(name, metric, f"{fam} ({_WHAT.get(kind, kind)})", kind, series, bands, x_max,
+        out.append(line_chart(name, metric, fam, _WHAT.get(kind, kind), series, bands, x_max,
                               lambda v: f"{v:.4g}", empty=f"no scrape of {fam} inside a bucket", thresholds=lines, marks=marks))
     cpu = [(_num((w.get("cpu") or {}).get("mean")), _num((w.get("cpu") or {}).get("max"))) if isinstance(w.get("cpu"), Mapping)
            else (None, None) for w in ws]

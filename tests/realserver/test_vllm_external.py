@@ -28,6 +28,8 @@ import pytest
 
 from soakspec.runner.procs import free_port
 
+from test_vllm import check_server_metrics
+
 pytestmark = pytest.mark.realserver
 
 SPEC = """\
@@ -168,6 +170,10 @@ backend "vllm" {{
     pattern = r"Received request (?P<id>\\S+?):"
     id_forms = ["cmpl-{{id}}-0", "chatcmpl-{{id}}", "cmpl-{{id}}", "{{id}}"]
   }}
+  metrics {{
+    path = "/metrics"
+    every = 2s
+  }}
 }}
 workload "w" {{
   endpoint = completions
@@ -189,6 +195,7 @@ gate {{
   require trace_coverage >= 100% per bucket
   require runtime_boundary_specific
   require follow_up
+  {server_rule}
 }}
 claims {{
   claim "test"
@@ -210,7 +217,7 @@ def test_a_url_backend_reads_traces_and_its_runtime_from_the_servers_log_file_an
     vllm:generation_tokens_total over the run."""
     port, _, log = vllm
     before = _generation_tokens(port)
-    proc, out, _ = _run(tmp_path, URL_LOG_SPEC.format(port=port, log=log))
+    proc, out, _ = _run(tmp_path, URL_LOG_SPEC.format(port=port, log=log, server_rule=URL_SERVER_RULE))
     stdout, stderr = proc.communicate(timeout=300)
     sys.stderr.write(stderr[-3000:])
     assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
@@ -231,6 +238,13 @@ def test_a_url_backend_reads_traces_and_its_runtime_from_the_servers_log_file_an
     ours += sum((p.get("record") or {}).get("output_tokens") or 0 for p in entry.get("preflight") or [])
     sys.stderr.write(f"soakspec counted {ours} output tokens; vLLM's counter moved by {after - before}\n")
     assert ours == after - before
+    # #19: a url backend's declared /metrics, scraped every 2 s: in every bucket, every scrape
+    # succeeded (metrics_scraped), the rule on vllm:num_requests_running evaluated, and charted
+    assert rules["metrics_scraped"]["status"] == "pass", rules["metrics_scraped"]
+    check_server_metrics(out, verdict, URL_SERVER_RULE)
+
+
+URL_SERVER_RULE = 'require max(server("vllm:num_requests_running")) <= 2 per bucket'
 
 
 def test_killing_the_engine_mid_run_aborts_within_seconds(vllm, tmp_path):
