@@ -368,3 +368,71 @@ def test_a_run_scrapes_the_simulators_metrics_per_bucket(quick_demo):
         for lv in b["levels"]:
             for bk in lv["buckets"]:
                 assert any(bk["start"] <= t < bk["end"] for t in times), (b["name"], lv["index"], bk["index"])
+
+
+INPROC = """\
+soak "inproc" {{}}
+backend "u" {{
+  url = "{url}"
+  ready {{
+    timeout = 5s
+    interval = 100ms
+  }}
+{metrics}}}
+workload "w" {{
+  prompt_words = 4
+  max_tokens = 5
+  load {{
+    concurrency = [2]
+  }}
+  duration = 1s
+  bucket = 500ms
+  deadline = 5s
+  follow_up = false
+}}
+"""
+
+
+@pytest.mark.parametrize("declared", [False, True])
+async def test_a_run_records_a_missing_endpoint_as_not_available_or_failing_when_declared(tmp_path, declared):
+    """In process: the runner's scrape beside the load, against a simulator without /metrics.
+    A default scrape stops after its 404 and the manifest says "not available"; a declared
+    one keeps scraping and records every failure (what metrics_scraped then fails)."""
+    from soakspec.evidence.layout import RunLayout
+    from soakspec.lang import load_spec
+    from soakspec.runner.backend import Deps
+    from soakspec.runner.clock import RunClock
+    from soakspec.runner.collect import collect
+    from soakspec.runner.driver import run_backend
+    from soakspec.runner.engine import h11_connect
+    from soakspec.runner.ids import IdSequence
+    from soakspec.runner.progress import Progress
+    from soakspec.runner.prompts import PromptFiles
+    from soakspec.runner.recorder import BackendRecorder, RunStatus
+
+    async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
+        port = await nursery.start(functools.partial(serve, SimConfig(model="default", ttft=0.005, itl=0.001, trace_log=False,
+                                                                      metrics=False)))
+        path = tmp_path / "s.soak"
+        path.write_text(INPROC.format(url=f"http://127.0.0.1:{port}",
+                                      metrics="  metrics {\n    every = 200ms\n  }\n" if declared else ""))
+        spec, diags, _ = load_spec(path)
+        assert spec is not None, diags
+        p = plan(spec)
+        (bp,) = p.backends
+        clock = RunClock()
+        layout = RunLayout(tmp_path / "ev")
+        rec = BackendRecorder(bp, layout, RunStatus())
+        rec.prepare(0, None)
+        deps = Deps(clock, Progress(quiet=True), http, h11_connect(clock), layout)
+        await run_backend(bp, deps, rec, IdSequence("t-0"), PromptFiles(), p.telemetry_interval_s)
+        rec.close()
+        nursery.cancel_scope.cancel()
+    entry = collect(p, rec, Progress(quiet=True))["metrics"]
+    rows = read_jsonl(layout.metrics("u"))
+    assert rows and all(r["ok"] is False and r["status"] == 404 for r in rows)
+    assert entry["declared"] is declared and entry["failed"] == len(rows) == entry["scrapes"]
+    if declared:
+        assert entry["status"] == "failing" and len(rows) >= 3  # every 200 ms over a 1 s level
+    else:
+        assert entry["status"] == "not available" and len(rows) == 1

@@ -433,9 +433,6 @@ def family_type(bi: BackendIndex, family: str) -> str | None:
     return s.type if s is not None else None
 
 
-__all__ = ["ServerMetric", "bind", "bucket_values", "family_type", "find", "metrics_scraped", "quantile_estimate", "scrape",
-           "unavailable"]
-
 
 # ------------------------------------------------------------------------------ results.json
 
@@ -485,3 +482,7 @@ def results_section(bi: BackendIndex) -> dict[str, Any] | None:
         fams[name] = {"type": s.type, "per_bucket": per}
     return {"path": entry.get("path"), "declared": entry.get("declared"), "status": entry.get("status"),
             "scrapes": sc.total, "failed": len(sc.failed), "first_error": entry.get("first_error"), "families": fams}
+
+
+__all__ = ["ServerMetric", "bind", "bucket_values", "family_type", "find", "metrics_scraped", "quantile_estimate",
+           "results_section", "scrapes", "unavailable"]

@@ -121,6 +121,8 @@ def html_charts(b: Mapping[str, Any], verdict: Any = None, spec: Any = None) -> 
         return [empty_chart(name, f"server:{f}", f, "no bucket with a known time window") for f in fams]
     t0, x_max, bands, keys, mids = _frame(ws)
     out = []
+    if not fams:  # nothing to chart: say why (not available, failing, off)
+        out.append(empty_chart(name, "server", "Server metrics", scrape_status(sm) or "the server exposes none of the default families"))
     for fam in fams:
         f = _lookup(have, fam)
         metric = f"server:{fam}"

@@ -33,9 +33,11 @@ from typing import Any
 
 import httpx
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from soakspec.evidence.io import EvidenceError, JsonlWriter
 from soakspec.plan import MetricsScrape
+from soakspec.runner.protocol import describe_transport_error
 
 MAX_BUCKETS = 128  # histogram buckets kept per family (more: the family is dropped, with a note)
 MAX_ERROR_CHARS = 300
@@ -87,10 +89,8 @@ def _key(family: Any) -> str:
 
 
 def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
-    """The kept families of a Prometheus text exposition, summed over their label sets.
-    Raises ValueError when the text does not parse."""
-    from prometheus_client.parser import text_string_to_metric_families
-
+    """The kept families of a Prometheus text exposition, summed over their label sets (values
+    that are not finite -- NaN, +Inf -- left out). Raises ValueError when the text does not parse."""
     wanted = set(keep)
     out: dict[str, Any] = {}
     for fam in text_string_to_metric_families(text):
@@ -102,6 +102,8 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
             total = count = 0.0
             series = 0
             for s in fam.samples:
+                if not math.isfinite(s.value):
+                    continue
                 if s.name.endswith("_bucket") and "le" in s.labels:
                     le = _le(s.labels["le"])
                     buckets[le] = buckets.get(le, 0.0) + s.value
@@ -116,8 +118,8 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
             out[key] = {"type": "histogram", "sum": total, "count": count, "series": series,
                         "buckets": [[b, buckets[b]] for b in order]}
         elif fam.type == "summary":
-            total = sum(s.value for s in fam.samples if s.name.endswith("_sum"))
-            count = sum(s.value for s in fam.samples if s.name.endswith("_count"))
+            total = math.fsum(s.value for s in fam.samples if s.name.endswith("_sum") and math.isfinite(s.value))
+            count = math.fsum(s.value for s in fam.samples if s.name.endswith("_count") and math.isfinite(s.value))
             out[key] = {"type": "summary", "sum": total, "count": count,
                         "series": sum(1 for s in fam.samples if s.name.endswith("_count"))}
         else:
@@ -142,8 +144,6 @@ async def scrape_once(http: httpx.AsyncClient, url: str, scrape: MetricsScrape) 
                         return 200, None, f"answer larger than {scrape.max_bytes} bytes"
                 return 200, body.decode("utf-8", "replace"), None
         except httpx.HTTPError as e:
-            from soakspec.runner.protocol import describe_transport_error
-
             return None, None, describe_transport_error(e)[:MAX_ERROR_CHARS]
     return None, None, f"no answer within {scrape.timeout_s:g}s"
 
@@ -157,8 +157,8 @@ async def scrape_row(http: httpx.AsyncClient, url: str, scrape: MetricsScrape, n
     if text is not None:
         try:
             families = await trio.to_thread.run_sync(summarize, text, scrape.families)
-        except ValueError as e:
-            error = f"not Prometheus text format: {e}"[:MAX_ERROR_CHARS]
+        except Exception as e:  # noqa: BLE001 - whatever the parser raises, a bad answer is a failed scrape, not a dead run
+            error = f"not Prometheus text format: {type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
     return {"schema_version": 1, "t": t, "ok": error is None, "status": status, "error": error,
             "seconds": round(took, 6), "families": families}
 
