@@ -8,6 +8,7 @@ import functools
 import json
 import math
 import os
+import re
 
 import httpx
 import pytest
@@ -436,3 +437,39 @@ async def test_a_run_records_a_missing_endpoint_as_not_available_or_failing_when
         assert entry["status"] == "failing" and len(rows) >= 3  # every 200 ms over a 1 s level
     else:
         assert entry["status"] == "not available" and len(rows) == 1
+
+
+# ---------------------------------------------------------------------------- reports
+
+
+def test_the_html_charts_a_rule_named_server_metric_with_its_threshold_and_failing_bucket():
+    from soakspec.report import prepare
+
+    spec, b, lv = _builder('require max(server("vllm:num_requests_waiting")) < 64 per bucket')
+    second = lv["buckets"][1]
+    for row in b.metrics["a"]:
+        if second["start"] <= row["t"] < second["end"]:
+            row["families"]["vllm:num_requests_waiting"]["value"] = 100.0
+    inputs = prepare(spec, b.build())
+    page = inputs.render("html")
+    svg = re.search(r'<svg class="chart" data-backend="a" data-metric="server:vllm:num_requests_waiting".*?</svg>', page, re.S).group(0)
+    assert svg.count('class="threshold"') == 1 and "64" in svg
+    assert svg.count('class="failing-bucket"') == 1  # bucket 1 only
+    assert svg.count("<circle") == 2 * len(lv["buckets"])  # mean and max per bucket
+    assert re.search(r'data-metric="cpu"', page)
+    md = inputs.render("md")
+    assert "### Server metrics and CPU" in md and "`vllm:num_requests_waiting` (gauge): per-bucket mean 0 to 100" in md
+    assert "server CPU (process tree, 100% = one core): per-bucket mean 150% to 150%" in md
+
+
+def test_reports_say_when_the_server_has_no_metrics():
+    from soakspec.report import prepare
+
+    spec = small_spec("require failed == 0")
+    b = EvidenceBuilder(spec)
+    b.metrics["a"] = []
+    b.manifest["backends"][0]["metrics"].update(status="not available", first_error="HTTP 404", scrapes=1, failed=1)
+    inputs = prepare(spec, b.build())
+    page = inputs.render("html")  # an empty chart, its message wrapped over lines
+    assert "server metrics not available: /metrics" in page and "answered HTTP 404" in page
+    assert "server metrics not available: /metrics answered HTTP 404" in inputs.render("md")

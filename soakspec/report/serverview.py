@@ -172,7 +172,15 @@ def md_lines(results: Mapping[str, Any], spec: Any = None) -> list[str]:
 
     out: list[str] = []
     for b in results.get("backends") or []:
-        if not isinstance(b, Mapping) or not isinstance(b.get("server_metrics"), Mapping):
+        if not isinstance(b, Mapping):
+            continue
+        cpu = [w["cpu"] for w in b.get("buckets") or [] if isinstance(w, Mapping) and isinstance(w.get("cpu"), Mapping)]
+        means = [v for c in cpu if (v := _num(c.get("mean"))) is not None]
+        peaks = [v for c in cpu if (v := _num(c.get("max"))) is not None]
+        if means and peaks:
+            out.append(f"- `{C.one_line(b.get('name'))}` server CPU (process tree, 100% = one core): per-bucket mean "
+                       f"{min(means) * 100:.0f}% to {max(means) * 100:.0f}%, peak {max(peaks) * 100:.0f}%")
+        if not isinstance(b.get("server_metrics"), Mapping):
             continue
         sm = b["server_metrics"]
         have = sm.get("families") if isinstance(sm.get("families"), Mapping) else {}
@@ -195,7 +203,7 @@ def md_lines(results: Mapping[str, Any], spec: Any = None) -> list[str]:
             out.append(f"  - `{fam}` ({kind}): per-bucket {key} {rng}{res}")
     if not out:
         return []
-    return ["### Server metrics", "", *out, ""]
+    return ["### Server metrics and CPU", "", *out, ""]
 
 
 __all__ = ["charted_families", "html_charts", "md_lines", "scrape_status"]
