@@ -455,6 +455,8 @@ def test_the_html_charts_a_rule_named_server_metric_with_its_threshold_and_faili
     svg = re.search(r'<svg class="chart" data-backend="a" data-metric="server:vllm:num_requests_waiting".*?</svg>', page, re.S).group(0)
     assert svg.count('class="threshold"') == 1 and "64" in svg
     assert svg.count('class="failing-bucket"') == 1  # bucket 1 only
+    failures = re.search(r'<svg class="chart" data-backend="a" data-metric="failures".*?</svg>', page, re.S).group(0)
+    assert 'class="failing-bucket"' not in failures  # a server rule marks its own chart, not the requests'
     assert svg.count("<circle") == 2 * len(lv["buckets"])  # mean and max per bucket
     assert re.search(r'data-metric="cpu"', page)
     md = inputs.render("md")

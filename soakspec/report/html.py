@@ -90,7 +90,7 @@ def rule_overlays(verdict: Any, spec: Any, backend: str, t0: float) -> tuple[dic
         if chart and r.threshold is not None and r.expr.wrapper is None and r.backend in (None, backend):
             thresholds.setdefault(chart, []).append((float(r.threshold), C.one_line(r.text or r.expr.text)))
     for res in verdict.rules:
-        if res.status not in ("fail", "warn"):
+        if res.status not in ("fail", "warn") or res.metric in ("server", "cpu"):  # charted by report/serverview.py
             continue
         chart = CHART_OF.get(res.metric or "", "failures")
         seen = set()
