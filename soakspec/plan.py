@@ -350,7 +350,7 @@ DEFAULT_SERVER_METRICS = (
     "sglang:time_per_output_token_seconds", "sglang:e2e_request_latency_seconds",
     "process_cpu_seconds_total", "process_resident_memory_bytes",
 )
-DEFAULT_SCRAPE_INTERVAL_S = 5.0  # metrics {} without `every`: this, or half the shortest bucket
+DEFAULT_SCRAPE_INTERVAL_S = 5.0  # metrics {} without `every`: this, or a quarter of the shortest bucket
 MIN_DEFAULT_SCRAPE_INTERVAL_S = 0.5
 MAX_SCRAPE_BYTES = 8 * 2**20  # a /metrics answer larger than this is a failed scrape
 
@@ -382,9 +382,9 @@ def _metrics_scrape(spec: Spec, b: Backend, time_scale: float, rehearse: bool) -
     families = tuple(dict.fromkeys([*named, *DEFAULT_SERVER_METRICS]))
     if m.interval_s is not None:
         interval = m.interval_s * (time_scale if rehearse else 1.0)
-    else:  # at least two scrapes in every bucket
-        shortest = min((w.bucket_s * time_scale for w in spec.workloads), default=DEFAULT_SCRAPE_INTERVAL_S * 2)
-        interval = max(MIN_DEFAULT_SCRAPE_INTERVAL_S, min(DEFAULT_SCRAPE_INTERVAL_S, shortest / 2))
+    else:  # at least three scrapes inside every bucket
+        shortest = min((w.bucket_s * time_scale for w in spec.workloads), default=DEFAULT_SCRAPE_INTERVAL_S * 4)
+        interval = max(MIN_DEFAULT_SCRAPE_INTERVAL_S, min(DEFAULT_SCRAPE_INTERVAL_S, shortest / 4))
     return MetricsScrape(m.path, max(0.1, interval), m.timeout_s, m.declared, families)
 
 

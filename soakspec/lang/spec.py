@@ -77,7 +77,7 @@ class ServerMetrics:
     `metrics_scraped` evidence check. `enabled = false` turns the scrape off."""
 
     path: str = "/metrics"
-    interval_s: float | None = None  # None: 5 s, or half the shortest bucket when that is shorter (plan.py)
+    interval_s: float | None = None  # None: 5 s, or a quarter of the shortest bucket when that is shorter (plan.py)
     timeout_s: float = 2.0  # one scrape waits at most this long
     enabled: bool = True
     declared: bool = False
