@@ -475,3 +475,9 @@ def test_reports_say_when_the_server_has_no_metrics():
     page = inputs.render("html")  # an empty chart, its message wrapped over lines
     assert "server metrics not available: /metrics" in page and "answered HTTP 404" in page
     assert "server metrics not available: /metrics answered HTTP 404" in inputs.render("md")
+
+
+def test_a_server_rule_on_a_backend_whose_scrape_is_off_is_an_error():
+    """It could never be measured: E403 at check time, not INCONCLUSIVE after the run."""
+    _, errors = _check(_spec_text('require max(server("vllm:x")) < 1', "  metrics {\n    enabled = false\n  }\n"))
+    assert errors == ["E403"]

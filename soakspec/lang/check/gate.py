@@ -84,7 +84,11 @@ def _abort(ctx: Ctx, stmt: A.Rule, backend_names: set[str]) -> S.Rule | None:
 
 def _check_observable(ctx: Ctx, stmt: A.Rule, rule: S.Rule, backends: Mapping[str, S.Backend]) -> None:
     """A rule over what a backend can never produce could never pass: trace coverage of a
-    backend whose traces are `source = none` (the default, except for a simulator)."""
+    backend whose traces are `source = none` (the default, except for a simulator); a server
+    metric of a backend whose scrape is off."""
+    if rule.expr.metric == "server":
+        _check_server_side(ctx, stmt, rule, backends)
+        return
     if rule.expr.metric != "trace_coverage":
         return
     scope = [backends[rule.backend]] if rule.backend is not None else list(backends.values())
@@ -98,6 +102,15 @@ def _check_observable(ctx: Ctx, stmt: A.Rule, rule: S.Rule, backends: Mapping[st
         stmt.expr.span,
         "declare traces { source = log  pattern = r\"...\" } (or source = jsonl  file = \"...\"), or scope the rule with on \"backend\" to one that has them",
     )
+
+
+def _check_server_side(ctx: Ctx, stmt: A.Rule, rule: S.Rule, backends: Mapping[str, S.Backend]) -> None:
+    scope = [backends[rule.backend]] if rule.backend is not None else list(backends.values())
+    bad = [bk.name for bk in scope if not bk.metrics.enabled]
+    if bad:
+        names = ", ".join(f"'{n}'" for n in bad)
+        ctx.error("E403", f"'{rule.expr.text}' can never be measured on backend {names}: its metrics scrape is off (metrics {{ enabled = false }})",
+                  stmt.expr.span, 'remove enabled = false, or scope the rule with on "backend"')
 
 
 @dataclasses.dataclass(frozen=True)
