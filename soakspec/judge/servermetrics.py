@@ -96,8 +96,9 @@ def scrapes(bi: BackendIndex) -> Scrapes:
     out = Scrapes(series, len(rows), tuple(r for r in rows if r.get("ok") is not True))
     try:
         _CACHE[id(be)] = (weakref.ref(be), out)
+        weakref.finalize(be, _CACHE.pop, id(be), None)  # the entry goes with the evidence value
     except TypeError:  # not weak-referenceable: no cache
-        pass
+        _CACHE.pop(id(be), None)
     return out
 
 
@@ -400,40 +401,6 @@ def metrics_scraped(run: JudgedRun, rule: Rule | None) -> RuleResult | None:
     return result(rule, "metrics_scraped", "evidence", rule.severity if rule else "require", insts, msg, max(1, len(bis)))
 
 
-# ------------------------------------------------------------------------------ for reports
-
-
-def bucket_values(bi: BackendIndex, family: str) -> list[tuple[float, float, float | None]]:
-    """(start, end, value) per bucket of the backend, in time order: a gauge's mean, a counter's
-    rate, a histogram's mean observation (None where the bucket cannot give one)."""
-    s = find(bi, family)
-    if s is None:
-        return []
-    out = []
-    for lv in bi.levels:
-        for w in lv.buckets:
-            if w.start is None or w.end is None:
-                continue
-            v: float | None = None
-            if s.type == "counter":
-                c = counter_change(s, w.start, w.end)
-                v = c[0] / c[1] if c is not None and c[1] > 0 else None
-            elif s.type in ("histogram", "summary"):
-                d = hist_change(s, w.start, w.end)
-                v = d.sum / d.count if d is not None and d.count > 0 else None
-            else:
-                vals = [x for i in inside(s, w.start, w.end) if (x := _value(s.points[i])) is not None]
-                v = stats.mean(vals) if vals else None
-            out.append((w.start, w.end, v))
-    return out
-
-
-def family_type(bi: BackendIndex, family: str) -> str | None:
-    s = find(bi, family)
-    return s.type if s is not None else None
-
-
-
 # ------------------------------------------------------------------------------ results.json
 
 SUMMARY_QUANTILES = (50.0, 99.0)
@@ -484,5 +451,4 @@ def results_section(bi: BackendIndex) -> dict[str, Any] | None:
             "scrapes": sc.total, "failed": len(sc.failed), "first_error": entry.get("first_error"), "families": fams}
 
 
-__all__ = ["ServerMetric", "bind", "bucket_values", "family_type", "find", "metrics_scraped", "quantile_estimate",
-           "results_section", "scrapes", "unavailable"]
+__all__ = ["ServerMetric", "bind", "find", "metrics_scraped", "quantile_estimate", "results_section", "scrapes", "unavailable"]
