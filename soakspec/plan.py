@@ -540,6 +540,61 @@ class TracePlan:
         return dataclasses.asdict(self) | {"id_forms": list(self.id_forms)}
 
 
+# The server's Prometheus families kept in metrics.jsonl besides those a rule names (README,
+# "Server metrics"): vLLM's and SGLang's queue, cache, token and latency metrics, and the
+# standard process collector's CPU and memory. Everything else a scrape returns is dropped,
+# so the file stays bounded whatever the server exposes.
+DEFAULT_SERVER_METRICS = (
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_requests_swapped",
+    "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_preemptions_total",
+    "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+    "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total",
+    "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds",
+    "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate",
+    "sglang:gen_throughput", "sglang:prompt_tokens_total", "sglang:generation_tokens_total",
+    "sglang:num_requests_total", "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
+    "sglang:time_per_output_token_seconds", "sglang:e2e_request_latency_seconds",
+    "process_cpu_seconds_total", "process_resident_memory_bytes",
+)
+DEFAULT_SCRAPE_INTERVAL_S = 5.0  # metrics {} without `every`: this, or a quarter of the shortest bucket
+MIN_DEFAULT_SCRAPE_INTERVAL_S = 0.5
+MAX_SCRAPE_BYTES = 8 * 2**20  # a /metrics answer larger than this is a failed scrape
+
+
+@dataclasses.dataclass(frozen=True)
+class MetricsScrape:
+    """The server's Prometheus endpoint, scraped during the load (`runner/scrape.py`): GET
+    `path` every `interval_s`, each attempt bounded by `timeout_s`, the families in `families`
+    kept (summed over their label sets) in backends/<name>/metrics.jsonl. `declared`: the spec
+    wrote the block, so a failing scrape fails `metrics_scraped`; otherwise a 404 means "not
+    available" and the scrape stops."""
+
+    path: str
+    interval_s: float
+    timeout_s: float
+    declared: bool
+    families: tuple[str, ...]
+    max_bytes: int = MAX_SCRAPE_BYTES
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self) | {"families": list(self.families)}
+
+
+def _metrics_scrape(spec: Spec, b: Backend, time_scale: float, rehearse: bool) -> MetricsScrape | None:
+    m = b.metrics
+    if not m.enabled:
+        return None
+    named = [r.expr.server for r in spec.gate.rules if r.expr.server and r.backend in (None, b.name)]
+    families = tuple(dict.fromkeys([*named, *DEFAULT_SERVER_METRICS]))
+    if m.interval_s is not None:
+        interval = m.interval_s * (time_scale if rehearse else 1.0)
+    else:  # at least three scrapes inside every bucket
+        shortest = min((w.bucket_s * time_scale for w in spec.workloads), default=DEFAULT_SCRAPE_INTERVAL_S * 4)
+        interval = max(MIN_DEFAULT_SCRAPE_INTERVAL_S, min(DEFAULT_SCRAPE_INTERVAL_S, shortest / 4))
+    return MetricsScrape(m.path, max(0.1, interval), m.timeout_s, m.declared, families)
+
+
 # The built-in abort (on unless the gate says `abort_default = false`): a whole bucket of
 # at least this many requests in which not one completed.
 DEFAULT_ABORT_MIN_REQUESTS = 10
@@ -582,6 +637,7 @@ class BackendPlan:
     follow_up_request: RequestTemplate
     follow_up_workload: str
     aborts: tuple[AbortRule, ...] = ()  # evaluated live; the first that fires stops the load
+    metrics: MetricsScrape | None = None  # the server's /metrics, scraped during the load (None: off)
 
     @property
     def name(self) -> str:
@@ -947,6 +1003,7 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
     return BackendPlan(
         b, tuple(levels), follow, follow_deadline, est, upper, launch, _traces(spec, b, base, rehearse), _runtime(b),
         _request(first, model, base, b.api_key_env), first.name, _aborts(spec, b, time_scale),
+        _metrics_scrape(spec, b, time_scale, rehearse),
     )
 
 
@@ -1055,6 +1112,10 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
         lines.append(f"    then one clean follow-up request (deadline {format_duration(b.follow_up_deadline_s)})")
     for a in b.aborts:
         lines.append(f"    stops its load when: {a.text}")
+    if b.metrics is not None:
+        how = "declared: a failed scrape fails metrics_scraped" if b.metrics.declared else "default: a 404 means not available"
+        lines.append(f"    server metrics: GET {b.metrics.path} every {format_duration(b.metrics.interval_s)} "
+                     f"(at most {format_duration(b.metrics.timeout_s)} each; {how})")
     exp = b.expected_requests
     lines.append(
         f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else " (set expected_latency for an estimate)")
@@ -1133,6 +1194,7 @@ def _backend_json(b: BackendPlan) -> dict[str, Any]:
         "follow_up_request": b.follow_up_request.to_json() if b.follow_up else None,
         "levels": [_level_json(lv) for lv in b.levels],
         "aborts": [a.to_json() for a in b.aborts],
+        "metrics": b.metrics.to_json() if b.metrics is not None else None,
     }
 
 

@@ -96,11 +96,12 @@ def naive_load(root: Path) -> Evidence:
                 records.append(row)
         traces = [r for r in rows(layout.TRACES, False) if isinstance(r, dict)]
         telemetry = [r for r in rows(layout.TELEMETRY, False) if isinstance(r, dict)]
+        metrics = [r for r in rows(layout.METRICS, False) if isinstance(r, dict)]  # the server's scraped /metrics
         log = (d / layout.SERVER_LOG).read_bytes().decode("utf-8", "replace") if (d / layout.SERVER_LOG).is_file() else None
         fpath = d / layout.FOLLOWUP
         followup = read_json(fpath) if fpath.is_file() else None
         backends.append(BackendEvidence(entry["name"], safe, entry, tuple(records), tuple(traces), tuple(telemetry),
-                                        followup, tuple(partial), tuple(problems), server_log=log))
+                                        followup, tuple(partial), tuple(problems), server_log=log, metrics=tuple(metrics)))
     return Evidence(manifest, tuple(backends), integrity, sha256_file(root / layout.MANIFEST), str(root))
 
 
@@ -228,5 +229,5 @@ def test_each_jsonl_file_is_decoded_once(tmp_path, monkeypatch):
     monkeypatch.setattr(jev, "iter_jsonl", counting)
     monkeypatch.setattr(record, "iter_records", counting_records)
     load_evidence(root)
-    # buckets.jsonl: verified (the judge does not read it)
-    assert seen == {layout.REQUESTS: 1, layout.TRACES: 1, layout.TELEMETRY: 1, layout.BUCKETS: 1}
+    # buckets.jsonl: verified (the judge does not read it); metrics.jsonl once too
+    assert seen == {layout.REQUESTS: 1, layout.TRACES: 1, layout.TELEMETRY: 1, layout.BUCKETS: 1, layout.METRICS: 1}

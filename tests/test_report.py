@@ -180,7 +180,10 @@ def test_html_is_self_contained_with_one_chart_per_backend_per_metric(reports, r
         assert ref not in page.lower(), ref
     charts = re.findall(r'<svg class="chart" data-backend="([^"]*)" data-metric="([^"]*)"', page)
     names = [b["name"] for b in manifest(run_dir)["backends"]]
-    assert sorted(charts) == sorted((n, m) for n in names for m in CHART_METRICS)
+    # then the server's side (report/serverview.py): the simulator's queue and cache gauges from
+    # its /metrics (no rule names a server metric) and the server's CPU
+    server = ("server:vllm:num_requests_running", "server:vllm:num_requests_waiting", "server:vllm:kv_cache_usage_perc", "cpu")
+    assert sorted(charts) == sorted((n, m) for n in names for m in CHART_METRICS + server)
     # the latency charts are real charts with a point per bucket, not placeholders
     for n in names:
         svg = re.search(rf'<svg class="chart" data-backend="{n}" data-metric="ttft".*?</svg>', page, re.S).group(0)

@@ -153,7 +153,9 @@ def test_hostile_backend_name_is_escaped_in_html(hostile):
     assert "\x00" not in page and "\x1b" not in page and "\\x00" in page
     charts = re.findall(r'<svg class="chart" data-backend="([^"]*)" data-metric="([^"]*)"', page)
     names = ("&lt;script&gt;alert(1)&lt;/script&gt;", "b")
-    assert sorted(charts) == sorted((n, m) for n in names for m in CHART_METRICS)
+    # and the server's side: the builder's /metrics queue and cache gauges, the server's CPU
+    server = ("server:vllm:num_requests_running", "server:vllm:num_requests_waiting", "server:vllm:kv_cache_usage_perc", "cpu")
+    assert sorted(charts) == sorted((n, m) for n in names for m in CHART_METRICS + server)
     page.encode("utf-8")  # no lone surrogate left
 
 

@@ -39,8 +39,9 @@ def codes(report):
 def test_clean_directory_passes(run_dir, capsys):
     code, out, err = verify(capsys, run_dir)
     assert code == 0, out
-    assert out.strip().endswith("intact and complete (12 artifacts, 2 result files bound to the manifest and 20 records checked).")
-    # results.json and verdict.json are bound to the manifest, not listed in it: the 10 artifacts
+    assert out.strip().endswith("intact and complete (14 artifacts, 2 result files bound to the manifest and 22 records checked).")
+    # results.json and verdict.json are bound to the manifest, not listed in it: the 14 artifacts
+    # (each backend's buckets.jsonl and metrics.jsonl among them; metrics.jsonl holds one scrape each: 2 of the 22 records)
     # are the manifest's, the number `run` and the gate's artifacts_verified state too
     assert err == ""
 
@@ -99,7 +100,7 @@ def test_running_run_is_incomplete_not_corrupt(tmp_path, capsys):
     code, out, _ = verify(capsys, d)
     assert code == 3
     assert "V201 run status is running [incomplete]" in out
-    assert "V204 12 files never hashed: the run did not finalize its manifest [incomplete]" in out
+    assert "V204 14 files never hashed: the run did not finalize its manifest [incomplete]" in out  # buckets.jsonl and metrics.jsonl too
     assert "intact but incomplete" in out.splitlines()[-1]
 
 
@@ -140,8 +141,9 @@ def test_writer_killed_mid_member_leaves_an_incomplete_but_readable_run(tmp_path
     with RunLock(d, allow_existing=True):
         finalize_manifest(d, m, "incomplete", "backend a writer was killed")
     r = verify_evidence(d)
-    # 20 of the builder's records, the closed member's one, and what the cut member's bytes hold
-    assert r.exit_code == 3 and codes(r) == ["V201", "V202"] and r.records_checked in (21, 22)
+    # 20 of the builder's records + one scrape per backend (metrics.jsonl), the closed member's one,
+    # and what the cut member's bytes hold
+    assert r.exit_code == 3 and codes(r) == ["V201", "V202"] and r.records_checked in (23, 24)
 
 
 def test_lock_held_means_a_run_is_still_writing(run_dir):

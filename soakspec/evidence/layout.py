@@ -20,6 +20,7 @@ TELEMETRY = "telemetry.jsonl"
 TRACES = "traces.jsonl"
 SERVER_LOG = "server.log"
 FOLLOWUP = "followup.json"
+METRICS = "metrics.jsonl"  # the server's scraped Prometheus metrics (runner/scrape.py)
 
 # Files never listed in manifest["artifacts"]: the manifest cannot hash itself (nor its
 # signature, written after it), and the lock exists only while a run writes.
@@ -91,3 +92,6 @@ class RunLayout:
 
     def followup(self, backend: str) -> Path:
         return self.backend_dir(backend) / FOLLOWUP
+
+    def metrics(self, backend: str) -> Path:
+        return self.backend_dir(backend) / METRICS

@@ -251,12 +251,64 @@ def process_tree_rss(pid: int) -> int | None:
     return sum(_rss(p) for p in pids)
 
 
-def telemetry_record(source: NvmlSource | None, server_pid: int | None, t: float | None = None) -> dict[str, Any]:
-    """One line of telemetry.jsonl (schema "telemetry")."""
-    return {
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _cpu_ticks(pid: int) -> int:
+    """utime + stime + cutime + cstime of `pid` (clock ticks): its own CPU and that of the
+    children it has reaped (a child still running is counted as itself, never twice)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return 0
+    fields = stat[stat.rfind(b")") + 2:].split()
+    try:
+        return sum(int(fields[i]) for i in (11, 12, 13, 14))
+    except (IndexError, ValueError):
+        return 0
+
+
+def process_tree_cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) used so far by `pid` and its descendants; None when `pid`
+    does not exist."""
+    pids = process_tree_pids(pid)
+    if not pids:
+        return None
+    return sum(_cpu_ticks(p) for p in pids) / _CLK_TCK
+
+
+class CpuMeter:
+    """CPU utilisation of a process tree between consecutive samples: 100 = one core busy.
+    The first sample (nothing to compare with) and a tree whose total went down (a child
+    exited unreaped) give None."""
+
+    def __init__(self) -> None:
+        self._last: tuple[float, float] | None = None
+
+    def sample(self, pid: int | None, t: float) -> tuple[float | None, float | None]:
+        """(cumulative CPU seconds, percent since the previous sample)."""
+        total = process_tree_cpu_seconds(pid) if pid else None
+        if total is None:
+            return None, None
+        last, self._last = self._last, (t, total)
+        if last is None or t <= last[0] or total < last[1]:
+            return total, None
+        return total, round(100.0 * (total - last[1]) / (t - last[0]), 3)
+
+
+def telemetry_record(source: NvmlSource | None, server_pid: int | None, t: float | None = None,
+                     cpu: CpuMeter | None = None) -> dict[str, Any]:
+    """One line of telemetry.jsonl (schema "telemetry"). With a `cpu` meter (one per backend,
+    kept between samples) it also carries the server tree's CPU: `server_cpu_s` (cumulative) and
+    `server_cpu_percent` (since the previous sample; 100 = one core)."""
+    t = time.time() if t is None else t
+    row = {
         "schema_version": 1,
-        "t": time.time() if t is None else t,
+        "t": t,
         "server_pid": server_pid,
         "server_rss_bytes": process_tree_rss(server_pid) if server_pid else None,
         "gpus": source.sample([server_pid] if server_pid else []) if source is not None else None,
     }
+    if cpu is not None:
+        row["server_cpu_s"], row["server_cpu_percent"] = cpu.sample(server_pid, t)
+    return row

@@ -198,7 +198,11 @@ def build_evidence_dir(
                 for row in match_traces(rows, traces, "request_id", simtrace.ID_FORMS).records():
                     w.write(row)
             with JsonlWriter(d / layout.TELEMETRY, schema="telemetry") as w:
-                w.write({"schema_version": 1, "t": T0 + 1, "server_pid": 1000 + i, "server_rss_bytes": 1 << 20, "gpus": None})
+                w.write({"schema_version": 1, "t": T0 + 1, "server_pid": 1000 + i, "server_rss_bytes": 1 << 20, "gpus": None,
+                         "server_cpu_s": 0.5, "server_cpu_percent": None})
+            with JsonlWriter(d / layout.METRICS, schema="metrics") as w:  # one scrape of the simulator's /metrics
+                w.write({"schema_version": 1, "t": T0 + 1, "ok": True, "status": 200, "error": None, "seconds": 0.001,
+                         "families": {"vllm:num_requests_running": {"type": "gauge", "value": 4.0, "series": 1}}})
             write_json_atomic(d / layout.FOLLOWUP, {"required": True, "record": RequestRecord.from_json(fu).to_json(),
                                                     "passed": True, "reason": None,
                                                     "server_idle": True})
@@ -209,7 +213,10 @@ def build_evidence_dir(
                                                     "status": "declared", "display": "host-staged", "details": []})
             entry.update(levels=[_level_entry(requests_per_backend, T0)], trace_source="log", server_log_cut=None,
                          aborted_reason=None, planned_levels=1, timeouts=dict(SAMPLE_TIMEOUTS),
-                         aborted_at=None, crash_diagnosis=[], preflight=None)
+                         aborted_at=None, crash_diagnosis=[], preflight=None,
+                         metrics={"path": "/metrics", "interval_s": 5.0, "timeout_s": 2.0, "declared": False,
+                                  "status": "scraped", "scrapes": 1, "failed": 0, "first_error": None,
+                                  "families": ["vllm:num_requests_running"]})
             entries.append(entry)
         if status == "running":  # a run writes its backends into the manifest only when it ends
             return m

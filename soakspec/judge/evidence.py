@@ -101,6 +101,7 @@ class BackendEvidence:
         rows = (_compact_trace(r) for _, r in iter_jsonl(self.traces_path))
         return tuple(r for r in rows if isinstance(r, dict))
     mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
+    metrics: tuple[Mapping[str, Any], ...] = ()  # metrics.jsonl rows: the server's scraped /metrics (judge/servermetrics.py)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,7 +263,7 @@ class _Rows:
         self.bad = list(bad_lines)
 
 
-_COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None}
+_COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None, layout.METRICS: None}
 
 
 def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: frozenset[str] = frozenset()) -> Integrity:
@@ -358,6 +359,8 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     ]
     telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False, read=read)
                  if isinstance(r, dict)]
+    metrics = [r for r in _read_rows(d / layout.METRICS, rel + layout.METRICS, problems, partial, required=False, read=read)
+               if isinstance(r, dict)]
     lpath = d / layout.SERVER_LOG
     # never read whole: the judge streams it from the run's start offset (`rederive`)
     server_log_path = str(lpath) if lpath.is_file() and not lpath.is_symlink() else None
@@ -383,4 +386,5 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
         problems=tuple(problems),
         server_log_path=server_log_path,
         traces_path=str(d / layout.TRACES) if claims_only else None,
+        metrics=tuple(metrics),
     )

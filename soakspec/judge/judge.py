@@ -71,7 +71,7 @@ from soakspec.judge import performance
 from soakspec.judge.common import not_evaluated, problem, result
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.joined import JudgedRun, join
-from soakspec.judge.registry import BY_NAME, RuleClass, builtins, metric
+from soakspec.judge.registry import BY_NAME, RuleClass, builtins, impl_for
 from soakspec.judge.sweep import sweep_rule
 from soakspec.judge.verdict import RuleResult, Verdict, decide
 from soakspec.lang.spec import Rule, Spec
@@ -126,7 +126,7 @@ def judge_performance(run: JudgedRun, r: Rule) -> RuleResult:
     entry = BY_NAME[r.expr.metric]
     if entry.check is not None:
         return entry.check(run, r)  # type: ignore[return-value]
-    return performance.judge(run, r, metric(r.expr.metric))
+    return performance.judge(run, r, impl_for(r.expr))
 
 
 def judge_run(run: JudgedRun) -> Verdict:

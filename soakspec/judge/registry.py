@@ -26,6 +26,7 @@ from typing import Any, Literal
 from soakspec.judge import evidence_rules as E
 from soakspec.judge import goodput as G
 from soakspec.judge import measures as M
+from soakspec.judge import servermetrics as SM
 from soakspec.judge import validity as V
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.verdict import RuleResult
@@ -42,6 +43,7 @@ class Entry:
     measure: M.MetricImpl | None = None  # performance
     builtin: bool = False  # judged on every run; a `require` rule of the same name replaces it
     in_spec: bool = True  # a name a spec may write (declared in the catalogue)
+    bind: Callable[[Any], M.MetricImpl] | None = None  # per rule expression: server("family")
 
 
 def _check(name: str, klass: RuleClass, fn: Check, *, builtin: bool = False, in_spec: bool = True) -> Entry:
@@ -66,6 +68,8 @@ RULES: tuple[Entry, ...] = (
     _check("follow_up", "evidence", E.follow_up),
     _check("provenance_consistent", "evidence", E.provenance_consistent),
     _check("runtime_boundary_specific", "evidence", E.runtime_boundary_specific),
+    # built in where a backend declares metrics {}: no scrape of its /metrics failed
+    _check("metrics_scraped", "evidence", SM.metrics_scraped, builtin=True),
     # performance: per-request distributions
     _metric("ttft", M.PerRequest(M.ttft)),
     _metric("itl", M.PerToken(M.itl_gaps)),
@@ -95,6 +99,9 @@ RULES: tuple[Entry, ...] = (
     _metric("rss", M.PerSample(M.rss)),
     _metric("gpu_memory", M.PerSample(M.gpu_sum("process_memory_used"))),
     _metric("gpu_memory_device", M.PerSample(M.gpu_sum("memory_used"))),
+    _metric("cpu", M.PerSample(lambda s: v / 100.0 if (v := M.num(s.get("server_cpu_percent"))) is not None else None)),
+    # the server's own Prometheus metrics: server("family"), bound per rule (judge/servermetrics.py)
+    Entry("server", "performance", measure=SM.ServerMetric(None), bind=SM.bind),
 )
 
 BY_NAME: Mapping[str, Entry] = {e.name: e for e in RULES}
@@ -106,6 +113,15 @@ def metric(name: str) -> M.MetricImpl:
     if impl is None:
         raise KeyError(f"{name} is not a performance metric")
     return impl
+
+
+def impl_for(expr: Any) -> M.MetricImpl:
+    """The implementation of a rule expression's metric (`spec.Expr`): the registry's, bound
+    to the expression where the metric needs more than its name (server("family"))."""
+    e = BY_NAME[expr.metric]
+    if e.bind is not None:
+        return e.bind(expr)
+    return metric(expr.metric)
 
 
 def builtins(klass: RuleClass) -> tuple[Entry, ...]:

@@ -21,6 +21,7 @@ from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, error_me
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import Distribution, PerBucket, PerSample, bucket_series, quarters, relative_change
 from soakspec.judge.registry import metric
+from soakspec.judge.servermetrics import results_section as server_metrics_section
 from soakspec.judge.scope import Scope, bucket_scope
 
 SCHEMA_VERSION = 1
@@ -170,6 +171,7 @@ def window_summary(bi: BackendIndex, lv: LevelIndex, w: Window) -> dict[str, Any
         "rss": _series(series_points(sc, "rss")),
         "gpu_memory": _series(series_points(sc, "gpu_memory")),
         "gpu_memory_device": _series(series_points(sc, "gpu_memory_device")),
+        "cpu": _series(series_points(sc, "cpu")),  # server process-tree CPU, 1.0 = one core
     }
 
 
@@ -251,6 +253,7 @@ def backend_summary(bi: BackendIndex, required_coverage: float | None = None) ->
         "runtime_boundary": be.entry.get("runtime_boundary") if isinstance(be.entry.get("runtime_boundary"), Mapping) else None,
         "partial_tail": list(be.partial_tail),
         "problems": list(be.problems),
+        "server_metrics": server_metrics_section(bi),  # the server's /metrics per bucket (judge/servermetrics.py)
     }
 
 

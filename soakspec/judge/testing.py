@@ -41,6 +41,8 @@ class EvidenceBuilder:
     records      backend name -> list of requests.jsonl rows (warm-up, measured, follow-up)
     traces       backend name -> list of traces.jsonl rows
     telemetry    backend name -> list of telemetry.jsonl rows
+    metrics      backend name -> list of metrics.jsonl rows (a scrape every 5 s of a vLLM-like
+                 /metrics, for a backend whose plan scrapes one: `metrics_rows`)
     followups    backend name -> followup.json dict
     server_logs  backend name -> server.log text, to replace the default one (`server_log`: the
                  runtime's version line, one trace line per trace row when the backend's traces
@@ -59,6 +61,7 @@ class EvidenceBuilder:
         self.records: dict[str, list[dict[str, Any]]] = {}
         self.traces: dict[str, list[dict[str, Any]]] = {}
         self.telemetry: dict[str, list[dict[str, Any]]] = {}
+        self.metrics: dict[str, list[dict[str, Any]]] = {}
         self.followups: dict[str, dict[str, Any]] = {}
         self.server_logs: dict[str, str] = {}
         self._rehearsal = rehearsal
@@ -125,11 +128,19 @@ class EvidenceBuilder:
         self.telemetry[name] = [
             {"schema_version": 1, "t": x, "server_pid": 4242, "server_rss_bytes": 2 << 30,
              "gpus": [{"index": g, "memory_used": 40 << 30, "process_memory_used": 38 << 30,
-                       "utilization_gpu": 90.0, "temperature_c": 60.0, "power_w": 300.0} for g in (be.gpus or (0,))]}
+                       "utilization_gpu": 90.0, "temperature_c": 60.0, "power_w": 300.0} for g in (be.gpus or (0,))],
+             "server_cpu_s": 1.5 * (x - start_of_backend), "server_cpu_percent": 150.0}
             for x in _frange(start_of_backend, t, 5.0)
         ]
+        metrics_entry = None
+        if bp.metrics is not None:
+            self.metrics[name] = metrics_rows(start_of_backend, t)
+            metrics_entry = {"path": bp.metrics.path, "interval_s": 5.0, "timeout_s": bp.metrics.timeout_s,
+                             "declared": bp.metrics.declared, "status": "scraped", "scrapes": len(self.metrics[name]),
+                             "failed": 0, "first_error": None, "families": sorted(self.metrics[name][0]["families"])}
         spec = self.spec
         return {
+            **({"metrics": metrics_entry} if metrics_entry is not None else {}),
             "name": name, "safe_name": layout.safe_name(name), "kind": "sim" if self._rehearsal else be.kind, "url": None,
             "argv": list(be.argv) or None, "env": dict(be.env), "cwd": None, "pid": 4242,
             "started_at": None, "ready_at": None, "ready_seconds": None, "exit_status": 0, "stop_signal": "SIGTERM",
@@ -293,7 +304,7 @@ class EvidenceBuilder:
                 name=n, safe_name=layout.safe_name(n), entry=copy.deepcopy(b),
                 records=tuple(copy.deepcopy(self.records.get(n, []))), traces=tuple(copy.deepcopy(self.traces.get(n, []))),
                 telemetry=tuple(copy.deepcopy(self.telemetry.get(n, []))), followup=copy.deepcopy(self.followups.get(n)),
-                server_log=self.log_of(n),
+                server_log=self.log_of(n), metrics=tuple(copy.deepcopy(self.metrics.get(n, []))),
             ))
         return Evidence(copy.deepcopy(self.manifest), tuple(backends), Integrity(checked=0, verified=True), None, None)
 
@@ -324,7 +335,10 @@ class EvidenceBuilder:
             with JsonlWriter(d / layout.BUCKETS) as w:  # the recorder's per-bucket lines
                 for line in lines_for(b.get("levels") or (), [RequestRecord.from_json(r).freeze() for r in self.records.get(n, [])]):
                     w.write(line)
-            for fname, rows in ((layout.TRACES, self.traces.get(n, [])), (layout.TELEMETRY, self.telemetry.get(n, []))):
+            for fname, rows in ((layout.TRACES, self.traces.get(n, [])), (layout.TELEMETRY, self.telemetry.get(n, [])),
+                                (layout.METRICS, self.metrics.get(n, []))):
+                if fname == layout.METRICS and n not in self.metrics:
+                    continue
                 with JsonlWriter(d / fname) as w:
                     for row in rows:
                         w.write(row)
@@ -342,6 +356,29 @@ class EvidenceBuilder:
             write_results(root, summarize(evidence, self.spec))
             write_verdict(root, judge(self.spec, evidence).to_json())
         return root
+
+
+TTFT_LE = (0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+def metrics_rows(start: float, end: float, step: float = 5.0, running: float = 4.0, waiting: float = 0.0,
+                 kv: float = 0.5, tokens_per_s: float = 100.0, ttft_per_s: float = 2.0) -> list[dict[str, Any]]:
+    """metrics.jsonl rows of a steady vLLM-like server scraped every `step` from `start` to
+    `end`: gauges running/waiting/kv-cache usage, counters of preemptions (0) and generation
+    tokens (`tokens_per_s`), and a TTFT histogram gaining `ttft_per_s` observations of 0.2 s."""
+    rows = []
+    for i, x in enumerate(_frange(start, end + step, step)):
+        n = ttft_per_s * step * i
+        rows.append({"schema_version": 1, "t": x, "ok": True, "status": 200, "error": None, "seconds": 0.001, "families": {
+            "vllm:num_requests_running": {"type": "gauge", "value": running, "series": 1},
+            "vllm:num_requests_waiting": {"type": "gauge", "value": waiting, "series": 1},
+            "vllm:kv_cache_usage_perc": {"type": "gauge", "value": kv, "series": 1},
+            "vllm:num_preemptions_total": {"type": "counter", "value": 0.0, "series": 1},
+            "vllm:generation_tokens_total": {"type": "counter", "value": tokens_per_s * step * i, "series": 1},
+            "vllm:time_to_first_token_seconds": {"type": "histogram", "sum": 0.2 * n, "count": n, "series": 1,
+                                                 "buckets": [[le, 0.0 if le < 0.2 else n] for le in TTFT_LE] + [[None, n]]},
+        }})
+    return rows
 
 
 def _frange(a: float, b: float, step: float) -> list[float]:

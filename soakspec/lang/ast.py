@@ -108,7 +108,17 @@ class SloCall:
     span: Span = _span()
 
 
-Expr = Union[MetricRef, Call, SloCall]
+@dataclasses.dataclass(frozen=True, slots=True)
+class NamedRef:
+    """`server("vllm:num_requests_waiting")`: a metric named by a string (`func` is the word
+    before the parenthesis; the checker knows `server`, the server's own Prometheus metrics)."""
+
+    func: str
+    name: str
+    span: Span = _span()
+
+
+Expr = Union[MetricRef, Call, SloCall, NamedRef]
 
 
 # ---------------------------------------------------------------- statements

@@ -97,6 +97,8 @@ def expr_text(expr: A.Expr) -> str:
         return f"{expr.func}({conds})"
     if isinstance(expr, A.Call):
         return f"{expr.func}({expr_text(expr.arg)})"
+    if isinstance(expr, A.NamedRef):
+        return f'{expr.func}("{_escape(expr.name, False)}")'
     return expr.name
 
 

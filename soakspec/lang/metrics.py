@@ -13,9 +13,16 @@ Per-bucket series (aggregate with min, max or mean over the scope's buckets):
   throughput (output tokens/s), qps (completed requests/s), gpu_memory (bytes used by the
   server's own processes), gpu_memory_device, rss (server process tree), in_flight (mean
   requests in flight)
+  cpu (server process-tree CPU per telemetry sample, a ratio of one core: 250% = 2.5 cores)
+The server's own Prometheus metrics (its `/metrics`, scraped during the run; `metrics {}` of a
+backend): server("family"), e.g. max(server("vllm:num_requests_waiting")). A counter gives
+per-bucket rates (mean/min/max; bare = its increase over the scope, rate() = per second), a
+gauge its samples (mean/min/max/pNN), a histogram its per-bucket mean observation (mean/min/max)
+and quantile estimates (pNN, interpolated within the histogram's buckets). Values are in the
+server's own units (seconds, fractions); several label sets of one family are summed.
 Evidence checks (yes/no, except trace_coverage which is a ratio per bucket):
   bucket_coverage, duration_coverage, trace_coverage, follow_up, provenance_consistent,
-  runtime_boundary_specific, artifacts_verified, completed_run
+  runtime_boundary_specific, artifacts_verified, completed_run, metrics_scraped
 """
 
 from __future__ import annotations
@@ -89,8 +96,14 @@ METRICS: dict[str, Metric] = {
         Metric("gpu_memory_device", Kind.SIZE, SERIES, "GPU memory used on the device, per sample", series=True),
         Metric("rss", Kind.SIZE, SERIES, "server process-tree resident memory, per sample", series=True),
         Metric("in_flight", Kind.NUMBER, SERIES, "mean requests in flight, per bucket", series=True),
+        Metric("cpu", Kind.RATIO, SERIES, "server process-tree CPU (100% = one core), per sample", series=True),
+        Metric("server", Kind.NUMBER, ("count", "rate", "min", "max", "mean", "p"),
+               "a metric of the server's own /metrics: server(\"vllm:num_requests_waiting\")", bare_ok=True, series=True),
     )
 }
+
+# server("name"): a Prometheus metric family name (the text format's own rule)
+SERVER_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 AGGREGATES = ("count", "ratio", "rate", "min", "max", "mean")
 
@@ -103,6 +116,7 @@ EVIDENCE_PREDICATES: dict[str, Kind] = {
     "runtime_boundary_specific": Kind.BOOL,
     "artifacts_verified": Kind.BOOL,
     "completed_run": Kind.BOOL,
+    "metrics_scraped": Kind.BOOL,
 }
 
 

@@ -223,6 +223,11 @@ class _ToAst(Transformer):
         return A.Slo(str(name), str(op), value, span=_span(meta))
 
     @v_args(meta=True)
+    def named_ref(self, meta, children):
+        name, text = children
+        return A.NamedRef(str(name), text.value, span=_span(meta))
+
+    @v_args(meta=True)
     def metric_ref(self, meta, children):
         return A.MetricRef(str(children[0]), span=_span(meta))
 

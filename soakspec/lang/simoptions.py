@@ -54,6 +54,7 @@ _BEHAVIOUR: dict[str, Option] = {
     "empty_text_rate": Option("ratio", 0.0, "probability a request's tokens all decode to empty text (still counted)"),
     "zero_latency": Option("bool", False, "ttft = itl = 0: write every event as fast as possible"),
     "drift": Option("ratio", 0.0, "TTFT and ITL grow by this fraction per minute of uptime (5% -> 0.05)"),
+    "metrics": Option("bool", True, "serve Prometheus /metrics (false: it answers 404, like a server without one)"),
     "keep_alive_timeout": Option("duration", 5.0, "close an idle keep-alive connection after this (uvicorn: 5s)"),
     # faults: per-request probabilities (they partition [0, 1): at most one fault per request)
     "error_rate": Option("ratio", 0.0, "reply HTTP 500 or 503 before streaming"),

@@ -69,6 +69,21 @@ class Ready:
 
 
 @dataclasses.dataclass(frozen=True)
+class ServerMetrics:
+    """`metrics { path = "/metrics"  every = 5s }`: the server's Prometheus endpoint, scraped
+    during the run into backends/<name>/metrics.jsonl. On by default for launched, sim and url
+    backends; a default scrape that finds no endpoint (404) is recorded as "not available",
+    while a declared one (`declared`: the spec wrote the block) that fails fails the
+    `metrics_scraped` evidence check. `enabled = false` turns the scrape off."""
+
+    path: str = "/metrics"
+    interval_s: float | None = None  # None: 5 s, or a quarter of the shortest bucket when that is shorter (plan.py)
+    timeout_s: float = 2.0  # one scrape waits at most this long
+    enabled: bool = True
+    declared: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class RuntimeDecl:
     """A declared runtime boundary and how to confirm it from what the run observes."""
 
@@ -105,6 +120,7 @@ class Backend:
     runtime: RuntimeDecl | None = None
     traces: Traces = Traces()
     log_file: str | None = None  # url: the running server's log (read from its size at the run's start)
+    metrics: ServerMetrics = ServerMetrics()  # the server's Prometheus endpoint (scraped during the run)
     span: Span = _span()
 
     @property
@@ -251,6 +267,7 @@ class Expr:
     wrapper: Literal["drift", "slope"] | None = None
     text: str = ""
     slo: tuple[Slo, ...] = ()  # goodput(...): the conditions (metric "goodput", agg ratio | rate)
+    server: str | None = None  # metric "server": the Prometheus family named, server("vllm:num_requests_waiting")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -124,7 +124,7 @@ def values() -> st.SearchStrategy[A.Value]:
 @functools.cache
 def _exprs() -> st.SearchStrategy[A.Expr]:
     return st.recursive(
-        st.builds(A.MetricRef, names()),
+        st.builds(A.MetricRef, names()) | st.builds(A.NamedRef, names(), _text()),  # server("...")
         lambda inner: st.builds(A.Call, names(), inner),
         max_leaves=3,
     )

@@ -25,6 +25,7 @@ from typing import Any
 
 from soakspec.report import common as C
 from soakspec.report.charts import Band, Mark, Series, Threshold, bar_chart, empty_chart, esc, line_chart
+from soakspec.report.serverview import html_charts as server_charts
 
 CHART_METRICS = ("ttft", "itl", "throughput", "qps", "failures", "gpu_memory", "rss")
 FAILURE_KINDS = (("failed", "failed", "#d62728"), ("timeout", "timeouts", "#ff7f0e"),
@@ -94,7 +95,7 @@ def rule_overlays(verdict: Any, spec: Any, backend: str, t0: float) -> tuple[dic
         if chart and r.threshold is not None and r.expr.wrapper is None and r.backend in (None, backend):
             thresholds.setdefault(chart, []).append((float(r.threshold), C.one_line(r.text or r.expr.text)))
     for res in verdict.rules:
-        if res.status not in ("fail", "warn"):
+        if res.status not in ("fail", "warn") or res.metric in ("server", "cpu"):  # charted by report/serverview.py
             continue
         chart = CHART_OF.get(res.metric or "", "failures")
         seen = set()
@@ -414,6 +415,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         out.append(f'<section class="backend" data-backend="{esc(b.get("name"))}"><h3>Backend <code>{esc(b.get("name"))}</code></h3>')
         out.append('<div class="charts">')
         out += backend_charts(b, gpu_reason, verdict, spec)
+        out += server_charts(b, verdict, spec)  # the server's own /metrics and its CPU (report/serverview.py)
         out.append("</div></section>")
     out.append("<h2>Rules</h2>")
     out += _rules_table(verdict, meta)

@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soakspec.report import common as C
+from soakspec.report.serverview import md_lines as server_md_lines
 
 HEADER = ("Backend", "Runtime boundary", "Boundary check", "Completed", "Failed/timeouts", "Rejected", "Disconnected",
           "Buckets", "Own rules", "Artifact SHA-256")
@@ -225,6 +226,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         if C.performance_not_evaluated(verdict):
             lines += [md_text(C.NOT_EVALUATED_NOTE), ""]
         lines += per_level + [""]
+    lines += server_md_lines(results, spec)
 
     lines += sweep_section(results) + goodput_section(results)
     open_rules = C.open_rules(verdict)

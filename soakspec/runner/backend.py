@@ -26,7 +26,7 @@ import trio
 from soakspec.evidence.io import EvidenceError, JsonlWriter
 from soakspec.evidence.layout import RunLayout
 from soakspec.evidence.redact import redact_argv
-from soakspec.evidence.telemetry import NvmlSource, telemetry_record
+from soakspec.evidence.telemetry import CpuMeter, NvmlSource, telemetry_record
 from soakspec.plan import PROGRESS_INTERVAL_S, Launch
 from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health, watch_liveness
@@ -160,12 +160,13 @@ async def _until_ready(la: Launch, url: str, server, deps: Deps, rec: BackendRec
 
 
 async def sample_telemetry(deps: Deps, rec: BackendRecorder, interval_s: float) -> None:
-    """GPU and server-process samples every `interval_s` into telemetry.jsonl, each fsynced."""
+    """GPU and server-process samples (RSS, CPU) every `interval_s` into telemetry.jsonl, each fsynced."""
     pid = rec.server.pid if rec.server is not None else None
+    cpu = CpuMeter()
     try:
         with JsonlWriter(deps.layout.telemetry(rec.name), schema="telemetry") as w:
             while True:
-                sample = await trio.to_thread.run_sync(telemetry_record, deps.nvml, pid)
+                sample = await trio.to_thread.run_sync(telemetry_record, deps.nvml, pid, None, cpu)
                 w.write(sample)
                 w.flush_fsync()
                 await trio.sleep(interval_s)

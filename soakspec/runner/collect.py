@@ -75,6 +75,8 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
         entry["sweep"] = rec.sweep  # the search: every probe in order, its judgement, the result
     if rec.external_log is not None:
         entry["log_file"] = rec.external_log  # where server.log came from: path, start offset, bytes read
+    if rec.metrics_scrape is not None:
+        entry["metrics"] = rec.metrics_scrape  # the server's /metrics: status, scrapes, failures (runner/scrape.py)
     entry["planned_levels"] = len(bp.levels)
     entry["timeouts"] = bp.timeouts()
     return entry

@@ -34,6 +34,7 @@ from soakspec.runner.load import CLOSE_S, Bisection, LevelContext, LevelRun, Sha
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder
 from soakspec.evidence.record import FOLLOW_UP_BUCKET, decode_lenient, iter_records
+from soakspec.runner.scrape import scrape_metrics
 from soakspec.runner.records import RequestRecord
 from soakspec.runner.workers import drive_level_workers, processes_for
 
@@ -48,6 +49,8 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
         async with trio.open_nursery() as nursery:
             url = await nursery.start(functools.partial(serve_backend, bp.launch, deps, rec, health))
             nursery.start_soon(sample_telemetry, deps, rec, telemetry_interval_s)
+            if bp.metrics is not None:
+                nursery.start_soon(scrape_metrics, bp.metrics, url, deps, rec)
             nursery.start_soon(tick_progress, deps.progress, rec)
             await drive_backend(bp, url, deps, rec, ids, prompts, health)
             nursery.cancel_scope.cancel()

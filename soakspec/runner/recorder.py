@@ -100,6 +100,7 @@ class BackendRecorder:
         self.abort_fired: dict[str, Any] | None = None  # the abort rule that stopped the load (runner/abort.py)
         self.external_log: dict[str, Any] | None = None  # a url backend's log_file as read (runner/logfile.py)
         self.sweep: dict[str, Any] | None = None  # a sweep's probes and result (runner/driver.py)
+        self.metrics_scrape: dict[str, Any] | None = None  # what the /metrics scrapes did (runner/scrape.py)
         self.trace_offset = 0
         self.source_before: dict | None = None
 

@@ -159,6 +159,7 @@ class SimConfig:
     crash_after_requests: int | None = None
     crash_after: float | None = None
     startup_delay: float = 0.0
+    metrics: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "host", _loopback(self.host))

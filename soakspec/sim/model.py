@@ -300,3 +300,36 @@ class Counters:
     failure: collections.Counter[str] = dataclasses.field(default_factory=collections.Counter)  # by terminal reason
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    ttft: "Histogram" = dataclasses.field(default_factory=lambda: Histogram(TTFT_BUCKETS))  # seconds, arrival -> first token
+
+
+# vLLM's buckets for vllm:time_to_first_token_seconds (seconds)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+
+
+@dataclasses.dataclass
+class Histogram:
+    """A Prometheus histogram: cumulative counts per upper bound (`le`), their sum and count."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = dataclasses.field(default_factory=list)  # per bound, not cumulative
+    sum: float = 0.0
+    count: int = 0
+
+    def observe(self, v: float) -> None:
+        if not self.counts:
+            self.counts = [0] * len(self.bounds)
+        self.sum += v
+        self.count += 1
+        for i, b in enumerate(self.bounds):
+            if v <= b:
+                self.counts[i] += 1
+                break
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(le, observations <= le) per bound; +Inf is `count`."""
+        out, acc = [], 0
+        for i, b in enumerate(self.bounds):
+            acc += self.counts[i] if self.counts else 0
+            out.append((b, acc))
+        return out

@@ -403,8 +403,12 @@ def models_body(config: SimConfig, created: int) -> dict[str, Any]:
 def render_metrics(
     model: str, running: int, waiting: int, success: Mapping[str, int], failure: Mapping[str, int],
     prompt_tokens: int, generation_tokens: int, memory_bytes: float,
+    *, slots: int | None = None, ttft: Any = None,
 ) -> str:
-    """Prometheus text exposition. vLLM's names where vLLM has the metric; `sim_` otherwise."""
+    """Prometheus text exposition. vLLM's names where vLLM has the metric; `sim_` otherwise.
+    `slots` (the decode slots) gives vllm:kv_cache_usage_perc as the share of them running;
+    `ttft` (a `model.Histogram`) gives vllm:time_to_first_token_seconds; the simulator never
+    preempts, so vllm:num_preemptions_total stays 0."""
     lbl = f'model_name="{model}"'
     lines = [
         "# HELP vllm:num_requests_running Number of requests in model execution batches.",
@@ -431,6 +435,29 @@ def render_metrics(
         "# HELP vllm:generation_tokens_total Number of generation tokens processed.",
         "# TYPE vllm:generation_tokens_total counter",
         f"vllm:generation_tokens_total{{{lbl}}} {float(generation_tokens)}",
+        "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
+        "# TYPE vllm:num_preemptions_total counter",
+        f"vllm:num_preemptions_total{{{lbl}}} 0.0",
+    ]
+    if slots:
+        lines += [
+            "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.",
+            "# TYPE vllm:kv_cache_usage_perc gauge",
+            f"vllm:kv_cache_usage_perc{{{lbl}}} {min(1.0, running / slots)}",
+        ]
+    if ttft is not None:
+        lines += [
+            "# HELP vllm:time_to_first_token_seconds Histogram of time to first token in seconds.",
+            "# TYPE vllm:time_to_first_token_seconds histogram",
+        ]
+        for le, n in ttft.cumulative():
+            lines.append(f'vllm:time_to_first_token_seconds_bucket{{le="{le}",{lbl}}} {float(n)}')
+        lines += [
+            f'vllm:time_to_first_token_seconds_bucket{{le="+Inf",{lbl}}} {float(ttft.count)}',
+            f"vllm:time_to_first_token_seconds_count{{{lbl}}} {float(ttft.count)}",
+            f"vllm:time_to_first_token_seconds_sum{{{lbl}}} {float(ttft.sum)}",
+        ]
+    lines += [
         "# HELP sim_gpu_memory_used_bytes Simulated GPU memory in use.",
         "# TYPE sim_gpu_memory_used_bytes gauge",
         f"sim_gpu_memory_used_bytes {float(memory_bytes)}",

@@ -348,6 +348,8 @@ class _Server:
                 await _send_json(io, 405, {"detail": "Method Not Allowed"})
             elif path == "/health":
                 await _send_body(io, 200, b"", "application/json")
+            elif path == "/metrics" and not self.cfg.metrics:
+                await _send_json(io, 404, {"detail": "Not Found"})
             elif path == "/metrics":
                 await _send_body(io, 200, self._metrics().encode(), "text/plain; version=0.0.4; charset=utf-8")
             else:
@@ -374,6 +376,7 @@ class _Server:
         return render_metrics(
             self.cfg.model, len(self.sched.running), len(self.sched.waiting), c.success, c.failure,
             c.prompt_tokens, c.generation_tokens, memory_used(self.cfg, trio.current_time() - self.epoch),
+            slots=self.cfg.slots, ttft=c.ttft,
         )
 
     # -- inference -----------------------------------------------------------------------------
@@ -596,6 +599,8 @@ class _Server:
         if st.scheduled_at is not None and st.prompt_tokens:
             c.prompt_tokens += st.prompt_tokens
         c.generation_tokens += st.completion_tokens
+        if st.first_token_at is not None:
+            c.ttft.observe(max(0.0, st.first_token_at - st.queued_at))
         if plan is not None and plan.drop_trace:
             return
         self.trace.write({

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -11,6 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from soakspec.evidence.record import iter_records
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.realserver
@@ -36,9 +39,18 @@ sys.exit(child.wait())
 """
 
 
+# #19: a rule on the server's own /metrics (scraped by default: specs/vllm.soak declares no
+# metrics block), judged per bucket
+SERVER_RULE = 'require max(server("vllm:num_requests_running")) <= 4 per bucket'
+
+
 def _run_spec(lane: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
     for f in ("vllm.soak", "vllm-chat-template.jinja"):
         shutil.copy(REPO / "specs" / f, tmp_path / f)
+    text = (tmp_path / "vllm.soak").read_text()
+    anchor = "  warn drift(p95(itl)) <= 20% per level\n"
+    assert text.count(anchor) == 1, "specs/vllm.soak's gate changed"
+    (tmp_path / "vllm.soak").write_text(text.replace(anchor, anchor + f"  {SERVER_RULE}\n"))
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "tiny").symlink_to(lane / "tiny")
     bin_dir = tmp_path / "bin"
@@ -60,6 +72,45 @@ def _run_spec(lane: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, 
     return proc, out
 
 
+def check_server_metrics(out: Path, verdict: dict, rule_text: str, backend: str = "vllm") -> None:
+    """#19 on a real vLLM: /metrics scraped in every bucket (its token counter rising across each),
+    the rule on vllm:num_requests_running evaluated on the scraped values, the HTML report's chart
+    of it with a point per bucket and the rule's threshold line."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    (entry,) = [b for b in manifest["backends"] if b["name"] == backend]
+    assert entry["metrics"]["status"] == "scraped" and entry["metrics"]["failed"] == 0, entry["metrics"]
+    scrapes = [json.loads(line) for line in (out / "backends" / backend / "metrics.jsonl").read_text().splitlines() if line]
+    assert scrapes and all(s["ok"] for s in scrapes)
+    buckets = [bk for lv in entry["levels"] for bk in lv["buckets"]]
+    per_bucket = [[s for s in scrapes if bk["start"] <= s["t"] < bk["end"]] for bk in buckets]
+    assert all(per_bucket), [len(p) for p in per_bucket]
+    running = [s["families"]["vllm:num_requests_running"]["value"] for p in per_bucket for s in p]
+    # the gauge is whatever the server holds at the instant of a scrape (on a tiny CPU model, often
+    # between two requests); its generation-token counter must rise across every bucket
+    tokens = [(s["t"], s["families"]["vllm:generation_tokens_total"]["value"]) for s in scrapes]
+    rises = []
+    for bk in buckets:
+        before = [v for t, v in tokens if t <= bk["start"]] or [v for t, v in tokens if t >= bk["start"]][:1]
+        after = [v for t, v in tokens if t >= bk["end"]][:1] or [v for t, v in tokens if t < bk["end"]][-1:]
+        rises.append(after[0] - before[-1])
+    sys.stderr.write(f"{len(scrapes)} scrapes of /metrics, {[len(p) for p in per_bucket]} per bucket; "
+                     f"vllm:num_requests_running seen {min(running):g}..{max(running):g}; "
+                     f"vllm:generation_tokens_total rose by {rises} across the buckets\n")
+    assert all(r > 0 for r in rises), rises
+    (rule,) = [r for r in verdict["rules"] if r["rule"] == rule_text.removeprefix("require ")]
+    sys.stderr.write(f"{rule['rule']}: {rule['status']} -- {rule['message']}\n")
+    assert rule["status"] == "pass" and rule["observed"] == max(running), rule  # evaluated on what was scraped
+    html = subprocess.run([sys.executable, "-m", "soakspec", "report", str(out), "--format", "html"],
+                          capture_output=True, text=True, timeout=300)
+    assert html.returncode == 0, html.stderr
+    chart = re.search(rf'<svg class="chart" data-backend="{backend}" data-metric="server:vllm:num_requests_running".*?</svg>',
+                      html.stdout, re.S)
+    assert chart is not None
+    assert chart.group(0).count("<circle") == 2 * len(buckets)  # mean and max, one point per bucket
+    assert 'class="threshold"' in chart.group(0)  # the rule's threshold line
+    assert 'data-metric="cpu"' in html.stdout
+
+
 def _generation_tokens(metrics: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                if line.startswith("vllm:generation_tokens_total{"))
@@ -77,11 +128,12 @@ def test_a_launched_vllm_soak_passes_with_full_traces_and_a_confirmed_runtime(la
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "complete"
     # every token soakspec counted (pre-flight, measured, follow-up) is one vLLM generated
-    rows = [json.loads(line) for line in (out / "backends" / "vllm" / "requests.jsonl").read_text().splitlines() if line]
+    rows = [dict(r) for _, r in iter_records(out / "backends" / "vllm" / "requests.jsonl.gz")]
     ours = sum(r["output_tokens"] or 0 for r in rows)
     ours += sum((p.get("record") or {}).get("output_tokens") or 0 for p in manifest["backends"][0].get("preflight") or [])
     theirs = _generation_tokens((tmp_path / "metrics.txt").read_text())
     sys.stderr.write(f"soakspec counted {ours} output tokens; vLLM's vllm:generation_tokens_total is {theirs}\n")
     assert ours == theirs
+    check_server_metrics(out, verdict, SERVER_RULE)
     # no server process is left behind
     assert subprocess.run(["pgrep", "-f", str(tmp_path / "models")], capture_output=True).returncode == 1

@@ -26,7 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from soakspec.evidence.record import iter_records
+
 from soakspec.runner.procs import free_port
+
+from test_vllm import check_server_metrics
 
 pytestmark = pytest.mark.realserver
 
@@ -168,6 +172,10 @@ backend "vllm" {{
     pattern = r"Received request (?P<id>\\S+?):"
     id_forms = ["cmpl-{{id}}-0", "chatcmpl-{{id}}", "cmpl-{{id}}", "{{id}}"]
   }}
+  metrics {{
+    path = "/metrics"
+    every = 2s
+  }}
 }}
 workload "w" {{
   endpoint = completions
@@ -189,6 +197,7 @@ gate {{
   require trace_coverage >= 100% per bucket
   require runtime_boundary_specific
   require follow_up
+  {server_rule}
 }}
 claims {{
   claim "test"
@@ -210,7 +219,7 @@ def test_a_url_backend_reads_traces_and_its_runtime_from_the_servers_log_file_an
     vllm:generation_tokens_total over the run."""
     port, _, log = vllm
     before = _generation_tokens(port)
-    proc, out, _ = _run(tmp_path, URL_LOG_SPEC.format(port=port, log=log))
+    proc, out, _ = _run(tmp_path, URL_LOG_SPEC.format(port=port, log=log, server_rule=URL_SERVER_RULE))
     stdout, stderr = proc.communicate(timeout=300)
     sys.stderr.write(stderr[-3000:])
     assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
@@ -221,9 +230,9 @@ def test_a_url_backend_reads_traces_and_its_runtime_from_the_servers_log_file_an
     assert "(confirmed)" in rules["runtime_boundary_specific"]["message"]
     manifest = json.loads((out / "manifest.json").read_text())
     entry = manifest["backends"][0]
-    rows = [json.loads(line) for line in (out / "backends" / "vllm" / "requests.jsonl").read_text().splitlines() if line]
+    rows = [dict(r) for _, r in iter_records(out / "backends" / "vllm" / "requests.jsonl.gz")]
     followup = json.loads((out / "backends" / "vllm" / "followup.json").read_text())
-    # requests.jsonl holds the warmup, measured and follow-up requests (bucket -2); the
+    # requests.jsonl.gz holds the warmup, measured and follow-up requests (bucket -2); the
     # pre-flight requests are kept in the manifest only
     ids = {r["request_id"] for r in rows}
     assert (followup.get("record") or {}).get("request_id") in ids
@@ -231,14 +240,21 @@ def test_a_url_backend_reads_traces_and_its_runtime_from_the_servers_log_file_an
     ours += sum((p.get("record") or {}).get("output_tokens") or 0 for p in entry.get("preflight") or [])
     sys.stderr.write(f"soakspec counted {ours} output tokens; vLLM's counter moved by {after - before}\n")
     assert ours == after - before
+    # #19: a url backend's declared /metrics, scraped every 2 s: in every bucket, every scrape
+    # succeeded (metrics_scraped), the rule on vllm:num_requests_running evaluated, and charted
+    assert rules["metrics_scraped"]["status"] == "pass", rules["metrics_scraped"]
+    check_server_metrics(out, verdict, URL_SERVER_RULE)
+
+
+URL_SERVER_RULE = 'require max(server("vllm:num_requests_running")) <= 2 per bucket'
 
 
 def test_killing_the_engine_mid_run_aborts_within_seconds(vllm, tmp_path):
     port, server, _ = vllm
     proc, out, _ = _run(tmp_path, SPEC.format(port=port, endpoint="completions"))
-    req = out / "backends" / "vllm" / "requests.jsonl"
+    req = out / "backends" / "vllm" / "requests.jsonl.gz"
     deadline = time.monotonic() + 120
-    while not (req.exists() and req.stat().st_size > 5000) and time.monotonic() < deadline:
+    while not (req.exists() and req.stat().st_size > 2000) and time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         time.sleep(0.2)
     engines = _children(server.pid)
@@ -254,7 +270,7 @@ def test_killing_the_engine_mid_run_aborts_within_seconds(vllm, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "aborted" and "stopped answering" in manifest["incomplete_reason"]
     assert manifest["aborted_at"] is not None
-    rows = [json.loads(line) for line in req.read_text().splitlines() if line]
+    rows = [dict(r) for _, r in iter_records(req)]
     refused = [r for r in rows if (r["error"] or "").startswith("connect failed")]
     assert len(refused) < 100, len(refused)
     verdict = json.loads(stdout)

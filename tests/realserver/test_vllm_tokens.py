@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from soakspec.evidence.record import iter_records
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.realserver
 
@@ -77,10 +79,7 @@ gate {
 
 
 def _records(run_dir: Path):
-    from soakspec.judge.evidence import load_evidence
-
-    (backend,) = load_evidence(run_dir).backends
-    return [r for r in backend.records if r["bucket"] >= 0]
+    return [r for _, r in iter_records(run_dir / "backends" / "vllm" / "requests.jsonl.gz") if r.measured]
 
 
 def test_prompt_tokens_128_is_exactly_128_by_vllms_own_usage(lane, tmp_path):

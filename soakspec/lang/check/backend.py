@@ -33,7 +33,7 @@ BACKEND = Table(
         Key("api_key_env", "str", "api_key_env"),
         Key("log_file", "str", "log_file"),  # url: the running server's log file (spec-relative)
     ),
-    blocks=("sim", "env", "ready", "runtime", "traces"),
+    blocks=("sim", "env", "ready", "runtime", "traces", "metrics"),
 )
 BACKEND_KEYS = tuple(k.name for k in BACKEND.keys)
 BACKEND_BLOCKS = BACKEND.blocks
@@ -46,6 +46,16 @@ READY = Table(
         Key("status", "int", "status", minimum=100, maximum=599),
         Key("timeout", "quantity", "timeout_s", Dimension.DURATION),
         Key("interval", "quantity", "interval_s", Dimension.DURATION),
+    ),
+)
+
+METRICS = Table(
+    cls=S.ServerMetrics,
+    keys=(
+        Key("path", "str", "path"),
+        Key("every", "quantity", "interval_s", Dimension.DURATION),
+        Key("timeout", "quantity", "timeout_s", Dimension.DURATION),
+        Key("enabled", "bool", "enabled"),
     ),
 )
 
@@ -107,6 +117,7 @@ def backend(ctx: Ctx, blk: A.Block) -> S.Backend | None:
         ready=_ready(ctx, b, where),
         runtime=runtime,
         traces=traces,
+        metrics=_metrics(ctx, b, where),
         span=blk.kind_span,
         **b.fields(),
     )
@@ -182,6 +193,22 @@ def _ready(ctx: Ctx, b: Body, where: str) -> S.Ready:
     if rb.ok("path") and not rb["path"].startswith("/"):
         ctx.error("E408", "ready 'path' must start with '/'", rb.got("path").span)
     return S.Ready(**rb.fields())
+
+
+MIN_SCRAPE_INTERVAL_S = 0.1
+
+
+def _metrics(ctx: Ctx, b: Body, where: str) -> S.ServerMetrics:
+    """`metrics { path  every  timeout  enabled }`; absent: the default scrape (not declared)."""
+    mb = sub(ctx, b, "metrics", METRICS, f"the metrics endpoint of {where}")
+    if mb is None:
+        return S.ServerMetrics()
+    if mb.ok("path") and not mb["path"].startswith("/"):
+        ctx.error("E408", "metrics 'path' must start with '/'", mb.got("path").span)
+    if mb.ok("every") and mb["every"] < MIN_SCRAPE_INTERVAL_S:
+        ctx.error("E204", f"metrics 'every' must be at least {MIN_SCRAPE_INTERVAL_S:g}s", mb.got("every").span)
+    fields = mb.fields()
+    return S.ServerMetrics(**fields, declared=bool(fields.get("enabled", True)))
 
 
 def _check_log_file(ctx: Ctx, b: Body, kind: str, where: str) -> bool:

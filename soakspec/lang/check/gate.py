@@ -17,7 +17,8 @@ from soakspec.lang import spec as S
 from soakspec.lang.check.core import Bad, Ctx, Key, Table, describe, quantity_value, suggest
 from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import expr_text, rule_text, value_text
-from soakspec.lang.metrics import AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRICS, SLO_FUNCTIONS, SLO_METRICS, Kind, parse_percentile
+from soakspec.lang.metrics import (AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRICS, SERVER_METRIC_NAME, SLO_FUNCTIONS, SLO_METRICS, Kind,
+                                   parse_percentile)
 from soakspec.units import UNITS, Dimension
 
 SCOPES = ("run", "backend", "level", "bucket", "window", "phase")  # phase: each named phase (a level) of a workload's load
@@ -84,7 +85,11 @@ def _abort(ctx: Ctx, stmt: A.Rule, backend_names: set[str]) -> S.Rule | None:
 
 def _check_observable(ctx: Ctx, stmt: A.Rule, rule: S.Rule, backends: Mapping[str, S.Backend]) -> None:
     """A rule over what a backend can never produce could never pass: trace coverage of a
-    backend whose traces are `source = none` (the default, except for a simulator)."""
+    backend whose traces are `source = none` (the default, except for a simulator); a server
+    metric of a backend whose scrape is off."""
+    if rule.expr.metric == "server":
+        _check_server_side(ctx, stmt, rule, backends)
+        return
     if rule.expr.metric != "trace_coverage":
         return
     scope = [backends[rule.backend]] if rule.backend is not None else list(backends.values())
@@ -100,6 +105,15 @@ def _check_observable(ctx: Ctx, stmt: A.Rule, rule: S.Rule, backends: Mapping[st
     )
 
 
+def _check_server_side(ctx: Ctx, stmt: A.Rule, rule: S.Rule, backends: Mapping[str, S.Backend]) -> None:
+    scope = [backends[rule.backend]] if rule.backend is not None else list(backends.values())
+    bad = [bk.name for bk in scope if not bk.metrics.enabled]
+    if bad:
+        names = ", ".join(f"'{n}'" for n in bad)
+        ctx.error("E403", f"'{rule.expr.text}' can never be measured on backend {names}: its metrics scrape is off (metrics {{ enabled = false }})",
+                  stmt.expr.span, 'remove enabled = false, or scope the rule with on "backend"')
+
+
 @dataclasses.dataclass(frozen=True)
 class _Resolved:
     """What a rule's expression measures."""
@@ -112,6 +126,7 @@ class _Resolved:
     klass: str
     failed: bool = False  # an error was reported, but the rest of the rule can still be checked
     slo: tuple[S.Slo, ...] = ()
+    server: str | None = None  # server("family")
 
 
 _FAILED = object()
@@ -136,7 +151,8 @@ def _rule(ctx: Ctx, r: A.Rule, backend_names: set[str]) -> S.Rule | None:
     return S.Rule(
         severity=r.severity,
         klass=res.klass,
-        expr=S.Expr(metric=res.metric, agg=res.agg, percentile=res.percentile, wrapper=res.wrapper, text=expr_text(r.expr), slo=res.slo),
+        expr=S.Expr(metric=res.metric, agg=res.agg, percentile=res.percentile, wrapper=res.wrapper, text=expr_text(r.expr), slo=res.slo,
+                    server=res.server),
         op=r.op,
         threshold=threshold,
         threshold_text=value_text(r.threshold) if r.threshold is not None else None,
@@ -158,20 +174,37 @@ def _resolve(ctx: Ctx, expr: A.Expr) -> _Resolved:
             ctx.error("E305", f"{wrapper}() takes an aggregate such as {wrapper}(p95(ttft))", expr.span)
             raise Bad
     agg, percentile, metric_node = _aggregate(ctx, expr)
-    metric = metric_node.name
+    family = _server_family(ctx, metric_node) if isinstance(metric_node, A.NamedRef) else None
+    metric = "server" if isinstance(metric_node, A.NamedRef) else metric_node.name
     if metric in EVIDENCE_PREDICATES:
         if agg is not None or wrapper is not None:
             ctx.error("E305", f"'{metric}' is an evidence check, not a metric to aggregate", expr.span)
             raise Bad
         klass = "validity" if metric == "completed_run" else "evidence"
         return _Resolved(metric, None, None, None, EVIDENCE_PREDICATES[metric], klass)
+    if metric == "server" and family is None:
+        ctx.error("E305", "'server' names one of the server's own metrics: write server(\"vllm:num_requests_waiting\")", metric_node.span)
+        raise Bad
     if metric not in METRICS:
         ctx.error("E302", f"unknown metric '{metric}'", metric_node.span, suggest(metric, list(METRICS) + list(EVIDENCE_PREDICATES)))
         raise Bad
     agg = _check_aggregate(ctx, METRICS[metric], agg, percentile, expr, metric_node)
     kind = Kind.RATIO if wrapper is not None else METRICS[metric].result_kind(agg)
     bad_percentile = percentile is None and re.fullmatch(r"p-?[0-9.]+", agg) is not None
-    return _Resolved(metric, agg, percentile, wrapper, kind, "performance", failed=bad_percentile)
+    return _Resolved(metric, agg, percentile, wrapper, kind, "performance", failed=bad_percentile, server=family)
+
+
+def _server_family(ctx: Ctx, node: A.NamedRef) -> str:
+    """`server("vllm:num_requests_waiting")`: the family name, a Prometheus metric name."""
+    if node.func != "server":
+        ctx.error("E303", f"unknown function '{node.func}' with a name in quotes; only server(\"...\") names a metric by a string",
+                  node.span, 'e.g. max(server("vllm:num_requests_waiting"))')
+        raise Bad
+    if not SERVER_METRIC_NAME.fullmatch(node.name):
+        ctx.error("E302", f"server metric {node.name!r} is not a Prometheus metric name ([a-zA-Z_:][a-zA-Z0-9_:]*)", node.span,
+                  "write the family name as /metrics shows it, without labels, e.g. vllm:num_requests_running")
+        raise Bad
+    return node.name
 
 
 _SLO_OPS = ("<", "<=", ">", ">=")
@@ -233,7 +266,7 @@ def _aggregate(ctx: Ctx, expr: A.Expr) -> tuple[str | None, float | None, A.Metr
         ctx.error("E305", f"{expr.arg.func}(...) is already a ratio (or a rate): compare it directly, e.g. {expr.arg.func}(...) >= 90%",
                   expr.span)
         raise Bad
-    if not isinstance(expr.arg, A.MetricRef):
+    if not isinstance(expr.arg, (A.MetricRef, A.NamedRef)):
         ctx.error("E305", f"{expr.func}() takes a metric name, not another function", expr.arg.span)
         raise Bad
     agg = expr.func
@@ -291,6 +324,8 @@ def _threshold(ctx: Ctx, r: A.Rule, res: _Resolved, _names: set[str]) -> float |
         raise Bad
     if res.kind in _DIM_OF_KIND:
         return quantity_value(ctx, text, r.threshold, _DIM_OF_KIND[res.kind])
+    if res.server is not None and isinstance(r.threshold, A.Quantity) and (unit := UNITS.get(r.threshold.unit)):
+        return quantity_value(ctx, text, r.threshold, unit[0])  # a server metric in its own unit: 2s, 90%
     if isinstance(r.threshold, A.Quantity):  # a plain number (count, tokens, tokens/s)
         ctx.error("E305", f"'{text}' is a plain number; {value_text(r.threshold)} has a unit", r.threshold.span, _count_hint(res, r))
         raise Bad

@@ -1,0 +1,454 @@
+"""The server's own metrics: `server("family")` in rules, and the `metrics_scraped` check.
+
+What the runner scraped (`runner/scrape.py`: backends/<name>/metrics.jsonl, one line per
+scrape, each kept family summed over its label sets) is read here on the client's timeline,
+over a scope's bucket windows (the index/scope API: `Scope.windows`):
+
+  gauge      the scrapes that fall inside the windows: min, max, mean, pNN of their values
+  counter    bare = its increase over the scope (a reset -- the value going down -- counts
+             the new value as the increase since it); rate() = increase / seconds; mean, min,
+             max = over the per-bucket rates
+  histogram  mean = the scope's Δsum / Δcount (the mean observation); min, max = over the
+             per-bucket means; pNN = a quantile estimate from the Δ bucket counts, linear
+             within the bucket it falls in (Prometheus' histogram_quantile): its resolution is
+             that bucket's width, stated in `quantile_estimate`; bare = observations, rate() =
+             observations per second
+  summary    mean only (Δsum / Δcount)
+
+A counter's or histogram's change over a window is taken between the last scrape at or before
+the window's start (else its first scrape inside) and the first scrape at or after its end
+(else its last inside): it covers the window, by at most one scrape interval more. Adjacent
+windows of one scope are merged into one span first, so a level's increase is counted once.
+
+A percentile of a histogram needs as many observations as the gate's percentile rule
+(`stats.min_samples_for_percentile`); everything else needs one scrape (two for a change).
+Missing is never a pass: no scrape in a window, a family the server does not expose, or an
+endpoint that answered 404 ("not available") is INCONCLUSIVE with the reason.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import weakref
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from soakspec.judge import stats
+from soakspec.judge.common import backend_here, plural, problem, result
+from soakspec.judge.index import BackendIndex, Row, num
+from soakspec.judge.joined import JudgedRun
+from soakspec.judge.measures import Measure
+from soakspec.judge.scope import Scope
+from soakspec.judge.verdict import Instance, RuleResult
+from soakspec.lang.spec import Rule
+
+EPS = 1e-6
+
+
+# ------------------------------------------------------------------------------ the series
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One family's successful scrapes of one backend, in time order."""
+
+    name: str
+    type: str  # counter | gauge | histogram | summary
+    times: tuple[float, ...]
+    points: tuple[Mapping[str, Any], ...]  # the family's entry of each scrape
+
+
+@dataclasses.dataclass(frozen=True)
+class Scrapes:
+    """A backend's metrics.jsonl, arranged once: its families' series and what failed."""
+
+    series: Mapping[str, Series]
+    total: int
+    failed: tuple[Row, ...]
+
+
+_CACHE: dict[int, tuple[weakref.ref, Scrapes]] = {}
+
+
+def _rows(be: Any) -> tuple[Row, ...]:
+    rows = be.metrics
+    return tuple(r for r in rows if isinstance(r, Mapping) and num(r.get("t")) is not None)
+
+
+def scrapes(bi: BackendIndex) -> Scrapes:
+    """The backend's scrapes, built once per evidence value."""
+    be = bi.evidence
+    hit = _CACHE.get(id(be))
+    if hit is not None and hit[0]() is be:
+        return hit[1]
+    rows = sorted(_rows(be), key=lambda r: float(r["t"]))
+    by: dict[str, list[tuple[float, Mapping[str, Any]]]] = {}
+    for r in rows:
+        fams = r.get("families")
+        if r.get("ok") is not True or not isinstance(fams, Mapping):
+            continue
+        for name, fam in fams.items():
+            if isinstance(fam, Mapping) and isinstance(fam.get("type"), str):
+                by.setdefault(name, []).append((float(r["t"]), fam))
+    series = {n: Series(n, pts[-1][1]["type"], tuple(t for t, _ in pts), tuple(p for _, p in pts)) for n, pts in by.items()}
+    out = Scrapes(series, len(rows), tuple(r for r in rows if r.get("ok") is not True))
+    try:
+        _CACHE[id(be)] = (weakref.ref(be), out)
+        weakref.finalize(be, _CACHE.pop, id(be), None)  # the entry goes with the evidence value
+    except TypeError:  # not weak-referenceable: no cache
+        _CACHE.pop(id(be), None)
+    return out
+
+
+def find(bi: BackendIndex, name: str) -> Series | None:
+    """The family `name` of the backend, also found without or with its `_total` suffix."""
+    s = scrapes(bi).series
+    return s.get(name) or s.get(name + "_total") or (s.get(name[:-6]) if name.endswith("_total") else None)
+
+
+def unavailable(bi: BackendIndex) -> str | None:
+    """Why the backend has no server metrics at all (None: it has scrapes)."""
+    entry = bi.evidence.entry.get("metrics")
+    if not isinstance(entry, Mapping):
+        return "no server metrics were scraped for this backend (metrics off, or evidence from before they existed)"
+    status = entry.get("status")
+    if status == "not available":
+        return f"the server has no {entry.get('path', '/metrics')} (its first scrape answered {entry.get('first_error')}: not available)"
+    if not scrapes(bi).series:
+        return f"no successful scrape of {entry.get('path', '/metrics')} ({entry.get('failed', 0)} failed; first: {entry.get('first_error')})"
+    return None
+
+
+# ------------------------------------------------------------------------------ windows
+
+
+def spans(scope: Scope) -> list[tuple[BackendIndex, float, float]]:
+    """The scope's windows with a known wall-clock span, adjacent ones of a backend merged."""
+    out: list[tuple[BackendIndex, float, float]] = []
+    for bi, w in sorted(((bi, w) for bi, w in scope.windows if w.start is not None and w.end is not None),
+                        key=lambda p: (p[0].name, p[1].start)):
+        if out and out[-1][0] is bi and w.start <= out[-1][2] + EPS:  # type: ignore[operator]
+            out[-1] = (bi, out[-1][1], max(out[-1][2], w.end))  # type: ignore[type-var]
+        else:
+            out.append((bi, w.start, w.end))  # type: ignore[arg-type]
+    return out
+
+
+def windows(scope: Scope) -> list[tuple[BackendIndex, float, float]]:
+    """Each of the scope's windows with a known span, unmerged (per-bucket values)."""
+    return [(bi, w.start, w.end) for bi, w in scope.windows if w.start is not None and w.end is not None]
+
+
+def inside(s: Series, start: float, end: float) -> range:
+    return range(bisect.bisect_left(s.times, start), bisect.bisect_left(s.times, end))
+
+
+def bracket(s: Series, start: float, end: float) -> tuple[int, int] | None:
+    """Indexes of the scrapes a change over [start, end) is taken between (module docstring)."""
+    lo = bisect.bisect_right(s.times, start) - 1
+    if lo < 0:
+        lo = bisect.bisect_left(s.times, start)
+    hi = bisect.bisect_left(s.times, end)
+    if hi >= len(s.times):
+        hi = bisect.bisect_left(s.times, end) - 1
+    if lo >= len(s.times) or hi <= lo:
+        return None
+    return lo, hi
+
+
+def _increase(vals: Sequence[float]) -> float:
+    inc = 0.0
+    for a, b in zip(vals, vals[1:]):
+        inc += b - a if b >= a else b  # a reset: the new value is what it counted since
+    return inc
+
+
+def _value(p: Mapping[str, Any]) -> float | None:
+    return num(p.get("value"))
+
+
+def counter_change(s: Series, start: float, end: float) -> tuple[float, float, int] | None:
+    """(increase, seconds between the bracketing scrapes, scrapes used) over [start, end)."""
+    b = bracket(s, start, end)
+    if b is None:
+        return None
+    vals = [v for p in s.points[b[0]:b[1] + 1] if (v := _value(p)) is not None]
+    if len(vals) < 2:
+        return None
+    return _increase(vals), s.times[b[1]] - s.times[b[0]], b[1] - b[0] + 1
+
+
+@dataclasses.dataclass(frozen=True)
+class HistDelta:
+    sum: float
+    count: float
+    buckets: tuple[tuple[float | None, float], ...]  # (le, cumulative Δcount); None: +Inf
+    seconds: float
+    scrapes: int
+
+
+def _hist(p: Mapping[str, Any]) -> tuple[float, float, dict[float | None, float]]:
+    bks = {}
+    for pair in p.get("buckets") or ():
+        if isinstance(pair, (list, tuple)) and len(pair) == 2 and num(pair[1]) is not None:
+            bks[num(pair[0]) if pair[0] is not None else None] = float(pair[1])
+    return float(num(p.get("sum")) or 0.0), float(num(p.get("count")) or 0.0), bks
+
+
+def hist_change(s: Series, start: float, end: float) -> HistDelta | None:
+    b = bracket(s, start, end)
+    if b is None:
+        return None
+    total = count = 0.0
+    buckets: dict[float | None, float] = {}
+    pts = [_hist(p) for p in s.points[b[0]:b[1] + 1]]
+    for (s0, c0, b0), (s1, c1, b1) in zip(pts, pts[1:]):
+        reset = c1 < c0
+        total += s1 if reset else s1 - s0
+        count += c1 if reset else c1 - c0
+        for le, v in b1.items():
+            buckets[le] = buckets.get(le, 0.0) + (v if reset else v - b0.get(le, 0.0))
+    order = sorted(buckets, key=lambda le: math.inf if le is None else le)
+    return HistDelta(total, count, tuple((le, buckets[le]) for le in order), s.times[b[1]] - s.times[b[0]], b[1] - b[0] + 1)
+
+
+def quantile_estimate(q: float, buckets: Sequence[tuple[float | None, float]]) -> tuple[float | None, tuple[float, float | None]]:
+    """The q-th percentile of a histogram's observations, interpolated linearly within the
+    bucket it falls in (as Prometheus' histogram_quantile), and that bucket's bounds -- the
+    estimate's resolution. In the +Inf bucket it is the highest finite bound (a lower bound)."""
+    total = buckets[-1][1] if buckets else 0.0
+    if total <= 0:
+        return None, (0.0, None)
+    rank = q / 100.0 * total
+    prev_le, prev_n = 0.0, 0.0
+    for le, n in buckets:
+        if n >= rank:
+            if le is None:
+                return prev_le, (prev_le, None)
+            width = n - prev_n
+            frac = (rank - prev_n) / width if width > 0 else 1.0
+            return prev_le + (le - prev_le) * frac, (prev_le, le)
+        prev_le = le if le is not None else prev_le
+        prev_n = n
+    return prev_le, (prev_le, None)
+
+
+def pooled(deltas: Sequence[HistDelta]) -> tuple[tuple[float | None, float], ...]:
+    acc: dict[float | None, float] = {}
+    for d in deltas:
+        for le, n in d.buckets:
+            acc[le] = acc.get(le, 0.0) + n
+    return tuple((le, acc[le]) for le in sorted(acc, key=lambda le: math.inf if le is None else le))
+
+
+# ------------------------------------------------------------------------------ the metric
+
+
+_AGG = {"mean": stats.mean, "min": min, "max": max}
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerMetric:
+    """`agg(server("family"))` over one scope instance (see the module docstring)."""
+
+    family: str | None
+
+    def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
+                confidence: float = 0.95, min_samples: int = 1) -> Measure:
+        if self.family is None:
+            return Measure(None, 0, 1, "scrape", "server() needs a metric name")
+        series, why = [], []
+        for bi in scope.backends:
+            s = find(bi, self.family)
+            if s is not None:
+                series.append(s)
+            else:
+                why.append(unavailable(bi) or f"the server's /metrics has no '{self.family}'")
+        if why or not series:
+            return Measure(None, 0, 1, "scrape", why[0] if why else "no backend in the scope")
+        kind = series[0].type
+        agg = "p" if percentile is not None else (agg or "count")
+        impl = _KINDS.get(kind, _gauge)
+        return impl(self.family, scope, agg, percentile, confidence, min_samples)
+
+
+def _by_backend(scope: Scope, family: str, wins) -> list[tuple[Series, float, float]]:
+    out = []
+    for bi, a, b in wins:
+        s = find(bi, family)
+        if s is not None:
+            out.append((s, a, b))
+    return out
+
+
+def _gauge(family: str, scope: Scope, agg: str, q: float | None, confidence: float, min_samples: int) -> Measure:
+    if agg in ("count", "rate"):
+        what = "bare server(...)" if agg == "count" else "rate()"
+        return Measure(None, 0, 1, "scrape", f"{what} reads a counter's increase; '{family}' is a gauge: write max(server(\"{family}\")) or mean(...)")
+    vals = [v for s, a, b in _by_backend(scope, family, windows(scope)) for i in inside(s, a, b) if (v := _value(s.points[i])) is not None]
+    if not vals:
+        return Measure(None, 0, 1, "scrape", f"no scrape of '{family}' inside the scope's buckets")
+    if agg == "p":
+        return Measure(stats.percentile(vals, q), len(vals), 1, "scrape")  # type: ignore[arg-type]
+    return Measure(_AGG[agg](vals), len(vals), 1, "scrape")
+
+
+def _counter(family: str, scope: Scope, agg: str, q: float | None, confidence: float, min_samples: int) -> Measure:
+    if agg == "p":
+        return Measure(None, 0, 1, "scrape", f"'{family}' is a counter: a percentile does not apply (write rate() or max() of its per-bucket rates)")
+    if agg in ("count", "rate"):
+        changes = [c for s, a, b in _by_backend(scope, family, spans(scope)) if (c := counter_change(s, a, b)) is not None]
+        if not changes:
+            return Measure(None, 0, 2, "scrape", f"'{family}' needs two scrapes around the scope to give a change")
+        inc, secs, n = math.fsum(c[0] for c in changes), math.fsum(c[1] for c in changes), sum(c[2] for c in changes)
+        if agg == "count":
+            return Measure(inc, n, 2, "scrape")
+        return Measure(inc / secs, n, 2, "scrape") if secs > 0 else Measure(None, n, 2, "scrape", "no time between the scrapes")
+    rates = []
+    n = 0
+    for s, a, b in _by_backend(scope, family, windows(scope)):
+        c = counter_change(s, a, b)
+        if c is not None and c[1] > 0:
+            rates.append(c[0] / c[1])
+            n += c[2]
+    if not rates:
+        return Measure(None, 0, 2, "scrape", f"'{family}' needs two scrapes around a bucket to give its rate")
+    return Measure(_AGG[agg](rates), n, 2, "scrape")
+
+
+def _histogram(family: str, scope: Scope, agg: str, q: float | None, confidence: float, min_samples: int) -> Measure:
+    wins = windows(scope) if agg in ("min", "max") else spans(scope)
+    deltas = [d for s, a, b in _by_backend(scope, family, wins) if (d := hist_change(s, a, b)) is not None]
+    if not deltas:
+        return Measure(None, 0, 2, "scrape", f"'{family}' needs two scrapes around the scope to give its observations")
+    obs = math.fsum(d.count for d in deltas)
+    n = int(round(obs))
+    if agg == "count":
+        return Measure(obs, sum(d.scrapes for d in deltas), 2, "scrape")
+    if agg == "rate":
+        secs = math.fsum(d.seconds for d in deltas)
+        return Measure(obs / secs if secs > 0 else None, sum(d.scrapes for d in deltas), 2, "scrape",
+                       None if secs > 0 else "no time between the scrapes")
+    if obs <= 0:
+        return Measure(None, 0, 1, "observation", f"no '{family}' observations in the scope")
+    if agg == "p":
+        need = max(stats.min_samples_for_percentile(q, confidence), min_samples)  # type: ignore[arg-type]
+        value, _ = quantile_estimate(q, pooled(deltas))  # type: ignore[arg-type]
+        return Measure(value, n, need, "observation")
+    if agg == "mean":
+        return Measure(math.fsum(d.sum for d in deltas) / obs, n, max(1, min_samples), "observation")
+    means = [d.sum / d.count for d in deltas if d.count > 0]
+    return Measure(_AGG[agg](means), n, max(1, min_samples), "observation")
+
+
+def _summary(family: str, scope: Scope, agg: str, q: float | None, confidence: float, min_samples: int) -> Measure:
+    if agg != "mean":
+        return Measure(None, 0, 1, "scrape", f"'{family}' is a summary: only mean() applies")
+    return _histogram(family, scope, agg, q, confidence, min_samples)
+
+
+_KINDS = {"gauge": _gauge, "counter": _counter, "histogram": _histogram, "summary": _summary}
+
+
+def bind(expr: Any) -> ServerMetric:
+    """The implementation of one rule's `server("family")` (registry: `impl_for`)."""
+    return ServerMetric(expr.server)
+
+
+# ------------------------------------------------------------------------------ the evidence check
+
+
+def _scrape_problem(bi: BackendIndex) -> str | None:
+    """Why the backend's scrapes do not stand (None: every scrape succeeded)."""
+    entry = bi.evidence.entry.get("metrics")
+    if not isinstance(entry, Mapping):
+        return "no scrape of the server's metrics is recorded"
+    sc = scrapes(bi)
+    path = entry.get("path", "/metrics")
+    if entry.get("status") == "not available":
+        return f"{path} is not available (the first scrape answered {entry.get('first_error')})"
+    if sc.total == 0:
+        return f"metrics.jsonl holds no scrape of {path}"
+    if sc.failed:
+        first = sc.failed[0]
+        return f"{len(sc.failed)} of {plural(sc.total, 'scrape')} of {path} failed; first: {first.get('error')}"
+    return None
+
+
+def metrics_scraped(run: JudgedRun, rule: Rule | None) -> RuleResult | None:
+    """Every scrape of the server's /metrics succeeded. Built in for the backends whose spec
+    declares `metrics { }` (none: nothing to judge); `require metrics_scraped` asks it of every
+    backend the rule covers, default scrapes included."""
+    if rule is None:
+        declared = {b.name for b in run.spec.backends if b.metrics.declared}
+        bis = tuple(bi for bi in run.judged if bi.name in declared)
+        if not bis:
+            return None
+    else:
+        bis = run.backends_for(rule)
+    insts: list[Instance] = []
+    total = 0
+    for bi in bis:
+        total += scrapes(bi).total
+        why = _scrape_problem(bi)
+        if why is not None:
+            insts.append(problem(why, backend_here(bi.name)))
+    if not bis:
+        insts.append(problem("no backend to judge", status="inconclusive"))
+    msg = f"all {plural(total, 'scrape')} of the server's metrics succeeded"
+    return result(rule, "metrics_scraped", "evidence", rule.severity if rule else "require", insts, msg, max(1, len(bis)))
+
+
+# ------------------------------------------------------------------------------ results.json
+
+SUMMARY_QUANTILES = (50.0, 99.0)
+
+
+def _bucket_entry(s: Series, start: float, end: float) -> dict[str, Any] | None:
+    if s.type == "counter":
+        c = counter_change(s, start, end)
+        if c is None or c[1] <= 0:
+            return None
+        return {"rate": c[0] / c[1], "increase": c[0], "scrapes": c[2]}
+    if s.type in ("histogram", "summary"):
+        d = hist_change(s, start, end)
+        if d is None or d.count <= 0:
+            return None
+        out: dict[str, Any] = {"mean": d.sum / d.count, "observations": d.count, "scrapes": d.scrapes}
+        if d.buckets:
+            for q in SUMMARY_QUANTILES:
+                v, (lo, hi) = quantile_estimate(q, d.buckets)
+                out[f"p{q:g}"] = {"value": v, "bucket": [lo, hi]}  # the estimate and its resolution
+        return out
+    vals = [x for i in inside(s, start, end) if (x := _value(s.points[i])) is not None]
+    if not vals:
+        return None
+    return {"mean": stats.mean(vals), "max": max(vals), "min": min(vals), "scrapes": len(vals)}
+
+
+def results_section(bi: BackendIndex) -> dict[str, Any] | None:
+    """results.json's `server_metrics` of one backend: how its /metrics scrapes went, and per
+    kept family its type and per-bucket values (keyed "workload:level:bucket"): a gauge's
+    mean/min/max, a counter's rate and increase, a histogram's mean observation and its p50/p99
+    estimates with the histogram bucket each falls in (the estimate's resolution)."""
+    entry = bi.evidence.entry.get("metrics")
+    if not isinstance(entry, Mapping) and not bi.evidence.metrics:
+        return None
+    entry = entry if isinstance(entry, Mapping) else {}
+    sc = scrapes(bi)
+    fams: dict[str, Any] = {}
+    for name in sorted(sc.series):
+        s = sc.series[name]
+        per: dict[str, Any] = {}
+        for lv in bi.levels:
+            for w in lv.buckets:
+                if w.start is not None and w.end is not None and (e := _bucket_entry(s, w.start, w.end)) is not None:
+                    per[f"{lv.workload}:{lv.index}:{w.index}"] = e
+        fams[name] = {"type": s.type, "per_bucket": per}
+    return {"path": entry.get("path"), "declared": entry.get("declared"), "status": entry.get("status"),
+            "scrapes": sc.total, "failed": len(sc.failed), "first_error": entry.get("first_error"), "families": fams}
+
+
+__all__ = ["ServerMetric", "bind", "find", "metrics_scraped", "quantile_estimate", "results_section", "scrapes", "unavailable"]

@@ -1,0 +1,186 @@
+"""The server's own metrics: its Prometheus `/metrics`, scraped on the run's timeline.
+
+`scrape_metrics(scrape, url, deps, rec)` runs beside the load and the liveness watch (started
+by `driver.run_backend` once the backend is ready, cancelled with the load). Every
+`MetricsScrape.interval_s` it GETs `url + path`, each attempt bounded by `timeout_s` (data from
+the plan, applied here with `trio.move_on_after`), parses the answer with prometheus_client's
+text-format parser (in a worker thread: a vLLM /metrics is ~100 kB) and appends one line to
+backends/<name>/metrics.jsonl (schema "metrics"), fsynced:
+
+    {"schema_version": 1, "t": <run clock, epoch s>, "ok": true, "status": 200, "error": null,
+     "seconds": 0.004, "families": {"vllm:num_requests_running": {"type": "gauge", "value": 3.0,
+       "series": 1}, "vllm:num_preemptions_total": {"type": "counter", "value": 0.0, "series": 1},
+       "vllm:time_to_first_token_seconds": {"type": "histogram", "sum": 1.2, "count": 40.0,
+       "buckets": [[0.001, 0.0], ..., [null, 40.0]], "series": 1}}}
+
+Only the families the plan names are kept (those the gate's rules name, and the default set
+`plan.DEFAULT_SERVER_METRICS`), each summed over its label sets (`series` says how many), so the
+file stays bounded. A counter is keyed by its sample name (`..._total`, as /metrics shows it);
+a histogram bucket's `le` is a number, `null` for +Inf. A failed scrape is a line too
+(`ok: false`, the HTTP status or null, the error): never silently dropped.
+
+A default (undeclared) scrape whose first answer is a 4xx (404: no such endpoint) records "not available" and stops; a
+declared one keeps scraping whatever it gets, and the judge's `metrics_scraped` fails it. What
+happened is summarised in the backend's manifest entry (`metrics`: path, interval, declared,
+status, scrapes, failures, the first error).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+import trio
+from prometheus_client.parser import text_string_to_metric_families
+
+from soakspec.evidence.io import EvidenceError, JsonlWriter
+from soakspec.plan import MetricsScrape
+from soakspec.runner.protocol import describe_transport_error
+
+MAX_BUCKETS = 128  # histogram buckets kept per family (more: the family is dropped, with a note)
+MAX_ERROR_CHARS = 300
+
+
+class ScrapeLog:
+    """What the scrapes of one backend did, for its manifest entry."""
+
+    def __init__(self, scrape: MetricsScrape) -> None:
+        self.scrape = scrape
+        self.scrapes = 0
+        self.failures = 0
+        self.ok = 0
+        self.first_error: str | None = None
+        self.status = "not scraped"  # scraped (at least once) | failing (never) | not available | not scraped
+        self.families: set[str] = set()
+
+    def add(self, row: dict[str, Any]) -> None:
+        self.scrapes += 1
+        if row["ok"]:
+            self.ok += 1
+            self.families.update(row["families"])
+        else:
+            self.failures += 1
+            self.first_error = self.first_error or row["error"]
+        status = row.get("status")
+        if self.scrapes == 1 and not self.scrape.declared and isinstance(status, int) and 400 <= status < 500:
+            self.status = "not available"  # a default scrape of a server without /metrics
+        else:
+            self.status = "scraped" if self.ok else "failing"
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.scrape
+        return {"path": s.path, "interval_s": s.interval_s, "timeout_s": s.timeout_s, "declared": s.declared,
+                "status": self.status, "scrapes": self.scrapes, "failed": self.failures,
+                "first_error": self.first_error, "families": sorted(self.families)}
+
+
+def _le(v: str) -> float | None:
+    f = float(v)
+    return None if math.isinf(f) else f
+
+
+def _key(family: Any) -> str:
+    """A family's name as /metrics shows it: a counter by its `_total` sample name."""
+    if family.type == "counter" and any(s.name.endswith("_total") for s in family.samples):
+        return family.name + "_total"
+    return family.name
+
+
+def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
+    """The kept families of a Prometheus text exposition, summed over their label sets (values
+    that are not finite -- NaN, +Inf -- left out). Raises ValueError when the text does not parse."""
+    wanted = set(keep)
+    out: dict[str, Any] = {}
+    for fam in text_string_to_metric_families(text):
+        key = _key(fam)
+        if key not in wanted and fam.name not in wanted:
+            continue
+        if fam.type in ("histogram", "gaugehistogram"):
+            buckets: dict[float | None, float] = {}
+            total = count = 0.0
+            series = 0
+            for s in fam.samples:
+                if not math.isfinite(s.value):
+                    continue
+                if s.name.endswith("_bucket") and "le" in s.labels:
+                    le = _le(s.labels["le"])
+                    buckets[le] = buckets.get(le, 0.0) + s.value
+                elif s.name.endswith("_sum") or s.name.endswith("_gsum"):
+                    total += s.value
+                elif s.name.endswith("_count") or s.name.endswith("_gcount"):
+                    count += s.value
+                    series += 1
+            if len(buckets) > MAX_BUCKETS:
+                continue
+            order = sorted(buckets, key=lambda b: math.inf if b is None else b)
+            out[key] = {"type": "histogram", "sum": total, "count": count, "series": series,
+                        "buckets": [[b, buckets[b]] for b in order]}
+        elif fam.type == "summary":
+            total = math.fsum(s.value for s in fam.samples if s.name.endswith("_sum") and math.isfinite(s.value))
+            count = math.fsum(s.value for s in fam.samples if s.name.endswith("_count") and math.isfinite(s.value))
+            out[key] = {"type": "summary", "sum": total, "count": count,
+                        "series": sum(1 for s in fam.samples if s.name.endswith("_count"))}
+        else:
+            vals = [s.value for s in fam.samples if not s.name.endswith("_created")]
+            finite = [v for v in vals if math.isfinite(v)]
+            kind = "counter" if fam.type == "counter" else "gauge"
+            out[key] = {"type": kind, "value": math.fsum(finite) if finite else None, "series": len(vals)}
+    return out
+
+
+async def scrape_once(http: httpx.AsyncClient, url: str, scrape: MetricsScrape) -> tuple[int | None, str | None, str | None]:
+    """(HTTP status, body text, error) of one bounded GET; body only for a 200 within the limits."""
+    with trio.move_on_after(scrape.timeout_s):
+        try:
+            async with http.stream("GET", url) as resp:
+                if resp.status_code != 200:
+                    return resp.status_code, None, f"HTTP {resp.status_code}"
+                body = bytearray()
+                async for chunk in resp.aiter_bytes():
+                    body += chunk
+                    if len(body) > scrape.max_bytes:
+                        return 200, None, f"answer larger than {scrape.max_bytes} bytes"
+                return 200, body.decode("utf-8", "replace"), None
+        except httpx.HTTPError as e:
+            return None, None, describe_transport_error(e)[:MAX_ERROR_CHARS]
+    return None, None, f"no answer within {scrape.timeout_s:g}s"
+
+
+async def scrape_row(http: httpx.AsyncClient, url: str, scrape: MetricsScrape, now) -> dict[str, Any]:
+    """One metrics.jsonl line: the scrape at `now()` (its start), parsed."""
+    t = now()
+    status, text, error = await scrape_once(http, url + scrape.path, scrape)
+    took = max(0.0, now() - t)
+    families: dict[str, Any] = {}
+    if text is not None:
+        try:
+            families = await trio.to_thread.run_sync(summarize, text, scrape.families)
+        except Exception as e:  # noqa: BLE001 - whatever the parser raises, a bad answer is a failed scrape, not a dead run
+            error = f"not Prometheus text format: {type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
+    return {"schema_version": 1, "t": t, "ok": error is None, "status": status, "error": error,
+            "seconds": round(took, 6), "families": families}
+
+
+async def scrape_metrics(scrape: MetricsScrape, url: str, deps: Any, rec: Any) -> None:
+    """Scrape until cancelled (see the module docstring); `rec.metrics_scrape` holds the summary."""
+    log = ScrapeLog(scrape)
+    rec.metrics_scrape = log.to_json()
+    try:
+        with JsonlWriter(deps.layout.metrics(rec.name), schema="metrics") as w:
+            while True:
+                row = await scrape_row(deps.http, url, scrape, deps.clock.now)
+                w.write(row)
+                w.flush_fsync()
+                log.add(row)
+                rec.metrics_scrape = log.to_json()
+                if log.status == "not available":
+                    deps.progress.log(f"[{rec.name}] no server metrics: {scrape.path} answered {row['status']} (recorded as not available)")
+                    return
+                await trio.sleep(scrape.interval_s)
+    except EvidenceError as e:
+        raise rec.status.evidence_failed(e)
+
+
+__all__ = ["ScrapeLog", "scrape_metrics", "scrape_once", "scrape_row", "summarize"]

@@ -1,0 +1,483 @@
+"""The server's own metrics (#19): the `metrics {}` block and `server("...")` rules, the
+simulator's /metrics, the runner's scrape into metrics.jsonl, the judge's reading of it, and
+the server tree's CPU in telemetry."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import re
+
+import httpx
+import pytest
+import trio
+from hypothesis import given
+from hypothesis import strategies as st
+
+from soakspec.evidence.telemetry import CpuMeter, process_tree_cpu_seconds, telemetry_record
+from soakspec.judge.judge import judge
+from soakspec.judge.servermetrics import counter_change, hist_change, quantile_estimate, Series
+from soakspec.judge.testing import EvidenceBuilder, metrics_rows, small_spec, spec_from_text
+from soakspec.lang import check, parse
+from soakspec.lang.fmt import fmt
+from soakspec.plan import DEFAULT_SERVER_METRICS, MetricsScrape, plan
+from soakspec.runner.scrape import ScrapeLog, scrape_row, summarize
+from soakspec.sim.config import SimConfig
+from soakspec.sim.server import serve
+
+from runner_support import read_jsonl
+
+
+def format_text(text: str) -> str:
+    return fmt(parse(text)[0])
+
+
+def _check(text: str):
+    spec, diags = check(parse(text)[0])
+    return spec, [d.code for d in diags if d.severity == "error"]
+
+
+BACKEND = 'backend "a" {{\n  url = "http://127.0.0.1:8000"\n{extra}}}\n'
+WORKLOAD = 'workload "w" {\n  load {\n    concurrency = 2\n  }\n  duration = 2m\n  bucket = 1m\n}\n'
+
+
+def _spec_text(rules: str, extra: str = "") -> str:
+    return 'soak "s" {}\n' + BACKEND.format(extra=extra) + WORKLOAD + "gate {\n  " + "\n  ".join(rules.splitlines()) + "\n}\n"
+
+
+# ---------------------------------------------------------------------------- the language
+
+
+def test_server_rules_check_into_expressions_naming_the_family():
+    spec, errors = _check(_spec_text(
+        'require max(server("vllm:num_requests_waiting")) < 64 per bucket\n'
+        'require drift(mean(server("vllm:kv_cache_usage_perc"))) <= 10% per level\n'
+        'require server("vllm:num_preemptions_total") == 0\n'
+        'warn p99(server("vllm:time_to_first_token_seconds")) < 2s'))
+    assert not errors
+    exprs = [(r.expr.metric, r.expr.agg, r.expr.wrapper, r.expr.server, r.scope, r.threshold) for r in spec.gate.rules]
+    assert exprs == [
+        ("server", "max", None, "vllm:num_requests_waiting", "bucket", 64.0),
+        ("server", "mean", "drift", "vllm:kv_cache_usage_perc", "level", 0.10),
+        ("server", "count", None, "vllm:num_preemptions_total", "backend", 0.0),
+        ("server", "p99", None, "vllm:time_to_first_token_seconds", "backend", 2.0),
+    ]
+    assert spec.gate.rules[0].text == 'require max(server("vllm:num_requests_waiting")) < 64 per bucket'
+
+
+def test_fmt_keeps_server_rules_and_the_metrics_block():
+    text = _spec_text('require max(server("vllm:num_requests_waiting")) < 64 per bucket',
+                      '  metrics {\n    path = "/metrics"\n    every = 5s\n  }\n')
+    once = format_text(text)
+    assert 'max(server("vllm:num_requests_waiting")) < 64 per bucket' in once and "every = 5s" in once
+    assert format_text(once) == once
+    assert _check(once)[0].gate.rules[0].expr.server == "vllm:num_requests_waiting"
+
+
+@pytest.mark.parametrize("rule, code", [
+    ('require max(server("not a name")) < 1', "E302"),
+    ('require max(other("vllm:x")) < 1', "E303"),
+    ("require server < 1", "E305"),
+    ('require server("vllm:x") < 1%', None),  # a unit is allowed: a server metric is in its own unit
+    ('abort max(server("vllm:x")) > 1 per bucket', "E422"),  # the runner cannot evaluate it live
+])
+def test_server_rule_mistakes_are_reported(rule, code):
+    _, errors = _check(_spec_text(rule))
+    assert errors == ([code] if code else [])
+
+
+def test_the_metrics_block_is_checked_and_planned():
+    spec, errors = _check(_spec_text("require failed == 0", '  metrics {\n    path = "m"\n    every = 1ms\n  }\n'))
+    assert errors == ["E408", "E204"]
+    spec, errors = _check(_spec_text('require max(server("my_queue")) < 3',
+                                     '  metrics {\n    path = "/m"\n    every = 2s\n    timeout = 1s\n  }\n'))
+    assert not errors
+    mp = plan(spec).backends[0].metrics
+    assert (mp.path, mp.interval_s, mp.timeout_s, mp.declared) == ("/m", 2.0, 1.0, True)
+    assert mp.families[0] == "my_queue" and set(DEFAULT_SERVER_METRICS) <= set(mp.families)
+
+
+def test_metrics_are_scraped_by_default_and_can_be_turned_off():
+    on, _ = _check(_spec_text("require failed == 0"))
+    mp = plan(on).backends[0].metrics
+    assert mp is not None and not mp.declared and mp.path == "/metrics"
+    assert mp.interval_s == 5.0  # 1 m buckets: the default 5 s; shorter buckets get two scrapes each
+    off, _ = _check(_spec_text("require failed == 0", "  metrics {\n    enabled = false\n  }\n"))
+    assert plan(off).backends[0].metrics is None
+
+
+# ---------------------------------------------------------------------------- parsing /metrics
+
+VLLM_TEXT = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 2.0
+vllm:num_requests_running{engine="1",model_name="m"} 3.0
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{engine="0",model_name="m"} 4.0
+# TYPE vllm:time_to_first_token_seconds histogram
+vllm:time_to_first_token_seconds_bucket{le="0.1",model_name="m"} 1.0
+vllm:time_to_first_token_seconds_bucket{le="1.0",model_name="m"} 3.0
+vllm:time_to_first_token_seconds_bucket{le="+Inf",model_name="m"} 4.0
+vllm:time_to_first_token_seconds_count{model_name="m"} 4.0
+vllm:time_to_first_token_seconds_sum{model_name="m"} 2.5
+# TYPE python_gc_objects_collected_total counter
+python_gc_objects_collected_total{generation="0"} 123.0
+"""
+
+
+def test_summarize_keeps_the_named_families_summed_over_their_label_sets():
+    fams = summarize(VLLM_TEXT, ["vllm:num_requests_running", "vllm:num_preemptions_total", "vllm:time_to_first_token_seconds"])
+    assert fams == {
+        "vllm:num_requests_running": {"type": "gauge", "value": 5.0, "series": 2},
+        "vllm:num_preemptions_total": {"type": "counter", "value": 4.0, "series": 1},
+        "vllm:time_to_first_token_seconds": {"type": "histogram", "sum": 2.5, "count": 4.0, "series": 1,
+                                             "buckets": [[0.1, 1.0], [1.0, 3.0], [None, 4.0]]},
+    }
+    assert "python_gc_objects_collected_total" not in summarize(VLLM_TEXT, DEFAULT_SERVER_METRICS)
+    with pytest.raises(ValueError):
+        summarize("vllm:x{ 1 2 3\n", ["vllm:x"])
+
+
+async def _sim(nursery, **options):
+    return await nursery.start(serve, SimConfig(trace_log=False, ttft=0.001, itl=0.001, **options))
+
+
+async def test_the_simulator_serves_vllm_named_metrics_and_a_scrape_reads_them():
+    scrape = MetricsScrape("/metrics", 1.0, 5.0, True, DEFAULT_SERVER_METRICS)
+    async with trio.open_nursery() as nursery:
+        port = await _sim(nursery, slots=4)
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(timeout=10) as http:
+            for _ in range(3):
+                r = await http.post(url + "/v1/completions", json={"model": "sim-model", "prompt": "a b", "max_tokens": 4})
+                assert r.status_code == 200
+            row = await scrape_row(http, url, scrape, trio.current_time)
+        nursery.cancel_scope.cancel()
+    assert row["ok"] and row["status"] == 200 and row["error"] is None
+    f = row["families"]
+    assert {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total",
+            "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:time_to_first_token_seconds"} <= set(f)
+    assert f["vllm:generation_tokens_total"] == {"type": "counter", "value": 12.0, "series": 1}
+    assert f["vllm:kv_cache_usage_perc"]["value"] == 0.0 and f["vllm:num_preemptions_total"]["value"] == 0.0
+    ttft = f["vllm:time_to_first_token_seconds"]
+    assert ttft["count"] == 3 and ttft["buckets"][-1] == [None, 3.0] and ttft["sum"] > 0
+
+
+async def test_a_server_without_metrics_is_not_available_for_a_default_scrape_and_failing_when_declared():
+    async with trio.open_nursery() as nursery:
+        port = await _sim(nursery, metrics=False)
+        url = f"http://127.0.0.1:{port}"
+        async with httpx.AsyncClient(timeout=10) as http:
+            rows = {d: await scrape_row(http, url, MetricsScrape("/metrics", 1.0, 5.0, d, ()), trio.current_time)
+                    for d in (False, True)}
+        nursery.cancel_scope.cancel()
+    for declared, row in rows.items():
+        assert (row["ok"], row["status"], row["error"]) == (False, 404, "HTTP 404")
+        log = ScrapeLog(MetricsScrape("/metrics", 1.0, 5.0, declared, ()))
+        log.add(row)
+        assert log.to_json()["status"] == ("failing" if declared else "not available")
+        assert log.to_json()["failed"] == 1 and log.to_json()["first_error"] == "HTTP 404"
+
+
+async def test_a_scrape_that_gets_no_answer_is_bounded_by_its_timeout_and_recorded():
+    async def silent(stream):
+        await trio.sleep_forever()
+
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(functools.partial(trio.serve_tcp, silent, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        with trio.fail_after(5):
+            async with httpx.AsyncClient(timeout=30) as http:
+                row = await scrape_row(http, f"http://127.0.0.1:{port}", MetricsScrape("/metrics", 1.0, 0.2, True, ()),
+                                       trio.current_time)
+        nursery.cancel_scope.cancel()
+    assert row["ok"] is False and row["status"] is None and row["error"] == "no answer within 0.2s"
+
+
+# ---------------------------------------------------------------------------- judging
+
+
+def _series(kind: str, times, points) -> Series:
+    return Series("x", kind, tuple(times), tuple(points))
+
+
+@given(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=2, max_size=30))
+def test_a_counters_change_never_goes_negative_and_is_exact_without_resets(values):
+    """A counter's increase over a window counts every step up, and after a reset (a value that
+    went down) the new value: never negative, and without a reset the last minus the first."""
+    s = _series("counter", range(len(values)), [{"value": v} for v in values])
+    inc, secs, n = counter_change(s, 0, len(values) - 1)
+    assert inc >= 0 and n == len(values) and secs == len(values) - 1
+    if all(b >= a for a, b in zip(values, values[1:])):
+        assert math.isclose(inc, values[-1] - values[0], abs_tol=1e-6)
+
+
+def test_a_window_is_bracketed_by_the_scrapes_around_it():
+    s = _series("counter", [0, 10, 20, 30], [{"value": v} for v in (0, 5, 9, 9)])
+    assert counter_change(s, 10, 20) == (4.0, 10, 2)  # the scrapes at 10 and 20
+    assert counter_change(s, 12, 18) == (4.0, 10, 2)  # last at/before 12, first at/after 18
+    assert counter_change(s, 25, 40) == (0.0, 10, 2)  # no scrape after 40: the last one inside
+    assert counter_change(s, 31, 40) is None
+
+
+def test_histogram_quantiles_interpolate_within_their_bucket_and_state_its_bounds():
+    buckets = ((0.1, 10.0), (0.5, 90.0), (1.0, 100.0), (None, 100.0))
+    v, bounds = quantile_estimate(50, buckets)
+    assert bounds == (0.1, 0.5) and math.isclose(v, 0.1 + 0.4 * (40 / 80))
+    assert quantile_estimate(99, buckets)[1] == (0.5, 1.0)
+    assert quantile_estimate(99, ((0.1, 1.0), (None, 10.0))) == (0.1, (0.1, None))  # in +Inf: a lower bound
+    s = _series("histogram", [0, 10], [{"sum": 1.0, "count": 2.0, "buckets": [[0.5, 2.0], [None, 2.0]]},
+                                        {"sum": 4.0, "count": 6.0, "buckets": [[0.5, 5.0], [None, 6.0]]}])
+    d = hist_change(s, 0, 10)
+    assert (d.sum, d.count, d.buckets) == (3.0, 4.0, ((0.5, 3.0), (None, 4.0)))
+
+
+SERVER_RULES = ('require max(server("vllm:num_requests_waiting")) < 64 per bucket\n'
+                'require drift(mean(server("vllm:kv_cache_usage_perc"))) <= 10% per level\n'
+                'require server("vllm:num_preemptions_total") == 0\n'
+                'require mean(server("vllm:generation_tokens_total")) >= 90 per bucket\n'
+                'require mean(server("vllm:time_to_first_token_seconds")) < 1s\n'
+                'require max(server("vllm:num_requests_running")) <= 4 per bucket\n'
+                'require max(cpu) < 200%')
+
+
+def _perf(v):
+    return {r.rule: r for r in v.rules if r.klass == "performance"}
+
+
+def test_server_rules_pass_on_a_steady_server():
+    spec = small_spec(SERVER_RULES, duration="3m")
+    v = judge(spec, EvidenceBuilder(spec).build())
+    assert all(r.status == "pass" for r in _perf(v).values()), [r.text() for r in v.rules]
+    rate = _perf(v)['mean(server("vllm:generation_tokens_total")) >= 90 per bucket']
+    assert math.isclose(rate.observed, 100.0)  # the counter's per-bucket rate, tokens/s
+    ttft = _perf(v)['mean(server("vllm:time_to_first_token_seconds")) < 1s']
+    assert math.isclose(ttft.observed, 0.2)  # the histogram's mean observation
+
+
+def _builder(rules: str, *, step: float = 5.0, **server) -> tuple:
+    spec = small_spec(rules, duration="3m")
+    b = EvidenceBuilder(spec)
+    (lv,) = b.manifest["backends"][0]["levels"]
+    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5, step=step, **server)
+    return spec, b, lv
+
+
+def test_a_server_rule_fails_in_the_bucket_where_the_queue_grew():
+    spec, b, lv = _builder('require max(server("vllm:num_requests_waiting")) < 64 per bucket')
+    second = lv["buckets"][1]
+    for row in b.metrics["a"]:
+        if second["start"] <= row["t"] < second["end"]:
+            row["families"]["vllm:num_requests_waiting"]["value"] = 100.0
+    (r,) = _perf(judge(spec, b.build())).values()
+    assert r.status == "fail" and r.where.bucket == 1 and r.observed == 100.0
+
+
+def test_a_preemption_fails_the_counter_rule():
+    spec, b, lv = _builder('require server("vllm:num_preemptions_total") == 0')
+    for row in b.metrics["a"][len(b.metrics["a"]) // 2:]:
+        row["families"]["vllm:num_preemptions_total"]["value"] = 3.0
+    (r,) = _perf(judge(spec, b.build())).values()
+    assert r.status == "fail" and r.observed == 3.0
+
+
+def test_missing_server_metrics_are_inconclusive_never_a_pass():
+    rule = 'require max(server("vllm:num_requests_waiting")) < 64 per bucket'
+    spec, b, _ = _builder(rule)
+    b.metrics["a"] = []
+    b.manifest["backends"][0]["metrics"].update(status="not available", first_error="HTTP 404", scrapes=1, failed=1)
+    (r,) = _perf(judge(spec, b.build())).values()
+    assert r.status == "inconclusive" and "not available" in r.message
+    spec, b, _ = _builder('require max(server("sglang:num_queue_reqs")) < 64')
+    (r,) = _perf(judge(spec, b.build())).values()
+    assert r.status == "inconclusive" and "has no 'sglang:num_queue_reqs'" in r.message
+    spec, b, _ = _builder(rule, step=200.0)  # scrapes further apart than a bucket: none inside some
+    (r,) = _perf(judge(spec, b.build())).values()
+    assert r.status == "inconclusive" and "no scrape" in r.message
+
+
+def test_a_gauge_is_not_read_as_a_counter():
+    spec, b, _ = _builder('require server("vllm:num_requests_waiting") == 0')
+    (r,) = _perf(judge(spec, b.build())).values()
+    assert r.status == "inconclusive" and "is a gauge" in r.message
+
+
+DECLARED = ('soak "s" {}\nbackend "a" {\n  url = "http://127.0.0.1:8000"\n  metrics {\n    every = 5s\n  }\n}\n' + WORKLOAD
+            + "gate {\n  require failed == 0\n}\n")
+
+
+def test_a_declared_scrape_that_failed_fails_metrics_scraped():
+    spec = spec_from_text(DECLARED)
+    b = EvidenceBuilder(spec)
+    ok = judge(spec, b.build())
+    (ms,) = [r for r in ok.rules if r.metric == "metrics_scraped"]
+    assert ms.status == "pass" and ok.outcome == "PASS"
+    b.metrics["a"][3] = dict(b.metrics["a"][3], ok=False, status=None, error="no answer within 2s", families={})
+    bad = judge(spec, b.build())
+    (ms,) = [r for r in bad.rules if r.metric == "metrics_scraped"]
+    assert ms.status == "fail" and "1 of" in ms.message and "no answer within 2s" in ms.message
+    assert bad.outcome == "FAIL"
+
+
+def test_a_default_scrape_is_not_judged_unless_the_gate_asks():
+    spec = small_spec("require failed == 0")
+    b = EvidenceBuilder(spec)
+    b.metrics["a"] = []
+    b.manifest["backends"][0]["metrics"].update(status="not available", first_error="HTTP 404", scrapes=1, failed=1)
+    v = judge(spec, b.build())
+    assert v.outcome == "PASS" and not [r for r in v.rules if r.metric == "metrics_scraped"]
+    spec = small_spec("require metrics_scraped")
+    v = judge(spec, EvidenceBuilder(spec).build())
+    (ms,) = [r for r in v.rules if r.metric == "metrics_scraped"]
+    assert ms.status == "pass"
+
+
+# ---------------------------------------------------------------------------- CPU
+
+
+def test_cpu_of_the_process_tree_is_sampled_between_samples():
+    me = os.getpid()
+    meter = CpuMeter()
+    first = telemetry_record(None, me, t=100.0, cpu=meter)
+    assert first["server_cpu_s"] > 0 and first["server_cpu_percent"] is None  # nothing to compare with yet
+    x = 0
+    for i in range(200_000):
+        x += i
+    second = telemetry_record(None, me, t=200.0, cpu=meter)
+    assert second["server_cpu_s"] >= first["server_cpu_s"]
+    assert second["server_cpu_percent"] == pytest.approx(100 * (second["server_cpu_s"] - first["server_cpu_s"]) / 100.0, abs=1e-3)
+    assert process_tree_cpu_seconds(2**22 + 12345) is None and telemetry_record(None, None, cpu=CpuMeter())["server_cpu_s"] is None
+
+
+# ---------------------------------------------------------------------------- a real run
+
+
+def test_a_run_scrapes_the_simulators_metrics_per_bucket(quick_demo):
+    """The quick demo's evidence: /metrics scraped on the run clock (default on for a sim), at
+    least one scrape inside each bucket, recorded in the manifest, valid for verify."""
+    m = json.loads((quick_demo.run_dir / "manifest.json").read_text())
+    for b in m["backends"]:
+        entry = b["metrics"]
+        assert entry["status"] == "scraped" and entry["failed"] == 0 and not entry["declared"]
+        rows = read_jsonl(quick_demo.run_dir / "backends" / b["safe_name"] / "metrics.jsonl")
+        assert len(rows) == entry["scrapes"] and all(r["ok"] for r in rows)
+        assert "vllm:num_requests_running" in entry["families"]
+        times = [r["t"] for r in rows]
+        for lv in b["levels"]:
+            for bk in lv["buckets"]:
+                assert any(bk["start"] <= t < bk["end"] for t in times), (b["name"], lv["index"], bk["index"])
+
+
+INPROC = """\
+soak "inproc" {{}}
+backend "u" {{
+  url = "{url}"
+  ready {{
+    timeout = 5s
+    interval = 100ms
+  }}
+{metrics}}}
+workload "w" {{
+  prompt_words = 4
+  max_tokens = 5
+  load {{
+    concurrency = [2]
+  }}
+  duration = 1s
+  bucket = 500ms
+  deadline = 5s
+  follow_up = false
+}}
+"""
+
+
+@pytest.mark.parametrize("declared", [False, True])
+async def test_a_run_records_a_missing_endpoint_as_not_available_or_failing_when_declared(tmp_path, declared):
+    """In process: the runner's scrape beside the load, against a simulator without /metrics.
+    A default scrape stops after its 404 and the manifest says "not available"; a declared
+    one keeps scraping and records every failure (what metrics_scraped then fails)."""
+    from soakspec.evidence.layout import RunLayout
+    from soakspec.lang import load_spec
+    from soakspec.runner.backend import Deps
+    from soakspec.runner.clock import RunClock
+    from soakspec.runner.collect import collect
+    from soakspec.runner.driver import run_backend
+    from soakspec.runner.engine import h11_connect
+    from soakspec.runner.ids import IdSequence
+    from soakspec.runner.progress import Progress
+    from soakspec.runner.prompts import PromptFiles
+    from soakspec.runner.recorder import BackendRecorder, RunStatus
+
+    async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
+        port = await nursery.start(functools.partial(serve, SimConfig(model="default", ttft=0.005, itl=0.001, trace_log=False,
+                                                                      metrics=False)))
+        path = tmp_path / "s.soak"
+        path.write_text(INPROC.format(url=f"http://127.0.0.1:{port}",
+                                      metrics="  metrics {\n    every = 200ms\n  }\n" if declared else ""))
+        spec, diags, _ = load_spec(path)
+        assert spec is not None, diags
+        p = plan(spec)
+        (bp,) = p.backends
+        clock = RunClock()
+        layout = RunLayout(tmp_path / "ev")
+        rec = BackendRecorder(bp, layout, RunStatus())
+        rec.prepare(0, None)
+        deps = Deps(clock, Progress(quiet=True), http, h11_connect(clock), layout)
+        await run_backend(bp, deps, rec, IdSequence("t-0"), PromptFiles(), p.telemetry_interval_s)
+        rec.close()
+        nursery.cancel_scope.cancel()
+    entry = collect(p, rec, Progress(quiet=True))["metrics"]
+    rows = read_jsonl(layout.metrics("u"))
+    assert rows and all(r["ok"] is False and r["status"] == 404 for r in rows)
+    assert entry["declared"] is declared and entry["failed"] == len(rows) == entry["scrapes"]
+    if declared:
+        assert entry["status"] == "failing" and len(rows) >= 3  # every 200 ms over a 1 s level
+    else:
+        assert entry["status"] == "not available" and len(rows) == 1
+
+
+# ---------------------------------------------------------------------------- reports
+
+
+def test_the_html_charts_a_rule_named_server_metric_with_its_threshold_and_failing_bucket():
+    from soakspec.report import prepare
+
+    spec, b, lv = _builder('require max(server("vllm:num_requests_waiting")) < 64 per bucket')
+    second = lv["buckets"][1]
+    for row in b.metrics["a"]:
+        if second["start"] <= row["t"] < second["end"]:
+            row["families"]["vllm:num_requests_waiting"]["value"] = 100.0
+    inputs = prepare(spec, b.build())
+    page = inputs.render("html")
+    svg = re.search(r'<svg class="chart" data-backend="a" data-metric="server:vllm:num_requests_waiting".*?</svg>', page, re.S).group(0)
+    assert svg.count('class="threshold"') == 1 and "64" in svg
+    assert svg.count('class="failing-bucket"') == 1  # bucket 1 only
+    failures = re.search(r'<svg class="chart" data-backend="a" data-metric="failures".*?</svg>', page, re.S).group(0)
+    assert 'class="failing-bucket"' not in failures  # a server rule marks its own chart, not the requests'
+    assert svg.count("<circle") == 2 * len(lv["buckets"])  # mean and max per bucket
+    assert re.search(r'data-metric="cpu"', page)
+    md = inputs.render("md")
+    assert "### Server metrics and CPU" in md and "`vllm:num_requests_waiting` (gauge): per-bucket mean 0 to 100" in md
+    assert "server CPU (process tree, 100% = one core): per-bucket mean 150% to 150%" in md
+
+
+def test_reports_say_when_the_server_has_no_metrics():
+    from soakspec.report import prepare
+
+    spec = small_spec("require failed == 0")
+    b = EvidenceBuilder(spec)
+    b.metrics["a"] = []
+    b.manifest["backends"][0]["metrics"].update(status="not available", first_error="HTTP 404", scrapes=1, failed=1)
+    inputs = prepare(spec, b.build())
+    page = inputs.render("html")  # an empty chart, its message wrapped over lines
+    assert "server metrics not available: /metrics" in page and "answered HTTP 404" in page
+    assert "server metrics not available: /metrics answered HTTP 404" in inputs.render("md")
+
+
+def test_a_server_rule_on_a_backend_whose_scrape_is_off_is_an_error():
+    """It could never be measured: E403 at check time, not INCONCLUSIVE after the run."""
+    _, errors = _check(_spec_text('require max(server("vllm:x")) < 1', "  metrics {\n    enabled = false\n  }\n"))
+    assert errors == ["E403"]
