@@ -81,8 +81,15 @@ _REQUEST_KEYS = frozenset((
     "server_id", "prompt_tokens", "output_tokens", "tokens_source", "itl_source", "chunks", "ttft", "latency",
     "tpot", "itl", "output_sha256", "output_chars",
 ))  # fmt: skip
-# written by the runner since it records empty-text completions; older evidence lacks them
-_OPTIONAL_REQUEST_KEYS = frozenset(("empty_text",))
+# written by the runner since it records empty-text completions (and, #17, coalescing, usage
+# going down, the client's processing delay); older evidence lacks them
+_OPTIONAL_REQUEST_KEYS = frozenset(("empty_text", "coalesced", "usage_decreased", "client_delay"))
+_OPTIONAL_REQUEST_OK = {
+    "empty_text": lambda v: type(v) is bool,
+    "usage_decreased": lambda v: type(v) is bool,
+    "coalesced": lambda v: type(v) is int and v >= 0,
+    "client_delay": lambda v: v is None or (type(v) in (int, float) and v >= 0),
+}
 _OUTCOMES = frozenset(("completed", "failed", "timeout", "rejected", "disconnected"))
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 _NUM = (int, float)
@@ -112,7 +119,7 @@ def request_certainly_valid(r: Any) -> bool:
     optional = _OPTIONAL_REQUEST_KEYS.intersection(r)
     if len(r) - len(optional) != len(_REQUEST_KEYS) or not _REQUEST_KEYS.issuperset(r.keys() - optional):
         return False
-    if any(type(r[k]) is not bool for k in optional):
+    if not all(_OPTIONAL_REQUEST_OK[k](r[k]) for k in optional):
         return False
     rid, backend, outcome, error, itl, sha = r["request_id"], r["backend"], r["outcome"], r["error"], r["itl"], r["output_sha256"]
     if not (type(rid) is str and rid and type(backend) is str and backend and type(r["workload"]) is str):

@@ -94,6 +94,9 @@ def sample_request(i: int = 0, backend: str = "a", bucket: int = 0, **overrides:
         "output_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "output_chars": len(text),
         "empty_text": False,
+        "coalesced": 0,
+        "usage_decreased": False,
+        "client_delay": 0.0001,
     }
     rec.update(overrides)
     return rec

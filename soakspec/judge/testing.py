@@ -192,6 +192,7 @@ class EvidenceBuilder:
             "chunks": out, "ttft": 0.1 if ok else None, "latency": lat, "tpot": (lat - 0.1) / max(tokens - 1, 1) if ok and tokens > 1 else None,
             "itl": [round((lat - 0.1) / max(tokens - 1, 1), 6)] * (tokens - 1) if ok else [], "output_sha256": _hex(text) if ok else None,
             "output_chars": len(text) if ok else 0, "empty_text": False,
+            "coalesced": 0, "usage_decreased": False, "client_delay": 0.0001 if ok else None,
         }
 
     def trace_row(self, r: Mapping[str, Any]) -> dict[str, Any]:

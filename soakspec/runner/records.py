@@ -63,9 +63,10 @@ RECORD_KEYS: tuple[str, ...] = (
     "status", "outcome", "error", "finish_reason", "server_id",
     "prompt_tokens", "output_tokens", "tokens_source", "itl_source", "chunks",
     "ttft", "latency", "tpot", "itl", "output_sha256", "output_chars", "empty_text",
+    "coalesced", "usage_decreased", "client_delay",
 )  # fmt: skip
 # Keys a record written before they existed may lack (`from_json` fills in the default).
-OPTIONAL_KEYS: frozenset[str] = frozenset({"empty_text"})
+OPTIONAL_KEYS: frozenset[str] = frozenset({"empty_text", "coalesced", "usage_decreased", "client_delay"})
 
 _DERIVED = frozenset({"ttft", "latency"})
 
@@ -127,6 +128,16 @@ class RequestRecord:
     output_chars: int = 0
     # a completed request whose tokens decoded to no text at all (special tokens, partial UTF-8)
     empty_text: bool = False
+    # ITL gaps (of `itl`) that share a read / receive stamp with the previous token: not
+    # independent samples (several tokens in one read, or one chunk's gap split k ways)
+    coalesced: int = 0
+    # the stream's cumulative usage.completion_tokens went down at some point (the judge counts
+    # the request as usage_mismatch)
+    usage_decreased: bool = False
+    # seconds from the arrival stamp of the response's last bytes (`end`) to the client having
+    # processed them: a measure of the client, not the server (None: the request did not end
+    # with a whole response)
+    client_delay: float | None = None
 
     @property
     def ttft(self) -> float | None:
@@ -175,6 +186,9 @@ class RequestRecord:
             "output_sha256": self.output_sha256,
             "output_chars": self.output_chars,
             "empty_text": self.empty_text,
+            "coalesced": self.coalesced,
+            "usage_decreased": self.usage_decreased,
+            "client_delay": _round_us(self.client_delay),
         }
 
     def to_line(self) -> bytes:
@@ -192,6 +206,7 @@ class RequestRecord:
             raise ValueError(f"ITL value out of range for JSON in {self.request_id}")
         return (
             f'{{"backend":{_str(self.backend)},"bucket":{self.bucket!r},"chunks":{self.chunks!r},'
+            f'"client_delay":{_us(self.client_delay)},"coalesced":{self.coalesced!r},'
             f'"concurrency":{_num(self.concurrency)},"empty_text":{"true" if self.empty_text else "false"},'
             f'"end":{_num(self.end)},"error":{_opt_str(self.error)},'
             f'"finish_reason":{_opt_str(self.finish_reason)},"first_byte":{_num(self.first_byte)},'
@@ -203,6 +218,7 @@ class RequestRecord:
             f'"request_id":{_str(self.request_id)},"server_id":{_opt_str(self.server_id)},'
             f'"start":{_num(self.start)},"status":{_num(self.status)},'
             f'"tokens_source":"{self.tokens_source.value}","tpot":{_us(self.tpot)},"ttft":{_us(self.ttft)},'
+            f'"usage_decreased":{"true" if self.usage_decreased else "false"},'
             f'"worker":{self.worker!r},"workload":{_str(self.workload)}}}\n'
         ).encode()
 
