@@ -19,6 +19,7 @@ TELEMETRY = "telemetry.jsonl"
 TRACES = "traces.jsonl"
 SERVER_LOG = "server.log"
 FOLLOWUP = "followup.json"
+CLIENT = "client.jsonl"  # at the run root: the load generator's own health (runner/clienthealth.py)
 
 # Files never listed in manifest["artifacts"]: the manifest cannot hash itself, and the lock
 # exists only while a run writes.
@@ -69,6 +70,10 @@ class RunLayout:
     @property
     def lock(self) -> Path:
         return self.root / LOCK
+
+    @property
+    def client(self) -> Path:
+        return self.root / CLIENT
 
     def backend_dir(self, backend: str) -> Path:
         return self.root / BACKENDS / safe_name(backend)

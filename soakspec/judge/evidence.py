@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
-from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, sha256_file
+from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, read_jsonl, sha256_file
 
 OUTCOMES = ("completed", "failed", "timeout", "rejected", "disconnected")
 
@@ -93,6 +93,9 @@ class BackendEvidence:
     # traces.jsonl held as {request_id, matched} only (a backend whose traces come from its log:
     # the judge re-matches them from server.log); `full_traces()` reads the whole rows if needed
     traces_path: str | None = None
+    # client.jsonl rows of this backend's load (the run root's file, split by `backend`): the
+    # load generator's own health (runner/clienthealth.py), judged by `client_healthy`
+    client: tuple[Mapping[str, Any], ...] = ()
 
     def full_traces(self) -> tuple[Mapping[str, Any], ...]:
         """The trace rows with their ids, times and payloads (read again when only their
@@ -312,10 +315,29 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
     integrity = _integrity(root, read, from_log)
 
     backends = []
+    client = _client_rows(root)
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            backends.append(_load_backend(root, entry, read, from_log))
+            be = _load_backend(root, entry, read, from_log)
+            backends.append(dataclasses.replace(be, client=client.get(be.name, ())) if be.name in client else be)
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
+
+
+def _client_rows(root: Path) -> dict[str, tuple[Mapping[str, Any], ...]]:
+    """client.jsonl by backend, in time order (absent in evidence from before it was written;
+    a row that is not an object with a numeric `t` is skipped)."""
+    path = root / layout.CLIENT
+    if not path.is_file():
+        return {}
+    try:
+        rows, _ = read_jsonl(path)
+    except EvidenceError:  # a corrupt line: verification reports it (the file is hashed)
+        return {}
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if isinstance(r, dict) and isinstance(r.get("backend"), str) and type(r.get("t")) in (int, float):
+            out.setdefault(r["backend"], []).append(r)
+    return {k: tuple(sorted(v, key=lambda r: r["t"])) for k, v in out.items()}
 
 
 def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str]) -> BackendEvidence:

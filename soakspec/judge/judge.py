@@ -12,6 +12,12 @@ validity     Is this a run the gate can speak about? Built in, always run:
                full_scale_run  not a rehearsal nor time-scaled, unless `allow_rehearsal`;
                min_samples     every level has at least max(gate min_samples, the plan's minimum)
                                completed requests, and every planned bucket at least one;
+               client_healthy  the load generator kept up in every bucket (event-loop lag,
+                               CPU, schedule lag, achieved concurrency: judge/validity.py);
+                               a saturated one makes the run INCONCLUSIVE, and a timing rule
+                               (ttft, itl, tpot, latency, ...) that would FAIL is INCONCLUSIVE
+                               too: the failure may be the client's. `client_healthy = false`
+                               in the gate turns it off;
                abort_fired     only when the manifest records an abort rule that fired
                                (`abort ... per bucket|window`, or the built-in one): FAIL,
                                naming the rule, where, when and the value it saw.
@@ -72,6 +78,7 @@ from soakspec.judge.common import not_evaluated, problem, result
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.joined import JudgedRun, join
 from soakspec.judge.registry import BY_NAME, RuleClass, builtins, metric
+from soakspec.judge.validity import client_blocks
 from soakspec.judge.verdict import RuleResult, Verdict, decide
 from soakspec.lang.spec import Rule, Spec
 
@@ -124,7 +131,8 @@ def judge_run(run: JudgedRun) -> Verdict:
     blocked = any(x.severity == "require" and x.status == "fail" for x in results)
     for r in rules:
         if r.klass == "performance":
-            results.append(not_evaluated(r) if blocked else _unrun(run, r) or performance.judge(run, r, metric(r.expr.metric)))
+            res = not_evaluated(r) if blocked else _unrun(run, r) or performance.judge(run, r, metric(r.expr.metric))
+            results.append(client_blocks(results, r, res))  # a saturated client's timing FAIL is inconclusive
     status = run.evidence.manifest.get("status")
     return Verdict(
         outcome=decide(results),

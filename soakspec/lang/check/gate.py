@@ -32,6 +32,11 @@ GATE = Table(
         Key("allow_rehearsal", "bool", "allow_rehearsal"),
         Key("trace_window", "quantity", "trace_window_s", Dimension.DURATION),
         Key("abort_default", "bool", "abort_default"),
+        Key("client_healthy", "bool", "client_healthy"),
+        Key("client_lag", "quantity", "client_lag", Dimension.DURATION),
+        Key("client_cpu", "quantity", "client_cpu", Dimension.RATIO, maximum=1.0),
+        Key("client_schedule_lag", "quantity", "client_schedule_lag", Dimension.DURATION),
+        Key("client_concurrency", "quantity", "client_concurrency", Dimension.RATIO, maximum=1.0),
     ),
     statements=(A.Rule,),
 )
