@@ -7,10 +7,13 @@ built-in `client_healthy` (judge/validity.py) reads it per bucket:
 * Event-loop lag: `LoopMonitor.run` is a trio task that sleeps `TICK_S` at a time and records
   how late it woke (its own wake-up delay, on trio's clock). A loop that is busy -- parsing,
   writing records, or starved of CPU by other work on the machine -- wakes it late, by as much
-  as any other task (a socket read, a send) is held up. Per window it keeps the lag's p50, p99
-  and max; the p50/p99 are *time-weighted* (each wake-up weighs the time it covers, tick plus
-  lag), so one 200 ms stall in a second of 5 ms ticks is p99 = 200 ms -- the loop was that late
-  for a fifth of the second -- where a count of wake-ups would call it one late sample in 160.
+  as any other task (a socket read, a send) is held up. Lag percentiles are *time-weighted*:
+  each wake-up weighs the time it covers (tick plus lag), so one 200 ms stall in a second of
+  5 ms ticks is p99 = 200 ms -- the loop was that late for a fifth of the second -- where a count
+  of wake-ups would call it one late sample in 160. Per window a sample keeps the window's p50,
+  p99 and max, the total weight (`weight_s`) and every stall longer than `STALL_S` (`stalls`:
+  none in a healthy loop), so that the judge can pool a bucket's p99 exactly from its windows
+  (judge/validity.py `pooled_lag_p99`) instead of averaging percentiles.
 * CPU: the process's own CPU time (all its threads, `time.process_time`) over the window's
   wall time, as a fraction of one core (a trio loop is one core: near 1.0 means saturated).
   With `--workers N` every worker process runs its own monitor and sends its samples to the
@@ -41,6 +44,7 @@ from soakspec.evidence.io import JsonlWriter
 from soakspec.runner.clock import RunClock
 
 TICK_S = 0.005  # the monitor's sleep: the resolution of the lag it measures
+STALL_S = 0.01  # wake-ups later than this are kept one by one (`stalls`)
 WINDOW_S = 1.0  # one sample (line of client.jsonl) per window
 MAIN_PROCESS = 0  # `process` of the runner itself; --workers processes are 1..N
 
@@ -88,12 +92,16 @@ class HealthSample:
     lag_max: float
     cpu: float | None  # fraction of one core
     host_cpu: float | None  # fraction of the machine's CPUs busy
+    tick_s: float = TICK_S
+    weight_s: float = 0.0  # the wake-ups' total weight (tick + lag each)
+    stalls: tuple[float, ...] = ()  # the lags above STALL_S
 
     def to_json(self) -> dict[str, Any]:
         r = lambda v: None if v is None else round(v, 6)  # noqa: E731
         return {"start": r(self.start), "t": r(self.t), "backend": self.backend, "process": self.process,
                 "wakeups": self.wakeups, "lag_p50": r(self.lag_p50), "lag_p99": r(self.lag_p99),
-                "lag_max": r(self.lag_max), "cpu": r(self.cpu), "host_cpu": r(self.host_cpu)}  # fmt: skip
+                "lag_max": r(self.lag_max), "cpu": r(self.cpu), "host_cpu": r(self.host_cpu), "tick_s": self.tick_s, "stall_s": STALL_S,
+                "weight_s": r(self.weight_s), "stalls": [round(x, 6) for x in self.stalls]}  # fmt: skip
 
 
 class LoopMonitor:
@@ -146,17 +154,15 @@ class LoopMonitor:
         if host0 is not None and host1 is not None and host1[1] > host0[1]:
             host = min(1.0, max(0.0, (host1[0] - host0[0]) / (host1[1] - host0[1])))
         weights = [self._tick + x for x in lags]
+        stalls = tuple(x for x in lags if x > STALL_S)
         sample = HealthSample(
             start=start, t=self._clock.now(), backend=self._backend, process=self._process, wakeups=len(lags),
             lag_p50=weighted_percentile(lags, weights, 50.0) or 0.0, lag_p99=weighted_percentile(lags, weights, 99.0) or 0.0,
             lag_max=max(lags), cpu=None if cpu is None else max(0.0, cpu), host_cpu=host,
+            tick_s=self._tick, weight_s=math.fsum(weights), stalls=stalls,
         )  # fmt: skip
         self._sink(sample)
         return cpu1, wall1, host1
-
-
-def sample_from_json(d: dict[str, Any]) -> HealthSample:
-    return HealthSample(**{f.name: d.get(f.name) for f in dataclasses.fields(HealthSample)})
 
 
 class ClientLog:
@@ -177,4 +183,4 @@ class ClientLog:
         self._writer.close()
 
 
-__all__ = ["ClientLog", "MAIN_PROCESS", "TICK_S", "WINDOW_S", "HealthSample", "LoopMonitor", "sample_from_json", "weighted_percentile"]
+__all__ = ["ClientLog", "MAIN_PROCESS", "STALL_S", "TICK_S", "WINDOW_S", "HealthSample", "LoopMonitor", "weighted_percentile"]
