@@ -177,7 +177,7 @@ async def test_four_tokens_per_chunk_are_four_gaps_three_of_them_coalesced(nurse
 @pytest.mark.slow  # real time on a shared machine: a loaded one coalesces (the simulator writes due events together)
 async def test_kernel_stamps_unstarved_10ms_itl_within_1ms_and_not_coalesced(nursery):
     """The hot-path client (kernel receive stamps) against the simulator at 10 ms ITL, one
-    event per token: with the client's loop unstarved (its monitor sees no stall), coalesced
+    event per token: with the client's loop unstarved (healthy by the default client_lag), coalesced
     is ~0 and ITL p50 is within 1 ms of 10 ms. Up to three tries: the precondition is an idle
     loop, which a busy machine does not always give."""
     seen = []
@@ -189,11 +189,11 @@ async def test_kernel_stamps_unstarved_10ms_itl_within_1ms_and_not_coalesced(nur
             n.cancel_scope.cancel()
         gaps = [g for r in recs for g in r.itl]
         frac, p50 = sum(r.coalesced for r in recs) / len(gaps), percentile(gaps, 50)
-        seen.append((frac, p50, max(s.lag_max for s in samples)))
-        if max(s.lag_max for s in samples) < 0.005:
+        seen.append((frac, p50, max(s.lag_p99 for s in samples)))
+        if max(s.lag_p99 for s in samples) <= 0.05:  # healthy by the gate's default (client_lag = 50ms)
             assert frac <= 0.05 and abs(p50 - 0.010) <= 0.001, seen
             return
-    pytest.fail(f"the loop was never unstarved (coalesced, ITL p50, worst lag): {seen}")
+    pytest.fail(f"the loop was never unstarved (coalesced, ITL p50, lag p99): {seen}")
 
 
 # ------------------------------------------------------------------ the loop monitor
