@@ -365,3 +365,30 @@ def test_a_server_whose_usage_goes_down_fails_usage_mismatch(tmp_path):
     assert rows and all(r["usage_decreased"] is True for r in rows if r["outcome"] == "completed")
     rules = {r["rule"]: r for r in json.loads(proc.stdout)["rules"]}
     assert rules["usage_mismatch == 0"]["status"] == "fail", proc.stdout
+
+
+# ------------------------------------------------------------------ W509
+
+
+def test_check_warns_when_a_percentile_rule_cannot_get_its_samples():
+    """`check` says before anything runs that p95 per bucket needs 59 samples at 95 % and the
+    plan gives about 30 (3 rps x 10 s); a closed loop against a simulator is estimated from its
+    latency; enough samples, or a real server with no latency hint, give no warning."""
+    from soakspec.lang import check, parse
+
+    def warnings(load: str, rule: str, backend: str = "sim { ttft = 20ms  itl = 10ms }") -> list[str]:
+        text = (f'soak "x" {{ issue = "1" }}\nbackend "b" {{ {backend} }}\nworkload "w" {{\n  endpoint = completions\n'
+                f'  prompt_words = 4\n  max_tokens = 10\n  load {{ {load} }}\n  duration = 20s\n  bucket = 10s\n}}\n'
+                f'gate {{\n  confidence = 95%\n  {rule}\n}}\n')  # fmt: skip
+        tree, diags = parse(text)
+        _, more = check(tree)
+        return [d.message for d in diags + more if d.code == "W509"]
+
+    (msg,) = warnings("mode = open  rate = 3rps", "require p95(ttft) < 1s per bucket")
+    assert msg.startswith("p95(ttft) per bucket needs 59 samples at 95% confidence; about 30 per bucket are planned")
+    assert warnings("mode = open  rate = 10rps", "require p95(ttft) < 1s per bucket") == []
+    assert warnings("mode = open  rate = 3rps", "require p95(ttft) < 1s per level") == []  # 60 per level
+    # closed loop at c=1 against a 110 ms simulator: ~91 per bucket, short of p99's 299
+    (msg,) = warnings("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket")
+    assert "needs 299 samples" in msg and "about 91 per bucket" in msg
+    assert warnings("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket", 'url = "http://127.0.0.1:1"') == []

@@ -77,6 +77,7 @@ def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list
         compare=compare.compare(ctx, singles.get("compare")),
     )
     workload.check_total_load(ctx, wls, len(bks), parts["header"].parallel)
+    gate.planned_sample_warnings(ctx, parts["gate"], wls, {b.name: b for b in bks})  # W509
     diags = collapse_repeated_warnings(ctx.diags)
     if any(d.severity is Severity.ERROR for d in diags):
         return None, diags
