@@ -392,3 +392,18 @@ def test_check_warns_when_a_percentile_rule_cannot_get_its_samples():
     (msg,) = warnings("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket")
     assert "needs 299 samples" in msg and "about 91 per bucket" in msg
     assert warnings("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket", 'url = "http://127.0.0.1:1"') == []
+
+
+def test_every_load_process_records_its_own_health(tmp_path):
+    """`--workers 2`: client.jsonl has the parent's samples (process 0) and each worker's
+    (1 and 2), every one with its lag and CPU, and the judge reads them per bucket."""
+    from runner_support import run_spec
+
+    proc, out = run_spec(tmp_path, sim_spec(load="mode = closed\n    concurrency = [4]", follow_up=False), "--workers", "2")
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    rows = [json.loads(line) for line in (out / layout.CLIENT).read_text().splitlines()]
+    assert {r["process"] for r in rows} == {0, 1, 2}
+    assert all(r["backend"] == "b0" and r["wakeups"] > 0 and r["cpu"] is not None for r in rows)
+    results = json.loads((out / "results.json").read_text())
+    clients = [w["client"] for w in results["backends"][0]["buckets"]]
+    assert all(c["samples"] > 0 and c["processes"] == 3 for c in clients)

@@ -210,6 +210,8 @@ def build_evidence_dir(
                          aborted_reason=None, planned_levels=1, timeouts=dict(SAMPLE_TIMEOUTS),
                          aborted_at=None, crash_diagnosis=[], preflight=None)
             entries.append(entry)
+        with JsonlWriter(root / layout.CLIENT):  # as a run leaves it; no samples (runner/clienthealth.py)
+            pass
         if status == "running":  # a run writes its backends into the manifest only when it ends
             return m
         m = dict(m, backends=entries, preflight=True, aborted_at=None, aborts=[])

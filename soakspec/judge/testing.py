@@ -42,6 +42,8 @@ class EvidenceBuilder:
     traces       backend name -> list of traces.jsonl rows
     telemetry    backend name -> list of telemetry.jsonl rows
     followups    backend name -> followup.json dict
+    client       backend name -> client.jsonl rows (the load generator's health; none by default:
+                 the judge's client_healthy then has no samples, and client.jsonl is empty)
     server_logs  backend name -> server.log text, to replace the default one (`server_log`: the
                  runtime's version line, one trace line per trace row when the backend's traces
                  come from its log, built from `traces` when the evidence is built)
@@ -61,6 +63,7 @@ class EvidenceBuilder:
         self.telemetry: dict[str, list[dict[str, Any]]] = {}
         self.followups: dict[str, dict[str, Any]] = {}
         self.server_logs: dict[str, str] = {}
+        self.client: dict[str, list[dict[str, Any]]] = {}
         self._rehearsal = rehearsal
         backends = []
         t = t0
@@ -294,7 +297,7 @@ class EvidenceBuilder:
                 name=n, safe_name=layout.safe_name(n), entry=copy.deepcopy(b),
                 records=tuple(copy.deepcopy(self.records.get(n, []))), traces=tuple(copy.deepcopy(self.traces.get(n, []))),
                 telemetry=tuple(copy.deepcopy(self.telemetry.get(n, []))), followup=copy.deepcopy(self.followups.get(n)),
-                server_log=self.log_of(n),
+                server_log=self.log_of(n), client=tuple(copy.deepcopy(self.client.get(n, []))),
             ))
         return Evidence(copy.deepcopy(self.manifest), tuple(backends), Integrity(checked=0, verified=True), None, None)
 
@@ -327,6 +330,10 @@ class EvidenceBuilder:
                         w.write(row)
             write_json_atomic(d / layout.FOLLOWUP, self.followups.get(n))
             write_bytes_atomic(d / layout.SERVER_LOG, self.log_of(n).encode())
+        with JsonlWriter(root / layout.CLIENT) as w:  # as a run leaves it (runner/clienthealth.py)
+            for rows in self.client.values():
+                for row in rows:
+                    w.write(row)
         if finalize:
             m.update(status=final_status, incomplete_reason=final_reason, ended_at=self.manifest["ended_at"],
                      ended_at_epoch=self.manifest["ended_at_epoch"], artifacts=finalize_artifacts(root))
