@@ -271,6 +271,9 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
     from soakspec.evidence.verify import verify_evidence
 
     def rows(rel: str) -> _Rows | None:
+        if read is not None and rel == layout.CLIENT:  # the run root's client health, read from here too
+            read[rel] = sink = _Rows(None)
+            return sink
         parts = rel.split("/")
         if read is None or len(parts) != 3 or parts[0] != layout.BACKENDS or parts[2] not in _COMPACTORS:
             return None
@@ -315,7 +318,7 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
     integrity = _integrity(root, read, from_log)
 
     backends = []
-    client = _client_rows(root)
+    client = _client_rows(root, read)
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
             be = _load_backend(root, entry, read, from_log)
@@ -323,16 +326,21 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
 
 
-def _client_rows(root: Path) -> dict[str, tuple[Mapping[str, Any], ...]]:
+def _client_rows(root: Path, read: dict[str, _Rows] | None = None) -> dict[str, tuple[Mapping[str, Any], ...]]:
     """client.jsonl by backend, in time order (absent in evidence from before it was written;
-    a row that is not an object with a numeric `t` is skipped)."""
+    a row that is not an object with a numeric `t` is skipped). Its rows as verification
+    decoded them (`read`), else read here."""
     path = root / layout.CLIENT
     if not path.is_file():
         return {}
-    try:
-        rows, _ = read_jsonl(path)
-    except EvidenceError:  # a corrupt line: verification reports it (the file is hashed)
-        return {}
+    got = read.pop(layout.CLIENT, None) if read is not None else None
+    if got is not None:
+        rows = got.rows
+    else:
+        try:
+            rows, _ = read_jsonl(path)
+        except EvidenceError:  # a corrupt line: verification reports it (the file is hashed)
+            return {}
     out: dict[str, list[Mapping[str, Any]]] = {}
     for r in rows:
         if isinstance(r, dict) and isinstance(r.get("backend"), str) and type(r.get("t")) in (int, float):
