@@ -214,4 +214,4 @@ def test_each_jsonl_file_is_decoded_once(tmp_path, monkeypatch):
     monkeypatch.setattr(verify, "iter_jsonl", counting)
     monkeypatch.setattr(jev, "iter_jsonl", counting)
     load_evidence(root)
-    assert seen == {layout.REQUESTS: 1, layout.TRACES: 1, layout.TELEMETRY: 1}
+    assert seen == {layout.REQUESTS: 1, layout.TRACES: 1, layout.TELEMETRY: 1, layout.CLIENT: 1}

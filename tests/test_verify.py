@@ -39,8 +39,8 @@ def codes(report):
 def test_clean_directory_passes(run_dir, capsys):
     code, out, err = verify(capsys, run_dir)
     assert code == 0, out
-    assert out.strip().endswith("intact and complete (10 artifacts, 2 result files bound to the manifest and 18 records checked).")
-    # results.json and verdict.json are bound to the manifest, not listed in it: the 10 artifacts
+    assert out.strip().endswith("intact and complete (11 artifacts, 2 result files bound to the manifest and 18 records checked).")
+    # results.json and verdict.json are bound to the manifest, not listed in it: the 11 artifacts (client.jsonl among them)
     # are the manifest's, the number `run` and the gate's artifacts_verified state too
     assert err == ""
 
@@ -101,7 +101,7 @@ def test_running_run_is_incomplete_not_corrupt(tmp_path, capsys):
     code, out, _ = verify(capsys, d)
     assert code == 3
     assert "V201 run status is running [incomplete]" in out
-    assert "V204 10 files never hashed: the run did not finalize its manifest [incomplete]" in out
+    assert "V204 11 files never hashed: the run did not finalize its manifest [incomplete]" in out
     assert "intact but incomplete" in out.splitlines()[-1]
 
 
