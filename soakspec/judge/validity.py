@@ -302,7 +302,7 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
 #   schedule lag p99 > client_schedule_lag    open loop: start - intended_start of the bucket's
 #     (50 ms)                                 requests
 #   achieved concurrency < client_concurrency closed loop: mean requests in flight over the bucket
-#     (90 %) of the offered                   (requests started in it and the bucket before) / c
+#     (75 %) of the offered                   (requests started in it and the bucket before) / c
 # Also shown, not judged: the machine's CPU (host_cpu), the coalesced fraction of ITL gaps and,
 # open loop, the achieved rate (requests whose actual start fell in the bucket, per second).
 # Evidence without client.jsonl (written before soakspec recorded it) is judged on what the

@@ -225,7 +225,7 @@ class Gate:
     client_lag: float = 0.05  # event-loop lag p99 over a bucket (time-weighted) above it
     client_cpu: float = 0.95  # a load process's CPU over a bucket, fraction of one core, at or above it
     client_schedule_lag: float = 0.05  # open loop: p99 of start - intended_start above it
-    client_concurrency: float = 0.9  # closed loop: achieved mean in-flight / offered below it
+    client_concurrency: float = 0.75  # closed loop: achieved mean in-flight / offered below it
 
 
 @dataclasses.dataclass(frozen=True)
