@@ -303,6 +303,10 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
 #     (50 ms)                                 requests
 #   achieved concurrency < client_concurrency closed loop: mean requests in flight over the bucket
 #     (75 %) of the offered                   (requests started in it and the bucket before) / c
+# Why lag matters although arrivals carry the kernel's receive stamps: one read takes every
+# segment that arrived meanwhile and gets the stamp of the last, so while the loop is L late the
+# tokens that arrived in that time are stamped up to L late (and coalesce). A lag p99 of L means
+# that for 1 % of the time the client's times may be L late: a p99 claim is no longer the server's.
 # Also shown, not judged: the machine's CPU (host_cpu), the coalesced fraction of ITL gaps and,
 # open loop, the achieved rate (requests whose actual start fell in the bucket, per second).
 # Evidence without client.jsonl (written before soakspec recorded it) is judged on what the
