@@ -297,7 +297,7 @@ class EvidenceBuilder:
                 name=n, safe_name=layout.safe_name(n), entry=copy.deepcopy(b),
                 records=tuple(copy.deepcopy(self.records.get(n, []))), traces=tuple(copy.deepcopy(self.traces.get(n, []))),
                 telemetry=tuple(copy.deepcopy(self.telemetry.get(n, []))), followup=copy.deepcopy(self.followups.get(n)),
-                server_log=self.log_of(n), client=tuple(copy.deepcopy(self.client.get(n, []))),
+                server_log=self.log_of(n), client=tuple(sorted(copy.deepcopy(self.client.get(n, [])), key=lambda r: r["t"])),
             ))
         return Evidence(copy.deepcopy(self.manifest), tuple(backends), Integrity(checked=0, verified=True), None, None)
 

@@ -12,7 +12,9 @@ Each is `rule(run, spec_rule) -> RuleResult`; `spec_rule` is None for the built-
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 
 from soakspec.judge.common import backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
@@ -336,6 +338,27 @@ def pooled_lag_p99(samples) -> float | None:
     return max(min(s["lag_p99"], s.get("stall_s") or s["lag_p99"]) for s in rows)
 
 
+SAMPLE_SPAN_S = 60.0  # no client.jsonl window is longer (runner/clienthealth.py writes one a second)
+
+
+def _t(s) -> float:
+    t = s.get("t")
+    return t if type(t) in (int, float) else float("-inf")
+
+
+def _samples_in(rows, start: float, end: float) -> list:
+    """The client.jsonl rows (sorted by `t`) whose window's midpoint lies in [start, end):
+    found by bisection, so judging every bucket of a day-long soak stays linear."""
+    out = []
+    for s in itertools.islice(rows, bisect.bisect_left(rows, start, key=_t), None):
+        t, st = s["t"], s.get("start")
+        if t > end + SAMPLE_SPAN_S:
+            break
+        if type(st) in (int, float) and start <= (st + t) / 2 < end:
+            out.append(s)
+    return out
+
+
 def _mean_cpu_by_process(samples: list) -> dict[int, float]:
     acc: dict[int, list[float]] = {}
     for s in samples:
@@ -349,8 +372,7 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     """The load generator's health in one bucket (None: the bucket has no window)."""
     if w.start is None or w.end is None or w.end <= w.start:
         return None
-    inside = [s for s in bi.evidence.client
-              if type(s.get("start")) in (int, float) and w.start <= (s["start"] + s["t"]) / 2 < w.end]  # fmt: skip
+    inside = _samples_in(bi.evidence.client, w.start, w.end)
     pooled = pooled_lag_p99(inside)
     lag99 = [pooled] if pooled is not None else [s["lag_p99"] for s in inside if type(s.get("lag_p99")) in (int, float)]
     lagmax = [s["lag_max"] for s in inside if type(s.get("lag_max")) in (int, float)]
