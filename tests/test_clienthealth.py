@@ -394,6 +394,7 @@ def test_check_warns_when_a_percentile_rule_cannot_get_its_samples():
     assert warnings("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket", 'url = "http://127.0.0.1:1"') == []
 
 
+@pytest.mark.slow  # a real --workers soak, ~5 s
 def test_every_load_process_records_its_own_health(tmp_path):
     """`--workers 2`: client.jsonl has the parent's samples (process 0) and each worker's
     (1 and 2), every one with its lag and CPU, and the judge reads them per bucket."""
