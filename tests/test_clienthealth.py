@@ -408,3 +408,37 @@ def test_every_load_process_records_its_own_health(tmp_path):
     results = json.loads((out / "results.json").read_text())
     clients = [w["client"] for w in results["backends"][0]["buckets"]]
     assert all(c["samples"] > 0 and c["processes"] == 3 for c in clients)
+
+
+def test_reports_show_coalescing_exclusions_and_the_client_beside_the_server(tmp_path):
+    """ITL states its coalesced gaps, TPOT says how many requests it leaves out and why, the
+    load generator's health is a table (md, html) and a chart per backend (html); the md still
+    lints clean against its evidence."""
+    from soakspec.cli import main
+    from soakspec.judge.testing import small_spec
+
+    spec = small_spec("require failed == 0")
+    b = EvidenceBuilder(spec)
+    (name,) = list(b.records)
+    measured = [r for r in b.records[name] if r["bucket"] >= 0 and r["outcome"] == "completed"]
+    measured[0].update(output_tokens=1, chunks=1, tpot=None, itl=[])
+    measured[1]["coalesced"] = 3
+    lv = b.manifest["backends"][0]["levels"][0]
+    b.client[name] = [{"start": w["start"], "t": w["start"] + 1.0, "backend": name, "process": 0, "wakeups": 150, "lag_p50": 0.001,
+                       "lag_p99": 0.004, "lag_max": 0.02, "cpu": 0.3, "host_cpu": 0.5, "tick_s": 0.005, "stall_s": 0.01,
+                       "weight_s": 1.0, "stalls": [0.02]} for w in lv["buckets"]]  # fmt: skip
+    ev = b.write(tmp_path / "ev")
+    spec_path = tmp_path / "s.soak"
+    spec_path.write_text(spec.canonical_text)
+    md = tmp_path / "pr.md"
+    assert main(["report", str(ev), "--spec", str(spec_path), "--format", "md", "--out", str(md)]) == 0
+    text = md.read_text()
+    assert "(3 of " in text and " gaps coalesced)" in text
+    assert "TPOT leaves out 1 completed request of a · concurrency 2: fewer than 2 tokens (1)" in text
+    # pooled: the one 20 ms stall covers 2.5 % of each 1 s window, so it is the p99
+    assert "### Load generator" in text and "| a · concurrency 2 | 20.0 ms | 30 % | 50 % | - | 0.133 / 2 |" in text
+    assert main(["lint-claims", str(md), "--spec", str(spec_path), "--evidence", str(ev)]) == 0
+    html = tmp_path / "r.html"
+    assert main(["report", str(ev), "--spec", str(spec_path), "--format", "html", "--out", str(html)]) == 0
+    page = html.read_text()
+    assert '<svg class="chart" data-backend="a" data-metric="client"' in page and "<h2>Load generator</h2>" in page

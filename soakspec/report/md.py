@@ -216,9 +216,10 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         if C.performance_not_evaluated(verdict):
             lines += [md_text(C.NOT_EVALUATED_NOTE), ""]
         lines += per_level + [""]
-        lines += [f"- {md_text(n)}" for n in C.exclusion_notes(results)]
-        if C.exclusion_notes(results):
-            lines.append("")
+        notes = C.exclusion_notes(results)
+        if notes:  # the judge's own words, fenced like the rules' messages (not prose claims)
+            fence = fence_for(notes)
+            lines += ["What the percentiles leave out:", "", fence + "text"] + notes + [fence, ""]
     health = client_table(results)
     if health:
         lines += ["### Load generator", "", md_text(C.CLIENT_NOTE), ""] + health + [""]
