@@ -323,7 +323,7 @@ def _with_client(ev, *, lag: float, cpu: float):
             for b in lv["buckets"]:
                 t = b["start"]
                 while t < b["end"]:
-                    rows.append({"start": t, "t": t + 1.0, "backend": be.name, "process": 0, "wakeups": 150,
+                    rows.append({"schema_version": 1, "start": t, "t": t + 1.0, "backend": be.name, "process": 0, "wakeups": 150,
                                  "lag_p50": 0.001, "lag_p99": lag, "lag_max": lag, "cpu": cpu, "host_cpu": 1.0})  # fmt: skip
                     t += 1.0
         backends.append(dataclasses.replace(be, client=tuple(rows)))
@@ -424,7 +424,7 @@ def test_reports_show_coalescing_exclusions_and_the_client_beside_the_server(tmp
     measured[0].update(output_tokens=1, chunks=1, tpot=None, itl=[])
     measured[1]["coalesced"] = 3
     lv = b.manifest["backends"][0]["levels"][0]
-    b.client[name] = [{"start": w["start"], "t": w["start"] + 1.0, "backend": name, "process": 0, "wakeups": 150, "lag_p50": 0.001,
+    b.client[name] = [{"schema_version": 1, "start": w["start"], "t": w["start"] + 1.0, "backend": name, "process": 0, "wakeups": 150, "lag_p50": 0.001,
                        "lag_p99": 0.004, "lag_max": 0.02, "cpu": 0.3, "host_cpu": 0.5, "tick_s": 0.005, "stall_s": 0.01,
                        "weight_s": 1.0, "stalls": [0.02]} for w in lv["buckets"]]  # fmt: skip
     ev = b.write(tmp_path / "ev")

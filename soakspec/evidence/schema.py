@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-SCHEMA_NAMES = ("manifest", "results", "request", "verdict", "trace", "telemetry")
+SCHEMA_NAMES = ("manifest", "results", "request", "verdict", "trace", "telemetry", "client")
 
 _MAX_MESSAGE = 240
 

@@ -44,7 +44,7 @@ MAX_ERRORS_PER_FILE = 20
 
 # Which schema validates which file, by name.
 _JSON_SCHEMAS = {layout.RESULTS: "results", layout.VERDICT: "verdict"}
-_JSONL_SCHEMAS = {layout.REQUESTS: "request", layout.TRACES: "trace", layout.TELEMETRY: "telemetry"}
+_JSONL_SCHEMAS = {layout.REQUESTS: "request", layout.TRACES: "trace", layout.TELEMETRY: "telemetry", layout.CLIENT: "client"}
 _MAY_FOLLOW_MANIFEST = (layout.RESULTS, layout.VERDICT)
 
 

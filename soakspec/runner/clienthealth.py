@@ -98,7 +98,7 @@ class HealthSample:
 
     def to_json(self) -> dict[str, Any]:
         r = lambda v: None if v is None else round(v, 6)  # noqa: E731
-        return {"start": r(self.start), "t": r(self.t), "backend": self.backend, "process": self.process,
+        return {"schema_version": 1, "start": r(self.start), "t": r(self.t), "backend": self.backend, "process": self.process,
                 "wakeups": self.wakeups, "lag_p50": r(self.lag_p50), "lag_p99": r(self.lag_p99),
                 "lag_max": r(self.lag_max), "cpu": r(self.cpu), "host_cpu": r(self.host_cpu), "tick_s": self.tick_s, "stall_s": STALL_S,
                 "weight_s": r(self.weight_s), "stalls": [round(x, 6) for x in self.stalls]}  # fmt: skip
@@ -171,7 +171,7 @@ class ClientLog:
     loop would be lag of its own; the file is fsynced when closed."""
 
     def __init__(self, path) -> None:
-        self._writer = JsonlWriter(path)
+        self._writer = JsonlWriter(path, schema="client")  # evidence/schemas/client.schema.json
 
     def write(self, sample: HealthSample) -> None:
         self._writer.write(sample.to_json())
