@@ -389,6 +389,7 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     elif mode == "open" and type(rate) in (int, float) and rate > 0:
         offered = float(rate)
         achieved = sum(1 for r in recs if (s := num_(r.get("start"))) is not None and w.start <= s < w.end) / wall
+    delays = [d for r in recs if (d := num_(r.get("client_delay"))) is not None]
     gaps = coal = 0
     for r in completed(recs):
         itl = r.get("itl")
@@ -403,6 +404,8 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
         "schedule_lag_p99": percentile(lags, 99.0) if mode == "open" and lags else None,
         "offered": offered, "achieved": achieved,
         "coalesced": coal / gaps if gaps else None, "coalesced_gaps": coal, "gaps": gaps,
+        # the client's own processing after each response's last bytes (records' client_delay)
+        "client_delay_p99": percentile(delays, 99.0) if delays else None,
     }  # fmt: skip
 
 
