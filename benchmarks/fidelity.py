@@ -11,6 +11,12 @@ the request, minus the injected TTFT.
 
     python benchmarks/fidelity.py                 # 3 runs of 20 s
     python benchmarks/fidelity.py --runs 1 --duration 5
+    python benchmarks/fidelity.py --hog           # the same, with a CPU hog on every CPU beside it
+
+The gate holds timing rules at 1.5x the injected values (p95 TTFT, p50 ITL), so a starved
+client that blamed the server would FAIL them: with `--hog` the verdict must be PASS or
+INCONCLUSIVE naming the load generator (the built-in client_healthy), never FAIL. Each run also
+prints its verdict, the coalesced share of its ITL gaps and the client's worst event-loop lag.
 """
 
 from __future__ import annotations
@@ -60,6 +66,8 @@ workload "w" {{
 }}
 gate {{
   require failed == 0
+  require p95(ttft) < {ttft_limit}ms
+  require p50(itl) < {itl_limit}ms
 }}
 claims {{
   claim "timing fidelity benchmark"
@@ -70,10 +78,17 @@ claims {{
 def one_run(args, workdir: Path, i: int) -> dict:
     spec = workdir / f"fidelity-{i}.soak"
     spec.write_text(SPEC.format(ttft=args.ttft, itl=args.itl, slots=args.concurrency * 2, tokens=args.tokens,
-                                concurrency=args.concurrency, duration=args.duration))  # fmt: skip
+                                concurrency=args.concurrency, duration=args.duration,
+                                ttft_limit=round(args.ttft * 1.5), itl_limit=round(args.itl * 1.5)))  # fmt: skip
     out = workdir / f"ev-{i}"
     cmd = [sys.executable, "-m", "soakspec", "run", str(spec), "--out", str(out), "--quiet", "--format", "json"]
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=args.duration + 600)
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=args.duration + 600)
+    try:
+        verdict = json.loads(proc.stdout)
+    except ValueError:
+        verdict = {}
+    health = next((r for r in verdict.get("rules", []) if r.get("rule") == "client_healthy"), {})
+    client = [json.loads(x) for x in (out / "client.jsonl").read_text().splitlines()] if (out / "client.jsonl").is_file() else []
     manifest = json.loads((out / "manifest.json").read_text())
     if manifest["status"] != "complete":
         raise SystemExit(f"run {i} did not complete (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
@@ -100,6 +115,10 @@ def one_run(args, workdir: Path, i: int) -> dict:
         "sim_p50": pct(sim_late, 50),
         "sim_p99": pct(sim_late, 99),
         "matched": len(lag),
+        "verdict": verdict.get("verdict"), "client_healthy": f"{health.get('status')}: {health.get('message')}",
+        "coalesced": sum(r.get("coalesced", 0) for r in rows) / max(1, len(itl)),
+        "client_lag_max_ms": max((c["lag_max"] for c in client), default=0.0) * 1e3,
+        "client_cpu_max": max((c["cpu"] or 0.0 for c in client), default=0.0),
     }  # fmt: skip
 
 
@@ -111,6 +130,7 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--ttft", type=int, default=50, help="injected TTFT, ms")
     ap.add_argument("--itl", type=int, default=10, help="injected ITL, ms")
+    ap.add_argument("--hog", action="store_true", help="a busy-looping process on every CPU beside each run")
     args = ap.parse_args()
     if not (1 <= args.runs <= 10 and 1 <= args.duration <= 600):
         raise SystemExit("--runs 1..10, --duration 1..600")
@@ -118,7 +138,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="soakspec-fidelity-") as tmp:
         runs = []
         for i in range(args.runs):
-            runs.append(one_run(args, Path(tmp), i))
+            hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)] if args.hog else []
+            try:
+                runs.append(one_run(args, Path(tmp), i))
+            finally:
+                for h in hogs:
+                    h.kill()
+                    h.wait()
             load.append(os.getloadavg()[0])
             print(f"run {i + 1}: {runs[-1]}", file=sys.stderr)
 
@@ -139,7 +165,13 @@ def main() -> int:
     print(f"| ITL measured - injected | {cell('itl_p50')} | {cell('itl_p99')} |")
     print(f"| first token: client's time - simulator's (its trace) | {cell('lag_p50')} | {cell('lag_p99')} |")
     print(f"| simulator's own TTFT - injected (its trace: first token - scheduled) | {cell('sim_p50')} | {cell('sim_p99')} |")
-    return 0
+    print()
+    for i, r in enumerate(runs):
+        print(f"run {i + 1}{' (CPU hog on every CPU)' if args.hog else ''}: verdict {r['verdict']}; coalesced ITL "
+              f"{r['coalesced'] * 100:.1f} %; client event-loop lag max {r['client_lag_max_ms']:.1f} ms, CPU max "
+              f"{r['client_cpu_max'] * 100:.0f} %; client_healthy {r['client_healthy']}")  # fmt: skip
+    failed = [r for r in runs if r["verdict"] == "FAIL"]
+    return 1 if failed and args.hog else 0
 
 
 if __name__ == "__main__":

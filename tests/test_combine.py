@@ -73,7 +73,7 @@ def test_a_failing_child_fails(spec, tmp_path, capsys):
     code, cap = run_combine(children(spec, tmp_path, edit), out, capsys)
     assert code == 1
     assert checks(out)["children_pass"] == "fail"
-    assert "nccl: FAIL: 1 of 14 required rules failed (failed == 0)" in cap.out
+    assert "nccl: FAIL: 1 of 15 required rules failed (failed == 0)" in cap.out
 
 
 def test_children_are_reverified_not_trusted(spec, tmp_path, capsys):

@@ -31,7 +31,7 @@ def test_clean_run_passes(spec, tmp_path, capsys):
     before = listing(root)
     assert main(["gate", str(root)]) == 0
     out, err = capsys.readouterr()
-    assert out.rstrip().splitlines()[-1] == "PASS: all 14 required rules hold"
+    assert out.rstrip().splitlines()[-1] == "PASS: all 15 required rules hold"
     assert err == ""
     assert listing(root) == before  # gate writes nothing
 
@@ -120,7 +120,7 @@ def test_judge_run_dir_writes_bound_results_and_verdict(spec, tmp_path, capsys):
     root = b.write(tmp_path / "run")
     (root / "results.json").unlink()
     assert judge_run_dir(root, spec, "text", write=True) == 0
-    assert capsys.readouterr().out.rstrip().endswith("PASS: all 14 required rules hold")
+    assert capsys.readouterr().out.rstrip().endswith("PASS: all 15 required rules hold")
     manifest_sha = sha256_file(root / "manifest.json")
     for name, kind in (("results.json", "results"), ("verdict.json", "verdict")):
         doc = json.loads((root / name).read_text())

@@ -32,7 +32,7 @@ def test_every_registered_spec_name_is_declared_in_the_catalogue():
     assert not unknown, f"registered for specs but not declared in the catalogue: {unknown}"
     # the judge's own built-ins must stay out of what a spec can write
     own = sorted(e.name for e in RULES if not e.in_spec)
-    assert own == ["abort_fired", "full_scale_run", "min_samples"]
+    assert own == ["abort_fired", "client_healthy", "full_scale_run", "min_samples"]
     assert not set(own) & CATALOGUE
 
 
@@ -107,6 +107,7 @@ def test_rule_order_built_ins_then_the_specs_rules_by_class():
         ("completed_run", False, "warn"),
         ("full_scale_run", True, "require"),
         ("min_samples", True, "require"),
+        ("client_healthy", True, "require"),
         ("bucket_coverage", False, "require"),
         ("artifacts_verified", False, "require"),
         ("failed", False, "require"),
@@ -114,6 +115,6 @@ def test_rule_order_built_ins_then_the_specs_rules_by_class():
     spec = small_spec("require completed_run\nwarn artifacts_verified")
     v = judge(spec, EvidenceBuilder(spec).build())
     assert [(r.metric, r.builtin) for r in v.rules] == [
-        ("completed_run", False), ("full_scale_run", True), ("min_samples", True),
+        ("completed_run", False), ("full_scale_run", True), ("min_samples", True), ("client_healthy", True),
         ("artifacts_verified", True), ("artifacts_verified", False),
     ]

@@ -229,5 +229,5 @@ def test_each_jsonl_file_is_decoded_once(tmp_path, monkeypatch):
     monkeypatch.setattr(jev, "iter_jsonl", counting)
     monkeypatch.setattr(record, "iter_records", counting_records)
     load_evidence(root)
-    # buckets.jsonl: verified (the judge does not read it); metrics.jsonl once too
-    assert seen == {layout.REQUESTS: 1, layout.TRACES: 1, layout.TELEMETRY: 1, layout.BUCKETS: 1, layout.METRICS: 1}
+    # buckets.jsonl: verified (the judge does not read it); metrics.jsonl and client.jsonl once too
+    assert seen == {layout.REQUESTS: 1, layout.TRACES: 1, layout.TELEMETRY: 1, layout.BUCKETS: 1, layout.METRICS: 1, layout.CLIENT: 1}

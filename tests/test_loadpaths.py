@@ -30,7 +30,7 @@ from soakspec.sim import server as sim
 from soakspec.sim.config import SimConfig
 
 TIMES = {"request_id", "server_id", "worker", "intended_start", "start", "first_byte", "first_token", "end",
-         "ttft", "latency", "tpot"}  # fmt: skip
+         "ttft", "latency", "tpot", "client_delay", "coalesced"}  # fmt: skip
 
 SPEC = """\
 soak "loadpaths" {{

@@ -217,7 +217,8 @@ def test_continuous_usage_k_tokens_per_chunk() -> None:
     assert rec.outcome is Outcome.COMPLETED and rec.error is None
     assert (rec.output_tokens, rec.chunks, rec.prompt_tokens) == (12, 3, 3)
     assert (rec.tokens_source, rec.itl_source) == (TokensSource.USAGE, ItlSource.USAGE)
-    assert rec.ttft == 1.0 and rec.latency == 10.0
+    # one clock: the request ends at its last bytes' arrival; the client's own delay is apart
+    assert rec.ttft == 1.0 and rec.latency == 1.3 and rec.client_delay == pytest.approx(8.7)
     assert rec.itl == pytest.approx([0.05] * 4 + [0.025] * 4)
     assert sum(rec.itl) == pytest.approx(0.3)
     assert rec.tpot == pytest.approx(0.3 / 11)
@@ -429,7 +430,8 @@ def test_empty_text_with_only_a_final_usage_completes_at_the_usage_event() -> No
     usage -- that is the first token event, and the only one."""
     rec = run([(1.0, chunk("")), (1.2, chunk("", finish="length")), (1.4, usage_only(2)), (1.5, DONE)])
     assert (rec.outcome, rec.empty_text, rec.output_tokens) == (Outcome.COMPLETED, True, 2)
-    assert rec.ttft == pytest.approx(1.4) and rec.itl == [] and rec.tpot is None
+    # TPOT is defined for every request with >= 2 tokens: both arrived at once, so 0
+    assert rec.ttft == pytest.approx(1.4) and rec.itl == [] and rec.tpot == 0.0
 
 
 def test_a_stream_with_text_is_never_flagged_empty_and_its_ttft_is_the_first_text() -> None:

@@ -316,9 +316,16 @@ def test_the_shipped_demo_reports_a_pass_that_lint_claims_accepts(tmp_path, caps
     out = tmp_path / "demo"
     proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(demo), "--out", str(out), "--quiet"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    # PASS; on a machine whose CPUs other work takes, INCONCLUSIVE for the load generator's
+    # health alone (#17) -- and its report lints clean all the same
+    assert proc.returncode in (0, 3), proc.stderr[-3000:] + proc.stdout[-3000:]
     code, md, _ = cli("report", str(out), "--format", "md")
-    assert code == 0 and "**Verdict: PASS**" in md
+    if proc.returncode == 3:
+        verdict = json.loads((out / "verdict.json").read_text())
+        undecided = {r["rule"] for r in verdict["rules"] if r["severity"] == "require" and r["status"] != "pass"}
+        assert "client_healthy" in undecided and undecided <= {"client_healthy", "p95(ttft) < 1s per level", "mean(itl) < 50ms"}
+    assert code == 0 and ("**Verdict: PASS**" in md if proc.returncode == 0 else "**Verdict: INCONCLUSIVE**" in md)
+    assert "### Load generator" in md
     assert "- workload: prompt_words=32, max_tokens=32,48, greedy, ignore-EOS, concurrency 4,8, closed loop," in md
     doc = tmp_path / "PR.md"
     doc.write_text(md)

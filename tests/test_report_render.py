@@ -61,7 +61,7 @@ def test_failed_request_md_names_the_rule_and_the_bucket(seed):
     # each backend's own status, not the run's verdict: host-staged passed every rule
     assert rows["nccl"][8] == "failed: failed == 0"
     assert rows["host-staged"][8].startswith("passed (")
-    assert "**Verdict: FAIL** (1 of 14 required rules failed; " in md
+    assert "**Verdict: FAIL** (1 of 15 required rules failed; " in md
     assert ("FAIL  [performance] failed == 0 — backend nccl, concurrency 8 (batches of 8), bucket 1 [" in md
             and '1 failed request (engine died)' in md)
     # provenance lines of the seed's "Retained Evidence"

@@ -43,12 +43,18 @@ def _write(tmp_path: Path, text: str, name: str = "t.soak") -> Path:
 @pytest.mark.slow
 def test_demo_spec_runs_end_to_end_and_leaves_no_server(tmp_path):
     """The README's quick start: servers start, progress shows, evidence is written, the
-    verdict is a pass, and no server outlives the run."""
+    verdict is a pass -- or, on a machine whose CPUs other work takes (#17), INCONCLUSIVE for
+    the load generator's health alone, never FAIL -- and no server outlives the run."""
     marker = new_marker()
     out = tmp_path / "ev"
     proc = run_soakspec(["run", str(REPO / "specs" / "demo.soak"), "--out", str(out)], marker, tmp_path, timeout=240)
     assert wait_no_survivors(marker) == []
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    if proc.returncode == 3:
+        verdict = json.loads((out / "verdict.json").read_text())
+        undecided = {r["rule"] for r in verdict["rules"] if r["severity"] == "require" and r["status"] != "pass"}
+        assert undecided <= {"client_healthy", "p95(ttft) < 1s per level", "mean(itl) < 50ms"}, verdict
+        assert "client_healthy" in undecided
     assert "ready after" in proc.stderr and "bucket 1/2 done" in proc.stderr  # plain progress lines
     m = manifest(out)
     assert m["status"] == "complete"

@@ -39,9 +39,9 @@ def codes(report):
 def test_clean_directory_passes(run_dir, capsys):
     code, out, err = verify(capsys, run_dir)
     assert code == 0, out
-    assert out.strip().endswith("intact and complete (14 artifacts, 2 result files bound to the manifest and 22 records checked).")
-    # results.json and verdict.json are bound to the manifest, not listed in it: the 14 artifacts
-    # (each backend's buckets.jsonl and metrics.jsonl among them; metrics.jsonl holds one scrape each: 2 of the 22 records)
+    assert out.strip().endswith("intact and complete (15 artifacts, 2 result files bound to the manifest and 22 records checked).")
+    # results.json and verdict.json are bound to the manifest, not listed in it: the 15 artifacts
+    # (client.jsonl, each backend's buckets.jsonl and metrics.jsonl among them; metrics.jsonl holds one scrape each: 2 of the 22 records)
     # are the manifest's, the number `run` and the gate's artifacts_verified state too
     assert err == ""
 
@@ -100,7 +100,7 @@ def test_running_run_is_incomplete_not_corrupt(tmp_path, capsys):
     code, out, _ = verify(capsys, d)
     assert code == 3
     assert "V201 run status is running [incomplete]" in out
-    assert "V204 14 files never hashed: the run did not finalize its manifest [incomplete]" in out  # buckets.jsonl and metrics.jsonl too
+    assert "V204 15 files never hashed: the run did not finalize its manifest [incomplete]" in out  # buckets, metrics and client too
     assert "intact but incomplete" in out.splitlines()[-1]
 
 

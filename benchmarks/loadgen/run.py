@@ -25,6 +25,19 @@ an error or a signal.
 
     python benchmarks/loadgen/run.py                       # the full table (about 8 minutes)
     python benchmarks/loadgen/run.py --runs 1 --duration 4 # a quick look
+
+Two more arms, each in the same rounds against the same nginx:
+
+  * `vllm bench serve` -- the peer a user would pick instead -- when the real-server lane's venv
+    is there (`$REALSERVER_DIR/V/bin/vllm`, REALSERVER_DIR defaulting to /work/realserver; or
+    `--vllm PATH`; `--no-vllm` skips it): `--backend openai --endpoint /v1/completions
+    --dataset-name random --random-input-len 16 --random-output-len 64 --num-prompts N
+    --max-concurrency C --ignore-eos`, its tokenizer the lane's tiny model
+    ($REALSERVER_DIR/tiny). Its own request throughput (from `--save-result`) is printed beside
+    soakspec's, and the ratio of soakspec (1 worker) to it.
+  * `--self-check`: soakspec with one worker again, its client-health monitor
+    (runner/clienthealth.py: the event-loop lag task and the CPU samples) switched off in the
+    client process; the cost of the self-check is 1 - (with / without) of completed req/s.
 """
 
 from __future__ import annotations
@@ -50,11 +63,20 @@ from fixture import (  # noqa: E402
 # soakspec
 
 
-def client_main(spec_path: str, out: str, workers: int) -> int:
-    """The client process: `soakspec run` up to the verdict (engine.execute)."""
+def client_main(spec_path: str, out: str, workers: int, self_check: bool = True) -> int:
+    """The client process: `soakspec run` up to the verdict (engine.execute). `self_check`
+    False: the client-health monitor does nothing (the benchmark's A/B of its cost)."""
     from soakspec.lang import load_spec
     from soakspec.plan import plan
     from soakspec.runner.engine import RunOptions, execute
+
+    if not self_check:
+        from soakspec.runner import clienthealth
+
+        async def off(self) -> None:
+            return None
+
+        clienthealth.LoopMonitor.run = off  # type: ignore[method-assign]
 
     spec, diags, _ = load_spec(spec_path)
     if spec is None:
@@ -64,12 +86,12 @@ def client_main(spec_path: str, out: str, workers: int) -> int:
     return 0 if result.status == "complete" else 4
 
 
-def run_soakspec(args, port: int, nginx_pid: int, workers: int, workdir: Path, round_: int) -> list[dict]:
+def run_soakspec(args, port: int, nginx_pid: int, workers: int, workdir: Path, round_: int, self_check: bool = True) -> list[dict]:
     spec = workdir / f"spec-w{workers}-r{round_}.soak"
     spec.write_text(nginx_spec("loadgen-benchmark", "load generator benchmark", port, ", ".join(map(str, args.concurrency)),
                                args.duration, args.duration, warmup=args.warmup))  # fmt: skip
     out = workdir / f"ev-w{workers}-r{round_}"
-    cmd = [sys.executable, __file__, "_client", str(spec), str(out), str(workers)]
+    cmd = [sys.executable, __file__, "_client", str(spec), str(out), str(workers), "1" if self_check else "0"]
     limit = len(args.concurrency) * (args.warmup + args.duration + 40) + 120
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL)
     try:
@@ -146,6 +168,40 @@ def run_wrk(args, wrk: str, port: int, nginx_pid: int, c: int, workdir: Path) ->
 
 
 # ------------------------------------------------------------------------------------------
+# vllm bench serve
+
+
+def find_vllm(args) -> str | None:
+    if args.no_vllm:
+        return None
+    if args.vllm:
+        return args.vllm
+    exe = Path(os.environ.get("REALSERVER_DIR", "/work/realserver")) / "V" / "bin" / "vllm"
+    return str(exe) if exe.is_file() and os.access(exe, os.X_OK) else None
+
+
+def run_vllm_bench(args, vllm: str, port: int, nginx_pid: int, c: int, workdir: Path) -> dict:
+    """`vllm bench serve` at max concurrency c against the same nginx; its own throughput."""
+    tokenizer = args.vllm_tokenizer or str(Path(os.environ.get("REALSERVER_DIR", "/work/realserver")) / "tiny")
+    name = f"vllm-bench-c{c}.json"
+    cmd = [vllm, "bench", "serve", "--backend", "openai", "--endpoint", "/v1/completions",
+           "--base-url", f"http://127.0.0.1:{port}", "--model", "bench", "--tokenizer", tokenizer,
+           "--dataset-name", "random", "--random-input-len", "16", "--random-output-len", str(TOKENS),
+           "--num-prompts", str(args.vllm_prompts), "--max-concurrency", str(c), "--ignore-eos",
+           "--disable-tqdm", "--save-result", "--result-dir", str(workdir), "--result-filename", name]  # fmt: skip
+    n0 = tree_cpu(nginx_pid)
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    wall = time.monotonic() - t0
+    if proc.returncode != 0 or not (workdir / name).is_file():
+        raise SystemExit(f"vllm bench serve failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    res = json.loads((workdir / name).read_text())
+    return {"c": c, "rps": res.get("request_throughput"), "tokens_s": res.get("output_throughput"),
+            "completed": res.get("completed"), "failed": res.get("failed", 0),
+            "ttft_p50_ms": res.get("median_ttft_ms"), "nginx_cores": (tree_cpu(nginx_pid) - n0) / wall}  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------
 # the table
 
 
@@ -167,9 +223,10 @@ def table(args, wrk_runs: dict[int, list[dict]], sk_runs: dict[tuple[int, int], 
     ]
     for c in args.concurrency:
         w = wrk_runs[c]
-        lines.append(f"| wrk -t{args.wrk_threads} | {c} | {med([r['rps'] for r in w], ',.0f')} | "
-                     f"{med([r['tokens_s'] for r in w], ',.0f')} | - | - | - | - | - | - | {med([r['nginx_cores'] for r in w], '.2f')} | 1 |")  # fmt: skip
-        wrk_med = statistics.median(r["rps"] for r in w)
+        if w:
+            lines.append(f"| wrk -t{args.wrk_threads} | {c} | {med([r['rps'] for r in w], ',.0f')} | "
+                         f"{med([r['tokens_s'] for r in w], ',.0f')} | - | - | - | - | - | - | {med([r['nginx_cores'] for r in w], '.2f')} | 1 |")  # fmt: skip
+        wrk_med = statistics.median(r["rps"] for r in w) if w else None
         for workers in args.workers:
             rs = sk_runs[(workers, c)]
             name = f"soakspec, {workers} worker{'s' if workers > 1 else ''}"
@@ -178,14 +235,14 @@ def table(args, wrk_runs: dict[int, list[dict]], sk_runs: dict[tuple[int, int], 
                 f"{med([r['ttft_p50_ms'] for r in rs], '.2f')} | {med([r['ttft_p99_ms'] for r in rs], '.1f')} | "
                 f"{med([r['latency_p50_ms'] for r in rs], '.1f')} | {med([r['cpu_per_1k'] for r in rs], '.3f')} | "
                 f"{med([r['client_cores'] for r in rs], '.2f')} | {med([r['in_flight'] for r in rs], '.1f')} | "
-                f"{med([r['nginx_cores'] for r in rs], '.2f')} | {med([r['rps'] / wrk_med for r in rs], '.3f')} |"
+                f"{med([r['nginx_cores'] for r in rs], '.2f')} | {med([r['rps'] / wrk_med for r in rs], '.3f') if wrk_med else '-'} |"
             )
     return "\n".join(lines)
 
 
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "_client":
-        return client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+        return client_main(sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5] != "0")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--concurrency", type=lambda s: [int(x) for x in s.split(",")], default=[8, 64, 256])
@@ -194,6 +251,13 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--wrk-threads", type=int, default=1)
     ap.add_argument("--json", metavar="FILE", help="also write every measurement here")
+    ap.add_argument("--no-wrk", action="store_true", help="skip the wrk arm")
+    ap.add_argument("--vllm", metavar="PATH", help="the vllm executable (default: $REALSERVER_DIR/V/bin/vllm when present)")
+    ap.add_argument("--no-vllm", action="store_true", help="skip the vllm bench serve arm")
+    ap.add_argument("--vllm-prompts", type=int, default=5000, help="vllm bench serve --num-prompts")
+    ap.add_argument("--vllm-tokenizer", metavar="DIR", help="its tokenizer (default: $REALSERVER_DIR/tiny)")
+    ap.add_argument("--self-check", action="store_true",
+                    help="also run 1 worker with the client-health monitor off: its cost")
     args = ap.parse_args()
     if not (1 <= args.runs <= 10 and 1 <= args.duration <= 600 and all(1 <= c <= 4096 for c in args.concurrency)):
         raise SystemExit("--runs 1..10, --duration 1..600, --concurrency 1..4096")
@@ -205,6 +269,9 @@ def main() -> int:
     nginx_bin, wrk = ensure_tools()
     loads = [os.getloadavg()]
     wrk_runs: dict[int, list[dict]] = {c: [] for c in args.concurrency}
+    vllm = find_vllm(args)
+    vllm_runs: dict[int, list[dict]] = {c: [] for c in args.concurrency}
+    off_runs: dict[int, list[dict]] = {c: [] for c in args.concurrency}
     sk_runs: dict[tuple[int, int], list[dict]] = {(w, c): [] for w in args.workers for c in args.concurrency}
     with tempfile.TemporaryDirectory(prefix="soakspec-loadgen-") as tmp:
         workdir = Path(tmp)
@@ -213,10 +280,18 @@ def main() -> int:
         try:
             log(f"nginx pid {nginx.pid} on 127.0.0.1:{port}; {args.runs} rounds")
             for r in range(args.runs):
-                for c in args.concurrency:
+                for c in args.concurrency if not args.no_wrk else ():
                     res = run_wrk(args, wrk, port, nginx.pid, c, workdir)
                     wrk_runs[c].append(res)
                     log(f"round {r + 1}: wrk c={c}: {res['rps']:,.0f} req/s" + (f" ({res['errors']})" if res["errors"] else ""))
+                for c in args.concurrency if vllm else ():
+                    res = run_vllm_bench(args, vllm, port, nginx.pid, c, workdir)
+                    vllm_runs[c].append(res)
+                    log(f"round {r + 1}: vllm bench serve c={c}: {res['rps']:,.0f} req/s")
+                if args.self_check:
+                    for res in run_soakspec(args, port, nginx.pid, 1, workdir, r, self_check=False):
+                        off_runs[res["c"]].append(res)
+                        log(f"round {r + 1}: soakspec workers=1, self-check off, c={res['c']}: {res['rps']:,.0f} req/s")
                 for workers in args.workers:
                     for res in run_soakspec(args, port, nginx.pid, workers, workdir, r):
                         sk_runs[(workers, res["c"])].append(res)
@@ -233,6 +308,18 @@ def main() -> int:
           f"load average (1 min) during the rounds: {', '.join(f'{x[0]:.2f}' for x in loads)}")
     print()
     print(table(args, wrk_runs, sk_runs))
+    base_w = args.workers[0]
+    for c in args.concurrency:
+        if vllm_runs[c]:
+            per = [a["rps"] / b["rps"] for a, b in zip(sk_runs[(base_w, c)], vllm_runs[c]) if b["rps"]]
+            print(f"\nc={c}: vllm bench serve {med([r['rps'] for r in vllm_runs[c]], ',.0f')} req/s; soakspec {base_w} worker"
+                  f"{'s' if base_w > 1 else ''} / vllm bench serve per round {', '.join(f'{x:.2f}x' for x in per)}"
+                  + (f", median {statistics.median(per):.2f}x" if per else ""))  # fmt: skip
+        if off_runs[c]:
+            on = [r["rps"] for r in sk_runs[(1, c)]] if (1, c) in sk_runs else []
+            cost = [1 - a / b for a, b in zip(on, (r["rps"] for r in off_runs[c])) if b]
+            print(f"\nc={c}: self-check (client-health monitor) cost per round: {', '.join(f'{x * 100:+.1f} %' for x in cost)}"
+                  f" of one worker's completed req/s (on {med(on, ',.0f')}, off {med([r['rps'] for r in off_runs[c]], ',.0f')})")
     if len(args.workers) > 1 and 256 in args.concurrency:
         base = statistics.median(r["rps"] for r in sk_runs[(args.workers[0], 256)])
         for w in args.workers[1:]:
@@ -244,6 +331,7 @@ def main() -> int:
                   f" median {statistics.median(rounds):.2f}x")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"wrk": wrk_runs, "soakspec": {f"{w}/{c}": v for (w, c), v in sk_runs.items()},
+                                               "vllm_bench_serve": vllm_runs, "self_check_off": off_runs,
                                                "load": loads}, indent=1))  # fmt: skip
     failed = sum(r["failed"] for v in sk_runs.values() for r in v)
     return 1 if failed else 0

@@ -21,6 +21,7 @@ TRACES = "traces.jsonl"
 SERVER_LOG = "server.log"
 FOLLOWUP = "followup.json"
 METRICS = "metrics.jsonl"  # the server's scraped Prometheus metrics (runner/scrape.py)
+CLIENT = "client.jsonl"  # at the run root: the load generator's own health (runner/clienthealth.py)
 
 # Files never listed in manifest["artifacts"]: the manifest cannot hash itself (nor its
 # signature, written after it), and the lock exists only while a run writes.
@@ -71,6 +72,10 @@ class RunLayout:
     @property
     def lock(self) -> Path:
         return self.root / LOCK
+
+    @property
+    def client(self) -> Path:
+        return self.root / CLIENT
 
     def backend_dir(self, backend: str) -> Path:
         return self.root / BACKENDS / safe_name(backend)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
-SCHEMA_NAMES = ("manifest", "results", "request", "verdict", "trace", "telemetry", "metrics")
+SCHEMA_NAMES = ("manifest", "results", "request", "verdict", "trace", "telemetry", "metrics", "client")
 
 _MAX_MESSAGE = 240
 

@@ -95,7 +95,7 @@ def sample_request(i: int = 0, backend: str = "a", bucket: int = 0, **overrides:
         "empty_text": False,
         "coalesced": 0,
         "usage_decreased": False,
-        "client_delay": None,
+        "client_delay": 0.0001,
     }
     rec.update(overrides)
     return rec
@@ -218,6 +218,8 @@ def build_evidence_dir(
                                   "status": "scraped", "scrapes": 1, "failed": 0, "first_error": None,
                                   "families": ["vllm:num_requests_running"]})
             entries.append(entry)
+        with JsonlWriter(root / layout.CLIENT):  # as a run leaves it; no samples (runner/clienthealth.py)
+            pass
         if status == "running":  # a run writes its backends into the manifest only when it ends
             return m
         m = dict(m, backends=entries, preflight=True, aborted_at=None, aborts=[])

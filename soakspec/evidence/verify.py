@@ -45,7 +45,7 @@ MAX_ERRORS_PER_FILE = 20
 
 # Which schema validates which file, by name.
 _JSON_SCHEMAS = {layout.RESULTS: "results", layout.VERDICT: "verdict"}
-_JSONL_SCHEMAS = {layout.TRACES: "trace", layout.TELEMETRY: "telemetry", layout.METRICS: "metrics"}  # requests: decoded as `Record`
+_JSONL_SCHEMAS = {layout.TRACES: "trace", layout.TELEMETRY: "telemetry", layout.METRICS: "metrics", layout.CLIENT: "client"}  # requests: decoded as `Record`
 _MAY_FOLLOW_MANIFEST = (layout.RESULTS, layout.VERDICT)
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
-from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, sha256_file
+from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, read_jsonl, sha256_file
 from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
 
 # verify codes: the artifact no longer is what the run wrote
@@ -92,6 +92,9 @@ class BackendEvidence:
     # traces.jsonl held as {request_id, matched} only (a backend whose traces come from its log:
     # the judge re-matches them from server.log); `full_traces()` reads the whole rows if needed
     traces_path: str | None = None
+    # client.jsonl rows of this backend's load (the run root's file, split by `backend`): the
+    # load generator's own health (runner/clienthealth.py), judged by `client_healthy`
+    client: tuple[Mapping[str, Any], ...] = ()
 
     def full_traces(self) -> tuple[Mapping[str, Any], ...]:
         """The trace rows with their ids, times and payloads (read again when only their
@@ -273,6 +276,9 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
     from soakspec.evidence.verify import verify_evidence
 
     def rows(rel: str) -> _Rows | None:
+        if read is not None and rel == layout.CLIENT:  # the run root's client health, read from here too
+            read[rel] = sink = _Rows(None)
+            return sink
         parts = rel.split("/")
         if read is None or len(parts) != 3 or parts[0] != layout.BACKENDS or parts[2] not in _COMPACTORS:
             return None
@@ -320,10 +326,34 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
     integrity = _integrity(root, read, from_log)
 
     backends = []
+    client = _client_rows(root, read)
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            backends.append(_load_backend(root, entry, read, from_log))
+            be = _load_backend(root, entry, read, from_log)
+            backends.append(dataclasses.replace(be, client=client.get(be.name, ())) if be.name in client else be)
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
+
+
+def _client_rows(root: Path, read: dict[str, _Rows] | None = None) -> dict[str, tuple[Mapping[str, Any], ...]]:
+    """client.jsonl by backend, in time order (absent in evidence from before it was written;
+    a row that is not an object with a numeric `t` is skipped). Its rows as verification
+    decoded them (`read`), else read here."""
+    path = root / layout.CLIENT
+    if not path.is_file():
+        return {}
+    got = read.pop(layout.CLIENT, None) if read is not None else None
+    if got is not None:
+        rows = got.rows
+    else:
+        try:
+            rows, _ = read_jsonl(path)
+        except EvidenceError:  # a corrupt line: verification reports it (the file is hashed)
+            return {}
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for r in rows:
+        if isinstance(r, dict) and isinstance(r.get("backend"), str) and type(r.get("t")) in (int, float):
+            out.setdefault(r["backend"], []).append(r)
+    return {k: tuple(sorted(v, key=lambda r: r["t"])) for k, v in out.items()}
 
 
 def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str]) -> BackendEvidence:

@@ -12,6 +12,12 @@ validity     Is this a run the gate can speak about? Built in, always run:
                full_scale_run  not a rehearsal nor time-scaled, unless `allow_rehearsal`;
                min_samples     every level has at least max(gate min_samples, the plan's minimum)
                                completed requests, and every planned bucket at least one;
+               client_healthy  the load generator kept up in every bucket (event-loop lag,
+                               CPU, schedule lag, achieved concurrency: judge/validity.py);
+                               a saturated one makes the run INCONCLUSIVE, and a timing rule
+                               (ttft, itl, tpot, latency, ...) that would FAIL is INCONCLUSIVE
+                               too: the failure may be the client's. `client_healthy = false`
+                               in the gate turns it off;
                abort_fired     only when the manifest records an abort rule that fired
                                (`abort ... per bucket|window`, or the built-in one): FAIL,
                                naming the rule, where, when and the value it saw.
@@ -73,6 +79,7 @@ from soakspec.judge.evidence import Evidence
 from soakspec.judge.joined import JudgedRun, join
 from soakspec.judge.registry import BY_NAME, RuleClass, builtins, impl_for
 from soakspec.judge.sweep import sweep_rule
+from soakspec.judge.validity import client_blocks
 from soakspec.judge.verdict import RuleResult, Verdict, decide
 from soakspec.lang.spec import Rule, Spec
 
@@ -136,7 +143,8 @@ def judge_run(run: JudgedRun) -> Verdict:
     blocked = any(x.severity == "require" and x.status == "fail" for x in results)
     for r in rules:
         if r.klass == "performance":
-            results.append(not_evaluated(r) if blocked else _unrun(run, r) or judge_performance(run, r))
+            res = not_evaluated(r) if blocked else _unrun(run, r) or judge_performance(run, r)
+            results.append(client_blocks(results, r, res))  # a saturated client's timing FAIL is inconclusive
     if (swept := sweep_rule(run.sweep)) is not None:  # a sweep: its figure, FAIL when no level held
         results.append(swept)
     status = run.evidence.manifest.get("status")

@@ -238,6 +238,28 @@ def itl_gaps(r: Row) -> list[float]:
     return []
 
 
+@dataclasses.dataclass(frozen=True)
+class GapShare:
+    """`coalesced`: the share of the scope's ITL gaps (those `itl` pools) that are not
+    independent samples -- tokens that shared a read or receive stamp with the one before, or
+    a chunk's gap split over its tokens (the record's `coalesced` count, runner/protocol.py)."""
+
+    unit: ClassVar[str] = "gaps"
+
+    def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
+                confidence: float = 0.95, min_samples: int = 1) -> Measure:
+        gaps = shared = 0
+        for r in completed(scope.records):
+            n = len(itl_gaps(r))
+            if n:
+                gaps += n
+                c = r.get("coalesced")
+                shared += min(n, c) if type(c) is int and c > 0 else 0
+        if not gaps:
+            return Measure(None, 0, 1, "gaps", "no ITL gaps")
+        return Measure(shared / gaps, gaps, 1, "gaps")
+
+
 # ------------------------------------------------------------------------------ series
 
 

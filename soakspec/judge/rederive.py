@@ -27,7 +27,8 @@ without changing its facts. `rederive(spec, evidence)` draws every such conclusi
   usage      a completed request's reported completion tokens checked against its stream
              (`usage_problem`): never fewer tokens than text chunks, never more than
              MAX_TOKENS_PER_CHUNK per chunk, never more than max_tokens when the workload sets
-             ignore_eos. A request that disagrees keeps its outcome but is flagged
+             ignore_eos, never a cumulative usage that went down within the stream (the
+             record's `usage_decreased`). A request that disagrees keeps its outcome but is flagged
              `usage_mismatch` (the reason): its ITL, TPOT and output tokens are not computed
              from the claimed count (`soakspec.judge.measures`), and throughput counts its
              chunks, a lower bound, instead;
@@ -114,6 +115,8 @@ def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | No
 def usage_problem(r: Row, max_tokens: int | None, ignore_eos: bool, stream: bool = True) -> str | None:
     """Why a completed request's reported completion tokens cannot be its stream's, or None.
     Without streaming there are no chunks to compare: only the max_tokens bound applies."""
+    if r.get("usage_decreased") is True:  # the runner saw it within the stream (runner/protocol.py)
+        return "the stream's cumulative usage.completion_tokens went down"
     n, chunks = _num(r.get("output_tokens")), _num(r.get("chunks"))
     if n is None:
         return None

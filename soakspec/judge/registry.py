@@ -9,7 +9,7 @@
 Every name a spec may write (`in_spec`) is declared in the catalogue, `soakspec.lang.metrics`
 (`METRICS`: performance; `EVIDENCE_PREDICATES`: validity and evidence), and every name the
 catalogue declares is here: tests/test_judge_registry.py fails otherwise. `abort_fired`,
-`full_scale_run` and `min_samples` are the judge's own (never written in a spec); `abort_fired`
+`full_scale_run`, `min_samples` and `client_healthy` are the judge's own (never written in a spec); `abort_fired`
 gives a result only for a run whose manifest records a fired abort rule.
 
 To add a metric: declare it in the catalogue, write (or reuse) an implementation in
@@ -60,6 +60,8 @@ RULES: tuple[Entry, ...] = (
     _check("abort_fired", "validity", V.abort_fired, builtin=True, in_spec=False),  # only when one fired
     _check("full_scale_run", "validity", V.full_scale_run, builtin=True, in_spec=False),
     _check("min_samples", "validity", V.min_samples, builtin=True, in_spec=False),
+    # the load generator kept up (client.jsonl + the records); the gate's client_* settings
+    _check("client_healthy", "validity", V.client_healthy, builtin=True, in_spec=False),
     # evidence
     _check("artifacts_verified", "evidence", E.artifacts_verified, builtin=True),
     _check("bucket_coverage", "evidence", E.bucket_coverage),
@@ -73,6 +75,7 @@ RULES: tuple[Entry, ...] = (
     # performance: per-request distributions
     _metric("ttft", M.PerRequest(M.ttft)),
     _metric("itl", M.PerToken(M.itl_gaps)),
+    _metric("coalesced", M.GapShare()),  # share of the ITL gaps that are not independent samples
     _metric("tpot", M.PerRequest(M.counted("tpot"))),
     _metric("latency", M.PerRequest(M.latency)),
     _metric("schedule_lag", M.PerRequest(M.schedule_lag)),

@@ -49,6 +49,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+# the one definition, shared with `check` (its W509 warning), at the bottom of the pipeline
+from soakspec.lang.samples import min_samples_for_percentile
+
 __all__ = [
     "binomial_cdf",
     "exceeds_with_confidence",
@@ -101,26 +104,6 @@ def _check(q: float, confidence: float) -> None:
         raise ValueError(f"percentile must be in (0, 100], got {q!r}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
-
-
-def min_samples_for_percentile(q: float, confidence: float) -> int:
-    """The smallest n with ``(q/100)**n <= 1 - confidence``: below it, no claim that the q-th
-    percentile lies at or below any observed value holds at `confidence`.
-
-    p100 is the observed maximum, a statistic of the sample and not an estimate: 1.
-    """
-    _check(q, confidence)
-    if q >= 100:
-        return 1
-    p = q / 100.0
-    alpha = 1.0 - confidence
-    n = max(1, math.ceil(math.log(alpha) / math.log(p) - 1e-12))
-    # settle floating-point doubt at the boundary with the defining inequality itself
-    while n > 1 and p ** (n - 1) <= alpha:
-        n -= 1
-    while p**n > alpha:
-        n += 1
-    return n
 
 
 def samples_needed(n: int, q: float, confidence: float) -> int:

@@ -19,10 +19,11 @@ from soakspec.judge import stats
 from soakspec.judge.evidence import BackendEvidence, Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, error_message, index, num
 from soakspec.judge.joined import JudgedRun
-from soakspec.judge.measures import Distribution, PerBucket, PerSample, bucket_series, quarters, relative_change
+from soakspec.judge.measures import Distribution, PerBucket, PerSample, bucket_series, itl_gaps, quarters, relative_change
 from soakspec.judge.registry import metric
 from soakspec.judge.servermetrics import results_section as server_metrics_section
 from soakspec.judge.scope import Scope, bucket_scope
+from soakspec.judge.validity import client_bucket
 
 SCHEMA_VERSION = 1
 TOP_ERRORS = 10
@@ -47,6 +48,40 @@ def series_points(scope: Scope, name: str) -> list[float]:
     impl = metric(name)
     assert isinstance(impl, PerSample), name
     return impl.points(scope)
+
+
+def itl_coalesced(records: Iterable[Row]) -> dict[str, int]:
+    """The ITL gaps `itl` pools from these records and how many of them are coalesced (not
+    independent samples: tokens that shared a read, or a chunk's gap split over its tokens)."""
+    gaps = shared = 0
+    for r in records:
+        if r.get("outcome") != "completed":
+            continue
+        n = len(itl_gaps(r))
+        if n:
+            gaps += n
+            c = r.get("coalesced")
+            shared += min(n, c) if type(c) is int and c > 0 else 0
+    return {"gaps": gaps, "coalesced": shared}
+
+
+def excluded(records: Iterable[Row]) -> dict[str, dict[str, int]]:
+    """Completed requests that TPOT and ITL leave out, by reason (none is silent)."""
+    tpot: Counter[str] = Counter()
+    itl: Counter[str] = Counter()
+    for r in records:
+        if r.get("outcome") != "completed":
+            continue
+        if r.get("usage_mismatch"):
+            tpot["usage contradicts the stream (usage_mismatch)"] += 1
+            itl["usage contradicts the stream (usage_mismatch)"] += 1
+            continue
+        n = r.get("output_tokens")
+        if r.get("tpot") is None:
+            tpot["fewer than 2 tokens" if isinstance(n, int) and n < 2 else "no token times (not streamed)"] += 1
+        if r.get("itl_source") == "estimated":
+            itl["estimated ITL (final usage spread over the chunks)"] += 1
+    return {"tpot": dict(tpot), "itl": dict(itl)}
 
 
 def counts(records: Sequence[Row]) -> dict[str, int]:
@@ -140,7 +175,7 @@ def terminal_reasons(bi: BackendIndex, records: Iterable[Row]) -> dict[str, int]
     return dict(sorted(c.items()))
 
 
-def window_summary(bi: BackendIndex, lv: LevelIndex, w: Window) -> dict[str, Any]:
+def window_summary(bi: BackendIndex, lv: LevelIndex, w: Window, prev: Window | None = None) -> dict[str, Any]:
     sc = bucket_scope(bi, lv, w)
     recs = w.records
     cov, traced = trace_coverage(bi, recs)
@@ -172,6 +207,8 @@ def window_summary(bi: BackendIndex, lv: LevelIndex, w: Window) -> dict[str, Any
         "gpu_memory": _series(series_points(sc, "gpu_memory")),
         "gpu_memory_device": _series(series_points(sc, "gpu_memory_device")),
         "cpu": _series(series_points(sc, "cpu")),  # server process-tree CPU, 1.0 = one core
+        "itl_coalesced": itl_coalesced(recs),
+        "client": client_bucket(bi, lv, w, prev),
     }
 
 
@@ -204,6 +241,8 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "errors": errors_by_message(recs),
         "buckets": [w.index for w in lv.buckets],
         "drift": level_drift(bi, lv),
+        "itl_coalesced": itl_coalesced(recs),
+        "excluded": excluded(recs),
     }
 
 
@@ -229,7 +268,7 @@ def _lkey(lv: LevelIndex, bucket: int | None = None) -> str:
 
 def backend_summary(bi: BackendIndex, required_coverage: float | None = None) -> dict[str, Any]:
     be = bi.evidence
-    buckets = [window_summary(bi, lv, w) for lv in bi.levels for w in lv.buckets]
+    buckets = [window_summary(bi, lv, w, lv.buckets[i - 1] if i else None) for lv in bi.levels for i, w in enumerate(lv.buckets)]
     by_bucket = {_lkey(lv, w.index): trace_coverage(bi, w.records)[0] for lv in bi.levels for w in lv.buckets}
     known = [v for v in by_bucket.values() if v is not None]
     warm = [r for r in be.records if r.get("bucket") == -1]

@@ -44,6 +44,8 @@ class EvidenceBuilder:
     metrics      backend name -> list of metrics.jsonl rows (a scrape every 5 s of a vLLM-like
                  /metrics, for a backend whose plan scrapes one: `metrics_rows`)
     followups    backend name -> followup.json dict
+    client       backend name -> client.jsonl rows (the load generator's health; none by default:
+                 the judge's client_healthy then has no samples, and client.jsonl is empty)
     server_logs  backend name -> server.log text, to replace the default one (`server_log`: the
                  runtime's version line, one trace line per trace row when the backend's traces
                  come from its log, built from `traces` when the evidence is built)
@@ -64,6 +66,7 @@ class EvidenceBuilder:
         self.metrics: dict[str, list[dict[str, Any]]] = {}
         self.followups: dict[str, dict[str, Any]] = {}
         self.server_logs: dict[str, str] = {}
+        self.client: dict[str, list[dict[str, Any]]] = {}
         self._rehearsal = rehearsal
         backends = []
         t = t0
@@ -203,6 +206,7 @@ class EvidenceBuilder:
             "chunks": out, "ttft": 0.1 if ok else None, "latency": lat, "tpot": (lat - 0.1) / max(tokens - 1, 1) if ok and tokens > 1 else None,
             "itl": [round((lat - 0.1) / max(tokens - 1, 1), 6)] * (tokens - 1) if ok else [], "output_sha256": _hex(text) if ok else None,
             "output_chars": len(text) if ok else 0, "empty_text": False,
+            "coalesced": 0, "usage_decreased": False, "client_delay": 0.0001 if ok else None,
         }
 
     def trace_row(self, r: Mapping[str, Any]) -> dict[str, Any]:
@@ -305,6 +309,7 @@ class EvidenceBuilder:
                 records=tuple(copy.deepcopy(self.records.get(n, []))), traces=tuple(copy.deepcopy(self.traces.get(n, []))),
                 telemetry=tuple(copy.deepcopy(self.telemetry.get(n, []))), followup=copy.deepcopy(self.followups.get(n)),
                 server_log=self.log_of(n), metrics=tuple(copy.deepcopy(self.metrics.get(n, []))),
+                client=tuple(sorted(copy.deepcopy(self.client.get(n, [])), key=lambda r: r["t"])),
             ))
         return Evidence(copy.deepcopy(self.manifest), tuple(backends), Integrity(checked=0, verified=True), None, None)
 
@@ -347,6 +352,10 @@ class EvidenceBuilder:
                 fu = fu | {"record": RequestRecord.from_json(fu["record"]).to_json()}
             write_json_atomic(d / layout.FOLLOWUP, fu)
             write_bytes_atomic(d / layout.SERVER_LOG, self.log_of(n).encode())
+        with JsonlWriter(root / layout.CLIENT) as w:  # as a run leaves it (runner/clienthealth.py)
+            for rows in self.client.values():
+                for row in rows:
+                    w.write(row)
         if finalize:
             m.update(status=final_status, incomplete_reason=final_reason, ended_at=self.manifest["ended_at"],
                      ended_at_epoch=self.manifest["ended_at_epoch"], artifacts=finalize_artifacts(root))

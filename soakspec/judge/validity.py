@@ -5,16 +5,23 @@
                     recorded once, nothing outside the manifest's levels and buckets
     full_scale_run  not a rehearsal nor time-scaled, unless the gate allows it
     min_samples     enough completed requests in every level, one in every planned bucket
+    client_healthy  the load generator kept up in every bucket (see "client health" below)
 
 Each is `rule(run, spec_rule) -> RuleResult`; `spec_rule` is None for the built-in check.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
+import itertools
+
 from soakspec.judge.common import backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
-from soakspec.judge.measures import completed
+from soakspec.judge.index import num as num_
+from soakspec.judge.measures import completed, in_flight
+from soakspec.judge.stats import percentile
 from soakspec.judge.scope import bucket_scope, clock, level_scope
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Rule
@@ -282,3 +289,192 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
         insts.append(problem(f"abort rule '{a.get('rule')}' fired: observed {seen} over {a.get('requests')} requests "
                              f"(threshold {a.get('op')} {a.get('threshold')}); the rest of the load was not run", where))
     return result(None, "abort_fired", "validity", "require", insts, "", len(entries))
+
+
+# ------------------------------------------------------------------------------ client health
+#
+# `client_healthy` (built in, on unless the gate says `client_healthy = false`): per bucket, the
+# load generator's own health beside the server's numbers. A saturated client reports its own
+# lag as the server's latency, so a bucket where it was saturated makes the run INCONCLUSIVE --
+# never PASS -- and a timing rule that would FAIL is INCONCLUSIVE instead (`client_blocks`).
+# Saturated, by the gate's thresholds (lang/spec.py `Gate`; defaults in parentheses):
+#   event-loop lag p99 > client_lag (50 ms)   time-weighted over the bucket, pooled from its
+#                                             windows (client.jsonl, runner/clienthealth.py)
+#   client CPU >= client_cpu (95 %)           a load process's mean CPU over the bucket, of one core
+#   schedule lag p99 > client_schedule_lag    open loop: start - intended_start of the bucket's
+#     (50 ms)                                 requests
+#   achieved concurrency < client_concurrency closed loop: mean requests in flight over the bucket
+#     (75 %) of the offered                   (requests started in it and the bucket before) / c
+# Why lag matters although arrivals carry the kernel's receive stamps: one read takes every
+# segment that arrived meanwhile and gets the stamp of the last, so while the loop is L late the
+# tokens that arrived in that time are stamped up to L late (and coalesce). A lag p99 of L means
+# that for 1 % of the time the client's times may be L late: a p99 claim is no longer the server's.
+# Also shown, not judged: the machine's CPU (host_cpu), the coalesced fraction of ITL gaps and,
+# open loop, the achieved rate (requests whose actual start fell in the bucket, per second).
+# Evidence without client.jsonl (written before soakspec recorded it) is judged on what the
+# records give only when samples exist for the backend; without any, the check says so and passes.
+
+# metrics a saturated client distorts: their FAILs become INCONCLUSIVE (counts are the server's)
+CLIENT_SENSITIVE = frozenset({"ttft", "itl", "tpot", "latency", "schedule_lag", "throughput", "qps", "in_flight", "coalesced"})
+
+
+def pooled_lag_p99(samples) -> float | None:
+    """The time-weighted p99 of event-loop lag over several windows (client.jsonl rows,
+    runner/clienthealth.py), pooled exactly: the smallest lag v such that wake-ups later than v
+    cover at most 1 % of the windows' total weight. Lags at or below a row's `stall_s` are not
+    kept one by one: when the stalls do not reach 1 %, the answer is the largest window p99
+    capped at stall_s, an upper bound. None without usable rows."""
+    rows = [s for s in samples if type(s.get("weight_s")) in (int, float) and type(s.get("lag_p99")) in (int, float)]
+    total = sum(s["weight_s"] for s in rows)
+    if not rows or total <= 0:
+        return None
+    stalls = sorted(((s.get("tick_s") or 0.0, x) for s in rows for x in (s.get("stalls") or ()) if type(x) in (int, float)),
+                    key=lambda p: -p[1])  # fmt: skip
+    acc = 0.0
+    for tick, lag in stalls:
+        acc += tick + lag
+        if acc > 0.01 * total:
+            return float(lag)
+    return max(min(s["lag_p99"], s.get("stall_s") or s["lag_p99"]) for s in rows)
+
+
+SAMPLE_SPAN_S = 60.0  # no client.jsonl window is longer (runner/clienthealth.py writes one a second)
+
+
+def _t(s) -> float:
+    t = s.get("t")
+    return t if type(t) in (int, float) else float("-inf")
+
+
+def _samples_in(rows, start: float, end: float) -> list:
+    """The client.jsonl rows (sorted by `t`) whose window's midpoint lies in [start, end):
+    found by bisection, so judging every bucket of a day-long soak stays linear."""
+    out = []
+    for s in itertools.islice(rows, bisect.bisect_left(rows, start, key=_t), None):
+        t, st = s["t"], s.get("start")
+        if t > end + SAMPLE_SPAN_S:
+            break
+        if type(st) in (int, float) and start <= (st + t) / 2 < end:
+            out.append(s)
+    return out
+
+
+def _mean_cpu_by_process(samples: list) -> dict[int, float]:
+    acc: dict[int, list[float]] = {}
+    for s in samples:
+        cpu, start, t = s.get("cpu"), s.get("start"), s.get("t")
+        if type(cpu) in (int, float) and type(start) in (int, float) and type(t) in (int, float) and t > start:
+            acc.setdefault(int(s.get("process") or 0), []).append((cpu, t - start))  # type: ignore[arg-type]
+    return {p: sum(c * w for c, w in xs) / sum(w for _, w in xs) for p, xs in acc.items()}  # type: ignore[misc]
+
+
+def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None:
+    """The load generator's health in one bucket (None: the bucket has no window)."""
+    if w.start is None or w.end is None or w.end <= w.start:
+        return None
+    inside = _samples_in(bi.evidence.client, w.start, w.end)
+    pooled = pooled_lag_p99(inside)
+    lag99 = [pooled] if pooled is not None else [s["lag_p99"] for s in inside if type(s.get("lag_p99")) in (int, float)]
+    lagmax = [s["lag_max"] for s in inside if type(s.get("lag_max")) in (int, float)]
+    hosts = [s["host_cpu"] for s in inside if type(s.get("host_cpu")) in (int, float)]
+    cpus = _mean_cpu_by_process(inside)
+    recs = w.records
+    lags = [s - i for r in recs if (s := num_(r.get("start"))) is not None and (i := num_(r.get("intended_start"))) is not None]
+    mode, conc, rate = lv.entry.get("mode"), lv.entry.get("concurrency"), lv.entry.get("rate")
+    wall = w.end - w.start
+    offered = achieved = None
+    if mode == "closed" and isinstance(conc, int) and conc > 0:
+        near = list(prev.records if prev is not None else ()) + list(recs)
+        offered, achieved = float(conc), in_flight(near, w.start, w.end)
+    elif mode == "open" and type(rate) in (int, float) and rate > 0:
+        offered = float(rate)
+        achieved = sum(1 for r in recs if (s := num_(r.get("start"))) is not None and w.start <= s < w.end) / wall
+    delays = [d for r in recs if (d := num_(r.get("client_delay"))) is not None]
+    gaps = coal = 0
+    for r in completed(recs):
+        itl = r.get("itl")
+        gaps += len(itl) if itl is not None else 0
+        c = r.get("coalesced")
+        coal += c if type(c) is int else 0
+    return {
+        "bucket": w.index, "start": w.start, "end": w.end, "samples": len(inside), "mode": mode,
+        "lag_p99": max(lag99) if lag99 else None, "lag_max": max(lagmax) if lagmax else None,
+        "cpu": max(cpus.values()) if cpus else None, "processes": len(cpus),
+        "host_cpu": sum(hosts) / len(hosts) if hosts else None,
+        "schedule_lag_p99": percentile(lags, 99.0) if mode == "open" and lags else None,
+        "offered": offered, "achieved": achieved,
+        "coalesced": coal / gaps if gaps else None, "coalesced_gaps": coal, "gaps": gaps,
+        # the client's own processing after each response's last bytes (records' client_delay)
+        "client_delay_p99": percentile(delays, 99.0) if delays else None,
+    }  # fmt: skip
+
+
+def client_rows(bi: BackendIndex, lv: LevelIndex) -> list[dict]:
+    out, prev = [], None
+    for w in lv.buckets:
+        row = client_bucket(bi, lv, w, prev)
+        if row is not None:
+            out.append(row)
+        prev = w
+    return out
+
+
+def _ms(v: float) -> str:
+    return f"{v * 1000:.0f} ms" if v >= 0.01 else f"{v * 1000:.1f} ms"
+
+
+def client_saturation(row: dict, g) -> list[str]:
+    """Why the load generator was saturated in this bucket (empty: it was not), by `g`'s thresholds."""
+    why = []
+    if row["lag_p99"] is not None and row["lag_p99"] > g.client_lag:
+        why.append(f"event-loop lag p99 {_ms(row['lag_p99'])} (limit {_ms(g.client_lag)})")
+    if row["cpu"] is not None and row["cpu"] >= g.client_cpu:
+        why.append(f"client CPU {row['cpu'] * 100:.0f} % of a core (limit {g.client_cpu * 100:.0f} %)")
+    if row["schedule_lag_p99"] is not None and row["schedule_lag_p99"] > g.client_schedule_lag:
+        why.append(f"schedule lag p99 {_ms(row['schedule_lag_p99'])} (limit {_ms(g.client_schedule_lag)})")
+    if row["mode"] == "closed" and row["offered"] and row["achieved"] is not None and row["achieved"] < g.client_concurrency * row["offered"]:
+        why.append(f"achieved concurrency {row['achieved']:.3g} of {row['offered']:g} offered (limit {g.client_concurrency * 100:.0f} %)")
+    if why and row["host_cpu"] is not None:
+        why.append(f"machine CPU {row['host_cpu'] * 100:.0f} % busy")
+    return why
+
+
+def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
+    g = run.gate
+    if not g.client_healthy:
+        return result(None, "client_healthy", "validity", "require", [], "not judged (client_healthy = false in the gate)", 0)
+    insts: list[Instance] = []
+    n = sampled = 0
+    worst: tuple[float, str] | None = None
+    for bi in run.judged:
+        for lv in bi.levels:
+            for row in client_rows(bi, lv):
+                n += 1
+                sampled += 1 if row["samples"] else 0
+                if not row["samples"]:
+                    continue  # evidence without client.jsonl: nothing measured the client here
+                w = next(x for x in lv.buckets if x.index == row["bucket"])
+                why = client_saturation(row, g)
+                if why:
+                    insts.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), row["lag_p99"], None, None,
+                                          f"load generator saturated in bucket {row['bucket']}: {', '.join(why)}"))
+                elif row["lag_p99"] is not None and (worst is None or row["lag_p99"] > worst[0]):
+                    worst = (row["lag_p99"], loc(bucket_scope(bi, lv, w)).text)
+    if not sampled:
+        msg = "no client-health samples in the evidence (client.jsonl): the load generator's health is unknown"
+    else:
+        msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
+            f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "")
+    return result(None, "client_healthy", "validity", "require", insts, msg, n)
+
+
+def client_blocks(results: list[RuleResult], r: Rule, res: RuleResult) -> RuleResult:
+    """A timing rule that FAILs while the load generator was saturated (`client_healthy`
+    inconclusive) is INCONCLUSIVE: the failure may be the client's own lag."""
+    if res.status != "fail" or r.expr.metric not in CLIENT_SENSITIVE:
+        return res
+    health = next((x for x in results if x.rule == "client_healthy" and x.status == "inconclusive"), None)
+    if health is None:
+        return res
+    return dataclasses.replace(res, status="inconclusive",
+                               message=f"not judged, the load generator was saturated ({health.message}); it measured: {res.message}")

@@ -88,6 +88,7 @@ CODES: dict[str, Code] = {
         Code("W506", "claim listed twice"),
         Code("W507", "claim boundary states no claim"),
         Code("W508", "fewer than one request expected per level"),
+        Code("W509", "percentile rule with too few planned samples per scope"),
     )
 }
 

@@ -4,6 +4,8 @@ Shared by the checker (types and units of thresholds) and the judge (how to comp
 
 Per-request distributions (aggregate with min, max, mean or pNN):
   ttft, itl, tpot, latency, schedule_lag   (durations), output_tokens, prompt_tokens (counts)
+The share of ITL gaps that are not independent samples (tokens that shared a read, or one
+chunk's gap split over its tokens): ratio(coalesced).
 Outcome counts (bare name = count over the scope; ratio() = share of measured requests;
 rate() = per second of the scope's wall time):
   requests, completed, failed, timeouts, rejected, disconnected, errors, usage_mismatch (completed
@@ -76,6 +78,7 @@ METRICS: dict[str, Metric] = {
     for m in (
         Metric("ttft", Kind.DURATION, DIST, "time to first token, per request"),
         Metric("itl", Kind.DURATION, DIST, "inter-token latency, per token"),
+        Metric("coalesced", Kind.RATIO, ("ratio",), "share of ITL gaps that are not independent samples (tokens sharing a read or a chunk)"),
         Metric("tpot", Kind.DURATION, DIST, "time per output token after the first, per request"),
         Metric("latency", Kind.DURATION, DIST, "end-to-end request latency"),
         Metric("schedule_lag", Kind.DURATION, DIST, "open-loop send delay behind the schedule"),

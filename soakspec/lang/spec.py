@@ -296,6 +296,13 @@ class Gate:
     # bucket/window; one that fires stops the run's load and the gate FAILs naming it
     aborts: tuple[Rule, ...] = ()
     abort_default: bool = True  # the built-in abort: every request of a bucket unsuccessful
+    # the built-in `client_healthy` (judge/validity.py): a bucket whose load generator was
+    # saturated makes the run INCONCLUSIVE, never PASS, never FAIL on timing rules
+    client_healthy: bool = True
+    client_lag: float = 0.05  # event-loop lag p99 over a bucket (time-weighted) above it
+    client_cpu: float = 0.95  # a load process's CPU over a bucket, fraction of one core, at or above it
+    client_schedule_lag: float = 0.05  # open loop: p99 of start - intended_start above it
+    client_concurrency: float = 0.75  # closed loop: achieved mean in-flight / offered below it
 
 
 @dataclasses.dataclass(frozen=True)

@@ -419,6 +419,74 @@ class LevelRow:
     tpot: Mapping[str, Any] | None
     latency: Mapping[str, Any] | None
     requests: Mapping[str, Any]
+    itl_coalesced: Mapping[str, Any] | None = None  # {gaps, coalesced}: ITL samples that are not independent
+    excluded: Mapping[str, Any] | None = None  # {tpot: {reason: n}, itl: {...}}: completed requests left out
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientRow:
+    """The load generator's health over one backend and level (results.json buckets' `client`):
+    the worst bucket of each measure, so a saturated bucket is never averaged away."""
+
+    backend: str
+    label: str
+    lag_p99: float | None  # event-loop lag p99 (time-weighted), worst bucket
+    cpu: float | None  # a load process's CPU, fraction of one core, worst bucket
+    host_cpu: float | None  # the machine's CPUs busy, worst bucket
+    schedule_lag_p99: float | None
+    achieved: float | None  # the lowest bucket's achieved concurrency (closed) or rate (open)
+    offered: float | None
+    coalesced: float | None  # share of the level's ITL gaps that are coalesced
+    lags: tuple[float | None, ...] = ()  # per bucket, in order (the HTML chart)
+
+
+def _worst(vals: Sequence[Any], pick=max) -> float | None:
+    known = [v for v in (num(x) for x in vals) if v is not None]
+    return pick(known) if known else None
+
+
+def client_rows(results: Mapping[str, Any]) -> list[ClientRow]:
+    out = []
+    for b in _list(results.get("backends")):
+        if not isinstance(b, Mapping):
+            continue
+        buckets = [w for w in _list(b.get("buckets")) if isinstance(w, Mapping)]
+        for lv in _list(b.get("levels")):
+            if not isinstance(lv, Mapping):
+                continue
+            cs = [_map(w.get("client")) for w in buckets if w.get("level") == lv.get("index") and w.get("workload") == lv.get("workload")]
+            if not any(c.get("samples") for c in cs):
+                continue
+            co = _map(lv.get("itl_coalesced"))
+            gaps = num(co.get("gaps"))
+            out.append(ClientRow(
+                backend=one_line(b.get("name")), label=one_line(lv.get("label") or f"level {lv.get('index')}"),
+                lag_p99=_worst([c.get("lag_p99") for c in cs]), cpu=_worst([c.get("cpu") for c in cs]),
+                host_cpu=_worst([c.get("host_cpu") for c in cs]), schedule_lag_p99=_worst([c.get("schedule_lag_p99") for c in cs]),
+                achieved=_worst([c.get("achieved") for c in cs], min), offered=_worst([c.get("offered") for c in cs]),
+                coalesced=(num(co.get("coalesced")) or 0) / gaps if gaps else None,
+                lags=tuple(num(c.get("lag_p99")) for c in cs),
+            ))  # fmt: skip
+    return out
+
+
+CLIENT_NOTE = ("The load generator's own health, worst bucket of each level: a saturated client reports its own lag as "
+               "the server's latency, so the built-in client_healthy makes such a run INCONCLUSIVE (thresholds: the gate's "
+               "client_lag, client_cpu, client_schedule_lag, client_concurrency).")
+
+
+def exclusion_notes(results: Mapping[str, Any]) -> list[str]:
+    """`TPOT leaves out 3 completed requests of sim-fast · concurrency 4: fewer than 2 tokens (3)`:
+    every metric that leaves requests out says how many and why."""
+    out = []
+    for lv in level_rows(results):
+        for metric, why in _map(lv.excluded).items():
+            why = _map(why)
+            n = sum(int(v) for v in why.values() if isinstance(v, int))
+            if n:
+                reasons = "; ".join(f"{one_line(k)} ({v})" for k, v in sorted(why.items()))
+                out.append(f"{metric.upper()} leaves out {n} completed request{'s' if n != 1 else ''} of {lv.backend} · {lv.label}: {reasons}")
+    return out
 
 
 def wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
@@ -474,6 +542,7 @@ def level_rows(results: Mapping[str, Any]) -> list[LevelRow]:
                 in_flight=wall_mean(mine, "in_flight"),
                 ttft=_map(lv.get("ttft")) or None, itl=_map(lv.get("itl")) or None, tpot=_map(lv.get("tpot")) or None,
                 latency=_map(lv.get("latency")) or None, requests=_map(lv.get("requests")),
+                itl_coalesced=_map(lv.get("itl_coalesced")) or None, excluded=_map(lv.get("excluded")) or None,
             ))
     return out
 

@@ -27,7 +27,7 @@ from soakspec.report import common as C
 from soakspec.report.charts import Band, Mark, Series, Threshold, bar_chart, empty_chart, esc, line_chart
 from soakspec.report.serverview import html_charts as server_charts
 
-CHART_METRICS = ("ttft", "itl", "throughput", "qps", "failures", "gpu_memory", "rss")
+CHART_METRICS = ("ttft", "itl", "throughput", "qps", "failures", "gpu_memory", "rss", "client")
 FAILURE_KINDS = (("failed", "failed", "#d62728"), ("timeout", "timeouts", "#ff7f0e"),
                  ("rejected", "rejected", "#9467bd"), ("disconnected", "disconnected", "#7f7f7f"))
 PCT_COLORS = (("p50", "#1f77b4"), ("p95", "#ff7f0e"), ("p99", "#d62728"))
@@ -196,7 +196,24 @@ def backend_charts(b: Mapping[str, Any], gpu_reason: str | None, verdict: Any = 
                   Series("max", _broken([(x, v / factor if v is not None else None) for x, v in zip(mids, maxes)], lv_keys), "#d62728", "4 3")]
         out.append(line_chart(name, metric, title, unit, series, bands, x_max, lambda v, u=unit: f"{v:.3g} {u}",
                               thresholds=lines(metric, 1.0 / factor), marks=marks.get(metric, ())))
+    out.append(_client_chart(name, windows, mids, lv_keys, bands, x_max, spec))
     return out
+
+
+def _client_chart(name: str, windows, mids, lv_keys, bands, x_max: float, spec: Any) -> str:
+    """The load generator beside the server: event-loop lag p99 and client CPU per bucket, with
+    the gate's client_lag as the threshold line."""
+    clients = [w.get("client") if isinstance(w.get("client"), Mapping) else {} for w in windows]
+    lag = [_num(c.get("lag_p99")) for c in clients]
+    cpu = [_num(c.get("cpu")) for c in clients]
+    if not any(v is not None for v in lag + cpu):
+        return empty_chart(name, "client", "Load generator health", "no client-health samples (client.jsonl)")
+    gate = getattr(spec, "gate", None)
+    limit = getattr(gate, "client_lag", 0.05)
+    series = [Series("lag p99 (ms)", _broken([(x, v * 1000 if v is not None else None) for x, v in zip(mids, lag)], lv_keys), "#d62728"),
+              Series("CPU (% of a core)", _broken([(x, v * 100 if v is not None else None) for x, v in zip(mids, cpu)], lv_keys), "#1f77b4", "4 3")]
+    return line_chart(name, "client", "Load generator: event-loop lag p99 (ms) and CPU (%)", "ms / %", series, bands, x_max,
+                      lambda v: f"{v:.3g}", thresholds=[Threshold(limit * 1000, f"client_lag {limit * 1000:g} ms")])
 
 
 # ------------------------------------------------------------------------------ page
@@ -246,6 +263,13 @@ def _rate(v: float | None, digits: int = 2) -> str:
     return "-" if v is None else f"{v:.{digits}f}"
 
 
+def _coal(lv: Any) -> str:
+    co = lv.itl_coalesced
+    if isinstance(co, Mapping) and isinstance(co.get("gaps"), int) and co["gaps"]:
+        return f'<br><span class="note">{co.get("coalesced", 0):,} of {co["gaps"]:,} gaps coalesced</span>'
+    return ""
+
+
 def level_table(results: Mapping[str, Any], verdict: Any) -> list[str]:
     """The per-level table: offered vs achieved rate, tokens/s, in flight, percentiles, counts."""
     rows = C.level_rows(results)
@@ -269,7 +293,7 @@ def level_table(results: Mapping[str, Any], verdict: Any) -> list[str]:
             f'<tr{cls}><td><code>{esc(lv.backend)}</code></td>' + (f'<td>{esc(lv.label)}</td>' if with_label else "")
             + f'<td class="offered">{esc(lv.offered)}</td>'
             f'<td class="num">{_rate(lv.qps)}</td><td class="num">{_rate(lv.tokens_per_s, 1)}</td>'
-            f'<td class="num">{_rate(lv.in_flight)}</td><td class="num">{_pct3(lv.ttft)}</td><td class="num">{_pct3(lv.itl)}</td>'
+            f'<td class="num">{_rate(lv.in_flight)}</td><td class="num">{_pct3(lv.ttft)}</td><td class="num">{_pct3(lv.itl)}{_coal(lv)}</td>'
             f'<td class="num">{_pct3(lv.tpot)}</td><td class="num">{_pct3(lv.latency)}</td>{counts}</tr>'
         )
     out.append("</tbody></table></div>")
@@ -403,6 +427,23 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
     if per_level:
         out.append("<h2>Per level</h2>")
         out += per_level
+        out += [f'<p class="note">{esc(n)}</p>' for n in C.exclusion_notes(results)]
+    health = C.client_rows(results)
+    if health:
+        out.append("<h2>Load generator</h2>")
+        out.append(f'<p class="note">{esc(C.CLIENT_NOTE)}</p>')
+        out.append('<table class="levels client"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in
+                   ("Backend", "Level", "Event-loop lag p99", "Client CPU", "Machine CPU", "Schedule lag p99", "Achieved / offered",
+                    "Coalesced ITL")) + "</tr></thead><tbody>")  # fmt: skip
+        for c in health:
+            pct = lambda v: "-" if v is None else f"{v * 100:.0f} %"  # noqa: E731
+            ms = lambda v: "-" if v is None else f"{v * 1000:.1f} ms"  # noqa: E731
+            ach = "-" if c.achieved is None or not c.offered else f"{c.achieved:.3g} / {c.offered:g}"
+            out.append(f"<tr><td><code>{esc(c.backend)}</code></td><td>{esc(c.label)}</td><td class=\"num\">{ms(c.lag_p99)}</td>"
+                       f"<td class=\"num\">{pct(c.cpu)}</td><td class=\"num\">{pct(c.host_cpu)}</td>"
+                       f"<td class=\"num\">{ms(c.schedule_lag_p99)}</td><td class=\"num\">{esc(ach)}</td>"
+                       f"<td class=\"num\">{pct(c.coalesced)}</td></tr>")
+        out.append("</tbody></table>")
     out += sweep_html(results) + goodput_html(results)
     out.append("<h2>Per bucket, over time</h2>")
     out.append('<p class="note">One point per bucket at its midpoint; shaded bands are the levels, and no line joins '

@@ -13,6 +13,8 @@
     ### Per level          offered vs achieved rate, tokens/s, in flight, TTFT / ITL / TPOT /
                            latency percentiles, every outcome count (marked when the
                            performance rules were not evaluated)
+    ### Load generator     the client's own health per level (event-loop lag, CPU, the
+                           machine's CPU, schedule lag, achieved vs offered, coalesced ITL)
     ### Rules that did not pass     (a fenced text block: the judge's own words)
     ### Claim Boundary     the spec's claims, then "It does not claim:" and every exclude verbatim
 
@@ -123,6 +125,36 @@ def _pct(d: Any) -> str:
     return " / ".join(_fmt_s(d.get(k)) for k in ("p50", "p95", "p99"))
 
 
+def _itl(lv: Any) -> str:
+    """ITL percentiles with how many of their gaps are coalesced (not independent samples)."""
+    out = _pct(lv.itl)
+    co = lv.itl_coalesced
+    if isinstance(co, Mapping) and isinstance(co.get("gaps"), int) and co["gaps"]:
+        out += f" ({co.get('coalesced', 0):,} of {co['gaps']:,} gaps coalesced)"
+    return out
+
+
+def _pct_or_dash(v: Any) -> str:
+    return "-" if v is None else f"{v * 100:.0f} %"
+
+
+CLIENT_HEAD = ("Backend / level", "Event-loop lag p99", "Client CPU (of a core)", "Machine CPU", "Schedule lag p99",
+               "Achieved / offered", "Coalesced ITL")
+
+
+def client_table(results: Mapping[str, Any]) -> list[str]:
+    """The load generator's own health per level, beside the server's numbers: the worst bucket
+    of each (judged by the built-in client_healthy)."""
+    rows = []
+    for c in C.client_rows(results):
+        ach = "-" if c.achieved is None or not c.offered else f"{c.achieved:.3g} / {c.offered:g}"
+        rows.append([f"{md_cell(c.backend)} · {md_text(c.label)}", _fmt_s(c.lag_p99), _pct_or_dash(c.cpu), _pct_or_dash(c.host_cpu),
+                     _fmt_s(c.schedule_lag_p99), ach, _pct_or_dash(c.coalesced)])
+    if not rows:
+        return []
+    return ["| " + " | ".join(CLIENT_HEAD) + " |", "|" + "|".join("---" for _ in CLIENT_HEAD) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
 LEVEL_HEAD = ("Backend / level", "Offered", "Achieved req/s", "Output tok/s", "Mean in flight", "TTFT p50 / p95 / p99",
               "ITL p50 / p95 / p99", "TPOT p50 / p95 / p99", "Latency p50 / p95 / p99", "Completed", "Failed", "Timeouts",
               "Rejected", "Disconnected")
@@ -135,7 +167,7 @@ def level_table(results: Mapping[str, Any]) -> list[str]:
     for lv in C.level_rows(results):
         req = lv.requests
         rows.append([f"{md_cell(lv.backend)} · {md_text(lv.label)}", md_text(lv.offered), _fmt_rate(lv.qps, 2),
-                     _fmt_rate(lv.tokens_per_s), _fmt_rate(lv.in_flight, 2), _pct(lv.ttft), _pct(lv.itl), _pct(lv.tpot),
+                     _fmt_rate(lv.tokens_per_s), _fmt_rate(lv.in_flight, 2), _pct(lv.ttft), _itl(lv), _pct(lv.tpot),
                      _pct(lv.latency)] + [_num(C._int(req.get(k))) for k in ("completed", "failed", "timeout", "rejected", "disconnected")])
     if not rows:
         return []
@@ -226,6 +258,13 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         if C.performance_not_evaluated(verdict):
             lines += [md_text(C.NOT_EVALUATED_NOTE), ""]
         lines += per_level + [""]
+        notes = C.exclusion_notes(results)
+        if notes:  # the judge's own words, fenced like the rules' messages (not prose claims)
+            fence = fence_for(notes)
+            lines += ["What the percentiles leave out:", "", fence + "text"] + notes + [fence, ""]
+    health = client_table(results)
+    if health:
+        lines += ["### Load generator", "", md_text(C.CLIENT_NOTE), ""] + health + [""]
     lines += server_md_lines(results, spec)
 
     lines += sweep_section(results) + goodput_section(results)

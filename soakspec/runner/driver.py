@@ -26,6 +26,7 @@ import trio
 from soakspec.plan import BackendPlan, Level, RequestTemplate, probe_level
 from soakspec.runner.abort import AbortWatch, row_of, row_of_json
 from soakspec.runner.backend import Deps, sample_telemetry, serve_backend, tick_progress
+from soakspec.runner.clienthealth import ClientLog, LoopMonitor
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.liveness import Health
 from soakspec.runner.logfile import ExternalLog
@@ -45,6 +46,7 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
     health = Health(deps.clock, bp.launch.liveness)
     banner = bp.runtime.log_regex if bp.runtime is not None else None
     log = ExternalLog.at_start(bp.launch.log_file, banner) if bp.launch.log_file else None
+    client = ClientLog(deps.layout.client)  # the load generator's own health, every run (clienthealth.py)
     try:
         async with trio.open_nursery() as nursery:
             url = await nursery.start(functools.partial(serve_backend, bp.launch, deps, rec, health))
@@ -52,16 +54,18 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
             if bp.metrics is not None:
                 nursery.start_soon(scrape_metrics, bp.metrics, url, deps, rec)
             nursery.start_soon(tick_progress, deps.progress, rec)
-            await drive_backend(bp, url, deps, rec, ids, prompts, health)
+            nursery.start_soon(LoopMonitor(deps.clock, client.write, backend=bp.name).run)
+            await drive_backend(bp, url, deps, rec, ids, prompts, health, client)
             nursery.cancel_scope.cancel()
     finally:
+        client.close()
         if log is not None:
             rec.external_log = log.copy_into(rec.server_log)
 
 
 async def drive_backend(
     bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles,
-    health: Health | None = None,
+    health: Health | None = None, client: ClientLog | None = None,
 ) -> None:  # fmt: skip
     host, port = host_port(url)
 
@@ -79,9 +83,9 @@ async def drive_backend(
             shapes = Shapes(lv.request, prompts(lv.request.prompt_file))
             await shapes.prepare(url)
             if lv.sweep is not None:
-                await _drive_sweep(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), watch, health)
+                await _drive_sweep(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), watch, health, client)
                 continue
-            await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), watch, health)
+            await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), watch, health, client)
     if watch.fired is not None:
         rec.abort_fired = watch.fired.to_json()
         deps.progress.error(f"soakspec run: {watch.fired.describe()}; the rest of the load is not run")
@@ -125,7 +129,7 @@ async def preflight(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder,
 
 
 async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where,
-                       watch: AbortWatch, health: Health | None = None) -> LevelRun:  # fmt: skip
+                       watch: AbortWatch, health: Health | None = None, client: ClientLog | None = None) -> LevelRun:  # fmt: skip
     progress = deps.progress
     nb = len(lv.buckets)
     entry = rec.level_started(lv, deps.clock.now())
@@ -156,7 +160,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             job = {"host": host, "port": port, "api_key_env": lv.request.api_key_env, "request": lv.request,
                    "prompts": shapes.prompts, "backend": bp.name, "headers": ctx.headers,
                    "liveness": bp.launch.liveness}  # fmt: skip
-            run, _ = await drive_level_workers(lv, ctx, job, deps.workers, write_lines, ids)
+            run, _ = await drive_level_workers(lv, ctx, job, deps.workers, write_lines, ids,
+                                               on_health=client.write_json if client is not None else None)
         else:
             run = await drive_level(lv, ctx)
     finally:
@@ -168,7 +173,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
 
 
 async def _drive_sweep(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where,
-                       watch: AbortWatch, health: Health | None = None) -> None:  # fmt: skip
+                       watch: AbortWatch, health: Health | None = None, client: ClientLog | None = None) -> None:  # fmt: skip
     """A sweep (plan.Sweep): probe levels chosen by bisection, each an ordinary level of the
     manifest in the order it ran, judged by `deps.sweep_judge` from its own records; stop when
     the search is settled or the next probe would end past the wall-time bound. The search and
@@ -211,7 +216,7 @@ async def _drive_probe(bp, probe: Level, deps: Deps, rec: BackendRecorder, ids: 
     with trio.CancelScope() as scope:
         watch.on_fire = lambda _fired: scope.cancel()
         try:
-            await _drive_level(bp, probe, deps, rec, ids, shapes, connect, where, watch, health)
+            await _drive_level(bp, probe, deps, rec, ids, shapes, connect, where, watch, health, client)
         finally:
             watch.on_fire = outer
     fired, watch.fired = watch.fired, None

@@ -20,11 +20,15 @@ code behind it, which takes anything unusual and words the errors:
   bytes.split, the others by one regex split per read), and parses the rest fully.
 * I/O: plain non-blocking sockets; `trio.lowlevel.wait_readable` before each recv (a response
   is never there yet: no recv tried in vain), one `send` per request. No SocketStream layers.
-* Time stamps: the kernel's receive time of the bytes (SO_TIMESTAMPNS, from `recvmsg`), on the
-  run clock, so TTFT and ITL are when the bytes arrived, not when the event loop came round to
-  them. `end` stays when the client had read the response: latency and requests in flight are
-  the client's view (at c=64 against a zero-latency server one process is ~30 ms behind its
-  sockets: TTFT from the kernel's stamps is 0.14 ms, latency 30 ms).
+* Time stamps, one clock per record (protocol.py, "One clock per record"): the kernel's
+  receive time of the bytes (SO_TIMESTAMPNS, from `recvmsg`), on the run clock, so first byte,
+  TTFT, ITL and `end` are when the bytes arrived, not when the event loop came round to them;
+  the request's `end` is its last bytes' stamp. How long the client then took to process them
+  is its `client_delay` (at c=64 against a zero-latency server one process is ~30 ms behind its
+  sockets: TTFT from the kernel's stamps is 0.14 ms, and that 30 ms is client delay, not
+  latency). A read that takes several segments gets the stamp of the last one: a starved client
+  reads late and its stamps run late with it (and its tokens coalesce) -- which the client's
+  own health (clienthealth.py) shows and the judge's client_healthy catches.
 
 The figures that chose this (nginx serving a canned 64-token stream, a server that costs almost
 nothing; closed loop at c=64; the shared 2-vCPU VM; `benchmarks/loadgen/`, py-spy, cProfile):

@@ -3,6 +3,11 @@
 Used for the control plane and to cross-check the hot-path client: for the same server
 behaviour both fill identical records (ids and timestamps aside), because both hand the bytes
 to the same `protocol.StreamAccumulator`. httpx errors are translated here, at the edge.
+
+One clock per record: httpx has no kernel receive stamps, so every arrival (first byte, each
+read, the end) is this client's own `clock.now()` at the read -- one source for the whole
+record; `end` is the read that completed the body, and `client_delay` the time from it to the
+record being filled in (protocol.py, "One clock per record").
 """
 
 from __future__ import annotations

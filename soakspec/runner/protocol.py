@@ -29,7 +29,30 @@ Measurement rules (the record's contract):
 * ITL: a chunk carrying k tokens, arriving `gap` after the previous token-bearing chunk, adds k
   gaps of gap/k; the first chunk's tokens add none. So `sum(itl) == last_token - first_token` and
   `len(itl) == output_tokens - tokens_in_first_chunk`.
-  TPOT = (last token - first token) / (N - 1) when N > 1 and tokens arrived at two times or more.
+  TPOT = (last token - first token) / (N - 1) for every request with N >= 2 tokens, whatever
+  the read pattern: a request whose tokens all arrived in one read has TPOT 0 (not none), so the
+  fastest requests are not left out of TPOT (a selection bias towards slow ones). A
+  non-streaming response has no token times: no ITL, no TPOT.
+* Coalescing is counted, not hidden: `coalesced` is the number of the request's ITL gaps that
+  are not independent samples -- a token whose arrival stamp equals the previous token's (the
+  same read: a gap of 0), and the k - 1 shares of a chunk's gap split over its k tokens (all k
+  when that chunk came in the previous token's read). A chunk of k tokens still adds k gaps.
+* `usage_decreased`: a cumulative usage.completion_tokens below one seen earlier in the same
+  stream (a server bug; the judge counts the request as usage_mismatch).
+* One clock per record. Every time of a request is on the run clock (`clock.RunClock`), and
+  every *arrival* is the same kind of stamp: `first_byte`, each token event and `end` are the
+  arrival time of the bytes that carried them (`on_body(data, t)`, `on_end(t)`: the h11 client
+  passes the kernel's receive stamp of the read, SO_TIMESTAMPNS converted to the run clock; the
+  httpx reference client, which has no kernel stamps, its own `now()` at the read). `start` is
+  the run clock when the client begins the request (before connecting and sending: nothing is
+  processed in between). So a whole response ends at the arrival of its last bytes, not when
+  the client got round to processing them, and `latency - ttft` is the server's time between
+  the first token and the last bytes. The processing delay after that is the client's, recorded
+  apart as `client_delay` (`finish`'s `end` minus the last bytes' stamp); a request that did not
+  end with a whole response (a failure, the deadline) ends when the client saw it end.
+  Why kernel stamps: a busy client reads late, and a user-space stamp at the read charges that
+  lateness to the server (38-81 % of ITL samples were 0 ms and TTFT p95 grew 17x on a loaded
+  machine); the kernel stamps when the bytes arrived, however late the loop reads them.
 * Outcomes: see `records.Outcome`. The first failure wins, outcome and message. The server's
   own word decides completion: a 200 that ends with `[DONE]` (a stream), carries no error
   event or payload and no `finish_reason: "error"`, and shows >= 1 completion token (its usage,
@@ -405,7 +428,7 @@ class StreamAccumulator:
         "status", "outcome", "error", "first_token", "server_id", "finish_reason",
         "prompt_tokens", "chunks", "done", "ended",
         "_usage", "_times", "_cum", "_textless", "_continuous", "_hash", "_chars", "_fast",
-        "_lead_times", "_lead_cum",
+        "_lead_times", "_lead_cum", "_end", "_down",
     )  # fmt: skip
 
     def __init__(self, shape: RequestShape, limits: Limits = DEFAULT_LIMITS) -> None:
@@ -439,6 +462,8 @@ class StreamAccumulator:
         self._lead_cum: list[int] = []
         self._hash = hashlib.sha256()
         self._chars = 0
+        self._end: float | None = None  # the arrival stamp of the last bytes (a whole body)
+        self._down = False  # a usage.completion_tokens below one seen before (see `finish`)
 
     # -- transport events ---------------------------------------------------------------------
 
@@ -518,8 +543,10 @@ class StreamAccumulator:
         return True
 
     def on_end(self, t: float) -> None:
-        """The body is complete (end of message)."""
+        """The body is complete (end of message); `t` is the arrival stamp of its last bytes,
+        which becomes the record's `end` (see "One clock")."""
         self.ended = True
+        self._end = t
         if self._body_mode is _Body.JSON:
             obj = self._parse_json(bytes(self._body))
             self._body = bytearray()
@@ -642,6 +669,8 @@ class StreamAccumulator:
                     cums.append(cum)
                 elif cum > 0 and not cums:
                     self._lead(cum, t)
+                elif cums and cum < cums[-1]:
+                    self._down = True
         self._continuous = continuous
         if len(cums) > k:
             self._times.extend([t] * (len(cums) - k))
@@ -710,12 +739,16 @@ class StreamAccumulator:
                 self._textless.append(len(self._times))
                 self._times.append(t)
                 self._cum.append(cum)
+            elif cum < self._cum[-1]:
+                self._down = True
 
     def _lead(self, cum: int, t: float) -> None:
         """A token arrival before any text (usage rose to `cum` at `t`)."""
         if not self._lead_cum or cum > self._lead_cum[-1]:
             self._lead_times.append(t)
             self._lead_cum.append(cum)
+        elif cum < self._lead_cum[-1]:
+            self._down = True
 
     def _fields(self, obj: dict[str, Any], chat_key: str) -> tuple[str | None, int]:
         """(text, cumulative completion tokens or -1); notes id, usage and finish_reason.
@@ -760,7 +793,11 @@ class StreamAccumulator:
     # -- the result ---------------------------------------------------------------------------
 
     def finish(self, record: RequestRecord, end: float) -> None:
-        """Classify the request and write every measured field of `record`."""
+        """Classify the request and write every measured field of `record`.
+
+        `end` is the client's clock when it finished with the request (`now()`). A request whose
+        body arrived whole ends at its last bytes' arrival stamp (`on_end`), and `end` minus that
+        is its `client_delay`; any other (a failure, the deadline) ends at `end` itself."""
         shape = self._shape
         if self.outcome is None:
             if not self.ended:
@@ -784,10 +821,12 @@ class StreamAccumulator:
 
         itl: list[float] = []
         tpot = None
+        coalesced = 0
         times = self._times
         if times and per_point is None:  # one token per point: the gaps between them
             first, last = times[0], times[-1]
             itl = [b - a for a, b in zip(times, times[1:])]
+            coalesced = itl.count(0.0)  # a token in the same read (same stamp) as the one before
         elif times:
             assert per_point is not None
             first = last = times[0]
@@ -800,11 +839,19 @@ class StreamAccumulator:
                         itl.append(gap)
                     else:
                         itl.extend([gap] * k)
+                    # one chunk's gap split k ways is one measurement: k - 1 of its gaps are
+                    # not independent; all k when it shared the previous token's read
+                    coalesced += k if t == last else k - 1
                     last = t
-        if times and n > 1 and last > first:
+        if times and n > 1 and shape.stream:  # whatever the read pattern: 0 when every token came in one read
             tpot = (last - first) / (n - 1)
 
-        record.end = end
+        if self.ended and self._end is not None:
+            record.end = self._end if self._end <= end else end
+            record.client_delay = end - record.end
+        else:
+            record.end = end
+            record.client_delay = None
         record.status = self.status
         record.outcome = self.outcome or Outcome.COMPLETED
         record.error = None if error is None else error[:ERROR_LIMIT]
@@ -821,6 +868,20 @@ class StreamAccumulator:
         record.output_sha256 = self._hash.hexdigest() if self.chunks else None
         record.output_chars = self._chars
         record.empty_text = record.outcome is Outcome.COMPLETED and self._chars == 0 and n > 0
+        record.coalesced = coalesced
+        record.usage_decreased = self._usage_went_down()
+
+    def _usage_went_down(self) -> bool:
+        """Some cumulative usage.completion_tokens was below one seen before it in the stream."""
+        if self._down:
+            return True
+        cum = self._cum
+        if not self._continuous:
+            cum = [c for c in cum if c >= 0]
+        if cum and not all(map(operator.le, cum, cum[1:])):
+            return True
+        top = max(cum[-1] if cum else -1, self._lead_cum[-1] if self._lead_cum else -1)
+        return self._usage is not None and top > self._usage
 
     def _tokens(self) -> tuple[TokensSource, ItlSource, int, list[int] | None]:
         """(tokens_source, itl_source, output tokens, tokens per point or None: one each) by the

@@ -44,13 +44,14 @@ from typing import Any
 import trio
 
 from soakspec.plan import Level, Liveness, Open
+from soakspec.runner.clienthealth import LoopMonitor
 from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, drive_level
 
-READY, START, RECORDS, DONE, ERROR, JOB = range(6)
+READY, START, RECORDS, DONE, ERROR, JOB, HEALTH = range(7)
 _HEAD = struct.Struct("<BI")  # message kind, payload length
 BATCH = 256  # records waiting that make a message go at once
 FLUSH_S = 0.02  # and at least this often
@@ -105,14 +106,15 @@ class _Reader:
 
 async def drive_level_workers(
     level: Level, ctx: LevelContext, job: dict[str, Any], workers: int, write_lines: Callable[[bytes], None],
-    ids: IdSequence,
+    ids: IdSequence, *, on_health: Callable[[dict], None] | None = None,
 ) -> tuple[LevelRun, int]:
     """Run `level` from `workers` processes; returns the level's run and the next free request index
     (`ids` continues after every index a worker used).
 
     `job` holds what a worker needs besides its part: host, port, api_key_env, request (the
     level's template), prompts, backend, headers. Records go to `write_lines`; `ctx.stats` and
-    `ctx.on_bucket` work as with `drive_level`.
+    `ctx.on_bucket` work as with `drive_level`. Each worker's client-health samples
+    (runner/clienthealth.py, `process` = its part + 1) go to `on_health`.
     """
     n = processes_for(level, workers)
     shares = [ids.share(p, n) for p in range(n)]
@@ -140,6 +142,10 @@ async def drive_level_workers(
             kind, payload = msg
             if kind == RECORDS:
                 take(payload)
+            elif kind == HEALTH:
+                if on_health is not None:
+                    for row in pickle.loads(payload):
+                        on_health(row)
             elif kind == DONE:
                 summaries[p] = pickle.loads(payload)
             elif kind == ERROR and not draining:
@@ -231,6 +237,7 @@ async def _worker(msg_fd: int) -> None:
         return
     lines: list[bytes] = []
     outcomes: list[tuple[str, float | None]] = []
+    health: list[dict] = []  # this process's client-health samples, sent with the next flush
     stats = LiveStats()
     reported = 0  # requests started, as last reported
     full = trio.Event()
@@ -243,6 +250,11 @@ async def _worker(msg_fd: int) -> None:
 
     async def flush() -> None:
         nonlocal reported, full
+        if health:
+            samples = pickle.dumps(list(health))
+            health.clear()
+            with trio.CancelScope(shield=True):
+                await out.send_all(_frame(HEALTH, samples))
         if not lines and stats.sent == reported:
             return
         payload = pickle.dumps((b"".join(lines), list(outcomes), stats.sent - reported))
@@ -284,6 +296,9 @@ async def _worker(msg_fd: int) -> None:
 
             nursery.start_soon(watch_parent)
             nursery.start_soon(flusher)
+            monitor = LoopMonitor(clock, lambda smp: health.append(smp.to_json()), backend=job["backend"],
+                                  process=next_id.part + 1)  # fmt: skip
+            nursery.start_soon(monitor.run)
             run = await drive_level(level, ctx)
             nursery.cancel_scope.cancel()
     except Exception:  # noqa: BLE001

@@ -16,6 +16,7 @@ readiness probe); every POST answers a streamed completion shaped by `--mode`:
   no-done         a correct stream, properly terminated, without `data: [DONE]`
   die-mid-stream  two events, then the whole process exits with status 1
   zero-tokens     HTTP 200, events with empty text and usage 0, `finish_reason: length`, [DONE]
+  usage-down      a correct stream whose cumulative usage goes 1, 2, 1, 4 (it went down)
   drop-second     keep-alive: on each connection the first request is answered (a correct
                   stream), the second is read and the connection closed without a response
   idle-close      keep-alive: every request answered; a connection idle for `--idle-close`
@@ -131,6 +132,9 @@ def respond(conn: socket.socket, mode: str) -> None:
         send(head() + chunk(b"".join(TOKENS)) + b"0\r\n\r\n")
     elif mode == "zero-tokens":
         send(head() + chunk(event(None, usage=0) + event(None, finish="length", usage=0) + DONE) + b"0\r\n\r\n")
+    elif mode == "usage-down":
+        down = event("a", usage=1) + event(" b", usage=2) + event(" c", usage=1) + event(" d", finish="length", usage=4)
+        send(head() + chunk(down + DONE) + b"0\r\n\r\n")
     elif mode == "die-mid-stream":
         send(head() + chunk(TOKENS[0] + TOKENS[1]))
         time.sleep(0.05)

@@ -19,6 +19,8 @@ from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import expr_text, rule_text, value_text
 from soakspec.lang.metrics import (AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRICS, SERVER_METRIC_NAME, SLO_FUNCTIONS, SLO_METRICS, Kind,
                                    parse_percentile)
+from soakspec.lang.samples import min_samples_for_percentile
+from soakspec.lang.simoptions import OPTIONS as _SIM_OPTIONS
 from soakspec.units import UNITS, Dimension
 
 SCOPES = ("run", "backend", "level", "bucket", "window", "phase")  # phase: each named phase (a level) of a workload's load
@@ -33,6 +35,11 @@ GATE = Table(
         Key("allow_rehearsal", "bool", "allow_rehearsal"),
         Key("trace_window", "quantity", "trace_window_s", Dimension.DURATION),
         Key("abort_default", "bool", "abort_default"),
+        Key("client_healthy", "bool", "client_healthy"),
+        Key("client_lag", "quantity", "client_lag", Dimension.DURATION),
+        Key("client_cpu", "quantity", "client_cpu", Dimension.RATIO, maximum=1.0),
+        Key("client_schedule_lag", "quantity", "client_schedule_lag", Dimension.DURATION),
+        Key("client_concurrency", "quantity", "client_concurrency", Dimension.RATIO, maximum=1.0),
     ),
     statements=(A.Rule,),
 )
@@ -386,3 +393,69 @@ def check_phase_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None:
         if r.scope == "phase":
             ctx.error("E403", "'per phase' judges each named phase of a workload's load, and no workload has phases",
                       r.span, "add load { phases { NAME { duration = ...  ... } } } to a workload, or scope the rule per level")
+
+
+# ------------------------------------------------------------------ W509: too few planned samples
+#
+# A percentile rule needs min_samples_for_percentile(q, confidence) samples in each instance of
+# its scope (lang/samples.py; the judge's rule, judge/stats.py) before it can PASS. `check` warns
+# before anything runs when the plan cannot give them: requests per bucket (window, level) are
+# rate x length in open loop, and concurrency x length / the expected latency in closed or batch
+# loops -- the workload's `expected_latency`, else a simulator backend's own ttft + itl x
+# (max_tokens - 1). Without either (a real server, no hint) nothing is estimated. `itl` counts
+# tokens after the first of each request. Scopes per run and per backend pool every level: not
+# warned about.
+
+SIM_DEFAULTS = {name: _SIM_OPTIONS[name].default for name in ("ttft", "itl")}
+PER_REQUEST_PERCENTILES = frozenset({"ttft", "tpot", "latency", "schedule_lag", "output_tokens", "prompt_tokens"})
+
+
+def _sim_latency(bk: S.Backend, max_tokens: float) -> float | None:
+    if bk.kind != "sim":
+        return None
+    opts = dict(bk.sim)
+    if opts.get("zero_latency"):
+        return None
+    ttft = float(opts.get("ttft", SIM_DEFAULTS["ttft"]))  # type: ignore[arg-type]
+    itl = float(opts.get("itl", SIM_DEFAULTS["itl"]))  # type: ignore[arg-type]
+    return ttft + itl * max(0.0, max_tokens - 1)
+
+
+def _planned(w: S.Workload, bk: S.Backend, length_s: float) -> list[tuple[str, float]]:
+    """(level label, expected requests in `length_s`) for each load level of `w` on `bk`."""
+    tokens = sum(w.max_tokens) / len(w.max_tokens) if w.max_tokens else 64.0
+    load = w.load
+    if load.mode == "open":
+        return [(f"{r:g} rps", r * length_s) for r in load.rates]
+    latency = w.expected_latency_s or _sim_latency(bk, tokens)
+    if not latency or latency <= 0:
+        return []
+    return [(f"concurrency {c}", c * length_s / latency) for c in load.concurrency]
+
+
+def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[str, S.Backend]) -> None:
+    """W509 for each percentile rule whose scope the plan cannot fill (see above)."""
+    for rule in g.rules:
+        q = rule.expr.percentile
+        metric = rule.expr.metric
+        if q is None or rule.scope not in ("bucket", "window", "level") or rule.expr.wrapper is not None:
+            continue
+        if metric not in PER_REQUEST_PERCENTILES and metric != "itl":
+            continue
+        need = max(min_samples_for_percentile(q, g.confidence), g.min_samples)
+        fewest: tuple[float, str] | None = None
+        targets = [backends[rule.backend]] if rule.backend in backends else list(backends.values())
+        for w in workloads:
+            length = {"bucket": w.bucket_s, "window": rule.window_s or w.bucket_s, "level": w.duration_s}[rule.scope]
+            per_token = max(0.0, (sum(w.max_tokens) / len(w.max_tokens) if w.max_tokens else 64.0) - 1) if metric == "itl" else 1.0
+            for bk in targets:
+                for label, n in _planned(w, bk, length):
+                    n *= per_token
+                    if n < need and (fewest is None or n < fewest[0]):
+                        fewest = (n, f"workload '{w.name}' at {label}" + (f" on backend '{bk.name}'" if len(targets) > 1 else ""))
+        if fewest is not None:
+            unit = "gaps" if metric == "itl" else "samples"
+            what = {"bucket": "per bucket", "window": "per window", "level": "per level"}[rule.scope]
+            ctx.warn("W509", f"{rule.expr.text} {what} needs {need} {unit} at {g.confidence * 100:g}% confidence; "
+                             f"about {fewest[0]:.0f} {what} are planned ({fewest[1]}): the rule can only be INCONCLUSIVE",
+                     rule.span, "raise the rate or concurrency, lengthen the bucket or level, or use a lower percentile")  # fmt: skip
