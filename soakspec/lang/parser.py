@@ -10,9 +10,11 @@ mistake does not cascade into a page of noise.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import errno
 import functools
+import gc
 import importlib.resources
 import math
 import os
@@ -20,9 +22,12 @@ import pathlib
 import re
 import select
 import stat
+import threading
 import time
+from types import SimpleNamespace
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
+from lark.lexer import BasicLexer, ContextualLexer
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from soakspec.diagnostics import Diagnostic, Span
@@ -49,13 +54,132 @@ def _grammar_text() -> str:
 
 @functools.cache
 def _parser() -> Lark:
-    return Lark(
+    """The LALR parser with the AST built inline: each rule's `_ToAst` method runs as the rule
+    is reduced, so no parse tree is built and walked a second time (on a 1 MB spec the tree,
+    its position propagation and the transform pass were three quarters of `check`'s time).
+    Positions come from the tokens: `_Positions` gives a rule's method the span of everything
+    the rule matched, punctuation included -- what lark's `propagate_positions` computed."""
+    lark = Lark(
         _grammar_text(),
         parser="lalr",
         lexer="contextual",
-        propagate_positions=True,
+        transformer=_BUILDER.callbacks(),
         maybe_placeholders=False,
     )
+    _BUILDER.positioned(lark._callbacks)
+    return lark
+
+
+def _fast_parse(lark: Lark, text: str):
+    """The parse of a well-formed spec, in one loop: lark's contextual lexers (the same
+    compiled alternations, tried in the same order, the same keyword check of a name) feeding
+    lark's LALR table and rule callbacks directly -- the same shifts and reductions as
+    `Lark.parse`, so the same `SoakFile`, without lark's per-token layers (a generator, a
+    parser-state object and a method call per token; whitespace and comments lexed as tokens
+    first). At the first character no terminal matches, or the first token the table has no
+    action for, it gives up and returns `_NOT_FAST`: `_Syntax.run` then parses with lark
+    itself, whose error recovery reports every syntax error. Relies on the structure of lark
+    1.2/1.3 (checked in `_fast_parts`); without it, lark's own parse is always used."""
+    parts = _fast_parts(lark)
+    if parts is None:  # pragma: no cover - another lark
+        return _NOT_FAST
+    states, start_state, end_state, lexers, callbacks, term_callbacks, shift = parts
+    end = len(text)
+    pos = line_start = 0
+    line = 1
+    state_stack = [start_state]
+    value_stack: list = []
+    new_token = Token._future_new
+    plans: dict[int, tuple] = {}
+    last = None
+    while True:
+        # ---- the next token, lexed by the lexer of the parser's state (lark's ContextualLexer)
+        basic = lexers[state_stack[-1]]
+        plan = plans.get(id(basic))
+        if plan is None:
+            plan = plans[id(basic)] = (basic.scanner._mres, basic.ignore_types, basic.newline_types, basic.callback)
+        mres, ignore, newline, lex_callbacks = plan
+        tok = None
+        while pos < end:
+            for mre in mres:
+                m = mre.match(text, pos)
+                if m is not None:
+                    break
+            else:
+                return _NOT_FAST
+            value = m.group(0)
+            type_ = m.lastgroup
+            start, tline, tcol = pos, line, pos - line_start + 1
+            if type_ in newline:
+                n = value.count("\n")
+                if n:
+                    line += n
+                    line_start = pos + value.rindex("\n") + 1
+            pos += len(value)
+            ignored = type_ in ignore
+            if ignored and type_ not in lex_callbacks:
+                continue
+            t = new_token(type_, value, start, tline, tcol, line, pos - line_start + 1, pos)
+            if type_ in lex_callbacks:
+                t = lex_callbacks[type_](t)
+            if not ignored:
+                tok = t
+                break
+        is_end = tok is None
+        if is_end:
+            tok = Token.new_borrow_pos("$END", "", last) if last is not None else Token("$END", "", 0, 1, 1)
+        last = tok
+        # ---- lark's ParserState.feed_token
+        while True:
+            actions = states[state_stack[-1]]
+            action_arg = actions.get(tok.type)
+            if action_arg is None:
+                return _NOT_FAST
+            action, arg = action_arg
+            if action is shift:
+                if is_end:  # pragma: no cover - lark's table never shifts $END
+                    return _NOT_FAST
+                state_stack.append(arg)
+                value_stack.append(tok if tok.type not in term_callbacks else term_callbacks[tok.type](tok))
+                break
+            size = len(arg.expansion)
+            if size:
+                children = value_stack[-size:]
+                del state_stack[-size:]
+                del value_stack[-size:]
+            else:
+                children = []
+            reduced = callbacks[arg](children)
+            state_stack.append(states[state_stack[-1]][arg.origin.name][1])
+            value_stack.append(reduced)
+            if is_end and state_stack[-1] == end_state:
+                return value_stack[-1]
+
+
+_NOT_FAST = object()
+
+
+@functools.cache
+def _fast_parts(lark: Lark):
+    """What `_fast_parse` reads from lark, or None when this lark is not built as it expects."""
+    try:
+        from lark.parsers.lalr_analysis import Shift
+
+        frontend = lark.parser
+        lexer = frontend.lexer
+        table = frontend.parser.parser.parse_table
+        if type(lexer) is not ContextualLexer or not all(type(b) is BasicLexer for b in lexer.lexers.values()):
+            return None  # pragma: no cover
+        if frontend.lexer_conf.postlex is not None or not hasattr(Token, "_future_new"):
+            return None  # pragma: no cover
+        for b in set(lexer.lexers.values()):
+            b.scanner._mres  # noqa: B018 - builds the scanner and its keyword callbacks, as lark's first use would
+            b.callback, b.ignore_types, b.newline_types  # noqa: B018
+        callbacks = frontend.parser.parser.callbacks
+        term_callbacks = {k: v for k, v in callbacks.items() if isinstance(k, str)}
+        return (table.states, table.start_states["start"], table.end_states["start"], lexer.lexers, callbacks, term_callbacks, Shift)
+    except (AttributeError, KeyError, ImportError):  # pragma: no cover - another lark
+        return None
 
 
 # Friendly names for terminals in "expected ..." messages.
@@ -109,7 +233,7 @@ def _describe_token(tok: Token) -> str:
 
 
 def _span(meta) -> Span:
-    if getattr(meta, "empty", True):
+    if getattr(meta, "empty", True) or meta.line is None:
         return Span()
     return Span(meta.line, meta.column, meta.end_line, meta.end_column)
 
@@ -130,6 +254,8 @@ _QUANTITY_RE = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)([A-Za-z%
 def _unescape(body: str) -> str:
     # JSON-compatible escapes plus \' ; an invalid escape is an error for the checker to see,
     # but we keep lexing lenient: unknown escapes are kept verbatim.
+    if "\\" not in body:
+        return body
     out = []
     i = 0
     simple = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "/": "/", "'": "'", "0": "\0"}
@@ -153,35 +279,171 @@ def _unescape(body: str) -> str:
     return "".join(out)
 
 
+class _Meta:
+    """What a `@v_args(meta=True)` method reads: the span of all the rule matched."""
+
+    __slots__ = ("empty", "line", "column", "end_line", "end_column")
+
+    def __init__(self, first, last):
+        self.empty = first is None
+        if first is not None:
+            self.line, self.column = first
+            self.end_line, self.end_column = last
+
+
+def _start_of(c):
+    """(line, column) where a reduced child begins: a token, an AST node (its span) or an
+    expanded helper rule's Tree (its first child); None when it has no position (a token
+    that error recovery inserted)."""
+    if isinstance(c, Token):
+        return (c.line, c.column) if c.line is not None else None
+    span = getattr(c, "span", None)
+    if span is not None:
+        return (span.line, span.column) if span.line else None
+    if isinstance(c, Tree):
+        for x in c.children:
+            found = _start_of(x)
+            if found is not None:
+                return found
+    return None
+
+
+def _end_of(c):
+    if isinstance(c, Token):
+        return (c.end_line, c.end_column) if c.end_line is not None else None
+    span = getattr(c, "span", None)
+    if span is not None:
+        return (span.end_line, span.end_column) if span.line else None
+    if isinstance(c, Tree):
+        for x in reversed(c.children):
+            found = _end_of(x)
+            if found is not None:
+                return found
+    return None
+
+
+def _punctuated(method):
+    """Mark a rule method whose span includes punctuation that lark drops from its children
+    (braces, brackets, parentheses, keywords): it reads the rule's raw children (`self.raw`)."""
+    method.punctuated = True
+    return method
+
+
+def _between(first: Token, last: Token | Span) -> Span:
+    """From a token to the end of a token or span (an attribute: its key to its value's end)."""
+    if isinstance(last, Token):
+        return Span(first.line, first.column, last.end_line, last.end_column)
+    if first.line is None or not last.line:
+        return Span()  # a token that error recovery inserted (the tree is dropped then)
+    return Span(first.line, first.column, last.end_line, last.end_column)
+
+
 class _ToAst(Transformer):
-    @v_args(meta=True)
-    def start(self, meta, children):
+    """The rules' callbacks, run inline by the LALR parser (`_parser`). A method is named after
+    its rule (or alias) and takes the rule's children; with `@v_args(meta=True)` it also gets
+    the `meta` of everything the rule matched (its punctuation included), as with lark's
+    `propagate_positions`. One instance serves every parse (under `_PARSE_LOCK`): `reset`
+    before each."""
+
+    def __init__(self):
+        self.raw: list = []  # the children of the rule being reduced, punctuation included
+        self.too_large: list[Token] = []  # number literals no float holds (reported after a clean parse)
+
+    def reset(self) -> None:
+        self.raw = []
+        self.too_large = []
+
+    def meta(self) -> _Meta:
+        raw = self.raw
+        first = last = None
+        for c in raw:
+            first = _start_of(c)
+            if first is not None:
+                break
+        for c in reversed(raw):
+            last = _end_of(c)
+            if last is not None:
+                break
+        if first is None or last is None:
+            return _Meta(None, None)
+        return _Meta(first, last)
+
+    def callbacks(self) -> SimpleNamespace:
+        """The rule methods as lark's inline transformer calls them (`f(children)`); a method
+        declared with `v_args` gets what that asks for, its `meta` computed by `meta()`."""
+        ns = SimpleNamespace()
+        for name in vars(type(self)):
+            if name.startswith("_") or name in _BUILDER_API:
+                continue
+            f = getattr(self, name)
+            wrapper = getattr(f, "visit_wrapper", None)
+            if wrapper is None:
+                setattr(ns, name, f)
+            else:
+                setattr(ns, name, functools.partial(self._visit, wrapper, f.base_func, name))
+        return ns
+
+    def _visit(self, wrapper, func, name, children):
+        return wrapper(func, name, children, self.meta())
+
+    def positioned(self, callbacks: dict) -> None:
+        """Wrap the callback of each rule whose method needs positions beyond its children
+        (a `v_args(meta=True)` method, or one marked `_punctuated`), so that the rule's raw
+        children -- its punctuation included, before lark drops it -- are at hand while the
+        method runs (`self.raw`, read by `meta()`). The other rules run unwrapped."""
+        names = set()
+        for n in vars(type(self)):
+            f = getattr(type(self), n)
+            if getattr(f, "visit_wrapper", None) is not None or getattr(f, "punctuated", False):
+                names.add(n)
+        for rule, cb in list(callbacks.items()):
+            if isinstance(rule, str):  # a terminal's lexer callback
+                continue
+            if (rule.alias or rule.options.template_source or rule.origin.name) in names:
+                callbacks[rule] = functools.partial(self._with_raw, cb)
+
+    def _with_raw(self, cb, children):
+        self.raw = children
+        return cb(children)
+
+    def _raw_span(self) -> Span:
+        """The span from the first to the last token the rule matched (both are tokens in the
+        punctuated rules: a name or bracket first, a bracket or name last)."""
+        first, last = self.raw[0], self.raw[-1]
+        if isinstance(first, Token) and isinstance(last, Token) and first.line is not None and last.end_line is not None:
+            return Span(first.line, first.column, last.end_line, last.end_column)
+        return _span(self.meta())  # a token that error recovery inserted (the tree is dropped then)
+
+    def _checked_number(self, tok: Token, text: str) -> int | float:
+        if math.isinf(float(text)):  # also keeps int() from refusing a 5000-digit literal
+            self.too_large.append(tok)
+            return 0
+        return _number(text)
+
+    def start(self, children):
         return A.SoakFile(tuple(children))
 
-    @v_args(meta=True)
-    def block(self, meta, children):
+    @_punctuated
+    def block(self, children):
         kind_tok = children[0]
         rest = children[1:]
         label = None
         if rest and isinstance(rest[0], A.Str):
             label, rest = rest[0], rest[1:]
-        return A.Block(str(kind_tok), label, tuple(rest), span=_span(meta), kind_span=_tok_span(kind_tok))
+        return A.Block(str(kind_tok), label, tuple(rest), span=self._raw_span(), kind_span=_tok_span(kind_tok))
 
     def label(self, children):
         return children[0]
 
-    @v_args(meta=True)
-    def attribute(self, meta, children):
+    def attribute(self, children):
         key, value = children
-        return A.Attribute(str(key), value, span=_span(meta), key_span=_tok_span(key))
+        return A.Attribute(str(key), value, span=_between(key, value.span), key_span=_tok_span(key))
 
-    @v_args(meta=True)
-    def claim(self, meta, children):
+    def claim(self, children):
         kw, text = children
-        return A.Claim(str(kw), text, span=_span(meta))
+        return A.Claim(str(kw), text, span=_between(kw, text.span))
 
-    @v_args(meta=True)
-    def rule(self, meta, children):
+    def rule(self, children):
         severity = str(children[0])
         expr = children[1]
         op = threshold = scope = target = None
@@ -194,30 +456,29 @@ class _ToAst(Transformer):
                 scope = item
             elif isinstance(item, A.Str):
                 target = item
-        return A.Rule(severity, expr, op, threshold, scope, target, span=_span(meta))
+        last = children[-1]
+        return A.Rule(severity, expr, op, threshold, scope, target, span=_between(children[0], last if isinstance(last, Token) else last.span))
 
-    @v_args(meta=True)
-    def scope(self, meta, children):
+    @_punctuated
+    def scope(self, children):
         kind = str(children[0])
         length = children[1] if len(children) > 1 else None
         if isinstance(length, Token):
             length = self._quantity_tok(length)
-        return A.Scope(kind, length, span=_span(meta))
+        return A.Scope(kind, length, span=self._raw_span())
 
     def target(self, children):
         return children[0]
 
-    @v_args(meta=True)
-    def call(self, meta, children):
+    @_punctuated
+    def call(self, children):
         name, arg = children
-        return A.Call(str(name), arg, span=_span(meta))
+        return A.Call(str(name), arg, span=self._raw_span())
 
-    @v_args(meta=True)
-    def metric_ref(self, meta, children):
-        return A.MetricRef(str(children[0]), span=_span(meta))
+    def metric_ref(self, children):
+        return A.MetricRef(str(children[0]), span=_tok_span(children[0]))
 
-    @v_args(meta=True)
-    def string(self, meta, children):
+    def string(self, children):
         tok = children[0]
         text = str(tok)
         if tok.type == "RAW_STRING":
@@ -228,32 +489,36 @@ class _ToAst(Transformer):
 
     def number(self, children):
         tok = children[0]
-        return A.Num(_number(str(tok)), span=_tok_span(tok))
+        return A.Num(self._checked_number(tok, str(tok)), span=_tok_span(tok))
 
     def quantity(self, children):
         return self._quantity_tok(children[0])
 
-    @staticmethod
-    def _quantity_tok(tok: Token) -> A.Quantity:
+    def _quantity_tok(self, tok: Token) -> A.Quantity:
         m = _QUANTITY_RE.fullmatch(str(tok))
         assert m is not None  # the lexer guarantees the shape
-        return A.Quantity(_number(m.group(1)), m.group(2), span=_tok_span(tok))
+        return A.Quantity(self._checked_number(tok, m.group(1)), m.group(2), span=_tok_span(tok))
 
-    @v_args(meta=True)
-    def true(self, meta, children):
-        return A.Bool(True, span=_span(meta))
+    @_punctuated
+    def true(self, children):
+        return A.Bool(True, span=self._raw_span())
 
-    @v_args(meta=True)
-    def false(self, meta, children):
-        return A.Bool(False, span=_span(meta))
+    @_punctuated
+    def false(self, children):
+        return A.Bool(False, span=self._raw_span())
 
     def word(self, children):
         tok = children[0]
         return A.Word(str(tok), span=_tok_span(tok))
 
-    @v_args(meta=True)
-    def list(self, meta, children):
-        return A.List(tuple(c for c in children if c is not None), span=_span(meta))
+    @_punctuated
+    def list(self, children):
+        return A.List(tuple(c for c in children if c is not None), span=self._raw_span())
+
+
+_BUILDER_API = frozenset({"reset", "meta", "callbacks", "positioned", "transform"})
+_BUILDER = _ToAst()
+_PARSE_LOCK = threading.Lock()
 
 
 # ---------------------------------------------------------------- comments
@@ -347,26 +612,41 @@ def _guard(text: str, path: str) -> Diagnostic | None:
     return None
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """No cyclic garbage collection inside: parsing a large spec creates some hundred thousand
+    objects that all survive (tokens, nodes, spans, none of them in a cycle), and each of the
+    collector's passes over the growing heap found nothing to free -- a third of the parse's
+    time on a 1 MB spec. Reference counting still frees everything as usual; the collector is
+    re-enabled (if it was) on the way out."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Diagnostic]]:
     """Parse .soak source. Returns the tree (None if there were syntax errors) and diagnostics."""
     refused = _guard(text, path)
     if refused is not None:
         return None, [refused]
     syntax = _Syntax(text, path)
-    tree = syntax.run()
-    if tree is None or syntax.diags:
+    with _PARSE_LOCK, gc_paused():
+        soak = syntax.run()
+        too_large = _BUILDER.too_large
+        _BUILDER.reset()
+    if soak is None or syntax.diags:
         return None, syntax.diags
-    for tok in tree.scan_values(lambda v: isinstance(v, Token) and v.type in ("NUMBER", "QUANTITY")):
-        number = _QUANTITY_RE.fullmatch(tok).group(1) if tok.type == "QUANTITY" else str(tok)
-        if math.isinf(float(number)):  # also keeps int() from refusing a 5000-digit literal
-            syntax.add("E001", f"number {_describe_token(tok)} is too large", tok.line, tok.column, tok.end_column if tok.end_line == tok.line else None)
+    for tok in too_large:
+        syntax.add("E001", f"number {_describe_token(tok)} is too large", tok.line, tok.column, tok.end_column if tok.end_line == tok.line else None)
     if syntax.diags:
         return None, syntax.diags
-    try:
-        soak = _ToAst().transform(tree)
-    except VisitError as e:  # pragma: no cover
-        raise e.orig_exc from None
     cs = sorted((_Comment(c) for c in _comment_tokens(text)), key=lambda c: (c.line, c.column))
+    if not cs:
+        return soak, []
     body, closing = _attach(soak.body, cs, None)
     return A.SoakFile(body, closing), []
 
@@ -393,8 +673,13 @@ class _Syntax:
         self.diags.append(Diagnostic(code, msg, Span(line, col, line, end_col or col + 1), self.path, hint=hint))
 
     def run(self):
+        _BUILDER.reset()
+        soak = _fast_parse(_parser(), self.source)
+        if soak is not _NOT_FAST:
+            return soak
         for _attempt in range(MAX_SYNTAX_ERRORS + 2):
             self.restart = False
+            _BUILDER.reset()
             try:
                 return _parser().parse(self.source, on_error=self.on_error)
             except UnexpectedCharacters as e:
