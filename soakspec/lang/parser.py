@@ -77,9 +77,10 @@ def _fast_parse(lark: Lark, text: str):
     `Lark.parse`, so the same `SoakFile`, without lark's per-token layers (a generator, a
     parser-state object and a method call per token; whitespace and comments lexed as tokens
     first). At the first character no terminal matches, or the first token the table has no
-    action for, it gives up and returns `_NOT_FAST`: `_Syntax.run` then parses with lark
-    itself, whose error recovery reports every syntax error. Relies on the structure of lark
-    1.2/1.3 (checked in `_fast_parts`); without it, lark's own parse is always used."""
+    action for, it stops and returns a `_Stuck`: the parser's state there, which lark's own
+    parser takes over (`_Stuck.resume`) -- it raises that first error exactly as `Lark.parse`
+    would have, and its error recovery goes on from there. Relies on the structure of lark
+    1.2/1.3 (checked in `_fast_parts`); without it, `_NOT_FAST`: lark parses it all."""
     parts = _fast_parts(lark)
     if parts is None:  # pragma: no cover - another lark
         return _NOT_FAST
@@ -106,7 +107,7 @@ def _fast_parse(lark: Lark, text: str):
                 if m is not None:
                     break
             else:
-                return _NOT_FAST
+                return _Stuck(lark, text, state_stack, value_stack, (pos, line, line_start), last, None, False)
             value = m.group(0)
             type_ = m.lastgroup
             start, tline, tcol = pos, line, pos - line_start + 1
@@ -128,17 +129,16 @@ def _fast_parse(lark: Lark, text: str):
         is_end = tok is None
         if is_end:
             tok = Token.new_borrow_pos("$END", "", last) if last is not None else Token("$END", "", 0, 1, 1)
-        last = tok
+        else:
+            last = tok
         # ---- lark's ParserState.feed_token
         while True:
             actions = states[state_stack[-1]]
             action_arg = actions.get(tok.type)
             if action_arg is None:
-                return _NOT_FAST
+                return _Stuck(lark, text, state_stack, value_stack, (pos, line, line_start), last, tok, is_end)
             action, arg = action_arg
             if action is shift:
-                if is_end:  # pragma: no cover - lark's table never shifts $END
-                    return _NOT_FAST
                 state_stack.append(arg)
                 value_stack.append(tok if tok.type not in term_callbacks else term_callbacks[tok.type](tok))
                 break
@@ -159,6 +159,43 @@ def _fast_parse(lark: Lark, text: str):
 _NOT_FAST = object()
 
 
+class _Stuck:
+    """Where `_fast_parse` met the first syntax error: the LALR stacks, the lexer's position
+    (after `token` when a token had no action, else where no terminal matched) and that token."""
+
+    def __init__(self, lark, text, state_stack, value_stack, where, last_token, token, is_end):
+        self.lark, self.text = lark, text
+        self.state_stack, self.value_stack = state_stack, value_stack
+        self.where, self.last_token, self.token, self.is_end = where, last_token, token, is_end
+
+    def resume(self):
+        """Go on in lark's own parser from this state: what `Lark.parse` does from here on --
+        it raises the same first error, with its `interactive_parser`, for error recovery."""
+        from lark.lexer import LexerState, LexerThread
+        from lark.parsers.lalr_interactive_parser import InteractiveParser
+        from lark.parsers.lalr_parser_state import ParseConf, ParserState
+        from lark.utils import TextSlice
+
+        frontend = self.lark.parser
+        inner = frontend.parser.parser
+        lexer_state = LexerState(TextSlice(self.text, 0, len(self.text)), last_token=self.last_token)
+        ctr = lexer_state.line_ctr
+        pos, line, line_start = self.where
+        ctr.char_pos, ctr.line, ctr.line_start_pos, ctr.column = pos, line, line_start, pos - line_start + 1
+        thread = LexerThread(frontend.lexer, lexer_state)
+        state = ParserState(ParseConf(inner.parse_table, inner.callbacks, "start"), thread, self.state_stack, self.value_stack)
+        try:
+            if self.token is not None:
+                result = state.feed_token(self.token, self.is_end)
+                if self.is_end:  # pragma: no cover - it had no action, so feed_token raised
+                    return result
+            return inner.parse_from_state(state, last_token=self.last_token)
+        except UnexpectedInput as e:
+            if getattr(e, "interactive_parser", None) is None:
+                e.interactive_parser = InteractiveParser(inner, state, thread)
+            raise
+
+
 @functools.cache
 def _fast_parts(lark: Lark):
     """What `_fast_parse` reads from lark, or None when this lark is not built as it expects."""
@@ -172,6 +209,12 @@ def _fast_parts(lark: Lark):
             return None  # pragma: no cover
         if frontend.lexer_conf.postlex is not None or not hasattr(Token, "_future_new"):
             return None  # pragma: no cover
+        from lark.lexer import LexerState, LexerThread  # noqa: F401 - what _Stuck.resume needs
+        from lark.parsers.lalr_interactive_parser import InteractiveParser  # noqa: F401
+        from lark.parsers.lalr_parser_state import ParseConf, ParserState  # noqa: F401
+        from lark.utils import TextSlice  # noqa: F401
+
+        frontend.parser.parser.parse_from_state  # noqa: B018
         for b in set(lexer.lexers.values()):
             b.scanner._mres  # noqa: B018 - builds the scanner and its keyword callbacks, as lark's first use would
             b.callback, b.ignore_types, b.newline_types  # noqa: B018
@@ -660,6 +703,7 @@ class _Syntax:
 
     def __init__(self, text: str, path: str):
         self.source = text
+        self.quotes = _QuoteScan()
         self.path = path
         self.diags: list[Diagnostic] = []
         self.errored_lines: set[int] = set()
@@ -673,19 +717,20 @@ class _Syntax:
         self.diags.append(Diagnostic(code, msg, Span(line, col, line, end_col or col + 1), self.path, hint=hint))
 
     def run(self):
-        _BUILDER.reset()
-        soak = _fast_parse(_parser(), self.source)
-        if soak is not _NOT_FAST:
-            return soak
+        lark = _parser()
+        resume = None
         for _attempt in range(MAX_SYNTAX_ERRORS + 2):
             self.restart = False
-            _BUILDER.reset()
             try:
-                return _parser().parse(self.source, on_error=self.on_error)
+                if resume is not None:
+                    return self.recover(resume)
+                return self.parse_once(lark)
             except UnexpectedCharacters as e:
+                resume = None
                 if not (self.restart or self.mend_quote(e.line)):
-                    self.lex_error(e)
+                    resume = self.resumable(e, self.lex_error(e))
             except (UnexpectedEOF, UnexpectedToken) as e:
+                resume = None
                 if self.restart or self.mend_quote(self.last_line):
                     continue
                 if isinstance(e, UnexpectedEOF) or e.token.type == "$END":
@@ -697,6 +742,41 @@ class _Syntax:
             except VisitError as e:  # pragma: no cover - a transformer bug, surface the original
                 raise e.orig_exc from None
         return None  # pragma: no cover
+
+    def parse_once(self, lark: Lark):
+        """One parse of the source: `Lark.parse(source, on_error=self.on_error)`, with the
+        error-free prefix parsed by `_fast_parse`."""
+        _BUILDER.reset()
+        fast = _fast_parse(lark, self.source)
+        if fast is _NOT_FAST:  # pragma: no cover - another lark
+            return lark.parse(self.source, on_error=self.on_error)
+        if not isinstance(fast, _Stuck):
+            return fast
+        return self.recover(fast.resume)
+
+    def recover(self, parse):
+        """lark's `LALR_Parser.parse` error loop around `parse()`: each error goes to
+        `on_error`, and parsing resumes where it says."""
+        try:
+            return parse()
+        except UnexpectedInput as e:
+            while True:
+                if isinstance(e, UnexpectedCharacters):
+                    s = e.interactive_parser.lexer_thread.state
+                    p = s.line_ctr.char_pos
+                if not self.on_error(e):
+                    raise e
+                if isinstance(e, UnexpectedCharacters):  # pragma: no cover - on_error refuses these
+                    if p == s.line_ctr.char_pos:
+                        s.line_ctr.feed(s.text.text[p : p + 1])
+                try:
+                    return e.interactive_parser.resume_parse()
+                except UnexpectedToken as e2:
+                    if isinstance(e, UnexpectedToken) and e.token.type == e2.token.type == "$END" and e.interactive_parser == e2.interactive_parser:
+                        raise e2 from None
+                    e = e2
+                except UnexpectedCharacters as e2:
+                    e = e2
 
     @property
     def last_line(self) -> int:
@@ -720,7 +800,7 @@ class _Syntax:
 
     def mend_quote(self, upto_line: int) -> bool:
         """`"say "hi" now"`: report the unescaped quote, and make the line one string."""
-        found = _unescaped_quote(self.source, upto_line)
+        found = self.quotes.find(self.source, upto_line)
         if found is None:
             return False
         inner, last = found
@@ -730,12 +810,29 @@ class _Syntax:
         self.add("E005", "unescaped '\"' inside a string: the string ends here", line, col, hint=hint)
         mended = self.source[inner:last].replace('"', "'")
         self.source = self.source[:inner] + mended + self.source[last:]
+        self.quotes.changed(self.source, inner)
         return True
 
-    def lex_error(self, e: UnexpectedCharacters) -> None:
+    def lex_error(self, e: UnexpectedCharacters) -> int:
+        """Report it and mend the source; returns where the mended span starts."""
         start, end, filler = _lex_error(e, self.source, self.add)
         self.swallowed = self.swallowed or (end == len(self.source) and self.source.startswith('"""', start))
         self.source = self.source[:start] + filler + self.source[end:]
+        self.quotes.changed(self.source, start)
+        return start
+
+    def resumable(self, e: UnexpectedCharacters, start: int):
+        """After a lexer error mended at or after where the lexer stopped, the parse goes on
+        from there over the mended source (`resume`), instead of parsing the file again from
+        its first line: the same tokens before it, the same state."""
+        ip = getattr(e, "interactive_parser", None)
+        if ip is None or start < e.pos_in_stream:
+            return None
+        state = ip.lexer_thread.state
+        if state.line_ctr.char_pos != e.pos_in_stream or not hasattr(state.text, "text"):
+            return None  # pragma: no cover - not where lark left it
+        state.text = type(state.text)(self.source, 0, len(self.source))
+        return ip.resume_parse
 
     def eof_error(self) -> None:
         if not self.swallowed:  # an unterminated '"""': what is left open there is its doing
@@ -746,6 +843,47 @@ _STRINGS_AND_COMMENTS = re.compile(
     r'(?P<long>"""(?:[^"\\]|\\.|"(?!""))*""")|(?P<raw>(?<![A-Za-z0-9_.\-])r"[^"\n]*")|(?P<str>"(?:[^"\\\n]|\\.)*")|(?P<comment>#[^\n]*)',
     re.S,
 )
+
+
+class _QuoteScan:
+    """`_unescaped_quote`, resumable: error recovery asks it once per error, and a scan from
+    the top of the file each time made a 1 MB spec with 50 errors near its end take a minute.
+    Scanning resumes at the last checkpoint -- the end of a string or comment already found
+    not to be the answer, on a line before any the recovery has changed since (the source is
+    only ever changed in place, keeping its length: `changed` drops the later checkpoints) --
+    with the same regex and the same rule, so the answer is `_unescaped_quote`'s."""
+
+    def __init__(self):
+        self.ends = [0]  # positions the scan may resume at (each the end of a match, or 0)
+        self.lines = [1]  # the line each of those positions is on
+
+    def changed(self, source: str, pos: int) -> None:
+        line_start = source.rfind("\n", 0, pos) + 1
+        keep = bisect.bisect_left(self.ends, line_start)
+        del self.ends[max(keep, 1) :], self.lines[max(keep, 1) :]
+
+    def find(self, source: str, upto_line: int) -> tuple[int, int] | None:
+        pos, line = self.ends[-1], self.lines[-1]
+        for m in _STRINGS_AND_COMMENTS.finditer(source, pos):
+            end = m.end()
+            line += source.count("\n", pos, end)
+            pos = end
+            if (
+                m.lastgroup == "str"
+                and end < len(source)
+                and (source[end].isalnum() or source[end] == "_")
+                and not m.group().rstrip('" \t').endswith(",")  # `["a, "b"]`: a missing quote, not an inner one
+            ):
+                if line > upto_line:
+                    return None
+                line_end = source.find("\n", end)
+                last = source.rfind('"', end, len(source) if line_end < 0 else line_end)
+                if last >= 0:
+                    return end - 1, last
+            if line != self.lines[-1]:  # one checkpoint a line is enough
+                self.ends.append(end)
+                self.lines.append(line)
+        return None
 
 
 def _unescaped_quote(source: str, upto_line: int) -> tuple[int, int] | None:
