@@ -70,7 +70,10 @@ def _parser() -> Lark:
     return lark
 
 
-def _fast_parse(lark: Lark, text: str):
+CHECKPOINT_EVERY = 16_384  # characters between the fast parser's saved states (for a parse again after a mend)
+
+
+def _fast_parse(lark: Lark, text: str, checkpoints: list | None = None):
     """The parse of a well-formed spec, in one loop: lark's contextual lexers (the same
     compiled alternations, tried in the same order, the same keyword check of a name) feeding
     lark's LALR table and rule callbacks directly -- the same shifts and reductions as
@@ -80,7 +83,12 @@ def _fast_parse(lark: Lark, text: str):
     action for, it stops and returns a `_Stuck`: the parser's state there, which lark's own
     parser takes over (`_Stuck.resume`) -- it raises that first error exactly as `Lark.parse`
     would have, and its error recovery goes on from there. Relies on the structure of lark
-    1.2/1.3 (checked in `_fast_parts`); without it, `_NOT_FAST`: lark parses it all."""
+    1.2/1.3 (checked in `_fast_parts`); without it, `_NOT_FAST`: lark parses it all.
+
+    `checkpoints`: a list of saved states (position, line, line start, the stacks, the last
+    token), every CHECKPOINT_EVERY characters; the parse starts from the last one there
+    and appends more. Only error recovery passes it: the value stack's lists are shared with
+    the checkpoints, which is harmless only because a parse that had an error is dropped."""
     parts = _fast_parts(lark)
     if parts is None:  # pragma: no cover - another lark
         return _NOT_FAST
@@ -93,7 +101,14 @@ def _fast_parse(lark: Lark, text: str):
     new_token = Token._future_new
     plans: dict[int, tuple] = {}
     last = None
+    if checkpoints:
+        pos, line, line_start, states_saved, values_saved, last = checkpoints[-1]
+        state_stack, value_stack = list(states_saved), list(values_saved)
+    next_checkpoint = pos + CHECKPOINT_EVERY if checkpoints is not None else end + 1
     while True:
+        if pos >= next_checkpoint:
+            checkpoints.append((pos, line, line_start, tuple(state_stack), tuple(value_stack), last))
+            next_checkpoint = pos + CHECKPOINT_EVERY
         # ---- the next token, lexed by the lexer of the parser's state (lark's ContextualLexer)
         basic = lexers[state_stack[-1]]
         plan = plans.get(id(basic))
@@ -704,6 +719,7 @@ class _Syntax:
     def __init__(self, text: str, path: str):
         self.source = text
         self.quotes = _QuoteScan()
+        self.checkpoints: list = []  # the fast parser's states before its first error (`changed` drops the stale)
         self.path = path
         self.diags: list[Diagnostic] = []
         self.errored_lines: set[int] = set()
@@ -747,7 +763,7 @@ class _Syntax:
         """One parse of the source: `Lark.parse(source, on_error=self.on_error)`, with the
         error-free prefix parsed by `_fast_parse`."""
         _BUILDER.reset()
-        fast = _fast_parse(lark, self.source)
+        fast = _fast_parse(lark, self.source, self.checkpoints)
         if fast is _NOT_FAST:  # pragma: no cover - another lark
             return lark.parse(self.source, on_error=self.on_error)
         if not isinstance(fast, _Stuck):
@@ -810,7 +826,7 @@ class _Syntax:
         self.add("E005", "unescaped '\"' inside a string: the string ends here", line, col, hint=hint)
         mended = self.source[inner:last].replace('"', "'")
         self.source = self.source[:inner] + mended + self.source[last:]
-        self.quotes.changed(self.source, inner)
+        self.changed(inner)
         return True
 
     def lex_error(self, e: UnexpectedCharacters) -> int:
@@ -818,19 +834,31 @@ class _Syntax:
         start, end, filler = _lex_error(e, self.source, self.add)
         self.swallowed = self.swallowed or (end == len(self.source) and self.source.startswith('"""', start))
         self.source = self.source[:start] + filler + self.source[end:]
-        self.quotes.changed(self.source, start)
+        self.changed(start)
         return start
 
+    def changed(self, pos: int) -> None:
+        """The source was mended from `pos` on: what was saved about the text after the start
+        of that line is stale."""
+        self.quotes.changed(self.source, pos)
+        line_start = self.source.rfind("\n", 0, pos) + 1
+        while self.checkpoints and self.checkpoints[-1][0] >= line_start:
+            self.checkpoints.pop()
+
     def resumable(self, e: UnexpectedCharacters, start: int):
-        """After a lexer error mended at or after where the lexer stopped, the parse goes on
-        from there over the mended source (`resume`), instead of parsing the file again from
-        its first line: the same tokens before it, the same state."""
+        """After a lexer error mended at or after where the lexer stopped (and not right after
+        the last token, which the mend could join), the parse goes on from there over the
+        mended source, instead of parsing the file again from its first line: the same tokens
+        before it, the same state."""
         ip = getattr(e, "interactive_parser", None)
         if ip is None or start < e.pos_in_stream:
             return None
         state = ip.lexer_thread.state
         if state.line_ctr.char_pos != e.pos_in_stream or not hasattr(state.text, "text"):
             return None  # pragma: no cover - not where lark left it
+        last = state.last_token
+        if last is not None and last.end_pos is not None and last.end_pos >= start:
+            return None  # the mend may join the token before it (`t@ue` -> `t_ue`): lex that again
         state.text = type(state.text)(self.source, 0, len(self.source))
         return ip.resume_parse
 
