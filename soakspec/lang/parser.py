@@ -892,18 +892,34 @@ class _QuoteScan:
 
     def find(self, source: str, upto_line: int) -> tuple[int, int] | None:
         pos, line = self.ends[-1], self.lines[-1]
-        for m in _STRINGS_AND_COMMENTS.finditer(source, pos):
+        while True:
+            # A string or comment starts at a '"' or '#' (a raw string one before its '"'):
+            # when the next one is past the line asked about, so is the answer (found in C,
+            # not by the regex trying every position of what may be a megabyte of text).
+            quote, hash_ = source.find('"', pos), source.find("#", pos)
+            nxt = min(x for x in (quote, hash_, len(source)) if x >= 0)
+            if nxt >= len(source) or line + source.count("\n", pos, nxt) > upto_line:
+                return None
+            m = None
+            if nxt - 1 >= pos and source[nxt - 1] == "r":
+                m = _STRINGS_AND_COMMENTS.match(source, nxt - 1)
+            if m is None:
+                m = _STRINGS_AND_COMMENTS.match(source, nxt)
+            if m is None:  # a quote that starts nothing (an unterminated string): step over it
+                line += source.count("\n", pos, nxt + 1)
+                pos = nxt + 1
+                continue
             end = m.end()
             line += source.count("\n", pos, end)
             pos = end
+            if line > upto_line:
+                return None  # whatever comes next is past the line asked about
             if (
                 m.lastgroup == "str"
                 and end < len(source)
                 and (source[end].isalnum() or source[end] == "_")
                 and not m.group().rstrip('" \t').endswith(",")  # `["a, "b"]`: a missing quote, not an inner one
             ):
-                if line > upto_line:
-                    return None
                 line_end = source.find("\n", end)
                 last = source.rfind('"', end, len(source) if line_end < 0 else line_end)
                 if last >= 0:
