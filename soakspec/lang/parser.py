@@ -642,7 +642,7 @@ def _replace(obj, **changes):
 
 def _nesting_depth(text: str) -> int:
     depth = best = 0
-    for ch in re.sub(r'"""(?:[^"\\]|\\.|"(?!""))*"""|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|"(?:[^"\\\n]|\\.)*"|#[^\n]*', "", text, flags=re.S):
+    for ch in re.sub(r'"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|#[^\n]*', "", text, flags=re.S):
         if ch in "{[(":
             depth += 1
             best = max(best, depth)
@@ -868,7 +868,7 @@ class _Syntax:
 
 
 _STRINGS_AND_COMMENTS = re.compile(
-    r'(?P<long>"""(?:[^"\\]|\\.|"(?!""))*""")|(?P<raw>(?<![A-Za-z0-9_.\-])r"[^"\n]*")|(?P<str>"(?:[^"\\\n]|\\.)*")|(?P<comment>#[^\n]*)',
+    r'(?P<long>"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*""")|(?P<raw>(?<![A-Za-z0-9_.\-])r"[^"\n]*")|(?P<str>"[^"\\\n]*(?:\\.[^"\\\n]*)*")|(?P<comment>#[^\n]*)',
     re.S,
 )
 
@@ -1065,7 +1065,7 @@ def _eof_error(source: str, add) -> None:
     """The file ended inside a block or list: point at the bracket that was never closed."""
     stack: list[tuple[str, int]] = []
     stripped = re.sub(
-        r'"""(?:[^"\\]|\\.|"(?!""))*"""|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|"(?:[^"\\\n]|\\.)*"|#[^\n]*',
+        r'"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|#[^\n]*',
         lambda m: re.sub(r"[^\n]", " ", m.group()),
         source,
         flags=re.S,
