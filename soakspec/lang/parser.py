@@ -27,7 +27,11 @@ import time
 from types import SimpleNamespace
 
 from lark import Lark, Token, Transformer, Tree, v_args
-from lark.lexer import BasicLexer, ContextualLexer
+from lark.lexer import BasicLexer, ContextualLexer, LexerState, LexerThread
+from lark.parsers.lalr_analysis import Shift
+from lark.parsers.lalr_interactive_parser import InteractiveParser
+from lark.parsers.lalr_parser_state import ParseConf, ParserState
+from lark.utils import TextSlice
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from soakspec.diagnostics import Diagnostic, Span
@@ -73,37 +77,31 @@ def _parser() -> Lark:
 CHECKPOINT_EVERY = 16_384  # characters between the fast parser's saved states (for a parse again after a mend)
 
 
+# The parse of a well-formed spec, in one loop: lark's contextual lexers (the same
+# compiled alternations, tried in the same order, the same keyword check of a name) feeding
+# lark's LALR table and rule callbacks directly -- the same shifts and reductions as
+# `Lark.parse`, so the same `SoakFile`, without lark's per-token layers (a generator, a
+# parser-state object and a method call per token; whitespace and comments lexed as tokens
+# first). At the first character no terminal matches, or the first token the table has no
+# action for, it stops and returns a `_Stuck`: the parser's state there, which lark's own
+# parser takes over (`_Stuck.resume`) -- it raises that first error exactly as `Lark.parse`
+# would have, and its error recovery goes on from there. Relies on the structure of lark
+# 1.2/1.3 (checked in `_fast_parts`); without it, `_NOT_FAST`: lark parses it all.
+#
+# `checkpoints`: a list of saved states (position, line, line start, the stacks, the last
+# token), every CHECKPOINT_EVERY characters; the parse starts from the last one there
+# and appends more. Only error recovery passes it: the value stack's lists are shared with
+# the checkpoints, which is harmless only because a parse that had an error is dropped.
 def _fast_parse(lark: Lark, text: str, checkpoints: list | None = None):
-    """The parse of a well-formed spec, in one loop: lark's contextual lexers (the same
-    compiled alternations, tried in the same order, the same keyword check of a name) feeding
-    lark's LALR table and rule callbacks directly -- the same shifts and reductions as
-    `Lark.parse`, so the same `SoakFile`, without lark's per-token layers (a generator, a
-    parser-state object and a method call per token; whitespace and comments lexed as tokens
-    first). At the first character no terminal matches, or the first token the table has no
-    action for, it stops and returns a `_Stuck`: the parser's state there, which lark's own
-    parser takes over (`_Stuck.resume`) -- it raises that first error exactly as `Lark.parse`
-    would have, and its error recovery goes on from there. Relies on the structure of lark
-    1.2/1.3 (checked in `_fast_parts`); without it, `_NOT_FAST`: lark parses it all.
-
-    `checkpoints`: a list of saved states (position, line, line start, the stacks, the last
-    token), every CHECKPOINT_EVERY characters; the parse starts from the last one there
-    and appends more. Only error recovery passes it: the value stack's lists are shared with
-    the checkpoints, which is harmless only because a parse that had an error is dropped."""
+    """A well-formed spec parsed in one loop; at its first error, a `_Stuck` (see above)."""
     parts = _fast_parts(lark)
     if parts is None:  # pragma: no cover - another lark
         return _NOT_FAST
     states, start_state, end_state, lexers, callbacks, term_callbacks, shift = parts
     end = len(text)
-    pos = line_start = 0
-    line = 1
-    state_stack = [start_state]
-    value_stack: list = []
+    pos, line, line_start, state_stack, value_stack, last = _fast_start(start_state, checkpoints)
     new_token = Token._future_new
     plans: dict[int, tuple] = {}
-    last = None
-    if checkpoints:
-        pos, line, line_start, states_saved, values_saved, last = checkpoints[-1]
-        state_stack, value_stack = list(states_saved), list(values_saved)
     next_checkpoint = pos + CHECKPOINT_EVERY if checkpoints is not None else end + 1
     while True:
         if pos >= next_checkpoint:
@@ -171,6 +169,14 @@ def _fast_parse(lark: Lark, text: str, checkpoints: list | None = None):
                 return value_stack[-1]
 
 
+def _fast_start(start_state, checkpoints: list | None) -> tuple:
+    """Where `_fast_parse` starts: the top of the text, or the last checkpoint."""
+    if not checkpoints:
+        return 0, 1, 0, [start_state], [], None
+    pos, line, line_start, states_saved, values_saved, last = checkpoints[-1]
+    return pos, line, line_start, list(states_saved), list(values_saved), last
+
+
 _NOT_FAST = object()
 
 
@@ -186,11 +192,6 @@ class _Stuck:
     def resume(self):
         """Go on in lark's own parser from this state: what `Lark.parse` does from here on --
         it raises the same first error, with its `interactive_parser`, for error recovery."""
-        from lark.lexer import LexerState, LexerThread
-        from lark.parsers.lalr_interactive_parser import InteractiveParser
-        from lark.parsers.lalr_parser_state import ParseConf, ParserState
-        from lark.utils import TextSlice
-
         frontend = self.lark.parser
         inner = frontend.parser.parser
         lexer_state = LexerState(TextSlice(self.text, 0, len(self.text)), last_token=self.last_token)
@@ -215,8 +216,6 @@ class _Stuck:
 def _fast_parts(lark: Lark):
     """What `_fast_parse` reads from lark, or None when this lark is not built as it expects."""
     try:
-        from lark.parsers.lalr_analysis import Shift
-
         frontend = lark.parser
         lexer = frontend.lexer
         table = frontend.parser.parser.parse_table
@@ -224,11 +223,6 @@ def _fast_parts(lark: Lark):
             return None  # pragma: no cover
         if frontend.lexer_conf.postlex is not None or not hasattr(Token, "_future_new"):
             return None  # pragma: no cover
-        from lark.lexer import LexerState, LexerThread  # noqa: F401 - what _Stuck.resume needs
-        from lark.parsers.lalr_interactive_parser import InteractiveParser  # noqa: F401
-        from lark.parsers.lalr_parser_state import ParseConf, ParserState  # noqa: F401
-        from lark.utils import TextSlice  # noqa: F401
-
         frontend.parser.parser.parse_from_state  # noqa: B018
         for b in set(lexer.lexers.values()):
             b.scanner._mres  # noqa: B018 - builds the scanner and its keyword callbacks, as lark's first use would
@@ -236,7 +230,7 @@ def _fast_parts(lark: Lark):
         callbacks = frontend.parser.parser.callbacks
         term_callbacks = {k: v for k, v in callbacks.items() if isinstance(k, str)}
         return (table.states, table.start_states["start"], table.end_states["start"], lexer.lexers, callbacks, term_callbacks, Shift)
-    except (AttributeError, KeyError, ImportError):  # pragma: no cover - another lark
+    except (AttributeError, KeyError):  # pragma: no cover - another lark
         return None
 
 
@@ -301,9 +295,10 @@ def _tok_span(tok: Token) -> Span:
 
 
 def _number(text: str) -> int | float:
-    if re.fullmatch(r"-?[0-9]+", text):
-        return int(text)
-    return float(text)
+    """A NUMBER token's value: an int when it has no fraction or exponent."""
+    if "." in text or "e" in text or "E" in text:
+        return float(text)
+    return int(text)
 
 
 _QUANTITY_RE = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)([A-Za-z%]+)")
@@ -473,7 +468,8 @@ class _ToAst(Transformer):
         return _span(self.meta())  # a token that error recovery inserted (the tree is dropped then)
 
     def _checked_number(self, tok: Token, text: str) -> int | float:
-        if math.isinf(float(text)):  # also keeps int() from refusing a 5000-digit literal
+        # only an exponent or 300+ digits can overflow a float (10**300 does not)
+        if (len(text) > 300 or "e" in text or "E" in text) and math.isinf(float(text)):  # also keeps int() from refusing a 5000-digit literal
             self.too_large.append(tok)
             return 0
         return _number(text)
