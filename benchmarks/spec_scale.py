@@ -12,6 +12,7 @@ Shapes (each just under MAX_SOURCE_BYTES):
   nested     workloads each holding an unknown block nested 14 deep (E100 per workload)
   comments   a small valid spec and ~1 MB of full-line and trailing comments
   errors     syntax errors on every line (E001/E003/E002: reported up to the cap, 50)
+  tail-errors  ~950 kB of valid workloads, then 60 lines of syntax errors (E005/E002/E003)
   unknown    ~3,900 workloads each with a misspelt key (E101 + did-you-mean per workload)
   strings    a few long strings: a 900 kB description and long claims
 
@@ -127,6 +128,14 @@ def shape_errors() -> str:
     return _fill(HEAD + 'workload "w" {\n', "}\n" + TAIL, lambda i: bad[i % len(bad)])
 
 
+def shape_tail_errors() -> str:
+    """~950 kB of valid workloads, then a workload of 60 lines each with a quote inside a
+    string, an unterminated string or a stray character: the recovery works near the end."""
+    bad = ['  s = "say "hi" now"\n', '  t = "open\n', "  x = @\n"]
+    body = _fill(HEAD, "", lambda i: WORKLOAD.format(i=i, words=8), budget=LIMIT - 60_000)
+    return body + 'workload "z" {\n' + "".join(bad[i % 3] for i in range(60)) + "}\n" + TAIL
+
+
 def shape_unknown() -> str:
     return _fill(HEAD, TAIL, lambda i: WORKLOAD.format(i=i, words=8).replace("max_tokens", "max_tokns"))
 
@@ -144,6 +153,7 @@ SHAPES = {
     "nested": shape_nested,
     "comments": shape_comments,
     "errors": shape_errors,
+    "tail-errors": shape_tail_errors,
     "unknown": shape_unknown,
     "strings": shape_strings,
 }

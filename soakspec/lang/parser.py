@@ -39,6 +39,11 @@ from soakspec.lang import ast as A
 from soakspec.units import UNITS
 
 MAX_SOURCE_BYTES = 1_000_000
+# A long string and a one-line string, as the grammar's LONG_STRING and STRING match them (the
+# unrolled-loop forms: a repetition per escape, not per character, so that re's backtracking
+# stack does not grow with a long string -- 384 MB for one of 900 kB with the textbook forms).
+_LONG = r'''"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""'''
+_STR = r'''"[^"\\\n]*(?:\\.[^"\\\n]*)*"'''
 MAX_NESTING = 16
 MAX_SYNTAX_ERRORS = 50
 
@@ -638,7 +643,7 @@ def _replace(obj, **changes):
 
 def _nesting_depth(text: str) -> int:
     depth = best = 0
-    for ch in re.sub(r'"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|#[^\n]*', "", text, flags=re.S):
+    for ch in re.sub(_LONG + r'|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|' + _STR + r'|#[^\n]*', "", text, flags=re.S):
         if ch in "{[(":
             depth += 1
             best = max(best, depth)
@@ -864,7 +869,7 @@ class _Syntax:
 
 
 _STRINGS_AND_COMMENTS = re.compile(
-    r'(?P<long>"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*""")|(?P<raw>(?<![A-Za-z0-9_.\-])r"[^"\n]*")|(?P<str>"[^"\\\n]*(?:\\.[^"\\\n]*)*")|(?P<comment>#[^\n]*)',
+    rf'(?P<long>{_LONG})|(?P<raw>(?<![A-Za-z0-9_.\-])r"[^"\n]*")|(?P<str>{_STR})|(?P<comment>#[^\n]*)',
     re.S,
 )
 
@@ -1061,7 +1066,7 @@ def _eof_error(source: str, add) -> None:
     """The file ended inside a block or list: point at the bracket that was never closed."""
     stack: list[tuple[str, int]] = []
     stripped = re.sub(
-        r'"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|#[^\n]*',
+        _LONG + r'|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|' + _STR + r'|#[^\n]*',
         lambda m: re.sub(r"[^\n]", " ", m.group()),
         source,
         flags=re.S,
