@@ -7,13 +7,13 @@ checker, the formatter and the planner (issue 15: <= 2 s and <= 200 MB each).
     python benchmarks/spec_scale.py --write /tmp/specs   # only write the specs (for profiling)
 
 Shapes (each just under MAX_SOURCE_BYTES):
-  workloads  ~3,900 copied workloads (the realistic large spec): valid, check/plan succeed
-  list       one backend whose `launch` is a single list of ~75,000 strings
+  workloads  ~4,900 copied workloads (the realistic large spec): valid, check/plan succeed
+  list       one backend whose `launch` is a single list of ~50,000 strings
   nested     workloads each holding an unknown block nested 14 deep (E100 per workload)
   comments   a small valid spec and ~1 MB of full-line and trailing comments
   errors     syntax errors on every line (E001/E003/E002: reported up to the cap, 50)
   tail-errors  ~950 kB of valid workloads, then 60 lines of syntax errors (E005/E002/E003)
-  unknown    ~3,900 workloads each with a misspelt key (E101 + did-you-mean per workload)
+  unknown    ~5,000 workloads each with a misspelt key (E101 + did-you-mean per workload)
   strings    a few long strings: a 900 kB description and long claims
 
 Each command runs as `python -m soakspec CMD FILE` with the wall time measured around the
