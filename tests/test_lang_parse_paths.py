@@ -147,3 +147,33 @@ def test_the_unrolled_string_regexes_match_what_the_textbook_ones_do(text, at):
 def test_the_grammar_uses_the_parser_s_string_regexes():
     grammar = P._grammar_text()
     assert f"LONG_STRING.3: /{P._LONG}/s" in grammar and f"STRING.2: /{P._STR}/" in grammar
+
+
+def test_a_rule_method_declared_with_meta_gets_the_span_of_all_the_rule_matched(monkeypatch):
+    """What a new grammar rule's method may use: `@v_args(meta=True)` gets, as lark's
+    propagate_positions gave, the span from the rule's first token to its last, punctuation
+    included (here a block's closing brace)."""
+    from lark import v_args
+
+    from soakspec.lang import ast as A
+
+    @v_args(meta=True)
+    def block(self, meta, children):
+        label = children[1] if len(children) > 1 and isinstance(children[1], A.Str) else None
+        body = tuple(children[2:] if label is not None else children[1:])
+        return A.Block(str(children[0]), label, body, span=P._span(meta), kind_span=P._tok_span(children[0]))
+
+    text = 'soak "x" {\n  issue = "1"\n}\nbackend "b" {\n  sim {}\n}\n'
+    expected = _full(P.parse(text, "t.soak"))
+    monkeypatch.setattr(P._ToAst, "block", block)
+    monkeypatch.setattr(P, "_BUILDER", P._ToAst())
+    P._parser.cache_clear()
+    P._fast_parts.cache_clear()
+    try:
+        got = P.parse(text, "t.soak")
+        assert _full(got) == expected
+        assert got[0].body[1].span == P.Span(4, 1, 6, 2)
+    finally:
+        monkeypatch.undo()
+        P._parser.cache_clear()
+        P._fast_parts.cache_clear()

@@ -349,32 +349,22 @@ class _Meta:
             self.end_line, self.end_column = last
 
 
-def _start_of(c):
-    """(line, column) where a reduced child begins: a token, an AST node (its span) or an
-    expanded helper rule's Tree (its first child); None when it has no position (a token
-    that error recovery inserted)."""
+def _edge_of(c, end: bool):
+    """(line, column) where a reduced child begins (or, with `end`, ends): a token, an AST
+    node (its span) or an expanded helper rule's Tree (its first or last child); None when it
+    has no position (a token that error recovery inserted)."""
     if isinstance(c, Token):
-        return (c.line, c.column) if c.line is not None else None
+        if c.line is None or c.end_line is None:
+            return None
+        return (c.end_line, c.end_column) if end else (c.line, c.column)
     span = getattr(c, "span", None)
     if span is not None:
-        return (span.line, span.column) if span.line else None
+        if not span.line:
+            return None
+        return (span.end_line, span.end_column) if end else (span.line, span.column)
     if isinstance(c, Tree):
-        for x in c.children:
-            found = _start_of(x)
-            if found is not None:
-                return found
-    return None
-
-
-def _end_of(c):
-    if isinstance(c, Token):
-        return (c.end_line, c.end_column) if c.end_line is not None else None
-    span = getattr(c, "span", None)
-    if span is not None:
-        return (span.end_line, span.end_column) if span.line else None
-    if isinstance(c, Tree):
-        for x in reversed(c.children):
-            found = _end_of(x)
+        for x in reversed(c.children) if end else c.children:
+            found = _edge_of(x, end)
             if found is not None:
                 return found
     return None
@@ -415,11 +405,11 @@ class _ToAst(Transformer):
         raw = self.raw
         first = last = None
         for c in raw:
-            first = _start_of(c)
+            first = _edge_of(c, end=False)
             if first is not None:
                 break
         for c in reversed(raw):
-            last = _end_of(c)
+            last = _edge_of(c, end=True)
             if last is not None:
                 break
         if first is None or last is None:
