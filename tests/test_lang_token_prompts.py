@@ -216,7 +216,7 @@ def test_a_run_whose_token_prompts_cannot_be_built_aborts_with_the_reason(tmp_pa
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tokenizer.json"))
     path = tmp_path / "t.soak"
-    path.write_text(SPEC.format(source='prompt_tokens = 16\n  tokenizer = "tokenizer.json"'))
+    path.write_text(_spec_text('prompt_tokens = 16\n  tokenizer = "tokenizer.json"'))
     proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(path), "--out", str(tmp_path / "ev")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 4, proc.stdout + proc.stderr
