@@ -33,6 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "loadgen"))
 from fixture import percentile as pct  # noqa: E402
 
+from soakspec.evidence.record import iter_records
+
 SPEC = """\
 soak "fidelity" {{
   issue = "8"
@@ -93,7 +95,7 @@ def one_run(args, workdir: Path, i: int) -> dict:
     if manifest["status"] != "complete":
         raise SystemExit(f"run {i} did not complete (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     level = manifest["backends"][0]["levels"][0]
-    rows = [json.loads(x) for x in (out / "backends" / "sim" / "requests.jsonl").read_text().splitlines()]
+    rows = [dict(r) for _, r in iter_records(out / "backends" / "sim" / "requests.jsonl.gz")]
     measured = [r for r in rows if r["bucket"] >= 0]
     rows = [r for r in measured if r["outcome"] == "completed"]
     traces = {}
