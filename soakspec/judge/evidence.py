@@ -20,6 +20,7 @@ import sys
 from array import array
 
 import dataclasses
+import functools
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 
 from soakspec.evidence import layout
 from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, sha256_file
+from soakspec.judge.table import RequestTable, TableBuilder, build_table
 
 OUTCOMES = ("completed", "failed", "timeout", "rejected", "disconnected")
 
@@ -82,7 +84,9 @@ class BackendEvidence:
     name: str
     safe_name: str
     entry: Mapping[str, Any]  # the backend's manifest entry (levels, runtime_boundary, source, ...)
-    records: tuple[Mapping[str, Any], ...] = ()  # requests.jsonl rows, file order
+    # requests.jsonl rows, file order -- for evidence built in memory; `load_evidence` keeps
+    # none: it streams them into `table` (`requests` reads whichever is there)
+    records: tuple[Mapping[str, Any], ...] = ()
     traces: tuple[Mapping[str, Any], ...] = ()
     telemetry: tuple[Mapping[str, Any], ...] = ()
     followup: Mapping[str, Any] | None = None
@@ -102,6 +106,15 @@ class BackendEvidence:
         rows = (_compact_trace(r) for _, r in iter_jsonl(self.traces_path))
         return tuple(r for r in rows if isinstance(r, dict))
     mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
+    table: RequestTable | None = None  # the usable request records as typed columns (`soakspec.judge.table`)
+
+    @functools.cached_property
+    def requests(self) -> RequestTable:
+        """The backend's usable request records, as columns (built from `records` when the
+        evidence was built in memory)."""
+        if self.table is not None:
+            return self.table
+        return build_table(r for r in self.records if request_problem(r) is None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,6 +271,27 @@ class _Rows:
         self.bad = list(bad_lines)
 
 
+class _TableRows(_Rows):
+    """requests.jsonl as verification decodes it: each row checked (`request_problem`) and
+    appended to the backend's columns, then dropped -- no row is held."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.builder = TableBuilder()
+        self.unusable: list[tuple[int, str]] = []  # (record number, why), the first MAX_UNUSABLE
+        self.n_unusable = 0
+        self.seen = 0
+
+    def add(self, line: int, row: Any) -> None:
+        self.seen += 1
+        why = request_problem(row)
+        if why is None:
+            self.builder.add(row)
+        else:
+            self.n_unusable += 1
+            self.unusable.append((self.seen, why))
+
+
 _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None}
 
 
@@ -271,6 +305,9 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
         parts = rel.split("/")
         if read is None or len(parts) != 3 or parts[0] != layout.BACKENDS or parts[2] not in _COMPACTORS:
             return None
+        if parts[2] == layout.REQUESTS:
+            read[rel] = sink = _TableRows()
+            return sink
         compact = _claim_only if parts[2] == layout.TRACES and parts[1] in from_log else _COMPACTORS[parts[2]]
         read[rel] = sink = _Rows(compact)
         return sink
@@ -318,6 +355,29 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
 
 
+def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str], read: dict[str, _Rows]) -> RequestTable:
+    """requests.jsonl into columns, one row at a time (from verification's decoding when it
+    ran, else streamed here); unusable rows become problems."""
+    name = rel + layout.REQUESTS
+    sink = read.pop(name, None) if path.is_file() else None
+    if not isinstance(sink, _TableRows):
+        sink = _TableRows()
+        if not path.is_file():
+            problems.append(f"{name}: missing")
+            return sink.builder.finish()
+        bad: list[tuple[int, str | None]] = []
+        for line, row in iter_jsonl(path, bad):
+            sink.add(line, row)
+        sink.end(bad)
+    for line, message in sink.bad:
+        if message is None:
+            partial.append(name)
+        else:
+            problems.append(f"{name}:{line}: {message}")
+    problems.extend(f"{name}: record {i}: {why}" for i, why in sink.unusable)
+    return sink.builder.finish()
+
+
 def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str]) -> BackendEvidence:
     """One backend's records, traces, telemetry and follow-up, read once each (rows already
     decoded by verification come from `read`)."""
@@ -332,16 +392,7 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     rel = f"{layout.BACKENDS}/{safe}/"
     problems: list[str] = [safe_note] if safe_note else []
     partial: list[str] = []
-    raw = _read_rows(d / layout.REQUESTS, rel + layout.REQUESTS, problems, partial, required=True, compact=_compact_request,
-                     read=read)
-    records = []
-    for i, row in enumerate(raw, start=1):
-        why = request_problem(row)
-        if why:
-            problems.append(f"{rel}{layout.REQUESTS}: record {i}: {why}")
-        else:
-            records.append(row)
-    del raw
+    table = _read_requests(d / layout.REQUESTS, rel, problems, partial, read)
     claims_only = safe in from_log and (rel + layout.TRACES) in read
     traces = [
         r
@@ -368,7 +419,7 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
         name=name,
         safe_name=safe,
         entry=entry,
-        records=tuple(records),
+        table=table,
         traces=tuple(traces),
         telemetry=tuple(telemetry),
         followup=followup,

@@ -49,6 +49,8 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+import numpy as np
+
 __all__ = [
     "binomial_cdf",
     "exceeds_with_confidence",
@@ -67,6 +69,8 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     statistics (numpy's default); None when there are no values. Order does not matter."""
     if not 0 <= q <= 100 or math.isnan(q):
         raise ValueError(f"percentile must be within [0, 100], got {q!r}")
+    if isinstance(values, np.ndarray):  # the judge's columns: the same order statistics, sorted by numpy
+        return _percentile_array(values, q)
     xs = sorted(values)
     n = len(xs)
     if n == 0:
@@ -84,8 +88,35 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     return float(a + frac * (b - a))
 
 
+def _percentile_array(values: np.ndarray, q: float) -> float | None:
+    n = len(values)
+    if n == 0:
+        return None
+    h = (n - 1) * q / 100.0
+    lo = math.floor(h)
+    if n == 1 or lo >= n - 1:
+        return float(np.max(values)) if n > 1 else float(values[0])
+    part = np.partition(values, (lo, lo + 1))
+    a, b = float(part[lo]), float(part[lo + 1])
+    frac = h - lo
+    if frac == 0 or a == b:
+        return a
+    return float(a + frac * (b - a))
+
+
+EXACT_SUM_LIMIT = 1 << 20  # beyond this many values, a mean's sum is numpy's pairwise sum
+
+
 def mean(values: Iterable[float]) -> float | None:
-    """The arithmetic mean (exactly rounded sum, `math.fsum`); None when empty."""
+    """The arithmetic mean (exactly rounded sum, `math.fsum`); None when empty. An array of
+    more than EXACT_SUM_LIMIT values (the per-token gaps of a long soak) is summed pairwise by
+    numpy instead: relative error below n * 2**-53 * log2(n), far under any gate's resolution."""
+    if isinstance(values, np.ndarray):
+        if len(values) == 0:
+            return None
+        if len(values) > EXACT_SUM_LIMIT:
+            return float(np.sum(values, dtype=np.float64)) / len(values)
+        return math.fsum(values.tolist()) / len(values)
     xs = list(values)
     if not xs:
         return None

@@ -16,10 +16,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from soakspec.judge import stats
-from soakspec.judge.evidence import BackendEvidence, Evidence
+import numpy as np
+
+from soakspec.judge.evidence import OUTCOMES, BackendEvidence, Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, error_message, index, num
 from soakspec.judge.joined import JudgedRun
-from soakspec.judge.measures import Distribution, PerBucket, PerSample, bucket_series, quarters, relative_change
+from soakspec.judge.measures import (Distribution, Outcome, PerBucket, PerSample, bucket_series, completed, not_completed,
+                                    outcome_is, quarters, relative_change)
+from soakspec.judge.table import Rows
 from soakspec.judge.registry import metric
 from soakspec.judge.scope import Scope, bucket_scope
 
@@ -50,7 +54,10 @@ def series_points(scope: Scope, name: str) -> list[float]:
 
 def counts(records: Sequence[Row]) -> dict[str, int]:
     """results.json `requests` counts (outcome names as in requests.jsonl)."""
-    c = Counter(r.get("outcome") for r in records)
+    if isinstance(records, Rows):
+        c = Counter({name: impl.count(records) for name in OUTCOMES for impl in [Outcome(outcome_is(name))]})
+    else:
+        c = Counter(r.get("outcome") for r in records)
     return {
         "total": len(records),
         "completed": c["completed"],
@@ -95,7 +102,7 @@ def level_drift(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any] | None:
 
 
 def _dist(vals: Sequence[float]) -> dict[str, Any] | None:
-    if not vals:
+    if not len(vals):
         return None
     return {
         "count": len(vals),
@@ -103,18 +110,20 @@ def _dist(vals: Sequence[float]) -> dict[str, Any] | None:
         "p95": stats.percentile(vals, 95),
         "p99": stats.percentile(vals, 99),
         "mean": stats.mean(vals),
-        "min": min(vals),
-        "max": max(vals),
+        "min": float(np.min(vals)),
+        "max": float(np.max(vals)),
     }
 
 
 def _series(vals: Sequence[float]) -> dict[str, Any] | None:
-    if not vals:
+    if not len(vals):
         return None
     return {"samples": len(vals), "min": min(vals), "mean": stats.mean(vals), "max": max(vals)}
 
 
 def errors_by_message(records: Iterable[Row], top: int = TOP_ERRORS) -> dict[str, int]:
+    if isinstance(records, Rows):
+        records = records.where(not_completed.col, not_completed.row)
     c = Counter(error_message(r) for r in records if r.get("outcome") != "completed")
     ranked = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     return dict(ranked)
@@ -123,17 +132,18 @@ def errors_by_message(records: Iterable[Row], top: int = TOP_ERRORS) -> dict[str
 def trace_coverage(bi: BackendIndex, records: Sequence[Row]) -> tuple[float | None, int]:
     """(completed requests with a matched trace / completed measured requests, traced count),
     as the gate's trace_coverage counts them; None without a completed request."""
-    done = [r for r in records if r.get("outcome") == "completed"]
+    done = completed(records)
     if not done:
         return None, 0
-    n = sum(1 for r in done if r.get("request_id") in bi.traced)
+    n = sum(1 for rid in (done.ids() if isinstance(done, Rows) else (r.get("request_id") for r in done)) if rid in bi.traced)
     return n / len(done), n
 
 
 def terminal_reasons(bi: BackendIndex, records: Iterable[Row]) -> dict[str, int]:
     c: Counter[str] = Counter()
-    for r in records:
-        for p in bi.payloads.get(str(r.get("request_id")), ()):
+    ids = records.ids() if isinstance(records, Rows) else [str(r.get("request_id")) for r in records]
+    for rid in ids:
+        for p in bi.payloads.get(rid, ()):
             reason = p.get("terminal_reason", p.get("finish_reason"))
             c[str(reason) if reason is not None else "unknown"] += 1
     return dict(sorted(c.items()))
@@ -230,7 +240,7 @@ def backend_summary(bi: BackendIndex, required_coverage: float | None = None) ->
     buckets = [window_summary(bi, lv, w) for lv in bi.levels for w in lv.buckets]
     by_bucket = {_lkey(lv, w.index): trace_coverage(bi, w.records)[0] for lv in bi.levels for w in lv.buckets}
     known = [v for v in by_bucket.values() if v is not None]
-    warm = [r for r in be.records if r.get("bucket") == -1]
+    warm = bi.all_records.where(lambda t, idx: t.i["bucket"][idx] == -1, lambda r: r.get("bucket") == -1)
     return {
         "name": be.name,
         "safe_name": be.safe_name,
