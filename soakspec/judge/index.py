@@ -93,6 +93,16 @@ class LevelIndex:
             return Rows.of(parts[0][0], np.concatenate([idx for _, idx in parts]))
         return Rows(parts)
 
+    @functools.cached_property
+    def _windows_by_index(self) -> dict[int, Window]:
+        out: dict[int, Window] = {}
+        for w in self.buckets:
+            out.setdefault(w.index, w)
+        return out
+
+    def window(self, bucket: int) -> Window | None:
+        return self._windows_by_index.get(bucket)
+
     @property
     def measure_start(self) -> float | None:
         return num(self.entry.get("measure_start"))

@@ -91,7 +91,7 @@ def _offender_groups(run: JudgedRun, sc: Scope, offenders: list[Row]) -> tuple[d
     places: dict[tuple[str, str, int, int], Location] = {}
     for r in offenders:
         bname = str(r.get("backend")) if len(sc.backends) > 1 else sc.backends[0].name
-        found: tuple[LevelIndex, Window] | None = run.where_of.get((bname, str(r["request_id"])))
+        found: tuple[LevelIndex, Window] | None = run.locate(bname, r)
         if found is None:
             continue
         lv, w = found

@@ -237,7 +237,9 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
         traces = _stored_traces(be.full_traces())
         basis = "the trace's own id and times"
     match = match_traces(records, traces, id_field, forms, window_s)
-    rows = tuple(_row(a) for a in match.assignments)
+    del traces
+    shared: dict[Any, Mapping[str, Any]] = {}
+    rows = tuple(_row(a, shared) for a in match.assignments if a.matched)
     derived = set(match.matched)
     if known is None:
         known = {str(r.get("request_id")) for r in records}
@@ -257,12 +259,23 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
     return rows, notes
 
 
-def _row(a: Any) -> dict[str, Any]:
-    # the payload is shared, not copied: nothing in the judge mutates it, and a long soak has
-    # one per request
-    payload = a.trace.payload
-    return {"trace_id": a.trace.trace_id, "request_id": a.request_id, "matched": a.matched, "reason": a.reason,
-            "times": list(a.trace.times), "payload": payload}
+_JUDGED_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status")
+
+
+def _row(a: Any, shared: dict[Any, Mapping[str, Any]]) -> dict[str, Any]:
+    """What the judge keeps of a matched trace once it is matched: the request it covers and
+    the payload fields rules read (server errors, drops, terminal reasons) -- one shared
+    payload object per distinct content: a long soak has one trace per request, and most
+    say the same thing."""
+    p = a.trace.payload
+    payload = None
+    if isinstance(p, Mapping):
+        kept = tuple((k, p[k]) for k in _JUDGED_PAYLOAD_KEYS if k in p)
+        try:
+            payload = shared.setdefault(kept, dict(kept))
+        except TypeError:  # an unhashable value: not shared
+            payload = dict(kept)
+    return {"request_id": a.request_id, "matched": True, "payload": payload}
 
 
 # ------------------------------------------------------------------------------ records
