@@ -122,8 +122,6 @@ class BackendIndex:
     levels: tuple[LevelIndex, ...]
     orphans: Rows  # measured requests whose level the manifest does not list
     all_records: Rows  # every request of the backend (warm-up and follow-up too), in time order
-    traced: frozenset[str]  # request ids with a matched trace
-    payloads: Mapping[str, tuple[Mapping[str, Any], ...]]  # request id -> matched trace payloads
     samples: tuple[Row, ...]  # telemetry rows in time order
     recorded: Mapping[tuple[Any, Any], int]  # (workload, level) -> requests recorded (warm-up too, no follow-up)
     table: RequestTable | None = None  # the backend's requests, as columns
@@ -139,6 +137,75 @@ class BackendIndex:
             return Rows()
         t = parts[0][0]
         return Rows.of(t, ordered(t, np.concatenate([idx for _, idx in parts])))
+
+    @property
+    def columnar_traces(self) -> bool:
+        """The judge matched this backend's traces itself (`rederive`): they are a column."""
+        return self.table is not None and "trace" in self.table.c
+
+    def traced_mask(self, t: RequestTable, idx: np.ndarray) -> np.ndarray:
+        """Which rows (of `idx`) have a matched trace."""
+        if self.columnar_traces:
+            return t.traced(idx)
+        traced = self.traced
+        return np.fromiter((t.ids[i] in traced for i in idx.tolist()), dtype=bool, count=len(idx))
+
+    @functools.cached_property
+    def traced(self) -> frozenset[str]:
+        """Request ids with a matched trace."""
+        if self.columnar_traces:
+            t = self.table
+            assert t is not None
+            return frozenset(t.ids[i] for i in np.nonzero(t.traced(slice(None)))[0].tolist())
+        return _traces(self.evidence)[0]
+
+    @functools.cached_property
+    def payloads(self) -> Mapping[str, tuple[Mapping[str, Any], ...]]:
+        """Request id -> its matched traces' payloads (the fields rules read)."""
+        if self.columnar_traces:
+            from soakspec.judge.tracematch import payloads_of
+
+            t = self.table
+            assert t is not None
+            out: dict[str, tuple[Mapping[str, Any], ...]] = {}
+            for i in np.nonzero(t.traced(slice(None)))[0].tolist():
+                if ps := payloads_of(t, i):
+                    out[t.ids[i]] = out.get(t.ids[i], ()) + ps if t.ids[i] in out else ps
+            return out
+        return _traces(self.evidence)[1]
+
+    def terminal_reasons(self, records: Rows) -> dict[str, int]:
+        """terminal_reason (else finish_reason, else "unknown") of every matched trace of
+        `records`, counted."""
+        from soakspec.judge.tracematch import payloads_of
+
+        c: Counter[str] = Counter()
+        if not self.columnar_traces:
+            for rid in records.ids():
+                for p in self.payloads.get(rid, ()):
+                    reason = p.get("terminal_reason", p.get("finish_reason"))
+                    c[str(reason) if reason is not None else "unknown"] += 1
+            return dict(sorted(c.items()))
+        for t, idx in records.parts:
+            multi = t.aux.get("trace_multi", {})
+            codes = t.c["trace"][idx]
+            for code, n in enumerate(np.bincount(codes, minlength=len(t.values["trace"])).tolist()):
+                v = t.values["trace"][code]
+                if n and isinstance(v, tuple):
+                    p = dict(v)
+                    reason = p.get("terminal_reason", p.get("finish_reason"))
+                    c[str(reason) if reason is not None else "unknown"] += n
+            here = set(idx.tolist()) if multi else set()
+            for i in [i for i in multi if i in here]:
+                v = t.values["trace"][t.c["trace"][i]]
+                if isinstance(v, tuple):  # counted once above: count all of its payloads instead
+                    p = dict(v)
+                    reason = p.get("terminal_reason", p.get("finish_reason"))
+                    c[str(reason) if reason is not None else "unknown"] -= 1
+                for p in payloads_of(t, i):
+                    reason = p.get("terminal_reason", p.get("finish_reason"))
+                    c[str(reason) if reason is not None else "unknown"] += 1
+        return dict(sorted((k, v) for k, v in c.items() if v))
 
     @functools.cached_property
     def spans(self) -> tuple[np.ndarray, np.ndarray, float]:
@@ -280,11 +347,10 @@ def index_backend(be: BackendEvidence) -> BackendIndex:
                        e, level_label(e, len(workloads) > 1), _windows(e, t, sel))
         )
     orphans = everyone[(pos[everyone] < 0) & measured[everyone]]
-    traced, payloads = _traces(be)
     samples = sorted((s for s in be.telemetry if num(s.get("t")) is not None), key=lambda s: float(s["t"]))
     return BackendIndex(
         be, tuple(levels), Rows.of(t, orphans), Rows.of(t, everyone),
-        traced, payloads, tuple(samples), _recorded(t), t,
+        tuple(samples), _recorded(t), t,
     )
 
 

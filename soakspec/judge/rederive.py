@@ -43,7 +43,8 @@ rule, results.json and report reads facts. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence.runtime import RuntimeDecl, detect_runtime_boundary
@@ -52,6 +53,7 @@ import numpy as np
 
 from soakspec.judge.evidence import BackendEvidence, Evidence, compact_payload
 from soakspec.judge.table import MISSING, RequestTable, Rows
+from soakspec.judge.tracematch import TableMatch, invertible, kept_payload, label_column, match_table
 from soakspec.lang import simtrace
 from soakspec.lang.spec import Backend, Spec
 
@@ -219,63 +221,76 @@ def _log_text(be: BackendEvidence) -> str:
     return "".join(got[0]) if got is not None else ""
 
 
+TRACE_CHUNK_LINES = 20_000  # server.log lines extracted at a time (never the whole log)
+
+
+def _log_traces(lines: Iterable[str], source: TraceSource, offset: int) -> Iterator[Trace]:
+    """The traces of a server.log's lines, extracted a chunk at a time."""
+    it = iter(lines)
+    while True:
+        chunk = list(itertools.islice(it, TRACE_CHUNK_LINES))
+        if not chunk:
+            return
+        traces, _bad = extract_trace_lines(chunk, source, offset, compact=compact_payload)
+        offset += sum(len(line.encode("utf-8")) for line in chunk)
+        yield from traces
+
+
+def _stored_trace_iter(rows: Iterable[Row]) -> Iterator[Trace]:
+    for t in rows:
+        yield from _stored_traces((t,))
+
+
+def _match(table: RequestTable, traces: Iterable[Trace], id_field: str, forms: Sequence[str], window_s: float) -> TableMatch:
+    """Streamed (`tracematch.match_table`) when the id forms invert, else `match_traces`
+    over the request views, converted."""
+    if id_field == "request_id" and invertible(forms):
+        return match_table(table, traces, forms, window_s)
+    match = match_traces(Rows.of(table, np.arange(table.n, dtype=np.int64)), list(traces), id_field, forms, window_s)
+    rows: dict[str, list[int]] = {}
+    for i, rid in enumerate(table.ids):
+        rows.setdefault(str(rid), []).append(i)
+    kept: dict[int, list[Any]] = {}
+    shared: dict[Any, Mapping[str, Any]] = {}
+    for a in match.assignments:
+        if a.matched and a.request_id is not None:
+            for i in rows.get(a.request_id, ()):
+                kept.setdefault(i, []).append(kept_payload(a.trace.payload, shared))
+    why = {a.request_id: a.reason for a in match.assignments if a.request_id is not None and not a.matched}
+    return TableMatch(kept, why, len(match.assignments))
+
+
 def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehearsal: bool,
-             records: Iterable[Row], same_spec: bool = True, known: set[str] | None = None) -> tuple[tuple[dict[str, Any], ...], list[str]]:
-    """The trace rows as the judge matches them, and what the stored rows claimed wrongly
+             table: RequestTable, same_spec: bool = True) -> tuple[TableMatch | None, list[str]]:
+    """The traces as the judge matches them, and what the stored rows claimed wrongly
     (only under the run's own spec: another spec may match with another window or id forms)."""
     kind, pattern, id_field, forms = _trace_config(spec_be, be.entry, rehearsal)
     if kind == "none":
-        return (), []
+        return None, []
     log = _log_lines(be) if kind == "log" and pattern is not None else None
-    from_log = log is not None
-    if from_log:
-        assert log is not None and pattern is not None
-        traces, _bad = extract_trace_lines(log[0], TraceSource(kind="log", pattern=pattern, id_field=id_field), log[1],
-                                           compact=compact_payload)
+    if log is not None:
+        assert pattern is not None
+        traces: Iterable[Trace] = _log_traces(log[0], TraceSource(kind="log", pattern=pattern, id_field=id_field), log[1])
         basis = "the retained server.log"
     else:
-        traces = _stored_traces(be.full_traces())
+        traces = _stored_trace_iter(be.full_traces() if be.traces_path is not None else be.traces)
         basis = "the trace's own id and times"
-    match = match_traces(records, traces, id_field, forms, window_s)
-    del traces
-    shared: dict[Any, Mapping[str, Any]] = {}
-    rows = tuple(_row(a, shared) for a in match.assignments if a.matched)
-    derived = set(match.matched)
-    if known is None:
-        known = {str(r.get("request_id")) for r in records}
+    match = _match(table, traces, id_field, forms, window_s)
+    derived = {table.ids[i] for i in match.kept}
+    known = set(table.ids)
     # a claim about a request that is not on the record covers nothing (lost records are
     # validity's to report); one about a request that is, the judge must be able to make
     claimed = [t for t in be.traces if t.get("matched") is True and t.get("request_id") in known]
     wrong = [t for t in claimed if t["request_id"] not in derived]
     notes: list[str] = []
     if wrong and same_spec:
-        why = {a.request_id: a.reason for a in match.assignments if a.request_id is not None and not a.matched}
         first = wrong[0]["request_id"]
-        reason = why.get(first)
+        reason = match.unmatched_reason.get(first)
         reason_text = {"outside_window": "its times lie outside the request's window",
                        "unknown_id": "no request has its id", "incomplete": "its payload is incomplete"}.get(reason or "", "no such trace")
         notes.append(f"traces.jsonl marks {len(wrong)} trace{'s' if len(wrong) != 1 else ''} matched that the judge "
                      f"cannot match from {basis} (first: {first}: {reason_text}); they do not count")
-    return rows, notes
-
-
-_JUDGED_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status")
-
-
-def _row(a: Any, shared: dict[Any, Mapping[str, Any]]) -> dict[str, Any]:
-    """What the judge keeps of a matched trace once it is matched: the request it covers and
-    the payload fields rules read (server errors, drops, terminal reasons) -- one shared
-    payload object per distinct content: a long soak has one trace per request, and most
-    say the same thing."""
-    p = a.trace.payload
-    payload = None
-    if isinstance(p, Mapping):
-        kept = tuple((k, p[k]) for k in _JUDGED_PAYLOAD_KEYS if k in p)
-        try:
-            payload = shared.setdefault(kept, dict(kept))
-        except TypeError:  # an unhashable value: not shared
-            payload = dict(kept)
-    return {"request_id": a.request_id, "matched": True, "payload": payload}
+    return match, notes
 
 
 # ------------------------------------------------------------------------------ records
@@ -555,19 +570,22 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
     max_tokens = _max_tokens(spec)
     bounds = _usage_bounds(spec)
     table = be.requests
-    traces, trace_notes = _rematch(be, spec_be, window_s, rehearsal, Rows.of(table, np.arange(table.n, dtype=np.int64)),
-                                   same_spec, known=set(table.ids))
-    payloads: dict[str, list[Row]] = {}
-    for t in traces:
-        if t["matched"] and isinstance(t["request_id"], str) and isinstance(t["payload"], Mapping):
-            payloads.setdefault(t["request_id"], []).append(t["payload"])
-    verdicts = {rid: v for rid, ps in payloads.items() if (v := _server_verdict(ps)) is not None}
+    match, trace_notes = _rematch(be, spec_be, window_s, rehearsal, table, same_spec)
+    verdicts: dict[str, tuple[str, str]] = {}
+    if match is not None:
+        for i, ps in match.kept.items():
+            if (v := _server_verdict([p for p in ps if p is not None])) is not None:
+                verdicts.setdefault(table.ids[i], v)
+        codes, values, multi = label_column(table, match)
+        table = table.with_labels({"trace": (codes, values)}, aux={"trace_multi": multi})
+    else:
+        table = table.with_labels({"trace": (np.zeros(table.n, dtype=np.int32), (None,))}, aux={"trace_multi": {}})
     table, label_notes = _relabel_table(table, deadlines, max_tokens, bounds, verdicts)
     follow_deadline = min(deadlines.values(), default=None)
     followup, fnote = _followup(be.followup, follow_deadline, min(max_tokens.values(), default=None))
     entry, rnote = _runtime(be, spec_be, same_spec)
     notes = label_notes + trace_notes + ([fnote] if fnote else []) + ([rnote] if rnote else [])
-    return dataclasses.replace(be, entry=entry, records=(), table=table, traces=traces, followup=followup,
+    return dataclasses.replace(be, entry=entry, records=(), table=table, traces=(), followup=followup,
                                mislabeled=be.mislabeled + tuple(notes), traces_path=None)
 
 

@@ -135,14 +135,18 @@ def trace_coverage(bi: BackendIndex, records: Sequence[Row]) -> tuple[float | No
     done = completed(records)
     if not done:
         return None, 0
-    n = sum(1 for rid in (done.ids() if isinstance(done, Rows) else (r.get("request_id") for r in done)) if rid in bi.traced)
+    if isinstance(done, Rows):
+        n = sum(int(bi.traced_mask(t, idx).sum()) for t, idx in done.parts)
+    else:
+        n = sum(1 for r in done if r.get("request_id") in bi.traced)
     return n / len(done), n
 
 
 def terminal_reasons(bi: BackendIndex, records: Iterable[Row]) -> dict[str, int]:
+    if isinstance(records, Rows):
+        return bi.terminal_reasons(records)
     c: Counter[str] = Counter()
-    ids = records.ids() if isinstance(records, Rows) else [str(r.get("request_id")) for r in records]
-    for rid in ids:
+    for rid in (str(r.get("request_id")) for r in records):
         for p in bi.payloads.get(rid, ()):
             reason = p.get("terminal_reason", p.get("finish_reason"))
             c[str(reason) if reason is not None else "unknown"] += 1

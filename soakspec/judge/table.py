@@ -201,8 +201,10 @@ class RequestTable:
 
     def __init__(self, n: int, f: Mapping[str, np.ndarray], i: Mapping[str, np.ndarray], c: Mapping[str, np.ndarray],
                  values: Mapping[str, tuple[Any, ...]], sparse: Mapping[str, Mapping[int, Any]], ids: Sequence[str],
-                 extras: Mapping[int, Mapping[str, Any]], itl: np.ndarray, itl_off: np.ndarray, itl_scale: float) -> None:
+                 extras: Mapping[int, Mapping[str, Any]], itl: np.ndarray, itl_off: np.ndarray, itl_scale: float,
+                 aux: Mapping[str, Any] | None = None) -> None:
         self.n = n
+        self.aux = aux or {}  # what the judge derived beside the columns (`tracematch`: trace_multi)
         self.f, self.i, self.c, self.values, self.sparse = f, i, c, values, sparse
         self.ids = ids
         self.extras = extras
@@ -213,13 +215,22 @@ class RequestTable:
         return self.n
 
     def with_labels(self, changes: Mapping[str, tuple[np.ndarray, tuple[Any, ...]]],
-                    extras: Mapping[int, Mapping[str, Any]] | None = None) -> RequestTable:
+                    extras: Mapping[int, Mapping[str, Any]] | None = None, aux: Mapping[str, Any] | None = None) -> RequestTable:
         c = dict(self.c)
         values = dict(self.values)
         for k, (codes, vals) in changes.items():
             c[k], values[k] = codes, vals
         return RequestTable(self.n, self.f, self.i, c, values, self.sparse, self.ids,
-                            self.extras if extras is None else extras, self.itl, self.itl_off, self.itl_scale)
+                            self.extras if extras is None else extras, self.itl, self.itl_off, self.itl_scale,
+                            {**self.aux, **(aux or {})})
+
+    def traced(self, idx) -> np.ndarray:
+        """Rows (of `idx`) with a trace the judge matched (after `rederive`)."""
+        codes = self.c.get("trace")
+        if codes is None:
+            return np.zeros(len(self.f["start"][idx]), dtype=bool)
+        lut = np.fromiter((v is not None for v in self.values["trace"]), dtype=bool, count=len(self.values["trace"]))
+        return lut[codes[idx]]
 
     # ---------------------------------------------------------------- per request (views)
 

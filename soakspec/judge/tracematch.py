@@ -1,0 +1,177 @@
+"""Trace matching over a request table, streamed: `match_table(table, traces, ...)`.
+
+The same rule as `soakspec.evidence.traces.match_traces` (a trace matches the first request,
+in record order, that carries its id in one of the id forms -- or as its `server_id` -- and
+whose window [start - w, end + w] holds all of the trace's times), computed without a map of
+every id form of every request and without holding the traces: each trace is matched as it
+is read and only what the judge keeps of it stays (`TableMatch`): per request, the payload
+fields rules read, and per claimed request the reason a trace for it did not match.
+
+An id form is inverted (`cmpl-{id}` -> the id between `cmpl-` and the end) and looked up in
+one id -> row map; forms that are not a literal prefix, `{id}` and a literal suffix are
+handled by `match_traces` itself (`invertible`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import string
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from soakspec.judge.table import RequestTable
+
+_EPOCH_MAX = 4_102_444_800.0  # as soakspec.evidence.traces: a time beyond 2100 is no time
+JUDGED_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status")
+
+
+def _affixes(form: str) -> tuple[str, str] | None:
+    parts = list(string.Formatter().parse(form))
+    fields = [p for p in parts if p[1] is not None]
+    if len(fields) != 1 or fields[0][1] != "id" or fields[0][2] or fields[0][3]:
+        return None
+    if any("{" in p[0] or "}" in p[0] for p in parts):
+        return None  # escaped braces: not a literal prefix
+    prefix = "".join(p[0] for p in parts[: parts.index(fields[0]) + 1])
+    suffix = "".join(p[0] for p in parts[parts.index(fields[0]) + 1:])
+    return prefix, suffix
+
+
+def invertible(id_forms: Sequence[str]) -> bool:
+    return all(_affixes(f) is not None for f in id_forms)
+
+
+@dataclasses.dataclass
+class TableMatch:
+    """What the judge keeps of matching: the matched payload fields per row (`kept`: row ->
+    list of kept payloads, None for a trace without payload), and for ids a trace carried
+    without matching, why (the last such trace's reason, as `match_traces` reports it)."""
+
+    kept: dict[int, list[Mapping[str, Any] | None]]
+    unmatched_reason: dict[str, str]
+    traces: int = 0
+
+
+def kept_payload(p: Any, shared: dict[Any, Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The payload fields rules read, one shared object per distinct content."""
+    if not isinstance(p, Mapping):
+        return None
+    kept = tuple((k, p[k]) for k in JUDGED_PAYLOAD_KEYS if k in p)
+    try:
+        return shared.setdefault(kept, dict(kept))
+    except TypeError:  # an unhashable value: not shared
+        return dict(kept)
+
+
+def match_table(table: RequestTable, traces: Iterable[Any], id_forms: Sequence[str], window_s: float) -> TableMatch:
+    """Match `traces` (`soakspec.evidence.traces.Trace`, any iterable: consumed once) to the
+    rows of `table` by request id (see the module doc). Requires `invertible(id_forms)`."""
+    affixes = [a for f in dict.fromkeys(id_forms) if (a := _affixes(f)) is not None]
+    first: dict[str, int] = {}
+    more: dict[str, list[int]] = {}
+    for i, rid in enumerate(table.ids):
+        if rid in first:
+            more.setdefault(rid, [first[rid]]).append(i)
+        else:
+            first[rid] = i
+    by_server: dict[str, list[int]] = {}
+    for i, sid in sorted(table.sparse.get("server_id", {}).items()):
+        if sid:
+            by_server.setdefault(str(sid), []).append(i)
+    for i, ex in sorted(table.extras.items()):
+        if ex.get("server_id"):
+            by_server.setdefault(str(ex["server_id"]), []).append(i)
+    start, end = table.f["start"], table.f["end"]
+    limit = _EPOCH_MAX * 1e9
+
+    def window(i: int) -> tuple[float, float] | None:
+        s = float(start[i])
+        if s != s or abs(s) > limit:
+            return None
+        e = float(end[i])
+        if e != e or abs(e) > limit:
+            e = s
+        return s - window_s, e + window_s
+
+    def candidates(tid: str) -> list[int]:
+        found: set[int] = set()
+        for pre, suf in affixes:
+            if len(tid) >= len(pre) + len(suf) and tid.startswith(pre) and tid.endswith(suf):
+                rid = tid[len(pre): len(tid) - len(suf)]
+                if rid in first:
+                    found.update(more.get(rid, (first[rid],)))
+        found.update(by_server.get(tid, ()))
+        return sorted(found)
+
+    kept: dict[int, list[Mapping[str, Any] | None]] = {}
+    why: dict[str, str] = {}
+    shared: dict[Any, Mapping[str, Any]] = {}
+    n = 0
+    for tr in traces:
+        n += 1
+        if tr.trace_id is None:
+            continue
+        cands = candidates(tr.trace_id)
+        if not cands:
+            continue
+        chosen = None
+        for i in cands:
+            w = window(i)
+            if not tr.times or (w is not None and all(w[0] <= t <= w[1] for t in tr.times)):
+                chosen = i
+                break
+        if chosen is None:
+            why[str(table.ids[cands[0]])] = "outside_window"
+            continue
+        kept.setdefault(chosen, []).append(kept_payload(tr.payload, shared))
+    # a request id recorded twice: a trace for it covers every record of that id (as a match
+    # by id always has)
+    for rows in more.values():
+        got = [p for i in rows for p in kept.get(i, ())]
+        if got:
+            for i in rows:
+                kept[i] = list(got)
+    return TableMatch(kept, why, n)
+
+
+NO_PAYLOAD = False  # the `trace` label of a request matched by a trace without a payload
+
+
+def label_column(table: RequestTable, match: TableMatch) -> tuple[np.ndarray, tuple[Any, ...], dict[int, tuple]]:
+    """The match as a table label column `trace`: None (no matched trace), NO_PAYLOAD or the
+    first matched payload's kept items (a tuple); rows with more than one matched trace (or an
+    unhashable payload) are also in the returned map, row -> every kept payload (None for
+    one without)."""
+    codes = np.zeros(table.n, dtype=np.int32)  # code 0: None
+    values: list[Any] = [None]
+    index: dict[Any, int] = {None: 0}
+    multi: dict[int, tuple] = {}
+    for i, ps in match.kept.items():
+        p = ps[0]
+        key: Any = NO_PAYLOAD if p is None else tuple(p.items())
+        try:
+            c = index.get(key)
+        except TypeError:
+            key, c = NO_PAYLOAD, index.get(NO_PAYLOAD)
+            multi[i] = tuple(ps)
+        if c is None:
+            c = index[key] = len(values)
+            values.append(key)
+        codes[i] = c
+        if len(ps) > 1:
+            multi[i] = tuple(ps)
+    return codes, tuple(values), multi
+
+
+def payloads_of(table: RequestTable, i: int) -> tuple[Mapping[str, Any], ...]:
+    """The matched trace payloads (kept fields) of row i."""
+    multi = table.aux.get("trace_multi", {})
+    if i in multi:
+        return tuple(p for p in multi[i] if p is not None)
+    codes = table.c.get("trace")
+    if codes is None:
+        return ()
+    v = table.values["trace"][codes[i]]
+    return (dict(v),) if isinstance(v, tuple) else ()
