@@ -328,9 +328,13 @@ class RequestTable:
         total = int(lens.sum())
         if total == 0:
             return np.zeros(0)
-        starts = np.repeat(a - np.concatenate(([0], np.cumsum(lens)[:-1])), lens)
-        pos = starts + np.arange(total)
-        g = self.itl[pos]
+        if len(idx) * 8 > self.n:  # much of the table: one boolean mask over the flat array
+            rows = np.zeros(self.n, dtype=bool)
+            rows[idx] = True
+            every = self.itl_off[1:] - self.itl_off[:-1]
+            g = self.itl[np.repeat(rows, every)]
+        else:
+            g = np.concatenate([self.itl[x:y] for x, y in zip(a.tolist(), b.tolist())])
         return g / self.itl_scale if self.itl_scale != 1.0 else g.astype(np.float64, copy=False)
 
 
