@@ -60,6 +60,9 @@ _KIND: dict[str, str] = {**{k: "f" for k in FLOATS}, **{k: "i" for k in INTS}, *
                          **{k: "s" for k in SPARSE}, **{k: "x" for k in DROPPED}, "request_id": "id", "itl": "itl"}
 
 
+GAP_CHUNK = 1 << 18  # gaps buffered before they are checked and stored
+
+
 def _label_key(v: Any) -> Any:
     return (type(v).__name__, v)  # True and 1 are different labels
 
@@ -78,15 +81,23 @@ class TableBuilder:
         self.extras: dict[int, dict[str, Any]] = {}
         self.itl_us: array | None = array("i")
         self.itl_f: array | None = None
+        self._f = tuple(self.f.items())
+        self._i = tuple(self.i.items())
+        self._c = tuple((k, col, self._codes[k]) for k, col in self.c.items())
         self.itl_off = array("q", [0])
+        self._buf = array("d")  # gaps not yet moved to the store (`_flush`)
+        self._stored = 0
+        self._gaps = 0
         self.n = 0
 
     def _extra(self, i: int, key: str, v: Any) -> None:
         self.extras.setdefault(i, {})[key] = v
 
     def code(self, key: str, v: Any) -> int:
+        """The code of label value `v` (strings and None by value; other types by type and
+        value, so True and 1 stay apart)."""
         codes = self._codes[key]
-        k = _label_key(v)
+        k = v if type(v) is str or v is None else _label_key(v)
         c = codes.get(k)
         if c is None:
             c = codes[k] = len(self.values[key])
@@ -95,80 +106,97 @@ class TableBuilder:
 
     def _itl(self, i: int, gaps: Any) -> None:
         if gaps is None:
-            self.itl_off.append(self.itl_off[-1])
+            self.itl_off.append(self._gaps)
             return
-        ok = isinstance(gaps, (list, tuple, array)) and all(
-            (type(g) is float and math.isfinite(g)) or (type(g) is int and abs(g) < 2**31) for g in gaps)
-        if not ok:
+        if type(gaps) is list and self._fast_gaps(gaps):
+            self._buf.extend(gaps)
+        elif isinstance(gaps, (list, tuple, array)) and all(
+                (type(g) is float and math.isfinite(g)) or (type(g) is int and abs(g) < 2**31) for g in gaps):
+            self._buf.extend(float(g) for g in gaps)
+        else:
             self._extra(i, "itl", gaps)
-            self.itl_off.append(self.itl_off[-1])
+        self._gaps = self._stored + len(self._buf)
+        self.itl_off.append(self._gaps)
+        if len(self._buf) >= GAP_CHUNK:
+            self._flush()
+
+    @staticmethod
+    def _fast_gaps(gaps: list) -> bool:
+        """Every gap a finite number, checked at C speed (an element equal to 0 or 1 might be
+        a bool: those lists are checked one by one)."""
+        try:
+            total = sum(gaps)
+        except TypeError:
+            return False
+        if not math.isfinite(total) or True in gaps or False in gaps:
+            return all((type(g) is float and math.isfinite(g)) or (type(g) is int and abs(g) < 2**31) for g in gaps)
+        return True
+
+    def _flush(self) -> None:
+        """Move the buffered gaps to the store: whole microseconds as int32 while every gap
+        so far is one (exactly: n / 1e6 reads back as the gap), else float64 from then on."""
+        if not len(self._buf):
             return
+        f = np.frombuffer(self._buf, dtype=np.float64)
         if self.itl_us is not None:
-            us = [round(g * 1e6) for g in gaps]
-            if all(abs(u) < 2**31 and u / 1e6 == g for u, g in zip(us, gaps)):
-                self.itl_us.extend(us)
-                self.itl_off.append(len(self.itl_us))
-                return
-            self.itl_f = array("d", (u / 1e6 for u in self.itl_us))  # from now on: float64 gaps
-            self.itl_us = None
-        assert self.itl_f is not None
-        self.itl_f.extend(float(g) for g in gaps)
-        self.itl_off.append(len(self.itl_f))
+            us = np.rint(f * 1e6)
+            if bool(np.all(np.abs(us) < 2**31)) and bool(np.all(us / 1e6 == f)):
+                self.itl_us.frombytes(us.astype(np.int32).tobytes())
+            else:
+                self.itl_f = array("d", (np.frombuffer(self.itl_us, dtype=np.int32) / 1e6).tobytes()) if len(self.itl_us) else array("d")
+                self.itl_us = None
+        if self.itl_f is not None:
+            self.itl_f.frombytes(f.tobytes())
+        self._stored += len(f)
+        del f
+        self._buf = array("d")
 
     def add(self, row: Mapping[str, Any]) -> None:
         """Append one record (request_problem(row) is None: it has an id and an int bucket)."""
         i = self.n
         self.n += 1
-        seen = 0
-        for k, col in self.f.items():
-            v = row.get(k)
-            if v is None:
-                col.append(math.nan)
-                continue
-            seen += 1
-            if (type(v) is float and math.isfinite(v)) or (type(v) is int and abs(v) <= 2**63):
+        get = row.get
+        nan = math.nan
+        for k, col in self._f:
+            v = get(k)
+            if type(v) is float and v - v == 0.0:  # finite
+                col.append(v)
+            elif v is None:
+                col.append(nan)
+            elif type(v) is int and abs(v) <= 2**63:
                 col.append(float(v))
             else:
-                col.append(math.nan)
+                col.append(nan)
                 self._extra(i, k, v)
-        for k, col in self.i.items():
-            v = row.get(k)
-            if v is None:
-                col.append(MISSING)
-                continue
-            seen += 1
-            if type(v) is int and abs(v) < _INT_LIMIT:
+        for k, col in self._i:
+            v = get(k)
+            if type(v) is int and -_INT_LIMIT < v < _INT_LIMIT:
                 col.append(v)
+            elif v is None:
+                col.append(MISSING)
             else:
                 col.append(MISSING)
                 self._extra(i, k, v)
-        for k, col in self.c.items():
-            v = row.get(k)
-            if v is not None:
-                seen += 1
-            if v is None or isinstance(v, (str, bool, int, float)):
+        for k, col, codes in self._c:
+            v = get(k)
+            if type(v) is str or v is None:
+                c = codes.get(v)
+                col.append(c if c is not None else self.code(k, v))
+            elif isinstance(v, (bool, int, float)):
                 col.append(self.code(k, v))
             else:
                 col.append(self.code(k, None))
                 self._extra(i, k, v)
         for k, d in self.sparse.items():
-            v = row.get(k)
+            v = get(k)
             if v is not None:
-                seen += 1
                 d[i] = v
         self.ids.append(row["request_id"])
-        gaps = row.get("itl")
-        if gaps is not None:
-            seen += 1
-        self._itl(i, gaps)
-        for k in DROPPED:
-            if row.get(k) is not None:
-                seen += 1
-        # keys outside the columns (rare): kept as they were
-        if isinstance(row, Mapping) and len(row) > seen + 1:
-            for k, v in row.items():
-                if k not in _KIND and v is not None:
-                    self._extra(i, k, v)
+        self._itl(i, get("itl"))
+        if type(row) is dict and not row.keys() <= _KIND.keys() and (odd := row.keys() - _KIND.keys()):
+            for k in odd:  # keys outside the columns (rare): kept as they were
+                if row[k] is not None:
+                    self._extra(i, k, row[k])
 
     def extend(self, rows: Iterable[Mapping[str, Any]]) -> TableBuilder:
         for r in rows:
@@ -176,6 +204,7 @@ class TableBuilder:
         return self
 
     def finish(self) -> RequestTable:
+        self._flush()
         f = {k: np.frombuffer(v, dtype=np.float64) if len(v) else np.zeros(0) for k, v in self.f.items()}
         i = {k: np.frombuffer(v, dtype=np.int64) if len(v) else np.zeros(0, dtype=np.int64) for k, v in self.i.items()}
         c = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32) for k, v in self.c.items()}
