@@ -22,7 +22,7 @@ from array import array
 import dataclasses
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -244,7 +244,7 @@ def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *,
         return []
     got = read.pop(rel, None) if read is not None else None
     if got is not None:
-        rows, bad = got.rows, got.bad
+        rows, bad = (got.claims() if isinstance(got, _ClaimRows) else got.rows), got.bad
     else:
         bad = []
         rows = [compact(r) if compact is not None else r for _, r in iter_jsonl(path, bad)]
@@ -292,6 +292,38 @@ class _TableRows(_Rows):
             self.unusable.append((self.seen, why))
 
 
+class Claims(Sequence):
+    """The stored trace rows of a backend whose traces the judge re-matches from its log: only
+    what each row claims, `{"request_id": ..., "matched": ...}`, made when read (an id and a
+    flag per row held, not a dict)."""
+
+    def __init__(self, ids: list[Any], matched: array) -> None:
+        self._ids, self._matched = ids, matched
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        return {"request_id": self._ids[k], "matched": self._matched[k] == 1}
+
+
+class _ClaimRows(_Rows):
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.ids: list[Any] = []
+        self.matched = array("b")
+
+    def add(self, line: int, row: Any) -> None:
+        if isinstance(row, dict):
+            self.ids.append(row.get("request_id"))
+            self.matched.append(1 if row.get("matched") is True else 0)
+
+    def claims(self) -> Claims:
+        return Claims(self.ids, self.matched)
+
+
 _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None}
 
 
@@ -308,8 +340,10 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
         if parts[2] == layout.REQUESTS:
             read[rel] = sink = _TableRows()
             return sink
-        compact = _claim_only if parts[2] == layout.TRACES and parts[1] in from_log else _COMPACTORS[parts[2]]
-        read[rel] = sink = _Rows(compact)
+        if parts[2] == layout.TRACES and parts[1] in from_log:
+            read[rel] = sink = _ClaimRows()
+            return sink
+        read[rel] = sink = _Rows(_COMPACTORS[parts[2]])
         return sink
 
     report = verify_evidence(root, spec_sha256=embedded_spec_sha256, rows=rows)
@@ -394,12 +428,9 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     partial: list[str] = []
     table = _read_requests(d / layout.REQUESTS, rel, problems, partial, read)
     claims_only = safe in from_log and (rel + layout.TRACES) in read
-    traces = [
-        r
-        for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
-                           read=read)
-        if isinstance(r, dict)
-    ]
+    traces: Any = _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
+                             read=read)
+    traces = traces if isinstance(traces, Claims) else [r for r in traces if isinstance(r, dict)]
     telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False, read=read)
                  if isinstance(r, dict)]
     lpath = d / layout.SERVER_LOG
@@ -420,7 +451,7 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
         safe_name=safe,
         entry=entry,
         table=table,
-        traces=tuple(traces),
+        traces=traces if isinstance(traces, Claims) else tuple(traces),
         telemetry=tuple(telemetry),
         followup=followup,
         partial_tail=tuple(partial),
