@@ -202,6 +202,20 @@ class Distribution:
     def values(self, records: Iterable[Row]) -> list[float]:
         raise NotImplementedError
 
+    def contributors(self, records: Iterable[Row]) -> int:
+        """How many requests of `records` give at least one value."""
+        if isinstance(records, Rows) and isinstance(self, PerToken) and self.gaps is itl_gaps:
+            n = 0
+            for t, idx in completed(records).parts:
+                clean = t.clean(idx)
+                ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
+                n += int(np.count_nonzero((t.itl_off[clean + 1] - t.itl_off[clean] > 0) & ok))
+                n += sum(1 for i in t.odd(idx).tolist() if len(itl_gaps(t.rec(i))))
+            return n
+        if isinstance(records, Rows) and isinstance(self, PerRequest):
+            return len(self.values(records))
+        return sum(1 for r in records if len(self.values([r])))
+
     def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
                 confidence: float = 0.95, min_samples: int = 1) -> Measure:
         vals = self.values(scope.records)
