@@ -18,7 +18,8 @@ Per request, what is kept (bytes per request, 64 output tokens):
                the distinct values         itl_source, tokens_source, empty_text,
                                            usage_mismatch, usage_decreased             40
   request id   str (the id is what traces, follow-ups and messages name)          ~60
-  server_id    sparse (only when set)
+  server_id    the request id with a prefix and suffix the server added (`cmpl-{id}-0`):
+               an int32 code of (prefix, suffix); any other server id: sparse        4
   itl          one flat array per table with per-request offsets: int32 microseconds
                when every gap is a whole number of microseconds (what the runner writes:
                six decimals, which read back exactly as n / 1e6), else float64      4-8 a gap
@@ -81,6 +82,8 @@ class TableBuilder:
         self.extras: dict[int, dict[str, Any]] = {}
         self.itl_us: array | None = array("i")
         self.itl_f: array | None = None
+        self.values["server_affix"], self._codes["server_affix"] = [None], {None: 0}
+        self._affix = array("i")
         self._f = tuple(self.f.items())
         self._i = tuple(self.i.items())
         self._c = tuple((k, col, self._codes[k]) for k, col in self.c.items())
@@ -187,11 +190,16 @@ class TableBuilder:
             else:
                 col.append(self.code(k, None))
                 self._extra(i, k, v)
-        for k, d in self.sparse.items():
-            v = get(k)
-            if v is not None:
-                d[i] = v
-        self.ids.append(row["request_id"])
+        rid = row["request_id"]
+        sid = get("server_id")
+        k = sid.find(rid) if type(sid) is str and type(rid) is str and rid else -1
+        if k >= 0:
+            self._affix.append(self.code("server_affix", (sid[:k], sid[k + len(rid):])))
+        else:
+            self._affix.append(0)  # code 0: None
+            if sid is not None:
+                self.sparse["server_id"][i] = sid
+        self.ids.append(rid)
         self._itl(i, get("itl"))
         if type(row) is dict and not row.keys() <= _KIND.keys() and (odd := row.keys() - _KIND.keys()):
             for k in odd:  # keys outside the columns (rare): kept as they were
@@ -207,7 +215,8 @@ class TableBuilder:
         self._flush()
         f = {k: np.frombuffer(v, dtype=np.float64) if len(v) else np.zeros(0) for k, v in self.f.items()}
         i = {k: np.frombuffer(v, dtype=np.int64) if len(v) else np.zeros(0, dtype=np.int64) for k, v in self.i.items()}
-        c = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32) for k, v in self.c.items()}
+        c = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32)
+             for k, v in {**self.c, "server_affix": self._affix}.items()}
         if self.itl_us is not None:
             flat = np.frombuffer(self.itl_us, dtype=np.int32) if len(self.itl_us) else np.zeros(0, dtype=np.int32)
             scale = 1e6
@@ -282,6 +291,9 @@ class RequestTable:
         if kind == "id":
             return self.ids[i]
         if kind == "s":
+            if key == "server_id" and i not in self.sparse[key]:
+                affix = self.values["server_affix"][self.c["server_affix"][i]]
+                return None if affix is None else affix[0] + self.ids[i] + affix[1]
             return self.sparse[key].get(i)
         if kind == "itl":
             a, b = int(self.itl_off[i]), int(self.itl_off[i + 1])

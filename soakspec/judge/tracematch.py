@@ -80,9 +80,9 @@ def match_table(table: RequestTable, traces: Iterable[Any], id_forms: Sequence[s
     for i, sid in sorted(table.sparse.get("server_id", {}).items()):
         if sid:
             by_server.setdefault(str(sid), []).append(i)
-    for i, ex in sorted(table.extras.items()):
-        if ex.get("server_id"):
-            by_server.setdefault(str(ex["server_id"]), []).append(i)
+    # server ids that are the request id with an affix: inverted like the id forms
+    srv_affixes = [(code, v) for code, v in enumerate(table.values.get("server_affix", (None,))) if v is not None]
+    srv_codes = table.c.get("server_affix")
     start, end = table.f["start"], table.f["end"]
     limit = _EPOCH_MAX * 1e9
 
@@ -103,6 +103,11 @@ def match_table(table: RequestTable, traces: Iterable[Any], id_forms: Sequence[s
                 if rid in first:
                     found.update(more.get(rid, (first[rid],)))
         found.update(by_server.get(tid, ()))
+        for code, (pre, suf) in srv_affixes:
+            if len(tid) >= len(pre) + len(suf) and tid.startswith(pre) and tid.endswith(suf):
+                rid = tid[len(pre): len(tid) - len(suf)]
+                if rid and rid in first:
+                    found.update(i for i in more.get(rid, (first[rid],)) if srv_codes[i] == code)
         return sorted(found)
 
     kept: dict[int, list[Mapping[str, Any] | None]] = {}
