@@ -166,6 +166,10 @@ def embedded_spec_sha256(text: str) -> str | None:
     return spec.sha256 if spec is not None and not has_errors(more) else None
 
 
+_NUMBER_KEYS = ("start", "end", "intended_start", "first_token", "ttft", "latency", "tpot", "output_tokens", "prompt_tokens",
+                "chunks")
+
+
 def request_problem(row: Any) -> str | None:
     """Why a requests.jsonl row cannot be judged, or None."""
     if not isinstance(row, Mapping):
@@ -177,9 +181,12 @@ def request_problem(row: Any) -> str | None:
         return "no integer bucket"
     if row.get("outcome") is not None and row.get("outcome") not in OUTCOMES:  # absent: re-derived
         return f"unknown outcome {row.get('outcome')!r}"
-    for key in ("start", "end", "intended_start", "first_token", "ttft", "latency", "tpot", "output_tokens", "prompt_tokens", "chunks"):
+    for key in _NUMBER_KEYS:
         v = row.get(key)
-        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+        t = type(v)
+        if t is float or v is None or (t is int and -(2**63) <= v <= 2**63):
+            continue  # the usual case, decided by type alone
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
             return f"{key} is not a number"
         if isinstance(v, int) and abs(v) > 2**63:
             return f"{key} is an integer of {len(str(abs(v)))} digits, not a measurement"

@@ -46,6 +46,7 @@ Overages allowed (`max_overages(n, q, confidence)`; "-": no claim possible at th
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 
@@ -104,19 +105,18 @@ def _percentile_array(values: np.ndarray, q: float) -> float | None:
     return float(a + frac * (b - a))
 
 
-EXACT_SUM_LIMIT = 1 << 20  # beyond this many values, a mean's sum is numpy's pairwise sum
+_CHUNK = 1 << 20
 
 
 def mean(values: Iterable[float]) -> float | None:
-    """The arithmetic mean (exactly rounded sum, `math.fsum`); None when empty. An array of
-    more than EXACT_SUM_LIMIT values (the per-token gaps of a long soak) is summed pairwise by
-    numpy instead: relative error below n * 2**-53 * log2(n), far under any gate's resolution."""
+    """The arithmetic mean (exactly rounded sum, `math.fsum`); None when empty. An array (the
+    judge's columns) is summed exactly too, a chunk of values at a time."""
     if isinstance(values, np.ndarray):
-        if len(values) == 0:
+        n = len(values)
+        if n == 0:
             return None
-        if len(values) > EXACT_SUM_LIMIT:
-            return float(np.sum(values, dtype=np.float64)) / len(values)
-        return math.fsum(values.tolist()) / len(values)
+        chunks = (values[k:k + _CHUNK].tolist() for k in range(0, n, _CHUNK))
+        return math.fsum(itertools.chain.from_iterable(chunks)) / n
     xs = list(values)
     if not xs:
         return None
