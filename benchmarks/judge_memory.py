@@ -52,7 +52,7 @@ def main() -> int:
         gc.collect()
         tracemalloc.start()
         t0 = time.perf_counter()
-        rows = evidence._read_requests(path, "", [], [], {})
+        rows, _ = evidence._read_requests(path, "", [], [], {})
         seconds = time.perf_counter() - t0
         held, _ = tracemalloc.get_traced_memory()
         tracemalloc.stop()

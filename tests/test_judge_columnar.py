@@ -227,3 +227,31 @@ def test_table_views_read_as_the_rows_did():
                 assert list(got) == val, (k, got, val)
             else:
                 assert got == val and type(got) in (type(val), float) or (val is None and got is None), (k, got, val)
+
+
+def test_unusable_rows_are_counted_with_bounded_examples(tmp_path):
+    """A requests.jsonl full of unusable rows keeps the first MAX_PROBLEMS as examples and
+    counts the rest: the verdict names the total."""
+    from soakspec.judge.evidence import MAX_PROBLEMS, load_evidence
+
+    import json
+
+    from soakspec.evidence.io import read_json
+    from soakspec.evidence.manifest import write_manifest
+    from soakspec.evidence.verify import finalize_artifacts
+
+    spec = small_spec()
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    with open(root / "backends" / "a" / "requests.jsonl", "a") as f:
+        f.writelines(json.dumps({"bucket": 0, "outcome": "completed"}) + "\n" for _ in range(MAX_PROBLEMS + 50))
+    m = read_json(root / "manifest.json")
+    m["artifacts"] = finalize_artifacts(root)
+    write_manifest(root, m)
+    ev = load_evidence(root)
+    be = ev.backends[0]
+    assert len(be.problems) == MAX_PROBLEMS and be.problem_count == MAX_PROBLEMS + 50
+    from soakspec.judge.validity import completed_run_problems
+
+    text = "\n".join(i.message for i in completed_run_problems(join(spec, ev)))
+    assert f"... and {MAX_PROBLEMS + 50 - 5} more unusable rows" in text
+    assert judge_run(join(spec, ev)).outcome != "PASS"

@@ -38,6 +38,9 @@ TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107", "V109"})
 MALFORMED_CODES = frozenset({"V104", "V105", "V108"})
 
 
+MAX_PROBLEMS = 100  # unusable rows kept as examples per backend; the rest are counted
+
+
 class EvidenceNotFound(EvidenceError):
     """`run_dir` is not an evidence directory (no manifest.json): a usage error."""
 
@@ -91,7 +94,7 @@ class BackendEvidence:
     telemetry: tuple[Mapping[str, Any], ...] = ()
     followup: Mapping[str, Any] | None = None
     partial_tail: tuple[str, ...] = ()  # files of this backend that end in a cut-off line
-    problems: tuple[str, ...] = ()  # rows the judge could not use, as "file:line: why"
+    problems: tuple[str, ...] = ()  # rows the judge could not use, as "file:line: why" (the first MAX_PROBLEMS)
     server_log: str | None = None  # the retained server.log's text, for evidence built in memory
     server_log_path: str | None = None  # the retained server.log on disk: streamed from, never held
     # traces.jsonl held as {request_id, matched} only (a backend whose traces come from its log:
@@ -107,6 +110,11 @@ class BackendEvidence:
         return tuple(r for r in rows if isinstance(r, dict))
     mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
     table: RequestTable | None = None  # the usable request records as typed columns (`soakspec.judge.table`)
+    problems_total: int | None = None  # how many unusable rows there were (None: len(problems))
+
+    @property
+    def problem_count(self) -> int:
+        return len(self.problems) if self.problems_total is None else self.problems_total
 
     @functools.cached_property
     def requests(self) -> RequestTable:
@@ -285,7 +293,7 @@ class _TableRows(_Rows):
     def __init__(self) -> None:
         super().__init__(None)
         self.builder = TableBuilder()
-        self.unusable: list[tuple[int, str]] = []  # (record number, why), the first MAX_UNUSABLE
+        self.unusable: list[tuple[int, str]] = []  # (record number, why), the first MAX_PROBLEMS
         self.n_unusable = 0
         self.seen = 0
 
@@ -296,7 +304,8 @@ class _TableRows(_Rows):
             self.builder.add(row)
         else:
             self.n_unusable += 1
-            self.unusable.append((self.seen, why))
+            if len(self.unusable) < MAX_PROBLEMS:
+                self.unusable.append((self.seen, why))
 
 
 class Claims(Sequence):
@@ -396,16 +405,18 @@ def load_evidence(run_dir: str | os.PathLike) -> Evidence:
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
 
 
-def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str], read: dict[str, _Rows]) -> RequestTable:
+def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str],
+                   read: dict[str, _Rows]) -> tuple[RequestTable, int]:
     """requests.jsonl into columns, one row at a time (from verification's decoding when it
-    ran, else streamed here); unusable rows become problems."""
+    ran, else streamed here); unusable rows become problems (the first MAX_PROBLEMS; also
+    returned: how many more there were)."""
     name = rel + layout.REQUESTS
     sink = read.pop(name, None) if path.is_file() else None
     if not isinstance(sink, _TableRows):
         sink = _TableRows()
         if not path.is_file():
             problems.append(f"{name}: missing")
-            return sink.builder.finish()
+            return sink.builder.finish(), 0
         bad: list[tuple[int, str | None]] = []
         for line, row in iter_jsonl(path, bad):
             sink.add(line, row)
@@ -416,7 +427,7 @@ def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str]
         else:
             problems.append(f"{name}:{line}: {message}")
     problems.extend(f"{name}: record {i}: {why}" for i, why in sink.unusable)
-    return sink.builder.finish()
+    return sink.builder.finish(), sink.n_unusable - len(sink.unusable)
 
 
 def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str]) -> BackendEvidence:
@@ -433,7 +444,7 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     rel = f"{layout.BACKENDS}/{safe}/"
     problems: list[str] = [safe_note] if safe_note else []
     partial: list[str] = []
-    table = _read_requests(d / layout.REQUESTS, rel, problems, partial, read)
+    table, more = _read_requests(d / layout.REQUESTS, rel, problems, partial, read)
     claims_only = safe in from_log and (rel + layout.TRACES) in read
     traces: Any = _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
                              read=read)
@@ -458,6 +469,7 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
         safe_name=safe,
         entry=entry,
         table=table,
+        problems_total=len(problems) + more if more else None,
         traces=traces if isinstance(traces, Claims) else tuple(traces),
         telemetry=tuple(telemetry),
         followup=followup,

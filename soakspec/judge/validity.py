@@ -88,8 +88,8 @@ def _backend_problems(bi: BackendIndex) -> list[Instance]:
         out.append(problem(f"{rel} ends in a cut-off line (the writer was killed)", here))
     for p in be.problems[:MAX_SHOWN]:
         out.append(problem(f"unusable evidence: {p}", here))
-    if len(be.problems) > MAX_SHOWN:
-        out.append(problem(f"... and {len(be.problems) - MAX_SHOWN} more unusable rows", here))
+    if be.problem_count > MAX_SHOWN:
+        out.append(problem(f"... and {be.problem_count - MAX_SHOWN} more unusable rows", here))
     for note in be.mislabeled:
         out.append(problem(f"malformed evidence: {note}", here))
     aborted = be.entry.get("aborted_reason")
