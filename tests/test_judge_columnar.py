@@ -255,3 +255,20 @@ def test_unusable_rows_are_counted_with_bounded_examples(tmp_path):
     text = "\n".join(i.message for i in completed_run_problems(join(spec, ev)))
     assert f"... and {MAX_PROBLEMS + 50 - 5} more unusable rows" in text
     assert judge_run(join(spec, ev)).outcome != "PASS"
+
+
+@settings(max_examples=200, deadline=None)
+@given(xs=st.lists(st.sampled_from([0.0, 1e-6, 0.000999, 0.001, 0.001001, 0.0125, 0.5, 3.0, -0.002]), min_size=1, max_size=300),
+       q=st.sampled_from([0.0, 1.0, 50.0, 95.0, 99.0, 99.9, 100.0]), t=st.sampled_from([0.001, 0.0125, 1.0]))
+def test_counted_gaps_equal_the_gaps_written_out(xs, q, t):
+    """Gaps held as distinct values and counts (`stats.Counted`, what the judge keeps of a long
+    soak's ITL) give exactly the percentile, mean, min, max and threshold counts of the list."""
+    import numpy as np
+
+    u, c = np.unique(np.asarray(xs), return_counts=True)
+    counted = stats.Counted(u, c)
+    assert counted.percentile(q) == stats.percentile(xs, q)
+    assert counted.mean() == stats.mean(xs)
+    assert (counted.min(), counted.max()) == (min(xs), max(xs))
+    assert counted.count(">", t) == sum(1 for x in xs if x > t)
+    assert counted.count("<=", t) == sum(1 for x in xs if x <= t)

@@ -202,6 +202,18 @@ class Distribution:
     def values(self, records: Iterable[Row]) -> list[float]:
         raise NotImplementedError
 
+    def counted(self, records: Iterable[Row]) -> stats.Counted | None:
+        return None
+
+    def beyond(self, records: Iterable[Row], op: str, t: float) -> tuple[int, int]:
+        """(samples, how many of them satisfy `value op t`)."""
+        c = self.counted(records)
+        if c is not None:
+            return c.n, c.count(op, t)
+        vals = np.asarray(self.values(records), dtype=np.float64)
+        sel = {"<": vals < t, "<=": vals <= t, ">": vals > t, ">=": vals >= t}[op]
+        return len(vals), int(np.count_nonzero(sel))
+
     def contributors(self, records: Iterable[Row]) -> int:
         """How many requests of `records` give at least one value."""
         if isinstance(records, Rows) and isinstance(self, PerToken) and self.gaps is itl_gaps:
@@ -257,6 +269,31 @@ class PerToken(Distribution):
     gaps: Callable[[Row], Iterable[float]]
     unit: ClassVar[str] = "gaps"
 
+    def counted(self, records: Iterable[Row]) -> stats.Counted | None:
+        """The gaps counted by value (`_itl_counted`), or None where that does not apply."""
+        if isinstance(records, Rows) and self.gaps is itl_gaps:
+            return _itl_counted(records)
+        return None
+
+    def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
+                confidence: float = 0.95, min_samples: int = 1) -> Measure:
+        c = self.counted(scope.records)
+        if c is None:
+            return super().measure(scope, agg, percentile, confidence=confidence, min_samples=min_samples)
+        unit = self.unit
+        if percentile is not None:
+            need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
+            if not c.n:
+                return Measure(None, 0, need, unit, f"no completed {unit}")
+            return Measure(c.percentile(percentile), c.n, need, unit)
+        need = max(1, min_samples)
+        if not c.n:
+            return Measure(None, 0, need, unit, f"no completed {unit}")
+        if agg not in _AGGREGATE:
+            raise ValueError(f"{agg}() does not apply to this metric")
+        value = c.mean() if agg == "mean" else c.min() if agg == "min" else c.max()
+        return Measure(value, c.n, need, unit)
+
     def values(self, records: Iterable[Row]) -> Any:
         if isinstance(records, Rows) and self.gaps is itl_gaps:
             return _itl_values(completed(records))
@@ -264,6 +301,38 @@ class PerToken(Distribution):
         for r in completed(records):
             out.extend(self.gaps(r))
         return np.asarray(out, dtype=np.float64) if isinstance(records, Rows) else out
+
+
+def _itl_counted(records: Rows) -> stats.Counted | None:
+    """The ITL gaps of the completed requests of `records`, counted by value (exact, and
+    bounded in memory by the number of distinct gaps); None when a table's gaps are not whole
+    microseconds. Computed once per selection."""
+    if "itl" in records.memo:
+        return records.memo["itl"]
+    vals: list[np.ndarray] = []
+    counts: list[np.ndarray] = []
+    got: stats.Counted | None = None
+    for t, idx in completed(records).parts:
+        clean = t.clean(idx)
+        ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
+        vc = t.gap_counts(clean[ok])
+        if vc is None:
+            break
+        vals.append(vc[0])
+        counts.append(vc[1])
+        odd = [g for i in t.odd(idx).tolist() for g in itl_gaps(t.rec(i))]
+        if odd:
+            u, c = np.unique(np.asarray(odd, dtype=np.float64), return_counts=True)
+            vals.append(u)
+            counts.append(c)
+    else:
+        if vals:
+            u, inv = np.unique(np.concatenate(vals), return_inverse=True)
+            got = stats.Counted(u, np.bincount(inv, weights=np.concatenate(counts), minlength=len(u)).astype(np.int64))
+        else:
+            got = stats.Counted(np.zeros(0), np.zeros(0, dtype=np.int64))
+    records.memo["itl"] = got
+    return got
 
 
 def _itl_values(done: Rows) -> np.ndarray:

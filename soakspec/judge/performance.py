@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
-
 from soakspec.judge import stats
 from soakspec.judge.common import compare, describe_request, format_value, loc, plural, replace, result, signed_pct
 from soakspec.judge.index import LevelIndex, Row, Window, error_message
@@ -44,15 +42,14 @@ def _significant_violation(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricIm
     q, op, t = rule.expr.percentile, rule.op, rule.threshold
     if q is None or op not in ("<", "<=", ">", ">=") or t is None or not isinstance(impl, Distribution):
         return False
-    vals = np.asarray(impl.values(sc.records), dtype=np.float64)
     confidence = run.gate.confidence
     if op in ("<", "<="):
-        over = int(np.count_nonzero(vals > t if op == "<=" else vals >= t))
-        return stats.exceeds_with_confidence(over, len(vals), q, confidence)
+        n, over = impl.beyond(sc.records, ">" if op == "<=" else ">=", t)
+        return stats.exceeds_with_confidence(over, n, q, confidence)
     if q >= 100:
         return False
-    under = int(np.count_nonzero(vals < t if op == ">=" else vals <= t))
-    return stats.exceeds_with_confidence(under, len(vals), 100.0 - q, confidence)
+    n, under = impl.beyond(sc.records, "<" if op == ">=" else "<=", t)
+    return stats.exceeds_with_confidence(under, n, 100.0 - q, confidence)
 
 
 def _overage(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure, vtext: str) -> Instance | None:
@@ -65,14 +62,12 @@ def _overage(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure
         return None
     if op in (">", ">=") and q <= 0:
         return None
-    vals = np.asarray(impl.values(sc.records), dtype=np.float64)
-    n = len(vals)
     conf = run.gate.confidence
     if op in ("<", "<="):
-        over = int(np.count_nonzero(vals > t if op == "<=" else vals >= t))
+        n, over = impl.beyond(sc.records, ">" if op == "<=" else ">=", t)
         qq, side = q, "above"
     else:
-        over = int(np.count_nonzero(vals < t if op == ">=" else vals <= t))
+        n, over = impl.beyond(sc.records, "<" if op == ">=" else "<=", t)
         qq, side = 100.0 - q, "below"
     if qq <= 0:
         return None

@@ -280,11 +280,12 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
     known = set(table.ids)
     # a claim about a request that is not on the record covers nothing (lost records are
     # validity's to report); one about a request that is, the judge must be able to make
-    claimed = [t for t in be.traces if t.get("matched") is True and t.get("request_id") in known]
-    wrong = [t for t in claimed if t["request_id"] not in derived]
+    wrong = [rid for t in be.traces if t.get("matched") is True and (rid := t.get("request_id")) in known
+             and rid not in derived]
+    del derived, known
     notes: list[str] = []
     if wrong and same_spec:
-        first = wrong[0]["request_id"]
+        first = wrong[0]
         reason = match.unmatched_reason.get(first)
         reason_text = {"outside_window": "its times lie outside the request's window",
                        "unknown_id": "no request has its id", "incomplete": "its payload is incomplete"}.get(reason or "", "no such trace")

@@ -31,11 +31,13 @@ SCHEMA_VERSION = 1
 TOP_ERRORS = 10
 
 
-def dist_values(records: Iterable[Row], name: str) -> list[float]:
-    """The samples of per-request distribution `name` over the completed requests in `records`."""
+def dist_values(records: Iterable[Row], name: str) -> Any:
+    """The samples of per-request distribution `name` over the completed requests in
+    `records` (the per-token gaps counted by value, `stats.Counted`, where they can be)."""
     impl = metric(name)
     assert isinstance(impl, Distribution), name
-    return impl.values(records)
+    c = impl.counted(records)
+    return c if c is not None else impl.values(records)
 
 
 def window_series(bi: BackendIndex, w: Window, name: str) -> float | None:
@@ -101,7 +103,12 @@ def level_drift(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any] | None:
 # ------------------------------------------------------------------------------ results.json
 
 
-def _dist(vals: Sequence[float]) -> dict[str, Any] | None:
+def _dist(vals: Any) -> dict[str, Any] | None:
+    if isinstance(vals, stats.Counted):
+        if not vals.n:
+            return None
+        return {"count": vals.n, "p50": vals.percentile(50), "p95": vals.percentile(95), "p99": vals.percentile(99),
+                "mean": vals.mean(), "min": vals.min(), "max": vals.max()}
     if not len(vals):
         return None
     return {

@@ -379,6 +379,44 @@ class RequestTable:
         return g / self.itl_scale if self.itl_scale != 1.0 else g.astype(np.float64, copy=False)
 
 
+    def gap_counts(self, idx: np.ndarray, rows_at_once: int = 1 << 16) -> tuple[np.ndarray, np.ndarray] | None:
+        """The ITL gaps of rows `idx` as (distinct values in seconds, ascending; their counts),
+        without ever holding them all: a chunk of rows at a time, counted by value. None when
+        the gaps are float64 (not whole microseconds)."""
+        if self.itl_scale != 1e6:
+            return None
+        sel = np.zeros(self.n, dtype=bool)
+        sel[idx] = True
+        off = self.itl_off
+        acc_v: list[np.ndarray] = []
+        acc_c: list[np.ndarray] = []
+        for r0 in range(0, self.n, rows_at_once):
+            r1 = min(self.n, r0 + rows_at_once)
+            if not sel[r0:r1].any():
+                continue
+            g = self.itl[off[r0]:off[r1]]
+            g = g[np.repeat(sel[r0:r1], off[r0 + 1:r1 + 1] - off[r0:r1])]
+            if not len(g):
+                continue
+            lo, hi = int(g.min()), int(g.max())
+            if hi - lo < 1 << 22:
+                c = np.bincount(g - lo if lo else g, minlength=0)
+                nz = np.nonzero(c)[0]
+                acc_v.append(nz.astype(np.int64) + lo)
+                acc_c.append(c[nz])
+            else:
+                v, c = np.unique(g, return_counts=True)
+                acc_v.append(v.astype(np.int64))
+                acc_c.append(c)
+        if not acc_v:
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        v = np.concatenate(acc_v)
+        c = np.concatenate(acc_c)
+        u, inv = np.unique(v, return_inverse=True)
+        counts = np.bincount(inv, weights=c, minlength=len(u)).astype(np.int64)
+        return u / 1e6, counts
+
+
 class Rec(Mapping):
     """One request of a table, read like its row: `rec["field"]`, `rec.get("field")`."""
 
@@ -430,10 +468,11 @@ class Rows(Sequence):
     """A selection of requests, in order: parts of (table, row indices). Iterating gives `Rec`
     views; `column(name)` gives the aligned values of every selected request (vectorized)."""
 
-    __slots__ = ("parts",)
+    __slots__ = ("parts", "memo")
 
     def __init__(self, parts: Sequence[tuple[RequestTable, np.ndarray]] = ()) -> None:
         self.parts = tuple((t, idx) for t, idx in parts if len(idx))
+        self.memo: dict[str, Any] = {}  # what measures computed of this selection (it never changes)
 
     @staticmethod
     def of(table: RequestTable, idx: np.ndarray) -> Rows:
