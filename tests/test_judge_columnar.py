@@ -216,6 +216,8 @@ def test_table_views_read_as_the_rows_did():
     rows[1]["itl"] = [0.001, "x"]
     rows[2]["itl"] = [0.0012345678]
     rows[3]["custom"] = {"a": 1}
+    rows[4]["output_chars"] = 2**40  # beyond an int32 column
+    rows[5]["status"] = 200.0  # a float where an int belongs
     t = build_table(rows)
     for i, r in enumerate(rows):
         v = t.rec(i)
@@ -225,6 +227,8 @@ def test_table_views_read_as_the_rows_did():
             got = v.get(k)
             if isinstance(val, list):
                 assert list(got) == val, (k, got, val)
+            elif isinstance(val, float) and k == "status":
+                assert got == val and type(got) is float
             else:
                 assert got == val and type(got) in (type(val), float) or (val is None and got is None), (k, got, val)
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from soakspec.judge.evidence import BackendEvidence, Evidence
-from soakspec.judge.table import MISSING, RequestTable, Rows, ordered
+from soakspec.judge.table import MISSING, RequestTable, Rows, fits, ordered
 
 Row = Mapping[str, Any]
 FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level (warm-up is -1)
@@ -258,7 +258,7 @@ def _level_of(t: RequestTable, keys: list[tuple[Any, Any]]) -> np.ndarray:
         first.setdefault((type(key[0]).__name__, key[0], type(key[1]).__name__, key[1]), k)
     lvl = t.i["level"]
     for (wt, wv, lt, lv_), k in first.items():
-        if lt not in ("int", "NoneType"):
+        if lt not in ("int", "NoneType") or (lv_ is not None and not fits(lv_)):
             continue
         w_ok = t.label_is("workload", wv)
         pos[(pos < 0) & w_ok & (lvl == (MISSING if lv_ is None else lv_))] = k

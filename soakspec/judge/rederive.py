@@ -52,7 +52,7 @@ from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, extra
 import numpy as np
 
 from soakspec.judge.evidence import BackendEvidence, Evidence, compact_payload
-from soakspec.judge.table import MISSING, RequestTable, Rows
+from soakspec.judge.table import MISSING, RequestTable, Rows, fits
 from soakspec.judge.tracematch import TableMatch, invertible, kept_payload, label_column, match_table
 from soakspec.lang import simtrace
 from soakspec.lang.spec import Backend, Spec
@@ -420,7 +420,7 @@ def _deadline_per_row(t: RequestTable, idx: np.ndarray, deadlines: Mapping[tuple
         return out
     lvl = t.i["level"][idx]
     for (w, lv), d in reversed(list(deadlines.items())):
-        if lv is not None and (not isinstance(lv, int) or isinstance(lv, bool)):
+        if lv is not None and not fits(lv):
             continue
         out[t.label_is("workload", w, idx) & (lvl == (MISSING if lv is None else lv))] = d
     return out
@@ -458,7 +458,7 @@ def _usage_flags(t: RequestTable, idx: np.ndarray, bounds: Sequence[tuple[int | 
     mt = np.array([np.nan if b[0] is None else b[0] for b in bounds], dtype=np.float64)
     ign = np.array([b[1] for b in bounds], dtype=bool)
     stream = np.array([b[2] for b in bounds], dtype=bool)
-    n, ch = t.i["output_tokens"][idx], t.i["chunks"][idx]
+    n, ch = t.i["output_tokens"][idx].astype(np.int64), t.i["chunks"][idx].astype(np.int64)
     over_max = ign & ~np.isnan(mt) & (n > np.nan_to_num(mt, nan=np.inf))
     nostream = ~stream | (ch == MISSING) | (ch <= 0)
     bad = np.where(nostream, over_max, (n < ch) | (n > ch * MAX_TOKENS_PER_CHUNK) | over_max)

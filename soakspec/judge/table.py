@@ -11,9 +11,9 @@ exactly as the row did.
 Per request, what is kept (bytes per request, 64 output tokens):
   times        float64 (NaN: absent)       start, end, intended_start, first_token, first_byte,
                                            ttft, latency, tpot, rate, client_delay     80
-  counts       int64 (MISSING: absent)     bucket, level, status, chunks, output_tokens,
+  counts       int32 (MISSING: absent)     bucket, level, status, chunks, output_tokens,
                                            output_chars, prompt_tokens, worker, concurrency,
-                                           coalesced                                   80
+                                           coalesced (beyond int32: kept in extras)   40
   labels       int32 codes into a list of  backend, workload, outcome, error, finish_reason,
                the distinct values         itl_source, tokens_source, empty_text,
                                            usage_mismatch, usage_decreased             40
@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-MISSING = -(2**62)  # an int column's "absent"
-_INT_LIMIT = 2**62
+MISSING = -(2**31)  # an int column's "absent"
+_INT_LIMIT = 2**31  # an int column holds -(2**31) < v < 2**31; anything else is kept in extras
 
 FLOATS = ("start", "end", "intended_start", "first_token", "first_byte", "ttft", "latency", "tpot", "rate", "client_delay")
 INTS = ("bucket", "level", "status", "chunks", "output_tokens", "output_chars", "prompt_tokens", "worker", "concurrency",
@@ -64,6 +64,11 @@ _KIND: dict[str, str] = {**{k: "f" for k in FLOATS}, **{k: "i" for k in INTS}, *
 GAP_CHUNK = 1 << 18  # gaps buffered before they are checked and stored
 
 
+def fits(v: Any) -> bool:
+    """Can an int column hold Python value `v` (compared against a column, it could match)?"""
+    return type(v) is int and -_INT_LIMIT < v < _INT_LIMIT
+
+
 def _label_key(v: Any) -> Any:
     return (type(v).__name__, v)  # True and 1 are different labels
 
@@ -73,7 +78,7 @@ class TableBuilder:
 
     def __init__(self) -> None:
         self.f = {k: array("d") for k in FLOATS}
-        self.i = {k: array("q") for k in INTS}
+        self.i = {k: array("i") for k in INTS}
         self.c = {k: array("i") for k in LABELS}
         self.values: dict[str, list[Any]] = {k: [] for k in LABELS}
         self._codes: dict[str, dict[Any, int]] = {k: {} for k in LABELS}
@@ -214,7 +219,7 @@ class TableBuilder:
     def finish(self) -> RequestTable:
         self._flush()
         f = {k: np.frombuffer(v, dtype=np.float64) if len(v) else np.zeros(0) for k, v in self.f.items()}
-        i = {k: np.frombuffer(v, dtype=np.int64) if len(v) else np.zeros(0, dtype=np.int64) for k, v in self.i.items()}
+        i = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32) for k, v in self.i.items()}
         c = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32)
              for k, v in {**self.c, "server_affix": self._affix}.items()}
         if self.itl_us is not None:
