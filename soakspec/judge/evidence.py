@@ -310,34 +310,52 @@ class _TableRows(_Rows):
 
 class Claims(Sequence):
     """The stored trace rows of a backend whose traces the judge re-matches from its log: only
-    what each row claims, `{"request_id": ..., "matched": ...}`, made when read (an id and a
-    flag per row held, not a dict)."""
+    what each row claims, `{"request_id": ..., "matched": ...}`, made when read. Held as the
+    ids' UTF-8 bytes end to end with offsets and a flag per row (a long soak has one row per
+    request: no dict, no string object per row)."""
 
-    def __init__(self, ids: list[Any], matched: array) -> None:
-        self._ids, self._matched = ids, matched
+    def __init__(self, blob: bytes, offsets: array, matched: array, other: Mapping[int, Any]) -> None:
+        self._blob, self._off, self._matched, self._other = blob, offsets, matched, other
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._matched)
+
+    def request_id(self, k: int) -> Any:
+        if k in self._other:
+            return self._other[k]
+        return self._blob[self._off[k]:self._off[k + 1]].decode("utf-8", "surrogatepass")
 
     def __getitem__(self, k):  # type: ignore[override]
         if isinstance(k, slice):
             return [self[j] for j in range(*k.indices(len(self)))]
-        return {"request_id": self._ids[k], "matched": self._matched[k] == 1}
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        return {"request_id": self.request_id(k), "matched": self._matched[k] == 1}
 
 
 class _ClaimRows(_Rows):
     def __init__(self) -> None:
         super().__init__(None)
-        self.ids: list[Any] = []
+        self.blob = bytearray()
+        self.off = array("q", [0])
         self.matched = array("b")
+        self.other: dict[int, Any] = {}
 
     def add(self, line: int, row: Any) -> None:
-        if isinstance(row, dict):
-            self.ids.append(row.get("request_id"))
-            self.matched.append(1 if row.get("matched") is True else 0)
+        if not isinstance(row, dict):
+            return
+        rid = row.get("request_id")
+        if type(rid) is str:
+            self.blob += rid.encode("utf-8", "surrogatepass")
+        else:
+            self.other[len(self.matched)] = rid
+        self.off.append(len(self.blob))
+        self.matched.append(1 if row.get("matched") is True else 0)
 
     def claims(self) -> Claims:
-        return Claims(self.ids, self.matched)
+        return Claims(bytes(self.blob), self.off, self.matched, self.other)
 
 
 _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None}

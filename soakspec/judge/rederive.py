@@ -280,8 +280,8 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
     known = set(table.ids)
     # a claim about a request that is not on the record covers nothing (lost records are
     # validity's to report); one about a request that is, the judge must be able to make
-    wrong = [rid for t in be.traces if t.get("matched") is True and (rid := t.get("request_id")) in known
-             and rid not in derived]
+    claims = ((t.get("request_id"), t.get("matched") is True) for t in be.traces)
+    wrong = [rid for rid, says in claims if says and rid in known and rid not in derived]
     del derived, known
     notes: list[str] = []
     if wrong and same_spec:
