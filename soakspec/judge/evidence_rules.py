@@ -300,11 +300,11 @@ def _coverage_instance(sc: Scope, rule: Rule) -> tuple[Instance | None, float | 
     where = loc(sc)
     if total == 0:
         return Instance("inconclusive", where, None, None, len(sc.records), "no request in it completed: nothing was measured", 1), None, 0, 0
-    is_traced = _traced_in(sc)
-    traced = _traced_count(sc, done) if isinstance(done, Rows) else sum(1 for r in done if is_traced(r))
+    traced = _traced_count(sc, done) if isinstance(done, Rows) else sum(1 for r in done if _traced_in(sc)(r))
     cov = traced / total
     if compare(cov, rule.op, rule.threshold):
         return None, cov, traced, total
+    is_traced = _traced_in(sc)
     first = next((r for r in done if not is_traced(r)), None)
     tail = f"; first untraced: {first.get('request_id')}" if first is not None else ""
     return Instance("fail", where, cov, f"trace coverage = {cov * 100:.4g}%", total,

@@ -221,7 +221,7 @@ def _log_text(be: BackendEvidence) -> str:
     return "".join(got[0]) if got is not None else ""
 
 
-TRACE_CHUNK_LINES = 20_000  # server.log lines extracted at a time (never the whole log)
+TRACE_CHUNK_LINES = 5_000  # server.log lines extracted at a time (never the whole log)
 
 
 def _log_traces(lines: Iterable[str], source: TraceSource, offset: int) -> Iterator[Trace]:
@@ -250,14 +250,15 @@ def _match(table: RequestTable, traces: Iterable[Trace], id_field: str, forms: S
     rows: dict[str, list[int]] = {}
     for i, rid in enumerate(table.ids):
         rows.setdefault(str(rid), []).append(i)
-    kept: dict[int, list[Any]] = {}
+    got = TableMatch(table.n, lambda rid: (rows.get(rid) or [None])[0])
     shared: dict[Any, Mapping[str, Any]] = {}
     for a in match.assignments:
         if a.matched and a.request_id is not None:
             for i in rows.get(a.request_id, ()):
-                kept.setdefault(i, []).append(kept_payload(a.trace.payload, shared))
-    why = {a.request_id: a.reason for a in match.assignments if a.request_id is not None and not a.matched}
-    return TableMatch(kept, why, len(match.assignments))
+                got.add(i, kept_payload(a.trace.payload, shared))
+    got.unmatched_reason.update({a.request_id: a.reason for a in match.assignments if a.request_id is not None and not a.matched})
+    got.traces = len(match.assignments)
+    return got
 
 
 def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehearsal: bool,
@@ -276,13 +277,12 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
         traces = _stored_trace_iter(be.full_traces() if be.traces_path is not None else be.traces)
         basis = "the trace's own id and times"
     match = _match(table, traces, id_field, forms, window_s)
-    derived = {table.ids[i] for i in match.kept}
-    known = set(table.ids)
     # a claim about a request that is not on the record covers nothing (lost records are
     # validity's to report); one about a request that is, the judge must be able to make
     claims = ((t.get("request_id"), t.get("matched") is True) for t in be.traces)
-    wrong = [rid for rid, says in claims if says and rid in known and rid not in derived]
-    del derived, known
+    matched = match.codes != 0
+    wrong = [rid for rid, says in claims if says and isinstance(rid, str) and (i := match.row_of(rid)) is not None
+             and not matched[i]]
     notes: list[str] = []
     if wrong and same_spec:
         first = wrong[0]
@@ -574,7 +574,14 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
     match, trace_notes = _rematch(be, spec_be, window_s, rehearsal, table, same_spec)
     verdicts: dict[str, tuple[str, str]] = {}
     if match is not None:
-        for i, ps in match.kept.items():
+        # the server's verdict per distinct payload, then per request that carries it
+        by_code = {c: v for c in range(1, len(match.values) + 1)
+                   if (p := match.payload(c)) is not None and (v := _server_verdict([p])) is not None}
+        if by_code:
+            for i in np.nonzero(np.isin(match.codes, list(by_code)))[0].tolist():
+                if i not in match.extra:
+                    verdicts.setdefault(table.ids[i], by_code[int(match.codes[i])])
+        for i, ps in match.extra.items():
             if (v := _server_verdict([p for p in ps if p is not None])) is not None:
                 verdicts.setdefault(table.ids[i], v)
         codes, values, multi = label_column(table, match)

@@ -384,7 +384,7 @@ class RequestTable:
         return g / self.itl_scale if self.itl_scale != 1.0 else g.astype(np.float64, copy=False)
 
 
-    def gap_counts(self, idx: np.ndarray, rows_at_once: int = 1 << 16) -> tuple[np.ndarray, np.ndarray] | None:
+    def gap_counts(self, idx: np.ndarray, rows_at_once: int = 1 << 13) -> tuple[np.ndarray, np.ndarray] | None:
         """The ITL gaps of rows `idx` as (distinct values in seconds, ascending; their counts),
         without ever holding them all: a chunk of rows at a time, counted by value. None when
         the gaps are float64 (not whole microseconds)."""
@@ -397,15 +397,17 @@ class RequestTable:
         acc_c: list[np.ndarray] = []
         for r0 in range(0, self.n, rows_at_once):
             r1 = min(self.n, r0 + rows_at_once)
-            if not sel[r0:r1].any():
+            part = sel[r0:r1]
+            if not part.any():
                 continue
             g = self.itl[off[r0]:off[r1]]
-            g = g[np.repeat(sel[r0:r1], off[r0 + 1:r1 + 1] - off[r0:r1])]
+            if not part.all():
+                g = g[np.repeat(part, off[r0 + 1:r1 + 1] - off[r0:r1])]
             if not len(g):
                 continue
             lo, hi = int(g.min()), int(g.max())
             if hi - lo < 1 << 22:
-                c = np.bincount(g - lo if lo else g, minlength=0)
+                c = np.bincount(g - lo if lo else g)
                 nz = np.nonzero(c)[0]
                 acc_v.append(nz.astype(np.int64) + lo)
                 acc_c.append(c[nz])

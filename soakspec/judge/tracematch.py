@@ -43,15 +43,59 @@ def invertible(id_forms: Sequence[str]) -> bool:
     return all(_affixes(f) is not None for f in id_forms)
 
 
-@dataclasses.dataclass
-class TableMatch:
-    """What the judge keeps of matching: the matched payload fields per row (`kept`: row ->
-    list of kept payloads, None for a trace without payload), and for ids a trace carried
-    without matching, why (the last such trace's reason, as `match_traces` reports it)."""
+NO_PAYLOAD = False  # the `trace` label of a request matched by a trace without a payload
 
-    kept: dict[int, list[Mapping[str, Any] | None]]
-    unmatched_reason: dict[str, str]
-    traces: int = 0
+
+class TableMatch:
+    """What the judge keeps of matching, per row of the table: `codes[i]` (0: no matched
+    trace; else 1 + the position in `values` of its first matched trace's kept payload:
+    NO_PAYLOAD or the payload's kept items), `extra` (rows with more than one matched trace:
+    every kept payload, None for one without), and for ids a trace carried without matching,
+    why (the last such trace's reason, as `match_traces` reports it). `row_of(id)`: the first
+    row with that request id."""
+
+    def __init__(self, n: int, row_of) -> None:
+        self.codes = np.zeros(n, dtype=np.int32)
+        self.values: list[Any] = []
+        self._index: dict[Any, int] = {}
+        self.extra: dict[int, list[Mapping[str, Any] | None]] = {}
+        self.unmatched_reason: dict[str, str] = {}
+        self.row_of = row_of
+        self.traces = 0
+
+    def code(self, p: Mapping[str, Any] | None) -> int:
+        key: Any = NO_PAYLOAD if p is None else tuple(p.items())
+        try:
+            c = self._index.get(key)
+            if c is None:
+                c = self._index[key] = len(self.values) + 1
+                self.values.append(key)
+        except TypeError:  # an unhashable value: its own code
+            self.values.append(tuple(p.items()) if p is not None else NO_PAYLOAD)
+            c = len(self.values)
+        return c
+
+    def payload(self, c: int) -> Mapping[str, Any] | None:
+        v = self.values[c - 1]
+        return None if v is NO_PAYLOAD else dict(v)
+
+    def add(self, i: int, p: Mapping[str, Any] | None) -> None:
+        if self.codes[i] == 0:
+            self.codes[i] = self.code(p)
+        else:
+            self.extra.setdefault(i, [self.payload(int(self.codes[i]))]).append(p)
+
+    def kept_of(self, i: int) -> list[Mapping[str, Any] | None]:
+        """Every kept payload of row i (None for a trace without one); [] when unmatched."""
+        if i in self.extra:
+            return list(self.extra[i])
+        c = int(self.codes[i])
+        return [self.payload(c)] if c else []
+
+    @property
+    def kept(self) -> dict[int, list[Mapping[str, Any] | None]]:
+        """row -> its kept payloads, for every matched row (built when asked)."""
+        return {i: self.kept_of(i) for i in np.nonzero(self.codes)[0].tolist()}
 
 
 def kept_payload(p: Any, shared: dict[Any, Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -110,8 +154,8 @@ def match_table(table: RequestTable, traces: Iterable[Any], id_forms: Sequence[s
                     found.update(i for i in more.get(rid, (first[rid],)) if srv_codes[i] == code)
         return sorted(found)
 
-    kept: dict[int, list[Mapping[str, Any] | None]] = {}
-    why: dict[str, str] = {}
+    match = TableMatch(table.n, first.get)
+    why = match.unmatched_reason
     shared: dict[Any, Mapping[str, Any]] = {}
     n = 0
     for tr in traces:
@@ -130,44 +174,26 @@ def match_table(table: RequestTable, traces: Iterable[Any], id_forms: Sequence[s
         if chosen is None:
             why[str(table.ids[cands[0]])] = "outside_window"
             continue
-        kept.setdefault(chosen, []).append(kept_payload(tr.payload, shared))
+        match.add(chosen, kept_payload(tr.payload, shared))
     # a request id recorded twice: a trace for it covers every record of that id (as a match
     # by id always has)
     for rows in more.values():
-        got = [p for i in rows for p in kept.get(i, ())]
+        got = [p for i in rows for p in match.kept_of(i)]
         if got:
             for i in rows:
-                kept[i] = list(got)
-    return TableMatch(kept, why, n)
-
-
-NO_PAYLOAD = False  # the `trace` label of a request matched by a trace without a payload
+                match.codes[i] = 0
+                match.extra.pop(i, None)
+                for p in got:
+                    match.add(i, p)
+    match.traces = n
+    return match
 
 
 def label_column(table: RequestTable, match: TableMatch) -> tuple[np.ndarray, tuple[Any, ...], dict[int, tuple]]:
     """The match as a table label column `trace`: None (no matched trace), NO_PAYLOAD or the
-    first matched payload's kept items (a tuple); rows with more than one matched trace (or an
-    unhashable payload) are also in the returned map, row -> every kept payload (None for
-    one without)."""
-    codes = np.zeros(table.n, dtype=np.int32)  # code 0: None
-    values: list[Any] = [None]
-    index: dict[Any, int] = {None: 0}
-    multi: dict[int, tuple] = {}
-    for i, ps in match.kept.items():
-        p = ps[0]
-        key: Any = NO_PAYLOAD if p is None else tuple(p.items())
-        try:
-            c = index.get(key)
-        except TypeError:
-            key, c = NO_PAYLOAD, index.get(NO_PAYLOAD)
-            multi[i] = tuple(ps)
-        if c is None:
-            c = index[key] = len(values)
-            values.append(key)
-        codes[i] = c
-        if len(ps) > 1:
-            multi[i] = tuple(ps)
-    return codes, tuple(values), multi
+    first matched payload's kept items (a tuple); rows with more than one matched trace are
+    also in the returned map, row -> every kept payload (None for one without)."""
+    return match.codes, (None, *match.values), {i: tuple(ps) for i, ps in match.extra.items()}
 
 
 def payloads_of(table: RequestTable, i: int) -> tuple[Mapping[str, Any], ...]:
