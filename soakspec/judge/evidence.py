@@ -230,14 +230,6 @@ def compact_payload(payload: dict[str, Any]) -> dict[str, Any]:
             if k in _TRACE_PAYLOAD_KEYS or isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def _claim_only(row: Any) -> Any:
-    """What the judge reads of a stored trace row when it re-matches the backend's traces from
-    its server.log: which request the row claims, and whether it says matched."""
-    if not isinstance(row, dict):
-        return row
-    return {"request_id": row.get("request_id"), "matched": row.get("matched")}
-
-
 def _compact_trace(row: Any) -> Any:
     if not isinstance(row, dict):
         return row

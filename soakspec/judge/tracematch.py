@@ -14,7 +14,6 @@ handled by `match_traces` itself (`invertible`).
 
 from __future__ import annotations
 
-import dataclasses
 import string
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
