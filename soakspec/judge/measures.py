@@ -21,6 +21,15 @@ they would be computed from the claimed count -- and throughput counts its text 
   PerSample   one value per telemetry sample inside the scope's buckets (rss, gpu_memory --
               the server's own processes, summed over GPUs -- and gpu_memory_device)
 
+A scope's requests are a `soakspec.judge.table.Rows` selection of typed columns. A per-request
+function may be a plain `row -> value` (it is then applied to each request's `Rec` view: right,
+but slow at soak scale) or a `Columnar(row, col)` whose `col(table, idx)` computes the same
+values vectorized. Columns of one selection are aligned -- `column(records, ttft)[k]` and
+`column(records, counted("tpot"))[k]` are the same request -- so a predicate across metrics
+(`ttft < X and tpot < Y`) is `Columnar(lambda r: ..., lambda t, idx: (t.ttft(idx) < X) & ...)`
+counted with `Outcome`. The ITL gaps of a scope are counted by value (`stats.Counted`,
+exact), never held as one array of every gap.
+
 Also here: drift and slope of a per-bucket series (median of the last quarter relative to the
 median of the first, quarter = max(1, n // 4); least-squares slope per minute relative to the
 mean), both needing at least 2 buckets.
