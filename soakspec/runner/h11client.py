@@ -264,13 +264,36 @@ _HEADER_LINE = re.compile(rb"([-!#$%&'*+.^_`|~0-9a-zA-Z]+):[ \t]*((?:[^\x00\s]+(
 _MAX_LENGTH_DIGITS = 20  # h11's CONTENT_LENGTH_MAX_DIGITS
 
 
+_HEADS_MAX = 64
+_heads: dict[bytes, tuple[int, bytes, list[tuple[bytes, bytes]], int] | None] = {}
+
+
 def parse_head(data: bytes) -> tuple[int, bytes, list[tuple[bytes, bytes]], int] | None:
     """(status, HTTP version, headers with lower-case names, end of the head) when `data` starts
     with a complete head of the plain form above; None otherwise: then h11 reads it, and says
-    what is wrong if anything is."""
+    what is wrong if anything is.
+
+    A server sends the same head bytes again and again (nginx and uvicorn change only `Date`,
+    once a second), so results are kept by the head's exact bytes (a pure function of them; at
+    most `_HEADS_MAX`, then forgotten): the regexes run about once a second, not per request.
+    The headers list is shared between the requests that got the same head: read it, never
+    change it."""
     end = data.find(b"\r\n\r\n")
     if end < 0:
         return None
+    key = data[: end + 4]
+    try:
+        return _heads[key]
+    except KeyError:
+        pass
+    head = _parse_head(data, end)
+    if len(_heads) >= _HEADS_MAX:
+        _heads.clear()
+    _heads[key] = head
+    return head
+
+
+def _parse_head(data: bytes, end: int) -> tuple[int, bytes, list[tuple[bytes, bytes]], int] | None:
     lines = data[:end].split(b"\r\n")
     m = _STATUS_LINE.fullmatch(lines[0])
     if m is None:
