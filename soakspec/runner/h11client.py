@@ -353,6 +353,7 @@ class H11Connection:
         self._limits = limits
         self._receive_size = receive_size
         self._sock: socket.socket | None = None  # non-blocking; trio waits for it
+        self._poll = select.poll()  # the socket registered for POLLIN (see `_exchange`)
         base = [(b"host", f"{host}:{port}".encode()), (b"user-agent", USER_AGENT)]
         base.append((b"content-type", b"application/json"))
         if api_key:
@@ -450,7 +451,7 @@ class H11Connection:
     async def _exchange(self, request: bytes, acc: StreamAccumulator, record: RequestRecord) -> None:
         sock = self._sock
         # readable while idle: the server closed it (EOF pending) -- use a fresh one, before sending
-        if sock is None or _readable(sock):
+        if sock is None or self._poll.poll(0):
             self._drop()
             try:
                 sock = self._sock = await self._connect()
@@ -458,6 +459,8 @@ class H11Connection:
                 acc.fail(Outcome.DISCONNECTED, CONNECT_FAILED + describe_transport_error(exc))
                 return
             self.connects += 1
+            self._poll = select.poll()  # one per connection: the idle check is one poll(0)
+            self._poll.register(sock, select.POLLIN)
         assert sock is not None
         keep = False
         try:
@@ -571,12 +574,6 @@ async def _receive(sock: socket.socket, size: int, now: Callable[[], float], aft
                 sec, nsec = _TIMESPEC.unpack(stamp)
                 t = min(t, sec + nsec * 1e-9 + (t - time.time()))
         return data, t if t > after else after
-
-
-def _readable(sock: socket.socket) -> bool:
-    p = select.poll()
-    p.register(sock, select.POLLIN)
-    return bool(p.poll(0))
 
 
 def _content_type(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
