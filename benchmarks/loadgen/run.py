@@ -328,6 +328,13 @@ def main() -> int:
             cost = [1 - a / b for a, b in zip(on, (r["rps"] for r in off_runs[c])) if b]
             print(f"\nc={c}: self-check (client-health monitor) cost per round: {', '.join(f'{x * 100:+.1f} %' for x in cost)}"
                   f" of one worker's completed req/s (on {med(on, ',.0f')}, off {med([r['rps'] for r in off_runs[c]], ',.0f')})")
+            # on a shared machine req/s follows the CPU the client got (client cores); the CPU
+            # it spent per request is the figure other work does not move
+            on_cpu = [r["cpu_per_1k"] for r in sk_runs[(1, c)]] if (1, c) in sk_runs else []
+            off_cpu = [r["cpu_per_1k"] for r in off_runs[c]]
+            if on_cpu and off_cpu:
+                print(f"c={c}: self-check cost in client CPU per request: {(statistics.median(on_cpu) / statistics.median(off_cpu) - 1) * 100:+.1f} %"
+                      f" (medians: on {med(on_cpu, '.4f')}, off {med(off_cpu, '.4f')} CPU s / 1k req)")  # fmt: skip
     if len(args.workers) > 1 and 256 in args.concurrency:
         base = statistics.median(r["rps"] for r in sk_runs[(args.workers[0], 256)])
         for w in args.workers[1:]:

@@ -43,6 +43,11 @@ nothing; closed loop at c=64; the shared 2-vCPU VM; `benchmarks/loadgen/`, py-sp
     + a stream's middle by one bytes.split, reads that split an event back on the fast
       path (protocol.py), records by `RequestRecord.to_line`, one write per batch
                                                                  0.36 ms, 2,797/s (median of 3)
+    2026-12-01, measured afresh (the lines above are 2026-11-30's, not rerun): merged main
+    after #17, self-check on, load average ~3                    0.105 ms, 7,184/s
+    + round(t, 6) without its decimal string, ITL by map, records by msgspec
+      encode_lines, heads memoised, one poll object per connection, gzip level 4
+                                                                 0.094 ms, 8,441/s (4.3x vllm bench serve)
 wrk (C, no stream parsing) does ~23,000/s on the same server; `--workers 2` 4,264/s at c=256.
 What is left, by py-spy: the SSE lane (~25%: the split, the regex over the last events, the
 hash), the send syscall (~7%), the record line (~8%), the response head, trio's scheduling.
