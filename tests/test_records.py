@@ -186,3 +186,20 @@ def test_decode_is_typed_not_coerced() -> None:
     d = json.loads(RequestRecord("r", backend="b", error="x").to_line())
     with pytest.raises(msgspec.ValidationError):
         decode_line(json.dumps(d | {"output_tokens": True}))
+
+
+_tie_times = st.builds(lambda k, d: (k + 0.5) / 1e6 + d, st.integers(0, 4 * 10**15), st.sampled_from([0.0, 1e-13, -1e-13, 5e-7]))
+
+
+@settings(max_examples=3000)
+@given(st.floats(allow_nan=False, allow_infinity=False) | times | _tie_times | st.floats(0, 0.01))
+def test_freezing_rounds_times_to_the_microsecond_exactly_as_round_does(t: float) -> None:
+    """The builder's fast rounding (record._round6, record._round_us) is round(t, 6) itself --
+    value and sign of zero -- for every finite double, near-ties and epoch times included."""
+    from soakspec.evidence.record import _round6, _round_us
+
+    want = round(t, 6)
+    for got in (_round6(t), _round_us(t)):
+        assert got == want and math.copysign(1.0, got) == math.copysign(1.0, want), (t, got, want)
+    rec = RequestRecord("r", start=abs(t), end=abs(t), tpot=abs(t), client_delay=abs(t)).freeze()
+    assert rec.start == rec.end == rec.tpot == rec.client_delay == round(abs(t), 6)

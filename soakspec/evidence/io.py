@@ -474,7 +474,13 @@ class GzipJsonlWriter:
     back to where the open member began (that member's records are lost; the run aborts on the
     `EvidenceWriteError`)."""
 
-    LEVEL = 6
+    # zlib level 4, chosen by measurement (benchmarks/README.md, "Load generator": 20,000 request
+    # lines in batches of 16, as the runner writes them): for records with real ITLs (~1 KB
+    # each, 63 gaps of 10 ms with 50-400 us jitter) level 6 costs ~26 us of CPU a record and
+    # writes 211-245 B, level 4 ~8 us and 230-259 B (+6-9 %), level 1 ~5 us and 255-285 B
+    # (+21 %); levels 4-9 are deflate's lazy matcher, whose cost past 4 buys little here. At
+    # 7,000 requests/s level 6 alone would take a sixth of a core from the load generator.
+    LEVEL = 4
 
     def __init__(self, path: os.PathLike | str, sync_s: float = 1.0):
         self.path = Path(path)

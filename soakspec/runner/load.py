@@ -223,7 +223,14 @@ class LiveStats:
         self.in_flight += 1
 
     def finished(self, rec: RequestRecord) -> None:
-        self.add_batch([(str(rec.outcome), rec.ttft)], 0)
+        """`add_batch([(outcome, ttft)], 0)` for one record, without the list (once per request)."""
+        self.in_flight -= 1
+        self.done += 1
+        outcome = str(rec.outcome)
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        ttft = rec.ttft
+        if ttft is not None:
+            self.ttfts.append(ttft)
 
     def add_batch(self, outcomes: list[tuple[str, float | None]], sent: int) -> None:
         """`sent` more requests started and these (outcome, TTFT) finished (e.g. a `--workers`

@@ -825,7 +825,7 @@ class StreamAccumulator:
         times = self._times
         if times and per_point is None:  # one token per point: the gaps between them
             first, last = times[0], times[-1]
-            itl = [b - a for a, b in zip(times, times[1:])]
+            itl = list(map(operator.sub, times[1:], times))  # times[i + 1] - times[i], in C
             coalesced = itl.count(0.0)  # a token in the same read (same stamp) as the one before
         elif times:
             assert per_point is not None

@@ -26,7 +26,7 @@ from typing import Any
 
 from soakspec.evidence.io import EvidenceError, GzipJsonlWriter, JsonlWriter
 from soakspec.evidence.buckets import BucketTally, bucket_line
-from soakspec.evidence.record import Record, decode_lenient, encode_line
+from soakspec.evidence.record import Record, decode_lines_lenient, encode_line, encode_lines
 from soakspec.evidence.layout import RunLayout
 from soakspec.plan import BackendPlan, Level
 from soakspec.runner.load import LevelRun, LiveStats
@@ -200,15 +200,16 @@ class BackendRecorder:
     def write_records(self, records: Iterable[RequestRecord]) -> None:
         # one write per batch into the open gzip member
         frozen = [rec.freeze() for rec in records]
+        add = self.tally.add
         for r in frozen:
-            self.tally.add(r)
-        self._write(b"".join([encode(r) for r in frozen]))
+            add(r)
+        self._write(encode_lines(frozen))
 
     def write_lines(self, data: bytes) -> None:
         """Whole request lines made elsewhere (a `--workers` process's `to_line`s)."""
-        for line in data.splitlines():
-            if line.strip() and (r := decode_lenient(line)) is not None:
-                self.tally.add(r)
+        add = self.tally.add
+        for r in decode_lines_lenient(data):
+            add(r)
         self._write(data)
 
     def _write(self, data: bytes) -> None:
