@@ -320,7 +320,7 @@ class _Checker:
                     self.error(rel, "V108", f"run_id {run_id!r} differs from the manifest's {manifest.get('run_id')!r}")
         elif name == layout.REQUESTS:
             self._check_requests(rel, path)
-        elif name.endswith(".jsonl"):
+        elif name.endswith(".jsonl") or name == layout.TRACES:  # traces.jsonl.gz: iter_jsonl reads gzip
             bad_lines: list[tuple[int, str | None]] = []
             schema = _JSONL_SCHEMAS.get(name)
             budget = [MAX_ERRORS_PER_FILE]
