@@ -33,6 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent / "loadgen"))
 from fixture import percentile as pct  # noqa: E402
 
+from soakspec.evidence.record import iter_records
+
 SPEC = """\
 soak "fidelity" {{
   issue = "8"

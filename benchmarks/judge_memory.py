@@ -4,8 +4,9 @@
     python benchmarks/judge_memory.py --records 200000 --tokens 64
 
 Writes synthetic records exactly as the runner does (`RequestRecord.to_line`) to a temporary
-requests.jsonl, reads them back through the judge's reader (`soakspec.judge.evidence`, with
-its compaction), and reports the bytes held per record (tracemalloc) and the process's peak RSS.
+requests.jsonl, reads them back through the judge's reader (`soakspec.judge.evidence`: each
+row into the backend's typed columns, `soakspec.judge.table`, then dropped), and reports the
+bytes held per record (tracemalloc, which numpy reports to) and the process's peak RSS.
 Nothing runs against a server; it stops by itself.
 """
 
@@ -53,7 +54,7 @@ def main() -> int:
         gc.collect()
         tracemalloc.start()
         t0 = time.perf_counter()
-        rows = evidence._read_rows(path, "requests.jsonl.gz", [], [], required=True, compact=evidence._compact_request)
+        rows, _ = evidence._read_requests(path, "", [], [], {})
         seconds = time.perf_counter() - t0
         held, _ = tracemalloc.get_traced_memory()
         tracemalloc.stop()

@@ -35,6 +35,8 @@ import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from soakspec.evidence.record import iter_records
+
 OUTCOMES = ("completed", "failed", "timeout", "rejected", "disconnected")
 MARKER_VAR = "SOAKSPEC_SELF_SOAK_MARKER"
 
@@ -114,10 +116,8 @@ def account(run_dir: Path) -> tuple[dict[int, Counter], int, dict]:
     m = json.loads((run_dir / "manifest.json").read_text())
     backend = m["backends"][0]
     per_bucket: dict[int, Counter] = defaultdict(Counter)
-    with open(run_dir / "backends" / backend["safe_name"] / "requests.jsonl", "rb") as fh:
-        for line in fh:
-            r = json.loads(line)
-            per_bucket[r["bucket"]][r["outcome"]] += 1
+    for _, r in iter_records(run_dir / "backends" / backend["safe_name"] / "requests.jsonl.gz"):
+        per_bucket[r.bucket][str(r.outcome)] += 1
     sent = sum(level["sent"] for level in backend["levels"])
     return dict(sorted(per_bucket.items())), sent, m
 
@@ -144,7 +144,7 @@ def main() -> int:
     print(f"self-soak: {duration}s at concurrency {args.concurrency}, buckets of {bucket}s; evidence in {run_dir}", flush=True)
     started = dt.datetime.now(dt.timezone.utc)
     runner = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    requests = run_dir / "backends" / "sim" / "requests.jsonl"
+    requests = run_dir / "backends" / "sim" / "requests.jsonl.gz"
     hard_stop = time.monotonic() + 2 * (duration + 60)
     while not (requests.exists() and requests.stat().st_size > 0):
         if runner.poll() is not None or time.monotonic() > hard_stop:

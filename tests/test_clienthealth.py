@@ -361,7 +361,7 @@ def test_a_server_whose_usage_goes_down_fails_usage_mismatch(tmp_path):
     block = "sim {\n    ttft = 20ms\n    itl = 5ms\n  }"
     assert block in text
     proc, out = run_spec(tmp_path, text.replace(block, launch), "--format", "json")
-    rows = read_jsonl(out / "backends" / "b0" / "requests.jsonl")
+    rows = read_jsonl(out / "backends" / "b0" / "requests.jsonl.gz")
     assert rows and all(r["usage_decreased"] is True for r in rows if r["outcome"] == "completed")
     rules = {r["rule"]: r for r in json.loads(proc.stdout)["rules"]}
     assert rules["usage_mismatch == 0"]["status"] == "fail", proc.stdout

@@ -22,39 +22,9 @@ from soakspec.runner.h11client import H11Connection
 from soakspec.runner.load import LevelContext, Shapes, drive_level
 from soakspec.sim import server as sim
 from soakspec.sim.config import SimConfig
+from specs import one_workload_spec
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "prompts"
-
-SPEC = """\
-soak "datasets" {{
-  issue = "18"
-}}
-backend "sim" {{
-  sim {{}}
-  runtime {{
-    label = "host-staged"
-  }}
-}}
-workload "w" {{
-  endpoint = {endpoint}
-  prompt_file = "{file}"
-  {extra}
-  max_tokens = 4
-  load {{
-    mode = closed
-    concurrency = [1]
-  }}
-  duration = {duration}
-  deadline = 5s
-  follow_up = false
-}}
-gate {{
-  require failed == 0
-}}
-claims {{
-  claim "test"
-}}
-"""
 
 SHAREGPT_PRETTY = """\
 [
@@ -75,9 +45,15 @@ SHAREGPT_PRETTY = """\
 """
 
 
+def _spec_text(file: str, endpoint: str = "completions", extra: str = "", duration: str = "1s") -> str:
+    before = f'endpoint = {endpoint}\n  prompt_file = "{file}"\n  {extra}\n  max_tokens = 4'
+    after = f"duration = {duration}\n  deadline = 5s\n  follow_up = false"
+    return one_workload_spec(name="datasets", issue="18", before_load=before, load="mode = closed\n    concurrency = [1]", after_load=after)
+
+
 def _spec(tmp_path: Path, file: str, endpoint: str = "completions", extra: str = "", duration: str = "1s"):
     path = tmp_path / "w.soak"
-    path.write_text(SPEC.format(file=file, endpoint=endpoint, extra=extra, duration=duration))
+    path.write_text(_spec_text(file, endpoint, extra, duration))
     return load_spec(path)
 
 
@@ -198,7 +174,7 @@ def test_check_reports_a_missing_file_and_an_unknown_format(tmp_path):
 
 def test_prompt_format_without_a_prompt_file_is_a_contradiction(tmp_path):
     path = tmp_path / "w.soak"
-    path.write_text(SPEC.format(file="x", endpoint="completions", extra="", duration="1s")
+    path.write_text(_spec_text("x")
                     .replace('prompt_file = "x"', "prompt_words = 4\n  prompt_format = text"))  # fmt: skip
     spec, diags, _ = load_spec(path)
     assert spec is None and [d.code for d in diags] == ["E403"]
@@ -291,7 +267,7 @@ async def test_a_session_sends_its_next_turn_with_the_history(tmp_path):
     """Concurrency 1 is one session: conversation a1 (two user turns), then a2 (system + user),
     then a1 again; each turn carries the turns before it (read back from the simulator)."""
     path = tmp_path / "w.soak"
-    path.write_text(SPEC.format(file=str(EXAMPLES / "sharegpt.json"), endpoint="chat", extra="multi_turn = true", duration="400ms"))
+    path.write_text(_spec_text(str(EXAMPLES / "sharegpt.json"), "chat", "multi_turn = true", "400ms"))
     spec, diags, _ = load_spec(path)
     assert spec is not None, diags
     level = plan(spec).backends[0].levels[0]

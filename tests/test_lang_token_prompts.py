@@ -27,40 +27,16 @@ from soakspec.runner.prompts import LocalTokenizer, RunAborted, measure_costs, t
 from soakspec.sim import server as sim
 from soakspec.sim.config import SimConfig
 from soakspec.sim.protocol import parse_request, tokenize_body
+from specs import one_workload_spec
 
-SPEC = """\
-soak "tokens" {{
-  issue = "18"
-}}
-backend "sim" {{
-  sim {{}}
-  runtime {{
-    label = "host-staged"
-  }}
-}}
-workload "w" {{
-  {source}
-  max_tokens = 3
-  load {{
-    mode = closed
-    concurrency = [2]
-  }}
-  duration = 400ms
-  deadline = 5s
-  follow_up = false
-}}
-gate {{
-  require failed == 0
-}}
-claims {{
-  claim "test"
-}}
-"""
+def _spec_text(source: str) -> str:
+    after = "duration = 400ms\n  deadline = 5s\n  follow_up = false"
+    return one_workload_spec(name="tokens", issue="18", before_load=f"{source}\n  max_tokens = 3", load="mode = closed\n    concurrency = [2]", after_load=after)
 
 
 def _load(tmp_path: Path, source: str):
     path = tmp_path / "t.soak"
-    path.write_text(SPEC.format(source=source))
+    path.write_text(_spec_text(source))
     return load_spec(path)
 
 
@@ -203,7 +179,7 @@ def test_a_missing_tokenizer_file_aborts_with_its_path(tmp_path):
 @pytest.mark.parametrize(("source", "code"), [("prompt_tokens = 128", 0), ("prompt_tokens = 127", 1)])
 def test_a_run_gates_on_the_servers_count_of_the_asked_length(tmp_path, source, code):
     """End to end (soakspec run against the simulator): the gate holds the server's usage to 128."""
-    text = SPEC.format(source=source)
+    text = _spec_text(source)
     text = text.replace("require failed == 0", "require failed == 0\n  require min(prompt_tokens) >= 128\n  require max(prompt_tokens) <= 128")
     path = tmp_path / "g.soak"
     path.write_text(text)
@@ -240,7 +216,7 @@ def test_a_run_whose_token_prompts_cannot_be_built_aborts_with_the_reason(tmp_pa
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.save(str(tmp_path / "tokenizer.json"))
     path = tmp_path / "t.soak"
-    path.write_text(SPEC.format(source='prompt_tokens = 16\n  tokenizer = "tokenizer.json"'))
+    path.write_text(_spec_text('prompt_tokens = 16\n  tokenizer = "tokenizer.json"'))
     proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(path), "--out", str(tmp_path / "ev")],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 4, proc.stdout + proc.stderr

@@ -463,8 +463,16 @@ def test_replay_takes_no_prompt_source_or_max_tokens(tmp_path):
 @pytest.fixture(scope="module")
 def phases_run(tmp_path_factory) -> Path:
     """specs/phases.soak run for real against its simulator (about 7 s)."""
-    out = tmp_path_factory.mktemp("phases") / "ev"
-    proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(PHASES_SPEC), "--out", str(out), "--quiet"],
+    work = tmp_path_factory.mktemp("phases")
+    out = work / "ev"
+    # on a shared, busy machine one 60 ms stall of the runner makes a bucket's client lag p99
+    # 60 ms and the timing FAIL under it INCONCLUSIVE (client_healthy, tests/test_clienthealth.py):
+    # this test is about the phases, so the client's thresholds are lenient
+    text = PHASES_SPEC.read_text()
+    assert text.count("gate {\n  confidence = 95%\n") == 1
+    spec = work / "phases.soak"
+    spec.write_text(text.replace("gate {\n  confidence = 95%\n", "gate {\n  confidence = 95%\n  client_lag = 500ms\n  client_concurrency = 50%\n"))
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(spec), "--out", str(out), "--quiet"],
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr[-3000:]  # the burst phase fails its rule
     return out

@@ -28,41 +28,18 @@ from soakspec.runner.load import LevelContext, Shapes, drive_level
 from soakspec.runner.records import RECORD_KEYS, RequestRecord
 from soakspec.sim import server as sim
 from soakspec.sim.config import SimConfig
+from specs import one_workload_spec
 
 TIMES = {"request_id", "server_id", "worker", "intended_start", "start", "first_byte", "first_token", "end",
          "ttft", "latency", "tpot", "client_delay", "coalesced"}  # fmt: skip
 
-SPEC = """\
-soak "loadpaths" {{
-  issue = "8"
-}}
-backend "sim" {{
-  sim {{}}
-  runtime {{
-    label = "host-staged"
-  }}
-}}
-workload "w" {{
-  endpoint = {endpoint}
-  prompt_words = 6
-  max_tokens = 9
-  load {{
-    mode = open
-    rate = [40rps]
-    arrival = constant
-  }}
-  duration = 1s
-  bucket = 500ms
-  deadline = 5s
-  follow_up = false
-}}
-gate {{
-  require failed == 0
-}}
-claims {{
-  claim "test"
-}}
-"""
+
+
+def _spec_text(endpoint: str) -> str:
+    before = f"endpoint = {endpoint}\n  prompt_words = 6\n  max_tokens = 9"
+    load = "mode = open\n    rate = [40rps]\n    arrival = constant"
+    after = "duration = 1s\n  bucket = 500ms\n  deadline = 5s\n  follow_up = false"
+    return one_workload_spec(name="loadpaths", issue="8", before_load=before, load=load, after_load=after)
 
 
 class _Httpx:
@@ -77,7 +54,7 @@ class _Httpx:
 
 async def _level_records(tmp_path: Path, endpoint: str, kind: str, sim_options: dict[str, Any]):
     path = tmp_path / f"{endpoint}.soak"
-    path.write_text(SPEC.format(endpoint=endpoint))
+    path.write_text(_spec_text(endpoint))
     spec, diags, _ = load_spec(path)
     assert spec is not None, diags
     level = plan(spec).backends[0].levels[0]

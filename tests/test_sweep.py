@@ -297,7 +297,7 @@ def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12, abort_
     (lv,) = bp.levels
     rec = _Rec()
 
-    async def fake_level(bp_, probe, deps, rec_, ids, shapes, connect, where, watch, health):
+    async def fake_level(bp_, probe, deps, rec_, ids, shapes, connect, where, watch, health, client=None):
         rec_.levels.append(probe.to_json() | {"started_at": trio.current_time(), "completed": False})
         if abort_above is not None and probe.concurrency > abort_above:
             await trio.sleep(60)

@@ -59,6 +59,8 @@ from fixture import (  # noqa: E402
     TOKENS, Sampler, ensure_tools, free_port, log, nginx_spec, percentile, start_nginx, stop_nginx, tree_cpu,
 )
 
+from soakspec.evidence.record import iter_records  # noqa: E402
+
 # ------------------------------------------------------------------------------------------
 # soakspec
 
@@ -106,11 +108,9 @@ def run_soakspec(args, port: int, nginx_pid: int, workers: int, workdir: Path, r
     manifest = json.loads((out / "manifest.json").read_text())
     levels = manifest["backends"][0]["levels"]
     by_level: dict[int, list[dict]] = {}
-    with open(out / "backends" / "nginx" / "requests.jsonl", "rb") as f:
-        for line in f:
-            r = json.loads(line)
-            if r["bucket"] >= 0:
-                by_level.setdefault(r["level"], []).append(r)
+    for _, r in iter_records(out / "backends" / "nginx" / "requests.jsonl.gz"):
+        if r.measured:
+            by_level.setdefault(r.level, []).append(r)
     results = []
     for lv in levels:
         rows = by_level.get(lv["index"], [])

@@ -373,9 +373,9 @@ def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> tuple[list[
     impl = metric(cm.name)
     if cm.kind == "distribution":
         assert isinstance(impl, Distribution)
-        vals = sorted(impl.values(lv.records))
+        vals = sorted(float(v) for v in impl.values(lv.records))
         if cm.per_request_samples:
-            return vals, sum(1 for r in lv.records if impl.values([r]))
+            return vals, impl.contributors(lv.records)
         return vals, len(vals)
     assert isinstance(impl, PerBucket)
     vals = [v for w in lv.buckets if (v := impl.of(bi, w)) is not None]

@@ -20,19 +20,24 @@ import sys
 from array import array
 
 import dataclasses
+import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
 from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, read_jsonl, sha256_file
 from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
+from soakspec.judge.table import RequestTable, TableBuilder, build_table
 
 # verify codes: the artifact no longer is what the run wrote
 TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107", "V109"})
 # the evidence does not parse or does not follow its contract
 MALFORMED_CODES = frozenset({"V104", "V105", "V108"})
+
+
+MAX_PROBLEMS = 100  # unusable rows kept as examples per backend; the rest are counted
 
 
 class EvidenceNotFound(EvidenceError):
@@ -81,12 +86,14 @@ class BackendEvidence:
     name: str
     safe_name: str
     entry: Mapping[str, Any]  # the backend's manifest entry (levels, runtime_boundary, source, ...)
-    records: tuple[Mapping[str, Any], ...] = ()  # requests.jsonl rows, file order
+    # requests.jsonl rows, file order -- for evidence built in memory; `load_evidence` keeps
+    # none: it streams them into `table` (`requests` reads whichever is there)
+    records: tuple[Mapping[str, Any], ...] = ()
     traces: tuple[Mapping[str, Any], ...] = ()
     telemetry: tuple[Mapping[str, Any], ...] = ()
     followup: Mapping[str, Any] | None = None
     partial_tail: tuple[str, ...] = ()  # files of this backend that end in a cut-off line
-    problems: tuple[str, ...] = ()  # rows the judge could not use, as "file:line: why"
+    problems: tuple[str, ...] = ()  # rows the judge could not use, as "file:line: why" (the first MAX_PROBLEMS)
     server_log: str | None = None  # the retained server.log's text, for evidence built in memory
     server_log_path: str | None = None  # the retained server.log on disk: streamed from, never held
     # traces.jsonl held as {request_id, matched} only (a backend whose traces come from its log:
@@ -105,6 +112,20 @@ class BackendEvidence:
         return tuple(r for r in rows if isinstance(r, dict))
     mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
     metrics: tuple[Mapping[str, Any], ...] = ()  # metrics.jsonl rows: the server's scraped /metrics (judge/servermetrics.py)
+    table: RequestTable | None = None  # the usable request records as typed columns (`soakspec.judge.table`)
+    problems_total: int | None = None  # how many unusable rows there were (None: len(problems))
+
+    @property
+    def problem_count(self) -> int:
+        return len(self.problems) if self.problems_total is None else self.problems_total
+
+    @functools.cached_property
+    def requests(self) -> RequestTable:
+        """The backend's usable request records, as columns (built from `records` when the
+        evidence was built in memory)."""
+        if self.table is not None:
+            return self.table
+        return build_table(r for r in self.records if request_problem(r) is None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +177,10 @@ def embedded_spec_sha256(text: str) -> str | None:
     return spec.sha256 if spec is not None and not has_errors(more) else None
 
 
+_NUMBER_KEYS = ("start", "end", "intended_start", "first_token", "ttft", "latency", "tpot", "output_tokens", "prompt_tokens",
+                "chunks")
+
+
 def request_problem(row: Any) -> str | None:
     """Why a requests.jsonl row cannot be judged, or None."""
     if not isinstance(row, Mapping):
@@ -167,9 +192,12 @@ def request_problem(row: Any) -> str | None:
         return "no integer bucket"
     if row.get("outcome") is not None and row.get("outcome") not in OUTCOMES:  # absent: re-derived
         return f"unknown outcome {row.get('outcome')!r}"
-    for key in ("start", "end", "intended_start", "first_token", "ttft", "latency", "tpot", "output_tokens", "prompt_tokens", "chunks"):
+    for key in _NUMBER_KEYS:
         v = row.get(key)
-        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+        t = type(v)
+        if t is float or v is None or (t is int and -(2**63) <= v <= 2**63):
+            continue  # the usual case, decided by type alone
+        if not isinstance(v, (int, float)) or isinstance(v, bool):
             return f"{key} is not a number"
         if isinstance(v, int) and abs(v) > 2**63:
             return f"{key} is an integer of {len(str(abs(v)))} digits, not a measurement"
@@ -205,14 +233,6 @@ def compact_payload(payload: dict[str, Any]) -> dict[str, Any]:
             if k in _TRACE_PAYLOAD_KEYS or isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
-def _claim_only(row: Any) -> Any:
-    """What the judge reads of a stored trace row when it re-matches the backend's traces from
-    its server.log: which request the row claims, and whether it says matched."""
-    if not isinstance(row, dict):
-        return row
-    return {"request_id": row.get("request_id"), "matched": row.get("matched")}
-
-
 def _compact_trace(row: Any) -> Any:
     if not isinstance(row, dict):
         return row
@@ -234,7 +254,7 @@ def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *,
         return []
     got = read.pop(rel, None) if read is not None else None
     if got is not None:
-        rows, bad = got.rows, got.bad
+        rows, bad = (got.claims() if isinstance(got, _ClaimRows) else got.rows), got.bad
     else:
         bad = []
         if path.name == layout.REQUESTS:  # decoded (and validated) as the record type, once
@@ -266,6 +286,78 @@ class _Rows:
         self.bad = list(bad_lines)
 
 
+class _TableRows(_Rows):
+    """requests.jsonl as verification decodes it: each row checked (`request_problem`) and
+    appended to the backend's columns, then dropped -- no row is held."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.builder = TableBuilder()
+        self.unusable: list[tuple[int, str]] = []  # (record number, why), the first MAX_PROBLEMS
+        self.n_unusable = 0
+        self.seen = 0
+
+    def add(self, line: int, row: Any) -> None:
+        self.seen += 1
+        why = request_problem(row)
+        if why is None:
+            self.builder.add(row)
+        else:
+            self.n_unusable += 1
+            if len(self.unusable) < MAX_PROBLEMS:
+                self.unusable.append((self.seen, why))
+
+
+class Claims(Sequence):
+    """The stored trace rows of a backend whose traces the judge re-matches from its log: only
+    what each row claims, `{"request_id": ..., "matched": ...}`, made when read. Held as the
+    ids' UTF-8 bytes end to end with offsets and a flag per row (a long soak has one row per
+    request: no dict, no string object per row)."""
+
+    def __init__(self, blob: bytes, offsets: array, matched: array, other: Mapping[int, Any]) -> None:
+        self._blob, self._off, self._matched, self._other = blob, offsets, matched, other
+
+    def __len__(self) -> int:
+        return len(self._matched)
+
+    def request_id(self, k: int) -> Any:
+        if k in self._other:
+            return self._other[k]
+        return self._blob[self._off[k]:self._off[k + 1]].decode("utf-8", "surrogatepass")
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, slice):
+            return [self[j] for j in range(*k.indices(len(self)))]
+        if k < 0:
+            k += len(self)
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        return {"request_id": self.request_id(k), "matched": self._matched[k] == 1}
+
+
+class _ClaimRows(_Rows):
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.blob = bytearray()
+        self.off = array("q", [0])
+        self.matched = array("b")
+        self.other: dict[int, Any] = {}
+
+    def add(self, line: int, row: Any) -> None:
+        if not isinstance(row, dict):
+            return
+        rid = row.get("request_id")
+        if type(rid) is str:
+            self.blob += rid.encode("utf-8", "surrogatepass")
+        else:
+            self.other[len(self.matched)] = rid
+        self.off.append(len(self.blob))
+        self.matched.append(1 if row.get("matched") is True else 0)
+
+    def claims(self) -> Claims:
+        return Claims(bytes(self.blob), self.off, self.matched, self.other)
+
+
 _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None, layout.METRICS: None}
 
 
@@ -282,8 +374,13 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
         parts = rel.split("/")
         if read is None or len(parts) != 3 or parts[0] != layout.BACKENDS or parts[2] not in _COMPACTORS:
             return None
-        compact = _claim_only if parts[2] == layout.TRACES and parts[1] in from_log else _COMPACTORS[parts[2]]
-        read[rel] = sink = _Rows(compact)
+        if parts[2] == layout.REQUESTS:
+            read[rel] = sink = _TableRows()
+            return sink
+        if parts[2] == layout.TRACES and parts[1] in from_log:
+            read[rel] = sink = _ClaimRows()
+            return sink
+        read[rel] = sink = _Rows(_COMPACTORS[parts[2]])
         return sink
 
     report = verify_evidence(root, spec_sha256=embedded_spec_sha256, rows=rows)
@@ -356,6 +453,31 @@ def _client_rows(root: Path, read: dict[str, _Rows] | None = None) -> dict[str, 
     return {k: tuple(sorted(v, key=lambda r: r["t"])) for k, v in out.items()}
 
 
+def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str],
+                   read: dict[str, _Rows]) -> tuple[RequestTable, int]:
+    """requests.jsonl into columns, one row at a time (from verification's decoding when it
+    ran, else streamed here); unusable rows become problems (the first MAX_PROBLEMS; also
+    returned: how many more there were)."""
+    name = rel + layout.REQUESTS
+    sink = read.pop(name, None) if path.is_file() else None
+    if not isinstance(sink, _TableRows):
+        sink = _TableRows()
+        if not path.is_file():
+            problems.append(f"{name}: missing")
+            return sink.builder.finish(), 0
+        bad: list[tuple[int, str | None]] = []
+        for line, row in iter_jsonl(path, bad):
+            sink.add(line, row)
+        sink.end(bad)
+    for line, message in sink.bad:
+        if message is None:
+            partial.append(name)
+        else:
+            problems.append(f"{name}:{line}: {message}")
+    problems.extend(f"{name}: record {i}: {why}" for i, why in sink.unusable)
+    return sink.builder.finish(), sink.n_unusable - len(sink.unusable)
+
+
 def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str]) -> BackendEvidence:
     """One backend's records, traces, telemetry and follow-up, read once each (rows already
     decoded by verification come from `read`)."""
@@ -370,23 +492,11 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     rel = f"{layout.BACKENDS}/{safe}/"
     problems: list[str] = [safe_note] if safe_note else []
     partial: list[str] = []
-    raw = _read_rows(d / layout.REQUESTS, rel + layout.REQUESTS, problems, partial, required=True, compact=_compact_request,
-                     read=read)
-    records = []
-    for i, row in enumerate(raw, start=1):
-        why = request_problem(row)
-        if why:
-            problems.append(f"{rel}{layout.REQUESTS}: record {i}: {why}")
-        else:
-            records.append(row)
-    del raw
+    table, more = _read_requests(d / layout.REQUESTS, rel, problems, partial, read)
     claims_only = safe in from_log and (rel + layout.TRACES) in read
-    traces = [
-        r
-        for r in _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
-                           read=read)
-        if isinstance(r, dict)
-    ]
+    traces: Any = _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
+                             read=read)
+    traces = traces if isinstance(traces, Claims) else [r for r in traces if isinstance(r, dict)]
     telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False, read=read)
                  if isinstance(r, dict)]
     metrics = [r for r in _read_rows(d / layout.METRICS, rel + layout.METRICS, problems, partial, required=False, read=read)
@@ -408,8 +518,9 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
         name=name,
         safe_name=safe,
         entry=entry,
-        records=tuple(records),
-        traces=tuple(traces),
+        table=table,
+        problems_total=len(problems) + more if more else None,
+        traces=traces if isinstance(traces, Claims) else tuple(traces),
         telemetry=tuple(telemetry),
         followup=followup,
         partial_tail=tuple(partial),

@@ -25,6 +25,7 @@ from soakspec.judge.index import BackendIndex, LevelIndex, Row
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import completed
 from soakspec.judge.scope import Scope, bucket_scope, level_scope, scopes
+from soakspec.judge.table import Rows
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Rule
 from soakspec.plan import Level
@@ -280,6 +281,15 @@ def _traced_in(sc: Scope) -> Callable[[Row], bool]:
                       and r.get("request_id") in bi.traced)  # type: ignore[arg-type]
 
 
+def _traced_count(sc: Scope, done: Rows) -> int:
+    """Completed requests of `done` with a matched trace from their own backend (the table's
+    backend: `_traced_in` for one request)."""
+    if len(sc.backends) != 1:
+        return sum(1 for r in done if _traced_in(sc)(r))
+    bi = sc.backends[0]
+    return sum(int(bi.traced_mask(t, idx).sum()) for t, idx in done.parts)
+
+
 def _coverage_instance(sc: Scope, rule: Rule) -> tuple[Instance | None, float | None, int, int]:
     """(the instance when it does not pass, coverage, traced, total) of one scope instance."""
     assert rule.op is not None and rule.threshold is not None
@@ -290,11 +300,11 @@ def _coverage_instance(sc: Scope, rule: Rule) -> tuple[Instance | None, float | 
     where = loc(sc)
     if total == 0:
         return Instance("inconclusive", where, None, None, len(sc.records), "no request in it completed: nothing was measured", 1), None, 0, 0
-    is_traced = _traced_in(sc)
-    traced = sum(1 for r in done if is_traced(r))
+    traced = _traced_count(sc, done) if isinstance(done, Rows) else sum(1 for r in done if _traced_in(sc)(r))
     cov = traced / total
     if compare(cov, rule.op, rule.threshold):
         return None, cov, traced, total
+    is_traced = _traced_in(sc)
     first = next((r for r in done if not is_traced(r)), None)
     tail = f"; first untraced: {first.get('request_id')}" if first is not None else ""
     return Instance("fail", where, cov, f"trace coverage = {cov * 100:.4g}%", total,

@@ -14,12 +14,16 @@ read the index, never the raw rows.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from soakspec.judge.evidence import BackendEvidence, Evidence
+from soakspec.judge.table import MISSING, RequestTable, Rows, fits, ordered
 
 Row = Mapping[str, Any]
 FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level (warm-up is -1)
@@ -60,7 +64,7 @@ class Window:
     start: float | None
     end: float | None
     planned_length_s: float | None
-    records: tuple[Row, ...]  # measured requests that started in it, in time order
+    records: Rows  # measured requests that started in it, in time order
     planned: bool = True  # listed in the manifest (False: only requests name it)
 
     @property
@@ -79,9 +83,25 @@ class LevelIndex:
     label: str
     buckets: tuple[Window, ...]
 
-    @property
-    def records(self) -> tuple[Row, ...]:
-        return tuple(r for b in self.buckets for r in b.records)
+    @functools.cached_property
+    def records(self) -> Rows:
+        """The level's measured requests, bucket after bucket."""
+        parts = [p for b in self.buckets for p in b.records.parts]
+        if not parts:
+            return Rows()
+        if len({id(t) for t, _ in parts}) == 1:
+            return Rows.of(parts[0][0], np.concatenate([idx for _, idx in parts]))
+        return Rows(parts)
+
+    @functools.cached_property
+    def _windows_by_index(self) -> dict[int, Window]:
+        out: dict[int, Window] = {}
+        for w in self.buckets:
+            out.setdefault(w.index, w)
+        return out
+
+    def window(self, bucket: int) -> Window | None:
+        return self._windows_by_index.get(bucket)
 
     @property
     def measure_start(self) -> float | None:
@@ -100,20 +120,108 @@ class LevelIndex:
 class BackendIndex:
     evidence: BackendEvidence
     levels: tuple[LevelIndex, ...]
-    orphans: tuple[Row, ...]  # measured requests whose level the manifest does not list
-    all_records: tuple[Row, ...]  # every request of the backend (warm-up and follow-up too)
-    traced: frozenset[str]  # request ids with a matched trace
-    payloads: Mapping[str, tuple[Mapping[str, Any], ...]]  # request id -> matched trace payloads
+    orphans: Rows  # measured requests whose level the manifest does not list
+    all_records: Rows  # every request of the backend (warm-up and follow-up too), in time order
     samples: tuple[Row, ...]  # telemetry rows in time order
     recorded: Mapping[tuple[Any, Any], int]  # (workload, level) -> requests recorded (warm-up too, no follow-up)
+    table: RequestTable | None = None  # the backend's requests, as columns
 
     @property
     def name(self) -> str:
         return self.evidence.name
 
+    @functools.cached_property
+    def measured(self) -> Rows:
+        parts = [p for lv in self.levels for p in lv.records.parts] + list(self.orphans.parts)
+        if not parts:
+            return Rows()
+        t = parts[0][0]
+        return Rows.of(t, ordered(t, np.concatenate([idx for _, idx in parts])))
+
     @property
-    def measured(self) -> tuple[Row, ...]:
-        return tuple(sorted([r for lv in self.levels for r in lv.records] + list(self.orphans), key=order))
+    def columnar_traces(self) -> bool:
+        """The judge matched this backend's traces itself (`rederive`): they are a column."""
+        return self.table is not None and "trace" in self.table.c
+
+    def traced_mask(self, t: RequestTable, idx: np.ndarray) -> np.ndarray:
+        """Which rows (of `idx`) have a matched trace."""
+        if self.columnar_traces:
+            return t.traced(idx)
+        traced = self.traced
+        return np.fromiter((t.ids[i] in traced for i in idx.tolist()), dtype=bool, count=len(idx))
+
+    @functools.cached_property
+    def traced(self) -> frozenset[str]:
+        """Request ids with a matched trace."""
+        if self.columnar_traces:
+            t = self.table
+            assert t is not None
+            return frozenset(t.ids[i] for i in np.nonzero(t.traced(slice(None)))[0].tolist())
+        return _traces(self.evidence)[0]
+
+    @functools.cached_property
+    def payloads(self) -> Mapping[str, tuple[Mapping[str, Any], ...]]:
+        """Request id -> its matched traces' payloads (the fields rules read)."""
+        if self.columnar_traces:
+            from soakspec.judge.tracematch import payloads_of
+
+            t = self.table
+            assert t is not None
+            out: dict[str, tuple[Mapping[str, Any], ...]] = {}
+            for i in np.nonzero(t.traced(slice(None)))[0].tolist():
+                if ps := payloads_of(t, i):
+                    out[t.ids[i]] = out.get(t.ids[i], ()) + ps if t.ids[i] in out else ps
+            return out
+        return _traces(self.evidence)[1]
+
+    def terminal_reasons(self, records: Rows) -> dict[str, int]:
+        """terminal_reason (else finish_reason, else "unknown") of every matched trace of
+        `records`, counted."""
+        from soakspec.judge.tracematch import payloads_of
+
+        c: Counter[str] = Counter()
+        if not self.columnar_traces:
+            for rid in records.ids():
+                for p in self.payloads.get(rid, ()):
+                    reason = p.get("terminal_reason", p.get("finish_reason"))
+                    c[str(reason) if reason is not None else "unknown"] += 1
+            return dict(sorted(c.items()))
+        for t, idx in records.parts:
+            multi = t.aux.get("trace_multi", {})
+            codes = t.c["trace"][idx]
+            for code, n in enumerate(np.bincount(codes, minlength=len(t.values["trace"])).tolist()):
+                v = t.values["trace"][code]
+                if n and isinstance(v, tuple):
+                    p = dict(v)
+                    reason = p.get("terminal_reason", p.get("finish_reason"))
+                    c[str(reason) if reason is not None else "unknown"] += n
+            here = set(idx.tolist()) if multi else set()
+            for i in [i for i in multi if i in here]:
+                v = t.values["trace"][t.c["trace"][i]]
+                if isinstance(v, tuple):  # counted once above: count all of its payloads instead
+                    p = dict(v)
+                    reason = p.get("terminal_reason", p.get("finish_reason"))
+                    c[str(reason) if reason is not None else "unknown"] -= 1
+                for p in payloads_of(t, i):
+                    reason = p.get("terminal_reason", p.get("finish_reason"))
+                    c[str(reason) if reason is not None else "unknown"] += 1
+        return dict(sorted((k, v) for k, v in c.items() if v))
+
+    @functools.cached_property
+    def spans(self) -> tuple[np.ndarray, np.ndarray, float]:
+        """(start, end) of every request with a start, sorted by start (an absent end: the
+        start), and the longest end - start: what `in_flight` integrates."""
+        t = self.table
+        if t is None or t.n == 0:
+            return np.zeros(0), np.zeros(0), 0.0
+        s, e = t.f["start"], t.f["end"]
+        keep = ~np.isnan(s)
+        s, e = s[keep], e[keep]
+        e = np.where(np.isnan(e), s, e)
+        o = np.argsort(s, kind="stable")
+        s, e = s[o], e[o]
+        d = e - s
+        return s, e, float(max(0.0, d.max())) if len(d) else 0.0
 
     @property
     def trace_source(self) -> str:
@@ -145,27 +253,41 @@ def _level_entries(be: BackendEvidence) -> list[Mapping[str, Any]]:
 
 
 
-def _records_by_level(be: BackendEvidence, keys: set[tuple[Any, Any]]) -> tuple[dict[tuple[Any, Any], list[Row]], list[Row]]:
-    """Measured requests by (workload, level) of a listed level; the rest are orphans."""
-    by_level: dict[tuple[Any, Any], list[Row]] = {}
-    orphans: list[Row] = []
-    for r in be.records:
-        if r.get("bucket", -1) < 0:
+def _level_of(t: RequestTable, keys: list[tuple[Any, Any]]) -> np.ndarray:
+    """Per request of `t`: the position in `keys` of its (workload, level), -1 for none."""
+    pos = np.full(t.n, -1, dtype=np.int64)
+    first: dict[tuple[Any, Any], int] = {}
+    for k, key in enumerate(keys):
+        first.setdefault((type(key[0]).__name__, key[0], type(key[1]).__name__, key[1]), k)
+    lvl = t.i["level"]
+    for (wt, wv, lt, lv_), k in first.items():
+        if lt not in ("int", "NoneType") or (lv_ is not None and not fits(lv_)):
             continue
-        k = (r.get("workload"), r.get("level"))
-        if k in keys:
-            by_level.setdefault(k, []).append(r)
-        else:
-            orphans.append(r)
-    return by_level, orphans
+        w_ok = t.label_is("workload", wv)
+        pos[(pos < 0) & w_ok & (lvl == (MISSING if lv_ is None else lv_))] = k
+    for i in t.odd(np.arange(t.n)).tolist():  # rows whose workload or level is not a plain value
+        r = t.rec(i)
+        w, lv_ = r.get("workload"), r.get("level")
+        pos[i] = next((k for k, key in enumerate(keys) if key == (w, lv_) and type(key[1]) is type(lv_)), -1)
+    return pos
 
 
-def _windows(e: Mapping[str, Any], recs: list[Row]) -> tuple[Window, ...]:
+def _by_bucket(t: RequestTable, idx: np.ndarray) -> dict[int, np.ndarray]:
+    """`idx` (in order) grouped by bucket, each group in the same order."""
+    if not len(idx):
+        return {}
+    b = t.i["bucket"][idx]
+    o = np.argsort(b, kind="stable")
+    bs, ix = b[o], idx[o]
+    cuts = np.nonzero(bs[1:] != bs[:-1])[0] + 1
+    return {int(g[0]): ix[a:e] for a, e in zip([0, *cuts.tolist()], [*cuts.tolist(), len(ix)]) for g in [bs[a:e]]}
+
+
+def _windows(e: Mapping[str, Any], t: RequestTable, idx: np.ndarray) -> tuple[Window, ...]:
     """The level's buckets: those the manifest lists (first listing wins), then any that only
     requests name, in bucket order."""
-    by_bucket: dict[int, list[Row]] = {}
-    for r in recs:
-        by_bucket.setdefault(int(r["bucket"]), []).append(r)
+    by_bucket = _by_bucket(t, idx)
+    empty = idx[:0]
     windows = []
     listed = set()
     for bk in e.get("buckets") or []:
@@ -175,11 +297,26 @@ def _windows(e: Mapping[str, Any], recs: list[Row]) -> tuple[Window, ...]:
         if i in listed:
             continue
         listed.add(i)
-        windows.append(Window(i, num(bk.get("start")), num(bk.get("end")), num(bk.get("planned_length_s")), tuple(by_bucket.get(i, ()))))
+        windows.append(Window(i, num(bk.get("start")), num(bk.get("end")), num(bk.get("planned_length_s")),
+                              Rows.of(t, by_bucket.get(i, empty))))
     for i in sorted(set(by_bucket) - listed):
-        windows.append(Window(i, None, None, None, tuple(by_bucket[i]), planned=False))
+        windows.append(Window(i, None, None, None, Rows.of(t, by_bucket[i]), planned=False))
     windows.sort(key=lambda w: w.index)
     return tuple(windows)
+
+
+def _recorded(t: RequestTable) -> dict[tuple[Any, Any], int]:
+    """(workload, level) -> requests recorded, warm-up too, no follow-up."""
+    out: Counter = Counter()
+    keep = t.clean(np.nonzero(t.i["bucket"] != FOLLOW_UP_BUCKET)[0])
+    if len(keep):
+        pairs, n = np.unique(np.stack([t.c["workload"][keep].astype(np.int64), t.i["level"][keep]]), axis=1, return_counts=True)
+        for (wc, lv), c in zip(pairs.T.tolist(), n.tolist()):
+            out[(t.values["workload"][wc], None if lv == MISSING else lv)] += c
+    for i in t.odd(np.nonzero(t.i["bucket"] != FOLLOW_UP_BUCKET)[0]).tolist():
+        r = t.rec(i)
+        out[(r.get("workload"), r.get("level"))] += 1
+    return dict(out)
 
 
 def _traces(be: BackendEvidence) -> tuple[frozenset[str], dict[str, tuple[Mapping[str, Any], ...]]]:
@@ -199,20 +336,24 @@ def _traces(be: BackendEvidence) -> tuple[frozenset[str], dict[str, tuple[Mappin
 def index_backend(be: BackendEvidence) -> BackendIndex:
     entries = _level_entries(be)
     workloads = {e.get("workload") for e in entries}
-    by_level, orphans = _records_by_level(be, {(e.get("workload"), e.get("index")) for e in entries})
+    t = be.requests
+    keys = [(e.get("workload"), e.get("index")) for e in entries]
+    pos = _level_of(t, keys)
+    measured = t.i["bucket"] >= 0
+    everyone = ordered(t, np.arange(t.n, dtype=np.int64))
     levels = []
-    for e in entries:
-        recs = sorted(by_level.get((e.get("workload"), e.get("index")), []), key=order)
+    for k, e in enumerate(entries):
+        first = next(j for j, key in enumerate(keys) if key == keys[k] and type(key[1]) is type(keys[k][1]))
+        sel = everyone[(pos[everyone] == first) & measured[everyone]]
         levels.append(
             LevelIndex(be.name, str(e.get("workload")), int(e.get("index", 0)) if isinstance(e.get("index"), int) else 0,
-                       e, level_label(e, len(workloads) > 1), _windows(e, recs))
+                       e, level_label(e, len(workloads) > 1), _windows(e, t, sel))
         )
-    traced, payloads = _traces(be)
-    recorded = Counter((r.get("workload"), r.get("level")) for r in be.records if r.get("bucket") != FOLLOW_UP_BUCKET)
+    orphans = everyone[(pos[everyone] < 0) & measured[everyone]]
     samples = sorted((s for s in be.telemetry if num(s.get("t")) is not None), key=lambda s: float(s["t"]))
     return BackendIndex(
-        be, tuple(levels), tuple(sorted(orphans, key=order)), tuple(sorted(be.records, key=order)),
-        traced, payloads, tuple(samples), dict(recorded),
+        be, tuple(levels), Rows.of(t, orphans), Rows.of(t, everyone),
+        tuple(samples), _recorded(t), t,
     )
 
 

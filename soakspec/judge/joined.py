@@ -59,6 +59,15 @@ class JudgedRun:
     def multi_workload(self) -> bool:
         return len(self.spec.workloads) > 1
 
+    def locate(self, backend: str, r: Mapping[str, Any]) -> tuple[LevelIndex, Window] | None:
+        """The level and bucket holding measured request `r` of `backend` (None: none)."""
+        lv = self.levels.get((backend, r.get("workload"), r.get("level")))  # type: ignore[arg-type]
+        b = r.get("bucket")
+        if lv is None or not isinstance(b, int) or b < 0:
+            return None
+        w = lv.window(b)
+        return (lv, w) if w is not None else None
+
     def level(self, backend: str, lv: Level) -> LevelIndex | None:
         """The evidence of planned level `lv` on `backend` (None: it did not run)."""
         return self.levels.get((backend, lv.workload, lv.index))
@@ -84,6 +93,30 @@ class JudgedRun:
 
     def planned_for(self, rule: Rule) -> list[tuple[str, BackendPlan]]:
         return [(n, bp) for n, bp in self.planned.items() if rule.backend is None or n == rule.backend]
+
+
+class _WhereOf(Mapping):
+    """(backend, request id) -> (level, bucket) of each measured request, built only when
+    asked (rules use `JudgedRun.locate`, which needs no map of every request)."""
+
+    def __init__(self, judged: tuple[BackendIndex, ...]) -> None:
+        self._judged = judged
+        self._map: dict[tuple[str, str], tuple[LevelIndex, Window]] | None = None
+
+    def _built(self) -> dict[tuple[str, str], tuple[LevelIndex, Window]]:
+        if self._map is None:
+            self._map = {(bi.name, rid): (lv, w) for bi in self._judged for lv in bi.levels for w in lv.buckets
+                         for rid in w.records.ids()}
+        return self._map
+
+    def __getitem__(self, key: tuple[str, str]) -> tuple[LevelIndex, Window]:
+        return self._built()[key]
+
+    def __iter__(self):
+        return iter(self._built())
+
+    def __len__(self) -> int:
+        return len(self._built())
 
 
 def _time_scale(m: Mapping[str, Any]) -> tuple[float, bool]:
@@ -124,13 +157,10 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tu
             backends.setdefault(bi.name, bi)
     judged = tuple(backends[n] for n in planned if n in backends)
     levels: dict[LevelKey, LevelIndex] = {}
-    where_of: dict[tuple[str, str], tuple[LevelIndex, Window]] = {}
     for bi in judged:
         for lv in bi.levels:
             levels.setdefault((bi.name, lv.workload, lv.index), lv)
-            for w in lv.buckets:
-                for r in w.records:
-                    where_of[(bi.name, str(r["request_id"]))] = (lv, w)
+    where_of = _WhereOf(judged)
     not_run = tuple(b.name for b in spec.backends if b.name not in planned) if chosen else ()
     return JudgedRun(spec, evidence, p, time_scale, bad_time_scale, rehearsal, indexes, planned, backends,
                      judged, levels, where_of, chosen, not_run, retained, gate_only, sweep)

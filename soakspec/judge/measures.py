@@ -21,6 +21,15 @@ they would be computed from the claimed count -- and throughput counts its text 
   PerSample   one value per telemetry sample inside the scope's buckets (rss, gpu_memory --
               the server's own processes, summed over GPUs -- and gpu_memory_device)
 
+A scope's requests are a `soakspec.judge.table.Rows` selection of typed columns. A per-request
+function may be a plain `row -> value` (it is then applied to each request's `Rec` view: right,
+but slow at soak scale) or a `Columnar(row, col)` whose `col(table, idx)` computes the same
+values vectorized. Columns of one selection are aligned -- `column(records, ttft)[k]` and
+`column(records, counted("tpot"))[k]` are the same request -- so a predicate across metrics
+(`ttft < X and tpot < Y`) is `Columnar(lambda r: ..., lambda t, idx: (t.ttft(idx) < X) & ...)`
+counted with `Outcome`. The ITL gaps of a scope are counted by value (`stats.Counted`,
+exact), never held as one array of every gap.
+
 Also here: drift and slope of a per-bucket series (median of the last quarter relative to the
 median of the first, quarter = max(1, n // 4); least-squares slope per minute relative to the
 mean), both needing at least 2 buckets.
@@ -32,11 +41,52 @@ import dataclasses
 import math
 from array import array
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
 
 from soakspec.judge import stats
 from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, num, req_time
 from soakspec.judge.scope import Scope, bucket_scope
+from soakspec.judge.table import RequestTable, Rows
+
+Cols = Callable[[RequestTable, np.ndarray], np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class Columnar:
+    """A per-request function in two forms that agree: `row(r)` on one record (a dict or a
+    `Rec` view) and `col(table, idx)` vectorized over rows of a table (NaN: no value; a
+    boolean array for a predicate). A plain function works everywhere too (it is applied to
+    each request's view); this is what keeps a metric fast at soak scale."""
+
+    row: Callable[[Row], Any]
+    col: Cols
+
+    def __call__(self, r: Row) -> Any:
+        return self.row(r)
+
+
+def _col_of(fn: Callable[[Row], Any], kind=np.float64) -> Cols:
+    if isinstance(fn, Columnar):
+        return fn.col
+
+    def slow(t: RequestTable, idx: np.ndarray) -> np.ndarray:
+        vals = [fn(t.rec(i)) for i in idx.tolist()]
+        if kind is bool:
+            return np.fromiter((bool(v) for v in vals), dtype=bool, count=len(vals))
+        return np.fromiter((np.nan if v is None else v for v in vals), dtype=np.float64, count=len(vals))
+    return slow
+
+
+def column(records: Rows, fn: Callable[[Row], Any]) -> np.ndarray:
+    """fn over every request of `records`, aligned (NaN: no value)."""
+    return records.map(_col_of(fn), fn)
+
+
+def mask(records: Rows, pred: Callable[[Row], bool]) -> np.ndarray:
+    """pred over every request of `records`, aligned (a boolean array)."""
+    return records.map(_col_of(pred, bool), pred, bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,10 +125,22 @@ def _aggregate(agg: str | None, vals: Sequence[float]) -> float | None:
     f = _AGGREGATE.get(agg or "")
     if f is None:
         raise ValueError(f"{agg}() does not apply to this metric")
+    if isinstance(vals, np.ndarray) and agg in ("min", "max"):
+        return float(vals.min() if agg == "min" else vals.max())
     return f(vals)
 
 
-def completed(records: Iterable[Row]) -> list[Row]:
+def _is_completed(r: Row) -> bool:
+    return r.get("outcome") == "completed"
+
+
+is_completed = Columnar(_is_completed, lambda t, idx: t.label_is("outcome", "completed", idx))
+
+
+def completed(records: Iterable[Row]) -> Any:
+    """The completed requests of `records` (a `Rows` selection for a scope's records)."""
+    if isinstance(records, Rows):
+        return records.where(is_completed.col, is_completed.row)
     return [r for r in records if r.get("outcome") == "completed"]
 
 
@@ -94,6 +156,8 @@ class Outcome:
     noun: str | None = None
 
     def count(self, records: Iterable[Row]) -> int:
+        if isinstance(records, Rows):
+            return int(mask(records, self.counts).sum())
         return sum(1 for r in records if self.counts(r))
 
     def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
@@ -117,25 +181,25 @@ class Outcome:
 
 def outcome_is(outcome: str) -> Callable[[Row], bool]:
     """Requests whose `outcome` (as requests.jsonl writes it) is `outcome`."""
-    return lambda r: r.get("outcome") == outcome
+    return Columnar(lambda r: r.get("outcome") == outcome, lambda t, idx: t.label_is("outcome", outcome, idx))
 
 
-def any_request(r: Row) -> bool:
-    return True
+any_request = Columnar(lambda r: True, lambda t, idx: np.ones(len(idx), dtype=bool))
 
 
-def empty_text(r: Row) -> bool:
-    """A completed request whose tokens (>= 1 by the server's usage) decoded to no text."""
-    return r.get("outcome") == "completed" and r.get("empty_text") is True
+def _done(t: RequestTable, idx: np.ndarray) -> np.ndarray:
+    return t.label_is("outcome", "completed", idx)
 
 
-def usage_mismatched(r: Row) -> bool:
-    """A completed request whose reported completion tokens contradict its stream."""
-    return r.get("outcome") == "completed" and bool(r.get("usage_mismatch"))
+# A completed request whose tokens (>= 1 by the server's usage) decoded to no text.
+empty_text = Columnar(lambda r: r.get("outcome") == "completed" and r.get("empty_text") is True,
+                      lambda t, idx: _done(t, idx) & t.label_is("empty_text", True, idx))
 
+# A completed request whose reported completion tokens contradict its stream.
+usage_mismatched = Columnar(lambda r: r.get("outcome") == "completed" and bool(r.get("usage_mismatch")),
+                            lambda t, idx: _done(t, idx) & ~t.usage_ok(idx))
 
-def not_completed(r: Row) -> bool:
-    return r.get("outcome") != "completed"
+not_completed = Columnar(lambda r: r.get("outcome") != "completed", lambda t, idx: ~_done(t, idx))
 
 
 # ------------------------------------------------------------------------------ distributions
@@ -147,17 +211,43 @@ class Distribution:
     def values(self, records: Iterable[Row]) -> list[float]:
         raise NotImplementedError
 
+    def counted(self, records: Iterable[Row]) -> stats.Counted | None:
+        return None
+
+    def beyond(self, records: Iterable[Row], op: str, t: float) -> tuple[int, int]:
+        """(samples, how many of them satisfy `value op t`)."""
+        c = self.counted(records)
+        if c is not None:
+            return c.n, c.count(op, t)
+        vals = np.asarray(self.values(records), dtype=np.float64)
+        sel = {"<": vals < t, "<=": vals <= t, ">": vals > t, ">=": vals >= t}[op]
+        return len(vals), int(np.count_nonzero(sel))
+
+    def contributors(self, records: Iterable[Row]) -> int:
+        """How many requests of `records` give at least one value."""
+        if isinstance(records, Rows) and isinstance(self, PerToken) and self.gaps is itl_gaps:
+            n = 0
+            for t, idx in completed(records).parts:
+                clean = t.clean(idx)
+                ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
+                n += int(np.count_nonzero((t.itl_off[clean + 1] - t.itl_off[clean] > 0) & ok))
+                n += sum(1 for i in t.odd(idx).tolist() if len(itl_gaps(t.rec(i))))
+            return n
+        if isinstance(records, Rows) and isinstance(self, PerRequest):
+            return len(self.values(records))
+        return sum(1 for r in records if len(self.values([r])))
+
     def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
                 confidence: float = 0.95, min_samples: int = 1) -> Measure:
         vals = self.values(scope.records)
         unit = self.unit
         if percentile is not None:
             need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
-            if not vals:
+            if not len(vals):
                 return Measure(None, 0, need, unit, f"no completed {unit}")
             return Measure(stats.percentile(vals, percentile), len(vals), need, unit)
         need = max(1, min_samples)
-        if not vals:
+        if not len(vals):
             return Measure(None, 0, need, unit, f"no completed {unit}")
         return Measure(_aggregate(agg, vals), len(vals), need, unit)
 
@@ -169,7 +259,10 @@ class PerRequest(Distribution):
     value: Callable[[Row], float | None]
     unit: ClassVar[str] = "requests"
 
-    def values(self, records: Iterable[Row]) -> list[float]:
+    def values(self, records: Iterable[Row]) -> Any:
+        if isinstance(records, Rows):  # a scope's requests: vectorized, an array
+            v = column(completed(records), self.value)
+            return v[np.isfinite(v)]
         out: list[float] = []
         for r in completed(records):
             v = self.value(r)
@@ -185,35 +278,114 @@ class PerToken(Distribution):
     gaps: Callable[[Row], Iterable[float]]
     unit: ClassVar[str] = "gaps"
 
-    def values(self, records: Iterable[Row]) -> list[float]:
+    def counted(self, records: Iterable[Row]) -> stats.Counted | None:
+        """The gaps counted by value (`_itl_counted`), or None where that does not apply."""
+        if isinstance(records, Rows) and self.gaps is itl_gaps:
+            return _itl_counted(records)
+        return None
+
+    def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
+                confidence: float = 0.95, min_samples: int = 1) -> Measure:
+        c = self.counted(scope.records)
+        if c is None:
+            return super().measure(scope, agg, percentile, confidence=confidence, min_samples=min_samples)
+        unit = self.unit
+        if percentile is not None:
+            need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
+            if not c.n:
+                return Measure(None, 0, need, unit, f"no completed {unit}")
+            return Measure(c.percentile(percentile), c.n, need, unit)
+        need = max(1, min_samples)
+        if not c.n:
+            return Measure(None, 0, need, unit, f"no completed {unit}")
+        if agg not in _AGGREGATE:
+            raise ValueError(f"{agg}() does not apply to this metric")
+        value = c.mean() if agg == "mean" else c.min() if agg == "min" else c.max()
+        return Measure(value, c.n, need, unit)
+
+    def values(self, records: Iterable[Row]) -> Any:
+        if isinstance(records, Rows) and self.gaps is itl_gaps:
+            return _itl_values(completed(records))
         out: list[float] = []
         for r in completed(records):
             out.extend(self.gaps(r))
-        return out
+        return np.asarray(out, dtype=np.float64) if isinstance(records, Rows) else out
+
+
+def _itl_counted(records: Rows) -> stats.Counted | None:
+    """The ITL gaps of the completed requests of `records`, counted by value (exact, and
+    bounded in memory by the number of distinct gaps); None when a table's gaps are not whole
+    microseconds. Computed once per selection."""
+    if "itl" in records.memo:
+        return records.memo["itl"]
+    vals: list[np.ndarray] = []
+    counts: list[np.ndarray] = []
+    got: stats.Counted | None = None
+    for t, idx in completed(records).parts:
+        clean = t.clean(idx)
+        ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
+        vc = t.gap_counts(clean[ok])
+        if vc is None:
+            break
+        vals.append(vc[0])
+        counts.append(vc[1])
+        odd = [g for i in t.odd(idx).tolist() for g in itl_gaps(t.rec(i))]
+        if odd:
+            u, c = np.unique(np.asarray(odd, dtype=np.float64), return_counts=True)
+            vals.append(u)
+            counts.append(c)
+    else:
+        if vals:
+            u, inv = np.unique(np.concatenate(vals), return_inverse=True)
+            got = stats.Counted(u, np.bincount(inv, weights=np.concatenate(counts), minlength=len(u)).astype(np.int64))
+        else:
+            got = stats.Counted(np.zeros(0), np.zeros(0, dtype=np.int64))
+    records.memo["itl"] = got
+    return got
+
+
+def _itl_values(done: Rows) -> np.ndarray:
+    """The ITL gaps of completed requests, straight from the table's flat gap array (rows
+    with extras through `itl_gaps`)."""
+    outs = []
+    for t, idx in done.parts:
+        clean = t.clean(idx)
+        ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
+        outs.append(t.gaps(clean[ok]))
+        for i in t.odd(idx).tolist():
+            outs.append(np.asarray(itl_gaps(t.rec(i)), dtype=np.float64))
+    if not outs:
+        return np.zeros(0)
+    return np.concatenate(outs) if len(outs) > 1 else outs[0]
 
 
 def field(name: str) -> Callable[[Row], float | None]:
     """The request row's own numeric field `name`."""
-    return lambda r: num(r.get(name))
+    return Columnar(lambda r: num(r.get(name)), lambda t, idx: t.number(name, idx))
 
 
-def ttft(r: Row) -> float | None:
+def _ttft(r: Row) -> float | None:
     v = num(r.get("ttft"))
     if v is None and (ft := num(r.get("first_token"))) is not None and (t := req_time(r)) is not None:
         v = ft - t
     return v
 
 
-def latency(r: Row) -> float | None:
+def _latency(r: Row) -> float | None:
     v = num(r.get("latency"))
     if v is None and (e := num(r.get("end"))) is not None and (t := req_time(r)) is not None:
         v = e - t
     return v
 
 
-def schedule_lag(r: Row) -> float | None:
+def _schedule_lag(r: Row) -> float | None:
     s, i = num(r.get("start")), num(r.get("intended_start"))
     return s - i if s is not None and i is not None else None
+
+
+ttft = Columnar(_ttft, lambda t, idx: t.ttft(idx))
+latency = Columnar(_latency, lambda t, idx: t.latency(idx))
+schedule_lag = Columnar(_schedule_lag, lambda t, idx: t.schedule_lag(idx))
 
 
 def usage_ok(r: Row) -> bool:
@@ -224,7 +396,8 @@ def usage_ok(r: Row) -> bool:
 def counted(name: str) -> Callable[[Row], float | None]:
     """A field computed from the reported token count: None when that count is contradicted."""
     get = field(name)
-    return lambda r: get(r) if usage_ok(r) else None
+    return Columnar(lambda r: get(r) if usage_ok(r) else None,
+                    lambda t, idx: np.where(t.usage_ok(idx), t.number(name, idx), np.nan))
 
 
 def itl_gaps(r: Row) -> list[float]:
@@ -334,8 +507,22 @@ def in_flight(all_records: Iterable[Row], start: float, end: float) -> float | N
     return math.fsum(parts) / (end - start)
 
 
+def in_flight_spans(bi: BackendIndex, start: float, end: float) -> float | None:
+    """`in_flight` over the backend's every request, from its columns: only the requests
+    that started before `end` and may still run at `start` are looked at."""
+    if end <= start:
+        return None
+    s, e, longest = bi.spans
+    lo = int(np.searchsorted(s, start - longest, side="left"))
+    hi = int(np.searchsorted(s, end, side="left"))
+    a = np.maximum(s[lo:hi], start)
+    b = np.minimum(e[lo:hi], end)
+    d = b - a
+    return math.fsum(d[d > 0].tolist()) / (end - start)
+
+
 def qps(bi: BackendIndex, w: Window, wall: float) -> float | None:
-    return sum(1 for r in w.records if r.get("outcome") == "completed") / wall
+    return Outcome(outcome_is("completed")).count(w.records) / wall
 
 
 def _tokens(r: Row) -> float:
@@ -343,11 +530,20 @@ def _tokens(r: Row) -> float:
     return float(num(r.get(key)) or 0.0)
 
 
+tokens = Columnar(_tokens, lambda t, idx: np.nan_to_num(np.where(t.usage_ok(idx), t.number("output_tokens", idx),
+                                                                 t.number("chunks", idx)), nan=0.0))
+
+
 def throughput(bi: BackendIndex, w: Window, wall: float) -> float | None:
-    return math.fsum(_tokens(r) for r in completed(w.records)) / wall
+    recs = completed(w.records)
+    if isinstance(recs, Rows):
+        return math.fsum(column(recs, tokens).tolist()) / wall
+    return math.fsum(_tokens(r) for r in recs) / wall
 
 
 def bucket_in_flight(bi: BackendIndex, w: Window, wall: float) -> float | None:
+    if bi.table is not None:
+        return in_flight_spans(bi, w.start, w.end)  # type: ignore[arg-type]
     return in_flight(bi.all_records, w.start, w.end)  # type: ignore[arg-type]
 
 

@@ -42,15 +42,14 @@ def _significant_violation(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricIm
     q, op, t = rule.expr.percentile, rule.op, rule.threshold
     if q is None or op not in ("<", "<=", ">", ">=") or t is None or not isinstance(impl, Distribution):
         return False
-    vals = impl.values(sc.records)
     confidence = run.gate.confidence
     if op in ("<", "<="):
-        over = sum(1 for v in vals if (v > t if op == "<=" else v >= t))
-        return stats.exceeds_with_confidence(over, len(vals), q, confidence)
+        n, over = impl.beyond(sc.records, ">" if op == "<=" else ">=", t)
+        return stats.exceeds_with_confidence(over, n, q, confidence)
     if q >= 100:
         return False
-    under = sum(1 for v in vals if (v < t if op == ">=" else v <= t))
-    return stats.exceeds_with_confidence(under, len(vals), 100.0 - q, confidence)
+    n, under = impl.beyond(sc.records, "<" if op == ">=" else "<=", t)
+    return stats.exceeds_with_confidence(under, n, 100.0 - q, confidence)
 
 
 def _overage(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure, vtext: str) -> Instance | None:
@@ -63,14 +62,12 @@ def _overage(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure
         return None
     if op in (">", ">=") and q <= 0:
         return None
-    vals = impl.values(sc.records)
-    n = len(vals)
     conf = run.gate.confidence
     if op in ("<", "<="):
-        over = sum(1 for v in vals if (v > t if op == "<=" else v >= t))
+        n, over = impl.beyond(sc.records, ">" if op == "<=" else ">=", t)
         qq, side = q, "above"
     else:
-        over = sum(1 for v in vals if (v < t if op == ">=" else v <= t))
+        n, over = impl.beyond(sc.records, "<" if op == ">=" else "<=", t)
         qq, side = 100.0 - q, "below"
     if qq <= 0:
         return None
@@ -91,7 +88,7 @@ def _offender_groups(run: JudgedRun, sc: Scope, offenders: list[Row]) -> tuple[d
     places: dict[tuple[str, str, int, int], Location] = {}
     for r in offenders:
         bname = str(r.get("backend")) if len(sc.backends) > 1 else sc.backends[0].name
-        found: tuple[LevelIndex, Window] | None = run.where_of.get((bname, str(r["request_id"])))
+        found: tuple[LevelIndex, Window] | None = run.locate(bname, r)
         if found is None:
             continue
         lv, w = found

@@ -44,12 +44,17 @@ rule, results.json and report reads facts. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence.runtime import RuntimeDecl, detect_runtime_boundary
 from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, extract_trace_lines, log_lines, match_traces
+import numpy as np
+
 from soakspec.judge.evidence import BackendEvidence, Evidence, compact_payload
+from soakspec.judge.table import MISSING, RequestTable, Rows, fits
+from soakspec.judge.tracematch import TableMatch, invertible, kept_payload, label_column, match_table
 from soakspec.lang import simtrace
 from soakspec.lang.spec import Backend, Spec
 
@@ -219,49 +224,77 @@ def _log_text(be: BackendEvidence) -> str:
     return "".join(got[0]) if got is not None else ""
 
 
+TRACE_CHUNK_LINES = 5_000  # server.log lines extracted at a time (never the whole log)
+
+
+def _log_traces(lines: Iterable[str], source: TraceSource, offset: int) -> Iterator[Trace]:
+    """The traces of a server.log's lines, extracted a chunk at a time."""
+    it = iter(lines)
+    while True:
+        chunk = list(itertools.islice(it, TRACE_CHUNK_LINES))
+        if not chunk:
+            return
+        traces, _bad = extract_trace_lines(chunk, source, offset, compact=compact_payload)
+        offset += sum(len(line.encode("utf-8")) for line in chunk)
+        yield from traces
+
+
+def _stored_trace_iter(rows: Iterable[Row]) -> Iterator[Trace]:
+    for t in rows:
+        yield from _stored_traces((t,))
+
+
+def _match(table: RequestTable, traces: Iterable[Trace], id_field: str, forms: Sequence[str], window_s: float) -> TableMatch:
+    """Streamed (`tracematch.match_table`) when the id forms invert, else `match_traces`
+    over the request views, converted."""
+    if id_field == "request_id" and invertible(forms):
+        return match_table(table, traces, forms, window_s)
+    match = match_traces(Rows.of(table, np.arange(table.n, dtype=np.int64)), list(traces), id_field, forms, window_s)
+    rows: dict[str, list[int]] = {}
+    for i, rid in enumerate(table.ids):
+        rows.setdefault(str(rid), []).append(i)
+    got = TableMatch(table.n, lambda rid: (rows.get(rid) or [None])[0])
+    shared: dict[Any, Mapping[str, Any]] = {}
+    for a in match.assignments:
+        if a.matched and a.request_id is not None:
+            for i in rows.get(a.request_id, ()):
+                got.add(i, kept_payload(a.trace.payload, shared))
+    got.unmatched_reason.update({a.request_id: a.reason for a in match.assignments if a.request_id is not None and not a.matched})
+    got.traces = len(match.assignments)
+    return got
+
+
 def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehearsal: bool,
-             records: Sequence[Row], same_spec: bool = True) -> tuple[tuple[dict[str, Any], ...], list[str]]:
-    """The trace rows as the judge matches them, and what the stored rows claimed wrongly
+             table: RequestTable, same_spec: bool = True) -> tuple[TableMatch | None, list[str]]:
+    """The traces as the judge matches them, and what the stored rows claimed wrongly
     (only under the run's own spec: another spec may match with another window or id forms)."""
     kind, pattern, id_field, forms = _trace_config(spec_be, be.entry, rehearsal)
     if kind == "none":
-        return (), []
+        return None, []
     log = _log_lines(be) if kind == "log" and pattern is not None else None
-    from_log = log is not None
-    if from_log:
-        assert log is not None and pattern is not None
-        traces, _bad = extract_trace_lines(log[0], TraceSource(kind="log", pattern=pattern, id_field=id_field), log[1],
-                                           compact=compact_payload)
+    if log is not None:
+        assert pattern is not None
+        traces: Iterable[Trace] = _log_traces(log[0], TraceSource(kind="log", pattern=pattern, id_field=id_field), log[1])
         basis = "the retained server.log"
     else:
-        traces = _stored_traces(be.full_traces())
+        traces = _stored_trace_iter(be.full_traces() if be.traces_path is not None else be.traces)
         basis = "the trace's own id and times"
-    match = match_traces(records, traces, id_field, forms, window_s)
-    rows = tuple(_row(a) for a in match.assignments)
-    derived = set(match.matched)
-    known = {str(r.get("request_id")) for r in records}
+    match = _match(table, traces, id_field, forms, window_s)
     # a claim about a request that is not on the record covers nothing (lost records are
     # validity's to report); one about a request that is, the judge must be able to make
-    claimed = [t for t in be.traces if t.get("matched") is True and t.get("request_id") in known]
-    wrong = [t for t in claimed if t["request_id"] not in derived]
+    claims = ((t.get("request_id"), t.get("matched") is True) for t in be.traces)
+    matched = match.codes != 0
+    wrong = [rid for rid, says in claims if says and isinstance(rid, str) and (i := match.row_of(rid)) is not None
+             and not matched[i]]
     notes: list[str] = []
     if wrong and same_spec:
-        why = {a.request_id: a.reason for a in match.assignments if a.request_id is not None and not a.matched}
-        first = wrong[0]["request_id"]
-        reason = why.get(first)
+        first = wrong[0]
+        reason = match.unmatched_reason.get(first)
         reason_text = {"outside_window": "its times lie outside the request's window",
                        "unknown_id": "no request has its id", "incomplete": "its payload is incomplete"}.get(reason or "", "no such trace")
         notes.append(f"traces.jsonl marks {len(wrong)} trace{'s' if len(wrong) != 1 else ''} matched that the judge "
                      f"cannot match from {basis} (first: {first}: {reason_text}); they do not count")
-    return rows, notes
-
-
-def _row(a: Any) -> dict[str, Any]:
-    # the payload is shared, not copied: nothing in the judge mutates it, and a long soak has
-    # one per request
-    payload = a.trace.payload
-    return {"trace_id": a.trace.trace_id, "request_id": a.request_id, "matched": a.matched, "reason": a.reason,
-            "times": list(a.trace.times), "payload": payload}
+    return match, notes
 
 
 # ------------------------------------------------------------------------------ records
@@ -373,31 +406,197 @@ def _capped(kind: str, notes: list[str]) -> list[str]:
     return notes[:MAX_LISTED] + [f"... and {len(notes) - MAX_LISTED} more {kind}"]
 
 
+OUTCOME_CODES = ("completed", "failed", "timeout", "rejected", "disconnected")
+_C, _F, _T, _R, _D = range(5)
+
+
+def _per_row(t: RequestTable, idx: np.ndarray, by_workload: Mapping[str, Any], default: Any) -> list[Any]:
+    """A workload's setting, per row of `idx` (by the row's workload label)."""
+    lut = [by_workload.get(str(v), default) for v in t.values["workload"]]
+    codes = t.c["workload"][idx]
+    return [lut[c] for c in codes.tolist()] if len(lut) else []
+
+
+def _deadline_per_row(t: RequestTable, idx: np.ndarray, deadlines: Mapping[tuple[Any, Any], float]) -> np.ndarray:
+    out = np.full(len(idx), np.nan)
+    if not deadlines or not len(idx):
+        return out
+    lvl = t.i["level"][idx]
+    for (w, lv), d in reversed(list(deadlines.items())):
+        if lv is not None and not fits(lv):
+            continue
+        out[t.label_is("workload", w, idx) & (lvl == (MISSING if lv is None else lv))] = d
+    return out
+
+
+def _derive_outcomes(t: RequestTable, idx: np.ndarray, deadline: np.ndarray, max_tokens: np.ndarray) -> np.ndarray:
+    """`derive_outcome` over the ordinary rows `idx` of a table, vectorized: OUTCOME_CODES
+    positions (rows with extras are derived one by one, by `derive_outcome` itself)."""
+    st = t.i["status"][idx]
+    has = st != MISSING
+    o = np.full(len(idx), _C, dtype=np.int8)
+    client = (st >= 400) & (st < 500)
+    o[has & (st != 200) & client] = _R
+    o[has & (st != 200) & ~client] = _F
+    ec = t.c["error"][idx]
+    err_lut = t.label_mask("error", lambda v: isinstance(v, str) and bool(v))
+    late_lut = t.label_mask("error", lambda v: isinstance(v, str) and DEADLINE_PASSED in v)
+    err, late = err_lut[ec], late_lut[ec]
+    o[~has] = np.where(late[~has], _T, _D)
+    wants = np.isnan(max_tokens) | (max_tokens > 0)
+    out, ch = t.i["output_tokens"][idx], t.i["chunks"][idx]
+    no_tokens = np.where(out != MISSING, out <= 0, (ch != MISSING) & (ch <= 0))
+    start, end = t.f["start"][idx], t.f["end"][idx]
+    failed = (err | t.label_is("finish_reason", "error", idx) | (wants & no_tokens)
+              | (wants & np.isnan(t.f["first_token"][idx])) | np.isnan(end))
+    with np.errstate(invalid="ignore"):
+        late_end = ~np.isnan(start) & (end - start > deadline + DEADLINE_TOLERANCE_S)
+    return np.where(o != _C, o, np.where(failed, _F, np.where(late_end, _T, _C))).astype(np.int8)
+
+
+def _usage_flags(t: RequestTable, idx: np.ndarray, bounds: Sequence[tuple[int | None, bool, bool]]) -> np.ndarray:
+    """`usage_problem(...) is not None` over the ordinary rows `idx`, vectorized."""
+    if not len(idx):
+        return np.zeros(0, dtype=bool)
+    mt = np.array([np.nan if b[0] is None else b[0] for b in bounds], dtype=np.float64)
+    ign = np.array([b[1] for b in bounds], dtype=bool)
+    stream = np.array([b[2] for b in bounds], dtype=bool)
+    n, ch = t.i["output_tokens"][idx].astype(np.int64), t.i["chunks"][idx].astype(np.int64)
+    over_max = ign & ~np.isnan(mt) & (n > np.nan_to_num(mt, nan=np.inf))
+    nostream = ~stream | (ch == MISSING) | (ch <= 0)
+    bad = np.where(nostream, over_max, (n < ch) | (n > ch * MAX_TOKENS_PER_CHUNK) | over_max)
+    return (n != MISSING) & bad
+
+
+class _Labels:
+    """A copy of one label column of a table, changed row by row."""
+
+    def __init__(self, t: RequestTable, key: str) -> None:
+        self.codes = t.c[key].copy()
+        self.values = list(t.values[key])
+        self.index = {(type(v).__name__, v): k for k, v in enumerate(self.values)}
+
+    def code(self, v: Any) -> int:
+        k = (type(v).__name__, v)
+        c = self.index.get(k)
+        if c is None:
+            c = self.index[k] = len(self.values)
+            self.values.append(v)
+        return c
+
+    def set(self, i: int, v: Any) -> None:
+        self.codes[i] = self.code(v)
+
+    def set_many(self, rows: np.ndarray, v: Any) -> None:
+        self.codes[rows] = self.code(v)
+
+    def done(self) -> tuple[np.ndarray, tuple[Any, ...]]:
+        return self.codes, tuple(self.values)
+
+
+def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], max_tokens: Mapping[str, int],
+                   bounds: Mapping[str, tuple[int | None, bool, bool]],
+                   verdicts: Mapping[str, tuple[str, str]]) -> tuple[RequestTable, list[str]]:
+    """`_relabel` over every request of a table: the derived outcomes, errors and usage flags
+    as new label columns (the table itself is not changed), and the mislabeled-record notes."""
+    outcome, error, usage = _Labels(t, "outcome"), _Labels(t, "error"), _Labels(t, "usage_mismatch")
+    every = np.arange(t.n, dtype=np.int64)
+    clean = t.clean(every)
+    notes: list[tuple[int, str]] = []
+    mislabeled = 0
+    extras = dict(t.extras)
+    # ordinary rows: vectorized
+    mt = np.array([np.nan if v is None else v for v in _per_row(t, clean, max_tokens, None)], dtype=np.float64)
+    derived = _derive_outcomes(t, clean, _deadline_per_row(t, clean, deadlines), mt)
+    stored = t.c["outcome"][clean]
+    lut = np.array([OUTCOME_CODES.index(v) if v in OUTCOME_CODES else -1 for v in t.values["outcome"]] or [-1], dtype=np.int8)
+    s_code = lut[stored] if len(t.values["outcome"]) else np.full(len(clean), -1, dtype=np.int8)
+    wrong = (s_code == _C) & (derived != _C)
+    new = np.where((s_code < 0) | wrong, derived, s_code)
+    for k, name in enumerate(OUTCOME_CODES):
+        outcome.set_many(clean[new == k], name)
+    mislabeled += int(wrong.sum())
+    for i in clean[wrong][:MAX_LISTED].tolist():
+        r = t.rec(i)
+        _, why = derive_outcome(r, deadlines.get((r.get("workload"), r.get("level"))), max_tokens.get(str(r.get("workload"))))
+        notes.append((i, f"{r.get('request_id')} is labelled completed but its record says {', '.join(why)}"))
+    # rows with extras: one by one, by `_relabel` itself
+    for i in t.odd(every).tolist():
+        r = t.rec(i)
+        w = str(r.get("workload"))
+        got, note = _relabel(r, deadlines.get((r.get("workload"), r.get("level"))), max_tokens.get(w),
+                             verdicts.get(str(r.get("request_id"))), bounds.get(w, (None, False, True)))
+        ex = dict(extras.get(i, {}))
+        for key, lab in (("outcome", outcome), ("error", error), ("usage_mismatch", usage)):
+            v = got.get(key)
+            if isinstance(v, (str, bool, int, float)) or v is None:
+                ex.pop(key, None)
+                lab.set(i, v)
+            else:
+                ex[key] = v
+                lab.set(i, None)
+        if ex:
+            extras[i] = ex
+        else:
+            extras.pop(i, None)
+        if note:
+            mislabeled += 1
+            notes.append((i, note))
+    odd = set(t.odd(every).tolist())
+    # the server's own word: an error or a dropped attempt in a matched trace
+    if verdicts:
+        done = outcome.code("completed")
+        for i, rid in enumerate(t.ids):
+            v = verdicts.get(rid)
+            if v is not None and i not in odd and outcome.codes[i] == done:
+                outcome.set(i, v[0])
+                error.set(i, v[1])
+    # usage against the stream, for completed requests not flagged already
+    done_mask = outcome.codes[clean] == outcome.code("completed")
+    flagged = np.array([bool(v) for v in usage.values], dtype=bool)[usage.codes[clean]] if usage.values else np.zeros(len(clean), bool)
+    cand = clean[done_mask & ~flagged]
+    bnds = _per_row(t, cand, bounds, (None, False, True))
+    for i in cand[_usage_flags(t, cand, bnds)].tolist():
+        r = t.rec(i)
+        why_usage = usage_problem(r, *bounds.get(str(r.get("workload")), (None, False, True)))
+        if why_usage is not None:
+            usage.set(i, why_usage)
+    notes.sort(key=lambda n: n[0])
+    texts = [n for _, n in notes][:MAX_LISTED]
+    if mislabeled > MAX_LISTED:
+        texts.append(f"... and {mislabeled - MAX_LISTED} more mislabeled records")
+    return t.with_labels({"outcome": outcome.done(), "error": error.done(), "usage_mismatch": usage.done()}, extras), texts
+
+
 def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehearsal: bool, same_spec: bool) -> BackendEvidence:
     spec_be = next((b for b in spec.backends if b.name == be.name), None)
     deadlines = _deadlines(be)
     max_tokens = _max_tokens(spec)
     bounds = _usage_bounds(spec)
-    traces, trace_notes = _rematch(be, spec_be, window_s, rehearsal, be.records, same_spec)
-    payloads: dict[str, list[Row]] = {}
-    for t in traces:
-        if t["matched"] and isinstance(t["request_id"], str) and isinstance(t["payload"], Mapping):
-            payloads.setdefault(t["request_id"], []).append(t["payload"])
-    records = []
-    label_notes: list[str] = []
-    for r in be.records:
-        key = (r.get("workload"), r.get("level"))
-        w = str(r.get("workload"))
-        new, note = _relabel(r, deadlines.get(key), max_tokens.get(w),
-                             _server_verdict(payloads.get(str(r.get("request_id")), ())), bounds.get(w, (None, False, True)))
-        records.append(new)
-        if note:
-            label_notes.append(note)
+    table = be.requests
+    match, trace_notes = _rematch(be, spec_be, window_s, rehearsal, table, same_spec)
+    verdicts: dict[str, tuple[str, str]] = {}
+    if match is not None:
+        # the server's verdict per distinct payload, then per request that carries it
+        by_code = {c: v for c in range(1, len(match.values) + 1)
+                   if (p := match.payload(c)) is not None and (v := _server_verdict([p])) is not None}
+        if by_code:
+            for i in np.nonzero(np.isin(match.codes, list(by_code)))[0].tolist():
+                if i not in match.extra:
+                    verdicts.setdefault(table.ids[i], by_code[int(match.codes[i])])
+        for i, ps in match.extra.items():
+            if (v := _server_verdict([p for p in ps if p is not None])) is not None:
+                verdicts.setdefault(table.ids[i], v)
+        codes, values, multi = label_column(table, match)
+        table = table.with_labels({"trace": (codes, values)}, aux={"trace_multi": multi})
+    else:
+        table = table.with_labels({"trace": (np.zeros(table.n, dtype=np.int32), (None,))}, aux={"trace_multi": {}})
+    table, label_notes = _relabel_table(table, deadlines, max_tokens, bounds, verdicts)
     follow_deadline = min(deadlines.values(), default=None)
     followup, fnote = _followup(be.followup, follow_deadline, min(max_tokens.values(), default=None))
     entry, rnote = _runtime(be, spec_be, same_spec)
-    notes = _capped("mislabeled records", label_notes) + trace_notes + ([fnote] if fnote else []) + ([rnote] if rnote else [])
-    return dataclasses.replace(be, entry=entry, records=tuple(records), traces=traces, followup=followup,
+    notes = label_notes + trace_notes + ([fnote] if fnote else []) + ([rnote] if rnote else [])
+    return dataclasses.replace(be, entry=entry, records=(), table=table, traces=(), followup=followup,
                                mislabeled=be.mislabeled + tuple(notes), traces_path=None)
 
 

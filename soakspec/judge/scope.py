@@ -17,7 +17,10 @@ import datetime as _dt
 import math
 from collections.abc import Sequence
 
-from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, order, req_time
+import numpy as np
+
+from soakspec.judge.index import BackendIndex, LevelIndex, Window, req_time
+from soakspec.judge.table import Rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +29,9 @@ class Scope:
 
     kind: str  # run | backend | level | phase | bucket | window
     backends: tuple[BackendIndex, ...]
-    records: tuple[Row, ...]  # measured requests in the scope, time order
+    # measured requests in the scope, time order; per-request columns of a scope are aligned:
+    # `records.column(...)`, `records.map(...)` give one value per request, in this order
+    records: Rows
     windows: tuple[tuple[BackendIndex, Window], ...]  # buckets (or the one window) in the scope
     level: LevelIndex | None = None
     bucket: int | None = None
@@ -88,7 +93,7 @@ def backend_scope(bi: BackendIndex) -> Scope:
 
 def run_scope(bis: Sequence[BackendIndex]) -> Scope:
     ws = tuple((bi, w) for bi in bis for lv in bi.levels for w in lv.buckets)
-    recs = tuple(sorted((r for bi in bis for r in bi.measured), key=order))
+    recs = bis[0].measured if len(bis) == 1 else Rows(tuple(p for bi in bis for p in bi.measured.parts))
     return Scope("run", tuple(bis), recs, ws)
 
 
@@ -105,10 +110,21 @@ def window_scopes(bi: BackendIndex, lv: LevelIndex, length: float) -> list[Scope
         a = t0 + k * length
         b = min(t1, a + length)
         last = k == n - 1
-        inside = tuple(r for r in recs if (t := req_time(r)) is not None and a <= t and (t < b or (last and t <= b)))
+        inside = recs.select(_started_in(a, b, last))
         w = Window(k, a, b, b - a, inside)
         out.append(Scope("window", (bi,), inside, ((bi, w),), lv, k, a, b))
     return out
+
+
+def _started_in(a: float, b: float, last: bool):
+    def mask(t, idx):
+        rt = t.req_time(idx)
+        ok = (a <= rt) & ((rt < b) | (last & (rt <= b)))
+        for p in np.nonzero(np.isin(idx, t.odd(idx)))[0].tolist():
+            v = req_time(t.rec(int(idx[p])))
+            ok[p] = v is not None and a <= v and (v < b or (last and v <= b))
+        return ok
+    return mask
 
 
 def scopes(kind: str, bis: Sequence[BackendIndex], window_s: float | None = None) -> list[Scope]:

@@ -16,10 +16,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from soakspec.judge import stats
-from soakspec.judge.evidence import BackendEvidence, Evidence
+import numpy as np
+
+from soakspec.judge.evidence import OUTCOMES, BackendEvidence, Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, error_message, index, num
 from soakspec.judge.joined import JudgedRun
-from soakspec.judge.measures import Distribution, PerBucket, PerSample, bucket_series, itl_gaps, quarters, relative_change
+from soakspec.judge.measures import (Distribution, Outcome, PerBucket, PerSample, bucket_series, completed, itl_gaps, not_completed,
+                                    outcome_is, quarters, relative_change)
+from soakspec.judge.table import Rows
 from soakspec.judge.registry import metric
 from soakspec.judge.servermetrics import results_section as server_metrics_section
 from soakspec.judge.scope import Scope, bucket_scope
@@ -29,11 +33,13 @@ SCHEMA_VERSION = 1
 TOP_ERRORS = 10
 
 
-def dist_values(records: Iterable[Row], name: str) -> list[float]:
-    """The samples of per-request distribution `name` over the completed requests in `records`."""
+def dist_values(records: Iterable[Row], name: str) -> Any:
+    """The samples of per-request distribution `name` over the completed requests in
+    `records` (the per-token gaps counted by value, `stats.Counted`, where they can be)."""
     impl = metric(name)
     assert isinstance(impl, Distribution), name
-    return impl.values(records)
+    c = impl.counted(records)
+    return c if c is not None else impl.values(records)
 
 
 def window_series(bi: BackendIndex, w: Window, name: str) -> float | None:
@@ -86,7 +92,10 @@ def excluded(records: Iterable[Row]) -> dict[str, dict[str, int]]:
 
 def counts(records: Sequence[Row]) -> dict[str, int]:
     """results.json `requests` counts (outcome names as in requests.jsonl)."""
-    c = Counter(r.get("outcome") for r in records)
+    if isinstance(records, Rows):
+        c = Counter({name: impl.count(records) for name in OUTCOMES for impl in [Outcome(outcome_is(name))]})
+    else:
+        c = Counter(r.get("outcome") for r in records)
     return {
         "total": len(records),
         "completed": c["completed"],
@@ -130,8 +139,13 @@ def level_drift(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any] | None:
 # ------------------------------------------------------------------------------ results.json
 
 
-def _dist(vals: Sequence[float]) -> dict[str, Any] | None:
-    if not vals:
+def _dist(vals: Any) -> dict[str, Any] | None:
+    if isinstance(vals, stats.Counted):
+        if not vals.n:
+            return None
+        return {"count": vals.n, "p50": vals.percentile(50), "p95": vals.percentile(95), "p99": vals.percentile(99),
+                "mean": vals.mean(), "min": vals.min(), "max": vals.max()}
+    if not len(vals):
         return None
     return {
         "count": len(vals),
@@ -139,18 +153,20 @@ def _dist(vals: Sequence[float]) -> dict[str, Any] | None:
         "p95": stats.percentile(vals, 95),
         "p99": stats.percentile(vals, 99),
         "mean": stats.mean(vals),
-        "min": min(vals),
-        "max": max(vals),
+        "min": float(np.min(vals)),
+        "max": float(np.max(vals)),
     }
 
 
 def _series(vals: Sequence[float]) -> dict[str, Any] | None:
-    if not vals:
+    if not len(vals):
         return None
     return {"samples": len(vals), "min": min(vals), "mean": stats.mean(vals), "max": max(vals)}
 
 
 def errors_by_message(records: Iterable[Row], top: int = TOP_ERRORS) -> dict[str, int]:
+    if isinstance(records, Rows):
+        records = records.where(not_completed.col, not_completed.row)
     c = Counter(error_message(r) for r in records if r.get("outcome") != "completed")
     ranked = sorted(c.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     return dict(ranked)
@@ -159,17 +175,22 @@ def errors_by_message(records: Iterable[Row], top: int = TOP_ERRORS) -> dict[str
 def trace_coverage(bi: BackendIndex, records: Sequence[Row]) -> tuple[float | None, int]:
     """(completed requests with a matched trace / completed measured requests, traced count),
     as the gate's trace_coverage counts them; None without a completed request."""
-    done = [r for r in records if r.get("outcome") == "completed"]
+    done = completed(records)
     if not done:
         return None, 0
-    n = sum(1 for r in done if r.get("request_id") in bi.traced)
+    if isinstance(done, Rows):
+        n = sum(int(bi.traced_mask(t, idx).sum()) for t, idx in done.parts)
+    else:
+        n = sum(1 for r in done if r.get("request_id") in bi.traced)
     return n / len(done), n
 
 
 def terminal_reasons(bi: BackendIndex, records: Iterable[Row]) -> dict[str, int]:
+    if isinstance(records, Rows):
+        return bi.terminal_reasons(records)
     c: Counter[str] = Counter()
-    for r in records:
-        for p in bi.payloads.get(str(r.get("request_id")), ()):
+    for rid in (str(r.get("request_id")) for r in records):
+        for p in bi.payloads.get(rid, ()):
             reason = p.get("terminal_reason", p.get("finish_reason"))
             c[str(reason) if reason is not None else "unknown"] += 1
     return dict(sorted(c.items()))
@@ -271,7 +292,7 @@ def backend_summary(bi: BackendIndex, required_coverage: float | None = None) ->
     buckets = [window_summary(bi, lv, w, lv.buckets[i - 1] if i else None) for lv in bi.levels for i, w in enumerate(lv.buckets)]
     by_bucket = {_lkey(lv, w.index): trace_coverage(bi, w.records)[0] for lv in bi.levels for w in lv.buckets}
     known = [v for v in by_bucket.values() if v is not None]
-    warm = [r for r in be.records if r.get("bucket") == -1]
+    warm = bi.all_records.where(lambda t, idx: t.i["bucket"][idx] == -1, lambda r: r.get("bucket") == -1)
     return {
         "name": be.name,
         "safe_name": be.safe_name,

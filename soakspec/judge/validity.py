@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import numpy as np
 
 from soakspec.judge.common import backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
@@ -93,8 +94,8 @@ def _backend_problems(bi: BackendIndex) -> list[Instance]:
         out.append(problem(f"{rel} ends in a cut-off line (the writer was killed)", here))
     for p in be.problems[:MAX_SHOWN]:
         out.append(problem(f"unusable evidence: {p}", here))
-    if len(be.problems) > MAX_SHOWN:
-        out.append(problem(f"... and {len(be.problems) - MAX_SHOWN} more unusable rows", here))
+    if be.problem_count > MAX_SHOWN:
+        out.append(problem(f"... and {be.problem_count - MAX_SHOWN} more unusable rows", here))
     for note in be.mislabeled:
         out.append(problem(f"malformed evidence: {note}", here))
     aborted = be.entry.get("aborted_reason")
@@ -102,8 +103,12 @@ def _backend_problems(bi: BackendIndex) -> list[Instance]:
         out.append(problem(f"backend {bi.name} was aborted: {aborted}", here))
     if bi.orphans:
         out.append(problem(f"{plural(len(bi.orphans), 'measured request')} belong to no level the manifest lists", here))
-    seen: set[str] = set()
-    dups = sorted({rid for r in bi.all_records if (rid := str(r["request_id"])) in seen or seen.add(rid)})  # type: ignore[func-returns-value]
+    ids = bi.all_records.ids()
+    dups: list[str] = []
+    if len(set(ids)) != len(ids):
+        seen: set[str] = set()
+        dups = sorted({rid for rid in map(str, ids) if rid in seen or seen.add(rid)})  # type: ignore[func-returns-value]
+    del ids
     if dups:
         out.append(problem(f"{plural(len(dups), 'request id')} recorded more than once (first: {dups[0]})", here))
     return out
@@ -134,10 +139,10 @@ def _window_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instanc
         if w.planned_length_s is not None and abs(w.planned_length_s - pb.length_s) > WINDOW_TOLERANCE_S:
             out.append(problem(f"bucket {w.index} records a planned length of {format_duration(w.planned_length_s)}, "
                                f"but the plan's bucket is {format_duration(pb.length_s)}", lloc))
-        for r in w.records:
-            t = req_time(r)
-            if t is not None and not (w.start - RECORD_TOLERANCE_S <= t <= w.end + RECORD_TOLERANCE_S):
-                stray.append((str(r.get("request_id")), t, w.index))
+        lo, hi = w.start - RECORD_TOLERANCE_S, w.end + RECORD_TOLERANCE_S
+        outside = w.records.where(lambda t, idx: ~np.isnan(rt := t.req_time(idx)) & ((rt < lo) | (rt > hi)),
+                                  lambda r: (t := req_time(r)) is not None and not (lo <= t <= hi))
+        stray.extend((str(r.get("request_id")), req_time(r), w.index) for r in outside)
     if stray:
         rid, t, b = stray[0]
         out.append(problem(f"{plural(len(stray), 'request')} started outside the window of the bucket they name "

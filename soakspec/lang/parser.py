@@ -10,9 +10,11 @@ mistake does not cascade into a page of noise.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
 import errno
 import functools
+import gc
 import importlib.resources
 import math
 import os
@@ -20,9 +22,16 @@ import pathlib
 import re
 import select
 import stat
+import threading
 import time
+from types import SimpleNamespace
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
+from lark.lexer import BasicLexer, ContextualLexer, LexerState, LexerThread
+from lark.parsers.lalr_analysis import Shift
+from lark.parsers.lalr_interactive_parser import InteractiveParser
+from lark.parsers.lalr_parser_state import ParseConf, ParserState
+from lark.utils import TextSlice
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from soakspec.diagnostics import Diagnostic, Span
@@ -30,6 +39,11 @@ from soakspec.lang import ast as A
 from soakspec.units import UNITS
 
 MAX_SOURCE_BYTES = 1_000_000
+# A long string and a one-line string, as the grammar's LONG_STRING and STRING match them (the
+# unrolled-loop forms: a repetition per escape, not per character, so that re's backtracking
+# stack does not grow with a long string -- 384 MB for one of 900 kB with the textbook forms).
+_LONG = r'''"""[^"\\]*(?:(?:\\.|"(?!""))[^"\\]*)*"""'''
+_STR = r'''"[^"\\\n]*(?:\\.[^"\\\n]*)*"'''
 MAX_NESTING = 16
 MAX_SYNTAX_ERRORS = 50
 
@@ -49,13 +63,180 @@ def _grammar_text() -> str:
 
 @functools.cache
 def _parser() -> Lark:
-    return Lark(
+    """The LALR parser with the AST built inline: each rule's `_ToAst` method runs as the rule
+    is reduced, so no parse tree is built and walked a second time (on a 1 MB spec the tree,
+    its position propagation and the transform pass were three quarters of `check`'s time).
+    Positions come from the tokens: `_Positions` gives a rule's method the span of everything
+    the rule matched, punctuation included -- what lark's `propagate_positions` computed."""
+    lark = Lark(
         _grammar_text(),
         parser="lalr",
         lexer="contextual",
-        propagate_positions=True,
+        transformer=_BUILDER.callbacks(),
         maybe_placeholders=False,
     )
+    _BUILDER.positioned(lark._callbacks)
+    return lark
+
+
+CHECKPOINT_EVERY = 16_384  # characters between the fast parser's saved states (for a parse again after a mend)
+
+
+# The parse of a well-formed spec, in one loop: lark's contextual lexers (the same
+# compiled alternations, tried in the same order, the same keyword check of a name) feeding
+# lark's LALR table and rule callbacks directly -- the same shifts and reductions as
+# `Lark.parse`, so the same `SoakFile`, without lark's per-token layers (a generator, a
+# parser-state object and a method call per token; whitespace and comments lexed as tokens
+# first). At the first character no terminal matches, or the first token the table has no
+# action for, it stops and returns a `_Stuck`: the parser's state there, which lark's own
+# parser takes over (`_Stuck.resume`) -- it raises that first error exactly as `Lark.parse`
+# would have, and its error recovery goes on from there. Relies on the structure of lark
+# 1.2/1.3 (checked in `_fast_parts`); without it, `_NOT_FAST`: lark parses it all.
+#
+# `checkpoints`: a list of saved states (position, line, line start, the stacks, the last
+# token), every CHECKPOINT_EVERY characters; the parse starts from the last one there
+# and appends more. Only error recovery passes it: the value stack's lists are shared with
+# the checkpoints, which is harmless only because a parse that had an error is dropped.
+def _fast_parse(lark: Lark, text: str, checkpoints: list | None = None):
+    """A well-formed spec parsed in one loop; at its first error, a `_Stuck` (see above)."""
+    parts = _fast_parts(lark)
+    if parts is None:  # pragma: no cover - another lark
+        return _NOT_FAST
+    states, start_state, end_state, lexers, callbacks, term_callbacks, shift = parts
+    end = len(text)
+    pos, line, line_start, state_stack, value_stack, last = _fast_start(start_state, checkpoints)
+    new_token = Token._future_new
+    plans: dict[int, tuple] = {}
+    next_checkpoint = pos + CHECKPOINT_EVERY if checkpoints is not None else end + 1
+    while True:
+        if pos >= next_checkpoint:
+            checkpoints.append((pos, line, line_start, tuple(state_stack), tuple(value_stack), last))
+            next_checkpoint = pos + CHECKPOINT_EVERY
+        # ---- the next token, lexed by the lexer of the parser's state (lark's ContextualLexer)
+        basic = lexers[state_stack[-1]]
+        plan = plans.get(id(basic))
+        if plan is None:
+            plan = plans[id(basic)] = (basic.scanner._mres, basic.ignore_types, basic.newline_types, basic.callback)
+        mres, ignore, newline, lex_callbacks = plan
+        tok = None
+        while pos < end:
+            for mre in mres:
+                m = mre.match(text, pos)
+                if m is not None:
+                    break
+            else:
+                return _Stuck(lark, text, state_stack, value_stack, (pos, line, line_start), last, None, False)
+            value = m.group(0)
+            type_ = m.lastgroup
+            start, tline, tcol = pos, line, pos - line_start + 1
+            if type_ in newline:
+                n = value.count("\n")
+                if n:
+                    line += n
+                    line_start = pos + value.rindex("\n") + 1
+            pos += len(value)
+            ignored = type_ in ignore
+            if ignored and type_ not in lex_callbacks:
+                continue
+            t = new_token(type_, value, start, tline, tcol, line, pos - line_start + 1, pos)
+            if type_ in lex_callbacks:
+                t = lex_callbacks[type_](t)
+            if not ignored:
+                tok = t
+                break
+        is_end = tok is None
+        if is_end:
+            tok = Token.new_borrow_pos("$END", "", last) if last is not None else Token("$END", "", 0, 1, 1)
+        else:
+            last = tok
+        # ---- lark's ParserState.feed_token
+        while True:
+            actions = states[state_stack[-1]]
+            action_arg = actions.get(tok.type)
+            if action_arg is None:
+                return _Stuck(lark, text, state_stack, value_stack, (pos, line, line_start), last, tok, is_end)
+            action, arg = action_arg
+            if action is shift:
+                state_stack.append(arg)
+                value_stack.append(tok if tok.type not in term_callbacks else term_callbacks[tok.type](tok))
+                break
+            size = len(arg.expansion)
+            if size:
+                children = value_stack[-size:]
+                del state_stack[-size:]
+                del value_stack[-size:]
+            else:
+                children = []
+            reduced = callbacks[arg](children)
+            state_stack.append(states[state_stack[-1]][arg.origin.name][1])
+            value_stack.append(reduced)
+            if is_end and state_stack[-1] == end_state:
+                return value_stack[-1]
+
+
+def _fast_start(start_state, checkpoints: list | None) -> tuple:
+    """Where `_fast_parse` starts: the top of the text, or the last checkpoint."""
+    if not checkpoints:
+        return 0, 1, 0, [start_state], [], None
+    pos, line, line_start, states_saved, values_saved, last = checkpoints[-1]
+    return pos, line, line_start, list(states_saved), list(values_saved), last
+
+
+_NOT_FAST = object()
+
+
+class _Stuck:
+    """Where `_fast_parse` met the first syntax error: the LALR stacks, the lexer's position
+    (after `token` when a token had no action, else where no terminal matched) and that token."""
+
+    def __init__(self, lark, text, state_stack, value_stack, where, last_token, token, is_end):
+        self.lark, self.text = lark, text
+        self.state_stack, self.value_stack = state_stack, value_stack
+        self.where, self.last_token, self.token, self.is_end = where, last_token, token, is_end
+
+    def resume(self):
+        """Go on in lark's own parser from this state: what `Lark.parse` does from here on --
+        it raises the same first error, with its `interactive_parser`, for error recovery."""
+        frontend = self.lark.parser
+        inner = frontend.parser.parser
+        lexer_state = LexerState(TextSlice(self.text, 0, len(self.text)), last_token=self.last_token)
+        ctr = lexer_state.line_ctr
+        pos, line, line_start = self.where
+        ctr.char_pos, ctr.line, ctr.line_start_pos, ctr.column = pos, line, line_start, pos - line_start + 1
+        thread = LexerThread(frontend.lexer, lexer_state)
+        state = ParserState(ParseConf(inner.parse_table, inner.callbacks, "start"), thread, self.state_stack, self.value_stack)
+        try:
+            if self.token is not None:
+                result = state.feed_token(self.token, self.is_end)
+                if self.is_end:  # pragma: no cover - it had no action, so feed_token raised
+                    return result
+            return inner.parse_from_state(state, last_token=self.last_token)
+        except UnexpectedInput as e:
+            if getattr(e, "interactive_parser", None) is None:
+                e.interactive_parser = InteractiveParser(inner, state, thread)
+            raise
+
+
+@functools.cache
+def _fast_parts(lark: Lark):
+    """What `_fast_parse` reads from lark, or None when this lark is not built as it expects."""
+    try:
+        frontend = lark.parser
+        lexer = frontend.lexer
+        table = frontend.parser.parser.parse_table
+        if type(lexer) is not ContextualLexer or not all(type(b) is BasicLexer for b in lexer.lexers.values()):
+            return None  # pragma: no cover
+        if frontend.lexer_conf.postlex is not None or not hasattr(Token, "_future_new"):
+            return None  # pragma: no cover
+        frontend.parser.parser.parse_from_state  # noqa: B018
+        for b in set(lexer.lexers.values()):
+            b.scanner._mres  # noqa: B018 - builds the scanner and its keyword callbacks, as lark's first use would
+            b.callback, b.ignore_types, b.newline_types  # noqa: B018
+        callbacks = frontend.parser.parser.callbacks
+        term_callbacks = {k: v for k, v in callbacks.items() if isinstance(k, str)}
+        return (table.states, table.start_states["start"], table.end_states["start"], lexer.lexers, callbacks, term_callbacks, Shift)
+    except (AttributeError, KeyError):  # pragma: no cover - another lark
+        return None
 
 
 # Friendly names for terminals in "expected ..." messages.
@@ -109,7 +290,7 @@ def _describe_token(tok: Token) -> str:
 
 
 def _span(meta) -> Span:
-    if getattr(meta, "empty", True):
+    if getattr(meta, "empty", True) or meta.line is None:
         return Span()
     return Span(meta.line, meta.column, meta.end_line, meta.end_column)
 
@@ -119,9 +300,10 @@ def _tok_span(tok: Token) -> Span:
 
 
 def _number(text: str) -> int | float:
-    if re.fullmatch(r"-?[0-9]+", text):
-        return int(text)
-    return float(text)
+    """A NUMBER token's value: an int when it has no fraction or exponent."""
+    if "." in text or "e" in text or "E" in text:
+        return float(text)
+    return int(text)
 
 
 _QUANTITY_RE = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)([A-Za-z%]+)")
@@ -130,6 +312,8 @@ _QUANTITY_RE = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)([A-Za-z%
 def _unescape(body: str) -> str:
     # JSON-compatible escapes plus \' ; an invalid escape is an error for the checker to see,
     # but we keep lexing lenient: unknown escapes are kept verbatim.
+    if "\\" not in body:
+        return body
     out = []
     i = 0
     simple = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "/": "/", "'": "'", "0": "\0"}
@@ -153,35 +337,162 @@ def _unescape(body: str) -> str:
     return "".join(out)
 
 
+class _Meta:
+    """What a `@v_args(meta=True)` method reads: the span of all the rule matched."""
+
+    __slots__ = ("empty", "line", "column", "end_line", "end_column")
+
+    def __init__(self, first, last):
+        self.empty = first is None
+        if first is not None:
+            self.line, self.column = first
+            self.end_line, self.end_column = last
+
+
+def _edge_of(c, end: bool):
+    """(line, column) where a reduced child begins (or, with `end`, ends): a token, an AST
+    node (its span) or an expanded helper rule's Tree (its first or last child); None when it
+    has no position (a token that error recovery inserted)."""
+    if isinstance(c, Token):
+        if c.line is None or c.end_line is None:
+            return None
+        return (c.end_line, c.end_column) if end else (c.line, c.column)
+    span = getattr(c, "span", None)
+    if span is not None:
+        if not span.line:
+            return None
+        return (span.end_line, span.end_column) if end else (span.line, span.column)
+    if isinstance(c, Tree):
+        for x in reversed(c.children) if end else c.children:
+            found = _edge_of(x, end)
+            if found is not None:
+                return found
+    return None
+
+
+def _punctuated(method):
+    """Mark a rule method whose span includes punctuation that lark drops from its children
+    (braces, brackets, parentheses, keywords): it reads the rule's raw children (`self.raw`)."""
+    method.punctuated = True
+    return method
+
+
+def _between(first: Token, last: Token | Span) -> Span:
+    """From a token to the end of a token or span (an attribute: its key to its value's end)."""
+    if isinstance(last, Token):
+        return Span(first.line, first.column, last.end_line, last.end_column)
+    if first.line is None or not last.line:
+        return Span()  # a token that error recovery inserted (the tree is dropped then)
+    return Span(first.line, first.column, last.end_line, last.end_column)
+
+
 class _ToAst(Transformer):
-    @v_args(meta=True)
-    def start(self, meta, children):
+    """The rules' callbacks, run inline by the LALR parser (`_parser`). A method is named after
+    its rule (or alias) and takes the rule's children; with `@v_args(meta=True)` it also gets
+    the `meta` of everything the rule matched (its punctuation included), as with lark's
+    `propagate_positions`. One instance serves every parse (under `_PARSE_LOCK`): `reset`
+    before each."""
+
+    def __init__(self):
+        self.raw: list = []  # the children of the rule being reduced, punctuation included
+        self.too_large: list[Token] = []  # number literals no float holds (reported after a clean parse)
+
+    def reset(self) -> None:
+        self.raw = []
+        self.too_large = []
+
+    def meta(self) -> _Meta:
+        raw = self.raw
+        first = last = None
+        for c in raw:
+            first = _edge_of(c, end=False)
+            if first is not None:
+                break
+        for c in reversed(raw):
+            last = _edge_of(c, end=True)
+            if last is not None:
+                break
+        if first is None or last is None:
+            return _Meta(None, None)
+        return _Meta(first, last)
+
+    def callbacks(self) -> SimpleNamespace:
+        """The rule methods as lark's inline transformer calls them (`f(children)`); a method
+        declared with `v_args` gets what that asks for, its `meta` computed by `meta()`."""
+        ns = SimpleNamespace()
+        for name in vars(type(self)):
+            if name.startswith("_") or name in _BUILDER_API:
+                continue
+            f = getattr(self, name)
+            wrapper = getattr(f, "visit_wrapper", None)
+            if wrapper is None:
+                setattr(ns, name, f)
+            else:
+                setattr(ns, name, functools.partial(self._visit, wrapper, f.base_func, name))
+        return ns
+
+    def _visit(self, wrapper, func, name, children):
+        return wrapper(func, name, children, self.meta())
+
+    def positioned(self, callbacks: dict) -> None:
+        """Wrap the callback of each rule whose method needs positions beyond its children
+        (a `v_args(meta=True)` method, or one marked `_punctuated`), so that the rule's raw
+        children -- its punctuation included, before lark drops it -- are at hand while the
+        method runs (`self.raw`, read by `meta()`). The other rules run unwrapped."""
+        names = set()
+        for n in vars(type(self)):
+            f = getattr(type(self), n)
+            if getattr(f, "visit_wrapper", None) is not None or getattr(f, "punctuated", False):
+                names.add(n)
+        for rule, cb in list(callbacks.items()):
+            if isinstance(rule, str):  # a terminal's lexer callback
+                continue
+            if (rule.alias or rule.options.template_source or rule.origin.name) in names:
+                callbacks[rule] = functools.partial(self._with_raw, cb)
+
+    def _with_raw(self, cb, children):
+        self.raw = children
+        return cb(children)
+
+    def _raw_span(self) -> Span:
+        """The span from the first to the last token the rule matched (both are tokens in the
+        punctuated rules: a name or bracket first, a bracket or name last)."""
+        first, last = self.raw[0], self.raw[-1]
+        if isinstance(first, Token) and isinstance(last, Token) and first.line is not None and last.end_line is not None:
+            return Span(first.line, first.column, last.end_line, last.end_column)
+        return _span(self.meta())  # a token that error recovery inserted (the tree is dropped then)
+
+    def _checked_number(self, tok: Token, text: str) -> int | float:
+        # only an exponent or 300+ digits can overflow a float (10**300 does not)
+        if (len(text) > 300 or "e" in text or "E" in text) and math.isinf(float(text)):  # also keeps int() from refusing a 5000-digit literal
+            self.too_large.append(tok)
+            return 0
+        return _number(text)
+
+    def start(self, children):
         return A.SoakFile(tuple(children))
 
-    @v_args(meta=True)
-    def block(self, meta, children):
+    @_punctuated
+    def block(self, children):
         kind_tok = children[0]
         rest = children[1:]
         label = None
         if rest and isinstance(rest[0], A.Str):
             label, rest = rest[0], rest[1:]
-        return A.Block(str(kind_tok), label, tuple(rest), span=_span(meta), kind_span=_tok_span(kind_tok))
+        return A.Block(str(kind_tok), label, tuple(rest), span=self._raw_span(), kind_span=_tok_span(kind_tok))
 
     def label(self, children):
         return children[0]
 
-    @v_args(meta=True)
-    def attribute(self, meta, children):
+    def attribute(self, children):
         key, value = children
-        return A.Attribute(str(key), value, span=_span(meta), key_span=_tok_span(key))
+        return A.Attribute(str(key), value, span=_between(key, value.span), key_span=_tok_span(key))
 
-    @v_args(meta=True)
-    def claim(self, meta, children):
+    def claim(self, children):
         kw, text = children
-        return A.Claim(str(kw), text, span=_span(meta))
+        return A.Claim(str(kw), text, span=_between(kw, text.span))
 
-    @v_args(meta=True)
-    def rule(self, meta, children):
+    def rule(self, children):
         severity = str(children[0])
         expr = children[1]
         op = threshold = scope = target = None
@@ -194,23 +505,24 @@ class _ToAst(Transformer):
                 scope = item
             elif isinstance(item, A.Str):
                 target = item
-        return A.Rule(severity, expr, op, threshold, scope, target, span=_span(meta))
+        last = children[-1]
+        return A.Rule(severity, expr, op, threshold, scope, target, span=_between(children[0], last if isinstance(last, Token) else last.span))
 
-    @v_args(meta=True)
-    def scope(self, meta, children):
+    @_punctuated
+    def scope(self, children):
         kind = str(children[0])
         length = children[1] if len(children) > 1 else None
         if isinstance(length, Token):
             length = self._quantity_tok(length)
-        return A.Scope(kind, length, span=_span(meta))
+        return A.Scope(kind, length, span=self._raw_span())
 
     def target(self, children):
         return children[0]
 
-    @v_args(meta=True)
-    def call(self, meta, children):
+    @_punctuated
+    def call(self, children):
         name, arg = children
-        return A.Call(str(name), arg, span=_span(meta))
+        return A.Call(str(name), arg, span=self._raw_span())
 
     @v_args(meta=True)
     def slo_call(self, meta, children):
@@ -227,12 +539,10 @@ class _ToAst(Transformer):
         name, text = children
         return A.NamedRef(str(name), text.value, span=_span(meta))
 
-    @v_args(meta=True)
-    def metric_ref(self, meta, children):
-        return A.MetricRef(str(children[0]), span=_span(meta))
+    def metric_ref(self, children):
+        return A.MetricRef(str(children[0]), span=_tok_span(children[0]))
 
-    @v_args(meta=True)
-    def string(self, meta, children):
+    def string(self, children):
         tok = children[0]
         text = str(tok)
         if tok.type == "RAW_STRING":
@@ -243,32 +553,36 @@ class _ToAst(Transformer):
 
     def number(self, children):
         tok = children[0]
-        return A.Num(_number(str(tok)), span=_tok_span(tok))
+        return A.Num(self._checked_number(tok, str(tok)), span=_tok_span(tok))
 
     def quantity(self, children):
         return self._quantity_tok(children[0])
 
-    @staticmethod
-    def _quantity_tok(tok: Token) -> A.Quantity:
+    def _quantity_tok(self, tok: Token) -> A.Quantity:
         m = _QUANTITY_RE.fullmatch(str(tok))
         assert m is not None  # the lexer guarantees the shape
-        return A.Quantity(_number(m.group(1)), m.group(2), span=_tok_span(tok))
+        return A.Quantity(self._checked_number(tok, m.group(1)), m.group(2), span=_tok_span(tok))
 
-    @v_args(meta=True)
-    def true(self, meta, children):
-        return A.Bool(True, span=_span(meta))
+    @_punctuated
+    def true(self, children):
+        return A.Bool(True, span=self._raw_span())
 
-    @v_args(meta=True)
-    def false(self, meta, children):
-        return A.Bool(False, span=_span(meta))
+    @_punctuated
+    def false(self, children):
+        return A.Bool(False, span=self._raw_span())
 
     def word(self, children):
         tok = children[0]
         return A.Word(str(tok), span=_tok_span(tok))
 
-    @v_args(meta=True)
-    def list(self, meta, children):
-        return A.List(tuple(c for c in children if c is not None), span=_span(meta))
+    @_punctuated
+    def list(self, children):
+        return A.List(tuple(c for c in children if c is not None), span=self._raw_span())
+
+
+_BUILDER_API = frozenset({"reset", "meta", "callbacks", "positioned", "transform"})
+_BUILDER = _ToAst()
+_PARSE_LOCK = threading.Lock()
 
 
 # ---------------------------------------------------------------- comments
@@ -334,7 +648,7 @@ def _replace(obj, **changes):
 
 def _nesting_depth(text: str) -> int:
     depth = best = 0
-    for ch in re.sub(r'"""(?:[^"\\]|\\.|"(?!""))*"""|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|"(?:[^"\\\n]|\\.)*"|#[^\n]*', "", text, flags=re.S):
+    for ch in re.sub(_LONG + r'|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|' + _STR + r'|#[^\n]*', "", text, flags=re.S):
         if ch in "{[(":
             depth += 1
             best = max(best, depth)
@@ -362,26 +676,41 @@ def _guard(text: str, path: str) -> Diagnostic | None:
     return None
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """No cyclic garbage collection inside: parsing a large spec creates some hundred thousand
+    objects that all survive (tokens, nodes, spans, none of them in a cycle), and each of the
+    collector's passes over the growing heap found nothing to free -- a third of the parse's
+    time on a 1 MB spec. Reference counting still frees everything as usual; the collector is
+    re-enabled (if it was) on the way out."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Diagnostic]]:
     """Parse .soak source. Returns the tree (None if there were syntax errors) and diagnostics."""
     refused = _guard(text, path)
     if refused is not None:
         return None, [refused]
     syntax = _Syntax(text, path)
-    tree = syntax.run()
-    if tree is None or syntax.diags:
+    with _PARSE_LOCK, gc_paused():
+        soak = syntax.run()
+        too_large = _BUILDER.too_large
+        _BUILDER.reset()
+    if soak is None or syntax.diags:
         return None, syntax.diags
-    for tok in tree.scan_values(lambda v: isinstance(v, Token) and v.type in ("NUMBER", "QUANTITY")):
-        number = _QUANTITY_RE.fullmatch(tok).group(1) if tok.type == "QUANTITY" else str(tok)
-        if math.isinf(float(number)):  # also keeps int() from refusing a 5000-digit literal
-            syntax.add("E001", f"number {_describe_token(tok)} is too large", tok.line, tok.column, tok.end_column if tok.end_line == tok.line else None)
+    for tok in too_large:
+        syntax.add("E001", f"number {_describe_token(tok)} is too large", tok.line, tok.column, tok.end_column if tok.end_line == tok.line else None)
     if syntax.diags:
         return None, syntax.diags
-    try:
-        soak = _ToAst().transform(tree)
-    except VisitError as e:  # pragma: no cover
-        raise e.orig_exc from None
     cs = sorted((_Comment(c) for c in _comment_tokens(text)), key=lambda c: (c.line, c.column))
+    if not cs:
+        return soak, []
     body, closing = _attach(soak.body, cs, None)
     return A.SoakFile(body, closing), []
 
@@ -395,6 +724,8 @@ class _Syntax:
 
     def __init__(self, text: str, path: str):
         self.source = text
+        self.quotes = _QuoteScan()
+        self.checkpoints: list = []  # the fast parser's states before its first error (`changed` drops the stale)
         self.path = path
         self.diags: list[Diagnostic] = []
         self.errored_lines: set[int] = set()
@@ -408,14 +739,20 @@ class _Syntax:
         self.diags.append(Diagnostic(code, msg, Span(line, col, line, end_col or col + 1), self.path, hint=hint))
 
     def run(self):
+        lark = _parser()
+        resume = None
         for _attempt in range(MAX_SYNTAX_ERRORS + 2):
             self.restart = False
             try:
-                return _parser().parse(self.source, on_error=self.on_error)
+                if resume is not None:
+                    return self.recover(resume)
+                return self.parse_once(lark)
             except UnexpectedCharacters as e:
+                resume = None
                 if not (self.restart or self.mend_quote(e.line)):
-                    self.lex_error(e)
+                    resume = self.resumable(e, self.lex_error(e))
             except (UnexpectedEOF, UnexpectedToken) as e:
+                resume = None
                 if self.restart or self.mend_quote(self.last_line):
                     continue
                 if isinstance(e, UnexpectedEOF) or e.token.type == "$END":
@@ -427,6 +764,41 @@ class _Syntax:
             except VisitError as e:  # pragma: no cover - a transformer bug, surface the original
                 raise e.orig_exc from None
         return None  # pragma: no cover
+
+    def parse_once(self, lark: Lark):
+        """One parse of the source: `Lark.parse(source, on_error=self.on_error)`, with the
+        error-free prefix parsed by `_fast_parse`."""
+        _BUILDER.reset()
+        fast = _fast_parse(lark, self.source, self.checkpoints)
+        if fast is _NOT_FAST:  # pragma: no cover - another lark
+            return lark.parse(self.source, on_error=self.on_error)
+        if not isinstance(fast, _Stuck):
+            return fast
+        return self.recover(fast.resume)
+
+    def recover(self, parse):
+        """lark's `LALR_Parser.parse` error loop around `parse()`: each error goes to
+        `on_error`, and parsing resumes where it says."""
+        try:
+            return parse()
+        except UnexpectedInput as e:
+            while True:
+                if isinstance(e, UnexpectedCharacters):
+                    s = e.interactive_parser.lexer_thread.state
+                    p = s.line_ctr.char_pos
+                if not self.on_error(e):
+                    raise e
+                if isinstance(e, UnexpectedCharacters):  # pragma: no cover - on_error refuses these
+                    if p == s.line_ctr.char_pos:
+                        s.line_ctr.feed(s.text.text[p : p + 1])
+                try:
+                    return e.interactive_parser.resume_parse()
+                except UnexpectedToken as e2:
+                    if isinstance(e, UnexpectedToken) and e.token.type == e2.token.type == "$END" and e.interactive_parser == e2.interactive_parser:
+                        raise e2 from None
+                    e = e2
+                except UnexpectedCharacters as e2:
+                    e = e2
 
     @property
     def last_line(self) -> int:
@@ -450,7 +822,7 @@ class _Syntax:
 
     def mend_quote(self, upto_line: int) -> bool:
         """`"say "hi" now"`: report the unescaped quote, and make the line one string."""
-        found = _unescaped_quote(self.source, upto_line)
+        found = self.quotes.find(self.source, upto_line)
         if found is None:
             return False
         inner, last = found
@@ -460,12 +832,41 @@ class _Syntax:
         self.add("E005", "unescaped '\"' inside a string: the string ends here", line, col, hint=hint)
         mended = self.source[inner:last].replace('"', "'")
         self.source = self.source[:inner] + mended + self.source[last:]
+        self.changed(inner)
         return True
 
-    def lex_error(self, e: UnexpectedCharacters) -> None:
+    def lex_error(self, e: UnexpectedCharacters) -> int:
+        """Report it and mend the source; returns where the mended span starts."""
         start, end, filler = _lex_error(e, self.source, self.add)
         self.swallowed = self.swallowed or (end == len(self.source) and self.source.startswith('"""', start))
         self.source = self.source[:start] + filler + self.source[end:]
+        self.changed(start)
+        return start
+
+    def changed(self, pos: int) -> None:
+        """The source was mended from `pos` on: what was saved about the text after the start
+        of that line is stale."""
+        self.quotes.changed(self.source, pos)
+        line_start = self.source.rfind("\n", 0, pos) + 1
+        while self.checkpoints and self.checkpoints[-1][0] >= line_start:
+            self.checkpoints.pop()
+
+    def resumable(self, e: UnexpectedCharacters, start: int):
+        """After a lexer error mended at or after where the lexer stopped (and not right after
+        the last token, which the mend could join), the parse goes on from there over the
+        mended source, instead of parsing the file again from its first line: the same tokens
+        before it, the same state."""
+        ip = getattr(e, "interactive_parser", None)
+        if ip is None or start < e.pos_in_stream:
+            return None
+        state = ip.lexer_thread.state
+        if state.line_ctr.char_pos != e.pos_in_stream or not hasattr(state.text, "text"):
+            return None  # pragma: no cover - not where lark left it
+        last = state.last_token
+        if last is not None and last.end_pos is not None and last.end_pos >= start:
+            return None  # the mend may join the token before it (`t@ue` -> `t_ue`): lex that again
+        state.text = type(state.text)(self.source, 0, len(self.source))
+        return ip.resume_parse
 
     def eof_error(self) -> None:
         if not self.swallowed:  # an unterminated '"""': what is left open there is its doing
@@ -473,9 +874,66 @@ class _Syntax:
 
 
 _STRINGS_AND_COMMENTS = re.compile(
-    r'(?P<long>"""(?:[^"\\]|\\.|"(?!""))*""")|(?P<raw>(?<![A-Za-z0-9_.\-])r"[^"\n]*")|(?P<str>"(?:[^"\\\n]|\\.)*")|(?P<comment>#[^\n]*)',
+    rf'(?P<long>{_LONG})|(?P<raw>(?<![A-Za-z0-9_.\-])r"[^"\n]*")|(?P<str>{_STR})|(?P<comment>#[^\n]*)',
     re.S,
 )
+
+
+class _QuoteScan:
+    """`_unescaped_quote`, resumable: error recovery asks it once per error, and a scan from
+    the top of the file each time made a 1 MB spec with 50 errors near its end take a minute.
+    Scanning resumes at the last checkpoint -- the end of a string or comment already found
+    not to be the answer, on a line before any the recovery has changed since (the source is
+    only ever changed in place, keeping its length: `changed` drops the later checkpoints) --
+    with the same regex and the same rule, so the answer is `_unescaped_quote`'s."""
+
+    def __init__(self):
+        self.ends = [0]  # positions the scan may resume at (each the end of a match, or 0)
+        self.lines = [1]  # the line each of those positions is on
+
+    def changed(self, source: str, pos: int) -> None:
+        line_start = source.rfind("\n", 0, pos) + 1
+        keep = bisect.bisect_left(self.ends, line_start)
+        del self.ends[max(keep, 1) :], self.lines[max(keep, 1) :]
+
+    def find(self, source: str, upto_line: int) -> tuple[int, int] | None:
+        pos, line = self.ends[-1], self.lines[-1]
+        while True:
+            # A string or comment starts at a '"' or '#' (a raw string one before its '"'):
+            # when the next one is past the line asked about, so is the answer (found in C,
+            # not by the regex trying every position of what may be a megabyte of text).
+            quote, hash_ = source.find('"', pos), source.find("#", pos)
+            nxt = min(x for x in (quote, hash_, len(source)) if x >= 0)
+            if nxt >= len(source) or line + source.count("\n", pos, nxt) > upto_line:
+                return None
+            m = None
+            if nxt - 1 >= pos and source[nxt - 1] == "r":
+                m = _STRINGS_AND_COMMENTS.match(source, nxt - 1)
+            if m is None:
+                m = _STRINGS_AND_COMMENTS.match(source, nxt)
+            if m is None:  # a quote that starts nothing (an unterminated string): step over it
+                line += source.count("\n", pos, nxt + 1)
+                pos = nxt + 1
+                continue
+            end = m.end()
+            line += source.count("\n", pos, end)
+            pos = end
+            if line > upto_line:
+                return None  # whatever comes next is past the line asked about
+            if (
+                m.lastgroup == "str"
+                and end < len(source)
+                and (source[end].isalnum() or source[end] == "_")
+                and not m.group().rstrip('" \t').endswith(",")  # `["a, "b"]`: a missing quote, not an inner one
+            ):
+                line_end = source.find("\n", end)
+                last = source.rfind('"', end, len(source) if line_end < 0 else line_end)
+                if last >= 0:
+                    return end - 1, last
+            if line != self.lines[-1]:  # one checkpoint a line is enough
+                self.ends.append(end)
+                self.lines.append(line)
+        return None
 
 
 def _unescaped_quote(source: str, upto_line: int) -> tuple[int, int] | None:
@@ -613,7 +1071,7 @@ def _eof_error(source: str, add) -> None:
     """The file ended inside a block or list: point at the bracket that was never closed."""
     stack: list[tuple[str, int]] = []
     stripped = re.sub(
-        r'"""(?:[^"\\]|\\.|"(?!""))*"""|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|"(?:[^"\\\n]|\\.)*"|#[^\n]*',
+        _LONG + r'|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|' + _STR + r'|#[^\n]*',
         lambda m: re.sub(r"[^\n]", " ", m.group()),
         source,
         flags=re.S,

@@ -190,7 +190,7 @@ async def _drive_sweep(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             if deps.clock.now() - start + probe.warmup_s + probe.duration_s > sw.max_wall_s:
                 bounded = True
                 break
-            stopped = await _drive_probe(bp, probe, deps, rec, ids, shapes, connect, where, watch, health)
+            stopped = await _drive_probe(bp, probe, deps, rec, ids, shapes, connect, where, watch, health, client)
             entry = rec.levels[-1]
             if stopped is not None:  # an abort rule ended this probe: it does not hold; the search goes on
                 passed, why = False, f"stopped by {stopped.describe()}"
@@ -209,7 +209,7 @@ async def _drive_sweep(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
 
 
 async def _drive_probe(bp, probe: Level, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect, where,
-                       watch: AbortWatch, health: Health | None):  # fmt: skip
+                       watch: AbortWatch, health: Health | None, client: ClientLog | None = None):  # fmt: skip
     """One probe of a sweep. An abort rule that fires ends this probe only (a sweep expects
     levels the server cannot take): returned, and the watch re-armed for the next probe."""
     outer = watch.on_fire

@@ -26,6 +26,7 @@ from soakspec.lang.check.core import MAX_DURATION_S, Ctx, suggest
 from soakspec.lang.check.gate import SCOPES
 from soakspec.lang.check.workload import MAX_BUCKETS_PER_LEVEL, MAX_LOAD_LEVEL, MAX_TOTAL_LOAD_S, WORKLOAD_KEYS
 from soakspec.lang.fmt import fmt, strip_comments
+from soakspec.lang.parser import gc_paused
 from soakspec.lang.runtime_label import is_generic_label
 
 __all__ = [
@@ -59,6 +60,11 @@ def spec_hash(tree: A.SoakFile) -> tuple[str, str]:
 
 
 def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list[Diagnostic]]:
+    with gc_paused():  # as for the parse: tens of thousands of objects, none of them garbage
+        return _check(tree, path)
+
+
+def _check(tree: A.SoakFile, path: str) -> tuple[S.Spec | None, list[Diagnostic]]:
     ctx = Ctx(path)
     singles, named = _top_level(ctx, tree)
     bks = _named(ctx, named["backend"], "backend", lambda b: backend.backend(ctx, b))

@@ -42,13 +42,28 @@ class Ctx:
         self.diags.append(Diagnostic(code, msg, span, self.path, Severity.WARNING, hint))
 
 
+MAX_SPELLING_CANDIDATES = 256
+
+
 def closest(name: str, options: Iterable[str]) -> str | None:
     """What was probably meant: a valid word the name begins with (`chat_completions` ->
-    `chat`), else the closest by spelling."""
-    options = list(options)
-    prefixed = [o for o in options if len(o) >= 3 and name.lower().startswith(o.lower())]
+    `chat`), else the closest by spelling. Answers are remembered (the same misspelling in a
+    thousand copied blocks is looked up once), and among more than MAX_SPELLING_CANDIDATES
+    options (a `on "..."` over thousands of backend names) only those of a length within a
+    third of the name's are compared by spelling, at most that many -- a did-you-mean, not a
+    search, so that checking stays linear in the spec."""
+    return _closest(name, tuple(options))
+
+
+@functools.lru_cache(maxsize=4096)
+def _closest(name: str, options: tuple[str, ...]) -> str | None:
+    lower = name.lower()
+    prefixed = [o for o in options if len(o) >= 3 and lower.startswith(o.lower())]
     if prefixed:
         return max(prefixed, key=len)
+    if len(options) > MAX_SPELLING_CANDIDATES:
+        slack = max(2, len(name) // 3)
+        options = tuple(o for o in options if abs(len(o) - len(name)) <= slack)[:MAX_SPELLING_CANDIDATES]
     close = difflib.get_close_matches(name, options, n=1, cutoff=0.6)
     return close[0] if close else None
 
@@ -91,10 +106,7 @@ class Table:
     statements: tuple[type, ...] = ()
 
     def key(self, name: str) -> Key | None:
-        for k in self.keys:
-            if k.name == name:
-                return k
-        return None
+        return _by_name(self.keys).get(name)
 
     def default(self, k: Key) -> Any:
         if k.default is not NO_DEFAULT:
@@ -109,6 +121,23 @@ class Table:
                 if f.default_factory is not dataclasses.MISSING:
                     return f.default_factory()
         return None
+
+
+_KEYS_BY_NAME: dict[int, tuple[tuple[Key, ...], dict[str, Key]]] = {}
+
+
+def _by_name(keys: tuple[Key, ...]) -> dict[str, Key]:
+    """A table's keys by name (the first of a name wins, as the linear search did), built once
+    per keys tuple: `Table.key` is asked for every key of every block."""
+    found = _KEYS_BY_NAME.get(id(keys))
+    if found is None or found[0] is not keys:
+        index: dict[str, Key] = {}
+        for k in keys:
+            index.setdefault(k.name, k)
+        if len(_KEYS_BY_NAME) > 256:  # tables made on the fly (`replace_default`): keep it bounded
+            _KEYS_BY_NAME.clear()
+        found = _KEYS_BY_NAME[id(keys)] = (keys, index)
+    return found[1]
 
 
 @functools.cache

@@ -1,0 +1,573 @@
+"""A backend's request records as typed columns: the one place the judge reads a record's fields.
+
+`TableBuilder.add(row)` takes one decoded requests.jsonl row (anything with `row.get(field)`:
+today a dict from `load_evidence`, later the evidence layer's typed record), appends its
+values to typed columns and drops the row; `finish()` returns the immutable `RequestTable`.
+Nothing else in the judge looks inside a record: index, scopes, measures, rules and
+results.json read columns (vectorized, numpy) or, for the few messages that name one
+request, a `Rec` view (`table.rec(i)`), which answers `rec["field"]` / `rec.get("field")`
+exactly as the row did.
+
+Per request, what is kept (bytes per request, 64 output tokens):
+  times        float64 (NaN: absent)       start, end, intended_start, first_token, first_byte,
+                                           ttft, latency, tpot, rate, client_delay     80
+  counts       int32 (MISSING: absent)     bucket, level, status, chunks, output_tokens,
+                                           output_chars, prompt_tokens, worker, concurrency,
+                                           coalesced (beyond int32: kept in extras)   40
+  labels       int32 codes into a list of  backend, workload, outcome, error, finish_reason,
+               the distinct values         itl_source, tokens_source, empty_text,
+                                           usage_mismatch, usage_decreased             40
+  request id   str (the id is what traces, follow-ups and messages name)          ~60
+  server_id    the request id with a prefix and suffix the server added (`cmpl-{id}-0`):
+               an int32 code of (prefix, suffix); any other server id: sparse        4
+  itl          one flat array per table with per-request offsets: int32 microseconds
+               when every gap is a whole number of microseconds (what the runner writes:
+               six decimals, which read back exactly as n / 1e6), else float64      4-8 a gap
+Not kept: `output_sha256` (no rule reads it; it stays in requests.jsonl, hashed). A value
+that does not fit its column (a string where a number belongs, a non-finite float, an ITL
+list with a non-number) or a key outside these is kept as it was, per request, in `extras`
+(rare: only hand-edited or foreign evidence has them), and every computation reads those
+requests through their view, so a column never changes what the judge sees.
+
+Per-request columns of one table are aligned (index i is one request in every column), and
+so are the arrays a `Rows` selection returns (`rows.column("ttft")`, `rows.columns(...)`):
+a per-request predicate across metrics (`ttft < X and tpot < Y`) is one vectorized mask.
+
+Derived durations are defined here once (vectorized and per view): `req_time` (intended
+start, else start), `ttft` (the field, else first_token - req_time), `latency` (the field,
+else end - req_time), `schedule_lag` (start - intended_start).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+MISSING = -(2**31)  # an int column's "absent"
+_INT_LIMIT = 2**31  # an int column holds -(2**31) < v < 2**31; anything else is kept in extras
+
+FLOATS = ("start", "end", "intended_start", "first_token", "first_byte", "ttft", "latency", "tpot", "rate", "client_delay")
+INTS = ("bucket", "level", "status", "chunks", "output_tokens", "output_chars", "prompt_tokens", "worker", "concurrency",
+        "coalesced")
+LABELS = ("backend", "workload", "outcome", "error", "finish_reason", "itl_source", "tokens_source", "empty_text",
+          "usage_mismatch", "usage_decreased")
+SPARSE = ("server_id",)
+DROPPED = ("output_sha256",)
+_KIND: dict[str, str] = {**{k: "f" for k in FLOATS}, **{k: "i" for k in INTS}, **{k: "c" for k in LABELS},
+                         **{k: "s" for k in SPARSE}, **{k: "x" for k in DROPPED}, "request_id": "id", "itl": "itl"}
+
+
+GAP_CHUNK = 1 << 18  # gaps buffered before they are checked and stored
+
+
+def fits(v: Any) -> bool:
+    """Can an int column hold Python value `v` (compared against a column, it could match)?"""
+    return type(v) is int and -_INT_LIMIT < v < _INT_LIMIT
+
+
+def _label_key(v: Any) -> Any:
+    return (type(v).__name__, v)  # True and 1 are different labels
+
+
+class TableBuilder:
+    """Typed columns filled one record at a time (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.f = {k: array("d") for k in FLOATS}
+        self.i = {k: array("i") for k in INTS}
+        self.c = {k: array("i") for k in LABELS}
+        self.values: dict[str, list[Any]] = {k: [] for k in LABELS}
+        self._codes: dict[str, dict[Any, int]] = {k: {} for k in LABELS}
+        self.sparse: dict[str, dict[int, Any]] = {k: {} for k in SPARSE}
+        self.ids: list[str] = []
+        self.extras: dict[int, dict[str, Any]] = {}
+        self.itl_us: array | None = array("i")
+        self.itl_f: array | None = None
+        self.values["server_affix"], self._codes["server_affix"] = [None], {None: 0}
+        self._affix = array("i")
+        self._f = tuple(self.f.items())
+        self._i = tuple(self.i.items())
+        self._c = tuple((k, col, self._codes[k]) for k, col in self.c.items())
+        self.itl_off = array("q", [0])
+        self._buf = array("d")  # gaps not yet moved to the store (`_flush`)
+        self._stored = 0
+        self._gaps = 0
+        self.n = 0
+
+    def _extra(self, i: int, key: str, v: Any) -> None:
+        self.extras.setdefault(i, {})[key] = v
+
+    def code(self, key: str, v: Any) -> int:
+        """The code of label value `v` (strings and None by value; other types by type and
+        value, so True and 1 stay apart)."""
+        codes = self._codes[key]
+        k = v if type(v) is str or v is None else _label_key(v)
+        c = codes.get(k)
+        if c is None:
+            c = codes[k] = len(self.values[key])
+            self.values[key].append(v)
+        return c
+
+    def _itl(self, i: int, gaps: Any) -> None:
+        if gaps is None:
+            self.itl_off.append(self._gaps)
+            return
+        if type(gaps) is list and self._fast_gaps(gaps):
+            self._buf.extend(gaps)
+        elif isinstance(gaps, (list, tuple, array)) and all(
+                (type(g) is float and math.isfinite(g)) or (type(g) is int and abs(g) < 2**31) for g in gaps):
+            self._buf.extend(float(g) for g in gaps)
+        else:
+            self._extra(i, "itl", gaps)
+        self._gaps = self._stored + len(self._buf)
+        self.itl_off.append(self._gaps)
+        if len(self._buf) >= GAP_CHUNK:
+            self._flush()
+
+    @staticmethod
+    def _fast_gaps(gaps: list) -> bool:
+        """Every gap a finite number, checked at C speed (an element equal to 0 or 1 might be
+        a bool: those lists are checked one by one)."""
+        try:
+            total = sum(gaps)
+        except TypeError:
+            return False
+        if not math.isfinite(total) or True in gaps or False in gaps:
+            return all((type(g) is float and math.isfinite(g)) or (type(g) is int and abs(g) < 2**31) for g in gaps)
+        return True
+
+    def _flush(self) -> None:
+        """Move the buffered gaps to the store: whole microseconds as int32 while every gap
+        so far is one (exactly: n / 1e6 reads back as the gap), else float64 from then on."""
+        if not len(self._buf):
+            return
+        f = np.frombuffer(self._buf, dtype=np.float64)
+        if self.itl_us is not None:
+            us = np.rint(f * 1e6)
+            if bool(np.all(np.abs(us) < 2**31)) and bool(np.all(us / 1e6 == f)):
+                self.itl_us.frombytes(us.astype(np.int32).tobytes())
+            else:
+                self.itl_f = array("d", (np.frombuffer(self.itl_us, dtype=np.int32) / 1e6).tobytes()) if len(self.itl_us) else array("d")
+                self.itl_us = None
+        if self.itl_f is not None:
+            self.itl_f.frombytes(f.tobytes())
+        self._stored += len(f)
+        del f
+        self._buf = array("d")
+
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Append one record (request_problem(row) is None: it has an id and an int bucket)."""
+        i = self.n
+        self.n += 1
+        get = row.get
+        nan = math.nan
+        for k, col in self._f:
+            v = get(k)
+            if type(v) is float and v - v == 0.0:  # finite
+                col.append(v)
+            elif v is None:
+                col.append(nan)
+            elif type(v) is int and abs(v) <= 2**63:
+                col.append(float(v))
+            else:
+                col.append(nan)
+                self._extra(i, k, v)
+        for k, col in self._i:
+            v = get(k)
+            if type(v) is int and -_INT_LIMIT < v < _INT_LIMIT:
+                col.append(v)
+            elif v is None:
+                col.append(MISSING)
+            else:
+                col.append(MISSING)
+                self._extra(i, k, v)
+        for k, col, codes in self._c:
+            v = get(k)
+            if type(v) is str or v is None:
+                c = codes.get(v)
+                col.append(c if c is not None else self.code(k, v))
+            elif isinstance(v, (bool, int, float)):
+                col.append(self.code(k, v))
+            else:
+                col.append(self.code(k, None))
+                self._extra(i, k, v)
+        rid = row["request_id"]
+        sid = get("server_id")
+        k = sid.find(rid) if type(sid) is str and type(rid) is str and rid else -1
+        if k >= 0:
+            self._affix.append(self.code("server_affix", (sid[:k], sid[k + len(rid):])))
+        else:
+            self._affix.append(0)  # code 0: None
+            if sid is not None:
+                self.sparse["server_id"][i] = sid
+        self.ids.append(rid)
+        self._itl(i, get("itl"))
+        if type(row) is dict and not row.keys() <= _KIND.keys() and (odd := row.keys() - _KIND.keys()):
+            for k in odd:  # keys outside the columns (rare): kept as they were
+                if row[k] is not None:
+                    self._extra(i, k, row[k])
+
+    def extend(self, rows: Iterable[Mapping[str, Any]]) -> TableBuilder:
+        for r in rows:
+            self.add(r)
+        return self
+
+    def finish(self) -> RequestTable:
+        self._flush()
+        f = {k: np.frombuffer(v, dtype=np.float64) if len(v) else np.zeros(0) for k, v in self.f.items()}
+        i = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32) for k, v in self.i.items()}
+        c = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32)
+             for k, v in {**self.c, "server_affix": self._affix}.items()}
+        if self.itl_us is not None:
+            flat = np.frombuffer(self.itl_us, dtype=np.int32) if len(self.itl_us) else np.zeros(0, dtype=np.int32)
+            scale = 1e6
+        else:
+            assert self.itl_f is not None
+            flat = np.frombuffer(self.itl_f, dtype=np.float64) if len(self.itl_f) else np.zeros(0)
+            scale = 1.0
+        off = np.frombuffer(self.itl_off, dtype=np.int64)
+        return RequestTable(self.n, f, i, c, {k: tuple(v) for k, v in self.values.items()}, self.sparse, self.ids,
+                            self.extras, flat, off, scale)
+
+
+def build_table(rows: Iterable[Mapping[str, Any]]) -> RequestTable:
+    return TableBuilder().extend(rows).finish()
+
+
+class RequestTable:
+    """One backend's requests as aligned columns (immutable by convention; `with_labels`
+    returns a copy with some label columns replaced, sharing the rest)."""
+
+    def __init__(self, n: int, f: Mapping[str, np.ndarray], i: Mapping[str, np.ndarray], c: Mapping[str, np.ndarray],
+                 values: Mapping[str, tuple[Any, ...]], sparse: Mapping[str, Mapping[int, Any]], ids: Sequence[str],
+                 extras: Mapping[int, Mapping[str, Any]], itl: np.ndarray, itl_off: np.ndarray, itl_scale: float,
+                 aux: Mapping[str, Any] | None = None) -> None:
+        self.n = n
+        self.aux = aux or {}  # what the judge derived beside the columns (`tracematch`: trace_multi)
+        self.f, self.i, self.c, self.values, self.sparse = f, i, c, values, sparse
+        self.ids = ids
+        self.extras = extras
+        self.itl, self.itl_off, self.itl_scale = itl, itl_off, itl_scale
+        self._odd = np.fromiter(sorted(extras), dtype=np.int64, count=len(extras))
+
+    def __len__(self) -> int:
+        return self.n
+
+    def with_labels(self, changes: Mapping[str, tuple[np.ndarray, tuple[Any, ...]]],
+                    extras: Mapping[int, Mapping[str, Any]] | None = None, aux: Mapping[str, Any] | None = None) -> RequestTable:
+        c = dict(self.c)
+        values = dict(self.values)
+        for k, (codes, vals) in changes.items():
+            c[k], values[k] = codes, vals
+        return RequestTable(self.n, self.f, self.i, c, values, self.sparse, self.ids,
+                            self.extras if extras is None else extras, self.itl, self.itl_off, self.itl_scale,
+                            {**self.aux, **(aux or {})})
+
+    def traced(self, idx) -> np.ndarray:
+        """Rows (of `idx`) with a trace the judge matched (after `rederive`)."""
+        codes = self.c.get("trace")
+        if codes is None:
+            return np.zeros(len(self.f["start"][idx]), dtype=bool)
+        lut = np.fromiter((v is not None for v in self.values["trace"]), dtype=bool, count=len(self.values["trace"]))
+        return lut[codes[idx]]
+
+    # ---------------------------------------------------------------- per request (views)
+
+    def rec(self, i: int) -> Rec:
+        return Rec(self, i)
+
+    def value(self, i: int, key: str) -> Any:
+        ex = self.extras.get(i)
+        if ex is not None and key in ex:
+            return ex[key]
+        kind = _KIND.get(key)
+        if kind == "f":
+            v = self.f[key][i]
+            return None if v != v else float(v)
+        if kind == "i":
+            v = int(self.i[key][i])
+            return None if v == MISSING else v
+        if kind == "c":
+            return self.values[key][self.c[key][i]]
+        if kind == "id":
+            return self.ids[i]
+        if kind == "s":
+            if key == "server_id" and i not in self.sparse[key]:
+                affix = self.values["server_affix"][self.c["server_affix"][i]]
+                return None if affix is None else affix[0] + self.ids[i] + affix[1]
+            return self.sparse[key].get(i)
+        if kind == "itl":
+            a, b = int(self.itl_off[i]), int(self.itl_off[i + 1])
+            if a == b and self._itl_absent(i):
+                return None
+            return (self.itl[a:b] / self.itl_scale).tolist()
+        return None
+
+    def _itl_absent(self, i: int) -> bool:
+        return False  # an absent ITL reads as [] (no gap): the judge treats both alike
+
+    def has(self, i: int, key: str) -> bool:
+        return self.value(i, key) is not None
+
+    # ---------------------------------------------------------------- columns
+
+    def label_mask(self, key: str, pred) -> np.ndarray:
+        """Per value code: does pred(value) hold (a boolean lookup table)."""
+        return np.fromiter((bool(pred(v)) for v in self.values[key]), dtype=bool, count=len(self.values[key]))
+
+    def label_is(self, key: str, value: Any, idx=slice(None)) -> np.ndarray:
+        """Rows (of `idx`) whose label `key` equals `value` (a boolean array)."""
+        lut = self.label_mask(key, lambda v: type(v) is type(value) and v == value)
+        codes = self.c[key][idx]
+        return lut[codes] if len(lut) else np.zeros(len(codes), dtype=bool)
+
+    def label_where(self, key: str, pred, idx=slice(None)) -> np.ndarray:
+        lut = self.label_mask(key, pred)
+        codes = self.c[key][idx]
+        return lut[codes] if len(lut) else np.zeros(len(codes), dtype=bool)
+
+    def odd(self, idx: np.ndarray) -> np.ndarray:
+        """The rows of `idx` with extras (read through their views)."""
+        if not len(self._odd):
+            return self._odd
+        return idx[np.isin(idx, self._odd)]
+
+    def clean(self, idx: np.ndarray) -> np.ndarray:
+        if not len(self._odd):
+            return idx
+        return idx[~np.isin(idx, self._odd)]
+
+    def req_time(self, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
+        it = self.f["intended_start"][idx]
+        return np.where(np.isnan(it), self.f["start"][idx], it)
+
+    def ttft(self, idx) -> np.ndarray:
+        v = self.f["ttft"][idx]
+        return np.where(np.isnan(v), self.f["first_token"][idx] - self.req_time(idx), v)
+
+    def latency(self, idx) -> np.ndarray:
+        v = self.f["latency"][idx]
+        return np.where(np.isnan(v), self.f["end"][idx] - self.req_time(idx), v)
+
+    def schedule_lag(self, idx) -> np.ndarray:
+        return self.f["start"][idx] - self.f["intended_start"][idx]
+
+    def number(self, key: str, idx) -> np.ndarray:
+        """A numeric field as float64 (NaN: absent)."""
+        if key in self.f:
+            return self.f[key][idx]
+        v = self.i[key][idx]
+        return np.where(v == MISSING, np.nan, v.astype(np.float64))
+
+    def usage_ok(self, idx) -> np.ndarray:
+        bad = self.label_mask("usage_mismatch", bool)
+        return ~bad[self.c["usage_mismatch"][idx]] if len(bad) else np.ones(len(self.f["start"][idx]), dtype=bool)
+
+    def gaps(self, idx: np.ndarray) -> np.ndarray:
+        """The ITL gaps (seconds, float64) of the rows `idx`, concatenated."""
+        a, b = self.itl_off[idx], self.itl_off[idx + 1]
+        lens = b - a
+        total = int(lens.sum())
+        if total == 0:
+            return np.zeros(0)
+        if len(idx) * 8 > self.n:  # much of the table: one boolean mask over the flat array
+            rows = np.zeros(self.n, dtype=bool)
+            rows[idx] = True
+            every = self.itl_off[1:] - self.itl_off[:-1]
+            g = self.itl[np.repeat(rows, every)]
+        else:
+            g = np.concatenate([self.itl[x:y] for x, y in zip(a.tolist(), b.tolist())])
+        return g / self.itl_scale if self.itl_scale != 1.0 else g.astype(np.float64, copy=False)
+
+
+    def gap_counts(self, idx: np.ndarray, rows_at_once: int = 1 << 13) -> tuple[np.ndarray, np.ndarray] | None:
+        """The ITL gaps of rows `idx` as (distinct values in seconds, ascending; their counts),
+        without ever holding them all: a chunk of rows at a time, counted by value. None when
+        the gaps are float64 (not whole microseconds)."""
+        if self.itl_scale != 1e6:
+            return None
+        sel = np.zeros(self.n, dtype=bool)
+        sel[idx] = True
+        off = self.itl_off
+        acc_v: list[np.ndarray] = []
+        acc_c: list[np.ndarray] = []
+        for r0 in range(0, self.n, rows_at_once):
+            r1 = min(self.n, r0 + rows_at_once)
+            part = sel[r0:r1]
+            if not part.any():
+                continue
+            g = self.itl[off[r0]:off[r1]]
+            if not part.all():
+                g = g[np.repeat(part, off[r0 + 1:r1 + 1] - off[r0:r1])]
+            if not len(g):
+                continue
+            lo, hi = int(g.min()), int(g.max())
+            if hi - lo < 1 << 22:
+                c = np.bincount(g - lo if lo else g)
+                nz = np.nonzero(c)[0]
+                acc_v.append(nz.astype(np.int64) + lo)
+                acc_c.append(c[nz])
+            else:
+                v, c = np.unique(g, return_counts=True)
+                acc_v.append(v.astype(np.int64))
+                acc_c.append(c)
+        if not acc_v:
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        v = np.concatenate(acc_v)
+        c = np.concatenate(acc_c)
+        u, inv = np.unique(v, return_inverse=True)
+        counts = np.bincount(inv, weights=c, minlength=len(u)).astype(np.int64)
+        return u / 1e6, counts
+
+
+class Rec(Mapping):
+    """One request of a table, read like its row: `rec["field"]`, `rec.get("field")`."""
+
+    __slots__ = ("table", "i")
+
+    def __init__(self, table: RequestTable, i: int) -> None:
+        self.table = table
+        self.i = i
+
+    def __getitem__(self, key: str) -> Any:
+        v = self.table.value(self.i, key)
+        if v is None and key not in _KIND and key not in self.table.extras.get(self.i, {}):
+            raise KeyError(key)
+        if v is None and key in ("request_id", "bucket"):
+            raise KeyError(key)
+        return v
+
+    def get(self, key: str, default: Any = None) -> Any:
+        v = self.table.value(self.i, key)
+        return default if v is None else v
+
+    def __iter__(self) -> Iterator[str]:
+        keys = [k for k in _KIND if k not in DROPPED and self.table.value(self.i, k) is not None]
+        keys += [k for k in self.table.extras.get(self.i, {}) if k not in _KIND]
+        return iter(keys)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.table.value(self.i, key) is not None
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Rec):
+            return other.table is self.table and other.i == self.i
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((id(self.table), self.i))
+
+    def __repr__(self) -> str:
+        return f"Rec({self.table.ids[self.i]!r})"
+
+
+_EMPTY_IDX = np.zeros(0, dtype=np.int64)
+
+
+class Rows(Sequence):
+    """A selection of requests, in order: parts of (table, row indices). Iterating gives `Rec`
+    views; `column(name)` gives the aligned values of every selected request (vectorized)."""
+
+    __slots__ = ("parts", "memo")
+
+    def __init__(self, parts: Sequence[tuple[RequestTable, np.ndarray]] = ()) -> None:
+        self.parts = tuple((t, idx) for t, idx in parts if len(idx))
+        self.memo: dict[str, Any] = {}  # what measures computed of this selection (it never changes)
+
+    @staticmethod
+    def of(table: RequestTable, idx: np.ndarray) -> Rows:
+        return Rows(((table, idx),))
+
+    def __len__(self) -> int:
+        return sum(len(idx) for _, idx in self.parts)
+
+    def __bool__(self) -> bool:
+        return bool(self.parts)
+
+    def __iter__(self) -> Iterator[Rec]:
+        if len(self.parts) <= 1:
+            for t, idx in self.parts:
+                for i in idx.tolist():
+                    yield Rec(t, i)
+            return
+        import heapq
+
+        def keyed(t: RequestTable, idx: np.ndarray):
+            times = t.req_time(idx)
+            for i, tm in zip(idx.tolist(), times.tolist()):
+                yield (math.inf if tm != tm else tm, t.ids[i]), Rec(t, i)
+
+        for _, r in heapq.merge(*(keyed(t, idx) for t, idx in self.parts), key=lambda kv: kv[0]):
+            yield r
+
+    def __getitem__(self, k):  # type: ignore[override]
+        if isinstance(k, slice):
+            return list(self)[k]
+        if k < 0:
+            k += len(self)
+        for t, idx in self.parts:
+            if k < len(idx):
+                return Rec(t, int(idx[k]))
+            k -= len(idx)
+        raise IndexError(k)
+
+    def __add__(self, other: Rows) -> Rows:
+        return Rows(self.parts + other.parts)
+
+    def select(self, mask_of) -> Rows:
+        """The rows for which `mask_of(table, idx)` (a boolean array) holds."""
+        return Rows(tuple((t, idx[mask_of(t, idx)]) for t, idx in self.parts))
+
+    def map(self, col_of, row_of, dtype=np.float64) -> np.ndarray:
+        """One value per selected row: `col_of(table, idx)` vectorized over ordinary rows,
+        `row_of(rec)` for rows with extras. Aligned with the selection (part by part)."""
+        outs = []
+        for t, idx in self.parts:
+            v = np.asarray(col_of(t, idx))
+            odd = t.odd(idx)
+            if len(odd):
+                v = v.astype(dtype if v.dtype != bool else bool, copy=True)
+                pos = np.nonzero(np.isin(idx, odd))[0]
+                for p in pos.tolist():
+                    x = row_of(Rec(t, int(idx[p])))
+                    v[p] = (np.nan if x is None else x) if v.dtype != bool else bool(x)
+            outs.append(v)
+        if not outs:
+            return np.zeros(0, dtype=dtype)
+        return np.concatenate(outs) if len(outs) > 1 else outs[0]
+
+    def where(self, col_of, row_of) -> Rows:
+        """The selected rows for which the predicate holds (`col_of` vectorized, `row_of` for
+        rows with extras), in order."""
+        return Rows(tuple((t, idx[Rows.of(t, idx).map(col_of, row_of, bool)]) for t, idx in self.parts))
+
+    def count(self, col_of, row_of) -> int:
+        return int(self.map(col_of, row_of, bool).sum())
+
+    def ids(self) -> list[str]:
+        return [t.ids[i] for t, idx in self.parts for i in idx.tolist()]
+
+
+def ordered(table: RequestTable, idx: np.ndarray) -> np.ndarray:
+    """`idx` in the judge's request order: by req_time (absent last), then request id."""
+    if not len(idx):
+        return idx
+    t = table.req_time(idx)
+    t = np.where(np.isnan(t), np.inf, t)
+    o = np.argsort(t, kind="stable")
+    idx, t = idx[o], t[o]
+    same = np.nonzero(t[1:] == t[:-1])[0]
+    if len(same):  # ties in time: by request id, as the row order did
+        starts = np.nonzero(np.diff(np.concatenate(([False], t[1:] == t[:-1], [False])).astype(np.int8)) == 1)[0]
+        ends = np.nonzero(np.diff(np.concatenate(([False], t[1:] == t[:-1], [False])).astype(np.int8)) == -1)[0]
+        idx = idx.copy()
+        for a, b in zip(starts.tolist(), ends.tolist()):
+            idx[a:b + 1] = sorted(idx[a:b + 1].tolist(), key=lambda i: str(table.ids[i]))
+    return idx

@@ -1,0 +1,278 @@
+"""The columnar judge (records as typed columns, `soakspec.judge.table`) gives the figures and
+the verdict a naive reference gives: every record a dict in memory, every figure a plain loop
+over them (written here, from the documented definitions: a request's outcome derived from its
+raw fields, ttft = the field else first_token - intended start, ITL = the gaps of completed
+requests whose ITL is not estimated and whose usage agrees with the stream, qps = completed /
+wall, throughput = output tokens of completed requests / wall, in-flight = the time integral of
+the backend's requests in flight / wall, percentiles by `stats.percentile` over a sorted list).
+
+Generated evidence has failures of every kind, contradicted usage, estimated ITL, ITL that is
+not whole microseconds (the table's float64 mode), values of the wrong type (rows read
+through their views), missing intended starts and shuffled file order."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from soakspec.judge import stats
+from soakspec.judge.evidence import request_problem
+from soakspec.judge.joined import join
+from soakspec.judge.judge import judge_run
+from soakspec.judge.rederive import _relabel
+from soakspec.judge.summary import summarize_run
+from soakspec.judge.table import build_table
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+RULES = "require failed == 0\nrequire p95(ttft) < {t}\nrequire p99(itl) < {u}\nrequire p50(latency) < {lat}"
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def _start(r):
+    t = _num(r.get("intended_start"))
+    return t if t is not None else _num(r.get("start"))
+
+
+def _ttft(r):
+    v = _num(r.get("ttft"))
+    if v is None and _num(r.get("first_token")) is not None and _start(r) is not None:
+        v = _num(r.get("first_token")) - _start(r)
+    return v
+
+
+def _latency(r):
+    v = _num(r.get("latency"))
+    if v is None and _num(r.get("end")) is not None and _start(r) is not None:
+        v = _num(r.get("end")) - _start(r)
+    return v
+
+
+def _tpot(r):
+    return None if r.get("usage_mismatch") else _num(r.get("tpot"))
+
+
+def _gaps(r):
+    if r.get("itl_source") == "estimated" or r.get("usage_mismatch"):
+        return []
+    g = r.get("itl")
+    return [v for x in g if (v := _num(x)) is not None] if isinstance(g, list) else []
+
+
+def _dist(vals):
+    if not vals:
+        return None
+    return {"count": len(vals), "p50": stats.percentile(vals, 50), "p95": stats.percentile(vals, 95),
+            "p99": stats.percentile(vals, 99), "mean": math.fsum(vals) / len(vals), "min": min(vals), "max": max(vals)}
+
+
+def naive_buckets(spec, be) -> list[dict[str, Any]]:
+    """Per bucket of the manifest, the reference figures."""
+    rows = [dict(r) for r in be.records if request_problem(r) is None]
+    levels = be.entry["levels"]
+    deadline = {(lv["workload"], lv["index"]): lv.get("deadline_s") for lv in levels}
+    wl = {w.name: w for w in spec.workloads}
+    relabeled = []
+    for r in rows:
+        w = wl.get(str(r.get("workload")))
+        bounds = (max(w.max_tokens), w.ignore_eos, w.stream) if w else (None, False, True)
+        relabeled.append(_relabel(r, deadline.get((r.get("workload"), r.get("level"))), min(w.max_tokens) if w else None,
+                                  None, bounds)[0])
+    out = []
+    for lv in levels:
+        for bk in lv["buckets"]:
+            recs = [r for r in relabeled if r.get("workload") == lv["workload"] and r.get("level") == lv["index"]
+                    and r["bucket"] == bk["index"]]
+            done = [r for r in recs if r.get("outcome") == "completed"]
+            wall = bk["end"] - bk["start"]
+            c = Counter(r.get("outcome") for r in recs)
+            parts = []
+            for r in relabeled:
+                s, e = _num(r.get("start")), _num(r.get("end"))
+                if s is None:
+                    continue
+                e = s if e is None else e
+                lo, hi = max(s, bk["start"]), min(e, bk["end"])
+                if hi > lo:
+                    parts.append(hi - lo)
+            tokens = [float(_num(r.get("chunks" if r.get("usage_mismatch") else "output_tokens")) or 0.0) for r in done]
+            out.append({
+                "requests": {"total": len(recs), **{k: c[k] for k in ("completed", "failed", "timeout", "rejected", "disconnected")}},
+                "ttft": _dist([v for r in done if (v := _ttft(r)) is not None]),
+                "latency": _dist([v for r in done if (v := _latency(r)) is not None]),
+                "tpot": _dist([v for r in done if (v := _tpot(r)) is not None]),
+                "itl": _dist([g for r in done for g in _gaps(r)]),
+                "qps": len(done) / wall,
+                "output_tokens_per_s": math.fsum(tokens) / wall,
+                "in_flight": math.fsum(parts) / wall,
+            })
+    return out
+
+
+def naive_status(run, vals: list[float], q: float, threshold: float) -> str:
+    """pNN(x) < T over the run: the overage rule of `soakspec.judge.stats`."""
+    conf = run.gate.confidence
+    need = max(stats.min_samples_for_percentile(q, conf), run.gate.min_samples)
+    if len(vals) < need:
+        return "short"
+    p = stats.percentile(vals, q)
+    over = sum(1 for v in vals if v >= threshold)
+    if p >= threshold:
+        return "fail"
+    allowed = stats.max_overages(len(vals), q, conf)
+    if allowed is not None and over <= allowed:
+        return "pass"
+    return "fail" if stats.exceeds_with_confidence(over, len(vals), q, conf) else "inconclusive"
+
+
+def _mutate(rng: random.Random, r: dict[str, Any], b: EvidenceBuilder) -> None:
+    k = rng.randrange(14)
+    if k == 0:
+        b.set_outcome(r, "failed", "engine died", status=500)
+    elif k == 1:
+        b.set_outcome(r, "rejected", "busy", status=429)
+    elif k == 2:
+        b.set_outcome(r, "disconnected", "connection reset", status=None)
+    elif k == 3:
+        r["outcome"] = None  # no stored label: the judge derives it
+    elif k == 4:
+        r["output_tokens"] = r["chunks"] + 2000  # usage contradicts the stream
+    elif k == 5:
+        r["itl_source"] = "estimated"
+    elif k == 6:
+        r["itl"] = [rng.random() * 0.01 for _ in r["itl"]]  # not whole microseconds
+    elif k == 7:
+        r["ttft"] = None  # from first_token - intended start
+        r["intended_start"] = None if rng.random() < 0.5 else r["start"] - 0.003  # a late start
+    elif k == 8:
+        r["ttft"] = rng.choice([0.05, 0.2, 0.5, 2.0])
+    elif k == 9:
+        r["latency"] = "slow"  # a value of the wrong type: read through the row's view
+    elif k == 10:
+        r["end"] = r["start"] + 40.0  # past the 30 s deadline: timed out
+    elif k == 11:
+        r["error"] = "partial"  # status 200 with an error: failed
+    elif k == 12:
+        r["first_token"] = None
+    else:
+        r["itl"] = [0.001, "x"]  # an ITL list with a non-number
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), per_bucket=st.integers(3, 40), share=st.floats(0.0, 0.6),
+       t=st.sampled_from([0.15, 0.3, 1.0]), u=st.sampled_from([0.01, 0.02, 0.05]))
+def test_columnar_judge_equals_naive_reference(seed, per_bucket, share, t, u):
+    rng = random.Random(seed)
+    spec = small_spec(RULES.format(t=f"{int(t * 1000)}ms", u=f"{int(u * 1000)}ms", lat="2s"), levels="[2, 4]")
+    b = EvidenceBuilder(spec, per_bucket=per_bucket, latency=rng.choice([0.5, 1.0]))
+    for name, recs in b.records.items():
+        for r in recs:
+            if r["bucket"] >= 0 and rng.random() < share:
+                _mutate(rng, r, b)
+        rng.shuffle(recs)
+    ev = b.build()
+    run = join(spec, ev)
+    results = summarize_run(run)
+    got = results["backends"][0]["buckets"]
+    want = naive_buckets(spec, ev.backends[0])
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        for key, value in w.items():
+            assert g[key] == value, (key, g["bucket"], g[key], value)
+
+    # the verdict of each performance rule, from the same plain loops over the whole run
+    verdict = judge_run(run)
+    by_rule = {r.rule: r for r in verdict.rules}
+    every = [dict(row) for bk in [run.judged[0]] for row in bk.measured]
+    done = [r for r in every if r.get("outcome") == "completed"]
+    failed = sum(1 for r in every if r.get("outcome") == "failed")
+    assert (by_rule["failed == 0"].status == "pass") == (failed == 0)
+    for text, q, vals, thr in (("p95(ttft) < ", 95.0, [v for r in done if (v := _ttft(r)) is not None], t),
+                               ("p99(itl) < ", 99.0, [x for r in done for x in _gaps(r)], u)):
+        rule = next(r for name, r in by_rule.items() if name.startswith(text))
+        want_status = naive_status(run, vals, q, thr)
+        if want_status == "short":
+            assert rule.status != "pass"
+        else:
+            assert rule.status == want_status, (text, rule.status, want_status)
+
+
+def test_table_views_read_as_the_rows_did():
+    """A record read back through the table answers every field as the row did (the one
+    dropped field aside), including values that do not fit their column."""
+    spec = small_spec()
+    b = EvidenceBuilder(spec)
+    rows = [r for recs in b.records.values() for r in recs]
+    rows[0]["latency"] = "slow"
+    rows[1]["itl"] = [0.001, "x"]
+    rows[2]["itl"] = [0.0012345678]
+    rows[3]["custom"] = {"a": 1}
+    rows[4]["output_chars"] = 2**40  # beyond an int32 column
+    rows[5]["status"] = 200.0  # a float where an int belongs
+    t = build_table(rows)
+    for i, r in enumerate(rows):
+        v = t.rec(i)
+        for k, val in r.items():
+            if k == "output_sha256":
+                continue
+            got = v.get(k)
+            if isinstance(val, list):
+                assert list(got) == val, (k, got, val)
+            elif isinstance(val, float) and k == "status":
+                assert got == val and type(got) is float
+            else:
+                assert got == val and type(got) in (type(val), float) or (val is None and got is None), (k, got, val)
+
+
+def test_unusable_rows_are_counted_with_bounded_examples(tmp_path):
+    """A requests.jsonl full of unusable rows keeps the first MAX_PROBLEMS as examples and
+    counts the rest: the verdict names the total."""
+    from soakspec.judge.evidence import MAX_PROBLEMS, load_evidence
+
+    import json
+
+    from soakspec.evidence.io import read_json
+    from soakspec.evidence.manifest import write_manifest
+    from soakspec.evidence.verify import finalize_artifacts
+
+    spec = small_spec()
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    with open(root / "backends" / "a" / "requests.jsonl", "a") as f:
+        f.writelines(json.dumps({"bucket": 0, "outcome": "completed"}) + "\n" for _ in range(MAX_PROBLEMS + 50))
+    m = read_json(root / "manifest.json")
+    m["artifacts"] = finalize_artifacts(root)
+    write_manifest(root, m)
+    ev = load_evidence(root)
+    be = ev.backends[0]
+    assert len(be.problems) == MAX_PROBLEMS and be.problem_count == MAX_PROBLEMS + 50
+    from soakspec.judge.validity import completed_run_problems
+
+    text = "\n".join(i.message for i in completed_run_problems(join(spec, ev)))
+    assert f"... and {MAX_PROBLEMS + 50 - 5} more unusable rows" in text
+    assert judge_run(join(spec, ev)).outcome != "PASS"
+
+
+@settings(max_examples=200, deadline=None)
+@given(xs=st.lists(st.sampled_from([0.0, 1e-6, 0.000999, 0.001, 0.001001, 0.0125, 0.5, 3.0, -0.002]), min_size=1, max_size=300),
+       q=st.sampled_from([0.0, 1.0, 50.0, 95.0, 99.0, 99.9, 100.0]), t=st.sampled_from([0.001, 0.0125, 1.0]))
+def test_counted_gaps_equal_the_gaps_written_out(xs, q, t):
+    """Gaps held as distinct values and counts (`stats.Counted`, what the judge keeps of a long
+    soak's ITL) give exactly the percentile, mean, min, max and threshold counts of the list."""
+    import numpy as np
+
+    u, c = np.unique(np.asarray(xs), return_counts=True)
+    counted = stats.Counted(u, c)
+    assert counted.percentile(q) == stats.percentile(xs, q)
+    assert counted.mean() == stats.mean(xs)
+    assert (counted.min(), counted.max()) == (min(xs), max(xs))
+    assert counted.count(">", t) == sum(1 for x in xs if x > t)
+    assert counted.count("<=", t) == sum(1 for x in xs if x <= t)
