@@ -238,6 +238,7 @@ def test_unusable_rows_are_counted_with_bounded_examples(tmp_path):
     counts the rest: the verdict names the total."""
     from soakspec.judge.evidence import MAX_PROBLEMS, load_evidence
 
+    import gzip
     import json
 
     from soakspec.evidence.io import read_json
@@ -246,7 +247,7 @@ def test_unusable_rows_are_counted_with_bounded_examples(tmp_path):
 
     spec = small_spec()
     root = EvidenceBuilder(spec).write(tmp_path / "run")
-    with open(root / "backends" / "a" / "requests.jsonl", "a") as f:
+    with gzip.open(root / "backends" / "a" / "requests.jsonl.gz", "at") as f:  # one more gzip member
         f.writelines(json.dumps({"bucket": 0, "outcome": "completed"}) + "\n" for _ in range(MAX_PROBLEMS + 50))
     m = read_json(root / "manifest.json")
     m["artifacts"] = finalize_artifacts(root)

@@ -469,13 +469,18 @@ def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str]
         for line, row in iter_jsonl(path, bad):
             sink.add(line, row)
         sink.end(bad)
+    kept = more = 0  # lines that do not decode as a record and rows unusable: the first MAX_PROBLEMS kept
     for line, message in sink.bad:
         if message is None:
             partial.append(name)
-        else:
+        elif kept < MAX_PROBLEMS:
             problems.append(f"{name}:{line}: {message}")
-    problems.extend(f"{name}: record {i}: {why}" for i, why in sink.unusable)
-    return sink.builder.finish(), sink.n_unusable - len(sink.unusable)
+            kept += 1
+        else:
+            more += 1
+    room = MAX_PROBLEMS - kept
+    problems.extend(f"{name}: record {i}: {why}" for i, why in sink.unusable[:room])
+    return sink.builder.finish(), more + sink.n_unusable - min(len(sink.unusable), room)
 
 
 def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str]) -> BackendEvidence:

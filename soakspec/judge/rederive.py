@@ -465,7 +465,10 @@ def _usage_flags(t: RequestTable, idx: np.ndarray, bounds: Sequence[tuple[int | 
     over_max = ign & ~np.isnan(mt) & (n > np.nan_to_num(mt, nan=np.inf))
     nostream = ~stream | (ch == MISSING) | (ch <= 0)
     bad = np.where(nostream, over_max, (n < ch) | (n > ch * MAX_TOKENS_PER_CHUNK) | over_max)
-    return (n != MISSING) & bad
+    # the runner saw the cumulative usage go down within the stream (`usage_decreased`)
+    down = [k for k, v in enumerate(t.values["usage_decreased"]) if v is True]
+    decreased = np.isin(t.c["usage_decreased"][idx], down) if down else np.zeros(len(idx), dtype=bool)
+    return ((n != MISSING) & bad) | decreased
 
 
 class _Labels:
