@@ -95,14 +95,21 @@ def one_run(args, workdir: Path, i: int) -> dict:
     if manifest["status"] != "complete":
         raise SystemExit(f"run {i} did not complete (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     level = manifest["backends"][0]["levels"][0]
-    rows = [dict(r) for _, r in iter_records(out / "backends" / "sim" / "requests.jsonl.gz")]
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import iter_jsonl
+    from soakspec.evidence.record import iter_records
+    from soakspec.evidence.traces import TraceSource, collect_traces
+    from soakspec.lang import simtrace
+
+    d = out / "backends" / "sim"
+    rows = [dict(r) for _, r in iter_records(d / layout.REQUESTS)]  # derived keys (ttft, itl) too
     measured = [r for r in rows if r["bucket"] >= 0]
     rows = [r for r in measured if r["outcome"] == "completed"]
-    traces = {}
-    for line in (out / "backends" / "sim" / "traces.jsonl").read_text().splitlines():
-        t = json.loads(line)
-        if t.get("matched") and t.get("payload"):
-            traces[t["request_id"]] = t["payload"]
+    # the stored rows say which trace matched which request; the payload is the server.log line
+    # at the row's offset (traces.jsonl.gz does not copy it)
+    matched = {row["offset"]: row["request_id"] for _, row in iter_jsonl(d / layout.TRACES) if row.get("matched")}
+    logged, _ = collect_traces(layout.server_log_file(d), 0, TraceSource(kind="log", pattern=simtrace.TRACE_PATTERN))
+    traces = {matched[t.offset]: t.payload for t in logged if t.offset in matched and t.payload}
     ttft = [r["ttft"] for r in rows]
     itl = [g for r in rows for g in r["itl"]]
     both = [(r, traces[r["request_id"]]) for r in rows if traces.get(r["request_id"], {}).get("first_token_at")]

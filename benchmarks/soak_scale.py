@@ -10,8 +10,8 @@ output tokens each, ITL per token) and written by the real `BackendRecorder` (re
 in batches, a gzip member closed and fsynced at every bucket end, then that bucket's
 buckets.jsonl line; the follow-up record), the level entry is the real
 `LevelRun`'s, one simulator trace line per request goes to server.log in the simulator's
-format (`soakspec.lang.simtrace`), the runner's `collect` matches the traces and builds the
-backend's manifest entry, `finalize_manifest` hashes every artifact, and the run's own judging
+format (`soakspec.lang.simtrace`), the runner's `collect` matches the traces (traces.jsonl.gz),
+caps and gzips server.log into server.log.gz, and builds the backend's manifest entry, `finalize_manifest` hashes every artifact, and the run's own judging
 (`judge_run_dir`, as `soakspec run` ends) writes results.json and verdict.json. One sim backend,
 one level at concurrency 256 of many 60 s buckets; every request completes.
 
@@ -275,6 +275,7 @@ def main() -> int:
     n = sum(1 for _ in iter_raw_lines(next(out.glob("backends/*/requests.jsonl.gz")))) - 1  # less the follow-up
     size = evidence_bytes(out)
     per = {p.name: p.stat().st_size / n for p in sorted(next(out.glob("backends/*")).iterdir())}
+    per["run root"] = sum(p.stat().st_size for p in out.iterdir() if p.is_file()) / n  # manifest, results, verdict
     print(f"evidence: {size:,} bytes, {size / n:,.0f} bytes a request ("
           + ", ".join(f"{k} {v:,.1f}" for k, v in per.items()) + ")")
     py = [sys.executable, "-m", "soakspec"]

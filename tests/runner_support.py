@@ -114,11 +114,26 @@ def wait_no_survivors(marker: str, timeout: float = 5.0) -> list[int]:
         time.sleep(0.05)
 
 
+def server_log_bytes(backend_dir: Path) -> bytes:
+    """A backend's retained server log as printed: server.log.gz once the run ended (server.log
+    when it was killed before), decompressed."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.serverlog import read_log
+
+    path = layout.server_log_file(backend_dir)
+    assert path is not None, f"no server log in {backend_dir}"
+    return read_log(path)
+
+
 def read_jsonl(path: Path) -> list[dict]:
-    if str(path).endswith(".gz"):  # requests.jsonl.gz: the record type, as plain dicts (derived keys too)
+    if Path(path).name == "requests.jsonl.gz":  # the record type, as plain dicts (derived keys too)
         from soakspec.evidence.record import iter_records
 
         return [dict(r) for _, r in iter_records(path)]
+    if str(path).endswith(".gz"):  # traces.jsonl.gz: gzip JSONL
+        from soakspec.evidence.io import iter_jsonl
+
+        return [r for _, r in iter_jsonl(path)]
     rows = []
     for line in Path(path).read_text().splitlines():
         if line.strip():

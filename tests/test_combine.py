@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from pathlib import Path
@@ -78,12 +79,12 @@ def test_a_failing_child_fails(spec, tmp_path, capsys):
 
 def test_children_are_reverified_not_trusted(spec, tmp_path, capsys):
     dirs = children(spec, tmp_path)
-    p = Path(dirs[1]) / "backends" / "nccl" / "traces.jsonl"
-    p.write_text(p.read_text() + p.read_text().splitlines(keepends=True)[0])
+    p = Path(dirs[1]) / "backends" / "nccl" / "traces.jsonl.gz"  # a trace row repeated: one more gzip member
+    p.write_bytes(p.read_bytes() + gzip.compress(gzip.decompress(p.read_bytes()).splitlines(keepends=True)[0]))
     out = tmp_path / "out"
     code, cap = run_combine(dirs, out, capsys)
     assert code == 1
-    assert "artifacts_verified: FAIL — backends/nccl/traces.jsonl" in cap.out
+    assert "artifacts_verified: FAIL — backends/nccl/traces.jsonl.gz" in cap.out
 
 
 def test_different_model_revisions_fail(spec, tmp_path, capsys):

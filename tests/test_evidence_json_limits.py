@@ -62,7 +62,7 @@ def _add_key(root: Path, rel: str, raw: str) -> str:
 CASES = {
     "requests.jsonl.gz nested 100,000 deep": ("backends/a/requests.jsonl.gz", lambda r, p: _append_line(r, p, DEEP), 18),
     "requests.jsonl.gz 5000-digit integer": ("backends/a/requests.jsonl.gz", lambda r, p: _append_line(r, p, '{"x": %s}' % BIG), 18),
-    "traces.jsonl 5000-digit integer": ("backends/a/traces.jsonl", lambda r, p: _append_line(r, p, '{"x": %s}' % BIG), None),
+    "traces.jsonl.gz 5000-digit integer": ("backends/a/traces.jsonl.gz", lambda r, p: _append_line(r, p, '{"x": %s}' % BIG), None),
     "telemetry.jsonl nested deep": ("backends/a/telemetry.jsonl", lambda r, p: _append_line(r, p, DEEP), None),
     "followup.json nested deep": ("backends/a/followup.json", lambda r, p: DEEP, 1),
     "followup.json 1e999": ("backends/a/followup.json", lambda r, p: _add_key(r, p, "1e999"), None),

@@ -57,7 +57,7 @@ def test_finalize_hashes_every_file_but_manifest_and_lock(tmp_path):
     assert m["status"] == "complete" and m["ended_at_epoch"] == T0 + 130
     arts = m["artifacts"]
     assert "manifest.json" not in arts and ".lock" not in arts
-    assert {"backends/a/requests.jsonl.gz", "backends/a/buckets.jsonl", "backends/a/traces.jsonl", "backends/b/server.log"} <= set(arts)
+    assert {"backends/a/requests.jsonl.gz", "backends/a/buckets.jsonl", "backends/a/traces.jsonl.gz", "backends/b/server.log.gz"} <= set(arts)
     # like a run's, results and verdict follow the final manifest (bound to it by its hash)
     assert not {"results.json", "verdict.json"} & set(arts)
     for rel, digest in arts.items():

@@ -139,7 +139,7 @@ def clean_run(tmp_path_factory) -> Path:
     return root
 
 
-FILES = ("manifest.json", "results.json", "backends/a/requests.jsonl.gz", "backends/a/traces.jsonl",
+FILES = ("manifest.json", "results.json", "backends/a/requests.jsonl.gz", "backends/a/traces.jsonl.gz",
          "backends/a/telemetry.jsonl", "backends/a/followup.json", "verdict.json")  # fmt: skip
 _RAW = "\x00RAW\x00"
 HOSTILE_VALUES = [None, True, False, 0, -1, 1.5, 1e308, -1e308, "", "x" * 5000, [], {}, [[[]]], {"a": {"b": {}}},

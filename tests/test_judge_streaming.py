@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from soakspec.evidence import layout
 from soakspec.evidence.io import iter_jsonl, read_json, sha256_file
 from soakspec.evidence.record import iter_records
+from soakspec.evidence.serverlog import read_log
 from soakspec.judge.evidence import BackendEvidence, Evidence, _integrity, load_evidence
 from soakspec.judge.joined import join
 from soakspec.judge.judge import judge_run
@@ -97,7 +98,8 @@ def naive_load(root: Path) -> Evidence:
         traces = [r for r in rows(layout.TRACES, False) if isinstance(r, dict)]
         telemetry = [r for r in rows(layout.TELEMETRY, False) if isinstance(r, dict)]
         metrics = [r for r in rows(layout.METRICS, False) if isinstance(r, dict)]  # the server's scraped /metrics
-        log = (d / layout.SERVER_LOG).read_bytes().decode("utf-8", "replace") if (d / layout.SERVER_LOG).is_file() else None
+        lpath = layout.server_log_file(d)  # server.log.gz (or a killed run's server.log), read whole
+        log = read_log(lpath).decode("utf-8", "replace") if lpath is not None else None
         fpath = d / layout.FOLLOWUP
         followup = read_json(fpath) if fpath.is_file() else None
         backends.append(BackendEvidence(entry["name"], safe, entry, tuple(records), tuple(traces), tuple(telemetry),
@@ -151,16 +153,16 @@ def test_streaming_judge_equals_naive_reference(tmp_path_factory, kind, failures
         b.server_logs[name] = log + "tail \udcff?\n".encode("utf-8", "surrogateescape").decode("utf-8", "replace")
     root = b.write(tmp_path_factory.mktemp("run") / "ev")
     if garbage:  # real undecodable bytes on disk, then re-hash as a run would have
-        p = root / layout.BACKENDS / layout.safe_name(name) / layout.SERVER_LOG
-        data = p.read_bytes().replace("\xff\xfe".encode("utf-8"), b"\xff\xfe")
-        p.write_bytes(data + b"late \xc3 line\n")
+        p = root / layout.BACKENDS / layout.safe_name(name) / layout.SERVER_LOG_GZ
+        data = read_log(p).replace("\xff\xfe".encode("utf-8"), b"\xff\xfe")
+        p.write_bytes(gzip.compress(data + b"late \xc3 line\n"))
         if offset is None:
             b.entry(name)["server_log_offset"] = len(b"old run line\n\xff\xfe not utf-8\n")
         _rehash(root, b)
     if cut is not None:
         p = root / layout.BACKENDS / layout.safe_name(name) / cut
         with open(p, "ab") as fh:  # a line cut mid-write (requests: in a gzip member cut before its trailer)
-            fh.write(gzip.compress(b'{"request_id": "cut-off')[:-4] if cut == layout.REQUESTS else b'{"request_id": "cut-off')
+            fh.write(gzip.compress(b'{"request_id": "cut-off')[:-4] if cut in (layout.REQUESTS, layout.TRACES) else b'{"request_id": "cut-off')
     _same(spec, root)
 
 

@@ -21,7 +21,9 @@ import pytest
 import trio
 import trio.testing
 
-from runner_support import manifest, new_marker, requests_of, run_env, run_spec, sim_spec, soakspec_cmd, wait_no_survivors
+from runner_support import (manifest, new_marker, requests_of, run_env, run_spec, server_log_bytes, sim_spec, soakspec_cmd,
+                            wait_no_survivors)
+from soakspec.evidence.io import iter_jsonl
 from soakspec.plan import Liveness
 from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health
@@ -124,7 +126,7 @@ def test_a_launched_backend_whose_port_goes_dead_aborts_the_run(tmp_path, worker
     t0 = time.monotonic()
     proc, out = run_spec(tmp_path, spec, "--workers", workers)
     _assert_aborted_for_liveness(proc, out, time.monotonic() - t0 - 1.5)
-    assert "engine died" in (out / "backends" / "b0" / "server.log").read_text()
+    assert "engine died" in server_log_bytes(out / "backends" / "b0").decode()
 
 
 # waits out the 5 s liveness grace of real server processes: the slow lane
@@ -222,7 +224,7 @@ def test_a_chat_workload_the_server_refuses_stops_before_the_soak(tmp_path):
     assert b["levels"] == [] and requests_of(out) == []
     (pf,) = b["preflight"]
     assert pf["workload"] == "w" and pf["passed"] is False and pf["record"]["status"] == 400
-    log = (out / "backends" / "b0" / "server.log").read_text()
+    log = server_log_bytes(out / "backends" / "b0").decode()
     assert log.count("chat request refused") < 10
 
 
@@ -248,7 +250,7 @@ def test_a_passing_preflight_is_recorded_and_stays_out_of_the_requests(tmp_path)
     assert pf["passed"] is True and pf["record"]["outcome"] == "completed"
     ids = {r["request_id"] for r in requests_of(out)}
     assert pf["record"]["request_id"] not in ids
-    traces = [line for line in (out / "backends" / "b0" / "traces.jsonl").read_text().splitlines() if line]
+    traces = [row for _, row in iter_jsonl(out / "backends" / "b0" / "traces.jsonl.gz")]
     assert len(traces) == len(ids), "the pre-flight's trace is not listed as an unmatched trace"
 
 

@@ -15,6 +15,8 @@ import sys
 import time
 
 from soakspec.diagnostics import Severity
+from soakspec.evidence.io import read_jsonl
+from soakspec.evidence.serverlog import read_log
 from soakspec.lang import check, parse
 from soakspec.plan import plan
 from soakspec.runner.logfile import ExternalLog
@@ -181,12 +183,12 @@ def test_an_external_simulator_logging_to_log_file_gives_full_traces_and_a_confi
     assert "trace_coverage >= 100% per bucket" in stdout and "simrt 1.2.3 (confirmed)" in stdout
     manifest = json.loads((out / "manifest.json").read_text())
     (be,) = manifest["backends"]
-    server_log = (out / "backends" / "ext" / "server.log").read_bytes()
+    server_log = read_log(out / "backends" / "ext" / "server.log.gz")  # compressed when the run ended
     assert be["log_file"]["path"] == str(log) and be["log_file"]["start_offset"] == len(stale)
     assert be["log_file"]["bytes_read"] == len(server_log) > 0
     assert b"simrt 9.9.9" not in server_log and b"stale-1" not in server_log
     assert be["runtime_boundary"]["status"] == "confirmed" and be["runtime_boundary"]["detected"] == "1.2.3"
-    traces = [json.loads(line) for line in (out / "backends" / "ext" / "traces.jsonl").read_text().splitlines()]
+    traces, _ = read_jsonl(out / "backends" / "ext" / "traces.jsonl.gz")
     assert traces and not any("stale" in json.dumps(t) for t in traces)
     gate_run = subprocess.run(soakspec_cmd("gate", str(out)), cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert gate_run.returncode == 0, gate_run.stdout  # the judge re-matches the traces from server.log: same verdict

@@ -11,6 +11,7 @@ artifact count of `run`, `gate` and `verify` agree.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import io
 import re
 import subprocess
@@ -244,8 +245,8 @@ def test_run_gate_and_verify_count_the_same_artifacts(tmp_path):
 def test_a_changed_file_fails_only_the_backend_it_belongs_to(tmp_path):
     spec = small_spec(backends=("a", "b"))
     d = EvidenceBuilder(spec).write(tmp_path / "run")
-    f = d / "backends" / "b" / "traces.jsonl"
-    f.write_bytes(f.read_bytes() + f.read_bytes().splitlines(keepends=True)[0])
+    f = d / "backends" / "b" / "traces.jsonl.gz"  # a trace row repeated, in one more gzip member
+    f.write_bytes(f.read_bytes() + gzip.compress(gzip.decompress(f.read_bytes()).splitlines(keepends=True)[0]))
     code, md, _ = cli("report", str(d))
     assert code == 0 and "**Verdict: FAIL**" in md
     rows = md_rows(md)

@@ -61,7 +61,7 @@ def test_demo_spec_runs_end_to_end_and_leaves_no_server(tmp_path):
     assert [b["name"] for b in m["backends"]] == ["sim-fast", "sim-slow"]
     for b in m["backends"]:
         assert b["exit_status"] is not None, "the server was stopped and reaped"
-        for f in ("requests.jsonl.gz", "buckets.jsonl", "traces.jsonl", "telemetry.jsonl", "followup.json", "server.log"):
+        for f in ("requests.jsonl.gz", "buckets.jsonl", "traces.jsonl.gz", "telemetry.jsonl", "followup.json", "server.log.gz"):
             assert (out / "backends" / b["safe_name"] / f).is_file()
     assert m["backends"][0]["runtime_boundary"]["status"] == "confirmed"
 
@@ -336,7 +336,7 @@ def test_jsonl_trace_file_only_counts_what_this_run_appended(tmp_path):
         proc = run_soakspec(["run", str(spec), "--out", str(tmp_path / run), "--quiet"], marker, tmp_path)
         assert proc.returncode in (0, 3), proc.stderr
         requests = read_jsonl(tmp_path / run / "backends" / "b0" / "requests.jsonl.gz")
-        traces = read_jsonl(tmp_path / run / "backends" / "b0" / "traces.jsonl")
+        traces = read_jsonl(tmp_path / run / "backends" / "b0" / "traces.jsonl.gz")
         assert len(traces) == len(requests), "one trace per request of this run, none from before"
         assert all(t["matched"] for t in traces)
         counts.append(len(requests))
@@ -354,7 +354,7 @@ def test_a_spec_that_requires_gpus_stops_before_load_without_them(tmp_path):
     assert "requires GPUs" in proc.stderr
     m = manifest(out)
     assert m["status"] == "aborted" and m["gpus"]["available"] is False and m["gpus"]["reason"]
-    assert not (out / "backends" / "b0" / "server.log").exists(), "no server was started"
+    assert not list((out / "backends" / "b0").glob("server.log*")), "no server was started"
 
 
 @pytest.mark.slow

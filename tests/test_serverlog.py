@@ -1,11 +1,15 @@
-"""server.log's size cap keeps the head and the tail, records the cut, and never loses a trace."""
+"""server.log's size cap keeps the head and the tail, records the cut, and never loses a trace;
+compressed (server.log.gz) it reads as it did."""
 
 from __future__ import annotations
 
+import gzip
+
 from hypothesis import given, settings, strategies as st
 
-from soakspec.evidence.serverlog import CUT_MARKER, cap_server_log, keep_lines
-from soakspec.evidence.traces import TraceSource, collect_traces
+from soakspec.evidence import layout
+from soakspec.evidence.serverlog import CUT_MARKER, cap_server_log, compress_server_log, keep_lines, read_log
+from soakspec.evidence.traces import TraceSource, collect_traces, log_lines
 from soakspec.lang import simtrace
 
 TRACE = simtrace.TRACE_PREFIX + '{"request_id":"cmpl-r%d-0","client_request_id":"r%d","finished_at":1764500000.5}'
@@ -44,3 +48,37 @@ def test_a_small_log_is_left_alone(tmp_path):
     p = tmp_path / "server.log"
     p.write_text("hello\n")
     assert cap_server_log(p, keep_lines(None), head=10, tail=10) is None and p.read_text() == "hello\n"
+
+
+@settings(max_examples=40, deadline=None)
+@given(lines=lines_st, offset=st.integers(0, 40_000), last_newline=st.booleans())
+def test_the_compressed_log_reads_as_the_plain_one(tmp_path_factory, lines, offset, last_newline):
+    """server.log.gz gives the same lines, the same traces at the same (uncompressed) offsets, and
+    the same start for a run-start offset -- one past its end reads it all -- as server.log did."""
+    d = tmp_path_factory.mktemp("log")
+    p = d / layout.SERVER_LOG
+    text = "\n".join(lines) + ("\n" if last_newline and lines else "")
+    p.write_bytes(text.encode())
+    src = TraceSource(kind="log", pattern=simtrace.TRACE_PATTERN)
+    plain_lines, plain_start = log_lines(p, offset)
+    plain = (list(plain_lines), plain_start, collect_traces(p, offset, src))
+    gz = compress_server_log(p)
+    assert gz == d / layout.SERVER_LOG_GZ and not p.exists() and layout.server_log_file(d) == gz
+    assert read_log(gz) == text.encode()
+    gz_lines, gz_start = log_lines(gz, offset)
+    assert (list(gz_lines), gz_start, collect_traces(gz, offset, src)) == plain
+
+
+def test_a_kill_before_compression_ends_leaves_a_readable_log(tmp_path):
+    """A run killed while it ran leaves server.log only: readers take it. Killed after the .gz was
+    renamed into place but before server.log was removed: both are whole, and the .gz wins. A
+    temporary file of a compression that was cut is never taken for the log."""
+    d = tmp_path
+    (d / layout.SERVER_LOG).write_text("plain\n")
+    (d / ".server.log.gz.tmp-1-abcd").write_bytes(b"\x1f\x8b cut")
+    assert layout.server_log_file(d) == d / layout.SERVER_LOG and read_log(d / layout.SERVER_LOG) == b"plain\n"
+    (d / layout.SERVER_LOG_GZ).write_bytes(gzip.compress(b"whole\n"))
+    assert layout.server_log_file(d) == d / layout.SERVER_LOG_GZ and read_log(layout.server_log_file(d)) == b"whole\n"
+    (d / layout.SERVER_LOG_GZ).unlink()
+    (d / layout.SERVER_LOG).unlink()
+    assert layout.server_log_file(d) is None

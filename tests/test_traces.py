@@ -158,3 +158,23 @@ def test_invalid_sources_and_id_forms_are_refused():
     assert "exactly once" in validate_id_form("cmpl-{rid}")
     assert "exactly once" in validate_id_form("{id}-{id}")
     assert "invalid id form" in validate_id_form("cmpl-{id")
+
+
+def test_log_trace_rows_point_into_the_log_instead_of_copying_it(tmp_path):
+    """A trace read from the evidence's own server.log is stored as its claim and its line's
+    offset (no times, no payload: the line holds them); the line at that offset gives the trace
+    back, ids and times included. Traces from a file outside the evidence keep both."""
+    log = tmp_path / "server.log"
+    log.write_text("banner\n" + "".join(trace_line("pegainfer_http_trace", f"run1-a-{i:05d}", T0 + 0.1 * i) for i in range(3)))
+    traces, _ = collect_traces(log, 0, PEGA)
+    m = match_traces(reqs(3), traces)
+    rows = m.records(in_log=True)
+    assert all(not schema.validate("trace", r) for r in rows)
+    assert all("payload" not in r and "times" not in r for r in rows) and [r["matched"] for r in rows] == [True] * 3
+    data = log.read_bytes()
+    for row, tr in zip(rows, traces):
+        line = data[row["offset"]:].splitlines(keepends=True)[0].decode()
+        (again,), _ = extract_traces(line, PEGA, row["offset"])
+        assert again == tr and row["trace_id"] == again.trace_id
+    full = m.records()
+    assert all(r["payload"] is not None and r["times"] for r in full)

@@ -447,7 +447,7 @@ def test_hostile_json_in_evidence_is_malformed_never_an_internal_error(seed, tmp
     root = EvidenceBuilder(seed).write(tmp_path / "run")
     import gzip
 
-    for rel in ("backends/nccl/requests.jsonl.gz", "backends/nccl/traces.jsonl", "backends/nccl/telemetry.jsonl"):
+    for rel in ("backends/nccl/requests.jsonl.gz", "backends/nccl/traces.jsonl.gz", "backends/nccl/telemetry.jsonl"):
         p = root / rel
         gz = rel.endswith(".gz")
         lines = (gzip.decompress(p.read_bytes()) if gz else p.read_bytes()).decode().splitlines()

@@ -3,6 +3,7 @@ named; schema errors are located; an unfinished run is reported as incomplete (e
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import signal
@@ -187,11 +188,11 @@ def test_a_complete_run_without_results_is_incomplete(run_dir):
 
 
 def test_json_format(run_dir, capsys):
-    (run_dir / "backends/b/server.log").write_text("tampered\n")
+    (run_dir / "backends/b/server.log.gz").write_bytes(gzip.compress(b"tampered\n"))  # what a finished run leaves
     code, out, _ = verify(capsys, run_dir, "--format", "json")
     doc = json.loads(out)
     assert code == 1 and doc["schema_version"] == 1 and doc["result"] == "failed" and doc["exit_code"] == 1
-    assert [(p["code"], p["path"]) for p in doc["problems"]] == [("V101", f"{run_dir}/backends/b/server.log")]
+    assert [(p["code"], p["path"]) for p in doc["problems"]] == [("V101", f"{run_dir}/backends/b/server.log.gz")]
     assert doc["manifest_status"] == "complete" and doc["incomplete"] == []
 
 

@@ -12,8 +12,11 @@ The directory layout (the contract between the runner, the judge and `soakspec v
                                              gzip, one member per bucket
       backends/<safe_name>/buckets.jsonl     one line per closed bucket, written during the run
       backends/<safe_name>/telemetry.jsonl
-      backends/<safe_name>/traces.jsonl      server traces observed during this run
-      backends/<safe_name>/server.log        raw stdout+stderr of the server (capped: `serverlog`)
+      backends/<safe_name>/traces.jsonl.gz   server traces observed during this run (gzip; rows
+                                             of log traces point into server.log by offset)
+      backends/<safe_name>/server.log.gz     raw stdout+stderr of the server, capped and gzipped
+                                             when the run ends (`serverlog`); `server.log` while
+                                             it runs and after a run killed before it ended
       backends/<safe_name>/followup.json
 
 Modules: `record` (THE request record), `buckets`, `serverlog`, `layout` (paths, `safe_name`),

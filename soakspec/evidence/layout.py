@@ -17,8 +17,9 @@ BACKENDS = "backends"
 REQUESTS = "requests.jsonl.gz"  # gzip, one member per bucket (evidence/record.py: the line format)
 BUCKETS = "buckets.jsonl"  # one line per closed bucket, written (and fsynced) as the run goes
 TELEMETRY = "telemetry.jsonl"
-TRACES = "traces.jsonl"
-SERVER_LOG = "server.log"
+TRACES = "traces.jsonl.gz"  # gzip JSONL (evidence/io.py reads it); log-sourced rows point into server.log
+SERVER_LOG = "server.log"  # as the server writes it, during the run (and after a run killed before it ended)
+SERVER_LOG_GZ = "server.log.gz"  # server.log capped and compressed when the run ends: wins over server.log
 FOLLOWUP = "followup.json"
 METRICS = "metrics.jsonl"  # the server's scraped Prometheus metrics (runner/scrape.py)
 CLIENT = "client.jsonl"  # at the run root: the load generator's own health (runner/clienthealth.py)
@@ -46,6 +47,18 @@ def safe_name(name: str) -> str:
         return stem
     digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return f"{stem or 'backend'}-{digest}"
+
+
+def server_log_file(backend_dir: Path | str) -> Path | None:
+    """The backend's retained server log: `server.log.gz` (written whole when the run ended) wins
+    over `server.log` (a run killed before it ended leaves only that); None when neither is a
+    plain file. Open it with `evidence.serverlog.open_log` (reads both)."""
+    d = Path(backend_dir)
+    for name in (SERVER_LOG_GZ, SERVER_LOG):
+        p = d / name
+        if p.is_file() and not p.is_symlink():
+            return p
+    return None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -94,6 +107,9 @@ class RunLayout:
 
     def server_log(self, backend: str) -> Path:
         return self.backend_dir(backend) / SERVER_LOG
+
+    def server_log_gz(self, backend: str) -> Path:
+        return self.backend_dir(backend) / SERVER_LOG_GZ
 
     def followup(self, backend: str) -> Path:
         return self.backend_dir(backend) / FOLLOWUP

@@ -34,8 +34,9 @@ def request_writer(run_dir: str | os.PathLike, backend: str) -> GzipJsonlWriter:
     return GzipJsonlWriter(open_backend_dir(run_dir, backend) / layout.REQUESTS)
 
 
-def trace_writer(run_dir: str | os.PathLike, backend: str) -> JsonlWriter:
-    return JsonlWriter(open_backend_dir(run_dir, backend) / layout.TRACES, schema="trace")
+def trace_writer(run_dir: str | os.PathLike, backend: str) -> GzipJsonlWriter:
+    """An appender for backends/<safe_name>/traces.jsonl.gz (gzip JSONL, as `collect` writes it)."""
+    return GzipJsonlWriter(open_backend_dir(run_dir, backend) / layout.TRACES)
 
 
 def telemetry_writer(run_dir: str | os.PathLike, backend: str) -> JsonlWriter:

@@ -4,7 +4,7 @@ the judge's); hypothesis is imported only by the strategy functions.
 
 `build_evidence_dir` leaves exactly the files a run of `sample_spec_text(backends)` against the
 embedded simulator leaves (tests/test_evidence_builders.py compares it with a real run): request
-lines made by `RequestRecord.to_line`, a server log with the simulator's trace lines, traces.jsonl
+lines made by `RequestRecord.to_line`, a server log with the simulator's trace lines (server.log.gz), traces.jsonl.gz
 from the runner's trace matcher, telemetry, followup.json in the runner's shape, a finalized,
 hashed manifest, and results.json and verdict.json written after it, bound to it by
 `manifest_sha256` (so `soakspec verify` accepts them unlisted, as it does a real run's).
@@ -24,6 +24,7 @@ from soakspec.evidence.buckets import lines_for
 from soakspec.evidence.io import GzipJsonlWriter, JsonlWriter, RunLock, write_bytes_atomic, write_json_atomic
 from soakspec.evidence.manifest import backend_entry, finalize_manifest, new_manifest, write_manifest
 from soakspec.evidence.results import write_results, write_verdict
+from soakspec.evidence.serverlog import compress_server_log
 from soakspec.evidence.traces import TraceSource, collect_traces, match_traces
 from soakspec.lang import check, parse, simtrace
 
@@ -194,9 +195,10 @@ def build_evidence_dir(
                 _sim_trace_line(r, active=1 if r is fu else 4) for r in rows)
             write_bytes_atomic(d / layout.SERVER_LOG, log.encode())
             traces, _bad = collect_traces(d / layout.SERVER_LOG, 0, TraceSource(kind="log", pattern=simtrace.TRACE_PATTERN))
-            with JsonlWriter(d / layout.TRACES) as w:
-                for row in match_traces(rows, traces, "request_id", simtrace.ID_FORMS).records():
+            with GzipJsonlWriter(d / layout.TRACES) as w:  # as the runner's `collect` writes them
+                for row in match_traces(rows, traces, "request_id", simtrace.ID_FORMS).records(in_log=True):
                     w.write(row)
+            compress_server_log(d / layout.SERVER_LOG)  # server.log.gz, as a finished run leaves it
             with JsonlWriter(d / layout.TELEMETRY, schema="telemetry") as w:
                 w.write({"schema_version": 1, "t": T0 + 1, "server_pid": 1000 + i, "server_rss_bytes": 1 << 20, "gpus": None,
                          "server_cpu_s": 0.5, "server_cpu_percent": None})

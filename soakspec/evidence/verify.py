@@ -14,7 +14,7 @@ Integrity problems (exit 1):
        verify` and the judge do)
 Incompleteness (exit 3 when there is no integrity problem):
   V201 the manifest status is running, incomplete or aborted
-  V202 a JSONL file ends in a partial line, or requests.jsonl.gz in an unfinished gzip member
+  V202 a JSONL file ends in a partial line, or a gzip one (requests.jsonl.gz, traces.jsonl.gz) in an unfinished gzip member
        (a write was cut off: a run killed mid-bucket); its whole lines are still read
   V203 a run still holds the directory's lock
   V204 files were never hashed because the run never finalized its manifest
@@ -320,7 +320,7 @@ class _Checker:
                     self.error(rel, "V108", f"run_id {run_id!r} differs from the manifest's {manifest.get('run_id')!r}")
         elif name == layout.REQUESTS:
             self._check_requests(rel, path)
-        elif name.endswith(".jsonl"):
+        elif name.endswith(".jsonl") or name == layout.TRACES:  # traces.jsonl.gz: iter_jsonl reads gzip
             bad_lines: list[tuple[int, str | None]] = []
             schema = _JSONL_SCHEMAS.get(name)
             budget = [MAX_ERRORS_PER_FILE]

@@ -418,8 +418,8 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
         entries = manifest.get("backends")
     # backends whose traces the run took from server.log: the judge re-matches them from there
     from_log = frozenset(layout.safe_name(e["name"]) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
-                         and e.get("trace_source") == "log" and (root / layout.BACKENDS / layout.safe_name(e["name"])
-                                                                  / layout.SERVER_LOG).is_file()) if isinstance(entries, list) else frozenset()
+                         and e.get("trace_source") == "log" and layout.server_log_file(root / layout.BACKENDS / layout.safe_name(e["name"]))
+                                                                  is not None) if isinstance(entries, list) else frozenset()
     integrity = _integrity(root, read, from_log)
 
     backends = []
@@ -506,9 +506,9 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
                  if isinstance(r, dict)]
     metrics = [r for r in _read_rows(d / layout.METRICS, rel + layout.METRICS, problems, partial, required=False, read=read)
                if isinstance(r, dict)]
-    lpath = d / layout.SERVER_LOG
+    lpath = layout.server_log_file(d)  # server.log.gz, else server.log (a run killed before it ended)
     # never read whole: the judge streams it from the run's start offset (`rederive`)
-    server_log_path = str(lpath) if lpath.is_file() and not lpath.is_symlink() else None
+    server_log_path = str(lpath) if lpath is not None else None
     followup = None
     fpath = d / layout.FOLLOWUP
     if fpath.is_file():

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gzip
 import hashlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -344,14 +345,14 @@ class EvidenceBuilder:
                                 (layout.METRICS, self.metrics.get(n, []))):
                 if fname == layout.METRICS and n not in self.metrics:
                     continue
-                with JsonlWriter(d / fname) as w:
+                with (GzipJsonlWriter if fname == layout.TRACES else JsonlWriter)(d / fname) as w:  # traces.jsonl.gz: gzip
                     for row in rows:
-                        w.write(row)
+                        w.write(_on_disk(row) if fname == layout.TRACES and b.get("trace_source") == "log" else row)
             fu = self.followups.get(n)
             if isinstance(fu, dict) and isinstance(fu.get("record"), dict):  # the record as the runner stores it
                 fu = fu | {"record": RequestRecord.from_json(fu["record"]).to_json()}
             write_json_atomic(d / layout.FOLLOWUP, fu)
-            write_bytes_atomic(d / layout.SERVER_LOG, self.log_of(n).encode())
+            write_bytes_atomic(d / layout.SERVER_LOG_GZ, gzip.compress(self.log_of(n).encode(), mtime=0))  # as a run ends
         with JsonlWriter(root / layout.CLIENT) as w:  # as a run leaves it (runner/clienthealth.py)
             for rows in self.client.values():
                 for row in rows:
@@ -433,3 +434,9 @@ def small_spec(rules: str = "require failed == 0", *, levels: str = "[2]", mode:
         + "gate {\n  " + gate + "\n  " + "\n  ".join(rules.splitlines()) + "\n}\n"
     )
     return spec_from_text(text)
+
+
+def _on_disk(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A log trace's row as the runner stores it (`TraceMatch.records(in_log=True)`): its times
+    and payload are in server.log's line at `offset`."""
+    return {k: v for k, v in row.items() if k not in ("times", "payload")}

@@ -9,12 +9,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from soakspec.evidence.io import EvidenceFormatError, JsonlWriter, write_json_atomic
+from soakspec.evidence.io import EvidenceFormatError, GzipJsonlWriter, write_json_atomic
 from soakspec.evidence.record import iter_records
 from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
 from soakspec.evidence.provenance import binary_sha256, git_state
 from soakspec.evidence.runtime import detect_runtime_boundary
-from soakspec.evidence.serverlog import cap_server_log, keep_lines
+from soakspec.evidence.serverlog import cap_server_log, compress_server_log, keep_lines
 from soakspec.evidence.traces import TraceSource, collect_traces, match_traces
 from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
@@ -40,6 +40,8 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     # read lazily, only if the declaration needs the log: the capped log without its trace lines
     boundary = detect_runtime_boundary(bp.runtime, dict(la.env), lambda: _log_text(rec) if log_path.exists() else "")
     trace_source = _traces(plan, rec)
+    if log_path.exists():  # read above for the last time: capped, it is kept compressed (server.log.gz)
+        compress_server_log(log_path)
     if rec.followup is None:
         rec.followup = {"required": bp.follow_up, "record": None, "passed": False, "reason": NOT_SENT, "server_idle": None}
     write_json_atomic(rec.layout.followup(rec.name), rec.followup)
@@ -107,7 +109,7 @@ def _log_text(rec: BackendRecorder) -> str:
 
 
 def _traces(plan: Plan, rec: BackendRecorder) -> str:
-    """Match the server's traces to the requests; write traces.jsonl; judge the follow-up's idleness."""
+    """Match the server's traces to the requests; write traces.jsonl.gz; judge the follow-up's idleness."""
     tr = rec.bp.traces
     requests_path = rec.layout.requests(rec.name)
     requests = _match_view(requests_path, tr.id_field) if requests_path.exists() else []
@@ -126,16 +128,19 @@ def _traces(plan: Plan, rec: BackendRecorder) -> str:
             src = TraceSource(kind="jsonl", id_field=tr.id_field, name=str(path))
         traces, _bad = collect_traces(path, offset, src) if path.exists() else ([], [])
         match = match_traces(requests, traces, tr.id_field, tr.id_forms, tr.window_s)
-        rows = [row for row in match.records() if row["request_id"] not in preflight_ids or row["request_id"] is None]
+        rows = [row for row in match.records(in_log=tr.source == "log") if row["request_id"] not in preflight_ids or row["request_id"] is None]
         if rec.followup is not None:
             ts = match.matched.get(rec.followup["record"]["request_id"])
             if ts and ts[0].payload is not None:
                 p = ts[0].payload
                 if "active" in p and "pending" in p:
                     rec.followup["server_idle"] = int(p.get("active") or 0) <= 1 and int(p.get("pending") or 0) == 0
-    with JsonlWriter(rec.layout.traces(rec.name)) as w:
+    w = GzipJsonlWriter(rec.layout.traces(rec.name))  # one gzip member: closed (and fsynced) whole
+    try:
         for row in rows:
             w.write(row)
+    finally:
+        w.close()
     return tr.source
 
 

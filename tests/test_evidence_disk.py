@@ -1,0 +1,70 @@
+"""The compressed evidence layout (server.log.gz, traces.jsonl.gz) judges as the plain one did:
+a run killed before its log was compressed leaves server.log, and gate gives the same verdict
+and figures from either; the judge re-reads a log trace's payload from the log line, never
+from the stored row."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+from soakspec.evidence import layout
+from soakspec.evidence.io import iter_jsonl, read_json
+from soakspec.evidence.manifest import write_manifest
+from soakspec.evidence.verify import finalize_artifacts, verify_evidence
+from soakspec.judge.evidence import load_evidence
+from soakspec.judge.joined import join
+from soakspec.judge.judge import judge_run
+from soakspec.judge.summary import summarize_run
+from soakspec.judge.testing import EvidenceBuilder, spec_from_text
+from tests.test_judge_streaming import SIM_SPEC
+
+
+def _figures(spec, root):
+    """The verdict and the summary, less the manifest hash they bind to (the edit changes it)."""
+    run = join(spec, load_evidence(root))
+    verdict, summary = judge_run(run).to_json(), json.loads(json.dumps(summarize_run(run), default=str))
+    for doc in (verdict, summary):
+        doc.pop("manifest_sha256", None)
+    return verdict, summary
+
+
+def _rehash(root):
+    m = read_json(root / layout.MANIFEST)
+    m["artifacts"] = {}
+    for bound in (layout.RESULTS, layout.VERDICT):
+        (root / bound).unlink()
+    m["artifacts"] = finalize_artifacts(root)
+    write_manifest(root, m)
+
+
+def test_a_plain_server_log_left_by_a_kill_judges_as_the_compressed_one(tmp_path):
+    spec = spec_from_text(SIM_SPEC)
+    b = EvidenceBuilder(spec)
+    for r in list(b.measured(spec.backends[0].name))[:2]:
+        b.untrace(r["request_id"], spec.backends[0].name)  # coverage below 100%: the figures say something
+    root = b.write(tmp_path / "ev")
+    d = root / layout.BACKENDS / layout.safe_name(spec.backends[0].name)
+    assert (d / layout.SERVER_LOG_GZ).is_file() and not (d / layout.SERVER_LOG).exists()
+    rows = [r for _, r in iter_jsonl(d / layout.TRACES)]
+    assert rows and all("payload" not in r and "times" not in r for r in rows)  # in the log, not copied
+    before = _figures(spec, root)
+    (d / layout.SERVER_LOG).write_bytes(gzip.decompress((d / layout.SERVER_LOG_GZ).read_bytes()))
+    (d / layout.SERVER_LOG_GZ).unlink()
+    _rehash(root)
+    assert verify_evidence(root).problems == ()  # (results and verdict were dropped: re-judged here)
+    ev = load_evidence(root)
+    assert ev.backends[0].server_log_path == str(d / layout.SERVER_LOG)
+    assert _figures(spec, root) == before
+
+
+def test_a_changed_compressed_log_is_tampering_and_a_stray_plain_one_is_unlisted(tmp_path):
+    spec = spec_from_text(SIM_SPEC)
+    root = EvidenceBuilder(spec).write(tmp_path / "ev")
+    d = root / layout.BACKENDS / layout.safe_name(spec.backends[0].name)
+    assert verify_evidence(root).exit_code == 0
+    (d / layout.SERVER_LOG).write_text("a stray plain log\n")  # not what the run hashed
+    assert [x.code for x in verify_evidence(root).problems] == ["V103"]
+    (d / layout.SERVER_LOG).unlink()
+    (d / layout.SERVER_LOG_GZ).write_bytes(gzip.compress(b"tampered\n"))
+    assert [x.code for x in verify_evidence(root).problems] == ["V101"]
