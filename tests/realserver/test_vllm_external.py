@@ -26,6 +26,8 @@ from pathlib import Path
 
 import pytest
 
+from lane import lenient_client
+
 from soakspec.evidence.record import iter_records
 
 from soakspec.runner.procs import free_port
@@ -124,7 +126,7 @@ def vllm(lane, tmp_path_factory):
 
 def _run(tmp_path: Path, text: str) -> tuple[subprocess.CompletedProcess, Path, float]:
     spec = tmp_path / "t.soak"
-    spec.write_text(text)
+    spec.write_text(lenient_client(text))
     out = tmp_path / "ev"
     t0 = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "soakspec", "run", str(spec), "--out", str(out), "--quiet",
