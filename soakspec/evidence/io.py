@@ -261,7 +261,59 @@ def read_json(path: os.PathLike | str) -> Any:
         raise EvidenceFormatError(path, 1, f"JSON beyond the decoder's limits: {str(e)[:120]}") from None
 
 
-class JsonlWriter:
+class _AppendOnly:
+    """An append-only file descriptor (O_APPEND): whole writes, fsync, close, a context manager.
+    `JsonlWriter` and `GzipJsonlWriter` add what goes into it."""
+
+    def __init__(self, path: os.PathLike | str) -> None:
+        self.path = Path(path)
+        try:
+            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise EvidenceWriteError(self.path, e) from e
+
+    def _write_all(self, data: bytes) -> None:
+        """Every byte of `data` to the file (raises OSError as the kernel does)."""
+        assert self._fd is not None
+        view = memoryview(data)
+        while view:
+            n = os.write(self._fd, view)
+            view = view[n:]
+
+    def _fsync(self) -> None:
+        assert self._fd is not None
+        try:
+            os.fsync(self._fd)
+        except OSError as e:
+            raise EvidenceWriteError(self.path, e) from e
+
+    def _finish(self) -> None:
+        """What must reach the file before it is closed (nothing here)."""
+
+    def close(self) -> None:
+        if self._fd is None:
+            return
+        try:
+            self._finish()
+        finally:
+            try:
+                self._fsync()
+            finally:
+                fd, self._fd = self._fd, None
+                os.close(fd)
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class JsonlWriter(_AppendOnly):
     """Append-only JSONL: `write(obj)` appends one whole line, `flush_fsync()` makes it durable.
 
     Each record goes to the kernel in a single `os.write` of a complete line (O_APPEND), so a
@@ -271,12 +323,8 @@ class JsonlWriter:
     """
 
     def __init__(self, path: os.PathLike | str, schema: str | Mapping | None = None):
-        self.path = Path(path)
+        super().__init__(path)
         self.schema = schema
-        try:
-            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise EvidenceWriteError(self.path, e) from e
 
     def write(self, obj: Any) -> None:
         if self._fd is None:
@@ -302,10 +350,7 @@ class JsonlWriter:
         assert self._fd is not None
         before = os.fstat(self._fd).st_size
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
+            self._write_all(data)
         except OSError as e:
             try:  # keep the file line-atomic: drop the partial line we may have written
                 os.ftruncate(self._fd, before)
@@ -314,33 +359,8 @@ class JsonlWriter:
             raise EvidenceWriteError(self.path, e) from e
 
     def flush_fsync(self) -> None:
-        if self._fd is None:
-            return
-        try:
-            os.fsync(self._fd)
-        except OSError as e:
-            raise EvidenceWriteError(self.path, e) from e
-
-    def close(self) -> None:
-        if self._fd is None:
-            return
-        fd, self._fd = self._fd, None
-        try:
-            os.fsync(fd)
-        except OSError as e:
-            raise EvidenceWriteError(self.path, e) from e
-        finally:
-            os.close(fd)
-
-    @property
-    def closed(self) -> bool:
-        return self._fd is None
-
-    def __enter__(self) -> "JsonlWriter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        if self._fd is not None:
+            self._fsync()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -462,7 +482,7 @@ def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = N
         errors.append((cut[0] + 1, None))
 
 
-class GzipJsonlWriter:
+class GzipJsonlWriter(_AppendOnly):
     """Append-only gzip JSONL, one gzip member per bucket: `write_lines(data)` compresses whole
     lines into the open member (what the compressor emits goes to the file at once, O_APPEND);
     `flush_fsync()` ends the member (its gzip trailer) and fsyncs -- the runner calls it at
@@ -483,15 +503,11 @@ class GzipJsonlWriter:
     LEVEL = 4
 
     def __init__(self, path: os.PathLike | str, sync_s: float = 1.0):
-        self.path = Path(path)
+        super().__init__(path)
         self.sync_s = sync_s
         self._z: Any = None
         self._member_start = 0
         self._synced = 0.0
-        try:
-            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise EvidenceWriteError(self.path, e) from e
 
     def write_lines(self, data: bytes) -> None:
         if self._fd is None:
@@ -525,10 +541,7 @@ class GzipJsonlWriter:
     def _append(self, data: bytes) -> None:
         assert self._fd is not None
         try:
-            view = memoryview(data)
-            while view:
-                n = os.write(self._fd, view)
-                view = view[n:]
+            self._write_all(data)
         except OSError as e:
             self._z = None
             try:  # the open member cannot be continued: drop it, keep the file readable
@@ -547,34 +560,10 @@ class GzipJsonlWriter:
         if self._fd is None:
             return
         self.end_member()
-        try:
-            os.fsync(self._fd)
-        except OSError as e:
-            raise EvidenceWriteError(self.path, e) from e
+        self._fsync()
 
-    def close(self) -> None:
-        if self._fd is None:
-            return
-        try:
-            self.end_member()
-        finally:
-            fd, self._fd = self._fd, None
-            try:
-                os.fsync(fd)
-            except OSError as e:
-                raise EvidenceWriteError(self.path, e) from e
-            finally:
-                os.close(fd)
-
-    @property
-    def closed(self) -> bool:
-        return self._fd is None
-
-    def __enter__(self) -> "GzipJsonlWriter":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _finish(self) -> None:
+        self.end_member()
 
 
 def scan_jsonl(path: os.PathLike | str) -> JsonlScan:

@@ -23,7 +23,7 @@ from soakspec.evidence.record import iter_records
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.realserver
 
-SPEC = """
+_SPEC = """
 soak "vllm-token-prompts" {
   issue = "real-server lane: token-exact prompts"
 }
@@ -45,39 +45,27 @@ backend "vllm" {
   }
   shutdown_grace = 30s
 }
-workload "completions" {
-  endpoint = completions
-  prompt_tokens = 128
-  tokenizer = "models/tiny/tokenizer.json"
-  max_tokens = 8
-  ignore_eos = true
-  load {
-    mode = closed
-    concurrency = [2]
-  }
-  duration = 10s
-  bucket = 10s
-  deadline = 60s
-}
-workload "chat" {
-  endpoint = chat
-  prompt_tokens = 128
-  tokenizer = "models/tiny/tokenizer.json"
-  max_tokens = 8
-  ignore_eos = true
-  load {
-    mode = closed
-    concurrency = [2]
-  }
-  duration = 10s
-  bucket = 10s
-  deadline = 60s
-}
-gate {
+{workloads}gate {
   require completed_run
   require failed == 0
 }
 """
+WORKLOAD = """workload "{endpoint}" {{
+  endpoint = {endpoint}
+  prompt_tokens = 128
+  tokenizer = "models/tiny/tokenizer.json"
+  max_tokens = 8
+  ignore_eos = true
+  load {{
+    mode = closed
+    concurrency = [2]
+  }}
+  duration = 10s
+  bucket = 10s
+  deadline = 60s
+}}
+"""
+SPEC = _SPEC.replace("{workloads}", "".join(WORKLOAD.format(endpoint=e) for e in ("completions", "chat")))
 
 
 def _records(run_dir: Path):
