@@ -440,12 +440,13 @@ def test_disk_full_while_writing_evidence_aborts_cleanly(tmp_path):
 @pytest.mark.slow
 def test_a_second_run_into_a_directory_in_use_is_refused(tmp_path):
     """While a run writes into --out, a second run into the same directory is refused (exit
-    4, "in use by pid N") and does not disturb the first, which finishes complete."""
+    2, a usage error: nothing ran; "in use by pid N") and does not disturb the first, which
+    finishes complete."""
     marker = new_marker()
     out = tmp_path / "ev"
     first = _start_runner(tmp_path, sim_spec(duration="3s", bucket="1s"), marker, out)
     second = run_soakspec(["run", str(tmp_path / "t.soak"), "--out", str(out), "--quiet"], marker, tmp_path)
-    assert second.returncode == 4
+    assert second.returncode == 2
     assert f"evidence directory {out} is in use by pid {first.pid}" in second.stderr
     _, err = first.communicate(timeout=60)
     assert first.returncode in RUN_COMPLETED, err

@@ -260,11 +260,13 @@ def test_buckets_follow_wall_time_and_closed_loop_holds_concurrency(tmp_path):
         assert r["start"] < stop, "no request starts after the level's end"
         assert r["bucket"] == min(int((r["start"] - m0) // 1.0), 2)
         assert r["end"] <= r["start"] + deadline + 0.5
-    # requests in flight, sampled every 5 ms over the measured window (edges excluded)
+    # requests in flight, sampled every 5 ms over the measured window (edges excluded); a
+    # worker holds its slot until it has processed the response: `end` is the last bytes'
+    # arrival (one clock per record), `client_delay` the client's processing after it
     samples = []
     t = m0 + 0.1
     while t < stop - 0.1:
-        samples.append(sum(1 for r in rows if r["start"] <= t < r["end"]))
+        samples.append(sum(1 for r in rows if r["start"] <= t < r["end"] + (r["client_delay"] or 0.0)))
         t += 0.005
     assert min(samples) >= 3, "concurrency never drops between requests"
     assert statistics.mean(samples) >= 3.9

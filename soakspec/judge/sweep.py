@@ -40,6 +40,10 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from soakspec.evidence.record import FOLLOW_UP_BUCKET
+
 from soakspec.judge.evidence import BackendEvidence, Evidence, Integrity
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Load, Spec, Workload
@@ -106,10 +110,21 @@ def _level_backend(be: BackendEvidence, workload: str, level: int) -> BackendEvi
     """One backend's evidence narrowed to one probe of the sweep, renumbered as level 0."""
     levels = [dict(e) | {"index": 0} for e in be.entry.get("levels") or [] if e.get("workload") == workload and e.get("index") == level]
     records = tuple(dict(r) | {"level": 0} if r.get("level") == level else r
-                    for r in be.records if r.get("level") == level or r.get("bucket") == -2)  # fmt: skip
+                    for r in _probe_rows(be, level))  # fmt: skip
     keep = {str(r.get("request_id")) for r in records}
     traces = tuple(t for t in be.traces if str(t.get("request_id")) in keep)
-    return dataclasses.replace(be, entry=dict(be.entry) | {"levels": levels}, records=records, traces=traces)
+    return dataclasses.replace(be, entry=dict(be.entry) | {"levels": levels}, records=records, traces=traces, table=None)
+
+
+def _probe_rows(be: BackendEvidence, level: int):
+    """The records of probe `level` and the follow-up: from `records` when the evidence was
+    built in memory, else from the loaded table (`load_evidence` keeps columns, not rows). A
+    sweep is one backend's short search, so one probe's rows as dicts are few."""
+    if be.records or be.table is None:
+        return [r for r in be.records if r.get("level") == level or r.get("bucket") == FOLLOW_UP_BUCKET]
+    t = be.table
+    idx = np.flatnonzero((t.i["level"] == level) | (t.i["bucket"] == FOLLOW_UP_BUCKET))
+    return [dict(t.rec(int(i))) for i in idx]
 
 
 def level_evidence(evidence: Evidence, workload: str, level: int) -> Evidence:
