@@ -187,6 +187,8 @@ class TableBuilder:
                 self._extra(i, k, v)
         for k, col, codes in self._c:
             v = get(k)
+            if type(v) is not str and isinstance(v, str):
+                v = str(v)  # the record type's StrEnum (outcome, tokens_source, itl_source): its value
             if type(v) is str or v is None:
                 c = codes.get(v)
                 col.append(c if c is not None else self.code(k, v))
