@@ -26,15 +26,14 @@ Every problem is a `DatasetError` with the 1-based line and column in the file.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
 from typing import Any
+
+from soakspec.lang.datafile import MAX_FILE_BYTES, DataFileError, read_text
 
 __all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_PROMPTS", "DatasetError", "Parsed", "parse_dataset", "read_dataset"]
 
 FORMATS = ("text", "jsonl", "sharegpt")
-MAX_FILE_BYTES = 64 * 1024 * 1024  # `check` reads the whole file; a larger one is a mistake or needs splitting
 MAX_PROMPTS = 1_000_000
 LENGTH_FIELDS = ("max_tokens", "output_len", "output_tokens")
 HUMAN = ("human", "user")
@@ -44,10 +43,8 @@ Messages = tuple[tuple[str, str], ...]
 Prompt = str | Messages
 
 
-class DatasetError(Exception):
-    def __init__(self, message: str, line: int = 1, column: int = 1):
-        super().__init__(message)
-        self.message, self.line, self.column = message, line, column
+class DatasetError(DataFileError):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,21 +58,8 @@ class Parsed:
 
 def read_dataset(path: str, fmt: str | None, *, chat: bool, lengths: bool, turns: bool = False) -> Parsed:
     """Read and parse a prompt file (bounded: MAX_FILE_BYTES; never a FIFO or a directory)."""
-    try:
-        if not os.path.isfile(path):
-            raise DatasetError("no such file" if not os.path.exists(path) else "not a regular file")
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            raise DatasetError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise DatasetError(f"cannot be read: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise DatasetError("is not UTF-8", line, e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1) from None
-    return parse_dataset(text, fmt, chat=chat, lengths=lengths, turns=turns, sha256=hashlib.sha256(raw).hexdigest())
+    text, sha256 = read_text(path, DatasetError)
+    return parse_dataset(text, fmt, chat=chat, lengths=lengths, turns=turns, sha256=sha256)
 
 
 def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, turns: bool = False, sha256: str = "") -> Parsed:

@@ -14,22 +14,19 @@ nothing. Every problem is a `TraceFileError` with the 1-based line and column in
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
+
+from soakspec.lang.datafile import MAX_FILE_BYTES, DataFileError, read_text
 
 __all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_REQUESTS", "TraceFile", "TraceFileError", "parse_trace", "read_trace"]
 
 FORMATS = ("mooncake",)
-MAX_FILE_BYTES = 64 * 1024 * 1024
 MAX_REQUESTS = 1_000_000
 MAX_LENGTH = 10_000_000  # tokens of one request: larger is a corrupt line
 
 
-class TraceFileError(Exception):
-    def __init__(self, message: str, line: int = 1, column: int = 1):
-        super().__init__(message)
-        self.message, self.line, self.column = message, line, column
+class TraceFileError(DataFileError):
+    pass
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,20 +40,8 @@ class TraceFile:
 
 def read_trace(path: str, fmt: str = "mooncake") -> TraceFile:
     """Read and parse a trace file (bounded: MAX_FILE_BYTES; never a FIFO or a directory)."""
-    try:
-        if not os.path.isfile(path):
-            raise TraceFileError("no such file" if not os.path.exists(path) else "not a regular file")
-        if os.path.getsize(path) > MAX_FILE_BYTES:
-            raise TraceFileError(f"larger than {MAX_FILE_BYTES // (1024 * 1024)} MiB")
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_FILE_BYTES + 1)
-    except OSError as e:
-        raise TraceFileError(f"cannot be read: {e.strerror or e}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise TraceFileError("is not UTF-8", raw.count(b"\n", 0, e.start) + 1) from None
-    return parse_trace(text, fmt, sha256=hashlib.sha256(raw).hexdigest())
+    text, sha256 = read_text(path, TraceFileError)
+    return parse_trace(text, fmt, sha256=sha256)
 
 
 def parse_trace(text: str, fmt: str = "mooncake", *, sha256: str = "") -> TraceFile:
