@@ -660,3 +660,43 @@ def run_state_json(meta: Mapping[str, Any]) -> dict[str, Any]:
 def run_went_normally(lines: Sequence[tuple[str, str]]) -> bool:
     """Only `run status: complete`: nothing the reports need to call out."""
     return [k for k, _ in lines] == ["run status"] and lines[0][1] == "complete"
+
+
+# ---------------------------------------------------------------- sweeps and goodput (results.json)
+
+GOODPUT_NOTE = ("Goodput counts measured requests that completed and meet every condition; a request that failed, "
+                "timed out or lacks a condition's value does not.")
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepView:
+    """One backend's sweep as reports show it: the figure, its value, and every probe in run order."""
+
+    backend: Any
+    figure: Any
+    axis: Any
+    value: str  # "12 rps", or "none (...)"
+    bound: str  # "" or why the search stopped early
+    probes: tuple[tuple[int, Any, str, Any], ...]  # (probe number, value, holds: yes | no | inconclusive, why)
+
+
+def sweep_views(results: Mapping[str, Any]) -> list[SweepView]:
+    out = []
+    for sw in results.get("sweep") or []:
+        if not isinstance(sw, Mapping):
+            continue
+        unit = " rps" if sw.get("axis") == "rate" else ""
+        value = "none (even the lowest level does not hold)" if sw.get("result") is None else f"{sw.get('result'):g}{unit}"
+        bound = " — bounded by max wall time (the best holding level so far)" if sw.get("bounded_by_wall_time") else ""
+        probes = tuple(
+            (i + 1, p.get("value"), "yes" if p.get("passed") else ("inconclusive" if p.get("status") == "inconclusive" else "no"),
+             p.get("why"))
+            for i, p in enumerate(sw.get("probes") or []) if isinstance(p, Mapping))  # fmt: skip
+        out.append(SweepView(sw.get("backend"), sw.get("figure"), sw.get("axis"), value, bound, probes))
+    return out
+
+
+def goodput_rows(results: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """results.json `goodput` rows (per SLO set and level), each with `share` as text."""
+    rows = [g for g in results.get("goodput") or [] if isinstance(g, Mapping)]
+    return [dict(g, share="n/a" if g.get("goodput") is None else f"{g['goodput'] * 100:.4g}%") for g in rows]

@@ -370,36 +370,26 @@ def _claims(spec: Any) -> list[str]:
 def sweep_html(results: Mapping[str, Any]) -> list[str]:
     """A sweep's figure and every probe in the order it ran (results.json `sweep`)."""
     out: list[str] = []
-    for sw in results.get("sweep") or []:
-        if not isinstance(sw, Mapping):
-            continue
-        unit = " rps" if sw.get("axis") == "rate" else ""
-        value = "none (even the lowest level does not hold)" if sw.get("result") is None else f"{sw.get('result'):g}{unit}"
-        bound = " — bounded by max wall time (the best holding level so far)" if sw.get("bounded_by_wall_time") else ""
-        out += [f"<h2>Sweep: <code>{esc(sw.get('backend'))}</code></h2>",
-                f"<p><strong>{esc(sw.get('figure'))} = {esc(value)}</strong>{esc(bound)}</p>",
-                f"<table><tr><th>Probe</th><th>{esc(sw.get('axis'))}</th><th>Holds</th><th>Why</th></tr>"]
-        for i, p in enumerate(sw.get("probes") or []):
-            if isinstance(p, Mapping):
-                holds = "yes" if p.get("passed") else ("inconclusive" if p.get("status") == "inconclusive" else "no")
-                out.append(f"<tr><td>{i + 1}</td><td>{esc(p.get('value'))}</td><td>{holds}</td><td>{esc(p.get('why'))}</td></tr>")
+    for sw in C.sweep_views(results):
+        out += [f"<h2>Sweep: <code>{esc(sw.backend)}</code></h2>",
+                f"<p><strong>{esc(sw.figure)} = {esc(sw.value)}</strong>{esc(sw.bound)}</p>",
+                f"<table><tr><th>Probe</th><th>{esc(sw.axis)}</th><th>Holds</th><th>Why</th></tr>"]
+        out += [f"<tr><td>{n}</td><td>{esc(value)}</td><td>{holds}</td><td>{esc(why)}</td></tr>" for n, value, holds, why in sw.probes]
         out.append("</table>")
     return out
 
 
 def goodput_html(results: Mapping[str, Any]) -> list[str]:
     """Per SLO set the gate names, per level: the share and rate of requests meeting it."""
-    rows = [g for g in results.get("goodput") or [] if isinstance(g, Mapping)]
+    rows = C.goodput_rows(results)
     if not rows:
         return []
     out = ["<h2>Goodput</h2>", "<table><tr><th>SLO</th><th>Backend / level</th><th>Met / measured</th><th>Goodput</th><th>Goodput rate</th></tr>"]
     for g in rows:
-        share = "n/a" if g.get("goodput") is None else f"{g['goodput'] * 100:.4g}%"
         out.append(f"<tr><td>{esc(g.get('slo'))}</td><td>{esc(g.get('backend'))} · {esc(g.get('label'))}</td>"
-                   f"<td>{esc(g.get('met'))} / {esc(g.get('requests'))}</td><td>{esc(share)}</td><td>{_rate(g.get('goodput_rate'))} req/s</td></tr>")
+                   f"<td>{esc(g.get('met'))} / {esc(g.get('requests'))}</td><td>{esc(g['share'])}</td><td>{_rate(g.get('goodput_rate'))} req/s</td></tr>")
     out.append("</table>")
-    out.append('<p class="note">Goodput counts measured requests that completed and meet every condition; a request that failed, '
-               "timed out or lacks a condition's value does not.</p>")
+    out.append(f'<p class="note">{esc(C.GOODPUT_NOTE)}</p>')
     return out
 
 

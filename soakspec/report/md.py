@@ -178,34 +178,24 @@ def level_table(results: Mapping[str, Any]) -> list[str]:
 def sweep_section(results: Mapping[str, Any]) -> list[str]:
     """A sweep's figure and every probe in the order it ran (results.json `sweep`)."""
     out: list[str] = []
-    for sw in results.get("sweep") or []:
-        if not isinstance(sw, Mapping):
-            continue
-        unit = " rps" if sw.get("axis") == "rate" else ""
-        value = "none (even the lowest level does not hold)" if sw.get("result") is None else f"{sw.get('result'):g}{unit}"
-        bound = " — bounded by max wall time (the best holding level so far)" if sw.get("bounded_by_wall_time") else ""
-        out += [f"### Sweep: {md_text(sw.get('backend'))}", "", f"**{md_text(sw.get('figure'))} = {md_text(value)}**{md_text(bound)}", "",
-                f"| Probe | {md_text(sw.get('axis'))} | Holds | Why |", "|---|---|---|---|"]
-        for i, p in enumerate(sw.get("probes") or []):
-            if isinstance(p, Mapping):
-                holds = "yes" if p.get("passed") else ("inconclusive" if p.get("status") == "inconclusive" else "no")
-                out.append(f"| {i + 1} | {md_cell(p.get('value'))} | {holds} | {md_cell(C.one_line(str(p.get('why') or '')))} |")
+    for sw in C.sweep_views(results):
+        out += [f"### Sweep: {md_text(sw.backend)}", "", f"**{md_text(sw.figure)} = {md_text(sw.value)}**{md_text(sw.bound)}", "",
+                f"| Probe | {md_text(sw.axis)} | Holds | Why |", "|---|---|---|---|"]
+        out += [f"| {n} | {md_cell(value)} | {holds} | {md_cell(C.one_line(str(why or '')))} |" for n, value, holds, why in sw.probes]
         out.append("")
     return out
 
 
 def goodput_section(results: Mapping[str, Any]) -> list[str]:
     """Per SLO set the gate names, per level: the share and rate of requests meeting it."""
-    rows = [g for g in results.get("goodput") or [] if isinstance(g, Mapping)]
+    rows = C.goodput_rows(results)
     if not rows:
         return []
     out = ["### Goodput", "", "| SLO | Backend / level | Met / measured | Goodput | Goodput rate |", "|---|---|---|---|---|"]
     for g in rows:
-        share = "n/a" if g.get("goodput") is None else f"{g['goodput'] * 100:.4g}%"
         out.append(f"| {md_cell(g.get('slo'))} | {md_cell(g.get('backend'))} · {md_text(g.get('label'))} | "
-                   f"{_num(C._int(g.get('met')))} / {_num(C._int(g.get('requests')))} | {share} | {_fmt_rate(g.get('goodput_rate'), 2)} req/s |")
-    return out + ["", "Goodput counts measured requests that completed and meet every condition; a request that failed, "
-                  "timed out or lacks a condition's value does not.", ""]
+                   f"{_num(C._int(g.get('met')))} / {_num(C._int(g.get('requests')))} | {g['share']} | {_fmt_rate(g.get('goodput_rate'), 2)} req/s |")
+    return out + ["", C.GOODPUT_NOTE, ""]
 
 
 def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any) -> str:
