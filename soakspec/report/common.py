@@ -445,28 +445,33 @@ def _worst(vals: Sequence[Any], pick=max) -> float | None:
     return pick(known) if known else None
 
 
-def client_rows(results: Mapping[str, Any]) -> list[ClientRow]:
-    out = []
+def levels_with_buckets(results: Mapping[str, Any]):
+    """(backend, level, that level's buckets) for every level of results.json, in order."""
     for b in _list(results.get("backends")):
         if not isinstance(b, Mapping):
             continue
         buckets = [w for w in _list(b.get("buckets")) if isinstance(w, Mapping)]
         for lv in _list(b.get("levels")):
-            if not isinstance(lv, Mapping):
-                continue
-            cs = [_map(w.get("client")) for w in buckets if w.get("level") == lv.get("index") and w.get("workload") == lv.get("workload")]
-            if not any(c.get("samples") for c in cs):
-                continue
-            co = _map(lv.get("itl_coalesced"))
-            gaps = num(co.get("gaps"))
-            out.append(ClientRow(
-                backend=one_line(b.get("name")), label=one_line(lv.get("label") or f"level {lv.get('index')}"),
-                lag_p99=_worst([c.get("lag_p99") for c in cs]), cpu=_worst([c.get("cpu") for c in cs]),
-                host_cpu=_worst([c.get("host_cpu") for c in cs]), schedule_lag_p99=_worst([c.get("schedule_lag_p99") for c in cs]),
-                achieved=_worst([c.get("achieved") for c in cs], min), offered=_worst([c.get("offered") for c in cs]),
-                coalesced=(num(co.get("coalesced")) or 0) / gaps if gaps else None,
-                lags=tuple(num(c.get("lag_p99")) for c in cs),
-            ))  # fmt: skip
+            if isinstance(lv, Mapping):
+                yield b, lv, [w for w in buckets if w.get("level") == lv.get("index") and w.get("workload") == lv.get("workload")]
+
+
+def client_rows(results: Mapping[str, Any]) -> list[ClientRow]:
+    out = []
+    for b, lv, mine in levels_with_buckets(results):
+        cs = [_map(w.get("client")) for w in mine]
+        if not any(c.get("samples") for c in cs):
+            continue
+        co = _map(lv.get("itl_coalesced"))
+        gaps = num(co.get("gaps"))
+        out.append(ClientRow(
+            backend=one_line(b.get("name")), label=one_line(lv.get("label") or f"level {lv.get('index')}"),
+            lag_p99=_worst([c.get("lag_p99") for c in cs]), cpu=_worst([c.get("cpu") for c in cs]),
+            host_cpu=_worst([c.get("host_cpu") for c in cs]), schedule_lag_p99=_worst([c.get("schedule_lag_p99") for c in cs]),
+            achieved=_worst([c.get("achieved") for c in cs], min), offered=_worst([c.get("offered") for c in cs]),
+            coalesced=(num(co.get("coalesced")) or 0) / gaps if gaps else None,
+            lags=tuple(num(c.get("lag_p99")) for c in cs),
+        ))  # fmt: skip
     return out
 
 
@@ -526,24 +531,17 @@ def offered_text(lv: Mapping[str, Any]) -> tuple[str, float | None]:
 
 def level_rows(results: Mapping[str, Any]) -> list[LevelRow]:
     out = []
-    for b in _list(results.get("backends")):
-        if not isinstance(b, Mapping):
-            continue
-        buckets = [w for w in _list(b.get("buckets")) if isinstance(w, Mapping)]
-        for lv in _list(b.get("levels")):
-            if not isinstance(lv, Mapping):
-                continue
-            mine = [w for w in buckets if w.get("level") == lv.get("index") and w.get("workload") == lv.get("workload")]
-            offered, rate = offered_text(lv)
-            out.append(LevelRow(
-                backend=one_line(b.get("name")), workload=lv.get("workload"), level=_int(lv.get("index")),
-                label=one_line(lv.get("label") or f"level {lv.get('index')}"), offered=offered, offered_rate=rate,
-                qps=wall_mean(mine, "qps"), tokens_per_s=wall_mean(mine, "output_tokens_per_s"),
-                in_flight=wall_mean(mine, "in_flight"),
-                ttft=_map(lv.get("ttft")) or None, itl=_map(lv.get("itl")) or None, tpot=_map(lv.get("tpot")) or None,
-                latency=_map(lv.get("latency")) or None, requests=_map(lv.get("requests")),
-                itl_coalesced=_map(lv.get("itl_coalesced")) or None, excluded=_map(lv.get("excluded")) or None,
-            ))
+    for b, lv, mine in levels_with_buckets(results):
+        offered, rate = offered_text(lv)
+        out.append(LevelRow(
+            backend=one_line(b.get("name")), workload=lv.get("workload"), level=_int(lv.get("index")),
+            label=one_line(lv.get("label") or f"level {lv.get('index')}"), offered=offered, offered_rate=rate,
+            qps=wall_mean(mine, "qps"), tokens_per_s=wall_mean(mine, "output_tokens_per_s"),
+            in_flight=wall_mean(mine, "in_flight"),
+            ttft=_map(lv.get("ttft")) or None, itl=_map(lv.get("itl")) or None, tpot=_map(lv.get("tpot")) or None,
+            latency=_map(lv.get("latency")) or None, requests=_map(lv.get("requests")),
+            itl_coalesced=_map(lv.get("itl_coalesced")) or None, excluded=_map(lv.get("excluded")) or None,
+        ))
     return out
 
 
