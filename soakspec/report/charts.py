@@ -13,6 +13,7 @@ import dataclasses
 import html
 import math
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from soakspec.report.common import clean_text
 
@@ -57,6 +58,16 @@ class Mark:
     x1: float
     label: str
     kind: str = "failing-bucket"
+
+
+def broken_at(points: Sequence[tuple[float, float | None]], keys: Sequence[Any]) -> tuple[tuple[float, float | None], ...]:
+    """The points with a gap (None) wherever the level changes: no line joins two levels."""
+    out: list[tuple[float, float | None]] = []
+    for i, (p, k) in enumerate(zip(points, keys)):
+        if i and keys[i - 1] != k:
+            out.append((p[0], None))
+        out.append(p)
+    return tuple(out)
 
 
 def nice_step(span: float, ticks: int = 4) -> float:

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soakspec.report import common as C
-from soakspec.report.charts import Band, Mark, Series, Threshold, bar_chart, empty_chart, esc, line_chart
+from soakspec.report.charts import Band, Mark, Series, Threshold, bar_chart, broken_at, empty_chart, esc, line_chart
 from soakspec.report.serverview import html_charts as server_charts
 
 CHART_METRICS = ("ttft", "itl", "throughput", "qps", "failures", "gpu_memory", "rss", "client")
@@ -112,16 +112,6 @@ def rule_overlays(verdict: Any, spec: Any, backend: str, t0: float) -> tuple[dic
     return thresholds, marks
 
 
-def _broken(points: Sequence[tuple[float, float | None]], keys: Sequence[Any]) -> tuple[tuple[float, float | None], ...]:
-    """The points with a gap (None) wherever the level changes: no line joins two levels."""
-    out: list[tuple[float, float | None]] = []
-    for i, (p, k) in enumerate(zip(points, keys)):
-        if i and keys[i - 1] != k:
-            out.append((p[0], None))
-        out.append(p)
-    return tuple(out)
-
-
 def backend_charts(b: Mapping[str, Any], gpu_reason: str | None, verdict: Any = None, spec: Any = None) -> list[str]:
     """One chart per metric of `CHART_METRICS` for one backend of results.json."""
     name = C.one_line(b.get("name"))
@@ -154,19 +144,19 @@ def backend_charts(b: Mapping[str, Any], gpu_reason: str | None, verdict: Any = 
         vals = {p: [(_num((w.get(metric) or {}).get(p)) if isinstance(w.get(metric), Mapping) else None) for w in windows]
                 for p, _ in PCT_COLORS}
         factor, unit = _time_scale([v for vs in vals.values() for v in vs if v is not None] + [v for v, _ in th.get(metric, [])])
-        series = [Series(p, _broken([(x, v * factor if v is not None else None) for x, v in zip(mids, vals[p])], lv_keys), color)
+        series = [Series(p, broken_at([(x, v * factor if v is not None else None) for x, v in zip(mids, vals[p])], lv_keys), color)
                   for p, color in PCT_COLORS]
         out.append(line_chart(name, metric, title, unit, series, bands, x_max, lambda v, u=unit: f"{v:.3g} {u}",
                               empty="no completed requests", thresholds=lines(metric, factor), marks=marks.get(metric, ())))
     tps = [_num(w.get("output_tokens_per_s")) for w in windows]
     out.append(line_chart(name, "throughput", "Throughput (output tokens/s)", "tokens/s",
-                          [Series("tokens/s", _broken(list(zip(mids, tps)), lv_keys), "#2ca02c")], bands, x_max,
+                          [Series("tokens/s", broken_at(list(zip(mids, tps)), lv_keys), "#2ca02c")], bands, x_max,
                           lambda v: f"{v:.1f} tokens/s", thresholds=lines("throughput"), marks=marks.get("throughput", ())))
     qps = [_num(w.get("qps")) for w in windows]
     offered = [_num(w.get("rate")) for w in windows]
-    qps_series = [Series("achieved", _broken(list(zip(mids, qps)), lv_keys), "#1f77b4")]
+    qps_series = [Series("achieved", broken_at(list(zip(mids, qps)), lv_keys), "#1f77b4")]
     if any(v is not None for v in offered):
-        qps_series.append(Series("offered", _broken(list(zip(mids, offered)), lv_keys), "#8250df", "5 3"))
+        qps_series.append(Series("offered", broken_at(list(zip(mids, offered)), lv_keys), "#8250df", "5 3"))
     qps_title = "Requests/s: achieved vs offered" if len(qps_series) > 1 else "Completed requests per second"
     out.append(line_chart(name, "qps", qps_title, "req/s", qps_series, bands,
                           x_max, lambda v: f"{v:.2f} req/s", thresholds=lines("qps"), marks=marks.get("qps", ())))
@@ -192,8 +182,8 @@ def backend_charts(b: Mapping[str, Any], gpu_reason: str | None, verdict: Any = 
             out.append(empty_chart(name, metric, title, missing))
             continue
         factor, unit = _size_scale(known)
-        series = [Series("mean", _broken([(x, v / factor if v is not None else None) for x, v in zip(mids, means)], lv_keys), "#1f77b4"),
-                  Series("max", _broken([(x, v / factor if v is not None else None) for x, v in zip(mids, maxes)], lv_keys), "#d62728", "4 3")]
+        series = [Series("mean", broken_at([(x, v / factor if v is not None else None) for x, v in zip(mids, means)], lv_keys), "#1f77b4"),
+                  Series("max", broken_at([(x, v / factor if v is not None else None) for x, v in zip(mids, maxes)], lv_keys), "#d62728", "4 3")]
         out.append(line_chart(name, metric, title, unit, series, bands, x_max, lambda v, u=unit: f"{v:.3g} {u}",
                               thresholds=lines(metric, 1.0 / factor), marks=marks.get(metric, ())))
     out.append(_client_chart(name, windows, mids, lv_keys, bands, x_max, spec))
@@ -210,8 +200,8 @@ def _client_chart(name: str, windows, mids, lv_keys, bands, x_max: float, spec: 
         return empty_chart(name, "client", "Load generator health", "no client-health samples (client.jsonl)")
     gate = getattr(spec, "gate", None)
     limit = getattr(gate, "client_lag", 0.05)
-    series = [Series("lag p99 (ms)", _broken([(x, v * 1000 if v is not None else None) for x, v in zip(mids, lag)], lv_keys), "#d62728"),
-              Series("CPU (% of a core)", _broken([(x, v * 100 if v is not None else None) for x, v in zip(mids, cpu)], lv_keys), "#1f77b4", "4 3")]
+    series = [Series("lag p99 (ms)", broken_at([(x, v * 1000 if v is not None else None) for x, v in zip(mids, lag)], lv_keys), "#d62728"),
+              Series("CPU (% of a core)", broken_at([(x, v * 100 if v is not None else None) for x, v in zip(mids, cpu)], lv_keys), "#1f77b4", "4 3")]
     return line_chart(name, "client", "Load generator: event-loop lag p99 (ms) and CPU (%)", "ms / %", series, bands, x_max,
                       lambda v: f"{v:.3g}", thresholds=[Threshold(limit * 1000, f"client_lag {limit * 1000:g} ms")])
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from soakspec.judge.common import rule_display
 from soakspec.report import common as C
-from soakspec.report.charts import Band, Mark, Series, Threshold, empty_chart, line_chart
+from soakspec.report.charts import Band, Mark, Series, Threshold, broken_at, empty_chart, line_chart
 
 # charted when no rule names a server metric (the first of each pair the server exposes)
 DEFAULT_CHARTS = (("vllm:num_requests_running", "sglang:num_running_reqs"), ("vllm:num_requests_waiting", "sglang:num_queue_reqs"),
@@ -65,15 +65,6 @@ def _frame(ws: Sequence[Mapping[str, Any]]) -> tuple[float, float, list[Band], l
             bands.append(Band(w["started"] - t0, w["ended"] - t0, C.one_line(w.get("level_label") or f"level {w.get('level')}")))
         keys.append(key)
     return t0, max(w["ended"] for w in ws) - t0, bands, keys, [((w["started"] + w["ended"]) / 2 - t0) for w in ws]
-
-
-def _broken(points: Sequence[tuple[float, float | None]], keys: Sequence[Any]) -> tuple[tuple[float, float | None], ...]:
-    out: list[tuple[float, float | None]] = []
-    for i, (p, k) in enumerate(zip(points, keys)):
-        if i and keys[i - 1] != k:
-            out.append((p[0], None))
-        out.append(p)
-    return tuple(out)
 
 
 def _overlays(verdict: Any, spec: Any, backend: str, t0: float, want) -> tuple[list[Threshold], list[Mark]]:
@@ -132,7 +123,7 @@ def html_charts(b: Mapping[str, Any], verdict: Any = None, spec: Any = None) -> 
         kind = str(f.get("type"))
         per = f.get("per_bucket") if isinstance(f.get("per_bucket"), Mapping) else {}
         vals = [per.get(f"{w.get('workload')}:{w.get('level')}:{w.get('bucket')}") for w in ws]
-        series = [Series(label, _broken([(x, _value(e, label)) for x, e in zip(mids, vals)], keys), color, dash)
+        series = [Series(label, broken_at([(x, _value(e, label)) for x, e in zip(mids, vals)], keys), color, dash)
                   for label, color, dash in _SERIES.get(kind, _SERIES["gauge"])]
         lines, marks = _overlays(verdict, spec, name, t0, lambda r, fam=fam: r.expr.server == fam)
         out.append(line_chart(name, metric, fam, _WHAT.get(kind, kind), series, bands, x_max,
@@ -142,8 +133,8 @@ def html_charts(b: Mapping[str, Any], verdict: Any = None, spec: Any = None) -> 
     if not any(v is not None for pair in cpu for v in pair):
         out.append(empty_chart(name, "cpu", "Server CPU", "no CPU telemetry of the server's processes (a url backend's process is not soakspec's to see)"))
         return out
-    series = [Series("mean", _broken([(x, m * 100 if m is not None else None) for x, (m, _) in zip(mids, cpu)], keys), "#1f77b4"),
-              Series("max", _broken([(x, m * 100 if m is not None else None) for x, (_, m) in zip(mids, cpu)], keys), "#d62728", "4 3")]
+    series = [Series("mean", broken_at([(x, m * 100 if m is not None else None) for x, (m, _) in zip(mids, cpu)], keys), "#1f77b4"),
+              Series("max", broken_at([(x, m * 100 if m is not None else None) for x, (_, m) in zip(mids, cpu)], keys), "#d62728", "4 3")]
     lines, marks = _overlays(verdict, spec, name, t0, lambda r: r.expr.metric == "cpu")
     out.append(line_chart(name, "cpu", "Server CPU (process tree; 100% = one core)", "%", series, bands, x_max,
                           lambda v: f"{v:.1f}%", thresholds=[Threshold(t.y * 100, t.label) for t in lines], marks=marks))
