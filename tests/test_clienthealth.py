@@ -442,3 +442,38 @@ def test_reports_show_coalescing_exclusions_and_the_client_beside_the_server(tmp
     assert main(["report", str(ev), "--spec", str(spec_path), "--format", "html", "--out", str(html)]) == 0
     page = html.read_text()
     assert '<svg class="chart" data-backend="a" data-metric="client"' in page and "<h2>Load generator</h2>" in page
+
+
+def test_a_bucket_whose_client_samples_were_removed_is_not_healthy(tmp_path):
+    """Edited evidence: client.jsonl's lines for one bucket deleted (the manifest's hashes
+    recomputed). The run measured its client elsewhere, so that bucket's health is unknown:
+    client_healthy is INCONCLUSIVE naming it, never PASS."""
+    import shutil
+
+    from soakspec.evidence.io import read_json
+    from soakspec.evidence.manifest import write_manifest
+    from soakspec.evidence.verify import finalize_artifacts
+    from soakspec.judge.evidence import load_evidence
+    from soakspec.judge.joined import join
+    from soakspec.judge.judge import judge_run
+    from soakspec.lang import load_spec
+
+    from runner_support import run_spec
+
+    text = sim_spec(duration="3s", bucket="1s", follow_up=False)
+    proc, out = run_spec(tmp_path, text, "--format", "json")
+    rows = [json.loads(x) for x in (out / "client.jsonl").read_text().splitlines() if x.strip()]
+    m = read_json(out / "manifest.json")
+    lv = m["backends"][0]["levels"][0]
+    first = lv["buckets"][0]
+    kept = [r for r in rows if not (r["start"] < first["end"] and r["t"] > first["start"])]  # every sample of bucket 0
+    assert rows and len(kept) < len(rows)
+    edited = tmp_path / "edited"
+    shutil.copytree(out, edited)
+    (edited / "client.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    m["artifacts"] = finalize_artifacts(edited)
+    write_manifest(edited, m)
+    spec, _, _ = load_spec(str(tmp_path / "t.soak"))
+    v = judge_run(join(spec, load_evidence(edited)))
+    (health,) = [r for r in v.rules if r.rule == "client_healthy"]
+    assert health.status == "inconclusive" and "no client-health sample in bucket 0" in health.message, health.message

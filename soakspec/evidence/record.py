@@ -117,7 +117,7 @@ def measured(bucket: int) -> bool:
 _US = 1_000_000
 NonNeg = Annotated[int, msgspec.Meta(ge=0)]
 NonNegF = Annotated[float, msgspec.Meta(ge=0)]
-_Sha = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{64}$")]
+_Sha = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}(?![\s\S])")]  # not "$": Python's matches before a trailing newline
 
 
 class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_unknown_fields=True):

@@ -444,6 +444,13 @@ def client_saturation(row: dict, g) -> list[str]:
     return why
 
 
+def _covered(samples, start: float, end: float) -> bool:
+    """Does a client-health sample's own window (its `start` to `t`) overlap [start, end)? A
+    sample spans about a second, so a shorter bucket may hold none and still be measured."""
+    return any(type(s.get("start")) in (int, float) and type(s.get("t")) in (int, float) and s["start"] < end and s["t"] > start
+               for s in samples)
+
+
 def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
     g = run.gate
     if not g.client_healthy:
@@ -451,20 +458,27 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
     insts: list[Instance] = []
     n = sampled = 0
     worst: tuple[float, str] | None = None
+    unsampled: list[Instance] = []
     for bi in run.judged:
         for lv in bi.levels:
             for row in client_rows(bi, lv):
                 n += 1
                 sampled += 1 if row["samples"] else 0
-                if not row["samples"]:
-                    continue  # evidence without client.jsonl: nothing measured the client here
                 w = next(x for x in lv.buckets if x.index == row["bucket"])
+                if not row["samples"] and not _covered(bi.evidence.client, w.start, w.end):  # its health is unknown
+                    unsampled.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), None, None, None,
+                                              f"no client-health sample in bucket {row['bucket']}: the load generator's health is unknown"))
+                    continue
+                if not row["samples"]:
+                    continue  # shorter than a sample: the sample around it judges its time
                 why = client_saturation(row, g)
                 if why:
                     insts.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), row["lag_p99"], None, None,
                                           f"load generator saturated in bucket {row['bucket']}: {', '.join(why)}"))
                 elif row["lag_p99"] is not None and (worst is None or row["lag_p99"] > worst[0]):
                     worst = (row["lag_p99"], loc(bucket_scope(bi, lv, w)).text)
+    if sampled:  # the run measured its client: a bucket it did not measure is not a healthy one
+        insts += unsampled
     if not sampled:
         msg = "no client-health samples in the evidence (client.jsonl): the load generator's health is unknown"
     else:
