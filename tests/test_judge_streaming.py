@@ -209,27 +209,15 @@ def test_each_jsonl_file_is_decoded_once(tmp_path, monkeypatch):
     spec = spec_from_text(SIM_SPEC)
     root = EvidenceBuilder(spec).write(tmp_path / "ev")
     seen: dict[str, int] = {}
-    real = io.iter_jsonl
 
-    def counting(path, *a, **k):
-        seen[Path(path).name] = seen.get(Path(path).name, 0) + 1
-        return real(path, *a, **k)
+    def counting(real):
+        def read(path, *a, **k):  # every JSONL reader (lines, blocks, typed records) opens its file here
+            seen[Path(path).name] = seen.get(Path(path).name, 0) + 1
+            return real(path, *a, **k)
+        return read
 
-    monkeypatch.setattr(io, "iter_jsonl", counting)
-    import soakspec.evidence.verify as verify
-    import soakspec.judge.evidence as jev
-
-    from soakspec.evidence import record
-
-    real_records = record.iter_records
-
-    def counting_records(path, *a, **k):
-        seen[Path(path).name] = seen.get(Path(path).name, 0) + 1
-        return real_records(path, *a, **k)
-
-    monkeypatch.setattr(verify, "iter_jsonl", counting)
-    monkeypatch.setattr(jev, "iter_jsonl", counting)
-    monkeypatch.setattr(record, "iter_records", counting_records)
+    monkeypatch.setattr(io, "iter_raw_lines", counting(io.iter_raw_lines))
+    monkeypatch.setattr(io, "iter_raw_blocks", counting(io.iter_raw_blocks))
     load_evidence(root)
     # buckets.jsonl: verified (the judge does not read it); metrics.jsonl and client.jsonl once too
     assert seen == {layout.REQUESTS: 1, layout.TRACES: 1, layout.TELEMETRY: 1, layout.BUCKETS: 1, layout.METRICS: 1, layout.CLIENT: 1}

@@ -400,9 +400,70 @@ def iter_raw_lines(path: os.PathLike | str, hasher: Any = None, cut: list[int] |
 
 
 def _gzip_lines(path, fh, hasher, cut):
+    for i, block in _gzip_blocks(path, fh, hasher, cut):
+        lines = block.split(b"\n")
+        last = lines.pop()
+        for raw in lines:
+            yield i, raw + b"\n"
+            i += 1
+        if last:  # only the file's cut-off end has no newline
+            yield i, last
+
+
+def iter_raw_blocks(path: os.PathLike | str, hasher: Any = None, cut: list[int] | None = None):
+    """`iter_raw_lines` a block at a time: yield `(first_line_number, block)`, each block whole
+    lines (every one newline-terminated) of up to about a read's size -- except a cut-off last
+    line, which comes last, alone, without its newline. The same bytes, hashing and `cut` as
+    `iter_raw_lines`; a reader that decodes many lines in one call (`record.iter_record_batches`)
+    pays the per-line Python cost once a block."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+        fh.seek(0)
+        if head != GZIP_MAGIC:
+            yield from _plain_blocks(fh, hasher)
+            return
+        yield from _gzip_blocks(path, fh, hasher, cut)
+
+
+def _plain_blocks(fh, hasher):
+    i = 1
+    tail = b""
+    while True:
+        chunk = fh.read(_CHUNK)
+        if not chunk:
+            break
+        if hasher is not None:
+            hasher.update(chunk)
+        data = tail + chunk
+        k = data.rfind(b"\n") + 1
+        tail = data[k:]
+        for block in _pieces(data, k):
+            yield i, block
+            i += block.count(b"\n")
+    if tail:
+        yield i, tail
+
+
+_BLOCK = 1 << 18  # decompressed bytes a block holds at most (but for one longer line)
+
+
+def _pieces(buf: bytes, k: int):
+    """buf[:k] (whole lines) in blocks of whole lines of about _BLOCK bytes: what a reader
+    decodes at once stays small (a 1 MiB gzip read can inflate to 12 MiB of lines)."""
+    a = 0
+    while a < k:
+        b = buf.rfind(b"\n", a, min(k, a + _BLOCK)) + 1 if a + _BLOCK < k else k
+        if b <= a:  # one line longer than a block
+            b = buf.find(b"\n", a, k) + 1
+        yield buf[a:b] if (a, b) != (0, len(buf)) else buf
+        a = b
+
+
+def _gzip_blocks(path, fh, hasher, cut):
+    """The decompressed members as blocks of whole lines (see `iter_raw_blocks`)."""
     import zlib
 
-    i = 0
+    i = 1  # the number of the block's first line
     tail = b""
     d = zlib.decompressobj(wbits=31)
     started = False  # the current member has consumed input
@@ -415,11 +476,11 @@ def _gzip_lines(path, fh, hasher, cut):
         data = chunk
         while data:
             if not started and data[:2] != GZIP_MAGIC[: len(data[:2])]:
-                raise EvidenceFormatError(path, i + 1, "bytes after the last gzip member are not gzip (appended to?)")
+                raise EvidenceFormatError(path, i, "bytes after the last gzip member are not gzip (appended to?)")
             try:
                 out = d.decompress(data)
             except zlib.error as e:
-                raise EvidenceFormatError(path, i + 1, f"corrupt gzip data: {e}") from None
+                raise EvidenceFormatError(path, i, f"corrupt gzip data: {e}") from None
             started = True
             if d.eof:
                 data = d.unused_data
@@ -428,16 +489,16 @@ def _gzip_lines(path, fh, hasher, cut):
             else:
                 data = b""
             if out:
-                lines = (tail + out).split(b"\n")
-                tail = lines.pop()
-                for raw in lines:
-                    i += 1
-                    yield i, raw + b"\n"
+                buf = tail + out if tail else out
+                k = buf.rfind(b"\n") + 1
+                tail = buf[k:]
+                for block in _pieces(buf, k):
+                    yield i, block
+                    i += block.count(b"\n")
     if started:  # the last member never ended: its writer was killed before closing it
         if cut is not None:
-            cut.append(i)
+            cut.append(i - 1)
     if tail:
-        i += 1
         yield i, tail
 
 
@@ -448,38 +509,76 @@ def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = N
     newline) or gzip member is reported as `(line, None)` there and skipped, as `scan_jsonl`
     does. `hasher` (a hashlib object), when given, is fed every byte of the file as it is read:
     one pass hashes and decodes."""
+    for i, row, _typed in iter_jsonl_typed(path, errors, hasher):
+        yield i, row
+
+
+def iter_jsonl_typed(path: os.PathLike | str, errors: list[tuple[int, str]] | None = None, hasher: Any = None,
+                     fast: Any = None):
+    """`iter_jsonl`, yielding `(line_number, record, typed)`. `fast`, when given, is a msgspec
+    typed decoder whose type accepts no line that the file's schema or `loads`' limits refuse
+    (a flat struct of plain fields: `verify._ShortTrace`): a block of whole lines it decodes in
+    one call is yielded as plain JSON values with `typed` True -- valid, so a caller need not
+    validate them again; any other block is read line by line, exactly as `iter_jsonl` reads
+    it, with `typed` False."""
+    import msgspec
+
     cut: list[int] = []
-    lines = iter_raw_lines(path, hasher, cut)
+    blocks = iter_raw_blocks(path, hasher, cut)
     while True:
         try:
-            i, raw = next(lines)
+            first, block = next(blocks)
         except StopIteration:
             break
         except EvidenceFormatError as e:  # not gzip after the last member: report it, stop there
             if errors is not None:
                 errors.append((e.line, str(e).split(": ", 2)[-1]))
             break
-        if not raw.endswith(b"\n"):
+        if not block.endswith(b"\n"):
             if errors is not None:
-                errors.append((i, None))
+                errors.append((first, None))
             break
-        if not raw.strip():
-            if errors is not None:
-                errors.append((i, "empty line"))
-            continue
-        try:  # decoded first: json.loads(bytes) would guess UTF-16/32 and pass lone surrogates
-            yield i, loads(raw.decode("utf-8"))
-        except UnicodeDecodeError:
-            if errors is not None:
-                errors.append((i, "not UTF-8"))
-        except json.JSONDecodeError as e:
-            if errors is not None:
-                errors.append((i, f"invalid JSON: {e.msg} (column {e.colno})"))
-        except (RecursionError, ValueError) as e:  # nested too deep; an integer of too many digits
-            if errors is not None:
-                errors.append((i, f"JSON beyond the decoder's limits: {str(e)[:120]}"))
+        if fast is not None:
+            try:
+                objs = fast.decode_lines(block)
+            except msgspec.DecodeError:
+                objs = None
+            if objs is not None and len(objs) == block.count(b"\n"):
+                to_builtins = msgspec.to_builtins
+                for i, obj in enumerate(objs, first):
+                    yield i, to_builtins(obj), True
+                continue
+        lines = block.split(b"\n")
+        lines.pop()  # after the block's last newline: nothing
+        for i, raw in enumerate(lines, first):
+            row = _line(raw, i, errors)
+            if row is not _BAD:
+                yield i, row, False
     if cut and errors is not None and not any(m is None for _, m in errors):
         errors.append((cut[0] + 1, None))
+
+
+_BAD = object()
+
+
+def _line(raw: bytes, i: int, errors: list[tuple[int, str]] | None) -> Any:
+    """One whole line (without its newline) decoded within the limits, or _BAD (the reason in `errors`)."""
+    if not raw.strip():
+        if errors is not None:
+            errors.append((i, "empty line"))
+        return _BAD
+    try:  # decoded first: json.loads(bytes) would guess UTF-16/32 and pass lone surrogates
+        return loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        if errors is not None:
+            errors.append((i, "not UTF-8"))
+    except json.JSONDecodeError as e:
+        if errors is not None:
+            errors.append((i, f"invalid JSON: {e.msg} (column {e.colno})"))
+    except (RecursionError, ValueError) as e:  # nested too deep; an integer of too many digits
+        if errors is not None:
+            errors.append((i, f"JSON beyond the decoder's limits: {str(e)[:120]}"))
+    return _BAD
 
 
 class GzipJsonlWriter(_AppendOnly):

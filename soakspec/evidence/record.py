@@ -474,7 +474,7 @@ __all__ = [
     "DERIVED_KEYS", "ERROR_LIMIT", "FOLLOW_UP_BUCKET", "OPTIONAL_KEYS", "OUTCOMES", "READ_KEYS", "RECORD_KEYS", "WARMUP_BUCKET",
     "ItlSource", "Outcome", "Record", "RequestRecord", "TokensSource", "decode_lenient", "decode_line", "decode_lines_lenient", "encode_line",
     "encode_lines",
-    "error_pointer", "iter_records",
+    "error_pointer", "iter_record_batches", "iter_records",
     "measured", "request_schema",
 ]
 
@@ -490,36 +490,97 @@ def iter_records(path, errors: list[tuple[int, str | None]] | None = None, hashe
     message)`; a cut-off last line or gzip member as `(line, None)` (see `io.iter_jsonl`).
     Lines that parse but break the record's rules go into `schema_errors` as `(line, pointer,
     message)` when given, else into `errors`."""
-    from soakspec.evidence.io import iter_raw_lines
+    for first, recs in iter_record_batches(path, errors, hasher, schema_errors=schema_errors):
+        for k, rec in enumerate(recs):
+            yield first + k, rec
+
+
+def iter_record_batches(path, errors: list[tuple[int, str | None]] | None = None, hasher: Any = None, *,
+                        schema_errors: list[tuple[int, str, str]] | None = None):
+    """`iter_records` a run of consecutive lines at a time: yield `(first_line_number,
+    records)`, the records of lines first, first + 1, ... (a bad line ends a run). A block of
+    whole lines is decoded in one msgspec call (`decode_lines`); only a block that holds a bad
+    line is decoded again line by line, to say which line and why. Same records, errors and
+    hashing as `iter_records`."""
+    from soakspec.evidence.io import iter_raw_blocks
 
     cut: list[int] = []
-    for i, raw in _guarded(iter_raw_lines(path, hasher, cut), errors):
-        if not raw.endswith(b"\n"):
+    for first, block in _guarded(iter_raw_blocks(path, hasher, cut), errors):
+        if not block.endswith(b"\n"):  # the cut-off end of the file
             if errors is not None:
-                errors.append((i, None))
+                errors.append((first, None))
             break
-        try:
-            rec = _DECODER.decode(raw)
-            broken = rec.broken_rule()
-            if broken is None:
-                yield i, rec
-            elif schema_errors is not None:
-                schema_errors.append((i, *broken))
-            elif errors is not None:
-                errors.append((i, f"{broken[0]}: {broken[1]}"))
-        except msgspec.DecodeError as e:  # ValidationError included: the slow path says which it is
-            why = _not_json(raw)
-            if why is not None:
-                if errors is not None:
-                    errors.append((i, why))
-                continue
-            pointer, message = error_pointer(e)
-            if schema_errors is not None:
-                schema_errors.append((i, pointer, message))
-            elif errors is not None:
-                errors.append((i, f"{pointer or '/'}: {message}"))
+        n = block.count(b"\n")
+        recs = None
+        if b"\n\n" not in block and not block.startswith(b"\n"):
+            try:
+                recs = _DECODER.decode_lines(block)
+            except msgspec.DecodeError:
+                recs = None
+        if recs is not None and len(recs) == n and _all_sound(recs):
+            yield first, recs
+            continue
+        yield from _line_by_line(block, first, errors, schema_errors)
     if cut and errors is not None and not any(m is None for _, m in errors):
         errors.append((cut[0] + 1, None))
+
+
+def _all_sound(recs: list[Record]) -> bool:
+    """Whether no record of `recs` breaks a cross-field rule (`Record.broken_rule`), checked a
+    field at a time (a block with one that does is read line by line, which says which and why)."""
+    import numpy as np
+
+    done = [r.outcome is Outcome.COMPLETED for r in recs]
+    if any((e is not None) if d else not e for d, e in zip(done, [r.error for r in recs])):
+        return False
+    end = np.array([r.end for r in recs], dtype=np.float64)  # None: NaN
+    if np.isnan(end[np.array(done, dtype=bool)]).any():
+        return False
+    start = np.array([r.start for r in recs], dtype=np.float64)
+    sent = np.array([r.intended_start for r in recs], dtype=np.float64)
+    sent = np.where(np.isnan(sent), start, sent)
+    first_token = np.array([r.first_token for r in recs], dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        return not ((end - sent < 0).any() or (first_token - sent < 0).any())  # NaN: no value, no rule
+
+
+def _line_by_line(block: bytes, first: int, errors, schema_errors):
+    """A block with a bad line: each line decoded on its own (runs of good ones yielded)."""
+    run: list[Record] = []
+    run_at = first
+    for i, raw in enumerate((line + b"\n" for line in block.split(b"\n")[:-1]), first):  # on \n alone, as the lines are counted
+        why = _record_problem(raw)
+        if isinstance(why, Record):
+            if not run:
+                run_at = i
+            run.append(why)
+            continue
+        if run:
+            yield run_at, run
+            run = []
+        pointer, message, is_schema = why
+        if is_schema and schema_errors is not None:
+            schema_errors.append((i, pointer, message))
+        elif errors is not None:
+            errors.append((i, f"{pointer or '/'}: {message}" if is_schema else message))
+    if run:
+        yield run_at, run
+
+
+def _record_problem(raw: bytes) -> Record | tuple[str, str, bool]:
+    """The line's record, or (pointer, message, is_schema): what is wrong with it."""
+    try:
+        rec = _DECODER.decode(raw)
+    except msgspec.DecodeError as e:  # ValidationError included: the slow path says which it is
+        why = _not_json(raw)
+        if why is not None:
+            return "", why, False
+        pointer, message = error_pointer(e)
+        return pointer, message, True
+    broken = rec.broken_rule()
+    if broken is None:
+        return rec
+    return broken[0], broken[1], True
 
 
 def _not_json(raw: bytes) -> str | None:

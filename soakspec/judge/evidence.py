@@ -307,6 +307,12 @@ class _TableRows(_Rows):
             if len(self.unusable) < MAX_PROBLEMS:
                 self.unusable.append((self.seen, why))
 
+    def add_batch(self, first: int, recs: Sequence[Any]) -> None:
+        """Consecutive typed records (`verify`'s `iter_record_batches`): a decoded `Record`
+        always has a request id and an integer bucket, so none is unusable."""
+        self.seen += len(recs)
+        self.builder.add_records(recs)
+
 
 class Claims(Sequence):
     """The stored trace rows of a backend whose traces the judge re-matches from its log: only

@@ -40,6 +40,7 @@ else end - req_time), `schedule_lag` (start - intended_start).
 
 from __future__ import annotations
 
+import itertools
 import math
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -60,6 +61,13 @@ DROPPED = ("output_sha256",)
 _KIND: dict[str, str] = {**{k: "f" for k in FLOATS}, **{k: "i" for k in INTS}, **{k: "c" for k in LABELS},
                          **{k: "s" for k in SPARSE}, **{k: "x" for k in DROPPED}, "request_id": "id", "itl": "itl"}
 
+
+# What the typed record holds of the columns (`ttft` and `latency` are its derived properties,
+# computed here vectorized exactly as the properties compute them; `usage_mismatch` is the
+# judge's own label, absent from a record).
+_RECORD_FLOATS = ("start", "end", "intended_start", "first_token", "first_byte", "tpot", "rate", "client_delay")
+_RECORD_LABELS = frozenset(("backend", "workload", "outcome", "error", "finish_reason", "itl_source", "tokens_source",
+                            "empty_text", "usage_decreased"))
 
 GAP_CHUNK = 1 << 18  # gaps buffered before they are checked and stored
 
@@ -212,6 +220,84 @@ class TableBuilder:
             for k in odd:  # keys outside the columns (rare): kept as they were
                 if row[k] is not None:
                     self._extra(i, k, row[k])
+
+    def add_records(self, recs: Sequence[Any]) -> None:
+        """Append many typed records (`soakspec.evidence.record.Record`: every field already of
+        its type, so no per-field checks) a column at a time: the same columns, codes and
+        extras as `add` of each. A batch holding a value a column cannot take (a string
+        level, an integer beyond int32, a non-finite time) goes through `add`, row by row."""
+        m = len(recs)
+        if not m:
+            return
+        if not self._bulk(recs, m):
+            for r in recs:
+                self.add(r)
+
+    def _bulk(self, recs: Sequence[Any], m: int) -> bool:
+        floats: dict[str, np.ndarray] = {}
+        for k in _RECORD_FLOATS:
+            floats[k] = np.array([getattr(r, k) for r in recs], dtype=np.float64)  # None: NaN
+        sent = np.where(np.isnan(floats["intended_start"]), floats["start"], floats["intended_start"])
+        floats["ttft"] = floats["first_token"] - sent
+        floats["latency"] = floats["end"] - sent
+        for k, v in floats.items():
+            if np.isinf(v).any():
+                return False
+        ints: dict[str, np.ndarray] = {}
+        for k in INTS:
+            vals = [getattr(r, k) for r in recs]
+            if k == "level" and str in set(map(type, vals)):  # a string level: kept in extras
+                return False
+            v = np.array(vals, dtype=np.float64)  # None: NaN; every int of a record is below 2**53 or refused here
+            if not (np.isnan(v) | (np.abs(v) < _INT_LIMIT)).all():
+                return False
+            ints[k] = v
+        itls = [r.itl_us for r in recs]
+        lens = np.fromiter(map(len, itls), dtype=np.int64, count=m)
+        total = int(lens.sum())
+        flat = np.fromiter(itertools.chain.from_iterable(itls), dtype=np.int64, count=total) if total else np.zeros(0, dtype=np.int64)
+        if total and int(flat.max()) >= _INT_LIMIT:
+            return False
+        # every value fits: append
+        for k, col in self._f:
+            v = floats.get(k)
+            col.frombytes((v if v is not None else np.full(m, np.nan)).tobytes())
+        for k, col in self._i:
+            v = ints[k]
+            col.frombytes(np.where(np.isnan(v), MISSING, v).astype(np.int32).tobytes())
+        for k, col, codes in self._c:
+            vals = [getattr(r, k) for r in recs] if k in _RECORD_LABELS else None
+            if vals is None:
+                col.frombytes(np.full(m, self.code(k, None), dtype=np.int32).tobytes())
+                continue
+            # codes in order of first appearance, as `add` gives them
+            lut = {v: self.code(k, str(v) if type(v) is not str and isinstance(v, str) else v) for v in dict.fromkeys(vals)}
+            if len(lut) == 1:  # one value in the batch (a backend, a workload, no error): one code
+                col.frombytes(np.full(m, next(iter(lut.values())), dtype=np.int32).tobytes())
+            else:
+                col.frombytes(np.fromiter(map(lut.__getitem__, vals), dtype=np.int32, count=m).tobytes())
+        ids = [r.request_id for r in recs]
+        base = self.n
+        for j, (rid, sid) in enumerate(zip(ids, [r.server_id for r in recs])):
+            k = sid.find(rid) if sid is not None else -1
+            if k >= 0:
+                self._affix.append(self.code("server_affix", (sid[:k], sid[k + len(rid):])))
+            else:
+                self._affix.append(0)
+                if sid is not None:
+                    self.sparse["server_id"][base + j] = sid
+        self.ids.extend(ids)
+        self.n += m
+        self._flush()
+        if self.itl_us is not None:
+            self.itl_us.frombytes(flat.astype(np.int32).tobytes())
+        else:
+            assert self.itl_f is not None
+            self.itl_f.frombytes((flat / 1e6).tobytes())
+        self._stored += total
+        self._gaps = self._stored
+        self.itl_off.frombytes((np.cumsum(lens) + self._gaps - total).tobytes())
+        return True
 
     def extend(self, rows: Iterable[Mapping[str, Any]]) -> TableBuilder:
         for r in rows:
