@@ -212,7 +212,7 @@ def _table_state(t) -> dict:
         "n": t.n, "f": {k: v.tobytes() for k, v in t.f.items()}, "i": {k: v.tolist() for k, v in t.i.items()},
         "c": {k: [t.values[k][c] if k in t.values else c for c in v.tolist()] for k, v in t.c.items()},
         "labels": {k: [(type(x).__name__, x) for x in v] for k, v in t.values.items()},
-        "sparse": t.sparse, "ids": list(t.ids), "extras": t.extras, "itl": np.asarray(t.itl).tolist(),
+        "sparse": t.sparse, "ids": list(t.ids), "extras": t.extras, "itl": t.itl[:].tolist(),
         "itl_off": t.itl_off.tolist(), "scale": t.itl_scale,
     }
 
@@ -262,3 +262,25 @@ def test_a_file_is_read_in_batches_of_the_same_records_and_errors_as_line_by_lin
     assert errs_a == errs_b and inv_a == inv_b
     assert [e[0] for e in errs_a] == [3, 6, 11] and errs_a[-1][1] is None  # bad JSON, empty line, cut-off end
     assert [e[:2] for e in inv_a] == [(5, "/end"), (9, "/end"), (10, "/error")]  # no end; end before start; no error
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(-5, 70_000) | st.integers(0, 2**31 - 1), max_size=9), max_size=8), st.data())
+def test_packed_gaps_read_back_every_gap_exactly(runs, data) -> None:
+    """The judge keeps whole-microsecond gaps in 2 bytes (a stall beyond 65 ms or a negative
+    gap beside them, exactly): slices and masks give back the gaps as they were."""
+    import numpy as np
+
+    from soakspec.judge.table import _GapStore
+
+    store = _GapStore()
+    for run in runs:
+        store.extend(np.asarray(run, dtype=np.int64))
+    every = [g for run in runs for g in run]
+    packed = store.finish()
+    assert packed[:].tolist() == every
+    a = data.draw(st.integers(0, len(every)))
+    b = data.draw(st.integers(a, len(every)))
+    assert packed[a:b].tolist() == every[a:b]
+    mask = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(every), max_size=len(every))), dtype=bool)
+    assert packed[mask].tolist() == [g for g, m in zip(every, mask) if m]

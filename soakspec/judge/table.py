@@ -81,6 +81,78 @@ def _label_key(v: Any) -> Any:
     return (type(v).__name__, v)  # True and 1 are different labels
 
 
+_NARROW = 0xFFFF  # a gap held in the wide list (its slot in the narrow array holds this)
+
+
+class PackedGaps:
+    """Whole-microsecond gaps packed in 2 bytes each: a uint16 per gap for 0 <= gap < 65.535 ms
+    (nearly every gap of a serving engine), and the rest -- a stall, a negative gap of foreign
+    evidence -- kept exactly beside it as (position, value). Indexed like the int array it
+    stands for: `gaps[a:b]` and `gaps[mask]` (a boolean array over every gap) give int64 values."""
+
+    __slots__ = ("narrow", "wide_pos", "wide_val")
+
+    def __init__(self, narrow: np.ndarray, wide_pos: np.ndarray, wide_val: np.ndarray) -> None:
+        self.narrow, self.wide_pos, self.wide_val = narrow, wide_pos, wide_val
+
+    def __len__(self) -> int:
+        return len(self.narrow)
+
+    @property
+    def nbytes(self) -> int:
+        return self.narrow.nbytes + self.wide_pos.nbytes + self.wide_val.nbytes
+
+    def __getitem__(self, k) -> np.ndarray:
+        if isinstance(k, slice):
+            a, b, step = k.indices(len(self.narrow))
+            assert step == 1
+            out = self.narrow[a:b].astype(np.int64)
+            if len(self.wide_pos):
+                lo, hi = np.searchsorted(self.wide_pos, (a, b))
+                out[self.wide_pos[lo:hi] - a] = self.wide_val[lo:hi]
+            return out
+        mask = np.asarray(k)
+        if mask.dtype != bool:
+            raise TypeError("PackedGaps is indexed by a slice or a boolean mask")
+        out = self.narrow[mask].astype(np.int64)
+        if len(self.wide_pos):
+            hit = mask[self.wide_pos]
+            if hit.any():
+                rank = np.cumsum(mask)[self.wide_pos[hit]] - 1
+                out[rank] = self.wide_val[hit]
+        return out
+
+
+class _GapStore:
+    """What `PackedGaps` is built from, appended to a run of gaps at a time."""
+
+    def __init__(self) -> None:
+        self.narrow = array("H")
+        self.wide_pos = array("q")
+        self.wide_val = array("i")
+
+    def __len__(self) -> int:
+        return len(self.narrow)
+
+    def extend(self, us: np.ndarray) -> None:
+        """Append whole-microsecond gaps (int64, each within int32)."""
+        fits = (us >= 0) & (us < _NARROW)
+        if not fits.all():
+            where = np.nonzero(~fits)[0]
+            self.wide_pos.frombytes((where + len(self.narrow)).astype(np.int64).tobytes())
+            self.wide_val.frombytes(us[where].astype(np.int32).tobytes())
+            us = np.where(fits, us, _NARROW)
+        self.narrow.frombytes(us.astype(np.uint16).tobytes())
+
+    def values(self) -> np.ndarray:
+        return self.finish()[:]
+
+    def finish(self) -> PackedGaps:
+        return PackedGaps(np.frombuffer(self.narrow, dtype=np.uint16) if len(self.narrow) else np.zeros(0, dtype=np.uint16),
+                          np.frombuffer(self.wide_pos, dtype=np.int64) if len(self.wide_pos) else np.zeros(0, dtype=np.int64),
+                          np.frombuffer(self.wide_val, dtype=np.int32) if len(self.wide_val) else np.zeros(0, dtype=np.int32))
+
+
 class TableBuilder:
     """Typed columns filled one record at a time (see the module doc)."""
 
@@ -93,7 +165,7 @@ class TableBuilder:
         self.sparse: dict[str, dict[int, Any]] = {k: {} for k in SPARSE}
         self.ids: list[str] = []
         self.extras: dict[int, dict[str, Any]] = {}
-        self.itl_us: array | None = array("i")
+        self.itl_us: _GapStore | None = _GapStore()
         self.itl_f: array | None = None
         self.values["server_affix"], self._codes["server_affix"] = [None], {None: 0}
         self._affix = array("i")
@@ -157,9 +229,9 @@ class TableBuilder:
         if self.itl_us is not None:
             us = np.rint(f * 1e6)
             if bool(np.all(np.abs(us) < 2**31)) and bool(np.all(us / 1e6 == f)):
-                self.itl_us.frombytes(us.astype(np.int32).tobytes())
+                self.itl_us.extend(us.astype(np.int64))
             else:
-                self.itl_f = array("d", (np.frombuffer(self.itl_us, dtype=np.int32) / 1e6).tobytes()) if len(self.itl_us) else array("d")
+                self.itl_f = array("d", (self.itl_us.values() / 1e6).tobytes()) if len(self.itl_us) else array("d")
                 self.itl_us = None
         if self.itl_f is not None:
             self.itl_f.frombytes(f.tobytes())
@@ -290,7 +362,7 @@ class TableBuilder:
         self.n += m
         self._flush()
         if self.itl_us is not None:
-            self.itl_us.frombytes(flat.astype(np.int32).tobytes())
+            self.itl_us.extend(flat)
         else:
             assert self.itl_f is not None
             self.itl_f.frombytes((flat / 1e6).tobytes())
@@ -311,7 +383,7 @@ class TableBuilder:
         c = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32)
              for k, v in {**self.c, "server_affix": self._affix}.items()}
         if self.itl_us is not None:
-            flat = np.frombuffer(self.itl_us, dtype=np.int32) if len(self.itl_us) else np.zeros(0, dtype=np.int32)
+            flat = self.itl_us.finish()
             scale = 1e6
         else:
             assert self.itl_f is not None
