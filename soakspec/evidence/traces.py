@@ -460,3 +460,19 @@ def coverage_by_bucket(
         if str(r.get(id_field)) in have:
             c[0] += 1
     return {b: Coverage(m, n) for b, (m, n) in sorted(counts.items())}
+
+
+def id_form_affixes(form: str) -> tuple[str, str] | None:
+    """(prefix, suffix) of an id form whose text is `prefix + id + suffix` (`cmpl-{id}-0`:
+    ("cmpl-", "-0")), or None when formatting does more than put the id in (a format spec, a
+    conversion, escaped braces): then a trace id cannot be inverted into the request id."""
+    import string
+
+    parts = list(string.Formatter().parse(form))
+    fields = [p for p in parts if p[1] is not None]
+    if len(fields) != 1 or fields[0][1] != "id" or fields[0][2] or fields[0][3]:
+        return None
+    if any("{" in p[0] or "}" in p[0] for p in parts):
+        return None  # escaped braces: not a literal prefix
+    at = parts.index(fields[0])
+    return "".join(p[0] for p in parts[: at + 1]), "".join(p[0] for p in parts[at + 1:])

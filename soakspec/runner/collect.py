@@ -5,17 +5,23 @@ said in the entry (`collect_error`) and the evidence written so far stays.
 
 from __future__ import annotations
 
+import itertools
+import math
 import re
+from array import array
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from soakspec.evidence.io import EvidenceFormatError, GzipJsonlWriter, write_json_atomic
-from soakspec.evidence.record import iter_records
+from soakspec.evidence.record import iter_record_batches
 from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
 from soakspec.evidence.provenance import binary_sha256, git_state
 from soakspec.evidence.runtime import detect_runtime_boundary
 from soakspec.evidence.serverlog import cap_server_log, compress_server_log, keep_lines
-from soakspec.evidence.traces import TraceSource, collect_traces, match_traces
+from soakspec.evidence.traces import (
+    _EPOCH_MAX, Assignment, Trace, TraceMatch, TraceSource, extract_trace_lines, id_form_affixes, log_lines, match_traces,
+)
 from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
 from soakspec.runner.recorder import BackendRecorder
@@ -109,52 +115,182 @@ def _log_text(rec: BackendRecorder) -> str:
 
 
 def _traces(plan: Plan, rec: BackendRecorder) -> str:
-    """Match the server's traces to the requests; write traces.jsonl.gz; judge the follow-up's idleness."""
+    """Match the server's traces to the requests; write traces.jsonl.gz; judge the follow-up's idleness.
+
+    Streamed (`_StreamMatch`): the log is read a chunk of lines at a time and each trace's row is
+    written as it is matched, against a compact view of the requests (ids, times, an id index),
+    so what is held after a day-long soak is ~200 bytes a request, not every request and every
+    trace as objects (18 GB at 10^7 requests). Id forms that cannot be inverted (a format spec)
+    take `match_traces` over the same traces, streamed too; both give the rows `match_traces` gives."""
     tr = rec.bp.traces
     requests_path = rec.layout.requests(rec.name)
-    requests = _match_view(requests_path, tr.id_field) if requests_path.exists() else []
     # pre-flight requests are not in requests.jsonl, but the server traced them: match them too,
     # so that their traces are known as theirs and left out (they are not this run's load)
     preflight = [p["record"] for p in rec.preflight or ()]
     preflight_ids = {r["request_id"] for r in preflight}
-    requests += [{k: r[k] for k in (tr.id_field, "server_id", "start", "end") if k in r} for r in preflight]
-    rows: list[dict] = []
-    if tr.source != "none":
-        if tr.source == "log":
-            src = TraceSource(kind="log", pattern=tr.pattern, id_field=tr.id_field)
-            path, offset = rec.server_log, 0
-        else:
-            path, offset = Path(tr.file or ""), rec.trace_offset
-            src = TraceSource(kind="jsonl", id_field=tr.id_field, name=str(path))
-        traces, _bad = collect_traces(path, offset, src) if path.exists() else ([], [])
-        match = match_traces(requests, traces, tr.id_field, tr.id_forms, tr.window_s)
-        rows = [row for row in match.records(in_log=tr.source == "log") if row["request_id"] not in preflight_ids or row["request_id"] is None]
-        if rec.followup is not None:
-            ts = match.matched.get(rec.followup["record"]["request_id"])
-            if ts and ts[0].payload is not None:
-                p = ts[0].payload
-                if "active" in p and "pending" in p:
-                    rec.followup["server_idle"] = int(p.get("active") or 0) <= 1 and int(p.get("pending") or 0) == 0
     w = GzipJsonlWriter(rec.layout.traces(rec.name))  # one gzip member: closed (and fsynced) whole
     try:
-        for row in rows:
-            w.write(row)
+        if tr.source != "none":
+            if tr.source == "log":
+                src = TraceSource(kind="log", pattern=tr.pattern, id_field=tr.id_field)
+                path, offset = rec.server_log, 0
+            else:
+                path, offset = Path(tr.file or ""), rec.trace_offset
+                src = TraceSource(kind="jsonl", id_field=tr.id_field, name=str(path))
+            forms = tuple(id_form_affixes(f) for f in tr.id_forms)
+            reqs = _RequestView(tr.id_field, None if None in forms else forms)  # type: ignore[arg-type]
+            if requests_path.exists():
+                reqs.read(requests_path)
+            for r in preflight:
+                reqs.add(r.get(tr.id_field), r.get("server_id"), r.get("start"), r.get("end"))
+            follow = rec.followup["record"]["request_id"] if rec.followup is not None else None
+            first_payload = _match_stream(reqs, _trace_chunks(path, offset, src) if path.exists() else iter(()), tr, w,
+                                          tr.source == "log", preflight_ids, follow)
+            if first_payload is not None and rec.followup is not None:
+                if "active" in first_payload and "pending" in first_payload:
+                    p = first_payload
+                    rec.followup["server_idle"] = int(p.get("active") or 0) <= 1 and int(p.get("pending") or 0) == 0
     finally:
         w.close()
     return tr.source
 
 
-def _match_view(path: Path, id_field: str) -> list[dict]:
-    """The request fields trace matching uses, read one line at a time: a long soak's
-    requests.jsonl read whole as dicts takes ~5 KiB per request (850 MiB after 30 minutes
-    at 94 requests/s). A cut-off last line is skipped, a corrupt whole line raises."""
-    keys = (id_field, "server_id", "start", "end")
-    bad: list[tuple[int, str | None]] = []
-    out = [{k: r[k] for k in keys if k in r} for _, r in iter_records(path, bad)]
-    corrupt = next(((n, m) for n, m in bad if m is not None), None)
-    if corrupt is not None:
-        raise EvidenceFormatError(path, *corrupt)
-    return out
+TRACE_CHUNK_LINES = 5_000  # log lines extracted at a time
+
+
+def _trace_chunks(path: Path, offset: int, src: TraceSource) -> Iterator[list[Trace]]:
+    """The traces of what `path` gained since `offset`, a chunk of lines at a time."""
+    lines, at = log_lines(path, offset)
+    while True:
+        chunk = list(itertools.islice(lines, TRACE_CHUNK_LINES))
+        if not chunk:
+            return
+        traces, _bad = extract_trace_lines(chunk, src, at)
+        at += sum(len(line.encode("utf-8")) for line in chunk)
+        yield traces
+
+
+class _RequestView:
+    """What trace matching reads of each request, compact: its id (as text), start and end
+    (NaN: none), an index id -> requests, and the server ids that are not an id form of their
+    own request's id (the id index finds those). `forms`: the id forms' (prefix, suffix), or
+    None when one cannot be inverted (then every server id is kept)."""
+
+    def __init__(self, id_field: str, forms: tuple[tuple[str, str], ...] | None) -> None:
+        self.id_field = id_field
+        self.forms = forms
+        self.ids: list[str | None] = []
+        self.start = array("d")
+        self.end = array("d")
+        self.by_id: dict[str, int | list[int]] = {}
+        self.by_server: dict[str, list[int]] = {}
+
+    def read(self, path: Path) -> None:
+        """requests.jsonl.gz, a block at a time. A cut-off last line is skipped, a corrupt whole line raises."""
+        bad: list[tuple[int, str | None]] = []
+        key = self.id_field
+        for _, recs in iter_record_batches(path, bad):
+            for r in recs:
+                self.add(r.get(key), r.server_id, r.start, r.end)
+        corrupt = next(((n, m) for n, m in bad if m is not None), None)
+        if corrupt is not None:
+            raise EvidenceFormatError(path, *corrupt)
+
+    def add(self, rid: Any, server_id: Any, start: Any, end: Any) -> None:
+        i = len(self.ids)
+        text = None if rid is None else str(rid)
+        self.ids.append(text)
+        ok = _time(start)
+        self.start.append(start if ok else math.nan)
+        self.end.append(end if ok and _time(end) else (start if ok else math.nan))
+        if text is not None:
+            got = self.by_id.get(text)
+            if got is None:
+                self.by_id[text] = i
+            elif isinstance(got, list):
+                got.append(i)
+            else:
+                self.by_id[text] = [got, i]
+        if server_id and text is not None:  # a request without an id is never matched (`match_traces`)
+            sid = str(server_id)
+            if self.forms is None or not any(sid == pre + text + suf for pre, suf in self.forms):
+                self.by_server.setdefault(sid, []).append(i)
+
+    def candidates(self, trace_id: str) -> list[int]:
+        """The requests one of whose forms (or server id) is `trace_id`, in request order."""
+        assert self.forms is not None
+        found: set[int] = set()
+        n = len(trace_id)
+        for pre, suf in self.forms:
+            if n >= len(pre) + len(suf) and trace_id.startswith(pre) and trace_id.endswith(suf):
+                hit = self.by_id.get(trace_id[len(pre):n - len(suf)])
+                if isinstance(hit, list):
+                    found.update(hit)
+                elif hit is not None:
+                    found.add(hit)
+        found.update(self.by_server.get(trace_id, ()))
+        return sorted(found)
+
+    def as_rows(self) -> list[dict[str, Any]]:
+        """Every request as the dict `match_traces` reads (the general matcher's input)."""
+        rows: list[dict[str, Any]] = [{self.id_field: rid, "start": self.start[i], "end": self.end[i]} for i, rid in enumerate(self.ids)]
+        for sid, idx in self.by_server.items():
+            for i in idx:
+                rows[i]["server_id"] = sid
+        return rows
+
+
+def _time(v: Any) -> bool:
+    """A usable request time for a window (`traces._window`'s rule)."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= _EPOCH_MAX * 1e9
+
+
+def _match_stream(reqs: _RequestView, chunks: Iterator[list[Trace]], tr: Any, w: GzipJsonlWriter, in_log: bool,
+                  preflight_ids: set[Any], follow: Any) -> Mapping[str, Any] | None:
+    """Match each chunk's traces as `match_traces` does, writing each trace's row (but a
+    pre-flight request's); returns the payload of the follow-up's first matched trace."""
+    follow_first: list[Trace] = []
+    if reqs.forms is None:  # not invertible: the general matcher, over every request as a dict
+        rows = reqs.as_rows()
+        assign = lambda traces: match_traces(rows, traces, tr.id_field, tr.id_forms, tr.window_s).assignments  # noqa: E731
+    else:
+        assign = lambda traces: _assign(reqs, traces, tr.window_s)  # noqa: E731
+    for traces in chunks:
+        for a in assign(traces):
+            if a.matched and not follow_first and follow is not None and a.request_id == str(follow):
+                follow_first.append(a.trace)
+            if a.request_id is not None and a.request_id in preflight_ids:
+                continue
+            w.write(_row(a, in_log))
+    return follow_first[0].payload if follow_first else None
+
+
+def _assign(reqs: _RequestView, traces: list[Trace], window_s: float) -> Iterator[Assignment]:
+    start, end = reqs.start, reqs.end
+    for t in traces:
+        checked = bool(t.times)
+        if t.trace_id is None:
+            yield Assignment(t, None, "no_id", checked)
+            continue
+        cands = reqs.candidates(t.trace_id)
+        if not cands:
+            yield Assignment(t, None, "unknown_id", checked)
+            continue
+        chosen = None
+        for i in cands:
+            s = start[i]
+            if not t.times or (s == s and all(s - window_s <= x <= end[i] + window_s for x in t.times)):
+                chosen = i
+                break
+        if chosen is None:
+            yield Assignment(t, reqs.ids[cands[0]], "outside_window", checked)
+        else:
+            yield Assignment(t, reqs.ids[chosen], None, checked)
+
+
+def _row(a: Assignment, in_log: bool) -> dict[str, Any]:
+    """One line of traces.jsonl.gz (`TraceMatch.records`)."""
+    return TraceMatch((a,), ()).records(in_log=in_log)[0]
 
 
 __all__ = ["collect"]
