@@ -298,6 +298,16 @@ class EvidenceBuilder:
         self.records[backend] = [r for r in self.records[backend] if r["request_id"] not in gone]
         self.traces[backend] = [t for t in self.traces[backend] if t["request_id"] not in gone]
 
+    def with_client(self, **kw: Any) -> EvidenceBuilder:
+        """Every backend's client.jsonl rows: a load process sampled every second from the
+        backend's first level's start to its last level's drain (`client_rows`; `kw`: its lag,
+        cpu, host_cpu). Returns the builder."""
+        for b in self.manifest["backends"]:
+            lvs = b.get("levels") or []
+            if lvs:
+                self.client[b["name"]] = client_rows(b["name"], lvs[0]["started_at"], lvs[-1]["drained_at"] + 1.0, **kw)
+        return self
+
     # ---------------------------------------------------------------- outputs
 
     def build(self) -> Evidence:
@@ -369,6 +379,33 @@ class EvidenceBuilder:
 
 
 TTFT_LE = (0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+STALL_S = 0.01  # runner/clienthealth.py STALL_S: lags above it are kept one by one
+MAX_CLIENT_ROWS = 2000  # a long synthetic soak's client.jsonl windows are widened to stay this few
+
+
+def client_rows(backend: str, start: float, end: float, *, lag: float = 0.002, cpu: float = 0.2,
+                host_cpu: float = 0.3, process: int = 0) -> list[dict[str, Any]]:
+    """client.jsonl rows of a load process that kept up from `start` to `end`, as
+    runner/clienthealth.py writes them: back-to-back windows of a second (wider for a long
+    soak: at most `MAX_CLIENT_ROWS` of them, none over 60 s), each `lag` late at p99 and max,
+    `cpu` of a core busy (every wake-up `lag` late: above `STALL_S`, each one is a stall)."""
+    span = max(0.0, end - start)
+    window = min(60.0, max(1.0, span / MAX_CLIENT_ROWS))
+    tick = 0.005
+    rows = []
+    a = start
+    while a < end:
+        b = min(end, a + window)
+        weight = b - a
+        wakeups = max(1, int(weight / (tick + lag)))
+        rows.append({"schema_version": 1, "start": round(a, 6), "t": round(b, 6), "backend": backend, "process": process,
+                     "wakeups": wakeups, "lag_p50": lag, "lag_p99": lag, "lag_max": lag, "cpu": cpu, "host_cpu": host_cpu,
+                     "tick_s": tick, "stall_s": STALL_S, "weight_s": round(weight, 6),
+                     "stalls": [lag] * wakeups if lag > STALL_S else []})  # every wake-up `lag` late
+        a = b
+    return rows
 
 
 def metrics_rows(start: float, end: float, step: float = 5.0, running: float = 4.0, waiting: float = 0.0,
