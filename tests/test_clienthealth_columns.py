@@ -1,5 +1,6 @@
 """client_healthy at soak scale: its per-bucket figures come from the table's columns
-(judge/validity.py `client_bucket`, vectorized).
+(judge/validity.py `client_bucket`, vectorized), and a run that measured its client but has
+no samples is never a pass.
 
 The reference below is the record-by-record definition (every request read through its view),
 written here once; the columnar judge must give the same row, figure for figure, for any
@@ -127,3 +128,60 @@ def test_columnar_client_rows_equal_the_record_by_record_definition(mode, edits,
                 compared += 1
                 prev = w
     assert compared
+
+
+# ------------------------------------------------------------------ missing data is never a pass
+
+
+def _health(run_dir, spec):
+    v = judge_run(join(spec, load_evidence(run_dir)))
+    (h,) = [r for r in v.rules if r.rule == "client_healthy"]
+    return h
+
+
+def _open_spec():
+    return small_spec(mode="open", levels="[2rps]")  # (closed loop also checks achieved concurrency: the builder's is sparse)
+
+
+def test_a_run_that_measured_its_client_but_has_no_samples_is_inconclusive_naming_the_file(tmp_path):
+    """client.jsonl listed in the manifest but empty, or listed and deleted: INCONCLUSIVE, and
+    the message names client.jsonl. With its samples the same run passes."""
+    spec = _open_spec()
+    good = EvidenceBuilder(spec).with_client().write(tmp_path / "good")
+    assert _health(good, spec).status == "pass"
+
+    empty = tmp_path / "empty"
+    shutil.copytree(good, empty)
+    (empty / layout.CLIENT).write_text("")
+    m = json.loads((empty / "manifest.json").read_text())
+    m["artifacts"] = finalize_artifacts(empty)
+    write_manifest(empty, m)
+    h = _health(empty, spec)
+    assert h.status == "inconclusive" and "client.jsonl has no client-health samples" in h.message, h.message
+
+    gone = tmp_path / "gone"
+    shutil.copytree(good, gone)
+    (gone / layout.CLIENT).unlink()  # the manifest still lists it
+    h = _health(gone, spec)
+    assert h.status == "inconclusive" and "client.jsonl is missing (the manifest lists it)" in h.message, h.message
+
+
+def test_a_backend_without_samples_beside_one_with_them_is_inconclusive():
+    """Two backends, samples for one: the run measured its client, so the other's buckets are
+    unknown (INCONCLUSIVE naming the bucket), never healthy."""
+    spec = small_spec(mode="open", levels="[2rps]", backends=("a", "b"))
+    b = EvidenceBuilder(spec).with_client()
+    b.client.pop("b")
+    h = next(r for r in judge_run(join(spec, b.build())).rules if r.rule == "client_healthy")
+    assert h.status == "inconclusive" and "backend b" in h.message and "no client-health sample in bucket 0" in h.message, h.message
+
+
+def test_evidence_from_before_client_health_is_not_judged_and_says_so(tmp_path):
+    """No client.jsonl, none listed, no sample: a run recorded before soakspec measured its
+    load generator. client_healthy is not judged (like `client_healthy = false`) and says why;
+    the verdict stands on the other rules."""
+    spec = _open_spec()
+    old = EvidenceBuilder(spec).write(tmp_path / "old")  # no client rows: no client.jsonl
+    assert not (old / layout.CLIENT).exists()
+    h = _health(old, spec)
+    assert h.status == "pass" and h.message.startswith("not judged: the evidence has no client.jsonl"), h.message

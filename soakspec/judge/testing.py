@@ -45,8 +45,13 @@ class EvidenceBuilder:
     metrics      backend name -> list of metrics.jsonl rows (a scrape every 5 s of a vLLM-like
                  /metrics, for a backend whose plan scrapes one: `metrics_rows`)
     followups    backend name -> followup.json dict
-    client       backend name -> client.jsonl rows (the load generator's health; none by default:
-                 the judge's client_healthy then has no samples, and client.jsonl is empty)
+    client       backend name -> client.jsonl rows (the load generator's health). None by default,
+                 and then no client.jsonl is written: evidence shaped like a run from before
+                 soakspec measured its client, whose client_healthy is not judged. The
+                 builder's closed-loop records are sparse (`per_bucket` requests a bucket, far
+                 below the offered concurrency), which real client samples would rightly call
+                 a client that did not keep up; `with_client()` adds the samples of a healthy
+                 load generator (`client_rows`) for tests about client health.
     server_logs  backend name -> server.log text, to replace the default one (`server_log`: the
                  runtime's version line, one trace line per trace row when the backend's traces
                  come from its log, built from `traces` when the evidence is built)
@@ -363,10 +368,14 @@ class EvidenceBuilder:
                 fu = fu | {"record": RequestRecord.from_json(fu["record"]).to_json()}
             write_json_atomic(d / layout.FOLLOWUP, fu)
             write_bytes_atomic(d / layout.SERVER_LOG_GZ, gzip.compress(self.log_of(n).encode(), mtime=0))  # as a run ends
-        with JsonlWriter(root / layout.CLIENT) as w:  # as a run leaves it (runner/clienthealth.py)
-            for rows in self.client.values():
-                for row in rows:
-                    w.write(row)
+        if any(self.client.values()):  # as a run leaves it (runner/clienthealth.py)
+            with JsonlWriter(root / layout.CLIENT) as w:
+                for rows in self.client.values():
+                    for row in rows:
+                        w.write(row)
+        # no client rows: no client.jsonl, as a run from before soakspec measured its client
+        # (the judge's client_healthy: not judged); an empty client.jsonl would say it measured
+        # nothing (INCONCLUSIVE). `with_client()` gives the samples of a healthy load generator.
         if finalize:
             m.update(status=final_status, incomplete_reason=final_reason, ended_at=self.manifest["ended_at"],
                      ended_at_epoch=self.manifest["ended_at_epoch"], artifacts=finalize_artifacts(root))
@@ -379,8 +388,6 @@ class EvidenceBuilder:
 
 
 TTFT_LE = (0.1, 0.25, 0.5, 1.0, 2.5)
-
-
 STALL_S = 0.01  # runner/clienthealth.py STALL_S: lags above it are kept one by one
 MAX_CLIENT_ROWS = 2000  # a long synthetic soak's client.jsonl windows are widened to stay this few
 

@@ -16,9 +16,11 @@ import bisect
 import dataclasses
 import itertools
 import math
+from pathlib import Path
 
 import numpy as np
 
+from soakspec.evidence import layout
 from soakspec.judge.common import backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
@@ -319,8 +321,9 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
 # that for 1 % of the time the client's times may be L late: a p99 claim is no longer the server's.
 # Also shown, not judged: the machine's CPU (host_cpu), the coalesced fraction of ITL gaps and,
 # open loop, the achieved rate (requests whose actual start fell in the bucket, per second).
-# Evidence without client.jsonl (written before soakspec recorded it) is judged on what the
-# records give only when samples exist for the backend; without any, the check says so and passes.
+# Missing data is never a pass: a run that measured its client (client.jsonl listed in the
+# manifest, or there) with no sample for a bucket is INCONCLUSIVE, and so is a missing or empty
+# client.jsonl. Evidence from before soakspec wrote client.jsonl is not judged (`client_measured`).
 
 # metrics a saturated client distorts: their FAILs become INCONCLUSIVE (counts are the server's)
 CLIENT_SENSITIVE = frozenset({"ttft", "itl", "tpot", "latency", "schedule_lag", "throughput", "qps", "in_flight", "coalesced"})
@@ -528,22 +531,58 @@ def _covered(samples, start: float, end: float) -> bool:
                for s in samples)
 
 
+def client_measured(run: JudgedRun) -> str | None:
+    """Did the run measure its load generator, and if so, why its client.jsonl gives nothing
+    to judge: None when the run predates client health (its manifest lists no client.jsonl,
+    there is none, and no backend has a sample), "" when it measured and there are samples,
+    else the reason naming the file (listed but missing, or empty)."""
+    ev = run.evidence
+    arts = ev.manifest.get("artifacts")
+    listed = isinstance(arts, dict) and layout.CLIENT in arts
+    there = ev.root is not None and (Path(ev.root) / layout.CLIENT).is_file()
+    if any(be.client for be in ev.backends):
+        return ""
+    if not listed and not there:
+        return None
+    if not there and ev.root is not None:
+        return f"{layout.CLIENT} is missing (the manifest lists it)"
+    return f"{layout.CLIENT} has no client-health samples"
+
+
 def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
+    """Built in: the load generator kept up in every bucket (see "client health" above).
+
+    Missing data is never a pass. A run measured its client when its manifest lists
+    client.jsonl (every `soakspec run` writes it, from its first second: the runner's
+    `finalize_artifacts` hashes it into the manifest), when the file is there, or when any
+    backend has a sample. Then a missing or empty client.jsonl is INCONCLUSIVE naming the file,
+    and so is every bucket that no sample covers. Evidence written before soakspec measured its
+    load generator has none of these: its client health is not judged (the check passes and
+    says so, as `client_healthy = false` does), because such a run never claimed it, and the
+    record-derived criteria alone (schedule lag, achieved concurrency) are only judged beside
+    the samples they were defined with."""
     g = run.gate
     if not g.client_healthy:
         return result(None, "client_healthy", "validity", "require", [], "not judged (client_healthy = false in the gate)", 0)
+    gap = client_measured(run)
+    if gap is None:
+        return result(None, "client_healthy", "validity", "require", [],
+                      f"not judged: the evidence has no {layout.CLIENT} (written before soakspec measured its load generator)", 0)
+    if gap:
+        return result(None, "client_healthy", "validity", "require",
+                      [problem(f"{gap}: the load generator's health is unknown", status="inconclusive")], "", 1)
     insts: list[Instance] = []
     n = sampled = 0
     worst: tuple[float, str] | None = None
-    unsampled: list[Instance] = []
     for bi in run.judged:
         for lv in bi.levels:
             for w, row in _client_windows(bi, lv):
                 n += 1
                 sampled += 1 if row["samples"] else 0
                 if not row["samples"] and not _covered(bi.evidence.client, w.start, w.end):  # its health is unknown
-                    unsampled.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), None, None, None,
-                                              f"no client-health sample in bucket {row['bucket']}: the load generator's health is unknown"))
+                    # the run measured its client: a bucket it did not measure is not a healthy one
+                    insts.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), None, None, None,
+                                          f"no client-health sample in bucket {row['bucket']}: the load generator's health is unknown"))
                     continue
                 if not row["samples"]:
                     continue  # shorter than a sample: the sample around it judges its time
@@ -553,13 +592,8 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
                                           f"load generator saturated in bucket {row['bucket']}: {', '.join(why)}"))
                 elif row["lag_p99"] is not None and (worst is None or row["lag_p99"] > worst[0]):
                     worst = (row["lag_p99"], loc(bucket_scope(bi, lv, w)).text)
-    if sampled:  # the run measured its client: a bucket it did not measure is not a healthy one
-        insts += unsampled
-    if not sampled:
-        msg = "no client-health samples in the evidence (client.jsonl): the load generator's health is unknown"
-    else:
-        msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
-            f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "")
+    msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
+        f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "")
     return result(None, "client_healthy", "validity", "require", insts, msg, n)
 
 
