@@ -185,3 +185,21 @@ def test_evidence_from_before_client_health_is_not_judged_and_says_so(tmp_path):
     assert not (old / layout.CLIENT).exists()
     h = _health(old, spec)
     assert h.status == "pass" and h.message.startswith("not judged: the evidence has no client.jsonl"), h.message
+
+
+def test_a_bucket_shorter_than_a_sample_is_judged_by_the_sample_around_it():
+    """Buckets of half a second, samples of a second: a bucket holding no sample's midpoint is
+    covered by the sample around it (healthy); drop the sample around buckets 2 and 3 and they
+    are INCONCLUSIVE, named."""
+    spec = small_spec(mode="open", levels="[4rps]", duration="6s", bucket="500ms")
+    b = EvidenceBuilder(spec, per_bucket=2).with_client()
+    run = join(spec, b.build())
+    h = next(r for r in judge_run(run).rules if r.rule == "client_healthy")
+    assert h.status == "pass" and "kept up" in h.message, h.message
+    name = spec.backends[0].name
+    lv = b.manifest["backends"][0]["levels"][0]
+    third = lv["buckets"][3]
+    b.client[name] = [r for r in b.client[name] if not (r["start"] < third["end"] and r["t"] > third["start"])]
+    h = next(r for r in judge_run(join(spec, b.build())).rules if r.rule == "client_healthy")
+    assert h.status == "inconclusive" and "no client-health sample in bucket 2" in h.message and "(and 1 more)" in h.message, h.message
+    assert [i.where.bucket for i in h.details] == [2, 3]

@@ -526,9 +526,10 @@ def client_saturation(row: dict, g) -> list[str]:
 
 def _covered(samples, start: float, end: float) -> bool:
     """Does a client-health sample's own window (its `start` to `t`) overlap [start, end)? A
-    sample spans about a second, so a shorter bucket may hold none and still be measured."""
+    sample spans about a second, so a shorter bucket may hold none and still be measured. The
+    samples are sorted by `t`: only those ending after `start` are looked at."""
     return any(type(s.get("start")) in (int, float) and type(s.get("t")) in (int, float) and s["start"] < end and s["t"] > start
-               for s in samples)
+               for s in itertools.islice(samples, bisect.bisect_right(samples, start, key=_t), None))
 
 
 def client_measured(run: JudgedRun) -> str | None:
