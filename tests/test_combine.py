@@ -261,3 +261,53 @@ def test_out_must_be_new_or_empty(spec, tmp_path, capsys):
     code, cap = run_combine(children(spec, tmp_path), out, capsys)
     assert code == 2 and "not an empty directory" in cap.err
     assert (out / "keep.txt").read_text() == "mine"
+
+
+# ------------------------------------------------------------------------------ client health
+
+
+def _client_health(out: Path, capsys) -> dict:
+    main(["gate", str(out), "--format", "json"])
+    doc = json.loads(capsys.readouterr().out)
+    return next(r for r in doc["rules"] if r["rule"] == "client_healthy")
+
+
+def test_the_combined_directory_carries_each_childs_client_health(spec, tmp_path, capsys):
+    """combine copies client.jsonl (each child's lines for its backend): the combined run is
+    judged on its load generator's health, not passed for want of samples."""
+    out = tmp_path / "out"
+    code, cap = run_combine(children(spec, tmp_path, lambda name, b: b.with_client()), out, capsys)
+    assert code == 0, cap.out
+    rows = [json.loads(x) for x in (out / "client.jsonl").read_text().splitlines()]
+    assert {r["backend"] for r in rows} == {"host-staged", "nccl"}
+    assert "client.jsonl" in json.loads((out / "manifest.json").read_text())["artifacts"]
+    assert main(["verify", str(out)]) == 0
+    capsys.readouterr()
+    health = _client_health(out, capsys)
+    assert health["status"] == "pass" and health["message"].startswith("the load generator kept up in"), health
+
+
+def test_a_saturated_childs_client_makes_the_combined_run_inconclusive(spec, tmp_path, capsys):
+    def edit(name, b):
+        b.with_client(lag=0.2 if name == "nccl" else 0.002)
+
+    out = tmp_path / "out"
+    code, _ = run_combine(children(spec, tmp_path, edit), out, capsys)
+    assert code == 3
+    health = _client_health(out, capsys)
+    assert health["status"] == "inconclusive" and "backend nccl" in health["message"] and "saturated" in health["message"], health
+
+
+def test_a_child_from_before_client_health_beside_one_with_it_is_not_a_pass(spec, tmp_path, capsys):
+    """One child measured its client, the other has no client.jsonl: the combined run measured
+    its client, so the other backend's buckets have no sample -- INCONCLUSIVE naming it."""
+    def edit(name, b):
+        if name == "host-staged":
+            b.with_client()
+
+    out = tmp_path / "out"
+    code, cap = run_combine(children(spec, tmp_path, edit), out, capsys)
+    assert code == 0, cap.out  # each child passes on its own (nccl's health is not judged: it never measured it)
+    health = _client_health(out, capsys)
+    assert health["status"] == "inconclusive" and "backend nccl" in health["message"], health
+    assert "no client-health sample in bucket" in health["message"], health

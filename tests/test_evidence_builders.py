@@ -67,7 +67,7 @@ def built(request, tmp_path) -> Path:
         build_evidence_dir(root)
         return root
     spec = load_spec(REPO / "specs" / "dsv2lite.soak")[0] if "seed" in request.param else small_spec()
-    return EvidenceBuilder(spec).write(root)
+    return EvidenceBuilder(spec).with_client().write(root)  # a run's client.jsonl (without: a run from before it)
 
 
 def test_the_sample_spec_checks_and_plans_the_sample_records():

@@ -207,7 +207,7 @@ def test_each_jsonl_file_is_decoded_once(tmp_path, monkeypatch):
     from soakspec.evidence import io
 
     spec = spec_from_text(SIM_SPEC)
-    root = EvidenceBuilder(spec).write(tmp_path / "ev")
+    root = EvidenceBuilder(spec).with_client().write(tmp_path / "ev")
     seen: dict[str, int] = {}
 
     def counting(real):

@@ -40,9 +40,9 @@ def codes(report):
 def test_clean_directory_passes(run_dir, capsys):
     code, out, err = verify(capsys, run_dir)
     assert code == 0, out
-    assert out.strip().endswith("intact and complete (15 artifacts, 2 result files bound to the manifest and 22 records checked).")
+    assert out.strip().endswith("intact and complete (15 artifacts, 2 result files bound to the manifest and 24 records checked).")
     # results.json and verdict.json are bound to the manifest, not listed in it: the 15 artifacts
-    # (client.jsonl, each backend's buckets.jsonl and metrics.jsonl among them; metrics.jsonl holds one scrape each: 2 of the 22 records)
+    # (client.jsonl, each backend's buckets.jsonl and metrics.jsonl among them; metrics.jsonl holds one scrape each and client.jsonl one sample a backend: 4 of the 24 records)
     # are the manifest's, the number `run` and the gate's artifacts_verified state too
     assert err == ""
 
@@ -142,9 +142,9 @@ def test_writer_killed_mid_member_leaves_an_incomplete_but_readable_run(tmp_path
     with RunLock(d, allow_existing=True):
         finalize_manifest(d, m, "incomplete", "backend a writer was killed")
     r = verify_evidence(d)
-    # 20 of the builder's records + one scrape per backend (metrics.jsonl), the closed member's one,
-    # and what the cut member's bytes hold
-    assert r.exit_code == 3 and codes(r) == ["V201", "V202"] and r.records_checked in (23, 24)
+    # 20 of the builder's records + one scrape per backend (metrics.jsonl) + one client-health
+    # sample per backend (client.jsonl), the closed member's one, and what the cut member's bytes hold
+    assert r.exit_code == 3 and codes(r) == ["V201", "V202"] and r.records_checked in (25, 26)
 
 
 def test_lock_held_means_a_run_is_still_writing(run_dir):

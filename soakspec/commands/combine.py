@@ -9,7 +9,8 @@ Output, in `--out DIR` (which must be new or empty):
   combined.json, combined.json.sha256   the checks and every child (sorted keys)
   an evidence directory                 when every backend appears once: each child's
       `backends/<name>/` copied (every file re-hashed against the child's manifest while
-      copying), results.json and verdict.json (bound to the manifest, as `run` writes them),
+      copying), client.jsonl (each child's lines for its backends: the combined run is
+      judged on its load generator's health, `_copy_client`), results.json and verdict.json (bound to the manifest, as `run` writes them),
       and a manifest.json holding every backend's entry, the first child's spec and
       host, `combined_from` (each child's run id, manifest sha256, host and times) and every
       artifact's sha256 -- so `soakspec verify`, `gate` and `report` accept the directory.
@@ -108,6 +109,40 @@ def _copy_backends(children: Sequence[Any], out: Path) -> None:
                 write_bytes_atomic(dest, data)
 
 
+def _copy_client(children: Sequence[Any], out: Path) -> None:
+    """client.jsonl: every child's lines for its own backends, in child order, each child's
+    file re-hashed against its manifest (changed since verification: not copied). Written
+    when any child has one, so the combined run is judged on its load generator's health:
+    a child from before client.jsonl existed then has no samples for its buckets, which the
+    judge's client_healthy calls INCONCLUSIVE (missing data is never a pass)."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import write_bytes_atomic
+
+    lines: list[bytes] = []
+    listed = False
+    for c in children:
+        sha = (c.evidence.manifest.get("artifacts") or {}).get(layout.CLIENT)
+        if sha is None:
+            continue
+        listed = True
+        try:
+            data = (Path(c.evidence.root) / layout.CLIENT).read_bytes()
+        except OSError:
+            raise CopyMismatch(f"{c.dir}/{layout.CLIENT} changed after it was verified") from None
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise CopyMismatch(f"{c.dir}/{layout.CLIENT} changed after it was verified")
+        names = {b.name for b in c.evidence.backends}
+        for line in data.splitlines(keepends=True):
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue  # a partial or corrupt line: verification reported it
+            if isinstance(row, dict) and row.get("backend") in names:
+                lines.append(line if line.endswith(b"\n") else line + b"\n")
+    if listed:
+        write_bytes_atomic(out / layout.CLIENT, b"".join(lines))
+
+
 def _write_results(out: Path, spec: Any) -> None:
     """results.json and verdict.json, bound to the final manifest, as `soakspec run` writes them."""
     from soakspec.evidence.results import write_results, write_verdict
@@ -153,6 +188,7 @@ def main(args: argparse.Namespace) -> int:
         out.mkdir(parents=True, exist_ok=True)
         if as_evidence:
             _copy_backends(children, out)
+            _copy_client(children, out)
         sha = write_json_atomic(out / COMBINED, doc)
         write_bytes_atomic(out / (COMBINED + ".sha256"), f"{sha}  {COMBINED}\n".encode())
         if as_evidence:

@@ -45,8 +45,13 @@ class EvidenceBuilder:
     metrics      backend name -> list of metrics.jsonl rows (a scrape every 5 s of a vLLM-like
                  /metrics, for a backend whose plan scrapes one: `metrics_rows`)
     followups    backend name -> followup.json dict
-    client       backend name -> client.jsonl rows (the load generator's health; none by default:
-                 the judge's client_healthy then has no samples, and client.jsonl is empty)
+    client       backend name -> client.jsonl rows (the load generator's health). None by default,
+                 and then no client.jsonl is written: evidence shaped like a run from before
+                 soakspec measured its client, whose client_healthy is not judged. The
+                 builder's closed-loop records are sparse (`per_bucket` requests a bucket, far
+                 below the offered concurrency), which real client samples would rightly call
+                 a client that did not keep up; `with_client()` adds the samples of a healthy
+                 load generator (`client_rows`) for tests about client health.
     server_logs  backend name -> server.log text, to replace the default one (`server_log`: the
                  runtime's version line, one trace line per trace row when the backend's traces
                  come from its log, built from `traces` when the evidence is built)
@@ -298,6 +303,16 @@ class EvidenceBuilder:
         self.records[backend] = [r for r in self.records[backend] if r["request_id"] not in gone]
         self.traces[backend] = [t for t in self.traces[backend] if t["request_id"] not in gone]
 
+    def with_client(self, **kw: Any) -> EvidenceBuilder:
+        """Every backend's client.jsonl rows: a load process sampled every second from the
+        backend's first level's start to its last level's drain (`client_rows`; `kw`: its lag,
+        cpu, host_cpu). Returns the builder."""
+        for b in self.manifest["backends"]:
+            lvs = b.get("levels") or []
+            if lvs:
+                self.client[b["name"]] = client_rows(b["name"], lvs[0]["started_at"], lvs[-1]["drained_at"] + 1.0, **kw)
+        return self
+
     # ---------------------------------------------------------------- outputs
 
     def build(self) -> Evidence:
@@ -353,10 +368,14 @@ class EvidenceBuilder:
                 fu = fu | {"record": RequestRecord.from_json(fu["record"]).to_json()}
             write_json_atomic(d / layout.FOLLOWUP, fu)
             write_bytes_atomic(d / layout.SERVER_LOG_GZ, gzip.compress(self.log_of(n).encode(), mtime=0))  # as a run ends
-        with JsonlWriter(root / layout.CLIENT) as w:  # as a run leaves it (runner/clienthealth.py)
-            for rows in self.client.values():
-                for row in rows:
-                    w.write(row)
+        if any(self.client.values()):  # as a run leaves it (runner/clienthealth.py)
+            with JsonlWriter(root / layout.CLIENT) as w:
+                for rows in self.client.values():
+                    for row in rows:
+                        w.write(row)
+        # no client rows: no client.jsonl, as a run from before soakspec measured its client
+        # (the judge's client_healthy: not judged); an empty client.jsonl would say it measured
+        # nothing (INCONCLUSIVE). `with_client()` gives the samples of a healthy load generator.
         if finalize:
             m.update(status=final_status, incomplete_reason=final_reason, ended_at=self.manifest["ended_at"],
                      ended_at_epoch=self.manifest["ended_at_epoch"], artifacts=finalize_artifacts(root))
@@ -369,6 +388,31 @@ class EvidenceBuilder:
 
 
 TTFT_LE = (0.1, 0.25, 0.5, 1.0, 2.5)
+STALL_S = 0.01  # runner/clienthealth.py STALL_S: lags above it are kept one by one
+MAX_CLIENT_ROWS = 2000  # a long synthetic soak's client.jsonl windows are widened to stay this few
+
+
+def client_rows(backend: str, start: float, end: float, *, lag: float = 0.002, cpu: float = 0.2,
+                host_cpu: float = 0.3, process: int = 0) -> list[dict[str, Any]]:
+    """client.jsonl rows of a load process that kept up from `start` to `end`, as
+    runner/clienthealth.py writes them: back-to-back windows of a second (wider for a long
+    soak: at most `MAX_CLIENT_ROWS` of them, none over 60 s), each `lag` late at p99 and max,
+    `cpu` of a core busy (every wake-up `lag` late: above `STALL_S`, each one is a stall)."""
+    span = max(0.0, end - start)
+    window = min(60.0, max(1.0, span / MAX_CLIENT_ROWS))
+    tick = 0.005
+    rows = []
+    a = start
+    while a < end:
+        b = min(end, a + window)
+        weight = b - a
+        wakeups = max(1, int(weight / (tick + lag)))
+        rows.append({"schema_version": 1, "start": round(a, 6), "t": round(b, 6), "backend": backend, "process": process,
+                     "wakeups": wakeups, "lag_p50": lag, "lag_p99": lag, "lag_max": lag, "cpu": cpu, "host_cpu": host_cpu,
+                     "tick_s": tick, "stall_s": STALL_S, "weight_s": round(weight, 6),
+                     "stalls": [lag] * wakeups if lag > STALL_S else []})  # every wake-up `lag` late
+        a = b
+    return rows
 
 
 def metrics_rows(start: float, end: float, step: float = 5.0, running: float = 4.0, waiting: float = 0.0,

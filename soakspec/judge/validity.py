@@ -15,14 +15,19 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import itertools
+import math
+from pathlib import Path
+
 import numpy as np
 
+from soakspec.evidence import layout
 from soakspec.judge.common import backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.index import num as num_
-from soakspec.judge.measures import completed, in_flight
+from soakspec.judge.measures import completed
 from soakspec.judge.stats import percentile
+from soakspec.judge.table import MISSING, Rows
 from soakspec.judge.scope import bucket_scope, clock, level_scope
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Rule
@@ -316,8 +321,9 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
 # that for 1 % of the time the client's times may be L late: a p99 claim is no longer the server's.
 # Also shown, not judged: the machine's CPU (host_cpu), the coalesced fraction of ITL gaps and,
 # open loop, the achieved rate (requests whose actual start fell in the bucket, per second).
-# Evidence without client.jsonl (written before soakspec recorded it) is judged on what the
-# records give only when samples exist for the backend; without any, the check says so and passes.
+# Missing data is never a pass: a run that measured its client (client.jsonl listed in the
+# manifest, or there) with no sample for a bucket is INCONCLUSIVE, and so is a missing or empty
+# client.jsonl. Evidence from before soakspec wrote client.jsonl is not judged (`client_measured`).
 
 # metrics a saturated client distorts: their FAILs become INCONCLUSIVE (counts are the server's)
 CLIENT_SENSITIVE = frozenset({"ttft", "itl", "tpot", "latency", "schedule_lag", "throughput", "qps", "in_flight", "coalesced"})
@@ -373,6 +379,79 @@ def _mean_cpu_by_process(samples: list) -> dict[int, float]:
     return {p: sum(c * w for c, w in xs) / sum(w for _, w in xs) for p, xs in acc.items()}  # type: ignore[misc]
 
 
+# Per-request figures of a bucket, from the table's columns (vectorized; numpy over the
+# bucket's rows) with the row form beside each for the rare requests kept as they were
+# (`RequestTable.extras`): both give what the record-by-record definition gives, exactly.
+
+def _sched_lag_row(r) -> float | None:
+    s, i = num_(r.get("start")), num_(r.get("intended_start"))
+    return s - i if s is not None and i is not None else None
+
+
+def _delay_row(r) -> float | None:
+    return num_(r.get("client_delay"))
+
+
+def _values(recs: Rows, col, row) -> np.ndarray:
+    """One float per request of `recs` (NaN: none), without the NaNs."""
+    v = recs.map(col, row)
+    return v[~np.isnan(v)]
+
+
+def _int_sum(recs: Rows, col, row) -> int:
+    """sum(row(r) for r in recs), exactly: `col` (int64) over the ordinary rows, `row` over the others."""
+    total = 0
+    for t, idx in recs.parts:
+        odd = t.odd(idx)
+        total += int(np.sum(col(t, t.clean(idx) if len(odd) else idx), dtype=np.int64))
+        total += sum(row(t.rec(i)) for i in odd.tolist())
+    return total
+
+
+def _gaps_col(t, idx) -> np.ndarray:
+    return (t.itl_off[idx + 1] - t.itl_off[idx]).astype(np.int64)
+
+
+def _gaps_row(r) -> int:
+    itl = r.get("itl")
+    return len(itl) if itl is not None else 0
+
+
+def _coal_col(t, idx) -> np.ndarray:
+    c = t.i["coalesced"][idx].astype(np.int64)
+    return np.where(c == MISSING, 0, c)
+
+
+def _coal_row(r) -> int:
+    c = r.get("coalesced")
+    return c if type(c) is int else 0
+
+
+def _in_flight(recs: Rows, start: float, end: float) -> float | None:
+    """`measures.in_flight(recs, start, end)` from the columns: each request's time inside
+    [start, end) (an absent end: its start), added exactly (fsum: order does not matter)."""
+    if end <= start:
+        return None
+
+    def col(t, idx):
+        s, e = t.f["start"][idx], t.f["end"][idx]
+        return np.minimum(np.where(np.isnan(e), s, e), end) - np.maximum(s, start)  # NaN where no start
+
+    def row(r):
+        s, e = num_(r.get("start")), num_(r.get("end"))
+        if s is None:
+            return None
+        return min(s if e is None else e, end) - max(s, start)
+
+    d = recs.map(col, row)
+    return math.fsum(d[d > 0].tolist()) / (end - start)
+
+
+def _started_in(recs: Rows, start: float, end: float) -> int:
+    return recs.count(lambda t, idx: (t.f["start"][idx] >= start) & (t.f["start"][idx] < end),
+                      lambda r: (s := num_(r.get("start"))) is not None and start <= s < end)
+
+
 def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None:
     """The load generator's health in one bucket (None: the bucket has no window)."""
     if w.start is None or w.end is None or w.end <= w.start:
@@ -384,44 +463,45 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     hosts = [s["host_cpu"] for s in inside if type(s.get("host_cpu")) in (int, float)]
     cpus = _mean_cpu_by_process(inside)
     recs = w.records
-    lags = [s - i for r in recs if (s := num_(r.get("start"))) is not None and (i := num_(r.get("intended_start"))) is not None]
     mode, conc, rate = lv.entry.get("mode"), lv.entry.get("concurrency"), lv.entry.get("rate")
+    lags = _values(recs, lambda t, idx: t.schedule_lag(idx), _sched_lag_row) if mode == "open" else None
     wall = w.end - w.start
     offered = achieved = None
     if mode == "closed" and isinstance(conc, int) and conc > 0:
-        near = list(prev.records if prev is not None else ()) + list(recs)
-        offered, achieved = float(conc), in_flight(near, w.start, w.end)
+        near = prev.records + recs if prev is not None else recs
+        offered, achieved = float(conc), _in_flight(near, w.start, w.end)
     elif mode == "open" and type(rate) in (int, float) and rate > 0:
         offered = float(rate)
-        achieved = sum(1 for r in recs if (s := num_(r.get("start"))) is not None and w.start <= s < w.end) / wall
-    delays = [d for r in recs if (d := num_(r.get("client_delay"))) is not None]
-    gaps = coal = 0
-    for r in completed(recs):
-        itl = r.get("itl")
-        gaps += len(itl) if itl is not None else 0
-        c = r.get("coalesced")
-        coal += c if type(c) is int else 0
+        achieved = _started_in(recs, w.start, w.end) / wall
+    delays = _values(recs, lambda t, idx: t.f["client_delay"][idx], _delay_row)
+    done = completed(recs)
+    gaps = _int_sum(done, _gaps_col, _gaps_row)
+    coal = _int_sum(done, _coal_col, _coal_row)
     return {
         "bucket": w.index, "start": w.start, "end": w.end, "samples": len(inside), "mode": mode,
         "lag_p99": max(lag99) if lag99 else None, "lag_max": max(lagmax) if lagmax else None,
         "cpu": max(cpus.values()) if cpus else None, "processes": len(cpus),
         "host_cpu": sum(hosts) / len(hosts) if hosts else None,
-        "schedule_lag_p99": percentile(lags, 99.0) if mode == "open" and lags else None,
+        "schedule_lag_p99": percentile(lags, 99.0) if lags is not None and len(lags) else None,
         "offered": offered, "achieved": achieved,
         "coalesced": coal / gaps if gaps else None, "coalesced_gaps": coal, "gaps": gaps,
         # the client's own processing after each response's last bytes (records' client_delay)
-        "client_delay_p99": percentile(delays, 99.0) if delays else None,
+        "client_delay_p99": percentile(delays, 99.0) if len(delays) else None,
     }  # fmt: skip
 
 
-def client_rows(bi: BackendIndex, lv: LevelIndex) -> list[dict]:
-    out, prev = [], None
+def _client_windows(bi: BackendIndex, lv: LevelIndex):
+    """(window, its client_bucket row) for each bucket of the level that has a window."""
+    prev = None
     for w in lv.buckets:
         row = client_bucket(bi, lv, w, prev)
         if row is not None:
-            out.append(row)
+            yield w, row
         prev = w
-    return out
+
+
+def client_rows(bi: BackendIndex, lv: LevelIndex) -> list[dict]:
+    return [row for _, row in _client_windows(bi, lv)]
 
 
 def _ms(v: float) -> str:
@@ -446,28 +526,64 @@ def client_saturation(row: dict, g) -> list[str]:
 
 def _covered(samples, start: float, end: float) -> bool:
     """Does a client-health sample's own window (its `start` to `t`) overlap [start, end)? A
-    sample spans about a second, so a shorter bucket may hold none and still be measured."""
+    sample spans about a second, so a shorter bucket may hold none and still be measured. The
+    samples are sorted by `t`: only those ending after `start` are looked at."""
     return any(type(s.get("start")) in (int, float) and type(s.get("t")) in (int, float) and s["start"] < end and s["t"] > start
-               for s in samples)
+               for s in itertools.islice(samples, bisect.bisect_right(samples, start, key=_t), None))
+
+
+def client_measured(run: JudgedRun) -> str | None:
+    """Did the run measure its load generator, and if so, why its client.jsonl gives nothing
+    to judge: None when the run predates client health (its manifest lists no client.jsonl,
+    there is none, and no backend has a sample), "" when it measured and there are samples,
+    else the reason naming the file (listed but missing, or empty)."""
+    ev = run.evidence
+    arts = ev.manifest.get("artifacts")
+    listed = isinstance(arts, dict) and layout.CLIENT in arts
+    there = ev.root is not None and (Path(ev.root) / layout.CLIENT).is_file()
+    if any(be.client for be in ev.backends):
+        return ""
+    if not listed and not there:
+        return None
+    if not there and ev.root is not None:
+        return f"{layout.CLIENT} is missing (the manifest lists it)"
+    return f"{layout.CLIENT} has no client-health samples"
 
 
 def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
+    """Built in: the load generator kept up in every bucket (see "client health" above).
+
+    Missing data is never a pass. A run measured its client when its manifest lists
+    client.jsonl (every `soakspec run` writes it, from its first second: the runner's
+    `finalize_artifacts` hashes it into the manifest), when the file is there, or when any
+    backend has a sample. Then a missing or empty client.jsonl is INCONCLUSIVE naming the file,
+    and so is every bucket that no sample covers. Evidence written before soakspec measured its
+    load generator has none of these: its client health is not judged (the check passes and
+    says so, as `client_healthy = false` does), because such a run never claimed it, and the
+    record-derived criteria alone (schedule lag, achieved concurrency) are only judged beside
+    the samples they were defined with."""
     g = run.gate
     if not g.client_healthy:
         return result(None, "client_healthy", "validity", "require", [], "not judged (client_healthy = false in the gate)", 0)
+    gap = client_measured(run)
+    if gap is None:
+        return result(None, "client_healthy", "validity", "require", [],
+                      f"not judged: the evidence has no {layout.CLIENT} (written before soakspec measured its load generator)", 0)
+    if gap:
+        return result(None, "client_healthy", "validity", "require",
+                      [problem(f"{gap}: the load generator's health is unknown", status="inconclusive")], "", 1)
     insts: list[Instance] = []
     n = sampled = 0
     worst: tuple[float, str] | None = None
-    unsampled: list[Instance] = []
     for bi in run.judged:
         for lv in bi.levels:
-            for row in client_rows(bi, lv):
+            for w, row in _client_windows(bi, lv):
                 n += 1
                 sampled += 1 if row["samples"] else 0
-                w = next(x for x in lv.buckets if x.index == row["bucket"])
                 if not row["samples"] and not _covered(bi.evidence.client, w.start, w.end):  # its health is unknown
-                    unsampled.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), None, None, None,
-                                              f"no client-health sample in bucket {row['bucket']}: the load generator's health is unknown"))
+                    # the run measured its client: a bucket it did not measure is not a healthy one
+                    insts.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), None, None, None,
+                                          f"no client-health sample in bucket {row['bucket']}: the load generator's health is unknown"))
                     continue
                 if not row["samples"]:
                     continue  # shorter than a sample: the sample around it judges its time
@@ -477,13 +593,8 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
                                           f"load generator saturated in bucket {row['bucket']}: {', '.join(why)}"))
                 elif row["lag_p99"] is not None and (worst is None or row["lag_p99"] > worst[0]):
                     worst = (row["lag_p99"], loc(bucket_scope(bi, lv, w)).text)
-    if sampled:  # the run measured its client: a bucket it did not measure is not a healthy one
-        insts += unsampled
-    if not sampled:
-        msg = "no client-health samples in the evidence (client.jsonl): the load generator's health is unknown"
-    else:
-        msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
-            f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "")
+    msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
+        f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "")
     return result(None, "client_healthy", "validity", "require", insts, msg, n)
 
 

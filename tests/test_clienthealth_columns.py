@@ -1,0 +1,205 @@
+"""client_healthy at soak scale: its per-bucket figures come from the table's columns
+(judge/validity.py `client_bucket`, vectorized), and a run that measured its client but has
+no samples is never a pass.
+
+The reference below is the record-by-record definition (every request read through its view),
+written here once; the columnar judge must give the same row, figure for figure, for any
+records -- including values a column cannot hold (kept as the row had them).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from soakspec.evidence import layout
+from soakspec.evidence.manifest import write_manifest
+from soakspec.evidence.verify import finalize_artifacts
+from soakspec.judge.evidence import load_evidence
+from soakspec.judge.index import num
+from soakspec.judge.joined import join
+from soakspec.judge.judge import judge_run
+from soakspec.judge.measures import in_flight
+from soakspec.judge.stats import percentile
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+from soakspec.judge.validity import _mean_cpu_by_process, _samples_in, client_bucket, pooled_lag_p99
+
+
+def reference_bucket(bi, lv, w, prev=None):
+    """client_bucket's row, one request at a time (the definition the columns must meet)."""
+    if w.start is None or w.end is None or w.end <= w.start:
+        return None
+    inside = _samples_in(bi.evidence.client, w.start, w.end)
+    pooled = pooled_lag_p99(inside)
+    lag99 = [pooled] if pooled is not None else [s["lag_p99"] for s in inside if type(s.get("lag_p99")) in (int, float)]
+    lagmax = [s["lag_max"] for s in inside if type(s.get("lag_max")) in (int, float)]
+    hosts = [s["host_cpu"] for s in inside if type(s.get("host_cpu")) in (int, float)]
+    cpus = _mean_cpu_by_process(inside)
+    recs = list(w.records)
+    lags = [s - i for r in recs if (s := num(r.get("start"))) is not None and (i := num(r.get("intended_start"))) is not None]
+    mode, conc, rate = lv.entry.get("mode"), lv.entry.get("concurrency"), lv.entry.get("rate")
+    wall = w.end - w.start
+    offered = achieved = None
+    if mode == "closed" and isinstance(conc, int) and conc > 0:
+        near = list(prev.records if prev is not None else ()) + recs
+        offered, achieved = float(conc), in_flight(near, w.start, w.end)
+    elif mode == "open" and type(rate) in (int, float) and rate > 0:
+        offered = float(rate)
+        achieved = sum(1 for r in recs if (s := num(r.get("start"))) is not None and w.start <= s < w.end) / wall
+    delays = [d for r in recs if (d := num(r.get("client_delay"))) is not None]
+    gaps = coal = 0
+    for r in recs:
+        if r.get("outcome") != "completed":
+            continue
+        itl = r.get("itl")
+        gaps += len(itl) if itl is not None else 0
+        c = r.get("coalesced")
+        coal += c if type(c) is int else 0
+    return {
+        "bucket": w.index, "start": w.start, "end": w.end, "samples": len(inside), "mode": mode,
+        "lag_p99": max(lag99) if lag99 else None, "lag_max": max(lagmax) if lagmax else None,
+        "cpu": max(cpus.values()) if cpus else None, "processes": len(cpus),
+        "host_cpu": sum(hosts) / len(hosts) if hosts else None,
+        "schedule_lag_p99": percentile(lags, 99.0) if mode == "open" and lags else None,
+        "offered": offered, "achieved": achieved,
+        "coalesced": coal / gaps if gaps else None, "coalesced_gaps": coal, "gaps": gaps,
+        "client_delay_p99": percentile(delays, 99.0) if delays else None,
+    }  # fmt: skip
+
+
+def _same(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.keys() == b.keys() and all(
+        (x is None and y is None) or (x == y and type(x) is type(y)) or (isinstance(x, float) and math.isnan(x) and math.isnan(y))
+        for x, y in ((a[k], b[k]) for k in a))
+
+
+ODD = st.one_of(st.none(), st.booleans(), st.just("x"), st.integers(-(2**40), 2**40))
+TIME = st.one_of(st.floats(-5.0, 70.0, allow_nan=False), ODD)
+
+
+@st.composite
+def _edit(draw):
+    """What one request's fields become (None: left as the builder made it)."""
+    return {
+        "start": draw(st.one_of(st.none(), TIME)), "intended_start": draw(st.one_of(st.none(), TIME)),
+        "end": draw(st.one_of(st.none(), TIME)), "client_delay": draw(st.one_of(st.none(), st.floats(0, 0.1), ODD)),
+        "coalesced": draw(st.one_of(st.none(), st.integers(0, 5), st.integers(2**31, 2**62), st.just(True))),
+        "itl": draw(st.one_of(st.none(), st.lists(st.floats(0.0, 0.05), max_size=6), st.just("abc"))),
+        "outcome": draw(st.one_of(st.none(), st.sampled_from(["completed", "failed"]))),
+        "absent": draw(st.lists(st.sampled_from(["start", "intended_start", "end", "client_delay", "coalesced", "itl"]), max_size=2)),
+    }
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mode=st.sampled_from(["open", "closed"]), edits=st.lists(_edit(), min_size=1, max_size=24), lag=st.floats(0.001, 0.2))
+def test_columnar_client_rows_equal_the_record_by_record_definition(mode, edits, lag):
+    """For any records (numbers a column holds, and values it keeps aside: booleans, strings,
+    integers beyond 32 bits, a string for ITL), the vectorized row equals the reference."""
+    spec = small_spec(mode=mode, levels="[2rps]" if mode == "open" else "[2]", duration="2m", bucket="1m")
+    b = EvidenceBuilder(spec, per_bucket=6).with_client(lag=lag)
+    name = spec.backends[0].name
+    measured = [r for r in b.records[name] if r["bucket"] >= 0]
+    bases = [r["start"] for r in measured]
+    for k, e in enumerate(edits):
+        r, base = measured[k % len(measured)], bases[k % len(measured)]
+        for k in ("start", "intended_start", "end"):
+            v = e[k]
+            if v is not None:
+                r[k] = base + v if type(v) is float else v
+        for k in ("client_delay", "coalesced", "itl", "outcome"):
+            if e[k] is not None:
+                r[k] = e[k]
+        for k in e["absent"]:
+            r[k] = None
+    run = join(spec, b.build())
+    compared = 0
+    for bi in run.judged:
+        for lv in bi.levels:
+            prev = None
+            for w in lv.buckets:
+                got, want = client_bucket(bi, lv, w, prev), reference_bucket(bi, lv, w, prev)
+                assert _same(got, want), (got, want)
+                compared += 1
+                prev = w
+    assert compared
+
+
+# ------------------------------------------------------------------ missing data is never a pass
+
+
+def _health(run_dir, spec):
+    v = judge_run(join(spec, load_evidence(run_dir)))
+    (h,) = [r for r in v.rules if r.rule == "client_healthy"]
+    return h
+
+
+def _open_spec():
+    return small_spec(mode="open", levels="[2rps]")  # (closed loop also checks achieved concurrency: the builder's is sparse)
+
+
+def test_a_run_that_measured_its_client_but_has_no_samples_is_inconclusive_naming_the_file(tmp_path):
+    """client.jsonl listed in the manifest but empty, or listed and deleted: INCONCLUSIVE, and
+    the message names client.jsonl. With its samples the same run passes."""
+    spec = _open_spec()
+    good = EvidenceBuilder(spec).with_client().write(tmp_path / "good")
+    assert _health(good, spec).status == "pass"
+
+    empty = tmp_path / "empty"
+    shutil.copytree(good, empty)
+    (empty / layout.CLIENT).write_text("")
+    m = json.loads((empty / "manifest.json").read_text())
+    m["artifacts"] = finalize_artifacts(empty)
+    write_manifest(empty, m)
+    h = _health(empty, spec)
+    assert h.status == "inconclusive" and "client.jsonl has no client-health samples" in h.message, h.message
+
+    gone = tmp_path / "gone"
+    shutil.copytree(good, gone)
+    (gone / layout.CLIENT).unlink()  # the manifest still lists it
+    h = _health(gone, spec)
+    assert h.status == "inconclusive" and "client.jsonl is missing (the manifest lists it)" in h.message, h.message
+
+
+def test_a_backend_without_samples_beside_one_with_them_is_inconclusive():
+    """Two backends, samples for one: the run measured its client, so the other's buckets are
+    unknown (INCONCLUSIVE naming the bucket), never healthy."""
+    spec = small_spec(mode="open", levels="[2rps]", backends=("a", "b"))
+    b = EvidenceBuilder(spec).with_client()
+    b.client.pop("b")
+    h = next(r for r in judge_run(join(spec, b.build())).rules if r.rule == "client_healthy")
+    assert h.status == "inconclusive" and "backend b" in h.message and "no client-health sample in bucket 0" in h.message, h.message
+
+
+def test_evidence_from_before_client_health_is_not_judged_and_says_so(tmp_path):
+    """No client.jsonl, none listed, no sample: a run recorded before soakspec measured its
+    load generator. client_healthy is not judged (like `client_healthy = false`) and says why;
+    the verdict stands on the other rules."""
+    spec = _open_spec()
+    old = EvidenceBuilder(spec).write(tmp_path / "old")  # no client rows: no client.jsonl
+    assert not (old / layout.CLIENT).exists()
+    h = _health(old, spec)
+    assert h.status == "pass" and h.message.startswith("not judged: the evidence has no client.jsonl"), h.message
+
+
+def test_a_bucket_shorter_than_a_sample_is_judged_by_the_sample_around_it():
+    """Buckets of half a second, samples of a second: a bucket holding no sample's midpoint is
+    covered by the sample around it (healthy); drop the sample around buckets 2 and 3 and they
+    are INCONCLUSIVE, named."""
+    spec = small_spec(mode="open", levels="[4rps]", duration="6s", bucket="500ms")
+    b = EvidenceBuilder(spec, per_bucket=2).with_client()
+    run = join(spec, b.build())
+    h = next(r for r in judge_run(run).rules if r.rule == "client_healthy")
+    assert h.status == "pass" and "kept up" in h.message, h.message
+    name = spec.backends[0].name
+    lv = b.manifest["backends"][0]["levels"][0]
+    third = lv["buckets"][3]
+    b.client[name] = [r for r in b.client[name] if not (r["start"] < third["end"] and r["t"] > third["start"])]
+    h = next(r for r in judge_run(join(spec, b.build())).rules if r.rule == "client_healthy")
+    assert h.status == "inconclusive" and "no client-health sample in bucket 2" in h.message and "(and 1 more)" in h.message, h.message
+    assert [i.where.bucket for i in h.details] == [2, 3]
