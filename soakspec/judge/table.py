@@ -1,8 +1,10 @@
 """A backend's request records as typed columns: the one place the judge reads a record's fields.
 
 `TableBuilder.add(row)` takes one decoded requests.jsonl row (anything with `row.get(field)`:
-today a dict from `load_evidence`, later the evidence layer's typed record), appends its
-values to typed columns and drops the row; `finish()` returns the immutable `RequestTable`.
+a dict, or the evidence layer's typed `Record`), appends its values to typed columns and
+drops the row; `add_records(records)` appends a block of typed records a column at a time
+(what `load_evidence` does with each block verification decodes); `finish()` returns the
+immutable `RequestTable`.
 Nothing else in the judge looks inside a record: index, scopes, measures, rules and
 results.json read columns (vectorized, numpy) or, for the few messages that name one
 request, a `Rec` view (`table.rec(i)`), which answers `rec["field"]` / `rec.get("field")`
@@ -20,9 +22,10 @@ Per request, what is kept (bytes per request, 64 output tokens):
   request id   str (the id is what traces, follow-ups and messages name)          ~60
   server_id    the request id with a prefix and suffix the server added (`cmpl-{id}-0`):
                an int32 code of (prefix, suffix); any other server id: sparse        4
-  itl          one flat array per table with per-request offsets: int32 microseconds
-               when every gap is a whole number of microseconds (what the runner writes:
-               six decimals, which read back exactly as n / 1e6), else float64      4-8 a gap
+  itl          one flat array per table with per-request offsets: whole microseconds    2 a gap
+               packed in a uint16 each (`PackedGaps`; a gap beyond 65.535 ms or below 0
+               kept exactly beside them) when every gap is a whole number of
+               microseconds (what the runner writes), else float64                   8 a gap
 Not kept: `output_sha256` (no rule reads it; it stays in requests.jsonl, hashed). A value
 that does not fit its column (a string where a number belongs, a non-finite float, an ITL
 list with a non-number) or a key outside these is kept as it was, per request, in `extras`
