@@ -203,3 +203,4 @@ def test_a_bucket_shorter_than_a_sample_is_judged_by_the_sample_around_it():
     h = next(r for r in judge_run(join(spec, b.build())).rules if r.rule == "client_healthy")
     assert h.status == "inconclusive" and "no client-health sample in bucket 2" in h.message and "(and 1 more)" in h.message, h.message
     assert [i.where.bucket for i in h.details] == [2, 3]
+

@@ -6,6 +6,8 @@ import dataclasses
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from soakspec.evidence import schema
 from soakspec.judge import Integrity, join, judge, judge_run, render_text, summarize, summarize_run
@@ -335,3 +337,21 @@ def test_duplicate_request_ids_are_never_complete():
     b.level("a", 0)["sent"] += 1
     v = judge(spec, b.build())
     assert f"1 request id recorded more than once (first: {first['request_id']})" in rule(v, "completed_run").message
+
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f", "g"]), max_size=30), st.data())
+def test_duplicate_request_ids_are_found_through_their_hashes_as_a_set_finds_them(ids, data) -> None:
+    import numpy as np
+
+    from soakspec.judge.table import Rows, build_table
+    from soakspec.judge.validity import duplicate_ids
+
+    t = build_table([{"request_id": rid, "bucket": 0} for rid in ids])
+    whole = Rows.of(t, np.random.default_rng(len(ids)).permutation(len(ids)).astype(np.int64))
+    want = sorted({x for x in ids if ids.count(x) > 1})
+    assert duplicate_ids(whole) == want
+    some = sorted(data.draw(st.sets(st.integers(0, max(len(ids) - 1, 0)), max_size=len(ids)))) if ids else []
+    part = [ids[i] for i in some]
+    assert duplicate_ids(Rows.of(t, np.asarray(some, dtype=np.int64))) == sorted({x for x in part if part.count(x) > 1})
