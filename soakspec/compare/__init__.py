@@ -283,7 +283,8 @@ class Unpaired:
 
     def describe(self) -> str:
         other = "new" if self.side == "base" else "base"
-        return f"{self.backend} · {self.label} (level {self.level} of {self.workload}): only in the {self.side} run, no level of this load in the {other} run"
+        return (f"{self.backend} · {self.label} (level {self.level} of {self.workload}): only in the {self.side} run, "
+                f"no level of this load in the {other} run")
 
     def to_json(self) -> dict[str, Any]:
         return {"side": self.side, "backend": self.backend, "workload": self.workload, "level": self.level,
