@@ -8,17 +8,32 @@ level's in-flight mean -- and no worker outlives the run, even an aborted one.
 from __future__ import annotations
 
 import dataclasses
+import os
 import signal
 import subprocess
 import time
 from collections import Counter
+from functools import partial
 from pathlib import Path
 
+import httpx
 import pytest
+import trio
+import trio.testing
 
 from runner_support import manifest, new_marker, read_jsonl, run_env, run_soakspec, sim_spec, soakspec_cmd, wait_no_survivors
-from soakspec.plan import Batch, Bucket, Closed, Level, Open, RequestTemplate
+from soakspec.evidence.layout import RunLayout
+from soakspec.lang import load_spec
+from soakspec.plan import Batch, Bucket, Closed, Level, Open, RequestTemplate, plan
 from soakspec.evidence.record import READ_KEYS
+from soakspec.runner import backend
+from soakspec.runner.backend import Deps, serve_backend
+from soakspec.runner.clock import RunClock
+from soakspec.runner.engine import h11_connect
+from soakspec.runner.procs import BackendError
+from soakspec.runner.progress import Progress
+from soakspec.runner.recorder import BackendRecorder, RunStatus
+from soakspec.runner.load import CANCELLED_BY_ABORT
 from soakspec.runner.workers import processes_for
 
 OPEN = sim_spec(sim="ttft = 10ms\n    itl = 2ms", load="mode = open\n    rate = [30rps]\n    arrival = constant",
@@ -124,9 +139,68 @@ def test_an_interrupted_run_with_workers_keeps_their_records_and_leaves_no_proce
     rows = read_jsonl(req)
     assert rows and {r["worker"] % 2 for r in rows} == {0, 1}
     errors = sorted({str(r["error"]) for r in rows})
-    assert any(r["error"] == "the run was aborted before the response finished" for r in rows), f"in-flight ones too: {errors}"
+    assert any(r["error"] == CANCELLED_BY_ABORT for r in rows), f"in-flight ones too: {errors}"
+    # the interrupt ended them, not the server: it is stopped only once the workers have stopped
+    # (stopped first, it closed their connections -- "connection closed before the response
+    # finished", a server failure in the evidence -- and refused the requests sent after)
+    assert {r["error"] for r in rows if r["outcome"] != "completed"} == {CANCELLED_BY_ABORT}, errors
     assert m["backends"][0]["levels"][0]["sent"] == len(rows)
     _verify(out, 3)
+
+
+async def _served(tmp_path: Path, load_stopped: trio.Event, task_status=trio.TASK_STATUS_IGNORED):
+    """A launched simulator served by `serve_backend` (as `run_backend` does), in a scope the
+    caller cancels as an interrupt does; reports (its Server, that scope)."""
+    path = tmp_path / "t.soak"
+    path.write_text(sim_spec())
+    spec, diags, _ = load_spec(path)
+    assert spec is not None, diags
+    (bp,) = plan(spec).backends
+    layout = RunLayout(tmp_path / "ev")
+    rec = BackendRecorder(bp, layout, RunStatus())
+    rec.prepare(0, None)
+    clock = RunClock()
+    async with httpx.AsyncClient() as http:
+        deps = Deps(clock, Progress(quiet=True), http, h11_connect(clock), layout)
+        with trio.CancelScope() as scope:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(partial(serve_backend, bp.launch, deps, rec, load_stopped=load_stopped))
+                task_status.started((rec.server, scope))
+    rec.close()
+
+
+async def test_an_interrupted_backend_stops_its_server_only_once_its_load_has_stopped(tmp_path):
+    """The race behind the interrupted run above: an interrupt cancels the server's task and the
+    load's at once; the server is stopped only after the load has (a --workers load learns of the
+    interrupt a moment later, and its in-flight requests are the interrupt's, not the server's)."""
+    load_stopped = trio.Event()
+    async with trio.open_nursery() as nursery:
+        server, scope = await nursery.start(_served, tmp_path, load_stopped)
+        scope.cancel()  # the interrupt
+        await trio.testing.wait_all_tasks_blocked()
+        assert server.stop_signal is None and server.poll() is None, "stopped while its load was still stopping"
+        load_stopped.set()
+    assert server.stop_signal == "SIGTERM" and server.poll() is not None
+
+
+async def test_a_server_that_dies_by_itself_is_not_kept_waiting_for_its_load(tmp_path, monkeypatch):
+    """A server that exits during the run fails the backend at once (its load is cancelled after
+    that): its teardown does not wait for a load that is still running."""
+    monkeypatch.setattr(backend, "LOAD_STOP_BOUND_S", 1e6)
+    load_stopped = trio.Event()  # the load never stops by itself
+    waited: list[bool] = []
+
+    async def end_a_wait() -> None:  # the wait is shielded: only its event ends it
+        await trio.sleep(30)
+        waited.append(True)
+        load_stopped.set()
+
+    with pytest.RaisesGroup(pytest.RaisesExc(BackendError, match="server killed by SIGKILL during the run"), flatten_subgroups=True):
+        async with trio.open_nursery() as nursery:
+            server, _ = await nursery.start(_served, tmp_path, load_stopped)
+            nursery.start_soon(end_a_wait)
+            os.kill(server.pid, signal.SIGKILL)
+    assert waited == [], "the dead server's teardown waited for its load"
 
 
 @pytest.mark.slow

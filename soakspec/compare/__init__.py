@@ -7,8 +7,16 @@
 
 Matching. Backends are matched by name; when the two runs have no backend name in common and
 each has exactly one backend, those two are paired (a renamed backend, said in a note). Levels
-are matched by (workload, level index); a level whose load differs between the runs (another
-concurrency or rate) is still compared and the row carries a note.
+are paired by what they are, never by their position: within a workload, a named phase by its
+name (a phase whose load differs between the runs is still compared, and the row says so),
+any other level by its load -- mode, concurrency, rate, batch size, a ramp's or a replay's
+shape: what results.json names it by (`concurrency 8`, `rate 2 rps`). A sweep's probes run in
+the order its search took, and two searches take different paths (1, 12, 6, 3 ... against
+1, 16, 8 ...): probe k of one run and probe k of the other are different loads, and only the
+loads both probed are compared. A load a workload ran more than once pairs its k-th run in the
+base with its k-th in the new run. A level with no counterpart is listed as unpaired
+(`Comparison.unpaired`, "only in the base run" / "only in the new run"); it has no rows, does
+not count in the family-wise correction, and no rule looks at it.
 
 Rows. Per matched (backend, level): p50, p95 and p99 of ttft, itl, tpot and latency (per
 completed measured request; itl: every inter-token gap, as the gate counts it), and the mean
@@ -46,7 +54,7 @@ throughput lower is worse):
     insufficient samples     either side has fewer samples than the statistic needs:
                              `min_samples_for_percentile(q, confidence)` for a percentile
                              (59 for p95, 299 for p99 at 95 %), MIN_BUCKETS buckets for a mean
-    missing                  the level or the metric is absent on one side
+    missing                  the metric has no value on one side (no completed request)
 
 Rules (`require|warn STAT(METRIC) regression <= N%`): over every matched row of that metric
 and statistic, `regression` is the change towards worse (positive = worse). A row passes when
@@ -69,6 +77,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import math
 import random
 import re
@@ -240,6 +249,7 @@ class Row:
     row_confidence: float
     verdict: RowVerdict
     note: str | None = None
+    new_level: int | None = None  # the new run's index of the paired level (`level` is the base's)
 
     @property
     def higher_is_worse(self) -> bool:
@@ -257,8 +267,28 @@ class Row:
             "label": self.label, "metric": self.metric, "stat": self.stat, "unit": self.unit,
             "base": self.base, "new": self.new, "n_base": self.n_base, "n_new": self.n_new, "samples_needed": self.need,
             "change": self.change, "ci_low": self.low, "ci_high": self.high, "row_confidence": self.row_confidence,
-            "verdict": self.verdict, "note": self.note,
+            "verdict": self.verdict, "note": self.note, "new_level": self.new_level,
         }
+
+
+@dataclasses.dataclass(frozen=True)
+class Unpaired:
+    """A level of one run that the other run has no level of the same load (or phase) for."""
+
+    side: Literal["base", "new"]  # the run it is in
+    backend: str  # that run's backend name
+    workload: str
+    level: int  # its index in that run
+    label: str  # as results.json names it
+
+    def describe(self) -> str:
+        other = "new" if self.side == "base" else "base"
+        return (f"{self.backend} · {self.label} (level {self.level} of {self.workload}): only in the {self.side} run, "
+                f"no level of this load in the {other} run")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"side": self.side, "backend": self.backend, "workload": self.workload, "level": self.level,
+                "label": self.label, "message": self.describe()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -300,6 +330,7 @@ class Comparison:
     rules: tuple[RuleOutcome, ...]
     notes: tuple[str, ...]
     outcome: Outcome
+    unpaired: tuple[Unpaired, ...] = ()  # levels with no counterpart of the same load (module doc)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -315,6 +346,9 @@ class Comparison:
         c = self.counts()
         parts = [f"{c[k]} {k}" for k in ("regression", "improvement", "no significant change", "insufficient samples", "missing") if c.get(k)]
         text = f"{self.outcome}: {len(self.rows)} rows ({', '.join(parts) or 'none'}) at {self.confidence * 100:g}% confidence"
+        if self.unpaired:
+            k = len(self.unpaired)
+            text += f"; {k} unpaired level{'s' if k != 1 else ''}"
         bad = [r.rule.text() for r in self.rules if r.status != "pass"]
         if bad:
             text += "; rules not passing: " + "; ".join(bad)
@@ -337,6 +371,7 @@ class Comparison:
             "rows": [r.to_json() for r in self.rows],
             "rules": [r.to_json() for r in self.rules],
             "notes": list(self.notes),
+            "unpaired": [u.to_json() for u in self.unpaired],
         }
 
 
@@ -368,6 +403,40 @@ def _load(lv: LevelIndex) -> str:
     return f"{e.get('mode')} concurrency={e.get('concurrency')} rate={e.get('rate')}"
 
 
+def _identity(lv: LevelIndex) -> str:
+    """What a level is, for pairing (module doc): its workload and its phase's name, or else
+    its load as the manifest entry gives it (a rate to 9 significant digits: the same spec
+    value read back, not float noise)."""
+    e = lv.entry
+    if e.get("phase") is not None:
+        what: list[Any] = ["phase", e.get("phase")]
+    else:
+        rate = e.get("rate")
+        if isinstance(rate, float):
+            rate = float(f"{rate:.9g}")
+        what = [e.get("mode"), e.get("concurrency"), rate, e.get("batch_requests"), e.get("shape")]
+    return json.dumps([lv.workload, *what], sort_keys=True, default=str)
+
+
+def _level_pairs(base: BackendIndex, new: BackendIndex) -> tuple[list[tuple[LevelIndex, LevelIndex]], list[Unpaired]]:
+    """The two backends' levels paired by `_identity`, in the base's run order (the k-th of an
+    identity in one run with the k-th in the other), and those left unpaired (base's, then new's)."""
+    waiting: dict[str, list[LevelIndex]] = {}
+    for lv in new.levels:
+        waiting.setdefault(_identity(lv), []).append(lv)
+    pairs: list[tuple[LevelIndex, LevelIndex]] = []
+    unpaired: list[Unpaired] = []
+    for lv in base.levels:
+        same = waiting.get(_identity(lv))
+        if same:
+            pairs.append((lv, same.pop(0)))
+        else:
+            unpaired.append(Unpaired("base", base.name, lv.workload, lv.index, lv.label))
+    taken = {id(z) for _, z in pairs}
+    unpaired += [Unpaired("new", new.name, lv.workload, lv.index, lv.label) for lv in new.levels if id(lv) not in taken]
+    return pairs, unpaired
+
+
 def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> tuple[list[float], int]:
     """(the values, the number of independent samples among them)."""
     impl = metric(cm.name)
@@ -387,8 +456,8 @@ class _Pending:
     key: tuple[str, str, str, int, str, str]
     base_bi: BackendIndex
     new_bi: BackendIndex
-    base_lv: LevelIndex | None
-    new_lv: LevelIndex | None
+    base_lv: LevelIndex
+    new_lv: LevelIndex
     cm: CompareMetric
     stat: str
     note: str | None
@@ -397,15 +466,11 @@ class _Pending:
 def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: int) -> Row:
     cm, stat = p.cm, p.stat
     backend, new_backend, workload, level = p.key[0], p.key[1], p.key[2], p.key[3]
-    label = (p.base_lv or p.new_lv).label  # type: ignore[union-attr]
+    label = p.base_lv.label
     q = _q(stat)
     need = stats.min_samples_for_percentile(q, confidence) if q is not None else MIN_BUCKETS
     common = dict(backend=backend, new_backend=new_backend, workload=workload, level=level, label=label,
-                  metric=cm.name, stat=stat, unit=cm.unit, need=need, row_confidence=row_conf)
-    if p.base_lv is None or p.new_lv is None:
-        side = "base" if p.base_lv is None else "new"
-        return Row(**common, base=None, new=None, n_base=0, n_new=0, change=None, low=None, high=None,  # type: ignore[arg-type]
-                   verdict="missing", note=f"level not in the {side} run")
+                  metric=cm.name, stat=stat, unit=cm.unit, need=need, row_confidence=row_conf, new_level=p.new_lv.index)
     (xb, eb), (xn, en) = _samples(p.base_bi, p.base_lv, cm), _samples(p.new_bi, p.new_lv, cm)
 
     def point(xs: list[float]) -> float | None:
@@ -477,18 +542,16 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
     notes: list[str] = []
     sb, sn = _side(base_dir, base), _side(new_dir, new)
     pending: list[_Pending] = []
+    unpaired: list[Unpaired] = []
     for bb, bn in _pairs(index(base), index(new), notes):
-        lb = {lv.key: lv for lv in bb.levels}
-        ln = {lv.key: lv for lv in bn.levels}
-        for key in list(lb) + [k for k in ln if k not in lb]:
-            a, z = lb.get(key), ln.get(key)
-            note = None
-            if a is not None and z is not None and _load(a) != _load(z):
-                note = f"load differs: base {_load(a)}, new {_load(z)}"
+        level_pairs, alone = _level_pairs(bb, bn)
+        unpaired += alone
+        for a, z in level_pairs:
+            note = f"load differs: base {_load(a)}, new {_load(z)}" if _load(a) != _load(z) else None  # a phase's
             for cm in METRICS:
                 wanted = list(cm.stats) + [r.stat for r in rules if r.metric == cm.name and r.stat not in cm.stats]
                 for stat in dict.fromkeys(wanted):
-                    pending.append(_Pending((bb.name, bn.name, key[0], key[1], cm.name, stat), bb, bn, a, z, cm, stat, note))
+                    pending.append(_Pending((bb.name, bn.name, a.workload, a.index, cm.name, stat), bb, bn, a, z, cm, stat, note))
     m = max(1, len(pending))
     row_conf = 1.0 - (1.0 - confidence) / m
     rows = tuple(_row(p, confidence, row_conf, resamples, seed) for p in pending)
@@ -507,8 +570,8 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
             notes.append(f"the {which} run is incomplete: " + "; ".join(s.incomplete))
     if not rows:
         notes.append("nothing to compare: no backend and level in common")
-    return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome)
+    return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome, tuple(unpaired))
 
 
 __all__ = ["BY_NAME", "METRICS", "CompareMetric", "CompareRule", "Comparison", "Row", "RuleError", "RuleOutcome",
-           "Side", "compare", "mean_draws", "parse_rule", "percentile_draws", "rules_of"]
+           "Side", "Unpaired", "compare", "mean_draws", "parse_rule", "percentile_draws", "rules_of"]

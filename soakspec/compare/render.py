@@ -3,6 +3,8 @@
     render(comparison, fmt) -> str     fmt in FORMATS; pure, deterministic, ends in a newline
 
 Every string from the evidence (backend names, labels, directories) is escaped for its format.
+Levels one run has and the other has no level of the same load for are listed after the rows
+("Unpaired levels"), each with the run it is in.
 """
 
 from __future__ import annotations
@@ -81,6 +83,10 @@ def render_md(c: Comparison) -> str:
     notes = _row_notes(c)
     if notes:
         lines += [""] + [f"- {md_text(n)}" for n in notes]
+    if c.unpaired:
+        lines += ["", "### Unpaired levels", "", "| Backend / level | Only in | Level |", "|---|---|---|"]
+        for u in c.unpaired:
+            lines.append(f"| {md_cell(f'{u.backend} · {u.label}')} | the {u.side} run | {u.level} of {md_cell(u.workload)} |")
     lines += ["", md_text(_method(c))]
     return "\n".join(lines) + "\n"
 
@@ -113,6 +119,12 @@ def render_html(c: Comparison) -> str:
     notes = _row_notes(c)
     if notes:
         out.append('<ul class="row-notes">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
+    if c.unpaired:
+        out.append('<h2>Unpaired levels</h2><table id="unpaired"><tr><th>Backend / level</th><th>Only in</th><th>Level</th></tr>')
+        for u in c.unpaired:
+            out.append(f'<tr class="{u.side}"><td>{e(u.backend)} · {e(u.label)}</td><td>the {u.side} run</td>'
+                       f"<td>{u.level} of {e(u.workload)}</td></tr>")
+        out.append("</table>")
     out.append(f"<p>{e(_method(c))}</p></body></html>")
     return "\n".join(out) + "\n"
 

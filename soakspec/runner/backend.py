@@ -10,6 +10,15 @@ and the run aborts. When it is cancelled (the load is done, or the run aborts) i
 server -- SIGTERM, the plan's grace, SIGKILL -- in a shielded cancel scope bounded by
 `Launch.stop_bound_s`.
 
+The server is stopped only once its load has stopped (`load_stopped`, set by the driver when
+its load has unwound; waited for at most `LOAD_STOP_BOUND_S`): an interrupt cancels both at
+once, and `--workers` processes learn of it only when their stdin closes, a moment later. A
+server stopped first closes their in-flight requests ("connection closed before the response
+finished": a server failure in the evidence) and refuses the ones they send next, where the
+interrupt, not the server, ended them ("the run was aborted before the response finished").
+A server that fails by itself (it exits, or its liveness watch finds it dead) is stopped at
+once: its load is cancelled only after that.
+
 A `url` backend that refuses every connection fails readiness after the liveness grace with a
 clear line (each retry shown on stderr), not after the full readiness timeout in silence.
 """
@@ -17,6 +26,7 @@ clear line (each retry shown on stderr), not after the full readiness timeout in
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Callable
 
@@ -44,6 +54,11 @@ from soakspec.runner.procs import (
 )
 from soakspec.runner.progress import Progress
 from soakspec.runner.recorder import BackendRecorder
+from soakspec.runner.workers import STOP_GRACE
+
+# how long a cancelled backend's server waits for its load to stop before it is stopped anyway:
+# the load's own bound (`--workers` processes get STOP_GRACE to flush; one process ends at once)
+LOAD_STOP_BOUND_S = STOP_GRACE + 1.0
 
 ConnectionFactory = Callable[[str, int, "str | None"], Connection]  # (host, port, api key) -> connection
 
@@ -72,6 +87,7 @@ async def serve_backend(
     rec: BackendRecorder,
     health: Health | None = None,
     *,
+    load_stopped: trio.Event | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Start the backend, report its URL once ready, watch it, stop it (see the module docstring)."""
@@ -97,9 +113,11 @@ async def serve_backend(
         rec.failed(e, deps.clock.now())
         raise
     rec.launched(server)
+    started = False
     try:
         await _until_ready(la, url, server, deps, rec)
         task_status.started(url)
+        started = True
         async with trio.open_nursery() as watchers:
             if health is not None:
                 watchers.start_soon(_watch, la, url, server, health, deps, rec, watchers.cancel_scope)
@@ -115,6 +133,10 @@ async def serve_backend(
             deps.clock.now(),
         )  # fmt: skip
     finally:
+        # cancelled from outside (-inf: the load ends or the run aborts), not failing by itself
+        if started and load_stopped is not None and trio.current_effective_deadline() == -math.inf:
+            with trio.move_on_after(LOAD_STOP_BOUND_S, shield=True):
+                await load_stopped.wait()  # its in-flight requests end as the interrupt's, not the server's
         with trio.move_on_after(la.stop_bound_s, shield=True):
             await stop(server, la.shutdown_grace_s, la.kill_wait_s, deps.reaper)
 

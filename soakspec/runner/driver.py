@@ -47,15 +47,19 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
     banner = bp.runtime.log_regex if bp.runtime is not None else None
     log = ExternalLog.at_start(bp.launch.log_file, banner) if bp.launch.log_file else None
     client = ClientLog(deps.layout.client)  # the load generator's own health, every run (clienthealth.py)
+    load_stopped = trio.Event()  # the server is stopped after its load (runner/backend.py)
     try:
         async with trio.open_nursery() as nursery:
-            url = await nursery.start(functools.partial(serve_backend, bp.launch, deps, rec, health))
+            url = await nursery.start(functools.partial(serve_backend, bp.launch, deps, rec, health, load_stopped=load_stopped))
             nursery.start_soon(sample_telemetry, deps, rec, telemetry_interval_s)
             if bp.metrics is not None:
                 nursery.start_soon(scrape_metrics, bp.metrics, url, deps, rec)
             nursery.start_soon(tick_progress, deps.progress, rec)
             nursery.start_soon(LoopMonitor(deps.clock, client.write, backend=bp.name).run)
-            await drive_backend(bp, url, deps, rec, ids, prompts, health, client)
+            try:
+                await drive_backend(bp, url, deps, rec, ids, prompts, health, client)
+            finally:
+                load_stopped.set()  # its requests are recorded and its workers have stopped
             nursery.cancel_scope.cancel()
     finally:
         client.close()
