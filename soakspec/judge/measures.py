@@ -48,7 +48,7 @@ import numpy as np
 from soakspec.judge import stats
 from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, num, req_time
 from soakspec.judge.scope import Scope, bucket_scope
-from soakspec.judge.table import RequestTable, Rows
+from soakspec.judge.table import MISSING, RequestTable, Rows
 
 Cols = Callable[[RequestTable, np.ndarray], np.ndarray]
 
@@ -411,6 +411,35 @@ def itl_gaps(r: Row) -> list[float]:
     return []
 
 
+def _gap_share_row(r: Row) -> tuple[int, int]:
+    if r.get("outcome") != "completed":
+        return 0, 0
+    n = len(itl_gaps(r))
+    c = r.get("coalesced")
+    return n, (min(n, c) if n and type(c) is int and c > 0 else 0)
+
+
+def gap_share(records: Iterable[Row]) -> tuple[int, int]:
+    """(the ITL gaps `itl` pools from the completed requests of `records`, how many of them are
+    coalesced: the record's `coalesced`, at most its gaps). Vectorized over a `Rows` selection."""
+    if not isinstance(records, Rows):
+        pairs = [_gap_share_row(r) for r in records]
+        return sum(n for n, _ in pairs), sum(c for _, c in pairs)
+    gaps = shared = 0
+    for t, idx in records.parts:
+        clean = t.clean(idx)
+        ok = t.label_is("outcome", "completed", clean) & ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
+        n = np.where(ok, t.itl_off[clean + 1] - t.itl_off[clean], 0)
+        c = t.i["coalesced"][clean].astype(np.int64)
+        gaps += int(n.sum())
+        shared += int(np.minimum(n, np.where((c > 0) & (c != MISSING), c, 0)).sum())
+        for i in t.odd(idx).tolist():
+            a, b = _gap_share_row(t.rec(i))
+            gaps += a
+            shared += b
+    return gaps, shared
+
+
 @dataclasses.dataclass(frozen=True)
 class GapShare:
     """`coalesced`: the share of the scope's ITL gaps (those `itl` pools) that are not
@@ -421,13 +450,7 @@ class GapShare:
 
     def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
                 confidence: float = 0.95, min_samples: int = 1) -> Measure:
-        gaps = shared = 0
-        for r in completed(scope.records):
-            n = len(itl_gaps(r))
-            if n:
-                gaps += n
-                c = r.get("coalesced")
-                shared += min(n, c) if type(c) is int and c > 0 else 0
+        gaps, shared = gap_share(scope.records)
         if not gaps:
             return Measure(None, 0, 1, "gaps", "no ITL gaps")
         return Measure(shared / gaps, gaps, 1, "gaps")
