@@ -262,6 +262,7 @@ class _LineReader:
         self.id_key = source.id_field if "." not in source.id_field else None  # a top-level key: one get
         self.rx = re.compile(source.pattern) if source.kind == "log" and source.pattern else None
         self.json_after = _json_after(source.pattern) if fast and self.rx is not None else None
+        self.json_after_ascii = self.json_after.encode() if self.json_after and self.json_after.isascii() else None
 
     def row(self, body: str, here: int) -> tuple[str | None, tuple[float, ...], Any, int] | str | None:
         """`(trace_id, times, payload, here)` of the trace in `body` (the line without its line
@@ -299,6 +300,28 @@ class _LineReader:
         if payload_text is None:  # regex-only: the server saw this id
             t = as_epoch(given_ts) if given_ts else None
             return (given_id, (t,) if t is not None else (), None, here)
+        return self.payload_row(payload_text, here, given_id, given_ts)
+
+    def row_ascii(self, body: bytes, here: int) -> tuple[str | None, tuple[float, ...], Any, int] | str | None:
+        """`row` for the simulator's pattern shape (`json_after_ascii`) on an ASCII line's
+        bytes (without its line end), which are its text: nothing decoded but the payload."""
+        lit = self.json_after_ascii
+        assert lit is not None
+        p = body.find(lit)
+        while p >= 0 and not body.startswith(b"{", p + len(lit)):
+            p = body.find(lit, p + 1)
+        if p < 0:
+            return None
+        q = p + len(lit)
+        r = body.rfind(b"}")
+        if r <= q:
+            return None
+        return self.payload_row(body[q:r + 1], here, None, None)
+
+    def payload_row(self, payload_text: str | bytes, here: int, given_id: str | None,
+                    given_ts: str | None) -> tuple[str | None, tuple[float, ...], Any, int] | str:
+        """The row of a payload's JSON text (bytes: ASCII, for `_fast_payload` only)."""
+        source = self.source
         try:
             payload, times = self.decode(payload_text)  # bounded: a server's log is not ours to trust
         except json.JSONDecodeError as e:
@@ -356,12 +379,13 @@ _MSGSPEC_JSON = msgspec.json.Decoder()
 _BIG_INT = 10**MAX_INT_DIGITS  # `loads` turns down an integer of more digits; msgspec does not
 
 
-def _payload(text: str) -> tuple[Any, None]:
-    """The reference reading of a payload: `loads` (times are read from it after)."""
-    return loads(text), None
+def _payload(text: str | bytes) -> tuple[Any, None]:
+    """The reference reading of a payload: `loads` (times are read from it after). Bytes are
+    an ASCII line's (`_LineReader.row_ascii`): their text."""
+    return loads(text if type(text) is str else text.decode("ascii")), None
 
 
-def _fast_payload(text: str) -> tuple[Any, tuple[float, ...] | None]:
+def _fast_payload(text: str | bytes) -> tuple[Any, tuple[float, ...] | None]:
     """`(loads(text), _times(it, ()))`: the same value (or the same error) and its times.
     msgspec decodes (about 5x faster than json) a flat object, and its times are read in the
     same pass; what msgspec may read otherwise than `loads` -- anything it turns down, a payload
@@ -369,9 +393,9 @@ def _fast_payload(text: str) -> tuple[Any, tuple[float, ...] | None]:
     try:
         obj = _MSGSPEC_JSON.decode(text)
     except (msgspec.MsgspecError, ValueError, RecursionError):
-        return loads(text), None
+        return _payload(text)
     if type(obj) is not dict:
-        return loads(text), None
+        return _payload(text)
     out = []
     for v in obj.values():  # `_times(obj, ())`, and whether the object is flat
         kind = type(v)
@@ -383,16 +407,16 @@ def _fast_payload(text: str) -> tuple[Any, tuple[float, ...] | None]:
         elif kind is int:
             if v < _EPOCH_MIN:
                 if v <= -_BIG_INT:
-                    return loads(text), None
+                    return _payload(text)
             elif v >= _BIG_INT:
-                return loads(text), None
+                return _payload(text)
             elif (t := as_epoch(v)) is not None:
                 out.append(t)
         elif kind is str:
             if v[:1] not in _NOT_A_TIME_START and (t := as_epoch(v)) is not None:
                 out.append(t)
         elif kind is dict or kind is list:
-            return loads(text), None
+            return _payload(text)
     return obj, tuple(out)
 
 
@@ -523,6 +547,7 @@ def scan_rows(
     `malformed`, when given, as `(offset, problem)`."""
     reader = _LineReader(source, compact, fast=True)
     marker = _marker_bytes(source)
+    ascii_rows = reader.row_ascii if reader.json_after_ascii is not None else None
     base = base_offset
     carry: list[bytes] = []
     for data in blocks:
@@ -533,18 +558,20 @@ def scan_rows(
             continue
         block = b"".join([*carry, data[:cut + 1]]) if carry else data[:cut + 1]
         carry = [data[cut + 1:]] if cut + 1 < len(data) else []
-        yield from _block_rows(block, base, marker, reader.row, malformed)
+        yield from _block_rows(block, base, marker, reader.row, malformed, ascii_rows)
         base += len(block)
     if carry:  # the last line, without a line end
-        yield from _block_rows(b"".join(carry), base, marker, reader.row, malformed)
+        yield from _block_rows(b"".join(carry), base, marker, reader.row, malformed, ascii_rows)
 
 
 def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callable[[str, int], Any],
-                malformed: list[tuple[int, str]] | None) -> list[Any]:
-    """The rows of the whole lines in `block` (which starts at byte `base` of its file)."""
+                malformed: list[tuple[int, str]] | None, ascii_rows: Callable[[bytes, int], Any] | None = None) -> list[Any]:
+    """The rows of the whole lines in `block` (which starts at byte `base` of its file);
+    `ascii_rows`, when given, reads the lines of an ASCII block from their bytes."""
     out: list[Any] = []
     breaks = _odd_breaks(block)
     size = len(block)
+    ascii_row = ascii_rows if ascii_rows is not None and block.isascii() else None
     if marker is None:  # every line may hold a trace
         starts = [0]
         k = block.find(b"\n")
@@ -575,7 +602,10 @@ def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callab
                     out.append(got)
                 here += len(piece.encode("utf-8"))
             continue
-        got = read_line(block[ls:le].decode("utf-8", "replace").rstrip("\r\n"), base + ls)
+        if ascii_row is not None:  # an ASCII line's bytes are its text
+            got = ascii_row(block[ls:le].rstrip(b"\r\n"), base + ls)
+        else:
+            got = read_line(block[ls:le].decode("utf-8", "replace").rstrip("\r\n"), base + ls)
         if got is None:
             continue
         if type(got) is str:
