@@ -269,3 +269,32 @@ def test_a_marker_an_undecodable_byte_would_spell_is_found_as_the_reference_find
     data = b'tr\xff {"request_id": "a", "t": %r}\nnoise\n' % T0
     ref, _ = _reference(data, source, 0)
     assert [t.trace_id for t in scan_blocks([data], source)] == [t.trace_id for t in ref] == ["a"]
+
+
+@st.composite
+def ascii_sim_log(draw) -> bytes:
+    """A log like the simulator's: ASCII, "\\n" or "\\r\\n" line ends, mostly trace lines."""
+    lines = []
+    for _ in range(draw(st.integers(1, 20))):
+        if draw(st.integers(0, 4)):
+            obj = {"request_id": draw(st.sampled_from(["cmpl-r1-0", "r2", "", "x y"])), "queued_at": draw(times_st.filter(
+                lambda v: not isinstance(v, float) or abs(v) < 1e300)), "n": draw(st.integers(-3, 10**12)),
+                "status": draw(st.sampled_from([200, 500, None, "ok"]))}
+            text = "soakspec_sim_trace " + json.dumps(obj, allow_nan=False)
+            text = draw(st.sampled_from([text, text + " }", "INFO " + text, text[:-1]]))
+        else:
+            text = draw(st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=30))
+        lines.append(text.encode("ascii") + draw(st.sampled_from([b"\n", b"\n", b"\r\n"])))
+    return b"".join(lines)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=ascii_sim_log(), cut=st.integers(0, 5000), base=st.integers(0, 10**6))
+def test_the_simulator_log_read_from_its_bytes_is_the_reference_reading(data, cut, base):
+    """The simulator's own log (ASCII, no odd line end): read from the bytes, every field and
+    offset as the reference reads them."""
+    source = SOURCES["sim"]
+    ref, ref_bad = _reference(data, source, base)
+    bad: list[tuple[int, str]] = []
+    got = list(scan_blocks([data[:cut], data[cut:]], source, base, malformed=bad))
+    assert got == ref and bad == ref_bad

@@ -572,6 +572,23 @@ def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callab
     breaks = _odd_breaks(block)
     size = len(block)
     ascii_row = ascii_rows if ascii_rows is not None and block.isascii() else None
+    if marker is not None and ascii_row is not None and not breaks:  # the simulator's log: one loop
+        find, rfind, append = block.find, block.rfind, out.append
+        k = find(marker)
+        while k >= 0:
+            le = find(b"\n", k)
+            if le < 0:
+                le = size
+            ls = rfind(b"\n", 0, k) + 1
+            got = ascii_row(block[ls:le].rstrip(b"\r\n"), base + ls)
+            if got is not None:
+                if type(got) is str:
+                    if malformed is not None:
+                        malformed.append((base + ls, got))
+                else:
+                    append(got)
+            k = find(marker, le + 1)
+        return out
     if marker is None:  # every line may hold a trace
         starts = [0]
         k = block.find(b"\n")
