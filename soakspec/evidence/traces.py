@@ -548,6 +548,7 @@ def scan_rows(
     reader = _LineReader(source, compact, fast=True)
     marker = _marker_bytes(source)
     ascii_rows = reader.row_ascii if reader.json_after_ascii is not None else None
+    sim_payload = reader.payload_row if ascii_rows is not None and marker == reader.json_after_ascii else None
     base = base_offset
     carry: list[bytes] = []
     for data in blocks:
@@ -558,33 +559,41 @@ def scan_rows(
             continue
         block = b"".join([*carry, data[:cut + 1]]) if carry else data[:cut + 1]
         carry = [data[cut + 1:]] if cut + 1 < len(data) else []
-        yield from _block_rows(block, base, marker, reader.row, malformed, ascii_rows)
+        yield from _block_rows(block, base, marker, reader.row, malformed, ascii_rows, sim_payload)
         base += len(block)
     if carry:  # the last line, without a line end
-        yield from _block_rows(b"".join(carry), base, marker, reader.row, malformed, ascii_rows)
+        yield from _block_rows(b"".join(carry), base, marker, reader.row, malformed, ascii_rows, sim_payload)
 
 
 def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callable[[str, int], Any],
-                malformed: list[tuple[int, str]] | None, ascii_rows: Callable[[bytes, int], Any] | None = None) -> list[Any]:
+                malformed: list[tuple[int, str]] | None, ascii_rows: Callable[[bytes, int], Any] | None = None,
+                sim_payload: Callable[..., Any] | None = None) -> list[Any]:
     """The rows of the whole lines in `block` (which starts at byte `base` of its file);
-    `ascii_rows`, when given, reads the lines of an ASCII block from their bytes."""
+    `ascii_rows`, when given, reads the lines of an ASCII block from their bytes, and
+    `sim_payload` (the reader's `payload_row`, when `marker` is its `json_after_ascii`) the
+    payloads of the simulator's shape straight from the block."""
     out: list[Any] = []
     breaks = _odd_breaks(block)
     size = len(block)
     ascii_row = ascii_rows if ascii_rows is not None and block.isascii() else None
-    if marker is not None and ascii_row is not None and not breaks:  # the simulator's log: one loop
-        find, rfind, append = block.find, block.rfind, out.append
+    if ascii_row is not None and not breaks and sim_payload is not None and marker is not None:
+        # the simulator's log (`marker(?P<json>\{.*\})`, ASCII, no odd line end): each payload
+        # is cut from the block where `row_ascii` would cut it from its line
+        find, rfind, append, width = block.find, block.rfind, out.append, len(marker)
         k = find(marker)
         while k >= 0:
             le = find(b"\n", k)
             if le < 0:
                 le = size
-            ls = rfind(b"\n", 0, k) + 1
-            got = ascii_row(block[ls:le].rstrip(b"\r\n"), base + ls)
-            if got is not None:
+            p = k
+            while p >= 0 and block[p + width:p + width + 1] != b"{":
+                p = find(marker, p + 1, le)
+            if p >= 0 and (r := rfind(b"}", p + width + 1, le)) >= 0:
+                here = base + rfind(b"\n", 0, k) + 1
+                got = sim_payload(block[p + width:r + 1], here, None, None)
                 if type(got) is str:
                     if malformed is not None:
-                        malformed.append((base + ls, got))
+                        malformed.append((here, got))
                 else:
                     append(got)
             k = find(marker, le + 1)
