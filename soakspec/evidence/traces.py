@@ -318,6 +318,44 @@ class _LineReader:
             return None
         return self.payload_row(body[q:r + 1], here, None, None)
 
+    def sim_row(self, payload: bytes, here: int) -> tuple[str | None, tuple[float, ...], Any, int] | str:
+        """`payload_row(payload, here, None, None)` in one call, for the simulator's payloads:
+        a flat object msgspec decodes, its id a top-level key and its times every value's
+        (`_fast_payload`, inline); anything else takes `payload_row`."""
+        try:
+            obj = _MSGSPEC_JSON.decode(payload)
+        except (msgspec.MsgspecError, ValueError, RecursionError):
+            return self.payload_row(payload, here, None, None)
+        if type(obj) is not dict or self.id_key is None or self.source.time_fields:
+            return self.payload_row(payload, here, None, None)
+        out = []
+        for v in obj.values():  # as in `_fast_payload`
+            kind = type(v)
+            if kind is float:
+                if _EPOCH_MIN <= v <= _EPOCH_MAX:
+                    out.append(v)
+                elif v > _EPOCH_MAX and (t := as_epoch(v)) is not None:
+                    out.append(t)
+            elif kind is int:
+                if v < _EPOCH_MIN:
+                    if v <= -_BIG_INT:
+                        return self.payload_row(payload, here, None, None)
+                elif v >= _BIG_INT:
+                    return self.payload_row(payload, here, None, None)
+                elif (t := as_epoch(v)) is not None:
+                    out.append(t)
+            elif kind is str:
+                if v[:1] not in _NOT_A_TIME_START and (t := as_epoch(v)) is not None:
+                    out.append(t)
+            elif kind is dict or kind is list:
+                return self.payload_row(payload, here, None, None)
+        raw_id = obj.get(self.id_key)
+        if type(raw_id) is str:
+            trace_id: str | None = raw_id
+        else:
+            trace_id = None if raw_id is None or isinstance(raw_id, (dict, list)) else str(raw_id)
+        return (trace_id, tuple(out), self.compact(obj) if self.compact is not None else obj, here)
+
     def payload_row(self, payload_text: str | bytes, here: int, given_id: str | None,
                     given_ts: str | None) -> tuple[str | None, tuple[float, ...], Any, int] | str:
         """The row of a payload's JSON text (bytes: ASCII, for `_fast_payload` only)."""
@@ -548,7 +586,7 @@ def scan_rows(
     reader = _LineReader(source, compact, fast=True)
     marker = _marker_bytes(source)
     ascii_rows = reader.row_ascii if reader.json_after_ascii is not None else None
-    sim_payload = reader.payload_row if ascii_rows is not None and marker == reader.json_after_ascii else None
+    sim_payload = reader.sim_row if ascii_rows is not None and marker == reader.json_after_ascii else None
     base = base_offset
     carry: list[bytes] = []
     for data in blocks:
@@ -570,7 +608,7 @@ def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callab
                 sim_payload: Callable[..., Any] | None = None) -> list[Any]:
     """The rows of the whole lines in `block` (which starts at byte `base` of its file);
     `ascii_rows`, when given, reads the lines of an ASCII block from their bytes, and
-    `sim_payload` (the reader's `payload_row`, when `marker` is its `json_after_ascii`) the
+    `sim_payload` (the reader's `sim_row`, when `marker` is its `json_after_ascii`) the
     payloads of the simulator's shape straight from the block."""
     out: list[Any] = []
     breaks = _odd_breaks(block)
@@ -590,7 +628,7 @@ def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callab
                 p = find(marker, p + 1, le)
             if p >= 0 and (r := rfind(b"}", p + width + 1, le)) >= 0:
                 here = base + rfind(b"\n", 0, k) + 1
-                got = sim_payload(block[p + width:r + 1], here, None, None)
+                got = sim_payload(block[p + width:r + 1], here)
                 if type(got) is str:
                     if malformed is not None:
                         malformed.append((here, got))

@@ -76,24 +76,42 @@ class IdIndex:
         h = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64) & ~self.mask
         return np.searchsorted(self.keys, h, "left"), np.searchsorted(self.keys, h | self.mask, "right")
 
-    def rows_many(self, keys: Sequence[Any]) -> list[tuple[int, list[int]]]:
-        """(position in `keys`, the rows whose id equals that key, ascending) for every key
-        some row has, by position."""
+    def find(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Every (position in `keys`, row) whose request id equals that key, as two arrays,
+        by position, then row."""
         if not keys:
-            return []
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         lo, hi = self._spans(keys)
         span = hi - lo
         ids, mask = self.ids, self.mask
         one = np.flatnonzero(span == 1)  # the usual hit: one row has those hash bits
-        out = [(k, [r]) for k, r in zip(one.tolist(), (self.keys[lo[one]] & mask).tolist()) if ids[r] == keys[k]]
+        rows = (self.keys[lo[one]] & mask).astype(np.int64)
+        same = np.fromiter((ids[r] == keys[k] for k, r in zip(one.tolist(), rows.tolist())), dtype=bool, count=len(one))
+        pos, rows = one[same], rows[same]
         more = np.flatnonzero(span > 1)  # an id recorded more than once (or ids that share the bits)
         if len(more):
+            mp, mr = [], []
             for k, a, b in zip(more.tolist(), lo[more].tolist(), hi[more].tolist()):
                 key = keys[k]
-                rows = [r for r in (self.keys[a:b] & mask).tolist() if ids[r] == key]
-                if rows:
-                    out.append((k, rows))
-            out.sort()
+                for r in (self.keys[a:b] & mask).tolist():
+                    if ids[r] == key:
+                        mp.append(k)
+                        mr.append(r)
+            pos = np.concatenate([pos, np.asarray(mp, dtype=np.int64)])
+            rows = np.concatenate([rows, np.asarray(mr, dtype=np.int64)])
+            order = np.lexsort((rows, pos))
+            pos, rows = pos[order], rows[order]
+        return pos, rows
+
+    def rows_many(self, keys: Sequence[Any]) -> list[tuple[int, list[int]]]:
+        """(position in `keys`, the rows whose id equals that key, ascending) for every key
+        some row has, by position."""
+        out: list[tuple[int, list[int]]] = []
+        for k, r in zip(*(a.tolist() for a in self.find(keys))):
+            if out and out[-1][0] == k:
+                out[-1][1].append(r)
+            else:
+                out.append((k, [r]))
         return out
 
     def first(self, key: Any) -> int | None:
@@ -272,7 +290,8 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
         keys: list[str] = []  # a request id some trace of the chunk may name
         owner: list[int] = []  # the trace (in the chunk) it came from
         need: list[int] = []  # -1: any row with that id; else the server affix code the row must have
-        pairs: list[tuple[int, int]] = []  # (trace, candidate row)
+        direct_t: list[int] = []  # (trace, row) of a server id recorded as it was
+        direct_r: list[int] = []
         for j, tr in enumerate(chunk):
             tid = tr[0]
             if tid is None:
@@ -284,16 +303,20 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
                     owner.append(j)
                     need.append(code)
             if by_server and tid in by_server:
-                pairs.extend((j, i) for i in by_server[tid])
-        for k, found in index.rows_many(keys):
-            j, code = owner[k], need[k]
-            if code < 0 and len(found) == 1:
-                pairs.append((j, found[0]))
-            else:
-                pairs.extend((j, i) for i in found if code < 0 or srv_codes[i] == code)
-        if not pairs:
-            continue
-        _take(chunk, pairs, start, end, window_s, ids, match, why)
+                direct_t.extend([j] * len(by_server[tid]))
+                direct_r.extend(by_server[tid])
+        pos, found = index.find(keys)
+        pt = np.asarray(owner, dtype=np.int64)[pos]
+        code = np.asarray(need, dtype=np.int64)[pos]
+        take = code < 0
+        if not take.all():  # a server affix: only the rows whose server id has it
+            take |= srv_codes[found] == code
+        pt, pr = pt[take], found[take]
+        if direct_t:
+            pt = np.concatenate([pt, np.asarray(direct_t, dtype=np.int64)])
+            pr = np.concatenate([pr, np.asarray(direct_r, dtype=np.int64)])
+        if len(pt):
+            _take(chunk, pt, pr, start, end, window_s, ids, match, why)
     # a request id recorded twice: a trace for it covers every record of that id (as a match
     # by id always has)
     for group in index.repeated():
@@ -308,14 +331,13 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
     return match
 
 
-def _take(chunk: list[tuple[Any, ...]], pairs: list[tuple[int, int]], start: np.ndarray, end: np.ndarray,
+def _take(chunk: list[tuple[Any, ...]], pt: np.ndarray, pr: np.ndarray, start: np.ndarray, end: np.ndarray,
           window_s: float, ids: Sequence[Any], match: TableMatch, why: dict[str, str]) -> None:
-    """Each trace of `chunk` with candidates goes to its first candidate row, in record order,
-    whose window holds all of its times; one with none is outside the window of its first."""
+    """Each trace of `chunk` with candidates (trace `pt[k]` may be row `pr[k]`) goes to its
+    first candidate row, in record order, whose window holds all of its times; one with none
+    is outside the window of its first."""
     limit = _EPOCH_MAX * 1e9
-    pr = np.array(pairs, dtype=np.int64)
-    pr = np.unique(pr[:, 0] * len(start) + pr[:, 1]) if len(start) else pr[:0, 0]
-    pt, pr = np.divmod(pr, max(len(start), 1))  # sorted by trace, then row; no pair twice
+    pt, pr = np.divmod(np.unique(pt * len(start) + pr), len(start))  # by trace, then row; no pair twice
     lens = np.fromiter((len(tr[1]) for tr in chunk), dtype=np.int64, count=len(chunk))
     has = lens > 0
     tmin = np.zeros(len(chunk))
