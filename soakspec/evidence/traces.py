@@ -21,15 +21,19 @@ times is matched by id alone (`window_checked` False).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import datetime as _dt
+import functools
 import json
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from soakspec.evidence.io import loads
+import msgspec
+
+from soakspec.evidence.io import MAX_INT_DIGITS, loads
 
 DEFAULT_ID_FORMS = ("{id}", "cmpl-{id}", "cmpl-{id}-0", "chatcmpl-{id}")
 DEFAULT_WINDOW_S = 5.0
@@ -131,8 +135,23 @@ def _get(obj: Mapping, dotted: str) -> Any:
     return cur
 
 
+# A string can be a time only if, stripped, it starts with a digit (ISO-8601, or a number as
+# text) or a sign or a point (a number as text): `as_epoch` turns down the rest without
+# parsing. Only ASCII is listed; any other first character takes the full parse.
+_NOT_A_TIME_START = frozenset(
+    [""] + [chr(c) for c in range(0x21, 0x7F) if not chr(c).isdigit() and chr(c) not in "+-."]
+)
+
+
 def as_epoch(value: Any) -> float | None:
     """A plausible Unix time in seconds from seconds/ms/us/ns numbers or ISO-8601 text."""
+    kind = type(value)
+    if kind is float and _EPOCH_MIN <= value <= _EPOCH_MAX:  # fast path: seconds already
+        return value
+    if (kind is float or kind is int) and value < _EPOCH_MIN:  # below 2000 at every scale
+        return None
+    if kind is str and value[:1] in _NOT_A_TIME_START:  # fast path: a word, not a time
+        return None
     if isinstance(value, bool):
         return None
     if isinstance(value, str):
@@ -159,24 +178,25 @@ def as_epoch(value: Any) -> float | None:
 
 
 def _times(payload: Mapping[str, Any], time_fields: Sequence[str]) -> tuple[float, ...]:
-    if time_fields:
-        values = [_get(payload, f) for f in time_fields]
-    else:
-        values = list(payload.values())
+    values = [_get(payload, f) for f in time_fields] if time_fields else payload.values()
     out = []
     for v in values:
+        kind = type(v)
+        if kind is float or kind is int:  # as `as_epoch`, without the call for most numbers
+            if v < _EPOCH_MIN:
+                continue
+            if kind is float and v <= _EPOCH_MAX:
+                out.append(v)
+                continue
+        elif kind is str:
+            if v[:1] in _NOT_A_TIME_START:
+                continue
+        elif v is None or kind is bool:
+            continue
         t = as_epoch(v)
         if t is not None:
             out.append(t)
     return tuple(out)
-
-
-def _payload_trace(payload: Any, source: TraceSource, offset: int) -> Trace | str:
-    if not isinstance(payload, dict):
-        return "trace payload is not a JSON object"
-    raw_id = _get(payload, source.id_field)
-    trace_id = None if raw_id is None or isinstance(raw_id, (dict, list)) else str(raw_id)
-    return Trace(trace_id, _times(payload, source.time_fields), payload, offset, source.name)
 
 
 def extract_traces(
@@ -226,33 +246,48 @@ def _gz_reaches(path: os.PathLike | str, offset: int) -> bool:
     return True
 
 
-def extract_trace_lines(
-    lines: Iterable[str], source: TraceSource, base_offset: int = 0,
-    compact: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-) -> tuple[list[Trace], list[tuple[int, str]]]:
-    """`extract_traces` over lines (each with its line end) that start at byte `base_offset`.
-    `compact`, when given, replaces each payload (after its id and times are read) by what the
-    caller keeps of it: the judge keeps a few fields, not the server's whole object."""
-    problems = source.problems()
-    if problems:
-        raise ValueError(problems[0])
-    traces: list[Trace] = []
-    malformed: list[tuple[int, str]] = []
-    rx = re.compile(source.pattern) if source.kind == "log" and source.pattern else None
-    offset = base_offset
-    for line in lines:
-        here = offset
-        offset += len(line.encode("utf-8"))
-        body = line.rstrip("\r\n")
+class _LineReader:
+    """A source's rule for one line: the trace the line holds, why it holds a broken one, or
+    None (no trace). `fast`: a payload's JSON is read by `_fast_payload` (the same values as
+    `loads`), and the simulator's pattern shape is matched without its regex (`_json_after`)."""
+
+    def __init__(self, source: TraceSource, compact: Callable[[dict[str, Any]], Any] | None,
+                 fast: bool = False) -> None:
+        problems = source.problems()
+        if problems:
+            raise ValueError(problems[0])
+        self.source = source
+        self.compact = compact
+        self.decode = _fast_payload if fast else _payload
+        self.id_key = source.id_field if "." not in source.id_field else None  # a top-level key: one get
+        self.rx = re.compile(source.pattern) if source.kind == "log" and source.pattern else None
+        self.json_after = _json_after(source.pattern) if fast and self.rx is not None else None
+        self.json_after_ascii = self.json_after.encode() if self.json_after and self.json_after.isascii() else None
+
+    def row(self, body: str, here: int) -> tuple[str | None, tuple[float, ...], Any, int] | str | None:
+        """`(trace_id, times, payload, here)` of the trace in `body` (the line without its line
+        end; `here`: its byte offset in its file), or why it is broken, or None."""
+        source = self.source
+        given_id = given_ts = None
         if source.kind == "jsonl":
             if not body.strip():
-                continue
+                return None
             payload_text: str | None = body
-            given_id = given_ts = None
-        elif rx is not None:
-            m = rx.search(body)
+        elif (lit := self.json_after) is not None:  # `lit(?P<json>\{.*\})`, found as the regex finds it
+            p = body.find(lit)
+            while p >= 0 and not body.startswith("{", p + len(lit)):
+                p = body.find(lit, p + 1)
+            if p < 0:
+                return None
+            q = p + len(lit)
+            r = body.rfind("}")  # `.*` is greedy and the body holds no newline
+            if r <= q:
+                return None  # no `}` after this `{` -- nor after any later one
+            payload_text = body[q:r + 1]
+        elif self.rx is not None:
+            m = self.rx.search(body)
             if not m:
-                continue
+                return None
             groups = m.groupdict()
             payload_text = groups.get("json")
             given_id, given_ts = groups.get("id"), groups.get("ts")
@@ -260,33 +295,444 @@ def extract_trace_lines(
             assert source.marker
             idx = body.find(source.marker)
             if idx < 0:
-                continue
+                return None
             payload_text = body[idx + len(source.marker):].strip()
-            given_id = given_ts = None
         if payload_text is None:  # regex-only: the server saw this id
             t = as_epoch(given_ts) if given_ts else None
-            traces.append(Trace(given_id, (t,) if t is not None else (), None, here, source.name))
-            continue
+            return (given_id, (t,) if t is not None else (), None, here)
+        return self.payload_row(payload_text, here, given_id, given_ts)
+
+    def row_ascii(self, body: bytes, here: int) -> tuple[str | None, tuple[float, ...], Any, int] | str | None:
+        """`row` for the simulator's pattern shape (`json_after_ascii`) on an ASCII line's
+        bytes (without its line end), which are its text: nothing decoded but the payload."""
+        lit = self.json_after_ascii
+        assert lit is not None
+        p = body.find(lit)
+        while p >= 0 and not body.startswith(b"{", p + len(lit)):
+            p = body.find(lit, p + 1)
+        if p < 0:
+            return None
+        q = p + len(lit)
+        r = body.rfind(b"}")
+        if r <= q:
+            return None
+        return self.payload_row(body[q:r + 1], here, None, None)
+
+    def sim_row(self, payload: bytes, here: int) -> tuple[str | None, tuple[float, ...], Any, int] | str:
+        """`payload_row(payload, here, None, None)` in one call, for the simulator's payloads:
+        a flat object msgspec decodes, its id a top-level key and its times every value's
+        (`_fast_payload`, inline); anything else takes `payload_row`."""
         try:
-            payload = loads(payload_text)  # bounded: a server's log is not ours to trust
+            obj = _MSGSPEC_JSON.decode(payload)
+        except (msgspec.MsgspecError, ValueError, RecursionError):
+            return self.payload_row(payload, here, None, None)
+        if type(obj) is not dict or self.id_key is None or self.source.time_fields:
+            return self.payload_row(payload, here, None, None)
+        out = []
+        for v in obj.values():  # as in `_fast_payload`
+            kind = type(v)
+            if kind is float:
+                if _EPOCH_MIN <= v <= _EPOCH_MAX:
+                    out.append(v)
+                elif v > _EPOCH_MAX and (t := as_epoch(v)) is not None:
+                    out.append(t)
+            elif kind is int:
+                if v < _EPOCH_MIN:
+                    if v <= -_BIG_INT:
+                        return self.payload_row(payload, here, None, None)
+                elif v >= _BIG_INT:
+                    return self.payload_row(payload, here, None, None)
+                elif (t := as_epoch(v)) is not None:
+                    out.append(t)
+            elif kind is str:
+                if v[:1] not in _NOT_A_TIME_START and (t := as_epoch(v)) is not None:
+                    out.append(t)
+            elif kind is dict or kind is list:
+                return self.payload_row(payload, here, None, None)
+        raw_id = obj.get(self.id_key)
+        if type(raw_id) is str:
+            trace_id: str | None = raw_id
+        else:
+            trace_id = None if raw_id is None or isinstance(raw_id, (dict, list)) else str(raw_id)
+        return (trace_id, tuple(out), self.compact(obj) if self.compact is not None else obj, here)
+
+    def payload_row(self, payload_text: str | bytes, here: int, given_id: str | None,
+                    given_ts: str | None) -> tuple[str | None, tuple[float, ...], Any, int] | str:
+        """The row of a payload's JSON text (bytes: ASCII, for `_fast_payload` only)."""
+        source = self.source
+        try:
+            payload, times = self.decode(payload_text)  # bounded: a server's log is not ours to trust
         except json.JSONDecodeError as e:
-            malformed.append((here, f"trace payload is not valid JSON: {e.msg}"))
-            continue
-        got = _payload_trace(payload, source, here)
-        if isinstance(got, str):
-            malformed.append((here, got))
-            continue
-        if compact is not None and got.payload is not None:
-            got = dataclasses.replace(got, payload=compact(dict(got.payload)))
+            return f"trace payload is not valid JSON: {e.msg}"
+        if not isinstance(payload, dict):
+            return "trace payload is not a JSON object"
+        raw_id = payload.get(self.id_key) if self.id_key is not None else _get(payload, source.id_field)
+        if type(raw_id) is str:
+            trace_id: str | None = raw_id
+        else:
+            trace_id = None if raw_id is None or isinstance(raw_id, (dict, list)) else str(raw_id)
+        if times is None or source.time_fields:
+            times = _times(payload, source.time_fields)
+        kept = self.compact(payload) if self.compact is not None else payload
         if given_id is not None or given_ts is not None:
             t = as_epoch(given_ts) if given_ts else None
-            got = dataclasses.replace(
-                got,
-                trace_id=given_id if given_id is not None else got.trace_id,
-                times=got.times + ((t,) if t is not None else ()),
-            )
-        traces.append(got)
+            if given_id is not None:
+                trace_id = given_id
+            if t is not None:
+                times = times + (t,)
+        return (trace_id, times, kept, here)
+
+
+def extract_trace_lines(
+    lines: Iterable[str], source: TraceSource, base_offset: int = 0,
+    compact: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> tuple[list[Trace], list[tuple[int, str]]]:
+    """`extract_traces` over lines (each with its line end) that start at byte `base_offset`.
+    `compact`, when given, replaces each payload (after its id and times are read) by what the
+    caller keeps of it: the judge keeps a few fields, not the server's whole object. This is
+    the reference reading (`scan_blocks` finds the same traces faster)."""
+    reader = _LineReader(source, compact)
+    traces: list[Trace] = []
+    malformed: list[tuple[int, str]] = []
+    offset = base_offset
+    name = source.name
+    for line in lines:
+        here = offset
+        offset += len(line.encode("utf-8"))
+        got = reader.row(line.rstrip("\r\n"), here)
+        if got is None:
+            continue
+        if type(got) is str:
+            malformed.append((here, got))
+        else:
+            traces.append(Trace(*got, name))
     return traces, malformed
+
+
+# --- the fast reading: byte blocks, a marker found before anything is decoded ----------------
+
+SCAN_BLOCK = 1 << 20  # bytes of the (uncompressed) log read at a time
+
+_MSGSPEC_JSON = msgspec.json.Decoder()
+_BIG_INT = 10**MAX_INT_DIGITS  # `loads` turns down an integer of more digits; msgspec does not
+
+
+def _payload(text: str | bytes) -> tuple[Any, None]:
+    """The reference reading of a payload: `loads` (times are read from it after). Bytes are
+    an ASCII line's (`_LineReader.row_ascii`): their text."""
+    return loads(text if type(text) is str else text.decode("ascii")), None
+
+
+def _fast_payload(text: str | bytes) -> tuple[Any, tuple[float, ...] | None]:
+    """`(loads(text), _times(it, ()))`: the same value (or the same error) and its times.
+    msgspec decodes (about 5x faster than json) a flat object, and its times are read in the
+    same pass; what msgspec may read otherwise than `loads` -- anything it turns down, a payload
+    that is not an object, nests, or holds an integer beyond `loads`' limit -- goes to `loads`."""
+    try:
+        obj = _MSGSPEC_JSON.decode(text)
+    except (msgspec.MsgspecError, ValueError, RecursionError):
+        return _payload(text)
+    if type(obj) is not dict:
+        return _payload(text)
+    out = []
+    for v in obj.values():  # `_times(obj, ())`, and whether the object is flat
+        kind = type(v)
+        if kind is float:
+            if _EPOCH_MIN <= v <= _EPOCH_MAX:
+                out.append(v)
+            elif v > _EPOCH_MAX and (t := as_epoch(v)) is not None:
+                out.append(t)
+        elif kind is int:
+            if v < _EPOCH_MIN:
+                if v <= -_BIG_INT:
+                    return _payload(text)
+            elif v >= _BIG_INT:
+                return _payload(text)
+            elif (t := as_epoch(v)) is not None:
+                out.append(t)
+        elif kind is str:
+            if v[:1] not in _NOT_A_TIME_START and (t := as_epoch(v)) is not None:
+                out.append(t)
+        elif kind is dict or kind is list:
+            return _payload(text)
+    return obj, tuple(out)
+
+
+def _top_literals(pattern: str) -> list[Any] | None:
+    """The parsed top-level items of `pattern` (None: flags that change what a literal matches)."""
+    try:
+        from re import _parser  # type: ignore[attr-defined]
+
+        parsed = _parser.parse(pattern)
+    except Exception:  # noqa: BLE001 - an internal parser's surprise only costs the fast path
+        return None
+    if parsed.state.flags & (re.IGNORECASE | re.LOCALE):
+        return None
+    return list(parsed)
+
+
+def _literal_text(items: Sequence[Any]) -> str:
+    return "".join(chr(arg) for _, arg in items)
+
+
+def _required_literal(pattern: str) -> str | None:
+    """The longest run of plain characters every match of `pattern` contains (its top-level
+    literals), or None: a line without it cannot match."""
+    from re import _constants  # type: ignore[attr-defined]
+
+    items = _top_literals(pattern)
+    if items is None:
+        return None
+    best, run = "", []
+    for op, arg in [*items, (None, None)]:
+        if op is _constants.LITERAL:
+            run.append((op, arg))
+            continue
+        if len(run) > len(best):
+            best = _literal_text(run)
+        run = []
+    return best or None
+
+
+def _json_after(pattern: str) -> str | None:
+    """L when `pattern` is exactly `L(?P<json>\\{.*\\})` with L plain characters (the
+    simulator's `soakspec_sim_trace (?P<json>\\{.*\\})`), else None."""
+    from re import _constants  # type: ignore[attr-defined]
+
+    items = _top_literals(pattern)
+    if not items or len(items) < 2:
+        return None
+    *lits, group = items
+    if not lits or any(op is not _constants.LITERAL for op, _ in lits):
+        return None
+    try:
+        rx = re.compile(pattern)
+    except re.error:
+        return None
+    if set(rx.groupindex) != {"json"} or group[0] is not _constants.SUBPATTERN:
+        return None
+    gid, add_flags, del_flags, body = group[1]
+    if gid != rx.groupindex["json"] or add_flags or del_flags or len(body) != 3:
+        return None
+    (op0, a0), (op1, a1), (op2, a2) = body
+    if (op0, a0) != (_constants.LITERAL, ord("{")) or (op2, a2) != (_constants.LITERAL, ord("}")):
+        return None
+    if op1 is not _constants.MAX_REPEAT or a1[:2] != (0, _constants.MAXREPEAT) or list(a1[2]) != [(_constants.ANY, None)]:
+        return None
+    return _literal_text(lits)
+
+
+def _marker_bytes(source: TraceSource) -> bytes | None:
+    """What every trace line of `source` contains, as UTF-8 (None: any line may be one)."""
+    if source.kind != "log":
+        return None
+    text = source.marker if source.marker else _required_literal(source.pattern or "")
+    if not text or "\ufffd" in text:  # a replaced byte decodes to U+FFFD: not findable in bytes
+        return None
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+
+
+# Line ends `str.splitlines` honours besides "\n" (and "\r\n"): a line holding one is split as
+# the reference reading splits it (rare: the fast path reads a "\n" line as one line).
+_ODD_BREAKS = (b"\x0b", b"\x0c", b"\x1c", b"\x1d", b"\x1e")
+_ODD_BREAKS_UTF8 = (b"\xc2\x85", b"\xe2\x80\xa8", b"\xe2\x80\xa9")  # only in a block that is not ASCII
+
+
+def _odd_breaks(block: bytes) -> list[int]:
+    """Sorted positions in `block` of a line end other than "\\n" and "\\r\\n"."""
+    out = []
+    for pat in _ODD_BREAKS if block.isascii() else _ODD_BREAKS + _ODD_BREAKS_UTF8:
+        k = block.find(pat)
+        while k >= 0:
+            out.append(k)
+            k = block.find(pat, k + 1)
+    k = block.find(b"\r")
+    while k >= 0:
+        if block[k + 1:k + 2] != b"\n":
+            out.append(k)
+        k = block.find(b"\r", k + 1)
+    out.sort()
+    return out
+
+
+def scan_blocks(
+    blocks: Iterable[bytes], source: TraceSource, base_offset: int = 0,
+    compact: Callable[[dict[str, Any]], Any] | None = None,
+    malformed: list[tuple[int, str]] | None = None,
+) -> Iterator[Trace]:
+    """The traces of a log given as byte blocks: `scan_rows`' rows as `Trace`s."""
+    name = source.name
+    for row in scan_rows(blocks, source, base_offset, compact, malformed):
+        yield Trace(*row, name)
+
+
+def scan_rows(
+    blocks: Iterable[bytes], source: TraceSource, base_offset: int = 0,
+    compact: Callable[[dict[str, Any]], Any] | None = None,
+    malformed: list[tuple[int, str]] | None = None,
+) -> Iterator[tuple[str | None, tuple[float, ...], Any, int]]:
+    """The traces of a log given as byte blocks (cut anywhere) that start at byte `base_offset`,
+    yielded as they are found as `(trace_id, times, payload, offset)` (a `Trace` without its
+    source: no object per trace) -- the traces `extract_trace_lines` finds in the decoded lines,
+    with the same payloads (the `offset` of each is its line's byte offset in the file; the
+    reference counts re-encoded text, which differs only after undecodable bytes). Fast:
+    a log source's marker (or its pattern's literal) is found in the bytes before any line is
+    decoded, a payload is decoded by msgspec (`_fast_payload`), and the simulator's pattern shape
+    is matched without its regex. Lines that hold a trace but do not parse are appended to
+    `malformed`, when given, as `(offset, problem)`."""
+    reader = _LineReader(source, compact, fast=True)
+    marker = _marker_bytes(source)
+    ascii_rows = reader.row_ascii if reader.json_after_ascii is not None else None
+    sim_payload = reader.sim_row if ascii_rows is not None and marker == reader.json_after_ascii else None
+    base = base_offset
+    carry: list[bytes] = []
+    for data in blocks:
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            if data:
+                carry.append(data)
+            continue
+        block = b"".join([*carry, data[:cut + 1]]) if carry else data[:cut + 1]
+        carry = [data[cut + 1:]] if cut + 1 < len(data) else []
+        yield from _block_rows(block, base, marker, reader.row, malformed, ascii_rows, sim_payload)
+        base += len(block)
+    if carry:  # the last line, without a line end
+        yield from _block_rows(b"".join(carry), base, marker, reader.row, malformed, ascii_rows, sim_payload)
+
+
+def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callable[[str, int], Any],
+                malformed: list[tuple[int, str]] | None, ascii_rows: Callable[[bytes, int], Any] | None = None,
+                sim_payload: Callable[..., Any] | None = None) -> list[Any]:
+    """The rows of the whole lines in `block` (which starts at byte `base` of its file);
+    `ascii_rows`, when given, reads the lines of an ASCII block from their bytes, and
+    `sim_payload` (the reader's `sim_row`, when `marker` is its `json_after_ascii`) the
+    payloads of the simulator's shape straight from the block."""
+    out: list[Any] = []
+    breaks = _odd_breaks(block)
+    size = len(block)
+    ascii_row = ascii_rows if ascii_rows is not None and block.isascii() else None
+    if ascii_row is not None and not breaks and sim_payload is not None and marker is not None:
+        # the simulator's log (`marker(?P<json>\{.*\})`, ASCII, no odd line end): each payload
+        # is cut from the block where `row_ascii` would cut it from its line
+        find, rfind, append, width = block.find, block.rfind, out.append, len(marker)
+        k = find(marker)
+        while k >= 0:
+            le = find(b"\n", k)
+            if le < 0:
+                le = size
+            p = k
+            while p >= 0 and block[p + width:p + width + 1] != b"{":
+                p = find(marker, p + 1, le)
+            if p >= 0 and (r := rfind(b"}", p + width + 1, le)) >= 0:
+                here = base + rfind(b"\n", 0, k) + 1
+                got = sim_payload(block[p + width:r + 1], here)
+                if type(got) is str:
+                    if malformed is not None:
+                        malformed.append((here, got))
+                else:
+                    append(got)
+            k = find(marker, le + 1)
+        return out
+    if marker is None:  # every line may hold a trace
+        starts = [0]
+        k = block.find(b"\n")
+        while k >= 0:
+            starts.append(k + 1)
+            k = block.find(b"\n", k + 1)
+        spans: Iterable[tuple[int, int]] = zip(starts, [*starts[1:], size + 1])
+    else:
+        spans = []
+        k = block.find(marker)
+        while k >= 0:
+            le = block.find(b"\n", k)
+            le = size if le < 0 else le
+            spans.append((block.rfind(b"\n", 0, k) + 1, le + 1))
+            k = block.find(marker, le + 1)
+    for ls, nxt in spans:
+        if ls >= size:
+            continue
+        le = nxt - 1  # the line without its "\n"
+        if breaks and (j := bisect.bisect_left(breaks, ls)) < len(breaks) and breaks[j] < le:
+            here = base + ls  # a line `str.splitlines` cuts in pieces: read as the reference reads it
+            for piece in block[ls:nxt].decode("utf-8", "replace").splitlines(keepends=True):
+                got = read_line(piece.rstrip("\r\n"), here)
+                if type(got) is str:
+                    if malformed is not None:
+                        malformed.append((here, got))
+                elif got is not None:
+                    out.append(got)
+                here += len(piece.encode("utf-8"))
+            continue
+        if ascii_row is not None:  # an ASCII line's bytes are its text
+            got = ascii_row(block[ls:le].rstrip(b"\r\n"), base + ls)
+        else:
+            got = read_line(block[ls:le].decode("utf-8", "replace").rstrip("\r\n"), base + ls)
+        if got is None:
+            continue
+        if type(got) is str:
+            if malformed is not None:
+                malformed.append((base + ls, got))
+            continue
+        out.append(got)
+    return out
+
+
+def _run_start(fh: Any, gz: bool, offset: int) -> int:
+    """Position `fh` (the log, plain or decompressed) at `offset` and return it, or at 0 when the
+    log is shorter than `offset` (truncated or rotated: read it all, as the runner does)."""
+    if gz:  # the decompressed size is found by reading: read up to the offset once
+        left = offset if offset > 0 else 0
+        while left > 0:
+            got = len(fh.read(min(left, SCAN_BLOCK)))
+            if not got:
+                fh.seek(0)
+                return 0
+            left -= got
+        return max(offset, 0)
+    size = os.fstat(fh.fileno()).st_size
+    start = offset if 0 <= offset <= size else 0
+    fh.seek(start)
+    return start
+
+
+def scan_log(
+    path: os.PathLike | str, offset: int, source: TraceSource,
+    compact: Callable[[dict[str, Any]], Any] | None = None,
+    malformed: list[tuple[int, str]] | None = None,
+) -> Iterator[Trace]:
+    """`collect_traces(path, offset, source)`'s traces, yielded as they are found (`scan_log_rows`)."""
+    name = source.name
+    for row in scan_log_rows(path, offset, source, compact, malformed):
+        yield Trace(*row, name)
+
+
+def scan_log_rows(
+    path: os.PathLike | str, offset: int, source: TraceSource,
+    compact: Callable[[dict[str, Any]], Any] | None = None,
+    malformed: list[tuple[int, str]] | None = None,
+) -> Iterator[tuple[str | None, tuple[float, ...], Any, int]]:
+    """`scan_rows` over the log at `path` (plain or gzip: `server.log.gz`, offsets counted in
+    the uncompressed log), read once, a block at a time, from the run's start offset
+    `offset` -- or from 0 when the log is shorter (truncated or rotated), as `log_lines`. The
+    log is opened (and an OSError raised) now; it is read as the rows are taken."""
+    from soakspec.evidence.serverlog import is_gzip, open_log
+
+    gz = is_gzip(path)
+    fh = open_log(path)
+    try:
+        start = _run_start(fh, gz, offset)
+    except BaseException:
+        fh.close()
+        raise
+
+    def gen() -> Iterator[tuple[str | None, tuple[float, ...], Any, int]]:
+        with fh:
+            yield from scan_rows(iter(functools.partial(fh.read, SCAN_BLOCK), b""), source, start, compact, malformed)
+
+    return gen()
 
 
 def collect_traces(

@@ -44,17 +44,16 @@ rule, results.json and report reads facts. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence.runtime import RuntimeDecl, detect_runtime_boundary
-from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, extract_trace_lines, log_lines, match_traces
+from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, log_lines, match_traces, scan_log_rows, scan_rows
 import numpy as np
 
-from soakspec.judge.evidence import BackendEvidence, Evidence, compact_payload
+from soakspec.judge.evidence import BackendEvidence, Claims, Evidence
 from soakspec.judge.table import MISSING, RequestTable, Rows, fits
-from soakspec.judge.tracematch import TableMatch, invertible, kept_payload, label_column, match_table
+from soakspec.judge.tracematch import IdIndex, TableMatch, invertible, kept_payload, label_column, match_rows
 from soakspec.lang import simtrace
 from soakspec.lang.spec import Backend, Spec
 
@@ -224,19 +223,22 @@ def _log_text(be: BackendEvidence) -> str:
     return "".join(got[0]) if got is not None else ""
 
 
-TRACE_CHUNK_LINES = 5_000  # server.log lines extracted at a time (never the whole log)
-
-
-def _log_traces(lines: Iterable[str], source: TraceSource, offset: int) -> Iterator[Trace]:
-    """The traces of a server.log's lines, extracted a chunk at a time."""
-    it = iter(lines)
-    while True:
-        chunk = list(itertools.islice(it, TRACE_CHUNK_LINES))
-        if not chunk:
-            return
-        traces, _bad = extract_trace_lines(chunk, source, offset, compact=compact_payload)
-        offset += sum(len(line.encode("utf-8")) for line in chunk)
-        yield from traces
+def _log_rows(be: BackendEvidence, source: TraceSource) -> Iterator[tuple[Any, ...]] | None:
+    """The traces of the retained server.log written during this run, as `scan_rows` yields
+    them (None: no log kept): the same lines `_log_lines` gives, found in byte blocks, matched
+    as they are read (never a list of every trace)."""
+    off = _log_offset(be)
+    if be.server_log is not None:
+        data = be.server_log.encode("utf-8")
+        if off > len(data):
+            off = 0
+        return scan_rows((data[off:],), source, off)
+    if be.server_log_path is not None:
+        try:
+            return scan_log_rows(be.server_log_path, off, source)
+        except OSError:
+            return None
+    return None
 
 
 def _stored_trace_iter(rows: Iterable[Row]) -> Iterator[Trace]:
@@ -244,24 +246,47 @@ def _stored_trace_iter(rows: Iterable[Row]) -> Iterator[Trace]:
         yield from _stored_traces((t,))
 
 
-def _match(table: RequestTable, traces: Iterable[Trace], id_field: str, forms: Sequence[str], window_s: float) -> TableMatch:
-    """Streamed (`tracematch.match_table`) when the id forms invert, else `match_traces`
-    over the request views, converted."""
+def _match(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_field: str, forms: Sequence[str], window_s: float) -> TableMatch:
+    """Streamed (`tracematch.match_rows`) when the id forms invert, else `match_traces`
+    over the request views (every trace held, with the payload fields rules read only),
+    converted. `rows`: `(trace_id, times, payload, ...)` per trace."""
     if id_field == "request_id" and invertible(forms):
-        return match_table(table, traces, forms, window_s)
-    match = match_traces(Rows.of(table, np.arange(table.n, dtype=np.int64)), list(traces), id_field, forms, window_s)
-    rows: dict[str, list[int]] = {}
-    for i, rid in enumerate(table.ids):
-        rows.setdefault(str(rid), []).append(i)
-    got = TableMatch(table.n, lambda rid: (rows.get(rid) or [None])[0])
+        return match_rows(table, rows, forms, window_s)
     shared: dict[Any, Mapping[str, Any]] = {}
-    for a in match.assignments:
-        if a.matched and a.request_id is not None:
-            for i in rows.get(a.request_id, ()):
-                got.add(i, kept_payload(a.trace.payload, shared))
+    traces = [Trace(r[0], r[1], kept_payload(r[2], shared) if r[2] is not None else None, None, "") for r in rows]
+    match = match_traces(Rows.of(table, np.arange(table.n, dtype=np.int64)), traces, id_field, forms, window_s)
+    index = IdIndex(table.ids)
+    got = TableMatch(table.n, index)
+    matched = [a for a in match.assignments if a.matched and a.request_id is not None]
+    found = dict(index.rows_many([a.request_id for a in matched]))
+    for k, a in enumerate(matched):
+        for i in found.get(k, ()):
+            got.add(i, kept_payload(a.trace.payload, shared))
     got.unmatched_reason.update({a.request_id: a.reason for a in match.assignments if a.request_id is not None and not a.matched})
     got.traces = len(match.assignments)
     return got
+
+
+UNMATCHED_SET_MAX = 1 << 16  # unmatched rows whose ids are held as a set to sift the claims with
+
+
+def _wrong_claims(traces: Any, table: RequestTable, match: TableMatch) -> list[str]:
+    """The request ids, in row order, that stored trace rows mark matched while the first
+    record of that id has no matched trace. Only a claim naming an unmatched record can be
+    wrong: with every record matched (the usual case) no claim is read at all."""
+    unmatched = np.flatnonzero(match.codes == 0)
+    if not len(unmatched):
+        return []
+    if isinstance(traces, Claims):
+        claimed = (rid for rid in traces.matched_ids() if isinstance(rid, str))
+    else:
+        claimed = (rid for t in traces if t.get("matched") is True and isinstance(rid := t.get("request_id"), str))
+    if len(unmatched) <= UNMATCHED_SET_MAX:
+        ids = {table.ids[i] for i in unmatched.tolist()}
+        claimed = (rid for rid in claimed if rid in ids)
+    keys = list(claimed)
+    matched = match.codes != 0
+    return [rid for rid, i in zip(keys, match.rows_of(keys).tolist()) if i >= 0 and not matched[i]]
 
 
 def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehearsal: bool,
@@ -271,21 +296,17 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
     kind, pattern, id_field, forms = _trace_config(spec_be, be.entry, rehearsal)
     if kind == "none":
         return None, []
-    log = _log_lines(be) if kind == "log" and pattern is not None else None
-    if log is not None:
-        assert pattern is not None
-        traces: Iterable[Trace] = _log_traces(log[0], TraceSource(kind="log", pattern=pattern, id_field=id_field), log[1])
+    rows = _log_rows(be, TraceSource(kind="log", pattern=pattern, id_field=id_field)) if kind == "log" and pattern is not None else None
+    if rows is not None:
         basis = "the retained server.log"
     else:
-        traces = _stored_trace_iter(be.full_traces() if be.traces_path is not None else be.traces)
+        stored = _stored_trace_iter(be.full_traces() if be.traces_path is not None else be.traces)
+        rows = ((t.trace_id, t.times, t.payload) for t in stored)
         basis = "the trace's own id and times"
-    match = _match(table, traces, id_field, forms, window_s)
+    match = _match(table, rows, id_field, forms, window_s)
     # a claim about a request that is not on the record covers nothing (lost records are
     # validity's to report); one about a request that is, the judge must be able to make
-    claims = ((t.get("request_id"), t.get("matched") is True) for t in be.traces)
-    matched = match.codes != 0
-    wrong = [rid for rid, says in claims if says and isinstance(rid, str) and (i := match.row_of(rid)) is not None
-             and not matched[i]]
+    wrong = _wrong_claims(be.traces, table, match)
     notes: list[str] = []
     if wrong and same_spec:
         first = wrong[0]

@@ -7,15 +7,23 @@ every id form of every request and without holding the traces: each trace is mat
 is read and only what the judge keeps of it stays (`TableMatch`): per request, the payload
 fields rules read, and per claimed request the reason a trace for it did not match.
 
-An id form is inverted (`cmpl-{id}` -> the id between `cmpl-` and the end) and looked up in
-one id -> row map; forms that are not a literal prefix, `{id}` and a literal suffix are
-handled by `match_traces` itself (`invertible`).
+An id form is inverted (`cmpl-{id}` -> the id between `cmpl-` and the end), only for a trace
+id whose length some request id's could give, and looked up in `IdIndex` (a sorted array of
+the ids' hashes with their rows, 8 bytes a request, not a map of every id: at 10^7 requests
+80 MB rather than ~1 GB); forms that are not a literal prefix, `{id}` and a literal suffix are
+handled by `match_traces` itself (`invertible`). Traces are taken `MATCH_CHUNK` at a time --
+one vectorized lookup and window check a chunk -- from `match_rows`' tuples
+(`soakspec.evidence.traces.scan_rows` yields them as it reads server.log) or from `Trace`s
+(`match_table`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import itertools
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -43,6 +51,100 @@ def invertible(id_forms: Sequence[str]) -> bool:
 
 
 NO_PAYLOAD = False  # the `trace` label of a request matched by a trace without a payload
+_ABSENT = object()  # a judged payload key the payload does not have
+
+MATCH_CHUNK = 4096  # traces matched at a time (one vectorized id lookup and window check each)
+
+
+class IdIndex:
+    """The rows of a table by request id, without a map of every id: one sorted array of 64-bit
+    keys, each the high bits of the id's hash (Python's, fixed within a process) above the
+    row's number -- 8 bytes a request, built in place (a dict of id -> row is about 100). A
+    hash found is confirmed by comparing the id itself, so ids whose hashes share those bits
+    stay apart (at 10^7 requests 40 bits are the hash's: a few dozen such pairs). Lookups are
+    batched (`rows_many`): numpy finds every key of a batch at once."""
+
+    def __init__(self, ids: Sequence[Any]) -> None:
+        self.ids = ids
+        n = len(ids)
+        self.row_bits = max(n - 1, 1).bit_length()
+        self.mask = np.uint64((1 << self.row_bits) - 1)
+        keys = np.fromiter(map(hash, ids), dtype=np.int64, count=n).view(np.uint64)
+        keys &= ~self.mask
+        step = 1 << 20
+        for a in range(0, n, step):  # the row numbers, a slice at a time (no second array of n)
+            keys[a:a + step] |= np.arange(a, min(a + step, n), dtype=np.uint64)
+        keys.sort()  # by hash bits, then row: an id's records in record order
+        self.keys = keys
+
+    def _spans(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        h = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64) & ~self.mask
+        return np.searchsorted(self.keys, h, "left"), np.searchsorted(self.keys, h | self.mask, "right")
+
+    def find(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Every (position in `keys`, row) whose request id equals that key, as two arrays,
+        by position, then row."""
+        if not keys:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        lo, hi = self._spans(keys)
+        span = hi - lo
+        ids, mask = self.ids, self.mask
+        one = np.flatnonzero(span == 1)  # the usual hit: one row has those hash bits
+        rows = (self.keys[lo[one]] & mask).astype(np.int64)
+        same = np.fromiter((ids[r] == keys[k] for k, r in zip(one.tolist(), rows.tolist())), dtype=bool, count=len(one))
+        pos, rows = one[same], rows[same]
+        more = np.flatnonzero(span > 1)  # an id recorded more than once (or ids that share the bits)
+        if len(more):
+            mp, mr = [], []
+            for k, a, b in zip(more.tolist(), lo[more].tolist(), hi[more].tolist()):
+                key = keys[k]
+                for r in (self.keys[a:b] & mask).tolist():
+                    if ids[r] == key:
+                        mp.append(k)
+                        mr.append(r)
+            pos = np.concatenate([pos, np.asarray(mp, dtype=np.int64)])
+            rows = np.concatenate([rows, np.asarray(mr, dtype=np.int64)])
+            order = np.lexsort((rows, pos))
+            pos, rows = pos[order], rows[order]
+        return pos, rows
+
+    def rows_many(self, keys: Sequence[Any]) -> list[tuple[int, list[int]]]:
+        """(position in `keys`, the rows whose id equals that key, ascending) for every key
+        some row has, by position."""
+        out: list[tuple[int, list[int]]] = []
+        for k, r in zip(*(a.tolist() for a in self.find(keys))):
+            if out and out[-1][0] == k:
+                out[-1][1].append(r)
+            else:
+                out.append((k, [r]))
+        return out
+
+    def first(self, key: Any) -> int | None:
+        """The first row with request id `key`, or None."""
+        got = self.rows_many([key])
+        return got[0][1][0] if got else None
+
+    def first_many(self, keys: Sequence[Any]) -> np.ndarray:
+        """The first row with each key as its request id (-1: none), aligned with `keys`."""
+        out = np.full(len(keys), -1, dtype=np.int64)
+        for k, rows in self.rows_many(keys):
+            out[k] = rows[0]
+        return out
+
+    def repeated(self) -> list[list[int]]:
+        """The rows of every request id recorded more than once, each id's rows ascending, the
+        ids in the order their second record comes."""
+        bits = self.keys >> np.uint64(self.row_bits)
+        same = np.flatnonzero(bits[1:] == bits[:-1])
+        del bits
+        if not len(same):
+            return []
+        groups: dict[Any, list[int]] = {}
+        ids = self.ids
+        rows = np.unique(self.keys[np.r_[same, same + 1]] & self.mask)  # every row of shared bits
+        for r in rows.tolist():
+            groups.setdefault(ids[r], []).append(r)
+        return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[1])
 
 
 class TableMatch:
@@ -51,16 +153,23 @@ class TableMatch:
     NO_PAYLOAD or the payload's kept items), `extra` (rows with more than one matched trace:
     every kept payload, None for one without), and for ids a trace carried without matching,
     why (the last such trace's reason, as `match_traces` reports it). `row_of(id)`: the first
-    row with that request id."""
+    row with that request id (`rows_of(ids)`: of each, -1 for none)."""
 
-    def __init__(self, n: int, row_of) -> None:
+    def __init__(self, n: int, index: IdIndex) -> None:
         self.codes = np.zeros(n, dtype=np.int32)
         self.values: list[Any] = []
         self._index: dict[Any, int] = {}
+        self._by_get: dict[tuple[Any, ...], int] = {}
         self.extra: dict[int, list[Mapping[str, Any] | None]] = {}
         self.unmatched_reason: dict[str, str] = {}
-        self.row_of = row_of
+        self.ids = index
         self.traces = 0
+
+    def row_of(self, rid: Any) -> int | None:
+        return self.ids.first(rid)
+
+    def rows_of(self, rids: Sequence[Any]) -> np.ndarray:
+        return self.ids.first_many(rids)
 
     def code(self, p: Mapping[str, Any] | None) -> int:
         key: Any = NO_PAYLOAD if p is None else tuple(p.items())
@@ -74,15 +183,32 @@ class TableMatch:
             c = len(self.values)
         return c
 
+    def payload_code(self, p: Any) -> int:
+        """`code(kept_payload(p))` for a trace's whole payload `p` (None: a trace without one),
+        one dict lookup for a content seen before."""
+        if type(p) is not dict and not isinstance(p, Mapping):
+            return self.code(None)
+        got = (p.get("terminal_reason", _ABSENT), p.get("finish_reason", _ABSENT), p.get("status", _ABSENT))
+        try:
+            c = self._by_get.get(got)
+        except TypeError:  # an unhashable value: its own code, as `code` gives it
+            return self.code(dict((k, p[k]) for k in JUDGED_PAYLOAD_KEYS if k in p))
+        if c is None:
+            c = self._by_get[got] = self.code(dict((k, p[k]) for k in JUDGED_PAYLOAD_KEYS if k in p))
+        return c
+
     def payload(self, c: int) -> Mapping[str, Any] | None:
         v = self.values[c - 1]
         return None if v is NO_PAYLOAD else dict(v)
 
     def add(self, i: int, p: Mapping[str, Any] | None) -> None:
+        self.add_code(i, self.code(p))
+
+    def add_code(self, i: int, c: int) -> None:
         if self.codes[i] == 0:
-            self.codes[i] = self.code(p)
+            self.codes[i] = c
         else:
-            self.extra.setdefault(i, [self.payload(int(self.codes[i]))]).append(p)
+            self.extra.setdefault(i, [self.payload(int(self.codes[i]))]).append(self.payload(c))
 
     def kept_of(self, i: int) -> list[Mapping[str, Any] | None]:
         """Every kept payload of row i (None for a trace without one); [] when unmatched."""
@@ -111,81 +237,143 @@ def kept_payload(p: Any, shared: dict[Any, Mapping[str, Any]]) -> Mapping[str, A
 def match_table(table: RequestTable, traces: Iterable[Any], id_forms: Sequence[str], window_s: float) -> TableMatch:
     """Match `traces` (`soakspec.evidence.traces.Trace`, any iterable: consumed once) to the
     rows of `table` by request id (see the module doc). Requires `invertible(id_forms)`."""
+    return match_rows(table, ((t.trace_id, t.times, t.payload) for t in traces), id_forms, window_s)
+
+
+def match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: Sequence[str], window_s: float) -> TableMatch:
+    """`match_table` over traces given as tuples that start `(trace_id, times, payload)`
+    (`soakspec.evidence.traces.scan_rows` yields them: no object per trace). A chunk of traces
+    at a time: their candidate ids are looked up at once (`IdIndex`), their windows checked at
+    once, and each is then taken in order, as one at a time would be. The cyclic garbage
+    collector is paused meanwhile: a trace's few short-lived objects form no cycles, and each
+    collection would walk every object the judge holds (a third of the matching's time)."""
+    with _gc_paused():
+        return _match_rows(table, rows, id_forms, window_s)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: Sequence[str], window_s: float) -> TableMatch:
     affixes = [a for f in dict.fromkeys(id_forms) if (a := _affixes(f)) is not None]
-    first: dict[str, int] = {}
-    more: dict[str, list[int]] = {}
-    for i, rid in enumerate(table.ids):
-        if rid in first:
-            more.setdefault(rid, [first[rid]]).append(i)
-        else:
-            first[rid] = i
+    index = IdIndex(table.ids)
     by_server: dict[str, list[int]] = {}
     for i, sid in sorted(table.sparse.get("server_id", {}).items()):
         if sid:
             by_server.setdefault(str(sid), []).append(i)
-    # server ids that are the request id with an affix: inverted like the id forms
-    srv_affixes = [(code, v) for code, v in enumerate(table.values.get("server_affix", (None,))) if v is not None]
+    # server ids that are the request id with an affix: inverted like the id forms (an affix that
+    # is also an id form's adds nothing: the id form already takes every row of that id)
+    srv = [(code, v) for code, v in enumerate(table.values.get("server_affix", (None,))) if v is not None and v not in affixes]
     srv_codes = table.c.get("server_affix")
+    # the affixes that can invert a trace id of each length: one whose request id would have a
+    # length no request id has cannot name a row (most forms, for most traces)
+    id_lengths = set(map(len, table.ids))
+    by_size: dict[int, list[tuple[str, str, int, int, int]]] = {}
+    for code, (pre, suf) in [(-1, a) for a in affixes] + srv:
+        for size in id_lengths:
+            if size:
+                by_size.setdefault(size + len(pre) + len(suf), []).append((pre, suf, len(pre), len(suf), code))
     start, end = table.f["start"], table.f["end"]
-    limit = _EPOCH_MAX * 1e9
-
-    def window(i: int) -> tuple[float, float] | None:
-        s = float(start[i])
-        if s != s or abs(s) > limit:
-            return None
-        e = float(end[i])
-        if e != e or abs(e) > limit:
-            e = s
-        return s - window_s, e + window_s
-
-    def candidates(tid: str) -> list[int]:
-        found: set[int] = set()
-        for pre, suf in affixes:
-            if len(tid) >= len(pre) + len(suf) and tid.startswith(pre) and tid.endswith(suf):
-                rid = tid[len(pre): len(tid) - len(suf)]
-                if rid in first:
-                    found.update(more.get(rid, (first[rid],)))
-        found.update(by_server.get(tid, ()))
-        for code, (pre, suf) in srv_affixes:
-            if len(tid) >= len(pre) + len(suf) and tid.startswith(pre) and tid.endswith(suf):
-                rid = tid[len(pre): len(tid) - len(suf)]
-                if rid and rid in first:
-                    found.update(i for i in more.get(rid, (first[rid],)) if srv_codes[i] == code)
-        return sorted(found)
-
-    match = TableMatch(table.n, first.get)
+    match = TableMatch(table.n, index)
     why = match.unmatched_reason
-    shared: dict[Any, Mapping[str, Any]] = {}
+    ids = table.ids
     n = 0
-    for tr in traces:
-        n += 1
-        if tr.trace_id is None:
-            continue
-        cands = candidates(tr.trace_id)
-        if not cands:
-            continue
-        chosen = None
-        for i in cands:
-            w = window(i)
-            if not tr.times or (w is not None and all(w[0] <= t <= w[1] for t in tr.times)):
-                chosen = i
-                break
-        if chosen is None:
-            why[str(table.ids[cands[0]])] = "outside_window"
-            continue
-        match.add(chosen, kept_payload(tr.payload, shared))
+    it = iter(rows)
+    while True:
+        chunk = list(itertools.islice(it, MATCH_CHUNK))
+        if not chunk:
+            break
+        n += len(chunk)
+        keys: list[str] = []  # a request id some trace of the chunk may name
+        owner: list[int] = []  # the trace (in the chunk) it came from
+        need: list[int] = []  # -1: any row with that id; else the server affix code the row must have
+        direct_t: list[int] = []  # (trace, row) of a server id recorded as it was
+        direct_r: list[int] = []
+        for j, tr in enumerate(chunk):
+            tid = tr[0]
+            if tid is None:
+                continue
+            size = len(tid)
+            for pre, suf, lp, ls, code in by_size.get(size, ()):
+                if tid.startswith(pre) and tid.endswith(suf):
+                    keys.append(tid[lp:size - ls])
+                    owner.append(j)
+                    need.append(code)
+            if by_server and tid in by_server:
+                direct_t.extend([j] * len(by_server[tid]))
+                direct_r.extend(by_server[tid])
+        pos, found = index.find(keys)
+        pt = np.asarray(owner, dtype=np.int64)[pos]
+        code = np.asarray(need, dtype=np.int64)[pos]
+        take = code < 0
+        if not take.all():  # a server affix: only the rows whose server id has it
+            take |= srv_codes[found] == code
+        pt, pr = pt[take], found[take]
+        if direct_t:
+            pt = np.concatenate([pt, np.asarray(direct_t, dtype=np.int64)])
+            pr = np.concatenate([pr, np.asarray(direct_r, dtype=np.int64)])
+        if len(pt):
+            _take(chunk, pt, pr, start, end, window_s, ids, match, why)
     # a request id recorded twice: a trace for it covers every record of that id (as a match
     # by id always has)
-    for rows in more.values():
-        got = [p for i in rows for p in match.kept_of(i)]
+    for group in index.repeated():
+        got = [p for i in group for p in match.kept_of(i)]
         if got:
-            for i in rows:
+            for i in group:
                 match.codes[i] = 0
                 match.extra.pop(i, None)
                 for p in got:
                     match.add(i, p)
     match.traces = n
     return match
+
+
+def _take(chunk: list[tuple[Any, ...]], pt: np.ndarray, pr: np.ndarray, start: np.ndarray, end: np.ndarray,
+          window_s: float, ids: Sequence[Any], match: TableMatch, why: dict[str, str]) -> None:
+    """Each trace of `chunk` with candidates (trace `pt[k]` may be row `pr[k]`) goes to its
+    first candidate row, in record order, whose window holds all of its times; one with none
+    is outside the window of its first."""
+    limit = _EPOCH_MAX * 1e9
+    pt, pr = np.divmod(np.unique(pt * len(start) + pr), len(start))  # by trace, then row; no pair twice
+    lens = np.fromiter((len(tr[1]) for tr in chunk), dtype=np.int64, count=len(chunk))
+    has = lens > 0
+    tmin = np.zeros(len(chunk))
+    tmax = np.zeros(len(chunk))
+    if has.any():  # each trace's earliest and latest time (NaN when it has one: it fits no window)
+        flat = np.fromiter(itertools.chain.from_iterable(tr[1] for tr in chunk), dtype=np.float64, count=int(lens.sum()))
+        at = (np.cumsum(lens) - lens)[has]
+        tmin[has] = np.minimum.reduceat(flat, at)
+        tmax[has] = np.maximum.reduceat(flat, at)
+    s, e = start[pr], end[pr]
+    s_ok = (s == s) & (np.abs(s) <= limit)
+    e = np.where((e == e) & (np.abs(e) <= limit), e, s)
+    ok = ~has[pt] | (s_ok & (s - window_s <= tmin[pt]) & (tmax[pt] <= e + window_s))
+    first = np.flatnonzero(np.r_[True, pt[1:] != pt[:-1]])  # each trace's first candidate
+    okp = np.flatnonzero(ok)
+    chosen_t, at = np.unique(pt[okp], return_index=True)
+    chosen_r = pr[okp[at]]
+    outside = np.setdiff1d(pt[first], chosen_t, assume_unique=True)
+    if len(outside):
+        first_row = dict(zip(pt[first].tolist(), pr[first].tolist()))
+        for j in outside.tolist():
+            why[str(ids[first_row[j]])] = "outside_window"
+    if not len(chosen_t):
+        return
+    codes = [match.payload_code(chunk[j][2]) for j in chosen_t.tolist()]
+    rows = chosen_r
+    uniq, counts = np.unique(rows, return_counts=True)
+    once = np.isin(rows, uniq[counts == 1]) & (match.codes[rows] == 0)
+    match.codes[rows[once]] = np.asarray(codes, dtype=np.int32)[once]
+    for k in np.flatnonzero(~once).tolist():  # a row a trace already matched, or two of this chunk
+        match.add_code(int(rows[k]), codes[k])
 
 
 def label_column(table: RequestTable, match: TableMatch) -> tuple[np.ndarray, tuple[Any, ...], dict[int, tuple]]:

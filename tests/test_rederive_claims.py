@@ -1,0 +1,48 @@
+"""The stored trace rows' claims the judge finds wrong: a row marked matched whose request's
+first record has no trace the judge matched -- sifted by the unmatched records' ids first
+(with every record matched no claim is read), the same list as checking every claim."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from soakspec.judge import rederive
+from soakspec.judge.evidence import _ClaimRows
+from soakspec.judge.table import build_table
+from soakspec.judge.tracematch import IdIndex, TableMatch
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(1, 20))
+    ids = [f"r{draw(st.integers(0, n))}" for _ in range(n)]
+    codes = draw(st.lists(st.sampled_from([0, 1, 1, 2]), min_size=n, max_size=n))
+    claims = [{"request_id": draw(st.sampled_from([*ids, "ghost", 5, None])), "matched": draw(st.sampled_from([True, False, None, 1]))}
+              for _ in range(draw(st.integers(0, 30)))]
+    return ids, codes, claims, draw(st.booleans()), draw(st.sampled_from([0, 1 << 16]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_wrong_claims_are_every_claim_checked(case):
+    ids, codes, claims, as_claims, set_max = case
+    table = build_table([{"request_id": rid, "bucket": 0} for rid in ids])
+    match = TableMatch(table.n, IdIndex(table.ids))
+    match.codes[:] = np.asarray(codes, dtype=np.int32)
+    want = [c["request_id"] for c in claims
+            if c["matched"] is True and isinstance(c["request_id"], str) and c["request_id"] in ids
+            and codes[ids.index(c["request_id"])] == 0]
+    if as_claims:  # as load_evidence holds them: ids end to end, a flag a row
+        rows = _ClaimRows()
+        for k, c in enumerate(claims):
+            rows.add(k, c)
+        stored = rows.claims()
+    else:
+        stored = tuple(claims)
+    saved = rederive.UNMATCHED_SET_MAX
+    rederive.UNMATCHED_SET_MAX = set_max
+    try:
+        assert rederive._wrong_claims(stored, table, match) == want
+    finally:
+        rederive.UNMATCHED_SET_MAX = saved

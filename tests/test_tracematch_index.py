@@ -1,0 +1,123 @@
+"""The judge's chunked trace matching (`tracematch.match_rows`: a sorted hash index instead of a
+map of every request id, a chunk of traces looked up and window-checked at once, id forms
+tried only for trace ids of a plausible length) keeps, row by row, exactly what matching one
+trace at a time against every request keeps: the same payloads in the same order, the same
+reason for each id a trace named without matching, the same claims found wrong."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from soakspec.judge import tracematch
+from soakspec.judge.table import build_table
+from soakspec.judge.tracematch import IdIndex, kept_payload, match_table
+from soakspec.evidence.traces import Trace
+
+FORMS = st.lists(st.sampled_from(["{id}", "cmpl-{id}", "{id}-0", "cmpl-{id}-0", "chatcmpl-{id}", "x{id}x"]),
+                 min_size=1, max_size=4, unique=True)
+
+
+def reference(reqs, traces, forms, window):
+    """One trace at a time, every request tried: row -> kept payloads, id -> why unmatched."""
+    affixes = [f.split("{id}") for f in dict.fromkeys(forms)]
+    kept: dict[int, list] = {}
+    why: dict[str, str] = {}
+    shared: dict = {}
+
+    def window_of(r):  # a time beyond 2100 (in ns) is no time: an end like that is the start
+        s, e = r.get("start"), r.get("end")
+        if s is None or abs(s) > 4_102_444_800.0 * 1e9:
+            return None
+        return s - window, (e if e is not None and abs(e) <= 4_102_444_800.0 * 1e9 else s) + window
+
+    for tr in traces:
+        tid = tr.trace_id
+        if tid is None:
+            continue
+        cands = [i for i, r in enumerate(reqs)
+                 if any(tid == pre + r["request_id"] + suf for pre, suf in affixes)
+                 or (r.get("server_id") and str(r["server_id"]) == tid)]
+        chosen = next((i for i in cands if not tr.times or ((w := window_of(reqs[i])) is not None
+                                                            and all(w[0] <= t <= w[1] for t in tr.times))), None)
+        if chosen is None:
+            if cands:
+                why[reqs[cands[0]]["request_id"]] = "outside_window"
+            continue
+        kept.setdefault(chosen, []).append(kept_payload(tr.payload, shared))
+    groups: dict[str, list[int]] = {}
+    for i, r in enumerate(reqs):
+        groups.setdefault(r["request_id"], []).append(i)
+    for rows in sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[1]):
+        got = [p for i in rows for p in kept.get(i, [])]
+        for i in rows:
+            if got:
+                kept[i] = list(got)
+    return kept, why
+
+
+@st.composite
+def cases(draw):
+    n = draw(st.integers(1, 25))
+    ids = [draw(st.sampled_from(["r", "req-", "cmpl-r", "r-0", "x"])) + str(draw(st.integers(0, n))) for _ in range(n)]
+    reqs = []
+    for k, rid in enumerate(ids):
+        start = 100.0 + k
+        reqs.append({"request_id": rid, "bucket": 0, "start": draw(st.sampled_from([start, None, 1e30])),
+                     "end": draw(st.sampled_from([start + 1.0, None, start - 5.0, 1e30])),
+                     "server_id": draw(st.sampled_from([None, "", f"srv-{k}", f"srv-{k % 3}", f"cmpl-{rid}-0",
+                                                        f"chatcmpl-{rid}", f"{rid}-x", 7]))})
+    forms = draw(FORMS)
+    traces = []
+    for _ in range(draw(st.integers(0, 40))):
+        rid = draw(st.sampled_from(ids + ["nobody", "r"]))
+        tid = draw(st.sampled_from([None, "7", f"srv-{draw(st.integers(0, n))}", *[f.format(id=rid) for f in forms],
+                                    f"cmpl-{rid}-0", f"chatcmpl-{rid}", rid + "-x", ""]))
+        times = tuple(draw(st.lists(st.floats(95.0, 140.0), max_size=3)))
+        payload = draw(st.sampled_from([None, {"terminal_reason": "length"}, {"status": 500, "x": 1}, {},
+                                        {"status": True}, {"status": 1}, {"finish_reason": ["unhashable"]}]))
+        traces.append(Trace(tid, times, payload, None, "t"))
+    return reqs, forms, traces, draw(st.sampled_from([0.0, 0.5, 2.0])), draw(st.sampled_from([1, 3, 4096]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(cases())
+def test_chunked_matching_keeps_what_one_at_a_time_keeps(case):
+    reqs, forms, traces, window, chunk = case
+    want_kept, want_why = reference(reqs, traces, forms, window)
+    saved = tracematch.MATCH_CHUNK
+    tracematch.MATCH_CHUNK = chunk  # chunk edges anywhere: order across chunks is kept
+    try:
+        got = match_table(build_table(reqs), iter(traces), forms, window)
+    finally:
+        tracematch.MATCH_CHUNK = saved
+    assert got.kept == want_kept
+    assert got.unmatched_reason == want_why
+    assert got.traces == len(traces)
+
+
+class Colliding(str):
+    """An id whose hash every other one shares: the index must tell them apart by value."""
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        return str.__eq__(self, other)
+
+
+def test_ids_that_share_a_hash_stay_apart():
+    ids = [Colliding(x) for x in ["a", "b", "a", "c", "b", "a"]]
+    index = IdIndex(ids)
+    assert index.rows_many([Colliding("a"), Colliding("z"), Colliding("b")]) == [(0, [0, 2, 5]), (2, [1, 4])]
+    assert index.first(Colliding("c")) == 3 and index.first(Colliding("z")) is None
+    assert index.repeated() == [[0, 2, 5], [1, 4]]  # by where each id's second record comes (2, then 4)
+    assert index.first_many([Colliding("b"), Colliding("q")]).tolist() == [1, -1]
+
+
+def test_a_lookup_finds_every_record_of_an_id_and_only_those():
+    ids = [f"r{i % 7}" for i in range(50)]
+    index = IdIndex(ids)
+    for key in ["r0", "r6", "r7", "", "r"]:
+        want = [i for i, x in enumerate(ids) if x == key]
+        got = dict(index.rows_many([key]))
+        assert got.get(0, []) == want
