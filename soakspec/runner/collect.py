@@ -20,7 +20,7 @@ from soakspec.evidence.provenance import binary_sha256, git_state
 from soakspec.evidence.runtime import detect_runtime_boundary
 from soakspec.evidence.serverlog import cap_server_log, compress_server_log, keep_lines
 from soakspec.evidence.traces import (
-    _EPOCH_MAX, Assignment, Trace, TraceMatch, TraceSource, extract_trace_lines, id_form_affixes, log_lines, match_traces,
+    _EPOCH_MAX, Assignment, Trace, TraceMatch, TraceSource, id_form_affixes, match_traces, scan_log,
 )
 from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
@@ -117,8 +117,8 @@ def _log_text(rec: BackendRecorder) -> str:
 def _traces(plan: Plan, rec: BackendRecorder) -> str:
     """Match the server's traces to the requests; write traces.jsonl.gz; judge the follow-up's idleness.
 
-    Streamed (`_StreamMatch`): the log is read a chunk of lines at a time and each trace's row is
-    written as it is matched, against a compact view of the requests (ids, times, an id index),
+    Streamed: the log is read once in byte blocks (`scan_log`) and each trace's row is written
+    as it is matched, against a compact view of the requests (ids, times, an id index),
     so what is held after a day-long soak is ~200 bytes a request, not every request and every
     trace as objects (18 GB at 10^7 requests). Id forms that cannot be inverted (a format spec)
     take `match_traces` over the same traces, streamed too; both give the rows `match_traces` gives."""
@@ -155,19 +155,15 @@ def _traces(plan: Plan, rec: BackendRecorder) -> str:
     return tr.source
 
 
-TRACE_CHUNK_LINES = 5_000  # log lines extracted at a time
+TRACE_CHUNK = 5_000  # traces matched at a time
 
 
 def _trace_chunks(path: Path, offset: int, src: TraceSource) -> Iterator[list[Trace]]:
-    """The traces of what `path` gained since `offset`, a chunk of lines at a time."""
-    lines, at = log_lines(path, offset)
-    while True:
-        chunk = list(itertools.islice(lines, TRACE_CHUNK_LINES))
-        if not chunk:
-            return
-        traces, _bad = extract_trace_lines(chunk, src, at)
-        at += sum(len(line.encode("utf-8")) for line in chunk)
-        yield traces
+    """The traces of what `path` gained since `offset` (`scan_log`: read once, in byte blocks;
+    each trace's offset is its line's byte offset in the file), a chunk at a time."""
+    traces = scan_log(path, offset, src)
+    while chunk := list(itertools.islice(traces, TRACE_CHUNK)):
+        yield chunk
 
 
 class _RequestView:
