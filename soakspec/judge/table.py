@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -71,6 +72,7 @@ _KIND: dict[str, str] = {**{k: "f" for k in FLOATS}, **{k: "i" for k in INTS}, *
 _RECORD_FLOATS = ("start", "end", "intended_start", "first_token", "first_byte", "tpot", "rate", "client_delay")
 _RECORD_LABELS = frozenset(("backend", "workload", "outcome", "error", "finish_reason", "itl_source", "tokens_source",
                             "empty_text", "usage_decreased"))
+_FIELD = {k: operator.attrgetter(k) for k in (*_RECORD_FLOATS, *INTS, *_RECORD_LABELS)}  # a record's field, by column
 
 GAP_CHUNK = 1 << 18  # gaps buffered before they are checked and stored
 
@@ -371,7 +373,7 @@ class TableBuilder:
     def _bulk(self, recs: Sequence[Any], m: int) -> bool:
         floats: dict[str, np.ndarray] = {}
         for k in _RECORD_FLOATS:
-            floats[k] = np.array([getattr(r, k) for r in recs], dtype=np.float64)  # None: NaN
+            floats[k] = np.array(list(map(_FIELD[k], recs)), dtype=np.float64)  # None: NaN
         sent = np.where(np.isnan(floats["intended_start"]), floats["start"], floats["intended_start"])
         floats["ttft"] = floats["first_token"] - sent
         floats["latency"] = floats["end"] - sent
@@ -380,7 +382,7 @@ class TableBuilder:
                 return False
         ints: dict[str, np.ndarray] = {}
         for k in INTS:
-            vals = [getattr(r, k) for r in recs]
+            vals = list(map(_FIELD[k], recs))
             if k == "level" and str in set(map(type, vals)):  # a string level: kept in extras
                 return False
             v = np.array(vals, dtype=np.float64)  # None: NaN; every int of a record is below 2**53 or refused here
@@ -401,7 +403,7 @@ class TableBuilder:
             v = ints[k]
             col.frombytes(np.where(np.isnan(v), MISSING, v).astype(np.int32).tobytes())
         for k, col, codes in self._c:
-            vals = [getattr(r, k) for r in recs] if k in _RECORD_LABELS else None
+            vals = list(map(_FIELD[k], recs)) if k in _RECORD_LABELS else None
             if vals is None:
                 col.frombytes(np.full(m, self.code(k, None), dtype=np.int32).tobytes())
                 continue
