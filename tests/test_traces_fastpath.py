@@ -16,8 +16,13 @@ import json
 from hypothesis import example, given, settings, strategies as st
 
 from soakspec.evidence import traces as T
-from soakspec.evidence.traces import TraceSource, collect_traces, extract_trace_lines, scan_blocks, scan_log
+from soakspec.evidence.traces import Trace, TraceSource, collect_traces, extract_trace_lines, scan_log, scan_rows
 from soakspec.lang import simtrace
+
+
+def scan_blocks(blocks, source, base_offset=0, compact=None, malformed=None):
+    """`scan_rows`' rows as `Trace`s (what `scan_log` yields for a file)."""
+    return [Trace(*row, source.name) for row in scan_rows(blocks, source, base_offset, compact, malformed)]
 
 T0 = 1_747_000_000.0
 _MIN, _MAX = 946_684_800.0, 4_102_444_800.0

@@ -425,15 +425,18 @@ def iter_raw_blocks(path: os.PathLike | str, hasher: Any = None, cut: list[int] 
         yield from _gzip_blocks(path, fh, hasher, cut)
 
 
+def _hashed_reads(fh, hasher):
+    """The file's bytes a read at a time, each fed to `hasher` (when given) as it is read."""
+    while chunk := fh.read(_CHUNK):
+        if hasher is not None:
+            hasher.update(chunk)
+        yield chunk
+
+
 def _plain_blocks(fh, hasher):
     i = 1
     tail = b""
-    while True:
-        chunk = fh.read(_CHUNK)
-        if not chunk:
-            break
-        if hasher is not None:
-            hasher.update(chunk)
+    for chunk in _hashed_reads(fh, hasher):
         data = tail + chunk
         k = data.rfind(b"\n") + 1
         tail = data[k:]
@@ -467,13 +470,7 @@ def _gzip_blocks(path, fh, hasher, cut):
     tail = b""
     d = zlib.decompressobj(wbits=31)
     started = False  # the current member has consumed input
-    while True:
-        chunk = fh.read(_CHUNK)
-        if not chunk:
-            break
-        if hasher is not None:
-            hasher.update(chunk)
-        data = chunk
+    for data in _hashed_reads(fh, hasher):
         while data:
             if not started and data[:2] != GZIP_MAGIC[: len(data[:2])]:
                 raise EvidenceFormatError(path, i, "bytes after the last gzip member are not gzip (appended to?)")

@@ -390,7 +390,7 @@ def extract_trace_lines(
     """`extract_traces` over lines (each with its line end) that start at byte `base_offset`.
     `compact`, when given, replaces each payload (after its id and times are read) by what the
     caller keeps of it: the judge keeps a few fields, not the server's whole object. This is
-    the reference reading (`scan_blocks` finds the same traces faster)."""
+    the reference reading (`scan_rows` finds the same traces faster)."""
     reader = _LineReader(source, compact)
     traces: list[Trace] = []
     malformed: list[tuple[int, str]] = []
@@ -556,17 +556,6 @@ def _odd_breaks(block: bytes) -> list[int]:
         k = block.find(b"\r", k + 1)
     out.sort()
     return out
-
-
-def scan_blocks(
-    blocks: Iterable[bytes], source: TraceSource, base_offset: int = 0,
-    compact: Callable[[dict[str, Any]], Any] | None = None,
-    malformed: list[tuple[int, str]] | None = None,
-) -> Iterator[Trace]:
-    """The traces of a log given as byte blocks: `scan_rows`' rows as `Trace`s."""
-    name = source.name
-    for row in scan_rows(blocks, source, base_offset, compact, malformed):
-        yield Trace(*row, name)
 
 
 def scan_rows(

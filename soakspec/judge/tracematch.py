@@ -22,28 +22,19 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import string
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from soakspec.evidence.traces import id_form_affixes
 from soakspec.judge.table import RequestTable
 
 _EPOCH_MAX = 4_102_444_800.0  # as soakspec.evidence.traces: a time beyond 2100 is no time
 JUDGED_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status")
 
 
-def _affixes(form: str) -> tuple[str, str] | None:
-    parts = list(string.Formatter().parse(form))
-    fields = [p for p in parts if p[1] is not None]
-    if len(fields) != 1 or fields[0][1] != "id" or fields[0][2] or fields[0][3]:
-        return None
-    if any("{" in p[0] or "}" in p[0] for p in parts):
-        return None  # escaped braces: not a literal prefix
-    prefix = "".join(p[0] for p in parts[: parts.index(fields[0]) + 1])
-    suffix = "".join(p[0] for p in parts[parts.index(fields[0]) + 1:])
-    return prefix, suffix
+_affixes = id_form_affixes  # (prefix, suffix) of an id form, or None (evidence/traces.py)
 
 
 def invertible(id_forms: Sequence[str]) -> bool:
