@@ -328,27 +328,9 @@ class _LineReader:
             return self.payload_row(payload, here, None, None)
         if type(obj) is not dict or self.id_key is None or self.source.time_fields:
             return self.payload_row(payload, here, None, None)
-        out = []
-        for v in obj.values():  # as in `_fast_payload`
-            kind = type(v)
-            if kind is float:
-                if _EPOCH_MIN <= v <= _EPOCH_MAX:
-                    out.append(v)
-                elif v > _EPOCH_MAX and (t := as_epoch(v)) is not None:
-                    out.append(t)
-            elif kind is int:
-                if v < _EPOCH_MIN:
-                    if v <= -_BIG_INT:
-                        return self.payload_row(payload, here, None, None)
-                elif v >= _BIG_INT:
-                    return self.payload_row(payload, here, None, None)
-                elif (t := as_epoch(v)) is not None:
-                    out.append(t)
-            elif kind is str:
-                if v[:1] not in _NOT_A_TIME_START and (t := as_epoch(v)) is not None:
-                    out.append(t)
-            elif kind is dict or kind is list:
-                return self.payload_row(payload, here, None, None)
+        out = _flat_times(obj)
+        if out is None:
+            return self.payload_row(payload, here, None, None)
         raw_id = obj.get(self.id_key)
         if type(raw_id) is str:
             trace_id: str | None = raw_id
@@ -434,8 +416,17 @@ def _fast_payload(text: str | bytes) -> tuple[Any, tuple[float, ...] | None]:
         return _payload(text)
     if type(obj) is not dict:
         return _payload(text)
+    out = _flat_times(obj)
+    if out is None:
+        return _payload(text)
+    return obj, tuple(out)
+
+
+def _flat_times(obj: dict[str, Any]) -> list[float] | None:
+    """`_times(obj, ())` of a decoded payload, or None when it is not flat (a value nests) or
+    holds an integer beyond `loads`' limit: then it takes the reference reading."""
     out = []
-    for v in obj.values():  # `_times(obj, ())`, and whether the object is flat
+    for v in obj.values():
         kind = type(v)
         if kind is float:
             if _EPOCH_MIN <= v <= _EPOCH_MAX:
@@ -445,17 +436,17 @@ def _fast_payload(text: str | bytes) -> tuple[Any, tuple[float, ...] | None]:
         elif kind is int:
             if v < _EPOCH_MIN:
                 if v <= -_BIG_INT:
-                    return _payload(text)
+                    return None
             elif v >= _BIG_INT:
-                return _payload(text)
+                return None
             elif (t := as_epoch(v)) is not None:
                 out.append(t)
         elif kind is str:
             if v[:1] not in _NOT_A_TIME_START and (t := as_epoch(v)) is not None:
                 out.append(t)
         elif kind is dict or kind is list:
-            return _payload(text)
-    return obj, tuple(out)
+            return None
+    return out
 
 
 def _top_literals(pattern: str) -> list[Any] | None:

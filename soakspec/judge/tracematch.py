@@ -19,15 +19,14 @@ one vectorized lookup and window check a chunk -- from `match_rows`' tuples
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import itertools
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from soakspec.evidence.traces import id_form_affixes
+from soakspec.lang.parser import gc_paused
 from soakspec.judge.table import RequestTable
 
 _EPOCH_MAX = 4_102_444_800.0  # as soakspec.evidence.traces: a time beyond 2100 is no time
@@ -238,19 +237,8 @@ def match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: S
     once, and each is then taken in order, as one at a time would be. The cyclic garbage
     collector is paused meanwhile: a trace's few short-lived objects form no cycles, and each
     collection would walk every object the judge holds (a third of the matching's time)."""
-    with _gc_paused():
+    with gc_paused():
         return _match_rows(table, rows, id_forms, window_s)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: Sequence[str], window_s: float) -> TableMatch:
