@@ -284,3 +284,28 @@ def test_packed_gaps_read_back_every_gap_exactly(runs, data) -> None:
     assert packed[a:b].tolist() == every[a:b]
     mask = np.asarray(data.draw(st.lists(st.booleans(), min_size=len(every), max_size=len(every))), dtype=bool)
     assert packed[mask].tolist() == [g for g, m in zip(every, mask) if m]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.text(min_size=1, max_size=6), max_size=5), max_size=5), st.data())
+def test_the_id_column_reads_back_every_id(runs, data) -> None:
+    """Request ids held as one UTF-8 blob (non-ASCII and lone surrogates included) read back
+    as they were, one at a time, in a batch and iterated."""
+    import numpy as np
+
+    from soakspec.judge.table import _IdStore, take_ids
+
+    store = _IdStore()
+    every: list[str] = []
+    for k, run in enumerate(runs):
+        run = [x + "\ud800" if k % 3 == 2 else x for x in run]
+        if k % 2:
+            for x in run:
+                store.append(x)
+        else:
+            store.extend(run)
+        every += run
+    col = store.finish()
+    assert list(col) == every and len(col) == len(every) and [col[i] for i in range(len(every))] == every
+    rows = np.asarray(data.draw(st.lists(st.integers(0, max(len(every) - 1, 0)), max_size=8)) if every else [], dtype=np.int64)
+    assert take_ids(col, rows) == [every[r] for r in rows.tolist()] == take_ids(every, rows)

@@ -109,6 +109,11 @@ class IdColumn(Sequence):
             raise IndexError(i)
         return self._blob[int(self._off[i]):int(self._off[i + 1])].decode("utf-8", "surrogatepass")
 
+    def take(self, rows: np.ndarray) -> list[str]:
+        """The ids of `rows` (an int array), in that order: one slice and decode each."""
+        blob = self._blob
+        return [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(self._off[rows].tolist(), self._off[rows + 1].tolist())]
+
     def __iter__(self) -> Iterator[str]:
         blob, off = self._blob, self._off.tolist()
         for a, b in zip(off, off[1:]):
@@ -117,6 +122,13 @@ class IdColumn(Sequence):
     @property
     def nbytes(self) -> int:
         return len(self._blob) + self._off.nbytes
+
+
+def take_ids(ids: Sequence[str], rows: np.ndarray) -> list[str]:
+    """`[ids[r] for r in rows]`, for an `IdColumn` (batched) or any sequence."""
+    if isinstance(ids, IdColumn):
+        return ids.take(rows)
+    return [ids[r] for r in rows.tolist()]
 
 
 class _IdStore:
@@ -615,14 +627,17 @@ class RequestTable:
         the gaps are float64 (not whole microseconds)."""
         if self.itl_scale != 1e6:
             return None
-        sel = np.zeros(self.n, dtype=bool)
-        sel[idx] = True
-        off = self.itl_off
         acc_v: list[np.ndarray] = []
         acc_c: list[np.ndarray] = []
-        for r0 in range(0, self.n, rows_at_once):
-            r1 = min(self.n, r0 + rows_at_once)
-            part = sel[r0:r1]
+        if not len(idx):
+            return np.zeros(0), np.zeros(0, dtype=np.int64)
+        first, last = int(idx.min()), int(idx.max()) + 1  # a bucket's rows: only their span is looked at
+        sel = np.zeros(last - first, dtype=bool)
+        sel[idx - first] = True
+        off = self.itl_off
+        for r0 in range(first, last, rows_at_once):
+            r1 = min(last, r0 + rows_at_once)
+            part = sel[r0 - first:r1 - first]
             if not part.any():
                 continue
             g = self.itl[off[r0]:off[r1]]

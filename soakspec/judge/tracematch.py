@@ -27,7 +27,7 @@ import numpy as np
 
 from soakspec.evidence.traces import id_form_affixes
 from soakspec.lang.parser import gc_paused
-from soakspec.judge.table import RequestTable
+from soakspec.judge.table import RequestTable, take_ids
 
 _EPOCH_MAX = 4_102_444_800.0  # as soakspec.evidence.traces: a time beyond 2100 is no time
 JUDGED_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status")
@@ -81,7 +81,7 @@ class IdIndex:
         ids, mask = self.ids, self.mask
         one = np.flatnonzero(span == 1)  # the usual hit: one row has those hash bits
         rows = (self.keys[lo[one]] & mask).astype(np.int64)
-        same = np.fromiter((ids[r] == keys[k] for k, r in zip(one.tolist(), rows.tolist())), dtype=bool, count=len(one))
+        same = np.fromiter((i == keys[k] for k, i in zip(one.tolist(), take_ids(ids, rows))), dtype=bool, count=len(one))
         pos, rows = one[same], rows[same]
         more = np.flatnonzero(span > 1)  # an id recorded more than once (or ids that share the bits)
         if len(more):
