@@ -310,8 +310,11 @@ def _recorded(t: RequestTable) -> dict[tuple[Any, Any], int]:
     out: Counter = Counter()
     keep = t.clean(np.nonzero(t.i["bucket"] != FOLLOW_UP_BUCKET)[0])
     if len(keep):
-        pairs, n = np.unique(np.stack([t.c["workload"][keep].astype(np.int64), t.i["level"][keep]]), axis=1, return_counts=True)
-        for (wc, lv), c in zip(pairs.T.tolist(), n.tolist()):
+        # one int64 key a request (workload code, level): a 1-D unique (axis=1 was ~60 s at 10^7)
+        key = (t.c["workload"][keep].astype(np.int64) << 32) | (t.i["level"][keep].astype(np.int64) - MISSING)
+        keys, n = np.unique(key, return_counts=True)
+        for k, c in zip(keys.tolist(), n.tolist()):
+            wc, lv = k >> 32, (k & 0xFFFFFFFF) + MISSING
             out[(t.values["workload"][wc], None if lv == MISSING else lv)] += c
     for i in t.odd(np.nonzero(t.i["bucket"] != FOLLOW_UP_BUCKET)[0]).tolist():
         r = t.rec(i)

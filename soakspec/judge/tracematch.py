@@ -69,7 +69,12 @@ class IdIndex:
 
     def _spans(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         h = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64) & ~self.mask
-        return np.searchsorted(self.keys, h, "left"), np.searchsorted(self.keys, h | self.mask, "right")
+        order = np.argsort(h)  # searched in order: each search starts where the last ended (cache-friendly at 10^7)
+        hs = h[order]
+        lo, hi = np.empty(len(h), dtype=np.int64), np.empty(len(h), dtype=np.int64)
+        lo[order] = np.searchsorted(self.keys, hs, "left")
+        hi[order] = np.searchsorted(self.keys, hs | self.mask, "right")
+        return lo, hi
 
     def find(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         """Every (position in `keys`, row) whose request id equals that key, as two arrays,
