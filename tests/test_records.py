@@ -293,9 +293,9 @@ def test_the_id_column_reads_back_every_id(runs, data) -> None:
     as they were, one at a time, in a batch and iterated."""
     import numpy as np
 
-    from soakspec.judge.table import _IdStore, take_ids
+    from soakspec.judge.table import IdStore, take_ids
 
-    store = _IdStore()
+    store = IdStore()
     every: list[str] = []
     for k, run in enumerate(runs):
         run = [x + "\ud800" if k % 3 == 2 else x for x in run]

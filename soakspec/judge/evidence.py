@@ -30,7 +30,7 @@ from typing import Any
 from soakspec.evidence import layout
 from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, read_jsonl, sha256_file
 from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
-from soakspec.judge.table import RequestTable, TableBuilder, build_table
+from soakspec.judge.table import IdColumn, RequestTable, TableBuilder, IdStore, build_table
 
 # verify codes: the artifact no longer is what the run wrote
 TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107", "V109"})
@@ -318,11 +318,12 @@ class _TableRows(_Rows):
 class Claims(Sequence):
     """The stored trace rows of a backend whose traces the judge re-matches from its log: only
     what each row claims, `{"request_id": ..., "matched": ...}`, made when read. Held as the
-    ids' UTF-8 bytes end to end with offsets and a flag per row (a long soak has one row per
-    request: no dict, no string object per row)."""
+    ids in one blob (`IdColumn`, as the request table holds them) and a flag per row (a long
+    soak has one row per request: no dict, no string object per row); a row whose id is not a
+    string keeps it in `other`."""
 
-    def __init__(self, blob: bytes, offsets: array, matched: array, other: Mapping[int, Any]) -> None:
-        self._blob, self._off, self._matched, self._other = blob, offsets, matched, other
+    def __init__(self, ids: IdColumn, matched: array, other: Mapping[int, Any]) -> None:
+        self._ids, self._matched, self._other = ids, matched, other
 
     def __len__(self) -> int:
         return len(self._matched)
@@ -330,7 +331,7 @@ class Claims(Sequence):
     def request_id(self, k: int) -> Any:
         if k in self._other:
             return self._other[k]
-        return self._blob[self._off[k]:self._off[k + 1]].decode("utf-8", "surrogatepass")
+        return self._ids[k]
 
     def __getitem__(self, k):  # type: ignore[override]
         if isinstance(k, slice):
@@ -349,8 +350,7 @@ class Claims(Sequence):
 class _ClaimRows(_Rows):
     def __init__(self) -> None:
         super().__init__(None)
-        self.blob = bytearray()
-        self.off = array("q", [0])
+        self.ids = IdStore()
         self.matched = array("b")
         self.other: dict[int, Any] = {}
 
@@ -358,15 +358,13 @@ class _ClaimRows(_Rows):
         if not isinstance(row, dict):
             return
         rid = row.get("request_id")
-        if type(rid) is str:
-            self.blob += rid.encode("utf-8", "surrogatepass")
-        else:
+        if type(rid) is not str:
             self.other[len(self.matched)] = rid
-        self.off.append(len(self.blob))
+        self.ids.append(rid if type(rid) is str else "")
         self.matched.append(1 if row.get("matched") is True else 0)
 
     def claims(self) -> Claims:
-        return Claims(bytes(self.blob), self.off, self.matched, self.other)
+        return Claims(self.ids.finish(), self.matched, self.other)
 
 
 _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None, layout.METRICS: None}

@@ -131,7 +131,9 @@ def take_ids(ids: Sequence[str], rows: np.ndarray) -> list[str]:
     return [ids[r] for r in rows.tolist()]
 
 
-class _IdStore:
+class IdStore:
+    """What an `IdColumn` is built from, an id (or a list of them) at a time."""
+
     def __init__(self) -> None:
         self.blob = bytearray()
         self.off = array("q", [0])
@@ -150,9 +152,6 @@ class _IdStore:
             self.blob += b"".join(enc)
             lens = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
         self.off.frombytes((np.cumsum(lens) + self.off[-1]).tobytes())
-
-    def __len__(self) -> int:
-        return len(self.off) - 1
 
     def finish(self) -> IdColumn:
         return IdColumn(self.blob, np.frombuffer(self.off, dtype=np.int64))  # the bytearray itself: no copy
@@ -240,7 +239,7 @@ class TableBuilder:
         self.values: dict[str, list[Any]] = {k: [] for k in LABELS}
         self._codes: dict[str, dict[Any, int]] = {k: {} for k in LABELS}
         self.sparse: dict[str, dict[int, Any]] = {k: {} for k in SPARSE}
-        self.ids = _IdStore()
+        self.ids = IdStore()
         self.extras: dict[int, dict[str, Any]] = {}
         self.itl_us: _GapStore | None = _GapStore()
         self.itl_f: array | None = None
@@ -355,7 +354,17 @@ class TableBuilder:
                 col.append(self.code(k, None))
                 self._extra(i, k, v)
         rid = row["request_id"]
-        sid = get("server_id")
+        self._server_id(i, rid, get("server_id"))
+        self.ids.append(rid)
+        self._itl(i, get("itl"))
+        if type(row) is dict and not row.keys() <= _KIND.keys() and (odd := row.keys() - _KIND.keys()):
+            for k in odd:  # keys outside the columns (rare): kept as they were
+                if row[k] is not None:
+                    self._extra(i, k, row[k])
+
+    def _server_id(self, i: int, rid: Any, sid: Any) -> None:
+        """Row i's server id: the code of the (prefix, suffix) the server put around the
+        request id (`cmpl-{id}-0`), else 0 and, when there is one, the id kept as it is."""
         k = sid.find(rid) if type(sid) is str and type(rid) is str and rid else -1
         if k >= 0:
             self._affix.append(self.code("server_affix", (sid[:k], sid[k + len(rid):])))
@@ -363,12 +372,6 @@ class TableBuilder:
             self._affix.append(0)  # code 0: None
             if sid is not None:
                 self.sparse["server_id"][i] = sid
-        self.ids.append(rid)
-        self._itl(i, get("itl"))
-        if type(row) is dict and not row.keys() <= _KIND.keys() and (odd := row.keys() - _KIND.keys()):
-            for k in odd:  # keys outside the columns (rare): kept as they were
-                if row[k] is not None:
-                    self._extra(i, k, row[k])
 
     def add_records(self, recs: Sequence[Any]) -> None:
         """Append many typed records (`soakspec.evidence.record.Record`: every field already of
@@ -409,8 +412,7 @@ class TableBuilder:
             return False
         # every value fits: append
         for k, col in self._f:
-            v = floats.get(k)
-            col.frombytes((v if v is not None else np.full(m, np.nan)).tobytes())
+            col.frombytes(floats[k].tobytes())
         for k, col in self._i:
             v = ints[k]
             col.frombytes(np.where(np.isnan(v), MISSING, v).astype(np.int32).tobytes())
@@ -426,15 +428,8 @@ class TableBuilder:
             else:
                 col.frombytes(np.fromiter(map(lut.__getitem__, vals), dtype=np.int32, count=m).tobytes())
         ids = [r.request_id for r in recs]
-        base = self.n
-        for j, (rid, sid) in enumerate(zip(ids, [r.server_id for r in recs])):
-            k = sid.find(rid) if sid is not None else -1
-            if k >= 0:
-                self._affix.append(self.code("server_affix", (sid[:k], sid[k + len(rid):])))
-            else:
-                self._affix.append(0)
-                if sid is not None:
-                    self.sparse["server_id"][base + j] = sid
+        for i, rid, r in zip(range(self.n, self.n + m), ids, recs):
+            self._server_id(i, rid, r.server_id)
         self.ids.extend(ids)
         self.n += m
         self._flush()

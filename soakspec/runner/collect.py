@@ -20,7 +20,7 @@ from soakspec.evidence.provenance import binary_sha256, git_state
 from soakspec.evidence.runtime import detect_runtime_boundary
 from soakspec.evidence.serverlog import cap_server_log, compress_server_log, keep_lines
 from soakspec.evidence.traces import (
-    _EPOCH_MAX, Assignment, Trace, TraceMatch, TraceSource, id_form_affixes, match_traces, scan_log,
+    Assignment, Trace, TraceMatch, TraceSource, _window, id_form_affixes, match_traces, scan_log,
 )
 from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
@@ -196,9 +196,9 @@ class _RequestView:
         i = len(self.ids)
         text = None if rid is None else str(rid)
         self.ids.append(text)
-        ok = _time(start)
-        self.start.append(start if ok else math.nan)
-        self.end.append(end if ok and _time(end) else (start if ok else math.nan))
+        w = _window({"start": start, "end": end}, 0.0)  # match_traces' rule for a request's window
+        self.start.append(w[0] if w is not None else math.nan)
+        self.end.append(w[1] if w is not None else math.nan)
         if text is not None:
             got = self.by_id.get(text)
             if got is None:
@@ -234,11 +234,6 @@ class _RequestView:
             for i in idx:
                 rows[i]["server_id"] = sid
         return rows
-
-
-def _time(v: Any) -> bool:
-    """A usable request time for a window (`traces._window`'s rule)."""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and abs(v) <= _EPOCH_MAX * 1e9
 
 
 def _match_stream(reqs: _RequestView, chunks: Iterator[list[Trace]], tr: Any, w: GzipJsonlWriter, in_log: bool,
