@@ -16,6 +16,7 @@ import importlib
 import sys
 
 from soakspec import __version__
+from soakspec.evidence.io import EvidenceChanged
 from soakspec.exitcodes import ExitCode
 
 # name -> (module, one-line help)
@@ -87,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.ABORTED
     except BrokenPipeError:
         return ExitCode.OK
+    except EvidenceChanged as e:  # a file changed under the judge: its verdict would rest on neither version
+        print(f"soakspec {args.command}: {e}: the evidence cannot be judged", file=sys.stderr)
+        return ExitCode.INCONCLUSIVE
     except Exception as e:  # noqa: BLE001 - the one place that turns a crash into one line
         if getattr(args, "debug", False):
             raise

@@ -40,6 +40,11 @@ class EvidenceError(Exception):
     """Base class: something about an evidence directory or file is wrong."""
 
 
+class EvidenceChanged(EvidenceError):
+    """An evidence file read a second time (the judge re-reads requests.jsonl.gz for what it
+    did not keep) no longer says what it said the first time: the evidence cannot be judged."""
+
+
 class EvidenceWriteError(EvidenceError):
     """Writing evidence failed (disk full, file too large, permission...)."""
 

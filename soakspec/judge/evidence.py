@@ -291,12 +291,14 @@ class _TableRows(_Rows):
     """requests.jsonl as verification decodes it: each row checked (`request_problem`) and
     appended to the backend's columns, then dropped -- no row is held."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_gaps: bool = False) -> None:
         super().__init__(None)
-        self.builder = TableBuilder()
+        # the ITL gaps are counted per bucket as they stream and not kept (`table.GapCells`)
+        self.builder = TableBuilder(keep_gaps=keep_gaps)
         self.unusable: list[tuple[int, str]] = []  # (record number, why), the first MAX_PROBLEMS
         self.n_unusable = 0
         self.seen = 0
+        self.batched = False  # fed by verification's blocks (`add_batch`), else a row at a time
 
     def add(self, line: int, row: Any) -> None:
         self.seen += 1
@@ -311,6 +313,7 @@ class _TableRows(_Rows):
     def add_batch(self, first: int, recs: Sequence[Any]) -> None:
         """Consecutive typed records (`verify`'s `iter_record_batches`): a decoded `Record`
         always has a request id and an integer bucket, so none is unusable."""
+        self.batched = True
         self.seen += len(recs)
         self.builder.add_records(recs)
 
@@ -473,7 +476,7 @@ def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str]
         sink = _TableRows()
         if not path.is_file():
             problems.append(f"{name}: missing")
-            return sink.builder.finish(), 0
+            return TableBuilder().finish(), 0
         bad: list[tuple[int, str | None]] = []
         for line, row in iter_jsonl(path, bad):
             sink.add(line, row)
@@ -489,7 +492,23 @@ def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str]
             more += 1
     room = MAX_PROBLEMS - kept
     problems.extend(f"{name}: record {i}: {why}" for i, why in sink.unusable[:room])
-    return sink.builder.finish(), more + sink.n_unusable - min(len(sink.unusable), room)
+    return sink.builder.finish(reload=functools.partial(_reread, path, sink.batched)), more + sink.n_unusable - min(len(sink.unusable), room)
+
+
+def _reread(path: Path, batched: bool) -> RequestTable:
+    """requests.jsonl.gz read again the way it was read first (verification's blocks, or a
+    line at a time), into a table that keeps its ITL gaps: what a table that counted them per
+    bucket reads them from when a computation needs one request's gaps (`table.LazyGaps`)."""
+    sink = _TableRows(keep_gaps=True)
+    if batched:
+        from soakspec.evidence.record import iter_record_batches
+
+        for first, recs in iter_record_batches(path, [], schema_errors=[]):
+            sink.add_batch(first, recs)
+    else:
+        for line, row in iter_jsonl(path, []):
+            sink.add(line, row)
+    return sink.builder.finish()
 
 
 def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str]) -> BackendEvidence:

@@ -22,10 +22,17 @@ Per request, what is kept (bytes per request, 64 output tokens):
   request id   str (the id is what traces, follow-ups and messages name)          ~60
   server_id    the request id with a prefix and suffix the server added (`cmpl-{id}-0`):
                an int32 code of (prefix, suffix); any other server id: sparse        4
-  itl          one flat array per table with per-request offsets: whole microseconds    2 a gap
-               packed in a uint16 each (`PackedGaps`; a gap beyond 65.535 ms or below 0
-               kept exactly beside them) when every gap is a whole number of
-               microseconds (what the runner writes), else float64                   8 a gap
+  itl          counted per cell (`GapCells`: the distinct gaps of each (workload, level,
+               bucket) and their counts, over the requests `itl` pools as recorded), plus
+               per request its cell, whether it counts and its gaps' offset        4 + 1 + 8
+               -- for a table read from requests.jsonl.gz (`TableBuilder(keep_gaps=False)`).
+               A computation the cells cannot answer (a request the judge re-derived, a
+               `per window` scope that cuts a bucket, one request's own gaps) reads them
+               again from the file, once (`LazyGaps`). A table built in memory keeps them:
+               one flat array with per-request offsets, whole microseconds packed in a
+               uint16 each (`PackedGaps`; a gap beyond 65.535 ms or below 0 kept exactly
+               beside them) when every gap is a whole number of microseconds (what the
+               runner writes), else float64                                  2 (8) a gap
 Not kept: `output_sha256` (no rule reads it; it stays in requests.jsonl, hashed). A value
 that does not fit its column (a string where a number belongs, a non-finite float, an ITL
 list with a non-number) or a key outside these is kept as it was, per request, in `extras`
@@ -47,10 +54,12 @@ import itertools
 import math
 import operator
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from soakspec.evidence.io import EvidenceChanged
 
 MISSING = -(2**31)  # an int column's "absent"
 _INT_LIMIT = 2**31  # an int column holds -(2**31) < v < 2**31; anything else is kept in extras
@@ -229,10 +238,157 @@ class _GapStore:
                           np.frombuffer(self.wide_val, dtype=np.int32) if len(self.wide_val) else np.zeros(0, dtype=np.int32))
 
 
-class TableBuilder:
-    """Typed columns filled one record at a time (see the module doc)."""
+class GapCells:
+    """The ITL gaps of a table counted by value per *cell* -- the requests of one (workload,
+    level, bucket), the unit every bucket, level, phase, backend and run scope is made of --
+    over the requests that count toward `itl` as recorded: outcome `completed`, ITL not an
+    estimate, no extras. Exact (whole microseconds, counted as the table was built), and small:
+    what a cell holds is its distinct gaps, not one entry a gap.
+
+    `counts_of(idx)` answers for rows `idx` when they are exactly the counted rows of whole
+    cells -- what a scope's completed requests are unless the judge re-derived some of them
+    (a trace saying the server failed one, a usage count that contradicts its stream) or the
+    scope cuts through a bucket (`per window`); then it returns None and the caller counts the
+    rows' own gaps (`RequestTable.gap_counts`, which re-reads them from requests.jsonl.gz for a
+    table that did not keep them)."""
+
+    __slots__ = ("cell", "ok", "n_ok", "vals", "counts")
+
+    def __init__(self, cell: np.ndarray, ok: np.ndarray, n_ok: np.ndarray, vals: Sequence[np.ndarray],
+                 counts: Sequence[np.ndarray]) -> None:
+        self.cell, self.ok, self.n_ok = cell, ok, n_ok  # per request: its cell, counted; per cell: rows counted
+        self.vals, self.counts = tuple(vals), tuple(counts)  # per cell: distinct gaps (µs, ascending), their counts
+
+    @property
+    def nbytes(self) -> int:
+        return self.cell.nbytes + self.ok.nbytes + self.n_ok.nbytes + sum(v.nbytes + c.nbytes for v, c in zip(self.vals, self.counts))
+
+    def counts_of(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(distinct gaps in µs, ascending; their counts) of rows `idx`, or None when `idx` is
+        not exactly the counted rows of some cells."""
+        if not len(idx):
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        if not self.ok[idx].all():
+            return None
+        k = np.bincount(self.cell[idx], minlength=len(self.n_ok))
+        cells = np.nonzero(k)[0]
+        if not np.array_equal(k[cells], self.n_ok[cells]):
+            return None
+        return _merge_counts([self.vals[c] for c in cells.tolist()], [self.counts[c] for c in cells.tolist()])
+
+
+def _merge_counts(vals: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Counted values (each pair ascending, distinct) merged into one such pair."""
+    vals = [v for v in vals if len(v)]
+    counts = [c for c in counts if len(c)]
+    if not vals:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if len(vals) == 1:
+        return vals[0], counts[0]
+    u, inv = np.unique(np.concatenate(vals), return_inverse=True)
+    return u, np.bincount(inv, weights=np.concatenate(counts), minlength=len(u)).astype(np.int64)
+
+
+def _value_counts(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Whole-microsecond gaps (int64) counted by value: (distinct, ascending; counts)."""
+    lo, hi = int(g.min()), int(g.max())
+    if hi - lo < 1 << 22:
+        c = np.bincount(g - lo if lo else g)
+        nz = np.nonzero(c)[0]
+        return nz.astype(np.int64) + lo, c[nz].astype(np.int64)
+    v, c = np.unique(g, return_counts=True)
+    return v.astype(np.int64), c.astype(np.int64)
+
+
+class _CellCounter:
+    """What `GapCells` is built from: each request's cell and whether it counts, and the gaps
+    of counted requests added as they are stored (a block of rows at a time)."""
+
+    MERGE_AT = 32  # pending (values, counts) pairs of a cell merged into one
 
     def __init__(self) -> None:
+        self.keys: dict[tuple[int, int, int], int] = {}
+        self.cell = array("i")
+        self.ok = array("b")
+        self.n_ok: list[int] = []
+        self.pending: list[list[tuple[np.ndarray, np.ndarray]]] = []
+        self.counted = 0  # rows whose gaps are counted
+
+    def key(self, k: tuple[int, int, int]) -> int:
+        c = self.keys.get(k)
+        if c is None:
+            c = self.keys[k] = len(self.n_ok)
+            self.n_ok.append(0)
+            self.pending.append([])
+        return c
+
+    def add_row(self, k: tuple[int, int, int], ok: bool) -> None:
+        c = self.key(k)
+        self.cell.append(c)
+        self.ok.append(ok)
+        if ok:
+            self.n_ok[c] += 1
+
+    def add_rows(self, wl: np.ndarray, lv: np.ndarray, bk: np.ndarray, ok: np.ndarray) -> None:
+        m = len(ok)
+        if (wl == wl[0]).all() and (lv == lv[0]).all() and (bk == bk[0]).all():  # one cell (nearly every block)
+            c = self.key((int(wl[0]), int(lv[0]), int(bk[0])))
+            cells = np.full(m, c, dtype=np.int32)
+            self.n_ok[c] += int(np.count_nonzero(ok))
+        else:
+            trip, inv = np.unique(np.stack([wl, lv, bk], axis=1), axis=0, return_inverse=True)
+            lut = np.array([self.key((int(a), int(b), int(d))) for a, b, d in trip.tolist()], dtype=np.int32)
+            cells = lut[inv.reshape(-1)]
+            for c, n in zip(*np.unique(cells[ok], return_counts=True)):
+                self.n_ok[int(c)] += int(n)
+        self.cell.frombytes(cells.tobytes())
+        self.ok.frombytes(ok.astype(np.int8).tobytes())
+
+    def count(self, upto: int, off: Sequence[int] | np.ndarray, us: np.ndarray) -> None:
+        """Count the gaps `us` (int64 µs) of rows `counted`..`upto` (their offsets `off`, rebased
+        so that `off[0]` is the first of `us`)."""
+        r0 = self.counted
+        self.counted = upto
+        if upto == r0 or not len(us):
+            return
+        cells = np.frombuffer(self.cell, dtype=np.int32)[r0:upto]
+        ok = np.frombuffer(self.ok, dtype=np.int8)[r0:upto].astype(bool)
+        lens = np.diff(np.asarray(off, dtype=np.int64))
+        if ok.all() and (cells == cells[0]).all():
+            groups = [(int(cells[0]), us)]
+        else:
+            per_gap = np.repeat(np.where(ok, cells, -1), lens)
+            groups = [(int(c), us[per_gap == c]) for c in np.unique(cells[ok]).tolist()]
+        for c, g in groups:
+            if not len(g):
+                continue
+            p = self.pending[c]
+            p.append(_value_counts(g))
+            if len(p) >= self.MERGE_AT:
+                p[:] = [_merge_counts([v for v, _ in p], [n for _, n in p])]
+
+    def finish(self) -> GapCells:
+        vals, counts = [], []
+        for p in self.pending:
+            v, n = _merge_counts([v for v, _ in p], [n for _, n in p])
+            vals.append(v)
+            counts.append(n)
+        cell = np.frombuffer(self.cell, dtype=np.int32) if len(self.cell) else np.zeros(0, dtype=np.int32)
+        ok = np.frombuffer(self.ok, dtype=np.int8).astype(bool) if len(self.ok) else np.zeros(0, dtype=bool)
+        return GapCells(cell, ok, np.asarray(self.n_ok, dtype=np.int64), vals, counts)
+
+
+class TableBuilder:
+    """Typed columns filled one record at a time (see the module doc).
+
+    `keep_gaps=False` (a table read from requests.jsonl.gz): the ITL gaps are counted into the
+    table's `GapCells` as they arrive and not kept; `finish(reload=...)` gets the function that
+    reads them again from the file, for the rare computation cells cannot answer."""
+
+    def __init__(self, keep_gaps: bool = True) -> None:
+        self.keep_gaps = keep_gaps
+        self.cells: _CellCounter | None = _CellCounter()
+        self.lost = False  # gaps neither kept nor counted (not whole microseconds): only a re-read has them
         self.f = {k: array("d") for k in FLOATS}
         self.i = {k: array("i") for k in INTS}
         self.c = {k: array("i") for k in LABELS}
@@ -281,8 +437,6 @@ class TableBuilder:
             self._extra(i, "itl", gaps)
         self._gaps = self._stored + len(self._buf)
         self.itl_off.append(self._gaps)
-        if len(self._buf) >= GAP_CHUNK:
-            self._flush()
 
     @staticmethod
     def _fast_gaps(gaps: list) -> bool:
@@ -298,17 +452,29 @@ class TableBuilder:
 
     def _flush(self) -> None:
         """Move the buffered gaps to the store: whole microseconds as int32 while every gap
-        so far is one (exactly: n / 1e6 reads back as the gap), else float64 from then on."""
+        so far is one (exactly: n / 1e6 reads back as the gap), else float64 from then on;
+        counted into the cells while they are whole microseconds."""
+        cells = self.cells
         if not len(self._buf):
+            if cells is not None:
+                cells.count(self.n, (), np.zeros(0, dtype=np.int64))
             return
         f = np.frombuffer(self._buf, dtype=np.float64)
         if self.itl_us is not None:
             us = np.rint(f * 1e6)
             if bool(np.all(np.abs(us) < 2**31)) and bool(np.all(us / 1e6 == f)):
-                self.itl_us.extend(us.astype(np.int64))
+                us = us.astype(np.int64)
+                if cells is not None:
+                    cells.count(self.n, self.itl_off[cells.counted:self.n + 1], us)
+                if self.keep_gaps:
+                    self.itl_us.extend(us)
             else:
-                self.itl_f = array("d", (self.itl_us.values() / 1e6).tobytes()) if len(self.itl_us) else array("d")
+                if self.keep_gaps:
+                    self.itl_f = array("d", (self.itl_us.values() / 1e6).tobytes()) if len(self.itl_us) else array("d")
+                else:
+                    self.lost = True
                 self.itl_us = None
+                self.cells = None
         if self.itl_f is not None:
             self.itl_f.frombytes(f.tobytes())
         self._stored += len(f)
@@ -361,6 +527,13 @@ class TableBuilder:
             for k in odd:  # keys outside the columns (rare): kept as they were
                 if row[k] is not None:
                     self._extra(i, k, row[k])
+        if self.cells is not None:
+            c = self.c
+            out, src = self.values["outcome"][c["outcome"][-1]], self.values["itl_source"][c["itl_source"][-1]]
+            ok = out == "completed" and type(out) is str and not (src == "estimated" and type(src) is str) and i not in self.extras
+            self.cells.add_row((c["workload"][-1], self.i["level"][-1], self.i["bucket"][-1]), ok)
+        if len(self._buf) >= GAP_CHUNK:
+            self._flush()
 
     def _server_id(self, i: int, rid: Any, sid: Any) -> None:
         """Row i's server id: the code of the (prefix, suffix) the server put around the
@@ -411,11 +584,15 @@ class TableBuilder:
         if total and int(flat.max()) >= _INT_LIMIT:
             return False
         # every value fits: append
+        self._flush()  # gaps of rows added one at a time before this batch
+        n0 = self.n
         for k, col in self._f:
             col.frombytes(floats[k].tobytes())
+        batch: dict[str, np.ndarray] = {}  # the int columns and label codes of this batch
         for k, col in self._i:
             v = ints[k]
-            col.frombytes(np.where(np.isnan(v), MISSING, v).astype(np.int32).tobytes())
+            batch[k] = np.where(np.isnan(v), MISSING, v).astype(np.int32)
+            col.frombytes(batch[k].tobytes())
         for k, col, codes in self._c:
             vals = list(map(_FIELD[k], recs)) if k in _RECORD_LABELS else None
             if vals is None:
@@ -424,46 +601,88 @@ class TableBuilder:
             # codes in order of first appearance, as `add` gives them
             lut = {v: self.code(k, str(v) if type(v) is not str and isinstance(v, str) else v) for v in dict.fromkeys(vals)}
             if len(lut) == 1:  # one value in the batch (a backend, a workload, no error): one code
-                col.frombytes(np.full(m, next(iter(lut.values())), dtype=np.int32).tobytes())
+                batch[k] = np.full(m, next(iter(lut.values())), dtype=np.int32)
             else:
-                col.frombytes(np.fromiter(map(lut.__getitem__, vals), dtype=np.int32, count=m).tobytes())
+                batch[k] = np.fromiter(map(lut.__getitem__, vals), dtype=np.int32, count=m)
+            col.frombytes(batch[k].tobytes())
         ids = [r.request_id for r in recs]
         for i, rid, r in zip(range(self.n, self.n + m), ids, recs):
             self._server_id(i, rid, r.server_id)
         self.ids.extend(ids)
         self.n += m
-        self._flush()
+        off = np.cumsum(lens) + self._stored
         if self.itl_us is not None:
-            self.itl_us.extend(flat)
-        else:
-            assert self.itl_f is not None
+            if self.keep_gaps:
+                self.itl_us.extend(flat)
+            if self.cells is not None:
+                done = self.label_lut("outcome", "completed")[batch["outcome"]]
+                est = self.label_lut("itl_source", "estimated")[batch["itl_source"]]
+                self.cells.add_rows(batch["workload"], batch["level"], batch["bucket"], done & ~est)
+                self.cells.count(self.n, np.concatenate(([self._stored], off)), flat)
+        elif self.itl_f is not None:
             self.itl_f.frombytes((flat / 1e6).tobytes())
+        assert self.cells is None or self.cells.counted == self.n, (self.cells.counted, n0, self.n)
         self._stored += total
         self._gaps = self._stored
-        self.itl_off.frombytes((np.cumsum(lens) + self._gaps - total).tobytes())
+        self.itl_off.frombytes(off.tobytes())
         return True
+
+    def label_lut(self, key: str, value: str) -> np.ndarray:
+        """Per code of label `key` so far: is it the string `value`."""
+        return np.fromiter((type(v) is str and v == value for v in self.values[key]), dtype=bool, count=len(self.values[key]))
 
     def extend(self, rows: Iterable[Mapping[str, Any]]) -> TableBuilder:
         for r in rows:
             self.add(r)
         return self
 
-    def finish(self) -> RequestTable:
+    def finish(self, reload: Callable[[], RequestTable] | None = None) -> RequestTable:
         self._flush()
         f = {k: np.frombuffer(v, dtype=np.float64) if len(v) else np.zeros(0) for k, v in self.f.items()}
         i = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32) for k, v in self.i.items()}
         c = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32)
              for k, v in {**self.c, "server_affix": self._affix}.items()}
-        if self.itl_us is not None:
+        scale = 1e6 if self.itl_us is not None else 1.0
+        flat: Any
+        if not self.keep_gaps:
+            if reload is None:
+                raise ValueError("a table that does not keep its gaps needs a way to read them again")
+            flat = LazyGaps(reload)
+        elif self.itl_us is not None:
             flat = self.itl_us.finish()
-            scale = 1e6
         else:
             assert self.itl_f is not None
             flat = np.frombuffer(self.itl_f, dtype=np.float64) if len(self.itl_f) else np.zeros(0)
-            scale = 1.0
         off = np.frombuffer(self.itl_off, dtype=np.int64)
         return RequestTable(self.n, f, i, c, {k: tuple(v) for k, v in self.values.items()}, self.sparse, self.ids.finish(),
-                            self.extras, flat, off, scale)
+                            self.extras, flat, off, scale, cells=self.cells.finish() if self.cells is not None else None)
+
+
+class LazyGaps:
+    """The ITL gaps of a table that did not keep them: read again from requests.jsonl.gz the
+    first time a computation needs one request's gaps (`reload` builds the table again, keeping
+    them), then held. Shared by a table and every copy `with_labels` makes. `loads` counts the
+    re-reads (a gate on ordinary evidence makes none)."""
+
+    __slots__ = ("reload", "gaps", "loads")
+
+    def __init__(self, reload: Callable[[], RequestTable]) -> None:
+        self.reload = reload
+        self.gaps: Any = None
+        self.loads = 0
+
+    def get(self, table: RequestTable) -> Any:
+        if self.gaps is None:
+            again = self.reload()
+            self.loads += 1
+            n = table.n
+            if again.n < n or not np.array_equal(again.itl_off[:n + 1], table.itl_off) or again.itl_scale != table.itl_scale:
+                raise EvidenceChanged("requests.jsonl.gz changed while it was being judged: its ITL gaps read again differ")
+            if table.cells is not None and again.cells is not None and again.n == n and not all(
+                    np.array_equal(a, b) for a, b in zip(table.cells.vals + table.cells.counts, again.cells.vals + again.cells.counts)):
+                raise EvidenceChanged("requests.jsonl.gz changed while it was being judged: its ITL gaps read again differ")
+            self.gaps = again.itl
+        return self.gaps
 
 
 def build_table(rows: Iterable[Mapping[str, Any]]) -> RequestTable:
@@ -477,14 +696,26 @@ class RequestTable:
     def __init__(self, n: int, f: Mapping[str, np.ndarray], i: Mapping[str, np.ndarray], c: Mapping[str, np.ndarray],
                  values: Mapping[str, tuple[Any, ...]], sparse: Mapping[str, Mapping[int, Any]], ids: Sequence[str],
                  extras: Mapping[int, Mapping[str, Any]], itl: np.ndarray, itl_off: np.ndarray, itl_scale: float,
-                 aux: Mapping[str, Any] | None = None) -> None:
+                 aux: Mapping[str, Any] | None = None, *, cells: GapCells | None = None) -> None:
         self.n = n
         self.aux = aux or {}  # what the judge derived beside the columns (`tracematch`: trace_multi)
         self.f, self.i, self.c, self.values, self.sparse = f, i, c, values, sparse
         self.ids = ids
         self.extras = extras
-        self.itl, self.itl_off, self.itl_scale = itl, itl_off, itl_scale
+        self._itl, self.itl_off, self.itl_scale = itl, itl_off, itl_scale
+        self.cells = cells  # the gaps counted per (workload, level, bucket): what `gap_counts` answers from
         self._odd = np.fromiter(sorted(extras), dtype=np.int64, count=len(extras))
+
+    @property
+    def itl(self) -> Any:
+        """Every request's ITL gaps end to end (`itl_off` cuts them; whole µs when itl_scale is
+        1e6): held, or read again on first use (`LazyGaps`)."""
+        return self._itl.get(self) if isinstance(self._itl, LazyGaps) else self._itl
+
+    @property
+    def gap_loads(self) -> int:
+        """How many times this table's gaps were read again from requests.jsonl.gz."""
+        return self._itl.loads if isinstance(self._itl, LazyGaps) else 0
 
     def __len__(self) -> int:
         return self.n
@@ -496,8 +727,8 @@ class RequestTable:
         for k, (codes, vals) in changes.items():
             c[k], values[k] = codes, vals
         return RequestTable(self.n, self.f, self.i, c, values, self.sparse, self.ids,
-                            self.extras if extras is None else extras, self.itl, self.itl_off, self.itl_scale,
-                            {**self.aux, **(aux or {})})
+                            self.extras if extras is None else extras, self._itl, self.itl_off, self.itl_scale,
+                            {**self.aux, **(aux or {})}, cells=self.cells)
 
     def traced(self, idx) -> np.ndarray:
         """Rows (of `idx`) with a trace the judge matched (after `rederive`)."""
@@ -622,6 +853,8 @@ class RequestTable:
         the gaps are float64 (not whole microseconds)."""
         if self.itl_scale != 1e6:
             return None
+        if self.cells is not None and (got := self.cells.counts_of(idx)) is not None:
+            return got[0] / 1e6, got[1]
         acc_v: list[np.ndarray] = []
         acc_c: list[np.ndarray] = []
         if not len(idx):
@@ -640,22 +873,10 @@ class RequestTable:
                 g = g[np.repeat(part, off[r0 + 1:r1 + 1] - off[r0:r1])]
             if not len(g):
                 continue
-            lo, hi = int(g.min()), int(g.max())
-            if hi - lo < 1 << 22:
-                c = np.bincount(g - lo if lo else g)
-                nz = np.nonzero(c)[0]
-                acc_v.append(nz.astype(np.int64) + lo)
-                acc_c.append(c[nz])
-            else:
-                v, c = np.unique(g, return_counts=True)
-                acc_v.append(v.astype(np.int64))
-                acc_c.append(c)
-        if not acc_v:
-            return np.zeros(0), np.zeros(0, dtype=np.int64)
-        v = np.concatenate(acc_v)
-        c = np.concatenate(acc_c)
-        u, inv = np.unique(v, return_inverse=True)
-        counts = np.bincount(inv, weights=c, minlength=len(u)).astype(np.int64)
+            v, c = _value_counts(g)
+            acc_v.append(v)
+            acc_c.append(c)
+        u, counts = _merge_counts(acc_v, acc_c)
         return u / 1e6, counts
 
 

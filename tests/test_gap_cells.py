@@ -1,0 +1,193 @@
+"""ITL gaps counted per (workload, level, bucket) as requests.jsonl.gz streams in, not kept per
+request (`soakspec.judge.table.GapCells`, `LazyGaps`): the judge's biggest per-request column
+gone, with the same figures.
+
+What a user would notice: the same verdicts and results as a judge that keeps every gap (held
+to the naive reference in test_judge_columnar), no second read of requests.jsonl.gz for ordinary
+evidence, and -- where the cells cannot answer (a request the judge re-derived, a `per window`
+scope that cuts a bucket) -- one exact re-read, refused if the file changed in between."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import json
+import random
+from collections import Counter
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from soakspec.evidence.io import EvidenceChanged
+import soakspec.judge.evidence as ev_mod
+from soakspec.judge.evidence import load_evidence
+from soakspec.judge.joined import join
+from soakspec.judge.judge import judge_run
+from soakspec.judge.summary import summarize_run
+from soakspec.judge.table import build_table
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+from tests.test_judge_columnar import RULES
+
+OUTCOMES = ("completed", "completed", "completed", "failed", "timeout")
+
+
+@st.composite
+def rows(draw):
+    n = draw(st.integers(0, 40))
+    out = []
+    for i in range(n):
+        out.append({
+            "request_id": f"r{i}", "workload": draw(st.sampled_from(["a", "b"])), "level": draw(st.integers(0, 2)),
+            "bucket": draw(st.integers(-1, 3)), "outcome": draw(st.sampled_from(OUTCOMES)),
+            "itl_source": draw(st.sampled_from(["exact", "exact", "estimated"])),
+            "itl": [g / 1e6 for g in draw(st.lists(st.integers(0, 70_000), max_size=6))],
+        })
+    return out
+
+
+def _direct(rs, idx):
+    c = Counter(round(g * 1e6) for i in idx for g in rs[i]["itl"])
+    vals = sorted(c)
+    return np.asarray(vals, dtype=np.float64) / 1e6, np.asarray([c[v] for v in vals], dtype=np.int64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows(), st.data())
+def test_cells_answer_exactly_or_not_at_all(rs, data):
+    """For any selection the cells either give exactly the gap counts of its rows or say they
+    cannot (None); for the counted rows of any set of whole cells they always can."""
+    t = build_table(rs)  # keeps its gaps too: the direct count to compare with
+    cells = t.cells
+    assert cells is not None
+    n = len(rs)
+    idx = np.asarray(sorted(data.draw(st.sets(st.integers(0, max(0, n - 1)), max_size=n)) if n else []), dtype=np.int64)
+    got = cells.counts_of(idx)
+    if got is not None:
+        v, c = got
+        want_v, want_c = _direct(rs, idx.tolist())
+        assert np.array_equal(v / 1e6, want_v) and np.array_equal(c, want_c)
+    # the counted rows of whole cells
+    ncell = len(cells.n_ok)
+    chosen = data.draw(st.sets(st.integers(0, max(0, ncell - 1)), max_size=ncell)) if ncell else set()
+    whole = np.nonzero(np.isin(cells.cell, list(chosen)) & cells.ok)[0]
+    got = cells.counts_of(whole)
+    assert got is not None
+    want_v, want_c = _direct(rs, whole.tolist())
+    assert np.array_equal(got[0] / 1e6, want_v) and np.array_equal(got[1], want_c)
+    # and the table's own answer is the direct one whichever way it is reached
+    vc = t.gap_counts(idx)
+    assert vc is not None
+    want_v, want_c = _direct(rs, idx.tolist())
+    assert np.array_equal(vc[0], want_v) and np.array_equal(vc[1], want_c)
+
+
+def _judged(root, *, cells=True):
+    ev = load_evidence(root)
+    if not cells:  # the reference: every gap counted from the kept gaps, as before cells
+        for be in ev.backends:
+            be.table.cells = None
+    run = join(ev_spec(root), ev)
+    return ev, run, judge_run(run), summarize_run(run)
+
+
+def ev_spec(root):
+    return _SPECS[str(root)]
+
+
+_SPECS: dict = {}
+
+
+def _write(tmp_path, name, spec, b):
+    root = b.write(tmp_path / name)
+    _SPECS[str(root)] = spec
+    return root
+
+
+@contextlib.contextmanager
+def _keeping_gaps():
+    """load_evidence as it was: every table keeps its gaps."""
+    init = ev_mod._TableRows.__init__
+    ev_mod._TableRows.__init__ = lambda self, keep_gaps=True: init(self, keep_gaps=True)
+    try:
+        yield
+    finally:
+        ev_mod._TableRows.__init__ = init
+
+
+def test_ordinary_evidence_is_judged_without_reading_any_gap_again(tmp_path):
+    spec = small_spec(RULES.format(t="300ms", u="20ms", lat="2s"), levels="[2, 4]")
+    root = _write(tmp_path, "run", spec, EvidenceBuilder(spec, per_bucket=40))
+    ev, run, verdict, results = _judged(root)
+    table = ev.backends[0].table
+    assert table.cells is not None and table.gap_loads == 0
+    assert verdict.outcome == "PASS"
+    assert results["backends"][0]["levels"][0]["itl"]["count"] > 0
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**32 - 1), share=st.floats(0.0, 0.5), windowed=st.booleans())
+def test_counted_gaps_judge_as_kept_gaps_do(tmp_path_factory, seed, share, windowed):
+    """Evidence read from disk (gaps counted per cell, read again only when needed) gets the
+    verdict and results.json the same evidence built in memory (every gap kept) gets -- with
+    requests the judge re-derives (mislabeled, timed out, contradicted usage, estimated ITL)
+    and, when `windowed`, an ITL rule over windows that cut through the buckets."""
+    rng = random.Random(seed)
+    rules = RULES.format(t="300ms", u="20ms", lat="2s") + ("\nrequire p99(itl) < 30ms per window 7s" if windowed else "")
+    spec = small_spec(rules, levels="[2, 4]")
+    b = EvidenceBuilder(spec, per_bucket=rng.randrange(3, 30), latency=rng.choice([0.5, 1.0]))
+    for recs in b.records.values():
+        for r in recs:
+            if r["bucket"] >= 0 and rng.random() < share:
+                k = rng.randrange(6)
+                if k == 0:
+                    b.set_outcome(r, "failed", "engine died", status=500)
+                elif k == 1:
+                    r["output_tokens"] = r["chunks"] + 2000  # usage contradicts the stream
+                elif k == 2:
+                    r["itl_source"] = "estimated"
+                elif k == 3:
+                    r["end"] = r["start"] + 40.0  # past the deadline while labelled completed
+                elif k == 4:
+                    r["error"] = "partial"  # completed with an error: failed by its facts
+                else:
+                    b.set_outcome(r, "disconnected", "connection reset", status=None)
+    root = _write(tmp_path_factory.mktemp("ev"), "run", spec, b)
+    ev, run, verdict, results = _judged(root)
+    with _keeping_gaps():
+        kept, _, want_v, want_r = _judged(root, cells=False)
+    assert kept.backends[0].table.gap_loads == 0  # kept: nothing to read
+    assert [(r.rule, r.status, r.message) for r in verdict.rules] == [(r.rule, r.status, r.message) for r in want_v.rules]
+    assert results == want_r
+    assert ev.backends[0].table.gap_loads <= 1  # at most one re-read, whatever was asked
+
+
+def test_a_window_that_cuts_a_bucket_reads_the_gaps_again_once(tmp_path):
+    spec = small_spec(RULES.format(t="300ms", u="20ms", lat="2s") + "\nrequire p99(itl) < 30ms per window 7s",
+                      levels="[2, 4]")
+    root = _write(tmp_path, "run", spec, EvidenceBuilder(spec, per_bucket=40))
+    ev, run, verdict, _ = _judged(root)
+    assert ev.backends[0].table.gap_loads == 1
+    with _keeping_gaps():
+        _, _, kept, _ = _judged(root, cells=False)
+    windowed = [(r.status, r.message) for r in verdict.rules if r.rule.endswith("per window 7s")]
+    assert windowed and "p99(itl) = " in windowed[0][1]
+    assert windowed == [(r.status, r.message) for r in kept.rules if r.rule.endswith("per window 7s")]
+
+
+def test_a_file_changed_before_its_gaps_are_read_again_is_refused(tmp_path):
+    spec = small_spec(RULES.format(t="300ms", u="20ms", lat="2s") + "\nrequire p99(itl) < 30ms per window 7s",
+                      levels="[2, 4]")
+    root = _write(tmp_path, "run", spec, EvidenceBuilder(spec, per_bucket=40))
+    ev = load_evidence(root)
+    path = next(root.glob("backends/*/requests.jsonl.gz"))
+    lines = gzip.decompress(path.read_bytes()).decode().splitlines()
+    first = json.loads(lines[0])
+    first["itl_us"] = [g + 1 for g in first["itl_us"]]  # every gap of one request one µs longer
+    lines[0] = json.dumps(first)
+    path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    try:
+        judge_run(join(spec, ev))
+    except EvidenceChanged as e:
+        assert "changed while it was being judged" in str(e)
+    else:
+        raise AssertionError("a changed requests.jsonl.gz was read again without a word")
