@@ -41,6 +41,18 @@ one, is `U + (1 - U) * Beta(1, n - k)`. One draw of the interpolated percentile 
 two Beta variates whatever n is, and is distributed exactly as the percentile of a full
 bootstrap resample. Means over buckets (few values) are resampled directly.
 
+Samples. A draw only ever reads the sample's j-th smallest value, so a level's sample is held
+as a `Sorted` (n, at(j), vectorised take(js)), never as a list of Python floats: itl's gaps in
+the gate's counted form (`Distribution.counted`: distinct values ascending and cumulative
+counts, j-th smallest = the first value whose cumulative count exceeds j), which is O(distinct
+gaps) -- a few thousand microsecond values for the ~10^9 gaps of a day-long soak that one float
+each would hold in tens of GB; a per-request metric as one sorted float64 array (8 bytes a
+request, where a list of Python floats took ~32). itl's values() are asked for only when its gaps
+cannot be counted (not whole microseconds). A (level pair, metric)'s two samples are built once
+for all its statistics and dropped before the next pair's. The Beta variates are drawn one at a
+time in the same order as ever and only the look-ups are vectorised, so the figures are those
+the sorted list gave, bit for bit.
+
 Confidence. `confidence` (default 95 %) is family-wise over the comparison: with m rows, each
 row's interval is a (1 - (1 - confidence) / m) interval (Bonferroni), so "no significant
 change" on a whole comparison of identical configurations is wrong at most 1 - confidence of the
@@ -83,6 +95,8 @@ import random
 import re
 from collections.abc import Sequence
 from typing import Any, Literal
+
+import numpy as np
 
 from soakspec.exitcodes import ExitCode
 from soakspec.judge import stats
@@ -185,34 +199,85 @@ def rules_of(spec: Any) -> tuple[CompareRule, ...]:
 # ------------------------------------------------------------------------------ bootstrap
 
 
+class Sorted:
+    """A sample in ascending order, held compactly (module doc, "Samples"): `n`, `at(j)` the
+    j-th smallest (0-based), `take(js)` those of an index array, `percentile(q)` type 7.
+
+    Two forms of one thing: `Sorted.of(xs)` keeps a sorted float64 array (per-request metrics,
+    one value per request); `Sorted.counted(c)` keeps a `stats.Counted`'s distinct values and
+    their cumulative counts (itl: O(distinct gaps), whatever the number of gaps), where the
+    j-th smallest is the first value whose cumulative count exceeds j."""
+
+    __slots__ = ("values", "cum", "n", "_counted")
+
+    def __init__(self, values: np.ndarray, cum: np.ndarray | None, counted: stats.Counted | None = None) -> None:
+        self.values = values
+        self.cum = cum  # None: `values` is the sample itself
+        self.n = len(values) if cum is None else (int(cum[-1]) if len(cum) else 0)
+        self._counted = counted
+
+    @classmethod
+    def of(cls, xs: Any) -> Sorted:
+        """`xs` (any order) as a sorted float64 array."""
+        return cls(np.sort(np.asarray(xs, dtype=np.float64)), None)
+
+    @classmethod
+    def counted(cls, c: stats.Counted) -> Sorted:
+        return cls(c.values, c.cum, c)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def take(self, js: np.ndarray) -> np.ndarray:
+        """The js-th smallest values (0-based indexes, 0 <= j < n), float64."""
+        if self.cum is None:
+            return self.values[js]
+        return self.values[np.searchsorted(self.cum, js, side="right")]
+
+    def at(self, j: int) -> float:
+        return float(self.take(np.asarray([j], dtype=np.int64))[0])
+
+    def percentile(self, q: float) -> float | None:
+        """`stats.percentile` of the sample (type 7), None when it is empty."""
+        if self._counted is not None:
+            return self._counted.percentile(q)
+        return stats.percentile(self.values, q)
+
+
 def _beta(rng: random.Random, a: float, b: float) -> float:
     return rng.betavariate(a, b) if b > 0 else 1.0 - 1e-12
 
 
-def percentile_draws(xs: Sequence[float], q: float, rng: random.Random, draws: int, size: int | None = None) -> list[float]:
-    """`draws` values of the type-7 q-th percentile of a bootstrap resample of `xs` (sorted),
-    drawn from its exact distribution via the order statistics of uniforms (module doc).
-    `size`: the resample's size when it is not len(xs) (an m-out-of-n bootstrap: itl's gaps
-    resampled as if there were only as many as requests)."""
-    big = len(xs)
+def percentile_draws(xs: Sequence[float] | Sorted, q: float, rng: random.Random, draws: int,
+                     size: int | None = None) -> list[float]:
+    """`draws` values of the type-7 q-th percentile of a bootstrap resample of `xs` (sorted,
+    or a `Sorted`), drawn from its exact distribution via the order statistics of uniforms
+    (module doc). `size`: the resample's size when it is not len(xs) (an m-out-of-n bootstrap:
+    itl's gaps resampled as if there were only as many as requests). The Beta variates are
+    drawn one draw after the other (the rng's sequence is the figures' identity); only the
+    look-ups into the sample are vectorised."""
+    sample = xs if isinstance(xs, Sorted) else Sorted(np.asarray(xs, dtype=np.float64), None)
+    big = sample.n
     n = big if size is None else max(1, min(size, big))
     if big == 1:
-        return [float(xs[0])] * draws
+        return [sample.at(0)] * draws
     h = (n - 1) * q / 100.0
     lo = min(int(math.floor(h)), n - 1)
     frac = h - lo
     k = lo + 1  # the 1-based order statistic below h
-    out = []
-    for _ in range(draws):
+    second = frac > 0 and k < n
+    u1s = np.empty(draws, dtype=np.float64)
+    u2s = np.empty(draws if second else 0, dtype=np.float64)
+    for i in range(draws):
         u1 = _beta(rng, k, n + 1 - k)
-        a = xs[min(big - 1, int(u1 * big))]
-        if frac > 0 and k < n:
-            u2 = u1 + (1.0 - u1) * _beta(rng, 1, n - k)
-            b = xs[min(big - 1, int(u2 * big))]
-            out.append(a + frac * (b - a))
-        else:
-            out.append(float(a))
-    return out
+        u1s[i] = u1
+        if second:
+            u2s[i] = u1 + (1.0 - u1) * _beta(rng, 1, n - k)
+    a = sample.take(np.minimum(big - 1, (u1s * big).astype(np.int64)))
+    if not second:
+        return a.tolist()
+    b = sample.take(np.minimum(big - 1, (u2s * big).astype(np.int64)))
+    return (a + frac * (b - a)).tolist()
 
 
 def mean_draws(xs: Sequence[float], rng: random.Random, draws: int) -> list[float]:
@@ -437,15 +502,22 @@ def _level_pairs(base: BackendIndex, new: BackendIndex) -> tuple[list[tuple[Leve
     return pairs, unpaired
 
 
-def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> tuple[list[float], int]:
-    """(the values, the number of independent samples among them)."""
+Samples = tuple[Any, int]  # (a Sorted sample, or a list of bucket values; the independent samples among them)
+
+
+def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> Samples:
+    """(the values, the number of independent samples among them). A distribution's values
+    are a `Sorted` (module doc, "Samples"): the gate's counted form where the metric has one
+    (itl's gaps, `Distribution.counted`), its values() array otherwise -- itl's values() only
+    where its gaps cannot be counted (not whole microseconds)."""
     impl = metric(cm.name)
     if cm.kind == "distribution":
         assert isinstance(impl, Distribution)
-        vals = sorted(float(v) for v in impl.values(lv.records))
+        c = impl.counted(lv.records)
+        xs = Sorted.counted(c) if c is not None else Sorted.of(impl.values(lv.records))
         if cm.per_request_samples:
-            return vals, impl.contributors(lv.records)
-        return vals, len(vals)
+            return xs, impl.contributors(lv.records)
+        return xs, xs.n
     assert isinstance(impl, PerBucket)
     vals = [v for w in lv.buckets if (v := impl.of(bi, w)) is not None]
     return vals, len(vals)
@@ -463,7 +535,8 @@ class _Pending:
     note: str | None
 
 
-def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: int) -> Row:
+def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: int,
+         sides: tuple[Samples, Samples] | None = None) -> Row:
     cm, stat = p.cm, p.stat
     backend, new_backend, workload, level = p.key[0], p.key[1], p.key[2], p.key[3]
     label = p.base_lv.label
@@ -471,12 +544,14 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
     need = stats.min_samples_for_percentile(q, confidence) if q is not None else MIN_BUCKETS
     common = dict(backend=backend, new_backend=new_backend, workload=workload, level=level, label=label,
                   metric=cm.name, stat=stat, unit=cm.unit, need=need, row_confidence=row_conf, new_level=p.new_lv.index)
-    (xb, eb), (xn, en) = _samples(p.base_bi, p.base_lv, cm), _samples(p.new_bi, p.new_lv, cm)
+    if sides is None:
+        sides = _samples(p.base_bi, p.base_lv, cm), _samples(p.new_bi, p.new_lv, cm)
+    (xb, eb), (xn, en) = sides
 
-    def point(xs: list[float]) -> float | None:
-        if not xs:
+    def point(xs: Any) -> float | None:
+        if not len(xs):
             return None
-        return stats.percentile(xs, q) if q is not None else stats.mean(xs)
+        return xs.percentile(q) if q is not None else stats.mean(xs)
 
     b, n = point(xb), point(xn)
     change = (n / b - 1.0) if b is not None and n is not None and b > 0 else None
@@ -484,7 +559,7 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
     if cm.per_request_samples and (eb, en) != (len(xb), len(xn)):
         note = "; ".join(x for x in (note, f"interval from {eb} / {en} requests: one request's gaps are not independent") if x)
     base_row = dict(common, base=b, new=n, n_base=len(xb), n_new=len(xn), change=change, note=note)
-    if not xb or not xn:
+    if not len(xb) or not len(xn):
         return Row(**base_row, low=None, high=None, verdict="missing")  # type: ignore[arg-type]
     if eb < need or en < need:
         return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]
@@ -506,6 +581,22 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
     else:
         verdict = "no significant change"
     return Row(**base_row, low=low, high=high, verdict=verdict)  # type: ignore[arg-type]
+
+
+def _rows(pending: Sequence[_Pending], confidence: float, row_conf: float, resamples: int, seed: int) -> list[Row]:
+    """The rows, each (level pair, metric)'s samples computed once for all its statistics
+    (they are consecutive in `pending`) and dropped before the next's."""
+    out: list[Row] = []
+    last: tuple[Any, ...] | None = None
+    sides: tuple[Samples, Samples] | None = None
+    for p in pending:
+        key = (id(p.base_lv), id(p.new_lv), p.key[:5])
+        if key != last:
+            sides = None  # the previous samples go before these are computed
+            sides = _samples(p.base_bi, p.base_lv, p.cm), _samples(p.new_bi, p.new_lv, p.cm)
+            last = key
+        out.append(_row(p, confidence, row_conf, resamples, seed, sides))
+    return out
 
 
 def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
@@ -554,7 +645,7 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
                     pending.append(_Pending((bb.name, bn.name, a.workload, a.index, cm.name, stat), bb, bn, a, z, cm, stat, note))
     m = max(1, len(pending))
     row_conf = 1.0 - (1.0 - confidence) / m
-    rows = tuple(_row(p, confidence, row_conf, resamples, seed) for p in pending)
+    rows = tuple(_rows(pending, confidence, row_conf, resamples, seed))
     outcomes = tuple(_judge_rule(r, rows) for r in rules)
     req = [o for o in outcomes if o.rule.severity == "require"]
     if not (sb.verified and sn.verified) or any(o.status == "fail" for o in req):
@@ -574,4 +665,4 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
 
 
 __all__ = ["BY_NAME", "METRICS", "CompareMetric", "CompareRule", "Comparison", "Row", "RuleError", "RuleOutcome",
-           "Side", "Unpaired", "compare", "mean_draws", "parse_rule", "percentile_draws", "rules_of"]
+           "Side", "Sorted", "Unpaired", "compare", "mean_draws", "parse_rule", "percentile_draws", "rules_of"]

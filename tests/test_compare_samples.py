@@ -1,0 +1,117 @@
+"""How `soakspec compare` holds a level's samples (soakspec.compare.Sorted): itl's gaps counted by
+value, never one float per gap, with figures identical to those of the plain sorted list."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from soakspec.compare import Sorted, compare, parse_rule, percentile_draws
+from soakspec.judge import stats
+from soakspec.judge.index import index
+from soakspec.judge.measures import PerToken
+from soakspec.judge.summary import dist_values
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+SPEC = small_spec(duration="4m", bucket="1m")
+
+
+def reference_draws(xs: list[float], q: float, rng: random.Random, draws: int, size: int | None = None) -> list[float]:
+    """percentile_draws as it was when it held a sorted list of Python floats: the figures of
+    every comparison made so far, which the compact forms must reproduce bit for bit."""
+    big = len(xs)
+    n = big if size is None else max(1, min(size, big))
+    if big == 1:
+        return [float(xs[0])] * draws
+    h = (n - 1) * q / 100.0
+    lo = min(int(math.floor(h)), n - 1)
+    frac = h - lo
+    k = lo + 1
+    beta = lambda a, b: rng.betavariate(a, b) if b > 0 else 1.0 - 1e-12
+    out = []
+    for _ in range(draws):
+        u1 = beta(k, n + 1 - k)
+        a = xs[min(big - 1, int(u1 * big))]
+        if frac > 0 and k < n:
+            u2 = u1 + (1.0 - u1) * beta(1, n - k)
+            b = xs[min(big - 1, int(u2 * big))]
+            out.append(a + frac * (b - a))
+        else:
+            out.append(float(a))
+    return out
+
+
+# samples with many ties: a few distinct values, each repeated
+tied = st.lists(st.floats(0, 10, allow_nan=False, width=32), min_size=1, max_size=8).flatmap(
+    lambda pool: st.lists(st.sampled_from(pool), min_size=1, max_size=400))
+qs = st.one_of(st.sampled_from([0.0, 50.0, 90.0, 95.0, 99.0, 99.9, 100.0]), st.floats(0, 100))
+
+
+@settings(max_examples=150, deadline=None)
+@given(tied, qs, st.integers(0, 2**32), st.one_of(st.none(), st.integers(1, 500)))
+def test_the_counted_form_draws_and_points_exactly_as_the_sorted_list(xs, q, seed, size):
+    ordered = sorted(xs)
+    u, c = np.unique(np.asarray(xs, dtype=np.float64), return_counts=True)
+    counted = Sorted.counted(stats.Counted(u, c))
+    array = Sorted.of(list(reversed(xs)))  # any order in: sorted on the way
+    assert counted.n == array.n == len(xs)
+    assert len(counted.values) == len(set(xs))  # held by distinct value
+    js = np.arange(len(xs))
+    assert counted.take(js).tolist() == array.take(js).tolist() == ordered
+    expect = reference_draws(ordered, q, random.Random(seed), 40, size)
+    for form in (ordered, counted, array):
+        got = percentile_draws(form, q, random.Random(seed), 40, size)
+        assert got == expect
+        assert all(type(v) is float for v in got)
+    point = stats.percentile(ordered, q)
+    assert counted.percentile(q) == array.percentile(q) == point
+
+
+def microsecond_run(seed: int, ttft_factor: float = 1.0, per_bucket: int = 100) -> EvidenceBuilder:
+    """A run whose gaps are whole microseconds (as a recorder writes them): its ITL is counted."""
+    b = EvidenceBuilder(SPEC, per_bucket=per_bucket, run_id=f"run{seed}")
+    rng = random.Random(seed)
+    for r in b.measured("a"):
+        ttft = rng.lognormvariate(-2.3, 0.35) * ttft_factor
+        gaps = [rng.randint(800, 1400) / 1e6 for _ in range(63)]
+        r.update(ttft=ttft, first_token=r["start"] + ttft, itl=gaps, tpot=sum(gaps) / 63,
+                 latency=ttft + sum(gaps), end=r["start"] + ttft + sum(gaps))
+    return b
+
+
+def test_compare_gets_itl_by_counting_never_one_float_per_gap(monkeypatch):
+    """A day-long soak has ~10^9 gaps: compare must not ask for them one by one (memory). With
+    itl's values() unavailable the comparison is the same, and its itl figures are the gate's."""
+    base, new = microsecond_run(1).build(), microsecond_run(2, ttft_factor=1.2).build()
+    rules = [parse_rule("require p99(itl) regression <= 5%"), parse_rule("require p50(ttft) regression <= 5%")]
+    free = compare(base, new, rules=rules, resamples=300).to_json()
+
+    def no(self, records):
+        raise AssertionError("compare asked for every ITL gap")
+
+    monkeypatch.setattr(PerToken, "values", no)
+    held = compare(base, new, rules=rules, resamples=300).to_json()
+    assert held == free
+    itl = {r["stat"]: r for r in held["rows"] if r["metric"] == "itl"}
+    assert itl["p99"]["n_base"] == 400 * 63 and itl["p99"]["verdict"] != "missing"
+    gate = dist_values(index(base)[0].levels[0].records, "itl")
+    assert itl["p99"]["base"] == gate.percentile(99) and itl["p50"]["base"] == gate.percentile(50)
+    assert held["rules"][1]["status"] == "fail"  # the TTFT regression is still found
+
+
+def test_gaps_that_cannot_be_counted_are_still_compared():
+    """Gaps that are not whole microseconds have no counted form: compare reads them as values."""
+    b = EvidenceBuilder(SPEC, per_bucket=100, run_id="floaty")
+    rng = random.Random(4)
+    for r in b.measured("a"):
+        gaps = [rng.lognormvariate(-4.0, 0.25) for _ in range(63)]
+        r.update(itl=gaps, tpot=sum(gaps) / 63)
+    ev = b.build()
+    c = compare(ev, ev, resamples=200)
+    itl = next(r for r in c.rows if (r.metric, r.stat) == ("itl", "p99"))
+    assert itl.n_base == 400 * 63 and itl.change == 0 and itl.verdict == "no significant change"
+    assert itl.base == pytest.approx(stats.percentile([g for r in b.measured("a") for g in r["itl"]], 99), rel=0, abs=0)
