@@ -149,9 +149,9 @@ def log_bytes(draw, marker: str) -> bytes:
         pick = draw(st.integers(0, 9))
         if pick < 5:
             line = (draw(st.sampled_from(["", "INFO ", "x "])) + marker + draw(st.sampled_from([" ", "", "  "]))
-                    + draw(payload_text()) + draw(st.sampled_from(["", " tail", "}", " \u00e9"]))).encode("utf-8")
+                    + draw(payload_text()) + draw(st.sampled_from(["", " tail", "}", " \u00e9"]))).encode("utf-8", "surrogatepass")
         elif pick < 6:
-            line = draw(payload_text()).encode("utf-8")
+            line = draw(payload_text()).encode("utf-8", "surrogatepass")
         else:
             line = draw(noise_st).encode("utf-8", "surrogatepass")
         if draw(st.integers(0, 15)) == 0:  # undecodable bytes
