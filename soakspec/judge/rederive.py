@@ -496,7 +496,7 @@ class _Labels:
     """A copy of one label column of a table, changed row by row."""
 
     def __init__(self, t: RequestTable, key: str) -> None:
-        self.codes = t.c[key].copy()
+        self.codes = t.c[key].astype(np.int32)  # a writable copy, wide enough for any new value's code
         self.values = list(t.values[key])
         self.index = {(type(v).__name__, v): k for k, v in enumerate(self.values)}
 

@@ -163,7 +163,10 @@ class IdStore:
         self.off.frombytes((np.cumsum(lens) + self.off[-1]).tobytes())
 
     def finish(self) -> IdColumn:
-        return IdColumn(self.blob, np.frombuffer(self.off, dtype=np.int64))  # the bytearray itself: no copy
+        off = np.frombuffer(self.off, dtype=np.int64)
+        if len(self.blob) < 2**32:  # offsets in 4 bytes (ids of a 10^7-request run: ~0.25 GB)
+            off = off.astype(np.uint32)
+        return IdColumn(self.blob, off)  # the bytearray itself: no copy
 
 
 _NARROW = 0xFFFF  # a gap held in the wide list (its slot in the narrow array holds this)
@@ -376,6 +379,29 @@ class _CellCounter:
         cell = np.frombuffer(self.cell, dtype=np.int32) if len(self.cell) else np.zeros(0, dtype=np.int32)
         ok = np.frombuffer(self.ok, dtype=np.int8).astype(bool) if len(self.ok) else np.zeros(0, dtype=bool)
         return GapCells(cell, ok, np.asarray(self.n_ok, dtype=np.int64), vals, counts)
+
+
+def compact(col: np.ndarray) -> np.ndarray:
+    """A column as small as it can be held and still read the same: one value repeated (a
+    closed loop's `rate`, a backend's name, an error that never happened) becomes a read-only
+    view of that one value (8 bytes, not 8 a request); label codes (a handful of distinct
+    values) take one byte each. Indexing, comparing and copying it give what the full column
+    gives, in its dtype (label codes: small ints, only ever used to index their values)."""
+    n = len(col)
+    if n > 1:
+        first = col[:1]
+        same = np.isnan(col).all() if col.dtype.kind == "f" and first[0] != first[0] else (col == first[0]).all()
+        if same:
+            return np.broadcast_to(first.copy(), (n,))
+    return col
+
+
+def compact_codes(codes: np.ndarray) -> np.ndarray:
+    """Label codes in one byte when they fit (and a repeated code as one value: `compact`)."""
+    codes = np.asarray(codes)
+    if len(codes) and codes.dtype != np.uint8 and int(codes.min()) >= 0 and int(codes.max()) < 256:
+        codes = codes.astype(np.uint8)
+    return compact(codes)
 
 
 class TableBuilder:
@@ -638,9 +664,9 @@ class TableBuilder:
 
     def finish(self, reload: Callable[[], RequestTable] | None = None) -> RequestTable:
         self._flush()
-        f = {k: np.frombuffer(v, dtype=np.float64) if len(v) else np.zeros(0) for k, v in self.f.items()}
-        i = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32) for k, v in self.i.items()}
-        c = {k: np.frombuffer(v, dtype=np.int32) if len(v) else np.zeros(0, dtype=np.int32)
+        f = {k: compact(np.frombuffer(v, dtype=np.float64)) if len(v) else np.zeros(0) for k, v in self.f.items()}
+        i = {k: compact(np.frombuffer(v, dtype=np.int32)) if len(v) else np.zeros(0, dtype=np.int32) for k, v in self.i.items()}
+        c = {k: compact_codes(np.frombuffer(v, dtype=np.int32)) if len(v) else np.zeros(0, dtype=np.int32)
              for k, v in {**self.c, "server_affix": self._affix}.items()}
         scale = 1e6 if self.itl_us is not None else 1.0
         flat: Any
@@ -654,6 +680,8 @@ class TableBuilder:
             assert self.itl_f is not None
             flat = np.frombuffer(self.itl_f, dtype=np.float64) if len(self.itl_f) else np.zeros(0)
         off = np.frombuffer(self.itl_off, dtype=np.int64)
+        if off[-1] < 2**32:  # 4 bytes a request (a 10^7-request run of 64 tokens has 6.3e8 gaps)
+            off = off.astype(np.uint32)
         return RequestTable(self.n, f, i, c, {k: tuple(v) for k, v in self.values.items()}, self.sparse, self.ids.finish(),
                             self.extras, flat, off, scale, cells=self.cells.finish() if self.cells is not None else None)
 
@@ -725,7 +753,7 @@ class RequestTable:
         c = dict(self.c)
         values = dict(self.values)
         for k, (codes, vals) in changes.items():
-            c[k], values[k] = codes, vals
+            c[k], values[k] = compact_codes(codes), vals
         return RequestTable(self.n, self.f, self.i, c, values, self.sparse, self.ids,
                             self.extras if extras is None else extras, self._itl, self.itl_off, self.itl_scale,
                             {**self.aux, **(aux or {})}, cells=self.cells)
