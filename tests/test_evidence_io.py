@@ -235,3 +235,26 @@ def test_jsonl_lines_that_are_not_utf8_are_errors(tmp_path):
     scan = scan_jsonl(p)
     assert scan.records == ((1, {"a": 1}), (4, {"c": 3})) and scan.partial_tail
     assert [line for line, _ in scan.errors] == [2, 3]
+
+
+def test_a_highly_compressible_gzip_is_inflated_a_little_at_a_time(tmp_path):
+    """A 1 MiB read of trace or record lines can inflate to tens of MiB; the reader makes at
+    most about a MiB of text at a time, so reading a day-long soak's files stays small."""
+    import gzip
+    import tracemalloc
+
+    from soakspec.evidence.io import iter_raw_blocks
+
+    p = tmp_path / "big.jsonl.gz"
+    line = b'{"x": "' + b"0" * 200 + b'"}\n'
+    with gzip.open(p, "wb") as f:
+        for _ in range(8):
+            f.write(line * 40_000)  # 66 MiB of lines, ~0.2 MiB on disk: one read holds all of it
+    tracemalloc.start()
+    try:
+        lines = sum(block.count(b"\n") for _, block in iter_raw_blocks(p))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert lines == 320_000
+    assert peak < 8 << 20, f"reading held {peak / 2**20:.0f} MiB at once"

@@ -453,6 +453,7 @@ def _plain_blocks(fh, hasher):
 
 
 _BLOCK = 1 << 18  # decompressed bytes a block holds at most (but for one longer line)
+_INFLATE = 1 << 20  # decompressed bytes one inflate step makes at most
 
 
 def _pieces(buf: bytes, k: int):
@@ -476,20 +477,23 @@ def _gzip_blocks(path, fh, hasher, cut):
     d = zlib.decompressobj(wbits=31)
     started = False  # the current member has consumed input
     for data in _hashed_reads(fh, hasher):
-        while data:
+        while True:
             if not started and data[:2] != GZIP_MAGIC[: len(data[:2])]:
                 raise EvidenceFormatError(path, i, "bytes after the last gzip member are not gzip (appended to?)")
             try:
-                out = d.decompress(data)
+                out = d.decompress(data, _INFLATE)  # at most _INFLATE bytes: a read of 1 MiB can inflate to 20
             except zlib.error as e:
                 raise EvidenceFormatError(path, i, f"corrupt gzip data: {e}") from None
             started = True
+            more = False
             if d.eof:
                 data = d.unused_data
                 d = zlib.decompressobj(wbits=31)
                 started = False
+                more = bool(data)
             else:
-                data = b""
+                data = d.unconsumed_tail
+                more = bool(data) or len(out) == _INFLATE  # input left, or output zlib still holds
             if out:
                 buf = tail + out if tail else out
                 k = buf.rfind(b"\n") + 1
@@ -497,6 +501,8 @@ def _gzip_blocks(path, fh, hasher, cut):
                 for block in _pieces(buf, k):
                     yield i, block
                     i += block.count(b"\n")
+            if not more:
+                break
     if started:  # the last member never ended: its writer was killed before closing it
         if cut is not None:
             cut.append(i - 1)
