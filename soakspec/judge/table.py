@@ -95,19 +95,31 @@ def _label_key(v: Any) -> Any:
     return (type(v).__name__, v)  # True and 1 are different labels
 
 
+_DIGITS = "0123456789"
+_NUM_DIGITS = 18  # the most digits an id's number may have (below 2**63)
+_MAX_STEMS = 1024  # distinct (stem, width) pairs before ids are held as text instead
+
+
 class IdColumn(Sequence):
-    """The request ids of a table, as their UTF-8 bytes end to end with offsets (31 bytes a
-    23-character id, against ~80 for a list of str -- and no string object per request left
-    between the freed records of each decoded block). Reads like the list it replaces:
-    `ids[i]` and iteration give `str`."""
+    """The request ids of a table. Reads like the list it replaces: `ids[i]` and iteration
+    give `str`. Held one of two ways:
 
-    __slots__ = ("_blob", "_off")
+      numbered  what the runner writes (`soak-5ca1ab1e-0-0000042`): each id a *stem* and a
+                number of a fixed width (its trailing ASCII digits, leading zeros kept), so an
+                id is a stem code and an integer -- ~5 bytes a request, not 27 (stems:
+                the distinct (stem, width) pairs, at most _MAX_STEMS);
+      text      any other ids: their UTF-8 bytes end to end with offsets (31 bytes a
+                23-character id, against ~80 for a list of str)."""
 
-    def __init__(self, blob: bytes | bytearray, off: np.ndarray) -> None:
+    __slots__ = ("_blob", "_off", "_stems", "_widths", "_code", "_num")
+
+    def __init__(self, blob: bytes | bytearray | None, off: np.ndarray | None, *, stems: Sequence[str] = (),
+                 widths: Sequence[int] = (), code: np.ndarray | None = None, num: np.ndarray | None = None) -> None:
         self._blob, self._off = blob, off
+        self._stems, self._widths, self._code, self._num = tuple(stems), tuple(widths), code, num
 
     def __len__(self) -> int:
-        return len(self._off) - 1
+        return len(self._off) - 1 if self._off is not None else len(self._num)  # type: ignore[arg-type]
 
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
@@ -116,21 +128,35 @@ class IdColumn(Sequence):
             i += len(self)
         if not 0 <= i < len(self):
             raise IndexError(i)
-        return self._blob[int(self._off[i]):int(self._off[i + 1])].decode("utf-8", "surrogatepass")
+        if self._off is None:
+            c = int(self._code[i])  # type: ignore[index]
+            return self._stems[c] + str(int(self._num[i])).zfill(self._widths[c])  # type: ignore[index]
+        return self._blob[int(self._off[i]):int(self._off[i + 1])].decode("utf-8", "surrogatepass")  # type: ignore[index]
 
     def take(self, rows: np.ndarray) -> list[str]:
-        """The ids of `rows` (an int array), in that order: one slice and decode each."""
+        """The ids of `rows` (an int array), in that order."""
+        if self._off is None:
+            stems, widths = self._stems, self._widths
+            return [stems[c] + str(n).zfill(widths[c]) for c, n in zip(self._code[rows].tolist(), self._num[rows].tolist())]  # type: ignore[index]
         blob = self._blob
-        return [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(self._off[rows].tolist(), self._off[rows + 1].tolist())]
+        return [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(self._off[rows].tolist(), self._off[rows + 1].tolist())]  # type: ignore[index]
 
     def __iter__(self) -> Iterator[str]:
+        if self._off is None:
+            stems, widths = self._stems, self._widths
+            step = 1 << 16
+            for a in range(0, len(self), step):
+                yield from (stems[c] + str(n).zfill(widths[c]) for c, n in zip(self._code[a:a + step].tolist(), self._num[a:a + step].tolist()))  # type: ignore[index]
+            return
         blob, off = self._blob, self._off.tolist()
         for a, b in zip(off, off[1:]):
-            yield blob[a:b].decode("utf-8", "surrogatepass")
+            yield blob[a:b].decode("utf-8", "surrogatepass")  # type: ignore[index]
 
     @property
     def nbytes(self) -> int:
-        return len(self._blob) + self._off.nbytes
+        if self._off is None:
+            return self._code.nbytes + self._num.nbytes + sum(map(len, self._stems))  # type: ignore[union-attr]
+        return len(self._blob) + self._off.nbytes  # type: ignore[arg-type]
 
 
 def take_ids(ids: Sequence[str], rows: np.ndarray) -> list[str]:
@@ -141,30 +167,90 @@ def take_ids(ids: Sequence[str], rows: np.ndarray) -> list[str]:
 
 
 class IdStore:
-    """What an `IdColumn` is built from, an id (or a list of them) at a time."""
+    """What an `IdColumn` is built from, an id (or a list of them) at a time: numbered while
+    every id is a stem and a number, as text from the first one that is not (the ids so far
+    turned to text then)."""
 
     def __init__(self) -> None:
-        self.blob = bytearray()
-        self.off = array("q", [0])
+        self.blob: bytearray | None = None  # text, once an id is not numbered
+        self.off: array | None = None
+        self.keys: dict[tuple[str, int], int] = {}  # (stem, width) -> its code
+        self.code = array("H")
+        self.num = array("q")
+
+    def _key(self, stem: str, width: int) -> int | None:
+        c = self.keys.get((stem, width))
+        if c is None and len(self.keys) < _MAX_STEMS:
+            c = self.keys[(stem, width)] = len(self.keys)
+        return c
+
+    def _as_text(self) -> None:
+        """Every id so far as text (from here on, ids are held as text)."""
+        ids = list(self._numbered().__iter__()) if len(self.num) else []
+        self.blob, self.off = bytearray(), array("q", [0])
+        self.code, self.num, self.keys = array("H"), array("q"), {}
+        if ids:
+            self._extend_text(ids)
+
+    def _numbered(self) -> IdColumn:
+        stems = [k[0] for k in self.keys]
+        widths = [k[1] for k in self.keys]
+        return IdColumn(None, None, stems=stems, widths=widths, code=np.frombuffer(self.code, dtype=np.uint16).copy(),
+                        num=np.frombuffer(self.num, dtype=np.int64).copy())
 
     def append(self, rid: str) -> None:
-        self.blob += rid.encode("utf-8", "surrogatepass")
-        self.off.append(len(self.blob))
+        if self.blob is None:
+            stem = rid.rstrip(_DIGITS)
+            w = len(rid) - len(stem)
+            c = self._key(stem, w) if 0 < w <= _NUM_DIGITS else None
+            if c is not None:
+                self.code.append(c)
+                self.num.append(int(rid[len(stem):]))
+                return
+            self._as_text()
+        self.blob += rid.encode("utf-8", "surrogatepass")  # type: ignore[operator]
+        self.off.append(len(self.blob))  # type: ignore[union-attr, arg-type]
 
     def extend(self, ids: list[str]) -> None:
+        if not ids:
+            return
+        if self.blob is None:
+            first = ids[0]
+            stem = first.rstrip(_DIGITS)
+            k, w = len(stem), len(first) - len(stem)
+            c = self._key(stem, w) if 0 < w <= _NUM_DIGITS else None
+            if c is not None and set(map(len, ids)) == {k + w} and all(x.startswith(stem) for x in ids):
+                digits = "".join(x[k:] for x in ids)
+                if digits.isascii() and digits.isdigit():  # every id: this stem and w ASCII digits
+                    self.code.frombytes(np.full(len(ids), c, dtype=np.uint16).tobytes())
+                    self.num.frombytes(np.array([x[k:] for x in ids]).astype(np.int64).tobytes())
+                    return
+            for x in ids:  # mixed stems (or not numbered: the first such id turns the store to text)
+                self.append(x)
+            return
+        self._extend_text(ids)
+
+    def _extend_text(self, ids: list[str]) -> None:
         text = "".join(ids)
         if text.isascii():  # one byte a character: the offsets are the lengths
-            self.blob += text.encode("ascii")
+            self.blob += text.encode("ascii")  # type: ignore[operator]
             lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
         else:
             enc = [x.encode("utf-8", "surrogatepass") for x in ids]
-            self.blob += b"".join(enc)
+            self.blob += b"".join(enc)  # type: ignore[operator]
             lens = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
-        self.off.frombytes((np.cumsum(lens) + self.off[-1]).tobytes())
+        self.off.frombytes((np.cumsum(lens) + self.off[-1]).tobytes())  # type: ignore[union-attr]
 
     def finish(self) -> IdColumn:
-        off = np.frombuffer(self.off, dtype=np.int64)
-        if len(self.blob) < 2**32:  # offsets in 4 bytes (ids of a 10^7-request run: ~0.25 GB)
+        if self.blob is None:
+            col = self._numbered()
+            num = col._num
+            if len(num) and 0 <= int(num.min()) and int(num.max()) < 2**32:
+                col._num = num.astype(np.uint32)
+            col._code = compact_codes(col._code)
+            return col
+        off = np.frombuffer(self.off, dtype=np.int64)  # type: ignore[arg-type]
+        if len(self.blob) < 2**32:  # offsets in 4 bytes
             off = off.astype(np.uint32)
         return IdColumn(self.blob, off)  # the bytearray itself: no copy
 
@@ -354,8 +440,8 @@ class _CellCounter:
         self.counted = upto
         if upto == r0 or not len(us):
             return
-        cells = np.frombuffer(self.cell, dtype=np.int32)[r0:upto]
-        ok = np.frombuffer(self.ok, dtype=np.int8)[r0:upto].astype(bool)
+        cells = np.frombuffer(self.cell[r0:upto], dtype=np.int32)  # copies: no view may pin the growing arrays
+        ok = np.frombuffer(self.ok[r0:upto], dtype=np.int8).astype(bool)
         lens = np.diff(np.asarray(off, dtype=np.int64))
         if ok.all() and (cells == cells[0]).all():
             groups = [(int(cells[0]), us)]
@@ -394,6 +480,30 @@ def compact(col: np.ndarray) -> np.ndarray:
         if same:
             return np.broadcast_to(first.copy(), (n,))
     return col
+
+
+def same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    """Every value of `a` is the value of `b` (NaN as NaN, and the sign of a zero too)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    if a.dtype.kind != "f":
+        return bool(np.array_equal(a, b))
+    return bool(np.array_equal(a, b, equal_nan=True)) and bool((np.signbit(a) == np.signbit(b)).all())
+
+
+def share_equal(cols: dict[str, np.ndarray]) -> None:
+    """A column equal to an earlier one becomes that one (a closed loop's intended_start is its
+    start; a stream of one token a chunk has chunks == output_tokens): one array, two names.
+    Every column ends read-only, so no name can change what another reads."""
+    kept: list[np.ndarray] = []
+    for k, v in cols.items():
+        if v.strides != (0,):  # a repeated value (`compact`) costs nothing already
+            twin = next((w for w in kept if same_values(w, v)), None)
+            if twin is not None:
+                cols[k] = v = twin
+            else:
+                kept.append(v)
+        v.flags.writeable = False
 
 
 def compact_codes(codes: np.ndarray) -> np.ndarray:
@@ -668,6 +778,18 @@ class TableBuilder:
         i = {k: compact(np.frombuffer(v, dtype=np.int32)) if len(v) else np.zeros(0, dtype=np.int32) for k, v in self.i.items()}
         c = {k: compact_codes(np.frombuffer(v, dtype=np.int32)) if len(v) else np.zeros(0, dtype=np.int32)
              for k, v in {**self.c, "server_affix": self._affix}.items()}
+        derived = set()
+        if self.n:  # ttft and latency as a record derives them (`Record.ttft`): not held, computed when read
+            it = f["intended_start"]
+            sent = np.where(np.isnan(it), f["start"], it)
+            for key, base in (("ttft", "first_token"), ("latency", "end")):
+                if same_values(f[key], f[base] - sent):
+                    f[key] = np.broadcast_to(np.full(1, np.nan), (self.n,))
+                    derived.add(key)
+            del it, sent
+        share_equal(f)
+        share_equal(i)
+        share_equal(c)
         scale = 1e6 if self.itl_us is not None else 1.0
         flat: Any
         if not self.keep_gaps:
@@ -683,7 +805,8 @@ class TableBuilder:
         if off[-1] < 2**32:  # 4 bytes a request (a 10^7-request run of 64 tokens has 6.3e8 gaps)
             off = off.astype(np.uint32)
         return RequestTable(self.n, f, i, c, {k: tuple(v) for k, v in self.values.items()}, self.sparse, self.ids.finish(),
-                            self.extras, flat, off, scale, cells=self.cells.finish() if self.cells is not None else None)
+                            self.extras, flat, off, scale, cells=self.cells.finish() if self.cells is not None else None,
+                            derived=frozenset(derived))
 
 
 class LazyGaps:
@@ -724,8 +847,10 @@ class RequestTable:
     def __init__(self, n: int, f: Mapping[str, np.ndarray], i: Mapping[str, np.ndarray], c: Mapping[str, np.ndarray],
                  values: Mapping[str, tuple[Any, ...]], sparse: Mapping[str, Mapping[int, Any]], ids: Sequence[str],
                  extras: Mapping[int, Mapping[str, Any]], itl: np.ndarray, itl_off: np.ndarray, itl_scale: float,
-                 aux: Mapping[str, Any] | None = None, *, cells: GapCells | None = None) -> None:
+                 aux: Mapping[str, Any] | None = None, *, cells: GapCells | None = None,
+                 derived: frozenset[str] = frozenset()) -> None:
         self.n = n
+        self.derived = derived  # ttft / latency: not held (NaN), every request's value derived when read
         self.aux = aux or {}  # what the judge derived beside the columns (`tracematch`: trace_multi)
         self.f, self.i, self.c, self.values, self.sparse = f, i, c, values, sparse
         self.ids = ids
@@ -756,7 +881,7 @@ class RequestTable:
             c[k], values[k] = compact_codes(codes), vals
         return RequestTable(self.n, self.f, self.i, c, values, self.sparse, self.ids,
                             self.extras if extras is None else extras, self._itl, self.itl_off, self.itl_scale,
-                            {**self.aux, **(aux or {})}, cells=self.cells)
+                            {**self.aux, **(aux or {})}, cells=self.cells, derived=self.derived)
 
     def traced(self, idx) -> np.ndarray:
         """Rows (of `idx`) with a trace the judge matched (after `rederive`)."""
@@ -778,6 +903,8 @@ class RequestTable:
         kind = _KIND.get(key)
         if kind == "f":
             v = self.f[key][i]
+            if v != v and key in self.derived:
+                v = (self.ttft if key == "ttft" else self.latency)(np.array([i]))[0]
             return None if v != v else float(v)
         if kind == "i":
             v = int(self.i[key][i])
