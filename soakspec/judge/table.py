@@ -10,21 +10,27 @@ results.json read columns (vectorized, numpy) or, for the few messages that name
 request, a `Rec` view (`table.rec(i)`), which answers `rec["field"]` / `rec.get("field")`
 exactly as the row did.
 
-Per request, what is kept (bytes per request, 64 output tokens):
+Per request, what is kept (bytes per request at most, 64 output tokens; `finish` makes it less:
+a column of one repeated value is that value, 8 bytes in all (`compact`: a closed loop's rate,
+one backend's name, an error that never happened); a column equal to another is that array
+(`share_equal`: a closed loop's intended_start is its start); ttft and latency, when each is
+what the record derives, are computed when read (`derived`)):
   times        float64 (NaN: absent)       start, end, intended_start, first_token, first_byte,
                                            ttft, latency, tpot, rate, client_delay     80
   counts       int32 (MISSING: absent)     bucket, level, status, chunks, output_tokens,
                                            output_chars, prompt_tokens, worker, concurrency,
                                            coalesced (beyond int32: kept in extras)   40
-  labels       int32 codes into a list of  backend, workload, outcome, error, finish_reason,
-               the distinct values         itl_source, tokens_source, empty_text,
-                                           usage_mismatch, usage_decreased             40
-  request id   str (the id is what traces, follow-ups and messages name)          ~60
+  labels       uint8 codes (int32 beyond   backend, workload, outcome, error, finish_reason,
+               255) into a list of the     itl_source, tokens_source, empty_text,
+               distinct values             usage_mismatch, usage_decreased             10
+  request id   `IdColumn` (the id is what traces, follow-ups and messages name): a stem
+               code and a number for the runner's ids (`soak-5ca1ab1e-0-0000042`), ~5;
+               else UTF-8 text with offsets                                        ~27
   server_id    the request id with a prefix and suffix the server added (`cmpl-{id}-0`):
-               an int32 code of (prefix, suffix); any other server id: sparse        4
+               a code of (prefix, suffix); any other server id: sparse                1
   itl          counted per cell (`GapCells`: the distinct gaps of each (workload, level,
                bucket) and their counts, over the requests `itl` pools as recorded), plus
-               per request its cell, whether it counts and its gaps' offset        4 + 1 + 8
+               per request its cell, whether it counts and its gaps' offset        4 + 1 + 4
                -- for a table read from requests.jsonl.gz (`TableBuilder(keep_gaps=False)`).
                A computation the cells cannot answer (a request the judge re-derived, a
                `per window` scope that cuts a bucket, one request's own gaps) reads them
@@ -60,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from soakspec.evidence.io import EvidenceChanged
+from soakspec.evidence.record import Record
 
 MISSING = -(2**31)  # an int column's "absent"
 _INT_LIMIT = 2**31  # an int column holds -(2**31) < v < 2**31; anything else is kept in extras
@@ -83,7 +90,8 @@ _RECORD_LABELS = frozenset(("backend", "workload", "outcome", "error", "finish_r
                             "empty_text", "usage_decreased"))
 _FIELD = {k: operator.attrgetter(k) for k in (*_RECORD_FLOATS, *INTS, *_RECORD_LABELS)}  # a record's field, by column
 
-GAP_CHUNK = 1 << 18  # gaps buffered before they are checked and stored
+GAP_CHUNK = 1 << 18
+_DERIVED = ("ttft", "latency")  # what a typed record derives (`Record.ttft`, `Record.latency`)  # gaps buffered before they are checked and stored
 
 
 def fits(v: Any) -> bool:
@@ -474,7 +482,7 @@ def compact(col: np.ndarray) -> np.ndarray:
     values) take one byte each. Indexing, comparing and copying it give what the full column
     gives, in its dtype (label codes: small ints, only ever used to index their values)."""
     n = len(col)
-    if n > 1:
+    if n > 1 and col.strides != (0,):
         first = col[:1]
         same = np.isnan(col).all() if col.dtype.kind == "f" and first[0] != first[0] else (col == first[0]).all()
         if same:
@@ -510,8 +518,69 @@ def compact_codes(codes: np.ndarray) -> np.ndarray:
     """Label codes in one byte when they fit (and a repeated code as one value: `compact`)."""
     codes = np.asarray(codes)
     if len(codes) and codes.dtype != np.uint8 and int(codes.min()) >= 0 and int(codes.max()) < 256:
+        if codes.strides == (0,):
+            return np.broadcast_to(codes[:1].astype(np.uint8), codes.shape)
         codes = codes.astype(np.uint8)
     return compact(codes)
+
+
+class _Col:
+    """A column being built: while every value so far is one value, that value and a count
+    (nothing a request); from the first other value on, an `array` of them all. What
+    `finish` makes of it is the same column either way (`compact`)."""
+
+    __slots__ = ("typecode", "arr", "value", "n", "_same")
+
+    def __init__(self, typecode: str) -> None:
+        self.typecode = typecode
+        self.arr: array | None = None
+        self.value: Any = None
+        self.n = 0
+        # a float equals the value held when their bits do (NaN as NaN, -0.0 apart from 0.0)
+        self._same = (lambda a, b: a == b or (a != a and b != b)) if typecode == "d" else operator.eq
+
+    def __len__(self) -> int:
+        return len(self.arr) if self.arr is not None else self.n
+
+    def __getitem__(self, k: int) -> Any:
+        assert k == -1, "a column being built answers only its last value"
+        return self.arr[-1] if self.arr is not None else self.value
+
+    def _materialize(self) -> array:
+        self.arr = array(self.typecode, [self.value]) * self.n if self.n else array(self.typecode)
+        return self.arr
+
+    def append(self, v: Any) -> None:
+        if self.arr is not None:
+            self.arr.append(v)
+        elif self.n == 0:
+            self.value, self.n = v, 1
+        elif self._same(v, self.value) and (self.typecode != "d" or math.copysign(1.0, v) == math.copysign(1.0, self.value)):
+            self.n += 1
+        else:
+            self._materialize().append(v)
+
+    def extend(self, a: np.ndarray) -> None:
+        """Append a numpy array of this column's type."""
+        if not len(a):
+            return
+        if self.arr is None:
+            first = a[0] if self.n == 0 else self.value
+            same = same_values(a, np.full(len(a), first, dtype=a.dtype))
+            if same:
+                if self.n == 0:
+                    self.value = first.item()
+                self.n += len(a)
+                return
+            self._materialize()
+        self.arr.frombytes(a.tobytes())  # type: ignore[union-attr]
+
+    def finish(self, dtype) -> np.ndarray:
+        if self.arr is not None:
+            return np.frombuffer(self.arr, dtype=dtype) if len(self.arr) else np.zeros(0, dtype=dtype)
+        if self.n == 0:
+            return np.zeros(0, dtype=dtype)
+        return np.broadcast_to(np.full(1, self.value, dtype=dtype), (self.n,))
 
 
 class TableBuilder:
@@ -525,9 +594,10 @@ class TableBuilder:
         self.keep_gaps = keep_gaps
         self.cells: _CellCounter | None = _CellCounter()
         self.lost = False  # gaps neither kept nor counted (not whole microseconds): only a re-read has them
-        self.f = {k: array("d") for k in FLOATS}
-        self.i = {k: array("i") for k in INTS}
-        self.c = {k: array("i") for k in LABELS}
+        self.f = {k: _Col("d") for k in FLOATS}
+        self.i = {k: _Col("i") for k in INTS}
+        self.c = {k: _Col("i") for k in LABELS}
+        self.derive = {"ttft": True, "latency": True}  # every absent value so far is one the record derives
         self.values: dict[str, list[Any]] = {k: [] for k in LABELS}
         self._codes: dict[str, dict[Any, int]] = {k: {} for k in LABELS}
         self.sparse: dict[str, dict[int, Any]] = {k: {} for k in SPARSE}
@@ -536,7 +606,7 @@ class TableBuilder:
         self.itl_us: _GapStore | None = _GapStore()
         self.itl_f: array | None = None
         self.values["server_affix"], self._codes["server_affix"] = [None], {None: 0}
-        self._affix = array("i")
+        self._affix = _Col("i")
         self._f = tuple(self.f.items())
         self._i = tuple(self.i.items())
         self._c = tuple((k, col, self._codes[k]) for k, col in self.c.items())
@@ -623,12 +693,18 @@ class TableBuilder:
         self.n += 1
         get = row.get
         nan = math.nan
+        typed = isinstance(row, Record)
         for k, col in self._f:
+            if typed and k in _DERIVED:  # the record's own derived value: computed when read, not held
+                col.append(nan)
+                continue
             v = get(k)
             if type(v) is float and v - v == 0.0:  # finite
                 col.append(v)
             elif v is None:
                 col.append(nan)
+                if k in _DERIVED:
+                    self.derive[k] = False  # an absent ttft reads as absent
             elif type(v) is int and abs(v) <= 2**63:
                 col.append(float(v))
             else:
@@ -698,9 +774,7 @@ class TableBuilder:
         floats: dict[str, np.ndarray] = {}
         for k in _RECORD_FLOATS:
             floats[k] = np.array(list(map(_FIELD[k], recs)), dtype=np.float64)  # None: NaN
-        sent = np.where(np.isnan(floats["intended_start"]), floats["start"], floats["intended_start"])
-        floats["ttft"] = floats["first_token"] - sent
-        floats["latency"] = floats["end"] - sent
+        floats["ttft"] = floats["latency"] = np.full(m, np.nan)  # what the record derives: computed when read
         for k, v in floats.items():
             if np.isinf(v).any():
                 return False
@@ -723,16 +797,16 @@ class TableBuilder:
         self._flush()  # gaps of rows added one at a time before this batch
         n0 = self.n
         for k, col in self._f:
-            col.frombytes(floats[k].tobytes())
+            col.extend(floats[k])
         batch: dict[str, np.ndarray] = {}  # the int columns and label codes of this batch
         for k, col in self._i:
             v = ints[k]
             batch[k] = np.where(np.isnan(v), MISSING, v).astype(np.int32)
-            col.frombytes(batch[k].tobytes())
+            col.extend(batch[k])
         for k, col, codes in self._c:
             vals = list(map(_FIELD[k], recs)) if k in _RECORD_LABELS else None
             if vals is None:
-                col.frombytes(np.full(m, self.code(k, None), dtype=np.int32).tobytes())
+                col.extend(np.full(m, self.code(k, None), dtype=np.int32))
                 continue
             # codes in order of first appearance, as `add` gives them
             lut = {v: self.code(k, str(v) if type(v) is not str and isinstance(v, str) else v) for v in dict.fromkeys(vals)}
@@ -740,7 +814,7 @@ class TableBuilder:
                 batch[k] = np.full(m, next(iter(lut.values())), dtype=np.int32)
             else:
                 batch[k] = np.fromiter(map(lut.__getitem__, vals), dtype=np.int32, count=m)
-            col.frombytes(batch[k].tobytes())
+            col.extend(batch[k])
         ids = [r.request_id for r in recs]
         for i, rid, r in zip(range(self.n, self.n + m), ids, recs):
             self._server_id(i, rid, r.server_id)
@@ -774,19 +848,10 @@ class TableBuilder:
 
     def finish(self, reload: Callable[[], RequestTable] | None = None) -> RequestTable:
         self._flush()
-        f = {k: compact(np.frombuffer(v, dtype=np.float64)) if len(v) else np.zeros(0) for k, v in self.f.items()}
-        i = {k: compact(np.frombuffer(v, dtype=np.int32)) if len(v) else np.zeros(0, dtype=np.int32) for k, v in self.i.items()}
-        c = {k: compact_codes(np.frombuffer(v, dtype=np.int32)) if len(v) else np.zeros(0, dtype=np.int32)
-             for k, v in {**self.c, "server_affix": self._affix}.items()}
-        derived = set()
-        if self.n:  # ttft and latency as a record derives them (`Record.ttft`): not held, computed when read
-            it = f["intended_start"]
-            sent = np.where(np.isnan(it), f["start"], it)
-            for key, base in (("ttft", "first_token"), ("latency", "end")):
-                if same_values(f[key], f[base] - sent):
-                    f[key] = np.broadcast_to(np.full(1, np.nan), (self.n,))
-                    derived.add(key)
-            del it, sent
+        f = {k: compact(v.finish(np.float64)) for k, v in self.f.items()}
+        i = {k: compact(v.finish(np.int32)) for k, v in self.i.items()}
+        c = {k: compact_codes(v.finish(np.int32)) for k, v in {**self.c, "server_affix": self._affix}.items()}
+        derived = {k for k, ok in self.derive.items() if ok}  # NaN there: the value the record derives
         share_equal(f)
         share_equal(i)
         share_equal(c)
