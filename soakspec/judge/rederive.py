@@ -431,11 +431,18 @@ OUTCOME_CODES = ("completed", "failed", "timeout", "rejected", "disconnected")
 _C, _F, _T, _R, _D = range(5)
 
 
-def _per_row(t: RequestTable, idx: np.ndarray, by_workload: Mapping[str, Any], default: Any) -> list[Any]:
-    """A workload's setting, per row of `idx` (by the row's workload label)."""
-    lut = [by_workload.get(str(v), default) for v in t.values["workload"]]
-    codes = t.c["workload"][idx]
-    return [lut[c] for c in codes.tolist()] if len(lut) else []
+def _per_workload(t: RequestTable, by_workload: Mapping[str, Any], default: Any) -> list[Any]:
+    """A workload's setting, per workload code of the table (index it by `t.c["workload"]`)."""
+    return [by_workload.get(str(v), default) for v in t.values["workload"]]
+
+
+ROWS_AT_ONCE = 1 << 17  # rows relabelled per vectorized step: its temporaries stay a few MB at any size
+
+
+def _parts(idx: np.ndarray) -> Iterator[np.ndarray]:
+    """`idx` a slice of ROWS_AT_ONCE rows at a time (at least one, maybe empty, slice)."""
+    for a in range(0, max(len(idx), 1), ROWS_AT_ONCE):
+        yield idx[a:a + ROWS_AT_ONCE]
 
 
 def _deadline_per_row(t: RequestTable, idx: np.ndarray, deadlines: Mapping[tuple[Any, Any], float]) -> np.ndarray:
@@ -476,12 +483,14 @@ def _derive_outcomes(t: RequestTable, idx: np.ndarray, deadline: np.ndarray, max
 
 
 def _usage_flags(t: RequestTable, idx: np.ndarray, bounds: Sequence[tuple[int | None, bool, bool]]) -> np.ndarray:
-    """`usage_problem(...) is not None` over the ordinary rows `idx`, vectorized."""
+    """`usage_problem(...) is not None` over the ordinary rows `idx`, vectorized (`bounds`: per
+    workload code)."""
     if not len(idx):
         return np.zeros(0, dtype=bool)
-    mt = np.array([np.nan if b[0] is None else b[0] for b in bounds], dtype=np.float64)
-    ign = np.array([b[1] for b in bounds], dtype=bool)
-    stream = np.array([b[2] for b in bounds], dtype=bool)
+    wl = t.c["workload"][idx]
+    mt = np.array([np.nan if b[0] is None else b[0] for b in bounds], dtype=np.float64)[wl]
+    ign = np.array([b[1] for b in bounds], dtype=bool)[wl]
+    stream = np.array([b[2] for b in bounds], dtype=bool)[wl]
     n, ch = t.i["output_tokens"][idx].astype(np.int64), t.i["chunks"][idx].astype(np.int64)
     over_max = ign & ~np.isnan(mt) & (n > np.nan_to_num(mt, nan=np.inf))
     nostream = ~stream | (ch == MISSING) | (ch <= 0)
@@ -529,18 +538,22 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
     notes: list[tuple[int, str]] = []
     mislabeled = 0
     extras = dict(t.extras)
-    # ordinary rows: vectorized
-    mt = np.array([np.nan if v is None else v for v in _per_row(t, clean, max_tokens, None)], dtype=np.float64)
-    derived = _derive_outcomes(t, clean, _deadline_per_row(t, clean, deadlines), mt)
-    stored = t.c["outcome"][clean]
+    # ordinary rows: vectorized, a part at a time
+    mt_of = np.array([np.nan if v is None else v for v in _per_workload(t, max_tokens, None)] or [np.nan], dtype=np.float64)
     lut = np.array([OUTCOME_CODES.index(v) if v in OUTCOME_CODES else -1 for v in t.values["outcome"]] or [-1], dtype=np.int8)
-    s_code = lut[stored] if len(t.values["outcome"]) else np.full(len(clean), -1, dtype=np.int8)
-    wrong = (s_code == _C) & (derived != _C)
-    new = np.where((s_code < 0) | wrong, derived, s_code)
-    for k, name in enumerate(OUTCOME_CODES):
-        outcome.set_many(clean[new == k], name)
-    mislabeled += int(wrong.sum())
-    for i in clean[wrong][:MAX_LISTED].tolist():
+    wrong_rows: list[int] = []
+    for part in _parts(clean):
+        mt = mt_of[t.c["workload"][part]]
+        derived = _derive_outcomes(t, part, _deadline_per_row(t, part, deadlines), mt)
+        s_code = lut[t.c["outcome"][part]] if len(t.values["outcome"]) else np.full(len(part), -1, dtype=np.int8)
+        wrong = (s_code == _C) & (derived != _C)
+        new = np.where((s_code < 0) | wrong, derived, s_code)
+        for k, name in enumerate(OUTCOME_CODES):
+            outcome.set_many(part[new == k], name)
+        mislabeled += int(wrong.sum())
+        if len(wrong_rows) < MAX_LISTED:
+            wrong_rows += part[wrong][:MAX_LISTED].tolist()
+    for i in wrong_rows[:MAX_LISTED]:
         r = t.rec(i)
         _, why = derive_outcome(r, deadlines.get((r.get("workload"), r.get("level"))), max_tokens.get(str(r.get("workload"))))
         notes.append((i, f"{r.get('request_id')} is labelled completed but its record says {', '.join(why)}"))
@@ -576,15 +589,17 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
                 outcome.set(i, v[0])
                 error.set(i, v[1])
     # usage against the stream, for completed requests not flagged already
-    done_mask = outcome.codes[clean] == outcome.code("completed")
-    flagged = np.array([bool(v) for v in usage.values], dtype=bool)[usage.codes[clean]] if usage.values else np.zeros(len(clean), bool)
-    cand = clean[done_mask & ~flagged]
-    bnds = _per_row(t, cand, bounds, (None, False, True))
-    for i in cand[_usage_flags(t, cand, bnds)].tolist():
-        r = t.rec(i)
-        why_usage = usage_problem(r, *bounds.get(str(r.get("workload")), (None, False, True)))
-        if why_usage is not None:
-            usage.set(i, why_usage)
+    done = outcome.code("completed")
+    flag_of = np.array([bool(v) for v in usage.values], dtype=bool) if usage.values else None
+    bnds = _per_workload(t, bounds, (None, False, True))
+    for part in _parts(clean):
+        flagged = flag_of[usage.codes[part]] if flag_of is not None else np.zeros(len(part), bool)
+        cand = part[(outcome.codes[part] == done) & ~flagged]
+        for i in cand[_usage_flags(t, cand, bnds)].tolist():
+            r = t.rec(i)
+            why_usage = usage_problem(r, *bounds.get(str(r.get("workload")), (None, False, True)))
+            if why_usage is not None:
+                usage.set(i, why_usage)
     notes.sort(key=lambda n: n[0])
     texts = [n for _, n in notes][:MAX_LISTED]
     if mislabeled > MAX_LISTED:
