@@ -1235,14 +1235,16 @@ def ordered(table: RequestTable, idx: np.ndarray) -> np.ndarray:
     """`idx` in the judge's request order: by req_time (absent last), then request id."""
     if not len(idx):
         return idx
-    t = table.req_time(idx)
-    t = np.where(np.isnan(t), np.inf, t)
+    t = table.req_time(idx)  # a new array: changed in place below
+    t[np.isnan(t)] = np.inf
     o = np.argsort(t, kind="stable")
-    idx, t = idx[o], t[o]
-    same = np.nonzero(t[1:] == t[:-1])[0]
-    if len(same):  # ties in time: by request id, as the row order did
-        starts = np.nonzero(np.diff(np.concatenate(([False], t[1:] == t[:-1], [False])).astype(np.int8)) == 1)[0]
-        ends = np.nonzero(np.diff(np.concatenate(([False], t[1:] == t[:-1], [False])).astype(np.int8)) == -1)[0]
+    idx = idx[o]
+    t = t[o]
+    del o
+    eq = t[1:] == t[:-1]
+    if eq.any():  # ties in time: by request id, as the row order did
+        edge = np.diff(np.concatenate(([False], eq, [False])).astype(np.int8))
+        starts, ends = np.nonzero(edge == 1)[0], np.nonzero(edge == -1)[0]
         idx = idx.copy()
         for a, b in zip(starts.tolist(), ends.tolist()):
             idx[a:b + 1] = sorted(idx[a:b + 1].tolist(), key=lambda i: str(table.ids[i]))
