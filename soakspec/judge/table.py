@@ -575,12 +575,74 @@ class _Col:
             self._materialize()
         self.arr.frombytes(a.tobytes())  # type: ignore[union-attr]
 
+    def last(self, m: int, dtype) -> np.ndarray:
+        """The last `m` values, as a new numpy array (no view of the growing array)."""
+        if self.arr is not None:
+            return np.frombuffer(self.arr[len(self.arr) - m:], dtype=dtype)
+        return np.full(m, self.value, dtype=dtype)
+
     def finish(self, dtype) -> np.ndarray:
         if self.arr is not None:
             return np.frombuffer(self.arr, dtype=dtype) if len(self.arr) else np.zeros(0, dtype=dtype)
         if self.n == 0:
             return np.zeros(0, dtype=dtype)
         return np.broadcast_to(np.full(1, self.value, dtype=dtype), (self.n,))
+
+
+def _same_float(a: float, b: float) -> bool:
+    return (a == b or (a != a and b != b)) and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+class _TwinCol:
+    """A float column that, while every value so far is its twin's in the same row (a closed
+    loop's intended start is its start; first_byte is first_token on most streams), holds
+    nothing; from the first row that differs, its own `_Col` (the twin's values so far copied
+    in). Appended after its twin, row by row and block by block."""
+
+    __slots__ = ("twin", "own", "n")
+
+    def __init__(self, twin: _Col) -> None:
+        self.twin, self.own, self.n = twin, None, 0
+
+    def __len__(self) -> int:
+        return len(self.own) if self.own is not None else self.n
+
+    def __getitem__(self, k: int) -> Any:
+        return self.own[k] if self.own is not None else self.twin[k]
+
+    def _split(self) -> _Col:
+        own = _Col(self.twin.typecode)
+        if self.twin.arr is not None:
+            own.arr = self.twin.arr[:self.n]  # a copy
+        else:
+            own.value, own.n = self.twin.value, self.n
+        self.own = own
+        return own
+
+    def append(self, v: Any) -> None:
+        if self.own is None:
+            if _same_float(v, self.twin[-1]):
+                self.n += 1
+                return
+            self._split()
+        self.own.append(v)  # type: ignore[union-attr]
+
+    def extend(self, a: np.ndarray) -> None:
+        if not len(a):
+            return
+        if self.own is None:
+            if same_values(a, self.twin.last(len(a), a.dtype)):
+                self.n += len(a)
+                return
+            self._split()
+        self.own.extend(a)  # type: ignore[union-attr]
+
+    def finish(self, dtype) -> np.ndarray | None:
+        """Its column, or None: the twin's."""
+        return self.own.finish(dtype) if self.own is not None else None
+
+
+_TWIN_OF = {"intended_start": "start", "first_byte": "first_token"}
 
 
 class TableBuilder:
@@ -594,7 +656,9 @@ class TableBuilder:
         self.keep_gaps = keep_gaps
         self.cells: _CellCounter | None = _CellCounter()
         self.lost = False  # gaps neither kept nor counted (not whole microseconds): only a re-read has them
-        self.f = {k: _Col("d") for k in FLOATS}
+        self.f: dict[str, Any] = {k: _Col("d") for k in FLOATS}
+        for k, twin in _TWIN_OF.items():
+            self.f[k] = _TwinCol(self.f[twin])
         self.i = {k: _Col("i") for k in INTS}
         self.c = {k: _Col("i") for k in LABELS}
         self.derive = {"ttft": True, "latency": True}  # every absent value so far is one the record derives
@@ -848,7 +912,10 @@ class TableBuilder:
 
     def finish(self, reload: Callable[[], RequestTable] | None = None) -> RequestTable:
         self._flush()
-        f = {k: compact(v.finish(np.float64)) for k, v in self.f.items()}
+        f: dict[str, np.ndarray] = {}
+        for k, v in self.f.items():  # a twin that never differed: its twin's column
+            got = v.finish(np.float64)
+            f[k] = compact(got) if got is not None else f[_TWIN_OF[k]]
         i = {k: compact(v.finish(np.int32)) for k, v in self.i.items()}
         c = {k: compact_codes(v.finish(np.int32)) for k, v in {**self.c, "server_affix": self._affix}.items()}
         derived = {k for k, ok in self.derive.items() if ok}  # NaN there: the value the record derives
