@@ -206,7 +206,6 @@ def test_freezing_rounds_times_to_the_microsecond_exactly_as_round_does(t: float
 
 
 def _table_state(t) -> dict:
-    import numpy as np
 
     return {
         "n": t.n, "f": {k: v.tobytes() for k, v in t.f.items()}, "i": {k: v.tolist() for k, v in t.i.items()},

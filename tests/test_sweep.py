@@ -379,3 +379,26 @@ def test_an_abort_rule_ends_only_the_probe_and_the_search_goes_on(monkeypatch):
     stopped = [e for e in rec.levels if "stopped_by" in e]
     assert [e["concurrency"] for e in stopped] == [12]  # probes 1, 12 (stopped), 6, 3, 4, 5
     assert all(not p["passed"] and p["why"].startswith("stopped by") for p in sw["probes"] if p["value"] > 6)
+
+
+def test_a_run_without_a_sweep_does_not_load_the_judge_before_its_load(tmp_path):
+    """The sweep's per-probe judge is made before the load; a spec without a sweep must not
+    import the judge (and numpy) for it, or the runner carries them through the whole load."""
+    import subprocess
+    import sys
+    import textwrap
+
+    spec = tmp_path / "s.soak"
+    spec.write_text(sim_spec())
+    code = textwrap.dedent(f"""
+        import argparse, sys
+        from soakspec.commands.run import _sweep_judge
+        from soakspec.lang import load_spec
+        spec, diags, _ = load_spec({str(spec)!r})
+        assert spec is not None, diags
+        assert _sweep_judge(spec, argparse.Namespace(time_scale=1.0, rehearse=False)) is None
+        print(sorted(m for m in sys.modules if m.startswith("soakspec.judge") or m == "numpy"))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"

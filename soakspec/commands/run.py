@@ -122,10 +122,10 @@ def _sign(run_dir: Path, key: str, quiet: bool) -> bool:
 def _sweep_judge(spec, args: argparse.Namespace):
     """A sweep's per-level predicate for the runner (None without a sweep): the gate's
     performance require rules judged on each probed level (`soakspec.judge.sweep`)."""
-    from soakspec.judge.sweep import probe_judge, sweep_workload
+    if all(w.load.search is None for w in spec.workloads):  # `sweep_workload`, without importing the judge
+        return None  # (the judge and numpy would otherwise sit in the runner's memory through the whole load)
+    from soakspec.judge.sweep import probe_judge
 
-    if sweep_workload(spec) is None:
-        return None
     return probe_judge(spec, time_scale=args.time_scale, rehearsal=args.rehearse)
 
 
