@@ -290,37 +290,16 @@ def test_packed_gaps_read_back_every_gap_exactly(runs, data) -> None:
 def test_the_id_column_reads_back_every_id(runs, data) -> None:
     """Request ids held as one UTF-8 blob (non-ASCII and lone surrogates included) read back
     as they were, one at a time, in a batch and iterated."""
-    import numpy as np
+    from soakspec.judge.table import take_ids
 
-    from soakspec.judge.table import IdStore, take_ids
-
-    store = IdStore()
-    every: list[str] = []
-    for k, run in enumerate(runs):
-        run = [x + "\ud800" if k % 3 == 2 else x for x in run]
-        if k % 2:
-            for x in run:
-                store.append(x)
-        else:
-            store.extend(run)
-        every += run
-    col = store.finish()
-    assert list(col) == every and len(col) == len(every) and [col[i] for i in range(len(every))] == every
-    rows = np.asarray(data.draw(st.lists(st.integers(0, max(len(every) - 1, 0)), max_size=8)) if every else [], dtype=np.int64)
-    assert take_ids(col, rows) == [every[r] for r in rows.tolist()] == take_ids(every, rows)
+    runs = [[x + "\ud800" if k % 3 == 2 else x for x in run] for k, run in enumerate(runs)]
+    every, rows = _ids_read_back(runs, data)
+    assert take_ids(every, rows) == [every[r] for r in rows.tolist()]
 
 
-numbered_ids = st.builds(lambda stem, n, w: stem + str(n).zfill(w), st.sampled_from(["soak-5ca1ab1e-0-", "soak-5ca1ab1e-1-", "r", "", "x9-", "é-"]),
-                         st.integers(0, 10**12), st.integers(1, 14))
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(st.one_of(numbered_ids, numbered_ids, st.text(max_size=6), st.just("0" * 19), st.just("a\u0661")),
-                         max_size=6), max_size=6), st.data())
-def test_numbered_ids_read_back_as_they_were(runs, data) -> None:
-    """Ids the runner writes (a stem and a zero-padded number) are held as a stem code and an
-    integer; any id that is not one (a 19-digit number, a non-ASCII digit, no digits) turns the
-    column to text -- either way every id reads back exactly, in any order of appends."""
+def _ids_read_back(runs, data):
+    """Store `runs` of ids (extend a run, append one at a time, alternately) and check every id
+    reads back: iterated, indexed and taken in a batch. Returns (the ids, the rows taken)."""
     import numpy as np
 
     from soakspec.judge.table import IdStore, take_ids
@@ -338,6 +317,21 @@ def test_numbered_ids_read_back_as_they_were(runs, data) -> None:
     assert list(col) == every and len(col) == len(every) and [col[i] for i in range(len(every))] == every
     rows = np.asarray(data.draw(st.lists(st.integers(0, max(len(every) - 1, 0)), max_size=8)) if every else [], dtype=np.int64)
     assert take_ids(col, rows) == [every[r] for r in rows.tolist()]
+    return every, rows
+
+
+numbered_ids = st.builds(lambda stem, n, w: stem + str(n).zfill(w), st.sampled_from(["soak-5ca1ab1e-0-", "soak-5ca1ab1e-1-", "r", "", "x9-", "é-"]),
+                         st.integers(0, 10**12), st.integers(1, 14))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.one_of(numbered_ids, numbered_ids, st.text(max_size=6), st.just("0" * 19), st.just("a\u0661")),
+                         max_size=6), max_size=6), st.data())
+def test_numbered_ids_read_back_as_they_were(runs, data) -> None:
+    """Ids the runner writes (a stem and a zero-padded number) are held as a stem code and an
+    integer; any id that is not one (a 19-digit number, a non-ASCII digit, no digits) turns the
+    column to text -- either way every id reads back exactly, in any order of appends."""
+    _ids_read_back(runs, data)
 
 
 def test_runner_ids_take_a_few_bytes_each() -> None:
