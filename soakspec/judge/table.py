@@ -524,20 +524,24 @@ def compact_codes(codes: np.ndarray) -> np.ndarray:
     return compact(codes)
 
 
+def _same_float(a: float, b: float) -> bool:
+    """The same float value: NaN as NaN, -0.0 apart from 0.0 (what `same_values` is per array)."""
+    return (a == b or (a != a and b != b)) and math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
 class _Col:
     """A column being built: while every value so far is one value, that value and a count
     (nothing a request); from the first other value on, an `array` of them all. What
     `finish` makes of it is the same column either way (`compact`)."""
 
-    __slots__ = ("typecode", "arr", "value", "n", "_same")
+    __slots__ = ("typecode", "arr", "value", "n", "_same")  # _same: a float's bits (`_same_float`), else ==
 
     def __init__(self, typecode: str) -> None:
         self.typecode = typecode
         self.arr: array | None = None
         self.value: Any = None
         self.n = 0
-        # a float equals the value held when their bits do (NaN as NaN, -0.0 apart from 0.0)
-        self._same = (lambda a, b: a == b or (a != a and b != b)) if typecode == "d" else operator.eq
+        self._same = _same_float if typecode == "d" else operator.eq
 
     def __len__(self) -> int:
         return len(self.arr) if self.arr is not None else self.n
@@ -555,7 +559,7 @@ class _Col:
             self.arr.append(v)
         elif self.n == 0:
             self.value, self.n = v, 1
-        elif self._same(v, self.value) and (self.typecode != "d" or math.copysign(1.0, v) == math.copysign(1.0, self.value)):
+        elif self._same(v, self.value):
             self.n += 1
         else:
             self._materialize().append(v)
@@ -589,8 +593,6 @@ class _Col:
         return np.broadcast_to(np.full(1, self.value, dtype=dtype), (self.n,))
 
 
-def _same_float(a: float, b: float) -> bool:
-    return (a == b or (a != a and b != b)) and math.copysign(1.0, a) == math.copysign(1.0, b)
 
 
 class _TwinCol:
