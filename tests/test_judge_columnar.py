@@ -322,3 +322,40 @@ def test_gap_shares_and_exclusions_over_columns_equal_the_row_loop(values):
     assert gap_share(sel) == gap_share(views)
     got, want = excluded(sel), excluded(views)
     assert got == want and [list(d) for d in got.values()] == [list(d) for d in want.values()]
+
+
+_stamp = st.one_of(st.none(), st.floats(1.7e9, 1.7e9 + 100, allow_nan=False).map(lambda x: round(x, 6)))
+_held = st.one_of(st.none(), st.floats(0, 5, allow_nan=False))
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=st.lists(st.fixed_dictionaries({"intended_start": _stamp, "start": _stamp, "first_token": _stamp, "end": _stamp,
+                                            "ttft": _held, "latency": _held}), min_size=1, max_size=40),
+       chunk=st.integers(1, 9), picks=st.lists(st.integers(0, 10**6), max_size=60), lo=st.integers(0, 40),
+       width=st.integers(0, 40), data=st.data())
+def test_derived_durations_a_chunk_at_a_time_equal_the_rows(rows, chunk, picks, lo, width, data):
+    """ttft and latency over any rows of a table (an index array in any order, or a slice),
+    computed DERIVE_CHUNK rows at a time, equal each row's own definition: the record's value,
+    else first_token (end) - intended start (else start)."""
+    import unittest.mock
+
+    from soakspec.judge import table as T
+
+    with unittest.mock.patch.object(T, "DERIVE_CHUNK", chunk):
+        _check_derived(rows, picks, lo, width, data)
+
+
+def _check_derived(rows, picks, lo, width, data):
+    from soakspec.judge import table as T
+
+    recs = [{"request_id": f"r{i}", "bucket": 0, "outcome": "completed", **{k: v for k, v in r.items() if v is not None}}
+            for i, r in enumerate(rows)]
+    t = build_table(recs)
+    n = len(recs)
+    idx = T.np.array([p % n for p in picks], dtype=data.draw(st.sampled_from([T.np.int32, T.np.int64])))
+    for sel in (idx, slice(min(lo, n), min(lo + width, n)), slice(None), slice(min(lo, n), None, 2)):
+        want = [recs[i] for i in (range(n)[sel] if isinstance(sel, slice) else idx.tolist())]
+        for got, ref in ((t.ttft(sel), _ttft), (t.latency(sel), _latency)):
+            expect = [ref(r) for r in want]
+            assert len(got) == len(expect)
+            assert [None if math.isnan(g) else g for g in got.tolist()] == expect

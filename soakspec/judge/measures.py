@@ -262,7 +262,8 @@ class PerRequest(Distribution):
     def values(self, records: Iterable[Row]) -> Any:
         if isinstance(records, Rows):  # a scope's requests: vectorized, an array
             v = column(completed(records), self.value)
-            return v[np.isfinite(v)]
+            ok = np.isfinite(v)
+            return v if ok.all() else v[ok]  # no second full-length copy when every value is there
         out: list[float] = []
         for r in completed(records):
             v = self.value(r)
