@@ -15,7 +15,7 @@ import argparse
 import importlib
 import sys
 
-from soakspec import __version__
+from soakspec import __version__, heap
 from soakspec.evidence.io import EvidenceChanged
 from soakspec.exitcodes import ExitCode
 
@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
+    heap.limit_retention()  # large temporaries (the judge's, the load's) go back to the system when freed
     module = importlib.import_module(COMMANDS[args.command][0])
     fn = getattr(module, "main_" + args.command.replace("-", "_"), getattr(module, "main", None))
     try:

@@ -8,6 +8,7 @@ import os
 import sys
 from typing import Any
 
+from soakspec import heap
 from soakspec.evidence import layout
 from soakspec.lang.spec import Spec
 
@@ -40,6 +41,7 @@ def judge_and_write(run_dir: str | os.PathLike, spec: Spec, *, write: bool = Fal
     from soakspec.judge.judge import judge_run
     from soakspec.judge.summary import summarize_run
 
+    heap.release()  # `run`: what collecting the evidence freed, before the judge builds its columns
     evidence = load_evidence(run_dir)
     run = join(spec, evidence)  # once, for the verdict and results.json
     verdict = judge_run(run)

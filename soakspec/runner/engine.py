@@ -37,6 +37,7 @@ from typing import Any
 import httpx
 import trio
 
+from soakspec import heap
 from soakspec.evidence import layout as L
 from soakspec.evidence.io import EvidenceError, RunLock
 from soakspec.evidence.manifest import finalize_manifest, new_manifest, write_manifest
@@ -174,7 +175,9 @@ async def _run(backends: list[_Backend], plan: Plan, deps: Deps, status: RunStat
         load_scope = trio.CancelScope()
         top.start_soon(_signals, load_scope, status)
         await _load(load_scope, backends, plan, deps, status)
-        # phase 2: the load's cancel scope has ended, so nothing here is cancelled (and needs no shield)
+        # phase 2: the load's cancel scope has ended, so nothing here is cancelled (and needs no shield);
+        # what the load freed (connections, buffers) goes back to the system before collecting and judging
+        heap.release()
         entries = [await trio.to_thread.run_sync(collect, plan, b.recorder, deps.progress) for b in backends if b.recorder.started]
         top.cancel_scope.cancel()
     return entries
