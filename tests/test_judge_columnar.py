@@ -305,10 +305,20 @@ _row_values = st.fixed_dictionaries({
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(_row_values, max_size=25))
-def test_gap_shares_and_exclusions_over_columns_equal_the_row_loop(values):
+@given(st.lists(_row_values, max_size=25), st.sampled_from([1, 2, 3, 7, 1 << 16]))
+def test_gap_shares_and_exclusions_over_columns_equal_the_row_loop(values, chunk):
     """results.json's coalesced-gap counts and its TPOT/ITL exclusions, computed over the
-    table's columns, are the row-by-row answers (reasons in the same order)."""
+    table's columns a chunk of rows at a time (any chunk size), are the row-by-row answers
+    (reasons in the same order)."""
+    import unittest.mock
+
+    from soakspec.judge import summary, table
+
+    with unittest.mock.patch.object(table, "SCAN_CHUNK", chunk), unittest.mock.patch.object(summary, "SCAN_CHUNK", chunk):
+        _check_shares_and_exclusions(values)
+
+
+def _check_shares_and_exclusions(values):
     import numpy as np
 
     from soakspec.judge.measures import gap_share
@@ -359,3 +369,42 @@ def _check_derived(rows, picks, lo, width, data):
             expect = [ref(r) for r in want]
             assert len(got) == len(expect)
             assert [None if math.isnan(g) else g for g in got.tolist()] == expect
+
+
+@settings(max_examples=150, deadline=None)
+@given(spans=st.lists(st.tuples(_stamp, _stamp), min_size=1, max_size=60), fence=st.integers(1, 6),
+       windows=st.lists(st.tuples(st.floats(1.7e9 - 5, 1.7e9 + 105), st.floats(0.001, 60)), min_size=1, max_size=5))
+def test_in_flight_over_the_start_order_equals_the_row_loop(spans, fence, windows):
+    """in_flight over any window, from the requests in start order (row numbers and a fence
+    of every FENCE-th start, any fence), is the row loop's exact integral: requests without a
+    start left out, an absent end counted as the start."""
+    import unittest.mock
+
+    from soakspec.judge import index as I
+    from soakspec.judge.measures import in_flight, in_flight_spans
+
+    recs = [{"request_id": f"r{k}", "bucket": 0, "outcome": "completed", **({"start": s} if s is not None else {}),
+             **({"end": e} if e is not None else {})} for k, (s, e) in enumerate(spans)]
+    t = build_table(recs)
+    bi = unittest.mock.Mock(table=t)
+    with unittest.mock.patch.object(I.StartOrder, "FENCE", fence):
+        bi.spans = I.StartOrder(t)
+        for lo, width in windows:
+            assert in_flight_spans(bi, lo, lo + width) == in_flight(recs, lo, lo + width)
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 50), cuts=st.lists(st.integers(0, 50), max_size=8), data=st.data())
+def test_a_levels_rows_joined_from_its_buckets_equal_their_concatenation(n, cuts, data):
+    """A level's rows are its buckets' rows end to end: a view of the array they were cut from
+    when they are its consecutive slices, a concatenation otherwise -- the same rows either way."""
+    import numpy as np
+
+    from soakspec.judge.index import _joined
+
+    base = np.array(data.draw(st.permutations(range(n))), dtype=np.int32)
+    edges = sorted({0, n, *(c % (n + 1) for c in cuts)})
+    parts = [base[a:b] for a, b in zip(edges, edges[1:]) if b > a]
+    parts = data.draw(st.one_of(st.just(parts), st.permutations(parts), st.just(parts[:1] + parts[2:] if len(parts) > 2 else parts)))
+    got = _joined(parts)
+    assert got.tolist() == np.concatenate(parts).tolist()

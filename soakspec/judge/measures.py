@@ -427,7 +427,7 @@ def gap_share(records: Iterable[Row]) -> tuple[int, int]:
         pairs = [_gap_share_row(r) for r in records]
         return sum(n for n, _ in pairs), sum(c for _, c in pairs)
     gaps = shared = 0
-    for t, idx in records.parts:
+    for t, idx in records.chunks():
         clean = t.clean(idx)
         ok = t.label_is("outcome", "completed", clean) & ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
         n = np.where(ok, t.itl_off[clean + 1] - t.itl_off[clean], 0)
@@ -536,11 +536,11 @@ def in_flight_spans(bi: BackendIndex, start: float, end: float) -> float | None:
     that started before `end` and may still run at `start` are looked at."""
     if end <= start:
         return None
-    s, e, longest = bi.spans
-    lo = int(np.searchsorted(s, start - longest, side="left"))
-    hi = int(np.searchsorted(s, end, side="left"))
-    a = np.maximum(s[lo:hi], start)
-    b = np.minimum(e[lo:hi], end)
+    sp = bi.spans
+    rows = sp.between(start - sp.longest, end)
+    s, e = bi.table.f["start"][rows], bi.table.f["end"][rows]  # type: ignore[union-attr]
+    a = np.maximum(s, start)
+    b = np.minimum(np.where(np.isnan(e), s, e), end)
     d = b - a
     return math.fsum(d[d > 0].tolist()) / (end - start)
 

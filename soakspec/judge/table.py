@@ -92,6 +92,7 @@ _FIELD = {k: operator.attrgetter(k) for k in (*_RECORD_FLOATS, *INTS, *_RECORD_L
 
 GAP_CHUNK = 1 << 18
 DERIVE_CHUNK = 1 << 16  # rows a derived duration is computed for at a time (`RequestTable._since_request`)
+SCAN_CHUNK = 1 << 16  # rows a count or sum over a scope reads at a time (`Rows.chunks`)
 _DERIVED = ("ttft", "latency")  # what a typed record derives (`Record.ttft`, `Record.latency`)  # gaps buffered before they are checked and stored
 
 
@@ -1293,6 +1294,14 @@ class Rows(Sequence):
 
     def __add__(self, other: Rows) -> Rows:
         return Rows(self.parts + other.parts)
+
+    def chunks(self, size: int | None = None) -> Iterator[tuple[RequestTable, np.ndarray]]:
+        """The parts, `size` (SCAN_CHUNK) rows at a time (views, no copy): a vectorized count or
+        sum over a scope allocates its temporaries for one chunk, not for every request of it."""
+        size = SCAN_CHUNK if size is None else size
+        for t, idx in self.parts:
+            for a in range(0, len(idx), size):
+                yield t, idx[a:a + size]
 
     def select(self, mask_of) -> Rows:
         """The rows for which `mask_of(table, idx)` (a boolean array) holds."""
