@@ -175,6 +175,15 @@ class BackendIndex:
         if not parts:
             return Rows()
         t = parts[0][0]
+        every = self.all_records.parts
+        if len(every) == 1 and every[0][0] is t and all(pt is t for pt, _ in parts):
+            # every request is in all_records, already in the judge's order: keep those measured
+            # (a mask and the kept row numbers; sorting them again made ~28 bytes a request)
+            keep = np.zeros(t.n, dtype=bool)
+            for _, idx in parts:
+                keep[idx] = True
+            order = every[0][1]
+            return Rows.of(t, order[keep[order]])
         return Rows.of(t, ordered(t, np.concatenate([idx for _, idx in parts])))
 
     @property

@@ -108,6 +108,35 @@ def _label_key(v: Any) -> Any:
 _DIGITS = "0123456789"
 _NUM_DIGITS = 18  # the most digits an id's number may have (below 2**63)
 _MAX_STEMS = 1024  # distinct (stem, width) pairs before ids are held as text instead
+_U32 = next(c for c in "IL" if array(c).itemsize == 4)  # array's 4-byte unsigned typecode
+
+
+def _put(a: array, values: Any) -> array:
+    """Append whole numbers (`values`: an int, or an int64 array) to `a`: held in 4 bytes (`_U32`)
+    while every one is in [0, 2**32), in 8 from the first that is not (`a` copied wider once).
+    Returns the array that holds them (a row count or offset column is 4 bytes a request while
+    it is built, not 8 and then a 4-byte copy)."""
+    one = isinstance(values, int)
+    if a.typecode == _U32:
+        lo, hi = (values, values) if one else ((int(values.min()), int(values.max())) if len(values) else (0, 0))
+        if 0 <= lo and hi < 2**32:
+            if one:
+                a.append(values)
+            else:
+                a.frombytes(values.astype(np.uint32).tobytes())
+            return a
+        a = array("q", a)
+    if one:
+        a.append(values)
+    else:
+        a.frombytes(np.asarray(values, dtype=np.int64).tobytes())
+    return a
+
+
+def _as_numbers(a: array) -> np.ndarray:
+    """A `_put` array as numpy (a view of its buffer, no copy)."""
+    dtype = np.uint32 if a.typecode == _U32 else np.int64
+    return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
 
 
 class IdColumn(Sequence):
@@ -186,7 +215,7 @@ class IdStore:
         self.off: array | None = None
         self.keys: dict[tuple[str, int], int] = {}  # (stem, width) -> its code
         self.code = array("H")
-        self.num = array("q")
+        self.num = array(_U32)  # `_put`: 4 bytes a number while every number fits
 
     def _key(self, stem: str, width: int) -> int | None:
         c = self.keys.get((stem, width))
@@ -198,15 +227,17 @@ class IdStore:
         """Every id so far as text (from here on, ids are held as text)."""
         ids = list(self._numbered().__iter__()) if len(self.num) else []
         self.blob, self.off = bytearray(), array("q", [0])
-        self.code, self.num, self.keys = array("H"), array("q"), {}
+        self.code, self.num, self.keys = array("H"), array(_U32), {}
         if ids:
             self._extend_text(ids)
 
-    def _numbered(self) -> IdColumn:
+    def _numbered(self, copy: bool = True) -> IdColumn:
+        """The ids so far (`copy=False`, when the store is finished: views of its arrays)."""
         stems = [k[0] for k in self.keys]
         widths = [k[1] for k in self.keys]
-        return IdColumn(None, None, stems=stems, widths=widths, code=np.frombuffer(self.code, dtype=np.uint16).copy(),
-                        num=np.frombuffer(self.num, dtype=np.int64).copy())
+        code, num = np.frombuffer(self.code, dtype=np.uint16), _as_numbers(self.num)
+        return IdColumn(None, None, stems=stems, widths=widths, code=code.copy() if copy else code,
+                        num=num.copy() if copy else num)
 
     def append(self, rid: str) -> None:
         if self.blob is None:
@@ -215,7 +246,7 @@ class IdStore:
             c = self._key(stem, w) if 0 < w <= _NUM_DIGITS else None
             if c is not None:
                 self.code.append(c)
-                self.num.append(int(rid[len(stem):]))
+                self.num = _put(self.num, int(rid[len(stem):]))
                 return
             self._as_text()
         self.blob += rid.encode("utf-8", "surrogatepass")  # type: ignore[operator]
@@ -233,7 +264,7 @@ class IdStore:
                 digits = "".join(x[k:] for x in ids)
                 if digits.isascii() and digits.isdigit():  # every id: this stem and w ASCII digits
                     self.code.frombytes(np.full(len(ids), c, dtype=np.uint16).tobytes())
-                    self.num.frombytes(np.array([x[k:] for x in ids]).astype(np.int64).tobytes())
+                    self.num = _put(self.num, np.array([x[k:] for x in ids]).astype(np.int64))
                     return
             for x in ids:  # mixed stems (or not numbered: the first such id turns the store to text)
                 self.append(x)
@@ -253,10 +284,7 @@ class IdStore:
 
     def finish(self) -> IdColumn:
         if self.blob is None:
-            col = self._numbered()
-            num = col._num
-            if len(num) and 0 <= int(num.min()) and int(num.max()) < 2**32:
-                col._num = num.astype(np.uint32)
+            col = self._numbered(copy=False)  # 4 bytes a number unless one needed 8 (`_put`)
             col._code = compact_codes(col._code)
             return col
         off = np.frombuffer(self.off, dtype=np.int64)  # type: ignore[arg-type]
@@ -403,7 +431,7 @@ class _CellCounter:
     """What `GapCells` is built from: each request's cell and whether it counts, and the gaps
     of counted requests added as they are stored (a block of rows at a time)."""
 
-    MERGE_AT = 32  # pending (values, counts) pairs of a cell merged into one
+    MERGE_AT = 4  # pending (values, counts) pairs of a cell merged into one (32 held ~17 MB for a 172k-request soak)
 
     def __init__(self) -> None:
         self.keys: dict[tuple[int, int, int], int] = {}
@@ -678,7 +706,7 @@ class TableBuilder:
         self._f = tuple(self.f.items())
         self._i = tuple(self.i.items())
         self._c = tuple((k, col, self._codes[k]) for k, col in self.c.items())
-        self.itl_off = array("q", [0])
+        self.itl_off = array(_U32, [0])  # `_put`: 4 bytes an offset while they fit
         self._buf = array("d")  # gaps not yet moved to the store (`_flush`)
         self._stored = 0
         self._gaps = 0
@@ -700,7 +728,7 @@ class TableBuilder:
 
     def _itl(self, i: int, gaps: Any) -> None:
         if gaps is None:
-            self.itl_off.append(self._gaps)
+            self.itl_off = _put(self.itl_off, self._gaps)
             return
         if type(gaps) is list and self._fast_gaps(gaps):
             self._buf.extend(gaps)
@@ -710,7 +738,7 @@ class TableBuilder:
         else:
             self._extra(i, "itl", gaps)
         self._gaps = self._stored + len(self._buf)
-        self.itl_off.append(self._gaps)
+        self.itl_off = _put(self.itl_off, self._gaps)
 
     @staticmethod
     def _fast_gaps(gaps: list) -> bool:
@@ -902,7 +930,7 @@ class TableBuilder:
         assert self.cells is None or self.cells.counted == self.n, (self.cells.counted, n0, self.n)
         self._stored += total
         self._gaps = self._stored
-        self.itl_off.frombytes(off.tobytes())
+        self.itl_off = _put(self.itl_off, off)
         return True
 
     def label_lut(self, key: str, value: str) -> np.ndarray:
@@ -937,9 +965,7 @@ class TableBuilder:
         else:
             assert self.itl_f is not None
             flat = np.frombuffer(self.itl_f, dtype=np.float64) if len(self.itl_f) else np.zeros(0)
-        off = np.frombuffer(self.itl_off, dtype=np.int64)
-        if off[-1] < 2**32:  # 4 bytes a request (a 10^7-request run of 64 tokens has 6.3e8 gaps)
-            off = off.astype(np.uint32)
+        off = _as_numbers(self.itl_off)  # 4 bytes a request unless an offset reached 2**32 (`_put`)
         return RequestTable(self.n, f, i, c, {k: tuple(v) for k, v in self.values.items()}, self.sparse, self.ids.finish(),
                             self.extras, flat, off, scale, cells=self.cells.finish() if self.cells is not None else None,
                             derived=frozenset(derived))
