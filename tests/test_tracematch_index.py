@@ -121,3 +121,18 @@ def test_a_lookup_finds_every_record_of_an_id_and_only_those():
         want = [i for i, x in enumerate(ids) if x == key]
         got = dict(index.rows_many([key]))
         assert got.get(0, []) == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f", "g"]), max_size=40), step=st.integers(1, 9))
+def test_ids_recorded_twice_are_found_whatever_the_step(ids, step):
+    """`IdIndex.repeated` compares its sorted keys SCAN_STEP at a time: at any step it gives
+    every id recorded more than once, each id's rows ascending, in the order of its second record."""
+    import unittest.mock
+
+    rows: dict[str, list[int]] = {}
+    for r, rid in enumerate(ids):
+        rows.setdefault(rid, []).append(r)
+    want = sorted((g for g in rows.values() if len(g) > 1), key=lambda g: g[1])
+    with unittest.mock.patch.object(tracematch, "SCAN_STEP", step):
+        assert IdIndex(ids).repeated() == want

@@ -44,6 +44,7 @@ NO_PAYLOAD = False  # the `trace` label of a request matched by a trace without 
 _ABSENT = object()  # a judged payload key the payload does not have
 
 MATCH_CHUNK = 4096  # traces matched at a time (one vectorized id lookup and window check each)
+SCAN_STEP = 1 << 20  # keys compared at a time when looking for ids recorded twice (`IdIndex.repeated`)
 
 
 class IdIndex:
@@ -129,9 +130,13 @@ class IdIndex:
     def repeated(self) -> list[list[int]]:
         """The rows of every request id recorded more than once, each id's rows ascending, the
         ids in the order their second record comes."""
-        bits = self.keys >> np.uint64(self.row_bits)
-        same = np.flatnonzero(bits[1:] == bits[:-1])
-        del bits
+        keys, shift, step = self.keys, np.uint64(self.row_bits), SCAN_STEP
+        found = []  # positions whose key shares its hash bits with the next one, a slice at a time
+        for a in range(0, max(len(keys) - 1, 0), step):  # (a full-length shifted copy was 8 bytes a request)
+            bits = keys[a:a + step + 1] >> shift
+            if len(hit := np.flatnonzero(bits[1:] == bits[:-1])):
+                found.append(hit + a)
+        same = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
         if not len(same):
             return []
         groups: dict[Any, list[int]] = {}
