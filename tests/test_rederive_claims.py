@@ -46,3 +46,21 @@ def test_wrong_claims_are_every_claim_checked(case):
         assert rederive._wrong_claims(stored, table, match) == want
     finally:
         rederive.UNMATCHED_SET_MAX = saved
+
+
+def test_a_relabelled_column_is_copied_only_when_changed_and_widens_past_256_values():
+    """The judge's relabelling leaves a label column nothing changes as the table's own array,
+    and holds any number of new values exactly (one byte a code up to 256 values, then four)."""
+    from soakspec.judge.rederive import _Labels
+    from soakspec.judge.table import build_table
+
+    t = build_table([{"request_id": f"r{k}", "bucket": 0, "outcome": "completed", "error": None} for k in range(300)])
+    same = _Labels(t, "outcome")
+    same.set_many(np.arange(300), "completed")
+    same.set(7, "completed")
+    assert same.done()[0] is t.c["outcome"]
+    errors = _Labels(t, "error")
+    for k in range(300):
+        errors.set(k, f"boom {k}")
+    codes, values = errors.done()
+    assert codes.dtype == np.int32 and [values[c] for c in codes.tolist()] == [f"boom {k}" for k in range(300)]

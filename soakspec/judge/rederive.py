@@ -502,12 +502,20 @@ def _usage_flags(t: RequestTable, idx: np.ndarray, bounds: Sequence[tuple[int | 
 
 
 class _Labels:
-    """A copy of one label column of a table, changed row by row."""
+    """One label column of a table, changed row by row: the table's own codes until a change,
+    then a copy (one byte a code while there are at most 256 values, four beyond). A column
+    that nothing changes -- the usual case: the runner's labels are right -- is never copied
+    (three int32 copies were 12 bytes a request while the join re-derived them)."""
 
     def __init__(self, t: RequestTable, key: str) -> None:
-        self.codes = t.c[key].astype(np.int32)  # a writable copy, wide enough for any new value's code
+        self.base = t.c[key]
+        self._own: np.ndarray | None = None
         self.values = list(t.values[key])
         self.index = {(type(v).__name__, v): k for k, v in enumerate(self.values)}
+
+    @property
+    def codes(self) -> np.ndarray:
+        return self.base if self._own is None else self._own
 
     def code(self, v: Any) -> int:
         k = (type(v).__name__, v)
@@ -517,11 +525,22 @@ class _Labels:
             self.values.append(v)
         return c
 
+    def _writable(self, c: int) -> np.ndarray:
+        if self._own is None:
+            self._own = np.array(self.base, dtype=np.uint8 if len(self.values) <= 256 else np.int32)
+        elif c > 255 and self._own.dtype == np.uint8:
+            self._own = self._own.astype(np.int32)
+        return self._own
+
     def set(self, i: int, v: Any) -> None:
-        self.codes[i] = self.code(v)
+        c = self.code(v)
+        if self.codes[i] != c:
+            self._writable(c)[i] = c
 
     def set_many(self, rows: np.ndarray, v: Any) -> None:
-        self.codes[rows] = self.code(v)
+        c = self.code(v)
+        if len(rows) and not (self.codes[rows] == c).all():
+            self._writable(c)[rows] = c
 
     def done(self) -> tuple[np.ndarray, tuple[Any, ...]]:
         return self.codes, tuple(self.values)
@@ -533,7 +552,7 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
     """`_relabel` over every request of a table: the derived outcomes, errors and usage flags
     as new label columns (the table itself is not changed), and the mislabeled-record notes."""
     outcome, error, usage = _Labels(t, "outcome"), _Labels(t, "error"), _Labels(t, "usage_mismatch")
-    every = np.arange(t.n, dtype=np.int64)
+    every = np.arange(t.n, dtype=np.int32 if t.n < 2**31 else np.int64)
     clean = t.clean(every)
     notes: list[tuple[int, str]] = []
     mislabeled = 0
