@@ -136,3 +136,19 @@ def test_ids_recorded_twice_are_found_whatever_the_step(ids, step):
     want = sorted((g for g in rows.values() if len(g) > 1), key=lambda g: g[1])
     with unittest.mock.patch.object(tracematch, "SCAN_STEP", step):
         assert IdIndex(ids).repeated() == want
+
+
+def test_more_than_255_kept_payloads_each_stay_with_its_request():
+    """Match codes are a byte a request until the 256th distinct kept payload, then widen: each
+    request keeps its own trace's payload either way, in one chunk or one trace at a time."""
+    reqs = [{"request_id": f"r{k}", "bucket": 0, "start": 100.0, "end": 200.0} for k in range(300)]
+    traces = [Trace(f"r{k}", (150.0,), {"terminal_reason": f"reason-{k}"}, None, "t") for k in range(300)]
+    want = {k: [{"terminal_reason": f"reason-{k}"}] for k in range(300)}
+    for chunk in (4096, 1):
+        saved = tracematch.MATCH_CHUNK
+        tracematch.MATCH_CHUNK = chunk
+        try:
+            got = match_table(build_table(reqs), iter(traces), ["{id}"], 0.0)
+        finally:
+            tracematch.MATCH_CHUNK = saved
+        assert got.codes.dtype.itemsize == 4 and got.kept == want

@@ -365,7 +365,7 @@ def _recorded(t: RequestTable) -> dict[tuple[Any, Any], int]:
     """(workload, level) -> requests recorded, warm-up too, no follow-up."""
     out: Counter = Counter()
     by_key: Counter = Counter()
-    step = 1 << 20  # rows at a time: the keys and their sort stay a few MB at any size
+    step = 1 << 16  # rows at a time: the keys and their sort stay a few MB at any size (2^20 rows: ~40 MB)
     for a in range(0, t.n, step):
         keep = t.clean(np.nonzero(t.i["bucket"][a:a + step] != FOLLOW_UP_BUCKET)[0] + a)
         if not len(keep):

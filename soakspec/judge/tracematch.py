@@ -156,7 +156,7 @@ class TableMatch:
     row with that request id (`rows_of(ids)`: of each, -1 for none)."""
 
     def __init__(self, n: int, index: IdIndex) -> None:
-        self.codes = np.zeros(n, dtype=np.int32)
+        self.codes = np.zeros(n, dtype=np.uint8)  # a byte a request while there are < 256 codes (`fit`)
         self.values: list[Any] = []
         self._index: dict[Any, int] = {}
         self._by_get: dict[tuple[Any, ...], int] = {}
@@ -204,7 +204,13 @@ class TableMatch:
     def add(self, i: int, p: Mapping[str, Any] | None) -> None:
         self.add_code(i, self.code(p))
 
+    def fit(self, c: int) -> None:
+        """Make room for code `c`: the codes widen to int32 from the 256th kept payload on."""
+        if c > 255 and self.codes.dtype == np.uint8:
+            self.codes = self.codes.astype(np.int32)
+
     def add_code(self, i: int, c: int) -> None:
+        self.fit(c)
         if self.codes[i] == 0:
             self.codes[i] = c
         else:
@@ -360,6 +366,7 @@ def _take(chunk: list[tuple[Any, ...]], pt: np.ndarray, pr: np.ndarray, start: n
     rows = chosen_r
     uniq, counts = np.unique(rows, return_counts=True)
     once = np.isin(rows, uniq[counts == 1]) & (match.codes[rows] == 0)
+    match.fit(max(codes))
     match.codes[rows[once]] = np.asarray(codes, dtype=np.int32)[once]
     for k in np.flatnonzero(~once).tolist():  # a row a trace already matched, or two of this chunk
         match.add_code(int(rows[k]), codes[k])
