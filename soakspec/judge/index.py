@@ -406,7 +406,7 @@ def index_backend(be: BackendEvidence) -> BackendIndex:
     pos = _level_of(t, keys)
     measured = t.i["bucket"] >= 0
     # row numbers in 4 bytes: every selection of a scope (buckets, levels, the backend) is made from these
-    everyone = ordered(t, np.arange(t.n, dtype=np.int32 if t.n < 2**31 else np.int64))
+    everyone = ordered(t)
     levels = []
     for k, e in enumerate(entries):
         first = next(j for j, key in enumerate(keys) if key == keys[k] and type(key[1]) is type(keys[k][1]))

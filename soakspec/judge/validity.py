@@ -27,6 +27,7 @@ from soakspec.judge.joined import JudgedRun
 from soakspec.judge.index import num as num_
 from soakspec.judge.measures import completed
 from soakspec.judge.stats import percentile
+from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, Rows
 from soakspec.judge.scope import bucket_scope, clock, level_scope
 from soakspec.judge.verdict import Instance, Location, RuleResult
@@ -124,11 +125,16 @@ def duplicate_ids(rows: Rows) -> list[str]:
         hashes.append(np.fromiter(map(hash, ids), dtype=np.int64, count=len(ids)))
     if not hashes:
         return []
-    h = np.sort(np.concatenate(hashes))
-    same = h[1:] == h[:-1]
-    if not same.any():
+    h = hashes[0] if len(hashes) == 1 else np.concatenate(hashes)
+    del hashes
+    h.sort()  # in place: no second array of every hash
+    suspect: set[int] = set()
+    step = table_module.SCAN_CHUNK
+    for a in range(0, max(len(h) - 1, 0), step):  # equal neighbours, a slice at a time (overlapping by one)
+        part = h[a:a + step + 1]
+        suspect.update(part[1:][part[1:] == part[:-1]].tolist())
+    if not suspect:
         return []
-    suspect = set(h[1:][same].tolist())
     seen: set[str] = set()
     dups: set[str] = set()
     for t, idx in rows.parts:
