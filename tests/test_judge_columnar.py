@@ -445,3 +445,26 @@ def test_every_row_in_the_judges_order_is_the_order_of_all_the_row_numbers(rows)
                       **({"intended_start": i} if i is not None else {})} for rid, s, i in rows])
     got = ordered(t)
     assert got.dtype == np.int32 and got.tolist() == ordered(t, np.arange(t.n, dtype=np.int64)).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(buckets=st.lists(st.integers(-2, 5), max_size=40), grouped=st.booleans(), step=st.sampled_from([1, 2, 3, 7, 1 << 16]))
+def test_a_levels_rows_grouped_by_bucket_are_a_stable_sort_by_bucket(buckets, grouped, step):
+    """A level's rows (in time order) grouped by bucket: ascending buckets, each group in the
+    rows' order -- views of the rows when their buckets never go down (compared a slice at a
+    time), a stable sort otherwise; the same groups either way."""
+    import unittest.mock
+
+    import numpy as np
+
+    from soakspec.judge import index as I
+
+    bk = sorted(buckets) if grouped else buckets
+    t = build_table([{"request_id": f"r{k}", "bucket": b} for k, b in enumerate(bk)])
+    idx = np.arange(len(bk), dtype=np.int32)
+    with unittest.mock.patch.object(I, "SCAN_STEP", step):
+        got = I._by_bucket(t, idx)
+    want: dict[int, list[int]] = {}
+    for r in sorted(range(len(bk)), key=lambda r: bk[r]):
+        want.setdefault(bk[r], []).append(r)
+    assert list(got) == sorted(want) and {k: v.tolist() for k, v in got.items()} == want

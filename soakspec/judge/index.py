@@ -309,6 +309,9 @@ def _level_of(t: RequestTable, keys: list[tuple[Any, Any]]) -> np.ndarray:
     return pos
 
 
+SCAN_STEP = 1 << 16  # rows whose buckets are compared at a time (`_by_bucket`)
+
+
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
     """`parts` end to end: when they are consecutive slices of one array (a level's buckets,
     cut from one bucket-sorted array by `_by_bucket`), that array's slice -- a view, no copy
@@ -329,14 +332,28 @@ def _joined(parts: list[np.ndarray]) -> np.ndarray:
 
 
 def _by_bucket(t: RequestTable, idx: np.ndarray) -> dict[int, np.ndarray]:
-    """`idx` (in order) grouped by bucket, each group in the same order."""
+    """`idx` (in order) grouped by bucket, each group in the same order: views of `idx` itself
+    when its buckets never go down (rows in time order nearly always are: a request's bucket is
+    the one it started in), else of a stable regrouping of it."""
     if not len(idx):
         return {}
-    b = t.i["bucket"][idx]
-    o = np.argsort(b, kind="stable")
-    bs, ix = b[o], idx[o]
-    cuts = np.nonzero(bs[1:] != bs[:-1])[0] + 1
-    return {int(g[0]): ix[a:e] for a, e in zip([0, *cuts.tolist()], [*cuts.tolist(), len(ix)]) for g in [bs[a:e]]}
+    col = t.i["bucket"]
+    cuts: list[np.ndarray] = []  # positions where the bucket changes, a slice at a time
+    for a in range(0, len(idx), SCAN_STEP):
+        b = col[idx[a:a + SCAN_STEP + 1]]
+        d = b[1:] != b[:-1]
+        if (b[1:] < b[:-1]).any():  # out of bucket order: group a stable sort of every row
+            b = col[idx]
+            o = np.argsort(b, kind="stable")
+            idx, bs = idx[o], b[o]
+            del o, b
+            at = np.nonzero(bs[1:] != bs[:-1])[0] + 1
+            starts = [0, *at.tolist()]
+            return {int(bs[s]): idx[s:e] for s, e in zip(starts, [*at.tolist(), len(idx)])}
+        cuts.append(np.nonzero(d)[0] + a + 1)
+    at = np.concatenate(cuts).tolist()
+    starts = [0, *at]
+    return {int(col[idx[s]]): idx[s:e] for s, e in zip(starts, [*at, len(idx)])}
 
 
 def _windows(e: Mapping[str, Any], t: RequestTable, idx: np.ndarray) -> tuple[Window, ...]:
