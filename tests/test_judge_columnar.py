@@ -175,9 +175,9 @@ def test_columnar_judge_equals_naive_reference(seed, per_bucket, share, t, u, ch
     at any chunk size its scans take (selections, cell counts, sums over a scope)."""
     import unittest.mock
 
-    from soakspec.judge import summary, table
+    from soakspec.judge import table
 
-    with unittest.mock.patch.object(table, "SCAN_CHUNK", chunk), unittest.mock.patch.object(summary, "SCAN_CHUNK", chunk):
+    with unittest.mock.patch.object(table, "SCAN_CHUNK", chunk):
         _judge_equals_naive(seed, per_bucket, share, t, u)
 
 
@@ -332,9 +332,9 @@ def test_gap_shares_and_exclusions_over_columns_equal_the_row_loop(values, chunk
     (reasons in the same order)."""
     import unittest.mock
 
-    from soakspec.judge import summary, table
+    from soakspec.judge import table
 
-    with unittest.mock.patch.object(table, "SCAN_CHUNK", chunk), unittest.mock.patch.object(summary, "SCAN_CHUNK", chunk):
+    with unittest.mock.patch.object(table, "SCAN_CHUNK", chunk):
         _check_shares_and_exclusions(values)
 
 
@@ -365,13 +365,13 @@ _held = st.one_of(st.none(), st.floats(0, 5, allow_nan=False))
        width=st.integers(0, 40), data=st.data())
 def test_derived_durations_a_chunk_at_a_time_equal_the_rows(rows, chunk, picks, lo, width, data):
     """ttft and latency over any rows of a table (an index array in any order, or a slice),
-    computed DERIVE_CHUNK rows at a time, equal each row's own definition: the record's value,
+    computed SCAN_CHUNK rows at a time, equal each row's own definition: the record's value,
     else first_token (end) - intended start (else start)."""
     import unittest.mock
 
     from soakspec.judge import table as T
 
-    with unittest.mock.patch.object(T, "DERIVE_CHUNK", chunk):
+    with unittest.mock.patch.object(T, "SCAN_CHUNK", chunk):
         _check_derived(rows, picks, lo, width, data)
 
 
@@ -457,12 +457,12 @@ def test_a_levels_rows_grouped_by_bucket_are_a_stable_sort_by_bucket(buckets, gr
 
     import numpy as np
 
-    from soakspec.judge import index as I
+    from soakspec.judge import index as I, table
 
     bk = sorted(buckets) if grouped else buckets
     t = build_table([{"request_id": f"r{k}", "bucket": b} for k, b in enumerate(bk)])
     idx = np.arange(len(bk), dtype=np.int32)
-    with unittest.mock.patch.object(I, "SCAN_STEP", step):
+    with unittest.mock.patch.object(table, "SCAN_CHUNK", step):
         got = I._by_bucket(t, idx)
     want: dict[int, list[int]] = {}
     for r in sorted(range(len(bk)), key=lambda r: bk[r]):

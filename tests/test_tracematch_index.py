@@ -126,7 +126,7 @@ def test_a_lookup_finds_every_record_of_an_id_and_only_those():
 @settings(max_examples=200, deadline=None)
 @given(ids=st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f", "g"]), max_size=40), step=st.integers(1, 9))
 def test_ids_recorded_twice_are_found_whatever_the_step(ids, step):
-    """`IdIndex.repeated` compares its sorted keys SCAN_STEP at a time: at any step it gives
+    """`IdIndex.repeated` compares its sorted keys SCAN_CHUNK at a time: at any step it gives
     every id recorded more than once, each id's rows ascending, in the order of its second record."""
     import unittest.mock
 
@@ -134,7 +134,9 @@ def test_ids_recorded_twice_are_found_whatever_the_step(ids, step):
     for r, rid in enumerate(ids):
         rows.setdefault(rid, []).append(r)
     want = sorted((g for g in rows.values() if len(g) > 1), key=lambda g: g[1])
-    with unittest.mock.patch.object(tracematch, "SCAN_STEP", step):
+    from soakspec.judge import table
+
+    with unittest.mock.patch.object(table, "SCAN_CHUNK", step):
         assert IdIndex(ids).repeated() == want
 
 

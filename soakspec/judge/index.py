@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from soakspec.judge.evidence import BackendEvidence, Evidence
+from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, RequestTable, Rows, fits, ordered
 
 Row = Mapping[str, Any]
@@ -136,8 +137,8 @@ class StartOrder:
         del rows
         self.fence = s[self.order[::self.FENCE]]
         longest = 0.0
-        for a in range(0, len(self.order), 1 << 16):  # a part at a time: no full-length temporaries
-            part = self.order[a:a + (1 << 16)]
+        for a in range(0, len(self.order), table_module.SCAN_CHUNK):  # no full-length temporaries
+            part = self.order[a:a + table_module.SCAN_CHUNK]
             d = e[part] - s[part]
             d = d[~np.isnan(d)]
             if len(d):
@@ -309,9 +310,6 @@ def _level_of(t: RequestTable, keys: list[tuple[Any, Any]]) -> np.ndarray:
     return pos
 
 
-SCAN_STEP = 1 << 16  # rows whose buckets are compared at a time (`_by_bucket`)
-
-
 def _joined(parts: list[np.ndarray]) -> np.ndarray:
     """`parts` end to end: when they are consecutive slices of one array (a level's buckets,
     cut from one bucket-sorted array by `_by_bucket`), that array's slice -- a view, no copy
@@ -339,8 +337,9 @@ def _by_bucket(t: RequestTable, idx: np.ndarray) -> dict[int, np.ndarray]:
         return {}
     col = t.i["bucket"]
     cuts: list[np.ndarray] = []  # positions where the bucket changes, a slice at a time
-    for a in range(0, len(idx), SCAN_STEP):
-        b = col[idx[a:a + SCAN_STEP + 1]]
+    step = table_module.SCAN_CHUNK
+    for a in range(0, len(idx), step):
+        b = col[idx[a:a + step + 1]]
         d = b[1:] != b[:-1]
         if (b[1:] < b[:-1]).any():  # out of bucket order: group a stable sort of every row
             b = col[idx]
@@ -382,7 +381,7 @@ def _recorded(t: RequestTable) -> dict[tuple[Any, Any], int]:
     """(workload, level) -> requests recorded, warm-up too, no follow-up."""
     out: Counter = Counter()
     by_key: Counter = Counter()
-    step = 1 << 16  # rows at a time: the keys and their sort stay a few MB at any size (2^20 rows: ~40 MB)
+    step = table_module.SCAN_CHUNK  # the keys and their sort stay a few MB at any size (2^20 rows: ~40 MB)
     for a in range(0, t.n, step):
         keep = t.clean(np.nonzero(t.i["bucket"][a:a + step] != FOLLOW_UP_BUCKET)[0] + a)
         if not len(keep):

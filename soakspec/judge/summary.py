@@ -23,7 +23,8 @@ from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, error_me
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (Distribution, Outcome, PerBucket, PerSample, bucket_series, completed, gap_share, not_completed,
                                     outcome_is, quarters, relative_change)
-from soakspec.judge.table import MISSING, SCAN_CHUNK, Rows
+from soakspec.judge import table as table_module
+from soakspec.judge.table import MISSING, Rows
 from soakspec.judge.registry import metric
 from soakspec.judge.servermetrics import results_section as server_metrics_section
 from soakspec.judge.scope import Scope, bucket_scope
@@ -94,8 +95,9 @@ def _excluded_columns(t, idx) -> dict[str, dict[str, int]]:
     the same counts, each reason in the order its first request comes (as the row loop adds them)."""
     first: dict[tuple[str, str], int] = {}  # (tpot|itl, reason) -> the position of its first request
     total: Counter[tuple[str, str]] = Counter()
-    for a in range(0, len(idx), SCAN_CHUNK):
-        part = idx[a:a + SCAN_CHUNK]
+    step = table_module.SCAN_CHUNK
+    for a in range(0, len(idx), step):
+        part = idx[a:a + step]
         done = t.label_is("outcome", "completed", part)
         mism = done & ~t.usage_ok(part)
         rest = done & ~mism

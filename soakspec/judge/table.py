@@ -90,10 +90,13 @@ _RECORD_LABELS = frozenset(("backend", "workload", "outcome", "error", "finish_r
                             "empty_text", "usage_decreased"))
 _FIELD = {k: operator.attrgetter(k) for k in (*_RECORD_FLOATS, *INTS, *_RECORD_LABELS)}  # a record's field, by column
 
-GAP_CHUNK = 1 << 18
-DERIVE_CHUNK = 1 << 16  # rows a derived duration is computed for at a time (`RequestTable._since_request`)
-SCAN_CHUNK = 1 << 16  # rows a count or sum over a scope reads at a time (`Rows.chunks`)
-_DERIVED = ("ttft", "latency")  # what a typed record derives (`Record.ttft`, `Record.latency`)  # gaps buffered before they are checked and stored
+GAP_CHUNK = 1 << 18  # gaps buffered before they are checked and stored
+# Rows a computation over a scope takes at a time, wherever it would otherwise make full-length
+# temporaries (a selection's predicate, counts and sums, derived durations, sorts' neighbour
+# checks): what it allocates beyond its result stays a few MiB at any number of requests. Read
+# as `table.SCAN_CHUNK` when called (tests set it small to cross chunk edges).
+SCAN_CHUNK = 1 << 16
+_DERIVED = ("ttft", "latency")  # what a typed record derives (`Record.ttft`, `Record.latency`)
 
 
 def fits(v: Any) -> bool:
@@ -1139,7 +1142,7 @@ class RequestTable:
 
     def _since_request(self, key: str, stamp: str, idx) -> np.ndarray:
         """`key` (ttft, latency) of the rows `idx`: the record's own value, else `stamp` -
-        req_time. Filled a part of DERIVE_CHUNK rows at a time into the one array it returns, so
+        req_time. Filled a part of SCAN_CHUNK rows at a time into the one array it returns, so
         that what it allocates beyond that array stays a few MiB at any scope (a 10^7-request
         level's ttft made five full-length temporaries: ~400 MB at the gate's peak)."""
         start = 0
@@ -1153,8 +1156,8 @@ class RequestTable:
         if held.strides == (0,) and len(held) and math.isnan(held[0]):
             held = None  # one NaN for every row (`compact`): every value is derived
         times = self.f[stamp]
-        for p in range(0, n, DERIVE_CHUNK):
-            q = min(n, p + DERIVE_CHUNK)
+        for p in range(0, n, SCAN_CHUNK):
+            q = min(n, p + SCAN_CHUNK)
             rows = slice(start + p, start + q) if isinstance(idx, slice) else idx[p:q]
             part = out[p:q]
             np.subtract(times[rows], self.req_time(rows), out=part)

@@ -27,6 +27,7 @@ import numpy as np
 
 from soakspec.evidence.traces import id_form_affixes
 from soakspec.lang.parser import gc_paused
+from soakspec.judge import table as table_module
 from soakspec.judge.table import RequestTable, take_ids
 
 _EPOCH_MAX = 4_102_444_800.0  # as soakspec.evidence.traces: a time beyond 2100 is no time
@@ -44,7 +45,6 @@ NO_PAYLOAD = False  # the `trace` label of a request matched by a trace without 
 _ABSENT = object()  # a judged payload key the payload does not have
 
 MATCH_CHUNK = 4096  # traces matched at a time (one vectorized id lookup and window check each)
-SCAN_STEP = 1 << 20  # keys compared at a time when looking for ids recorded twice (`IdIndex.repeated`)
 
 
 class IdIndex:
@@ -130,7 +130,7 @@ class IdIndex:
     def repeated(self) -> list[list[int]]:
         """The rows of every request id recorded more than once, each id's rows ascending, the
         ids in the order their second record comes."""
-        keys, shift, step = self.keys, np.uint64(self.row_bits), SCAN_STEP
+        keys, shift, step = self.keys, np.uint64(self.row_bits), table_module.SCAN_CHUNK
         found = []  # positions whose key shares its hash bits with the next one, a slice at a time
         for a in range(0, max(len(keys) - 1, 0), step):  # (a full-length shifted copy was 8 bytes a request)
             bits = keys[a:a + step + 1] >> shift
