@@ -399,8 +399,7 @@ class GapCells:
         if not len(idx):
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         k = np.zeros(len(self.n_ok), dtype=np.int64)
-        for a in range(0, len(idx), SCAN_CHUNK):  # the rows' cells counted a chunk at a time
-            part = idx[a:a + SCAN_CHUNK]
+        for part in _slices(idx):  # the rows' cells counted a chunk at a time
             if not self.ok[part].all():
                 return None
             k += np.bincount(self.cell[part], minlength=len(self.n_ok))
@@ -1330,10 +1329,9 @@ class Rows(Sequence):
     def chunks(self, size: int | None = None) -> Iterator[tuple[RequestTable, np.ndarray]]:
         """The parts, `size` (SCAN_CHUNK) rows at a time (views, no copy): a vectorized count or
         sum over a scope allocates its temporaries for one chunk, not for every request of it."""
-        size = SCAN_CHUNK if size is None else size
         for t, idx in self.parts:
-            for a in range(0, len(idx), size):
-                yield t, idx[a:a + size]
+            for sub in _slices(idx, size):
+                yield t, sub
 
     def select(self, mask_of) -> Rows:
         """The rows for which `mask_of(table, idx)` (a boolean array) holds."""
@@ -1373,9 +1371,10 @@ class Rows(Sequence):
         return [t.ids[i] for t, idx in self.parts for i in idx.tolist()]
 
 
-def _slices(idx: np.ndarray) -> list[np.ndarray]:
-    """`idx` in views of SCAN_CHUNK rows (one, maybe empty, for a short one)."""
-    return [idx[a:a + SCAN_CHUNK] for a in range(0, len(idx), SCAN_CHUNK)] or [idx]
+def _slices(idx: np.ndarray, size: int | None = None) -> list[np.ndarray]:
+    """`idx` in views of `size` (SCAN_CHUNK) rows (one, maybe empty, for a short one)."""
+    size = SCAN_CHUNK if size is None else size
+    return [idx[a:a + size] for a in range(0, len(idx), size)] or [idx]
 
 
 def ordered(table: RequestTable, idx: np.ndarray | None = None) -> np.ndarray:
