@@ -4,11 +4,18 @@ first record has no trace the judge matched -- sifted by the unmatched records' 
 
 from __future__ import annotations
 
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
+from soakspec.evidence.io import EvidenceChanged
 from soakspec.judge import rederive
-from soakspec.judge.evidence import _ClaimRows
+from soakspec.judge.evidence import Claims
 from soakspec.judge.table import build_table
 from soakspec.judge.tracematch import IdIndex, TableMatch
 
@@ -33,19 +40,31 @@ def test_wrong_claims_are_every_claim_checked(case):
     want = [c["request_id"] for c in claims
             if c["matched"] is True and isinstance(c["request_id"], str) and c["request_id"] in ids
             and codes[ids.index(c["request_id"])] == 0]
-    if as_claims:  # as load_evidence holds them: ids end to end, a flag a row
-        rows = _ClaimRows()
-        for k, c in enumerate(claims):
-            rows.add(k, c)
-        stored = rows.claims()
-    else:
-        stored = tuple(claims)
-    saved = rederive.UNMATCHED_SET_MAX
-    rederive.UNMATCHED_SET_MAX = set_max
-    try:
-        assert rederive._wrong_claims(stored, table, match) == want
-    finally:
-        rederive.UNMATCHED_SET_MAX = saved
+    with tempfile.TemporaryDirectory() as d:
+        if as_claims:  # as load_evidence holds them: the file, read again when they are needed
+            path = Path(d) / "traces.jsonl"
+            path.write_text("".join(json.dumps(c) + "\n" for c in claims))
+            stored = Claims(path, hashlib.sha256(path.read_bytes()).hexdigest())
+        else:
+            stored = tuple(claims)
+        saved = rederive.UNMATCHED_SET_MAX
+        rederive.UNMATCHED_SET_MAX = set_max
+        try:
+            assert rederive._wrong_claims(stored, table, match) == want
+        finally:
+            rederive.UNMATCHED_SET_MAX = saved
+
+
+def test_claims_read_again_from_a_file_that_changed_stop_the_judge(tmp_path):
+    """The claims are read again only when some record is unmatched: a traces.jsonl that no
+    longer hashes as verification found it stops the judge rather than judging a new file."""
+    path = tmp_path / "traces.jsonl"
+    path.write_text('{"request_id": "r1", "matched": true}\n')
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert list(Claims(path, sha).matched_ids()) == ["r1"]
+    path.write_text('{"request_id": "r1", "matched": true}\n{"request_id": "r2", "matched": true}\n')
+    with pytest.raises(EvidenceChanged, match="changed while it was being judged"):
+        list(Claims(path, sha).matched_ids())
 
 
 def test_a_relabelled_column_is_copied_only_when_changed_and_widens_past_256_values():

@@ -21,6 +21,7 @@ import dataclasses
 import errno
 import fcntl
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -522,13 +523,14 @@ def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = N
 
 
 def iter_jsonl_typed(path: os.PathLike | str, errors: list[tuple[int, str]] | None = None, hasher: Any = None,
-                     fast: Any = None):
+                     fast: Any = None, plain: bool = True):
     """`iter_jsonl`, yielding `(line_number, record, typed)`. `fast`, when given, is a msgspec
     typed decoder whose type accepts no line that the file's schema or `loads`' limits refuse
     (a flat struct of plain fields: `verify._ShortTrace`): a block of whole lines it decodes in
     one call is yielded as plain JSON values with `typed` True -- valid, so a caller need not
     validate them again; any other block is read line by line, exactly as `iter_jsonl` reads
-    it, with `typed` False."""
+    it, with `typed` False. With `plain` False a typed line is yielded as the decoded struct,
+    not made into plain values: for a caller that only checks the file."""
     import msgspec
 
     cut: list[int] = []
@@ -552,9 +554,12 @@ def iter_jsonl_typed(path: os.PathLike | str, errors: list[tuple[int, str]] | No
             except msgspec.DecodeError:
                 objs = None
             if objs is not None and len(objs) == block.count(b"\n"):
-                to_builtins = msgspec.to_builtins
-                for i, obj in enumerate(objs, first):
-                    yield i, to_builtins(obj), True
+                if plain:
+                    to_builtins = msgspec.to_builtins
+                    for i, obj in enumerate(objs, first):
+                        yield i, to_builtins(obj), True
+                else:
+                    yield from zip(range(first, first + len(objs)), objs, itertools.repeat(True))
                 continue
         lines = block.split(b"\n")
         lines.pop()  # after the block's last newline: nothing

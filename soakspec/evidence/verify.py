@@ -173,11 +173,16 @@ class VerifyReport:
 
 
 class RowSink(Protocol):
-    """Where `verify_evidence(rows=...)` hands the rows of one JSONL file as it checks them."""
+    """Where `verify_evidence(rows=...)` hands the rows of one JSONL file as it checks them.
+
+    A sink whose `wants_rows` is False (absent: True) is handed no row, only the file's end:
+    its bad lines and the sha256 the check took while it read the file (a reader that reads
+    the file again later, and rarely, can tell that it changed meanwhile). The check then makes
+    no row object for a line its typed decoder took (`io.iter_jsonl_typed(plain=False)`)."""
 
     def add(self, line: int, row: Any) -> None: ...
 
-    def end(self, bad_lines: list[tuple[int, str | None]]) -> None: ...
+    def end(self, bad_lines: list[tuple[int, str | None]], sha256: str | None = None) -> None: ...
 
 
 class _Checker:
@@ -351,8 +356,10 @@ class _Checker:
             expect_dir = parts[1] if len(parts) == 3 and parts[0] == layout.BACKENDS else None
             hasher = hashlib.sha256()
             sink = self.rows(rel) if self.rows is not None else None
+            wanted = sink is not None and getattr(sink, "wants_rows", True)
             fast = _FAST_ROWS.get(name)
-            for line, rec, typed in iter_jsonl_typed(path, bad_lines, hasher, fast):  # streamed: a long soak's file never sits in memory
+            # streamed: a long soak's file never sits in memory
+            for line, rec, typed in iter_jsonl_typed(path, bad_lines, hasher, fast, plain=wanted):
                 self.records_checked += 1
                 if schema and not typed:  # a typed row is valid by its type (`_ShortTrace`)
                     self.schema_errors(rel, schema, rec, line, budget)
@@ -361,11 +368,11 @@ class _Checker:
                         budget[0] -= 1
                         if budget[0] >= 0:
                             self.error(rel, "V108", f"record of backend {rec['backend']!r} in the directory of another backend", line)
-                if sink is not None:
+                if wanted:
                     sink.add(line, rec)
             self.hashes[rel] = hasher.hexdigest()
             if sink is not None:
-                sink.end(bad_lines)
+                sink.end(bad_lines, self.hashes[rel])
             for line, message in [b for b in bad_lines if b[1] is not None][:MAX_ERRORS_PER_FILE]:
                 self.error(rel, "V105", message, line)
             if any(message is None for _, message in bad_lines):

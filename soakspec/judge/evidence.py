@@ -21,16 +21,16 @@ from array import array
 
 import dataclasses
 import functools
-import itertools
+import hashlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
-from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl, read_json, read_jsonl, sha256_file
+from soakspec.evidence.io import EvidenceChanged, EvidenceError, EvidenceFormatError, iter_jsonl, read_json, read_jsonl, sha256_file
 from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
-from soakspec.judge.table import IdColumn, RequestTable, TableBuilder, IdStore, build_table
+from soakspec.judge.table import RequestTable, TableBuilder, build_table
 
 # verify codes: the artifact no longer is what the run wrote
 TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107", "V109"})
@@ -283,7 +283,7 @@ class _Rows:
     def add(self, line: int, row: Any) -> None:
         self.rows.append(self.compact(row) if self.compact is not None else row)
 
-    def end(self, bad_lines: list[tuple[int, str | None]]) -> None:
+    def end(self, bad_lines: list[tuple[int, str | None]], sha256: str | None = None) -> None:
         self.bad = list(bad_lines)
 
 
@@ -318,56 +318,50 @@ class _TableRows(_Rows):
         self.builder.add_records(recs)
 
 
-class Claims(Sequence):
-    """The stored trace rows of a backend whose traces the judge re-matches from its log: only
-    what each row claims, `{"request_id": ..., "matched": ...}`, made when read. Held as the
-    ids in one blob (`IdColumn`, as the request table holds them) and a flag per row (a long
-    soak has one row per request: no dict, no string object per row); a row whose id is not a
-    string keeps it in `other`."""
+class Claims:
+    """The stored trace rows of a backend whose traces the judge re-matches from its log: what
+    each row claims (its `request_id`, and whether it says `matched`), read from traces.jsonl
+    when asked. The judge asks only when some record has no matched trace
+    (`rederive._wrong_claims`), so a soak whose every record matched never reads the claims
+    again, and none is held: a long soak has one row per request, and holding their ids cost
+    ~20 bytes a request and a tenth of the gate's time (benchmarks/README.md, "Soak scale").
 
-    def __init__(self, ids: IdColumn, matched: array, other: Mapping[int, Any]) -> None:
-        self._ids, self._matched, self._other = ids, matched, other
+    Verification hashed the file while it checked it (`sha256`); read again, the file must hash
+    the same, or the judge stops with `EvidenceChanged` (a verdict resting on neither version
+    is not given)."""
 
-    def __len__(self) -> int:
-        return len(self._matched)
-
-    def request_id(self, k: int) -> Any:
-        if k in self._other:
-            return self._other[k]
-        return self._ids[k]
-
-    def __getitem__(self, k):  # type: ignore[override]
-        if isinstance(k, slice):
-            return [self[j] for j in range(*k.indices(len(self)))]
-        if k < 0:
-            k += len(self)
-        if not 0 <= k < len(self):
-            raise IndexError(k)
-        return {"request_id": self.request_id(k), "matched": self._matched[k] == 1}
+    def __init__(self, path: str | os.PathLike, sha256: str | None) -> None:
+        self.path, self.sha256 = str(path), sha256
 
     def matched_ids(self) -> Iterator[Any]:
-        """The request id of every row that claims a match, in row order (no dict per row)."""
-        return map(self.request_id, itertools.compress(range(len(self._matched)), self._matched))
+        """The request id of every row that claims a match, in row order (any JSON value: the
+        row's, unchecked)."""
+        hasher = hashlib.sha256()
+        for _, row in iter_jsonl(self.path, [], hasher):
+            if isinstance(row, dict) and row.get("matched") is True:
+                yield row.get("request_id")
+        if self.sha256 is not None and hasher.hexdigest() != self.sha256:
+            raise EvidenceChanged(f"{self.path} changed while it was being judged: it no longer hashes as it did when verified")
 
 
 class _ClaimRows(_Rows):
-    def __init__(self) -> None:
-        super().__init__(None)
-        self.ids = IdStore()
-        self.matched = array("b")
-        self.other: dict[int, Any] = {}
+    """traces.jsonl of a backend whose traces the judge re-matches from its log: verification
+    checks it and hands over no row, only its bad lines and its hash (`Claims` reads the
+    claims again, when they are needed)."""
 
-    def add(self, line: int, row: Any) -> None:
-        if not isinstance(row, dict):
-            return
-        rid = row.get("request_id")
-        if type(rid) is not str:
-            self.other[len(self.matched)] = rid
-        self.ids.append(rid if type(rid) is str else "")
-        self.matched.append(1 if row.get("matched") is True else 0)
+    wants_rows = False
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        super().__init__(None)
+        self.path = path
+        self.sha256: str | None = None
+
+    def end(self, bad_lines: list[tuple[int, str | None]], sha256: str | None = None) -> None:
+        super().end(bad_lines, sha256)
+        self.sha256 = sha256
 
     def claims(self) -> Claims:
-        return Claims(self.ids.finish(), self.matched, self.other)
+        return Claims(self.path, self.sha256)
 
 
 _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None, layout.METRICS: None}
@@ -390,7 +384,7 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
             read[rel] = sink = _TableRows()
             return sink
         if parts[2] == layout.TRACES and parts[1] in from_log:
-            read[rel] = sink = _ClaimRows()
+            read[rel] = sink = _ClaimRows(root / rel)
             return sink
         read[rel] = sink = _Rows(_COMPACTORS[parts[2]])
         return sink
