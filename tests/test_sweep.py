@@ -124,13 +124,23 @@ def test_the_gate_passes_at_the_found_level_and_reports_the_figure():
     assert summarize_run(run)["figures"] == {"max_sustainable_concurrency": 4}
 
 
-def test_evidence_read_from_disk_is_narrowed_to_each_probe_as_in_memory(tmp_path):
-    """`load_evidence` keeps a backend's requests as columns, not rows: the sweep's per-probe
+SIM_BACKEND = ('url = "http://127.0.0.1:8000"', "sim {\n    slots = 4\n  }")
+
+
+@pytest.mark.parametrize("sim", [False, True], ids=["url", "sim, traces in server.log"])
+def test_evidence_read_from_disk_is_narrowed_to_each_probe_as_in_memory(tmp_path, sim):
+    """`load_evidence` keeps a backend's requests as columns, not rows, and of a backend whose
+    traces come from its log, the stored trace rows stay on disk: the sweep's per-probe
     narrowing reads them from the table and finds the same figure and probe verdicts."""
     from soakspec.judge.evidence import load_evidence
 
-    spec = spec_from_text(_sweep_spec())
-    b = EvidenceBuilder(spec_from_text(_sweep_spec(f"concurrency = {PROBES}")), per_bucket=40)
+    def text(*args, **kw):
+        t = _sweep_spec(*args, **kw)
+        return t.replace(*SIM_BACKEND) if sim else t
+
+    rule = "require p90(ttft) < 200ms per level" + ("\n  require trace_coverage >= 90%" if sim else "")
+    spec = spec_from_text(text(rule=rule))
+    b = EvidenceBuilder(spec_from_text(text(f"concurrency = {PROBES}", rule=rule)), per_bucket=40)
     for i, c in enumerate(PROBES):
         if c > 4:
             for r in b.measured("b0", level=i):  # on disk ttft is derived from the times
@@ -143,6 +153,9 @@ def test_evidence_read_from_disk_is_narrowed_to_each_probe_as_in_memory(tmp_path
     assert not ev.backends[0].records  # columns only, as a real run is read
     (sw,) = join(spec, ev).sweep
     assert sw.result == 4 and [p["passed"] for p in sw.probes] == [c <= 4 for c in PROBES]
+    v = judge(spec, load_evidence(root))
+    assert v.outcome == "PASS", [r.text() for r in v.rules]
+    assert [r.status for r in v.rules if r.metric == "trace_coverage"] == (["pass"] if sim else [])
 
 
 def test_a_probe_that_did_not_run_its_full_duration_never_holds():
