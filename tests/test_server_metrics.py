@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from soakspec.evidence.telemetry import CpuMeter, process_tree_cpu_seconds, telemetry_record
 from soakspec.judge.judge import judge
-from soakspec.judge.servermetrics import counter_change, hist_change, quantile_estimate, Series
+from soakspec.judge.scrapes import Series, build_scrapes
+from soakspec.judge.servermetrics import counter_change, hist_change, quantile_estimate
 from soakspec.judge.testing import EvidenceBuilder, metrics_rows, small_spec, spec_from_text
 from soakspec.lang import check, parse
 from soakspec.lang.fmt import fmt
@@ -201,7 +202,8 @@ async def test_a_scrape_that_gets_no_answer_is_bounded_by_its_timeout_and_record
 
 
 def _series(kind: str, times, points) -> Series:
-    return Series("x", kind, tuple(times), tuple(points))
+    rows = [{"t": t, "ok": True, "families": {"x": {"type": kind, **p}}} for t, p in zip(times, points)]
+    return build_scrapes(rows).series["x"]
 
 
 @given(st.lists(st.floats(0, 1e6, allow_nan=False), min_size=2, max_size=30))

@@ -28,8 +28,10 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
-from soakspec.evidence.io import EvidenceChanged, EvidenceError, EvidenceFormatError, iter_jsonl, read_json, read_jsonl, sha256_file
+from soakspec.evidence.io import EvidenceChanged, EvidenceError, EvidenceFormatError, iter_jsonl, read_json, sha256_file
 from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
+from soakspec.judge.clientsamples import ClientBuilder, ClientSamples, build_client, samples_of
+from soakspec.judge.scrapes import ScrapeBuilder, Scrapes, build_scrapes
 from soakspec.judge.table import RequestTable, TableBuilder, build_table
 
 # verify codes: the artifact no longer is what the run wrote
@@ -100,9 +102,10 @@ class BackendEvidence:
     # traces.jsonl held as {request_id, matched} only (a backend whose traces come from its log:
     # the judge re-matches them from server.log); `full_traces()` reads the whole rows if needed
     traces_path: str | None = None
-    # client.jsonl rows of this backend's load (the run root's file, split by `backend`): the
-    # load generator's own health (runner/clienthealth.py), judged by `client_healthy`
-    client: tuple[Mapping[str, Any], ...] = ()
+    # client.jsonl of this backend's load (the run root's file, split by `backend`): the load
+    # generator's own health (runner/clienthealth.py), judged by `client_healthy`. Read from
+    # disk, as `ClientSamples` (columns, built while the file is read); built in memory, its rows
+    client: ClientSamples | tuple[Mapping[str, Any], ...] = ()
 
     def full_traces(self) -> tuple[Mapping[str, Any], ...]:
         """The trace rows with their ids, times and payloads (read again when only their
@@ -112,9 +115,21 @@ class BackendEvidence:
         rows = (_compact_trace(r) for _, r in iter_jsonl(self.traces_path))
         return tuple(r for r in rows if isinstance(r, dict))
     mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
-    metrics: tuple[Mapping[str, Any], ...] = ()  # metrics.jsonl rows: the server's scraped /metrics (judge/servermetrics.py)
+    # metrics.jsonl, the server's scraped /metrics (judge/servermetrics.py): read from disk, as
+    # `Scrapes` (typed series, built while the file is read: no row held); built in memory, its rows
+    metrics: Scrapes | tuple[Mapping[str, Any], ...] = ()
     table: RequestTable | None = None  # the usable request records as typed columns (`soakspec.judge.table`)
     problems_total: int | None = None  # how many unusable rows there were (None: len(problems))
+
+    @functools.cached_property
+    def client_samples(self) -> ClientSamples:
+        """The load generator's health samples as columns (`judge/clientsamples.py`)."""
+        return self.client if isinstance(self.client, ClientSamples) else samples_of(self.client)
+
+    @functools.cached_property
+    def scrapes(self) -> Scrapes:
+        """The server's scrapes as series (`judge/scrapes.py`)."""
+        return self.metrics if isinstance(self.metrics, Scrapes) else build_scrapes(self.metrics)
 
     @property
     def problem_count(self) -> int:
@@ -246,7 +261,7 @@ def _compact_trace(row: Any) -> Any:
 
 
 def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *, required: bool, compact=None,
-               read: dict[str, _Rows] | None = None) -> list[Any]:
+               read: dict[str, _Rows] | None = None) -> Any:
     """Rows of a JSONL file, streamed and (with `compact`) compacted one at a time -- or, when
     verification already decoded the file (`read`), its rows from there."""
     if not path.is_file():
@@ -255,7 +270,7 @@ def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *,
         return []
     got = read.pop(rel, None) if read is not None else None
     if got is not None:
-        rows, bad = (got.claims() if isinstance(got, _ClaimRows) else got.rows), got.bad
+        rows, bad = got.result(), got.bad
     else:
         bad = []
         if path.name == layout.REQUESTS:  # decoded (and validated) as the record type, once
@@ -285,6 +300,40 @@ class _Rows:
 
     def end(self, bad_lines: list[tuple[int, str | None]], sha256: str | None = None) -> None:
         self.bad = list(bad_lines)
+
+    def result(self) -> Any:
+        """What the judge keeps of the file."""
+        return self.rows
+
+
+class _ScrapeRows(_Rows):
+    """metrics.jsonl as verification decodes it: each row taken into typed series and dropped."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.builder = ScrapeBuilder()
+
+    def add(self, line: int, row: Any) -> None:
+        if isinstance(row, dict):
+            self.builder.add(row)
+
+    def result(self) -> Scrapes:
+        return self.builder.finish()
+
+
+class _ClientRows(_Rows):
+    """client.jsonl as verification decodes it: each row taken into its backend's columns and
+    dropped."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.builder = ClientBuilder()
+
+    def add(self, line: int, row: Any) -> None:
+        self.builder.add(row)
+
+    def result(self) -> dict[str, ClientSamples]:
+        return self.builder.finish()
 
 
 class _TableRows(_Rows):
@@ -360,11 +409,11 @@ class _ClaimRows(_Rows):
         super().end(bad_lines, sha256)
         self.sha256 = sha256
 
-    def claims(self) -> Claims:
+    def result(self) -> Claims:
         return Claims(self.path, self.sha256)
 
 
-_COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None, layout.METRICS: None}
+_COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None}
 
 
 def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: frozenset[str] = frozenset()) -> Integrity:
@@ -375,10 +424,15 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
 
     def rows(rel: str) -> _Rows | None:
         if read is not None and rel == layout.CLIENT:  # the run root's client health, read from here too
-            read[rel] = sink = _Rows(None)
+            read[rel] = sink = _ClientRows()
             return sink
         parts = rel.split("/")
-        if read is None or len(parts) != 3 or parts[0] != layout.BACKENDS or parts[2] not in _COMPACTORS:
+        if read is None or len(parts) != 3 or parts[0] != layout.BACKENDS:
+            return None
+        if parts[2] == layout.METRICS:
+            read[rel] = sink = _ScrapeRows()
+            return sink
+        if parts[2] not in _COMPACTORS:
             return None
         if parts[2] == layout.REQUESTS:
             read[rel] = sink = _TableRows()
@@ -437,26 +491,20 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
 
 
-def _client_rows(root: Path, read: dict[str, _Rows] | None = None) -> dict[str, tuple[Mapping[str, Any], ...]]:
-    """client.jsonl by backend, in time order (absent in evidence from before it was written;
-    a row that is not an object with a numeric `t` is skipped). Its rows as verification
-    decoded them (`read`), else read here."""
+def _client_rows(root: Path, read: dict[str, _Rows] | None = None) -> dict[str, ClientSamples]:
+    """client.jsonl by backend, as columns in time order (absent in evidence from before it was
+    written; a row that is not an object with a `backend` and a numeric `t` is skipped). Built
+    as verification decoded the rows (`read`), else read here."""
     path = root / layout.CLIENT
     if not path.is_file():
         return {}
     got = read.pop(layout.CLIENT, None) if read is not None else None
     if got is not None:
-        rows = got.rows
-    else:
-        try:
-            rows, _ = read_jsonl(path)
-        except EvidenceError:  # a corrupt line: verification reports it (the file is hashed)
-            return {}
-    out: dict[str, list[Mapping[str, Any]]] = {}
-    for r in rows:
-        if isinstance(r, dict) and isinstance(r.get("backend"), str) and type(r.get("t")) in (int, float):
-            out.setdefault(r["backend"], []).append(r)
-    return {k: tuple(sorted(v, key=lambda r: r["t"])) for k, v in out.items()}
+        return got.result()
+    errors: list[tuple[int, str | None]] = []
+    got_rows = build_client(r for _, r in iter_jsonl(path, errors))
+    # a corrupt line (not a cut-off last one): verification reports it (the file is hashed)
+    return {} if any(m is not None for _, m in errors) else got_rows
 
 
 def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str],
@@ -526,8 +574,7 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     traces = traces if isinstance(traces, Claims) else [r for r in traces if isinstance(r, dict)]
     telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False, read=read)
                  if isinstance(r, dict)]
-    metrics = [r for r in _read_rows(d / layout.METRICS, rel + layout.METRICS, problems, partial, required=False, read=read)
-               if isinstance(r, dict)]
+    metrics = _read_rows(d / layout.METRICS, rel + layout.METRICS, problems, partial, required=False, read=read)
     lpath = layout.server_log_file(d)  # server.log.gz, else server.log (a run killed before it ended)
     # never read whole: the judge streams it from the run's start offset (`rederive`)
     server_log_path = str(lpath) if lpath is not None else None
@@ -554,5 +601,5 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
         problems=tuple(problems),
         server_log_path=server_log_path,
         traces_path=str(d / layout.TRACES) if claims_only else None,
-        metrics=tuple(metrics),
+        metrics=metrics if isinstance(metrics, Scrapes) else build_scrapes(r for r in metrics if isinstance(r, dict)),
     )

@@ -24,20 +24,10 @@ import numpy as np
 
 from soakspec.judge.evidence import BackendEvidence, Evidence
 from soakspec.judge import table as table_module
-from soakspec.judge.table import MISSING, RequestTable, Rows, fits, ordered
+from soakspec.judge.table import MISSING, RequestTable, Rows, fits, num, ordered  # noqa: F401  (num: read from here too)
 
 Row = Mapping[str, Any]
 FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level (warm-up is -1)
-
-
-def num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        return None
-    try:
-        f = float(v)
-    except OverflowError:  # an integer beyond any float: not a measurement
-        return None
-    return f if math.isfinite(f) else None
 
 
 def req_time(r: Row) -> float | None:

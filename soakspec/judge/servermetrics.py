@@ -31,15 +31,15 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soakspec.judge import stats
 from soakspec.judge.common import backend_here, plural, problem, result
-from soakspec.judge.index import BackendIndex, Row, num
+from soakspec.judge.index import BackendIndex
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import Measure
+from soakspec.judge.scrapes import Scrapes, Series
 from soakspec.judge.scope import Scope
 from soakspec.judge.verdict import Instance, RuleResult
 from soakspec.lang.spec import Rule
@@ -50,56 +50,9 @@ EPS = 1e-6
 # ------------------------------------------------------------------------------ the series
 
 
-@dataclasses.dataclass(frozen=True)
-class Series:
-    """One family's successful scrapes of one backend, in time order."""
-
-    name: str
-    type: str  # counter | gauge | histogram | summary
-    times: tuple[float, ...]
-    points: tuple[Mapping[str, Any], ...]  # the family's entry of each scrape
-
-
-@dataclasses.dataclass(frozen=True)
-class Scrapes:
-    """A backend's metrics.jsonl, arranged once: its families' series and what failed."""
-
-    series: Mapping[str, Series]
-    total: int
-    failed: tuple[Row, ...]
-
-
-_CACHE: dict[int, tuple[weakref.ref, Scrapes]] = {}
-
-
-def _rows(be: Any) -> tuple[Row, ...]:
-    rows = be.metrics
-    return tuple(r for r in rows if isinstance(r, Mapping) and num(r.get("t")) is not None)
-
-
 def scrapes(bi: BackendIndex) -> Scrapes:
-    """The backend's scrapes, built once per evidence value."""
-    be = bi.evidence
-    hit = _CACHE.get(id(be))
-    if hit is not None and hit[0]() is be:
-        return hit[1]
-    rows = sorted(_rows(be), key=lambda r: float(r["t"]))
-    by: dict[str, list[tuple[float, Mapping[str, Any]]]] = {}
-    for r in rows:
-        fams = r.get("families")
-        if r.get("ok") is not True or not isinstance(fams, Mapping):
-            continue
-        for name, fam in fams.items():
-            if isinstance(fam, Mapping) and isinstance(fam.get("type"), str):
-                by.setdefault(name, []).append((float(r["t"]), fam))
-    series = {n: Series(n, pts[-1][1]["type"], tuple(t for t, _ in pts), tuple(p for _, p in pts)) for n, pts in by.items()}
-    out = Scrapes(series, len(rows), tuple(r for r in rows if r.get("ok") is not True))
-    try:
-        _CACHE[id(be)] = (weakref.ref(be), out)
-        weakref.finalize(be, _CACHE.pop, id(be), None)  # the entry goes with the evidence value
-    except TypeError:  # not weak-referenceable: no cache
-        _CACHE.pop(id(be), None)
-    return out
+    """The backend's scrapes (`BackendEvidence.scrapes`: built once, while the file is read)."""
+    return bi.evidence.scrapes
 
 
 def find(bi: BackendIndex, name: str) -> Series | None:
@@ -165,16 +118,12 @@ def _increase(vals: Sequence[float]) -> float:
     return inc
 
 
-def _value(p: Mapping[str, Any]) -> float | None:
-    return num(p.get("value"))
-
-
 def counter_change(s: Series, start: float, end: float) -> tuple[float, float, int] | None:
     """(increase, seconds between the bracketing scrapes, scrapes used) over [start, end)."""
     b = bracket(s, start, end)
     if b is None:
         return None
-    vals = [v for p in s.points[b[0]:b[1] + 1] if (v := _value(p)) is not None]
+    vals = [v for i in range(b[0], b[1] + 1) if (v := s.value(i)) is not None]
     if len(vals) < 2:
         return None
     return _increase(vals), s.times[b[1]] - s.times[b[0]], b[1] - b[0] + 1
@@ -189,21 +138,13 @@ class HistDelta:
     scrapes: int
 
 
-def _hist(p: Mapping[str, Any]) -> tuple[float, float, dict[float | None, float]]:
-    bks = {}
-    for pair in p.get("buckets") or ():
-        if isinstance(pair, (list, tuple)) and len(pair) == 2 and num(pair[1]) is not None:
-            bks[num(pair[0]) if pair[0] is not None else None] = float(pair[1])
-    return float(num(p.get("sum")) or 0.0), float(num(p.get("count")) or 0.0), bks
-
-
 def hist_change(s: Series, start: float, end: float) -> HistDelta | None:
     b = bracket(s, start, end)
     if b is None:
         return None
     total = count = 0.0
     buckets: dict[float | None, float] = {}
-    pts = [_hist(p) for p in s.points[b[0]:b[1] + 1]]
+    pts = [s.hist(i) for i in range(b[0], b[1] + 1)]
     for (s0, c0, b0), (s1, c1, b1) in zip(pts, pts[1:]):
         reset = c1 < c0
         total += s1 if reset else s1 - s0
@@ -287,7 +228,7 @@ def _gauge(family: str, scope: Scope, agg: str, q: float | None, confidence: flo
     if agg in ("count", "rate"):
         what = "bare server(...)" if agg == "count" else "rate()"
         return Measure(None, 0, 1, "scrape", f"{what} reads a counter's increase; '{family}' is a gauge: write max(server(\"{family}\")) or mean(...)")
-    vals = [v for s, a, b in _by_backend(scope, family, windows(scope)) for i in inside(s, a, b) if (v := _value(s.points[i])) is not None]
+    vals = [v for s, a, b in _by_backend(scope, family, windows(scope)) for i in inside(s, a, b) if (v := s.value(i)) is not None]
     if not vals:
         return Measure(None, 0, 1, "scrape", f"no scrape of '{family}' inside the scope's buckets")
     if agg == "p":
@@ -372,8 +313,7 @@ def _scrape_problem(bi: BackendIndex) -> str | None:
     if sc.total == 0:
         return f"metrics.jsonl holds no scrape of {path}"
     if sc.failed:
-        first = sc.failed[0]
-        return f"{len(sc.failed)} of {plural(sc.total, 'scrape')} of {path} failed; first: {first.get('error')}"
+        return f"{sc.failed} of {plural(sc.total, 'scrape')} of {path} failed; first: {sc.first_failed.get('error')}"
     return None
 
 
@@ -422,7 +362,7 @@ def _bucket_entry(s: Series, start: float, end: float) -> dict[str, Any] | None:
                 v, (lo, hi) = quantile_estimate(q, d.buckets)
                 out[f"p{q:g}"] = {"value": v, "bucket": [lo, hi]}  # the estimate and its resolution
         return out
-    vals = [x for i in inside(s, start, end) if (x := _value(s.points[i])) is not None]
+    vals = [x for i in inside(s, start, end) if (x := s.value(i)) is not None]
     if not vals:
         return None
     return {"mean": stats.mean(vals), "max": max(vals), "min": min(vals), "scrapes": len(vals)}
@@ -434,7 +374,7 @@ def results_section(bi: BackendIndex) -> dict[str, Any] | None:
     mean/min/max, a counter's rate and increase, a histogram's mean observation and its p50/p99
     estimates with the histogram bucket each falls in (the estimate's resolution)."""
     entry = bi.evidence.entry.get("metrics")
-    if not isinstance(entry, Mapping) and not bi.evidence.metrics:
+    if not isinstance(entry, Mapping) and not scrapes(bi).rows:
         return None
     entry = entry if isinstance(entry, Mapping) else {}
     sc = scrapes(bi)
@@ -448,7 +388,7 @@ def results_section(bi: BackendIndex) -> dict[str, Any] | None:
                     per[f"{lv.workload}:{lv.index}:{w.index}"] = e
         fams[name] = {"type": s.type, "per_bucket": per}
     return {"path": entry.get("path"), "declared": entry.get("declared"), "status": entry.get("status"),
-            "scrapes": sc.total, "failed": len(sc.failed), "first_error": entry.get("first_error"), "families": fams}
+            "scrapes": sc.total, "failed": sc.failed, "first_error": entry.get("first_error"), "families": fams}
 
 
 __all__ = ["ServerMetric", "bind", "find", "metrics_scraped", "quantile_estimate", "results_section", "scrapes", "unavailable"]

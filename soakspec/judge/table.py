@@ -99,6 +99,18 @@ SCAN_CHUNK = 1 << 16
 _DERIVED = ("ttft", "latency")  # what a typed record derives (`Record.ttft`, `Record.latency`)
 
 
+def num(v: Any) -> float | None:
+    """A JSON number as a finite float; None for anything else (booleans, an integer beyond
+    any float, a non-finite value): what the judge reads a measurement as."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond any float: not a measurement
+        return None
+    return f if math.isfinite(f) else None
+
+
 def fits(v: Any) -> bool:
     """Can an int column hold Python value `v` (compared against a column, it could match)?"""
     return type(v) is int and -_INT_LIMIT < v < _INT_LIMIT

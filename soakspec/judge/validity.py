@@ -12,9 +12,7 @@ Each is `rule(run, spec_rule) -> RuleResult`; `spec_rule` is None for the built-
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
-import itertools
 import math
 from pathlib import Path
 
@@ -356,56 +354,6 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
 CLIENT_SENSITIVE = frozenset({"ttft", "itl", "tpot", "latency", "schedule_lag", "throughput", "qps", "in_flight", "coalesced"})
 
 
-def pooled_lag_p99(samples) -> float | None:
-    """The time-weighted p99 of event-loop lag over several windows (client.jsonl rows,
-    runner/clienthealth.py), pooled exactly: the smallest lag v such that wake-ups later than v
-    cover at most 1 % of the windows' total weight. Lags at or below a row's `stall_s` are not
-    kept one by one: when the stalls do not reach 1 %, the answer is the largest window p99
-    capped at stall_s, an upper bound. None without usable rows."""
-    rows = [s for s in samples if type(s.get("weight_s")) in (int, float) and type(s.get("lag_p99")) in (int, float)]
-    total = sum(s["weight_s"] for s in rows)
-    if not rows or total <= 0:
-        return None
-    stalls = sorted(((s.get("tick_s") or 0.0, x) for s in rows for x in (s.get("stalls") or ()) if type(x) in (int, float)),
-                    key=lambda p: -p[1])  # fmt: skip
-    acc = 0.0
-    for tick, lag in stalls:
-        acc += tick + lag
-        if acc > 0.01 * total:
-            return float(lag)
-    return max(min(s["lag_p99"], s.get("stall_s") or s["lag_p99"]) for s in rows)
-
-
-SAMPLE_SPAN_S = 60.0  # no client.jsonl window is longer (runner/clienthealth.py writes one a second)
-
-
-def _t(s) -> float:
-    t = s.get("t")
-    return t if type(t) in (int, float) else float("-inf")
-
-
-def _samples_in(rows, start: float, end: float) -> list:
-    """The client.jsonl rows (sorted by `t`) whose window's midpoint lies in [start, end):
-    found by bisection, so judging every bucket of a day-long soak stays linear."""
-    out = []
-    for s in itertools.islice(rows, bisect.bisect_left(rows, start, key=_t), None):
-        t, st = s["t"], s.get("start")
-        if t > end + SAMPLE_SPAN_S:
-            break
-        if type(st) in (int, float) and start <= (st + t) / 2 < end:
-            out.append(s)
-    return out
-
-
-def _mean_cpu_by_process(samples: list) -> dict[int, float]:
-    acc: dict[int, list[float]] = {}
-    for s in samples:
-        cpu, start, t = s.get("cpu"), s.get("start"), s.get("t")
-        if type(cpu) in (int, float) and type(start) in (int, float) and type(t) in (int, float) and t > start:
-            acc.setdefault(int(s.get("process") or 0), []).append((cpu, t - start))  # type: ignore[arg-type]
-    return {p: sum(c * w for c, w in xs) / sum(w for _, w in xs) for p, xs in acc.items()}  # type: ignore[misc]
-
-
 # Per-request figures of a bucket, from the table's columns (vectorized; numpy over the
 # bucket's rows) with the row form beside each for the rare requests kept as they were
 # (`RequestTable.extras`): both give what the record-by-record definition gives, exactly.
@@ -483,12 +431,13 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     """The load generator's health in one bucket (None: the bucket has no window)."""
     if w.start is None or w.end is None or w.end <= w.start:
         return None
-    inside = _samples_in(bi.evidence.client, w.start, w.end)
-    pooled = pooled_lag_p99(inside)
-    lag99 = [pooled] if pooled is not None else [s["lag_p99"] for s in inside if type(s.get("lag_p99")) in (int, float)]
-    lagmax = [s["lag_max"] for s in inside if type(s.get("lag_max")) in (int, float)]
-    hosts = [s["host_cpu"] for s in inside if type(s.get("host_cpu")) in (int, float)]
-    cpus = _mean_cpu_by_process(inside)
+    cs = bi.evidence.client_samples  # judge/clientsamples.py
+    inside = cs.within(w.start, w.end)
+    pooled = cs.pooled_lag_p99(inside)
+    lag99 = [pooled] if pooled is not None else cs.values("lag_p99", inside)
+    lagmax = cs.values("lag_max", inside)
+    hosts = cs.values("host_cpu", inside)
+    cpus = cs.mean_cpu_by_process(inside)
     recs = w.records
     mode, conc, rate = lv.entry.get("mode"), lv.entry.get("concurrency"), lv.entry.get("rate")
     lags = _values(recs, lambda t, idx: t.schedule_lag(idx), _sched_lag_row) if mode == "open" else None
@@ -551,14 +500,6 @@ def client_saturation(row: dict, g) -> list[str]:
     return why
 
 
-def _covered(samples, start: float, end: float) -> bool:
-    """Does a client-health sample's own window (its `start` to `t`) overlap [start, end)? A
-    sample spans about a second, so a shorter bucket may hold none and still be measured. The
-    samples are sorted by `t`: only those ending after `start` are looked at."""
-    return any(type(s.get("start")) in (int, float) and type(s.get("t")) in (int, float) and s["start"] < end and s["t"] > start
-               for s in itertools.islice(samples, bisect.bisect_right(samples, start, key=_t), None))
-
-
 def client_measured(run: JudgedRun) -> str | None:
     """Did the run measure its load generator, and if so, why its client.jsonl gives nothing
     to judge: None when the run predates client health (its manifest lists no client.jsonl,
@@ -568,7 +509,7 @@ def client_measured(run: JudgedRun) -> str | None:
     arts = ev.manifest.get("artifacts")
     listed = isinstance(arts, dict) and layout.CLIENT in arts
     there = ev.root is not None and (Path(ev.root) / layout.CLIENT).is_file()
-    if any(be.client for be in ev.backends):
+    if any(be.client_samples for be in ev.backends):
         return ""
     if not listed and not there:
         return None
@@ -607,7 +548,7 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
             for w, row in _client_windows(bi, lv):
                 n += 1
                 sampled += 1 if row["samples"] else 0
-                if not row["samples"] and not _covered(bi.evidence.client, w.start, w.end):  # its health is unknown
+                if not row["samples"] and not bi.evidence.client_samples.covered(w.start, w.end):  # its health is unknown
                     # the run measured its client: a bucket it did not measure is not a healthy one
                     insts.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), None, None, None,
                                           f"no client-health sample in bucket {row['bucket']}: the load generator's health is unknown"))

@@ -13,7 +13,7 @@ built-in `client_healthy` (judge/validity.py) reads it per bucket:
   of wake-ups would call it one late sample in 160. Per window a sample keeps the window's p50,
   p99 and max, the total weight (`weight_s`) and every stall longer than `STALL_S` (`stalls`:
   none in a healthy loop), so that the judge can pool a bucket's p99 exactly from its windows
-  (judge/validity.py `pooled_lag_p99`) instead of averaging percentiles.
+  (judge/clientsamples.py `ClientSamples.pooled_lag_p99`) instead of averaging percentiles.
 * CPU: the process's own CPU time (all its threads, `time.process_time`) over the window's
   wall time, as a fraction of one core (a trio loop is one core: near 1.0 means saturated).
   With `--workers N` every worker process runs its own monitor and sends its samples to the

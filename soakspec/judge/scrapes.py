@@ -1,0 +1,163 @@
+"""A backend's metrics.jsonl as the judge holds it: typed series per family, not rows.
+
+The runner scrapes the server's /metrics every few seconds for the whole soak
+(`runner/scrape.py`), one line per scrape with every kept family. Held as decoded JSON, a
+scrape costs ~7 KB of memory (a histogram's buckets alone are twenty two-element lists of
+floats): ~120 MB a day at one scrape each 5 s, whatever the request rate. `ScrapeBuilder`
+takes the rows one at a time, as verification decodes them, and keeps per family only what
+the judge reads (`judge/servermetrics.py`), in arrays of 8-byte floats:
+
+  gauge, counter     the value (`num(entry["value"])`; NaN: not a number)
+  histogram, summary the sum and the count (`float(num(...) or 0.0)`, as the judge reads them)
+                     and the bucket counts, their `le` bounds shared by every scrape that has
+                     the same ones (`num(le)`, None for +Inf or a bound that is not a number;
+                     a pair whose count is not a number is not kept)
+
+Failed scrapes (`ok` not true) are counted, and the earliest is kept for its error. Series
+and counts are exactly what the rows give (`build_scrapes(rows)`; tests/test_scrapes.py holds
+them equal to the rows read one by one).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from array import array
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from soakspec.judge.table import num
+
+_NAN = math.nan
+
+
+@dataclasses.dataclass(frozen=True)
+class Series:
+    """One family's successful scrapes of one backend, in time order (scrape `i` at `times[i]`)."""
+
+    name: str
+    type: str  # counter | gauge | histogram | summary: the type its latest scrape gave
+    times: array  # 'd', epoch seconds, ascending
+    values: array  # 'd': the value (gauge, counter); NaN where the entry has none
+    sums: array  # 'd': the sum (histogram, summary); 0.0 where none
+    counts: array  # 'd': the count (histogram, summary); 0.0 where none
+    bounds: tuple[tuple[float | None, ...], ...]  # the distinct `le` tuples of its scrapes
+    bound_of: array  # 'i': scrape -> its index in `bounds` (-1: no buckets)
+    bucket_counts: tuple[array, ...]  # per scrape: the counts of its buckets ('d'), in `le` order
+
+    def value(self, i: int) -> float | None:
+        v = self.values[i]
+        return None if v != v else v
+
+    def hist(self, i: int) -> tuple[float, float, dict[float | None, float]]:
+        """Scrape i's (sum, count, {le: cumulative count})."""
+        k = self.bound_of[i]
+        bks = dict(zip(self.bounds[k], self.bucket_counts[i])) if k >= 0 else {}
+        return self.sums[i], self.counts[i], bks
+
+
+@dataclasses.dataclass(frozen=True)
+class Scrapes:
+    """A backend's metrics.jsonl, arranged once: its families' series and what failed."""
+
+    series: Mapping[str, Series]
+    total: int  # scrapes with a time (ok or not)
+    failed: int  # of them, those not ok
+    first_failed: Mapping[str, Any] | None  # the earliest failed scrape's row (its error)
+    rows: int  # rows read (with or without a time)
+
+
+class ScrapeBuilder:
+    """`Scrapes` built a row at a time (in file order; sorted by time when finished)."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self.total = 0
+        self.failed = 0
+        self.first_failed: tuple[float, Mapping[str, Any]] | None = None
+        self._fams: dict[str, _Family] = {}
+        self._bounds: dict[tuple[float | None, ...], int] = {}
+
+    def add(self, row: Any) -> None:
+        if not isinstance(row, Mapping):
+            return
+        self.rows += 1
+        t = num(row.get("t"))
+        if t is None:
+            return
+        self.total += 1
+        fams = row.get("families")
+        if row.get("ok") is not True or not isinstance(fams, Mapping):
+            if row.get("ok") is not True:
+                self.failed += 1
+                if self.first_failed is None or t < self.first_failed[0]:
+                    self.first_failed = (t, {"error": row.get("error")})
+            return
+        for name, entry in fams.items():
+            if isinstance(entry, Mapping) and isinstance(entry.get("type"), str):
+                fam = self._fams.get(name)
+                if fam is None:
+                    fam = self._fams[name] = _Family()
+                fam.add(t, entry, self._bounds)
+
+    def finish(self) -> Scrapes:
+        bounds = tuple(self._bounds)
+        series = {name: fam.finish(name, bounds) for name, fam in self._fams.items()}
+        return Scrapes(series, self.total, self.failed, self.first_failed[1] if self.first_failed else None, self.rows)
+
+
+def build_scrapes(rows: Iterable[Any]) -> Scrapes:
+    b = ScrapeBuilder()
+    for r in rows:
+        b.add(r)
+    return b.finish()
+
+
+class _Family:
+    def __init__(self) -> None:
+        self.times = array("d")
+        self.values = array("d")
+        self.sums = array("d")
+        self.counts = array("d")
+        self.bound_of = array("i")
+        self.bucket_counts: list[array] = []
+        self.types: list[str] = []
+
+    def add(self, t: float, entry: Mapping[str, Any], bounds: dict[tuple[float | None, ...], int]) -> None:
+        self.times.append(t)
+        self.types.append(entry["type"])
+        v = num(entry.get("value"))
+        self.values.append(_NAN if v is None else v)
+        self.sums.append(float(num(entry.get("sum")) or 0.0))
+        self.counts.append(float(num(entry.get("count")) or 0.0))
+        bks: dict[float | None, float] = {}
+        pairs = entry.get("buckets")
+        for pair in pairs if isinstance(pairs, (list, tuple)) else ():  # anything else holds no bucket
+            if isinstance(pair, (list, tuple)) and len(pair) == 2 and (n := num(pair[1])) is not None:
+                bks[num(pair[0]) if pair[0] is not None else None] = n
+        if bks:
+            les = tuple(bks)
+            k = bounds.get(les)
+            if k is None:
+                k = bounds[les] = len(bounds)
+            self.bound_of.append(k)
+            self.bucket_counts.append(array("d", bks.values()))
+        else:
+            self.bound_of.append(-1)
+            self.bucket_counts.append(_EMPTY)
+
+    def finish(self, name: str, bounds: tuple[tuple[float | None, ...], ...]) -> Series:
+        times = np.frombuffer(self.times, dtype=np.float64) if len(self.times) else np.zeros(0)
+        order = np.argsort(times, kind="stable")  # time order; scrapes of one time in file order
+        if len(order) and not (order[1:] > order[:-1]).all():
+            pick = order.tolist()
+            cols = [array(c.typecode, (c[j] for j in pick)) for c in (self.times, self.values, self.sums, self.counts, self.bound_of)]
+            bc = tuple(self.bucket_counts[j] for j in pick)
+        else:
+            cols, bc = [self.times, self.values, self.sums, self.counts, self.bound_of], tuple(self.bucket_counts)
+        return Series(name, self.types[int(order[-1])], *cols[:4], bounds, cols[4], bc)
+
+
+_EMPTY = array("d")
