@@ -161,6 +161,18 @@ class BackendIndex:
         return self.evidence.name
 
     @functools.cached_property
+    def sample_times(self) -> np.ndarray:
+        """The telemetry samples' times (float64, ascending, as `samples`)."""
+        return np.fromiter((float(s["t"]) for s in self.samples), dtype=np.float64, count=len(self.samples))
+
+    def samples_between(self, start: float, end: float) -> tuple[Row, ...]:
+        """The telemetry samples with start <= t < end, in time order: found by bisection (a
+        day-long soak has ~17,000 samples and ~1,400 buckets; scanning them all per bucket
+        made a telemetry rule quadratic in the soak's length)."""
+        ts = self.sample_times
+        return self.samples[int(np.searchsorted(ts, start, side="left")):int(np.searchsorted(ts, end, side="left"))]
+
+    @functools.cached_property
     def measured(self) -> Rows:
         parts = [p for lv in self.levels for p in lv.records.parts] + list(self.orphans.parts)
         if not parts:

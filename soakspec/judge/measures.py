@@ -506,10 +506,7 @@ class PerSample(_Series):
         for bi, w in scope.windows:
             if w.start is None or w.end is None:
                 continue
-            for s in bi.samples:
-                t = float(s["t"])
-                if w.start <= t < w.end and (v := self.value(s)) is not None:
-                    pts.append(v)
+            pts.extend(v for s in bi.samples_between(w.start, w.end) if (v := self.value(s)) is not None)
         return pts
 
 
