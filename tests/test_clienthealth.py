@@ -278,8 +278,14 @@ def test_a_starved_client_is_inconclusive_naming_client_health_never_fail(tmp_pa
     assert all(r.status != "fail" for r in v.rules)
     rows = [json.loads(line) for line in (out / layout.CLIENT).read_text().splitlines()]
     assert rows and {r["backend"] for r in rows} == {"b0"}
-    worst = max(r["lag_max"] for r in rows)
-    assert max(blocked) - 0.007 <= worst <= max(blocked) + 0.01
+    # every stalled wake-up the monitor kept (a lag over 10 ms) is one injected block: the worst
+    # never less than the worst block (nothing under-reported), and the typical one within a
+    # few ms of the typical block. Not each one: the test runs in pytest's own process, late in
+    # a long session, where a garbage collection of its heap or a busy CPU can stall the loop
+    # once more, and the monitor rightly reports that too (CI once saw 213 ms for 150 ms blocks)
+    stalls = sorted(x for r in rows for x in r["stalls"])
+    assert len(stalls) >= 3 and max(blocked) - 0.007 <= stalls[-1]
+    assert abs(stalls[len(stalls) // 2] - sorted(blocked)[len(blocked) // 2]) <= 0.01, (stalls, blocked)
 
 
 def test_the_judge_reads_client_health_per_bucket_and_the_gate_can_turn_it_off():
