@@ -241,6 +241,20 @@ def test_the_samples_as_columns_give_what_the_rows_give(rows, start, length):
         assert cs.covered(start, end) == covered(mine, start, end)
 
 
+def test_a_number_beyond_any_float_is_no_number_not_a_crash():
+    """JSON integers have no bound: a time beyond a float drops its sample, a value or stall
+    beyond one is none (the judge never stops on an OverflowError)."""
+    big = 10**400
+    rows = [{"backend": "a", "t": big, "start": 0.0, "weight_s": 1.0, "lag_p99": 0.002},
+            {"backend": "a", "t": 2.0, "start": 1.0, "weight_s": 1.0, "lag_p99": big, "lag_max": big, "cpu": big,
+             "stalls": [big, 0.5]}]
+    cs = build_client(rows)["a"]
+    assert len(cs) == 1
+    idx = cs.within(0.0, 10.0)
+    assert idx == [0] and cs.values("lag_max", idx) == [] and cs.mean_cpu_by_process(idx) == {}
+    assert cs.pooled_lag_p99(idx) is None  # no usable lag p99: not a number
+
+
 def test_a_days_samples_take_columns_not_rows():
     """A day of one sample a second is ~100 bytes a sample as columns (the rows were ~2.3 KB)."""
     row = {"schema_version": 1, "backend": "a", "process": 0, "wakeups": 150, "lag_p50": 0.001, "lag_p99": 0.002,

@@ -6,8 +6,8 @@ costs ~2.3 KB of memory, ~200 MB a day whatever the request rate. `ClientBuilder
 rows one at a time, as verification decodes them, and keeps only what `client_healthy` reads
 (judge/validity.py), as 8-byte floats (NaN: the row has no number there):
 
-  t, start            the sample's window (epoch seconds; rows without a numeric `t` are not
-                      kept, as before)
+  t, start            the sample's window (epoch seconds; a row without a finite numeric `t`
+                      is not kept)
   weight_s, lag_p99   the window's time weight and its event-loop lag p99
   lag_max, stall_s, tick_s, cpu, host_cpu
   process             the load process (an integer; 0 when the row has none)
@@ -36,7 +36,17 @@ SAMPLE_SPAN_S = 60.0  # no client.jsonl window is longer (runner/clienthealth.py
 
 
 def _number(v: Any) -> float:
-    return float(v) if type(v) in (int, float) else math.nan
+    if type(v) not in (int, float):
+        return math.nan
+    try:
+        return float(v)
+    except OverflowError:  # an integer beyond any float: not a measurement
+        return math.nan
+
+
+def _timed(row: Mapping[str, Any]) -> bool:
+    """Has the row a time the samples can be ordered by (a finite number)?"""
+    return math.isfinite(_number(row.get("t")))
 
 
 def _some(v: float) -> bool:
@@ -130,7 +140,7 @@ class ClientBuilder:
         self._by: dict[str, _Backend] = {}
 
     def add(self, row: Any) -> None:
-        if not isinstance(row, Mapping) or not isinstance(name := row.get("backend"), str) or type(row.get("t")) not in (int, float):
+        if not isinstance(row, Mapping) or not isinstance(name := row.get("backend"), str) or not _timed(row):
             return
         b = self._by.get(name)
         if b is None:
@@ -153,7 +163,7 @@ def samples_of(rows: Iterable[Mapping[str, Any]]) -> ClientSamples:
     """One backend's rows (their `backend` field not read) as its samples."""
     b = _Backend()
     for r in rows:
-        if isinstance(r, Mapping) and type(r.get("t")) in (int, float):
+        if isinstance(r, Mapping) and _timed(r):
             b.add(r)
     return b.finish()
 
@@ -172,7 +182,7 @@ class _Backend:
         self.process.append(p if type(p) is int and -(2**63) <= p < 2**63 else 0)
         s = row.get("stalls")
         if isinstance(s, list):
-            self.stalls.extend(float(x) for x in s if type(x) in (int, float))
+            self.stalls.extend(v for x in s if (v := _number(x)) == v)
         self.stall_off.append(len(self.stalls))
 
     def finish(self) -> ClientSamples:
