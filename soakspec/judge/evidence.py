@@ -260,6 +260,25 @@ def _compact_trace(row: Any) -> Any:
     return out
 
 
+# What the judge reads of a telemetry sample (the `PerSample` metrics of judge/registry.py: rss,
+# cpu, gpu_memory, gpu_memory_device); the rest -- utilization, temperature, power, the pid --
+# stays in telemetry.jsonl, hashed. A sample each 5 s for a day, on 8 GPUs: ~40 MB held whole.
+_TELEMETRY_KEYS = ("t", "server_rss_bytes", "rss", "server_cpu_percent")
+_GPU_KEYS = ("memory_used", "process_memory_used")
+
+
+def compact_telemetry(row: Any) -> Any:
+    """What the judge keeps of a telemetry.jsonl row: the keys it reads, as they were (a key
+    absent stays absent), and of `gpus` (when a list) each device's memory figures."""
+    if not isinstance(row, dict):
+        return row
+    out = {k: row[k] for k in _TELEMETRY_KEYS if k in row}
+    gpus = row.get("gpus")
+    if isinstance(gpus, list):
+        out["gpus"] = [{k: g[k] for k in _GPU_KEYS if k in g} for g in gpus if isinstance(g, Mapping)]
+    return out
+
+
 def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *, required: bool, compact=None,
                read: dict[str, _Rows] | None = None) -> Any:
     """Rows of a JSONL file, streamed and (with `compact`) compacted one at a time -- or, when
@@ -413,7 +432,7 @@ class _ClaimRows(_Rows):
         return Claims(self.path, self.sha256)
 
 
-_COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: None}
+_COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: compact_telemetry}
 
 
 def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: frozenset[str] = frozenset()) -> Integrity:
@@ -572,7 +591,8 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     traces: Any = _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
                              read=read)
     traces = traces if isinstance(traces, Claims) else [r for r in traces if isinstance(r, dict)]
-    telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False, read=read)
+    telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False,
+                                       compact=compact_telemetry, read=read)
                  if isinstance(r, dict)]
     metrics = _read_rows(d / layout.METRICS, rel + layout.METRICS, problems, partial, required=False, read=read)
     lpath = layout.server_log_file(d)  # server.log.gz, else server.log (a run killed before it ended)
