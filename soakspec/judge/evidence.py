@@ -262,7 +262,7 @@ def _compact_trace(row: Any) -> Any:
 
 # What the judge reads of a telemetry sample (the `PerSample` metrics of judge/registry.py: rss,
 # cpu, gpu_memory, gpu_memory_device); the rest -- utilization, temperature, power, the pid --
-# stays in telemetry.jsonl, hashed. A sample each 5 s for a day, on 8 GPUs: ~40 MB held whole.
+# stays in telemetry.jsonl, hashed. A sample each 5 s for a day, on 8 GPUs: 78 MB held whole, 41 kept.
 _TELEMETRY_KEYS = ("t", "server_rss_bytes", "rss", "server_cpu_percent")
 _GPU_KEYS = ("memory_used", "process_memory_used")
 
@@ -325,33 +325,19 @@ class _Rows:
         return self.rows
 
 
-class _ScrapeRows(_Rows):
-    """metrics.jsonl as verification decodes it: each row taken into typed series and dropped."""
+class _Built(_Rows):
+    """A file verification decodes into a builder (`ScrapeBuilder` for metrics.jsonl,
+    `ClientBuilder` for client.jsonl): each row taken in and dropped; the result is what the
+    builder made of them."""
 
-    def __init__(self) -> None:
+    def __init__(self, builder: ScrapeBuilder | ClientBuilder) -> None:
         super().__init__(None)
-        self.builder = ScrapeBuilder()
-
-    def add(self, line: int, row: Any) -> None:
-        if isinstance(row, dict):
-            self.builder.add(row)
-
-    def result(self) -> Scrapes:
-        return self.builder.finish()
-
-
-class _ClientRows(_Rows):
-    """client.jsonl as verification decodes it: each row taken into its backend's columns and
-    dropped."""
-
-    def __init__(self) -> None:
-        super().__init__(None)
-        self.builder = ClientBuilder()
+        self.builder = builder
 
     def add(self, line: int, row: Any) -> None:
         self.builder.add(row)
 
-    def result(self) -> dict[str, ClientSamples]:
+    def result(self) -> Any:
         return self.builder.finish()
 
 
@@ -443,13 +429,13 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
 
     def rows(rel: str) -> _Rows | None:
         if read is not None and rel == layout.CLIENT:  # the run root's client health, read from here too
-            read[rel] = sink = _ClientRows()
+            read[rel] = sink = _Built(ClientBuilder())
             return sink
         parts = rel.split("/")
         if read is None or len(parts) != 3 or parts[0] != layout.BACKENDS:
             return None
         if parts[2] == layout.METRICS:
-            read[rel] = sink = _ScrapeRows()
+            read[rel] = sink = _Built(ScrapeBuilder())
             return sink
         if parts[2] not in _COMPACTORS:
             return None
@@ -621,5 +607,5 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
         problems=tuple(problems),
         server_log_path=server_log_path,
         traces_path=str(d / layout.TRACES) if claims_only else None,
-        metrics=metrics if isinstance(metrics, Scrapes) else build_scrapes(r for r in metrics if isinstance(r, dict)),
+        metrics=metrics if isinstance(metrics, Scrapes) else build_scrapes(metrics),
     )
