@@ -238,6 +238,34 @@ def test_columns_filled_a_batch_at_a_time_equal_those_filled_a_record_at_a_time(
     assert _table_state(many.finish()) == _table_state(one.finish())
 
 
+tiny = st.text(alphabet="ab-0", max_size=4)  # ids and affixes that overlap: an id may also start inside the prefix
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(tiny, st.integers(0, 3)), min_size=1, max_size=10), tiny, tiny,
+       st.lists(st.integers(1, 5), max_size=4))
+def test_server_ids_around_the_request_id_are_coded_alike_a_batch_or_a_row_at_a_time(rows, pre, suf, cuts) -> None:
+    """The batch path of `add_records` codes a batch whose server ids are all the request id
+    inside one affix (`cmpl-{id}-0`) at once; where `find` would cut a server id elsewhere (an
+    empty id, an id whose start is also in the prefix) or a row differs, it must give exactly
+    the codes and kept server ids that `add`, a row at a time, gives."""
+    from soakspec.judge.table import TableBuilder
+
+    kinds = [lambda r: pre + r + suf, lambda r: None, lambda r: "x" + pre + r + suf, lambda r: pre + suf]
+    frozen = [RequestRecord(request_id=rid, backend="b", workload="w", level=1, bucket=0, outcome=Outcome.FAILED,
+                            error="e", start=1.0, intended_start=1.0, server_id=kinds[kind](rid)).freeze()
+              for rid, kind in rows]
+    one = TableBuilder()
+    for r in frozen:
+        one.add(r)
+    many = TableBuilder()
+    k = 0
+    for c in cuts + [len(frozen)]:
+        many.add_records(frozen[k:k + c])
+        k += c
+    assert _table_state(many.finish()) == _table_state(one.finish())
+
+
 def test_a_file_is_read_in_batches_of_the_same_records_and_errors_as_line_by_line(tmp_path) -> None:
     from soakspec.evidence.record import iter_record_batches
 
