@@ -344,6 +344,7 @@ def _ids_read_back(runs, data):
         every += run
     col = store.finish()
     assert list(col) == every and len(col) == len(every) and [col[i] for i in range(len(every))] == every
+    assert col.lengths() == set(map(len, every))  # what trace matching reads of the ids, none made
     rows = np.asarray(data.draw(st.lists(st.integers(0, max(len(every) - 1, 0)), max_size=8)) if every else [], dtype=np.int64)
     assert take_ids(col, rows) == [every[r] for r in rows.tolist()]
     return every, rows

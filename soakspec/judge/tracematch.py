@@ -28,7 +28,7 @@ import numpy as np
 from soakspec.evidence.traces import id_form_affixes
 from soakspec.lang.parser import gc_paused
 from soakspec.judge import table as table_module
-from soakspec.judge.table import RequestTable, take_ids
+from soakspec.judge.table import IdColumn, RequestTable, take_ids
 
 _EPOCH_MAX = 4_102_444_800.0  # as soakspec.evidence.traces: a time beyond 2100 is no time
 JUDGED_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status")
@@ -270,7 +270,7 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
     srv_codes = table.c.get("server_affix")
     # the affixes that can invert a trace id of each length: one whose request id would have a
     # length no request id has cannot name a row (most forms, for most traces)
-    id_lengths = set(map(len, table.ids))
+    id_lengths = table.ids.lengths() if isinstance(table.ids, IdColumn) else set(map(len, table.ids))
     by_size: dict[int, list[tuple[str, str, int, int, int]]] = {}
     for code, (pre, suf) in [(-1, a) for a in affixes] + srv:
         for size in id_lengths:
