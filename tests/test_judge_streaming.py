@@ -21,7 +21,7 @@ from soakspec.evidence import layout
 from soakspec.evidence.io import iter_jsonl, read_json, sha256_file
 from soakspec.evidence.record import iter_records
 from soakspec.evidence.serverlog import read_log
-from soakspec.judge.evidence import BackendEvidence, Claims, Evidence, _integrity, load_evidence
+from soakspec.judge.evidence import BackendEvidence, Evidence, StoredTraces, _integrity, load_evidence
 from soakspec.judge.joined import join
 from soakspec.judge.judge import judge_run
 from soakspec.judge.summary import summarize_run
@@ -190,8 +190,9 @@ def test_a_server_log_is_not_held_in_memory(tmp_path):
     # its stored trace rows are not held: their claims are read again from the file if some
     # record goes unmatched (the judge re-matches from the log)
     claims = ev.backends[0].traces
-    assert isinstance(claims, Claims) and Path(claims.path).name == layout.TRACES and Path(claims.path).is_file()
-    full = ev.backends[0].full_traces()
+    assert isinstance(claims, StoredTraces) and claims.on_disk
+    assert Path(claims.path).name == layout.TRACES and Path(claims.path).is_file()
+    full = claims.rows()
     assert full and list(claims.matched_ids()) == [t["request_id"] for t in full if t.get("matched") is True]
     _same(spec, root)
     # the log's traces were matched from the file: trace coverage is complete

@@ -15,7 +15,7 @@ from hypothesis import given, settings, strategies as st
 
 from soakspec.evidence.io import EvidenceChanged
 from soakspec.judge import rederive
-from soakspec.judge.evidence import Claims
+from soakspec.judge.evidence import StoredTraces
 from soakspec.judge.table import build_table
 from soakspec.judge.tracematch import IdIndex, TableMatch
 
@@ -44,9 +44,9 @@ def test_wrong_claims_are_every_claim_checked(case):
         if as_claims:  # as load_evidence holds them: the file, read again when they are needed
             path = Path(d) / "traces.jsonl"
             path.write_text("".join(json.dumps(c) + "\n" for c in claims))
-            stored = Claims(path, hashlib.sha256(path.read_bytes()).hexdigest())
-        else:
-            stored = tuple(claims)
+            stored = StoredTraces(path=path, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+        else:  # as evidence built in memory holds them: the rows
+            stored = StoredTraces(tuple(claims))
         saved = rederive.UNMATCHED_SET_MAX
         rederive.UNMATCHED_SET_MAX = set_max
         try:
@@ -61,10 +61,13 @@ def test_claims_read_again_from_a_file_that_changed_stop_the_judge(tmp_path):
     path = tmp_path / "traces.jsonl"
     path.write_text('{"request_id": "r1", "matched": true}\n')
     sha = hashlib.sha256(path.read_bytes()).hexdigest()
-    assert list(Claims(path, sha).matched_ids()) == ["r1"]
+    assert list(StoredTraces(path=path, sha256=sha).matched_ids()) == ["r1"]
+    assert [r["request_id"] for r in StoredTraces(path=path, sha256=sha).rows()] == ["r1"]
     path.write_text('{"request_id": "r1", "matched": true}\n{"request_id": "r2", "matched": true}\n')
     with pytest.raises(EvidenceChanged, match="changed while it was being judged"):
-        list(Claims(path, sha).matched_ids())
+        list(StoredTraces(path=path, sha256=sha).matched_ids())
+    with pytest.raises(EvidenceChanged, match="changed while it was being judged"):  # the whole rows, too
+        StoredTraces(path=path, sha256=sha).rows()
 
 
 def test_a_relabelled_column_is_copied_only_when_changed_and_widens_past_256_values():

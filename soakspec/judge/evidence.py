@@ -83,8 +83,11 @@ class Integrity:
 
 @dataclasses.dataclass(frozen=True)
 class BackendEvidence:
-    """Everything one backend left behind. Rows are the parsed JSON objects (read-only by
-    convention: nothing in the judge mutates them)."""
+    """Everything one backend left behind, each artifact in one form however it was got: read
+    from disk by `load_evidence`, or built in memory (tests, `judge/testing.py`) from rows,
+    which the constructor turns into the same form (`traces` -> `StoredTraces`, `metrics` ->
+    `Scrapes`, `client` -> `ClientSamples`), so no reader asks which it has. Rows are the parsed
+    JSON objects (read-only by convention: nothing in the judge mutates them)."""
 
     name: str
     safe_name: str
@@ -92,44 +95,34 @@ class BackendEvidence:
     # requests.jsonl rows, file order -- for evidence built in memory; `load_evidence` keeps
     # none: it streams them into `table` (`requests` reads whichever is there)
     records: tuple[Mapping[str, Any], ...] = ()
-    traces: tuple[Mapping[str, Any], ...] = ()
+    # traces.jsonl: its rows, or (a backend whose traces the judge re-matches from server.log)
+    # only where to read them again (`StoredTraces`)
+    traces: StoredTraces = dataclasses.field(default_factory=lambda: StoredTraces())
     telemetry: tuple[Mapping[str, Any], ...] = ()
     followup: Mapping[str, Any] | None = None
     partial_tail: tuple[str, ...] = ()  # files of this backend that end in a cut-off line
     problems: tuple[str, ...] = ()  # rows the judge could not use, as "file:line: why" (the first MAX_PROBLEMS)
     server_log: str | None = None  # the retained server.log's text, for evidence built in memory
     server_log_path: str | None = None  # the retained server.log on disk: streamed from, never held
-    # traces.jsonl held as {request_id, matched} only (a backend whose traces come from its log:
-    # the judge re-matches them from server.log); `full_traces()` reads the whole rows if needed
-    traces_path: str | None = None
     # client.jsonl of this backend's load (the run root's file, split by `backend`): the load
-    # generator's own health (runner/clienthealth.py), judged by `client_healthy`. Read from
-    # disk, as `ClientSamples` (columns, built while the file is read); built in memory, its rows
-    client: ClientSamples | tuple[Mapping[str, Any], ...] = ()
-
-    def full_traces(self) -> tuple[Mapping[str, Any], ...]:
-        """The trace rows with their ids, times and payloads (read again when only their
-        claims were kept)."""
-        if self.traces_path is None:
-            return self.traces
-        rows = (_compact_trace(r) for _, r in iter_jsonl(self.traces_path))
-        return tuple(r for r in rows if isinstance(r, dict))
+    # generator's own health (runner/clienthealth.py), judged by `client_healthy`; as columns
+    # (`ClientSamples`, built while the file is read)
+    client: ClientSamples = dataclasses.field(default_factory=lambda: samples_of(()))
     mislabeled: tuple[str, ...] = ()  # stored labels the judge's re-derivation contradicts (`rederive`)
-    # metrics.jsonl, the server's scraped /metrics (judge/servermetrics.py): read from disk, as
-    # `Scrapes` (typed series, built while the file is read: no row held); built in memory, its rows
-    metrics: Scrapes | tuple[Mapping[str, Any], ...] = ()
+    # metrics.jsonl, the server's scraped /metrics (judge/servermetrics.py), as typed series
+    # (`Scrapes`, built while the file is read: no row held)
+    metrics: Scrapes = dataclasses.field(default_factory=lambda: build_scrapes(()))
     table: RequestTable | None = None  # the usable request records as typed columns (`soakspec.judge.table`)
     problems_total: int | None = None  # how many unusable rows there were (None: len(problems))
 
-    @functools.cached_property
-    def client_samples(self) -> ClientSamples:
-        """The load generator's health samples as columns (`judge/clientsamples.py`)."""
-        return self.client if isinstance(self.client, ClientSamples) else samples_of(self.client)
-
-    @functools.cached_property
-    def scrapes(self) -> Scrapes:
-        """The server's scrapes as series (`judge/scrapes.py`)."""
-        return self.metrics if isinstance(self.metrics, Scrapes) else build_scrapes(self.metrics)
+    def __post_init__(self) -> None:
+        # rows given (evidence built in memory) become the form `load_evidence` builds
+        if not isinstance(self.traces, StoredTraces):
+            object.__setattr__(self, "traces", StoredTraces(tuple(self.traces)))
+        if not isinstance(self.metrics, Scrapes):
+            object.__setattr__(self, "metrics", build_scrapes(self.metrics))
+        if not isinstance(self.client, ClientSamples):
+            object.__setattr__(self, "client", samples_of(self.client))
 
     @property
     def problem_count(self) -> int:
@@ -372,36 +365,75 @@ class _TableRows(_Rows):
         self.builder.add_records(recs)
 
 
-class Claims:
-    """The stored trace rows of a backend whose traces the judge re-matches from its log: what
-    each row claims (its `request_id`, and whether it says `matched`), read from traces.jsonl
-    when asked. The judge asks only when some record has no matched trace
-    (`rederive._wrong_claims`), so a soak whose every record matched never reads the claims
-    again, and none is held: a long soak has one row per request, and holding their ids cost
-    ~20 bytes a request and a tenth of the gate's time (benchmarks/README.md, "Soak scale").
+class StoredTraces:
+    """A backend's traces.jsonl as the judge holds it: its rows (compacted: `_compact_trace`),
+    or -- a backend whose traces the judge re-matches from its server.log -- no row, only
+    where to read them again. Read from disk that way, what each row claims (its `request_id`,
+    and whether it says `matched`) is read again only when some record has no matched trace
+    (`rederive._wrong_claims`), so a soak whose every record matched never reads them again,
+    and none is held: a long soak has one row per request, and holding their ids cost ~20
+    bytes a request and a tenth of the gate's time (benchmarks/README.md, "Soak scale").
 
     Verification hashed the file while it checked it (`sha256`); read again, the file must hash
     the same, or the judge stops with `EvidenceChanged` (a verdict resting on neither version
     is not given)."""
 
-    def __init__(self, path: str | os.PathLike, sha256: str | None) -> None:
-        self.path, self.sha256 = str(path), sha256
+    __slots__ = ("_rows", "path", "sha256")
+
+    def __init__(self, rows: tuple[Mapping[str, Any], ...] = (), *, path: str | os.PathLike | None = None,
+                 sha256: str | None = None) -> None:
+        self._rows = rows
+        self.path = str(path) if path is not None else None
+        self.sha256 = sha256
+
+    @property
+    def on_disk(self) -> bool:
+        """Whether the rows are not held (read again from `path` when asked)."""
+        return self.path is not None
+
+    def _read(self) -> Iterator[Any]:
+        assert self.path is not None
+        hasher = hashlib.sha256()
+        for _, row in iter_jsonl(self.path, [], hasher):
+            yield row
+        if self.sha256 is not None and hasher.hexdigest() != self.sha256:
+            raise EvidenceChanged(f"{self.path} changed while it was being judged: it no longer hashes as it did when verified")
+
+    def rows(self) -> tuple[Mapping[str, Any], ...]:
+        """The rows with their ids, times and payloads (read again when they are not held)."""
+        if self.path is None:
+            return self._rows
+        return tuple(r for r in map(_compact_trace, self._read()) if isinstance(r, dict))
 
     def matched_ids(self) -> Iterator[Any]:
         """The request id of every row that claims a match, in row order (any JSON value: the
         row's, unchecked)."""
-        hasher = hashlib.sha256()
-        for _, row in iter_jsonl(self.path, [], hasher):
+        rows = self._read() if self.path is not None else iter(self._rows)
+        for row in rows:
             if isinstance(row, dict) and row.get("matched") is True:
                 yield row.get("request_id")
-        if self.sha256 is not None and hasher.hexdigest() != self.sha256:
-            raise EvidenceChanged(f"{self.path} changed while it was being judged: it no longer hashes as it did when verified")
+
+    def narrowed(self, request_ids: set[str]) -> StoredTraces:
+        """The rows about `request_ids` (a sweep's one probe). Rows not held stay on disk: a
+        claim about another probe's request names no record of this one, so it is never
+        wrong there (`rederive._wrong_claims`)."""
+        if self.path is not None:
+            return self
+        return StoredTraces(tuple(t for t in self._rows if str(t.get("request_id")) in request_ids))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StoredTraces):
+            return NotImplemented
+        return (self._rows, self.path, self.sha256) == (other._rows, other.path, other.sha256)
+
+    def __repr__(self) -> str:
+        return f"StoredTraces(path={self.path!r})" if self.path is not None else f"StoredTraces({len(self._rows)} rows)"
 
 
 class _ClaimRows(_Rows):
     """traces.jsonl of a backend whose traces the judge re-matches from its log: verification
-    checks it and hands over no row, only its bad lines and its hash (`Claims` reads the
-    claims again, when they are needed)."""
+    checks it and hands over no row, only its bad lines and its hash (`StoredTraces` reads
+    the rows again, when they are needed)."""
 
     wants_rows = False
 
@@ -414,8 +446,8 @@ class _ClaimRows(_Rows):
         super().end(bad_lines, sha256)
         self.sha256 = sha256
 
-    def result(self) -> Claims:
-        return Claims(self.path, self.sha256)
+    def result(self) -> StoredTraces:
+        return StoredTraces(path=self.path, sha256=self.sha256)
 
 
 _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: compact_telemetry}
@@ -492,7 +524,7 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
             be = _load_backend(root, entry, read, from_log)
-            backends.append(dataclasses.replace(be, client=client.get(be.name, ())) if be.name in client else be)
+            backends.append(dataclasses.replace(be, client=client[be.name]) if be.name in client else be)
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
 
 
@@ -573,10 +605,10 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     problems: list[str] = [safe_note] if safe_note else []
     partial: list[str] = []
     table, more = _read_requests(d / layout.REQUESTS, rel, problems, partial, read)
-    claims_only = safe in from_log and (rel + layout.TRACES) in read
     traces: Any = _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
                              read=read)
-    traces = traces if isinstance(traces, Claims) else [r for r in traces if isinstance(r, dict)]
+    if not isinstance(traces, StoredTraces):
+        traces = StoredTraces(tuple(r for r in traces if isinstance(r, dict)))
     telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False,
                                        compact=compact_telemetry, read=read)
                  if isinstance(r, dict)]
@@ -600,12 +632,11 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
         entry=entry,
         table=table,
         problems_total=len(problems) + more if more else None,
-        traces=traces if isinstance(traces, Claims) else tuple(traces),
+        traces=traces,
         telemetry=tuple(telemetry),
         followup=followup,
         partial_tail=tuple(partial),
         problems=tuple(problems),
         server_log_path=server_log_path,
-        traces_path=str(d / layout.TRACES) if claims_only else None,
-        metrics=metrics if isinstance(metrics, Scrapes) else build_scrapes(metrics),
+        metrics=metrics,
     )

@@ -406,7 +406,7 @@ def _traces(be: BackendEvidence) -> tuple[frozenset[str], dict[str, tuple[Mappin
     """Request ids with a matched trace, and each one's trace payloads."""
     traced: set[str] = set()
     payloads: dict[str, list[Mapping[str, Any]]] = {}
-    for t in be.full_traces():  # the rows themselves, read again if only their claims were kept
+    for t in be.traces.rows():  # the rows themselves, read again if they are not held
         rid = t.get("request_id")
         if t.get("matched") is True and isinstance(rid, str):
             traced.add(rid)

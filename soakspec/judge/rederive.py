@@ -51,7 +51,7 @@ from soakspec.evidence.runtime import RuntimeDecl, detect_runtime_boundary
 from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, log_lines, match_traces, scan_log_rows, scan_rows
 import numpy as np
 
-from soakspec.judge.evidence import BackendEvidence, Claims, Evidence
+from soakspec.judge.evidence import BackendEvidence, Evidence, StoredTraces
 from soakspec.judge.table import MISSING, RequestTable, Rows, fits
 from soakspec.judge.tracematch import IdIndex, TableMatch, invertible, kept_payload, label_column, match_rows
 from soakspec.lang import simtrace
@@ -270,17 +270,14 @@ def _match(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_field: str, 
 UNMATCHED_SET_MAX = 1 << 16  # unmatched rows whose ids are held as a set to sift the claims with
 
 
-def _wrong_claims(traces: Any, table: RequestTable, match: TableMatch) -> list[str]:
+def _wrong_claims(traces: StoredTraces, table: RequestTable, match: TableMatch) -> list[str]:
     """The request ids, in row order, that stored trace rows mark matched while the first
     record of that id has no matched trace. Only a claim naming an unmatched record can be
     wrong: with every record matched (the usual case) no claim is read at all."""
     unmatched = np.flatnonzero(match.codes == 0)
     if not len(unmatched):
         return []
-    if isinstance(traces, Claims):
-        claimed = (rid for rid in traces.matched_ids() if isinstance(rid, str))
-    else:
-        claimed = (rid for t in traces if t.get("matched") is True and isinstance(rid := t.get("request_id"), str))
+    claimed = (rid for rid in traces.matched_ids() if isinstance(rid, str))
     if len(unmatched) <= UNMATCHED_SET_MAX:
         ids = {table.ids[i] for i in unmatched.tolist()}
         claimed = (rid for rid in claimed if rid in ids)
@@ -300,7 +297,7 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
     if rows is not None:
         basis = "the retained server.log"
     else:
-        stored = _stored_trace_iter(be.full_traces() if be.traces_path is not None else be.traces)
+        stored = _stored_trace_iter(be.traces.rows())
         rows = ((t.trace_id, t.times, t.payload) for t in stored)
         basis = "the trace's own id and times"
     match = _match(table, rows, id_field, forms, window_s)
@@ -655,7 +652,7 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
     entry, rnote = _runtime(be, spec_be, same_spec)
     notes = label_notes + trace_notes + ([fnote] if fnote else []) + ([rnote] if rnote else [])
     return dataclasses.replace(be, entry=entry, records=(), table=table, traces=(), followup=followup,
-                               mislabeled=be.mislabeled + tuple(notes), traces_path=None)
+                               mislabeled=be.mislabeled + tuple(notes))
 
 
 def rederive(spec: Spec, evidence: Evidence) -> Evidence:

@@ -51,8 +51,8 @@ EPS = 1e-6
 
 
 def scrapes(bi: BackendIndex) -> Scrapes:
-    """The backend's scrapes (`BackendEvidence.scrapes`: built once, while the file is read)."""
-    return bi.evidence.scrapes
+    """The backend's scrapes (`BackendEvidence.metrics`: built once, while the file is read)."""
+    return bi.evidence.metrics
 
 
 def find(bi: BackendIndex, name: str) -> Series | None:

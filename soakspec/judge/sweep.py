@@ -44,7 +44,7 @@ import numpy as np
 
 from soakspec.evidence.record import FOLLOW_UP_BUCKET
 
-from soakspec.judge.evidence import BackendEvidence, Claims, Evidence, Integrity
+from soakspec.judge.evidence import BackendEvidence, Evidence, Integrity
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Load, Spec, Workload
 
@@ -111,13 +111,7 @@ def _level_backend(be: BackendEvidence, workload: str, level: int) -> BackendEvi
     levels = [dict(e) | {"index": 0} for e in be.entry.get("levels") or [] if e.get("workload") == workload and e.get("index") == level]
     records = tuple(dict(r) | {"level": 0} if r.get("level") == level else r
                     for r in _probe_rows(be, level))  # fmt: skip
-    if isinstance(be.traces, Claims):
-        # read from disk, the stored claims stay on disk: a claim about another probe's request
-        # names no record of this one, so it is never wrong here (`rederive._wrong_claims`)
-        traces: Claims | tuple[Mapping[str, Any], ...] = be.traces
-    else:
-        keep = {str(r.get("request_id")) for r in records}
-        traces = tuple(t for t in be.traces if str(t.get("request_id")) in keep)
+    traces = be.traces.narrowed({str(r.get("request_id")) for r in records})
     return dataclasses.replace(be, entry=dict(be.entry) | {"levels": levels}, records=records, traces=traces, table=None)
 
 

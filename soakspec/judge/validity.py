@@ -431,7 +431,7 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     """The load generator's health in one bucket (None: the bucket has no window)."""
     if w.start is None or w.end is None or w.end <= w.start:
         return None
-    cs = bi.evidence.client_samples  # judge/clientsamples.py
+    cs = bi.evidence.client  # judge/clientsamples.py
     inside = cs.within(w.start, w.end)
     pooled = cs.pooled_lag_p99(inside)
     lag99 = [pooled] if pooled is not None else cs.values("lag_p99", inside)
@@ -509,7 +509,7 @@ def client_measured(run: JudgedRun) -> str | None:
     arts = ev.manifest.get("artifacts")
     listed = isinstance(arts, dict) and layout.CLIENT in arts
     there = ev.root is not None and (Path(ev.root) / layout.CLIENT).is_file()
-    if any(be.client_samples for be in ev.backends):
+    if any(be.client for be in ev.backends):
         return ""
     if not listed and not there:
         return None
@@ -548,7 +548,7 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
             for w, row in _client_windows(bi, lv):
                 n += 1
                 sampled += 1 if row["samples"] else 0
-                if not row["samples"] and not bi.evidence.client_samples.covered(w.start, w.end):  # its health is unknown
+                if not row["samples"] and not bi.evidence.client.covered(w.start, w.end):  # its health is unknown
                     # the run measured its client: a bucket it did not measure is not a healthy one
                     insts.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), None, None, None,
                                           f"no client-health sample in bucket {row['bucket']}: the load generator's health is unknown"))
