@@ -15,12 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soakspec.evidence import schema
-from soakspec.evidence.io import GzipJsonlWriter, iter_jsonl
+from soakspec.evidence.io import GzipJsonlWriter, iter_jsonl, iter_jsonl_typed
 from soakspec.evidence.record import (
     FOLLOW_UP_BUCKET, READ_KEYS, RECORD_KEYS, WARMUP_BUCKET, ItlSource, Outcome, Record, RequestRecord, TokensSource,
     decode_line, iter_records, request_schema,
 )  # fmt: skip
 
+_ANY_LINE = msgspec.json.Decoder(dict)  # a typed decoder for `iter_jsonl_typed`'s fast path
 texts = st.text(max_size=12)  # quotes, backslashes, control characters, non-ASCII, surrogate-free
 times = st.floats(0, 2e9, allow_nan=False, allow_infinity=False)
 opt_times = st.none() | times
@@ -236,6 +237,32 @@ def test_columns_filled_a_batch_at_a_time_equal_those_filled_a_record_at_a_time(
         many.add_records(frozen[k:k + c])
         k += c
     assert _table_state(many.finish()) == _table_state(one.finish())
+
+
+def test_two_records_on_one_line_and_a_blank_line_are_errors_in_a_block_as_line_by_line(tmp_path) -> None:
+    """A block is decoded in one call only when that call sees one record a line: two records
+    on one line with a whitespace-only line after them hold as many records as lines, but
+    each line is read as the line-by-line reading reads it (invalid JSON; an empty line)."""
+    from soakspec.evidence.record import iter_record_batches
+
+    good = [RequestRecord(request_id=f"r{i}", backend="b", workload="w", level=1, bucket=0, outcome=Outcome.COMPLETED,
+                          start=1.0, intended_start=1.0, end=2.0, output_tokens=3).to_line()
+            for i in range(4)]
+    body = good[0] + good[1].rstrip(b"\n") + b" " + good[2] + b" \n" + good[3]
+    p = tmp_path / "requests.jsonl"
+    p.write_bytes(body)
+    errs_a: list = []
+    lines = [(i, r.request_id) for i, r in iter_records(p, errs_a, schema_errors=[])]
+    assert lines == [(1, "r0"), (4, "r3")]
+    assert [e[0] for e in errs_a] == [2, 3]  # two values on line 2; line 3 holds only a space
+    errs_b: list = []
+    batches = list(iter_record_batches(p, errs_b, schema_errors=[]))
+    assert [(f + k, r.request_id) for f, rs in batches for k, r in enumerate(rs)] == lines
+    assert errs_b == errs_a
+    for fast in (True, False):  # the generic JSONL reading agrees
+        errs_c: list = []
+        assert [i for i, _row, _typed in iter_jsonl_typed(p, errs_c, fast=_ANY_LINE if fast else None)] == [1, 4]
+        assert [e[0] for e in errs_c] == [2, 3]
 
 
 tiny = st.text(alphabet="ab-0", max_size=4)  # ids and affixes that overlap: an id may also start inside the prefix

@@ -511,6 +511,23 @@ def _gzip_blocks(path, fh, hasher, cut):
         yield i, tail
 
 
+def decode_block(list_decoder: Any, block: bytes) -> list | None:
+    """The values of `block` -- whole lines, each newline-terminated -- one a line, decoded in
+    one call by `list_decoder` (a msgspec decoder of a list of the line's type), or None when
+    some line does not hold exactly one value it accepts (then read the lines one at a time).
+    The lines are decoded as one JSON array, joined by commas: a blank line (`,,`), a value
+    over two lines (a comma inside it) or two values on one line (one value more than lines)
+    cannot pass, where msgspec's `decode_lines` reads any whitespace-separated values
+    (`1 2` on one line, a blank line after it: as many values as lines, each on the wrong line)."""
+    import msgspec
+
+    try:
+        vals = list_decoder.decode(b"[" + block[:-1].replace(b"\n", b",") + b"]")
+    except msgspec.DecodeError:
+        return None
+    return vals if len(vals) == block.count(b"\n") else None
+
+
 def iter_jsonl(path: os.PathLike | str, errors: list[tuple[int, str]] | None = None, hasher: Any = None):
     """Yield `(line_number, record)` one line at a time, so a reader of a long soak's
     requests never holds the file (or every parsed row) at once. Plain or gzip (see
@@ -535,6 +552,7 @@ def iter_jsonl_typed(path: os.PathLike | str, errors: list[tuple[int, str]] | No
 
     cut: list[int] = []
     blocks = iter_raw_blocks(path, hasher, cut)
+    many = msgspec.json.Decoder(list[fast.type]) if fast is not None else None  # a block's lines at once: `decode_block`
     while True:
         try:
             first, block = next(blocks)
@@ -548,12 +566,9 @@ def iter_jsonl_typed(path: os.PathLike | str, errors: list[tuple[int, str]] | No
             if errors is not None:
                 errors.append((first, None))
             break
-        if fast is not None:
-            try:
-                objs = fast.decode_lines(block)
-            except msgspec.DecodeError:
-                objs = None
-            if objs is not None and len(objs) == block.count(b"\n"):
+        if many is not None:
+            objs = decode_block(many, block)
+            if objs is not None:
                 if plain:
                     to_builtins = msgspec.to_builtins
                     for i, obj in enumerate(objs, first):

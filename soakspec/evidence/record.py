@@ -249,6 +249,7 @@ OPTIONAL_KEYS: frozenset[str] = frozenset(RECORD_KEYS[len(RECORD_KEYS) - len(Rec
 
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(Record)
+_BLOCK_DECODER = msgspec.json.Decoder(list[Record])  # a block of lines at once (`io.decode_block`)
 
 
 def encode_line(rec: Record) -> bytes:
@@ -499,10 +500,10 @@ def iter_record_batches(path, errors: list[tuple[int, str | None]] | None = None
                         schema_errors: list[tuple[int, str, str]] | None = None):
     """`iter_records` a run of consecutive lines at a time: yield `(first_line_number,
     records)`, the records of lines first, first + 1, ... (a bad line ends a run). A block of
-    whole lines is decoded in one msgspec call (`decode_lines`); only a block that holds a bad
+    whole lines is decoded in one msgspec call (`io.decode_block`); only a block that holds a bad
     line is decoded again line by line, to say which line and why. Same records, errors and
     hashing as `iter_records`."""
-    from soakspec.evidence.io import iter_raw_blocks
+    from soakspec.evidence.io import decode_block, iter_raw_blocks
 
     cut: list[int] = []
     for first, block in _guarded(iter_raw_blocks(path, hasher, cut), errors):
@@ -510,14 +511,8 @@ def iter_record_batches(path, errors: list[tuple[int, str | None]] | None = None
             if errors is not None:
                 errors.append((first, None))
             break
-        n = block.count(b"\n")
-        recs = None
-        if b"\n\n" not in block and not block.startswith(b"\n"):
-            try:
-                recs = _DECODER.decode_lines(block)
-            except msgspec.DecodeError:
-                recs = None
-        if recs is not None and len(recs) == n and _all_sound(recs):
+        recs = decode_block(_BLOCK_DECODER, block)  # one record a line, or None
+        if recs is not None and _all_sound(recs):
             yield first, recs
             continue
         yield from _line_by_line(block, first, errors, schema_errors)
