@@ -223,11 +223,16 @@ def _table_state(t) -> dict:
 def test_columns_filled_a_batch_at_a_time_equal_those_filled_a_record_at_a_time(recs, cuts, string_level) -> None:
     """`TableBuilder.add_records` (what the judge does with each block verify decodes) builds
     exactly the table `add` of each record builds: same columns, codes, extras, ITL."""
-    from soakspec.judge.table import TableBuilder
-
     frozen = [r.freeze() for r in recs]
     if string_level and frozen:  # a record with a string level (kept in extras) sends its batch row by row
         frozen[0] = msgspec.structs.replace(frozen[0], level="warm")
+    _same_table_a_batch_or_a_row_at_a_time(frozen, cuts)
+
+
+def _same_table_a_batch_or_a_row_at_a_time(frozen: list, cuts: list[int]) -> None:
+    """`add` of each record and `add_records` of batches cut at `cuts` build the same table."""
+    from soakspec.judge.table import TableBuilder
+
     one = TableBuilder()
     for r in frozen:
         one.add(r)
@@ -276,21 +281,11 @@ def test_server_ids_around_the_request_id_are_coded_alike_a_batch_or_a_row_at_a_
     inside one affix (`cmpl-{id}-0`) at once; where `find` would cut a server id elsewhere (an
     empty id, an id whose start is also in the prefix) or a row differs, it must give exactly
     the codes and kept server ids that `add`, a row at a time, gives."""
-    from soakspec.judge.table import TableBuilder
-
     kinds = [lambda r: pre + r + suf, lambda r: None, lambda r: "x" + pre + r + suf, lambda r: pre + suf]
     frozen = [RequestRecord(request_id=rid, backend="b", workload="w", level=1, bucket=0, outcome=Outcome.FAILED,
                             error="e", start=1.0, intended_start=1.0, server_id=kinds[kind](rid)).freeze()
               for rid, kind in rows]
-    one = TableBuilder()
-    for r in frozen:
-        one.add(r)
-    many = TableBuilder()
-    k = 0
-    for c in cuts + [len(frozen)]:
-        many.add_records(frozen[k:k + c])
-        k += c
-    assert _table_state(many.finish()) == _table_state(one.finish())
+    _same_table_a_batch_or_a_row_at_a_time(frozen, cuts)
 
 
 def test_a_file_is_read_in_batches_of_the_same_records_and_errors_as_line_by_line(tmp_path) -> None:
