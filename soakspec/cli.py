@@ -59,6 +59,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+READS_EVIDENCE = frozenset({"gate", "report", "verify", "combine", "compare"})  # long reads reported on stderr
+
+
 def _command_from_argv(argv: list[str]) -> str | None:
     for a in argv:
         if a in COMMANDS:
@@ -80,6 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     fn = getattr(module, "main_" + args.command.replace("-", "_"), getattr(module, "main", None))
     try:
+        if args.command in READS_EVIDENCE:  # minutes for a day-long soak's evidence: say how far it got
+            from soakspec.evidence.readprogress import reporting
+
+            with reporting(sys.stderr, args.command):
+                return ExitCode(int(fn(args)))
         return ExitCode(int(fn(args)))
     except UsageError as e:
         print(f"soakspec {args.command}: error: {e}", file=sys.stderr)

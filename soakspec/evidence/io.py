@@ -422,27 +422,35 @@ def iter_raw_blocks(path: os.PathLike | str, hasher: Any = None, cut: list[int] 
     line, which comes last, alone, without its newline. The same bytes, hashing and `cut` as
     `iter_raw_lines`; a reader that decodes many lines in one call (`record.iter_record_batches`)
     pays the per-line Python cost once a block."""
+    from soakspec.evidence.readprogress import ticker
+
     with open(path, "rb") as fh:
         head = fh.read(2)
         fh.seek(0)
+        tick = ticker(path, fh)  # how far the read has got, for a long one (on stderr)
         if head != GZIP_MAGIC:
-            yield from _plain_blocks(fh, hasher)
+            yield from _plain_blocks(fh, hasher, tick)
             return
-        yield from _gzip_blocks(path, fh, hasher, cut)
+        yield from _gzip_blocks(path, fh, hasher, cut, tick)
 
 
-def _hashed_reads(fh, hasher):
-    """The file's bytes a read at a time, each fed to `hasher` (when given) as it is read."""
+def _hashed_reads(fh, hasher, tick=None):
+    """The file's bytes a read at a time, each fed to `hasher` (when given) as it is read, and
+    the position reached told to `tick` (when given: `readprogress.ticker`)."""
+    pos = 0
     while chunk := fh.read(_CHUNK):
         if hasher is not None:
             hasher.update(chunk)
+        if tick is not None:
+            pos += len(chunk)
+            tick(pos)
         yield chunk
 
 
-def _plain_blocks(fh, hasher):
+def _plain_blocks(fh, hasher, tick=None):
     i = 1
     tail = b""
-    for chunk in _hashed_reads(fh, hasher):
+    for chunk in _hashed_reads(fh, hasher, tick):
         data = tail + chunk
         k = data.rfind(b"\n") + 1
         tail = data[k:]
@@ -469,7 +477,7 @@ def _pieces(buf: bytes, k: int):
         a = b
 
 
-def _gzip_blocks(path, fh, hasher, cut):
+def _gzip_blocks(path, fh, hasher, cut, tick=None):
     """The decompressed members as blocks of whole lines (see `iter_raw_blocks`)."""
     import zlib
 
@@ -477,7 +485,7 @@ def _gzip_blocks(path, fh, hasher, cut):
     tail = b""
     d = zlib.decompressobj(wbits=31)
     started = False  # the current member has consumed input
-    for data in _hashed_reads(fh, hasher):
+    for data in _hashed_reads(fh, hasher, tick):
         while True:
             if not started and data[:2] != GZIP_MAGIC[: len(data[:2])]:
                 raise EvidenceFormatError(path, i, "bytes after the last gzip member are not gzip (appended to?)")

@@ -34,6 +34,7 @@ from typing import Any
 import msgspec
 
 from soakspec.evidence.io import MAX_INT_DIGITS, loads
+from soakspec.evidence.readprogress import ticker
 
 DEFAULT_ID_FORMS = ("{id}", "cmpl-{id}", "cmpl-{id}-0", "chatcmpl-{id}")
 DEFAULT_WINDOW_S = 5.0
@@ -708,9 +709,18 @@ def scan_log_rows(
         fh.close()
         raise
 
+    raw = getattr(fh, "fileobj", None) or fh  # the file as stored: a gzip log's position is its compressed bytes'
+    tick = ticker(path, raw)  # how far the read has got, for a long one (on stderr)
+
+    def blocks() -> Iterator[bytes]:
+        while block := fh.read(SCAN_BLOCK):
+            if tick is not None:
+                tick(raw.tell())
+            yield block
+
     def gen() -> Iterator[tuple[str | None, tuple[float, ...], Any, int]]:
         with fh:
-            yield from scan_rows(iter(functools.partial(fh.read, SCAN_BLOCK), b""), source, start, compact, malformed)
+            yield from scan_rows(blocks(), source, start, compact, malformed)
 
     return gen()
 
