@@ -65,7 +65,8 @@ def test_a_short_read_prints_nothing(tmp_path):
 def test_nothing_is_reported_without_a_reporter(tmp_path, capsys):
     p = tmp_path / "x.jsonl"
     p.write_bytes(_numbered(100))
-    assert readprogress.ticker(p) is None
+    with open(p, "rb") as fh:
+        assert readprogress.ticker(p, fh) is None
     list(iter_raw_blocks(p))
     assert capsys.readouterr().err == ""
 

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
+from soakspec.evidence.readprogress import ticker
 
 _CHUNK = 1 << 20
 
@@ -422,8 +423,6 @@ def iter_raw_blocks(path: os.PathLike | str, hasher: Any = None, cut: list[int] 
     line, which comes last, alone, without its newline. The same bytes, hashing and `cut` as
     `iter_raw_lines`; a reader that decodes many lines in one call (`record.iter_record_batches`)
     pays the per-line Python cost once a block."""
-    from soakspec.evidence.readprogress import ticker
-
     with open(path, "rb") as fh:
         head = fh.read(2)
         fh.seek(0)
@@ -435,15 +434,13 @@ def iter_raw_blocks(path: os.PathLike | str, hasher: Any = None, cut: list[int] 
 
 
 def _hashed_reads(fh, hasher, tick=None):
-    """The file's bytes a read at a time, each fed to `hasher` (when given) as it is read, and
-    the position reached told to `tick` (when given: `readprogress.ticker`)."""
-    pos = 0
+    """The file's bytes a read at a time, each fed to `hasher` (when given) as it is read;
+    `tick` (when given: `readprogress.ticker`) is called after each read."""
     while chunk := fh.read(_CHUNK):
         if hasher is not None:
             hasher.update(chunk)
         if tick is not None:
-            pos += len(chunk)
-            tick(pos)
+            tick()
         yield chunk
 
 

@@ -3,9 +3,9 @@ read a day-long soak's evidence for minutes (about four at 10^7 requests on two 
 said nothing meanwhile.
 
 The commands that read evidence run inside `reporting(stderr, command)` (`cli.main`); the
-readers (`io.iter_raw_blocks`, `traces.scan_log_rows`) ask `ticker(path)` for a function to
-call with each read's position and get None when nobody reports (a library caller, a test):
-then they pay nothing but that one check a file. What is shown, never on stdout (reports go
+readers (`io.iter_raw_blocks`, `traces.scan_log_rows`) ask `ticker(path, fh)` for a function
+to call after each read (it reads the position from the file) and get None when nobody
+reports (a library caller, a test): then they pay nothing but that one check a file. What is shown, never on stdout (reports go
 there):
 
   on a TTY   a transient rich progress bar for a file whose read has taken more than a
@@ -39,7 +39,7 @@ class _Reporter:
         self._task: Any = None
 
     def file(self, path: str | os.PathLike, size: int) -> Callable[[int], None]:
-        """The function a reader calls with its position in `path` (of `size` bytes) after each read."""
+        """The function to call with the position reached in `path` (of `size` bytes) after each read."""
         name = "/".join(os.fspath(path).split(os.sep)[-3:])
         started = last = self.clock()
         shown = False
@@ -104,14 +104,14 @@ def reporting(stream: TextIO | None = None, command: str = "", *, every_s: float
         _REPORTER.reset(token)
 
 
-def ticker(path: str | os.PathLike, fh: Any = None) -> Callable[[int], None] | None:
-    """The function to call with the position reached in `path` after each read, or None when
-    nothing reports. `fh`, when given, is the open file (its size is read from it)."""
+def ticker(path: str | os.PathLike, fh: Any) -> Callable[[], None] | None:
+    """The function to call after each read of `fh` (the open file `path`, as stored: for a
+    gzip file, the compressed one), or None when nothing reports."""
     reporter = _REPORTER.get()
     if reporter is None:
         return None
     try:
-        size = os.fstat(fh.fileno()).st_size if fh is not None else os.stat(path).st_size
+        at = reporter.file(path, os.fstat(fh.fileno()).st_size)
     except (OSError, AttributeError, ValueError):
         return None
-    return reporter.file(path, size)
+    return lambda: at(fh.tell())

@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import datetime as _dt
-import functools
 import json
 import os
 import re
@@ -715,7 +714,7 @@ def scan_log_rows(
     def blocks() -> Iterator[bytes]:
         while block := fh.read(SCAN_BLOCK):
             if tick is not None:
-                tick(raw.tell())
+                tick()
             yield block
 
     def gen() -> Iterator[tuple[str | None, tuple[float, ...], Any, int]]:
