@@ -72,9 +72,13 @@ async def drive(level: Level, latency: float):
     server = FakeServer(clock, latency)
     records: list[RequestRecord] = []
     bucket_ends: list[tuple[int, float]] = []
+
+    async def on_bucket(k: int) -> None:
+        bucket_ends.append((k, clock.now()))
+
     ctx = LevelContext(
         "a", clock, server.connect, Shapes(level.request), records.extend, IdSequence("t"),
-        on_bucket=lambda k: bucket_ends.append((k, clock.now())),
+        on_bucket=on_bucket,
     )  # fmt: skip
     run = await drive_level(level, ctx)
     return run, records, bucket_ends, server

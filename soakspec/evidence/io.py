@@ -294,6 +294,13 @@ class _AppendOnly:
         except OSError as e:
             raise EvidenceWriteError(self.path, e) from e
 
+    def fsync(self) -> None:
+        """Make what reached the file durable (nothing once closed). May run on a worker thread
+        while the owner goes on appending (an fsync and O_APPEND writes can overlap); the owner
+        must not close the writer until it returns (the runner awaits the thread)."""
+        if self._fd is not None:
+            self._fsync()
+
     def _finish(self) -> None:
         """What must reach the file before it is closed (nothing here)."""
 
@@ -366,8 +373,7 @@ class JsonlWriter(_AppendOnly):
             raise EvidenceWriteError(self.path, e) from e
 
     def flush_fsync(self) -> None:
-        if self._fd is not None:
-            self._fsync()
+        self.fsync()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -689,10 +695,8 @@ class GzipJsonlWriter(_AppendOnly):
             self._append(z.flush())
 
     def flush_fsync(self) -> None:
-        if self._fd is None:
-            return
         self.end_member()
-        self._fsync()
+        self.fsync()
 
     def _finish(self) -> None:
         self.end_member()

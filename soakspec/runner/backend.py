@@ -53,7 +53,7 @@ from soakspec.runner.procs import (
     stop,
 )
 from soakspec.runner.progress import Progress
-from soakspec.runner.recorder import BackendRecorder
+from soakspec.runner.recorder import BackendRecorder, durable, off_loop
 from soakspec.runner.workers import STOP_GRACE
 
 # how long a cancelled backend's server waits for its load to stop before it is stopped anyway:
@@ -186,12 +186,15 @@ async def sample_telemetry(deps: Deps, rec: BackendRecorder, interval_s: float) 
     pid = rec.server.pid if rec.server is not None else None
     cpu = CpuMeter()
     try:
-        with JsonlWriter(deps.layout.telemetry(rec.name), schema="telemetry") as w:
+        w = JsonlWriter(deps.layout.telemetry(rec.name), schema="telemetry")
+        try:
             while True:
                 sample = await trio.to_thread.run_sync(telemetry_record, deps.nvml, pid, None, cpu)
                 w.write(sample)
-                w.flush_fsync()
+                await durable(w)
                 await trio.sleep(interval_s)
+        finally:
+            await off_loop(w.close)
     except EvidenceError as e:
         raise rec.status.evidence_failed(e)
 

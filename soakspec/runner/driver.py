@@ -33,7 +33,7 @@ from soakspec.runner.logfile import ExternalLog
 from soakspec.runner.procs import BackendError
 from soakspec.runner.load import CLOSE_S, Bisection, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
-from soakspec.runner.recorder import BackendRecorder
+from soakspec.runner.recorder import BackendRecorder, off_loop
 from soakspec.evidence.record import FOLLOW_UP_BUCKET, decode_lenient, iter_records
 from soakspec.runner.scrape import scrape_metrics
 from soakspec.runner.records import RequestRecord
@@ -62,9 +62,9 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
                 load_stopped.set()  # its requests are recorded and its workers have stopped
             nursery.cancel_scope.cancel()
     finally:
-        client.close()
+        await off_loop(client.close)
         if log is not None:
-            rec.external_log = log.copy_into(rec.server_log)
+            rec.external_log = await off_loop(log.copy_into, rec.server_log)
 
 
 async def drive_backend(
@@ -140,8 +140,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     stats = rec.stats
     watch.level_started(lv.workload, lv.index, lv.label, entry["measure_start"], lv.duration_s, lv.bucket_s)
 
-    def on_bucket(k: int) -> None:
-        rec.bucket_closed(entry, k, deps.clock.now())  # requests durable; bucket lines whose requests all ended
+    async def on_bucket(k: int) -> None:
+        await rec.bucket_closed(entry, k, deps.clock.now())  # requests durable; bucket lines whose requests all ended
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
         watch.bucket_done(k, deps.clock.now())
 
@@ -171,7 +171,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     finally:
         if watch.fired is not None:
             _buckets_begun(entry, lv, watch.fired.at)
-        rec.level_stopped(entry, deps.clock.now())
+        await rec.level_stopped(entry, deps.clock.now())
     rec.level_finished(entry, run)
     return run
 
@@ -232,7 +232,7 @@ async def _drive_probe(bp, probe: Level, deps: Deps, rec: BackendRecorder, ids: 
 
 def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
     """The probe's records as written (the requests stream is flushed at the level's end)."""
-    rec.flush()
+    rec.end_member()
     return [dict(r) for _, r in iter_records(rec.layout.requests(rec.name)) if r.workload == lv.workload and r.level == lv.index]
 
 

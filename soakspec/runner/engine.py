@@ -55,7 +55,7 @@ from soakspec.runner.ids import IdSequence
 from soakspec.runner.procs import BackendError, Reaper, diagnosis_text
 from soakspec.runner.progress import Progress
 from soakspec.runner.prompts import PromptFiles, RunAborted, load_prompts
-from soakspec.runner.recorder import BackendRecorder, RunStatus
+from soakspec.runner.recorder import BackendRecorder, RunStatus, off_loop
 
 PROBE_HTTP_TIMEOUT = httpx.Timeout(10.0)  # the readiness probes' client (each attempt has its own bound)
 
@@ -120,7 +120,7 @@ async def _start_backend(b: _Backend, plan: Plan, deps: Deps, prompts: PromptFil
     try:
         await run_backend(bp, deps, b.recorder, b.ids, prompts, plan.telemetry_interval_s)
     finally:
-        b.recorder.close()
+        await off_loop(b.recorder.close)  # its last fsyncs: another backend may still be loading
 
 
 async def _run_backends(backends: list[_Backend], plan: Plan, deps: Deps) -> None:

@@ -29,7 +29,7 @@ import json
 import os
 import random
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 import httpx
@@ -289,7 +289,7 @@ class LevelContext:
     next_id: Callable[[], tuple[int, str]]  # (global request index, request id)
     headers: tuple[tuple[str, str], ...] = ()
     stats: LiveStats = dataclasses.field(default_factory=LiveStats)
-    on_bucket: Callable[[int], None] | None = None  # called at each bucket's end
+    on_bucket: Callable[[int], Awaitable[None]] | None = None  # awaited at each bucket's end
     # `--workers`: the level's start on the shared run clock, and this process's part (p, n) of
     # the load: closed/batch workers w with w % n == p, open loop every n-th arrival from p
     t0: float | None = None
@@ -411,11 +411,11 @@ class _PendingRecords:
 
 
 async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float) -> None:
-    """Calls `ctx.on_bucket(i)` at each bucket's end on the run clock."""
+    """Awaits `ctx.on_bucket(i)` at each bucket's end on the run clock."""
     for b in level.buckets:
         await trio.sleep_until(ctx.clock.to_trio(measure_start + b.start_s + b.length_s))
         if ctx.on_bucket is not None:
-            ctx.on_bucket(b.index)
+            await ctx.on_bucket(b.index)
 
 
 async def _closed(shape: Closed, ctx: LevelContext, one, stop: float, start: float) -> None:

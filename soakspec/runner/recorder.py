@@ -1,4 +1,4 @@
-"""What a run records while it runs: synchronous, one object per backend, no I/O but its writes.
+"""What a run records while it runs: one object per backend, no I/O but its writes.
 
 The async parts (the backend server, the load driver) report facts here -- launched, ready,
 a level started or ended, records, a bucket end, the follow-up, stopped, failed -- and this
@@ -13,6 +13,11 @@ writes them or keeps them for the manifest entry that `collect` builds after the
   stops. A day-long soak is inspectable while it runs (`soakspec gate --partial`), and a line
   never claims a bucket whose records are not durable.
 
+Everything here is synchronous but the fsyncs (`durable`): they run on a worker thread, so a
+disk that takes tens of milliseconds to sync (a network volume, write-back pressure) does
+not stall every send of every backend at each bucket end -- schedule lag the client-health
+rules would hold against the run. Writes stay on the event loop (they reach the page cache).
+
 A failure is recorded where it happens, before it is raised: `RunStatus` keeps the first one
 (its reason becomes the manifest's), so the engine never has to dig it out of an ExceptionGroup.
 """
@@ -20,9 +25,11 @@ A failure is recorded where it happens, before it is raised: `RunStatus` keeps t
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from soakspec.evidence.io import EvidenceError, GzipJsonlWriter, JsonlWriter
 from soakspec.evidence.buckets import BucketTally, bucket_line
@@ -35,6 +42,20 @@ from soakspec.runner.records import Outcome, RequestRecord
 
 
 LINE_GRACE_S = 1.0  # a bucket's line is written this long after its requests' deadline passed
+
+
+async def durable(writer: GzipJsonlWriter | JsonlWriter) -> None:
+    """`writer.fsync()` on a worker thread (see the module docstring). Not abandoned when the
+    caller is cancelled: the writer is never closed while the thread is in it. A caller in a
+    cancelled scope that must still sync (a level's end) shields the call."""
+    await trio.to_thread.run_sync(writer.fsync)
+
+
+async def off_loop(fn: Callable[..., Any], *args: Any) -> Any:
+    """`fn(*args)` -- a close that fsyncs, a log copied -- on a worker thread, shielded: it runs
+    to its end also when the caller is being cancelled (a run's end, an abort, Ctrl-C)."""
+    with trio.CancelScope(shield=True):
+        return await trio.to_thread.run_sync(fn, *args)
 
 
 class RunStatus:
@@ -159,18 +180,20 @@ class BackendRecorder:
         self._pending = []
         return entry
 
-    def bucket_closed(self, entry: dict[str, Any], k: int, now: float) -> None:
+    async def bucket_closed(self, entry: dict[str, Any], k: int, now: float) -> None:
         """Bucket `k` of the level of `entry` ended at `now`: its records so far are made durable
         (the gzip member closed and fsynced). Its buckets.jsonl line waits until every request
         of it has finished: `deadline_s` + LINE_GRACE_S after its window (each request ends by
-        its deadline); then the line counts them all. Lines whose time has come go out now."""
-        self.flush()
+        its deadline, so before `now` - LINE_GRACE_S: each was written before the member
+        closed, whatever arrives while the fsync runs); then the line counts them all. Lines
+        whose time has come go out now."""
         assert self._level is not None
         b = self._level.buckets[k]
-        self._pending.append((k, entry["measure_start"] + b.start_s, b.length_s))
-        self._write_lines(entry, now, lambda start, length: now >= start + length + entry["deadline_s"] + LINE_GRACE_S)
+        self._pending.append((k, entry["measure_start"] + b.start_s, b.length_s))  # first: a level cancelled meanwhile writes it
+        await self.make_durable()
+        await self._write_lines(entry, now, lambda start, length: now >= start + length + entry["deadline_s"] + LINE_GRACE_S)
 
-    def _write_lines(self, entry: dict[str, Any], now: float | None, due) -> None:
+    async def _write_lines(self, entry: dict[str, Any], now: float | None, due) -> None:
         lines = []
         for item in list(self._pending):
             k, start, length = item
@@ -181,14 +204,16 @@ class BackendRecorder:
             with self._evidence():
                 for line in lines:
                     self.bucket_writer.write(line)
-                self.bucket_writer.flush_fsync()
+                await durable(self.bucket_writer)
 
-    def level_stopped(self, entry: dict[str, Any], now: float | None = None) -> None:
+    async def level_stopped(self, entry: dict[str, Any], now: float | None = None) -> None:
         """The level's load ended, finished or not: what was sent is on disk, and the lines of
-        its closed buckets still waiting for their requests are written with what came."""
+        its closed buckets still waiting for their requests are written with what came.
+        Shielded: it runs also when the level was cancelled (an abort rule, Ctrl-C)."""
         entry["sent"] = self.stats.sent
-        self.flush()
-        self._write_lines(entry, now, lambda start, length: True)
+        with trio.CancelScope(shield=True):
+            await self.make_durable()
+            await self._write_lines(entry, now, lambda start, length: True)
 
     def level_finished(self, entry: dict[str, Any], run: LevelRun) -> None:
         entry.update(
@@ -219,10 +244,18 @@ class BackendRecorder:
         except EvidenceError as e:
             raise self.status.evidence_failed(e)
 
-    def flush(self) -> None:
+    def end_member(self) -> None:
+        """End the open gzip member of requests.jsonl.gz: what was written reads back whole."""
         if self.writer is not None:
             with self._evidence():
-                self.writer.flush_fsync()
+                self.writer.end_member()
+
+    async def make_durable(self) -> None:
+        """`end_member`, then the file fsynced (`durable`)."""
+        if self.writer is not None:
+            with self._evidence():
+                self.writer.end_member()
+                await durable(self.writer)
 
     def follow_up_done(self, rec: RequestRecord) -> bool:
         self.write_records([rec])

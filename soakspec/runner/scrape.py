@@ -38,6 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from soakspec.evidence.io import EvidenceError, JsonlWriter
 from soakspec.plan import MetricsScrape
 from soakspec.runner.protocol import describe_transport_error
+from soakspec.runner.recorder import durable, off_loop
 
 MAX_BUCKETS = 128  # histogram buckets kept per family (more: the family is dropped, with a note)
 MAX_ERROR_CHARS = 300
@@ -168,17 +169,20 @@ async def scrape_metrics(scrape: MetricsScrape, url: str, deps: Any, rec: Any) -
     log = ScrapeLog(scrape)
     rec.metrics_scrape = log.to_json()
     try:
-        with JsonlWriter(deps.layout.metrics(rec.name), schema="metrics") as w:
+        w = JsonlWriter(deps.layout.metrics(rec.name), schema="metrics")
+        try:
             while True:
                 row = await scrape_row(deps.http, url, scrape, deps.clock.now)
                 w.write(row)
-                w.flush_fsync()
+                await durable(w)
                 log.add(row)
                 rec.metrics_scrape = log.to_json()
                 if log.status == "not available":
                     deps.progress.log(f"[{rec.name}] no server metrics: {scrape.path} answered {row['status']} (recorded as not available)")
                     return
                 await trio.sleep(scrape.interval_s)
+        finally:
+            await off_loop(w.close)
     except EvidenceError as e:
         raise rec.status.evidence_failed(e)
 
