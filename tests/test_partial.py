@@ -5,6 +5,7 @@ to its last closed bucket, INCONCLUSIVE."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -19,6 +20,19 @@ from soakspec.evidence.record import iter_records
 from soakspec.evidence.testing import build_evidence_dir
 
 
+@pytest.fixture(autouse=True)
+def nice_calls(monkeypatch) -> list[int]:
+    """os.nice seen, not done: a partial gate in this process would lower pytest's own priority."""
+    calls: list[int] = []
+
+    def nice(inc: int) -> int:
+        calls.append(inc)
+        return sum(calls)
+
+    monkeypatch.setattr(os, "nice", nice)
+    return calls
+
+
 def _gate_partial(capsys, root: Path, *extra: str) -> tuple[int, str]:
     code = main(["gate", "--partial", str(root), *extra])
     out = capsys.readouterr()
@@ -26,11 +40,13 @@ def _gate_partial(capsys, root: Path, *extra: str) -> tuple[int, str]:
     return code, out.out + out.err
 
 
-def test_partial_gate_of_a_running_run_is_inconclusive_and_says_how_far(tmp_path, capsys):
+def test_partial_gate_of_a_running_run_is_inconclusive_and_says_how_far(tmp_path, capsys, nice_calls):
     root = tmp_path / "run1"
     build_evidence_dir(root, status="running")  # a run still going: no backends in its manifest yet
     code, out = _gate_partial(capsys, root)
     assert code == 3, out
+    # it may share the machine with the soak's load generator: judged at low CPU priority, said
+    assert nice_calls == [10] and "judging it at low CPU priority (nice 10)" in out
     assert "INCONCLUSIVE" in out and "partial: the run is incomplete (status running)" in out
     assert "a short / concurrency 4: judged buckets 0-0 of 1" in out
     # plain gate cannot judge it at all (no backends yet): --partial is the way to look
@@ -41,11 +57,12 @@ def test_partial_gate_of_a_running_run_is_inconclusive_and_says_how_far(tmp_path
     assert any(r["rule"] == "failed == 0" and r["status"] == "pass" for r in v["rules"]), v["rules"]
 
 
-def test_partial_gate_of_a_finished_run_judges_it_in_full(tmp_path, capsys):
+def test_partial_gate_of_a_finished_run_judges_it_in_full(tmp_path, capsys, nice_calls):
     root = tmp_path / "run1"
     build_evidence_dir(root)
     code, out = _gate_partial(capsys, root)
     assert code == main(["gate", str(root)]) and "judged in full" in out
+    assert nice_calls == []  # a finished run competes with nothing: full priority
 
 
 @pytest.mark.slow

@@ -15,7 +15,11 @@ read as far as it goes), and only requests of closed buckets (and warm-up) are j
 verdict is always INCONCLUSIVE (exit 3) -- the evidence is incomplete by construction -- with
 every rule's result shown and a note saying up to which bucket it judged; a rule that already
 fails on the closed buckets says so. On a finished run (its manifest lists its backends)
-`--partial` judges it in full, as plain `gate` does, and says so.
+`--partial` judges it in full, as plain `gate` does, and says so. A partial gate of a run
+still going (or killed: the manifest cannot tell) runs at low CPU priority (`PARTIAL_NICE`):
+on the soak's own machine, the look at a day-long soak -- minutes of a core -- must not starve
+its load generator, whose client-health rules would then (rightly) call the soak
+inconclusive. With a core to spare it costs nothing.
 """
 
 from __future__ import annotations
@@ -23,10 +27,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
 from soakspec.exitcodes import ExitCode
+
+PARTIAL_NICE = 10  # os.nice increment of a partial gate of a running soak: ~1/10 of a contended core
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -163,6 +170,16 @@ def _closed_only(evidence, entries: list[dict]):
     return dataclasses.replace(evidence, backends=tuple(backends))
 
 
+def _yield_cpu() -> None:
+    """Lower this process's CPU priority by PARTIAL_NICE (see the module doc), and say so."""
+    try:
+        now = os.nice(PARTIAL_NICE)
+    except OSError:  # not permitted here: judged at the priority it has
+        return
+    print(f"soakspec gate: note: the run may still be going: judging it at low CPU priority (nice {now}), "
+          "so that its load generator keeps the CPU it needs", file=sys.stderr)
+
+
 def _main_partial(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
     from soakspec.evidence import layout
@@ -185,6 +202,7 @@ def _main_partial(args: argparse.Namespace) -> int:
               file=sys.stderr)
         args.partial = False
         return main(args)
+    _yield_cpu()
     # the spec first (the manifest embeds it from the start), then the evidence it plans
     try:
         bare = load_evidence(root, entries=[])
