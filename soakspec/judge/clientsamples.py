@@ -37,6 +37,10 @@ SAMPLE_SPAN_S = 60.0  # no client.jsonl window is longer (runner/clienthealth.py
 
 
 def _number(v: Any) -> float:
+    """A sample's number as a float; NaN (absent) for anything else. Unlike `table.num`, an
+    infinity is kept: client.jsonl is read as Python JSON, where `Infinity` parses, and an
+    infinite lag must read as an unhealthy client (INCONCLUSIVE), never as a missing value a
+    healthy window beside it could outvote."""
     if type(v) not in (int, float):
         return math.nan
     try:
