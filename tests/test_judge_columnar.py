@@ -468,3 +468,27 @@ def test_a_levels_rows_grouped_by_bucket_are_a_stable_sort_by_bucket(buckets, gr
     for r in sorted(range(len(bk)), key=lambda r: bk[r]):
         want.setdefault(bk[r], []).append(r)
     assert list(got) == sorted(want) and {k: v.tolist() for k, v in got.items()} == want
+
+
+_edge_floats = st.sampled_from([0.0, -0.0, 1.0, -1.0, math.nan, math.inf, 1e-300, 1.7e9 + 0.123456])
+
+
+@given(st.lists(_edge_floats, max_size=40), st.data(), st.integers(min_value=1, max_value=7))
+def test_columns_compared_a_chunk_at_a_time_compare_as_whole_columns(a, data, chunk):
+    """`same_values` (which makes two equal columns one, `share_equal`) compares a chunk at a
+    time, so that it never copies two whole columns: it answers as the whole-column comparison
+    does -- NaN equal to NaN, -0.0 apart from 0.0 -- wherever the difference falls."""
+    import numpy as np
+
+    from soakspec.judge.table import same_values
+
+    b = list(a)
+    for k in data.draw(st.lists(st.integers(min_value=0, max_value=max(len(a) - 1, 0)), max_size=2)) if a else []:
+        b[k] = data.draw(_edge_floats)
+    x, y = np.array(a, dtype=np.float64), np.array(b, dtype=np.float64)
+    whole = all(math.copysign(1, p) == math.copysign(1, q) and (p == q or (p != p and q != q)) for p, q in zip(a, b))
+    assert same_values(x, y, chunk=chunk) == whole
+    i, j = np.arange(len(a), dtype=np.int32), np.arange(len(b), dtype=np.int32)
+    if b:
+        j[data.draw(st.integers(min_value=0, max_value=len(b) - 1))] += data.draw(st.integers(min_value=0, max_value=1))
+    assert same_values(i, j, chunk=chunk) == bool(np.array_equal(i, j))

@@ -207,6 +207,9 @@ not_completed = Columnar(lambda r: r.get("outcome") != "completed", lambda t, id
 
 class Distribution:
     unit: ClassVar[str]
+    # `values` of a scope's rows is always an array made for the call, which the caller may
+    # reorder (`stats.percentile(..., reorder=True)`): no copy of a scope's every value
+    new_values: ClassVar[bool] = False
 
     def values(self, records: Iterable[Row]) -> list[float]:
         raise NotImplementedError
@@ -245,7 +248,8 @@ class Distribution:
             need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
             if not len(vals):
                 return Measure(None, 0, need, unit, f"no completed {unit}")
-            return Measure(stats.percentile(vals, percentile), len(vals), need, unit)
+            reorder = self.new_values and isinstance(vals, np.ndarray) and vals.flags.owndata and vals.flags.writeable
+            return Measure(stats.percentile(vals, percentile, reorder=reorder), len(vals), need, unit)
         need = max(1, min_samples)
         if not len(vals):
             return Measure(None, 0, need, unit, f"no completed {unit}")
@@ -258,6 +262,7 @@ class PerRequest(Distribution):
 
     value: Callable[[Row], float | None]
     unit: ClassVar[str] = "requests"
+    new_values: ClassVar[bool] = True  # `column` makes a new array; `v[ok]` another
 
     def values(self, records: Iterable[Row]) -> Any:
         if isinstance(records, Rows):  # a scope's requests: vectorized, an array

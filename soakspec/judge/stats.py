@@ -67,13 +67,15 @@ __all__ = [
 ]
 
 
-def percentile(values: Iterable[float], q: float) -> float | None:
+def percentile(values: Iterable[float], q: float, *, reorder: bool = False) -> float | None:
     """The q-th percentile (0 <= q <= 100) of `values` by linear interpolation between order
-    statistics (numpy's default); None when there are no values. Order does not matter."""
+    statistics (numpy's default); None when there are no values. Order does not matter.
+    `reorder=True`: `values` is a numpy array its caller made and needs in no particular order;
+    it is partitioned in place instead of copied (at 10^7 requests, 80 MB not allocated)."""
     if not 0 <= q <= 100 or math.isnan(q):
         raise ValueError(f"percentile must be within [0, 100], got {q!r}")
     if isinstance(values, np.ndarray):  # the judge's columns: the same order statistics, sorted by numpy
-        return _percentile_array(values, q)
+        return _percentile_array(values, q, reorder)
     xs = sorted(values)
     n = len(xs)
     if n == 0:
@@ -91,7 +93,7 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     return float(a + frac * (b - a))
 
 
-def _percentile_array(values: np.ndarray, q: float) -> float | None:
+def _percentile_array(values: np.ndarray, q: float, reorder: bool = False) -> float | None:
     n = len(values)
     if n == 0:
         return None
@@ -99,7 +101,11 @@ def _percentile_array(values: np.ndarray, q: float) -> float | None:
     lo = math.floor(h)
     if n == 1 or lo >= n - 1:
         return float(np.max(values)) if n > 1 else float(values[0])
-    part = np.partition(values, (lo, lo + 1))
+    if reorder:
+        values.partition((lo, lo + 1))
+        part = values
+    else:
+        part = np.partition(values, (lo, lo + 1))
     a, b = float(part[lo]), float(part[lo + 1])
     frac = h - lo
     if frac == 0 or a == b:

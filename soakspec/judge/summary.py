@@ -40,7 +40,11 @@ def dist_values(records: Iterable[Row], name: str) -> Any:
     impl = metric(name)
     assert isinstance(impl, Distribution), name
     c = impl.counted(records)
-    return c if c is not None else impl.values(records)
+    if c is not None:
+        return c
+    vals = impl.values(records)
+    # an array `_dist` must not reorder (a metric whose values are not made for the call) goes as a copy
+    return vals if impl.new_values or not isinstance(vals, np.ndarray) else vals.copy()
 
 
 def window_series(bi: BackendIndex, w: Window, name: str) -> float | None:
@@ -166,6 +170,8 @@ def level_drift(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any] | None:
 
 
 def _dist(vals: Any) -> dict[str, Any] | None:
+    """count, p50/p95/p99, mean, min and max of `dist_values`' result (which this may reorder:
+    a scope's values are an array made for the call, `Distribution.new_values`)."""
     if isinstance(vals, stats.Counted):
         if not vals.n:
             return None
@@ -173,11 +179,12 @@ def _dist(vals: Any) -> dict[str, Any] | None:
                 "mean": vals.mean(), "min": vals.min(), "max": vals.max()}
     if not len(vals):
         return None
+    reorder = isinstance(vals, np.ndarray) and vals.flags.owndata and vals.flags.writeable
     return {
         "count": len(vals),
-        "p50": stats.percentile(vals, 50),
-        "p95": stats.percentile(vals, 95),
-        "p99": stats.percentile(vals, 99),
+        "p50": stats.percentile(vals, 50, reorder=reorder),
+        "p95": stats.percentile(vals, 95, reorder=reorder),
+        "p99": stats.percentile(vals, 99, reorder=reorder),
         "mean": stats.mean(vals),
         "min": float(np.min(vals)),
         "max": float(np.max(vals)),
