@@ -207,8 +207,8 @@ not_completed = Columnar(lambda r: r.get("outcome") != "completed", lambda t, id
 
 class Distribution:
     unit: ClassVar[str]
-    # `values` of a scope's rows is always an array made for the call, which the caller may
-    # reorder (`stats.percentile(..., reorder=True)`): no copy of a scope's every value
+    # True where `values` of a scope's rows is always an array made for the call, which the
+    # caller may reorder (`stats.percentile(..., reorder=True)`): no copy of a scope's values
     new_values: ClassVar[bool] = False
 
     def values(self, records: Iterable[Row]) -> list[float]:
@@ -248,7 +248,7 @@ class Distribution:
             need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
             if not len(vals):
                 return Measure(None, 0, need, unit, f"no completed {unit}")
-            reorder = self.new_values and isinstance(vals, np.ndarray) and vals.flags.owndata and vals.flags.writeable
+            reorder = self.new_values and stats.own_array(vals)
             return Measure(stats.percentile(vals, percentile, reorder=reorder), len(vals), need, unit)
         need = max(1, min_samples)
         if not len(vals):

@@ -49,6 +49,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Iterable
+from typing import Any
 
 # the one definition, shared with `check` (its W509 warning), at the bottom of the pipeline
 from soakspec.lang.samples import min_samples_for_percentile
@@ -61,6 +62,7 @@ __all__ = [
     "mean",
     "median",
     "min_samples_for_percentile",
+    "own_array",
     "percentile",
     "samples_for_overages",
     "samples_needed",
@@ -91,6 +93,12 @@ def percentile(values: Iterable[float], q: float, *, reorder: bool = False) -> f
     if frac == 0 or a == b:
         return float(a)
     return float(a + frac * (b - a))
+
+
+def own_array(values: Any) -> bool:
+    """A numpy array holding its own writeable data -- never a view of a table's (read-only)
+    column: the condition, beside being made for the call, for `percentile(reorder=True)`."""
+    return isinstance(values, np.ndarray) and values.flags.owndata and values.flags.writeable
 
 
 def _percentile_array(values: np.ndarray, q: float, reorder: bool = False) -> float | None:

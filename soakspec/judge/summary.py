@@ -179,7 +179,7 @@ def _dist(vals: Any) -> dict[str, Any] | None:
                 "mean": vals.mean(), "min": vals.min(), "max": vals.max()}
     if not len(vals):
         return None
-    reorder = isinstance(vals, np.ndarray) and vals.flags.owndata and vals.flags.writeable
+    reorder = stats.own_array(vals)
     return {
         "count": len(vals),
         "p50": stats.percentile(vals, 50, reorder=reorder),
