@@ -492,3 +492,27 @@ def test_columns_compared_a_chunk_at_a_time_compare_as_whole_columns(a, data, ch
     if b:
         j[data.draw(st.integers(min_value=0, max_value=len(b) - 1))] += data.draw(st.integers(min_value=0, max_value=1))
     assert same_values(i, j, chunk=chunk) == bool(np.array_equal(i, j))
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows=st.lists(st.fixed_dictionaries({"tpot": st.one_of(st.none(), st.floats(0, 1, allow_nan=False)),
+                                            "usage_mismatch": st.sampled_from([None, False, True])}), min_size=1, max_size=30),
+       chunk=st.integers(1, 7), picks=st.lists(st.integers(0, 10**6), max_size=40), lo=st.integers(0, 30))
+def test_a_count_based_value_a_chunk_at_a_time_equals_the_rows(rows, chunk, picks, lo):
+    """tpot (and output_tokens) over any rows, filled SCAN_CHUNK rows at a time: the row's
+    value where its usage agrees with its stream, else none -- each row's own definition."""
+    import unittest.mock
+
+    from soakspec.judge import table as T
+
+    recs = [{"request_id": f"r{i}", "bucket": 0, "outcome": "completed", **{k: v for k, v in r.items() if v is not None}}
+            for i, r in enumerate(rows)]
+    t = build_table(recs)
+    n = len(recs)
+    idx = T.np.array([p % n for p in picks], dtype=T.np.int64)
+    with unittest.mock.patch.object(T, "SCAN_CHUNK", chunk):
+        for sel in (idx, slice(min(lo, n), None), slice(None)):
+            want = [recs[i] for i in (range(n)[sel] if isinstance(sel, slice) else idx.tolist())]
+            got = t.counted_number("tpot", sel)
+            expect = [r.get("tpot") if not r.get("usage_mismatch") else None for r in want]
+            assert [None if math.isnan(g) else g for g in got.tolist()] == expect

@@ -402,8 +402,7 @@ def usage_ok(r: Row) -> bool:
 def counted(name: str) -> Callable[[Row], float | None]:
     """A field computed from the reported token count: None when that count is contradicted."""
     get = field(name)
-    return Columnar(lambda r: get(r) if usage_ok(r) else None,
-                    lambda t, idx: np.where(t.usage_ok(idx), t.number(name, idx), np.nan))
+    return Columnar(lambda r: get(r) if usage_ok(r) else None, lambda t, idx: t.counted_number(name, idx))
 
 
 def itl_gaps(r: Row) -> list[float]:
