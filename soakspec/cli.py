@@ -12,11 +12,13 @@ is an `ExitCode` member.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
 
 from soakspec import __version__, heap
 from soakspec.evidence.io import EvidenceChanged
+from soakspec.evidence.readprogress import reporting
 from soakspec.exitcodes import ExitCode
 
 # name -> (module, one-line help)
@@ -83,12 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[args.command][0])
     fn = getattr(module, "main_" + args.command.replace("-", "_"), getattr(module, "main", None))
     try:
-        if args.command in READS_EVIDENCE:  # minutes for a day-long soak's evidence: say how far it got
-            from soakspec.evidence.readprogress import reporting
-
-            with reporting(sys.stderr, args.command):
-                return ExitCode(int(fn(args)))
-        return ExitCode(int(fn(args)))
+        # minutes for a day-long soak's evidence: say how far a read has got
+        with reporting(sys.stderr, args.command) if args.command in READS_EVIDENCE else contextlib.nullcontext():
+            return ExitCode(int(fn(args)))
     except UsageError as e:
         print(f"soakspec {args.command}: error: {e}", file=sys.stderr)
         return ExitCode.USAGE

@@ -23,7 +23,7 @@ import dataclasses
 import functools
 import hashlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -413,13 +413,14 @@ class StoredTraces:
             if isinstance(row, dict) and row.get("matched") is True:
                 yield row.get("request_id")
 
-    def narrowed(self, request_ids: set[str]) -> StoredTraces:
-        """The rows about `request_ids` (a sweep's one probe). Rows not held stay on disk: a
-        claim about another probe's request names no record of this one, so it is never
-        wrong there (`rederive._wrong_claims`)."""
+    def narrowed(self, request_ids: Iterable[str]) -> StoredTraces:
+        """The rows about `request_ids` (a sweep's one probe; consumed only for rows held).
+        Rows not held stay on disk: a claim about another probe's request names no record of
+        this one, so it is never wrong there (`rederive._wrong_claims`)."""
         if self.path is not None:
             return self
-        return StoredTraces(tuple(t for t in self._rows if str(t.get("request_id")) in request_ids))
+        keep = set(request_ids)
+        return StoredTraces(tuple(t for t in self._rows if str(t.get("request_id")) in keep))
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, StoredTraces):

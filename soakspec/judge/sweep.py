@@ -111,7 +111,7 @@ def _level_backend(be: BackendEvidence, workload: str, level: int) -> BackendEvi
     levels = [dict(e) | {"index": 0} for e in be.entry.get("levels") or [] if e.get("workload") == workload and e.get("index") == level]
     records = tuple(dict(r) | {"level": 0} if r.get("level") == level else r
                     for r in _probe_rows(be, level))  # fmt: skip
-    traces = be.traces.narrowed({str(r.get("request_id")) for r in records})
+    traces = be.traces.narrowed(str(r.get("request_id")) for r in records)
     return dataclasses.replace(be, entry=dict(be.entry) | {"levels": levels}, records=records, traces=traces, table=None)
 
 

@@ -1188,9 +1188,25 @@ class RequestTable:
 
     def _since_request(self, key: str, stamp: str, idx) -> np.ndarray:
         """`key` (ttft, latency) of the rows `idx`: the record's own value, else `stamp` -
-        req_time. Filled a part of SCAN_CHUNK rows at a time into the one array it returns, so
-        that what it allocates beyond that array stays a few MiB at any scope (a 10^7-request
-        level's ttft made five full-length temporaries: ~400 MB at the gate's peak)."""
+        req_time. Filled a part at a time (`_filled`), so that what it allocates beyond that
+        array stays a few MiB at any scope (a 10^7-request level's ttft made five full-length
+        temporaries: ~400 MB at the gate's peak)."""
+        held = self.f[key]
+        if held.strides == (0,) and len(held) and math.isnan(held[0]):
+            held = None  # one NaN for every row (`compact`): every value is derived
+        times = self.f[stamp]
+        out, parts = self._filled(idx)
+        for part, rows in parts:
+            np.subtract(times[rows], self.req_time(rows), out=part)
+            if held is not None:
+                own = held[rows]
+                np.copyto(part, own, where=~np.isnan(own))
+        return out
+
+    def _filled(self, idx) -> tuple[np.ndarray, Iterator[tuple[np.ndarray, Any]]]:
+        """A new float64 array for the rows `idx` (an index array, or a slice of the table) and
+        its parts SCAN_CHUNK rows at a time, each with the rows it holds (a slice stays a slice:
+        no index array of the scope is made) -- for a column computed a chunk at a time."""
         start = 0
         if isinstance(idx, slice):
             start, b, step = idx.indices(self.n)
@@ -1198,19 +1214,13 @@ class RequestTable:
                 idx = np.arange(start, b, step)
         n = len(idx) if not isinstance(idx, slice) else max(0, b - start)
         out = np.empty(n, dtype=np.float64)
-        held = self.f[key]
-        if held.strides == (0,) and len(held) and math.isnan(held[0]):
-            held = None  # one NaN for every row (`compact`): every value is derived
-        times = self.f[stamp]
-        for p in range(0, n, SCAN_CHUNK):
-            q = min(n, p + SCAN_CHUNK)
-            rows = slice(start + p, start + q) if isinstance(idx, slice) else idx[p:q]
-            part = out[p:q]
-            np.subtract(times[rows], self.req_time(rows), out=part)
-            if held is not None:
-                own = held[rows]
-                np.copyto(part, own, where=~np.isnan(own))
-        return out
+
+        def parts() -> Iterator[tuple[np.ndarray, Any]]:
+            for p in range(0, n, SCAN_CHUNK):
+                q = min(n, p + SCAN_CHUNK)
+                yield out[p:q], (slice(start + p, start + q) if isinstance(idx, slice) else idx[p:q])
+
+        return out, parts()
 
     def schedule_lag(self, idx) -> np.ndarray:
         return self.f["start"][idx] - self.f["intended_start"][idx]
@@ -1222,18 +1232,13 @@ class RequestTable:
         v = self.i[key][idx]
         return np.where(v == MISSING, np.nan, v.astype(np.float64))
 
-    def counted_number(self, key: str, idx: np.ndarray) -> np.ndarray:
+    def counted_number(self, key: str, idx) -> np.ndarray:
         """`number(key, idx)` where the row's usage agrees with its stream (`usage_ok`), else NaN
-        (a value computed from a contradicted token count: tpot, output_tokens). Filled
-        SCAN_CHUNK rows at a time into the one array it returns: over a 10^7-request scope the
-        masks, the values and the result at once were ~19 bytes a request (report's peak)."""
-        if isinstance(idx, slice):
-            idx = np.arange(*idx.indices(self.n))
-        n = len(idx)
-        out = np.empty(n, dtype=np.float64)
-        for p in range(0, n, SCAN_CHUNK):
-            rows = idx[p:p + SCAN_CHUNK]
-            part = out[p:p + len(rows)]
+        (a value computed from a contradicted token count: tpot, output_tokens). Filled a part
+        at a time (`_filled`): over a 10^7-request scope the masks, the values and the result
+        at once were ~19 bytes a request (report's peak)."""
+        out, parts = self._filled(idx)
+        for part, rows in parts:
             part[:] = self.number(key, rows)
             part[~self.usage_ok(rows)] = np.nan
         return out

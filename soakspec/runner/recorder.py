@@ -252,9 +252,9 @@ class BackendRecorder:
 
     async def make_durable(self) -> None:
         """`end_member`, then the file fsynced (`durable`)."""
+        self.end_member()
         if self.writer is not None:
             with self._evidence():
-                self.writer.end_member()
                 await durable(self.writer)
 
     def follow_up_done(self, rec: RequestRecord) -> bool:
