@@ -72,7 +72,7 @@ def main() -> int:
             spec = work / "memory.soak"
             spec.write_text(nginx_spec("memory-benchmark", "memory benchmark", port, args.concurrency, duration, 60))
             out = work / "ev"
-            client = subprocess.Popen([sys.executable, str(HERE / "loadgen" / "run.py"), "_client", str(spec), str(out), "1"],
+            client = subprocess.Popen([sys.executable, str(HERE / "loadgen" / "run.py"), "_client", str(spec), str(out), "1", "1"],  # one worker, self-check on
                                       stdout=subprocess.DEVNULL)  # fmt: skip
             requests = out / "backends" / "nginx" / "requests.jsonl.gz"
             lines = GzipLines()

@@ -42,6 +42,9 @@ def main() -> int:
 
     rc = soakspec(["run", args.spec, "--out", args.out, "--quiet"])
     out = Path(args.out)
+    if not (out / "verdict.json").exists():  # the run failed before judging: its own message said why
+        print(f"fsync +{args.fsync_ms:g} ms: exit {rc}, no verdict written", file=sys.stderr)
+        return rc or 4
     verdict = json.loads((out / "verdict.json").read_text())
     samples = [json.loads(line) for line in (out / "client.jsonl").read_text().splitlines() if line.strip()]
     worst = max((s["lag_max"] for s in samples), default=float("nan"))

@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+import trio
+
 CONCURRENCY = 256
 TOKENS = 64
 TTFT = 0.005  # seconds
@@ -98,7 +100,8 @@ def duration_for(n: int) -> int:
     return max(BUCKET_S, math.ceil(seconds / BUCKET_S) * BUCKET_S)
 
 
-def generate(n: int, out: Path):
+async def generate(n: int, out: Path):
+    """Write the directory (async: the recorder's bucket ends fsync on a worker thread, as in a run)."""
     from soakspec.evidence.layout import RunLayout
     from soakspec.evidence.manifest import finalize_manifest, new_manifest, write_manifest
     from soakspec.judge.testing import spec_from_text
@@ -156,7 +159,7 @@ def generate(n: int, out: Path):
             batch.clear()
             log.write("".join(trace_lines))
             trace_lines.clear()
-            rec.bucket_closed(entry, last_bucket, measure_start + (last_bucket + 1) * BUCKET_S)
+            await rec.bucket_closed(entry, last_bucket, measure_start + (last_bucket + 1) * BUCKET_S)
             last_bucket = b
         batch.append(RequestRecord(
             rid, backend=bp.name, workload=lv.workload, level=lv.index, concurrency=CONCURRENCY, bucket=b, worker=w,
@@ -180,14 +183,14 @@ def generate(n: int, out: Path):
             trace_lines.clear()
     rec.write_records(batch)
     log.write("".join(trace_lines))
-    rec.bucket_closed(entry, last_bucket, measure_start + (last_bucket + 1) * BUCKET_S)
+    await rec.bucket_closed(entry, last_bucket, measure_start + (last_bucket + 1) * BUCKET_S)
     run.sent = n
     run.measure_end = measure_start + lv.duration_s
     run.drained_at = run.measure_end + lat
     run.completed = True
     run.busy_s = busy
     rec.stats.sent = n
-    rec.level_stopped(entry)
+    await rec.level_stopped(entry)
     rec.level_finished(entry, run)
     # the clean follow-up request after the level, on a idle server
     _, rid = ids()
@@ -210,7 +213,7 @@ def generate(n: int, out: Path):
     }, separators=(",", ":")) + "\n")  # fmt: skip
     log.close()
     rec.follow_up_done(follow)
-    rec.flush()
+    await rec.make_durable()
     rec.close()
     entries = [collect(plan, rec, Progress(quiet=True))]
     finalize_manifest(layout.root, manifest | {"backends": entries}, status.status, status.reason)
@@ -265,7 +268,7 @@ def main() -> int:
 
         t = time.perf_counter()
         with RunLock(out):  # as `soakspec run` holds it (and creates the directory)
-            spec = generate(args.requests, out)
+            spec = trio.run(generate, args.requests, out)
         code = judge_written(out, spec)
         print(f"wrote {out} ({args.requests:,} requests, the run's own verdict exit {code}) in "
               f"{time.perf_counter() - t:.1f} s", flush=True)

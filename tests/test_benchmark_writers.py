@@ -1,0 +1,28 @@
+"""The benchmarks that write evidence through the runner's own writers still do: a change to
+the recorder's API (its bucket ends became async) once left `benchmarks/soak_scale.py` failing
+for every N, unnoticed. Run here in its smallest setting, as a subprocess; nothing is timed
+(the timings are the benchmark's, in benchmarks/README.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_soak_scale_writes_a_directory_that_verifies_and_passes(tmp_path) -> None:
+    out = tmp_path / "scale"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "soak_scale.py"), "--requests", "3000", "--out", str(out),
+                        "--keep", "--skip", "gate,report"], cwd=ROOT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "never awaited" not in p.stderr
+    assert "(3,000 requests, the run's own verdict exit 0)" in p.stdout
+    assert "| verify | 3,000 | 0 |" in p.stdout  # `soakspec verify DIR` exit 0
+    (line,) = [json.loads(x) for x in (out / "backends" / "sim" / "buckets.jsonl").read_text().splitlines()]
+    assert line["requests"]["total"] == line["requests"]["completed"] == 3000
+    assert line["itl"]["n"] == 3000 * 63
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["verdict"] == "PASS"
