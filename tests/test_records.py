@@ -341,7 +341,7 @@ def test_packed_gaps_read_back_every_gap_exactly(runs, data) -> None:
 def test_the_id_column_reads_back_every_id(runs, data) -> None:
     """Request ids held as one UTF-8 blob (non-ASCII and lone surrogates included) read back
     as they were, one at a time, in a batch and iterated."""
-    from soakspec.judge.table import take_ids
+    from soakspec.evidence.ids import take_ids
 
     runs = [[x + "\ud800" if k % 3 == 2 else x for x in run] for k, run in enumerate(runs)]
     every, rows = _ids_read_back(runs, data)
@@ -353,7 +353,7 @@ def _ids_read_back(runs, data):
     reads back: iterated, indexed and taken in a batch. Returns (the ids, the rows taken)."""
     import numpy as np
 
-    from soakspec.judge.table import IdStore, take_ids
+    from soakspec.evidence.ids import IdStore, take_ids
 
     store = IdStore()
     every: list[str] = []
@@ -387,11 +387,12 @@ def test_numbered_ids_read_back_as_they_were(runs, data) -> None:
 
 
 def test_runner_ids_take_a_few_bytes_each() -> None:
-    from soakspec.judge.table import IdStore
+    from soakspec.evidence.ids import IdStore
+    from soakspec.judge.table import compact_codes
 
     store = IdStore()
     store.extend([f"soak-5ca1ab1e-0-{k:07d}" for k in range(10_000)])
-    col = store.finish()
+    col = store.finish(compact_codes)  # as the judge's table holds them
     assert col.nbytes < 6 * 10_000 and col[9_999] == "soak-5ca1ab1e-0-0009999"
 
 
@@ -404,12 +405,12 @@ def test_row_counts_and_offsets_held_in_four_bytes_read_back_as_they_were(pieces
     as it was, and 4 bytes a value when none needed more."""
     import numpy as np
 
-    from soakspec.judge.table import _U32, _as_numbers, _put
+    from soakspec.evidence.ids import U32, as_numbers, put_numbers
 
-    a, every = array(_U32), []
+    a, every = array(U32), []
     for p in pieces:
-        a = _put(a, p if isinstance(p, int) else np.asarray(p, dtype=np.int64))
+        a = put_numbers(a, p if isinstance(p, int) else np.asarray(p, dtype=np.int64))
         every += [p] if isinstance(p, int) else p
-    got = _as_numbers(a)
+    got = as_numbers(a)
     assert got.tolist() == every
     assert got.itemsize == (4 if all(v < 2**32 for v in every) else 8)

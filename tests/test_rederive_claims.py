@@ -17,7 +17,8 @@ from soakspec.evidence.io import EvidenceChanged
 from soakspec.judge import rederive
 from soakspec.judge.evidence import StoredTraces
 from soakspec.judge.table import build_table
-from soakspec.judge.tracematch import IdIndex, TableMatch
+from soakspec.evidence.ids import IdIndex
+from soakspec.judge.tracematch import TableMatch
 
 
 @st.composite

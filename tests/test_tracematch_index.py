@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 
 from soakspec.judge import tracematch
 from soakspec.judge.table import build_table
-from soakspec.judge.tracematch import IdIndex, kept_payload, match_table
+from soakspec.evidence.ids import IdIndex
+from soakspec.judge.tracematch import kept_payload, match_table
 from soakspec.evidence.traces import Trace
 
 FORMS = st.lists(st.sampled_from(["{id}", "cmpl-{id}", "{id}-0", "cmpl-{id}-0", "chatcmpl-{id}", "x{id}x"]),
@@ -126,7 +127,7 @@ def test_a_lookup_finds_every_record_of_an_id_and_only_those():
 @settings(max_examples=200, deadline=None)
 @given(ids=st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f", "g"]), max_size=40), step=st.integers(1, 9))
 def test_ids_recorded_twice_are_found_whatever_the_step(ids, step):
-    """`IdIndex.repeated` compares its sorted keys SCAN_CHUNK at a time: at any step it gives
+    """`IdIndex.repeated` compares its sorted keys REPEAT_CHUNK at a time: at any step it gives
     every id recorded more than once, each id's rows ascending, in the order of its second record."""
     import unittest.mock
 
@@ -134,9 +135,9 @@ def test_ids_recorded_twice_are_found_whatever_the_step(ids, step):
     for r, rid in enumerate(ids):
         rows.setdefault(rid, []).append(r)
     want = sorted((g for g in rows.values() if len(g) > 1), key=lambda g: g[1])
-    from soakspec.judge import table
+    from soakspec.evidence import ids as ids_module
 
-    with unittest.mock.patch.object(table, "SCAN_CHUNK", step):
+    with unittest.mock.patch.object(ids_module, "REPEAT_CHUNK", step):
         assert IdIndex(ids).repeated() == want
 
 

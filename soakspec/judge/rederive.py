@@ -47,13 +47,14 @@ import dataclasses
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from soakspec.evidence.ids import IdIndex
 from soakspec.evidence.runtime import RuntimeDecl, detect_runtime_boundary
 from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, log_lines, match_traces, scan_log_rows, scan_rows
 import numpy as np
 
 from soakspec.judge.evidence import BackendEvidence, Evidence, StoredTraces
 from soakspec.judge.table import MISSING, RequestTable, Rows, fits
-from soakspec.judge.tracematch import IdIndex, TableMatch, invertible, kept_payload, label_column, match_rows
+from soakspec.judge.tracematch import TableMatch, invertible, kept_payload, label_column, match_rows
 from soakspec.lang import simtrace
 from soakspec.lang.spec import Backend, Spec
 

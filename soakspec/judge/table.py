@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from soakspec.evidence.io import EvidenceChanged
+from soakspec.evidence.ids import U32, IdColumn, IdStore, as_numbers, put_numbers
 from soakspec.evidence.record import Record
 
 MISSING = -(2**31)  # an int column's "absent"
@@ -118,203 +119,6 @@ def fits(v: Any) -> bool:
 
 def _label_key(v: Any) -> Any:
     return (type(v).__name__, v)  # True and 1 are different labels
-
-
-_DIGITS = "0123456789"
-_NUM_DIGITS = 18  # the most digits an id's number may have (below 2**63)
-_MAX_STEMS = 1024  # distinct (stem, width) pairs before ids are held as text instead
-_U32 = next(c for c in "IL" if array(c).itemsize == 4)  # array's 4-byte unsigned typecode
-
-
-def _put(a: array, values: Any) -> array:
-    """Append whole numbers (`values`: an int, or an int64 array) to `a`: held in 4 bytes (`_U32`)
-    while every one is in [0, 2**32), in 8 from the first that is not (`a` copied wider once).
-    Returns the array that holds them (a row count or offset column is 4 bytes a request while
-    it is built, not 8 and then a 4-byte copy)."""
-    one = isinstance(values, int)
-    if a.typecode == _U32:
-        lo, hi = (values, values) if one else ((int(values.min()), int(values.max())) if len(values) else (0, 0))
-        if 0 <= lo and hi < 2**32:
-            if one:
-                a.append(values)
-            else:
-                a.frombytes(values.astype(np.uint32).tobytes())
-            return a
-        a = array("q", a)
-    if one:
-        a.append(values)
-    else:
-        a.frombytes(np.asarray(values, dtype=np.int64).tobytes())
-    return a
-
-
-def _as_numbers(a: array) -> np.ndarray:
-    """A `_put` array as numpy (a view of its buffer, no copy)."""
-    dtype = np.uint32 if a.typecode == _U32 else np.int64
-    return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
-
-
-class IdColumn(Sequence):
-    """The request ids of a table. Reads like the list it replaces: `ids[i]` and iteration
-    give `str`. Held one of two ways:
-
-      numbered  what the runner writes (`soak-5ca1ab1e-0-0000042`): each id a *stem* and a
-                number of a fixed width (its trailing ASCII digits, leading zeros kept), so an
-                id is a stem code and an integer -- ~5 bytes a request, not 27 (stems:
-                the distinct (stem, width) pairs, at most _MAX_STEMS);
-      text      any other ids: their UTF-8 bytes end to end with offsets (31 bytes a
-                23-character id, against ~80 for a list of str)."""
-
-    __slots__ = ("_blob", "_off", "_stems", "_widths", "_code", "_num")
-
-    def __init__(self, blob: bytes | bytearray | None, off: np.ndarray | None, *, stems: Sequence[str] = (),
-                 widths: Sequence[int] = (), code: np.ndarray | None = None, num: np.ndarray | None = None) -> None:
-        self._blob, self._off = blob, off
-        self._stems, self._widths, self._code, self._num = tuple(stems), tuple(widths), code, num
-
-    def __len__(self) -> int:
-        return len(self._off) - 1 if self._off is not None else len(self._num)  # type: ignore[arg-type]
-
-    def __getitem__(self, i):  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        if self._off is None:
-            c = int(self._code[i])  # type: ignore[index]
-            return self._stems[c] + str(int(self._num[i])).zfill(self._widths[c])  # type: ignore[index]
-        return self._blob[int(self._off[i]):int(self._off[i + 1])].decode("utf-8", "surrogatepass")  # type: ignore[index]
-
-    def take(self, rows: np.ndarray) -> list[str]:
-        """The ids of `rows` (an int array), in that order."""
-        if self._off is None:
-            stems, widths = self._stems, self._widths
-            return [stems[c] + str(n).zfill(widths[c]) for c, n in zip(self._code[rows].tolist(), self._num[rows].tolist())]  # type: ignore[index]
-        blob = self._blob
-        return [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(self._off[rows].tolist(), self._off[rows + 1].tolist())]  # type: ignore[index]
-
-    def __iter__(self) -> Iterator[str]:
-        if self._off is None:
-            stems, widths = self._stems, self._widths
-            step = 1 << 16
-            for a in range(0, len(self), step):
-                yield from (stems[c] + str(n).zfill(widths[c]) for c, n in zip(self._code[a:a + step].tolist(), self._num[a:a + step].tolist()))  # type: ignore[index]
-            return
-        blob, off = self._blob, self._off.tolist()
-        for a, b in zip(off, off[1:]):
-            yield blob[a:b].decode("utf-8", "surrogatepass")  # type: ignore[index]
-
-    def lengths(self) -> set[int]:
-        """`set(map(len, self))` -- the distinct id lengths, in characters -- without making an id."""
-        if self._off is None:
-            used = np.flatnonzero(np.bincount(self._code, minlength=len(self._stems)))  # type: ignore[arg-type]
-            return {len(self._stems[c]) + self._widths[c] for c in used.tolist()}
-        if self._blob is not None and self._blob.isascii():  # a byte a character
-            return set(np.unique(np.diff(self._off.astype(np.int64))).tolist())  # type: ignore[union-attr]
-        return set(map(len, self))
-
-    @property
-    def nbytes(self) -> int:
-        if self._off is None:
-            return self._code.nbytes + self._num.nbytes + sum(map(len, self._stems))  # type: ignore[union-attr]
-        return len(self._blob) + self._off.nbytes  # type: ignore[arg-type]
-
-
-def take_ids(ids: Sequence[str], rows: np.ndarray) -> list[str]:
-    """`[ids[r] for r in rows]`, for an `IdColumn` (batched) or any sequence."""
-    if isinstance(ids, IdColumn):
-        return ids.take(rows)
-    return [ids[r] for r in rows.tolist()]
-
-
-class IdStore:
-    """What an `IdColumn` is built from, an id (or a list of them) at a time: numbered while
-    every id is a stem and a number, as text from the first one that is not (the ids so far
-    turned to text then)."""
-
-    def __init__(self) -> None:
-        self.blob: bytearray | None = None  # text, once an id is not numbered
-        self.off: array | None = None
-        self.keys: dict[tuple[str, int], int] = {}  # (stem, width) -> its code
-        self.code = array("H")
-        self.num = array(_U32)  # `_put`: 4 bytes a number while every number fits
-
-    def _key(self, stem: str, width: int) -> int | None:
-        c = self.keys.get((stem, width))
-        if c is None and len(self.keys) < _MAX_STEMS:
-            c = self.keys[(stem, width)] = len(self.keys)
-        return c
-
-    def _as_text(self) -> None:
-        """Every id so far as text (from here on, ids are held as text)."""
-        ids = list(self._numbered().__iter__()) if len(self.num) else []
-        self.blob, self.off = bytearray(), array("q", [0])
-        self.code, self.num, self.keys = array("H"), array(_U32), {}
-        if ids:
-            self._extend_text(ids)
-
-    def _numbered(self, copy: bool = True) -> IdColumn:
-        """The ids so far (`copy=False`, when the store is finished: views of its arrays)."""
-        stems = [k[0] for k in self.keys]
-        widths = [k[1] for k in self.keys]
-        code, num = np.frombuffer(self.code, dtype=np.uint16), _as_numbers(self.num)
-        return IdColumn(None, None, stems=stems, widths=widths, code=code.copy() if copy else code,
-                        num=num.copy() if copy else num)
-
-    def append(self, rid: str) -> None:
-        if self.blob is None:
-            stem = rid.rstrip(_DIGITS)
-            w = len(rid) - len(stem)
-            c = self._key(stem, w) if 0 < w <= _NUM_DIGITS else None
-            if c is not None:
-                self.code.append(c)
-                self.num = _put(self.num, int(rid[len(stem):]))
-                return
-            self._as_text()
-        self.blob += rid.encode("utf-8", "surrogatepass")  # type: ignore[operator]
-        self.off.append(len(self.blob))  # type: ignore[union-attr, arg-type]
-
-    def extend(self, ids: list[str]) -> None:
-        if not ids:
-            return
-        if self.blob is None:
-            first = ids[0]
-            stem = first.rstrip(_DIGITS)
-            k, w = len(stem), len(first) - len(stem)
-            c = self._key(stem, w) if 0 < w <= _NUM_DIGITS else None
-            if c is not None and set(map(len, ids)) == {k + w} and all(x.startswith(stem) for x in ids):
-                digits = "".join(x[k:] for x in ids)
-                if digits.isascii() and digits.isdigit():  # every id: this stem and w ASCII digits
-                    self.code.frombytes(np.full(len(ids), c, dtype=np.uint16).tobytes())
-                    self.num = _put(self.num, np.array([x[k:] for x in ids]).astype(np.int64))
-                    return
-            for x in ids:  # mixed stems (or not numbered: the first such id turns the store to text)
-                self.append(x)
-            return
-        self._extend_text(ids)
-
-    def _extend_text(self, ids: list[str]) -> None:
-        text = "".join(ids)
-        if text.isascii():  # one byte a character: the offsets are the lengths
-            self.blob += text.encode("ascii")  # type: ignore[operator]
-            lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
-        else:
-            enc = [x.encode("utf-8", "surrogatepass") for x in ids]
-            self.blob += b"".join(enc)  # type: ignore[operator]
-            lens = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
-        self.off.frombytes((np.cumsum(lens) + self.off[-1]).tobytes())  # type: ignore[union-attr]
-
-    def finish(self) -> IdColumn:
-        if self.blob is None:
-            col = self._numbered(copy=False)  # 4 bytes a number unless one needed 8 (`_put`)
-            col._code = compact_codes(col._code)
-            return col
-        off = np.frombuffer(self.off, dtype=np.int64)  # type: ignore[arg-type]
-        if len(self.blob) < 2**32:  # offsets in 4 bytes
-            off = off.astype(np.uint32)
-        return IdColumn(self.blob, off)  # the bytearray itself: no copy
 
 
 _NARROW = 0xFFFF  # a gap held in the wide list (its slot in the narrow array holds this)
@@ -741,7 +545,7 @@ class TableBuilder:
         self._f = tuple(self.f.items())
         self._i = tuple(self.i.items())
         self._c = tuple((k, col, self._codes[k]) for k, col in self.c.items())
-        self.itl_off = array(_U32, [0])  # `_put`: 4 bytes an offset while they fit
+        self.itl_off = array(U32, [0])  # `put_numbers`: 4 bytes an offset while they fit
         self._buf = array("d")  # gaps not yet moved to the store (`_flush`)
         self._stored = 0
         self._gaps = 0
@@ -763,7 +567,7 @@ class TableBuilder:
 
     def _itl(self, i: int, gaps: Any) -> None:
         if gaps is None:
-            self.itl_off = _put(self.itl_off, self._gaps)
+            self.itl_off = put_numbers(self.itl_off, self._gaps)
             return
         if type(gaps) is list and self._fast_gaps(gaps):
             self._buf.extend(gaps)
@@ -773,7 +577,7 @@ class TableBuilder:
         else:
             self._extra(i, "itl", gaps)
         self._gaps = self._stored + len(self._buf)
-        self.itl_off = _put(self.itl_off, self._gaps)
+        self.itl_off = put_numbers(self.itl_off, self._gaps)
 
     @staticmethod
     def _fast_gaps(gaps: list) -> bool:
@@ -982,7 +786,7 @@ class TableBuilder:
         assert self.cells is None or self.cells.counted == self.n, (self.cells.counted, n0, self.n)
         self._stored += total
         self._gaps = self._stored
-        self.itl_off = _put(self.itl_off, off)
+        self.itl_off = put_numbers(self.itl_off, off)
         return True
 
     def label_lut(self, key: str, value: str) -> np.ndarray:
@@ -1017,8 +821,8 @@ class TableBuilder:
         else:
             assert self.itl_f is not None
             flat = np.frombuffer(self.itl_f, dtype=np.float64) if len(self.itl_f) else np.zeros(0)
-        off = _as_numbers(self.itl_off)  # 4 bytes a request unless an offset reached 2**32 (`_put`)
-        return RequestTable(self.n, f, i, c, {k: tuple(v) for k, v in self.values.items()}, self.sparse, self.ids.finish(),
+        off = as_numbers(self.itl_off)  # 4 bytes a request unless an offset reached 2**32 (`put_numbers`)
+        return RequestTable(self.n, f, i, c, {k: tuple(v) for k, v in self.values.items()}, self.sparse, self.ids.finish(compact_codes),
                             self.extras, flat, off, scale, cells=self.cells.finish() if self.cells is not None else None,
                             derived=frozenset(derived))
 

@@ -27,8 +27,8 @@ import numpy as np
 
 from soakspec.evidence.traces import id_form_affixes
 from soakspec.lang.parser import gc_paused
-from soakspec.judge import table as table_module
-from soakspec.judge.table import IdColumn, RequestTable, take_ids
+from soakspec.evidence.ids import IdColumn, IdIndex
+from soakspec.judge.table import RequestTable
 
 _EPOCH_MAX = 4_102_444_800.0  # as soakspec.evidence.traces: a time beyond 2100 is no time
 JUDGED_PAYLOAD_KEYS = ("terminal_reason", "finish_reason", "status")
@@ -45,106 +45,6 @@ NO_PAYLOAD = False  # the `trace` label of a request matched by a trace without 
 _ABSENT = object()  # a judged payload key the payload does not have
 
 MATCH_CHUNK = 4096  # traces matched at a time (one vectorized id lookup and window check each)
-
-
-class IdIndex:
-    """The rows of a table by request id, without a map of every id: one sorted array of 64-bit
-    keys, each the high bits of the id's hash (Python's, fixed within a process) above the
-    row's number -- 8 bytes a request, built in place (a dict of id -> row is about 100). A
-    hash found is confirmed by comparing the id itself, so ids whose hashes share those bits
-    stay apart (at 10^7 requests 40 bits are the hash's: a few dozen such pairs). Lookups are
-    batched (`rows_many`): numpy finds every key of a batch at once."""
-
-    def __init__(self, ids: Sequence[Any]) -> None:
-        self.ids = ids
-        n = len(ids)
-        self.row_bits = max(n - 1, 1).bit_length()
-        self.mask = np.uint64((1 << self.row_bits) - 1)
-        keys = np.fromiter(map(hash, ids), dtype=np.int64, count=n).view(np.uint64)
-        keys &= ~self.mask
-        step = 1 << 20
-        for a in range(0, n, step):  # the row numbers, a slice at a time (no second array of n)
-            keys[a:a + step] |= np.arange(a, min(a + step, n), dtype=np.uint64)
-        keys.sort()  # by hash bits, then row: an id's records in record order
-        self.keys = keys
-
-    def _spans(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-        h = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64) & ~self.mask
-        order = np.argsort(h)  # searched in order: each search starts where the last ended (cache-friendly at 10^7)
-        hs = h[order]
-        lo, hi = np.empty(len(h), dtype=np.int64), np.empty(len(h), dtype=np.int64)
-        lo[order] = np.searchsorted(self.keys, hs, "left")
-        hi[order] = np.searchsorted(self.keys, hs | self.mask, "right")
-        return lo, hi
-
-    def find(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Every (position in `keys`, row) whose request id equals that key, as two arrays,
-        by position, then row."""
-        if not keys:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        lo, hi = self._spans(keys)
-        span = hi - lo
-        ids, mask = self.ids, self.mask
-        one = np.flatnonzero(span == 1)  # the usual hit: one row has those hash bits
-        rows = (self.keys[lo[one]] & mask).astype(np.int64)
-        same = np.fromiter((i == keys[k] for k, i in zip(one.tolist(), take_ids(ids, rows))), dtype=bool, count=len(one))
-        pos, rows = one[same], rows[same]
-        more = np.flatnonzero(span > 1)  # an id recorded more than once (or ids that share the bits)
-        if len(more):
-            mp, mr = [], []
-            for k, a, b in zip(more.tolist(), lo[more].tolist(), hi[more].tolist()):
-                key = keys[k]
-                for r in (self.keys[a:b] & mask).tolist():
-                    if ids[r] == key:
-                        mp.append(k)
-                        mr.append(r)
-            pos = np.concatenate([pos, np.asarray(mp, dtype=np.int64)])
-            rows = np.concatenate([rows, np.asarray(mr, dtype=np.int64)])
-            order = np.lexsort((rows, pos))
-            pos, rows = pos[order], rows[order]
-        return pos, rows
-
-    def rows_many(self, keys: Sequence[Any]) -> list[tuple[int, list[int]]]:
-        """(position in `keys`, the rows whose id equals that key, ascending) for every key
-        some row has, by position."""
-        out: list[tuple[int, list[int]]] = []
-        for k, r in zip(*(a.tolist() for a in self.find(keys))):
-            if out and out[-1][0] == k:
-                out[-1][1].append(r)
-            else:
-                out.append((k, [r]))
-        return out
-
-    def first(self, key: Any) -> int | None:
-        """The first row with request id `key`, or None."""
-        got = self.rows_many([key])
-        return got[0][1][0] if got else None
-
-    def first_many(self, keys: Sequence[Any]) -> np.ndarray:
-        """The first row with each key as its request id (-1: none), aligned with `keys`."""
-        out = np.full(len(keys), -1, dtype=np.int64)
-        for k, rows in self.rows_many(keys):
-            out[k] = rows[0]
-        return out
-
-    def repeated(self) -> list[list[int]]:
-        """The rows of every request id recorded more than once, each id's rows ascending, the
-        ids in the order their second record comes."""
-        keys, shift, step = self.keys, np.uint64(self.row_bits), table_module.SCAN_CHUNK
-        found = []  # positions whose key shares its hash bits with the next one, a slice at a time
-        for a in range(0, max(len(keys) - 1, 0), step):  # (a full-length shifted copy was 8 bytes a request)
-            bits = keys[a:a + step + 1] >> shift
-            if len(hit := np.flatnonzero(bits[1:] == bits[:-1])):
-                found.append(hit + a)
-        same = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
-        if not len(same):
-            return []
-        groups: dict[Any, list[int]] = {}
-        ids = self.ids
-        rows = np.unique(self.keys[np.r_[same, same + 1]] & self.mask)  # every row of shared bits
-        for r in rows.tolist():
-            groups.setdefault(ids[r], []).append(r)
-        return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[1])
 
 
 class TableMatch:

@@ -1,0 +1,319 @@
+"""Request ids held compactly, and found without a map of every id.
+
+`IdColumn` holds a run's request ids as the runner writes them -- a stem and a number
+(`soak-5ca1ab1e-0-0000042`: ~5 bytes an id, not the ~80 of a list of str) -- or, for any other
+ids, as UTF-8 text end to end with offsets; `IdStore` builds one an id (or a block) at a time.
+`IdIndex` finds the positions of ids by a sorted array of their hashes (8 bytes an id, not the
+~100 of a dict). Both the runner (matching the server's traces after the load,
+`runner/collect.py`) and the judge (its request table, `judge/table.py`, and trace matching,
+`judge/tracematch.py`) hold a run's ids this way: at 10^7 requests the difference is gigabytes.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+REPEAT_CHUNK = 1 << 16  # sorted keys compared at a time by `IdIndex.repeated`
+
+_DIGITS = "0123456789"
+_NUM_DIGITS = 18  # the most digits an id's number may have (below 2**63)
+_MAX_STEMS = 1024  # distinct (stem, width) pairs before ids are held as text instead
+U32 = next(c for c in "IL" if array(c).itemsize == 4)  # array's 4-byte unsigned typecode
+
+
+def put_numbers(a: array, values: Any) -> array:
+    """Append whole numbers (`values`: an int, or an int64 array) to `a`: held in 4 bytes (`U32`)
+    while every one is in [0, 2**32), in 8 from the first that is not (`a` copied wider once).
+    Returns the array that holds them (a row count or offset column is 4 bytes a request while
+    it is built, not 8 and then a 4-byte copy)."""
+    one = isinstance(values, int)
+    if a.typecode == U32:
+        lo, hi = (values, values) if one else ((int(values.min()), int(values.max())) if len(values) else (0, 0))
+        if 0 <= lo and hi < 2**32:
+            if one:
+                a.append(values)
+            else:
+                a.frombytes(values.astype(np.uint32).tobytes())
+            return a
+        a = array("q", a)
+    if one:
+        a.append(values)
+    else:
+        a.frombytes(np.asarray(values, dtype=np.int64).tobytes())
+    return a
+
+
+def as_numbers(a: array) -> np.ndarray:
+    """A `put_numbers` array as numpy (a view of its buffer, no copy)."""
+    dtype = np.uint32 if a.typecode == U32 else np.int64
+    return np.frombuffer(a, dtype=dtype) if len(a) else np.zeros(0, dtype=dtype)
+
+
+class IdColumn(Sequence):
+    """The request ids of a table. Reads like the list it replaces: `ids[i]` and iteration
+    give `str`. Held one of two ways:
+
+      numbered  what the runner writes (`soak-5ca1ab1e-0-0000042`): each id a *stem* and a
+                number of a fixed width (its trailing ASCII digits, leading zeros kept), so an
+                id is a stem code and an integer -- ~5 bytes a request, not 27 (stems:
+                the distinct (stem, width) pairs, at most _MAX_STEMS);
+      text      any other ids: their UTF-8 bytes end to end with offsets (31 bytes a
+                23-character id, against ~80 for a list of str)."""
+
+    __slots__ = ("_blob", "_off", "_stems", "_widths", "_code", "_num")
+
+    def __init__(self, blob: bytes | bytearray | None, off: np.ndarray | None, *, stems: Sequence[str] = (),
+                 widths: Sequence[int] = (), code: np.ndarray | None = None, num: np.ndarray | None = None) -> None:
+        self._blob, self._off = blob, off
+        self._stems, self._widths, self._code, self._num = tuple(stems), tuple(widths), code, num
+
+    def __len__(self) -> int:
+        return len(self._off) - 1 if self._off is not None else len(self._num)  # type: ignore[arg-type]
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        if self._off is None:
+            c = int(self._code[i])  # type: ignore[index]
+            return self._stems[c] + str(int(self._num[i])).zfill(self._widths[c])  # type: ignore[index]
+        return self._blob[int(self._off[i]):int(self._off[i + 1])].decode("utf-8", "surrogatepass")  # type: ignore[index]
+
+    def take(self, rows: np.ndarray) -> list[str]:
+        """The ids of `rows` (an int array), in that order."""
+        if self._off is None:
+            stems, widths = self._stems, self._widths
+            return [stems[c] + str(n).zfill(widths[c]) for c, n in zip(self._code[rows].tolist(), self._num[rows].tolist())]  # type: ignore[index]
+        blob = self._blob
+        return [blob[a:b].decode("utf-8", "surrogatepass") for a, b in zip(self._off[rows].tolist(), self._off[rows + 1].tolist())]  # type: ignore[index]
+
+    def __iter__(self) -> Iterator[str]:
+        if self._off is None:
+            stems, widths = self._stems, self._widths
+            step = 1 << 16
+            for a in range(0, len(self), step):
+                yield from (stems[c] + str(n).zfill(widths[c]) for c, n in zip(self._code[a:a + step].tolist(), self._num[a:a + step].tolist()))  # type: ignore[index]
+            return
+        blob, off = self._blob, self._off.tolist()
+        for a, b in zip(off, off[1:]):
+            yield blob[a:b].decode("utf-8", "surrogatepass")  # type: ignore[index]
+
+    def lengths(self) -> set[int]:
+        """`set(map(len, self))` -- the distinct id lengths, in characters -- without making an id."""
+        if self._off is None:
+            used = np.flatnonzero(np.bincount(self._code, minlength=len(self._stems)))  # type: ignore[arg-type]
+            return {len(self._stems[c]) + self._widths[c] for c in used.tolist()}
+        if self._blob is not None and self._blob.isascii():  # a byte a character
+            return set(np.unique(np.diff(self._off.astype(np.int64))).tolist())  # type: ignore[union-attr]
+        return set(map(len, self))
+
+    @property
+    def nbytes(self) -> int:
+        if self._off is None:
+            return self._code.nbytes + self._num.nbytes + sum(map(len, self._stems))  # type: ignore[union-attr]
+        return len(self._blob) + self._off.nbytes  # type: ignore[arg-type]
+
+
+def take_ids(ids: Sequence[str], rows: np.ndarray) -> list[str]:
+    """`[ids[r] for r in rows]`, for an `IdColumn` (batched) or any sequence."""
+    if isinstance(ids, IdColumn):
+        return ids.take(rows)
+    return [ids[r] for r in rows.tolist()]
+
+
+class IdStore:
+    """What an `IdColumn` is built from, an id (or a list of them) at a time: numbered while
+    every id is a stem and a number, as text from the first one that is not (the ids so far
+    turned to text then)."""
+
+    def __init__(self) -> None:
+        self.blob: bytearray | None = None  # text, once an id is not numbered
+        self.off: array | None = None
+        self.keys: dict[tuple[str, int], int] = {}  # (stem, width) -> its code
+        self.code = array("H")
+        self.num = array(U32)  # `put_numbers`: 4 bytes a number while every number fits
+
+    def _key(self, stem: str, width: int) -> int | None:
+        c = self.keys.get((stem, width))
+        if c is None and len(self.keys) < _MAX_STEMS:
+            c = self.keys[(stem, width)] = len(self.keys)
+        return c
+
+    def _as_text(self) -> None:
+        """Every id so far as text (from here on, ids are held as text)."""
+        ids = list(self._numbered().__iter__()) if len(self.num) else []
+        self.blob, self.off = bytearray(), array("q", [0])
+        self.code, self.num, self.keys = array("H"), array(U32), {}
+        if ids:
+            self._extend_text(ids)
+
+    def _numbered(self, copy: bool = True) -> IdColumn:
+        """The ids so far (`copy=False`, when the store is finished: views of its arrays)."""
+        stems = [k[0] for k in self.keys]
+        widths = [k[1] for k in self.keys]
+        code, num = np.frombuffer(self.code, dtype=np.uint16), as_numbers(self.num)
+        return IdColumn(None, None, stems=stems, widths=widths, code=code.copy() if copy else code,
+                        num=num.copy() if copy else num)
+
+    def append(self, rid: str) -> None:
+        if self.blob is None:
+            stem = rid.rstrip(_DIGITS)
+            w = len(rid) - len(stem)
+            c = self._key(stem, w) if 0 < w <= _NUM_DIGITS else None
+            if c is not None:
+                self.code.append(c)
+                self.num = put_numbers(self.num, int(rid[len(stem):]))
+                return
+            self._as_text()
+        self.blob += rid.encode("utf-8", "surrogatepass")  # type: ignore[operator]
+        self.off.append(len(self.blob))  # type: ignore[union-attr, arg-type]
+
+    def extend(self, ids: list[str]) -> None:
+        if not ids:
+            return
+        if self.blob is None:
+            first = ids[0]
+            stem = first.rstrip(_DIGITS)
+            k, w = len(stem), len(first) - len(stem)
+            c = self._key(stem, w) if 0 < w <= _NUM_DIGITS else None
+            if c is not None and set(map(len, ids)) == {k + w} and all(x.startswith(stem) for x in ids):
+                digits = "".join(x[k:] for x in ids)
+                if digits.isascii() and digits.isdigit():  # every id: this stem and w ASCII digits
+                    self.code.frombytes(np.full(len(ids), c, dtype=np.uint16).tobytes())
+                    self.num = put_numbers(self.num, np.array([x[k:] for x in ids]).astype(np.int64))
+                    return
+            for x in ids:  # mixed stems (or not numbered: the first such id turns the store to text)
+                self.append(x)
+            return
+        self._extend_text(ids)
+
+    def _extend_text(self, ids: list[str]) -> None:
+        text = "".join(ids)
+        if text.isascii():  # one byte a character: the offsets are the lengths
+            self.blob += text.encode("ascii")  # type: ignore[operator]
+            lens = np.fromiter(map(len, ids), dtype=np.int64, count=len(ids))
+        else:
+            enc = [x.encode("utf-8", "surrogatepass") for x in ids]
+            self.blob += b"".join(enc)  # type: ignore[operator]
+            lens = np.fromiter(map(len, enc), dtype=np.int64, count=len(enc))
+        self.off.frombytes((np.cumsum(lens) + self.off[-1]).tobytes())  # type: ignore[union-attr]
+
+    def finish(self, codes: Callable[[np.ndarray], np.ndarray] | None = None) -> IdColumn:
+        """The column (views of what was built, no copy); `codes` may hold the stem codes smaller
+        (the judge's table holds them as it holds label codes: `table.compact_codes`)."""
+        if self.blob is None:
+            col = self._numbered(copy=False)  # 4 bytes a number unless one needed 8 (`put_numbers`)
+            if codes is not None:
+                col._code = codes(col._code)
+            return col
+        off = np.frombuffer(self.off, dtype=np.int64)  # type: ignore[arg-type]
+        if len(self.blob) < 2**32:  # offsets in 4 bytes
+            off = off.astype(np.uint32)
+        return IdColumn(self.blob, off)  # the bytearray itself: no copy
+
+
+class IdIndex:
+    """The rows of a table by request id, without a map of every id: one sorted array of 64-bit
+    keys, each the high bits of the id's hash (Python's, fixed within a process) above the
+    row's number -- 8 bytes a request, built in place (a dict of id -> row is about 100). A
+    hash found is confirmed by comparing the id itself, so ids whose hashes share those bits
+    stay apart (at 10^7 requests 40 bits are the hash's: a few dozen such pairs). Lookups are
+    batched (`rows_many`): numpy finds every key of a batch at once."""
+
+    def __init__(self, ids: Sequence[Any]) -> None:
+        self.ids = ids
+        n = len(ids)
+        self.row_bits = max(n - 1, 1).bit_length()
+        self.mask = np.uint64((1 << self.row_bits) - 1)
+        keys = np.fromiter(map(hash, ids), dtype=np.int64, count=n).view(np.uint64)
+        keys &= ~self.mask
+        step = 1 << 20
+        for a in range(0, n, step):  # the row numbers, a slice at a time (no second array of n)
+            keys[a:a + step] |= np.arange(a, min(a + step, n), dtype=np.uint64)
+        keys.sort()  # by hash bits, then row: an id's records in record order
+        self.keys = keys
+
+    def _spans(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        h = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64) & ~self.mask
+        order = np.argsort(h)  # searched in order: each search starts where the last ended (cache-friendly at 10^7)
+        hs = h[order]
+        lo, hi = np.empty(len(h), dtype=np.int64), np.empty(len(h), dtype=np.int64)
+        lo[order] = np.searchsorted(self.keys, hs, "left")
+        hi[order] = np.searchsorted(self.keys, hs | self.mask, "right")
+        return lo, hi
+
+    def find(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Every (position in `keys`, row) whose request id equals that key, as two arrays,
+        by position, then row."""
+        if not keys:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        lo, hi = self._spans(keys)
+        span = hi - lo
+        ids, mask = self.ids, self.mask
+        one = np.flatnonzero(span == 1)  # the usual hit: one row has those hash bits
+        rows = (self.keys[lo[one]] & mask).astype(np.int64)
+        same = np.fromiter((i == keys[k] for k, i in zip(one.tolist(), take_ids(ids, rows))), dtype=bool, count=len(one))
+        pos, rows = one[same], rows[same]
+        more = np.flatnonzero(span > 1)  # an id recorded more than once (or ids that share the bits)
+        if len(more):
+            mp, mr = [], []
+            for k, a, b in zip(more.tolist(), lo[more].tolist(), hi[more].tolist()):
+                key = keys[k]
+                for r in (self.keys[a:b] & mask).tolist():
+                    if ids[r] == key:
+                        mp.append(k)
+                        mr.append(r)
+            pos = np.concatenate([pos, np.asarray(mp, dtype=np.int64)])
+            rows = np.concatenate([rows, np.asarray(mr, dtype=np.int64)])
+            order = np.lexsort((rows, pos))
+            pos, rows = pos[order], rows[order]
+        return pos, rows
+
+    def rows_many(self, keys: Sequence[Any]) -> list[tuple[int, list[int]]]:
+        """(position in `keys`, the rows whose id equals that key, ascending) for every key
+        some row has, by position."""
+        out: list[tuple[int, list[int]]] = []
+        for k, r in zip(*(a.tolist() for a in self.find(keys))):
+            if out and out[-1][0] == k:
+                out[-1][1].append(r)
+            else:
+                out.append((k, [r]))
+        return out
+
+    def first(self, key: Any) -> int | None:
+        """The first row with request id `key`, or None."""
+        got = self.rows_many([key])
+        return got[0][1][0] if got else None
+
+    def first_many(self, keys: Sequence[Any]) -> np.ndarray:
+        """The first row with each key as its request id (-1: none), aligned with `keys`."""
+        out = np.full(len(keys), -1, dtype=np.int64)
+        for k, rows in self.rows_many(keys):
+            out[k] = rows[0]
+        return out
+
+    def repeated(self) -> list[list[int]]:
+        """The rows of every request id recorded more than once, each id's rows ascending, the
+        ids in the order their second record comes."""
+        keys, shift, step = self.keys, np.uint64(self.row_bits), REPEAT_CHUNK
+        found = []  # positions whose key shares its hash bits with the next one, a slice at a time
+        for a in range(0, max(len(keys) - 1, 0), step):  # (a full-length shifted copy was 8 bytes a request)
+            bits = keys[a:a + step + 1] >> shift
+            if len(hit := np.flatnonzero(bits[1:] == bits[:-1])):
+                found.append(hit + a)
+        same = np.concatenate(found) if found else np.zeros(0, dtype=np.int64)
+        if not len(same):
+            return []
+        groups: dict[Any, list[int]] = {}
+        ids = self.ids
+        rows = np.unique(self.keys[np.r_[same, same + 1]] & self.mask)  # every row of shared bits
+        for r in rows.tolist():
+            groups.setdefault(ids[r], []).append(r)
+        return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[1])
