@@ -13,7 +13,9 @@ from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, id_form_affixes, m
 from soakspec.runner.collect import _match_stream, _RequestView
 
 T0 = 1_764_500_000.0
-ids = st.sampled_from(["a", "b", "c", "a-0", "x"])  # duplicates and ids that are another's form
+# duplicates, ids that are another's form, and ids the runner writes (a stem and a number, held
+# as a stem code and an integer: "r-01" and "r-1" share a stem, not a width)
+ids = st.sampled_from(["a", "b", "c", "a-0", "x", "r-01", "r-1", "r-001", "7", "07"])
 forms_ = st.sampled_from([DEFAULT_ID_FORMS, ("{id}",), ("req-{id}", "{id}-0"), ("{id!r}",), ("{id:>3}", "{id}")])
 
 
@@ -29,7 +31,7 @@ def case(draw):
         reqs.append({"request_id": rid, "server_id": sid, "start": s, "end": e})
     traces = []
     for k in range(draw(st.integers(0, 10))):
-        tid = draw(st.none() | ids | ids.map(lambda x: f"cmpl-{x}-0") | ids.map(lambda x: f"req-{x}") | ids.map(lambda x: f"srv-{x}")
+        tid = draw(st.none() | ids | st.just("") | ids.map(lambda x: f"cmpl-{x}-0") | ids.map(lambda x: f"req-{x}") | ids.map(lambda x: f"srv-{x}")
                    | ids.map(lambda x: repr(x)) | ids.map(lambda x: f"{x:>3}"))
         edge = st.sampled_from([T0, T0 + 1.0, T0 - 5.0, T0 + 6.0, T0 - 5.000001])  # on a window's edge
         times = tuple(draw(st.lists(st.floats(-20, 80).map(lambda d: T0 + d) | edge, max_size=2)))

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from soakspec.evidence.ids import IdColumn, IdIndex, IdStore
 from soakspec.evidence.io import EvidenceFormatError, GzipJsonlWriter, write_json_atomic
 from soakspec.evidence.record import iter_record_batches
 from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
@@ -167,19 +168,26 @@ def _trace_chunks(path: Path, offset: int, src: TraceSource) -> Iterator[list[Tr
 
 
 class _RequestView:
-    """What trace matching reads of each request, compact: its id (as text), start and end
-    (NaN: none), an index id -> requests, and the server ids that are not an id form of their
-    own request's id (the id index finds those). `forms`: the id forms' (prefix, suffix), or
-    None when one cannot be inverted (then every server id is kept)."""
+    """What trace matching reads of each request, compact: its id (`IdStore`: a runner id is a
+    stem code and a number, ~6 bytes), start and end (NaN: none), an index of the ids
+    (`IdIndex`: 8 bytes a request, built once every request is in), and the server ids that
+    are not an id form of their own request's id (the index cannot find those; a map holds
+    them, usually empty). About 30 bytes a request: at 10^7 requests ~300 MB, not the ~2 GB
+    of a list of str and a dict by id. `forms`: the id forms' (prefix, suffix), or None when
+    one cannot be inverted (then every server id is kept). Requests are added, then matched:
+    none is added once the first trace is looked up."""
 
     def __init__(self, id_field: str, forms: tuple[tuple[str, str], ...] | None) -> None:
         self.id_field = id_field
         self.forms = forms
-        self.ids: list[str | None] = []
+        self._store = IdStore()
+        self._no_id: set[int] = set()  # requests without an id (held as "" in the store): never matched
+        self.n = 0
         self.start = array("d")
         self.end = array("d")
-        self.by_id: dict[str, int | list[int]] = {}
         self.by_server: dict[str, list[int]] = {}
+        self._ids: IdColumn | None = None
+        self._index: IdIndex | None = None
 
     def read(self, path: Path) -> None:
         """requests.jsonl.gz, a block at a time. A cut-off last line is skipped, a corrupt whole line raises."""
@@ -193,43 +201,58 @@ class _RequestView:
             raise EvidenceFormatError(path, *corrupt)
 
     def add(self, rid: Any, server_id: Any, start: Any, end: Any) -> None:
-        i = len(self.ids)
+        assert self._index is None, "a request added after matching began"
+        i = self.n
+        self.n += 1
         text = None if rid is None else str(rid)
-        self.ids.append(text)
+        if text is None:
+            self._no_id.add(i)
+        self._store.append("" if text is None else text)
         w = _window({"start": start, "end": end}, 0.0)  # match_traces' rule for a request's window
         self.start.append(w[0] if w is not None else math.nan)
         self.end.append(w[1] if w is not None else math.nan)
-        if text is not None:
-            got = self.by_id.get(text)
-            if got is None:
-                self.by_id[text] = i
-            elif isinstance(got, list):
-                got.append(i)
-            else:
-                self.by_id[text] = [got, i]
         if server_id and text is not None:  # a request without an id is never matched (`match_traces`)
             sid = str(server_id)
             if self.forms is None or not any(sid == pre + text + suf for pre, suf in self.forms):
                 self.by_server.setdefault(sid, []).append(i)
 
-    def candidates(self, trace_id: str) -> list[int]:
-        """The requests one of whose forms (or server id) is `trace_id`, in request order."""
+    def _indexed(self) -> tuple[IdColumn, IdIndex]:
+        if self._index is None:
+            self._ids = self._store.finish()
+            self._index = IdIndex(self._ids)
+        assert self._ids is not None
+        return self._ids, self._index
+
+    def id_of(self, i: int) -> str | None:
+        return None if i in self._no_id else self._indexed()[0][i]
+
+    def candidates(self, trace_ids: list[str]) -> list[list[int]]:
+        """For each trace id, the requests one of whose forms (or server id) it is, in request
+        order; the ids of a chunk looked up at once."""
         assert self.forms is not None
-        found: set[int] = set()
-        n = len(trace_id)
-        for pre, suf in self.forms:
-            if n >= len(pre) + len(suf) and trace_id.startswith(pre) and trace_id.endswith(suf):
-                hit = self.by_id.get(trace_id[len(pre):n - len(suf)])
-                if isinstance(hit, list):
-                    found.update(hit)
-                elif hit is not None:
-                    found.add(hit)
-        found.update(self.by_server.get(trace_id, ()))
-        return sorted(found)
+        _, index = self._indexed()
+        keys: list[str] = []
+        owner: list[int] = []
+        for k, tid in enumerate(trace_ids):
+            n = len(tid)
+            for pre, suf in self.forms:
+                if n >= len(pre) + len(suf) and tid.startswith(pre) and tid.endswith(suf):
+                    keys.append(tid[len(pre):n - len(suf)])
+                    owner.append(k)
+        found: list[set[int]] = [set() for _ in trace_ids]
+        no_id = self._no_id
+        for p, r in zip(*(a.tolist() for a in index.find(keys))):
+            if r not in no_id:
+                found[owner[p]].add(r)
+        if self.by_server:
+            for k, tid in enumerate(trace_ids):
+                found[k].update(self.by_server.get(tid, ()))
+        return [sorted(f) for f in found]
 
     def as_rows(self) -> list[dict[str, Any]]:
         """Every request as the dict `match_traces` reads (the general matcher's input)."""
-        rows: list[dict[str, Any]] = [{self.id_field: rid, "start": self.start[i], "end": self.end[i]} for i, rid in enumerate(self.ids)]
+        rows: list[dict[str, Any]] = [{self.id_field: self.id_of(i), "start": self.start[i], "end": self.end[i]}
+                                      for i in range(self.n)]
         for sid, idx in self.by_server.items():
             for i in idx:
                 rows[i]["server_id"] = sid
@@ -258,12 +281,13 @@ def _match_stream(reqs: _RequestView, chunks: Iterator[list[Trace]], tr: Any, w:
 
 def _assign(reqs: _RequestView, traces: list[Trace], window_s: float) -> Iterator[Assignment]:
     start, end = reqs.start, reqs.end
+    cands_of = iter(reqs.candidates([t.trace_id for t in traces if t.trace_id is not None]))
     for t in traces:
         checked = bool(t.times)
         if t.trace_id is None:
             yield Assignment(t, None, "no_id", checked)
             continue
-        cands = reqs.candidates(t.trace_id)
+        cands = next(cands_of)
         if not cands:
             yield Assignment(t, None, "unknown_id", checked)
             continue
@@ -274,9 +298,9 @@ def _assign(reqs: _RequestView, traces: list[Trace], window_s: float) -> Iterato
                 chosen = i
                 break
         if chosen is None:
-            yield Assignment(t, reqs.ids[cands[0]], "outside_window", checked)
+            yield Assignment(t, reqs.id_of(cands[0]), "outside_window", checked)
         else:
-            yield Assignment(t, reqs.ids[chosen], None, checked)
+            yield Assignment(t, reqs.id_of(chosen), None, checked)
 
 
 def _row(a: Assignment, in_log: bool) -> dict[str, Any]:
