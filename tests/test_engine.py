@@ -149,17 +149,27 @@ async def test_a_backend_served_and_driven_in_process(tmp_path):
 async def test_every_fsync_of_a_run_is_made_off_the_event_loop(tmp_path, monkeypatch):
     """Bucket ends, a level's end, telemetry samples and every file's close fsync on a worker
     thread, so a disk slow to sync (a network volume) never holds up the sends: the event
-    loop's thread makes no fsync at all, and each evidence file was synced."""
+    loop's thread makes no fsync at all, and each evidence file was synced. So are a bucket
+    line's figures computed (p50/p95 over every ITL gap of the bucket: seconds of CPU for a
+    fast server's bucket)."""
+    from soakspec.evidence.buckets import BucketValues
+
     loop_thread = threading.current_thread()
     on_loop: list[str] = []
     elsewhere: list[str] = []
     real_fsync = os.fsync
+    real_figures = BucketValues.figures
 
     def fsync(fd: int) -> None:
         (on_loop if threading.current_thread() is loop_thread else elsewhere).append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
         real_fsync(fd)
 
+    def figures(self):
+        (on_loop if threading.current_thread() is loop_thread else elsewhere).append("bucket figures")
+        return real_figures(self)
+
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(BucketValues, "figures", figures)
     async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
         port = await nursery.start(partial(sim.serve, SimConfig(model="default", ttft=0.005, itl=0.001)))
         p = plan(_spec(tmp_path, f"http://127.0.0.1:{port}"))
@@ -171,6 +181,7 @@ async def test_every_fsync_of_a_run_is_made_off_the_event_loop(tmp_path, monkeyp
     assert on_loop == []
     assert {"requests.jsonl.gz", "buckets.jsonl", "telemetry.jsonl", "client.jsonl"} <= set(elsewhere), elsewhere
     assert elsewhere.count("requests.jsonl.gz") >= 3  # each of the two bucket ends, the level's end, the close
+    assert elsewhere.count("bucket figures") == 2  # one line a bucket
 
 
 async def test_a_backend_that_is_never_ready_fails_after_the_planned_timeout(tmp_path, autojump_clock):
