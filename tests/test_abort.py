@@ -194,6 +194,48 @@ def test_rows_no_rule_reads_again_are_forgotten():
 outcome = st.sampled_from(["completed", "failed", "timeout", "rejected", "disconnected"])
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 3.0), st.lists(st.tuples(st.floats(0.0, 2.0), outcome), max_size=4)), max_size=25),
+       st.floats(0.1, 1.0), st.integers(1, 3), st.sampled_from([0.5, 0.75, 3.0]))  # fmt: skip
+def test_window_rules_fire_where_evaluating_every_window_at_every_call_would(calls, threshold, min_requests, w):
+    """The watch evaluates each `per window` rule only on the windows that ended since its last
+    call (a day of 1 s windows is 86,400, and it is told of every batch of records). It fires
+    on the window, with the value and count, that a reference evaluating every ended window not
+    yet evaluated at every call gives -- with bucket ends (and the rows they forget) between."""
+    m, blen, length = 10.0, 2.0, 20.0  # windows within buckets, across them, longer than them
+    rule = _rule(scope="window", window_s=w, threshold=threshold, op=">=", min_requests=min_requests)
+    never = _rule(threshold=2.0)  # a bucket rule that never fires: its bucket ends forget rows
+    watch = AbortWatch("a", [never, rule])
+    watch.level_started("w", 0, "c", m, length, blen)
+    seen: list[Row] = []
+    done: set[int] = set()
+    want = None
+
+    def reference(now: float) -> None:  # every ended window not yet evaluated, in order, until one fires
+        nonlocal want
+        for j in range(int(max(0.0, min(now, m + length) - m) // w)):
+            if want is None and j not in done:
+                done.add(j)
+                inside = [r for r in seen if m + j * w <= r.start < m + (j + 1) * w]
+                fires, v = holds(rule, inside)
+                if fires:
+                    want = (j, v, len(inside))
+
+    now, bucket_ended = m, -1
+    for step, batch in calls:
+        now += step
+        rows = [Row(int((now - lag - m) // blen), now - lag, o, {}) for lag, o in batch if now - lag >= m]
+        watch.observe(rows, now=now)
+        seen += rows
+        reference(now)
+        while bucket_ended + 1 < int(min(now, m + length) - m) // blen:
+            bucket_ended += 1
+            watch.bucket_done(bucket_ended, now=now)
+            reference(now)
+    got = watch.fired
+    assert (None if got is None else (got.index, got.observed, got.requests)) == want
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.lists(outcome, min_size=1, max_size=40), st.floats(0, 1), st.floats(0, 1), st.sampled_from([">", ">="]))
 def test_firing_is_monotone_in_the_threshold(outcomes, t1, t2, op):

@@ -143,12 +143,14 @@ class AbortWatch:
         self.fired: Fired | None = None
         self._level: tuple[str, int, str, float, float, float] | None = None  # workload, index, label, m, stop, bucket_s
         self._rows: list[Row] = []
-        self._done: set[tuple[int, int]] = set()  # (rule index, window index) evaluated
+        self._done: set[tuple[int, int]] = set()  # (rule index, bucket index) evaluated
+        self._next: dict[int, int] = {}  # per `per window` rule: its first window not evaluated yet
 
     def level_started(self, workload: str, index: int, label: str, measure_start: float, duration_s: float, bucket_s: float) -> None:
         self._level = (workload, index, label, measure_start, measure_start + duration_s, bucket_s)
         self._rows = []
         self._done = set()
+        self._next = {i: 0 for i, rule in enumerate(self.rules) if rule.scope == "window" and rule.window_s}
 
     def observe(self, rows: Iterable[Row], now: float) -> None:
         if not self.rules or self.fired is not None:
@@ -163,7 +165,8 @@ class AbortWatch:
         workload, index, label, m, _, blen = self._level
         rows = [r for r in self._rows if r.bucket == k]
         for i, rule in enumerate(self.rules):
-            if rule.scope == "bucket" and self.fired is None:
+            if rule.scope == "bucket" and self.fired is None and (i, k) not in self._done:
+                self._done.add((i, k))
                 self._evaluate(i, rule, k, rows, m + k * blen, m + (k + 1) * blen, now)
         self.tick(now)
         self._prune(k)
@@ -172,35 +175,30 @@ class AbortWatch:
         """Forget the rows no rule will read again (memory stays bounded over a long soak)."""
         assert self._level is not None
         m = self._level[3]
-        keep_from = math.inf
-        for i, rule in enumerate(self.rules):
-            if rule.scope == "window" and rule.window_s:
-                j = next(j for j in range(len(self._done) + 2) if (i, j) not in self._done)
-                keep_from = min(keep_from, m + j * rule.window_s)
+        keep_from = min((m + j * self.rules[i].window_s for i, j in self._next.items()), default=math.inf)
         self._rows = [r for r in self._rows if r.bucket > k or (r.start is not None and r.start >= keep_from)]
 
     def tick(self, now: float) -> None:
-        """Evaluate every `per window` rule on each window that has ended by `now`."""
+        """Evaluate every `per window` rule on each window that has ended by `now`, once, in
+        order. Called on every batch of records: its work is the windows that ended since the
+        last call, not every window of the level (a day of 1 s windows is 86,400)."""
         if self._level is None or self.fired is not None:
             return
         _, _, _, m, stop, _ = self._level
-        for i, rule in enumerate(self.rules):
-            if rule.scope != "window" or not rule.window_s:
-                continue
+        for i, j in self._next.items():
+            rule = self.rules[i]
             w = rule.window_s
-            for j in range(int(max(0.0, min(now, stop) - m) // w)):
+            ended = int(max(0.0, min(now, stop) - m) // w)
+            while j < ended:
                 if self.fired is not None:
                     return
-                if (i, j) in self._done:
-                    continue
+                self._next[i] = j + 1
                 start = m + j * w
                 rows = [r for r in self._rows if r.start is not None and start <= r.start < start + w]
                 self._evaluate(i, rule, j, rows, start, start + w, now)
+                j += 1
 
     def _evaluate(self, i: int, rule: AbortRule, j: int, rows: list[Row], start: float, end: float, now: float) -> None:
-        if (i, j) in self._done:
-            return
-        self._done.add((i, j))
         fires, v = holds(rule, rows)
         if not fires or v is None or self._level is None:
             return
