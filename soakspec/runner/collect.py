@@ -201,7 +201,7 @@ class _RequestView:
             raise EvidenceFormatError(path, *corrupt)
 
     def add(self, rid: Any, server_id: Any, start: Any, end: Any) -> None:
-        assert self._index is None, "a request added after matching began"
+        assert self._ids is None, "a request added after matching began"
         i = self.n
         self.n += 1
         text = None if rid is None else str(rid)
@@ -216,21 +216,24 @@ class _RequestView:
             if self.forms is None or not any(sid == pre + text + suf for pre, suf in self.forms):
                 self.by_server.setdefault(sid, []).append(i)
 
-    def _indexed(self) -> tuple[IdColumn, IdIndex]:
-        if self._index is None:
+    def _column(self) -> IdColumn:
+        if self._ids is None:
             self._ids = self._store.finish()
-            self._index = IdIndex(self._ids)
-        assert self._ids is not None
-        return self._ids, self._index
+        return self._ids
+
+    def _indexed(self) -> IdIndex:
+        if self._index is None:
+            self._index = IdIndex(self._column())
+        return self._index
 
     def id_of(self, i: int) -> str | None:
-        return None if i in self._no_id else self._indexed()[0][i]
+        return None if i in self._no_id else self._column()[i]
 
     def candidates(self, trace_ids: list[str]) -> list[list[int]]:
         """For each trace id, the requests one of whose forms (or server id) it is, in request
         order; the ids of a chunk looked up at once."""
         assert self.forms is not None
-        _, index = self._indexed()
+        index = self._indexed()
         keys: list[str] = []
         owner: list[int] = []
         for k, tid in enumerate(trace_ids):
