@@ -28,7 +28,6 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from soakspec.evidence.record import WARMUP_BUCKET
 from soakspec.plan import AbortRule
 
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -50,28 +49,19 @@ OUTCOMES: dict[str, Callable[[str], bool]] = {
 class Row:
     """What an abort rule reads of one finished request."""
 
-    bucket: int  # WARMUP_BUCKET: warm-up
+    bucket: int  # evidence.record.WARMUP_BUCKET: warm-up
     start: float | None  # the intended start (open loop) or the start
     outcome: str
     values: dict[str, float | None]  # ttft, latency, tpot, output_tokens, prompt_tokens, schedule_lag
 
 
 def row_of(rec: Any) -> Row:
-    """A `RequestRecord`'s row."""
+    """A `RequestRecord`'s row (or a written `Record`'s: a `--workers` process's lines, decoded)."""
     start = rec.intended_start if rec.intended_start is not None else rec.start
     lag = rec.start - rec.intended_start if rec.start is not None and rec.intended_start is not None else None
     values = {"ttft": rec.ttft, "latency": rec.latency, "tpot": rec.tpot, "output_tokens": float(rec.output_tokens),
               "prompt_tokens": None if rec.prompt_tokens is None else float(rec.prompt_tokens), "schedule_lag": lag}  # fmt: skip
     return Row(rec.bucket, start, str(rec.outcome), values)
-
-
-def row_of_json(d: dict[str, Any]) -> Row:
-    """A decoded requests line's row (a `--workers` process's records arrive as lines)."""
-    start = d.get("intended_start") if d.get("intended_start") is not None else d.get("start")
-    s, i = d.get("start"), d.get("intended_start")
-    values = {k: d.get(k) for k in ("ttft", "latency", "tpot", "output_tokens", "prompt_tokens")}
-    values["schedule_lag"] = s - i if s is not None and i is not None else None
-    return Row(int(d.get("bucket", WARMUP_BUCKET)), start, str(d.get("outcome")), values)
 
 
 def value(rule: AbortRule, rows: list[Row]) -> float | None:
@@ -208,4 +198,4 @@ class AbortWatch:
             self.on_fire(self.fired)
 
 
-__all__ = ["AbortWatch", "Fired", "Row", "holds", "row_of", "row_of_json", "value"]
+__all__ = ["AbortWatch", "Fired", "Row", "holds", "row_of", "value"]

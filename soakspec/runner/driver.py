@@ -17,14 +17,13 @@ dead backend's load stops (the watch raises), and refused connects back off mean
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 
 import trio
 
 from soakspec.plan import BackendPlan, Level, RequestTemplate, probe_level
-from soakspec.runner.abort import AbortWatch, row_of, row_of_json
+from soakspec.runner.abort import AbortWatch, row_of
 from soakspec.runner.backend import Deps, sample_telemetry, serve_backend, tick_progress
 from soakspec.runner.clienthealth import ClientLog, LoopMonitor
 from soakspec.runner.ids import IdSequence
@@ -34,7 +33,7 @@ from soakspec.runner.procs import BackendError
 from soakspec.runner.load import CLOSE_S, Bisection, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder, off_loop
-from soakspec.evidence.record import FOLLOW_UP_BUCKET, decode_lenient, iter_records
+from soakspec.evidence.record import FOLLOW_UP_BUCKET, iter_records
 from soakspec.runner.scrape import scrape_metrics
 from soakspec.runner.records import RequestRecord
 from soakspec.runner.workers import drive_level_workers, processes_for
@@ -150,9 +149,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         watch.observe([row_of(r) for r in records], deps.clock.now())
 
     def write_lines(data: bytes) -> None:  # a --workers process's records
-        rec.write_lines(data)
-        rows = [decode_lenient(line) or json.loads(line) for line in data.splitlines() if line.strip()]
-        watch.observe([row_of_json(r) for r in rows], deps.clock.now())
+        recs = rec.write_lines(data)  # decoded once, for the bucket lines and the abort rules alike
+        watch.observe([row_of(r) for r in recs], deps.clock.now())
 
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
                        on_bucket=on_bucket, health=health)  # fmt: skip

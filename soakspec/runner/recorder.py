@@ -235,12 +235,15 @@ class BackendRecorder:
             add(r)
         self._write(encode_lines(frozen))
 
-    def write_lines(self, data: bytes) -> None:
-        """Whole request lines made elsewhere (a `--workers` process's `to_line`s)."""
+    def write_lines(self, data: bytes) -> list[Record]:
+        """Whole request lines made elsewhere (a `--workers` process's `to_line`s), written as
+        they came; returns those that decode (what the bucket lines and abort rules count)."""
+        recs = decode_lines_lenient(data)
         add = self.tally.add
-        for r in decode_lines_lenient(data):
+        for r in recs:
             add(r)
         self._write(data)
+        return recs
 
     def _write(self, data: bytes) -> None:
         assert self.writer is not None
