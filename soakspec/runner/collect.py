@@ -120,7 +120,7 @@ def _traces(plan: Plan, rec: BackendRecorder) -> str:
 
     Streamed: the log is read once in byte blocks (`scan_log`) and each trace's row is written
     as it is matched, against a compact view of the requests (ids, times, an id index),
-    so what is held after a day-long soak is ~200 bytes a request, not every request and every
+    so what is held after a day-long soak is ~30 bytes a request (`_RequestView`), not every request and every
     trace as objects (18 GB at 10^7 requests). Id forms that cannot be inverted (a format spec)
     take `match_traces` over the same traces, streamed too; both give the rows `match_traces` gives."""
     tr = rec.bp.traces
