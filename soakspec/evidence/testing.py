@@ -231,7 +231,7 @@ def build_evidence_dir(
                                   pid=1000 + i, started_at=T0, ready_at=T0 + 1.5, exit_status=0, stop_signal="SIGTERM",
                                   runtime_boundary={"declared": "host-staged", "detected": None, "env_observed": {},
                                                     "status": "declared", "display": "host-staged", "details": []})
-            entry.update(levels=[_level_entry(requests_per_backend, T0)], trace_source="log", server_log_cut=None,
+            entry.update(levels=[_level_entry(requests_per_backend, T0)], trace_source="log", server_log_cut=None, server_log_moved=None,
                          aborted_reason=None, planned_levels=1, timeouts=dict(SAMPLE_TIMEOUTS),
                          aborted_at=None, crash_diagnosis=[], preflight=None,
                          metrics={"path": "/metrics", "interval_s": 5.0, "timeout_s": 2.0, "declared": False,

@@ -215,9 +215,9 @@ def log_lines(path: os.PathLike | str, offset: int) -> tuple[Iterator[str], int]
     decoded on its own (UTF-8, undecodable bytes replaced -- a newline is never inside a UTF-8
     sequence, so this equals decoding the whole) and split as `str.splitlines` splits, so
     `extract_trace_lines(lines, ...)` finds exactly what `extract_traces` finds in the text."""
-    from soakspec.evidence.serverlog import is_gzip, open_log
+    from soakspec.evidence.serverlog import open_log, reads_as_stream
 
-    if is_gzip(path):  # server.log.gz: offsets are in the uncompressed log; its size is found by reading
+    if reads_as_stream(path):  # server.log.gz (or a killed run's moved log): its size is found by reading
         start = offset if offset > 0 and _gz_reaches(path, offset) else 0
     else:
         size = os.path.getsize(path)
@@ -698,9 +698,9 @@ def scan_log_rows(
     the uncompressed log), read once, a block at a time, from the run's start offset
     `offset` -- or from 0 when the log is shorter (truncated or rotated), as `log_lines`. The
     log is opened (and an OSError raised) now; it is read as the rows are taken."""
-    from soakspec.evidence.serverlog import is_gzip, open_log
+    from soakspec.evidence.serverlog import open_log, reads_as_stream
 
-    gz = is_gzip(path)
+    gz = reads_as_stream(path)
     fh = open_log(path)
     try:
         start = _run_start(fh, gz, offset)

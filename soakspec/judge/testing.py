@@ -164,7 +164,7 @@ class EvidenceBuilder:
                       "fingerprint": FINGERPRINT, "fingerprint_files": {}, "reason": None},
             "server_binary": ({"path": be.argv[0] if be.argv else None, "sha256": BINARY_SHA}
                               if be.kind == "launch" and not self._rehearsal else None),
-            "levels": levels, "planned_levels": len(bp.levels), "trace_source": trace_source, "server_log_cut": None,
+            "levels": levels, "planned_levels": len(bp.levels), "trace_source": trace_source, "server_log_cut": None, "server_log_moved": None,
             "aborted_reason": None, "timeouts": bp.timeouts(),
             "aborted_at": None, "crash_diagnosis": [], "preflight": None,
         }, t

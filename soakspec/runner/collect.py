@@ -19,7 +19,8 @@ from soakspec.evidence.record import iter_record_batches
 from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
 from soakspec.evidence.provenance import binary_sha256, git_state
 from soakspec.evidence.runtime import detect_runtime_boundary
-from soakspec.evidence.serverlog import cap_server_log, compress_server_log, keep_lines
+from soakspec.evidence import layout
+from soakspec.evidence.serverlog import open_log
 from soakspec.evidence.traces import (
     Assignment, Trace, TraceMatch, TraceSource, _window, id_form_affixes, match_traces, scan_log,
 )
@@ -42,13 +43,12 @@ def collect(plan: Plan, rec: BackendRecorder, progress: Progress) -> dict[str, A
 def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     bp = rec.bp
     la = bp.launch
-    log_path = rec.server_log
-    cut = _cap_log(rec) if log_path.exists() else None
+    # the server no longer writes its log: capped and compressed (server.log.gz), then read
+    cut = rec.log_compactor.finish() if rec.server_log.exists() else None
+    log_path = layout.server_log_file(rec.layout.backend_dir(rec.name))
     # read lazily, only if the declaration needs the log: the capped log without its trace lines
-    boundary = detect_runtime_boundary(bp.runtime, dict(la.env), lambda: _log_text(rec) if log_path.exists() else "")
-    trace_source = _traces(plan, rec)
-    if log_path.exists():  # read above for the last time: capped, it is kept compressed (server.log.gz)
-        compress_server_log(log_path)
+    boundary = detect_runtime_boundary(bp.runtime, dict(la.env), lambda: _log_text(rec, log_path) if log_path is not None else "")
+    trace_source = _traces(plan, rec, log_path)
     if rec.followup is None:
         rec.followup = {"required": bp.follow_up, "record": None, "passed": False, "reason": NOT_SENT, "server_idle": None}
     write_json_atomic(rec.layout.followup(rec.name), rec.followup)
@@ -76,6 +76,7 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     entry["levels"] = rec.levels
     entry["trace_source"] = trace_source
     entry["server_log_cut"] = cut
+    entry["server_log_moved"] = rec.log_compactor.moved_record()  # what the run's steps moved, or why they stopped
     entry["aborted_reason"] = rec.aborted_reason
     entry["aborted_at"] = rec.aborted_at
     entry["crash_diagnosis"] = list(rec.failure.diagnosis) if rec.failure is not None else []
@@ -91,15 +92,7 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     return entry
 
 
-def _cap_log(rec: BackendRecorder) -> dict[str, Any] | None:
-    """Cap server.log (head and tail kept), never cutting a trace or runtime-banner line."""
-    tr = rec.bp.traces
-    rt = rec.bp.runtime
-    keep = keep_lines(tr.pattern if tr.source == "log" else None, getattr(rt, "log_regex", None) if rt else None)
-    return cap_server_log(rec.server_log, keep)
-
-
-def _log_text(rec: BackendRecorder) -> str:
+def _log_text(rec: BackendRecorder, path: Path) -> str:
     """server.log's text for the runtime boundary, streamed: every line but the trace lines
     (one per request: a long soak's log is mostly those), so what is held is bounded by the cap;
     a trace line that matches the runtime pattern is kept."""
@@ -107,7 +100,7 @@ def _log_text(rec: BackendRecorder) -> str:
     trace_rx = re.compile(tr.pattern) if tr.source == "log" and tr.pattern else None
     rt_rx = re.compile(rt.log_regex) if rt is not None and getattr(rt, "log_regex", None) else None
     out = []
-    with open(rec.server_log, "rb") as f:
+    with open_log(path) as f:
         for raw in f:
             line = raw.decode("utf-8", "replace")
             if trace_rx is None or not trace_rx.search(line) or (rt_rx is not None and rt_rx.search(line)):
@@ -115,7 +108,7 @@ def _log_text(rec: BackendRecorder) -> str:
     return "".join(out)
 
 
-def _traces(plan: Plan, rec: BackendRecorder) -> str:
+def _traces(plan: Plan, rec: BackendRecorder, log_path: Path | None) -> str:
     """Match the server's traces to the requests; write traces.jsonl.gz; judge the follow-up's idleness.
 
     Streamed: the log is read once in byte blocks (`scan_log`) and each trace's row is written
@@ -134,7 +127,7 @@ def _traces(plan: Plan, rec: BackendRecorder) -> str:
         if tr.source != "none":
             if tr.source == "log":
                 src = TraceSource(kind="log", pattern=tr.pattern, id_field=tr.id_field)
-                path, offset = rec.server_log, 0
+                path, offset = log_path or rec.server_log, 0
             else:
                 path, offset = Path(tr.file or ""), rec.trace_offset
                 src = TraceSource(kind="jsonl", id_field=tr.id_field, name=str(path))

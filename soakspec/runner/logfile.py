@@ -5,7 +5,7 @@ so that lines already in it -- an earlier run's traces, an old banner -- are nev
 the backend's load, `copy_into(server_log)` copies the bytes from that offset on into the
 backend's server.log artifact (bounded: at most `MAX_BYTES`), which the runtime boundary, the
 log traces and the judge's re-derivation then read like a launched server's captured log (and
-which `collect` caps and gzips into server.log.gz like it, `evidence.serverlog`). A
+which `collect` caps and gzips into server.log.gz like it, `evidence.serverlog.LogCompactor`). A
 file that shrank below the offset (rotated or truncated) is read from its start, and says so.
 
 One line from before the offset is kept: the runtime banner. A long-running server printed its

@@ -2,8 +2,9 @@
 
 Each launched backend runs in its own session (process group). Its stdout and stderr go
 straight into `server.log` in the evidence directory (the kernel writes; nothing to pump,
-nothing to block; plain text while it runs -- `collect` caps and gzips it into server.log.gz
-once the server is stopped, `evidence.serverlog`). Teardown sends SIGTERM to the whole group,
+nothing to block; plain text while it runs, its older lines moved out compressed at each
+bucket's end, and the rest capped and gzipped into server.log.gz by `collect` once the server
+is stopped: `evidence.serverlog`). Teardown sends SIGTERM to the whole group,
 waits the spec's grace, then SIGKILL.
 
 No server may outlive soakspec, even when soakspec itself is SIGKILLed: a small reaper

@@ -35,6 +35,7 @@ from soakspec.evidence.io import EvidenceError, GzipJsonlWriter, JsonlWriter
 from soakspec.evidence.buckets import BucketTally, bucket_line
 from soakspec.evidence.record import Record, decode_lines_lenient, encode_line, encode_lines
 from soakspec.evidence.layout import RunLayout
+from soakspec.evidence.serverlog import LogCompactor, keep_lines
 from soakspec.plan import BackendPlan, Level
 from soakspec.runner.load import LevelRun, LiveStats
 from soakspec.runner.procs import BackendError, Server
@@ -124,6 +125,9 @@ class BackendRecorder:
         self.metrics_scrape: dict[str, Any] | None = None  # what the /metrics scrapes did (runner/scrape.py)
         self.trace_offset = 0
         self.source_before: dict | None = None
+        # server.log kept bounded on disk while the server writes it (a step at each bucket's
+        # end), capped and compressed by `collect` when the run ends (evidence/serverlog.py)
+        self.log_compactor = LogCompactor(self.server_log, kept_log_lines(bp))
 
     # ------------------------------------------------------------ setup
     def prepare(self, trace_offset: int, source_before: dict | None) -> None:
@@ -191,6 +195,7 @@ class BackendRecorder:
         b = self._level.buckets[k]
         self._pending.append((k, entry["measure_start"] + b.start_s, b.length_s))  # first: a level cancelled meanwhile writes it
         await self.make_durable()
+        await off_loop(self.log_compactor.step)
         await self._write_lines(entry, now, lambda start, length: now >= start + length + entry["deadline_s"] + LINE_GRACE_S)
 
     async def _write_lines(self, entry: dict[str, Any], now: float | None, due) -> None:
@@ -295,6 +300,13 @@ class BackendRecorder:
     @property
     def server_log(self) -> Path:
         return self.layout.server_log(self.name)
+
+
+def kept_log_lines(bp: BackendPlan) -> Callable[[str], bool]:
+    """The server.log lines its cap never cuts: the trace lines (when traces come from the log)
+    and the runtime banner's."""
+    tr, rt = bp.traces, bp.runtime
+    return keep_lines(tr.pattern if tr.source == "log" else None, getattr(rt, "log_regex", None) if rt else None)
 
 
 def encode(r: Record) -> bytes:
