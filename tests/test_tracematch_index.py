@@ -155,3 +155,21 @@ def test_more_than_255_kept_payloads_each_stay_with_its_request():
         finally:
             tracematch.MATCH_CHUNK = saved
         assert got.codes.dtype.itemsize == 4 and got.kept == want
+
+
+@settings(max_examples=200, deadline=None)
+@given(affixes=st.lists(st.tuples(st.sampled_from(["", "c", "cmpl-", "cc"]), st.sampled_from(["", "-0", "0", "x"]),
+                                  st.integers(-1, 3)), max_size=4),
+       lengths=st.sets(st.integers(0, 6), max_size=4),
+       trace_ids=st.lists(st.one_of(st.none(), st.text("c-0x1m", max_size=10)), max_size=20))
+def test_id_forms_strip_every_affix_a_trace_id_has_for_a_length_some_id_has(affixes, lengths, trace_ids):
+    """`IdForms.invert` (shared by the runner's matching and the judge's) gives, in trace order,
+    every (key, trace, tag) with trace id == prefix + key + suffix and len(key) a request id's
+    length -- as trying every affix on every trace id does."""
+    from soakspec.evidence.ids import IdForms
+
+    want = [(tid[len(p):len(tid) - len(s)], j, tag) for j, tid in enumerate(trace_ids) if tid is not None
+            for p, s, tag in affixes
+            if len(tid) - len(p) - len(s) in lengths and tid.startswith(p) and tid.endswith(s)]
+    keys, owner, tags = IdForms(affixes, lengths).invert(trace_ids)
+    assert sorted(zip(keys, owner, tags)) == sorted(want) and owner == sorted(owner)

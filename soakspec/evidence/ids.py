@@ -317,3 +317,37 @@ class IdIndex:
         for r in rows.tolist():
             groups.setdefault(ids[r], []).append(r)
         return sorted((g for g in groups.values() if len(g) > 1), key=lambda g: g[1])
+
+
+class IdForms:
+    """Trace ids back to the request ids they may name, for the runner's trace matching and the
+    judge's re-matching alike: each affix `(prefix, suffix, tag)` -- an id form's text around
+    `{id}`, or (the judge) a server id's around the request id, `tag` saying which -- is
+    stripped from a trace id that starts and ends with it, for the request-id `lengths` only
+    (a form that would leave a length no request id has names no request: most forms, for
+    most traces, are never tried). The stripped ids are then looked up in `IdIndex` (`find`)."""
+
+    def __init__(self, affixes: Iterable[tuple[str, str, int]], lengths: Iterable[int]) -> None:
+        self.by_size: dict[int, list[tuple[str, str, int, int, int]]] = {}
+        sizes = sorted(set(lengths))
+        for pre, suf, tag in affixes:
+            for size in sizes:
+                self.by_size.setdefault(size + len(pre) + len(suf), []).append((pre, suf, len(pre), len(suf), tag))
+
+    def invert(self, trace_ids: Sequence[str | None]) -> tuple[list[str], list[int], list[int]]:
+        """(key, the position in `trace_ids` it came from, the affix's tag) of every affix a
+        trace id has (None: no id, nothing), in trace order."""
+        keys: list[str] = []
+        owner: list[int] = []
+        tags: list[int] = []
+        by_size = self.by_size
+        for j, tid in enumerate(trace_ids):
+            if tid is None:
+                continue
+            size = len(tid)
+            for pre, suf, lp, ls, tag in by_size.get(size, ()):
+                if tid.startswith(pre) and tid.endswith(suf):
+                    keys.append(tid[lp:size - ls])
+                    owner.append(j)
+                    tags.append(tag)
+        return keys, owner, tags

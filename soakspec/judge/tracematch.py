@@ -8,7 +8,8 @@ is read and only what the judge keeps of it stays (`TableMatch`): per request, t
 fields rules read, and per claimed request the reason a trace for it did not match.
 
 An id form is inverted (`cmpl-{id}` -> the id between `cmpl-` and the end), only for a trace
-id whose length some request id's could give, and looked up in `IdIndex` (a sorted array of
+id whose length some request id's could give (`IdForms`, shared with the runner's matching),
+and looked up in `IdIndex` (a sorted array of
 the ids' hashes with their rows, 8 bytes a request, not a map of every id: at 10^7 requests
 80 MB rather than ~1 GB); forms that are not a literal prefix, `{id}` and a literal suffix are
 handled by `match_traces` itself (`invertible`). Traces are taken `MATCH_CHUNK` at a time --
@@ -27,7 +28,7 @@ import numpy as np
 
 from soakspec.evidence.traces import id_form_affixes
 from soakspec.lang.parser import gc_paused
-from soakspec.evidence.ids import IdColumn, IdIndex
+from soakspec.evidence.ids import IdColumn, IdForms, IdIndex
 from soakspec.judge.table import RequestTable
 
 _EPOCH_MAX = 4_102_444_800.0  # as soakspec.evidence.traces: a time beyond 2100 is no time
@@ -168,14 +169,9 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
     # is also an id form's adds nothing: the id form already takes every row of that id)
     srv = [(code, v) for code, v in enumerate(table.values.get("server_affix", (None,))) if v is not None and v not in affixes]
     srv_codes = table.c.get("server_affix")
-    # the affixes that can invert a trace id of each length: one whose request id would have a
-    # length no request id has cannot name a row (most forms, for most traces)
+    # tag -1: an id form (any row of that id); else the server affix code the row must have
     id_lengths = table.ids.lengths() if isinstance(table.ids, IdColumn) else set(map(len, table.ids))
-    by_size: dict[int, list[tuple[str, str, int, int, int]]] = {}
-    for code, (pre, suf) in [(-1, a) for a in affixes] + srv:
-        for size in id_lengths:
-            if size:
-                by_size.setdefault(size + len(pre) + len(suf), []).append((pre, suf, len(pre), len(suf), code))
+    forms = IdForms([(pre, suf, -1) for pre, suf in affixes] + [(pre, suf, code) for code, (pre, suf) in srv], id_lengths)
     start, end = table.f["start"], table.f["end"]
     match = TableMatch(table.n, index)
     why = match.unmatched_reason
@@ -187,24 +183,15 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
         if not chunk:
             break
         n += len(chunk)
-        keys: list[str] = []  # a request id some trace of the chunk may name
-        owner: list[int] = []  # the trace (in the chunk) it came from
-        need: list[int] = []  # -1: any row with that id; else the server affix code the row must have
+        # a request id some trace of the chunk may name, the trace it came from, its affix's tag
+        keys, owner, need = forms.invert([tr[0] for tr in chunk])
         direct_t: list[int] = []  # (trace, row) of a server id recorded as it was
         direct_r: list[int] = []
-        for j, tr in enumerate(chunk):
-            tid = tr[0]
-            if tid is None:
-                continue
-            size = len(tid)
-            for pre, suf, lp, ls, code in by_size.get(size, ()):
-                if tid.startswith(pre) and tid.endswith(suf):
-                    keys.append(tid[lp:size - ls])
-                    owner.append(j)
-                    need.append(code)
-            if by_server and tid in by_server:
-                direct_t.extend([j] * len(by_server[tid]))
-                direct_r.extend(by_server[tid])
+        if by_server:
+            for j, tr in enumerate(chunk):
+                if (got := by_server.get(tr[0])) is not None:
+                    direct_t.extend([j] * len(got))
+                    direct_r.extend(got)
         pos, found = index.find(keys)
         pt = np.asarray(owner, dtype=np.int64)[pos]
         code = np.asarray(need, dtype=np.int64)[pos]
