@@ -108,3 +108,59 @@ def test_sigkill_mid_bucket_leaves_evidence_verify_calls_incomplete_and_gate_par
     code, text = _gate_partial(capsys, out)
     assert code == 3 and "INCONCLUSIVE" in text, text
     assert f"judged buckets 0-{max(closed)} of 30" in text, text
+
+
+# `soakspec run` with server.log's cap made small, so that lines are moved out while it runs
+SMALL_CAP_RUN = ("import sys; from soakspec.evidence import serverlog as s; "
+                 "s.HEAD_BYTES, s.TAIL_BYTES, s.STEP_BYTES = 16 << 10, 32 << 10, 16 << 10; "
+                 "from soakspec.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+@pytest.mark.slow
+def test_sigkill_after_server_log_was_moved_leaves_a_log_that_reads_whole(tmp_path, capsys):
+    """Killed after server.log's older lines were moved out (compressed, punched out of the
+    plain file): `verify` still reads the run as intact but incomplete, `gate --partial`
+    judges it, and the log reads whole -- every trace of the closed buckets' requests there."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.traces import TraceSource, collect_traces
+    from soakspec.lang import simtrace
+
+    spec = tmp_path / "t.soak"
+    spec.write_text(sim_spec(duration="30s", bucket="1s", sim="ttft = 2ms\n    itl = 0ms",
+                             load="mode = closed\n    concurrency = [16]", follow_up=False))
+    out = tmp_path / "ev"
+    marker = new_marker()
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", SMALL_CAP_RUN, "run", str(spec), "--out", str(out), "--quiet"],
+                            cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    d = out / "backends" / "b0"
+    deadline = time.monotonic() + 60
+    try:
+        while not ((d / layout.SERVER_LOG_MOVED_STATE).exists() and (d / "buckets.jsonl").exists()
+                   and (d / "buckets.jsonl").read_bytes().count(b"\n") >= 3):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no move and three closed buckets within 60 s"
+            time.sleep(0.05)
+        time.sleep(0.5)  # mid-bucket
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert wait_no_survivors(marker, timeout=10) == []
+    log = d / layout.SERVER_LOG
+    assert layout.server_log_file(d) == log and (d / layout.SERVER_LOG_MOVED).is_file()
+    assert log.stat().st_blocks * 512 < log.stat().st_size  # its moved range takes no disk
+
+    assert main(["verify", str(out)]) == 3
+    text = capsys.readouterr().out
+    assert "intact but incomplete" in text and "V104" not in text and "V105" not in text, text
+    code, text = _gate_partial(capsys, out)
+    assert code == 3 and "INCONCLUSIVE" in text, text
+
+    traces, bad = collect_traces(log, 0, TraceSource(kind="log", pattern=simtrace.TRACE_PATTERN))
+    ids = [t.trace_id for t in traces]
+    assert bad == [] and len(ids) == len(set(ids))
+    lines = [r for _, r in iter_jsonl(d / "buckets.jsonl")]
+    assert len(ids) >= sum(r["requests"]["completed"] for r in lines) > 0
