@@ -9,9 +9,8 @@ fields rules read, and per claimed request the reason a trace for it did not mat
 
 An id form is inverted (`cmpl-{id}` -> the id between `cmpl-` and the end), only for a trace
 id whose length some request id's could give (`IdForms`, shared with the runner's matching),
-and looked up in `IdIndex` (a sorted array of
-the ids' hashes with their rows, 8 bytes a request, not a map of every id: at 10^7 requests
-80 MB rather than ~1 GB); forms that are not a literal prefix, `{id}` and a literal suffix are
+and looked up in `IdIndex` (a sorted array of the ids' hashes with their rows, 8 bytes a
+request, not a map of every id: at 10^7 requests 80 MB rather than ~1 GB); forms that are not a literal prefix, `{id}` and a literal suffix are
 handled by `match_traces` itself (`invertible`). Traces are taken `MATCH_CHUNK` at a time --
 one vectorized lookup and window check a chunk -- from `match_rows`' tuples
 (`soakspec.evidence.traces.scan_rows` yields them as it reads server.log) or from `Trace`s
