@@ -36,7 +36,10 @@ run, server.log.moved.gz and its state: `open_log(server.log)` reads the moved p
 server.log from where the move stopped (`_MovedLog`), so a killed run's log reads whole (head,
 the kept middle so far, then the rest as the server wrote it). Every reader takes either log
 (`layout.server_log_file`: the `.gz` wins when both exist -- it is only renamed into place once
-whole; `open_log` reads plain, gzip, or moved-then-plain). Byte offsets (a trace row's
+whole; `open_log` reads plain, gzip, or moved-then-plain). A run still going is not read this
+way by soakspec (its manifest has no backend entries yet, so `gate --partial` reads no
+server.log): a reader of a live run's log could race a step that punches out what it is about
+to read. Byte offsets (a trace row's
 `offset`, the manifest's `server_log_offset`, the cut's record) are offsets in the log as read,
 whichever file holds it.
 """
