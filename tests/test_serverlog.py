@@ -12,7 +12,7 @@ import os
 from hypothesis import given, settings, strategies as st
 
 from soakspec.evidence import layout
-from soakspec.evidence.serverlog import CUT_MARKER, LogCompactor, compress_server_log, keep_lines, read_log
+from soakspec.evidence.serverlog import CUT_MARKER, LogCompactor, compress_server_log, keep_lines, open_log, read_log
 from soakspec.evidence.traces import TraceSource, collect_traces, log_lines
 from soakspec.lang import simtrace
 
@@ -198,6 +198,30 @@ def test_the_compressed_log_reads_as_the_plain_one(tmp_path_factory, lines, offs
     assert read_log(gz) == text.encode()
     gz_lines, gz_start = log_lines(gz, offset)
     assert (list(gz_lines), gz_start, collect_traces(gz, offset, src)) == plain
+
+
+def test_a_reader_of_a_live_run_s_log_is_never_punched_out_under(tmp_path):
+    """`gate --partial` of a run still going reads its server.log while the runner's steps move
+    it out: a step while a reader holds the log moves nothing (the next bucket's does), so the
+    reader reads every line as written -- before any move, and after one (moved part, then
+    the plain rest, under the same lock)."""
+    p = tmp_path / layout.SERVER_LOG
+    text = "".join((TRACE % (i, i) if i % 4 == 0 else "INFO " + "v" * 60) + "\n" for i in range(3000)).encode()
+    c = LogCompactor(p, keep_lines(simtrace.TRACE_PATTERN), head=2000, tail=5000, step=1000)
+    p.write_bytes(text[: len(text) // 2])
+    with open_log(p) as reader:  # nothing moved yet: the plain log, locked
+        first = reader.read(100)
+        assert c.step() == 0 and c.steps == 0 and not (tmp_path / layout.SERVER_LOG_MOVED).exists()
+        assert first + reader.read() == text[: len(text) // 2]
+    assert c.step() > 0 and c.steps == 1  # the reader gone, the next step moves
+    moved_log = read_log(p)
+    with open(p, "ab") as f:
+        f.write(text[len(text) // 2:])
+    with open_log(p) as reader:  # moved, then plain: a step meanwhile moves nothing
+        head = reader.read(50)
+        assert c.step() == 0 and c.steps == 1
+        assert head + reader.read() == moved_log + text[len(text) // 2:]
+    assert c.step() > 0 and c.steps == 2
 
 
 def test_a_kill_before_compression_ends_leaves_a_readable_log(tmp_path):

@@ -36,10 +36,9 @@ run, server.log.moved.gz and its state: `open_log(server.log)` reads the moved p
 server.log from where the move stopped (`_MovedLog`), so a killed run's log reads whole (head,
 the kept middle so far, then the rest as the server wrote it). Every reader takes either log
 (`layout.server_log_file`: the `.gz` wins when both exist -- it is only renamed into place once
-whole; `open_log` reads plain, gzip, or moved-then-plain). A run still going is not read this
-way by soakspec (its manifest has no backend entries yet, so `gate --partial` reads no
-server.log): a reader of a live run's log could race a step that punches out what it is about
-to read. Byte offsets (a trace row's
+whole; `open_log` reads plain, gzip, or moved-then-plain). A run still going is read the same
+way (`gate --partial` re-matches its traces): its reader holds a shared lock on server.log
+that a step does not wait for but skips, so nothing is punched out under a reader. Byte offsets (a trace row's
 `offset`, the manifest's `server_log_offset`, the cut's record) are offsets in the log as read,
 whichever file holds it.
 """
@@ -50,6 +49,7 @@ import copy
 import ctypes
 import ctypes.util
 import errno
+import fcntl
 import gzip
 import io
 import json
@@ -224,6 +224,10 @@ class LogCompactor:
         start = self.raw_offset
         end = start
         with open(self.path, "rb") as src:
+            try:  # a reader (`open_log`: `gate --partial` of this run) holds it: the next bucket's step moves
+                fcntl.flock(src.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return 0
             src.seek(start)
             first = src.readline()
             if not first.endswith(b"\n"):  # a line still being written
@@ -244,14 +248,14 @@ class LogCompactor:
                 self._cap = saved
                 self._cut_moved()
                 raise
-        self.moved_bytes, self.raw_offset = size, end
-        self.steps += 1
-        write_json_atomic(self.state, {"raw_offset": end, "moved_bytes": size, "cut": self._cap.record(end)})
-        fd = os.open(self.path, os.O_WRONLY)
-        try:
-            self._punch(fd, start, end - start)
-        finally:
-            os.close(fd)
+            self.moved_bytes, self.raw_offset = size, end
+            self.steps += 1
+            write_json_atomic(self.state, {"raw_offset": end, "moved_bytes": size, "cut": self._cap.record(end)})
+            fd = os.open(self.path, os.O_WRONLY)
+            try:
+                self._punch(fd, start, end - start)
+            finally:
+                os.close(fd)
         return end - start
 
     def _cut_moved(self) -> None:
@@ -320,24 +324,32 @@ def _moved_state(path: Path) -> dict[str, Any] | None:
     return state if ok and path.with_name(MOVED_GZ).is_file() else None
 
 
-def reads_as_stream(path: os.PathLike | str) -> bool:
-    """Whether the log at `path` is read through (gzip, or moved then plain): its length and a
-    position in it are found by reading, not by the file's size."""
-    p = Path(path)
-    return is_gzip(p) or (p.name != MOVED_GZ and _moved_state(p) is not None)
-
-
 def open_log(path: os.PathLike | str):
     """`path` opened for reading bytes: decompressed when it is gzip (by its magic bytes, not
-    its name), read moved-then-plain when a killed run left a moved part beside it: a binary
-    file object iterating the log's lines."""
+    its name), read moved-then-plain when a step moved part of it out: a binary file object
+    iterating the log's lines (`opened_as_stream` says whether positions in it are found by
+    reading). A plain server.log is read under a shared lock (`flock`), which a step of a run
+    still going does not wait for but skips (`LogCompactor._move`): what a reader of a live
+    run's log reads is never punched out under it, and the state it reads matches the file."""
     p = Path(path)
     if is_gzip(p):
         return gzip.open(p, "rb")
-    state = _moved_state(p)
-    if state is not None:
-        return io.BufferedReader(_MovedLog(p, state["moved_bytes"], state["raw_offset"]), 1 << 20)
-    return open(p, "rb")  # noqa: SIM115 - the caller closes
+    f = open(p, "rb")  # noqa: SIM115 - the caller closes
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_SH)
+        state = _moved_state(p)
+    except BaseException:
+        f.close()
+        raise
+    if state is None:
+        return f
+    return io.BufferedReader(_MovedLog(f, state["moved_bytes"], state["raw_offset"]), 1 << 20)
+
+
+def opened_as_stream(fh: Any) -> bool:
+    """Whether `fh` (from `open_log`) is read through -- gzip, or moved then plain -- so that its
+    length, and a position in it, are found by reading rather than from the file's size."""
+    return not isinstance(getattr(fh, "raw", None), io.FileIO)
 
 
 class _Prefix(io.RawIOBase):
@@ -365,27 +377,22 @@ class _Prefix(io.RawIOBase):
 
 
 class _MovedLog(io.RawIOBase):
-    """A killed run's server.log as it reads: server.log.moved.gz (its first `moved_bytes`),
-    then server.log from `raw_offset` (before it: the punched-out range). Seekable: forward by
-    reading, backward by reading again from the start."""
+    """server.log as it reads once a step moved part of it out: server.log.moved.gz (its first
+    `moved_bytes`), then server.log (`plain`, open and locked) from `raw_offset` (before it: the
+    punched-out range). Seekable: forward by reading, backward by reading again from the start."""
 
-    def __init__(self, plain: Path, moved_bytes: int, raw_offset: int) -> None:
-        self._plain_path, self._moved_bytes, self._raw_offset = plain, moved_bytes, raw_offset
+    def __init__(self, plain: Any, moved_bytes: int, raw_offset: int) -> None:
+        self._plain, self._moved_bytes, self._raw_offset = plain, moved_bytes, raw_offset
+        self._moved_path = Path(plain.name).with_name(MOVED_GZ)
         self._gz: Any = None
-        self._plain: Any = None
         self._pos = 0
         self._open()
 
     def _open(self) -> None:
-        self._close_parts()
-        self._gz = gzip.GzipFile(fileobj=io.BufferedReader(_Prefix(self._plain_path.with_name(MOVED_GZ), self._moved_bytes)))
+        if self._gz is not None:
+            self._gz.close()
+        self._gz = gzip.GzipFile(fileobj=io.BufferedReader(_Prefix(self._moved_path, self._moved_bytes)))
         self._pos = 0
-
-    def _close_parts(self) -> None:
-        for f in (self._gz, self._plain):
-            if f is not None:
-                f.close()
-        self._gz = self._plain = None
 
     def readable(self) -> bool:
         return True
@@ -401,7 +408,6 @@ class _MovedLog(io.RawIOBase):
                 return n
             self._gz.close()
             self._gz = None
-            self._plain = open(self._plain_path, "rb")  # noqa: SIM115 - closed with this
             self._plain.seek(self._raw_offset)
         n = self._plain.readinto(b)
         self._pos += n
@@ -422,7 +428,10 @@ class _MovedLog(io.RawIOBase):
         return self._pos
 
     def close(self) -> None:
-        self._close_parts()
+        if self._gz is not None:
+            self._gz.close()
+            self._gz = None
+        self._plain.close()
         super().close()
 
 
@@ -442,4 +451,4 @@ def compress_server_log(path: os.PathLike | str) -> Path:
 
 
 __all__ = ["CUT_MARKER", "HEAD_BYTES", "MOVED_GZ", "MOVED_STATE", "TAIL_BYTES", "LogCompactor", "compress_server_log",
-           "is_gzip", "keep_lines", "open_log", "punch_hole", "read_log", "reads_as_stream"]
+           "is_gzip", "keep_lines", "open_log", "opened_as_stream", "punch_hole", "read_log"]

@@ -215,35 +215,21 @@ def log_lines(path: os.PathLike | str, offset: int) -> tuple[Iterator[str], int]
     decoded on its own (UTF-8, undecodable bytes replaced -- a newline is never inside a UTF-8
     sequence, so this equals decoding the whole) and split as `str.splitlines` splits, so
     `extract_trace_lines(lines, ...)` finds exactly what `extract_traces` finds in the text."""
-    from soakspec.evidence.serverlog import open_log, reads_as_stream
+    from soakspec.evidence.serverlog import open_log, opened_as_stream
 
-    if reads_as_stream(path):  # server.log.gz (or a killed run's moved log): its size is found by reading
-        start = offset if offset > 0 and _gz_reaches(path, offset) else 0
-    else:
-        size = os.path.getsize(path)
-        start = offset if 0 <= offset <= size else 0
+    fh = open_log(path)
+    try:  # gzip (or a log partly moved out): its length is found by reading up to the offset
+        start = _run_start(fh, opened_as_stream(fh), offset)
+    except BaseException:
+        fh.close()
+        raise
 
     def gen() -> Iterator[str]:
-        with open_log(path) as fh:
-            fh.seek(start)
+        with fh:
             for raw in fh:
                 yield from raw.decode("utf-8", "replace").splitlines(keepends=True)
 
     return gen(), start
-
-
-def _gz_reaches(path: os.PathLike | str, offset: int) -> bool:
-    """Whether the decompressed `path` holds at least `offset` bytes (read, not held)."""
-    from soakspec.evidence.serverlog import open_log
-
-    with open_log(path) as fh:
-        left = offset
-        while left > 0:
-            got = len(fh.read(min(left, 1 << 20)))
-            if not got:
-                return False
-            left -= got
-    return True
 
 
 class _LineReader:
@@ -698,12 +684,11 @@ def scan_log_rows(
     the uncompressed log), read once, a block at a time, from the run's start offset
     `offset` -- or from 0 when the log is shorter (truncated or rotated), as `log_lines`. The
     log is opened (and an OSError raised) now; it is read as the rows are taken."""
-    from soakspec.evidence.serverlog import open_log, reads_as_stream
+    from soakspec.evidence.serverlog import open_log, opened_as_stream
 
-    gz = reads_as_stream(path)
     fh = open_log(path)
     try:
-        start = _run_start(fh, gz, offset)
+        start = _run_start(fh, opened_as_stream(fh), offset)
     except BaseException:
         fh.close()
         raise
