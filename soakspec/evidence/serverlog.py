@@ -38,9 +38,9 @@ the kept middle so far, then the rest as the server wrote it). Every reader take
 (`layout.server_log_file`: the `.gz` wins when both exist -- it is only renamed into place once
 whole; `open_log` reads plain, gzip, or moved-then-plain). A run still going is read the same
 way (`gate --partial` re-matches its traces): its reader holds a shared lock on server.log
-that a step does not wait for but skips, so nothing is punched out under a reader. Byte offsets (a trace row's
-`offset`, the manifest's `server_log_offset`, the cut's record) are offsets in the log as read,
-whichever file holds it.
+that a step does not wait for but skips, so nothing is punched out under a reader. Byte
+offsets (a trace row's `offset`, the manifest's `server_log_offset`, the cut's record) are
+offsets in the log as read, whichever file holds it.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence.io import EvidenceError, fsync_dir, write_json_atomic
-from soakspec.evidence.layout import SERVER_LOG_MOVED, SERVER_LOG_MOVED_STATE
+from soakspec.evidence.layout import SERVER_LOG, SERVER_LOG_MOVED, SERVER_LOG_MOVED_STATE
 
 HEAD_BYTES = 8 << 20
 TAIL_BYTES = 8 << 20
@@ -315,7 +315,7 @@ def is_gzip(path: os.PathLike | str) -> bool:
 
 
 def _moved_state(path: Path) -> dict[str, Any] | None:
-    """A killed run's moved state beside server.log `path` (None: nothing was moved)."""
+    """The moved state beside server.log `path` (a run going, or killed; None: nothing moved)."""
     try:
         state = json.loads(path.with_name(MOVED_STATE).read_text())
         ok = isinstance(state, dict) and all(type(state.get(k)) is int and state[k] >= 0 for k in ("raw_offset", "moved_bytes"))
@@ -330,11 +330,14 @@ def open_log(path: os.PathLike | str):
     iterating the log's lines (`opened_as_stream` says whether positions in it are found by
     reading). A plain server.log is read under a shared lock (`flock`), which a step of a run
     still going does not wait for but skips (`LogCompactor._move`): what a reader of a live
-    run's log reads is never punched out under it, and the state it reads matches the file."""
+    run's log reads is never punched out under it, and the state it reads matches the file.
+    Another file (a `jsonl` trace source's) is opened as it is: it is not ours to lock."""
     p = Path(path)
     if is_gzip(p):
         return gzip.open(p, "rb")
     f = open(p, "rb")  # noqa: SIM115 - the caller closes
+    if p.name != SERVER_LOG:
+        return f
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_SH)
         state = _moved_state(p)
