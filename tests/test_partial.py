@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -65,20 +66,16 @@ def test_partial_gate_of_a_finished_run_judges_it_in_full(tmp_path, capsys, nice
     assert nice_calls == []  # a finished run competes with nothing: full priority
 
 
-@pytest.mark.slow
-def test_sigkill_mid_bucket_leaves_evidence_verify_calls_incomplete_and_gate_partial_judges(tmp_path, capsys):
-    spec = tmp_path / "t.soak"
-    spec.write_text(sim_spec(duration="30s", bucket="1s", sim="ttft = 20ms\n    itl = 20ms"))
-    out = tmp_path / "ev"
+def _sigkill_mid_bucket(cmd: list[str], cwd: Path, ready, what: str) -> None:
+    """Run `cmd` (a `soakspec run`), wait until `ready()` (at most 60 s: else fail saying `what`
+    did not happen), then SIGKILL it half a second into a bucket; no process of it may survive."""
     marker = new_marker()
-    proc = subprocess.Popen(soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"), cwd=tmp_path,
-                            env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    buckets = out / "backends" / "b0" / "buckets.jsonl"
+    proc = subprocess.Popen(cmd, cwd=cwd, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     try:
-        while not (buckets.exists() and buckets.read_bytes().count(b"\n") >= 2):
+        while not ready():
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no two closed buckets within 60 s"
+            assert time.monotonic() < deadline, f"{what} within 60 s"
             time.sleep(0.05)
         time.sleep(0.5)  # mid-bucket
         proc.send_signal(signal.SIGKILL)
@@ -87,6 +84,16 @@ def test_sigkill_mid_bucket_leaves_evidence_verify_calls_incomplete_and_gate_par
         if proc.poll() is None:
             proc.kill()
     assert wait_no_survivors(marker, timeout=10) == []
+
+
+@pytest.mark.slow
+def test_sigkill_mid_bucket_leaves_evidence_verify_calls_incomplete_and_gate_partial_judges(tmp_path, capsys):
+    spec = tmp_path / "t.soak"
+    spec.write_text(sim_spec(duration="30s", bucket="1s", sim="ttft = 20ms\n    itl = 20ms"))
+    out = tmp_path / "ev"
+    buckets = out / "backends" / "b0" / "buckets.jsonl"
+    _sigkill_mid_bucket(soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"), tmp_path,
+                        lambda: buckets.exists() and buckets.read_bytes().count(b"\n") >= 2, "no two closed buckets")
     assert manifest(out)["status"] == "running"
 
     lines = [r for _, r in iter_jsonl(buckets)]
@@ -129,26 +136,11 @@ def test_sigkill_after_server_log_was_moved_leaves_a_log_that_reads_whole(tmp_pa
     spec.write_text(sim_spec(duration="30s", bucket="1s", sim="ttft = 2ms\n    itl = 0ms",
                              load="mode = closed\n    concurrency = [16]", follow_up=False))
     out = tmp_path / "ev"
-    marker = new_marker()
-    import sys
-
-    proc = subprocess.Popen([sys.executable, "-c", SMALL_CAP_RUN, "run", str(spec), "--out", str(out), "--quiet"],
-                            cwd=tmp_path, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     d = out / "backends" / "b0"
-    deadline = time.monotonic() + 60
-    try:
-        while not ((d / layout.SERVER_LOG_MOVED_STATE).exists() and (d / "buckets.jsonl").exists()
-                   and (d / "buckets.jsonl").read_bytes().count(b"\n") >= 3):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "no move and three closed buckets within 60 s"
-            time.sleep(0.05)
-        time.sleep(0.5)  # mid-bucket
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert wait_no_survivors(marker, timeout=10) == []
+    _sigkill_mid_bucket([sys.executable, "-c", SMALL_CAP_RUN, "run", str(spec), "--out", str(out), "--quiet"], tmp_path,
+                        lambda: ((d / layout.SERVER_LOG_MOVED_STATE).exists() and (d / "buckets.jsonl").exists()
+                                 and (d / "buckets.jsonl").read_bytes().count(b"\n") >= 3),
+                        "no move and three closed buckets")
     log = d / layout.SERVER_LOG
     assert layout.server_log_file(d) == log and (d / layout.SERVER_LOG_MOVED).is_file()
     assert log.stat().st_blocks * 512 < log.stat().st_size  # its moved range takes no disk
