@@ -143,6 +143,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         await rec.bucket_closed(entry, k, deps.clock.now())  # requests durable; bucket lines whose requests all ended
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
         watch.bucket_done(k, deps.clock.now())
+        await rec.compact_log()  # last: the bucket's line, progress and abort rules never wait for it
 
     def write_records(records: list[RequestRecord]) -> None:
         rec.write_records(records)

@@ -126,7 +126,7 @@ class BackendRecorder:
         self.trace_offset = 0
         self.source_before: dict | None = None
         # server.log kept bounded on disk while the server writes it (a step at each bucket's
-        # end), capped and compressed by `collect` when the run ends (evidence/serverlog.py)
+        # end: `compact_log`), capped and compressed by `collect` when the run ends (evidence/serverlog.py)
         self.log_compactor = LogCompactor(self.server_log, kept_log_lines(bp))
 
     # ------------------------------------------------------------ setup
@@ -195,8 +195,13 @@ class BackendRecorder:
         b = self._level.buckets[k]
         self._pending.append((k, entry["measure_start"] + b.start_s, b.length_s))  # first: a level cancelled meanwhile writes it
         await self.make_durable()
-        await off_loop(self.log_compactor.step)
         await self._write_lines(entry, now, lambda start, length: now >= start + length + entry["deadline_s"] + LINE_GRACE_S)
+
+    async def compact_log(self) -> None:
+        """A step of server.log's compaction (`LogCompactor.step`: what is sure to be head or
+        middle moved out, compressed) on a worker thread: awaited after a bucket's line and
+        its abort rules, so those never wait for it."""
+        await off_loop(self.log_compactor.step)
 
     async def _write_lines(self, entry: dict[str, Any], now: float | None, due) -> None:
         taken = []
