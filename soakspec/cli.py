@@ -17,7 +17,7 @@ import importlib
 import sys
 
 from soakspec import __version__, heap
-from soakspec.evidence.io import EvidenceChanged
+from soakspec.evidence.io import EvidenceChanged, EvidenceUnreadable
 from soakspec.evidence.readprogress import reporting
 from soakspec.exitcodes import ExitCode
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         return ExitCode.ABORTED
     except BrokenPipeError:
         return ExitCode.OK
-    except EvidenceChanged as e:  # a file changed under the judge: its verdict would rest on neither version
+    except (EvidenceChanged, EvidenceUnreadable) as e:  # a file changed under the judge, or one it cannot read
         print(f"soakspec {args.command}: {e}: the evidence cannot be judged", file=sys.stderr)
         return ExitCode.INCONCLUSIVE
     except Exception as e:  # noqa: BLE001 - the one place that turns a crash into one line

@@ -8,6 +8,8 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
+
 from soakspec.evidence import layout
 from soakspec.evidence.io import iter_jsonl, read_json
 from soakspec.evidence.manifest import write_manifest
@@ -33,7 +35,7 @@ def _rehash(root):
     m = read_json(root / layout.MANIFEST)
     m["artifacts"] = {}
     for bound in (layout.RESULTS, layout.VERDICT):
-        (root / bound).unlink()
+        (root / bound).unlink(missing_ok=True)
     m["artifacts"] = finalize_artifacts(root)
     write_manifest(root, m)
 
@@ -68,3 +70,34 @@ def test_a_changed_compressed_log_is_tampering_and_a_stray_plain_one_is_unlisted
     (d / layout.SERVER_LOG).unlink()
     (d / layout.SERVER_LOG_GZ).write_bytes(gzip.compress(b"tampered\n"))
     assert [x.code for x in verify_evidence(root).problems] == ["V101"]
+
+
+@pytest.mark.parametrize("edit", ["garbage", "cut short"])
+def test_a_log_that_does_not_decompress_makes_the_gate_inconclusive_not_a_crash_nor_an_empty_log(tmp_path, capsys, edit):
+    """server.log.gz edited into bytes that are not gzip, or cut short mid-member (and the
+    manifest re-hashed, so verification does not stop it first): the gate cannot know which
+    traces the server logged, so it says the log does not decompress and gives no verdict
+    (exit 3) -- never an internal error, never the log read as empty (which would judge every
+    request untraced as if the server had said so). A killed run's moved part likewise."""
+    from soakspec.cli import main
+
+    spec = spec_from_text(SIM_SPEC)
+    root = EvidenceBuilder(spec).write(tmp_path / "ev")
+    d = root / layout.BACKENDS / layout.safe_name(spec.backends[0].name)
+    data = (d / layout.SERVER_LOG_GZ).read_bytes()
+    (d / layout.SERVER_LOG_GZ).write_bytes(b"\x1f\x8b not gzip at all" if edit == "garbage" else data[: len(data) // 2])
+    _rehash(root)
+    assert main(["gate", str(root)]) == 3
+    err = capsys.readouterr().err
+    assert f"{d / layout.SERVER_LOG_GZ}: the log does not decompress" in err and "internal error" not in err, err
+
+    # a killed run's log: the moved part does not decompress
+    plain = gzip.decompress(data)
+    (d / layout.SERVER_LOG_GZ).unlink()
+    (d / layout.SERVER_LOG).write_bytes(b"\0" * 100 + plain[100:])
+    (d / layout.SERVER_LOG_MOVED).write_bytes(b"\x1f\x8b not gzip at all")
+    (d / layout.SERVER_LOG_MOVED_STATE).write_text(json.dumps({"raw_offset": 100, "moved_bytes": 19}))
+    _rehash(root)
+    assert main(["gate", str(root)]) == 3
+    err = capsys.readouterr().err
+    assert f"{d / layout.SERVER_LOG}: the log does not decompress" in err and "internal error" not in err, err

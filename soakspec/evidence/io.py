@@ -47,6 +47,11 @@ class EvidenceChanged(EvidenceError):
     did not keep) no longer says what it said the first time: the evidence cannot be judged."""
 
 
+class EvidenceUnreadable(EvidenceError):
+    """An evidence file the judge reads as it goes (server.log.gz) does not decompress: what it
+    holds cannot be known, so the evidence cannot be judged (never read as if it were empty)."""
+
+
 class EvidenceWriteError(EvidenceError):
     """Writing evidence failed (disk full, file too large, permission...)."""
 

@@ -45,6 +45,7 @@ offsets in the log as read, whichever file holds it.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import ctypes.util
@@ -56,11 +57,12 @@ import json
 import os
 import re
 import secrets
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from soakspec.evidence.io import EvidenceError, fsync_dir, write_json_atomic
+from soakspec.evidence.io import EvidenceError, EvidenceUnreadable, fsync_dir, write_json_atomic
 from soakspec.evidence.layout import SERVER_LOG, SERVER_LOG_MOVED, SERVER_LOG_MOVED_STATE
 
 HEAD_BYTES = 8 << 20
@@ -349,6 +351,17 @@ def open_log(path: os.PathLike | str):
     return io.BufferedReader(_MovedLog(f, state["moved_bytes"], state["raw_offset"]), 1 << 20)
 
 
+@contextlib.contextmanager
+def read_errors(path: os.PathLike | str) -> Iterator[None]:
+    """Around reading a log `open_log` opened: corrupt or cut-short gzip data (server.log.gz, or
+    a killed run's moved part) raises `EvidenceUnreadable` naming the file -- not an OSError a
+    caller would take for "no log here", nor a crash."""
+    try:
+        yield
+    except (gzip.BadGzipFile, zlib.error, EOFError) as e:
+        raise EvidenceUnreadable(f"{path}: the log does not decompress ({type(e).__name__}: {e})") from None
+
+
 def opened_as_stream(fh: Any) -> bool:
     """Whether `fh` (from `open_log`) is read through -- gzip, or moved then plain -- so that its
     length, and a position in it, are found by reading rather than from the file's size."""
@@ -454,4 +467,4 @@ def compress_server_log(path: os.PathLike | str) -> Path:
 
 
 __all__ = ["CUT_MARKER", "HEAD_BYTES", "MOVED_GZ", "MOVED_STATE", "TAIL_BYTES", "LogCompactor", "compress_server_log",
-           "is_gzip", "keep_lines", "open_log", "opened_as_stream", "punch_hole", "read_log"]
+           "is_gzip", "keep_lines", "open_log", "opened_as_stream", "punch_hole", "read_errors", "read_log"]

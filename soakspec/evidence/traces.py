@@ -215,17 +215,18 @@ def log_lines(path: os.PathLike | str, offset: int) -> tuple[Iterator[str], int]
     decoded on its own (UTF-8, undecodable bytes replaced -- a newline is never inside a UTF-8
     sequence, so this equals decoding the whole) and split as `str.splitlines` splits, so
     `extract_trace_lines(lines, ...)` finds exactly what `extract_traces` finds in the text."""
-    from soakspec.evidence.serverlog import open_log, opened_as_stream
+    from soakspec.evidence.serverlog import open_log, opened_as_stream, read_errors
 
     fh = open_log(path)
     try:  # gzip (or a log partly moved out): its length is found by reading up to the offset
-        start = _run_start(fh, opened_as_stream(fh), offset)
+        with read_errors(path):
+            start = _run_start(fh, opened_as_stream(fh), offset)
     except BaseException:
         fh.close()
         raise
 
     def gen() -> Iterator[str]:
-        with fh:
+        with fh, read_errors(path):
             for raw in fh:
                 yield from raw.decode("utf-8", "replace").splitlines(keepends=True)
 
@@ -684,11 +685,12 @@ def scan_log_rows(
     the uncompressed log), read once, a block at a time, from the run's start offset
     `offset` -- or from 0 when the log is shorter (truncated or rotated), as `log_lines`. The
     log is opened (and an OSError raised) now; it is read as the rows are taken."""
-    from soakspec.evidence.serverlog import open_log, opened_as_stream
+    from soakspec.evidence.serverlog import open_log, opened_as_stream, read_errors
 
     fh = open_log(path)
     try:
-        start = _run_start(fh, opened_as_stream(fh), offset)
+        with read_errors(path):
+            start = _run_start(fh, opened_as_stream(fh), offset)
     except BaseException:
         fh.close()
         raise
@@ -697,10 +699,11 @@ def scan_log_rows(
     tick = ticker(path, raw)  # how far the read has got, for a long one (on stderr)
 
     def blocks() -> Iterator[bytes]:
-        while block := fh.read(SCAN_BLOCK):
-            if tick is not None:
-                tick()
-            yield block
+        with read_errors(path):
+            while block := fh.read(SCAN_BLOCK):
+                if tick is not None:
+                    tick()
+                yield block
 
     def gen() -> Iterator[tuple[str | None, tuple[float, ...], Any, int]]:
         with fh:
