@@ -46,8 +46,8 @@ def new_manifest(
 ) -> dict[str, Any]:
     """The start-of-run manifest (status "running"). `host` defaults to `provenance.host_info()`;
     `gpus` to `{"available": False, ...}` -- pass `NvmlSource().gpu_inventory()`.
-    The spec text is stored with `secrets` (and credential-looking values) redacted; its
-    `sha256` stays that of the real text, so the evidence still names the spec it ran."""
+    The spec text is stored with `secrets` (and credential-looking values) redacted
+    (`spec_entry`)."""
     from soakspec import __version__
     from soakspec.evidence.provenance import host_info
 
@@ -60,7 +60,7 @@ def new_manifest(
         "incomplete_reason": None,
         "rehearsal": bool(rehearsal),
         "time_scale": float(time_scale),
-        "spec": {"path": spec_path, "text": redact_text(spec_text, secrets), "sha256": sha256_text(spec_text)},
+        "spec": spec_entry(spec_path, spec_text, secrets),
         "started_at": utc_iso(started),
         "started_at_epoch": started,
         "ended_at": None,
@@ -73,6 +73,25 @@ def new_manifest(
     if command is not None:
         m["command"] = redact_argv(command)
     return m
+
+
+def spec_entry(path: str | None, text: str, secrets: Iterable[str] = ()) -> dict[str, Any]:
+    """The manifest's `spec`: `text` stored with `secrets` (and credential-looking values)
+    redacted; `sha256` that of the real (canonical) text, so the evidence names the spec it ran
+    (staleness checks compare it with the spec file); and, when redaction changed the text,
+    `text_sha256`: that of the stored text, which is what verification re-hashes (the real
+    text's hash cannot be recomputed from a redacted copy)."""
+    shown = redact_text(text, secrets)
+    entry: dict[str, Any] = {"path": path, "text": shown, "sha256": sha256_text(text)}
+    if shown != text:
+        entry["text_sha256"] = sha256_text(shown)
+    return entry
+
+
+def stored_spec_sha256(spec: Mapping[str, Any]) -> Any:
+    """What the manifest's stored spec text must hash to: `text_sha256` when the text was
+    redacted, else `sha256` (see `spec_entry`)."""
+    return spec["text_sha256"] if "text_sha256" in spec else spec.get("sha256")
 
 
 def source_entry(repo: str | os.PathLike | None, before: Mapping[str, Any] | None = None,

@@ -40,6 +40,7 @@ import msgspec
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.evidence import layout
 from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl_typed, loads, lock_holder, read_json, sha256_file
+from soakspec.evidence.manifest import stored_spec_sha256
 from soakspec.exitcodes import ExitCode
 
 SCHEMA_VERSION = 1
@@ -314,7 +315,7 @@ class _Checker:
         spec = manifest.get("spec")
         if self.spec_sha256 is None or not isinstance(spec, dict):
             return
-        text, want = spec.get("text"), spec.get("sha256")
+        text, want = spec.get("text"), stored_spec_sha256(spec)
         if not isinstance(text, str) or not isinstance(want, str):
             return
         got = self.spec_sha256(text)

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from soakspec.evidence.manifest import stored_spec_sha256
 from soakspec.judge.evidence import embedded_spec_sha256
 from soakspec.judge.common import backend_here, compare, describe_request, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, Row
@@ -44,8 +45,9 @@ def artifacts_verified(run: JudgedRun, rule: Rule | None) -> RuleResult:
         insts.append(problem(f.message, Location(text=f.path)))
     spec = run.evidence.manifest.get("spec")
     already = any(f.code == "V109" for f in integ.tampered)
-    if not already and isinstance(spec, Mapping) and isinstance(spec.get("text"), str) and isinstance(spec.get("sha256"), str):
-        if embedded_spec_sha256(spec["text"]) not in (None, spec["sha256"]):
+    want = stored_spec_sha256(spec) if isinstance(spec, Mapping) else None
+    if not already and isinstance(spec, Mapping) and isinstance(spec.get("text"), str) and isinstance(want, str):
+        if embedded_spec_sha256(spec["text"]) not in (None, want):
             insts.append(problem("the spec text embedded in the manifest does not match its recorded sha256", Location(text="manifest.json")))
     msg = f"all {plural(integ.checked, 'artifact')} match the sha256 recorded in the manifest"
     severity = rule.severity if rule else "require"
