@@ -361,3 +361,62 @@ def test_duplicate_request_ids_are_found_through_their_hashes_as_a_set_finds_the
     with unittest.mock.patch.object(table, "SCAN_CHUNK", step):
         assert duplicate_ids(whole) == want
         assert duplicate_ids(Rows.of(t, np.asarray(some, dtype=np.int64))) == sorted({x for x in part if part.count(x) > 1})
+
+
+# ---------------------------------------------------------------- timeouts: censored samples
+
+
+def _timed_out(b, r, after, *, first_token=None):
+    """Turn a measured request into a timeout `after` seconds from its send (in place)."""
+    b.set_outcome(r, "timeout", "no response within the deadline", status=200 if first_token is not None else None)
+    set_latency(r, after)
+    if first_token is not None:
+        set_ttft(r, first_token)
+
+
+def test_timeouts_are_not_left_out_of_a_latency_rule():
+    """Half the requests timed out after 1 s: p95(latency) is at least 1 s, whatever the other
+    half measured (leaving the timeouts out passed `p95(latency) < 600ms` on the fast half)."""
+    spec = small_spec("require p95(latency) < 600ms per level\nrequire p95(ttft) < 250ms per level")
+    b = EvidenceBuilder(spec, per_bucket=100, latency=0.4)
+    for r in list(b.measured("a"))[::2]:
+        _timed_out(b, r, 1.0)
+    v = judge(spec, b.build())
+    lat, ttft = rule(v, "p95(latency) < 600ms per level"), rule(v, "p95(ttft) < 250ms per level")
+    assert lat.status == "fail" and ttft.status == "fail", (lat.message, ttft.message)
+    assert lat.observed_text == "p95(latency) >= 1s" and lat.samples == 200
+    assert "100 of 200 requests timed out before their latency was measured" in lat.message
+
+
+def test_a_timeout_the_percentile_cannot_reach_leaves_a_rule_passing():
+    """One timeout in 300 requests lies beyond p95 at either bound: the rule holds, over all 300."""
+    spec = small_spec("require p95(latency) < 600ms per level")
+    b = EvidenceBuilder(spec, per_bucket=150, latency=0.4)
+    _timed_out(b, next(b.measured("a")), 1.0)
+    r = rule(judge(spec, b.build()), "p95(latency) < 600ms per level")
+    assert r.status == "pass", r.message
+    assert r.samples == 300 and r.observed_text == "p95(latency) = 400ms"
+    assert "1 of 300 requests timed out" in r.message
+
+
+def test_a_threshold_between_the_bounds_is_inconclusive():
+    """Timeouts after 1 s under `p95(latency) < 2s`: the timed-out requests would have taken
+    somewhere beyond 1 s, so whether p95 is below 2 s cannot be known."""
+    spec = small_spec("require p95(latency) < 2s per level")
+    b = EvidenceBuilder(spec, per_bucket=100, latency=0.4)
+    for r in list(b.measured("a"))[::4]:
+        _timed_out(b, r, 1.0)
+    r = rule(judge(spec, b.build()), "p95(latency) < 2s per level")
+    assert r.status == "inconclusive", r.message
+    assert "whether it holds depends on how long they would have taken" in r.message
+
+
+def test_a_ttft_measured_before_the_deadline_counts():
+    """A request that timed out after its first token has a real TTFT: it is a sample like any."""
+    spec = small_spec("require p95(ttft) < 250ms per level")
+    b = EvidenceBuilder(spec, per_bucket=100, latency=0.4)
+    for r in list(b.measured("a"))[::2]:
+        _timed_out(b, r, 1.0, first_token=0.9)
+    r = rule(judge(spec, b.build()), "p95(ttft) < 250ms per level")
+    assert r.status == "fail" and r.observed_text == "p95(ttft) = 900ms", r.message
+    assert "100 timed-out requests counted with the ttft measured before the deadline" in r.message

@@ -258,11 +258,37 @@ class Distribution:
 
 @dataclasses.dataclass(frozen=True)
 class PerRequest(Distribution):
-    """One value per completed request (None: the request does not have it)."""
+    """One value per completed request (None: the request does not have it).
+
+    `when_timed_out`, for the times a deadline cuts short (ttft, latency): what a timed-out
+    request still measured of the value (ttft: a first token that came before the deadline;
+    latency: nothing). A timed-out request that lacks it is a right-censored sample: its value
+    is only known to exceed its time from request to deadline (`censored`). The distribution
+    (`values`) stays over completed requests; the gate judges a rule over the completed and the
+    timed-out requests together, within the bounds the censored ones allow
+    (`soakspec.judge.performance`), so a timeout never leaves a latency rule silently."""
 
     value: Callable[[Row], float | None]
+    when_timed_out: Callable[[Row], float | None] | None = None
     unit: ClassVar[str] = "requests"
     new_values: ClassVar[bool] = True  # `column` makes a new array; `v[ok]` another
+
+    def censored(self, records: Iterable[Row]) -> tuple[np.ndarray, np.ndarray]:
+        """The timed-out requests of `records` as (the values they measured, the lower bounds
+        of the values the others lack: their time to the deadline); empty for a metric no
+        deadline cuts short."""
+        if self.when_timed_out is None:
+            return np.zeros(0), np.zeros(0)
+        rows = records if isinstance(records, Rows) else None
+        if rows is not None:
+            sel = rows.where(timed_out.col, timed_out.row)
+            got, bound = column(sel, self.when_timed_out), column(sel, latency)
+        else:
+            out = [r for r in records if timed_out(r)]
+            got = np.asarray([np.nan if (v := self.when_timed_out(r)) is None else v for r in out], dtype=np.float64)
+            bound = np.asarray([np.nan if (v := latency(r)) is None else v for r in out], dtype=np.float64)
+        known = np.isfinite(got)
+        return got[known], bound[~known & np.isfinite(bound)]
 
     def values(self, records: Iterable[Row]) -> Any:
         if isinstance(records, Rows):  # a scope's requests: vectorized, an array
@@ -391,6 +417,8 @@ def _schedule_lag(r: Row) -> float | None:
 
 ttft = Columnar(_ttft, lambda t, idx: t.ttft(idx))
 latency = Columnar(_latency, lambda t, idx: t.latency(idx))
+unmeasured = Columnar(lambda r: None, lambda t, idx: np.full(len(idx), np.nan))  # latency: a timeout measured none
+timed_out = outcome_is("timeout")
 schedule_lag = Columnar(_schedule_lag, lambda t, idx: t.schedule_lag(idx))
 
 

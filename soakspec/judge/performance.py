@@ -10,11 +10,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from soakspec.judge import stats
 from soakspec.judge.common import compare, describe_request, format_value, loc, plural, replace, result, signed_pct
 from soakspec.judge.index import LevelIndex, Row, Window, error_message
 from soakspec.judge.joined import JudgedRun
-from soakspec.judge.measures import Distribution, Measure, MetricImpl, Outcome, bucket_series, completed, quarters, relative_change, slope
+from soakspec.judge.measures import (
+    Distribution, Measure, MetricImpl, Outcome, PerRequest, _aggregate, bucket_series, completed, quarters, relative_change, slope,
+)
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
 from soakspec.judge.verdict import Instance, Location, RuleResult, Status
 from soakspec.lang.metrics import METRICS, Kind
@@ -146,6 +150,10 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
     e = rule.expr
     m = impl.measure(sc, e.agg, e.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples)
     where = loc(sc)
+    if isinstance(impl, PerRequest):
+        known, bounds = impl.censored(sc.records)
+        if len(known) or len(bounds):
+            return _with_timeouts(run, sc, rule, impl, m, known, bounds)
     if m.value is None:
         return Instance("inconclusive", where, None, None, m.samples, f"{e.text} cannot be computed: {m.reason}"), None, m.samples
     vtext = f"{e.text} = {format_value(m.value, kind(rule))}"
@@ -168,6 +176,80 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
         return Instance("fail", narrowed[0], m.value, vtext, m.samples, narrowed[1]), m.value, m.samples
     return Instance("fail", where, m.value, vtext, m.samples,
                     f"{vtext} over {_unit_word(m.unit, m.samples)} (threshold {rule.op} {rule.threshold_text})"), m.value, m.samples
+
+
+UNBOUNDED = 1e300  # a censored value's upper bound: beyond any time, finite (no inf - inf)
+
+
+def _with_timeouts(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: Measure, known: np.ndarray,
+                   bounds: np.ndarray) -> Judged:
+    """A rule over a time some requests of the scope timed out before measuring (ttft, latency):
+    judged over the completed and the timed-out requests together. A timed-out request that
+    measured the value counts with it; one that did not is a right-censored sample, known only
+    to exceed its time to the deadline (`bounds`). Every aggregate (pNN, mean, min, max) only
+    grows with any sample, so the value lies between the aggregate with each censored sample
+    at its bound (`low`) and with each beyond any time (`high`): the rule holds or fails only
+    where both agree; else INCONCLUSIVE, saying so. (Leaving the timeouts out instead made a
+    level where half the requests timed out pass `p95(latency) < 600ms` on the other half.)"""
+    e, op, t = rule.expr, rule.op, rule.threshold
+    assert op is not None and t is not None
+    conf = run.gate.confidence
+    base = np.concatenate([np.asarray(impl.values(sc.records), dtype=np.float64), known])
+    low_vals = np.concatenate([base, bounds])
+    high_vals = np.concatenate([base, np.full(len(bounds), UNBOUNDED)])
+    n, k = len(low_vals), len(bounds)
+
+    def agg(v: np.ndarray) -> float:
+        got = stats.percentile(v, e.percentile) if e.percentile is not None else _aggregate(e.agg, v)
+        assert got is not None
+        return float(got)
+
+    low, high = agg(low_vals), agg(high_vals)
+    fk = kind(rule)
+    metric = e.metric or e.text
+    if k:
+        note = (f"{k} of {plural(n, 'request')} timed out before their {metric} was measured (each counted as at "
+                f"least its time to the deadline, {format_value(float(bounds.min()), fk)} or more)")
+    else:
+        note = f"{plural(len(known), 'timed-out request')} counted with the {metric} measured before the deadline"
+    if high >= UNBOUNDED / 2:
+        vtext = f"{e.text} >= {format_value(low, fk)}"
+    elif high > low:
+        vtext = f"{e.text} between {format_value(low, fk)} and {format_value(high, fk)}"
+    else:
+        vtext = f"{e.text} = {format_value(low, fk)}"
+    value = low if high > low else high
+    where = loc(sc)
+    ok_low, ok_high = compare(low, op, t), compare(high, op, t)
+    thr = f"threshold {op} {rule.threshold_text}"
+    need = m.needed
+    upper = op in ("<", "<=")
+    q = e.percentile
+    if ok_low != ok_high:
+        return Instance("inconclusive", where, value, vtext, n,
+                        f"{vtext} over {_unit_word(m.unit, n)} ({thr}): {note}; whether it holds depends on how long they "
+                        f"would have taken"), value, n
+    # the rule's outcome is the same at both bounds: counts at the bound that is worst for it
+    worst = high_vals if (upper if ok_low else not upper) else low_vals
+    beyond = {"<": worst >= t, "<=": worst > t, ">": worst <= t, ">=": worst < t}[op]
+    over = int(np.count_nonzero(beyond))
+    qq = None if q is None else (q if upper else 100.0 - q)
+    if not ok_low:
+        if n < need and qq is not None and qq > 0 and not stats.exceeds_with_confidence(over, n, qq, conf):
+            return Instance("inconclusive", where, value, vtext, n,
+                            f"{vtext} from only {_unit_word(m.unit, n)} ({note}); needs {need - n} more"), value, n
+        return Instance("fail", where, value, vtext, n, f"{vtext} over {_unit_word(m.unit, n)} ({thr}); {note}"), value, n
+    if n < need:
+        return Instance("inconclusive", where, value, vtext, n,
+                        f"{vtext} from only {_unit_word(m.unit, n)} ({note}); needs {need - n} more"), value, n
+    if qq is not None and qq > 0:
+        allowed = stats.max_overages(n, qq, conf)
+        if allowed is None or over > allowed:
+            side = "above" if upper else "below"
+            return Instance("inconclusive", where, value, vtext, n,
+                            f"{vtext}, but {over} of {_unit_word(m.unit, n)} are {side} {rule.threshold_text} ({note}); at most "
+                            f"{allowed if allowed is not None else 0} allowed at {conf * 100:.3g}% confidence"), value, n
+    return Instance("pass", where, value, vtext, n, f"{vtext} ({thr}); {note}"), value, n
 
 
 def _inner_text(rule: Rule) -> str:

@@ -73,11 +73,11 @@ RULES: tuple[Entry, ...] = (
     # built in where a backend declares metrics {}: no scrape of its /metrics failed
     _check("metrics_scraped", "evidence", SM.metrics_scraped, builtin=True),
     # performance: per-request distributions
-    _metric("ttft", M.PerRequest(M.ttft)),
+    _metric("ttft", M.PerRequest(M.ttft, when_timed_out=M.ttft)),
     _metric("itl", M.PerToken(M.itl_gaps)),
     _metric("coalesced", M.GapShare()),  # share of the ITL gaps that are not independent samples
     _metric("tpot", M.PerRequest(M.counted("tpot"))),
-    _metric("latency", M.PerRequest(M.latency)),
+    _metric("latency", M.PerRequest(M.latency, when_timed_out=M.unmeasured)),
     _metric("schedule_lag", M.PerRequest(M.schedule_lag)),
     _metric("output_tokens", M.PerRequest(M.counted("output_tokens"))),
     _metric("prompt_tokens", M.PerRequest(M.field("prompt_tokens"))),
