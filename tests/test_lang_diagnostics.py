@@ -172,3 +172,18 @@ def test_misspelled_runtime_label_is_not_also_missing():
     text = BASE.replace('backend "a" { url = "http://127.0.0.1:8000" }', 'backend "a" {\n  url = "http://127.0.0.1:8000"\n  runtime { lable = "host-staged" }\n}') % LOAD
     d = _one(text)
     assert (d.code, d.span.line, d.span.column) == ("E101", 4, 13) and d.hint == "did you mean 'label'?"
+
+
+def test_a_list_left_open_at_the_end_of_its_line_is_one_error_where_the_line_ends():
+    """`max_tokens = [16, 32` followed by more keys: one error, at the end of the list's line,
+    saying to close it -- not one "unexpected <key>" per following line."""
+    d = _one(BASE % ("  max_tokens = [16, 32  # sizes\n  prompt_words = 8\n" + LOAD))
+    assert (d.code, d.span.line, d.span.column) == ("E001", 4, 23)
+    assert d.message == "missing ']': the list is not closed at the end of this line"
+    assert "']'" in d.hint
+
+
+def test_a_missing_comma_in_a_list_laid_out_one_item_a_line_is_not_taken_for_an_open_list():
+    d = _one(BASE % ("  max_tokens = [\n    16\n    32\n  ]\n" + LOAD))
+    assert (d.code, d.span.line) == ("E001", 6)
+    assert "expected ',', ']'" in d.message

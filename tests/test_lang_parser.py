@@ -84,7 +84,7 @@ def test_spans_are_one_based_and_cover_the_node():
         pytest.param("a {\n  dura@tion = 60s\n}\n", (2, 7, "E003"), id="stray-char-in-name"),
         pytest.param("a {\n  x 5\n  y = 2\n}\n", (2, 5, "E001"), id="missing-equals-cascaded"),
         pytest.param("a {\n  x = [1 2]\n  y = 2\n}\n", (2, 10, "E001"), id="missing-comma"),
-        pytest.param("a {\n  x = [0, 1\n}\nb {}\n", (3, 1, "E001"), id="unclosed-list-cascaded"),
+        pytest.param("a {\n  x = [0, 1\n}\nb {}\n", (2, 12, "E001"), id="unclosed-list-cascaded"),  # where the line ends
         pytest.param("gate {\n  require p95(ttft <= 1s\n  require failed == 0\n}\n", (2, 20, "E001"), id="unclosed-call"),
         pytest.param('backend "a {\n  url = "http://x"\n}\n', (1, 9, "E002"), id="unterminated-label-cascaded"),
         pytest.param('a {\n  x = "abc\n  y = 2\n}\n', (2, 7, "E002"), id="unterminated-string"),

@@ -817,7 +817,7 @@ class _Syntax:
             self.eof_error()
             return False
         _token_error(e, self.source, self.add)
-        _repair(e)
+        _repair(e, self.source)
         return len(self.diags) < MAX_SYNTAX_ERRORS
 
     def mend_quote(self, upto_line: int) -> bool:
@@ -985,6 +985,13 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
         return
     text = str(tok)
     hint = None
+    close = _closer_left_open(e, source, expected)
+    if close is not None:  # `max_tokens = [16, 32` then the next key: report where the line ends
+        line, col = _code_line_end(source, tok.start_pos)
+        what = "list" if close == "]" else "parenthesis"
+        add("E001", f"missing '{close}': the {what} is not closed at the end of this line", line, col,
+            hint=f"close the {what} with '{close}' before the line ends")
+        return
     if tok.type in ("NUMBER", "QUANTITY") and "EQUAL" in expected:
         hint = "did you forget '=' between a key and its value?"
     elif tok.type == "NAME" and text in UNITS:
@@ -1001,14 +1008,60 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
     )
 
 
-def _repair(e: UnexpectedToken) -> None:
+def _first_on_line(tok: Token, source: str) -> bool:
+    """Is `tok` the first thing on its line (a new statement, by the writer's layout)?"""
+    start = tok.start_pos
+    if start is None or not source:
+        return False
+    return not source[source.rfind("\n", 0, start) + 1 : start].strip()
+
+
+def _closer_left_open(e: UnexpectedToken, source: str, expected: set[str]) -> str | None:
+    """']' or ')' when the unexpected token starts a line and closing a bracket left open at the
+    end of the line before lets the parse take it (`max_tokens = [16, 32` then the next key),
+    else None (`[` / `1` / `2`: a missing ',' inside a list laid out one item a line)."""
+    tok, ip = e.token, e.interactive_parser
+    if ip is None or not _first_on_line(tok, source) or "EQUAL" in expected:
+        return None
+    for name, text in (("RSQB", "]"), ("RPAR", ")")):
+        if name in expected:
+            trial = ip.copy(deepcopy_values=False)
+            try:
+                trial.feed_token(Token(name, text))
+                trial.feed_token(tok)
+            except UnexpectedInput:
+                continue
+            return text
+    return None
+
+
+def _code_line_end(source: str, before: int) -> tuple[int, int]:
+    """(line, column) just after the last character of code before `before`, on the last line
+    before it that holds any (a trailing comment and blank lines skipped)."""
+    end = source.rfind("\n", 0, before)
+    while end > 0:
+        start = source.rfind("\n", 0, end) + 1
+        code = source[start:end]
+        if "#" in code and '"' not in code:
+            code = code[: code.index("#")]
+        code = code.rstrip()
+        if code:
+            return source.count("\n", 0, start) + 1, len(code) + 1
+        end = start - 1
+    return 1, 1
+
+
+def _repair(e: UnexpectedToken, source: str) -> None:
     """After reporting a missing '=' (`key 5`), ',' (`[1 2]`), ']' (`[1, 2 }`) or ')'
     (`p95(ttft <= 1s`), insert it, so that parsing goes on from where the writer meant and
     the next line does not report a second error."""
     ip = e.interactive_parser
     if ip is None:
         return
-    for name, text in (("EQUAL", "="), ("COMMA", ","), ("RSQB", "]"), ("RPAR", ")")):
+    order = (("EQUAL", "="), ("COMMA", ","), ("RSQB", "]"), ("RPAR", ")"))
+    if e.token.type != "$END" and _first_on_line(e.token, source):
+        order = order[2:] + order[:2]  # a bracket left open at a line's end: close it, not `, next_key`
+    for name, text in order:
         if name not in ip.accepts():
             continue
         trial = ip.copy(deepcopy_values=False)
