@@ -168,6 +168,24 @@ def test_sigkill_reaches_the_grandchildren_of_a_shell_backend(tmp_path):
     assert wait_no_survivors(marker, timeout=10) == []
 
 
+def test_a_server_started_in_a_new_session_is_stopped_with_its_launcher(tmp_path):
+    """A launcher that starts its server in a session of its own (`setsid server & wait`, as
+    Ray-style launchers do) takes it out of the process group the runner signals: the runner
+    stops it too, at the end of a normal run."""
+    setsid = ("import os, sys; os.setsid(); os.execv(sys.executable, [sys.executable, '-m', 'soakspec', 'sim', "
+              "'--port', sys.argv[1], '--ttft', '20ms', '--model', 'default'])")
+    spec = sim_spec(duration="1s", bucket="1s").replace(
+        "sim {\n    ttft = 20ms\n    itl = 5ms\n  }",
+        f'shell = "{sys.executable} -c \\"{setsid}\\" {{port}} & wait"',
+    )
+    marker = new_marker()
+    path = _write(tmp_path, spec)
+    run = run_soakspec(["run", str(path), "--out", str(tmp_path / "ev"), "--quiet"], marker, tmp_path)
+    assert run.returncode in (0, 1, 3), run.stdout + run.stderr
+    assert manifest(tmp_path / "ev")["status"] == "complete"
+    assert wait_no_survivors(marker) == []
+
+
 def test_two_runs_into_one_evidence_directory_are_refused(tmp_path):
     spec = _write(tmp_path, sim_spec(duration="1s", bucket="1s"))
     marker = new_marker()

@@ -252,22 +252,62 @@ def _group_alive(pgid: int) -> bool:
         return True
 
 
+def _escaped_groups(pid: int, pgid: int) -> set[int]:
+    """The process groups, other than `pgid`, of the processes descended from `pid`: a launcher
+    that starts its server in a new session or group (`setsid server &`, Ray-style launchers)
+    takes it out of the group `stop` signals. Read from /proc (every process's parent); empty
+    where there is none. Taken before the first signal: once a parent dies, its children are
+    reparented and no longer found from `pid`."""
+    children: dict[int, list[int]] = {}
+    groups: dict[int, int] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return set()
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) < 3:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(name))
+        groups[int(name)] = int(fields[2])
+    out, todo, seen = set(), [pid], {pid}
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in seen:
+                seen.add(child)
+                todo.append(child)
+                if groups.get(child, pgid) != pgid:
+                    out.add(groups[child])
+    return out
+
+
 async def stop(server: Server, grace_s: float, kill_wait_s: float, reaper: Reaper | None) -> None:
-    """SIGTERM the group, wait up to `grace_s`, then SIGKILL and wait up to `kill_wait_s`. Safe
-    to call twice. The caller runs it in a shielded cancel scope bounded by
-    `Launch.stop_bound_s`, so that it runs to the end even while the run is being cancelled."""
+    """SIGTERM the group (and the groups its descendants moved to, `_escaped_groups`), wait up
+    to `grace_s`, then SIGKILL and wait up to `kill_wait_s`. Safe to call twice. The caller
+    runs it in a shielded cancel scope bounded by `Launch.stop_bound_s`, so that it runs to
+    the end even while the run is being cancelled."""
     if server.poll() is None:
         server.stop_signal = "SIGTERM"
-    _killpg(server.pgid, signal.SIGTERM)
+    groups = {server.pgid} | _escaped_groups(server.pid, server.pgid)
+    for g in groups:
+        _killpg(g, signal.SIGTERM)
     with trio.move_on_after(grace_s):
         await server.process.wait()
-        # the leader is gone; give the rest of its group the same grace
-        while _group_alive(server.pgid):
+        # the leader is gone; give the rest of its group (and the escaped ones) the same grace
+        while any(_group_alive(g) for g in groups):
             await trio.sleep(0.05)
-    if server.process.poll() is None or _group_alive(server.pgid):
+    if server.process.poll() is None or any(_group_alive(g) for g in groups):
         if server.process.poll() is None:
             server.stop_signal = "SIGKILL"
-        _killpg(server.pgid, signal.SIGKILL)
+        for g in groups:
+            _killpg(g, signal.SIGKILL)
         with trio.move_on_after(kill_wait_s):
             await server.process.wait()
     server.poll()
