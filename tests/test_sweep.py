@@ -270,16 +270,27 @@ def test_lint_claims_without_evidence_knows_the_sweeps_range():
 
 
 def test_the_figure_reaches_lint_claims_from_an_evidence_directory(tmp_path):
-    """results.json's figures are what lint-claims reads from a retained run."""
+    """lint-claims reads a retained run's figure by re-judging it with the spec its manifest
+    embeds (as `gate` and `report` do); a figure edited into results.json is not believed."""
     from soakspec.claims.adapters import load_evidence_facts
 
+    spec = spec_from_text(_sweep_spec())
     b = EvidenceBuilder(spec_from_text(_sweep_spec(f"concurrency = {PROBES}")), per_bucket=40)
+    for i, c in enumerate(PROBES):
+        if c > 4:
+            for r in b.measured("b0", level=i):  # on disk ttft is derived from the times
+                r["first_token"] = r["start"] + 0.5
+                r["end"] = max(r["end"], r["first_token"] + 0.01)
+    b.entry("b0")["sweep"] = {"probes": [{"level": i, "value": c, "passed": c <= 4} for i, c in enumerate(PROBES)],
+                              "bounded_by_wall_time": False}
+    b.manifest["spec"] = {"path": spec.path, "text": spec.canonical_text, "sha256": spec.sha256}  # the run's sweep spec
     out = b.write(tmp_path / "ev")
     results = json.loads((out / "results.json").read_text())
-    results["figures"] = {"max_sustainable_concurrency": 4}
+    results["figures"] = {"max_sustainable_concurrency": 6}
     (out / "results.json").write_text(json.dumps(results))
     (ev,) = load_evidence_facts(out)
     assert ev.sustainable == {"max_sustainable_concurrency": 4.0}
+    assert any("sweep figures" in m for m in ev.stored_mismatch)
 
 
 # ------------------------------------------------------------------------------ the runner's loop, in virtual time

@@ -12,6 +12,8 @@ and returns `Diagnostic`s:
 - CB301  scope creep: concurrency, rate, duration, prompt shape, backend or hardware not covered
          (a warning when the hardware is unknown)
 - CB401  stale evidence: produced from a different spec than the current one
+- CB402  (warning) the evidence's stored results.json / verdict.json disagree with the evidence
+         re-judged (or with themselves); values are checked against the re-judged evidence
 
 Modules: `facts` (the input values), `document` (blocks, sentences, masking), `phrases`
 (normalisation and exclusion patterns), `polarity` (asserted / negated / hedged), `boundary`
@@ -20,7 +22,7 @@ Modules: `facts` (the input values), `document` (blocks, sentences, masking), `p
 """
 
 from soakspec.claims.engine import lint
-from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
+from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts, LevelFacts
 
 CODES = {
     "CB001": "no claim-boundary section",
@@ -30,6 +32,7 @@ CODES = {
     "CB202": "a SHA-256 the evidence does not record",
     "CB301": "scope creep beyond what the workload covered",
     "CB401": "stale evidence: the spec hash differs",
+    "CB402": "the stored results.json / verdict.json disagree with the evidence re-judged",
 }
 
-__all__ = ["CODES", "ClaimBoundary", "Coverage", "EvidenceFacts", "lint"]
+__all__ = ["CODES", "ClaimBoundary", "Coverage", "EvidenceFacts", "LevelFacts", "lint"]

@@ -10,14 +10,19 @@ Reads `spec.claims.claims`/`.excludes` (strings, or objects with `.text`), `spec
 `.max_tokens`), `spec.model.id`/`.revision`, `spec.hardware` (optional) and `spec.sha256`
 (else the SHA-256 of the file's bytes).
 
-Evidence directory (`load_evidence_facts(dir)`, one `EvidenceFacts` per backend):
+Evidence directory (`load_evidence_facts(dir)`, one `EvidenceFacts` per backend). results.json
+and verdict.json below are the evidence RE-JUDGED (`_rejudge`: verified, judged with the spec
+the manifest embeds, as `soakspec gate`/`report` do), not the stored files, which no hash
+covers; the stored files are compared with them (`stored_mismatch`, CB402). Only evidence that
+cannot be re-judged (no embedded spec) is read from the stored files:
 - manifest.json: `spec_sha256` or `spec.sha256`; `backends` as {name: entry} or [{name, …}];
   per entry `commit_after`/`commit_before` (or under `source`), `model.revision`,
   `runtime_boundary.display` (or a string); `artifacts` {relpath: sha256}.
 - results.json: `backends` as {name: entry} or [{name, …}]; per entry `completed`,
   `failed`, `timeouts` (or `requests.completed/failed/timeout`), `buckets` (int or list; a
   list's items give `concurrency`), `batches`/`leafs`/`leaves` (int or list), `gate` (string,
-  or `{verdict}`/`{passed: bool}`), `duration_s`, `concurrency_levels`.
+  or `{verdict}`/`{passed: bool}`), `duration_s`, `concurrency_levels`; `levels` (per level:
+  label as the reports print it, concurrency/rate, `requests`, its buckets -> `LevelFacts`).
 - manifest.json `gpus.devices[].name` -> `hardware` ("2x NVIDIA GeForce RTX 5090").
 - verdict.json (optional): `verdict` (PASS/FAIL/INCONCLUSIVE) when a backend has no `gate`.
 - The report hash of a backend: the artifact whose relpath names the backend and contains
@@ -29,13 +34,14 @@ Evidence directory (`load_evidence_facts(dir)`, one `EvidenceFacts` per backend)
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import re
 from pathlib import Path
 from typing import Any
 
-from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
+from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts, LevelFacts
 from soakspec.diagnostics import Diagnostic
 from soakspec.evidence import layout
 from soakspec.evidence.io import loads
@@ -256,18 +262,171 @@ def _figures(results: dict) -> dict[str, float | None]:
             for k, v in figs.items() if str(k).startswith("max_sustainable_")}  # fmt: skip
 
 
+def _levels(entry: dict) -> tuple[LevelFacts, ...]:
+    """A results.json backend's levels, labelled as the reports label them
+    (`soakspec.report.common.level_rows`: the same words, so a document copying a report's
+    level names them the same way)."""
+    from soakspec.report.common import level_rows, levels_with_buckets
+
+    one = {"backends": [entry]}
+    out = []
+    for (_, lv, buckets), row in zip(levels_with_buckets(one), level_rows(one)):
+        req = row.requests
+        conc, rate = lv.get("concurrency"), lv.get("rate")
+        out.append(LevelFacts(
+            label=row.label, offered=row.offered, workload=row.workload,
+            concurrency=conc if isinstance(conc, int) and not isinstance(conc, bool) else None,
+            rate=float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and lv.get("mode") in (None, "open") else None,
+            completed=_count(req.get("completed")), failed=_count(req.get("failed")),
+            timeouts=_count(_first(dict(req), "timeout", "timeouts")),
+            buckets=len(buckets) if isinstance(entry.get("buckets"), list) else None,
+        ))  # fmt: skip
+    return tuple(out)
+
+
+# ---------------------------------------------------------------- re-judging
+
+def _stored_outcome(verdict: Any) -> str | None:
+    out = verdict.get("outcome", verdict.get("verdict")) if isinstance(verdict, dict) else None
+    return out if out in ("PASS", "FAIL", "INCONCLUSIVE") else None
+
+
+def _rules_outcome(verdict: Any) -> str | None:
+    """The outcome verdict.json's own rules give (`judge.verdict.decide`), None without rules."""
+    import types
+
+    from soakspec.judge.verdict import decide
+
+    rules = verdict.get("rules") if isinstance(verdict, dict) else None
+    if not isinstance(rules, list) or not rules:
+        return None
+    return decide([types.SimpleNamespace(severity=r.get("severity"), status=r.get("status")) for r in rules if isinstance(r, dict)])
+
+
+def _rejudge(root: Path, manifest: dict) -> tuple[dict, dict] | str | None:
+    """Re-judge the evidence as `soakspec run` judged it at its end (`judge_and_write`, nothing
+    written), with the spec the run used (embedded in the manifest; `gate.spec_for`): (results,
+    verdict) documents -- what results.json and verdict.json hold when nobody edited them. None
+    when the manifest embeds no spec (hand-made evidence, or from before specs were embedded);
+    a reason (str) when the evidence cannot be re-judged. Nothing a spec names is executed:
+    judging reads files only."""
+    from soakspec.judge.evidence import Evidence, Integrity
+
+    bare = Evidence(manifest, (), Integrity(), None, str(root))
+    if bare.spec_text is None:
+        return None
+    from soakspec.cli import UsageError
+    from soakspec.commands.gate import spec_for
+    from soakspec.judge.cli_support import judge_and_write
+
+    try:
+        spec, _ = spec_for(bare, None, str(root))
+        verdict, results = judge_and_write(root, spec, write=False)
+    except UsageError as e:
+        return str(e).splitlines()[0]
+    except Exception as e:  # noqa: BLE001 - evidence this soakspec cannot judge: say why, fall back
+        return f"{type(e).__name__}: {e}"
+    return results, verdict.to_json()
+
+
+_COMPARED = (("completed", "completed"), ("failed", "failed"), ("timeouts", "timeouts"), ("buckets", "buckets"),
+             ("batches", "leafs"), ("concurrency_levels", "concurrency levels"))  # fmt: skip
+
+
+def _mismatches(stored: tuple[EvidenceFacts, ...], judged: tuple[EvidenceFacts, ...]) -> list[str]:
+    """What the stored results.json says that the evidence re-judged does not: the values
+    lint-claims reads (totals, per-level counts, sweep figures), per backend."""
+    out = []
+    theirs = {ev.backend: ev for ev in stored}
+    for ev in judged:
+        st = theirs.get(ev.backend)
+        if st is None:
+            out.append(f"results.json has no backend {ev.backend}")
+            continue
+        for field, label in _COMPARED:
+            a, b = getattr(st, field), getattr(ev, field)
+            if a != b:
+                out.append(f"results.json records {label} {_show(a)} for {ev.backend}; re-judged: {_show(b)}")
+        mine = {(lv.workload, lv.label): lv for lv in st.levels}
+        for lv in ev.levels:
+            s = mine.get((lv.workload, lv.label))
+            for field in ("completed", "failed", "timeouts"):
+                a, b = getattr(s, field, None), getattr(lv, field)
+                if a != b:
+                    out.append(f"results.json records {field} {_show(a)} for {ev.backend} · {lv.label}; re-judged: {_show(b)}")
+        if dict(st.sustainable) != dict(ev.sustainable):
+            out.append(f"results.json records sweep figures {dict(st.sustainable)}; re-judged: {dict(ev.sustainable)}")
+    return out
+
+
+def _show(v: Any) -> str:
+    if v is None:
+        return "nothing"
+    return ",".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def _self_mismatches(root: Path, results: Any, verdict: Any) -> list[str]:
+    """Without a re-judgement: results.json / verdict.json bound to another manifest, and a
+    verdict.json whose outcome its own rules do not give."""
+    out = []
+    manifest_sha = hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest()
+    for name, doc in (("results.json", results), ("verdict.json", verdict)):
+        bound = doc.get("manifest_sha256") if isinstance(doc, dict) else None
+        if isinstance(bound, str) and bound.lower() != manifest_sha:
+            out.append(f"{name} is bound to a different manifest (manifest_sha256 {bound[:12]}…, manifest.json {manifest_sha[:12]}…)")
+    said, ruled = _stored_outcome(verdict), _rules_outcome(verdict)
+    if said is not None and ruled is not None and said != ruled:
+        out.append(f"verdict.json says {said}, but its own rules give {ruled}; {ruled} is used")
+    return out
+
+
 def load_evidence_facts(evidence_dir: str | Path) -> tuple[EvidenceFacts, ...]:
-    """One EvidenceFacts per backend of the run in `evidence_dir`."""
+    """One EvidenceFacts per backend of the run in `evidence_dir`.
+
+    The facts come from re-judging the evidence, never from the run's stored results.json and
+    verdict.json: those are written after the manifest is finalized, so no artifact hash covers
+    them (`soakspec verify` checks only their `manifest_sha256` binding), and an edited copy
+    would otherwise pass as the evidence. Like `soakspec gate` and `report`, the evidence is
+    verified and judged with the spec embedded in its manifest (`_rejudge`: the run's own
+    `judge_and_write`); where the stored files say something else, that goes into
+    `stored_mismatch` (CB402). A manifest that embeds no spec (hand-made or older evidence), or
+    evidence this soakspec cannot judge, falls back to the stored files, checked for what they
+    can show by themselves (their manifest binding; a verdict its own rules contradict)."""
     root = Path(evidence_dir)
     if not root.is_dir():
         raise AdapterError(f"{root}: not an evidence directory")
     manifest = _read_json(root / "manifest.json")
     if not isinstance(manifest, dict):
         raise AdapterError(f"{root}: no manifest.json")
-    results = _read_json(root / "results.json")
-    results = results if isinstance(results, dict) else {}
-    verdict = _read_json(root / "verdict.json")
+    stored_results = _read_json(root / "results.json")
+    stored_verdict = _read_json(root / "verdict.json")
+    judged = _rejudge(root, manifest)
+    if isinstance(judged, tuple):
+        results, verdict = judged
+        out = _facts(root, manifest, results, verdict)
+        said, now = _stored_outcome(stored_verdict), _stored_outcome(verdict)
+        notes = []
+        if said is not None and said != now:
+            ruled = _rules_outcome(stored_verdict)
+            own = f" (its own rules give {ruled})" if ruled is not None and ruled != said else ""
+            notes.append(f"verdict.json says {said}{own}; re-judged from the evidence: {now}")
+        if isinstance(stored_results, dict):
+            notes += _mismatches(_facts(root, manifest, stored_results, verdict), out)
+    else:
+        results = stored_results if isinstance(stored_results, dict) else {}
+        verdict = stored_verdict
+        notes = [] if judged is None else [
+            f"cannot be re-judged ({judged}); the stored results.json and verdict.json are used unverified"]
+        notes += _self_mismatches(root, stored_results, stored_verdict)
+        ruled = _rules_outcome(verdict)
+        if ruled is not None and ruled != _stored_outcome(verdict):
+            verdict = dict(verdict, verdict=ruled)  # a verdict contradicted by its own rules: its rules
+        out = _facts(root, manifest, results, verdict)
+    return tuple(dataclasses.replace(ev, stored_mismatch=tuple(notes)) for ev in out)
 
+
+def _facts(root: Path, manifest: dict, results: dict, verdict: Any) -> tuple[EvidenceFacts, ...]:
+    """The facts of `results` and `verdict` (re-judged, or the stored files as a fallback)."""
     artifacts = {str(k): str(v).lower() for k, v in (manifest.get("artifacts") or {}).items() if isinstance(v, str)}
     extra: dict[str, str] = {}
     _hashes(manifest, "manifest.json", extra)
@@ -324,6 +483,7 @@ def load_evidence_facts(evidence_dir: str | Path) -> tuple[EvidenceFacts, ...]:
                 source=str(root),
                 hardware=hardware,
                 sustainable=_figures(results),
+                levels=_levels(r),
             )
         )
     return tuple(out)

@@ -16,23 +16,35 @@ except for the SHA-256 rule):
   "duration_s=120", "runtime boundary: …", "gate: passed". A line naming one or more evidence
   backends is compared with those; otherwise the value must match some backend (for
   completed/failed/timeouts also the sum over backends).
+- levels: a count (completed, failed, timeouts, buckets) in a sentence that names a level --
+  by the label or Offered text the reports print ("concurrency 4", "rate 2 rps", "phase
+  steady, concurrency 8", "2 req/s (open loop)") or by its load ("c=4", "4 concurrent
+  requests", "at 2 rps") -- is that level's figure (results.json `levels[].requests`), the sum
+  over the levels named, or the backend's total; anything else is flagged naming both. A
+  sentence naming no level is compared with the totals. A per-level table row ("sim-fast ·
+  concurrency 4") is compared with its level only.
 - every 64-hex value anywhere: it must be a hash the evidence records (CB202), and in a
   table's SHA column it must be that backend's report hash (CB201).
 
 CB401: an evidence set whose spec hash differs from the current spec's is stale; reported at
 the first place the document cites one of its hashes, else on line 1.
+
+CB402 (a warning, placed like CB401): the evidence's stored results.json / verdict.json say
+something the evidence re-judged does not (the facts come from re-judging; see
+`adapters.load_evidence_facts`), or contradict themselves.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
 
 from soakspec.claims.document import BlockKind, Document
-from soakspec.claims.facts import EvidenceFacts
-from soakspec.claims.scope import NUMBER_LIST
-from soakspec.diagnostics import Diagnostic, Span
+from soakspec.claims.facts import EvidenceFacts, LevelFacts
+from soakspec.claims.scope import _CONCURRENCY, _RATE, NUMBER_LIST
+from soakspec.diagnostics import Diagnostic, Severity, Span
 
 _HEX64 = re.compile(r"(?<![0-9A-Fa-f])[0-9A-Fa-f]{64}(?![0-9A-Fa-f])")
 
@@ -52,6 +64,8 @@ class Stated:
     text: str
     span: Span
     backends: tuple[EvidenceFacts, ...]  # candidates this statement is about
+    context: str | None = None  # the text that may name a level (the sentence; a per-level row's label)
+    per_level: bool = False  # a per-level table row: compared with the level it names, or not at all
 
 
 _FIELD_LABEL = {
@@ -114,6 +128,67 @@ def _fmt(kind: str, v: object) -> str:
     if kind == "duration":
         return f"{float(v):g}"  # type: ignore[arg-type]
     return str(v)
+
+
+# ---------------------------------------------------------------- levels
+
+_LEVEL_KINDS = ("completed", "failed", "timeouts", "buckets")
+_RATE_BARE = re.compile(r"(?<![\w.])(?P<n>\d+(?:\.\d+)?)\s*(?:rps|req/s)\b", re.I)
+
+
+def _level_value(lv: LevelFacts, kind: str) -> int | None:
+    return {"completed": lv.completed, "failed": lv.failed, "timeouts": lv.timeouts, "buckets": lv.buckets}[kind]
+
+
+def _named_levels(ev: EvidenceFacts, text: str) -> tuple[LevelFacts, ...]:
+    """The levels of `ev` that `text` names: by the label or Offered text the reports print
+    (`concurrency 4`, `rate 2 rps`, `phase steady, concurrency 8`, `2 req/s (open loop)`), or by
+    its load in the words scope-checking reads (`concurrency 4`, `c=4`, `4 concurrent requests`,
+    `at 2 rps`, `rate 2 req/s`)."""
+    if not ev.levels:
+        return ()
+    norm = _norm_text(text)
+    conc: set[int] = set()
+    for rx in _CONCURRENCY:
+        for m in rx.finditer(text):
+            conc |= {int(x) for x in re.findall(r"\d+", m.group("list"))}
+    rates = {float(m.group("n")) for rx in (_RATE, _RATE_BARE) for m in rx.finditer(text)}
+    out = []
+    for lv in ev.levels:
+        names = {_norm_text(lv.label), _norm_text(lv.offered)} - {"", "-"}
+        if any(re.search(rf"(?<![\w.]){re.escape(n)}(?!\w|\.\d)", norm) for n in names):
+            out.append(lv)
+        elif lv.rate is not None:
+            if any(abs(r - lv.rate) < 1e-9 for r in rates):
+                out.append(lv)
+        elif lv.concurrency is not None and lv.concurrency in conc:
+            out.append(lv)
+    return tuple(out)
+
+
+def _level_check(st: Stated) -> tuple[bool, str] | None:
+    """A count stated in a sentence (or row) that names a level: (holds, what the evidence
+    records). It holds when it is a named level's figure, the sum over the levels named, or the
+    backend's total (and, for several backends, the sums over them). None: no level named."""
+    per: list[tuple[EvidenceFacts, list[tuple[LevelFacts, int]], object]] = []
+    for ev in st.backends:
+        named = [(lv, v) for lv in _named_levels(ev, st.context or "") if (v := _level_value(lv, st.kind)) is not None]
+        if named:
+            per.append((ev, named, _recorded(ev, st.kind)))
+    if not per:
+        return None
+    ok: set[object] = set()
+    for _, named, total in per:
+        ok |= {v for _, v in named} | {sum(v for _, v in named), total}
+    if len(per) > 1:
+        ok.add(sum(sum(v for _, v in named) for _, named, _ in per))
+        if all(isinstance(t, int) for _, _, t in per):
+            ok.add(sum(t for _, _, t in per))  # type: ignore[misc]
+    parts = []
+    for ev, named, total in per:
+        levels = ", ".join(f"{ev.backend} · {lv.label}: {v}" for lv, v in named)
+        parts.append(levels + (f" ({ev.backend} in total: {total})" if total is not None else ""))
+    return st.value in ok, "; ".join(parts)
 
 
 # ---------------------------------------------------------------- results tables
@@ -187,8 +262,13 @@ def _table_statements(doc: Document, by_key: dict[str, EvidenceFacts]) -> tuple[
         table_lines.add(b.first_line)
         name = next((c[2] for c, k in zip(cells, columns) if k == "backend"), None)
         ev = by_key.get(_key(name or ""))
+        level = None
+        if ev is None and "·" in (name or ""):  # a per-level table: "sim-fast · concurrency 4", as the reports print it
+            be, _, level = (name or "").partition("·")
+            ev = by_key.get(_key(be))
         if ev is None:
             continue
+        first = len(out)
         for (a, e, text), kind in zip(cells, columns):
             if kind in (None, "backend") or text in ("", "-", "—", "n/a"):
                 continue
@@ -209,6 +289,8 @@ def _table_statements(doc: Document, by_key: dict[str, EvidenceFacts]) -> tuple[
                 m = re.search(r"\d+", text)
                 if m:
                     out.append(Stated(kind, int(m.group(0)), m.group(0), doc.span(off + a + m.start(), off + a + m.end()), (ev,)))
+        if level is not None:  # the row's counts are that level's; its other cells are not per-level claims here
+            out[first:] = [dataclasses.replace(st, context=level, per_level=True) for st in out[first:] if st.kind in _LEVEL_KINDS]
     return out, table_lines
 
 
@@ -244,8 +326,18 @@ def _line_backends(line: str, evidence: Sequence[EvidenceFacts]) -> tuple[Eviden
     return tuple(named) or tuple(evidence)
 
 
+def _sentence_at(doc: Document, starts: list[int], pos: int, line: str) -> str:
+    """The sentence holding offset `pos` (its raw text: values in `code` count), else the line."""
+    i = bisect.bisect_right(starts, pos) - 1
+    if i >= 0 and doc.sentences[i].start <= pos < doc.sentences[i].end:
+        return doc.sentence_text(doc.sentences[i], masked=False)
+    return line
+
+
 def _prose_statements(doc: Document, evidence: Sequence[EvidenceFacts], skip: set[int]) -> list[Stated]:
     out: list[Stated] = []
+    starts = [s.start for s in doc.sentences]
+    by_level = any(ev.levels for ev in evidence)
     for i, line in enumerate(doc.lines):
         lineno = i + 1
         if lineno in skip or lineno in doc.code_lines or lineno in doc.quote_lines:
@@ -259,7 +351,8 @@ def _prose_statements(doc: Document, evidence: Sequence[EvidenceFacts], skip: se
                 if kind == "duration":
                     value = float(value) * _DURATION_UNITS.get((m.group("u") or "s").lower(), 1.0)  # type: ignore[arg-type]
                 span = doc.span(off + m.start(g), off + m.end(g))
-                out.append(Stated(kind, value, m.group(g), span, cands))
+                context = _sentence_at(doc, starts, off + m.start(g), line) if by_level and kind in _LEVEL_KINDS else None
+                out.append(Stated(kind, value, m.group(g), span, cands, context))
     return out
 
 
@@ -276,6 +369,20 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
     out: list[Diagnostic] = []
     flagged: set[tuple[int, int]] = set()
     for st in statements:
+        label = _FIELD_LABEL[st.kind]
+        named = _level_check(st) if st.context is not None else None
+        if named is not None:  # the sentence or row names a level: that level's figure (or the total)
+            holds, rec = named
+            if not holds:
+                who = f" for {st.backends[0].backend}" if len(st.backends) == 1 else ""
+                out.append(Diagnostic(
+                    "CB201", f"states {label} {_fmt(st.kind, st.value)}{who}; the evidence records {rec}", st.span, path,
+                    hint="correct the document from the evidence (lint-claims never rewrites)",
+                ))  # fmt: skip
+                flagged.add((st.span.line, st.span.column))
+            continue
+        if st.per_level:
+            continue  # a per-level row naming no level the evidence has: not a claim about the totals
         recorded = [(ev, _recorded(ev, st.kind)) for ev in st.backends]
         recorded = [(ev, r) for ev, r in recorded if r is not None]
         if not recorded:
@@ -286,7 +393,6 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
             total = sum(int(r) for _, r in recorded)  # type: ignore[call-overload]
             if len(recorded) == len(st.backends) and st.value == total:
                 continue
-        label = _FIELD_LABEL[st.kind]
         rec = "; ".join(f"{ev.backend}: {_fmt(st.kind, r)}" for ev, r in recorded)
         who = f" for {recorded[0][0].backend}" if len(recorded) == 1 else ""
         out.append(
@@ -319,6 +425,49 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
     return out
 
 
+def _evidence_span(doc: Document, low: str, ev: EvidenceFacts) -> Span:
+    """Where a finding about a whole evidence directory goes: the first place the document cites
+    one of its hashes, else line 1."""
+    hashes = [h for h in [ev.report_sha256, *ev.artifact_sha256.values(), ev.spec_sha256] if h]
+    where = [w for w in (low.find(h.lower()) for h in hashes) if w >= 0]
+    if where:
+        return doc.span(min(where), min(where) + 64)
+    return doc.line_span(1) if doc.text.strip() else Span(1, 1, 1, 1)
+
+
+MAX_STORED_MISMATCHES = 5  # CB402 names this many disagreements of one evidence directory, then counts
+
+
+def check_stored(doc: Document, path: str, evidence: Sequence[EvidenceFacts]) -> list[Diagnostic]:
+    """CB402 (a warning): the run's stored results.json / verdict.json disagree with the evidence
+    re-judged, or with themselves. The document was checked against the re-judged evidence (see
+    `adapters.load_evidence_facts`); this says the stored files are not to be believed."""
+    out: list[Diagnostic] = []
+    seen: set[str] = set()
+    low = doc.text.lower()
+    for ev in evidence:
+        key = ev.source or f"backend {ev.backend}"
+        if not ev.stored_mismatch or key in seen:
+            continue
+        seen.add(key)
+        src = f"{ev.source}: " if ev.source else ""
+        shown = list(ev.stored_mismatch[:MAX_STORED_MISMATCHES])
+        more = len(ev.stored_mismatch) - len(shown)
+        out.append(
+            Diagnostic(
+                "CB402",
+                src + "; ".join(shown) + (f"; and {more} more" if more > 0 else ""),
+                _evidence_span(doc, low, ev),
+                path,
+                Severity.WARNING,
+                hint="results.json and verdict.json are not hashed (`soakspec verify` checks only their binding "
+                "to the manifest); where the evidence can be re-judged, the document is checked against it "
+                "(what `soakspec gate` and `soakspec report` show), not against these files",
+            )
+        )
+    return out
+
+
 def check_stale(doc: Document, path: str, evidence: Sequence[EvidenceFacts], current_spec_sha256: str | None) -> list[Diagnostic]:
     """CB401: evidence produced from a different spec than the current one."""
     if not current_spec_sha256:
@@ -333,14 +482,7 @@ def check_stale(doc: Document, path: str, evidence: Sequence[EvidenceFacts], cur
         if key in seen:
             continue
         seen.add(key)
-        hashes = [h for h in [ev.report_sha256, *ev.artifact_sha256.values(), ev.spec_sha256] if h]
-        where = [low.find(h.lower()) for h in hashes]
-        where = [w for w in where if w >= 0]
-        if where:
-            at = min(where)
-            span = doc.span(at, at + 64)
-        else:
-            span = doc.line_span(1) if doc.text.strip() else Span(1, 1, 1, 1)
+        span = _evidence_span(doc, low, ev)
         src = f" ({ev.source})" if ev.source else ""
         out.append(
             Diagnostic(

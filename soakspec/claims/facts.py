@@ -47,6 +47,24 @@ class Coverage:
     sweep_high: float | None = None  # the highest level the sweep could probe
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class LevelFacts:
+    """One level of one backend (results.json `backends[].levels[]`), named as the reports name
+    it: `label` is the per-level tables' label (`concurrency 4`, `rate 2 rps`, `phase steady,
+    concurrency 8`), `offered` their Offered column (`concurrency 4`, `2 req/s (open loop)`).
+    `concurrency` / `rate` are the level's load (a rate for an open-loop level)."""
+
+    label: str
+    offered: str = ""
+    workload: str | None = None
+    concurrency: int | None = None
+    rate: float | None = None
+    completed: int | None = None
+    failed: int | None = None
+    timeouts: int | None = None
+    buckets: int | None = None
+
+
 def _frozen_map(m: Mapping[str, str] | None) -> Mapping[str, str]:
     return types.MappingProxyType(dict(m or {}))
 
@@ -82,6 +100,11 @@ class EvidenceFacts:
     # a sweep's figures (results.json `figures`): max_sustainable_concurrency / max_sustainable_rate
     # -> the value, None when no level held
     sustainable: Mapping[str, float | None] = dataclasses.field(default_factory=dict, hash=False)
+    # per level: a sentence that names a level is compared with that level's figure
+    levels: tuple[LevelFacts, ...] = ()
+    # where the run's stored results.json / verdict.json disagree with the evidence re-judged (or
+    # with themselves): one line each, reported once per evidence directory as CB402
+    stored_mismatch: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "artifact_sha256", _frozen_map(self.artifact_sha256))

@@ -2,6 +2,8 @@
 
 Checks a review document (PR text, Markdown) against the spec's claim boundary, the workload's
 coverage and, optionally, retained evidence. It explains; it never rewrites the document.
+Evidence is re-judged (verified and judged with the spec its manifest embeds, like `gate`), not
+read from its stored results.json/verdict.json: see `soakspec.claims.adapters.load_evidence_facts`.
 
 Exit codes: 0 no errors (warnings may be printed), 1 findings, 2 usage (unreadable document,
 invalid spec, unreadable evidence). The result goes to stdout; spec diagnostics to stderr.
