@@ -75,9 +75,13 @@ def spec_for(evidence, spec_file: str | None, where: str):
     if spec is None:
         raise UsageError(f"the spec embedded in {where} does not check with this soakspec; pass --spec FILE:\n"
                          f"{render_text(diags, {name: text})}")
-    if evidence.spec_sha256 and spec.sha256 != evidence.spec_sha256:
+    from soakspec.evidence.manifest import stored_spec_sha256
+
+    stored = evidence.manifest.get("spec")
+    want = stored_spec_sha256(stored) if isinstance(stored, dict) else None  # a redacted text has its own hash
+    if isinstance(want, str) and spec.sha256 != want:
         notes.append(f"the embedded spec's canonical text now hashes to {spec.sha256[:12]}, "
-                     f"the manifest recorded {evidence.spec_sha256[:12]}")
+                     f"the manifest recorded {want[:12]}")
     return spec, notes
 
 
