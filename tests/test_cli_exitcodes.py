@@ -52,3 +52,26 @@ def test_cli_returns_only_exitcode_members():
         assert member or wrapped, ast.unparse(value)
         if member:
             assert value.attr in ExitCode.__members__
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("argv", [["gate", "@"], ["gate", "--partial", "@"], ["verify", "@"], ["compare", "@", "DIR"],
+                                  ["compare", "DIR", "@"], ["report", "@"]])  # fmt: skip
+def test_a_file_given_for_an_evidence_directory_says_so(tmp_path, capsys, argv):
+    """A regular file where an evidence directory belongs: "X is a file, not an evidence
+    directory" (not "no such evidence directory"), with the usage exit code it always had."""
+    f = tmp_path / "verdict.json"
+    f.write_text("{}")
+    d = tmp_path / "run"
+    d.mkdir()
+    code = main([str(f) if a == "@" else str(d) if a == "DIR" else a for a in argv])
+    err = capsys.readouterr().err
+    assert code is ExitCode.USAGE
+    assert f"{f} is a file, not an evidence directory" in err and "no such evidence directory" not in err, err
+
+
+def test_a_missing_evidence_directory_is_still_no_such_directory(tmp_path, capsys):
+    code = main(["gate", str(tmp_path / "nope")])
+    assert code is ExitCode.USAGE and "no such evidence directory" in capsys.readouterr().err

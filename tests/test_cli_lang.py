@@ -335,3 +335,128 @@ def test_no_tmp_files_left_by_fmt(tmp_path, capsys):
     f.write_text(f.read_text() + "\n\n\n")
     assert run_inproc(capsys, "fmt", str(f))[0] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.soak"]
+
+
+# ---------------------------------------------------------------- line endings, BOM, stdin
+
+def _stdin(monkeypatch, data: bytes) -> None:
+    import io
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+
+
+def _sha(capsys, path) -> str:
+    code, out, _ = run_inproc(capsys, "check", "--format", "json", str(path))
+    assert code == 0, out
+    return json.loads(out)["files"][0]["sha256"]
+
+
+LONG_STRING_SPEC = (
+    'soak "x" {\n  description = """two\n  lines"""\n}\n\nbackend "a" {\n  url = "http://127.0.0.1:8000"\n}\n\n'
+    'workload "w" {\n  load {\n    concurrency = 1\n  }\n  duration = 60s\n}\n'
+)
+
+
+def test_fmt_keeps_crlf_line_endings(tmp_path, capsys):
+    """A formatted spec saved with CRLF line breaks (a Windows editor) is formatted: --check
+    and --diff say nothing; fmt of an unformatted one writes CRLF back; the hash is the LF one's."""
+    lf = DSV2LITE.read_text()
+    crlf = tmp_path / "crlf.soak"
+    crlf.write_bytes(lf.replace("\n", "\r\n").encode())
+    assert run_inproc(capsys, "fmt", "--check", str(crlf)) == (0, "", "")
+    assert run_inproc(capsys, "fmt", "--diff", str(crlf)) == (0, "", "")
+    assert _sha(capsys, crlf) == _sha(capsys, DSV2LITE)
+    crlf.write_bytes(lf.replace("  issue = ", "issue   =   ", 1).replace("\n", "\r\n").encode())
+    code, out, _ = run_inproc(capsys, "fmt", "--diff", str(crlf))
+    changed = [ln for ln in out.split("\n")[2:] if ln.startswith(("-", "+"))]
+    assert code == 1 and changed == ['-issue   =   "#465"\r', '+  issue = "#465"\r']  # that line only
+    assert run_inproc(capsys, "fmt", str(crlf))[0] == 0
+    assert crlf.read_bytes() == lf.replace("\n", "\r\n").encode()
+    assert run_inproc(capsys, "fmt", "--check", str(crlf))[0] == 0
+
+
+def test_fmt_of_crlf_long_strings_is_idempotent_and_hashes_as_lf(tmp_path, capsys):
+    """A long string's line breaks in a CRLF file are line breaks, as in the LF file: the same
+    value (no '\\r' in it), the same hash, and fmt writes it back unchanged."""
+    lf, crlf = tmp_path / "lf.soak", tmp_path / "crlf.soak"
+    lf.write_text(LONG_STRING_SPEC)
+    crlf.write_bytes(LONG_STRING_SPEC.replace("\n", "\r\n").encode())
+    assert run_inproc(capsys, "fmt", "--check", str(lf))[0] == 0  # the fixture is canonical
+    assert run_inproc(capsys, "fmt", "--check", str(crlf)) == (0, "", "")
+    assert _sha(capsys, crlf) == _sha(capsys, lf)
+    from soakspec.lang import load_spec
+
+    assert load_spec(crlf)[0].header.description == "two\n  lines"
+    crlf.write_bytes(LONG_STRING_SPEC.replace("\n", "\r\n").replace("soak \"x\" {", "soak  \"x\"{", 1).encode())
+    assert run_inproc(capsys, "fmt", str(crlf))[0] == 0
+    once = crlf.read_bytes()
+    assert once == LONG_STRING_SPEC.replace("\n", "\r\n").encode()
+    assert run_inproc(capsys, "fmt", str(crlf))[0] == 0 and crlf.read_bytes() == once
+
+
+def test_fmt_stdin_keeps_crlf(monkeypatch, capsys):
+    _stdin(monkeypatch, LONG_STRING_SPEC.replace("\n", "\r\n").replace("= 60s", "=   60s").encode())
+    code, out, _ = run_inproc(capsys, "fmt", "-")
+    assert code == 0 and out == LONG_STRING_SPEC.replace("\n", "\r\n")
+
+
+def test_check_reads_stdin(monkeypatch, capsys):
+    """`check -` reads the spec from stdin, shown as <stdin> (as `fmt -` shows it)."""
+    _stdin(monkeypatch, DSV2LITE.read_bytes())
+    code, out, err = run_inproc(capsys, "check", "-")
+    assert (code, out.strip(), err) == (0, "<stdin>: ok", "")
+    _stdin(monkeypatch, DSV2LITE.read_bytes())
+    code, out, _ = run_inproc(capsys, "check", "--format", "json", "-")
+    doc = json.loads(out)
+    assert code == 0 and doc["files"][0]["path"] == "<stdin>" and doc["files"][0]["sha256"] == _sha(capsys, DSV2LITE)
+    bad = (BAD_DIR / "concurrency_too_large.soak").read_text()
+    _stdin(monkeypatch, bad.encode())
+    code, out, _ = run_inproc(capsys, "check", "-")
+    _assert_rendered(out, "<stdin>", bad, _expectations(BAD_DIR / "concurrency_too_large.soak"))
+    assert code == 2
+    _stdin(monkeypatch, b"soak \xff {}\n")
+    code, out, _ = run_inproc(capsys, "check", "-")
+    assert code == 2 and "<stdin>:1:1: E003 spec is not valid UTF-8" in out
+
+
+def test_check_stdin_once_and_beside_files(monkeypatch, capsys):
+    _stdin(monkeypatch, DSV2LITE.read_bytes())
+    code, out, _ = run_inproc(capsys, "check", str(DSV2LITE), "-")
+    assert code == 0 and out.splitlines() == [f"{DSV2LITE}: ok", "<stdin>: ok"]
+    _stdin(monkeypatch, DSV2LITE.read_bytes())
+    code, _, err = run_inproc(capsys, "check", "-", "-")
+    assert code == 2 and "`-` (stdin) can be given once" in err
+
+
+def test_check_stdin_through_the_console_script():
+    r = subprocess.run([*_cli(), "check", "-"], input=DSV2LITE.read_text(), capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout.strip()) == (0, "<stdin>: ok"), r.stderr
+
+
+BOM = "\ufeff"
+
+
+def test_a_leading_bom_is_accepted(tmp_path, capsys):
+    """A UTF-8 BOM (some Windows editors write one) is not part of the spec: it checks, hashes
+    as without it, and line 1's columns are counted after it."""
+    f = tmp_path / "bom.soak"
+    f.write_text(BOM + DSV2LITE.read_text(), encoding="utf-8")
+    code, out, _ = run_inproc(capsys, "check", str(f))
+    assert code == 0 and out.strip() == f"{f}: ok"
+    assert _sha(capsys, f) == _sha(capsys, DSV2LITE)
+    f.write_text(BOM + 'soak "x" { issue = 5 }\n' + DSV2LITE.read_text().split("\n", 5)[-1], encoding="utf-8")
+    code, out, _ = run_inproc(capsys, "check", str(f))
+    assert code == 2 and f"{f}:1:20: E104" in out and "\\ufeff" not in out and BOM not in out
+
+
+def test_fmt_keeps_a_leading_bom(tmp_path, capsys, monkeypatch):
+    """fmt changes layout, never the encoding the editor chose: a formatted file with a BOM
+    passes --check, and an unformatted one is rewritten with its BOM (stdin too)."""
+    f = tmp_path / "bom.soak"
+    f.write_text(BOM + DSV2LITE.read_text(), encoding="utf-8")
+    assert run_inproc(capsys, "fmt", "--check", str(f)) == (0, "", "")
+    f.write_text(BOM + DSV2LITE.read_text().replace("  issue = ", "issue   =   ", 1), encoding="utf-8")
+    assert run_inproc(capsys, "fmt", str(f))[0] == 0
+    assert f.read_text(encoding="utf-8") == BOM + DSV2LITE.read_text()
+    _stdin(monkeypatch, (BOM + LONG_STRING_SPEC.replace("= 60s", "=   60s")).encode())
+    assert run_inproc(capsys, "fmt", "-") == (0, BOM + LONG_STRING_SPEC, "")

@@ -291,3 +291,13 @@ async def test_a_session_sends_its_next_turn_with_the_history(tmp_path):
         (2, "Name two prime numbers above fifty."),
         (1, "What is the capital of Australia?"),
     ]
+
+
+@pytest.mark.parametrize("n", [0, 10_000_001, 10**30])
+def test_a_prompt_files_output_length_is_bounded_as_max_tokens_is(n):
+    """`max_tokens_from_file`: a record's length is a count of one request's tokens, bounded
+    as `max_tokens` is (10,000,000), never a pasted 30-digit number that `run` would send."""
+    with pytest.raises(DatasetError, match="from 1 to 10,000,000"):
+        parse_dataset(json.dumps({"prompt": "hi", "max_tokens": n}) + "\n", "jsonl", chat=False, lengths=True)
+    ok = parse_dataset(json.dumps({"prompt": "hi", "max_tokens": 10_000_000}) + "\n", "jsonl", chat=False, lengths=True)
+    assert ok.output_lens == (10_000_000,)

@@ -188,3 +188,21 @@ def test_hypothesis_is_not_imported_by_the_package():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
+
+
+_ENDINGS = 'soak "x" {\n  description = """a\n  b"""  # note\n  issue = 5\n}\n'
+
+
+def test_a_leading_bom_and_crlf_line_breaks_parse_as_the_plain_text():
+    """A BOM is not part of the spec, and CRLF reads as LF (inside a long string too): the same
+    tree, and the same positions (line 1's columns counted after the BOM)."""
+    plain = parse(_ENDINGS)
+    assert plain[0] is not None
+    for variant in ("\ufeff" + _ENDINGS, _ENDINGS.replace("\n", "\r\n"), "\ufeff" + _ENDINGS.replace("\n", "\r\n")):
+        assert parse(variant) == plain, repr(variant)
+    tree, diags = parse('\ufeffsoak "x" { issue = 5 }\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+                        'workload "w" {\n  load { concurrency = 1 }\n  duration = 60s\n}\n')  # fmt: skip
+    _, diags = check(tree)
+    assert [(d.code, d.span.line, d.span.column) for d in diags] == [("E104", 1, 20)]
+    tree, diags = parse('\ufeffsoak "x" { x = @ }\n')
+    assert [(d.code, d.span.line, d.span.column) for d in diags] == [("E003", 1, 16)]

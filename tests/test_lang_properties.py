@@ -149,7 +149,8 @@ def bytes_file(tmp_path_factory) -> pathlib.Path:
 @example(b'x = "\xed\xa0\x80"')
 def test_parse_file_never_raises_on_bytes(bytes_file, data):
     """Arbitrary bytes in a file: parse_file never raises; undecodable input is one E003 at
-    the line of the first bad byte; decodable input behaves as parse of the text."""
+    the line of the first bad byte; decodable input behaves as parse of the text (the text
+    returned is what positions count in: a leading BOM is not part of it)."""
     bytes_file.write_bytes(data)
     tree, diags, text = parse_file(bytes_file)
     try:
@@ -158,7 +159,7 @@ def test_parse_file_never_raises_on_bytes(bytes_file, data):
         assert tree is None and [d.code for d in diags] == ["E003"]
         assert (diags[0].span.line, diags[0].span.column) == (data[: e.start].count(b"\n") + 1, 1)
         return
-    assert text == decoded
+    assert text == decoded.removeprefix("\ufeff")
     _assert_positions_within(text, diags)
     assert (tree, diags) == parse(decoded, str(bytes_file))
 
@@ -230,3 +231,55 @@ def test_time_scale_keeps_the_shape(generated, scale):
     full, scaled = plan(spec), plan(spec, time_scale=scale, rehearse=True)
     assert scaled.bucket_count == full.bucket_count == shape.bucket_count
     assert math.isclose(scaled.est_wall_s, full.est_wall_s * scale, rel_tol=1e-9)
+
+
+# ---------------------------------------------------------------- numbers past any real use
+
+# Each number a test draws is an everyday one, or -- for the one or two keys drawn "wild" -- any
+# whole number up to a pasted 30 digits, or one at a bound (and one past it).
+_WILD = st.one_of(st.integers(0, 10**30), st.sampled_from([0, 10**6, 10**6 + 1, 10**7, 10**7 + 1, 10**9, 10**9 + 1, 2**63 - 1, 2**63]))
+_WILD_REAL = st.one_of(st.floats(1e-3, 1e30), st.sampled_from([1e6, 1e6 + 1, 30 * 86400, 30 * 86400 + 1]))
+_KEYS = ("prompt_n", "max_tokens", "levels", "requests", "rate", "duration", "seed", "top_k", "min_samples", "slots", "gpu")
+
+
+@SOME
+@given(st.sampled_from(["closed", "batch", "open"]), st.sampled_from(["prompt_words", "prompt_tokens"]),
+       st.sets(st.sampled_from(_KEYS), min_size=1, max_size=2), st.data())  # fmt: skip
+def test_a_spec_that_checks_has_a_bounded_plan(mode, prompt, wild, data):
+    """Any number in the numeric keys: `check` answers with diagnostics, never a traceback,
+    and what it passes plans to something `run` can hold -- each request's prompt and output
+    within the language's token bound, a bounded number of requests and seconds."""
+    from soakspec.lang.check.workload import MAX_BATCH_REQUESTS, MAX_LOAD_LEVEL, MAX_PROMPT_WORDS, MAX_TOKENS
+    from soakspec.plan import render_text
+
+    def n(key: str, low: int = 1, high: int = 64) -> int:
+        return data.draw(_WILD if key in wild else st.integers(low, high), label=key)
+
+    def x(key: str, low: float, high: float) -> str:
+        return f"{data.draw(_WILD_REAL if key in wild else st.floats(low, high), label=key):.6g}".replace("e+", "e")
+
+    levels = ", ".join(str(n("levels")) for _ in range(data.draw(st.integers(1, 3))))
+    load = {"closed": f"concurrency = [{levels}]",
+            "batch": f"mode = batch\n    concurrency = [{levels}]\n    requests = {n('requests')}",
+            "open": f"mode = open\n    rate = {x('rate', 0.1, 100)}rps\n    seed = {n('seed', 0)}"}[mode]  # fmt: skip
+    text = (f'soak "x" {{}}\nbackend "a" {{\n  gpus = [{n("gpu", 0, 7)}]\n  sim {{\n    slots = {n("slots")}\n  }}\n}}\n'
+            f'workload "w" {{\n  {prompt} = {n("prompt_n", 8)}\n  max_tokens = [{n("max_tokens")}, {n("max_tokens")}]\n'
+            f'  load {{\n    {load}\n  }}\n  duration = {x("duration", 1, 600)}s\n  sampling {{\n    top_k = {n("top_k")}\n  }}\n}}\n'
+            f'gate {{\n  min_samples = {n("min_samples")}\n}}\n')  # fmt: skip
+    tree, diags = parse(text)
+    assert tree is not None, (text, diags)
+    spec, diags = check(tree)
+    if spec is None:
+        assert any(d.severity is Severity.ERROR for d in diags)
+        _assert_positions_within(text, diags)
+        return
+    w = spec.workloads[0]
+    assert (w.prompt_words or 0) <= MAX_PROMPT_WORDS and max(w.prompt_tokens, default=0) <= MAX_TOKENS
+    assert max(w.max_tokens) <= MAX_TOKENS and max(w.load.levels, default=0) <= MAX_LOAD_LEVEL
+    assert (w.load.requests or 0) <= MAX_BATCH_REQUESTS
+    p = plan(spec)
+    json.dumps(to_json(p))
+    render_text(p)
+    assert math.isfinite(p.est_wall_s) and p.est_wall_s <= 31 * 86400
+    for b in p.backends:
+        assert b.min_requests <= 10**12 and (b.expected_requests or 0) <= 10**12

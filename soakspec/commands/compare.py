@@ -66,6 +66,10 @@ def main(args: argparse.Namespace) -> int:
     resamples = DEFAULT_RESAMPLES if args.resamples is None else args.resamples
     if resamples < 100:
         raise UsageError("--resamples must be at least 100")
+    from soakspec.cli import require_evidence_dir
+
+    for d in (args.base, args.new):  # both, before either is read (a day-long run's evidence takes minutes)
+        require_evidence_dir(d)
     sides, specs = [], []
     for d in (args.base, args.new):
         loaded = load_for_judging("compare", d, args.spec, name_dir=True)

@@ -89,11 +89,12 @@ def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_
     """Load (and hash-verify) an evidence directory and choose the spec to judge it with.
     Returns (spec, evidence), or an exit code after saying why on stderr. Shared by `gate`
     `report` and `combine`, which all re-judge rather than trust a stored verdict."""
-    from soakspec.cli import UsageError
+    from soakspec.cli import UsageError, require_evidence_dir
     from soakspec.evidence.io import EvidenceError
     from soakspec.judge.evidence import EvidenceNotFound, load_evidence
 
     where = str(run_dir).rstrip("/") or "/"
+    require_evidence_dir(run_dir)
     try:
         evidence = load_evidence(Path(run_dir))
     except EvidenceNotFound as e:
@@ -185,13 +186,14 @@ def _yield_cpu() -> None:
 
 
 def _main_partial(args: argparse.Namespace) -> int:
-    from soakspec.cli import UsageError
+    from soakspec.cli import UsageError, require_evidence_dir
     from soakspec.evidence import layout
     from soakspec.evidence.io import EvidenceError, read_json
     from soakspec.judge.evidence import EvidenceNotFound, load_evidence
     from soakspec.judge.judge import judge
     from soakspec.judge.verdict import render_text
 
+    require_evidence_dir(args.dir)
     root = Path(args.dir)
     where = str(args.dir).rstrip("/") or "/"
     try:

@@ -17,7 +17,7 @@ def _add_format(p: argparse.ArgumentParser, choices=("text", "json")) -> None:
 
 
 def configure_check(p: argparse.ArgumentParser) -> None:
-    p.add_argument("files", nargs="+", metavar="FILE", help=".soak files to check")
+    p.add_argument("files", nargs="+", metavar="FILE", help=".soak files to check; `-` reads one from stdin (shown as <stdin>)")
     _add_format(p)
     p.add_argument("--strict", action="store_true", help="treat warnings as errors")
 
@@ -41,14 +41,37 @@ def _print_diags(diags: list[Diagnostic], sources: dict[str, str]) -> None:
         print(render_text(diags, sources), file=sys.stderr)
 
 
-def main_check(args: argparse.Namespace) -> int:
-    from soakspec.lang import load_spec
+STDIN = "<stdin>"  # how `-` is shown, by check and fmt alike
 
+
+def _read_stdin() -> tuple[str | None, Diagnostic | None]:
+    """The spec on stdin, bounded as a file is (1 MB): its text as written, or why not."""
+    from soakspec.lang.parser import MAX_SOURCE_BYTES, decode_source
+
+    return decode_source(sys.stdin.buffer.read(MAX_SOURCE_BYTES + 1), STDIN)
+
+
+def _stdin_once(command: str, files: list[str]) -> None:
+    from soakspec.cli import UsageError
+
+    if files.count("-") > 1:
+        raise UsageError(f"`-` (stdin) can be given once; {command} got it {files.count('-')} times")
+
+
+def main_check(args: argparse.Namespace) -> int:
+    from soakspec.lang import load_spec, load_text
+
+    _stdin_once("check", args.files)
     all_diags: list[Diagnostic] = []
     sources: dict[str, str] = {}
     results = []
     for f in args.files:
-        spec, diags, text = load_spec(f)
+        if f == "-":  # the spec on stdin, shown as <stdin> (as `fmt -` shows it)
+            f = STDIN
+            text, refused = _read_stdin()
+            spec, diags, text = (None, [refused], "") if text is None else load_text(text, STDIN)
+        else:
+            spec, diags, text = load_spec(f)
         sources[f] = text
         all_diags.extend(diags)
         results.append({"path": f, "ok": spec is not None and not (args.strict and diags), "sha256": spec.sha256 if spec else None})
@@ -95,19 +118,19 @@ def main_plan(args: argparse.Namespace) -> int:
 def main_fmt(args: argparse.Namespace) -> int:
     import difflib
 
-    from soakspec.lang import fmt, parse_file
+    from soakspec.lang.parser import read_source
 
+    _stdin_once("fmt", args.files)
     status = ExitCode.OK
     for f in args.files:
         if f == "-":
             status = max(status, _fmt_stdin(args), key=int)
             continue
-        tree, diags, text = parse_file(f)
-        if tree is None:
-            _print_diags(diags, {f: text})
+        text, refused = read_source(f)
+        out = _formatted(f, text, refused)
+        if out is None:
             status = ExitCode.USAGE
             continue
-        out = fmt(tree)
         if out == text:
             continue
         if args.check or args.diff:
@@ -127,21 +150,11 @@ def _fmt_stdin(args: argparse.Namespace) -> ExitCode:
     """`soakspec fmt -`: the spec on stdin, formatted to stdout (with --check/--diff: as for a file)."""
     import difflib
 
-    from soakspec.lang import fmt, parse
-
-    name = "<stdin>"
-    try:
-        text = sys.stdin.buffer.read().decode("utf-8")
-    except UnicodeDecodeError:
-        print(f"{name}: E003 spec is not valid UTF-8", file=sys.stderr)
+    name = STDIN
+    text, refused = _read_stdin()
+    out = _formatted(name, text, refused)
+    if out is None:
         return ExitCode.USAGE
-    tree, diags = parse(text, name)
-    from soakspec.diagnostics import has_errors
-
-    if tree is None or has_errors(diags):
-        _print_diags(diags, {name: text})
-        return ExitCode.USAGE
-    out = fmt(tree)
     if args.check or args.diff:
         if out == text:
             return ExitCode.OK
@@ -154,6 +167,22 @@ def _fmt_stdin(args: argparse.Namespace) -> ExitCode:
     return ExitCode.OK
 
 
+def _formatted(name: str, text: str | None, refused: Diagnostic | None) -> str | None:
+    """The canonical form of a spec's text, in the file's own line endings and with its BOM if
+    it had one (`in_style_of`); None, after printing why, when it cannot be read or parsed."""
+    from soakspec.lang import fmt, parse
+    from soakspec.lang.fmt import in_style_of
+
+    if text is None:
+        _print_diags([refused] if refused is not None else [], {})
+        return None
+    tree, diags = parse(text, name)
+    if tree is None or has_errors(diags):
+        _print_diags(diags, {name: text.removeprefix("\ufeff")})
+        return None
+    return in_style_of(fmt(tree), text)
+
+
 def _write_atomic(path: str, text: str) -> None:
     """Replace the file atomically; a symlink is written through (its target is replaced, the
     link stays a link)."""
@@ -161,7 +190,7 @@ def _write_atomic(path: str, text: str) -> None:
     d = os.path.dirname(path)
     fd, tmp = tempfile.mkstemp(dir=d, prefix=".soakfmt-")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:  # the line endings as given, on every OS
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())

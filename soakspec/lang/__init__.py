@@ -10,7 +10,7 @@ from soakspec.lang.fmt import fmt
 from soakspec.lang.parser import parse, parse_file
 from soakspec.lang.spec import Spec
 
-__all__ = ["check", "fmt", "is_generic_runtime_label", "load_spec", "parse", "parse_file", "Spec"]
+__all__ = ["check", "fmt", "is_generic_runtime_label", "load_spec", "load_text", "parse", "parse_file", "Spec"]
 
 
 def load_spec(path: str | pathlib.Path) -> tuple[Spec | None, list[Diagnostic], str]:
@@ -20,3 +20,15 @@ def load_spec(path: str | pathlib.Path) -> tuple[Spec | None, list[Diagnostic], 
         return None, diags, text
     spec, more = check(tree, str(path))
     return spec, diags + more, text
+
+
+def load_text(text: str, path: str) -> tuple[Spec | None, list[Diagnostic], str]:
+    """`load_spec` of text already read (`soakspec check -`: stdin), shown as `path`; relative
+    paths in it are taken from the working directory. Returns (spec or None, diagnostics, the
+    source text the diagnostics' positions count in)."""
+    tree, diags = parse(text, path)
+    shown = text.removeprefix("\ufeff")
+    if tree is None or has_errors(diags):
+        return None, diags, shown
+    spec, more = check(tree, path)
+    return spec, diags + more, shown

@@ -30,6 +30,7 @@ import json
 from typing import Any
 
 from soakspec.lang.datafile import MAX_FILE_BYTES, DataFileError, read_text
+from soakspec.lang.replay import MAX_LENGTH  # tokens of one request, as for a replayed trace's lengths
 
 __all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_PROMPTS", "DatasetError", "Parsed", "parse_dataset", "read_dataset"]
 
@@ -196,8 +197,8 @@ def _record(obj: Any, line: int, fmt: str, chat: bool, lengths: bool) -> tuple[P
     for name in LENGTH_FIELDS:
         v = obj.get(name)
         if v is not None:
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise DatasetError(f"'{name}' must be a whole number of tokens, at least 1", line)
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_LENGTH:
+                raise DatasetError(f"'{name}' must be a whole number of tokens, from 1 to {MAX_LENGTH:,}", line)
             return prompt, v
     if answer_len is None:
         want = "an answer turn or " if fmt == "sharegpt" else ""

@@ -692,8 +692,38 @@ def gc_paused():
             gc.enable()
 
 
+BOM = "\ufeff"
+
+
+def source_text(text: str) -> str:
+    """The spec as the parser reads it: without a leading BOM, CRLF line breaks as LF (no
+    position moves: a dropped '\\r' ends its line, and line 1's columns are counted after the BOM)."""
+    if text.startswith(BOM):
+        text = text[1:]
+    return text.replace("\r\n", "\n") if "\r\n" in text else text
+
+
+def decode_source(raw: bytes, path: str) -> tuple[str | None, Diagnostic | None]:
+    """A spec's bytes (a file's, stdin's) as text, BOM and line endings as written; or E010
+    when they are too many, E003 when they are not UTF-8."""
+    if len(raw) > MAX_SOURCE_BYTES:
+        return None, Diagnostic("E010", f"spec is larger than {MAX_SOURCE_BYTES // 1000} kB; refusing to parse it", Span(), path)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[: e.start].count(b"\n") + 1
+        return None, Diagnostic("E003", "spec is not valid UTF-8", Span(line, 1, line, 2), path)
+    return text, None
+
+
 def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Diagnostic]]:
-    """Parse .soak source. Returns the tree (None if there were syntax errors) and diagnostics."""
+    """Parse .soak source. Returns the tree (None if there were syntax errors) and diagnostics.
+
+    A leading byte-order mark is not part of the spec (positions are counted without it, as
+    `parse_file` returns the text), and a CRLF line break reads as LF everywhere -- inside a
+    long string too -- so that a spec saved by a Windows editor means, hashes and formats the
+    same as the one it was copied from."""
+    text = source_text(text)
     refused = _guard(text, path)
     if refused is not None:
         return None, [refused]
@@ -1195,19 +1225,22 @@ def read_bounded(path: str | pathlib.Path, limit: int) -> bytes:
 
 
 def parse_file(path: str | pathlib.Path) -> tuple[A.SoakFile | None, list[Diagnostic], str]:
-    """Read and parse a file. Returns (tree, diagnostics, source text)."""
+    """Read and parse a file. Returns (tree, diagnostics, source text: what the diagnostics'
+    positions count in, a leading BOM dropped)."""
+    text, refused = read_source(path)
+    if text is None:
+        return None, [refused], ""
+    tree, diags = parse(text, str(path))
+    return tree, diags, text.removeprefix(BOM)
+
+
+def read_source(path: str | pathlib.Path) -> tuple[str | None, Diagnostic | None]:
+    """A spec file's text as written (BOM and line endings kept: `fmt` keeps them), or the
+    diagnostic that says why it cannot be read (E000, E010, E003)."""
     try:
         raw = _read_spec(pathlib.Path(path))
     except OSError as e:
-        return None, [Diagnostic("E000", f"cannot read spec: {e.strerror or e}", Span(), str(path))], ""
+        return None, Diagnostic("E000", f"cannot read spec: {e.strerror or e}", Span(), str(path))
     except _Unreadable as e:
-        return None, [Diagnostic("E000", f"cannot read spec: {e}", Span(), str(path))], ""
-    if len(raw) > MAX_SOURCE_BYTES:
-        return None, [Diagnostic("E010", f"spec is larger than {MAX_SOURCE_BYTES // 1000} kB; refusing to parse it", Span(), str(path))], ""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        return None, [Diagnostic("E003", "spec is not valid UTF-8", Span(line, 1, line, 2), str(path))], ""
-    tree, diags = parse(text, str(path))
-    return tree, diags, text
+        return None, Diagnostic("E000", f"cannot read spec: {e}", Span(), str(path))
+    return decode_source(raw, str(path))

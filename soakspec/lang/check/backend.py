@@ -17,6 +17,7 @@ from soakspec.lang.simoptions import SIM_OPTIONS
 from soakspec.units import Dimension
 
 PLACEHOLDERS = {"port", "host", "url", "model_path", "model_id", "model_revision", "backend"}
+MAX_GPU_INDEX = 1023  # a device index (CUDA_VISIBLE_DEVICES); no host has more accelerators
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL = re.compile(r"(https?)://([^/\s:]+|\[[0-9a-fA-F:]+\])(:\d{1,5})?(/[^\s]*)?")
 
@@ -28,7 +29,7 @@ BACKEND = Table(
         Key("url", "str", "url"),
         Key("cwd", "str", "cwd"),
         Key("shutdown_grace", "quantity", "shutdown_grace_s", Dimension.DURATION),
-        Key("gpus", "ints", "gpus", minimum=0),
+        Key("gpus", "ints", "gpus", minimum=0, maximum=MAX_GPU_INDEX, why="'gpus' lists device indices (0, 1, ...), not a count"),
         Key("log", "bool", "capture_log"),
         Key("api_key_env", "str", "api_key_env"),
         Key("log_file", "str", "log_file"),  # url: the running server's log file (spec-relative)
@@ -87,12 +88,22 @@ _SIM_KEY = {
     "duration": dict(type="quantity", unit=Dimension.DURATION, allow_zero=True),
     "ratio": dict(type="quantity", unit=Dimension.RATIO, allow_zero=True),
     "size": dict(type="quantity", unit=Dimension.SIZE, allow_zero=True),
-    "int": dict(type="int", minimum=0),
-    "float": dict(type="number"),
+    "int": dict(type="int", minimum=0, maximum=10**9, why="the simulator's counts are at most 1,000,000,000"),
+    "float": dict(type="number", maximum=1e9),
     "bool": dict(type="bool", default=False),
     "str": dict(type="str"),
 }
-SIM = Table(keys=tuple(Key(name, field=name, **_SIM_KEY[kind]) for name, kind in sorted(SIM_OPTIONS.items())))
+# Where an option's range is narrower than its kind's, as the simulator itself refuses at start
+# (soakspec.sim.config): caught here, by `check`, before anything is launched.
+_SIM_RANGE = {
+    "slots": dict(minimum=1), "max_model_len": dict(minimum=1), "default_max_tokens": dict(minimum=1),
+    "tokens_per_chunk": dict(minimum=1),
+    "seed": dict(maximum=2**63 - 1, why="a seed is at most 9,223,372,036,854,775,807 (2^63 - 1)"),
+    **{name: dict(maximum=1.0, why="a probability or a fraction: at most 100%")
+       for name, kind in SIM_OPTIONS.items() if kind == "ratio" and name != "drift"},  # drift: growth per minute, may pass 100%
+}  # fmt: skip
+SIM = Table(keys=tuple(Key(name, field=name, **{**_SIM_KEY[kind], **_SIM_RANGE.get(name, {})})
+                       for name, kind in sorted(SIM_OPTIONS.items())))  # fmt: skip
 
 
 def backend(ctx: Ctx, blk: A.Block) -> S.Backend | None:

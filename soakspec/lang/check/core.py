@@ -24,6 +24,14 @@ from soakspec.lang.fmt import value_text
 from soakspec.units import UNITS, UNITS_BY_DIMENSION, Dimension
 
 MAX_DURATION_S = 30 * 86400.0  # any duration in a spec; longer is a typo, and sums must stay finite
+# The ceiling of a quantity key whose table row names no `maximum`, by its unit kind. Every
+# numeric key is bounded, so that what `check` passes `plan` and `run` can hold: a value past
+# these is a typo (an extra zero, a pasted number), never a real soak.
+MAX_RATE_RPS = 1_000_000.0  # as many requests/s as workers (workload.MAX_LOAD_LEVEL): far past one load generator
+MAX_SIZE_BYTES = float(2**50)  # 1 PiB: past any accelerator's memory (a simulated one included)
+MAX_RATIO = 100.0  # 10000 %: a growth or slowdown fraction; probabilities and shares say maximum=1.0
+DEFAULT_MAXIMUM = {Dimension.DURATION: MAX_DURATION_S, Dimension.RATE: MAX_RATE_RPS, Dimension.SIZE: MAX_SIZE_BYTES,
+                   Dimension.RATIO: MAX_RATIO}  # fmt: skip
 
 
 class Ctx:
@@ -89,7 +97,8 @@ class Key:
     unit: Dimension | None = None
     choices: tuple[str, ...] = ()
     minimum: float | None = None
-    maximum: float | None = None
+    maximum: float | None = None  # every int and number key names one (tests/test_lang_tables.py); quantities: DEFAULT_MAXIMUM
+    why: str | None = None  # why the maximum: the hint of the E204 past it
     required: bool = False
     allow_zero: bool = False  # durations and rates must be more than zero unless allowed
     default: Any = NO_DEFAULT
@@ -179,7 +188,23 @@ class Bad(Exception):
     """A value is wrong; already reported."""
 
 
-def int_value(ctx: Ctx, key: str, v: A.Value, minimum: float | None, maximum: float | None = None) -> int:
+def number_text(x: float) -> str:
+    """A bound or a value as a reader takes it in: 4,000,000 and 0.5, not 4e+06; a pasted
+    300-digit number as its size."""
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) < 1e16):
+        n = int(x)
+        return f"{n:,}" if abs(n) < 10**20 else f"a {len(str(abs(n)))}-digit number"
+    return f"{x:g}"
+
+
+def too_large(ctx: Ctx, key: str, shown: str, maximum: float, span: Span, why: str | None) -> None:
+    """E204 for a value past its key's maximum, with the reason as the hint."""
+    hint = why or "a larger value is almost certainly a typo"
+    ctx.error("E204", f"'{key}' must be at most {number_text(maximum)}, not {shown}", span, hint)
+    raise Bad
+
+
+def int_value(ctx: Ctx, key: str, v: A.Value, minimum: float | None, maximum: float | None = None, why: str | None = None) -> int:
     if isinstance(v, A.Quantity):
         ctx.error("E104", f"'{key}' is a plain count and takes no unit (got {value_text(v)})", v.span)
         raise Bad
@@ -188,11 +213,10 @@ def int_value(ctx: Ctx, key: str, v: A.Value, minimum: float | None, maximum: fl
         raise Bad
     if minimum is not None and v.value < minimum:
         rel = "more than zero" if minimum == 1 else f"at least {minimum:g}"
-        ctx.error("E204", f"'{key}' must be {rel}, not {v.value}", v.span)
+        ctx.error("E204", f"'{key}' must be {rel}, not {number_text(v.value)}", v.span)
         raise Bad
     if maximum is not None and v.value > maximum:
-        ctx.error("E204", f"'{key}' must be at most {maximum:g}, not {v.value}", v.span)
-        raise Bad
+        too_large(ctx, key, number_text(v.value), maximum, v.span, why)
     return v.value
 
 
@@ -218,7 +242,8 @@ def quantity_value(ctx: Ctx, key: str, v: A.Value, dim: Dimension) -> float:
         raise Bad
     value = float(v.value) * factor
     if not math.isfinite(value) or (dim is Dimension.DURATION and abs(value) > MAX_DURATION_S):
-        ctx.error("E204", f"'{key}' is too large" + (" (at most 30 days)" if dim is Dimension.DURATION else ""), v.span)
+        ctx.error("E204", f"'{key}' is too large" + (" (at most 30 days)" if dim is Dimension.DURATION else ""), v.span,
+                  "a soak's durations are at most 30 days; a longer one is a typo" if dim is Dimension.DURATION else None)
         raise Bad
     return value
 
@@ -252,15 +277,22 @@ def _bool(ctx: Ctx, k: Key, v: A.Value) -> bool:
 
 
 def _int(ctx: Ctx, k: Key, v: A.Value) -> int:
-    return int_value(ctx, k.name, v, k.minimum, k.maximum)
+    return int_value(ctx, k.name, v, k.minimum, k.maximum, k.why)
 
 
 def _number(ctx: Ctx, k: Key, v: A.Value) -> float:
     if not isinstance(v, A.Num):
         _type_error(ctx, k, v, "a number")
-    if (k.minimum is not None and v.value < k.minimum) or (k.maximum is not None and v.value > k.maximum):
-        ctx.error("E204", f"'{k.name}' must be between {k.minimum} and {k.maximum}, not {v.value}", v.span)
+    between = f"between {number_text(k.minimum)} and {number_text(k.maximum)}" if None not in (k.minimum, k.maximum) else None
+    if k.minimum is not None and v.value < k.minimum:
+        ctx.error("E204", f"'{k.name}' must be {between or f'at least {number_text(k.minimum)}'}, not {number_text(v.value)}", v.span)
         raise Bad
+    if k.maximum is not None and v.value > k.maximum:
+        if between is not None:
+            hint = k.why or "a larger value is almost certainly a typo"
+            ctx.error("E204", f"'{k.name}' must be {between}, not {number_text(v.value)}", v.span, hint)
+            raise Bad
+        too_large(ctx, k.name, number_text(v.value), k.maximum, v.span, k.why)
     return float(v.value)
 
 
@@ -272,7 +304,15 @@ def _positive(ctx: Ctx, k: Key, val: float, span: Span) -> float:
 
 
 def _quantity(ctx: Ctx, k: Key, v: A.Value) -> float:
-    return _positive(ctx, k, quantity_value(ctx, k.name, v, k.unit), v.span)
+    value = _positive(ctx, k, quantity_value(ctx, k.name, v, k.unit), v.span)
+    maximum = k.maximum if k.maximum is not None else DEFAULT_MAXIMUM[k.unit]
+    if value > maximum:  # durations past MAX_DURATION_S were refused by quantity_value already
+        scale, unit = {Dimension.RATIO: (100, "%"), Dimension.RATE: (1, "rps"), Dimension.SIZE: (1024.0**-4, "TiB")}.get(k.unit, (1, "s"))
+        shown = number_text(maximum * scale) + unit
+        hint = k.why or "a larger value is almost certainly a typo"
+        ctx.error("E204", f"'{k.name}' must be at most {shown}, not {value_text(v)}", v.span, hint)
+        raise Bad
+    return value
 
 
 def _strings(ctx: Ctx, k: Key, v: A.Value) -> tuple[str, ...]:

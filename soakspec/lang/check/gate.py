@@ -31,7 +31,8 @@ GATE = Table(
     cls=S.Gate,
     keys=(
         Key("confidence", "quantity", "confidence", Dimension.RATIO),  # in [50%, 100%): gate()
-        Key("min_samples", "int", "min_samples", minimum=1),
+        Key("min_samples", "int", "min_samples", minimum=1, maximum=1_000_000_000,
+            why="more samples than a run sends (at most 1,000,000,000 a level) could never be met"),
         Key("allow_rehearsal", "bool", "allow_rehearsal"),
         Key("trace_window", "quantity", "trace_window_s", Dimension.DURATION),
         Key("abort_default", "bool", "abort_default"),

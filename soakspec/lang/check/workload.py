@@ -20,21 +20,35 @@ from soakspec.units import Dimension, format_duration
 MAX_BUCKETS_PER_LEVEL = 10_000  # the plan lists every bucket; a 1 ms bucket over 24 h would never finish
 MAX_LOAD_LEVEL = 1_000_000  # with MAX_DURATION_S, keeps the plan's request estimates finite
 MAX_TOTAL_LOAD_S = 30 * 86400.0  # the whole run's planned load time; a longer soak is a typo
+# Counts per request. The load generator builds every prompt in memory (a word or a token is a
+# few bytes of text), so an unbounded count passed `check` and then ran out of memory in `run`.
+# 10 million -- the bound a replayed trace's lengths already had -- is past the longest context
+# window served today (1-2M tokens on most long-context models, 10M at the very most; about a
+# word a token), and a prompt that long is still some 60 MB of text.
+MAX_TOKENS = R.MAX_LENGTH  # prompt_tokens, prefix_tokens, max_tokens (and a prompt file's max_tokens)
+MAX_PROMPT_WORDS = R.MAX_LENGTH  # generated prompt words
+_TOKENS_WHY = "no model's context window is that long: is there an extra digit?"
+MAX_BATCH_REQUESTS = 1_000_000_000  # mode = batch: requests per level; a billion is days of back-to-back batches
+MAX_SEED = 2**63 - 1  # a seed fits a signed 64-bit integer: what servers (vLLM's `seed`) and JSON readers take
+MAX_TOP_K = 10_000_000  # top_k past every vocabulary (the largest are ~260k tokens) is the same as no top_k
+_WORKERS_WHY = f"more than {MAX_LOAD_LEVEL:,} workers is past what one load generator can drive"
+_SEED_WHY = "a seed is a signed 64-bit integer (2^63 - 1 at most)"
 
 WORKLOAD = Table(
     cls=S.Workload,
     keys=(
         Key("endpoint", "word", "endpoint", choices=("completions", "chat")),
         Key("stream", "bool", "stream"),
-        Key("prompt_words", "int", "prompt_words", minimum=1, default=None),  # 64 when no prompt_file
+        Key("prompt_words", "int", "prompt_words", minimum=1, maximum=MAX_PROMPT_WORDS, default=None,  # 64 when no prompt_file
+            why="no model's context window holds a prompt that long: is there an extra digit?"),
         Key("prompt_file", "str", "prompt_file"),
-        Key("prompt_tokens", "ints", "prompt_tokens", minimum=1),
+        Key("prompt_tokens", "ints", "prompt_tokens", minimum=1, maximum=MAX_TOKENS, why=_TOKENS_WHY),
         Key("tokenizer", "str", "tokenizer"),
-        Key("prefix_tokens", "int", "prefix_tokens", minimum=0),
+        Key("prefix_tokens", "int", "prefix_tokens", minimum=0, maximum=MAX_TOKENS, why=_TOKENS_WHY),
         Key("prompt_format", "word", "prompt_format", choices=FORMATS),
         Key("max_tokens_from_file", "bool", "max_tokens_from_file"),
         Key("multi_turn", "bool", "multi_turn"),
-        Key("max_tokens", "ints", "max_tokens", minimum=1),
+        Key("max_tokens", "ints", "max_tokens", minimum=1, maximum=MAX_TOKENS, why=_TOKENS_WHY),
         Key("sampling", "word", choices=("greedy",)),
         Key("ignore_eos", "bool", "ignore_eos"),
         Key("duration", "quantity", "duration_s", Dimension.DURATION, default=None),  # required unless phases or a replay set it
@@ -54,18 +68,19 @@ LOAD = Table(
     keys=(
         Key("mode", "word", "mode", choices=("closed", "batch", "open", "replay"), default="closed",
             hints=tuple((w, _ARRIVAL_HINT.format(w)) for w in ("poisson", "constant"))),
-        Key("concurrency", "ints", "concurrency", minimum=1),
-        Key("requests", "int", "requests", minimum=1),
+        Key("concurrency", "ints", "concurrency", minimum=1, maximum=MAX_LOAD_LEVEL, why=_WORKERS_WHY),
+        Key("requests", "int", "requests", minimum=1, maximum=MAX_BATCH_REQUESTS,
+            why="a billion requests a level is days of back-to-back batches: is there an extra digit?"),
         Key("rate", "quantities", "rates", Dimension.RATE),
         Key("arrival", "word", "arrival", choices=("constant", "poisson")),
-        Key("seed", "int", "seed", minimum=0),
+        Key("seed", "int", "seed", minimum=0, maximum=MAX_SEED, why=_SEED_WHY),
         Key("burstiness", "number", "burstiness", minimum=0.01, maximum=100.0),
         Key("trace", "str"),
         Key("trace_format", "word", choices=R.FORMATS, default="mooncake"),
         Key("speed", "number", minimum=0.001, maximum=1000.0, default=1.0),
         Key("input_lengths", "word", choices=("words", "tokens"), default="words"),
         Key("search", "word", "search", choices=("bisect",)),
-        Key("step", "int", "step", minimum=1),
+        Key("step", "int", "step", minimum=1, maximum=MAX_LOAD_LEVEL, why=_WORKERS_WHY),
         Key("rate_step", "quantity", "rate_step", Dimension.RATE),
         Key("max_wall", "quantity", "max_wall_s", Dimension.DURATION),
     ),
@@ -90,16 +105,16 @@ OPEN_PHASE = Table(keys=(
     _STEPS,
     Key("arrival", "word", choices=("constant", "poisson")),
     Key("burstiness", "number", minimum=0.01, maximum=100.0),
-    Key("seed", "int", minimum=0),
+    Key("seed", "int", minimum=0, maximum=MAX_SEED, why=_SEED_WHY),
 ))  # fmt: skip
 
 SAMPLING = Table(
     cls=S.Sampling,
     keys=(
         Key("temperature", "number", "temperature", minimum=0.0, maximum=10.0, default=1.0),  # a block samples
-        Key("top_k", "int", "top_k", minimum=1),
+        Key("top_k", "int", "top_k", minimum=1, maximum=MAX_TOP_K, why="a top_k past every model's vocabulary is no top_k: leave it out"),
         Key("top_p", "number", "top_p", minimum=0.0, maximum=1.0),
-        Key("seed", "int", "seed", minimum=0),
+        Key("seed", "int", "seed", minimum=0, maximum=MAX_SEED, why=_SEED_WHY),
     ),
 )  # fmt: skip
 
@@ -318,7 +333,8 @@ def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
             ctx.error("E204", f"bucket cuts the replayed trace ({format_duration(fields['duration_s'])}) into more than "
                               f"{MAX_BUCKETS_PER_LEVEL} buckets", b.got("bucket").span)  # fmt: skip
         return
-    if fields["duration_s"] is None and not b.has("duration") and "duration" not in b.suggested:
+    phased = any(isinstance(s, A.Block) and s.kind == "phases" for s in getattr(b.blocks.get("load"), "body", ()))
+    if fields["duration_s"] is None and not b.has("duration") and "duration" not in b.suggested and not phased:  # phases: reported there
         ctx.error("E103", f"{where} needs 'duration'", b.span)
 
 
