@@ -66,9 +66,10 @@ def test_partial_gate_of_a_finished_run_judges_it_in_full(tmp_path, capsys, nice
     assert nice_calls == []  # a finished run competes with nothing: full priority
 
 
-def _sigkill_mid_bucket(cmd: list[str], cwd: Path, ready, what: str) -> None:
+def _sigkill_mid_bucket(cmd: list[str], cwd: Path, ready, what: str, sig: int = signal.SIGKILL) -> tuple[int, str, str]:
     """Run `cmd` (a `soakspec run`), wait until `ready()` (at most 60 s: else fail saying `what`
-    did not happen), then SIGKILL it half a second into a bucket; no process of it may survive."""
+    did not happen), then SIGKILL it (or send `sig`) half a second into a bucket; no process of
+    it may survive. Returns its (exit status, stdout, stderr)."""
     marker = new_marker()
     proc = subprocess.Popen(cmd, cwd=cwd, env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -78,12 +79,13 @@ def _sigkill_mid_bucket(cmd: list[str], cwd: Path, ready, what: str) -> None:
             assert time.monotonic() < deadline, f"{what} within 60 s"
             time.sleep(0.05)
         time.sleep(0.5)  # mid-bucket
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate(timeout=10)
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert wait_no_survivors(marker, timeout=10) == []
+    return proc.returncode, out, err
 
 
 @pytest.mark.slow

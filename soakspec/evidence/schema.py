@@ -64,6 +64,16 @@ def _fast(name: str):
     return fastjsonschema.compile(schema)
 
 
+def preload(*names: str) -> None:
+    """Read and compile these schemas now (all when none is named). `soakspec run` does it
+    before its load: a file opened mid-run (a first telemetry or client-health line) could
+    meet a process whose load holds every file descriptor it may open."""
+    import fastjsonschema  # noqa: F401 - imported now, for the same reason
+
+    for name in names or SCHEMA_NAMES:
+        _fast(_resource_name(name).removesuffix(".schema.json"))
+
+
 def is_valid(name: str, obj: Any) -> bool:
     import fastjsonschema
 

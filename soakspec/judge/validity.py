@@ -156,12 +156,16 @@ def _window_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instanc
     planned = {pb.index: pb for pb in plv.buckets}
     ms = lv.measure_start
     stray: list[tuple[str, float, int]] = []
+    listed = [w for w in lv.buckets if w.planned]
+    # a level cut short (completed = false) ends its last bucket where it stopped: shorter, not wrong
+    cut = listed[-1].index if listed and lv.entry.get("completed") is not True else None
     for w in lv.buckets:
         pb = planned.get(w.index)
         if pb is None or not w.planned or w.start is None or w.end is None:
             continue
         length = w.end - w.start
-        if abs(length - pb.length_s) > WINDOW_TOLERANCE_S:
+        cut_here = w.index == cut and 0 <= length <= pb.length_s + WINDOW_TOLERANCE_S
+        if abs(length - pb.length_s) > WINDOW_TOLERANCE_S and not cut_here:
             out.append(problem(f"bucket {w.index}'s window is {format_duration(length)} long, but the plan's bucket is {format_duration(pb.length_s)}", lloc))
         elif ms is not None and abs(w.start - (ms + pb.start_s)) > WINDOW_TOLERANCE_S:
             out.append(problem(f"bucket {w.index}'s window starts {format_duration(w.start - ms)} after the measured start, "
@@ -180,6 +184,15 @@ def _window_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instanc
     return out
 
 
+def _bucket_span(indexes: list[int]) -> str:
+    """`bucket 5`, `buckets 3-5`, `buckets 1, 4` (indexes ascending)."""
+    if len(indexes) == 1:
+        return f"bucket {indexes[0]}"
+    if indexes == list(range(indexes[0], indexes[-1] + 1)):
+        return f"buckets {indexes[0]}-{indexes[-1]}"
+    return "buckets " + ", ".join(map(str, indexes))
+
+
 def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None) -> list[Instance]:
     """What is wrong with one planned level that ran."""
     out: list[Instance] = []
@@ -188,6 +201,12 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None) 
         out.extend(_window_problems(lv, plv, lloc))
     if lv.entry.get("completed") is not True:
         out.append(problem("the level did not run its full duration (completed = false)", lloc))
+    if plv is not None:
+        listed = {w.index for w in lv.buckets if w.planned}
+        missing = [pb.index for pb in plv.buckets if pb.index not in listed]
+        if missing:
+            out.append(problem(f"{_bucket_span(missing)} of {len(plv.buckets)} not measured: the level was cut short"
+                               + (f" in bucket {max(listed)}" if listed else " before its first bucket"), lloc))
     sent = lv.entry.get("sent")
     if isinstance(sent, int) and not isinstance(sent, bool):
         have = bi.recorded.get((lv.workload, lv.index), 0)
@@ -541,10 +560,16 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
         return result(None, "client_healthy", "validity", "require",
                       [problem(f"{gap}: the load generator's health is unknown", status="inconclusive")], "", 1)
     insts: list[Instance] = []
+    unsent: list[Instance] = []  # first: the message names the load generator's own failure
     n = sampled = 0
     worst: tuple[float, str] | None = None
     for bi in run.judged:
         for lv in bi.levels:
+            for w in lv.buckets:
+                if w.planned and (ns := not_sent(w.records)):
+                    first = (next(iter(ns)).get("error") or "no connection could be made").removeprefix("not sent: ")
+                    unsent.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), float(len(ns)), None, len(ns),
+                                           f"{plural(len(ns), 'request')} of bucket {w.index} {NOT_SENT_NOTE}: {first}"))
             for w, row in _client_windows(bi, lv):
                 n += 1
                 sampled += 1 if row["samples"] else 0
@@ -563,16 +588,35 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
                     worst = (row["lag_p99"], loc(bucket_scope(bi, lv, w)).text)
     msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
         f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "")
-    return result(None, "client_healthy", "validity", "require", insts, msg, n)
+    return result(None, "client_healthy", "validity", "require", unsent + insts, msg, n)
+
+
+# a request with no `start` was never sent: the load generator could not open a connection (out
+# of file descriptors, ...: runner/fdlimit.py). Its record counts as `disconnected`, but it says
+# nothing about the server: `client_healthy` is INCONCLUSIVE, and no rule FAILs the server for it.
+NOT_SENT_NOTE = "never sent (the load generator's own failure, not the server's)"
+
+
+def not_sent(recs: Rows) -> Rows:
+    """The requests of `recs` that were never sent (no `start`)."""
+    return recs.where(lambda t, idx: np.isnan(t.f["start"][idx]), lambda r: r.get("start") is None)
 
 
 def client_blocks(results: list[RuleResult], r: Rule, res: RuleResult) -> RuleResult:
     """A timing rule that FAILs while the load generator was saturated (`client_healthy`
-    inconclusive) is INCONCLUSIVE: the failure may be the client's own lag."""
-    if res.status != "fail" or r.expr.metric not in CLIENT_SENSITIVE:
+    inconclusive) is INCONCLUSIVE: the failure may be the client's own lag. When the load
+    generator could not send requests (NOT_SENT_NOTE) every FAIL is: those requests count as
+    unsuccessful, and the planned load was not applied."""
+    if res.status != "fail":
         return res
     health = next((x for x in results if x.rule == "client_healthy" and x.status == "inconclusive"), None)
     if health is None:
+        return res
+    if health.details and NOT_SENT_NOTE in health.details[0].message:
+        return dataclasses.replace(res, status="inconclusive",
+                                   message="not judged, the load generator did not send every request (client_healthy: "
+                                           f"{health.details[0].message}); it measured: {res.message}")
+    if r.expr.metric not in CLIENT_SENSITIVE:
         return res
     return dataclasses.replace(res, status="inconclusive",
                                message=f"not judged, the load generator was saturated ({health.message}); it measured: {res.message}")

@@ -145,17 +145,27 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         watch.bucket_done(k, deps.clock.now())
         await rec.compact_log()  # last: the bucket's line, progress and abort rules never wait for it
 
+    def observe(records) -> None:
+        # a request the load generator could not send (out of file descriptors, ...: runner/fdlimit.py)
+        # says nothing about the server: no abort rule sees it; the first is said at once
+        sent = [r for r in records if r.start is not None]
+        if len(sent) < len(records) and not rec.not_sent:
+            first = next(r for r in records if r.start is None)
+            progress.error(f"soakspec run: [{bp.name}] {lv.label}: {first.error}; the run will be INCONCLUSIVE (client_healthy)")
+        rec.not_sent += len(records) - len(sent)
+        watch.observe([row_of(r) for r in sent], deps.clock.now())
+
     def write_records(records: list[RequestRecord]) -> None:
         rec.write_records(records)
-        watch.observe([row_of(r) for r in records], deps.clock.now())
+        observe(records)
 
     def write_lines(data: bytes) -> None:  # a --workers process's records
-        recs = rec.write_lines(data)  # decoded once, for the bucket lines and the abort rules alike
-        watch.observe([row_of(r) for r in recs], deps.clock.now())
+        observe(rec.write_lines(data))  # decoded once, for the bucket lines and the abort rules alike
 
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
                        on_bucket=on_bucket, health=health)  # fmt: skip
     progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
+    run: LevelRun | None = None
     try:
         if deps.workers > 1:
             entry["workers"] = processes_for(lv, deps.workers)
@@ -168,8 +178,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         else:
             run = await drive_level(lv, ctx)
     finally:
-        if watch.fired is not None:
-            _buckets_begun(entry, lv, watch.fired.at)
+        if run is None or watch.fired is not None:  # cut short: an abort rule, Ctrl-C, a dead backend, a failure
+            _cut_short(entry, lv, deps.clock.now())
         await rec.level_stopped(entry, deps.clock.now())
     rec.level_finished(entry, run)
     return run
@@ -235,12 +245,17 @@ def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
     return [dict(r) for _, r in iter_records(rec.layout.requests(rec.name)) if r.workload == lv.workload and r.level == lv.index]
 
 
-def _buckets_begun(entry: dict, lv: Level, until: float) -> None:
-    """A level an abort rule cut short lists the bucket windows that had begun (its requests
-    name them); it stays `completed = false`."""
+def _cut_short(entry: dict, lv: Level, at: float) -> None:
+    """A level cut short at `at` (an abort rule fired, Ctrl-C or another signal, the backend
+    died, the run failed) keeps what it measured: it stays `completed = false`, lists the
+    bucket windows that had begun by then (its requests name them; the judge reports the
+    later ones as not run), the last of them ending at `at` (its `planned_length_s` is the
+    plan's), and `measure_end` is `at`, so the level's wall time is the time it measured."""
     m = entry["measure_start"]
-    entry["buckets"] = [{"index": b.index, "start": m + b.start_s, "end": m + b.start_s + b.length_s, "planned_length_s": b.length_s}
-                        for b in lv.buckets if m + b.start_s <= until]
+    end = max(m, min(at, m + lv.duration_s))
+    entry["buckets"] = [{"index": b.index, "start": m + b.start_s, "end": min(m + b.start_s + b.length_s, end), "planned_length_s": b.length_s}
+                        for b in lv.buckets if m + b.start_s < end]
+    entry["measure_end"], entry["drained_at"] = end, at
 
 
 async def follow_up(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, shapes: Shapes, connect) -> None:

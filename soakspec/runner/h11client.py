@@ -101,6 +101,7 @@ from soakspec.runner.protocol import (
     build_body,
     describe_transport_error,
 )
+from soakspec.runner.fdlimit import not_sent_error
 from soakspec.runner.records import Outcome, RequestRecord
 
 RECEIVE_SIZE = 64 * 1024
@@ -461,6 +462,11 @@ class H11Connection:
             try:
                 sock = self._sock = await self._connect()
             except OSError as exc:
+                unsent = not_sent_error(exc)
+                if unsent is not None:  # out of file descriptors (...) here: nothing reached the server
+                    record.start = None  # the record's "never sent" (runner/fdlimit.py)
+                    acc.fail(Outcome.DISCONNECTED, unsent)
+                    return
                 acc.fail(Outcome.DISCONNECTED, CONNECT_FAILED + describe_transport_error(exc))
                 return
             self.connects += 1

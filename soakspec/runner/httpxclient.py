@@ -30,6 +30,7 @@ from soakspec.runner.protocol import (
     build_body,
     describe_transport_error,
 )
+from soakspec.runner.fdlimit import not_sent_error
 from soakspec.runner.records import Outcome, RequestRecord
 
 CLOSE_GRACE = 1.0  # seconds allowed for closing a response after the request ended
@@ -110,7 +111,12 @@ class HttpxClient:
             else:
                 acc.fail(Outcome.FAILED, f"HTTP protocol error: {exc}")
         except httpx.ConnectError as exc:
-            acc.fail(Outcome.DISCONNECTED, CONNECT_FAILED + describe_transport_error(exc))
+            unsent = not_sent_error(exc)
+            if unsent is not None:  # the load generator's own limit (runner/fdlimit.py): never sent
+                record.start = None
+                acc.fail(Outcome.DISCONNECTED, unsent)
+            else:
+                acc.fail(Outcome.DISCONNECTED, CONNECT_FAILED + describe_transport_error(exc))
         except httpx.TransportError as exc:
             acc.fail(Outcome.DISCONNECTED, describe_transport_error(exc))
         finally:

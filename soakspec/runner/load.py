@@ -51,6 +51,9 @@ _COSTS: dict[tuple[str, str], TokenCosts] = {}  # (tokenizer file or server URL,
 SHAPE_CACHE = 4096  # request shapes kept per workload (each shares its prompt string)
 CANCELLED_BY_ABORT = "the run was aborted before the response finished"
 CLOSE_S = 1.0  # closing a connection (shielded) takes at most this long
+# a worker whose request could not be sent (the load generator out of file descriptors, ...:
+# runner/fdlimit.py) waits this long before its next one, instead of failing in a hot loop
+NOT_SENT_PAUSE_S = 0.1
 
 # A fixed vocabulary: prompts are `prompt_words` consecutive words starting at the request's
 # global index, so they are deterministic and need no tokenizer (as in the original harness).
@@ -330,12 +333,14 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                     health.scouted()
                 return
         try:
-            await _one(conn, worker, intended, lengths)
+            rec = await _one(conn, worker, intended, lengths)
         finally:
             if scout:
                 health.scouted()  # type: ignore[union-attr]
+        if rec.start is None:  # not sent: the client's own limit, not the server's (NOT_SENT_PAUSE_S)
+            await trio.sleep_until(clock.to_trio(min(clock.now() + NOT_SENT_PAUSE_S, stop)))
 
-    async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None) -> None:
+    async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None) -> RequestRecord:
         index, rid = ctx.next_id()
         now = clock.now()
         start_ref = intended if intended is not None else now
@@ -365,6 +370,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             pending.add(rec)
             if health is not None:
                 health.observe(rec)
+        return rec
 
     try:
         async with trio.open_nursery() as background:

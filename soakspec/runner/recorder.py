@@ -123,6 +123,7 @@ class BackendRecorder:
         self.external_log: dict[str, Any] | None = None  # a url backend's log_file as read (runner/logfile.py)
         self.sweep: dict[str, Any] | None = None  # a sweep's probes and result (runner/driver.py)
         self.metrics_scrape: dict[str, Any] | None = None  # what the /metrics scrapes did (runner/scrape.py)
+        self.not_sent = 0  # requests the load generator could not send (its own limits: runner/fdlimit.py)
         self.trace_offset = 0
         self.source_before: dict | None = None
         # server.log kept bounded on disk while the server writes it (a step at each bucket's

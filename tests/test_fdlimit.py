@@ -1,0 +1,146 @@
+"""The load generator out of file descriptors (EMFILE) is the client's failure, never the
+server's: the requests it could not send are recorded as never sent (no `start`, an error
+naming the limit), `client_healthy` makes the run INCONCLUSIVE saying so, no rule FAILs the
+server for them, and nothing in the runner crashes -- the manifest always ends with a status
+and a reason. `soakspec run` lifts its soft RLIMIT_NOFILE to the hard limit first."""
+
+from __future__ import annotations
+
+import errno
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from runner_support import manifest, new_marker, requests_of, run_env, sim_spec, soakspec_cmd, wait_no_survivors
+from soakspec.runner.fdlimit import NOT_SENT, local_errno, not_sent_error
+
+GATE = "require errors == 0"
+
+
+def _spec(tmp_path: Path, concurrency: int) -> Path:
+    spec = tmp_path / "t.soak"
+    spec.write_text(sim_spec(sim="ttft = 20ms\n    itl = 5ms\n    slots = 512", load=f"mode = closed\n    concurrency = [{concurrency}]",
+                             duration="2s", bucket="1s", deadline="2s", gate=GATE, follow_up=False))
+    return spec
+
+
+def _run(tmp_path: Path, spec: Path, nofile: tuple[int, int], cmd: list[str] | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    """`soakspec run` (or `cmd`) with RLIMIT_NOFILE set to `nofile` (soft, hard) in the child."""
+    marker = new_marker()
+    out = tmp_path / "ev"
+    argv = (cmd or soakspec_cmd()) + ["run", str(spec), "--out", str(out), "--quiet"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=60,
+                          preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, nofile))
+    assert wait_no_survivors(marker) == []
+    return proc, out
+
+
+def _hard() -> int:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    return 1 << 16 if hard == resource.RLIM_INFINITY else hard
+
+
+@pytest.mark.parametrize("concurrency", [96, 200])
+def test_out_of_file_descriptors_is_inconclusive_never_a_server_fail(tmp_path, concurrency):
+    proc, out = _run(tmp_path, _spec(tmp_path, concurrency), (100, 100))
+    text = proc.stdout + proc.stderr
+    assert proc.returncode == 3, text  # INCONCLUSIVE: not 1 (a server FAIL), not 4 (a crash)
+    assert "internal error" not in text and "FAIL" not in text, text
+    m = manifest(out)
+    assert m["status"] == "complete" and m["incomplete_reason"] is None
+    assert m["host"]["open_files_limit"] == {"soft": 100, "hard": 100, "raised_from": None}
+    recs = requests_of(out)
+    unsent = [r for r in recs if r["start"] is None]
+    assert unsent and len(unsent) < len(recs)
+    assert all(r["outcome"] == "disconnected" and r["error"].startswith(NOT_SENT) for r in unsent)
+    assert all("file descriptors (emfile)" in r["error"] and "open-files limit is 100" in r["error"]
+               and "ulimit -n" in r["error"] for r in unsent)
+    assert not [r for r in recs if (r["error"] or "").startswith("connect failed")]  # none is blamed on the server's port
+    # said while it runs, and by the gate: client_healthy names it, errors == 0 is not judged
+    assert "ran out of file descriptors" in proc.stderr and "ulimit -n" in proc.stderr
+    verdict = json.loads((out / "verdict.json").read_text())
+    rules = {r["rule"]: r for r in verdict["rules"]}
+    assert verdict["verdict"] == "INCONCLUSIVE"
+    assert rules["client_healthy"]["status"] == "inconclusive"
+    assert "never sent (the load generator's own failure, not the server's)" in rules["client_healthy"]["message"]
+    assert "ulimit -n" in rules["client_healthy"]["message"]
+    errors = rules[GATE.removeprefix("require ")]
+    assert errors["status"] == "inconclusive"
+    assert errors["message"].startswith("not judged, the load generator did not send every request")
+
+
+def test_the_soft_open_files_limit_is_lifted_to_the_hard_one(tmp_path):
+    hard = _hard()
+    if hard < 1024:
+        pytest.skip(f"the hard open-files limit here is {hard}")
+    proc, out = _run(tmp_path, _spec(tmp_path, 96), (100, hard))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert manifest(out)["host"]["open_files_limit"] == {"soft": hard, "hard": hard, "raised_from": 100}
+    assert all(r["start"] is not None for r in requests_of(out))
+
+
+# a `soakspec run` whose schema files cannot be opened mid-run (as when the load holds every
+# descriptor), or whose client-health writer has a bug: neither may leave the manifest `running`
+EMFILE_IN_SCHEMA = ("import errno, sys; from soakspec.evidence import schema as s; s.preload = lambda *a: None; load = s._load; "
+                    "s._load = lambda name: load(name) if name != 'client' else "
+                    "(_ for _ in ()).throw(OSError(errno.EMFILE, 'Too many open files', name)); "
+                    "from soakspec.cli import main; sys.exit(main(sys.argv[1:]))")
+BUG_IN_WRITER = ("import sys; from soakspec.runner import clienthealth as c; "
+                 "c.ClientLog.write = lambda self, sample: (_ for _ in ()).throw(RuntimeError('a bug')); "
+                 "from soakspec.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def test_fd_exhaustion_where_no_request_records_it_ends_the_run_naming_the_limit(tmp_path):
+    proc, out = _run(tmp_path, _spec(tmp_path, 2), (4096, 4096), [sys.executable, "-c", EMFILE_IN_SCHEMA])
+    assert proc.returncode == 4 and "internal error" not in proc.stderr, proc.stdout + proc.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted", m["status"]
+    assert "ran out of file descriptors (emfile)" in m["incomplete_reason"] and "ulimit -n" in m["incomplete_reason"]
+    assert m["backends"] and m["backends"][0]["levels"]  # what ran is in the manifest
+
+
+def test_a_runner_bug_still_ends_the_manifest_aborted_with_its_reason(tmp_path):
+    proc, out = _run(tmp_path, _spec(tmp_path, 2), (4096, 4096), [sys.executable, "-c", BUG_IN_WRITER])
+    assert proc.returncode == 4 and "internal error" in proc.stderr, proc.stdout + proc.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted" and m["incomplete_reason"].startswith("internal error:"), m["incomplete_reason"]
+    assert "a bug" in m["incomplete_reason"]
+
+
+def test_local_exhaustion_is_found_anywhere_in_the_exception_chain():
+    emfile = OSError(errno.EMFILE, "Too many open files")
+    wrapped = OSError("all attempts to connect to 127.0.0.1:1 failed")
+    wrapped.__cause__ = BaseExceptionGroup("attempts", [emfile])
+    assert local_errno(wrapped) == errno.EMFILE
+    assert not_sent_error(wrapped).startswith(NOT_SENT + "the load generator ran out of file descriptors (emfile)")
+    assert local_errno(ConnectionRefusedError(errno.ECONNREFUSED, "refused")) is None
+    assert not_sent_error(ConnectionResetError(errno.ECONNRESET, "reset")) is None
+
+
+def test_a_connect_the_client_cannot_make_is_recorded_never_sent(monkeypatch):
+    """The h11 client's record of a connect that fails with EMFILE: no start, not sent."""
+    from soakspec.runner import h11client
+    from soakspec.runner.clock import RunClock
+    from soakspec.runner.protocol import Endpoint, RequestShape
+    from soakspec.runner.records import RequestRecord
+
+    async def refuse(*a, **k):
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(h11client.trio, "open_tcp_stream", refuse)
+
+    async def main() -> RequestRecord:
+        conn = h11client.H11Connection("127.0.0.1", 9, RunClock())
+        rec = RequestRecord(request_id="r", backend="b", workload="w", level=0, concurrency=1, bucket=0)
+        await conn.send(RequestShape(Endpoint.COMPLETIONS, "sim", "x", max_tokens=8), "r", (), rec)
+        return rec
+
+    rec = trio.run(main)
+    assert rec.start is None and rec.intended_start is not None and rec.end is not None
+    assert str(rec.outcome) == "disconnected" and rec.error.startswith(NOT_SENT)
+    assert rec.freeze().broken_rule() is None
