@@ -245,6 +245,12 @@ def _with_timeouts(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: M
     if qq is not None and qq > 0:
         allowed = stats.max_overages(n, qq, conf)
         if allowed is None or over > allowed:
+            best = low_vals if upper else high_vals  # the samples certainly beyond the threshold
+            certain = int(np.count_nonzero({"<": best >= t, "<=": best > t, ">": best <= t, ">=": best < t}[op]))
+            if stats.exceeds_with_confidence(certain, n, qq, conf):
+                return Instance("fail", where, value, vtext, n,
+                                f"{vtext} over {_unit_word(m.unit, n)} ({thr}), but so many samples violate the threshold that "
+                                f"the percentile is beyond it at {conf * 100:.3g}% confidence; {note}"), value, n
             side = "above" if upper else "below"
             return Instance("inconclusive", where, value, vtext, n,
                             f"{vtext}, but {over} of {_unit_word(m.unit, n)} are {side} {rule.threshold_text} ({note}); at most "
