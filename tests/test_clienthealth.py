@@ -60,9 +60,11 @@ SHAPE = RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=64)
 )
 def test_tpot_is_defined_for_any_read_pattern(tokens, cuts, gaps, usage):
     """For any interleaving of reads (events split across reads and merged into one), every
-    request with >= 2 tokens has a TPOT, equal to (last token - first token) / (n - 1) from the
-    read times, and its ITL gaps add up to the same span: one gap per token after the first
-    event's, `coalesced` of them not independent."""
+    request with >= 2 tokens and tokens after its first event has a TPOT, equal to (last token
+    - first token) / (n - k1) from the read times (k1: the first event's tokens; 0 when the
+    later events shared its read), the mean of its ITL gaps, which add up to the same span: one
+    gap per token after the first event's, `coalesced` of them not independent. A request whose
+    first event carried every token has no TPOT."""
     body, cum = b"", 0
     ends = []  # byte offset where each event ends, and its tokens
     for i, k in enumerate(tokens):
@@ -94,10 +96,14 @@ def test_tpot_is_defined_for_any_read_pattern(tokens, cuts, gaps, usage):
         return next(rt for b, rt in read_time if b >= offset)
 
     first, last = arrival(ends[0]), arrival(ends[-1])
-    if n >= 2:
-        assert rec.tpot is not None and rec.tpot == pytest.approx((last - first) / (n - 1), abs=1e-9)
+    k1 = tokens[0] if usage else 1
+    if n >= 2 and n > k1:
+        assert rec.tpot is not None and rec.tpot == pytest.approx((last - first) / (n - k1), abs=1e-9)
+        assert rec.tpot == pytest.approx(sum(rec.itl) / len(rec.itl), abs=1e-9)
+    else:
+        assert rec.tpot is None
     assert sum(rec.itl) == pytest.approx(last - first, abs=1e-9)
-    assert len(rec.itl) == n - (tokens[0] if usage else 1)
+    assert len(rec.itl) == n - k1
     assert 0 <= rec.coalesced <= len(rec.itl)
     # one clock: the request ends at its last bytes' arrival, the client's delay is apart
     assert rec.end == t and rec.client_delay == pytest.approx(0.5)

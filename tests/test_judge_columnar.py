@@ -118,20 +118,29 @@ def naive_buckets(spec, be) -> list[dict[str, Any]]:
     return out
 
 
-def naive_status(run, vals: list[float], q: float, threshold: float) -> str:
-    """pNN(x) < T over the run: the overage rule of `soakspec.judge.stats`."""
+def naive_status(run, vals: list[float], q: float, threshold: float, bounds: list[float] = ()) -> str:
+    """pNN(x) < T over the run: the overage rule of `soakspec.judge.stats`. `bounds`: censored
+    samples (timed out before x was measured), each only known to exceed its bound: the rule
+    is decided where it is the same with each at its bound and beyond any time."""
     conf = run.gate.confidence
     need = max(stats.min_samples_for_percentile(q, conf), run.gate.min_samples)
-    if len(vals) < need:
-        return "short"
-    p = stats.percentile(vals, q)
-    over = sum(1 for v in vals if v >= threshold)
-    if p >= threshold:
+    low, high = list(vals) + list(bounds), list(vals) + [math.inf] * len(bounds)
+    n = len(low)
+    p_low, p_high = stats.percentile(low, q), stats.percentile(high, q)
+    if bounds and (p_low < threshold) != (p_high < threshold):
+        return "inconclusive"
+    certain = sum(1 for v in low if v >= threshold)
+    if p_low >= threshold:
+        if n < need:
+            return "fail" if stats.exceeds_with_confidence(certain, n, q, conf) else "short"
         return "fail"
-    allowed = stats.max_overages(len(vals), q, conf)
+    if n < need:
+        return "short"
+    over = sum(1 for v in high if v >= threshold)
+    allowed = stats.max_overages(n, q, conf)
     if allowed is not None and over <= allowed:
         return "pass"
-    return "fail" if stats.exceeds_with_confidence(over, len(vals), q, conf) else "inconclusive"
+    return "fail" if stats.exceeds_with_confidence(certain, n, q, conf) else "inconclusive"
 
 
 def _mutate(rng: random.Random, r: dict[str, Any], b: EvidenceBuilder) -> None:
@@ -216,10 +225,14 @@ def _judge_equals_naive(seed, per_bucket, share, t, u):
     done = [r for r in every if r.get("outcome") == "completed"]
     failed = sum(1 for r in every if r.get("outcome") == "failed")
     assert (by_rule["failed == 0"].status == "pass") == (failed == 0)
-    for text, q, vals, thr in (("p95(ttft) < ", 95.0, [v for r in done if (v := _ttft(r)) is not None], t),
-                               ("p99(itl) < ", 99.0, [x for r in done for x in _gaps(r)], u)):
+    # a timed-out request counts in a ttft rule: with the ttft it measured, else censored at its time to the deadline
+    timed = [r for r in every if r.get("outcome") == "timeout"]
+    ttfts = [v for r in done + timed if (v := _ttft(r)) is not None]
+    censored = [v for r in timed if _ttft(r) is None and (v := _latency(r)) is not None]
+    for text, q, vals, bounds, thr in (("p95(ttft) < ", 95.0, ttfts, censored, t),
+                                       ("p99(itl) < ", 99.0, [x for r in done for x in _gaps(r)], [], u)):
         rule = next(r for name, r in by_rule.items() if name.startswith(text))
-        want_status = naive_status(run, vals, q, thr)
+        want_status = naive_status(run, vals, q, thr, bounds)
         if want_status == "short":
             assert rule.status != "pass"
         else:
@@ -321,6 +334,7 @@ _row_values = st.fixed_dictionaries({
     "itl_source": st.sampled_from(["usage", "estimated", "exact"]),
     "itl": st.none() | st.lists(st.sampled_from([0.001, 0.002, 0.0]), max_size=4),
     "coalesced": st.none() | st.integers(-1, 6),
+    "first_token": st.none() | st.just(1.7e9 + 0.25),  # none: a completed request's token times unknown
 })
 
 

@@ -420,3 +420,38 @@ def test_a_ttft_measured_before_the_deadline_counts():
     r = rule(judge(spec, b.build()), "p95(ttft) < 250ms per level")
     assert r.status == "fail" and r.observed_text == "p95(ttft) = 900ms", r.message
     assert "100 timed-out requests counted with the ttft measured before the deadline" in r.message
+
+
+# ---------------------------------------------------------------- measurements the stream did not give
+
+
+def test_requests_without_token_times_stay_completed_and_are_left_out_with_a_reason():
+    """The runner leaves TTFT and TPOT unmeasured (none) where the stream does not tell them:
+    tokens without text whose usage came only at the end (no first token), and a first chunk
+    that carried every token (no TPOT). The first is still completed -- the server's [DONE] and
+    usage decide, so the judge's re-derivation does not call it a failure -- and each metric
+    leaves the requests out with a stated reason (results.json `excluded`, the reports' notes),
+    never as a value."""
+    from soakspec.judge.summary import _UNSTREAMED, _UNTIMED
+    from soakspec.report.common import exclusion_notes
+
+    spec = small_spec("require failed == 0\nrequire p95(ttft) < 250ms per level\nrequire p50(tpot) < 40ms per level")
+    b = EvidenceBuilder(spec)
+    untimed, one_chunk = list(b.measured("a"))[:2]
+    untimed.update(first_token=None, ttft=None, tpot=None, itl=[], chunks=0, output_tokens=10, itl_source="estimated",
+                   output_sha256=None, output_chars=0, empty_text=True)  # fmt: skip
+    one_chunk.update(tpot=None, itl=[], chunks=1, output_tokens=10, itl_source="usage")
+    run = join(spec, b.build())
+    assert run.evidence.backends[0].mislabeled == ()
+    v = judge_run(run)
+    assert rule(v, "failed == 0").status == "pass"
+    assert rule(v, "p95(ttft) < 250ms per level").samples == 15
+    assert rule(v, "p50(tpot) < 40ms per level").samples == 14
+    results = summarize_run(run)
+    (lv,) = results["backends"][0]["levels"]
+    assert lv["requests"]["completed"] == 16 and lv["ttft"]["count"] == 15 and lv["tpot"]["count"] == 14
+    assert lv["excluded"] == {"ttft": {_UNTIMED: 1}, "tpot": {_UNTIMED: 1, _UNSTREAMED: 1}, "itl": {_UNTIMED: 1}}
+    notes = exclusion_notes(results)
+    assert "TTFT leaves out 1 completed request of a · concurrency 2: token arrival times unknown (no text, usage not per chunk) (1)" in notes
+    assert ("TPOT leaves out 2 completed requests of a · concurrency 2: no token times after the first chunk (not streamed, "
+            "or every token in it) (1); token arrival times unknown (no text, usage not per chunk) (1)") in notes

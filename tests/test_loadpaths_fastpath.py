@@ -56,6 +56,10 @@ def fast_layout(draw, chat: bool, usages=("none", "null", "cum", "cum"), head: s
             body = draw(st.sampled_from([
                 '"delta":{{"content":{}}}', '"delta":{{"role":"assistant","content":{}}}',
                 '"delta":{{}}', '"delta":{{"role":"assistant"}}', '"delta":{{"content":null}}',
+                # a reasoning model's thinking (vLLM's reasoning parsers): output text, as content
+                '"delta":{{"reasoning_content":{}}}', '"delta":{{"reasoning":{}}}',
+                '"delta":{{"reasoning":{0},"reasoning_content":{0}}}', '"delta":{{"content":null,"reasoning":{}}}',
+                '"delta":{{"role":"assistant","content":"","reasoning_content":{}}}',
             ]))  # fmt: skip
         else:
             body = '"text":{}'

@@ -25,6 +25,7 @@ from soakspec.runner.protocol import (
     describe_transport_error,
 )
 from soakspec.runner.records import RECORD_KEYS, ItlSource, Outcome, RequestRecord, TokensSource
+from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK
 
 COMPLETIONS = RequestShape(Endpoint.COMPLETIONS, "m", "hello world", max_tokens=8)
 CHAT = RequestShape(Endpoint.CHAT, "m", "hello world", max_tokens=8)
@@ -221,7 +222,7 @@ def test_continuous_usage_k_tokens_per_chunk() -> None:
     assert rec.ttft == 1.0 and rec.latency == 1.3 and rec.client_delay == pytest.approx(8.7)
     assert rec.itl == pytest.approx([0.05] * 4 + [0.025] * 4)
     assert sum(rec.itl) == pytest.approx(0.3)
-    assert rec.tpot == pytest.approx(0.3 / 11)
+    assert rec.tpot == pytest.approx(0.3 / 8)  # the mean gap: the first chunk's 4 tokens add none
     assert rec.output_sha256 == hashlib.sha256(b"abcdefghijkl").hexdigest()
     assert (rec.output_chars, rec.finish_reason, rec.server_id) == (12, "length", "cmpl-1")
 
@@ -234,7 +235,7 @@ def test_continuous_usage_tokens_without_text() -> None:
     assert (rec.output_tokens, rec.chunks, rec.itl_source) == (4, 2, ItlSource.USAGE)
     assert rec.ttft == 1.0
     assert rec.itl == pytest.approx([0.1, 0.2])
-    assert rec.tpot == pytest.approx(0.3 / 3)
+    assert rec.tpot == pytest.approx(0.3 / 2)  # the first text chunk delivered 2 tokens
 
 
 def test_final_usage_equal_to_chunks_is_exact() -> None:
@@ -250,7 +251,7 @@ def test_final_usage_spread_evenly_is_estimated() -> None:
     assert (rec.output_tokens, rec.itl_source) == (7, ItlSource.ESTIMATED)
     # 7 tokens over 3 chunks: 2, 2, 3 -- the first chunk's 2 add no gap
     assert rec.itl == pytest.approx([0.05] * 2 + [0.1 / 3] * 3)
-    assert rec.tpot == pytest.approx(0.2 / 6)
+    assert rec.tpot == pytest.approx(0.2 / 5)  # the mean of the 5 gaps
 
 
 def test_no_usage_counts_chunks() -> None:
@@ -378,6 +379,130 @@ def test_describe_transport_error_finds_the_root_oserror() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# the server's counts: a usage that is no count, a chunk that claims more than a chunk can carry
+
+
+def assert_valid_evidence(rec: RequestRecord) -> None:
+    """What `verify` accepts: the line decodes, keeps its cross-field rules, matches the schema."""
+    import dataclasses
+
+    from soakspec.evidence import schema
+    from soakspec.evidence.record import decode_line
+
+    rec = dataclasses.replace(rec, backend="b", workload="w")  # what the runner fills in around the protocol
+    decode_line(rec.to_line())
+    assert schema.validate("request", rec.to_json()) == []
+
+
+def _usage_event(text: str | None, usage: dict) -> bytes:
+    obj: dict = {"id": "cmpl-1", "choices": [] if text is None else [{"index": 0, "text": text}], "usage": usage}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize(
+    ("timed", "error"),
+    [
+        ([(1.0, chunk("a", ct=1)), (1.1, chunk("b", ct=-5)), (1.2, chunk("c", ct=3)), (1.2, DONE)],
+         "malformed response: usage.completion_tokens is -5"),
+        ([(1.0, chunk("a")), (1.1, chunk("b")), (1.1, usage_only(-5)), (1.2, DONE)],
+         "malformed response: usage.completion_tokens is -5"),
+        ([(1.0, _usage_event("a", {"prompt_tokens": -1, "completion_tokens": 1})), (1.1, DONE)],
+         "malformed response: usage.prompt_tokens is -1"),
+        ([(1.0, chunk("a", ct=1)), (1.1, usage_only(2**63)), (1.1, DONE)],
+         "malformed response: usage.completion_tokens is 9223372036854775808"),
+        ([(1.0, chunk("a", ct=1)), (1.1, usage_only(-(10**40))), (1.1, DONE)],
+         "malformed response: usage.completion_tokens is -a 41-digit number"),
+    ],
+    ids=["negative-continuous", "negative-final", "negative-prompt", "beyond-int64", "huge-negative"],
+)  # fmt: skip
+def test_a_usage_that_is_no_count_fails_the_request_and_the_record_stays_valid(timed, error) -> None:
+    """A negative (or out-of-range) usage count is the server's bug: the request fails with a
+    message that says so, and its record is valid evidence -- `-5` recorded as output_tokens
+    made every such record fail `verify` (V104), as if the evidence had been tampered with."""
+    rec = run(timed)
+    assert (rec.outcome, rec.error) == (Outcome.FAILED, error)
+    assert rec.output_tokens >= 0 and (rec.prompt_tokens is None or rec.prompt_tokens >= 0)
+    assert_valid_evidence(rec)
+
+
+def test_a_non_streaming_negative_usage_fails_too() -> None:
+    shape = RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=5, stream=False)
+    body = {"id": "c", "choices": [{"index": 0, "text": "hello", "finish_reason": "length"}],
+            "usage": {"prompt_tokens": 2, "completion_tokens": -5}}  # fmt: skip
+    rec = run([(0.4, json.dumps(body).encode())], shape, content_type="application/json")
+    assert (rec.outcome, rec.error) == (Outcome.FAILED, "malformed response: usage.completion_tokens is -5")
+    assert_valid_evidence(rec)
+
+
+@pytest.mark.parametrize("claim", [MAX_TOKENS_PER_CHUNK + 1, 100_000, 10**12])
+def test_a_chunk_claiming_more_than_a_chunk_can_carry_adds_one_gap(claim) -> None:
+    """Continuous usage says the middle chunk carried `claim` tokens. Beyond MAX_TOKENS_PER_CHUNK
+    the claim does not split the chunk's gap: it adds one gap, its whole gap (10^12 once ran the
+    runner out of memory, 10^5 cost the client enough to cut throughput 40x). The record keeps
+    the claimed output_tokens and its chunks, so the judge flags exactly what it flagged before."""
+    from soakspec.judge.rederive import usage_problem
+
+    rec = run([(1.0, chunk("a", ct=1)), (1.1, chunk("b", ct=1 + claim)), (1.3, chunk("c", ct=2 + claim)), (1.3, DONE)])
+    assert (rec.outcome, rec.output_tokens, rec.chunks, rec.itl_source) == (Outcome.COMPLETED, 2 + claim, 3, ItlSource.USAGE)
+    assert rec.itl == pytest.approx([0.1, 0.2]) and rec.coalesced == 0
+    assert_valid_evidence(rec)
+    flagged = usage_problem(rec.to_json(), None, False)
+    assert (flagged is not None) == (2 + claim > 3 * MAX_TOKENS_PER_CHUNK), flagged
+    if flagged:
+        assert flagged == f"{2 + claim} completion tokens reported for 3 text chunks (more than 16 a chunk)"
+
+
+def test_a_final_usage_spread_beyond_the_bound_adds_one_gap_per_chunk() -> None:
+    rec = run([(1.0, chunk("a")), (1.1, chunk("b")), (1.25, chunk("c")), (1.25, usage_only(10**12)), (1.3, DONE)])
+    assert (rec.outcome, rec.output_tokens, rec.itl_source) == (Outcome.COMPLETED, 10**12, ItlSource.ESTIMATED)
+    assert rec.itl == pytest.approx([0.1, 0.15])
+
+
+def test_a_chunk_of_at_most_the_bound_is_still_split() -> None:
+    k = MAX_TOKENS_PER_CHUNK
+    rec = run([(1.0, chunk("a", ct=1)), (1.16, chunk("b", ct=1 + k)), (1.16, DONE)])
+    assert rec.itl == pytest.approx([0.16 / k] * k) and rec.coalesced == k - 1
+
+
+def test_the_runner_and_the_judge_share_the_bound() -> None:
+    from soakspec.evidence import record
+    from soakspec.judge import rederive
+    from soakspec.runner import protocol
+
+    assert rederive.MAX_TOKENS_PER_CHUNK is record.MAX_TOKENS_PER_CHUNK is protocol.MAX_TOKENS_PER_CHUNK
+
+
+# any sign and size, but nothing between 10^5 and 2^40: a runner that expands claims per token
+# must fail at once (no list of 2^40 gaps can be allocated), not fill the machine's memory
+_COUNT = st.one_of(
+    st.none(), st.integers(-3, 40), st.integers(2**40, 10**30), st.integers(-(10**30), -1),
+    st.sampled_from([10**5, 10**12, 2**63 - 1, 2**63, -(2**63)]),
+)  # fmt: skip
+
+
+@given(st.lists(st.tuples(st.sampled_from([None, "", "a", "bc"]), _COUNT), max_size=12), _COUNT)
+def test_any_usage_sequence_gives_a_valid_record_with_bounded_work(events, final) -> None:
+    """Property: whatever counts the server reports (any size, either sign, per chunk or at the
+    end, with or without text), the accumulator never raises, the record is valid evidence, the
+    work is bounded -- at most MAX_TOKENS_PER_CHUNK ITL gaps per event, within the test's
+    deadline -- and a count that is not one fails the request, saying so."""
+    timed: list[tuple[float, bytes]] = []
+    for i, (text, ct) in enumerate(events):
+        if text is None and ct is None:
+            continue
+        timed.append((1.0 + 0.01 * i, usage_only(ct) if text is None else chunk(text, ct=ct)))  # type: ignore[arg-type]
+    if final is not None:
+        timed.append((1.2, usage_only(final)))
+    timed.append((1.2, DONE))
+    rec = run(timed)
+    assert_valid_evidence(rec)
+    assert len(rec.itl) <= MAX_TOKENS_PER_CHUNK * len(timed)
+    bad = [ct for _, ct in [*events, (None, final)] if ct is not None and not 0 <= ct < 2**63]
+    if bad:
+        assert rec.outcome is Outcome.FAILED and rec.error.startswith("malformed response: usage."), rec.error
+
+
+# ---------------------------------------------------------------------------------------------
 # records and the clock
 
 
@@ -425,13 +550,13 @@ def test_tokens_that_decode_to_empty_text_complete_and_are_flagged() -> None:
     assert rec.to_json()["empty_text"] is True
 
 
-def test_empty_text_with_only_a_final_usage_completes_at_the_usage_event() -> None:
-    """No per-event usage: the first (and only) event that shows completion tokens is the final
-    usage -- that is the first token event, and the only one."""
+def test_empty_text_with_only_a_final_usage_completes_without_token_times() -> None:
+    """No per-event usage: the tokens came in the empty-text chunks, when is unknown. The request
+    is completed (the server's `[DONE]` and usage decide), but TTFT and TPOT are not measured --
+    not the final usage event's time (an upper bound), not 0."""
     rec = run([(1.0, chunk("")), (1.2, chunk("", finish="length")), (1.4, usage_only(2)), (1.5, DONE)])
     assert (rec.outcome, rec.empty_text, rec.output_tokens) == (Outcome.COMPLETED, True, 2)
-    # TPOT is defined for every request with >= 2 tokens: both arrived at once, so 0
-    assert rec.ttft == pytest.approx(1.4) and rec.itl == [] and rec.tpot == 0.0
+    assert (rec.first_token, rec.ttft, rec.itl, rec.tpot) == (None, None, [], None)
 
 
 def test_a_stream_with_text_is_never_flagged_empty_and_its_ttft_is_the_first_text() -> None:
@@ -453,3 +578,143 @@ def test_non_streaming_empty_content_with_usage_completes() -> None:
             "finish_reason": "length"}], "usage": {"prompt_tokens": 2, "completion_tokens": 5}}  # fmt: skip
     rec = run([(0.4, json.dumps(body).encode())], shape, content_type="application/json")
     assert (rec.outcome, rec.empty_text, rec.output_tokens, rec.ttft) == (Outcome.COMPLETED, True, 5, 0.4)
+
+
+# ---------------------------------------------------------------------------------------------
+# the measurement audit: reasoning tokens, a first chunk of several tokens, untimed tokens
+
+
+def vllm(text: str | None = None, *, ct: int | None = None, finish: str | None = None, delta: dict | None = None) -> bytes:
+    """One event in vLLM's compact byte layout (the one the fast path reads): a chat chunk when
+    `delta` is given, a completions chunk when `text` is, else a usage-only chunk (`choices: []`)."""
+    chat = delta is not None
+    obj: dict = {"id": "chatcmpl-1" if chat else "cmpl-1", "object": "chat.completion.chunk" if chat else "text_completion",
+                 "created": 1, "model": "m", "choices": []}  # fmt: skip
+    if chat or text is not None:
+        body = {"delta": delta} if chat else {"text": text}
+        obj["choices"] = [{"index": 0, **body, "logprobs": None, "finish_reason": finish}]
+    if ct is not None:
+        obj["usage"] = {"prompt_tokens": 3, "total_tokens": 3 + ct, "completion_tokens": ct}
+    return b"data: " + json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+
+def record_of(timed: list[tuple[float, bytes]], shape: RequestShape = COMPLETIONS, *, fast: bool = True) -> RequestRecord:
+    """`run`, through the fast path (`fast`) or through SSEParser + json only."""
+    acc = StreamAccumulator(shape)
+    if not fast:
+        acc._fast = None
+    acc.on_response(200, "text/event-stream")
+    for t, data in timed:
+        assert acc.on_body(data, t)
+    acc.on_end(timed[-1][0])
+    rec = RequestRecord("r", intended_start=0.0, start=0.0)
+    acc.finish(rec, 10.0)
+    return rec
+
+
+def _thought(field: str, text: str) -> dict:
+    if field == "both":  # vLLM keeps the two in sync (reasoning_content is the deprecated name)
+        return {"reasoning": text, "reasoning_content": text}
+    return {field: text}
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-parser"])
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning", "both"])
+def test_reasoning_tokens_are_output_tokens(field, fast) -> None:
+    """GuideLLM #737: a reasoning model's first tokens come in `delta.reasoning_content` (vLLM's
+    reasoning parsers; newer vLLM `delta.reasoning`, or both with the same text). They are output
+    tokens: TTFT ends at the first of them (201 ms, not the first content token's 352 ms), each
+    chunk is a token event of its own (its ITL gap is not folded into the first content chunk),
+    and the record's text is the reasoning then the content."""
+    shape = RequestShape(Endpoint.CHAT, "m", "p", max_tokens=5)
+    timed = [(0.150, vllm(delta={"role": "assistant", "content": ""}, ct=0)),
+             (0.201, vllm(delta=_thought(field, "Let"), ct=1)), (0.251, vllm(delta=_thought(field, " me"), ct=2)),
+             (0.301, vllm(delta=_thought(field, " think"), ct=3)), (0.352, vllm(delta={"content": "Hi"}, ct=4)),
+             (0.402, vllm(delta={"content": "!"}, ct=5, finish="length")), (0.402, vllm(ct=5)), (0.403, DONE)]  # fmt: skip
+    rec = record_of(timed, shape, fast=fast)
+    assert (rec.outcome, rec.error, rec.empty_text) == (Outcome.COMPLETED, None, False)
+    assert (rec.output_tokens, rec.chunks, rec.itl_source) == (5, 5, ItlSource.USAGE)
+    assert rec.ttft == pytest.approx(0.201)
+    assert rec.itl == pytest.approx([0.05, 0.05, 0.051, 0.05])
+    assert rec.tpot == pytest.approx(0.201 / 4)
+    assert (rec.output_chars, rec.output_sha256) == (15, hashlib.sha256(b"Let me thinkHi!").hexdigest())
+
+
+def test_a_reasoning_only_answer_is_text() -> None:
+    """max_tokens reached while the model still reasons, no usage at all: the reasoning chunks are
+    the counted tokens, and the answer is not empty (nor a failure for having no content)."""
+    shape = RequestShape(Endpoint.CHAT, "m", "p", max_tokens=3)
+    rec = record_of([(0.2, vllm(delta={"reasoning_content": "Hmm"})), (0.25, vllm(delta={"reasoning_content": ","})),
+                     (0.3, vllm(delta={"reasoning_content": " so"}, finish="length")), (0.3, DONE)], shape)  # fmt: skip
+    assert (rec.outcome, rec.error, rec.empty_text) == (Outcome.COMPLETED, None, False)
+    assert (rec.output_tokens, rec.tokens_source, rec.chunks, rec.ttft) == (3, TokensSource.COUNTED, 3, 0.2)
+    assert rec.itl == pytest.approx([0.05, 0.05]) and rec.output_sha256 == hashlib.sha256(b"Hmm, so").hexdigest()
+
+
+def test_non_streaming_reasoning_is_output_text() -> None:
+    shape = RequestShape(Endpoint.CHAT, "m", "p", max_tokens=5, stream=False)
+    body = {"id": "chat-4", "choices": [{"index": 0, "message": {"role": "assistant", "content": None,
+            "reasoning_content": "Let me"}, "finish_reason": "length"}], "usage": {"prompt_tokens": 2, "completion_tokens": 5}}  # fmt: skip
+    rec = run([(0.4, json.dumps(body).encode())], shape, content_type="application/json")
+    assert (rec.outcome, rec.empty_text, rec.output_chars, rec.chunks) == (Outcome.COMPLETED, False, 6, 1)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-parser"])
+def test_tpot_leaves_out_the_tokens_of_the_first_chunk(fast) -> None:
+    """AIPerf PR #1279: 3 tokens at 200 ms, then 1 every 50 ms to 550 ms (10 tokens). TPOT is
+    (last - first) / (tokens - k1) = 350 / 7 = 50 ms, the mean of the ITL gaps -- not
+    350 / 9 = 38.9 ms, deflated by the first chunk's tokens that add no gap."""
+    timed = [(0.2, vllm("abc", ct=3))]
+    timed += [(round(0.2 + 0.05 * i, 3), vllm(c, ct=3 + i, finish="length" if i == 7 else None)) for i, c in enumerate("defghij", 1)]
+    timed += [(0.55, vllm(ct=10)), (0.55, DONE)]
+    rec = record_of(timed, fast=fast)
+    assert (rec.outcome, rec.output_tokens, rec.chunks, rec.ttft) == (Outcome.COMPLETED, 10, 8, 0.2)
+    assert rec.itl == pytest.approx([0.05] * 7)
+    assert rec.tpot == pytest.approx(0.05) and rec.tpot == pytest.approx(sum(rec.itl) / len(rec.itl))
+
+
+@pytest.mark.parametrize("usage", ["continuous", "final only"])
+def test_no_tpot_when_the_first_chunk_carried_every_token(usage) -> None:
+    """All 10 tokens in the first chunk (per the server's usage): there is no time per token
+    after the first event to measure -- TPOT is none (the judge says why it leaves the request
+    out), not 0."""
+    rec = record_of([(0.2, vllm("abcdefghij", ct=10 if usage == "continuous" else None, finish="length")),
+                     (0.2, vllm(ct=10)), (0.21, DONE)])  # fmt: skip
+    assert (rec.outcome, rec.output_tokens, rec.chunks, rec.ttft) == (Outcome.COMPLETED, 10, 1, 0.2)
+    assert (rec.itl, rec.tpot) == ([], None)
+
+
+def test_tpot_is_0_when_later_chunks_shared_the_first_ones_read() -> None:
+    """Later chunks that one client read brought together with the first are still token events
+    of their own: TPOT 0 (not none, so the fastest requests are not left out), every gap coalesced."""
+    data = vllm("abc", ct=3) + b"".join(vllm(c, ct=3 + i) for i, c in enumerate("defghij", 1)) + vllm(ct=10) + DONE
+    rec = record_of([(0.2, data)])
+    assert (rec.output_tokens, rec.tpot, rec.itl, rec.coalesced) == (10, 0.0, [0.0] * 7, 7)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-parser"])
+@pytest.mark.parametrize("reads", ["a read per event", "one read"])
+@pytest.mark.parametrize("usage_in", ["a usage-only event", "the last chunk"])
+def test_tokens_without_text_or_per_chunk_usage_have_no_ttft_or_tpot(fast, reads, usage_in) -> None:
+    """Six chunks of empty text carry the tokens from 200 to 450 ms; only the last event has
+    usage (10). When the tokens arrived is unknown: the request is completed (`[DONE]` and the
+    server's usage decide), with no TTFT -- not the usage event's 462 ms, an upper bound charged
+    to the server -- and no TPOT (not 0.0, which would pass any TPOT bound on missing data)."""
+    assert protocol_fast_layout(vllm(""))
+    timed = [(round(0.2 + 0.05 * i, 3), vllm("", finish="length" if i == 5 else None)) for i in range(6)]
+    if usage_in == "the last chunk":
+        timed[-1] = (0.462, vllm("", ct=10, finish="length"))
+    else:
+        timed.append((0.462, vllm(ct=10)))
+    timed.append((0.47, DONE))
+    if reads == "one read":
+        timed = [(0.47, b"".join(d for _, d in timed))]
+    rec = record_of(timed, fast=fast)
+    assert (rec.outcome, rec.error, rec.empty_text, rec.output_tokens) == (Outcome.COMPLETED, None, True, 10)
+    assert (rec.first_token, rec.ttft, rec.tpot, rec.itl) == (None, None, None, [])
+
+
+def protocol_fast_layout(event: bytes) -> bool:
+    from soakspec.runner.protocol import _FAST_CHAT, _FAST_COMPLETIONS
+
+    return bool(_FAST_COMPLETIONS.match(event) or _FAST_CHAT.match(event))

@@ -26,7 +26,10 @@ import subprocess
 import sys
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from soakspec.evidence.testing import secrets_strategy
 from runner_support import manifest, new_marker, run_env, server_log_bytes, sim_spec, soakspec_cmd, wait_no_survivors
 
 HF_TOKEN = "hf_plantedHfTokenValue0123456789"
@@ -168,9 +171,219 @@ def test_a_redacted_spec_still_verifies_and_an_edit_of_it_is_still_caught(tmp_pa
     assert spec["text_sha256"] != spec["sha256"]
     verify = subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    gate = subprocess.run(soakspec_cmd("gate", str(out)), capture_output=True, text=True, timeout=60)
+    assert gate.returncode == 0 and "now hashes to" not in gate.stderr + gate.stdout, gate.stdout + gate.stderr
 
     m = json.loads((out / "manifest.json").read_text())
     m["spec"]["text"] = m["spec"]["text"].replace("require failed == 0", "warn failed == 0")
     (out / "manifest.json").write_text(json.dumps(m))
     verify = subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
     assert verify.returncode == 1 and "V109" in verify.stdout, verify.stdout + verify.stderr
+
+
+# ------------------------------------------------------------------ the server's own text
+
+LEAK_TOKEN = "lt-9f3a7c1e5b2d4680aa"
+LEAK_PASSWORD = "lp-0b7e4d2a9c6f1358cc"
+LEAK_API_KEY = "ak-4e8b2f6d0c1a3957bb"
+SERVER_CREDENTIAL = "hf_serverOwnTokenNobodyToldSoakspec0123"  # tests/misbehaving/server.py: a pattern's catch
+LEAKED = (LEAK_TOKEN, LEAK_PASSWORD, LEAK_API_KEY, SERVER_CREDENTIAL)
+
+
+def _record(timed: list[bytes], status: int = 200, ctype: str = "text/event-stream"):
+    """The request record the protocol makes of a response (the bytes, one read each)."""
+    from soakspec.runner.protocol import Endpoint, RequestShape, StreamAccumulator
+    from soakspec.runner.records import RequestRecord
+
+    acc = StreamAccumulator(RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=8))
+    acc.on_response(status, ctype)
+    for i, data in enumerate(timed):
+        acc.on_body(data, 1.0 + i / 10)
+    acc.on_end(1.0 + len(timed) / 10)
+    rec = RequestRecord("soak-1-0-0000001", backend="b", workload="w", intended_start=0.0, start=0.0)
+    acc.finish(rec, 2.0)
+    return rec
+
+
+def test_the_servers_text_is_redacted_when_the_record_is_frozen():
+    """In-process, each way server text enters a record: an HTTP 500 body (a JSON body: the
+    secret JSON-escaped as the server wrote it), an error event, a secret cut off by the error
+    limit, the response id. `freeze` -- every path's way to the disk -- redacts the run's
+    secrets and the credential patterns, in the builder too (a reason made from it later)."""
+    from soakspec.evidence.redact import redacting
+
+    quoted = 'quo"ted-secret-77aa'  # a JSON body carries it as quo\"ted-secret-77aa
+    event = b'data: {"id": "cmpl-1", "choices": [{"index": 0, "text": "a"}]}\n\n'
+    cases = {
+        "500 body": ([json.dumps({"error": f"bad key {LEAK_API_KEY}, {quoted}, {SERVER_CREDENTIAL}"}).encode()], 500, "application/json"),
+        "error event": ([event, f"event: error\ndata: token {LEAK_TOKEN} rejected\n\n".encode()], 200, "text/event-stream"),
+        "json error event": ([event, b"data: " + json.dumps({"error": {"message": f"auth {LEAK_TOKEN}"}}).encode() + b"\n\n"],
+                             200, "text/event-stream"),
+        "cut by the limit": ([("x" * 485 + LEAK_PASSWORD).encode()], 500, "text/plain"),
+        "response id": ([event.replace(b"cmpl-1", f"cmpl-{LEAK_API_KEY}".encode()), b"data: [DONE]\n\n"], 200, "text/event-stream"),
+    }
+    with redacting({LEAK_API_KEY, LEAK_TOKEN, LEAK_PASSWORD, quoted}):
+        for name, (body, status, ctype) in cases.items():
+            rec = _record(body, status, ctype)
+            line = rec.to_line()
+            assert _leaks(line) == set() and b"quo" not in line, (name, line)
+            assert b"<redacted>" in line, (name, line)
+            assert _leaks(repr(rec).encode()) == set(), name  # the builder too
+            assert rec.error is None or len(rec.error) <= 500
+    # outside a run: no secrets known, the credential patterns still apply
+    rec = _record(cases["500 body"][0], 500, "application/json")
+    assert rec.freeze().error == f'HTTP 500: {{"error": "bad key {LEAK_API_KEY}, quo\\"ted-secret-77aa, <redacted>"}}'
+
+
+def test_short_values_and_our_own_text_are_left_alone():
+    """A "secret" under MIN_SECRET_CHARS (`USE_AUTH=1`) garbles no message; in a response id
+    a value must be MIN_ID_SECRET_CHARS long (`MAX_TOTAL_TOKENS=4096` is in random ids)."""
+    from soakspec.evidence.redact import Redactor
+
+    red = Redactor({"1", "4096", LEAK_TOKEN})
+    assert red.text("HTTP 401: max 4096 tokens") == "HTTP 401: max <redacted> tokens"
+    assert red.ident("cmpl-a4096b") == "cmpl-a4096b" and red.ident(f"cmpl-{LEAK_TOKEN}") == "cmpl-<redacted>"
+    assert red.ident("stop") == "stop"
+
+
+CREDENTIALS = ["hf_" + "A" * 20, "sk-proj-" + "B" * 20, "ghp_" + "C" * 24, "github_pat_" + "D" * 22, "glpat-" + "E" * 20,
+               "xoxb-" + "F" * 12, "AKIA" + "G" * 16, "eyJ" + "h" * 10 + ".eyJ" + "i" * 10 + ".j", "bearer kkk",
+               "https://u:pw@host/x", "/v1?api_key=qqq"]  # one of each pattern `redact_text` knows  # fmt: skip
+_PIECES = st.sampled_from(["x", " ", "=", "://", "u:p@", "?api_key=", "&token=", "Bearer ", "hf_", "sk-", "AKIA", "eyJ",
+                           ".eyJ", "abc", '"', "\\", "é", *CREDENTIALS])  # fmt: skip
+
+
+@pytest.mark.parametrize("credential", CREDENTIALS)
+def test_every_credential_pattern_passes_the_fast_paths_search(credential):
+    """The one search that lets a clean text through untouched finds each pattern's credential."""
+    from soakspec.evidence.redact import Redactor, redact_text
+
+    text = f"id {credential} x"
+    assert redact_text(text) != text
+    assert Redactor().ident(text) == Redactor().text(text) == redact_text(text)
+
+
+@given(st.lists(secrets_strategy(), max_size=4), st.lists(st.one_of(_PIECES, secrets_strategy()), max_size=12), st.data())
+def test_the_redactors_fast_path_is_exact(secrets, pieces, data):
+    """Property: the one-search fast path (`Redactor`) gives what `redact_text` gives, and no
+    secret survives it, whole or cut off at the end."""
+    from soakspec.evidence.redact import MIN_ID_SECRET_CHARS, Redactor, redact_text
+
+    if secrets:
+        pieces = pieces + [data.draw(st.sampled_from(secrets))]
+        pieces = data.draw(st.permutations(pieces))
+    text = "".join(pieces)
+    red = Redactor(secrets)
+    assert red.ident(text) == redact_text(text, [s for s in red.secrets if len(s) >= MIN_ID_SECRET_CHARS])
+    shown = red.text(text)
+    assert all(s not in shown for s in secrets)
+    full = redact_text(text, red.secrets)
+    assert shown == full or (shown.endswith("<redacted>") and full.startswith(shown[: -len("<redacted>")]))
+    for s in secrets:
+        cut = text + s[: len(s) // 2 + 4]  # a secret cut by the error limit
+        assert not red.text(cut).endswith(s[: len(s) // 2 + 4])
+
+
+@given(st.lists(st.sampled_from(["x", "ab", "<redacted>"]), max_size=80), st.integers(0, 200))
+def test_clipping_a_redacted_text_never_cuts_a_marker(parts, limit):
+    """Property: a redacted error kept to the error limit is at most that long, and ends with a
+    whole "<redacted>" where the limit fell inside one."""
+    from soakspec.evidence.redact import REDACTED, clip
+
+    text = "".join(parts)
+    out = clip(text, limit)
+    head = out
+    while head.endswith(REDACTED):
+        head = head.removesuffix(REDACTED)
+    assert len(out) <= limit and text.startswith(head)  # what it keeps of the text, then whole markers
+    assert out == text or len(text) > limit
+    assert not any(out.endswith(REDACTED[:k]) for k in range(1, len(REDACTED)))
+
+
+def _leaks(data: bytes) -> set[str]:
+    """The leaked values found, whole or in part: the first 8 characters of each (a secret cut
+    off by the error limit leaks its start)."""
+    return {v for v in LEAKED if v[:8].encode() in data}
+
+
+def _leak_spec() -> str:
+    from pathlib import Path
+
+    server = Path(__file__).resolve().parent / "misbehaving" / "server.py"
+    argv = [sys.executable, str(server), "--port", "{port}", "--mode", "leak-secrets"]
+    launch = (f"launch = {json.dumps(argv)}\n  ready {{\n    timeout = 10s\n    interval = 100ms\n  }}\n"
+              f'  shutdown_grace = 2s\n  env {{\n    LEAK_TOKEN = "{LEAK_TOKEN}"\n    LEAK_PASSWORD = "{LEAK_PASSWORD}"\n  }}\n'
+              '  api_key_env = "SOAKSPEC_LEAK_API_KEY"')  # fmt: skip
+    text = sim_spec(duration="1s", bucket="1s", deadline="3s", follow_up=False,
+                    gate="require failed == 0\n  abort_default = false")  # fmt: skip
+    sim = "sim {\n    ttft = 20ms\n    itl = 5ms\n  }"
+    assert sim in text
+    return text.replace(sim, launch, 1)
+
+
+def _run_leaky(tmp_path, *flags: str) -> tuple[subprocess.CompletedProcess, object, dict]:
+    spec = tmp_path / "t.soak"
+    spec.write_text(_leak_spec())
+    marker = new_marker()
+    out = tmp_path / "ev"
+    env = run_env(marker) | {"SOAKSPEC_LEAK_API_KEY": LEAK_API_KEY}
+    run = subprocess.run(soakspec_cmd("run", str(spec), "--out", str(out), *flags), cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert wait_no_survivors(marker) == []
+    return run, out, env
+
+
+def _evidence_leaks(out) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in sorted(out.rglob("*")):
+        if path.is_file() and path.name not in ("server.log", "server.log.gz"):  # the server's raw output
+            data = path.read_bytes()
+            hits = _leaks(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
+            if hits:
+                found[str(path.relative_to(out))] = hits
+    return found
+
+
+@pytest.mark.parametrize("workers", ["1", "2"], ids=["one-process", "workers"])
+def test_secrets_a_server_quotes_in_its_errors_reach_no_record_result_or_report(tmp_path, workers):
+    """A server that quotes the run's secrets -- its secret-named env values, the API key soakspec
+    sends as `Authorization: Bearer` -- and a credential of its own in an HTTP 500 body, a JSON
+    error event, an `event: error`, a 500 body cut by the error limit mid-secret, and its
+    response id: the records say what happened with those values redacted, the evidence still
+    verifies, and results.json, verify, gate and every report format are clean."""
+    from runner_support import requests_of
+
+    run, out, env = _run_leaky(tmp_path, "--no-preflight", "--quiet", "--workers", workers)  # workers: records made in other processes
+    assert run.returncode in (0, 1, 3), run.stdout + run.stderr
+    assert manifest(out)["status"] == "complete"
+    rows = requests_of(out)
+    assert len(rows) >= 5, rows
+    errors = [r["error"] for r in rows if r["outcome"] == "failed"]
+    # every way of leaking happened, and says what happened, with the values redacted
+    assert any(e.startswith("HTTP 500: {") and "LEAK_TOKEN=<redacted>" in e and "Bearer <redacted>" in e for e in errors), errors
+    assert any(e.startswith("error event: engine misconfigured") and "LEAK_PASSWORD=<redacted>" in e for e in errors), errors
+    assert any(e.startswith("HTTP 500: xxxx") and e.endswith("<redacted>") for e in errors), errors
+    assert any("cache <redacted>" in e for e in errors), errors
+    assert {r["server_id"] for r in rows if r["outcome"] == "completed"} == {"cmpl-<redacted>"}, rows
+    assert _evidence_leaks(out) == {}
+
+    outputs = {"run": run.stdout + run.stderr}
+    for command in [["verify", str(out)], ["gate", str(out)]] + [["report", str(out), "--format", f] for f in ("md", "html", "json", "junit")]:
+        p = subprocess.run(soakspec_cmd(*command), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in p.stderr, p.stderr
+        if command[0] == "verify":
+            assert p.returncode in (0, 3), p.stdout + p.stderr  # the redacted records are valid evidence
+        outputs[" ".join(command[:1] + command[2:])] = p.stdout + p.stderr
+    assert {name: _leaks(text.encode()) for name, text in outputs.items() if _leaks(text.encode())} == {}
+
+
+def test_a_pre_flight_that_quotes_secrets_aborts_without_them(tmp_path):
+    """The pre-flight request gets the leaking 500: the run aborts with the server's answer as
+    its reason (manifest, stderr), redacted like the record it came from."""
+    run, out, _ = _run_leaky(tmp_path)
+    assert run.returncode == 4, run.stdout + run.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted" and "pre-flight request" in m["incomplete_reason"], m["incomplete_reason"]
+    assert "HTTP 500" in m["incomplete_reason"] and "<redacted>" in m["incomplete_reason"], m["incomplete_reason"]
+    assert _leaks((run.stdout + run.stderr).encode()) == set(), run.stderr
+    assert _evidence_leaks(out) == {}

@@ -26,23 +26,30 @@ to 1 us on disk; durations are seconds):
   intended_start  when the schedule meant to send it (open loop: from the arrival process)
   start           when it was sent (None: never sent)
   first_byte      when the first response byte arrived
-  first_token     when the first completion text arrived
+  first_token     when the first completion text (reasoning included) arrived; without text,
+                  the first event whose per-chunk usage counted a token (None: not measured --
+                  no text, and usage not per chunk, so the tokens' arrival is unknown)
   end             when the response finished (or failed)
   status          the HTTP status (None: no response)
   outcome         `Outcome`: exactly one per record
-  error           the first error's text (at most ERROR_LIMIT characters); None when completed
+  error           the first error's text (at most ERROR_LIMIT characters; what it quotes of the
+                  server redacted of the run's secrets, `RequestRecord.freeze`); None when completed
   finish_reason   the server's finish_reason
   server_id       the id the server gave the response (cmpl-...)
   prompt_tokens   usage.prompt_tokens (None: not reported)
   output_tokens   completion tokens (see tokens_source)
   tokens_source   `TokensSource`: where output_tokens came from
   itl_source      `ItlSource`: how the per-token gaps were attributed
-  chunks          text chunks (SSE events with text) received
-  tpot            time per output token after the first: (end - first_token) / (tokens - 1)
+  chunks          text chunks (SSE events with text, reasoning text included) received
+  tpot            time per output token after the first chunk's k1: (last token - first_token)
+                  / (tokens - k1), the mean of the ITL gaps (None: not streamed, fewer than 2
+                  tokens, every token in the first chunk, or token times unknown)
   itl_us          inter-token gaps, integer microseconds, one per token after the first
-  output_sha256   sha256 of the completion text (None: none)
-  output_chars    characters of completion text
-  empty_text      a completed request whose tokens decoded to no text at all
+                  chunk's k1 tokens (a chunk of k tokens: k gaps of its gap / k), so they sum to
+                  last token - first_token (runner/protocol.py, "ITL")
+  output_sha256   sha256 of the completion text, a chat chunk's reasoning then its content (None: none)
+  output_chars    characters of completion text (reasoning included)
+  empty_text      a completed request whose tokens decoded to no text at all (nor reasoning)
   coalesced       ITL gaps that share a read stamp with the previous token (not independent samples)
   usage_decreased the stream's cumulative usage.completion_tokens went down at some point
   client_delay    seconds between the last bytes' arrival stamp and the client finishing them
@@ -67,6 +74,8 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 import msgspec
+
+from soakspec.evidence.redact import clip, record_redactor
 
 
 class Outcome(enum.StrEnum):
@@ -107,6 +116,12 @@ class ItlSource(enum.StrEnum):
 WARMUP_BUCKET = -1  # started during a level's warm-up: recorded, never measured
 FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level
 ERROR_LIMIT = 500  # characters of the first error message that are kept
+# The most tokens one streamed text chunk may carry (speculative decoding, server-side batching
+# of detokenized text): beyond it, a reported completion count cannot be the stream's. One bound
+# for both sides: the judge flags a request claiming more as `usage_mismatch`
+# (`soakspec.judge.rederive.usage_problem`), and the runner never splits a chunk's gap into more
+# ITL gaps than this (`soakspec.runner.protocol`, "ITL").
+MAX_TOKENS_PER_CHUNK = 16
 
 
 def measured(bucket: int) -> bool:
@@ -396,7 +411,14 @@ class RequestRecord:
 
     def freeze(self) -> Record:
         """The finished record. Raises ValueError for a NaN or infinite time or gap (nothing
-        is written then)."""
+        is written then).
+
+        The text it quotes from the server -- `error` (HTTP bodies, error events, protocol
+        errors), `finish_reason`, `server_id` -- is redacted first, in this builder too (so a
+        message made from it afterwards, a pre-flight or follow-up reason, is redacted as
+        well): the run's secrets and credential patterns (`redact.record_redactor`). Every
+        record passes here before it is written, whichever path wrote it."""
+        self.redact()
         itl = self.itl
         if itl and not math.isfinite(s := sum(itl)):
             raise ValueError(f"ITL value out of range for JSON in {self.request_id}: {s!r}")
@@ -413,6 +435,19 @@ class RequestRecord:
             tuple(map(round, map(_TO_US, itl))), self.output_sha256, self.output_chars, self.empty_text,
             self.coalesced, self.usage_decreased, None if cd is None else _round6(cd),
         )  # fmt: skip
+
+    def redact(self) -> None:
+        """Redact the server's text this builder holds (see `freeze`); idempotent."""
+        red = record_redactor()
+        err = self.error
+        if err is not None:
+            shown = red.text(err)
+            if shown != err:
+                self.error = clip(shown, ERROR_LIMIT)
+        if self.finish_reason is not None:
+            self.finish_reason = red.ident(self.finish_reason)
+        if self.server_id is not None:
+            self.server_id = red.ident(self.server_id)
 
     def to_json(self) -> dict[str, Any]:
         """The on-disk object of the frozen record."""

@@ -10,12 +10,19 @@
   credential patterns; used for progress output and reports.
 - `secret_values(env, argv)`: the values the two functions above removed, to pass to
   `redact_text` for anything else that might echo them (server logs shown to the user).
+- `Redactor`, `use_secrets(secrets)`, `record_redactor()`: the server's text a request record
+  quotes (error bodies and events, finish_reason, the response id) is redacted of the run's
+  secrets and the credential patterns when the record is frozen -- the one place every record
+  passes before it is written (requests.jsonl.gz, the manifest's pre-flight and follow-up).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 REDACTED = "<redacted>"
 
@@ -184,3 +191,111 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     for s in sorted({s for s in secrets if s}, key=len, reverse=True):
         text = text.replace(s, REDACTED)
     return scrub(text)
+
+
+# ------------------------------------------------------------------------------ the server's text in records
+
+# A known secret value shorter than this is no credential (`USE_AUTH=1`, `NUM_TOKENS=64`), and
+# replacing it would garble every message that holds those characters (progress output keeps
+# the same rule). In an identifier (a response id) a value must be longer still: a short one
+# (`MAX_TOTAL_TOKENS=4096`) turns up in random ids by chance, and a redacted id no longer
+# matches its trace.
+MIN_SECRET_CHARS = 4
+MIN_ID_SECRET_CHARS = 8
+
+# Where each `scrub` pattern can match: a text without any of these has no credential pattern
+# (`_CREDENTIAL`'s prefixes, `_BEARER`, `_URL_USERINFO`'s "://", `_QUERY_SECRET`'s "=").
+_ANCHORS = r"hf_|sk-|gh[pousr]_|github_pat_|glpat-|xox[abprs]-|AKIA|eyJ|(?i:bearer)|://|="
+
+
+class Redactor:
+    """`redact_text` with one run's secrets fixed once, for the server's text that a request
+    record quotes (`RequestRecord.freeze`): every record, so a text holding no secret and no
+    credential pattern costs one regex search.
+
+    Besides each value as given, its JSON-escaped form is redacted (a secret inside a JSON
+    error body, as the server wrote it). `text` (free text: an error message) also redacts a
+    secret cut off at the text's end (a message kept to ERROR_LIMIT characters, a body read to
+    its first bytes): a trailing prefix of a secret of at least MIN_SECRET_CHARS. `ident`
+    (the response id, finish_reason) uses the secrets of at least MIN_ID_SECRET_CHARS."""
+
+    __slots__ = ("source", "secrets", "_hit", "_id_secrets", "_id_hit")
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self.source = tuple(sorted({str(s) for s in secrets if s and len(str(s)) >= MIN_SECRET_CHARS}))
+        forms = set(self.source)
+        forms.update(json.dumps(s)[1:-1] for s in self.source)
+        self.secrets = tuple(sorted(forms, key=len, reverse=True))
+        self._id_secrets = tuple(s for s in self.secrets if len(s) >= MIN_ID_SECRET_CHARS)
+        self._hit = self._pattern(self.secrets)
+        self._id_hit = self._pattern(self._id_secrets)
+
+    @staticmethod
+    def _pattern(secrets: Sequence[str]) -> re.Pattern[str]:
+        return re.compile("|".join([*map(re.escape, secrets), _ANCHORS]))
+
+    def text(self, text: str) -> str:
+        """Free text (an error message): every secret, credential pattern and cut-off secret."""
+        if self._hit.search(text) is not None:
+            text = redact_text(text, self.secrets)
+        for s in self.source:
+            text = _cut_secret(text, s)
+        return text
+
+    def ident(self, text: str) -> str:
+        """A short server string (a response id, a finish_reason)."""
+        if self._id_hit.search(text) is None:
+            return text
+        return redact_text(text, self._id_secrets)
+
+
+def clip(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters without cutting a "<redacted>" in two: a marker
+    the limit would cut ends the text whole instead (a redacted text can be longer than the
+    text it came from)."""
+    n = len(REDACTED)
+    if len(text) <= limit:
+        return text
+    i = text.rfind(REDACTED, max(0, limit - n + 1), limit + n - 1)  # the one marker that can straddle the limit
+    if i == -1:
+        return text[:limit]
+    if limit < n:  # no room for a marker: the text ends before it
+        return clip(text[:i], limit)
+    return clip(text[:i], limit - n) + REDACTED
+
+
+def _cut_secret(text: str, secret: str) -> str:
+    """`text` with a prefix of `secret` (at least MIN_SECRET_CHARS) that ends it replaced."""
+    head = secret[:MIN_SECRET_CHARS]
+    i = text.find(head, max(0, len(text) - len(secret) + 1))
+    while i != -1:
+        if secret.startswith(text[i:]):
+            return text[:i] + REDACTED
+        i = text.find(head, i + 1)
+    return text
+
+
+_RECORD_REDACTOR: contextvars.ContextVar[Redactor] = contextvars.ContextVar("soakspec_record_redactor", default=Redactor())
+
+
+def record_redactor() -> Redactor:
+    """The redactor of the run in progress (credential patterns only outside a run)."""
+    return _RECORD_REDACTOR.get()
+
+
+def use_secrets(secrets: Iterable[str]) -> contextvars.Token[Redactor]:
+    """From now on in this context -- and the trio tasks and threads started from it -- request
+    records are frozen with `secrets` redacted (`RequestRecord.freeze`). The runner calls it
+    once at a run's start (`runner/engine.py`: inside `trio.run`, so it ends with the run) and a
+    `--workers` process once with the run's secrets from its job."""
+    return _RECORD_REDACTOR.set(Redactor(secrets))
+
+
+@contextlib.contextmanager
+def redacting(secrets: Iterable[str]) -> Iterator[Redactor]:
+    """`use_secrets` for the duration of a `with` block."""
+    token = use_secrets(secrets)
+    try:
+        yield _RECORD_REDACTOR.get()
+    finally:
+        _RECORD_REDACTOR.reset(token)

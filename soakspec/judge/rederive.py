@@ -48,6 +48,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence.ids import IdIndex
+from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK  # shared with the runner (its ITL bound)
 from soakspec.evidence.runtime import RuntimeDecl, detect_runtime_boundary
 from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, log_lines, match_traces, scan_log_rows, scan_rows
 import numpy as np
@@ -62,9 +63,6 @@ Row = Mapping[str, Any]
 DEADLINE_TOLERANCE_S = 0.05  # a completed request may end this much past its deadline (clock steps)
 MAX_LISTED = 3  # mislabeled rows named one by one per kind
 DEADLINE_PASSED = "deadline passed"
-# The most tokens one streamed text chunk may carry (speculative decoding, server-side batching
-# of detokenized text): beyond it, a reported completion count cannot be the stream's.
-MAX_TOKENS_PER_CHUNK = 16
 
 
 def _num(v: Any) -> float | None:
@@ -77,7 +75,8 @@ def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | No
     """(outcome, the facts that make it not completed) from a record's raw fields: a request
     completed only with HTTP 200, no error, output tokens (when it asked for any; the server's
     usage count when it reported one, even if the tokens decoded to empty text), a first
-    token, an end and, with a deadline, an end within it."""
+    token (or, without any text chunk, usage tokens whose arrival the stream did not time), an
+    end and, with a deadline, an end within it."""
     why: list[str] = []
     outcome = "completed"
     status = r.get("status")
@@ -104,7 +103,10 @@ def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | No
     if wants_tokens and no_tokens:
         why.append(f"{int(out_tokens or 0)} tokens in {int(chunks or 0)} chunks")
         outcome = "failed" if outcome == "completed" else outcome
-    if wants_tokens and r.get("first_token") is None:
+    # no first token: no answer -- unless no text came and the usage counts tokens, whose arrival
+    # times the stream did not tell (runner/protocol.py: TTFT and TPOT not measured)
+    untimed = chunks is not None and chunks <= 0 and out_tokens is not None and out_tokens >= 1
+    if wants_tokens and r.get("first_token") is None and not untimed:
         why.append("no first token")
         outcome = "failed" if outcome == "completed" else outcome
     start, end = _num(r.get("start")), _num(r.get("end"))
@@ -473,8 +475,9 @@ def _derive_outcomes(t: RequestTable, idx: np.ndarray, deadline: np.ndarray, max
     out, ch = t.i["output_tokens"][idx], t.i["chunks"][idx]
     no_tokens = np.where(out != MISSING, out <= 0, (ch != MISSING) & (ch <= 0))
     start, end = t.f["start"][idx], t.f["end"][idx]
+    untimed = (ch != MISSING) & (ch <= 0) & (out != MISSING) & (out >= 1)  # as `derive_outcome`
     failed = (err | t.label_is("finish_reason", "error", idx) | (wants & no_tokens)
-              | (wants & np.isnan(t.f["first_token"][idx])) | np.isnan(end))
+              | (wants & np.isnan(t.f["first_token"][idx]) & ~untimed) | np.isnan(end))
     with np.errstate(invalid="ignore"):
         late_end = ~np.isnan(start) & (end - start > deadline + DEADLINE_TOLERANCE_S)
     return np.where(o != _C, o, np.where(failed, _F, np.where(late_end, _T, _C))).astype(np.int8)

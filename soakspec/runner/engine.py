@@ -39,10 +39,11 @@ import trio
 
 from soakspec import heap
 from soakspec.evidence import layout as L
+from soakspec.evidence import schema as schemas
 from soakspec.evidence.io import EvidenceError, RunLock
 from soakspec.evidence.manifest import finalize_manifest, new_manifest, write_manifest
 from soakspec.evidence.provenance import git_state
-from soakspec.evidence.redact import secret_values
+from soakspec.evidence.redact import secret_values, use_secrets
 from soakspec.evidence.telemetry import NvmlSource
 from soakspec.evidence.traces import file_offset
 from soakspec.plan import BackendPlan, Plan
@@ -50,6 +51,7 @@ from soakspec.runner.backend import Deps
 from soakspec.runner.clock import RunClock
 from soakspec.runner.collect import collect
 from soakspec.runner.driver import run_backend
+from soakspec.runner.fdlimit import exhaustion_text, local_errno, raise_open_files_limit
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.procs import BackendError, Reaper, diagnosis_text
@@ -153,6 +155,14 @@ async def _load(load_scope: trio.CancelScope, backends: list[_Backend], plan: Pl
             # the run cannot go on as planned (e.g. token-exact prompts cannot be built): its reason
             if status.reason is None:
                 status.reason = _first_leaf(group).reason
+        except* OSError as group:
+            # the load generator's own limits (out of file descriptors, ...: runner/fdlimit.py) met
+            # somewhere its requests do not record it: the client's failure, said as such
+            code = local_errno(group)
+            if code is None:
+                raise
+            if status.reason is None:
+                status.reason = f"{exhaustion_text(code)} ({_first_leaf(group)})"
     err = status.failure
     if status.signal_name is not None:
         deps.progress.error(f"soakspec run: {status.reason}; servers stopped, evidence kept")
@@ -198,11 +208,16 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
     nvml = NvmlSource(options.nvml_module) if options.nvml_module is not None else NvmlSource()
     gpus = nvml.gpu_inventory()
     secrets = run_secrets(plan)
+    # every record this run freezes (its tasks and threads inherit this context; it ends with
+    # `trio.run`) quotes the server's text with these redacted (RequestRecord.freeze)
+    use_secrets(secrets)
     manifest = new_manifest(
         run_id=run_id, spec_text=plan.spec_text, spec_path=plan.spec_path, rehearsal=plan.rehearsal,
         time_scale=plan.time_scale, started_at=clock.now(), gpus=gpus, command=list(options.argv), secrets=secrets,
     )  # fmt: skip
     manifest["preflight"] = options.preflight
+    if (nofile := raise_open_files_limit()) is not None:  # soft RLIMIT_NOFILE lifted to the hard limit
+        manifest["host"]["open_files_limit"] = nofile
     if plan.only is not None:
         manifest["only"] = list(plan.only)  # a --backend run: the judge expects just these backends
     write_manifest(layout.root, manifest)
@@ -212,6 +227,7 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
     prefix = "soak-" + _secrets.token_hex(4)
     backends = [_Backend(bp, BackendRecorder(bp, layout, status), IdSequence(f"{prefix}-{i}")) for i, bp in enumerate(plan.backends)]
     entries: list[dict[str, Any]] = []
+    schemas.preload()  # no schema file is opened mid-load, when the load may hold every descriptor
     try:
         if plan.require_gpus and not gpus.get("available"):
             status.reason = f"the spec requires GPUs and NVML reports none ({gpus.get('reason')})"
@@ -222,12 +238,26 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
                     deps = Deps(clock, progress, http, h11_connect(clock), layout, reaper, nvml, options.workers,
                                 options.preflight, sweep_judge=options.sweep_judge)  # fmt: skip
                     entries = await _run(backends, plan, deps, status)
+    except BaseException as e:  # not foreseen (a bug): the manifest still ends, aborted, saying why
+        if status.reason is None:
+            leaf = _first_leaf(e) if isinstance(e, BaseExceptionGroup) else e
+            status.reason = "interrupted by SIGINT" if isinstance(leaf, KeyboardInterrupt) else f"internal error: {type(leaf).__name__}: {leaf}"
+        with contextlib.suppress(Exception):
+            entries = entries or [collect(plan, b.recorder, progress) for b in backends if b.recorder.started]
+        with contextlib.suppress(Exception):
+            _finalize(layout, manifest, backends, entries, status)
+        raise
     finally:
         nvml.close()
+    _finalize(layout, manifest, backends, entries, status)
+    return status
+
+
+def _finalize(layout: L.RunLayout, manifest: dict[str, Any], backends: list[_Backend], entries: list[dict[str, Any]],
+              status: RunStatus) -> None:  # fmt: skip
     manifest["aborted_at"] = status.aborted_at
     aborts = [b.recorder.abort_fired for b in backends if b.recorder.abort_fired is not None]
     finalize_manifest(layout.root, manifest | {"backends": entries, "aborts": aborts}, status.status, status.reason)
-    return status
 
 
 def execute(plan: Plan, options: RunOptions, progress: Progress | None = None) -> RunResult:

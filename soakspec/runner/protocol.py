@@ -16,9 +16,17 @@ identical records for identical server behaviour:
 Measurement rules (the record's contract):
 
 * TTFT ends at the first event carrying non-empty text (`choices[0].text`, chat
-  `choices[0].delta.content`); role-only and empty chunks do not count. A response without
+  `choices[0].delta.content`); role-only and empty chunks do not count. A reasoning model's
+  thinking is output text: a chat chunk's text is its `delta.reasoning` (else
+  `delta.reasoning_content`: servers that send both send the same text, counted once) followed
+  by its `delta.content`, so a reasoning chunk is a token event like any other (TTFT, ITL,
+  `chunks`), and `output_chars`, `output_sha256` and `empty_text` cover the reasoning text too
+  (the tokens the server's usage counts). A response without
   any text but with completion tokens (see "Outcomes") has its TTFT at its first token event:
-  the first event whose `usage.completion_tokens` is >= 1.
+  the first event whose `usage.completion_tokens` is >= 1 -- if the usage is per chunk. When a
+  chunk of empty text came without usage, the tokens' arrival times are unknown (the count only
+  says how many came by the event that reports it): no first token, no ITL, no TPOT (none, which
+  the judge leaves out with the reason), never the usage event's time (an upper bound) nor 0.
 * Tokens, not chunks. With cumulative `usage.completion_tokens` on every text chunk
   (`continuous_usage_stats`), a chunk's tokens are the delta (`itl_source = "usage"`); tokens
   reported before the first text chunk belong to it, and a text-less chunk that raises the count
@@ -28,11 +36,23 @@ Measurement rules (the record's contract):
   every text chunk is one token (`tokens_source = itl_source = "counted"`).
 * ITL: a chunk carrying k tokens, arriving `gap` after the previous token-bearing chunk, adds k
   gaps of gap/k; the first chunk's tokens add none. So `sum(itl) == last_token - first_token` and
-  `len(itl) == output_tokens - tokens_in_first_chunk`.
-  TPOT = (last token - first token) / (N - 1) for every request with N >= 2 tokens, whatever
-  the read pattern: a request whose tokens all arrived in one read has TPOT 0 (not none), so the
-  fastest requests are not left out of TPOT (a selection bias towards slow ones). A
-  non-streaming response has no token times: no ITL, no TPOT.
+  `len(itl) == output_tokens - tokens_in_first_chunk`, with one exception: a chunk whose
+  claimed k exceeds `MAX_TOKENS_PER_CHUNK` (evidence/record.py, the judge's `usage_mismatch`
+  bound) is not split -- it adds one gap, its whole gap, as a chunk without usage would. Such a
+  claim is not a token count the judge computes ITL from (it flags the request
+  `usage_mismatch` when its total exceeds the bound per text chunk, and then pools none of its
+  gaps), so the record keeps the chunk's one real measurement, bounded work whatever the server
+  claims (a usage of 10^12 once expanded to 10^12 gaps), and `output_tokens` still says the
+  claimed count, so the judge's flag is exactly as before. `sum(itl)` is unchanged.
+  TPOT = (last token - first token) / (N - k1), k1 the tokens of the first token event (chunk;
+  per the usage when present), for every request with N >= 2 tokens and N > k1: the mean of its
+  ITL gaps (but for the exception above), so a first chunk of several tokens does not deflate it
+  (AIPerf PR #1279: an `N - 1` denominator does). When the first chunk carried all N > 1 tokens,
+  TPOT is none (the judge leaves the request out, saying why). Whatever the read pattern: chunks
+  after the first are token events even when one read brought them with it, so a request whose
+  tokens all arrived in one read has TPOT 0 (not none), and the fastest requests are not left
+  out of TPOT (a selection bias towards slow ones). A non-streaming response has no token times:
+  no ITL, no TPOT.
 * Coalescing is counted, not hidden: `coalesced` is the number of the request's ITL gaps that
   are not independent samples -- a token whose arrival stamp equals the previous token's (the
   same read: a gap of 0), and the k - 1 shares of a chunk's gap split over its k tokens (all k
@@ -61,7 +81,12 @@ Measurement rules (the record's contract):
   come from the events whose usage rose (textless token events). 0 completion tokens is a
   failure ("0 completion tokens and no text"; "usage says 0 completion tokens for N text
   chunks"). Messages say what happened: "HTTP 500: <the server's body>", "error event: <its
-  text>", "finish_reason: error", never a generic label.
+  text>", "finish_reason: error", never a generic label. A usage count that is not one -- a
+  `usage.completion_tokens` or `usage.prompt_tokens` below 0 or above `MAX_USAGE` -- fails
+  the request ("malformed response: usage.completion_tokens is -5") and is not used: it is the
+  server's bug, and recording it would make valid evidence fail its schema (`verify`).
+  The server's text (error bodies and events, finish_reason, its id) is redacted of the run's
+  secrets when the record is frozen (`RequestRecord.freeze`, evidence/redact.py).
 * Every request that reached the server is on the record: a request whose bytes were sent on
   a connection that then closed or reset without a (complete) response is `disconnected`
   (`CLOSED_BEFORE_RESPONSE` / `CLOSED_MID_RESPONSE`) and is never resent by a client; a
@@ -88,6 +113,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK
 from soakspec.runner.records import ERROR_LIMIT, ItlSource, Outcome, RequestRecord, TokensSource
 
 # --------------------------------------------------------------------------------------------
@@ -420,6 +446,16 @@ def _snippet(data: bytes | bytearray) -> str:
     return bytes(data[:ERROR_LIMIT]).decode("utf-8", "replace")
 
 
+# The largest usage count taken (a signed 64-bit integer, what JSON readers and the judge's
+# columns hold); a negative or larger one is the server's bug, reported as such ("Outcomes").
+MAX_USAGE = 2**63 - 1
+
+
+def _bad_count(field: str, value: int) -> str:
+    shown = str(value) if -(10**30) < value < 10**30 else f"{'-' if value < 0 else ''}a {len(str(abs(value)))}-digit number"
+    return f"malformed response: usage.{field} is {shown}"
+
+
 class StreamAccumulator:
     """Turns one response into record fields. One per request; see the module docstring."""
 
@@ -428,7 +464,7 @@ class StreamAccumulator:
         "status", "outcome", "error", "first_token", "server_id", "finish_reason",
         "prompt_tokens", "chunks", "done", "ended",
         "_usage", "_times", "_cum", "_textless", "_continuous", "_hash", "_chars", "_fast",
-        "_lead_times", "_lead_cum", "_end", "_down",
+        "_lead_times", "_lead_cum", "_end", "_down", "_bare",
     )  # fmt: skip
 
     def __init__(self, shape: RequestShape, limits: Limits = DEFAULT_LIMITS) -> None:
@@ -464,6 +500,9 @@ class StreamAccumulator:
         self._chars = 0
         self._end: float | None = None  # the arrival stamp of the last bytes (a whole body)
         self._down = False  # a usage.completion_tokens below one seen before (see `finish`)
+        # a chunk with empty text and no usage.completion_tokens: usage is not per chunk, so the
+        # arrival times of tokens that no text carried are unknown (see `finish`)
+        self._bare = False
 
     # -- transport events ---------------------------------------------------------------------
 
@@ -647,6 +686,9 @@ class StreamAccumulator:
                 if b"error" in reasons:
                     self.fail(Outcome.FAILED, "finish_reason: error")
                 break
+        if not self._bare and (b"" in run or (b"" in texts and any(
+                x == b"" and ct is None for x, ct in zip(texts, cts)))):  # fmt: skip
+            self._bare = True  # a chunk with empty text and no usage (as `_take`)
         cums = self._cum
         k = len(cums)
         tokens = len(run) - run.count(b"")  # text events in the run: no usage, so -1 each
@@ -741,6 +783,8 @@ class StreamAccumulator:
                 self._cum.append(cum)
             elif cum < self._cum[-1]:
                 self._down = True
+        elif text == "" and cum < 0:
+            self._bare = True
 
     def _lead(self, cum: int, t: float) -> None:
         """A token arrival before any text (usage rose to `cum` at `t`)."""
@@ -766,19 +810,33 @@ class StreamAccumulator:
             if pt is not None:
                 if type(pt) is not int:
                     raise TypeError("prompt_tokens")
-                self.prompt_tokens = pt
+                if 0 <= pt <= MAX_USAGE:
+                    self.prompt_tokens = pt
+                else:
+                    self.fail(Outcome.FAILED, _bad_count("prompt_tokens", pt))
             ct = usage.get("completion_tokens")
             if ct is not None:
                 if type(ct) is not int:
                     raise TypeError("completion_tokens")
-                self._usage = cum = ct
+                if 0 <= ct <= MAX_USAGE:
+                    self._usage = cum = ct
+                else:  # not a count: the request fails, and the value is not used (cum stays unknown)
+                    self.fail(Outcome.FAILED, _bad_count("completion_tokens", ct))
         text = None
         choices = obj.get("choices")
         if choices:
             c0 = choices[0]
             if self._chat:
                 msg = c0.get(chat_key)
-                text = msg.get("content") if msg else None
+                if msg:
+                    text = msg.get("content")
+                    # reasoning text is output text (module docstring): `reasoning` (newer vLLM),
+                    # else `reasoning_content`; a server that sends both sends the same text
+                    thought = msg.get("reasoning") or msg.get("reasoning_content")
+                    if thought:
+                        if type(thought) is not str or (text is not None and type(text) is not str):
+                            raise TypeError("reasoning")
+                        text = thought + text if text else thought
             else:
                 text = c0.get("text")
             if text is not None and type(text) is not str:
@@ -804,8 +862,11 @@ class StreamAccumulator:
                 self.connection_closed()
             elif shape.stream and not self.done:
                 self.fail(Outcome.FAILED, "stream ended without data: [DONE]")
-        if not self._cum and self._lead_cum and self._continuous:
-            # no text at all, but the usage rose: those events are the token arrivals
+        if not self._cum and self._lead_cum and self._continuous and not self._bare:
+            # no text at all, but the usage rose: those events are the token arrivals -- unless
+            # usage is not per chunk (a chunk of empty text came without it): then the tokens'
+            # arrival times are unknown, and TTFT, ITL and TPOT are not measured (never the
+            # usage event's time, an upper bound charged to the server)
             self._times, self._cum = self._lead_times, self._lead_cum
             if self.first_token is None:
                 self.first_token = self._lead_times[0]
@@ -834,17 +895,22 @@ class StreamAccumulator:
                 k = per_point[i]
                 if k > 0:
                     t = times[i]
-                    gap = (t - last) / k
-                    if k == 1:
-                        itl.append(gap)
+                    if k == 1 or k > MAX_TOKENS_PER_CHUNK:
+                        # one gap; a claim of more than a chunk can carry is not split (see "ITL")
+                        itl.append(t - last)
+                        coalesced += t == last
                     else:
-                        itl.extend([gap] * k)
-                    # one chunk's gap split k ways is one measurement: k - 1 of its gaps are
-                    # not independent; all k when it shared the previous token's read
-                    coalesced += k if t == last else k - 1
+                        itl.extend([(t - last) / k] * k)
+                        # one chunk's gap split k ways is one measurement: k - 1 of its gaps are
+                        # not independent; all k when it shared the previous token's read
+                        coalesced += k if t == last else k - 1
                     last = t
-        if times and n > 1 and shape.stream:  # whatever the read pattern: 0 when every token came in one read
-            tpot = (last - first) / (n - 1)
+        # TPOT is the mean of the ITL gaps: over the tokens after the first token event's k1 (a
+        # first chunk of several tokens must not deflate it); none when that event had them all.
+        # Whatever the read pattern: 0 when the later events all came in the first one's read.
+        k1 = per_point[0] if per_point else 1
+        if times and n > 1 and n > k1 and shape.stream:
+            tpot = (last - first) / (n - k1)
 
         if self.ended and self._end is not None:
             record.end = self._end if self._end <= end else end

@@ -43,6 +43,7 @@ from typing import Any
 
 import trio
 
+from soakspec.evidence.redact import record_redactor, use_secrets
 from soakspec.plan import Level, Liveness, Open
 from soakspec.runner.clienthealth import LoopMonitor
 from soakspec.runner.clock import RunClock
@@ -191,7 +192,8 @@ async def _spawn(level: Level, job: dict[str, Any], shares: list[IdSequence], cl
         )  # fmt: skip
         procs.append(proc)
         readers.append(_Reader(proc.stdout))  # type: ignore[arg-type]
-        part = dict(job, level=level, ids=shares[p], clock_offset=clock.offset)
+        # the run's secrets: the worker's records are redacted as the parent's (RequestRecord.freeze)
+        part = dict(job, level=level, ids=shares[p], clock_offset=clock.offset, secrets=record_redactor().source)
         await proc.stdin.send_all(_frame(JOB, pickle.dumps(part)))  # type: ignore[union-attr]
     with trio.fail_after(STARTUP_TIMEOUT):
         for p, reader in enumerate(readers):
@@ -224,6 +226,7 @@ async def _worker(msg_fd: int) -> None:
     if msg is None or msg[0] != JOB:
         return
     job = pickle.loads(msg[1])
+    use_secrets(job.get("secrets", ()))  # this process's records: redacted as the parent's
     try:
         level: Level = job["level"]
         next_id: IdSequence = job["ids"]

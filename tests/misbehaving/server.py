@@ -21,6 +21,12 @@ readiness probe); every POST answers a streamed completion shaped by `--mode`:
                   stream), the second is read and the connection closed without a response
   idle-close      keep-alive: every request answered; a connection idle for `--idle-close`
                   seconds (default 0.3) is closed by the server, as uvicorn does after 5 s
+  leak-secrets    quotes its env values named LEAK_* (secret names, e.g. LEAK_TOKEN), the
+                  request's `Authorization` header and a credential nobody told soakspec of in
+                  what it answers, by turns (`LEAKS`): an HTTP 500 body, a JSON error event, an
+                  `event: error`, a 500 body that puts a secret across soakspec's 500-character
+                  error limit, and a correct stream whose response id is a secret. It never
+                  prints them.
 
 Process-level flags: `--ignore-sigterm` (only SIGKILL stops it), `--garbage` (write binary
 garbage to stdout at start and per request), `--exit-before-ready` (print a line, exit 1 before
@@ -35,6 +41,7 @@ HTTP 500: an API server that stays up after its engine died).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -70,6 +77,42 @@ def head(status: str = "200 OK", ctype: str = "text/event-stream", version: str 
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
+REQUEST = threading.local()
+LEAKS = itertools.count()  # `leak-secrets`: which way the next request's answer leaks
+UNKNOWN_CREDENTIAL = "hf_serverOwnTokenNobodyToldSoakspec0123"  # caught by its pattern alone
+
+
+def leaked() -> str:
+    """What `leak-secrets` quotes: its env values named LEAK_* (the test gives them secret
+    names), the request's Authorization header and a credential of its own."""
+    env = "; ".join(f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("LEAK_"))
+    auth = [line for line in REQUEST.head.decode("latin-1").split("\r\n") if line.lower().startswith("authorization:")]
+    return f"engine misconfigured ({env}); request {'; '.join(auth)}; cache {UNKNOWN_CREDENTIAL}"
+
+
+def leak(conn: socket.socket) -> None:
+    n = next(LEAKS) % 5
+    text = leaked()
+    if n == 0:  # an HTTP 500 whose JSON body quotes them
+        body = json.dumps({"error": {"message": text, "type": "server_error"}}).encode()
+        conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n"
+                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    elif n == 1:  # a JSON error event after a token
+        err = b"data: " + json.dumps({"error": {"message": text}}).encode() + b"\n\n"
+        conn.sendall(head() + chunk(TOKENS[0] + err + DONE) + b"0\r\n\r\n")
+    elif n == 2:  # an `event: error`
+        conn.sendall(head() + chunk(TOKENS[0] + b"event: error\ndata: " + text.encode() + b"\n\n" + DONE) + b"0\r\n\r\n")
+    elif n == 3:  # a plain-text 500 whose secret starts at the 490th character: the error limit cuts it
+        secret = next((v for k, v in sorted(os.environ.items()) if k.startswith("LEAK_")), "none")
+        body = ("x" * 480 + secret + " was rejected").encode()
+        conn.sendall(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\n"
+                     b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+    else:  # a correct stream whose response id is the Authorization header's token
+        token = text.split("Bearer ", 1)[1].split(";", 1)[0] if "Bearer " in text else "none"
+        stream = STREAM.replace(b'"cmpl-mis"', json.dumps("cmpl-" + token).encode())
+        conn.sendall(head() + chunk(stream) + b"0\r\n\r\n")
+
+
 def read_request(conn: socket.socket) -> tuple[str, bytes] | None:
     buf = b""
     while b"\r\n\r\n" not in buf:
@@ -78,6 +121,7 @@ def read_request(conn: socket.socket) -> tuple[str, bytes] | None:
             return None
         buf += data
     raw_head, _, body = buf.partition(b"\r\n\r\n")
+    REQUEST.head = raw_head  # this thread's request head (`leak-secrets` quotes it)
     lines = raw_head.decode("latin-1").split("\r\n")
     method = lines[0].split(" ", 1)[0]
     length = 0
@@ -140,6 +184,8 @@ def respond(conn: socket.socket, mode: str) -> None:
         time.sleep(0.05)
         print("dying mid-stream", flush=True)
         os._exit(1)
+    elif mode == "leak-secrets":
+        leak(conn)
     else:  # pragma: no cover
         raise SystemExit(f"unknown mode {mode}")
 
