@@ -289,19 +289,27 @@ def _escaped_groups(pid: int, pgid: int) -> set[int]:
 
 
 async def stop(server: Server, grace_s: float, kill_wait_s: float, reaper: Reaper | None) -> None:
-    """SIGTERM the group (and the groups its descendants moved to, `_escaped_groups`), wait up
-    to `grace_s`, then SIGKILL and wait up to `kill_wait_s`. Safe to call twice. The caller
-    runs it in a shielded cancel scope bounded by `Launch.stop_bound_s`, so that it runs to
-    the end even while the run is being cancelled."""
+    """SIGTERM the group, wait up to `grace_s`, then SIGKILL and wait up to `kill_wait_s`. Safe
+    to call twice. The caller runs it in a shielded cancel scope bounded by
+    `Launch.stop_bound_s`, so that it runs to the end even while the run is being cancelled.
+
+    The groups the server's descendants moved to (`_escaped_groups`, taken before the first
+    signal) are signalled only once the server's own group has gone, within the same grace:
+    a launcher that stops its server itself on SIGTERM (scrapes it, drains it) does so first,
+    and what it leaves running is stopped after it."""
     if server.poll() is None:
         server.stop_signal = "SIGTERM"
-    groups = {server.pgid} | _escaped_groups(server.pid, server.pgid)
-    for g in groups:
-        _killpg(g, signal.SIGTERM)
+    escaped = _escaped_groups(server.pid, server.pgid)
+    groups = {server.pgid} | escaped
+    _killpg(server.pgid, signal.SIGTERM)
     with trio.move_on_after(grace_s):
         await server.process.wait()
-        # the leader is gone; give the rest of its group (and the escaped ones) the same grace
-        while any(_group_alive(g) for g in groups):
+        # the leader is gone; give the rest of its group the same grace
+        while _group_alive(server.pgid):
+            await trio.sleep(0.05)
+        for g in escaped:
+            _killpg(g, signal.SIGTERM)
+        while any(_group_alive(g) for g in escaped):
             await trio.sleep(0.05)
     if server.process.poll() is None or any(_group_alive(g) for g in groups):
         if server.process.poll() is None:
