@@ -718,3 +718,18 @@ def protocol_fast_layout(event: bytes) -> bool:
     from soakspec.runner.protocol import _FAST_CHAT, _FAST_COMPLETIONS
 
     return bool(_FAST_COMPLETIONS.match(event) or _FAST_CHAT.match(event))
+
+
+@pytest.mark.parametrize("status", [600, 777, 999, 42])
+def test_a_status_beyond_http_is_the_servers_malformed_response(status) -> None:
+    """h11 accepts any three digits as a status; a record holds an HTTP status code (100-599),
+    so a server sending 777 is a failed request that says so, and its record stays valid
+    evidence (it made `verify` call the evidence tampered)."""
+    acc = StreamAccumulator(COMPLETIONS)
+    acc.on_response(status, "text/plain")
+    acc.on_body(b"odd", 0.2)
+    rec = RequestRecord("r", intended_start=0.0)
+    acc.finish(rec, 1.0)
+    assert (rec.outcome, rec.status) == (Outcome.FAILED, None)
+    assert rec.error == f"malformed response: HTTP status {status} is not a status code: odd"  # and the body
+    assert_valid_evidence(rec)

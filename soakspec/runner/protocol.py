@@ -518,6 +518,10 @@ class StreamAccumulator:
 
     def on_response(self, status: int, content_type: str | None) -> None:
         """The response head arrived."""
+        if not 100 <= status <= 599:  # h11 takes any 3 digits; a record holds an HTTP status code
+            self._body_mode = _Body.ERROR
+            self.fail(Outcome.FAILED, f"malformed response: HTTP status {status} is not a status code")
+            return
         self.status = status
         if status == 200:
             if not self._shape.stream:
