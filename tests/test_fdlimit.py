@@ -112,6 +112,22 @@ def test_a_runner_bug_still_ends_the_manifest_aborted_with_its_reason(tmp_path):
     assert "a bug" in m["incomplete_reason"]
 
 
+def test_a_runner_bugs_reason_loses_the_runs_secrets(tmp_path):
+    """The reason an unforeseen error leaves in the manifest (and on stderr) is the exception's
+    text, which may quote what the server sent: the run's secrets are redacted from it."""
+    secret = "hf_plantedBugSecret0123456789"
+    spec = tmp_path / "t.soak"
+    spec.write_text(sim_spec(load="mode = closed\n    concurrency = [2]", duration="2s", bucket="1s", follow_up=False,
+                             extra_backend=f'  env {{\n    HF_TOKEN = "{secret}"\n  }}\n'))
+    bug = BUG_IN_WRITER.replace("RuntimeError('a bug')", f"RuntimeError('a bug near {secret}')")
+    proc, out = _run(tmp_path, spec, (4096, 4096), [sys.executable, "-c", bug])
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted" and "a bug near <redacted>" in m["incomplete_reason"], m["incomplete_reason"]
+    assert secret not in (out / "manifest.json").read_text()
+    assert secret not in proc.stdout + proc.stderr
+
+
 def test_local_exhaustion_is_found_anywhere_in_the_exception_chain():
     emfile = OSError(errno.EMFILE, "Too many open files")
     wrapped = OSError("all attempts to connect to 127.0.0.1:1 failed")

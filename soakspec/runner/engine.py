@@ -43,7 +43,7 @@ from soakspec.evidence import schema as schemas
 from soakspec.evidence.io import EvidenceError, RunLock
 from soakspec.evidence.manifest import finalize_manifest, new_manifest, write_manifest
 from soakspec.evidence.provenance import git_state
-from soakspec.evidence.redact import secret_values, use_secrets
+from soakspec.evidence.redact import record_redactor, secret_values, use_secrets
 from soakspec.evidence.telemetry import NvmlSource
 from soakspec.evidence.traces import file_offset
 from soakspec.plan import BackendPlan, Plan
@@ -257,6 +257,8 @@ def _finalize(layout: L.RunLayout, manifest: dict[str, Any], backends: list[_Bac
               status: RunStatus) -> None:  # fmt: skip
     manifest["aborted_at"] = status.aborted_at
     aborts = [b.recorder.abort_fired for b in backends if b.recorder.abort_fired is not None]
+    if status.reason is not None:  # it may quote the server or an exception's text: the run's secrets go
+        status.reason = record_redactor().text(status.reason)
     finalize_manifest(layout.root, manifest | {"backends": entries, "aborts": aborts}, status.status, status.reason)
 
 
