@@ -62,6 +62,17 @@ def test_a_sentence_naming_a_level_is_compared_with_that_level(tmp_path, capsys)
     assert (code, diags) == (0, [])
 
 
+def test_a_count_right_after_the_level_is_not_taken_for_another_level(tmp_path, capsys):
+    """"At concurrency 4, 16 requests completed": 16 is the count, not a second concurrency
+    level the workload did not cover."""
+    spec = small_spec(levels="[2, 4]", backends=("sim-fast",))
+    d, spec_file = _run(tmp_path, spec, _drop_one_bucket)
+    _, lv1, _ = _counts(d)
+    doc = f"# PR\n\nAt concurrency 4, {lv1} requests completed on sim-fast.\n" + BOUNDARY
+    code, diags = _lint(tmp_path, capsys, doc, d, spec_file)
+    assert (code, diags) == (0, [])
+
+
 def test_a_wrong_per_level_number_names_the_level_and_the_total(tmp_path, capsys):
     spec = small_spec(levels="[2, 4]", backends=("sim-fast",))
     d, spec_file = _run(tmp_path, spec, _drop_one_bucket)

@@ -68,7 +68,10 @@ _VAGUE_SECONDS = {
 }
 
 _UNIT_AFTER = r"(?!\d|\.\d|\s*(?:ms|s|m|h|min|mins|sec|secs|seconds?|minutes?|hours?|rps|qps|req|%|x|GiB|GB|words?|tokens?)\b)"
-NUMBER_LIST = rf"\d+{_UNIT_AFTER}(?:\s*(?:,|/|&)\s*\d+{_UNIT_AFTER})*(?:\s*,?\s*\b(?:and|or)\s+\d+{_UNIT_AFTER})?"
+# a later item of a list is not one when a count's noun follows it ("At concurrency 4, 37 requests
+# completed": 37 starts the next clause)
+_NEXT_AFTER = _UNIT_AFTER + r"(?!\s*(?:requests?|responses?|completions?|errors?|failures?|timeouts?|samples?|prompts?|buckets?|gaps?)\b)"
+NUMBER_LIST = rf"\d+{_UNIT_AFTER}(?:\s*(?:,|/|&)\s*\d+{_NEXT_AFTER})*(?:\s*,?\s*\b(?:and|or)\s+\d+{_NEXT_AFTER})?"
 _NUMLIST = rf"(?P<list>{NUMBER_LIST})"
 _CONCURRENCY = [
     re.compile(rf"\bconcurrenc(?:y|ies)(?:\s+levels?)?(?:\s+of)?\s*(?:[:=]\s*|\s+)(?:(?:up\s+to|as\s+high\s+as|of)\s+)?{_NUMLIST}", re.I),
