@@ -187,3 +187,18 @@ def test_a_missing_comma_in_a_list_laid_out_one_item_a_line_is_not_taken_for_an_
     d = _one(BASE % ("  max_tokens = [\n    16\n    32\n  ]\n" + LOAD))
     assert (d.code, d.span.line) == ("E001", 6)
     assert "expected ',', ']'" in d.message
+
+
+def test_a_key_and_a_string_without_equals_is_one_error_on_its_line():
+    """`issue "x"` reads like a block header (`backend "b" {`): without a mend the next line
+    reported "expected '{'", and every line after it. One error, at the string, with the fix."""
+    text = 'soak "x" {\n  issue "#12"  # the issue\n  description = "d"\n}\n' + BASE.split("\n", 1)[1] % LOAD
+    d = _one(text)
+    assert (d.code, d.span.line, d.span.column) == ("E001", 2, 9)
+    assert d.message == "missing '=' between 'issue' and its value"
+    assert d.hint == "a key and its value are written with '=': issue = \"#12\""
+
+
+def test_a_named_block_without_its_brace_is_not_mended_into_a_key():
+    tree, diags = parse('backend "a"\n  url = "http://127.0.0.1:8000"\n}\n')
+    assert tree is None and diags and all("missing '='" not in d.message for d in diags)

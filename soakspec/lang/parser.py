@@ -840,7 +840,7 @@ class _Syntax:
         at_end = e.token.type == "$END"
         if not at_end and e.token.line in self.errored_lines:
             return True  # this line has its error: drop the token, cheaply (no copy of the parser)
-        if self.mend_quote(self.last_line if at_end else e.token.line):
+        if self.mend_quote(self.last_line if at_end else e.token.line) or (not at_end and self.mend_equals(e)):
             self.restart = True
             return False
         if at_end:
@@ -863,6 +863,29 @@ class _Syntax:
         mended = self.source[inner:last].replace('"', "'")
         self.source = self.source[:inner] + mended + self.source[last:]
         self.changed(inner)
+        return True
+
+    def mend_equals(self, e: UnexpectedToken) -> bool:
+        """`issue "x"` on a line of its own: the parser took it for a block header (`backend
+        "b" {`) and reports the next line ("expected '{'"), then every line after. When the
+        unexpected token starts a line, '{' was expected, and the line before is a key (not a
+        block kind that takes a name) and a string alone, report the missing '=' there and
+        write it into the space before the string (the source keeps its length)."""
+        tok = e.token
+        if "LBRACE" not in set(e.accepts or e.expected or ()) or not _first_on_line(tok, self.source):
+            return False
+        end = self.source.rfind("\n", 0, tok.start_pos)
+        start = self.source.rfind("\n", 0, max(end, 0)) + 1
+        m = _KEY_THEN_STRING.fullmatch(self.source, start, max(end, 0))
+        if m is None or m.group("key") in _NAMED_BLOCKS or self.source.count("\n", 0, start) + 1 in self.errored_lines:
+            return False
+        line = self.source.count("\n", 0, start) + 1
+        col = m.start("value") - start + 1
+        self.add("E001", f"missing '=' between '{m.group('key')}' and its value", line, col,
+                 hint=f"a key and its value are written with '=': {m.group('key')} = {m.group('value')}")
+        gap = m.start("value") - 1  # the last blank before the string
+        self.source = self.source[:gap] + "=" + self.source[gap + 1 :]
+        self.changed(gap)
         return True
 
     def lex_error(self, e: UnexpectedCharacters) -> int:
@@ -1106,6 +1129,10 @@ def _repair(e: UnexpectedToken, source: str) -> None:
 
 
 _KEY_BEFORE = re.compile(r"\s*[A-Za-z_][A-Za-z0-9_.\-]*")
+# a line that is a key, blanks and one short string, and nothing else (a comment aside)
+_KEY_THEN_STRING = re.compile(r'[ \t]*(?P<key>[A-Za-z_][A-Za-z0-9_.\-]*)[ \t]+(?P<value>"[^"\n\\]*")[ \t]*(?:#[^\n]*)?')
+_NAMED_BLOCKS = ("soak", "backend", "workload")  # block kinds that take a name: `backend "b"` then '{'
+
 
 
 def _lex_error(e: UnexpectedCharacters, source: str, add) -> tuple[int, int, str]:
