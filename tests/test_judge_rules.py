@@ -455,3 +455,15 @@ def test_requests_without_token_times_stay_completed_and_are_left_out_with_a_rea
     assert "TTFT leaves out 1 completed request of a · concurrency 2: token arrival times unknown (no text, usage not per chunk) (1)" in notes
     assert ("TPOT leaves out 2 completed requests of a · concurrency 2: no token times after the first chunk (not streamed, "
             "or every token in it) (1); token arrival times unknown (no text, usage not per chunk) (1)") in notes
+
+
+def test_a_spec_whose_backends_are_not_in_the_evidence_passes_no_sample_check():
+    """Judged with a spec none of whose backends ran (`gate --spec` of another run's spec):
+    `min_samples` and `client_healthy` looked at nothing, which is no pass."""
+    ran = small_spec(backends=("a",))
+    other = small_spec(backends=("z",))
+    v = judge(other, EvidenceBuilder(ran).with_client().build())
+    for name in ("min_samples", "client_healthy"):
+        assert rule(v, name).status == "inconclusive", rule(v, name).message
+    assert "nothing was measured" in rule(v, "min_samples").message
+    assert v.outcome == "INCONCLUSIVE"

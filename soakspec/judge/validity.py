@@ -314,6 +314,8 @@ def min_samples(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
             if fewest is None or have < fewest[0]:
                 fewest = (have, loc(level_scope(bi, lv)).text)
             insts.extend(_level_samples(run, bi, plv, lv))
+    if not count:  # no level the spec plans is in the evidence: nothing was sampled, which is no pass
+        insts.append(problem("no level the spec plans is in the evidence: nothing was measured", status="inconclusive"))
     msg = "every level has enough completed requests, every bucket at least one" + (f" (fewest: {fewest[0]} in {fewest[1]})" if fewest else "")
     return result(None, "min_samples", "validity", "require", insts, msg, count)
 
@@ -586,6 +588,9 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
                                           f"load generator saturated in bucket {row['bucket']}: {', '.join(why)}"))
                 elif row["lag_p99"] is not None and (worst is None or row["lag_p99"] > worst[0]):
                     worst = (row["lag_p99"], loc(bucket_scope(bi, lv, w)).text)
+    if not n:  # no bucket of the spec's levels in the evidence: the client kept up in nothing measured
+        insts.append(problem("no bucket of the spec's levels is in the evidence: the load generator's health is unknown",
+                             status="inconclusive"))
     msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
         f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "")
     return result(None, "client_healthy", "validity", "require", unsent + insts, msg, n)
