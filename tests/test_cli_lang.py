@@ -416,7 +416,7 @@ def test_check_reads_stdin(monkeypatch, capsys):
     assert code == 2
     _stdin(monkeypatch, b"soak \xff {}\n")
     code, out, _ = run_inproc(capsys, "check", "-")
-    assert code == 2 and "<stdin>:1:1: E003 spec is not valid UTF-8" in out
+    assert code == 2 and "<stdin>:1:6: E003 spec is not valid UTF-8 (byte 0xff)" in out  # at the byte
 
 
 def test_check_stdin_once_and_beside_files(monkeypatch, capsys):

@@ -130,6 +130,19 @@ def test_deep_nesting_is_refused_before_parsing():
     assert tree is None and [d.code for d in diags] == ["E011"]
 
 
+def test_a_refusal_points_at_its_cause():
+    """E011 at the bracket that opens the first level too many (not 1:1, the top comment's
+    place), a NUL byte at its column, an invalid UTF-8 byte at its column."""
+    from soakspec.lang.parser import decode_source
+
+    _, (d,) = parse("# deep\nx = 1\n" + "  " + "a {" * 17 + "}" * 17)
+    assert (d.code, d.span.line, d.span.column) == ("E011", 3, 3 + 3 * 16 + 2)
+    _, (d,) = parse('soak "x" {\n  issue = "a\0b"\n}\n')
+    assert (d.code, d.span.line, d.span.column) == ("E003", 2, 13)
+    _, d = decode_source(b'soak "x" {\n  issue = "\xc3\xa9\xe9"\n}\n', "s")  # a valid e-acute, then a stray byte
+    assert (d.code, d.span.line, d.span.column) == ("E003", 2, 13)
+
+
 def test_huge_input_is_refused():
     tree, diags = parse("# x\n" * 300_000)
     assert tree is None and [d.code for d in diags] == ["E010"]

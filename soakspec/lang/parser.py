@@ -646,15 +646,35 @@ def _replace(obj, **changes):
 # ---------------------------------------------------------------- entry points
 
 
-def _nesting_depth(text: str) -> int:
+_NOT_CODE = re.compile(_LONG + r'|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|' + _STR + r'|#[^\n]*', re.S)  # strings, comments
+_BRACKET = re.compile(r"[{}\[\]()]")
+
+
+def _nesting_depth(text: str) -> tuple[int, int]:
+    """How deep the brackets outside strings and comments nest, and the offset of the first
+    bracket that opens a level beyond MAX_NESTING (-1: none does)."""
     depth = best = 0
-    for ch in re.sub(_LONG + r'|(?<![A-Za-z0-9_.\-])r"[^"\n]*"|' + _STR + r'|#[^\n]*', "", text, flags=re.S):
-        if ch in "{[(":
-            depth += 1
-            best = max(best, depth)
-        elif ch in "}])":
-            depth -= 1
-    return best
+    first = -1
+    pos = 0
+    for m in [*_NOT_CODE.finditer(text), None]:
+        end = m.start() if m is not None else len(text)
+        for b in _BRACKET.finditer(text, pos, end):
+            if b.group() in "{[(":
+                depth += 1
+                if depth > best:
+                    best = depth
+                    if depth > MAX_NESTING and first < 0:
+                        first = b.start()
+            else:
+                depth -= 1
+        if m is not None:
+            pos = m.end()
+    return best, first
+
+
+def _line_col(text: str, pos: int) -> tuple[int, int]:
+    """1-based (line, column) of offset `pos` of `text`."""
+    return text.count("\n", 0, pos) + 1, pos - (text.rfind("\n", 0, pos) + 1) + 1
 
 
 def _blank(text: str, start: int, end: int) -> str:
@@ -668,11 +688,12 @@ def _guard(text: str, path: str) -> Diagnostic | None:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
         return Diagnostic("E010", f"spec is larger than {MAX_SOURCE_BYTES // 1000} kB; refusing to parse it", Span(1, 1, 1, 2), path)
     if "\0" in text:
-        line = text[: text.index("\0")].count("\n") + 1
-        return Diagnostic("E003", "spec contains a NUL byte (is it a binary file?)", Span(line, 1, line, 2), path)
-    depth = _nesting_depth(text)
+        line, col = _line_col(text, text.index("\0"))
+        return Diagnostic("E003", "spec contains a NUL byte (is it a binary file?)", Span(line, col, line, col + 1), path)
+    depth, at = _nesting_depth(text)
     if depth > MAX_NESTING:
-        return Diagnostic("E011", f"spec nests {depth} levels deep; at most {MAX_NESTING} are allowed", Span(1, 1, 1, 2), path)
+        line, col = _line_col(text, at)  # the bracket that opens the first level too many
+        return Diagnostic("E011", f"spec nests {depth} levels deep; at most {MAX_NESTING} are allowed", Span(line, col, line, col + 1), path)
     return None
 
 
@@ -711,8 +732,10 @@ def decode_source(raw: bytes, path: str) -> tuple[str | None, Diagnostic | None]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw[: e.start].count(b"\n") + 1
-        return None, Diagnostic("E003", "spec is not valid UTF-8", Span(line, 1, line, 2), path)
+        line_start = raw.rfind(b"\n", 0, e.start) + 1
+        line = raw.count(b"\n", 0, e.start) + 1
+        col = len(raw[line_start : e.start].decode("utf-8", "replace")) + 1  # characters before the bad byte
+        return None, Diagnostic("E003", f"spec is not valid UTF-8 (byte 0x{raw[e.start]:02x})", Span(line, col, line, col + 1), path)
     return text, None
 
 
