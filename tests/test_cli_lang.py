@@ -315,7 +315,7 @@ def test_check_binary_file(capsys, tmp_path):
     f = tmp_path / "bin.soak"
     f.write_bytes(b"soak \xff\xfe {}\n")
     code, out, _ = run_inproc(capsys, "check", str(f))
-    assert code == 2 and f"{f}:1:1: E003" in out
+    assert code == 2 and f"{f}:1:6: E003" in out
 
 
 def test_warnings_do_not_fail_unless_strict(capsys, tmp_path):

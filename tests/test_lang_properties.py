@@ -149,7 +149,7 @@ def bytes_file(tmp_path_factory) -> pathlib.Path:
 @example(b'x = "\xed\xa0\x80"')
 def test_parse_file_never_raises_on_bytes(bytes_file, data):
     """Arbitrary bytes in a file: parse_file never raises; undecodable input is one E003 at
-    the line of the first bad byte; decodable input behaves as parse of the text (the text
+    the line and column of the first bad byte; decodable input behaves as parse of the text (the text
     returned is what positions count in: a leading BOM is not part of it)."""
     bytes_file.write_bytes(data)
     tree, diags, text = parse_file(bytes_file)
@@ -157,7 +157,9 @@ def test_parse_file_never_raises_on_bytes(bytes_file, data):
         decoded = data.decode("utf-8")
     except UnicodeDecodeError as e:
         assert tree is None and [d.code for d in diags] == ["E003"]
-        assert (diags[0].span.line, diags[0].span.column) == (data[: e.start].count(b"\n") + 1, 1)
+        line_start = data.rfind(b"\n", 0, e.start) + 1
+        col = len(data[line_start : e.start].decode("utf-8", "replace")) + 1
+        assert (diags[0].span.line, diags[0].span.column) == (data[: e.start].count(b"\n") + 1, col)
         return
     assert text == decoded.removeprefix("\ufeff")
     _assert_positions_within(text, diags)

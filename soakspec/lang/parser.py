@@ -1279,7 +1279,11 @@ def parse_file(path: str | pathlib.Path) -> tuple[A.SoakFile | None, list[Diagno
     positions count in, a leading BOM dropped)."""
     text, refused = read_source(path)
     if text is None:
-        return None, [refused], ""
+        shown = ""
+        if refused is not None and refused.code == "E003":  # not UTF-8: the line shown with U+FFFD at the byte
+            with contextlib.suppress(OSError, _Unreadable):
+                shown = _read_spec(pathlib.Path(path)).decode("utf-8", "replace").removeprefix(BOM)
+        return None, [refused], shown
     tree, diags = parse(text, str(path))
     return tree, diags, text.removeprefix(BOM)
 
