@@ -460,3 +460,15 @@ def test_fmt_keeps_a_leading_bom(tmp_path, capsys, monkeypatch):
     assert f.read_text(encoding="utf-8") == BOM + DSV2LITE.read_text()
     _stdin(monkeypatch, (BOM + LONG_STRING_SPEC.replace("= 60s", "=   60s")).encode())
     assert run_inproc(capsys, "fmt", "-") == (0, BOM + LONG_STRING_SPEC, "")
+
+
+def test_check_json_lists_diagnostics_in_the_order_the_text_shows_them(capsys):
+    """`check --format json` and the text output list the same diagnostics in the same order
+    (by line and column): the checker reports by stage, not in source order."""
+    f = BAD_DIR / "several_errors.soak"
+    code, out, _ = run_inproc(capsys, "check", "--format", "json", str(f))
+    places = [(d["line"], d["column"]) for d in json.loads(out)["diagnostics"]]
+    assert code == 2 and len(places) > 1 and places == sorted(places)
+    code, text, _ = run_inproc(capsys, "check", str(f))
+    shown = [(int(m["line"]), int(m["col"])) for m in map(HEADER.match, text.splitlines()) if m]
+    assert shown == places

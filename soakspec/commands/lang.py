@@ -59,6 +59,7 @@ def _stdin_once(command: str, files: list[str]) -> None:
 
 
 def main_check(args: argparse.Namespace) -> int:
+    from soakspec.diagnostics import sort_key
     from soakspec.lang import load_spec, load_text
 
     _stdin_once("check", args.files)
@@ -79,7 +80,7 @@ def main_check(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(
             json.dumps(
-                {"schema_version": 1, "ok": not failed, "files": results, "diagnostics": [d.as_json() for d in all_diags]},
+                {"schema_version": 1, "ok": not failed, "files": results, "diagnostics": [d.as_json() for d in sorted(all_diags, key=sort_key)]},
                 indent=2,
             )
         )
