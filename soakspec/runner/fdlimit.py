@@ -25,6 +25,8 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     resource = None  # type: ignore[assignment]
 
+from soakspec.runner.protocol import exception_chain
+
 NOT_SENT = "not sent: "  # a record's error when the load generator could not send the request
 
 # errno -> what ran out (the load generator's, not the server's)
@@ -67,18 +69,9 @@ def raise_open_files_limit() -> dict | None:
 def local_errno(exc: BaseException) -> int | None:
     """The errno of a local-resource exhaustion anywhere in `exc`'s chain (causes, contexts,
     exception groups), else None."""
-    seen: set[int] = set()
-    todo: list[BaseException] = [exc]
-    while todo:
-        e = todo.pop(0)
-        if id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in exception_chain(exc):
         if isinstance(e, OSError) and e.errno in LOCAL_EXHAUSTION:
             return e.errno
-        if isinstance(e, BaseExceptionGroup):
-            todo.extend(e.exceptions)
-        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
     return None
 
 

@@ -110,7 +110,7 @@ import json.scanner
 import os
 import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK
@@ -338,8 +338,10 @@ class SSEParser:
 # Transport errors, described the same way whichever client saw them
 
 
-def describe_transport_error(exc: BaseException) -> str:
-    """A stable, library-independent description of a network error (its root OSError)."""
+def exception_chain(exc: BaseException) -> Iterator[BaseException]:
+    """`exc` and every exception behind it, each once, breadth first: an exception group's
+    members, then causes and contexts (where a library wraps the OSError that says what
+    happened)."""
     seen: set[int] = set()
     todo: list[BaseException] = [exc]
     while todo:
@@ -347,16 +349,20 @@ def describe_transport_error(exc: BaseException) -> str:
         if id(e) in seen:
             continue
         seen.add(id(e))
+        yield e
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+
+
+def describe_transport_error(exc: BaseException) -> str:
+    """A stable, library-independent description of a network error (its root OSError)."""
+    for e in exception_chain(exc):
         if isinstance(e, OSError) and e.errno is not None:
             name = errno.errorcode.get(e.errno)
             if name is None:  # e.g. a resolver error (socket.gaierror)
                 return (e.strerror or str(e)).lower()
             return f"{os.strerror(e.errno)} ({name})".lower()
-        if isinstance(e, BaseExceptionGroup):
-            todo.extend(e.exceptions)
-        for nxt in (e.__cause__, e.__context__):
-            if nxt is not None:
-                todo.append(nxt)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
