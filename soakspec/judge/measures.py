@@ -121,7 +121,7 @@ class MetricImpl(Protocol):
 _AGGREGATE: dict[str, Callable[[Sequence[float]], float | None]] = {"mean": stats.mean, "min": min, "max": max}
 
 
-def _aggregate(agg: str | None, vals: Sequence[float]) -> float | None:
+def aggregate(agg: str | None, vals: Sequence[float]) -> float | None:
     f = _AGGREGATE.get(agg or "")
     if f is None:
         raise ValueError(f"{agg}() does not apply to this metric")
@@ -253,7 +253,7 @@ class Distribution:
         need = max(1, min_samples)
         if not len(vals):
             return Measure(None, 0, need, unit, f"no completed {unit}")
-        return Measure(_aggregate(agg, vals), len(vals), need, unit)
+        return Measure(aggregate(agg, vals), len(vals), need, unit)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -504,7 +504,7 @@ class _Series:
         pts = self.points(scope)
         if not pts:
             return Measure(None, 0, 1, self.unit, self.empty)
-        return Measure(_aggregate(agg, pts), len(pts), 1, self.unit)
+        return Measure(aggregate(agg, pts), len(pts), 1, self.unit)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ from soakspec.judge.common import compare, describe_request, format_value, loc, 
 from soakspec.judge.index import LevelIndex, Row, Window, error_message
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (
-    Distribution, Measure, MetricImpl, Outcome, PerRequest, _aggregate, bucket_series, completed, quarters, relative_change, slope,
+    Distribution, Measure, MetricImpl, Outcome, PerRequest, aggregate, bucket_series, completed, quarters, relative_change, slope,
 )
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
 from soakspec.judge.verdict import Instance, Location, RuleResult, Status
@@ -200,7 +200,7 @@ def _with_timeouts(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: M
     n, k = len(low_vals), len(bounds)
 
     def agg(v: np.ndarray) -> float:
-        got = stats.percentile(v, e.percentile) if e.percentile is not None else _aggregate(e.agg, v)
+        got = stats.percentile(v, e.percentile) if e.percentile is not None else aggregate(e.agg, v)
         assert got is not None
         return float(got)
 
