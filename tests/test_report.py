@@ -340,3 +340,20 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["report", str(tmp_path), "--format", "pdf"])
     assert e.value.code == 2
+
+
+def test_a_server_metric_no_scrape_returned_is_unknown_not_unexposed():
+    """The Markdown report's server-metrics lines: a family absent from /metrics that answered
+    is "not exposed by the server"; when every scrape failed (HTTP 500, garbage) nobody knows."""
+    from soakspec.judge.testing import small_spec
+    from soakspec.report.serverview import md_lines
+
+    spec = small_spec('require max(server("vllm:num_requests_waiting")) <= 4 per bucket')
+
+    def lines(scrapes: int, failed: int) -> list[str]:
+        sm = {"status": "failing" if failed else "ok", "scrapes": scrapes, "failed": failed, "first_error": "HTTP 500",
+              "path": "/metrics", "families": {}}
+        return md_lines({"backends": [{"name": "a", "buckets": [], "server_metrics": sm}]}, spec)
+
+    assert "  - `vllm:num_requests_waiting`: unknown (no scrape of /metrics succeeded)" in lines(5, 5)
+    assert "  - `vllm:num_requests_waiting`: not exposed by the server" in lines(5, 1)

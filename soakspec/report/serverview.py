@@ -177,10 +177,12 @@ def md_lines(results: Mapping[str, Any], spec: Any = None) -> list[str]:
         have = sm.get("families") if isinstance(sm.get("families"), Mapping) else {}
         status = scrape_status(sm) or f"{sm.get('scrapes')} scrapes of {sm.get('path') or '/metrics'}, none failed"
         out.append(f"- `{C.one_line(b.get('name'))}`: {md_text(status)}")
+        answered = _num(sm.get("scrapes")) is not None and (_num(sm.get("scrapes")) or 0) > (_num(sm.get("failed")) or 0)
         for fam in charted_families(b, spec):
             f = _lookup(have, fam)
-            if f is None:
-                out.append(f"  - `{fam}`: not exposed by the server")
+            if f is None:  # absent from what the server answered; or never answered: then unknown
+                out.append(f"  - `{fam}`: not exposed by the server" if answered and sm.get("status") != "not available"
+                           else f"  - `{fam}`: unknown (no scrape of {sm.get('path') or '/metrics'} succeeded)")
                 continue
             kind = str(f.get("type"))
             key = _SERIES.get(kind, _SERIES["gauge"])[0][0]
