@@ -129,6 +129,25 @@ def test_cli_report_exits_0_when_rendered_and_gate_keeps_the_verdicts_code(seed,
     capsys.readouterr()
 
 
+def test_report_json_carries_the_verdict_gate_prints_notes_included(seed, tmp_path, capsys):
+    """What `gate` says of retained evidence -- unsigned, a stored verdict.json that says
+    otherwise -- the report says too (its json verdict is gate's, notes and all)."""
+    import json
+
+    root = EvidenceBuilder(seed).write(tmp_path / "run")
+    doc = json.loads((root / "verdict.json").read_text())
+    doc["outcome"] = "FAIL"
+    (root / "verdict.json").write_text(json.dumps(doc))
+    assert main(["gate", str(root), "--format", "json"]) == 0
+    gate = json.loads(capsys.readouterr().out)
+    assert main(["report", str(root), "--format", "json"]) == 0
+    report = json.loads(capsys.readouterr().out)["verdict"]
+    assert report["notes"] == gate["notes"]
+    assert any("not signed" in n for n in gate["notes"]) and any("verdict.json says FAIL" in n for n in gate["notes"])
+    assert main(["report", str(root), "--format", "md"]) == 0
+    assert "verdict.json says FAIL" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------------------ hostile input
 
 

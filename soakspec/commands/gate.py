@@ -108,6 +108,20 @@ def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_
     return spec, evidence
 
 
+def with_retained_notes(verdict, evidence, run_dir: str, *, restricted: bool = False):
+    """`verdict` with what re-judging retained evidence adds (`gate` and `report` alike): where
+    the run's own verdict.json says otherwise (a conclusion like any other: re-judged, and said
+    so; not for a `--backend` subset), and whether the evidence is signed (runs nothing)."""
+    from soakspec.evidence.signing import signature_status
+
+    notes = list(verdict.notes)
+    stored = _stored_outcome(evidence)
+    if stored is not None and stored != verdict.outcome and not restricted:
+        notes.append(f"the run's own verdict.json says {stored}; re-judged from the evidence: {verdict.outcome}")
+    notes.append(f"evidence {signature_status(run_dir).text()}")
+    return dataclasses.replace(verdict, notes=tuple(notes))
+
+
 def _stored_outcome(evidence) -> str | None:
     """The outcome the run's verdict.json records (None: none readable)."""
     from soakspec.evidence import layout
@@ -252,14 +266,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--backend {unknown[0]}: the spec declares no such backend ({', '.join(sorted(names))})")
     # after the fact: the run's results/verdict must be there
     verdict = judge(spec, evidence, retained=True, backends=tuple(args.backend))
-    stored = _stored_outcome(evidence)
-    if stored is not None and stored != verdict.outcome and not args.backend:
-        # the stored verdict is a conclusion like any other: the gate re-judges and says so
-        verdict = dataclasses.replace(verdict, notes=verdict.notes + (
-            f"the run's own verdict.json says {stored}; re-judged from the evidence: {verdict.outcome}",))
-    from soakspec.evidence.signing import signature_status  # says whether the evidence is signed (runs nothing)
-
-    verdict = dataclasses.replace(verdict, notes=verdict.notes + (f"evidence {signature_status(args.dir).text()}",))
+    verdict = with_retained_notes(verdict, evidence, args.dir, restricted=bool(args.backend))
     if args.format == "json":
         print(json.dumps(verdict.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
     else:

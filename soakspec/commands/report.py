@@ -16,6 +16,7 @@ written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -38,7 +39,7 @@ def _printable(text: str) -> str:
 
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
-    from soakspec.commands.gate import load_for_judging
+    from soakspec.commands.gate import load_for_judging, with_retained_notes
     from soakspec.evidence.io import EvidenceError, write_bytes_atomic
     from soakspec.report import prepare
 
@@ -53,6 +54,8 @@ def main(args: argparse.Namespace) -> int:
         return loaded
     spec, evidence = loaded
     inputs = prepare(spec, evidence)
+    # what `gate` says of retained evidence (its stored verdict, its signature), the report says too
+    inputs = dataclasses.replace(inputs, verdict=with_retained_notes(inputs.verdict, evidence, args.dir))
     text = _printable(inputs.render(args.format))
     if args.out is not None:
         try:
