@@ -587,8 +587,8 @@ def _metrics_scrape(spec: Spec, b: Backend, time_scale: float, rehearse: bool) -
         return None
     named = [r.expr.server for r in spec.gate.rules if r.expr.server and r.backend in (None, b.name)]
     families = tuple(dict.fromkeys([*named, *DEFAULT_SERVER_METRICS]))
-    if m.interval_s is not None:
-        interval = m.interval_s * (time_scale if rehearse else 1.0)
+    if m.interval_s is not None:  # a duration like any other: --time-scale shrinks it (as the buckets it samples)
+        interval = m.interval_s * time_scale
     else:  # at least three scrapes inside every bucket
         shortest = min((w.bucket_s * time_scale for w in spec.workloads), default=DEFAULT_SCRAPE_INTERVAL_S * 4)
         interval = max(MIN_DEFAULT_SCRAPE_INTERVAL_S, min(DEFAULT_SCRAPE_INTERVAL_S, shortest / 4))
@@ -1018,7 +1018,7 @@ def plan(spec: Spec, *, time_scale: float = 1.0, rehearse: bool = False, only: t
     found: set[str] = set()
     for b in spec.backends:
         found |= secret_values(dict(b.env), [*b.argv, *([b.shell] if b.shell else [])])
-    interval = spec.telemetry.interval_s * (time_scale if rehearse else 1.0)
+    interval = spec.telemetry.interval_s * time_scale  # shrunk with the buckets: every bucket keeps its samples
     ran = tuple(bp.name for bp in backends)
     m = spec.model
     return Plan(

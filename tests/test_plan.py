@@ -202,3 +202,16 @@ def test_load_shapes_are_a_sum_type():
     assert shapes == [Closed(1), Closed(3), Batch(2, 5), Open(1.0, "poisson", 9), Open(2.0, "poisson", 10)]
     labels = [lv.label for lv in plan(spec).backends[0].levels]
     assert labels == ["concurrency 1", "concurrency 3", "concurrency 2 (batches of 5)", "rate 1 rps", "rate 2 rps"]
+
+
+def test_time_scale_shrinks_the_telemetry_and_scrape_intervals_with_the_buckets():
+    """`--time-scale F` shrinks every duration: the telemetry and a declared /metrics interval
+    too (they stayed 5 s while a 5 s bucket became 1 s, leaving buckets without a CPU/RSS
+    sample), down to the sampling floors."""
+    from soakspec.plan import TELEMETRY_MIN_INTERVAL_S
+
+    spec = spec_of(W60, 'backend "a" {\n  sim {}\n  metrics { every = 10s }\n}\n')
+    full, scaled = plan(spec), plan(spec, time_scale=0.2)
+    assert (full.telemetry_interval_s, scaled.telemetry_interval_s) == (5.0, 1.0)
+    assert (full.backends[0].metrics.interval_s, scaled.backends[0].metrics.interval_s) == (10.0, 2.0)
+    assert plan(spec, time_scale=0.01).telemetry_interval_s == TELEMETRY_MIN_INTERVAL_S
