@@ -112,13 +112,14 @@ def test_text_that_starts_with_a_brace_is_text_when_declared():
 @pytest.mark.parametrize(
     ("text", "line", "fmt", "match"),
     [
-        ('[\n  {"conversations": [{"from": "human", "value": "a"}]},\n  {"conversations": []}\n]', 3, None, "non-empty list"),
+        ('[\n  {"conversations": [{"from": "human", "value": "a"}]},\n  {"conversations": {}}\n]', 3, None, "a list of"),
+        ('[\n  {"conversations": [{"from": "human", "value": "a"}]},\n  {"turns": []}\n]', 3, None, "a list of"),
         ('[\n  {"conversations": [{"from": "human", "value": "a"}]}\n  {"x": 1}\n]', 3, None, "expected ','"),
         ('[\n  {"conversations": [{"from": "human", "value": "a"}],\n]', 3, None, "not valid JSON"),
         ('{"prompt": "a"}\n{"prompt": 3}\n', 2, None, "non-empty string"),
         ('{"prompt": "a"}\n\n{"question": "b"}\n', 3, None, "needs a 'prompt', 'text' or 'messages'"),
         ('{"prompt": "a"}\n{"prompt": "b"\n', 2, None, "JSONL"),
-        ('{"conversations": [{"from": "gpt", "value": "a"}]}\n', 1, None, "human turn"),
+        ('{"conversations": [{"from": "gpt", "value": "a"}]}\n', 1, None, "no usable ShareGPT record.*human turn"),
         ('{"conversations": [{"from": "human", "value": "a"}]}\n', 1, "jsonl", "prompt_format = sharegpt"),
         ("\n\n", 1, None, "no prompts"),
         ("[]", 1, None, "no prompts"),
@@ -263,11 +264,17 @@ def test_multi_turn_needs_chat_closed_loop_and_conversations(tmp_path):
     assert req.conversations[0][2] == ("user", "And its largest city?")
 
 
-async def test_a_session_sends_its_next_turn_with_the_history(tmp_path):
+@pytest.mark.parametrize("one_line", [False, True])
+async def test_a_session_sends_its_next_turn_with_the_history(tmp_path, one_line):
     """Concurrency 1 is one session: conversation a1 (two user turns), then a2 (system + user),
-    then a1 again; each turn carries the turns before it (read back from the simulator)."""
+    then a1 again; each turn carries the turns before it (read back from the simulator). The
+    same file written on one line (`json.dumps`) sends the same conversations."""
+    data = EXAMPLES / "sharegpt.json"
+    if one_line:
+        data = tmp_path / "one-line.json"
+        data.write_text(json.dumps(json.loads((EXAMPLES / "sharegpt.json").read_text())))
     path = tmp_path / "w.soak"
-    path.write_text(_spec_text(str(EXAMPLES / "sharegpt.json"), "chat", "multi_turn = true", "400ms"))
+    path.write_text(_spec_text(str(data), "chat", "multi_turn = true", "400ms"))
     spec, diags, _ = load_spec(path)
     assert spec is not None, diags
     level = plan(spec).backends[0].levels[0]
@@ -301,3 +308,114 @@ def test_a_prompt_files_output_length_is_bounded_as_max_tokens_is(n):
         parse_dataset(json.dumps({"prompt": "hi", "max_tokens": n}) + "\n", "jsonl", chat=False, lengths=True)
     ok = parse_dataset(json.dumps({"prompt": "hi", "max_tokens": 10_000_000}) + "\n", "jsonl", chat=False, lengths=True)
     assert ok.output_lens == (10_000_000,)
+
+
+# ---------------------------------------------------------------- records, whatever the layout
+
+SHAREGPT_RECORDS = [
+    {"id": "a", "conversations": [{"from": "human", "value": "question a"}, {"from": "gpt", "value": "answer a"},
+                                  {"from": "human", "value": "follow-up a"}]},
+    {"id": "b", "conversations": [{"from": "system", "value": "be terse"}, {"from": "human", "value": "question b"}]},
+]  # fmt: skip
+
+
+def _layouts(records: list) -> dict[str, str]:
+    """The same records as JSONL, a pretty-printed JSON array and a JSON array on one line."""
+    return {
+        "jsonl": "\n".join(json.dumps(r) for r in records) + "\n",
+        "indented": json.dumps(records, indent=2),
+        "one line": json.dumps(records),
+    }
+
+
+def test_a_one_line_array_keeps_every_record_and_its_conversation():
+    """`json.dumps(records)` puts every record on line 1: each keeps its own conversation."""
+    p = parse_dataset(json.dumps(SHAREGPT_RECORDS), None, chat=True, lengths=False, turns=True)
+    assert p.prompts == ("question a", (("system", "be terse"), ("user", "question b")))
+    assert p.conversations == (
+        (("user", "question a"), ("assistant", "answer a"), ("user", "follow-up a")),
+        (("system", "be terse"), ("user", "question b")),
+    )
+
+
+def test_a_one_line_array_reports_a_bad_record_at_its_column(tmp_path):
+    bad = [SHAREGPT_RECORDS[0], {"conversations": [{"from": "human"}]}]
+    text = json.dumps(bad)
+    with pytest.raises(DatasetError, match="string 'from' and 'value'") as e:
+        parse_dataset(text, None, chat=False, lengths=False)
+    col = text.index('{"conversations": [{"from": "human"}]}') + 1
+    assert (e.value.line, e.value.column) == (1, col)
+    (tmp_path / "one.json").write_text(text)
+    spec, diags, _ = _spec(tmp_path, "one.json")
+    assert spec is None
+    [in_file] = [d for d in diags if d.path == str(tmp_path / "one.json")]
+    assert (in_file.code, in_file.span.line, in_file.span.column) == ("E419", 1, col)
+    # a JSONL record's column is where its object starts
+    with pytest.raises(DatasetError) as e:
+        parse_dataset('{"prompt": "a"}\n   {"prompt": 3}\n', "jsonl", chat=False, lengths=False)
+    assert (e.value.line, e.value.column) == (2, 4)
+
+
+_turn_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+_turn = st.fixed_dictionaries({"from": st.sampled_from(["human", "gpt", "system", "user", "assistant"]), "value": _turn_text})
+_sharegpt_record = st.fixed_dictionaries({"conversations": st.lists(_turn, max_size=5)}, optional={"id": _turn_text})
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(_sharegpt_record, min_size=1, max_size=6), st.booleans())
+def test_the_same_records_parse_the_same_whatever_the_layout(records, chat):
+    """Property: JSONL, an indented array and a one-line array of the same ShareGPT records give
+    the same dataset (prompts, lengths, conversations, skipped records) or the same error."""
+    results = {}
+    for layout, text in _layouts(records).items():
+        try:
+            p = parse_dataset(text, "sharegpt", chat=chat, lengths=False, turns=True)
+            results[layout] = (p.format, p.prompts, p.output_lens, p.conversations, p.skipped)
+        except DatasetError as e:
+            results[layout] = ("error", e.message.split(" (first at")[0])
+    assert results["indented"] == results["jsonl"] == results["one line"], results
+    if results["jsonl"][0] == "sharegpt":  # every usable record is kept, in order
+        assert len(results["jsonl"][3]) == len(records) - results["jsonl"][4]
+
+
+# ---------------------------------------------------------------- records with nothing to send
+
+SKIPPABLE = [
+    {"id": "starts-with-gpt", "conversations": [{"from": "gpt", "value": "hello"}, {"from": "human", "value": "hi"}]},
+    {"id": "empty", "conversations": []},
+    {"id": "good", "conversations": [{"from": "human", "value": "usable question"}, {"from": "gpt", "value": "one two"}]},
+    {"id": "system-only", "conversations": [{"from": "system", "value": "s"}]},
+    {"id": "empty-human", "conversations": [{"from": "human", "value": ""}]},
+]  # fmt: skip
+
+
+def test_records_without_a_human_turn_to_send_are_skipped_and_counted():
+    for text in _layouts(SKIPPABLE).values():
+        p = parse_dataset(text, None, chat=True, lengths=True, turns=True)
+        assert (p.format, p.prompts, p.output_lens, p.skipped) == ("sharegpt", ("usable question",), (2,), 4)
+        assert p.conversations == ((("user", "usable question"), ("assistant", "one two")),)
+
+
+def test_a_file_with_no_usable_record_is_still_an_error_at_the_first_record():
+    text = json.dumps([SKIPPABLE[0], SKIPPABLE[1]], indent=2)
+    with pytest.raises(DatasetError, match="no usable ShareGPT record.*2 records.*human turn") as e:
+        parse_dataset(text, None, chat=False, lengths=False)
+    assert (e.value.line, e.value.column) == (2, 3)
+    with pytest.raises(DatasetError, match="'conversations', a list"):  # malformed records are still errors
+        parse_dataset('[{"conversations": "hi"}, ' + json.dumps(SKIPPABLE[2]) + "]", None, chat=False, lengths=False)
+
+
+def test_check_and_plan_warn_how_many_records_were_skipped(tmp_path):
+    data = tmp_path / "sg.json"
+    data.write_text(json.dumps(SKIPPABLE, indent=2))
+    spec, diags, text = _spec(tmp_path, "sg.json", endpoint="chat", extra="multi_turn = true")
+    assert spec is not None, diags
+    [w] = [d for d in diags if d.code == "W510"]
+    assert w.severity is Severity.WARNING and w.path.endswith("w.soak") and w.span.line == 12
+    assert "4 of 5 records" in w.message and f"{data}:2:3" in w.message
+    assert "W510" in render_text(diags, {str(tmp_path / "w.soak"): text})
+    req = plan(spec).backends[0].levels[0].request
+    assert req.prompts == ("usable question",) and req.to_json()["multi_turn_sessions"] == 1
+    data.write_text(json.dumps(SKIPPABLE[2:3]))  # nothing skipped: no warning
+    spec, diags, _ = _spec(tmp_path, "sg.json", endpoint="chat")
+    assert spec is not None and diags == []

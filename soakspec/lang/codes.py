@@ -89,6 +89,7 @@ CODES: dict[str, Code] = {
         Code("W507", "claim boundary states no claim"),
         Code("W508", "fewer than one request expected per level"),
         Code("W509", "percentile rule with too few planned samples per scope"),
+        Code("W510", "prompt file records skipped (no human turn to send)"),
     )
 }
 

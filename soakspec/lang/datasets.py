@@ -8,6 +8,9 @@ Formats (`prompt_format = ...`, or detected from the file's first non-blank char
   - `sharegpt`: a JSON array, or JSONL, of objects with `conversations`, a list of
     `{from, value}` turns; the prompt is the first `human`/`user` turn (after an optional
     `system` turn, which chat requests send too), its answer the next `gpt`/`assistant` turn.
+    A record with no such turn (an empty conversation, or one that starts with another
+    speaker or an empty human turn) is skipped and counted (`Parsed.skipped`: `check` warns,
+    W510); a file with no usable record is an error.
 
 Detection, when `prompt_format` is not set: a file whose first non-blank character is `[` is a
 JSON array, `{` is JSONL — either ShareGPT when its first record has `conversations`, else
@@ -20,7 +23,9 @@ Output lengths (opt-in, `max_tokens_from_file = true`): a record's integer `max_
 `output_len` or `output_tokens`, or for ShareGPT the answer's length in whitespace-separated
 words (no tokenizer is needed; a real server's tokenizer counts more tokens than words).
 
-Every problem is a `DatasetError` with the 1-based line and column in the file.
+Every problem is a `DatasetError` with the 1-based line and column in the file: a record's
+problem is where the record starts, so each record of a one-line JSON array (`json.dumps`)
+keeps its own place, and its own identity: records are kept in order, whatever the layout.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ HUMAN = ("human", "user")
 ANSWER = ("gpt", "assistant", "chatgpt", "bing", "bard", "model")
 
 Messages = tuple[tuple[str, str], ...]
+Where = tuple[int, int]  # 1-based line and column where a record starts (a one-line array's records share line 1)
 Prompt = str | Messages
 
 
@@ -55,6 +61,8 @@ class Parsed:
     prompts: tuple[Prompt, ...]
     output_lens: tuple[int | None, ...]  # per prompt, when the record gives one
     conversations: tuple[Messages, ...] = ()  # every record's whole conversation (multi-turn chat)
+    skipped: int = 0  # ShareGPT records with no human turn to send, left out
+    first_skipped: Where | None = None  # where the first of them starts
 
 
 def read_dataset(path: str, fmt: str | None, *, chat: bool, lengths: bool, turns: bool = False) -> Parsed:
@@ -69,32 +77,38 @@ def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, turn
     stripped = text.lstrip()
     if fmt is None:
         fmt = _detect(text, stripped)
-    array: list[tuple[int, Any]] = []
     if fmt == "text":
-        items: list[tuple[int, Any]] = [(i, line) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
-        records = [(n, _text_line(line)) for n, line in items]
-    elif stripped.startswith("["):
-        array = _json_array(text)
+        items: list[tuple[Where, Any]] = [((i, 1), line) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
+    else:  # each record with where it starts: one parse, so a record's prompt and conversation are the same record's
+        items = _json_array(text) if stripped.startswith("[") else _jsonl(text)
         if fmt == "array":  # detected: ShareGPT when the first record has conversations, else prompt/text/messages
-            fmt = "sharegpt" if array and isinstance(array[0][1], dict) and "conversations" in array[0][1] else "jsonl"
-        records = [(n, _record(obj, n, fmt, chat, lengths)) for n, obj in array]
-    else:
-        records = [(n, _record(obj, n, fmt, chat, lengths)) for n, obj in _jsonl(text)]
+            fmt = "sharegpt" if items and isinstance(items[0][1], dict) and "conversations" in items[0][1] else "jsonl"
+    records: list[tuple[Where, tuple[Prompt, int | None], Any]] = []
+    skipped: list[Where] = []
+    for at, obj in items:
+        got = _text_line(obj) if fmt == "text" else _record(obj, at, fmt, chat, lengths)
+        if got is None:
+            skipped.append(at)
+        else:
+            records.append((at, got, obj))
+    if not records and skipped:
+        raise DatasetError(f"has no usable ShareGPT record: none of its {len(skipped):,} records has a human turn to send "
+                           "(each conversation is empty or does not start with a non-empty human turn, "
+                           "after an optional system turn)", *skipped[0])  # fmt: skip
     if not records:
         raise DatasetError("has no prompts" + (f" ({fmt})" if fmt in FORMATS else ""))
     if len(records) > MAX_PROMPTS:
-        raise DatasetError(f"has more than {MAX_PROMPTS:,} prompts", records[MAX_PROMPTS][0])
+        raise DatasetError(f"has more than {MAX_PROMPTS:,} prompts", *records[MAX_PROMPTS][0])
     prompts = tuple(r[1][0] for r in records)
     convs: tuple[Messages, ...] = ()
     if turns:
         if fmt == "text":
             raise DatasetError("multi_turn needs conversations: a sharegpt file or jsonl 'messages' records, not text")
-        objs = dict(array if stripped.startswith("[") else _jsonl(text))
-        convs = tuple(_conversation(objs[n], n) for n, _ in records)
-    return Parsed(fmt, sha256, prompts, tuple(r[1][1] for r in records), convs)
+        convs = tuple(_conversation(obj, at) for at, _, obj in records)
+    return Parsed(fmt, sha256, prompts, tuple(r[1][1] for r in records), convs, len(skipped), skipped[0] if skipped else None)
 
 
-def _conversation(obj: dict, line: int) -> Messages:
+def _conversation(obj: dict, at: Where) -> Messages:
     """A record as chat turns: ShareGPT's (`human` -> user, `gpt` -> assistant), `messages` as
     they are, a prompt/text as one user turn."""
     if "conversations" in obj:
@@ -103,13 +117,13 @@ def _conversation(obj: dict, line: int) -> Messages:
         for t in obj["conversations"]:
             role = roles.get(t["from"].lower())
             if role is None:
-                raise DatasetError(f"unknown ShareGPT speaker '{t['from']}' (human, gpt or system)", line)
+                raise DatasetError(f"unknown ShareGPT speaker '{t['from']}' (human, gpt or system)", *at)
             turns.append((role, t["value"]))
         return tuple(turns)
     if "messages" in obj:
-        msgs = _messages(obj["messages"], line)
+        msgs = _messages(obj["messages"], at)
         if not any(role == "user" for role, _ in msgs):
-            raise DatasetError("a conversation needs at least one 'user' message", line)
+            raise DatasetError("a conversation needs at least one 'user' message", *at)
         return msgs
     return (("user", obj.get("prompt") or obj.get("text")),)
 
@@ -141,11 +155,11 @@ def _line_col(text: str, pos: int) -> tuple[int, int]:
     return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
 
 
-def _json_array(text: str) -> list[tuple[int, Any]]:
-    """The items of a JSON array, each with the line it starts on."""
+def _json_array(text: str) -> list[tuple[Where, Any]]:
+    """The items of a JSON array, in order, each with the line and column it starts at."""
     dec = json.JSONDecoder()
     pos = len(text) - len(text.lstrip()) + 1  # after '['
-    out: list[tuple[int, Any]] = []
+    out: list[tuple[Where, Any]] = []
     n = len(text)
 
     def skip(p: int) -> int:
@@ -161,7 +175,7 @@ def _json_array(text: str) -> list[tuple[int, Any]]:
             obj, end = dec.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             raise DatasetError(f"is not valid JSON: {e.msg}", *_line_col(text, e.pos)) from None
-        out.append((_line_col(text, pos)[0], obj))
+        out.append((_line_col(text, pos), obj))
         pos = skip(end)
         if pos < n and text[pos] == ",":
             pos = skip(pos + 1)
@@ -173,77 +187,84 @@ def _json_array(text: str) -> list[tuple[int, Any]]:
         raise DatasetError("is not valid JSON: expected ',' or ']' in the array", *_line_col(text, min(pos, n)))
 
 
-def _jsonl(text: str) -> list[tuple[int, Any]]:
+def _jsonl(text: str) -> list[tuple[Where, Any]]:
     out = []
     for i, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
-            out.append((i, json.loads(line)))
+            out.append(((i, len(line) - len(line.lstrip()) + 1), json.loads(line)))
         except json.JSONDecodeError as e:
             raise DatasetError(f"is not one JSON object per line (JSONL): {e.msg}", i, e.colno) from None
     return out
 
 
-def _record(obj: Any, line: int, fmt: str, chat: bool, lengths: bool) -> tuple[Prompt, int | None]:
+def _record(obj: Any, at: Where, fmt: str, chat: bool, lengths: bool) -> tuple[Prompt, int | None] | None:
+    """A record's prompt and output length; None for a ShareGPT record with no human turn to send."""
     if not isinstance(obj, dict):
-        raise DatasetError(f"each record must be a JSON object, not {type(obj).__name__}", line)
+        raise DatasetError(f"each record must be a JSON object, not {type(obj).__name__}", *at)
     if fmt == "sharegpt":
-        prompt, answer_len = _sharegpt(obj, line, chat)
+        got = _sharegpt(obj, at, chat)
+        if got is None:
+            return None
+        prompt, answer_len = got
     else:
-        prompt, answer_len = _jsonl_prompt(obj, line, chat), None
+        prompt, answer_len = _jsonl_prompt(obj, at, chat), None
     if not lengths:
         return prompt, None
     for name in LENGTH_FIELDS:
         v = obj.get(name)
         if v is not None:
             if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_LENGTH:
-                raise DatasetError(f"'{name}' must be a whole number of tokens, from 1 to {MAX_LENGTH:,}", line)
+                raise DatasetError(f"'{name}' must be a whole number of tokens, from 1 to {MAX_LENGTH:,}", *at)
             return prompt, v
     if answer_len is None:
         want = "an answer turn or " if fmt == "sharegpt" else ""
-        raise DatasetError(f"max_tokens_from_file = true, but this record has {want}no {'/'.join(LENGTH_FIELDS)}", line)
+        raise DatasetError(f"max_tokens_from_file = true, but this record has {want}no {'/'.join(LENGTH_FIELDS)}", *at)
     return prompt, answer_len
 
 
-def _jsonl_prompt(obj: dict, line: int, chat: bool) -> Prompt:
+def _jsonl_prompt(obj: dict, at: Where, chat: bool) -> Prompt:
     for name in ("prompt", "text"):
         if name in obj:
             if not isinstance(obj[name], str) or not obj[name]:
-                raise DatasetError(f"'{name}' must be a non-empty string", line)
+                raise DatasetError(f"'{name}' must be a non-empty string", *at)
             return obj[name]
     if "messages" in obj:
         if not chat:
-            raise DatasetError("'messages' records are chat messages: they need endpoint = chat", line)
-        return _messages(obj["messages"], line)
+            raise DatasetError("'messages' records are chat messages: they need endpoint = chat", *at)
+        return _messages(obj["messages"], at)
     if "conversations" in obj:
-        raise DatasetError("this record is ShareGPT ('conversations'): set prompt_format = sharegpt", line)
-    raise DatasetError("a JSONL record needs a 'prompt', 'text' or 'messages' field", line)
+        raise DatasetError("this record is ShareGPT ('conversations'): set prompt_format = sharegpt", *at)
+    raise DatasetError("a JSONL record needs a 'prompt', 'text' or 'messages' field", *at)
 
 
-def _messages(msgs: Any, line: int) -> Messages:
+def _messages(msgs: Any, at: Where) -> Messages:
     if not isinstance(msgs, list) or not msgs:
-        raise DatasetError("'messages' must be a non-empty list", line)
+        raise DatasetError("'messages' must be a non-empty list", *at)
     out = []
     for m in msgs:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
-            raise DatasetError("each message needs a string 'role' and 'content'", line)
+            raise DatasetError("each message needs a string 'role' and 'content'", *at)
         out.append((m["role"], m["content"]))
     return tuple(out)
 
 
-def _sharegpt(obj: dict, line: int, chat: bool) -> tuple[Prompt, int | None]:
+def _sharegpt(obj: dict, at: Where, chat: bool) -> tuple[Prompt, int | None] | None:
+    """None (the record is skipped, and counted) when its conversation is empty or does not start
+    with a non-empty human turn after an optional system turn, as real ShareGPT dumps have; a
+    record that is not ShareGPT at all (no list of {from, value} turns) is an error."""
     conv = obj.get("conversations")
-    if not isinstance(conv, list) or not conv:
-        raise DatasetError("a ShareGPT record needs 'conversations', a non-empty list of {from, value} turns", line)
+    if not isinstance(conv, list):
+        raise DatasetError("a ShareGPT record needs 'conversations', a list of {from, value} turns", *at)
     turns = []
     for t in conv:
         if not isinstance(t, dict) or not isinstance(t.get("from"), str) or not isinstance(t.get("value"), str):
-            raise DatasetError("each ShareGPT turn needs a string 'from' and 'value'", line)
+            raise DatasetError("each ShareGPT turn needs a string 'from' and 'value'", *at)
         turns.append((t["from"].lower(), t["value"]))
-    i = 1 if turns[0][0] == "system" else 0
+    i = 1 if turns and turns[0][0] == "system" else 0
     if i >= len(turns) or turns[i][0] not in HUMAN or not turns[i][1]:
-        raise DatasetError("a ShareGPT conversation must start with a non-empty human turn (after an optional system turn)", line)
+        return None
     answer = turns[i + 1] if i + 1 < len(turns) and turns[i + 1][0] in ANSWER else None
     answer_len = max(1, len(answer[1].split())) if answer else None
     if chat and i == 1:

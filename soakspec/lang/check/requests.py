@@ -68,6 +68,12 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
             ctx.path = saved
         ctx.error("E419", f"the prompt file {got.value!r} cannot be used (see {path}:{e.line})", got.span)
         return None
+    if parsed.skipped:
+        line, column = parsed.first_skipped or (1, 1)
+        ctx.warn("W510", f"{parsed.skipped:,} of {parsed.skipped + len(parsed.prompts):,} records in the prompt file {got.value!r} "
+                         f"are skipped: no human turn to send (the first at {path}:{line}:{column})", got.span,
+                 "a ShareGPT record is sent from its first turn, a non-empty human one after an optional system turn; "
+                 "an empty conversation or one that starts with another speaker has none")  # fmt: skip
     return S.Dataset(path, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens, parsed.conversations)
 
 
