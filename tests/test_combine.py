@@ -311,3 +311,55 @@ def test_a_child_from_before_client_health_beside_one_with_it_is_not_a_pass(spec
     health = _client_health(out, capsys)
     assert health["status"] == "inconclusive" and "backend nccl" in health["message"], health
     assert "no client-health sample in bucket" in health["message"], health
+
+
+# ------------------------------------------------------------------------------ audit: time scales
+
+
+def _scaled_children(tmp_path, scales):
+    """Children a and b of a spec whose gate allows rehearsals (so a time-scaled child passes
+    its own gate), each built as run at its time scale."""
+    from soakspec.judge.testing import small_spec
+
+    s = small_spec(backends=("a", "b"), gate="allow_rehearsal = true")
+    dirs = []
+    for name, scale in zip(("a", "b"), scales):
+        b = EvidenceBuilder(s, only=(name,), run_id=f"run-{name}", time_scale=scale, t0=1_747_000_000.0 + (name == "b") * 1000)
+        e = b.entry(name)
+        e["source"] = {"repo": None, "commit_before": None, "commit_after": None, "dirty_before": None, "dirty_after": None,
+                       "reason": "the spec declares no source repository"}
+        e["model"].update(revision=None, fingerprint=None, reason="the spec declares no model")
+        e["server_binary"] = {"path": None, "sha256": None}
+        dirs.append(str(b.write(tmp_path / name)))
+    return dirs
+
+
+def test_children_at_different_time_scales_fail_and_the_combined_run_claims_no_full_scale(tmp_path, capsys):
+    dirs = _scaled_children(tmp_path, (1.0, 0.5))
+    out = tmp_path / "out"
+    code, cap = run_combine(dirs, out, capsys)
+    assert code == 1, cap.out
+    assert "PASS         children_pass" in cap.out  # each child passes its own gate
+    assert f"FAIL         same_workload — different time scales: {dirs[0]}: 1 (full scale), {dirs[1]}: 0.5" in cap.out
+    assert cap.out.rstrip().endswith("FAIL: same_workload")
+    assert checks(out)["same_workload"] == "fail"
+    # the directory combine still writes never says it ran at a scale b did not run at
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["time_scale"] == 0.5 and [c["time_scale"] for c in m["combined_from"]] == [1.0, 0.5]
+    assert main(["gate", str(out)]) == 3  # a's 1m buckets are not the 30s ones of a 0.5 plan: never a pass
+    gate = capsys.readouterr().out
+    assert "time scale 0.5" in gate and "a full-scale run" not in gate
+    assert main(["report", str(out), "--format", "md"]) == 0
+    report = capsys.readouterr().out
+    assert "1 (full scale)" not in report and "time scale: 0.5" in report
+
+
+def test_children_at_one_time_scale_combine_at_that_scale(tmp_path, capsys):
+    dirs = _scaled_children(tmp_path, (0.5, 0.5))
+    out = tmp_path / "out"
+    code, cap = run_combine(dirs, out, capsys)
+    assert code == 0, cap.out
+    assert "same_workload — every child ran the same spec, at time scale 0.5" in cap.out
+    assert json.loads((out / "manifest.json").read_text())["time_scale"] == 0.5
+    assert main(["gate", str(out)]) == 0
+    assert "time-scaled by 0.5; the gate allows rehearsals" in capsys.readouterr().out

@@ -12,7 +12,8 @@ Output, in `--out DIR` (which must be new or empty):
       copying), client.jsonl (each child's lines for its backends: the combined run is
       judged on its load generator's health, `_copy_client`), results.json and verdict.json (bound to the manifest, as `run` writes them),
       and a manifest.json holding every backend's entry, the first child's spec and
-      host, `combined_from` (each child's run id, manifest sha256, host and times) and every
+      host, the smallest child time scale (children at different scales fail same_workload),
+      `combined_from` (each child's run id, manifest sha256, host and times) and every
       artifact's sha256 -- so `soakspec verify`, `gate` and `report` accept the directory.
       A before/after series is not one run: no evidence directory is written for it (use
       `soakspec compare BEFORE AFTER`); nor is one made from a child whose evidence does not
@@ -49,6 +50,9 @@ class CopyMismatch(Exception):
 
 def combined_manifest(children: Sequence[Any]) -> dict[str, Any]:
     """The combined run's manifest (artifacts still empty): pure."""
+    from soakspec.judge.combine import time_scale
+    from soakspec.judge.joined import _time_scale
+
     first = children[0]
     m = copy.deepcopy(first.evidence.manifest)
     order = [b.name for b in first.spec.backends]
@@ -72,6 +76,11 @@ def combined_manifest(children: Sequence[Any]) -> dict[str, Any]:
         bad = [f"{c.dir}: {mm.get('status')}" for c, mm in zip(children, ms) if mm.get("status") != "complete"]
         m.update(status="incomplete", incomplete_reason="a combined child did not complete: " + "; ".join(bad))
     m["rehearsal"] = any(mm.get("rehearsal") is True for mm in ms)
+    # children at different time scales fail same_workload; the directory still never claims a
+    # scale no child ran at: the smallest, so full_scale_run cannot pass a scaled child (a
+    # child's malformed time_scale is carried as it is, for the judge to call malformed again)
+    malformed = [mm.get("time_scale", 1.0) for mm in ms if _time_scale(mm)[1]]
+    m["time_scale"] = malformed[0] if malformed else min(time_scale(c) for c in children)
     names = {e["name"] for e in entries}
     if set(order) <= names:
         m.pop("only", None)

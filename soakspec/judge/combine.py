@@ -16,7 +16,8 @@ checks of `CHECKS`, in order, all of which must hold:
                         (for `launch` backends: `sim`, `url` and `shell` backends have no binary
                         soakspec can hash, so none is required of them); a before/after
                         series may change the binary
-  same_workload         the same spec (sha256), or at least identical workloads and gate
+  same_workload         the same spec (sha256), or at least identical workloads and gate, run
+                        at one time scale (`run --time-scale` shrinks every duration and bucket)
   runtime_boundaries    a runtime boundary for every backend, confirmed or declared, as the
                         judge re-derives it from the spec, the retained log and environment
 
@@ -240,15 +241,35 @@ def model_provenance(children: Sequence[Child]) -> Check:
                  "; ".join(msgs) or "identical model revision, fingerprint and server binary across backends (where they exist)")
 
 
+def time_scale(child: Child) -> float:
+    """The time scale a child ran at, as the judge reads its manifest (absent: 1, full scale)."""
+    from soakspec.judge.joined import _time_scale
+
+    return _time_scale(child.evidence.manifest)[0]
+
+
+def _scale_text(scale: float) -> str:
+    return f"{scale:g} (full scale)" if scale == 1 else f"{scale:g}"
+
+
 def same_workload(children: Sequence[Child]) -> Check:
+    msgs = []
+    scales = {c.dir: time_scale(c) for c in children}
+    if len(set(scales.values())) > 1:  # a time-scaled run shrinks every duration, bucket and deadline
+        msgs.append("different time scales: " + ", ".join(f"{d}: {_scale_text(s)}" for d, s in scales.items()))
     shas = {c.dir: c.spec.sha256 for c in children}
+    if len(set(shas.values())) > 1:
+        first = children[0].spec
+        differ = [c.dir for c in children[1:] if c.spec.workloads != first.workloads or c.spec.gate != first.gate]
+        if differ:
+            msgs.append(f"workloads or gate differ from {children[0].dir} in {', '.join(differ)}")
+    if msgs:
+        return Check("same_workload", "fail", "; ".join(msgs))
+    scale = next(iter(scales.values()), 1.0)
+    at = "" if scale == 1 else f", at time scale {scale:g}"
     if len(set(shas.values())) <= 1:
-        return Check("same_workload", "pass", "every child ran the same spec")
-    first = children[0].spec
-    differ = [c.dir for c in children[1:] if c.spec.workloads != first.workloads or c.spec.gate != first.gate]
-    if differ:
-        return Check("same_workload", "fail", f"workloads or gate differ from {children[0].dir} in {', '.join(differ)}")
-    return Check("same_workload", "pass", "specs differ in text but have identical workloads and gate")
+        return Check("same_workload", "pass", f"every child ran the same spec{at}")
+    return Check("same_workload", "pass", f"specs differ in text but have identical workloads and gate{at}")
 
 
 def runtime_boundaries(children: Sequence[Child]) -> Check:
