@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import html
 import json
 import random
 
@@ -64,9 +65,9 @@ def test_a_rule_gates_the_comparison():
     # p99 with 400 samples per side: enough for a claim; a 19% limit sits inside the interval
     unsure = compare(base, new, rules=[parse_rule("require p99(ttft) regression <= 19%")], resamples=2000)
     assert unsure.rules[0].status == "inconclusive" and unsure.outcome == "INCONCLUSIVE"
-    # a warn rule never decides
+    # a warn rule never decides: one that does not hold is WARN, as the gate writes it
     warned = compare(base, new, rules=[parse_rule("warn p50(ttft) regression <= 5%")], resamples=2000)
-    assert warned.outcome == "PASS" and warned.rules[0].status == "fail"
+    assert warned.outcome == "PASS" and warned.rules[0].status == "warn"
 
 
 def test_too_few_samples_is_inconclusive_never_a_pass():
@@ -282,7 +283,8 @@ def test_itl_intervals_count_requests_not_gaps():
     use the number of requests, so its interval is wider than a gap-count bootstrap's."""
     c = compare(builder(1).build(), builder(2).build(), resamples=1000)
     itl = next(r for r in c.rows if (r.metric, r.stat) == ("itl", "p99"))
-    assert itl.n_base == 400 * 63 and "from 400 / 400 requests" in itl.note
+    assert (itl.n_base, itl.n_new, itl.gaps_base) == (400, 400, 400 * 63)
+    assert "from 400 / 400 requests (25200 / 25200 gaps)" in itl.note
     r9 = random.Random(9)
     xs = sorted(r9.expovariate(1.0) for _ in range(6300))
     spread = lambda draws: stats.percentile(draws, 97.5) - stats.percentile(draws, 2.5)
@@ -291,3 +293,53 @@ def test_itl_intervals_count_requests_not_gaps():
     assert wide > 3 * narrow
     md = render(c, "md")
     assert "one request's gaps are not independent" in md
+
+
+# ------------------------------------------------------------------------------ audit: warn rules, itl counts
+
+
+def test_a_warn_rule_that_does_not_hold_is_warn_in_every_format_and_never_decides(tmp_path, capsys):
+    base = builder(1).write(tmp_path / "base")
+    new = builder(2, ttft_factor=1.2).write(tmp_path / "new")
+    rule = "warn p50(ttft) regression <= 5%"
+    args = ["compare", str(base), str(new), "--resamples", "500", "--require", rule]
+    assert main(args) == 0
+    md = capsys.readouterr().out
+    shown = rule.replace("<", "\\<")  # as Markdown escapes it
+    assert "**Comparison: PASS**" in md and f"| {shown} | WARN |" in md and "| FAIL |" not in md
+    assert f"1 warning: {shown}" in md and "rules not passing" not in md
+    assert main([*args, "--format", "html"]) == 0
+    page = capsys.readouterr().out
+    assert f'<tr class="warn"><td>{html.escape(rule)}</td><td>WARN</td>' in page and "<td>FAIL</td>" not in page
+    assert main([*args, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "PASS" and doc["exit_code"] == 0
+    assert [(r["rule"], r["severity"], r["status"]) for r in doc["rules"]] == [(rule, "warn", "warn")]
+    # the same rule as a require still fails the comparison
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--require", "require p50(ttft) regression <= 5%"]) == 1
+    assert "| require p50(ttft) regression \\<= 5% | FAIL |" in capsys.readouterr().out
+
+
+def test_itl_rows_show_the_request_counts_the_interval_and_sample_size_rest_on(tmp_path, capsys):
+    """itl's n is requests (24 a side here), not its 63 gaps a request (1512): the row's count,
+    its 'needs 59' and the rule's message all speak of requests; the gaps are a separate figure."""
+    base = builder(1, per_bucket=6).write(tmp_path / "base")
+    new = builder(2, per_bucket=6).write(tmp_path / "new")
+    args = ["compare", str(base), str(new), "--resamples", "500", "--require", "p95(itl) regression <= 50%"]
+    assert main(args) == 3
+    md = capsys.readouterr().out
+    p95 = next(line for line in md.splitlines() if "| p95(itl) |" in line)
+    assert "| 24 / 24 | insufficient samples (needs 59) |" in p95 and "1512" not in p95
+    assert "(n=24/24, needs 59)" in md  # the rule's worst row
+    assert "from 24 / 24 requests (1512 / 1512 gaps)" in md
+    assert main([*args, "--format", "html"]) == 3
+    page = capsys.readouterr().out
+    row = next(line for line in page.splitlines() if "<td>p95(itl)</td>" in line)
+    assert "<td>24 / 24</td><td>insufficient samples (needs 59)</td>" in row
+    assert main([*args, "--format", "json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    itl = next(r for r in doc["rows"] if (r["metric"], r["stat"]) == ("itl", "p95"))
+    assert (itl["n_base"], itl["n_new"], itl["samples_needed"], itl["verdict"]) == (24, 24, 59, "insufficient samples")
+    assert (itl["gaps_base"], itl["gaps_new"]) == (1512, 1512)
+    ttft = next(r for r in doc["rows"] if (r["metric"], r["stat"]) == ("ttft", "p95"))
+    assert (ttft["n_base"], ttft["gaps_base"]) == (24, None)

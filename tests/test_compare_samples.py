@@ -97,7 +97,7 @@ def test_compare_gets_itl_by_counting_never_one_float_per_gap(monkeypatch):
     held = compare(base, new, rules=rules, resamples=300).to_json()
     assert held == free
     itl = {r["stat"]: r for r in held["rows"] if r["metric"] == "itl"}
-    assert itl["p99"]["n_base"] == 400 * 63 and itl["p99"]["verdict"] != "missing"
+    assert itl["p99"]["gaps_base"] == 400 * 63 and itl["p99"]["n_base"] == 400 and itl["p99"]["verdict"] != "missing"
     gate = dist_values(index(base)[0].levels[0].records, "itl")
     assert itl["p99"]["base"] == gate.percentile(99) and itl["p50"]["base"] == gate.percentile(50)
     assert held["rules"][1]["status"] == "fail"  # the TTFT regression is still found
@@ -113,5 +113,5 @@ def test_gaps_that_cannot_be_counted_are_still_compared():
     ev = b.build()
     c = compare(ev, ev, resamples=200)
     itl = next(r for r in c.rows if (r.metric, r.stat) == ("itl", "p99"))
-    assert itl.n_base == 400 * 63 and itl.change == 0 and itl.verdict == "no significant change"
+    assert itl.gaps_base == 400 * 63 and itl.change == 0 and itl.verdict == "no significant change"
     assert itl.base == pytest.approx(stats.percentile([g for r in b.measured("a") for g in r["itl"]], 99), rel=0, abs=0)

@@ -72,7 +72,8 @@ Rules (`require|warn STAT(METRIC) regression <= N%`): over every matched row of 
 and statistic, `regression` is the change towards worse (positive = worse). A row passes when
 its interval's upper end is at most N %, fails when its lower end is above N %, and is
 inconclusive otherwise (the samples cannot tell) or with insufficient samples. The rule takes
-the worst row. Outcome: FAIL when a `require` rule fails or a run's evidence does not verify;
+the worst row; a `warn` rule that fails is WARN (status "warn", as `gate` writes it) and
+never changes the outcome. Outcome: FAIL when a `require` rule fails or a run's evidence does not verify;
 INCONCLUSIVE when a require rule is inconclusive, a run is incomplete or nothing could be
 matched; else PASS. Without rules the comparison only reports (PASS = both runs verified).
 
@@ -305,7 +306,7 @@ class Row:
     unit: str
     base: float | None
     new: float | None
-    n_base: int
+    n_base: int  # the independent samples the interval and the sample-size rule rest on (itl: requests)
     n_new: int
     need: int
     change: float | None  # new / base - 1
@@ -315,6 +316,8 @@ class Row:
     verdict: RowVerdict
     note: str | None = None
     new_level: int | None = None  # the new run's index of the paired level (`level` is the base's)
+    gaps_base: int | None = None  # itl: the inter-token gaps the statistic is computed over (None for other metrics)
+    gaps_new: int | None = None
 
     @property
     def higher_is_worse(self) -> bool:
@@ -333,6 +336,7 @@ class Row:
             "base": self.base, "new": self.new, "n_base": self.n_base, "n_new": self.n_new, "samples_needed": self.need,
             "change": self.change, "ci_low": self.low, "ci_high": self.high, "row_confidence": self.row_confidence,
             "verdict": self.verdict, "note": self.note, "new_level": self.new_level,
+            "gaps_base": self.gaps_base, "gaps_new": self.gaps_new,
         }
 
 
@@ -359,7 +363,7 @@ class Unpaired:
 @dataclasses.dataclass(frozen=True)
 class RuleOutcome:
     rule: CompareRule
-    status: Literal["pass", "fail", "inconclusive"]
+    status: Literal["pass", "fail", "inconclusive", "warn"]  # warn: a warn rule that does not hold
     message: str
     rows: tuple[int, ...]  # indexes into Comparison.rows
 
@@ -414,9 +418,12 @@ class Comparison:
         if self.unpaired:
             k = len(self.unpaired)
             text += f"; {k} unpaired level{'s' if k != 1 else ''}"
-        bad = [r.rule.text() for r in self.rules if r.status != "pass"]
+        bad = [r.rule.text() for r in self.rules if r.status not in ("pass", "warn")]
         if bad:
             text += "; rules not passing: " + "; ".join(bad)
+        warned = [r.rule.text() for r in self.rules if r.status == "warn"]
+        if warned:
+            text += f"; {len(warned)} warning{'s' if len(warned) != 1 else ''}: " + "; ".join(warned)
         return text
 
     def to_json(self) -> dict[str, Any]:
@@ -556,9 +563,13 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
     b, n = point(xb), point(xn)
     change = (n / b - 1.0) if b is not None and n is not None and b > 0 else None
     note = p.note
-    if cm.per_request_samples and (eb, en) != (len(xb), len(xn)):
-        note = "; ".join(x for x in (note, f"interval from {eb} / {en} requests: one request's gaps are not independent") if x)
-    base_row = dict(common, base=b, new=n, n_base=len(xb), n_new=len(xn), change=change, note=note)
+    gaps: dict[str, int | None] = dict(gaps_base=None, gaps_new=None)
+    if cm.per_request_samples:  # n counts requests, the statistic is over their gaps
+        gaps = dict(gaps_base=len(xb), gaps_new=len(xn))
+        if (eb, en) != (len(xb), len(xn)):
+            note = "; ".join(x for x in (note, f"interval from {eb} / {en} requests ({len(xb)} / {len(xn)} gaps): "
+                                               "one request's gaps are not independent") if x)
+    base_row = dict(common, base=b, new=n, n_base=eb, n_new=en, change=change, note=note, **gaps)
     if not len(xb) or not len(xn):
         return Row(**base_row, low=None, high=None, verdict="missing")  # type: ignore[arg-type]
     if eb < need or en < need:
@@ -621,7 +632,8 @@ def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
         if worst is None or rank[st] > rank[worst[1]]:
             worst = (i, st, msg)
     assert worst is not None
-    return RuleOutcome(rule, worst[1], worst[2], tuple(mine))  # type: ignore[arg-type]
+    status = "warn" if worst[1] == "fail" and rule.severity == "warn" else worst[1]  # as the gate folds a warn rule
+    return RuleOutcome(rule, status, worst[2], tuple(mine))  # type: ignore[arg-type]
 
 
 def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: str = "new",
