@@ -102,10 +102,11 @@ def _round_half_up(v: float) -> int:
 
 @dataclasses.dataclass(frozen=True)
 class ClosedRamp:
-    """Closed-loop workers from `start` to `end` over the level (its warmup included): linearly,
-    or with `steps` in that many equal steps (`steps + 1` values, each held for an equal share of
-    the level). The target at time t is rounded half up; a worker above the target finishes its
-    request and stops (a graceful ramp-down, as k6's), one below it starts at once."""
+    """Closed-loop workers from `start` to `end` over the level's measured duration (a warmup
+    before it holds `start`): linearly, or with `steps` in that many equal steps (`steps + 1`
+    values, each held for an equal share of the duration). The target at time t is rounded half
+    up; a worker above the target finishes its request and stops (a graceful ramp-down, as
+    k6's), one below it starts at once."""
 
     start: int
     end: int
@@ -116,7 +117,7 @@ class ClosedRamp:
         return max(self.start, self.end)
 
     def targets(self, length_s: float) -> tuple[tuple[float, int], ...]:
-        """(offset from the level's start, workers) at every change, from (0, start)."""
+        """(offset from the ramp's start -- the end of the warmup --, workers) at every change, from (0, start)."""
         a, b = self.start, self.end
         out = [(0.0, a)]
         if self.steps:
@@ -140,11 +141,12 @@ class ClosedRamp:
 
 @dataclasses.dataclass(frozen=True)
 class OpenRamp:
-    """Open-loop arrivals whose rate goes from `start` to `end` requests/s over the level (its
-    warmup included), linearly or in `steps` equal steps. Arrivals are a unit-rate process
-    (constant: one per unit; poisson: exponential gaps; burstiness != 1: gamma gaps) mapped
-    through the inverse of the cumulative rate (the time-rescaling theorem), so every arrival
-    process keeps its meaning at every instantaneous rate."""
+    """Open-loop arrivals whose rate goes from `start` to `end` requests/s over the level's
+    measured duration (a warmup before it holds `start`), linearly or in `steps` equal steps.
+    Arrivals are a unit-rate process (constant: one per unit; poisson: exponential gaps;
+    burstiness != 1: gamma gaps) mapped through the inverse of the cumulative rate (the
+    time-rescaling theorem), so every arrival process keeps its meaning at every instantaneous
+    rate."""
 
     start: float
     end: float
@@ -169,7 +171,7 @@ class OpenRamp:
         return tuple(out)
 
     def expected(self, length_s: float) -> float:
-        """Arrivals expected in the level: the integral of the rate."""
+        """Arrivals expected in the ramp: the integral of the rate."""
         return math.fsum((t1 - t0) * (r0 + r1) / 2 for t0, t1, r0, r1 in self.segments(length_s))
 
     def cumulative(self, t: float, length_s: float) -> float:
@@ -787,7 +789,6 @@ def _phase_levels(w: Workload, scale: float, request: RequestTemplate) -> list[L
     for i, ph in enumerate(w.load.phases):
         duration = ph.duration_s * scale
         warmup = w.warmup_s * scale if i == 0 else 0.0
-        length = warmup + duration
         shape: LoadShape
         if w.load.mode == "open":
             if ph.end is None:
@@ -795,16 +796,15 @@ def _phase_levels(w: Workload, scale: float, request: RequestTemplate) -> list[L
                 minimum = expected = _open_count(shape, duration)
             else:
                 shape = OpenRamp(ph.start, ph.end, ph.steps, ph.arrival, ph.seed, ph.burstiness)
-                # the ramp spans warmup + duration; the part in the warmup is not counted
-                total = shape.expected(length) - shape.cumulative(warmup, length)
-                minimum = expected = max(0, int(round(total)))
+                # the ramp spans the measured duration (the warmup holds its start): the rate's integral
+                minimum = expected = _ramp_count(shape, warmup, duration)
         else:
             if ph.end is None:
                 shape = Closed(int(ph.start))
                 minimum, mean = int(ph.start), ph.start
             else:
                 shape = ClosedRamp(int(ph.start), int(ph.end), ph.steps)
-                minimum, mean = shape.peak, shape.mean(length)
+                minimum, mean = shape.peak, shape.mean(duration)
             expected = max(minimum, int(mean * duration / latency)) if latency else None
         out.append(
             Level(
@@ -814,6 +814,17 @@ def _phase_levels(w: Workload, scale: float, request: RequestTemplate) -> list[L
             )
         )  # fmt: skip
     return out
+
+
+def _ramp_count(shape: OpenRamp, warmup: float, duration: float) -> int:
+    """Measured arrivals of a ramp (runner/load.py `ramp_schedule`): constant arrivals are the
+    unit process's integers in [held, held + integral), held = start × warmup those of the warmup;
+    Poisson arrivals the integral, rounded."""
+    total = shape.expected(duration)
+    if shape.arrival == "constant":
+        held = shape.start * warmup
+        return max(0, math.ceil(held + total - 1e-9) - math.ceil(held - 1e-9))
+    return max(0, int(round(total)))
 
 
 def _open_count(shape: Open, duration: float) -> int:

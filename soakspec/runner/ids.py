@@ -1,10 +1,11 @@
 """Request ids and indices, defined once.
 
-A backend's requests are numbered 0, 1, 2, ... in the order they start; the index picks the
-request's prompt and max_tokens, and the id is `<run prefix>-<backend index>-<index, 7 digits>`.
+A backend's requests are numbered 0, 1, 2, ... in the order they start, and the id is
+`<run prefix>-<backend index>-<index, 7 digits>`. (The prompt and max_tokens are chosen by the
+request's position in its level, not by this index: runner/load.py, README "How a run works".)
 With `--workers N` a level's indices are interleaved: process p of N takes first + k·N + p, so
-ids stay unique and prompts cycle as with one process; afterwards the backend's sequence
-continues after the largest index any process used.
+ids stay unique; afterwards the backend's sequence continues after the largest index any
+process used.
 """
 
 from __future__ import annotations

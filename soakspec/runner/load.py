@@ -17,9 +17,17 @@ Open loop: send times from a constant or seeded Poisson schedule (gamma with `bu
 latency and TTFT count from the *intended* send time, and the lag behind the schedule is
 recorded.
 Ramps and steps (a workload's phases): closed-loop workers started and stopped on the target's
-schedule (`ClosedRamp.targets`), open-loop arrivals of a varying rate (`OpenRamp.time_of`).
+schedule (`ClosedRamp.targets`), open-loop arrivals of a varying rate (`OpenRamp.time_of`). A
+ramp spans exactly the measured window [m, m + duration); a warmup before it holds the ramp's
+starting value (the first phase's warmup measures nothing of the ramp).
 Replay: a trace's arrival offsets, each request with its own prompt and output length; open
 loop, so its lag behind the trace is recorded like any open-loop schedule lag.
+
+Prompts: the k-th request of a level (k from 0, warmup included) gets `Shapes.make(k)`, whatever
+the backend sent before, so with a fixed seed every level of every backend sends the same prompt
+sequence; request ids stay the backend's own (unique) sequence. Open loop: k is the arrival's
+position in the schedule. Closed loop and batch: k counts the requests in the order they start;
+with `--workers N` process p sends k = p, p + N, p + 2N, ... (its own j-th request: j·N + p).
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ CLOSE_S = 1.0  # closing a connection (shielded) takes at most this long
 NOT_SENT_PAUSE_S = 0.1
 
 # A fixed vocabulary: prompts are `prompt_words` consecutive words starting at the request's
-# global index, so they are deterministic and need no tokenizer (as in the original harness).
+# index in its level, so they are deterministic and need no tokenizer (as in the original harness).
 WORDS = (
     "time year people way day man thing woman life child world school state family student group "
     "country problem hand part place case week company system program question work government "
@@ -88,7 +96,8 @@ class Connection(Protocol):
 
 @dataclasses.dataclass
 class Shapes:
-    """Makes the request shape of the i-th request of a level (from the plan's template).
+    """Makes the request shape of the i-th request of a level (from the plan's template); `i`
+    is the request's index in its level (`drive_level`), not its request id's number.
 
     Shapes repeat (prompt i mod P, max_tokens i mod M): up to `SHAPE_CACHE` of them are made
     once and shared, which also lets the client reuse each one's body template.
@@ -324,7 +333,19 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
 
     health = ctx.health
 
-    async def one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None) -> None:
+    p, parts = ctx.part
+    issued = 0  # requests this process started in the level (the prompt index of the next one)
+
+    def prompt_index(seq: int | None) -> int:
+        """The request's index in the level: `seq` (an open-loop arrival's position in the
+        schedule) or, closed loop and batch, this process's count interleaved with the others'."""
+        nonlocal issued
+        k = seq if seq is not None else issued * parts + p
+        issued += 1
+        return k
+
+    async def one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
+                  seq: int | None = None) -> None:
         scout = False
         if health is not None and health.refusals:
             scout = await health.admit()
@@ -333,15 +354,17 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                     health.scouted()
                 return
         try:
-            rec = await _one(conn, worker, intended, lengths)
+            rec = await _one(conn, worker, intended, lengths, seq)
         finally:
             if scout:
                 health.scouted()  # type: ignore[union-attr]
         if rec.start is None:  # not sent: the client's own limit, not the server's (NOT_SENT_PAUSE_S)
             await trio.sleep_until(clock.to_trio(min(clock.now() + NOT_SENT_PAUSE_S, stop)))
 
-    async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None) -> RequestRecord:
-        index, rid = ctx.next_id()
+    async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
+                   seq: int | None = None) -> RequestRecord:
+        _, rid = ctx.next_id()  # the id: unique in the backend; the prompt: the request's place in the level
+        index = prompt_index(seq)
         now = clock.now()
         start_ref = intended if intended is not None else now
         rec = RequestRecord(
@@ -377,7 +400,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             background.start_soon(pending.writer)
             async with trio.open_nursery() as outer:
                 outer.start_soon(bucket_clock, level, ctx, m)
-                await LOAD_MODELS[type(level.shape)](level.shape, ctx, one, stop, t0)
+                await LOAD_MODELS[type(level.shape)](level.shape, ctx, one, stop, t0, m)
                 # The load functions return only after `stop`, with every request drained; an
                 # abort arrives as cancellation instead. The bucket clock ends with the last bucket.
             background.cancel_scope.cancel()
@@ -424,7 +447,7 @@ async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float) ->
             await ctx.on_bucket(b.index)
 
 
-async def _closed(shape: Closed, ctx: LevelContext, one, stop: float, start: float) -> None:
+async def _closed(shape: Closed, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
     clock = ctx.clock
 
     async def worker(w: int) -> None:
@@ -442,7 +465,7 @@ async def _closed(shape: Closed, ctx: LevelContext, one, stop: float, start: flo
             n.start_soon(worker, w)
 
 
-async def _batch(shape: Batch, ctx: LevelContext, one, stop: float, start: float) -> None:
+async def _batch(shape: Batch, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
     clock = ctx.clock
     c, requests = shape.concurrency, shape.requests
     p, parts = ctx.part
@@ -487,7 +510,7 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, bu
         i += 1
 
 
-async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float) -> None:
+async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
     times = schedule(shape.rate, shape.arrival, shape.seed, start, stop, shape.burstiness)
     await _arrivals(ctx, one, ((t, None) for t in times))
 
@@ -495,14 +518,14 @@ async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float) 
 async def _arrivals(ctx: LevelContext, one, due) -> None:
     """Send a request at each intended time of `due` ((time, lengths or None), in time order) on
     a pool of kept-alive connections, every `parts`-th from this process's `p`; return when they
-    have drained."""
+    have drained. Arrival i gets the level's prompt i (whichever process sends it)."""
     clock = ctx.clock
     idle: list[tuple[int, Connection]] = []
     p, parts = ctx.part
     limiter = trio.CapacityLimiter(max(1, len(range(p, OPEN_LOOP_MAX_CONNECTIONS, parts))))
     opened: list[Connection] = []
 
-    async def fire(intended: float, lengths: tuple[int, int] | None) -> None:
+    async def fire(seq: int, intended: float, lengths: tuple[int, int] | None) -> None:
         async with limiter:
             if idle:
                 idx, conn = idle.pop()
@@ -510,7 +533,7 @@ async def _arrivals(ctx: LevelContext, one, due) -> None:
                 idx, conn = len(opened) * parts + p, ctx.connect()
                 opened.append(conn)
             try:
-                await one(conn, idx, intended, lengths)
+                await one(conn, idx, intended, lengths, seq)
             finally:
                 idle.append((idx, conn))
 
@@ -519,7 +542,7 @@ async def _arrivals(ctx: LevelContext, one, due) -> None:
             for i, (t, lengths) in enumerate(due):
                 if i % parts == p:
                     await trio.sleep_until(clock.to_trio(t))
-                    n.start_soon(fire, t, lengths)
+                    n.start_soon(fire, i, t, lengths)
     finally:
         with trio.move_on_after(CLOSE_S, shield=True):
             for conn in opened:
@@ -540,12 +563,19 @@ def unit_arrivals(arrival: str, seed: int, burstiness: float = 1.0):
         i += 1
 
 
-def ramp_schedule(shape: OpenRamp, start: float, stop: float):
-    """Intended send times in [start, stop) for a rate ramp or staircase over [start, stop): the
-    unit-rate process mapped through the inverse cumulative rate (time rescaling)."""
-    length = stop - start
+def ramp_schedule(shape: OpenRamp, start: float, stop: float, warmup: float = 0.0):
+    """Intended send times in [start, stop) for a rate ramp or staircase over the measured window
+    [start + warmup, stop), the rate held at `shape.start` in the warmup before it: one unit-rate
+    process mapped through the inverse of that whole cumulative rate (time rescaling), so the
+    arrivals run on across the warmup's end as one process."""
+    length = stop - start - warmup
+    held = shape.start * warmup if shape.start > 0 else 0.0  # unit arrivals the warmup takes
     for s in unit_arrivals(shape.arrival, shape.seed, shape.burstiness):
-        off = shape.time_of(s, length)
+        if s < held:
+            off: float | None = s / shape.start
+        else:
+            ramp = shape.time_of(s - held, length)
+            off = None if ramp is None else warmup + ramp
         if off is None or start + off >= stop:
             return
         yield start + off
@@ -560,17 +590,18 @@ def replay_schedule(shape: Replay, start: float, stop: float):
         yield t, (n_in, n_out)
 
 
-async def _open_ramp(shape: OpenRamp, ctx: LevelContext, one, stop: float, start: float) -> None:
-    await _arrivals(ctx, one, ((t, None) for t in ramp_schedule(shape, start, stop)))
+async def _open_ramp(shape: OpenRamp, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
+    await _arrivals(ctx, one, ((t, None) for t in ramp_schedule(shape, start, stop, measure - start)))
 
 
-async def _replay(shape: Replay, ctx: LevelContext, one, stop: float, start: float) -> None:
+async def _replay(shape: Replay, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
     await _arrivals(ctx, one, replay_schedule(shape, start, stop))
 
 
-async def _closed_ramp(shape: ClosedRamp, ctx: LevelContext, one, stop: float, start: float) -> None:
-    """Workers 0..target-1 run, the target following `shape.targets` over [start, stop): a new
-    worker starts at once, one above the target stops after its current request."""
+async def _closed_ramp(shape: ClosedRamp, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
+    """Workers 0..target-1 run, the target following `shape.targets` over the measured window
+    [measure, stop) and held at `shape.start` in the warmup [start, measure): a new worker starts
+    at once, one above the target stops after its current request."""
     clock = ctx.clock
     p, parts = ctx.part
     target = shape.start
@@ -587,10 +618,11 @@ async def _closed_ramp(shape: ClosedRamp, ctx: LevelContext, one, stop: float, s
                 await conn.aclose()
 
     async with trio.open_nursery() as n:
-        for offset, k in shape.targets(stop - start):
-            if start + offset >= stop:
+        for j, (offset, k) in enumerate(shape.targets(stop - measure)):
+            at = start if j == 0 else measure + offset  # the first target from the level's start
+            if at >= stop:
                 break
-            await trio.sleep_until(clock.to_trio(start + offset))
+            await trio.sleep_until(clock.to_trio(at))
             target = k
             for w in range(p, k, parts):
                 if w not in running:
@@ -598,8 +630,9 @@ async def _closed_ramp(shape: ClosedRamp, ctx: LevelContext, one, stop: float, s
                     n.start_soon(worker, w)
 
 
-# One load model per plan load shape (soakspec.plan.LoadShape): `(shape, ctx, one, stop, start)`
-# runs the level's requests through `one` until `stop`, and returns when they have drained.
+# One load model per plan load shape (soakspec.plan.LoadShape): `(shape, ctx, one, stop, start,
+# measure)` runs the level's requests through `one` from `start` (the level's start, warmup
+# included) until `stop`, a ramp over [measure, stop), and returns when they have drained.
 LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open, ClosedRamp: _closed_ramp, OpenRamp: _open_ramp, Replay: _replay}
 
 

@@ -20,7 +20,9 @@ Design, per level (the parent is the runner; `python -m soakspec.runner.workers`
      write (line-atomic), and runs the bucket clock (fsync and progress at each bucket end).
   4. At the end each worker sends its summary (requests sent, in-flight seconds, drain time) and
      exits; the parent sums them into the level's `LevelRun`. Request indices are interleaved
-     (`IdSequence.share`, runner/ids.py), so ids stay unique and prompts cycle as with one process.
+     (`IdSequence.share`, runner/ids.py), so ids stay unique; a request's prompt follows its
+     position in the level (an open-loop arrival's whichever process sends it; closed loop:
+     process p sends the level's prompts p, p + N, ...), as with one process.
 
 Aborts: when the parent is cancelled it closes the workers' stdin; a worker then cancels its
 load (in-flight requests are recorded as aborted, as in one process) and flushes its records,

@@ -1,0 +1,133 @@
+"""The same seed gives the same prompts: the k-th request of a level gets the level's prompt k
+(`Shapes.make(k)`), whatever the backend sent before it (an earlier closed-loop level's count
+varies run to run) and on every backend of a spec; request ids stay the backend's own unique
+sequence. With `--workers N` (each process a part p of N of the level) an open-loop arrival still
+gets its place in the schedule, and a closed-loop process p sends the level's prompts p, p+N, ...
+Driven in virtual time (`trio.testing.MockClock`, tests/test_load_shapes.py's fake server).
+"""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from soakspec.runner.clock import RunClock
+from soakspec.runner.ids import IdSequence
+from soakspec.runner.load import LevelContext, Shapes, drive_level
+from soakspec.runner.records import RequestRecord
+from test_load_shapes import Server, levels_of
+
+OPEN = "mode = open\n rate = [20rps]\n arrival = poisson\n seed = 11"
+CLOSED = "mode = closed\n concurrency = [3]"
+PROMPTS = " prompt_words = 4\n max_tokens = [5, 6, 7]"
+
+
+def level(load: str, duration: str = "2s", warmup: str = "500ms"):
+    (lv,) = levels_of(load, extra=f"bucket = 1s\n duration = {duration}\n warmup = {warmup}\n{PROMPTS}")
+    return lv
+
+
+def drive_levels(levels, ids: IdSequence, latency: float = 0.05):
+    """Drive `levels` one after another on one backend (one id sequence), as the runner does;
+    per level: [(offset of the intended or actual start from the level's start, request id,
+    prompt, max_tokens)] in send order."""
+
+    async def main():
+        clock = RunClock(timer=trio.current_time, epoch=1000.0)
+        out = []
+        for lv in levels:
+            server = Server(clock, latency)
+            records: list[RequestRecord] = []
+            run = await drive_level(lv, LevelContext("a", clock, server.connect, Shapes(lv.request), records.extend, ids))
+            out.append(_sent(records, server, run.started_at))
+        return out
+
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def _sent(records, server, t0: float):
+    # the fake server appends each shape as `send` is called, in the order the records were made
+    by_send = sorted(records, key=lambda r: (r.start, r.request_id))
+    assert len(by_send) == len(server.shapes)
+    starts = [s for s, _ in server.starts]
+    assert starts == sorted(starts)
+    return [(round((r.intended_start if r.intended_start is not None else r.start) - t0, 9), r.request_id, s.prompt, s.max_tokens)
+            for r, s in zip(by_send, server.shapes)]
+
+
+def test_an_open_level_sends_the_same_prompts_whatever_the_backend_sent_before():
+    """A closed-loop level before an open-loop one (its count depends on the server's speed): the
+    open level's k-th arrival gets the same prompt and max_tokens as when it runs first, on a
+    fast and a slow backend alike; the arrival times are the seed's; the ids go on after the
+    backend's earlier requests, unique."""
+    alone = drive_levels([level(OPEN)], IdSequence("b0"))[0]
+    fast = drive_levels([level(CLOSED), level(OPEN)], IdSequence("b0"), latency=0.03)
+    slow = drive_levels([level(CLOSED), level(OPEN)], IdSequence("b1"), latency=0.07)
+    assert len(fast[0]) != len(slow[0])  # the closed-loop levels sent different counts
+    want = [(t, p, m) for t, _, p, m in alone]
+    for run in (fast, slow):
+        got = [(t, p, m) for t, _, p, m in run[1]]
+        assert got == want
+    assert [m for *_, m in want][:6] == [5, 6, 7, 5, 6, 7]  # the level's own cycle, from its first request
+    ids = [i for run in (fast, slow) for lv in run for _, i, _, _ in lv]
+    assert len(set(ids)) == len(ids)
+    assert fast[1][0][1] == f"b0-{len(fast[0]):07d}"  # the backend's sequence continues
+
+
+def test_a_closed_level_sends_its_kth_request_with_the_kth_prompt():
+    """Closed loop: the requests of a level, in the order they start, get the level's prompts
+    0, 1, 2, ... whatever the backend's id sequence had reached."""
+    fresh = drive_levels([level(CLOSED)], IdSequence("x"))[0]
+    later = drive_levels([level(OPEN), level(CLOSED)], IdSequence("x"))[1]
+    shapes = Shapes(level(CLOSED).request)
+    for run in (fresh, later):
+        assert [(p, m) for _, _, p, m in run] == [(shapes.make(k).prompt, shapes.make(k).max_tokens) for k in range(len(run))]
+    assert later[0][1] != fresh[0][1]  # ids differ: the backend's own sequence
+
+
+def _drive_parts(lv, parts: int, first: int, latency: float = 0.05):
+    """The level split over `parts` processes as `--workers` splits it (runner/workers.py): one
+    shared start, process p gets `part=(p, parts)` and the id sequence's share p (the backend's
+    sequence at `first`)."""
+
+    async def main():
+        clock = RunClock(timer=trio.current_time, epoch=1000.0)
+        ids = IdSequence("w", first=first)
+        shares = [ids.share(p, parts) for p in range(parts)]
+        t0 = clock.now() + 0.1
+        got: list[list] = [[] for _ in range(parts)]
+
+        async def part(p: int) -> None:
+            server = Server(clock, latency)
+            records: list[RequestRecord] = []
+            ctx = LevelContext("a", clock, server.connect, Shapes(lv.request), records.extend, shares[p], t0=t0, part=(p, parts))
+            await drive_level(lv, ctx)
+            got[p] = _sent(records, server, t0)
+
+        async with trio.open_nursery() as n:
+            for p in range(parts):
+                n.start_soon(part, p)
+        return got
+
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+@pytest.mark.parametrize("parts", [2, 3])
+def test_workers_split_an_open_level_without_changing_its_prompts(parts):
+    lv = level(OPEN)
+    (one,) = _drive_parts(lv, 1, first=0)
+    split = _drive_parts(lv, parts, first=123)  # after 123 requests of earlier levels
+    assert sorted((t, p, m) for run in split for t, _, p, m in run) == sorted((t, p, m) for t, _, p, m in one)
+    assert all(run for run in split)  # every process sent its share
+    ids = [i for run in split for _, i, _, _ in run]
+    assert len(set(ids)) == len(ids)
+
+
+def test_workers_split_a_closed_level_into_interleaved_prompt_sequences():
+    lv = level(CLOSED)
+    shapes = Shapes(lv.request)
+    split = _drive_parts(lv, 2, first=41)
+    for p, run in enumerate(split):
+        assert run
+        assert [pr for _, _, pr, _ in run] == [shapes.make(j * 2 + p).prompt for j in range(len(run))]
