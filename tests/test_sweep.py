@@ -127,6 +127,20 @@ def test_the_gate_passes_at_the_found_level_and_reports_the_figure():
 SIM_BACKEND = ('url = "http://127.0.0.1:8000"', "sim {\n    slots = 4\n  }")
 
 
+def _probed_run(probes_spec) -> EvidenceBuilder:
+    """A sweep's evidence over PROBES (one level each): ttft 500 ms above concurrency 4, so the
+    probes up to 4 pass and the figure is 4."""
+    b = EvidenceBuilder(probes_spec, per_bucket=40)
+    for i, c in enumerate(PROBES):
+        if c > 4:
+            for r in b.measured("b0", level=i):  # on disk ttft is derived from the times
+                r["first_token"] = r["start"] + 0.5
+                r["end"] = max(r["end"], r["first_token"] + 0.01)
+    b.entry("b0")["sweep"] = {"probes": [{"level": i, "value": c, "passed": c <= 4} for i, c in enumerate(PROBES)],
+                              "bounded_by_wall_time": False}
+    return b
+
+
 @pytest.mark.parametrize("sim", [False, True], ids=["url", "sim, traces in server.log"])
 def test_evidence_read_from_disk_is_narrowed_to_each_probe_as_in_memory(tmp_path, sim):
     """`load_evidence` keeps a backend's requests as columns, not rows, and of a backend whose
@@ -140,14 +154,7 @@ def test_evidence_read_from_disk_is_narrowed_to_each_probe_as_in_memory(tmp_path
 
     rule = "require p90(ttft) < 200ms per level" + ("\n  require trace_coverage >= 90%" if sim else "")
     spec = spec_from_text(text(rule=rule))
-    b = EvidenceBuilder(spec_from_text(text(f"concurrency = {PROBES}", rule=rule)), per_bucket=40)
-    for i, c in enumerate(PROBES):
-        if c > 4:
-            for r in b.measured("b0", level=i):  # on disk ttft is derived from the times
-                r["first_token"] = r["start"] + 0.5
-                r["end"] = max(r["end"], r["first_token"] + 0.01)
-    b.entry("b0")["sweep"] = {"probes": [{"level": i, "value": c, "passed": c <= 4} for i, c in enumerate(PROBES)],
-                              "bounded_by_wall_time": False}
+    b = _probed_run(spec_from_text(text(f"concurrency = {PROBES}", rule=rule)))
     root = b.write(tmp_path / "run")
     ev = load_evidence(root)
     assert not ev.backends[0].records  # columns only, as a real run is read
@@ -275,14 +282,7 @@ def test_the_figure_reaches_lint_claims_from_an_evidence_directory(tmp_path):
     from soakspec.claims.adapters import load_evidence_facts
 
     spec = spec_from_text(_sweep_spec())
-    b = EvidenceBuilder(spec_from_text(_sweep_spec(f"concurrency = {PROBES}")), per_bucket=40)
-    for i, c in enumerate(PROBES):
-        if c > 4:
-            for r in b.measured("b0", level=i):  # on disk ttft is derived from the times
-                r["first_token"] = r["start"] + 0.5
-                r["end"] = max(r["end"], r["first_token"] + 0.01)
-    b.entry("b0")["sweep"] = {"probes": [{"level": i, "value": c, "passed": c <= 4} for i, c in enumerate(PROBES)],
-                              "bounded_by_wall_time": False}
+    b = _probed_run(spec_from_text(_sweep_spec(f"concurrency = {PROBES}")))
     b.manifest["spec"] = {"path": spec.path, "text": spec.canonical_text, "sha256": spec.sha256}  # the run's sweep spec
     out = b.write(tmp_path / "ev")
     results = json.loads((out / "results.json").read_text())
