@@ -793,7 +793,7 @@ def _phase_levels(w: Workload, scale: float, request: RequestTemplate) -> list[L
         if w.load.mode == "open":
             if ph.end is None:
                 shape = Open(ph.start, ph.arrival, ph.seed, ph.burstiness)
-                minimum = expected = _open_count(shape, duration)
+                minimum = expected = _open_count(shape, duration, warmup)
             else:
                 shape = OpenRamp(ph.start, ph.end, ph.steps, ph.arrival, ph.seed, ph.burstiness)
                 # the ramp spans the measured duration (the warmup holds its start): the rate's integral
@@ -827,9 +827,13 @@ def _ramp_count(shape: OpenRamp, warmup: float, duration: float) -> int:
     return max(0, int(round(total)))
 
 
-def _open_count(shape: Open, duration: float) -> int:
+def _open_count(shape: Open, duration: float, warmup: float = 0.0) -> int:
+    """Measured arrivals of an open level (runner/load.py `_open`): constant arrivals are sent at
+    i / rate from the level's start, the warmup's included, so the measured ones are the i with
+    warmup <= i / rate < warmup + duration; Poisson arrivals the rate's integral, rounded."""
     if shape.arrival == "constant":
-        return max(0, math.ceil(shape.rate * duration - 1e-9))  # sends at i / rate for every i with i / rate < duration
+        held = shape.rate * warmup
+        return max(0, math.ceil(held + shape.rate * duration - 1e-9) - math.ceil(held - 1e-9))
     return int(round(shape.rate * duration))
 
 
@@ -858,11 +862,8 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
     for i, level in enumerate(w.load.levels):
         shape = _shape(w, i, level)
         match shape:
-            case Open(rate=rate, arrival="constant"):
-                # sends at i / rate for every i with i / rate < duration
-                minimum = expected = max(0, math.ceil(rate * duration - 1e-9))
-            case Open(rate=rate):
-                minimum = expected = int(round(rate * duration))
+            case Open():
+                minimum = expected = _open_count(shape, duration, w.warmup_s * scale)
             case Batch(concurrency=c, requests=minimum) | Closed(concurrency=c as minimum):
                 expected = max(minimum, int(c * duration / latency)) if latency else None
         out.append(

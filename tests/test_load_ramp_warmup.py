@@ -125,3 +125,21 @@ def test_closed_ramp_holds_its_start_through_the_warmup_and_ramps_over_the_durat
     assert run.mean_in_flight == pytest.approx(6.0, abs=0.05)
     assert lv.shape.mean(lv.duration_s) == pytest.approx(6.0)
     assert lv.expected_requests == int(6.0 * 4.0 / 0.1)
+
+
+@pytest.mark.parametrize(
+    ("load", "warmup"),
+    [
+        ("mode = open\n arrival = constant\n rate = [3rps]", "500ms"),  # 1.5 warmup arrivals: the old plan said 9, not 8
+        ("mode = open\n arrival = constant\n rate = [2.5rps]", "1s"),
+        ("mode = open\n arrival = constant\n phases { h { rate = 3rps  duration = 3s } }", "500ms"),
+    ],
+)
+def test_plan_expected_count_of_a_steady_open_level_after_warmup_is_what_the_runner_measures(load, warmup):
+    """Constant arrivals are sent at i / rate from the level's start, warmup included: the
+    measured ones are those at or after the warmup's end, which a fractional rate x warmup
+    shifts (the plan counted ceil(rate x duration) as if arrivals restarted at the warmup's end)."""
+    extra = f"bucket = 1s\n warmup = {warmup}" + ("" if "phases" in load else "\n duration = 3s")
+    (lv,) = levels_of(load, extra=extra)
+    _, records, _ = run_virtual(lv, latency=0.01)
+    assert sum(1 for r in records if r.bucket >= 0) == lv.expected_requests
