@@ -203,9 +203,11 @@ def test_valid_specs_check_and_plan_consistently(generated):
         assert len(bp.levels) == sum(levels for levels, *_ in shape.workloads)
         for lv in bp.levels:
             if lv.mode == "open":  # what the schedule sends, planned, not a promise of the server
-                # constant arrival sends at i / rate for every i / rate < duration; poisson expects rate × duration
-                want = (math.ceil(lv.rate * lv.duration_s - 1e-9) if lv.shape.arrival == "constant"
-                        else round(lv.rate * lv.duration_s))
+                # constant arrival sends at i / rate from the level's start, warmup included: the measured
+                # ones have warmup <= i / rate < warmup + duration; poisson expects rate × duration
+                held = lv.rate * lv.warmup_s
+                want = (math.ceil(held + lv.rate * lv.duration_s - 1e-9) - math.ceil(held - 1e-9)
+                        if lv.shape.arrival == "constant" else round(lv.rate * lv.duration_s))
                 assert lv.min_requests == lv.expected_requests == want
             else:  # one request per worker, or one batch
                 assert lv.min_requests == (lv.batch_requests if lv.mode == "batch" else lv.concurrency) >= 1
