@@ -118,13 +118,14 @@ def naive_buckets(spec, be) -> list[dict[str, Any]]:
     return out
 
 
-def naive_status(run, vals: list[float], q: float, threshold: float, bounds: list[float] = ()) -> str:
+def naive_status(run, vals: list[float], q: float, threshold: float, bounds: list[tuple[float, float]] = ()) -> str:
     """pNN(x) < T over the run: the overage rule of `soakspec.judge.stats`. `bounds`: censored
-    samples (timed out before x was measured), each only known to exceed its bound: the rule
-    is decided where it is the same with each at its bound and beyond any time."""
+    samples, each only known to lie in (low, high) (a timeout: beyond its time to the deadline,
+    high inf; a request with untimed tokens: between its first byte and its end): the rule is
+    decided where it is the same with each at its low and at its high bound."""
     conf = run.gate.confidence
     need = max(stats.min_samples_for_percentile(q, conf), run.gate.min_samples)
-    low, high = list(vals) + list(bounds), list(vals) + [math.inf] * len(bounds)
+    low, high = list(vals) + [lo for lo, _ in bounds], list(vals) + [hi for _, hi in bounds]
     n = len(low)
     p_low, p_high = stats.percentile(low, q), stats.percentile(high, q)
     if bounds and (p_low < threshold) != (p_high < threshold):
@@ -228,7 +229,10 @@ def _judge_equals_naive(seed, per_bucket, share, t, u):
     # a timed-out request counts in a ttft rule: with the ttft it measured, else censored at its time to the deadline
     timed = [r for r in every if r.get("outcome") == "timeout"]
     ttfts = [v for r in done + timed if (v := _ttft(r)) is not None]
-    censored = [v for r in timed if _ttft(r) is None and (v := _latency(r)) is not None]
+    censored = [(v, math.inf) for r in timed if _ttft(r) is None and (v := _latency(r)) is not None]
+    # a completed request without a first token: its ttft lies between its first byte and its end
+    censored += [(fb - _start(r) if (fb := _num(r.get("first_byte"))) is not None and _start(r) is not None else 0.0, v)
+                 for r in done if _num(r.get("first_token")) is None and _ttft(r) is None and (v := _latency(r)) is not None]
     for text, q, vals, bounds, thr in (("p95(ttft) < ", 95.0, ttfts, censored, t),
                                        ("p99(itl) < ", 99.0, [x for r in done for x in _gaps(r)], [], u)):
         rule = next(r for name, r in by_rule.items() if name.startswith(text))

@@ -429,9 +429,10 @@ def test_requests_without_token_times_stay_completed_and_are_left_out_with_a_rea
     """The runner leaves TTFT and TPOT unmeasured (none) where the stream does not tell them:
     tokens without text whose usage came only at the end (no first token), and a first chunk
     that carried every token (no TPOT). The first is still completed -- the server's [DONE] and
-    usage decide, so the judge's re-derivation does not call it a failure -- and each metric
-    leaves the requests out with a stated reason (results.json `excluded`, the reports' notes),
-    never as a value."""
+    usage decide, so the judge's re-derivation does not call it a failure -- and each metric's
+    figures leave the requests out with a stated reason (results.json `excluded`, the reports'
+    notes), never as a value; a TTFT rule still counts the untimed one, between its first byte
+    and its end (see the next test)."""
     from soakspec.judge.summary import _UNSTREAMED, _UNTIMED
     from soakspec.report.common import exclusion_notes
 
@@ -445,7 +446,8 @@ def test_requests_without_token_times_stay_completed_and_are_left_out_with_a_rea
     assert run.evidence.backends[0].mislabeled == ()
     v = judge_run(run)
     assert rule(v, "failed == 0").status == "pass"
-    assert rule(v, "p95(ttft) < 250ms per level").samples == 15
+    ttft_rule = rule(v, "p95(ttft) < 250ms per level")
+    assert ttft_rule.samples == 16 and "1 of 16 requests completed without token times" in ttft_rule.message
     assert rule(v, "p50(tpot) < 40ms per level").samples == 14
     results = summarize_run(run)
     (lv,) = results["backends"][0]["levels"]
@@ -467,3 +469,20 @@ def test_a_spec_whose_backends_are_not_in_the_evidence_passes_no_sample_check():
         assert rule(v, name).status == "inconclusive", rule(v, name).message
     assert "nothing was measured" in rule(v, "min_samples").message
     assert v.outcome == "INCONCLUSIVE"
+
+
+def test_a_server_cannot_take_its_slow_requests_out_of_a_ttft_rule_by_leaving_their_tokens_untimed():
+    """A misbehaving server that sends the tokens of its slow requests without text (usage only
+    at the end) leaves them without a first token: the TTFT figures say so, but the rule counts
+    each between its first byte and its end. 30 slow requests of 300, p95(ttft) < 250ms: the
+    fast 270 alone would pass; with the 30 somewhere up to 2 s, it cannot be claimed."""
+    spec = small_spec("require p95(ttft) < 250ms per level")
+    b = EvidenceBuilder(spec, per_bucket=150)
+    for r in list(b.measured("a"))[::10]:
+        set_latency(r, 2.0)
+        r.update(first_token=None, ttft=None, tpot=None, itl=[], chunks=0, itl_source="estimated", empty_text=True,
+                 output_sha256=None, output_chars=0)  # fmt: skip
+    r = rule(judge(spec, b.build()), "p95(ttft) < 250ms per level")
+    assert r.status == "inconclusive", r.message
+    assert r.samples == 300 and "30 of 300 requests completed without token times" in r.message
+    assert "where within their bounds they lie" in r.message

@@ -257,38 +257,58 @@ class Distribution:
 
 
 @dataclasses.dataclass(frozen=True)
+class Censored:
+    """The requests a time rule counts that lack their value, each known only to lie within
+    [low, high] (`PerRequest.censored`), and the values timed-out requests did measure."""
+
+    known: np.ndarray  # values timed-out requests measured (a first token before the deadline)
+    low: np.ndarray
+    high: np.ndarray  # inf: no upper bound (a timeout: the request never finished)
+    timed_out: int  # how many of the bounded ones timed out (the rest completed without token times)
+
+    def __bool__(self) -> bool:
+        return bool(len(self.known) or len(self.low))
+
+
+@dataclasses.dataclass(frozen=True)
 class PerRequest(Distribution):
     """One value per completed request (None: the request does not have it).
 
     `when_timed_out`, for the times a deadline cuts short (ttft, latency): what a timed-out
     request still measured of the value (ttft: a first token that came before the deadline;
     latency: nothing). A timed-out request that lacks it is a right-censored sample: its value
-    is only known to exceed its time from request to deadline (`censored`). The distribution
-    (`values`) stays over completed requests; the gate judges a rule over the completed and the
-    timed-out requests together, within the bounds the censored ones allow
-    (`soakspec.judge.performance`), so a timeout never leaves a latency rule silently."""
+    is only known to exceed its time from request to deadline. `untimed_low`, for ttft: a
+    completed request whose tokens' arrival times are unknown (no text carried them, usage not
+    per chunk: `runner/protocol.py`) has a TTFT between its first byte (this function) and its
+    end. The distribution (`values`) stays over completed requests with a value; the gate judges
+    a rule over all of them together, within the bounds (`censored`,
+    `soakspec.judge.performance`), so neither a timeout nor a server that leaves its tokens
+    untimed takes a request out of a time rule."""
 
     value: Callable[[Row], float | None]
     when_timed_out: Callable[[Row], float | None] | None = None
+    untimed_low: Callable[[Row], float | None] | None = None
     unit: ClassVar[str] = "requests"
     new_values: ClassVar[bool] = True  # `column` makes a new array; `v[ok]` another
 
-    def censored(self, records: Iterable[Row]) -> tuple[np.ndarray, np.ndarray]:
-        """The timed-out requests of `records` as (the values they measured, the lower bounds
-        of the values the others lack: their time to the deadline); empty for a metric no
-        deadline cuts short."""
-        if self.when_timed_out is None:
-            return np.zeros(0), np.zeros(0)
-        rows = records if isinstance(records, Rows) else None
-        if rows is not None:
-            sel = rows.where(timed_out.col, timed_out.row)
-            got, bound = column(sel, self.when_timed_out), column(sel, latency)
-        else:
-            out = [r for r in records if timed_out(r)]
-            got = np.asarray([np.nan if (v := self.when_timed_out(r)) is None else v for r in out], dtype=np.float64)
-            bound = np.asarray([np.nan if (v := latency(r)) is None else v for r in out], dtype=np.float64)
-        known = np.isfinite(got)
-        return got[known], bound[~known & np.isfinite(bound)]
+    def censored(self, records: Iterable[Row]) -> Censored:
+        """The requests of `records` the rule counts without their value (see the class doc)."""
+        known, low, high, n_out = np.zeros(0), [np.zeros(0)], [np.zeros(0)], 0
+        if self.when_timed_out is not None:
+            out = _select(records, timed_out)
+            got, bound = _floats(out, self.when_timed_out), _floats(out, latency)
+            has = np.isfinite(got)
+            known, lows = got[has], bound[~has & np.isfinite(bound)]
+            low.append(lows)
+            high.append(np.full(len(lows), np.inf))
+            n_out = len(lows)
+        if self.untimed_low is not None:
+            blind = _select(records, untimed)
+            v, lo, hi = _floats(blind, self.value), _floats(blind, self.untimed_low), _floats(blind, latency)
+            miss = ~np.isfinite(v) & np.isfinite(hi)
+            low.append(np.where(np.isfinite(lo[miss]), lo[miss], 0.0))
+            high.append(hi[miss])
+        return Censored(known, np.concatenate(low), np.concatenate(high), n_out)
 
     def values(self, records: Iterable[Row]) -> Any:
         if isinstance(records, Rows):  # a scope's requests: vectorized, an array
@@ -419,6 +439,30 @@ ttft = Columnar(_ttft, lambda t, idx: t.ttft(idx))
 latency = Columnar(_latency, lambda t, idx: t.latency(idx))
 unmeasured = Columnar(lambda r: None, lambda t, idx: np.full(len(idx), np.nan))  # latency: a timeout measured none
 timed_out = outcome_is("timeout")
+# a completed request without a first token: its tokens' arrival times are unknown (summary.excluded)
+untimed = Columnar(lambda r: r.get("outcome") == "completed" and num(r.get("first_token")) is None,
+                   lambda t, idx: _done(t, idx) & np.isnan(t.number("first_token", idx)))
+
+
+def _first_byte_wait(r: Row) -> float | None:
+    fb, t = num(r.get("first_byte")), req_time(r)
+    return fb - t if fb is not None and t is not None else None
+
+
+# how long a request waited for its first byte: a lower bound of its TTFT
+first_byte_wait = Columnar(_first_byte_wait, lambda t, idx: t.number("first_byte", idx) - t.req_time(idx))
+
+
+def _select(records: Iterable[Row], pred: Columnar) -> Any:
+    """The requests of `records` that `pred` holds for (a `Rows` selection for a scope's)."""
+    return records.where(pred.col, pred.row) if isinstance(records, Rows) else [r for r in records if pred(r)]
+
+
+def _floats(records: Any, fn: Callable[[Row], float | None]) -> np.ndarray:
+    """fn over `records` (a `Rows` selection or a list of rows) as float64, NaN for none."""
+    if isinstance(records, Rows):
+        return column(records, fn)
+    return np.asarray([np.nan if (v := fn(r)) is None else v for r in records], dtype=np.float64)
 schedule_lag = Columnar(_schedule_lag, lambda t, idx: t.schedule_lag(idx))
 
 

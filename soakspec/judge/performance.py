@@ -17,7 +17,7 @@ from soakspec.judge.common import compare, describe_request, format_value, loc, 
 from soakspec.judge.index import LevelIndex, Row, Window, error_message
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (
-    Distribution, Measure, MetricImpl, Outcome, PerRequest, aggregate, bucket_series, completed, quarters, relative_change, slope,
+    Censored, Distribution, Measure, MetricImpl, Outcome, PerRequest, aggregate, bucket_series, completed, quarters, relative_change, slope,
 )
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
 from soakspec.judge.verdict import Instance, Location, RuleResult, Status
@@ -151,9 +151,8 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
     m = impl.measure(sc, e.agg, e.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples)
     where = loc(sc)
     if isinstance(impl, PerRequest):
-        known, bounds = impl.censored(sc.records)
-        if len(known) or len(bounds):
-            return _with_timeouts(run, sc, rule, impl, m, known, bounds)
+        if cens := impl.censored(sc.records):
+            return _with_censored(run, sc, rule, impl, m, cens)
     if m.value is None:
         return Instance("inconclusive", where, None, None, m.samples, f"{e.text} cannot be computed: {m.reason}"), None, m.samples
     vtext = f"{e.text} = {format_value(m.value, kind(rule))}"
@@ -181,37 +180,47 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
 UNBOUNDED = 1e300  # a censored value's upper bound: beyond any time, finite (no inf - inf)
 
 
-def _with_timeouts(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: Measure, known: np.ndarray,
-                   bounds: np.ndarray) -> Judged:
-    """A rule over a time some requests of the scope timed out before measuring (ttft, latency):
-    judged over the completed and the timed-out requests together. A timed-out request that
-    measured the value counts with it; one that did not is a right-censored sample, known only
-    to exceed its time to the deadline (`bounds`). Every aggregate (pNN, mean, min, max) only
-    grows with any sample, so the value lies between the aggregate with each censored sample
-    at its bound (`low`) and with each beyond any time (`high`): the rule holds or fails only
-    where both agree; else INCONCLUSIVE, saying so. (Leaving the timeouts out instead made a
-    level where half the requests timed out pass `p95(latency) < 600ms` on the other half.)"""
+def _censored_note(c: Censored, n: int, metric: str, fk: Kind | None) -> str:
+    """What a rule's message says of the requests it counted within bounds (`_with_censored`)."""
+    notes = []
+    if c.timed_out:
+        notes.append(f"{c.timed_out} of {plural(n, 'request')} timed out before their {metric} was measured (each counted "
+                     f"as at least its time to the deadline, {format_value(float(c.low[np.isinf(c.high)].min()), fk)} or more)")
+    if len(c.low) > c.timed_out:
+        notes.append(f"{len(c.low) - c.timed_out} of {plural(n, 'request')} completed without token times (each counted "
+                     f"between its first byte and its end)")
+    if len(c.known):
+        notes.append(f"{plural(len(c.known), 'timed-out request')} counted with the {metric} measured before the deadline")
+    return "; ".join(notes)
+
+
+def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: Measure, c: Censored) -> Judged:
+    """A rule over a time some requests of the scope did not measure (ttft, latency), judged
+    over every request it counts (`PerRequest.censored`): a timed-out request that measured the
+    value counts with it; one that did not is a right-censored sample, known only to exceed its
+    time to the deadline; a completed request whose tokens came untimed has a TTFT between its
+    first byte and its end. Every aggregate (pNN, mean, min, max) only grows with any sample,
+    so the value lies between the aggregate with each such sample at its lower bound (`low`)
+    and at its upper one, beyond any time for a timeout (`high`): the rule holds or fails only
+    where both agree; else INCONCLUSIVE, saying so. (Leaving them out instead made a level
+    where half the requests timed out pass `p95(latency) < 600ms` on the other half, and let a
+    server take its slow requests out of a TTFT rule by sending their tokens without text.)"""
     e, op, t = rule.expr, rule.op, rule.threshold
     assert op is not None and t is not None
     conf = run.gate.confidence
-    base = np.concatenate([np.asarray(impl.values(sc.records), dtype=np.float64), known])
-    low_vals = np.concatenate([base, bounds])
-    high_vals = np.concatenate([base, np.full(len(bounds), UNBOUNDED)])
-    n, k = len(low_vals), len(bounds)
+    base = np.concatenate([np.asarray(impl.values(sc.records), dtype=np.float64), c.known])
+    low_vals = np.concatenate([base, c.low])
+    high_vals = np.concatenate([base, np.where(np.isinf(c.high), UNBOUNDED, c.high)])
+    n = len(low_vals)
 
     def agg(v: np.ndarray) -> float:
         got = stats.percentile(v, e.percentile) if e.percentile is not None else aggregate(e.agg, v)
         assert got is not None
         return float(got)
 
-    low, high = agg(low_vals), agg(high_vals)
     fk = kind(rule)
-    metric = e.metric or e.text
-    if k:
-        note = (f"{k} of {plural(n, 'request')} timed out before their {metric} was measured (each counted as at "
-                f"least its time to the deadline, {format_value(float(bounds.min()), fk)} or more)")
-    else:
-        note = f"{plural(len(known), 'timed-out request')} counted with the {metric} measured before the deadline"
+    note = _censored_note(c, n, e.metric or e.text, fk)
+    low, high = agg(low_vals), agg(high_vals)
     if high >= UNBOUNDED / 2:
         vtext = f"{e.text} >= {format_value(low, fk)}"
     elif high > low:
@@ -227,8 +236,8 @@ def _with_timeouts(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: M
     q = e.percentile
     if ok_low != ok_high:
         return Instance("inconclusive", where, value, vtext, n,
-                        f"{vtext} over {_unit_word(m.unit, n)} ({thr}): {note}; whether it holds depends on how long they "
-                        f"would have taken"), value, n
+                        f"{vtext} over {_unit_word(m.unit, n)} ({thr}): {note}; whether it holds depends on "
+                        + ("how long they would have taken" if c.timed_out == len(c.low) else "where within their bounds they lie")), value, n
     # the rule's outcome is the same at both bounds: counts at the bound that is worst for it
     worst = high_vals if (upper if ok_low else not upper) else low_vals
     beyond = {"<": worst >= t, "<=": worst > t, ">": worst <= t, ">=": worst < t}[op]

@@ -73,7 +73,7 @@ RULES: tuple[Entry, ...] = (
     # built in where a backend declares metrics {}: no scrape of its /metrics failed
     _check("metrics_scraped", "evidence", SM.metrics_scraped, builtin=True),
     # performance: per-request distributions
-    _metric("ttft", M.PerRequest(M.ttft, when_timed_out=M.ttft)),
+    _metric("ttft", M.PerRequest(M.ttft, when_timed_out=M.ttft, untimed_low=M.first_byte_wait)),
     _metric("itl", M.PerToken(M.itl_gaps)),
     _metric("coalesced", M.GapShare()),  # share of the ITL gaps that are not independent samples
     _metric("tpot", M.PerRequest(M.counted("tpot"))),
