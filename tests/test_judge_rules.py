@@ -486,3 +486,15 @@ def test_a_server_cannot_take_its_slow_requests_out_of_a_ttft_rule_by_leaving_th
     assert r.status == "inconclusive", r.message
     assert r.samples == 300 and "30 of 300 requests completed without token times" in r.message
     assert "where within their bounds they lie" in r.message
+
+
+@pytest.mark.parametrize("op", ["==", "!="])
+def test_an_equality_time_rule_with_timeouts_is_judged_not_crashed(op):
+    """`p95(latency) == 600ms` (or `!=`) over a level with timeouts: no side of the bounds is
+    worse for an equality, so between unequal bounds it cannot be decided (it raised KeyError)."""
+    spec = small_spec(f"require p95(latency) {op} 600ms per level")
+    b = EvidenceBuilder(spec, per_bucket=100, latency=0.4)
+    for r in list(b.measured("a"))[::2]:
+        _timed_out(b, r, 1.0)
+    r = rule(judge(spec, b.build()), f"p95(latency) {op} 600ms per level")
+    assert r.status == "inconclusive" and "p95(latency) >= 1s" in r.message, r.message

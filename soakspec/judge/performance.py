@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from soakspec.judge import stats
-from soakspec.judge.common import compare, describe_request, format_value, loc, plural, replace, result, signed_pct
+from soakspec.judge.common import OPS, compare, describe_request, format_value, loc, plural, replace, result, signed_pct
 from soakspec.judge.index import LevelIndex, Row, Window, error_message
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (
@@ -234,15 +234,15 @@ def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: M
     need = m.needed
     upper = op in ("<", "<=")
     q = e.percentile
-    if ok_low != ok_high:
+    # == and != have no worse side: between unequal bounds the value may be the threshold or not
+    if ok_low != ok_high or (op not in ("<", "<=", ">", ">=") and high > low):
         return Instance("inconclusive", where, value, vtext, n,
                         f"{vtext} over {_unit_word(m.unit, n)} ({thr}): {note}; whether it holds depends on "
                         + ("how long they would have taken" if c.timed_out == len(c.low) else "where within their bounds they lie")), value, n
     # the rule's outcome is the same at both bounds: counts at the bound that is worst for it
     worst = high_vals if (upper if ok_low else not upper) else low_vals
-    beyond = {"<": worst >= t, "<=": worst > t, ">": worst <= t, ">=": worst < t}[op]
-    over = int(np.count_nonzero(beyond))
-    qq = None if q is None else (q if upper else 100.0 - q)
+    over = int(np.count_nonzero(~OPS[op](worst, t)))
+    qq = None if q is None or op not in ("<", "<=", ">", ">=") else (q if upper else 100.0 - q)
     if not ok_low:
         if n < need and qq is not None and qq > 0 and not stats.exceeds_with_confidence(over, n, qq, conf):
             return Instance("inconclusive", where, value, vtext, n,
@@ -255,7 +255,7 @@ def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: M
         allowed = stats.max_overages(n, qq, conf)
         if allowed is None or over > allowed:
             best = low_vals if upper else high_vals  # the samples certainly beyond the threshold
-            certain = int(np.count_nonzero({"<": best >= t, "<=": best > t, ">": best <= t, ">=": best < t}[op]))
+            certain = int(np.count_nonzero(~OPS[op](best, t)))
             if stats.exceeds_with_confidence(certain, n, qq, conf):
                 return Instance("fail", where, value, vtext, n,
                                 f"{vtext} over {_unit_word(m.unit, n)} ({thr}), but so many samples violate the threshold that "
