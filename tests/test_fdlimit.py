@@ -138,6 +138,16 @@ def test_local_exhaustion_is_found_anywhere_in_the_exception_chain():
     assert not_sent_error(ConnectionResetError(errno.ECONNRESET, "reset")) is None
 
 
+def test_a_refused_attempt_beside_a_local_error_is_the_servers_failure():
+    """`localhost` tried as ::1 (EADDRNOTAVAIL where loopback has no IPv6) and 127.0.0.1
+    (ECONNREFUSED: the server is down): the server's failure, never filed as not sent -- else
+    liveness would never see the refusals and a dead server would read INCONCLUSIVE."""
+    wrapped = OSError("all attempts to connect to localhost:1 failed")
+    wrapped.__cause__ = BaseExceptionGroup("attempts", [OSError(errno.EADDRNOTAVAIL, "Cannot assign requested address"),
+                                                        ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")])
+    assert local_errno(wrapped) is None and not_sent_error(wrapped) is None
+
+
 def test_a_connect_the_client_cannot_make_is_recorded_never_sent(monkeypatch):
     """The h11 client's record of a connect that fails with EMFILE: no start, not sent."""
     from soakspec.runner import h11client

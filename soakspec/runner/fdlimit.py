@@ -67,12 +67,13 @@ def raise_open_files_limit() -> dict | None:
 
 
 def local_errno(exc: BaseException) -> int | None:
-    """The errno of a local-resource exhaustion anywhere in `exc`'s chain (causes, contexts,
-    exception groups), else None."""
-    for e in exception_chain(exc):
-        if isinstance(e, OSError) and e.errno in LOCAL_EXHAUSTION:
-            return e.errno
-    return None
+    """The errno of a local-resource exhaustion in `exc`'s chain (causes, contexts, exception
+    groups) when every error in it with an errno is one, else None: a connect that tried two
+    addresses (`localhost`: ::1 then 127.0.0.1) and met EADDRNOTAVAIL on one and ECONNREFUSED on
+    the other reached a server that is not there -- the server's failure, not the client's."""
+    codes = {e.errno for e in exception_chain(exc) if isinstance(e, OSError) and e.errno is not None}
+    local = [c for c in codes if c in LOCAL_EXHAUSTION]
+    return min(local) if local and len(local) == len(codes) else None
 
 
 def exhaustion_text(code: int) -> str:
