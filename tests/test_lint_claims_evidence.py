@@ -217,3 +217,19 @@ def test_lint_claims_never_executes_what_the_embedded_spec_names(tmp_path, capsy
     assert code == 1 and [x["code"] for x in diags] == ["CB402", "CB201"]
     assert not marker.exists()
 
+
+
+def test_a_run_whose_results_and_verdict_were_deleted_supports_no_pass_claim(tmp_path, capsys):
+    """Evidence is judged after the fact as `gate` judges it: without the run's own results.json
+    and verdict.json it is incomplete (INCONCLUSIVE), so "gate: PASS" is not supported (the
+    re-judgement judged it as the run at its end does, and found PASS)."""
+    spec = small_spec(backends=("sim-fast",))
+    d, spec_file = _run(tmp_path, spec)
+    claim = "# PR\n\nThe soak passed: gate: PASS.\n" + BOUNDARY
+    assert _lint(tmp_path, capsys, claim, d, spec_file) == (0, [])
+    (d / "verdict.json").unlink()
+    (d / "results.json").unlink()
+    assert cli.main(["gate", str(d)]) == 3
+    capsys.readouterr()
+    code, diags = _lint(tmp_path, capsys, claim, d, spec_file)
+    assert code == 1 and [x["code"] for x in diags if x["severity"] == "error"] == ["CB201"], diags

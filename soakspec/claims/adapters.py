@@ -321,7 +321,7 @@ def _rejudge(root: Path, manifest: dict) -> tuple[dict, dict] | str | None:
 
     try:
         spec, _ = spec_for(bare, None, str(root))
-        verdict, results = judge_and_write(root, spec, write=False)
+        verdict, results = judge_and_write(root, spec, write=False, retained=True)  # as `gate` judges it
     except UsageError as e:
         return str(e).splitlines()[0]
     except Exception as e:  # noqa: BLE001 - evidence this soakspec cannot judge: say why, fall back

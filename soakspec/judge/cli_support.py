@@ -27,8 +27,11 @@ def judge_run_dir(run_dir: str | os.PathLike, spec: Spec, fmt: str = "text", *, 
     return int(verdict.exit_code)
 
 
-def judge_and_write(run_dir: str | os.PathLike, spec: Spec, *, write: bool = False) -> tuple[Any, dict[str, Any]]:
+def judge_and_write(run_dir: str | os.PathLike, spec: Spec, *, write: bool = False,
+                    retained: bool = False) -> tuple[Any, dict[str, Any]]:
     """Verify and judge `run_dir` against `spec`: (the Verdict, results.json's document).
+    `retained`: the evidence is judged after the fact, as `gate` judges it (its own
+    results.json and verdict.json must be there); the run at its end judges with False.
 
     With `write`, results.json and verdict.json are written into the run directory, each bound
     to the final manifest by `manifest_sha256` (so `soakspec verify` accepts them unlisted). A
@@ -43,7 +46,7 @@ def judge_and_write(run_dir: str | os.PathLike, spec: Spec, *, write: bool = Fal
 
     heap.release()  # `run`: what collecting the evidence freed, before the judge builds its columns
     evidence = load_evidence(run_dir)
-    run = join(spec, evidence)  # once, for the verdict and results.json
+    run = join(spec, evidence, retained=retained)  # once, for the verdict and results.json
     verdict = judge_run(run)
     doc = verdict.to_json()
     results = summarize_run(run)
