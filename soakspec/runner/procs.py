@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 import httpx
 import trio
 
+from soakspec.evidence.telemetry import process_tree_pids
+
 
 class BackendError(Exception):
     """A backend could not be started or died: the run aborts (exit 4)."""
@@ -255,37 +257,16 @@ def _group_alive(pgid: int) -> bool:
 def _escaped_groups(pid: int, pgid: int) -> set[int]:
     """The process groups, other than `pgid`, of the processes descended from `pid`: a launcher
     that starts its server in a new session or group (`setsid server &`, Ray-style launchers)
-    takes it out of the group `stop` signals. Read from /proc (every process's parent); empty
-    where there is none. Taken before the first signal: once a parent dies, its children are
-    reparented and no longer found from `pid`."""
-    children: dict[int, list[int]] = {}
-    groups: dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return set()
-    for name in entries:
-        if not name.isdigit():
-            continue
+    takes it out of the group `stop` signals. Read from /proc (`process_tree_pids`, as telemetry
+    finds a server's processes); empty where there is none. Taken before the first signal: once a
+    parent dies, its children are reparented and no longer found from `pid`."""
+    out = set()
+    for p in process_tree_pids(pid)[1:]:
         try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
+            out.add(os.getpgid(p))
+        except OSError:  # gone meanwhile
             continue
-        fields = stat[stat.rfind(b")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) < 3:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(name))
-        groups[int(name)] = int(fields[2])
-    out, todo, seen = set(), [pid], {pid}
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            if child not in seen:
-                seen.add(child)
-                todo.append(child)
-                if groups.get(child, pgid) != pgid:
-                    out.add(groups[child])
-    return out
+    return out - {pgid}
 
 
 async def stop(server: Server, grace_s: float, kill_wait_s: float, reaper: Reaper | None) -> None:
