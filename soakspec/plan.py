@@ -583,7 +583,7 @@ class MetricsScrape:
         return dataclasses.asdict(self) | {"families": list(self.families)}
 
 
-def _metrics_scrape(spec: Spec, b: Backend, time_scale: float, rehearse: bool) -> MetricsScrape | None:
+def _metrics_scrape(spec: Spec, b: Backend, time_scale: float) -> MetricsScrape | None:
     m = b.metrics
     if not m.enabled:
         return None
@@ -816,14 +816,19 @@ def _phase_levels(w: Workload, scale: float, request: RequestTemplate) -> list[L
     return out
 
 
+def _constant_count(held: float, total: float) -> int:
+    """Measured arrivals of a constant-arrival process: the integers of the unit process in
+    [held, held + total), `held` the arrivals of the warmup before them, `total` the measured
+    duration's integral of the rate."""
+    return max(0, math.ceil(held + total - 1e-9) - math.ceil(held - 1e-9))
+
+
 def _ramp_count(shape: OpenRamp, warmup: float, duration: float) -> int:
-    """Measured arrivals of a ramp (runner/load.py `ramp_schedule`): constant arrivals are the
-    unit process's integers in [held, held + integral), held = start × warmup those of the warmup;
-    Poisson arrivals the integral, rounded."""
+    """Measured arrivals of a ramp (runner/load.py `ramp_schedule`; the warmup holds its start
+    rate); Poisson arrivals the integral, rounded."""
     total = shape.expected(duration)
     if shape.arrival == "constant":
-        held = shape.start * warmup
-        return max(0, math.ceil(held + total - 1e-9) - math.ceil(held - 1e-9))
+        return _constant_count(shape.start * warmup, total)
     return max(0, int(round(total)))
 
 
@@ -832,8 +837,7 @@ def _open_count(shape: Open, duration: float, warmup: float = 0.0) -> int:
     i / rate from the level's start, the warmup's included, so the measured ones are the i with
     warmup <= i / rate < warmup + duration; Poisson arrivals the rate's integral, rounded."""
     if shape.arrival == "constant":
-        held = shape.rate * warmup
-        return max(0, math.ceil(held + shape.rate * duration - 1e-9) - math.ceil(held - 1e-9))
+        return _constant_count(shape.rate * warmup, shape.rate * duration)
     return int(round(shape.rate * duration))
 
 
@@ -1015,7 +1019,7 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
     return BackendPlan(
         b, tuple(levels), follow, follow_deadline, est, upper, launch, _traces(spec, b, base, rehearse), _runtime(b),
         _request(first, model, base, b.api_key_env), first.name, _aborts(spec, b, time_scale),
-        _metrics_scrape(spec, b, time_scale, rehearse),
+        _metrics_scrape(spec, b, time_scale),
     )
 
 
