@@ -60,6 +60,11 @@ class Diagnostic:
         }
 
 
+def line_col(text: str, pos: int) -> tuple[int, int]:
+    """1-based (line, column) of character offset `pos` of `text`: where a diagnostic points."""
+    return text.count("\n", 0, pos) + 1, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
 def sort_key(d: Diagnostic) -> tuple:
     return (d.path, d.span.line, d.span.column, d.code, d.message)
 

@@ -34,6 +34,7 @@ import dataclasses
 import json
 from typing import Any
 
+from soakspec.diagnostics import line_col
 from soakspec.lang.datafile import MAX_FILE_BYTES, DataFileError, read_text
 from soakspec.lang.replay import MAX_LENGTH  # tokens of one request, as for a replayed trace's lengths
 
@@ -150,11 +151,6 @@ def _text_line(line: str) -> tuple[Prompt, int | None]:
     return line.rstrip("\r"), None
 
 
-def _line_col(text: str, pos: int) -> tuple[int, int]:
-    line = text.count("\n", 0, pos) + 1
-    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
-
-
 def _json_array(text: str) -> list[tuple[Where, Any]]:
     """The items of a JSON array, in order, each with the line and column it starts at."""
     dec = json.JSONDecoder()
@@ -174,17 +170,17 @@ def _json_array(text: str) -> list[tuple[Where, Any]]:
         try:
             obj, end = dec.raw_decode(text, pos)
         except json.JSONDecodeError as e:
-            raise DatasetError(f"is not valid JSON: {e.msg}", *_line_col(text, e.pos)) from None
-        out.append((_line_col(text, pos), obj))
+            raise DatasetError(f"is not valid JSON: {e.msg}", *line_col(text, e.pos)) from None
+        out.append((line_col(text, pos), obj))
         pos = skip(end)
         if pos < n and text[pos] == ",":
             pos = skip(pos + 1)
             continue
         if pos < n and text[pos] == "]":
             if skip(pos + 1) != n:
-                raise DatasetError("has text after the JSON array", *_line_col(text, skip(pos + 1)))
+                raise DatasetError("has text after the JSON array", *line_col(text, skip(pos + 1)))
             return out
-        raise DatasetError("is not valid JSON: expected ',' or ']' in the array", *_line_col(text, min(pos, n)))
+        raise DatasetError("is not valid JSON: expected ',' or ']' in the array", *line_col(text, min(pos, n)))
 
 
 def _jsonl(text: str) -> list[tuple[Where, Any]]:

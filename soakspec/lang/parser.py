@@ -34,7 +34,7 @@ from lark.parsers.lalr_parser_state import ParseConf, ParserState
 from lark.utils import TextSlice
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
-from soakspec.diagnostics import Diagnostic, Span
+from soakspec.diagnostics import Diagnostic, Span, line_col
 from soakspec.lang import ast as A
 from soakspec.units import UNITS
 
@@ -672,10 +672,6 @@ def _nesting_depth(text: str) -> tuple[int, int]:
     return best, first
 
 
-def _line_col(text: str, pos: int) -> tuple[int, int]:
-    """1-based (line, column) of offset `pos` of `text`."""
-    return text.count("\n", 0, pos) + 1, pos - (text.rfind("\n", 0, pos) + 1) + 1
-
 
 def _blank(text: str, start: int, end: int) -> str:
     """Replace text[start:end] by spaces, keeping newlines (so line/col stay valid)."""
@@ -688,11 +684,11 @@ def _guard(text: str, path: str) -> Diagnostic | None:
     if len(text.encode("utf-8", "surrogatepass")) > MAX_SOURCE_BYTES:
         return Diagnostic("E010", f"spec is larger than {MAX_SOURCE_BYTES // 1000} kB; refusing to parse it", Span(1, 1, 1, 2), path)
     if "\0" in text:
-        line, col = _line_col(text, text.index("\0"))
+        line, col = line_col(text, text.index("\0"))
         return Diagnostic("E003", "spec contains a NUL byte (is it a binary file?)", Span(line, col, line, col + 1), path)
     depth, at = _nesting_depth(text)
     if depth > MAX_NESTING:
-        line, col = _line_col(text, at)  # the bracket that opens the first level too many
+        line, col = line_col(text, at)  # the bracket that opens the first level too many
         return Diagnostic("E011", f"spec nests {depth} levels deep; at most {MAX_NESTING} are allowed", Span(line, col, line, col + 1), path)
     return None
 
