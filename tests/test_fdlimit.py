@@ -79,7 +79,12 @@ def test_the_soft_open_files_limit_is_lifted_to_the_hard_one(tmp_path):
     if hard < 1024:
         pytest.skip(f"the hard open-files limit here is {hard}")
     proc, out = _run(tmp_path, _spec(tmp_path, 96), (100, hard))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    # PASS; or, on a machine whose CPUs other work takes, INCONCLUSIVE for the load
+    # generator's lag alone -- never for descriptors, never a FAIL
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    rules = {r["rule"]: r for r in json.loads((out / "verdict.json").read_text())["rules"]}
+    assert [n for n, r in rules.items() if r["status"] != "pass" and n != "client_healthy"] == [], rules
+    assert "never sent" not in rules["client_healthy"]["message"] and "ulimit" not in proc.stderr
     assert manifest(out)["host"]["open_files_limit"] == {"soft": hard, "hard": hard, "raised_from": 100}
     assert all(r["start"] is not None for r in requests_of(out))
 

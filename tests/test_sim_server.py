@@ -518,9 +518,11 @@ async def test_same_seed_same_texts_and_traces(tmp_path):
     assert {t["finish_reason"] for t in tr1} == {"stop", "length", None}
 
 
-async def test_token_times_follow_the_seeded_schedule(tmp_path):
+async def test_token_times_follow_the_seeded_schedule(tmp_path, autojump_clock):
     """Event times measured by a client match the model's schedule for that seed and arrival
-    index, jitter included (the jittered gaps range from 1 to 19 ms)."""
+    index, jitter included (the jittered gaps range from 1 to 19 ms). Virtual time (trio's
+    MockClock): the simulator's sleeps are exact, so what is compared is its schedule, not
+    how busy this machine is (real time on a loaded 2-core runner put events 78 ms late)."""
     from soakspec.sim.model import plan_request, schedule
 
     opts = dict(seed=9, ttft=0.02, itl=0.01, itl_jitter=0.9)
@@ -540,7 +542,7 @@ async def test_token_times_follow_the_seeded_schedule(tmp_path):
     errors = sorted(abs(t - x - offsets[15]) for t, x in zip(times, expected))
     spread = sorted(abs((y - x) - 0.01) for x, y in zip(expected, expected[1:]))
     assert spread[len(spread) // 2] > 0.003, "the schedule itself is far from constant"
-    assert errors[len(errors) // 2] < 0.002, "events leave on the seeded schedule, jitter included"
+    assert errors[-1] < 1e-6, "every event leaves on the seeded schedule, jitter included"
     assert offsets[15] >= -MAX_EARLY, "and never ahead of it"
 
 
