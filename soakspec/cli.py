@@ -19,7 +19,7 @@ import sys
 from soakspec import __version__, heap
 from soakspec.evidence.io import EvidenceChanged, EvidenceUnreadable
 from soakspec.evidence.readprogress import reporting
-from soakspec.exitcodes import ExitCode
+from soakspec.exitcodes import ExitCode, UsageError  # noqa: F401 - UsageError: the commands' import
 
 # name -> (module, one-line help)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -36,9 +36,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("soakspec.commands.sim", "run the embedded OpenAI-compatible inference simulator"),
 }
 
-
-class UsageError(Exception):
-    """A command-line mistake: printed as one line, exit 2."""
 
 
 def require_evidence_dir(path: str) -> None:

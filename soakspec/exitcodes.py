@@ -5,6 +5,12 @@ from __future__ import annotations
 import enum
 
 
+class UsageError(Exception):
+    """A command-line mistake: printed as one line, exit 2 (`ExitCode.USAGE`). Defined here, the
+    bottom of the CLI contract, so that layers below the commands (the claims linter re-judging
+    evidence, the judge's command helpers) can raise it without importing the CLI."""
+
+
 class ExitCode(enum.IntEnum):
     """What `soakspec` returns to its caller.
 

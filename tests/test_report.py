@@ -63,7 +63,7 @@ def reports(run_dir) -> dict[str, tuple[int, str, str]]:
 @pytest.fixture(scope="module")
 def verdict(run_dir) -> dict:
     """verdict.json's shape, re-judged in-process from the evidence."""
-    from soakspec.commands.gate import spec_for
+    from soakspec.judge.cli_support import spec_for
     from soakspec.judge import judge, load_evidence
 
     evidence = load_evidence(run_dir)

@@ -305,7 +305,7 @@ def _rules_outcome(verdict: Any) -> str | None:
 
 def _rejudge(root: Path, manifest: dict) -> tuple[dict, dict] | str | None:
     """Re-judge the evidence as `soakspec run` judged it at its end (`judge_and_write`, nothing
-    written), with the spec the run used (embedded in the manifest; `gate.spec_for`): (results,
+    written), with the spec the run used (embedded in the manifest; `cli_support.spec_for`): (results,
     verdict) documents -- what results.json and verdict.json hold when nobody edited them. None
     when the manifest embeds no spec (hand-made evidence, or from before specs were embedded);
     a reason (str) when the evidence cannot be re-judged. Nothing a spec names is executed:
@@ -315,9 +315,8 @@ def _rejudge(root: Path, manifest: dict) -> tuple[dict, dict] | str | None:
     bare = Evidence(manifest, (), Integrity(), None, str(root))
     if bare.spec_text is None:
         return None
-    from soakspec.cli import UsageError
-    from soakspec.commands.gate import spec_for
-    from soakspec.judge.cli_support import judge_and_write
+    from soakspec.exitcodes import UsageError
+    from soakspec.judge.cli_support import judge_and_write, spec_for
 
     try:
         spec, _ = spec_for(bare, None, str(root))

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from soakspec.exitcodes import ExitCode
+from soakspec.judge.cli_support import spec_for
 
 PARTIAL_NICE = 10  # os.nice increment of a partial gate of a running soak: ~1/10 of a contended core
 
@@ -45,44 +46,6 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="judge only this backend (repeatable), as a `run --backend` of it: rules naming other backends are dropped")
     p.add_argument("--partial", action="store_true",
                    help="judge a run still going (or killed) up to its last closed bucket; always INCONCLUSIVE")
-
-
-def spec_for(evidence, spec_file: str | None, where: str):
-    """The spec to judge with: `spec_file` when given, else the manifest's embedded text.
-    Returns (spec, messages for stderr). Raises UsageError when the spec does not check."""
-    from soakspec.cli import UsageError
-    from soakspec.diagnostics import has_errors, render_text
-    from soakspec.lang import check, load_spec, parse
-
-    notes: list[str] = []
-    if spec_file is not None:
-        spec, diags, text = load_spec(spec_file)
-        if spec is None:
-            raise UsageError(f"{spec_file} does not check:\n{render_text(diags, {spec_file: text})}")
-        if evidence.spec_sha256 and spec.sha256 != evidence.spec_sha256:
-            notes.append(f"{spec_file} (sha256 {spec.sha256[:12]}) differs from the spec the run used "
-                         f"(sha256 {evidence.spec_sha256[:12]}); judging with {spec_file}")
-        return spec, notes
-    text = evidence.spec_text
-    if text is None:
-        raise UsageError(f"{where}: the manifest embeds no spec text; pass --spec FILE")
-    name = f"{where}/manifest.json#spec"
-    tree, diags = parse(text, name)
-    spec = None
-    if tree is not None and not has_errors(diags):
-        spec, more = check(tree, name)
-        diags = diags + more
-    if spec is None:
-        raise UsageError(f"the spec embedded in {where} does not check with this soakspec; pass --spec FILE:\n"
-                         f"{render_text(diags, {name: text})}")
-    from soakspec.evidence.manifest import stored_spec_sha256
-
-    stored = evidence.manifest.get("spec")
-    want = stored_spec_sha256(stored) if isinstance(stored, dict) else None  # a redacted text has its own hash
-    if isinstance(want, str) and spec.sha256 != want:
-        notes.append(f"the embedded spec's canonical text now hashes to {spec.sha256[:12]}, "
-                     f"the manifest recorded {want[:12]}")
-    return spec, notes
 
 
 def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_dir: bool = False):

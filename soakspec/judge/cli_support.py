@@ -1,5 +1,6 @@
 """Judging a run directory from a command: `soakspec run` calls this right after a run, with
-the spec it ran (the same code path as `soakspec gate`)."""
+the spec it ran (the same code path as `soakspec gate`); `gate`, `report`, `combine` and
+`lint-claims` choose the spec to judge retained evidence with by `spec_for`."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from soakspec import heap
 from soakspec.evidence import layout
+from soakspec.exitcodes import UsageError
 from soakspec.lang.spec import Spec
 
 
@@ -61,3 +63,40 @@ def judge_and_write(run_dir: str | os.PathLike, spec: Spec, *, write: bool = Fal
         else:
             print(f"soakspec: {layout.VERDICT} is part of the hashed evidence; not rewritten", file=sys.stderr)
     return verdict, results
+
+
+def spec_for(evidence, spec_file: str | None, where: str):
+    """The spec to judge with: `spec_file` when given, else the manifest's embedded text.
+    Returns (spec, messages for stderr). Raises UsageError when the spec does not check."""
+    from soakspec.diagnostics import has_errors, render_text
+    from soakspec.lang import check, load_spec, parse
+
+    notes: list[str] = []
+    if spec_file is not None:
+        spec, diags, text = load_spec(spec_file)
+        if spec is None:
+            raise UsageError(f"{spec_file} does not check:\n{render_text(diags, {spec_file: text})}")
+        if evidence.spec_sha256 and spec.sha256 != evidence.spec_sha256:
+            notes.append(f"{spec_file} (sha256 {spec.sha256[:12]}) differs from the spec the run used "
+                         f"(sha256 {evidence.spec_sha256[:12]}); judging with {spec_file}")
+        return spec, notes
+    text = evidence.spec_text
+    if text is None:
+        raise UsageError(f"{where}: the manifest embeds no spec text; pass --spec FILE")
+    name = f"{where}/manifest.json#spec"
+    tree, diags = parse(text, name)
+    spec = None
+    if tree is not None and not has_errors(diags):
+        spec, more = check(tree, name)
+        diags = diags + more
+    if spec is None:
+        raise UsageError(f"the spec embedded in {where} does not check with this soakspec; pass --spec FILE:\n"
+                         f"{render_text(diags, {name: text})}")
+    from soakspec.evidence.manifest import stored_spec_sha256
+
+    stored = evidence.manifest.get("spec")
+    want = stored_spec_sha256(stored) if isinstance(stored, dict) else None  # a redacted text has its own hash
+    if isinstance(want, str) and spec.sha256 != want:
+        notes.append(f"the embedded spec's canonical text now hashes to {spec.sha256[:12]}, "
+                     f"the manifest recorded {want[:12]}")
+    return spec, notes
