@@ -246,6 +246,25 @@ def test_short_values_and_our_own_text_are_left_alone():
     assert red.ident("stop") == "stop"
 
 
+def test_progress_lines_are_redacted_as_evidence_is():
+    """Progress (stderr, even with --quiet for errors) redacts as the records do: the secret,
+    its JSON-escaped form, one cut off at the line's end, and credential-looking text the
+    server quoted -- not only the plain value (it had its own replace loop that missed those)."""
+    import io
+
+    from soakspec.runner.progress import Progress
+
+    secret = 'pa"ss-' + LEAK_TOKEN
+    out = io.StringIO()
+    p = Progress(stream=out, secrets=[secret])
+    p.log(f"[b] HTTP 401: {json.dumps({'detail': secret})}")
+    p.error(f"[b] crashed: token {secret[:-3]}")
+    p.log("[b] HTTP 401: Authorization: Bearer " + "z" * 24)
+    text = out.getvalue()
+    assert LEAK_TOKEN[:8] not in text and "z" * 24 not in text, text
+    assert text.count("<redacted>") == 3 and "HTTP 401" in text and "crashed: token" in text
+
+
 CREDENTIALS = ["hf_" + "A" * 20, "sk-proj-" + "B" * 20, "ghp_" + "C" * 24, "github_pat_" + "D" * 22, "glpat-" + "E" * 20,
                "xoxb-" + "F" * 12, "AKIA" + "G" * 16, "eyJ" + "h" * 10 + ".eyJ" + "i" * 10 + ".j", "bearer kkk",
                "https://u:pw@host/x", "/v1?api_key=qqq"]  # one of each pattern `redact_text` knows  # fmt: skip

@@ -222,7 +222,7 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
         manifest["only"] = list(plan.only)  # a --backend run: the judge expects just these backends
     write_manifest(layout.root, manifest)
     # progress and error output (a server's log tail included) never shows them either
-    progress.secrets = tuple({*progress.secrets, *(s for s in secrets if len(s) >= 4)})
+    progress.add_secrets(secrets)
     status = RunStatus()
     prefix = "soak-" + _secrets.token_hex(4)
     backends = [_Backend(bp, BackendRecorder(bp, layout, status), IdSequence(f"{prefix}-{i}")) for i, bp in enumerate(plan.backends)]

@@ -1,7 +1,9 @@
 """Run progress on stderr: a rich live display on a TTY, plain lines otherwise, nothing with --quiet.
 
-Progress never goes to stdout (stdout carries the verdict/report). Secret values are
-scrubbed from every message before it is printed.
+Progress never goes to stdout (stdout carries the verdict/report). Every message is
+redacted before it is printed as evidence is (`evidence.redact.Redactor.text`): the run's
+secret values, their JSON-escaped forms, a secret cut off at a message's end and
+credential-looking text (a server's error quoting `Authorization: Bearer ...`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import sys
 import time
 from collections.abc import Iterable
 
+from soakspec.evidence.redact import Redactor
 from soakspec.units import format_duration
 
 
@@ -18,17 +21,19 @@ class Progress:
         self.stream = stream or sys.stderr
         self.quiet = quiet
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
-        self.secrets = tuple(s for s in secrets if s and len(s) >= 4)
+        self._redactor = Redactor(secrets)
         self._live = None
         self._rich = None
         self._task = None
         self._state: dict = {}
 
     # ------------------------------------------------------------ plumbing
+    def add_secrets(self, secrets: Iterable[str]) -> None:
+        """Redact these too (the run's secrets, known once its plan's environment is read)."""
+        self._redactor = Redactor({*self._redactor.source, *secrets})
+
     def _scrub(self, text: str) -> str:
-        for s in self.secrets:
-            text = text.replace(s, "<redacted>")
-        return text
+        return self._redactor.text(text)
 
     def log(self, text: str) -> None:
         if self.quiet:
