@@ -38,15 +38,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 
-def require_evidence_dir(path: str) -> None:
-    """A regular file given where an evidence directory belongs (`gate`, `verify`, `compare`,
-    `report`, `combine`): say that, not "no such evidence directory" (UsageError, exit 2)."""
-    import os
-
-    if os.path.isfile(path):
-        raise UsageError(f"{path} is a file, not an evidence directory")
-
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 already; keep its format
         self.print_usage(sys.stderr)

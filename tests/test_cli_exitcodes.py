@@ -66,10 +66,29 @@ def test_a_file_given_for_an_evidence_directory_says_so(tmp_path, capsys, argv):
     f.write_text("{}")
     d = tmp_path / "run"
     d.mkdir()
+    (d / "manifest.json").write_text("{}")  # compare checks both sides before it reads either
     code = main([str(f) if a == "@" else str(d) if a == "DIR" else a for a in argv])
     err = capsys.readouterr().err
     assert code is ExitCode.USAGE
     assert f"{f} is a file, not an evidence directory" in err and "no such evidence directory" not in err, err
+
+
+@pytest.mark.parametrize("argv", [["gate", "@"], ["gate", "--partial", "@"], ["verify", "@"], ["compare", "@", "DIR"],
+                                  ["compare", "DIR", "@"], ["report", "@"]])  # fmt: skip
+def test_a_directory_without_a_manifest_says_so_and_names_the_runs_it_holds(tmp_path, capsys, argv):
+    """Every command that reads evidence says the same of a directory that is not one (one
+    check, `evidence.io.require_evidence_dir`): no manifest.json, and the run directories
+    inside it when it is their parent (`soakspec run --out runs/` leaves one per run)."""
+    parent = tmp_path / "runs"
+    (parent / "r-1").mkdir(parents=True)
+    (parent / "r-1" / "manifest.json").write_text("{}")
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "manifest.json").write_text("{}")  # compare checks both sides before it reads either
+    code = main([str(parent) if a == "@" else str(d) if a == "DIR" else a for a in argv])
+    err = capsys.readouterr().err
+    assert code is ExitCode.USAGE
+    assert f"{parent}: no manifest.json (not an evidence directory); it holds run directories: r-1" in err, err
 
 
 def test_a_missing_evidence_directory_is_still_no_such_directory(tmp_path, capsys):

@@ -77,7 +77,7 @@ def test_warnings_only_exit_0(tmp_path, capsys):
         (["lint-claims", "{tmp}/missing.md", "--spec", SMALL], "cannot read document"),
         (["lint-claims", "{doc}", "--spec", "{tmp}/missing.soak"], "cannot read spec"),
         (["lint-claims", "{doc}", "--spec", str(DATA / "invalid.soak")], "invalid spec"),
-        (["lint-claims", "{doc}", "--spec", SMALL, "--evidence", "{tmp}/no-such-dir"], "not an evidence directory"),
+        (["lint-claims", "{doc}", "--spec", SMALL, "--evidence", "{tmp}/no-such-dir"], "no such evidence directory"),
     ],
 )
 def test_usage_errors_exit_2(tmp_path, capsys, argv, message):

@@ -391,9 +391,12 @@ def load_evidence_facts(evidence_dir: str | Path) -> tuple[EvidenceFacts, ...]:
     `stored_mismatch` (CB402). A manifest that embeds no spec (hand-made or older evidence), or
     evidence this soakspec cannot judge, falls back to the stored files, checked for what they
     can show by themselves (their manifest binding; a verdict its own rules contradict)."""
-    root = Path(evidence_dir)
-    if not root.is_dir():
-        raise AdapterError(f"{root}: not an evidence directory")
+    from soakspec.evidence.io import EvidenceNotFound, require_evidence_dir
+
+    try:
+        root = require_evidence_dir(evidence_dir)
+    except EvidenceNotFound as e:
+        raise AdapterError(str(e)) from None
     manifest = _read_json(root / "manifest.json")
     if not isinstance(manifest, dict):
         raise AdapterError(f"{root}: no manifest.json")

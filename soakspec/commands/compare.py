@@ -66,7 +66,7 @@ def main(args: argparse.Namespace) -> int:
     resamples = DEFAULT_RESAMPLES if args.resamples is None else args.resamples
     if resamples < 100:
         raise UsageError("--resamples must be at least 100")
-    from soakspec.cli import require_evidence_dir
+    from soakspec.evidence.io import require_evidence_dir
 
     for d in (args.base, args.new):  # both, before either is read (a day-long run's evidence takes minutes)
         require_evidence_dir(d)

@@ -52,16 +52,14 @@ def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_
     """Load (and hash-verify) an evidence directory and choose the spec to judge it with.
     Returns (spec, evidence), or an exit code after saying why on stderr. Shared by `gate`
     `report` and `combine`, which all re-judge rather than trust a stored verdict."""
-    from soakspec.cli import UsageError, require_evidence_dir
-    from soakspec.evidence.io import EvidenceError
-    from soakspec.judge.evidence import EvidenceNotFound, load_evidence
+    from soakspec.evidence.io import EvidenceError, EvidenceNotFound
+    from soakspec.judge.evidence import load_evidence
 
     where = str(run_dir).rstrip("/") or "/"
-    require_evidence_dir(run_dir)
     try:
         evidence = load_evidence(Path(run_dir))
-    except EvidenceNotFound as e:
-        raise UsageError(str(e)) from None
+    except EvidenceNotFound:
+        raise  # a usage error, exit 2 (not the INCONCLUSIVE of evidence that cannot be read)
     except EvidenceError as e:
         print(f"soakspec {command}: {e}: the evidence cannot be judged", file=sys.stderr)
         return ExitCode.INCONCLUSIVE
@@ -163,23 +161,19 @@ def _yield_cpu() -> None:
 
 
 def _main_partial(args: argparse.Namespace) -> int:
-    from soakspec.cli import UsageError, require_evidence_dir
     from soakspec.evidence import layout
-    from soakspec.evidence.io import EvidenceError, read_json
-    from soakspec.judge.evidence import EvidenceNotFound, load_evidence
+    from soakspec.evidence.io import EvidenceError, read_json, require_evidence_dir
+    from soakspec.judge.evidence import load_evidence
     from soakspec.judge.judge import judge
     from soakspec.judge.verdict import render_text
 
-    require_evidence_dir(args.dir)
-    root = Path(args.dir)
+    root = require_evidence_dir(args.dir)
     where = str(args.dir).rstrip("/") or "/"
     try:
-        manifest = read_json(root / layout.MANIFEST) if (root / layout.MANIFEST).is_file() else None
+        manifest = read_json(root / layout.MANIFEST)
     except EvidenceError as e:
         print(f"soakspec gate: {e}: the evidence cannot be judged", file=sys.stderr)
         return ExitCode.INCONCLUSIVE
-    if manifest is None:
-        raise UsageError(f"{where}: no {layout.MANIFEST} (not an evidence directory)")
     if isinstance(manifest, dict) and manifest.get("status") != "running" and manifest.get("backends"):
         print(f"soakspec gate: note: {where} holds a finished run (status {manifest.get('status')}); judged in full",
               file=sys.stderr)
@@ -187,10 +181,7 @@ def _main_partial(args: argparse.Namespace) -> int:
         return main(args)
     _yield_cpu()
     # the spec first (the manifest embeds it from the start), then the evidence it plans
-    try:
-        bare = load_evidence(root, entries=[])
-    except EvidenceNotFound as e:
-        raise UsageError(str(e)) from None
+    bare = load_evidence(root, entries=[])
     spec, notes = spec_for(bare, args.spec, where)
     for n in notes:
         print(f"soakspec gate: note: {n}", file=sys.stderr)

@@ -26,17 +26,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from soakspec.cli import UsageError, require_evidence_dir
+    from soakspec.cli import UsageError
     from soakspec.evidence.signing import SigningError, signature_status, verify_signature
-    from soakspec.evidence.verify import EvidenceNotFound, verify_evidence
+    from soakspec.evidence.verify import verify_evidence
     from soakspec.exitcodes import ExitCode
     from soakspec.judge.evidence import embedded_spec_sha256
 
-    require_evidence_dir(args.run_dir)
-    try:
-        report = verify_evidence(args.run_dir, spec_sha256=embedded_spec_sha256)
-    except EvidenceNotFound as e:
-        raise UsageError(str(e)) from None
+    report = verify_evidence(args.run_dir, spec_sha256=embedded_spec_sha256)  # EvidenceNotFound: a UsageError
     try:
         sig = verify_signature(args.run_dir, args.allowed_signers) if args.allowed_signers else signature_status(args.run_dir)
     except SigningError as e:

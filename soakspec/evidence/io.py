@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
+from soakspec.exitcodes import UsageError
 from soakspec.evidence.readprogress import ticker
 
 _CHUNK = 1 << 20
@@ -40,6 +41,28 @@ _CHUNK = 1 << 20
 
 class EvidenceError(Exception):
     """Base class: something about an evidence directory or file is wrong."""
+
+
+class EvidenceNotFound(EvidenceError, UsageError):
+    """The path names no evidence directory (none there, a regular file, or no manifest.json
+    in it): a usage error (exit 2), which the CLI prints as one line."""
+
+
+def require_evidence_dir(path: str | os.PathLike) -> Path:
+    """`path` as an evidence directory, or `EvidenceNotFound` saying what it is instead: missing,
+    a regular file ("X is a file, not an evidence directory", not "no such directory"), or a
+    directory without manifest.json (naming the run directories it holds, if any). Every
+    reader of evidence (`verify`, `load_evidence`, `gate --partial`, `compare`) checks here."""
+    root, shown = Path(path), str(path)
+    if root.is_file():
+        raise EvidenceNotFound(f"{shown} is a file, not an evidence directory")
+    if not root.is_dir():
+        raise EvidenceNotFound(f"{shown}: no such evidence directory")
+    if not (root / layout.MANIFEST).is_file():
+        runs = sorted(p.name for p in root.iterdir() if (p / layout.MANIFEST).is_file())
+        hint = f"; it holds run directories: {', '.join(runs[:5])}{', ...' if len(runs) > 5 else ''}" if runs else ""
+        raise EvidenceNotFound(f"{shown}: no {layout.MANIFEST} (not an evidence directory){hint}")
+    return root
 
 
 class EvidenceChanged(EvidenceError):

@@ -39,7 +39,8 @@ import msgspec
 
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.evidence import layout
-from soakspec.evidence.io import EvidenceError, EvidenceFormatError, iter_jsonl_typed, loads, lock_holder, read_json, sha256_file
+from soakspec.evidence.io import (EvidenceError, EvidenceFormatError, EvidenceNotFound, iter_jsonl_typed, loads, lock_holder,
+                                  read_json, require_evidence_dir, sha256_file)
 from soakspec.evidence.manifest import stored_spec_sha256
 from soakspec.exitcodes import ExitCode
 
@@ -71,10 +72,6 @@ class _ShortTrace(msgspec.Struct, forbid_unknown_fields=True):
 
 
 _FAST_ROWS = {layout.TRACES: msgspec.json.Decoder(_ShortTrace)}
-
-
-class EvidenceNotFound(EvidenceError):
-    """No evidence directory or no manifest.json in it (a usage error)."""
 
 
 def list_files(run_dir: str | os.PathLike) -> tuple[list[str], list[str]]:
@@ -225,13 +222,7 @@ class _Checker:
     # -- the checks -------------------------------------------------------------------------
 
     def run(self) -> VerifyReport:
-        if not self.root.is_dir():
-            raise EvidenceNotFound(f"{self.shown}: no such evidence directory")
-        manifest_path = self.root / layout.MANIFEST
-        if not manifest_path.is_file():
-            runs = sorted(p.name for p in self.root.iterdir() if (p / layout.MANIFEST).is_file())
-            hint = f"; it holds run directories: {', '.join(runs[:5])}{', ...' if len(runs) > 5 else ''}" if runs else ""
-            raise EvidenceNotFound(f"{self.shown}: no {layout.MANIFEST} (not an evidence directory){hint}")
+        manifest_path = require_evidence_dir(self.shown) / layout.MANIFEST
         try:
             manifest = read_json(manifest_path)
         except EvidenceFormatError as e:

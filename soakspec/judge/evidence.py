@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
-from soakspec.evidence.io import EvidenceChanged, EvidenceError, EvidenceFormatError, iter_jsonl, read_json, sha256_file
+from soakspec.evidence.io import (EvidenceChanged, EvidenceError, EvidenceFormatError, EvidenceNotFound,  # noqa: F401 - EvidenceNotFound: the commands' import
+                                  iter_jsonl, read_json, require_evidence_dir, sha256_file)
 from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
 from soakspec.judge.clientsamples import ClientBuilder, ClientSamples, build_client, samples_of
 from soakspec.judge.scrapes import ScrapeBuilder, Scrapes, build_scrapes
@@ -41,10 +42,6 @@ MALFORMED_CODES = frozenset({"V104", "V105", "V108"})
 
 
 MAX_PROBLEMS = 100  # unusable rows kept as examples per backend; the rest are counted
-
-
-class EvidenceNotFound(EvidenceError):
-    """`run_dir` is not an evidence directory (no manifest.json): a usage error."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -503,10 +500,7 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
     none yet: `soakspec gate --partial` makes them from buckets.jsonl)."""
     root = Path(run_dir)
     mpath = root / layout.MANIFEST
-    if not root.is_dir():
-        raise EvidenceNotFound(f"{run_dir}: no such evidence directory")
-    if not mpath.is_file():
-        raise EvidenceNotFound(f"{run_dir}: no {layout.MANIFEST} (not an evidence directory)")
+    require_evidence_dir(run_dir)
     manifest = read_json(mpath)
     if not isinstance(manifest, dict):
         raise EvidenceFormatError(mpath, 1, "the manifest is not a JSON object")
