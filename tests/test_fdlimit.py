@@ -117,6 +117,18 @@ def test_a_runner_bug_still_ends_the_manifest_aborted_with_its_reason(tmp_path):
     assert "a bug" in m["incomplete_reason"]
 
 
+def test_schemas_that_cannot_be_read_before_the_load_end_the_manifest_aborted(tmp_path):
+    """The schemas are compiled before any server starts (`schema.preload`); one that cannot be
+    read there (a broken install) still ends the manifest, aborted with the reason, not `running`."""
+    broken = ("import sys; from soakspec.evidence import schema as s; "
+              "s.preload = lambda *a: (_ for _ in ()).throw(OSError(2, 'No such file or directory', 'request.schema.json')); "
+              "from soakspec.cli import main; sys.exit(main(sys.argv[1:]))")  # fmt: skip
+    proc, out = _run(tmp_path, _spec(tmp_path, 2), (4096, 4096), [sys.executable, "-c", broken])
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted" and "request.schema.json" in m["incomplete_reason"], m["incomplete_reason"]
+
+
 def test_a_runner_bugs_reason_loses_the_runs_secrets(tmp_path):
     """The reason an unforeseen error leaves in the manifest (and on stderr) is the exception's
     text, which may quote what the server sent: the run's secrets are redacted from it."""

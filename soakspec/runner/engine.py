@@ -227,8 +227,8 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
     prefix = "soak-" + _secrets.token_hex(4)
     backends = [_Backend(bp, BackendRecorder(bp, layout, status), IdSequence(f"{prefix}-{i}")) for i, bp in enumerate(plan.backends)]
     entries: list[dict[str, Any]] = []
-    schemas.preload()  # no schema file is opened mid-load, when the load may hold every descriptor
     try:
+        schemas.preload()  # no schema file is opened mid-load, when the load may hold every descriptor
         if plan.require_gpus and not gpus.get("available"):
             status.reason = f"the spec requires GPUs and NVML reports none ({gpus.get('reason')})"
             progress.error(f"soakspec run: {status.reason}")
