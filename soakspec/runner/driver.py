@@ -250,7 +250,10 @@ def _cut_short(entry: dict, lv: Level, at: float) -> None:
     died, the run failed) keeps what it measured: it stays `completed = false`, lists the
     bucket windows that had begun by then (its requests name them; the judge reports the
     later ones as not run), the last of them ending at `at` (its `planned_length_s` is the
-    plan's), and `measure_end` is `at`, so the level's wall time is the time it measured."""
+    plan's), and `measure_end` is `at`, so the level's wall time is the time it measured.
+    `at` is when the level ended, after its in-flight requests drained -- not when an abort
+    rule fired: a load process (--workers) may still send after the rule fired, into a bucket
+    that begins after it, and every bucket a request names must be listed."""
     m = entry["measure_start"]
     end = max(m, min(at, m + lv.duration_s))
     entry["buckets"] = [{"index": b.index, "start": m + b.start_s, "end": min(m + b.start_s + b.length_s, end), "planned_length_s": b.length_s}
