@@ -57,38 +57,34 @@ def test_cli_returns_only_exitcode_members():
 import pytest  # noqa: E402
 
 
-@pytest.mark.parametrize("argv", [["gate", "@"], ["gate", "--partial", "@"], ["verify", "@"], ["compare", "@", "DIR"],
-                                  ["compare", "DIR", "@"], ["report", "@"]])  # fmt: skip
-def test_a_file_given_for_an_evidence_directory_says_so(tmp_path, capsys, argv):
-    """A regular file where an evidence directory belongs: "X is a file, not an evidence
-    directory" (not "no such evidence directory"), with the usage exit code it always had."""
-    f = tmp_path / "verdict.json"
-    f.write_text("{}")
-    d = tmp_path / "run"
-    d.mkdir()
-    (d / "manifest.json").write_text("{}")  # compare checks both sides before it reads either
-    code = main([str(f) if a == "@" else str(d) if a == "DIR" else a for a in argv])
-    err = capsys.readouterr().err
-    assert code is ExitCode.USAGE
-    assert f"{f} is a file, not an evidence directory" in err and "no such evidence directory" not in err, err
-
-
-@pytest.mark.parametrize("argv", [["gate", "@"], ["gate", "--partial", "@"], ["verify", "@"], ["compare", "@", "DIR"],
-                                  ["compare", "DIR", "@"], ["report", "@"]])  # fmt: skip
-def test_a_directory_without_a_manifest_says_so_and_names_the_runs_it_holds(tmp_path, capsys, argv):
-    """Every command that reads evidence says the same of a directory that is not one (one
-    check, `evidence.io.require_evidence_dir`): no manifest.json, and the run directories
-    inside it when it is their parent (`soakspec run --out runs/` leaves one per run)."""
-    parent = tmp_path / "runs"
+def _not_evidence(tmp_path, kind: str):
+    """(path, what every command must say of it): a regular file, or the parent of run directories."""
+    if kind == "file":
+        f = tmp_path / "verdict.json"
+        f.write_text("{}")
+        return f, f"{f} is a file, not an evidence directory"
+    parent = tmp_path / "runs"  # `soakspec run --out runs/` leaves one directory per run
     (parent / "r-1").mkdir(parents=True)
     (parent / "r-1" / "manifest.json").write_text("{}")
+    return parent, f"{parent}: no manifest.json (not an evidence directory); it holds run directories: r-1"
+
+
+@pytest.mark.parametrize("kind", ["file", "parent"])
+@pytest.mark.parametrize("argv", [["gate", "@"], ["gate", "--partial", "@"], ["verify", "@"], ["compare", "@", "DIR"],
+                                  ["compare", "DIR", "@"], ["report", "@"]])  # fmt: skip
+def test_what_is_not_an_evidence_directory_is_named_for_what_it_is(tmp_path, capsys, argv, kind):
+    """Every command that reads evidence says the same of a path that is not an evidence
+    directory (one check, `evidence.io.require_evidence_dir`), with the usage exit code: a
+    regular file is "a file" (not "no such evidence directory"), a directory without
+    manifest.json says so and names the run directories inside it."""
+    given, said = _not_evidence(tmp_path, kind)
     d = tmp_path / "run"
     d.mkdir()
     (d / "manifest.json").write_text("{}")  # compare checks both sides before it reads either
-    code = main([str(parent) if a == "@" else str(d) if a == "DIR" else a for a in argv])
+    code = main([str(given) if a == "@" else str(d) if a == "DIR" else a for a in argv])
     err = capsys.readouterr().err
     assert code is ExitCode.USAGE
-    assert f"{parent}: no manifest.json (not an evidence directory); it holds run directories: r-1" in err, err
+    assert said in err and "no such evidence directory" not in err, err
 
 
 def test_a_missing_evidence_directory_is_still_no_such_directory(tmp_path, capsys):

@@ -68,8 +68,8 @@ def judge_and_write(run_dir: str | os.PathLike, spec: Spec, *, write: bool = Fal
 def spec_for(evidence, spec_file: str | None, where: str):
     """The spec to judge with: `spec_file` when given, else the manifest's embedded text.
     Returns (spec, messages for stderr). Raises UsageError when the spec does not check."""
-    from soakspec.diagnostics import has_errors, render_text
-    from soakspec.lang import check, load_spec, parse
+    from soakspec.diagnostics import render_text
+    from soakspec.lang import load_spec, load_text
 
     notes: list[str] = []
     if spec_file is not None:
@@ -84,14 +84,10 @@ def spec_for(evidence, spec_file: str | None, where: str):
     if text is None:
         raise UsageError(f"{where}: the manifest embeds no spec text; pass --spec FILE")
     name = f"{where}/manifest.json#spec"
-    tree, diags = parse(text, name)
-    spec = None
-    if tree is not None and not has_errors(diags):
-        spec, more = check(tree, name)
-        diags = diags + more
+    spec, diags, shown = load_text(text, name)
     if spec is None:
         raise UsageError(f"the spec embedded in {where} does not check with this soakspec; pass --spec FILE:\n"
-                         f"{render_text(diags, {name: text})}")
+                         f"{render_text(diags, {name: shown})}")
     from soakspec.evidence.manifest import stored_spec_sha256
 
     stored = evidence.manifest.get("spec")

@@ -446,16 +446,12 @@ def _frange(a: float, b: float, step: float) -> list[float]:
 
 def spec_from_text(text: str, path: str = "<test>") -> Spec:
     """Parse and check spec text; raise ValueError with the diagnostics when it does not check."""
-    from soakspec.diagnostics import has_errors, render_text
-    from soakspec.lang import check, parse
+    from soakspec.diagnostics import render_text
+    from soakspec.lang import load_text
 
-    tree, diags = parse(text, path)
-    spec = None
-    if tree is not None and not has_errors(diags):
-        spec, more = check(tree, path)
-        diags = diags + more
+    spec, diags, shown = load_text(text, path)
     if spec is None:
-        raise ValueError(render_text(diags, {path: text}))
+        raise ValueError(render_text(diags, {path: shown}))
     return spec
 
 
