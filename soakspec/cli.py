@@ -37,7 +37,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # argparse exits 2 already; keep its format
         self.print_usage(sys.stderr)

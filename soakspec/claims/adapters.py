@@ -399,7 +399,7 @@ def load_evidence_facts(evidence_dir: str | Path) -> tuple[EvidenceFacts, ...]:
         raise AdapterError(str(e)) from None
     manifest = _read_json(root / "manifest.json")
     if not isinstance(manifest, dict):
-        raise AdapterError(f"{root}: no manifest.json")
+        raise AdapterError(f"{root}: manifest.json is not a JSON object")
     stored_results = _read_json(root / "results.json")
     stored_verdict = _read_json(root / "verdict.json")
     judged = _rejudge(root, manifest)

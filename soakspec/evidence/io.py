@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.evidence import layout
-from soakspec.exitcodes import UsageError
 from soakspec.evidence.readprogress import ticker
+from soakspec.exitcodes import UsageError
 
 _CHUNK = 1 << 20
 
