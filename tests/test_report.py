@@ -357,3 +357,22 @@ def test_a_server_metric_no_scrape_returned_is_unknown_not_unexposed():
 
     assert "  - `vllm:num_requests_waiting`: unknown (no scrape of /metrics succeeded)" in lines(5, 5)
     assert "  - `vllm:num_requests_waiting`: not exposed by the server" in lines(5, 1)
+
+
+def test_the_html_chart_of_an_absent_family_says_what_the_markdown_says():
+    """The HTML report's empty chart for a family no scrape returned says what the Markdown
+    line says (one wording, `serverview.absent_family`): not exposed when the server
+    answered, unknown when it never did -- not the scrape failures alone as if they were why."""
+    from soakspec.judge.testing import small_spec
+    from soakspec.report.serverview import html_charts, md_lines
+
+    spec = small_spec('require max(server("vllm:num_requests_waiting")) <= 4 per bucket')
+    for scrapes, failed, said in ((5, 5, "unknown (no scrape of /metrics succeeded)"), (5, 1, "not exposed by the server")):
+        sm = {"status": "failing", "scrapes": scrapes, "failed": failed, "first_error": "HTTP 500", "path": "/metrics",
+              "families": {}}
+        b = {"name": "a", "buckets": [{"workload": "w", "level": 0, "bucket": 0, "started": 0.0, "ended": 60.0}],
+             "server_metrics": sm}
+        (chart,) = [c for c in html_charts(b, None, spec) if "num_requests_waiting" in c]
+        text = " ".join(re.findall(r'class="empty"[^>]*>([^<]*)<', chart))
+        assert text.startswith(said) and f"{failed} of {scrapes} scrapes" in text, text
+        assert f"  - `vllm:num_requests_waiting`: {said}" in md_lines({"backends": [b]}, spec)

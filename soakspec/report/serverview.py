@@ -118,7 +118,8 @@ def html_charts(b: Mapping[str, Any], verdict: Any = None, spec: Any = None) -> 
         f = _lookup(have, fam)
         metric = f"server:{fam}"
         if f is None:
-            out.append(empty_chart(name, metric, fam, scrape_status(sm) or f"the server's /metrics has no {fam}"))
+            status = scrape_status(sm)  # the Markdown report says it on the backend's line above
+            out.append(empty_chart(name, metric, fam, absent_family(sm) + (f"; {status}" if status else "")))
             continue
         kind = str(f.get("type"))
         per = f.get("per_bucket") if isinstance(f.get("per_bucket"), Mapping) else {}
@@ -153,6 +154,16 @@ def scrape_status(sm: Mapping[str, Any] | None) -> str | None:
     return None
 
 
+def absent_family(sm: Mapping[str, Any]) -> str:
+    """Why a charted family has no values, as both reports say it: the server answered and did
+    not expose it, or no scrape succeeded, so whether it does is unknown."""
+    path = C.one_line(sm.get("path") or "/metrics")
+    scrapes, failed = _num(sm.get("scrapes")), _num(sm.get("failed")) or 0
+    if scrapes is not None and scrapes > failed and sm.get("status") != "not available":
+        return "not exposed by the server"
+    return f"unknown (no scrape of {path} succeeded)"
+
+
 def _fmt(v: float | None) -> str:
     return "—" if v is None else f"{v:.4g}"
 
@@ -177,12 +188,10 @@ def md_lines(results: Mapping[str, Any], spec: Any = None) -> list[str]:
         have = sm.get("families") if isinstance(sm.get("families"), Mapping) else {}
         status = scrape_status(sm) or f"{sm.get('scrapes')} scrapes of {sm.get('path') or '/metrics'}, none failed"
         out.append(f"- `{C.one_line(b.get('name'))}`: {md_text(status)}")
-        answered = _num(sm.get("scrapes")) is not None and (_num(sm.get("scrapes")) or 0) > (_num(sm.get("failed")) or 0)
         for fam in charted_families(b, spec):
             f = _lookup(have, fam)
             if f is None:  # absent from what the server answered; or never answered: then unknown
-                out.append(f"  - `{fam}`: not exposed by the server" if answered and sm.get("status") != "not available"
-                           else f"  - `{fam}`: unknown (no scrape of {sm.get('path') or '/metrics'} succeeded)")
+                out.append(f"  - `{fam}`: {absent_family(sm)}")
                 continue
             kind = str(f.get("type"))
             key = _SERIES.get(kind, _SERIES["gauge"])[0][0]
