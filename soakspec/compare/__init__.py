@@ -101,6 +101,7 @@ import numpy as np
 
 from soakspec.exitcodes import ExitCode
 from soakspec.judge import stats
+from soakspec.judge.common import fold
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, index
 from soakspec.judge.measures import Distribution, PerBucket
@@ -632,7 +633,7 @@ def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
         if worst is None or rank[st] > rank[worst[1]]:
             worst = (i, st, msg)
     assert worst is not None
-    status = "warn" if worst[1] == "fail" and rule.severity == "warn" else worst[1]  # as the gate folds a warn rule
+    status = fold(rule.severity, (worst[1],))  # the gate's folding: a warn rule that fails is WARN
     return RuleOutcome(rule, status, worst[2], tuple(mine))  # type: ignore[arg-type]
 
 
