@@ -184,10 +184,11 @@ async def test_four_tokens_per_chunk_are_four_gaps_three_of_them_coalesced(nurse
 async def test_kernel_stamps_unstarved_10ms_itl_within_1ms_and_not_coalesced(nursery):
     """The hot-path client (kernel receive stamps) against the simulator at 10 ms ITL, one
     event per token: with the client's loop unstarved (healthy by the default client_lag), coalesced
-    is ~0 and ITL p50 is within 1 ms of 10 ms. Up to three tries: the precondition is an idle
-    loop, which a busy machine does not always give."""
+    is ~0 and ITL p50 is within 1 ms of 10 ms. Up to six tries (about a second each): the
+    precondition is an idle loop, which a busy machine does not always give (three tries on
+    a 2-core machine with three busy loops beside it never got one)."""
     seen = []
-    for _ in range(3):
+    for _ in range(6):
         samples = []
         async with trio.open_nursery() as n:
             n.start_soon(LoopMonitor(RunClock(), samples.append, window_s=10.0).run)
