@@ -394,6 +394,27 @@ def test_fmt_of_crlf_long_strings_is_idempotent_and_hashes_as_lf(tmp_path, capsy
     assert run_inproc(capsys, "fmt", str(crlf))[0] == 0 and crlf.read_bytes() == once
 
 
+def test_a_cr_only_spec_points_at_its_own_lines_and_fmt_keeps_cr(tmp_path, capsys):
+    """A spec saved with lone CR line breaks (classic Mac OS) reads as the LF one: its errors
+    point at their own line and show it (not line 1 holding the whole file), it hashes as the
+    LF file, and fmt writes CR back."""
+    lf = LONG_STRING_SPEC.replace("  duration = 60s\n", "  duration = 60s\n  bogus = 1\n")
+    cr = tmp_path / "cr.soak"
+    cr.write_bytes(lf.replace("\n", "\r").encode())
+    code, out, err = run_inproc(capsys, "check", str(cr))
+    line = lf.split("\n").index("  bogus = 1") + 1
+    said = out + err
+    assert code == 2 and f"cr.soak:{line}:3: E101 unknown key 'bogus'" in said and "\n    bogus = 1\n" in said, said
+    cr.write_bytes(LONG_STRING_SPEC.replace("\n", "\r").encode())
+    lf_file = tmp_path / "lf.soak"
+    lf_file.write_text(LONG_STRING_SPEC)
+    assert run_inproc(capsys, "fmt", "--check", str(cr)) == (0, "", "")
+    assert _sha(capsys, cr) == _sha(capsys, lf_file)
+    cr.write_bytes(LONG_STRING_SPEC.replace("= 60s", "=   60s").replace("\n", "\r").encode())
+    assert run_inproc(capsys, "fmt", str(cr))[0] == 0
+    assert cr.read_bytes() == LONG_STRING_SPEC.replace("\n", "\r").encode()
+
+
 def test_fmt_stdin_keeps_crlf(monkeypatch, capsys):
     _stdin(monkeypatch, LONG_STRING_SPEC.replace("\n", "\r\n").replace("= 60s", "=   60s").encode())
     code, out, _ = run_inproc(capsys, "fmt", "-")

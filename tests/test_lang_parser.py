@@ -211,7 +211,8 @@ def test_a_leading_bom_and_crlf_line_breaks_parse_as_the_plain_text():
     tree, and the same positions (line 1's columns counted after the BOM)."""
     plain = parse(_ENDINGS)
     assert plain[0] is not None
-    for variant in ("\ufeff" + _ENDINGS, _ENDINGS.replace("\n", "\r\n"), "\ufeff" + _ENDINGS.replace("\n", "\r\n")):
+    for variant in ("\ufeff" + _ENDINGS, _ENDINGS.replace("\n", "\r\n"), "\ufeff" + _ENDINGS.replace("\n", "\r\n"),
+                    _ENDINGS.replace("\n", "\r")):  # fmt: skip
         assert parse(variant) == plain, repr(variant)
     tree, diags = parse('\ufeffsoak "x" { issue = 5 }\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
                         'workload "w" {\n  load { concurrency = 1 }\n  duration = 60s\n}\n')  # fmt: skip

@@ -28,7 +28,10 @@ DSV2LITE = (pathlib.Path(__file__).resolve().parents[1] / "specs" / "dsv2lite.so
 
 
 def _assert_positions_within(text: str, diags) -> None:
-    lines = text.split("\n")
+    """Every diagnostic points inside the text as it is shown (`source_text`: what positions count in)."""
+    from soakspec.lang.parser import source_text
+
+    lines = source_text(text).split("\n")
     for d in diags:
         assert d.span.line >= 1 and d.span.column >= 1, d
         assert d.span.line <= len(lines), d

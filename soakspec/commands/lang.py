@@ -173,13 +173,14 @@ def _formatted(name: str, text: str | None, refused: Diagnostic | None) -> str |
     it had one (`in_style_of`); None, after printing why, when it cannot be read or parsed."""
     from soakspec.lang import fmt, parse
     from soakspec.lang.fmt import in_style_of
+    from soakspec.lang.parser import source_text
 
     if text is None:
         _print_diags([refused] if refused is not None else [], {})
         return None
     tree, diags = parse(text, name)
     if tree is None or has_errors(diags):
-        _print_diags(diags, {name: text.removeprefix("\ufeff")})
+        _print_diags(diags, {name: source_text(text)})
         return None
     return in_style_of(fmt(tree), text)
 

@@ -7,7 +7,7 @@ import pathlib
 from soakspec.diagnostics import Diagnostic, has_errors
 from soakspec.lang.check import check, is_generic_runtime_label
 from soakspec.lang.fmt import fmt
-from soakspec.lang.parser import parse, parse_file
+from soakspec.lang.parser import parse, parse_file, source_text
 from soakspec.lang.spec import Spec
 
 __all__ = ["check", "fmt", "is_generic_runtime_label", "load_spec", "load_text", "parse", "parse_file", "Spec"]
@@ -27,7 +27,7 @@ def load_text(text: str, path: str) -> tuple[Spec | None, list[Diagnostic], str]
     paths in it are taken from the working directory. Returns (spec or None, diagnostics, the
     source text the diagnostics' positions count in)."""
     tree, diags = parse(text, path)
-    shown = text.removeprefix("\ufeff")
+    shown = source_text(text)
     if tree is None or has_errors(diags):
         return None, diags, shown
     spec, more = check(tree, path)

@@ -32,13 +32,16 @@ def fmt(tree: A.SoakFile) -> str:
 
 def in_style_of(out: str, original: str) -> str:
     """`fmt`'s text written as the file it came from was: CRLF line breaks when the original's
-    first line ends in CRLF (a mixed file takes its first line's), and its leading UTF-8 BOM
-    when it had one. Neither changes what the spec means (the parser reads CRLF as LF, inside a
-    long string too, and skips a BOM), so the spec hash is the same; keeping them means `fmt`
-    changes layout, never the encoding conventions of the editor that saved the file."""
+    first line ends in CRLF (a mixed file takes its first line's), CR when it has no LF at all
+    (a classic Mac OS file), and its leading UTF-8 BOM when it had one. None changes what the
+    spec means (the parser reads CRLF and CR as LF, inside a long string too, and skips a BOM),
+    so the spec hash is the same; keeping them means `fmt` changes layout, never the encoding
+    conventions of the editor that saved the file."""
     first = original.find("\n")
     if first > 0 and original[first - 1] == "\r":
         out = out.replace("\n", "\r\n")
+    elif first < 0 and "\r" in original:
+        out = out.replace("\n", "\r")
     return "\ufeff" + out if original.startswith("\ufeff") else out
 
 

@@ -713,11 +713,18 @@ BOM = "\ufeff"
 
 
 def source_text(text: str) -> str:
-    """The spec as the parser reads it: without a leading BOM, CRLF line breaks as LF (no
-    position moves: a dropped '\\r' ends its line, and line 1's columns are counted after the BOM)."""
+    """The spec as the parser reads it, and as its diagnostics' positions count: without a
+    leading BOM, CRLF line breaks as LF (no position moves: a dropped '\\r' ends its line, and
+    line 1's columns are counted after the BOM); in a file with no LF at all, every CR is a line
+    break (a classic Mac OS file), so that its errors point at their own lines, not at one line
+    holding the whole file. A lone CR in a file that has LF breaks is a character (of a string)."""
     if text.startswith(BOM):
         text = text[1:]
-    return text.replace("\r\n", "\n") if "\r\n" in text else text
+    if "\r" not in text:
+        return text
+    if "\n" not in text:
+        return text.replace("\r", "\n")
+    return text.replace("\r\n", "\n")
 
 
 def decode_source(raw: bytes, path: str) -> tuple[str | None, Diagnostic | None]:
@@ -739,9 +746,9 @@ def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Di
     """Parse .soak source. Returns the tree (None if there were syntax errors) and diagnostics.
 
     A leading byte-order mark is not part of the spec (positions are counted without it, as
-    `parse_file` returns the text), and a CRLF line break reads as LF everywhere -- inside a
-    long string too -- so that a spec saved by a Windows editor means, hashes and formats the
-    same as the one it was copied from."""
+    `parse_file` returns the text), and a CRLF line break (or the CR of a CR-only file) reads as
+    LF everywhere -- inside a long string too -- so that a spec saved by a Windows editor means, hashes and
+    formats the same as the one it was copied from (`source_text`)."""
     text = source_text(text)
     refused = _guard(text, path)
     if refused is not None:
@@ -1278,10 +1285,10 @@ def parse_file(path: str | pathlib.Path) -> tuple[A.SoakFile | None, list[Diagno
         shown = ""
         if refused is not None and refused.code == "E003":  # not UTF-8: the line shown with U+FFFD at the byte
             with contextlib.suppress(OSError, _Unreadable):
-                shown = _read_spec(pathlib.Path(path)).decode("utf-8", "replace").removeprefix(BOM)
+                shown = source_text(_read_spec(pathlib.Path(path)).decode("utf-8", "replace"))
         return None, [refused], shown
     tree, diags = parse(text, str(path))
-    return tree, diags, text.removeprefix(BOM)
+    return tree, diags, source_text(text)
 
 
 def read_source(path: str | pathlib.Path) -> tuple[str | None, Diagnostic | None]:
