@@ -747,8 +747,8 @@ def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Di
 
     A leading byte-order mark is not part of the spec (positions are counted without it, as
     `parse_file` returns the text), and a CRLF line break (or the CR of a CR-only file) reads as
-    LF everywhere -- inside a long string too -- so that a spec saved by a Windows editor means, hashes and
-    formats the same as the one it was copied from (`source_text`)."""
+    LF everywhere -- inside a long string too -- so that a spec saved by a Windows editor means,
+    hashes and formats the same as the one it was copied from (`source_text`)."""
     text = source_text(text)
     refused = _guard(text, path)
     if refused is not None:
