@@ -16,6 +16,7 @@ from soakspec.diagnostics import Severity
 from soakspec.lang import check, fmt, parse, parse_file
 from soakspec.lang import ast as A
 from soakspec.lang.fmt import strip_comments
+from soakspec.lang.parser import source_text
 from soakspec.lang.strategies import soak_files, valid_specs
 from soakspec.plan import plan, to_json
 
@@ -29,8 +30,6 @@ DSV2LITE = (pathlib.Path(__file__).resolve().parents[1] / "specs" / "dsv2lite.so
 
 def _assert_positions_within(text: str, diags) -> None:
     """Every diagnostic points inside the text as it is shown (`source_text`: what positions count in)."""
-    from soakspec.lang.parser import source_text
-
     lines = source_text(text).split("\n")
     for d in diags:
         assert d.span.line >= 1 and d.span.column >= 1, d
@@ -150,10 +149,13 @@ def bytes_file(tmp_path_factory) -> pathlib.Path:
 @example(b"soak \xff {}")
 @example(b"\xef\xbb\xbfsoak \"x\" {}")
 @example(b'x = "\xed\xa0\x80"')
+@example(b"\r")
+@example(b'soak "x" {}\rbackend "a" {\r  bogus = 1\r}\r')
 def test_parse_file_never_raises_on_bytes(bytes_file, data):
     """Arbitrary bytes in a file: parse_file never raises; undecodable input is one E003 at
     the line and column of the first bad byte; decodable input behaves as parse of the text (the text
-    returned is what positions count in: a leading BOM is not part of it)."""
+    returned is what positions count in, `source_text`: a leading BOM is not part of it, CRLF
+    is LF, and so is the CR of a file without LF)."""
     bytes_file.write_bytes(data)
     tree, diags, text = parse_file(bytes_file)
     try:
@@ -164,7 +166,7 @@ def test_parse_file_never_raises_on_bytes(bytes_file, data):
         col = len(data[line_start : e.start].decode("utf-8", "replace")) + 1
         assert (diags[0].span.line, diags[0].span.column) == (data[: e.start].count(b"\n") + 1, col)
         return
-    assert text == decoded.removeprefix("\ufeff")
+    assert text == source_text(decoded)
     _assert_positions_within(text, diags)
     assert (tree, diags) == parse(decoded, str(bytes_file))
 

@@ -1285,7 +1285,8 @@ def parse_file(path: str | pathlib.Path) -> tuple[A.SoakFile | None, list[Diagno
         shown = ""
         if refused is not None and refused.code == "E003":  # not UTF-8: the line shown with U+FFFD at the byte
             with contextlib.suppress(OSError, _Unreadable):
-                shown = source_text(_read_spec(pathlib.Path(path)).decode("utf-8", "replace"))
+                # as written: E003's position counts '\n' in the bytes (`decode_source`)
+                shown = _read_spec(pathlib.Path(path)).decode("utf-8", "replace").removeprefix(BOM)
         return None, [refused], shown
     tree, diags = parse(text, str(path))
     return tree, diags, source_text(text)
