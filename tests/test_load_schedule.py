@@ -124,6 +124,41 @@ def test_closed_loop_keeps_exactly_c_in_flight():
     assert run.drained_at == pytest.approx(max(r.end for r in records), abs=1e-9)
 
 
+class _StampOnlyIfUnset(FakeConnection):
+    """As the real clients do (`load.Connection`): the record's start is the caller's, if set."""
+
+    async def send(self, shape, request_id, headers, record: RequestRecord, *, deadline: float) -> None:
+        given = record.start
+        await super().send(shape, request_id, headers, record, deadline=deadline)
+        record.start = given if given is not None else record.start
+
+
+def test_a_closed_loop_request_is_in_the_bucket_its_start_is_in_however_slow_its_prompt():
+    """Closed loop: a request's bucket and its start are one clock read. Making each prompt
+    takes 0.3 s here (virtual time: `MockClock.jump`, as a process preempted there would), so
+    a bucket read before the prompt and a start read after it straddled bucket edges."""
+    level = level_of("concurrency = [1]", duration="4s", bucket="1s")
+    mock = trio.testing.MockClock(autojump_threshold=0)
+
+    class SlowShapes(Shapes):
+        def make(self, *args, **kw):
+            mock.jump(0.3)
+            return super().make(*args, **kw)
+
+    async def main():
+        clock = RunClock(timer=trio.current_time, epoch=1000.0)
+        server = FakeServer(clock, 0.15)  # a cycle of 0.45 s: prompts end across edges
+        records: list[RequestRecord] = []
+        ctx = LevelContext("a", clock, lambda: _StampOnlyIfUnset(server), SlowShapes(level.request), records.extend,
+                           IdSequence("t"))  # fmt: skip
+        return await drive_level(level, ctx), records
+
+    run, records = trio.run(main, clock=mock)
+    assert len(records) >= 6
+    for r in records:
+        assert r.bucket == min(int((r.start - run.measure_start) // 1.0), 3), (r.bucket, r.start - run.measure_start)
+
+
 def test_bucket_ends_fire_at_the_planned_edges_after_the_warmup():
     level = level_of("concurrency = [1]", duration="5s", bucket="2s", warmup="1s")
     run, records, bucket_ends, _ = run_virtual(level, latency=0.25)

@@ -396,7 +396,8 @@ class H11Connection:
         request ends as `timeout` (and its connection is dropped).
         """
         clock = self._clock
-        record.start = clock.now()
+        if record.start is None:  # else the load loop's read (`load.Connection`)
+            record.start = clock.now()
         if record.intended_start is None:
             record.intended_start = record.start
         acc = StreamAccumulator(shape, self._limits)

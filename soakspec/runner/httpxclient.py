@@ -76,7 +76,8 @@ class HttpxClient:
     ) -> None:
         """Send one request and fill `record`; same contract as `H11Connection.send`."""
         clock = self._clock
-        record.start = clock.now()
+        if record.start is None:  # else the load loop's read (`load.Connection`)
+            record.start = clock.now()
         if record.intended_start is None:
             record.intended_start = record.start
         acc = StreamAccumulator(shape, self._limits)

@@ -89,6 +89,9 @@ def prompt_words(index: int, n: int) -> str:
 
 
 class Connection(Protocol):
+    """Sends one request and fills its record. `record.start` set by the caller is the request's
+    start (the load loop's one clock read for it); None, the connection stamps it."""
+
     async def send(self, shape: RequestShape, request_id: str, headers, record: RequestRecord, *, deadline: float) -> None: ...
 
     async def aclose(self) -> None: ...
@@ -364,7 +367,9 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
                    seq: int | None = None) -> RequestRecord:
         _, rid = ctx.next_id()  # the id: unique in the backend; the prompt: the request's place in the level
-        index = prompt_index(seq)
+        shape = ctx.shapes.make(prompt_index(seq), worker=worker, lengths=lengths)
+        # one clock read is the request's start and (closed loop) its bucket's time: two reads
+        # put a request whose process was preempted between them in one bucket, its start in the next
         now = clock.now()
         start_ref = intended if intended is not None else now
         rec = RequestRecord(
@@ -377,11 +382,12 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             bucket=bucket_of(start_ref),
             worker=worker,
             intended_start=intended,
+            start=now,
         )
         ctx.stats.started()
         run.sent += 1
         try:
-            await conn.send(ctx.shapes.make(index, worker=worker, lengths=lengths), rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
+            await conn.send(shape, rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
         finally:
             if rec.end is None:  # cancelled mid-request (the run is aborting): say so, keep the record valid
                 rec.end = clock.now()
