@@ -53,7 +53,8 @@ class FakeConnection:
 
     async def send(self, shape, request_id, headers, record: RequestRecord, *, deadline: float) -> None:
         srv = self.server
-        record.start = srv.clock.now()
+        if record.start is None:  # as the real clients do (`load.Connection`): else the caller's
+            record.start = srv.clock.now()
         srv.in_flight += 1
         srv.in_flight_at_start.append(srv.in_flight)
         try:
@@ -124,15 +125,6 @@ def test_closed_loop_keeps_exactly_c_in_flight():
     assert run.drained_at == pytest.approx(max(r.end for r in records), abs=1e-9)
 
 
-class _StampOnlyIfUnset(FakeConnection):
-    """As the real clients do (`load.Connection`): the record's start is the caller's, if set."""
-
-    async def send(self, shape, request_id, headers, record: RequestRecord, *, deadline: float) -> None:
-        given = record.start
-        await super().send(shape, request_id, headers, record, deadline=deadline)
-        record.start = given if given is not None else record.start
-
-
 def test_a_closed_loop_request_is_in_the_bucket_its_start_is_in_however_slow_its_prompt():
     """Closed loop: a request's bucket and its start are one clock read. Making each prompt
     takes 0.3 s here (virtual time: `MockClock.jump`, as a process preempted there would), so
@@ -149,7 +141,7 @@ def test_a_closed_loop_request_is_in_the_bucket_its_start_is_in_however_slow_its
         clock = RunClock(timer=trio.current_time, epoch=1000.0)
         server = FakeServer(clock, 0.15)  # a cycle of 0.45 s: prompts end across edges
         records: list[RequestRecord] = []
-        ctx = LevelContext("a", clock, lambda: _StampOnlyIfUnset(server), SlowShapes(level.request), records.extend,
+        ctx = LevelContext("a", clock, server.connect, SlowShapes(level.request), records.extend,
                            IdSequence("t"))  # fmt: skip
         return await drive_level(level, ctx), records
 

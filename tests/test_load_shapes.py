@@ -78,7 +78,8 @@ class Conn:
 
     async def send(self, shape, request_id, headers, record: RequestRecord, *, deadline: float) -> None:
         srv = self.server
-        record.start = srv.clock.now()
+        if record.start is None:  # as the real clients do (`load.Connection`): else the caller's
+            record.start = srv.clock.now()
         srv.in_flight += 1
         srv.starts.append((record.start, srv.in_flight))
         srv.shapes.append(shape)

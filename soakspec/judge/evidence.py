@@ -498,9 +498,8 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
     manifest.json, `EvidenceFormatError` when the manifest does not parse. `entries`, when
     given, are the backend entries to read instead of the manifest's (a run still going has
     none yet: `soakspec gate --partial` makes them from buckets.jsonl)."""
-    root = Path(run_dir)
+    root = require_evidence_dir(run_dir)
     mpath = root / layout.MANIFEST
-    require_evidence_dir(run_dir)
     manifest = read_json(mpath)
     if not isinstance(manifest, dict):
         raise EvidenceFormatError(mpath, 1, "the manifest is not a JSON object")
