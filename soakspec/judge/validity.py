@@ -571,7 +571,8 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
                 if w.planned and (ns := not_sent(w.records)):
                     first = (next(iter(ns)).get("error") or "no connection could be made").removeprefix("not sent: ")
                     unsent.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), float(len(ns)), None, len(ns),
-                                           f"{plural(len(ns), 'request')} of bucket {w.index} {NOT_SENT_NOTE}: {first}"))
+                                           f"{plural(len(ns), 'request')} of bucket {w.index} {NOT_SENT_NOTE}: {first}",
+                                           cause=CLIENT_NOT_SENT))
             for w, row in _client_windows(bi, lv):
                 n += 1
                 sampled += 1 if row["samples"] else 0
@@ -600,6 +601,7 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
 # of file descriptors, ...: runner/fdlimit.py). Its record counts as `disconnected`, but it says
 # nothing about the server: `client_healthy` is INCONCLUSIVE, and no rule FAILs the server for it.
 NOT_SENT_NOTE = "never sent (the load generator's own failure, not the server's)"
+CLIENT_NOT_SENT = "client_not_sent"  # the `cause` of such an Instance of client_healthy
 
 
 def not_sent(recs: Rows) -> Rows:
@@ -617,7 +619,7 @@ def client_blocks(results: list[RuleResult], r: Rule, res: RuleResult) -> RuleRe
     health = next((x for x in results if x.rule == "client_healthy" and x.status == "inconclusive"), None)
     if health is None:
         return res
-    if health.details and NOT_SENT_NOTE in health.details[0].message:
+    if health.details and health.details[0].cause == CLIENT_NOT_SENT:
         return dataclasses.replace(res, status="inconclusive",
                                    message="not judged, the load generator did not send every request (client_healthy: "
                                            f"{health.details[0].message}); it measured: {res.message}")

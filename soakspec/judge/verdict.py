@@ -57,6 +57,9 @@ class Instance:
     samples: int | None
     message: str
     needs: int | None = None  # inconclusive for want of samples: how many more
+    # why, when a later step acts on it (not in the verdict's JSON): CLIENT_NOT_SENT, the load
+    # generator could not send requests (judge/validity.py `client_blocks`)
+    cause: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
