@@ -13,7 +13,9 @@ buckets.jsonl line; the follow-up record), the level entry is the real
 format (`soakspec.lang.simtrace`), the runner's `collect` matches the traces (traces.jsonl.gz),
 caps and gzips server.log into server.log.gz, and builds the backend's manifest entry, `finalize_manifest` hashes every artifact, and the run's own judging
 (`judge_run_dir`, as `soakspec run` ends) writes results.json and verdict.json. One sim backend,
-one level at concurrency 256 of many 60 s buckets; every request completes.
+one level at concurrency 256 of many 60 s buckets; every request completes. Its runtime
+boundary declares a `log_pattern`, as real specs do (specs/vllm.soak, specs/dsv2lite.soak), so
+the judge also reads the runtime's version line from server.log.
 
 Then it prints the directory and times `soakspec gate DIR`, `soakspec verify DIR` and
 `soakspec report DIR --format html` as separate processes under `/usr/bin/time -v` (`apt-get
@@ -56,7 +58,8 @@ backend "sim" {{
     itl = 1ms
   }}
   runtime {{
-    label = "host-staged"
+    label = "NCCL 2.26.2"
+    log_pattern = r"NCCL version (?P<version>\d+\.\d+\.\d+)"
   }}
 }}
 
@@ -80,6 +83,7 @@ gate {{
   require artifacts_verified
   require bucket_coverage
   require follow_up
+  require runtime_boundary_specific
   require failed == 0
   require trace_coverage >= 99%
   require p95(ttft) < 500ms
@@ -140,7 +144,7 @@ async def generate(n: int, out: Path):
     digests = [hashlib.sha256(str(k).encode()).hexdigest() for k in range(4096)]  # real hex, as the runner writes
     lat = _latency()
     log = open(rec.server_log, "w", encoding="utf-8")  # noqa: SIM115 - closed below
-    log.write("soakspec-sim: listening on 127.0.0.1:1\n")
+    log.write("soakspec-sim: listening on 127.0.0.1:1\nNCCL version 2.26.2\n")  # the runtime's banner (log_pattern)
     batch: list[RequestRecord] = []
     bucket_of_start = lambda t: min(len(lv.buckets) - 1, int((t - measure_start) // BUCKET_S))  # noqa: E731
     last_bucket = 0

@@ -28,6 +28,8 @@ def test_soak_scale_writes_a_directory_that_verifies_and_passes(tmp_path) -> Non
     assert line["itl"]["n"] == 3000 * 63
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["verdict"] == "PASS"
+    (entry,) = json.loads((out / "manifest.json").read_text())["backends"]
+    assert entry["runtime_boundary"]["status"] == "confirmed"  # its log_pattern found the banner
 
 
 @pytest.mark.slow

@@ -16,7 +16,10 @@ import json
 from hypothesis import example, given, settings, strategies as st
 
 from soakspec.evidence import traces as T
-from soakspec.evidence.traces import Trace, TraceSource, collect_traces, extract_trace_lines, scan_log, scan_rows
+from soakspec.evidence.runtime import BoundaryText, RuntimeDecl, boundary_text, detect_runtime_boundary
+from soakspec.evidence.traces import (
+    Trace, TraceSource, collect_traces, extract_trace_lines, scan_log, scan_rows, trace_line_test,
+)
 from soakspec.lang import simtrace
 
 
@@ -303,3 +306,62 @@ def test_the_simulator_log_read_from_its_bytes_is_the_reference_reading(data, cu
     bad: list[tuple[int, str]] = []
     got = list(scan_blocks([data[:cut], data[cut:]], source, base, malformed=bad))
     assert got == ref and bad == ref_bad
+
+
+# --- the runtime boundary's lines, taken in the same pass -------------------------------------
+
+RUNTIME_PATTERNS = [None, r"NCCL version (?P<version>\d+(?:\.\d+)+)", r'"status": (?P<version>\d+)',
+                    r"request_id.: .(?P<version>[a-z0-9]+)", r"(?m)^INFO (\w+)", r"x"]
+VERSION_LINES = [b"NCCL version 2.26.2\n", b"INFO NCCL version 2.18.1 (cuda 12)\n", b"NCCL version 2.26.2\r\n"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(case=cases(), runtime=st.sampled_from(RUNTIME_PATTERNS), banners=st.lists(st.tuples(
+    st.integers(0, 14), st.sampled_from(VERSION_LINES)), max_size=3))
+@example(case=("sim", b'soakspec_sim_trace {"request_id": "a", "status": 200}\n' * 3 + b"tail\n", [40], 0),
+         runtime=RUNTIME_PATTERNS[2], banners=[])
+def test_the_runtime_boundary_text_taken_while_scanning_is_the_line_by_line_one(case, runtime, banners):
+    """The runtime boundary's text `scan_rows` feeds `BoundaryText` as it reads the blocks
+    (cut anywhere) is the text `boundary_text` gives line by line: every line but those
+    holding a trace (well formed or not), and each trace line with a runtime match not seen
+    before. So a runtime pattern that every trace line matches keeps one line per version."""
+    name, data, cuts, base = case
+    source = SOURCES[name]
+    if source.kind != "log" or source.pattern is None:  # what a spec's server.log traces are
+        return
+    lines = list(_nl_lines(data))
+    for at, banner in banners:  # the runtime's own version lines, among the traces
+        at = min(at, len(lines))
+        if at and not lines[at - 1].endswith(b"\n"):
+            at -= 1  # (after the last line only when that has a line end)
+        lines.insert(at, banner)
+    data = b"".join(lines)
+    cuts = [min(c, len(data)) for c in cuts]
+    want = boundary_text((ln.decode("utf-8", "replace") for ln in lines), trace_line_test(source), runtime)
+    fed = BoundaryText(runtime)
+    blocks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    traces = list(scan_rows(blocks, source, base, boundary=fed))
+    assert fed.complete
+    assert fed.text() == want
+    assert len(traces) <= want.count("\n") + len(lines)  # (the scan itself is the test above's)
+    kept_traces = sum(1 for ln in lines if trace_line_test(source)(ln.decode("utf-8", "replace")))
+    if runtime is None and kept_traces:
+        assert len(want) < len(data.decode("utf-8", "replace"))  # the trace lines are not held
+
+
+def test_a_pattern_every_trace_line_matches_keeps_one_line_a_version():
+    """The simulator's log with the version in each trace line: one trace line kept for each
+    version, beside the non-trace lines, and `detect_runtime_boundary` reads the same versions
+    from it as from the whole log."""
+    line = 'soakspec_sim_trace {"request_id": "r%d", "engine": "v%s", "queued_at": %r}\n'
+    data = ("soakspec-sim: listening\n" + "".join(line % (i, "1.2" if i < 500 else "1.3", T0) for i in range(1000))
+            + "shutting down\n").encode()
+    fed = BoundaryText(r'"engine": "v(?P<version>[\d.]+)"')
+    assert len(list(scan_rows([data[:7000], data[7000:]], SOURCES["sim"], 0, boundary=fed))) == 1000
+    text = fed.text()
+    assert text.count("soakspec_sim_trace") == 2 and text.startswith("soakspec-sim: listening\n")
+    assert text.endswith("shutting down\n")
+    decl = RuntimeDecl(label="engine v1.2", log_regex=r'"engine": "v(?P<version>[\d.]+)"')
+    whole = detect_runtime_boundary(decl, {}, data.decode())
+    assert detect_runtime_boundary(decl, {}, text) == whole
+    assert whole.status == "contradictory" and "1.2, 1.3" in whole.details[0]

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from soakspec.evidence.redact import redact_env
@@ -114,6 +114,79 @@ def _found_versions(regex: str, text: str) -> list[str]:
         if v is not None and v.strip() and v.strip() not in seen:
             seen.append(v.strip())
     return seen
+
+
+class BoundaryText:
+    """The text of server.log that the runtime boundary is looked for in, built as the log is
+    read: one rule for the runner's collection and the judge. It is every line except the
+    trace lines (a long soak's log is mostly those, one a request), plus each trace line where
+    the runtime pattern finds a match it has not found before. So a pattern that matches every
+    trace line keeps one line for each version, not the whole log. What is held is then bounded
+    by server.log's cap (its head and tail, `evidence/serverlog.py`), never by the soak's
+    length. The versions `detect_runtime_boundary` finds in it are those it would find in the
+    whole log, in the same order, except a match that spans a trace line and its neighbour.
+
+    Fed either a block at a time (`add_block`: whole lines as bytes, with the byte spans of
+    the trace lines among them, as `traces.scan_rows` finds them) or a line at a time
+    (`add_line`). `done` marks the whole log read: only then is `text` the log's."""
+
+    def __init__(self, runtime_pattern: str | None) -> None:
+        self._rx = re.compile(runtime_pattern, re.MULTILINE) if runtime_pattern else None
+        self._parts: list[str] = []
+        self._seen: set[str] = set()
+        self.complete = False
+
+    def _trace_line(self, line: str) -> None:
+        new = [m.group(0) for m in self._rx.finditer(line) if m.group(0) not in self._seen] if self._rx else []
+        if new:
+            self._seen.update(new)
+            self._parts.append(line)
+
+    def add_line(self, line: str, trace: bool) -> None:
+        """One line (with its line end); `trace`: it holds a trace."""
+        if trace:
+            self._trace_line(line)
+        else:
+            self._parts.append(line)
+
+    def add_block(self, block: bytes, trace_spans: list[tuple[int, int]]) -> None:
+        """Whole lines as bytes; `trace_spans`: the [start, end) byte spans of the trace lines
+        among them (line ends included), in order. What is not a trace line is decoded as
+        UTF-8 (undecodable bytes replaced, as the log's lines are read everywhere)."""
+        at = 0
+        if self._rx is None or not trace_spans:
+            for s, e in trace_spans:
+                if s > at:
+                    self._parts.append(block[at:s].decode("utf-8", "replace"))
+                at = e
+        else:
+            ascii_text = block.decode("ascii") if block.isascii() else None
+            if ascii_text is not None and self._rx.search(ascii_text) is None:
+                ascii_text = ""  # no match anywhere in the block: no trace line of it is kept
+            for s, e in trace_spans:
+                if s > at:
+                    self._parts.append(block[at:s].decode("utf-8", "replace"))
+                if ascii_text != "":
+                    self._trace_line(ascii_text[s:e] if ascii_text is not None else block[s:e].decode("utf-8", "replace"))
+                at = e
+        if at < len(block):
+            self._parts.append(block[at:].decode("utf-8", "replace"))
+
+    def done(self) -> None:
+        self.complete = True
+
+    def text(self) -> str:
+        return "".join(self._parts)
+
+
+def boundary_text(lines: Iterable[str], is_trace: Callable[[str], bool] | None, runtime_pattern: str | None) -> str:
+    """`BoundaryText` over a log's lines (each up to and with its "\\n"), a trace line being
+    one `is_trace` says holds a trace (`traces.trace_line_test`; None: the log holds none)."""
+    out = BoundaryText(runtime_pattern)
+    for line in lines:
+        out.add_line(line, is_trace is not None and is_trace(line))
+    out.done()
+    return out.text()
 
 
 def _norm_version(v: str) -> str:

@@ -34,6 +34,7 @@ import msgspec
 
 from soakspec.evidence.io import MAX_INT_DIGITS, loads
 from soakspec.evidence.readprogress import ticker
+from soakspec.evidence.runtime import BoundaryText
 
 DEFAULT_ID_FORMS = ("{id}", "cmpl-{id}", "cmpl-{id}-0", "chatcmpl-{id}")
 DEFAULT_WINDOW_S = 5.0
@@ -352,6 +353,30 @@ class _LineReader:
         return (trace_id, times, kept, here)
 
 
+def trace_line_test(source: TraceSource) -> Callable[[str], bool]:
+    """Whether a line of the log (up to and with its "\\n") holds a trace of `source`, well
+    formed or not: what `scan_rows` reads as a trace line (`BoundaryText`'s rule). A line that
+    `str.splitlines` cuts in pieces holds one when a piece does, as `scan_rows` reads it."""
+    reader = _LineReader(source, None)
+
+    def test(line: str) -> bool:
+        return any(reader.row(piece.rstrip("\r\n"), 0) is not None for piece in line.splitlines(keepends=True))
+
+    return test
+
+
+def nl_lines(pieces: Iterable[str]) -> Iterator[str]:
+    """`log_lines`' pieces joined back into lines that end at "\\n" (the last one may not)."""
+    held: list[str] = []
+    for piece in pieces:
+        held.append(piece)
+        if piece.endswith("\n"):
+            yield "".join(held)
+            held.clear()
+    if held:
+        yield "".join(held)
+
+
 def extract_trace_lines(
     lines: Iterable[str], source: TraceSource, base_offset: int = 0,
     compact: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
@@ -539,7 +564,7 @@ def _odd_breaks(block: bytes) -> list[int]:
 def scan_rows(
     blocks: Iterable[bytes], source: TraceSource, base_offset: int = 0,
     compact: Callable[[dict[str, Any]], Any] | None = None,
-    malformed: list[tuple[int, str]] | None = None,
+    malformed: list[tuple[int, str]] | None = None, boundary: BoundaryText | None = None,
 ) -> Iterator[tuple[str | None, tuple[float, ...], Any, int]]:
     """The traces of a log given as byte blocks (cut anywhere) that start at byte `base_offset`,
     yielded as they are found as `(trace_id, times, payload, offset)` (a `Trace` without its
@@ -549,7 +574,10 @@ def scan_rows(
     a log source's marker (or its pattern's literal) is found in the bytes before any line is
     decoded, a payload is decoded by msgspec (`_fast_payload`), and the simulator's pattern shape
     is matched without its regex. Lines that hold a trace but do not parse are appended to
-    `malformed`, when given, as `(offset, problem)`."""
+    `malformed`, when given, as `(offset, problem)`. `boundary`, when given, is fed the same
+    pass's lines (`BoundaryText.add_block`: a trace line is one that holds a trace, well formed
+    or not), and marked done once the last block is read: the runtime boundary needs no second
+    read of the log."""
     reader = _LineReader(source, compact, fast=True)
     marker = _marker_bytes(source)
     ascii_rows = reader.row_ascii if reader.json_after_ascii is not None else None
@@ -564,19 +592,33 @@ def scan_rows(
             continue
         block = b"".join([*carry, data[:cut + 1]]) if carry else data[:cut + 1]
         carry = [data[cut + 1:]] if cut + 1 < len(data) else []
-        yield from _block_rows(block, base, marker, reader.row, malformed, ascii_rows, sim_payload)
+        yield from _block_rows(block, base, marker, reader.row, malformed, ascii_rows, sim_payload, boundary)
         base += len(block)
     if carry:  # the last line, without a line end
-        yield from _block_rows(b"".join(carry), base, marker, reader.row, malformed, ascii_rows, sim_payload)
+        yield from _block_rows(b"".join(carry), base, marker, reader.row, malformed, ascii_rows, sim_payload, boundary)
+    if boundary is not None:
+        boundary.done()
 
 
 def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callable[[str, int], Any],
                 malformed: list[tuple[int, str]] | None, ascii_rows: Callable[[bytes, int], Any] | None = None,
-                sim_payload: Callable[..., Any] | None = None) -> list[Any]:
+                sim_payload: Callable[..., Any] | None = None, boundary: BoundaryText | None = None) -> list[Any]:
     """The rows of the whole lines in `block` (which starts at byte `base` of its file);
     `ascii_rows`, when given, reads the lines of an ASCII block from their bytes, and
     `sim_payload` (the reader's `sim_row`, when `marker` is its `json_after_ascii`) the
-    payloads of the simulator's shape straight from the block."""
+    payloads of the simulator's shape straight from the block. `boundary`: given the block
+    and the spans of its trace lines."""
+    spans_out: list[tuple[int, int]] | None = [] if boundary is not None else None
+    out = _block_rows_of(block, base, marker, read_line, malformed, ascii_rows, sim_payload, spans_out)
+    if boundary is not None:
+        boundary.add_block(block, spans_out)  # type: ignore[arg-type]
+    return out
+
+
+def _block_rows_of(block: bytes, base: int, marker: bytes | None, read_line: Callable[[str, int], Any],
+                   malformed: list[tuple[int, str]] | None, ascii_rows: Callable[[bytes, int], Any] | None,
+                   sim_payload: Callable[..., Any] | None, spans_out: list[tuple[int, int]] | None) -> list[Any]:
+    """`_block_rows`, and the [start, end) spans of the trace lines appended to `spans_out`."""
     out: list[Any] = []
     breaks = _odd_breaks(block)
     size = len(block)
@@ -594,7 +636,10 @@ def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callab
             while p >= 0 and block[p + width:p + width + 1] != b"{":
                 p = find(marker, p + 1, le)
             if p >= 0 and (r := rfind(b"}", p + width + 1, le)) >= 0:
-                here = base + rfind(b"\n", 0, k) + 1
+                ls = rfind(b"\n", 0, k) + 1
+                here = base + ls
+                if spans_out is not None:
+                    spans_out.append((ls, le + 1 if le < size else size))
                 got = sim_payload(block[p + width:r + 1], here)
                 if type(got) is str:
                     if malformed is not None:
@@ -624,14 +669,18 @@ def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callab
         le = nxt - 1  # the line without its "\n"
         if breaks and (j := bisect.bisect_left(breaks, ls)) < len(breaks) and breaks[j] < le:
             here = base + ls  # a line `str.splitlines` cuts in pieces: read as the reference reads it
+            traced = False
             for piece in block[ls:nxt].decode("utf-8", "replace").splitlines(keepends=True):
                 got = read_line(piece.rstrip("\r\n"), here)
+                traced = traced or got is not None
                 if type(got) is str:
                     if malformed is not None:
                         malformed.append((here, got))
                 elif got is not None:
                     out.append(got)
                 here += len(piece.encode("utf-8"))
+            if traced and spans_out is not None:
+                spans_out.append((ls, min(nxt, size)))
             continue
         if ascii_row is not None:  # an ASCII line's bytes are its text
             got = ascii_row(block[ls:le].rstrip(b"\r\n"), base + ls)
@@ -639,6 +688,8 @@ def _block_rows(block: bytes, base: int, marker: bytes | None, read_line: Callab
             got = read_line(block[ls:le].decode("utf-8", "replace").rstrip("\r\n"), base + ls)
         if got is None:
             continue
+        if spans_out is not None:
+            spans_out.append((ls, min(nxt, size)))
         if type(got) is str:
             if malformed is not None:
                 malformed.append((base + ls, got))
@@ -668,18 +719,18 @@ def _run_start(fh: Any, gz: bool, offset: int) -> int:
 def scan_log(
     path: os.PathLike | str, offset: int, source: TraceSource,
     compact: Callable[[dict[str, Any]], Any] | None = None,
-    malformed: list[tuple[int, str]] | None = None,
+    malformed: list[tuple[int, str]] | None = None, boundary: BoundaryText | None = None,
 ) -> Iterator[Trace]:
     """`collect_traces(path, offset, source)`'s traces, yielded as they are found (`scan_log_rows`)."""
     name = source.name
-    for row in scan_log_rows(path, offset, source, compact, malformed):
+    for row in scan_log_rows(path, offset, source, compact, malformed, boundary):
         yield Trace(*row, name)
 
 
 def scan_log_rows(
     path: os.PathLike | str, offset: int, source: TraceSource,
     compact: Callable[[dict[str, Any]], Any] | None = None,
-    malformed: list[tuple[int, str]] | None = None,
+    malformed: list[tuple[int, str]] | None = None, boundary: BoundaryText | None = None,
 ) -> Iterator[tuple[str | None, tuple[float, ...], Any, int]]:
     """`scan_rows` over the log at `path` (plain or gzip: `server.log.gz`, offsets counted in
     the uncompressed log), read once, a block at a time, from the run's start offset
@@ -707,7 +758,7 @@ def scan_log_rows(
 
     def gen() -> Iterator[tuple[str | None, tuple[float, ...], Any, int]]:
         with fh:
-            yield from scan_rows(blocks(), source, start, compact, malformed)
+            yield from scan_rows(blocks(), source, start, compact, malformed, boundary)
 
     return gen()
 

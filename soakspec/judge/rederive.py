@@ -49,8 +49,10 @@ from typing import Any
 
 from soakspec.evidence.ids import IdIndex
 from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK  # shared with the runner (its ITL bound)
-from soakspec.evidence.runtime import RuntimeDecl, detect_runtime_boundary
-from soakspec.evidence.traces import DEFAULT_ID_FORMS, Trace, TraceSource, log_lines, match_traces, scan_log_rows, scan_rows
+from soakspec.evidence.runtime import BoundaryText, RuntimeDecl, boundary_text, detect_runtime_boundary
+from soakspec.evidence.traces import (
+    DEFAULT_ID_FORMS, Trace, TraceSource, log_lines, match_traces, nl_lines, scan_log_rows, scan_rows, trace_line_test,
+)
 import numpy as np
 
 from soakspec.judge.evidence import BackendEvidence, Evidence, StoredTraces
@@ -220,25 +222,33 @@ def _log_lines(be: BackendEvidence) -> tuple[Iterable[str], int] | None:
     return None
 
 
-def _log_text(be: BackendEvidence) -> str:
-    """The same lines, read whole: only for a version pattern, which may span lines."""
+def _log_text(be: BackendEvidence, trace_pattern: str | None, runtime_pattern: str | None,
+              read: BoundaryText | None = None) -> str:
+    """The runtime boundary's text of the same lines (`BoundaryText`: not the trace lines, so
+    what is held is bounded by server.log's cap): `read`'s, when trace matching's pass over
+    the log filled it, else read now."""
+    if read is not None and read.complete:
+        return read.text()
     got = _log_lines(be)
-    return "".join(got[0]) if got is not None else ""
+    if got is None:
+        return ""
+    is_trace = trace_line_test(TraceSource(kind="log", pattern=trace_pattern)) if trace_pattern else None
+    return boundary_text(nl_lines(got[0]), is_trace, runtime_pattern)
 
 
-def _log_rows(be: BackendEvidence, source: TraceSource) -> Iterator[tuple[Any, ...]] | None:
+def _log_rows(be: BackendEvidence, source: TraceSource, boundary: BoundaryText | None = None) -> Iterator[tuple[Any, ...]] | None:
     """The traces of the retained server.log written during this run, as `scan_rows` yields
     them (None: no log kept): the same lines `_log_lines` gives, found in byte blocks, matched
-    as they are read (never a list of every trace)."""
+    as they are read (never a list of every trace). `boundary` is fed the same pass's lines."""
     off = _log_offset(be)
     if be.server_log is not None:
         data = be.server_log.encode("utf-8")
         if off > len(data):
             off = 0
-        return scan_rows((data[off:],), source, off)
+        return scan_rows((data[off:],), source, off, boundary=boundary)
     if be.server_log_path is not None:
         try:
-            return scan_log_rows(be.server_log_path, off, source)
+            return scan_log_rows(be.server_log_path, off, source, boundary=boundary)
         except OSError:
             return None
     return None
@@ -290,13 +300,15 @@ def _wrong_claims(traces: StoredTraces, table: RequestTable, match: TableMatch) 
 
 
 def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehearsal: bool,
-             table: RequestTable, same_spec: bool = True) -> tuple[TableMatch | None, list[str]]:
+             table: RequestTable, same_spec: bool = True,
+             boundary: BoundaryText | None = None) -> tuple[TableMatch | None, list[str]]:
     """The traces as the judge matches them, and what the stored rows claimed wrongly
-    (only under the run's own spec: another spec may match with another window or id forms)."""
+    (only under the run's own spec: another spec may match with another window or id forms).
+    `boundary`, when given, is fed the lines of the pass over server.log (if one is made)."""
     kind, pattern, id_field, forms = _trace_config(spec_be, be.entry, rehearsal)
     if kind == "none":
         return None, []
-    rows = _log_rows(be, TraceSource(kind="log", pattern=pattern, id_field=id_field)) if kind == "log" and pattern is not None else None
+    rows = _log_rows(be, TraceSource(kind="log", pattern=pattern, id_field=id_field), boundary) if kind == "log" and pattern is not None else None
     if rows is not None:
         basis = "the retained server.log"
     else:
@@ -384,9 +396,10 @@ def _followup(f: Mapping[str, Any] | None, deadline: float | None, max_tokens: i
     return f, None
 
 
-def _runtime(be: BackendEvidence, spec_be: Backend | None, same_spec: bool) -> tuple[Mapping[str, Any], str | None]:
+def _runtime(be: BackendEvidence, spec_be: Backend | None, same_spec: bool, rehearsal: bool = False,
+             read: BoundaryText | None = None) -> tuple[Mapping[str, Any], str | None]:
     """The backend entry with its runtime boundary re-derived, and a note when the stored one
-    disagrees."""
+    disagrees. `read`: the boundary's text, if trace matching's pass over server.log took it."""
     entry = be.entry
     if spec_be is None:
         return entry, None
@@ -398,7 +411,9 @@ def _runtime(be: BackendEvidence, spec_be: Backend | None, same_spec: bool) -> t
     env = entry.get("env")
     env = {str(k): str(v) for k, v in env.items()} if isinstance(env, Mapping) else {}
     kept = be.server_log is not None or be.server_log_path is not None
-    derived = detect_runtime_boundary(decl, env, lambda: _log_text(be)).to_json()
+    kind, pattern, _, _ = _trace_config(spec_be, entry, rehearsal)
+    trace_pattern = pattern if kind == "log" else None
+    derived = detect_runtime_boundary(decl, env, lambda: _log_text(be, trace_pattern, rt.log_pattern if rt else None, read)).to_json()
     if not kept and rt is not None and rt.log_pattern:
         derived["details"] = list(derived["details"]) + ["no server.log was retained to confirm it"]
     stored = entry.get("runtime_boundary")
@@ -633,7 +648,9 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
     max_tokens = _max_tokens(spec)
     bounds = _usage_bounds(spec)
     table = be.requests
-    match, trace_notes = _rematch(be, spec_be, window_s, rehearsal, table, same_spec)
+    # the runtime boundary's lines of server.log, taken from trace matching's pass over it
+    boundary = BoundaryText(spec_be.runtime.log_pattern) if spec_be is not None and spec_be.runtime is not None else None
+    match, trace_notes = _rematch(be, spec_be, window_s, rehearsal, table, same_spec, boundary)
     verdicts: dict[str, tuple[str, str]] = {}
     if match is not None:
         # the server's verdict per distinct payload, then per request that carries it
@@ -653,7 +670,7 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
     table, label_notes = _relabel_table(table, deadlines, max_tokens, bounds, verdicts)
     follow_deadline = min(deadlines.values(), default=None)
     followup, fnote = _followup(be.followup, follow_deadline, min(max_tokens.values(), default=None))
-    entry, rnote = _runtime(be, spec_be, same_spec)
+    entry, rnote = _runtime(be, spec_be, same_spec, rehearsal, boundary)
     notes = label_notes + trace_notes + ([fnote] if fnote else []) + ([rnote] if rnote else [])
     return dataclasses.replace(be, entry=entry, records=(), table=table, traces=(), followup=followup,
                                mislabeled=be.mislabeled + tuple(notes))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from array import array
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -18,11 +17,11 @@ from soakspec.evidence.io import EvidenceFormatError, GzipJsonlWriter, write_jso
 from soakspec.evidence.record import iter_record_batches
 from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
 from soakspec.evidence.provenance import binary_sha256, git_state
-from soakspec.evidence.runtime import detect_runtime_boundary
+from soakspec.evidence.runtime import BoundaryText, boundary_text, detect_runtime_boundary
 from soakspec.evidence import layout
 from soakspec.evidence.serverlog import open_log
 from soakspec.evidence.traces import (
-    Assignment, Trace, TraceMatch, TraceSource, _window, id_form_affixes, match_traces, scan_log,
+    Assignment, Trace, TraceMatch, TraceSource, _window, id_form_affixes, match_traces, scan_log, trace_line_test,
 )
 from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
@@ -46,9 +45,12 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     # the server no longer writes its log: capped and compressed (server.log.gz), then read
     cut = rec.log_compactor.finish() if rec.server_log.exists() else None
     log_path = layout.server_log_file(rec.layout.backend_dir(rec.name))
-    # read lazily, only if the declaration needs the log: the capped log without its trace lines
-    boundary = detect_runtime_boundary(bp.runtime, dict(la.env), lambda: _log_text(rec, log_path) if log_path is not None else "")
-    trace_source = _traces(plan, rec, log_path)
+    # the runtime boundary's lines of the log (the capped log without its trace lines), taken
+    # in trace matching's pass over it, or read lazily if the declaration needs them and that
+    # pass did not read this log
+    read = BoundaryText(bp.runtime.log_regex) if bp.runtime is not None else None
+    trace_source = _traces(plan, rec, log_path, read)
+    boundary = detect_runtime_boundary(bp.runtime, dict(la.env), lambda: _log_text(rec, log_path, read) if log_path is not None else "")
     if rec.followup is None:
         rec.followup = {"required": bp.follow_up, "record": None, "passed": False, "reason": NOT_SENT, "server_idle": None}
     write_json_atomic(rec.layout.followup(rec.name), rec.followup)
@@ -92,24 +94,23 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     return entry
 
 
-def _log_text(rec: BackendRecorder, path: Path) -> str:
-    """server.log's text for the runtime boundary, streamed: every line but the trace lines
-    (one per request: a long soak's log is mostly those), so what is held is bounded by the cap;
-    a trace line that matches the runtime pattern is kept."""
+def _log_text(rec: BackendRecorder, path: Path, read: BoundaryText | None) -> str:
+    """server.log's text for the runtime boundary (`BoundaryText`: every line but the trace
+    lines, one per request, so what is held is bounded by the cap): `read`'s when trace
+    matching's pass over this log filled it, else read now, streamed."""
+    if read is not None and read.complete:
+        return read.text()
     tr, rt = rec.bp.traces, rec.bp.runtime
-    trace_rx = re.compile(tr.pattern) if tr.source == "log" and tr.pattern else None
-    rt_rx = re.compile(rt.log_regex) if rt is not None and getattr(rt, "log_regex", None) else None
-    out = []
+    is_trace = trace_line_test(TraceSource(kind="log", pattern=tr.pattern)) if tr.source == "log" and tr.pattern else None
     with open_log(path) as f:
-        for raw in f:
-            line = raw.decode("utf-8", "replace")
-            if trace_rx is None or not trace_rx.search(line) or (rt_rx is not None and rt_rx.search(line)):
-                out.append(line)
-    return "".join(out)
+        lines = (raw.decode("utf-8", "replace") for raw in f)
+        return boundary_text(lines, is_trace, rt.log_regex if rt is not None else None)
 
 
-def _traces(plan: Plan, rec: BackendRecorder, log_path: Path | None) -> str:
+def _traces(plan: Plan, rec: BackendRecorder, log_path: Path | None, boundary: BoundaryText | None = None) -> str:
     """Match the server's traces to the requests; write traces.jsonl.gz; judge the follow-up's idleness.
+    `boundary` is fed server.log's lines when the pass over it reads the log the runtime
+    boundary is looked for in (`log_path`, from its start).
 
     Streamed: the log is read once in byte blocks (`scan_log`) and each trace's row is written
     as it is matched, against a compact view of the requests (ids, times, an id index),
@@ -138,7 +139,8 @@ def _traces(plan: Plan, rec: BackendRecorder, log_path: Path | None) -> str:
             for r in preflight:
                 reqs.add(r.get(tr.id_field), r.get("server_id"), r.get("start"), r.get("end"))
             follow = rec.followup["record"]["request_id"] if rec.followup is not None else None
-            first_payload = _match_stream(reqs, _trace_chunks(path, offset, src) if path.exists() else iter(()), tr, w,
+            feed = boundary if tr.source == "log" and path == log_path and offset == 0 else None
+            first_payload = _match_stream(reqs, _trace_chunks(path, offset, src, feed) if path.exists() else iter(()), tr, w,
                                           tr.source == "log", preflight_ids, follow)
             if first_payload is not None and rec.followup is not None:
                 if "active" in first_payload and "pending" in first_payload:
@@ -152,10 +154,11 @@ def _traces(plan: Plan, rec: BackendRecorder, log_path: Path | None) -> str:
 TRACE_CHUNK = 5_000  # traces matched at a time
 
 
-def _trace_chunks(path: Path, offset: int, src: TraceSource) -> Iterator[list[Trace]]:
+def _trace_chunks(path: Path, offset: int, src: TraceSource, boundary: BoundaryText | None = None) -> Iterator[list[Trace]]:
     """The traces of what `path` gained since `offset` (`scan_log`: read once, in byte blocks;
-    each trace's offset is its line's byte offset in the file), a chunk at a time."""
-    traces = scan_log(path, offset, src)
+    each trace's offset is its line's byte offset in the file), a chunk at a time; `boundary`
+    is fed the same pass's lines."""
+    traces = scan_log(path, offset, src, boundary=boundary)
     while chunk := list(itertools.islice(traces, TRACE_CHUNK)):
         yield chunk
 
