@@ -319,6 +319,24 @@ def test_the_judge_reads_client_health_per_bucket_and_the_gate_can_turn_it_off()
     assert {r.rule: r.status for r in v_len.rules}["client_healthy"] == "pass"
 
 
+def test_a_goodput_fail_beside_a_saturated_client_is_inconclusive_and_a_count_rule_fail_stands():
+    """goodput(ttft < ...) counts requests by their TTFT, which a saturated client inflates:
+    its FAIL is INCONCLUSIVE like the TTFT rule's. A rule on counts alone (failed == 0) is
+    the server's and is not blocked."""
+    text = "require goodput(ttft < 1ms) >= 90% per bucket\nrequire p95(ttft) < 1ms per bucket"
+    spec = _small_spec(text, mode="open", levels="[2rps]")
+    v = judge(spec, _with_client(EvidenceBuilder(spec).build(), lag=0.18, cpu=0.99))
+    rules = {r.rule: r for r in v.rules}
+    assert rules["goodput(ttft < 1ms) >= 90% per bucket"].status == "inconclusive", rules
+    assert "load generator was saturated" in rules["goodput(ttft < 1ms) >= 90% per bucket"].message
+    assert v.outcome == "INCONCLUSIVE"
+    healthy = judge(spec, _with_client(EvidenceBuilder(spec).build(), lag=0.002, cpu=0.2))
+    assert {r.rule: r.status for r in healthy.rules}["goodput(ttft < 1ms) >= 90% per bucket"] == "fail"
+    tokens = _small_spec("require goodput(output_tokens >= 1000) >= 90% per bucket", mode="open", levels="[2rps]")
+    v_tok = judge(tokens, _with_client(EvidenceBuilder(tokens).build(), lag=0.18, cpu=0.99))
+    assert {r.rule: r.status for r in v_tok.rules}["goodput(output_tokens >= 1000) >= 90% per bucket"] == "fail"
+
+
 def _small_spec(gate_lines: str, **kw):
     from soakspec.judge.testing import small_spec
 

@@ -29,7 +29,7 @@ from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, Rows
 from soakspec.judge.scope import bucket_scope, clock, level_scope
 from soakspec.judge.verdict import Instance, Location, RuleResult
-from soakspec.lang.spec import Rule
+from soakspec.lang.spec import Expr, Rule
 from soakspec.plan import BackendPlan, Level
 from soakspec.units import format_duration
 
@@ -375,6 +375,12 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
 CLIENT_SENSITIVE = frozenset({"ttft", "itl", "tpot", "latency", "schedule_lag", "throughput", "qps", "in_flight", "coalesced"})
 
 
+def client_sensitive(expr: Expr) -> bool:
+    """Whether a saturated client distorts the rule's figure: one of CLIENT_SENSITIVE, or a
+    goodput whose conditions name one (`goodput(ttft < 1s)` counts requests by their TTFT)."""
+    return expr.metric in CLIENT_SENSITIVE or any(s.metric in CLIENT_SENSITIVE for s in expr.slo)
+
+
 # Per-request figures of a bucket, from the table's columns (vectorized; numpy over the
 # bucket's rows) with the row form beside each for the rare requests kept as they were
 # (`RequestTable.extras`): both give what the record-by-record definition gives, exactly.
@@ -623,7 +629,7 @@ def client_blocks(results: list[RuleResult], r: Rule, res: RuleResult) -> RuleRe
         return dataclasses.replace(res, status="inconclusive",
                                    message="not judged, the load generator did not send every request (client_healthy: "
                                            f"{health.details[0].message}); it measured: {res.message}")
-    if r.expr.metric not in CLIENT_SENSITIVE:
+    if not client_sensitive(r.expr):
         return res
     return dataclasses.replace(res, status="inconclusive",
                                message=f"not judged, the load generator was saturated ({health.message}); it measured: {res.message}")
