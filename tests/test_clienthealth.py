@@ -321,8 +321,8 @@ def test_the_judge_reads_client_health_per_bucket_and_the_gate_can_turn_it_off()
 
 def test_a_goodput_fail_beside_a_saturated_client_is_inconclusive_and_a_count_rule_fail_stands():
     """goodput(ttft < ...) counts requests by their TTFT, which a saturated client inflates:
-    its FAIL is INCONCLUSIVE like the TTFT rule's. A rule on counts alone (failed == 0) is
-    the server's and is not blocked."""
+    its FAIL is INCONCLUSIVE like the TTFT rule's. A goodput on output tokens alone is the
+    server's figure and its FAIL stands."""
     text = "require goodput(ttft < 1ms) >= 90% per bucket\nrequire p95(ttft) < 1ms per bucket"
     spec = _small_spec(text, mode="open", levels="[2rps]")
     v = judge(spec, _with_client(EvidenceBuilder(spec).build(), lag=0.18, cpu=0.99))
