@@ -13,7 +13,7 @@ import json
 from typing import Any
 
 import h11
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from soakspec.runner import protocol
@@ -147,9 +147,22 @@ def _accumulate(data: bytes, cuts: list[int], shape: RequestShape, limits: Limit
     return kept, rec.to_json()
 
 
+def _ev(text: str | None, ct: int) -> bytes:
+    choices = "[]" if text is None else '[{"index":0,"text":%s,"logprobs":null,"finish_reason":null}]' % _j(text)
+    return ('data: {"id":"c","object":"text_completion","created":1,"model":"m","choices":%s,'
+            '"usage":{"prompt_tokens":1,"total_tokens":%d,"completion_tokens":%d}}\n\n' % (choices, ct + 1, ct)).encode()
+
+
+# usage rises on a usage-only chunk, then falls back to 0 on the next (an audit found the general
+# parser missed the fall to 0 that the fast path flags: `usage_decreased` hung on the reads)
+USAGE_BACK_TO_NONE = _ev("q", 0) + _ev(None, 1) + _ev(None, 0) + _ev("bb", 2) + b"data: [DONE]\n\n"
+
+
 @SETTINGS
 @given(st.booleans().flatmap(lambda chat: st.tuples(st.just(chat), stream(chat))), st.booleans(),
        st.sampled_from([protocol.DEFAULT_LIMITS, Limits(max_event_bytes=200, max_response_bytes=1500)]))  # fmt: skip
+@example((False, (USAGE_BACK_TO_NONE, [])), True, protocol.DEFAULT_LIMITS)
+@example((False, (USAGE_BACK_TO_NONE, [len(_ev("q", 0)), len(_ev("q", 0) + _ev(None, 1))])), True, protocol.DEFAULT_LIMITS)
 def test_fast_events_equal_the_general_parser(case, ended, limits) -> None:
     """For any byte stream cut anywhere: the same record, and reading stops at the same point."""
     chat, (data, cuts) = case

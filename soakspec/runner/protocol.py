@@ -793,6 +793,8 @@ class StreamAccumulator:
                 self._cum.append(cum)
             elif cum < self._cum[-1]:
                 self._down = True
+        elif cum == 0 and self._continuous and self._cum and self._cum[-1] > 0:
+            self._down = True  # back to none (as `_fast_events` reads it)
         elif text == "" and cum < 0:
             self._bare = True
 
