@@ -58,7 +58,7 @@ def _latency(r):
 
 
 def _tpot(r):
-    return None if r.get("usage_mismatch") else _num(r.get("tpot"))
+    return None if r.get("usage_mismatch") or r.get("itl_source") == "estimated" else _num(r.get("tpot"))
 
 
 def _gaps(r):

@@ -477,6 +477,23 @@ def counted(name: str) -> Callable[[Row], float | None]:
     return Columnar(lambda r: get(r) if usage_ok(r) else None, lambda t, idx: t.counted_number(name, idx))
 
 
+def _tpot_col(t: Any, idx: Any) -> np.ndarray:
+    out = t.counted_number("tpot", idx)
+    out[t.label_is("itl_source", "estimated", idx)] = np.nan
+    return out
+
+
+def measured_tpot() -> Columnar:
+    """tpot where the record measured it: `counted("tpot")`, and none for a request whose
+    tokens per chunk were estimated (only a final usage, spread evenly over chunks of unequal
+    tokens: `itl_source` "estimated"). Its TPOT's denominator, the tokens after the first
+    chunk's, is then a guess, and a first chunk of several tokens makes the guess deflate TPOT
+    (AIPerf PR #1279), so a `tpot <` claim could pass on it. ITL pools none of such a request's
+    gaps for the same reason; the summary lists both as excluded, with why."""
+    get = counted("tpot")
+    return Columnar(lambda r: None if r.get("itl_source") == "estimated" else get(r), _tpot_col)
+
+
 def itl_gaps(r: Row) -> list[float]:
     if r.get("itl_source") == "estimated" or not usage_ok(r):
         return []

@@ -88,6 +88,8 @@ def excluded(records: Iterable[Row]) -> dict[str, dict[str, int]]:
         n = r.get("output_tokens")
         if r.get("tpot") is None:
             tpot[_FEW if isinstance(n, int) and n < 2 else _UNTIMED if untimed else _UNSTREAMED] += 1
+        elif r.get("itl_source") == "estimated":
+            tpot[_ESTIMATED] += 1
         if untimed:
             itl[_UNTIMED] += 1
         elif r.get("itl_source") == "estimated":
@@ -100,7 +102,7 @@ _MISMATCH = "usage contradicts the stream (usage_mismatch)"
 # alone cannot tell which) the first chunk carried every token (runner/protocol.py)
 _FEW, _UNSTREAMED = "fewer than 2 tokens", "no token times after the first chunk (not streamed, or every token in it)"
 _UNTIMED = "token arrival times unknown (no text, usage not per chunk)"
-_ESTIMATED = "estimated ITL (final usage spread over the chunks)"
+_ESTIMATED = "estimated tokens per chunk (final usage spread over the chunks)"
 
 
 def _excluded_columns(t, idx) -> dict[str, dict[str, int]]:
@@ -121,6 +123,7 @@ def _excluded_columns(t, idx) -> dict[str, dict[str, int]]:
         est = rest & t.label_is("itl_source", "estimated", part)
         for key, m in ((("ttft", _UNTIMED), untimed), (("tpot", _MISMATCH), mism), (("tpot", _FEW), few),
                        (("tpot", _UNTIMED), notpot & ~few & untimed), (("tpot", _UNSTREAMED), notpot & ~few & ~untimed),
+                       (("tpot", _ESTIMATED), est & ~notpot),
                        (("itl", _MISMATCH), mism), (("itl", _UNTIMED), rest & untimed), (("itl", _ESTIMATED), est & ~untimed)):
             if m.any():
                 first.setdefault(key, a + int(np.argmax(m)))
