@@ -150,6 +150,9 @@ def test_a_backend_that_answers_only_errors_fails_its_probe_and_aborts(tmp_path)
     assert {"completed", "failed"} <= {r["outcome"] for r in rows}
     assert {r["error"] for r in rows if r["outcome"] == "failed"} == {
         "HTTP 500: " + '{"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}}'}
+    # the load backed off once FAIL_STREAK requests in a row had failed: a few tries a second
+    # through the 5 s grace, not a closed loop resending each 500 at once (thousands)
+    assert sum(r["outcome"] == "failed" for r in rows) < 100
     assert all(r["start"] <= m["aborted_at"] + 1.0 for r in rows)  # the load stopped with the abort
 
 

@@ -10,7 +10,18 @@ The rule is the plan's (`plan.Liveness`):
   backoff ends); a connect that failed (refused, unreachable) is a refusal.
   It is also the load's admission gate (`admit`): after a refusal, requests wait
   (`backoff_base_s`, doubling per refusal up to `backoff_max_s`) and only one at a time tries
-  again (the scout), so a dead port gets a few connects per second, not thousands.
+  again (the scout), so a dead port gets a few connects per second, not thousands. A server
+  whose port answers but whose every answer fails (an API server whose engine died: HTTP 500
+  to everything; a connection closed without a response; garbage) is backed off the same way
+  once FAIL_STREAK requests in a row have failed with none completed among them: a
+  closed loop would otherwise send it tens of thousands of requests a second until the
+  liveness probe's grace ran out (an audit counted 82,502 in 6 s). Such a streak does not start
+  the liveness grace by itself (the probe decides whether the server is dead); the first
+  completed request opens the gate.
+  An open-loop arrival that falls due while the gate is shut is not sent late (its latency
+  would then be the backoff, and its lateness the client's schedule lag): `hold_back` records it
+  at once as `disconnected`, "held back: ..." -- the backend's failure, on the record, never
+  silently dropped -- unless it is the one that may try (`try_scout`).
 * `watch_liveness` probes the readiness request every `interval_s` (not while the load's own
   completions are recent), each attempt bounded by `attempt_timeout_s`. A refusal or a wrong
   answer (e.g. vLLM's /health saying 500 once its engine died, while its API server still
@@ -35,6 +46,10 @@ from soakspec.runner.protocol import CONNECT_FAILED
 from soakspec.runner.records import Outcome, RequestRecord
 
 
+FAIL_STREAK = 32  # requests in a row the server failed (none completed): back off as after a refused connect
+HELD_BACK = "held back: "  # the error of an open-loop arrival the gate did not let through
+
+
 class Health:
     """One backend's liveness state and the load's admission gate (see the module docstring)."""
 
@@ -45,7 +60,9 @@ class Health:
         self.refused_since: float | None = None  # the first refusal or failing probe since then
         self.refusing = False  # the last problem was a refused connect (else: a wrong answer)
         self.last_problem: str | None = None
-        self.refusals = 0  # connects refused since the last answer
+        self.refusals = 0  # strikes since the last answer: refused connects, or failures past the streak
+        self.streak = 0  # answered requests that failed since the last completion
+        self.why = ""  # why the gate is shut (the held-back records' error)
         self._until = 0.0  # no request starts before this (run clock), while refusals > 0
         self._scout = False  # a request is trying again
         self._changed = trio.Event()
@@ -75,22 +92,35 @@ class Health:
         self.refusing = refused
 
     def refused(self, t: float, problem: str) -> None:
-        lv = self.liveness
         self.failing(t, problem, True)
+        self._strike(t, f"the backend refused its last {self.refusals + 1} connects ({problem})")
+
+    def _strike(self, t: float, why: str) -> None:
+        """Shut the gate: the next request waits the doubled backoff, then one tries."""
+        lv = self.liveness
         self.refusals += 1
+        self.why = why
         delay = min(lv.backoff_max_s, lv.backoff_base_s * 2 ** min(self.refusals - 1, 30))
         self._until = max(self._until, t + delay)
         self.wake.set()
 
     def observe(self, rec: RequestRecord) -> None:
         """One finished request of the load."""
-        if rec.first_byte is not None:
-            if rec.outcome is Outcome.COMPLETED:
-                self.answered(rec.first_byte)
-            else:
+        t = rec.end if rec.end is not None else self.clock.now()
+        err = rec.error or ""
+        if rec.outcome is Outcome.COMPLETED:
+            self.streak = 0
+            self.answered(rec.first_byte if rec.first_byte is not None else t)
+        elif rec.outcome is Outcome.DISCONNECTED and rec.first_byte is None and err.startswith(CONNECT_FAILED):
+            self.refused(t, err[len(CONNECT_FAILED):])
+        elif rec.start is None or err.startswith(HELD_BACK) or rec.outcome is Outcome.TIMEOUT:
+            return  # not the server's answer (never sent: the client's limit; held back), or a slow one (`hang_s`)
+        else:  # an answer that failed, or the request taken and the connection closed
+            self.streak += 1
+            if self.streak >= FAIL_STREAK:
+                self._strike(t, f"its last {self.streak} requests failed (the last: {err or rec.outcome.value})")
+            elif rec.first_byte is not None:
                 self.port_open()
-        elif rec.outcome is Outcome.DISCONNECTED and rec.error and rec.error.startswith(CONNECT_FAILED):
-            self.refused(rec.end if rec.end is not None else self.clock.now(), rec.error[len(CONNECT_FAILED):])
 
     # -- the admission gate ----------------------------------------------------------------------
 
@@ -106,6 +136,23 @@ class Health:
             await self._changed.wait()
         await trio.lowlevel.checkpoint()
         return False
+
+    def try_scout(self) -> bool | None:
+        """For an arrival that cannot wait: None when the gate is open (send as usual), True when
+        this request may try now as the scout (call `scouted()` after it), False when it is
+        held back (`hold_back`)."""
+        if not self.refusals:
+            return None
+        if self.clock.now() < self._until or self._scout:
+            return False
+        self._scout = True
+        return True
+
+    def hold_back(self, rec: RequestRecord) -> None:
+        """Fill `rec` (its start set: the time it fell due and was decided) as held back."""
+        rec.end = rec.start
+        rec.outcome = Outcome.DISCONNECTED
+        rec.error = HELD_BACK + (self.why or "the backend is backed off")
 
     def scouted(self) -> None:
         self._scout = False

@@ -349,13 +349,19 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
 
     async def one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
                   seq: int | None = None) -> None:
-        scout = False
+        scout: bool | None = False
         if health is not None and health.refusals:
-            scout = await health.admit()
-            if clock.now() >= stop:  # the level ended while the backend refused: nothing to send
-                if scout:
-                    health.scouted()
-                return
+            if intended is not None:  # an open-loop arrival is due now: it tries as the scout or is held back
+                scout = health.try_scout()
+                if scout is False:
+                    await _one(conn, worker, intended, lengths, seq, held=True)
+                    return
+            else:  # a closed-loop worker waits at the gate
+                scout = await health.admit()
+                if clock.now() >= stop:  # the level ended while the backend refused: nothing to send
+                    if scout:
+                        health.scouted()
+                    return
         try:
             rec = await _one(conn, worker, intended, lengths, seq)
         finally:
@@ -365,7 +371,9 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             await trio.sleep_until(clock.to_trio(min(clock.now() + NOT_SENT_PAUSE_S, stop)))
 
     async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
-                   seq: int | None = None) -> RequestRecord:
+                   seq: int | None = None, held: bool = False) -> RequestRecord:
+        """Send one request and record it; `held`: record it held back by the backend's gate
+        (`Health.hold_back`: on the record as the backend's failure, nothing sent)."""
         _, rid = ctx.next_id()  # the id: unique in the backend; the prompt: the request's place in the level
         shape = ctx.shapes.make(prompt_index(seq), worker=worker, lengths=lengths)
         # one clock read is the request's start and (closed loop) its bucket's time: two reads
@@ -384,6 +392,11 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             intended_start=intended,
             start=now,
         )
+        if held:
+            health.hold_back(rec)  # type: ignore[union-attr]
+            ctx.stats.finished(rec)
+            pending.add(rec)
+            return rec
         ctx.stats.started()
         run.sent += 1
         try:
