@@ -755,7 +755,7 @@ def _prefix_policy(t: RequestTemplate) -> str:
         return "multi-turn sessions: each turn repeats its conversation's history (a warm cache helps, as in production)"
     if t.prompts:
         return "the prompt file's prompts, cycling"
-    return "word prompts starting at the request's index (consecutive requests share words)"
+    return "word prompts, each starting with its request id (no prompt sent twice; consecutive requests share later words)"
 
 
 def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:

@@ -66,7 +66,7 @@ def test_the_plan_states_the_lengths_and_the_cache_regime(tmp_path):
     spec, _, _ = _load(tmp_path, "prompt_tokens = 128")
     assert plan(spec).backends[0].levels[0].request.to_json()["prefix_cache"] == "unique prefix per request"
     spec, _, _ = _load(tmp_path, "prompt_words = 8")
-    assert "share words" in plan(spec).backends[0].levels[0].request.to_json()["prefix_cache"]
+    assert "no prompt sent twice" in plan(spec).backends[0].levels[0].request.to_json()["prefix_cache"]
 
 
 _texts = st.text(st.sampled_from(["a", "b", " ", "\n", "\t", "é"]), min_size=1, max_size=60).filter(str.strip)

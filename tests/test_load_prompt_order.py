@@ -131,3 +131,28 @@ def test_workers_split_a_closed_level_into_interleaved_prompt_sequences():
     for p, run in enumerate(split):
         assert run
         assert [pr for _, _, pr, _ in run] == [shapes.make(j * 2 + p).prompt for j in range(len(run))]
+
+
+@pytest.mark.parametrize("endpoint", ["completions", "chat"])
+def test_no_word_prompt_is_sent_twice_and_each_starts_with_its_request_id(endpoint):
+    """The vocabulary repeats every len(WORDS) requests, so its words alone made request k and
+    k + 198 the same prompt -- a prefix cache (vLLM's is on by default) served all but the
+    first 198 of a level whole, and every level again. The body each request sends starts its
+    prompt with its own id: 600 requests, 600 prompts, and the shapes are still made once."""
+    import json
+
+    from soakspec.runner.load import WORDS, prompt_words
+    from soakspec.runner.protocol import build_body
+
+    extra = f"bucket = 1s\n duration = 2s\n prompt_words = 4\n endpoint = {endpoint}"
+    (lv,) = levels_of("mode = closed\n concurrency = [1]", extra=extra)
+    shapes = Shapes(lv.request)
+    prompts = []
+    for k in range(600):
+        body = json.loads(build_body(shapes.make(k), f"soak-5ca1ab1e-0-{k:07d}"))
+        text = body["prompt"] if endpoint == "completions" else body["messages"][-1]["content"]
+        assert text.split(" ")[0] == body["request_id"] == f"soak-5ca1ab1e-0-{k:07d}"
+        prompts.append(text)
+    assert len(set(prompts)) == 600
+    assert prompts[0].split(" ")[1:] == prompts[len(WORDS)].split(" ")[1:] == prompt_words(0, 4).split(" ")[1:]
+    assert shapes.make(0) is shapes.make(len(WORDS))  # one shape (and one body template) per index mod len(WORDS)

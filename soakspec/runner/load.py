@@ -46,7 +46,7 @@ import trio
 from soakspec.plan import Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
 from soakspec.runner.prompts import LocalTokenizer, RunAborted, ServerTokenizer, TokenCosts, measure_costs, token_prompt, verify
-from soakspec.runner.protocol import Endpoint, RequestShape, Sampling
+from soakspec.runner.protocol import REQUEST_ID, Endpoint, RequestShape, Sampling
 from soakspec.runner.records import Outcome, RequestRecord
 
 if TYPE_CHECKING:
@@ -84,8 +84,16 @@ WORDS = (
 
 
 def prompt_words(index: int, n: int) -> str:
+    """The `index`-th word prompt of `n` words: the request's own id (`protocol.REQUEST_ID`,
+    spliced in by `build_body`), then n - 1 consecutive words of WORDS from `index`. The words
+    alone repeat every len(WORDS) requests -- a server's prefix cache then served every prompt
+    after the first 198 whole (vLLM's is on by default) -- so each prompt starts with its id:
+    no two requests of a run send the same prompt, and the shapes (and their body templates)
+    are still made once per `index % len(WORDS)`."""
+    if n <= 0:
+        return ""
     w = len(WORDS)
-    return " ".join(WORDS[(index + i) % w] for i in range(n))
+    return " ".join([REQUEST_ID, *(WORDS[(index + i) % w] for i in range(n - 1))])
 
 
 class Connection(Protocol):

@@ -179,26 +179,26 @@ class RequestShape:
 
 
 # Bodies of one shape differ only in the request id: each shape's body is encoded once around a
-# placeholder id, and the id is spliced in (the JSON encoder encodes a string the same anywhere).
-_RID = "\x00soakspec-request-id\x00"
-_RID_JSON = json.encoder.encode_basestring(_RID).encode()
+# placeholder id, and the id is spliced in (the JSON encoder encodes a string the same anywhere,
+# and inside a longer string as its own characters). REQUEST_ID in a prompt is that placeholder
+# too: a word prompt starts with its request's id (`load.prompt_words`), so no two requests send
+# the same prompt, at no cost per request.
+REQUEST_ID = "\x00soakspec-request-id\x00"
+_RID_JSON = json.encoder.encode_basestring(REQUEST_ID)[1:-1].encode()  # without its quotes
 _TEMPLATES_MAX = 4096
-_templates: dict[int, tuple[RequestShape, bytes | None, bytes | None]] = {}  # by id(shape); holds the shape
+_templates: dict[int, tuple[RequestShape, list[bytes]]] = {}  # by id(shape); holds the shape
 
 
 def build_body(shape: RequestShape, request_id: str) -> bytes:
-    """The JSON request body (compact, UTF-8)."""
+    """The JSON request body (compact, UTF-8), with `request_id` wherever REQUEST_ID is."""
     t = _templates.get(id(shape))
     if t is None or t[0] is not shape:
-        parts = _build_body(shape, _RID).split(_RID_JSON)
-        t = (shape, parts[0], parts[1]) if len(parts) == 2 else (shape, None, None)
+        t = (shape, _build_body(shape, REQUEST_ID).split(_RID_JSON))
         if len(_templates) >= _TEMPLATES_MAX:
             _templates.clear()
         _templates[id(shape)] = t
-    _, pre, post = t
-    if pre is None or post is None:  # `extra` replaced the id
-        return _build_body(shape, request_id)
-    return pre + json.encoder.encode_basestring(request_id).encode() + post
+    parts = t[1]
+    return parts[0] if len(parts) == 1 else json.encoder.encode_basestring(request_id)[1:-1].encode().join(parts)
 
 
 def _build_body(shape: RequestShape, request_id: str) -> bytes:
