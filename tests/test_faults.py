@@ -437,6 +437,73 @@ def test_disk_full_while_writing_evidence_aborts_cleanly(tmp_path):
     assert _verify(out).returncode == 3
 
 
+# `soakspec run` whose collection after the load fails (an I/O error reading the server's log,
+# say); and one whose disk also refuses the final manifest
+EIO_IN_COLLECT = ("import errno, sys; from soakspec.runner import collect as c; "
+                  "c._collect = lambda plan, rec: (_ for _ in ()).throw(OSError(errno.EIO, 'Input/output error')); ")
+ENOSPC_ON_FINAL_MANIFEST = ("import os; write = os.write; "
+                            "os.write = lambda fd, data: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device')) "
+                            "if '.manifest.json.tmp' in os.readlink(f'/proc/self/fd/{fd}') and b'\"running\"' not in bytes(data) "
+                            "else write(fd, data); ")  # fmt: skip
+MAIN = "from soakspec.cli import main; sys.exit(main(sys.argv[1:]))"
+COLLECT_REASON = "[b0] could not finish the evidence: OSError: [Errno 5] Input/output error"
+
+
+def _run_with(tmp_path: Path, prelude: str) -> tuple[subprocess.CompletedProcess, Path]:
+    spec = tmp_path / "t.soak"
+    spec.write_text(sim_spec(duration="2s", bucket="1s"))
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = subprocess.run([PY, "-c", prelude + MAIN, "run", str(spec), "--out", str(out), "--quiet"],
+                          cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert wait_no_survivors(marker) == []
+    return proc, out
+
+
+def test_a_failure_collecting_the_evidence_aborts_the_run_with_its_reason(tmp_path):
+    """A failure after the load, while a backend's evidence is collected (`runner/collect.py`),
+    ends the manifest `aborted` with that failure as its reason (exit 4) -- not `running`
+    behind a schema error about the backend's entry: the entry holds what was known
+    (`unfinished_entry`: the levels that ran, `collect_error`), so `verify` reads the evidence
+    as incomplete and `gate` judges it, naming the reason."""
+    proc, out = _run_with(tmp_path, EIO_IN_COLLECT)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    _one_line_no_traceback(proc.stderr)
+    assert "schema" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    assert f"soakspec run: run aborted: {COLLECT_REASON}" in proc.stderr.splitlines(), proc.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted" and m["incomplete_reason"] == COLLECT_REASON, m["incomplete_reason"]
+    (entry,) = m["backends"]
+    assert entry["collect_error"] == "OSError: [Errno 5] Input/output error"
+    assert entry["levels"] and entry["model"]["fingerprint"] is None and "not fingerprinted" in entry["model"]["reason"]
+    assert requests_of(out), "the requests the load recorded stay"
+    v = _verify(out)
+    assert v.returncode == 3, v.stdout + v.stderr  # incomplete, nothing corrupt
+    assert f"run status is aborted: {COLLECT_REASON}" in v.stdout
+    gate = subprocess.run(soakspec_cmd("gate", str(out)), capture_output=True, text=True, timeout=60)
+    assert gate.returncode == 3, gate.stdout + gate.stderr
+    _one_line_no_traceback(gate.stderr)
+    assert f"completed_run — the run's status is aborted: {COLLECT_REASON}" in gate.stdout, gate.stdout
+
+
+def test_a_final_manifest_the_disk_refuses_leaves_the_first_one_readable(tmp_path):
+    """The disk refusing the final manifest (ENOSPC) leaves the start-of-run manifest whole
+    (it is replaced atomically: no temporary file left), and says both the write error and
+    how the run had ended; `verify` reads the evidence as never finalized (exit 3)."""
+    proc, out = _run_with(tmp_path, EIO_IN_COLLECT + ENOSPC_ON_FINAL_MANIFEST)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    _one_line_no_traceback(proc.stderr)
+    lines = proc.stderr.splitlines()
+    assert f"soakspec run: error: {out / 'manifest.json'}: cannot write evidence: No space left on device (ENOSPC)" in lines, proc.stderr
+    assert (f"soakspec run: the final manifest could not be written; {out / 'manifest.json'} still says `running` "
+            f"(the run ended aborted: {COLLECT_REASON})") in lines, proc.stderr  # fmt: skip
+    assert manifest(out)["status"] == "running"
+    assert not [p.name for p in out.iterdir() if ".tmp" in p.name]
+    v = _verify(out)
+    assert v.returncode == 3, v.stdout + v.stderr
+    assert "V204" in v.stdout
+
+
 @pytest.mark.slow
 def test_a_second_run_into_a_directory_in_use_is_refused(tmp_path):
     """While a run writes into --out, a second run into the same directory is refused (exit

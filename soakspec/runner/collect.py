@@ -1,6 +1,8 @@
 """After the load: a backend's runtime boundary, traces, follow-up verdict, provenance and its
-manifest entry. Synchronous (run in a thread); it never raises -- what cannot be derived is
-said in the entry (`collect_error`) and the evidence written so far stays.
+manifest entry. Synchronous (run in a thread); it never raises -- a failure here (the disk
+full, an I/O error reading the log) aborts the run with its reason, the backend's entry holds
+what was known without it (`unfinished_entry`, with `collect_error`) and the evidence written
+so far stays.
 """
 
 from __future__ import annotations
@@ -35,8 +37,69 @@ def collect(plan: Plan, rec: BackendRecorder, progress: Progress) -> dict[str, A
     try:
         return _collect(plan, rec)
     except Exception as e:  # noqa: BLE001 - keep the evidence; say what could not be derived
-        progress.error(f"[{rec.name}] could not finish the evidence: {type(e).__name__}: {e}")
-        return {"name": rec.name, "collect_error": f"{type(e).__name__}: {e}"}
+        error = f"{type(e).__name__}: {e}"
+        reason = f"[{rec.name}] could not finish the evidence: {error}"
+        progress.error(reason)
+        rec.status.collection_failed(reason)
+        return unfinished_entry(plan, rec, error)
+
+
+def unfinished_entry(plan: Plan, rec: BackendRecorder, error: str) -> dict[str, Any]:
+    """The manifest entry of a backend whose evidence could not be finished (`collect_error`:
+    why), the run being aborted with that reason (`RunStatus.collection_failed`).
+
+    Design: it is a whole `backend_entry` -- every field the manifest schema requires, so the
+    final manifest is still validated and written, status `aborted` with the real reason,
+    rather than left `running` by a schema error -- built only from what the recorder holds in
+    memory: no file is read or written, since the failure may be the disk itself. It keeps the
+    levels that ran (and the load's other records: pre-flight, sweep, /metrics, log_file): their
+    requests.jsonl.gz was written during the load, and `verify`, the judge and `gate` read it
+    as they read any aborted run's. Keeping the entry out instead would leave those files named
+    by no entry and the backend judged as never run. What collection derives is absent or
+    says it was not: no `trace_source` (read as "none"; the judge re-matches a log's traces
+    itself), no follow-up verdict file, the runtime boundary as declared (not looked for in the
+    log), the model not fingerprinted, no server binary hash, no commit after the run.
+    """
+    bp = rec.bp
+    la = bp.launch
+    server = rec.server
+    not_derived = f"not derived: the evidence could not be finished ({error})"
+    rt = bp.runtime
+    boundary = None if rt is None else {
+        "declared": rt.label, "detected": None, "env_observed": {}, "status": "declared",
+        "display": rt.label or "declared", "details": [f"not looked for in the server log: {not_derived}"],
+    }  # fmt: skip
+    model = {"id": plan.model.id, "revision": plan.model.revision, "path": str(plan.model.path) if plan.model.path is not None else None,
+             "fingerprint": None, "fingerprint_files": {}, "reason": f"not fingerprinted: {not_derived}"}  # fmt: skip
+    repo = plan.source_repo
+    entry = backend_entry(
+        name=rec.name,
+        kind=la.kind,
+        argv=rec.argv,
+        env=dict(la.env),
+        cwd=la.cwd if rec.argv is not None else None,
+        url=rec.url,
+        pid=server.pid if server else None,
+        started_at=rec.started_at,
+        ready_at=rec.ready_at,
+        exit_status=server.exit_status if server else None,
+        stop_signal=server.stop_signal if server else None,
+        runtime_boundary=boundary,
+        source=source_entry(repo, rec.source_before, {"reason": not_derived}) if repo is not None else None,
+        model=model,
+    )
+    entry["collect_error"] = error
+    entry["levels"] = rec.levels
+    entry["aborted_reason"] = rec.aborted_reason
+    entry["aborted_at"] = rec.aborted_at
+    entry["crash_diagnosis"] = list(rec.failure.diagnosis) if rec.failure is not None else []
+    entry["preflight"] = rec.preflight
+    for key, value in (("sweep", rec.sweep), ("log_file", rec.external_log), ("metrics", rec.metrics_scrape)):
+        if value is not None:
+            entry[key] = value
+    entry["planned_levels"] = len(bp.levels)
+    entry["timeouts"] = bp.timeouts()
+    return entry
 
 
 def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:

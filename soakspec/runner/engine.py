@@ -14,12 +14,15 @@
 
 Aborts (exit 4): a backend that cannot start, is never ready, fails its pre-flight request,
 dies mid-run or stops answering (its liveness, `runner/liveness.py`); evidence that cannot be
-written; SIGINT, SIGTERM or SIGHUP. Each failure is recorded where it happens (`RunStatus`);
+written, during the load or while collecting it after (`collect`: the entry then holds what was
+known, `collect.unfinished_entry`); SIGINT, SIGTERM or SIGHUP. Each failure is recorded where it happens (`RunStatus`);
 the evidence written so far stays, the manifest is marked `aborted` with the reason and the
 time (`aborted_at`), the log lines that look like the cause are shown and kept in the
 backend's entry (`crash_diagnosis`), and every server is stopped (SIGTERM, grace, SIGKILL). If soakspec itself is
 SIGKILLed, the reaper kills the servers and the manifest still says `running`, which
-`verify` and `gate` report as incomplete.
+`verify` and `gate` report as incomplete; so does a final manifest the disk refuses (the
+start-of-run one stays whole: it is replaced atomically), the write error and the run's own
+reason both said.
 """
 
 from __future__ import annotations
@@ -249,7 +252,16 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
         raise
     finally:
         nvml.close()
-    _finalize(layout, manifest, backends, entries, status)
+    try:
+        _finalize(layout, manifest, backends, entries, status)
+    except EvidenceError:
+        # the disk refused the final manifest: manifest.json is still the start-of-run one (written
+        # atomically: never half-written), which `verify` and `gate` read as never finalized; the
+        # run's own ending is said here, the write error itself by the caller
+        ended = status.status if status.reason is None else f"{status.status}: {status.reason}"
+        progress.error(f"soakspec run: the final manifest could not be written; {layout.manifest} still says "
+                       f"`running` (the run ended {ended})")
+        raise
     return status
 
 

@@ -82,6 +82,13 @@ class RunStatus:
             self.reason = f"cannot write evidence: {err}"
         return err
 
+    def collection_failed(self, reason: str) -> None:
+        """A backend's evidence could not be finished after the load (`collect`): the run is
+        aborted with that reason, unless an earlier failure (the disk filling during the load,
+        say) already gave the first one."""
+        if self.reason is None:
+            self.reason = reason
+
     def failed_with(self, group: BaseExceptionGroup) -> None:
         """The load ended with these failures. Each recorded its reason where it was raised; one
         that did not (a bug) still aborts the run, under the group's own description."""
