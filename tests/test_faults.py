@@ -504,6 +504,25 @@ def test_a_final_manifest_the_disk_refuses_leaves_the_first_one_readable(tmp_pat
     assert "V204" in v.stdout
 
 
+def test_a_verdict_the_disk_refuses_is_said_as_such_not_as_a_bug(tmp_path):
+    """The manifest final, the disk refusing verdict.json (ENOSPC): exit 4 with the write error
+    and the run's own reason, never "internal error ... this is a bug"; the evidence verifies
+    and `gate` judges it."""
+    refuse = ENOSPC_ON_FINAL_MANIFEST.replace(".manifest.json.tmp", ".verdict.json.tmp")
+    proc, out = _run_with(tmp_path, EIO_IN_COLLECT + refuse)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    _one_line_no_traceback(proc.stderr)
+    assert "internal error" not in proc.stderr, proc.stderr
+    lines = proc.stderr.splitlines()
+    assert (f"soakspec run: error: {out / 'verdict.json'}: cannot write evidence: No space left on device (ENOSPC); "
+            f"the evidence is kept: `soakspec gate {out}` judges it") in lines, proc.stderr  # fmt: skip
+    assert f"soakspec run: run aborted: {COLLECT_REASON}" in lines, proc.stderr
+    assert manifest(out)["status"] == "aborted" and not (out / "verdict.json").exists()
+    assert _verify(out).returncode == 3
+    gate = subprocess.run(soakspec_cmd("gate", str(out)), capture_output=True, text=True, timeout=60)
+    assert gate.returncode == 3 and COLLECT_REASON in gate.stdout, gate.stdout + gate.stderr
+
+
 @pytest.mark.slow
 def test_a_second_run_into_a_directory_in_use_is_refused(tmp_path):
     """While a run writes into --out, a second run into the same directory is refused (exit

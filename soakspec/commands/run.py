@@ -134,11 +134,18 @@ def _judge_and_report(spec, result, fmt: str) -> int:
     verdict and the end-of-run summary."""
     import json
 
+    from soakspec.evidence.io import EvidenceWriteError
     from soakspec.judge.cli_support import judge_and_write
     from soakspec.judge.verdict import render_text
     from soakspec.report.runsummary import summary_json, summary_lines
 
-    verdict, results = judge_and_write(result.run_dir, spec, write=True)
+    try:
+        verdict, results = judge_and_write(result.run_dir, spec, write=True)
+    except EvidenceWriteError as e:  # the disk refused results.json or verdict.json: the manifest is final, the evidence kept
+        print(f"soakspec run: error: {e}; the evidence is kept: `soakspec gate {result.run_dir}` judges it", file=sys.stderr)
+        if result.status == "aborted":
+            print(f"soakspec run: run aborted: {result.reason}", file=sys.stderr)
+        return ExitCode.ABORTED
     if fmt == "json":
         doc = verdict.to_json() | {"run_summary": summary_json(results, result.run_dir, verdict)}
         print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
