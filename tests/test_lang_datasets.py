@@ -12,7 +12,9 @@ import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from soakspec.cli import main
 from soakspec.diagnostics import Severity, render_text
+from soakspec.exitcodes import ExitCode
 from soakspec.lang import load_spec
 from soakspec.lang.datasets import DatasetError, parse_dataset
 from soakspec.plan import plan
@@ -129,6 +131,39 @@ def test_malformed_files_fail_at_their_line(text, line, fmt, match):
     with pytest.raises(DatasetError, match=match) as e:
         parse_dataset(text, fmt, chat=False, lengths=False)
     assert e.value.line == line
+
+
+DEEP = "[" * 100_000  # far past the recursion limit: the json decoder raises RecursionError, not a syntax error
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "match"),
+    [
+        (DEEP, 1, "too deeply"),
+        ('{"prompt": ' + DEEP, 1, "too deeply"),
+        ('{"prompt": "a"}\n{"prompt": ' + DEEP, 2, "too deeply"),
+        ('[{"prompt": "a"},\n {"prompt": "b", "max_tokens": ' + "9" * 5000 + "}]", 2, "number beyond"),
+    ],
+    ids=["array", "first-jsonl-line", "later-jsonl-line", "5000-digit-integer"],
+)
+def test_json_beyond_the_decoders_limits_is_a_malformed_file_at_its_line(text, line, match):
+    """Nesting deeper than the decoder recurses, or an integer longer than Python converts, is
+    a malformed record at its line, like a syntax error -- not an exception from the decoder."""
+    with pytest.raises(DatasetError, match=match) as e:
+        parse_dataset(text, None, chat=False, lengths=True)
+    assert e.value.line == line
+
+
+@pytest.mark.parametrize("command", ["check", "plan"])
+def test_a_too_deeply_nested_prompt_file_is_a_spec_error_not_an_internal_one(tmp_path, capsys, command):
+    """`check` and `plan` of a spec naming such a file: E419 at the file's line, exit 2."""
+    (tmp_path / "deep.json").write_text(DEEP + "\n")
+    (tmp_path / "w.soak").write_text(_spec_text("deep.json"))
+    code = main([command, str(tmp_path / "w.soak")])
+    out = capsys.readouterr()
+    assert code is ExitCode.USAGE
+    assert f"{tmp_path / 'deep.json'}:1:2: E419 prompt file nests arrays or objects too deeply" in out.out + out.err
+    assert "internal error" not in out.err
 
 
 _prompt = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40).filter(

@@ -397,7 +397,10 @@ def test_replay_speed_and_duration_cut_the_trace(tmp_path):
         (['{"timestamp": 0, "input_length": 0, "output_length": 2}'], 1, "input_length"),
         (['{"timestamp": 0, "input_length": 3}'], 1, "output_length"),
         (["[1, 2]"], 1, "not a JSON object"),
+        (['{"timestamp": 0, "input_length": 4, "output_length": 2}', '{"timestamp": ' + "[" * 100_000], 2, "too deeply"),
+        (['{"timestamp": 0, "input_length": ' + "9" * 5000 + ', "output_length": 2}'], 1, "number beyond"),
     ],
+    ids=["not-json", "backwards", "zero-length", "no-output-length", "not-an-object", "nested-too-deep", "5000-digit-integer"],
 )
 def test_a_malformed_trace_fails_check_at_its_line(tmp_path, rows, line, words):
     (tmp_path / "trace.jsonl").write_text("\n".join(rows) + "\n")

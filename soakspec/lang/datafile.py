@@ -12,6 +12,20 @@ import os
 MAX_FILE_BYTES = 64 * 1024 * 1024  # `check` reads the whole file; a larger one is a mistake or needs splitting
 
 
+# What Python's json decoder raises, besides JSONDecodeError, for a text whose syntax is fine: a
+# RecursionError when arrays or objects nest deeper than the interpreter's recursion limit
+# (`[[[[...`, 100,000 deep, is a few hundred KB), a ValueError for an integer of more digits
+# than `sys.get_int_max_str_digits()`. Each is a malformed data file, never a bug in `check`.
+BEYOND_DECODER = (RecursionError, ValueError)
+
+
+def beyond_decoder(e: Exception) -> str:
+    """Why the decoder refused a JSON value (one of `BEYOND_DECODER`), for a diagnostic."""
+    if isinstance(e, RecursionError):
+        return "nests arrays or objects too deeply for the JSON decoder"
+    return f"holds a number beyond the JSON decoder's limits ({str(e)[:120]})"
+
+
 class DataFileError(Exception):
     """What is wrong with a data file, and where (1-based line and column)."""
 

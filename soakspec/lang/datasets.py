@@ -35,7 +35,7 @@ import json
 from typing import Any
 
 from soakspec.diagnostics import line_col
-from soakspec.lang.datafile import MAX_FILE_BYTES, DataFileError, read_text
+from soakspec.lang.datafile import BEYOND_DECODER, MAX_FILE_BYTES, DataFileError, beyond_decoder, read_text
 from soakspec.lang.replay import MAX_LENGTH  # tokens of one request, as for a replayed trace's lengths
 
 __all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_PROMPTS", "DatasetError", "Parsed", "parse_dataset", "read_dataset"]
@@ -143,6 +143,8 @@ def _detect(text: str, stripped: str) -> str:
                 "(a pretty-printed JSON document is not JSONL); set prompt_format = text for plain text",
                 line,
             ) from None
+        except BEYOND_DECODER as e:
+            raise DatasetError(beyond_decoder(e), *line_col(text, len(text) - len(stripped))) from None
         return "sharegpt" if isinstance(obj, dict) and "conversations" in obj else "jsonl"
     return "text"
 
@@ -171,6 +173,8 @@ def _json_array(text: str) -> list[tuple[Where, Any]]:
             obj, end = dec.raw_decode(text, pos)
         except json.JSONDecodeError as e:
             raise DatasetError(f"is not valid JSON: {e.msg}", *line_col(text, e.pos)) from None
+        except BEYOND_DECODER as e:  # reported where the record starts: the decoder gives no position
+            raise DatasetError(beyond_decoder(e), *line_col(text, pos)) from None
         out.append((line_col(text, pos), obj))
         pos = skip(end)
         if pos < n and text[pos] == ",":
@@ -192,6 +196,8 @@ def _jsonl(text: str) -> list[tuple[Where, Any]]:
             out.append(((i, len(line) - len(line.lstrip()) + 1), json.loads(line)))
         except json.JSONDecodeError as e:
             raise DatasetError(f"is not one JSON object per line (JSONL): {e.msg}", i, e.colno) from None
+        except BEYOND_DECODER as e:
+            raise DatasetError(beyond_decoder(e), i, len(line) - len(line.lstrip()) + 1) from None
     return out
 
 

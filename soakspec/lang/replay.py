@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from soakspec.lang.datafile import MAX_FILE_BYTES, DataFileError, read_text
+from soakspec.lang.datafile import BEYOND_DECODER, MAX_FILE_BYTES, DataFileError, beyond_decoder, read_text
 
 __all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_REQUESTS", "TraceFile", "TraceFileError", "parse_trace", "read_trace"]
 
@@ -57,6 +57,8 @@ def parse_trace(text: str, fmt: str = "mooncake", *, sha256: str = "") -> TraceF
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise TraceFileError(f"line {n} is not JSON: {e.msg}", n, e.colno) from None
+        except BEYOND_DECODER as e:
+            raise TraceFileError(f"line {n} {beyond_decoder(e)}", n) from None
         if not isinstance(obj, dict):
             raise TraceFileError(f"line {n} is not a JSON object (mooncake traces are one object per line)", n)
         ts = obj.get("timestamp")
