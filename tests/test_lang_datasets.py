@@ -166,6 +166,39 @@ def test_a_too_deeply_nested_prompt_file_is_a_spec_error_not_an_internal_one(tmp
     assert "internal error" not in out.err
 
 
+LONE = "a\\ud800b"  # as a JSON file spells it: half of a surrogate pair, which has no UTF-8 form
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "chat", "turns"),
+    [
+        ('{"prompt": "ok"}\n{"prompt": "' + LONE + '"}\n', 2, False, False),
+        ('{"messages": [{"role": "user", "content": "' + LONE + '"}]}\n', 1, True, False),
+        ('[\n {"conversations": [{"from": "human", "value": "ok"}]},\n {"conversations": [{"from": "human", "value": "' + LONE + '"}]}\n]', 3, False, False),
+        ('{"conversations": [{"from": "human", "value": "q"}, {"from": "gpt", "value": "' + LONE + '"}]}\n', 1, True, True),
+    ],
+    ids=["jsonl-prompt", "chat-message", "sharegpt-turn", "multi-turn-history"],
+)
+def test_a_prompt_with_a_lone_surrogate_is_an_error_at_its_record(text, line, chat, turns):
+    """A prompt is sent as UTF-8: a lone surrogate is the record's error in `check`, where a
+    run would otherwise fail to encode the request after the servers started. Only what is
+    sent counts (the answer turn above is sent as history in multi-turn sessions)."""
+    with pytest.raises(DatasetError, match=r"lone UTF-16 surrogate, '\\ud800' at character 2") as e:
+        parse_dataset(text, None, chat=chat, lengths=False, turns=turns)
+    assert e.value.line == line
+    paired = text.replace("\\ud800", "\\ud83d\\ude00")  # a whole pair is one character, and fine
+    assert parse_dataset(paired, None, chat=chat, lengths=False, turns=turns).prompts
+
+
+def test_check_rejects_a_prompt_file_with_a_lone_surrogate_before_anything_runs(tmp_path, capsys):
+    (tmp_path / "surr.jsonl").write_text('{"prompt": "ok"}\n{"prompt": "' + LONE + '"}\n')
+    (tmp_path / "w.soak").write_text(_spec_text("surr.jsonl"))
+    code = main(["check", str(tmp_path / "w.soak")])
+    out = capsys.readouterr().out
+    assert code is ExitCode.USAGE
+    assert f"{tmp_path / 'surr.jsonl'}:2:1: E419 prompt file has a prompt with a lone UTF-16 surrogate" in out
+
+
 _prompt = st.text(st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp")), min_size=1, max_size=40).filter(
     lambda p: p.strip() and not p.startswith("\ufeff")  # a leading BOM is the file's, and dropped
 )

@@ -91,7 +91,7 @@ def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, turn
         if got is None:
             skipped.append(at)
         else:
-            records.append((at, got, obj))
+            records.append((at, (_sendable(got[0], at), got[1]), obj))
     if not records and skipped:
         raise DatasetError(f"has no usable ShareGPT record: none of its {len(skipped):,} records has a human turn to send "
                            "(each conversation is empty or does not start with a non-empty human turn, "
@@ -105,8 +105,22 @@ def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, turn
     if turns:
         if fmt == "text":
             raise DatasetError("multi_turn needs conversations: a sharegpt file or jsonl 'messages' records, not text")
-        convs = tuple(_conversation(obj, at) for at, _, obj in records)
+        convs = tuple(_sendable(_conversation(obj, at), at) for at, _, obj in records)
     return Parsed(fmt, sha256, prompts, tuple(r[1][1] for r in records), convs, len(skipped), skipped[0] if skipped else None)
+
+
+def _sendable(prompt: Prompt, at: Where) -> Prompt:
+    """`prompt` as it is, if it can be sent: a request body is UTF-8, and a lone UTF-16
+    surrogate (a JSON escape such as "\\ud800", half of a character: a dump that cut a pair in
+    two) has no UTF-8 form. Found here, it is the record's error; missed, the runner's encode
+    would fail after the servers started."""
+    for text in (prompt,) if isinstance(prompt, str) else (t for turn in prompt for t in turn):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise DatasetError(f"has a prompt with a lone UTF-16 surrogate, '\\u{ord(text[e.start]):04x}' at character {e.start + 1}: "
+                               "half of a character, with no UTF-8 form, it cannot be sent in a request", *at) from None  # fmt: skip
+    return prompt
 
 
 def _conversation(obj: dict, at: Where) -> Messages:
