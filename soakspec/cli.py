@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import importlib
 import sys
+import traceback
 
 from soakspec import __version__, heap
 from soakspec.evidence.io import EvidenceChanged, EvidenceUnreadable
@@ -96,11 +97,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"soakspec {args.command}: {e}: the evidence cannot be judged", file=sys.stderr)
         return ExitCode.INCONCLUSIVE
     except Exception as e:  # noqa: BLE001 - the one place that turns a crash into one line
-        if getattr(args, "debug", False):
-            raise
+        # --debug adds the traceback and changes nothing else: a bare `raise` here left the exit
+        # code to the interpreter (1, which means "a gate rule failed")
+        debug = getattr(args, "debug", False)
+        if debug:
+            traceback.print_exc(file=sys.stderr)
         print(
             f"soakspec {args.command}: internal error: {type(e).__name__}: {e} "
-            "(this is a bug; rerun with --debug for the traceback)",
+            + ("(this is a bug)" if debug else "(this is a bug; rerun with --debug for the traceback)"),
             file=sys.stderr,
         )
         return ExitCode.ABORTED

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import pytest
+
 import soakspec.cli
 from soakspec.cli import main
 from soakspec.exitcodes import ExitCode
@@ -22,6 +24,24 @@ def test_an_internal_error_exits_with_a_documented_code(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert code is ExitCode.ABORTED and code == 4
     assert "internal error: RuntimeError: boom" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_shows_the_traceback_and_keeps_the_exit_code(monkeypatch, capsys, where):
+    """`--debug` (before or after the command) adds the traceback; the exit is still ABORTED,
+    never the 1 an uncaught exception gives, which a caller would read as "a gate rule failed"."""
+    import soakspec.commands.lang as lang_cmd
+
+    def crash(args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(lang_cmd, "main_check", crash)
+    spec = str(pathlib.Path(__file__).resolve().parents[1] / "specs" / "demo.soak")
+    code = main(["--debug", "check", spec] if where == "before" else ["check", "--debug", spec])
+    err = capsys.readouterr().err
+    assert code is ExitCode.ABORTED
+    assert "Traceback (most recent call last)" in err and 'raise RuntimeError("boom")' in err
+    assert "internal error: RuntimeError: boom" in err and "rerun with --debug" not in err
 
 
 def test_a_command_returning_an_undocumented_number_is_a_bug(monkeypatch, capsys):
@@ -52,9 +72,6 @@ def test_cli_returns_only_exitcode_members():
         assert member or wrapped, ast.unparse(value)
         if member:
             assert value.attr in ExitCode.__members__
-
-
-import pytest  # noqa: E402
 
 
 def _not_evidence(tmp_path, kind: str):
