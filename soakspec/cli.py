@@ -5,8 +5,10 @@ Each subcommand lives in `soakspec.commands.<module>` and exposes two functions:
 Modules are imported only when their command runs, so `soakspec check` never imports trio.
 
 Errors: a user mistake prints one clear line (exit 2); an unexpected exception prints one line
-naming it as a bug, with the traceback only under `--debug`, and aborts (exit 4). Every exit
-is an `ExitCode` member.
+naming it as a bug, with the traceback only under `--debug`, and aborts (exit 4). A stdout that
+refuses the output (`> /dev/full`) is said as that, not as a bug, and aborts too (exit 4): the
+result did not reach the caller, so no result's code may stand for it. A reader that closes the
+pipe early (`| head`) is not an error. Every exit is an `ExitCode` member.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import os
 import sys
 import traceback
 
@@ -22,19 +25,19 @@ from soakspec.evidence.io import EvidenceChanged, EvidenceUnreadable
 from soakspec.evidence.readprogress import reporting
 from soakspec.exitcodes import ExitCode, UsageError  # noqa: F401 - UsageError: the commands' import
 
-# name -> (module, one-line help)
-COMMANDS: dict[str, tuple[str, str]] = {
-    "check": ("soakspec.commands.lang", "check .soak files and report every error at once"),
-    "plan": ("soakspec.commands.lang", "show what a run of a spec would do (nothing runs)"),
-    "fmt": ("soakspec.commands.lang", "format .soak files canonically (comments kept)"),
-    "run": ("soakspec.commands.run", "launch the backends, drive the load, judge the evidence"),
-    "gate": ("soakspec.commands.gate", "re-judge retained evidence (hashes verified first)"),
-    "verify": ("soakspec.commands.verify", "re-hash an evidence directory, check its schemas and its signature"),
-    "combine": ("soakspec.commands.combine", "combine per-backend evidence into one report"),
-    "report": ("soakspec.commands.report", "render a report from an evidence directory"),
-    "compare": ("soakspec.commands.compare", "compare two runs (before/after) with confidence intervals"),
-    "lint-claims": ("soakspec.commands.lint_claims", "check a review document against the claim boundary"),
-    "sim": ("soakspec.commands.sim", "run the embedded OpenAI-compatible inference simulator"),
+# name -> (module, one-line help, what it writes to stdout: named when stdout refuses it)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "check": ("soakspec.commands.lang", "check .soak files and report every error at once", "the result"),
+    "plan": ("soakspec.commands.lang", "show what a run of a spec would do (nothing runs)", "the plan"),
+    "fmt": ("soakspec.commands.lang", "format .soak files canonically (comments kept)", "the formatted spec"),
+    "run": ("soakspec.commands.run", "launch the backends, drive the load, judge the evidence", "the verdict"),
+    "gate": ("soakspec.commands.gate", "re-judge retained evidence (hashes verified first)", "the verdict"),
+    "verify": ("soakspec.commands.verify", "re-hash an evidence directory, check its schemas and its signature", "the result"),
+    "combine": ("soakspec.commands.combine", "combine per-backend evidence into one report", "the report"),
+    "report": ("soakspec.commands.report", "render a report from an evidence directory", "the report"),
+    "compare": ("soakspec.commands.compare", "compare two runs (before/after) with confidence intervals", "the comparison"),
+    "lint-claims": ("soakspec.commands.lint_claims", "check a review document against the claim boundary", "the findings"),
+    "sim": ("soakspec.commands.sim", "run the embedded OpenAI-compatible inference simulator", "its output"),
 }
 
 
@@ -49,7 +52,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"soakspec {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks for internal errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, (module, help_text) in COMMANDS.items():
+    for name, (module, help_text, _) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         if only is None or only == name:
@@ -70,6 +73,63 @@ def _command_from_argv(argv: list[str]) -> str | None:
     return None
 
 
+class StdoutRefused(OSError):
+    """stdout refused a command's output (a full disk, `> /dev/full`; EIO; a quota). Not a bug
+    of soakspec, and not a result: raised in place of the OSError, so that main can tell it
+    from an OSError anywhere else. Still an OSError (same errno), so code that survives a
+    failing stdout on purpose (the simulator's trace log) goes on doing so."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error.errno, error.strerror or str(error))
+
+
+class _GuardedStdout:
+    """sys.stdout while a command runs: a write or flush that fails raises `StdoutRefused`.
+    BrokenPipeError passes as it is: the reader left, which main does not count as a failure."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._inner.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutRefused(e) from e
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as e:
+            raise StdoutRefused(e) from e
+
+
+def _discard_stdout() -> None:
+    """Point stdout's file descriptor at /dev/null. What stdout refused is still in its buffer,
+    and the interpreter flushes it at exit: it would fail again there, print "Exception
+    ignored" and exit 120 in place of the code main returns (the recipe of Python's docs,
+    signal module, "Note on SIGPIPE")."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's capture): nothing to flush at exit
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Configure only the command being run: keeps start-up fast and imports minimal.
@@ -81,18 +141,32 @@ def main(argv: list[str] | None = None) -> int:
     heap.limit_retention()  # large temporaries (the judge's, the load's) go back to the system when freed
     module = importlib.import_module(COMMANDS[args.command][0])
     fn = getattr(module, "main_" + args.command.replace("-", "_"), getattr(module, "main", None))
+    code: ExitCode | None = None
     try:
         # minutes for a day-long soak's evidence: say how far a read has got
-        with reporting(sys.stderr, args.command) if args.command in READS_EVIDENCE else contextlib.nullcontext():
-            return ExitCode(int(fn(args)))
+        with (
+            contextlib.redirect_stdout(_GuardedStdout(sys.stdout)),
+            reporting(sys.stderr, args.command) if args.command in READS_EVIDENCE else contextlib.nullcontext(),
+        ):
+            code = ExitCode(int(fn(args)))
+            sys.stdout.flush()  # output still buffered fails here, where it is reported, not at exit
+        return ExitCode(code)
+    except StdoutRefused as e:
+        # ABORTED, whatever the command decided: its result did not reach the caller whole, and
+        # a gate's "pass" must not stand for a verdict nobody received
+        _discard_stdout()
+        what = COMMANDS[args.command][2]
+        print(f"soakspec {args.command}: cannot write {what} to stdout: {e.strerror} (stdout holds at most part of it)", file=sys.stderr)
+        return ExitCode.ABORTED
     except UsageError as e:
         print(f"soakspec {args.command}: error: {e}", file=sys.stderr)
         return ExitCode.USAGE
     except KeyboardInterrupt:
         print(f"soakspec {args.command}: interrupted", file=sys.stderr)
         return ExitCode.ABORTED
-    except BrokenPipeError:
-        return ExitCode.OK
+    except BrokenPipeError:  # the reader closed the pipe (`| head`): it had read what it wanted
+        _discard_stdout()
+        return ExitCode(ExitCode.OK if code is None else code)  # the command's own code once it had finished
     except (EvidenceChanged, EvidenceUnreadable) as e:  # a file changed under the judge, or one it cannot read
         print(f"soakspec {args.command}: {e}: the evidence cannot be judged", file=sys.stderr)
         return ExitCode.INCONCLUSIVE

@@ -19,7 +19,12 @@ class ExitCode(enum.IntEnum):
                      (`verify`: an artifact does not match its hash; `lint-claims`: findings).
     USAGE         -- bad command line or an invalid spec; nothing ran.
     INCONCLUSIVE  -- the evidence is incomplete or has too few samples to judge.
-    ABORTED       -- the run was aborted: interrupt, a backend could not start or died.
+    ABORTED       -- the run was aborted: interrupt, a backend could not start or died;
+                     an internal error (a bug); or stdout refused the command's output (a
+                     full disk): whatever the command decided did not reach its caller, so
+                     no other code may stand for it (a PASS nobody received is not a pass).
+                     A reader that closes the pipe early (`| head`) is not a failure: the
+                     command's own code, or OK when it was cut off before it finished.
     """
 
     OK = 0

@@ -4,7 +4,10 @@ an internal error (a bug) is one line on stderr and exits ABORTED, not an undocu
 from __future__ import annotations
 
 import ast
+import os
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
@@ -42,6 +45,23 @@ def test_debug_shows_the_traceback_and_keeps_the_exit_code(monkeypatch, capsys, 
     assert code is ExitCode.ABORTED
     assert "Traceback (most recent call last)" in err and 'raise RuntimeError("boom")' in err
     assert "internal error: RuntimeError: boom" in err and "rerun with --debug" not in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux)")
+@pytest.mark.parametrize(("command", "what"), [("check", "the result"), ("plan", "the plan")])
+def test_a_full_stdout_is_said_as_that_and_aborts(command, what):
+    """`soakspec check SPEC > /dev/full` in a real process, stdout buffered as it is by default:
+    one line says stdout is full, exit ABORTED -- not "internal error ... this is a bug", and
+    not the interpreter's "Exception ignored" and exit 120 when it meets the output at exit."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "soakspec", command, str(root / "specs" / "demo.soak")],
+                           stdout=full, stderr=subprocess.PIPE, text=True, env=env, timeout=60)  # fmt: skip
+    assert r.returncode == ExitCode.ABORTED, r.stderr
+    assert r.stderr.endswith(f"soakspec {command}: cannot write {what} to stdout: No space left on device (stdout holds at most part of it)\n")
+    assert "internal error" not in r.stderr and "Exception ignored" not in r.stderr
 
 
 def test_a_command_returning_an_undocumented_number_is_a_bug(monkeypatch, capsys):

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,6 +55,51 @@ def test_failed_request_exits_1(spec, tmp_path, capsys):
     out = capsys.readouterr().out
     assert 'FAIL  failed == 0 — backend nccl, concurrency 8 (batches of 8), bucket 1 [' in out
     assert '1 failed request (engine died)' in out
+
+
+class _Stdout:
+    """A stdout whose writes (or only its flush) fail with `error`."""
+
+    def __init__(self, error: OSError, on: str = "write"):
+        self.error, self.on, self.written = error, on, []
+
+    def write(self, text: str) -> int:
+        if self.on == "write":
+            raise self.error
+        self.written.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.on == "flush":
+            raise self.error
+
+
+@pytest.mark.parametrize("failed", [False, True], ids=["pass", "fail"])
+def test_a_verdict_stdout_cannot_take_is_said_and_aborts(spec, tmp_path, capsys, monkeypatch, failed):
+    """`gate DIR > /dev/full`: the verdict never reached stdout, so the exit is ABORTED whatever
+    it was (a PASS must not stand for a verdict nobody received), and stderr says why in one
+    line: a full disk, not "internal error ... this is a bug"."""
+    b = EvidenceBuilder(spec)
+    if failed:
+        b.set_outcome(list(b.measured("nccl", level=1, bucket=1))[0], "failed", "engine died")
+    root = b.write(tmp_path / "run")
+    monkeypatch.setattr(sys, "stdout", _Stdout(OSError(errno.ENOSPC, "No space left on device")))
+    code = main(["gate", str(root)])
+    err = capsys.readouterr().err
+    assert code == 4
+    assert err == "soakspec gate: cannot write the verdict to stdout: No space left on device (stdout holds at most part of it)\n"
+
+
+def test_a_reader_that_leaves_after_the_verdict_does_not_change_its_code(spec, tmp_path, monkeypatch):
+    """`gate DIR | head -1`: the pipe breaks when the buffered verdict is flushed, after the gate
+    decided; the exit is still the verdict's (1 here), not a PASS."""
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("nccl", level=1, bucket=1))[0], "failed", "engine died")
+    root = b.write(tmp_path / "run")
+    out = _Stdout(BrokenPipeError(errno.EPIPE, "Broken pipe"), on="flush")
+    monkeypatch.setattr(sys, "stdout", out)
+    assert main(["gate", str(root)]) == 1
+    assert "FAIL  failed == 0" in "".join(out.written)
 
 
 def test_edited_artifact_refuses_to_pass_and_names_the_file(spec, tmp_path, capsys):
