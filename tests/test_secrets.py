@@ -406,3 +406,61 @@ def test_a_pre_flight_that_quotes_secrets_aborts_without_them(tmp_path):
     assert "HTTP 500" in m["incomplete_reason"] and "<redacted>" in m["incomplete_reason"], m["incomplete_reason"]
     assert _leaks((run.stdout + run.stderr).encode()) == set(), run.stderr
     assert _evidence_leaks(out) == {}
+
+
+# ------------------------------------------------------------------ a server that crashes quoting secrets
+
+CRASH_TOKEN = "tok_CRASH_ABCDEF99"  # the spec's env: a secret name, a value no credential pattern knows
+INHERITED_TOKEN = "hfenv_SECRET_777777"  # soakspec's own environment, which the server inherits
+
+
+def _crash_spec() -> str:
+    """A launched backend that prints its secrets in an error line and dies before it is ready."""
+    code = ("import os; print('ERROR: auth failed for token', os.environ['MY_TOKEN'], 'and', "
+            "os.environ.get('HF_TOKEN', '-'), flush=True); raise RuntimeError('bad credential ' + os.environ['MY_TOKEN'])")  # fmt: skip
+    argv = [sys.executable, "-c", code, "{port}"]
+    launch = (f"launch = {json.dumps(argv)}\n  ready {{\n    timeout = 5s\n    interval = 100ms\n  }}\n"
+              f'  env {{\n    MY_TOKEN = "{CRASH_TOKEN}"\n  }}')  # fmt: skip
+    sim = "sim {\n    ttft = 20ms\n    itl = 5ms\n  }"
+    text = sim_spec(duration="1s", bucket="1s")
+    assert sim in text
+    return text.replace(sim, launch, 1)
+
+
+def _run_crash(tmp_path, **environ: str):
+    spec = tmp_path / "crash.soak"
+    spec.write_text(_crash_spec())
+    marker = new_marker()
+    out = tmp_path / "cr"
+    env = {k: v for k, v in run_env(marker).items() if k != "HF_TOKEN"} | environ
+    run = subprocess.run(soakspec_cmd("run", str(spec), "--out", str(out)), cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert wait_no_survivors(marker) == []
+    assert run.returncode == 4, run.stdout + run.stderr
+    return run, out, env
+
+
+def _reports(out, cwd, env) -> dict[str, str]:
+    outputs = {}
+    for command in [["gate", str(out)]] + [["report", str(out), "--format", f] for f in ("md", "html", "json", "junit")]:
+        p = subprocess.run(soakspec_cmd(*command), cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+        assert "Traceback" not in p.stderr, p.stderr
+        outputs[" ".join(command[:1] + command[2:])] = p.stdout + p.stderr
+    return outputs
+
+
+def test_a_crashing_servers_diagnosis_in_the_manifest_and_reports_is_redacted(tmp_path):
+    """The server-log lines kept as the cause of a crash (`crash_diagnosis`) are the server's
+    text: a server that quotes its spec-set token while dying has it redacted in the manifest,
+    and so in every report that shows the diagnosis."""
+    run, out, env = _run_crash(tmp_path)
+    diagnosis = manifest(out)["backends"][0]["crash_diagnosis"]
+    assert "ERROR: auth failed for token <redacted> and -" in diagnosis, diagnosis
+    assert "RuntimeError: bad credential <redacted>" in diagnosis, diagnosis
+    assert CRASH_TOKEN.encode() in server_log_bytes(out / "backends" / "b0"), "the server did print it"
+    found = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name not in ("server.log", "server.log.gz")
+             and CRASH_TOKEN.encode() in p.read_bytes()}  # fmt: skip
+    assert found == set()
+    outputs = {"run": run.stdout + run.stderr} | _reports(out, tmp_path, env)
+    assert "crash diagnosis" in outputs["report --format md"], outputs["report --format md"]
+    assert {name for name, text in outputs.items() if CRASH_TOKEN in text} == set()

@@ -17,6 +17,7 @@ from typing import Any
 from soakspec.evidence.ids import IdColumn, IdForms, IdIndex, IdStore
 from soakspec.evidence.io import EvidenceFormatError, GzipJsonlWriter, write_json_atomic
 from soakspec.evidence.record import iter_record_batches
+from soakspec.evidence.redact import record_redactor
 from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
 from soakspec.evidence.provenance import binary_sha256, git_state
 from soakspec.evidence.runtime import BoundaryText, boundary_text, detect_runtime_boundary
@@ -144,7 +145,10 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     entry["server_log_moved"] = rec.log_compactor.moved_record()  # what the run's steps moved, or why they stopped
     entry["aborted_reason"] = rec.aborted_reason
     entry["aborted_at"] = rec.aborted_at
-    entry["crash_diagnosis"] = list(rec.failure.diagnosis) if rec.failure is not None else []
+    # the server's own log lines: they may print the run's secrets (an auth error quoting its
+    # token), so they are redacted as a record's server text is (server.log alone keeps them raw)
+    red = record_redactor()
+    entry["crash_diagnosis"] = [red.text(line) for line in rec.failure.diagnosis] if rec.failure is not None else []
     entry["preflight"] = rec.preflight
     if rec.sweep is not None:
         entry["sweep"] = rec.sweep  # the search: every probe in order, its judgement, the result
