@@ -464,3 +464,29 @@ def test_a_crashing_servers_diagnosis_in_the_manifest_and_reports_is_redacted(tm
     outputs = {"run": run.stdout + run.stderr} | _reports(out, tmp_path, env)
     assert "crash diagnosis" in outputs["report --format md"], outputs["report --format md"]
     assert {name for name, text in outputs.items() if CRASH_TOKEN in text} == set()
+
+
+def test_secrets_the_server_inherits_from_soakspecs_environment_are_redacted(tmp_path):
+    """A launched server inherits soakspec's environment: the value of a secret-named variable
+    there (HF_TOKEN) is a secret of the run too, redacted from progress output, the crash
+    diagnosis and every evidence file and report, though the spec never names it. A switch
+    (TOKENIZERS_PARALLELISM=true) is no credential: the text that holds the word stays whole."""
+    run, out, env = _run_crash(tmp_path, HF_TOKEN=INHERITED_TOKEN, TOKENIZERS_PARALLELISM="true")
+    assert INHERITED_TOKEN.encode() in server_log_bytes(out / "backends" / "b0"), "the server did print it"
+    assert "ERROR: auth failed for token <redacted> and <redacted>" in run.stderr, run.stderr
+    m = manifest(out)
+    assert "ERROR: auth failed for token <redacted> and <redacted>" in m["backends"][0]["crash_diagnosis"]
+    assert "follow_up = true" in m["spec"]["text"]
+    found = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name not in ("server.log", "server.log.gz")
+             and INHERITED_TOKEN.encode() in p.read_bytes()}  # fmt: skip
+    assert found == set()
+    outputs = {"run": run.stdout + run.stderr} | _reports(out, tmp_path, env)
+    assert {name for name, text in outputs.items() if INHERITED_TOKEN in text} == set()
+
+
+def test_inherited_secret_values_are_the_credentials_the_server_gets():
+    from soakspec.evidence.redact import inherited_secret_values
+
+    environ = {"HF_TOKEN": INHERITED_TOKEN, "MY_API_KEY": "k-12345678", "PATH": "/usr/bin", "USE_AUTH": "1",
+               "TOKENIZERS_PARALLELISM": "false", "MAX_TOTAL_TOKENS": "4096", "SPEC_SET_TOKEN": "overridden-by-spec"}  # fmt: skip
+    assert inherited_secret_values(environ, {"SPEC_SET_TOKEN"}) == {INHERITED_TOKEN, "k-12345678"}

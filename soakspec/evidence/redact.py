@@ -10,6 +10,8 @@
   credential patterns; used for progress output and reports.
 - `secret_values(env, argv)`: the values the two functions above removed, to pass to
   `redact_text` for anything else that might echo them (server logs shown to the user).
+- `inherited_secret_values(environ, overridden)`: the values of secret-named variables a
+  launched server inherits from soakspec's own environment, secrets of the run as well.
 - `Redactor`, `use_secrets(secrets)`, `record_redactor()`: the server's text a request record
   quotes (error bodies and events, finish_reason, the response id) is redacted of the run's
   secrets and the credential patterns when the record is frozen -- the one place every record
@@ -183,6 +185,22 @@ def secret_values(env: Mapping[str, str] | None = None, argv: Sequence[str] | No
     for text in [*(str(v) for v in (env or {}).values()), *args]:
         found.update(m.group(0) for m in _CREDENTIAL.finditer(text))
     return {s for s in found if s}
+
+
+# A secret-named variable's value that is no credential: a switch or a count
+# (`TOKENIZERS_PARALLELISM=false`, `MAX_TOTAL_TOKENS=4096`).
+_NOT_CREDENTIAL = re.compile(r"(?i)true|false|yes|no|on|off|none|null|[0-9]{1,7}")
+
+
+def inherited_secret_values(environ: Mapping[str, str], overridden: Iterable[str] = ()) -> set[str]:
+    """The secret values a launched server inherits from soakspec's own environment `environ`:
+    those of its secret-named variables that the spec's env does not override (`overridden`),
+    of at least MIN_SECRET_CHARS and not a switch or a count. Only the values, for
+    `redact_text` / `Redactor`: nothing records them, nor which variable held them."""
+    skip = set(overridden)
+    return {str(v) for k, v in environ.items()
+            if k not in skip and is_secret_name(k) and v and len(str(v)) >= MIN_SECRET_CHARS
+            and not _NOT_CREDENTIAL.fullmatch(str(v))}  # fmt: skip
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:

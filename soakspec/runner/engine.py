@@ -46,7 +46,7 @@ from soakspec.evidence import schema as schemas
 from soakspec.evidence.io import EvidenceError, RunLock
 from soakspec.evidence.manifest import finalize_manifest, new_manifest, write_manifest
 from soakspec.evidence.provenance import git_state
-from soakspec.evidence.redact import record_redactor, secret_values, use_secrets
+from soakspec.evidence.redact import inherited_secret_values, record_redactor, secret_values, use_secrets
 from soakspec.evidence.telemetry import NvmlSource
 from soakspec.evidence.traces import file_offset
 from soakspec.plan import BackendPlan, Plan
@@ -100,9 +100,14 @@ def h11_connect(clock: RunClock):
 
 def run_secrets(plan: Plan) -> set[str]:
     """Secret values the run knows: those written in the spec (env, launch argv, shell command
-    lines) and the endpoints' API keys (read from the environment)."""
+    lines), the endpoints' API keys (read from the environment), and those of the secret-named
+    variables of soakspec's environment that a launched server inherits (`runner/backend.py`
+    starts it with os.environ under the spec's env): it may print them too."""
     found = set(plan.spec_secrets)
     found |= {os.environ[name] for name in plan.api_key_envs if os.environ.get(name)}
+    for bp in plan.backends:
+        if bp.launch.launches:
+            found |= inherited_secret_values(os.environ, dict(bp.launch.env))
     return found
 
 
