@@ -41,6 +41,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -514,13 +515,14 @@ class Launch:
         url = self.base_url(port)
         return [a.replace(PORT, str(port)).replace(URL, url) for a in self.argv or ()]
 
-    def to_json(self) -> dict[str, Any]:
-        """As the plan prints it: secrets redacted the way the manifest redacts them."""
+    def to_json(self, secrets: Iterable[str] = ()) -> dict[str, Any]:
+        """As the plan prints it: secrets redacted the way the manifest redacts them (`secrets`:
+        the spec's secret values, wherever else in argv and env they appear)."""
         return {
             "kind": self.kind,
-            "argv": redact_argv(list(self.argv)) if self.argv is not None else None,
+            "argv": redact_argv(list(self.argv), secrets) if self.argv is not None else None,
             "url": scrub(self.url) if self.url else self.url,
-            "env": redact_env(dict(self.env)),
+            "env": redact_env(dict(self.env), secrets),
             "cwd": self.cwd,
             "capture_log": self.capture_log,
             "log_file": self.log_file,
@@ -1058,12 +1060,12 @@ def _source_repo(spec: Spec, base: Path) -> str | None:
 # ---------------------------------------------------------------- rendering
 
 
-def _how(la: Launch, rehearsal: bool) -> str:
+def _how(la: Launch, rehearsal: bool, secrets: Iterable[str] = ()) -> str:
     if la.kind == "url":
         return f"already running at {scrub(la.url or '')}"
     if la.kind == "sim":
         return "embedded simulator" + (" (rehearsal)" if rehearsal else "")
-    argv = redact_argv(list(la.argv or ()))
+    argv = redact_argv(list(la.argv or ()), secrets)
     return f"shell: {argv[-1]}" if la.kind == "shell" else "launch " + " ".join(argv)
 
 
@@ -1081,7 +1083,7 @@ def render_text(p: Plan) -> str:
         shape += f" × {n_buckets.pop()} buckets"
     lines.append(f"  shape: {shape} = {p.bucket_count} buckets in all; backends run {'side by side' if p.parallel else 'one after another'}")
     for b in p.backends:
-        lines.extend(_render_backend(b, p.rehearsal))
+        lines.extend(_render_backend(b, p.rehearsal, p.spec_secrets))
     total_exp = [b.expected_requests for b in p.backends]
     exp_text = f", expected ~{sum(total_exp)}" if total_exp and all(v is not None for v in total_exp) else ""  # type: ignore[misc]
     lines.append(
@@ -1091,7 +1093,7 @@ def render_text(p: Plan) -> str:
     return "\n".join(lines)
 
 
-def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
+def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()) -> list[str]:
     la = b.launch
     rt = b.runtime.label if b.runtime else "(none declared)"
     pr = la.probe
@@ -1101,7 +1103,7 @@ def _render_backend(b: BackendPlan, rehearsal: bool) -> list[str]:
     alive = (f"    alive while {pr.method} {pr.path} answers (every {format_duration(lv_.interval_s)}); "
              f"dead after {format_duration(lv_.grace_s)} of refusals: the run aborts")  # fmt: skip
     lines = [
-        f"  backend '{b.name}': {_how(la, rehearsal)}",
+        f"  backend '{b.name}': {_how(la, rehearsal, secrets)}",
         f"    runtime boundary: {rt}; traces: {b.traces.source}",
         f"    {ready}{stop}",
         alive,
@@ -1192,13 +1194,13 @@ def _level_json(lv: Level) -> dict[str, Any]:
     } | ({"sweep": sweep_json(lv.sweep)} if lv.sweep is not None else {})  # fmt: skip
 
 
-def _backend_json(b: BackendPlan) -> dict[str, Any]:
+def _backend_json(b: BackendPlan, secrets: Iterable[str] = ()) -> dict[str, Any]:
     la = b.launch
     return {
         "name": b.name,
         "kind": b.backend.kind,
         "runtime_boundary": b.runtime.label if b.runtime else None,
-        "launch": la.to_json(),
+        "launch": la.to_json(secrets),
         "ready": {"method": la.probe.method, "path": la.probe.path, "status": la.probe.status},
         "timeouts": b.timeouts(),
         "traces": b.traces.to_json(),
@@ -1234,5 +1236,5 @@ def to_json(p: Plan) -> dict:
         "max_wall_s": round(p.max_wall_s, 3),
         "telemetry_interval_s": p.telemetry_interval_s,
         "progress_interval_s": PROGRESS_INTERVAL_S,
-        "backends": [_backend_json(b) for b in p.backends],
+        "backends": [_backend_json(b, p.spec_secrets) for b in p.backends],
     }

@@ -490,3 +490,55 @@ def test_inherited_secret_values_are_the_credentials_the_server_gets():
     environ = {"HF_TOKEN": INHERITED_TOKEN, "MY_API_KEY": "k-12345678", "PATH": "/usr/bin", "USE_AUTH": "1",
                "TOKENIZERS_PARALLELISM": "false", "MAX_TOTAL_TOKENS": "4096", "SPEC_SET_TOKEN": "overridden-by-spec"}  # fmt: skip
     assert inherited_secret_values(environ, {"SPEC_SET_TOKEN"}) == {INHERITED_TOKEN, "k-12345678"}
+
+
+# ------------------------------------------------------------------ a secret outside its own variable
+
+ELSEWHERE_TOKEN = "tok_ABCDEFG12345"
+
+
+def test_a_secret_given_outside_its_variable_is_redacted_in_the_manifest_and_plan(tmp_path):
+    """A secret-named variable's value is redacted wherever else the spec gives it: quoted in
+    another variable (`OTHER_SETTING`) and as a plain argument of the launch command (no
+    secret flag before it). The manifest's argv and env, every evidence file, and `plan` in
+    both formats say "<redacted>" there."""
+    argv = [sys.executable, "-m", "soakspec", "sim", "--host", "127.0.0.1", "--port", "{port}", "--model", "default",
+            "--ttft", "20ms", "--itl", "5ms", "--echo-env", ELSEWHERE_TOKEN]  # fmt: skip
+    launch = (f"launch = {json.dumps(argv)}\n  env {{\n    MY_TOKEN = \"{ELSEWHERE_TOKEN}\"\n"
+              f'    OTHER_SETTING = "see {ELSEWHERE_TOKEN} here"\n  }}')  # fmt: skip
+    sim = "sim {\n    ttft = 20ms\n    itl = 5ms\n  }"
+    text = sim_spec(duration="1s", bucket="1s")
+    spec = tmp_path / "t.soak"
+    spec.write_text(text.replace(sim, launch, 1))
+    marker = new_marker()
+    out = tmp_path / "ev"
+    env = run_env(marker)
+    run = subprocess.run(soakspec_cmd("run", str(spec), "--out", str(out)), cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert wait_no_survivors(marker) == []
+    assert run.returncode == 0, run.stdout + run.stderr
+    b0 = manifest(out)["backends"][0]
+    assert b0["argv"][-2:] == ["--echo-env", "<redacted>"], b0["argv"]
+    assert b0["env"] == {"MY_TOKEN": "<redacted>", "OTHER_SETTING": "see <redacted> here"}, b0["env"]
+    found = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name not in ("server.log", "server.log.gz")
+             and ELSEWHERE_TOKEN.encode() in p.read_bytes()}  # fmt: skip
+    assert found == set()
+    outputs = {"run": run.stdout + run.stderr}
+    for fmt in ("text", "json"):
+        p = subprocess.run(soakspec_cmd("plan", str(spec), "--format", fmt), cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        outputs[f"plan {fmt}"] = p.stdout + p.stderr
+    launched = json.loads(outputs["plan json"])["backends"][0]["launch"]
+    assert launched["argv"][-1] == "<redacted>" and launched["env"]["OTHER_SETTING"] == "see <redacted> here", launched
+    assert {name for name, text in outputs.items() if ELSEWHERE_TOKEN in text} == set()
+
+
+def test_redact_argv_and_env_take_the_runs_secrets():
+    from soakspec.evidence.redact import redact_argv, redact_env
+
+    secrets = {ELSEWHERE_TOKEN, "1"}  # "1" (USE_AUTH=1) is too short to be a credential: left alone
+    assert redact_argv(["srv", "--port", "1", ELSEWHERE_TOKEN, f"x={ELSEWHERE_TOKEN}"], secrets) == \
+        ["srv", "--port", "1", "<redacted>", "x=<redacted>"]  # fmt: skip
+    assert redact_env({"A": f"a {ELSEWHERE_TOKEN}", "N": "1", "USE_AUTH": "1"}, secrets) == \
+        {"A": "a <redacted>", "N": "1", "USE_AUTH": "<redacted>"}  # fmt: skip

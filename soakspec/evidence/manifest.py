@@ -71,7 +71,7 @@ def new_manifest(
         "artifacts": {},
     }
     if command is not None:
-        m["command"] = redact_argv(command)
+        m["command"] = redact_argv(command, secrets)
     return m
 
 
@@ -142,9 +142,12 @@ def backend_entry(
     source: Mapping[str, Any] | None = None,
     model: Mapping[str, Any] | None = None,
     server_binary: Mapping[str, Any] | None = None,
+    secrets: Iterable[str] = (),
 ) -> dict[str, Any]:
     """One entry of `backends`. `env` is only what the spec sets (never os.environ); argv and
-    env are redacted here. `runtime_boundary` may be a `RuntimeBoundary` or its JSON."""
+    env are redacted here, of the run's `secrets` too wherever they appear (a token also given
+    as a plain argument, or quoted in another variable). `runtime_boundary` may be a
+    `RuntimeBoundary` or its JSON."""
     if kind not in BACKEND_KINDS:
         raise ValueError(f"backend kind must be one of {BACKEND_KINDS}, not {kind!r}")
     from soakspec.evidence.redact import scrub
@@ -161,8 +164,8 @@ def backend_entry(
         "safe_name": layout.safe_name(name),
         "kind": kind,
         "url": scrub(url) if url else url,
-        "argv": redact_argv(argv) if argv is not None else None,
-        "env": redact_env(env or {}),
+        "argv": redact_argv(argv, secrets) if argv is not None else None,
+        "env": redact_env(env or {}, secrets),
         "cwd": str(cwd) if cwd is not None else None,
         "pid": pid,
         "started_at": utc_iso(started_at) if started_at is not None else None,

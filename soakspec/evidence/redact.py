@@ -1,11 +1,12 @@
 """Redaction: secrets never reach the evidence directory, reports or progress output.
 
-- `redact_env(env)`: variables whose *name* contains TOKEN, KEY, SECRET, PASSWORD, PASSWD,
+- `redact_env(env, secrets)`: variables whose *name* contains TOKEN, KEY, SECRET, PASSWORD, PASSWD,
   AUTH or CREDENTIAL (any case) become "<redacted>"; other values are scrubbed of
   credential-looking substrings (URL passwords, `hf_...`, `sk-...`, bearer tokens).
-- `redact_argv(argv)`: values of secret flags (`--api-key X`, `--token=X`, `--password X`),
+- `redact_argv(argv, secrets)`: values of secret flags (`--api-key X`, `--token=X`, `--password X`),
   header values (`-H "Authorization: Bearer X"`), `NAME=value` assignments with secret names,
   URL user:password@ parts and secret query parameters, and credential-looking values.
+  Both also replace the run's known secret values (`secrets`) wherever else they appear.
 - `redact_text(text, secrets)`: replaces known secret values (longest first) and the same
   credential patterns; used for progress output and reports.
 - `secret_values(env, argv)`: the values the two functions above removed, to pass to
@@ -85,9 +86,11 @@ def scrub(value: str) -> str:
     return value
 
 
-def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    """A copy of `env` with secret-named variables replaced and other values scrubbed."""
-    return {k: (REDACTED if is_secret_name(k) else scrub(str(v))) for k, v in env.items()}
+def redact_env(env: Mapping[str, str], secrets: Iterable[str] = ()) -> dict[str, str]:
+    """A copy of `env` with secret-named variables replaced and other values scrubbed of
+    credential patterns and of the run's `secrets` (a secret quoted in another variable)."""
+    known = _known(secrets)
+    return {k: (REDACTED if is_secret_name(k) else scrub(_replace(str(v), known))) for k, v in env.items()}
 
 
 def _redact_arg(arg: str) -> str:
@@ -124,8 +127,10 @@ def _merge(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return out
 
 
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """A copy of `argv` with secret values replaced by "<redacted>" (see the module docstring)."""
+def redact_argv(argv: Sequence[str], secrets: Iterable[str] = ()) -> list[str]:
+    """A copy of `argv` with secret values replaced by "<redacted>" (see the module docstring),
+    and the run's `secrets` wherever else they appear (a token given as a plain argument)."""
+    known = _known(secrets)
     out: list[str] = []
     hide_next = False
     for arg in argv:
@@ -148,7 +153,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
                 out.append(f"{flag}={_redact_arg(value)}")
                 continue
         out.append(_redact_arg(arg))
-    return out
+    return [_replace(a, known) for a in out] if known else out
 
 
 def secret_values(env: Mapping[str, str] | None = None, argv: Sequence[str] | None = None) -> set[str]:
@@ -206,9 +211,19 @@ def inherited_secret_values(environ: Mapping[str, str], overridden: Iterable[str
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` with every known secret value (longest first) and credential-looking substring
     replaced by "<redacted>"."""
-    for s in sorted({s for s in secrets if s}, key=len, reverse=True):
+    return scrub(_replace(text, sorted({s for s in secrets if s}, key=len, reverse=True)))
+
+
+def _known(secrets: Iterable[str]) -> list[str]:
+    """The run's secrets to look for in a value (longest first): those a `Redactor` keeps, so
+    `USE_AUTH=1` does not turn every "1" of an argv into "<redacted>"."""
+    return sorted({str(s) for s in secrets if s and len(str(s)) >= MIN_SECRET_CHARS}, key=len, reverse=True)
+
+
+def _replace(text: str, known: Sequence[str]) -> str:
+    for s in known:
         text = text.replace(s, REDACTED)
-    return scrub(text)
+    return text
 
 
 # ------------------------------------------------------------------------------ the server's text in records

@@ -138,6 +138,7 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
         source=source_entry(repo, rec.source_before, after) if repo is not None else None,
         model=model_entry(plan.model.id, plan.model.path, plan.model.revision),
         server_binary={"path": binary.get("path"), "sha256": binary.get("sha256")} if binary else None,
+        secrets=record_redactor().source,
     )
     entry["levels"] = rec.levels
     entry["trace_source"] = trace_source
