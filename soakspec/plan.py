@@ -1097,10 +1097,10 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
     la = b.launch
     rt = b.runtime.label if b.runtime else "(none declared)"
     pr = la.probe
-    ready = f"ready when {pr.method} {pr.path} answers {pr.status} (every {format_duration(pr.interval_s)}, at most {format_duration(pr.timeout_s)})"
+    ready = f"ready when {pr.method} {scrub(pr.path)} answers {pr.status} (every {format_duration(pr.interval_s)}, at most {format_duration(pr.timeout_s)})"
     stop = f"; stop: SIGTERM, {format_duration(la.shutdown_grace_s)} grace, SIGKILL" if la.launches else ""
     lv_ = la.liveness
-    alive = (f"    alive while {pr.method} {pr.path} answers (every {format_duration(lv_.interval_s)}); "
+    alive = (f"    alive while {pr.method} {scrub(pr.path)} answers (every {format_duration(lv_.interval_s)}); "
              f"dead after {format_duration(lv_.grace_s)} of refusals: the run aborts")  # fmt: skip
     lines = [
         f"  backend '{b.name}': {_how(la, rehearsal, secrets)}",
@@ -1132,7 +1132,7 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
         lines.append(f"    stops its load when: {a.text}")
     if b.metrics is not None:
         how = "declared: a failed scrape fails metrics_scraped" if b.metrics.declared else "default: a 404 means not available"
-        lines.append(f"    server metrics: GET {b.metrics.path} every {format_duration(b.metrics.interval_s)} "
+        lines.append(f"    server metrics: GET {scrub(b.metrics.path)} every {format_duration(b.metrics.interval_s)} "
                      f"(at most {format_duration(b.metrics.timeout_s)} each; {how})")
     exp = b.expected_requests
     lines.append(
@@ -1201,7 +1201,7 @@ def _backend_json(b: BackendPlan, secrets: Iterable[str] = ()) -> dict[str, Any]
         "kind": b.backend.kind,
         "runtime_boundary": b.runtime.label if b.runtime else None,
         "launch": la.to_json(secrets),
-        "ready": {"method": la.probe.method, "path": la.probe.path, "status": la.probe.status},
+        "ready": {"method": la.probe.method, "path": scrub(la.probe.path), "status": la.probe.status},
         "timeouts": b.timeouts(),
         "traces": b.traces.to_json(),
         "min_requests": b.min_requests,
@@ -1212,7 +1212,7 @@ def _backend_json(b: BackendPlan, secrets: Iterable[str] = ()) -> dict[str, Any]
         "follow_up_request": b.follow_up_request.to_json() if b.follow_up else None,
         "levels": [_level_json(lv) for lv in b.levels],
         "aborts": [a.to_json() for a in b.aborts],
-        "metrics": b.metrics.to_json() if b.metrics is not None else None,
+        "metrics": b.metrics.to_json() | {"path": scrub(b.metrics.path)} if b.metrics is not None else None,
     }
 
 

@@ -542,3 +542,57 @@ def test_redact_argv_and_env_take_the_runs_secrets():
         ["srv", "--port", "1", "<redacted>", "x=<redacted>"]  # fmt: skip
     assert redact_env({"A": f"a {ELSEWHERE_TOKEN}", "N": "1", "USE_AUTH": "1"}, secrets) == \
         {"A": "a <redacted>", "N": "1", "USE_AUTH": "<redacted>"}  # fmt: skip
+
+
+# ------------------------------------------------------------------ a secret in a URL's query
+
+QUERY_SECRET = "qsecret12345"
+
+
+def test_a_secret_query_parameter_in_a_probe_path_is_redacted_in_evidence_plan_and_reports(tmp_path):
+    """A readiness path with `?access_token=X` on a `url` backend that never answers: the run
+    aborts saying which URL it probed, and neither the manifest (the backend's aborted_reason,
+    the stored spec text), the verdict, the run's output, `gate`, `report` nor `plan` shows X.
+    The stored spec text keeps its closing quote, so the evidence still checks and judges."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = (f'url = "http://127.0.0.1:{port}"\n  ready {{\n    path = "/health?access_token={QUERY_SECRET}"\n'
+           "    timeout = 1s\n    interval = 100ms\n  }")  # fmt: skip
+    sim = "sim {\n    ttft = 20ms\n    itl = 5ms\n  }"
+    spec = tmp_path / "t.soak"
+    spec.write_text(sim_spec(duration="1s", bucket="1s").replace(sim, url, 1))
+    out = tmp_path / "ev"
+    env = run_env(new_marker())
+    run = subprocess.run(soakspec_cmd("run", str(spec), "--out", str(out)), cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert run.returncode == 4, run.stdout + run.stderr
+    m = manifest(out)
+    reason = m["backends"][0]["aborted_reason"]
+    assert "not ready" in reason and "/health?access_token=<redacted>" in reason, reason
+    assert 'path = "/health?access_token=<redacted>"' in m["spec"]["text"]
+    found = {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and QUERY_SECRET.encode() in p.read_bytes()}
+    assert found == set()
+    outputs = {"run": run.stdout + run.stderr} | _reports(out, tmp_path, env)
+    assert "/health?access_token=<redacted>" in outputs["gate"], outputs["gate"]
+    assert not any("does not check" in text for text in outputs.values()), outputs
+    for fmt in ("text", "json"):
+        p = subprocess.run(soakspec_cmd("plan", str(spec), "--format", fmt), cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=60)  # fmt: skip
+        assert p.returncode == 0, p.stdout + p.stderr
+        outputs[f"plan {fmt}"] = p.stdout + p.stderr
+    assert json.loads(outputs["plan json"])["backends"][0]["ready"]["path"] == "/health?access_token=<redacted>"
+    assert {name for name, text in outputs.items() if QUERY_SECRET in text} == set()
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ('path = "/health?access_token=qs12345"', 'path = "/health?access_token=<redacted>"'),
+    ("(GET http://h:9/health?Api_Key=qs12345: ConnectError)", "(GET http://h:9/health?Api_Key=<redacted>: ConnectError)"),
+    ("http://h/?a=1&password=p,q.r&b=2", "http://h/?a=1&password=<redacted>&b=2"),
+])  # fmt: skip
+def test_a_secret_query_value_ends_where_the_url_does(text, shown):
+    from soakspec.evidence.redact import scrub
+
+    assert scrub(text) == shown

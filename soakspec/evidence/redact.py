@@ -57,7 +57,11 @@ _CREDENTIAL = re.compile(
 )
 _BEARER = re.compile(r"(?i)\b(bearer)(\s+)([^\s\"',;]+)")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@?#]+)@")
-_QUERY_SECRET = re.compile(r"(?i)([?&;](?:[a-z0-9_.-]*(?:token|key|secret|password|passwd|auth|signature|sig)[a-z0-9_.-]*)=)([^&#\s]+)")
+# A value ends where the URL does in the text around it: at a quote (a path in the spec text's
+# string), a backslash (its JSON-escaped form), an angle bracket, or punctuation that ends the
+# URL (`GET http://h/p?token=X: ConnectError`).
+_QUERY_SECRET = re.compile(r"(?i)([?&;](?:[a-z0-9_.-]*(?:token|key|secret|password|passwd|auth|signature|sig)[a-z0-9_.-]*)=)"
+                           r"([^&#\s\"'<>\\]+?)(?=[:,.;)\]]*(?:[&#\s\"'<>\\]|$))")
 _HEADER = re.compile(r"(?i)^(\s*(?:" + "|".join(re.escape(h) for h in _SECRET_HEADERS) + r")\s*:\s*)(.*)$", re.DOTALL)
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 # Words inside one argv element that holds a whole command line (`sh -c "..."` of a shell backend).

@@ -144,7 +144,8 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
     entry["trace_source"] = trace_source
     entry["server_log_cut"] = cut
     entry["server_log_moved"] = rec.log_compactor.moved_record()  # what the run's steps moved, or why they stopped
-    entry["aborted_reason"] = rec.aborted_reason
+    # the runner's words, but they may quote the server or a URL (a probe path's ?access_token=)
+    entry["aborted_reason"] = record_redactor().text(rec.aborted_reason) if rec.aborted_reason is not None else None
     entry["aborted_at"] = rec.aborted_at
     # the server's own log lines: they may print the run's secrets (an auth error quoting its
     # token), so they are redacted as a record's server text is (server.log alone keeps them raw)

@@ -36,6 +36,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from soakspec.evidence.io import EvidenceError, JsonlWriter
+from soakspec.evidence.redact import scrub
 from soakspec.plan import MetricsScrape
 from soakspec.runner.protocol import describe_transport_error
 from soakspec.runner.recorder import durable, off_loop
@@ -72,7 +73,7 @@ class ScrapeLog:
 
     def to_json(self) -> dict[str, Any]:
         s = self.scrape
-        return {"path": s.path, "interval_s": s.interval_s, "timeout_s": s.timeout_s, "declared": s.declared,
+        return {"path": scrub(s.path), "interval_s": s.interval_s, "timeout_s": s.timeout_s, "declared": s.declared,
                 "status": self.status, "scrapes": self.scrapes, "failed": self.failures,
                 "first_error": self.first_error, "families": sorted(self.families)}
 
