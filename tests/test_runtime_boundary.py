@@ -113,3 +113,17 @@ def test_a_label_version_is_checked_against_the_runtimes_own_log_line():
     assert detect_runtime_boundary(RuntimeDecl(label), env, "NCCL version 2.26.2\n").status == "confirmed"
     unconfirmed = detect_runtime_boundary(RuntimeDecl(label), env, "ready\n")
     assert unconfirmed.status == "declared" and any("nothing in the server log confirms it" in d for d in unconfirmed.details)
+
+
+def test_a_required_secret_variable_is_checked_but_its_value_never_said():
+    """`require_env = ["HF_TOKEN"]`: the boundary confirms it is set, and neither its
+    details (stored in the manifest, shown in reports) nor what it observed say the value."""
+    decl = RuntimeDecl(label="host-staged", required_env=(("HF_TOKEN", None), ("MODE", "fast")))
+    b = detect_runtime_boundary(decl, {"HF_TOKEN": "hf_live_SECRET_12345", "MODE": "fast"}, "")
+    assert b.status == "confirmed"
+    assert "hf_live_SECRET_12345" not in repr(b.to_json())
+    assert "HF_TOKEN=<redacted> in the launched environment" in b.details and "MODE=fast in the launched environment" in b.details
+    label = RuntimeDecl(label="API_KEY=sk-declared-0000 host-staged")
+    c = detect_runtime_boundary(label, {"API_KEY": "sk-other-99999999"}, "")
+    assert c.status == "contradictory"
+    assert "sk-other-99999999" not in repr(c.to_json()) and "API_KEY=<redacted> in the launched environment" in c.details[0]

@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from soakspec.evidence.redact import redact_env
+from soakspec.evidence.redact import REDACTED, is_secret_name, redact_env, scrub
 # Defined once in the language layer (the checker applies it before a run); re-exported here.
 from soakspec.lang.runtime_label import is_generic_label, validate_log_regex  # noqa: F401
 
@@ -271,12 +271,15 @@ def detect_runtime_boundary(
     for name, want in sorted(required.items()):
         have = env.get(name)
         observed[name] = have
+        # the details are stored and reported: a secret-named variable's value is not said
+        secret = is_secret_name(name)
+        shown_have, shown_want = (REDACTED, REDACTED) if secret else (scrub(str(have)), scrub(str(want)))
         if have is None:
             missing.append(f"{name} is not set in the launched environment")
         elif want is not None and have != want:
-            contradictions.append(f"{name}={have} in the launched environment but {name}={want} is declared")
+            contradictions.append(f"{name}={shown_have} in the launched environment but {name}={shown_want} is declared")
         else:
-            confirmations.append(f"{name}={have} in the launched environment")
+            confirmations.append(f"{name}={shown_have} in the launched environment")
 
     shown = redact_env({k: v for k, v in observed.items() if v is not None})
     observed_red = tuple(sorted((k, shown.get(k)) for k in observed))

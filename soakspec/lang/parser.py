@@ -311,7 +311,8 @@ _QUANTITY_RE = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)([A-Za-z%
 
 def _unescape(body: str) -> str:
     # JSON-compatible escapes plus \' ; an invalid escape is an error for the checker to see,
-    # but we keep lexing lenient: unknown escapes are kept verbatim.
+    # but we keep lexing lenient: unknown escapes are kept verbatim, and so is a lone UTF-16
+    # surrogate (`\ud800`: no character, which no request body could encode).
     if "\\" not in body:
         return body
     out = []
@@ -326,9 +327,16 @@ def _unescape(body: str) -> str:
                 i += 2
                 continue
             if n == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[i + 2 : i + 6] or ""):
-                out.append(chr(int(body[i + 2 : i + 6], 16)))
-                i += 6
-                continue
+                code = int(body[i + 2 : i + 6], 16)
+                if 0xD800 <= code < 0xDC00 and body[i + 6 : i + 8] == "\\u" and re.fullmatch(r"[dD][c-fC-F][0-9a-fA-F]{2}", body[i + 8 : i + 12]):
+                    # a UTF-16 surrogate pair (as JSON writes a character beyond the BMP): one character
+                    out.append(chr(0x10000 + ((code - 0xD800) << 10) + (int(body[i + 8 : i + 12], 16) - 0xDC00)))
+                    i += 12
+                    continue
+                if not 0xD800 <= code < 0xE000:  # a lone surrogate is no character: kept verbatim, as an unknown escape
+                    out.append(chr(code))
+                    i += 6
+                    continue
             out.append(c)
             i += 1
             continue
