@@ -102,3 +102,26 @@ def test_secret_values_collects_what_redaction_hides():
 def test_secret_named_switches_do_not_swallow_the_next_flag():
     assert redact_argv(["srv", "--no-auth", "--port", "8000", "--api-key", "k1"]) == \
         ["srv", "--no-auth", "--port", "8000", "--api-key", REDACTED]
+
+
+def test_a_short_secret_is_redacted_where_it_is_given_and_the_stored_spec_still_reads():
+    """`USE_AUTH = "1"`: a value too short to look for everywhere (it replaced every "1" of the
+    stored spec text, `concurrency = [<redacted>6]`, and gate refused the evidence) is redacted
+    at its secret-named key only; a long secret is replaced wherever it occurs."""
+    from pathlib import Path
+    import tempfile
+
+    from soakspec.evidence.manifest import spec_entry
+    from soakspec.lang import load_spec
+
+    text = (Path(__file__).resolve().parents[1] / "specs" / "demo.soak").read_text()
+    text = text.replace('NCCL_IB_DISABLE = "1"', 'NCCL_IB_DISABLE = "1"\n    USE_AUTH = "1"\n    HF_TOKEN = "hf_abcdefgh"', 1)
+    text = text.replace("concurrency = [4, 8]", "concurrency = [4, 16]", 1)
+    stored = spec_entry("demo.soak", text, {"1", "hf_abcdefgh"})["text"]
+    assert 'USE_AUTH = "<redacted>"' in stored and 'HF_TOKEN = "<redacted>"' in stored
+    assert "hf_abcdefgh" not in stored and 'NCCL_IB_DISABLE = "1"' in stored and "[4, 16]" in stored
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "stored.soak"
+        p.write_text(stored)
+        spec, diags, _ = load_spec(p)
+        assert spec is not None, diags

@@ -17,7 +17,7 @@ from typing import Any
 
 from soakspec.evidence import layout
 from soakspec.evidence.io import sha256_file, sha256_text, write_json_atomic
-from soakspec.evidence.redact import redact_argv, redact_env, redact_text
+from soakspec.evidence.redact import redact_argv, redact_env, redact_spec_text
 
 SCHEMA_VERSION = 1
 STATUSES = ("running", "complete", "incomplete", "aborted")
@@ -81,7 +81,7 @@ def spec_entry(path: str | None, text: str, secrets: Iterable[str] = ()) -> dict
     (staleness checks compare it with the spec file); and, when redaction changed the text,
     `text_sha256`: that of the stored text, which is what verification re-hashes (the real
     text's hash cannot be recomputed from a redacted copy)."""
-    shown = redact_text(text, secrets)
+    shown = redact_spec_text(text, secrets)
     entry: dict[str, Any] = {"path": path, "text": shown, "sha256": sha256_text(text)}
     if shown != text:
         entry["text_sha256"] = sha256_text(shown)

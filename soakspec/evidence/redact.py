@@ -218,6 +218,28 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     return scrub(_replace(text, sorted({s for s in secrets if s}, key=len, reverse=True)))
 
 
+_SPEC_ASSIGN = re.compile(r'\b([A-Za-z_][A-Za-z0-9_.-]*)(\s*=\s*)"((?:[^"\\\n]|\\.)*)"')
+
+
+def redact_spec_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """A spec's text as the evidence stores it: `redact_text` with the secrets a `Redactor`
+    keeps (at least MIN_SECRET_CHARS), and a shorter one only where a secret-named key is
+    given it (`USE_AUTH = "1"`). Replacing every "1" of the text made the stored spec
+    unreadable (`concurrency = [<redacted>6]`), so `gate` and `report` refused the evidence."""
+    values = {str(v) for v in secrets if v}
+    short = {v for v in values if len(v) < MIN_SECRET_CHARS}
+    out = redact_text(text, values - short)
+    if not short:
+        return out
+
+    def one(m: re.Match[str]) -> str:
+        if m.group(3) in short and is_secret_name(m.group(1)):
+            return f'{m.group(1)}{m.group(2)}"{REDACTED}"'
+        return m.group(0)
+
+    return _SPEC_ASSIGN.sub(one, out)
+
+
 def _known(secrets: Iterable[str]) -> list[str]:
     """The run's secrets to look for in a value (longest first): those a `Redactor` keeps, so
     `USE_AUTH=1` does not turn every "1" of an argv into "<redacted>"."""
