@@ -384,6 +384,29 @@ def test_a_signal_mid_bucket_leaves_evidence_that_verifies(tmp_path):
     assert all(r["outcome"] == "disconnected" and r["end"] is not None for r in cut)
 
 
+@pytest.mark.parametrize("gap", [0.1, 0.6])
+def test_a_second_sigterm_while_the_run_stops_does_not_kill_it_unfinished(tmp_path, gap):
+    """A service manager or an impatient user sends SIGTERM twice: the second, while the
+    evidence is being finished or judged, killed soakspec (exit 143, no verdict, an audit saw
+    it 3 times in 3). Now it is said and absorbed while the evidence is finished, and it stops
+    the judging after: exit 4 either way, the manifest final (`aborted`), no server left."""
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = _start_runner(tmp_path, sim_spec(sim="ttft = 100ms\n    itl = 20ms", duration="30s", bucket="10s", max_tokens=32), marker, out)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(gap)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert wait_no_survivors(marker) == []
+    assert proc.returncode == 4, err
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "aborted" and "interrupted by SIGTERM" in m["incomplete_reason"], m["status"]
+    v = _verify(out)
+    assert v.returncode == 3, v.stdout + v.stderr  # incomplete, not corrupt
+
+
 @pytest.mark.slow
 def test_sigkill_of_the_runner_kills_a_server_that_ignores_sigterm(tmp_path):
     """SIGKILL of soakspec: the reaper SIGTERMs, then SIGKILLs the server (which ignores

@@ -16,8 +16,12 @@ or the manifest could not be signed.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from soakspec.diagnostics import render_text
 from soakspec.exitcodes import ExitCode
@@ -100,9 +104,30 @@ def main(args: argparse.Namespace) -> int:
         return ExitCode.ABORTED
     if not args.quiet:
         print(f"evidence: {result.run_dir}", file=sys.stderr)
-    signed = _sign(result.run_dir, args.sign, args.quiet) if args.sign is not None else True
-    code = _judge_and_report(spec, result, args.format)
+    try:
+        with _signals_interrupt():
+            signed = _sign(result.run_dir, args.sign, args.quiet) if args.sign is not None else True
+            code = _judge_and_report(spec, result, args.format)
+    except KeyboardInterrupt:  # the evidence is final; only its judging was cut short
+        print(f"soakspec run: interrupted while judging; the evidence in {result.run_dir} is complete "
+              f"(`soakspec gate {result.run_dir}` judges it)", file=sys.stderr)
+        return ExitCode.ABORTED
     return code if signed else ExitCode.ABORTED
+
+
+@contextlib.contextmanager
+def _signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP stop the judging after a run as Ctrl-C does (KeyboardInterrupt), so
+    soakspec says what is left and exits 4 rather than dying with no word (exit 143)."""
+    def stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
 
 
 def _sign(run_dir: Path, key: str, quiet: bool) -> bool:

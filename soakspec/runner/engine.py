@@ -144,12 +144,21 @@ async def _run_backends(backends: list[_Backend], plan: Plan, deps: Deps) -> Non
             await _start_backend(b, plan, deps, prompts)
 
 
-async def _signals(scope: trio.CancelScope, status: RunStatus) -> None:
+async def _signals(scope: trio.CancelScope, status: RunStatus, progress: Progress) -> None:
+    """The first SIGINT, SIGTERM or SIGHUP cancels the load. Later ones, while the evidence is
+    being finished, are said and absorbed: the run is already stopping, and the default action
+    then (a second Ctrl-C, a service manager's repeated SIGTERM) killed soakspec with the
+    manifest still `running`. The judging after the run can be interrupted (commands/run.py);
+    SIGKILL stops anything, leaving evidence `verify` calls incomplete."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as sigs:
         async for signum in sigs:
-            status.interrupted(signal.Signals(signum).name)
-            scope.cancel()
-            return
+            name = signal.Signals(signum).name
+            if status.signal_name is None:
+                status.interrupted(name)
+                scope.cancel()
+            else:
+                progress.error(f"soakspec run: {name} again: already stopping; finishing the evidence first (SIGKILL "
+                               "would leave it incomplete)")
 
 
 async def _load(load_scope: trio.CancelScope, backends: list[_Backend], plan: Plan, deps: Deps, status: RunStatus) -> None:
@@ -191,7 +200,7 @@ async def _run(backends: list[_Backend], plan: Plan, deps: Deps, status: RunStat
     """Both phases, with signals watched throughout: a signal cancels the load (not the collection)."""
     async with trio.open_nursery() as top:
         load_scope = trio.CancelScope()
-        top.start_soon(_signals, load_scope, status)
+        top.start_soon(_signals, load_scope, status, deps.progress)
         await _load(load_scope, backends, plan, deps, status)
         # phase 2: the load's cancel scope has ended, so nothing here is cancelled (and needs no shield);
         # what the load freed (connections, buffers) goes back to the system before collecting and judging
