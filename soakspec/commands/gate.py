@@ -45,7 +45,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", action="append", default=[], metavar="NAME",
                    help="judge only this backend (repeatable), as a `run --backend` of it: rules naming other backends are dropped")
     p.add_argument("--partial", action="store_true",
-                   help="judge a run still going (or killed) up to its last closed bucket; always INCONCLUSIVE")
+                   help="judge a run still going (or killed) up to its last closed bucket: INCONCLUSIVE; a finished run is judged in full")
 
 
 def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_dir: bool = False):
