@@ -164,9 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"soakspec {args.command}: interrupted", file=sys.stderr)
         return ExitCode.ABORTED
-    except BrokenPipeError:  # the reader closed the pipe (`| head`): it had read what it wanted
+    except BrokenPipeError:  # the reader closed the pipe (`| head`)
         _discard_stdout()
-        return ExitCode(ExitCode.OK if code is None else code)  # the command's own code once it had finished
+        # the command's own code once it had finished; cut off before it did, its output (a
+        # verdict, a report) was not delivered whole, which is no pass (`set -o pipefail` CI
+        # took 0 for `gate DIR | head` of a failed gate)
+        return ExitCode(ExitCode.ABORTED if code is None else code)
     except (EvidenceChanged, EvidenceUnreadable) as e:  # a file changed under the judge, or one it cannot read
         print(f"soakspec {args.command}: {e}: the evidence cannot be judged", file=sys.stderr)
         return ExitCode.INCONCLUSIVE

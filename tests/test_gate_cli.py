@@ -102,6 +102,16 @@ def test_a_reader_that_leaves_after_the_verdict_does_not_change_its_code(spec, t
     assert "FAIL  failed == 0" in "".join(out.written)
 
 
+def test_a_reader_that_leaves_before_the_verdict_is_written_gets_no_pass(spec, tmp_path, monkeypatch):
+    """`gate DIR | head` where the pipe breaks while the verdict is written: the command did
+    not finish, so its exit is ABORTED, never OK (it was 0: a pipefail CI passed a FAIL)."""
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("nccl", level=1, bucket=1))[0], "failed", "engine died")
+    root = b.write(tmp_path / "run")
+    monkeypatch.setattr(sys, "stdout", _Stdout(BrokenPipeError(errno.EPIPE, "Broken pipe"), on="write"))
+    assert main(["gate", str(root)]) == 4
+
+
 def test_edited_artifact_refuses_to_pass_and_names_the_file(spec, tmp_path, capsys):
     root = EvidenceBuilder(spec).write(tmp_path / "run")
     p = root / "backends" / "nccl" / "requests.jsonl.gz"
