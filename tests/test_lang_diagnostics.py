@@ -116,6 +116,28 @@ def test_space_between_number_and_unit():
     assert "2rps" in d.hint
 
 
+def test_a_unit_apart_from_its_number_at_the_end_of_a_value_is_reported_at_the_unit():
+    """`duration = 8 s`: the number ended the value and `s` began a statement, so the error
+    fell on the next line ("unexpected 'bucket'"), and `< 1 s` at the end of a rule on the
+    gate's closing brace plus a false "unexpected end of file" (an audit's finds). Now each is
+    one error at its unit, with the fix, and the rest of the file is checked as usual; a rule
+    written with '=' says to compare with '=='."""
+    text = ('soak "u" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\nworkload "w" {\n'
+            "  load {\n    concurrency = [4]\n  }\n  duration = 8 s  # eight\n  bucket = 2s\n}\n"
+            "gate {\n  require p95(ttft) < 1 s\n  require failed = 0\n}\n")
+    tree, diags = parse(text)
+    assert tree is None
+    assert [(d.code, d.span.line, d.span.column) for d in diags] == [("E001", 7, 16), ("E001", 11, 25), ("E001", 12, 18)]
+    assert diags[0].message == "unit 's' stands apart from its number 8" and diags[0].hint.endswith(": 8s")
+    assert diags[1].hint.endswith(": 1s")
+    assert "'=='" in diags[2].hint
+    fine = text.replace("8 s", "8s").replace("1 s", "1s").replace("failed = 0", "failed == 0")
+    assert parse(fine)[1] == []
+    quoted = text.replace('soak "u" {}', 'soak "u" {\n  description = "8 s"  # not 8 s\n}')
+    # inside a string or a comment it is text: the same three errors, two lines down
+    assert [(d.span.line, d.span.column) for d in parse(quoted)[1]] == [(9, 16), (13, 25), (14, 18)]
+
+
 def test_colon_instead_of_equals():
     tree, diags = parse(BASE % ("  prompt_words: 128\n" + LOAD))
     assert tree is None and len(diags) == 1

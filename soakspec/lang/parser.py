@@ -874,7 +874,8 @@ class _Syntax:
         at_end = e.token.type == "$END"
         if not at_end and e.token.line in self.errored_lines:
             return True  # this line has its error: drop the token, cheaply (no copy of the parser)
-        if self.mend_quote(self.last_line if at_end else e.token.line) or (not at_end and self.mend_equals(e)):
+        if (self.mend_quote(self.last_line if at_end else e.token.line) or (not at_end and self.mend_equals(e))
+                or self.mend_unit_space(len(self.source) if at_end else e.token.start_pos)):
             self.restart = True
             return False
         if at_end:
@@ -921,6 +922,27 @@ class _Syntax:
         self.source = self.source[:gap] + "=" + self.source[gap + 1 :]
         self.changed(gap)
         return True
+
+    def mend_unit_space(self, upto: int | None) -> bool:
+        """`duration = 8 s`: the number ends the value and the unit starts a new statement, so
+        the error lands on the next line ("unexpected 'bucket'") or at the end of the file.
+        When a number and a unit word stand apart at the end of a value (before the line's
+        end, a comment, ',' or a closing bracket) before the error, outside strings and
+        comments, report that unit and write it onto its number (the line keeps its length)."""
+        for m in _UNIT_APART.finditer(self.source, 0, len(self.source) if upto is None else upto):
+            line_start = self.source.rfind("\n", 0, m.start()) + 1
+            before = self.source[line_start:m.start()]
+            line = self.source.count("\n", 0, m.start()) + 1
+            if "#" in before or before.count('"') % 2 or line in self.errored_lines:
+                continue
+            number, gap, unit = m.group(1), m.group(2), m.group(3)
+            col = m.start(3) - line_start + 1
+            self.add("E001", f"unit '{unit}' stands apart from its number {number}", line, col, col + len(unit),
+                     hint=f"write the unit right after the number, without a space: {number}{unit}")
+            self.source = self.source[:m.start(2)] + unit + gap + self.source[m.end(3):]
+            self.changed(m.start(2))
+            return True
+        return False
 
     def lex_error(self, e: UnexpectedCharacters) -> int:
         """Report it and mend the source; returns where the mended span starts."""
@@ -1063,6 +1085,9 @@ def _comment_tokens(source: str) -> list[Token]:
 
 
 _NUMBER_BEFORE = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?)[ \t]+$")
+# a number and a unit word apart at the end of a value (`mend_unit_space`)
+_UNIT_APART = re.compile(r"(?<![\w.\-])(-?[0-9]+(?:\.[0-9]+)?)([ \t]+)(" + "|".join(
+    sorted((u for u in UNITS if u.isalpha()), key=len, reverse=True)) + r")(?![\w.])(?=[ \t]*(?:#[^\n]*)?$|[ \t]*[\],)}])", re.M)
 
 
 def _token_error(e: UnexpectedToken, source: str, add) -> None:
@@ -1085,6 +1110,8 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
         number = _NUMBER_BEFORE.search(source, max(0, tok.start_pos - 40), tok.start_pos)
         if number is not None:
             hint = f"write the unit right after the number, without a space: {number.group(1)}{text}"
+    elif text == "=" and re.match(r"[ \t]*(?:require|warn|abort)\b", source[source.rfind("\n", 0, tok.start_pos) + 1:tok.start_pos]):
+        hint = "a rule compares with '==' (or !=, <, <=, >, >=): '=' gives a key its value"
     add(
         "E001",
         f"unexpected {_describe_token(tok)}{_describe_expected(expected)}",
