@@ -16,11 +16,12 @@ import random
 from collections import Counter
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from soakspec.evidence.io import EvidenceChanged
 import soakspec.judge.evidence as ev_mod
-from soakspec.judge.evidence import load_evidence
+from soakspec.judge.evidence import load_evidence, spec_windows
 from soakspec.judge.joined import join
 from soakspec.judge.judge import judge_run
 from soakspec.judge.summary import summarize_run
@@ -81,8 +82,8 @@ def test_cells_answer_exactly_or_not_at_all(rs, data):
     assert np.array_equal(vc[0], want_v) and np.array_equal(vc[1], want_c)
 
 
-def _judged(root, *, cells=True):
-    ev = load_evidence(root)
+def _judged(root, *, cells=True, windows=()):
+    ev = load_evidence(root, windows=windows)
     if not cells:  # the reference: every gap counted from the kept gaps, as before cells
         for be in ev.backends:
             be.table.cells = None
@@ -107,7 +108,7 @@ def _write(tmp_path, name, spec, b):
 def _keeping_gaps():
     """load_evidence as it was: every table keeps its gaps."""
     init = ev_mod._TableRows.__init__
-    ev_mod._TableRows.__init__ = lambda self, keep_gaps=True: init(self, keep_gaps=True)
+    ev_mod._TableRows.__init__ = lambda self, keep_gaps=True, windows=None: init(self, keep_gaps=True, windows=windows)
     try:
         yield
     finally:
@@ -152,7 +153,7 @@ def test_counted_gaps_judge_as_kept_gaps_do(tmp_path_factory, seed, share, windo
                 else:
                     b.set_outcome(r, "disconnected", "connection reset", status=None)
     root = _write(tmp_path_factory.mktemp("ev"), "run", spec, b)
-    ev, run, verdict, results = _judged(root)
+    ev, run, verdict, results = _judged(root, windows=spec_windows(spec) if rng.random() < 0.5 else ())
     with _keeping_gaps():
         kept, _, want_v, want_r = _judged(root, cells=False)
     assert kept.backends[0].table.gap_loads == 0  # kept: nothing to read
@@ -172,6 +173,28 @@ def test_a_window_that_cuts_a_bucket_reads_the_gaps_again_once(tmp_path):
     windowed = [(r.status, r.message) for r in verdict.rules if r.rule.endswith("per window 7s")]
     assert windowed and "p99(itl) = " in windowed[0][1]
     assert windowed == [(r.status, r.message) for r in kept.rules if r.rule.endswith("per window 7s")]
+
+
+@pytest.mark.parametrize("load", [{"levels": "[2, 4]"}, {"mode": "open", "levels": "[20rps]"}], ids=["closed", "open"])
+def test_a_window_of_the_spec_is_counted_as_the_requests_stream_and_judged_the_same(tmp_path, load):
+    """Read with the spec's window lengths (as gate, report and run read it), each window is
+    a union of cells cut at its edges: no re-read of requests.jsonl.gz, which held every gap
+    of the table (+126 MB at 10^6 requests), and the same verdict and results as kept gaps;
+    a window of another length (a --spec the run did not declare) still reads them again."""
+    spec = small_spec(RULES.format(t="300ms", u="20ms", lat="2s") + "\nrequire p99(itl) < 30ms per window 7s"
+                      "\nrequire p50(itl) < 30ms per window 3s", **load)
+    root = _write(tmp_path, "run", spec, EvidenceBuilder(spec, per_bucket=40))
+    assert spec_windows(spec) == (3.0, 7.0)
+    ev, run, verdict, results = _judged(root, windows=spec_windows(spec))
+    assert ev.backends[0].table.gap_loads == 0
+    with _keeping_gaps():
+        _, _, kept, kept_results = _judged(root, cells=False)
+    windowed = [(r.rule, r.status, r.message) for r in verdict.rules if "per window" in r.rule]
+    assert len(windowed) == 2 and all("p99(itl) = " in m or "p50(itl) = " in m for _, _, m in windowed)
+    assert [(r.rule, r.status, r.message) for r in verdict.rules] == [(r.rule, r.status, r.message) for r in kept.rules]
+    assert results == kept_results
+    other, _, _, _ = _judged(root, windows=(5.0,))
+    assert other.backends[0].table.gap_loads == 1
 
 
 def test_a_file_changed_before_its_gaps_are_read_again_is_refused(tmp_path):

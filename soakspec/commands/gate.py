@@ -53,11 +53,12 @@ def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_
     Returns (spec, evidence), or an exit code after saying why on stderr. Shared by `gate`
     `report` and `combine`, which all re-judge rather than trust a stored verdict."""
     from soakspec.evidence.io import EvidenceError, EvidenceNotFound
+    from soakspec.judge.cli_support import windows_for
     from soakspec.judge.evidence import load_evidence
 
     where = str(run_dir).rstrip("/") or "/"
     try:
-        evidence = load_evidence(Path(run_dir))
+        evidence = load_evidence(Path(run_dir), windows=windows_for(run_dir, spec_file))
     except EvidenceNotFound:
         raise  # a usage error, exit 2 (not the INCONCLUSIVE of evidence that cannot be read)
     except EvidenceError as e:
@@ -163,7 +164,7 @@ def _yield_cpu() -> None:
 def _main_partial(args: argparse.Namespace) -> int:
     from soakspec.evidence import layout
     from soakspec.evidence.io import EvidenceError, read_json, require_evidence_dir
-    from soakspec.judge.evidence import load_evidence
+    from soakspec.judge.evidence import load_evidence, spec_windows
     from soakspec.judge.judge import judge
     from soakspec.judge.verdict import render_text
 
@@ -186,7 +187,7 @@ def _main_partial(args: argparse.Namespace) -> int:
     for n in notes:
         print(f"soakspec gate: note: {n}", file=sys.stderr)
     entries, judged = partial_entries(spec, root)
-    evidence = load_evidence(root, entries=entries)
+    evidence = load_evidence(root, entries=entries, windows=spec_windows(spec))
     evidence = _closed_only(dataclasses.replace(evidence, manifest=dict(evidence.manifest, backends=entries)), entries)
     verdict = judge(spec, evidence, backends=tuple(args.backend))
     failing = [r.rule for r in verdict.rules if r.status == "fail" and r.klass == "performance"]

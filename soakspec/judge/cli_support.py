@@ -41,13 +41,13 @@ def judge_and_write(run_dir: str | os.PathLike, spec: Spec, *, write: bool = Fal
     evidence into something other than what the run hashed.
     """
     from soakspec.evidence.results import write_results, write_verdict
-    from soakspec.judge.evidence import load_evidence
+    from soakspec.judge.evidence import load_evidence, spec_windows
     from soakspec.judge.joined import join
     from soakspec.judge.judge import judge_run
     from soakspec.judge.summary import summarize_run
 
     heap.release()  # `run`: what collecting the evidence freed, before the judge builds its columns
-    evidence = load_evidence(run_dir)
+    evidence = load_evidence(run_dir, windows=spec_windows(spec))
     run = join(spec, evidence, retained=retained)  # once, for the verdict and results.json
     verdict = judge_run(run)
     doc = verdict.to_json()
@@ -96,3 +96,25 @@ def spec_for(evidence, spec_file: str | None, where: str):
         notes.append(f"the embedded spec's canonical text now hashes to {spec.sha256[:12]}, "
                      f"the manifest recorded {want[:12]}")
     return spec, notes
+
+
+def windows_for(run_dir: str | os.PathLike, spec_file: str | None) -> tuple[float, ...]:
+    """The window lengths of the spec `spec_for` will choose (`spec_file`, else the manifest's
+    embedded text), read before the evidence is, so that its windows are counted as the
+    requests stream (`judge.evidence.load_evidence`). Parsing only; () when it cannot tell
+    (the spec is then reported by `spec_for`, and a window reads its gaps again)."""
+    from soakspec.evidence.io import EvidenceError, read_json
+    from soakspec.judge.evidence import spec_windows
+    from soakspec.lang import load_spec, load_text
+
+    try:
+        if spec_file is not None:
+            spec = load_spec(spec_file)[0]
+        else:
+            manifest = read_json(os.path.join(run_dir, layout.MANIFEST))
+            stored = manifest.get("spec") if isinstance(manifest, dict) else None
+            text = stored.get("text") if isinstance(stored, dict) else None
+            spec = load_text(text, "manifest.json#spec")[0] if isinstance(text, str) else None
+    except (EvidenceError, OSError, ValueError):
+        return ()
+    return spec_windows(spec) if spec is not None else ()

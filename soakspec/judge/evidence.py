@@ -33,7 +33,8 @@ from soakspec.evidence.io import (EvidenceChanged, EvidenceError, EvidenceFormat
 from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
 from soakspec.judge.clientsamples import ClientBuilder, ClientSamples, build_client, samples_of
 from soakspec.judge.scrapes import ScrapeBuilder, Scrapes, build_scrapes
-from soakspec.judge.table import RequestTable, TableBuilder, build_table
+from soakspec.judge.table import RequestTable, TableBuilder, WindowSlots, build_table
+from soakspec.lang.spec import Spec
 
 # verify codes: the artifact no longer is what the run wrote
 TAMPER_CODES = frozenset({"V101", "V102", "V103", "V106", "V107", "V109"})
@@ -335,10 +336,10 @@ class _TableRows(_Rows):
     """requests.jsonl as verification decodes it: each row checked (`request_problem`) and
     appended to the backend's columns, then dropped -- no row is held."""
 
-    def __init__(self, keep_gaps: bool = False) -> None:
+    def __init__(self, keep_gaps: bool = False, windows: WindowSlots | None = None) -> None:
         super().__init__(None)
-        # the ITL gaps are counted per bucket as they stream and not kept (`table.GapCells`)
-        self.builder = TableBuilder(keep_gaps=keep_gaps)
+        # the ITL gaps are counted per bucket (and window: `windows`) as they stream and not kept (`table.GapCells`)
+        self.builder = TableBuilder(keep_gaps=keep_gaps, windows=windows)
         self.unusable: list[tuple[int, str]] = []  # (record number, why), the first MAX_PROBLEMS
         self.n_unusable = 0
         self.seen = 0
@@ -451,10 +452,12 @@ class _ClaimRows(_Rows):
 _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace, layout.TELEMETRY: compact_telemetry}
 
 
-def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: frozenset[str] = frozenset()) -> Integrity:
+def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: frozenset[str] = frozenset(),
+               windows: Mapping[str, WindowSlots] | None = None) -> Integrity:
     """Verify `root`. `read`, when given, receives the rows of every backend's requests,
     traces and telemetry file as verification decodes them (rel path -> rows): one pass hashes,
-    decodes and validates each file, and the judge reads it from there."""
+    decodes and validates each file, and the judge reads it from there. `windows`: per
+    backend directory, where its levels' cells are cut (`table.WindowSlots`)."""
     from soakspec.evidence.verify import verify_evidence
 
     def rows(rel: str) -> _Rows | None:
@@ -470,7 +473,7 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
         if parts[2] not in _COMPACTORS:
             return None
         if parts[2] == layout.REQUESTS:
-            read[rel] = sink = _TableRows()
+            read[rel] = sink = _TableRows(windows=(windows or {}).get(parts[1]))
             return sink
         if parts[2] == layout.TRACES and parts[1] in from_log:
             read[rel] = sink = _ClaimRows(root / rel)
@@ -493,11 +496,15 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
     return Integrity(report.artifacts_checked, tuple(tampered), tuple(malformed), tuple(incomplete), True)
 
 
-def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = None) -> Evidence:
+def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = None,
+                  windows: Iterable[float] = ()) -> Evidence:
     """Verify and read an evidence directory. Raises `EvidenceNotFound` when there is no
     manifest.json, `EvidenceFormatError` when the manifest does not parse. `entries`, when
     given, are the backend entries to read instead of the manifest's (a run still going has
-    none yet: `soakspec gate --partial` makes them from buckets.jsonl)."""
+    none yet: `soakspec gate --partial` makes them from buckets.jsonl). `windows`: the window
+    lengths of the spec's `per window` rules (`spec_windows`), so that each window's ITL is
+    counted as the requests stream, as each bucket's is; any spec judges the result, a window
+    of another length reads the gaps again."""
     root = require_evidence_dir(run_dir)
     mpath = root / layout.MANIFEST
     manifest = read_json(mpath)
@@ -511,13 +518,17 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
     from_log = frozenset(layout.safe_name(e["name"]) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
                          and e.get("trace_source") == "log" and layout.server_log_file(root / layout.BACKENDS / layout.safe_name(e["name"]))
                                                                   is not None) if isinstance(entries, list) else frozenset()
-    integrity = _integrity(root, read, from_log)
+    windows = tuple(windows)
+    slots = {layout.safe_name(e["name"]): WindowSlots(e.get("levels") or (), windows) for e in entries
+             if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("levels") or [], list)} \
+        if windows and isinstance(entries, list) else {}
+    integrity = _integrity(root, read, from_log, slots)
 
     backends = []
     client = _client_rows(root, read)
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            be = _load_backend(root, entry, read, from_log)
+            be = _load_backend(root, entry, read, from_log, slots.get(layout.safe_name(entry["name"])))
             backends.append(dataclasses.replace(be, client=client[be.name]) if be.name in client else be)
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
 
@@ -539,14 +550,14 @@ def _client_rows(root: Path, read: dict[str, _Rows] | None = None) -> dict[str, 
 
 
 def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str],
-                   read: dict[str, _Rows]) -> tuple[RequestTable, int]:
+                   read: dict[str, _Rows], windows: WindowSlots | None = None) -> tuple[RequestTable, int]:
     """requests.jsonl into columns, one row at a time (from verification's decoding when it
     ran, else streamed here); unusable rows become problems (the first MAX_PROBLEMS; also
     returned: how many more there were)."""
     name = rel + layout.REQUESTS
     sink = read.pop(name, None) if path.is_file() else None
     if not isinstance(sink, _TableRows):
-        sink = _TableRows()
+        sink = _TableRows(windows=windows)
         if not path.is_file():
             problems.append(f"{name}: missing")
             return TableBuilder().finish(), 0
@@ -565,14 +576,14 @@ def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str]
             more += 1
     room = MAX_PROBLEMS - kept
     problems.extend(f"{name}: record {i}: {why}" for i, why in sink.unusable[:room])
-    return sink.builder.finish(reload=functools.partial(_reread, path, sink.batched)), more + sink.n_unusable - min(len(sink.unusable), room)
+    return sink.builder.finish(reload=functools.partial(_reread, path, sink.batched, windows)), more + sink.n_unusable - min(len(sink.unusable), room)
 
 
-def _reread(path: Path, batched: bool) -> RequestTable:
+def _reread(path: Path, batched: bool, windows: WindowSlots | None = None) -> RequestTable:
     """requests.jsonl.gz read again the way it was read first (verification's blocks, or a
     line at a time), into a table that keeps its ITL gaps: what a table that counted them per
     bucket reads them from when a computation needs one request's gaps (`table.LazyGaps`)."""
-    sink = _TableRows(keep_gaps=True)
+    sink = _TableRows(keep_gaps=True, windows=windows)
     if batched:
         from soakspec.evidence.record import iter_record_batches
 
@@ -584,7 +595,8 @@ def _reread(path: Path, batched: bool) -> RequestTable:
     return sink.builder.finish()
 
 
-def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str]) -> BackendEvidence:
+def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str],
+                  windows: WindowSlots | None = None) -> BackendEvidence:
     """One backend's records, traces, telemetry and follow-up, read once each (rows already
     decoded by verification come from `read`)."""
     name = entry["name"]
@@ -598,7 +610,7 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     rel = f"{layout.BACKENDS}/{safe}/"
     problems: list[str] = [safe_note] if safe_note else []
     partial: list[str] = []
-    table, more = _read_requests(d / layout.REQUESTS, rel, problems, partial, read)
+    table, more = _read_requests(d / layout.REQUESTS, rel, problems, partial, read, windows)
     traces: Any = _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
                              read=read)
     if not isinstance(traces, StoredTraces):
@@ -634,3 +646,8 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
         server_log_path=server_log_path,
         metrics=metrics,
     )
+
+
+def spec_windows(spec: Spec) -> tuple[float, ...]:
+    """The window lengths of `spec`'s `per window` rules (for `load_evidence(windows=...)`)."""
+    return tuple(sorted({r.window_s for r in spec.gate.rules if r.scope == "window" and r.window_s}))
