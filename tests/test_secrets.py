@@ -488,8 +488,22 @@ def test_inherited_secret_values_are_the_credentials_the_server_gets():
     from soakspec.evidence.redact import inherited_secret_values
 
     environ = {"HF_TOKEN": INHERITED_TOKEN, "MY_API_KEY": "k-12345678", "PATH": "/usr/bin", "USE_AUTH": "1",
-               "TOKENIZERS_PARALLELISM": "false", "MAX_TOTAL_TOKENS": "4096", "SPEC_SET_TOKEN": "overridden-by-spec"}  # fmt: skip
+               "TOKENIZERS_PARALLELISM": "false", "MAX_TOTAL_TOKENS": "4096", "SPEC_SET_TOKEN": "overridden-by-spec",
+               # no credentials, though their names hold a secret word: a name that would be
+               # replaced wherever it occurs (the stored spec text's "soakspec" too), a socket, a path
+               "GIT_AUTHOR_NAME": "soakspec", "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1", "HF_TOKEN_PATH": "/root/.cache/hf/token"}  # fmt: skip
     assert inherited_secret_values(environ, {"SPEC_SET_TOKEN"}) == {INHERITED_TOKEN, "k-12345678"}
+
+
+def test_the_stored_spec_text_is_redacted_of_the_specs_own_secrets_only():
+    """A secret the run only inherited is not in the spec's text: replacing its value there
+    (a common word) could change what the stored spec says, and gate judges by that text."""
+    from soakspec.evidence.manifest import new_manifest
+
+    text = 'soak "soakspec-demo" {}\n'
+    m = new_manifest(run_id="r", spec_text=text, spec_path=None, host={}, secrets={"soakspec-demo", "tok_SPEC_12345"},
+                     spec_secrets={"tok_SPEC_12345"}, command=["soakspec", "run", "soakspec-demo"])
+    assert m["spec"]["text"] == text and m["command"] == ["soakspec", "run", "<redacted>"]
 
 
 # ------------------------------------------------------------------ a secret outside its own variable

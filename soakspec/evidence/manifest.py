@@ -43,11 +43,14 @@ def new_manifest(
     backends: Sequence[Mapping[str, Any]] = (),
     command: Sequence[str] | None = None,
     secrets: Iterable[str] = (),
+    spec_secrets: Iterable[str] | None = None,
 ) -> dict[str, Any]:
     """The start-of-run manifest (status "running"). `host` defaults to `provenance.host_info()`;
     `gpus` to `{"available": False, ...}` -- pass `NvmlSource().gpu_inventory()`.
-    The spec text is stored with `secrets` (and credential-looking values) redacted
-    (`spec_entry`)."""
+    The spec text is stored with `spec_secrets` (default `secrets`: the secrets the spec's own
+    text can hold) and credential-looking values redacted (`spec_entry`), the command with
+    `secrets`. A secret the run only inherited is never in the spec's text, and replacing it
+    there could change what the stored spec says."""
     from soakspec import __version__
     from soakspec.evidence.provenance import host_info
 
@@ -60,7 +63,7 @@ def new_manifest(
         "incomplete_reason": None,
         "rehearsal": bool(rehearsal),
         "time_scale": float(time_scale),
-        "spec": spec_entry(spec_path, spec_text, secrets),
+        "spec": spec_entry(spec_path, spec_text, secrets if spec_secrets is None else spec_secrets),
         "started_at": utc_iso(started),
         "started_at_epoch": started,
         "ended_at": None,

@@ -199,17 +199,23 @@ def secret_values(env: Mapping[str, str] | None = None, argv: Sequence[str] | No
 # A secret-named variable's value that is no credential: a switch or a count
 # (`TOKENIZERS_PARALLELISM=false`, `MAX_TOTAL_TOKENS=4096`).
 _NOT_CREDENTIAL = re.compile(r"(?i)true|false|yes|no|on|off|none|null|[0-9]{1,7}")
+# An inherited variable whose name holds a secret word only inside another (GIT_AUTHOR_NAME's
+# AUTHOR) or that names a socket (SSH_AUTH_SOCK): its value is no credential, and a common one
+# (a name, "soakspec") replaced wherever it occurs garbles what soakspec writes.
+_NOT_CREDENTIAL_NAME = re.compile(r"(?i)AUTHOR|AUTH_SOCK")
 
 
 def inherited_secret_values(environ: Mapping[str, str], overridden: Iterable[str] = ()) -> set[str]:
     """The secret values a launched server inherits from soakspec's own environment `environ`:
     those of its secret-named variables that the spec's env does not override (`overridden`),
-    of at least MIN_SECRET_CHARS and not a switch or a count. Only the values, for
-    `redact_text` / `Redactor`: nothing records them, nor which variable held them."""
+    of at least MIN_SECRET_CHARS and not a switch, a count or a path (`HF_TOKEN_PATH`), nor
+    named as no credential is (`_NOT_CREDENTIAL_NAME`). Only the values, for `redact_text` /
+    `Redactor`: nothing records them, nor which variable held them."""
     skip = set(overridden)
     return {str(v) for k, v in environ.items()
-            if k not in skip and is_secret_name(k) and v and len(str(v)) >= MIN_SECRET_CHARS
-            and not _NOT_CREDENTIAL.fullmatch(str(v))}  # fmt: skip
+            if k not in skip and is_secret_name(k) and not _NOT_CREDENTIAL_NAME.search(k) and v
+            and len(str(v)) >= MIN_SECRET_CHARS and not _NOT_CREDENTIAL.fullmatch(str(v))
+            and not str(v).startswith(("/", "~"))}  # fmt: skip
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:

@@ -231,6 +231,7 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
     manifest = new_manifest(
         run_id=run_id, spec_text=plan.spec_text, spec_path=plan.spec_path, rehearsal=plan.rehearsal,
         time_scale=plan.time_scale, started_at=clock.now(), gpus=gpus, command=list(options.argv), secrets=secrets,
+        spec_secrets=plan.spec_secrets,
     )  # fmt: skip
     manifest["preflight"] = options.preflight
     if (nofile := raise_open_files_limit()) is not None:  # soft RLIMIT_NOFILE lifted to the hard limit
