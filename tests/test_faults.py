@@ -16,7 +16,9 @@ finished directory) are not repeated here; these tests extend them.
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
 import resource
 import signal
 import socket
@@ -382,6 +384,46 @@ def test_a_signal_mid_bucket_leaves_evidence_that_verifies(tmp_path):
     cut = [r for r in requests_of(out) if r["error"] == "the run was aborted before the response finished"]
     assert cut, "requests in flight at the signal are recorded"
     assert all(r["outcome"] == "disconnected" and r["end"] is not None for r in cut)
+
+
+def test_a_launcher_that_daemonizes_its_server_leaves_nothing_running(tmp_path):
+    """`sh -c "(setsid server &); sleep 3"`: the server leaves the launcher's process group and,
+    once the subshell is gone, its parent too, so neither the group's signals nor the process
+    tree found it: it served on after the run (an audit killed it by hand). The launch's own
+    environment marker finds it: the run aborts when the launcher exits, saying the server was
+    daemonized, and stops it."""
+    daemon = " ".join(shlex.quote(a) for a in misbehaving("ok"))
+    spec = launch_spec(["sh", "-c", f"(setsid {daemon} > /dev/null 2>&1 &); sleep 3"], duration="20s", bucket="2s",
+                       load="mode = closed\n    concurrency = [2]")
+    proc, out = run_spec(tmp_path, spec)  # asserts that no process of the run is left behind
+    assert proc.returncode == 4, proc.stderr
+    reason = json.loads((out / "manifest.json").read_text())["incomplete_reason"]
+    assert "server exited with status 0 during the run, leaving 1 of its processes running outside its process group" in reason
+    assert "launch the server in the foreground" in reason
+
+
+def test_the_reaper_ends_what_carries_a_launchs_marker_when_soakspec_dies():
+    """soakspec SIGKILLed with a daemonized server: the reaper was told the launch's marker and
+    ends the process that carries it, in a session of its own, when its pipe closes unclean."""
+    from soakspec.runner.procs import SERVER_MARKER, Reaper
+
+    marker = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    escaped = subprocess.Popen([PY, "-c", "import time; time.sleep(60)"], env={**os.environ, SERVER_MARKER: marker},
+                               start_new_session=True)  # fmt: skip
+    reaper = Reaper()
+    reaper.start()
+    try:
+        reaper.watch_marker(marker)
+        proc = reaper._proc
+        assert proc is not None and proc.stdin is not None
+        proc.stdin.close()  # as if soakspec died: no "done"
+        proc.wait(timeout=10)
+        assert escaped.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if escaped.poll() is None:
+            escaped.kill()
+            escaped.wait()
+        reaper._proc = None
 
 
 @pytest.mark.parametrize("gap", [0.1, 0.6])

@@ -127,11 +127,13 @@ async def serve_backend(
             assert rec.failure is not None
             raise rec.failure
         server.poll()
-        raise rec.failed(
-            BackendError(la.name, f"server {describe_exit(rc)} during the run", log_tail(server.log_path),
-                         crash_lines(server.log_path)),
-            deps.clock.now(),
-        )  # fmt: skip
+        left = server.stragglers()  # a launcher that daemonized its server exits while the server serves on
+        why = f"server {describe_exit(rc)} during the run" + (
+            f", leaving {len(left)} of its processes running outside its process group (PID "
+            f"{', '.join(map(str, sorted(left)[:5]))}): a launcher that daemonizes its server is not supported, "
+            "launch the server in the foreground; they are stopped with the run" if left else "")
+        raise rec.failed(BackendError(la.name, why, log_tail(server.log_path), crash_lines(server.log_path)),
+                         deps.clock.now())
     finally:
         # cancelled from outside (-inf: the load ends or the run aborts), not failing by itself
         if started and load_stopped is not None and trio.current_effective_deadline() == -math.inf:

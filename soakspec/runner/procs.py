@@ -12,6 +12,12 @@ process (`python -m soakspec.runner.reaper`) is told each process group over a p
 pipe closes without a clean "done" (soakspec died), it kills the groups. This covers
 grandchildren too (`shell` backends, servers that fork workers).
 
+A process that leaves its group and its parent both (a launcher that daemonizes its server:
+`(setsid server &)`, then exits) is found by its environment instead: each launch gets its own
+SERVER_MARKER variable, which every descendant inherits, and `stop` -- and the reaper -- end
+whatever still carries it once the server's groups are gone (`marked_pids`; an audit found
+such a server serving after the run).
+
 PR_SET_PDEATHSIG is deliberately not used: trio starts processes from a worker thread, and
 the signal fires when that *thread* exits (trio retires idle threads after ~10 s), which
 would kill a healthy server mid-soak.
@@ -32,6 +38,29 @@ import httpx
 import trio
 
 from soakspec.evidence.telemetry import process_tree_pids
+
+SERVER_MARKER = "SOAKSPEC_SERVER"  # in each launched server's environment: that launch's own value
+
+
+def marked_pids(marker: str) -> list[int]:
+    """The processes whose environment holds SERVER_MARKER=`marker` (from /proc; [] where there
+    is none, or none can be read)."""
+    want = f"{SERVER_MARKER}={marker}".encode()
+    out = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if want in fh.read().split(b"\0"):
+                    out.append(int(name))
+        except OSError:  # gone, or not ours to read
+            continue
+    return out
 
 
 class BackendError(Exception):
@@ -141,6 +170,9 @@ class Reaper:
     def forget(self, pgid: int) -> None:
         self._send(f"forget {pgid}")
 
+    def watch_marker(self, marker: str) -> None:
+        self._send(f"marker {marker}")
+
     def close(self) -> None:
         if self._proc is None:
             return
@@ -168,6 +200,12 @@ class Server:
     started_at: float
     exit_status: int | None = None
     stop_signal: str | None = None
+    marker: str | None = None  # its SERVER_MARKER value
+    left_running: tuple[int, ...] = ()  # processes it left behind, outside its groups, that `stop` ended
+
+    def stragglers(self) -> list[int]:
+        """Processes of this launch still running outside the server's own process (SERVER_MARKER)."""
+        return [p for p in marked_pids(self.marker) if p != self.pid] if self.marker else []
 
     @property
     def pid(self) -> int:
@@ -208,6 +246,8 @@ async def launch(
     `log_path` None the server's output is discarded (a spec's `log = false`)."""
     log_fd = os.open(log_path if log_path is not None else os.devnull, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     what = argv[0] if argv else ""
+    marker = f"{os.getpid()}-{os.urandom(6).hex()}"
+    env = {**env, SERVER_MARKER: marker}
     try:
         try:
             proc = await trio.lowlevel.open_process(
@@ -233,7 +273,8 @@ async def launch(
     pgid = proc.pid  # start_new_session: the child leads its own group
     if reaper is not None:
         reaper.watch(pgid)
-    return Server(name, proc, pgid, log_path, started_at)
+        reaper.watch_marker(marker)
+    return Server(name, proc, pgid, log_path, started_at, marker=marker)
 
 
 def _killpg(pgid: int, sig: int) -> bool:
@@ -300,8 +341,35 @@ async def stop(server: Server, grace_s: float, kill_wait_s: float, reaper: Reape
         with trio.move_on_after(kill_wait_s):
             await server.process.wait()
     server.poll()
+    await _stop_stragglers(server, grace_s, kill_wait_s)
     if reaper is not None:
         reaper.forget(server.pgid)
+
+
+async def _stop_stragglers(server: Server, grace_s: float, kill_wait_s: float) -> None:
+    """What the launch left running outside its groups (a daemonized server): SIGTERM, the
+    grace, SIGKILL. Said on the server (`left_running`)."""
+    left = server.stragglers()
+    if not left:
+        return
+    server.left_running = tuple(sorted(set(server.left_running) | set(left)))
+    for p in left:
+        _kill(p, signal.SIGTERM)
+    with trio.move_on_after(grace_s):
+        while server.stragglers():
+            await trio.sleep(0.05)
+    for p in server.stragglers():
+        _kill(p, signal.SIGKILL)
+    with trio.move_on_after(kill_wait_s):
+        while server.stragglers():
+            await trio.sleep(0.05)
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 class ReadinessProbe:

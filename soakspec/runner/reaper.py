@@ -1,8 +1,9 @@
 """The reaper: kills the backend process groups of a soakspec run that died without cleaning up.
 
 Started by the runner with a pipe on stdin. Commands, one per line: `watch PGID`,
-`forget PGID`, `done`. When stdin closes before `done` (the runner was SIGKILLed, or
-crashed), every watched group gets SIGTERM, then SIGKILL two seconds later. The reaper
+`forget PGID`, `marker VALUE` (a launch's SERVER_MARKER: what carries it escaped its group),
+`done`. When stdin closes before `done` (the runner was SIGKILLed, or crashed), every watched
+group and every process with a watched marker gets SIGTERM, then SIGKILL two seconds later. The reaper
 runs in its own session so a Ctrl-C aimed at the runner's terminal does not kill it first.
 """
 
@@ -39,6 +40,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     groups: set[int] = set()
+    markers: set[str] = set()
     clean = False
     for raw in sys.stdin.buffer:
         parts = raw.decode("ascii", "replace").split()
@@ -47,6 +49,9 @@ def main() -> int:
         if parts[0] == "done":
             clean = True
             break
+        if len(parts) == 2 and parts[0] == "marker":
+            markers.add(parts[1])
+            continue
         if len(parts) == 2 and parts[1].isdigit():
             if parts[0] == "watch":
                 groups.add(int(parts[1]))
@@ -54,12 +59,27 @@ def main() -> int:
                 groups.discard(int(parts[1]))
     if clean:
         return 0
+    from soakspec.runner.procs import marked_pids
+
+    def marked() -> set[int]:
+        return {p for m in markers for p in marked_pids(m)}
+
     _kill(groups, signal.SIGTERM)
+    _kill_pids(marked(), signal.SIGTERM)
     deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and _alive(groups):
+    while time.monotonic() < deadline and (_alive(groups) or marked()):
         time.sleep(0.05)
     _kill(_alive(groups), signal.SIGKILL)
+    _kill_pids(marked(), signal.SIGKILL)
     return 0
+
+
+def _kill_pids(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 if __name__ == "__main__":
