@@ -62,8 +62,6 @@ def unfinished_entry(plan: Plan, rec: BackendRecorder, error: str) -> dict[str, 
     log), the model not fingerprinted, no server binary hash, no commit after the run.
     """
     bp = rec.bp
-    la = bp.launch
-    server = rec.server
     not_derived = f"not derived: the evidence could not be finished ({error})"
     rt = bp.runtime
     boundary = None if rt is None else {
@@ -72,34 +70,8 @@ def unfinished_entry(plan: Plan, rec: BackendRecorder, error: str) -> dict[str, 
     }  # fmt: skip
     model = {"id": plan.model.id, "revision": plan.model.revision, "path": str(plan.model.path) if plan.model.path is not None else None,
              "fingerprint": None, "fingerprint_files": {}, "reason": f"not fingerprinted: {not_derived}"}  # fmt: skip
-    repo = plan.source_repo
-    entry = backend_entry(
-        name=rec.name,
-        kind=la.kind,
-        argv=rec.argv,
-        env=dict(la.env),
-        cwd=la.cwd if rec.argv is not None else None,
-        url=rec.url,
-        pid=server.pid if server else None,
-        started_at=rec.started_at,
-        ready_at=rec.ready_at,
-        exit_status=server.exit_status if server else None,
-        stop_signal=server.stop_signal if server else None,
-        runtime_boundary=boundary,
-        source=source_entry(repo, rec.source_before, {"reason": not_derived}) if repo is not None else None,
-        model=model,
-    )
+    entry = _entry(plan, rec, boundary=boundary, after={"reason": not_derived}, model=model, binary=None)
     entry["collect_error"] = error
-    entry["levels"] = rec.levels
-    entry["aborted_reason"] = rec.aborted_reason
-    entry["aborted_at"] = rec.aborted_at
-    entry["crash_diagnosis"] = list(rec.failure.diagnosis) if rec.failure is not None else []
-    entry["preflight"] = rec.preflight
-    for key, value in (("sweep", rec.sweep), ("log_file", rec.external_log), ("metrics", rec.metrics_scrape)):
-        if value is not None:
-            entry[key] = value
-    entry["planned_levels"] = len(bp.levels)
-    entry["timeouts"] = bp.timeouts()
     return entry
 
 
@@ -119,9 +91,25 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
         rec.followup = {"required": bp.follow_up, "record": None, "passed": False, "reason": NOT_SENT, "server_idle": None}
     write_json_atomic(rec.layout.followup(rec.name), rec.followup)
     repo = plan.source_repo
-    after = git_state(repo) if repo is not None else None
-    binary = binary_sha256(rec.argv, la.cwd) if rec.argv and la.kind == "launch" else None
+    entry = _entry(plan, rec, boundary=boundary, after=git_state(repo) if repo is not None else None,
+                   model=model_entry(plan.model.id, plan.model.path, plan.model.revision),
+                   binary=binary_sha256(rec.argv, la.cwd) if rec.argv and la.kind == "launch" else None)
+    entry["trace_source"] = trace_source
+    entry["server_log_cut"] = cut
+    entry["server_log_moved"] = rec.log_compactor.moved_record()  # what the run's steps moved, or why they stopped
+    return entry
+
+
+def _entry(plan: Plan, rec: BackendRecorder, *, boundary: Any, after: Mapping[str, Any] | None, model: Mapping[str, Any],
+           binary: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The backend's manifest entry from what the recorder holds and what collection derived
+    (`boundary`, the source's state `after` the run, the `model` entry, the server `binary`'s
+    hash): one place for both a finished and an unfinished entry, each redacted alike."""
+    bp = rec.bp
+    la = bp.launch
     server = rec.server
+    repo = plan.source_repo
+    red = record_redactor()
     entry = backend_entry(
         name=rec.name,
         kind=la.kind,
@@ -136,20 +124,16 @@ def _collect(plan: Plan, rec: BackendRecorder) -> dict[str, Any]:
         stop_signal=server.stop_signal if server else None,
         runtime_boundary=boundary,
         source=source_entry(repo, rec.source_before, after) if repo is not None else None,
-        model=model_entry(plan.model.id, plan.model.path, plan.model.revision),
+        model=model,
         server_binary={"path": binary.get("path"), "sha256": binary.get("sha256")} if binary else None,
-        secrets=record_redactor().source,
+        secrets=red.source,
     )
     entry["levels"] = rec.levels
-    entry["trace_source"] = trace_source
-    entry["server_log_cut"] = cut
-    entry["server_log_moved"] = rec.log_compactor.moved_record()  # what the run's steps moved, or why they stopped
     # the runner's words, but they may quote the server or a URL (a probe path's ?access_token=)
-    entry["aborted_reason"] = record_redactor().text(rec.aborted_reason) if rec.aborted_reason is not None else None
+    entry["aborted_reason"] = red.text(rec.aborted_reason) if rec.aborted_reason is not None else None
     entry["aborted_at"] = rec.aborted_at
     # the server's own log lines: they may print the run's secrets (an auth error quoting its
     # token), so they are redacted as a record's server text is (server.log alone keeps them raw)
-    red = record_redactor()
     entry["crash_diagnosis"] = [red.text(line) for line in rec.failure.diagnosis] if rec.failure is not None else []
     entry["preflight"] = rec.preflight
     if rec.sweep is not None:
