@@ -305,7 +305,7 @@ async def test_the_first_failure_ends_the_load_and_is_the_reason(tmp_path, autoj
             deps = Deps(clock, Progress(quiet=True), http, h11_connect(clock), layout)
             backends = [_Backend(bp, BackendRecorder(bp, layout, status), IdSequence(f"t-{i}")) for i, bp in enumerate(p.backends)]
             t0 = clock.now()
-            entries = await _run(backends, p, deps, status)
+            entries = await _run(backends, p, deps, status, trio.CancelScope())
             took = clock.now() - t0
     assert status.aborted_at is not None and status.aborted_at - t0 == pytest.approx(10.0, abs=1.0)
     # 'slow' (10 min to be ready) was cancelled, not waited for. How soon after 10 s the run

@@ -16,10 +16,8 @@ or the manifest could not be signed.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,40 +92,52 @@ def main(args: argparse.Namespace) -> int:
         out_dir=Path(args.out) if args.out else None, quiet=args.quiet, argv=tuple(sys.argv), workers=args.workers,
         preflight=not args.no_preflight, sweep_judge=_sweep_judge(spec, args),
     )
-    try:
-        result = execute(the_plan, options, progress)
-    except EvidenceInUseError as e:  # taken before anything ran: --out names another run's directory
-        print(f"soakspec run: error: {e}", file=sys.stderr)
-        return ExitCode.USAGE
-    except EvidenceError as e:
-        print(f"soakspec run: error: {e}", file=sys.stderr)
-        return ExitCode.ABORTED
-    if not args.quiet:
-        print(f"evidence: {result.run_dir}", file=sys.stderr)
-    try:
-        with _signals_interrupt():
-            signed = _sign(result.run_dir, args.sign, args.quiet) if args.sign is not None else True
-            code = _judge_and_report(spec, result, args.format)
-    except KeyboardInterrupt:  # the evidence is final; only its judging was cut short
-        print(f"soakspec run: interrupted while judging; the evidence in {result.run_dir} is complete "
-              f"(`soakspec gate {result.run_dir}` judges it)", file=sys.stderr)
-        return ExitCode.ABORTED
-    return code if signed else ExitCode.ABORTED
-
-
-@contextlib.contextmanager
-def _signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP stop the judging after a run as Ctrl-C does (KeyboardInterrupt), so
-    soakspec says what is left and exits 4 rather than dying with no word (exit 143)."""
-    def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
+    stop = _Stop()
     old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        yield
+        try:
+            result = execute(the_plan, options, progress)
+        except EvidenceInUseError as e:  # taken before anything ran: --out names another run's directory
+            print(f"soakspec run: error: {e}", file=sys.stderr)
+            return ExitCode.USAGE
+        except EvidenceError as e:
+            print(f"soakspec run: error: {e}", file=sys.stderr)
+            return ExitCode.ABORTED
+        if not args.quiet:
+            print(f"evidence: {result.run_dir}", file=sys.stderr)
+        left = f"the evidence in {result.run_dir} is complete (`soakspec gate {result.run_dir}` judges it)"
+        if stop.signal is not None:  # one came as the run ended, after its own watch (engine._signals)
+            print(f"soakspec run: {stop.signal} as the run ended: not judged; {left}", file=sys.stderr)
+            return ExitCode.ABORTED
+        stop.raising = True
+        try:
+            signed = _sign(result.run_dir, args.sign, args.quiet) if args.sign is not None else True
+            code = _judge_and_report(spec, result, args.format)
+        except KeyboardInterrupt:  # the evidence is final; only its judging was cut short
+            print(f"soakspec run: interrupted while judging; {left}", file=sys.stderr)
+            return ExitCode.ABORTED
+        return code if signed else ExitCode.ABORTED
     finally:
         for sig, handler in old.items():
             signal.signal(sig, handler)
+
+
+class _Stop:
+    """SIGTERM and SIGHUP outside the run's own watch (`engine._signals`, which takes them over
+    while it runs): as the run ends, noted (raising there would break trio's shutdown), and
+    judging is then skipped; while judging, they stop it as Ctrl-C does (KeyboardInterrupt).
+    Either way soakspec says what is left and exits 4, where the default action killed it
+    with no word (exit 143; an audit saw it 3 times in 3)."""
+
+    def __init__(self) -> None:
+        self.signal: str | None = None
+        self.raising = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.raising:
+            raise KeyboardInterrupt(name)
+        self.signal = self.signal or name
 
 
 def _sign(run_dir: Path, key: str, quiet: bool) -> bool:

@@ -144,13 +144,15 @@ async def _run_backends(backends: list[_Backend], plan: Plan, deps: Deps) -> Non
             await _start_backend(b, plan, deps, prompts)
 
 
-async def _signals(scope: trio.CancelScope, status: RunStatus, progress: Progress) -> None:
+async def _signals(scope: trio.CancelScope, status: RunStatus, progress: Progress, *,
+                   task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
     """The first SIGINT, SIGTERM or SIGHUP cancels the load. Later ones, while the evidence is
     being finished, are said and absorbed: the run is already stopping, and the default action
     then (a second Ctrl-C, a service manager's repeated SIGTERM) killed soakspec with the
     manifest still `running`. The judging after the run can be interrupted (commands/run.py);
     SIGKILL stops anything, leaving evidence `verify` calls incomplete."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as sigs:
+        task_status.started()
         async for signum in sigs:
             name = signal.Signals(signum).name
             if status.signal_name is None:
@@ -196,18 +198,14 @@ def _first_leaf(group: BaseExceptionGroup) -> BaseException:
     return e
 
 
-async def _run(backends: list[_Backend], plan: Plan, deps: Deps, status: RunStatus) -> list[dict[str, Any]]:
-    """Both phases, with signals watched throughout: a signal cancels the load (not the collection)."""
-    async with trio.open_nursery() as top:
-        load_scope = trio.CancelScope()
-        top.start_soon(_signals, load_scope, status, deps.progress)
-        await _load(load_scope, backends, plan, deps, status)
-        # phase 2: the load's cancel scope has ended, so nothing here is cancelled (and needs no shield);
-        # what the load freed (connections, buffers) goes back to the system before collecting and judging
-        heap.release()
-        entries = [await trio.to_thread.run_sync(collect, plan, b.recorder, deps.progress) for b in backends if b.recorder.started]
-        top.cancel_scope.cancel()
-    return entries
+async def _run(backends: list[_Backend], plan: Plan, deps: Deps, status: RunStatus,
+               load_scope: trio.CancelScope) -> list[dict[str, Any]]:
+    """Both phases: a signal (`_signals`, watching from `_execute`) cancels the load, not the collection."""
+    await _load(load_scope, backends, plan, deps, status)
+    # phase 2: the load's cancel scope has ended, so nothing here is cancelled (and needs no shield);
+    # what the load freed (connections, buffers) goes back to the system before collecting and judging
+    heap.release()
+    return [await trio.to_thread.run_sync(collect, plan, b.recorder, deps.progress) for b in backends if b.recorder.started]
 
 
 @contextlib.contextmanager
@@ -221,6 +219,27 @@ def _reaper() -> Iterator[Reaper]:
 
 
 async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: L.RunLayout, run_id: str) -> RunStatus:
+    """The run, with SIGINT, SIGTERM and SIGHUP watched from its first step to its final
+    manifest (`_signals`): the first cancels the load, later ones cannot kill the run before
+    its manifest is final (a second SIGTERM while the manifest was fsynced did)."""
+    status = RunStatus()
+    try:
+        async with trio.open_nursery() as guard:
+            load_scope = trio.CancelScope()
+            await guard.start(_signals, load_scope, status, progress)
+            try:
+                return await _execute_watched(plan, options, progress, layout, run_id, status, load_scope)
+            finally:
+                guard.cancel_scope.cancel()
+    except BaseExceptionGroup as group:  # the run's own failure, not the watch's: as it was raised
+        if len(group.exceptions) == 1:
+            e = group.exceptions[0]
+            raise e from e.__cause__
+        raise
+
+
+async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, layout: L.RunLayout, run_id: str,
+                           status: RunStatus, load_scope: trio.CancelScope) -> RunStatus:
     clock = RunClock()
     nvml = NvmlSource(options.nvml_module) if options.nvml_module is not None else NvmlSource()
     gpus = nvml.gpu_inventory()
@@ -241,7 +260,6 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
     write_manifest(layout.root, manifest)
     # progress and error output (a server's log tail included) never shows them either
     progress.add_secrets(secrets)
-    status = RunStatus()
     prefix = "soak-" + _secrets.token_hex(4)
     backends = [_Backend(bp, BackendRecorder(bp, layout, status), IdSequence(f"{prefix}-{i}")) for i, bp in enumerate(plan.backends)]
     entries: list[dict[str, Any]] = []
@@ -255,7 +273,7 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
                 async with httpx.AsyncClient(timeout=PROBE_HTTP_TIMEOUT, trust_env=False) as http:
                     deps = Deps(clock, progress, http, h11_connect(clock), layout, reaper, nvml, options.workers,
                                 options.preflight, sweep_judge=options.sweep_judge)  # fmt: skip
-                    entries = await _run(backends, plan, deps, status)
+                    entries = await _run(backends, plan, deps, status, load_scope)
     except BaseException as e:  # not foreseen (a bug): the manifest still ends, aborted, saying why
         if status.reason is None:
             leaf = _first_leaf(e) if isinstance(e, BaseExceptionGroup) else e
