@@ -15,10 +15,11 @@ import sys
 import time
 
 
-def _kill(groups: set[int], sig: int) -> None:
-    for pgid in groups:
+def _kill(ids: set[int], sig: int, send=os.killpg) -> None:
+    """`send(id, sig)` to each: process groups (os.killpg) or processes (os.kill)."""
+    for i in ids:
         try:
-            os.killpg(pgid, sig)
+            send(i, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
@@ -65,21 +66,13 @@ def main() -> int:
         return {p for m in markers for p in marked_pids(m)}
 
     _kill(groups, signal.SIGTERM)
-    _kill_pids(marked(), signal.SIGTERM)
+    _kill(marked(), signal.SIGTERM, os.kill)
     deadline = time.monotonic() + 2.0
     while time.monotonic() < deadline and (_alive(groups) or marked()):
         time.sleep(0.05)
     _kill(_alive(groups), signal.SIGKILL)
-    _kill_pids(marked(), signal.SIGKILL)
+    _kill(marked(), signal.SIGKILL, os.kill)
     return 0
-
-
-def _kill_pids(pids: set[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 if __name__ == "__main__":
