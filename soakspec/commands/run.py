@@ -113,7 +113,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             signed = _sign(result.run_dir, args.sign, args.quiet) if args.sign is not None else True
             code = _judge_and_report(spec, result, args.format)
-        except KeyboardInterrupt:  # the evidence is final; only its judging was cut short
+        except (KeyboardInterrupt, _Stopped):  # the evidence is final; only its judging was cut short
             print(f"soakspec run: interrupted while judging; {left}", file=sys.stderr)
             return ExitCode.ABORTED
         return code if signed else ExitCode.ABORTED
@@ -122,10 +122,15 @@ def main(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
 
 
+class _Stopped(BaseException):
+    """A SIGTERM or SIGHUP while judging (`_Stop`): not KeyboardInterrupt, whose uncaught
+    escape Python turns into an exit by SIGINT (CI once saw exit -2 after it was handled)."""
+
+
 class _Stop:
     """SIGTERM and SIGHUP outside the run's own watch (`engine._signals`, which takes them over
     while it runs): as the run ends, noted (raising there would break trio's shutdown), and
-    judging is then skipped; while judging, they stop it as Ctrl-C does (KeyboardInterrupt).
+    judging is then skipped; while judging, they stop it as Ctrl-C does (`_Stopped`).
     Either way soakspec says what is left and exits 4, where the default action killed it
     with no word (exit 143; an audit saw it 3 times in 3)."""
 
@@ -136,7 +141,7 @@ class _Stop:
     def __call__(self, signum: int, frame: Any) -> None:
         name = signal.Signals(signum).name
         if self.raising:
-            raise KeyboardInterrupt(name)
+            raise _Stopped(name)
         self.signal = self.signal or name
 
 
