@@ -242,6 +242,7 @@ def _drive_outage(load: str, how: str, down: float, up: float, duration: str = "
         ctx = LevelContext("a", clock, server.connect, Shapes(level.request), records.extend, IdSequence("t"),
                            health=Health(clock))  # fmt: skip
         run = await drive_level(level, ctx)
+        server.stats = ctx.stats  # what the progress display counted
         return run, records, server
 
     return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
@@ -259,6 +260,7 @@ def test_an_open_loop_arrival_during_an_outage_is_on_the_record_never_dropped_or
     run, records, server = _drive_outage("mode = open\n rate = [20rps]\n arrival = constant", how, 3.0, up)
     assert len(records) == 200
     assert all(r.start == pytest.approx(r.intended_start, abs=1e-6) for r in records)  # nothing late
+    assert (server.stats.in_flight, server.stats.done) == (0, 200)  # held-back ones counted as started and ended
     held = [r for r in records if (r.error or "").startswith("held back: ")]
     assert held and all(r.outcome is Outcome.DISCONNECTED and r.first_byte is None and r.end == r.start for r in held)
     outage = [r for r in records if 3.0 <= r.intended_start - run.started_at < min(up, 10.0)]

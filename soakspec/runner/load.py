@@ -383,7 +383,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         """Send one request and record it; `held`: record it held back by the backend's gate
         (`Health.hold_back`: on the record as the backend's failure, nothing sent)."""
         _, rid = ctx.next_id()  # the id: unique in the backend; the prompt: the request's place in the level
-        shape = ctx.shapes.make(prompt_index(seq), worker=worker, lengths=lengths)
+        # (a held-back arrival sends nothing: no prompt; open loop, its place is `seq` either way)
+        shape = None if held else ctx.shapes.make(prompt_index(seq), worker=worker, lengths=lengths)
         # one clock read is the request's start and (closed loop) its bucket's time: two reads
         # put a request whose process was preempted between them in one bucket, its start in the next
         now = clock.now()
@@ -400,12 +401,12 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             intended_start=intended,
             start=now,
         )
+        ctx.stats.started()
         if held:
             health.hold_back(rec)  # type: ignore[union-attr]
             ctx.stats.finished(rec)
             pending.add(rec)
             return rec
-        ctx.stats.started()
         run.sent += 1
         try:
             await conn.send(shape, rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
