@@ -856,7 +856,7 @@ class TableBuilder:
         t = np.where(np.isnan(it), st, it)
         out = np.zeros(len(t), dtype=np.int64)
         names = self.values["workload"]
-        for a, b in {(int(x), int(y)) for x, y in zip(wl.tolist(), lv.tolist())} if not ((wl == wl[0]).all() and (lv == lv[0]).all()) else {(int(wl[0]), int(lv[0]))}:
+        for a, b in np.unique(np.stack([wl, lv], axis=1), axis=0).tolist():  # the batch's levels (nearly always one)
             sel = (wl == a) & (lv == b)
             out[sel] = self.windows.slots(names[a], b, t[sel])
         return out

@@ -201,7 +201,6 @@ class Server:
     exit_status: int | None = None
     stop_signal: str | None = None
     marker: str | None = None  # its SERVER_MARKER value
-    left_running: tuple[int, ...] = ()  # processes it left behind, outside its groups, that `stop` ended
 
     def stragglers(self) -> list[int]:
         """Processes of this launch still running outside the server's own process (SERVER_MARKER)."""
@@ -348,11 +347,10 @@ async def stop(server: Server, grace_s: float, kill_wait_s: float, reaper: Reape
 
 async def _stop_stragglers(server: Server, grace_s: float, kill_wait_s: float) -> None:
     """What the launch left running outside its groups (a daemonized server): SIGTERM, the
-    grace, SIGKILL. Said on the server (`left_running`)."""
+    grace, SIGKILL (the abort names them: `backend.serve_backend`)."""
     left = server.stragglers()
     if not left:
         return
-    server.left_running = tuple(sorted(set(server.left_running) | set(left)))
     for p in left:
         _kill(p, signal.SIGTERM)
     with trio.move_on_after(grace_s):
