@@ -34,7 +34,7 @@ import msgspec
 
 from soakspec.evidence.io import MAX_INT_DIGITS, loads
 from soakspec.evidence.readprogress import ticker
-from soakspec.evidence.runtime import BoundaryText
+from soakspec.evidence.runtime import BoundaryText, boundary_text
 
 DEFAULT_ID_FORMS = ("{id}", "cmpl-{id}", "cmpl-{id}-0", "chatcmpl-{id}")
 DEFAULT_WINDOW_S = 5.0
@@ -363,6 +363,14 @@ def trace_line_test(source: TraceSource) -> Callable[[str], bool]:
         return any(reader.row(piece.rstrip("\r\n"), 0) is not None for piece in line.splitlines(keepends=True))
 
     return test
+
+
+def log_boundary_text(lines: Iterable[str], trace_pattern: str | None, runtime_pattern: str | None) -> str:
+    """`runtime.boundary_text` of a log's lines ("\\n"-ended) whose traces `trace_pattern` finds
+    (None: it holds none): the runner's and the judge's reading when no pass over the log
+    for traces took the text already."""
+    is_trace = trace_line_test(TraceSource(kind="log", pattern=trace_pattern)) if trace_pattern else None
+    return boundary_text(lines, is_trace, runtime_pattern)
 
 
 def nl_lines(pieces: Iterable[str]) -> Iterator[str]:

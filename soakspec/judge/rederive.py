@@ -49,9 +49,9 @@ from typing import Any
 
 from soakspec.evidence.ids import IdIndex
 from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK  # shared with the runner (its ITL bound)
-from soakspec.evidence.runtime import BoundaryText, RuntimeDecl, boundary_text, detect_runtime_boundary
+from soakspec.evidence.runtime import BoundaryText, RuntimeDecl, detect_runtime_boundary
 from soakspec.evidence.traces import (
-    DEFAULT_ID_FORMS, Trace, TraceSource, log_lines, match_traces, nl_lines, scan_log_rows, scan_rows, trace_line_test,
+    DEFAULT_ID_FORMS, Trace, TraceSource, log_boundary_text, log_lines, match_traces, nl_lines, scan_log_rows, scan_rows,
 )
 import numpy as np
 
@@ -232,8 +232,7 @@ def _log_text(be: BackendEvidence, trace_pattern: str | None, runtime_pattern: s
     got = _log_lines(be)
     if got is None:
         return ""
-    is_trace = trace_line_test(TraceSource(kind="log", pattern=trace_pattern)) if trace_pattern else None
-    return boundary_text(nl_lines(got[0]), is_trace, runtime_pattern)
+    return log_boundary_text(nl_lines(got[0]), trace_pattern, runtime_pattern)
 
 
 def _log_rows(be: BackendEvidence, source: TraceSource, boundary: BoundaryText | None = None) -> Iterator[tuple[Any, ...]] | None:

@@ -20,11 +20,11 @@ from soakspec.evidence.record import iter_record_batches
 from soakspec.evidence.redact import record_redactor
 from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
 from soakspec.evidence.provenance import binary_sha256, git_state
-from soakspec.evidence.runtime import BoundaryText, boundary_text, detect_runtime_boundary
+from soakspec.evidence.runtime import BoundaryText, detect_runtime_boundary
 from soakspec.evidence import layout
 from soakspec.evidence.serverlog import open_log
 from soakspec.evidence.traces import (
-    Assignment, Trace, TraceMatch, TraceSource, _window, id_form_affixes, match_traces, scan_log, trace_line_test,
+    Assignment, Trace, TraceMatch, TraceSource, _window, id_form_affixes, log_boundary_text, match_traces, scan_log,
 )
 from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
@@ -154,10 +154,9 @@ def _log_text(rec: BackendRecorder, path: Path, read: BoundaryText | None) -> st
     if read is not None and read.complete:
         return read.text()
     tr, rt = rec.bp.traces, rec.bp.runtime
-    is_trace = trace_line_test(TraceSource(kind="log", pattern=tr.pattern)) if tr.source == "log" and tr.pattern else None
     with open_log(path) as f:
         lines = (raw.decode("utf-8", "replace") for raw in f)
-        return boundary_text(lines, is_trace, rt.log_regex if rt is not None else None)
+        return log_boundary_text(lines, tr.pattern if tr.source == "log" else None, rt.log_regex if rt is not None else None)
 
 
 def _traces(plan: Plan, rec: BackendRecorder, log_path: Path | None, boundary: BoundaryText | None = None) -> str:
