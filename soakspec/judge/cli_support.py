@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from soakspec import heap
@@ -109,12 +110,15 @@ def windows_for(run_dir: str | os.PathLike, spec_file: str | None) -> tuple[floa
 
     try:
         if spec_file is not None:
-            spec = load_spec(spec_file)[0]
+            text = Path(spec_file).read_text(encoding="utf-8", errors="replace")
         else:
             manifest = read_json(os.path.join(run_dir, layout.MANIFEST))
             stored = manifest.get("spec") if isinstance(manifest, dict) else None
             text = stored.get("text") if isinstance(stored, dict) else None
-            spec = load_text(text, "manifest.json#spec")[0] if isinstance(text, str) else None
+        # no `per window` rule: nothing to parse twice (`check` also reads a spec's prompt files)
+        if not isinstance(text, str) or "window" not in text:
+            return ()
+        spec = load_spec(spec_file)[0] if spec_file is not None else load_text(text, "manifest.json#spec")[0]
     except (EvidenceError, OSError, ValueError):
         return ()
     return spec_windows(spec) if spec is not None else ()
