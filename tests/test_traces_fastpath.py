@@ -320,6 +320,8 @@ VERSION_LINES = [b"NCCL version 2.26.2\n", b"INFO NCCL version 2.18.1 (cuda 12)\
     st.integers(0, 14), st.sampled_from(VERSION_LINES)), max_size=3))
 @example(case=("sim", b'soakspec_sim_trace {"request_id": "a", "status": 200}\n' * 3 + b"tail\n", [40], 0),
          runtime=RUNTIME_PATTERNS[2], banners=[])
+@example(case=("vllm", b"Received request cmpl-r1-0, prompt: 'hi'\rReceived request cmpl-r1-0, prompt: 'hi'\n", [], 0),
+         runtime=None, banners=[])  # two traces on one "\n" line (CI found it)
 def test_the_runtime_boundary_text_taken_while_scanning_is_the_line_by_line_one(case, runtime, banners):
     """The runtime boundary's text `scan_rows` feeds `BoundaryText` as it reads the blocks
     (cut anywhere) is the text `boundary_text` gives line by line: every line but those
@@ -340,10 +342,9 @@ def test_the_runtime_boundary_text_taken_while_scanning_is_the_line_by_line_one(
     want = boundary_text((ln.decode("utf-8", "replace") for ln in lines), trace_line_test(source), runtime)
     fed = BoundaryText(runtime)
     blocks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
-    traces = list(scan_rows(blocks, source, base, boundary=fed))
+    list(scan_rows(blocks, source, base, boundary=fed))  # (what it finds is the test above's)
     assert fed.complete
     assert fed.text() == want
-    assert len(traces) <= want.count("\n") + len(lines)  # (the scan itself is the test above's)
     kept_traces = sum(1 for ln in lines if trace_line_test(source)(ln.decode("utf-8", "replace")))
     if runtime is None and kept_traces:
         assert len(want) < len(data.decode("utf-8", "replace"))  # the trace lines are not held
