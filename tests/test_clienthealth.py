@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trio
+import trio.testing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -337,14 +338,65 @@ def test_a_goodput_fail_beside_a_saturated_client_is_inconclusive_and_a_count_ru
     assert {r.rule: r.status for r in v_tok.rules}["goodput(output_tokens >= 1000) >= 90% per bucket"] == "fail"
 
 
+def test_a_concurrency_the_backends_backoff_held_down_is_not_the_clients_saturation():
+    """Closed loop at concurrency 2: the builder's records keep far fewer than 2 in flight. With
+    samples saying nothing held the workers, that is the client falling short (INCONCLUSIVE,
+    "achieved concurrency"); with samples saying the workers waited at the backend's backoff gate
+    (the server refused or failed), the shortfall is the server's and the client kept up. Held
+    for only part of the shortfall, it is still the client's, and the message says how many waited."""
+    spec = _small_spec("require failed == 0")
+
+    def health(held_per_s: float | None):
+        ev = _with_client(EvidenceBuilder(spec).build(), lag=0.002, cpu=0.2, held_s=held_per_s)
+        return {r.rule: r for r in judge(spec, ev).rules}["client_healthy"]
+
+    untallied, none, all_held, some = health(None), health(0.0), health(2.0), health(0.05)
+    for h in (untallied, none, some):
+        assert h.status == "inconclusive" and "achieved concurrency" in h.message, h.message
+    assert "waited at the backend's backoff" not in none.message
+    assert "0.05 more waited at the backend's backoff" in some.message, some.message
+    assert all_held.status == "pass", all_held.message
+
+
+def test_the_loop_monitor_samples_the_gates_held_time_per_window():
+    """Each sample carries the worker-seconds held at the backend's gate in its own window: the
+    samples add up to the tally, and a window without holding says 0."""
+    samples, tally = [], [0.0]
+
+    async def main():
+        async with trio.open_nursery() as n:
+            n.start_soon(LoopMonitor(RunClock(timer=trio.current_time, epoch=0.0), samples.append, window_s=1.0,
+                                     held=lambda: tally[0]).run)
+            await trio.sleep(1.5)
+            tally[0] = 3.0  # three workers held for a second, in the second window
+            await trio.sleep(2.0)
+            n.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    held = [s.held_s for s in samples]
+    assert held[0] == 0.0 and sum(held) == 3.0 and held.count(3.0) == 1, held
+    assert all(s.to_json()["held_s"] == s.held_s for s in samples)
+    plain = []
+
+    async def unheld():
+        async with trio.open_nursery() as n:
+            n.start_soon(LoopMonitor(RunClock(timer=trio.current_time, epoch=0.0), plain.append, window_s=1.0).run)
+            await trio.sleep(1.5)
+            n.cancel_scope.cancel()
+
+    trio.run(unheld, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert plain and all(s.held_s is None for s in plain)
+
+
 def _small_spec(gate_lines: str, **kw):
     from soakspec.judge.testing import small_spec
 
     return small_spec(gate_lines, **kw)
 
 
-def _with_client(ev, *, lag: float, cpu: float):
-    """The evidence with one client sample per second of every level's buckets."""
+def _with_client(ev, *, lag: float, cpu: float, held_s: float | None = None):
+    """The evidence with one client sample per second of every level's buckets (`held_s`: each
+    sample's worker-seconds held at the backend's gate; None: the key absent, as before it was tallied)."""
     import dataclasses
 
     backends = []
@@ -355,7 +407,8 @@ def _with_client(ev, *, lag: float, cpu: float):
                 t = b["start"]
                 while t < b["end"]:
                     rows.append({"schema_version": 1, "start": t, "t": t + 1.0, "backend": be.name, "process": 0, "wakeups": 150,
-                                 "lag_p50": 0.001, "lag_p99": lag, "lag_max": lag, "cpu": cpu, "host_cpu": 1.0})  # fmt: skip
+                                 "lag_p50": 0.001, "lag_p99": lag, "lag_max": lag, "cpu": cpu, "host_cpu": 1.0,
+                                 **({} if held_s is None else {"held_s": held_s})})  # fmt: skip
                     t += 1.0
         backends.append(dataclasses.replace(be, client=tuple(rows)))
     return dataclasses.replace(ev, backends=tuple(backends))

@@ -96,10 +96,12 @@ def reference_bucket(client_rows, lv, w, prev=None):
     lags = [s - i for r in recs if (s := num(r.get("start"))) is not None and (i := num(r.get("intended_start"))) is not None]
     mode, conc, rate = lv.entry.get("mode"), lv.entry.get("concurrency"), lv.entry.get("rate")
     wall = w.end - w.start
-    offered = achieved = None
+    offered = achieved = held = None
     if mode == "closed" and isinstance(conc, int) and conc > 0:
         near = list(prev.records if prev is not None else ()) + recs
         offered, achieved = float(conc), in_flight(near, w.start, w.end)
+        held_s = [h for s in inside if type(h := s.get("held_s")) in (int, float) and 0 <= h < math.inf]
+        held = min(offered, math.fsum(held_s) / wall) if held_s else None
     elif mode == "open" and type(rate) in (int, float) and rate > 0:
         offered = float(rate)
         achieved = sum(1 for r in recs if (s := num(r.get("start"))) is not None and w.start <= s < w.end) / wall
@@ -118,7 +120,7 @@ def reference_bucket(client_rows, lv, w, prev=None):
         "cpu": max(cpus.values()) if cpus else None, "processes": len(cpus),
         "host_cpu": sum(hosts) / len(hosts) if hosts else None,
         "schedule_lag_p99": percentile(lags, 99.0) if mode == "open" and lags else None,
-        "offered": offered, "achieved": achieved,
+        "offered": offered, "achieved": achieved, "held": held,
         "coalesced": coal / gaps if gaps else None, "coalesced_gaps": coal, "gaps": gaps,
         "client_delay_p99": percentile(delays, 99.0) if delays else None,
     }  # fmt: skip
@@ -149,14 +151,22 @@ def _edit(draw):
     }
 
 
+HELD = st.one_of(st.none(), st.floats(0.0, 4.0), st.integers(0, 3), st.just(math.inf), st.just(-1.0), st.just(True))
+
+
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mode=st.sampled_from(["open", "closed"]), edits=st.lists(_edit(), min_size=1, max_size=24), lag=st.floats(0.001, 0.2))
-def test_columnar_client_rows_equal_the_record_by_record_definition(mode, edits, lag):
+@given(mode=st.sampled_from(["open", "closed"]), edits=st.lists(_edit(), min_size=1, max_size=24), lag=st.floats(0.001, 0.2),
+       held=st.lists(HELD, min_size=1, max_size=5))
+def test_columnar_client_rows_equal_the_record_by_record_definition(mode, edits, lag, held):
     """For any records (numbers a column holds, and values it keeps aside: booleans, strings,
-    integers beyond 32 bits, a string for ITL), the vectorized row equals the reference."""
+    integers beyond 32 bits, a string for ITL) and any held time in the samples, the
+    vectorized row equals the reference."""
     spec = small_spec(mode=mode, levels="[2rps]" if mode == "open" else "[2]", duration="2m", bucket="1m")
     b = EvidenceBuilder(spec, per_bucket=6).with_client(lag=lag)
     name = spec.backends[0].name
+    for i, row in enumerate(b.client[name]):
+        if (h := held[i % len(held)]) is not None:
+            row["held_s"] = h
     measured = [r for r in b.records[name] if r["bucket"] >= 0]
     bases = [r["start"] for r in measured]
     for k, e in enumerate(edits):
@@ -196,7 +206,7 @@ def _client_row(draw):
            "start": draw(st.one_of(st.just(start), FIELD)), "process": draw(st.one_of(st.integers(0, 2), st.none())),
            "stalls": draw(st.one_of(st.just([]), st.lists(st.one_of(st.floats(0.0, 0.5), st.integers(0, 1), st.just("x")), max_size=4),
                                     st.none()))}
-    for f in ("weight_s", "lag_p99", "lag_max", "cpu", "host_cpu"):
+    for f in ("weight_s", "lag_p99", "lag_max", "cpu", "host_cpu", "held_s"):
         row[f] = draw(FIELD)
     for f in ("tick_s", "stall_s"):  # the runner's own constants; zero, absent or null read as none
         row[f] = draw(st.one_of(st.floats(0.001, 0.05), st.just(0), st.none()))
@@ -230,7 +240,7 @@ def test_the_samples_as_columns_give_what_the_rows_give(rows, start, length):
         idx = cs.within(start, end)
         assert [mine[i] for i in idx] == inside  # ties in `t` keep file order, as a stable sort
         assert _close(cs.pooled_lag_p99(idx), pooled_lag_p99(inside))
-        for f in ("lag_p99", "lag_max", "host_cpu"):
+        for f in ("lag_p99", "lag_max", "host_cpu", "held_s"):
             assert _close(cs.values(f, idx), [s[f] for s in inside if type(s.get(f)) in (int, float)])
         assert _close(cs.mean_cpu_by_process(idx), mean_cpu_by_process(inside))
         assert cs.covered(start, end) == covered(mine, start, end)

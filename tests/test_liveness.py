@@ -10,6 +10,7 @@ virtual time.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -154,6 +155,13 @@ def test_a_backend_that_answers_only_errors_fails_its_probe_and_aborts(tmp_path)
     # through the 5 s grace, not a closed loop resending each 500 at once (thousands)
     assert sum(r["outcome"] == "failed" for r in rows) < 100
     assert all(r["start"] <= m["aborted_at"] + 1.0 for r in rows)  # the load stopped with the abort
+    # the worker not scouting waited at the backoff gate, and the client samples say so: the
+    # concurrency the server's failures held down is not read as the client's saturation
+    samples = [json.loads(line) for line in (out / "client.jsonl").read_text().splitlines()]
+    assert sum(r["held_s"] for r in samples) > 1.0, samples
+    verdict = json.loads((out / "verdict.json").read_text())
+    (health,) = [r for r in verdict["rules"] if r["rule"] == "client_healthy"]
+    assert "achieved concurrency" not in json.dumps(health), health
 
 
 # waits out the 5 s liveness grace of real server processes: the slow lane

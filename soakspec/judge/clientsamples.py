@@ -11,6 +11,8 @@ rows one at a time, as verification decodes them, and keeps only what `client_he
                       is not kept)
   weight_s, lag_p99   the window's time weight and its event-loop lag p99
   lag_max, stall_s, tick_s, cpu, host_cpu
+  held_s              worker-seconds the window's closed-loop workers waited at the backend's
+                      backoff gate (absent before soakspec tallied it)
   process             the load process (an integer; 0 when the row has none)
   stalls              every stalled wake-up's lag, flat, with each sample's offset into them
 
@@ -32,7 +34,7 @@ import numpy as np
 
 __all__ = ["FIELDS", "SAMPLE_SPAN_S", "ClientBuilder", "ClientSamples", "build_client", "samples_of"]
 
-FIELDS = ("t", "start", "weight_s", "lag_p99", "lag_max", "stall_s", "tick_s", "cpu", "host_cpu")
+FIELDS = ("t", "start", "weight_s", "lag_p99", "lag_max", "stall_s", "tick_s", "cpu", "host_cpu", "held_s")
 SAMPLE_SPAN_S = 60.0  # no client.jsonl window is longer (runner/clienthealth.py writes one a second)
 
 

@@ -360,7 +360,11 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
 #   schedule lag p99 > client_schedule_lag    open loop: start - intended_start of the bucket's
 #     (50 ms)                                 requests
 #   achieved concurrency < client_concurrency closed loop: mean requests in flight over the bucket
-#     (75 %) of the offered                   (requests started in it and the bucket before) / c
+#     (75 %) of the offered                   (requests started in it and the bucket before) / c,
+#                                             plus the mean workers the backend's backoff held at
+#                                             its gate (`held`, the samples' held_s / the bucket's
+#                                             length): a server that refused or failed lowers the
+#                                             concurrency by its own doing, not the client's
 # Why lag matters although arrivals carry the kernel's receive stamps: one read takes every
 # segment that arrived meanwhile and gets the stamp of the last, so while the loop is L late the
 # tokens that arrived in that time are stamped up to L late (and coalesce). A lag p99 of L means
@@ -464,15 +468,17 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     lag99 = [pooled] if pooled is not None else cs.values("lag_p99", inside)
     lagmax = cs.values("lag_max", inside)
     hosts = cs.values("host_cpu", inside)
+    held_s = [v for v in cs.values("held_s", inside) if 0.0 <= v < math.inf]
     cpus = cs.mean_cpu_by_process(inside)
     recs = w.records
     mode, conc, rate = lv.entry.get("mode"), lv.entry.get("concurrency"), lv.entry.get("rate")
     lags = _values(recs, lambda t, idx: t.schedule_lag(idx), _sched_lag_row) if mode == "open" else None
     wall = w.end - w.start
-    offered = achieved = None
+    offered = achieved = held = None
     if mode == "closed" and isinstance(conc, int) and conc > 0:
         near = prev.records + recs if prev is not None else recs
         offered, achieved = float(conc), _in_flight(near, w.start, w.end)
+        held = min(offered, math.fsum(held_s) / wall) if held_s else None  # no more than were offered
     elif mode == "open" and type(rate) in (int, float) and rate > 0:
         offered = float(rate)
         achieved = _started_in(recs, w.start, w.end) / wall
@@ -487,6 +493,8 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
         "host_cpu": sum(hosts) / len(hosts) if hosts else None,
         "schedule_lag_p99": percentile(lags, 99.0) if lags is not None and len(lags) else None,
         "offered": offered, "achieved": achieved,
+        # closed loop: mean workers held at the backend's backoff gate (None: not tallied)
+        "held": held,
         "coalesced": coal / gaps if gaps else None, "coalesced_gaps": coal, "gaps": gaps,
         # the client's own processing after each response's last bytes (records' client_delay)
         "client_delay_p99": percentile(delays, 99.0) if len(delays) else None,
@@ -520,8 +528,12 @@ def client_saturation(row: dict, g) -> list[str]:
         why.append(f"client CPU {row['cpu'] * 100:.0f} % of a core (limit {g.client_cpu * 100:.0f} %)")
     if row["schedule_lag_p99"] is not None and row["schedule_lag_p99"] > g.client_schedule_lag:
         why.append(f"schedule lag p99 {_ms(row['schedule_lag_p99'])} (limit {_ms(g.client_schedule_lag)})")
-    if row["mode"] == "closed" and row["offered"] and row["achieved"] is not None and row["achieved"] < g.client_concurrency * row["offered"]:
-        why.append(f"achieved concurrency {row['achieved']:.3g} of {row['offered']:g} offered (limit {g.client_concurrency * 100:.0f} %)")
+    if row["mode"] == "closed" and row["offered"] and row["achieved"] is not None:
+        held = row.get("held") or 0.0  # the workers the server's refusals held back are not the client's shortfall
+        if row["achieved"] + held < g.client_concurrency * row["offered"]:
+            also = f"; {held:.3g} more waited at the backend's backoff" if held > 0 else ""
+            why.append(f"achieved concurrency {row['achieved']:.3g} of {row['offered']:g} offered "
+                       f"(limit {g.client_concurrency * 100:.0f} %{also})")
     if why and row["host_cpu"] is not None:
         why.append(f"machine CPU {row['host_cpu'] * 100:.0f} % busy")
     return why

@@ -19,6 +19,11 @@ built-in `client_healthy` (judge/validity.py) reads it per bucket:
   With `--workers N` every worker process runs its own monitor and sends its samples to the
   parent (`process` = 1..N; the parent is 0), so the process tree's CPU is on the record per
   process. Servers soakspec launches are not the client and are not counted.
+* Held at the backend's gate: `held_s`, the worker-seconds this process's closed-loop workers
+  waited at the backend's backoff gate in the window (`liveness.Health.held_s`): the server
+  refused or failed, so fewer requests were in flight -- the judge does not read that lower
+  concurrency as the client's saturation. 0 while the gate is open; null where no gate was
+  given (a monitor without a backend's load).
 * The machine: `host_cpu`, the busy fraction of all CPUs over the window (/proc/stat; null
   where unreadable) -- the context for a starved client (another process took the CPU).
 
@@ -95,13 +100,14 @@ class HealthSample:
     tick_s: float = TICK_S
     weight_s: float = 0.0  # the wake-ups' total weight (tick + lag each)
     stalls: tuple[float, ...] = ()  # the lags above STALL_S
+    held_s: float | None = None  # worker-seconds held at the backend's backoff gate (None: not tallied)
 
     def to_json(self) -> dict[str, Any]:
         r = lambda v: None if v is None else round(v, 6)  # noqa: E731
         return {"schema_version": 1, "start": r(self.start), "t": r(self.t), "backend": self.backend, "process": self.process,
                 "wakeups": self.wakeups, "lag_p50": r(self.lag_p50), "lag_p99": r(self.lag_p99),
                 "lag_max": r(self.lag_max), "cpu": r(self.cpu), "host_cpu": r(self.host_cpu), "tick_s": self.tick_s, "stall_s": STALL_S,
-                "weight_s": r(self.weight_s), "stalls": [round(x, 6) for x in self.stalls]}  # fmt: skip
+                "weight_s": r(self.weight_s), "stalls": [round(x, 6) for x in self.stalls], "held_s": r(self.held_s)}  # fmt: skip
 
 
 class LoopMonitor:
@@ -111,6 +117,7 @@ class LoopMonitor:
 
     def __init__(self, clock: RunClock, sink: Callable[[HealthSample], None], *, backend: str = "",
                  process: int = MAIN_PROCESS, tick_s: float = TICK_S, window_s: float = WINDOW_S,
+                 held: Callable[[], float] | None = None,
                  cpu_time: Callable[[], float] = time.process_time, wall: Callable[[], float] = time.perf_counter) -> None:  # fmt: skip
         self._clock = clock
         self._sink = sink
@@ -120,6 +127,8 @@ class LoopMonitor:
         self._window = window_s
         self._cpu_time = cpu_time
         self._wall = wall
+        self._held = held  # the backend gate's running tally of worker-seconds held (`Health.held_s`)
+        self._held0 = 0.0  # that tally at the window's start
 
     async def run(self) -> None:
         tick = self._tick
@@ -127,6 +136,7 @@ class LoopMonitor:
         lags: list[float] = []
         start = self._clock.now()
         cpu0, wall0, host0 = self._cpu_time(), self._wall(), _host_busy()
+        self._held0 = self._held() if self._held is not None else 0.0
         try:
             while True:
                 deadline = now() + tick
@@ -155,11 +165,15 @@ class LoopMonitor:
             host = min(1.0, max(0.0, (host1[0] - host0[0]) / (host1[1] - host0[1])))
         weights = [self._tick + x for x in lags]
         stalls = tuple(x for x in lags if x > STALL_S)
+        held = None
+        if self._held is not None:
+            h = self._held()
+            held, self._held0 = max(0.0, h - self._held0), h
         sample = HealthSample(
             start=start, t=self._clock.now(), backend=self._backend, process=self._process, wakeups=len(lags),
             lag_p50=weighted_percentile(lags, weights, 50.0) or 0.0, lag_p99=weighted_percentile(lags, weights, 99.0) or 0.0,
             lag_max=max(lags), cpu=None if cpu is None else max(0.0, cpu), host_cpu=host,
-            tick_s=self._tick, weight_s=math.fsum(weights), stalls=stalls,
+            tick_s=self._tick, weight_s=math.fsum(weights), stalls=stalls, held_s=held,
         )  # fmt: skip
         self._sink(sample)
         return cpu1, wall1, host1

@@ -54,7 +54,7 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
             if bp.metrics is not None:
                 nursery.start_soon(scrape_metrics, bp.metrics, url, deps, rec)
             nursery.start_soon(tick_progress, deps.progress, rec)
-            nursery.start_soon(LoopMonitor(deps.clock, client.write, backend=bp.name).run)
+            nursery.start_soon(LoopMonitor(deps.clock, client.write, backend=bp.name, held=health.held_s).run)
             try:
                 await drive_backend(bp, url, deps, rec, ids, prompts, health, client)
             finally:

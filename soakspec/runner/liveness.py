@@ -22,6 +22,10 @@ The rule is the plan's (`plan.Liveness`):
   would then be the backoff, and its lateness the client's schedule lag): `hold_back` records it
   at once as `disconnected`, "held back: ..." -- the backend's failure, on the record, never
   silently dropped -- unless it is the one that may try (`try_scout`).
+  A closed-loop worker waits at the gate instead; the time workers spend there is the
+  server's doing, not the client's, so it is tallied (`held_s`: worker-seconds) and each
+  client-health sample carries it (`clienthealth.HealthSample.held_s`): the judge tells a
+  concurrency the backoff held down from a client that could not keep it up.
 * `watch_liveness` probes the readiness request every `interval_s` (not while the load's own
   completions are recent), each attempt bounded by `attempt_timeout_s`. A refusal or a wrong
   answer (e.g. vLLM's /health saying 500 once its engine died, while its API server still
@@ -65,6 +69,9 @@ class Health:
         self.why = ""  # why the gate is shut (the held-back records' error)
         self._until = 0.0  # no request starts before this (run clock), while refusals > 0
         self._scout = False  # a request is trying again
+        self._waiting = 0  # closed-loop workers waiting at the gate now
+        self._held = 0.0  # worker-seconds they waited there, up to `_held_at` (run clock)
+        self._held_at = 0.0
         self._changed = trio.Event()
         self.wake = trio.Event()  # the watcher should look now
 
@@ -125,17 +132,38 @@ class Health:
     # -- the admission gate ----------------------------------------------------------------------
 
     async def admit(self) -> bool:
-        """Wait until a request may start. True: it is the scout (call `scouted()` after it)."""
-        while self.refusals:
-            if self.clock.now() < self._until:
-                await trio.sleep_until(self.clock.to_trio(self._until))
-                continue
-            if not self._scout:
-                self._scout = True
-                return True
-            await self._changed.wait()
-        await trio.lowlevel.checkpoint()
-        return False
+        """Wait until a request may start. True: it is the scout (call `scouted()` after it).
+        The wait is tallied in `held_s`."""
+        if not self.refusals:
+            await trio.lowlevel.checkpoint()
+            return False
+        self._tally()
+        self._waiting += 1
+        try:
+            while self.refusals:
+                if self.clock.now() < self._until:
+                    await trio.sleep_until(self.clock.to_trio(self._until))
+                    continue
+                if not self._scout:
+                    self._scout = True
+                    return True
+                await self._changed.wait()
+            await trio.lowlevel.checkpoint()
+            return False
+        finally:
+            self._tally()
+            self._waiting -= 1
+
+    def held_s(self) -> float:
+        """Worker-seconds the load has waited at the gate so far (those waiting now included)."""
+        self._tally()
+        return self._held
+
+    def _tally(self) -> None:
+        now = self.clock.now()
+        if self._waiting:
+            self._held += self._waiting * max(0.0, now - self._held_at)
+        self._held_at = now
 
     def try_scout(self) -> bool | None:
         """For an arrival that cannot wait: None when the gate is open (send as usual), True when

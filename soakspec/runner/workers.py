@@ -285,10 +285,10 @@ async def _worker(msg_fd: int) -> None:
     def connect() -> H11Connection:
         return H11Connection(host, port, clock, api_key=api_key)
 
+    gate = Health(clock, job.get("liveness", Liveness()))  # this process's connects back off too
     ctx = LevelContext(
         job["backend"], clock, connect, shapes, sink, next_id,
-        headers=job["headers"], stats=stats, t0=t0, part=(next_id.part, next_id.parts),
-        health=Health(clock, job.get("liveness", Liveness())),  # this process's connects back off too
+        headers=job["headers"], stats=stats, t0=t0, part=(next_id.part, next_id.parts), health=gate,
     )  # fmt: skip
     run: LevelRun | None = None
     try:
@@ -302,7 +302,7 @@ async def _worker(msg_fd: int) -> None:
             nursery.start_soon(watch_parent)
             nursery.start_soon(flusher)
             monitor = LoopMonitor(clock, lambda smp: health.append(smp.to_json()), backend=job["backend"],
-                                  process=next_id.part + 1)  # fmt: skip
+                                  process=next_id.part + 1, held=gate.held_s)  # fmt: skip
             nursery.start_soon(monitor.run)
             run = await drive_level(level, ctx)
             nursery.cancel_scope.cancel()
