@@ -197,6 +197,31 @@ def test_a_window_of_the_spec_is_counted_as_the_requests_stream_and_judged_the_s
     assert other.backends[0].table.gap_loads == 1
 
 
+@pytest.mark.parametrize("given_spec", [False, True], ids=["embedded", "--spec"])
+def test_gate_report_and_combine_parse_the_spec_once_and_read_the_evidence_once(tmp_path, monkeypatch, given_spec):
+    """The commands that re-judge choose the spec from the manifest (or --spec) before they
+    read the evidence, so the spec is parsed once and the evidence is read with its windows:
+    no second parse, and no re-read of the gaps for the spec's own `per window` rule."""
+    import soakspec.lang as lang
+    from soakspec.commands.gate import load_for_judging
+
+    spec = small_spec(RULES.format(t="300ms", u="20ms", lat="2s") + "\nrequire p99(itl) < 30ms per window 7s", levels="[2, 4]")
+    root = _write(tmp_path, "run", spec, EvidenceBuilder(spec, per_bucket=40))
+    spec_file = None
+    if given_spec:
+        spec_file = tmp_path / "s.soak"
+        spec_file.write_text(json.loads((root / "manifest.json").read_text())["spec"]["text"])
+    parsed = Counter()
+    for name in ("load_text", "load_spec"):
+        real = getattr(lang, name)
+        monkeypatch.setattr(lang, name, lambda *a, _real=real, _name=name, **k: parsed.update([_name]) or _real(*a, **k))
+    chosen, ev = load_for_judging("gate", str(root), None if spec_file is None else str(spec_file))
+    assert sum(parsed.values()) == 1, parsed
+    assert spec_windows(chosen) == (7.0,)
+    judge_run(join(chosen, ev))
+    assert ev.backends[0].table.gap_loads == 0
+
+
 def test_a_file_changed_before_its_gaps_are_read_again_is_refused(tmp_path):
     spec = small_spec(RULES.format(t="300ms", u="20ms", lat="2s") + "\nrequire p99(itl) < 30ms per window 7s",
                       levels="[2, 4]")

@@ -53,18 +53,20 @@ def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_
     Returns (spec, evidence), or an exit code after saying why on stderr. Shared by `gate`
     `report` and `combine`, which all re-judge rather than trust a stored verdict."""
     from soakspec.evidence.io import EvidenceError, EvidenceNotFound
-    from soakspec.judge.cli_support import windows_for
-    from soakspec.judge.evidence import load_evidence
+    from soakspec.judge.cli_support import bare_evidence
+    from soakspec.judge.evidence import load_evidence, spec_windows
 
     where = str(run_dir).rstrip("/") or "/"
     try:
-        evidence = load_evidence(Path(run_dir), windows=windows_for(run_dir, spec_file))
+        # the spec first, from the manifest (or --spec): the evidence is then read once, its
+        # `per window` rules' windows counted as the requests stream
+        spec, notes = spec_for(bare_evidence(run_dir), spec_file, where)
+        evidence = load_evidence(Path(run_dir), windows=spec_windows(spec))
     except EvidenceNotFound:
         raise  # a usage error, exit 2 (not the INCONCLUSIVE of evidence that cannot be read)
     except EvidenceError as e:
         print(f"soakspec {command}: {e}: the evidence cannot be judged", file=sys.stderr)
         return ExitCode.INCONCLUSIVE
-    spec, notes = spec_for(evidence, spec_file, where)
     for n in notes:
         print(f"soakspec {command}: note: {where + ': ' if name_dir else ''}{n}", file=sys.stderr)
     return spec, evidence
@@ -164,6 +166,7 @@ def _yield_cpu() -> None:
 def _main_partial(args: argparse.Namespace) -> int:
     from soakspec.evidence import layout
     from soakspec.evidence.io import EvidenceError, read_json, require_evidence_dir
+    from soakspec.judge.cli_support import bare_evidence
     from soakspec.judge.evidence import load_evidence, spec_windows
     from soakspec.judge.judge import judge
     from soakspec.judge.verdict import render_text
@@ -182,8 +185,7 @@ def _main_partial(args: argparse.Namespace) -> int:
         return main(args)
     _yield_cpu()
     # the spec first (the manifest embeds it from the start), then the evidence it plans
-    bare = load_evidence(root, entries=[])
-    spec, notes = spec_for(bare, args.spec, where)
+    spec, notes = spec_for(bare_evidence(root), args.spec, where)
     for n in notes:
         print(f"soakspec gate: note: {n}", file=sys.stderr)
     entries, judged = partial_entries(spec, root)

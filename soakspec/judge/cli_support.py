@@ -99,26 +99,16 @@ def spec_for(evidence, spec_file: str | None, where: str):
     return spec, notes
 
 
-def windows_for(run_dir: str | os.PathLike, spec_file: str | None) -> tuple[float, ...]:
-    """The window lengths of the spec `spec_for` will choose (`spec_file`, else the manifest's
-    embedded text), read before the evidence is, so that its windows are counted as the
-    requests stream (`judge.evidence.load_evidence`). Parsing only; () when it cannot tell
-    (the spec is then reported by `spec_for`, and a window reads its gaps again)."""
-    from soakspec.evidence.io import EvidenceError, read_json
-    from soakspec.judge.evidence import spec_windows
-    from soakspec.lang import load_spec, load_text
+def bare_evidence(run_dir: str | os.PathLike):
+    """An evidence directory's manifest alone, as an `Evidence` without backends: what
+    `spec_for` reads (the embedded spec), before the evidence is verified and read with the
+    chosen spec's window lengths. Raises as `load_evidence` does for the manifest
+    (`EvidenceNotFound`, `EvidenceError`)."""
+    from soakspec.evidence.io import EvidenceFormatError, read_json, require_evidence_dir
+    from soakspec.judge.evidence import Evidence, Integrity
 
-    try:
-        if spec_file is not None:
-            text = Path(spec_file).read_text(encoding="utf-8", errors="replace")
-        else:
-            manifest = read_json(os.path.join(run_dir, layout.MANIFEST))
-            stored = manifest.get("spec") if isinstance(manifest, dict) else None
-            text = stored.get("text") if isinstance(stored, dict) else None
-        # no `per window` rule: nothing to parse twice (`check` also reads a spec's prompt files)
-        if not isinstance(text, str) or "window" not in text:
-            return ()
-        spec = load_spec(spec_file)[0] if spec_file is not None else load_text(text, "manifest.json#spec")[0]
-    except (EvidenceError, OSError, ValueError):
-        return ()
-    return spec_windows(spec) if spec is not None else ()
+    mpath = require_evidence_dir(run_dir) / layout.MANIFEST
+    manifest = read_json(mpath)
+    if not isinstance(manifest, dict):
+        raise EvidenceFormatError(mpath, 1, "the manifest is not a JSON object")
+    return Evidence(manifest, (), Integrity(), None, str(run_dir))
