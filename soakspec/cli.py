@@ -94,24 +94,27 @@ class _GuardedStdout:
         return getattr(self._inner, name)
 
     def write(self, text: str) -> int:
-        try:
+        with _refused_as_error():
             return self._inner.write(text)
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            raise StdoutRefused(e) from e
 
     def writelines(self, lines) -> None:
         for line in lines:
             self.write(line)
 
     def flush(self) -> None:
-        try:
+        with _refused_as_error():
             self._inner.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            raise StdoutRefused(e) from e
+
+
+@contextlib.contextmanager
+def _refused_as_error():
+    """An OSError from stdout as `StdoutRefused`; BrokenPipeError as it is (see `_GuardedStdout`)."""
+    try:
+        yield
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise StdoutRefused(e) from e
 
 
 def _discard_stdout() -> None:
