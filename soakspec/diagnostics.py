@@ -7,6 +7,8 @@ that every command prints the same shape (ruff/mypy style) and the same JSON.
 
 from __future__ import annotations
 
+import unicodedata
+
 import dataclasses
 import enum
 from collections.abc import Iterable, Sequence
@@ -106,7 +108,24 @@ def _excerpt(span: Span, text: str) -> list[str]:
         width = max(1, min(width, end - (span.column - 1)))
         text = lead + text[start:end] + tail
     text = text.expandtabs(1)
-    return [f"  {text}", "  " + " " * (col - 1) + "^" + "~" * (width - 1)]
+    # the caret under the character on a terminal: wide (CJK) characters take two cells,
+    # combining marks none (the column itself stays the character's, as editors count it)
+    pad, under = _cells(text[:col - 1]), max(1, _cells(text[col - 1:col - 1 + width]))
+    return [f"  {text}", "  " + " " * pad + "^" + "~" * (under - 1)]
+
+
+def _cells(text: str) -> int:
+    """Terminal cells `text` takes: 2 for an East Asian wide or full-width character, 0 for a
+    combining mark or a zero-width format character, else 1."""
+    n = 0
+    for ch in text:
+        if ch.isascii():
+            n += 1
+        elif unicodedata.combining(ch) or unicodedata.category(ch) == "Cf":
+            continue
+        else:
+            n += 2 if unicodedata.east_asian_width(ch) in ("W", "F") else 1
+    return n
 
 
 def render_text(diags: Sequence[Diagnostic], sources: dict[str, str] | None = None) -> str:

@@ -47,6 +47,21 @@ def test_short_lines_are_shown_whole():
     assert render_text([d], {"p": "abc def ghi"}).splitlines()[1:3] == ["  abc def ghi", "      ^~~"]
 
 
+def test_the_caret_counts_terminal_cells_after_wide_and_combining_characters():
+    """A label in Chinese before the error: each of its characters takes two cells on a
+    terminal, so the caret moves two per character to stay under the span; a combining accent
+    takes none. The column in the header stays the character's."""
+    line = 'label = "模型" bad'
+    d = Diagnostic("E101", "bad", Span(1, 14, 1, 17), "p", Severity.ERROR)
+    head, shown, caret = render_text([d], {"p": line}).splitlines()[:3]
+    assert head.startswith("p:1:14:")
+    assert caret == "  " + " " * 15 + "^~~"  # 'label = "' 9 + 模型 4 + '" ' 2
+    wide = Diagnostic("E101", "bad", Span(1, 10, 1, 12), "p", Severity.ERROR)
+    assert render_text([wide], {"p": line}).splitlines()[2] == "  " + " " * 9 + "^~~~"  # under both wide characters
+    accent = Diagnostic("E101", "bad", Span(1, 5, 1, 8), "p", Severity.ERROR)
+    assert render_text([accent], {"p": "e\u0301e bad"}).splitlines()[2] == "  " + " " * 3 + "^~~"  # é: two characters, one cell
+
+
 def test_a_warning_repeated_word_for_word_is_reported_once_with_a_count():
     n = 40
     text = 'soak "x" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n' + "".join(
