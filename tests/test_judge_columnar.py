@@ -68,6 +68,12 @@ def _gaps(r):
     return [v for x in g if (v := _num(x)) is not None] if isinstance(g, list) else []
 
 
+def _stall(r):
+    first, end, tpot, n = _num(r.get("first_token")), _num(r.get("end")), _num(r.get("tpot")), _num(r.get("output_tokens"))
+    last = first + (tpot + 1e-6) * (n - 1) if tpot is not None and n is not None and n >= 2 else first
+    return max(0.0, end - last)
+
+
 def _dist(vals):
     if not vals:
         return None
@@ -233,8 +239,11 @@ def _judge_equals_naive(seed, per_bucket, share, t, u):
     # a completed request without a first token: its ttft lies between its first byte and its end
     censored += [(fb - _start(r) if (fb := _num(r.get("first_byte"))) is not None and _start(r) is not None else 0.0, v)
                  for r in done if _num(r.get("first_token")) is None and _ttft(r) is None and (v := _latency(r)) is not None]
+    # a request that timed out after its first token stalled: one more ITL gap, at least the time
+    # from the latest its last token can have come (first token + (tpot + 1 µs) x (tokens - 1)) to its end
+    stalls = [(_stall(r), math.inf) for r in timed if _num(r.get("first_token")) is not None and _num(r.get("end")) is not None]
     for text, q, vals, bounds, thr in (("p95(ttft) < ", 95.0, ttfts, censored, t),
-                                       ("p99(itl) < ", 99.0, [x for r in done for x in _gaps(r)], [], u)):
+                                       ("p99(itl) < ", 99.0, [x for r in done for x in _gaps(r)], stalls, u)):
         rule = next(r for name, r in by_rule.items() if name.startswith(text))
         want_status = naive_status(run, vals, q, thr, bounds)
         if want_status == "short":

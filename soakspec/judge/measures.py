@@ -264,7 +264,9 @@ class Censored:
     known: np.ndarray  # values timed-out requests measured (a first token before the deadline)
     low: np.ndarray
     high: np.ndarray  # inf: no upper bound (a timeout: the request never finished)
-    timed_out: int  # how many of the bounded ones timed out (the rest completed without token times)
+    timed_out: int  # how many of the bounded ones timed out before the value was measured
+    stalled: int = 0  # how many timed out mid-stream (a first token, then no end: `when_stalled`)
+    # low, high: first the `timed_out`, then the `stalled`, then requests completed without token times
 
     def __bool__(self) -> bool:
         return bool(len(self.known) or len(self.low))
@@ -283,11 +285,15 @@ class PerRequest(Distribution):
     end. The distribution (`values`) stays over completed requests with a value; the gate judges
     a rule over all of them together, within the bounds (`censored`,
     `soakspec.judge.performance`), so neither a timeout nor a server that leaves its tokens
-    untimed takes a request out of a time rule."""
+    untimed takes a request out of a time rule. `when_stalled`, for a per-token time (tpot):
+    the lower bound of the value of a request that timed out mid-stream (`stalled`: a first
+    token, then the deadline) -- its TPOT had it finished is unknown, so it counts between that
+    bound and no bound at all, never left out."""
 
     value: Callable[[Row], float | None]
     when_timed_out: Callable[[Row], float | None] | None = None
     untimed_low: Callable[[Row], float | None] | None = None
+    when_stalled: Callable[[Row], float | None] | None = None
     unit: ClassVar[str] = "requests"
     new_values: ClassVar[bool] = True  # `column` makes a new array; `v[ok]` another
 
@@ -302,13 +308,19 @@ class PerRequest(Distribution):
             low.append(lows)
             high.append(np.full(len(lows), np.inf))
             n_out = len(lows)
+        n_stalled = 0
+        if self.when_stalled is not None:
+            lows = _floats(_select(records, stalled), self.when_stalled)
+            low.append(np.where(np.isfinite(lows), lows, 0.0))
+            high.append(np.full(len(lows), np.inf))
+            n_stalled = len(lows)
         if self.untimed_low is not None:
             blind = _select(records, untimed)
             v, lo, hi = _floats(blind, self.value), _floats(blind, self.untimed_low), _floats(blind, latency)
             miss = ~np.isfinite(v) & np.isfinite(hi)
             low.append(np.where(np.isfinite(lo[miss]), lo[miss], 0.0))
             high.append(hi[miss])
-        return Censored(known, np.concatenate(low), np.concatenate(high), n_out)
+        return Censored(known, np.concatenate(low), np.concatenate(high), n_out, n_stalled)
 
     def values(self, records: Iterable[Row]) -> Any:
         if isinstance(records, Rows):  # a scope's requests: vectorized, an array
@@ -325,10 +337,21 @@ class PerRequest(Distribution):
 
 @dataclasses.dataclass(frozen=True)
 class PerToken(Distribution):
-    """Many values per completed request: its inter-token gaps."""
+    """Many values per completed request: its inter-token gaps. A request that timed out
+    mid-stream (`stalled`) stopped at a gap that never ended: it counts as one more gap, known
+    only to exceed the time from its last token to its end (`stall`), with no upper bound
+    (`censored`; judged as `PerRequest`'s censored values are). The gaps it measured before are
+    not pooled (ITL pools completed streams); its stall is what a gap rule must not miss: a
+    server that stalls streams until the deadline would otherwise pass `max(itl) < 1s` on the
+    streams that finished."""
 
     gaps: Callable[[Row], Iterable[float]]
     unit: ClassVar[str] = "gaps"
+
+    def censored(self, records: Iterable[Row]) -> Censored:
+        lows = _floats(_select(records, stalled), stall)
+        lows = np.where(np.isfinite(lows), lows, 0.0)
+        return Censored(np.zeros(0), lows, np.full(len(lows), np.inf), 0, len(lows))
 
     def counted(self, records: Iterable[Row]) -> stats.Counted | None:
         """The gaps counted by value (`_itl_counted`), or None where that does not apply."""
@@ -438,7 +461,43 @@ def _schedule_lag(r: Row) -> float | None:
 ttft = Columnar(_ttft, lambda t, idx: t.ttft(idx))
 latency = Columnar(_latency, lambda t, idx: t.latency(idx))
 unmeasured = Columnar(lambda r: None, lambda t, idx: np.full(len(idx), np.nan))  # latency: a timeout measured none
+zero = Columnar(lambda r: 0.0, lambda t, idx: np.zeros(len(idx)))  # tpot: a stalled request's, at least
 timed_out = outcome_is("timeout")
+# a request that timed out after its first token: its stream stalled (or ran) past the deadline
+stalled = Columnar(lambda r: r.get("outcome") == "timeout" and num(r.get("first_token")) is not None,
+                   lambda t, idx: t.label_is("outcome", "timeout", idx) & ~np.isnan(t.number("first_token", idx)))
+TPOT_RESOLUTION = 1e-6  # a record's tpot is written to the microsecond
+
+
+def _stall(first: Any, end: Any, tpot: Any, n: Any) -> Any:
+    """end - the latest its last token can have come (vectorized or not): the last token came
+    (last - first) = tpot x (n - k1) after the first, k1 >= 1 the first chunk's tokens, so at
+    most tpot x (n - 1) after it (tpot rounded up by its resolution); no tpot: at the first."""
+    after = (tpot + TPOT_RESOLUTION) * (n - 1)
+    return end - first - after
+
+
+def _stall_row(r: Row) -> float | None:
+    ft, e = num(r.get("first_token")), num(r.get("end"))
+    if ft is None or e is None:
+        return None
+    tp, n = num(r.get("tpot")), num(r.get("output_tokens"))
+    if tp is None or n is None or n < 2:
+        return max(0.0, e - ft)
+    return max(0.0, _stall(ft, e, tp, n))
+
+
+def _stall_col(t: RequestTable, idx: np.ndarray) -> np.ndarray:
+    ft, e = t.number("first_token", idx), t.number("end", idx)
+    tp, n = t.number("tpot", idx), t.number("output_tokens", idx)
+    timed = ~np.isnan(tp) & ~np.isnan(n) & (n >= 2)
+    v = np.where(timed, _stall(ft, e, np.nan_to_num(tp), np.nan_to_num(n)), e - ft)
+    return np.maximum(v, 0.0)  # NaN (no first token or end) stays NaN
+
+
+# how long a timed-out request had waited since its last token, at least (a lower bound: the
+# stall a gap rule counts it as, `PerToken.censored`)
+stall = Columnar(_stall_row, _stall_col)
 # a completed request without a first token: its tokens' arrival times are unknown (summary.excluded)
 untimed = Columnar(lambda r: r.get("outcome") == "completed" and num(r.get("first_token")) is None,
                    lambda t, idx: _done(t, idx) & np.isnan(t.number("first_token", idx)))

@@ -17,7 +17,7 @@ from soakspec.judge.common import OPS, compare, describe_request, format_value, 
 from soakspec.judge.index import LevelIndex, Row, Window, error_message
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (
-    Censored, Distribution, Measure, MetricImpl, Outcome, PerRequest, aggregate, bucket_series, completed, quarters, relative_change, slope,
+    Censored, Distribution, Measure, MetricImpl, Outcome, PerRequest, PerToken, aggregate, bucket_series, completed, quarters, relative_change, slope,
 )
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
 from soakspec.judge.verdict import Instance, Location, RuleResult, Status
@@ -150,7 +150,7 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
     e = rule.expr
     m = impl.measure(sc, e.agg, e.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples)
     where = loc(sc)
-    if isinstance(impl, PerRequest):
+    if isinstance(impl, (PerRequest, PerToken)):
         if cens := impl.censored(sc.records):
             return _with_censored(run, sc, rule, impl, m, cens)
     if m.value is None:
@@ -180,21 +180,65 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
 UNBOUNDED = 1e300  # a censored value's upper bound: beyond any time, finite (no inf - inf)
 
 
-def _censored_note(c: Censored, n: int, metric: str, fk: Kind | None) -> str:
+def _censored_note(c: Censored, n: int, metric: str, fk: Kind | None, unit: str = "requests") -> str:
     """What a rule's message says of the requests it counted within bounds (`_with_censored`)."""
     notes = []
     if c.timed_out:
         notes.append(f"{c.timed_out} of {plural(n, 'request')} timed out before their {metric} was measured (each counted "
-                     f"as at least its time to the deadline, {format_value(float(c.low[np.isinf(c.high)].min()), fk)} or more)")
-    if len(c.low) > c.timed_out:
-        notes.append(f"{len(c.low) - c.timed_out} of {plural(n, 'request')} completed without token times (each counted "
+                     f"as at least its time to the deadline, {format_value(float(c.low[:c.timed_out].min()), fk)} or more)")
+    if c.stalled:
+        least = float(c.low[c.timed_out:c.timed_out + c.stalled].min())
+        if unit == "gaps":
+            notes.append(f"{plural(c.stalled, 'timed-out request')} stalled mid-stream, each counted as one {metric} gap of at "
+                         f"least its time from its last token to the deadline ({format_value(least, fk)} or more)")
+        else:
+            notes.append(f"{c.stalled} of {plural(n, 'request')} timed out mid-stream, their {metric} unknown (each counted as "
+                         f"{format_value(least, fk)} or more)")
+    if len(c.low) > c.timed_out + c.stalled:
+        notes.append(f"{len(c.low) - c.timed_out - c.stalled} of {plural(n, 'request')} completed without token times (each counted "
                      f"between its first byte and its end)")
     if len(c.known):
         notes.append(f"{plural(len(c.known), 'timed-out request')} counted with the {metric} measured before the deadline")
     return "; ".join(notes)
 
 
-def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: Measure, c: Censored) -> Judged:
+class _Sample:
+    """A rule's values with some added: an array, or -- for a metric counted by value (ITL at
+    soak scale: `stats.Counted`) -- a multiset of distinct values and counts, never written
+    out. The aggregate and the count beyond a threshold, the same either way."""
+
+    def __init__(self, base: np.ndarray | stats.Counted, extra: np.ndarray) -> None:
+        self.counted: stats.Counted | None = None
+        self.array: np.ndarray | None = None
+        if isinstance(base, stats.Counted):
+            u, inv = np.unique(np.concatenate([base.values, extra]), return_inverse=True)
+            weights = np.concatenate([base.counts.astype(np.float64), np.ones(len(extra))])
+            self.counted = stats.Counted(u, np.bincount(inv, weights=weights, minlength=len(u)).astype(np.int64))
+            self.n = self.counted.n
+        else:
+            self.array = np.concatenate([base, extra])
+            self.n = len(self.array)
+
+    def agg(self, percentile: float | None, agg: str | None) -> float:
+        c = self.counted
+        if c is None:
+            got = stats.percentile(self.array, percentile) if percentile is not None else aggregate(agg, self.array)
+        elif percentile is not None:
+            got = c.percentile(percentile)
+        else:
+            got = c.mean() if agg == "mean" else c.min() if agg == "min" else c.max() if agg == "max" else aggregate(agg, [])
+        assert got is not None
+        return float(got)
+
+    def failing(self, op: str, t: float) -> int:
+        """How many values do not satisfy `value op t`."""
+        if self.counted is None:
+            return int(np.count_nonzero(~OPS[op](self.array, t)))
+        c = self.counted
+        return int(c.counts[~OPS[op](c.values, t)].sum())
+
+
+def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest | PerToken, m: Measure, c: Censored) -> Judged:
     """A rule over a time some requests of the scope did not measure (ttft, latency), judged
     over every request it counts (`PerRequest.censored`): a timed-out request that measured the
     value counts with it; one that did not is a right-censored sample, known only to exceed its
@@ -208,18 +252,17 @@ def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: M
     e, op, t = rule.expr, rule.op, rule.threshold
     assert op is not None and t is not None
     conf = run.gate.confidence
-    base = np.concatenate([np.asarray(impl.values(sc.records), dtype=np.float64), c.known])
-    low_vals = np.concatenate([base, c.low])
-    high_vals = np.concatenate([base, np.where(np.isinf(c.high), UNBOUNDED, c.high)])
-    n = len(low_vals)
+    counted = impl.counted(sc.records)
+    base = counted if counted is not None else np.asarray(impl.values(sc.records), dtype=np.float64)
+    low_vals = _Sample(base, np.concatenate([c.known, c.low]))
+    high_vals = _Sample(base, np.concatenate([c.known, np.where(np.isinf(c.high), UNBOUNDED, c.high)]))
+    n = low_vals.n
 
-    def agg(v: np.ndarray) -> float:
-        got = stats.percentile(v, e.percentile) if e.percentile is not None else aggregate(e.agg, v)
-        assert got is not None
-        return float(got)
+    def agg(v: _Sample) -> float:
+        return v.agg(e.percentile, e.agg)
 
     fk = kind(rule)
-    note = _censored_note(c, n, e.metric or e.text, fk)
+    note = _censored_note(c, n, e.metric or e.text, fk, m.unit)
     low, high = agg(low_vals), agg(high_vals)
     if high >= UNBOUNDED / 2:
         vtext = f"{e.text} >= {format_value(low, fk)}"
@@ -238,10 +281,10 @@ def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: M
     if ok_low != ok_high or (op not in ("<", "<=", ">", ">=") and high > low):
         return Instance("inconclusive", where, value, vtext, n,
                         f"{vtext} over {_unit_word(m.unit, n)} ({thr}): {note}; whether it holds depends on "
-                        + ("how long they would have taken" if c.timed_out == len(c.low) else "where within their bounds they lie")), value, n
+                        + ("how long they would have taken" if c.timed_out + c.stalled == len(c.low) else "where within their bounds they lie")), value, n
     # the rule's outcome is the same at both bounds: counts at the bound that is worst for it
     worst = high_vals if (upper if ok_low else not upper) else low_vals
-    over = int(np.count_nonzero(~OPS[op](worst, t)))
+    over = worst.failing(op, t)
     qq = None if q is None or op not in ("<", "<=", ">", ">=") else (q if upper else 100.0 - q)
     if not ok_low:
         if n < need and qq is not None and qq > 0 and not stats.exceeds_with_confidence(over, n, qq, conf):
@@ -255,7 +298,7 @@ def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest, m: M
         allowed = stats.max_overages(n, qq, conf)
         if allowed is None or over > allowed:
             best = low_vals if upper else high_vals  # the samples certainly beyond the threshold
-            certain = int(np.count_nonzero(~OPS[op](best, t)))
+            certain = best.failing(op, t)
             if stats.exceeds_with_confidence(certain, n, qq, conf):
                 return Instance("fail", where, value, vtext, n,
                                 f"{vtext} over {_unit_word(m.unit, n)} ({thr}), but so many samples violate the threshold that "

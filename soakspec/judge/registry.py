@@ -76,7 +76,7 @@ RULES: tuple[Entry, ...] = (
     _metric("ttft", M.PerRequest(M.ttft, when_timed_out=M.ttft, untimed_low=M.first_byte_wait)),
     _metric("itl", M.PerToken(M.itl_gaps)),
     _metric("coalesced", M.GapShare()),  # share of the ITL gaps that are not independent samples
-    _metric("tpot", M.PerRequest(M.measured_tpot())),
+    _metric("tpot", M.PerRequest(M.measured_tpot(), when_stalled=M.zero)),
     _metric("latency", M.PerRequest(M.latency, when_timed_out=M.unmeasured)),
     _metric("schedule_lag", M.PerRequest(M.schedule_lag)),
     _metric("output_tokens", M.PerRequest(M.counted("output_tokens"))),
