@@ -2,13 +2,18 @@
 the verdict a naive reference gives: every record a dict in memory, every figure a plain loop
 over them (written here, from the documented definitions: a request's outcome derived from its
 raw fields, ttft = the field else first_token - intended start, ITL = the gaps of completed
-requests whose ITL is not estimated and whose usage agrees with the stream, qps = completed /
-wall, throughput = output tokens of completed requests / wall, in-flight = the time integral of
-the backend's requests in flight / wall, percentiles by `stats.percentile` over a sorted list).
+requests whose ITL is not estimated and whose usage agrees with the stream, qps = the backend's
+completed requests (any bucket but the follow-up's, warm-up included) that had started and whose
+end lies in [bucket start, bucket end), per second of the bucket's wall time -- what the server
+delivered, not what started --, throughput = the output tokens of those same requests / wall,
+in-flight = the time integral of the backend's requests in flight / wall, percentiles by
+`stats.percentile` over a sorted list).
 
 Generated evidence has failures of every kind, contradicted usage, estimated ITL, ITL that is
 not whole microseconds (the table's float64 mode), values of the wrong type (rows read
-through their views), missing intended starts and shuffled file order."""
+through their views), missing intended starts and shuffled file order; requests that finish
+late (in a later bucket, or after their level's last bucket), warm-up requests that end in
+bucket 0 and a follow-up request moved into a bucket (which qps and throughput leave out)."""
 
 from __future__ import annotations
 
@@ -110,14 +115,21 @@ def naive_buckets(spec, be) -> list[dict[str, Any]]:
                 lo, hi = max(s, bk["start"]), min(e, bk["end"])
                 if hi > lo:
                     parts.append(hi - lo)
-            tokens = [float(_num(r.get("chunks" if r.get("usage_mismatch") else "output_tokens")) or 0.0) for r in done]
+            # what the server delivered in the bucket: completions that ended in it, wherever they started
+            served = []
+            for r in relabeled:
+                s, e = _num(r.get("start")), _num(r.get("end"))
+                if (r.get("outcome") == "completed" and r.get("bucket") != -2 and s is not None and e is not None
+                        and bk["start"] <= e < bk["end"] and s < bk["end"]):
+                    served.append(r)
+            tokens = [float(_num(r.get("chunks" if r.get("usage_mismatch") else "output_tokens")) or 0.0) for r in served]
             out.append({
                 "requests": {"total": len(recs), **{k: c[k] for k in ("completed", "failed", "timeout", "rejected", "disconnected")}},
                 "ttft": _dist([v for r in done if (v := _ttft(r)) is not None]),
                 "latency": _dist([v for r in done if (v := _latency(r)) is not None]),
                 "tpot": _dist([v for r in done if (v := _tpot(r)) is not None]),
                 "itl": _dist([g for r in done for g in _gaps(r)]),
-                "qps": len(done) / wall,
+                "qps": len(served) / wall,
                 "output_tokens_per_s": math.fsum(tokens) / wall,
                 "in_flight": math.fsum(parts) / wall,
             })
@@ -151,7 +163,7 @@ def naive_status(run, vals: list[float], q: float, threshold: float, bounds: lis
 
 
 def _mutate(rng: random.Random, r: dict[str, Any], b: EvidenceBuilder) -> None:
-    k = rng.randrange(14)
+    k = rng.randrange(15)
     if k == 0:
         b.set_outcome(r, "failed", "engine died", status=500)
     elif k == 1:
@@ -179,8 +191,11 @@ def _mutate(rng: random.Random, r: dict[str, Any], b: EvidenceBuilder) -> None:
         r["error"] = "partial"  # status 200 with an error: failed
     elif k == 12:
         r["first_token"] = None
-    else:
+    elif k == 13:
         r["itl"] = [0.001, "x"]  # an ITL list with a non-number
+    else:  # a slow completion within the deadline: it ends in a later bucket, or after the level's last
+        r["end"] = r["start"] + rng.uniform(0.5, 29.0)
+        r["latency"] = r["end"] - r["start"]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -205,6 +220,15 @@ def _judge_equals_naive(seed, per_bucket, share, t, u):
         for r in recs:
             if r["bucket"] >= 0 and rng.random() < share:
                 _mutate(rng, r, b)
+        for lv in b.entry(name)["levels"]:  # warm-up requests, some still running when bucket 0 opens
+            for _ in range(rng.randrange(3)):
+                recs.append(b.request(name, lv["workload"], lv["index"], -1, lv["measure_start"] - rng.uniform(0.1, 2.0),
+                                      conc=lv.get("concurrency"), rate=None))
+        if rng.random() < 0.5:  # the follow-up moved into a bucket: never counted as delivered there
+            fu = next(r for r in recs if r["bucket"] == -2)
+            bk = rng.choice(b.entry(name)["levels"])["buckets"][0]
+            fu["intended_start"] = fu["start"] = bk["start"] + 1.0
+            fu["first_byte"], fu["first_token"], fu["end"] = fu["start"] + 0.05, fu["start"] + 0.1, fu["start"] + b.latency
         rng.shuffle(recs)
     ev = b.build()
     run = join(spec, ev)
@@ -438,6 +462,38 @@ def test_in_flight_over_the_start_order_equals_the_row_loop(spans, fence, window
         bi.spans = I.StartOrder(t)
         for lo, width in windows:
             assert in_flight_spans(bi, lo, lo + width) == in_flight(recs, lo, lo + width)
+
+
+@settings(max_examples=150, deadline=None)
+@given(spans=st.lists(st.tuples(_stamp, _stamp, st.sampled_from([0, 1, -1, -2]), st.sampled_from(["completed", "failed"]),
+                                st.one_of(st.none(), st.integers(0, 64), st.just(2.5)), st.booleans()),
+                      min_size=1, max_size=60),
+       fence=st.integers(1, 6), chunk=st.sampled_from([1, 3, 1 << 16]),
+       windows=st.lists(st.tuples(st.floats(1.7e9 - 5, 1.7e9 + 105), st.floats(0.001, 60)), min_size=1, max_size=5))
+def test_delivered_over_the_start_order_equals_the_row_loop(spans, fence, chunk, windows):
+    """What the server delivered in a window (qps, throughput), from the requests in start
+    order, a chunk of them at a time, is the row loop's: completed requests but the follow-up,
+    with a start, whose end lies in the window, and their tokens (chunks where usage
+    contradicts the stream; a count of the wrong type read through the row's view)."""
+    import unittest.mock
+
+    from soakspec.judge import index as I, table
+    from soakspec.judge.measures import delivered, delivered_spans
+
+    recs = [{"request_id": f"r{k}", "bucket": b, "outcome": o, "output_tokens": n, "chunks": 3,
+             **({"usage_mismatch": "contradicted"} if bad else {}),
+             **({"start": s} if s is not None else {}), **({"end": e} if e is not None else {})}
+            for k, (s, e, b, o, n, bad) in enumerate(spans)]
+    t = build_table(recs)
+    bi = unittest.mock.Mock(table=t)
+    with unittest.mock.patch.object(I.StartOrder, "FENCE", fence), unittest.mock.patch.object(table, "SCAN_CHUNK", chunk):
+        bi.spans = I.StartOrder(t)
+        for lo, width in windows:
+            assert delivered_spans(bi, lo, lo + width) == delivered(recs, lo, lo + width)
+        for s, e, *_ in spans:  # a window that starts or ends exactly at a request's end
+            if e is not None:
+                assert delivered_spans(bi, e, e + 1.0) == delivered(recs, e, e + 1.0)
+                assert delivered_spans(bi, e - 1.0, e) == delivered(recs, e - 1.0, e)
 
 
 @settings(max_examples=200, deadline=None)

@@ -256,6 +256,70 @@ def test_series_rules_use_bucket_values():
     assert v.outcome == "PASS", render_text(v)
 
 
+def _slow_server(records, service_s):
+    """Serve `records` (open-loop arrivals) one at a time, `service_s` each, first come first
+    served: a request queued behind the others ends later than its arrival + service."""
+    free = None
+    for r in sorted(records, key=lambda r: r["intended_start"]):
+        begin = r["intended_start"] if free is None else max(free, r["intended_start"])
+        free = begin + service_s
+        set_latency(r, free - r["intended_start"])
+        set_ttft(r, free - 0.05 - r["intended_start"])
+
+
+def test_qps_of_an_overloaded_open_loop_is_what_the_server_delivered():
+    """8 req/s offered to a server that serves one request per 0.25 s (4 req/s): achieved qps
+    and throughput are its completions per second, not the arrival rate, and a rule that the
+    level sustained its offered rate fails. Every request completes (within the 30 s
+    deadline), most after the bucket it arrived in and 81 of 160 after the level's last
+    bucket. (Counting the requests that started in a bucket gave 8 req/s: the rule passed.)"""
+    spec = small_spec("require mean(qps) >= 8rps per level\nrequire mean(throughput) >= 512 per level",
+                      mode="open", levels="[8rps]", duration="20s", bucket="5s")
+    b = EvidenceBuilder(spec, per_bucket=40)  # 40 arrivals per 5 s bucket, evenly spaced: 8 req/s
+    _slow_server(list(b.measured("a")), 0.25)
+    lv = b.level("a", 0)
+    last = max(r["end"] for r in b.measured("a"))
+    lv["drained_at"] = last
+    b.records["a"] = [r for r in b.records["a"] if r["bucket"] >= 0]  # no follow-up: it would queue too
+    ev = b.build()
+    res = summarize(ev, spec)
+    bks = res["backends"][0]["buckets"]
+    # request k ends at 0.25 (k + 1) s: 19 end in [0, 5), then 20 in each later bucket
+    assert [bk["requests"]["completed"] for bk in bks] == [40, 40, 40, 40]  # what arrived in each bucket
+    assert [bk["qps"] for bk in bks] == pytest.approx([19 / 5, 20 / 5, 20 / 5, 20 / 5])
+    assert [bk["output_tokens_per_s"] for bk in bks] == pytest.approx([19 * 64 / 5, 20 * 64 / 5, 20 * 64 / 5, 20 * 64 / 5])
+    v = judge(spec, ev)
+    q = rule(v, "mean(qps) >= 8rps per level")
+    assert q.status == "fail" and q.observed == pytest.approx(79 / 20)
+    tp = rule(v, "mean(throughput) >= 512 per level")
+    assert tp.status == "fail" and tp.observed == pytest.approx(79 * 64 / 20)
+
+
+def test_qps_counts_completions_by_the_bucket_they_ended_in():
+    """A bucket's qps counts the backend's completed requests that ended in it, wherever they
+    started: a warm-up request that ends in bucket 0 counts there, a request that ends in the
+    next bucket counts in that one, one that ends after the level's last bucket in none; the
+    follow-up never (moved into bucket 0 here); a failed request never."""
+    spec = small_spec(duration="2m")
+    b = EvidenceBuilder(spec)  # 8 requests a 60 s bucket, each 1 s long
+    lv = b.level("a", 0)
+    a = lv["buckets"][0]["start"]
+    b.records["a"].append(b.request("a", "w", 0, -1, a - 0.5, conc=2, rate=None))  # ends in bucket 0
+    late = list(b.measured("a", bucket=0))[-1]  # started at 52.5 s
+    set_latency(late, 10.0)  # ends in bucket 1
+    for r in list(b.measured("a", bucket=1))[-2:]:  # started at 105 s and 112.5 s
+        set_latency(r, 20.0)  # end after the level's last bucket (within the deadline)
+    b.set_outcome(list(b.measured("a", bucket=1))[0], "failed", "engine died")
+    fu = next(r for r in b.records["a"] if r["bucket"] == -2)
+    fu.update(intended_start=a + 10.0, start=a + 10.0, first_byte=a + 10.05, first_token=a + 10.1, end=a + 11.0)
+    res = summarize(b.build(), spec)
+    bk0, bk1 = res["backends"][0]["buckets"]
+    assert bk0["qps"] == pytest.approx((8 - 1 + 1) / 60)  # less the late one, plus the warm-up one
+    assert bk1["qps"] == pytest.approx((8 + 1 - 2 - 1) / 60)  # plus the late one, less the two after the end and the failed one
+    assert bk1["output_tokens_per_s"] == pytest.approx(6 * 64 / 60)
+    assert bk1["requests"]["completed"] == 7  # by the bucket they started in, as before
+
+
 # ---------------------------------------------------------------- results.json and determinism
 
 

@@ -14,10 +14,12 @@ and results.json call the same implementations, so a report and a gate cannot di
 A completed request flagged `usage_mismatch` (its reported completion tokens contradict its
 stream, `soakspec.judge.rederive.usage_problem`) gives no ITL, TPOT or output_tokens value --
 they would be computed from the claimed count -- and throughput counts its text chunks instead.
-  PerBucket   one value per bucket (qps = completed / wall, throughput = output tokens of
-              completed requests / wall, in_flight = the exact time integral of the backend's
-              requests in flight over the window / its length): min, max or mean over the
-              scope's buckets
+  PerBucket   one value per bucket (or `per window` slice) with a known wall time: min, max or
+              mean over the scope's buckets. qps and throughput are what the server delivered
+              in the window: the completed requests whose `end` lies in [start, end), whatever
+              bucket they started in (`delivered`), per second of its wall time, and their
+              output tokens per second; in_flight is the exact time integral of the backend's
+              requests in flight over the window / its length
   PerSample   one value per telemetry sample inside the scope's buckets (rss, gpu_memory --
               the server's own processes, summed over GPUs -- and gpu_memory_device)
 
@@ -46,8 +48,9 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from soakspec.judge import stats
-from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, num, req_time
+from soakspec.judge.index import FOLLOW_UP_BUCKET, BackendIndex, LevelIndex, Row, Window, num, req_time
 from soakspec.judge.scope import Scope, bucket_scope
+from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, RequestTable, Rows
 
 Cols = Callable[[RequestTable, np.ndarray], np.ndarray]
@@ -694,10 +697,6 @@ def in_flight_spans(bi: BackendIndex, start: float, end: float) -> float | None:
     return math.fsum(d[d > 0].tolist()) / (end - start)
 
 
-def qps(bi: BackendIndex, w: Window, wall: float) -> float | None:
-    return Outcome(outcome_is("completed")).count(w.records) / wall
-
-
 def _tokens(r: Row) -> float:
     key = "output_tokens" if usage_ok(r) else "chunks"  # a contradicted count: its chunks, a lower bound
     return float(num(r.get(key)) or 0.0)
@@ -706,12 +705,83 @@ def _tokens(r: Row) -> float:
 tokens = Columnar(_tokens, lambda t, idx: np.nan_to_num(np.where(t.usage_ok(idx), t.number("output_tokens", idx),
                                                                  t.number("chunks", idx)), nan=0.0))
 
+# A completed request of the load: not the clean follow-up (bucket FOLLOW_UP_BUCKET), which
+# measures the server after the load, not what it delivered under it.
+served = Columnar(lambda r: r.get("outcome") == "completed" and r.get("bucket") != FOLLOW_UP_BUCKET,
+                  lambda t, idx: t.label_is("outcome", "completed", idx) & (t.i["bucket"][idx] != FOLLOW_UP_BUCKET))
+
+
+def delivered(all_records: Iterable[Row], start: float, end: float) -> tuple[int, float]:
+    """(requests, output tokens) the server delivered over [start, end): its completed
+    requests whose `end` lies in [start, end), and their output tokens (`tokens`: the reported
+    count, or the text chunks where usage contradicts the stream). What k6, vLLM's bench serve
+    and GuideLLM count per wall second. Not the requests that *started* in the window: against
+    a server slower than an open loop's arrivals, those are the arrival rate, not what it served.
+
+    Over the backend's every request (`all_records`), whichever bucket it started in -- a
+    warm-up request that ends in bucket 0 counts there: the server delivered it then -- except
+    the clean follow-up. A request needs a start before `end` (every request that ends in the
+    window has one, unless recorded ending before it started). Not restricted to the window's
+    own level: a backend's levels run one after another (runner/driver.py), each drained
+    before the next one's warm-up begins and the follow-up after the last, so only the
+    window's own level's requests (its warm-up too) can end inside it; requests of several
+    levels could only meet in one window if levels overlapped, and then the server did
+    deliver them all; restricting to the level would look up each request's level for no
+    difference in any evidence the runner writes. `in_flight` reads the same requests (the
+    follow-up too: it runs after every window)."""
+    n, out = 0, []
+    for r in all_records:
+        if not served(r):
+            continue
+        s, e = num(r.get("start")), num(r.get("end"))
+        if s is None or e is None or not (start <= e < end and s < end):
+            continue
+        n += 1
+        out.append(_tokens(r))
+    return n, math.fsum(out)
+
+
+def delivered_spans(bi: BackendIndex, start: float, end: float) -> tuple[int, float]:
+    """`delivered` over the backend's columns: only the requests that started before `end` and
+    may still run at `start` (`StartOrder.between`, as `in_flight_spans`) are looked at, a
+    SCAN_CHUNK of them at a time."""
+    sp = bi.spans
+    t = bi.table
+    assert t is not None
+    # no request that ends at or after `start` started before start - longest; a few ulps more
+    # cover the rounding of end - start and of the subtraction (the exact test is on `end` below)
+    lo = start - sp.longest
+    lo -= 4 * (math.ulp(abs(start)) + math.ulp(sp.longest))
+    rows = sp.between(lo, end)
+    n, kept = 0, []
+    step = table_module.SCAN_CHUNK
+    for a in range(0, len(rows), step):
+        part = rows[a:a + step]
+        e = t.f["end"][part]
+        part = part[(e >= start) & (e < end)]  # NaN (no end): never
+        if not len(part):
+            continue
+        done = Rows.of(t, part).where(served.col, served.row)  # rows with extras through their views
+        if done:
+            n += len(done)
+            kept.append(column(done, tokens))
+    return n, math.fsum(v for k in kept for v in k.tolist())
+
+
+def _delivered(bi: BackendIndex, w: Window) -> tuple[int, float]:
+    if bi.table is not None:
+        return delivered_spans(bi, w.start, w.end)  # type: ignore[arg-type]
+    return delivered(bi.all_records, w.start, w.end)  # type: ignore[arg-type]
+
+
+def qps(bi: BackendIndex, w: Window, wall: float) -> float | None:
+    """Completed requests per second the server delivered in the window (`delivered`)."""
+    return _delivered(bi, w)[0] / wall
+
 
 def throughput(bi: BackendIndex, w: Window, wall: float) -> float | None:
-    recs = completed(w.records)
-    if isinstance(recs, Rows):
-        return math.fsum(column(recs, tokens).tolist()) / wall
-    return math.fsum(_tokens(r) for r in recs) / wall
+    """Output tokens per second of the requests the server delivered in the window (`delivered`)."""
+    return _delivered(bi, w)[1] / wall
 
 
 def bucket_in_flight(bi: BackendIndex, w: Window, wall: float) -> float | None:

@@ -99,7 +99,8 @@ def run_scope(bis: Sequence[BackendIndex]) -> Scope:
 
 def window_scopes(bi: BackendIndex, lv: LevelIndex, length: float) -> list[Scope]:
     """Fixed, non-overlapping windows of `length` from the level's measured start; the last one
-    may be shorter. A request belongs to the window in which it started."""
+    may be shorter. A request belongs to the window in which it started (qps and throughput
+    count what completed in the window instead: `soakspec.judge.measures.delivered`)."""
     t0, t1 = lv.measure_start, lv.measure_end
     if t0 is None or t1 is None or length <= 0 or t1 <= t0:
         return []

@@ -7,6 +7,12 @@ evidence itself. Every number comes from the metric implementations the gate use
 disagree about a number. Per backend, per level and per bucket: request counts by outcome,
 ttft/itl/tpot/latency distributions, qps, output tokens/s, in-flight, trace coverage, terminal
 reasons, the most frequent errors, memory series and each level's drift table.
+
+A bucket's request counts and distributions are over the requests that started in it; its
+qps and output tokens/s are what the server delivered in it: the requests that completed
+(ended) within its wall-clock window, whichever bucket they started in, per second
+(`soakspec.judge.measures.delivered`) -- under overload, the server's completion rate, not
+the arrival rate.
 """
 
 from __future__ import annotations

@@ -12,7 +12,9 @@ rate() = per second of the scope's wall time):
   requests whose usage contradicts their token events; they give no ITL/TPOT), empty_text (completed
   requests whose tokens decoded to no text)
 Per-bucket series (aggregate with min, max or mean over the scope's buckets):
-  throughput (output tokens/s), qps (completed requests/s), gpu_memory (bytes used by the
+  throughput (output tokens/s), qps (completed requests/s) -- both what the server delivered:
+  the requests that completed in the bucket, wherever they started (judge/measures.py
+  `delivered`) --, gpu_memory (bytes used by the
   server's own processes), gpu_memory_device, rss (server process tree), in_flight (mean
   requests in flight)
   cpu (server process-tree CPU per telemetry sample, a ratio of one core: 250% = 2.5 cores)
@@ -93,8 +95,8 @@ METRICS: dict[str, Metric] = {
         _outcome("errors", "failed + timeouts + rejected + disconnected"),
         _outcome("usage_mismatch", "completed requests whose reported usage contradicts their stream"),
         _outcome("empty_text", "completed requests whose tokens decoded to no text (not a failure)"),
-        Metric("throughput", Kind.NUMBER, SERIES, "output tokens per second, per bucket", series=True),
-        Metric("qps", Kind.RATE, SERIES, "completed requests per second, per bucket", series=True),
+        Metric("throughput", Kind.NUMBER, SERIES, "output tokens per second, by the bucket their requests ended in", series=True),
+        Metric("qps", Kind.RATE, SERIES, "completed requests per second, by the bucket they ended in", series=True),
         Metric("gpu_memory", Kind.SIZE, SERIES, "GPU memory used by the server's processes, per sample", series=True),
         Metric("gpu_memory_device", Kind.SIZE, SERIES, "GPU memory used on the device, per sample", series=True),
         Metric("rss", Kind.SIZE, SERIES, "server process-tree resident memory, per sample", series=True),

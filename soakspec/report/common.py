@@ -411,7 +411,7 @@ class LevelRow:
     label: str
     offered: str  # `4 req/s (open loop)`, `concurrency 4`, `concurrency 4, batches of 8`
     offered_rate: float | None  # req/s an open-loop level offered
-    qps: float | None  # achieved completed requests per second
+    qps: float | None  # achieved: requests completed per second (ended in the level's buckets)
     tokens_per_s: float | None
     in_flight: float | None  # mean requests in flight
     ttft: Mapping[str, Any] | None

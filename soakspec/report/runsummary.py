@@ -8,8 +8,9 @@ the Markdown and HTML per-level tables show -- so the terminal, the reports and 
 cannot disagree; nothing here computes a statistic. Per backend and level:
 
   offered      the offered load (`4 req/s (open loop)`, `concurrency 4`)
-  req/s        achieved completed requests per second (the buckets' qps, weighted by wall time)
-  tok/s        output tokens per second (likewise)
+  req/s        achieved: requests completed per second (the buckets' qps -- the requests that
+               ended in each bucket, whenever they started -- weighted by wall time)
+  tok/s        output tokens per second of those requests (likewise)
   in flight    mean requests in flight (likewise)
   TTFT / ITL / TPOT / latency   p50 / p95 / p99 over the level's completed requests
   completed / failed / timeouts / rejected / disconnected   measured requests by outcome
