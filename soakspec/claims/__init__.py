@@ -7,7 +7,8 @@ and returns `Diagnostic`s:
 - CB002  the section does not state one of the spec's exclusions
 - CB101  a sentence asserts an excluded item (negated, hedged, quoted, asked: not an assertion)
 - CB201  a stated value (count, level, duration, commit, revision, runtime, gate, report hash)
-         differs from the evidence
+         differs from the evidence; a latency, throughput or request-rate figure the evidence
+         contradicts, at the precision it is written with
 - CB202  a SHA-256 the evidence does not record
 - CB301  scope creep: concurrency, rate, duration, prompt shape, backend or hardware not covered
          (a warning when the hardware is unknown)
@@ -17,7 +18,8 @@ and returns `Diagnostic`s:
 
 Modules: `facts` (the input values), `document` (blocks, sentences, masking), `phrases`
 (normalisation and exclusion patterns), `polarity` (asserted / negated / hedged), `boundary`
-(CB001/CB002/CB101), `scope` (CB301), `evidence_check` (CB201/CB202/CB401), `engine` (`lint`),
+(CB001/CB002/CB101), `scope` (CB301), `evidence_check` (CB201/CB202/CB401), `figures` (CB201 for performance
+figures), `sustain` (a sweep's figure), `engine` (`lint`),
 `adapters` (spec and evidence directories -> facts; the only I/O).
 """
 

@@ -22,7 +22,11 @@ cannot be re-judged (no embedded spec) is read from the stored files:
   `failed`, `timeouts` (or `requests.completed/failed/timeout`), `buckets` (int or list; a
   list's items give `concurrency`), `batches`/`leafs`/`leaves` (int or list), `gate` (string,
   or `{verdict}`/`{passed: bool}`), `duration_s`, `concurrency_levels`; `levels` (per level:
-  label as the reports print it, concurrency/rate, `requests`, its buckets -> `LevelFacts`).
+  label as the reports print it, concurrency/rate, `requests`, its buckets -> `LevelFacts`;
+  its `ttft`/`itl`/`tpot`/`latency` aggregates and its buckets' `output_tokens_per_s` / `qps`
+  -> `LevelFacts.figures`).
+- verdict.json rules' details (`observed_text` "p99(ttft) = 1.82s", `observed`) at backend and
+  level scope -> `EvidenceFacts.figures` / `LevelFacts.figures` (the gate's own measurements).
 - manifest.json `gpus.devices[].name` -> `hardware` ("2x NVIDIA GeForce RTX 5090").
 - verdict.json (optional): `verdict` (PASS/FAIL/INCONCLUSIVE) when a backend has no `gate`.
 - The report hash of a backend: the artifact whose relpath names the backend and contains
@@ -262,7 +266,85 @@ def _figures(results: dict) -> dict[str, float | None]:
             for k, v in figs.items() if str(k).startswith("max_sustainable_")}  # fmt: skip
 
 
-def _levels(entry: dict) -> tuple[LevelFacts, ...]:
+_LATENCY_METRICS = ("ttft", "itl", "tpot", "latency")
+_OBSERVED = re.compile(r"^(?P<agg>p\d+(?:\.\d+)?|mean|median|max|min)\((?P<metric>ttft|itl|tpot|latency|throughput|qps)\)\s*=\s")
+_RATE_KEYS = {"throughput": "tok_s", "qps": "req_s"}
+
+
+def _real(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def _level_figures(row: Any) -> dict[str, tuple[float, ...]]:
+    """A level's measured figures as the per-level report table shows them (`LevelRow`): each
+    latency metric's p50/p95/p99/mean/min/max (results.json `levels[].ttft` … in seconds), and
+    the wall-time-weighted mean over its buckets of output tokens/s and completed requests/s."""
+    out: dict[str, tuple[float, ...]] = {}
+    for metric in _LATENCY_METRICS:
+        stats = getattr(row, metric, None) or {}
+        for agg, v in stats.items():
+            if agg != "count" and (x := _real(v)) is not None:
+                out[f"{metric}.{agg}"] = (x,)
+    for key, v in (("tok_s", row.tokens_per_s), ("req_s", row.qps)):
+        if (x := _real(v)) is not None:
+            out[key] = (x,)
+    return out
+
+
+def _judged_figures(verdict: Any) -> dict[tuple[str, str | None, int | None], dict[str, float]]:
+    """The gate's own measurements (verdict.json rules' details, `p99(ttft) = 1.82s`), by
+    (backend, workload, level): level None for a backend-scope rule. Only plain aggregates of a
+    latency metric, of throughput and of qps (not drift, goodput, bucket or window scopes)."""
+    out: dict[tuple[str, str | None, int | None], dict[str, float]] = {}
+    rules = verdict.get("rules") if isinstance(verdict, dict) else None
+    for r in rules if isinstance(rules, list) else ():
+        if not isinstance(r, dict) or r.get("scope") not in ("backend", "level"):
+            continue
+        for d in r.get("details") or ():
+            if not isinstance(d, dict):
+                continue
+            m = _OBSERVED.match(str(d.get("observed_text") or ""))
+            where = d.get("where") if isinstance(d.get("where"), dict) else {}
+            x = _real(d.get("observed"))
+            if m is None or x is None or not where.get("backend") or where.get("bucket") is not None:
+                continue
+            agg = "p50" if m.group("agg") == "median" else m.group("agg")
+            metric = m.group("metric")
+            if metric in _RATE_KEYS:
+                if agg != "mean":
+                    continue
+                key = _RATE_KEYS[metric]
+            else:
+                key = f"{metric}.{agg}"
+            level = where.get("level") if r.get("scope") == "level" else None
+            out.setdefault((str(where["backend"]), where.get("workload") if level is not None else None, level), {})[key] = x
+    return out
+
+
+def _merge(figures: dict[str, tuple[float, ...]], judged: dict[str, float]) -> dict[str, tuple[float, ...]]:
+    out = dict(figures)
+    for k, v in judged.items():
+        if all(abs(v - x) > 1e-12 * max(1.0, abs(x)) for x in out.get(k, ())):
+            out[k] = out.get(k, ()) + (v,)
+    return out
+
+
+def _run_figures(entry: dict, judged: dict[str, float]) -> dict[str, tuple[float, ...]]:
+    """A backend's figures over the whole run: output tokens/s and requests/s over every bucket of
+    its levels (wall-time weighted, as a level's are), and the gate's backend-scope measurements."""
+    from soakspec.report.common import levels_with_buckets, wall_mean
+
+    buckets = [w for _, _, ws in levels_with_buckets({"backends": [entry]}) for w in ws]
+    out: dict[str, tuple[float, ...]] = {}
+    for key, field in (("tok_s", "output_tokens_per_s"), ("req_s", "qps")):
+        if (x := _real(wall_mean(buckets, field))) is not None:
+            out[key] = (x,)
+    return _merge(out, judged)
+
+
+def _levels(entry: dict, judged: dict[tuple[str, str | None, int | None], dict[str, float]] | None = None) -> tuple[LevelFacts, ...]:
     """A results.json backend's levels, labelled as the reports label them
     (`soakspec.report.common.level_rows`: the same words, so a document copying a report's
     level names them the same way)."""
@@ -273,6 +355,7 @@ def _levels(entry: dict) -> tuple[LevelFacts, ...]:
     for (_, lv, buckets), row in zip(levels_with_buckets(one), level_rows(one)):
         req = row.requests
         conc, rate = lv.get("concurrency"), lv.get("rate")
+        mine = (judged or {}).get((str(entry.get("name")), lv.get("workload"), lv.get("index")), {})
         out.append(LevelFacts(
             label=row.label, offered=row.offered, workload=row.workload,
             concurrency=conc if isinstance(conc, int) and not isinstance(conc, bool) else None,
@@ -280,6 +363,7 @@ def _levels(entry: dict) -> tuple[LevelFacts, ...]:
             completed=_count(req.get("completed")), failed=_count(req.get("failed")),
             timeouts=_count(_first(dict(req), "timeout", "timeouts")),
             buckets=len(buckets) if isinstance(entry.get("buckets"), list) else None,
+            figures=_merge(_level_figures(row), mine),
         ))  # fmt: skip
     return tuple(out)
 
@@ -353,8 +437,32 @@ def _mismatches(stored: tuple[EvidenceFacts, ...], judged: tuple[EvidenceFacts, 
                 a, b = getattr(s, field, None), getattr(lv, field)
                 if a != b:
                     out.append(f"results.json records {field} {_show(a)} for {ev.backend} · {lv.label}; re-judged: {_show(b)}")
+            out += [f"results.json records {k} {a} for {ev.backend} · {lv.label}; re-judged: {b}"
+                    for k, a, b in _figure_changes(getattr(s, "figures", {}), lv.figures)]  # fmt: skip
+        out += [f"results.json records {k} {a} for {ev.backend} over the run; re-judged: {b}"
+                for k, a, b in _figure_changes(st.figures, ev.figures)]  # fmt: skip
         if dict(st.sustainable) != dict(ev.sustainable):
             out.append(f"results.json records sweep figures {dict(st.sustainable)}; re-judged: {dict(ev.sustainable)}")
+    return out
+
+
+# Figures re-judged from the retained records differ from the run's own in the last digits (the
+# records keep microseconds): a stored figure is another only beyond these.
+_FIGURE_RTOL = 1e-5
+_FIGURE_ATOL_S = 2e-6
+
+
+def _figure_changes(stored: Any, judged: Any) -> list[tuple[str, str, str]]:
+    """Figures (their results.json value, the first of each) that differ: (key, stored, re-judged),
+    shown with their unit (seconds for latencies)."""
+    out = []
+    for k in sorted(set(stored) | set(judged)):
+        a, b = (stored.get(k) or (None,))[0], (judged.get(k) or (None,))[0]
+        if a is None and b is None:
+            continue
+        if a is None or b is None or abs(a - b) > _FIGURE_RTOL * max(abs(a), abs(b)) + (0 if k in ("tok_s", "req_s") else _FIGURE_ATOL_S):
+            unit = {"tok_s": " tok/s", "req_s": " req/s"}.get(k, " s")
+            out.append((k, "nothing" if a is None else f"{a:.6g}{unit}", "nothing" if b is None else f"{b:.6g}{unit}"))
     return out
 
 
@@ -447,6 +555,7 @@ def _facts(root: Path, manifest: dict, results: dict, verdict: Any) -> tuple[Evi
         raise AdapterError(f"{root}: the evidence names no backends")
     run_gate = _gate(verdict) if isinstance(verdict, dict) else None
     hardware = _hardware(manifest)
+    judged = _judged_figures(verdict)
 
     out = []
     for name in names:
@@ -485,7 +594,8 @@ def _facts(root: Path, manifest: dict, results: dict, verdict: Any) -> tuple[Evi
                 source=str(root),
                 hardware=hardware,
                 sustainable=_figures(results),
-                levels=_levels(r),
+                levels=_levels(r, judged),
+                figures=_run_figures(r, judged.get((name, None, None), {})),
             )
         )
     return tuple(out)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from soakspec.claims.boundary import check_assertions, check_boundary_section, unasserted_blocks
 from soakspec.claims.document import parse_document
 from soakspec.claims.evidence_check import check_evidence, check_stale, check_stored
+from soakspec.claims.figures import check_figures
 from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
 from soakspec.claims.phrases import compile_exclusion
 from soakspec.claims.scope import check_scope
@@ -31,7 +32,8 @@ def lint(
 
     Checks: CB001/CB002 (the claim-boundary section and its exclusions), CB101 (an excluded
     item asserted), CB301 (scope creep; dropped where a CB101 already covers the phrase),
-    CB201/CB202 (values and hashes vs evidence; only with evidence), CB401 (stale evidence;
+    CB201/CB202 (values and hashes vs evidence; only with evidence), CB201 for latency,
+    throughput and request-rate figures (`figures`; only with evidence), CB401 (stale evidence;
     only with `current_spec_sha256`), CB402 (the evidence's stored results.json/verdict.json
     disagree with it re-judged: a warning). Unknown `coverage.hardware` is taken from the evidence.
     Pure: no I/O. Diagnostics come sorted.
@@ -54,6 +56,7 @@ def lint(
     ]
     diags += check_sustain(doc, doc_path, coverage, evidence, negated)  # a sweep's figure (CB201 / CB301)
     diags += check_evidence(doc, doc_path, evidence, current_spec_sha256)
+    diags += check_figures(doc, doc_path, evidence, negated)  # latency / throughput / rate figures (CB201)
     diags += check_stale(doc, doc_path, evidence, current_spec_sha256)
     diags += check_stored(doc, doc_path, evidence)
     return sorted(diags, key=sort_key)

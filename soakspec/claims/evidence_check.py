@@ -26,6 +26,9 @@ except for the SHA-256 rule):
 - every 64-hex value anywhere: it must be a hash the evidence records (CB202), and in a
   table's SHA column it must be that backend's report hash (CB201).
 
+Performance figures (latency percentiles and means, tokens/s, requests/s) are CB201 too, checked
+by `soakspec.claims.figures` with the level scoping above (`_named_levels`, `_line_backends`).
+
 CB401: an evidence set whose spec hash differs from the current spec's is stale; reported at
 the first place the document cites one of its hashes, else on line 1.
 

@@ -52,7 +52,13 @@ class LevelFacts:
     """One level of one backend (results.json `backends[].levels[]`), named as the reports name
     it: `label` is the per-level tables' label (`concurrency 4`, `rate 2 rps`, `phase steady,
     concurrency 8`), `offered` their Offered column (`concurrency 4`, `2 req/s (open loop)`).
-    `concurrency` / `rate` are the level's load (a rate for an open-loop level)."""
+    `concurrency` / `rate` are the level's load (a rate for an open-loop level).
+
+    `figures` are the level's measured figures (`soakspec.claims.figures`), keyed
+    `ttft.p95`, `itl.mean`, `latency.max`, … (seconds), `tok_s` (output tokens/s) and `req_s`
+    (completed requests/s): each maps to the values a document may cite for it, the
+    results.json value first (then the gate's own measurement at that level, where it
+    differs)."""
 
     label: str
     offered: str = ""
@@ -63,6 +69,10 @@ class LevelFacts:
     failed: int | None = None
     timeouts: int | None = None
     buckets: int | None = None
+    figures: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "figures", types.MappingProxyType(dict(self.figures or {})))
 
 
 def _frozen_map(m: Mapping[str, str] | None) -> Mapping[str, str]:
@@ -102,6 +112,9 @@ class EvidenceFacts:
     sustainable: Mapping[str, float | None] = dataclasses.field(default_factory=dict, hash=False)
     # per level: a sentence that names a level is compared with that level's figure
     levels: tuple[LevelFacts, ...] = ()
+    # the backend's own measured figures over the whole run, keyed as `LevelFacts.figures`: the
+    # gate's backend-scope measurements (`mean(itl) = 14.3ms`) and tok_s / req_s over every bucket
+    figures: Mapping[str, tuple[float, ...]] = dataclasses.field(default_factory=dict, hash=False)
     # where the run's stored results.json / verdict.json disagree with the evidence re-judged (or
     # with themselves): one line each, reported once per evidence directory as CB402
     stored_mismatch: tuple[str, ...] = ()
@@ -109,6 +122,7 @@ class EvidenceFacts:
     def __post_init__(self) -> None:
         object.__setattr__(self, "artifact_sha256", _frozen_map(self.artifact_sha256))
         object.__setattr__(self, "sustainable", types.MappingProxyType(dict(self.sustainable or {})))
+        object.__setattr__(self, "figures", types.MappingProxyType(dict(self.figures or {})))
 
     def known_hashes(self) -> frozenset[str]:
         """Every 64-hex value this evidence records, lower-cased."""

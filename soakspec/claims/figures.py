@@ -1,0 +1,563 @@
+"""Check 7: performance figures a document states (CB201) -- latency percentiles and means,
+output throughput and request rate -- against the evidence's measured figures.
+
+What is read (raw text, like the count checks: values in `code` count; fenced code and
+blockquotes are skipped):
+
+- latency: an aggregate and a metric, in either order or as the gate writes it -- "p95 TTFT of
+  55 ms", "TTFT p95 = 40.9 ms", "TTFT (p95): 41 ms", "mean ITL 30 ms", "median e2e latency was
+  1.2 s", "99th percentile TPOT 12 ms", "p95(ttft) = 100ms", "a 41 ms p95 TTFT", lists "TTFT
+  p50/p95/p99 of 10/20/30 ms". Metrics: TTFT (time to first token), ITL (inter-token
+  latency), TPOT (time per output token), latency / E2E / end-to-end / request latency.
+  Aggregates: p50/median, p90, p95, p99 (any pNN), mean/average/avg, max, min. Units: ms, s,
+  µs (us). The value must follow the phrase, joined only by "of", "is", "was", ":", "=", "at",
+  "stayed", "remained", … and at most a level or backend ("p95 TTFT at concurrency 4 was 41
+  ms"); a metric with no aggregate ("TTFT of 41 ms") is compared with the range of the
+  metric's recorded figures, min to max.
+- throughput: "N tok/s", "N tokens/s", "N output tokens per second" (output tokens; input,
+  prompt, prefill, total, peak, max, min and per-user figures are not this figure and are
+  left alone).
+- request rate: "N req/s", "N rps", "N QPS", "QPS: N" -- but not a load the spec offers, which
+  names a level ("at 2 rps", "rate 2 req/s", "2 req/s (open loop)", a workload, offered, phase or
+  ramp clause), a goodput rate, or a sustained rate (`soakspec.claims.sustain` checks those).
+- tables: a column whose header names a figure ("TTFT p50 / p95 / p99", "p95 TTFT (ms)",
+  "Output tok/s", "Achieved req/s") is read cell by cell, each value mapped to the header's
+  aggregates, with the cell's unit or the header's; columns headed offered, goodput, SLO,
+  threshold, target, budget, rule, drift, change, delta, regression, lag, … are not figures.
+  A table with no such column is read row by row as prose ("| p95 TTFT | 41 ms |").
+
+What it is compared with (`EvidenceFacts.figures`, `LevelFacts.figures`, made by
+`adapters.load_evidence_facts` from the evidence re-judged): per level, results.json
+`levels[].ttft/itl/tpot/latency` {p50, p95, p99, mean, min, max} (seconds) and the level's
+output tokens/s and completed requests/s (its buckets' `output_tokens_per_s` and `qps`,
+weighted by wall time: the report's "Output tok/s" and "Achieved req/s"); per backend over the
+run, tokens/s and requests/s over every bucket, and the gate's own backend-scope measurements
+(verdict.json rules: `mean(itl) = 14.3ms`); per level also the gate's level-scope ones where they
+differ from results.json. Scoping is the count checks' (`evidence_check`): a sentence (or a
+per-level row "sim-fast · concurrency 4") that names a level is compared with that level (or the
+backend's run figure); a sentence naming none with every level of the backends it names (all
+backends when it names none) and their run figures. It holds when ANY of those figures fits.
+
+Precision: a figure is compared to the precision it is written with. It holds when it lies
+within half a unit of its last stated digit of the recorded value, inclusive -- the stated value
+is the recorded value rounded (a tie either way) to the stated decimal places: "41 ms" fits
+40.9 ms and 40.5 ms, "40.9 ms" fits 40.87 ms, "40 ms" does not fit 40.9 ms, "0.04 s" fits 41 ms.
+Trailing zeros of an integer count as digits ("900 tok/s" means 900 ± 0.5), except after an
+approximation word ("~900", "about", "around", "roughly", "approximately", "nearly", "almost"):
+then they do not ("~900" means 850 to 950; "~41 ms" is still 40.5 to 41.5).
+
+Bounds: "below / under / less than / at most / within / up to / <" X is an upper bound, "above /
+over / more than / at least / exceeding / >" X a lower bound; checked against the same figures
+(held when a figure is <= X, resp. >= X; no precision slack). A metric with no aggregate read as
+a bound speaks of every request: "TTFT stayed under 50 ms" needs the max, "above" the min.
+
+Never a figure: a gate rule and its threshold -- `p95(ttft) < 500ms` (a metric written as
+`agg(metric)` followed by a comparison; `p95(ttft) = 100ms` is the gate's measurement and is
+checked), anything inside `goodput(…)`, `drift(…)`, `regression(…)`, a sentence clause holding
+require / warn / threshold / budget / SLO / target / limit / ceiling / rule / "gate(s) on" /
+"fails if", or a value followed by "per level|bucket|…"; a change ("+5 ms", "a 5 ms TTFT
+improvement"); and in prose, anything not asserted (negated, hedged, asked, a "Non-goals"
+section: `polarity`, the rules CB101 and CB301 use).
+
+Absent figures: a figure the evidence does not record (p90 when results.json has p50/p95/p99;
+a metric a run without streaming never measured) is not flagged: CB202 is for identifiers
+(hashes) that appear nowhere in the evidence, and a figure from another source (the server's
+own metrics, another tool) is not contradicted by the retained run.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import re
+from collections.abc import Mapping, Sequence
+
+from soakspec.claims.document import BlockKind, Document
+from soakspec.claims.evidence_check import _cells, _key, _line_backends, _named_levels
+from soakspec.claims.facts import EvidenceFacts, LevelFacts
+from soakspec.claims.polarity import Polarity, polarity
+from soakspec.diagnostics import Diagnostic, Span
+
+# ---------------------------------------------------------------- vocabulary
+
+_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
+_TIME_UNIT = r"(?:ms|msecs?|milliseconds?|µs|μs|us|usecs?|microseconds?|s|secs?|seconds?)"
+_TIME_SCALE = {"m": 1e-3, "µ": 1e-6, "μ": 1e-6, "u": 1e-6}  # by the unit's first letter; else seconds
+_METRIC = (
+    r"(?P<metric>ttft|time[\s-]+to[\s-]+first[\s-]+token|itl|inter[\s-]*token[\s-]+latenc(?:y|ies)|tpot"
+    r"|time[\s-]+per[\s-]+output[\s-]+token|e2e(?:[\s-]+(?:request[\s-]+)?latenc(?:y|ies))?"
+    r"|end[\s-]*to[\s-]*end(?:[\s-]+(?:request[\s-]+)?latenc(?:y|ies))?|(?:request[\s-]+)?latenc(?:y|ies))"
+)
+_AGG1 = (r"(?:p\d{1,2}(?:\.\d+)?|median|mean|average|avg|max(?:imum)?|min(?:imum)?"
+         r"|\d{1,2}(?:\.\d+)?(?:st|nd|rd|th)?[\s-]+percentile)(?![\w.]\w)")  # fmt: skip
+_AGGS = rf"{_AGG1}(?:\s*(?:/|,\s*(?:and\s+)?|\s+and\s+)\s*{_AGG1}){{0,5}}"
+_PHRASE = re.compile(
+    rf"(?<![\w.])(?:(?P<pre>{_AGGS})(?:\s*(?P<fn>\()\s*|[\s-]+(?:(?:of|for)\s+(?:the\s+)?)?))?{_METRIC}"
+    rf"(?(fn)\s*\)|(?:\s*\(\s*(?P<post1>{_AGGS})\s*\)|[\s-]+(?P<post2>{_AGGS})(?![\w(]))?)(?![\w-])",
+    re.I,
+)
+_UPPER = r"(?:below|under|less\s+than|lower\s+than|at\s+most|no\s+more\s+than|not\s+more\s+than|within|up\s+to|\\?<=?|≤|≦)"
+_LOWER = r"(?:above|over|more\s+than|greater\s+than|higher\s+than|at\s+least|no\s+less\s+than|exceeding|\\?>=?|≥|≧)"
+_APPROX = r"(?:~|≈|about|around|approximately|approx\.?|roughly|nearly|almost|circa)"
+_ONE = rf"{_NUM}(?:\s*{_TIME_UNIT}(?![\w/]))?"
+_LIST_SEP = r"(?:\s*/\s*|\s*,\s*(?:and\s+)?|\s+and\s+)"
+_CONNECT = (r"(?:\s*(?:[:=|]|\b(?:of|is|was|were|are|at(?!\s+(?:least|most)\b)|stayed|stays|remained|remains|held|holds"
+            r"|came\s+in(?:\s+at)?|comes\s+in(?:\s+at)?|measured|reached|hit|sat|averaged|just)\b|,))*")  # fmt: skip
+_VALUE = re.compile(
+    rf"{_CONNECT}(?:(?P<level>\s*,?\s*\b(?:at|for|on|in|under|with)\s+(?:concurrency\s*\d+|c\s*=\s*\d+|rate\s+{_NUM}\s*(?:rps|req/s)?"
+    rf"|{_NUM}\s*(?:rps|req/s)|LEVELNAME)\s*,?){_CONNECT})?\s*(?:(?P<upper>{_UPPER})|(?P<lower>{_LOWER}))?\s*(?P<approx>{_APPROX})?\s*"
+    rf"(?P<vals>{_ONE}(?:{_LIST_SEP}{_ONE}){{0,5}})",
+    re.I,
+)
+_REVERSE = re.compile(rf"(?:^|[\s(])(?P<approx>{_APPROX}\s*)?(?P<vals>{_NUM})\s*(?P<u>{_TIME_UNIT})\s+(?:of\s+)?$", re.I)
+_VAL_ITEM = re.compile(rf"(?P<n>{_NUM})(?:\s*(?P<u>{_TIME_UNIT})(?![\w/]))?", re.I)
+_CHANGE_AFTER = re.compile(r"\s*(?:improvement|regression|reduction|increase|decrease|drift|change|delta|gain|win|overhead|penalty|difference|faster|slower|lower|higher|better|worse)\b", re.I)
+_LAT_QUALIFIER = re.compile(r"(?:follow[\s-]?up|network|queue|queueing|queuing|scheduling|schedule|lag|loop|prefill|decode|client)\s*(?:request\s+)?$", re.I)
+
+_TOKS = re.compile(
+    rf"(?<![\w.])(?P<n>{_NUM})\s*(?:output\s+|generated\s+|generation\s+|completion\s+)?(?:tok(?:en)?s?)\s*"
+    r"(?:/\s*s(?:ec(?:ond)?)?|per\s+s(?:ec(?:ond)?)?)(?![\w/])",
+    re.I,
+)
+_REQS = re.compile(
+    rf"(?<![\w.])(?P<n>{_NUM})\s*(?:req(?:uest)?s?\s*(?:/\s*s(?:ec(?:ond)?)?|per\s+s(?:ec(?:ond)?)?)|rps|qps)(?![\w/])"
+    rf"|\bqps\s*(?:of|[:=]|was|is|were)\s*(?P<n2>{_NUM})(?![\w.%/]|\s*(?:ms|s|tok|req)\b)",
+    re.I,
+)
+_PER_WHO = re.compile(r"\s*(?:per|/|each)\s*(?:user|request|stream|gpu|sequence|client|worker|replica)\b", re.I)
+_RATE_QUALIFIER = re.compile(r"\b(?:input|prompt|prefill|total|peak|max(?:imum)?|min(?:imum)?|per[\s-]?(?:user|request|stream|gpu|sequence))\b[^.;\d]{0,30}$", re.I)
+_LOAD_CLAUSE = re.compile(r"\b(?:offer(?:s|ed|ing)?|workloads?|load\s*[:=]|scheduled?|phases?|ramp(?:s|ed|ing)?|steady|burst|spike|configured|open[\s-]loop|sweep(?:s|ing)?|goodput|sustain(?:s|ed|ing|able)?|rates?|arrivals?)\b", re.I)
+_LEVEL_BEFORE = re.compile(rf"(?:\bat(?!\s+(?:least|most)\b)|\brates?\s*(?:of|[:=])?|→|->|\bto|\bfrom)\s*(?:{_NUM}\s*(?:rps|req/s)?\s*(?:,|/|and|or|to|→|->)\s*)*$", re.I)
+_OPEN_LOOP_AFTER = re.compile(r"\s*\(\s*open[\s-]loop", re.I)
+
+_RULE_CUE = re.compile(
+    r"\b(?:require[sd]?|requiring|warn|thresholds?|budgets?|slos?|targets?|limits?|ceilings?|rules?|gat(?:e[sd]?|ing)\s+on"
+    r"|fail(?:s|ed|ing)?\s+(?:if|when|unless|above|below|over|under))\b",
+    re.I,
+)
+_RULE_AFTER = re.compile(r"\s*(?:per\s+(?:run|backend|level|phase|bucket|window)\b|on\s+\")", re.I)
+_COMPARATOR = re.compile(r"\s*\\?(?:<|>|≤|≥|==|!=)")
+_FUNCTION_OPEN = re.compile(r"([A-Za-z_][\w]*)\s*\($")
+
+METRIC_LABEL = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "latency": "latency", "tok_s": "output throughput", "req_s": "request rate"}
+RATE_UNIT = {"tok_s": "tok/s", "req_s": "req/s"}
+
+
+def _metric_key(text: str) -> str:
+    t = text.lower()
+    if t.startswith(("ttft", "time to", "time-to")) or "first" in t:
+        return "ttft"
+    if t.startswith(("itl", "inter")):
+        return "itl"
+    if t.startswith("tpot") or "per" in t:
+        return "tpot"
+    return "latency"
+
+
+def _aggs(text: str | None) -> list[str]:
+    if not text:
+        return []
+    out = []
+    for a in re.findall(_AGG1, text, re.I):
+        a = a.lower()
+        if a.startswith("p"):
+            out.append(a)
+        elif a == "median":
+            out.append("p50")
+        elif a in ("mean", "average", "avg"):
+            out.append("mean")
+        elif a.startswith("max"):
+            out.append("max")
+        elif a.startswith("min"):
+            out.append("min")
+        else:
+            out.append("p" + re.match(r"\d+(?:\.\d+)?", a).group(0))  # type: ignore[union-attr]
+    return out
+
+
+def _scale(unit: str | None) -> float:
+    if not unit:
+        return 1.0
+    return 1.0 if unit.lower().startswith("s") else _TIME_SCALE.get(unit[0].lower(), 1.0)
+
+
+def _unit_text(unit: str) -> str:
+    return {1e-3: "ms", 1e-6: "µs"}.get(_scale(unit), "s")
+
+
+# ---------------------------------------------------------------- what the document states
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hit:
+    """One figure in a piece of text: offsets of its value in that text."""
+
+    metric: str  # ttft | itl | tpot | latency | tok_s | req_s
+    agg: str | None  # p95, mean, max, … (latency); None: not stated (or a rate)
+    number: str  # as written, e.g. "40.9", "1,234"
+    unit: str  # ms | s | µs (latency); "tok/s" | "req/s"
+    start: int
+    end: int
+    phrase_start: int
+    bound: str | None = None  # upper | lower
+    approx: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Figure:
+    hit: Hit
+    span: Span
+    backends: tuple[EvidenceFacts, ...]
+    context: str | None  # text that may name a level
+    per_level: bool = False
+
+
+_LOOKBACK = 200  # characters read before a figure for its context: linting stays linear
+
+
+def _before(text: str, pos: int) -> str:
+    return text[max(0, pos - _LOOKBACK) : pos]
+
+
+def _inside_call(text: str, pos: int) -> bool:
+    """Is `pos` inside `name(...)` for a function other than an aggregate (goodput, drift, …)?"""
+    depth = 0
+    for i in range(pos - 1, max(-1, pos - 1 - _LOOKBACK), -1):
+        c = text[i]
+        if c == ")":
+            depth += 1
+        elif c == "(":
+            if depth == 0:
+                m = _FUNCTION_OPEN.search(text[max(0, i - 40) : i + 1])
+                return bool(m) and not re.fullmatch(_AGG1, m.group(1), re.I)
+            depth -= 1
+    return False
+
+
+def _clause_before(text: str, pos: int) -> str:
+    prefix = text[max(0, pos - _LOOKBACK) : pos]
+    cut = max(prefix.rfind(";"), prefix.rfind(". "), prefix.rfind(" — "), prefix.rfind(" -- "))
+    return prefix[cut + 1 :]
+
+
+def _is_rule(text: str, phrase_start: int, end: int) -> bool:
+    return bool(_RULE_CUE.search(_clause_before(text, phrase_start)) or _RULE_AFTER.match(text, end))
+
+
+def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
+    """Every stated figure in `text` (a sentence, a line or a table cell)."""
+    out: list[Hit] = []
+    used: list[tuple[int, int]] = []
+    names = "|".join(re.escape(n) for n in sorted(level_names, key=len, reverse=True) if n) or r"(?!x)x"
+    value_rx = re.compile(_VALUE.pattern.replace("LEVELNAME", names), re.I)
+    for m in _PHRASE.finditer(text):
+        if _LAT_QUALIFIER.search(_before(text, m.start())) or _inside_call(text, m.start()):
+            continue
+        aggs = _aggs(m.group("pre") or m.group("post1") or m.group("post2"))
+        metric = _metric_key(m.group("metric"))
+        if m.group("fn") is not None and _COMPARATOR.match(text, m.end()) and not re.match(r"\s*=(?!=)", text[m.end():]):
+            continue  # `p95(ttft) < 500ms`: a rule's threshold
+        v = value_rx.match(text, m.end())
+        items: list[tuple[str, str | None, int, int]] = []
+        bound = approx = None
+        if v is not None:
+            base = v.start("vals")
+            items = [(x.group("n"), x.group("u"), base + x.start(), base + x.end()) for x in _VAL_ITEM.finditer(v.group("vals"))]
+            while items and items[-1][1] is None:
+                items.pop()
+            bound = "upper" if v.group("upper") else "lower" if v.group("lower") else None
+            approx = v.group("approx")
+            if len(items) > 1 and len(items) != max(1, len(aggs)):
+                items = items[:1] if items[0][1] else []
+            if items and items[0][1] is None:  # "41 / 55 ms": the list's unit
+                unit = next(u for _, u, _, _ in items if u)
+                items = [(n, u or unit, a, b) for n, u, a, b in items]
+            if items and _CHANGE_AFTER.match(text, items[-1][3]):
+                continue
+        elif len(aggs) <= 1:
+            r = _REVERSE.search(text, max(0, m.start() - _LOOKBACK), m.start())
+            if r is not None and not any(a <= r.start("vals") < b for a, b in used):
+                items = [(r.group("vals"), r.group("u"), r.start("vals"), r.end("u"))]
+                approx = r.group("approx")
+                if _CHANGE_AFTER.match(text, m.end()):
+                    continue
+        if not items:
+            continue
+        if len(items) == 1 and len(aggs) > 1:
+            continue  # "p50/p95 TTFT of 41 ms": which one?
+        if (v is not None and v.group("upper") and "<" in v.group("upper") or v is not None and v.group("lower") and ">" in v.group("lower")) \
+                and m.group("fn") is not None:
+            continue
+        if _is_rule(text, m.start(), items[-1][3]):
+            continue
+        for i, (n, u, a, b) in enumerate(items):
+            if a > 0 and text[a - 1] in "+±−" or (a > 0 and text[a - 1] == "-" and (a < 2 or not text[a - 2].isalnum())):
+                break
+            out.append(Hit(metric, aggs[i] if aggs else None, n, u or "s", a, b, min(m.start(), a), bound, bool(approx)))
+            used.append((a, b))
+    for rx, metric in ((_TOKS, "tok_s"), (_REQS, "req_s")):
+        for m in rx.finditer(text):
+            g = "n" if m.group("n") is not None else "n2"
+            a, b = m.start(g), m.end(g)
+            if any(x <= a < y for x, y in used):
+                continue
+            before = _before(text, a)
+            clause = _clause_before(text, a)
+            if _PER_WHO.match(text, m.end()) or _RATE_QUALIFIER.search(clause) or _inside_call(text, a):
+                continue
+            if a > 0 and text[a - 1] in "+±−":
+                continue
+            pre = re.search(rf"(?:(?P<upper>{_UPPER})|(?P<lower>{_LOWER}))?\s*(?P<approx>{_APPROX})?\s*$", before, re.I)
+            bound = "upper" if pre and pre.group("upper") else "lower" if pre and pre.group("lower") else None
+            if metric == "req_s":
+                if bound is None and _LEVEL_BEFORE.search(before):
+                    continue  # "at 2 rps", "rate 2 req/s", "ramp 5→20 rps": a level's load
+                if _OPEN_LOOP_AFTER.match(text, m.end()) or _LOAD_CLAUSE.search(clause):
+                    continue
+            if _CHANGE_AFTER.match(text, m.end()) or _is_rule(text, a, m.end()):
+                continue
+            out.append(Hit(metric, None, m.group(g), RATE_UNIT[metric], a, b, a, bound, bool(pre and pre.group("approx"))))
+            used.append((a, b))
+    return out
+
+
+# ---------------------------------------------------------------- tables
+
+_SKIP_COLUMN = re.compile(r"goodput|offered|\bslos?\b|threshold|target|budget|limit|rule|drift|change|delta|regress|improve|Δ|%|diff|\blag\b|client|schedule|follow|in\s+flight|coalesc", re.I)
+_HEADER_UNIT = re.compile(rf"[(\[]\s*(?P<u>{_TIME_UNIT})\s*[)\]]|,\s*(?P<u2>{_TIME_UNIT})\s*$|\bin\s+(?P<u3>{_TIME_UNIT})\b", re.I)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Column:
+    metric: str | None  # None: not a figure column (read as prose); "skip": never read
+    aggs: tuple[str, ...] = ()
+    unit: str | None = None
+
+
+def _column(header: str) -> _Column:
+    if _SKIP_COLUMN.search(header):
+        return _Column("skip")
+    m = _PHRASE.search(header)
+    if m is not None:
+        u = _HEADER_UNIT.search(header)
+        unit = next((g for g in u.groups() if g), None) if u else None
+        return _Column(_metric_key(m.group("metric")), tuple(_aggs(m.group("pre") or m.group("post1") or m.group("post2"))), unit)
+    h = header.lower()
+    if re.search(r"tok(?:en)?s?\s*(?:/|per)\s*s", h):
+        return _Column("skip") if _RATE_QUALIFIER.search(h) else _Column("tok_s")
+    if re.search(r"req(?:uest)?s?\s*(?:/|per)\s*s|\brps\b|\bqps\b|throughput\s*\(\s*req", h):
+        return _Column("req_s")
+    return _Column(None)
+
+
+def _cell_hits(text: str, col: _Column) -> list[Hit]:
+    text = text.split("(")[0] if not text.lstrip().startswith("(") else text
+    if col.metric in ("tok_s", "req_s"):
+        m = re.search(rf"(?:(?P<upper>{_UPPER})|(?P<lower>{_LOWER}))?\s*(?P<approx>{_APPROX})?\s*(?P<n>{_NUM})", text, re.I)
+        if m is None:
+            return []
+        bound = "upper" if m.group("upper") else "lower" if m.group("lower") else None
+        return [Hit(col.metric, None, m.group("n"), RATE_UNIT[col.metric], m.start("n"), m.end("n"), m.start("n"), bound, bool(m.group("approx")))]
+    items = [(x.group("n"), x.group("u") or col.unit, x.start(), x.end()) for x in _VAL_ITEM.finditer(text)]
+    if not items or any(u is None for _, u, _, _ in items):
+        return []
+    aggs: list[str | None] = list(col.aggs) or [None]
+    if len(items) != len(aggs):
+        return []
+    pre = re.match(rf"\s*(?:(?P<upper>{_UPPER})|(?P<lower>{_LOWER}))?\s*(?P<approx>{_APPROX})?", text, re.I)
+    bound = "upper" if pre and pre.group("upper") else "lower" if pre and pre.group("lower") else None
+    return [Hit(col.metric or "latency", agg, n, u or "s", a, b, a, bound if len(items) == 1 else None, bool(pre and pre.group("approx")))
+            for agg, (n, u, a, b) in zip(aggs, items)]  # fmt: skip
+
+
+def _tables(doc: Document) -> list[list[int]]:
+    """Contiguous runs of table rows (line numbers; the first is the header)."""
+    runs: list[list[int]] = []
+    for b in doc.blocks:
+        if b.kind is not BlockKind.TABLE_ROW:
+            continue
+        between = doc.lines[runs[-1][-1] : b.first_line - 1] if runs else ["x"]
+        if runs and len(between) <= 1 and all(line.strip() and "-" in line and set(line.strip()) <= set("|:- \t") for line in between):
+            runs[-1].append(b.first_line)
+        else:
+            runs.append([b.first_line])
+    return runs
+
+
+def _table_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[list[Figure], set[int]]:
+    """Figures in the columns of tables that have figure columns (the lines read are returned:
+    prose reading skips them)."""
+    by_key = {_key(ev.backend): ev for ev in evidence}
+    out: list[Figure] = []
+    done: set[int] = set()
+    for run in _tables(doc):
+        header = _cells(doc.lines[run[0] - 1])
+        cols = [_column(c[2]) for c in header]
+        if not any(c.metric is not None for c in cols):
+            continue  # no figure column: its rows are read as prose
+        done |= set(run)
+        name_col = next((i for i, c in enumerate(header) if re.search(r"backend|level", c[2], re.I)), 0)
+        for lineno in run[1:]:
+            line = doc.lines[lineno - 1]
+            off = doc.line_offset(lineno)
+            cells = _cells(line)
+            name = cells[name_col][2] if name_col < len(cells) else ""
+            ev = by_key.get(_key(name))
+            context, per_level, backends = line, False, _line_backends(line, evidence)
+            if ev is not None:
+                backends = (ev,)
+            elif "·" in name and (ev := by_key.get(_key(name.partition("·")[0]))) is not None:
+                backends, context, per_level = (ev,), name.partition("·")[2], True
+            for (a, _, text), col in zip(cells, cols):
+                if col.metric == "skip" or text in ("", "-", "—", "n/a"):
+                    continue
+                hits = _cell_hits(text, col) if col.metric is not None else extract(text)
+                for h in hits:
+                    out.append(Figure(h, doc.span(off + a + h.start, off + a + h.end), backends, context, per_level))
+    return out, done
+
+
+# ---------------------------------------------------------------- prose
+
+def _prose_figures(doc: Document, evidence: Sequence[EvidenceFacts], skip: set[int], negated_blocks: frozenset[int]) -> list[Figure]:
+    out: list[Figure] = []
+    names = sorted({ev.backend for ev in evidence} | {n for ev in evidence for lv in ev.levels for n in (lv.label, lv.offered) if n and n != "-"})
+    starts = doc.line_starts
+    for s in doc.sentences:
+        block = doc.blocks[s.block]
+        first = bisect.bisect_right(starts, s.start)
+        if block.kind in (BlockKind.CODE, BlockKind.QUOTE) or first in skip or first in doc.code_lines or first in doc.quote_lines:
+            continue
+        raw = doc.sentence_text(s, masked=False)
+        masked = doc.sentence_text(s)
+        hits = extract(raw, names)
+        if not hits:
+            continue
+        backends = _line_backends(raw, evidence)
+        for h in hits:
+            if polarity(masked, h.phrase_start, h.end, s.block in negated_blocks) is not Polarity.ASSERTED:
+                continue
+            out.append(Figure(h, doc.span(s.start + h.start, s.start + h.end), backends, raw))
+    return out
+
+
+# ---------------------------------------------------------------- comparing
+
+def _stated_value(h: Hit) -> tuple[float, float]:
+    """(value, half a unit of its last stated digit), in the stated unit."""
+    num = h.number.replace(",", "")
+    value = float(num)
+    if "." in num:
+        step = 10.0 ** -len(num.split(".")[1])
+    elif h.approx and num.strip("0"):
+        step = 10.0 ** (len(num) - len(num.rstrip("0")))
+    else:
+        step = 1.0
+    return value, step / 2
+
+
+def _in_stated_unit(h: Hit, x: float) -> float:
+    return x / _scale(h.unit) if h.metric not in ("tok_s", "req_s") else x
+
+
+def _fits(h: Hit, candidates: tuple[float, ...], lo_hi: tuple[float, float] | None) -> bool:
+    value, half = _stated_value(h)
+    eps = 1e-12 * max(1.0, abs(value))
+    if lo_hi is not None:  # no aggregate: the range of what was recorded
+        lo, hi = (_in_stated_unit(h, x) for x in lo_hi)
+        if h.bound == "upper":
+            return hi <= value + eps
+        if h.bound == "lower":
+            return lo >= value - eps
+        return lo - half - eps <= value <= hi + half + eps
+    for x in map(lambda v: _in_stated_unit(h, v), candidates):
+        if h.bound == "upper" and x <= value + eps or h.bound == "lower" and x >= value - eps:
+            return True
+        if h.bound is None and abs(x - value) <= half + eps:
+            return True
+    return False
+
+
+def _show(h: Hit, x: float) -> str:
+    x = _in_stated_unit(h, x)
+    decimals = len(h.number.split(".")[1]) if "." in h.number else 0
+    sig = 3 - 1 - math.floor(math.log10(abs(x))) if x else 0
+    digits = min(6, max(decimals + 1, sig, 0))
+    return f"{x:.{digits}f} {h.unit if h.metric in ('tok_s', 'req_s') else _unit_text(h.unit)}"
+
+
+def _label(h: Hit) -> str:
+    base = METRIC_LABEL[h.metric]
+    return f"{base} {h.agg}" if h.agg else base
+
+
+def _stated_text(h: Hit) -> str:
+    bound = {"upper": "at most ", "lower": "at least ", None: ""}[h.bound]
+    unit = h.unit if h.metric in ("tok_s", "req_s") else _unit_text(h.unit)
+    return f"{_label(h)} {bound}{'~' if h.approx else ''}{h.number} {unit}"
+
+
+_MAX_SHOWN = 6
+
+
+def _check(f: Figure, path: str) -> Diagnostic | None:
+    h = f.hit
+    named: list[tuple[EvidenceFacts, LevelFacts]] = []
+    if f.context is not None:
+        named = [(ev, lv) for ev in f.backends for lv in _named_levels(ev, f.context)]
+    if f.per_level and not named:
+        return None  # a per-level row naming no level the evidence has
+    sets: list[tuple[str, Mapping[str, tuple[float, ...]]]]
+    if named:
+        sets = [(f"{ev.backend} · {lv.label}", lv.figures) for ev, lv in named]
+        sets += [(f"{ev.backend} over the run", ev.figures) for ev in dict.fromkeys(ev for ev, _ in named)]
+    else:
+        sets = [(f"{ev.backend} · {lv.label}", lv.figures) for ev in f.backends for lv in ev.levels]
+        sets += [(f"{ev.backend} over the run", ev.figures) for ev in f.backends]
+    key = h.metric if h.metric in ("tok_s", "req_s") else f"{h.metric}.{h.agg}"
+    shown: list[str] = []
+    known = False
+    for where, figs in sets:
+        if h.metric in ("tok_s", "req_s") or h.agg is not None:
+            vals = figs.get(key, ())
+            if not vals:
+                continue
+            known = True
+            if _fits(h, vals, None):
+                return None
+            shown.append(f"{where}: {_show(h, vals[0])}")
+        else:
+            lo, hi = figs.get(f"{h.metric}.min", ()), figs.get(f"{h.metric}.max", ())
+            if not lo or not hi:
+                continue
+            known = True
+            if _fits(h, (), (lo[0], hi[0])):
+                return None
+            shown.append(f"{where}: {_show(h, lo[0])} to {_show(h, hi[0])}")
+    if not known:
+        return None  # the evidence records no such figure: nothing to contradict
+    more = len(shown) - _MAX_SHOWN
+    rec = "; ".join(shown[:_MAX_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+    who = f" for {f.backends[0].backend}" if len(f.backends) == 1 else ""
+    return Diagnostic(
+        "CB201", f"states {_stated_text(h)}{who}; the evidence records {rec}", f.span, path,
+        hint="correct the document from the evidence (lint-claims never rewrites); a figure holds within half a unit "
+        "of its last stated digit",
+    )  # fmt: skip
+
+
+def check_figures(doc: Document, path: str, evidence: Sequence[EvidenceFacts], negated_blocks: frozenset[int] = frozenset()) -> list[Diagnostic]:
+    """CB201: a latency, throughput or request-rate figure the evidence contradicts."""
+    if not evidence:
+        return []
+    table, done = _table_figures(doc, evidence)
+    out: list[Diagnostic] = []
+    seen: set[tuple[int, int]] = set()
+    for f in table + _prose_figures(doc, evidence, done, negated_blocks):
+        if (f.span.line, f.span.column) in seen:
+            continue
+        seen.add((f.span.line, f.span.column))
+        d = _check(f, path)
+        if d is not None:
+            out.append(d)
+    return out
