@@ -30,6 +30,7 @@ from soakspec.runner.records import ItlSource, Outcome, RequestRecord, TokensSou
 CLOCK = RunClock()
 SHAPE = RequestShape(Endpoint.COMPLETIONS, "sim", "one two three", max_tokens=8)
 CHAT = RequestShape(Endpoint.CHAT, "sim", "one two three", max_tokens=8)
+SHAPE32 = RequestShape(Endpoint.COMPLETIONS, "sim", "one two three", max_tokens=32)  # room for 4 tokens a chunk
 TEXTS = ["Once", " upon", " a", " time", " there", " was", " a", " café"]
 FULL_SHA = hashlib.sha256("".join(TEXTS).encode()).hexdigest()
 
@@ -305,8 +306,8 @@ async def stall(peer: Peer, req: Request) -> bool:
 
 DETERMINISTIC: dict[str, tuple[Scenario, RequestShape]] = {
     "normal": (normal, SHAPE),
-    "four-per-chunk": (four_per_chunk, SHAPE),
-    "final-usage-only": (final_usage_only, SHAPE),
+    "four-per-chunk": (four_per_chunk, SHAPE32),
+    "final-usage-only": (final_usage_only, SHAPE32),
     "no-usage": (no_usage, SHAPE),
     "chat": (chat, CHAT),
     "non-streaming": (non_streaming, RequestShape(Endpoint.COMPLETIONS, "sim", "x", max_tokens=8, stream=False)),
@@ -478,9 +479,9 @@ async def test_framings_and_endpoints_complete(nursery, make_client, name) -> No
 
 
 async def test_token_accounting_over_the_wire(nursery, make_client) -> None:
-    _, _, rec = await run_scenario(nursery, make_client, four_per_chunk)
+    _, _, rec = await run_scenario(nursery, make_client, four_per_chunk, SHAPE32)
     assert (rec.output_tokens, rec.chunks, rec.itl_source, len(rec.itl)) == (16, 4, ItlSource.USAGE, 12)
-    _, _, rec = await run_scenario(nursery, make_client, final_usage_only)
+    _, _, rec = await run_scenario(nursery, make_client, final_usage_only, SHAPE32)
     assert (rec.output_tokens, rec.chunks, rec.itl_source, len(rec.itl)) == (11, 8, ItlSource.ESTIMATED, 10)
     _, _, rec = await run_scenario(nursery, make_client, no_usage)
     assert (rec.output_tokens, rec.tokens_source, rec.prompt_tokens) == (8, TokensSource.COUNTED, None)
@@ -596,14 +597,14 @@ async def test_injected_ttft_and_itl_are_measured_exactly(nursery, make_client) 
 
     server = await serve(nursery, timed)
     client = make_client(server.port)
-    await send(client)  # connect outside the measured requests
+    await send(client, SHAPE32)  # connect outside the measured requests
     slack = 0.005 if isinstance(client, HttpxClient) else 0.002
     rounds = []
     for _ in range(4):  # best of a few rounds: other work on a loaded machine comes in bursts
         ttfts, gaps, tpots, lags = [], [], [], []
         for _ in range(7):
             written.clear()
-            rec = await send(client)
+            rec = await send(client, SHAPE32)
             assert rec.outcome is Outcome.COMPLETED and len(rec.itl) == 28
             ttfts.append(rec.ttft)
             gaps += [g * 4 for g in rec.itl]

@@ -95,7 +95,7 @@ def naive_buckets(spec, be) -> list[dict[str, Any]]:
     relabeled = []
     for r in rows:
         w = wl.get(str(r.get("workload")))
-        bounds = (max(w.max_tokens), w.ignore_eos, w.stream) if w else (None, False, True)
+        bounds = (max(w.max_tokens), w.stream) if w else (None, True)
         relabeled.append(_relabel(r, deadline.get((r.get("workload"), r.get("level"))), min(w.max_tokens) if w else None,
                                   None, bounds)[0])
     out = []

@@ -213,8 +213,9 @@ def run(
 
 
 def test_continuous_usage_k_tokens_per_chunk() -> None:
+    shape = RequestShape(Endpoint.COMPLETIONS, "m", "hello world", max_tokens=12)
     rec = run([(1.0, chunk("abcd", ct=4)), (1.2, chunk("efgh", ct=8)), (1.3, chunk("ijkl", ct=12, finish="length")),
-               (1.3, usage_only(12)), (1.3, DONE)])  # fmt: skip
+               (1.3, usage_only(12)), (1.3, DONE)], shape)  # fmt: skip
     assert rec.outcome is Outcome.COMPLETED and rec.error is None
     assert (rec.output_tokens, rec.chunks, rec.prompt_tokens) == (12, 3, 3)
     assert (rec.tokens_source, rec.itl_source) == (TokensSource.USAGE, ItlSource.USAGE)
@@ -434,22 +435,59 @@ def test_a_non_streaming_negative_usage_fails_too() -> None:
     assert_valid_evidence(rec)
 
 
-@pytest.mark.parametrize("claim", [MAX_TOKENS_PER_CHUNK + 1, 100_000, 10**12])
-def test_a_chunk_claiming_more_than_a_chunk_can_carry_adds_one_gap(claim) -> None:
-    """Continuous usage says the middle chunk carried `claim` tokens. Beyond MAX_TOKENS_PER_CHUNK
-    the claim does not split the chunk's gap: it adds one gap, its whole gap (10^12 once ran the
-    runner out of memory, 10^5 cost the client enough to cut throughput 40x). The record keeps
-    the claimed output_tokens and its chunks, so the judge flags exactly what it flagged before."""
+def test_a_server_that_streams_32_tokens_a_chunk_is_measured_per_token() -> None:
+    """SGLang `--stream-interval 32` (and vLLM's) send 32 tokens a chunk, with cumulative usage on
+    each. That is a legitimate stream: within max_tokens = 64, each chunk's gap is split over its
+    32 tokens and the judge accepts the count. With a fixed bound of 16 tokens a chunk the judge
+    flagged it usage_mismatch ("64 completion tokens reported for 2 text chunks (more than 16 a
+    chunk)") -- throughput counted 2 chunks for 64 tokens, TPOT and ITL were left out -- and the
+    runner recorded one gap for 32 tokens."""
+    from soakspec.judge.rederive import usage_problem
+
+    shape = RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=64, ignore_eos=True)
+    rec = run([(1.0, chunk("a" * 32, ct=32)), (1.32, chunk("b" * 32, ct=64, finish="length")),
+               (1.32, usage_only(64)), (1.32, DONE)], shape)  # fmt: skip
+    assert (rec.outcome, rec.output_tokens, rec.chunks, rec.itl_source) == (Outcome.COMPLETED, 64, 2, ItlSource.USAGE)
+    assert rec.itl == pytest.approx([0.01] * 32) and rec.tpot == pytest.approx(0.01)
+    assert rec.coalesced == 31  # one chunk's gap split 32 ways: one measurement
+    assert usage_problem(rec.to_json(), 64) is None
+    assert usage_problem(rec.to_json(), 64, False) is None
+    assert_valid_evidence(rec)
+
+
+@pytest.mark.parametrize("claim", [8, 100_000, 10**12])
+def test_a_chunk_that_takes_the_count_past_max_tokens_adds_one_gap(claim) -> None:
+    """Continuous usage says the middle chunk carried `claim` tokens, past the request's
+    max_tokens = 8 (no response has more: the server's bug). The claim does not split the chunk's
+    gap: it adds one gap, its whole gap (10^12 once ran the runner out of memory, 10^5 cost the
+    client enough to cut throughput 40x). The record keeps the claimed output_tokens and its
+    chunks, and the judge flags it, with or without ignore_eos."""
     from soakspec.judge.rederive import usage_problem
 
     rec = run([(1.0, chunk("a", ct=1)), (1.1, chunk("b", ct=1 + claim)), (1.3, chunk("c", ct=2 + claim)), (1.3, DONE)])
+    assert COMPLETIONS.max_tokens == 8 and not COMPLETIONS.ignore_eos
     assert (rec.outcome, rec.output_tokens, rec.chunks, rec.itl_source) == (Outcome.COMPLETED, 2 + claim, 3, ItlSource.USAGE)
     assert rec.itl == pytest.approx([0.1, 0.2]) and rec.coalesced == 0
     assert_valid_evidence(rec)
-    flagged = usage_problem(rec.to_json(), None, False)
+    assert usage_problem(rec.to_json(), 8) == f"{2 + claim} completion tokens reported at max_tokens = 8 (no response has more)"
+
+
+@pytest.mark.parametrize("claim", [MAX_TOKENS_PER_CHUNK + 1, 100_000, 10**12])
+def test_without_max_tokens_a_chunk_claiming_more_than_the_fixed_bound_adds_one_gap(claim) -> None:
+    """A request without a max_tokens (0) has no bound of its own: the fixed bound per chunk
+    stands in, in the runner's split as in the judge's flag (for a request whose workload it
+    cannot tie to a max_tokens)."""
+    from soakspec.judge.rederive import usage_problem
+
+    shape = RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=0)
+    rec = run([(1.0, chunk("a", ct=1)), (1.1, chunk("b", ct=1 + claim)), (1.3, chunk("c", ct=2 + claim)), (1.3, DONE)],
+              shape)  # fmt: skip
+    assert (rec.outcome, rec.output_tokens, rec.chunks) == (Outcome.COMPLETED, 2 + claim, 3)
+    assert rec.itl == pytest.approx([0.1, 0.2]) and rec.coalesced == 0
+    flagged = usage_problem(rec.to_json(), None)
     assert (flagged is not None) == (2 + claim > 3 * MAX_TOKENS_PER_CHUNK), flagged
     if flagged:
-        assert flagged == f"{2 + claim} completion tokens reported for 3 text chunks (more than 16 a chunk)"
+        assert flagged.startswith(f"{2 + claim} completion tokens reported for 3 text chunks (more than 16 a chunk")
 
 
 def test_a_final_usage_spread_beyond_the_bound_adds_one_gap_per_chunk() -> None:
@@ -458,10 +496,25 @@ def test_a_final_usage_spread_beyond_the_bound_adds_one_gap_per_chunk() -> None:
     assert rec.itl == pytest.approx([0.1, 0.15])
 
 
-def test_a_chunk_of_at_most_the_bound_is_still_split() -> None:
-    k = MAX_TOKENS_PER_CHUNK
-    rec = run([(1.0, chunk("a", ct=1)), (1.16, chunk("b", ct=1 + k)), (1.16, DONE)])
-    assert rec.itl == pytest.approx([0.16 / k] * k) and rec.coalesced == k - 1
+def test_a_chunk_within_max_tokens_is_split_and_one_past_it_is_not() -> None:
+    k = 40  # more than the fixed bound: only max_tokens bounds a chunk
+    shape = RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=1 + k)
+    rec = run([(1.0, chunk("a", ct=1)), (1.4, chunk("b", ct=1 + k)), (1.4, DONE)], shape)
+    assert rec.itl == pytest.approx([0.4 / k] * k) and rec.coalesced == k - 1
+    shape = RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=k)
+    rec = run([(1.0, chunk("a", ct=1)), (1.4, chunk("b", ct=1 + k)), (1.4, DONE)], shape)
+    assert rec.itl == pytest.approx([0.4]) and rec.coalesced == 0
+
+
+def test_a_usage_that_rises_and_falls_splits_at_most_max_tokens_gaps() -> None:
+    """A count that goes up and down again (a server bug, `usage_decreased`) cannot make the
+    runner split more than max_tokens gaps: the tokens split are counted as they go, not read
+    off the cumulative count."""
+    timed = [(1.0, chunk("a", ct=1))]
+    for i in range(50):
+        timed += [(1.1 + 0.01 * i, chunk("b", ct=8)), (1.1 + 0.01 * i, chunk("c", ct=1))]
+    rec = run(timed + [(2.0, DONE)])
+    assert rec.usage_decreased and len(rec.itl) <= COMPLETIONS.max_tokens + 100
 
 
 def test_the_runner_and_the_judge_share_the_bound() -> None:
@@ -470,6 +523,8 @@ def test_the_runner_and_the_judge_share_the_bound() -> None:
     from soakspec.runner import protocol
 
     assert rederive.MAX_TOKENS_PER_CHUNK is record.MAX_TOKENS_PER_CHUNK is protocol.MAX_TOKENS_PER_CHUNK
+    assert rederive.usage_bound is record.usage_bound is protocol.usage_bound
+    assert (record.usage_bound(64), record.usage_bound(0), record.usage_bound(None)) == (64, None, None)
 
 
 # any sign and size, but nothing between 10^5 and 2^40: a runner that expands claims per token
@@ -484,8 +539,8 @@ _COUNT = st.one_of(
 def test_any_usage_sequence_gives_a_valid_record_with_bounded_work(events, final) -> None:
     """Property: whatever counts the server reports (any size, either sign, per chunk or at the
     end, with or without text), the accumulator never raises, the record is valid evidence, the
-    work is bounded -- at most MAX_TOKENS_PER_CHUNK ITL gaps per event, within the test's
-    deadline -- and a count that is not one fails the request, saying so."""
+    work is bounded -- at most max_tokens split ITL gaps and one gap per other event, within the
+    test's deadline -- and a count that is not one fails the request, saying so."""
     timed: list[tuple[float, bytes]] = []
     for i, (text, ct) in enumerate(events):
         if text is None and ct is None:
@@ -496,7 +551,7 @@ def test_any_usage_sequence_gives_a_valid_record_with_bounded_work(events, final
     timed.append((1.2, DONE))
     rec = run(timed)
     assert_valid_evidence(rec)
-    assert len(rec.itl) <= MAX_TOKENS_PER_CHUNK * len(timed)
+    assert len(rec.itl) <= COMPLETIONS.max_tokens + len(timed)
     bad = [ct for _, ct in [*events, (None, final)] if ct is not None and not 0 <= ct < 2**63]
     if bad:
         assert rec.outcome is Outcome.FAILED and rec.error.startswith("malformed response: usage."), rec.error

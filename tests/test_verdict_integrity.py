@@ -427,15 +427,47 @@ def test_usage_that_contradicts_the_stream_is_not_measured():
     assert tp.status == "fail"  # counted by its chunks: 64 tokens a request, ~8.5 tokens/s
     from soakspec.judge.rederive import usage_problem
 
-    assert "1000 completion tokens reported at max_tokens = 64 with ignore_eos" == usage_problem(
-        {"output_tokens": 1000, "chunks": 64}, 64, True)
-    assert "more than 16 a chunk" in usage_problem({"output_tokens": 1000, "chunks": 16}, None, False)
-    assert "each chunk carries at least one" in usage_problem({"output_tokens": 1, "chunks": 16}, None, False)
-    assert usage_problem({"output_tokens": 64, "chunks": 64}, 64, True) is None
+    assert "1000 completion tokens reported at max_tokens = 64 (no response has more)" == usage_problem(
+        {"output_tokens": 1000, "chunks": 64}, 64)
+    assert "more than 16 a chunk" in usage_problem({"output_tokens": 1000, "chunks": 16}, None)
+    assert "each chunk carries at least one" in usage_problem({"output_tokens": 1, "chunks": 16}, None)
+    assert usage_problem({"output_tokens": 64, "chunks": 64}, 64) is None
     # a final usage of 48 for 16 chunks at max_tokens = 16 (TPOT from the wrong count)
-    assert "48 completion tokens reported at max_tokens = 16 with ignore_eos" == usage_problem(
-        {"output_tokens": 48, "chunks": 16}, 16, True)
-    assert usage_problem({"output_tokens": 48, "chunks": 16}, 64, False) is None  # 3 a chunk: plausible
+    assert "48 completion tokens reported at max_tokens = 16 (no response has more)" == usage_problem(
+        {"output_tokens": 48, "chunks": 16}, 16)
+    assert usage_problem({"output_tokens": 48, "chunks": 16}, 64) is None  # 3 a chunk: plausible
+    assert usage_problem({"output_tokens": 48, "chunks": 16}, 64, False) is None  # not streamed: only the max
+    assert "at max_tokens = 16" in usage_problem({"output_tokens": 48, "chunks": 1}, 16, False)
+
+
+def test_a_server_that_streams_32_tokens_a_chunk_is_not_usage_mismatched():
+    """SGLang `--stream-interval 32` (vLLM's too): 64 tokens at max_tokens = 64 in 2 text chunks,
+    with the runner's per-token ITL. A legitimate stream: usage_mismatch == 0 passes, throughput
+    counts the 64 tokens and ITL is measured. A fixed bound of 16 tokens a chunk flagged every
+    request ("64 completion tokens reported for 2 text chunks (more than 16 a chunk)"): the rule
+    failed, throughput counted 2 chunks (32x too low) and ITL was left out."""
+    spec = small_spec("require usage_mismatch == 0\nrequire mean(throughput) >= 4 per level\n"
+                      "require p50(itl) < 1s per level")
+    b = EvidenceBuilder(spec)
+    for r in b.measured("a"):
+        gap = (r["end"] - r["first_token"]) / 32
+        r.update(output_tokens=64, chunks=2, itl_source="usage", itl=[gap] * 32, tpot=gap, coalesced=31)
+    v = judge(spec, b.build())
+    assert rule(v, "usage_mismatch == 0").status == "pass", rule(v, "usage_mismatch == 0").message
+    assert rule(v, "mean(throughput) >= 4 per level").status == "pass"  # ~8.5 tokens/s: 64 a request, not 2
+    assert rule(v, "p50(itl) < 1s per level").status == "pass"
+
+
+def test_more_tokens_than_max_tokens_are_usage_mismatched_without_ignore_eos():
+    """No response has more completion tokens than its request's max_tokens, whether or not the
+    workload sets ignore_eos (the server may stop early, never late)."""
+    spec = small_spec("require usage_mismatch == 0")
+    spec = dataclasses.replace(spec, workloads=tuple(dataclasses.replace(w, ignore_eos=False) for w in spec.workloads))
+    b = EvidenceBuilder(spec)
+    r = next(iter(b.measured("a")))
+    r.update(output_tokens=65)
+    res = rule(judge(spec, b.build()), "usage_mismatch == 0")
+    assert res.status == "fail" and "65 completion tokens reported at max_tokens = 64" in res.message
 
 
 @pytest.mark.parametrize("hostile", ["[" * 100_000 + "]" * 100_000, "9" * 5000, "9" * 4000])
@@ -550,3 +582,19 @@ def test_adding_an_overage_sample_never_allows_a_claim_that_was_not_allowed(n, k
         assert more is None or k + 1 > more
     if allowed is not None:
         assert more is not None and more >= allowed
+
+
+def test_the_usage_bound_of_a_workload_with_lengths_from_its_prompt_file_is_the_files():
+    """`max_tokens_from_file`: the runner sends the file's lengths (when every record has one), so
+    the judge bounds usage by the file's largest, not by the workload's unused max_tokens (64);
+    a file it did not read leaves the bound unknown (the fixed bound per chunk stands in)."""
+    from soakspec.judge.rederive import _usage_bounds
+    from soakspec.lang.spec import Dataset
+
+    spec = small_spec()
+    w = spec.workloads[0]
+    d = Dataset("/p.jsonl", "jsonl", "0" * 64, ("a", "b"), (200, 300))
+    for dataset, lens, want in ((d, True, 300), (None, True, None), (dataclasses.replace(d, output_lens=(200, None)), True, 64),
+                                (d, False, 64)):  # fmt: skip
+        s = dataclasses.replace(spec, workloads=(dataclasses.replace(w, max_tokens_from_file=lens, dataset=dataset),))
+        assert _usage_bounds(s) == {w.name: (want, True)}

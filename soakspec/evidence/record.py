@@ -116,12 +116,26 @@ class ItlSource(enum.StrEnum):
 WARMUP_BUCKET = -1  # started during a level's warm-up: recorded, never measured
 FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level
 ERROR_LIMIT = 500  # characters of the first error message that are kept
-# The most tokens one streamed text chunk may carry (speculative decoding, server-side batching
-# of detokenized text): beyond it, a reported completion count cannot be the stream's. One bound
-# for both sides: the judge flags a request claiming more as `usage_mismatch`
-# (`soakspec.judge.rederive.usage_problem`), and the runner never splits a chunk's gap into more
-# ITL gaps than this (`soakspec.runner.protocol`, "ITL").
+# The bound on a response's completion tokens, one for both sides: the judge flags a request
+# whose reported count exceeds it as `usage_mismatch` (`soakspec.judge.rederive.usage_problem`),
+# and the runner splits a chunk's gap into one ITL gap per token only within it
+# (`soakspec.runner.protocol`, "ITL"), so a bogus claim (a usage of 10^12) costs bounded work.
+#
+# A request that set max_tokens (every request soakspec sends does: the spec's max_tokens, a
+# prompt file's or a replayed trace's lengths) has at most that many completion tokens, whatever
+# the server's chunking and whether or not it may stop early: more is the server's bug. That is
+# the bound (`usage_bound`). A server may legitimately put many tokens in one chunk (SGLang's and
+# vLLM's `--stream-interval 32` send 32 a chunk; speculative decoding several), so no bound per
+# chunk below max_tokens is sound. Only without a max_tokens (evidence the judge cannot tie to
+# its workload) does a fixed bound per text chunk stand in: MAX_TOKENS_PER_CHUNK.
 MAX_TOKENS_PER_CHUNK = 16
+
+
+def usage_bound(max_tokens: int | None) -> int | None:
+    """The most completion tokens a response to a request of `max_tokens` can have: max_tokens
+    itself when the request set one (> 0); None when it did not (then MAX_TOKENS_PER_CHUNK a text
+    chunk bounds the count)."""
+    return max_tokens if max_tokens is not None and max_tokens > 0 else None
 
 
 def measured(bucket: int) -> bool:

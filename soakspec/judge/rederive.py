@@ -25,9 +25,15 @@ without changing its facts. `rederive(spec, evidence)` draws every such conclusi
              completed -- a connection dropped and the request silently resent -- and the
              client's record hides it;
   usage      a completed request's reported completion tokens checked against its stream
-             (`usage_problem`): never fewer tokens than text chunks, never more than
-             MAX_TOKENS_PER_CHUNK per chunk, never more than max_tokens when the workload sets
-             ignore_eos, never a cumulative usage that went down within the stream (the
+             (`usage_problem`): never fewer tokens than text chunks, never more than the
+             bound on a response's tokens (evidence/record.py `usage_bound`, the bound the
+             runner splits ITL within) -- the workload's max_tokens (its largest, when it asks
+             for several: the judge does not know which one a request sent), whether or not it
+             sets ignore_eos, since no response has more completion tokens than it asked for;
+             not a bound per chunk, since a server may legitimately send many tokens a chunk
+             (SGLang's and vLLM's `--stream-interval 32`: 32) -- and only for a request whose
+             workload (so max_tokens) is unknown, more than MAX_TOKENS_PER_CHUNK per text chunk;
+             never a cumulative usage that went down within the stream (the
              record's `usage_decreased`). A request that disagrees keeps its outcome but is flagged
              `usage_mismatch` (the reason): its ITL, TPOT and output tokens are not computed
              from the claimed count (`soakspec.judge.measures`), and throughput counts its
@@ -48,7 +54,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence.ids import IdIndex
-from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK  # shared with the runner (its ITL bound)
+from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK, usage_bound  # shared with the runner (its ITL bound)
 from soakspec.evidence.runtime import BoundaryText, RuntimeDecl, detect_runtime_boundary
 from soakspec.evidence.traces import (
     DEFAULT_ID_FORMS, Trace, TraceSource, log_boundary_text, log_lines, match_traces, nl_lines, scan_log_rows, scan_rows,
@@ -121,24 +127,25 @@ def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | No
     return outcome, tuple(why)
 
 
-def usage_problem(r: Row, max_tokens: int | None, ignore_eos: bool, stream: bool = True) -> str | None:
+def usage_problem(r: Row, max_tokens: int | None, stream: bool = True) -> str | None:
     """Why a completed request's reported completion tokens cannot be its stream's, or None.
-    Without streaming there are no chunks to compare: only the max_tokens bound applies."""
+    `max_tokens`: the most its workload asks for (None: unknown). Without streaming there are no
+    chunks to compare: only the max_tokens bound applies."""
     if r.get("usage_decreased") is True:  # the runner saw it within the stream (runner/protocol.py)
         return "the stream's cumulative usage.completion_tokens went down"
     n, chunks = _num(r.get("output_tokens")), _num(r.get("chunks"))
     if n is None:
         return None
+    cap = usage_bound(max_tokens)
+    if cap is not None and n > cap:
+        return f"{int(n)} completion tokens reported at max_tokens = {cap} (no response has more)"
     if not stream or chunks is None or chunks <= 0:
-        if ignore_eos and max_tokens is not None and n > max_tokens:
-            return f"{int(n)} completion tokens reported at max_tokens = {max_tokens} with ignore_eos"
         return None
     if n < chunks:
         return f"{int(n)} completion tokens reported for {int(chunks)} text chunks (each chunk carries at least one)"
-    if n > chunks * MAX_TOKENS_PER_CHUNK:
-        return f"{int(n)} completion tokens reported for {int(chunks)} text chunks (more than {MAX_TOKENS_PER_CHUNK} a chunk)"
-    if ignore_eos and max_tokens is not None and n > max_tokens:
-        return f"{int(n)} completion tokens reported at max_tokens = {max_tokens} with ignore_eos"
+    if cap is None and n > chunks * MAX_TOKENS_PER_CHUNK:
+        return (f"{int(n)} completion tokens reported for {int(chunks)} text chunks (more than {MAX_TOKENS_PER_CHUNK} "
+                "a chunk, without a max_tokens to bound them)")
     return None
 
 
@@ -346,14 +353,27 @@ def _max_tokens(spec: Spec) -> dict[str, int]:
     return {w.name: min(w.max_tokens) for w in spec.workloads if w.max_tokens}
 
 
-def _usage_bounds(spec: Spec) -> dict[str, tuple[int | None, bool, bool]]:
-    """Per workload: the largest max_tokens it asks for, whether it sets ignore_eos, whether it
-    streams."""
-    return {w.name: (max(w.max_tokens) if w.max_tokens else None, w.ignore_eos, w.stream) for w in spec.workloads}
+def _usage_bounds(spec: Spec) -> dict[str, tuple[int | None, bool]]:
+    """Per workload: the largest max_tokens it asks for (None: not known), whether it streams.
+    With `max_tokens_from_file` the runner sends the prompt file's lengths when every record
+    has one (`plan._prompt_source`), else the workload's max_tokens; a file the judge's spec
+    did not read leaves it unknown."""
+    return {w.name: (_largest_max_tokens(w), w.stream) for w in spec.workloads}
+
+
+def _largest_max_tokens(w: Any) -> int | None:
+    lens: tuple[int | None, ...] = w.max_tokens
+    if w.max_tokens_from_file:
+        d = w.dataset
+        if d is None:
+            return None
+        if d.output_lens and all(n is not None for n in d.output_lens):
+            lens = d.output_lens
+    return max(lens) if lens and all(n is not None for n in lens) else None  # type: ignore[type-var]
 
 
 def _relabel(r: Row, deadline: float | None, max_tokens: int | None, server: tuple[str, str] | None,
-             usage: tuple[int | None, bool, bool] = (None, False, True)) -> tuple[Row, str | None]:
+             usage: tuple[int | None, bool] = (None, True)) -> tuple[Row, str | None]:
     """The record judged by its facts, and why its stored label is wrong (None: it is not).
     `server`: (outcome, reason) when the server's own traces say the request did not complete."""
     stored = r.get("outcome")
@@ -497,19 +517,20 @@ def _derive_outcomes(t: RequestTable, idx: np.ndarray, deadline: np.ndarray, max
     return np.where(o != _C, o, np.where(failed, _F, np.where(late_end, _T, _C))).astype(np.int8)
 
 
-def _usage_flags(t: RequestTable, idx: np.ndarray, bounds: Sequence[tuple[int | None, bool, bool]]) -> np.ndarray:
+def _usage_flags(t: RequestTable, idx: np.ndarray, bounds: Sequence[tuple[int | None, bool]]) -> np.ndarray:
     """`usage_problem(...) is not None` over the ordinary rows `idx`, vectorized (`bounds`: per
     workload code)."""
     if not len(idx):
         return np.zeros(0, dtype=bool)
     wl = t.c["workload"][idx]
-    mt = np.array([np.nan if b[0] is None else b[0] for b in bounds], dtype=np.float64)[wl]
-    ign = np.array([b[1] for b in bounds], dtype=bool)[wl]
-    stream = np.array([b[2] for b in bounds], dtype=bool)[wl]
+    caps = [usage_bound(b[0]) for b in bounds]
+    mt = np.array([np.nan if c is None else c for c in caps], dtype=np.float64)[wl]
+    stream = np.array([b[1] for b in bounds], dtype=bool)[wl]
     n, ch = t.i["output_tokens"][idx].astype(np.int64), t.i["chunks"][idx].astype(np.int64)
-    over_max = ign & ~np.isnan(mt) & (n > np.nan_to_num(mt, nan=np.inf))
+    known = ~np.isnan(mt)
+    over_max = known & (n > np.nan_to_num(mt, nan=np.inf))
     nostream = ~stream | (ch == MISSING) | (ch <= 0)
-    bad = np.where(nostream, over_max, (n < ch) | (n > ch * MAX_TOKENS_PER_CHUNK) | over_max)
+    bad = np.where(nostream, over_max, (n < ch) | (~known & (n > ch * MAX_TOKENS_PER_CHUNK)) | over_max)
     # the runner saw the cumulative usage go down within the stream (`usage_decreased`)
     down = [k for k, v in enumerate(t.values["usage_decreased"]) if v is True]
     decreased = np.isin(t.c["usage_decreased"][idx], down) if down else np.zeros(len(idx), dtype=bool)
@@ -562,7 +583,7 @@ class _Labels:
 
 
 def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], max_tokens: Mapping[str, int],
-                   bounds: Mapping[str, tuple[int | None, bool, bool]],
+                   bounds: Mapping[str, tuple[int | None, bool]],
                    verdicts: Mapping[str, tuple[str, str]]) -> tuple[RequestTable, list[str]]:
     """`_relabel` over every request of a table: the derived outcomes, errors and usage flags
     as new label columns (the table itself is not changed), and the mislabeled-record notes."""
@@ -596,7 +617,7 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
         r = t.rec(i)
         w = str(r.get("workload"))
         got, note = _relabel(r, deadlines.get((r.get("workload"), r.get("level"))), max_tokens.get(w),
-                             verdicts.get(str(r.get("request_id"))), bounds.get(w, (None, False, True)))
+                             verdicts.get(str(r.get("request_id"))), bounds.get(w, (None, True)))
         ex = dict(extras.get(i, {}))
         for key, lab in (("outcome", outcome), ("error", error), ("usage_mismatch", usage)):
             v = got.get(key)
@@ -625,13 +646,13 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
     # usage against the stream, for completed requests not flagged already
     done = outcome.code("completed")
     flag_of = np.array([bool(v) for v in usage.values], dtype=bool) if usage.values else None
-    bnds = _per_workload(t, bounds, (None, False, True))
+    bnds = _per_workload(t, bounds, (None, True))
     for part in _parts(clean):
         flagged = flag_of[usage.codes[part]] if flag_of is not None else np.zeros(len(part), bool)
         cand = part[(outcome.codes[part] == done) & ~flagged]
         for i in cand[_usage_flags(t, cand, bnds)].tolist():
             r = t.rec(i)
-            why_usage = usage_problem(r, *bounds.get(str(r.get("workload")), (None, False, True)))
+            why_usage = usage_problem(r, *bounds.get(str(r.get("workload")), (None, True)))
             if why_usage is not None:
                 usage.set(i, why_usage)
     notes.sort(key=lambda n: n[0])

@@ -36,14 +36,22 @@ Measurement rules (the record's contract):
   every text chunk is one token (`tokens_source = itl_source = "counted"`).
 * ITL: a chunk carrying k tokens, arriving `gap` after the previous token-bearing chunk, adds k
   gaps of gap/k; the first chunk's tokens add none. So `sum(itl) == last_token - first_token` and
-  `len(itl) == output_tokens - tokens_in_first_chunk`, with one exception: a chunk whose
-  claimed k exceeds `MAX_TOKENS_PER_CHUNK` (evidence/record.py, the judge's `usage_mismatch`
-  bound) is not split -- it adds one gap, its whole gap, as a chunk without usage would. Such a
-  claim is not a token count the judge computes ITL from (it flags the request
-  `usage_mismatch` when its total exceeds the bound per text chunk, and then pools none of its
-  gaps), so the record keeps the chunk's one real measurement, bounded work whatever the server
-  claims (a usage of 10^12 once expanded to 10^12 gaps), and `output_tokens` still says the
-  claimed count, so the judge's flag is exactly as before. `sum(itl)` is unchanged.
+  `len(itl) == output_tokens - tokens_in_first_chunk`, with one exception: a chunk is split only
+  within the bound on a response's tokens (evidence/record.py `usage_bound`, the same bound the
+  judge flags `usage_mismatch` by). That bound is the request's max_tokens: no response has
+  more completion tokens, however many the server puts in one chunk (SGLang's and vLLM's
+  `--stream-interval 32` send 32 a chunk: such a chunk is split into 32 gaps). A chunk that
+  takes the tokens counted so far (the first chunk's k1 and every later chunk's k, as split)
+  past max_tokens is not split -- it adds one gap, its whole gap, as a chunk without usage
+  would; so is every chunk after it. Only a request without a max_tokens (<= 0) falls back to a
+  fixed bound per chunk: a chunk of k > `MAX_TOKENS_PER_CHUNK` adds one gap. A count past the
+  bound is not one the judge computes ITL from (it flags the request `usage_mismatch`: more
+  than max_tokens, or without one more than the fixed bound per text chunk, and then pools
+  none of its gaps), so the record keeps each such chunk's one real measurement, the work is
+  bounded whatever the server claims -- at most max_tokens split gaps plus one a chunk (a usage
+  of 10^12 once expanded to 10^12 gaps), the work a legitimate response of max_tokens costs --
+  and `output_tokens` still says the claimed count, for the judge to flag. `sum(itl)` is
+  unchanged.
   TPOT = (last token - first token) / (N - k1), k1 the tokens of the first token event (chunk;
   per the usage when present), for every request with N >= 2 tokens and N > k1: the mean of its
   ITL gaps (but for the exception above), so a first chunk of several tokens does not deflate it
@@ -113,7 +121,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK
+from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK, usage_bound
 from soakspec.runner.records import ERROR_LIMIT, ItlSource, Outcome, RequestRecord, TokensSource
 
 # --------------------------------------------------------------------------------------------
@@ -903,12 +911,15 @@ class StreamAccumulator:
         elif times:
             assert per_point is not None
             first = last = times[0]
+            cap = usage_bound(shape.max_tokens)
+            counted = max(per_point[0], 0)  # the tokens given their times so far (see "ITL")
             for i in range(1, len(times)):
                 k = per_point[i]
                 if k > 0:
                     t = times[i]
-                    if k == 1 or k > MAX_TOKENS_PER_CHUNK:
-                        # one gap; a claim of more than a chunk can carry is not split (see "ITL")
+                    counted += k
+                    if k == 1 or (counted > cap if cap is not None else k > MAX_TOKENS_PER_CHUNK):
+                        # one gap; a count past the bound on the response's tokens is not split (see "ITL")
                         itl.append(t - last)
                         coalesced += t == last
                     else:
