@@ -31,7 +31,7 @@ texts = st.one_of(
     st.sampled_from(["", " the", " a", "é", " 東京", "x" * 40]),
     st.text(max_size=6),  # quotes, backslashes, control characters: escaped, so not fast
 )
-reasons = st.sampled_from([None, None, None, "length", "stop", "error"])
+reasons = st.sampled_from([None, None, None, "length", "stop", "error", "abort"])
 
 
 def _j(x: Any) -> str:
@@ -208,6 +208,23 @@ def test_the_fast_path_takes_vllm_032_events() -> None:
         6, 6, True, "length", "cmpl-9a87260aedde1d55")  # fmt: skip
     assert _accumulate(data, [], shape, protocol.DEFAULT_LIMITS, True, True) == \
         _accumulate(data, [], shape, protocol.DEFAULT_LIMITS, False, True)  # fmt: skip
+
+
+def test_the_fast_path_fails_an_aborted_request() -> None:
+    """vLLM's stream for a request its engine dropped (finish_reason "abort"), read by the fast
+    path: failed, as the general parser says, whatever the reason's place in the read."""
+    events = [VLLM_032_EVENT.replace(b'"completion_tokens":1', b'"completion_tokens":%d' % (i + 1)) for i in range(3)]
+    events[-1] = events[-1].replace(b'"finish_reason":null', b'"finish_reason":"abort"')
+    data = b"".join(events) + b"data: [DONE]\n\n"
+    shape = RequestShape(Endpoint.COMPLETIONS, "tiny", "p", max_tokens=6)
+    acc = StreamAccumulator(shape)
+    acc.on_response(200, "text/event-stream")
+    assert acc._fast_events(data, 1.0) == len(data)
+    assert (acc.outcome, acc.error, acc.finish_reason) == ("failed", "finish_reason: abort", "abort")
+    for cuts in ([], [len(events[0])], [len(events[0]) + len(events[1])]):
+        fast = _accumulate(data, cuts, shape, protocol.DEFAULT_LIMITS, True, True)
+        assert fast == _accumulate(data, cuts, shape, protocol.DEFAULT_LIMITS, False, True)
+        assert (fast[1]["outcome"], fast[1]["error"]) == ("failed", "finish_reason: abort")
 
 
 class _Spy:

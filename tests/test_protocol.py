@@ -295,6 +295,8 @@ def test_non_streaming_json_body() -> None:
          "error event: old style"),
         ([(1.0, chunk("a")), (1.1, b"event: error\ndata: overloaded\n\n"), (1.1, DONE)], "error event: overloaded"),
         ([(1.0, chunk("a", finish="error")), (1.1, DONE)], "finish_reason: error"),
+        ([(1.0, chunk("a", ct=1)), (1.1, chunk("b", ct=2, finish="abort")), (1.1, usage_only(2)), (1.2, DONE)],
+         "finish_reason: abort"),
         ([(1.0, chunk("a")), (1.1, chunk("b"))], "stream ended without data: [DONE]"),
         ([(1.0, chunk("", finish="length")), (1.1, DONE)], "0 completion tokens and no text"),
         ([(1.0, chunk("", ct=0)), (1.0, chunk("", ct=0, finish="length")), (1.1, DONE)],
@@ -309,7 +311,7 @@ def test_non_streaming_json_body() -> None:
         ([(1.0, chunk("a")), (1.0, b'data: {"usage": {"completion_tokens": "7"}}\n\n'), (1.1, DONE)],
          'malformed response, unexpected JSON shape: {"usage": {"completion_tokens": "7"}}'),
     ],
-    ids=["error-key", "error-object", "error-event", "finish-error", "no-done", "no-text", "no-text-zero-usage", "bad-json",
+    ids=["error-key", "error-object", "error-event", "finish-error", "finish-abort", "no-done", "no-text", "no-text-zero-usage", "bad-json",
          "not-object", "zero-tokens", "choice-not-object", "text-not-string", "usage-not-int"],  # fmt: skip
 )  # fmt: skip
 def test_failures_after_http_200(timed, error) -> None:

@@ -146,6 +146,28 @@ def test_completed_label_over_a_500_with_no_tokens_is_malformed():
     assert rule(judge(strict, b2.build()), "completed_run").status == "fail"
 
 
+@pytest.mark.parametrize("reason", ["abort", "error"])
+def test_a_completed_label_over_a_failing_finish_reason_is_a_failed_request(reason):
+    """finish_reason "abort" is vLLM's and SGLang's reason for a request the engine dropped: its
+    text was cut short, so however well-formed its stream it failed, as "error" does. A record
+    labelled completed with it is judged failed (the row-by-row derivation and the vectorized one
+    agree: one request has an odd field, so goes through `derive_outcome` itself)."""
+    from soakspec.judge.rederive import derive_outcome
+
+    spec = small_spec("require failed == 0")
+    b = EvidenceBuilder(spec)
+    rows = list(b.measured("a"))
+    rows[3].update(finish_reason=reason)  # the label still says completed
+    rows[5].update(finish_reason=reason, extra_field=1)
+    v = judge(spec, b.build())
+    res = rule(v, "failed == 0")
+    assert res.status == "fail" and "2 failed" in res.message, res.message
+    assert f"{rows[3]['request_id']} is labelled completed but its record says finish_reason {reason}" in \
+        rule(v, "completed_run").message  # fmt: skip
+    assert derive_outcome(rows[3]) == ("failed", (f"finish_reason {reason}",))
+    assert derive_outcome({**rows[3], "finish_reason": "length"}) == ("completed", ())
+
+
 def test_completed_label_past_the_deadline_is_a_timeout():
     spec = small_spec("require timeouts == 0")
     b = EvidenceBuilder(spec)

@@ -84,7 +84,8 @@ class Outcome(enum.StrEnum):
     COMPLETED    -- HTTP 200, >= 1 completion token (usage or counted text events), `data: [DONE]`,
                     no error anywhere. Its text may be empty (then `empty_text` is true).
     FAILED       -- the server answered but wrongly: status not 200 (except 4xx), an error event
-                    or payload, `finish_reason: error`, no `[DONE]`, zero completion tokens
+                    or payload, a failing finish_reason (`FAILED_FINISH_REASONS`: "error",
+                    or "abort", the engine dropped the request), no `[DONE]`, zero completion tokens
                     although max_tokens > 0, malformed SSE/JSON, an oversized event.
     TIMEOUT      -- the request's absolute deadline passed first.
     REJECTED     -- HTTP 4xx (including 429): the server refused the request.
@@ -99,6 +100,13 @@ class Outcome(enum.StrEnum):
 
 
 OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
+
+# The finish_reasons that say the server did not finish the response: "error", and "abort" (vLLM's
+# and SGLang's reason for a request the engine dropped: preempted beyond recovery, cancelled
+# internally, shut down). Its text is cut short however well-formed the stream: the request is
+# FAILED ("finish_reason: abort"), by the runner (`soakspec.runner.protocol`) and by the judge
+# re-deriving the outcome (`soakspec.judge.rederive.derive_outcome`) alike.
+FAILED_FINISH_REASONS: tuple[str, ...] = ("error", "abort")
 
 
 class TokensSource(enum.StrEnum):

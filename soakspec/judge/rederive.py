@@ -54,7 +54,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence.ids import IdIndex
-from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK, usage_bound  # shared with the runner (its ITL bound)
+from soakspec.evidence.record import FAILED_FINISH_REASONS, MAX_TOKENS_PER_CHUNK, usage_bound  # shared with the runner
 from soakspec.evidence.runtime import BoundaryText, RuntimeDecl, detect_runtime_boundary
 from soakspec.evidence.traces import (
     DEFAULT_ID_FORMS, Trace, TraceSource, log_boundary_text, log_lines, match_traces, nl_lines, scan_log_rows, scan_rows,
@@ -81,7 +81,8 @@ def _num(v: Any) -> float | None:
 
 def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | None = None) -> tuple[str, tuple[str, ...]]:
     """(outcome, the facts that make it not completed) from a record's raw fields: a request
-    completed only with HTTP 200, no error, output tokens (when it asked for any; the server's
+    completed only with HTTP 200, no error, no failing finish_reason (`FAILED_FINISH_REASONS`,
+    the runner's: "error", or "abort", a request the engine dropped), output tokens (when it asked for any; the server's
     usage count when it reported one, even if the tokens decoded to empty text), a first
     token (or, without any text chunk, usage tokens whose arrival the stream did not time), an
     end and, with a deadline, an end within it."""
@@ -100,8 +101,9 @@ def derive_outcome(r: Row, deadline_s: float | None = None, max_tokens: int | No
         why.append(f"error {err[:80]!r}")
         if outcome == "completed":
             outcome = "failed"
-    if r.get("finish_reason") == "error":
-        why.append("finish_reason error")
+    fin = r.get("finish_reason")
+    if isinstance(fin, str) and fin in FAILED_FINISH_REASONS:
+        why.append(f"finish_reason {fin}")
         outcome = "failed" if outcome == "completed" else outcome
     wants_tokens = max_tokens is None or max_tokens > 0
     out_tokens, chunks = _num(r.get("output_tokens")), _num(r.get("chunks"))
@@ -510,7 +512,9 @@ def _derive_outcomes(t: RequestTable, idx: np.ndarray, deadline: np.ndarray, max
     no_tokens = np.where(out != MISSING, out <= 0, (ch != MISSING) & (ch <= 0))
     start, end = t.f["start"][idx], t.f["end"][idx]
     untimed = (ch != MISSING) & (ch <= 0) & (out != MISSING) & (out >= 1)  # as `derive_outcome`
-    failed = (err | t.label_is("finish_reason", "error", idx) | (wants & no_tokens)
+    fin_lut = t.label_mask("finish_reason", lambda v: isinstance(v, str) and v in FAILED_FINISH_REASONS)
+    bad_fin = fin_lut[t.c["finish_reason"][idx]] if len(fin_lut) else np.zeros(len(idx), dtype=bool)
+    failed = (err | bad_fin | (wants & no_tokens)
               | (wants & np.isnan(t.f["first_token"][idx]) & ~untimed) | np.isnan(end))
     with np.errstate(invalid="ignore"):
         late_end = ~np.isnan(start) & (end - start > deadline + DEADLINE_TOLERANCE_S)

@@ -83,13 +83,15 @@ Measurement rules (the record's contract):
   machine); the kernel stamps when the bytes arrived, however late the loop reads them.
 * Outcomes: see `records.Outcome`. The first failure wins, outcome and message. The server's
   own word decides completion: a 200 that ends with `[DONE]` (a stream), carries no error
-  event or payload and no `finish_reason: "error"`, and shows >= 1 completion token (its usage,
+  event or payload and no failing finish_reason -- "error", or "abort" (vLLM's and SGLang's
+  reason for a request the engine dropped: its text is cut short), `FAILED_FINISH_REASONS` in
+  evidence/record.py, shared with the judge -- and shows >= 1 completion token (its usage,
   or its counted text events) is COMPLETED even when its tokens decode to empty text (special
   tokens, partial UTF-8): such a record has `empty_text = true`, and its tokens, ITL and TPOT
   come from the events whose usage rose (textless token events). 0 completion tokens is a
   failure ("0 completion tokens and no text"; "usage says 0 completion tokens for N text
   chunks"). Messages say what happened: "HTTP 500: <the server's body>", "error event: <its
-  text>", "finish_reason: error", never a generic label. A usage count that is not one -- a
+  text>", "finish_reason: error", "finish_reason: abort", never a generic label. A usage count that is not one -- a
   `usage.completion_tokens` or `usage.prompt_tokens` below 0 or above `MAX_USAGE` -- fails
   the request ("malformed response: usage.completion_tokens is -5") and is not used: it is the
   server's bug, and recording it would make valid evidence fail its schema (`verify`).
@@ -121,7 +123,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK, usage_bound
+from soakspec.evidence.record import FAILED_FINISH_REASONS, MAX_TOKENS_PER_CHUNK, usage_bound
 from soakspec.runner.records import ERROR_LIMIT, ItlSource, Outcome, RequestRecord, TokensSource
 
 # --------------------------------------------------------------------------------------------
@@ -418,6 +420,7 @@ _FAST_CHAT = re.compile(
     + _FAST_TAIL
 )
 _BAD_TEXT = re.compile(rb'["\\\x00-\x1f]')  # what a text captured by `_J_STR` cannot hold
+_FAILED_REASONS = tuple(r.encode() for r in FAILED_FINISH_REASONS)  # as the fast path captures them
 _NEEDLE = 24
 
 # --------------------------------------------------------------------------------------------
@@ -701,8 +704,10 @@ class StreamAccumulator:
         for i in range(len(reasons) - 1, -1, -1):  # the last finish_reason seen
             if reasons[i] is not None:
                 self.finish_reason = reasons[i].decode()
-                if b"error" in reasons:
-                    self.fail(Outcome.FAILED, "finish_reason: error")
+                for r in reasons:  # the first failing one, as `_fields` meets them
+                    if r in _FAILED_REASONS:
+                        self.fail(Outcome.FAILED, "finish_reason: " + r.decode())
+                        break
                 break
         if not self._bare and (b"" in run or (b"" in texts and any(
                 x == b"" and ct is None for x, ct in zip(texts, cts)))):  # fmt: skip
@@ -864,8 +869,8 @@ class StreamAccumulator:
             reason = c0.get("finish_reason")
             if reason is not None:
                 self.finish_reason = str(reason)
-                if reason == "error":
-                    self.fail(Outcome.FAILED, "finish_reason: error")
+                if reason in FAILED_FINISH_REASONS:
+                    self.fail(Outcome.FAILED, f"finish_reason: {reason}")
         return text, cum
 
     # -- the result ---------------------------------------------------------------------------
