@@ -227,6 +227,18 @@ def test_the_fast_path_fails_an_aborted_request() -> None:
         assert (fast[1]["outcome"], fast[1]["error"]) == ("failed", "finish_reason: abort")
 
 
+def test_the_fast_path_reads_a_zero_count_on_text_chunks_as_no_usage_per_chunk() -> None:
+    """`completion_tokens: 0` on every text chunk, the real count at the end: not usage per chunk
+    (protocol.py, "Tokens"), on the fast path as on the general one."""
+    events = [VLLM_032_EVENT.replace(b'"completion_tokens":1', b'"completion_tokens":0') for _ in range(4)]
+    data = b"".join(events) + _ev(None, 4) + b"data: [DONE]\n\n"
+    shape = RequestShape(Endpoint.COMPLETIONS, "tiny", "p", max_tokens=6)
+    for cuts in ([], [len(events[0])], [len(events[0]) * 2 + 5]):
+        fast = _accumulate(data, cuts, shape, protocol.DEFAULT_LIMITS, True, True)
+        assert fast == _accumulate(data, cuts, shape, protocol.DEFAULT_LIMITS, False, True)
+        assert (fast[1]["output_tokens"], fast[1]["itl_source"], len(fast[1]["itl_us"])) == (4, "exact", 3)
+
+
 class _Spy:
     """A fast-path pattern that notes how many bytes its `split` was given."""
 

@@ -255,6 +255,25 @@ def test_final_usage_spread_evenly_is_estimated() -> None:
     assert rec.tpot == pytest.approx(0.2 / 5)  # the mean of the 5 gaps
 
 
+@pytest.mark.parametrize(("final", "source", "itl"), [
+    (3, ItlSource.EXACT, [0.1, 0.2]),
+    (7, ItlSource.ESTIMATED, [0.05] * 2 + [0.2 / 3] * 3),
+])  # fmt: skip
+def test_a_zero_count_on_every_text_chunk_is_no_usage_per_chunk(final, source, itl) -> None:
+    """A server that sends `usage.completion_tokens: 0` on every text chunk and the real count
+    only in its final usage chunk: a text chunk with 0 tokens contradicts its text, so the usage
+    is not per chunk and the final-usage rule applies (N == chunks: exact; else estimated). Read
+    as per-chunk usage, the last event carried all N tokens: ITL was one whole-stream gap
+    (itl_source "usage"), and max(itl) failed."""
+    shape = RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=8)
+    rec = run([(1.0, chunk("a", ct=0)), (1.1, chunk("b", ct=0)), (1.3, chunk("c", ct=0, finish="length")),
+               (1.3, usage_only(final)), (1.3, DONE)], shape)  # fmt: skip
+    assert (rec.outcome, rec.output_tokens, rec.chunks) == (Outcome.COMPLETED, final, 3)
+    assert (rec.tokens_source, rec.itl_source) == (TokensSource.USAGE, source)
+    assert rec.ttft == 1.0 and rec.itl == pytest.approx(itl) and not rec.usage_decreased
+    assert rec.tpot == pytest.approx(0.3 / (final - (final // 3)))
+
+
 def test_no_usage_counts_chunks() -> None:
     rec = run([(1.0, chunk("a")), (1.5, chunk("b")), (1.5, DONE)])
     assert (rec.output_tokens, rec.tokens_source, rec.itl_source) == (2, TokensSource.COUNTED, ItlSource.COUNTED)

@@ -31,6 +31,10 @@ Measurement rules (the record's contract):
   (`continuous_usage_stats`), a chunk's tokens are the delta (`itl_source = "usage"`); tokens
   reported before the first text chunk belong to it, and a text-less chunk that raises the count
   after it (e.g. the EOS token with `finish_reason: stop`) is a token arrival of its own.
+  A text chunk whose cumulative count is 0 contradicts its own text (a server that puts
+  `completion_tokens: 0` on every chunk and the real count only in its final usage): its usage
+  is not per chunk, and the stream is read as one without continuous usage -- never as one
+  chunk of all N tokens, which collapsed its ITL into one whole-stream gap.
   Otherwise, with only a final usage of N tokens over C text chunks: one token per chunk when
   N == C (`"exact"`), else N spread evenly over the chunks (`"estimated"`). Without any usage,
   every text chunk is one token (`tokens_source = itl_source = "counted"`).
@@ -727,6 +731,8 @@ class StreamAccumulator:
                     continuous = False
                 else:
                     cums.append(int(ct))
+                    if ct == b"0":  # 0 tokens for a text: usage is not per chunk (as `_take`)
+                        continuous = False
             elif ct is not None and continuous:
                 cum = int(ct)
                 if cum > 0 and cums and cum > cums[-1]:
@@ -795,7 +801,7 @@ class StreamAccumulator:
             self._chars += len(text)
             self._times.append(t)
             self._cum.append(cum)
-            if cum < 0:
+            if cum <= 0:  # no usage, or 0 tokens for a text: usage is not per chunk ("Tokens")
                 self._continuous = False
         elif cum > 0 and self._continuous:
             if not self._cum:
