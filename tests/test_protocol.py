@@ -290,6 +290,55 @@ def test_chat_role_chunk_is_not_the_first_token() -> None:
     assert rec.output_sha256 == hashlib.sha256(b"hi there").hexdigest()
 
 
+def _chat_event(delta: dict, *, finish: str | None = None, ct: int | None = None) -> bytes:
+    obj: dict = {"id": "chat-3", "object": "chat.completion.chunk",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+    if ct is not None:
+        obj["usage"] = {"prompt_tokens": 3, "completion_tokens": ct, "total_tokens": 3 + ct}
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+TOOL_CALL = [{"index": 0, "id": "call-1", "type": "function", "function": {"name": "f", "arguments": ""}}]
+
+
+@pytest.mark.parametrize("role", [{"role": "assistant"}, {"role": "assistant", "content": None},
+                                  {"role": "assistant", "content": ""}])  # fmt: skip
+def test_a_tool_call_streamed_without_usage_has_no_ttft_not_the_streams_end(role) -> None:
+    """A chat answer that is all tool_calls deltas (no `content`), with usage only in the final
+    chunk: when its 12 tokens arrived is unknown, so no TTFT (excluded, saying why) -- never the
+    final usage event's time, the end of the stream, which was reported as its TTFT."""
+    from soakspec.judge.rederive import derive_outcome
+
+    args = [{"index": 0, "function": {"arguments": piece}} for piece in ('{"city"', ': "Par', 'is"}')]
+    rec = run([(0.2, _chat_event(role)), (0.3, _chat_event({"tool_calls": TOOL_CALL})),
+               *[(0.4 + 0.1 * i, _chat_event({"tool_calls": [a]})) for i, a in enumerate(args)],
+               (0.8, _chat_event({}, finish="tool_calls")), (0.9, usage_only(12)), (0.9, DONE)], CHAT)  # fmt: skip
+    assert (rec.outcome, rec.output_tokens, rec.chunks, rec.finish_reason) == (Outcome.COMPLETED, 12, 0, "tool_calls")
+    assert (rec.first_token, rec.ttft, rec.tpot, rec.itl) == (None, None, None, [])
+    assert rec.empty_text
+    assert derive_outcome(rec.to_json(), max_tokens=8) == ("completed", ())
+    assert_valid_evidence(rec)
+
+
+def test_a_tool_call_with_usage_on_every_chunk_is_timed_by_it() -> None:
+    """The same with continuous usage: the events whose usage rose are the token arrivals."""
+    rec = run([(0.2, _chat_event({"role": "assistant"}, ct=0)), (0.3, _chat_event({"tool_calls": TOOL_CALL}, ct=2)),
+               (0.5, _chat_event({"tool_calls": TOOL_CALL}, ct=4)), (0.5, usage_only(4)), (0.5, DONE)], CHAT)  # fmt: skip
+    assert (rec.outcome, rec.output_tokens, rec.ttft, rec.itl) == (Outcome.COMPLETED, 4, 0.3, pytest.approx([0.1, 0.1]))
+
+
+def test_a_vllm_chat_stream_is_read_as_always() -> None:
+    """vLLM's chat stream: a role-only first chunk (content ""), text chunks, the finish chunk and
+    a usage chunk with empty choices -- TTFT at the first text, one token a chunk."""
+    for usage in (False, True):
+        timed = [(0.2, _chat_event({"role": "assistant", "content": ""}, ct=0 if usage else None))]
+        timed += [(0.5 + 0.1 * i, _chat_event({"content": w}, ct=i + 1 if usage else None)) for i, w in enumerate(["a", " b", " c"])]
+        timed += [(0.8, _chat_event({"content": ""}, finish="stop", ct=3 if usage else None)), (0.8, usage_only(3)), (0.8, DONE)]
+        rec = run(timed, CHAT)
+        assert (rec.outcome, rec.ttft, rec.output_tokens, rec.chunks) == (Outcome.COMPLETED, 0.5, 3, 3)
+        assert rec.itl == pytest.approx([0.1, 0.1]) and rec.itl_source == (ItlSource.USAGE if usage else ItlSource.EXACT)
+
+
 def test_non_streaming_json_body() -> None:
     shape = RequestShape(Endpoint.CHAT, "m", "p", max_tokens=5, stream=False)
     body = {"id": "chat-2", "choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"},

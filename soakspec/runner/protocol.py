@@ -27,6 +27,11 @@ Measurement rules (the record's contract):
   chunk of empty text came without usage, the tokens' arrival times are unknown (the count only
   says how many came by the event that reports it): no first token, no ITL, no TPOT (none, which
   the judge leaves out with the reason), never the usage event's time (an upper bound) nor 0.
+  A choice whose text is absent (chat `delta` without `content` or with `content: null`, as in
+  a role-only chunk or a tool call's `tool_calls` deltas; a completion choice without `text`)
+  is such a chunk of empty text: a tool call streamed without usage until its final usage chunk
+  has no TTFT (excluded, saying why), not the stream's end. A chunk without any choice (a
+  usage-only chunk, `choices: []`) carries no text at all and says nothing of that.
 * Tokens, not chunks. With cumulative `usage.completion_tokens` on every text chunk
   (`continuous_usage_stats`), a chunk's tokens are the delta (`itl_source = "usage"`); tokens
   reported before the first text chunk belong to it, and a text-less chunk that raises the count
@@ -685,11 +690,19 @@ class StreamAccumulator:
         if self.done:
             return end
         stop = 7 * n
+        done = False
         if n:
             dones = parts[1:stop:7]
             if b"[DONE]" in dones:
                 stop = 7 * dones.index(b"[DONE]")
-                self.done = True
+                done = True
+            if not self._bare and (None, None) in zip(parts[3:stop:7], parts[6:stop:7]):
+                # an event without text and without usage: a choice without text (a role-only
+                # or `content: null` delta: usage not per chunk, `_bare`) or no choice at all
+                # (nothing), which the groups do not tell apart -- the general parser does
+                # (rare: once `_bare` is set, or with usage on every event, never again)
+                return 0
+        self.done = done
         if not run and not stop:
             return end
         if self.server_id is None:
@@ -870,7 +883,11 @@ class StreamAccumulator:
                         text = thought + text if text else thought
             else:
                 text = c0.get("text")
-            if text is not None and type(text) is not str:
+            if text is None:
+                # a choice without text (a role-only delta, `content: null`, tool_calls deltas) is
+                # a chunk of empty text: without usage, its tokens' arrival is unknown (`_bare`)
+                text = ""
+            elif type(text) is not str:
                 raise TypeError("text")
             reason = c0.get("finish_reason")
             if reason is not None:
