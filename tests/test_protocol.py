@@ -106,6 +106,43 @@ def test_sse_line_endings() -> None:
     assert parse(b"data: a\r", b"\n\r", b"\ndata: b\r\n", b"\r\n") == want
 
 
+def test_sse_a_leading_bom_is_dropped_however_the_reads_cut_it() -> None:
+    """WHATWG: one UTF-8 BOM at the very start of the stream is dropped. It made the first line
+    `\ufeffdata: ...`, a field no one knows, and the first event was lost."""
+    bom = b"\xef\xbb\xbf"
+    stream = bom + b"data: one\n\ndata: two\n\n"
+    want = [SSEEvent("message", b"one"), SSEEvent("message", b"two")]
+    for cut in range(len(stream) + 1):
+        assert parse(stream[:cut], stream[cut:]) == want, cut
+    assert parse(b"\xef", b"\xbb", b"\xbf", b"data: one\n\ndata: two\n\n") == want
+    # only one, only at the start
+    assert parse(bom + bom + b"data: x\n\n") == []  # the second is the first line's start
+    assert parse(b"data: one\n\n" + bom + b"data: two\n\n") == [SSEEvent("message", b"one")]
+    assert parse(b"\xef\xbbdata: x\n\n") == []  # not a BOM: kept, and the line is no field
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_stream_that_starts_with_a_bom_keeps_its_first_event(fast) -> None:
+    """A server that writes a BOM before its first event: that event's token is counted and
+    timed (TTFT at its arrival), on the fast path as on the general parser's."""
+    first = b'data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,' \
+            b'"text":"a","logprobs":null,"finish_reason":null}],"usage":{"prompt_tokens":3,"total_tokens":4,"completion_tokens":1}}\n\n'
+    for reads in ([b"\xef\xbb\xbf" + first], [b"\xef\xbb", b"\xbf" + first]):
+        acc = StreamAccumulator(COMPLETIONS)
+        if not fast:
+            acc._fast = None
+        acc.on_response(200, "text/event-stream")
+        for i, data in enumerate(reads):
+            assert acc.on_body(data, 1.0 + 0.1 * i)
+        t = 1.0 + 0.1 * (len(reads) - 1)
+        assert acc.on_body(chunk("b", ct=2), 1.5) and acc.on_body(DONE, 1.5)
+        acc.on_end(1.5)
+        rec = RequestRecord("r", intended_start=0.0, start=0.0)
+        acc.finish(rec, 2.0)
+        assert (rec.outcome, rec.chunks, rec.output_tokens, rec.ttft) == (Outcome.COMPLETED, 2, 2, t)
+        assert rec.output_sha256 == hashlib.sha256(b"ab").hexdigest()
+
+
 def test_sse_event_too_large() -> None:
     p = SSEParser(max_event_bytes=100)
     p.feed(b"data: " + b"x" * 90)

@@ -112,6 +112,9 @@ Measurement rules (the record's contract):
   kept-alive connection closed by the server while idle is found before sending and replaced
   (`h11client`'s docstring), so an idle close is never counted against the server. A connect
   that fails is `disconnected` with `CONNECT_FAILED` ("connect failed: ...").
+* The stream is read by the WHATWG rules for server-sent events (`SSEParser`), both paths
+  alike: one UTF-8 byte order mark before the first line is dropped (it used to cost the
+  stream its first event), CR, LF and CRLF end lines, comments are skipped.
 * Memory is bounded: one SSE event or line at most `Limits.max_event_bytes` (else failed, stop
   reading), the whole response at most `Limits.max_response_bytes`; the text itself is never
   kept, only a running SHA-256 and its length in characters.
@@ -278,10 +281,15 @@ class SSEEvent(NamedTuple):
     data: bytes  # the `data:` lines joined with b"\n"
 
 
+_BOM = b"\xef\xbb\xbf"  # UTF-8's byte order mark
+
+
 class SSEParser:
     """Incremental server-sent-events parser (WHATWG rules) over arbitrary chunk boundaries.
 
-    Lines end with LF, CRLF or CR; `:` lines are comments; multi-line `data:` fields are joined
+    One UTF-8 byte order mark at the very start of the stream is dropped (the standard's
+    decoding step; `skip_bom`), wherever the reads cut it. Lines end with LF, CRLF or CR; `:`
+    lines are comments; multi-line `data:` fields are joined
     with LF; an event is dispatched at a blank line; an unterminated event at the end of the
     stream is dropped. `id:` and `retry:` are ignored (we never reconnect a stream). One
     deviation: an `event:` line without data still dispatches (with empty data), so that an
@@ -289,7 +297,7 @@ class SSEParser:
     Raises SSEError when a line or an event exceeds `max_event_bytes`.
     """
 
-    __slots__ = ("_tail", "_data", "_size", "_event", "_after_cr", "_max")
+    __slots__ = ("_tail", "_data", "_size", "_event", "_after_cr", "_max", "_head")
 
     def __init__(self, max_event_bytes: int = DEFAULT_LIMITS.max_event_bytes) -> None:
         self._tail = b""  # an incomplete line
@@ -298,14 +306,32 @@ class SSEParser:
         self._event: str | None = None
         self._after_cr = False  # the last chunk ended with CR: a leading LF belongs to it
         self._max = max_event_bytes
+        self._head: bytes | None = b""  # the stream's first bytes while they may be a BOM; None: past them
+
+    def skip_bom(self, chunk: bytes) -> bytes:
+        """`chunk` without the stream's leading BOM, for a reader that takes the stream's bytes
+        before `feed` does (`StreamAccumulator`'s fast path): call it on every chunk, first. Past
+        the stream's first bytes it returns `chunk` itself; bytes that may yet be a BOM's start
+        are held back (b"")."""
+        head = self._head
+        if head is None or not chunk:
+            return chunk
+        chunk = head + chunk if head else chunk
+        if len(chunk) < 3 and _BOM.startswith(chunk):
+            self._head = chunk
+            return b""
+        self._head = None
+        return chunk[3:] if chunk.startswith(_BOM) else chunk
 
     @property
     def idle(self) -> bool:
         """Between events: no partial line, no pending data or event name."""
-        return not (self._tail or self._data or self._after_cr) and self._event is None
+        return not (self._tail or self._data or self._after_cr or self._head) and self._event is None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume the next bytes of the stream; return the events they complete."""
+        if self._head is not None:
+            chunk = self.skip_bom(chunk)
         if not chunk:
             return []
         if self._after_cr:
@@ -571,6 +597,10 @@ class StreamAccumulator:
         mode = self._body_mode
         if mode is _Body.SSE:
             parser: SSEParser = self._parser  # type: ignore[assignment]
+            if parser._head is not None:  # the stream's start: without its BOM, if it has one
+                data = parser.skip_bom(data)
+                if not data:
+                    return True
             if not parser.idle:
                 # A read that starts mid-event: the parser finishes that event, up to the first
                 # LF LF (always an event's end: a line's end, then an empty line), and the fast
