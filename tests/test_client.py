@@ -6,6 +6,7 @@ all deterministic scenarios with both and requires identical records (ids and ti
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import socket
@@ -242,6 +243,17 @@ async def wrong_content_type(peer: Peer, req: Request) -> bool:
     return True
 
 
+async def gzipped(peer: Peer, req: Request) -> bool:
+    """A server (or proxy) that compresses the stream whatever the request asked for."""
+    body = gzip.compress(b"".join(token_events()))
+    await peer.write(head(extra="Content-Encoding: gzip\r\n") + frame(body[:40]) + frame(body[40:]) + LAST)
+    return True
+
+
+GZIP_ERROR = ("response body in content-encoding 'gzip', which soakspec does not decode "
+              "(it asks for accept-encoding: identity)")
+
+
 async def reset_mid_stream(peer: Peer, req: Request) -> bool:
     await write_chunked(peer, token_events()[:3], last=False)
     await trio.sleep(0.05)
@@ -316,6 +328,7 @@ DETERMINISTIC: dict[str, tuple[Scenario, RequestShape]] = {
     "429": (rejected, SHAPE),
     "500": (server_error, SHAPE),
     "wrong-content-type": (wrong_content_type, SHAPE),
+    "gzip": (gzipped, SHAPE),
     "reset-mid-stream": (reset_mid_stream, SHAPE),
     "closed-mid-stream": (closed_mid_stream, SHAPE),
     "closed-before-response": (closed_before_response, SHAPE),
@@ -383,6 +396,7 @@ async def test_normal_stream_and_request_headers(nursery, make_client) -> None:
     assert req.headers["x-request-id"] == "abc-1" and req.headers["x-extra"] == "1"
     assert req.headers["content-type"] == "application/json"
     assert req.headers["accept"] == "text/event-stream"
+    assert req.headers["accept-encoding"] == "identity"  # the body as sent: soakspec decodes no gzip
     assert "authorization" not in req.headers
     assert req.body["request_id"] == "abc-1" and req.body["stream_options"]["include_usage"] is True
 
@@ -447,6 +461,7 @@ async def test_a_request_dropped_on_a_reused_connection_is_its_own_disconnected_
         ("500", Outcome.FAILED, "HTTP 500: Internal Error"),
         ("wrong-content-type", Outcome.FAILED,
          """unexpected content-type 'application/json' for a stream: {"choices": [{"text": "whole"}]}"""),
+        ("gzip", Outcome.FAILED, GZIP_ERROR),
         ("reset-mid-stream", Outcome.DISCONNECTED, "connection reset by peer (econnreset)"),
         ("closed-mid-stream", Outcome.DISCONNECTED, "connection closed before the response finished"),
         ("closed-before-response", Outcome.DISCONNECTED, "connection closed before the response"),
@@ -459,7 +474,7 @@ async def test_failure_outcomes(nursery, make_client, name, outcome, error) -> N
     # the client recovers: the next request works (on the same connection after an HTTP error)
     server.scenario = normal
     assert (await send(client)).outcome is Outcome.COMPLETED
-    kept = name in ("error-after-200", "missing-done", "429", "500", "wrong-content-type")
+    kept = name in ("error-after-200", "missing-done", "429", "500", "wrong-content-type", "gzip")
     assert server.accepts == (1 if kept else 2)
 
 

@@ -364,7 +364,8 @@ def test_request_bytes_are_what_h11_writes() -> None:
                       RequestShape(Endpoint.CHAT, "m", "é", 8, Sampling(0.5, 0.9, 4, 1), stream=False)):  # fmt: skip
             for rid in ("soak-1a2b-0-0000001", "other"):
                 body = build_body(shape, rid)
-                headers = [(b"host", b"127.0.0.1:8000"), (b"user-agent", USER_AGENT), (b"content-type", b"application/json")]
+                headers = [(b"host", b"127.0.0.1:8000"), (b"user-agent", USER_AGENT), (b"content-type", b"application/json"),
+                           (b"accept-encoding", b"identity")]  # fmt: skip
                 if api_key:
                     headers.append((b"authorization", b"Bearer " + api_key.encode()))
                 headers += [(b"accept", b"text/event-stream" if shape.stream else b"application/json"),

@@ -445,6 +445,25 @@ def test_wrong_content_type() -> None:
     assert rec.error == "unexpected content-type 'application/json' for a stream: {\"choices\": []}"
 
 
+@pytest.mark.parametrize("coding", ["gzip", "br", "GZIP", "identity, gzip"])
+def test_an_encoded_body_fails_naming_its_encoding(coding) -> None:
+    """A 200 in a content-encoding soakspec did not ask for (it sends accept-encoding: identity)
+    fails saying so, not as "stream ended without data: [DONE]"; its bytes are not parsed."""
+    acc = StreamAccumulator(COMPLETIONS)
+    acc.on_response(200, "text/event-stream", coding)
+    assert acc.on_body(b"\x1f\x8b\x08\x00" + b"\x00" * 40, 1.0)
+    acc.on_end(1.1)
+    rec = RequestRecord("r", intended_start=0.0, start=0.0)
+    acc.finish(rec, 1.2)
+    assert (rec.outcome, rec.status, rec.chunks) == (Outcome.FAILED, 200, 0)
+    assert rec.error == (f"response body in content-encoding {coding!r}, which soakspec does not decode "
+                         "(it asks for accept-encoding: identity)")  # fmt: skip
+    for plain in (None, "identity", " Identity ", ""):
+        acc = StreamAccumulator(COMPLETIONS)
+        acc.on_response(200, "text/event-stream", plain)
+        assert acc.outcome is None
+
+
 def test_event_too_large_stops_reading() -> None:
     rec = run([(1.0, chunk("a")), (1.1, b"data: " + b"x" * 300), (1.2, b"x" * 300)], limits=Limits(max_event_bytes=500))
     assert (rec.outcome, rec.error) == (Outcome.FAILED, "SSE event too large")

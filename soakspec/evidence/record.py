@@ -86,7 +86,8 @@ class Outcome(enum.StrEnum):
     FAILED       -- the server answered but wrongly: status not 200 (except 4xx), an error event
                     or payload, a failing finish_reason (`FAILED_FINISH_REASONS`: "error",
                     or "abort", the engine dropped the request), no `[DONE]`, zero completion tokens
-                    although max_tokens > 0, malformed SSE/JSON, an oversized event.
+                    although max_tokens > 0, malformed SSE/JSON, an oversized event, a body in a
+                content-encoding other than the identity soakspec asks for.
     TIMEOUT      -- the request's absolute deadline passed first.
     REJECTED     -- HTTP 4xx (including 429): the server refused the request.
     DISCONNECTED -- the connection failed (refused, closed, reset) before the response finished.

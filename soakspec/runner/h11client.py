@@ -9,7 +9,9 @@ code behind it, which takes anything unusual and words the errors:
 
 * Request: the bytes h11 would write (a test compares them), from a per-connection prefix plus
   the id and length; the body from a per-shape template (`protocol.build_body`). h11 builds
-  requests with extra headers or header values it must vet.
+  requests with extra headers or header values it must vet. Every request asks for the body as
+  sent (`accept-encoding: identity`, as the httpx client does): nothing here decodes gzip, and
+  an encoded body fails by its encoding (protocol.py, "Outcomes").
 * Response head: `parse_head` reads a complete, plain head (HTTP/1.x, CRLF, one Content-Length
   or `chunked`) with h11's own grammar; a head split across reads, or anything odd, goes to h11.
 * Body framing (chunked, Content-Length, until close) is decoded here (`ChunkedDecoder` & co.):
@@ -362,6 +364,7 @@ class H11Connection:
         self._poll = select.poll()  # the socket registered for POLLIN (see `_exchange`)
         base = [(b"host", f"{host}:{port}".encode()), (b"user-agent", USER_AGENT)]
         base.append((b"content-type", b"application/json"))
+        base.append((b"accept-encoding", b"identity"))  # the body as sent: soakspec decodes no gzip
         if api_key:
             base.append((b"authorization", b"Bearer " + api_key.encode()))
         self._base_headers = base
@@ -522,7 +525,7 @@ class H11Connection:
                         return False
                 status, version, headers = event.status_code, event.http_version, event.headers
                 data, _ = conn.trailing_data
-            acc.on_response(status, _content_type(headers))
+            acc.on_response(status, *_head_fields(headers))
             decoder, keep_alive = _framing(status, version, headers)
             # the body, decoded here: one payload per socket read
             on_body = acc.on_body
@@ -588,8 +591,15 @@ async def _receive(sock: socket.socket, size: int, now: Callable[[], float], aft
         return data, t if t > after else after
 
 
-def _content_type(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
+def _head_fields(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str | None, str | None]:
+    """(Content-Type, Content-Encoding) of a response head (lower-case names): the first
+    Content-Type, every Content-Encoding joined with ", " (as httpx reads them); None: absent."""
+    ctype = None
+    codings: list[str] = []
     for name, value in headers:
         if name == b"content-type":
-            return value.decode("latin-1")
-    return None
+            if ctype is None:
+                ctype = value.decode("latin-1")
+        elif name == b"content-encoding":
+            codings.append(value.decode("latin-1"))
+    return ctype, ", ".join(codings) if codings else None

@@ -60,7 +60,7 @@ class HttpxClient:
         self._clock = clock
         self._limits = limits
         base = {"user-agent": f"soakspec/{__version__}", "content-type": "application/json"}
-        base["accept-encoding"] = "identity"
+        base["accept-encoding"] = "identity"  # the body as sent (httpx would ask for gzip); read raw, never decoded
         if api_key:
             base["authorization"] = f"Bearer {api_key}"
         self._base_headers = base
@@ -100,7 +100,7 @@ class HttpxClient:
         try:
             response = await self._client.send(request, stream=True)
             record.first_byte = now()
-            acc.on_response(response.status_code, response.headers.get("content-type"))
+            acc.on_response(response.status_code, response.headers.get("content-type"), response.headers.get("content-encoding"))
             async for data in response.aiter_raw():
                 if not acc.on_body(data, now()):
                     break

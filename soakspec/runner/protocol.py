@@ -6,7 +6,7 @@ identical records for identical server behaviour:
 
     build_body(shape, request_id) -> bytes            the request
     StreamAccumulator(shape)                           one per request
-        .on_response(status, content_type)             the response head arrived
+        .on_response(status, content_type, encoding)   the response head arrived
         .on_body(data, t) -> keep_reading              body bytes (SSE parsed incrementally)
         .on_end(t)                                     the body is complete
         .fail(outcome, message)                        a transport failure or the deadline
@@ -104,6 +104,10 @@ Measurement rules (the record's contract):
   `usage.completion_tokens` or `usage.prompt_tokens` below 0 or above `MAX_USAGE` -- fails
   the request ("malformed response: usage.completion_tokens is -5") and is not used: it is the
   server's bug, and recording it would make valid evidence fail its schema (`verify`).
+  Both clients ask for the body as sent (`accept-encoding: identity`); a 200 that still comes
+  with a Content-Encoding other than identity (gzip, br, ...) fails, naming it ("response body
+  in content-encoding 'gzip', which soakspec does not decode ..."), rather than as a stream
+  without `[DONE]`: its bytes are read to the end and dropped, never parsed as events.
   The server's text (error bodies and events, finish_reason, its id) is redacted of the run's
   secrets when the record is frozen (`RequestRecord.freeze`, evidence/redact.py).
 * Every request that reached the server is on the record: a request whose bytes were sent on
@@ -467,6 +471,7 @@ class _Body(enum.Enum):
     SSE = 1  # streaming 200: parse events
     JSON = 2  # non-streaming 200: buffer one JSON document
     ERROR = 3  # an error response: keep a snippet for the message
+    DISCARD = 4  # a body that cannot be read (content-encoding): read to its end, keep nothing
 
 
 _scan_once = json.scanner.make_scanner(json.JSONDecoder())  # type: ignore[arg-type]  # typeshed: a class
@@ -501,6 +506,11 @@ def _snippet(data: bytes | bytearray) -> str:
 # The largest usage count taken (a signed 64-bit integer, what JSON readers and the judge's
 # columns hold); a negative or larger one is the server's bug, reported as such ("Outcomes").
 MAX_USAGE = 2**63 - 1
+
+
+def _identity(content_encoding: str) -> bool:
+    """A Content-Encoding value that leaves the body as sent ("identity", or none named)."""
+    return all(c.strip().lower() in ("", "identity") for c in content_encoding.split(","))
 
 
 def _bad_count(field: str, value: int) -> str:
@@ -568,13 +578,19 @@ class StreamAccumulator:
         """The peer closed the connection before the response was complete."""
         self.fail(Outcome.DISCONNECTED, CLOSED_BEFORE_RESPONSE if self.status is None else CLOSED_MID_RESPONSE)
 
-    def on_response(self, status: int, content_type: str | None) -> None:
-        """The response head arrived."""
+    def on_response(self, status: int, content_type: str | None, content_encoding: str | None = None) -> None:
+        """The response head arrived. `content_encoding`: its Content-Encoding (several headers
+        joined with ", "), None without one."""
         if not 100 <= status <= 599:  # h11 takes any 3 digits; a record holds an HTTP status code
             self._body_mode = _Body.ERROR
             self.fail(Outcome.FAILED, f"malformed response: HTTP status {status} is not a status code")
             return
         self.status = status
+        if status == 200 and content_encoding is not None and not _identity(content_encoding):
+            self._body_mode = _Body.DISCARD  # see "Outcomes": the bytes are not the events
+            self.fail(Outcome.FAILED, f"response body in content-encoding {content_encoding!r}, which soakspec does not "
+                                      "decode (it asks for accept-encoding: identity)")
+            return
         if status == 200:
             if not self._shape.stream:
                 self._body_mode = _Body.JSON
@@ -617,6 +633,8 @@ class StreamAccumulator:
                         return True
                     data = data[pos:]
             return self._feed(parser, data, t)
+        elif mode is _Body.DISCARD:
+            return True
         elif mode is _Body.JSON:
             if self._body_start is None:
                 self._body_start = t  # non-streaming: TTFT is the first byte of the body
