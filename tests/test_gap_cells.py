@@ -108,7 +108,8 @@ def _write(tmp_path, name, spec, b):
 def _keeping_gaps():
     """load_evidence as it was: every table keeps its gaps."""
     init = ev_mod._TableRows.__init__
-    ev_mod._TableRows.__init__ = lambda self, keep_gaps=True, windows=None: init(self, keep_gaps=True, windows=windows)
+    ev_mod._TableRows.__init__ = lambda self, keep_gaps=True, windows=None, closed=None: init(self, keep_gaps=True, windows=windows,
+                                                                                          closed=closed)
     try:
         yield
     finally:

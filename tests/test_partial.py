@@ -117,6 +117,11 @@ def test_sigkill_mid_bucket_leaves_evidence_verify_calls_incomplete_and_gate_par
     code, text = _gate_partial(capsys, out)
     assert code == 3 and "INCONCLUSIVE" in text, text
     assert f"judged buckets 0-{max(closed)} of 30" in text, text
+    # the requests judged are those of the closed buckets, not every one on disk
+    assert "the run counted" not in text and "which the manifest does not list" not in text, text
+    code, doc = _gate_partial(capsys, out, "--format", "json")
+    rule = next(r for r in json.loads(doc[: doc.index("\n}\n") + 2])["rules"] if r["rule"] == "failed == 0")
+    assert rule["samples"] == sum(1 for r in recs if r.bucket in closed) < len(recs), (rule, len(recs))
 
 
 # `soakspec run` with server.log's cap made small, so that lines are moved out while it runs
@@ -158,3 +163,88 @@ def test_sigkill_after_server_log_was_moved_leaves_a_log_that_reads_whole(tmp_pa
     assert bad == [] and len(ids) == len(set(ids))
     lines = [r for _, r in iter_jsonl(d / "buckets.jsonl")]
     assert len(ids) >= sum(r["requests"]["completed"] for r in lines) > 0
+
+
+def _killed_in_bucket(root: Path, *, failed_in_open: bool = False) -> dict[int, int]:
+    """A run killed the way a SIGKILL leaves one, three 1-minute buckets in: the start-of-run
+    manifest (a spec of 5 buckets), requests.jsonl.gz with the requests of buckets 0, 1 and 2
+    (the runner's writer, one gzip member a bucket), buckets.jsonl with a line for bucket 0
+    only (1 and 2 are within the level's deadline: not closed), server.log plain. With
+    `failed_in_open`, one request of bucket 2 failed. Returns requests per bucket."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.buckets import lines_for
+    from soakspec.evidence.io import GzipJsonlWriter, JsonlWriter, read_json, write_json_atomic
+    from soakspec.evidence.record import RequestRecord
+    from soakspec.evidence.testing import SAMPLE_LEVEL, T0, _canonical, sample_request, sample_spec_text
+
+    build_evidence_dir(root, backends=("a",), status="running")
+    text = sample_spec_text(("a",)).replace("duration = 1m", "duration = 5m").replace(
+        "gate {\n  require failed == 0\n}", "gate {\n  require failed == 0\n  require goodput(ttft < 500ms) >= 90%\n}")
+    m = read_json(root / layout.MANIFEST)
+    spec_text = _canonical(text)
+    from soakspec.judge.evidence import embedded_spec_sha256
+
+    m["spec"] = dict(m["spec"], text=spec_text, sha256=embedded_spec_sha256(spec_text))
+    write_json_atomic(root / layout.MANIFEST, m)
+    per_bucket = {0: 40, 1: 36, 2: 21}
+    d = layout.RunLayout(root).backend_dir("a")
+    i = 0
+    (d / layout.REQUESTS).unlink()
+    with GzipJsonlWriter(d / layout.REQUESTS) as w:
+        for b, n in per_bucket.items():
+            rows = []
+            for _ in range(n):
+                start = T0 + 60.0 * b + 1.0 + i % 50
+                rows.append(sample_request(i, backend="a", bucket=b, intended_start=start, start=start, first_byte=start + 0.01,
+                                           first_token=start + 0.02, end=start + 0.3))
+                i += 1
+            if failed_in_open and b == 2:
+                rows[-1].update(outcome="failed", status=500, error="HTTP 500", output_tokens=0, itl_us=[], chunks=0,
+                                tpot=None, first_token=None, first_byte=None, finish_reason=None, output_chars=0,
+                                output_sha256=None)
+            w.write_lines(b"".join(RequestRecord.from_json(r).to_line() for r in rows))
+    level = dict(SAMPLE_LEVEL, planned_duration_s=300.0, buckets=[{"index": 0, "start": T0, "end": T0 + 60.0}])
+    recs = [RequestRecord.from_json(sample_request(k, backend="a", bucket=0)).freeze() for k in range(per_bucket[0])]
+    (d / layout.BUCKETS).unlink()
+    with JsonlWriter(d / layout.BUCKETS) as w:
+        for line in lines_for([level], recs):
+            w.write(line)
+    for f in (layout.FOLLOWUP, layout.TRACES):  # a killed run never got to its follow-up or trace collection
+        (d / f).unlink()
+    gz = d / layout.SERVER_LOG_GZ
+    if gz.exists():  # a killed run never compressed its log
+        import gzip
+
+        (d / layout.SERVER_LOG).write_bytes(gzip.decompress(gz.read_bytes()))
+        gz.unlink()
+    return per_bucket
+
+
+def test_partial_gate_judges_only_the_requests_of_closed_buckets(tmp_path, capsys):
+    """Killed in bucket 2 of 5 with bucket 0 closed: every rule counts bucket 0's 40 requests,
+    not the 97 on disk; the level's count of requests sent is what is judged, and no request
+    of a bucket still open reads as one the manifest does not list."""
+    root = tmp_path / "run1"
+    per_bucket = _killed_in_bucket(root)
+    code, out = _gate_partial(capsys, root, "--verbose")
+    assert code == 3, out
+    assert "judged buckets 0-0 of 5" in out, out
+    assert "(40 of 40 requests meet it" in out, out
+    assert "97" not in out, out
+    assert "57 recorded requests of buckets not closed (or of the follow-up) left out" in out, out
+    assert "the run counted" not in out and "which the manifest does not list" not in out, out
+    assert "fewest: 40 in backend a" in out, out
+    code, doc = _gate_partial(capsys, root, "--format", "json")
+    v = json.loads(doc[: doc.index("\n}\n") + 2])
+    rule = next(r for r in v["rules"] if r["rule"] == "failed == 0")
+    assert rule["status"] == "pass" and rule["samples"] == per_bucket[0], rule
+
+
+def test_partial_gate_does_not_fail_a_rule_on_a_bucket_still_open(tmp_path, capsys):
+    """A failed request in bucket 2, not closed: `failed == 0` holds over the closed bucket --
+    the failure is judged once its bucket closes, not reported as already failing."""
+    root = tmp_path / "run1"
+    _killed_in_bucket(root, failed_in_open=True)
+    code, out = _gate_partial(capsys, root)
+    assert code == 3, out
+    assert "already failing" not in out, out

@@ -138,19 +138,31 @@ def partial_entries(spec, root: Path) -> tuple[list[dict], list[str]]:
     return entries, notes
 
 
-def _closed_only(evidence, entries: list[dict]):
-    """`evidence` with each backend's requests cut to those of closed buckets (and warm-up of a
-    level with one), and each level's `sent` set to what is recorded of it."""
-    backends = []
+def closed_buckets(entries: list[dict]):
+    """By backend name, what a partial judge takes of its requests (`judge.evidence.Closed`):
+    those of its levels' closed buckets, and the warm-up of a level with one."""
+    from soakspec.judge.evidence import Closed
+
+    return {entry["name"]: Closed({(lv["workload"], lv["index"]): frozenset(b["index"] for b in lv["buckets"])
+                                   for lv in entry["levels"]})
+            for entry in entries}  # fmt: skip
+
+
+def _closed_only(evidence, entries: list[dict]) -> tuple[object, list[str]]:
+    """`evidence` (read with `closed_buckets(entries)`: its tables hold only the closed
+    buckets' requests) with each level's `sent` set to what is judged of it -- a run still
+    going has counted nothing sent yet -- and, per backend, a note of the requests left out."""
+    from soakspec.judge.index import recorded
+
+    notes = []
     for be, entry in zip(evidence.backends, entries):
-        keep: dict[tuple, set[int]] = {(lv["workload"], lv["index"]): {b["index"] for b in lv["buckets"]}
-                                       for lv in entry["levels"]}  # fmt: skip
-        records = tuple(r for r in be.records if (k := keep.get((r.get("workload"), r.get("level")))) is not None
-                        and (r.get("bucket", -1) < 0 and r.get("bucket") != -2 or r.get("bucket") in k))
+        have = recorded(be.requests)
         for lv in entry["levels"]:
-            lv["sent"] = sum(1 for r in records if (r.get("workload"), r.get("level")) == (lv["workload"], lv["index"]))
-        backends.append(dataclasses.replace(be, records=records))
-    return dataclasses.replace(evidence, backends=tuple(backends))
+            lv["sent"] = have.get((lv["workload"], lv["index"]), 0)
+        if be.left_out:
+            notes.append(f"{be.name}: {be.left_out} recorded requests of buckets not closed (or of the follow-up) "
+                         "left out")
+    return dataclasses.replace(evidence, manifest=dict(evidence.manifest, backends=entries)), notes
 
 
 def _yield_cpu() -> None:
@@ -189,8 +201,9 @@ def _main_partial(args: argparse.Namespace) -> int:
     for n in notes:
         print(f"soakspec gate: note: {n}", file=sys.stderr)
     entries, judged = partial_entries(spec, root)
-    evidence = load_evidence(root, entries=entries, windows=spec_windows(spec))
-    evidence = _closed_only(dataclasses.replace(evidence, manifest=dict(evidence.manifest, backends=entries)), entries)
+    evidence = load_evidence(root, entries=entries, windows=spec_windows(spec), closed=closed_buckets(entries))
+    evidence, left_out = _closed_only(evidence, entries)
+    judged = judged + left_out
     verdict = judge(spec, evidence, backends=tuple(args.backend))
     failing = [r.rule for r in verdict.rules if r.status == "fail" and r.klass == "performance"]
     note = ("partial: the run is incomplete (status " + str(evidence.manifest.get("status")) + "); judged up to the last "

@@ -112,6 +112,9 @@ class BackendEvidence:
     metrics: Scrapes = dataclasses.field(default_factory=lambda: build_scrapes(()))
     table: RequestTable | None = None  # the usable request records as typed columns (`soakspec.judge.table`)
     problems_total: int | None = None  # how many unusable rows there were (None: len(problems))
+    # a partial judge's (`load_evidence(closed=...)`): usable requests not taken into `table`,
+    # those of buckets not closed (None: every usable request was taken)
+    left_out: int | None = None
 
     def __post_init__(self) -> None:
         # rows given (evidence built in memory) become the form `load_evidence` builds
@@ -332,12 +335,34 @@ class _Built(_Rows):
         return self.builder.finish()
 
 
+@dataclasses.dataclass(frozen=True)
+class Closed:
+    """The requests a partial judge takes of one backend (`soakspec gate --partial`): those of
+    its closed buckets, per (workload, level), and the warm-up of a level with one; none of a
+    level with no closed bucket, none of the follow-up (bucket -2). The rest -- requests of
+    buckets still open (or cut off by a kill) -- never reach the table."""
+
+    buckets: Mapping[tuple[Any, Any], frozenset[int]]
+
+    def keeps(self, workload: Any, level: Any, bucket: Any) -> bool:
+        try:
+            got = self.buckets.get((workload, level))
+        except TypeError:  # an unhashable label (foreign evidence): no closed bucket names it
+            return False
+        if got is None or not isinstance(bucket, int):
+            return False
+        return bucket in got or (bucket < 0 and bucket != -2)
+
+
 class _TableRows(_Rows):
     """requests.jsonl as verification decodes it: each row checked (`request_problem`) and
-    appended to the backend's columns, then dropped -- no row is held."""
+    appended to the backend's columns, then dropped -- no row is held. With `closed` (a
+    partial judge) only the rows it keeps are appended; `left_out` counts the others."""
 
-    def __init__(self, keep_gaps: bool = False, windows: WindowSlots | None = None) -> None:
+    def __init__(self, keep_gaps: bool = False, windows: WindowSlots | None = None, closed: Closed | None = None) -> None:
         super().__init__(None)
+        self.closed = closed
+        self.left_out = 0
         # the ITL gaps are counted per bucket (and window: `windows`) as they stream and not kept (`table.GapCells`)
         self.builder = TableBuilder(keep_gaps=keep_gaps, windows=windows)
         self.unusable: list[tuple[int, str]] = []  # (record number, why), the first MAX_PROBLEMS
@@ -349,6 +374,9 @@ class _TableRows(_Rows):
         self.seen += 1
         why = request_problem(row)
         if why is None:
+            if self.closed is not None and not self.closed.keeps(row.get("workload"), row.get("level"), row.get("bucket")):
+                self.left_out += 1
+                return
             self.builder.add(row)
         else:
             self.n_unusable += 1
@@ -360,6 +388,11 @@ class _TableRows(_Rows):
         always has a request id and an integer bucket, so none is unusable."""
         self.batched = True
         self.seen += len(recs)
+        if self.closed is not None:
+            keeps = self.closed.keeps
+            kept = [r for r in recs if keeps(r.workload, r.level, r.bucket)]
+            self.left_out += len(recs) - len(kept)
+            recs = kept
         self.builder.add_records(recs)
 
 
@@ -453,7 +486,7 @@ _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace,
 
 
 def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: frozenset[str] = frozenset(),
-               windows: Mapping[str, WindowSlots] | None = None) -> Integrity:
+               windows: Mapping[str, WindowSlots] | None = None, closed: Mapping[str, Closed] | None = None) -> Integrity:
     """Verify `root`. `read`, when given, receives the rows of every backend's requests,
     traces and telemetry file as verification decodes them (rel path -> rows): one pass hashes,
     decodes and validates each file, and the judge reads it from there. `windows`: per
@@ -473,7 +506,7 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
         if parts[2] not in _COMPACTORS:
             return None
         if parts[2] == layout.REQUESTS:
-            read[rel] = sink = _TableRows(windows=(windows or {}).get(parts[1]))
+            read[rel] = sink = _TableRows(windows=(windows or {}).get(parts[1]), closed=(closed or {}).get(parts[1]))
             return sink
         if parts[2] == layout.TRACES and parts[1] in from_log:
             read[rel] = sink = _ClaimRows(root / rel)
@@ -497,14 +530,16 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
 
 
 def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = None,
-                  windows: Iterable[float] = ()) -> Evidence:
+                  windows: Iterable[float] = (), closed: Mapping[str, Closed] | None = None) -> Evidence:
     """Verify and read an evidence directory. Raises `EvidenceNotFound` when there is no
     manifest.json, `EvidenceFormatError` when the manifest does not parse. `entries`, when
     given, are the backend entries to read instead of the manifest's (a run still going has
     none yet: `soakspec gate --partial` makes them from buckets.jsonl). `windows`: the window
     lengths of the spec's `per window` rules (`spec_windows`), so that each window's ITL is
     counted as the requests stream, as each bucket's is; any spec judges the result, a window
-    of another length reads the gaps again."""
+    of another length reads the gaps again. `closed`, by backend name: the requests each
+    backend's table takes (`Closed`: a partial judge's closed buckets); a backend named there
+    gets `left_out`, how many it did not take (not given: every usable request is taken)."""
     root = require_evidence_dir(run_dir)
     mpath = root / layout.MANIFEST
     manifest = read_json(mpath)
@@ -522,13 +557,15 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
     slots = {layout.safe_name(e["name"]): WindowSlots(e.get("levels") or (), windows) for e in entries
              if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("levels") or [], list)} \
         if windows and isinstance(entries, list) else {}
-    integrity = _integrity(root, read, from_log, slots)
+    cut = {layout.safe_name(name): c for name, c in (closed or {}).items()}
+    integrity = _integrity(root, read, from_log, slots, cut)
 
     backends = []
     client = _client_rows(root, read)
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-            be = _load_backend(root, entry, read, from_log, slots.get(layout.safe_name(entry["name"])))
+            safe = layout.safe_name(entry["name"])
+            be = _load_backend(root, entry, read, from_log, slots.get(safe), cut.get(safe))
             backends.append(dataclasses.replace(be, client=client[be.name]) if be.name in client else be)
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
 
@@ -550,17 +587,18 @@ def _client_rows(root: Path, read: dict[str, _Rows] | None = None) -> dict[str, 
 
 
 def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str],
-                   read: dict[str, _Rows], windows: WindowSlots | None = None) -> tuple[RequestTable, int]:
+                   read: dict[str, _Rows], windows: WindowSlots | None = None,
+                   closed: Closed | None = None) -> tuple[RequestTable, int, int]:
     """requests.jsonl into columns, one row at a time (from verification's decoding when it
     ran, else streamed here); unusable rows become problems (the first MAX_PROBLEMS; also
-    returned: how many more there were)."""
+    returned: how many more there were, and how many usable rows `closed` left out)."""
     name = rel + layout.REQUESTS
     sink = read.pop(name, None) if path.is_file() else None
     if not isinstance(sink, _TableRows):
-        sink = _TableRows(windows=windows)
+        sink = _TableRows(windows=windows, closed=closed)
         if not path.is_file():
             problems.append(f"{name}: missing")
-            return TableBuilder().finish(), 0
+            return TableBuilder().finish(), 0, 0
         bad: list[tuple[int, str | None]] = []
         for line, row in iter_jsonl(path, bad):
             sink.add(line, row)
@@ -576,14 +614,16 @@ def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str]
             more += 1
     room = MAX_PROBLEMS - kept
     problems.extend(f"{name}: record {i}: {why}" for i, why in sink.unusable[:room])
-    return sink.builder.finish(reload=functools.partial(_reread, path, sink.batched, windows)), more + sink.n_unusable - min(len(sink.unusable), room)
+    table = sink.builder.finish(reload=functools.partial(_reread, path, sink.batched, windows, sink.closed))
+    return table, more + sink.n_unusable - min(len(sink.unusable), room), sink.left_out
 
 
-def _reread(path: Path, batched: bool, windows: WindowSlots | None = None) -> RequestTable:
+def _reread(path: Path, batched: bool, windows: WindowSlots | None = None, closed: Closed | None = None) -> RequestTable:
     """requests.jsonl.gz read again the way it was read first (verification's blocks, or a
-    line at a time), into a table that keeps its ITL gaps: what a table that counted them per
-    bucket reads them from when a computation needs one request's gaps (`table.LazyGaps`)."""
-    sink = _TableRows(keep_gaps=True, windows=windows)
+    line at a time, and the same rows taken: `closed`), into a table that keeps its ITL gaps:
+    what a table that counted them per bucket reads them from when a computation needs one
+    request's gaps (`table.LazyGaps`)."""
+    sink = _TableRows(keep_gaps=True, windows=windows, closed=closed)
     if batched:
         from soakspec.evidence.record import iter_record_batches
 
@@ -596,7 +636,7 @@ def _reread(path: Path, batched: bool, windows: WindowSlots | None = None) -> Re
 
 
 def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str],
-                  windows: WindowSlots | None = None) -> BackendEvidence:
+                  windows: WindowSlots | None = None, closed: Closed | None = None) -> BackendEvidence:
     """One backend's records, traces, telemetry and follow-up, read once each (rows already
     decoded by verification come from `read`)."""
     name = entry["name"]
@@ -610,7 +650,7 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     rel = f"{layout.BACKENDS}/{safe}/"
     problems: list[str] = [safe_note] if safe_note else []
     partial: list[str] = []
-    table, more = _read_requests(d / layout.REQUESTS, rel, problems, partial, read, windows)
+    table, more, left_out = _read_requests(d / layout.REQUESTS, rel, problems, partial, read, windows, closed)
     traces: Any = _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
                              read=read)
     if not isinstance(traces, StoredTraces):
@@ -645,6 +685,7 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
         problems=tuple(problems),
         server_log_path=server_log_path,
         metrics=metrics,
+        left_out=left_out if closed is not None else None,
     )
 
 

@@ -379,7 +379,7 @@ def _windows(e: Mapping[str, Any], t: RequestTable, idx: np.ndarray) -> tuple[Wi
     return tuple(windows)
 
 
-def _recorded(t: RequestTable) -> dict[tuple[Any, Any], int]:
+def recorded(t: RequestTable) -> dict[tuple[Any, Any], int]:
     """(workload, level) -> requests recorded, warm-up too, no follow-up."""
     out: Counter = Counter()
     by_key: Counter = Counter()
@@ -437,7 +437,7 @@ def index_backend(be: BackendEvidence) -> BackendIndex:
     samples = sorted((s for s in be.telemetry if num(s.get("t")) is not None), key=lambda s: float(s["t"]))
     return BackendIndex(
         be, tuple(levels), Rows.of(t, orphans), Rows.of(t, everyone),
-        tuple(samples), _recorded(t), t,
+        tuple(samples), recorded(t), t,
     )
 
 
