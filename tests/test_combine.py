@@ -316,15 +316,15 @@ def test_a_child_from_before_client_health_beside_one_with_it_is_not_a_pass(spec
 # ------------------------------------------------------------------------------ audit: time scales
 
 
-def _scaled_children(tmp_path, scales):
+def _scaled_children(tmp_path, scales, specs=None):
     """Children a and b of a spec whose gate allows rehearsals (so a time-scaled child passes
-    its own gate), each built as run at its time scale."""
+    its own gate), each built as run at its time scale (and with its spec of `specs`)."""
     from soakspec.judge.testing import small_spec
 
     s = small_spec(backends=("a", "b"), gate="allow_rehearsal = true")
     dirs = []
-    for name, scale in zip(("a", "b"), scales):
-        b = EvidenceBuilder(s, only=(name,), run_id=f"run-{name}", time_scale=scale, t0=1_747_000_000.0 + (name == "b") * 1000)
+    for name, scale, sp in zip(("a", "b"), scales, specs or (s, s)):
+        b = EvidenceBuilder(sp, only=(name,), run_id=f"run-{name}", time_scale=scale, t0=1_747_000_000.0 + (name == "b") * 1000)
         e = b.entry(name)
         e["source"] = {"repo": None, "commit_before": None, "commit_after": None, "dirty_before": None, "dirty_after": None,
                        "reason": "the spec declares no source repository"}
@@ -343,15 +343,47 @@ def test_children_at_different_time_scales_fail_and_the_combined_run_claims_no_f
     assert f"FAIL         same_workload — different time scales: {dirs[0]}: 1 (full scale), {dirs[1]}: 0.5" in cap.out
     assert cap.out.rstrip().endswith("FAIL: same_workload")
     assert checks(out)["same_workload"] == "fail"
-    # the directory combine still writes never says it ran at a scale b did not run at
-    m = json.loads((out / "manifest.json").read_text())
+    # a failed combination leaves no evidence directory to gate or report as one run
+    assert not (out / "manifest.json").exists() and not (out / "backends").exists()
+    assert "the combination fails same_workload: no combined evidence directory" in cap.err
+    # the manifest it would have written never says it ran at a scale b did not run at
+    from soakspec.commands.combine import combined_manifest
+    from soakspec.judge.combine import Child
+    from soakspec.judge.evidence import load_evidence
+    from soakspec.judge.judge import judge
+    from soakspec.judge.testing import spec_from_text
+
+    kids = []
+    for d in dirs:
+        ev = load_evidence(d)
+        sp = spec_from_text(ev.spec_text)
+        kids.append(Child(d, sp, ev, judge(sp, ev)))
+    m = combined_manifest(kids)
     assert m["time_scale"] == 0.5 and [c["time_scale"] for c in m["combined_from"]] == [1.0, 0.5]
-    assert main(["gate", str(out)]) == 3  # a's 1m buckets are not the 30s ones of a 0.5 plan: never a pass
-    gate = capsys.readouterr().out
-    assert "time scale 0.5" in gate and "a full-scale run" not in gate
-    assert main(["report", str(out), "--format", "md"]) == 0
-    report = capsys.readouterr().out
-    assert "1 (full scale)" not in report and "time scale: 0.5" in report
+
+
+def test_children_of_different_workloads_leave_no_evidence_directory_that_could_pass(tmp_path, capsys):
+    """b ran another workload (3-minute levels, not 2): same_workload fails, and combine writes
+    no evidence directory: judged as one run with a's spec, such a directory passed `gate` (exit 0)."""
+    from soakspec.judge.testing import small_spec
+
+    sa = small_spec(backends=("a", "b"), gate="allow_rehearsal = true")
+    sb = small_spec(backends=("a", "b"), gate="allow_rehearsal = true", duration="3m")
+    dirs = _scaled_children(tmp_path, (1.0, 1.0), specs=(sa, sb))
+    out = tmp_path / "out"
+    code, cap = run_combine(dirs, out, capsys)
+    assert code == 1, cap.out
+    assert "PASS         children_pass" in cap.out and cap.out.rstrip().endswith("FAIL: same_workload")
+    assert f"FAIL         same_workload — workloads or gate differ from {dirs[0]} in {dirs[1]}" in cap.out
+    assert "the combination fails same_workload: no combined evidence directory" in cap.err, cap.err
+    assert "wrote " + str(out) + " (an evidence directory" not in cap.err
+    assert sorted(p.name for p in out.iterdir()) == ["combined.json", "combined.json.sha256"]
+    doc = json.loads((out / "combined.json").read_text())
+    assert doc["verdict"] == "FAIL" and doc["evidence_directory"] is False
+    assert doc["evidence_directory_reason"].startswith("the combination fails same_workload")
+    # nothing there for gate to pass: it is not an evidence directory
+    assert main(["gate", str(out)]) == 2
+    capsys.readouterr()
 
 
 def test_children_at_one_time_scale_combine_at_that_scale(tmp_path, capsys):

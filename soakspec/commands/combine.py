@@ -12,12 +12,16 @@ Output, in `--out DIR` (which must be new or empty):
       copying), client.jsonl (each child's lines for its backends: the combined run is
       judged on its load generator's health, `_copy_client`), results.json and verdict.json (bound to the manifest, as `run` writes them),
       and a manifest.json holding every backend's entry, the first child's spec and
-      host, the smallest child time scale (children at different scales fail same_workload),
+      host, the child time scale (children at different scales fail same_workload),
       `combined_from` (each child's run id, manifest sha256, host and times) and every
       artifact's sha256 -- so `soakspec verify`, `gate` and `report` accept the directory.
       A before/after series is not one run: no evidence directory is written for it (use
       `soakspec compare BEFORE AFTER`); nor is one made from a child whose evidence does not
-      verify. combined.json is always written.
+      verify, nor when a combination check FAILs (children of different workloads or time
+      scales, different provenance, a missing backend, a child failing its gate): the
+      directory is judged as one run with the first child's spec, which cannot see what the
+      check saw (a second child's other workload), so it could PASS where the combination
+      fails. combined.json is always written, and says why (`evidence_directory_reason`).
 Prints the report to stdout and exits 0 PASS, 1 FAIL, 3 INCONCLUSIVE, 2 on a usage error,
 4 when the output cannot be written.
 """
@@ -76,8 +80,8 @@ def combined_manifest(children: Sequence[Any]) -> dict[str, Any]:
         bad = [f"{c.dir}: {mm.get('status')}" for c, mm in zip(children, ms) if mm.get("status") != "complete"]
         m.update(status="incomplete", incomplete_reason="a combined child did not complete: " + "; ".join(bad))
     m["rehearsal"] = any(mm.get("rehearsal") is True for mm in ms)
-    # children at different time scales fail same_workload; the directory still never claims a
-    # scale no child ran at: the smallest, so full_scale_run cannot pass a scaled child (a
+    # children at different time scales fail same_workload (and combine then writes no
+    # directory); a manifest made of them still never claims a scale no child ran at: the smallest, so full_scale_run cannot pass a scaled child (a
     # child's malformed time_scale is carried as it is, for the judge to call malformed again)
     malformed = [mm.get("time_scale", 1.0) for mm in ms if _time_scale(mm)[1]]
     m["time_scale"] = malformed[0] if malformed else min(time_scale(c) for c in children)
@@ -165,6 +169,22 @@ def _write_results(out: Path, spec: Any) -> None:
     write_verdict(out, judge_run(run).to_json())
 
 
+def _no_directory_reason(children: Sequence[Any], series: bool, changed: list[str], failed: list[str]) -> str | None:
+    """Why no combined evidence directory is written (None: it is). Never one that could pass
+    where the combination does not: judged as one run with the first child's spec, it cannot
+    see what a failed combination check saw."""
+    if changed:
+        return f"evidence that does not verify ({', '.join(changed)}): no combined evidence directory"
+    if series:
+        return ("a before/after series: no combined evidence directory; "
+                f"compare the runs with `soakspec compare {children[0].dir} {children[-1].dir}`")
+    if failed:
+        return (f"the combination fails {', '.join(failed)}: no combined evidence directory (judged as one run with "
+                f"the first child's spec, it could not see what {'these checks' if len(failed) > 1 else 'the check'} "
+                "saw); judge or report each child on its own")
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
     from soakspec.commands.gate import load_for_judging
@@ -191,8 +211,11 @@ def main(args: argparse.Namespace) -> int:
     doc = result.to_json()
     series = before_after(children)
     changed = [c.dir for c in children if c.evidence.integrity.tampered or c.evidence.integrity.malformed]
-    as_evidence = not series and not changed
+    failed = [k.name for k in result.checks if k.status == "fail"]
+    why = _no_directory_reason(children, series, changed, failed)
+    as_evidence = why is None
     doc["evidence_directory"] = as_evidence
+    doc["evidence_directory_reason"] = why
     try:
         out.mkdir(parents=True, exist_ok=True)
         if as_evidence:
@@ -215,11 +238,8 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(dict(doc, combined_sha256=sha), indent=2, sort_keys=True, ensure_ascii=False))
     else:
         print(render_text(result))
-        if changed:
-            print(f"evidence that does not verify ({', '.join(changed)}): no combined evidence directory", file=sys.stderr)
-        elif series:
-            print("a before/after series: no combined evidence directory; "
-                  f"compare the runs with `soakspec compare {children[0].dir} {children[-1].dir}`", file=sys.stderr)
+        if why is not None:
+            print(why, file=sys.stderr)
         else:
             print(f"wrote {out} (an evidence directory: soakspec verify/gate/report {out})", file=sys.stderr)
         print(f"wrote {out / COMBINED} (sha256 {sha})", file=sys.stderr)
