@@ -184,6 +184,27 @@ def test_unverified_evidence_is_inconclusive():
     assert v.outcome == "INCONCLUSIVE"
 
 
+def test_no_artifact_checked_is_never_a_pass():
+    """Verified, but nothing compared with a sha256 -- a manifest that lists no artifact, or one
+    never finalized (its files never hashed): INCONCLUSIVE saying so, not 'all 0 artifacts match'."""
+    from soakspec.judge.evidence import Finding
+
+    spec = small_spec()
+    ev = dataclasses.replace(EvidenceBuilder(spec).build(), root="/evidence/run1")  # as read from a directory
+    v = judge(spec, dataclasses.replace(ev, integrity=Integrity(checked=0, verified=True)))
+    r = rule(v, "artifacts_verified")
+    assert r.status == "inconclusive" and v.outcome == "INCONCLUSIVE", r.message
+    assert "the manifest lists no artifact: nothing was checked against a sha256" in r.message
+    unhashed = Finding("manifest.json", "V204", "6 files never hashed: the run did not finalize its manifest")
+    v = judge(spec, dataclasses.replace(ev, integrity=Integrity(checked=0, incomplete=(unhashed,), verified=True)))
+    r = rule(v, "artifacts_verified")
+    assert r.status == "inconclusive" and "all 0 artifacts" not in r.message
+    assert "6 files never hashed: the run did not finalize its manifest: no artifact could be checked" in r.message
+    # one artifact checked is a check: it passes as before
+    assert rule(judge(spec, dataclasses.replace(ev, integrity=Integrity(checked=1, verified=True))),
+                "artifacts_verified").status == "pass"
+
+
 def test_requests_outside_the_manifest_levels():
     spec = small_spec()
     b = EvidenceBuilder(spec)

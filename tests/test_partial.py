@@ -234,6 +234,9 @@ def test_partial_gate_judges_only_the_requests_of_closed_buckets(tmp_path, capsy
     assert "57 recorded requests of buckets not closed (or of the follow-up) left out" in out, out
     assert "the run counted" not in out and "which the manifest does not list" not in out, out
     assert "fewest: 40 in backend a" in out, out
+    # the killed run never hashed its files: nothing was checked against a sha256, and not a pass
+    assert "????  artifacts_verified — manifest.json: " in out and "never hashed" in out, out
+    assert "all 0 artifacts" not in out, out
     code, doc = _gate_partial(capsys, root, "--format", "json")
     v = json.loads(doc[: doc.index("\n}\n") + 2])
     rule = next(r for r in v["rules"] if r["rule"] == "failed == 0")

@@ -1,6 +1,7 @@
 """Evidence rules: is the evidence whole and trustworthy? (see `soakspec.judge.judge`)
 
-    artifacts_verified         built in: every artifact matches the manifest's sha256
+    artifacts_verified         built in: every artifact matches the manifest's sha256 (none
+                               checked -- a manifest never finalized, or listing none: INCONCLUSIVE)
     bucket_coverage            every planned bucket present, each with a completed request
     duration_coverage          every planned level measured for its planned duration
     trace_coverage             share of completed measured requests with a matched trace (as the
@@ -43,6 +44,14 @@ def artifacts_verified(run: JudgedRun, rule: Rule | None) -> RuleResult:
         insts.append(problem("the evidence was not re-hashed (built in memory, not loaded from a directory)", status="inconclusive"))
     for f in integ.tampered:
         insts.append(problem(f.message, Location(text=f.path)))
+    # a directory verified with nothing compared with a sha256 (files never hashed: a run killed
+    # before it finalized its manifest; or a manifest listing none) is no pass: missing data
+    # never is. (Evidence built in memory -- tests, a sweep's probe -- has no directory to hash.)
+    unhashed = [f for f in integ.incomplete if f.code == "V204"]
+    if integ.verified and integ.checked == 0 and not integ.tampered and (unhashed or run.evidence.root is not None):
+        why = (f"{unhashed[0].message}: no artifact could be checked against a sha256" if unhashed
+               else "the manifest lists no artifact: nothing was checked against a sha256")
+        insts.append(problem(why, Location(text="manifest.json"), status="inconclusive"))
     spec = run.evidence.manifest.get("spec")
     already = any(f.code == "V109" for f in integ.tampered)
     want = stored_spec_sha256(spec) if isinstance(spec, Mapping) else None
