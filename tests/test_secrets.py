@@ -30,7 +30,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from soakspec.evidence.testing import secrets_strategy
-from runner_support import manifest, new_marker, run_env, server_log_bytes, sim_spec, soakspec_cmd, wait_no_survivors
+from runner_support import manifest, new_marker, run_env, run_spec, server_log_bytes, sim_spec, soakspec_cmd, wait_no_survivors
 
 HF_TOKEN = "hf_plantedHfTokenValue0123456789"
 MY_SECRET = "planted-my-secret-4b1d"
@@ -160,8 +160,6 @@ def test_a_redacted_spec_still_verifies_and_an_edit_of_it_is_still_caught(tmp_pa
     of the stored text is caught as before."""
     import json
 
-    from runner_support import run_spec
-
     env = f'  env {{\n    HF_TOKEN = "{HF_TOKEN}"\n  }}\n'
     text = sim_spec(duration="1s", bucket="1s", extra_backend=env)
     run, out = run_spec(tmp_path, text)
@@ -179,6 +177,30 @@ def test_a_redacted_spec_still_verifies_and_an_edit_of_it_is_still_caught(tmp_pa
     (out / "manifest.json").write_text(json.dumps(m))
     verify = subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
     assert verify.returncode == 1 and "V109" in verify.stdout, verify.stdout + verify.stderr
+
+
+def test_a_redacted_spec_judged_from_the_manifest_is_the_runs_own_spec(tmp_path, capsys):
+    """A spec with a secret env value is stored redacted (its text hashes to `text_sha256`,
+    not to the real spec's `sha256`): gate and report judge with that text and say nothing of
+    "a spec other than the run's"; --spec with the file the run ran is no other spec either,
+    and a genuinely different --spec still is."""
+    from soakspec.cli import main
+
+    env = '  env {\n    SECRET_PASSWORD = "pw123456"\n  }\n'
+    run, out = run_spec(tmp_path, sim_spec(duration="1s", bucket="1s", extra_backend=env))
+    assert run.returncode == 0, run.stdout + run.stderr
+    spec = manifest(out)["spec"]
+    assert "pw123456" not in spec["text"] and spec["text_sha256"] != spec["sha256"]
+    other = tmp_path / "other.soak"
+    other.write_text((tmp_path / "t.soak").read_text().replace("require failed == 0", "warn failed == 0"))
+    for argv in (["gate", str(out)], ["gate", str(out), "--format", "json"], ["report", str(out), "--format", "md"],
+                 ["gate", str(out), "--spec", str(tmp_path / "t.soak")]):
+        code = main(argv)
+        cap = capsys.readouterr()
+        assert code == 0 and "other than the run's" not in cap.out + cap.err, (argv, cap.out + cap.err)
+    assert main(["gate", str(out), "--spec", str(other)]) == 0
+    cap = capsys.readouterr()
+    assert f"other than the run's (sha256 {spec['sha256'][:12]})" in cap.out, cap.out
 
 
 # ------------------------------------------------------------------ the server's own text

@@ -71,7 +71,7 @@ Where things are: `joined.join` re-plans the run and indexes its evidence once (
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from soakspec.judge import performance
 from soakspec.judge.common import not_evaluated, problem, result
@@ -122,9 +122,21 @@ def _notes(run: JudgedRun) -> tuple[str, ...]:
     if run.evidence.manifest.get("preflight") is False:  # `run --no-preflight`
         out.append("pre-flight skipped (--no-preflight): no request of each workload's shape was checked before the first level")
     ev_sha = run.evidence.spec_sha256
-    if ev_sha is not None and ev_sha != run.spec.sha256:
+    if ev_sha is not None and run.spec.sha256 not in _run_spec_hashes(run.evidence):
         out.append(f"judged with a spec (sha256 {run.spec.sha256[:12]}) other than the run's (sha256 {ev_sha[:12]})")
     return tuple(out)
+
+
+def _run_spec_hashes(evidence: Evidence) -> frozenset[str]:
+    """The hashes a spec of the run's own has: the real spec's (`sha256`: the file it ran, as
+    `run` and a `--spec` of that file judge with), and -- when its embedded text was stored
+    redacted -- the stored text's own (`text_sha256`: what `gate` and `report` re-parse; the
+    rule `cli_support.spec_for` checks the embedded text by)."""
+    from soakspec.evidence.manifest import stored_spec_sha256
+
+    spec = evidence.manifest.get("spec")
+    hashes = {evidence.spec_sha256, stored_spec_sha256(spec) if isinstance(spec, Mapping) else None}
+    return frozenset(h for h in hashes if isinstance(h, str))
 
 
 def judge_performance(run: JudgedRun, r: Rule) -> RuleResult:
