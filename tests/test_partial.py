@@ -122,6 +122,12 @@ def test_sigkill_mid_bucket_leaves_evidence_verify_calls_incomplete_and_gate_par
     code, doc = _gate_partial(capsys, out, "--format", "json")
     rule = next(r for r in json.loads(doc[: doc.index("\n}\n") + 2])["rules"] if r["rule"] == "failed == 0")
     assert rule["samples"] == sum(1 for r in recs if r.bucket in closed) < len(recs), (rule, len(recs))
+    # the report says the run is incomplete and shows what it recorded, not a backend that "did not run"
+    assert main(["report", str(out), "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "did not run (no evidence" not in md and "run status: running: the run is incomplete" in md, md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| b0 | "))
+    assert row.split(" | ")[3] == str(sum(1 for r in recs if r.bucket in closed and r.outcome == "completed")), row
 
 
 # `soakspec run` with server.log's cap made small, so that lines are moved out while it runs
@@ -251,3 +257,28 @@ def test_partial_gate_does_not_fail_a_rule_on_a_bucket_still_open(tmp_path, caps
     code, out = _gate_partial(capsys, root)
     assert code == 3, out
     assert "already failing" not in out, out
+
+
+def test_report_of_a_killed_run_says_it_is_incomplete_and_shows_what_was_recorded(tmp_path, capsys):
+    """A killed run's manifest lists no backend: the report reads it as `gate --partial` does --
+    the backend's recorded requests up to its last closed bucket, the run called incomplete --
+    never "did not run (no evidence for it)"."""
+    root = tmp_path / "run1"
+    _killed_in_bucket(root)
+    assert main(["report", str(root), "--format", "md"]) == 0
+    md = capsys.readouterr().out
+    assert "did not run (no evidence" not in md and "not run" not in md.split("### How the run went")[0], md
+    assert "run status: running: the run is incomplete -- its manifest was never finalized (still going, or killed" in md
+    assert "partial: the run is incomplete (status running); judged up to the last closed bucket" in md
+    assert "**Verdict: INCONCLUSIVE**" in md
+    row = next(ln for ln in md.splitlines() if ln.startswith("| a | "))
+    assert row.split(" | ")[3:5] == ["40", "0 / 0"], row  # Completed, Failed/timeouts: bucket 0's
+    assert main(["report", str(root), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"]["verdict"] == "INCONCLUSIVE", doc["verdict"]
+    assert doc["run"]["status"] == "running"
+    # plain gate reads no backend of it, and says why and what to run instead
+    assert main(["gate", str(root)]) == 3
+    out = capsys.readouterr().out
+    assert "did not run (no evidence" not in out and "backend a: its evidence was not read: the run is incomplete" in out, out
+    assert "`soakspec gate --partial` judges what it recorded" in out

@@ -175,11 +175,34 @@ def _yield_cpu() -> None:
           "so that its load generator keeps the CPU it needs", file=sys.stderr)
 
 
+def unfinished(manifest) -> bool:
+    """Whether a manifest is a run's start-of-run one, never finalized: status running, no
+    backend listed (the run is still going, or was killed). Its evidence is read as
+    `load_partial` reads it."""
+    return isinstance(manifest, dict) and (manifest.get("status") == "running" or not manifest.get("backends"))
+
+
+def load_partial(command: str, root: Path, spec_file: str | None, where: str):
+    """A run still going, or killed, read up to its last closed bucket (`gate --partial`, and
+    `report` of such a run): (spec, evidence, the note saying how far it was read)."""
+    from soakspec.judge.cli_support import bare_evidence
+    from soakspec.judge.evidence import load_evidence, spec_windows
+
+    # the spec first (the manifest embeds it from the start), then the evidence it plans
+    spec, notes = spec_for(bare_evidence(root), spec_file, where)
+    for n in notes:
+        print(f"soakspec {command}: note: {n}", file=sys.stderr)
+    entries, judged = partial_entries(spec, root)
+    evidence = load_evidence(root, entries=entries, windows=spec_windows(spec), closed=closed_buckets(entries))
+    evidence, left_out = _closed_only(evidence, entries)
+    note = ("partial: the run is incomplete (status " + str(evidence.manifest.get("status")) + "); judged up to the last "
+            "closed bucket: " + "; ".join(judged + left_out))
+    return spec, evidence, note
+
+
 def _main_partial(args: argparse.Namespace) -> int:
     from soakspec.evidence import layout
     from soakspec.evidence.io import EvidenceError, read_json, require_evidence_dir
-    from soakspec.judge.cli_support import bare_evidence
-    from soakspec.judge.evidence import load_evidence, spec_windows
     from soakspec.judge.judge import judge
     from soakspec.judge.verdict import render_text
 
@@ -190,24 +213,15 @@ def _main_partial(args: argparse.Namespace) -> int:
     except EvidenceError as e:
         print(f"soakspec gate: {e}: the evidence cannot be judged", file=sys.stderr)
         return ExitCode.INCONCLUSIVE
-    if isinstance(manifest, dict) and manifest.get("status") != "running" and manifest.get("backends"):
+    if isinstance(manifest, dict) and not unfinished(manifest):
         print(f"soakspec gate: note: {where} holds a finished run (status {manifest.get('status')}); judged in full",
               file=sys.stderr)
         args.partial = False
         return main(args)
     _yield_cpu()
-    # the spec first (the manifest embeds it from the start), then the evidence it plans
-    spec, notes = spec_for(bare_evidence(root), args.spec, where)
-    for n in notes:
-        print(f"soakspec gate: note: {n}", file=sys.stderr)
-    entries, judged = partial_entries(spec, root)
-    evidence = load_evidence(root, entries=entries, windows=spec_windows(spec), closed=closed_buckets(entries))
-    evidence, left_out = _closed_only(evidence, entries)
-    judged = judged + left_out
+    spec, evidence, note = load_partial("gate", root, args.spec, where)
     verdict = judge(spec, evidence, backends=tuple(args.backend))
     failing = [r.rule for r in verdict.rules if r.status == "fail" and r.klass == "performance"]
-    note = ("partial: the run is incomplete (status " + str(evidence.manifest.get("status")) + "); judged up to the last "
-            "closed bucket: " + "; ".join(judged))
     if failing:
         note += f"; already failing on the closed buckets: {', '.join(failing)}"
     verdict = dataclasses.replace(verdict, outcome="INCONCLUSIVE", notes=verdict.notes + (note,))

@@ -3,7 +3,9 @@
 Loads the evidence directory, verifying it first (every artifact re-hashed against the
 manifest), re-judges it with the spec embedded in the manifest -- or with `--spec FILE` -- and
 renders the report (`soakspec.report.render`). A stored verdict.json or results.json is never
-read: the report says what the evidence says now.
+read: the report says what the evidence says now. A run whose manifest was never finalized
+(still going, or killed) is read as `gate --partial` reads it: what it recorded up to its last
+closed bucket, INCONCLUSIVE, with a note saying how far.
 
 The report goes to stdout, or to `--out FILE` (written atomically; nothing on stdout). Notes
 (a different spec) go to stderr. Exit code: 0 when the report was rendered, whatever the
@@ -37,6 +39,31 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _partial(args: argparse.Namespace):
+    """A run whose manifest was never finalized (still going, or killed: its manifest lists no
+    backend) read as `gate --partial` reads it -- (spec, evidence, note) -- so that the report
+    shows what was recorded, up to the last closed bucket, and says the run is incomplete;
+    None for a finished run; an exit code when the manifest cannot be read."""
+    from soakspec.commands.gate import load_partial, unfinished
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import EvidenceError, read_json, require_evidence_dir
+
+    root = require_evidence_dir(args.dir)
+    try:
+        manifest = read_json(root / layout.MANIFEST)
+    except EvidenceError as e:
+        print(f"soakspec report: {e}: the evidence cannot be judged", file=sys.stderr)
+        return ExitCode.INCONCLUSIVE
+    if not unfinished(manifest):
+        return None
+    where = str(args.dir).rstrip("/") or "/"
+    try:
+        return load_partial("report", root, args.spec, where)
+    except EvidenceError as e:
+        print(f"soakspec report: {e}: the evidence cannot be judged", file=sys.stderr)
+        return ExitCode.INCONCLUSIVE
+
+
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
     from soakspec.commands.gate import load_for_judging, with_retained_notes
@@ -49,13 +76,22 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"--out {args.out} is a directory; give a file name")
         if not out.parent.is_dir():
             raise UsageError(f"--out {args.out}: no such directory {out.parent}")
-    loaded = load_for_judging("report", args.dir, args.spec)
-    if isinstance(loaded, int):
-        return loaded
-    spec, evidence = loaded
+    partial = _partial(args)
+    if isinstance(partial, int):
+        return partial
+    if partial is not None:  # a run still going, or killed: what it recorded, up to its last closed bucket
+        spec, evidence, note = partial
+    else:
+        loaded = load_for_judging("report", args.dir, args.spec)
+        if isinstance(loaded, int):
+            return loaded
+        spec, evidence = loaded
     inputs = prepare(spec, evidence)
+    verdict = inputs.verdict
+    if partial is not None:
+        verdict = dataclasses.replace(verdict, outcome="INCONCLUSIVE", notes=verdict.notes + (note,))
     # what `gate` says of retained evidence (its stored verdict, its signature), the report says too
-    inputs = dataclasses.replace(inputs, verdict=with_retained_notes(inputs.verdict, evidence, args.dir))
+    inputs = dataclasses.replace(inputs, verdict=with_retained_notes(verdict, evidence, args.dir))
     text = _printable(inputs.render(args.format))
     if args.out is not None:
         try:

@@ -223,6 +223,10 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None) 
 def _planned_backend_problems(run: JudgedRun, name: str, bp: BackendPlan) -> list[Instance]:
     bi = run.backends.get(name)
     if bi is None:
+        if run.evidence.manifest.get("status") == "running":  # never finalized: what it recorded is not listed yet
+            return [problem("its evidence was not read: the run is incomplete (status running: still going, or killed) "
+                            "and its manifest lists no backend yet; `soakspec gate --partial` judges what it recorded",
+                            backend_here(name))]
         return [problem(f"backend {name} did not run (no evidence for it)", backend_here(name))]
     out = _backend_problems(bi)
     for plv in bp.levels:

@@ -600,6 +600,8 @@ def run_state_lines(meta: Mapping[str, Any]) -> list[tuple[str, str]]:
     status = m.get("status") if isinstance(m.get("status"), str) else "unknown"
     start = m.get("started_at_epoch")
     text = one_line(status)
+    if status == "running":  # the start-of-run manifest: nothing finalized it
+        text += ": the run is incomplete -- its manifest was never finalized (still going, or killed before it ended)"
     if status != "complete":
         if isinstance(m.get("incomplete_reason"), str) and m.get("incomplete_reason"):
             text += f": {one_line(m['incomplete_reason'])}"
