@@ -252,7 +252,8 @@ def test_the_checker_and_compare_agree_on_the_metrics():
     from soakspec.compare import METRICS
     from soakspec.lang.check.compare import COMPARE_METRICS
 
-    assert {m.name: ("mean" if m.kind == "per_bucket" else "percentile") for m in METRICS} == COMPARE_METRICS
+    how = {"per_bucket": "mean", "distribution": "percentile", "proportion": "ratio"}
+    assert {m.name: how[m.kind] for m in METRICS} == COMPARE_METRICS
 
 
 def test_the_command_gates_with_the_spec_s_compare_block(tmp_path, capsys):

@@ -11,7 +11,8 @@ given), then every `--require 'p99(ttft) regression <= 5%'` (repeatable; `warn .
 that never decides).
 
 Exit code: 0 PASS (both runs verified, every require rule holds); 1 FAIL (a require rule
-failed, or a run's evidence does not verify); 3 INCONCLUSIVE (a rule the samples cannot
+failed, a run's evidence does not verify, or the share of unsuccessful requests rose
+significantly and no rule on ratio(errors) says how much rise is allowed); 3 INCONCLUSIVE (a rule the samples cannot
 decide, an incomplete run, nothing to match); 2 usage error; 4 when `--out` cannot be written.
 """
 

@@ -18,12 +18,22 @@ base with its k-th in the new run. A level with no counterpart is listed as unpa
 (`Comparison.unpaired`, "only in the base run" / "only in the new run"); it has no rows, does
 not count in the family-wise correction, and no rule looks at it.
 
-Rows. Per matched (backend, level): p50, p95 and p99 of ttft, itl, tpot and latency (per
+Rows. Per matched (backend, level): first `ratio(errors)`, the share of its measured requests
+that did not complete (the gate's `errors`: failed, timed out, rejected, disconnected) -- every
+other row is over completed requests only and cannot see a server that fails a quarter of its
+requests; then p50, p95 and p99 of ttft, itl, tpot and latency (per
 completed measured request; itl: every inter-token gap, as the gate counts it), and the mean
 over buckets of qps and output tokens/s (`throughput`) -- each computed with the gate's own
 metric implementations (`soakspec.judge.registry`) and the one percentile of
 `soakspec.judge.stats` (linear interpolation, type 7), so a compared number is the number the
 report and the gate show. A rule may ask for another percentile; it gets its own row.
+
+Errors. `ratio(errors)`'s change is the difference `new - base` of the two shares, in
+percentage points (a base share of 0, the usual one, has no ratio), and its interval is
+Newcombe's hybrid score interval of a difference of two independent proportions (each side's
+Wilson interval, combined; Newcombe 1998, method 10) at the row's confidence: no resampling,
+and it keeps its coverage at shares of 0 and 1, where the normal approximation does not. Each
+measured request is one trial.
 
 Statistic: the relative change `new / base - 1` of the row's statistic, with a confidence
 interval from a seeded, deterministic bootstrap (percentile interval, `resamples` draws per
@@ -58,7 +68,7 @@ row's interval is a (1 - (1 - confidence) / m) interval (Bonferroni), so "no sig
 change" on a whole comparison of identical configurations is wrong at most 1 - confidence of the
 time, not once per row. Rules use the same intervals.
 
-Verdict per row (direction: for ttft, itl, tpot and latency higher is worse; for qps and
+Verdict per row (direction: for errors, ttft, itl, tpot and latency higher is worse; for qps and
 throughput lower is worse):
     regression               the whole interval is on the worse side of 0
     improvement              the whole interval is on the better side of 0
@@ -66,16 +76,23 @@ throughput lower is worse):
     insufficient samples     either side has fewer samples than the statistic needs:
                              `min_samples_for_percentile(q, confidence)` for a percentile
                              (59 for p95, 299 for p99 at 95 %), MIN_BUCKETS buckets for a mean
-    missing                  the metric has no value on one side (no completed request)
+    missing                  the metric has no value on one side (no completed request; for
+                             errors, no measured request)
 
 Rules (`require|warn STAT(METRIC) regression <= N%`): over every matched row of that metric
 and statistic, `regression` is the change towards worse (positive = worse). A row passes when
 its interval's upper end is at most N %, fails when its lower end is above N %, and is
 inconclusive otherwise (the samples cannot tell) or with insufficient samples. The rule takes
 the worst row; a `warn` rule that fails is WARN (status "warn", as `gate` writes it) and
-never changes the outcome. Outcome: FAIL when a `require` rule fails or a run's evidence does not verify;
-INCONCLUSIVE when a require rule is inconclusive, a run is incomplete or nothing could be
-matched; else PASS. Without rules the comparison only reports (PASS = both runs verified).
+never changes the outcome. `ratio(errors) regression <= 1%` bounds the rise of the share of
+unsuccessful requests in percentage points. Without a rule on ratio(errors), a significant rise
+(an errors row whose verdict is regression) FAILs the comparison by itself: more failures is
+never a pass, whatever the completed requests' latencies say (`Comparison.reasons` says which
+level). A rule on ratio(errors) -- `warn` too -- replaces that built-in: it is how a reviewer
+says how much rise matters. Outcome: FAIL when a `require` rule fails, a run's evidence does
+not verify or errors rose (above); INCONCLUSIVE when a require rule is inconclusive, a run is
+incomplete or nothing could be matched; else PASS. Without rules the comparison only reports
+(PASS = both runs verified, errors did not rise).
 
 Independence. The requests of a level are treated as independent draws. The inter-token gaps
 of one request are not (they share its batch, its position in the queue), so itl's interval is
@@ -95,6 +112,7 @@ import math
 import random
 import re
 from collections.abc import Sequence
+from statistics import NormalDist
 from typing import Any, Literal
 
 import numpy as np
@@ -105,6 +123,7 @@ from soakspec.judge.common import fold
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, index
 from soakspec.judge.measures import Distribution, PerBucket
+from soakspec.judge.measures import Outcome as OutcomeCount
 from soakspec.judge.registry import metric
 
 SCHEMA_VERSION = 1
@@ -119,14 +138,17 @@ class CompareMetric:
     """One compared metric: its registry name, how it is sampled and which way is worse."""
 
     name: str
-    kind: Literal["distribution", "per_bucket"]
+    kind: Literal["distribution", "per_bucket", "proportion"]
     higher_is_worse: bool
-    stats: tuple[str, ...]  # default statistics: "p50" ... or "mean"
-    unit: str  # "s" or "/s"
+    stats: tuple[str, ...]  # default statistics: "p50" ... or "mean", or "ratio" (a proportion)
+    unit: str  # "s", "/s", "tok/s" or "ratio" (a share, shown as a percentage)
     per_request_samples: bool = False  # several correlated values per request: n = requests
 
 
 METRICS: tuple[CompareMetric, ...] = (
+    # the share of measured requests that did not complete (the gate's `errors`: failed, timed
+    # out, rejected, disconnected). First: every other row is over completed requests only
+    CompareMetric("errors", "proportion", True, ("ratio",), "ratio"),
     CompareMetric("ttft", "distribution", True, ("p50", "p95", "p99"), "s"),
     CompareMetric("itl", "distribution", True, ("p50", "p95", "p99"), "s", per_request_samples=True),
     CompareMetric("tpot", "distribution", True, ("p50", "p95", "p99"), "s"),
@@ -148,11 +170,11 @@ def _q(stat: str) -> float | None:
 # ------------------------------------------------------------------------------ rules
 
 _RULE = re.compile(
-    r"^\s*(?:(require|warn)\s+)?(p\d+(?:\.\d+)?|median|mean)\(\s*([a-z_]+)\s*\)\s+regression\s*(<=|<)\s*"
+    r"^\s*(?:(require|warn)\s+)?(p\d+(?:\.\d+)?|median|mean|ratio)\(\s*([a-z_]+)\s*\)\s+regression\s*(<=|<)\s*"
     r"(-?\d+(?:\.\d+)?)\s*%\s*$"
 )
 _SPEC_FORM = re.compile(  # the spec's `compare { require regression(p99(ttft)) <= 5% }` form
-    r"^\s*(?:(require|warn)\s+)?regression\(\s*(p\d+(?:\.\d+)?|median|mean)\(\s*([a-z_]+)\s*\)\s*\)\s*(<=|<)\s*"
+    r"^\s*(?:(require|warn)\s+)?regression\(\s*(p\d+(?:\.\d+)?|median|mean|ratio)\(\s*([a-z_]+)\s*\)\s*\)\s*(<=|<)\s*"
     r"(-?\d+(?:\.\d+)?)\s*%\s*$"
 )
 
@@ -160,7 +182,7 @@ _SPEC_FORM = re.compile(  # the spec's `compare { require regression(p99(ttft)) 
 @dataclasses.dataclass(frozen=True)
 class CompareRule:
     severity: Literal["require", "warn"]
-    stat: str  # p99, p50 (median is written p50), mean
+    stat: str  # p99, p50 (median is written p50), mean, ratio (errors)
     metric: str
     op: str  # "<=" or "<"
     threshold: float  # a fraction: 5% -> 0.05
@@ -185,6 +207,10 @@ def parse_rule(text: str) -> CompareRule:
     if cm is None:
         raise RuleError(f"{text!r}: compare measures {', '.join(BY_NAME)}, not {name!r}")
     q = _q(stat)
+    if cm.kind == "proportion" and stat != "ratio":
+        raise RuleError(f"{text!r}: {name} is a share of the requests; compare its ratio, e.g. ratio({name})")
+    if cm.kind != "proportion" and stat == "ratio":
+        raise RuleError(f"{text!r}: ratio() is the share of unsuccessful requests, ratio(errors)")
     if cm.kind == "per_bucket" and stat != "mean":
         raise RuleError(f"{text!r}: {name} is one value per bucket; compare its mean")
     if cm.kind == "distribution" and (q is None or not 0 < q < 100):
@@ -310,7 +336,7 @@ class Row:
     n_base: int  # the independent samples the interval and the sample-size rule rest on (itl: requests)
     n_new: int
     need: int
-    change: float | None  # new / base - 1
+    change: float | None  # new / base - 1; a proportion's (`absolute`): new - base
     low: float | None  # interval of the change
     high: float | None
     row_confidence: float
@@ -324,6 +350,12 @@ class Row:
     def higher_is_worse(self) -> bool:
         return BY_NAME[self.metric].higher_is_worse
 
+    @property
+    def absolute(self) -> bool:
+        """The change and its interval are a difference of shares (percentage points), not a
+        relative change: a share of 0 in the base (the usual share of errors) has no ratio."""
+        return BY_NAME[self.metric].kind == "proportion"
+
     def regression_interval(self) -> tuple[float, float] | None:
         """The interval of the change towards worse (positive = worse)."""
         if self.low is None or self.high is None:
@@ -335,7 +367,7 @@ class Row:
             "backend": self.backend, "new_backend": self.new_backend, "workload": self.workload, "level": self.level,
             "label": self.label, "metric": self.metric, "stat": self.stat, "unit": self.unit,
             "base": self.base, "new": self.new, "n_base": self.n_base, "n_new": self.n_new, "samples_needed": self.need,
-            "change": self.change, "ci_low": self.low, "ci_high": self.high, "row_confidence": self.row_confidence,
+            "change": self.change, "change_kind": "difference" if self.absolute else "relative", "ci_low": self.low, "ci_high": self.high, "row_confidence": self.row_confidence,
             "verdict": self.verdict, "note": self.note, "new_level": self.new_level,
             "gaps_base": self.gaps_base, "gaps_new": self.gaps_new,
         }
@@ -401,6 +433,7 @@ class Comparison:
     notes: tuple[str, ...]
     outcome: Outcome
     unpaired: tuple[Unpaired, ...] = ()  # levels with no counterpart of the same load (module doc)
+    reasons: tuple[str, ...] = ()  # what, besides the rules, makes the outcome FAIL or INCONCLUSIVE
 
     @property
     def exit_code(self) -> ExitCode:
@@ -425,6 +458,8 @@ class Comparison:
         warned = [r.rule.text() for r in self.rules if r.status == "warn"]
         if warned:
             text += f"; {len(warned)} warning{'s' if len(warned) != 1 else ''}: " + "; ".join(warned)
+        for r in self.reasons:
+            text += "; " + r
         return text
 
     def to_json(self) -> dict[str, Any]:
@@ -443,6 +478,7 @@ class Comparison:
             "new": self.new.to_json(),
             "rows": [r.to_json() for r in self.rows],
             "rules": [r.to_json() for r in self.rules],
+            "reasons": list(self.reasons),
             "notes": list(self.notes),
             "unpaired": [u.to_json() for u in self.unpaired],
         }
@@ -519,6 +555,9 @@ def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> Samples:
     (itl's gaps, `Distribution.counted`), its values() array otherwise -- itl's values() only
     where its gaps cannot be counted (not whole microseconds)."""
     impl = metric(cm.name)
+    if cm.kind == "proportion":  # (how many of the level's measured requests it counts, how many there are)
+        assert isinstance(impl, OutcomeCount)
+        return impl.count(lv.records), len(lv.records)
     if cm.kind == "distribution":
         assert isinstance(impl, Distribution)
         c = impl.counted(lv.records)
@@ -554,6 +593,8 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
                   metric=cm.name, stat=stat, unit=cm.unit, need=need, row_confidence=row_conf, new_level=p.new_lv.index)
     if sides is None:
         sides = _samples(p.base_bi, p.base_lv, cm), _samples(p.new_bi, p.new_lv, cm)
+    if cm.kind == "proportion":
+        return _proportion_row(common, sides, row_conf, p.note)
     (xb, eb), (xn, en) = sides
 
     def point(xs: Any) -> float | None:
@@ -593,6 +634,44 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
     else:
         verdict = "no significant change"
     return Row(**base_row, low=low, high=high, verdict=verdict)  # type: ignore[arg-type]
+
+
+def wilson(k: int, n: int, z: float) -> tuple[float, float]:
+    """The Wilson score interval of the proportion k / n (n > 0) at normal quantile z."""
+    p = k / n
+    z2 = z * z
+    denom = 1.0 + z2 / n
+    centre = (p + z2 / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def proportion_difference(kb: int, nb: int, kn: int, nn: int, confidence: float) -> tuple[float, float, float]:
+    """(kn/nn - kb/nb, low, high): the difference of two independent proportions with Newcombe's
+    hybrid score interval (Newcombe 1998, method 10: each side's Wilson interval, combined).
+    Unlike the normal (Wald) interval it holds its coverage at shares of 0 and 1 -- the usual
+    case for errors -- and needs no resampling."""
+    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2)
+    pb, pn = kb / nb, kn / nn
+    lb, ub = wilson(kb, nb, z)
+    ln, un = wilson(kn, nn, z)
+    d = pn - pb
+    return d, d - math.sqrt((pn - ln) ** 2 + (ub - pb) ** 2), d + math.sqrt((un - pn) ** 2 + (pb - lb) ** 2)
+
+
+def _proportion_row(common: dict[str, Any], sides: tuple[Samples, Samples], row_conf: float, note: str | None) -> Row:
+    """A share's row (`errors`): the difference new - base in percentage points, with
+    Newcombe's interval at the row's (Bonferroni) confidence; `regression` when the whole
+    interval is above 0. A side with no measured request is `missing`."""
+    (kb, nb), (kn, nn) = sides
+    b = kb / nb if nb else None
+    n = kn / nn if nn else None
+    row = dict(common, need=1, base=b, new=n, n_base=nb, n_new=nn, note=note)
+    if not nb or not nn:
+        return Row(**row, change=None, low=None, high=None, verdict="missing")  # type: ignore[arg-type]
+    change, low, high = proportion_difference(kb, nb, kn, nn, row_conf)
+    verdict: RowVerdict = "regression" if low > 0 else "improvement" if high < 0 else "no significant change"
+    return Row(**row, change=change, low=low, high=high, verdict=verdict)  # type: ignore[arg-type]
 
 
 def _rows(pending: Sequence[_Pending], confidence: float, row_conf: float, resamples: int, seed: int) -> list[Row]:
@@ -661,7 +740,14 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
     rows = tuple(_rows(pending, confidence, row_conf, resamples, seed))
     outcomes = tuple(_judge_rule(r, rows) for r in rules)
     req = [o for o in outcomes if o.rule.severity == "require"]
-    if not (sb.verified and sn.verified) or any(o.status == "fail" for o in req):
+    fails: list[str] = []  # reasons to FAIL besides the rules
+    if not any(r.metric == "errors" for r in rules):  # a rule on ratio(errors) says how much rise matters
+        rose = [r for r in rows if r.metric == "errors" and r.verdict == "regression"]
+        if rose:
+            fails.append("unsuccessful requests rose significantly: " + "; ".join(
+                f"{r.backend} {r.label} {_share(r.base)} → {_share(r.new)} "
+                f"({(r.low or 0) * 100:+.1f} .. {(r.high or 0) * 100:+.1f} pp)" for r in rose))
+    if not (sb.verified and sn.verified) or any(o.status == "fail" for o in req) or fails:
         outcome: Outcome = "FAIL"
     elif not rows or sb.incomplete or sn.incomplete or any(o.status == "inconclusive" for o in req):
         outcome = "INCONCLUSIVE"
@@ -674,8 +760,14 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
             notes.append(f"the {which} run is incomplete: " + "; ".join(s.incomplete))
     if not rows:
         notes.append("nothing to compare: no backend and level in common")
-    return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome, tuple(unpaired))
+    return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome, tuple(unpaired),
+                      tuple(fails))
+
+
+def _share(v: float | None) -> str:
+    return "-" if v is None else f"{v * 100:.1f}%"
 
 
 __all__ = ["BY_NAME", "METRICS", "CompareMetric", "CompareRule", "Comparison", "Row", "RuleError", "RuleOutcome",
+           "proportion_difference", "wilson",
            "Side", "Sorted", "Unpaired", "compare", "mean_draws", "parse_rule", "percentile_draws", "rules_of"]

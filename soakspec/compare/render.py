@@ -28,6 +28,8 @@ def _val(v: float | None, unit: str) -> str:
         return "-"
     if unit == "s":
         return f"{v * 1000:.1f} ms" if abs(v) < 1 else f"{v:.3f} s"
+    if unit == "ratio":  # a share of the requests
+        return f"{v * 100:.1f}%"
     return f"{v:.2f} {unit}"
 
 
@@ -35,18 +37,26 @@ def _pct(v: float | None) -> str:
     return "-" if v is None else f"{v * 100:+.1f}%"
 
 
+def _points(v: float | None) -> str:
+    """A difference of shares, in percentage points (a proportion's change: `Row.absolute`)."""
+    return "-" if v is None else f"{v * 100:+.1f} pp"
+
+
 def _cells(r: Row) -> list[str]:
     where = r.backend if r.backend == r.new_backend else f"{r.backend} → {r.new_backend}"
-    iv = "-" if r.low is None else f"{_pct(r.low)} .. {_pct(r.high)}"
+    pct = _points if r.absolute else _pct
+    iv = "-" if r.low is None else f"{pct(r.low)} .. {pct(r.high)}"
     verdict = MARK[r.verdict] + (f" (needs {r.need})" if r.verdict == "insufficient samples" else "")
-    return [f"{where} · {r.label}", f"{r.stat}({r.metric})", _val(r.base, r.unit), _val(r.new, r.unit), _pct(r.change),
+    return [f"{where} · {r.label}", f"{r.stat}({r.metric})", _val(r.base, r.unit), _val(r.new, r.unit), pct(r.change),
             iv, f"{r.n_base} / {r.n_new}", verdict]
 
 
 def _method(c: Comparison) -> str:
-    return (f"Change: new / base - 1 of each statistic. Interval: {c.confidence * 100:g}% family-wise "
+    return (f"Change: new / base - 1 of each statistic; of ratio(errors), the share of unsuccessful requests, "
+            f"new - base in percentage points (pp). Interval: {c.confidence * 100:g}% family-wise "
             f"(Bonferroni over {len(c.rows)} rows), seeded bootstrap ({c.resamples} draws, seed {c.seed}; "
-            "percentiles from the exact order-statistic bootstrap). Regression: the whole interval is on the worse side.")
+            "percentiles from the exact order-statistic bootstrap); ratio(errors): Newcombe's score interval. "
+            "Regression: the whole interval is on the worse side.")
 
 
 def _row_notes(c: Comparison) -> list[str]:

@@ -316,7 +316,7 @@ class CompareRequirement:
     """One `compare { require regression(p99(ttft)) <= 5% }` rule (checked by lang/check/compare.py)."""
 
     severity: Severity
-    stat: str  # p99, p50, ..., or mean
+    stat: str  # p99, p50, ..., mean, or ratio (errors: a share of the requests)
     metric: str  # one soakspec.compare compares
     op: str  # <= or <
     threshold: float  # a fraction: 5% -> 0.05

@@ -9,7 +9,9 @@
 A rule is `require|warn regression(STAT(METRIC)) <= N%` (or `<`): the change of STAT(METRIC)
 from the base run to the new one, towards worse, may be at most N % (see `soakspec.compare`
 for how the interval decides pass, fail or inconclusive). STAT is a percentile `pNN` (or
-`median`) for the per-request metrics and `mean` for the per-bucket ones (`COMPARE_METRICS`).
+`median`) for the per-request metrics, `mean` for the per-bucket ones and `ratio` for `errors`,
+the share of unsuccessful requests, whose regression is a rise in percentage points
+(`require regression(ratio(errors)) <= 1%`) (`COMPARE_METRICS`).
 No `per` scope and no `on "backend"`: a compare rule speaks about every matched backend and
 level. `confidence` (default 95 %, at least 50 % and below 100 %) is the comparison's
 family-wise confidence.
@@ -29,9 +31,9 @@ from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import rule_text
 from soakspec.units import Dimension
 
-# metric -> how it is compared: "percentile" (per request) or "mean" (per bucket).
-# soakspec.compare.METRICS lists the same names (tests/test_compare.py pins that they agree).
-COMPARE_METRICS = {"ttft": "percentile", "itl": "percentile", "tpot": "percentile", "latency": "percentile",
+# metric -> how it is compared: "percentile" (per request), "mean" (per bucket) or "ratio" (a share
+# of the requests). soakspec.compare.METRICS lists the same names (tests/test_compare.py pins that they agree).
+COMPARE_METRICS = {"errors": "ratio", "ttft": "percentile", "itl": "percentile", "tpot": "percentile", "latency": "percentile",
                    "qps": "mean", "throughput": "mean"}
 
 COMPARE = Table(
@@ -57,6 +59,12 @@ def compare(ctx: Ctx, blk: A.Block | None) -> S.Compare:
 def _stat(ctx: Ctx, call: A.Call, metric: str) -> str:
     kind = COMPARE_METRICS[metric]
     name = "p50" if call.func == "median" else call.func
+    if kind == "ratio" or name == "ratio":
+        if kind != "ratio" or name != "ratio":
+            fix = f"regression(ratio({metric}))" if kind == "ratio" else "regression(ratio(errors))"
+            ctx.error("E303", f"ratio() is the share of unsuccessful requests: compare {fix}", call.span)
+            raise Bad
+        return "ratio"
     if kind == "mean":
         if name != "mean":
             ctx.error("E303", f"'{metric}' is one value per bucket: compare its mean, e.g. regression(mean({metric}))", call.span)

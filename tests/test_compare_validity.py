@@ -1,0 +1,124 @@
+"""What `soakspec compare` must never call a PASS: a new run whose requests fail (the latency
+rows are over completed requests only, so they cannot see it), and a comparison with rows the
+new run has no data for."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from soakspec.cli import main
+from soakspec.compare import compare, parse_rule
+from soakspec.compare.render import render
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+SPEC = small_spec(duration="4m", bucket="1m")
+
+
+def builder(seed: int, *, fail_every: int = 0, per_bucket: int = 100, spec=SPEC, **kw) -> EvidenceBuilder:
+    """A clean run with seeded latencies; every `fail_every`-th measured request failed."""
+    b = EvidenceBuilder(spec, per_bucket=per_bucket, run_id=f"run{seed}", **kw)
+    rng = random.Random(seed)
+    for i, r in enumerate(b.measured("a")):
+        ttft = rng.lognormvariate(-2.3, 0.35)
+        gaps = [rng.lognormvariate(-4.0, 0.25) for _ in range(63)]
+        r.update(ttft=ttft, first_token=r["start"] + ttft, itl=gaps, tpot=sum(gaps) / 63,
+                 latency=ttft + sum(gaps), end=r["start"] + ttft + sum(gaps))
+        if fail_every and i % fail_every == 0:
+            b.set_outcome(r, "failed", "HTTP 500", status=500)
+    return b
+
+
+def _row(doc, metric, stat):
+    return next(r for r in doc["rows"] if (r["metric"], r["stat"]) == (metric, stat))
+
+
+# ------------------------------------------------------------------------------ unsuccessful requests
+
+
+def test_a_new_run_with_a_quarter_of_its_requests_failed_is_a_fail_not_a_pass(tmp_path, capsys):
+    """The audit's v2base/v2new: 26 % of the new run's requests failed, the completed ones were
+    as fast as before -- and compare said PASS, exit 0."""
+    base = builder(1).write(tmp_path / "base")
+    new = builder(2, fail_every=4).write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--resamples", "500"]) == 1
+    md = capsys.readouterr().out
+    assert "**Comparison: FAIL**" in md and "unsuccessful requests rose significantly" in md
+    line = next(x for x in md.splitlines() if "| ratio(errors) |" in x)
+    assert "| 0.0% | 25.0% | +25.0 pp |" in line and "**REGRESSION**" in line
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    row = _row(doc, "errors", "ratio")
+    assert row["verdict"] == "regression" and row["change_kind"] == "difference"
+    assert (row["base"], row["new"], row["n_base"], row["n_new"]) == (0.0, 0.25, 400, 400)
+    assert 0 < row["ci_low"] < 0.25 < row["ci_high"]
+    assert doc["verdict"] == "FAIL" and any("unsuccessful requests rose" in r for r in doc["reasons"])
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "html"]) == 1
+    assert "<td>ratio(errors)</td>" in capsys.readouterr().out
+
+
+def test_a_new_run_whose_every_request_failed_is_a_fail(tmp_path, capsys):
+    base = builder(1).write(tmp_path / "base")
+    new = builder(2, fail_every=1).write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "FAIL" and _row(doc, "errors", "ratio")["new"] == 1.0
+
+
+def test_the_same_share_of_errors_is_no_change_and_a_fall_is_an_improvement():
+    same = compare(builder(1, fail_every=10).build(), builder(2, fail_every=10).build(), resamples=500)
+    errors = next(r for r in same.rows if r.metric == "errors")
+    assert errors.verdict == "no significant change" and same.outcome == "PASS"
+    better = compare(builder(1, fail_every=4).build(), builder(2).build(), resamples=500)
+    assert next(r for r in better.rows if r.metric == "errors").verdict == "improvement"
+    assert better.outcome == "PASS"
+
+
+def test_a_rule_on_the_share_of_errors_says_how_much_rise_matters():
+    base, new = builder(1).build(), builder(2, fail_every=4).build()
+    # a rise of at most 50 points is allowed: the built-in "no significant rise" gives way to the rule
+    lax = compare(base, new, rules=[parse_rule("ratio(errors) regression <= 50%")], resamples=500)
+    assert lax.outcome == "PASS" and lax.rules[0].status == "pass"
+    strict = compare(base, new, rules=[parse_rule("require ratio(errors) regression <= 1%")], resamples=500)
+    assert strict.outcome == "FAIL" and strict.rules[0].status == "fail" and "limit 1%" in strict.rules[0].message
+    warned = compare(base, new, rules=[parse_rule("warn ratio(errors) regression <= 1%")], resamples=500)
+    assert warned.outcome == "PASS" and warned.rules[0].status == "warn"
+
+
+def test_the_spec_form_of_a_rule_on_errors_checks():
+    from soakspec.judge.testing import spec_from_text
+
+    spec = spec_from_text(SPEC.canonical_text + "compare {\n  require regression(ratio(errors)) <= 2%\n}\n")
+    assert [(r.stat, r.metric, r.threshold) for r in spec.compare.rules] == [("ratio", "errors", 0.02)]
+    for bad in ("require regression(ratio(ttft)) <= 2%", "require regression(p99(errors)) <= 2%"):
+        with pytest.raises(ValueError, match="E303"):
+            spec_from_text(SPEC.canonical_text + "compare {\n  " + bad + "\n}\n")
+
+
+def test_newcombe_interval_matches_the_published_example():
+    """Newcombe (1998), Statistics in Medicine 17:873, table II, method 10: 56/70 - 48/80 is
+    0.0524 .. 0.3339; 0/10 - 0/20 is -0.1611 .. 0.2775 (a share of 0 on both sides)."""
+    from soakspec.compare import proportion_difference
+
+    d, lo, hi = proportion_difference(48, 80, 56, 70, 0.95)
+    assert d == pytest.approx(0.2)
+    assert (lo, hi) == (pytest.approx(0.0524, abs=1e-4), pytest.approx(0.3339, abs=1e-4))
+    d, lo, hi = proportion_difference(0, 20, 0, 10, 0.95)
+    assert (d, lo, hi) == (0.0, pytest.approx(-0.1611, abs=1e-4), pytest.approx(0.2775, abs=1e-4))
+
+
+def test_equal_error_rates_are_rarely_called_a_change():
+    """Two runs with the same 2 % error rate: a 95 % interval of the difference excludes 0 in
+    at most about 5 % of repetitions (the score interval keeps its coverage near 0)."""
+    from soakspec.compare import proportion_difference
+
+    rng = random.Random(7)
+    wrong = 0
+    for _ in range(2000):
+        kb = sum(rng.random() < 0.02 for _ in range(300))
+        kn = sum(rng.random() < 0.02 for _ in range(300))
+        _, lo, hi = proportion_difference(kb, 300, kn, 300, 0.95)
+        wrong += lo > 0 or hi < 0
+    assert wrong <= 0.06 * 2000
