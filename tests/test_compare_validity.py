@@ -82,7 +82,7 @@ def test_a_rule_on_the_share_of_errors_says_how_much_rise_matters():
     lax = compare(base, new, rules=[parse_rule("ratio(errors) regression <= 50%")], resamples=500)
     assert lax.outcome == "PASS" and lax.rules[0].status == "pass"
     strict = compare(base, new, rules=[parse_rule("require ratio(errors) regression <= 1%")], resamples=500)
-    assert strict.outcome == "FAIL" and strict.rules[0].status == "fail" and "limit 1%" in strict.rules[0].message
+    assert strict.outcome == "FAIL" and strict.rules[0].status == "fail" and "(limit 1 pp)" in strict.rules[0].message
     warned = compare(base, new, rules=[parse_rule("warn ratio(errors) regression <= 1%")], resamples=500)
     assert warned.outcome == "PASS" and warned.rules[0].status == "warn"
 
@@ -122,3 +122,51 @@ def test_equal_error_rates_are_rarely_called_a_change():
         _, lo, hi = proportion_difference(kb, 300, kn, 300, 0.95)
         wrong += lo > 0 or hi < 0
     assert wrong <= 0.06 * 2000
+
+
+# ------------------------------------------------------------------------------ missing data
+
+
+def test_rows_the_new_run_has_no_data_for_are_never_a_pass(tmp_path, capsys):
+    """The audit's v2base/allfail with the rise of errors allowed by a rule: every latency row is
+    missing on the new side. Before, that compared PASS (and a rule on a missing row said
+    'missing (needs 299)')."""
+    base = builder(1).write(tmp_path / "base")
+    new = builder(2, fail_every=1).write(tmp_path / "new")
+    args = ["compare", str(base), str(new), "--resamples", "500", "--require", "ratio(errors) regression <= 100%"]
+    assert main(args) == 3
+    md = capsys.readouterr().out
+    assert "**Comparison: INCONCLUSIVE**" in md and "the new run has no data for 12 rows" in md
+    assert "missing data is never a pass" in md
+    assert main([*args, "--format", "json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "INCONCLUSIVE" and doc["exit_code"] == 3
+    assert any("p50(ttft)" in r and "no data" in r for r in doc["reasons"])
+    # a rule on a missing row is inconclusive, and says which run lacks the data
+    assert main([*args, "--require", "p50(ttft) regression <= 5%", "--format", "json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    ttft = next(o for o in doc["rules"] if o["rule"] == "require p50(ttft) regression <= 5%")
+    assert ttft["status"] == "inconclusive" and "the new run has no data (n=400/0)" in ttft["message"]
+    # a warn rule on errors lets the rise through, not the missing data
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--require", "warn ratio(errors) regression <= 1%"]) == 3
+
+
+def test_rows_the_base_run_has_no_data_for_are_inconclusive_too():
+    c = compare(builder(1, fail_every=1).build(), builder(2).build(), resamples=500)
+    assert next(r for r in c.rows if r.metric == "errors").verdict == "improvement"
+    assert c.outcome == "INCONCLUSIVE" and any(r.startswith("the base run has no data for 12 rows") for r in c.reasons)
+
+
+def test_a_metric_neither_run_has_decides_nothing():
+    """Rows missing on both sides (a metric the workload does not produce) are not missing data
+    of one run: they leave the outcome alone."""
+    def no_tpot(seed):
+        b = builder(seed)
+        for r in b.measured("a"):
+            r.update(tpot=None, itl=[])
+        return b.build()
+
+    c = compare(no_tpot(1), no_tpot(2), resamples=500)
+    both = [r for r in c.rows if r.verdict == "missing"]
+    assert both and all(r.base is None and r.new is None for r in both)
+    assert not any("no data" in r for r in c.reasons)

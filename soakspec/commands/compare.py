@@ -13,7 +13,7 @@ that never decides).
 Exit code: 0 PASS (both runs verified, every require rule holds); 1 FAIL (a require rule
 failed, a run's evidence does not verify, or the share of unsuccessful requests rose
 significantly and no rule on ratio(errors) says how much rise is allowed); 3 INCONCLUSIVE (a rule the samples cannot
-decide, an incomplete run, nothing to match); 2 usage error; 4 when `--out` cannot be written.
+decide, an incomplete run, a row with data on one side only, nothing to match); 2 usage error; 4 when `--out` cannot be written.
 """
 
 from __future__ import annotations

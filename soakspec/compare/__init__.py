@@ -76,8 +76,12 @@ throughput lower is worse):
     insufficient samples     either side has fewer samples than the statistic needs:
                              `min_samples_for_percentile(q, confidence)` for a percentile
                              (59 for p95, 299 for p99 at 95 %), MIN_BUCKETS buckets for a mean
-    missing                  the metric has no value on one side (no completed request; for
-                             errors, no measured request)
+    missing                  the metric has no value on a side (no completed request; for
+                             errors, no measured request). A row with a value on one side
+                             only makes the comparison INCONCLUSIVE, rules or none: missing
+                             data is never a pass (`Comparison.reasons` lists the rows). A row
+                             neither run has a value for (a metric the workload does not
+                             produce) decides nothing; a rule that asks for it is inconclusive
 
 Rules (`require|warn STAT(METRIC) regression <= N%`): over every matched row of that metric
 and statistic, `regression` is the change towards worse (positive = worse). A row passes when
@@ -91,7 +95,7 @@ never a pass, whatever the completed requests' latencies say (`Comparison.reason
 level). A rule on ratio(errors) -- `warn` too -- replaces that built-in: it is how a reviewer
 says how much rise matters. Outcome: FAIL when a `require` rule fails, a run's evidence does
 not verify or errors rose (above); INCONCLUSIVE when a require rule is inconclusive, a run is
-incomplete or nothing could be matched; else PASS. Without rules the comparison only reports
+incomplete, a row has data on one side only or nothing could be matched; else PASS. Without rules the comparison only reports
 (PASS = both runs verified, errors did not rise).
 
 Independence. The requests of a level are treated as independent draws. The inter-token gaps
@@ -701,19 +705,45 @@ def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
         where = f"{r.backend} {r.label}"
         iv = r.regression_interval()
         t = rule.threshold
-        if iv is None:
+        if iv is None and r.verdict == "missing":
+            st, msg = "inconclusive", f"{where}: {_no_data(r)} (n={r.n_base}/{r.n_new})"
+        elif iv is None:
             st, msg = "inconclusive", f"{where}: {r.verdict} (n={r.n_base}/{r.n_new}, needs {r.need})"
         else:
             lo, hi = iv
             ok = hi <= t if rule.op == "<=" else hi < t
             bad = lo > t if rule.op == "<=" else lo >= t
             st = "pass" if ok else "fail" if bad else "inconclusive"
-            msg = f"{where}: regression {lo * 100:+.1f}% .. {hi * 100:+.1f}% (limit {t * 100:g}%)"
+            u = " pp" if r.absolute else "%"  # ratio(errors): points
+            msg = f"{where}: regression {lo * 100:+.1f}{u} .. {hi * 100:+.1f}{u} (limit {t * 100:g}{u})"
         if worst is None or rank[st] > rank[worst[1]]:
             worst = (i, st, msg)
     assert worst is not None
     status = fold(rule.severity, (worst[1],))  # the gate's folding: a warn rule that fails is WARN
     return RuleOutcome(rule, status, worst[2], tuple(mine))  # type: ignore[arg-type]
+
+
+def _no_data(r: Row) -> str:
+    """Which run a missing row has no value from."""
+    if r.base is None and r.new is None:
+        return "neither run has data"
+    return f"the {'new' if r.new is None else 'base'} run has no data"
+
+
+def _missing(rows: Sequence[Row]) -> list[str]:
+    """Why rows with a value on one side only make the comparison INCONCLUSIVE (module doc)."""
+    out = []
+    for side in ("new", "base"):
+        gone = [r for r in rows if r.verdict == "missing" and (r.new if side == "new" else r.base) is None
+                and (r.base if side == "new" else r.new) is not None]
+        if gone:
+            where: dict[str, list[str]] = {}
+            for r in gone:
+                where.setdefault(f"{r.backend} {r.label}", []).append(f"{r.stat}({r.metric})")
+            listed = "; ".join(f"{w}: {', '.join(ms)}" for w, ms in where.items())
+            out.append(f"the {side} run has no data for {len(gone)} row{'s' if len(gone) != 1 else ''} the "
+                       f"{'base' if side == 'new' else 'new'} run has ({listed}): missing data is never a pass")
+    return out
 
 
 def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: str = "new",
@@ -747,9 +777,10 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
             fails.append("unsuccessful requests rose significantly: " + "; ".join(
                 f"{r.backend} {r.label} {_share(r.base)} → {_share(r.new)} "
                 f"({(r.low or 0) * 100:+.1f} .. {(r.high or 0) * 100:+.1f} pp)" for r in rose))
+    unsure = _missing(rows)  # reasons to be INCONCLUSIVE besides the rules
     if not (sb.verified and sn.verified) or any(o.status == "fail" for o in req) or fails:
         outcome: Outcome = "FAIL"
-    elif not rows or sb.incomplete or sn.incomplete or any(o.status == "inconclusive" for o in req):
+    elif not rows or sb.incomplete or sn.incomplete or any(o.status == "inconclusive" for o in req) or unsure:
         outcome = "INCONCLUSIVE"
     else:
         outcome = "PASS"
@@ -761,7 +792,7 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
     if not rows:
         notes.append("nothing to compare: no backend and level in common")
     return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome, tuple(unpaired),
-                      tuple(fails))
+                      tuple(fails + unsure))
 
 
 def _share(v: float | None) -> str:
