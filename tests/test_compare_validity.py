@@ -170,3 +170,40 @@ def test_a_metric_neither_run_has_decides_nothing():
     both = [r for r in c.rows if r.verdict == "missing"]
     assert both and all(r.base is None and r.new is None for r in both)
     assert not any("no data" in r for r in c.reasons)
+
+
+# ------------------------------------------------------------------------------ comparable runs
+
+
+def test_a_rehearsal_on_either_side_is_inconclusive_never_a_pass(tmp_path, capsys):
+    """The audit's v2base/v2reh: a `--rehearse --time-scale 0.5` run compared PASS with a real one."""
+    base = builder(1).write(tmp_path / "base")
+    reh = builder(2, rehearsal=True, time_scale=0.5).write(tmp_path / "reh")
+    for a, b in ((base, reh), (reh, base)):
+        assert main(["compare", str(a), str(b), "--resamples", "500"]) == 3
+        md = capsys.readouterr().out
+        assert "**Comparison: INCONCLUSIVE**" in md
+        assert "is a rehearsal against the simulator and time-scaled by 0.5" in md
+        assert "a scaled run never passes a real gate" in md
+    assert main(["compare", str(base), str(reh), "--resamples", "500", "--format", "json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["new"]["rehearsal"], doc["new"]["time_scale"]) == (True, 0.5)
+    assert (doc["base"]["rehearsal"], doc["base"]["time_scale"]) == (False, 1.0)
+    assert any(r.startswith("the new run is a rehearsal") for r in doc["reasons"])
+
+
+def test_a_time_scaled_run_is_inconclusive_too():
+    c = compare(builder(1).build(), builder(2, time_scale=0.5).build(), resamples=500)
+    assert c.outcome == "INCONCLUSIVE"
+    assert c.reasons == ("the new run is time-scaled by 0.5: it says nothing about the real backends at full duration, "
+                         "and a scaled run never passes a real gate (with gate { allow_rehearsal = true }, two runs "
+                         "scaled alike compare)",)
+
+
+def test_allow_rehearsal_compares_two_rehearsals_alike_and_never_a_rehearsal_with_a_real_run():
+    r1, r2 = builder(1, rehearsal=True).build(), builder(2, rehearsal=True).build()
+    ok = compare(r1, r2, resamples=500, allow_rehearsal=True)
+    assert ok.outcome == "PASS" and not ok.reasons and any("allow_rehearsal" in n for n in ok.notes)
+    assert compare(r1, r2, resamples=500).outcome == "INCONCLUSIVE"
+    mixed = compare(builder(1).build(), r2, resamples=500, allow_rehearsal=True)
+    assert mixed.outcome == "INCONCLUSIVE" and "not scaled alike" in mixed.reasons[0]

@@ -13,7 +13,8 @@ that never decides).
 Exit code: 0 PASS (both runs verified, every require rule holds); 1 FAIL (a require rule
 failed, a run's evidence does not verify, or the share of unsuccessful requests rose
 significantly and no rule on ratio(errors) says how much rise is allowed); 3 INCONCLUSIVE (a rule the samples cannot
-decide, an incomplete run, a row with data on one side only, nothing to match); 2 usage error; 4 when `--out` cannot be written.
+decide, an incomplete run, a row with data on one side only, a rehearsal or time-scaled run on
+either side unless the spec's gate allows rehearsals and both are scaled alike, nothing to match); 2 usage error; 4 when `--out` cannot be written.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
     rules = list(rules_of(spec)) + rules
     confidence = args.confidence if args.confidence is not None else spec.compare.confidence
     c = compare(sides[0], sides[1], base_dir=str(args.base), new_dir=str(args.new), confidence=confidence,
-                rules=rules, resamples=resamples, seed=args.seed)
+                rules=rules, resamples=resamples, seed=args.seed, allow_rehearsal=spec.gate.allow_rehearsal)
     text = render(c, args.format).encode("utf-8", "backslashreplace").decode("utf-8")
     if args.out is not None:
         try:

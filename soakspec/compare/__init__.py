@@ -98,6 +98,16 @@ not verify or errors rose (above); INCONCLUSIVE when a require rule is inconclus
 incomplete, a row has data on one side only or nothing could be matched; else PASS. Without rules the comparison only reports
 (PASS = both runs verified, errors did not rise).
 
+Comparable runs. A rehearsal (`run --rehearse`: every backend replaced by the simulator) or a
+time-scaled run (`run --time-scale`: every duration, bucket and deadline shrunk), on either
+side, makes the comparison INCONCLUSIVE with the reason, as the gate's `full_scale_run` makes
+such a run INCONCLUSIVE: a scaled run never passes a real gate, and a before/after of one says
+nothing about the real backends at full duration. The manifest records both (`rehearsal`,
+`time_scale`; `Side` carries them). Where the spec in use (`--spec`, else the new run's) sets
+`gate { allow_rehearsal = true }` -- the gate's own escape -- two runs scaled alike (both
+rehearsals or neither, the same time scale) are compared, with a note; a rehearsal against a
+real run never is.
+
 Independence. The requests of a level are treated as independent draws. The inter-token gaps
 of one request are not (they share its batch, its position in the queue), so itl's interval is
 an m-out-of-n bootstrap: resamples as large as the number of requests, not of gaps (the same
@@ -126,6 +136,7 @@ from soakspec.judge import stats
 from soakspec.judge.common import fold
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, index
+from soakspec.judge.joined import _time_scale
 from soakspec.judge.measures import Distribution, PerBucket
 from soakspec.judge.measures import Outcome as OutcomeCount
 from soakspec.judge.registry import metric
@@ -418,11 +429,25 @@ class Side:
     verified: bool  # every artifact re-hashed and matched, every file parsed
     problems: tuple[str, ...]  # what did not verify (tampered, malformed)
     incomplete: tuple[str, ...] = ()  # the run says it did not finish
+    rehearsal: bool = False  # `run --rehearse`: every backend was the simulator (manifest "rehearsal")
+    time_scale: float = 1.0  # `run --time-scale`: every duration shrunk (manifest "time_scale")
+    bad_time_scale: bool = False  # the manifest's time_scale is not in (0, 1]
+
+    def scaled(self) -> str | None:
+        """What makes this run not a full-scale run of its real backends, in words; None if nothing."""
+        what = []
+        if self.rehearsal:
+            what.append("a rehearsal against the simulator")
+        if self.bad_time_scale:
+            what.append("of an unreadable time scale")
+        elif self.time_scale != 1:
+            what.append(f"time-scaled by {self.time_scale:g}")
+        return " and ".join(what) or None
 
     def to_json(self) -> dict[str, Any]:
         return {"dir": self.dir, "run_id": self.run_id, "manifest_sha256": self.manifest_sha256,
                 "spec_sha256": self.spec_sha256, "verified": self.verified, "problems": list(self.problems),
-                "incomplete": list(self.incomplete)}
+                "incomplete": list(self.incomplete), "rehearsal": self.rehearsal, "time_scale": self.time_scale}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -492,7 +517,29 @@ def _side(dir: str, ev: Evidence) -> Side:
     integ = ev.integrity
     problems = tuple(f"{f.path}: {f.message}" for f in (*integ.tampered, *integ.malformed))
     incomplete = tuple(f"{f.path}: {f.message}" for f in integ.incomplete)
-    return Side(dir, ev.run_id, ev.manifest_sha256, ev.spec_sha256, bool(integ.verified) and not problems, problems, incomplete)
+    scale, bad = _time_scale(ev.manifest)
+    return Side(dir, ev.run_id, ev.manifest_sha256, ev.spec_sha256, bool(integ.verified) and not problems, problems, incomplete,
+                ev.manifest.get("rehearsal") is True, scale, bad)
+
+
+def _full_scale(sb: Side, sn: Side, allow_rehearsal: bool, notes: list[str]) -> list[str]:
+    """Why a rehearsal or a time-scaled run on either side makes the comparison INCONCLUSIVE
+    (module doc, "Comparable runs"); a note instead where the spec allows rehearsals and both
+    runs were scaled alike."""
+    scaled = [(which, s.scaled()) for s, which in ((sb, "base"), (sn, "new")) if s.scaled()]
+    if not scaled:
+        return []
+    said = "; ".join(f"the {which} run is {what}" for which, what in scaled)
+    alike = (sb.rehearsal, sb.time_scale, sb.bad_time_scale) == (sn.rehearsal, sn.time_scale, sn.bad_time_scale)
+    if allow_rehearsal and alike and not sb.bad_time_scale:
+        notes.append(f"{said}: compared as the spec allows rehearsals (allow_rehearsal); "
+                     f"{'it says' if len(scaled) == 1 else 'they say'} nothing about the real backends at full duration")
+        return []
+    why = ("a scaled run never passes a real gate"
+           + ("" if alike else "; and the two runs are not scaled alike") if allow_rehearsal else
+           "a scaled run never passes a real gate (with gate { allow_rehearsal = true }, two runs scaled alike compare)")
+    them = "it says" if len(scaled) == 1 else "they say"
+    return [f"{said}: {them} nothing about the real backends at full duration, and {why}"]
 
 
 def _pairs(base: Sequence[BackendIndex], new: Sequence[BackendIndex], notes: list[str]) -> list[tuple[BackendIndex, BackendIndex]]:
@@ -748,8 +795,9 @@ def _missing(rows: Sequence[Row]) -> list[str]:
 
 def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: str = "new",
             confidence: float = 0.95, rules: Sequence[CompareRule] = (), resamples: int = DEFAULT_RESAMPLES,
-            seed: int = 0) -> Comparison:
-    """Compare two runs' evidence (pure: same inputs, same comparison)."""
+            seed: int = 0, allow_rehearsal: bool = False) -> Comparison:
+    """Compare two runs' evidence (pure: same inputs, same comparison). `allow_rehearsal`: the
+    spec in use says `gate { allow_rehearsal = true }` (module doc, "Comparable runs")."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     notes: list[str] = []
@@ -777,7 +825,7 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
             fails.append("unsuccessful requests rose significantly: " + "; ".join(
                 f"{r.backend} {r.label} {_share(r.base)} → {_share(r.new)} "
                 f"({(r.low or 0) * 100:+.1f} .. {(r.high or 0) * 100:+.1f} pp)" for r in rose))
-    unsure = _missing(rows)  # reasons to be INCONCLUSIVE besides the rules
+    unsure = _full_scale(sb, sn, allow_rehearsal, notes) + _missing(rows)  # reasons to be INCONCLUSIVE besides the rules
     if not (sb.verified and sn.verified) or any(o.status == "fail" for o in req) or fails:
         outcome: Outcome = "FAIL"
     elif not rows or sb.incomplete or sn.incomplete or any(o.status == "inconclusive" for o in req) or unsure:
