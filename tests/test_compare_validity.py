@@ -207,3 +207,68 @@ def test_allow_rehearsal_compares_two_rehearsals_alike_and_never_a_rehearsal_wit
     assert compare(r1, r2, resamples=500).outcome == "INCONCLUSIVE"
     mixed = compare(builder(1).build(), r2, resamples=500, allow_rehearsal=True)
     assert mixed.outcome == "INCONCLUSIVE" and "not scaled alike" in mixed.reasons[0]
+
+
+def _longer_requests(extra: str = "  prompt_words = 512\n  max_tokens = 256\n"):
+    from soakspec.judge.testing import spec_from_text
+
+    return spec_from_text(SPEC.canonical_text.replace('workload "w" {\n', 'workload "w" {\n' + extra))
+
+
+def test_runs_that_sent_different_requests_say_so_and_are_inconclusive(tmp_path, capsys):
+    """The audit's v2base/v2tok: 512-word prompts and max_tokens 64 against 16 and 16 compared
+    PASS without a word about it."""
+    base = builder(1).write(tmp_path / "base")
+    new = builder(2, spec=_longer_requests()).write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--resamples", "500"]) == 3
+    md = capsys.readouterr().out
+    assert "**Comparison: INCONCLUSIVE**" in md
+    assert "workload 'w': prompt 64 words → 512 words; max_tokens 64 → 256" in md
+    assert "--allow-workload-change" in md
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["workload_differences"] == ["workload 'w': prompt 64 words → 512 words; max_tokens 64 → 256"]
+    # --spec judges both with one spec; the workloads are still those the runs ran
+    spec_file = tmp_path / "base.soak"
+    spec_file.write_text(SPEC.canonical_text)
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--spec", str(spec_file), "--format", "json"]) == 3
+    assert json.loads(capsys.readouterr().out)["workload_differences"] == doc["workload_differences"]
+
+
+def test_allow_workload_change_compares_them_with_a_note(tmp_path, capsys):
+    base = builder(1).write(tmp_path / "base")
+    new = builder(2, spec=_longer_requests()).write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--allow-workload-change", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "PASS" and doc["workload_differences"]
+    assert any("compared as asked (--allow-workload-change)" in n for n in doc["notes"])
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--allow-workload-change"]) == 0
+    assert "note: the runs sent different requests" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("extra, said", [
+    ("  endpoint = chat\n", "endpoint completions → chat"),
+    ("  stream = false\n", "stream yes → no"),
+    ("  sampling {\n    temperature = 0.7\n    top_p = 0.9\n    seed = 1\n  }\n",
+     "sampling greedy → temperature 0.7, top_p 0.9, seed 1"),
+    ("  ignore_eos = false\n", "ignore_eos yes → no"),
+])
+def test_each_aspect_of_the_requests_is_compared(extra, said):
+    c = compare(builder(1).build(), builder(2, spec=_longer_requests(extra)).build(), resamples=200)
+    assert c.outcome == "INCONCLUSIVE" and said in c.workload_differences[0], c.workload_differences
+
+
+def test_a_different_model_is_a_different_workload():
+    from soakspec.judge.testing import spec_from_text
+
+    def with_model(m):
+        return spec_from_text(SPEC.canonical_text.replace("\nbackend", f'\nmodel {{\n  id = "{m}"\n}}\n\nbackend', 1))
+
+    c = compare(builder(1, spec=with_model("llama-8b")).build(), builder(2, spec=with_model("llama-70b")).build(),
+                resamples=200)
+    assert c.outcome == "INCONCLUSIVE" and "model llama-8b → llama-70b" in c.workload_differences[0]
+
+
+def test_the_same_spec_has_no_workload_difference():
+    c = compare(builder(1).build(), builder(2).build(), resamples=200)
+    assert c.workload_differences == () and c.outcome == "PASS"

@@ -8,13 +8,17 @@ instead of the ones embedded in their manifests. Rules gate the comparison: thos
 spec's `compare { require regression(p99(ttft)) <= 5% }` block (`--spec FILE`, else the NEW
 run's embedded spec -- the one under review; its `confidence` too unless `--confidence` is
 given), then every `--require 'p99(ttft) regression <= 5%'` (repeatable; `warn ...` for a rule
-that never decides).
+that never decides). The workloads are compared as the runs ran them (their embedded specs,
+whatever `--spec` says): a difference is stated, and is INCONCLUSIVE unless
+`--allow-workload-change`.
 
 Exit code: 0 PASS (both runs verified, every require rule holds); 1 FAIL (a require rule
 failed, a run's evidence does not verify, or the share of unsuccessful requests rose
 significantly and no rule on ratio(errors) says how much rise is allowed); 3 INCONCLUSIVE (a rule the samples cannot
 decide, an incomplete run, a row with data on one side only, a rehearsal or time-scaled run on
-either side unless the spec's gate allows rehearsals and both are scaled alike, nothing to match); 2 usage error; 4 when `--out` cannot be written.
+either side unless the spec's gate allows rehearsals and both are scaled alike, runs that sent
+different requests -- prompt, max_tokens, endpoint, model, sampling -- unless
+`--allow-workload-change` says that is the point, nothing to match); 2 usage error; 4 when `--out` cannot be written.
 """
 
 from __future__ import annotations
@@ -51,6 +55,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="md", help="md, html or json (default: md)")
     p.add_argument("--resamples", type=int, default=None, metavar="N", help="bootstrap draws per side (default: 4000)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0; the output is deterministic)")
+    p.add_argument("--allow-workload-change", action="store_true",
+                   help="the runs sent different requests on purpose (prompt, max_tokens, endpoint, model, ...): "
+                        "compare them, with a note, instead of INCONCLUSIVE")
     p.add_argument("--out", metavar="FILE", help="write the comparison to FILE (atomically) instead of stdout")
 
 
@@ -83,7 +90,10 @@ def main(args: argparse.Namespace) -> int:
     rules = list(rules_of(spec)) + rules
     confidence = args.confidence if args.confidence is not None else spec.compare.confidence
     c = compare(sides[0], sides[1], base_dir=str(args.base), new_dir=str(args.new), confidence=confidence,
-                rules=rules, resamples=resamples, seed=args.seed, allow_rehearsal=spec.gate.allow_rehearsal)
+                rules=rules, resamples=resamples, seed=args.seed, allow_rehearsal=spec.gate.allow_rehearsal,
+                workload_change=args.allow_workload_change,
+                # the specs the runs ran: their embedded ones (read anew by compare under --spec)
+                base_spec=None if args.spec else specs[0], new_spec=None if args.spec else specs[1])
     text = render(c, args.format).encode("utf-8", "backslashreplace").decode("utf-8")
     if args.out is not None:
         try:

@@ -1,6 +1,7 @@
 """Before/after with statistics: `compare(base, new) -> Comparison` (pure, deterministic).
 
-    compare(base: Evidence, new: Evidence, *, confidence, rules, resamples, seed) -> Comparison
+    compare(base: Evidence, new: Evidence, *, confidence, rules, resamples, seed,
+            allow_rehearsal, workload_change, base_spec, new_spec) -> Comparison
     parse_rule(text) -> CompareRule        `require p99(ttft) regression <= 5%` (command line)
     rules_of(spec) -> tuple[CompareRule]   a spec's `compare { require regression(p99(ttft)) <= 5% }`
     Comparison.to_json() / soakspec.compare.render.render(comparison, fmt)
@@ -107,6 +108,18 @@ nothing about the real backends at full duration. The manifest records both (`re
 `gate { allow_rehearsal = true }` -- the gate's own escape -- two runs scaled alike (both
 rehearsals or neither, the same time scale) are compared, with a note; a rehearsal against a
 real run never is.
+
+The workload, too: a change of latency between two runs that sent different requests may be
+the workload's, not the server's. For each compared workload the requests' shape as the runs
+ran it (their embedded specs, whatever `--spec` judges with: `workload_shape`) -- model and
+served name, endpoint, stream, the prompt (words, exact token lengths and shared prefix, a
+prompt file by its content hash, a replay trace's lengths, multi-turn), max_tokens, ignore_eos,
+sampling and extra body fields -- is compared; durations, buckets, deadlines and loads are
+not (levels pair by load; a phase whose load changed says so per row). Each difference is
+stated (`Comparison.workload_differences`, JSON `workload_differences`) and makes the
+comparison INCONCLUSIVE, unless the caller says the change of workload is the point
+(`workload_change`, `--allow-workload-change`): then it is a note and the rows and rules
+decide. A run whose embedded spec cannot be read leaves a note and nothing compared.
 
 Independence. The requests of a level are treated as independent draws. The inter-token gaps
 of one request are not (they share its batch, its position in the queue), so itl's interval is
@@ -463,6 +476,7 @@ class Comparison:
     outcome: Outcome
     unpaired: tuple[Unpaired, ...] = ()  # levels with no counterpart of the same load (module doc)
     reasons: tuple[str, ...] = ()  # what, besides the rules, makes the outcome FAIL or INCONCLUSIVE
+    workload_differences: tuple[str, ...] = ()  # per compared workload, how its requests differ (module doc)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -508,6 +522,7 @@ class Comparison:
             "rows": [r.to_json() for r in self.rows],
             "rules": [r.to_json() for r in self.rules],
             "reasons": list(self.reasons),
+            "workload_differences": list(self.workload_differences),
             "notes": list(self.notes),
             "unpaired": [u.to_json() for u in self.unpaired],
         }
@@ -793,21 +808,93 @@ def _missing(rows: Sequence[Row]) -> list[str]:
     return out
 
 
+def ran_spec(ev: Evidence) -> Any:
+    """The spec a run ran (its manifest's embedded text, checked), or None when it has none or
+    it does not check with this soakspec."""
+    from soakspec.lang import load_text
+
+    text = ev.spec_text
+    if text is None:
+        return None
+    try:
+        spec, _, _ = load_text(text, f"{ev.root or 'evidence'}/manifest.json#spec")
+    except Exception:  # noqa: BLE001 - a spec this soakspec cannot read has no workload to compare
+        return None
+    return spec
+
+
+def _list(xs: Sequence[Any]) -> str:
+    return str(xs[0]) if len(xs) == 1 else "[" + ", ".join(str(x) for x in xs) + "]"
+
+
+def workload_shape(spec: Any, name: str) -> dict[str, str] | None:
+    """What every request of workload `name` looks like (module doc, "Comparable runs"), each
+    aspect in words; None when the spec has no such workload."""
+    w = next((w for w in spec.workloads if w.name == name), None)
+    if w is None:
+        return None
+    if w.dataset is not None:
+        prompt = f"{w.dataset.format} file {w.dataset.path.rsplit('/', 1)[-1]} (sha256 {w.dataset.sha256[:12]})"
+    elif w.prompt_file is not None:
+        prompt = f"file {w.prompt_file}"
+    elif w.prompt_tokens:
+        prompt = f"{_list(w.prompt_tokens)} tokens" + (f" ({w.prefix_tokens} shared)" if w.prefix_tokens else "")
+    else:
+        prompt = f"{w.prompt_words} words"
+    if w.multi_turn:
+        prompt += ", multi-turn"
+    replay = w.load.replay
+    if replay is not None:
+        prompt += f", lengths from {replay.format} trace sha256 {replay.sha256[:12]}"
+    sm = w.sampling
+    sampling = "greedy" if sm.greedy else f"temperature {sm.temperature:g}, top_p {sm.top_p:g}" + (
+        f", top_k {sm.top_k}" if sm.top_k is not None else "")
+    if sm.seed is not None:
+        sampling += f", seed {sm.seed}"
+    return {"model": spec.model.id or "-", "served model name": spec.model.request_name, "endpoint": w.endpoint,
+            "stream": "yes" if w.stream else "no", "prompt": prompt,
+            "max_tokens": "from the prompt file" if w.max_tokens_from_file else _list(w.max_tokens),
+            "ignore_eos": "yes" if w.ignore_eos else "no", "sampling": sampling, "body": w.body_json or "{}"}
+
+
+def _workload_differences(base_spec: Any, new_spec: Any, workloads: Sequence[str], notes: list[str]) -> list[str]:
+    """Each compared workload whose requests differ between the runs: 'workload "w": prompt 16
+    words → 512 words; max_tokens 16 → 64'."""
+    if base_spec is None or new_spec is None:
+        which = " and ".join(w for w, sp in (("base", base_spec), ("new", new_spec)) if sp is None)
+        notes.append(f"the {which} run's embedded spec cannot be read: whether the runs sent the same requests is not known")
+        return []
+    out = []
+    for name in dict.fromkeys(workloads):
+        a, z = workload_shape(base_spec, name), workload_shape(new_spec, name)
+        if a is None or z is None:
+            continue
+        diff = [f"{k} {a[k]} → {z[k]}" for k in a if a[k] != z[k]]
+        if diff:
+            out.append(f"workload {name!r}: " + "; ".join(diff))
+    return out
+
+
 def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: str = "new",
             confidence: float = 0.95, rules: Sequence[CompareRule] = (), resamples: int = DEFAULT_RESAMPLES,
-            seed: int = 0, allow_rehearsal: bool = False) -> Comparison:
+            seed: int = 0, allow_rehearsal: bool = False, workload_change: bool = False,
+            base_spec: Any = None, new_spec: Any = None) -> Comparison:
     """Compare two runs' evidence (pure: same inputs, same comparison). `allow_rehearsal`: the
-    spec in use says `gate { allow_rehearsal = true }` (module doc, "Comparable runs")."""
+    spec in use says `gate { allow_rehearsal = true }`; `workload_change`: a different workload
+    is the point of the comparison (module doc, "Comparable runs"). `base_spec`, `new_spec`: the
+    specs the runs ran, where the caller has them (else read from the manifests)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     notes: list[str] = []
     sb, sn = _side(base_dir, base), _side(new_dir, new)
     pending: list[_Pending] = []
     unpaired: list[Unpaired] = []
+    workloads: list[str] = []
     for bb, bn in _pairs(index(base), index(new), notes):
         level_pairs, alone = _level_pairs(bb, bn)
         unpaired += alone
         for a, z in level_pairs:
+            workloads.append(a.workload)
             note = f"load differs: base {_load(a)}, new {_load(z)}" if _load(a) != _load(z) else None  # a phase's
             for cm in METRICS:
                 wanted = list(cm.stats) + [r.stat for r in rules if r.metric == cm.name and r.stat not in cm.stats]
@@ -826,6 +913,15 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
                 f"{r.backend} {r.label} {_share(r.base)} → {_share(r.new)} "
                 f"({(r.low or 0) * 100:+.1f} .. {(r.high or 0) * 100:+.1f} pp)" for r in rose))
     unsure = _full_scale(sb, sn, allow_rehearsal, notes) + _missing(rows)  # reasons to be INCONCLUSIVE besides the rules
+    differ: list[str] = []
+    if workloads:
+        differ = _workload_differences(base_spec if base_spec is not None else ran_spec(base),
+                                       new_spec if new_spec is not None else ran_spec(new), workloads, notes)
+    if differ and workload_change:
+        notes.append("the runs sent different requests, compared as asked (--allow-workload-change): " + " / ".join(differ))
+    elif differ:
+        unsure.append("the runs sent different requests (" + " / ".join(differ) + "): a change of latency may be the "
+                      "workload's, not the server's (--allow-workload-change compares them when that is the point)")
     if not (sb.verified and sn.verified) or any(o.status == "fail" for o in req) or fails:
         outcome: Outcome = "FAIL"
     elif not rows or sb.incomplete or sn.incomplete or any(o.status == "inconclusive" for o in req) or unsure:
@@ -840,7 +936,7 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
     if not rows:
         notes.append("nothing to compare: no backend and level in common")
     return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome, tuple(unpaired),
-                      tuple(fails + unsure))
+                      tuple(fails + unsure), tuple(differ))
 
 
 def _share(v: float | None) -> str:
