@@ -272,3 +272,38 @@ def test_a_different_model_is_a_different_workload():
 def test_the_same_spec_has_no_workload_difference():
     c = compare(builder(1).build(), builder(2).build(), resamples=200)
     assert c.workload_differences == () and c.outcome == "PASS"
+
+
+# ------------------------------------------------------------------------------ resamples
+
+
+def test_too_few_resamples_are_raised_to_what_the_rows_tails_need(tmp_path, capsys):
+    """15 rows at 95 %: each end of a row's interval is the 0.17 % tail of its draws, which 100
+    draws do not reach. The count is raised to 6000 (10 draws beyond each end), with a note."""
+    base = builder(1).write(tmp_path / "base")
+    new = builder(2).write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--resamples", "100", "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert (doc["method"]["resamples"], doc["method"].get("resamples_requested")) == (6000, 100)
+    assert "--resamples 100 raised to 6000" in err
+    assert any(n.startswith("resamples raised from 100 to 6000") for n in doc["notes"])
+    # the default (4000) is raised without a word on stderr; the method line says how many
+    assert main(["compare", str(base), str(new)]) == 0
+    out, err = capsys.readouterr()
+    assert "seeded bootstrap (6000 draws" in out and "raised" not in err
+    from soakspec.compare import min_resamples
+
+    assert (min_resamples(15, 0.95), min_resamples(56, 0.95), min_resamples(1, 0.5)) == (6000, 22400, 100)
+
+
+def test_intervals_from_too_few_draws_were_too_narrow():
+    """The user-visible effect: with 100 draws a row's family-wise interval is the draws'
+    extremes, up to 30 % narrower than the interval itself (false regressions between two runs
+    of one configuration). Asked for 100, every row is now within 15 % of a 30 000-draw interval."""
+    a, b = builder(1).build(), builder(2).build()
+    ref = {(r.metric, r.stat): r for r in compare(a, b, resamples=30000).rows}
+    few = compare(a, b, resamples=100)
+    ratios = [(r.high - r.low) / (x.high - x.low) for r in few.rows
+              if r.low is not None and (x := ref[(r.metric, r.stat)]).high - x.low > 0]
+    assert len(ratios) >= 12 and min(ratios) > 0.85, ratios

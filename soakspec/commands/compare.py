@@ -53,7 +53,9 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--require", action="append", default=[], metavar="RULE",
                    help="a gating rule, e.g. 'p99(ttft) regression <= 5%%' (or 'warn p50(tpot) regression <= 10%%')")
     p.add_argument("--format", choices=FORMATS, default="md", help="md, html or json (default: md)")
-    p.add_argument("--resamples", type=int, default=None, metavar="N", help="bootstrap draws per side (default: 4000)")
+    p.add_argument("--resamples", type=int, default=None, metavar="N",
+                   help="bootstrap draws per side, at least 100 (default: 4000); raised, with a note, to what the "
+                        "number of rows needs (10 draws beyond each end of every family-wise interval)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default: 0; the output is deterministic)")
     p.add_argument("--allow-workload-change", action="store_true",
                    help="the runs sent different requests on purpose (prompt, max_tokens, endpoint, model, ...): "
@@ -64,7 +66,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
     from soakspec.commands.gate import load_for_judging
-    from soakspec.compare import DEFAULT_RESAMPLES, RuleError, compare, parse_rule, rules_of
+    from soakspec.compare import MIN_RESAMPLES, MIN_TAIL_DRAWS, RuleError, compare, parse_rule, rules_of
     from soakspec.compare.render import render
     from soakspec.evidence.io import EvidenceError, write_bytes_atomic
 
@@ -72,9 +74,9 @@ def main(args: argparse.Namespace) -> int:
         rules = [parse_rule(r if r.split()[:1] in (["require"], ["warn"]) else "require " + r) for r in args.require]
     except RuleError as e:
         raise UsageError(str(e)) from None
-    resamples = DEFAULT_RESAMPLES if args.resamples is None else args.resamples
-    if resamples < 100:
-        raise UsageError("--resamples must be at least 100")
+    resamples = args.resamples  # None: the default, or more where the rows need more (soakspec.compare)
+    if resamples is not None and resamples < MIN_RESAMPLES:
+        raise UsageError(f"--resamples must be at least {MIN_RESAMPLES}")
     from soakspec.evidence.io import require_evidence_dir
 
     for d in (args.base, args.new):  # both, before either is read (a day-long run's evidence takes minutes)
@@ -94,6 +96,9 @@ def main(args: argparse.Namespace) -> int:
                 workload_change=args.allow_workload_change,
                 # the specs the runs ran: their embedded ones (read anew by compare under --spec)
                 base_spec=None if args.spec else specs[0], new_spec=None if args.spec else specs[1])
+    if c.resamples_requested is not None:
+        print(f"soakspec compare: note: --resamples {c.resamples_requested} raised to {c.resamples}: each end of the "
+              f"{len(c.rows)} rows' family-wise intervals needs at least {MIN_TAIL_DRAWS} draws beyond it", file=sys.stderr)
     text = render(c, args.format).encode("utf-8", "backslashreplace").decode("utf-8")
     if args.out is not None:
         try:

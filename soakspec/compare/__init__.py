@@ -40,6 +40,16 @@ Statistic: the relative change `new / base - 1` of the row's statistic, with a c
 interval from a seeded, deterministic bootstrap (percentile interval, `resamples` draws per
 side, `random.Random(seed)` derived per row so rows do not depend on each other's order).
 
+Resamples. A row's interval is the (1 - confidence) / (2m) and 1 - (1 - confidence) / (2m)
+percentiles of its draws (m rows, Bonferroni): with 56 rows at 95 % that is the 0.045 % tail,
+which 100 draws do not reach at all -- the interval is then the draws' extremes, noise, and two
+runs of one configuration read "regression" on a row far more often than 5 % of the time. So
+the draws per side are at least `min_resamples(m, confidence)` = MIN_TAIL_DRAWS / tail (10 draws
+beyond each end; 6 000 for 15 rows, 22 400 for 56 at 95 %): the default (DEFAULT_RESAMPLES) is
+raised to it silently (the method line says how many), an explicit smaller count is raised
+with a note (`Comparison.resamples_requested`; the command says so on stderr). The percentile
+rows cost two Beta variates a draw whatever the sample size.
+
 Why a bootstrap and how it stays cheap. An exact rank method gives a distribution-free interval
 for ONE percentile (order statistics and the binomial), but there is no exact interval for the
 difference of two runs' percentiles, and combining two one-sample intervals is badly
@@ -156,6 +166,8 @@ from soakspec.judge.registry import metric
 
 SCHEMA_VERSION = 1
 DEFAULT_RESAMPLES = 4000
+MIN_RESAMPLES = 100
+MIN_TAIL_DRAWS = 10  # bootstrap draws beyond each end of a row's interval, at the least (module doc, "Resamples")
 MIN_BUCKETS = 4
 Outcome = Literal["PASS", "FAIL", "INCONCLUSIVE"]
 RowVerdict = Literal["regression", "improvement", "no significant change", "insufficient samples", "missing"]
@@ -468,7 +480,7 @@ class Comparison:
     base: Side
     new: Side
     confidence: float
-    resamples: int
+    resamples: int  # the draws per side each bootstrap row used (module doc, "Resamples")
     seed: int
     rows: tuple[Row, ...]
     rules: tuple[RuleOutcome, ...]
@@ -477,6 +489,7 @@ class Comparison:
     unpaired: tuple[Unpaired, ...] = ()  # levels with no counterpart of the same load (module doc)
     reasons: tuple[str, ...] = ()  # what, besides the rules, makes the outcome FAIL or INCONCLUSIVE
     workload_differences: tuple[str, ...] = ()  # per compared workload, how its requests differ (module doc)
+    resamples_requested: int | None = None  # what the caller asked for (None: the default), when it was fewer
 
     @property
     def exit_code(self) -> ExitCode:
@@ -515,7 +528,8 @@ class Comparison:
             "confidence": self.confidence,
             "method": {"interval": "bootstrap percentile interval of new/base - 1",
                        "percentiles": "exact order-statistic bootstrap (Beta draws), type-7 interpolation",
-                       "means": "ordinary bootstrap over buckets", "resamples": self.resamples, "seed": self.seed,
+                       "means": "ordinary bootstrap over buckets", "resamples": self.resamples,
+                       "resamples_requested": self.resamples_requested, "min_tail_draws": MIN_TAIL_DRAWS, "seed": self.seed,
                        "family_wise": "Bonferroni over the rows"},
             "base": self.base.to_json(),
             "new": self.new.to_json(),
@@ -875,14 +889,24 @@ def _workload_differences(base_spec: Any, new_spec: Any, workloads: Sequence[str
     return out
 
 
+def min_resamples(rows: int, confidence: float) -> int:
+    """The fewest bootstrap draws per side that leave MIN_TAIL_DRAWS beyond each end of every
+    row's interval (module doc, "Resamples"): with `rows` rows each tail is (1 - confidence) /
+    (2 * rows) of the draws."""
+    tail = (1.0 - confidence) / (2 * max(1, rows))
+    return max(MIN_RESAMPLES, math.ceil(MIN_TAIL_DRAWS / tail - 1e-6))
+
+
 def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: str = "new",
-            confidence: float = 0.95, rules: Sequence[CompareRule] = (), resamples: int = DEFAULT_RESAMPLES,
+            confidence: float = 0.95, rules: Sequence[CompareRule] = (), resamples: int | None = None,
             seed: int = 0, allow_rehearsal: bool = False, workload_change: bool = False,
             base_spec: Any = None, new_spec: Any = None) -> Comparison:
     """Compare two runs' evidence (pure: same inputs, same comparison). `allow_rehearsal`: the
     spec in use says `gate { allow_rehearsal = true }`; `workload_change`: a different workload
     is the point of the comparison (module doc, "Comparable runs"). `base_spec`, `new_spec`: the
-    specs the runs ran, where the caller has them (else read from the manifests)."""
+    specs the runs ran, where the caller has them (else read from the manifests). `resamples`:
+    the bootstrap draws per side, raised to what the rows need (`min_resamples`, a note says
+    so); None: DEFAULT_RESAMPLES, or more where the rows need more."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     notes: list[str] = []
@@ -902,6 +926,15 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
                     pending.append(_Pending((bb.name, bn.name, a.workload, a.index, cm.name, stat), bb, bn, a, z, cm, stat, note))
     m = max(1, len(pending))
     row_conf = 1.0 - (1.0 - confidence) / m
+    need = min_resamples(m, confidence)
+    asked = resamples
+    if resamples is None:
+        resamples = max(DEFAULT_RESAMPLES, need)
+    elif resamples < need:
+        resamples = need
+        notes.append(f"resamples raised from {asked} to {need}: a {confidence * 100:g}% family-wise interval over {m} rows "
+                     f"leaves {(1 - confidence) / (2 * m) * 100:.3g}% of the draws beyond each end of a row's interval, "
+                     f"and each end needs at least {MIN_TAIL_DRAWS} draws to stand on")
     rows = tuple(_rows(pending, confidence, row_conf, resamples, seed))
     outcomes = tuple(_judge_rule(r, rows) for r in rules)
     req = [o for o in outcomes if o.rule.severity == "require"]
@@ -936,7 +969,7 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
     if not rows:
         notes.append("nothing to compare: no backend and level in common")
     return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome, tuple(unpaired),
-                      tuple(fails + unsure), tuple(differ))
+                      tuple(fails + unsure), tuple(differ), asked if asked is not None and asked < resamples else None)
 
 
 def _share(v: float | None) -> str:
