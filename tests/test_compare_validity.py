@@ -307,3 +307,18 @@ def test_intervals_from_too_few_draws_were_too_narrow():
     ratios = [(r.high - r.low) / (x.high - x.low) for r in few.rows
               if r.low is not None and (x := ref[(r.metric, r.stat)]).high - x.low > 0]
     assert len(ratios) >= 12 and min(ratios) > 0.85, ratios
+
+
+# ------------------------------------------------------------------------------ exit codes
+
+
+@pytest.mark.parametrize("which", ["base", "new"])
+def test_a_manifest_that_does_not_parse_is_inconclusive_as_gate_says(tmp_path, capsys, which):
+    """Evidence that cannot be read at all has no hashes to verify: exit 3 (as `gate`), not the
+    1 of an artifact that does not match its hash. The README and the command say so."""
+    dirs = {"base": builder(1).write(tmp_path / "base"), "new": builder(2).write(tmp_path / "new")}
+    (dirs[which] / "manifest.json").write_text("{bad")
+    assert main(["compare", str(dirs["base"]), str(dirs["new"]), "--resamples", "100"]) == 3
+    assert "the evidence cannot be judged" in capsys.readouterr().err
+    assert main(["gate", str(dirs[which])]) == 3
+

@@ -13,12 +13,14 @@ whatever `--spec` says): a difference is stated, and is INCONCLUSIVE unless
 `--allow-workload-change`.
 
 Exit code: 0 PASS (both runs verified, every require rule holds); 1 FAIL (a require rule
-failed, a run's evidence does not verify, or the share of unsuccessful requests rose
-significantly and no rule on ratio(errors) says how much rise is allowed); 3 INCONCLUSIVE (a rule the samples cannot
-decide, an incomplete run, a row with data on one side only, a rehearsal or time-scaled run on
-either side unless the spec's gate allows rehearsals and both are scaled alike, runs that sent
-different requests -- prompt, max_tokens, endpoint, model, sampling -- unless
-`--allow-workload-change` says that is the point, nothing to match); 2 usage error; 4 when `--out` cannot be written.
+failed, an artifact of either run does not match its manifest's hash, or the share of
+unsuccessful requests rose significantly and no rule on ratio(errors) says how much rise is
+allowed); 3 INCONCLUSIVE (a rule the samples cannot decide; evidence that cannot be read at
+all -- a manifest that does not parse, as `gate` says of it; an incomplete run; a row with data
+on one side only; a rehearsal or time-scaled run on either side, unless the spec's gate allows
+rehearsals and both are scaled alike; runs that sent different requests -- prompt, max_tokens,
+endpoint, model, sampling -- unless `--allow-workload-change` says that is the point; nothing
+to match); 2 usage error; 4 when `--out` cannot be written.
 """
 
 from __future__ import annotations
