@@ -309,7 +309,7 @@ def test_intervals_from_too_few_draws_were_too_narrow():
     assert len(ratios) >= 12 and min(ratios) > 0.85, ratios
 
 
-# ------------------------------------------------------------------------------ exit codes
+# ------------------------------------------------------------------------------ exit codes, the same run twice
 
 
 @pytest.mark.parametrize("which", ["base", "new"])
@@ -322,3 +322,11 @@ def test_a_manifest_that_does_not_parse_is_inconclusive_as_gate_says(tmp_path, c
     assert "the evidence cannot be judged" in capsys.readouterr().err
     assert main(["gate", str(dirs[which])]) == 3
 
+
+def test_a_run_compared_with_itself_says_so(tmp_path, capsys):
+    run = builder(1).write(tmp_path / "run")
+    assert main(["compare", str(run), str(run), "--resamples", "100", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert any(n.startswith("the base and new runs are the same run") for n in doc["notes"])
+    c = compare(builder(1).build(), builder(2).build(), resamples=100)
+    assert not any("same run" in n for n in c.notes)

@@ -968,6 +968,9 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
             notes.append(f"the {which} run is incomplete: " + "; ".join(s.incomplete))
     if not rows:
         notes.append("nothing to compare: no backend and level in common")
+    if sb.manifest_sha256 is not None and sb.manifest_sha256 == sn.manifest_sha256:
+        notes.append(f"the base and new runs are the same run (manifest sha256 {sb.manifest_sha256[:12]}): every row "
+                     "compares it with itself")
     return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome, tuple(unpaired),
                       tuple(fails + unsure), tuple(differ), asked if asked is not None and asked < resamples else None)
 
