@@ -266,14 +266,37 @@ def test_continuous_usage_k_tokens_per_chunk() -> None:
 
 
 def test_continuous_usage_tokens_without_text() -> None:
-    """Tokens before the first text belong to it; a text-less EOS token is its own arrival."""
+    """With usage on every chunk, a text-less chunk whose count rose is a token arrival of its
+    own, before the first text as after it: TTFT is the first token's (0.5 s, whose text
+    came later or never), not the first text's; the text-less EOS token is one too."""
     rec = run([(0.5, chunk(None, ct=1)), (1.0, chunk("ab", ct=2)), (1.1, chunk("c", ct=3)),
                (1.3, chunk(None, ct=4, finish="stop")), (1.3, usage_only(4)), (1.3, DONE)])  # fmt: skip
     assert rec.outcome is Outcome.COMPLETED
     assert (rec.output_tokens, rec.chunks, rec.itl_source) == (4, 2, ItlSource.USAGE)
-    assert rec.ttft == 1.0
-    assert rec.itl == pytest.approx([0.1, 0.2])
-    assert rec.tpot == pytest.approx(0.3 / 2)  # the first text chunk delivered 2 tokens
+    assert rec.ttft == 0.5
+    assert rec.itl == pytest.approx([0.5, 0.1, 0.2])
+    assert rec.tpot == pytest.approx(0.8 / 3)  # the first token event delivered 1 token
+
+
+def test_a_reasoning_field_the_reader_does_not_know_is_not_charged_to_ttft() -> None:
+    """A server that streams its thinking in a field soakspec does not read (`delta.thinking`)
+    with usage on every chunk: the count rises from the first thought, so TTFT ends there --
+    not at the answer's first text, seconds later -- and every thought is an ITL gap."""
+    shape = RequestShape(Endpoint.CHAT, "m", "p", max_tokens=64)
+    thought = lambda ct: ('data: {"id":"c","choices":[{"index":0,"delta":{"thinking":"hm"},"finish_reason":null}],'  # noqa: E731
+                          f'"usage":{{"prompt_tokens":2,"completion_tokens":{ct},"total_tokens":{2 + ct}}}}}\n\n').encode()
+    answer = ('data: {"id":"c","choices":[{"index":0,"delta":{"content":"yes"},"finish_reason":"stop"}],'
+              '"usage":{"prompt_tokens":2,"completion_tokens":6,"total_tokens":8}}\n\n').encode()
+    rec = run([(0.2, thought(1)), (0.3, thought(2)), (0.4, thought(3)), (0.5, thought(4)), (0.6, thought(5)),
+               (3.0, answer), (3.0, DONE)], shape)  # fmt: skip
+    assert rec.outcome is Outcome.COMPLETED and rec.output_tokens == 6
+    assert rec.ttft == pytest.approx(0.2)
+    assert rec.itl == pytest.approx([0.1] * 4 + [2.4])
+
+
+def test_a_first_text_below_a_count_seen_before_it_is_usage_decreased() -> None:
+    rec = run([(0.5, chunk(None, ct=3)), (1.0, chunk("ab", ct=2)), (1.1, chunk("c", ct=4, finish="length")), (1.2, DONE)])
+    assert rec.usage_decreased is True
 
 
 def test_final_usage_equal_to_chunks_is_exact() -> None:
@@ -740,12 +763,12 @@ def test_empty_text_with_only_a_final_usage_completes_without_token_times() -> N
     assert (rec.first_token, rec.ttft, rec.itl, rec.tpot) == (None, None, [], None)
 
 
-def test_a_stream_with_text_is_never_flagged_empty_and_its_ttft_is_the_first_text() -> None:
-    """A token event without text before the first text (usage 1) still belongs to the first text
-    chunk, as before: TTFT is the first text, and the record is not `empty_text`."""
+def test_a_stream_with_text_is_never_flagged_empty_and_its_ttft_is_its_first_token() -> None:
+    """A token event without text before the first text (usage 1): the record is not
+    `empty_text`, and TTFT is that first token's arrival (usage on every chunk says it came then)."""
     rec = run([(1.0, chunk("", ct=1)), (1.2, chunk("a", ct=2)), (1.3, chunk("b", ct=3, finish="length")), (1.4, DONE)])
     assert (rec.outcome, rec.empty_text, rec.output_tokens) == (Outcome.COMPLETED, False, 3)
-    assert rec.ttft == pytest.approx(1.2) and len(rec.itl) == 1
+    assert rec.ttft == pytest.approx(1.0) and rec.itl == pytest.approx([0.2, 0.1])
 
 
 def test_an_empty_text_stream_that_fails_is_not_flagged() -> None:

@@ -15,8 +15,11 @@ identical records for identical server behaviour:
 
 Measurement rules (the record's contract):
 
-* TTFT ends at the first event carrying non-empty text (`choices[0].text`, chat
-  `choices[0].delta.content`); role-only and empty chunks do not count. A reasoning model's
+* TTFT ends at the first token: the first event carrying non-empty text (`choices[0].text`,
+  chat `choices[0].delta.content`) -- or, with usage on every chunk, an earlier event whose
+  `usage.completion_tokens` rose (a token that decoded to no text, reasoning in a field this
+  reader does not know): the server's count says a token arrived then. Role-only and empty
+  chunks whose count did not rise do not count. A reasoning model's
   thinking is output text: a chat chunk's text is its `delta.reasoning` (else
   `delta.reasoning_content`: servers that send both send the same text, counted once) followed
   by its `delta.content`, so a reasoning chunk is a token event like any other (TTFT, ITL,
@@ -33,9 +36,10 @@ Measurement rules (the record's contract):
   has no TTFT (excluded, saying why), not the stream's end. A chunk without any choice (a
   usage-only chunk, `choices: []`) carries no text at all and says nothing of that.
 * Tokens, not chunks. With cumulative `usage.completion_tokens` on every text chunk
-  (`continuous_usage_stats`), a chunk's tokens are the delta (`itl_source = "usage"`); tokens
-  reported before the first text chunk belong to it, and a text-less chunk that raises the count
-  after it (e.g. the EOS token with `finish_reason: stop`) is a token arrival of its own.
+  (`continuous_usage_stats`), a chunk's tokens are the delta (`itl_source = "usage"`), and a
+  text-less chunk that raises the count is a token arrival of its own, before the first text
+  chunk (then the first token, see TTFT) or after it (e.g. the EOS token with
+  `finish_reason: stop`); a count that a later chunk's goes below is `usage_decreased`.
   A text chunk whose cumulative count is 0 contradicts its own text (a server that puts
   `completion_tokens: 0` on every chunk and the real count only in its final usage): its usage
   is not per chunk, and the stream is read as one without continuous usage -- never as one
@@ -966,6 +970,19 @@ class StreamAccumulator:
             self._times, self._cum = self._lead_times, self._lead_cum
             if self.first_token is None:
                 self.first_token = self._lead_times[0]
+        elif self._cum and self._lead_cum and self._continuous and not self._bare:
+            # usage on every chunk rose before the first text: those events are the first token
+            # arrivals (a token that decoded to no text, a reasoning field this reader does not
+            # know), as a text-less rise after it is one; TTFT ends at the first of them
+            lead = [(lt, lc) for lt, lc in zip(self._lead_times, self._lead_cum) if lc <= self._cum[0]]
+            if len(lead) < len(self._lead_cum):
+                self._down = True  # a count the first text chunk's went below
+            if lead:
+                k = len(lead)
+                self._textless = [*range(k), *(i + k for i in self._textless)]
+                self._times = [lt for lt, _ in lead] + self._times
+                self._cum = [lc for _, lc in lead] + self._cum
+                self.first_token = lead[0][0]
         tokens_source, itl_source, n, per_point = self._tokens()
         if self.outcome is None and shape.max_tokens > 0 and n == 0:
             if self.chunks == 0:
