@@ -192,18 +192,25 @@ VLLM_032_EVENT = (
 )
 
 
-def test_the_fast_path_takes_vllm_032_events() -> None:
-    """vLLM 0.32 (continuous usage) writes `prompt_token_ids`/`token_ids` after `stop_reason`:
-    its events are read by the fast path, with the same record as the general parser."""
-    assert protocol._FAST_COMPLETIONS.match(VLLM_032_EVENT) is not None
+def _vllm_032_stream(n: int, finish: str) -> tuple[list[bytes], bytes, RequestShape, StreamAccumulator]:
+    """n vLLM 0.32 events (usage 1..n, the last with `finish`), and them with [DONE] read by the
+    fast path of a fresh accumulator (which must take every byte)."""
     events = [VLLM_032_EVENT.replace(b'"completion_tokens":1', b'"completion_tokens":%d' % (i + 1))
-              .replace(b'"total_tokens":4', b'"total_tokens":%d' % (i + 4)) for i in range(6)]  # fmt: skip
-    events[-1] = events[-1].replace(b'"finish_reason":null', b'"finish_reason":"length"')
+              .replace(b'"total_tokens":4', b'"total_tokens":%d' % (i + 4)) for i in range(n)]  # fmt: skip
+    events[-1] = events[-1].replace(b'"finish_reason":null', b'"finish_reason":"%s"' % finish.encode())
     data = b"".join(events) + b"data: [DONE]\n\n"
     shape = RequestShape(Endpoint.COMPLETIONS, "tiny", "p", max_tokens=6)
     acc = StreamAccumulator(shape)
     acc.on_response(200, "text/event-stream")
     assert acc._fast_events(data, 1.0) == len(data)
+    return events, data, shape, acc
+
+
+def test_the_fast_path_takes_vllm_032_events() -> None:
+    """vLLM 0.32 (continuous usage) writes `prompt_token_ids`/`token_ids` after `stop_reason`:
+    its events are read by the fast path, with the same record as the general parser."""
+    assert protocol._FAST_COMPLETIONS.match(VLLM_032_EVENT) is not None
+    _, data, shape, acc = _vllm_032_stream(6, "length")
     assert (acc.chunks, acc._usage, acc.done, acc.finish_reason, acc.server_id) == (
         6, 6, True, "length", "cmpl-9a87260aedde1d55")  # fmt: skip
     assert _accumulate(data, [], shape, protocol.DEFAULT_LIMITS, True, True) == \
@@ -213,13 +220,7 @@ def test_the_fast_path_takes_vllm_032_events() -> None:
 def test_the_fast_path_fails_an_aborted_request() -> None:
     """vLLM's stream for a request its engine dropped (finish_reason "abort"), read by the fast
     path: failed, as the general parser says, whatever the reason's place in the read."""
-    events = [VLLM_032_EVENT.replace(b'"completion_tokens":1', b'"completion_tokens":%d' % (i + 1)) for i in range(3)]
-    events[-1] = events[-1].replace(b'"finish_reason":null', b'"finish_reason":"abort"')
-    data = b"".join(events) + b"data: [DONE]\n\n"
-    shape = RequestShape(Endpoint.COMPLETIONS, "tiny", "p", max_tokens=6)
-    acc = StreamAccumulator(shape)
-    acc.on_response(200, "text/event-stream")
-    assert acc._fast_events(data, 1.0) == len(data)
+    events, data, shape, acc = _vllm_032_stream(3, "abort")
     assert (acc.outcome, acc.error, acc.finish_reason) == ("failed", "finish_reason: abort", "abort")
     for cuts in ([], [len(events[0])], [len(events[0]) + len(events[1])]):
         fast = _accumulate(data, cuts, shape, protocol.DEFAULT_LIMITS, True, True)
