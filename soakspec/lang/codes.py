@@ -56,7 +56,7 @@ CODES: dict[str, Code] = {
         Code("E305", "type mismatch in a rule"),
         Code("E306", "unknown scope"),
         # E4xx semantics
-        Code("E401", "bucket longer than the duration"),
+        Code("E401", "bucket or abort window longer than the duration"),
         Code("E402", "generic runtime boundary"),
         Code("E403", "contradictory settings"),
         Code("E404", "unknown placeholder"),

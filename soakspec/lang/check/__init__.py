@@ -84,6 +84,7 @@ def _check(tree: A.SoakFile, path: str) -> tuple[S.Spec | None, list[Diagnostic]
     )
     workload.check_total_load(ctx, wls, len(bks), parts["header"].parallel)
     gate.check_phase_rules(ctx, parts["gate"], wls)
+    gate.check_window_rules(ctx, parts["gate"], wls)
     gate.planned_sample_warnings(ctx, parts["gate"], wls, {b.name: b for b in bks})  # W509
     diags = collapse_repeated_warnings(ctx.diags)
     if any(d.severity is Severity.ERROR for d in diags):

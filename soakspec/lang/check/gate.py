@@ -9,6 +9,7 @@ records give is allowed (`ABORT_OUTCOMES`, `ABORT_DISTRIBUTIONS`); anything else
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 
@@ -366,6 +367,10 @@ def _scope(ctx: Ctx, r: A.Rule, res: _Resolved, _names: set[str]) -> tuple[str, 
                 ctx.error("E103", "'per window' needs a length, e.g. per window 30s", r.scope.span)
                 raise Bad
             window = quantity_value(ctx, "window", r.scope.length, Dimension.DURATION)
+            if window <= 0:
+                ctx.error("E204", f"a window must be longer than zero, not {value_text(r.scope.length)}", r.scope.length.span,
+                          "e.g. per window 30s")
+                raise Bad
         elif r.scope.length is not None:
             ctx.error("E305", "only 'per window' takes a length", r.scope.length.span)
             raise Bad
@@ -394,6 +399,36 @@ def check_phase_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None:
         if r.scope == "phase":
             ctx.error("E403", "'per phase' judges each named phase of a workload's load, and no workload has phases",
                       r.span, "add load { phases { NAME { duration = ...  ... } } } to a workload, or scope the rule per level")
+
+
+MAX_WINDOWS_PER_LEVEL = 10_000  # as buckets (workload.MAX_BUCKETS_PER_LEVEL): the judge lists every window of a level
+
+
+def _level_lengths(w: S.Workload) -> tuple[float, ...]:
+    """The measured length of each of a workload's levels (a phase is a level of its own)."""
+    return tuple(p.duration_s for p in w.load.phases) or (w.duration_s,)
+
+
+def check_window_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None:
+    """`per window D` against the levels it cuts: the runner evaluates an abort rule on each window
+    that has *ended* within a level, so a window longer than every level of a workload never ends
+    and the abort could never fire in it (E401, as a bucket longer than the duration); and a window so short that a level
+    has more than MAX_WINDOWS_PER_LEVEL of them is refused as such buckets are (E204)."""
+    for rule, abort in [(r, False) for r in g.rules] + [(r, True) for r in g.aborts]:
+        if rule.scope != "window" or not rule.window_s:
+            continue
+        for w in workloads:
+            longest = max(_level_lengths(w))
+            if abort and rule.window_s > longest + 1e-9:
+                ctx.error("E401", f"window ({rule.window_s:g}s) is longer than every level of workload '{w.name}' ({longest:g}s): "
+                                  "no window would ever end, so the abort rule would never fire", rule.span,
+                          "use a window at most as long as the level, or per bucket")
+                break
+            if longest / rule.window_s > MAX_WINDOWS_PER_LEVEL:
+                n = math.ceil(longest / rule.window_s - 1e-9)
+                ctx.error("E204", f"window ({rule.window_s:g}s) cuts a level of workload '{w.name}' into {n} windows; "
+                                  f"at most {MAX_WINDOWS_PER_LEVEL} are allowed", rule.span, "use a longer window, or per bucket")
+                break
 
 
 # ------------------------------------------------------------------ W509: too few planned samples
