@@ -224,3 +224,16 @@ def test_a_key_and_a_string_without_equals_is_one_error_on_its_line():
 def test_a_named_block_without_its_brace_is_not_mended_into_a_key():
     tree, diags = parse('backend "a"\n  url = "http://127.0.0.1:8000"\n}\n')
     assert tree is None and diags and all("missing '='" not in d.message for d in diags)
+
+
+def test_a_key_written_as_a_block_says_so_rather_than_suggesting_itself():
+    """`bucket { ... }` in a workload: 'bucket' is a key there; the hint used to be "did you
+    mean 'bucket'?" -- the very name written."""
+    d = _one(BASE % (LOAD + "\n  bucket { length = 10s }"))
+    assert (d.code, d.span.line, d.span.column) == ("E104", 6, 3)
+    assert "is a key" in d.message and d.hint == "write bucket = <value>"
+
+
+def test_a_required_key_written_as_a_block_is_one_error():
+    d = _one(BASE % "  load { concurrency = 1 }\n  duration { length = 60s }")
+    assert (d.code, d.span.line, d.span.column) == ("E104", 5, 3)

@@ -107,7 +107,10 @@ def _sub_blocks(ctx: Ctx, body: Body, block: A.Block) -> None:
     for stmt in block.body:
         if not isinstance(stmt, A.Block):
             continue
-        if stmt.kind not in body.table.blocks:
+        if stmt.kind not in body.table.blocks and body.table.key(stmt.kind) is not None:
+            body.suggested.add(stmt.kind)  # reported here: not also as missing
+            ctx.error("E104", f"'{stmt.kind}' is a key in {body.where}, not a block", stmt.kind_span, f"write {stmt.kind} = <value>")
+        elif stmt.kind not in body.table.blocks:
             options = list(body.table.blocks) + [k.name for k in body.table.keys]
             meant = closest(stmt.kind, options)
             if meant is not None:
