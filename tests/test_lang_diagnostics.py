@@ -237,3 +237,23 @@ def test_a_key_written_as_a_block_says_so_rather_than_suggesting_itself():
 def test_a_required_key_written_as_a_block_is_one_error():
     d = _one(BASE % "  load { concurrency = 1 }\n  duration { length = 60s }")
     assert (d.code, d.span.line, d.span.column) == ("E104", 5, 3)
+
+
+@pytest.mark.parametrize(
+    "load, backend",
+    [
+        ("concurrency = []", "sim { ttft = 20ms  itl = 10ms }"),  # refused: E205
+        ("concurrency = [4, 99999999999999999999]", "sim { ttft = 20ms  itl = 10ms }"),  # refused: E204
+        ("concurrency = 1", "sim { ttft = 20  itl = 10ms }"),  # the simulator's ttft refused: E201
+    ],
+)
+def test_no_sample_estimate_from_a_value_that_was_refused(load, backend):
+    """W509 estimates from the spec's load and latency; where one was refused, the default that
+    stands in for it (concurrency 1, the simulator's default ttft) is not what the spec says, and
+    a warning "about 15 per level are planned (... at concurrency 1)" would only mislead."""
+    text = (f'soak "x" {{}}\nbackend "b" {{ {backend} }}\nworkload "w" {{\n  max_tokens = 10\n'
+            f'  load {{ {load} }}\n  duration = 2s\n}}\ngate {{\n  require p99(ttft) < 1s per level\n}}\n')  # fmt: skip
+    tree, diags = parse(text)
+    _, more = check(tree)
+    codes = [d.code for d in diags + more]
+    assert any(c.startswith("E") for c in codes) and "W509" not in codes, codes

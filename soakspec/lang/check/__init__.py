@@ -67,8 +67,9 @@ def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list
 def _check(tree: A.SoakFile, path: str) -> tuple[S.Spec | None, list[Diagnostic]]:
     ctx = Ctx(path)
     singles, named = _top_level(ctx, tree)
-    bks = _named(ctx, named["backend"], "backend", lambda b: backend.backend(ctx, b))
-    wls = _named(ctx, named["workload"], "workload", lambda w: workload.workload(ctx, w))
+    erred: set[tuple[str, str]] = set()  # (kind, name) of the backends and workloads an error was reported in
+    bks = _named(ctx, named["backend"], "backend", lambda b: _noting_errors(ctx, erred, "backend", b, backend.backend))
+    wls = _named(ctx, named["workload"], "workload", lambda w: _noting_errors(ctx, erred, "workload", w, workload.workload))
     if not named["backend"]:
         ctx.error("E407", "the spec declares no backend", Span(1, 1, 1, 2), "add: backend \"name\" { launch = [...] } or { url = \"...\" } or { sim {} }")
     if not named["workload"]:
@@ -85,13 +86,25 @@ def _check(tree: A.SoakFile, path: str) -> tuple[S.Spec | None, list[Diagnostic]
     workload.check_total_load(ctx, wls, len(bks), parts["header"].parallel)
     gate.check_phase_rules(ctx, parts["gate"], wls)
     gate.check_window_rules(ctx, parts["gate"], wls)
-    gate.planned_sample_warnings(ctx, parts["gate"], wls, {b.name: b for b in bks})  # W509
+    # W509 estimates from the workloads' and backends' values: not from the defaults that stand
+    # in for values refused above (a refused concurrency is not "concurrency 1")
+    gate.planned_sample_warnings(ctx, parts["gate"], [w for w in wls if ("workload", w.name) not in erred],
+                                 {b.name: b for b in bks if ("backend", b.name) not in erred})  # W509
     diags = collapse_repeated_warnings(ctx.diags)
     if any(d.severity is Severity.ERROR for d in diags):
         return None, diags
     text, sha = spec_hash(tree)
     spec = S.Spec(backends=tuple(bks), workloads=tuple(wls), canonical_text=text, sha256=sha, path=path, **parts)
     return spec, diags
+
+
+def _noting_errors(ctx: Ctx, erred: set[tuple[str, str]], kind: str, blk: A.Block, build: Callable[[Ctx, A.Block], Any]) -> Any:
+    """`build(ctx, blk)`, noting (kind, name) in `erred` when it reported an error."""
+    before = ctx.errors
+    item = build(ctx, blk)
+    if ctx.errors > before:
+        erred.add((kind, blk.label.value))
+    return item
 
 
 def collapse_repeated_warnings(diags: list[Diagnostic]) -> list[Diagnostic]:

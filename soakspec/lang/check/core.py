@@ -40,9 +40,11 @@ class Ctx:
     def __init__(self, path: str):
         self.path = path
         self.diags: list[Diagnostic] = []
+        self.errors = 0  # how many of `diags` are errors
 
     def error(self, code: str, msg: str, span: Span, hint: str | None = None) -> None:
         assert code in CODES, code
+        self.errors += 1
         self.diags.append(Diagnostic(code, msg, span, self.path, Severity.ERROR, hint))
 
     def warn(self, code: str, msg: str, span: Span, hint: str | None = None) -> None:
