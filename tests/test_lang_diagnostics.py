@@ -257,3 +257,33 @@ def test_no_sample_estimate_from_a_value_that_was_refused(load, backend):
     _, more = check(tree)
     codes = [d.code for d in diags + more]
     assert any(c.startswith("E") for c in codes) and "W509" not in codes, codes
+
+
+GATED = BASE % LOAD + "gate {\n%s\n}\nclaims {\n  claim \"a\"\n}\n"
+
+
+@pytest.mark.parametrize(
+    "rules, col, hint",
+    [
+        ("  require p95(ttft) < 1s per\n  require failed == 0", 29, "per run, backend"),  # the next rule read as the scope
+        ("  require p95(ttft) < 1s per", 29, "per run, backend"),  # then '}': no error at '}', none at 'claims {'
+        ("  require p95(ttft) <\n  require failed == 0", 22, "write the threshold"),
+        ("  require p95(ttft) <", 22, "write the threshold"),
+        ("  require p95(ttft) < 1s on", 28, 'on "name"'),
+    ],
+)
+def test_a_rule_cut_short_at_its_line_end_is_one_error_there(rules, col, hint):
+    """A rule whose line ends before the rule does is reported at that line's end, with what to
+    write -- not at the next line's first token ('}' or the next rule's '=='), and not again at
+    every later token the parse could not fit (`claims {` was an error too)."""
+    d = _one(GATED % rules)
+    assert (d.code, d.span.line, d.span.column) == ("E001", 8, col), d.message
+    assert d.hint and hint in d.hint
+
+
+def test_a_key_without_its_value_is_reported_on_its_own_line():
+    """`duration =` then `bucket = 10s`: newlines carry no meaning, so the parse takes `bucket`
+    for the value and stops at the next '='; the error belongs at the end of `duration =`."""
+    d = _one(BASE % "  load { concurrency = 1 }\n  duration =\n  bucket = 10s")
+    assert (d.code, d.span.line, d.span.column) == ("E001", 5, 13)
+    assert "same line" in d.hint

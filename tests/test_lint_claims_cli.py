@@ -93,7 +93,7 @@ def test_invalid_spec_prints_its_diagnostics_on_stderr(tmp_path, capsys):
     doc = _doc(tmp_path, CLEAN)
     assert cli.main(["lint-claims", doc, "--spec", str(DATA / "invalid.soak")]) == 2
     _, err = capsys.readouterr()
-    assert "invalid.soak:3:1: E001" in err
+    assert "invalid.soak:2:13: E001" in err  # `nonsense =` with no value: at the end of its own line, not at the next line's '}'
 
 
 def test_bad_format_is_an_argparse_usage_error(tmp_path):

@@ -881,8 +881,9 @@ class _Syntax:
         if at_end:
             self.eof_error()
             return False
-        _token_error(e, self.source, self.add)
-        _repair(e, self.source)
+        if not _ended_too_soon(e, self.source, self.add, self.errored_lines):
+            _token_error(e, self.source, self.add)
+            _repair(e, self.source)
         return len(self.diags) < MAX_SYNTAX_ERRORS
 
     def mend_quote(self, upto_line: int) -> bool:
@@ -1110,6 +1111,8 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
         number = _NUMBER_BEFORE.search(source, max(0, tok.start_pos - 40), tok.start_pos)
         if number is not None:
             hint = f"write the unit right after the number, without a space: {number.group(1)}{text}"
+    elif tok.type == "QUANTITY" and re.search(r"\bper[ \t]+$", source[source.rfind("\n", 0, tok.start_pos) + 1 : tok.start_pos]):
+        hint = f"a scope of a length is a window: per window {text}"
     elif text == "=" and re.match(r"[ \t]*(?:require|warn|abort)\b", source[source.rfind("\n", 0, tok.start_pos) + 1:tok.start_pos]):
         hint = "a rule compares with '==' (or !=, <, <=, >, >=): '=' gives a key its value"
     add(
@@ -1120,6 +1123,76 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
         tok.column + max(1, len(text)) if tok.end_line == tok.line else None,
         hint,
     )
+
+
+# What a statement cut short at the end of its line still needs, after its last word: a
+# placeholder of that kind lets the parse go on, and the hint says what to write.
+_MISSING = (("NAME", "_", None), ("STRING", '""', None), ("QUANTITY", "1s", None), ("NUMBER", "1", None))
+_AFTER_HINTS = {
+    "per": "write the scope: per run, backend, level, phase, bucket or window 30s",
+    "on": 'write the backend as a string: on "name"',
+    "=": "give the key its value on the same line, e.g. duration = 60s",
+    **{op: f"write the threshold on the same line, e.g. p95(ttft) {op} 1s" for op in ("<", "<=", ">", ">=", "==", "!=")},
+}
+_FIRST_WORD = re.compile(r"[ \t]*([A-Za-z_][A-Za-z0-9_.\-]*)")
+
+
+def _ended_too_soon(e: UnexpectedToken, source: str, add, errored_lines: set[int]) -> bool:
+    """A statement cut short at the end of its line -- `require p95(ttft) <`, `... per`,
+    `... on`, `key =` -- with the next statement on the next line: report the missing part at
+    the end of the short line, not the next line's first token (and not, after it, every
+    token the parse could not fit), and let the parse go on as if it had been written.
+    `key =` then `other = 1`: the parse took `other` for the value, and stopped at its '='."""
+    tok, ip = e.token, e.interactive_parser
+    if ip is None or tok.type == "$END" or tok.start_pos is None:
+        return False
+    line_start = source.rfind("\n", 0, tok.start_pos) + 1
+    if not _first_on_line(tok, source) and line_start > 0:
+        # the parse took the line's first word to finish the line before (`per` then `require`
+        # on the next line: a scope named 'require'), and stopped later on this line
+        line, col = _code_line_end(source, line_start)
+        code_start = _line_offset(source, line)
+        last = _LAST_WORD.search(source, code_start, code_start + col - 1)
+        first = _FIRST_WORD.match(source, line_start)
+        if last is None or last.group(0) not in _AFTER_HINTS or first is None or line >= tok.line:
+            return False
+        what = f"'{first.group(1)}' on the next line starts a statement of its own"
+        add("E001", f"the line ends too soon: {last.group(0)!r} needs something after it ({what})", line, col,
+            hint=_AFTER_HINTS[last.group(0)])
+        errored_lines.add(tok.line)  # the rest of that line is dropped: no second error for it
+        return True
+    if not _first_on_line(tok, source):
+        return False
+    expected = set(e.accepts or e.expected or ())
+    for name, text, _ in _MISSING:
+        if name not in expected:
+            continue
+        trial = ip.copy(deepcopy_values=False)
+        try:
+            trial.feed_token(Token.new_borrow_pos(name, text, tok))
+            trial.feed_token(tok)
+        except UnexpectedInput:
+            continue
+        line, col = _code_line_end(source, tok.start_pos)
+        last = _LAST_WORD.search(source, 0, _line_offset(source, line) + col - 1)
+        after = last.group(0) if last else ""
+        add("E001", f"the line ends too soon: {after!r} needs something after it{_describe_expected(expected)}", line, col,
+            hint=_AFTER_HINTS.get(after))
+        ip.feed_token(Token.new_borrow_pos(name, text, tok))
+        ip.feed_token(tok)
+        return True
+    return False
+
+
+_LAST_WORD = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_.\-]*|<=|>=|==|!=|[<>=(\[,])(?=[ \t]*$)")
+
+
+def _line_offset(source: str, line: int) -> int:
+    """The offset where 1-based `line` starts."""
+    pos = 0
+    for _ in range(line - 1):
+        pos = source.index("\n", pos) + 1
+    return pos
 
 
 def _first_on_line(tok: Token, source: str) -> bool:
