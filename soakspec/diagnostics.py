@@ -149,7 +149,17 @@ def render_text(diags: Sequence[Diagnostic], sources: dict[str, str] | None = No
         if warnings:
             parts.append(f"{warnings} warning{'s' if warnings != 1 else ''}")
         out.append("Found " + " and ".join(parts) + ".")
-    return "\n".join(out)
+    return terminal_safe("\n".join(out))
+
+
+_CONTROLS = {c: "\ufffd" for c in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if c != 0x0A}
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with every control character but the newline shown as U+FFFD (one cell, as the
+    character took for the caret): a spec's own bytes or strings (`issue = "\u001b[2J"`, a raw
+    ESC on a line shown under a diagnostic) are shown, never obeyed by the terminal."""
+    return text.translate(_CONTROLS)
 
 
 def has_errors(diags: Iterable[Diagnostic]) -> bool:

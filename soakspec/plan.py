@@ -45,6 +45,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from soakspec.diagnostics import terminal_safe
 from soakspec.evidence.redact import redact_argv, redact_env, scrub, secret_values
 from soakspec.evidence.runtime import RuntimeDecl as BoundaryDecl
 from soakspec.lang import simtrace
@@ -1090,7 +1091,7 @@ def render_text(p: Plan) -> str:
         f"  total: requests ≥ {sum(b.min_requests for b in p.backends)}{exp_text}; "
         f"wall time ≈ {format_duration(p.est_wall_s)} (at most {format_duration(p.max_wall_s)})"
     )
-    return "\n".join(lines)
+    return terminal_safe("\n".join(lines))  # names and texts are the spec's own: shown, never obeyed by the terminal
 
 
 def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()) -> list[str]:

@@ -287,3 +287,18 @@ def test_a_key_without_its_value_is_reported_on_its_own_line():
     d = _one(BASE % "  load { concurrency = 1 }\n  duration =\n  bucket = 10s")
     assert (d.code, d.span.line, d.span.column) == ("E001", 5, 13)
     assert "same line" in d.hint
+
+
+def test_a_source_line_with_control_characters_is_shown_not_obeyed():
+    """A raw ESC on a line shown under a diagnostic went to the terminal as it was; it is shown
+    as U+FFFD, one cell, so the caret stays under the mistake."""
+    from soakspec.diagnostics import render_text
+
+    text = BASE % (LOAD + '\n  bucket = "\x1b[31mred" bogus = 1')
+    tree, diags = parse(text)
+    _, more = check(tree)
+    out = render_text(diags + more, {"<string>": text})
+    assert "\x1b" not in out and '  bucket = "\ufffd[31mred" bogus = 1' in out
+    lines = out.splitlines()
+    carets = [lines[i + 1].index("^") for i, ln in enumerate(lines) if ln == '    bucket = "\ufffd[31mred" bogus = 1']
+    assert carets == [len("    bucket = "), len('    bucket = "\ufffd[31mred" ')]  # the string (E104), then 'bogus' (E101)

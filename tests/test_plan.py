@@ -215,3 +215,14 @@ def test_time_scale_shrinks_the_telemetry_and_scrape_intervals_with_the_buckets(
     assert (full.telemetry_interval_s, scaled.telemetry_interval_s) == (5.0, 1.0)
     assert (full.backends[0].metrics.interval_s, scaled.backends[0].metrics.interval_s) == (10.0, 2.0)
     assert plan(spec, time_scale=0.01).telemetry_interval_s == TELEMETRY_MIN_INTERVAL_S
+
+
+def test_plan_text_shows_control_characters_in_the_specs_strings_never_sends_them():
+    """`issue = "\\u001b[2J"` or a backend named "b\\u001b[31m" is the spec's own text: `plan`
+    printed the escape sequence raw, so the terminal cleared itself or changed colour (a spec
+    could hide what the plan says it runs). Each control character is shown as U+FFFD."""
+    s = spec_of('workload "w" {\n  load { concurrency = 1 }\n  duration = 60s\n}\n',
+                backends='backend "b\\u001b[31m" { url = "http://127.0.0.1:8000" }', header='issue = "x\\u001b[2J\\u0007"')
+    text = render_text(plan(s))
+    assert not any(ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) < 0xA0 for c in text), repr(text)
+    assert "(x\ufffd[2J\ufffd)" in text and "backend 'b\ufffd[31m'" in text
