@@ -1,5 +1,5 @@
 import sys
 
-from soakspec.cli import main
+from soakspec.cli import entry
 
-sys.exit(main())
+sys.exit(entry())

@@ -142,6 +142,27 @@ def test_signal_mid_bucket_tears_down_and_keeps_evidence(tmp_path, sig):
     assert m["backends"][0]["stop_signal"] == "SIGTERM"
 
 
+def test_ctrl_c_pressed_again_and_again_still_exits_4_and_says_what_is_left(tmp_path):
+    """Ctrl-C held down (a SIGINT every 20 ms until soakspec has gone): the first stops the
+    load, later ones while the evidence is finished are absorbed, and those after the run
+    ended (while it says where the evidence is, judges, exits) must not kill soakspec by
+    SIGINT either: it exited -2 (a shell's 130), or said the aborted run's evidence "is
+    complete"."""
+    marker = new_marker()
+    proc, out = _start_runner(tmp_path, sim_spec(duration="30s", bucket="10s"), marker)
+    time.sleep(0.3)
+    sent = 0
+    while proc.poll() is None and sent < 1000:
+        proc.send_signal(signal.SIGINT)
+        sent += 1
+        time.sleep(0.02)
+    _, err = proc.communicate(timeout=30)
+    assert wait_no_survivors(marker) == []
+    assert proc.returncode == 4, (proc.returncode, err)
+    assert manifest(out)["status"] == "aborted"
+    assert "is complete" not in err, err
+
+
 @pytest.mark.slow
 def test_sigkill_of_the_runner_kills_the_servers_too(tmp_path):
     """Even SIGKILL of soakspec leaves no server behind (the reaper), and the evidence

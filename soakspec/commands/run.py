@@ -93,7 +93,11 @@ def main(args: argparse.Namespace) -> int:
         preflight=not args.no_preflight, sweep_judge=_sweep_judge(spec, args),
     )
     stop = _Stop()
-    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    # SIGINT too: with Python's default handler (which trio's own replaces during the run), a
+    # Ctrl-C held down past the run's own watch (engine._signals) was a KeyboardInterrupt as the
+    # watch closed (`soakspec run: interrupted`, the evidence's directory unsaid) or, later, a
+    # death by SIGINT (exit 130, not 4) while soakspec said where the evidence is or exited
+    old = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         try:
             result = execute(the_plan, options, progress)
@@ -105,7 +109,11 @@ def main(args: argparse.Namespace) -> int:
             return ExitCode.ABORTED
         if not args.quiet:
             print(f"evidence: {result.run_dir}", file=sys.stderr)
-        left = f"the evidence in {result.run_dir} is complete (`soakspec gate {result.run_dir}` judges it)"
+        if result.status == "complete":
+            left = f"the evidence in {result.run_dir} is complete (`soakspec gate {result.run_dir}` judges it)"
+        else:  # an aborted run's evidence is final but incomplete: never "complete"
+            left = (f"the evidence so far is in {result.run_dir}, marked {result.status} "
+                    f"(`soakspec gate {result.run_dir}` judges it)")
         if stop.signal is not None:  # one came as the run ended, after its own watch (engine._signals)
             print(f"soakspec run: {stop.signal} as the run ended: not judged; {left}", file=sys.stderr)
             return ExitCode.ABORTED
@@ -114,8 +122,10 @@ def main(args: argparse.Namespace) -> int:
             signed = _sign(result.run_dir, args.sign, args.quiet) if args.sign is not None else True
             code = _judge_and_report(spec, result, args.format)
         except (KeyboardInterrupt, _Stopped):  # the evidence is final; only its judging was cut short
+            stop.raising = False  # more of them (Ctrl-C held down) are noted, not raised, from here
             print(f"soakspec run: interrupted while judging; {left}", file=sys.stderr)
             return ExitCode.ABORTED
+        stop.raising = False
         return code if signed else ExitCode.ABORTED
     finally:
         for sig, handler in old.items():
@@ -128,7 +138,7 @@ class _Stopped(BaseException):
 
 
 class _Stop:
-    """SIGTERM and SIGHUP outside the run's own watch (`engine._signals`, which takes them over
+    """SIGINT, SIGTERM and SIGHUP outside the run's own watch (`engine._signals`, which takes them over
     while it runs): as the run ends, noted (raising there would break trio's shutdown), and
     judging is then skipped; while judging, they stop it as Ctrl-C does (`_Stopped`).
     Either way soakspec says what is left and exits 4, where the default action killed it
