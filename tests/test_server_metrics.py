@@ -324,6 +324,27 @@ def test_a_declared_scrape_that_failed_fails_metrics_scraped():
     assert bad.outcome == "FAIL"
 
 
+def test_a_failed_scrape_error_with_terminal_escapes_is_printed_as_plain_text():
+    """The error of a scrape quotes what the server answered (the parser's "invalid metric
+    name:" and the line): a /metrics answering ANSI escapes and NUL reached the terminal of
+    whoever ran `soakspec run` or `gate` raw (the screen cleared, the title set). The terminal
+    form shows each as `\\xNN`, as the Markdown and HTML reports and the log tail already do."""
+    from soakspec.judge.verdict import render_text
+
+    spec = spec_from_text(DECLARED)
+    b = EvidenceBuilder(spec)
+    hostile = "not Prometheus text format: ValueError: invalid metric name:\x1b[2J\x1b]0;owned\x07\x00\x9b31m\x7f\udc80"
+    b.metrics["a"][3] = dict(b.metrics["a"][3], ok=False, status=200, error=hostile, families={})
+    bad = judge(spec, b.build())
+    for verbose in (False, True):
+        text = render_text(bad, verbose=verbose)
+        assert "invalid metric name:" in text
+        bad_chars = [c for c in text if (ord(c) < 0x20 and c not in "\n\t") or 0x7f <= ord(c) <= 0x9f or 0xd800 <= ord(c) <= 0xdfff]
+        assert not bad_chars, repr(text)
+        assert "\\x1b[2J" in text and "\\x00" in text and "\\x9b" in text
+        text.encode("utf-8")  # printable to any UTF-8 terminal
+
+
 def test_a_default_scrape_is_not_judged_unless_the_gate_asks():
     spec = small_spec("require failed == 0")
     b = EvidenceBuilder(spec)

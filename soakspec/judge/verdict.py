@@ -8,6 +8,7 @@ twice gives byte-identical output (no clocks, no hostnames, no absolute paths).
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any, Literal
 
 from soakspec.exitcodes import ExitCode
@@ -238,6 +239,18 @@ def _facts(r: RuleResult) -> str:
     return "; ".join(parts)
 
 
+# what no line on a terminal may carry raw: C0 controls but tab and newline (ESC starts a terminal's escape
+# sequences, NUL, BEL, ...), DEL, the C1 controls (U+009B is CSI on its own) and lone surrogates
+_TERMINAL_BAD = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _terminal_safe(line: str) -> str:
+    """A line of the terminal form with every character of `_TERMINAL_BAD` shown as `\\xNN` or
+    `\\uNNNN`: rule messages quote the server's own text (a failed scrape's answer, an error
+    body), which reached the terminal raw -- a /metrics answering ANSI escapes cleared the screen."""
+    return _TERMINAL_BAD.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100 else f"\\u{ord(m.group(0)):04x}", line)
+
+
 def render_text(v: Verdict, *, verbose: bool = False) -> str:
     """The terminal form: one line per rule grouped by class, details under failures, and the
     verdict last. `verbose` adds, under every rule, what it looked at (observed value,
@@ -266,4 +279,4 @@ def render_text(v: Verdict, *, verbose: bool = False) -> str:
             if verbose:
                 lines.append(f"            {_facts(r)}")
     lines.append(v.summary())
-    return "\n".join(lines)
+    return "\n".join(_terminal_safe(line) for line in lines)
