@@ -198,6 +198,35 @@ async def test_a_scrape_that_gets_no_answer_is_bounded_by_its_timeout_and_record
     assert row["ok"] is False and row["status"] is None and row["error"] == "no answer within 0.2s"
 
 
+async def test_a_scrape_whose_answer_does_not_parse_keeps_no_secret_in_its_error():
+    """The parser's error quotes the answer's offending line: a /metrics quoting the server's
+    token in a line that does not parse (`tok-<secret> 1`) put the run's secret into
+    metrics.jsonl, the manifest's `first_error`, results.json, verdict.json and the summary
+    on stdout. It is the server's text like an error body, redacted as a request record's is."""
+    from soakspec.evidence.redact import redacting
+
+    secret = "s3cr3tvalue42"
+
+    async def answer(stream):
+        await stream.receive_some(65536)
+        body = f"tok-{secret} 1\n# and a credential: Bearer sk-abcdefghijklmnopqrstuvwx\n".encode()
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        (listener,) = await nursery.start(functools.partial(trio.serve_tcp, answer, 0, host="127.0.0.1"))
+        port = listener.socket.getsockname()[1]
+        with redacting([secret]), trio.fail_after(5):
+            async with httpx.AsyncClient(timeout=5) as http:
+                row = await scrape_row(http, f"http://127.0.0.1:{port}", MetricsScrape("/metrics", 1.0, 2.0, True, ()),
+                                       trio.current_time)
+        nursery.cancel_scope.cancel()
+    assert row["ok"] is False and row["status"] == 200
+    assert row["error"].startswith("not Prometheus text format:") and "tok-" in row["error"], row
+    assert secret not in json.dumps(row) and "s3cr3t" not in row["error"], row
+
+
 # ---------------------------------------------------------------------------- judging
 
 

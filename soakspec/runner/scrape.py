@@ -36,7 +36,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from soakspec.evidence.io import EvidenceError, JsonlWriter
-from soakspec.evidence.redact import scrub
+from soakspec.evidence.redact import clip, record_redactor, scrub
 from soakspec.plan import MetricsScrape
 from soakspec.runner.protocol import describe_transport_error
 from soakspec.runner.recorder import durable, off_loop
@@ -160,7 +160,11 @@ async def scrape_row(http: httpx.AsyncClient, url: str, scrape: MetricsScrape, n
         try:
             families = await trio.to_thread.run_sync(summarize, text, scrape.families)
         except Exception as e:  # noqa: BLE001 - whatever the parser raises, a bad answer is a failed scrape, not a dead run
-            error = f"not Prometheus text format: {type(e).__name__}: {e}"[:MAX_ERROR_CHARS]
+            # the parser quotes the answer's offending line: the server's text, redacted as a
+            # request record's error body is (the run's secrets, credential patterns, a secret
+            # cut off by the limit) before metrics.jsonl, the manifest and the reports get it
+            error = clip(record_redactor().text(f"not Prometheus text format: {type(e).__name__}: {e}"[:MAX_ERROR_CHARS]),
+                         MAX_ERROR_CHARS)
     return {"schema_version": 1, "t": t, "ok": error is None, "status": status, "error": error,
             "seconds": round(took, 6), "families": families}
 
