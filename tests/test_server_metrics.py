@@ -142,6 +142,26 @@ def test_summarize_keeps_the_named_families_summed_over_their_label_sets():
         summarize("vllm:x{ 1 2 3\n", ["vllm:x"])
 
 
+def test_an_untyped_total_is_read_as_the_counter_its_name_says_it_is():
+    """A `_total` family without a `# TYPE` line (legal: untyped; exporters and hand-written
+    endpoints omit it) was kept as a gauge, so `server("..._total") > 0` was INCONCLUSIVE with
+    "is a gauge: write max(...)" -- no counter rule could judge it. The `_total` suffix is
+    Prometheus' counter naming; an untyped family without it stays a gauge. And each line of
+    an untyped family is a family of its own to the parser: only the last label set was kept,
+    not their sum."""
+    text = ('vllm:request_success_total{finished_reason="length"} 7\n'
+            'vllm:request_success_total{finished_reason="stop"} 3\n'
+            "# TYPE vllm:num_preemptions_total untyped\nvllm:num_preemptions_total 2\n"
+            'vllm:num_requests_running{engine="0"} 4\nvllm:num_requests_running{engine="1"} NaN\n'
+            'vllm:num_requests_running{engine="2"} 1\n')
+    fams = summarize(text, ["vllm:request_success_total", "vllm:num_preemptions_total", "vllm:num_requests_running"])
+    assert fams == {
+        "vllm:request_success_total": {"type": "counter", "value": 10.0, "series": 2},
+        "vllm:num_preemptions_total": {"type": "counter", "value": 2.0, "series": 1},
+        "vllm:num_requests_running": {"type": "gauge", "value": 5.0, "series": 3},
+    }
+
+
 async def _sim(nursery, **options):
     return await nursery.start(serve, SimConfig(trace_log=False, ttft=0.001, itl=0.001, **options))
 

@@ -127,7 +127,17 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
         else:
             vals = [s.value for s in fam.samples if not s.name.endswith("_created")]
             finite = [v for v in vals if math.isfinite(v)]
-            kind = "counter" if fam.type == "counter" else "gauge"
+            # untyped (no `# TYPE` line, or `untyped`): a `_total` is a counter by Prometheus'
+            # naming -- kept as a gauge, no counter rule (bare, rate()) could judge it
+            untyped = fam.type in ("unknown", "untyped")
+            kind = "counter" if fam.type == "counter" or (untyped and key.endswith("_total")) else "gauge"
+            prev = out.get(key)
+            if untyped and prev is not None and prev["type"] == kind:
+                # the parser makes each line of an untyped family a family of its own: its label
+                # sets are summed too, where only the last one's value was kept
+                if prev["value"] is not None:
+                    finite.append(prev["value"])
+                vals.extend([0.0] * prev["series"])
             out[key] = {"type": kind, "value": math.fsum(finite) if finite else None, "series": len(vals)}
     return out
 
