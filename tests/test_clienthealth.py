@@ -346,8 +346,13 @@ def test_a_concurrency_the_backends_backoff_held_down_is_not_the_clients_saturat
     for only part of the shortfall, it is still the client's, and the message says how many waited."""
     spec = _small_spec("require failed == 0")
 
-    def health(held_per_s: float | None):
-        ev = _with_client(EvidenceBuilder(spec).build(), lag=0.002, cpu=0.2, held_s=held_per_s)
+    def health(held_per_s: float | None, outage: bool = True):
+        b = EvidenceBuilder(spec)
+        if outage:  # the server refused a scout in every bucket: the backoff gate was shut
+            for r in b.records["a"]:
+                if r["bucket"] >= 0 and int(r["request_id"].rsplit("-", 1)[-1]) % 4 == 0:
+                    b.set_outcome(r, "disconnected", "connect failed: connection refused", status=None)
+        ev = _with_client(b.build(), lag=0.002, cpu=0.2, held_s=held_per_s)
         return {r.rule: r for r in judge(spec, ev).rules}["client_healthy"]
 
     untallied, none, all_held, some = health(None), health(0.0), health(2.0), health(0.05)
@@ -356,6 +361,10 @@ def test_a_concurrency_the_backends_backoff_held_down_is_not_the_clients_saturat
     assert "waited at the backend's backoff" not in none.message
     assert "0.05 more waited at the backend's backoff" in some.message, some.message
     assert all_held.status == "pass", all_held.message
+    # worst input: client samples edited to claim held workers where the server failed nothing
+    # (no refused or failed request near the bucket) do not hide the client's shortfall
+    forged = health(2.0, outage=False)
+    assert forged.status == "inconclusive" and "achieved concurrency" in forged.message, forged.message
 
 
 def test_the_loop_monitor_samples_the_gates_held_time_per_window():

@@ -101,7 +101,8 @@ def reference_bucket(client_rows, lv, w, prev=None):
         near = list(prev.records if prev is not None else ()) + recs
         offered, achieved = float(conc), in_flight(near, w.start, w.end)
         held_s = [h for s in inside if type(h := s.get("held_s")) in (int, float) and 0 <= h < math.inf]
-        held = min(offered, math.fsum(held_s) / wall) if held_s else None
+        failed = any(r.get("outcome") != "completed" and num(r.get("start")) is not None for r in near)
+        held = (min(offered, math.fsum(held_s) / wall) if failed else 0.0) if held_s else None
     elif mode == "open" and type(rate) in (int, float) and rate > 0:
         offered = float(rate)
         achieved = sum(1 for r in recs if (s := num(r.get("start"))) is not None and w.start <= s < w.end) / wall

@@ -23,7 +23,7 @@ from soakspec.judge.common import backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.index import num as num_
-from soakspec.judge.measures import completed
+from soakspec.judge.measures import Columnar, completed
 from soakspec.judge.stats import percentile
 from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, Rows
@@ -462,6 +462,11 @@ def _started_in(recs: Rows, start: float, end: float) -> int:
                       lambda r: (s := num_(r.get("start"))) is not None and start <= s < end)
 
 
+# a request that reached the server and did not complete (never sent: the client's own failure)
+_failed_sent = Columnar(lambda r: r.get("outcome") != "completed" and num_(r.get("start")) is not None,
+                        lambda t, idx: ~t.label_is("outcome", "completed", idx) & ~np.isnan(t.f["start"][idx]))
+
+
 def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None:
     """The load generator's health in one bucket (None: the bucket has no window)."""
     if w.start is None or w.end is None or w.end <= w.start:
@@ -482,7 +487,13 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     if mode == "closed" and isinstance(conc, int) and conc > 0:
         near = prev.records + recs if prev is not None else recs
         offered, achieved = float(conc), _in_flight(near, w.start, w.end)
-        held = min(offered, math.fsum(held_s) / wall) if held_s else None  # no more than were offered
+        # credited only beside the server's failures: the gate shuts after a refused connect or a
+        # run of failed requests, and while it is shut a scout tries at least every backoff_max_s,
+        # so a bucket that held workers has an unsuccessful request in it or the bucket before. A
+        # client sample claiming held time without one (an edited client.jsonl) cannot hide a
+        # saturated client
+        if held_s:
+            held = min(offered, math.fsum(held_s) / wall) if near.count(_failed_sent.col, _failed_sent.row) else 0.0
     elif mode == "open" and type(rate) in (int, float) and rate > 0:
         offered = float(rate)
         achieved = _started_in(recs, w.start, w.end) / wall
