@@ -376,9 +376,7 @@ class PerToken(Distribution):
         need = max(1, min_samples)
         if not c.n:
             return Measure(None, 0, need, unit, f"no completed {unit}")
-        if agg not in _AGGREGATE:
-            raise ValueError(f"{agg}() does not apply to this metric")
-        value = c.mean() if agg == "mean" else c.min() if agg == "min" else c.max()
+        value = c.aggregate(agg)
         return Measure(value, c.n, need, unit)
 
     def values(self, records: Iterable[Row]) -> Any:

@@ -226,7 +226,7 @@ class _Sample:
         elif percentile is not None:
             got = c.percentile(percentile)
         else:
-            got = c.mean() if agg == "mean" else c.min() if agg == "min" else c.max() if agg == "max" else aggregate(agg, [])
+            got = c.aggregate(agg)
         assert got is not None
         return float(got)
 

@@ -188,6 +188,14 @@ class Counted:
     def max(self) -> float:
         return float(self.values[-1])
 
+    def aggregate(self, agg: str | None) -> float | None:
+        """mean, min or max of the values (ValueError for another aggregate)."""
+        if agg not in ("mean", "min", "max"):
+            raise ValueError(f"{agg}() does not apply to this metric")
+        if self.n == 0:
+            return None
+        return self.mean() if agg == "mean" else self.min() if agg == "min" else self.max()
+
     def count(self, op: str, t: float) -> int:
         """How many values v satisfy `v op t` (op: < <= > >=)."""
         v = self.values
