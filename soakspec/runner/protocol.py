@@ -332,13 +332,18 @@ class SSEParser:
         return chunk[3:] if chunk.startswith(_BOM) else chunk
 
     @property
+    def at_start(self) -> bool:
+        """Still within the bytes a leading BOM could take (`skip_bom` has more to do)."""
+        return self._head is not None
+
+    @property
     def idle(self) -> bool:
         """Between events: no partial line, no pending data or event name."""
         return not (self._tail or self._data or self._after_cr or self._head) and self._event is None
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume the next bytes of the stream; return the events they complete."""
-        if self._head is not None:
+        if self.at_start:
             chunk = self.skip_bom(chunk)
         if not chunk:
             return []
@@ -617,7 +622,7 @@ class StreamAccumulator:
         mode = self._body_mode
         if mode is _Body.SSE:
             parser: SSEParser = self._parser  # type: ignore[assignment]
-            if parser._head is not None:  # the stream's start: without its BOM, if it has one
+            if parser.at_start:  # the stream's start: without its BOM, if it has one
                 data = parser.skip_bom(data)
                 if not data:
                     return True
