@@ -105,9 +105,24 @@ def test_sample_sums_gpu_memory_of_the_server_process_tree():
     s = NvmlSource(nv, visible_devices=None).sample([me])
     assert s[0] == {"index": 0, "memory_used": 10 * GiB, "process_memory_used": 3 * GiB,
                     "utilization_gpu": 87.0, "temperature_c": 61.0, "power_w": 350.5}
-    assert s[1]["process_memory_used"] == 0 and s[1]["power_w"] is None  # unsupported -> unknown
+    # the server's process listed without a figure (NVML_VALUE_NOT_AVAILABLE): unknown, not 0
+    assert s[1]["process_memory_used"] is None and s[1]["power_w"] is None  # unsupported -> unknown
+    assert NvmlSource(FakeNvml(procs={0: [(999_999_999, GiB)]}), visible_devices=None).sample([me])[0][
+        "process_memory_used"] == 0  # the server's tree holds nothing on that GPU: a true 0
     rec = telemetry_record(NvmlSource(nv, visible_devices=None), me, t=1.0)
     assert not schema.validate("telemetry", rec) and rec["server_rss_bytes"] > 0
+
+
+def test_process_memory_is_unknown_without_a_server_process():
+    """A `url` backend (no pid) or a server already gone has no process tree to find in NVML's
+    list: its GPU memory is unknown (None), never 0, which `max(gpu_memory) < X` would pass."""
+    nv = FakeNvml(procs={0: [(424_242, 30 * GiB)]})  # the server's memory, under a pid we cannot see
+    rec = telemetry_record(NvmlSource(nv, visible_devices=None), None, t=1.0)
+    assert [g["process_memory_used"] for g in rec["gpus"]] == [None, None]
+    assert [g["memory_used"] for g in rec["gpus"]] == [10 * GiB, 11 * GiB]  # the device's own figure stays
+    assert not schema.validate("telemetry", rec)
+    gone = NvmlSource(nv, visible_devices=None).sample([999_999_999])
+    assert [g["process_memory_used"] for g in gone] == [None, None]
 
 
 def test_init_failure_is_recorded_once_never_raised():

@@ -162,8 +162,10 @@ class NvmlSource:
         }
 
     def sample(self, pids: Iterable[int] = ()) -> list[dict[str, Any]] | None:
-        """Per visible GPU: memory used, memory used by the process trees of `pids`,
-        utilization (%), temperature (C), power (W). None when NVML is unavailable."""
+        """Per visible GPU: memory used, memory used by the process trees of `pids` (None when
+        there is no tree or its figure is unknown: see `_tree_memory`), utilization (%),
+        temperature (C), power (W); any value NVML does not give is None. None when NVML is
+        unavailable."""
         if not self.available:
             return None
         nv = self._module
@@ -174,13 +176,7 @@ class NvmlSource:
         for index, h in self._handles:
             mem = self._call(nv.nvmlDeviceGetMemoryInfo, h)
             procs = self._call(nv.nvmlDeviceGetComputeRunningProcesses, h)
-            proc_mem: int | None = None
-            if procs is not None:
-                proc_mem = sum(
-                    int(p.usedGpuMemory)
-                    for p in procs
-                    if p.pid in tree and isinstance(getattr(p, "usedGpuMemory", None), int)
-                )
+            proc_mem = _tree_memory(procs, tree)
             util = self._call(nv.nvmlDeviceGetUtilizationRates, h)
             temp = self._call(nv.nvmlDeviceGetTemperature, h, NVML_TEMPERATURE_GPU)
             power = self._call(nv.nvmlDeviceGetPowerUsage, h)
@@ -195,6 +191,24 @@ class NvmlSource:
                 }
             )
         return out
+
+
+def _tree_memory(procs: Any, tree: set[int]) -> int | None:
+    """GPU memory of the processes of `tree` in NVML's process list `procs`; None (unknown,
+    never 0) without a process tree to look for (a `url` backend, a server already gone), without
+    a list (the call failed or is not supported), or when a process of the tree is listed with no
+    memory figure (pynvml's None: NVML_VALUE_NOT_AVAILABLE)."""
+    if procs is None or not tree:
+        return None
+    total = 0
+    for p in procs:
+        if getattr(p, "pid", None) not in tree:
+            continue
+        used = getattr(p, "usedGpuMemory", None)
+        if isinstance(used, bool) or not isinstance(used, int):
+            return None
+        total += used
+    return total
 
 
 # --- /proc -----------------------------------------------------------------------------------
