@@ -277,6 +277,24 @@ def test_series_rules_use_bucket_values():
     assert v.outcome == "PASS", render_text(v)
 
 
+def test_a_gpu_that_does_not_report_makes_the_sample_unknown_not_smaller():
+    """Two GPUs of 40 GiB each: 80 GiB. When one of them stops reporting (lost mid-run, NVML
+    refusing the call on it), the sample's sum is unknown -- never the other GPU's 40 GiB, which
+    would pass a bound the server breaks."""
+    spec = small_spec("require max(gpu_memory) < 60GiB\nrequire max(gpu_memory_device) < 60GiB")
+    b = EvidenceBuilder(spec)
+    for row in b.telemetry["a"]:
+        row["gpus"] = [dict(row["gpus"][0], index=0), dict(row["gpus"][0], index=1)]
+    gpu = [r for r in judge(spec, b.build()).rules if "gpu_memory" in r.rule]
+    assert [r.status for r in gpu] == ["fail", "fail"]
+    for row in b.telemetry["a"]:
+        row["gpus"][1].update(memory_used=None, process_memory_used=None)
+    v = judge(spec, b.build())
+    gpu = [r for r in v.rules if "gpu_memory" in r.rule]
+    assert [r.status for r in gpu] == ["inconclusive", "inconclusive"], render_text(v)
+    assert v.outcome == "INCONCLUSIVE"
+
+
 def _slow_server(records, service_s):
     """Serve `records` (open-loop arrivals) one at a time, `service_s` each, first come first
     served: a request queued behind the others ends later than its arrival + service."""

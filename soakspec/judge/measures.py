@@ -793,13 +793,22 @@ def rss(s: Row) -> float | None:
 
 
 def gpu_sum(key: str) -> Callable[[Row], float | None]:
-    """The sample's `key` summed over its GPUs (None: no GPU reports it)."""
+    """The sample's `key` summed over its GPUs; None (the sample says nothing) when a GPU of
+    the sample does not report it -- a GPU lost mid-run, a call NVML refused on one device -- as
+    the others' sum alone would read as the whole (half the memory of two GPUs: a pass, a drift)."""
 
     def value(s: Row) -> float | None:
         gpus = s.get("gpus")
         if not isinstance(gpus, list):
             return None
-        vals = [v for g in gpus if isinstance(g, Mapping) and (v := num(g.get(key))) is not None]
+        vals = []
+        for g in gpus:
+            if not isinstance(g, Mapping):
+                continue
+            v = num(g.get(key))
+            if v is None:
+                return None
+            vals.append(v)
         return math.fsum(vals) if vals else None
 
     return value
