@@ -183,3 +183,51 @@ def _manifest_with(gpus):
     from soakspec.evidence.manifest import new_manifest
 
     return new_manifest(run_id="r", spec_text="x", spec_path=None, started_at=1_747_000_000.0, gpus=gpus)
+
+
+def test_a_restricted_view_samples_only_its_devices_and_shares_the_session():
+    nv = FakeNvml()
+    src = NvmlSource(nv, visible_devices=None)
+    assert [g["index"] for g in src.restricted("GPU-bbbb").sample()] == [1]
+    assert [g["index"] for g in src.restricted("1,0").sample()] == [1, 0]
+    assert src.restricted("").sample() == []
+    src.restricted("0").close()
+    assert nv.shutdowns == 0 and src.available  # a view never ends its parent's NVML session
+    src.close()
+    assert nv.shutdowns == 1
+    off = NvmlSource(FakeNvml(fail_init=True)).restricted("0")
+    assert off.available is False and "Driver Not Loaded" in off.reason and off.sample() is None
+
+
+async def test_a_launched_servers_telemetry_is_of_its_own_gpus(tmp_path):
+    """`gpus = [1]` sets the server's CUDA_VISIBLE_DEVICES, not soakspec's: its telemetry is of
+    GPU 1 alone, not of every GPU soakspec sees (another tenant's GPU 0 would count in
+    gpu_memory_device and the manifest's inventory would be taken for the server's)."""
+    import json
+
+    import trio
+
+    from soakspec.judge.testing import spec_from_text
+    from soakspec.plan import plan
+    from soakspec.runner.backend import Deps, sample_telemetry
+    from soakspec.runner.clock import RunClock
+    from soakspec.runner.engine import h11_connect
+    from soakspec.runner.progress import Progress
+    from soakspec.runner.recorder import BackendRecorder, RunStatus
+    from soakspec.evidence.layout import RunLayout
+
+    text = ('soak "g" {}\nbackend "s" {\n  sim {}\n  gpus = [1]\n  runtime {\n    label = "x"\n  }\n}\n'
+            'workload "w" {\n  load {\n    mode = closed\n    concurrency = [1]\n  }\n  duration = 1m\n  bucket = 1m\n'
+            '  deadline = 30s\n}\ngate {\n  require failed == 0\n}\n')
+    (bp,) = plan(spec_from_text(text)).backends
+    assert dict(bp.launch.env)["CUDA_VISIBLE_DEVICES"] == "1"
+    layout = RunLayout(tmp_path / "ev")
+    rec = BackendRecorder(bp, layout, RunStatus())
+    rec.prepare(0, None)
+    clock = RunClock()
+    deps = Deps(clock, Progress(quiet=True), None, h11_connect(clock), layout,
+                nvml=NvmlSource(FakeNvml(), visible_devices=None))
+    with trio.move_on_after(0.3):
+        await sample_telemetry(deps, rec, 0.05)
+    rows = [json.loads(x) for x in layout.telemetry("s").read_text().splitlines()]
+    assert rows and all([g["index"] for g in r["gpus"]] == [1] for r in rows)

@@ -8,7 +8,7 @@ inventory carries `uuid_sha256`.
 The calls are synchronous and quick; the runner samples from trio with
 `trio.to_thread.run_sync(source.sample, pids)`.
 
-CUDA_VISIBLE_DEVICES: integer entries are taken as NVML indices (true when
+CUDA_VISIBLE_DEVICES (soakspec's own; a launched server's from its spec, `NvmlSource.restricted`): integer entries are taken as NVML indices (true when
 CUDA_DEVICE_ORDER=PCI_BUS_ID, which servers under test should set); `GPU-...` entries match
 UUID prefixes. As in CUDA, parsing stops at the first entry that names no device.
 """
@@ -66,6 +66,9 @@ class NvmlSource:
         self._available = False
         self._reason: str | None = None
         self._handles: list[tuple[int, Any]] = []
+        self._all: list[Any] = []  # every device's handle, in NVML's order
+        self._uuids: list[str] = []
+        self._owner = True  # a `restricted` view shares its parent's NVML session: never shuts it down
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -94,8 +97,21 @@ class NvmlSource:
             self._reason = f"NVML device enumeration failed: {type(e).__name__}: {e}"
             self._shutdown()
             return
+        self._all, self._uuids = handles, uuids
         self._handles = [(i, handles[i]) for i in visible_indices(self._visible_spec, count, uuids)]
         self._available = True
+
+    def restricted(self, visible_devices: str | None) -> NvmlSource:
+        """The same NVML session seen through another CUDA_VISIBLE_DEVICES value (a launched
+        server's own, from its spec's `gpus` or `env`): its samples are of the server's GPUs only.
+        Unavailable when this source is."""
+        self._start()
+        view = NvmlSource(self._module, visible_devices)
+        view._started, view._owner, view._reason = True, False, self._reason
+        if self._available:
+            view._available, view._all, view._uuids = True, self._all, self._uuids
+            view._handles = [(i, self._all[i]) for i in visible_indices(visible_devices, len(self._all), self._uuids)]
+        return view
 
     def _shutdown(self) -> None:
         try:
@@ -104,7 +120,7 @@ class NvmlSource:
             pass
 
     def close(self) -> None:
-        if self._started and self._available:
+        if self._started and self._available and self._owner:
             self._shutdown()
         self._available = False
         self._reason = self._reason or "closed"

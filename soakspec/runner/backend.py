@@ -186,12 +186,13 @@ async def _until_ready(la: Launch, url: str, server, deps: Deps, rec: BackendRec
 async def sample_telemetry(deps: Deps, rec: BackendRecorder, interval_s: float) -> None:
     """GPU and server-process samples (RSS, CPU) every `interval_s` into telemetry.jsonl, each fsynced."""
     pid = rec.server.pid if rec.server is not None else None
+    nvml = _server_gpus(deps.nvml, rec.bp.launch)
     cpu = CpuMeter()
     try:
         w = JsonlWriter(deps.layout.telemetry(rec.name), schema="telemetry")
         try:
             while True:
-                sample = await trio.to_thread.run_sync(telemetry_record, deps.nvml, pid, None, cpu)
+                sample = await trio.to_thread.run_sync(telemetry_record, nvml, pid, None, cpu)
                 w.write(sample)
                 await durable(w)
                 await trio.sleep(interval_s)
@@ -199,6 +200,16 @@ async def sample_telemetry(deps: Deps, rec: BackendRecorder, interval_s: float) 
             await off_loop(w.close)
     except EvidenceError as e:
         raise rec.status.evidence_failed(e)
+
+
+def _server_gpus(nvml: NvmlSource | None, la: Launch) -> NvmlSource | None:
+    """The GPUs a launched server sees: its own CUDA_VISIBLE_DEVICES (the spec's `gpus` or
+    `env`) when the spec sets one, else soakspec's (which the server inherits); a url
+    backend's server was not started with either, so it is sampled as soakspec sees the GPUs."""
+    env = dict(la.env)
+    if nvml is None or not la.launches or "CUDA_VISIBLE_DEVICES" not in env:
+        return nvml
+    return nvml.restricted(env["CUDA_VISIBLE_DEVICES"])
 
 
 async def tick_progress(progress: Progress, rec: BackendRecorder) -> None:
