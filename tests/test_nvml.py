@@ -231,3 +231,20 @@ async def test_a_launched_servers_telemetry_is_of_its_own_gpus(tmp_path):
         await sample_telemetry(deps, rec, 0.05)
     rows = [json.loads(x) for x in layout.telemetry("s").read_text().splitlines()]
     assert rows and all([g["index"] for g in r["gpus"]] == [1] for r in rows)
+
+
+def test_require_gpus_is_not_met_by_nvml_with_no_visible_device(tmp_path, monkeypatch):
+    """NVML loads but CUDA_VISIBLE_DEVICES selects no device (empty, a MIG or unknown UUID): a
+    spec with `require_gpus = true` stops before any load, as without NVML, saying why."""
+    from soakspec.judge.testing import spec_from_text
+    from soakspec.plan import plan
+    from soakspec.runner.engine import RunOptions, execute
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-ffff")
+    text = ('soak "g" {}\ntelemetry {\n  require_gpus = true\n}\nbackend "u" {\n  url = "http://127.0.0.1:9"\n'
+            '  ready {\n    timeout = 2s\n  }\n  runtime {\n    label = "x"\n  }\n}\n'
+            'workload "w" {\n  load {\n    mode = closed\n    concurrency = [1]\n  }\n  duration = 1s\n  bucket = 1s\n'
+            '  deadline = 1s\n}\ngate {\n  require failed == 0\n}\n')
+    result = execute(plan(spec_from_text(text)), RunOptions(out_dir=tmp_path / "run", quiet=True, nvml_module=FakeNvml()))
+    assert result.status == "aborted" and "requires GPUs" in (result.reason or ""), result.reason
+    assert "GPU-ffff" in result.reason

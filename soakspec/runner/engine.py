@@ -265,8 +265,9 @@ async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, 
     entries: list[dict[str, Any]] = []
     try:
         schemas.preload()  # no schema file is opened mid-load, when the load may hold every descriptor
-        if plan.require_gpus and not gpus.get("available"):
-            status.reason = f"the spec requires GPUs and NVML reports none ({gpus.get('reason')})"
+        if plan.require_gpus and not (gpus.get("available") and gpus.get("devices")):
+            why = gpus.get("reason") or f"no device matches CUDA_VISIBLE_DEVICES={gpus.get('cuda_visible_devices')!r}"
+            status.reason = f"the spec requires GPUs and NVML reports none ({why})"
             progress.error(f"soakspec run: {status.reason}")
         else:
             with _reaper() as reaper:
