@@ -937,3 +937,15 @@ def test_a_status_beyond_http_is_the_servers_malformed_response(status) -> None:
     assert (rec.outcome, rec.status) == (Outcome.FAILED, None)
     assert rec.error == f"malformed response: HTTP status {status} is not a status code: odd"  # and the body
     assert_valid_evidence(rec)
+
+
+def test_a_lone_surrogate_in_the_servers_text_is_escaped_and_the_record_is_written() -> None:
+    """A hostile or buggy server's JSON may hold half a character ("\\ud800"): json decodes it
+    to a lone surrogate, which no UTF-8 line can hold -- writing the record raised
+    UnicodeEncodeError. It is kept as the escape, in every field of its text."""
+    err = run([(1.0, chunk("a")), (1.0, b'data: {"error": {"message": "boom \\ud800"}}\n\n'), (1.1, DONE)])
+    fin = run([(1.0, b'data: {"id": "x\\udc80", "choices": [{"index": 0, "text": "a", "finish_reason": "len\\ud800"}]}\n\n'),
+               (1.1, DONE)])
+    lines = [json.loads(rec.to_line()) for rec in (err, fin)]  # written, as every record is, frozen
+    assert lines[0]["outcome"] == "failed" and lines[0]["error"] == "error event: boom \\ud800"
+    assert (lines[1]["finish_reason"], lines[1]["server_id"]) == ("len\\ud800", "x\\udc80")

@@ -69,6 +69,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import re
 from array import array
 from collections.abc import Mapping
 from typing import Annotated, Any
@@ -460,17 +461,19 @@ class RequestRecord:
         )  # fmt: skip
 
     def redact(self) -> None:
-        """Redact the server's text this builder holds (see `freeze`); idempotent."""
+        """Redact the server's text this builder holds (see `freeze`); idempotent. A lone
+        UTF-16 surrogate in it (a JSON escape such as "\\ud800" in the server's body: half a
+        character, which no UTF-8 line can hold) is shown as that escape."""
         red = record_redactor()
         err = self.error
         if err is not None:
-            shown = red.text(err)
+            shown = red.text(_escape_surrogates(err))
             if shown != err:
                 self.error = clip(shown, ERROR_LIMIT)
         if self.finish_reason is not None:
-            self.finish_reason = red.ident(self.finish_reason)
+            self.finish_reason = red.ident(_escape_surrogates(self.finish_reason))
         if self.server_id is not None:
-            self.server_id = red.ident(self.server_id)
+            self.server_id = red.ident(_escape_surrogates(self.server_id))
 
     def to_json(self) -> dict[str, Any]:
         """The on-disk object of the frozen record."""
@@ -495,6 +498,14 @@ class RequestRecord:
                 d["itl_us"] = [round(g * _US) for g in itl]
             r = msgspec.convert(d, Record)
         return cls(**{k: getattr(r, k) for k in RECORD_KEYS if k != "itl_us"}, itl=[g / _US for g in r.itl_us])
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_surrogates(text: str) -> str:
+    """`text` with each lone surrogate written as its JSON escape (`\\ud800`)."""
+    return text if text.isascii() else _SURROGATE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
 # ------------------------------------------------------------------------------ the schema
