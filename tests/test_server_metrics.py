@@ -162,6 +162,45 @@ def test_an_untyped_total_is_read_as_the_counter_its_name_says_it_is():
     }
 
 
+UNTYPED_TTFT = """\
+vllm:time_to_first_token_seconds_bucket{{le="0.1",model_name="m"}} {a}
+vllm:time_to_first_token_seconds_bucket{{le="1.0",model_name="m"}} {b}
+vllm:time_to_first_token_seconds_bucket{{le="+Inf",model_name="m"}} {b}
+vllm:time_to_first_token_seconds_sum{{model_name="m"}} {s}
+vllm:time_to_first_token_seconds_count{{model_name="m"}} {b}
+"""
+
+
+def test_an_untyped_histogram_or_summary_is_read_by_its_lines_names():
+    """A histogram or summary without a `# TYPE` line (legal: untyped) was not read at all: its
+    lines are named `x_bucket`, `x_sum`, `x_count`, none of them the family `x` a rule names, so
+    metrics.jsonl had no `x` and `p99(server("x"))` was INCONCLUSIVE ("has no 'x'"); a summary's
+    `x{quantile=...}` lines were summed into a gauge. They are read as the histogram or summary
+    their names' shape says they are (as an untyped `_total` is a counter); lines that are not
+    that shape stay as they were."""
+    ttft = "vllm:time_to_first_token_seconds"
+    text = (UNTYPED_TTFT.format(a=1, b=4, s=2.5)
+            + "# HELP rpc_seconds A summary, untyped.\n"
+            + 'rpc_seconds{quantile="0.5"} 0.2\nrpc_seconds{quantile="0.99"} NaN\nrpc_seconds_sum 3\nrpc_seconds_count 4\n'
+            + "odd_sum 1\nodd 2\nodd_count 2\n"  # an `odd` line without `quantile`: not a summary
+            + 'nole_bucket{x="1"} 2\nnole_sum 1\nnole_count 2\n'  # a `_bucket` with no `le`: not a histogram
+            + 'badle_bucket{le="high"} 2\nbadle_sum 1\nbadle_count 2\n')  # nor one whose `le` is no number
+    fams = summarize(text, [ttft, "rpc_seconds", "odd", "odd_count", "nole", "badle"])
+    assert fams == {
+        ttft: {"type": "histogram", "sum": 2.5, "count": 4.0, "series": 1, "buckets": [[0.1, 1.0], [1.0, 4.0], [None, 4.0]]},
+        "rpc_seconds": {"type": "summary", "sum": 3.0, "count": 4.0, "series": 1},
+        "odd": {"type": "gauge", "value": 2.0, "series": 1},
+        "odd_count": {"type": "gauge", "value": 2.0, "series": 1},
+    }
+    # typed, it reads the same; the judge then estimates its quantile where it said "has no ..."
+    assert summarize(f"# TYPE {ttft} histogram\n" + UNTYPED_TTFT.format(a=1, b=4, s=2.5), [ttft]) == {ttft: fams[ttft]}
+    spec, b, _ = _builder(f'require p50(server("{ttft}")) < 1s')
+    for i, row in enumerate(b.metrics["a"]):
+        row["families"] = summarize(UNTYPED_TTFT.format(a=10 * i, b=10 * i, s=0.05 * 10 * i), [ttft])
+    (r,) = _perf(judge(spec, b.build())).values()
+    assert r.status == "pass" and math.isclose(r.observed, 0.05), r.message
+
+
 async def _sim(nursery, **options):
     return await nursery.start(serve, SimConfig(trace_log=False, ttft=0.001, itl=0.001, **options))
 

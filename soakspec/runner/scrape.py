@@ -83,6 +83,14 @@ def _le(v: str) -> float | None:
     return None if math.isinf(f) else f
 
 
+def _bound(v: str | None) -> bool:
+    """`v` is a histogram bucket's `le`: a number (+Inf included)."""
+    try:
+        return v is not None and not math.isnan(float(v))
+    except ValueError:
+        return False
+
+
 def _key(family: Any) -> str:
     """A family's name as /metrics shows it: a counter by its `_total` sample name."""
     if family.type == "counter" and any(s.name.endswith("_total") for s in family.samples):
@@ -90,55 +98,103 @@ def _key(family: Any) -> str:
     return family.name
 
 
+def _histogram(samples: Iterable[Any]) -> dict[str, Any] | None:
+    """A histogram's samples summed over their label sets (None: more than MAX_BUCKETS bounds)."""
+    buckets: dict[float | None, float] = {}
+    total = count = 0.0
+    series = 0
+    for s in samples:
+        if not math.isfinite(s.value):
+            continue
+        if s.name.endswith("_bucket") and "le" in s.labels:
+            le = _le(s.labels["le"])
+            buckets[le] = buckets.get(le, 0.0) + s.value
+        elif s.name.endswith("_sum") or s.name.endswith("_gsum"):
+            total += s.value
+        elif s.name.endswith("_count") or s.name.endswith("_gcount"):
+            count += s.value
+            series += 1
+    if len(buckets) > MAX_BUCKETS:
+        return None
+    order = sorted(buckets, key=lambda b: math.inf if b is None else b)
+    return {"type": "histogram", "sum": total, "count": count, "series": series,
+            "buckets": [[b, buckets[b]] for b in order]}
+
+
+def _summary(samples: Iterable[Any]) -> dict[str, Any]:
+    samples = list(samples)
+    total = math.fsum(s.value for s in samples if s.name.endswith("_sum") and math.isfinite(s.value))
+    count = math.fsum(s.value for s in samples if s.name.endswith("_count") and math.isfinite(s.value))
+    return {"type": "summary", "sum": total, "count": count,
+            "series": sum(1 for s in samples if s.name.endswith("_count"))}
+
+
+_PARTS = ("_bucket", "_sum", "_count")
+
+
+def _shaped(samples: Iterable[Any], wanted: set[str]) -> dict[str, dict[str, Any]]:
+    """The wanted histograms and summaries among untyped lines (no `# TYPE`, legal), by their
+    names' shape as Prometheus' own conventions give it: `x_bucket{le=<number>}` lines make `x` a
+    histogram (with its `x_sum`, `x_count`); `x_sum` and `x_count`, with no `x` line other than
+    `x{quantile=...}`, a summary. Anything else is left as the parser gave it (a gauge each)."""
+    parts: dict[str, dict[str, list[Any]]] = {}
+    for s in samples:
+        base = next((s.name[:-len(p)] for p in _PARTS if s.name.endswith(p) and s.name[:-len(p)] in wanted), None)
+        if base is not None:
+            parts.setdefault(base, {}).setdefault(s.name[len(base):], []).append(s)
+        elif s.name in wanted:
+            parts.setdefault(s.name, {}).setdefault("", []).append(s)
+    out: dict[str, dict[str, Any]] = {}
+    for base, p in parts.items():
+        bks, own = p.get("_bucket", []), p.get("", [])
+        if bks and not own and all(_bound(s.labels.get("le")) for s in bks):
+            entry = _histogram(s for ss in p.values() for s in ss)
+            if entry is not None:
+                out[base] = entry
+        elif not bks and "_sum" in p and "_count" in p and all("quantile" in s.labels for s in own):
+            out[base] = _summary(s for ss in p.values() for s in ss)
+    return out
+
+
 def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
     """The kept families of a Prometheus text exposition, summed over their label sets (values
     that are not finite -- NaN, +Inf -- left out). Raises ValueError when the text does not parse."""
     wanted = set(keep)
     out: dict[str, Any] = {}
+    typed: set[str] = set()  # the keys a `# TYPE` line gave their type
+    loose: list[Any] = []  # the lines of untyped families, for `_shaped`
     for fam in text_string_to_metric_families(text):
+        # untyped (no `# TYPE` line, or `untyped`): the parser makes each line a family of its own
+        untyped = fam.type in ("unknown", "untyped")
+        if untyped:
+            loose.extend(fam.samples)
         key = _key(fam)
         if key not in wanted and fam.name not in wanted:
             continue
+        if not untyped:
+            typed.add(key)
         if fam.type in ("histogram", "gaugehistogram"):
-            buckets: dict[float | None, float] = {}
-            total = count = 0.0
-            series = 0
-            for s in fam.samples:
-                if not math.isfinite(s.value):
-                    continue
-                if s.name.endswith("_bucket") and "le" in s.labels:
-                    le = _le(s.labels["le"])
-                    buckets[le] = buckets.get(le, 0.0) + s.value
-                elif s.name.endswith("_sum") or s.name.endswith("_gsum"):
-                    total += s.value
-                elif s.name.endswith("_count") or s.name.endswith("_gcount"):
-                    count += s.value
-                    series += 1
-            if len(buckets) > MAX_BUCKETS:
-                continue
-            order = sorted(buckets, key=lambda b: math.inf if b is None else b)
-            out[key] = {"type": "histogram", "sum": total, "count": count, "series": series,
-                        "buckets": [[b, buckets[b]] for b in order]}
+            entry = _histogram(fam.samples)
+            if entry is not None:
+                out[key] = entry
         elif fam.type == "summary":
-            total = math.fsum(s.value for s in fam.samples if s.name.endswith("_sum") and math.isfinite(s.value))
-            count = math.fsum(s.value for s in fam.samples if s.name.endswith("_count") and math.isfinite(s.value))
-            out[key] = {"type": "summary", "sum": total, "count": count,
-                        "series": sum(1 for s in fam.samples if s.name.endswith("_count"))}
+            out[key] = _summary(fam.samples)
         else:
             vals = [s.value for s in fam.samples if not s.name.endswith("_created")]
             finite = [v for v in vals if math.isfinite(v)]
-            # untyped (no `# TYPE` line, or `untyped`): a `_total` is a counter by Prometheus'
-            # naming -- kept as a gauge, no counter rule (bare, rate()) could judge it
-            untyped = fam.type in ("unknown", "untyped")
+            # an untyped `_total` is a counter by Prometheus' naming -- kept as a gauge, no
+            # counter rule (bare, rate()) could judge it
             kind = "counter" if fam.type == "counter" or (untyped and key.endswith("_total")) else "gauge"
             prev = out.get(key)
             if untyped and prev is not None and prev["type"] == kind:
-                # the parser makes each line of an untyped family a family of its own: its label
-                # sets are summed too, where only the last one's value was kept
+                # an untyped family's label sets are summed too, where only the last one's value was kept
                 if prev["value"] is not None:
                     finite.append(prev["value"])
                 vals.extend([0.0] * prev["series"])
             out[key] = {"type": kind, "value": math.fsum(finite) if finite else None, "series": len(vals)}
+    # an untyped histogram or summary was not read at all (its `_bucket`, `_sum`, `_count` lines
+    # matched no wanted name) or read as a gauge (a summary's quantiles summed)
+    out.update((k, v) for k, v in _shaped(loose, wanted).items() if k not in typed)
     return out
 
 
