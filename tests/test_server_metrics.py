@@ -201,6 +201,25 @@ def test_an_untyped_histogram_or_summary_is_read_by_its_lines_names():
     assert r.status == "pass" and math.isclose(r.observed, 0.05), r.message
 
 
+@pytest.mark.parametrize("type_line", ["", "# TYPE vllm:num_preemptions_total counter\n"])
+def test_a_counter_named_without_total_is_read_typed_or_untyped(type_line):
+    """`server("vllm:num_preemptions")` finds the counter /metrics shows as
+    `vllm:num_preemptions_total` (the judge looks a name up with and without `_total`). Typed, it
+    was kept; untyped (no `# TYPE` line, legal) it was dropped by the scrape -- kept only when
+    named with its `_total` -- so the rule was INCONCLUSIVE ("has no ...") where the same
+    server with a `# TYPE` line was judged."""
+    name = "vllm:num_preemptions"
+    spec, b, _ = _builder(f'require server("{name}") == 0')
+    rows = b.metrics["a"]
+    for i, row in enumerate(rows):
+        n = 0 if i < len(rows) // 2 else 3
+        text = type_line + f'{name}_total{{engine="0"}} {n}\n{name}_total{{engine="1"}} 0\n'
+        row["families"] = summarize(text, [name])
+    assert rows[-1]["families"] == {name + "_total": {"type": "counter", "value": 3.0, "series": 2}}
+    (r,) = _perf(judge(spec, b.build())).values()
+    assert r.status == "fail" and r.observed == 3.0, r.message
+
+
 async def _sim(nursery, **options):
     return await nursery.start(serve, SimConfig(trace_log=False, ttft=0.001, itl=0.001, **options))
 

@@ -169,7 +169,10 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
         if untyped:
             loose.extend(fam.samples)
         key = _key(fam)
-        if key not in wanted and fam.name not in wanted:
+        # an untyped `_total` is a counter by Prometheus' naming: named without `_total` too, as
+        # a typed counter is (the parser gives it that name) -- it was dropped, named so
+        name = key[:-6] if untyped and key.endswith("_total") else fam.name
+        if key not in wanted and name not in wanted:
             continue
         if not untyped:
             typed.add(key)
