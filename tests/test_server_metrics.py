@@ -24,7 +24,7 @@ from soakspec.judge.testing import EvidenceBuilder, metrics_rows, small_spec, sp
 from soakspec.lang import check, parse
 from soakspec.lang.fmt import fmt
 from soakspec.plan import DEFAULT_SERVER_METRICS, MetricsScrape, plan
-from soakspec.runner.scrape import ScrapeLog, scrape_row, summarize
+from soakspec.runner.scrape import MAX_BUCKETS, ScrapeLog, scrape_row, summarize
 from soakspec.sim.config import SimConfig
 from soakspec.sim.server import serve
 
@@ -201,23 +201,34 @@ def test_an_untyped_histogram_or_summary_is_read_by_its_lines_names():
     assert r.status == "pass" and math.isclose(r.observed, 0.05), r.message
 
 
-@pytest.mark.parametrize("type_line", ["", "# TYPE vllm:num_preemptions_total counter\n"])
-def test_a_counter_named_without_total_is_read_typed_or_untyped(type_line):
+PREEMPTIONS = 'vllm:num_preemptions_total{{engine="0"}} {n}\nvllm:num_preemptions_total{{engine="1"}} 0\n'
+
+
+@pytest.mark.parametrize("form", [
+    PREEMPTIONS,  # untyped
+    "# TYPE vllm:num_preemptions_total counter\n" + PREEMPTIONS,
+    # OpenMetrics: the TYPE line names the family without `_total`, with `_created` lines and `# EOF`
+    "# TYPE vllm:num_preemptions counter\n" + PREEMPTIONS + 'vllm:num_preemptions_created{{engine="0"}} 1.7e9\n# EOF\n',
+    "# HELP vllm:num_preemptions Preemptions.\n" + PREEMPTIONS,  # a HELP line, no TYPE: an empty family too
+], ids=["untyped", "typed", "openmetrics", "help-only"])
+def test_a_counter_named_without_total_is_read_typed_or_untyped(form):
     """`server("vllm:num_preemptions")` finds the counter /metrics shows as
     `vllm:num_preemptions_total` (the judge looks a name up with and without `_total`). Typed, it
     was kept; untyped (no `# TYPE` line, legal) it was dropped by the scrape -- kept only when
     named with its `_total` -- so the rule was INCONCLUSIVE ("has no ...") where the same
-    server with a `# TYPE` line was judged."""
+    server with a `# TYPE` line was judged. In OpenMetrics' form (`# TYPE x counter` over
+    `x_total` lines, which the text parser reads as an empty counter `x` and untyped lines) the
+    empty `x` was kept and found first: INCONCLUSIVE ("needs two scrapes")."""
     name = "vllm:num_preemptions"
     spec, b, _ = _builder(f'require server("{name}") == 0')
     rows = b.metrics["a"]
     for i, row in enumerate(rows):
-        n = 0 if i < len(rows) // 2 else 3
-        text = type_line + f'{name}_total{{engine="0"}} {n}\n{name}_total{{engine="1"}} 0\n'
-        row["families"] = summarize(text, [name])
+        row["families"] = summarize(form.format(n=0 if i < len(rows) // 2 else 3), [name])
     assert rows[-1]["families"] == {name + "_total": {"type": "counter", "value": 3.0, "series": 2}}
     (r,) = _perf(judge(spec, b.build())).values()
     assert r.status == "fail" and r.observed == 3.0, r.message
+    wide = "# TYPE h histogram\n" + "".join(f'h_bucket{{le="{i}"}} {i}\n' for i in range(MAX_BUCKETS + 1))
+    assert summarize(wide + form.format(n=1), [name, "h"]).keys() == {name + "_total"}  # too many buckets: dropped, as before
 
 
 async def _sim(nursery, **options):

@@ -198,6 +198,12 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
     # an untyped histogram or summary was not read at all (its `_bucket`, `_sum`, `_count` lines
     # matched no wanted name) or read as a gauge (a summary's quantiles summed)
     out.update((k, v) for k, v in _shaped(loose, wanted).items() if k not in typed)
+    for k in [k for k, v in out.items()
+              if v["type"] in ("counter", "gauge") and not v["series"] and out.get(k + "_total", {}).get("type") == "counter"]:
+        # OpenMetrics' counter (`# TYPE x counter` or `# HELP x` over `x_total` lines): the
+        # parser gives an empty family `x` and untyped `x_total` lines (a counter above); the
+        # empty one was found first for `server("x")` and said nothing
+        del out[k]
     return out
 
 
