@@ -302,3 +302,15 @@ def test_a_source_line_with_control_characters_is_shown_not_obeyed():
     lines = out.splitlines()
     carets = [lines[i + 1].index("^") for i, ln in enumerate(lines) if ln == '    bucket = "\ufffd[31mred" bogus = 1']
     assert carets == [len("    bucket = "), len('    bucket = "\ufffd[31mred" ')]  # the string (E104), then 'bogus' (E101)
+
+
+def test_a_repeated_load_level_is_warned_at_the_repeat_not_at_the_load_block():
+    """W504 points at the value it is about: the item of the level list equal to an earlier
+    one (rates compared once converted: 1rps and 60rpm are one level)."""
+    closed = "  load { concurrency = [4, 8, 4] }"
+    opened = "  load {\n    mode = open\n    rate = [1rps, 2rps, 60rpm]\n  }"
+    for load, line, col in ((closed, 4, closed.rindex("4") + 1), (opened, 6, opened.splitlines()[2].index("60rpm") + 1)):
+        _, diags = check(parse(BASE % f"{load}\n  duration = 60s")[0])
+        (w,) = [d for d in diags if d.code == "W504"]
+        assert (w.span.line, w.span.column) == (line, col), w
+

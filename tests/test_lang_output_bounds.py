@@ -69,5 +69,5 @@ def test_a_warning_repeated_word_for_word_is_reported_once_with_a_count():
     )
     spec, diags = check(parse(text)[0])
     assert spec is not None
-    assert [(d.code, d.span.line, d.span.column) for d in diags] == [("W504", 4, 3), ("W505", 6, 12)]
+    assert [(d.code, d.span.line, d.span.column) for d in diags] == [("W504", 4, 28), ("W505", 6, 12)]
     assert all(d.message.endswith(f"(and {n - 1} more like it)") for d in diags)

@@ -374,12 +374,25 @@ def _misplaced(ctx: Ctx, lb: Body, keys: tuple[str, ...], why: str) -> None:
 
 def _check_levels(ctx: Ctx, lb: Body, load: S.Load) -> None:
     levels = load.levels
-    if len(set(levels)) != len(levels):
-        ctx.warn("W504", "the same load level is listed twice", lb.span)
     key = "rate" if load.mode == "open" else "concurrency"
+    if len(set(levels)) != len(levels):
+        ctx.warn("W504", "the same load level is listed twice", _repeated_level(lb, key, levels))
     if levels and max(levels) > MAX_LOAD_LEVEL and lb.ok(key):
         what = "requests/s" if load.mode == "open" else "workers"
         ctx.error("E204", f"'{key}' is more than {MAX_LOAD_LEVEL:,} {what}", lb.got(key).span)
+
+
+def _repeated_level(lb: Body, key: str, levels: tuple[int | float, ...]) -> Span:
+    """Where a level list first repeats itself: the item equal to an earlier one (`[4, 8, 4]`:
+    the second 4; `[1rps, 60rpm]` compares the converted rates), else the load block."""
+    node = lb.got(key).node if lb.ok(key) else None
+    if isinstance(node, A.List) and len(node.items) == len(levels):
+        seen: set[int | float] = set()
+        for item, level in zip(node.items, levels):
+            if level in seen:
+                return item.span
+            seen.add(level)
+    return lb.span
 
 
 def _check_timing(ctx: Ctx, b: Body, load: S.Load) -> None:
