@@ -314,3 +314,20 @@ def test_a_repeated_load_level_is_warned_at_the_repeat_not_at_the_load_block():
         (w,) = [d for d in diags if d.code == "W504"]
         assert (w.span.line, w.span.column) == (line, col), w
 
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://user:hunter2pass@127.0.0.1:8000", "http://user:hunter2pass@host:99999", "http://user:p@hunter2pass@h/x",
+     "http://h ost:1/?api_key=hunter2pass"],
+)
+def test_an_invalid_url_is_quoted_without_its_credentials(url):
+    """E406 quotes the URL it refuses, but never its password (or a secret-named query value):
+    a diagnostic is printed, logged and pasted into issues. The quoted source line is the
+    user's own file and stays as written."""
+    text = BASE.replace("http://127.0.0.1:8000", url) % LOAD
+    e = _one(text)
+    assert e.code == "E406"
+    assert "hunter2pass" not in e.message and "hunter2pass" not in (e.hint or ""), e
+    assert "***" in e.message
+    if "@" in url:
+        assert "user:***@" in e.message and "api_key_env" in e.hint

@@ -20,6 +20,18 @@ PLACEHOLDERS = {"port", "host", "url", "model_path", "model_id", "model_revision
 MAX_GPU_INDEX = 1023  # a device index (CUDA_VISIBLE_DEVICES); no host has more accelerators
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _URL = re.compile(r"(https?)://([^/\s:]+|\[[0-9a-fA-F:]+\])(:\d{1,5})?(/[^\s]*)?")
+# The password of a URL's userinfo (`scheme://user:PASSWORD@`), and the value of a query
+# parameter named like a secret (`?api_key=VALUE`): what a message quoting a URL must not repeat.
+_URL_PASSWORD = re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^/\s@?#:]*:)[^/\s]*@")  # up to the last '@' before a '/'
+_URL_QUERY_SECRET = re.compile(r"(?i)([?&;][a-z0-9_.-]*(?:token|key|secret|password|passwd|auth|signature|sig)[a-z0-9_.-]*=)([^&#\s]+)")
+
+
+def _shown_url(url: str) -> str:
+    """A URL as a diagnostic may quote it: its password and secret-named query values are `***`
+    (`http://user:***@host`). The spec's own line, quoted under the message, is the user's file."""
+    url = _URL_PASSWORD.sub(lambda m: m.group(1) + "***@", url)
+    return _URL_QUERY_SECRET.sub(lambda m: m.group(1) + "***", url)
+
 
 BACKEND = Table(
     cls=S.Backend,
@@ -149,7 +161,12 @@ def _check_launch(ctx: Ctx, b: Body, kind: str, where: str) -> None:
     if b.ok("launch") and not b["launch"]:
         ctx.error("E205", "'launch' needs at least the program to run", b.got("launch").span)
     if b.ok("url") and not _URL.fullmatch(b["url"]):
-        ctx.error("E406", f"'url' must be an http(s) URL like http://127.0.0.1:8000, not {b['url']!r}", b.got("url").span)
+        url = b["url"]
+        hint = None
+        if _URL_PASSWORD.match(url):
+            hint = ("a URL carries no credentials: name the variable that holds the key with api_key_env = \"MY_ENV_VAR\" "
+                    "(or a workload's header_env), and write the URL without them")
+        ctx.error("E406", f"'url' must be an http(s) URL like http://127.0.0.1:8000, not {_shown_url(url)!r}", b.got("url").span, hint)
     for key in ("launch", "shell"):
         if not b.ok(key):
             continue
