@@ -102,6 +102,43 @@ def test_one_mistake_one_diagnostic(text, where):
     assert [(d.span.line, d.span.column, d.code) for d in diags] == [where], render_text(diags, {"<string>": text})
 
 
+@pytest.mark.parametrize(
+    "text, where, says",
+    [
+        pytest.param('x = "a\\qb"\n', (1, 7, 9), "'\\q'", id="unknown-escape"),
+        pytest.param('x = "\\d+"\n', (1, 6, 8), "'\\d'", id="regex-escape-outside-a-raw-string"),
+        pytest.param('x = "ab\\u12"\n', (1, 8, 12), "'\\u12' needs four hex digits", id="short-u-escape"),
+        pytest.param('x = "\\uzzzz"\n', (1, 6, 8), "'\\u' needs four hex digits", id="u-without-hex"),
+        pytest.param('x = "a\\ud800"\n', (1, 7, 13), "surrogate", id="lone-surrogate"),
+        pytest.param('x = "\\ude00\\ud83d"\n', (1, 6, 12), "surrogate", id="pair-in-the-wrong-order"),
+        pytest.param('a {\n  x = """one\n  t\\wo"""\n}\n', (3, 4, 6), "'\\w'", id="in-a-long-string-lines-below"),
+        pytest.param('a {\n  x = """one \\\n  two"""\n}\n', (2, 14, 15), "end of a line", id="backslash-newline"),
+        pytest.param('backend "a\\sb" {}\n', (1, 11, 13), "'\\s'", id="in-a-label"),
+    ],
+)
+def test_an_invalid_escape_is_an_error_at_the_escape(text, where, says):
+    """An escape the language does not define is E006 at the escape itself, with a hint that
+    lists the escapes it does define (it used to be kept as written, silently: `"\\d+"` meant
+    a backslash and a d, `"\\u12"` six characters)."""
+    tree, diags = parse(text)
+    assert tree is None
+    assert [(d.span.line, d.span.column, d.span.end_column, d.code) for d in diags] == [(*where, "E006")], render_text(diags, {"<string>": text})
+    assert says in diags[0].message
+    assert all(e in diags[0].hint for e in ("\\n", "\\t", '\\"', "\\\\", "\\uXXXX", 'r"..."'))
+
+
+def test_invalid_escapes_and_too_large_numbers_are_all_reported_in_order():
+    text = 'a {\n  x = "\\q"\n  y = 1e400\n  z = ["ok\\n", "\\x41"]\n}\n'
+    _, diags = parse(text)
+    assert [(d.span.line, d.span.column, d.code) for d in diags] == [(2, 8, "E006"), (3, 7, "E001"), (4, 17, "E006")]
+
+
+def test_raw_strings_keep_their_backslashes_and_valid_escapes_still_read():
+    assert _value('r"a\\qb\\u12\\ud800"') == A.Str("a\\qb\\u12\\ud800", "raw")
+    assert _value('"\\n\\t\\r\\0\\"\\\'\\\\\\/\\u00e9\\ud83d\\ude00"') == A.Str("\n\t\r\0\"'\\/\u00e9\U0001F600")
+    assert _value('"""\\q"""'.replace("\\q", "\\\\q")) == A.Str("\\q", "long")  # an escaped backslash, then q
+
+
 def test_every_line_with_a_mistake_is_reported():
     text = "".join(f"b{i} {{\n  x = 1;\n}}\n" for i in range(10))
     _, diags = parse(text)

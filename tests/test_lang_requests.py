@@ -89,16 +89,18 @@ def test_body_fields_and_headers_reach_the_plan_and_the_body(tmp_path):
     assert shapes.headers({}) == (("X-Team", "perf"),)  # an unset variable sends no header
 
 
-def test_a_surrogate_escape_in_a_body_string_is_a_character_or_kept_as_written(tmp_path):
+def test_a_surrogate_escape_in_a_body_string_is_a_character_or_an_error(tmp_path):
     """`\\ud83d\\ude00` (a pair, as JSON writes a character beyond the BMP) is that one
-    character; a lone `\\ud800` is no character and stays as written, as an unknown escape
-    does. It used to become a lone surrogate that passed `check` and crashed `run` when the
-    body was encoded (found by an audit)."""
-    spec, diags, _ = _check(tmp_path, 'body {\n    stop = ["a\\ud800", "\\ud83d\\ude00"]\n  }')
+    character; a lone `\\ud800` is no character: E006 at the escape, as any escape the
+    language does not define. It used to become a lone surrogate that passed `check` and
+    crashed `run` when the body was encoded (found by an audit), then was kept as written."""
+    spec, diags, _ = _check(tmp_path, 'body {\n    stop = ["a", "\\ud83d\\ude00"]\n  }')
     assert spec is not None, diags
     req = plan(spec).backends[0].levels[0].request
     body = json.loads(build_body(Shapes(req).make(0), "rid-1"))
-    assert body["stop"] == ["a\\ud800", "\U0001F600"]
+    assert body["stop"] == ["a", "\U0001F600"]
+    spec, diags, _ = _check(tmp_path, 'body {\n    stop = ["a\\ud800", "\\ud83d\\ude00"]\n  }')
+    assert spec is None and [d.code for d in diags] == ["E006"] and "surrogate" in diags[0].message
 
 
 @pytest.mark.parametrize(

@@ -29,6 +29,7 @@ CODES: dict[str, Code] = {
         Code("E003", "unexpected character, NUL byte or invalid UTF-8"),
         Code("E004", "bracket never closed"),
         Code("E005", "unescaped quote inside a string"),
+        Code("E006", "invalid escape in a string"),
         Code("E010", "spec too large"),
         Code("E011", "spec nested too deep"),
         # E1xx structure

@@ -309,40 +309,55 @@ def _number(text: str) -> int | float:
 _QUANTITY_RE = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)([A-Za-z%]+)")
 
 
-def _unescape(body: str) -> str:
-    # JSON-compatible escapes plus \' ; an invalid escape is an error for the checker to see,
-    # but we keep lexing lenient: unknown escapes are kept verbatim, and so is a lone UTF-16
-    # surrogate (`\ud800`: no character, which no request body could encode).
+_SIMPLE_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "/": "/", "'": "'", "0": "\0"}
+_ESCAPES_HINT = ('the escapes are \\n \\t \\r \\0 \\" \\\' \\\\ \\/ and \\uXXXX (past U+FFFF a surrogate pair, '
+                 '\\ud83d\\ude00); write a backslash as \\\\, or use a raw string r"..." (no escapes)')
+_HEX4 = re.compile(r"[0-9a-fA-F]{4}")
+_LOW_SURROGATE = re.compile(r"\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def _unescape(body: str) -> tuple[str, list[tuple[int, int, str]]]:
+    """A string's text with its escapes read: JSON's (a surrogate pair is its one character)
+    plus \\' and \\0. Returns the text and its invalid escapes as (offset in `body`, length,
+    what is wrong), for the parser to report at their place (an unknown escape, a \\u without
+    four hex digits, a lone UTF-16 surrogate: no character a request body could encode); the
+    text keeps an invalid escape as written."""
     if "\\" not in body:
-        return body
-    out = []
+        return body, []
+    out: list[str] = []
+    bad: list[tuple[int, int, str]] = []
     i = 0
-    simple = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "/": "/", "'": "'", "0": "\0"}
-    while i < len(body):
-        c = body[i]
-        if c == "\\" and i + 1 < len(body):
-            n = body[i + 1]
-            if n in simple:
-                out.append(simple[n])
-                i += 2
-                continue
-            if n == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", body[i + 2 : i + 6] or ""):
-                code = int(body[i + 2 : i + 6], 16)
-                if 0xD800 <= code < 0xDC00 and body[i + 6 : i + 8] == "\\u" and re.fullmatch(r"[dD][c-fC-F][0-9a-fA-F]{2}", body[i + 8 : i + 12]):
-                    # a UTF-16 surrogate pair (as JSON writes a character beyond the BMP): one character
-                    out.append(chr(0x10000 + ((code - 0xD800) << 10) + (int(body[i + 8 : i + 12], 16) - 0xDC00)))
-                    i += 12
-                    continue
-                if not 0xD800 <= code < 0xE000:  # a lone surrogate is no character: kept verbatim, as an unknown escape
-                    out.append(chr(code))
-                    i += 6
-                    continue
-            out.append(c)
-            i += 1
+    while True:
+        j = body.find("\\", i)
+        if j < 0 or j + 1 >= len(body):
+            out.append(body[i:])
+            return "".join(out), bad
+        out.append(body[i:j])
+        n = body[j + 1]
+        if n in _SIMPLE_ESCAPES:
+            out.append(_SIMPLE_ESCAPES[n])
+            i = j + 2
             continue
-        out.append(c)
-        i += 1
-    return "".join(out)
+        if n == "u" and _HEX4.fullmatch(body, j + 2, j + 6):
+            code = int(body[j + 2 : j + 6], 16)
+            if 0xD800 <= code < 0xDC00 and _LOW_SURROGATE.match(body, j + 6):  # a pair, as JSON writes a character beyond the BMP
+                out.append(chr(0x10000 + ((code - 0xD800) << 10) + (int(body[j + 8 : j + 12], 16) - 0xDC00)))
+                i = j + 12
+                continue
+            if not 0xD800 <= code < 0xE000:
+                out.append(chr(code))
+                i = j + 6
+                continue
+            bad.append((j, 6, f"escape '{body[j : j + 6]}' is half of a UTF-16 surrogate pair, not a character"))
+        elif n == "u":
+            digits = len(re.match(r"[0-9a-fA-F]{0,3}", body[j + 2 : j + 5]).group())  # type: ignore[union-attr]
+            bad.append((j, 2 + digits, f"escape '{body[j : j + 2 + digits]}' needs four hex digits (\\uXXXX)"))
+        elif n == "\n":
+            bad.append((j, 1, "a backslash at the end of a line is not an escape"))
+        else:
+            bad.append((j, 2, f"invalid escape '\\{n}' in a string"))
+        out.append("\\")
+        i = j + 1
 
 
 class _Meta:
@@ -404,10 +419,12 @@ class _ToAst(Transformer):
     def __init__(self):
         self.raw: list = []  # the children of the rule being reduced, punctuation included
         self.too_large: list[Token] = []  # number literals no float holds (reported after a clean parse)
+        self.bad_escapes: list[tuple[Token, int, int, str]] = []  # (string, offset in it, length, why): likewise
 
     def reset(self) -> None:
         self.raw = []
         self.too_large = []
+        self.bad_escapes = []
 
     def meta(self) -> _Meta:
         raw = self.raw
@@ -555,9 +572,11 @@ class _ToAst(Transformer):
         text = str(tok)
         if tok.type == "RAW_STRING":
             return A.Str(text[2:-1], "raw", span=_tok_span(tok))
-        if tok.type == "LONG_STRING":
-            return A.Str(_unescape(text[3:-3]), "long", span=_tok_span(tok))
-        return A.Str(_unescape(text[1:-1]), "plain", span=_tok_span(tok))
+        quote = 3 if tok.type == "LONG_STRING" else 1
+        value, bad = _unescape(text[quote:-quote])
+        for offset, length, what in bad:
+            self.bad_escapes.append((tok, quote + offset, length, what))
+        return A.Str(value, "long" if quote == 3 else "plain", span=_tok_span(tok))
 
     def number(self, children):
         tok = children[0]
@@ -764,12 +783,15 @@ def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Di
     syntax = _Syntax(text, path)
     with _PARSE_LOCK, gc_paused():
         soak = syntax.run()
-        too_large = _BUILDER.too_large
+        too_large, bad_escapes = _BUILDER.too_large, _BUILDER.bad_escapes
         _BUILDER.reset()
     if soak is None or syntax.diags:
         return None, syntax.diags
-    for tok in too_large:
-        syntax.add("E001", f"number {_describe_token(tok)} is too large", tok.line, tok.column, tok.end_column if tok.end_line == tok.line else None)
+    literals = [(tok.line, tok.column, "E001", f"number {_describe_token(tok)} is too large", tok.end_column if tok.end_line == tok.line else None, None)
+                for tok in too_large]  # fmt: skip
+    literals += [_escape_error(*bad) for bad in bad_escapes]
+    for line, col, code, msg, end_col, hint in sorted(literals, key=lambda d: d[:2]):
+        syntax.add(code, msg, line, col, end_col, hint)
     if syntax.diags:
         return None, syntax.diags
     cs = sorted((_Comment(c) for c in _comment_tokens(text)), key=lambda c: (c.line, c.column))
@@ -777,6 +799,15 @@ def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Di
         return soak, []
     body, closing = _attach(soak.body, cs, None)
     return A.SoakFile(body, closing), []
+
+
+def _escape_error(tok: Token, offset: int, length: int, what: str) -> tuple[int, int, str, str, int, str]:
+    """E006 for an invalid escape `offset` characters into the string `tok` (a long string's
+    escape may be lines below its opening quotes): (line, col, code, message, end col, hint)."""
+    before = str(tok)[:offset]
+    newlines = before.count("\n")
+    col = tok.column + offset if not newlines else offset - before.rfind("\n")
+    return tok.line + newlines, col, "E006", what, col + length, _ESCAPES_HINT
 
 
 class _Syntax:
