@@ -331,3 +331,40 @@ def test_an_invalid_url_is_quoted_without_its_credentials(url):
     assert "***" in e.message
     if "@" in url:
         assert "user:***@" in e.message and "api_key_env" in e.hint
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "hint"),
+    [
+        ("  concurrency = [4]\n  duration = 60s", 4, "'concurrency' belongs inside load { ... }"),
+        ("  load { concurrency = 1 }\n  mode = closed\n  duration = 60s", 5, "'mode' belongs inside load { ... }"),
+        ("  load { concurrency = 1 }\n  step = 2\n  duration = 60s", 5, "'step' belongs inside load { ... }"),  # was: 'stream'?
+        ("  load { concurrency = 1 }\n  seed = 2\n  duration = 60s", 5, "'seed' belongs inside load { ... } or sampling { ... }"),
+        ("  load { concurrency = 1 }\n  top_p = 0.9\n  duration = 60s", 5, "'top_p' belongs inside sampling { ... }"),
+        ("  load {\n    concurrency = 1\n    duration = 60s\n  }", 6, "'duration' belongs one level up, in workload"),
+        ("  load {\n    concurrency = 1\n    ramp_to = 4\n  }\n  duration = 60s", 6, "'ramp_to' belongs inside a phase, phases { NAME {"),
+        ("  load { concurrency = 1 }\n  url = \"http://h:1\"\n  duration = 60s", 5, "'url' belongs inside backend \"name\" { ... }"),
+    ],
+)
+def test_a_key_of_another_block_names_that_block_and_is_one_error(body, line, hint):
+    """A key written in the wrong block (`concurrency` at workload level, not in its `load { }`)
+    had no hint, or a lookalike of the wrong block's keys; the hint names the block that has
+    it, and what follows from the one mistake (the load block's missing concurrency, the
+    workload's missing duration, a load block never written) is not reported again."""
+    e = _one(BASE % body)
+    assert (e.code, e.span.line) == ("E101", line) and e.hint.startswith(hint), e
+
+
+def test_a_key_of_a_nested_block_at_the_wrong_level_of_a_backend_or_the_top():
+    text = 'soak "x" {}\nbackend "a" {\n  ttft = 40ms\n  traces { log_file = "x.log" }\n}\nworkload "w" {\n%s\n}\nbucket = 5s\n' % LOAD
+    errors = _errors(text)
+    assert [(d.span.line, d.hint) for d in errors] == [
+        (10, "'bucket' belongs inside workload \"name\" { ... }"),
+        (3, "'ttft' belongs inside sim { ... }"),  # and no "needs one of launch, shell, url or sim"
+        (4, "'log_file' belongs one level up, in backend \"name\" { ... }"),
+    ]
+
+
+def test_a_lookalike_key_of_this_block_is_still_suggested_before_a_far_block_that_has_the_key():
+    e = _one('soak "x" {}\nmodel { served_model_name = "m" }\nbackend "a" { url = "http://127.0.0.1:8000" }\nworkload "w" {\n%s\n}\n' % LOAD)
+    assert e.hint == "did you mean 'served_name'? ('served_model_name' belongs inside sim { ... } of a backend)"

@@ -10,7 +10,7 @@ import pytest
 
 from soakspec.lang import check, parse
 from soakspec.lang import spec as S
-from soakspec.lang.check import backend, claims, gate, header, workload
+from soakspec.lang.check import backend, claims, gate, header, layout, workload
 from soakspec.lang.check.core import CONVERTERS, NO_DEFAULT, Table
 
 TABLES = {
@@ -168,3 +168,11 @@ def test_counts_at_their_maximum_check():
     text = _spec_with("workload.LOAD", "mode = batch\n    concurrency = 1\n    requests = 1000000000")
     spec, diags = check(parse(text)[0])
     assert spec is not None and spec.workloads[0].load.requests == 10**9, diags
+
+
+def test_every_block_with_keys_has_its_place_in_the_layout():
+    """`layout.PLACES` is where the hint of a key written in the wrong block looks: a block's
+    table missing there would give its keys no 'belongs inside ...' hint."""
+    placed = {id(t) for p in layout.PLACES for t in p.tables}
+    assert [name for name, t in TABLES.items() if t.keys and id(t) not in placed] == []
+    assert all(t.keys and layout.place_of(t) is p for p in layout.PLACES for t in p.tables)

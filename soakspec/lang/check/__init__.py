@@ -20,7 +20,7 @@ from typing import Any
 from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
-from soakspec.lang.check import backend, claims, compare, gate, header, workload
+from soakspec.lang.check import backend, claims, compare, gate, header, layout, workload
 from soakspec.lang.check.backend import BACKEND_BLOCKS, BACKEND_KEYS, PLACEHOLDERS
 from soakspec.lang.check.core import MAX_DURATION_S, Ctx, suggest
 from soakspec.lang.check.gate import SCOPES
@@ -65,7 +65,7 @@ def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list
 
 
 def _check(tree: A.SoakFile, path: str) -> tuple[S.Spec | None, list[Diagnostic]]:
-    ctx = Ctx(path)
+    ctx = Ctx(path, elsewhere=layout.elsewhere)
     singles, named = _top_level(ctx, tree)
     erred: set[tuple[str, str]] = set()  # (kind, name) of the backends and workloads an error was reported in
     bks = _named(ctx, named["backend"], "backend", lambda b: _noting_errors(ctx, erred, "backend", b, backend.backend))
@@ -139,7 +139,9 @@ def _top_level(ctx: Ctx, tree: A.SoakFile) -> tuple[dict[str, A.Block], dict[str
         elif isinstance(stmt, A.Block):
             ctx.error("E100", f"unknown block '{stmt.kind}'", stmt.kind_span, suggest(stmt.kind, TOP_LEVEL))
         elif isinstance(stmt, A.Attribute):
-            ctx.error("E101", f"unknown key '{stmt.key}' at the top level (settings go inside a block)", stmt.key_span)
+            belongs = layout.home(stmt.key, layout.TOP)
+            ctx.error("E101", f"unknown key '{stmt.key}' at the top level (settings go inside a block)", stmt.key_span,
+                      belongs.hint if belongs is not None else None)
         elif isinstance(stmt, A.Rule):
             ctx.error("E108", "a rule belongs in a gate block", stmt.span)
         else:

@@ -14,7 +14,7 @@ import dataclasses
 import difflib
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from soakspec.diagnostics import Diagnostic, Severity, Span
@@ -35,10 +35,13 @@ DEFAULT_MAXIMUM = {Dimension.DURATION: MAX_DURATION_S, Dimension.RATE: MAX_RATE_
 
 
 class Ctx:
-    """Where diagnostics go: one per `check` call."""
+    """Where diagnostics go: one per `check` call. `elsewhere(key, table)`: where a key unknown
+    in the block walked with `table` belongs instead (`layout.elsewhere`, which knows every
+    block's table: given here because those modules import the walker)."""
 
-    def __init__(self, path: str):
+    def __init__(self, path: str, elsewhere: Callable[[str, Table], Any] | None = None):
         self.path = path
+        self.elsewhere = elsewhere
         self.diags: list[Diagnostic] = []
         self.errors = 0  # how many of `diags` are errors
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 from soakspec.diagnostics import Span
@@ -26,6 +27,8 @@ class Body:
         self.statements: list[A.Statement] = []
         self.extra: dict[str, A.Attribute] = {}  # attributes of a free-form block (env)
         self.suggested: set[str] = set()  # keys an unknown key was taken for
+        self.moved: dict[str, set[str]] = {}  # {block inside this one: its keys written here instead}
+        self.moved_up: set[str] = set()  # keys of the block this one is in, written here instead
 
     def __getitem__(self, key: str) -> Any:
         got = self.values.get(key)
@@ -56,9 +59,11 @@ class Body:
         return {k.field: self[k.name] for k in self.table.keys if k.field is not None}
 
 
-def walk(ctx: Ctx, block: A.Block | None, table: Table, where: str, free: bool = False) -> Body:
-    """Check a block against its table. `free`: any key is allowed (an env block)."""
+def walk(ctx: Ctx, block: A.Block | None, table: Table, where: str, free: bool = False, taken: Iterable[str] = ()) -> Body:
+    """Check a block against its table. `free`: any key is allowed (an env block). `taken`:
+    keys reported as written in the block around this one, not missing here too."""
     body = Body(ctx, block, table, where)
+    body.suggested.update(taken)
     if block is None:
         return body
     attrs = _attributes(ctx, block, where)
@@ -95,11 +100,22 @@ def _unknown_key(ctx: Ctx, body: Body, attr: A.Attribute) -> None:
     if attr.key in body.table.blocks:
         ctx.error("E104", f"'{attr.key}' is a block: {attr.key} {{ ... }}", attr.key_span)
         return
+    belongs = ctx.elsewhere(attr.key, body.table) if ctx.elsewhere is not None else None
+    if belongs is not None and belongs.near:  # a nearby block's key: name that block, not a lookalike of this one
+        if belongs.inside is not None:  # not also missing there (nor that block, when absent)
+            body.suggested.add(belongs.inside)
+            body.moved.setdefault(belongs.inside, set()).add(attr.key)
+        elif belongs.up:
+            body.moved_up.add(attr.key)
+        ctx.error("E101", f"unknown key '{attr.key}' in {body.where}", attr.key_span, belongs.hint)
+        return
     options = [k.name for k in body.table.keys] + list(body.table.blocks)
     meant = closest(attr.key, [o for o in options if o not in body.values] or options)
     if meant is not None:
         body.suggested.add(meant)
     hint = f"did you mean '{meant}'?" if meant else None
+    if belongs is not None:  # a far block's key: said too, after a lookalike of this block's
+        hint = f"{hint} ({belongs.hint})" if hint else belongs.hint
     ctx.error("E101", f"unknown key '{attr.key}' in {body.where}", attr.key_span, hint)
 
 
@@ -139,7 +155,11 @@ def _statements(ctx: Ctx, body: Body, block: A.Block) -> None:
 def sub(ctx: Ctx, body: Body, kind: str, table: Table, where: str, free: bool = False) -> Body | None:
     """Walk the sub-block `kind` of a walked block, or None when it is absent."""
     blk = body.blocks.get(kind)
-    return walk(ctx, blk, table, where, free) if blk is not None else None
+    if blk is None:
+        return None
+    inner = walk(ctx, blk, table, where, free, taken=body.moved.get(kind, ()))
+    body.suggested |= inner.moved_up  # written in there: not also missing out here
+    return inner
 
 
 def walk_settings(ctx: Ctx, blk: A.Block, table: Table, where: str) -> tuple[Body, dict[str, Any]]:
