@@ -399,8 +399,15 @@ def test_replay_speed_and_duration_cut_the_trace(tmp_path):
         (["[1, 2]"], 1, "not a JSON object"),
         (['{"timestamp": 0, "input_length": 4, "output_length": 2}', '{"timestamp": ' + "[" * 100_000], 2, "too deeply"),
         (['{"timestamp": 0, "input_length": ' + "9" * 5000 + ', "output_length": 2}'], 1, "number beyond"),
+        (['{"timestamp": 0, "input_length": 4, "output_length": 2}', '{"timestamp": Infinity, "input_length": 4, "output_length": 2}'],
+         2, "timestamp"),
+        (['{"timestamp": 0, "input_length": 4, "output_length": 2}', '{"timestamp": 1e999, "input_length": 4, "output_length": 2}'],
+         2, "timestamp"),
+        (['{"timestamp": NaN, "input_length": 4, "output_length": 2}', '{"timestamp": 5, "input_length": 4, "output_length": 2}'],
+         1, "timestamp"),
     ],
-    ids=["not-json", "backwards", "zero-length", "no-output-length", "not-an-object", "nested-too-deep", "5000-digit-integer"],
+    ids=["not-json", "backwards", "zero-length", "no-output-length", "not-an-object", "nested-too-deep", "5000-digit-integer",
+         "infinite-timestamp", "overflowing-timestamp", "nan-timestamp"],
 )
 def test_a_malformed_trace_fails_check_at_its_line(tmp_path, rows, line, words):
     (tmp_path / "trace.jsonl").write_text("\n".join(rows) + "\n")
@@ -411,6 +418,19 @@ def test_a_malformed_trace_fails_check_at_its_line(tmp_path, rows, line, words):
     assert any(d.code == "E423" and d.path.endswith("r.soak") for d in diags)  # and at the spec's `trace`
     with pytest.raises(TraceFileError):
         parse_trace("\n".join(rows))
+
+
+@pytest.mark.parametrize("cli", ["check", "plan"])
+def test_a_non_finite_timestamp_is_a_trace_error_not_a_crash(tmp_path, capsys, cli):
+    """Python's JSON reader takes `NaN`, `Infinity` and `1e999` (infinity) as numbers: such a
+    timestamp passed as an arrival time, and `check` / `plan` then died on the trace's span
+    (exit 4, "internal error: OverflowError") instead of naming the line."""
+    rows = ['{"timestamp": 0, "input_length": 4, "output_length": 2}', '{"timestamp": Infinity, "input_length": 4, "output_length": 2}']
+    (tmp_path / "trace.jsonl").write_text("\n".join(rows) + "\n")
+    spec_of('mode = replay\n trace = "trace.jsonl"', path=tmp_path / "r.soak")
+    assert main([cli, str(tmp_path / "r.soak")]) == 2
+    err = capsys.readouterr()
+    assert "trace.jsonl:2:1: E423" in err.out + err.err and "internal error" not in err.out + err.err
 
 
 async def test_replay_with_token_lengths_sends_exactly_the_traces_prompt_tokens(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 from soakspec.lang.datafile import BEYOND_DECODER, MAX_FILE_BYTES, DataFileError, beyond_decoder, read_text
 
@@ -62,8 +63,9 @@ def parse_trace(text: str, fmt: str = "mooncake", *, sha256: str = "") -> TraceF
         if not isinstance(obj, dict):
             raise TraceFileError(f"line {n} is not a JSON object (mooncake traces are one object per line)", n)
         ts = obj.get("timestamp")
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
-            raise TraceFileError(f"line {n} needs a 'timestamp' (milliseconds, a number >= 0)", n)
+        # json reads NaN, Infinity and 1e999 as floats: an arrival time none of them can be
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts) or ts < 0:
+            raise TraceFileError(f"line {n} needs a 'timestamp' (milliseconds, a finite number >= 0)", n)
         if stamps and ts < stamps[-1]:
             raise TraceFileError(f"line {n}'s timestamp {ts:g} ms is before the previous line's ({stamps[-1]:g} ms): a trace is in arrival order", n)
         lens = []
