@@ -433,6 +433,20 @@ def test_a_non_finite_timestamp_is_a_trace_error_not_a_crash(tmp_path, capsys, c
     assert "trace.jsonl:2:1: E423" in err.out + err.err and "internal error" not in err.out + err.err
 
 
+def test_a_trace_saved_with_a_bom_and_crlf_or_unicode_line_separators_reads_as_written():
+    """A BOM (a Windows editor's) is not part of the trace, as it is not of a prompt file or a
+    spec; lines are split at LF only, so a U+2028 or NEL inside a JSON string (valid JSON)
+    is no line break, and after a form feed a line's number is still the one an editor shows."""
+    rows = ['{"timestamp": 0, "input_length": 4, "output_length": 2, "note": "a\u2028b\x85c"}',
+            '{"timestamp": 250, "input_length": 5, "output_length": 3}']  # fmt: skip
+    tf = parse_trace("\ufeff" + "\r\n".join(rows) + "\r\n")
+    assert tf.offsets_s == (0.0, 0.25) and tf.input_lens == (4, 5) and tf.output_lens == (2, 3)
+    bad = "\n".join([rows[1], "\x0c", '{"timestamp": 100, "input_length": 5, "output_length": 3}'])
+    with pytest.raises(TraceFileError) as e:
+        parse_trace(bad)
+    assert e.value.line == 3
+
+
 async def test_replay_with_token_lengths_sends_exactly_the_traces_prompt_tokens(tmp_path):
     """`input_lengths = tokens`: each request's prompt is exactly its trace input_length by the
     server's own count (the simulator's /tokenize and usage), max_tokens its output_length."""

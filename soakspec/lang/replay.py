@@ -51,7 +51,10 @@ def parse_trace(text: str, fmt: str = "mooncake", *, sha256: str = "") -> TraceF
     stamps: list[float] = []
     ins: list[int] = []
     outs: list[int] = []
-    for n, line in enumerate(text.splitlines(), 1):
+    # a leading BOM is not part of the trace (as of a prompt file or a spec); lines end at LF (a
+    # CR before it is JSON whitespace), never at str.splitlines' U+2028, \x85 or form feed, which
+    # a JSON string may hold and an editor does not count as a line
+    for n, line in enumerate(text.removeprefix("\ufeff").split("\n"), 1):
         if not line.strip():
             continue
         try:
