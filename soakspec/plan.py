@@ -268,9 +268,9 @@ def probe_level(lv: "Level", grid_index: int, probe: int) -> "Level":
     assert lv.sweep is not None
     value = lv.sweep.grid[grid_index]
     match lv.shape:
-        case Open(arrival=arrival, seed=seed):
-            shape: LoadShape = Open(float(value), arrival, seed + probe)
-            minimum = expected = int(round(float(value) * lv.duration_s))
+        case Open(seed=seed) as base:  # the workload's arrival process (burstiness too), at the grid's rate
+            shape: LoadShape = dataclasses.replace(base, rate=float(value), seed=seed + probe)
+            minimum = expected = _open_count(shape, lv.duration_s, lv.warmup_s)
         case _:
             shape = Closed(int(value))
             minimum, expected = int(value), None

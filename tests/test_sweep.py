@@ -394,6 +394,26 @@ def test_an_open_loop_sweep_probes_open_levels_of_its_grid():
     assert p.min_requests == round(8.0 * lv.duration_s)
 
 
+def test_an_open_loop_sweeps_probes_keep_its_burstiness_and_count_its_constant_arrivals():
+    """Every probe offers the workload's own arrival process: `burstiness = 0.25` made the plan's
+    level (and its label) gamma arrivals, but each probe was built without it and ran Poisson
+    arrivals, so the sweep measured a smoother load than the spec asked for. A constant-arrival
+    probe's count is the arrivals its duration holds (1.5 rps for 3 s: 5, at 0, 2/3, ... 8/3 s)."""
+    from soakspec.plan import Open, probe_level
+
+    text = _sweep_spec("rate = [1rps, 4rps]\n    rate_step = 1rps\n    search = bisect\n    max_wall = 1h\n    seed = 7\n"
+                       "    arrival = poisson\n    burstiness = 0.25").replace("mode = closed", "mode = open")
+    (lv,) = plan(spec_from_text(text)).backends[0].levels
+    assert lv.shape.burstiness == 0.25
+    p = probe_level(lv, 2, 1)
+    assert p.shape == Open(3.0, "poisson", 8, 0.25) and p.label == "rate 3 rps (burstiness 0.25)"
+    text = _sweep_spec("rate = [1.5rps, 3rps]\n    rate_step = 1.5rps\n    search = bisect\n    max_wall = 1h").replace(
+        "mode = closed", "mode = open").replace("duration = 10m", "duration = 3s").replace("bucket = 5m", "bucket = 1s")
+    (lv,) = plan(spec_from_text(text)).backends[0].levels
+    p = probe_level(lv, 0, 0)
+    assert p.shape == Open(1.5, "constant", 0) and p.min_requests == p.expected_requests == 5
+
+
 def test_an_abort_rule_ends_only_the_probe_and_the_search_goes_on(monkeypatch):
     """A probe beyond what the server can take trips an abort rule: that probe does not hold
     (its entry says what stopped it) and the search continues below it."""
