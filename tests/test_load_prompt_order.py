@@ -156,3 +156,35 @@ def test_no_word_prompt_is_sent_twice_and_each_starts_with_its_request_id(endpoi
     assert len(set(prompts)) == 600
     assert prompts[0].split(" ")[1:] == prompts[len(WORDS)].split(" ")[1:] == prompt_words(0, 4).split(" ")[1:]
     assert shapes.make(0) is shapes.make(len(WORDS))  # one shape (and one body template) per index mod len(WORDS)
+
+
+def test_workers_split_multi_turn_sessions_over_distinct_conversations(tmp_path):
+    """`multi_turn = true` with `--workers 2`: each process numbered its conversations from 0,
+    so both ran conversations 0 and 1 at once (the same prompts twice, a prefix cache's gift)
+    and conversations 2 and 3 never ran. Split, the sessions start on the conversations one
+    process starts: each exactly once, every turn sent after its own conversation's earlier ones."""
+    import json
+
+    from soakspec.lang import load_spec
+    from soakspec.plan import plan
+    from specs import one_workload_spec
+
+    convs = [{"conversations": [{"from": "human", "value": f"c{i} q1"}, {"from": "gpt", "value": "a"},
+                                {"from": "human", "value": f"c{i} q2"}]} for i in range(8)]  # fmt: skip
+    (tmp_path / "sg.json").write_text(json.dumps(convs))
+    before = 'endpoint = chat\n  prompt_file = "sg.json"\n  multi_turn = true\n  max_tokens = 4'
+    after = "duration = 1s\n  bucket = 1s\n  deadline = 5s\n  follow_up = false"
+    (tmp_path / "w.soak").write_text(one_workload_spec(name="mt", issue="1", before_load=before,
+                                                       load="mode = closed\n    concurrency = [4]", after_load=after))  # fmt: skip
+    spec, diags, _ = load_spec(tmp_path / "w.soak")
+    assert spec is not None, diags
+    (lv,) = plan(spec).backends[0].levels
+    (one,) = _drive_parts(lv, 1, first=0, latency=0.3)
+    split = _drive_parts(lv, 2, first=0, latency=0.3)
+    for runs in ([one], split):
+        firsts = [p for run in runs for _, _, p, _ in run if p.endswith("q1")]
+        assert sorted(firsts) == sorted(set(firsts))  # no conversation started twice
+        for run in runs:
+            sent = [p for _, _, p, _ in run]
+            assert all(sent.index(p.replace("q2", "q1")) < sent.index(p) for p in sent if p.endswith("q2"))
+    assert sorted(p for run in split for _, _, p, _ in run) == sorted(p for _, _, p, _ in one)  # the same 4 sessions' turns

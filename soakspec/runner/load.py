@@ -148,7 +148,9 @@ class Shapes:
             raise RunAborted(f"the tokenizer did not measure the prompt words within {PREPARE_TIMEOUT_S:g}s")
 
     def make(self, index: int, smallest: bool = False, worker: int | None = None,
-             lengths: tuple[int, int] | None = None) -> RequestShape:
+             lengths: tuple[int, int] | None = None, part: tuple[int, int] = (0, 1)) -> RequestShape:
+        """`part`: this process's (p, N) of the level (`LevelContext.part`), which multi-turn
+        sessions split the conversations by."""
         w = self.template
         if lengths is not None and not smallest:  # a replayed request: its own input (words or tokens) and output length
             if w.prompt_tokens:
@@ -159,7 +161,7 @@ class Shapes:
         if w.prompt_tokens:
             return self._token_shape(index, smallest)
         if w.conversations and worker is not None and not smallest:
-            return self._session_turn(index, worker)
+            return self._session_turn(index, worker, part)
         if smallest:
             max_tokens = min(w.output_lens or w.max_tokens)
             prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
@@ -175,27 +177,28 @@ class Shapes:
                 self._cache[key] = shape
         return shape
 
-    def _session_turn(self, index: int, worker: int) -> RequestShape:
+    def _session_turn(self, index: int, worker: int, part: tuple[int, int]) -> RequestShape:
         """Multi-turn chat: worker `worker` is one session at a time; its next request is the
         next user turn of its conversation with everything before it as history (the file's own
         answers: a closed-loop worker sends it only after the previous turn's answer arrived).
-        After a conversation's last turn the worker takes the next conversation."""
+        After a conversation's last turn the worker takes the next conversation: with `--workers
+        N`, process p's j-th is conversation j·N + p, so no two processes run the same one."""
         w, convs = self.template, self.template.conversations
-        conv, turn = self._sessions.get(worker) or (self._next_conv(), 0)
+        conv, turn = self._sessions.get(worker) or (self._next_conv(part), 0)
         turns = convs[conv % len(convs)]
         users = [i for i, (role, _) in enumerate(turns) if role == "user"]
         if turn >= len(users):
-            conv, turn = self._next_conv(), 0
+            conv, turn = self._next_conv(part), 0
             turns = convs[conv % len(convs)]
             users = [i for i, (role, _) in enumerate(turns) if role == "user"]
         self._sessions[worker] = (conv, turn + 1)
         history = turns[: users[turn] + 1]
         return self._shape(history, w.max_tokens[index % len(w.max_tokens)])
 
-    def _next_conv(self) -> int:
+    def _next_conv(self, part: tuple[int, int]) -> int:
         n = self._conv_counter
         self._conv_counter += 1
-        return n
+        return n * part[1] + part[0]
 
     def _token_shape(self, index: int, smallest: bool) -> RequestShape:
         w = self.template
@@ -384,7 +387,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         (`Health.hold_back`: on the record as the backend's failure, nothing sent)."""
         _, rid = ctx.next_id()  # the id: unique in the backend; the prompt: the request's place in the level
         # (a held-back arrival sends nothing: no prompt; open loop, its place is `seq` either way)
-        shape = None if held else ctx.shapes.make(prompt_index(seq), worker=worker, lengths=lengths)
+        shape = None if held else ctx.shapes.make(prompt_index(seq), worker=worker, lengths=lengths, part=ctx.part)
         # one clock read is the request's start and (closed loop) its bucket's time: two reads
         # put a request whose process was preempted between them in one bucket, its start in the next
         now = clock.now()
