@@ -213,9 +213,10 @@ class Replay:
     input_lens: tuple[int, ...] = dataclasses.field(repr=False)
     output_lens: tuple[int, ...] = dataclasses.field(repr=False)
 
-    def count(self, duration_s: float) -> int:
-        """Requests whose (sped-up) arrival falls inside a level of this duration."""
-        return sum(1 for t in self.offsets_s if t / self.speed < duration_s)
+    def count(self, duration_s: float, warmup_s: float = 0.0) -> int:
+        """Requests whose (sped-up) arrival falls in a level's measured window: the trace plays
+        from the level's start, so its first `warmup_s` are the warmup's."""
+        return sum(1 for t in self.offsets_s if warmup_s <= t / self.speed < warmup_s + duration_s)
 
 
 LoadShape = Closed | Batch | Open | ClosedRamp | OpenRamp | Replay
@@ -399,7 +400,7 @@ class Level:
             case OpenRamp():
                 return self.shape.peak
             case Replay():
-                return max(self.shape.count(self.duration_s), 1) / self.duration_s if self.duration_s > 0 else None
+                return max(self.shape.count(self.duration_s, self.warmup_s), 1) / self.duration_s if self.duration_s > 0 else None
         return None
 
     @property
@@ -849,9 +850,9 @@ def _replay_levels(w: Workload, scale: float, request: RequestTemplate) -> list[
     rp = w.load.replay
     assert rp is not None
     shape = Replay(rp.path, rp.format, rp.sha256, rp.speed / scale, rp.offsets_s, rp.input_lens, rp.output_lens)
-    duration = w.duration_s * scale
-    n = shape.count(duration)
-    return [Level(workload=w.name, index=0, shape=shape, request=request, warmup_s=w.warmup_s * scale, duration_s=duration,
+    duration, warmup = w.duration_s * scale, w.warmup_s * scale
+    n = shape.count(duration, warmup)
+    return [Level(workload=w.name, index=0, shape=shape, request=request, warmup_s=warmup, duration_s=duration,
                   deadline_s=w.deadline_s * scale, buckets=_buckets(duration, min(w.bucket_s * scale, duration)),
                   min_requests=n, expected_requests=n)]  # fmt: skip
 

@@ -389,6 +389,31 @@ def test_replay_speed_and_duration_cut_the_trace(tmp_path):
     assert len(records) == 3
 
 
+def test_a_replays_warmup_is_the_traces_first_seconds_and_is_not_counted(tmp_path):
+    """The runner plays the trace from the level's start, so a `warmup` takes its first seconds.
+    The plan counted every request as measured and, without `duration`, measured the trace's
+    whole span after the warmup: 10 requests every 200 ms with `warmup = 1s` planned "expected
+    ~10" over 2 s, measured 5, and the last two 500 ms buckets (past the trace's end) held none,
+    so the gate was INCONCLUSIVE. Now the measured part is the rest of the trace."""
+    rows = [{"timestamp": i * 200, "input_length": 4, "output_length": 2} for i in range(10)]
+    write_trace(tmp_path / "trace.jsonl", rows)
+    spec, diags = spec_of('mode = replay\n trace = "trace.jsonl"', extra="bucket = 500ms\n warmup = 1s", path=tmp_path / "r.soak")
+    assert spec is not None, diags
+    (lv,) = plan(spec).backends[0].levels
+    assert lv.warmup_s == 1.0 and lv.duration_s == 1.0  # the trace's 1.8 s span after the warmup, in whole buckets
+    assert lv.min_requests == lv.expected_requests == 5 and lv.rate == 5.0
+    run, records, _ = run_virtual(lv, latency=0.05)
+    measured = [r for r in records if r.bucket >= 0]
+    assert len(records) == 10 and len(measured) == 5
+    assert sorted({r.bucket for r in measured}) == [0, 1]  # every planned bucket holds requests
+    spec, diags = spec_of('mode = replay\n trace = "trace.jsonl"', extra="bucket = 500ms\n warmup = 1s\n duration = 500ms",
+                          path=tmp_path / "r.soak")  # fmt: skip
+    (lv,) = plan(spec).backends[0].levels
+    assert lv.min_requests == 3  # 1.0, 1.2 and 1.4 s
+    spec, diags = spec_of('mode = replay\n trace = "trace.jsonl"', extra="bucket = 500ms\n warmup = 2s", path=tmp_path / "r.soak")
+    assert spec is None and [d.code for d in diags] == ["E403"] and "warmup" in diags[0].message
+
+
 @pytest.mark.parametrize(
     ("rows", "line", "words"),
     [

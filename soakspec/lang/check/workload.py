@@ -306,8 +306,8 @@ def _replay(ctx: Ctx, lb: Body, where: str) -> S.Load:
 
 
 def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
-    """Phases and replays set the workload's duration (the phases' sum; the trace's span, unless
-    `duration` cuts it short); every other workload needs `duration`."""
+    """Phases and replays set the workload's duration (the phases' sum; the trace's span after
+    the warmup, unless `duration` cuts it short); every other workload needs `duration`."""
     load: S.Load = fields["load"]
     if load.phases:
         if b.has("duration"):
@@ -325,10 +325,17 @@ def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
             return
         outs = load.replay.output_lens
         fields["max_tokens"] = tuple(sorted({min(outs), max(outs)}))  # the bounds the judge checks usage against
-        if fields["duration_s"] is None:  # the trace's span, in whole buckets when a bucket is set
-            span = load.replay.offsets_s[-1] / load.replay.speed + REPLAY_TAIL_S
+        # the trace plays from the level's start, so a warmup is its first seconds (their requests are warmup)
+        warmup, span = fields["warmup_s"] or 0.0, load.replay.offsets_s[-1] / load.replay.speed + REPLAY_TAIL_S
+        if warmup >= span:
+            ctx.error("E403", f"warmup ({format_duration(warmup)}) covers the whole replayed trace ({format_duration(span)}): "
+                              "the trace plays from the warmup's start, so no request of it would be measured",
+                      b.got("warmup").key_span)  # fmt: skip
+            return
+        if fields["duration_s"] is None:  # the rest of the trace's span, in whole buckets when a bucket is set
             bucket = b["bucket"] if b.ok("bucket") else None
-            fields["duration_s"] = math.ceil(span / bucket - 1e-9) * bucket if bucket else span
+            rest = span - warmup
+            fields["duration_s"] = math.ceil(rest / bucket - 1e-9) * bucket if bucket else rest
         if b.ok("bucket") and fields["duration_s"] / b["bucket"] > MAX_BUCKETS_PER_LEVEL and not b.has("duration"):
             ctx.error("E204", f"bucket cuts the replayed trace ({format_duration(fields['duration_s'])}) into more than "
                               f"{MAX_BUCKETS_PER_LEVEL} buckets", b.got("bucket").span)  # fmt: skip
