@@ -487,3 +487,21 @@ def test_check_and_plan_warn_how_many_records_were_skipped(tmp_path):
     data.write_text(json.dumps(SKIPPABLE[2:3]))  # nothing skipped: no warning
     spec, diags, _ = _spec(tmp_path, "sg.json", endpoint="chat")
     assert spec is not None and diags == []
+
+
+def test_a_symlinked_specs_prompt_file_is_the_one_plan_names(tmp_path):
+    """A spec reached through a symlink in another folder: `check` read the prompt file beside
+    the link while `plan` (and the manifest) named the one beside the spec's real file, with the
+    other file's sha256 -- the prompts sent were not the file the plan showed. Relative paths are
+    the real spec file's folder's, for prompt files as for every other path the plan resolves."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").mkdir()
+    (tmp_path / "real" / "p.txt").write_text("the real folder's prompt\n")
+    (tmp_path / "link" / "p.txt").write_text("the link folder's prompt\n")
+    (tmp_path / "real" / "w.soak").write_text(_spec_text("p.txt"))
+    (tmp_path / "link" / "w.soak").symlink_to(tmp_path / "real" / "w.soak")
+    spec, diags, _ = load_spec(tmp_path / "link" / "w.soak")
+    assert spec is not None, diags
+    req = plan(spec).backends[0].levels[0].request
+    assert req.prompt_file == str((tmp_path / "real" / "p.txt").resolve())
+    assert req.prompts == ("the real folder's prompt",)

@@ -37,10 +37,11 @@ MAX_BODY_DEPTH = 8
 
 
 def data_path(ctx: Ctx, written: str) -> str:
-    """A relative prompt file is relative to the spec's directory (as the plan resolves it)."""
+    """A relative data file is relative to the spec's directory, the real file's when the spec
+    is reached through a symlink: as `plan.spec_dir` resolves every other path of the spec."""
     if os.path.isabs(written):
         return written
-    base = os.path.dirname(os.path.abspath(ctx.path)) if os.path.exists(ctx.path) else os.getcwd()
+    base = os.path.dirname(os.path.realpath(ctx.path)) if os.path.exists(ctx.path) else os.getcwd()
     return os.path.join(base, written)
 
 
