@@ -505,3 +505,19 @@ def test_a_symlinked_specs_prompt_file_is_the_one_plan_names(tmp_path):
     req = plan(spec).backends[0].levels[0].request
     assert req.prompt_file == str((tmp_path / "real" / "p.txt").resolve())
     assert req.prompts == ("the real folder's prompt",)
+
+
+@pytest.mark.parametrize(("raw", "where"), [
+    ("naïve café ".encode() + b"\xe9tude\n", (1, 12)),  # 11 characters, 13 bytes, before the bad byte
+    (b"first\nok\n\xe2\x82\xac \xff\n", (3, 3)),
+    (b"\xef\xbb\xbfab\xff\n", (1, 3)),  # the BOM is not part of the file's text: no column
+])
+def test_a_non_utf8_prompt_file_is_reported_at_the_character_an_editor_shows(tmp_path, raw, where):
+    """The column of the first bad byte counted bytes (a line's earlier é or € two and three
+    columns, a BOM three), so `p.txt:1:14` pointed past the byte; a spec's E003 counts characters."""
+    from soakspec.lang.datasets import read_dataset
+
+    (tmp_path / "p.txt").write_bytes(raw)
+    with pytest.raises(DatasetError, match="not UTF-8") as e:
+        read_dataset(str(tmp_path / "p.txt"), None, chat=False, lengths=False)
+    assert (e.value.line, e.value.column) == where

@@ -48,7 +48,8 @@ def read_text(path: str, error: type[DataFileError] = DataFileError) -> tuple[st
         raise error(f"cannot be read: {e.strerror or e}") from None
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise error("is not UTF-8", line, e.start - (raw.rfind(b"\n", 0, e.start) + 1) + 1) from None
+    except UnicodeDecodeError as e:  # at the character an editor shows: a BOM and multi-byte characters are one column or none
+        line_start = raw.rfind(b"\n", 0, e.start) + 1
+        before = raw[line_start : e.start].decode("utf-8", "replace").removeprefix("\ufeff" if line_start == 0 else "")
+        raise error(f"is not UTF-8 (byte 0x{raw[e.start]:02x})", raw.count(b"\n", 0, e.start) + 1, len(before) + 1) from None
     return text, hashlib.sha256(raw).hexdigest()
