@@ -521,3 +521,19 @@ def test_a_non_utf8_prompt_file_is_reported_at_the_character_an_editor_shows(tmp
     with pytest.raises(DatasetError, match="not UTF-8") as e:
         read_dataset(str(tmp_path / "p.txt"), None, chat=False, lengths=False)
     assert (e.value.line, e.value.column) == where
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": ""}],
+    [{"role": "system", "content": "be brief"}],
+    [{"role": "system", "content": "be brief"}, {"role": "user", "content": ""}],
+])
+@pytest.mark.parametrize("turns", [False, True])
+def test_a_messages_record_with_no_non_empty_user_message_is_an_error_at_its_line(messages, turns):
+    """`"prompt": ""` is an error and a ShareGPT record with an empty human turn is skipped, but
+    a `messages` record whose user message was empty (or absent: a system prompt alone) was
+    taken and sent as it was, a request with nothing to answer counted as a prompt."""
+    text = '{"messages": [{"role": "user", "content": "fine"}]}\n' + json.dumps({"messages": messages}) + "\n"
+    with pytest.raises(DatasetError, match="non-empty 'user' message") as e:
+        parse_dataset(text, None, chat=True, lengths=False, turns=turns)
+    assert e.value.line == 2

@@ -4,7 +4,8 @@ Formats (`prompt_format = ...`, or detected from the file's first non-blank char
 
   - `text`: one prompt per non-empty line (the line, without its line break);
   - `jsonl`: one JSON object per line (or a JSON array of them) with a string `prompt` or
-    `text`, or OpenAI chat `messages` (a list of `{role, content}`; only for `endpoint = chat`);
+    `text`, or OpenAI chat `messages` (a list of `{role, content}` with a non-empty `user` one;
+    only for `endpoint = chat`);
   - `sharegpt`: a JSON array, or JSONL, of objects with `conversations`, a list of
     `{from, value}` turns; the prompt is the first `human`/`user` turn (after an optional
     `system` turn, which chat requests send too), its answer the next `gpt`/`assistant` turn.
@@ -136,10 +137,7 @@ def _conversation(obj: dict, at: Where) -> Messages:
             turns.append((role, t["value"]))
         return tuple(turns)
     if "messages" in obj:
-        msgs = _messages(obj["messages"], at)
-        if not any(role == "user" for role, _ in msgs):
-            raise DatasetError("a conversation needs at least one 'user' message", *at)
-        return msgs
+        return _messages(obj["messages"], at)
     return (("user", obj.get("prompt") or obj.get("text")),)
 
 
@@ -263,6 +261,8 @@ def _messages(msgs: Any, at: Where) -> Messages:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             raise DatasetError("each message needs a string 'role' and 'content'", *at)
         out.append((m["role"], m["content"]))
+    if not any(role == "user" and content for role, content in out):  # as a prompt must be non-empty
+        raise DatasetError("'messages' needs a non-empty 'user' message: a request with none has nothing to answer", *at)
     return tuple(out)
 
 
