@@ -537,3 +537,17 @@ def test_a_messages_record_with_no_non_empty_user_message_is_an_error_at_its_lin
     with pytest.raises(DatasetError, match="non-empty 'user' message") as e:
         parse_dataset(text, None, chat=True, lengths=False, turns=turns)
     assert e.value.line == 2
+
+
+def test_a_text_file_that_starts_with_a_bracket_is_told_how_to_be_read_as_text():
+    """Llama-style prompts (`[INST] ... [/INST]`) start with '[', so the file is detected as a
+    JSON array: the error said only "is not valid JSON: Expecting value", where a file starting
+    with '{' says to set prompt_format = text. Declared, it is text."""
+    text = "[INST] Say hello [/INST]\n[INST] Count to three [/INST]\n"
+    with pytest.raises(DatasetError, match="is not valid JSON.*prompt_format = text") as e:
+        parse_dataset(text, None, chat=False, lengths=False)
+    assert (e.value.line, e.value.column) == (1, 2)
+    assert parse_dataset(text, "text", chat=False, lengths=False).prompts == ("[INST] Say hello [/INST]", "[INST] Count to three [/INST]")
+    with pytest.raises(DatasetError, match="not valid JSON") as e:  # declared JSON: no hint to read it as text
+        parse_dataset(text, "jsonl", chat=False, lengths=False)
+    assert "prompt_format" not in e.value.message

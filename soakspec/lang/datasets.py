@@ -17,7 +17,7 @@ Detection, when `prompt_format` is not set: a file whose first non-blank charact
 JSON array, `{` is JSONL — either ShareGPT when its first record has `conversations`, else
 `prompt`/`text`/`messages` records (a JSON array of those is read as `jsonl`); anything else
 is text. A file is never guessed line by line: a pretty-printed JSON object in a
-JSONL file is an error at its first line, and a text file that starts with `{` needs
+JSONL file is an error at its first line, and a text file that starts with `{` or `[` needs
 `prompt_format = text`.
 
 Output lengths (opt-in, `max_tokens_from_file = true`): a record's integer `max_tokens`,
@@ -82,7 +82,7 @@ def parse_dataset(text: str, fmt: str | None, *, chat: bool, lengths: bool, turn
     if fmt == "text":
         items: list[tuple[Where, Any]] = [((i, 1), line) for i, line in enumerate(text.split("\n"), 1) if line.strip()]
     else:  # each record with where it starts: one parse, so a record's prompt and conversation are the same record's
-        items = _json_array(text) if stripped.startswith("[") else _jsonl(text)
+        items = _json_array(text, detected=fmt == "array") if stripped.startswith("[") else _jsonl(text)
         if fmt == "array":  # detected: ShareGPT when the first record has conversations, else prompt/text/messages
             fmt = "sharegpt" if items and isinstance(items[0][1], dict) and "conversations" in items[0][1] else "jsonl"
     records: list[tuple[Where, tuple[Prompt, int | None], Any]] = []
@@ -165,8 +165,10 @@ def _text_line(line: str) -> tuple[Prompt, int | None]:
     return line.rstrip("\r"), None
 
 
-def _json_array(text: str) -> list[tuple[Where, Any]]:
-    """The items of a JSON array, in order, each with the line and column it starts at."""
+def _json_array(text: str, detected: bool = False) -> list[tuple[Where, Any]]:
+    """The items of a JSON array, in order, each with the line and column it starts at.
+    `detected`: the format was guessed from the leading '[' (`[INST] ...` text starts so too)."""
+    text_hint = "; a text file that starts with '[' needs prompt_format = text" if detected else ""
     dec = json.JSONDecoder()
     pos = len(text) - len(text.lstrip()) + 1  # after '['
     out: list[tuple[Where, Any]] = []
@@ -184,7 +186,7 @@ def _json_array(text: str) -> list[tuple[Where, Any]]:
         try:
             obj, end = dec.raw_decode(text, pos)
         except json.JSONDecodeError as e:
-            raise DatasetError(f"is not valid JSON: {e.msg}", *line_col(text, e.pos)) from None
+            raise DatasetError(f"is not valid JSON: {e.msg}{text_hint}", *line_col(text, e.pos)) from None
         except BEYOND_DECODER as e:  # reported where the record starts: the decoder gives no position
             raise DatasetError(beyond_decoder(e), *line_col(text, pos)) from None
         out.append((line_col(text, pos), obj))
@@ -196,7 +198,7 @@ def _json_array(text: str) -> list[tuple[Where, Any]]:
             if skip(pos + 1) != n:
                 raise DatasetError("has text after the JSON array", *line_col(text, skip(pos + 1)))
             return out
-        raise DatasetError("is not valid JSON: expected ',' or ']' in the array", *line_col(text, min(pos, n)))
+        raise DatasetError(f"is not valid JSON: expected ',' or ']' in the array{text_hint}", *line_col(text, min(pos, n)))
 
 
 def _jsonl(text: str) -> list[tuple[Where, Any]]:
