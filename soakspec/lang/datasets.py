@@ -179,6 +179,20 @@ def _json_array(text: str, detected: bool = False) -> list[tuple[Where, Any]]:
             p += 1
         return p
 
+    line, line_start, counted = 1, 0, 0  # the line breaks before `counted`, and where its line starts
+
+    def where(p: int) -> Where:
+        """line_col(text, p), counting on from the last record's place: each record's line
+        counted from the file's start made a large pretty-printed array quadratic."""
+        nonlocal line, line_start, counted
+        if p < counted:
+            return line_col(text, p)
+        breaks = text.count("\n", counted, p)
+        if breaks:
+            line, line_start = line + breaks, text.rfind("\n", counted, p) + 1
+        counted = p
+        return line, p - line_start + 1
+
     pos = skip(pos)
     if pos < n and text[pos] == "]":
         return out
@@ -186,19 +200,19 @@ def _json_array(text: str, detected: bool = False) -> list[tuple[Where, Any]]:
         try:
             obj, end = dec.raw_decode(text, pos)
         except json.JSONDecodeError as e:
-            raise DatasetError(f"is not valid JSON: {e.msg}{text_hint}", *line_col(text, e.pos)) from None
+            raise DatasetError(f"is not valid JSON: {e.msg}{text_hint}", *where(e.pos)) from None
         except BEYOND_DECODER as e:  # reported where the record starts: the decoder gives no position
-            raise DatasetError(beyond_decoder(e), *line_col(text, pos)) from None
-        out.append((line_col(text, pos), obj))
+            raise DatasetError(beyond_decoder(e), *where(pos)) from None
+        out.append((where(pos), obj))
         pos = skip(end)
         if pos < n and text[pos] == ",":
             pos = skip(pos + 1)
             continue
         if pos < n and text[pos] == "]":
             if skip(pos + 1) != n:
-                raise DatasetError("has text after the JSON array", *line_col(text, skip(pos + 1)))
+                raise DatasetError("has text after the JSON array", *where(skip(pos + 1)))
             return out
-        raise DatasetError(f"is not valid JSON: expected ',' or ']' in the array{text_hint}", *line_col(text, min(pos, n)))
+        raise DatasetError(f"is not valid JSON: expected ',' or ']' in the array{text_hint}", *where(min(pos, n)))
 
 
 def _jsonl(text: str) -> list[tuple[Where, Any]]:
