@@ -19,7 +19,6 @@ nothing and say so by returning False. `_libc` is the seam tests replace.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 from typing import Any
 
@@ -29,12 +28,11 @@ MMAP_THRESHOLD = 128 * 1024  # glibc's default starting value, held fixed
 
 @functools.cache
 def _libc() -> Any | None:
-    """glibc, when this process runs on it (None otherwise)."""
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
+    """glibc, when this process runs on it (None otherwise): the symbols the process has
+    loaded already (dlopen(NULL)), never `ctypes.util.find_library`, which runs `ldconfig -p`
+    (or a compiler) -- a process every command would start, `check` and `plan` included."""
     try:
-        libc = ctypes.CDLL(name)
+        libc = ctypes.CDLL(None)
     except OSError:
         return None
     if not (hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim")):
