@@ -330,7 +330,8 @@ def telemetry_record(source: NvmlSource | None, server_pid: int | None, t: float
                      cpu: CpuMeter | None = None) -> dict[str, Any]:
     """One line of telemetry.jsonl (schema "telemetry"). With a `cpu` meter (one per backend,
     kept between samples) it also carries the server tree's CPU: `server_cpu_s` (cumulative) and
-    `server_cpu_percent` (since the previous sample; 100 = one core)."""
+    `server_cpu_percent` (since the previous sample; 100 = one core). `t`: the run clock's time
+    (the runner passes it; the wall clock, which a step moves, only when none is given)."""
     t = time.time() if t is None else t
     row = {
         "schema_version": 1,

@@ -192,7 +192,9 @@ async def sample_telemetry(deps: Deps, rec: BackendRecorder, interval_s: float) 
         w = JsonlWriter(deps.layout.telemetry(rec.name), schema="telemetry")
         try:
             while True:
-                sample = await trio.to_thread.run_sync(telemetry_record, nvml, pid, None, cpu)
+                # the run clock's time (read here: the thread cannot read a test's trio clock), as
+                # every time of the run: the judge places samples in the bucket windows by it
+                sample = await trio.to_thread.run_sync(telemetry_record, nvml, pid, deps.clock.now(), cpu)
                 w.write(sample)
                 await durable(w)
                 await trio.sleep(interval_s)

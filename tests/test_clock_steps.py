@@ -1,0 +1,50 @@
+"""One clock per run, whatever the wall clock does meanwhile.
+
+A day-long soak sees the wall clock stepped (an NTP step, a VM resumed from suspend, a manual
+`date -s`). Every time a run writes is on its `RunClock` (monotonic, anchored once to the wall
+clock), so the times it writes stay comparable with each other -- records, bucket windows,
+samples, the manifest's start and end. These tests build a run clock that disagrees with the
+wall clock (as it does after a step) and check that nothing the run writes reads the wall clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import trio
+
+from soakspec.evidence.layout import RunLayout
+from soakspec.judge.testing import spec_from_text
+from soakspec.plan import plan
+from soakspec.runner.backend import Deps, sample_telemetry
+from soakspec.runner.clock import RunClock
+from soakspec.runner.engine import h11_connect
+from soakspec.runner.progress import Progress
+from soakspec.runner.recorder import BackendRecorder, RunStatus
+
+STEP_S = 3600.0  # the wall clock was stepped forward an hour after the run began
+
+SIM_SPEC = ('soak "g" {}\nbackend "s" {\n  sim {}\n  runtime {\n    label = "x"\n  }\n}\n'
+            'workload "w" {\n  load {\n    mode = closed\n    concurrency = [1]\n  }\n  duration = 1m\n  bucket = 1m\n'
+            '  deadline = 30s\n}\ngate {\n  require failed == 0\n}\n')
+
+
+async def test_telemetry_samples_are_on_the_run_clock(tmp_path):
+    """telemetry.jsonl's `t` is judged against the bucket windows (rss, gpu_memory per bucket):
+    it is the run clock's, not the wall clock's -- after a step the samples would land in the
+    wrong bucket, or in none -- and the server CPU percent is over run-clock intervals (a step
+    back between two samples made the interval tiny and the percent huge)."""
+    (bp,) = plan(spec_from_text(SIM_SPEC)).backends
+    layout = RunLayout(tmp_path / "ev")
+    rec = BackendRecorder(bp, layout, RunStatus())
+    rec.prepare(0, None)
+    clock = RunClock(epoch=time.time() - STEP_S)
+    deps = Deps(clock, Progress(quiet=True), None, h11_connect(clock), layout)
+    before = clock.now()
+    with trio.move_on_after(0.3):
+        await sample_telemetry(deps, rec, 0.05)
+    after = clock.now()
+    rows = [json.loads(x) for x in layout.telemetry("s").read_text().splitlines()]
+    assert rows
+    assert all(before <= r["t"] <= after for r in rows), [r["t"] - before for r in rows]
