@@ -48,3 +48,24 @@ async def test_telemetry_samples_are_on_the_run_clock(tmp_path):
     rows = [json.loads(x) for x in layout.telemetry("s").read_text().splitlines()]
     assert rows
     assert all(before <= r["t"] <= after for r in rows), [r["t"] - before for r in rows]
+
+
+def test_the_manifests_end_is_on_the_run_clock(tmp_path, monkeypatch):
+    """`started_at_epoch` is the run clock's; `ended_at_epoch` must be too: with the wall clock
+    stepped an hour forward mid-run the manifest said the run lasted an hour more (a step back:
+    that it ended before it began)."""
+    from soakspec.runner import engine
+    from test_nvml import FakeNvml
+
+    monkeypatch.setattr(engine, "RunClock", lambda: RunClock(epoch=time.time() - STEP_S))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-ffff")  # no device: the run ends at once, before any load
+    text = ('soak "g" {}\ntelemetry {\n  require_gpus = true\n}\nbackend "u" {\n  url = "http://127.0.0.1:9"\n'
+            '  runtime {\n    label = "x"\n  }\n}\n'
+            'workload "w" {\n  load {\n    mode = closed\n    concurrency = [1]\n  }\n  duration = 1s\n  bucket = 1s\n'
+            '  deadline = 1s\n}\ngate {\n  require failed == 0\n}\n')
+    result = engine.execute(plan(spec_from_text(text)), engine.RunOptions(out_dir=tmp_path / "run", quiet=True,
+                                                                            nvml_module=FakeNvml()))
+    assert result.status == "aborted"
+    m = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    took = m["ended_at_epoch"] - m["started_at_epoch"]
+    assert 0 <= took < 60, took
