@@ -69,3 +69,53 @@ def test_the_manifests_end_is_on_the_run_clock(tmp_path, monkeypatch):
     m = json.loads((tmp_path / "run" / "manifest.json").read_text())
     took = m["ended_at_epoch"] - m["started_at_epoch"]
     assert 0 <= took < 60, took
+
+
+async def test_with_workers_bucket_lines_and_abort_windows_are_the_levels_own(tmp_path):
+    """`--workers`: the level starts when its processes are ready (their start-up takes a
+    second), not when the recorder first heard of it. The bucket lines (what `gate --partial`
+    judges windows by) and the abort rules' windows must be the level's windows, those its
+    records are bucketed by: they were the earlier, provisional ones, a start-up early."""
+    from functools import partial
+
+    import httpx
+
+    from soakspec.runner.driver import run_backend
+    from soakspec.runner.ids import IdSequence
+    from soakspec.runner.prompts import PromptFiles
+    from soakspec.sim import server as sim
+    from soakspec.sim.config import SimConfig
+
+    text = ('soak "w" {}\nbackend "u" {\n  url = "URL"\n}\n'
+            'workload "w" {\n  prompt_words = 4\n  max_tokens = 5\n  load {\n    mode = closed\n    concurrency = [2]\n  }\n'
+            '  duration = 1s\n  bucket = 500ms\n  deadline = 2s\n}\n'
+            'gate {\n  require failed == 0\n  abort p99(ttft) > 1h per window 400ms\n}\n')
+    async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
+        port = await nursery.start(partial(sim.serve, SimConfig(model="default", ttft=0.005, itl=0.001, trace_log=False)))
+        (bp,) = plan(spec_from_text(text.replace("URL", f"http://127.0.0.1:{port}"))).backends
+        layout = RunLayout(tmp_path / "ev")
+        rec = BackendRecorder(bp, layout, RunStatus())
+        rec.prepare(0, None)
+        clock = RunClock()
+        deps = Deps(clock, Progress(quiet=True), http, h11_connect(clock), layout, workers=2, preflight=False)
+        seen: list[tuple[float, float]] = []
+        from soakspec.runner import abort
+
+        original = abort.AbortWatch.level_started
+
+        def level_started(self, workload, index, label, measure_start, duration_s, bucket_s):
+            seen.append((measure_start, duration_s))
+            original(self, workload, index, label, measure_start, duration_s, bucket_s)
+
+        abort.AbortWatch.level_started = level_started  # type: ignore[method-assign]
+        try:
+            await run_backend(bp, deps, rec, IdSequence("t-0"), PromptFiles(), 60.0)
+        finally:
+            abort.AbortWatch.level_started = original  # type: ignore[method-assign]
+        rec.close()
+        nursery.cancel_scope.cancel()
+    (entry,) = rec.levels
+    assert entry["completed"] is True
+    lines = [json.loads(x) for x in layout.buckets("u").read_text().splitlines()]
+    assert [(x["start"], x["end"]) for x in lines] == [(w["start"], w["end"]) for w in entry["buckets"]]
+    assert seen[-1] == (entry["measure_start"], 1.0)

@@ -139,6 +139,10 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     stats = rec.stats
     watch.level_started(lv.workload, lv.index, lv.label, entry["measure_start"], lv.duration_s, lv.bucket_s)
 
+    def on_start(t0: float) -> None:  # the level's own start (`--workers`: after their start-up), not the time above
+        entry.update(started_at=t0, measure_start=t0 + lv.warmup_s)
+        watch.level_started(lv.workload, lv.index, lv.label, t0 + lv.warmup_s, lv.duration_s, lv.bucket_s)
+
     async def on_bucket(k: int) -> None:
         await rec.bucket_closed(entry, k, deps.clock.now())  # requests durable; bucket lines whose requests all ended
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
@@ -163,7 +167,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         observe(rec.write_lines(data))  # decoded once, for the bucket lines and the abort rules alike
 
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
-                       on_bucket=on_bucket, health=health)  # fmt: skip
+                       on_bucket=on_bucket, health=health, on_start=on_start)  # fmt: skip
     progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
     run: LevelRun | None = None
     try:

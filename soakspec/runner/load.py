@@ -323,6 +323,9 @@ class LevelContext:
     # the backend's liveness (runner/liveness.py): every record is reported to it, and after a
     # refused connect requests wait at its gate (backoff, one at a time) instead of hammering
     health: Health | None = None
+    # told the level's start t0 once it is fixed (`--workers`: when the processes are ready, a
+    # start-up after the level was announced): bucket lines and abort windows are cut from it
+    on_start: Callable[[float], None] | None = None
 
 
 async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
@@ -332,6 +335,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     else:
         t0 = ctx.t0
         await trio.sleep_until(clock.to_trio(t0))
+    if ctx.on_start is not None:
+        ctx.on_start(t0)
     m = t0 + level.warmup_s
     run = LevelRun(level, started_at=t0, measure_start=m)
     stop = m + level.duration_s

@@ -157,6 +157,8 @@ async def drive_level_workers(
     try:
         await _spawn(level, job, shares, clock, procs, readers)
         t0 = clock.now() + START_MARGIN
+        if ctx.on_start is not None:
+            ctx.on_start(t0)
         for proc in procs:
             await proc.stdin.send_all(_frame(START, struct.pack("<d", t0)))  # type: ignore[union-attr]
         run = LevelRun(level, started_at=t0, measure_start=t0 + level.warmup_s)
