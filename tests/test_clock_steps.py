@@ -119,3 +119,43 @@ async def test_with_workers_bucket_lines_and_abort_windows_are_the_levels_own(tm
     lines = [json.loads(x) for x in layout.buckets("u").read_text().splitlines()]
     assert [(x["start"], x["end"]) for x in lines] == [(w["start"], w["end"]) for w in entry["buckets"]]
     assert seen[-1] == (entry["measure_start"], 1.0)
+
+
+def _window_rule(window_s: float):
+    from soakspec.plan import AbortRule
+
+    return AbortRule("abort ratio(errors) > 50% per window", "errors", "ratio", None, ">", 0.5, "window", window_s, 1)
+
+
+def test_an_abort_windows_last_window_is_evaluated_when_the_level_ends():
+    """`per window W` over a level whose duration is not a multiple of W: the judge judges the
+    last, shorter window; the live abort rule never evaluated it (its windows were counted as
+    floor(elapsed / W)), so failures in a level's last minutes never stopped the run."""
+    from soakspec.runner.abort import AbortWatch, Row
+
+    fired = []
+    watch = AbortWatch("a", [_window_rule(10.0)], on_fire=fired.append)
+    watch.level_started("w", 0, "c", 1000.0, 25.0, 5.0)  # windows [0, 10), [10, 20), [20, 25]
+    watch.observe([Row(4, 1021.0 + i, "failed", {}) for i in range(3)], now=1024.5)
+    watch.bucket_done(4, now=1025.0)  # the level's last bucket ends: so does its last window
+    (f,) = fired
+    assert (f.index, f.start, f.end, f.requests) == (2, 1020.0, 1025.0, 3)
+
+
+def test_an_abort_windows_last_window_survives_epoch_float_rounding():
+    """A time-scaled level (a rehearsal): 3 windows of 0.1 s in a 0.3 s level starting at an
+    epoch time. (m + 0.3) - m is 0.29999995 there, one window short: the last one was skipped."""
+    from soakspec.runner.abort import AbortWatch, Row
+
+    m = 1_700_000_013.6863
+    stop = m + 0.3
+    assert (stop - m) // 0.1 == 2.0  # the float the old count tripped on
+    fired = []
+    watch = AbortWatch("a", [_window_rule(0.1)], on_fire=fired.append)
+    watch.level_started("w", 0, "c", m, 0.3, 0.1)
+    watch.observe([Row(2, m + 0.25, "failed", {}), Row(2, m + 0.26, "failed", {})], now=m + 0.28)
+    watch.bucket_done(0, now=m + 0.1)
+    watch.bucket_done(1, now=m + 0.2)
+    watch.bucket_done(2, now=stop)
+    (f,) = fired
+    assert f.index == 2 and f.requests == 2

@@ -8,7 +8,9 @@ when a bucket ends, and asks it the time (`tick`); the first rule that holds is 
 What a bucket or window holds: the requests that started in it (open loop: were scheduled in
 it) and have finished when it is evaluated -- at the bucket's end (`per bucket`), or at the
 first record or bucket end at or after the window's end (`per window`). Windows are fixed,
-`window_s` long, from the end of the level's warmup; warmup requests belong to none.
+`window_s` long, from the end of the level's warmup, the last one ending with the level
+(shorter when the duration is not a multiple of `window_s`: the judge's windows); warmup
+requests belong to none.
 
 Values, from `RequestRecord` fields:
   - outcome metrics (requests, completed, failed, timeouts, rejected, disconnected, errors):
@@ -158,7 +160,8 @@ class AbortWatch:
             if rule.scope == "bucket" and self.fired is None and (i, k) not in self._done:
                 self._done.add((i, k))
                 self._evaluate(i, rule, k, rows, m + k * blen, m + (k + 1) * blen, now)
-        self.tick(now)
+        # the bucket has ended, whatever the float of `now` says: a window ending with it is over
+        self.tick(max(now, min(m + (k + 1) * blen, self._level[4])))
         self._prune(k)
 
     def _prune(self, k: int) -> None:
@@ -178,14 +181,21 @@ class AbortWatch:
         for i, j in self._next.items():
             rule = self.rules[i]
             w = rule.window_s
-            ended = int(max(0.0, min(now, stop) - m) // w)
-            while j < ended:
+            # the judge's windows (judge.scope.window_scopes): the last one may be shorter, and
+            # ends at the level's end, not one float rounding of (stop - m) / w before it
+            n = max(1, math.ceil((stop - m) / w - 1e-9))
+            while j < n:
+                start = m + j * w
+                end = min(stop, start + w)
+                last = j == n - 1
+                if now < end:
+                    break
                 if self.fired is not None:
                     return
                 self._next[i] = j + 1
-                start = m + j * w
-                rows = [r for r in self._rows if r.start is not None and start <= r.start < start + w]
-                self._evaluate(i, rule, j, rows, start, start + w, now)
+                rows = [r for r in self._rows
+                        if r.start is not None and start <= r.start and (r.start < end or (last and r.start <= end))]
+                self._evaluate(i, rule, j, rows, start, end, now)
                 j += 1
 
     def _evaluate(self, i: int, rule: AbortRule, j: int, rows: list[Row], start: float, end: float, now: float) -> None:
