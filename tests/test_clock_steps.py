@@ -159,3 +159,33 @@ def test_an_abort_windows_last_window_survives_epoch_float_rounding():
     watch.bucket_done(2, now=stop)
     (f,) = fired
     assert f.index == 2 and f.requests == 2
+
+
+def test_a_request_on_a_bucket_edge_is_in_the_bucket_whose_window_holds_it():
+    """A request belongs to the bucket in which it started; the level's bucket windows (the
+    manifest's, what the judge and the bucket lines cut time by) are m + k·B. The runner took
+    floor((t - m) / B), which for an arrival exactly on an edge -- open loop at a constant rate,
+    time-scaled buckets -- is one float rounding below k: most edge arrivals went to bucket
+    k - 1 while their start lay in window k."""
+    import trio.testing
+
+    from test_load_schedule import FakeServer, level_of
+
+    from soakspec.runner.ids import IdSequence
+    from soakspec.runner.load import LevelContext, Shapes, drive_level
+
+    level = level_of("mode = open\n rate = [10rps]\n arrival = constant", duration="1s", bucket="100ms")
+
+    async def main():
+        clock = RunClock(timer=trio.current_time, epoch=1_700_000_013.6863)
+        server = FakeServer(clock, 0.01)
+        records = []
+        ctx = LevelContext("a", clock, server.connect, Shapes(level.request), records.extend, IdSequence("t"))
+        return await drive_level(level, ctx), records
+
+    run, records = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    windows = run.bucket_windows()
+    assert len(records) == 10
+    for r in records:
+        (w,) = [w for w in windows if w["start"] <= r.intended_start < w["end"]]
+        assert r.bucket == w["index"], (r.intended_start - run.measure_start, r.bucket, w)

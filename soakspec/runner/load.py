@@ -343,10 +343,19 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     nb = len(level.buckets)
     blen = level.buckets[0].length_s
 
+    edges = [m + b.start_s for b in level.buckets]  # the bucket windows' starts (`LevelRun.bucket_windows`)
+
     def bucket_of(t: float) -> int:
         if t < m:
             return -1
-        return min(int((t - m) // blen), nb - 1)
+        k = min(int((t - m) // blen), nb - 1)
+        # (t - m) / blen can round one off an edge (t exactly on it: open loop, time-scaled
+        # buckets): the window that holds t decides, as the judge and the bucket lines cut time
+        if k + 1 < nb and t >= edges[k + 1]:
+            return k + 1
+        if k > 0 and t < edges[k]:
+            return k - 1
+        return k
 
     pending = _PendingRecords(ctx.sink)
 
