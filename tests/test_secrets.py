@@ -24,6 +24,7 @@ import gzip
 import json
 import subprocess
 import sys
+import urllib.parse
 
 import pytest
 from hypothesis import given
@@ -257,6 +258,33 @@ def test_the_servers_text_is_redacted_when_the_record_is_frozen():
     assert rec.freeze().error == f'HTTP 500: {{"error": "bad key {LEAK_API_KEY}, quo\\"ted-secret-77aa, <redacted>"}}'
 
 
+def test_a_secret_the_server_escaped_or_url_encoded_is_redacted_from_the_record():
+    """A server's JSON encoder may escape any character (`\\u007a...`; .NET writes `+` as
+    `\\u002B`), and a URL it quotes carries a secret percent-encoded (`p%40ss`): the record
+    kept both whole (only the plain value and `json.dumps`'s own form were known)."""
+    from soakspec.evidence.redact import redacting
+
+    password = "p@ss/w0rd+Secret!"
+    escaped = json.dumps({"error": f"bad key {LEAK_TOKEN}"}).replace(LEAK_TOKEN[0], "\\u%04x" % ord(LEAK_TOKEN[0]), 1)
+    dotnet = json.dumps({"error": f"bad password {password}"}).replace("+", "\\u002B")
+    quoted = "GET /v1/models?x=" + urllib.parse.quote(password, safe="") + " failed, " + urllib.parse.quote(password, safe="").replace("%2F", "%2f")
+    with redacting({LEAK_TOKEN, password}):
+        for body in (escaped, dotnet, quoted):
+            line = _record([body.encode()], 500, "text/plain").to_line()
+            assert LEAK_TOKEN[1:].encode() not in line and b"w0rd" not in line, line
+            assert b"<redacted>" in line, line
+
+
+def test_a_secret_the_server_broke_across_two_log_lines_is_redacted_in_both():
+    """A secret wrapped onto a second log line: each piece is replaced (the text keeps its lines)."""
+    from soakspec.evidence.redact import Redactor
+
+    red = Redactor({LEAK_TOKEN})
+    cut = 9
+    text = f"ERROR auth failed: {LEAK_TOKEN[:cut]}\r\n{LEAK_TOKEN[cut:]} rejected\nnext"
+    assert red.text(text) == "ERROR auth failed: <redacted>\r\n<redacted> rejected\nnext"
+
+
 def test_short_values_and_our_own_text_are_left_alone():
     """A "secret" under MIN_SECRET_CHARS (`USE_AUTH=1`) garbles no message; in a response id
     a value must be MIN_ID_SECRET_CHARS long (`MAX_TOTAL_TOKENS=4096` is in random ids)."""
@@ -486,6 +514,31 @@ def test_a_crashing_servers_diagnosis_in_the_manifest_and_reports_is_redacted(tm
     outputs = {"run": run.stdout + run.stderr} | _reports(out, tmp_path, env)
     assert "crash diagnosis" in outputs["report --format md"], outputs["report --format md"]
     assert {name for name, text in outputs.items() if CRASH_TOKEN in text} == set()
+
+
+def test_a_secret_a_crashing_server_broke_across_two_lines_is_redacted_in_its_diagnosis(tmp_path):
+    """A dying server's log wraps its token onto the next line: both lines are kept as the crash
+    diagnosis, and each kept its piece of the token (each line was redacted alone), in the
+    manifest, on stderr and in every report."""
+    code = ("import os; t = os.environ['MY_TOKEN']; print('ERROR auth failed for token', t[:8], flush=True); "
+            "print(t[8:], 'rejected: the engine died', flush=True); raise SystemExit(3)")  # fmt: skip
+    argv = [sys.executable, "-c", code, "{port}"]
+    launch = (f"launch = {json.dumps(argv)}\n  ready {{\n    timeout = 5s\n    interval = 100ms\n  }}\n"
+              f'  env {{\n    MY_TOKEN = "{CRASH_TOKEN}"\n  }}')  # fmt: skip
+    sim = "sim {\n    ttft = 20ms\n    itl = 5ms\n  }"
+    spec = tmp_path / "wrap.soak"
+    spec.write_text(sim_spec(duration="1s", bucket="1s").replace(sim, launch, 1))
+    marker = new_marker()
+    out = tmp_path / "wr"
+    env = run_env(marker)
+    run = subprocess.run(soakspec_cmd("run", str(spec), "--out", str(out)), cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert wait_no_survivors(marker) == []
+    assert run.returncode == 4, run.stdout + run.stderr
+    diagnosis = manifest(out)["backends"][0]["crash_diagnosis"]
+    assert diagnosis == ["ERROR auth failed for token <redacted>", "<redacted> rejected: the engine died"], diagnosis
+    outputs = {"run": run.stdout + run.stderr, "manifest": (out / "manifest.json").read_text()} | _reports(out, tmp_path, env)
+    assert {name for name, text in outputs.items() if CRASH_TOKEN[8:] in text or CRASH_TOKEN[:8] in text} == set()
 
 
 def test_secrets_the_server_inherits_from_soakspecs_environment_are_redacted(tmp_path):

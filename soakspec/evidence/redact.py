@@ -17,6 +17,8 @@
   quotes (error bodies and events, finish_reason, the response id) is redacted of the run's
   secrets and the credential patterns when the record is frozen -- the one place every record
   passes before it is written (requests.jsonl.gz, the manifest's pre-flight and follow-up).
+  A secret is found however the server wrote it: JSON-escaped (any character as `\\uXXXX`),
+  percent-encoded, broken across two lines.
 """
 
 from __future__ import annotations
@@ -284,7 +286,7 @@ class Redactor:
     its first bytes): a trailing prefix of a secret of at least MIN_SECRET_CHARS. `ident`
     (the response id, finish_reason) uses the secrets of at least MIN_ID_SECRET_CHARS."""
 
-    __slots__ = ("source", "secrets", "_hit", "_id_secrets", "_id_hit")
+    __slots__ = ("source", "secrets", "_hit", "_id_secrets", "_id_hit", "_encoded")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self.source = tuple(sorted({str(s) for s in secrets if s and len(str(s)) >= MIN_SECRET_CHARS}))
@@ -292,17 +294,25 @@ class Redactor:
         forms.update(json.dumps(s)[1:-1] for s in self.source)
         self.secrets = tuple(sorted(forms, key=len, reverse=True))
         self._id_secrets = tuple(s for s in self.secrets if len(s) >= MIN_ID_SECRET_CHARS)
-        self._hit = self._pattern(self.secrets)
-        self._id_hit = self._pattern(self._id_secrets)
+        longest = sorted(self.source, key=len, reverse=True)
+        # each secret however the server encoded it (see `_encoded`), and broken across lines
+        self._encoded = re.compile("|".join(_encoded(s, lines=True) for s in longest)) if longest else None
+        self._hit = self._pattern([_encoded(s, lines=True) for s in longest])
+        self._id_hit = self._pattern([re.escape(s) for s in self._id_secrets])
 
     @staticmethod
     def _pattern(secrets: Sequence[str]) -> re.Pattern[str]:
-        return re.compile("|".join([*map(re.escape, secrets), _ANCHORS]))
+        return re.compile("|".join([*secrets, _ANCHORS]))
 
     def text(self, text: str) -> str:
-        """Free text (an error message): every secret, credential pattern and cut-off secret."""
+        """Free text (an error message): every secret, credential pattern and cut-off secret.
+        A secret is found in any of the forms a server writes it in (`_encoded`): JSON's
+        `\\u0073k-...`, a URL's `p%40ss`, or broken by a line end (a wrapped log line), whose
+        pieces are each replaced (the text keeps its lines)."""
         if self._hit.search(text) is not None:
             text = redact_text(text, self.secrets)
+            if self._encoded is not None:
+                text = self._encoded.sub(_redact_pieces, text)
         for s in self.source:
             text = _cut_secret(text, s)
         return text
@@ -312,6 +322,38 @@ class Redactor:
         if self._id_hit.search(text) is None:
             return text
         return redact_text(text, self._id_secrets)
+
+
+_JSON_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _encoded(secret: str, *, lines: bool = False) -> str:
+    """A regular expression for `secret` as a server may write it: each character as itself,
+    as a JSON escape (`\\u0073`, either case, a surrogate pair past U+FFFF; `\\/`, `\\"`) or
+    percent-encoded (`%40`, either case: a URL or form body), in any mix -- a JSON encoder
+    escapes what it likes (.NET's `+` as `\\u002B`, Go's `&` as `\\u0026`). With `lines`, a line
+    end may fall between two characters (a log line wrapped or cut)."""
+    parts = []
+    for c in secret:
+        alts = [re.escape(c)]
+        if ord(c) > 0xFFFF:
+            hi, lo = divmod(ord(c) - 0x10000, 0x400)
+            alts.append(f"\\\\u(?i:{0xD800 + hi:04x})\\\\u(?i:{0xDC00 + lo:04x})")
+        else:
+            alts.append(f"\\\\u(?i:{ord(c):04x})")
+        if c in _JSON_SHORT:
+            alts.append(re.escape(_JSON_SHORT[c]))
+        alts.append("".join(f"%(?i:{b:02x})" for b in c.encode("utf-8")))
+        parts.append("(?:" + "|".join(alts) + ")")
+    return ("(?:\\r?\\n)?" if lines else "").join(parts)
+
+
+_LINE_PIECE = re.compile(r"[^\r\n]+")
+
+
+def _redact_pieces(m: re.Match[str]) -> str:
+    """A secret's match replaced, one marker for each line it spans."""
+    return _LINE_PIECE.sub(REDACTED, m.group(0))
 
 
 def clip(text: str, limit: int) -> str:

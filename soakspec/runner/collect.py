@@ -133,8 +133,11 @@ def _entry(plan: Plan, rec: BackendRecorder, *, boundary: Any, after: Mapping[st
     entry["aborted_reason"] = red.text(rec.aborted_reason) if rec.aborted_reason is not None else None
     entry["aborted_at"] = rec.aborted_at
     # the server's own log lines: they may print the run's secrets (an auth error quoting its
-    # token), so they are redacted as a record's server text is (server.log alone keeps them raw)
-    entry["crash_diagnosis"] = [red.text(line) for line in rec.failure.diagnosis] if rec.failure is not None else []
+    # token), so they are redacted as a record's server text is (server.log alone keeps them raw),
+    # line by line (a secret cut off by the 500-character line limit) and together (a secret the
+    # server's log broke across two lines goes from both)
+    lines = rec.failure.diagnosis if rec.failure is not None and rec.failure.diagnosis else ()
+    entry["crash_diagnosis"] = [red.text(line) for line in red.text("\n".join(lines)).split("\n")] if lines else []
     entry["preflight"] = rec.preflight
     if rec.sweep is not None:
         entry["sweep"] = rec.sweep  # the search: every probe in order, its judgement, the result
