@@ -125,3 +125,15 @@ def test_a_short_secret_is_redacted_where_it_is_given_and_the_stored_spec_still_
         p.write_text(stored)
         spec, diags, _ = load_spec(p)
         assert spec is not None, diags
+
+
+def test_a_basic_authorization_credential_is_redacted_and_the_word_basic_is_not():
+    """`Authorization: Basic <base64 of user:password>` a server echoes is a credential, as
+    `Bearer X` is; it was kept whole. The word "basic" before a plain word stays as it is."""
+    import base64
+
+    cred = base64.b64encode(b"user:pw-0b7e4d2a9c").decode()
+    assert redact_text(f"HTTP 401: Authorization: Basic {cred} rejected") == f"HTTP 401: Authorization: Basic {REDACTED} rejected"
+    assert redact_text(f"basic {cred}") == f"basic {REDACTED}"
+    for keep in ("basic usage of this tool", "a basic test", "Basic dGVzdA=="):  # "test": no user:password
+        assert redact_text(keep) == keep

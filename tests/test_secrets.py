@@ -285,6 +285,18 @@ def test_a_secret_the_server_broke_across_two_log_lines_is_redacted_in_both():
     assert red.text(text) == "ERROR auth failed: <redacted>\r\n<redacted> rejected\nnext"
 
 
+def test_the_bare_credential_of_a_bearer_header_value_is_a_secret_too():
+    """`header_env { Authorization = "MY_AUTH" }` with MY_AUTH="Bearer X": the server that says
+    "invalid token X" quoted X alone, which was not redacted (only "Bearer X" was known)."""
+    from soakspec.evidence.redact import Redactor
+
+    red = Redactor({f"Bearer {LEAK_TOKEN}", f"basic {LEAK_PASSWORD}"})
+    assert red.text(f"HTTP 401: invalid token {LEAK_TOKEN}, or {LEAK_PASSWORD}") == "HTTP 401: invalid token <redacted>, or <redacted>"
+    assert red.ident(f"cmpl-{LEAK_TOKEN}") == "cmpl-<redacted>"
+    # a secret of several words is not cut into words (a common word would go everywhere)
+    assert Redactor({"correct horse battery"}).text("a horse") == "a horse"
+
+
 def test_short_values_and_our_own_text_are_left_alone():
     """A "secret" under MIN_SECRET_CHARS (`USE_AUTH=1`) garbles no message; in a response id
     a value must be MIN_ID_SECRET_CHARS long (`MAX_TOTAL_TOKENS=4096` is in random ids)."""
@@ -317,7 +329,7 @@ def test_progress_lines_are_redacted_as_evidence_is():
 
 CREDENTIALS = ["hf_" + "A" * 20, "sk-proj-" + "B" * 20, "ghp_" + "C" * 24, "github_pat_" + "D" * 22, "glpat-" + "E" * 20,
                "xoxb-" + "F" * 12, "AKIA" + "G" * 16, "eyJ" + "h" * 10 + ".eyJ" + "i" * 10 + ".j", "bearer kkk",
-               "https://u:pw@host/x", "/v1?api_key=qqq"]  # one of each pattern `redact_text` knows  # fmt: skip
+               "https://u:pw@host/x", "/v1?api_key=qqq", "Basic dXNlcjpwYXNzd29yZA=="]  # one of each pattern `redact_text` knows  # fmt: skip
 _PIECES = st.sampled_from(["x", " ", "=", "://", "u:p@", "?api_key=", "&token=", "Bearer ", "hf_", "sk-", "AKIA", "eyJ",
                            ".eyJ", "abc", '"', "\\", "é", *CREDENTIALS])  # fmt: skip
 

@@ -2,7 +2,8 @@
 
 - `redact_env(env, secrets)`: variables whose *name* contains TOKEN, KEY, SECRET, PASSWORD, PASSWD,
   AUTH or CREDENTIAL (any case) become "<redacted>"; other values are scrubbed of
-  credential-looking substrings (URL passwords, `hf_...`, `sk-...`, bearer tokens).
+  credential-looking substrings (URL passwords, `hf_...`, `sk-...`, bearer tokens, a `Basic`
+  credential that decodes to `user:password`).
 - `redact_argv(argv, secrets)`: values of secret flags (`--api-key X`, `--token=X`, `--password X`),
   header values (`-H "Authorization: Bearer X"`), `NAME=value` assignments with secret names,
   URL user:password@ parts and secret query parameters, and credential-looking values.
@@ -18,11 +19,12 @@
   secrets and the credential patterns when the record is frozen -- the one place every record
   passes before it is written (requests.jsonl.gz, the manifest's pre-flight and follow-up).
   A secret is found however the server wrote it: JSON-escaped (any character as `\\uXXXX`),
-  percent-encoded, broken across two lines.
+  percent-encoded, broken across two lines; and of a `Bearer X` value, X alone too.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import contextvars
 import json
@@ -58,6 +60,9 @@ _CREDENTIAL = re.compile(
     )"""
 )
 _BEARER = re.compile(r"(?i)\b(bearer)(\s+)([^\s\"',;]+)")
+# `Basic <base64 of user:password>`: redacted when it decodes to a `user:password` (so the word
+# "basic" in a sentence keeps the word after it).
+_BASIC = re.compile(r"(?i)\b(basic)(\s+)([A-Za-z0-9+/]{4,}={0,2})(?![A-Za-z0-9+/=])")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@?#]+)@")
 # A value ends where the URL does in the text around it: at a quote (a path in the spec text's
 # string), a backslash (its JSON-escaped form), an angle bracket, or punctuation that ends the
@@ -65,6 +70,8 @@ _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)([^/\s@?#]+)@")
 _QUERY_SECRET = re.compile(r"(?i)([?&;](?:[a-z0-9_.-]*(?:token|key|secret|password|passwd|auth|signature|sig)[a-z0-9_.-]*)=)"
                            r"([^&#\s\"'<>\\]+?)(?=[:,.;)\]]*(?:[&#\s\"'<>\\]|$))")
 _HEADER = re.compile(r"(?i)^(\s*(?:" + "|".join(re.escape(h) for h in _SECRET_HEADERS) + r")\s*:\s*)(.*)$", re.DOTALL)
+# An Authorization header's value: its scheme, then the credential a server may quote alone.
+_SCHEME_VALUE = re.compile(r"(?i)\s*(?:bearer|basic|token|digest|apikey|api-key)\s+(\S+)\s*$")
 _ASSIGN = re.compile(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", re.DOTALL)
 # Words inside one argv element that holds a whole command line (`sh -c "..."` of a shell backend).
 _WORD = r"""('[^']*'|"(?:[^"\\]|\\.)*"|[^\s'";|&]+)"""
@@ -88,8 +95,16 @@ def scrub(value: str) -> str:
     value = _URL_USERINFO.sub(lambda m: m.group(1) + REDACTED + "@", value)
     value = _QUERY_SECRET.sub(lambda m: m.group(1) + REDACTED, value)
     value = _BEARER.sub(lambda m: m.group(1) + m.group(2) + REDACTED, value)
+    value = _BASIC.sub(lambda m: m.group(1) + m.group(2) + REDACTED if _is_basic_credential(m.group(3)) else m.group(0), value)
     value = _CREDENTIAL.sub(REDACTED, value)
     return value
+
+
+def _is_basic_credential(text: str) -> bool:
+    try:
+        return b":" in base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except ValueError:
+        return False
 
 
 def redact_env(env: Mapping[str, str], secrets: Iterable[str] = ()) -> dict[str, str]:
@@ -271,8 +286,8 @@ MIN_SECRET_CHARS = 4
 MIN_ID_SECRET_CHARS = 8
 
 # Where each `scrub` pattern can match: a text without any of these has no credential pattern
-# (`_CREDENTIAL`'s prefixes, `_BEARER`, `_URL_USERINFO`'s "://", `_QUERY_SECRET`'s "=").
-_ANCHORS = r"hf_|sk-|gh[pousr]_|github_pat_|glpat-|xox[abprs]-|AKIA|eyJ|(?i:bearer)|://|="
+# (`_CREDENTIAL`'s prefixes, `_BEARER`, `_BASIC`, `_URL_USERINFO`'s "://", `_QUERY_SECRET`'s "=").
+_ANCHORS = r"hf_|sk-|gh[pousr]_|github_pat_|glpat-|xox[abprs]-|AKIA|eyJ|(?i:bearer)|(?i:basic)|://|="
 
 
 class Redactor:
@@ -289,7 +304,10 @@ class Redactor:
     __slots__ = ("source", "secrets", "_hit", "_id_secrets", "_id_hit", "_encoded")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self.source = tuple(sorted({str(s) for s in secrets if s and len(str(s)) >= MIN_SECRET_CHARS}))
+        given = {str(s) for s in secrets if s}
+        # a header value `Bearer X` (header_env, a spec's env): the server quotes X alone too
+        given.update([m.group(1) for s in given if (m := _SCHEME_VALUE.match(s))])
+        self.source = tuple(sorted({s for s in given if len(s) >= MIN_SECRET_CHARS}))
         forms = set(self.source)
         forms.update(json.dumps(s)[1:-1] for s in self.source)
         self.secrets = tuple(sorted(forms, key=len, reverse=True))
