@@ -9,7 +9,12 @@ spaces (newlines kept): fenced code blocks (``` / ~~~), blockquote lines (`>`), 
 assertion; checks that look for assertions read `masked`, checks that look for stated values
 (numbers, hashes, the boundary section) read `text`.
 
-Blocks: a Markdown heading, a table row (tab- or pipe-separated), a list item (`-`, `*`, `+`,
+What a reader never sees is blank in both `text` and `masked` (offsets kept): HTML comments
+outside fenced code, and a leading byte-order mark. YAML front matter (`---` on line 1 to the
+next `---`) is read like fenced code: metadata, never an assertion. URLs and link reference
+definitions (`[x]: https://…`) are masked: an address is not prose.
+
+Blocks: a Markdown heading (ATX `#`, or setext: a paragraph underlined with `===` / `---`), a table row (tab- or pipe-separated), a list item (`-`, `*`, `+`,
 `•`, `1.`; with its continuation lines), or a paragraph (consecutive other lines). A paragraph
 that is one short line without closing punctuation, standing alone between blank lines, is a
 *title* (a plain-text heading, as in PR bodies pasted from GitHub: "Summary", "Validation").
@@ -57,6 +62,11 @@ _FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _HEADING = re.compile(r"^\s{0,3}(#{1,6})\s+\S")
 _LIST = re.compile(r"^\s*(?:[-*+•◦▪‣]|\d{1,3}[.)])\s+")
 _QUOTE = re.compile(r"^\s{0,3}>")
+_SETEXT = re.compile(r"^\s{0,3}(=+|-+)\s*$")
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+_FRONT_MATTER_END = re.compile(r"^(?:---|\.\.\.)\s*$")
+_LINK_DEF = re.compile(r"^\s{0,3}\[[^\]\n]+\]:\s*\S")
+_URL = re.compile(r"<?\b(?:https?|ftp)://[^\s<>)\]]+>?|\]\([^)\s]*\)")
 _TABLE_SEP = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)*\|?\s*$")
 _INLINE_QUOTES = re.compile(r"`[^`\n]*`|\"[^\"\n]*\"|“[^”\n]*”|‘[^’\n]*’")
 _SENT_END = re.compile(r"[.!?]+(?=[\s\"')\]]*(?:\s|$))")
@@ -111,13 +121,55 @@ class Document:
         return self.blocks[s.block]
 
 
-def _mask(text: str, lines: list[str], line_starts: list[int]) -> tuple[str, set[int], set[int]]:
+def _hidden(text: str, lines: list[str], line_starts: list[int]) -> tuple[str, set[int]]:
+    """`text` with what a reader never sees blanked to spaces (newlines and offsets kept): HTML
+    comments outside fenced code (`<!-- … -->`, an unclosed one to the end). Also the lines of
+    a YAML front matter block (`---` on line 1 to the next `---` / `...`): metadata, read like
+    fenced code (never an assertion; values and hashes still count)."""
+    front: set[int] = set()
+    if lines and lines[0].rstrip() == "---":
+        for i in range(1, len(lines)):
+            if _FRONT_MATTER_END.match(lines[i]):
+                front = set(range(1, i + 2))
+                break
+    if "<!--" not in text:
+        return text, front
+    fenced: set[int] = set()
+    fence: str | None = None
+    for i, line in enumerate(lines):
+        m = _FENCE.match(line)
+        if fence is not None:
+            fenced.add(i)
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+                fence = None
+        elif m:
+            fence = m.group(1)
+            fenced.add(i)
     chars = list(text)
-    code: set[int] = set()
+    pos = 0
+    while (m := _COMMENT.search(text, pos)) is not None:
+        line = bisect.bisect_right(line_starts, m.start()) - 1
+        if line in fenced or line + 1 in front:
+            pos = m.start() + 4
+            continue
+        for k in range(m.start(), m.end()):
+            if chars[k] != "\n":
+                chars[k] = " "
+        pos = m.end()
+    return "".join(chars), front
+
+
+def _mask(text: str, lines: list[str], line_starts: list[int], front: set[int] = frozenset()) -> tuple[str, set[int], set[int]]:
+    chars = list(text)
+    code: set[int] = set(front)
     quote: set[int] = set()
     fence: str | None = None
     for i, line in enumerate(lines):
         lineno = i + 1
+        if lineno in front:
+            for k in range(line_starts[i], line_starts[i] + len(line)):
+                chars[k] = " "
+            continue
         m = _FENCE.match(line)
         if fence is not None:
             code.add(lineno)
@@ -132,9 +184,14 @@ def _mask(text: str, lines: list[str], line_starts: list[int]) -> tuple[str, set
             for k in range(line_starts[i], line_starts[i] + len(line)):
                 chars[k] = " "
             continue
-        for q in _INLINE_QUOTES.finditer(line):
-            for k in range(line_starts[i] + q.start(), line_starts[i] + q.end()):
+        if _LINK_DEF.match(line):  # "[label]: https://…": a link's target, not prose
+            for k in range(line_starts[i], line_starts[i] + len(line)):
                 chars[k] = " "
+            continue
+        for rx in (_INLINE_QUOTES, _URL):  # a URL ("…/issues/vllm-parity") is an address, not prose
+            for q in rx.finditer(line):
+                for k in range(line_starts[i] + q.start(), line_starts[i] + q.end()):
+                    chars[k] = " "
     return "".join(chars), code, quote
 
 
@@ -162,13 +219,16 @@ def _split_sentences(masked: str, start: int, end: int, block: int) -> list[Sent
 
 def parse_document(text: str) -> Document:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
-    lines = text.split("\n")
+    if text.startswith("\ufeff"):  # a byte-order mark is not part of line 1's text
+        text = " " + text[1:]
     line_starts: list[int] = []
     pos = 0
-    for line in lines:
+    for line in text.split("\n"):
         line_starts.append(pos)
         pos += len(line) + 1
-    masked, code, quote = _mask(text, lines, line_starts)
+    text, front = _hidden(text, text.split("\n"), line_starts)
+    lines = text.split("\n")
+    masked, code, quote = _mask(text, lines, line_starts, front)
 
     # (kind, first_line, last_line, level)
     raw: list[list] = []
@@ -188,6 +248,13 @@ def parse_document(text: str) -> Document:
             continue
         if not line.strip():
             prev_blank = True
+            continue
+        setext = _SETEXT.match(line)
+        if setext and not prev_blank and raw and raw[-1][0] is BlockKind.PARAGRAPH and raw[-1][2] == lineno - 1:
+            # "Title\n=====" / "Title\n-----": the paragraph above is a heading (level 1 / 2)
+            raw[-1][0] = BlockKind.HEADING
+            raw[-1][3] = 1 if setext.group(1)[0] == "=" else 2
+            prev_blank = True  # the underline ends the heading
             continue
         if _HEADING.match(line):
             level = len(line.lstrip().split()[0])

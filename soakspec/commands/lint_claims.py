@@ -43,7 +43,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 MAX_DOCUMENT_BYTES = 10_000_000  # a review document; linting is linear, so this bounds the work
 
 
-def _read(path: str, what: str, limit: int) -> str:
+def _read(path: str, what: str, limit: int, encoding: str = "utf-8") -> str:
     """The file's text, read once and bounded: never more than `limit` bytes (`/dev/zero`),
     never an unbounded wait on a pipe nobody writes to."""
     try:
@@ -55,7 +55,7 @@ def _read(path: str, what: str, limit: int) -> str:
     if len(raw) > limit:
         raise _Usage(f"{what} {path} is larger than {limit / 1e6:g} MB; refusing to read it")
     try:
-        return raw.decode("utf-8")
+        return raw.decode(encoding)
     except UnicodeDecodeError as e:
         raise _Usage(f"cannot read {what} {path}: {e}") from e
 
@@ -72,7 +72,7 @@ def _document_after_evidence(args: argparse.Namespace) -> None:
 def main(args: argparse.Namespace) -> int:
     try:
         _document_after_evidence(args)
-        text = _read(args.document, "document", MAX_DOCUMENT_BYTES)
+        text = _read(args.document, "document", MAX_DOCUMENT_BYTES, "utf-8-sig")  # a BOM is not text
         spec_text = _read(args.spec, "spec", MAX_SOURCE_BYTES)  # read once: it may be a pipe
         boundary, coverage, spec_sha, spec_diags = adapters.load_boundary_and_coverage(args.spec, source=spec_text)
         if boundary is None or coverage is None or has_errors(spec_diags):
