@@ -385,6 +385,9 @@ SCOPE_CREEP = [
     ("prompt_words=128 was used.", "128"),
     ("It generated 512 output tokens per request.", "512"),
     ("Mixed prompts work.", "Mixed prompts"),
+    ("Verified on Llama-3-70B.", "Llama-3-70B"),  # another model
+    ("The results hold for DeepSeek-V3 as well.", "DeepSeek-V3"),
+    ("This also validates Qwen2.5-7B-Instruct.", "Qwen2.5-7B-Instruct"),
 ]
 
 IN_SCOPE = [
@@ -398,6 +401,10 @@ IN_SCOPE = [
     "No long prompts were tested.",
     "It does not cover H100.",
     "Short prompts of 64 words were used.",
+    "Soaked deepseek-ai/DeepSeek-V2-Lite on both backends.",  # the spec's model
+    "It does not claim results for Llama-3-70B.",
+    "A Llama-3 gate follows in #500.",
+    "Prompts were sampled like GPT-4 prompts.",
 ]
 
 

@@ -10,7 +10,7 @@ and returns `Diagnostic`s:
          differs from the evidence; a latency, throughput or request-rate figure the evidence
          contradicts, at the precision it is written with
 - CB202  a SHA-256 the evidence does not record
-- CB301  scope creep: concurrency, rate, duration, prompt shape, backend or hardware not covered
+- CB301  scope creep: concurrency, rate, duration, prompt shape, backend, model or hardware not covered
          (a warning when the hardware is unknown)
 - CB401  stale evidence: produced from a different spec than the current one
 - CB402  (warning) the evidence's stored results.json / verdict.json disagree with the evidence

@@ -19,6 +19,9 @@ soak would be needed" are fine. Rules, each against `Coverage`:
 - backend: a known inference engine (vLLM, SGLang, TGI, TensorRT-LLM, llama.cpp, …) named as
   where something runs ("on/with/against/under/using vLLM", "the SGLang backend") must be one
   of the spec's backends.
+- model: a model of a known family ("Llama-3-70B", "DeepSeek-V3", "Qwen2.5 7B") named as what a
+  result is about ("on/for/with/validates …") must be the spec's model (`model { id }`); a
+  shorter or longer name of it ("DeepSeek-V2" for DeepSeek-V2-Lite) is not flagged.
 - hardware: a GPU name ("H100", "8x H100", "RTX 4090", "MI300X", …) or "N GPUs" must match the
   recorded hardware (name and, when stated, count). Unknown hardware gives a warning.
 """
@@ -118,6 +121,24 @@ _BACKEND = [
     re.compile(rf"\b(?:on|with|against|under|using|via|across|behind)\s+(?:the\s+)?{_ENGINE_RX}(?![\w-]|\.\w)", re.I),
     re.compile(rf"(?<![\w.-]){_ENGINE_RX}\s+(?:backends?|servers?|engines?|deployments?)\b", re.I),
 ]
+
+_MODEL_FAMILY = (
+    r"(?:Meta-)?Llama|CodeLlama|Mistral|Mixtral|Codestral|Qwen|QwQ|DeepSeek|Gemma|Phi|Falcon|GPT|OPT|Yi|Baichuan|"
+    r"ChatGLM|GLM|InternLM|Granite|OLMo|StarCoder|Vicuna|Kimi|Nemotron|Command-R|Jamba|MiniCPM|Hunyuan|ERNIE"
+)
+# a model named as what a result is about: "on Llama-3-70B", "validates DeepSeek-V3", "for Qwen2.5 7B"
+_MODEL = re.compile(
+    r"\b(?:on|with|for|using|against|under|via|across|serving|serves?|served|runs?|ran|validates?|validated|"
+    r"covers?|covered|supports?|supported|tested|verified|benchmarked|soaked)\s+(?:the\s+)?"
+    rf"(?P<name>(?:[\w.-]+/)?(?:{_MODEL_FAMILY})(?![a-z])(?:[-_.]?[A-Za-z0-9]+)*(?:\s+\d(?:\w|\.(?=\w))*(?:[-_.][A-Za-z0-9]+)*)*)"
+    r"(?![\w-]|\.\w|\s+(?:prompts?|datasets?|data|tokenizers?|outputs?|responses?|traces?|conversations?|format|style|templates?)\b)",
+    re.I,
+)
+
+
+def _model_key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
+
 
 _GPU_NAME = (
     r"(?:NVIDIA\s+)?(?:GeForce\s+)?(?:RTX\s*(?:PRO\s*)?\d{4}(?:\s*Ti)?|RTX\s*A\d{4}|[HAB]\d{2,3}|GB\d{3}|GH\d{3}|"
@@ -236,6 +257,17 @@ def check_scope(doc: Document, path: str, coverage: Coverage, negated_blocks: fr
             if re.sub(r"[^a-z0-9]", "", engine.lower()) not in names:
                 covered = ", ".join(coverage.backends) or "none"
                 add(s, m.start("e"), m.end("e"), f"claims a result on {ENGINES[engine.lower()]}, which is not a backend of this spec (backends: {covered})")
+
+    # models: a result claimed for a model other than the spec's (a shorter or longer name of the
+    # same model -- "DeepSeek-V2" for DeepSeek-V2-Lite, "…-Lite-Chat" -- is not flagged)
+    ids = [_model_key(m) for m in coverage.model_ids]
+    if ids:
+        for s, m in _asserted(doc, _MODEL, negated_blocks):
+            name = m.group("name")
+            key = _model_key(name)
+            if any(c.isdigit() for c in key) and not any(k.startswith(key) or key.startswith(k) for k in ids if k):
+                add(s, m.start("name"), m.end("name"),
+                    f'claims a result for model "{name}", which is not the spec\'s model ({", ".join(coverage.model_ids)})')
 
     # hardware
     hw = _hardware(coverage)
