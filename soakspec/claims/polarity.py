@@ -19,6 +19,9 @@
    governs only up to the next "and". NEGATED also if the phrase is followed in its clause by
    "is/are/remains … not …", "(is) not claimed/covered/shown/…", "is excluded", "out of scope",
    ": not claimed", "(not claimed)".
+   Not a negation of the phrase: an outcome negated just before it ("no errors at concurrency
+   64", "zero failures on vLLM", "without timeouts during a 24-hour soak", "never failed on
+   H100") -- the phrase is asserted as what was run.
 5. HEDGED if the clause before the phrase holds a hedge (may, might, could, would, should,
    possibly, perhaps, potentially, probably, likely, hopefully, eventually, if, once, unless,
    until, whether, aim, plan, hope, intend, goal, expect, future, follow-up, TODO, TBD, later,
@@ -98,6 +101,19 @@ _SUFFIX_HEDGE = re.compile(
 )
 
 
+# "no errors at", "zero failures on", "without timeouts during", "never failed on": the negation
+# is the outcome's, and the phrase after it (a level, a backend, a duration) is asserted as run
+_OUTCOME_NEGATION = re.compile(
+    r"\b(?:(?:no|zero|without(?:\s+any)?|not\s+(?:a\s+)?single|nor?)\s+(?:[\w-]+\s+)?"
+    r"(?:errors?|failures?|failed\s+requests?|timeouts?|crash(?:es)?|issues?|problems?|regressions?|leaks?|ooms?|"
+    r"rejections?|drops?|disconnect(?:s|ions?)?|5xx|restarts?|hiccups?)"
+    r"|\bnever\s+(?:once\s+)?(?:failed|crashed|errored|timed\s+out|dropped|restarted|stalled))"
+    r"(?:\s+(?:at|on|with|under|during|for|over|across|in|through(?:out)?|after|while|when|running))?"
+    r"(?:\s+(?:a|an|the))?\s*$",
+    re.IGNORECASE,
+)
+
+
 def _clause_prefix(prefix: str) -> str:
     cut = 0
     for m in _BREAK.finditer(prefix):
@@ -144,7 +160,11 @@ def polarity(sentence: str, start: int, end: int, inherited_negation: bool = Fal
     if inherited_negation:
         return Polarity.NEGATED
     before = _clause_prefix(sentence[max(0, start - CLAUSE_REACH) : start].replace("\n", " "))
-    after = _clause_suffix(sentence[end : end + CLAUSE_REACH].replace("\n", " "))
+    raw_after = sentence[end : end + CLAUSE_REACH].replace("\n", " ")
+    after = _clause_suffix(raw_after)
+    outcome = _OUTCOME_NEGATION.search(before)
+    if outcome is not None:
+        before = before[: outcome.start()]
     if _negated_prefix(before) or _SUFFIX_NEG.search(after):
         return Polarity.NEGATED
     if _HEDGE.search(before) or _SUFFIX_HEDGE.search(after):
