@@ -335,6 +335,9 @@ NOT_ASSERTING = [
     "It does not claim:\n\n- production readiness\n- vLLM parity",
     "## Non-goals\n\n- production readiness\n- multi-node recovery",
     "The production team reviewed the change.",
+    "Production readiness — not claimed.",
+    "- vLLM parity -- not claimed",
+    "- Multi-node recovery – out of scope.",
 ]
 
 

@@ -21,7 +21,8 @@
    ": not claimed", "(not claimed)".
    Not a negation of the phrase: an outcome negated just before it ("no errors at concurrency
    64", "zero failures on vLLM", "without timeouts during a 24-hour soak", "never failed on
-   H100") -- the phrase is asserted as what was run.
+   H100") -- the phrase is asserted as what was run. NEGATED also by a dash that says so:
+   "Production readiness — not claimed".
 5. HEDGED if the clause before the phrase holds a hedge (may, might, could, would, should,
    possibly, perhaps, potentially, probably, likely, hopefully, eventually, if, once, unless,
    until, whether, aim, plan, hope, intend, goal, expect, future, follow-up, TODO, TBD, later,
@@ -112,6 +113,12 @@ _OUTCOME_NEGATION = re.compile(
     r"(?:\s+(?:a|an|the))?\s*$",
     re.IGNORECASE,
 )
+# "Production readiness — not claimed": a dash that only says the item is not claimed
+_DASH_NEG = re.compile(
+    r"^\s*(?:—|–|--|-)\s*(?:not\s+(?:claimed|covered|shown|tested|established|demonstrated|proven|measured|"
+    r"part|included|in\s+scope|asserted)|excluded|unclaimed|out\s+of\s+scope)\b",
+    re.IGNORECASE,
+)
 
 
 def _clause_prefix(prefix: str) -> str:
@@ -165,7 +172,7 @@ def polarity(sentence: str, start: int, end: int, inherited_negation: bool = Fal
     outcome = _OUTCOME_NEGATION.search(before)
     if outcome is not None:
         before = before[: outcome.start()]
-    if _negated_prefix(before) or _SUFFIX_NEG.search(after):
+    if _negated_prefix(before) or _SUFFIX_NEG.search(after) or _DASH_NEG.match(raw_after):
         return Polarity.NEGATED
     if _HEDGE.search(before) or _SUFFIX_HEDGE.search(after):
         return Polarity.HEDGED
