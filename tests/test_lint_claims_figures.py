@@ -85,6 +85,14 @@ def test_figures_the_evidence_contradicts_are_CB201(tmp_path, capsys, run):
     ]
 
 
+def test_a_figure_after_a_bold_label_is_checked(tmp_path, capsys, run):
+    """'**p95 TTFT:** 55 ms' is a PR's usual way to state a figure; the emphasis joins it."""
+    doc = "# PR\n\n**p95 TTFT:** 55 ms\n\n- **TTFT p95**: 55 ms\n\n**p95 TTFT:** 41 ms at concurrency 4.\n" + BOUNDARY
+    code, diags = _lint(tmp_path, capsys, doc, run)
+    assert code == 1
+    assert [d.split(" states")[0] for d in diags] == ["3:15: CB201", "5:17: CB201"], diags
+
+
 def test_figures_copied_from_the_evidence_are_clean(tmp_path, capsys, run, results):
     lv0, lv1 = results["levels"]
     doc = ("# PR\n\n"

@@ -11,6 +11,7 @@ blockquotes are skipped):
   latency), TPOT (time per output token), latency / E2E / end-to-end / request latency.
   Aggregates: p50/median, p90, p95, p99 (any pNN), mean/average/avg, max, min. Units: ms, s,
   µs (us). The value must follow the phrase, joined only by "of", "is", "was", ":", "=", "at",
+  Markdown emphasis ("**p95 TTFT:** 41 ms", "*TTFT p95*: 41 ms"),
   "stayed", "remained", … and at most a level or backend ("p95 TTFT at concurrency 4 was 41
   ms"); a metric with no aggregate ("TTFT of 41 ms") is compared with the range of the
   metric's recorded figures, min to max.
@@ -102,7 +103,7 @@ _LOWER = r"(?:above|over|more\s+than|greater\s+than|higher\s+than|at\s+least|no\
 _APPROX = r"(?:~|≈|about|around|approximately|approx\.?|roughly|nearly|almost|circa)"
 _ONE = rf"{_NUM}(?:\s*{_TIME_UNIT}(?![\w/]))?"
 _LIST_SEP = r"(?:\s*/\s*|\s*,\s*(?:and\s+)?|\s+and\s+)"
-_CONNECT = (r"(?:\s*(?:[:=|]|\b(?:of|is|was|were|are|at(?!\s+(?:least|most)\b)|stayed|stays|remained|remains|held|holds"
+_CONNECT = (r"(?:\s*(?:[:=|]|\*{1,2}|_{1,2}|\b(?:of|is|was|were|are|at(?!\s+(?:least|most)\b)|stayed|stays|remained|remains|held|holds"
             r"|came\s+in(?:\s+at)?|comes\s+in(?:\s+at)?|measured|reached|hit|sat|averaged|just)\b|,))*")  # fmt: skip
 _VALUE = re.compile(
     rf"{_CONNECT}(?:(?P<level>\s*,?\s*\b(?:at|for|on|in|under|with)\s+(?:concurrency\s*\d+|c\s*=\s*\d+|rate\s+{_NUM}\s*(?:rps|req/s)?"
