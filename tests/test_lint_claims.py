@@ -490,3 +490,19 @@ def test_plain_boundary_line_with_bold_labels():
     assert run(text) == []
     after = text.replace("- production readiness\n", "") + "\nIt does not claim production readiness.\n"
     assert codes(run(after)) == ["CB002"]  # stated, but after "**Validation:**" ended the section
+
+
+def test_results_row_for_a_backend_that_was_not_run_is_CB301():
+    """A PR table that adds a backend the evidence never ran ('tp4 ... passed') is not clean;
+    a row summing the backends ('combined', 'host-staged + NCCL') stays the SHA rule's."""
+    table = (
+        "| Backend | Completed | Failed/timeouts | Gate |\n|---|---|---|---|\n"
+        "| host-staged | 112 | 0 / 0 | passed |\n| NCCL | 128 | 0 / 0 | passed |\n"
+        "| host-staged + NCCL | 240 | 0 / 0 | passed |\n| combined | - | - | passed |\n"
+    )
+    assert run(BOUNDARY_SECTION + table, evidence()) == []
+    text = BOUNDARY_SECTION + table + "| nccl-tp4 | 128 | 0 / 0 | passed |\n"
+    diags = run(text, evidence())
+    assert codes(diags) == ["CB301"], render_text(diags)
+    assert (diags[0].span.line, diags[0].span.column) == (11, 3)
+    assert '"nccl-tp4"' in diags[0].message and "host-staged, nccl" in diags[0].message

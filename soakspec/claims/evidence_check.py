@@ -8,8 +8,9 @@ except for the SHA-256 rule):
   recognised by name: Runtime boundary, Completed, Failed/timeouts (or Failed, Timeouts),
   Buckets / leafs (or Buckets, Leafs/Leaves/Batches), Gate (or Verdict/Status), a column
   containing "SHA". A row is compared with the evidence of the backend it names (case and
-  punctuation ignored: "NCCL" = "nccl"); rows for other names (e.g. "combined") are checked
-  only by the SHA-256 rule. "-" cells are skipped.
+  punctuation ignored: "NCCL" = "nccl"); a row for another name that reports a count or a gate is
+  CB301 (a backend that was not run), unless it sums or joins backends ("combined", "total",
+  "host-staged + NCCL"), which is checked only by the SHA-256 rule. "-" cells are skipped.
 - lines: "commit: <hex>" (7-64 hex, a prefix of the recorded commit is fine), "model
   revision: <hex>", "N completed" / "completed: N", "N failures"/"no failures"/"failed: N",
   "N timeouts"/"timeouts: N", "N buckets", "N leafs/leaves/batches", "concurrency 4,8",
@@ -241,7 +242,15 @@ def _column(header: str) -> str | None:
     return None
 
 
-def _table_statements(doc: Document, by_key: dict[str, EvidenceFacts]) -> tuple[list[Stated], set[int]]:
+# a row that sums or joins backends ("combined", "host-staged + NCCL", "total") is no backend of its own
+_AGGREGATE_ROW = re.compile(r"\+|&|\b(?:combined|total|totals|all|overall|sum|aggregate|both|average|mean|baseline)\b", re.I)
+
+
+def _table_statements(
+    doc: Document, by_key: dict[str, EvidenceFacts], unknown: list[tuple[str, Span]] | None = None
+) -> tuple[list[Stated], set[int]]:
+    """Statements of the results tables' rows; a row that reports results (a count or a gate)
+    for a backend the evidence does not have is added to `unknown` (its name and span)."""
     out: list[Stated] = []
     table_lines: set[int] = set()
     columns: list[str | None] | None = None
@@ -270,6 +279,12 @@ def _table_statements(doc: Document, by_key: dict[str, EvidenceFacts]) -> tuple[
             be, _, level = (name or "").partition("·")
             ev = by_key.get(_key(be))
         if ev is None:
+            cell = next((c for c, k in zip(cells, columns) if k == "backend"), None)
+            reports = any(
+                k not in (None, "backend", "sha", "runtime") and t not in ("", "-", "—", "n/a") for (_, _, t), k in zip(cells, columns)
+            )
+            if unknown is not None and cell is not None and name and reports and not _AGGREGATE_ROW.search(name):
+                unknown.append((name, doc.span(off + cell[0], off + cell[1])))
             continue
         first = len(out)
         for (a, e, text), kind in zip(cells, columns):
@@ -367,9 +382,16 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
     if not evidence:
         return []
     by_key = {_key(ev.backend): ev for ev in evidence}
-    table, table_lines = _table_statements(doc, by_key)
+    unknown: list[tuple[str, Span]] = []
+    table, table_lines = _table_statements(doc, by_key, unknown)
     statements = table + _prose_statements(doc, evidence, table_lines)
     out: list[Diagnostic] = []
+    names = ", ".join(dict.fromkeys(ev.backend for ev in evidence))
+    for name, span in unknown:  # a results row for a backend that was not run
+        out.append(Diagnostic(
+            "CB301", f'reports results for backend "{name}", which the evidence does not record (backends: {names})', span, path,
+            hint="report only the backends the evidence ran; a row that sums them can be named 'combined' or 'total'",
+        ))  # fmt: skip
     flagged: set[tuple[int, int]] = set()
     for st in statements:
         label = _FIELD_LABEL[st.kind]
