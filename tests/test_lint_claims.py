@@ -375,6 +375,8 @@ SCOPE_CREEP = [
     ("It is soak-stable for 24 hours.", "for 24 hours"),
     ("A 24-hour soak passed.", "24-hour soak"),
     ("The soak ran for 10 minutes.", "for 10 minutes"),
+    ("The soak lasted 3 hours.", "lasted 3 hours"),
+    ("Each run spanned 2 days.", "spanned 2 days"),
     ("It ran overnight.", "overnight"),
     ("The NCCL path is stable at concurrency 64.", "64"),
     ("It handles 32 concurrent requests.", "32"),
@@ -402,6 +404,8 @@ SCOPE_CREEP = [
 IN_SCOPE = [
     "The soak ran for 2 minutes per level.",
     "Each level ran for 120 s, 240 s in total.",
+    "Each level lasted 2 minutes.",
+    "CI flaked over the last 3 days.",
     "Concurrency levels 4 and 8 passed.",
     "Results hold on 2x RTX 5090.",
     "It ran on the host-staged and NCCL backends.",

@@ -6,7 +6,7 @@ soak would be needed" are fine. Rules, each against `Coverage`:
 - concurrency: "concurrency 64", "concurrency levels 4, 8 and 16", "c=64", "64 concurrent
   requests/users/streams", "64-way concurrency": every number must be a covered level.
 - rate: "at 100 rps", "rate 5 req/s": must be a covered open-loop rate.
-- duration: a duration in soak context -- "for/over/across/during/lasting/spanning N <unit>",
+- duration: a duration in soak context -- "for/over/across/during/lasted/lasting/spanned N <unit>",
   "N-hour soak/run/test", "N hours of sustained load", "duration_s=N", "overnight",
   "multi-day", "24/7", "indefinitely" -- must not exceed max(duration_s, total_duration_s).
   Unknown coverage (both 0) skips the rule.
@@ -54,7 +54,7 @@ _UNIT_RX = r"(?:seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|wks?|s|m|
 _QTY = rf"(?P<n>\d+(?:\.\d+)?|(?:an?|one|two|three|four|five|six|seven|eight|nine|ten|twelve|twenty-four)(?=[\s-]))(?:\s+|-)?(?P<u>{_UNIT_RX})\b"
 
 _DURATION = [
-    re.compile(rf"\b(?:for|over|across|during|lasting|spanning|through(?:out)?)\s+(?:(?:at\s+least|more\s+than|over|about|roughly|nearly|almost|a\s+full|the\s+full|full)\s+)?{_QTY}", re.I),
+    re.compile(rf"\b(?:for|over|across|during|last(?:s|ed|ing)|spann(?:ed|ing)|spans?|through(?:out)?)\s+(?:(?:at\s+least|more\s+than|over|about|roughly|nearly|almost|a\s+full|the\s+full|full)\s+)?{_QTY}", re.I),
     re.compile(rf"\b{_QTY}[-\s]+(?:long\s+)?(?:soaks?|runs?|tests?|burn[-\s]?ins?|endurance|stability|uptime|sessions?)\b", re.I),
     re.compile(rf"\b{_QTY}\s+of\s+(?:sustained\s+|continuous\s+|constant\s+|steady\s+)?(?:load|traffic|soak(?:ing)?|operation|uptime|running|serving)\b", re.I),
     re.compile(r"\bduration(?:_s)?\s*[:=]\s*(?P<n>\d+(?:\.\d+)?)\s*(?P<u>" + _UNIT_RX + r")?\b", re.I),
