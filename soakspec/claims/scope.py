@@ -19,6 +19,8 @@ soak would be needed" are fine. Rules, each against `Coverage`:
 - backend: a known inference engine (vLLM, SGLang, TGI, TensorRT-LLM, llama.cpp, …) named as
   where something runs ("on/with/against/under/using vLLM", "the SGLang backend") must be one
   of the spec's backends.
+- runtime version: a runtime the spec's runtime boundary labels with a version ("NCCL 2.26.2")
+  named with another version ("NCCL 2.27"); a shorter form of it ("NCCL 2.26") is fine.
 - model: a model of a known family ("Llama-3-70B", "DeepSeek-V3", "Qwen2.5 7B") named as what a
   result is about ("on/for/with/validates …") must be the spec's model (`model { id }`); a
   shorter or longer name of it ("DeepSeek-V2" for DeepSeek-V2-Lite) is not flagged.
@@ -134,6 +136,9 @@ _MODEL = re.compile(
     r"(?![\w-]|\.\w|\s+(?:prompts?|datasets?|data|tokenizers?|outputs?|responses?|traces?|conversations?|format|style|templates?)\b)",
     re.I,
 )
+
+
+_RUNTIME_VERSION = re.compile(r"(?<![\w.-])(?P<name>[A-Za-z][\w.+-]*[A-Za-z])\s+v?(?P<v>\d+(?:\.\d+)+)")
 
 
 def _model_key(name: str) -> str:
@@ -257,6 +262,22 @@ def check_scope(doc: Document, path: str, coverage: Coverage, negated_blocks: fr
             if re.sub(r"[^a-z0-9]", "", engine.lower()) not in names:
                 covered = ", ".join(coverage.backends) or "none"
                 add(s, m.start("e"), m.end("e"), f"claims a result on {ENGINES[engine.lower()]}, which is not a backend of this spec (backends: {covered})")
+
+    # runtime versions: "NCCL 2.27" where the runtime boundary is "NCCL 2.26.2"
+    versions: dict[str, set[str]] = {}
+    for label in coverage.runtime_boundaries:
+        for vm in _RUNTIME_VERSION.finditer(label):
+            versions.setdefault(vm.group("name").lower(), set()).add(vm.group("v"))
+    if versions:
+        names_rx = "|".join(re.escape(n) for n in sorted(versions, key=len, reverse=True))
+        rx = re.compile(rf"(?<![\w.-])(?P<name>{names_rx})\s+v?(?P<v>\d+(?:\.\d+)+)(?![\w]|\.\d)", re.I)
+        for s, m in _asserted(doc, rx, negated_blocks):
+            known = versions[m.group("name").lower()]
+            said = m.group("v")
+            if not any(k == said or k.startswith(said + ".") for k in known):
+                add(s, m.start("v"), m.end("v"),
+                    f'claims {m.group("name")} {said}, which the runtime boundary does not cover '
+                    f'({", ".join(b for b in coverage.runtime_boundaries if m.group("name").lower() in b.lower())})')
 
     # models: a result claimed for a model other than the spec's (a shorter or longer name of the
     # same model -- "DeepSeek-V2" for DeepSeek-V2-Lite, "…-Lite-Chat" -- is not flagged)
