@@ -23,13 +23,13 @@ line_st = st.one_of(st.integers(0, 10**6).map(lambda i: TRACE % (i, i)),
 lines_st = st.lists(line_st, max_size=300)
 
 
-def _cap(d, text: bytes, head: int, tail: int, grow=(), step: int = 1, punch=None):
+def _cap(d, text: bytes, head: int, tail: int, grow=(), step: int = 1, punch=None, mask=None):
     """server.log written as `text` grows -- `grow`: the sizes it has when a bucket ends, where
     the compactor steps -- then finished; returns (the capped log as read, the cut's record,
     the compactor)."""
     p = d / layout.SERVER_LOG
     p.write_bytes(b"")
-    kw = {"punch": punch} if punch is not None else {}
+    kw = ({"punch": punch} if punch is not None else {}) | ({"mask": mask} if mask is not None else {})
     c = LogCompactor(p, keep_lines(simtrace.TRACE_PATTERN), head=head, tail=tail, step=step, **kw)
     for n in sorted(grow):
         with open(p, "ab") as f:
@@ -90,6 +90,49 @@ def test_the_cap_moved_while_the_run_goes_is_the_cap_of_the_whole_log(tmp_path_f
     want, want_cut = _reference_cap(text, head, tail)
     assert got == want and cut == want_cut
     assert got.count(simtrace.TRACE_PREFIX.encode()) == text.count(simtrace.TRACE_PREFIX.encode())
+
+
+SECRET = "sk-planted/secret+42"
+secret_line_st = st.sampled_from([
+    "INFO non-default args: {'api_key': '%s'}" % SECRET,
+    'ERROR {"error": "bad key %s"}' % SECRET.replace("/", "\\u002f"),  # JSON-escaped, as a server may write it
+    "WARN GET /v1/models?api_key=%s" % SECRET.replace("/", "%2F").replace("+", "%2b"),  # percent-encoded
+    "DEBUG caf\u00e9 %s caf\u00e9" % SECRET,
+])
+
+
+@settings(max_examples=100, deadline=None)
+@given(lines=st.lists(st.one_of(line_st, secret_line_st), min_size=10, max_size=200), head=st.integers(0, 800),
+       tail=st.integers(0, 800), grow=st.lists(st.floats(0, 1), max_size=6), step=st.integers(1, 300))
+def test_the_runs_secrets_are_masked_in_the_capped_log_and_every_offset_stays(tmp_path_factory, lines, head, tail, grow, step):
+    """With the run's secrets (`Redactor.log_mask`), server.log.gz holds none of them, in any form
+    the server wrote them; each is as many `*` bytes, so the log is the cap of the masked whole
+    log byte for byte -- the same length, the same cut, every trace line where it was."""
+    from soakspec.evidence.redact import Redactor
+
+    mask = Redactor([SECRET]).log_mask()
+    text = "".join(x + "\n" for x in lines).encode()
+    got, cut, _ = _cap(tmp_path_factory.mktemp("log"), text, head, tail, [int(g * len(text)) for g in grow], step, mask=mask)
+    masked = b"".join(mask(raw) for raw in text.splitlines(keepends=True))
+    assert len(masked) == len(text)
+    want, want_cut = _reference_cap(masked, head, tail)
+    assert got == want and cut == want_cut
+    for form in (SECRET, SECRET.replace("/", "\\u002f"), SECRET.replace("/", "%2F"), "planted/secret", "planted%2Fsecret"):
+        assert form.encode() not in got, form
+    if any(x.startswith("INFO non-default") for x in lines) and (head + tail >= len(text)):
+        assert b"'api_key': '" + b"*" * len(SECRET) + b"'" in got
+    assert [t for t in got.splitlines() if simtrace.TRACE_PREFIX.encode() in t] == \
+        [t for t in text.splitlines() if simtrace.TRACE_PREFIX.encode() in t]
+
+
+def test_a_short_secret_or_none_leaves_the_log_alone():
+    """Secrets under MIN_ID_SECRET_CHARS are not masked in the log (a short word there could be
+    part of a request id in a trace line); with none to mask there is no mask at all."""
+    from soakspec.evidence.redact import Redactor
+
+    assert Redactor([]).log_mask() is None and Redactor(["abc1234"]).log_mask() is None
+    mask = Redactor(["abc1234", "longer-secret-1"]).log_mask()
+    assert mask(b"id abc1234 and longer-secret-1 \xff\n") == b"id abc1234 and " + b"*" * 15 + b" \xff\n"
 
 
 def test_server_log_stays_bounded_on_disk_while_the_server_writes(tmp_path):

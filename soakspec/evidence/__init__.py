@@ -14,7 +14,7 @@ The directory layout (the contract between the runner, the judge and `soakspec v
       backends/<safe_name>/telemetry.jsonl
       backends/<safe_name>/traces.jsonl.gz   server traces observed during this run (gzip; rows
                                              of log traces point into server.log by offset)
-      backends/<safe_name>/server.log.gz     raw stdout+stderr of the server, capped and gzipped
+      backends/<safe_name>/server.log.gz     stdout+stderr of the server, the run's secrets masked, capped and gzipped
                                              when the run ends (`serverlog`); `server.log` while
                                              it runs and after a run killed before it ended
       backends/<safe_name>/followup.json

@@ -29,7 +29,7 @@ import contextlib
 import contextvars
 import json
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 REDACTED = "<redacted>"
 
@@ -301,7 +301,7 @@ class Redactor:
     its first bytes): a trailing prefix of a secret of at least MIN_SECRET_CHARS. `ident`
     (the response id, finish_reason) uses the secrets of at least MIN_ID_SECRET_CHARS."""
 
-    __slots__ = ("source", "secrets", "_hit", "_id_secrets", "_id_hit", "_encoded")
+    __slots__ = ("source", "secrets", "_hit", "_id_secrets", "_id_hit", "_encoded", "_log_hit")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         given = {str(s) for s in secrets if s}
@@ -317,6 +317,8 @@ class Redactor:
         self._encoded = re.compile("|".join(_encoded(s, lines=True) for s in longest)) if longest else None
         self._hit = self._pattern([_encoded(s, lines=True) for s in longest])
         self._id_hit = self._pattern([re.escape(s) for s in self._id_secrets])
+        logged = [s for s in longest if len(s) >= MIN_ID_SECRET_CHARS]
+        self._log_hit = re.compile("|".join(_encoded(s) for s in logged)) if logged else None
 
     @staticmethod
     def _pattern(secrets: Sequence[str]) -> re.Pattern[str]:
@@ -334,6 +336,31 @@ class Redactor:
         for s in self.source:
             text = _cut_secret(text, s)
         return text
+
+    def log_mask(self) -> Callable[[bytes], bytes] | None:
+        """What the server's own log goes through on its way into server.log.gz
+        (`evidence/serverlog.py`): a line with each of the run's secrets of MIN_ID_SECRET_CHARS
+        or more (in any form `_encoded` finds) overwritten by as many `*` bytes as it took, so
+        that every byte offset into the log (a trace row's, the cut's record) is unchanged.
+        Shorter secrets are left: a log line is not the server's answer to us, and masking a
+        short word in it could cut a request id out of a trace line. None: no such secret."""
+        hit = self._log_hit
+        if hit is None:
+            return None
+
+        def mask(line: bytes) -> bytes:
+            text = line.decode("utf-8", "surrogateescape")
+            if hit.search(text) is None:
+                return line
+            out, at = [], 0
+            for m in hit.finditer(text):
+                out += [text[at:m.start()].encode("utf-8", "surrogateescape"),
+                        b"*" * len(m.group(0).encode("utf-8", "surrogateescape"))]
+                at = m.end()
+            out.append(text[at:].encode("utf-8", "surrogateescape"))
+            return b"".join(out)
+
+        return mask
 
     def ident(self, text: str) -> str:
         """A short server string (a response id, a finish_reason)."""

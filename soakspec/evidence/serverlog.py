@@ -31,6 +31,10 @@ goes through the same rule, now knowing where the tail starts, and the moved fil
 (tests/test_serverlog.py holds the two equal). A filesystem that cannot punch holes keeps
 server.log whole while the run goes (recorded: `server_log_moved.stopped`); the end is the same.
 
+Every line goes through `mask` (the run's secrets overwritten by as many `*` bytes:
+`redact.Redactor.log_mask`) before the cap's rule, so server.log.gz holds none of them and
+every byte offset into the log is what it would be without the mask.
+
 A run killed before it ended leaves server.log (its moved range a hole) and, once a step has
 run, server.log.moved.gz and its state: `open_log(server.log)` reads the moved part and then
 server.log from where the move stopped (`_MovedLog`), so a killed run's log reads whole (head,
@@ -191,8 +195,12 @@ class LogCompactor:
 
     def __init__(self, path: os.PathLike | str, keep: Callable[[str], bool], *, head: int | None = None,
                  tail: int | None = None, step: int | None = None,
-                 punch: Callable[[int, int, int], None] = punch_hole) -> None:  # fmt: skip
+                 punch: Callable[[int, int, int], None] = punch_hole,
+                 mask: Callable[[bytes], bytes] | None = None) -> None:  # fmt: skip
         self.path = Path(path)
+        # each line as it goes into server.log.gz: the run's secrets overwritten, byte for byte
+        # (`Redactor.log_mask`; None: nothing to mask)
+        self._mask = mask if mask is not None else (lambda raw: raw)
         self.moved = self.path.with_name(MOVED_GZ)
         self.state = self.path.with_name(MOVED_STATE)
         self._cap = _Cap(keep, HEAD_BYTES if head is None else head, TAIL_BYTES if tail is None else tail)
@@ -240,7 +248,7 @@ class LogCompactor:
                 raw = first
                 while raw.endswith(b"\n") and end < bound and end - start < max_bytes:
                     end += len(raw)
-                    yield self._cap.line(raw, float("inf"))
+                    yield self._cap.line(self._mask(raw), float("inf"))
                     raw = src.readline()
 
             saved = copy.copy(self._cap)
@@ -286,8 +294,9 @@ class LogCompactor:
                 src.seek(self.raw_offset)
 
                 def rest() -> Iterator[bytes]:
+                    mask = self._mask
                     for raw in src:
-                        yield raw if whole else self._cap.line(raw, tail_from)
+                        yield mask(raw) if whole else self._cap.line(mask(raw), tail_from)
                     yield b"" if whole else self._cap.end()
 
                 _append_member(tmp, _batched(rest()))

@@ -133,7 +133,7 @@ def _entry(plan: Plan, rec: BackendRecorder, *, boundary: Any, after: Mapping[st
     entry["aborted_reason"] = red.text(rec.aborted_reason) if rec.aborted_reason is not None else None
     entry["aborted_at"] = rec.aborted_at
     # the server's own log lines: they may print the run's secrets (an auth error quoting its
-    # token), so they are redacted as a record's server text is (server.log alone keeps them raw),
+    # token), so they are redacted as a record's server text is (server.log.gz has them masked),
     # line by line (a secret cut off by the 500-character line limit) and together (a secret the
     # server's log broke across two lines goes from both)
     lines = rec.failure.diagnosis if rec.failure is not None and rec.failure.diagnosis else ()

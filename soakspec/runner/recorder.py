@@ -32,6 +32,7 @@ from typing import Any
 import trio
 
 from soakspec.evidence.io import EvidenceError, GzipJsonlWriter, JsonlWriter
+from soakspec.evidence.redact import record_redactor
 from soakspec.evidence.buckets import BucketTally, bucket_line
 from soakspec.evidence.record import Record, decode_lines_lenient, encode_line, encode_lines
 from soakspec.evidence.layout import RunLayout
@@ -135,7 +136,9 @@ class BackendRecorder:
         self.source_before: dict | None = None
         # server.log kept bounded on disk while the server writes it (a step at each bucket's
         # end: `compact_log`), capped and compressed by `collect` when the run ends (evidence/serverlog.py)
-        self.log_compactor = LogCompactor(self.server_log, kept_log_lines(bp))
+        # (the run's secrets overwritten as lines go into server.log.gz: a server prints its own
+        # --api-key, an auth error its token; the byte offsets stay)
+        self.log_compactor = LogCompactor(self.server_log, kept_log_lines(bp), mask=record_redactor().log_mask())
 
     # ------------------------------------------------------------ setup
     def prepare(self, trace_offset: int, source_before: dict | None) -> None:
