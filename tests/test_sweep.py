@@ -46,7 +46,7 @@ def test_sweep_grid_includes_both_bounds():
     assert sweep_grid(0.5, 2.0, 0.5, integer=False) == (0.5, 1.0, 1.5, 2.0)
 
 
-def _sweep_spec(load: str = "concurrency = [1, 12]\n    search = bisect\n    max_wall = 1m", *, workloads: int = 1,
+def _sweep_spec(load: str = "concurrency = [1, 12]\n    search = bisect\n    max_wall = 1h", *, workloads: int = 1,
                 backends: int = 1, rule: str = "require p90(ttft) < 200ms per level") -> str:
     parts = ['soak "s" {}\n']
     for b in range(backends):
@@ -67,15 +67,25 @@ def _codes(text: str) -> list[str]:
 
 @pytest.mark.parametrize("text, code", [
     (_sweep_spec("concurrency = [1, 12]\n    step = 2"), "E403"),  # step without search
-    (_sweep_spec("concurrency = [1, 4, 8]\n    search = bisect\n    max_wall = 1m"), "E204"),  # bounds are [low, high]
-    (_sweep_spec("concurrency = [8, 2]\n    search = bisect\n    max_wall = 1m"), "E204"),
+    (_sweep_spec("concurrency = [1, 4, 8]\n    search = bisect\n    max_wall = 1h"), "E204"),  # bounds are [low, high]
+    (_sweep_spec("concurrency = [8, 2]\n    search = bisect\n    max_wall = 1h"), "E204"),
     (_sweep_spec("concurrency = [1, 12]\n    search = bisect"), "E103"),  # the wall-time bound is required
     (_sweep_spec(workloads=2), "E403"),
     (_sweep_spec(backends=2), "E403"),
-    (_sweep_spec("concurrency = [1, 12]\n    search = bisect\n    max_wall = 1m\n    rate_step = 1rps"), "E403"),
+    (_sweep_spec("concurrency = [1, 12]\n    search = bisect\n    max_wall = 1h\n    rate_step = 1rps"), "E403"),
 ])
 def test_checker_rejects_a_sweep_it_cannot_run(text, code):
     assert code in _codes(text)
+
+
+def test_a_wall_time_bound_shorter_than_one_probe_is_refused_before_anything_runs():
+    """`max_wall = 1s` with 1.5 s probes ran no probe at all, then the gate FAILed the sweep with
+    "none (even the lowest level does not hold)" although nothing was measured: the bound
+    must hold one probe (warmup + duration), and `check` says so."""
+    load = "concurrency = [1, 12]\n    search = bisect\n    max_wall = {}"
+    assert "E204" in _codes(_sweep_spec(load.format("9m")))  # 10m probes
+    assert "E204" in _codes(_sweep_spec(load.format("10m")).replace("duration = 10m", "duration = 10m\n  warmup = 1m"))
+    assert _codes(_sweep_spec(load.format("10m"))) == []  # exactly one probe fits
 
 
 def test_a_valid_sweep_checks_clean():
@@ -187,6 +197,26 @@ def test_when_even_the_lowest_level_fails_the_gate_fails_with_none():
     assert rule.status == "fail" and "none" in rule.message
 
 
+def test_a_sweep_whose_lowest_level_was_never_judged_is_inconclusive_not_fail():
+    """No probe ran (the wall-time bound left no room), or the lowest was cut short by an
+    interrupt rather than an abort rule: nothing says the lowest level does not hold, so the
+    sweep is INCONCLUSIVE -- not FAIL with "even the lowest level does not hold"."""
+    spec = spec_from_text(_sweep_spec())
+    ev = _evidence_of_probes(4, bounded=True)
+    entry = ev.backends[0].entry
+    entry["levels"], entry["sweep"]["probes"] = [], []
+    (rule,) = [r for r in judge(spec, ev).rules if r.metric == "max_sustainable_concurrency"]
+    assert rule.status == "inconclusive" and "no probe ran" in rule.message, rule.message
+    ev = _evidence_of_probes(4)
+    ev.backends[0].entry["levels"][0]["completed"] = False  # Ctrl-C during the first probe (concurrency 1)
+    ev.backends[0].entry["sweep"]["probes"] = ev.backends[0].entry["sweep"]["probes"][:1]
+    ev.backends[0].entry["levels"][1:] = []
+    (rule,) = [r for r in judge(spec, ev).rules if r.metric == "max_sustainable_concurrency"]
+    assert rule.status == "inconclusive" and "could not be judged" in rule.message, rule.message
+    (sw,) = join(spec, ev).sweep
+    assert sw.probes[0]["passed"] is False and sw.probes[0]["status"] == "inconclusive"
+
+
 def test_a_search_ended_by_the_wall_time_bound_says_so():
     spec = spec_from_text(_sweep_spec())
     v = judge(spec, _evidence_of_probes(4, bounded=True))
@@ -270,7 +300,7 @@ def test_lint_claims_without_evidence_knows_the_sweeps_range():
     assert _lint("The server sustains concurrency 7.") == []
     codes = [d[0] for d in _lint("The server sustains concurrency 64.")]
     assert "CB301" in codes
-    rate_spec = _sweep_spec("rate = [1rps, 20rps]\n    search = bisect\n    rate_step = 1rps\n    max_wall = 1m").replace(
+    rate_spec = _sweep_spec("rate = [1rps, 20rps]\n    search = bisect\n    rate_step = 1rps\n    max_wall = 1h").replace(
         "mode = closed", "mode = open")
     assert _lint("It sustains 12 req/s.", spec_text=rate_spec) == []
     assert "CB301" in [d[0] for d in _lint("It sustains 30 req/s.", spec_text=rate_spec)]

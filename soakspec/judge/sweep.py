@@ -20,12 +20,14 @@ had been that one level (validity, evidence and every rule over its records; the
 provenance as recorded), and failing probes above it are expected, not gate failures. Then:
   - the lowest level fails: the run FAILs, with the figure "none" (rule `sweep`); when the lowest
     level was only short of samples (INCONCLUSIVE, e.g. a p99 rule over a short level), the
-    sweep is INCONCLUSIVE instead: lengthen the levels;
+    sweep is INCONCLUSIVE instead: lengthen the levels; so it is when no probe ran, or the lowest
+    was cut short by an interrupt or a failure (not by an abort rule): nothing says it fails;
   - the wall-time bound ended the search early: the result is the best holding level so far,
     marked "bounded by max wall time" (the rule `sweep` says so; it still passes);
   - an abort rule that fires during a probe ends that probe only (the runner goes on searching
     below it; the level entry says `stopped_by`): a probe that did not run its full duration
-    never holds, and is not a gate failure either;
+    never holds, and is not a gate failure either (cut short otherwise -- an interrupt, a dead
+    backend -- it is INCONCLUSIVE: it does not hold, and says nothing of the load);
   - the judge's re-judgement disagrees with the runner's (a probe the runner counted as holding
     does not hold now, e.g. judged with a newer spec): the judge's is used and the note says so.
 
@@ -81,10 +83,23 @@ class SweepResult:
 
     def text(self) -> str:
         unit = " rps" if self.axis == "rate" else ""
-        value = "none (even the lowest level does not hold)" if self.result is None else f"{self.result:g}{unit}"
-        tried = ", ".join(f"{p['value']:g}{'✓' if p['passed'] else '✗'}" for p in self.probes)
+        if self.result is not None:
+            value = f"{self.result:g}{unit}"
+        elif not self.probes:
+            value = "none (no probe ran)"
+        elif self.lowest_unsure:
+            value = "none (the lowest level could not be judged)"
+        else:
+            value = "none (even the lowest level does not hold)"
+        tried = ", ".join(f"{p['value']:g}{'✓' if p['passed'] else '✗'}" for p in self.probes) or "nothing"
         bound = "; bounded by max wall time" if self.bounded else ""
         return f"{self.figure} = {value} (probed {tried}{bound})"
+
+    @property
+    def lowest_unsure(self) -> bool:
+        """No answer is known: no probe ran, or the lowest probe is INCONCLUSIVE (too few
+        samples, or cut short by an interrupt or a failure rather than by an abort rule)."""
+        return not self.probes or min(self.probes, key=lambda p: p["value"]).get("status") == "inconclusive"
 
 
 def sweep_workload(spec: Spec) -> Workload | None:
@@ -190,9 +205,12 @@ def _rejudge(spec: Spec, evidence: Evidence, be: BackendEvidence, wl: Workload) 
         if not isinstance(value, (int, float)):
             continue
         one = dataclasses.replace(evidence, backends=(be,), manifest=dict(evidence.manifest) | {"backends": [be.entry]})
-        if e.get("completed") is not True:  # cut short (an abort rule): a probe that did not run does not hold
+        if e.get("completed") is not True:  # cut short: a probe that did not run does not hold
             stop = e.get("stopped_by") if isinstance(e.get("stopped_by"), Mapping) else {}
-            status, why = "fail", f"the probe did not run its full duration{' (stopped by ' + str(stop.get('rule')) + ')' if stop.get('rule') else ''}"
+            if stop:  # an abort rule: the server could not take this load
+                status, why = "fail", f"the probe did not run its full duration{' (stopped by ' + str(stop.get('rule')) + ')' if stop.get('rule') else ''}"
+            else:  # an interrupt, a dead backend, a failed run: nothing is known of this load
+                status, why = "inconclusive", "the probe did not run its full duration (the run was cut short, not by an abort rule)"
         else:
             status, why = probe_status(level_spec(spec, value), level_evidence(one, wl.name, e["index"]))
         passed = status == "pass"
@@ -232,8 +250,9 @@ def sweep_rule(results: Sequence[SweepResult]) -> RuleResult | None:
     if not results:
         return None
     failed = [r for r in results if r.result is None]
-    # no level held: FAIL -- unless the lowest probe was only short of samples (INCONCLUSIVE)
-    unsure = [r for r in failed if r.probes and min(r.probes, key=lambda p: p["value"]).get("status") == "inconclusive"]
+    # no level held: FAIL -- unless no probe ran, or the lowest was only short of samples or cut
+    # short by an interrupt (INCONCLUSIVE: nothing says it does not hold)
+    unsure = [r for r in failed if r.lowest_unsure]
     msg = "; ".join(f"backend {r.backend}: {r.text()}" + (" (the runner's own judgement of a probe differs; the judge's is used)"
                                                            if r.disagrees else "") for r in results)  # fmt: skip
     status = "pass" if not failed else "inconclusive" if len(unsure) == len(failed) else "fail"

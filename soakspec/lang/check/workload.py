@@ -198,7 +198,7 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
         lb.require("rate")
         arrival, burst = _arrival(ctx, lb, lb["arrival"])
         load = S.Load("open", (), None, lb["rate"] or (1.0,), arrival, lb["seed"], burstiness=burst)
-        load = _search(ctx, lb, load)
+        load = _search(ctx, lb, load, b)
     else:
         _misplaced(ctx, lb, _OPEN_ONLY, "belongs to open-loop load (mode = open)")
         lb.require("concurrency")
@@ -207,7 +207,7 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
         elif lb.has("requests"):
             ctx.error("E403", "'requests' sets the batch size of mode = batch; closed-loop load runs for the duration", lb.got("requests").key_span)
         load = S.Load(mode, lb["concurrency"] or (1,), lb["requests"])
-        load = _search(ctx, lb, load)
+        load = _search(ctx, lb, load, b)
     _check_levels(ctx, lb, load)
     return load
 
@@ -349,9 +349,11 @@ REPLAY_TAIL_S = 0.001  # a replay's duration without `duration`: the trace's spa
 _SWEEP_ONLY = ("step", "rate_step", "max_wall")
 
 
-def _search(ctx: Ctx, lb: Body, load: S.Load) -> S.Load:
+def _search(ctx: Ctx, lb: Body, load: S.Load, b: Body) -> S.Load:
     """A sweep (`search = bisect`): the level list is its [low, high] bounds; closed loop steps
-    by `step` workers, open loop by `rate_step`; `max_wall` bounds the search's wall time."""
+    by `step` workers, open loop by `rate_step`; `max_wall` bounds the search's wall time, and
+    must hold one probe (warmup + duration of the workload `b`): no probe starts that would end
+    after it, so a shorter bound would run nothing."""
     if lb["search"] is None:
         for key in _SWEEP_ONLY:
             if lb.has(key):
@@ -370,6 +372,11 @@ def _search(ctx: Ctx, lb: Body, load: S.Load) -> S.Load:
         ctx.error("E204", f"a sweep's '{key}' is its bounds [low, high] with low < high, e.g. {key} = "
                   + ("[1rps, 20rps]" if key == "rate" else "[1, 32]"), lb.got(key).span)
     lb.require("max_wall")
+    one = (b["warmup"] or 0.0) + (b["duration"] or 0.0)
+    if lb.ok("max_wall") and lb["max_wall"] is not None and lb["max_wall"] + 1e-9 < one:
+        ctx.error("E204", f"max_wall ({value_text(lb.got('max_wall').node)}) is shorter than one probe (warmup + duration = "
+                  f"{one:g}s): no probe would start, and the sweep would measure nothing", lb.got("max_wall").span,
+                  "raise max_wall to at least warmup + duration (a bisection takes a few probes)")
     return dataclasses.replace(load, search=lb["search"], step=lb["step"], rate_step=lb["rate_step"], max_wall_s=lb["max_wall"])
 
 
