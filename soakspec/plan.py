@@ -610,8 +610,8 @@ DEFAULT_ABORT_TEXT = f"abort ratio(errors) >= 100% per bucket (built in: every r
 @dataclasses.dataclass(frozen=True)
 class AbortRule:
     """An abort rule as the runner evaluates it (`runner/abort.py`) on each finished bucket or
-    window of this backend: `agg(metric) op threshold`, over the requests that started in it and
-    have finished. `agg` is count or ratio (outcome metrics: the share of the window's requests)
+    window of this backend: `agg(metric) op threshold`, over the requests that started in it, once
+    they have finished. `agg` is count or ratio (outcome metrics: the share of the window's requests)
     or mean, min, max, p (with `percentile`) over the completed requests' values."""
 
     text: str  # as written (or DEFAULT_ABORT_TEXT)

@@ -165,6 +165,92 @@ def test_a_window_rule_fires_on_the_first_record_after_its_window_ends():
     assert w2.fired is None
 
 
+def _slow_successes(watch, *, known: bool = True):
+    """A level (bucket 0 = [0, 1)) in which 10 requests start; one fails at once, nine are
+    still streaming when the bucket ends (their successes take 1.5 s)."""
+    watch.level_started("w", 0, "rate 10 rps", 0.0, 4.0, 1.0, deadline_s=5.0, starts_known=known)
+    for k in range(10):
+        watch.started(0, k / 10)
+    watch.observe(_rows(["failed"], bucket=0, start=0.05), now=0.1)
+    watch.bucket_done(0, now=1.0)
+
+
+@pytest.mark.parametrize("rule", [_rule(threshold=0.5), _rule(scope="window", window_s=1.0, threshold=0.5)], ids=["bucket", "window"])
+def test_a_bucket_is_judged_over_its_requests_not_over_the_fast_failures_that_finished_first(rule):
+    """Open loop, 20% of requests failing at once and the rest streaming for 1.5 s: at each
+    bucket's end the only finished request of it was a failure, `ratio(errors) > 50%` saw
+    "1 over 1 requests" and aborted a run whose buckets fail 10-20%. A bucket (or window) is
+    judged once its requests have finished, over all of them."""
+    fired = []
+    watch = AbortWatch("a", [rule], on_fire=fired.append)
+    _slow_successes(watch)
+    assert fired == []  # nine of its ten requests are still in flight: nothing is known yet
+    watch.observe([Row(0, k / 10, "completed", {}) for k in range(1, 10)], now=1.6)
+    assert fired == [] and watch._rows == []  # judged (10% errors) and forgotten
+
+
+def test_an_outcome_rule_fires_before_the_bucket_finishes_when_the_rest_cannot_save_it():
+    """Nine of ten failed and one is in flight: ratio(errors) is at least 90% whatever it does,
+    so `> 50%` fires at the bucket's end; a distribution rule waits for every request."""
+    fired = []
+    watch = AbortWatch("a", [_rule(threshold=0.5), _rule(metric="ttft", agg="max", threshold=0.05)], on_fire=fired.append)
+    watch.level_started("w", 0, "c", 0.0, 4.0, 1.0, deadline_s=5.0, starts_known=True)
+    for k in range(10):
+        watch.started(0, k / 10)
+    watch.observe(_rows(["failed"] * 9, bucket=0, start=0.5), now=0.9)
+    watch.bucket_done(0, now=1.0)
+    assert [(f.rule.metric, f.index, f.at) for f in fired] == [("errors", 0, 1.0)]
+    fired.clear()
+    watch = AbortWatch("a", [_rule(metric="ttft", agg="max", threshold=0.05)], on_fire=fired.append)
+    watch.level_started("w", 0, "c", 0.0, 4.0, 1.0, deadline_s=5.0, starts_known=True)
+    watch.started(0, 0.1)
+    watch.started(0, 0.2)
+    watch.observe(_rows(["completed"], bucket=0, start=0.1, ttft=0.01), now=0.5)
+    watch.bucket_done(0, now=1.0)
+    assert fired == []
+    watch.observe(_rows(["completed"], bucket=0, start=0.2, ttft=0.2), now=1.2)
+    assert [(f.index, f.observed, f.requests) for f in fired] == [(0, 0.2, 2)]
+
+
+def test_with_load_processes_a_bucket_waits_until_their_starts_are_reported():
+    """`--workers`: the load processes report the requests they start with their records; a
+    bucket is judged once every start before its end has been reported and those requests
+    have finished -- not on the part of it a process has reported so far."""
+    fired = []
+    watch = AbortWatch("a", [_rule(threshold=0.5)], on_fire=fired.append)
+    watch.level_started("w", 0, "c", 0.0, 4.0, 1.0, deadline_s=5.0, starts_known=True, starts_until=float("-inf"))
+    watch.started(0, 0.1)
+    watch.started_until(0.5)
+    watch.observe(_rows(["failed"], bucket=0, start=0.1), now=0.6)
+    watch.bucket_done(0, now=1.0)
+    assert fired == []  # the processes have not said what they started in [0.5, 1)
+    for k in range(6, 10):
+        watch.started(0, k / 10)
+    watch.started_until(1.05)
+    watch.observe(_rows(["completed"] * 3, bucket=0, start=0.7), now=1.1)
+    assert fired == []  # one of the five still in flight: 1 or 2 failed of 5, not > 50% for sure
+    watch.observe(_rows(["completed"], bucket=0, start=0.9), now=1.5)
+    assert fired == [] and watch._rows == []  # judged: 1 of 5 failed
+
+
+def test_without_start_counts_a_bucket_waits_for_its_deadline_or_the_levels_drain():
+    """`--workers`: the watch is not told of each start; a bucket is judged when every request
+    of it has ended by its deadline (+ SETTLE_S), or when the level drained, if sooner."""
+    from soakspec.runner.abort import SETTLE_S
+
+    for drained in (False, True):
+        fired = []
+        watch = AbortWatch("a", [_rule(threshold=0.5)], on_fire=fired.append)
+        _slow_successes(watch, known=False)
+        watch.observe(_rows(["failed"], bucket=0, start=0.5), now=1.4)
+        assert fired == []
+        if drained:
+            watch.level_drained(now=1.7)
+        else:
+            watch.observe([], now=1.0 + 5.0 + SETTLE_S)
+        assert [(f.index, f.observed, f.requests) for f in fired] == [(0, 1.0, 2)]
+
+
 def test_the_builtin_abort_needs_a_whole_bucket_of_at_least_its_minimum_none_completed():
     spec, _ = _check("")
     (builtin,) = plan(spec).backends[0].aborts
@@ -332,6 +418,18 @@ def test_an_abort_rule_fires_on_a_failing_simulator_and_stops_the_run_early(tmp_
     assert rep.returncode == 0 and rule in rep.stdout and "abort_fired" in rep.stdout
     gate = run_soakspec(["gate", str(out)], new_marker(), tmp_path)
     assert gate.returncode == 1 and rule in gate.stdout
+
+
+@pytest.mark.slow
+def test_fast_failures_among_slow_successes_do_not_abort_a_run_within_its_rule(tmp_path):
+    """20% of requests fail at once, the rest stream for 1.5 s: `ratio(errors) > 60% per bucket`
+    fired at the first bucket's end on "1 over 1 requests" (the bucket's only finished one),
+    though no bucket fails more than about 20%; the run now completes and passes."""
+    text = sim_spec(sim="ttft = 1500ms\n    itl = 5ms\n    error_rate = 0.2\n    seed = 3", load="mode = open\n    rate = [10rps]",
+                    duration="3s", bucket="1s", gate="require ratio(failed) <= 60% per bucket\n  abort ratio(errors) > 60% per bucket")
+    proc, manifest, _, _ = _run(tmp_path, text, extra=("--no-preflight",))
+    assert manifest["aborts"] == [], manifest["aborts"]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 @pytest.mark.slow

@@ -6,11 +6,18 @@ when a bucket ends, and asks it the time (`tick`); the first rule that holds is 
 `on_fire` is called once (the driver cancels the backend's load with it).
 
 What a bucket or window holds: the requests that started in it (open loop: were scheduled in
-it) and have finished when it is evaluated -- at the bucket's end (`per bucket`), or at the
-first record or bucket end at or after the window's end (`per window`). Windows are fixed,
-`window_s` long, from the end of the level's warmup, the last one ending with the level
-(shorter when the duration is not a multiple of `window_s`: the judge's windows); warmup
-requests belong to none.
+it). Windows are fixed, `window_s` long, from the end of the level's warmup, the last one
+ending with the level (shorter when the duration is not a multiple of `window_s`: the judge's
+windows); warmup requests belong to none. A bucket or window is judged once it has finished --
+its time has ended and so has every request that started in it: when the driver has counted
+as many records of it as it started (`started`; `--workers`: as far as the load processes
+have reported their starts, `started_until`), else when their deadline has passed
+(`deadline_s` + SETTLE_S after its end), or when the level's load has drained
+(`level_drained`). Judged at its end instead, the fast failures of a bucket whose successes
+were still streaming were all it held: one failed request of ten in flight was
+"ratio(errors) = 100%". Before that, an outcome rule fires early only when it holds whatever
+the requests still in flight turn out to be (a ratio between c/(n+u) and (c+u)/(n+u) for c
+of n finished matching, u unfinished).
 
 Values, from `RequestRecord` fields:
   - outcome metrics (requests, completed, failed, timeouts, rejected, disconnected, errors):
@@ -125,6 +132,33 @@ class Fired:
         return f"abort rule '{self.rule.text}' fired on backend '{self.backend}' at {where}: observed {self.observed:.6g} over {self.requests} requests"
 
 
+SETTLE_S = 1.0  # a bucket's requests have all been recorded this long after their deadline (as its bucket line)
+
+
+def _certain(op: str, lo: float, hi: float, threshold: float) -> bool:
+    """Does `value op threshold` hold for every value in [lo, hi]?"""
+    if op == "==":
+        return lo == hi == threshold
+    if op == "!=":
+        return not lo <= threshold <= hi
+    return OPS[op](lo, threshold) and OPS[op](hi, threshold)
+
+
+@dataclasses.dataclass
+class _Cell:
+    """What is known of one bucket's or window's requests: how many started, and the outcomes
+    of those that finished (`""`: not sent, counted by no rule)."""
+
+    started: int = 0
+    outcomes: dict[str, int] = dataclasses.field(default_factory=dict)
+
+    def finish(self, outcome: str) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+    def unfinished(self) -> int:
+        return max(0, self.started - sum(self.outcomes.values()))
+
+
 class AbortWatch:
     """One backend's abort rules over its current level (see the module docstring)."""
 
@@ -133,49 +167,167 @@ class AbortWatch:
         self.rules = tuple(rules)
         self.on_fire = on_fire
         self.fired: Fired | None = None
+        self.level_started("", 0, "", 0.0, 0.0, 1.0)
         self._level: tuple[str, int, str, float, float, float] | None = None  # workload, index, label, m, stop, bucket_s
+
+    def level_started(self, workload: str, index: int, label: str, measure_start: float, duration_s: float, bucket_s: float,
+                      deadline_s: float = 0.0, starts_known: bool = False, starts_until: float = math.inf) -> None:  # fmt: skip
+        """A level begins. `deadline_s`: each request ends by then after its start (0: judge a bucket
+        or window at its end); `starts_known`: the driver reports every request it starts
+        (`started`), so a bucket or window is judged as soon as all of its requests have finished
+        -- those that end by `starts_until` (`--workers`: the starts the load processes have
+        reported so far, `started_until`)."""
+        self._level = (workload, index, label, measure_start, measure_start + duration_s, bucket_s)
         self._rows: list[Row] = []
         self._done: set[tuple[int, int]] = set()  # (rule index, bucket index) evaluated
-        self._next: dict[int, int] = {}  # per `per window` rule: its first window not evaluated yet
+        self._next: dict[int, int] = {i: 0 for i, rule in enumerate(self.rules) if rule.scope == "window" and rule.window_s}
+        self._wait = deadline_s + SETTLE_S if deadline_s > 0 else 0.0  # after an end, every request of it has ended
+        self._known = starts_known
+        self._until = starts_until
+        self._buckets: dict[int, _Cell] = {}  # bucket -> its requests so far
+        self._windows: dict[int, dict[int, _Cell]] = {i: {} for i in self._next}  # window rule -> window -> its requests
+        self._ended: list[int] = []  # buckets whose time ended and whose bucket rules wait for their requests
+        self._closed: set[int] = set()  # buckets whose bucket rules are all evaluated
+        self._drained = False
 
-    def level_started(self, workload: str, index: int, label: str, measure_start: float, duration_s: float, bucket_s: float) -> None:
-        self._level = (workload, index, label, measure_start, measure_start + duration_s, bucket_s)
-        self._rows = []
-        self._done = set()
-        self._next = {i: 0 for i, rule in enumerate(self.rules) if rule.scope == "window" and rule.window_s}
+    def _windows_of(self, i: int) -> int:
+        """How many windows rule `i` cuts the level into (the judge's: the last may be shorter)."""
+        assert self._level is not None
+        _, _, _, m, stop, _ = self._level
+        return max(1, math.ceil((stop - m) / self.rules[i].window_s - 1e-9))
 
-    def observe(self, rows: Iterable[Row], now: float) -> None:
+    def _window_of(self, i: int, t: float) -> int:
+        """The window of rule `i` that holds time `t` (as `tick` cuts them: [start, end), the last
+        one's end included)."""
+        assert self._level is not None
+        m, w = self._level[3], self.rules[i].window_s
+        j = math.floor((t - m) / w)
+        if t >= m + (j + 1) * w:  # (t - m) / w rounded one off an edge
+            j += 1
+        elif t < m + j * w:
+            j -= 1
+        return min(j, self._windows_of(i) - 1)
+
+    def started(self, bucket: int, start: float | None) -> None:
+        """A request of `bucket` of the current level, counted from `start` (its intended start,
+        else its start), was started (sent or not)."""
+        if not self._known or not self.rules or self._level is None or bucket < 0:
+            return
+        self._buckets.setdefault(bucket, _Cell()).started += 1
+        if start is not None:
+            for i, cells in self._windows.items():
+                if (j := self._window_of(i, start)) >= self._next[i]:
+                    cells.setdefault(j, _Cell()).started += 1
+
+    def started_until(self, t: float) -> None:
+        """Every request started before `t` has been reported (`started`)."""
+        self._until = t
+
+    def observe(self, rows: Iterable[Row], now: float, unsent: Iterable[tuple[int, float | None]] = ()) -> None:
+        """Records finished; `unsent`: the (bucket, intended start) of requests the load generator
+        could not send (no abort rule counts them, and they are not in flight either)."""
         if not self.rules or self.fired is not None:
             return
-        self._rows.extend(r for r in rows if r.bucket >= 0)
+        for r in rows:
+            if r.bucket >= 0:
+                self._rows.append(r)
+                self._finished(r.bucket, r.start, r.outcome)
+        for b, start in unsent:
+            if b >= 0:
+                self._finished(b, start, "")
         self.tick(now)
 
+    def _finished(self, bucket: int, start: float | None, outcome: str) -> None:
+        if self._level is None:
+            return
+        self._buckets.setdefault(bucket, _Cell()).finish(outcome)
+        if start is not None:
+            for i, cells in self._windows.items():
+                if (j := self._window_of(i, start)) >= self._next[i]:
+                    cells.setdefault(j, _Cell()).finish(outcome)
+
     def bucket_done(self, k: int, now: float) -> None:
-        """Bucket `k` of the level has ended: its `per bucket` rules, then any finished window."""
+        """Bucket `k` of the level has ended: its `per bucket` rules are judged once its requests
+        have (module docstring), then any finished window."""
         if self._level is None or self.fired is not None:
             return
-        workload, index, label, m, _, blen = self._level
-        rows = [r for r in self._rows if r.bucket == k]
-        for i, rule in enumerate(self.rules):
-            if rule.scope == "bucket" and self.fired is None and (i, k) not in self._done:
-                self._done.add((i, k))
-                self._evaluate(i, rule, k, rows, m + k * blen, m + (k + 1) * blen, now)
+        self._ended.append(k)
+        m, stop, blen = self._level[3], self._level[4], self._level[5]
         # the bucket has ended, whatever the float of `now` says: a window ending with it is over
-        self.tick(max(now, min(m + (k + 1) * blen, self._level[4])))
-        self._prune(k)
+        self.tick(max(now, min(m + (k + 1) * blen, stop)))
 
-    def _prune(self, k: int) -> None:
+    def level_drained(self, now: float) -> None:
+        """The level's load has ended and every request it sent has finished: whatever waited for
+        its requests is judged now."""
+        if self._level is None or self.fired is not None:
+            return
+        self._drained = True
+        self.tick(max(now, self._level[4]))
+
+    def _unfinished(self, cell: _Cell | None, end: float) -> int | None:
+        """Requests of a bucket or window ending at `end` still in flight (None: unknown)."""
+        if self._drained:
+            return 0
+        if not self._known or end > self._until:
+            return None
+        return 0 if cell is None else cell.unfinished()
+
+    @staticmethod
+    def _early(rule: AbortRule, cell: _Cell | None, u: int | None) -> bool:
+        """An outcome rule that holds whatever the `u` unfinished requests turn out to be."""
+        if u is None or cell is None or rule.metric not in OUTCOMES:
+            return False
+        n = sum(v for o, v in cell.outcomes.items() if o)
+        if n < max(1, rule.min_requests):
+            return False
+        c = sum(v for o, v in cell.outcomes.items() if o and OUTCOMES[rule.metric](o))
+        lo, hi = ((c / (n + u), (c + u) / (n + u)) if rule.agg == "ratio" else (float(c), float(c + u)))
+        return _certain(rule.op, lo, hi, rule.threshold)
+
+    def _judge_buckets(self, now: float) -> bool:
+        """Judge the `per bucket` rules of every ended bucket whose requests have finished (or
+        that fire whatever they turn out to be); True when a bucket was closed."""
+        assert self._level is not None
+        _, _, _, m, stop, blen = self._level
+        closed = False
+        for k in list(self._ended):
+            cell = self._buckets.get(k)
+            end = min(m + (k + 1) * blen, stop)
+            u = self._unfinished(cell, end)
+            settled = u == 0 or now >= end + self._wait
+            rows: list[Row] | None = None
+            for i, rule in enumerate(self.rules):
+                if rule.scope != "bucket" or (i, k) in self._done or self.fired is not None:
+                    continue
+                if settled or self._early(rule, cell, u):
+                    self._done.add((i, k))
+                    rows = [r for r in self._rows if r.bucket == k] if rows is None else rows
+                    self._evaluate(i, rule, k, rows, m + k * blen, m + (k + 1) * blen, now)
+            if self.fired is not None:
+                return closed
+            if settled:
+                self._ended.remove(k)
+                self._closed.add(k)
+                self._buckets.pop(k, None)
+                closed = True
+        return closed
+
+    def _prune(self) -> None:
         """Forget the rows no rule will read again (memory stays bounded over a long soak)."""
         assert self._level is not None
         m = self._level[3]
         keep_from = min((m + j * self.rules[i].window_s for i, j in self._next.items()), default=math.inf)
-        self._rows = [r for r in self._rows if r.bucket > k or (r.start is not None and r.start >= keep_from)]
+        self._rows = [r for r in self._rows if r.bucket not in self._closed or (r.start is not None and r.start >= keep_from)]
 
     def tick(self, now: float) -> None:
-        """Evaluate every `per window` rule on each window that has ended by `now`, once, in
-        order. Called on every batch of records: its work is the windows that ended since the
-        last call, not every window of the level (a day of 1 s windows is 86,400)."""
+        """Judge what has finished by `now`: ended buckets whose requests have, then every
+        `per window` rule on each window that has, once, in order. Called on every batch of
+        records: its work is what finished since the last call, not every window of the level
+        (a day of 1 s windows is 86,400)."""
         if self._level is None or self.fired is not None:
+            return
+        changed = self._judge_buckets(now)
+        if self.fired is not None:
             return
         _, _, _, m, stop, _ = self._level
         for i, j in self._next.items():
@@ -183,7 +335,8 @@ class AbortWatch:
             w = rule.window_s
             # the judge's windows (judge.scope.window_scopes): the last one may be shorter, and
             # ends at the level's end, not one float rounding of (stop - m) / w before it
-            n = max(1, math.ceil((stop - m) / w - 1e-9))
+            n = self._windows_of(i)
+            cells = self._windows[i]
             while j < n:
                 start = m + j * w
                 end = min(stop, start + w)
@@ -192,11 +345,19 @@ class AbortWatch:
                     break
                 if self.fired is not None:
                     return
+                cell = cells.get(j)
+                u = self._unfinished(cell, end)
+                if u != 0 and now < end + self._wait and not self._early(rule, cell, u):
+                    break  # its requests are still in flight; the later windows wait behind it
                 self._next[i] = j + 1
+                cells.pop(j, None)
+                changed = True
                 rows = [r for r in self._rows
                         if r.start is not None and start <= r.start and (r.start < end or (last and r.start <= end))]
                 self._evaluate(i, rule, j, rows, start, end, now)
                 j += 1
+        if changed and self.fired is None:
+            self._prune()
 
     def _evaluate(self, i: int, rule: AbortRule, j: int, rows: list[Row], start: float, end: float, now: float) -> None:
         fires, v = holds(rule, rows)

@@ -17,6 +17,7 @@ dead backend's load stops (the watch raises), and refused connects back off mean
 from __future__ import annotations
 
 import functools
+import math
 import os
 import re
 
@@ -137,11 +138,14 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     nb = len(lv.buckets)
     entry = rec.level_started(lv, deps.clock.now())
     stats = rec.stats
-    watch.level_started(lv.workload, lv.index, lv.label, entry["measure_start"], lv.duration_s, lv.bucket_s)
+    # the watch is told of every request started (--workers: as the load processes report them),
+    # so a bucket is judged once its requests have finished (runner/abort.py)
+    starts = {"deadline_s": lv.deadline_s, "starts_known": True, "starts_until": -math.inf if deps.workers > 1 else math.inf}
+    watch.level_started(lv.workload, lv.index, lv.label, entry["measure_start"], lv.duration_s, lv.bucket_s, **starts)
 
     def on_start(t0: float) -> None:  # the level's own start (`--workers`: after their start-up), not the time above
         entry.update(started_at=t0, measure_start=t0 + lv.warmup_s)
-        watch.level_started(lv.workload, lv.index, lv.label, t0 + lv.warmup_s, lv.duration_s, lv.bucket_s)
+        watch.level_started(lv.workload, lv.index, lv.label, t0 + lv.warmup_s, lv.duration_s, lv.bucket_s, **starts)
 
     async def on_bucket(k: int) -> None:
         await rec.bucket_closed(entry, k, deps.clock.now())  # requests durable; bucket lines whose requests all ended
@@ -157,7 +161,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             first = next(r for r in records if r.start is None)
             progress.error(f"soakspec run: [{bp.name}] {lv.label}: {first.error}; the run will be INCONCLUSIVE (client_healthy)")
         rec.not_sent += len(records) - len(sent)
-        watch.observe([row_of(r) for r in sent], deps.clock.now())
+        watch.observe([row_of(r) for r in sent], deps.clock.now(),
+                      unsent=[(r.bucket, r.intended_start) for r in records if r.start is None])  # fmt: skip
 
     def write_records(records: list[RequestRecord]) -> None:
         rec.write_records(records)
@@ -167,7 +172,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         observe(rec.write_lines(data))  # decoded once, for the bucket lines and the abort rules alike
 
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
-                       on_bucket=on_bucket, health=health, on_start=on_start)  # fmt: skip
+                       on_bucket=on_bucket, health=health, on_start=on_start,
+                       on_request_start=watch.started, on_started_until=watch.started_until)  # fmt: skip
     progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
     run: LevelRun | None = None
     try:
@@ -181,6 +187,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
                                                on_health=client.write_json if client is not None else None)
         else:
             run = await drive_level(lv, ctx)
+        watch.level_drained(deps.clock.now())  # every request of the level has finished: what waited for them is judged
     finally:
         if run is None or watch.fired is not None:  # cut short: an abort rule, Ctrl-C, a dead backend, a failure
             _cut_short(entry, lv, deps.clock.now())

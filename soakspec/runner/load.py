@@ -326,6 +326,9 @@ class LevelContext:
     # told the level's start t0 once it is fixed (`--workers`: when the processes are ready, a
     # start-up after the level was announced): bucket lines and abort windows are cut from it
     on_start: Callable[[float], None] | None = None
+    # told the bucket of every request this process starts (the abort rules: runner/abort.py)
+    on_request_start: Callable[[int, float | None], None] | None = None  # (bucket, intended start or start)
+    on_started_until: Callable[[float], None] | None = None  # --workers: every start before this was reported
 
 
 async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
@@ -419,6 +422,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             start=now,
         )
         ctx.stats.started()
+        if ctx.on_request_start is not None:
+            ctx.on_request_start(rec.bucket, start_ref)
         if held:
             health.hold_back(rec)  # type: ignore[union-attr]
             ctx.stats.finished(rec)

@@ -34,6 +34,7 @@ retires idle threads after 10 s.)
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import struct
@@ -58,6 +59,7 @@ READY, START, RECORDS, DONE, ERROR, JOB, HEALTH = range(7)
 _HEAD = struct.Struct("<BI")  # message kind, payload length
 BATCH = 256  # records waiting that make a message go at once
 FLUSH_S = 0.02  # and at least this often
+HEARTBEAT_S = 0.25  # a message at least this often, with nothing new: the abort rules learn no request started
 STARTUP_TIMEOUT = 60.0  # for the workers to import and say READY
 START_MARGIN = 0.1  # t0 = now + this, so that every worker has the start before it comes
 STOP_GRACE = 5.0  # after an abort, for the workers to flush their records
@@ -128,8 +130,15 @@ async def drive_level_workers(
     summaries: list[dict | None] = [None] * n
     ended = [False] * n
 
-    def take(payload: bytes) -> None:
-        lines, outcomes, sent = pickle.loads(payload)
+    until = [-math.inf] * n  # per process: every request it started before this has been reported
+
+    def take(p: int, payload: bytes) -> None:
+        lines, outcomes, sent, started, until[p] = pickle.loads(payload)
+        if ctx.on_request_start is not None:  # first: a record's start is counted before it finishes (runner/abort.py)
+            for bucket, start in started:
+                ctx.on_request_start(bucket, start)
+        if ctx.on_started_until is not None:
+            ctx.on_started_until(min(until))
         write_lines(lines)
         stats.add_batch(outcomes, sent)
 
@@ -144,13 +153,16 @@ async def drive_level_workers(
                 return
             kind, payload = msg
             if kind == RECORDS:
-                take(payload)
+                take(p, payload)
             elif kind == HEALTH:
                 if on_health is not None:
                     for row in pickle.loads(payload):
                         on_health(row)
             elif kind == DONE:
                 summaries[p] = pickle.loads(payload)
+                until[p] = math.inf  # it starts nothing more
+                if ctx.on_started_until is not None:
+                    ctx.on_started_until(min(until))
             elif kind == ERROR and not draining:
                 raise WorkerError(f"worker {p} of {n} failed:\n{payload.decode(errors='replace')}")
 
@@ -247,6 +259,8 @@ async def _worker(msg_fd: int) -> None:
     health: list[dict] = []  # this process's client-health samples, sent with the next flush
     stats = LiveStats()
     reported = 0  # requests started, as last reported
+    started: list[tuple[int, float | None]] = []  # (bucket, start) of each request started since
+    last_sent = -math.inf
     full = trio.Event()
 
     def sink(records) -> None:
@@ -256,17 +270,20 @@ async def _worker(msg_fd: int) -> None:
             full.set()
 
     async def flush() -> None:
-        nonlocal reported, full
+        nonlocal reported, full, last_sent
         if health:
             samples = pickle.dumps(list(health))
             health.clear()
             with trio.CancelScope(shield=True):
                 await out.send_all(_frame(HEALTH, samples))
-        if not lines and stats.sent == reported:
+        now = clock.now()  # every request started before now is in `started`
+        if not lines and stats.sent == reported and now - last_sent < HEARTBEAT_S:
             return
-        payload = pickle.dumps((b"".join(lines), list(outcomes), stats.sent - reported))
+        payload = pickle.dumps((b"".join(lines), list(outcomes), stats.sent - reported, list(started), now))
+        last_sent = now
         lines.clear()
         outcomes.clear()
+        started.clear()
         reported = stats.sent
         full = trio.Event()
         with trio.CancelScope(shield=True):  # a message is never cut
@@ -291,6 +308,7 @@ async def _worker(msg_fd: int) -> None:
     ctx = LevelContext(
         job["backend"], clock, connect, shapes, sink, next_id,
         headers=job["headers"], stats=stats, t0=t0, part=(next_id.part, next_id.parts), health=gate,
+        on_request_start=lambda bucket, start: started.append((bucket, start)),
     )  # fmt: skip
     run: LevelRun | None = None
     try:
