@@ -189,6 +189,21 @@ def test_a_probe_that_did_not_run_its_full_duration_never_holds():
     assert "stopped by abort ratio(errors)" in next(p["why"] for p in sw.probes if p["value"] == 4)
 
 
+def test_a_probe_an_abort_rule_fired_on_after_it_drained_does_not_hold():
+    """An abort rule judges a bucket once its requests have finished, so it may fire as the
+    probe drains, on a probe that ran its full duration: the runner counts it as not holding,
+    and so does the judge (it does not say it holds and disagree)."""
+    spec = spec_from_text(_sweep_spec())
+    ev = _evidence_of_probes(4)
+    (lv4,) = [e for e in ev.backends[0].entry["levels"] if e["concurrency"] == 4]
+    lv4["stopped_by"] = {"rule": "abort ratio(errors) > 50% per bucket"}
+    for p in ev.backends[0].entry["sweep"]["probes"]:
+        p["passed"] = p["passed"] and p["value"] != 4
+    (sw,) = join(spec, ev).sweep
+    assert lv4["completed"] is True and sw.result == 3 and not sw.disagrees
+    assert "fired on it" in next(p["why"] for p in sw.probes if p["value"] == 4)
+
+
 def test_when_even_the_lowest_level_fails_the_gate_fails_with_none():
     spec = spec_from_text(_sweep_spec())
     v = judge(spec, _evidence_of_probes(None))

@@ -205,10 +205,11 @@ def _rejudge(spec: Spec, evidence: Evidence, be: BackendEvidence, wl: Workload) 
         if not isinstance(value, (int, float)):
             continue
         one = dataclasses.replace(evidence, backends=(be,), manifest=dict(evidence.manifest) | {"backends": [be.entry]})
-        if e.get("completed") is not True:  # cut short: a probe that did not run does not hold
-            stop = e.get("stopped_by") if isinstance(e.get("stopped_by"), Mapping) else {}
+        stop = e.get("stopped_by") if isinstance(e.get("stopped_by"), Mapping) else {}
+        if e.get("completed") is not True or stop:  # cut short, or an abort rule fired on it: it does not hold
             if stop:  # an abort rule: the server could not take this load
-                status, why = "fail", f"the probe did not run its full duration{' (stopped by ' + str(stop.get('rule')) + ')' if stop.get('rule') else ''}"
+                status, why = "fail", (f"the probe did not run its full duration{' (stopped by ' + str(stop.get('rule')) + ')' if stop.get('rule') else ''}"
+                                       if e.get("completed") is not True else f"abort rule {stop.get('rule')} fired on it")
             else:  # an interrupt, a dead backend, a failed run: nothing is known of this load
                 status, why = "inconclusive", "the probe did not run its full duration (the run was cut short, not by an abort rule)"
         else:
