@@ -170,10 +170,13 @@ def _fmt_stdin(args: argparse.Namespace) -> ExitCode:
 
 def _formatted(name: str, text: str | None, refused: Diagnostic | None) -> str | None:
     """The canonical form of a spec's text, in the file's own line endings and with its BOM if
-    it had one (`in_style_of`); None, after printing why, when it cannot be read or parsed."""
+    it had one (`in_style_of`); None, after printing why, when it cannot be read or parsed, or
+    when the canonical form would be larger than a spec may be (E010: `fmt` would have turned a
+    spec every command reads into one none does)."""
     from soakspec.lang import fmt, parse
+    from soakspec.diagnostics import Span
     from soakspec.lang.fmt import in_style_of
-    from soakspec.lang.parser import source_text
+    from soakspec.lang.parser import MAX_SOURCE_BYTES, source_text
 
     if text is None:
         _print_diags([refused] if refused is not None else [], {})
@@ -182,7 +185,13 @@ def _formatted(name: str, text: str | None, refused: Diagnostic | None) -> str |
     if tree is None or has_errors(diags):
         _print_diags(diags, {name: source_text(text)})
         return None
-    return in_style_of(fmt(tree), text)
+    out = in_style_of(fmt(tree), text)
+    size = len(out.encode("utf-8"))
+    if size > MAX_SOURCE_BYTES:  # indentation and spacing grow a compact spec: never write one no command could read
+        _print_diags([Diagnostic("E010", f"formatted, the spec would be {size:,} bytes, over the {MAX_SOURCE_BYTES // 1000} kB "
+                                 "a spec may have; it is left as it is", Span(), name)], {})
+        return None
+    return out
 
 
 def _write_atomic(path: str, text: str) -> None:
