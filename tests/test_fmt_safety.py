@@ -58,3 +58,18 @@ def test_fmt_stdin_refuses_output_over_the_size_limit(monkeypatch, capsys):
     assert main(["fmt", "-"]) == 2
     out, err = capsys.readouterr()
     assert out == "" and "E010" in err
+
+
+def test_a_block_named_r_before_its_label_gains_no_comment():
+    """`r"a\\" # b" {}` is the block `r` labelled `a" # b` (the lexer reads a name where a
+    statement starts); the comment scan read `r"a\\"` as a raw string and the label's rest as a
+    comment, so `fmt` wrote a comment `# b" {}` that the file never had (and, with a real
+    comment after the block, a comment holding both)."""
+    from soakspec.lang import fmt, parse
+
+    tree, diags = parse('r"a\\" # b" {}\nx {\n  r"c\\" # d" {} # real\n}\n')
+    assert diags == []
+    assert fmt(tree) == 'r "a\\" # b" {}\n\nx {\n  r "c\\" # d" {}  # real\n}\n'
+    # a raw string where one is read keeps what follows it a comment
+    tree, _ = parse('claim r"a\\" # b"\nbackend r"x\\" { # c\n}\n')
+    assert fmt(tree) == 'claim r"a\\"  # b"\n\nbackend r"x\\" {\n  # c\n}\n'

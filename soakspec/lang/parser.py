@@ -420,11 +420,13 @@ class _ToAst(Transformer):
         self.raw: list = []  # the children of the rule being reduced, punctuation included
         self.too_large: list[Token] = []  # number literals no float holds (reported after a clean parse)
         self.bad_escapes: list[tuple[Token, int, int, str]] = []  # (string, offset in it, length, why): likewise
+        self.raw_strings: set[int] = set()  # where the lexer read a raw string (`_comment_tokens`)
 
     def reset(self) -> None:
         self.raw = []
         self.too_large = []
         self.bad_escapes = []
+        self.raw_strings = set()
 
     def meta(self) -> _Meta:
         raw = self.raw
@@ -571,6 +573,7 @@ class _ToAst(Transformer):
         tok = children[0]
         text = str(tok)
         if tok.type == "RAW_STRING":
+            self.raw_strings.add(tok.start_pos)
             return A.Str(text[2:-1], "raw", span=_tok_span(tok))
         quote = 3 if tok.type == "LONG_STRING" else 1
         value, bad = _unescape(text[quote:-quote])
@@ -783,7 +786,7 @@ def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Di
     syntax = _Syntax(text, path)
     with _PARSE_LOCK, gc_paused():
         soak = syntax.run()
-        too_large, bad_escapes = _BUILDER.too_large, _BUILDER.bad_escapes
+        too_large, bad_escapes, raw_strings = _BUILDER.too_large, _BUILDER.bad_escapes, _BUILDER.raw_strings
         _BUILDER.reset()
     if soak is None or syntax.diags:
         return None, syntax.diags
@@ -794,7 +797,7 @@ def parse(text: str, path: str = "<string>") -> tuple[A.SoakFile | None, list[Di
         syntax.add(code, msg, line, col, end_col, hint)
     if syntax.diags:
         return None, syntax.diags
-    cs = sorted((_Comment(c) for c in _comment_tokens(text)), key=lambda c: (c.line, c.column))
+    cs = sorted((_Comment(c) for c in _comment_tokens(text, raw_strings)), key=lambda c: (c.line, c.column))
     if not cs:
         return soak, []
     body, closing = _attach(soak.body, cs, None)
@@ -1098,20 +1101,28 @@ def _unescaped_quote(source: str, upto_line: int) -> tuple[int, int] | None:
     return None
 
 
-def _comment_tokens(source: str) -> list[Token]:
+def _comment_tokens(source: str, raw_strings: set[int] | None = None) -> list[Token]:
     """Comments with their positions. Strings are matched first, since they may contain '#'.
-    Only called on text that parsed, so every string here is well formed."""
+    Only called on text that parsed, so every string here is well formed. `raw_strings`: the
+    offsets where the lexer read a raw string; an `r"` anywhere else is a name `r` before a
+    string (`r"a\\" # b" {}`: a block `r` whose label holds `\\"` and '#'; read as a raw
+    string, it would end at the `\\"` and make a comment of the label's rest)."""
     found: list[Token] = []
     line_starts = [0]
     for m in re.finditer("\n", source):
         line_starts.append(m.end())
-    for m in _STRINGS_AND_COMMENTS.finditer(source):
+    pos = 0
+    while (m := _STRINGS_AND_COMMENTS.search(source, pos)) is not None:
+        pos = m.end()
+        if m.lastgroup == "raw" and raw_strings is not None and m.start() not in raw_strings:
+            pos = m.start() + 1  # the name `r`: the string starts at its '"'
+            continue
         if m.lastgroup != "comment":
             continue
-        pos = m.start()
-        line = bisect.bisect_right(line_starts, pos)
-        col = pos - line_starts[line - 1] + 1
-        tok = Token("COMMENT", m.group(), start_pos=pos, line=line, column=col)
+        at = m.start()
+        line = bisect.bisect_right(line_starts, at)
+        col = at - line_starts[line - 1] + 1
+        tok = Token("COMMENT", m.group(), start_pos=at, line=line, column=col)
         found.append(tok)
     return found
 
