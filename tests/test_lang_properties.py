@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from soakspec.diagnostics import Severity
 from soakspec.lang import check, fmt, parse, parse_file
 from soakspec.lang import ast as A
+from soakspec.lang.fmt import string as fmt_string
 from soakspec.lang.fmt import strip_comments
 from soakspec.lang.parser import source_text
-from soakspec.lang.strategies import soak_files, valid_specs
+from soakspec.lang.strategies import comment_texts, soak_files, strings, valid_specs
 from soakspec.plan import plan, to_json
 
 # Modest budgets: the whole file runs in well under a minute on two cores.
@@ -79,6 +80,20 @@ def test_spans_point_into_the_text(tree):
                 walk(s.body, s.span)
 
     walk(back.body)
+
+
+@SOME
+@given(strings().filter(lambda s: s.style != "raw"), comment_texts())
+@example(A.Str('a" # b'), "c")
+@example(A.Str('a\n" # b', "long"), "c")
+def test_a_name_right_before_a_string_is_not_a_raw_string(label, comment):
+    """`r"..." {}` with no space is the block `r` and its label (the lexer reads a name where a
+    statement starts), whatever the plain or long label holds: the comment after it is its one trailing
+    comment, and no part of the label is read as a comment."""
+    text = f"r{fmt_string(label)} {{}}  # {comment}\n"
+    tree, diags = parse(text)
+    assert diags == []
+    assert tree == A.SoakFile((A.Block("r", label, (), trailing=comment),))
 
 
 # ---------------------------------------------------------------- garbage in, diagnostics out

@@ -56,7 +56,7 @@ def _is_name(s: str) -> bool:
 @functools.cache
 def names() -> st.SearchStrategy[str]:
     """NAME tokens (`[A-Za-z_][A-Za-z0-9_.-]*`) that the lexer will not read as keywords."""
-    short = st.sampled_from(["a", "x", "env", "load", "gpus", "ttft", "req", "requires", "perk", "only", "truth", "_"])
+    short = st.sampled_from(["a", "x", "r", "env", "load", "gpus", "ttft", "req", "requires", "perk", "only", "truth", "_"])
     built = st.builds(
         lambda a, b: a + b,
         st.sampled_from(_NAME_START),
@@ -68,8 +68,8 @@ def names() -> st.SearchStrategy[str]:
 @functools.cache
 def comment_texts() -> st.SearchStrategy[str]:
     """What follows '# ': one line, no trailing blanks (the parser strips them), may be empty
-    or start with more spaces, and may contain quotes and '#'."""
-    alphabet = st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp"), blacklist_characters="\x85")
+    or start with more spaces, and may contain quotes, tabs and '#'."""
+    alphabet = st.characters(blacklist_categories=("Cs", "Cc", "Zl", "Zp"), blacklist_characters="\x85", whitelist_characters="\t")
     return st.text(alphabet=alphabet, max_size=20).map(str.rstrip)
 
 
