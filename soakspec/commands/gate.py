@@ -95,7 +95,7 @@ def _stored_outcome(evidence) -> str | None:
         return None
     path = Path(evidence.root) / layout.VERDICT
     try:
-        doc = read_json(path) if path.is_file() else None
+        doc = read_json(path) if layout.plain_file(path) else None
     except (EvidenceError, OSError):
         return None
     out = doc.get("outcome", doc.get("verdict")) if isinstance(doc, dict) else None
@@ -112,7 +112,7 @@ def partial_entries(spec, root: Path) -> tuple[list[dict], list[str]]:
     entries, notes = [], []
     for bp in make_plan(spec).backends:
         path = layout.RunLayout(root).buckets(bp.name)
-        lines = [r for _, r in iter_jsonl(path, [])] if path.is_file() else []
+        lines = [r for _, r in iter_jsonl(path, [])] if layout.plain_file(path, root) else []
         closed: dict[tuple, dict[int, dict]] = {}
         for r in lines:
             if isinstance(r, dict) and isinstance(r.get("bucket"), int):

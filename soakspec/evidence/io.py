@@ -50,15 +50,21 @@ class EvidenceNotFound(EvidenceError, UsageError):
 
 def require_evidence_dir(path: str | os.PathLike) -> Path:
     """`path` as an evidence directory, or `EvidenceNotFound` saying what it is instead: missing,
-    a regular file ("X is a file, not an evidence directory", not "no such directory"), or a
-    directory without manifest.json (naming the run directories it holds, if any). Every
+    a regular file ("X is a file, not an evidence directory", not "no such directory"), a
+    directory without manifest.json (naming the run directories it holds, if any), or one whose
+    manifest.json is a symlink or not a regular file (never read). Every
     reader of evidence (`verify`, `load_evidence`, `gate --partial`, `compare`) checks here."""
     root, shown = Path(path), str(path)
     if root.is_file():
         raise EvidenceNotFound(f"{shown} is a file, not an evidence directory")
     if not root.is_dir():
         raise EvidenceNotFound(f"{shown}: no such evidence directory")
-    if not (root / layout.MANIFEST).is_file():
+    manifest = root / layout.MANIFEST
+    if os.path.lexists(manifest) and not layout.plain_file(manifest):
+        # never followed (a symlink to /etc/passwd, to another run's manifest) nor opened (a FIFO blocks)
+        what = "a symlink" if manifest.is_symlink() else "not a regular file"
+        raise EvidenceNotFound(f"{shown}: its {layout.MANIFEST} is {what} (a symlink or special file is not evidence)")
+    if not manifest.is_file():
         runs = sorted(p.name for p in root.iterdir() if (p / layout.MANIFEST).is_file())
         hint = f"; it holds run directories: {', '.join(runs[:5])}{', ...' if len(runs) > 5 else ''}" if runs else ""
         raise EvidenceNotFound(f"{shown}: no {layout.MANIFEST} (not an evidence directory){hint}")

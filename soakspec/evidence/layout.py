@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
+import stat
 from pathlib import Path
 
 MANIFEST = "manifest.json"
@@ -51,14 +53,38 @@ def safe_name(name: str) -> str:
     return f"{stem or 'backend'}-{digest}"
 
 
-def server_log_file(backend_dir: Path | str) -> Path | None:
+def plain_file(path: Path | str, root: Path | str | None = None) -> bool:
+    """Whether `path` is a regular file that a reader of evidence may open: not a symlink, FIFO,
+    device or directory, and (with `root`, the evidence directory it lies in) reached through
+    no symlinked directory below `root`. `verify` reports any other entry (V106); a reader
+    treats it as absent, so that a symlink is never followed out of the directory (into
+    /etc/passwd, a file of another run) and a FIFO never blocks it."""
+    p = Path(path)
+    try:
+        if not stat.S_ISREG(os.lstat(p).st_mode):
+            return False
+    except (OSError, ValueError):
+        return False
+    if root is None:
+        return True
+    top = Path(root)
+    d = p.parent
+    while d != top and d != d.parent:
+        if d.is_symlink():
+            return False
+        d = d.parent
+    return d == top
+
+
+def server_log_file(backend_dir: Path | str, root: Path | str | None = None) -> Path | None:
     """The backend's retained server log: `server.log.gz` (written whole when the run ended) wins
     over `server.log` (a run killed before it ended leaves only that); None when neither is a
-    plain file. Open it with `evidence.serverlog.open_log` (reads both)."""
+    plain file (`plain_file`, inside `root` when given). Open it with
+    `evidence.serverlog.open_log` (reads both)."""
     d = Path(backend_dir)
     for name in (SERVER_LOG_GZ, SERVER_LOG):
         p = d / name
-        if p.is_file() and not p.is_symlink():
+        if plain_file(p, root):
             return p
     return None
 

@@ -274,10 +274,11 @@ def compact_telemetry(row: Any) -> Any:
 
 
 def _read_rows(path: Path, rel: str, problems: list[str], partial: list[str], *, required: bool, compact=None,
-               read: dict[str, _Rows] | None = None) -> Any:
+               read: dict[str, _Rows] | None = None, root: Path | None = None) -> Any:
     """Rows of a JSONL file, streamed and (with `compact`) compacted one at a time -- or, when
-    verification already decoded the file (`read`), its rows from there."""
-    if not path.is_file():
+    verification already decoded the file (`read`), its rows from there. A file that is not
+    `layout.plain_file` (a symlink, a FIFO: verification reports it, V106) is read as missing."""
+    if not layout.plain_file(path, root):
         if required:
             problems.append(f"{rel}: missing")
         return []
@@ -551,8 +552,9 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
         entries = manifest.get("backends")
     # backends whose traces the run took from server.log: the judge re-matches them from there
     from_log = frozenset(layout.safe_name(e["name"]) for e in entries if isinstance(e, dict) and isinstance(e.get("name"), str)
-                         and e.get("trace_source") == "log" and layout.server_log_file(root / layout.BACKENDS / layout.safe_name(e["name"]))
-                                                                  is not None) if isinstance(entries, list) else frozenset()
+                         and e.get("trace_source") == "log"
+                         and layout.server_log_file(root / layout.BACKENDS / layout.safe_name(e["name"]), root) is not None) \
+        if isinstance(entries, list) else frozenset()
     windows = tuple(windows)
     slots = {layout.safe_name(e["name"]): WindowSlots(e.get("levels") or (), windows) for e in entries
              if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("levels") or [], list)} \
@@ -575,7 +577,7 @@ def _client_rows(root: Path, read: dict[str, _Rows] | None = None) -> dict[str, 
     written; a row that is not an object with a `backend` and a numeric `t` is skipped). Built
     as verification decoded the rows (`read`), else read here."""
     path = root / layout.CLIENT
-    if not path.is_file():
+    if not layout.plain_file(path, root):
         return {}
     got = read.pop(layout.CLIENT, None) if read is not None else None
     if got is not None:
@@ -588,15 +590,16 @@ def _client_rows(root: Path, read: dict[str, _Rows] | None = None) -> dict[str, 
 
 def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str],
                    read: dict[str, _Rows], windows: WindowSlots | None = None,
-                   closed: Closed | None = None) -> tuple[RequestTable, int, int]:
+                   closed: Closed | None = None, root: Path | None = None) -> tuple[RequestTable, int, int]:
     """requests.jsonl into columns, one row at a time (from verification's decoding when it
     ran, else streamed here); unusable rows become problems (the first MAX_PROBLEMS; also
     returned: how many more there were, and how many usable rows `closed` left out)."""
     name = rel + layout.REQUESTS
-    sink = read.pop(name, None) if path.is_file() else None
+    plain = layout.plain_file(path, root)  # a symlink or FIFO is never followed nor opened
+    sink = read.pop(name, None) if plain else None
     if not isinstance(sink, _TableRows):
         sink = _TableRows(windows=windows, closed=closed)
-        if not path.is_file():
+        if not plain:
             problems.append(f"{name}: missing")
             return TableBuilder().finish(), 0, 0
         bad: list[tuple[int, str | None]] = []
@@ -650,21 +653,21 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     rel = f"{layout.BACKENDS}/{safe}/"
     problems: list[str] = [safe_note] if safe_note else []
     partial: list[str] = []
-    table, more, left_out = _read_requests(d / layout.REQUESTS, rel, problems, partial, read, windows, closed)
+    table, more, left_out = _read_requests(d / layout.REQUESTS, rel, problems, partial, read, windows, closed, root)
     traces: Any = _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
-                             read=read)
+                             read=read, root=root)
     if not isinstance(traces, StoredTraces):
         traces = StoredTraces(tuple(r for r in traces if isinstance(r, dict)))
     telemetry = [r for r in _read_rows(d / layout.TELEMETRY, rel + layout.TELEMETRY, problems, partial, required=False,
-                                       compact=compact_telemetry, read=read)
+                                       compact=compact_telemetry, read=read, root=root)
                  if isinstance(r, dict)]
-    metrics = _read_rows(d / layout.METRICS, rel + layout.METRICS, problems, partial, required=False, read=read)
-    lpath = layout.server_log_file(d)  # server.log.gz, else server.log (a run killed before it ended)
+    metrics = _read_rows(d / layout.METRICS, rel + layout.METRICS, problems, partial, required=False, read=read, root=root)
+    lpath = layout.server_log_file(d, root)  # server.log.gz, else server.log (a run killed before it ended)
     # never read whole: the judge streams it from the run's start offset (`rederive`)
     server_log_path = str(lpath) if lpath is not None else None
     followup = None
     fpath = d / layout.FOLLOWUP
-    if fpath.is_file():
+    if layout.plain_file(fpath, root):
         try:
             doc = read_json(fpath)
             followup = doc if isinstance(doc, dict) else None
