@@ -121,3 +121,18 @@ def test_a_fifo_manifest_is_named_as_such(tmp_path, capsys):
     code, _, err = run_cli(capsys, "verify", d, seconds=20)
     assert code == 2 and "manifest.json is not a regular file" in err and "no manifest.json" not in err
 
+
+# ------------------------------------------------------------------ FIFOs and hostile small files
+
+
+def test_a_fifo_lock_neither_hangs_verify_nor_passes(tmp_path, capsys):
+    """A FIFO named .lock blocked `verify` and `gate` forever (the lock check opened it)."""
+    d = tmp_path / "run1"
+    build_evidence_dir(d)
+    os.mkfifo(d / ".lock")
+    with within(20):
+        r = verify_evidence(d)
+    assert r.exit_code == 1 and [(x.code, Path(x.path).name) for x in r.problems] == [("V106", ".lock")]
+    code, out, _ = run_cli(capsys, "verify", d, seconds=20)
+    assert code == 1 and ".lock: V106 not a regular file" in out
+

@@ -27,6 +27,7 @@ import math
 import os
 import re
 import secrets
+import stat
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -858,13 +859,17 @@ class RunLock:
 def lock_holder(run_dir: os.PathLike | str) -> int | None:
     """The pid holding `<run_dir>/.lock`, 0 if held by an unknown pid, None if not held.
 
-    Never creates the lock file."""
+    Never creates the lock file, never follows a symlink, and never waits: a `.lock` that is
+    not a regular file (a FIFO would block the open until a writer came) is held by no one
+    (`verify` reports it, V106)."""
     path = Path(run_dir) / layout.LOCK
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -76,7 +76,8 @@ _FAST_ROWS = {layout.TRACES: msgspec.json.Decoder(_ShortTrace)}
 
 def list_files(run_dir: str | os.PathLike) -> tuple[list[str], list[str]]:
     """(regular files, other entries) under `run_dir` as sorted POSIX relpaths, without
-    manifest.json and .lock at the top level. Symlinks are never followed."""
+    manifest.json, .lock and manifest.json.sig at the top level (but among the other entries
+    when one of them is not a regular file). Symlinks are never followed."""
     root = Path(run_dir)
     files: list[str] = []
     others: list[str] = []
@@ -88,9 +89,11 @@ def list_files(run_dir: str | os.PathLike) -> tuple[list[str], list[str]]:
                 dirnames.remove(d)
         for f in filenames:
             rel = (rel_dir / f).as_posix()
-            if rel in layout.NOT_ARTIFACTS:
-                continue
             mode = os.lstat(os.path.join(dirpath, f)).st_mode
+            if rel in layout.NOT_ARTIFACTS:
+                if not stat.S_ISREG(mode):  # a FIFO named .lock, a symlinked signature: not what a run leaves
+                    others.append(rel)
+                continue
             (files if stat.S_ISREG(mode) else others).append(rel)
     return sorted(files), sorted(others)
 
