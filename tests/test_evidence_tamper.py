@@ -136,3 +136,26 @@ def test_a_fifo_lock_neither_hangs_verify_nor_passes(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "verify", d, seconds=20)
     assert code == 1 and ".lock: V106 not a regular file" in out
 
+
+def _killed_log(run_dir: Path) -> Path:
+    """One backend's server.log.gz made what a run killed before its end leaves: server.log."""
+    b = _backend(run_dir)
+    (b / "server.log").write_bytes(gzip.decompress((b / "server.log.gz").read_bytes()))
+    (b / "server.log.gz").unlink()
+    return b
+
+
+def test_a_hostile_moved_log_state_is_neither_a_crash_nor_a_hang(demo_copy, capsys):
+    """server.log.moved.json nested 100,000 deep crashed `gate` (RecursionError, exit 4); a
+    FIFO there blocked it forever."""
+    b = _killed_log(demo_copy)
+    (b / "server.log.moved.gz").write_bytes(gzip.compress(b""))
+    state = b / "server.log.moved.json"
+    state.write_text("[" * 100_000 + "]" * 100_000)
+    code, out, err = run_cli(capsys, "gate", demo_copy)
+    assert code == 1 and "internal error" not in err and "artifacts_verified" in out
+    state.unlink()
+    os.mkfifo(state)
+    code, out, err = run_cli(capsys, "gate", demo_copy, seconds=30)
+    assert code == 1 and "server.log.moved.json: not a regular file" in out
+

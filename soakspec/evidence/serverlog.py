@@ -66,8 +66,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from soakspec.evidence.io import EvidenceError, EvidenceUnreadable, fsync_dir, write_json_atomic
-from soakspec.evidence.layout import SERVER_LOG, SERVER_LOG_MOVED, SERVER_LOG_MOVED_STATE
+from soakspec.evidence.io import EvidenceError, EvidenceUnreadable, fsync_dir, loads, write_json_atomic
+from soakspec.evidence.layout import SERVER_LOG, SERVER_LOG_MOVED, SERVER_LOG_MOVED_STATE, plain_file
 
 HEAD_BYTES = 8 << 20
 TAIL_BYTES = 8 << 20
@@ -325,14 +325,23 @@ def is_gzip(path: os.PathLike | str) -> bool:
         return f.read(2) == GZIP_MAGIC
 
 
+_MAX_STATE_BYTES = 64 * 1024  # the state is a few dozen bytes
+
+
 def _moved_state(path: Path) -> dict[str, Any] | None:
-    """The moved state beside server.log `path` (a run going, or killed; None: nothing moved)."""
+    """The moved state beside server.log `path` (a run going, or killed; None: nothing moved).
+    Only plain files are read (`layout.plain_file`: a FIFO would block, a symlink leads out of
+    the evidence), a bounded number of bytes, decoded within `io.loads`' limits."""
+    state_path, moved = path.with_name(MOVED_STATE), path.with_name(MOVED_GZ)
+    if not plain_file(state_path) or not plain_file(moved):
+        return None
     try:
-        state = json.loads(path.with_name(MOVED_STATE).read_text())
+        with open(state_path, "rb") as f:
+            state = loads(f.read(_MAX_STATE_BYTES + 1).decode("utf-8"))
         ok = isinstance(state, dict) and all(type(state.get(k)) is int and state[k] >= 0 for k in ("raw_offset", "moved_bytes"))
     except (OSError, ValueError):
         return None
-    return state if ok and path.with_name(MOVED_GZ).is_file() else None
+    return state if ok else None
 
 
 def open_log(path: os.PathLike | str):
