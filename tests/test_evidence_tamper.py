@@ -159,3 +159,13 @@ def test_a_hostile_moved_log_state_is_neither_a_crash_nor_a_hang(demo_copy, caps
     code, out, err = run_cli(capsys, "gate", demo_copy, seconds=30)
     assert code == 1 and "server.log.moved.json: not a regular file" in out
 
+
+def test_lint_claims_does_not_block_on_a_fifo_result_file(quick_demo, demo_copy, tmp_path, capsys):
+    """lint-claims --evidence read results.json / verdict.json with no check: a FIFO blocked it."""
+    doc = tmp_path / "doc.md"
+    doc.write_text("The run passed its gate.\n")
+    for name in ("results.json", "verdict.json"):
+        (demo_copy / name).unlink()
+        os.mkfifo(demo_copy / name)
+    code, out, err = run_cli(capsys, "lint-claims", doc, "--spec", quick_demo.spec, "--evidence", demo_copy, seconds=60)
+    assert code in (0, 1) and "internal error" not in err

@@ -185,6 +185,11 @@ _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
 def _read_json(path: Path) -> Any:
+    """A stored JSON file of the evidence, or None when there is none -- nor any plain file
+    (`layout.plain_file`): a FIFO named results.json would block the read, a symlink lead
+    out of the directory; `verify` reports either (V106)."""
+    if not layout.plain_file(path):
+        return None
     try:
         return loads(path.read_text(encoding="utf-8"))  # bounded depth and numbers
     except FileNotFoundError:
@@ -543,7 +548,7 @@ def _facts(root: Path, manifest: dict, results: dict, verdict: Any) -> tuple[Evi
     _hashes(results, "results.json", extra)
     for name in ("manifest.json", "results.json"):
         p = root / name
-        if p.is_file():
+        if layout.plain_file(p):
             extra[name] = hashlib.sha256(p.read_bytes()).hexdigest()
     spec_sha = _first(manifest, "spec_sha256", "spec.sha256")
     m_backends = _by_name(manifest.get("backends"))
