@@ -219,3 +219,15 @@ def test_rehearsal_is_inconclusive_unless_allowed(spec):
     assert rule(v, "full_scale_run").status == "inconclusive"
     # the time-scaled plan is the yardstick: the rehearsal is otherwise whole
     assert rule(v, "duration_coverage").status == "pass"
+
+
+def test_an_unreadable_follow_up_is_named_as_such_not_missing(spec, tmp_path):
+    """A followup.json that is there but does not parse fails `follow_up` saying so, not
+    "followup.json missing" (which would send a reader looking for a file that exists)."""
+    b = EvidenceBuilder(spec)
+    run = b.write(tmp_path / "ev")
+    (run / "backends" / "nccl" / "followup.json").write_text("{not json")
+    v = judge(spec, load_evidence(run))
+    msg = rule(v, "follow_up").message
+    assert "backend nccl: no follow-up evidence (backends/nccl/followup.json:1: does not parse)" in msg, msg
+    assert "missing" not in msg

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from soakspec.evidence.layout import FOLLOWUP
 from soakspec.evidence.manifest import stored_spec_sha256
 from soakspec.judge.evidence import embedded_spec_sha256
 from soakspec.judge.common import backend_here, compare, describe_request, loc, plural, problem, result
@@ -147,8 +148,9 @@ def _follow_up_problem(run: JudgedRun, name: str, planned: bool) -> Instance | N
     f = bi.evidence.followup
     if not planned:
         return None
-    if f is None:
-        return problem("no follow-up evidence (followup.json missing)", here)
+    if f is None:  # missing, or there and unreadable (its problem says how: not a "missing" file)
+        bad = next((p for p in bi.evidence.problems if FOLLOWUP in p), None)
+        return problem(f"no follow-up evidence ({bad})" if bad else "no follow-up evidence (followup.json missing)", here)
     if f.get("required") is False:
         return problem("the spec plans a follow-up request but the run did not require one", here)
     if f.get("passed") is not True:
