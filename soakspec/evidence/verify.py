@@ -2,7 +2,8 @@
 
 Integrity problems (exit 1):
   V101 an artifact's bytes changed since the manifest hashed them
-  V102 an artifact the manifest lists (or a complete run needs) is missing
+  V102 an artifact the manifest lists is missing (results.json and verdict.json a complete run
+       needs: V205, V206)
   V103 a file exists but the manifest does not list it
   V104 a JSON document or JSONL record does not match its schema
   V105 a file does not parse (invalid JSON, a corrupt whole JSONL line)
