@@ -199,6 +199,9 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {args.out} exists and is not an empty directory")
+    from soakspec.commands.outpath import refuse_inside_evidence
+
+    refuse_inside_evidence(args.out, args.dirs)  # a child's evidence would no longer verify
     children = []
     for d in args.dirs:
         where = str(d).rstrip("/") or "/"

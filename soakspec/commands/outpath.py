@@ -1,0 +1,26 @@
+"""`--out` of the commands that read evidence (`report`, `compare`, `combine`): refused before a
+byte of evidence is read (a day-long soak's takes minutes), as a usage error, when it cannot be
+right.
+
+Never inside an evidence directory being read: a file written there is not in its manifest, so
+`soakspec verify` then finds it (V103, exit 1) and `gate` FAILs artifacts_verified -- the report
+of a passing run would have made the run fail.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from soakspec.exitcodes import UsageError
+
+
+def refuse_inside_evidence(out: str, evidence_dirs: Iterable[str | os.PathLike]) -> None:
+    """UsageError when `out` is one of `evidence_dirs` or lies under one (symlinks resolved)."""
+    target = Path(out).resolve()
+    for d in evidence_dirs:
+        root = Path(d).resolve()
+        if target == root or root in target.parents:
+            raise UsageError(f"--out {out} is inside the evidence directory {d}: a file written there is not in its "
+                             "manifest, and `soakspec verify` and `gate` would then fail the evidence; write it elsewhere")

@@ -1,0 +1,56 @@
+"""What an audit of the command line found wrong with bad and odd arguments and signals."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from soakspec.cli import main
+from soakspec.evidence.testing import build_evidence_dir
+from soakspec.exitcodes import ExitCode
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DEMO = str(ROOT / "specs" / "demo.soak")
+
+
+# ------------------------------------------------------------------ --out inside the evidence
+
+
+@pytest.fixture()
+def evidence(tmp_path):
+    d = tmp_path / "run"
+    build_evidence_dir(d)
+    return d
+
+
+@pytest.mark.parametrize("argv", [
+    ["report", "@", "--out", "@/report.md"],
+    ["report", "@", "--format", "html", "--out", "@/backends/a/r.html"],
+    ["compare", "@", "@", "--out", "@/cmp.md"],
+    ["combine", "@", "--out", "@/combined"],
+])  # fmt: skip
+def test_out_inside_the_evidence_directory_is_refused_and_the_evidence_still_verifies(evidence, capsys, argv):
+    """`soakspec report DIR --out DIR/report.md` wrote the report into the evidence: a file not
+    in its manifest, so `verify` then exited 1 and `gate` FAILed a run that had passed. Now a
+    usage error, before anything is read or written."""
+    before = sorted(p.relative_to(evidence) for p in evidence.rglob("*"))
+    code = main([a.replace("@", str(evidence)) for a in argv])
+    err = capsys.readouterr().err
+    assert code is ExitCode.USAGE, err
+    assert "is inside the evidence directory" in err and "Traceback" not in err
+    assert sorted(p.relative_to(evidence) for p in evidence.rglob("*")) == before
+    assert main(["verify", str(evidence)]) == ExitCode.OK
+
+
+def test_out_through_a_symlink_into_the_evidence_is_refused(evidence, tmp_path, capsys):
+    link = tmp_path / "link"
+    link.symlink_to(evidence)
+    assert main(["report", str(evidence), "--out", str(link / "r.md")]) is ExitCode.USAGE
+    assert "inside the evidence directory" in capsys.readouterr().err
+
+
+def test_out_beside_the_evidence_is_written(evidence, tmp_path, capsys):
+    out = tmp_path / "r.md"
+    assert main(["report", str(evidence), "--out", str(out)]) is ExitCode.OK
+    assert out.is_file()
