@@ -54,3 +54,15 @@ def test_out_beside_the_evidence_is_written(evidence, tmp_path, capsys):
     out = tmp_path / "r.md"
     assert main(["report", str(evidence), "--out", str(out)]) is ExitCode.OK
     assert out.is_file()
+
+
+@pytest.mark.parametrize("kind", ["directory", "no parent"])
+def test_compare_out_that_cannot_be_a_file_is_a_usage_error_like_reports(evidence, tmp_path, capsys, kind):
+    """`compare A B --out DIR` read both runs, then exited 4 with "cannot write evidence: Is a
+    directory" where `report --out DIR` says at once that it is a usage error (2)."""
+    out = tmp_path if kind == "directory" else tmp_path / "nope" / "c.md"
+    code = main(["compare", str(evidence), str(evidence), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code is ExitCode.USAGE, err
+    assert ("is a directory; give a file name" if kind == "directory" else "no such directory") in err
+    assert "cannot write evidence" not in err

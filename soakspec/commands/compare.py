@@ -20,8 +20,8 @@ all -- a manifest that does not parse, as `gate` says of it; an incomplete run; 
 on one side only; a rehearsal or time-scaled run on either side, unless the spec's gate allows
 rehearsals and both are scaled alike; runs that sent different requests -- prompt, max_tokens,
 endpoint, model, sampling -- unless `--allow-workload-change` says that is the point; nothing
-to match); 2 usage error (also an `--out` inside either evidence directory); 4 when `--out`
-cannot be written.
+to match); 2 usage error (also an `--out` that is a directory, in no directory or inside either
+evidence directory); 4 when `--out` cannot be written.
 """
 
 from __future__ import annotations
@@ -84,10 +84,10 @@ def main(args: argparse.Namespace) -> int:
 
     for d in (args.base, args.new):  # both, before either is read (a day-long run's evidence takes minutes)
         require_evidence_dir(d)
-    if args.out is not None:  # a file there would fail either run's verification
-        from soakspec.commands.outpath import refuse_inside_evidence
+    if args.out is not None:  # as `report --out`: a usage error before the minutes of reading, not after
+        from soakspec.commands.outpath import check_out_file
 
-        refuse_inside_evidence(args.out, [args.base, args.new])
+        check_out_file(args.out, [args.base, args.new])
     sides, specs = [], []
     for d in (args.base, args.new):
         loaded = load_for_judging("compare", d, args.spec, name_dir=True)

@@ -24,3 +24,14 @@ def refuse_inside_evidence(out: str, evidence_dirs: Iterable[str | os.PathLike])
         if target == root or root in target.parents:
             raise UsageError(f"--out {out} is inside the evidence directory {d}: a file written there is not in its "
                              "manifest, and `soakspec verify` and `gate` would then fail the evidence; write it elsewhere")
+
+
+def check_out_file(out: str, evidence_dirs: Iterable[str | os.PathLike]) -> None:
+    """UsageError for an `--out FILE` that is a directory, whose directory does not exist, or
+    that lies inside an evidence directory being read."""
+    p = Path(out)
+    if p.is_dir():
+        raise UsageError(f"--out {out} is a directory; give a file name")
+    if not p.parent.is_dir():
+        raise UsageError(f"--out {out}: no such directory {p.parent}")
+    refuse_inside_evidence(out, evidence_dirs)

@@ -11,8 +11,8 @@ The report goes to stdout, or to `--out FILE` (written atomically; nothing on st
 (a different spec) go to stderr. Exit code: 0 when the report was rendered, whatever the
 verdict it shows (so `set -e` publishing of a FAIL report works; the verdict's exit code stays
 with `soakspec gate` and `soakspec run`); 2 for a usage error (no evidence directory, a spec
-that does not check, an `--out` inside the evidence directory); 3 when the evidence cannot be
-read at all; 4 when `--out` cannot be written.
+that does not check, an `--out` that is a directory, in no directory or inside the evidence
+directory); 3 when the evidence cannot be read at all; 4 when `--out` cannot be written.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from pathlib import Path
 
 from soakspec.exitcodes import ExitCode
 from soakspec.report import FORMATS
@@ -65,19 +64,13 @@ def _partial(args: argparse.Namespace):
 
 
 def main(args: argparse.Namespace) -> int:
-    from soakspec.cli import UsageError
     from soakspec.commands.gate import load_for_judging, with_retained_notes
-    from soakspec.commands.outpath import refuse_inside_evidence
+    from soakspec.commands.outpath import check_out_file
     from soakspec.evidence.io import EvidenceError, write_bytes_atomic
     from soakspec.report import prepare
 
     if args.out is not None:
-        out = Path(args.out)
-        if out.is_dir():
-            raise UsageError(f"--out {args.out} is a directory; give a file name")
-        if not out.parent.is_dir():
-            raise UsageError(f"--out {args.out}: no such directory {out.parent}")
-        refuse_inside_evidence(args.out, [args.dir])
+        check_out_file(args.out, [args.dir])
     partial = _partial(args)
     if isinstance(partial, int):
         return partial
