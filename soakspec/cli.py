@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import difflib
 import importlib
 import os
 import signal
@@ -59,7 +60,38 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is None or only == name:
             mod = importlib.import_module(module)
             getattr(mod, "configure_" + name.replace("-", "_"), getattr(mod, "configure", None))(p)
+    parser.commands = sub.choices  # type: ignore[attr-defined]  # each command's parser: it reports what it did not recognize
     return parser
+
+
+def _closest(word: str, choices) -> str | None:
+    """The one of `choices` closest to `word` (a typo of it), or None."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _unrecognized(parser: argparse.ArgumentParser, extras: list[str]) -> str:
+    """argparse's "unrecognized arguments" message, with the closest option of the command for
+    an option it does not know (`--fromat` -> `--format`)."""
+    options = [s for a in parser._actions for s in a.option_strings]
+    hints = []
+    for w in extras:
+        name = w.split("=", 1)[0]
+        close = _closest(name, options) if name.startswith("--") else None
+        if close:
+            hints.append(f"{name}: did you mean {close}?")
+    return f"unrecognized arguments: {' '.join(extras)}" + (f" ({'; '.join(hints)})" if hints else "")
+
+
+def _unknown_command(argv: list[str]) -> str | None:
+    """The first word of argv that stands where the command goes and is none, with a suggestion."""
+    for a in argv:
+        if a in COMMANDS:
+            return None
+        if not a.startswith("-"):
+            close = _closest(a, COMMANDS)
+            return f"unknown command {a!r}{f' (did you mean {close}?)' if close else ''}; the commands are {', '.join(COMMANDS)}"
+    return None
 
 
 READS_EVIDENCE = frozenset({"gate", "report", "verify", "combine", "compare"})  # long reads reported on stderr
@@ -138,7 +170,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Configure only the command being run: keeps start-up fast and imports minimal.
     parser = build_parser(only=_command_from_argv(argv) or "")
-    args = parser.parse_args(argv)
+    unknown = _unknown_command(argv)
+    if unknown is not None:
+        parser.error(unknown)
+    args, extras = parser.parse_known_args(argv)
+    if extras:  # said by the command's parser, with its usage (not `soakspec`'s), and what was meant
+        said_by = parser.commands.get(args.command, parser) if args.command else parser
+        said_by.error(_unrecognized(said_by, extras))
     if not args.command:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE

@@ -66,3 +66,36 @@ def test_compare_out_that_cannot_be_a_file_is_a_usage_error_like_reports(evidenc
     assert code is ExitCode.USAGE, err
     assert ("is a directory; give a file name" if kind == "directory" else "no such directory") in err
     assert "cannot write evidence" not in err
+
+
+# ------------------------------------------------------------------ what a command does not know
+
+
+def test_an_extra_argument_is_said_by_the_command_with_its_usage(capsys):
+    """`soakspec gate DIR extra` printed `soakspec`'s usage (`COMMAND ...`) and `soakspec:
+    error`, not the usage of the command that was given the word."""
+    with pytest.raises(SystemExit) as e:
+        main(["plan", DEMO, "extra"])
+    err = capsys.readouterr().err
+    assert e.value.code == ExitCode.USAGE
+    assert "usage: soakspec plan" in err and "soakspec plan: error: unrecognized arguments: extra" in err
+
+
+@pytest.mark.parametrize(("argv", "said"), [
+    (["check", "--stirct", DEMO], "soakspec check: error: unrecognized arguments: --stirct (--stirct: did you mean --strict?)"),
+    (["gate", "--fromat=json", "d"], "(--fromat: did you mean --format?)"),
+    (["plan", DEMO, "--backnd", "x"], "(--backnd: did you mean --backend?)"),
+])  # fmt: skip
+def test_a_mistyped_option_gets_a_suggestion(capsys, argv, said):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == ExitCode.USAGE
+    assert said in capsys.readouterr().err
+
+
+def test_a_mistyped_command_gets_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--debug", "gat", "d"])
+    err = capsys.readouterr().err
+    assert e.value.code == ExitCode.USAGE
+    assert "unknown command 'gat' (did you mean gate?)" in err and "lint-claims" in err
