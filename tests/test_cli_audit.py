@@ -6,6 +6,7 @@ import pathlib
 
 import pytest
 
+from soakspec import cli
 from soakspec.cli import main
 from soakspec.evidence.testing import build_evidence_dir
 from soakspec.exitcodes import ExitCode
@@ -99,3 +100,12 @@ def test_a_mistyped_command_gets_a_suggestion(capsys):
     err = capsys.readouterr().err
     assert e.value.code == ExitCode.USAGE
     assert "unknown command 'gat' (did you mean gate?)" in err and "lint-claims" in err
+
+
+def test_every_commands_help_lists_debug(capsys):
+    """`--debug` is accepted after every command (README: it shows a traceback for an internal
+    error), but no command's --help listed it."""
+    for name in cli.COMMANDS:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        assert "--debug" in capsys.readouterr().out, name
