@@ -8,7 +8,9 @@ Errors: a user mistake prints one clear line (exit 2); an unexpected exception p
 naming it as a bug, with the traceback only under `--debug`, and aborts (exit 4). A stdout that
 refuses the output (`> /dev/full`) is said as that, not as a bug, and aborts too (exit 4): the
 result did not reach the caller, so no result's code may stand for it. A reader that closes the
-pipe early (`| head`) is not an error. Every exit is an `ExitCode` member.
+pipe early (`| head`) is not an error. SIGINT, SIGTERM and SIGHUP stop a command with one
+line and exit ABORTED (`_Signals`; `run` and `sim` take them over while they run). Every exit
+is an `ExitCode` member.
 """
 
 from __future__ import annotations
@@ -167,76 +169,157 @@ def _discard_stdout() -> None:
         os.close(devnull)
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP while a command runs: it stops as Ctrl-C stops it (one line, exit
+    ABORTED), where the default action killed it with no word and exit 143 or 129, codes the
+    contract does not have. A BaseException, as KeyboardInterrupt is: no `except Exception`
+    on the way swallows it."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT while a command runs, as `_Signals` raises it: a KeyboardInterrupt (whatever
+    catches Ctrl-C catches it), of its own type because CPython (3.11) marks a plain one that
+    escapes an `exec` of a string -- a dataclass being made as a module is imported -- as
+    unhandled, and then dies by SIGINT at exit (exit 130) after `main` caught it and said
+    "interrupted"."""
+
+
+class _Signals:
+    """The handler of SIGINT, SIGTERM and SIGHUP in `main`. While the command line is parsed and
+    the command's modules imported (numpy's C extension among them), a signal is held, not
+    raised: a KeyboardInterrupt raised inside an import printed the import machinery's
+    traceback and died by SIGINT (exit 130), and one cut into numpy's initialization could
+    crash the interpreter at exit (SIGSEGV). `release` raises a held one where `main` catches it."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.holding = True
+        self.held: int | None = None
+
+    def __call__(self, signum: int, frame) -> None:
+        if self.holding:
+            self.held = self.held or signum
+            return
+        self._raise(signum)
+
+    @staticmethod
+    def _raise(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise Interrupted
+        raise Terminated(signal.Signals(signum).name)
+
+    def release(self) -> None:
+        self.holding = False
+        if self.held is not None:
+            self._raise(self.held)
+
+    def install(self) -> dict:
+        """Install for the three signals; their old handlers (none where signals cannot be
+        handled: a thread that is not the main one)."""
+        old = {}
+        try:
+            for sig in self.SIGNALS:
+                old[sig] = signal.signal(sig, self)
+        except ValueError:  # not the main thread: signals keep what they had
+            pass
+        return old
+
+
+@contextlib.contextmanager
+def _installed(signals: _Signals | None):
+    """`signals` as the handler of SIGINT, SIGTERM and SIGHUP while `main` runs; the old
+    handlers back after."""
+    old = signals.install() if signals is not None else {}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # Configure only the command being run: keeps start-up fast and imports minimal.
-    parser = build_parser(only=_command_from_argv(argv) or "")
-    unknown = _unknown_command(argv)
-    if unknown is not None:
-        parser.error(unknown)
-    args, extras = parser.parse_known_args(argv)
-    if extras:  # said by the command's parser, with its usage (not `soakspec`'s), and what was meant
-        said_by = parser.commands.get(args.command, parser) if args.command else parser
-        said_by.error(_unrecognized(said_by, extras))
-    if not args.command:
-        parser.print_help(sys.stderr)
-        return ExitCode.USAGE
-    heap.limit_retention()  # large temporaries (the judge's, the load's) go back to the system when freed
-    module = importlib.import_module(COMMANDS[args.command][0])
-    fn = getattr(module, "main_" + args.command.replace("-", "_"), getattr(module, "main", None))
-    code: ExitCode | None = None
-    try:
-        # minutes for a day-long soak's evidence: say how far a read has got
-        with (
-            contextlib.redirect_stdout(_GuardedStdout(sys.stdout)),
-            reporting(sys.stderr, args.command) if args.command in READS_EVIDENCE else contextlib.nullcontext(),
-        ):
-            code = ExitCode(int(fn(args)))
-            sys.stdout.flush()  # output still buffered fails here, where it is reported, not at exit
-        return ExitCode(code)
-    except StdoutRefused as e:
-        # ABORTED, whatever the command decided: its result did not reach the caller whole, and
-        # a gate's "pass" must not stand for a verdict nobody received
-        _discard_stdout()
-        what = COMMANDS[args.command][2]
-        print(f"soakspec {args.command}: cannot write {what} to stdout: {e.strerror} (stdout holds at most part of it)", file=sys.stderr)
-        return ExitCode.ABORTED
-    except UsageError as e:
-        print(f"soakspec {args.command}: error: {e}", file=sys.stderr)
-        return ExitCode.USAGE
-    except KeyboardInterrupt:
-        print(f"soakspec {args.command}: interrupted", file=sys.stderr)
-        return ExitCode.ABORTED
-    except BrokenPipeError:  # the reader closed the pipe (`| head`)
-        _discard_stdout()
-        # the command's own code once it had finished; cut off before it did, its output (a
-        # verdict, a report) was not delivered whole, which is no pass (`set -o pipefail` CI
-        # took 0 for `gate DIR | head` of a failed gate)
-        return ExitCode(ExitCode.ABORTED if code is None else code)
-    except (EvidenceChanged, EvidenceUnreadable) as e:  # a file changed under the judge, or one it cannot read
-        print(f"soakspec {args.command}: {e}: the evidence cannot be judged", file=sys.stderr)
-        return ExitCode.INCONCLUSIVE
-    except Exception as e:  # noqa: BLE001 - the one place that turns a crash into one line
-        # --debug adds the traceback and changes nothing else: a bare `raise` here left the exit
-        # code to the interpreter (1, which means "a gate rule failed")
-        debug = getattr(args, "debug", False)
-        if debug:
-            traceback.print_exc(file=sys.stderr)
-        print(
-            f"soakspec {args.command}: internal error: {type(e).__name__}: {e} "
-            + ("(this is a bug)" if debug else "(this is a bug; rerun with --debug for the traceback)"),
-            file=sys.stderr,
-        )
-        return ExitCode.ABORTED
+    command = _command_from_argv(argv)
+    # `sim` keeps the signals' defaults until its own receiver takes them: it is a server the
+    # runner stops with SIGTERM, and reads its death by that signal as such
+    signals = _Signals() if command != "sim" else None
+    with _installed(signals):
+        # Configure only the command being run: keeps start-up fast and imports minimal.
+        parser = build_parser(only=command or "")
+        unknown = _unknown_command(argv)
+        if unknown is not None:
+            parser.error(unknown)
+        args, extras = parser.parse_known_args(argv)
+        if extras:  # said by the command's parser, with its usage (not `soakspec`'s), and what was meant
+            said_by = parser.commands.get(args.command, parser) if args.command else parser
+            said_by.error(_unrecognized(said_by, extras))
+        if not args.command:
+            parser.print_help(sys.stderr)
+            return ExitCode.USAGE
+        heap.limit_retention()  # large temporaries (the judge's, the load's) go back to the system when freed
+        module = importlib.import_module(COMMANDS[args.command][0])
+        fn = getattr(module, "main_" + args.command.replace("-", "_"), getattr(module, "main", None))
+        code: ExitCode | None = None
+        try:
+            if signals is not None:
+                signals.release()  # one that came while starting: raised here, where it is caught
+            # minutes for a day-long soak's evidence: say how far a read has got
+            with (
+                contextlib.redirect_stdout(_GuardedStdout(sys.stdout)),
+                reporting(sys.stderr, args.command) if args.command in READS_EVIDENCE else contextlib.nullcontext(),
+            ):
+                code = ExitCode(int(fn(args)))
+                sys.stdout.flush()  # output still buffered fails here, where it is reported, not at exit
+            return ExitCode(code)
+        except StdoutRefused as e:
+            # ABORTED, whatever the command decided: its result did not reach the caller whole, and
+            # a gate's "pass" must not stand for a verdict nobody received
+            _discard_stdout()
+            what = COMMANDS[args.command][2]
+            print(f"soakspec {args.command}: cannot write {what} to stdout: {e.strerror} (stdout holds at most part of it)", file=sys.stderr)
+            return ExitCode.ABORTED
+        except UsageError as e:
+            print(f"soakspec {args.command}: error: {e}", file=sys.stderr)
+            return ExitCode.USAGE
+        except KeyboardInterrupt:
+            print(f"soakspec {args.command}: interrupted", file=sys.stderr)
+            return ExitCode.ABORTED
+        except Terminated as e:
+            print(f"soakspec {args.command}: terminated ({e})", file=sys.stderr)
+            return ExitCode.ABORTED
+        except BrokenPipeError:  # the reader closed the pipe (`| head`)
+            _discard_stdout()
+            # the command's own code once it had finished; cut off before it did, its output (a
+            # verdict, a report) was not delivered whole, which is no pass (`set -o pipefail` CI
+            # took 0 for `gate DIR | head` of a failed gate)
+            return ExitCode(ExitCode.ABORTED if code is None else code)
+        except (EvidenceChanged, EvidenceUnreadable) as e:  # a file changed under the judge, or one it cannot read
+            print(f"soakspec {args.command}: {e}: the evidence cannot be judged", file=sys.stderr)
+            return ExitCode.INCONCLUSIVE
+        except Exception as e:  # noqa: BLE001 - the one place that turns a crash into one line
+            # --debug adds the traceback and changes nothing else: a bare `raise` here left the exit
+            # code to the interpreter (1, which means "a gate rule failed")
+            debug = getattr(args, "debug", False)
+            if debug:
+                traceback.print_exc(file=sys.stderr)
+            print(
+                f"soakspec {args.command}: internal error: {type(e).__name__}: {e} "
+                + ("(this is a bug)" if debug else "(this is a bug; rerun with --debug for the traceback)"),
+                file=sys.stderr,
+            )
+            return ExitCode.ABORTED
 
 
 def entry() -> int:
-    """The `soakspec` program (console script, `python -m soakspec`): `main`, then SIGINT
-    ignored on the way out. The command has decided its exit code by then: a Ctrl-C still
-    arriving (one held down since `run` was interrupted) must not turn it into a death by
-    SIGINT (exit 130, not the command's 4). Tests call `main` in-process, keeping Ctrl-C."""
+    """The `soakspec` program (console script, `python -m soakspec`): `main`, then SIGINT,
+    SIGTERM and SIGHUP ignored on the way out. The command has decided its exit code by then:
+    a Ctrl-C still arriving (one held down since `run` was interrupted) or a second SIGTERM must
+    not turn it into a death by that signal (exit 130 or 143, not the command's 4). Tests call
+    `main` in-process, keeping Ctrl-C."""
     code = main()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for sig in _Signals.SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
     return code
 
 

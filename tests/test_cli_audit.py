@@ -1,8 +1,16 @@
-"""What an audit of the command line found wrong with bad and odd arguments and signals."""
+"""What an audit of the command line found wrong with bad and odd arguments and signals:
+`--out` written inside the evidence it reports on, arguments a command does not know said
+against `soakspec`'s usage with no suggestion, signals that killed a command with a
+traceback or a code the contract does not have."""
 
 from __future__ import annotations
 
+import os
 import pathlib
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -13,6 +21,12 @@ from soakspec.exitcodes import ExitCode
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DEMO = str(ROOT / "specs" / "demo.soak")
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    return env
 
 
 # ------------------------------------------------------------------ --out inside the evidence
@@ -109,3 +123,68 @@ def test_every_commands_help_lists_debug(capsys):
         with pytest.raises(SystemExit):
             main([name, "--help"])
         assert "--debug" in capsys.readouterr().out, name
+
+
+# ------------------------------------------------------------------ signals
+
+
+def _catches(pid: int, sig: int) -> bool:
+    try:
+        status = pathlib.Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask >> (sig - 1) & 1)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="reads /proc (Linux)")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT])
+def test_a_signal_stops_a_command_with_one_line_and_exit_aborted(sig):
+    """SIGTERM (or SIGHUP) to `gate`, `report`, `check`... killed it with no word and exit 143
+    (129), a code the contract does not have; now it stops as Ctrl-C does: one line, exit 4,
+    no traceback. The command waits on its stdin (`check -`) when the signal comes."""
+    p = subprocess.Popen([sys.executable, "-m", "soakspec", "check", "-"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_env(),
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        deadline = time.monotonic() + 30
+        while not _catches(p.pid, signal.SIGTERM) and time.monotonic() < deadline:  # handlers in: started
+            time.sleep(0.02)
+        time.sleep(0.3)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    err_text = err.decode()
+    assert p.returncode == ExitCode.ABORTED, (p.returncode, err_text)
+    assert "Traceback" not in err_text and out == b""
+    said = "interrupted" if sig == signal.SIGINT else f"terminated ({signal.Signals(sig).name})"
+    assert f"soakspec check: {said}" in err_text
+
+
+def test_a_signal_while_starting_is_held_until_the_command_can_stop(monkeypatch, capsys):
+    """A signal while the command line is parsed and the command's modules imported (numpy's
+    among them) raised inside the import machinery: a traceback and a death by SIGINT (130),
+    once a crash (SIGSEGV) at exit. Now it is held, then stops the command before it starts."""
+    real = cli.build_parser
+    ran = []
+
+    def build_parser(only=None):
+        os.kill(os.getpid(), signal.SIGTERM)  # as if it came while the modules were imported
+        return real(only)
+
+    import soakspec.commands.lang as lang_cmd
+
+    monkeypatch.setattr(cli, "build_parser", build_parser)
+    monkeypatch.setattr(lang_cmd, "main_check", lambda args: ran.append(args) or ExitCode.OK)
+    def caller(signum, frame):  # the caller's own handler: main's replaces it while it runs, then gives it back
+        ran.append("the caller's handler")
+
+    before = signal.signal(signal.SIGTERM, caller)
+    try:
+        code = main(["check", DEMO])
+        assert signal.getsignal(signal.SIGTERM) is caller
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert code is ExitCode.ABORTED and not ran
+    assert "soakspec check: terminated (SIGTERM)" in capsys.readouterr().err
