@@ -4,6 +4,7 @@ how a rule's instances fold into one `RuleResult`."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -59,6 +60,53 @@ def format_value(value: float | None, kind: Kind | None) -> str:
 
 def signed_pct(v: float) -> str:
     return f"{v * 100:+.3g}%"
+
+
+def _shown(value: float, kind: Kind | None, digits: int | None, signed: bool) -> tuple[str, float]:
+    """(text, the number the text says) of `value` at `digits` significant digits (None: as
+    `format_value` / `signed_pct` print it)."""
+    if signed:
+        s = f"{value * 100:+.{digits or 3}g}"
+        return s + "%", float(s) / 100
+    if kind is Kind.DURATION:
+        a, sign = abs(value), "-" if value < 0 else ""
+        if a < 1:
+            s = f"{a * 1000:.{digits or 3}g}"
+            return f"{sign}{s}ms", float(sign + s) / 1000
+        if digits is None and a >= 60:
+            return format_duration(value), float(round(value))
+        s = f"{a:.{digits or 3}g}"
+        return (format_duration(value) if digits is None else f"{sign}{s}s"), float(sign + s)
+    if kind is Kind.SIZE:
+        if digits is not None:
+            return f"{int(value)}B", float(int(value))
+        f = 1.0
+        while abs(value) >= 1024 * f and f < 1024.0**4:
+            f *= 1024
+        return format_size(value), (float(int(value)) if f == 1 else float(f"{value / f:.1f}") * f)
+    if kind is Kind.COUNT and float(value).is_integer():
+        return str(int(value)), float(value)
+    scale, unit = (100.0, "%") if kind is Kind.RATIO else (1.0, " rps") if kind is Kind.RATE else (1.0, "")
+    s = f"{value * scale:.{digits or 4}g}"
+    return s + unit, float(s) / scale
+
+
+def format_beside(value: float | None, kind: Kind | None, op: str | None, threshold: float | None, *,
+                  signed: bool = False) -> str:
+    """`format_value` (or `signed_pct`) of a value printed beside its threshold, with as many more
+    digits as it takes for the text to sit on the same side of the threshold as the value: a
+    failing mean(itl) of 50.04ms reads "50.04ms", never "50ms" beside "threshold < 50ms"."""
+    if value is None:
+        return "n/a"
+    text, shown = _shown(value, kind, None, signed)
+    if op not in OPS or threshold is None or not math.isfinite(value):
+        return text
+    want = (compare(value, op, threshold), value == threshold)
+    digits = 3 if signed or kind is Kind.DURATION else 4
+    while (compare(shown, op, threshold), shown == threshold) != want and digits < 17:
+        digits += 1
+        text, shown = _shown(value, kind, digits, signed)
+    return text
 
 
 def short(text: str, n: int = 160) -> str:

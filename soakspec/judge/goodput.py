@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 from soakspec.judge import stats
-from soakspec.judge.common import compare, format_value, loc, plural, replace, result
+from soakspec.judge.common import compare, format_beside, format_value, loc, plural, replace, result
 from soakspec.judge.index import Row
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.scope import Scope, level_scope, scopes
@@ -160,7 +160,7 @@ def _ratio_instance(run: JudgedRun, sc: Scope, rule: Rule) -> tuple[Instance, fl
     if n == 0:
         return Instance("inconclusive", where, None, None, 0, f"{rule.expr.text} cannot be computed: no measured requests", 1), None
     value = k / n
-    vtext = f"{rule.expr.text} = {format_value(value, Kind.RATIO)}"
+    vtext = f"{rule.expr.text} = {format_beside(value, Kind.RATIO, rule.op, rule.threshold)}"
     conf = run.gate.confidence
     j = share(k, n, rule.op, rule.threshold, conf, run.gate.min_samples)
     basis = f"{k} of {plural(n, 'request')} meet it"
@@ -190,7 +190,7 @@ def _rate_instance(run: JudgedRun, sc: Scope, rule: Rule) -> tuple[Instance, flo
     if n == 0 or value is None:
         why = "no measured requests" if n == 0 else "the scope's wall time is unknown"
         return Instance("inconclusive", where, None, None, n, f"{rule.expr.text} cannot be computed: {why}", 1), None
-    vtext = f"{rule.expr.text} = {format_value(value, Kind.RATE)}"
+    vtext = f"{rule.expr.text} = {format_beside(value, Kind.RATE, rule.op, rule.threshold)}"
     ok = compare(value, rule.op, rule.threshold)
     if ok and not any(r.get("outcome") == "completed" for r in sc.records):
         return Instance("inconclusive", where, value, vtext, n, f"{vtext}, but no request in it completed: nothing was measured", 1), value

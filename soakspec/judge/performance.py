@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from soakspec.judge import stats
-from soakspec.judge.common import OPS, compare, describe_request, format_value, loc, plural, replace, result, signed_pct
+from soakspec.judge.common import OPS, compare, describe_request, format_beside, format_value, loc, plural, replace, result
 from soakspec.judge.index import LevelIndex, Row, Window, error_message
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (
@@ -155,7 +155,7 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
             return _with_censored(run, sc, rule, impl, m, cens)
     if m.value is None:
         return Instance("inconclusive", where, None, None, m.samples, f"{e.text} cannot be computed: {m.reason}"), None, m.samples
-    vtext = f"{e.text} = {format_value(m.value, kind(rule))}"
+    vtext = f"{e.text} = {format_beside(m.value, kind(rule), rule.op, rule.threshold)}"
     ok = compare(m.value, rule.op, rule.threshold)
     if m.samples < m.needed:
         return _too_few(run, sc, rule, impl, m, vtext, ok), m.value, m.samples
@@ -265,11 +265,11 @@ def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest | Per
     note = _censored_note(c, n, e.metric or e.text, fk, m.unit)
     low, high = agg(low_vals), agg(high_vals)
     if high >= UNBOUNDED / 2:
-        vtext = f"{e.text} >= {format_value(low, fk)}"
+        vtext = f"{e.text} >= {format_beside(low, fk, op, t)}"
     elif high > low:
-        vtext = f"{e.text} between {format_value(low, fk)} and {format_value(high, fk)}"
+        vtext = f"{e.text} between {format_beside(low, fk, op, t)} and {format_beside(high, fk, op, t)}"
     else:
-        vtext = f"{e.text} = {format_value(low, fk)}"
+        vtext = f"{e.text} = {format_beside(low, fk, op, t)}"
     value = low if high > low else high
     where = loc(sc)
     ok_low, ok_high = compare(low, op, t), compare(high, op, t)
@@ -365,7 +365,7 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     samples = sum(m.samples for _, m in used)
     if value is None:
         return Instance("inconclusive", where, None, None, samples, f"{e.wrapper}() is undefined: the baseline {_inner_text(rule)} is 0 ({basis})"), None, samples
-    vtext = f"{e.text} = {signed_pct(value)}{'/min' if e.wrapper == 'slope' else ''}"
+    vtext = f"{e.text} = {format_beside(value, None, rule.op, rule.threshold, signed=True)}{'/min' if e.wrapper == 'slope' else ''}"
     status: Status = "pass" if compare(value, rule.op, rule.threshold) else "fail"
     return Instance(status, where, value, vtext, samples, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value, samples
 

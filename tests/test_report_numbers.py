@@ -1,0 +1,48 @@
+"""The numbers reports show: each figure as the judge computed it, printed so that it cannot
+read as being on the other side of its threshold, with the right label. Synthetic evidence
+(`soakspec.judge.testing`): nothing runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from soakspec.judge.common import format_beside
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+from soakspec.lang.metrics import Kind
+from soakspec.report import prepare
+
+
+def test_a_failing_value_just_over_its_threshold_is_not_printed_as_the_threshold():
+    """mean(tpot) = 50.04 ms against `< 50ms` FAILs; every format used to print it as "50ms"
+    beside "threshold < 50ms". It now carries the digits that show which side it is on."""
+    spec = small_spec("require mean(tpot) < 50ms")
+    inp = prepare(spec, EvidenceBuilder(spec, per_bucket=40, latency=0.1 + 0.05004 * 63).build())
+    rule = next(r for r in inp.verdict.rules if r.rule == "mean(tpot) < 50ms")
+    assert rule.status == "fail"
+    assert rule.observed_text == "mean(tpot) = 50.04ms"
+    for fmt in ("md", "html", "junit"):
+        out = inp.render(fmt)
+        assert "mean(tpot) = 50.04ms" in out, fmt
+        assert "mean(tpot) = 50ms" not in out, fmt
+
+
+@pytest.mark.parametrize("value, kind, op, threshold, text", [
+    (0.05004, Kind.DURATION, "<", 0.05, "50.04ms"),
+    (0.04996, Kind.DURATION, "<", 0.05, "49.96ms"),
+    (0.0823, Kind.DURATION, "<", 1.0, "82.3ms"),  # far from the threshold: as format_value prints it
+    (150.4, Kind.DURATION, "<", 150.0, "150.4s"),
+    (0.050041, Kind.DURATION, "<", 0.05004, "50.041ms"),
+    (0.89996, Kind.RATIO, ">=", 0.9, "89.996%"),
+    (0.9, Kind.RATIO, ">=", 0.9, "90%"),
+    (4.99996, Kind.RATE, ">=", 5.0, "4.99996 rps"),
+    (3 * 2**30, Kind.SIZE, "<", 4 * 2**30, "3.0GiB"),
+    (2 * 2**30 + 1, Kind.SIZE, "<", 2 * 2**30, "2147483649B"),
+    (0.0, Kind.COUNT, "==", 0.0, "0"),
+])
+def test_format_beside_keeps_the_value_on_its_side_of_the_threshold(value, kind, op, threshold, text):
+    assert format_beside(value, kind, op, threshold) == text
+
+
+def test_a_drift_just_over_its_threshold_is_not_printed_as_the_threshold():
+    assert format_beside(0.25004, None, "<=", 0.25, signed=True) == "+25.004%"
+    assert format_beside(0.00189, None, "<=", 0.25, signed=True) == "+0.189%"
