@@ -46,3 +46,61 @@ def test_format_beside_keeps_the_value_on_its_side_of_the_threshold(value, kind,
 def test_a_drift_just_over_its_threshold_is_not_printed_as_the_threshold():
     assert format_beside(0.25004, None, "<=", 0.25, signed=True) == "+25.004%"
     assert format_beside(0.00189, None, "<=", 0.25, signed=True) == "+0.189%"
+
+
+RAMP_SPEC = '''soak "ramp" {}
+backend "a" {
+  url = "http://127.0.0.1:8000"
+  runtime {
+    label = "host-staged"
+  }
+}
+workload "w" {
+  load {
+    mode = open
+    phases {
+      ramp {
+        rate = 5rps
+        ramp_to = 20rps
+        duration = 2m
+      }
+      steady {
+        rate = 20rps
+        duration = 2m
+      }
+    }
+  }
+  bucket = 1m
+  deadline = 30s
+  follow_up = false
+}
+gate {
+  require failed == 0
+}
+'''
+
+
+def test_a_ramp_level_is_not_reported_as_offering_its_end_rate():
+    """A 5→20 rps ramp used to read "Offered: 20 req/s (open loop)" in the per-level tables and
+    the run's summary, and the HTML chart drew 20 req/s offered in each of its buckets; it reads
+    as the ramp it is, and its buckets have no single offered point."""
+    import re
+
+    from soakspec.judge.testing import spec_from_text
+    from soakspec.report.runsummary import summary_json, summary_lines
+
+    spec = spec_from_text(RAMP_SPEC)
+    inp = prepare(spec, EvidenceBuilder(spec).build())
+    md = inp.render("md")
+    ramp_row = next(x for x in md.splitlines() if x.startswith("| a · phase ramp"))
+    assert "5→20 req/s (open loop ramp)" in ramp_row and "| 20 req/s" not in ramp_row
+    steady_row = next(x for x in md.splitlines() if x.startswith("| a · phase steady"))
+    assert "| 20 req/s (open loop) |" in steady_row
+    levels = summary_json(inp.results, "d")["levels"]
+    assert [lv["offered"] for lv in levels] == ["5→20 req/s (open loop ramp)", "20 req/s (open loop)"]
+    assert [lv["offered_rate"] for lv in levels] == [None, 20.0]
+    assert any("5→20 req/s (open loop ramp)" in x for x in summary_lines(inp.results, "d"))
+    html = inp.render("html")
+    qps = re.search(r'<svg class="chart" data-backend="a" data-metric="qps".*?</svg>', html, re.S).group(0)
+    assert len(re.findall(r"<title>achieved at", qps)) == 4
+    assert len(re.findall(r"<title>offered at", qps)) == 2  # the steady phase's buckets only

@@ -299,6 +299,7 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "concurrency": e.get("concurrency"),
         "rate": e.get("rate"),
         "batch_requests": e.get("batch_requests"),
+        "shape": e.get("shape") if isinstance(e.get("shape"), Mapping) else None,  # a ramp's, phase's or replay's (manifest)
         "planned_duration_s": e.get("planned_duration_s"),
         "measure_start": ms,
         "measure_end": me,

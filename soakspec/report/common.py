@@ -519,7 +519,22 @@ def shaped_load_text(load: Any) -> str:
     return f"{what} in phases: " + ", ".join(items) + arrivals
 
 
+def ramp_range(lv: Mapping[str, Any]) -> tuple[float, float, str] | None:
+    """(start, end, kind) of a ramp level (results.json level `shape`); None for any other."""
+    shape = _map(lv.get("shape"))
+    a, b = num(shape.get("start")), num(shape.get("end"))
+    if shape.get("kind") not in ("open_ramp", "closed_ramp") or a is None or b is None:
+        return None
+    return a, b, str(shape["kind"])
+
+
 def offered_text(lv: Mapping[str, Any]) -> tuple[str, float | None]:
+    """The offered load as text, and the one rate an open loop offered (None for a ramp, whose
+    level `rate` is only where it ends)."""
+    ramp = ramp_range(lv)
+    if ramp is not None:
+        a, b, kind = ramp
+        return (f"{a:g}→{b:g} req/s (open loop ramp)", None) if kind == "open_ramp" else (f"concurrency {a:g}→{b:g} (ramp)", None)
     mode, rate, conc, batch = lv.get("mode"), num(lv.get("rate")), _int(lv.get("concurrency")), _int(lv.get("batch_requests"))
     if rate is not None and mode in (None, "open"):
         return f"{rate:g} req/s (open loop)", rate
