@@ -104,3 +104,26 @@ def test_a_ramp_level_is_not_reported_as_offering_its_end_rate():
     qps = re.search(r'<svg class="chart" data-backend="a" data-metric="qps".*?</svg>', html, re.S).group(0)
     assert len(re.findall(r"<title>achieved at", qps)) == 4
     assert len(re.findall(r"<title>offered at", qps)) == 2  # the steady phase's buckets only
+
+
+def test_an_incomplete_runs_sentence_counts_its_failed_rules():
+    """A run killed before it finished is reported as `gate --partial` judges it: INCONCLUSIVE
+    (commands/report.py replaces the outcome), with rules that FAIL on what was recorded. The md
+    and html verdict sentence said only "N of M required rules could not be decided", leaving
+    the failed ones out of the count while the rules below listed them as FAIL."""
+    import dataclasses
+
+    from soakspec.report import render
+
+    spec = small_spec("require failed == 0\nrequire p50(ttft) < 5s per level")
+    b = EvidenceBuilder(spec)
+    b.set_outcome(next(b.measured("a")), "failed", "engine died")
+    inp = prepare(spec, b.build())
+    verdict = dataclasses.replace(inp.verdict, outcome="INCONCLUSIVE")  # as `report` does with a partial run
+    req = [r for r in verdict.rules if r.severity == "require"]
+    failed = sum(1 for r in req if r.status == "fail")
+    unsure = sum(1 for r in req if r.status in ("inconclusive", "not_evaluated"))
+    assert failed == 1
+    want = f"{unsure} of {len(req)} required rules could not be decided, 1 failed on the evidence so far"
+    for fmt in ("md", "html"):
+        assert want in render(verdict, inp.results, inp.meta, spec, fmt), fmt

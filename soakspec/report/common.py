@@ -391,6 +391,8 @@ def verdict_sentence(verdict: Any) -> str:
             text += f", {unsure} could not be decided"
     elif verdict.outcome == "INCONCLUSIVE":
         text = f"{unsure} of {len(req)} required rules could not be decided"
+        if failed:  # a partial run's (killed before it finished): its verdict is never FAIL, but these failed
+            text += f", {failed} failed on the evidence so far"
     else:
         text = f"all {len(req)} required rules hold"
     if warned:
