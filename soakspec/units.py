@@ -82,10 +82,14 @@ def format_duration(seconds: float) -> str:
     if seconds < 0:
         return "-" + format_duration(-seconds)
     if seconds < 1:
-        ms = seconds * 1000
-        return f"{ms:.3g}ms"
+        ms = f"{seconds * 1000:.3g}"
+        if float(ms) < 1000:
+            return ms + "ms"
+        seconds = 1.0  # 999.5ms and up is "1s" at three digits, not "1e+03ms"
     if seconds < 60:
-        return f"{seconds:.3g}s" if seconds != int(seconds) else f"{int(seconds)}s"
+        s = f"{seconds:.3g}" if seconds != int(seconds) else str(int(seconds))
+        if float(s) < 60:
+            return s + "s"
     total = int(round(seconds))
     h, rem = divmod(total, 3600)
     m, s = divmod(rem, 60)
