@@ -127,3 +127,6 @@ def test_an_incomplete_runs_sentence_counts_its_failed_rules():
     want = f"{unsure} of {len(req)} required rules could not be decided, 1 failed on the evidence so far"
     for fmt in ("md", "html"):
         assert want in render(verdict, inp.results, inp.meta, spec, fmt), fmt
+    # the one-line summary (gate's last line, verdict.json, junit's) counts them too
+    assert verdict.summary().endswith("; 1 failed on the evidence so far (failed == 0)"), verdict.summary()
+    assert 'failed on the evidence so far (failed == 0)' in render(verdict, inp.results, inp.meta, spec, "junit")

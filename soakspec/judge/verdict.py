@@ -187,6 +187,8 @@ class Verdict:
             text = f"FAIL: {len(failed)} of {len(req)} required rules failed ({', '.join(failed)})"
         elif self.outcome == "INCONCLUSIVE":
             text = f"INCONCLUSIVE: {len(unsure)} of {len(req)} required rules could not be decided ({', '.join(unsure)})"
+            if failed:  # a partial run's (killed before it finished): its verdict is never FAIL, but these failed
+                text += f"; {len(failed)} failed on the evidence so far ({', '.join(failed)})"
         else:
             text = f"PASS: all {len(req)} required rules hold"
         if warned:
