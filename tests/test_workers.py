@@ -24,7 +24,7 @@ import trio.testing
 from runner_support import manifest, new_marker, read_jsonl, run_env, run_soakspec, sim_spec, soakspec_cmd, wait_no_survivors
 from soakspec.evidence.layout import RunLayout
 from soakspec.lang import load_spec
-from soakspec.plan import Batch, Bucket, Closed, Level, Open, RequestTemplate, plan
+from soakspec.plan import Batch, Bucket, Closed, Level, Open, OpenRamp, Replay, RequestTemplate, plan
 from soakspec.evidence.record import READ_KEYS
 from soakspec.runner import backend
 from soakspec.runner.backend import Deps, serve_backend
@@ -259,3 +259,17 @@ def test_processes_per_level() -> None:
     assert processes_for(level(Closed(1)), 4) == 1
     assert processes_for(level(Batch(3, 6)), 4) == 3
     assert processes_for(level(Open(10.0, "constant", 0)), 3) == 3
+
+
+def test_open_loop_ramps_and_replays_are_split_too() -> None:
+    """An open-loop ramp (a phase with `ramp_to`) and a trace replay are open loop: `--workers N`
+    splits their arrivals over N processes, as a constant rate's (they ran in one process)."""
+    request = RequestTemplate("completions", "sim", True, 8, None, (8,), 0.0, 1.0, None, None, True, None)
+
+    def level(shape) -> Level:
+        return Level("w", 0, shape, request, 0.0, 1.0, 1.0, (Bucket(0, 0.0, 1.0),), 1, None)
+
+    assert processes_for(level(OpenRamp(10.0, 40.0, 0, "poisson", 0)), 3) == 3
+    replay = Replay("t.jsonl", "mooncake", "0" * 64, 1.0, (0.0, 0.1, 0.2), (8, 8, 8), (4, 4, 4))
+    assert processes_for(level(replay), 3) == 3
+
