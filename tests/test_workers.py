@@ -273,3 +273,11 @@ def test_open_loop_ramps_and_replays_are_split_too() -> None:
     replay = Replay("t.jsonl", "mooncake", "0" * 64, 1.0, (0.0, 0.1, 0.2), (8, 8, 8), (4, 4, 4))
     assert processes_for(level(replay), 3) == 3
 
+
+def test_a_batch_smaller_than_the_workers_gets_no_idle_process() -> None:
+    """Batches of 2 at concurrency 4 with `--workers 4`: two processes, one request of each batch
+    each. A process with no share of a batch looped on empty batches until the level's end, at
+    full CPU -- its own saturation made the run INCONCLUSIVE (client_healthy)."""
+    request = RequestTemplate("completions", "sim", True, 8, None, (8,), 0.0, 1.0, None, None, True, None)
+    lv = Level("w", 0, Batch(4, 2), request, 0.0, 1.0, 1.0, (Bucket(0, 0.0, 1.0),), 1, None)
+    assert processes_for(lv, 4) == 2

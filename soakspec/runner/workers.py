@@ -6,7 +6,7 @@ the requested concurrency is not held), so a fast server needs more than one loa
 Design, per level (the parent is the runner; `python -m soakspec.runner.workers` is a worker):
 
   1. The parent starts N workers (`processes_for`: every one for an open-loop level -- a rate, a
-     ramp, a replay --; at most the concurrency in closed loop and batch), sends each
+     ramp, a replay --; at most the concurrency in closed loop, and a batch's requests), sends each
      its job over stdin (pickled: level, workload, model, prompts, ids, its part p of N, and the
      run clock's offset), and waits until every one says READY (imports done).
   2. It picks the level's start t0 a moment ahead on the run clock and sends it. Every worker
@@ -48,7 +48,7 @@ from typing import Any
 import trio
 
 from soakspec.evidence.redact import record_redactor, use_secrets
-from soakspec.plan import Level, Liveness
+from soakspec.plan import Batch, Level, Liveness
 from soakspec.runner.clienthealth import LoopMonitor
 from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health
@@ -72,9 +72,12 @@ class WorkerError(RuntimeError):
 
 def processes_for(level: Level, workers: int) -> int:
     """How many processes a level gets: open loop (a constant rate, a ramp, a replay) all of
-    them; closed loop and batch never more than their (peak) concurrency."""
+    them; closed loop never more than its (peak) concurrency, batch never more than its
+    concurrency or its batch's requests (a process with no share of a batch has nothing to send)."""
     if level.concurrency is None:  # open loop: every N-th arrival of the one schedule (`load._arrivals`)
         return max(1, workers)
+    if isinstance(level.shape, Batch):
+        return max(1, min(workers, level.shape.concurrency, level.shape.requests))
     return max(1, min(workers, level.concurrency))
 
 
