@@ -281,3 +281,46 @@ def test_a_batch_smaller_than_the_workers_gets_no_idle_process() -> None:
     request = RequestTemplate("completions", "sim", True, 8, None, (8,), 0.0, 1.0, None, None, True, None)
     lv = Level("w", 0, Batch(4, 2), request, 0.0, 1.0, 1.0, (Bucket(0, 0.0, 1.0),), 1, None)
     assert processes_for(lv, 4) == 2
+
+
+async def test_a_level_cut_short_leaves_the_ids_after_every_one_its_workers_used(tmp_path):
+    """A `--workers` level cut short (an abort rule ending a sweep's probe) has no worker
+    summaries; the backend's id sequence must still go on after every id its workers used. It
+    did not move: the next probe's workers issued the same ids again (duplicate request ids in
+    requests.jsonl)."""
+    import json
+
+    from soakspec.runner.ids import IdSequence
+    from soakspec.runner.load import LevelContext, Shapes
+    from soakspec.runner.workers import drive_level_workers
+    from soakspec.sim.config import SimConfig
+    from soakspec.sim.server import serve
+
+    path = tmp_path / "t.soak"
+    path.write_text(sim_spec(sim="ttft = 5ms", load="mode = closed\n    concurrency = [4]", duration="20s", bucket="1s"))
+    spec, diags, _ = load_spec(path)
+    assert spec is not None, diags
+    level = plan(spec).backends[0].levels[0]
+    request = dataclasses.replace(level.request, model="sim")
+    clock = RunClock()
+    lines: list[bytes] = []
+    ids = IdSequence("t-0")
+    async with trio.open_nursery() as nursery:
+        port = await nursery.start(serve, SimConfig(model="sim", trace_log=False, ttft=0.005, itl=0.001))
+        ctx = LevelContext("b0", clock, None, Shapes(request), None, ids)  # type: ignore[arg-type]
+        job = {"host": "127.0.0.1", "port": port, "api_key_env": None, "request": request, "prompts": (), "backend": "b0",
+               "headers": ()}  # fmt: skip
+        with trio.CancelScope() as cut:  # the level's 20 s cut short once both workers sent, as a fired abort rule does
+
+            async def abort_rule() -> None:
+                while len({json.loads(line)["worker"] % 2 for line in b"".join(lines).splitlines()}) < 2:
+                    await trio.sleep(0.05)
+                cut.cancel()
+
+            nursery.start_soon(abort_rule)
+            await drive_level_workers(level, ctx, job, 2, lines.append, ids)
+        assert cut.cancelled_caught
+        nursery.cancel_scope.cancel()
+    used = [int(json.loads(line)["request_id"].rsplit("-", 1)[1]) for line in b"".join(lines).splitlines()]
+    assert used, "the workers sent requests before the cut"
+    assert ids()[0] > max(used), "the next level's first id is one a worker already used"

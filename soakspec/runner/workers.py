@@ -138,7 +138,8 @@ async def drive_level_workers(
     until = [-math.inf] * n  # per process: every request it started before this has been reported
 
     def take(p: int, payload: bytes) -> None:
-        lines, outcomes, sent, started, until[p] = pickle.loads(payload)
+        lines, outcomes, sent, started, until[p], issued = pickle.loads(payload)
+        shares[p].issued = max(shares[p].issued, issued)  # the ids it used: a level cut short has no summary
         if ctx.on_request_start is not None:  # first: a record's start is counted before it finishes (runner/abort.py)
             for bucket, start in started:
                 ctx.on_request_start(bucket, start)
@@ -198,6 +199,9 @@ async def drive_level_workers(
                 if proc.returncode is None:
                     proc.kill()
                 await proc.wait()
+        # also when the level was cut short (an abort rule ending a sweep's probe, a failure): the
+        # next level's ids go on after every id a worker reported using, never reusing one
+        ids.continue_after(shares)
     assert all(s is not None for s in summaries)
     _sum_up(run, [s for s in summaries if s is not None], shares, ids)
     return run, ids.end
@@ -284,7 +288,7 @@ async def _worker(msg_fd: int) -> None:
         now = clock.now()  # every request started before now is in `started`
         if not lines and stats.sent == reported and now - last_sent < HEARTBEAT_S:
             return
-        payload = pickle.dumps((b"".join(lines), list(outcomes), stats.sent - reported, list(started), now))
+        payload = pickle.dumps((b"".join(lines), list(outcomes), stats.sent - reported, list(started), now, next_id.issued))
         last_sent = now
         lines.clear()
         outcomes.clear()
