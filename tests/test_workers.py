@@ -324,3 +324,24 @@ async def test_a_level_cut_short_leaves_the_ids_after_every_one_its_workers_used
     used = [int(json.loads(line)["request_id"].rsplit("-", 1)[1]) for line in b"".join(lines).splitlines()]
     assert used, "the workers sent requests before the cut"
     assert ids()[0] > max(used), "the next level's first id is one a worker already used"
+
+
+def test_a_killed_worker_aborts_the_run_with_its_reason(tmp_path):
+    """A load process killed mid-level (the OOM killer, a stray `kill -9`): the run stops at once
+    with that reason on stderr and in the manifest (exit 4, evidence intact but incomplete, no
+    process left) -- not "internal error: ExceptionGroup ... (this is a bug)"."""
+    from runner_support import processes_with_marker
+
+    marker = new_marker()
+    proc, out = _start(tmp_path, LONG, 2, marker)
+    workers = [pid for pid in processes_with_marker(marker) if b"soakspec.runner.workers" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(workers) == 2, workers
+    os.kill(workers[0], signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert wait_no_survivors(marker, timeout=10) == []
+    assert proc.returncode == 4, err
+    assert "internal error" not in err and "killed by SIGKILL" in err, err
+    m = manifest(out)
+    assert m["status"] == "aborted" and "ended without finishing its load (killed by SIGKILL)" in m["incomplete_reason"]
+    assert m["backends"][0]["levels"][0]["completed"] is False
+    _verify(out, 3)

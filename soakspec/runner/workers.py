@@ -38,6 +38,7 @@ from __future__ import annotations
 import math
 import os
 import pickle
+import signal
 import struct
 import subprocess
 import sys
@@ -55,6 +56,7 @@ from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, drive_level
+from soakspec.runner.prompts import RunAborted
 
 READY, START, RECORDS, DONE, ERROR, JOB, HEALTH = range(7)
 _HEAD = struct.Struct("<BI")  # message kind, payload length
@@ -66,8 +68,21 @@ START_MARGIN = 0.1  # t0 = now + this, so that every worker has the start before
 STOP_GRACE = 5.0  # after an abort, for the workers to flush their records
 
 
-class WorkerError(RuntimeError):
-    """A worker process failed (its traceback is the message)."""
+class WorkerError(RunAborted):
+    """A worker process failed (its traceback is the message) or ended without finishing its
+    load (killed: the OOM killer, a stray `kill`). The run aborts with this reason, as any
+    `RunAborted` (runner/engine.py): said on stderr and in the manifest, not as soakspec's bug."""
+
+
+def _how_it_ended(returncode: int | None) -> str:
+    if returncode is None:
+        return "its output closed"
+    if returncode < 0:
+        try:
+            return f"killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"killed by signal {-returncode}"
+    return f"exit status {returncode}"
 
 
 def processes_for(level: Level, workers: int) -> int:
@@ -155,7 +170,10 @@ async def drive_level_workers(
             if msg is None:
                 ended[p] = True
                 if summaries[p] is None and not draining:
-                    raise WorkerError(f"worker {p} of {n} exited without finishing its load")
+                    with trio.move_on_after(1.0):  # its exit status, for the reason
+                        await procs[p].wait()
+                    raise WorkerError(f"load process {p + 1} of {n} (--workers, pid {procs[p].pid}) ended without finishing "
+                                      f"its load ({_how_it_ended(procs[p].returncode)})")
                 return
             kind, payload = msg
             if kind == RECORDS:
