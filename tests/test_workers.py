@@ -345,3 +345,29 @@ def test_a_killed_worker_aborts_the_run_with_its_reason(tmp_path):
     assert m["status"] == "aborted" and "ended without finishing its load (killed by SIGKILL)" in m["incomplete_reason"]
     assert m["backends"][0]["levels"][0]["completed"] is False
     _verify(out, 3)
+
+
+@pytest.mark.slow
+def test_a_bucket_line_waits_for_a_stalled_worker_s_records(tmp_path):
+    """A load process stalled for seconds (SIGSTOP here; a starved or swapping process) reports
+    its records late. Each buckets.jsonl line must still count every record of its bucket: the
+    line was written on the clock alone (its window end + deadline + 1 s), and bucket 2 said 102
+    requests where requests.jsonl held 106."""
+    from runner_support import processes_with_marker
+
+    spec = sim_spec(sim="ttft = 10ms\n    itl = 2ms", load="mode = closed\n    concurrency = [4]", duration="5s",
+                    bucket="500ms", deadline="1s", max_tokens=4, follow_up=False)  # fmt: skip
+    marker = new_marker()
+    proc, out = _start(tmp_path, spec, 2, marker)
+    workers = [pid for pid in processes_with_marker(marker) if b"soakspec.runner.workers" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(workers) == 2, workers
+    time.sleep(0.5)
+    os.kill(workers[0], signal.SIGSTOP)
+    time.sleep(2.5)
+    os.kill(workers[0], signal.SIGCONT)
+    _, err = proc.communicate(timeout=60)
+    assert wait_no_survivors(marker, timeout=10) == []
+    assert proc.returncode in (0, 3), err  # 3: the stalled process is a saturated client (INCONCLUSIVE)
+    records = Counter(r["bucket"] for r in read_jsonl(out / "backends" / "b0" / "requests.jsonl.gz"))
+    lines = {b["bucket"]: b["requests"]["total"] for b in read_jsonl(out / "backends" / "b0" / "buckets.jsonl")}
+    assert lines == {k: n for k, n in records.items() if k >= 0}

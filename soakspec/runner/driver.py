@@ -147,8 +147,17 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         entry.update(started_at=t0, measure_start=t0 + lv.warmup_s)
         watch.level_started(lv.workload, lv.index, lv.label, t0 + lv.warmup_s, lv.duration_s, lv.bucket_s, **starts)
 
+    # --workers: every record that ended before this has reached the parent (each process reports
+    # at least every `workers.HEARTBEAT_S`); a bucket's line waits for it, not only for the clock
+    reported = {"until": -math.inf if deps.workers > 1 else math.inf}
+
+    def started_until(t: float) -> None:
+        reported["until"] = t
+        watch.started_until(t)
+
     async def on_bucket(k: int) -> None:
-        await rec.bucket_closed(entry, k, deps.clock.now())  # requests durable; bucket lines whose requests all ended
+        # requests durable; bucket lines whose requests all ended (and, --workers, were all reported)
+        await rec.bucket_closed(entry, k, deps.clock.now(), reported_until=reported["until"])
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
         watch.bucket_done(k, deps.clock.now())
         await rec.compact_log()  # last: the bucket's line, progress and abort rules never wait for it
@@ -173,7 +182,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
 
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
                        on_bucket=on_bucket, health=health, on_start=on_start,
-                       on_request_start=watch.started, on_started_until=watch.started_until)  # fmt: skip
+                       on_request_start=watch.started, on_started_until=started_until)  # fmt: skip
     progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
     run: LevelRun | None = None
     try:

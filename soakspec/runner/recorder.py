@@ -25,6 +25,7 @@ A failure is recorded where it happens, before it is raised: `RunStatus` keeps t
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -195,18 +196,20 @@ class BackendRecorder:
         self._pending = []
         return entry
 
-    async def bucket_closed(self, entry: dict[str, Any], k: int, now: float) -> None:
+    async def bucket_closed(self, entry: dict[str, Any], k: int, now: float, reported_until: float = math.inf) -> None:
         """Bucket `k` of the level of `entry` ended at `now`: its records so far are made durable
         (the gzip member closed and fsynced). Its buckets.jsonl line waits until every request
         of it has finished: `deadline_s` + LINE_GRACE_S after its window (each request ends by
         its deadline, so before `now` - LINE_GRACE_S: each was written before the member
         closed, whatever arrives while the fsync runs); then the line counts them all. Lines
-        whose time has come go out now."""
+        whose time has come go out now. `reported_until` (`--workers`): every record that ended
+        before it has reached this process; a line waits for it too (a load process stalled for
+        seconds reports its records late, and a line written without them undercounts)."""
         assert self._level is not None
         b = self._level.buckets[k]
         self._pending.append((k, entry["measure_start"] + b.start_s, b.length_s))  # first: a level cancelled meanwhile writes it
         await self.make_durable()
-        await self._write_lines(entry, now, lambda start, length: now >= start + length + entry["deadline_s"] + LINE_GRACE_S)
+        await self._write_lines(entry, now, lambda start, length: min(now, reported_until) >= start + length + entry["deadline_s"] + LINE_GRACE_S)
 
     async def compact_log(self) -> None:
         """A step of server.log's compaction (`LogCompactor.step`: what is sure to be head or
