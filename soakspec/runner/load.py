@@ -148,18 +148,20 @@ class Shapes:
             raise RunAborted(f"the tokenizer did not measure the prompt words within {PREPARE_TIMEOUT_S:g}s")
 
     def make(self, index: int, smallest: bool = False, worker: int | None = None,
-             lengths: tuple[int, int] | None = None, part: tuple[int, int] = (0, 1)) -> RequestShape:
+             lengths: tuple[int, int] | None = None, part: tuple[int, int] = (0, 1), salt: str = "") -> RequestShape:
         """`part`: this process's (p, N) of the level (`LevelContext.part`), which multi-turn
-        sessions split the conversations by."""
+        sessions split the conversations by; `salt`: the level's (`drive_level`), which a
+        token-exact prompt spells after its index so that no other level, sweep probe or run
+        sends it (a word prompt starts with its request id instead)."""
         w = self.template
         if lengths is not None and not smallest:  # a replayed request: its own input (words or tokens) and output length
             if w.prompt_tokens:
                 if self._costs is None:
                     raise RunAborted("token-exact prompts were not prepared (Shapes.prepare)")
-                return self._shape(token_prompt(self._costs, index, lengths[0], 0), lengths[1])
+                return self._shape(token_prompt(self._costs, index, lengths[0], 0, salt=salt), lengths[1])
             return self._shape(prompt_words(index, lengths[0]), lengths[1])
         if w.prompt_tokens:
-            return self._token_shape(index, smallest)
+            return self._token_shape(index, smallest, salt)
         if w.conversations and worker is not None and not smallest:
             return self._session_turn(index, worker, part)
         if smallest:
@@ -200,13 +202,13 @@ class Shapes:
         self._conv_counter += 1
         return n * part[1] + part[0]
 
-    def _token_shape(self, index: int, smallest: bool) -> RequestShape:
+    def _token_shape(self, index: int, smallest: bool, salt: str = "") -> RequestShape:
         w = self.template
         if self._costs is None:
             raise RunAborted("token-exact prompts were not prepared (Shapes.prepare)")
         n = min(w.prompt_tokens) if smallest else w.prompt_tokens[index % len(w.prompt_tokens)]
         max_tokens = min(w.max_tokens) if smallest else w.max_tokens[index % len(w.max_tokens)]
-        return self._shape(token_prompt(self._costs, index, n, w.prefix_tokens), max_tokens)
+        return self._shape(token_prompt(self._costs, index, n, w.prefix_tokens, salt=salt), max_tokens)
 
     @property
     def model(self) -> str:
@@ -366,6 +368,9 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
 
     p, parts = ctx.part
     issued = 0  # requests this process started in the level (the prompt index of the next one)
+    # the level's salt: its first request's id (unique per level, sweep probe, backend, run and
+    # --workers process), spelled by each token-exact prompt after its index (`Shapes.make`)
+    salt = ""
 
     def prompt_index(seq: int | None) -> int:
         """The request's index in the level: `seq` (an open-loop arrival's position in the
@@ -402,9 +407,11 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                    seq: int | None = None, held: bool = False) -> RequestRecord:
         """Send one request and record it; `held`: record it held back by the backend's gate
         (`Health.hold_back`: on the record as the backend's failure, nothing sent)."""
+        nonlocal salt
         _, rid = ctx.next_id()  # the id: unique in the backend; the prompt: the request's place in the level
+        salt = salt or rid
         # (a held-back arrival sends nothing: no prompt; open loop, its place is `seq` either way)
-        shape = None if held else ctx.shapes.make(prompt_index(seq), worker=worker, lengths=lengths, part=ctx.part)
+        shape = None if held else ctx.shapes.make(prompt_index(seq), worker=worker, lengths=lengths, part=ctx.part, salt=salt)
         # one clock read is the request's start and (closed loop) its bucket's time: two reads
         # put a request whose process was preempted between them in one bucket, its start in the next
         now = clock.now()

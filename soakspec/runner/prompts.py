@@ -9,6 +9,7 @@ a file that may have changed since. `PromptFiles` is kept for the driver's signa
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import random
 from pathlib import Path
 from typing import Protocol
@@ -58,12 +59,27 @@ class PromptFiles:
 # Cache control: with `prefix_tokens = 0` the first `id_words(V)` words spell the request's
 # index in base V (V one-token words), so no two of the first ID_SPACE requests share even
 # their first tokens; with a shared prefix, every request starts with the same `prefix_tokens`
-# tokens. A tokenizer with few one-token words among the vocabulary (a small BPE trained for a
+# tokens. The index is the request's place in its level (the same prompts on every backend), so
+# the `salt_words(V)` words after it spell a hash of the level's salt (`load.drive_level`: its
+# first request's id, unique per level, sweep probe, backend and run): a later level, a sweep's
+# next probe or the next run against the same server never sends a prompt the server's prefix
+# cache holds (vLLM #54227: every cell of a sweep replayed the seed's prompts, 49x lower TTFT). A tokenizer with few one-token words among the vocabulary (a small BPE trained for a
 # test model: the real-server lane's has 3) still works: the index takes more words.
 
 MIN_ONE_TOKEN_WORDS = 2  # base 2 still spells distinct indices
 ID_SPACE = 10**6  # requests with distinct first tokens (at least the first V**3)
 VERIFY_PROMPTS = 4  # re-counted whole, per level
+
+
+SALT_BITS = 32  # two salts spell the same words with probability 2**-32
+
+
+def salt_words(v: int) -> int:
+    """How many words spell a salt's SALT_BITS-bit hash in base `v`."""
+    k = 1
+    while v**k < 2**SALT_BITS:
+        k += 1
+    return k
 
 
 def id_words(v: int) -> int:
@@ -97,8 +113,9 @@ async def measure_costs(tok: Tokenizer, vocabulary: tuple[str, ...]) -> TokenCos
     return TokenCosts(tuple(ones), max(0, overhead))
 
 
-def token_prompt(costs: TokenCosts, index: int, n: int, prefix_tokens: int, seed: int = 0) -> str:
-    """The index-th prompt of exactly `n` tokens (special tokens included)."""
+def token_prompt(costs: TokenCosts, index: int, n: int, prefix_tokens: int, seed: int = 0, salt: str = "") -> str:
+    """The index-th prompt of exactly `n` tokens (special tokens included); with a `salt`, the
+    words after the index spell its hash (see "Cache control" above)."""
     words, v = costs.words, len(costs.words)
     content = n - costs.overhead
     if content < 1:
@@ -109,6 +126,11 @@ def token_prompt(costs: TokenCosts, index: int, n: int, prefix_tokens: int, seed
     for _ in range(id_words(v)):
         mark.append(words[i % v])
         i //= v
+    if salt:
+        h = int.from_bytes(hashlib.sha256(salt.encode()).digest()[: SALT_BITS // 8], "big")
+        for _ in range(salt_words(v)):
+            mark.append(words[h % v])
+            h //= v
     rng = random.Random(f"{seed}-{index}")
     out += mark[: content - len(out)]
     out += [words[rng.randrange(v)] for _ in range(content - len(out))]
