@@ -570,3 +570,27 @@ def test_a_bucket_whose_client_samples_were_removed_is_not_healthy(tmp_path):
     v = judge_run(join(spec, load_evidence(edited)))
     (health,) = [r for r in v.rules if r.rule == "client_healthy"]
     assert health.status == "inconclusive" and "no client-health sample in bucket 0" in health.message, health.message
+
+
+def test_an_open_loop_sent_late_by_its_client_is_inconclusive_naming_the_schedule_lag():
+    """vLLM #54101, GuideLLM #487: arrivals that waited in the client (a connection cap, a busy
+    loop) before they were sent. Their latency already counts from the intended time (the
+    runner's `test_an_arrival_that_waits_for_a_client_connection_is_charged_from_its_intended_time`);
+    the judge must also say that the offered load was not applied: with a healthy-looking event
+    loop and CPU, a bucket whose requests were sent 200 ms late is INCONCLUSIVE naming the schedule
+    lag, and a latency FAIL beside it is INCONCLUSIVE, never blamed on the server."""
+    text = "require p95(latency) < 1ms per bucket"
+    spec = _small_spec(text, mode="open", levels="[2rps]")
+    b = EvidenceBuilder(spec)
+    for r in b.measured("a"):  # each sent 200 ms after its intended time, and answered as before
+        for k in ("start", "first_byte", "first_token", "end"):
+            if r[k] is not None:
+                r[k] += 0.2
+    v = judge(spec, _with_client(b.build(), lag=0.002, cpu=0.2))
+    rules = {r.rule: r for r in v.rules}
+    assert rules["client_healthy"].status == "inconclusive"
+    assert "schedule lag p99 200 ms (limit 50 ms)" in rules["client_healthy"].message
+    assert rules[text.removeprefix("require ")].status == "inconclusive"
+    assert v.outcome == "INCONCLUSIVE"
+    on_time = judge(spec, _with_client(EvidenceBuilder(spec).build(), lag=0.002, cpu=0.2))
+    assert {r.rule: r.status for r in on_time.rules}["client_healthy"] == "pass" and on_time.outcome == "FAIL"

@@ -288,3 +288,27 @@ def test_a_closed_loop_against_a_server_that_fails_everything_backs_off():
     # shortfall): about 7 of the 8 workers (one scouts) for most of the 6 s outage
     held = server.held_s
     assert 7 * 3.0 <= held <= 8 * 6.5, held
+
+
+def test_an_arrival_that_waits_for_a_client_connection_is_charged_from_its_intended_time(monkeypatch):
+    """vLLM #54101 (coordinated omission): an arrival that waits at a client-side limit before it
+    is sent must not start its clock when the wait ends. With the open loop's connection cap at 2
+    and 4 arrivals a second of 1 s each, arrivals queue in the client: every record's latency is
+    its end minus its *intended* start (so it grows with the queue, 1 s to ~5.5 s here), and the
+    wait is on the record as schedule lag (start - intended), which `client_healthy` judges."""
+    import soakspec.runner.load as load_module
+
+    monkeypatch.setattr(load_module, "OPEN_LOOP_MAX_CONNECTIONS", 2)
+    level = level_of("mode = open\n rate = [4rps]\n arrival = constant", duration="5s", bucket="5s")
+    run, records, _, server = run_virtual(level, latency=1.0)
+    assert max(server.in_flight_at_start) == 2 and len(records) == 20
+    for r in records:
+        assert r.latency == pytest.approx(r.end - r.intended_start, abs=1e-9)
+        assert r.start - r.intended_start >= -1e-9
+    by_intent = sorted(records, key=lambda r: r.intended_start)
+    # 2 connections, 4 arrivals a second: the k-th (from 0) is sent when the connection that
+    # served arrival k - 2 is free again, at k // 2 s (+ 0.25 s for an odd k), and ends 1 s later
+    sent = [k // 2 + 0.25 * (k % 2) for k in range(20)]
+    assert [r.start - run.started_at for r in by_intent] == pytest.approx(sent, abs=1e-9)
+    assert [r.latency for r in by_intent] == pytest.approx([s + 1 - k / 4 for k, s in enumerate(sent)], abs=1e-9)
+    assert by_intent[-1].latency == pytest.approx(5.5)  # not the 1 s it took once sent

@@ -949,3 +949,23 @@ def test_a_lone_surrogate_in_the_servers_text_is_escaped_and_the_record_is_writt
     lines = [json.loads(rec.to_line()) for rec in (err, fin)]  # written, as every record is, frozen
     assert lines[0]["outcome"] == "failed" and lines[0]["error"] == "error event: boom \\ud800"
     assert (lines[1]["finish_reason"], lines[1]["server_id"]) == ("len\\ud800", "x\\udc80")
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-parser"])
+@pytest.mark.parametrize("endpoint", [Endpoint.COMPLETIONS, Endpoint.CHAT])
+@pytest.mark.parametrize("reads", ["a read per event", "one read"])
+def test_the_final_count_in_a_chunk_of_empty_text_is_the_output_length(fast, endpoint, reads) -> None:
+    """SGLang #24254: SGLang streams its final `usage` in a chunk whose text is "" (with the
+    finish_reason), after text chunks without usage. A reader that takes usage only from chunks
+    with text kept output_len at max_tokens (16) for every request that stopped early. The
+    record's output_tokens is the server's 3, its ITL one gap per token."""
+    shape = RequestShape(endpoint, "m", "p", max_tokens=16)
+    chat = endpoint is Endpoint.CHAT
+    ev = (lambda text, **kw: vllm(delta={"content": text}, **kw)) if chat else vllm
+    timed = [(0.2, ev("a")), (0.25, ev("b")), (0.3, ev("c")), (0.31, ev("", ct=3, finish="stop")), (0.32, DONE)]
+    if reads == "one read":
+        timed = [(0.32, b"".join(d for _, d in timed))]
+    rec = record_of(timed, shape, fast=fast)
+    assert (rec.outcome, rec.error, rec.finish_reason) == (Outcome.COMPLETED, None, "stop")
+    assert (rec.output_tokens, rec.tokens_source, rec.itl_source, rec.chunks) == (3, TokensSource.USAGE, ItlSource.EXACT, 3)
+    assert len(rec.itl) == 2 and not rec.usage_decreased
