@@ -601,3 +601,24 @@ def test_an_equality_time_rule_with_timeouts_is_judged_not_crashed(op):
         _timed_out(b, r, 1.0)
     r = rule(judge(spec, b.build()), f"p95(latency) {op} 600ms per level")
     assert r.status == "inconclusive" and "p95(latency) >= 1s" in r.message, r.message
+
+
+def test_a_levels_percentile_pools_its_buckets_samples_never_averages_their_percentiles():
+    """AIPerf's adaptive search reported the mean of per-run percentiles as if it were the pooled
+    one; Locust bucketed latencies to two significant digits. Two buckets of 150 requests, one
+    at 100 ms and one at 1 s: the level's p95 is the pooled samples' (1 s) -- the mean of the
+    buckets' p95s (550 ms) would pass the rule -- and a latency of 1.234567 s is judged as that,
+    not as 1.2 s."""
+    spec = small_spec("require p95(latency) < 600ms per level\nrequire max(latency) <= 1.234567s per level")
+    b = EvidenceBuilder(spec, per_bucket=150)
+    for r in b.measured("a"):
+        set_latency(r, 0.1 if r["bucket"] == 0 else 1.234567)
+    v = judge(spec, b.build())
+    p95 = rule(v, "p95(latency) < 600ms per level")
+    assert p95.status == "fail" and p95.samples == 300
+    assert p95.observed == pytest.approx(1.234567, abs=1e-6)
+    assert rule(v, "max(latency) <= 1.234567s per level").status == "pass"
+    b2 = EvidenceBuilder(spec, per_bucket=150)
+    for r in b2.measured("a"):
+        set_latency(r, 0.1 if r["bucket"] == 0 else 1.234568)  # one microsecond more
+    assert rule(judge(spec, b2.build()), "max(latency) <= 1.234567s per level").status == "fail"
