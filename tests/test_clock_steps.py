@@ -103,9 +103,9 @@ async def test_with_workers_bucket_lines_and_abort_windows_are_the_levels_own(tm
 
         original = abort.AbortWatch.level_started
 
-        def level_started(self, workload, index, label, measure_start, duration_s, bucket_s):
+        def level_started(self, workload, index, label, measure_start, duration_s, bucket_s, **kw):
             seen.append((measure_start, duration_s))
-            original(self, workload, index, label, measure_start, duration_s, bucket_s)
+            original(self, workload, index, label, measure_start, duration_s, bucket_s, **kw)
 
         abort.AbortWatch.level_started = level_started  # type: ignore[method-assign]
         try:
