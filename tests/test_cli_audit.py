@@ -71,6 +71,18 @@ def test_out_beside_the_evidence_is_written(evidence, tmp_path, capsys):
     assert out.is_file()
 
 
+@pytest.mark.parametrize("command", ["report", "compare"])
+def test_out_dash_is_stdout_not_a_file_named_dash(evidence, tmp_path, monkeypatch, capsys, command):
+    """`--out -` wrote a file named "-" in the current directory ("wrote - (PASS)"); it is
+    stdout, as for every tool that writes a file or stdout."""
+    monkeypatch.chdir(tmp_path)
+    args = [command, str(evidence)] + ([str(evidence)] if command == "compare" else []) + ["--out", "-"]
+    assert main(args) in (ExitCode.OK, ExitCode.INCONCLUSIVE)
+    out, err = capsys.readouterr()
+    assert not (tmp_path / "-").exists() and "wrote -" not in err
+    assert out.strip(), err
+
+
 @pytest.mark.parametrize("kind", ["directory", "no parent"])
 def test_compare_out_that_cannot_be_a_file_is_a_usage_error_like_reports(evidence, tmp_path, capsys, kind):
     """`compare A B --out DIR` read both runs, then exited 4 with "cannot write evidence: Is a

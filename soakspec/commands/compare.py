@@ -30,6 +30,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from soakspec.commands.outpath import out_file
 from soakspec.exitcodes import ExitCode
 
 
@@ -63,7 +64,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-workload-change", action="store_true",
                    help="the runs sent different requests on purpose (prompt, max_tokens, endpoint, model, ...): "
                         "compare them, with a note, instead of INCONCLUSIVE")
-    p.add_argument("--out", metavar="FILE", help="write the comparison to FILE (atomically) instead of stdout")
+    p.add_argument("--out", metavar="FILE", type=out_file,
+                   help="write the comparison to FILE (atomically) instead of stdout (-: stdout)")
 
 
 def main(args: argparse.Namespace) -> int:

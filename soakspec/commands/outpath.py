@@ -16,6 +16,12 @@ from pathlib import Path
 from soakspec.exitcodes import UsageError
 
 
+def out_file(value: str) -> str | None:
+    """The `--out` argument: a file name, or `-` for stdout (as no `--out`), the convention of
+    every tool that writes a file or stdout; `-` was a file named "-" in the current directory."""
+    return None if value == "-" else value
+
+
 def refuse_inside_evidence(out: str, evidence_dirs: Iterable[str | os.PathLike]) -> None:
     """UsageError when `out` is one of `evidence_dirs` or lies under one (symlinks resolved)."""
     target = Path(out).resolve()

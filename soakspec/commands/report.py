@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import sys
 
+from soakspec.commands.outpath import out_file
 from soakspec.exitcodes import ExitCode
 from soakspec.report import FORMATS
 
@@ -30,7 +31,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--format", choices=FORMATS, default="md",
                    help="md: PR-ready section; html: self-contained page with charts; json; junit (default: md)")
     p.add_argument("--spec", metavar="FILE", help="judge with this spec instead of the one embedded in the evidence")
-    p.add_argument("--out", metavar="FILE", help="write the report to FILE (atomically) instead of stdout")
+    p.add_argument("--out", metavar="FILE", type=out_file,
+                   help="write the report to FILE (atomically) instead of stdout (-: stdout)")
 
 
 def _printable(text: str) -> str:
