@@ -136,26 +136,40 @@ def naive_buckets(spec, be) -> list[dict[str, Any]]:
     return out
 
 
-def naive_status(run, vals: list[float], q: float, threshold: float, bounds: list[tuple[float, float]] = ()) -> str:
+def naive_status(run, vals: list[float], q: float, threshold: float, bounds: list[tuple[float, float]] = (),
+                 units: int | None = None) -> str:
     """pNN(x) < T over the run: the overage rule of `soakspec.judge.stats`. `bounds`: censored
     samples, each only known to lie in (low, high) (a timeout: beyond its time to the deadline,
     high inf; a request with untimed tokens: between its first byte and its end): the rule is
-    decided where it is the same with each at its low and at its high bound."""
+    decided where it is the same with each at its low and at its high bound. `units`: the
+    requests the values come from, when a request gives many (ITL gaps): the sample-size rule
+    counts them, and the overages are counted as if there were only that many samples."""
     conf = run.gate.confidence
     need = max(stats.min_samples_for_percentile(q, conf), run.gate.min_samples)
     low, high = list(vals) + [lo for lo, _ in bounds], list(vals) + [hi for _, hi in bounds]
     n = len(low)
+    if units is not None and units < n:
+        gaps = n
+
+        def scaled(k: int, for_pass: bool) -> int:
+            return -(-k * units // gaps) if for_pass else k * units // gaps
+    else:
+        units = n
+
+        def scaled(k: int, for_pass: bool) -> int:
+            return k
     p_low, p_high = stats.percentile(low, q), stats.percentile(high, q)
     if bounds and (p_low < threshold) != (p_high < threshold):
         return "inconclusive"
-    certain = sum(1 for v in low if v >= threshold)
+    certain = scaled(sum(1 for v in low if v >= threshold), False)
+    n = units
     if p_low >= threshold:
         if n < need:
             return "fail" if stats.exceeds_with_confidence(certain, n, q, conf) else "short"
         return "fail"
     if n < need:
         return "short"
-    over = sum(1 for v in high if v >= threshold)
+    over = scaled(sum(1 for v in high if v >= threshold), True)
     allowed = stats.max_overages(n, q, conf)
     if allowed is not None and over <= allowed:
         return "pass"
@@ -266,10 +280,12 @@ def _judge_equals_naive(seed, per_bucket, share, t, u):
     # a request that timed out after its first token stalled: one more ITL gap, at least the time
     # from the latest its last token can have come (first token + (tpot + 1 µs) x (tokens - 1)) to its end
     stalls = [(_stall(r), math.inf) for r in timed if _num(r.get("first_token")) is not None and _num(r.get("end")) is not None]
-    for text, q, vals, bounds, thr in (("p95(ttft) < ", 95.0, ttfts, censored, t),
-                                       ("p99(itl) < ", 99.0, [x for r in done for x in _gaps(r)], stalls, u)):
+    # itl's claim rests on requests: those giving gaps, and each stalled one
+    itl_units = sum(1 for r in done if _gaps(r)) + len(stalls)
+    for text, q, vals, bounds, thr, units in (("p95(ttft) < ", 95.0, ttfts, censored, t, None),
+                                              ("p99(itl) < ", 99.0, [x for r in done for x in _gaps(r)], stalls, u, itl_units)):
         rule = next(r for name, r in by_rule.items() if name.startswith(text))
-        want_status = naive_status(run, vals, q, thr, bounds)
+        want_status = naive_status(run, vals, q, thr, bounds, units)
         if want_status == "short":
             assert rule.status != "pass"
         else:

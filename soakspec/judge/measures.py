@@ -108,10 +108,13 @@ class Measure:
     unit: str = "requests"
     reason: str | None = None
     over: int | None = None  # percentile rules: samples beyond the threshold (set by the judge)
+    # percentile rules over samples that come in clusters (itl: a request's gaps): the
+    # independent draws -- requests -- the claim rests on and `needed` counts (None: `samples`)
+    units: int | None = None
 
     @property
     def short(self) -> int:
-        return max(0, self.needed - self.samples)
+        return max(0, self.needed - (self.samples if self.units is None else self.units))
 
 
 class MetricImpl(Protocol):
@@ -229,6 +232,11 @@ class Distribution:
         sel = {"<": vals < t, "<=": vals <= t, ">": vals > t, ">=": vals >= t}[op]
         return len(vals), int(np.count_nonzero(sel))
 
+    def independent(self, records: Iterable[Row]) -> int | None:
+        """How many independent draws the values of `records` are, when fewer than the values
+        (PerToken: the requests that give gaps); None: each value is one."""
+        return None
+
     def contributors(self, records: Iterable[Row]) -> int:
         """How many requests of `records` give at least one value."""
         if isinstance(records, Rows) and isinstance(self, PerToken) and self.gaps is itl_gaps:
@@ -252,7 +260,8 @@ class Distribution:
             if not len(vals):
                 return Measure(None, 0, need, unit, f"no completed {unit}")
             reorder = self.new_values and stats.own_array(vals)
-            return Measure(stats.percentile(vals, percentile, reorder=reorder), len(vals), need, unit)
+            return Measure(stats.percentile(vals, percentile, reorder=reorder), len(vals), need, unit,
+                           units=self.independent(scope.records))
         need = max(1, min_samples)
         if not len(vals):
             return Measure(None, 0, need, unit, f"no completed {unit}")
@@ -356,6 +365,12 @@ class PerToken(Distribution):
         lows = np.where(np.isfinite(lows), lows, 0.0)
         return Censored(np.zeros(0), lows, np.full(len(lows), np.inf), 0, len(lows))
 
+    def independent(self, records: Iterable[Row]) -> int | None:
+        """The requests whose gaps are pooled: a request's gaps share its batch and its place in
+        the queue, so a percentile claim over them rests on requests, not gaps (its sample-size
+        rule and overage counts: `stats.independent_counts`), as `soakspec compare` counts them."""
+        return self.contributors(records)
+
     def counted(self, records: Iterable[Row]) -> stats.Counted | None:
         """The gaps counted by value (`_itl_counted`), or None where that does not apply."""
         if isinstance(records, Rows) and self.gaps is itl_gaps:
@@ -372,7 +387,7 @@ class PerToken(Distribution):
             need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
             if not c.n:
                 return Measure(None, 0, need, unit, f"no completed {unit}")
-            return Measure(c.percentile(percentile), c.n, need, unit)
+            return Measure(c.percentile(percentile), c.n, need, unit, units=self.independent(scope.records))
         need = max(1, min_samples)
         if not c.n:
             return Measure(None, 0, need, unit, f"no completed {unit}")

@@ -41,6 +41,21 @@ def _unit_word(unit: str, n: int) -> str:
     return plural(n, _UNIT_WORD.get(unit, unit))
 
 
+def _independent(impl: Distribution, sc: Scope, n: int, over: int, *, for_pass: bool) -> tuple[int, int]:
+    """(overages, samples) as the binomial tests may count them: a request's ITL gaps are one
+    draw, not many (`stats.independent_counts`)."""
+    units = impl.independent(sc.records)
+    return (over, n) if units is None else stats.independent_counts(over, n, units, for_pass=for_pass)
+
+
+def _counted_text(m: Measure) -> str:
+    """How many samples a measure rests on: "6 requests (378 inter-token gaps)" where a claim
+    counts requests, not gaps."""
+    if m.units is None:
+        return _unit_word(m.unit, m.samples)
+    return f"{plural(m.units, 'request')} ({_unit_word(m.unit, m.samples)})"
+
+
 def _significant_violation(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> bool:
     """Percentile rules with too few samples: is the violation certain anyway?"""
     q, op, t = rule.expr.percentile, rule.op, rule.threshold
@@ -49,10 +64,12 @@ def _significant_violation(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricIm
     confidence = run.gate.confidence
     if op in ("<", "<="):
         n, over = impl.beyond(sc.records, ">" if op == "<=" else ">=", t)
+        over, n = _independent(impl, sc, n, over, for_pass=False)
         return stats.exceeds_with_confidence(over, n, q, confidence)
     if q >= 100:
         return False
     n, under = impl.beyond(sc.records, "<" if op == ">=" else "<=", t)
+    under, n = _independent(impl, sc, n, under, for_pass=False)
     return stats.exceeds_with_confidence(under, n, 100.0 - q, confidence)
 
 
@@ -75,13 +92,17 @@ def _overage(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure
         qq, side = 100.0 - q, "below"
     if qq <= 0:
         return None
-    allowed = stats.max_overages(n, qq, conf)
-    if allowed is not None and over <= allowed:
+    k, units = _independent(impl, sc, n, over, for_pass=True)
+    allowed = stats.max_overages(units, qq, conf)
+    if allowed is not None and k <= allowed:
         return None
-    more = stats.samples_for_overages(over, n, qq, conf)
-    need = f"needs {more} more {_UNIT_WORD.get(m.unit, m.unit)}{'' if more == 1 else 's'} within the threshold" if more else "cannot be claimed"
+    more = stats.samples_for_overages(k, units, qq, conf)
+    word = _UNIT_WORD.get(m.unit, m.unit) if units == n else "request"
+    need = f"needs {more} more {word}{'' if more == 1 else 's'} within the threshold" if more else "cannot be claimed"
+    # gaps of fewer requests: the overages as the requests count them (`stats.independent_counts`)
+    as_requests = "" if units == n else f" (as {k} of {plural(units, 'request')}: one request's gaps are not independent)"
     return Instance("inconclusive", loc(sc), m.value, vtext, n,
-                    f"{vtext}, but {over} of {_unit_word(m.unit, n)} are {side} {rule.threshold_text}; "
+                    f"{vtext}, but {over} of {_unit_word(m.unit, n)} are {side} {rule.threshold_text}{as_requests}; "
                     f"at most {allowed if allowed is not None else 0} allowed at {conf * 100:.3g}% confidence "
                     f"(threshold {rule.op} {rule.threshold_text}); {need}", more or None)
 
@@ -141,7 +162,7 @@ def _too_few(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure
         if run.gate.min_samples > need_q:
             basis += f", the gate's min_samples {run.gate.min_samples}"
     return Instance("inconclusive", where, m.value, vtext, m.samples,
-                    f"{vtext} from only {_unit_word(m.unit, m.samples)}; needs {m.short} more{basis}", m.short)
+                    f"{vtext} from only {_counted_text(m)}; needs {m.short} more{'' if m.units is None else ' requests'}{basis}", m.short)
 
 
 def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
@@ -157,7 +178,7 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
         return Instance("inconclusive", where, None, None, m.samples, f"{e.text} cannot be computed: {m.reason}"), None, m.samples
     vtext = f"{e.text} = {format_beside(m.value, kind(rule), rule.op, rule.threshold)}"
     ok = compare(m.value, rule.op, rule.threshold)
-    if m.samples < m.needed:
+    if m.short:
         return _too_few(run, sc, rule, impl, m, vtext, ok), m.value, m.samples
     if ok and isinstance(impl, Outcome) and not completed(sc.records):
         # a scope where nothing completed measured nothing: it can fail a rule, never pass one
@@ -261,6 +282,9 @@ def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest | Per
     def agg(v: _Sample) -> float:
         return v.agg(e.percentile, e.agg)
 
+    # the independent draws a percentile claim rests on: requests, where a request's gaps are one
+    # (each stalled request adds one gap and one request)
+    units = None if m.units is None else m.units + c.stalled
     fk = kind(rule)
     note = _censored_note(c, n, e.metric or e.text, fk, m.unit)
     low, high = agg(low_vals), agg(high_vals)
@@ -286,20 +310,27 @@ def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest | Per
     worst = high_vals if (upper if ok_low else not upper) else low_vals
     over = worst.failing(op, t)
     qq = None if q is None or op not in ("<", "<=", ">", ">=") else (q if upper else 100.0 - q)
+    have = n if units is None else units
+
+    def counts(k: int, *, for_pass: bool) -> tuple[int, int]:
+        return (k, n) if units is None else stats.independent_counts(k, n, units, for_pass=for_pass)
+
     if not ok_low:
-        if n < need and qq is not None and qq > 0 and not stats.exceeds_with_confidence(over, n, qq, conf):
+        if have < need and qq is not None and qq > 0 and not stats.exceeds_with_confidence(*counts(over, for_pass=False), qq, conf):
             return Instance("inconclusive", where, value, vtext, n,
                             f"{vtext} from only {_unit_word(m.unit, n)} ({note}); needs {need - n} more"), value, n
         return Instance("fail", where, value, vtext, n, f"{vtext} over {_unit_word(m.unit, n)} ({thr}); {note}"), value, n
-    if n < need:
+    if have < need:
         return Instance("inconclusive", where, value, vtext, n,
-                        f"{vtext} from only {_unit_word(m.unit, n)} ({note}); needs {need - n} more"), value, n
+                        f"{vtext} from only {_unit_word(m.unit, n) if units is None else plural(units, 'request')} ({note}); "
+                        f"needs {need - have} more"), value, n
     if qq is not None and qq > 0:
-        allowed = stats.max_overages(n, qq, conf)
-        if allowed is None or over > allowed:
+        k, kn = counts(over, for_pass=True)
+        allowed = stats.max_overages(kn, qq, conf)
+        if allowed is None or k > allowed:
             best = low_vals if upper else high_vals  # the samples certainly beyond the threshold
             certain = best.failing(op, t)
-            if stats.exceeds_with_confidence(certain, n, qq, conf):
+            if stats.exceeds_with_confidence(*counts(certain, for_pass=False), qq, conf):
                 return Instance("fail", where, value, vtext, n,
                                 f"{vtext} over {_unit_word(m.unit, n)} ({thr}), but so many samples violate the threshold that "
                                 f"the percentile is beyond it at {conf * 100:.3g}% confidence; {note}"), value, n
@@ -324,7 +355,7 @@ def _short_buckets(rule: Rule, short: list[tuple[Scope, Measure]], used: list[tu
     if m0.value is None:
         why = f"{b0} has no {inner} ({m0.reason})"
     else:
-        why = f"{b0} has {inner} from only {_unit_word(m0.unit, m0.samples)}, needs {m0.short} more"
+        why = f"{b0} has {inner} from only {_counted_text(m0)}, needs {m0.short} more"
     of = f"{len(short)} of the {len(used)} compared buckets are short of samples; " if len(short) > 1 else ""
     shortfall = max((m.short for _, m in short), default=0) or None
     return f"{e.wrapper}({inner}) cannot be judged: {of}{why}", shortfall, sum(m.samples for _, m in used)
@@ -357,7 +388,7 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     if n < 2:
         return Instance("inconclusive", where, None, None, n, f"{e.wrapper}() needs at least 2 buckets; there {'is' if n == 1 else 'are'} {n}"), None, n
     used = series[:quarters(n)] + series[n - quarters(n):] if e.wrapper == "drift" else series
-    short = [(s, m) for s, m in used if m.value is None or m.samples < m.needed]
+    short = [(s, m) for s, m in used if m.value is None or m.short]
     if short:
         message, shortfall, samples = _short_buckets(rule, short, used)
         return Instance("inconclusive", where, None, None, samples, message, shortfall), None, samples

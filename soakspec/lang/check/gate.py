@@ -439,8 +439,8 @@ def check_window_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None
 # rate x length in open loop, and concurrency x length / the expected latency in closed or batch
 # loops -- the workload's `expected_latency`, else a simulator backend's own ttft + itl x
 # (max_tokens - 1). Without either (a real server, no hint) nothing is estimated. `itl` counts
-# tokens after the first of each request. Scopes per run and per backend pool every level: not
-# warned about.
+# requests, as the judge does: one request's gaps are not independent draws. Scopes per run and
+# per backend pool every level: not warned about.
 
 SIM_DEFAULTS = {name: _SIM_OPTIONS[name].default for name in ("ttft", "itl")}
 PER_REQUEST_PERCENTILES = frozenset({"ttft", "tpot", "latency", "schedule_lag", "output_tokens", "prompt_tokens"})
@@ -483,14 +483,12 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
         targets = [backends[rule.backend]] if rule.backend in backends else list(backends.values())
         for w in workloads:
             length = {"bucket": w.bucket_s, "window": rule.window_s or w.bucket_s, "level": w.duration_s}[rule.scope]
-            per_token = max(0.0, (sum(w.max_tokens) / len(w.max_tokens) if w.max_tokens else 64.0) - 1) if metric == "itl" else 1.0
             for bk in targets:
                 for label, n in _planned(w, bk, length):
-                    n *= per_token
                     if n < need and (fewest is None or n < fewest[0]):
                         fewest = (n, f"workload '{w.name}' at {label}" + (f" on backend '{bk.name}'" if len(targets) > 1 else ""))
         if fewest is not None:
-            unit = "gaps" if metric == "itl" else "samples"
+            unit = "requests" if metric == "itl" else "samples"
             what = {"bucket": "per bucket", "window": "per window", "level": "per level"}[rule.scope]
             ctx.warn("W509", f"{rule.expr.text} {what} needs {need} {unit} at {g.confidence * 100:g}% confidence; "
                              f"about {fewest[0]:.0f} {what} are planned ({fewest[1]}): the rule can only be INCONCLUSIVE",
