@@ -62,3 +62,14 @@ def test_clustered_gaps_at_the_threshold_rarely_pass():
         by_gaps += allowed_gaps is not None and over <= allowed_gaps and stats.percentile(x, 99) < t
     assert by_gaps / trials > 0.25  # the defect this guards against
     assert passes / trials <= 0.10
+
+
+def test_upper_percentile_claim_needs_the_samples_of_its_own_tail():
+    """`pNN(x) > T` is decided by the samples below T, the overages of the (100-NN)-th
+    percentile, so it needs that percentile's samples: `p99 > 16` over 10 samples all above is
+    claimed at 95% (it said "needs 289 more"), and `p1 >= 60` over 10 is not (it asked for 1)."""
+    spec = small_spec("require p99(output_tokens) > 16 per level\nrequire p1(output_tokens) >= 60 per level")
+    v = _rules(judge(spec, EvidenceBuilder(spec, per_bucket=5).build()))
+    assert v["p99(output_tokens) > 16 per level"].status == "pass", v["p99(output_tokens) > 16 per level"].message
+    low = v["p1(output_tokens) >= 60 per level"]
+    assert low.status == "inconclusive" and "needs 289 more" in low.message, low.message

@@ -8,6 +8,7 @@ backend, in level order).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -46,6 +47,25 @@ def _independent(impl: Distribution, sc: Scope, n: int, over: int, *, for_pass: 
     draw, not many (`stats.independent_counts`)."""
     units = impl.independent(sc.records)
     return (over, n) if units is None else stats.independent_counts(over, n, units, for_pass=for_pass)
+
+
+def _claim_tail(rule: Rule) -> float | None:
+    """The percentile whose overages decide a percentile rule: NN for `pNN(x) < T`, 100 - NN for
+    `pNN(x) > T` (the samples below T are the overages of the (100-NN)-th percentile, so the
+    sample-size rule is that percentile's: `p99(x) > T` is claimed from 10 samples all above T,
+    and `p1(x) >= T` needs 299). None: no percentile, or no side to count."""
+    q, op = rule.expr.percentile, rule.op
+    if q is None or op not in ("<", "<=", ">", ">="):
+        return q
+    return q if op in ("<", "<=") or q >= 100 else 100.0 - q
+
+
+def _for_claim(run: JudgedRun, rule: Rule, m: Measure) -> Measure:
+    """`m` needing the samples of the rule's own claim (`_claim_tail`), not of its percentile."""
+    tail = _claim_tail(rule)
+    if tail is None or tail == rule.expr.percentile or not m.needed:
+        return m
+    return dataclasses.replace(m, needed=max(stats.min_samples_for_percentile(tail, run.gate.confidence), run.gate.min_samples))
 
 
 def _counted_text(m: Measure) -> str:
@@ -157,8 +177,10 @@ def _too_few(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure
                         f"{vtext} over {_unit_word(m.unit, m.samples)} (threshold {rule.op} {rule.threshold_text}); too few for the percentile, but enough samples violate the threshold to be sure at {conf * 100:.3g}% confidence")
     basis = ""
     if rule.expr.percentile is not None:
-        need_q = stats.min_samples_for_percentile(rule.expr.percentile, conf)
-        basis = f"; {rule.expr.agg} at {conf * 100:.3g}% confidence needs {need_q}"
+        tail = _claim_tail(rule)
+        assert tail is not None
+        need_q = stats.min_samples_for_percentile(tail, conf)
+        basis = f"; {rule.expr.agg} {rule.op} at {conf * 100:.3g}% confidence needs {need_q}"
         if run.gate.min_samples > need_q:
             basis += f", the gate's min_samples {run.gate.min_samples}"
     return Instance("inconclusive", where, m.value, vtext, m.samples,
@@ -169,7 +191,7 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
     """Judge one scope instance of a plain (unwrapped) performance rule."""
     assert rule.op is not None and rule.threshold is not None
     e = rule.expr
-    m = impl.measure(sc, e.agg, e.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples)
+    m = _for_claim(run, rule, impl.measure(sc, e.agg, e.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples))
     where = loc(sc)
     if isinstance(impl, (PerRequest, PerToken)):
         if cens := impl.censored(sc.records):
