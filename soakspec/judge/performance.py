@@ -180,7 +180,8 @@ def _too_few(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure
         tail = _claim_tail(rule)
         assert tail is not None
         need_q = stats.min_samples_for_percentile(tail, conf)
-        basis = f"; {rule.expr.agg} {rule.op} at {conf * 100:.3g}% confidence needs {need_q}"
+        claim = rule.expr.agg if tail == rule.expr.percentile else f"{rule.expr.agg} {rule.op} (the samples below: p{tail:g})"
+        basis = f"; {claim} at {conf * 100:.3g}% confidence needs {need_q}"
         if run.gate.min_samples > need_q:
             basis += f", the gate's min_samples {run.gate.min_samples}"
     return Instance("inconclusive", where, m.value, vtext, m.samples,
