@@ -500,17 +500,23 @@ def _crash_spec() -> str:
     return text.replace(sim, launch, 1)
 
 
-def _run_crash(tmp_path, **environ: str):
-    spec = tmp_path / "crash.soak"
-    spec.write_text(_crash_spec())
+def _run_spec(tmp_path, text: str, name: str, returncode: int, **environ: str):
+    """`soakspec run` of the spec `text` into tmp_path/name (with `environ` over the test's
+    environment, less HF_TOKEN): (the process, the evidence directory, the environment)."""
+    spec = tmp_path / f"{name}.soak"
+    spec.write_text(text)
     marker = new_marker()
-    out = tmp_path / "cr"
+    out = tmp_path / name
     env = {k: v for k, v in run_env(marker).items() if k != "HF_TOKEN"} | environ
     run = subprocess.run(soakspec_cmd("run", str(spec), "--out", str(out)), cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert wait_no_survivors(marker) == []
-    assert run.returncode == 4, run.stdout + run.stderr
+    assert run.returncode == returncode, run.stdout + run.stderr
     return run, out, env
+
+
+def _run_crash(tmp_path, **environ: str):
+    return _run_spec(tmp_path, _crash_spec(), "cr", 4, **environ)
 
 
 def _reports(out, cwd, env) -> dict[str, str]:
@@ -550,15 +556,7 @@ def test_a_secret_a_crashing_server_broke_across_two_lines_is_redacted_in_its_di
     launch = (f"launch = {json.dumps(argv)}\n  ready {{\n    timeout = 5s\n    interval = 100ms\n  }}\n"
               f'  env {{\n    MY_TOKEN = "{CRASH_TOKEN}"\n  }}')  # fmt: skip
     sim = "sim {\n    ttft = 20ms\n    itl = 5ms\n  }"
-    spec = tmp_path / "wrap.soak"
-    spec.write_text(sim_spec(duration="1s", bucket="1s").replace(sim, launch, 1))
-    marker = new_marker()
-    out = tmp_path / "wr"
-    env = run_env(marker)
-    run = subprocess.run(soakspec_cmd("run", str(spec), "--out", str(out)), cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert wait_no_survivors(marker) == []
-    assert run.returncode == 4, run.stdout + run.stderr
+    run, out, env = _run_spec(tmp_path, sim_spec(duration="1s", bucket="1s").replace(sim, launch, 1), "wr", 4)
     diagnosis = manifest(out)["backends"][0]["crash_diagnosis"]
     assert diagnosis == ["ERROR auth failed for token <redacted>", "<redacted> rejected: the engine died"], diagnosis
     outputs = {"run": run.stdout + run.stderr, "manifest": (out / "manifest.json").read_text()} | _reports(out, tmp_path, env)
@@ -621,16 +619,7 @@ def test_a_secret_given_outside_its_variable_is_redacted_in_the_manifest_and_pla
     launch = (f"launch = {json.dumps(argv)}\n  env {{\n    MY_TOKEN = \"{ELSEWHERE_TOKEN}\"\n"
               f'    OTHER_SETTING = "see {ELSEWHERE_TOKEN} here"\n  }}')  # fmt: skip
     sim = "sim {\n    ttft = 20ms\n    itl = 5ms\n  }"
-    text = sim_spec(duration="1s", bucket="1s")
-    spec = tmp_path / "t.soak"
-    spec.write_text(text.replace(sim, launch, 1))
-    marker = new_marker()
-    out = tmp_path / "ev"
-    env = run_env(marker)
-    run = subprocess.run(soakspec_cmd("run", str(spec), "--out", str(out)), cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
-    assert wait_no_survivors(marker) == []
-    assert run.returncode == 0, run.stdout + run.stderr
+    run, out, env = _run_spec(tmp_path, sim_spec(duration="1s", bucket="1s").replace(sim, launch, 1), "ev", 0)
     b0 = manifest(out)["backends"][0]
     assert b0["argv"][-2:] == ["--echo-env", "<redacted>"], b0["argv"]
     assert b0["env"] == {"MY_TOKEN": "<redacted>", "OTHER_SETTING": "see <redacted> here"}, b0["env"]
@@ -639,7 +628,7 @@ def test_a_secret_given_outside_its_variable_is_redacted_in_the_manifest_and_pla
     assert found == set()
     outputs = {"run": run.stdout + run.stderr}
     for fmt in ("text", "json"):
-        p = subprocess.run(soakspec_cmd("plan", str(spec), "--format", fmt), cwd=tmp_path, env=env, capture_output=True,
+        p = subprocess.run(soakspec_cmd("plan", str(tmp_path / "ev.soak"), "--format", fmt), cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=60)  # fmt: skip
         assert p.returncode == 0, p.stdout + p.stderr
         outputs[f"plan {fmt}"] = p.stdout + p.stderr
@@ -693,7 +682,7 @@ def test_a_secret_query_parameter_in_a_probe_path_is_redacted_in_evidence_plan_a
     assert "/health?access_token=<redacted>" in outputs["gate"], outputs["gate"]
     assert not any("does not check" in text for text in outputs.values()), outputs
     for fmt in ("text", "json"):
-        p = subprocess.run(soakspec_cmd("plan", str(spec), "--format", fmt), cwd=tmp_path, env=env, capture_output=True,
+        p = subprocess.run(soakspec_cmd("plan", str(tmp_path / "ev.soak"), "--format", fmt), cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=60)  # fmt: skip
         assert p.returncode == 0, p.stdout + p.stderr
         outputs[f"plan {fmt}"] = p.stdout + p.stderr
