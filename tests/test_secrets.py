@@ -682,7 +682,7 @@ def test_a_secret_query_parameter_in_a_probe_path_is_redacted_in_evidence_plan_a
     assert "/health?access_token=<redacted>" in outputs["gate"], outputs["gate"]
     assert not any("does not check" in text for text in outputs.values()), outputs
     for fmt in ("text", "json"):
-        p = subprocess.run(soakspec_cmd("plan", str(tmp_path / "ev.soak"), "--format", fmt), cwd=tmp_path, env=env, capture_output=True,
+        p = subprocess.run(soakspec_cmd("plan", str(spec), "--format", fmt), cwd=tmp_path, env=env, capture_output=True,
                            text=True, timeout=60)  # fmt: skip
         assert p.returncode == 0, p.stdout + p.stderr
         outputs[f"plan {fmt}"] = p.stdout + p.stderr
