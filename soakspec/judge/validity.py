@@ -13,6 +13,7 @@ Each is `rule(run, spec_rule) -> RuleResult`; `spec_rule` is None for the built-
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from pathlib import Path
 
@@ -184,6 +185,50 @@ def _window_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instanc
     return out
 
 
+LEVEL_KEYS = ("mode", "concurrency", "rate", "batch_requests", "phase", "shape", "deadline_s")  # what a level ran
+
+
+def _plain(v):
+    """`v` as the manifest's JSON holds it (tuples as lists), a replay's trace by its content
+    (its `source` path depends on where the spec was read from)."""
+    v = json.loads(json.dumps(v))
+    if isinstance(v, dict) and v.get("kind") == "replay":
+        v.pop("source", None)
+    return v
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, float) or isinstance(b, float):
+        nums = all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (a, b))
+        return nums and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+def _show(key: str, v) -> str:
+    if key == "deadline_s" and isinstance(v, (int, float)) and not isinstance(v, bool):
+        return format_duration(v)
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)
+
+
+def _load_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instance]:
+    """A level of the evidence that is not the planned level of its index: the run sent another
+    load (concurrency, rate, phase, shape) or applied another deadline than the spec judged
+    with plans (`gate --spec` with a level list, load or deadline edited). Judged as the planned
+    level, it would speak of a load that never ran. A field the manifest does not record (older
+    evidence) is not compared."""
+    want = plv.to_json()
+    differ = [f"{k.removesuffix('_s')} {_show(k, lv.entry[k])} (the spec plans {_show(k, want.get(k))})"
+              for k in LEVEL_KEYS if k in lv.entry and not _same(_plain(lv.entry[k]), _plain(want.get(k)))]
+    if not differ:
+        return []
+    return [problem(f"level {lv.index} of workload {lv.workload} ran with {', '.join(differ)}: not the level the spec "
+                    f"plans ({plv.label}), so its evidence cannot be judged as that level", lloc)]
+
+
 def _bucket_span(indexes: list[int]) -> str:
     """`bucket 5`, `buckets 3-5`, `buckets 1, 4` (indexes ascending)."""
     if len(indexes) == 1:
@@ -198,6 +243,7 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None) 
     out: list[Instance] = []
     lloc = loc(level_scope(bi, lv))
     if plv is not None:
+        out.extend(_load_problems(lv, plv, lloc))
         out.extend(_window_problems(lv, plv, lloc))
     if lv.entry.get("completed") is not True:
         out.append(problem("the level did not run its full duration (completed = false)", lloc))

@@ -1,0 +1,55 @@
+"""Re-judging retained evidence with a spec other than the run's (`gate --spec NEWER`): the
+judge pairs the plan's levels with the evidence's by index, so a level list, load or deadline
+edited in the newer spec must not be judged on the evidence of another level (missing data is
+never a pass)."""
+
+from __future__ import annotations
+
+from soakspec.cli import main
+from soakspec.judge.judge import judge
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+
+def _completed_run(verdict):
+    return next(r for r in verdict.rules if r.rule == "completed_run")
+
+
+def test_a_level_list_edited_in_the_newer_spec_is_not_judged_on_another_levels_evidence():
+    """Run at concurrency [2, 4], judged with [3, 4]: the evidence's level 0 is concurrency 2,
+    never the planned concurrency 3 (it passed, its rules judged on concurrency 2's requests)."""
+    ev = EvidenceBuilder(small_spec(levels="[2, 4]")).build()
+    v = judge(small_spec(levels="[3, 4]"), ev)
+    cr = _completed_run(v)
+    assert v.outcome == "INCONCLUSIVE" and cr.status == "inconclusive", v.to_json()
+    assert "concurrency 2 (the spec plans 3)" in cr.message and "concurrency 3" in cr.message, cr.message
+    assert "level 1" not in cr.message  # concurrency 4 is the planned level 1
+    # the same levels in another order: neither is the planned level of its index
+    v = judge(small_spec(levels="[4, 2]"), ev)
+    assert v.outcome == "INCONCLUSIVE" and "(and 1 more)" in _completed_run(v).message
+    # written `require completed_run`: FAIL, as any other broken run
+    v = judge(small_spec("require completed_run\nrequire failed == 0", levels="[3, 4]"), ev)
+    assert v.outcome == "FAIL" and _completed_run(v).status == "fail"
+    # the run's own spec: no problem
+    assert judge(small_spec(levels="[2, 4]"), ev).outcome == "PASS"
+
+
+def test_a_rate_changed_in_the_newer_spec_is_not_judged_on_the_old_rates_evidence():
+    ev = EvidenceBuilder(small_spec(mode="open", levels="[2rps]")).build()
+    v = judge(small_spec(mode="open", levels="[2.5rps]"), ev)
+    assert v.outcome == "INCONCLUSIVE" and "rate 2.0 (the spec plans 2.5)" in _completed_run(v).message
+    assert judge(small_spec(mode="open", levels="[2rps]"), ev).outcome == "PASS"
+
+
+def test_a_deadline_changed_in_the_newer_spec_is_not_taken_as_applied(tmp_path, capsys):
+    """The runner applied the run's deadline: a request that took 1 s under a 30 s deadline
+    says nothing of a 100 ms one, and `timeouts == 0` passed with a 100 ms deadline."""
+    spec = small_spec("require timeouts == 0")
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    newer = tmp_path / "newer.soak"
+    newer.write_text(spec.canonical_text.replace("deadline = 30s", "deadline = 100ms"))
+    assert "deadline = 100ms" in newer.read_text()
+    assert main(["gate", str(root), "--spec", str(newer)]) == 3
+    out, err = capsys.readouterr()
+    assert "ran with deadline 30s (the spec plans 100ms)" in out, out
+    assert "other than the run's" in out and "differs from the spec the run used" in err
+    assert main(["gate", str(root)]) == 0
