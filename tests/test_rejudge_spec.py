@@ -53,3 +53,47 @@ def test_a_deadline_changed_in_the_newer_spec_is_not_taken_as_applied(tmp_path, 
     assert "ran with deadline 30s (the spec plans 100ms)" in out, out
     assert "other than the run's" in out and "differs from the spec the run used" in err
     assert main(["gate", str(root)]) == 0
+
+
+def _with_max_tokens(text: str, n: str) -> str:
+    out = text.replace("  deadline = 30s\n", f"  deadline = 30s\n  max_tokens = {n}\n")
+    assert out != text
+    return out
+
+
+def test_a_newer_spec_bounds_usage_by_the_max_tokens_the_run_sent(tmp_path):
+    """The bound on a response's completion tokens is what the run asked for: a newer spec's
+    lower max_tokens flagged every request of the run as reporting more tokens than it asked
+    for, and its ITL, TPOT and throughput were then not computed ("no completed gaps")."""
+    from soakspec.judge.joined import join
+    from soakspec.judge.testing import spec_from_text
+
+    ran = spec_from_text(_with_max_tokens(small_spec("require mean(itl) < 1s").canonical_text, "64"))
+    ev = EvidenceBuilder(ran).build()
+    assert all((r.get("output_tokens") or 0) > 8 for r in ev.backends[0].records if r.get("bucket", -1) >= 0)
+    newer = spec_from_text(_with_max_tokens(small_spec("require mean(itl) < 1s\nrequire mean(tpot) < 1s").canonical_text, "8"))
+    run = join(newer, ev)
+    flagged = [r for r in run.judged[0].measured if r.get("usage_mismatch")]
+    assert flagged == [], flagged[:1]
+    v = judge(newer, ev)
+    rules = {r.rule: r for r in v.rules}
+    assert rules["mean(itl) < 1s"].status == "pass" and rules["mean(tpot) < 1s"].status == "pass", v.to_json()
+    # ... and the run's requests are not the newer spec's workload: said, never a silent pass
+    cr = _completed_run(v)
+    assert v.outcome == "INCONCLUSIVE" and "max_tokens 64 → 8" in cr.message, cr.message
+
+
+def test_a_newer_spec_with_another_workload_is_not_judged_silently(tmp_path, capsys):
+    spec = small_spec()
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    newer = tmp_path / "newer.soak"
+    newer.write_text(_with_max_tokens(spec.canonical_text, "512"))
+    assert main(["gate", str(root), "--spec", str(newer)]) == 3
+    out = capsys.readouterr().out
+    assert "workload 'w': max_tokens" in out and "→ 512" in out and "the run sent other requests" in out, out
+    # rules edited only: the workload is the run's, nothing said of it
+    rules_only = tmp_path / "rules.soak"
+    rules_only.write_text(spec.canonical_text.replace("require failed == 0", "require failed == 0\n  require timeouts == 0"))
+    assert main(["gate", str(root), "--spec", str(rules_only)]) == 0
+    out = capsys.readouterr().out
+    assert "other than the run's" in out and "sent other requests" not in out

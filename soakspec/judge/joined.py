@@ -50,6 +50,7 @@ class JudgedRun:
     retained: bool = False  # judged from retained evidence (`gate`), not right after the run
     gate_only: bool = False  # the gate itself was restricted (`gate --backend`), not only the run
     sweep: tuple[Any, ...] = ()  # a sweep spec: each backend's re-judged search (`soakspec.judge.sweep`)
+    ran_spec: Spec | None = None  # the spec the run ran, where `spec` is another one and its text checks (`gate --spec`)
 
     @property
     def gate(self) -> Gate:
@@ -134,9 +135,13 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tu
     `--backend` run of them would be judged -- the rules naming other backends are dropped."""
     from soakspec.judge.rederive import rederive
     from soakspec.judge.sweep import narrow
+    from soakspec.judge.workload import ran_spec
 
     spec, evidence, sweep = narrow(spec, evidence)  # a sweep is judged at its found level
-    evidence = rederive(spec, evidence)
+    ran = None
+    if evidence.spec_sha256 is not None and evidence.spec_sha256 != spec.sha256:  # judged with another spec
+        ran = ran_spec(evidence)
+    evidence = rederive(spec, evidence, ran)
     m = evidence.manifest
     time_scale, bad_time_scale = _time_scale(m)
     rehearsal = m.get("rehearsal") is True
@@ -163,4 +168,4 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tu
     where_of = _WhereOf(judged)
     not_run = tuple(b.name for b in spec.backends if b.name not in planned) if chosen else ()
     return JudgedRun(spec, evidence, p, time_scale, bad_time_scale, rehearsal, indexes, planned, backends,
-                     judged, levels, where_of, chosen, not_run, retained, gate_only, sweep)
+                     judged, levels, where_of, chosen, not_run, retained, gate_only, sweep, ran)

@@ -7,7 +7,9 @@ validity     Is this a run the gate can speak about? Built in, always run:
                                every planned backend and level present and `completed`; as many
                                records as requests the level counted as sent, no duplicate id,
                                no request outside the manifest's levels and buckets; no backend
-                               aborted. The planned backends are the spec's, narrowed by the
+                               aborted; each level of the load and deadline the plan gives it,
+                               each workload of the requests the run sent (judged with a spec
+                               other than the run's: `gate --spec`). The planned backends are the spec's, narrowed by the
                                manifest's `only` list when the run was restricted.
                full_scale_run  not a rehearsal nor time-scaled, unless `allow_rehearsal`;
                min_samples     every level has at least max(gate min_samples, the plan's minimum)

@@ -666,11 +666,15 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
     return t.with_labels({"outcome": outcome.done(), "error": error.done(), "usage_mismatch": usage.done()}, extras), texts
 
 
-def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehearsal: bool, same_spec: bool) -> BackendEvidence:
+def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehearsal: bool, same_spec: bool,
+                     ran: Spec | None = None) -> BackendEvidence:
+    """`ran`: the spec the run ran (`ran_spec`), whose workloads' max_tokens and stream are what
+    its requests asked for (None: `spec`)."""
     spec_be = next((b for b in spec.backends if b.name == be.name), None)
     deadlines = _deadlines(be)
-    max_tokens = _max_tokens(spec)
-    bounds = _usage_bounds(spec)
+    sent = ran if ran is not None else spec
+    max_tokens = _max_tokens(sent)
+    bounds = _usage_bounds(sent)
     table = be.requests
     # the runtime boundary's lines of server.log, taken from trace matching's pass over it
     boundary = BoundaryText(spec_be.runtime.log_pattern) if spec_be is not None and spec_be.runtime is not None else None
@@ -700,12 +704,16 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
                                mislabeled=be.mislabeled + tuple(notes))
 
 
-def rederive(spec: Spec, evidence: Evidence) -> Evidence:
-    """`evidence` with every derived label drawn again from its facts (see the module doc)."""
+def rederive(spec: Spec, evidence: Evidence, ran: Spec | None = None) -> Evidence:
+    """`evidence` with every derived label drawn again from its facts (see the module doc).
+    `ran`: the spec the run ran (`judge.workload.ran_spec`), when `spec` is another one (`gate
+    --spec`): what its requests asked for -- max_tokens, stream, the bound on a response's
+    tokens -- is the run's, not what a newer spec would ask (a max_tokens lowered there flagged
+    every request as reporting more tokens than it asked for). None: `spec`."""
     m = evidence.manifest
     rehearsal = m.get("rehearsal") is True
     same_spec = evidence.spec_sha256 is None or evidence.spec_sha256 == spec.sha256
     window = spec.gate.trace_window_s
-    backends = tuple(rederive_backend(spec, be, window_s=window, rehearsal=rehearsal, same_spec=same_spec)
+    backends = tuple(rederive_backend(spec, be, window_s=window, rehearsal=rehearsal, same_spec=same_spec, ran=ran)
                      for be in evidence.backends)
     return dataclasses.replace(evidence, backends=backends)

@@ -72,7 +72,25 @@ def _run_problems(run: JudgedRun) -> list[Instance]:
             out.append(problem(f"backend {be.name} is in the evidence but not planned by the spec"
                                + (f" (the manifest restricts the run to {', '.join(run.restricted)})" if be.name in run.not_run else "")))
     out.extend(problem(m) for m in kind_problems(run))
+    out.extend(problem(m) for m in workload_problems(run))
     return out
+
+
+def workload_problems(run: JudgedRun) -> list[str]:
+    """Workloads whose requests, as the run sent them (its embedded spec), are not the ones the
+    spec judging it (`gate --spec`) plans -- prompt, max_tokens, endpoint, model, sampling
+    (`judge.workload.workload_shape`, what `compare` compares): the evidence is not of that
+    workload, whatever its rules would say of it."""
+    from soakspec.judge.workload import workload_differences
+
+    if run.ran_spec is None:
+        return []
+    stored = run.evidence.manifest.get("spec")
+    # a body field the run's embedded text holds redacted cannot be compared with the spec file's
+    redacted = isinstance(stored, dict) and "text_sha256" in stored
+    names = [w.name for w in run.spec.workloads]
+    return [f"{d}: the run sent other requests than the spec judging it plans, so its evidence is not of that workload"
+            for d in workload_differences(run.ran_spec, run.spec, names, hidden=("body",), skip=("body",) if redacted else ())]
 
 
 def kind_problems(run: JudgedRun) -> list[str]:
