@@ -345,3 +345,24 @@ def test_itl_rows_show_the_request_counts_the_interval_and_sample_size_rest_on(t
     assert (itl["gaps_base"], itl["gaps_new"]) == (1512, 1512)
     ttft = next(r for r in doc["rows"] if (r["metric"], r["stat"]) == ("ttft", "p95"))
     assert (ttft["n_base"], ttft["gaps_base"]) == (24, None)
+
+
+def test_a_rule_s_message_names_its_worst_row_among_rows_of_one_status():
+    """`--require 'p99(ttft) regression <= 5%'` over two levels that both pass named the first
+    level's interval (-8.2% .. +3.7%) where the second's came closer to the limit (+4.5%):
+    the message is the worst row's, as the gate reports a rule at its worst instance."""
+    spec = small_spec(levels="[2, 4]", duration="4m", bucket="1m")
+
+    def run(seed: int, slower: float) -> EvidenceBuilder:
+        b = EvidenceBuilder(spec, per_bucket=100, run_id=f"run{seed}")
+        rng = random.Random(seed)
+        for r in b.measured("a"):
+            ttft = rng.lognormvariate(-2.3, 0.35) * (slower if r["level"] == 1 else 1.0)
+            r.update(ttft=ttft, first_token=r["start"] + ttft, latency=ttft + 0.1, end=r["start"] + ttft + 0.1)
+        return b
+
+    c = compare(run(1, 1.0).build(), run(2, 1.15).build(), rules=[parse_rule("require p50(ttft) regression <= 60%")],
+                resamples=2000)
+    rows = [r for r in c.rows if (r.metric, r.stat) == ("ttft", "p50")]
+    assert [r.level for r in rows] == [0, 1] and rows[1].high > rows[0].high
+    assert c.rules[0].status == "pass" and "concurrency 4" in c.rules[0].message, c.rules[0].message

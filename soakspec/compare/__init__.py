@@ -775,7 +775,8 @@ def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
     mine = [i for i, r in enumerate(rows) if r.metric == rule.metric and r.stat == rule.stat]
     if not mine:
         return RuleOutcome(rule, "inconclusive", "no matched level to compare", ())
-    worst: tuple[int, str, str] | None = None  # (rank, status, message)
+    worst: tuple[int, str, str] | None = None  # (row, status, message)
+    worst_key: tuple[int, float] | None = None  # (rank of its status, its regression's upper end): the largest
     rank = {"pass": 0, "inconclusive": 1, "fail": 2}
     for i in mine:
         r = rows[i]
@@ -793,8 +794,9 @@ def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
             st = "pass" if ok else "fail" if bad else "inconclusive"
             u = " pp" if r.absolute else "%"  # ratio(errors): points
             msg = f"{where}: regression {lo * 100:+.1f}{u} .. {hi * 100:+.1f}{u} (limit {t * 100:g}{u})"
-        if worst is None or rank[st] > rank[worst[1]]:
-            worst = (i, st, msg)
+        key = (rank[st], iv[1] if iv is not None else -math.inf)  # of one status, the row nearest (or furthest past) the limit
+        if worst_key is None or key > worst_key:
+            worst, worst_key = (i, st, msg), key
     assert worst is not None
     status = fold(rule.severity, (worst[1],))  # the gate's folding: a warn rule that fails is WARN
     return RuleOutcome(rule, status, worst[2], tuple(mine))  # type: ignore[arg-type]
