@@ -330,3 +330,39 @@ def test_a_run_compared_with_itself_says_so(tmp_path, capsys):
     assert any(n.startswith("the base and new runs are the same run") for n in doc["notes"])
     c = compare(builder(1).build(), builder(2).build(), resamples=100)
     assert not any("same run" in n for n in c.notes)
+
+
+# ------------------------------------------------------------------------------ an interrupted run
+
+
+def _interrupted(tmp_path, name: str, error: str):
+    """A run stopped by an interrupt in its last bucket: status aborted, the last 16 requests in
+    flight recorded as disconnected with `error` (the runner's own words for what it cancelled,
+    or a server's dropped connection)."""
+    b = builder(2)
+    b.manifest.update(status="aborted", incomplete_reason="interrupted by SIGINT")
+    last = list(b.measured("a"))[-16:]
+    for r in last:
+        r.update(outcome="disconnected", error=error, ttft=None, first_token=None, itl=[], tpot=None, latency=None)
+    return b.write(tmp_path / name)
+
+
+@pytest.mark.parametrize("by_abort", [True, False])
+def test_requests_an_interrupt_cancelled_are_no_rise_of_the_servers_errors(tmp_path, capsys, by_abort):
+    """compare of an unchanged server with a run interrupted by Ctrl-C said FAIL "unsuccessful
+    requests rose significantly: 0.0% → 3.4%" (exit 1): the requests in flight at the interrupt,
+    which the runner itself cancelled, counted as the server's errors. The run is incomplete:
+    INCONCLUSIVE, saying why; a server that dropped those connections itself still FAILs."""
+    from soakspec.evidence.record import CANCELLED_BY_ABORT
+
+    base = builder(1).write(tmp_path / "base")
+    new = _interrupted(tmp_path, "new", CANCELLED_BY_ABORT if by_abort else "connection closed before the response finished")
+    code = main(["compare", str(base), str(new), "--format", "json", "--resamples", "200"])
+    doc = json.loads(capsys.readouterr().out)
+    assert _row(doc, "errors", "ratio")["new"] == pytest.approx(16 / 400)  # the row is the gate's share, as ever
+    if by_abort:
+        assert code == 3 and doc["verdict"] == "INCONCLUSIVE", doc["reasons"]
+        assert not any("rose significantly" in r for r in doc["reasons"]), doc["reasons"]
+        assert any("16 requests" in r and "cancelled" in r for r in doc["reasons"]), doc["reasons"]
+    else:
+        assert code == 1 and any("rose significantly" in r for r in doc["reasons"]), doc["reasons"]

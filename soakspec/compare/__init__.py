@@ -103,8 +103,11 @@ never changes the outcome. `ratio(errors) regression <= 1%` bounds the rise of t
 unsuccessful requests in percentage points. Without a rule on ratio(errors), a significant rise
 (an errors row whose verdict is regression) FAILs the comparison by itself: more failures is
 never a pass, whatever the completed requests' latencies say (`Comparison.reasons` says which
-level). A rule on ratio(errors) -- `warn` too -- replaces that built-in: it is how a reviewer
-says how much rise matters. Outcome: FAIL when a `require` rule fails, a run's evidence does
+level) -- except a rise only by the requests a run's runner cancelled in flight when it was
+interrupted (disconnected, "the run was aborted before the response finished": the interrupt's,
+not the server's), which makes the comparison INCONCLUSIVE (that run is incomplete). A rule on
+ratio(errors) -- `warn` too -- replaces that built-in: it is how a reviewer says how much rise
+matters. Outcome: FAIL when a `require` rule fails, a run's evidence does
 not verify or errors rose (above); INCONCLUSIVE when a require rule is inconclusive, a run is
 incomplete, a row has data on one side only or nothing could be matched; else PASS. Without rules the comparison only reports
 (PASS = both runs verified, errors did not rise).
@@ -154,6 +157,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from soakspec.evidence.record import CANCELLED_BY_ABORT
 from soakspec.exitcodes import ExitCode
 from soakspec.judge import stats
 from soakspec.judge.common import fold
@@ -885,13 +889,16 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
     outcomes = tuple(_judge_rule(r, rows) for r in rules)
     req = [o for o in outcomes if o.rule.severity == "require"]
     fails: list[str] = []  # reasons to FAIL besides the rules
+    unsure: list[str] = []  # reasons to be INCONCLUSIVE besides the rules
     if not any(r.metric == "errors" for r in rules):  # a rule on ratio(errors) says how much rise matters
         rose = [r for r in rows if r.metric == "errors" and r.verdict == "regression"]
+        rose, cut = _abort_rises(rose, pending, row_conf)
+        unsure += cut
         if rose:
             fails.append("unsuccessful requests rose significantly: " + "; ".join(
                 f"{r.backend} {r.label} {_share(r.base)} → {_share(r.new)} "
                 f"({(r.low or 0) * 100:+.1f} .. {(r.high or 0) * 100:+.1f} pp)" for r in rose))
-    unsure = _full_scale(sb, sn, allow_rehearsal, notes) + _missing(rows)  # reasons to be INCONCLUSIVE besides the rules
+    unsure += _full_scale(sb, sn, allow_rehearsal, notes) + _missing(rows)
     differ: list[str] = []
     if workloads:
         differ = _workload_differences(base_spec if base_spec is not None else ran_spec(base),
@@ -919,6 +926,39 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
                      "compares it with itself")
     return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome, tuple(unpaired),
                       tuple(fails + unsure), tuple(differ), asked if asked is not None and asked < resamples else None)
+
+
+def _cancelled_by_abort(lv: LevelIndex) -> int:
+    """The level's measured requests the runner itself cancelled in flight when its run was
+    aborted (an interrupt): recorded disconnected, though the server did not end them."""
+    return lv.records.count(
+        lambda t, idx: t.label_is("outcome", "disconnected", idx) & t.label_is("error", CANCELLED_BY_ABORT, idx),
+        lambda r: r.get("outcome") == "disconnected" and r.get("error") == CANCELLED_BY_ABORT)
+
+
+def _abort_rises(rose: Sequence[Row], pending: Sequence[_Pending], row_conf: float) -> tuple[list[Row], list[str]]:
+    """Of the errors rows whose share rose significantly, those that still rise without the
+    requests an aborted run's runner cancelled itself, and why each of the others makes the
+    comparison INCONCLUSIVE instead: a run interrupted mid-level (Ctrl-C) records its requests
+    in flight as disconnected -- the gate's errors, the row's share -- but that rise is the
+    interrupt's, not the server's (the run is incomplete)."""
+    by_key = {(p.key[0], p.key[2], p.key[3]): p for p in pending if p.cm.name == "errors"}
+    still, why = [], []
+    for r in rose:
+        p = by_key.get((r.backend, r.workload, r.level))
+        cb, cn = (_cancelled_by_abort(p.base_lv), _cancelled_by_abort(p.new_lv)) if p is not None else (0, 0)
+        if not (cb or cn):
+            still.append(r)
+            continue
+        kb, nb = round((r.base or 0) * r.n_base), r.n_base
+        kn, nn = round((r.new or 0) * r.n_new), r.n_new
+        if nb - cb > 0 and nn - cn > 0 and proportion_difference(kb - cb, nb - cb, kn - cn, nn - cn, row_conf)[1] > 0:
+            still.append(r)  # a rise beyond what the interrupt cancelled
+            continue
+        why.append(f"{r.backend} {r.label}: unsuccessful requests {_share(r.base)} → {_share(r.new)}, a rise only by the "
+                   f"{cb + cn} requests an interrupted run's runner cancelled in flight (\"{CANCELLED_BY_ABORT}\"), not "
+                   "failures of the server: that run is incomplete")
+    return still, why
 
 
 def _share(v: float | None) -> str:

@@ -109,6 +109,9 @@ OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
 # FAILED ("finish_reason: abort"), by the runner (`soakspec.runner.protocol`) and by the judge
 # re-deriving the outcome (`soakspec.judge.rederive.derive_outcome`) alike.
 FAILED_FINISH_REASONS: tuple[str, ...] = ("error", "abort")
+# the error of a request the runner itself cancelled in flight when the run was aborted (an
+# interrupt): recorded disconnected, though it was not the server that ended it (runner/load.py)
+CANCELLED_BY_ABORT = "the run was aborted before the response finished"
 
 
 class TokensSource(enum.StrEnum):

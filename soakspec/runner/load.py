@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Protocol
 import httpx
 import trio
 
+from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
 from soakspec.plan import Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
 from soakspec.runner.prompts import LocalTokenizer, RunAborted, ServerTokenizer, TokenCosts, measure_costs, token_prompt, verify
@@ -57,7 +58,6 @@ TOKENIZE_TIMEOUT_S = 30.0  # one /tokenize request while token-exact prompts are
 PREPARE_TIMEOUT_S = 120.0  # all of them (a few hundred requests; milliseconds each on a local server)
 _COSTS: dict[tuple[str, str], TokenCosts] = {}  # (tokenizer file or server URL, model) -> word costs, per process
 SHAPE_CACHE = 4096  # request shapes kept per workload (each shares its prompt string)
-CANCELLED_BY_ABORT = "the run was aborted before the response finished"
 CLOSE_S = 1.0  # closing a connection (shielded) takes at most this long
 # a worker whose request could not be sent (the load generator out of file descriptors, ...:
 # runner/fdlimit.py) waits this long before its next one, instead of failing in a hot loop
