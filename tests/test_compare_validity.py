@@ -366,3 +366,54 @@ def test_requests_an_interrupt_cancelled_are_no_rise_of_the_servers_errors(tmp_p
         assert any("16 requests" in r and "cancelled" in r for r in doc["reasons"]), doc["reasons"]
     else:
         assert code == 1 and any("rose significantly" in r for r in doc["reasons"]), doc["reasons"]
+
+
+# ------------------------------------------------------------------------------ the gate's numbers
+
+
+def test_each_row_is_the_number_results_json_holds_where_the_judge_re_derives_requests(tmp_path, capsys):
+    """compare read the stored records as they are; the gate first re-derives them (a completed
+    request whose usage contradicts its stream keeps its outcome but is left out of ITL and TPOT,
+    and counts its chunks in throughput). A server over-reporting usage on a quarter of its
+    requests read as an improvement of TPOT and throughput (41 746 tok/s against the 106 of
+    results.json): each side is now re-derived with the spec it is judged with."""
+    from soakspec.judge.cli_support import judge_and_write
+    from soakspec.lang import load_text
+
+    base = builder(1).write(tmp_path / "base")
+    b = builder(2)
+    for i, r in enumerate(b.measured("a")):
+        if i % 4 == 0:
+            r.update(output_tokens=100_000)  # beyond any max_tokens: usage_mismatch
+    new = b.write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--format", "json", "--resamples", "200"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    manifest = json.loads((new / "manifest.json").read_text())
+    spec = load_text(manifest["spec"]["text"], "x")[0]
+    _, results = judge_and_write(new, spec)
+    lv = results["backends"][0]["levels"][0]
+    assert lv["excluded"]["tpot"], lv["excluded"]  # the judge left them out
+    for stat in ("p50", "p95", "p99"):
+        for metric in ("tpot", "itl"):
+            assert _row(doc, metric, stat)["new"] == pytest.approx(lv[metric][stat], rel=1e-9), (metric, stat)
+    buckets = [w["output_tokens_per_s"] for w in results["backends"][0]["buckets"] if w.get("level") == 0]
+    assert _row(doc, "throughput", "mean")["new"] == pytest.approx(sum(buckets) / len(buckets), rel=1e-9)
+    assert all(r["verdict"] == "no significant change" for r in doc["rows"] if r["metric"] in ("tpot", "throughput"))
+
+
+def test_requests_the_servers_traces_say_failed_are_errors_in_compare_as_in_the_gate(tmp_path, capsys):
+    """A fifth of the new run's requests streamed to the end but the server's traces say they
+    ended in an error: results.json counts them failed (80 of 400); compare said errors 0.0% →
+    0.0% and PASS (exit 0)."""
+    base = builder(1).write(tmp_path / "base")
+    b = builder(2)
+    ids = {r["request_id"] for i, r in enumerate(b.measured("a")) if i % 5 == 0}
+    for t in b.traces["a"]:
+        if t["request_id"] in ids:
+            t["payload"].update(terminal_reason="error")
+    new = b.write(tmp_path / "new")
+    assert json.loads((new / "results.json").read_text())["backends"][0]["levels"][0]["requests"]["failed"] == 80
+    assert main(["compare", str(base), str(new), "--format", "json", "--resamples", "200"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert _row(doc, "errors", "ratio")["new"] == pytest.approx(0.2)
+    assert any("rose significantly" in r for r in doc["reasons"]), doc["reasons"]

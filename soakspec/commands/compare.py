@@ -104,7 +104,8 @@ def main(args: argparse.Namespace) -> int:
                 rules=rules, resamples=resamples, seed=args.seed, allow_rehearsal=spec.gate.allow_rehearsal,
                 workload_change=args.allow_workload_change,
                 # the specs the runs ran: their embedded ones (read anew by compare under --spec)
-                base_spec=None if args.spec else specs[0], new_spec=None if args.spec else specs[1])
+                base_spec=None if args.spec else specs[0], new_spec=None if args.spec else specs[1],
+                judged_with=(specs[0], specs[1]))  # each side's conclusions re-derived as the gate does
     if c.resamples_requested is not None:
         print(f"soakspec compare: note: --resamples {c.resamples_requested} raised to {c.resamples}: each end of the "
               f"{len(c.rows)} rows' family-wise intervals needs at least {MIN_TAIL_DRAWS} draws beyond it", file=sys.stderr)

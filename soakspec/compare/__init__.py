@@ -26,8 +26,9 @@ requests; then p50, p95 and p99 of ttft, itl, tpot and latency (per
 completed measured request; itl: every inter-token gap, as the gate counts it), and the mean
 over buckets of qps and output tokens/s (`throughput`) -- each computed with the gate's own
 metric implementations (`soakspec.judge.registry`) and the one percentile of
-`soakspec.judge.stats` (linear interpolation, type 7), so a compared number is the number the
-report and the gate show. A rule may ask for another percentile; it gets its own row.
+`soakspec.judge.stats` (linear interpolation, type 7), over each run's records re-derived as the
+gate re-derives them (`judge.joined.rederived`: a server's trace errors, usage that contradicts
+the stream), so a compared number is the number the report and the gate show. A rule may ask for another percentile; it gets its own row.
 
 Errors. `ratio(errors)`'s change is the difference `new - base` of the two shares, in
 percentage points (a base share of 0, the usual one, has no ratio), and its interval is
@@ -163,7 +164,7 @@ from soakspec.judge import stats
 from soakspec.judge.common import fold
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, index
-from soakspec.judge.joined import _time_scale
+from soakspec.judge.joined import _time_scale, rederived
 from soakspec.judge.measures import Distribution, PerBucket
 from soakspec.judge.measures import Outcome as OutcomeCount
 from soakspec.judge.registry import metric
@@ -850,17 +851,24 @@ def min_resamples(rows: int, confidence: float) -> int:
 def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: str = "new",
             confidence: float = 0.95, rules: Sequence[CompareRule] = (), resamples: int | None = None,
             seed: int = 0, allow_rehearsal: bool = False, workload_change: bool = False,
-            base_spec: Any = None, new_spec: Any = None) -> Comparison:
+            base_spec: Any = None, new_spec: Any = None, judged_with: tuple[Any, Any] | None = None) -> Comparison:
     """Compare two runs' evidence (pure: same inputs, same comparison). `allow_rehearsal`: the
     spec in use says `gate { allow_rehearsal = true }`; `workload_change`: a different workload
     is the point of the comparison (module doc, "Comparable runs"). `base_spec`, `new_spec`: the
     specs the runs ran, where the caller has them (else read from the manifests). `resamples`:
     the bootstrap draws per side, raised to what the rows need (`min_resamples`, a note says
-    so); None: DEFAULT_RESAMPLES, or more where the rows need more."""
+    so); None: DEFAULT_RESAMPLES, or more where the rows need more. `judged_with`: the spec each
+    side is judged with (`--spec`, else its own), by which its stored conclusions -- outcomes, a
+    server's trace errors, usage that contradicts the stream -- are re-derived as the gate
+    re-derives them (`judge.joined.rederived`), so that each row's number is the one results.json
+    and the report show; None: the specs the runs ran (a side with none is read as stored)."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     notes: list[str] = []
     sb, sn = _side(base_dir, base), _side(new_dir, new)
+    ran = (base_spec if base_spec is not None else ran_spec(base), new_spec if new_spec is not None else ran_spec(new))
+    judges = judged_with if judged_with is not None else ran
+    base, new = (rederived(sp, ev)[0] if sp is not None else ev for sp, ev in zip(judges, (base, new)))
     pending: list[_Pending] = []
     unpaired: list[Unpaired] = []
     workloads: list[str] = []
@@ -901,8 +909,7 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
     unsure += _full_scale(sb, sn, allow_rehearsal, notes) + _missing(rows)
     differ: list[str] = []
     if workloads:
-        differ = _workload_differences(base_spec if base_spec is not None else ran_spec(base),
-                                       new_spec if new_spec is not None else ran_spec(new), workloads, notes)
+        differ = _workload_differences(ran[0], ran[1], workloads, notes)
     if differ and workload_change:
         notes.append("the runs sent different requests, compared as asked (--allow-workload-change): " + " / ".join(differ))
     elif differ:

@@ -127,21 +127,30 @@ def _time_scale(m: Mapping[str, Any]) -> tuple[float, bool]:
     return scale, scale != ts
 
 
+def rederived(spec: Spec, evidence: Evidence) -> tuple[Evidence, Spec | None]:
+    """`evidence` with every stored conclusion re-derived from its facts for judging with `spec`
+    (`soakspec.judge.rederive`), and the spec the run ran where `spec` is another one (`gate
+    --spec`; None otherwise, or when its embedded text does not check): what the run's requests
+    asked for is read from it. `join` and `compare` read evidence through this."""
+    from soakspec.judge.rederive import rederive
+    from soakspec.judge.workload import ran_spec
+
+    ran = None
+    if evidence.spec_sha256 is not None and evidence.spec_sha256 != spec.sha256:  # judged with another spec
+        ran = ran_spec(evidence)
+    return rederive(spec, evidence, ran), ran
+
+
 def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tuple[str, ...] = ()) -> JudgedRun:
     """Re-plan the run from its manifest, re-derive every stored conclusion from its facts
     (`soakspec.judge.rederive`) and index the evidence against that plan (pure). `retained`:
     the evidence is judged after the fact (`soakspec gate`), so the run's own results.json and
     verdict.json must be there. `backends` (`gate --backend`): judge only these backends, as a
     `--backend` run of them would be judged -- the rules naming other backends are dropped."""
-    from soakspec.judge.rederive import rederive
     from soakspec.judge.sweep import narrow
-    from soakspec.judge.workload import ran_spec
 
     spec, evidence, sweep = narrow(spec, evidence)  # a sweep is judged at its found level
-    ran = None
-    if evidence.spec_sha256 is not None and evidence.spec_sha256 != spec.sha256:  # judged with another spec
-        ran = ran_spec(evidence)
-    evidence = rederive(spec, evidence, ran)
+    evidence, ran = rederived(spec, evidence)
     m = evidence.manifest
     time_scale, bad_time_scale = _time_scale(m)
     rehearsal = m.get("rehearsal") is True
