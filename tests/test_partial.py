@@ -282,3 +282,21 @@ def test_report_of_a_killed_run_says_it_is_incomplete_and_shows_what_was_recorde
     out = capsys.readouterr().out
     assert "did not run (no evidence" not in out and "backend a: its evidence was not read: the run is incomplete" in out, out
     assert "`soakspec gate --partial` judges what it recorded" in out
+
+
+def test_partial_gate_with_a_newer_spec_reads_the_runs_levels_as_the_run_planned_them(tmp_path, capsys):
+    """`gate --partial --spec NEWER` of a running run at concurrency 4, NEWER planning 6: the
+    closed buckets' levels were laid out from NEWER's plan, so level 0 read as concurrency 6
+    and was judged as that (a run of [8, 16] judged with [16, 8] said its load generator
+    could not keep up, "achieved concurrency 7.92 of 16 offered"). They are laid out from the
+    run's own spec, and the level NEWER plans there is named as another load."""
+    from soakspec.evidence.testing import sample_spec_text
+
+    root = tmp_path / "run1"
+    build_evidence_dir(root, status="running")
+    newer = tmp_path / "newer.soak"
+    newer.write_text(sample_spec_text(("a",)).replace("concurrency = [4]", "concurrency = [6]"))
+    code, out = _gate_partial(capsys, root, "--spec", str(newer))
+    assert code == 3, out
+    assert "a short / concurrency 4: judged buckets 0-0 of 1" in out, out
+    assert "ran with concurrency 4 (the spec plans 6)" in out, out

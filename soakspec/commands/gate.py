@@ -188,11 +188,17 @@ def load_partial(command: str, root: Path, spec_file: str | None, where: str):
     from soakspec.judge.cli_support import bare_evidence
     from soakspec.judge.evidence import load_evidence, spec_windows
 
+    from soakspec.judge.workload import ran_spec
+
     # the spec first (the manifest embeds it from the start), then the evidence it plans
-    spec, notes = spec_for(bare_evidence(root), spec_file, where)
+    bare = bare_evidence(root)
+    spec, notes = spec_for(bare, spec_file, where)
     for n in notes:
         print(f"soakspec {command}: note: {n}", file=sys.stderr)
-    entries, judged = partial_entries(spec, root)
+    # the levels as the run planned them (its own spec): a newer --spec judges them, it does not
+    # say what ran (a level it plans otherwise is named by completed_run)
+    ran = ran_spec(bare) if spec_file is not None else None
+    entries, judged = partial_entries(ran if ran is not None else spec, root)
     evidence = load_evidence(root, entries=entries, windows=spec_windows(spec), closed=closed_buckets(entries))
     evidence, left_out = _closed_only(evidence, entries)
     note = ("partial: the run is incomplete (status " + str(evidence.manifest.get("status")) + "); judged up to the last "
