@@ -417,3 +417,33 @@ def test_requests_the_servers_traces_say_failed_are_errors_in_compare_as_in_the_
     doc = json.loads(capsys.readouterr().out)
     assert _row(doc, "errors", "ratio")["new"] == pytest.approx(0.2)
     assert any("rose significantly" in r for r in doc["reasons"]), doc["reasons"]
+
+
+# ------------------------------------------------------------------------------ the load generator's health
+
+
+def _slower(seed: int, factor: float) -> EvidenceBuilder:
+    b = builder(seed)
+    for r in b.measured("a"):
+        ttft = r["ttft"] * factor
+        r.update(ttft=ttft, first_token=r["start"] + ttft, latency=ttft + sum(r["itl"]), end=r["start"] + ttft + sum(r["itl"]))
+    return b
+
+
+@pytest.mark.parametrize("lag", [0.002, 2.0])
+def test_a_timing_rule_that_fails_while_a_load_generator_was_saturated_is_inconclusive(lag):
+    """The new run's load generator lagged 2 s (its own gate: client_healthy INCONCLUSIVE, a
+    timing FAIL "may be the client's"): compare still FAILed `p50(ttft) regression <= 5%` on
+    the server (exit 1). As the gate does, such a FAIL is INCONCLUSIVE, saying why; with a
+    healthy load generator the same rise FAILs."""
+    base = builder(1).with_client().build()
+    new = _slower(2, 1.5).with_client(lag=lag).build()
+    rules = [parse_rule("require p50(ttft) regression <= 5%"), parse_rule("require ratio(errors) regression <= 50%")]
+    c = compare(base, new, rules=rules, resamples=200, judged_with=(SPEC, SPEC))
+    ttft, errors = c.rules
+    assert errors.status == "pass"  # not a timing figure
+    if lag < 1:
+        assert ttft.status == "fail" and c.outcome == "FAIL"
+    else:
+        assert ttft.status == "inconclusive" and c.outcome == "INCONCLUSIVE", ttft
+        assert "load generator was saturated in the new run" in ttft.message and "regression" in ttft.message, ttft.message

@@ -98,7 +98,10 @@ throughput lower is worse):
 Rules (`require|warn STAT(METRIC) regression <= N%`): over every matched row of that metric
 and statistic, `regression` is the change towards worse (positive = worse). A row passes when
 its interval's upper end is at most N %, fails when its lower end is above N %, and is
-inconclusive otherwise (the samples cannot tell) or with insufficient samples. The rule takes
+inconclusive otherwise (the samples cannot tell) or with insufficient samples; a rule on a
+timing figure (ttft, itl, tpot, latency, qps, throughput) that fails while either run's load
+generator did not keep up (the gate's client_healthy INCONCLUSIVE) is inconclusive, as the gate
+makes such a FAIL: the change may be the client's own lag. The rule takes
 the worst row; a `warn` rule that fails is WARN (status "warn", as `gate` writes it) and
 never changes the outcome. `ratio(errors) regression <= 1%` bounds the rise of the share of
 unsuccessful requests in percentage points. Without a rule on ratio(errors), a significant rise
@@ -164,7 +167,7 @@ from soakspec.judge import stats
 from soakspec.judge.common import fold
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, index
-from soakspec.judge.joined import _time_scale, rederived
+from soakspec.judge.joined import _time_scale, join
 from soakspec.judge.measures import Distribution, PerBucket
 from soakspec.judge.measures import Outcome as OutcomeCount
 from soakspec.judge.registry import metric
@@ -868,11 +871,15 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
     sb, sn = _side(base_dir, base), _side(new_dir, new)
     ran = (base_spec if base_spec is not None else ran_spec(base), new_spec if new_spec is not None else ran_spec(new))
     judges = judged_with if judged_with is not None else ran
-    base, new = (rederived(sp, ev)[0] if sp is not None else ev for sp, ev in zip(judges, (base, new)))
+    # each side joined as the gate joins it (its records re-derived), every sweep probe kept
+    runs = [join(sp, ev, whole=True) if sp is not None else None for sp, ev in zip(judges, (base, new))]
+    base, new = (r.evidence if r is not None else ev for r, ev in zip(runs, (base, new)))
+    health = [_client_health(r) for r in runs]
     pending: list[_Pending] = []
     unpaired: list[Unpaired] = []
     workloads: list[str] = []
-    for bb, bn in _pairs(index(base), index(new), notes):
+    indexes = [r.indexes if r is not None else index(ev) for r, ev in zip(runs, (base, new))]  # indexed once
+    for bb, bn in _pairs(indexes[0], indexes[1], notes):
         level_pairs, alone = _level_pairs(bb, bn)
         unpaired += alone
         for a, z in level_pairs:
@@ -894,7 +901,7 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
                      f"leaves {(1 - confidence) / (2 * m) * 100:.3g}% of the draws beyond each end of a row's interval, "
                      f"and each end needs at least {MIN_TAIL_DRAWS} draws to stand on")
     rows = tuple(_rows(pending, confidence, row_conf, resamples, seed))
-    outcomes = tuple(_judge_rule(r, rows) for r in rules)
+    outcomes = tuple(_client_blocks(_judge_rule(r, rows), health) for r in rules)
     req = [o for o in outcomes if o.rule.severity == "require"]
     fails: list[str] = []  # reasons to FAIL besides the rules
     unsure: list[str] = []  # reasons to be INCONCLUSIVE besides the rules
@@ -933,6 +940,33 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
                      "compares it with itself")
     return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome, tuple(unpaired),
                       tuple(fails + unsure), tuple(differ), asked if asked is not None and asked < resamples else None)
+
+
+def _client_health(run: Any) -> str | None:
+    """Why a run's load generator may have distorted its timing figures (the gate's
+    client_healthy INCONCLUSIVE: saturated, or requests it never sent), None when it kept up
+    or the run could not be joined."""
+    from soakspec.judge.validity import client_healthy
+
+    if run is None:
+        return None
+    res = client_healthy(run)
+    return res.message if res.status == "inconclusive" else None
+
+
+def _client_blocks(o: RuleOutcome, health: Sequence[str | None]) -> RuleOutcome:
+    """A rule on a timing figure that FAILs while either run's load generator did not keep up
+    is INCONCLUSIVE, as the gate's `client_blocks` makes such a FAIL: the change may be the
+    client's own lag, not the server's."""
+    from soakspec.judge.validity import CLIENT_SENSITIVE
+
+    if o.status != "fail" or o.rule.metric not in CLIENT_SENSITIVE:
+        return o
+    why = [f"in the {side} run ({h})" for side, h in zip(("base", "new"), health) if h is not None]
+    if not why:
+        return o
+    return dataclasses.replace(o, status="inconclusive",
+                               message=f"not judged, the load generator was saturated {'; '.join(why)}; it measured: {o.message}")
 
 
 def _cancelled_by_abort(lv: LevelIndex) -> int:

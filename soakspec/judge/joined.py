@@ -141,15 +141,19 @@ def rederived(spec: Spec, evidence: Evidence) -> tuple[Evidence, Spec | None]:
     return rederive(spec, evidence, ran), ran
 
 
-def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tuple[str, ...] = ()) -> JudgedRun:
+def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tuple[str, ...] = (),
+         whole: bool = False) -> JudgedRun:
     """Re-plan the run from its manifest, re-derive every stored conclusion from its facts
     (`soakspec.judge.rederive`) and index the evidence against that plan (pure). `retained`:
     the evidence is judged after the fact (`soakspec gate`), so the run's own results.json and
     verdict.json must be there. `backends` (`gate --backend`): judge only these backends, as a
-    `--backend` run of them would be judged -- the rules naming other backends are dropped."""
+    `--backend` run of them would be judged -- the rules naming other backends are dropped.
+    `whole` (`compare`): a sweep keeps every probe, not narrowed to its found level."""
     from soakspec.judge.sweep import narrow
 
-    spec, evidence, sweep = narrow(spec, evidence)  # a sweep is judged at its found level
+    sweep: tuple[Any, ...] = ()
+    if not whole:
+        spec, evidence, sweep = narrow(spec, evidence)  # a sweep is judged at its found level
     evidence, ran = rederived(spec, evidence)
     m = evidence.manifest
     time_scale, bad_time_scale = _time_scale(m)
