@@ -485,6 +485,10 @@ def test_check_warns_when_a_percentile_rule_cannot_get_its_samples():
     (msg,) = warnings("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket")
     assert "needs 299 samples" in msg and "about 91 per bucket" in msg
     assert warnings("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket", 'url = "http://127.0.0.1:1"') == []
+    # a `>` rule is decided by the samples below T: p99(x) > T needs p1's sample size (the judge's), not p99's
+    assert warnings("mode = closed  concurrency = 1", "require p99(output_tokens) > 4 per bucket") == []
+    (msg,) = warnings("mode = closed  concurrency = 1", "require p1(output_tokens) >= 4 per bucket")
+    assert "needs 299 samples" in msg
 
 
 @pytest.mark.slow  # a real --workers soak, ~5 s

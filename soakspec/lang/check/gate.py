@@ -439,8 +439,9 @@ def check_window_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None
 # rate x length in open loop, and concurrency x length / the expected latency in closed or batch
 # loops -- the workload's `expected_latency`, else a simulator backend's own ttft + itl x
 # (max_tokens - 1). Without either (a real server, no hint) nothing is estimated. `itl` counts
-# requests, as the judge does: one request's gaps are not independent draws. Scopes per run and
-# per backend pool every level: not warned about.
+# requests, as the judge does: one request's gaps are not independent draws. A `pNN(x) > T` rule
+# needs the samples of the (100-NN)-th percentile (the samples below T decide it). Scopes per run
+# and per backend pool every level: not warned about.
 
 SIM_DEFAULTS = {name: _SIM_OPTIONS[name].default for name in ("ttft", "itl")}
 PER_REQUEST_PERCENTILES = frozenset({"ttft", "tpot", "latency", "schedule_lag", "output_tokens", "prompt_tokens"})
@@ -478,7 +479,10 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
             continue
         if metric not in PER_REQUEST_PERCENTILES and metric != "itl":
             continue
-        need = max(min_samples_for_percentile(q, g.confidence), g.min_samples)
+        # `pNN(x) > T` is decided by the samples below T: the (100-NN)-th percentile's sample size
+        # (the judge's `performance._claim_tail`)
+        tail = 100.0 - q if rule.op in (">", ">=") and q < 100 else q
+        need = max(min_samples_for_percentile(tail, g.confidence), g.min_samples)
         fewest: tuple[float, str] | None = None
         targets = [backends[rule.backend]] if rule.backend in backends else list(backends.values())
         for w in workloads:
