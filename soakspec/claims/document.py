@@ -121,6 +121,25 @@ class Document:
         return self.blocks[s.block]
 
 
+def _fenced(lines: list[str], skip: set[int] = frozenset()) -> set[int]:
+    """The indices of the lines of fenced code blocks, their fences included (an unclosed fence
+    runs to the end); lines numbered (from 1) in `skip` -- front matter -- are not read."""
+    fenced: set[int] = set()
+    fence: str | None = None
+    for i, line in enumerate(lines):
+        if i + 1 in skip:
+            continue
+        m = _FENCE.match(line)
+        if fence is not None:
+            fenced.add(i)
+            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
+                fence = None
+        elif m:
+            fence = m.group(1)
+            fenced.add(i)
+    return fenced
+
+
 def _hidden(text: str, lines: list[str], line_starts: list[int]) -> tuple[str, set[int]]:
     """`text` with what a reader never sees blanked to spaces (newlines and offsets kept): HTML
     comments outside fenced code (`<!-- … -->`, an unclosed one to the end). Also the lines of
@@ -134,17 +153,7 @@ def _hidden(text: str, lines: list[str], line_starts: list[int]) -> tuple[str, s
                 break
     if "<!--" not in text:
         return text, front
-    fenced: set[int] = set()
-    fence: str | None = None
-    for i, line in enumerate(lines):
-        m = _FENCE.match(line)
-        if fence is not None:
-            fenced.add(i)
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
-                fence = None
-        elif m:
-            fence = m.group(1)
-            fenced.add(i)
+    fenced = _fenced(lines)
     chars = list(text)
     pos = 0
     while (m := _COMMENT.search(text, pos)) is not None:
@@ -163,20 +172,14 @@ def _mask(text: str, lines: list[str], line_starts: list[int], front: set[int] =
     chars = list(text)
     code: set[int] = set(front)
     quote: set[int] = set()
-    fence: str | None = None
+    fenced = _fenced(lines, skip=front)
     for i, line in enumerate(lines):
         lineno = i + 1
         if lineno in front:
             for k in range(line_starts[i], line_starts[i] + len(line)):
                 chars[k] = " "
             continue
-        m = _FENCE.match(line)
-        if fence is not None:
-            code.add(lineno)
-            if m and m.group(1)[0] == fence[0] and len(m.group(1)) >= len(fence):
-                fence = None
-        elif m:
-            fence = m.group(1)
+        if i in fenced:
             code.add(lineno)
         elif _QUOTE.match(line):
             quote.add(lineno)
