@@ -487,10 +487,13 @@ CRASH_TOKEN = "tok_CRASH_ABCDEF99"  # the spec's env: a secret name, a value no 
 INHERITED_TOKEN = "hfenv_SECRET_777777"  # soakspec's own environment, which the server inherits
 
 
-def _crash_spec() -> str:
-    """A launched backend that prints its secrets in an error line and dies before it is ready."""
-    code = ("import os; print('ERROR: auth failed for token', os.environ['MY_TOKEN'], 'and', "
-            "os.environ.get('HF_TOKEN', '-'), flush=True); raise RuntimeError('bad credential ' + os.environ['MY_TOKEN'])")  # fmt: skip
+CRASH_CODE = ("import os; print('ERROR: auth failed for token', os.environ['MY_TOKEN'], 'and', "
+              "os.environ.get('HF_TOKEN', '-'), flush=True); raise RuntimeError('bad credential ' + os.environ['MY_TOKEN'])")  # fmt: skip
+
+
+def _crash_spec(code: str = CRASH_CODE) -> str:
+    """A launched backend running the Python `code` (with MY_TOKEN = CRASH_TOKEN in its env):
+    by default it prints its secrets in an error line and dies before it is ready."""
     argv = [sys.executable, "-c", code, "{port}"]
     launch = (f"launch = {json.dumps(argv)}\n  ready {{\n    timeout = 5s\n    interval = 100ms\n  }}\n"
               f'  env {{\n    MY_TOKEN = "{CRASH_TOKEN}"\n  }}')  # fmt: skip
@@ -552,11 +555,7 @@ def test_a_secret_a_crashing_server_broke_across_two_lines_is_redacted_in_its_di
     manifest, on stderr and in every report."""
     code = ("import os; t = os.environ['MY_TOKEN']; print('ERROR auth failed for token', t[:8], flush=True); "
             "print(t[8:], 'rejected: the engine died', flush=True); raise SystemExit(3)")  # fmt: skip
-    argv = [sys.executable, "-c", code, "{port}"]
-    launch = (f"launch = {json.dumps(argv)}\n  ready {{\n    timeout = 5s\n    interval = 100ms\n  }}\n"
-              f'  env {{\n    MY_TOKEN = "{CRASH_TOKEN}"\n  }}')  # fmt: skip
-    sim = "sim {\n    ttft = 20ms\n    itl = 5ms\n  }"
-    run, out, env = _run_spec(tmp_path, sim_spec(duration="1s", bucket="1s").replace(sim, launch, 1), "wr", 4)
+    run, out, env = _run_spec(tmp_path, _crash_spec(code), "wr", 4)
     diagnosis = manifest(out)["backends"][0]["crash_diagnosis"]
     assert diagnosis == ["ERROR auth failed for token <redacted>", "<redacted> rejected: the engine died"], diagnosis
     outputs = {"run": run.stdout + run.stderr, "manifest": (out / "manifest.json").read_text()} | _reports(out, tmp_path, env)
