@@ -51,6 +51,7 @@ from soakspec.evidence.runtime import RuntimeDecl as BoundaryDecl
 from soakspec.lang import simtrace
 from soakspec.lang.spec import Backend, Spec, Workload
 from soakspec.sim.config import sim_argv
+from soakspec import windows
 from soakspec.units import format_duration
 
 HOST = "127.0.0.1"  # launched servers listen here; the port is picked at launch
@@ -720,9 +721,8 @@ class Plan:
 
 
 def _buckets(duration: float, bucket: float) -> tuple[Bucket, ...]:
-    n = max(1, math.ceil(duration / bucket - 1e-9))
     out = []
-    for i in range(n):
+    for i in range(windows.count(duration, bucket)):
         start = i * bucket
         out.append(Bucket(i, start, min(bucket, duration - start)))
     return tuple(out)

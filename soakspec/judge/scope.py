@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from soakspec import windows
 from soakspec.judge.index import BackendIndex, LevelIndex, Window, req_time
 from soakspec.judge.table import Rows
 
@@ -104,13 +105,13 @@ def window_scopes(bi: BackendIndex, lv: LevelIndex, length: float) -> list[Scope
     t0, t1 = lv.measure_start, lv.measure_end
     if t0 is None or t1 is None or length <= 0 or t1 <= t0:
         return []
-    n = max(1, math.ceil((t1 - t0) / length - 1e-9))
+    starts = windows.starts(t0, t1 - t0, length)  # as the runner cuts them (soakspec.windows)
+    n = len(starts)
     out = []
     recs = lv.records
-    for k in range(n):
-        a = t0 + k * length
-        b = min(t1, a + length)
+    for k, a in enumerate(starts):
         last = k == n - 1
+        b = t1 if last else starts[k + 1]
         inside = recs.select(_started_in(a, b, last))
         w = Window(k, a, b, b - a, inside)
         out.append(Scope("window", (bi,), inside, ((bi, w),), lv, k, a, b))

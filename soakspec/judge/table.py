@@ -65,6 +65,7 @@ from typing import Any
 
 import numpy as np
 
+from soakspec import windows
 from soakspec.evidence.io import EvidenceChanged
 from soakspec.evidence.ids import U32, IdColumn, IdStore, as_numbers, put_numbers
 from soakspec.evidence.record import Record
@@ -267,12 +268,12 @@ class WindowSlots:
     the gaps again (`LazyGaps` held every gap of the table, ~2 bytes a token, for the first
     `per window` ITL rule: +126 MB at 10^6 requests of 64 tokens, over a GB at 10^7).
 
-    Per (workload, level): the edges of every window of every length given, computed as
-    `judge.scope.window_scopes` computes them (`measure_start + k * length`, the same float
-    operations), so a request's slot -- how many edges lie at or before when it counts as
-    started (`req_time`) -- puts it in the window that selects it. A request whose float
-    lands otherwise only makes that window's `counts_of` decline (it checks that a selection
-    is exactly some cells' rows), never a wrong count. A level cut at more than
+    Per (workload, level): the edges of every window of every length given, the windows'
+    starts as `judge.scope.window_scopes` and the runner take them (`soakspec.windows`), so a
+    request's slot -- how many edges lie at or before when it counts as started (`req_time`)
+    -- puts it in the window that selects it. A request whose float lands otherwise (only
+    after the last window's end) only makes that window's `counts_of` decline (it checks that
+    a selection is exactly some cells' rows), never a wrong count. A level cut at more than
     MAX_WINDOW_SLOTS edges is not cut (its windows read the gaps again)."""
 
     def __init__(self, levels: Iterable[Mapping[str, Any]], lengths: Iterable[float]) -> None:
@@ -285,11 +286,11 @@ class WindowSlots:
                 continue
             edges: set[float] = set()
             for length in lengths:
-                n = max(1, math.ceil((t1 - t0) / length - 1e-9))  # as window_scopes
-                if len(edges) + n > MAX_WINDOW_SLOTS:
+                starts = windows.starts(t0, t1 - t0, length)  # as window_scopes
+                if len(edges) + len(starts) > MAX_WINDOW_SLOTS:
                     edges = set()
                     break
-                edges.update(t0 + k * length for k in range(1, n))
+                edges.update(starts[1:])
             if edges:
                 self.edges[(wl, ix)] = np.array(sorted(edges), dtype=np.float64)
 

@@ -37,6 +37,7 @@ import operator
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from soakspec import windows
 from soakspec.plan import AbortRule
 
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -178,6 +179,10 @@ class AbortWatch:
         -- those that end by `starts_until` (`--workers`: the starts the load processes have
         reported so far, `started_until`)."""
         self._level = (workload, index, label, measure_start, measure_start + duration_s, bucket_s)
+        # each window rule's windows, as the judge cuts them (soakspec.windows): the last may be
+        # shorter, and ends at the level's end
+        self._starts = {i: windows.starts(measure_start, duration_s, rule.window_s)
+                        for i, rule in enumerate(self.rules) if rule.scope == "window" and rule.window_s}
         self._rows: list[Row] = []
         self._done: set[tuple[int, int]] = set()  # (rule index, bucket index) evaluated
         self._next: dict[int, int] = {i: 0 for i, rule in enumerate(self.rules) if rule.scope == "window" and rule.window_s}
@@ -190,23 +195,16 @@ class AbortWatch:
         self._closed: set[int] = set()  # buckets whose bucket rules are all evaluated
         self._drained = False
 
-    def _windows_of(self, i: int) -> int:
-        """How many windows rule `i` cuts the level into (the judge's: the last may be shorter)."""
-        assert self._level is not None
-        _, _, _, m, stop, _ = self._level
-        return max(1, math.ceil((stop - m) / self.rules[i].window_s - 1e-9))
-
     def _window_of(self, i: int, t: float) -> int:
-        """The window of rule `i` that holds time `t` (as `tick` cuts them: [start, end), the last
-        one's end included)."""
+        """The window of rule `i` that holds time `t` (as `tick` cuts them: [start, next start),
+        the last one holding everything after its start)."""
+        return windows.holding(self._starts[i], t)
+
+    def _window_end(self, i: int, j: int) -> float:
+        """Where window `j` of rule `i` ends: the next one's start, the last at the level's end."""
         assert self._level is not None
-        m, w = self._level[3], self.rules[i].window_s
-        j = math.floor((t - m) / w)
-        if t >= m + (j + 1) * w:  # (t - m) / w rounded one off an edge
-            j += 1
-        elif t < m + j * w:
-            j -= 1
-        return min(j, self._windows_of(i) - 1)
+        starts = self._starts[i]
+        return starts[j + 1] if j + 1 < len(starts) else self._level[4]
 
     def started(self, bucket: int, start: float | None) -> None:
         """A request of `bucket` of the current level, counted from `start` (its intended start,
@@ -315,8 +313,8 @@ class AbortWatch:
     def _prune(self) -> None:
         """Forget the rows no rule will read again (memory stays bounded over a long soak)."""
         assert self._level is not None
-        m = self._level[3]
-        keep_from = min((m + j * self.rules[i].window_s for i, j in self._next.items()), default=math.inf)
+        keep_from = min((self._starts[i][j] if j < len(self._starts[i]) else self._level[4] for i, j in self._next.items()),
+                        default=math.inf)
         self._rows = [r for r in self._rows if r.bucket not in self._closed or (r.start is not None and r.start >= keep_from)]
 
     def tick(self, now: float) -> None:
@@ -329,17 +327,14 @@ class AbortWatch:
         changed = self._judge_buckets(now)
         if self.fired is not None:
             return
-        _, _, _, m, stop, _ = self._level
         for i, j in self._next.items():
             rule = self.rules[i]
-            w = rule.window_s
-            # the judge's windows (judge.scope.window_scopes): the last one may be shorter, and
-            # ends at the level's end, not one float rounding of (stop - m) / w before it
-            n = self._windows_of(i)
+            # the judge's windows (judge.scope.window_scopes; level_started)
+            starts = self._starts[i]
+            n = len(starts)
             cells = self._windows[i]
             while j < n:
-                start = m + j * w
-                end = min(stop, start + w)
+                start, end = starts[j], self._window_end(i, j)
                 last = j == n - 1
                 if now < end:
                     break

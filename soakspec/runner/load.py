@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Protocol
 import httpx
 import trio
 
+from soakspec import windows
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
 from soakspec.plan import Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
@@ -345,22 +346,11 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     m = t0 + level.warmup_s
     run = LevelRun(level, started_at=t0, measure_start=m)
     stop = m + level.duration_s
-    nb = len(level.buckets)
-    blen = level.buckets[0].length_s
 
     edges = [m + b.start_s for b in level.buckets]  # the bucket windows' starts (`LevelRun.bucket_windows`)
 
     def bucket_of(t: float) -> int:
-        if t < m:
-            return -1
-        k = min(int((t - m) // blen), nb - 1)
-        # (t - m) / blen can round one off an edge (t exactly on it: open loop, time-scaled
-        # buckets): the window that holds t decides, as the judge and the bucket lines cut time
-        if k + 1 < nb and t >= edges[k + 1]:
-            return k + 1
-        if k > 0 and t < edges[k]:
-            return k - 1
-        return k
+        return windows.holding(edges, t)  # -1: warm-up
 
     pending = _PendingRecords(ctx.sink)
 
