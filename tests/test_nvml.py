@@ -248,3 +248,62 @@ def test_require_gpus_is_not_met_by_nvml_with_no_visible_device(tmp_path, monkey
     result = execute(plan(spec_from_text(text)), RunOptions(out_dir=tmp_path / "run", quiet=True, nvml_module=FakeNvml()))
     assert result.status == "aborted" and "requires GPUs" in (result.reason or ""), result.reason
     assert "GPU-ffff" in result.reason
+
+
+async def test_a_hung_nvml_call_neither_hangs_the_run_nor_reads_as_a_figure(tmp_path, monkeypatch):
+    """A wedged driver (a GPU fallen off the bus) hangs NVML's calls. The sampler gives the call
+    up after SAMPLE_TIMEOUT_S, says so, goes on sampling the server without GPUs (`gpus` unknown,
+    never a figure), and neither the end of sampling nor NVML's shutdown waits for the hung call."""
+    import json
+    import threading
+
+    import trio
+
+    from soakspec.judge.testing import spec_from_text
+    from soakspec.plan import plan
+    from soakspec.runner import backend
+    from soakspec.runner.backend import Deps, sample_telemetry
+    from soakspec.runner.clock import RunClock
+    from soakspec.runner.engine import h11_connect
+    from soakspec.runner.progress import Progress
+    from soakspec.runner.recorder import BackendRecorder, RunStatus
+    from soakspec.evidence.layout import RunLayout
+
+    release = threading.Event()
+
+    class Wedged(FakeNvml):
+        calls = 0
+
+        def nvmlDeviceGetMemoryInfo(self, h):
+            Wedged.calls += 1
+            if Wedged.calls > 2:  # the first sample (two GPUs) answers, then the driver wedges
+                release.wait(30)  # bounded: the test releases it at its end
+            return super().nvmlDeviceGetMemoryInfo(h)
+
+    monkeypatch.setattr(backend, "SAMPLE_TIMEOUT_S", 0.2)
+    text = ('soak "g" {}\nbackend "s" {\n  url = "http://127.0.0.1:9"\n  runtime {\n    label = "x"\n  }\n}\n'
+            'workload "w" {\n  load {\n    mode = closed\n    concurrency = [1]\n  }\n  duration = 1m\n  bucket = 1m\n'
+            '  deadline = 30s\n}\ngate {\n  require failed == 0\n}\n')
+    (bp,) = plan(spec_from_text(text)).backends
+    layout = RunLayout(tmp_path / "ev")
+    rec = BackendRecorder(bp, layout, RunStatus())
+    rec.prepare(0, None)
+    nv = Wedged()
+    nvml = NvmlSource(nv, visible_devices=None)
+    logged: list[str] = []
+    progress = Progress(quiet=True)
+    monkeypatch.setattr(progress, "log", logged.append)
+    deps = Deps(RunClock(), progress, None, h11_connect(RunClock()), layout, nvml=nvml)
+    try:
+        with trio.fail_after(5):  # the end of sampling does not wait for the hung call
+            with trio.move_on_after(1.0):
+                await sample_telemetry(deps, rec, 0.05)
+        with trio.fail_after(5):
+            await trio.to_thread.run_sync(nvml.close)  # no nvmlShutdown behind the hung call
+    finally:
+        release.set()
+    rows = [json.loads(x) for x in layout.telemetry("s").read_text().splitlines()]
+    assert isinstance(rows[0]["gpus"], list) and rows[0]["gpus"][0]["memory_used"] == 10 * GiB
+    assert len(rows) >= 3 and all(r["gpus"] is None for r in rows[1:])  # sampled on, GPUs unknown
+    assert nv.shutdowns == 0 and "did not answer within 0.2s" in (nvml.stalled or "")
+    assert len(logged) == 1 and "GPU telemetry stops" in logged[0]

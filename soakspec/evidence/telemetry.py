@@ -5,8 +5,9 @@ loaded lazily). If the import or `nvmlInit` fails, `available` is False and `rea
 nothing here raises because a GPU is missing. Raw GPU UUIDs never leave this module: the
 inventory carries `uuid_sha256`.
 
-The calls are synchronous and quick; the runner samples from trio with
-`trio.to_thread.run_sync(source.sample, pids)`.
+The calls are synchronous and usually quick; the runner samples from trio on a worker thread
+it abandons when a call does not return in time (`runner/backend.py sample_telemetry`, then
+`NvmlSource.stall`): a wedged driver hangs NVML's calls, and must not hang the run.
 
 CUDA_VISIBLE_DEVICES (soakspec's own; a launched server's from its spec, `NvmlSource.restricted`): integer entries are taken as NVML indices (true when
 CUDA_DEVICE_ORDER=PCI_BUS_ID, which servers under test should set); `GPU-...` entries match
@@ -69,6 +70,7 @@ class NvmlSource:
         self._all: list[Any] = []  # every device's handle, in NVML's order
         self._uuids: list[str] = []
         self._owner = True  # a `restricted` view shares its parent's NVML session: never shuts it down
+        self._session: dict[str, Any] = {"stalled": None}  # shared with the views: why sampling stopped
 
     # -- lifecycle --------------------------------------------------------------------------
 
@@ -107,7 +109,7 @@ class NvmlSource:
         Unavailable when this source is."""
         self._start()
         view = NvmlSource(self._module, visible_devices)
-        view._started, view._owner, view._reason = True, False, self._reason
+        view._started, view._owner, view._reason, view._session = True, False, self._reason, self._session
         if self._available:
             view._available, view._all, view._uuids = True, self._all, self._uuids
             view._handles = [(i, self._all[i]) for i in visible_indices(visible_devices, len(self._all), self._uuids)]
@@ -119,8 +121,20 @@ class NvmlSource:
         except Exception:  # noqa: BLE001
             pass
 
+    def stall(self, reason: str) -> None:
+        """A call into NVML did not return (the runner gave up waiting: a GPU fallen off the bus,
+        a wedged driver). NVML serializes its calls, so every later one would hang behind it:
+        from now on this session (and each view of it) samples nothing (`sample` is None:
+        unknown, never a figure) and is not shut down (`nvmlShutdown` would hang too)."""
+        self._session["stalled"] = self._session["stalled"] or reason
+
+    @property
+    def stalled(self) -> str | None:
+        """Why sampling stopped mid-run (`stall`), or None."""
+        return self._session["stalled"]
+
     def close(self) -> None:
-        if self._started and self._available and self._owner:
+        if self._started and self._available and self._owner and self.stalled is None:
             self._shutdown()
         self._available = False
         self._reason = self._reason or "closed"
@@ -181,8 +195,8 @@ class NvmlSource:
         """Per visible GPU: memory used, memory used by the process trees of `pids` (None when
         there is no tree or its figure is unknown: see `_tree_memory`), utilization (%),
         temperature (C), power (W); any value NVML does not give is None. None when NVML is
-        unavailable."""
-        if not self.available:
+        unavailable, or stopped answering (`stall`)."""
+        if not self.available or self.stalled is not None:
             return None
         nv = self._module
         tree: set[int] = set()

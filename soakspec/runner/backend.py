@@ -183,8 +183,17 @@ async def _until_ready(la: Launch, url: str, server, deps: Deps, rec: BackendRec
     deps.progress.log(f"[{la.name}] ready after {took:.1f}s at {url}")
 
 
+SAMPLE_TIMEOUT_S = 10.0  # a telemetry sample not taken by then is given up (NVML hung: `NvmlSource.stall`)
+
+
 async def sample_telemetry(deps: Deps, rec: BackendRecorder, interval_s: float) -> None:
-    """GPU and server-process samples (RSS, CPU) every `interval_s` into telemetry.jsonl, each fsynced."""
+    """GPU and server-process samples (RSS, CPU) every `interval_s` into telemetry.jsonl, each fsynced.
+
+    A sample is taken on a worker thread that is abandoned when it has not returned within
+    SAMPLE_TIMEOUT_S, or when the run ends: NVML's calls hang on a wedged driver or a GPU fallen
+    off the bus, and the thread cannot be interrupted. NVML is then `stall`ed for the rest of
+    the run (every later call would queue behind the hung one) and sampling goes on without
+    GPUs: the samples' `gpus` unknown, the manifest's `gpus.stalled` saying why."""
     pid = rec.server.pid if rec.server is not None else None
     nvml = _server_gpus(deps.nvml, rec.bp.launch)
     cpu = CpuMeter()
@@ -194,9 +203,20 @@ async def sample_telemetry(deps: Deps, rec: BackendRecorder, interval_s: float) 
             while True:
                 # the run clock's time (read here: the thread cannot read a test's trio clock), as
                 # every time of the run: the judge places samples in the bucket windows by it
-                sample = await trio.to_thread.run_sync(telemetry_record, nvml, pid, deps.clock.now(), cpu)
-                w.write(sample)
-                await durable(w)
+                t = deps.clock.now()
+                sample = None
+                with trio.move_on_after(SAMPLE_TIMEOUT_S):
+                    sample = await trio.to_thread.run_sync(telemetry_record, nvml, pid, t, cpu, abandon_on_cancel=True)
+                if sample is not None:
+                    w.write(sample)
+                    await durable(w)
+                else:
+                    if nvml is not None and nvml.stalled is None:
+                        why = f"NVML did not answer within {SAMPLE_TIMEOUT_S:g}s (backend '{rec.name}''s telemetry sample)"
+                        nvml.stall(why)
+                        deps.progress.log(f"[{rec.name}] {why}: GPU telemetry stops for the rest of the run; "
+                                          "the server's RSS and CPU are still sampled")
+                    cpu = CpuMeter()  # the abandoned thread may still return into the old one
                 await trio.sleep(interval_s)
         finally:
             await off_loop(w.close)

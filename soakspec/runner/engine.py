@@ -282,12 +282,12 @@ async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, 
         with contextlib.suppress(Exception):
             entries = entries or [collect(plan, b.recorder, progress) for b in backends if b.recorder.started]
         with contextlib.suppress(Exception):
-            _finalize(layout, manifest, backends, entries, status, clock.now())
+            _finalize(layout, manifest, backends, entries, status, clock.now(), nvml.stalled)
         raise
     finally:
         nvml.close()
     try:
-        _finalize(layout, manifest, backends, entries, status, clock.now())
+        _finalize(layout, manifest, backends, entries, status, clock.now(), nvml.stalled)
     except EvidenceError:
         # the disk refused the final manifest: manifest.json is still the start-of-run one (written
         # atomically: never half-written), which `verify` and `gate` read as never finalized; the
@@ -300,10 +300,13 @@ async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, 
 
 
 def _finalize(layout: L.RunLayout, manifest: dict[str, Any], backends: list[_Backend], entries: list[dict[str, Any]],
-              status: RunStatus, ended_at: float) -> None:  # fmt: skip
+              status: RunStatus, ended_at: float, gpus_stalled: str | None = None) -> None:  # fmt: skip
     """The final manifest; `ended_at` is the run clock's, as `started_at` (a wall-clock step during
-    the run must not move the end away from every other time the run wrote)."""
+    the run must not move the end away from every other time the run wrote). `gpus_stalled`:
+    why GPU telemetry stopped mid-run (`NvmlSource.stall`), kept as `gpus.stalled`."""
     manifest["aborted_at"] = status.aborted_at
+    if gpus_stalled is not None and manifest["gpus"].get("available"):
+        manifest["gpus"] = {**manifest["gpus"], "stalled": gpus_stalled}
     aborts = [b.recorder.abort_fired for b in backends if b.recorder.abort_fired is not None]
     if status.reason is not None:  # it may quote the server or an exception's text: the run's secrets go
         status.reason = record_redactor().text(status.reason)
