@@ -2,7 +2,12 @@
 
 `goodput(ttft < 500ms and tpot < 50ms)` is, over a scope's *measured* requests (warm-up and the
 follow-up excluded), the fraction that completed and meet every condition of the set;
-`goodput_rate(...)` is how many of them per second of the scope's wall time. What counts:
+`goodput_rate(...)` is how many requests meeting it the server delivered per second of the
+scope's wall time: of its completed requests that *ended* within the scope's buckets, as qps
+counts them (`measures.delivered`), so the rate is the part of qps that met the SLO and never
+exceeds it, as vLLM's `request_goodput` never exceeds its `request_throughput` (one duration
+divides both). Counting the requests sent in the scope instead read an overloaded open loop's
+goodput rate as its offered rate (100 rps beside 43.5 achieved). What counts:
 
   - a request that did not complete (failed, timed out, rejected, disconnected) never meets an
     SLO: it is in the denominator and not in the numerator;
@@ -36,6 +41,7 @@ from soakspec.judge import stats
 from soakspec.judge.common import compare, format_beside, format_value, loc, plural, replace, result
 from soakspec.judge.index import Row
 from soakspec.judge.joined import JudgedRun
+from soakspec.judge.measures import delivered_in
 from soakspec.judge.scope import Scope, level_scope, scopes
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.metrics import Kind
@@ -78,12 +84,27 @@ def goodput(records: Iterable[Row], slo: Sequence[Slo]) -> float | None:
     return k / n if n else None
 
 
+def delivered_hits(scope: Scope, slo: Sequence[Slo]) -> tuple[int, int]:
+    """(requests meeting `slo`, requests) among those the server delivered in the scope's
+    windows: its completed requests that ended in one (`measures.delivered`, what qps counts)."""
+    k = n = 0
+    for bi, w in scope.windows:
+        if w.start is None or w.end is None:
+            continue
+        for part in delivered_in(bi, w):
+            for r in part:
+                n += 1
+                k += meets(r, slo)
+    return k, n
+
+
 def goodput_rate(scope: Scope, slo: Sequence[Slo]) -> float | None:
-    """Requests meeting `slo` per second of the scope's wall time (None: unknown wall time)."""
+    """Requests meeting `slo` the server delivered per second of the scope's wall time (None:
+    unknown wall time): the part of the scope's qps that met the SLO."""
     wall = scope.wall_s
     if not wall:
         return None
-    return hits(scope.records, slo)[0] / wall
+    return delivered_hits(scope, slo)[0] / wall
 
 
 def slo_text(slo: Sequence[Slo]) -> str:
@@ -101,17 +122,17 @@ def slo_sets(spec: Spec) -> list[tuple[Slo, ...]]:
 
 def level_summary(run: JudgedRun) -> list[dict]:
     """results.json's `goodput`: per SLO set the gate names, per backend and level, the requests
-    meeting it, the measured requests, the share and the rate per second of the level's wall time."""
+    meeting it, the measured requests, the share (`met / requests`) and the rate (`goodput_rate`:
+    the delivered requests meeting it per second of the level's wall time, a part of its qps)."""
     rows = []
     for slo in slo_sets(run.spec):
         for bi in run.judged:
             for lv in bi.levels:
                 sc = level_scope(bi, lv)
                 k, n = hits(sc.records, slo)
-                wall = sc.wall_s
                 rows.append({"slo": slo_text(slo), "backend": bi.name, "workload": lv.workload, "level": lv.index,
                              "label": lv.label, "met": k, "requests": n, "goodput": k / n if n else None,
-                             "goodput_rate": k / wall if wall else None})  # fmt: skip
+                             "goodput_rate": goodput_rate(sc, slo)})  # fmt: skip
     return rows
 
 
@@ -185,7 +206,7 @@ def _ratio_instance(run: JudgedRun, sc: Scope, rule: Rule) -> tuple[Instance, fl
 def _rate_instance(run: JudgedRun, sc: Scope, rule: Rule) -> tuple[Instance, float | None]:
     assert rule.op is not None and rule.threshold is not None
     where = loc(sc)
-    k, n = hits(sc.records, rule.expr.slo)
+    n = len(sc.records)
     value = goodput_rate(sc, rule.expr.slo)
     if n == 0 or value is None:
         why = "no measured requests" if n == 0 else "the scope's wall time is unknown"
@@ -194,8 +215,10 @@ def _rate_instance(run: JudgedRun, sc: Scope, rule: Rule) -> tuple[Instance, flo
     ok = compare(value, rule.op, rule.threshold)
     if ok and not any(r.get("outcome") == "completed" for r in sc.records):
         return Instance("inconclusive", where, value, vtext, n, f"{vtext}, but no request in it completed: nothing was measured", 1), value
+    dk, dn = delivered_hits(sc, rule.expr.slo)
     return Instance("pass" if ok else "fail", where, value, vtext, n,
-                    f"{vtext} ({k} of {plural(n, 'request')} meet it; threshold {rule.op} {rule.threshold_text})"), value
+                    f"{vtext} ({dk} of the {plural(dn, 'request')} the server delivered in it meet it; "
+                    f"threshold {rule.op} {rule.threshold_text})"), value
 
 
 def _badness(rule: Rule, v: float | None) -> float:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from array import array
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -742,22 +742,36 @@ def delivered(all_records: Iterable[Row], start: float, end: float) -> tuple[int
     deliver them all; restricting to the level would look up each request's level for no
     difference in any evidence the runner writes. `in_flight` reads the same requests (the
     follow-up too: it runs after every window)."""
-    n, out = 0, []
+    out = [_tokens(r) for r in delivered_records(all_records, start, end)]
+    return len(out), math.fsum(out)
+
+
+def delivered_records(all_records: Iterable[Row], start: float, end: float) -> list[Row]:
+    """The requests `delivered` counts over [start, end) (see there)."""
+    out = []
     for r in all_records:
         if not served(r):
             continue
         s, e = num(r.get("start")), num(r.get("end"))
         if s is None or e is None or not (start <= e < end and s < end):
             continue
-        n += 1
-        out.append(_tokens(r))
-    return n, math.fsum(out)
+        out.append(r)
+    return out
 
 
 def delivered_spans(bi: BackendIndex, start: float, end: float) -> tuple[int, float]:
     """`delivered` over the backend's columns: only the requests that started before `end` and
     may still run at `start` (`StartOrder.between`, as `in_flight_spans`) are looked at, a
     SCAN_CHUNK of them at a time."""
+    n, kept = 0, []
+    for done in delivered_parts(bi, start, end):
+        n += len(done)
+        kept.append(column(done, tokens))
+    return n, math.fsum(v for k in kept for v in k.tolist())
+
+
+def delivered_parts(bi: BackendIndex, start: float, end: float) -> Iterator[Rows]:
+    """The requests `delivered_spans` counts, a `Rows` selection per SCAN_CHUNK of candidates."""
     sp = bi.spans
     t = bi.table
     assert t is not None
@@ -766,7 +780,6 @@ def delivered_spans(bi: BackendIndex, start: float, end: float) -> tuple[int, fl
     lo = start - sp.longest
     lo -= 4 * (math.ulp(abs(start)) + math.ulp(sp.longest))
     rows = sp.between(lo, end)
-    n, kept = 0, []
     step = table_module.SCAN_CHUNK
     for a in range(0, len(rows), step):
         part = rows[a:a + step]
@@ -776,9 +789,14 @@ def delivered_spans(bi: BackendIndex, start: float, end: float) -> tuple[int, fl
             continue
         done = Rows.of(t, part).where(served.col, served.row)  # rows with extras through their views
         if done:
-            n += len(done)
-            kept.append(column(done, tokens))
-    return n, math.fsum(v for k in kept for v in k.tolist())
+            yield done
+
+
+def delivered_in(bi: BackendIndex, w: Window) -> list[Iterable[Row]]:
+    """The requests the server delivered in window `w` (`delivered`): what its qps counts."""
+    if bi.table is not None:
+        return list(delivered_parts(bi, w.start, w.end))  # type: ignore[arg-type]
+    return [delivered_records(bi.all_records, w.start, w.end)]  # type: ignore[arg-type]
 
 
 def _delivered(bi: BackendIndex, w: Window) -> tuple[int, float]:

@@ -126,8 +126,9 @@ EVIDENCE_PREDICATES: dict[str, Kind] = {
 
 
 # Goodput (SLO attainment): `goodput(ttft < 500ms and tpot < 50ms)` is the share of the scope's
-# measured requests that completed and meet every condition; `goodput_rate(...)` is how many of
-# them per second of the scope's wall time. A condition names one per-request metric of
+# measured requests that completed and meet every condition; `goodput_rate(...)` is how many
+# requests meeting it the server delivered (ended in the scope's buckets, as qps counts) per
+# second of the scope's wall time. A condition names one per-request metric of
 # `SLO_METRICS` (not itl: a request has many gaps; bound them with tpot or p99(itl) instead).
 SLO_FUNCTIONS: dict[str, Kind] = {"goodput": Kind.RATIO, "goodput_rate": Kind.RATE}
 SLO_METRICS = ("ttft", "tpot", "latency", "schedule_lag", "output_tokens", "prompt_tokens")

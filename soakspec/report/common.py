@@ -682,7 +682,8 @@ def run_went_normally(lines: Sequence[tuple[str, str]]) -> bool:
 # ---------------------------------------------------------------- sweeps and goodput (results.json)
 
 GOODPUT_NOTE = ("Goodput counts measured requests that completed and meet every condition; a request that failed, "
-                "timed out or lacks a condition's value does not.")
+                "timed out or lacks a condition's value does not. The share is of the requests sent in the level; "
+                "the rate is of the requests the server delivered in its buckets (the part of Achieved req/s that met it).")
 
 
 @dataclasses.dataclass(frozen=True)
