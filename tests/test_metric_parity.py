@@ -55,3 +55,35 @@ def test_goodput_rate_counts_only_delivered_requests_that_meet_the_slo():
     (row,) = C.level_rows(results)
     # the rate: of the 8 the server delivered within the level (every one met it), not 11 / 20 s
     assert g["goodput_rate"] == pytest.approx(8 / 20) == pytest.approx(row.qps)
+
+
+def test_latency_figures_are_vllms_formulas_over_the_same_requests():
+    """results.json's TTFT, TPOT, ITL and latency (mean, p50, p95, p99) are vLLM's formulas --
+    np.percentile's linear interpolation, TPOT = (latency - TTFT) / (tokens - 1) -- over the
+    measured completed requests, timed from their intended start (README's comparison table)."""
+    import numpy as np
+
+    spec = small_spec("require failed == 0", mode="open", levels="[1rps]", duration="20s", bucket="10s")
+    b = EvidenceBuilder(spec, per_bucket=40)
+    rng = np.random.default_rng(7)
+    for r in b.measured("a"):
+        n = int(rng.integers(2, 64))
+        gaps = [round(float(g), 6) for g in rng.uniform(0.002, 0.05, n - 1)]
+        r["first_token"] = r["intended_start"] + float(rng.uniform(0.05, 2.0))
+        r["end"] = r["first_token"] + sum(gaps)
+        r.update(output_tokens=n, chunks=n, itl=gaps, ttft=r["first_token"] - r["intended_start"],
+                 latency=r["end"] - r["intended_start"], tpot=round(sum(gaps) / (n - 1), 6))
+    recs = list(b.measured("a"))
+    (lv,) = summarize_run(join(spec, b.build()))["backends"][0]["levels"]
+    peer = {
+        "ttft": [r["first_token"] - r["intended_start"] for r in recs],
+        "latency": [r["end"] - r["intended_start"] for r in recs],
+        "tpot": [(r["end"] - r["first_token"]) / (r["output_tokens"] - 1) for r in recs],
+        "itl": [g for r in recs for g in r["itl"]],
+    }
+    for name, vals in peer.items():
+        got = lv[name]
+        assert got["count"] == len(vals), name
+        assert got["mean"] == pytest.approx(float(np.mean(vals)), rel=1e-5, abs=1e-6), name
+        for q in (50, 95, 99):
+            assert got[f"p{q}"] == pytest.approx(float(np.percentile(vals, q)), rel=1e-5, abs=1e-6), (name, q)
