@@ -307,3 +307,37 @@ async def test_a_hung_nvml_call_neither_hangs_the_run_nor_reads_as_a_figure(tmp_
     assert len(rows) >= 3 and all(r["gpus"] is None for r in rows[1:])  # sampled on, GPUs unknown
     assert nv.shutdowns == 0 and "did not answer within 0.2s" in (nvml.stalled or "")
     assert len(logged) == 1 and "GPU telemetry stops" in logged[0]
+
+
+def test_a_hung_nvml_init_does_not_hang_the_run_before_it_begins(tmp_path, monkeypatch):
+    """nvmlInit itself hangs on a wedged driver. The inventory is given up after
+    INVENTORY_TIMEOUT_S: the manifest says NVML did not answer, and a spec that requires GPUs
+    stops there, saying so, instead of soakspec hanging (deaf to Ctrl-C) before the run began."""
+    import json
+    import threading
+
+    from soakspec.judge.testing import spec_from_text
+    from soakspec.plan import plan
+    from soakspec.runner import engine
+
+    release = threading.Event()
+
+    class Wedged(FakeNvml):
+        def nvmlInit(self):
+            release.wait(30)  # bounded: released at the test's end
+
+    monkeypatch.setattr(engine, "INVENTORY_TIMEOUT_S", 0.2)
+    text = ('soak "g" {}\ntelemetry {\n  require_gpus = true\n}\nbackend "u" {\n  url = "http://127.0.0.1:9"\n'
+            '  runtime {\n    label = "x"\n  }\n}\n'
+            'workload "w" {\n  load {\n    mode = closed\n    concurrency = [1]\n  }\n  duration = 1s\n  bucket = 1s\n'
+            '  deadline = 1s\n}\ngate {\n  require failed == 0\n}\n')
+    nv = Wedged()
+    try:
+        result = engine.execute(plan(spec_from_text(text)), engine.RunOptions(out_dir=tmp_path / "run", quiet=True,
+                                                                                nvml_module=nv))
+    finally:
+        release.set()
+    assert result.status == "aborted" and "NVML did not answer within 0.2s" in result.reason
+    m = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert m["gpus"] == {"available": False, "reason": "NVML did not answer within 0.2s (nvmlInit and the GPU inventory)"}
+    assert nv.shutdowns == 0

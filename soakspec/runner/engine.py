@@ -238,11 +238,25 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
         raise
 
 
+INVENTORY_TIMEOUT_S = 30.0  # nvmlInit and the device inventory, at most, before the run goes on without GPUs
+
+
+async def _gpu_inventory(nvml: NvmlSource) -> dict[str, Any]:
+    """The manifest's `gpus`, taken on a worker thread given up after INVENTORY_TIMEOUT_S: on a
+    wedged driver nvmlInit itself hangs, and in this thread it would hang the run before it
+    began, deaf to Ctrl-C (trio delivers it at a checkpoint, and a C call has none)."""
+    with trio.move_on_after(INVENTORY_TIMEOUT_S):
+        return await trio.to_thread.run_sync(nvml.gpu_inventory, abandon_on_cancel=True)
+    why = f"NVML did not answer within {INVENTORY_TIMEOUT_S:g}s (nvmlInit and the GPU inventory)"
+    nvml.stall(why)
+    return {"available": False, "reason": why}
+
+
 async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, layout: L.RunLayout, run_id: str,
                            status: RunStatus, load_scope: trio.CancelScope) -> RunStatus:
     clock = RunClock()
     nvml = NvmlSource(options.nvml_module) if options.nvml_module is not None else NvmlSource()
-    gpus = nvml.gpu_inventory()
+    gpus = await _gpu_inventory(nvml)
     secrets = run_secrets(plan)
     # every record this run freezes (its tasks and threads inherit this context; it ends with
     # `trio.run`) quotes the server's text with these redacted (RequestRecord.freeze)
