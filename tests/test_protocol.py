@@ -363,15 +363,18 @@ TOOL_CALL = [{"index": 0, "id": "call-1", "type": "function", "function": {"name
 
 @pytest.mark.parametrize("role", [{"role": "assistant"}, {"role": "assistant", "content": None},
                                   {"role": "assistant", "content": ""}])  # fmt: skip
-def test_a_tool_call_streamed_without_usage_has_no_ttft_not_the_streams_end(role) -> None:
-    """A chat answer that is all tool_calls deltas (no `content`), with usage only in the final
-    chunk: when its 12 tokens arrived is unknown, so no TTFT (excluded, saying why) -- never the
-    final usage event's time, the end of the stream, which was reported as its TTFT."""
+def test_deltas_without_text_streamed_without_usage_have_no_ttft_not_the_streams_end(role) -> None:
+    """A chat answer whose deltas carry no text (no `content`; tool_calls deltas without a name or
+    arguments), with usage only in the final chunk: when its 12 tokens arrived is unknown, so no
+    TTFT (excluded, saying why) -- never the final usage event's time, the end of the stream,
+    which was reported as its TTFT. (A tool call's name and arguments are text:
+    tests/test_protocol_shapes.py.)"""
     from soakspec.judge.rederive import derive_outcome
 
-    args = [{"index": 0, "function": {"arguments": piece}} for piece in ('{"city"', ': "Par', 'is"}')]
-    rec = run([(0.2, _chat_event(role)), (0.3, _chat_event({"tool_calls": TOOL_CALL})),
-               *[(0.4 + 0.1 * i, _chat_event({"tool_calls": [a]})) for i, a in enumerate(args)],
+    header = [{"index": 0, "id": "call-1", "type": "function"}]
+    empty = [{"index": 0, "function": {"arguments": ""}}]
+    rec = run([(0.2, _chat_event(role)), (0.3, _chat_event({"tool_calls": header})),
+               *[(0.4 + 0.1 * i, _chat_event({"tool_calls": empty})) for i in range(3)],
                (0.8, _chat_event({}, finish="tool_calls")), (0.9, usage_only(12)), (0.9, DONE)], CHAT)  # fmt: skip
     assert (rec.outcome, rec.output_tokens, rec.chunks, rec.finish_reason) == (Outcome.COMPLETED, 12, 0, "tool_calls")
     assert (rec.first_token, rec.ttft, rec.tpot, rec.itl) == (None, None, None, [])

@@ -22,18 +22,21 @@ Measurement rules (the record's contract):
   chunks whose count did not rise do not count. A reasoning model's
   thinking is output text: a chat chunk's text is its `delta.reasoning` (else
   `delta.reasoning_content`: servers that send both send the same text, counted once) followed
-  by its `delta.content`, so a reasoning chunk is a token event like any other (TTFT, ITL,
-  `chunks`), and `output_chars`, `output_sha256` and `empty_text` cover the reasoning text too
-  (the tokens the server's usage counts). A response without
+  by its `delta.content`, then the `function.name` and `function.arguments` of its
+  `delta.tool_calls` (a tool call's tokens are the model's output, streamed there instead of in
+  `content`; vLLM's and SGLang's tool parsers), so a reasoning or tool-call chunk is a token
+  event like any other (TTFT, ITL, `chunks`), and `output_chars`, `output_sha256` and
+  `empty_text` cover that text too (the tokens the server's usage counts); a non-streaming
+  `message` is read the same way. A response without
   any text but with completion tokens (see "Outcomes") has its TTFT at its first token event:
   the first event whose `usage.completion_tokens` is >= 1 -- if the usage is per chunk. When a
   chunk of empty text came without usage, the tokens' arrival times are unknown (the count only
   says how many came by the event that reports it): no first token, no ITL, no TPOT (none, which
   the judge leaves out with the reason), never the usage event's time (an upper bound) nor 0.
   A choice whose text is absent (chat `delta` without `content` or with `content: null`, as in
-  a role-only chunk or a tool call's `tool_calls` deltas; a completion choice without `text`)
-  is such a chunk of empty text: a tool call streamed without usage until its final usage chunk
-  has no TTFT (excluded, saying why), not the stream's end. A chunk without any choice (a
+  a role-only chunk or a `tool_calls` delta without a name or arguments; a completion choice
+  without `text`) is such a chunk of empty text: a stream of them with usage only in its final
+  usage chunk has no TTFT (excluded, saying why), not the stream's end. A chunk without any choice (a
   usage-only chunk, `choices: []`) carries no text at all and says nothing of that.
 * Tokens, not chunks. With cumulative `usage.completion_tokens` on every text chunk
   (`continuous_usage_stats`), a chunk's tokens are the delta (`itl_source = "usage"`), and a
@@ -522,6 +525,26 @@ def _identity(content_encoding: str) -> bool:
     return all(c.strip().lower() in ("", "identity") for c in content_encoding.split(","))
 
 
+def _tool_call_text(calls: Any) -> str:
+    """The text of a chat message's (or delta's) `tool_calls`: each call's `function.name` and
+    `function.arguments`, in order -- tokens the model generated, as `content` is. Raises
+    TypeError when they are not the OpenAI shape."""
+    if type(calls) is not list:
+        raise TypeError("tool_calls")
+    out = []
+    for call in calls:
+        fn = call.get("function")  # AttributeError: not an object
+        if fn is None:
+            continue
+        for key in ("name", "arguments"):
+            value = fn.get(key)
+            if value is not None:
+                if type(value) is not str:
+                    raise TypeError("tool_calls")
+                out.append(value)
+    return "".join(out)
+
+
 def _bad_count(field: str, value: int) -> str:
     shown = str(value) if -(10**30) < value < 10**30 else f"{'-' if value < 0 else ''}a {len(str(abs(value)))}-digit number"
     return f"malformed response: usage.{field} is {shown}"
@@ -938,11 +961,18 @@ class StreamAccumulator:
                         if type(thought) is not str or (text is not None and type(text) is not str):
                             raise TypeError("reasoning")
                         text = thought + text if text else thought
+                    calls = msg.get("tool_calls")
+                    if calls:  # a tool call's name and arguments are output text too (module docstring)
+                        called = _tool_call_text(calls)
+                        if called:
+                            if text is not None and type(text) is not str:
+                                raise TypeError("text")
+                            text = text + called if text else called
             else:
                 text = c0.get("text")
             if text is None:
-                # a choice without text (a role-only delta, `content: null`, tool_calls deltas) is
-                # a chunk of empty text: without usage, its tokens' arrival is unknown (`_bare`)
+                # a choice without text (a role-only delta, `content: null`, an empty tool call
+                # delta) is a chunk of empty text: without usage, its tokens' arrival is unknown (`_bare`)
                 text = ""
             elif type(text) is not str:
                 raise TypeError("text")

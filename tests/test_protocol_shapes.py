@@ -1,0 +1,94 @@
+"""The streaming shapes real OpenAI-compatible servers (vLLM, SGLang) send, read by the protocol
+layer as a user of the numbers expects: tool calls, several choices, the last event at EOF, a
+200 whose body is not a stream."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from soakspec.runner.protocol import Endpoint, RequestShape
+from soakspec.runner.records import ItlSource, Outcome, TokensSource
+
+from test_protocol import DONE, assert_valid_evidence, record_of, usage_only
+
+CHAT = RequestShape(Endpoint.CHAT, "m", "what is the weather in Paris?", max_tokens=16)
+
+
+def _delta(delta: dict, *, finish: str | None = None, ct: int | None = None, index: int = 0) -> bytes:
+    obj: dict = {"id": "chatcmpl-7", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                 "choices": [{"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}]}  # fmt: skip
+    if ct is not None:
+        obj["usage"] = {"prompt_tokens": 9, "total_tokens": 9 + ct, "completion_tokens": ct}
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+# vLLM's tool-call stream (serving_chat with a tool parser): a role chunk, the call's header with
+# its name, the arguments in pieces, a finish chunk with finish_reason "tool_calls"
+_HEADER = [{"index": 0, "id": "chatcmpl-tool-1", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]
+_ARGS = ['{"city', '": "Par', 'is"}']
+
+
+def _tool_stream(usage: str) -> list[tuple[float, bytes]]:
+    per = usage == "per-chunk"
+    timed = [(0.20, _delta({"role": "assistant", "content": ""}, ct=0 if per else None)),
+             (0.30, _delta({"tool_calls": _HEADER}, ct=1 if per else None))]  # fmt: skip
+    for i, piece in enumerate(_ARGS):
+        timed.append((0.35 + 0.05 * i, _delta({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]},
+                                              ct=2 + i if per else None)))  # fmt: skip
+    timed.append((0.46, _delta({}, finish="tool_calls", ct=4 if per else None)))
+    if usage != "none":
+        timed.append((0.46, usage_only(4)))
+    return [*timed, (0.47, DONE)]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-parser"])
+@pytest.mark.parametrize("usage", ["none", "final", "per-chunk"])
+def test_a_tool_call_answer_is_output_text_timed_from_its_first_piece(usage, fast) -> None:
+    """An agent workload (`tools` in the body): the model answers with a tool call, its tokens
+    streamed as `delta.tool_calls[].function` name and arguments, `content` absent. Without usage
+    every such request FAILED '0 completion tokens and no text'; with a final usage it completed
+    with no TTFT (left out of every latency figure) and flagged empty_text. The name and the
+    arguments are generated text: TTFT at the call's first piece (0.30 s), each piece a token
+    event, the text hashed."""
+    rec = record_of(_tool_stream(usage), CHAT, fast=fast)
+    assert (rec.outcome, rec.error, rec.finish_reason, rec.empty_text) == (Outcome.COMPLETED, None, "tool_calls", False)
+    assert (rec.ttft, rec.chunks, rec.output_tokens) == (0.30, 4, 4)
+    assert rec.itl == pytest.approx([0.05, 0.05, 0.05])
+    assert rec.tpot == pytest.approx(0.05)
+    text = "get_weather" + "".join(_ARGS)
+    assert (rec.output_chars, rec.output_sha256) == (len(text), hashlib.sha256(text.encode()).hexdigest())
+    expected = {"none": TokensSource.COUNTED, "final": TokensSource.USAGE, "per-chunk": TokensSource.USAGE}[usage]
+    assert rec.tokens_source is expected
+    assert rec.itl_source is {"none": ItlSource.COUNTED, "final": ItlSource.EXACT, "per-chunk": ItlSource.USAGE}[usage]
+    assert_valid_evidence(rec)
+
+
+def test_content_then_a_tool_call_is_one_text() -> None:
+    """A model that writes a sentence, then calls a tool (both in one stream): one output text."""
+    timed = [(0.2, _delta({"content": "Let me check."})), (0.3, _delta({"tool_calls": _HEADER})),
+             (0.4, _delta({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}, finish="tool_calls")),
+             (0.4, DONE)]  # fmt: skip
+    rec = record_of(timed, CHAT)
+    assert (rec.outcome, rec.ttft, rec.chunks) == (Outcome.COMPLETED, 0.2, 3)
+    assert rec.output_sha256 == hashlib.sha256(b"Let me check.get_weather{}").hexdigest()
+
+
+def test_a_non_streaming_tool_call_is_output_text() -> None:
+    shape = RequestShape(Endpoint.CHAT, "m", "p", max_tokens=16, stream=False)
+    body = {"id": "chat-5", "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": None, "tool_calls": [{"id": "t", "type": "function",
+        "function": {"name": "f", "arguments": "{\"x\": 1}"}}]}}], "usage": {"prompt_tokens": 2, "completion_tokens": 6}}  # fmt: skip
+    rec = record_of([(0.4, json.dumps(body).encode())], shape)
+    assert (rec.outcome, rec.output_tokens, rec.chunks, rec.empty_text) == (Outcome.COMPLETED, 6, 1, False)
+    assert rec.output_sha256 == hashlib.sha256(b'f{"x": 1}').hexdigest()
+
+
+@pytest.mark.parametrize("calls", ['"f"', '[1]', '[{"function": {"arguments": 5}}]', '[{"function": "f"}]'])
+def test_a_tool_call_that_is_not_the_openai_shape_fails_saying_so(calls) -> None:
+    bad = b'data: {"id":"x","choices":[{"index":0,"delta":{"tool_calls":' + calls.encode() + b'}}]}\n\n'
+    rec = record_of([(0.2, _delta({"content": "a"})), (0.3, bad), (0.3, DONE)], CHAT)
+    assert rec.outcome is Outcome.FAILED
+    assert rec.error.startswith("malformed response, unexpected JSON shape: ")
