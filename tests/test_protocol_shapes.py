@@ -92,3 +92,48 @@ def test_a_tool_call_that_is_not_the_openai_shape_fails_saying_so(calls) -> None
     rec = record_of([(0.2, _delta({"content": "a"})), (0.3, bad), (0.3, DONE)], CHAT)
     assert rec.outcome is Outcome.FAILED
     assert rec.error.startswith("malformed response, unexpected JSON shape: ")
+
+
+# ---------------------------------------------------------------------------------------------
+# the last event of a whole body
+
+
+def _text(t: str, finish: str | None = None) -> bytes:
+    return _delta({"content": t}, finish=finish)
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-parser"])
+@pytest.mark.parametrize("last", [b"data: [DONE]\n", b"data: [DONE]", b"data: [DONE]\r\n", b"data: [DONE]\r",
+                                  b"data:[DONE]", b"data: [DO" + b"|NE]\n"])  # fmt: skip
+def test_a_done_without_its_blank_line_at_the_bodys_end_completes(last, fast) -> None:
+    """A server (or proxy) that ends the body right after `data: [DONE]` -- no blank line, or no
+    line end at all -- said the response is complete, and the HTTP framing says nothing is
+    missing: every such request FAILED 'stream ended without data: [DONE]' (vLLM's bench serve
+    counts it a success). However the reads cut it."""
+    reads = [(0.3 + 0.1 * i, piece) for i, piece in enumerate(last.split(b"|"))]
+    rec = record_of([(0.2, _text("a")), (0.25, _text("b", finish="stop")), *reads], CHAT, fast=fast)
+    assert (rec.outcome, rec.error, rec.chunks, rec.ttft) == (Outcome.COMPLETED, None, 2, 0.2)
+    assert rec.latency == pytest.approx(0.3 + 0.1 * (len(reads) - 1))
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-parser"])
+def test_a_whole_last_event_without_its_blank_line_is_read(fast) -> None:
+    """A last text event at EOF is text that arrived (counted); the stream still lacks [DONE]."""
+    rec = record_of([(0.2, _text("a")), (0.3, _text("b", finish="stop")[:-1])], CHAT, fast=fast)
+    assert (rec.outcome, rec.error, rec.chunks, rec.finish_reason) == (
+        Outcome.FAILED, "stream ended without data: [DONE]", 2, "stop")
+    # `data: {...}` and `data: [DONE]` without the blank line between: one event of two data
+    # lines, neither JSON nor [DONE] -- the server's bug, not its word that it finished
+    rec = record_of([(0.2, _text("a")), (0.3, _text("b")[:-1] + DONE[:-1])], CHAT, fast=fast)
+    assert (rec.outcome, rec.error, rec.chunks) == (Outcome.FAILED, "stream ended without data: [DONE]", 1)
+
+
+@pytest.mark.parametrize("last", [b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"c"', b"data: [DON"])
+def test_an_event_cut_short_at_the_bodys_end_is_still_no_done(last) -> None:
+    rec = record_of([(0.2, _text("a")), (0.3, last)], CHAT)
+    assert (rec.outcome, rec.error, rec.chunks) == (Outcome.FAILED, "stream ended without data: [DONE]", 1)
+
+
+def test_an_error_event_at_the_bodys_end_is_not_lost() -> None:
+    rec = record_of([(0.2, _text("a")), (0.3, b"event: error\ndata: engine dead")], CHAT)
+    assert (rec.outcome, rec.error) == (Outcome.FAILED, "error event: engine dead")

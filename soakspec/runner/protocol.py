@@ -125,7 +125,9 @@ Measurement rules (the record's contract):
   that fails is `disconnected` with `CONNECT_FAILED` ("connect failed: ...").
 * The stream is read by the WHATWG rules for server-sent events (`SSEParser`), both paths
   alike: one UTF-8 byte order mark before the first line is dropped (it used to cost the
-  stream its first event), CR, LF and CRLF end lines, comments are skipped.
+  stream its first event), CR, LF and CRLF end lines, comments are skipped. One deviation: a
+  whole body's last event is taken without the blank line that would end it (`data: [DONE]`
+  then EOF completes the request; `SSEParser.close`).
 * Memory is bounded: one SSE event or line at most `Limits.max_event_bytes` (else failed, stop
   reading), the whole response at most `Limits.max_response_bytes`; the text itself is never
   kept, only a running SHA-256 and its length in characters.
@@ -302,7 +304,7 @@ class SSEParser:
     decoding step; `skip_bom`), wherever the reads cut it. Lines end with LF, CRLF or CR; `:`
     lines are comments; multi-line `data:` fields are joined
     with LF; an event is dispatched at a blank line; an unterminated event at the end of the
-    stream is dropped. `id:` and `retry:` are ignored (we never reconnect a stream). One
+    stream is dropped (but see `close`). `id:` and `retry:` are ignored (we never reconnect a stream). One
     deviation: an `event:` line without data still dispatches (with empty data), so that an
     `event: error` is never lost.
     Raises SSEError when a line or an event exceeds `max_event_bytes`.
@@ -343,6 +345,20 @@ class SSEParser:
     def idle(self) -> bool:
         """Between events: no partial line, no pending data or event name."""
         return not (self._tail or self._data or self._after_cr or self._head) and self._event is None
+
+    def close(self) -> list[SSEEvent]:
+        """The whole body has arrived: the event its last bytes left open, if it is whole -- a
+        `data: [DONE]` (or a JSON payload, or an `event:`) without the blank line that ends it, or
+        without even its line end. WHATWG drops such an event (an EventSource reconnects and may
+        have lost its rest); soakspec never reconnects, the HTTP framing says nothing is missing,
+        and a server's final `[DONE]` is its word that the response completed (vLLM's `bench
+        serve` reads it too). Data that is not whole (a JSON payload cut short) is still dropped:
+        the stream then ended without `[DONE]`, as it did."""
+        try:
+            events = self.feed(b"\n\n")  # ends the last line (a CR's LF is taken as such), then the event
+        except SSEError:
+            return []
+        return [e for e in events if e.event != "message" or e.data == b"[DONE]" or _whole_json(e.data)]
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume the next bytes of the stream; return the events they complete."""
@@ -393,6 +409,14 @@ class SSEParser:
         if len(self._tail) > self._max:
             raise SSEError("SSE event too large", events)
         return events
+
+
+def _whole_json(data: bytes) -> bool:
+    try:
+        json.loads(data)
+    except ValueError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -701,6 +725,9 @@ class StreamAccumulator:
             self._body = bytearray()
             if obj is not None:
                 self._take(obj, t if self._body_start is None else self._body_start, "message")
+        elif self._body_mode is _Body.SSE and self._parser is not None and not self._parser.idle:
+            for event in self._parser.close():
+                self.on_event(event, t)
 
     # -- events -------------------------------------------------------------------------------
 
