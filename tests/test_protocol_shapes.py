@@ -137,3 +137,43 @@ def test_an_event_cut_short_at_the_bodys_end_is_still_no_done(last) -> None:
 def test_an_error_event_at_the_bodys_end_is_not_lost() -> None:
     rec = record_of([(0.2, _text("a")), (0.3, b"event: error\ndata: engine dead")], CHAT)
     assert (rec.outcome, rec.error) == (Outcome.FAILED, "error event: engine dead")
+
+
+# ---------------------------------------------------------------------------------------------
+# one choice a request
+
+
+def _choice(index: int, text: str, ct: int | None, finish: str | None = None) -> bytes:
+    obj: dict = {"id": "cmpl-2", "object": "text_completion", "created": 1, "model": "m",
+                 "choices": [{"index": index, "text": text, "logprobs": None, "finish_reason": finish}]}  # fmt: skip
+    if ct is not None:
+        obj["usage"] = {"prompt_tokens": 3, "total_tokens": 3 + ct, "completion_tokens": ct}
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-parser"])
+@pytest.mark.parametrize("per_chunk", [True, False])
+def test_n_2_is_not_read_as_one_answer_of_twice_the_tokens(per_chunk, fast) -> None:
+    """`n = 2` in the body: vLLM streams the two answers' chunks interleaved (index 0, 1), each
+    with its own count in continuous usage, and the final usage counts both. Read as one answer
+    of 8 tokens the request completed with TPOT 0.057 s where each answer's tokens came 0.1 s
+    apart. It now fails, saying why."""
+    shape = RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=16, extra=(("n", 2),))
+    timed = [(1.0 + 0.1 * k + 0.001 * i, _choice(i, "ab"[i], k + 1 if per_chunk else None, "stop" if k == 3 else None))
+             for k in range(4) for i in range(2)]  # fmt: skip
+    final = b'data: {"id":"cmpl-2","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,"total_tokens":11,"completion_tokens":8}}\n\n'
+    rec = record_of([*timed, (1.4, final), (1.4, DONE)], shape, fast=fast)
+    assert (rec.outcome, rec.error) == (Outcome.FAILED, "the response has more than one choice (index 1): soakspec "
+                                                        "measures one choice a request (n = 1 in the body)")  # fmt: skip
+    assert_valid_evidence(rec)
+
+
+def test_several_choices_in_one_chunk_fail_too() -> None:
+    two = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"a"}},{"index":1,"delta":{"content":"b"}}]}\n\n'
+    rec = record_of([(0.2, two), (0.3, DONE)], CHAT)
+    assert (rec.outcome, rec.error.startswith("the response has more than one choice (index 1)")) == (Outcome.FAILED, True)
+
+
+def test_a_choice_without_an_index_is_the_one_choice() -> None:
+    rec = record_of([(0.2, b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), (0.3, DONE)], CHAT)
+    assert (rec.outcome, rec.chunks) == (Outcome.COMPLETED, 1)

@@ -97,6 +97,11 @@ Measurement rules (the record's contract):
   Why kernel stamps: a busy client reads late, and a user-space stamp at the read charges that
   lateness to the server (38-81 % of ITL samples were 0 ms and TTFT p95 grew 17x on a loaded
   machine); the kernel stamps when the bytes arrived, however late the loop reads them.
+* One choice a request. The record measures one answer: a chunk with a choice whose `index` is
+  not 0, or with several choices (a body with `n` > 1: vLLM and SGLang interleave the choices'
+  chunks, each its own index, and count every choice's tokens in the final usage -- read as one
+  answer, its TPOT was the real one over n), fails the request, saying so ("the response has
+  more than one choice (index 1)"). A choice without `index` is choice 0.
 * Outcomes: see `records.Outcome`. The first failure wins, outcome and message. The server's
   own word decides completion: a 200 that ends with `[DONE]` (a stream), carries no error
   event or payload and no failing finish_reason -- "error", or "abort" (vLLM's and SGLang's
@@ -977,6 +982,11 @@ class StreamAccumulator:
         choices = obj.get("choices")
         if choices:
             c0 = choices[0]
+            if len(choices) > 1 or c0.get("index", 0) != 0:
+                other = c0 if c0.get("index", 0) != 0 else choices[1]
+                index = other.get("index") if type(other) is dict else None
+                self.fail(Outcome.FAILED, f"the response has more than one choice (index {json.dumps(index)[:20]}): "
+                                          "soakspec measures one choice a request (n = 1 in the body)")
             if self._chat:
                 msg = c0.get(chat_key)
                 if msg:
