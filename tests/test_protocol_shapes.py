@@ -12,7 +12,7 @@ import pytest
 from soakspec.runner.protocol import Endpoint, RequestShape
 from soakspec.runner.records import ItlSource, Outcome, TokensSource
 
-from test_protocol import DONE, assert_valid_evidence, record_of, usage_only
+from test_protocol import DONE, assert_valid_evidence, record_of, run, usage_only
 
 CHAT = RequestShape(Endpoint.CHAT, "m", "what is the weather in Paris?", max_tokens=16)
 
@@ -177,3 +177,20 @@ def test_several_choices_in_one_chunk_fail_too() -> None:
 def test_a_choice_without_an_index_is_the_one_choice() -> None:
     rec = record_of([(0.2, b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'), (0.3, DONE)], CHAT)
     assert (rec.outcome, rec.chunks) == (Outcome.COMPLETED, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# a 200 whose body is not a stream
+
+
+@pytest.mark.parametrize("content_type", [None, "text/event-stream"])
+@pytest.mark.parametrize("body", [b'{"object":"error","message":"model overloaded","code":503}',
+                                  b'\n  {"error": {"message": "model overloaded"}}', b'[{"error": "model overloaded"}]'])  # fmt: skip
+def test_a_200_whose_body_is_a_json_error_says_what_the_server_said(body, content_type) -> None:
+    """A server or proxy that answers a stream request with status 200 and a plain JSON error
+    body (no Content-Type, or text/event-stream): the request failed 'stream ended without data:
+    [DONE]', the server's message lost. It fails naming the body and quoting it."""
+    rec = run([(0.2, body[:9]), (0.3, body[9:])], CHAT, content_type=content_type)
+    assert rec.outcome is Outcome.FAILED
+    assert rec.error == "HTTP 200 with a JSON body, not a server-sent event stream: " + body.decode()
+    assert (rec.chunks, rec.first_token) == (0, None)

@@ -112,7 +112,9 @@ Measurement rules (the record's contract):
   come from the events whose usage rose (textless token events). 0 completion tokens is a
   failure ("0 completion tokens and no text"; "usage says 0 completion tokens for N text
   chunks"). Messages say what happened: "HTTP 500: <the server's body>", "error event: <its
-  text>", "finish_reason: error", "finish_reason: abort", never a generic label. A usage count that is not one -- a
+  text>", "finish_reason: error", "finish_reason: abort", "HTTP 200 with a JSON body, not a server-sent event
+  stream: <the body>" (a stream request answered by a plain JSON document, an error as a rule),
+  never a generic label. A usage count that is not one -- a
   `usage.completion_tokens` or `usage.prompt_tokens` below 0 or above `MAX_USAGE` -- fails
   the request ("malformed response: usage.completion_tokens is -5") and is not used: it is the
   server's bug, and recording it would make valid evidence fail its schema (`verify`).
@@ -677,6 +679,13 @@ class StreamAccumulator:
             if parser.at_start:  # the stream's start: without its BOM, if it has one
                 data = parser.skip_bom(data)
                 if not data:
+                    return True
+                if data.lstrip()[:1] in (b"{", b"["):
+                    # a JSON document, not events (a server or proxy that answers an error as a
+                    # plain body with status 200): say what it said, not "no [DONE]"
+                    self._body_mode = _Body.ERROR
+                    self.fail(Outcome.FAILED, "HTTP 200 with a JSON body, not a server-sent event stream")
+                    self._body += data[:ERROR_LIMIT]
                     return True
             if not parser.idle:
                 # A read that starts mid-event: the parser finishes that event, up to the first
