@@ -194,3 +194,12 @@ def test_a_200_whose_body_is_a_json_error_says_what_the_server_said(body, conten
     assert rec.outcome is Outcome.FAILED
     assert rec.error == "HTTP 200 with a JSON body, not a server-sent event stream: " + body.decode()
     assert (rec.chunks, rec.first_token) == (0, None)
+
+
+@pytest.mark.parametrize("reason", ["{}", "5", '["error"]', "true"])
+def test_a_finish_reason_that_is_not_a_string_is_a_malformed_response(reason) -> None:
+    """It COMPLETED with finish_reason '{}' (or "['error']": a failing reason in a list, passed)."""
+    bad = b'data: {"id":"x","choices":[{"index":0,"delta":{"content":"a"},"finish_reason":' + reason.encode() + b"}]}\n\n"
+    rec = record_of([(0.2, bad), (0.3, DONE)], CHAT)
+    assert (rec.outcome, rec.finish_reason) == (Outcome.FAILED, None)
+    assert rec.error.startswith("malformed response, unexpected JSON shape: ")

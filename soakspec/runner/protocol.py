@@ -1024,7 +1024,9 @@ class StreamAccumulator:
                 raise TypeError("text")
             reason = c0.get("finish_reason")
             if reason is not None:
-                self.finish_reason = str(reason)
+                if type(reason) is not str:  # OpenAI's finish_reason is a string or null
+                    raise TypeError("finish_reason")
+                self.finish_reason = reason
                 if reason in FAILED_FINISH_REASONS:
                     self.fail(Outcome.FAILED, f"finish_reason: {reason}")
         return text, cum
