@@ -118,6 +118,14 @@ Measurement rules (the record's contract):
   `usage.completion_tokens` or `usage.prompt_tokens` below 0 or above `MAX_USAGE` -- fails
   the request ("malformed response: usage.completion_tokens is -5") and is not used: it is the
   server's bug, and recording it would make valid evidence fail its schema (`verify`).
+  Decided, not overlooked: a stream that ends without `[DONE]` fails ("stream ended without
+  data: [DONE]") even when a chunk carried a finish_reason -- `[DONE]` is the server's word that
+  the response is whole (vLLM and SGLang always send it; a usage chunk may follow the finish
+  chunk), and the record keeps the finish_reason it saw; a `[DONE]` without any finish_reason
+  completes (the server said so). A usage count must be a JSON integer: `3.0` or `"3"` fails as
+  a malformed response (the OpenAI schema's integer; the records hold integers). Events named
+  other than `message` are ignored, but `event: error`, which fails the request whatever its
+  data; `logprobs` and other per-choice fields are not read.
   Both clients ask for the body as sent (`accept-encoding: identity`); a 200 that still comes
   with a Content-Encoding other than identity (gzip, br, ...) fails, naming it ("response body
   in content-encoding 'gzip', which soakspec does not decode ..."), rather than as a stream
