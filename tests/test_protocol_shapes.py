@@ -161,7 +161,8 @@ def test_n_2_is_not_read_as_one_answer_of_twice_the_tokens(per_chunk, fast) -> N
     shape = RequestShape(Endpoint.COMPLETIONS, "m", "p", max_tokens=16, extra=(("n", 2),))
     timed = [(1.0 + 0.1 * k + 0.001 * i, _choice(i, "ab"[i], k + 1 if per_chunk else None, "stop" if k == 3 else None))
              for k in range(4) for i in range(2)]  # fmt: skip
-    final = b'data: {"id":"cmpl-2","object":"text_completion","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":3,"total_tokens":11,"completion_tokens":8}}\n\n'
+    final = (b'data: {"id":"cmpl-2","object":"text_completion","created":1,"model":"m","choices":[],'
+             b'"usage":{"prompt_tokens":3,"total_tokens":11,"completion_tokens":8}}\n\n')
     rec = record_of([*timed, (1.4, final), (1.4, DONE)], shape, fast=fast)
     assert (rec.outcome, rec.error) == (Outcome.FAILED, "the response has more than one choice (index 1): soakspec "
                                                         "measures one choice a request (n = 1 in the body)")  # fmt: skip
