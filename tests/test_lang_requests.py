@@ -110,6 +110,8 @@ def test_a_surrogate_escape_in_a_body_string_is_a_character_or_an_error(tmp_path
         ("body {\n    stream_options {\n      include_usage = false\n    }\n  }", "E420", "stream_options"),
         ("body {\n    temperature = 0.5\n  }", "E420", "sampling block"),
         ("body {\n    timeout = 5s\n  }", "E104", "must be a string, number"),
+        ("body {\n    n = 2\n  }", "E424", "body field 'n' = 2 asks for several answers"),
+        ("body {\n    n = 1.5\n  }", "E424", "body field 'n' = 1.5"),
         ("body {\n    a = 1\n    a = 2\n  }", "E102", "duplicate field 'a'"),
         ("headers {\n    Content-Type = \"text/plain\"\n  }", "E420", "header 'Content-Type' is set by soakspec"),
         ("headers {\n    Authorization = \"Bearer abc\"\n  }", "E421", "looks like a secret"),
@@ -186,3 +188,9 @@ def test_a_run_sends_the_fields_and_headers_and_records_no_secret(tmp_path):
     manifest = (out / "manifest.json").read_text()
     assert "SOAK_TEST_AUTH" in manifest and "X-Team" in manifest  # the names are recorded, never the value
     assert secret not in proc.stdout + proc.stderr
+
+
+def test_a_body_that_asks_for_one_answer_is_fine(tmp_path):
+    """n = 1 is what soakspec measures (E424 is for more): the body keeps it as written."""
+    spec, diags, _ = _check(tmp_path, "body {\n    n = 1\n  }")
+    assert spec is not None and not [d for d in diags if d.code.startswith("E")], diags

@@ -80,6 +80,7 @@ CODES: dict[str, Code] = {
         Code("E421", "secret written in a plain header"),
         Code("E422", "abort rule the runner cannot evaluate live"),
         Code("E423", "replay trace file unreadable or malformed"),
+        Code("E424", "body asks for more than one answer a request"),
         # W5xx warnings
         Code("W501", "launched backend never uses {port}"),
         Code("W502", "required env not set by the backend"),

@@ -101,6 +101,13 @@ def body_json(ctx: Ctx, b: Body, where: str) -> str | None:
             span = next(s.key_span if isinstance(s, A.Attribute) else s.kind_span
                         for s in blk.body if isinstance(s, A.Attribute | A.Block) and _name(s) == key)  # fmt: skip
             ctx.error("E420", f"body field '{key}' is set by soakspec itself; use {RESERVED_BODY[key]}", span)
+    if "n" in obj and not (type(obj["n"]) is int and obj["n"] == 1):
+        # the runner fails every such request (runner/protocol.py "One choice a request"): say it now
+        span = next(s.key_span if isinstance(s, A.Attribute) else s.kind_span
+                    for s in blk.body if isinstance(s, A.Attribute | A.Block) and _name(s) == "n")  # fmt: skip
+        ctx.error("E424", f"body field 'n' = {json.dumps(obj['n'])[:20]} asks for several answers a request; "
+                          "soakspec measures one answer a request", span,
+                  "remove it (the server's default is n = 1); for more load, raise the concurrency or the rate")
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False) if obj else None
 
 
