@@ -513,3 +513,29 @@ def test_results_row_for_a_backend_that_was_not_run_is_CB301():
     assert codes(diags) == ["CB301"], render_text(diags)
     assert (diags[0].span.line, diags[0].span.column) == (11, 3)
     assert '"nccl-tp4"' in diags[0].message and "host-staged, nccl" in diags[0].message
+
+
+@pytest.mark.parametrize(
+    ("sentence", "said"),
+    [
+        ("The gate passed.", "states gate passed;"),
+        ("Verdict: **PASS**.", "states gate PASS;"),
+        ("All 15 required rules hold.", "states gate passed ('hold');"),
+        ("All of the required rules passed, so the soak is green.", "states gate passed;"),
+    ],
+)
+def test_a_verdict_stated_in_prose_is_checked_against_the_evidence(sentence, said):
+    """'The gate passed.' over a run whose gate failed is the one claim a review must not let
+    through; only 'gate: passed' was read."""
+    failed = tuple(dataclasses.replace(ev, gate="failed") for ev in evidence())
+    diags = run(f"# PR\n\n{sentence}\n\n" + pr_body().split("\n", 1)[1], failed, SPEC_SHA)
+    mine = [d for d in diags if d.code == "CB201" and d.span.line == 3]
+    assert len(mine) == 1 and said in mine[0].message and "failed" in mine[0].message
+    assert run(f"# PR\n\n{sentence}\n\n" + pr_body().split("\n", 1)[1], evidence(), SPEC_SHA) == []
+
+
+def test_a_negated_verdict_in_prose_is_not_a_claim_that_it_passed():
+    failed = tuple(dataclasses.replace(ev, gate="failed") for ev in evidence())
+    for sentence in ("The gate did not pass.", "The gate has not passed yet.", "Not all required rules held."):
+        diags = run(f"# PR\n\n{sentence}\n\n" + pr_body().split("\n", 1)[1], failed, SPEC_SHA)
+        assert not [d for d in diags if d.span.line == 3], (sentence, diags)

@@ -14,7 +14,9 @@ except for the SHA-256 rule):
 - lines: "commit: <hex>" (7-64 hex, a prefix of the recorded commit is fine), "model
   revision: <hex>", "N completed" / "completed: N", "N failures"/"no failures"/"failed: N",
   "N timeouts"/"timeouts: N", "N buckets", "N leafs/leaves/batches", "concurrency 4,8",
-  "duration_s=120", "runtime boundary: …", "gate: passed". A line naming one or more evidence
+  "duration_s=120", "runtime boundary: …", "gate: passed" -- and the verdict in prose: "the
+  gate passed", "verdict: PASS", "all (N) required rules hold / held" (soakspec's own PASS
+  line; a negated one, "did not pass", "not all rules held", is no claim). A line naming one or more evidence
   backends is compared with those; otherwise the value must match some backend (for
   completed/failed/timeouts also the sum over backends).
 - levels: a count (completed, failed, timeouts, buckets) in a sentence that names a level --
@@ -123,7 +125,8 @@ def _matches(kind: str, stated: object, recorded: object) -> bool:
 
 def _norm_gate(s: str) -> str:
     s = s.strip().lower()
-    return {"pass": "passed", "ok": "passed", "fail": "failed", "inconclusive": "inconclusive"}.get(s, s)
+    return {"pass": "passed", "ok": "passed", "green": "passed", "held": "passed", "hold": "passed", "fail": "failed",
+            "inconclusive": "inconclusive"}.get(s, s)
 
 
 def _fmt(kind: str, v: object) -> str:
@@ -131,6 +134,8 @@ def _fmt(kind: str, v: object) -> str:
         return ",".join(map(str, v))  # type: ignore[call-overload]
     if kind == "duration":
         return f"{float(v):g}"  # type: ignore[arg-type]
+    if kind == "gate" and str(v).lower() in ("held", "hold", "green"):
+        return f"{_norm_gate(str(v))} ('{v}')"  # "All required rules held": the gate passed
     return str(v)
 
 
@@ -331,6 +336,11 @@ _PROSE: list[tuple[str, re.Pattern[str], Callable[[str], object]]] = [
     ("duration", re.compile(r"\bduration(?:_s)?\s*[:=]\s*(?P<v>\d+(?:\.\d+)?)\s*(?P<u>ms|s|m|h)?\b", re.I), float),
     ("runtime", re.compile(r"\bruntime[ _-]boundary\s*[:=]\s*(?P<v>[^;\n]+?)\s*$", re.I), str),
     ("gate", re.compile(r"\bgate\s*[:=]\s*(?P<v>passed|failed|inconclusive|pass|fail)\b", re.I), str),
+    # the same in prose: "The gate passed.", "Verdict: **PASS**", "All 15 required rules hold"
+    # (soakspec's own PASS line); a negated one ("did not pass") is not this shape
+    ("gate", re.compile(r"\b(?:gate|verdict)\s+(?:was\s+|is\s+|has\s+)?(?P<v>passed|failed|inconclusive|green)\b"
+                        r"|\bverdict\s*[:=]\s*\**(?P<v2>pass|fail|inconclusive)\b"
+                        r"|(?<!\bnot\s)\ball\s+(?:\d+\s+)?(?:of\s+the\s+)?(?:required\s+)?(?:gate\s+)?(?:rules|checks)\s+(?P<v3>passed|held|hold)\b", re.I), str),
 ]
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 
