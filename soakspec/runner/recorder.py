@@ -240,6 +240,7 @@ class BackendRecorder:
         its closed buckets still waiting for their requests are written with what came.
         Shielded: it runs also when the level was cancelled (an abort rule, Ctrl-C)."""
         entry["sent"] = self.stats.sent
+        self._prompt_repeats(entry)
         with trio.CancelScope(shield=True):
             await self.make_durable()
             await self._write_lines(entry, now, lambda start, length: True)
@@ -250,6 +251,15 @@ class BackendRecorder:
             drained_at=run.drained_at, completed=run.completed, buckets=run.bucket_windows(), sent=run.sent,
             mean_in_flight=round(run.mean_in_flight, 3),
         )  # fmt: skip
+        self._prompt_repeats(entry)
+
+    def _prompt_repeats(self, entry: dict[str, Any]) -> None:
+        """A prompt file's level: how many of its requests sent a prompt the level had sent
+        before (they cycle; `check`'s W511 warns of it beforehand), so a reader sees how much of
+        the level a server's prefix cache could serve whole."""
+        t = self._level.request if self._level is not None else None
+        if t is not None and t.prompts and not t.conversations:
+            entry["prompt_repeats"] = max(0, int(entry.get("sent") or 0) - len(t.prompts))
 
     def write_records(self, records: Iterable[RequestRecord]) -> None:
         # one write per batch into the open gzip member

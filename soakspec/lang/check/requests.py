@@ -4,6 +4,7 @@ malformed file fails `check` at its own line), extra body fields and extra HTTP 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 
@@ -76,6 +77,56 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
                  "a ShareGPT record is sent from its first turn, a non-empty human one after an optional system turn; "
                  "an empty conversation or one that starts with another speaker has none")  # fmt: skip
     return S.Dataset(path, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens, parsed.conversations)
+
+
+def planned_level_requests(w: S.Workload) -> tuple[str, float] | None:
+    """(level label, requests) of the level of `w` planned to send the most requests, its
+    warmup's included (a request's prompt is its index in its level, warmup included): open
+    loop rate x (warmup + duration), a phase its mean rate x its duration; batch its requests
+    x the batches expected_latency gives (else one batch, at least); closed loop concurrency x (warmup + duration) / `expected_latency`, else its
+    concurrency (the first requests at least). None: nothing planned (a replay sends no file)."""
+    load, length = w.load, w.warmup_s + w.duration_s
+    found: list[tuple[str, float]] = []
+    if load.replay is not None:
+        return None
+    if load.phases:
+        for i, ph in enumerate(load.phases):
+            mean = (ph.start + (ph.end if ph.end is not None else ph.start)) / 2
+            span = ph.duration_s + (w.warmup_s if i == 0 else 0.0)
+            if load.mode == "open":
+                found.append((f"phase {ph.name} at {mean:g} rps", mean * span))
+            else:
+                found.append((f"phase {ph.name} at concurrency {ph.peak:g}",
+                              mean * span / w.expected_latency_s if w.expected_latency_s else ph.peak))  # fmt: skip
+    elif load.mode == "open":
+        found = [(f"{r:g} rps", r * length) for r in load.rates]
+    elif load.mode == "batch":
+        for c in load.concurrency:  # a batch takes ceil(requests / c) latencies, and batches repeat until the level ends
+            r = load.requests or c
+            found.append((f"concurrency {c}, batches of {r}", r * length / (math.ceil(r / c) * w.expected_latency_s) if w.expected_latency_s else float(r)))
+    else:
+        found = [(f"concurrency {c}", c * length / w.expected_latency_s if w.expected_latency_s else float(c)) for c in load.concurrency]
+    return max(found, key=lambda f: f[1]) if found else None
+
+
+def repeated_prompts(ctx: Ctx, w: S.Workload, span: Span) -> None:
+    """W511: a level that plans more requests than the prompt file holds sends its prompts again
+    (they cycle, in order): a server's prefix cache serves a repeat whole, so its TTFT reads lower
+    than on prompts it has not seen (`vllm bench serve` warns as it oversamples). Multi-turn
+    sessions repeat their history by design (the plan says so) and are not warned about."""
+    d = w.dataset
+    if d is None or w.multi_turn or not d.prompts:
+        return
+    most = planned_level_requests(w)
+    if most is None or most[1] <= len(d.prompts):
+        return
+    label, n = most
+    amount = f"about {n:,.0f}" if w.load.mode == "open" or w.expected_latency_s else f"at least {n:,.0f}"
+    ctx.warn("W511", f"workload '{w.name}' plans {amount} requests in a level ({label}, warmup included) "
+                     f"but its prompt file {w.prompt_file!r} holds {len(d.prompts):,} prompts: they cycle, each sent about "
+                     f"{n / len(d.prompts):,.1f} times, and a server's prefix cache serves the repeats (TTFT reads lower than on unseen prompts)",
+             span, "use a file with more prompts, or fewer requests per level; every level starts again at the file's first prompt, "
+                   "and the manifest records each level's repeats (prompt_repeats)")  # fmt: skip
 
 
 def check_multi_turn(ctx: Ctx, b: Body, endpoint: str, load: S.Load, where: str) -> None:

@@ -136,7 +136,10 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
         return None
     if fields["bucket_s"] is None:
         fields["bucket_s"] = fields["duration_s"]
-    return S.Workload(name=blk.label.value, span=blk.kind_span, **fields)
+    w = S.Workload(name=blk.label.value, span=blk.kind_span, **fields)
+    if w.dataset is not None and b.ok("prompt_file"):
+        requests.repeated_prompts(ctx, w, b.got("prompt_file").span)  # W511
+    return w
 
 
 _SOURCES = ("prompt_words", "prompt_file", "prompt_tokens")

@@ -1,0 +1,68 @@
+"""What users of `vllm bench serve`, GuideLLM and k6 expect of workloads and datasets, where
+soakspec did otherwise: a prompt file shorter than a level's requests cycles silently (a
+server's prefix cache then serves the repeats and TTFT reads better than it is)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from soakspec.diagnostics import Severity, render_text
+from soakspec.evidence.schema import validate
+from soakspec.lang import load_spec
+from soakspec.plan import plan
+from soakspec.runner.engine import RunOptions, execute
+from specs import one_workload_spec
+
+
+def _write(tmp_path: Path, prompts: int, load: str, after: str = "duration = 1s", extra: str = "") -> Path:
+    (tmp_path / "p.txt").write_text("".join(f"question number {i}\n" for i in range(prompts)))
+    before = f'prompt_file = "p.txt"\n  max_tokens = 4\n  {extra}'
+    text = one_workload_spec(name="audit", issue="1", before_load=before, load=load,
+                             after_load=f"{after}\n  deadline = 5s\n  follow_up = false")  # fmt: skip
+    path = tmp_path / "w.soak"
+    path.write_text(text)
+    return path
+
+
+def _w511(path: Path):
+    spec, diags, text = load_spec(path)
+    assert spec is not None, diags
+    return [d for d in diags if d.code == "W511"], render_text(diags, {str(path): text})
+
+
+def test_a_prompt_file_shorter_than_an_open_levels_arrivals_warns_with_the_counts(tmp_path):
+    """3 prompts for 10 rps over 1 s of warmup and 1 s measured: 20 arrivals, each prompt sent
+    about 7 times -- `check` and `plan` say so at the spec's prompt_file (vllm bench serve warns
+    as it oversamples), where before nothing did."""
+    path = _write(tmp_path, 3, "mode = open\n    rate = [2rps, 10rps]", after="warmup = 1s\n  duration = 1s")
+    [w], shown = _w511(path)
+    assert w.severity is Severity.WARNING and w.span.line == 11
+    assert "about 20 requests in a level (10 rps, warmup included)" in w.message
+    assert "holds 3 prompts" in w.message and "6.7 times" in w.message and "prefix cache" in w.message
+    assert "W511" in shown and "w.soak:11:" in shown and "prompt_repeats" in shown
+    assert not _w511(_write(tmp_path, 25, "mode = open\n    rate = [2rps, 10rps]", after="warmup = 1s\n  duration = 1s"))[0]
+
+
+def test_closed_and_batch_levels_warn_from_their_concurrency_or_expected_latency(tmp_path):
+    [w], _ = _w511(_write(tmp_path, 2, "mode = closed\n    concurrency = [1, 4]"))
+    assert "at least 4 requests in a level (concurrency 4" in w.message
+    assert not _w511(_write(tmp_path, 4, "mode = closed\n    concurrency = [1, 4]"))[0]  # unknown beyond that: no guess
+    [w], _ = _w511(_write(tmp_path, 4, "mode = closed\n    concurrency = [2]", extra="expected_latency = 100ms"))
+    assert "about 20 requests" in w.message and "5.0 times" in w.message
+    [w], _ = _w511(_write(tmp_path, 4, "mode = batch\n    concurrency = [2]\n    requests = 8"))
+    assert "at least 8 requests in a level (concurrency 2, batches of 8" in w.message
+
+
+def test_the_manifest_records_each_levels_prompt_repeats(tmp_path):
+    """A real run on the simulator: a 2-prompt file at concurrency 2 for 1 s sends each prompt
+    many times; the level's manifest entry says how many requests repeated one."""
+    path = _write(tmp_path, 2, "mode = closed\n    concurrency = [2]")
+    spec, diags, _ = load_spec(path)
+    assert spec is not None, diags
+    result = execute(plan(spec), RunOptions(out_dir=tmp_path / "run", quiet=True))
+    assert result.status == "complete", result.reason
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert validate("manifest", manifest) == []
+    [lv] = manifest["backends"][0]["levels"]
+    assert lv["sent"] > 2 and lv["prompt_repeats"] == lv["sent"] - 2
