@@ -53,7 +53,7 @@ def test_out_of_file_descriptors_is_inconclusive_never_a_server_fail(tmp_path, c
     assert "internal error" not in text and "FAIL" not in text, text
     m = manifest(out)
     assert m["status"] == "complete" and m["incomplete_reason"] is None
-    assert m["host"]["open_files_limit"] == {"soft": 100, "hard": 100, "raised_from": None}
+    assert m["host"]["open_files_limit"] == {"soft": 100, "hard": 100, "raised_from": None, "servers_soft": 100}
     recs = requests_of(out)
     unsent = [r for r in recs if r["start"] is None]
     assert unsent and len(unsent) < len(recs)
@@ -85,7 +85,7 @@ def test_the_soft_open_files_limit_is_lifted_to_the_hard_one(tmp_path):
     rules = {r["rule"]: r for r in json.loads((out / "verdict.json").read_text())["rules"]}
     assert [n for n, r in rules.items() if r["status"] != "pass" and n != "client_healthy"] == [], rules
     assert "never sent" not in rules["client_healthy"]["message"] and "ulimit" not in proc.stderr
-    assert manifest(out)["host"]["open_files_limit"] == {"soft": hard, "hard": hard, "raised_from": 100}
+    assert manifest(out)["host"]["open_files_limit"] == {"soft": hard, "hard": hard, "raised_from": 100, "servers_soft": 100}
     assert all(r["start"] is not None for r in requests_of(out))
 
 

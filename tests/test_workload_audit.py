@@ -5,7 +5,12 @@ server's prefix cache then serves the repeats and TTFT reads better than it is).
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+
+import pytest
+
+from runner_support import manifest
 
 from soakspec.diagnostics import Severity, render_text
 from soakspec.evidence.schema import validate
@@ -66,3 +71,37 @@ def test_the_manifest_records_each_levels_prompt_repeats(tmp_path):
     assert validate("manifest", manifest) == []
     [lv] = manifest["backends"][0]["levels"]
     assert lv["sent"] > 2 and lv["prompt_repeats"] == lv["sent"] - 2
+
+
+# ---------------------------------------------------------------- the launched server's open-files limit
+
+RECORD_LIMIT = """\
+import os, resource, sys
+with open(sys.argv[1], "w") as fh:
+    fh.write(str(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+
+
+def test_a_launched_server_starts_with_the_open_files_limit_soakspec_was_started_with(tmp_path):
+    """`soakspec run` lifts its own soft RLIMIT_NOFILE (100 here) to the hard limit; the server
+    it launched inherited the lifted one, so it ran otherwise than the user runs it without
+    soakspec (and a server that leaks descriptors failed later, or not at all), with nothing in
+    the evidence saying so. The server now starts with the soft limit soakspec was started with,
+    through the real subprocess path, and the manifest records it (`servers_soft`)."""
+    from test_faults import launch_spec, misbehaving
+    from test_fdlimit import _hard, _run
+
+    hard = _hard()
+    if hard < 1024:
+        pytest.skip(f"the hard open-files limit here is {hard}")
+    wrapper, seen = tmp_path / "record_limit.py", tmp_path / "server_nofile.txt"
+    wrapper.write_text(RECORD_LIMIT)
+    spec = tmp_path / "t.soak"
+    spec.write_text(launch_spec([sys.executable, str(wrapper), str(seen), *misbehaving("ok")[1:]]))
+    proc, out = _run(tmp_path, spec, (100, hard))
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr
+    assert seen.read_text() == "100"
+    m = manifest(out)
+    assert validate("manifest", m) == []
+    assert m["host"]["open_files_limit"] == {"soft": hard, "hard": hard, "raised_from": 100, "servers_soft": 100}

@@ -6,6 +6,8 @@ language's `sim { ... }` block and `sim_argv`). Quantities use the `.soak` units
 
 Start-up, in order: `--runtime-banner` and `--echo-env` lines on stdout; `--startup-delay`;
 bind; `--port-file` written (atomically); `soakspec-sim listening on http://HOST:PORT` on stderr.
+It lifts its soft open-files limit to the hard one, as vLLM does (a launched server starts with
+the limit soakspec was started with, not soakspec's lifted one: runner/fdlimit.py).
 SIGINT or SIGTERM stops it at once (listeners closed, streams cancelled, traces written): exit 0.
 """
 
@@ -127,4 +129,7 @@ def main(args: argparse.Namespace) -> int:
         print(f"{name}={os.environ.get(name, '')}", flush=True)
     import trio
 
+    from soakspec.runner.fdlimit import raise_open_files_limit
+
+    raise_open_files_limit()  # as vLLM lifts its own: a server soakspec launches starts with the user's limit
     return trio.run(_run, config)

@@ -14,6 +14,9 @@ the client's failure, never the server's:
 
 `raise_open_files_limit()` lifts the soft RLIMIT_NOFILE to the hard limit when `soakspec
 run` starts (what k6 and locust users expect); a low hard limit is still handled as above.
+The lift is the load generator's own: a server soakspec launches starts with the soft limit
+soakspec itself was started with (`server_preexec`, run in the child before its exec), as it
+would run without soakspec, and the manifest records that limit (`servers_soft`).
 """
 
 from __future__ import annotations
@@ -49,9 +52,13 @@ def open_files_limit() -> tuple[int, int] | None:
         return None
 
 
+_ORIGINAL: list[tuple[int, int]] = []  # the (soft, hard) limit before this process lifted it
+
+
 def raise_open_files_limit() -> dict | None:
-    """Lift the soft RLIMIT_NOFILE to the hard one. Returns {"soft", "hard", "raised_from"}
-    (raised_from: the soft limit before, None when it was not changed), None when unknown."""
+    """Lift the soft RLIMIT_NOFILE to the hard one. Returns {"soft", "hard", "raised_from",
+    "servers_soft"} (raised_from: the soft limit before, None when it was not changed;
+    servers_soft: the soft limit a launched server starts with), None when unknown."""
     lim = open_files_limit()
     if lim is None:
         return None
@@ -61,9 +68,25 @@ def raise_open_files_limit() -> dict | None:
         try:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
             raised_from, soft = soft, hard
+            _ORIGINAL[:] = [lim]
         except (OSError, ValueError):  # e.g. a hard limit above what the kernel allows (macOS)
             pass
-    return {"soft": soft, "hard": hard, "raised_from": raised_from}
+    return {"soft": soft, "hard": hard, "raised_from": raised_from, "servers_soft": soft if raised_from is None else raised_from}
+
+
+def server_preexec():
+    """A launched server's `preexec_fn` (None when nothing was lifted): it puts back, in the
+    child before its exec, the soft RLIMIT_NOFILE this process had before it lifted its own, so
+    the server runs with the limit it would have without soakspec (a server that needs more,
+    vLLM among them, lifts its own)."""
+    if not _ORIGINAL or resource is None:
+        return None
+    limits = _ORIGINAL[0]
+
+    def restore() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+
+    return restore
 
 
 def local_errno(exc: BaseException) -> int | None:
@@ -100,4 +123,4 @@ def not_sent_error(exc: BaseException) -> str | None:
 
 
 __all__ = ["LOCAL_EXHAUSTION", "NOT_SENT", "exhaustion_text", "local_errno", "not_sent_error", "open_files_limit",
-           "raise_open_files_limit"]
+           "raise_open_files_limit", "server_preexec"]

@@ -38,6 +38,7 @@ import httpx
 import trio
 
 from soakspec.evidence.telemetry import process_tree_pids
+from soakspec.runner.fdlimit import server_preexec
 
 SERVER_MARKER = "SOAKSPEC_SERVER"  # in each launched server's environment: that launch's own value
 
@@ -257,6 +258,7 @@ async def launch(
                 env=dict(env),
                 cwd=cwd,
                 start_new_session=True,
+                preexec_fn=server_preexec(),  # the open-files limit soakspec was started with, not its lifted one
             )
         except FileNotFoundError as e:
             where = f" (cwd {cwd})" if cwd else ""
