@@ -5,6 +5,9 @@ server's prefix cache then serves the repeats and TTFT reads better than it is).
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -105,3 +108,47 @@ def test_a_launched_server_starts_with_the_open_files_limit_soakspec_was_started
     m = manifest(out)
     assert validate("manifest", m) == []
     assert m["host"]["open_files_limit"] == {"soft": hard, "hard": hard, "raised_from": 100, "servers_soft": 100}
+
+
+# ---------------------------------------------------------------- --workers: a load process killed as it starts
+
+KILL_ONE_WORKER = """\
+import os, signal, sys
+if "soakspec.runner.workers" in getattr(sys, "orig_argv", ()) and os.environ.get("KILL_ONE_WORKER"):
+    try:
+        os.close(os.open(os.environ["KILL_ONE_WORKER"], os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        pass
+    else:
+        os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_load_process_killed_while_it_starts_is_named_with_how_it_ended(tmp_path):
+    """`run --workers 2` whose first load process to start is SIGKILLed before it says READY (the
+    OOM killer, a stray kill): the user read 'worker 1 of 2 did not start: no READY' -- numbered
+    from 0 where the mid-run message numbers from 1, no pid, no cause. It now names the process
+    as the mid-run message does and says how it ended; the run aborts (exit 4, the manifest says
+    why) and no process is left behind."""
+    from runner_support import new_marker, run_env, sim_spec, soakspec_cmd, wait_no_survivors
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(KILL_ONE_WORKER)
+    spec = tmp_path / "t.soak"
+    spec.write_text(sim_spec(load="mode = closed\n    concurrency = [4]", duration="1s", bucket="1s", deadline="3s", follow_up=False))
+    marker, out = new_marker(), tmp_path / "ev"
+    env = run_env(marker)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH", "")]))
+    env["KILL_ONE_WORKER"] = str(tmp_path / "killed")
+    proc = subprocess.run(soakspec_cmd("run", str(spec), "--out", str(out), "--quiet", "--workers", "2"),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert wait_no_survivors(marker) == []
+    assert (tmp_path / "killed").exists()  # the hook did kill one
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    said = r"load process [12] of 2 \(--workers, pid \d+\) did not start: killed by SIGKILL"
+    assert re.search(r"run aborted: " + said, proc.stderr), proc.stderr
+    assert "Traceback" not in proc.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted" and re.fullmatch(said, m["incomplete_reason"] or ""), m["incomplete_reason"]
+    assert isinstance(m["aborted_at"], float)

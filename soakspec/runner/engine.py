@@ -173,7 +173,9 @@ async def _load(load_scope: trio.CancelScope, backends: list[_Backend], plan: Pl
         except* RunAborted as group:
             # the run cannot go on as planned (e.g. token-exact prompts cannot be built): its reason
             if status.reason is None:
-                status.reason = _first_leaf(group).reason
+                # when it was caught: the manifest's aborted_at is null only for a signal (a load
+                # process killed as it started left it null too)
+                status.reason, status.aborted_at = _first_leaf(group).reason, deps.clock.now()
         except* OSError as group:
             # the load generator's own limits (out of file descriptors, ...: runner/fdlimit.py) met
             # somewhere its requests do not record it: the client's failure, said as such

@@ -172,7 +172,7 @@ async def drive_level_workers(
                 if summaries[p] is None and not draining:
                     with trio.move_on_after(1.0):  # its exit status, for the reason
                         await procs[p].wait()
-                    raise WorkerError(f"load process {p + 1} of {n} (--workers, pid {procs[p].pid}) ended without finishing "
+                    raise WorkerError(f"{_process_name(p, n, procs[p])} ended without finishing "
                                       f"its load ({_how_it_ended(procs[p].returncode)})")
                 return
             kind, payload = msg
@@ -188,7 +188,7 @@ async def drive_level_workers(
                 if ctx.on_started_until is not None:
                     ctx.on_started_until(min(until))
             elif kind == ERROR and not draining:
-                raise WorkerError(f"worker {p} of {n} failed:\n{payload.decode(errors='replace')}")
+                raise WorkerError(f"{_process_name(p, n, procs[p])} failed:\n{payload.decode(errors='replace')}")
 
     try:
         await _spawn(level, job, shares, clock, procs, readers)
@@ -242,8 +242,18 @@ async def _spawn(level: Level, job: dict[str, Any], shares: list[IdSequence], cl
         for p, reader in enumerate(readers):
             msg = await reader.next()
             if msg is None or msg[0] != READY:
-                detail = msg[1].decode(errors="replace") if msg and msg[0] == ERROR else "no READY"
-                raise WorkerError(f"worker {p} of {n} did not start: {detail}")
+                if msg is not None and msg[0] == ERROR:
+                    detail = "it failed:\n" + msg[1].decode(errors="replace")
+                else:
+                    with trio.move_on_after(1.0):  # its exit status, for the reason
+                        await procs[p].wait()
+                    detail = _how_it_ended(procs[p].returncode) if msg is None else "it sent something other than READY"
+                raise WorkerError(f"{_process_name(p, n, procs[p])} did not start: {detail}")
+
+
+def _process_name(p: int, n: int, proc) -> str:
+    """A load process as every message names it: `load process 2 of 4 (--workers, pid 1234)`."""
+    return f"load process {p + 1} of {n} (--workers, pid {proc.pid})"
 
 
 def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSequence) -> None:
