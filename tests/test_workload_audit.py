@@ -152,3 +152,28 @@ def test_a_load_process_killed_while_it_starts_is_named_with_how_it_ended(tmp_pa
     m = manifest(out)
     assert m["status"] == "aborted" and re.fullmatch(said, m["incomplete_reason"] or ""), m["incomplete_reason"]
     assert isinstance(m["aborted_at"], float)
+
+
+# ---------------------------------------------------------------- huge prompts: what the load generator keeps
+
+
+def test_request_bodies_kept_for_reuse_are_bounded_in_bytes_not_only_in_count():
+    """Token-exact prompts make a new shape per request, and each body was kept for reuse up to
+    4096 of them: at `prompt_tokens = 131072` (~0.7 MB a body, its prompt as much again) the
+    load generator grew by gigabytes of bodies it never sent again. Bodies are now kept up to a
+    byte bound too (here 300 distinct 300 kB prompts: 90 MB before, now at most the bound)."""
+    from soakspec.runner import protocol as P
+
+    P._templates.clear()
+    if hasattr(P, "_held"):
+        P._held[0] = 0
+    word = "x" * 299_990
+    for i in range(300):
+        shape = P.RequestShape(endpoint=P.Endpoint.COMPLETIONS, model="m", prompt=f"{i:08d} {word}", max_tokens=4,
+                               sampling=P.Sampling(), ignore_eos=False, stream=True)  # fmt: skip
+        body = P.build_body(shape, f"rid-{i}")
+        assert word.encode() in body and b'"request_id":"rid-%d"' % i in body  # the body itself is whole
+        held = sum(len(b) for _, parts in P._templates.values() for b in parts)
+        assert held <= 64 * 1024 * 1024, (i, held)
+    P._templates.clear()
+

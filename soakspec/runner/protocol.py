@@ -236,7 +236,12 @@ class RequestShape:
 REQUEST_ID = "\x00soakspec-request-id\x00"
 _RID_JSON = json.encoder.encode_basestring(REQUEST_ID)[1:-1].encode()  # without its quotes
 _TEMPLATES_MAX = 4096
+# and at most this many bytes of bodies: token-exact prompts are a new shape per request, so
+# 4096 bodies of a 128k-token prompt (~0.7 MB each, and each holding its shape's prompt as
+# much again) held gigabytes that were never sent again
+_TEMPLATES_BYTES = 64 * 1024 * 1024
 _templates: dict[int, tuple[RequestShape, list[bytes]]] = {}  # by id(shape); holds the shape
+_held = [0]  # bytes of the bodies in _templates
 
 
 def build_body(shape: RequestShape, request_id: str) -> bytes:
@@ -244,9 +249,13 @@ def build_body(shape: RequestShape, request_id: str) -> bytes:
     t = _templates.get(id(shape))
     if t is None or t[0] is not shape:
         t = (shape, _build_body(shape, REQUEST_ID).split(_RID_JSON))
-        if len(_templates) >= _TEMPLATES_MAX:
+        size = sum(map(len, t[1]))
+        if len(_templates) >= _TEMPLATES_MAX or _held[0] + size > _TEMPLATES_BYTES:
             _templates.clear()
-        _templates[id(shape)] = t
+            _held[0] = 0
+        if size <= _TEMPLATES_BYTES // 4:  # one body past a quarter of the bound is built each time, not kept
+            _templates[id(shape)] = t
+            _held[0] += size
     parts = t[1]
     return parts[0] if len(parts) == 1 else json.encoder.encode_basestring(request_id)[1:-1].encode().join(parts)
 
