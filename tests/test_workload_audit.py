@@ -177,3 +177,18 @@ def test_request_bodies_kept_for_reuse_are_bounded_in_bytes_not_only_in_count():
         assert held <= 64 * 1024 * 1024, (i, held)
     P._templates.clear()
 
+
+def test_word_prompt_shapes_kept_for_reuse_are_bounded_in_characters():
+    """`prompt_words = N` keeps one shape per start word (198 of them), each holding its N-word
+    prompt: at a million words, 1.2 GB in every load process. They are kept up to a bound in
+    characters now, and the shapes past it are built again, the same prompt each time."""
+    from soakspec.plan import RequestTemplate
+    from soakspec.runner.load import Shapes
+
+    t = RequestTemplate(endpoint="completions", model="m", stream=True, prompt_words=60_000, prompt_file=None, max_tokens=(4,),
+                        temperature=1.0, top_p=1.0, top_k=None, seed=None, ignore_eos=False, api_key_env=None)  # fmt: skip
+    shapes = Shapes(t)
+    first = [shapes.make(i).prompt for i in range(198)]  # 198 prompts of ~400 kB: 80 MB kept before
+    kept = sum(len(s.prompt) for s in shapes._cache.values())
+    assert kept <= 64 * 1024 * 1024, kept
+    assert [shapes.make(i).prompt for i in range(198)] == first  # the same prompts, kept or not

@@ -59,6 +59,9 @@ TOKENIZE_TIMEOUT_S = 30.0  # one /tokenize request while token-exact prompts are
 PREPARE_TIMEOUT_S = 120.0  # all of them (a few hundred requests; milliseconds each on a local server)
 _COSTS: dict[tuple[str, str], TokenCosts] = {}  # (tokenizer file or server URL, model) -> word costs, per process
 SHAPE_CACHE = 4096  # request shapes kept per workload (each shares its prompt string)
+# and characters of generated word prompts kept: each of the 198 shapes of `prompt_words =
+# 1000000` holds a 6 MB prompt (1.2 GB in all, per load process); past this they are rebuilt
+SHAPE_CACHE_CHARS = 64 * 1024 * 1024
 CLOSE_S = 1.0  # closing a connection (shielded) takes at most this long
 # a worker whose request could not be sent (the load generator out of file descriptors, ...:
 # runner/fdlimit.py) waits this long before its next one, instead of failing in a hot loop
@@ -120,6 +123,7 @@ class Shapes:
     _cache: dict[tuple[int, int], RequestShape] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _extra: tuple[tuple[str, object], ...] = dataclasses.field(default=(), init=False, repr=False)
     _costs: TokenCosts | None = dataclasses.field(default=None, init=False, repr=False)
+    _made: int = dataclasses.field(default=0, init=False, repr=False)  # characters of the word prompts in _cache
     _sessions: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict, init=False, repr=False)  # worker -> (conversation, next turn)
     _conv_counter: int = dataclasses.field(default=0, init=False, repr=False)
 
@@ -176,8 +180,10 @@ class Shapes:
             max_tokens = lens[index % len(lens)]
             prompt = self.prompts[index % len(self.prompts)] if self.prompts else prompt_words(index, w.prompt_words or 1)
             shape = self._shape(prompt, max_tokens)
-            if len(self._cache) < SHAPE_CACHE:
+            made = 0 if self.prompts else len(prompt)  # a file's prompt is the plan's own string: no more memory
+            if len(self._cache) < SHAPE_CACHE and self._made + made <= SHAPE_CACHE_CHARS:
                 self._cache[key] = shape
+                self._made += made
         return shape
 
     def _session_turn(self, index: int, worker: int, part: tuple[int, int]) -> RequestShape:
