@@ -192,3 +192,29 @@ def test_word_prompt_shapes_kept_for_reuse_are_bounded_in_characters():
     kept = sum(len(s.prompt) for s in shapes._cache.values())
     assert kept <= 64 * 1024 * 1024, kept
     assert [shapes.make(i).prompt for i in range(198)] == first  # the same prompts, kept or not
+
+
+# ---------------------------------------------------------------- blank prompts
+
+
+def test_a_whitespace_only_prompt_is_empty_in_every_format(tmp_path):
+    """A text file's blank line is no prompt, but a JSONL `"prompt": "   "`, a chat message of
+    only a newline and a ShareGPT human turn of spaces were sent as prompts (a server answers a
+    near-empty prompt fastest: it pulled TTFT down; vllm bench serve prunes such records). They
+    are now what an empty one is: an error at the record's line, or a skipped ShareGPT record."""
+    from soakspec.lang.datasets import DatasetError, read_dataset
+
+    def read(name: str, text: str, chat: bool = False):
+        path = tmp_path / name
+        path.write_text(text)
+        return read_dataset(str(path), None, chat=chat, lengths=False, turns=False)
+
+    for name, text, chat in (("p.jsonl", '{"prompt": "fine"}\n{"prompt": "  \\t "}\n', False),
+                             ("m.jsonl", '{"prompt": "fine"}\n{"messages": [{"role": "user", "content": "\\n"}]}\n', True)):  # fmt: skip
+        with pytest.raises(DatasetError) as e:
+            read(name, text, chat)
+        assert e.value.line == 2, name
+    conv = [{"conversations": [{"from": "human", "value": "real question"}]},
+            {"conversations": [{"from": "human", "value": "   "}, {"from": "gpt", "value": "an answer"}]}]  # fmt: skip
+    parsed = read("s.json", json.dumps(conv))
+    assert parsed.prompts == ("real question",) and parsed.skipped == 1

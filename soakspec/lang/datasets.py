@@ -10,7 +10,7 @@ Formats (`prompt_format = ...`, or detected from the file's first non-blank char
     `{from, value}` turns; the prompt is the first `human`/`user` turn (after an optional
     `system` turn, which chat requests send too), its answer the next `gpt`/`assistant` turn.
     A record with no such turn (an empty conversation, or one that starts with another
-    speaker or an empty human turn) is skipped and counted (`Parsed.skipped`: `check` warns,
+    speaker or an empty human turn; whitespace alone is empty, in every format) is skipped and counted (`Parsed.skipped`: `check` warns,
     W510); a file with no usable record is an error.
 
 Detection, when `prompt_format` is not set: a file whose first non-blank character is `[` is a
@@ -257,8 +257,8 @@ def _record(obj: Any, at: Where, fmt: str, chat: bool, lengths: bool) -> tuple[P
 def _jsonl_prompt(obj: dict, at: Where, chat: bool) -> Prompt:
     for name in ("prompt", "text"):
         if name in obj:
-            if not isinstance(obj[name], str) or not obj[name]:
-                raise DatasetError(f"'{name}' must be a non-empty string", *at)
+            if not isinstance(obj[name], str) or not obj[name].strip():  # as a text file's blank line is no prompt
+                raise DatasetError(f"'{name}' must be a non-empty string (not only whitespace)", *at)
             return obj[name]
     if "messages" in obj:
         if not chat:
@@ -277,7 +277,7 @@ def _messages(msgs: Any, at: Where) -> Messages:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             raise DatasetError("each message needs a string 'role' and 'content'", *at)
         out.append((m["role"], m["content"]))
-    if not any(role == "user" and content for role, content in out):  # as a prompt must be non-empty
+    if not any(role == "user" and content.strip() for role, content in out):  # as a prompt must be non-empty
         raise DatasetError("'messages' needs a non-empty 'user' message: a request with none has nothing to answer", *at)
     return tuple(out)
 
@@ -295,7 +295,7 @@ def _sharegpt(obj: dict, at: Where, chat: bool) -> tuple[Prompt, int | None] | N
             raise DatasetError("each ShareGPT turn needs a string 'from' and 'value'", *at)
         turns.append((t["from"].lower(), t["value"]))
     i = 1 if turns and turns[0][0] == "system" else 0
-    if i >= len(turns) or turns[i][0] not in HUMAN or not turns[i][1]:
+    if i >= len(turns) or turns[i][0] not in HUMAN or not turns[i][1].strip():
         return None
     answer = turns[i + 1] if i + 1 < len(turns) and turns[i + 1][0] in ANSWER else None
     answer_len = max(1, len(answer[1].split())) if answer else None
