@@ -758,7 +758,8 @@ def _prefix_policy(t: RequestTemplate) -> str:
     if t.conversations:
         return "multi-turn sessions: each turn repeats its conversation's history (a warm cache helps, as in production)"
     if t.prompts:
-        return "the prompt file's prompts, cycling"
+        return (f"the prompt file's {len(t.prompts)} prompts in order from the first in every level, cycling: a request past "
+                f"the {len(t.prompts)}th, or in a later level, resends a prompt the server's prefix cache may hold")
     return "word prompts, each starting with its request id (no prompt sent twice; consecutive requests share later words)"
 
 

@@ -218,3 +218,18 @@ def test_a_whitespace_only_prompt_is_empty_in_every_format(tmp_path):
             {"conversations": [{"from": "human", "value": "   "}, {"from": "gpt", "value": "an answer"}]}]  # fmt: skip
     parsed = read("s.json", json.dumps(conv))
     assert parsed.prompts == ("real question",) and parsed.skipped == 1
+
+
+def test_the_plan_and_manifest_say_a_prompt_files_prompts_are_resent_by_every_level(tmp_path):
+    """The cache regime of a prompt file was 'the prompt file's prompts, cycling': nothing said
+    that every level (a sweep's every probe) starts again at the first prompt, so a later level
+    sends what the server's prefix cache holds from an earlier one (vLLM #54227's regime, which
+    token prompts avoid with their salt). The plan and the manifest now say it, with the count."""
+    spec, diags, _ = load_spec(_write(tmp_path, 3, "mode = closed\n    concurrency = [1, 2]"))
+    assert spec is not None, diags
+    p = plan(spec)
+    policy = p.backends[0].levels[1].request.to_json()["prefix_cache"]
+    assert "3 prompts in order from the first in every level" in policy and "prefix cache may hold" in policy
+    from soakspec.plan import render_text as render_plan
+
+    assert "from the first in every level" in render_plan(p)
