@@ -1,0 +1,39 @@
+"""Reports of evidence whose text is hostile: every format stays valid and shows the text as
+it is, whatever the server, the spec or the evidence directory's path carries (backticks,
+markup, pipes, control characters). Fast: synthetic evidence (`soakspec.judge.testing`),
+except where a test says it runs a server."""
+
+from __future__ import annotations
+
+import re
+
+from markdown_it import MarkdownIt
+
+from soakspec.judge.testing import EvidenceBuilder, small_spec, spec_from_text
+from soakspec.report import prepare
+
+TICK_NAME = "x`<img src=x onerror=alert(1)>`y"
+
+
+def _md_html(md: str) -> str:
+    return MarkdownIt("commonmark").enable("table").render(md)
+
+
+def _code_spans(md: str) -> list[str]:
+    """The text of every inline code span markdown-it finds in `md`."""
+    out = []
+    for tok in MarkdownIt("commonmark").enable("table").parse(md):
+        for child in tok.children or ():
+            if child.type == "code_inline":
+                out.append(child.content)
+    return out
+
+
+def test_a_backend_name_with_backticks_stays_code_in_the_server_metrics_section():
+    spec = spec_from_text(small_spec(backends=(TICK_NAME, "b")).canonical_text)
+    md = prepare(spec, EvidenceBuilder(spec).build()).render("md")
+    section = md[md.index("### Server metrics and CPU"):md.index("### Rules that did not pass")]
+    assert "server CPU" in section and "scrapes of /metrics" in section
+    html = _md_html(section)
+    assert "<img" not in html, html
+    assert sum(1 for s in _code_spans(section) if s == TICK_NAME) == 2, section
