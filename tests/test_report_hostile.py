@@ -37,3 +37,16 @@ def test_a_backend_name_with_backticks_stays_code_in_the_server_metrics_section(
     html = _md_html(section)
     assert "<img" not in html, html
     assert sum(1 for s in _code_spans(section) if s == TICK_NAME) == 2, section
+
+
+def test_a_pipe_outside_a_table_is_shown_as_it_is():
+    """`\\|` keeps a code span in a table cell; in a list item it would show the backslash."""
+    text = small_spec(backends=("a|b", "c")).canonical_text.replace('workload "w"', 'workload "w|1"')
+    text = text.replace("}\n\ngate {", "}\n\n" + text[text.index('workload "w|1"'):text.index("\ngate {")].replace("w|1", "w2") + "\ngate {")
+    spec = spec_from_text(text)
+    md = prepare(spec, EvidenceBuilder(spec).build()).render("md")
+    items = [line for line in md.splitlines() if line.startswith(("- ", "  - "))]
+    spans = _code_spans("\n".join(items))
+    assert "w|1" in spans and "a|b" in spans, items
+    assert not any("\\|" in s for s in spans), spans
+    assert "<td><code>a|b</code></td>" in _md_html(md)  # in a table: escaped, and shown without the backslash

@@ -58,9 +58,13 @@ def md_text(value: Any) -> str:
     return _MD_SPECIAL.sub(r"\\\1", C.one_line(value))
 
 
-def md_code(value: Any) -> str:
-    """A code span for untrusted text: shown literally, safe inside a table cell."""
-    text = C.one_line(value).replace("|", "\\|")
+def md_code(value: Any, *, table: bool = True) -> str:
+    """A code span for untrusted text: shown literally, safe inside a table cell (`table`: a
+    pipe escaped as `\\|`, which a table row reads before the span; elsewhere -- a list item --
+    the backslash would show, so `table=False` leaves the pipe as it is)."""
+    text = C.one_line(value)
+    if table:
+        text = text.replace("|", "\\|")
     if not text:
         return "-"
     run = max((len(m) for m in re.findall(r"`+", text)), default=0)
@@ -206,7 +210,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
     lines = [f"## Retained evidence: {md_text(soak)}", ""]
 
     run_id = meta.get("run_id") or verdict.run_id
-    lines.append(f"- run: {md_code(run_id) if run_id else 'unknown'}")
+    lines.append(f"- run: {md_code(run_id, table=False) if run_id else 'unknown'}")
     lines.append(f"- commit: {md_text(C.commit_line(meta))}")
     lines.append(f"- model: {md_text(model_id)}")
     lines.append(f"- model revision: {md_text(revision)}")
@@ -220,7 +224,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
     lines.append(f"- run status: {md_text(_status_word(meta))}" + ("" if C.run_went_normally(state) else " (see How the run went)"))
     workloads = list(getattr(spec, "workloads", ()))
     for w in workloads:
-        label = "workload" if len(workloads) == 1 else f"workload {md_code(w.name)}"
+        label = "workload" if len(workloads) == 1 else f"workload {md_code(w.name, table=False)}"
         lines.append(f"- {label}: {md_text(C.workload_line(w))}")
     need = C.required_trace_coverage(spec)
     if need is not None:

@@ -180,18 +180,18 @@ def md_lines(results: Mapping[str, Any], spec: Any = None) -> list[str]:
         means = [v for c in cpu if (v := _num(c.get("mean"))) is not None]
         peaks = [v for c in cpu if (v := _num(c.get("max"))) is not None]
         if means and peaks:
-            out.append(f"- {md_code(b.get('name'))} server CPU (process tree, 100% = one core): per-bucket mean "
+            out.append(f"- {md_code(b.get('name'), table=False)} server CPU (process tree, 100% = one core): per-bucket mean "
                        f"{min(means) * 100:.0f}% to {max(means) * 100:.0f}%, peak {max(peaks) * 100:.0f}%")
         if not isinstance(b.get("server_metrics"), Mapping):
             continue
         sm = b["server_metrics"]
         have = sm.get("families") if isinstance(sm.get("families"), Mapping) else {}
         status = scrape_status(sm) or f"{sm.get('scrapes')} scrapes of {sm.get('path') or '/metrics'}, none failed"
-        out.append(f"- {md_code(b.get('name'))}: {md_text(status)}")
+        out.append(f"- {md_code(b.get('name'), table=False)}: {md_text(status)}")
         for fam in charted_families(b, spec):
             f = _lookup(have, fam)
             if f is None:  # absent from what the server answered; or never answered: then unknown
-                out.append(f"  - {md_code(fam)}: {md_text(absent_family(sm))}")
+                out.append(f"  - {md_code(fam, table=False)}: {md_text(absent_family(sm))}")
                 continue
             kind = str(f.get("type"))
             key = _SERIES.get(kind, _SERIES["gauge"])[0][0]
@@ -202,7 +202,7 @@ def md_lines(results: Mapping[str, Any], spec: Any = None) -> list[str]:
                 bounds = [e.get("p99", {}).get("bucket") for e in (f.get("per_bucket") or {}).values() if isinstance(e, Mapping)]
                 widest = max((bd for bd in bounds if isinstance(bd, list) and bd[1] is not None), key=lambda bd: bd[1] - bd[0], default=None)
                 res = f"; p99 estimated within its histogram bucket (widest {widest[0]:g} to {widest[1]:g})" if widest else ""
-            out.append(f"  - {md_code(fam)} ({md_text(kind)}): per-bucket {key} {rng}{res}")
+            out.append(f"  - {md_code(fam, table=False)} ({md_text(kind)}): per-bucket {key} {rng}{res}")
     if not out:
         return []
     return ["### Server metrics and CPU", "", *out, ""]
