@@ -50,3 +50,27 @@ def test_a_pipe_outside_a_table_is_shown_as_it_is():
     assert "w|1" in spans and "a|b" in spans, items
     assert not any("\\|" in s for s in spans), spans
     assert "<td><code>a|b</code></td>" in _md_html(md)  # in a table: escaped, and shown without the backslash
+
+
+# ------------------------------------------------------------------------------ compare
+
+EVIL_DIR = "x`<img src=x onerror=alert(1)>`|y"
+
+
+def _compare(tmp_path, capsys, fmt: str) -> str:
+    from soakspec.cli import main
+
+    spec = small_spec()
+    base = EvidenceBuilder(spec, run_id="base").write(tmp_path / EVIL_DIR / "base")
+    new = EvidenceBuilder(spec, run_id="new").write(tmp_path / "new")
+    capsys.readouterr()
+    main(["compare", str(base), str(new), "--format", fmt, "--resamples", "100"])
+    return capsys.readouterr().out
+
+
+def test_compare_md_shows_a_directory_with_backticks_as_code(tmp_path, capsys):
+    """A CI checkout path carries the branch name, which the pull request's author chose."""
+    md = _compare(tmp_path, capsys, "md")
+    base_line = next(line for line in md.splitlines() if line.startswith("- base:"))
+    assert "<img" not in _md_html(base_line), base_line
+    assert str(tmp_path / EVIL_DIR / "base") in _code_spans(base_line)

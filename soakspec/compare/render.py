@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from soakspec.compare import Comparison, Row
 from soakspec.report.common import one_line
-from soakspec.report.md import md_cell, md_text
+from soakspec.report.md import md_cell, md_code, md_text
 
 FORMATS = ("md", "html", "json")
 MARK = {"regression": "REGRESSION", "improvement": "improvement", "no significant change": "no significant change",
@@ -70,8 +70,8 @@ def _row_notes(c: Comparison) -> list[str]:
 
 def render_md(c: Comparison) -> str:
     lines = ["## Comparison", "",
-             f"- base: `{one_line(c.base.dir)}` (run {md_text(c.base.run_id or 'unknown')}, manifest {c.base.manifest_sha256 or '-'})",
-             f"- new: `{one_line(c.new.dir)}` (run {md_text(c.new.run_id or 'unknown')}, manifest {c.new.manifest_sha256 or '-'})",
+             f"- base: {md_code(c.base.dir, table=False)} (run {md_text(c.base.run_id or 'unknown')}, manifest {c.base.manifest_sha256 or '-'})",
+             f"- new: {md_code(c.new.dir, table=False)} (run {md_text(c.new.run_id or 'unknown')}, manifest {c.new.manifest_sha256 or '-'})",
              ""]
     lines += [f"**Comparison: {c.outcome}** ({md_text(c.summary())})", ""]
     for n in c.notes:
