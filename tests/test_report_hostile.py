@@ -74,3 +74,19 @@ def test_compare_md_shows_a_directory_with_backticks_as_code(tmp_path, capsys):
     base_line = next(line for line in md.splitlines() if line.startswith("- base:"))
     assert "<img" not in _md_html(base_line), base_line
     assert str(tmp_path / EVIL_DIR / "base") in _code_spans(base_line)
+
+
+def test_compare_html_forbids_every_fetch_and_carries_no_control_character(tmp_path, capsys):
+    """As the report's page: a Content-Security-Policy of default-src 'none', and characters
+    HTML cannot carry (a terminal escape in a directory name) shown as \\xNN."""
+    from soakspec.cli import main
+
+    spec = small_spec()
+    base = EvidenceBuilder(spec, run_id="base").write(tmp_path / "b\x1b[31m")
+    new = EvidenceBuilder(spec, run_id="new").write(tmp_path / "new")
+    capsys.readouterr()
+    main(["compare", str(base), str(new), "--format", "html", "--resamples", "100"])
+    page = capsys.readouterr().out
+    assert "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">" in page
+    assert "\x1b" not in page and "b\\x1b[31m" in page
+    assert re.search(r"<(script|link|img|iframe|object)\b", page) is None

@@ -9,12 +9,13 @@ Levels one run has and the other has no level of the same load for are listed af
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Callable
 
 from soakspec.compare import Comparison, Row
+from soakspec.report.charts import esc
 from soakspec.report.common import one_line
+from soakspec.report.html import CSP_META
 from soakspec.report.md import md_cell, md_code, md_text
 
 FORMATS = ("md", "html", "json")
@@ -108,8 +109,11 @@ tr.regression{background:#fdd}tr.improvement{background:#dfd}tr.insufficient,tr.
 
 
 def render_html(c: Comparison) -> str:
-    e = html.escape
-    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"><title>soakspec comparison</title>',
+    """One self-contained page, as the report's (`soakspec.report.html`): no script, no link, a
+    Content-Security-Policy that refuses every fetch, every string escaped (`charts.esc`:
+    characters HTML cannot carry shown as `\\xNN` first)."""
+    e = esc
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', CSP_META, "<title>soakspec comparison</title>",
            f"<style>{_CSS}</style></head><body>", "<h1>Comparison</h1>",
            f"<p>base: <code>{e(one_line(c.base.dir))}</code> (run {e(c.base.run_id or 'unknown')})<br>"
            f"new: <code>{e(one_line(c.new.dir))}</code> (run {e(c.new.run_id or 'unknown')})</p>",

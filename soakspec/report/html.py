@@ -61,6 +61,8 @@ table.levels td.num,table.levels td.offered,table.levels code{white-space:nowrap
 
 
 _num = C.num
+# no fetch of any kind (script, style sheet, font, image, frame): only the page's inline style
+CSP_META = "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
 
 
 # ------------------------------------------------------------------------------ charts
@@ -392,7 +394,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
     out = [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
-        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">",
+        CSP_META,
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>soakspec report: {esc(soak)}</title>",
         f"<style>{CSS}</style>",
