@@ -90,3 +90,58 @@ def test_compare_html_forbids_every_fetch_and_carries_no_control_character(tmp_p
     assert "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">" in page
     assert "\x1b" not in page and "b\\x1b[31m" in page
     assert re.search(r"<(script|link|img|iframe|object)\b", page) is None
+
+
+# ------------------------------------------------------------------------------ every format, any text
+
+from hypothesis import HealthCheck, given, settings, strategies as st  # noqa: E402
+
+HOSTILE_PARTS = st.sampled_from(["</script>", "<img src=x onerror=alert(1)>", '"', "'", "|", "`", "```", "\n# h\n", "[l](http://e.x)",
+                                 "\x00", "\x01", "\x1f", "\x7f", "\ud800", "\udfff", "\ufffe", "\uffff", "]]>", "-->", "&amp;", "é名前",
+                                 "\u2028", "\r", "\t", "L" * 700])
+HOSTILE_TEXT = st.lists(st.one_of(HOSTILE_PARTS, st.text(max_size=8)), min_size=1, max_size=6).map("".join)
+
+
+def _strict_json(text: str) -> dict:
+    import json
+
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def _printable(text: str) -> str:
+    from soakspec.commands.report import _printable as p
+
+    return p(text)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(error=HOSTILE_TEXT, log=HOSTILE_TEXT, reason=HOSTILE_TEXT)
+def test_every_format_stays_valid_whatever_the_server_said(error, log, reason):
+    """A failed request's error, the crash diagnosis (server log lines), the abort reason and a
+    failed pre-flight's error, each any text: JSON parses strictly (no NaN), JUnit parses, the
+    HTML page carries no markup of the evidence's, the Markdown renders no HTML."""
+    import xml.etree.ElementTree as ET
+
+    spec = spec_from_text(small_spec(backends=("a", "b")).canonical_text)
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("a"))[0], "failed", error)
+    e = b.entry("a")
+    e.update(crash_diagnosis=[log, "ok " + log], aborted_reason=reason, aborted_at=b.manifest["started_at_epoch"] + 3,
+             preflight=[{"workload": "w", "passed": False, "record": {"error": error}}])
+    b.manifest.update(status="aborted", incomplete_reason=reason, aborted_at=b.manifest["started_at_epoch"] + 3)
+    inp = prepare(spec, b.build())
+    out = {fmt: _printable(inp.render(fmt)) for fmt in ("md", "html", "json", "junit")}
+    for text in out.values():
+        text.encode("utf-8")  # no lone surrogate left
+    doc = _strict_json(out["json"])
+    assert doc["schema_version"] == 1 and doc["run"]["status"] == "aborted"
+    ET.fromstring(out["junit"].encode("utf-8"))
+    page = out["html"]
+    assert re.search(r"<(script|img|link|iframe)\b", page) is None
+    assert not re.search("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]", page)
+    html = _md_html(out["md"])
+    assert re.search(r"<(script|img|a)\b", html) is None, html
+    assert not any(line.startswith("#") and not line.startswith(("## Retained", "### ")) for line in out["md"].splitlines())
