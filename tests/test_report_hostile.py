@@ -145,3 +145,97 @@ def test_every_format_stays_valid_whatever_the_server_said(error, log, reason):
     html = _md_html(out["md"])
     assert re.search(r"<(script|img|a)\b", html) is None, html
     assert not any(line.startswith("#") and not line.startswith(("## Retained", "### ")) for line in out["md"].splitlines())
+
+
+# ------------------------------------------------------------------------------ a real run of a hostile server
+
+HOSTILE_SERVER = r'''
+import itertools, json, socket, sys, threading, time
+EVIL = "</script><img src=x onerror=alert(1)> \"q\" 'a' | `b` # h [l](http://evil.example) \x01\x1f \ufffe ]]> \u00e9\u540d " + "L" * 2000
+port = int(sys.argv[1]); die_after = float(sys.argv[2]); count = itertools.count()
+def send(conn, status, ctype, body):
+    conn.sendall(f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+def handle(conn):
+    try:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        n = next((int(h.split(b":")[1]) for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")), 0)
+        while len(rest) < n:
+            rest += conn.recv(65536)
+        line = head.split(b"\r\n")[0].decode()
+        if line.startswith("GET /metrics"):
+            label = EVIL[:60].replace("\\", "\\\\").replace('"', '\\"')
+            return send(conn, "200 OK", "text/plain", ("# HELP vllm:num_requests_running " + EVIL[:80] + "\n# TYPE vllm:num_requests_running gauge\n"
+                        f'vllm:num_requests_running{{model="{label}"}} NaN\nvllm:num_requests_waiting +Inf\n').encode())
+        if line.startswith("GET"):
+            return send(conn, "200 OK", "application/json", b'{"object":"list","data":[]}')
+        k = next(count)
+        print("log " + EVIL[:200] + "\x1b[31m", flush=True)
+        if k % 3 == 0:
+            return send(conn, "500 Internal", "application/json", json.dumps({"error": {"message": EVIL + "\ud800"}}).encode())
+        if k % 3 == 1:
+            ev = {"id": EVIL[:40], "object": "text_completion", "choices": [{"index": 0, "text": "a", "finish_reason": None}]}
+            body = b"data: " + json.dumps(ev).encode() + b"\n\ndata: " + json.dumps({"error": {"message": EVIL}}).encode() + b"\n\ndata: [DONE]\n\n"
+            return send(conn, "200 OK", "text/event-stream", body)
+        ev = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": "a b", "finish_reason": EVIL[:60] + "\udc80"}],
+              "usage": {"prompt_tokens": 8, "completion_tokens": 2, "total_tokens": 10}}
+        send(conn, "200 OK", "text/event-stream", b"data: " + json.dumps(ev).encode() + b"\n\ndata: [DONE]\n\n")
+    except OSError:
+        pass
+    finally:
+        conn.close()
+srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); srv.bind(("127.0.0.1", port)); srv.listen(64)
+srv.settimeout(0.2); t0 = time.monotonic()
+print("ready " + EVIL[:100], flush=True)
+while time.monotonic() - t0 < die_after:
+    try:
+        conn, _ = srv.accept()
+    except socket.timeout:
+        continue
+    threading.Thread(target=handle, args=(conn,), daemon=True).start()
+print("FATAL: CUDA error: " + EVIL[:300], flush=True)
+sys.exit(1)
+'''
+
+
+def test_a_real_run_of_a_server_whose_every_text_is_hostile_renders_every_format(tmp_path, capsys):
+    """Runs a server (loopback) whose error bodies, error events, finish reasons, /metrics and
+    log lines carry markup, pipes, backticks, controls, lone surrogates and 2,000-character
+    messages, and which dies during the run (aborted: a crash diagnosis of its log lines); then
+    `report` in every format and `compare` of it with itself in every format."""
+    import sys
+    import xml.etree.ElementTree as ET
+
+    from runner_support import run_spec
+    from soakspec.cli import main
+    from test_faults import NO_ABORT, launch_spec
+
+    server = tmp_path / "hostile.py"
+    server.write_text(HOSTILE_SERVER)
+    spec = launch_spec([sys.executable, str(server), "{port}", "1.5"], duration="3s", gate=NO_ABORT + "\n  require p99(ttft) < 1s")
+    proc, out = run_spec(tmp_path, spec, "--no-preflight", timeout=90)
+    assert proc.returncode in (1, 3, 4), proc.stderr[-2000:]
+    texts = {}
+    for fmt in ("md", "html", "json", "junit"):
+        assert main(["report", str(out), "--format", fmt]) == 0
+        texts[fmt] = capsys.readouterr().out
+    doc = _strict_json(texts["json"])
+    assert doc["run"]["status"] == "aborted" and doc["verdict"]["verdict"] == "FAIL"
+    assert any("crash diagnosis" in line["label"] for line in doc["run"]["lines"])
+    ET.fromstring(texts["junit"].encode("utf-8"))
+    assert re.search(r"<(script|img|link|iframe)\b", texts["html"]) is None and "onerror=alert(1)" in texts["html"]
+    assert re.search(r"<(script|img|a)\b", _md_html(texts["md"])) is None and "onerror=alert(1)" in texts["md"]
+    for fmt in ("md", "html", "json"):
+        main(["compare", str(out), str(out), "--format", fmt, "--resamples", "100"])
+        text = capsys.readouterr().out
+        if fmt == "json":
+            assert _strict_json(text)["schema_version"] == 1
+        elif fmt == "html":
+            assert re.search(r"<(script|img|link|iframe)\b", text) is None
+        else:
+            assert re.search(r"<(script|img|a)\b", _md_html(text)) is None
