@@ -239,3 +239,19 @@ def test_a_real_run_of_a_server_whose_every_text_is_hostile_renders_every_format
             assert re.search(r"<(script|img|link|iframe)\b", text) is None
         else:
             assert re.search(r"<(script|img|a)\b", _md_html(text)) is None
+
+
+def test_a_scrape_error_quoting_the_servers_line_is_shown_as_written():
+    """prometheus_client's parse error quotes the server's line; GitHub would strike `~~...~~`
+    through and emphasise `_..._` at word edges (underscores inside a word, prompt_words, stay)."""
+    spec = spec_from_text(small_spec().canonical_text)
+    b = EvidenceBuilder(spec)
+    err = "not Prometheus text format: ValueError: Invalid line: ~~GPU ok~~ _see runbook_ __now__ ~x~ vllm:num_requests_running"
+    b.entry("a")["metrics"].update(failed=1, first_error=err)
+    b.metrics["a"][0].update(ok=False, error=err, families={})
+    md = prepare(spec, b.build()).render("md")
+    line = next(x for x in md.splitlines() if "scrapes of /metrics failed" in x)
+    html = MarkdownIt("commonmark").enable(["table", "strikethrough"]).render(line)
+    assert "<s>" not in html and "<em>" not in html and "<strong>" not in html, html
+    assert "~~GPU ok~~ _see runbook_ __now__ ~x~ vllm:num_requests_running" in html, html
+    assert "prompt_words" in md  # the workload line: an underscore inside a word is not escaped

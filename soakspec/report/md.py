@@ -49,13 +49,15 @@ ARTIFACT_NOTE_MD = (
 )
 
 _PLAIN = re.compile(r"[A-Za-z0-9 .,:=+/()%@-]*")
-_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|&])")
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<>|&~])")
+_EDGE_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")  # not between two letters or digits
 
 
 def md_text(value: Any) -> str:
-    """Inline text with Markdown's active characters escaped (underscores kept: GitHub never
-    emphasises inside a word, and names like prompt_words must stay readable)."""
-    return _MD_SPECIAL.sub(r"\\\1", C.one_line(value))
+    """Inline text with Markdown's active characters escaped: `~` (GitHub's strikethrough) and
+    an underscore at a word's edge (`_see runbook_`); one inside a word is kept -- GitHub never
+    emphasises there, and names like prompt_words must stay readable."""
+    return _EDGE_UNDERSCORE.sub(r"\\_", _MD_SPECIAL.sub(r"\\\1", C.one_line(value)))
 
 
 def md_code(value: Any, *, table: bool = True) -> str:
