@@ -255,3 +255,22 @@ def test_a_scrape_error_quoting_the_servers_line_is_shown_as_written():
     assert "<s>" not in html and "<em>" not in html and "<strong>" not in html, html
     assert "~~GPU ok~~ _see runbook_ __now__ ~x~ vllm:num_requests_running" in html, html
     assert "prompt_words" in md  # the workload line: an underscore inside a word is not escaped
+
+
+# ------------------------------------------------------------------------------ the JSON shapes README names
+
+
+def _readme_keys(anchor: str) -> set[str]:
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    body = text[text.index(anchor) + len(anchor):].split("}", 1)[0]
+    return {k.split(":")[0].strip() for k in body.split(",")}
+
+
+def test_the_report_and_compare_json_documents_have_the_keys_readme_names(tmp_path, capsys):
+    spec = spec_from_text(small_spec().canonical_text)
+    doc = _strict_json(prepare(spec, EvidenceBuilder(spec).build()).render("json"))
+    assert set(doc) == _readme_keys("strict JSON document (finite numbers only, no NaN), `{") and doc["schema_version"] == 1
+    doc = _strict_json(_compare(tmp_path, capsys, "json"))
+    assert set(doc) == _readme_keys("`--format json` is one document, `{") and doc["schema_version"] == 1
