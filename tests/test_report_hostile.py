@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from markdown_it import MarkdownIt
 
 from soakspec.judge.testing import EvidenceBuilder, small_spec, spec_from_text
@@ -203,6 +204,7 @@ sys.exit(1)
 '''
 
 
+@pytest.mark.slow
 def test_a_real_run_of_a_server_whose_every_text_is_hostile_renders_every_format(tmp_path, capsys):
     """Runs a server (loopback) whose error bodies, error events, finish reasons, /metrics and
     log lines carry markup, pipes, backticks, controls, lone surrogates and 2,000-character
