@@ -276,3 +276,17 @@ def test_the_report_and_compare_json_documents_have_the_keys_readme_names(tmp_pa
     assert set(doc) == _readme_keys("strict JSON document (finite numbers only, no NaN), `{") and doc["schema_version"] == 1
     doc = _strict_json(_compare(tmp_path, capsys, "json"))
     assert set(doc) == _readme_keys("`--format json` is one document, `{") and doc["schema_version"] == 1
+
+
+def test_a_claim_or_exclusion_that_starts_like_markdown_stays_one_list_item():
+    """`- # Fastest` would be a heading inside the list, `- ---` a rule that ends it, `- 1) x`
+    and `- + x` lists of their own: each claim and exclusion is one item, shown as written."""
+    written = ["# Fastest server ever", "1) first", "- multi-node", "---", "+ x", "12. twelve"]
+    text = small_spec().canonical_text + "\nclaims {\n" + "".join(
+        f'  {"claim" if i < 2 else "exclude"} "{w}"\n' for i, w in enumerate(written)) + "}\n"
+    spec = spec_from_text(text)
+    md = prepare(spec, EvidenceBuilder(spec).build()).render("md")
+    html = _md_html(md[md.index("### Claim Boundary"):])
+    assert re.search(r"<(h1|hr|ol)\b", html) is None and html.count("<ul>") == 2, html
+    items = re.findall(r"<li>(.*?)</li>", html)
+    assert items == ["# Fastest server ever", "1) first", "- multi-node", "---", "+ x", "12. twelve"], items

@@ -50,6 +50,7 @@ ARTIFACT_NOTE_MD = (
 
 _PLAIN = re.compile(r"[A-Za-z0-9 .,:=+/()%@-]*")
 _MD_SPECIAL = re.compile(r"([\\`*\[\]<>|&~])")
+_BLOCK_START = re.compile(r"^(\d{0,9})(#(?=#{0,5}(?: |$))|[+-](?= |$)|-(?=(?: ?-){2,} ?$)|(?<=\d)[.)](?= |$))")
 _EDGE_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")  # not between two letters or digits
 
 
@@ -57,7 +58,10 @@ def md_text(value: Any) -> str:
     """Inline text with Markdown's active characters escaped: `~` (GitHub's strikethrough) and
     an underscore at a word's edge (`_see runbook_`); one inside a word is kept -- GitHub never
     emphasises there, and names like prompt_words must stay readable."""
-    return _EDGE_UNDERSCORE.sub(r"\\_", _MD_SPECIAL.sub(r"\\\1", C.one_line(value)))
+    text = _EDGE_UNDERSCORE.sub(r"\\_", _MD_SPECIAL.sub(r"\\\1", C.one_line(value)))
+    # what would open a block where the text starts a line or a list item (`- # Fastest`: a
+    # heading; `- ---`: a rule; `- 1) x`, `- + x`: a list of its own) is escaped too
+    return _BLOCK_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}" if m.group(1) else f"\\{m.group(2)}", text, count=1)
 
 
 def md_code(value: Any, *, table: bool = True) -> str:
