@@ -290,3 +290,25 @@ def test_a_claim_or_exclusion_that_starts_like_markdown_stays_one_list_item():
     assert re.search(r"<(h1|hr|ol)\b", html) is None and html.count("<ul>") == 2, html
     items = re.findall(r"<li>(.*?)</li>", html)
     assert items == ["# Fastest server ever", "1) first", "- multi-node", "---", "+ x", "12. twelve"], items
+
+
+def test_compare_json_stays_strict_json_when_a_base_statistic_is_all_but_zero():
+    """A base TTFT of 1e-320 s (a subnormal: as good as 0, whose relative change is undefined)
+    made new / base - 1 overflow: compare --format json wrote `Infinity`, which no strict
+    parser takes, and the Markdown '+inf%'."""
+    from soakspec.compare import compare
+    from soakspec.compare.render import render
+
+    spec = small_spec(duration="4m", bucket="1m")
+
+    def run(ttft: float, run_id: str):
+        b = EvidenceBuilder(spec, per_bucket=30, run_id=run_id)
+        for r in b.measured("a"):
+            r.update(ttft=ttft, first_token=r["start"] + ttft)
+        return b.build()
+
+    c = compare(run(1e-320, "base"), run(0.5, "new"), resamples=200)
+    doc = _strict_json(render(c, "json"))
+    ttft = [r for r in doc["rows"] if r["metric"] == "ttft"]
+    assert ttft and all(r["change"] is None and r["ci_low"] is None and r["verdict"] == "insufficient samples" for r in ttft), ttft
+    assert "inf" not in render(c, "md")

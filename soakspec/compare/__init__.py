@@ -551,6 +551,15 @@ class Comparison:
         }
 
 
+def _relative(new: float, base: float) -> float | None:
+    """new / base - 1; None where it is not a number: a base of 0, or one so close to 0 (a
+    subnormal TTFT) that the ratio overflows to infinity -- JSON has no Infinity."""
+    if not base > 0:
+        return None
+    v = new / base - 1.0
+    return v if math.isfinite(v) else None
+
+
 def _side(dir: str, ev: Evidence) -> Side:
     integ = ev.integrity
     problems = tuple(f"{f.path}: {f.message}" for f in (*integ.tampered, *integ.malformed))
@@ -692,7 +701,7 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
         return xs.percentile(q) if q is not None else stats.mean(xs)
 
     b, n = point(xb), point(xn)
-    change = (n / b - 1.0) if b is not None and n is not None and b > 0 else None
+    change = _relative(n, b) if b is not None and n is not None else None
     note = p.note
     gaps: dict[str, int | None] = dict(gaps_base=None, gaps_new=None)
     if cm.per_request_samples:  # n counts requests, the statistic is over their gaps
@@ -710,7 +719,7 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
         db, dn = percentile_draws(xb, q, rng, resamples, eb), percentile_draws(xn, q, rng, resamples, en)
     else:
         db, dn = mean_draws(xb, rng, resamples), mean_draws(xn, rng, resamples)
-    rel = [y / x - 1.0 for x, y in zip(db, dn) if x > 0]
+    rel = [v for x, y in zip(db, dn) if (v := _relative(y, x)) is not None]
     alpha = 1.0 - row_conf
     if len(rel) < resamples * (1 - alpha / 2):  # a base statistic of 0 too often: no relative change
         return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]

@@ -144,7 +144,7 @@ def render_html(c: Comparison) -> str:
 
 
 def render_json(c: Comparison) -> str:
-    return json.dumps(c.to_json(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    return json.dumps(c.to_json(), indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"  # strict JSON
 
 
 _RENDER: dict[str, Callable[[Comparison], str]] = {"md": render_md, "html": render_html, "json": render_json}
