@@ -312,3 +312,19 @@ def test_compare_json_stays_strict_json_when_a_base_statistic_is_all_but_zero():
     ttft = [r for r in doc["rows"] if r["metric"] == "ttft"]
     assert ttft and all(r["change"] is None and r["ci_low"] is None and r["verdict"] == "insufficient samples" for r in ttft), ttft
     assert "inf" not in render(c, "md")
+
+
+def test_report_json_of_a_drift_from_an_all_but_zero_baseline_is_written():
+    """A first bucket whose TTFT is 1e-320 s (as good as 0) made drift(p50(ttft)) +inf%: report
+    --format json then stopped with an internal error (no Infinity in JSON), the other formats
+    printed '+inf%'. A relative change that is not a number is none, as for a zero baseline."""
+    spec = small_spec("require failed == 0\n  warn drift(p50(ttft)) <= 25% per level", duration="4m", bucket="1m")
+    b = EvidenceBuilder(spec, per_bucket=30)
+    for r in b.measured("a"):
+        t = 1e-320 if r["start"] < b.manifest["started_at_epoch"] + 90 else 0.5
+        r.update(ttft=t, first_token=r["start"] + t)
+    inp = prepare(spec, b.build())
+    doc = _strict_json(inp.render("json"))
+    drift = next(r for r in doc["verdict"]["rules"] if r["rule"].startswith("drift"))
+    assert drift["observed"] is None and drift["status"] != "pass", drift
+    assert "inf%" not in inp.render("md")

@@ -855,9 +855,12 @@ def quarters(n: int) -> int:
 
 
 def relative_change(first: float, last: float) -> float | None:
+    """(last - first) / |first|; None where it is not a number: a zero baseline with a non-zero
+    end, or a baseline so close to 0 (a subnormal) that the ratio overflows to infinity."""
     if first == 0:
         return 0.0 if last == 0 else None
-    return (last - first) / abs(first)
+    v = (last - first) / abs(first)
+    return v if math.isfinite(v) else None
 
 
 def drift(values: Sequence[float]) -> float | None:
@@ -887,7 +890,8 @@ def slope(times: Sequence[float], values: Sequence[float]) -> float | None:
     per_min = sxy / sxx * 60.0
     if mv == 0:
         return 0.0 if per_min == 0 else None
-    return per_min / abs(mv)
+    v = per_min / abs(mv)
+    return v if math.isfinite(v) else None  # a mean so close to 0 that the ratio overflows: as a zero mean
 
 
 def bucket_series(bi: BackendIndex, levels: Sequence[LevelIndex], impl: MetricImpl, agg: str | None,
