@@ -328,3 +328,20 @@ def test_report_json_of_a_drift_from_an_all_but_zero_baseline_is_written():
     drift = next(r for r in doc["verdict"]["rules"] if r["rule"].startswith("drift"))
     assert drift["observed"] is None and drift["status"] != "pass", drift
     assert "inf%" not in inp.render("md")
+
+
+def test_a_bidi_override_in_a_servers_error_cannot_reorder_the_report():
+    """U+202E (right-to-left override) and its kin reorder how the rest of a line is shown
+    (CVE-2021-42574, 'Trojan Source'): an error ending in '\\u202eSSAP' reads as 'PASS'. The
+    human-readable formats show them as \\uNNNN, as other characters they cannot carry."""
+    import xml.etree.ElementTree as ET
+
+    spec = spec_from_text(small_spec().canonical_text)
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("a"))[0], "failed", "engine died \u202eSSAP\u202c \u2066x\u2069 \u202a\u202b\u202d\u2067\u2068")
+    inp = prepare(spec, b.build())
+    junit = inp.render("junit")
+    ET.fromstring(junit)
+    for fmt, text in (("md", inp.render("md")), ("html", inp.render("html")), ("junit", junit)):
+        assert not re.search("[\u202a-\u202e\u2066-\u2069]", text), fmt
+        assert "\\u202eSSAP\\u202c" in text, fmt

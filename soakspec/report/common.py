@@ -47,12 +47,15 @@ GATE_NOTE = ("Own rules: each backend's status from the rules as they apply to t
 NO_GPU_TELEMETRY = "no GPU telemetry (NVML not available)"
 BOUNDARY_OK = ("confirmed", "declared")
 
-_BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\ud800-\udfff]")
+_BAD_CHARS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufffe\uffff\ud800-\udfff\u202a-\u202e\u2066-\u2069]")
 
 
 def clean_text(value: Any) -> str:
     """`str(value)` without characters no report format can carry (C0 controls other than tab,
-    newline and CR; DEL; lone surrogates; U+FFFE/U+FFFF), each shown as `\\xNN`/`\\uNNNN`."""
+    newline and CR; DEL; lone surrogates; U+FFFE/U+FFFF) or should not: the bidirectional
+    embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069), which reorder how the
+    rest of a line is shown ('Trojan Source': an error ending in U+202E 'SSAP' reads 'PASS').
+    Each is shown as `\\xNN`/`\\uNNNN`."""
     text = value if isinstance(value, str) else str(value)
     return _BAD_CHARS.sub(lambda m: f"\\x{ord(m.group(0)):02x}" if ord(m.group(0)) < 0x100 else f"\\u{ord(m.group(0)):04x}", text)
 
