@@ -345,3 +345,28 @@ def test_a_bidi_override_in_a_servers_error_cannot_reorder_the_report():
     for fmt, text in (("md", inp.render("md")), ("html", inp.render("html")), ("junit", junit)):
         assert not re.search("[\u202a-\u202e\u2066-\u2069]", text), fmt
         assert "\\u202eSSAP\\u202c" in text, fmt
+
+
+def test_a_metrics_gauge_near_the_largest_float_is_not_a_measurement():
+    """A server's /metrics may answer any finite number (`vllm:num_requests_running 1.7e308`):
+    the per-bucket mean summed past the largest float, and `run`, `gate` and `report` (every
+    format) stopped with an internal error (OverflowError). Such a value is read as one that is
+    not a number (as NaN is); one within 1e300 is charted."""
+    import xml.etree.ElementTree as ET
+
+    from soakspec.judge.testing import metrics_rows
+
+    spec = spec_from_text(small_spec().canonical_text)
+    b = EvidenceBuilder(spec)
+    rows = b.metrics["a"]
+    b.metrics["a"] = metrics_rows(rows[0]["t"], rows[-1]["t"], running=1.7e308, waiting=1e300)
+    inp = prepare(spec, b.build())
+    doc = _strict_json(inp.render("json"))
+    fams = doc["results"]["backends"][0]["server_metrics"]["families"]
+    assert fams["vllm:num_requests_running"]["per_bucket"] == {}
+    assert {e["max"] for e in fams["vllm:num_requests_waiting"]["per_bucket"].values()} == {1e300}
+    ET.fromstring(inp.render("junit"))
+    assert "vllm:num_requests_running" in inp.render("md")
+    page = inp.render("html")
+    svg = re.search(r'<svg class="chart" data-backend="a" data-metric="server:vllm:num_requests_waiting".*?</svg>', page, re.S).group(0)
+    assert "<circle" in svg

@@ -7,7 +7,8 @@ floats): ~120 MB a day at one scrape each 5 s, whatever the request rate. `Scrap
 takes the rows one at a time, as verification decodes them, and keeps per family only what
 the judge reads (`judge/servermetrics.py`), in arrays of 8-byte floats:
 
-  gauge, counter     the value (`num(entry["value"])`; NaN: not a number)
+  gauge, counter     the value (`num(entry["value"])`; NaN: not a number, or beyond
+                     MAX_MAGNITUDE -- 1e300 -- whose sums and means overflow)
   histogram, summary the sum and the count (`float(num(...) or 0.0)`, as the judge reads them)
                      and the bucket counts, their `le` bounds shared by every scrape that has
                      the same ones (`num(le)`, None for +Inf or a bound that is not a number;
@@ -31,6 +32,16 @@ import numpy as np
 from soakspec.judge.table import num
 
 _NAN = math.nan
+# a value whose magnitude is beyond this is not a measurement (no count, gauge or rate reaches
+# it), and the judge's sums, means and rates of it overflow (a server's `gauge 1.7e308` stopped
+# `run`, `gate` and `report` with an internal error): read as a value that is not a number
+MAX_MAGNITUDE = 1e300
+
+
+def _num(v: Any) -> float | None:
+    """`num(v)`, and None beyond MAX_MAGNITUDE."""
+    f = num(v)
+    return f if f is not None and abs(f) <= MAX_MAGNITUDE else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,15 +139,15 @@ class _Family:
     def add(self, t: float, entry: Mapping[str, Any], bounds: dict[tuple[float | None, ...], int]) -> None:
         self.times.append(t)
         self.types.append(entry["type"])
-        v = num(entry.get("value"))
+        v = _num(entry.get("value"))
         self.values.append(_NAN if v is None else v)
-        self.sums.append(float(num(entry.get("sum")) or 0.0))
-        self.counts.append(float(num(entry.get("count")) or 0.0))
+        self.sums.append(float(_num(entry.get("sum")) or 0.0))
+        self.counts.append(float(_num(entry.get("count")) or 0.0))
         bks: dict[float | None, float] = {}
         pairs = entry.get("buckets")
         for pair in pairs if isinstance(pairs, (list, tuple)) else ():  # anything else holds no bucket
-            if isinstance(pair, (list, tuple)) and len(pair) == 2 and (n := num(pair[1])) is not None:
-                bks[num(pair[0]) if pair[0] is not None else None] = n
+            if isinstance(pair, (list, tuple)) and len(pair) == 2 and (n := _num(pair[1])) is not None:
+                bks[_num(pair[0]) if pair[0] is not None else None] = n
         if bks:
             les = tuple(bks)
             k = bounds.get(les)
