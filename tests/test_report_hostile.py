@@ -370,3 +370,11 @@ def test_a_metrics_gauge_near_the_largest_float_is_not_a_measurement():
     page = inp.render("html")
     svg = re.search(r'<svg class="chart" data-backend="a" data-metric="server:vllm:num_requests_waiting".*?</svg>', page, re.S).group(0)
     assert "<circle" in svg
+
+
+def test_a_soak_name_ending_in_a_hash_keeps_it_in_the_heading():
+    """`## Retained evidence: load #` -- a closing sequence to Markdown, which drops it."""
+    text = small_spec().canonical_text.replace('soak "small"', 'soak "load test #"')
+    spec = spec_from_text(text)
+    md = prepare(spec, EvidenceBuilder(spec).build()).render("md")
+    assert "<h2>Retained evidence: load test #</h2>" in _md_html(md.splitlines()[0])

@@ -51,6 +51,7 @@ ARTIFACT_NOTE_MD = (
 _PLAIN = re.compile(r"[A-Za-z0-9 .,:=+/()%@-]*")
 _MD_SPECIAL = re.compile(r"([\\`*\[\]<>|&~])")
 _BLOCK_START = re.compile(r"^(\d{0,9})(#(?=#{0,5}(?: |$))|[+-](?= |$)|-(?=(?: ?-){2,} ?$)|(?<=\d)[.)](?= |$))")
+_HEADING_END = re.compile(r"(?<= )(#+)$")
 _EDGE_UNDERSCORE = re.compile(r"(?<![^\W_])_|_(?![^\W_])")  # not between two letters or digits
 
 
@@ -61,7 +62,9 @@ def md_text(value: Any) -> str:
     text = _EDGE_UNDERSCORE.sub(r"\\_", _MD_SPECIAL.sub(r"\\\1", C.one_line(value)))
     # what would open a block where the text starts a line or a list item (`- # Fastest`: a
     # heading; `- ---`: a rule; `- 1) x`, `- + x`: a list of its own) is escaped too
-    return _BLOCK_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}" if m.group(1) else f"\\{m.group(2)}", text, count=1)
+    text = _BLOCK_START.sub(lambda m: f"{m.group(1)}\\{m.group(2)}" if m.group(1) else f"\\{m.group(2)}", text, count=1)
+    # and a heading's closing sequence (`## Retained evidence: load #` would drop the #)
+    return _HEADING_END.sub(r"\\\1", text)
 
 
 def md_code(value: Any, *, table: bool = True) -> str:
