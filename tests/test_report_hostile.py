@@ -378,3 +378,29 @@ def test_a_soak_name_ending_in_a_hash_keeps_it_in_the_heading():
     spec = spec_from_text(text)
     md = prepare(spec, EvidenceBuilder(spec).build()).render("md")
     assert "<h2>Retained evidence: load test #</h2>" in _md_html(md.splitlines()[0])
+
+
+def test_gate_json_of_a_manifest_carrying_a_lone_surrogate_is_printed(tmp_path, capsys):
+    """A manifest whose abort reason holds the JSON escape \\ud800 (a lone surrogate: no UTF-8
+    stream takes it) stopped gate --format json with an internal error (UnicodeEncodeError,
+    exit 4), where gate's text and every report format print it as \\ud800."""
+    import subprocess
+    import sys
+
+    spec = spec_from_text(small_spec().canonical_text)
+    b = EvidenceBuilder(spec)
+    b.entry("a").update(aborted_reason="MARK died")
+    b.manifest.update(status="aborted", incomplete_reason="MARK why")
+    d = b.write(tmp_path / "ev")
+    m = d / "manifest.json"
+    m.write_text(m.read_text().replace("MARK", "\\ud800"))
+    p = subprocess.run([sys.executable, "-m", "soakspec", "gate", str(d), "--format", "json"], capture_output=True, timeout=120)
+    assert p.returncode in (1, 3), p.stderr.decode()[-500:]
+    doc = _strict_json(p.stdout.decode("utf-8"))
+    assert "\ud800" in json_text(doc)  # the escape, read back as what the manifest holds
+
+
+def json_text(doc) -> str:
+    import json
+
+    return json.dumps(doc, ensure_ascii=False)
