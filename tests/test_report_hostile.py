@@ -404,3 +404,21 @@ def json_text(doc) -> str:
     import json
 
     return json.dumps(doc, ensure_ascii=False)
+
+
+def test_verify_of_a_manifest_carrying_a_lone_surrogate_says_what_it_found(tmp_path):
+    """The same manifest (an escaped lone surrogate): verify's text stopped with an internal
+    error (exit 4) instead of naming the changed file (exit 1)."""
+    import subprocess
+    import sys
+
+    spec = spec_from_text(small_spec().canonical_text)
+    b = EvidenceBuilder(spec)
+    b.entry("a").update(aborted_reason="MARK died")
+    b.manifest.update(status="aborted", incomplete_reason="MARK why")
+    d = b.write(tmp_path / "ev")
+    m = d / "manifest.json"
+    m.write_text(m.read_text().replace("MARK", "\\ud800"))
+    p = subprocess.run([sys.executable, "-m", "soakspec", "verify", str(d)], capture_output=True, timeout=120)
+    assert p.returncode == 1 and "internal error" not in p.stderr.decode(), p.stderr.decode()[-500:]
+    assert "\\ud800" in p.stdout.decode("utf-8")
