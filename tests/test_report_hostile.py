@@ -422,3 +422,18 @@ def test_verify_of_a_manifest_carrying_a_lone_surrogate_says_what_it_found(tmp_p
     p = subprocess.run([sys.executable, "-m", "soakspec", "verify", str(d)], capture_output=True, timeout=120)
     assert p.returncode == 1 and "internal error" not in p.stderr.decode(), p.stderr.decode()[-500:]
     assert "\\ud800" in p.stdout.decode("utf-8")
+
+
+def test_a_threshold_near_the_largest_float_still_draws_the_page():
+    """`require mean(throughput) < 1.7e308` checks (no unit bounds a rate), and the chart's
+    axis grew past the largest float to show the line: report --format html stopped with an
+    internal error (OverflowError: cannot convert float infinity to integer)."""
+    from soakspec.report.charts import Series, Threshold, line_chart
+
+    spec = spec_from_text(small_spec("require failed == 0\n  require mean(throughput) < 1.7e308").canonical_text)
+    page = prepare(spec, EvidenceBuilder(spec).build()).render("html")
+    svg = re.search(r'<svg class="chart" data-backend="a" data-metric="throughput".*?</svg>', page, re.S).group(0)
+    assert 'class="threshold"' in svg and "<circle" in svg
+    for top in (1.5e308, 1.79e308):  # the axis rounded up past the largest float: its tick labels overflowed
+        svg = line_chart("a", "m", "t", "u", [Series("s", ((1.0, top),), "#000")], [], 2.0, str, thresholds=[Threshold(top, "x")])
+        assert "<circle" in svg and "inf" not in svg

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import html
 import math
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -75,7 +76,7 @@ def nice_step(span: float, ticks: int = 4) -> float:
     if span <= 0 or not math.isfinite(span):
         return 1.0
     raw = span / ticks
-    mag = 10 ** math.floor(math.log10(raw))
+    mag = 10.0 ** math.floor(math.log10(raw))  # a float: the axis is drawn in floats
     for m in (1, 2, 2.5, 5, 10):
         if raw <= m * mag:
             return m * mag
@@ -129,9 +130,12 @@ def empty_chart(backend: str, metric: str, title: str, message: str) -> str:
 class _Frame:
     def __init__(self, x_max: float, y_max: float):
         self.x_max = x_max if x_max > 0 else 1.0
-        step = nice_step(y_max if y_max > 0 else 1.0)
+        top = y_max if y_max > 0 and math.isfinite(y_max) else 1.0
+        step = nice_step(top)
         self.y_step = step
-        self.y_max = step * max(1, math.ceil((y_max if y_max > 0 else 1.0) / step - 1e-9))
+        self.y_max = step * max(1, math.ceil(top / step - 1e-9))
+        if not math.isfinite(self.y_max):  # rounded up past the largest float: the axis ends at the top value
+            self.y_max = top
         self.pw, self.ph = W - ML - MR, H - MT - MB
 
     def x(self, v: float) -> float:
@@ -212,7 +216,7 @@ def line_chart(backend: str, metric: str, title: str, y_label: str, series: Sequ
     if not ys:
         return empty_chart(backend, metric, title, empty)
     tys = [t.y for t in thresholds if math.isfinite(t.y)]
-    f = _Frame(x_max, max(ys + [y * 1.08 for y in tys]))
+    f = _Frame(x_max, max(ys + [min(y * 1.08, sys.float_info.max) for y in tys]))  # room above a threshold
     parts = _open(backend, metric, title) + f.axes(bands, y_label) + _marks(f, marks) + _thresholds(f, thresholds)
     for s in series:
         seg: list[str] = []
