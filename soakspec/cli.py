@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import difflib
+import errno
 import importlib
 import os
 import signal
@@ -124,7 +125,7 @@ class _GuardedStdout:
     BrokenPipeError passes as it is: the reader left, which main does not count as a failure."""
 
     def __init__(self, inner):
-        self._inner = inner
+        self._inner = inner if inner is not None else _ClosedStdout()
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
@@ -140,6 +141,38 @@ class _GuardedStdout:
     def flush(self) -> None:
         with _refused_as_error():
             self._inner.flush()
+
+
+class _ClosedStdout:
+    """sys.stdout of a soakspec started with its stdout closed (`>&-`: Python sets it to None):
+    every write is refused as a full disk's is (`StdoutRefused`), never an AttributeError said
+    as a bug."""
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")
+
+    def flush(self) -> None:
+        """Nothing is buffered: every write was refused."""
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        raise OSError(errno.EBADF, "stdout is closed")
+
+
+def _occupy_closed_std_fds() -> None:
+    """A closed fd 0, 1 or 2 (`soakspec gate DIR >&-`) opened onto /dev/null: otherwise the first
+    file soakspec opens (the run's lock, an evidence file) takes that number, and a process it
+    starts (the server, the reaper) inherits it as its stdout and writes into the evidence."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            new = os.open(os.devnull, os.O_RDWR)
+            if new != fd:
+                os.dup2(new, fd)
+                os.close(new)
 
 
 @contextlib.contextmanager
@@ -240,6 +273,7 @@ def _installed(signals: _Signals | None):
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    _occupy_closed_std_fds()
     command = _command_from_argv(argv)
     # `sim` keeps the signals' defaults until its own receiver takes them: it is a server the
     # runner stops with SIGTERM, and reads its death by that signal as such
