@@ -5,12 +5,16 @@ left, and that the evidence left reads as incomplete (never intact, never a PASS
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from soakspec.judge.testing import EvidenceBuilder, spec_from_text
+from tests.runner_support import new_marker, run_env, sim_spec, soakspec_cmd, wait_no_survivors
 from tests.test_judge_streaming import SIM_SPEC
 
 PY = sys.executable
@@ -34,3 +38,54 @@ def test_a_closed_stdout_is_said_as_such_not_as_a_bug(tmp_path, command):
     assert proc.returncode == 4, proc.stderr
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert f"soakspec {command[0]}: cannot write" in proc.stderr and "stdout is closed" in proc.stderr, proc.stderr
+
+
+# ------------------------------------------------------------------ the evidence directory removed or moved
+
+
+def _start_run(tmp_path: Path, spec_text: str, marker: str, out: Path) -> subprocess.Popen:
+    """`soakspec run --quiet` started, returned once its first requests are on disk."""
+    spec = tmp_path / "t.soak"
+    spec.write_text(spec_text)
+    proc = subprocess.Popen(soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"), cwd=tmp_path,
+                            env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    req = out / "backends" / "b0" / "requests.jsonl.gz"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if req.exists() and req.stat().st_size > 0:
+            return proc
+        if proc.poll() is not None:
+            raise AssertionError(f"runner exited early: {proc.communicate()}")
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("no request was recorded within 30 s")
+
+
+@pytest.mark.parametrize("how", ["removed", "moved"])
+def test_an_evidence_directory_removed_or_moved_mid_run_aborts_the_run_at_the_next_bucket(tmp_path, how):
+    """`rm -rf` or `mv` of the evidence directory while the run loads: the writes into its open
+    files go on succeeding (unlinked files, or the moved directory), so the run soaked for all
+    its planned time into nowhere and only then said ENOENT, about a manifest that 'still says
+    `running`' (there was none). The directory is now checked at every bucket's end: the run
+    aborts there (exit 4, no server left) saying it was removed or moved, and a moved
+    directory's evidence reads as incomplete."""
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = _start_run(tmp_path, sim_spec(duration="30s", bucket="1s"), marker, out)
+    moved = tmp_path / "moved"
+    if how == "removed":
+        shutil.rmtree(out)
+    else:
+        out.rename(moved)
+    t0 = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    took = time.monotonic() - t0
+    assert wait_no_survivors(marker) == []
+    assert proc.returncode == 4, err
+    assert took < 10, f"the run went on for {took:.1f} s after its directory was {how}"
+    assert "the evidence directory was removed or moved during the run" in err, err
+    assert "still says `running`" not in err and "Traceback" not in err, err
+    assert f"{out} no longer holds the run's evidence" in err, err
+    if how == "moved":
+        v = subprocess.run(soakspec_cmd("verify", str(moved)), capture_output=True, text=True, timeout=60)
+        assert v.returncode == 3, v.stdout + v.stderr  # incomplete (status running), not intact

@@ -309,8 +309,12 @@ async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, 
         # atomically: never half-written), which `verify` and `gate` read as never finalized; the
         # run's own ending is said here, the write error itself by the caller
         ended = status.status if status.reason is None else f"{status.status}: {status.reason}"
-        progress.error(f"soakspec run: the final manifest could not be written; {layout.manifest} still says "
-                       f"`running` (the run ended {ended})")
+        if layout.manifest.is_file():
+            progress.error(f"soakspec run: the final manifest could not be written; {layout.manifest} still says "
+                           f"`running` (the run ended {ended})")
+        else:  # the directory was removed or moved during the run: no manifest is there to say anything
+            progress.error(f"soakspec run: the final manifest could not be written: {layout.root} no longer holds the "
+                           f"run's evidence (removed or moved during the run; the run ended {ended})")
         raise
     return status
 

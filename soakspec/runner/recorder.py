@@ -25,14 +25,16 @@ A failure is recorded where it happens, before it is raised: `RunStatus` keeps t
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
+import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import trio
 
-from soakspec.evidence.io import EvidenceError, GzipJsonlWriter, JsonlWriter
+from soakspec.evidence.io import EvidenceError, EvidenceWriteError, GzipJsonlWriter, JsonlWriter
 from soakspec.evidence.redact import record_redactor
 from soakspec.evidence.buckets import BucketTally, bucket_line
 from soakspec.evidence.record import Record, decode_lines_lenient, encode_line, encode_lines
@@ -135,6 +137,7 @@ class BackendRecorder:
         self.not_sent = 0  # requests the load generator could not send (its own limits: runner/fdlimit.py)
         self.trace_offset = 0
         self.source_before: dict | None = None
+        self._root_id: tuple[int, int] | None = None  # the evidence directory's (st_dev, st_ino) at prepare()
         # server.log kept bounded on disk while the server writes it (a step at each bucket's
         # end: `compact_log`), capped and compressed by `collect` when the run ends (evidence/serverlog.py)
         # (the run's secrets overwritten as lines go into server.log.gz: a server prints its own
@@ -150,6 +153,7 @@ class BackendRecorder:
         # milliseconds per record, more than the request itself. RequestRecord.to_json is tested
         # against the schema, and `verify`/`gate` check every line after the run.
         with self._evidence():
+            self._root_id = _identity(self.layout.root)
             self.layout.backend_dir(self.name).mkdir(parents=True, exist_ok=True)
             self.writer = GzipJsonlWriter(self.layout.requests(self.name))
             self.bucket_writer = JsonlWriter(self.layout.buckets(self.name))
@@ -293,7 +297,11 @@ class BackendRecorder:
                 self.writer.end_member()
 
     async def make_durable(self) -> None:
-        """`end_member`, then the file fsynced (`durable`)."""
+        """`end_member`, then the file fsynced (`durable`). First, at every bucket's end, the
+        evidence directory is checked to be the one the run began in: removed or moved, the
+        writes into its open files go on succeeding (unlinked, or somewhere else), and the run
+        would soak for its planned hours and only fail at the end, writing its final manifest."""
+        self.check_root()
         self.end_member()
         if self.writer is not None:
             with self._evidence():
@@ -317,6 +325,16 @@ class BackendRecorder:
         if self.bucket_writer is not None:
             self.bucket_writer.close()
 
+    def check_root(self) -> None:
+        """EvidenceWriteError (recorded in the run status) when the evidence directory is no
+        longer the one prepare() found (removed, moved, replaced)."""
+        if self._root_id is None:
+            return
+        now = _identity(self.layout.root)
+        if now != self._root_id:
+            gone = OSError(errno.ENOENT, "the evidence directory was removed or moved during the run")
+            raise self.status.evidence_failed(EvidenceWriteError(self.layout.root, gone))
+
     # ------------------------------------------------------------ plumbing
     @contextlib.contextmanager
     def _evidence(self) -> Iterator[None]:
@@ -329,6 +347,15 @@ class BackendRecorder:
     @property
     def server_log(self) -> Path:
         return self.layout.server_log(self.name)
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The directory's (st_dev, st_ino); None when it cannot be found."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def kept_log_lines(bp: BackendPlan) -> Callable[[str], bool]:
