@@ -4,6 +4,7 @@ left, and that the evidence left reads as incomplete (never intact, never a PASS
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -89,3 +90,43 @@ def test_an_evidence_directory_removed_or_moved_mid_run_aborts_the_run_at_the_ne
     if how == "moved":
         v = subprocess.run(soakspec_cmd("verify", str(moved)), capture_output=True, text=True, timeout=60)
         assert v.returncode == 3, v.stdout + v.stderr  # incomplete (status running), not intact
+
+
+# ------------------------------------------------------------------ the disk refusing a write at a given moment
+
+MAIN = "from soakspec.cli import main; sys.exit(main(sys.argv[1:]))"
+# the disk refuses the end of requests.jsonl.gz's last gzip member, as the load's writers close
+ENOSPC_ON_CLOSING_REQUESTS = (
+    "import errno, sys; from soakspec.evidence import io; "
+    "io.GzipJsonlWriter._finish = lambda self: (_ for _ in ()).throw("
+    "io.EvidenceWriteError(self.path, OSError(errno.ENOSPC, 'No space left on device'))); "
+)
+
+
+def _run_with(tmp_path: Path, prelude: str) -> tuple[subprocess.CompletedProcess, Path]:
+    spec = tmp_path / "t.soak"
+    spec.write_text(sim_spec(duration="2s", bucket="1s"))
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = subprocess.run([PY, "-c", prelude + MAIN, "run", str(spec), "--out", str(out), "--quiet"],
+                          cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert wait_no_survivors(marker) == []
+    return proc, out
+
+
+def test_a_write_refused_as_the_load_closes_its_files_is_named_not_an_exception_group(tmp_path):
+    """The disk refusing requests.jsonl.gz's last member as the backend's writers close (full
+    in the last bucket, EIO on the last fsync) aborted the run with the reason 'the run failed:
+    (1 sub-exception)': the path and the errno were nowhere. The close is recorded as every
+    write of the load is: the reason names the file and ENOSPC (exit 4), and the evidence reads
+    as incomplete."""
+    proc, out = _run_with(tmp_path, ENOSPC_ON_CLOSING_REQUESTS)
+    assert proc.returncode == 4, proc.stderr
+    req = out / "backends" / "b0" / "requests.jsonl.gz"
+    reason = f"cannot write evidence: {req}: cannot write evidence: No space left on device (ENOSPC)"
+    assert f"soakspec run: {reason}" in proc.stderr.splitlines(), proc.stderr
+    assert "sub-exception" not in proc.stderr + proc.stdout, proc.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "aborted" and m["incomplete_reason"] == reason, m["incomplete_reason"]
+    v = subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
+    assert v.returncode == 3, v.stdout + v.stderr

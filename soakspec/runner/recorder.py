@@ -97,7 +97,10 @@ class RunStatus:
         """The load ended with these failures. Each recorded its reason where it was raised; one
         that did not (a bug) still aborts the run, under the group's own description."""
         if self.reason is None:
-            self.reason = f"the run failed: {group}"
+            leaf: BaseException = group
+            while isinstance(leaf, BaseExceptionGroup):
+                leaf = leaf.exceptions[0]
+            self.reason = f"the run failed: {leaf}"
 
     def interrupted(self, signal_name: str) -> None:
         self.signal_name = signal_name
@@ -320,10 +323,16 @@ class BackendRecorder:
         return passed
 
     def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if self.bucket_writer is not None:
-            self.bucket_writer.close()
+        """Both writers closed (the second also when the first fails); a failure -- the disk
+        refusing the open member's end or the last fsync -- is recorded in the run status (its
+        path and errno the run's reason, not an exception group's description)."""
+        with self._evidence():
+            try:
+                if self.writer is not None:
+                    self.writer.close()
+            finally:
+                if self.bucket_writer is not None:
+                    self.bucket_writer.close()
 
     def check_root(self) -> None:
         """EvidenceWriteError (recorded in the run status) when the evidence directory is no
