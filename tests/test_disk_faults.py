@@ -130,3 +130,29 @@ def test_a_write_refused_as_the_load_closes_its_files_is_named_not_an_exception_
     assert m["status"] == "aborted" and m["incomplete_reason"] == reason, m["incomplete_reason"]
     v = subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
     assert v.returncode == 3, v.stdout + v.stderr
+
+
+# the disk refuses every gzip member of the server's log (the steps' and the last, server.log.gz)
+ENOSPC_ON_SERVER_LOG_GZ = (
+    "import errno, sys; from soakspec.evidence import serverlog; "
+    "serverlog._append_member = lambda path, chunks: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device')); "
+)
+
+
+def test_a_server_log_gz_the_disk_refuses_names_the_file_and_keeps_the_plain_log(tmp_path):
+    """The disk full as the server's log is compressed after the load: the run was aborted with
+    '[b0] could not finish the evidence: OSError: [Errno 28] No space left on device', naming no
+    file. It names server.log.gz now (exit 4); server.log stays, whole, and the evidence reads
+    as incomplete (verify and gate: 3)."""
+    proc, out = _run_with(tmp_path, ENOSPC_ON_SERVER_LOG_GZ)
+    assert proc.returncode == 4, proc.stderr
+    d = out / "backends" / "b0"
+    assert f"{d / 'server.log.gz'}: cannot write evidence: No space left on device (ENOSPC)" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert (d / "server.log").stat().st_size > 0 and not (d / "server.log.gz").exists()
+    assert not [p.name for p in d.iterdir() if ".tmp" in p.name]
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "aborted" and "server.log.gz" in m["incomplete_reason"], m["incomplete_reason"]
+    for command in ("verify", "gate"):
+        r = subprocess.run(soakspec_cmd(command, str(out)), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 3, r.stdout + r.stderr

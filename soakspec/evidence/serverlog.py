@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from soakspec.evidence.io import EvidenceError, EvidenceUnreadable, fsync_dir, loads, write_json_atomic
+from soakspec.evidence.io import EvidenceError, EvidenceUnreadable, EvidenceWriteError, fsync_dir, loads, write_json_atomic
 from soakspec.evidence.layout import SERVER_LOG, SERVER_LOG_MOVED, SERVER_LOG_MOVED_STATE, plain_file
 
 HEAD_BYTES = 8 << 20
@@ -286,6 +286,7 @@ class LogCompactor:
         whole = self.raw_offset == 0 and size <= self._cap.head + self._cap.tail
         tail_from = float("inf") if whole else size - self._cap.tail
         tmp = self.path.with_name(f".{self.path.name}.gz.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+        dest = self.path.with_name(self.path.name + ".gz")
         try:
             if self.raw_offset:
                 os.replace(self.moved, tmp)
@@ -300,14 +301,15 @@ class LogCompactor:
                     yield b"" if whole else self._cap.end()
 
                 _append_member(tmp, _batched(rest()))
-            dest = self.path.with_name(self.path.name + ".gz")
             os.replace(tmp, dest)
             fsync_dir(self.path.parent)
-        except BaseException:
+        except BaseException as e:
             if self.raw_offset and tmp.exists() and not self.moved.exists():
                 os.replace(tmp, self.moved)  # readable again as a killed run's
             else:
                 tmp.unlink(missing_ok=True)
+            if isinstance(e, OSError):  # a full disk, EIO: said with the file it was making
+                raise EvidenceWriteError(dest, e) from e
             raise
         self.path.unlink()
         self.state.unlink(missing_ok=True)
