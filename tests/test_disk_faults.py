@@ -156,3 +156,80 @@ def test_a_server_log_gz_the_disk_refuses_names_the_file_and_keeps_the_plain_log
     for command in ("verify", "gate"):
         r = subprocess.run(soakspec_cmd(command, str(out)), capture_output=True, text=True, timeout=60)
         assert r.returncode == 3, r.stdout + r.stderr
+
+
+# ------------------------------------------------------------------ the disk full under the server's own log
+
+FULL_NOTE = "is full ("
+NOTE_END = "the server could not write its log, which may be why it exited"
+
+
+def _full_disk_run(tmp_path: Path, out: Path, spec_text: str, prelude: str = "") -> subprocess.CompletedProcess:
+    spec = tmp_path / "t.soak"
+    spec.write_text(spec_text)
+    marker = new_marker()
+    proc = subprocess.run([PY, "-c", "import sys; " + prelude + MAIN, "run", str(spec), "--out", str(out), "--quiet"],
+                          cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert wait_no_survivors(marker) == []
+    return proc
+
+
+def test_a_server_that_exits_while_the_evidence_filesystem_is_full_is_said_so(tmp_path):
+    """A server whose log (server.log, in the evidence directory) cannot be written because
+    the disk is full exits (the simulator's print raises ENOSPC), and its log tail cannot say
+    why: the run said only 'server exited with status 1 during the run' and the user looked
+    for a server bug. The message now says the log's filesystem is full. (The disk is made to
+    look full here -- os.statvfs answers 0 bytes free under the evidence directory -- and the
+    server crashes on its own: tests/test_disk_faults.py's tmpfs case below fills a real one.)"""
+    out = tmp_path / "ev"
+    looks_full = ("import os; real = os.statvfs; "
+                  "os.statvfs = lambda p: os.statvfs_result((4096, 4096, 100, 0, 0, 100, 0, 0, 0, 255)) "
+                  f"if str(p).startswith({str(out)!r}) else real(p); ")  # fmt: skip
+    proc = _full_disk_run(tmp_path, out, sim_spec(sim="ttft = 10ms\n    itl = 2ms\n    crash_after_requests = 6",
+                                                  duration="5s", bucket="1s"), looks_full)  # fmt: skip
+    assert proc.returncode == 4, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert "server exited with status" in first and f"{out / 'backends' / 'b0' / 'server.log'} {FULL_NOTE}0 bytes free)" in first, first
+    assert NOTE_END in first, first
+    assert NOTE_END in json.loads((out / "manifest.json").read_text())["incomplete_reason"]
+
+
+def test_a_server_that_exits_for_any_other_reason_gets_no_disk_note(tmp_path):
+    out = tmp_path / "ev"
+    proc = _full_disk_run(tmp_path, out, sim_spec(sim="ttft = 10ms\n    itl = 2ms\n    crash_after_requests = 6",
+                                                  duration="5s", bucket="1s"))  # fmt: skip
+    assert proc.returncode == 4, proc.stderr
+    assert "server exited with status" in proc.stderr and NOTE_END not in proc.stderr, proc.stderr
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    """A 48 KiB tmpfs: a real full disk (mounting needs root; skipped otherwise, saying why)."""
+    if os.geteuid() != 0:
+        pytest.skip("mounting a tmpfs needs root (the statvfs seam above covers the message without it)")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_a_real_full_disk_mid_run_aborts_saying_the_disk_is_full(tmp_path, small_tmpfs):
+    """The evidence on a 48 KiB tmpfs: it fills during the load. Whichever write meets it first
+    -- soakspec's own (requests.jsonl.gz: ENOSPC) or the server's log (the server exits) --
+    the run aborts (exit 4, no server left, no traceback) saying the disk is full, and what was
+    written reads as incomplete: never intact, never a PASS."""
+    out = small_tmpfs / "ev"
+    proc = _full_disk_run(tmp_path, out, sim_spec(duration="20s", bucket="1s",
+                                                  load="mode = closed\n    concurrency = [4]", max_tokens=16))  # fmt: skip
+    assert proc.returncode == 4, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert "No space left on device (ENOSPC)" in first or NOTE_END in first, first
+    for command in (["verify"], ["gate"], ["gate", "--partial"]):
+        r = subprocess.run(soakspec_cmd(*command, str(out)), capture_output=True, text=True, timeout=60)
+        assert r.returncode == 3, (command, r.stdout + r.stderr)

@@ -48,6 +48,7 @@ from soakspec.runner.procs import (
     crash_lines,
     describe_exit,
     free_port,
+    full_disk_note,
     launch,
     log_tail,
     stop,
@@ -131,7 +132,7 @@ async def serve_backend(
         why = f"server {describe_exit(rc)} during the run" + (
             f", leaving {len(left)} of its processes running outside its process group (PID "
             f"{', '.join(map(str, sorted(left)[:5]))}): a launcher that daemonizes its server is not supported, "
-            "launch the server in the foreground; they are stopped with the run" if left else "")
+            "launch the server in the foreground; they are stopped with the run" if left else "") + full_disk_note(server.log_path)
         raise rec.failed(BackendError(la.name, why, log_tail(server.log_path), crash_lines(server.log_path)),
                          deps.clock.now())
     finally:

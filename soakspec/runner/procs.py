@@ -224,6 +224,25 @@ def _describe(e: BaseException) -> str:
     return describe_transport_error(e)
 
 
+FULL_DISK_BYTES = 64 * 1024  # free space below this on the log's filesystem: a write of the server's log may have failed
+
+
+def full_disk_note(log_path: str | os.PathLike | None) -> str:
+    """For the message of a server that exited: when the filesystem its log is written to (the
+    evidence directory's) is full, that its log could not be written -- a server whose print
+    fails on ENOSPC exits, and its log tail then cannot say why. "" otherwise."""
+    if log_path is None:
+        return ""
+    try:
+        st = os.statvfs(os.path.dirname(os.fspath(log_path)) or ".")
+    except OSError:
+        return ""
+    if st.f_bavail * st.f_frsize >= FULL_DISK_BYTES:
+        return ""
+    return (f"; the filesystem of its log {os.fspath(log_path)} is full ({st.f_bavail * st.f_frsize} bytes free): "
+            "the server could not write its log, which may be why it exited")
+
+
 def describe_exit(rc: int) -> str:
     if rc < 0:
         try:
@@ -408,7 +427,8 @@ class ReadinessProbe:
                 rc = self.server.poll()
                 if rc is not None:
                     log = self.server.log_path
-                    raise BackendError(self.name, f"{describe_exit(rc)} before it was ready", log_tail(log), crash_lines(log))
+                    why = f"{describe_exit(rc)} before it was ready{full_disk_note(log)}"
+                    raise BackendError(self.name, why, log_tail(log), crash_lines(log))
             self.attempts += 1
             refused = False
             seen = ""
