@@ -233,3 +233,71 @@ def test_a_real_full_disk_mid_run_aborts_saying_the_disk_is_full(tmp_path, small
     for command in (["verify"], ["gate"], ["gate", "--partial"]):
         r = subprocess.run(soakspec_cmd(*command, str(out)), capture_output=True, text=True, timeout=60)
         assert r.returncode == 3, (command, r.stdout + r.stderr)
+
+
+# ------------------------------------------------------------------ a url backend's log_file copied onto a full disk
+
+
+def test_a_log_file_copy_the_disk_refuses_raises_with_the_entry(tmp_path):
+    """`ExternalLog.copy_into` onto a disk that refuses the copy (/dev/full: ENOSPC) raised
+    nothing: it noted the error in the manifest entry, and the run went on `complete` with a
+    server.log lacking what the server logged. It raises `LogCopyRefused` now (an evidence
+    write error), carrying the entry; a source it cannot read is still only noted."""
+    from soakspec.runner.logfile import ExternalLog, LogCopyRefused
+
+    log = tmp_path / "srv.log"
+    log.write_bytes(b"stale\n")
+    ext = ExternalLog.at_start(str(log))
+    with log.open("ab") as f:
+        f.write(b"fresh\n" * 100)
+    with pytest.raises(LogCopyRefused) as refused:
+        ext.copy_into(Path("/dev/full"))
+    assert "No space left on device (ENOSPC)" in str(refused.value)
+    assert refused.value.entry["error"].startswith("cannot write /dev/full: OSError: [Errno 28]")
+    assert ExternalLog.at_start(str(tmp_path / "none.log")).copy_into(tmp_path / "x.log")["error"] is not None
+
+
+# the disk refuses server.log's fsync as the url backend's log_file is copied into it
+ENOSPC_ON_SERVER_LOG_FSYNC = (
+    "import errno, os; fsync = os.fsync; "
+    "os.fsync = lambda fd: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device')) "
+    "if os.readlink(f'/proc/self/fd/{fd}').endswith('/server.log') else fsync(fd); "
+)
+
+
+def test_a_url_backends_log_copied_onto_a_full_disk_aborts_the_run(tmp_path):
+    """A url backend's log_file, copied into server.log after the load, onto a disk that
+    refuses it: the run said `complete` (exit 0) and judged a server.log without the traces
+    the server logged. It aborts now (exit 4), naming server.log and ENOSPC; the manifest's
+    log_file entry says it could not be written, and the evidence reads as incomplete."""
+    from tests.test_logfile import _free_port, _spec_text
+
+    port = _free_port()
+    log = tmp_path / "sim.log"
+    log.write_bytes(b"")
+    spec = tmp_path / "ext.soak"
+    spec.write_text(_spec_text('  log_file = "sim.log"\n', port))
+    out = tmp_path / "ev"
+    marker = new_marker()
+    with log.open("ab") as f:
+        sim = subprocess.Popen(soakspec_cmd("sim", "--host", "127.0.0.1", "--port", str(port), "--model=sim-model",
+                                            "--ttft=5ms", "--itl=1ms", "--runtime-banner=simrt 1.2.3"),
+                               stdout=f, stderr=subprocess.STDOUT, env=run_env(marker))  # fmt: skip
+    try:
+        run = subprocess.run([PY, "-c", "import sys; " + ENOSPC_ON_SERVER_LOG_FSYNC + MAIN, "run", str(spec), "--out",
+                              str(out), "--quiet"], cwd=tmp_path, env=run_env(marker), capture_output=True, text=True,
+                             timeout=90)  # fmt: skip
+    finally:
+        sim.terminate()
+        sim.wait(timeout=10)
+    assert wait_no_survivors(marker) == []
+    dest = out / "backends" / "ext" / "server.log"
+    reason = f"cannot write evidence: {dest}: cannot write evidence: No space left on device (ENOSPC)"
+    assert run.returncode == 4, run.stdout + run.stderr
+    assert f"soakspec run: {reason}" in run.stderr.splitlines(), run.stderr
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["status"] == "aborted" and m["incomplete_reason"] == reason, m["incomplete_reason"]
+    (entry,) = m["backends"]
+    assert entry["log_file"]["error"].startswith(f"cannot write {dest}"), entry["log_file"]
+    v = subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
+    assert v.returncode == 3, v.stdout + v.stderr

@@ -20,6 +20,7 @@ import functools
 import math
 import os
 import re
+import sys
 
 import trio
 
@@ -29,7 +30,7 @@ from soakspec.runner.backend import Deps, sample_telemetry, serve_backend, tick_
 from soakspec.runner.clienthealth import ClientLog, LoopMonitor
 from soakspec.runner.ids import IdSequence
 from soakspec.runner.liveness import Health
-from soakspec.runner.logfile import ExternalLog
+from soakspec.runner.logfile import ExternalLog, LogCopyRefused
 from soakspec.runner.procs import BackendError
 from soakspec.runner.load import CLOSE_S, Bisection, LevelContext, LevelRun, Shapes, drive_level
 from soakspec.runner.prompts import PromptFiles
@@ -62,9 +63,16 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
                 load_stopped.set()  # its requests are recorded and its workers have stopped
             nursery.cancel_scope.cancel()
     finally:
+        failing = sys.exc_info()[1]  # the load's own failure or cancellation, if any
         await off_loop(client.close)
         if log is not None:
-            rec.external_log = await off_loop(log.copy_into, rec.server_log)
+            try:
+                rec.external_log = await off_loop(log.copy_into, rec.server_log)
+            except LogCopyRefused as e:  # server.log could not be written: the run's evidence is incomplete
+                rec.external_log = e.entry
+                rec.status.evidence_failed(e)
+                if failing is None:  # the load ended as planned: the run aborts on this
+                    raise
 
 
 async def drive_backend(

@@ -16,6 +16,11 @@ written first into server.log (its offset recorded as `banner.offset`). A server
 (or restarted) during the run printed its own banner after the offset, and an older one is not
 added. Traces are never taken from before the offset.
 
+A failure to write server.log (the evidence disk full, EIO) is not the server's log being
+unreadable: `copy_into` raises `LogCopyRefused` (an `EvidenceWriteError`, carrying the entry as
+far as it got), and the run aborts on it as on any evidence it cannot write -- never a
+`complete` run whose server.log silently lacks what the server logged.
+
 Synchronous and small: no trio, nothing from `soakspec.lang`.
 """
 
@@ -26,6 +31,8 @@ import os
 import re
 from pathlib import Path
 from typing import Any
+
+from soakspec.evidence.io import EvidenceWriteError
 
 MAX_BYTES = 1 << 30  # copied from the log at most (1 GiB); the rest is counted as not copied
 CHUNK = 1 << 20
@@ -61,21 +68,62 @@ class ExternalLog:
                     out["rotated"], start = True, 0
                 src.seek(start)
                 out["read_from"] = start
-                with open(dest, "wb") as f:
+                with _writing(dest):
+                    f = open(dest, "wb")  # noqa: SIM115 - closed below, its failure said as a write's
+                try:
                     left = MAX_BYTES
                     while left > 0 and (chunk := src.read(min(CHUNK, left))):
-                        f.write(chunk)
+                        with _writing(dest):
+                            f.write(chunk)
                         left -= len(chunk)
                         out["bytes_read"] += len(chunk)
-                    f.flush()
-                    os.fsync(f.fileno())
+                    with _writing(dest):
+                        f.flush()
+                        os.fsync(f.fileno())
+                finally:
+                    with _writing(dest):
+                        f.close()
                 out["bytes_not_copied"] = max(0, os.fstat(src.fileno()).st_size - start - out["bytes_read"])
             if self.banner is not None and not _has_match(dest, self.banner_pattern):
-                _prepend(dest, self.banner.rstrip(b"\n") + b"\n")
+                with _writing(dest):
+                    _prepend(dest, self.banner.rstrip(b"\n") + b"\n")
                 out["banner"] = {"offset": self.banner_offset, "bytes": len(self.banner)}
+        except _Refused as e:
+            out["error"] = f"cannot write {dest}: {type(e.error).__name__}: {e.error}"
+            raise LogCopyRefused(dest, e.error, out) from e.error
         except OSError as e:
             out["error"] = f"{type(e).__name__}: {e}"
         return out
+
+
+class LogCopyRefused(EvidenceWriteError):
+    """server.log could not be written (see the module docstring); `entry` is the manifest's
+    `log_file` entry as far as the copy got, its `error` saying so."""
+
+    def __init__(self, path: Path, err: OSError, entry: dict[str, Any]) -> None:
+        super().__init__(path, err)
+        self.entry = entry
+
+
+class _Refused(Exception):
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _writing:
+    """An OSError inside is the write of `dest` failing (`_Refused`), not the source's read."""
+
+    def __init__(self, dest: Path) -> None:
+        self.dest = dest
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, err, tb) -> bool:
+        if isinstance(err, OSError):
+            raise _Refused(err) from err
+        return False
 
 
 def _has_match(path: Path, pattern: str | None) -> bool:
@@ -90,13 +138,17 @@ def _has_match(path: Path, pattern: str | None) -> bool:
 def _prepend(path: Path, line: bytes) -> None:
     """Rewrite `path` with `line` first (through a temporary file, renamed over it)."""
     tmp = Path(str(path) + ".tmp")
-    with open(tmp, "wb") as out, open(path, "rb") as src:
-        out.write(line)
-        while chunk := src.read(CHUNK):
-            out.write(chunk)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as out, open(path, "rb") as src:
+            out.write(line)
+            while chunk := src.read(CHUNK):
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # server.log as copied stays; no stray file in the evidence
+        raise
 
 
 def _last_match(path: str, size: int, pattern: str) -> tuple[bytes | None, int | None]:
