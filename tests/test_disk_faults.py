@@ -301,3 +301,53 @@ def test_a_url_backends_log_copied_onto_a_full_disk_aborts_the_run(tmp_path):
     assert entry["log_file"]["error"].startswith(f"cannot write {dest}"), entry["log_file"]
     v = subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
     assert v.returncode == 3, v.stdout + v.stderr
+
+
+# ------------------------------------------------------------------ SIGKILL while the server's log is compressed
+
+
+@pytest.mark.parametrize("written", [0, 40])
+def test_a_kill_while_the_log_is_compressed_keeps_its_moved_head_readable(tmp_path, written):
+    """soakspec killed while `collect` compressed a server.log whose head earlier steps had moved
+    out (server.log.moved.gz; punched out of server.log): `finish` first renamed the moved part
+    to a temporary name, so the killed run left server.log, its state, and its head under a
+    name no reader knows -- server.log then read from its start, the head as NUL bytes and its
+    traces gone. The rest is now appended to the moved file itself (beyond the bytes its state
+    counts), so a kill at any point leaves the log reading as it did before `finish`. (A child
+    process ends by os._exit in the middle of the compression, having written `written` bytes
+    of the new member.)"""
+    from soakspec.evidence import layout, serverlog
+    from soakspec.evidence.serverlog import LogCompactor, keep_lines, read_log
+    from soakspec.lang import simtrace
+
+    trace = simtrace.TRACE_PREFIX + '{"request_id":"cmpl-r%d-0","client_request_id":"r%d","finished_at":1764500000.5}'
+    p = tmp_path / layout.SERVER_LOG
+    text = "".join((trace % (i, i) if i % 4 == 0 else "INFO " + "z" * 60) + "\n" for i in range(4000)).encode()
+    c = LogCompactor(p, keep_lines(simtrace.TRACE_PATTERN), head=2000, tail=5000, step=1000)
+    with open(p, "ab") as f:
+        for k in range(1, 5):
+            f.write(text[(k - 1) * len(text) // 5:k * len(text) // 5])
+            f.flush()
+            c.step()
+        f.write(text[4 * len(text) // 5:])
+    assert c.raw_offset > 0
+    before = read_log(p)
+    assert not before.startswith(b"\0")
+
+    def killed(path, chunks):
+        with open(path, "ab") as f:
+            f.write(b"\x1f\x8b\x08\x00" + b"\0" * (written - 4) if written else b"")
+        os._exit(9)
+
+    pid = os.fork()
+    if pid == 0:  # the child: killed in the middle of finish's compression
+        try:
+            serverlog._append_member = killed
+            c.finish()
+        finally:
+            os._exit(1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 9
+    assert layout.server_log_file(tmp_path) == p  # no server.log.gz: the run did not finish
+    assert read_log(p) == before
+    assert not [q.name for q in tmp_path.iterdir() if ".tmp" in q.name]

@@ -285,11 +285,16 @@ class LogCompactor:
         size = os.stat(self.path).st_size
         whole = self.raw_offset == 0 and size <= self._cap.head + self._cap.tail
         tail_from = float("inf") if whole else size - self._cap.tail
-        tmp = self.path.with_name(f".{self.path.name}.gz.tmp-{os.getpid()}-{secrets.token_hex(4)}")
         dest = self.path.with_name(self.path.name + ".gz")
+        # what was moved stays where a killed run's reader finds it until server.log.gz is whole:
+        # the rest is appended to the moved file itself (beyond the bytes its state counts, which
+        # is all a reader takes), then that file is renamed; renamed away first, a SIGKILL while
+        # the rest was compressed left the log's head under a temporary name no reader knows
+        # (server.log read from its start: the punched-out head as NUL bytes)
+        tmp = self.moved if self.raw_offset else \
+            self.path.with_name(f".{self.path.name}.gz.tmp-{os.getpid()}-{secrets.token_hex(4)}")
         try:
             if self.raw_offset:
-                os.replace(self.moved, tmp)
                 os.truncate(tmp, self.moved_bytes)  # a member a failed step cut short is not kept
             with open(self.path, "rb") as src:
                 src.seek(self.raw_offset)
@@ -304,8 +309,8 @@ class LogCompactor:
             os.replace(tmp, dest)
             fsync_dir(self.path.parent)
         except BaseException as e:
-            if self.raw_offset and tmp.exists() and not self.moved.exists():
-                os.replace(tmp, self.moved)  # readable again as a killed run's
+            if self.raw_offset:
+                self._cut_moved()  # readable as a killed run's: the state's bytes, as they were
             else:
                 tmp.unlink(missing_ok=True)
             if isinstance(e, OSError):  # a full disk, EIO: said with the file it was making
