@@ -351,3 +351,60 @@ def test_a_kill_while_the_log_is_compressed_keeps_its_moved_head_readable(tmp_pa
     assert layout.server_log_file(tmp_path) == p  # no server.log.gz: the run did not finish
     assert read_log(p) == before
     assert not [q.name for q in tmp_path.iterdir() if ".tmp" in q.name]
+
+
+# ------------------------------------------------------------------ report --out onto what is not a regular file
+
+
+def _read_fifo(path: Path, got: list[bytes]) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opened before the writer: its open does not block
+    deadline = time.monotonic() + 60
+    chunks = []
+    try:
+        while time.monotonic() < deadline:
+            try:
+                b = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                time.sleep(0.02)
+                continue
+            if not b and chunks:  # the writer closed it
+                break
+            if not b:  # no writer yet
+                time.sleep(0.02)
+                continue
+            chunks.append(b)
+    finally:
+        os.close(fd)
+    got.append(b"".join(chunks))
+
+
+def test_report_out_onto_a_fifo_or_a_symlink_writes_through_it(tmp_path):
+    """`soakspec report DIR --out F` renamed a new file over F whatever it was: a FIFO (or, for
+    root, `--out /dev/stdout`, `--out /dev/full`: an audit found /dev/full a regular file after
+    one) was replaced by a regular file -- the reader never got the report, the device was gone
+    -- and a symlink became a file, its target left stale. Such an --out is written through now,
+    as a shell's `>` writes it; a regular file is still replaced atomically."""
+    import threading
+
+    root = EvidenceBuilder(spec_from_text(SIM_SPEC)).write(tmp_path / "ev")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=_read_fifo, args=(fifo, got))
+    reader.start()
+    time.sleep(0.1)
+    r = subprocess.run(soakspec_cmd("report", str(root), "--out", str(fifo)), capture_output=True, text=True, timeout=120,
+                       env=ENV, cwd=tmp_path)  # fmt: skip
+    reader.join(timeout=70)
+    assert r.returncode == 0, r.stderr
+    assert fifo.is_fifo(), "the FIFO was replaced by a regular file"
+    assert got and got[0].startswith(b"## "), got
+
+    target = tmp_path / "real.md"
+    target.write_text("old\n")
+    link = tmp_path / "link.md"
+    link.symlink_to(target)
+    r = subprocess.run(soakspec_cmd("report", str(root), "--out", str(link)), capture_output=True, text=True, timeout=120,
+                       env=ENV, cwd=tmp_path)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert link.is_symlink() and target.read_text().startswith("## "), target.read_text()[:80]

@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-from soakspec.commands.outpath import out_file
+from soakspec.commands.outpath import out_file, write_out_file
 from soakspec.exitcodes import ExitCode
 
 
@@ -73,7 +72,7 @@ def main(args: argparse.Namespace) -> int:
     from soakspec.commands.gate import load_for_judging
     from soakspec.compare import MIN_RESAMPLES, MIN_TAIL_DRAWS, RuleError, compare, parse_rule, rules_of
     from soakspec.compare.render import render
-    from soakspec.evidence.io import EvidenceError, write_bytes_atomic
+    from soakspec.evidence.io import EvidenceError
 
     try:
         rules = [parse_rule(r if r.split()[:1] in (["require"], ["warn"]) else "require " + r) for r in args.require]
@@ -112,7 +111,7 @@ def main(args: argparse.Namespace) -> int:
     text = render(c, args.format).encode("utf-8", "backslashreplace").decode("utf-8")
     if args.out is not None:
         try:
-            write_bytes_atomic(Path(args.out), text.encode("utf-8"))
+            write_out_file(args.out, text.encode("utf-8"))
         except (OSError, EvidenceError) as e:
             print(f"soakspec compare: cannot write {args.out}: {e}", file=sys.stderr)
             return ExitCode.ABORTED

@@ -10,6 +10,7 @@ of a passing run would have made the run fail.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -41,3 +42,25 @@ def check_out_file(out: str, evidence_dirs: Iterable[str | os.PathLike]) -> None
     if not p.parent.is_dir():
         raise UsageError(f"--out {out}: no such directory {p.parent}")
     refuse_inside_evidence(out, evidence_dirs)
+
+
+def write_out_file(out: str | os.PathLike, data: bytes) -> None:
+    """`data` into `--out FILE`: a regular file (or a new name) is replaced atomically
+    (`write_bytes_atomic`: a reader sees the old report or the new one); a symlink, a device
+    (`--out /dev/stdout`) or a FIFO is written through, as a shell's `>` writes it -- replaced,
+    the link became a regular file and, for root, /dev/stdout or /dev/full a regular file in
+    /dev. `EvidenceWriteError` when the write fails."""
+    from soakspec.evidence.io import EvidenceWriteError, write_bytes_atomic
+
+    try:
+        st = os.lstat(out)
+    except OSError:
+        st = None
+    if st is None or stat.S_ISREG(st.st_mode):
+        write_bytes_atomic(out, data)
+        return
+    try:
+        with open(out, "wb") as f:
+            f.write(data)
+    except OSError as e:
+        raise EvidenceWriteError(out, e) from e

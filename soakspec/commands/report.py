@@ -67,8 +67,8 @@ def _partial(args: argparse.Namespace):
 
 def main(args: argparse.Namespace) -> int:
     from soakspec.commands.gate import load_for_judging, with_retained_notes
-    from soakspec.commands.outpath import check_out_file
-    from soakspec.evidence.io import EvidenceError, write_bytes_atomic
+    from soakspec.commands.outpath import check_out_file, write_out_file
+    from soakspec.evidence.io import EvidenceError
     from soakspec.report import prepare
 
     if args.out is not None:
@@ -92,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
     text = _printable(inputs.render(args.format))
     if args.out is not None:
         try:
-            write_bytes_atomic(args.out, text.encode("utf-8"))
+            write_out_file(args.out, text.encode("utf-8"))
         except EvidenceError as e:
             print(f"soakspec report: cannot write {args.out}: {e}", file=sys.stderr)
             return ExitCode.ABORTED
