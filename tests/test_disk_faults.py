@@ -408,3 +408,22 @@ def test_report_out_onto_a_fifo_or_a_symlink_writes_through_it(tmp_path):
                        env=ENV, cwd=tmp_path)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert link.is_symlink() and target.read_text().startswith("## "), target.read_text()[:80]
+
+
+# the disk refuses client.jsonl (the load generator's health samples) during the load
+ENOSPC_ON_CLIENT_JSONL = (
+    "import errno, sys; from soakspec.evidence import io; from soakspec.runner import clienthealth; "
+    "clienthealth.ClientLog.write = lambda self, sample: (_ for _ in ()).throw("
+    "io.EvidenceWriteError(self._writer.path, OSError(errno.ENOSPC, 'No space left on device'))); "
+)
+
+
+def test_a_client_jsonl_the_disk_refuses_is_said_as_an_evidence_write(tmp_path):
+    """client.jsonl refused mid-load: the run aborted with 'the run failed:  (1 sub-exception)'
+    (then, naming the leaf, 'the run failed: ...'), where every other evidence write the load
+    makes says 'cannot write evidence: PATH: ... (ENOSPC)'. Now so does this one (exit 4)."""
+    proc, out = _run_with(tmp_path, ENOSPC_ON_CLIENT_JSONL)
+    assert proc.returncode == 4, proc.stderr
+    reason = f"cannot write evidence: {out / 'client.jsonl'}: cannot write evidence: No space left on device (ENOSPC)"
+    assert f"soakspec run: {reason}" in proc.stderr.splitlines(), proc.stderr
+    assert json.loads((out / "manifest.json").read_text())["incomplete_reason"] == reason

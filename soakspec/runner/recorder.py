@@ -100,7 +100,8 @@ class RunStatus:
             leaf: BaseException = group
             while isinstance(leaf, BaseExceptionGroup):
                 leaf = leaf.exceptions[0]
-            self.reason = f"the run failed: {leaf}"
+            # evidence a part of the load could not write (client.jsonl, say) is said as every such failure is
+            self.reason = f"cannot write evidence: {leaf}" if isinstance(leaf, EvidenceError) else f"the run failed: {leaf}"
 
     def interrupted(self, signal_name: str) -> None:
         self.signal_name = signal_name
