@@ -427,3 +427,51 @@ def test_a_client_jsonl_the_disk_refuses_is_said_as_an_evidence_write(tmp_path):
     reason = f"cannot write evidence: {out / 'client.jsonl'}: cannot write evidence: No space left on device (ENOSPC)"
     assert f"soakspec run: {reason}" in proc.stderr.splitlines(), proc.stderr
     assert json.loads((out / "manifest.json").read_text())["incomplete_reason"] == reason
+
+
+# ------------------------------------------------------------------ results.json / verdict.json never written
+
+ENOSPC_ON_VERDICT = ("import errno, os, sys; write = os.write; "
+                     "os.write = lambda fd, data: (_ for _ in ()).throw(OSError(errno.ENOSPC, 'No space left on device')) "
+                     "if '.verdict.json.tmp' in os.readlink(f'/proc/self/fd/{fd}') else write(fd, data); ")  # fmt: skip
+
+
+def test_a_finished_run_whose_verdict_the_disk_refused_can_be_judged_and_written_later(tmp_path):
+    """A run that finished, complete and passing, whose disk refused verdict.json: `run` said
+    "the evidence is kept: `soakspec gate DIR` judges it", but gate said INCONCLUSIVE (verify:
+    V206 'never written (judge the run to write it)') and no command wrote it, so the run could
+    never pass, whatever space was freed. `gate --write DIR` now judges it as `run` does at its
+    end and writes what is missing (bound to the manifest); then gate PASSes and verify is clean.
+    It writes nothing for a run still going, and refuses --spec."""
+    proc, out = _run_with(tmp_path, ENOSPC_ON_VERDICT)
+    assert proc.returncode == 4, proc.stderr
+    assert f"`soakspec gate --write {out}`" in proc.stderr, proc.stderr
+    gate = subprocess.run(soakspec_cmd("gate", str(out)), capture_output=True, text=True, timeout=60)
+    assert gate.returncode == 3, gate.stdout + gate.stderr  # no verdict recorded: not a PASS
+    refused = subprocess.run(soakspec_cmd("gate", "--write", "--spec", str(tmp_path / "t.soak"), str(out)),
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2 and not (out / "verdict.json").exists(), refused.stderr
+    wrote = subprocess.run(soakspec_cmd("gate", "--write", str(out)), capture_output=True, text=True, timeout=60)
+    assert wrote.returncode == 0, wrote.stdout + wrote.stderr
+    assert "wrote the missing results.json and verdict.json" in wrote.stderr and "PASS" in wrote.stdout
+    assert (out / "verdict.json").is_file()
+    v = subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
+    assert v.returncode == 0, v.stdout + v.stderr
+    assert subprocess.run(soakspec_cmd("gate", str(out)), capture_output=True, text=True, timeout=60).returncode == 0
+
+
+def test_gate_write_of_a_run_never_finalized_writes_nothing(tmp_path):
+    """A killed run (manifest `running`): nothing to judge in full, nothing written (exit 2)."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import read_json
+    from soakspec.evidence.manifest import write_manifest
+
+    root = EvidenceBuilder(spec_from_text(SIM_SPEC)).write(tmp_path / "ev")
+    m = read_json(root / layout.MANIFEST)
+    m["status"] = "running"
+    write_manifest(root, m)
+    for f in (layout.RESULTS, layout.VERDICT):
+        (root / f).unlink(missing_ok=True)
+    r = subprocess.run(soakspec_cmd("gate", "--write", str(root)), capture_output=True, text=True, timeout=60, env=ENV)
+    assert r.returncode == 2 and "holds no finished run (status running)" in r.stderr, r.stderr
+    assert not (root / layout.VERDICT).exists() and not (root / layout.RESULTS).exists()

@@ -585,7 +585,7 @@ def test_a_verdict_the_disk_refuses_is_said_as_such_not_as_a_bug(tmp_path):
     assert "internal error" not in proc.stderr, proc.stderr
     lines = proc.stderr.splitlines()
     assert (f"soakspec run: error: {out / 'verdict.json'}: cannot write evidence: No space left on device (ENOSPC); "
-            f"the evidence is kept: `soakspec gate {out}` judges it") in lines, proc.stderr  # fmt: skip
+            f"the evidence is kept: `soakspec gate --write {out}` judges it and writes what is missing") in lines, proc.stderr  # fmt: skip
     assert f"soakspec run: run aborted: {COLLECT_REASON}" in lines, proc.stderr
     assert manifest(out)["status"] == "aborted" and not (out / "verdict.json").exists()
     assert _verify(out).returncode == 3

@@ -31,7 +31,7 @@ import os
 import sys
 from pathlib import Path
 
-from soakspec.exitcodes import ExitCode
+from soakspec.exitcodes import ExitCode, UsageError
 from soakspec.judge.cli_support import spec_for
 
 PARTIAL_NICE = 10  # os.nice increment of a partial gate of a running soak: ~1/10 of a contended core
@@ -46,6 +46,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="judge only this backend (repeatable), as a `run --backend` of it: rules naming other backends are dropped")
     p.add_argument("--partial", action="store_true",
                    help="judge a run still going (or killed) up to its last closed bucket: INCONCLUSIVE; a finished run is judged in full")
+    p.add_argument("--write", action="store_true",
+                   help="a finished run whose results.json or verdict.json was never written (soakspec killed while "
+                        "judging, the disk full then): judge it as `run` does at its end and write them, then judge it")
 
 
 def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_dir: bool = False):
@@ -247,12 +250,45 @@ def _main_partial(args: argparse.Namespace) -> int:
     return verdict.exit_code
 
 
+def _write_missing(args: argparse.Namespace) -> int | None:
+    """`gate --write`: results.json and verdict.json of a finished run that never wrote them,
+    judged as `run` judges at its end with the run's own spec and bound to its manifest
+    (`judge_and_write`); None to go on judging, or the exit code of a write the disk refused."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import EvidenceWriteError, lock_holder, read_json, require_evidence_dir
+    from soakspec.judge.cli_support import bare_evidence, judge_and_write
+
+    if args.spec is not None or args.backend:
+        raise UsageError("--write judges with the run's own spec and every backend (no --spec, no --backend)")
+    root = require_evidence_dir(args.dir)
+    status = (read_json(root / layout.MANIFEST) or {}).get("status")
+    if status not in ("complete", "aborted") or lock_holder(root) is not None:
+        raise UsageError(f"--write: {args.dir} holds no finished run (status {status}): nothing to write")
+    if (root / layout.RESULTS).exists() and (root / layout.VERDICT).exists():
+        print(f"soakspec gate: note: {args.dir} has its results.json and verdict.json: nothing to write", file=sys.stderr)
+        return None
+    spec, _ = spec_for(bare_evidence(root), None, str(args.dir))
+    try:
+        judge_and_write(root, spec, write=True)
+    except EvidenceWriteError as e:
+        print(f"soakspec gate: error: {e}", file=sys.stderr)
+        return ExitCode.ABORTED
+    print(f"soakspec gate: wrote the missing results.json and verdict.json of {args.dir}", file=sys.stderr)
+    return None
+
+
 def main(args: argparse.Namespace) -> int:
     from soakspec.judge.judge import judge
     from soakspec.judge.verdict import render_text
 
     if getattr(args, "partial", False):
+        if getattr(args, "write", False):
+            raise UsageError("--write and --partial: a run judged partially has no verdict to write")
         return _main_partial(args)
+    if getattr(args, "write", False):
+        code = _write_missing(args)
+        if code is not None:
+            return code
     loaded = load_for_judging("gate", args.dir, args.spec)
     if isinstance(loaded, int):
         return loaded

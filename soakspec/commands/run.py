@@ -192,7 +192,8 @@ def _judge_and_report(spec, result, fmt: str) -> int:
     try:
         verdict, results = judge_and_write(result.run_dir, spec, write=True)
     except EvidenceWriteError as e:  # the disk refused results.json or verdict.json: the manifest is final, the evidence kept
-        print(f"soakspec run: error: {e}; the evidence is kept: `soakspec gate {result.run_dir}` judges it", file=sys.stderr)
+        print(f"soakspec run: error: {e}; the evidence is kept: `soakspec gate --write {result.run_dir}` judges it and "
+              "writes what is missing", file=sys.stderr)
         if result.status == "aborted":
             print(f"soakspec run: run aborted: {result.reason}", file=sys.stderr)
         return ExitCode.ABORTED

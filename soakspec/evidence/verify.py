@@ -297,9 +297,9 @@ class _Checker:
                 self.error(rel, "V103", "exists but is not listed in manifest.json")
 
         if status == "complete" and layout.RESULTS not in present and layout.RESULTS not in artifacts:
-            self.note(layout.RESULTS, "V205", "missing: the run's results were never written (judge the run to write them)")
+            self.note(layout.RESULTS, "V205", "missing: the run's results were never written (`soakspec gate --write DIR` writes them)")
         if status == "complete" and layout.VERDICT not in present and layout.VERDICT not in artifacts:
-            self.note(layout.VERDICT, "V206", "missing: the run's verdict was never written (judge the run to write it)")
+            self.note(layout.VERDICT, "V206", "missing: the run's verdict was never written (`soakspec gate --write DIR` writes it)")
         self._check_spec(manifest)
 
         # Content checks on every file that is present (changed or not: report all we can).
