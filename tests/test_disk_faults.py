@@ -16,6 +16,7 @@ import pytest
 
 from soakspec.judge.testing import EvidenceBuilder, spec_from_text
 from tests.runner_support import new_marker, run_env, sim_spec, soakspec_cmd, wait_no_survivors
+from tests.test_faults import MAIN, _run_with, _start_runner  # a run, with a prelude; one started
 from tests.test_judge_streaming import SIM_SPEC
 
 PY = sys.executable
@@ -44,24 +45,6 @@ def test_a_closed_stdout_is_said_as_such_not_as_a_bug(tmp_path, command):
 # ------------------------------------------------------------------ the evidence directory removed or moved
 
 
-def _start_run(tmp_path: Path, spec_text: str, marker: str, out: Path) -> subprocess.Popen:
-    """`soakspec run --quiet` started, returned once its first requests are on disk."""
-    spec = tmp_path / "t.soak"
-    spec.write_text(spec_text)
-    proc = subprocess.Popen(soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"), cwd=tmp_path,
-                            env=run_env(marker), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    req = out / "backends" / "b0" / "requests.jsonl.gz"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if req.exists() and req.stat().st_size > 0:
-            return proc
-        if proc.poll() is not None:
-            raise AssertionError(f"runner exited early: {proc.communicate()}")
-        time.sleep(0.05)
-    proc.kill()
-    raise AssertionError("no request was recorded within 30 s")
-
-
 @pytest.mark.parametrize("how", ["removed", "moved"])
 def test_an_evidence_directory_removed_or_moved_mid_run_aborts_the_run_at_the_next_bucket(tmp_path, how):
     """`rm -rf` or `mv` of the evidence directory while the run loads: the writes into its open
@@ -72,7 +55,7 @@ def test_an_evidence_directory_removed_or_moved_mid_run_aborts_the_run_at_the_ne
     directory's evidence reads as incomplete."""
     marker = new_marker()
     out = tmp_path / "ev"
-    proc = _start_run(tmp_path, sim_spec(duration="30s", bucket="1s"), marker, out)
+    proc = _start_runner(tmp_path, sim_spec(duration="30s", bucket="1s"), marker, out)
     moved = tmp_path / "moved"
     if how == "removed":
         shutil.rmtree(out)
@@ -94,24 +77,12 @@ def test_an_evidence_directory_removed_or_moved_mid_run_aborts_the_run_at_the_ne
 
 # ------------------------------------------------------------------ the disk refusing a write at a given moment
 
-MAIN = "from soakspec.cli import main; sys.exit(main(sys.argv[1:]))"
 # the disk refuses the end of requests.jsonl.gz's last gzip member, as the load's writers close
 ENOSPC_ON_CLOSING_REQUESTS = (
     "import errno, sys; from soakspec.evidence import io; "
     "io.GzipJsonlWriter._finish = lambda self: (_ for _ in ()).throw("
     "io.EvidenceWriteError(self.path, OSError(errno.ENOSPC, 'No space left on device'))); "
 )
-
-
-def _run_with(tmp_path: Path, prelude: str) -> tuple[subprocess.CompletedProcess, Path]:
-    spec = tmp_path / "t.soak"
-    spec.write_text(sim_spec(duration="2s", bucket="1s"))
-    marker = new_marker()
-    out = tmp_path / "ev"
-    proc = subprocess.run([PY, "-c", prelude + MAIN, "run", str(spec), "--out", str(out), "--quiet"],
-                          cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=90)  # fmt: skip
-    assert wait_no_survivors(marker) == []
-    return proc, out
 
 
 def test_a_write_refused_as_the_load_closes_its_files_is_named_not_an_exception_group(tmp_path):
