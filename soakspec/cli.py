@@ -132,7 +132,14 @@ class _GuardedStdout:
 
     def write(self, text: str) -> int:
         with _refused_as_error():
-            return self._inner.write(text)
+            try:
+                return self._inner.write(text)
+            except UnicodeEncodeError:
+                # text the encoding has no bytes for -- a lone surrogate from a server (`\ud800`,
+                # kept in evidence as its JSON escape), anything beyond a narrow locale -- is
+                # written as its escape, as the reports show it, not an internal error
+                enc = getattr(self._inner, "encoding", None) or "utf-8"
+                return self._inner.write(text.encode(enc, "backslashreplace").decode(enc))
 
     def writelines(self, lines) -> None:
         for line in lines:

@@ -437,3 +437,37 @@ def test_a_threshold_near_the_largest_float_still_draws_the_page():
     for top in (1.5e308, 1.79e308):  # the axis rounded up past the largest float: its tick labels overflowed
         svg = line_chart("a", "m", "t", "u", [Series("s", ((1.0, top),), "#000")], [], 2.0, str, thresholds=[Threshold(top, "x")])
         assert "<circle" in svg and "inf" not in svg
+
+
+def test_combine_of_a_manifest_carrying_a_lone_surrogate_writes_and_prints_it(tmp_path):
+    """The same escaped lone surrogate stopped `combine` with an internal error twice: writing
+    combined.json (`encode` of text with no UTF-8) and printing its summary. The file now holds
+    the surrogate as its JSON escape (reading back as the same string), stdout the escape."""
+    import json
+    import subprocess
+    import sys
+
+    spec = spec_from_text(small_spec().canonical_text)
+    b = EvidenceBuilder(spec)
+    b.entry("a").update(aborted_reason="MARK died")
+    b.manifest.update(status="aborted", incomplete_reason="MARK why")
+    d = b.write(tmp_path / "ev")
+    m = d / "manifest.json"
+    m.write_text(m.read_text().replace("MARK", "\\ud800"))
+    p = subprocess.run([sys.executable, "-m", "soakspec", "combine", str(d), "--out", str(tmp_path / "c")],
+                       capture_output=True, timeout=120)
+    assert p.returncode in (1, 3) and "internal error" not in p.stderr.decode(), p.stderr.decode()[-500:]
+    assert "\\ud800" in p.stdout.decode("utf-8")
+    assert "\ud800" in json.dumps(json.loads((tmp_path / "c" / "combined.json").read_bytes()), ensure_ascii=False)
+
+
+@given(st.text(alphabet=st.characters(categories=["Cs", "Ll", "Nd", "Zs", "Cc", "Lo"]), max_size=40))
+def test_evidence_json_holds_any_string_a_server_sent(text):
+    """json_bytes: what dumps_json / dumps_line make of any string -- lone surrogates included --
+    is UTF-8 that reads back as that string."""
+    import json
+
+    from soakspec.evidence.io import dumps_json, dumps_line, json_bytes
+
+    for dumped in (dumps_json({"t": text}), dumps_line({"t": text})):
+        assert json.loads(json_bytes(dumped).decode("utf-8")) == {"t": text}

@@ -225,6 +225,13 @@ def dumps_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+def json_bytes(text: str) -> bytes:
+    """The UTF-8 of JSON text `text`. A lone surrogate (a server's `\\ud800`, read back from
+    evidence and written again: `combine`, a re-judged verdict) has no UTF-8; it is written as
+    its JSON escape, which reads back as the same string, where `encode` stopped the write."""
+    return text.encode("utf-8", "backslashreplace")
+
+
 def dumps_line(obj: Any) -> str:
     """One JSONL record: sorted keys, compact, no raw newlines, trailing newline."""
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False) + "\n"
@@ -286,7 +293,7 @@ def write_json_atomic(path: os.PathLike | str, obj: Any, schema: str | Mapping |
         text = dumps_json(obj)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{path}: not JSON-serialisable: {e}") from e
-    return write_bytes_atomic(path, text.encode("utf-8"))
+    return write_bytes_atomic(path, json_bytes(text))
 
 
 def read_json(path: os.PathLike | str) -> Any:
@@ -380,7 +387,7 @@ class JsonlWriter(_AppendOnly):
             raise ValueError(f"{self.path}: write to a closed JsonlWriter")
         _check_schema(self.path, obj, self.schema)
         try:
-            data = dumps_line(obj).encode("utf-8")
+            data = json_bytes(dumps_line(obj))
         except (TypeError, ValueError) as e:
             raise ValueError(f"{self.path}: record is not JSON-serialisable: {e}") from e
         self._append(data)
@@ -706,7 +713,7 @@ class GzipJsonlWriter(_AppendOnly):
 
     def write(self, obj: Any) -> None:
         try:
-            data = dumps_line(obj).encode("utf-8")
+            data = json_bytes(dumps_line(obj))
         except (TypeError, ValueError) as e:
             raise ValueError(f"{self.path}: record is not JSON-serialisable: {e}") from e
         self.write_lines(data)
