@@ -56,7 +56,8 @@ def _method(c: Comparison) -> str:
     return (f"Change: new / base - 1 of each statistic; of ratio(errors), the share of unsuccessful requests, "
             f"new - base in percentage points (pp). Interval: {c.confidence * 100:g}% family-wise "
             f"(Bonferroni over {len(c.rows)} rows), seeded bootstrap ({c.resamples} draws, seed {c.seed}; "
-            "percentiles from the exact order-statistic bootstrap); ratio(errors): Newcombe's score interval. "
+            "percentiles from the exact order-statistic bootstrap); means over buckets: Fieller's t interval; "
+            "ratio(errors): Newcombe's score interval. "
             "Regression: the whole interval is on the worse side.")
 
 
