@@ -152,7 +152,14 @@ decide. A run whose embedded spec cannot be read leaves a note and nothing compa
 Independence. The requests of a level are treated as independent draws. The inter-token gaps
 of one request are not (they share its batch, its position in the queue), so itl's interval is
 an m-out-of-n bootstrap: resamples as large as the number of requests, not of gaps (the same
-Beta draws with n = requests), and its sample-size rule counts requests. What no interval
+Beta draws with n = requests), and its sample-size rule counts requests -- Kish's effective
+number of them, (sum of gaps)^2 / sum of each request's gaps squared (`stats.effective_units`),
+which is the requests when they are of one length and fewer when they are not: a request of
+1000 gaps among requests of 16 holds most of the gaps, and the pooled percentile moves with
+the few long requests. Counted as plain requests, two runs of one configuration (nine in ten
+requests of 16 gaps, one in ten of 1000) read a p50(itl) change 23 % of the time where the
+row allows 0.33 %; lengths from a geometric distribution (mean 100): 1.8 %, and 0.1 % counted
+effectively. The row's n is that effective number; its note names the requests and gaps. What no interval
 within a run can see is run-to-run variation (another load on the machine, a warmer cache):
 two runs of one configuration on a busy host can differ for real. A rule's threshold
 (`regression <= 5%`) is where a reviewer says how much change matters.
@@ -202,7 +209,7 @@ class CompareMetric:
     higher_is_worse: bool
     stats: tuple[str, ...]  # default statistics: "p50" ... or "mean", or "ratio" (a proportion)
     unit: str  # "s", "/s", "tok/s" or "ratio" (a share, shown as a percentage)
-    per_request_samples: bool = False  # several correlated values per request: n = requests
+    per_request_samples: bool = False  # several correlated values per request: n = effective requests
 
 
 METRICS: tuple[CompareMetric, ...] = (
@@ -422,7 +429,7 @@ class Row:
     unit: str
     base: float | None
     new: float | None
-    n_base: int  # the independent samples the interval and the sample-size rule rest on (itl: requests)
+    n_base: int  # the independent samples the interval and the sample-size rule rest on (itl: effective requests)
     n_new: int
     need: int
     change: float | None  # new / base - 1; a proportion's (`absolute`): new - base
@@ -684,7 +691,7 @@ def _level_pairs(base: BackendIndex, new: BackendIndex) -> tuple[list[tuple[Leve
     return pairs, unpaired
 
 
-Samples = tuple[Any, int]  # (a Sorted sample, or a list of bucket values; the independent samples among them)
+Samples = tuple[Any, ...]  # (a Sorted sample, or a list of bucket values; the independent samples among them[; itl: the requests])
 
 
 def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> Samples:
@@ -700,8 +707,9 @@ def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> Samples:
         assert isinstance(impl, Distribution)
         c = impl.counted(lv.records)
         xs = Sorted.counted(c) if c is not None else Sorted.of(impl.values(lv.records))
-        if cm.per_request_samples:
-            return xs, impl.contributors(lv.records)
+        if cm.per_request_samples:  # (gaps, Kish's effective requests, requests): module doc, "Independence"
+            sizes = impl.sizes(lv.records)
+            return xs, stats.effective_units(sizes), len(sizes)
         return xs, xs.n
     assert isinstance(impl, PerBucket)
     vals = [v for w in lv.buckets if (v := impl.of(bi, w)) is not None]
@@ -733,7 +741,8 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
         sides = _samples(p.base_bi, p.base_lv, cm), _samples(p.new_bi, p.new_lv, cm)
     if cm.kind == "proportion":
         return _proportion_row(common, sides, row_conf, p.note)
-    (xb, eb), (xn, en) = sides
+    (xb, eb), (xn, en) = (s[:2] for s in sides)
+    rb, rn = (s[2] if len(s) > 2 else s[1] for s in sides)  # itl: the requests, eb / en their effective number
 
     def point(xs: Any) -> float | None:
         if not len(xs):
@@ -746,9 +755,13 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
     gaps: dict[str, int | None] = dict(gaps_base=None, gaps_new=None)
     if cm.per_request_samples:  # n counts requests, the statistic is over their gaps
         gaps = dict(gaps_base=len(xb), gaps_new=len(xn))
+        if (eb, en) != (rb, rn):  # requests of unequal lengths
+            said = (f"interval from the effective {eb} / {en} of {rb} / {rn} requests ({len(xb)} / {len(xn)} gaps): one "
+                    "request's gaps are not independent, and a long request's many gaps count as one request's worth")
+        else:
+            said = f"interval from {eb} / {en} requests ({len(xb)} / {len(xn)} gaps): one request's gaps are not independent"
         if (eb, en) != (len(xb), len(xn)):
-            note = "; ".join(x for x in (note, f"interval from {eb} / {en} requests ({len(xb)} / {len(xn)} gaps): "
-                                               "one request's gaps are not independent") if x)
+            note = "; ".join(x for x in (note, said) if x)
     base_row = dict(common, base=b, new=n, n_base=eb, n_new=en, change=change, note=note, **gaps)
     if not len(xb) or not len(xn):
         return Row(**base_row, low=None, high=None, verdict="missing")  # type: ignore[arg-type]

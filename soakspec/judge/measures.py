@@ -251,6 +251,22 @@ class Distribution:
             return len(self.values(records))
         return sum(1 for r in records if len(self.values([r])))
 
+    def sizes(self, records: Iterable[Row]) -> np.ndarray:
+        """How many values each request of `records` that gives any gives (PerToken: its gaps),
+        in `contributors`' order of counting; `stats.effective_units` weighs them."""
+        if isinstance(records, Rows) and isinstance(self, PerToken) and self.gaps is itl_gaps:
+            parts: list[np.ndarray] = []
+            for t, idx in completed(records).parts:
+                clean = t.clean(idx)
+                ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
+                m = t.itl_off[clean + 1] - t.itl_off[clean]
+                parts.append(np.asarray(m[(m > 0) & ok], dtype=np.int64))
+                parts.append(np.asarray([k for i in t.odd(idx).tolist() if (k := len(itl_gaps(t.rec(i))))], dtype=np.int64))
+            return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        if isinstance(records, Rows) and isinstance(self, PerRequest):
+            return np.ones(len(self.values(records)), dtype=np.int64)
+        return np.asarray([k for r in records if (k := len(self.values([r])))], dtype=np.int64)
+
     def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
                 confidence: float = 0.95, min_samples: int = 1) -> Measure:
         vals = self.values(scope.records)

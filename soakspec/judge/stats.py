@@ -60,6 +60,7 @@ import numpy as np
 
 __all__ = [
     "binomial_cdf",
+    "effective_units",
     "exceeds_with_confidence",
     "independent_counts",
     "max_overages",
@@ -321,6 +322,20 @@ def samples_for_overages(over: int, n: int, q: float, confidence: float) -> int:
         else:
             lo = mid
     return hi
+
+
+def effective_units(sizes: Any) -> int:
+    """Kish's effective number of independent draws among clusters of `sizes` values each (a
+    request's inter-token gaps), were each cluster's values one value repeated: (sum of sizes)^2
+    / sum of squared sizes, rounded down -- the clusters when they are all one size, fewer when
+    they are not (nine requests of 16 gaps and one of 1000: 1.3 of 10), which is the most
+    clustering can cost a pooled statistic. 0 for no clusters."""
+    m = np.asarray(sizes, dtype=np.float64)
+    m = m[m > 0]
+    if not len(m):
+        return 0
+    total = float(m.sum())
+    return max(1, min(len(m), math.floor(total * total / float(np.dot(m, m)) + 1e-9)))
 
 
 def independent_counts(over: int, n: int, units: int, *, for_pass: bool) -> tuple[int, int]:
