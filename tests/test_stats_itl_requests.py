@@ -73,3 +73,32 @@ def test_upper_percentile_claim_needs_the_samples_of_its_own_tail():
     assert v["p99(output_tokens) > 16 per level"].status == "pass", v["p99(output_tokens) > 16 per level"].message
     low = v["p1(output_tokens) >= 60 per level"]
     assert low.status == "inconclusive" and "needs 289 more" in low.message, low.message
+
+
+def test_one_long_stream_among_short_ones_is_not_a_thousand_requests_of_evidence():
+    """`p95(itl) < 50ms` PASSed at 95% confidence on 1000 requests of which 999 had every gap
+    at 100 ms: one 64,000-token stream of 0.4 ms gaps was 97% of the pooled gaps, and the claim
+    counted it as one request of 1000. A request weighs as many gaps as it has (Kish's effective
+    number of requests): this pool is one request in effect, INCONCLUSIVE, and says so."""
+    from soakspec.judge import judge
+    from soakspec.judge.testing import EvidenceBuilder, small_spec, spec_from_text
+
+    text = small_spec("require p95(itl) < 50ms").canonical_text.replace("deadline = 30s", "deadline = 30s\n  max_tokens = 65536")
+    spec = spec_from_text(text)
+    b = EvidenceBuilder(spec, per_bucket=500)
+    recs = list(b.measured("a"))
+
+    def shape(r, gaps):
+        r["itl"] = gaps
+        r["output_tokens"] = r["chunks"] = len(gaps) + 1
+        r["end"] = r["first_token"] + sum(gaps)
+        r["latency"] = r["end"] - r["intended_start"]
+        r["tpot"] = sum(gaps) / len(gaps)
+
+    shape(recs[0], [0.0004] * 64000)
+    for r in recs[1:]:
+        shape(r, [0.1, 0.1])
+    v = judge(spec, b.build())
+    got = next(x for x in v.rules if x.rule == "p95(itl) < 50ms")
+    assert got.status == "inconclusive"
+    assert "from only 1 request in effect (65998 inter-token gaps of 1000 requests" in got.message

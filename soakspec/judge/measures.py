@@ -111,6 +111,9 @@ class Measure:
     # percentile rules over samples that come in clusters (itl: a request's gaps): the
     # independent draws -- requests -- the claim rests on and `needed` counts (None: `samples`)
     units: int | None = None
+    # and the requests they come from, when that is more than `units` (gaps of requests of
+    # unequal lengths count as fewer draws: `PerToken.independent`)
+    clusters: int | None = None
 
     @property
     def short(self) -> int:
@@ -382,10 +385,33 @@ class PerToken(Distribution):
         return Censored(np.zeros(0), lows, np.full(len(lows), np.inf), 0, len(lows))
 
     def independent(self, records: Iterable[Row]) -> int | None:
-        """The requests whose gaps are pooled: a request's gaps share its batch and its place in
-        the queue, so a percentile claim over them rests on requests, not gaps (its sample-size
-        rule and overage counts: `stats.independent_counts`), as `soakspec compare` counts them."""
-        return self.contributors(records)
+        """How many independent draws the pooled gaps are: a request's gaps share its batch and
+        its place in the queue, so a percentile claim over them rests on requests, not gaps (its
+        sample-size rule and overage counts: `stats.independent_counts`) -- and on requests
+        weighted by their gaps (`stats.effective_units`, Kish's effective number, as `soakspec
+        compare` counts them): one long stream among short ones is most of the pool, and
+        counting it as one request of many passed `p90(itl) < T` with T at the true p90 27 % of
+        the time at 95 % confidence. Requests of one length count each as one."""
+        return self.draws(records)[0]
+
+    def draws(self, records: Iterable[Row]) -> tuple[int, int]:
+        """(independent draws, the requests whose gaps are pooled): see `independent`."""
+        if isinstance(records, Rows) and self.gaps is itl_gaps:
+            clusters, total, squares = 0, 0.0, 0.0
+            step = table_module.SCAN_CHUNK  # a chunk at a time: no temporaries the length of a day's requests
+            for t, whole in completed(records).parts:
+                for a in range(0, len(whole), step):
+                    idx = whole[a:a + step]
+                    clean = t.clean(idx)
+                    ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
+                    m = t.itl_off[clean + 1] - t.itl_off[clean]
+                    m = np.asarray(m[(m > 0) & ok], dtype=np.float64)
+                    odd = np.asarray([k for i in t.odd(idx).tolist() if (k := len(itl_gaps(t.rec(i))))], dtype=np.float64)
+                    for x in (m, odd):
+                        clusters, total, squares = clusters + len(x), total + float(x.sum()), squares + float(np.dot(x, x))
+            return stats.effective_units_of(clusters, total, squares), clusters
+        sizes = self.sizes(records)
+        return stats.effective_units(sizes), len(sizes)
 
     def counted(self, records: Iterable[Row]) -> stats.Counted | None:
         """The gaps counted by value (`_itl_counted`), or None where that does not apply."""
@@ -403,7 +429,8 @@ class PerToken(Distribution):
             need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
             if not c.n:
                 return Measure(None, 0, need, unit, f"no completed {unit}")
-            return Measure(c.percentile(percentile), c.n, need, unit, units=self.independent(scope.records))
+            units, clusters = self.draws(scope.records)
+            return Measure(c.percentile(percentile), c.n, need, unit, units=units, clusters=clusters if clusters != units else None)
         need = max(1, min_samples)
         if not c.n:
             return Measure(None, 0, need, unit, f"no completed {unit}")

@@ -73,6 +73,9 @@ def _counted_text(m: Measure) -> str:
     counts requests, not gaps."""
     if m.units is None:
         return _unit_word(m.unit, m.samples)
+    if m.clusters is not None:  # requests of unequal lengths: fewer draws than requests (PerToken.independent)
+        return (f"{plural(m.units, 'request')} in effect ({_unit_word(m.unit, m.samples)} of {plural(m.clusters, 'request')}, "
+                "each weighing as many gaps as it has)")
     return f"{plural(m.units, 'request')} ({_unit_word(m.unit, m.samples)})"
 
 

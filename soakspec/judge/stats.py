@@ -332,10 +332,15 @@ def effective_units(sizes: Any) -> int:
     clustering can cost a pooled statistic. 0 for no clusters."""
     m = np.asarray(sizes, dtype=np.float64)
     m = m[m > 0]
-    if not len(m):
+    return effective_units_of(len(m), float(m.sum()), float(np.dot(m, m)))
+
+
+def effective_units_of(clusters: int, total: float, squares: float) -> int:
+    """`effective_units` from `clusters` clusters of `total` values whose sizes' squares sum to
+    `squares` (what a pass over a day's requests can add up without holding their sizes)."""
+    if clusters <= 0 or squares <= 0:
         return 0
-    total = float(m.sum())
-    return max(1, min(len(m), math.floor(total * total / float(np.dot(m, m)) + 1e-9)))
+    return max(1, min(clusters, math.floor(total * total / squares + 1e-9)))
 
 
 def independent_counts(over: int, n: int, units: int, *, for_pass: bool) -> tuple[int, int]:
