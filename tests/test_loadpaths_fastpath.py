@@ -241,9 +241,10 @@ def test_the_fast_path_reads_a_zero_count_on_text_chunks_as_no_usage_per_chunk()
 
 
 def test_a_role_only_chunk_without_usage_is_read_alike_on_both_paths() -> None:
-    """A role-only delta without usage (no `content`) then only tool_calls deltas (left to the
-    general parser) and a final usage: on the fast path as on the general one, no first token --
-    the role chunk is a choice without text, where an empty `choices` is none."""
+    """A role-only delta without usage (no `content`) and a final usage: on the fast path as on
+    the general one, no first token -- the role chunk is a choice without text, where an empty
+    `choices` is none. A tool call's arguments (left to the general parser) are output text:
+    its chunk is the first token, on both paths."""
     head = '{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":'
     role = ('data: ' + head + '[{"index":0,"delta":{"role":"assistant"},"logprobs":null,"finish_reason":null}]}\n\n').encode()
     tool = ('data: ' + head + '[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]},'
@@ -251,7 +252,7 @@ def test_a_role_only_chunk_without_usage_is_read_alike_on_both_paths() -> None:
     empty = ('data: ' + head + '[]}\n\n').encode()
     final = ('data: ' + head + '[],"usage":{"prompt_tokens":1,"total_tokens":6,"completion_tokens":5}}\n\n').encode()
     shape = RequestShape(Endpoint.CHAT, "m", "p", max_tokens=8)
-    for data, timed in ((role + tool + final, False), (empty + tool + final, False), (role + empty + final, False),
+    for data, timed in ((role + tool + final, True), (empty + tool + final, True), (role + empty + final, False),
                         (empty + final, True)):  # fmt: skip
         data += b"data: [DONE]\n\n"
         for cuts in ([], [len(role)]):
