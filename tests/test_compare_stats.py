@@ -81,3 +81,13 @@ def test_itl_of_requests_of_unequal_lengths_rests_on_their_effective_number():
         assert eb < 100  # ~0.13 x 300 requests
         called += _row("itl", "p50", None, None, seed=t, sides=tuple(sides)).verdict != "no significant change"
     assert called / trials <= 0.02, called
+
+
+def test_a_change_below_a_tenth_of_a_percent_does_not_print_as_zero():
+    """A regression interval whose low end is above 0 printed '+0.0% .. +4.5%' beside
+    REGRESSION; it now shows the digits that keep it off 0."""
+    from soakspec.compare import signed_percent
+
+    assert signed_percent(0.0004) == "+0.04%" and signed_percent(-0.0004) == "-0.04%"
+    assert signed_percent(0.045) == "+4.5%" and signed_percent(0.0) == "+0.0%"
+    assert signed_percent(0.0004, " pp") == "+0.04 pp"

@@ -598,6 +598,17 @@ class Comparison:
         }
 
 
+def signed_percent(v: float, unit: str = "%") -> str:
+    """`v` (a fraction) as a signed percentage to 0.1 -- with more digits where 0.1 would show a
+    change that is not 0 as "+0.0" or "-0.0" (an interval "+0.0% .. +4.5%" beside a REGRESSION,
+    whose low end is above 0), up to 4 significant digits."""
+    x = v * 100
+    text = f"{x:+.1f}"
+    if x != 0 and float(text) == 0:
+        text = f"{x:+.2g}"
+    return text + unit
+
+
 def _relative(new: float, base: float) -> float | None:
     """new / base - 1; None where it is not a number: a base of 0, or one so close to 0 (a
     subnormal TTFT) that the ratio overflows to infinity -- JSON has no Infinity."""
@@ -867,7 +878,7 @@ def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
             bad = lo > t if rule.op == "<=" else lo >= t
             st = "pass" if ok else "fail" if bad else "inconclusive"
             u = " pp" if r.absolute else "%"  # ratio(errors): points
-            msg = f"{where}: regression {lo * 100:+.1f}{u} .. {hi * 100:+.1f}{u} (limit {t * 100:g}{u})"
+            msg = f"{where}: regression {signed_percent(lo, u)} .. {signed_percent(hi, u)} (limit {t * 100:g}{u})"
         key = (rank[st], iv[1] if iv is not None else -math.inf)  # of one status, the row nearest (or furthest past) the limit
         if worst_key is None or key > worst_key:
             worst, worst_key = (i, st, msg), key
@@ -978,7 +989,7 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
         if rose:
             fails.append("unsuccessful requests rose significantly: " + "; ".join(
                 f"{r.backend} {r.label} {_share(r.base)} → {_share(r.new)} "
-                f"({(r.low or 0) * 100:+.1f} .. {(r.high or 0) * 100:+.1f} pp)" for r in rose))
+                f"({signed_percent(r.low or 0, ' pp')} .. {signed_percent(r.high or 0, ' pp')})" for r in rose))
     unsure += _full_scale(sb, sn, allow_rehearsal, notes) + _missing(rows)
     differ: list[str] = []
     if workloads:

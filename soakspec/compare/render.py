@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from soakspec.compare import Comparison, Row
+from soakspec.compare import Comparison, Row, signed_percent
 from soakspec.report.charts import esc
 from soakspec.report.common import one_line
 from soakspec.report.html import CSP_META
@@ -35,12 +35,12 @@ def _val(v: float | None, unit: str) -> str:
 
 
 def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v * 100:+.1f}%"
+    return "-" if v is None else signed_percent(v)
 
 
 def _points(v: float | None) -> str:
     """A difference of shares, in percentage points (a proportion's change: `Row.absolute`)."""
-    return "-" if v is None else f"{v * 100:+.1f} pp"
+    return "-" if v is None else signed_percent(v, " pp")
 
 
 def _cells(r: Row) -> list[str]:
