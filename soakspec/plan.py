@@ -885,8 +885,8 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
     return out
 
 
-def _sweep_level(w: Workload, scale: float, request: RequestTemplate) -> Level:
-    """A sweep workload plans one level: its shape at the grid's low end, and the search."""
+def workload_sweep(w: Workload, scale: float = 1.0) -> Sweep:
+    """The search of a sweep workload (`search = bisect`): its axis, grid and wall-time bound."""
     load = w.load
     low, high = (load.levels + (load.levels[0],))[:2] if load.levels else (1, 1)
     if load.mode == "open":
@@ -894,8 +894,14 @@ def _sweep_level(w: Workload, scale: float, request: RequestTemplate) -> Level:
         grid = sweep_grid(float(low), float(high), step, integer=False)
     else:
         grid = sweep_grid(int(low), int(high), max(1, load.step), integer=True)
+    return Sweep("rate" if load.mode == "open" else "concurrency", grid, (load.max_wall_s or w.duration_s) * scale)
+
+
+def _sweep_level(w: Workload, scale: float, request: RequestTemplate) -> Level:
+    """A sweep workload plans one level: its shape at the grid's low end, and the search."""
     duration = w.duration_s * scale
-    sweep = Sweep("rate" if load.mode == "open" else "concurrency", grid, (load.max_wall_s or duration) * scale)
+    sweep = workload_sweep(w, scale)
+    grid = sweep.grid
     shape = _shape(w, 0, grid[0])
     lv = Level(workload=w.name, index=0, shape=shape, request=request, warmup_s=w.warmup_s * scale, duration_s=duration,
                deadline_s=w.deadline_s * scale, buckets=_buckets(duration, w.bucket_s * scale), min_requests=0,

@@ -13,7 +13,10 @@ about the whole run, not about a load level: they are not part of the search's p
 The figure: `max_sustainable_concurrency` (closed loop) or `max_sustainable_rate` (open
 loop, requests/s) is the highest probed level that holds; bisection makes it the highest grid
 level that holds next to one that does not (within one `step` of the true boundary, when
-passing is monotone in load). `None` when even the lowest level fails.
+passing is monotone in load). `None` when even the lowest level fails. Unless the grid level
+next above it was probed and does not hold, it is only a lower bound and reads "at least X"
+(`SweepResult.lower_bound` says why: the grid's highest level, an INCONCLUSIVE next level, or
+one never probed).
 
 The verdict of a sweep run is the verdict of the found level: the gate is judged as if the run
 had been that one level (validity, evidence and every rule over its records; the follow-up and
@@ -49,6 +52,7 @@ from soakspec.evidence.record import FOLLOW_UP_BUCKET
 from soakspec.judge.evidence import BackendEvidence, Evidence, Integrity
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Load, Spec, Workload
+from soakspec.plan import workload_sweep
 
 __all__ = ["FIGURES", "SweepResult", "figure_name", "judge_probe", "narrow", "probe_judge", "sweep_rule", "sweep_workload"]
 
@@ -71,6 +75,10 @@ class SweepResult:
     found_level: int | None  # the manifest level index of that probe
     bounded: bool  # the wall-time bound ended the search
     disagrees: bool = False  # the runner's judgement of some probe differs from the judge's
+    # why the figure is only a lower bound ("at least X"): the next grid level above it was not
+    # shown to fail -- X is the grid's highest level, or the next one was INCONCLUSIVE or never
+    # probed (the wall-time bound); None when the next level was probed and failed
+    lower_bound: str | None = None
 
     @property
     def figure(self) -> str:
@@ -79,11 +87,14 @@ class SweepResult:
     def to_json(self) -> dict[str, Any]:
         return {"backend": self.backend, "workload": self.workload, "axis": self.axis, "figure": self.figure,
                 "result": self.result, "found_level": self.found_level, "bounded_by_wall_time": self.bounded,
-                "runner_disagrees": self.disagrees, "probes": [dict(p) for p in self.probes]}  # fmt: skip
+                "runner_disagrees": self.disagrees, "lower_bound": self.lower_bound,
+                "probes": [dict(p) for p in self.probes]}  # fmt: skip
 
     def text(self) -> str:
         unit = " rps" if self.axis == "rate" else ""
-        if self.result is not None:
+        if self.result is not None and self.lower_bound:
+            value = f"at least {self.result:g}{unit} ({self.lower_bound})"
+        elif self.result is not None:
             value = f"{self.result:g}{unit}"
         elif not self.probes:
             value = "none (no probe ran)"
@@ -91,7 +102,7 @@ class SweepResult:
             value = "none (the lowest level could not be judged)"
         else:
             value = "none (even the lowest level does not hold)"
-        tried = ", ".join(f"{p['value']:g}{'✓' if p['passed'] else '✗'}" for p in self.probes) or "nothing"
+        tried = ", ".join(f"{p['value']:g}{_mark(p)}" for p in self.probes) or "nothing"
         bound = "; bounded by max wall time" if self.bounded else ""
         return f"{self.figure} = {value} (probed {tried}{bound})"
 
@@ -100,6 +111,25 @@ class SweepResult:
         """No answer is known: no probe ran, or the lowest probe is INCONCLUSIVE (too few
         samples, or cut short by an interrupt or a failure rather than by an abort rule)."""
         return not self.probes or min(self.probes, key=lambda p: p["value"]).get("status") == "inconclusive"
+
+
+def _mark(probe: Mapping[str, Any]) -> str:
+    return "✓" if probe.get("passed") else "?" if probe.get("status") == "inconclusive" else "✗"
+
+
+def _lower_bound(grid: Sequence[float], probes: Sequence[Mapping[str, Any]], best: float, unit: str) -> str | None:
+    """Why `best` (the highest probe that holds) is only a lower bound of the sustainable load,
+    or None when the next grid level above it was probed and does not hold."""
+    above = [v for v in grid if v > best + 1e-9]
+    if not above:
+        return f"{best:g}{unit} is the sweep's highest level: no level it cannot take was found"
+    nxt = above[0]
+    there = [p for p in probes if abs(float(p["value"]) - nxt) <= 1e-9]
+    if any(p.get("status") == "fail" for p in there):
+        return None
+    if there:
+        return f"the next level, {nxt:g}{unit}, could not be judged (INCONCLUSIVE)"
+    return f"the next level, {nxt:g}{unit}, was not probed"
 
 
 def sweep_workload(spec: Spec) -> Workload | None:
@@ -220,8 +250,10 @@ def _rejudge(spec: Spec, evidence: Evidence, be: BackendEvidence, wl: Workload) 
         probes.append({"level": e["index"], "value": value, "passed": passed, "status": status, "why": why, "runner_passed": runner})
         if passed and (best is None or value > best[0]):
             best = (value, e["index"])
+    unit = " rps" if axis == "rate" else ""
+    lower = _lower_bound(workload_sweep(wl).grid, probes, best[0], unit) if best else None
     return SweepResult(be.name, wl.name, axis, tuple(probes), best[0] if best else None, best[1] if best else None,
-                       bool(recorded.get("bounded_by_wall_time")), disagrees)
+                       bool(recorded.get("bounded_by_wall_time")), disagrees, lower)
 
 
 def narrow(spec: Spec, evidence: Evidence) -> tuple[Spec, Evidence, tuple[SweepResult, ...]]:
@@ -262,5 +294,5 @@ def sweep_rule(results: Sequence[SweepResult]) -> RuleResult | None:
     inst = [Instance(status, where, None, None, len(r0.probes), msg)] if failed else []
     return RuleResult(rule=f"sweep {r0.axis} (bisect)", klass="performance", severity="require", status=status,
                       message=msg, builtin=True, metric=r0.figure, observed=r0.result if not failed else None,
-                      observed_text=f"{r0.figure} = {'none' if r0.result is None else f'{r0.result:g}'}",
+                      observed_text=f"{r0.figure} = {'none' if r0.result is None else ('at least ' if r0.lower_bound else '') + f'{r0.result:g}'}",
                       samples=len(r0.probes), instances=len(results), failing=len(failed), details=tuple(inst))  # fmt: skip

@@ -701,13 +701,23 @@ class SweepView:
     probes: tuple[tuple[int, Any, str, Any], ...]  # (probe number, value, holds: yes | no | inconclusive, why)
 
 
+def _sweep_value(sw: Mapping[str, Any], unit: str) -> str:
+    """The figure as the verdict states it (judge.sweep.SweepResult.text): "at least X" when X is
+    only a lower bound."""
+    result = sw.get("result")
+    if isinstance(result, (int, float)):
+        bound = sw.get("lower_bound")
+        return f"at least {result:g}{unit} ({bound})" if bound else f"{result:g}{unit}"
+    return "none (even the lowest level does not hold)"
+
+
 def sweep_views(results: Mapping[str, Any]) -> list[SweepView]:
     out = []
     for sw in results.get("sweep") or []:
         if not isinstance(sw, Mapping):
             continue
         unit = " rps" if sw.get("axis") == "rate" else ""
-        value = "none (even the lowest level does not hold)" if sw.get("result") is None else f"{sw.get('result'):g}{unit}"
+        value = _sweep_value(sw, unit)
         bound = " — bounded by max wall time (the best holding level so far)" if sw.get("bounded_by_wall_time") else ""
         probes = tuple(
             (i + 1, p.get("value"), "yes" if p.get("passed") else ("inconclusive" if p.get("status") == "inconclusive" else "no"),

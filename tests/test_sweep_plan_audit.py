@@ -1,0 +1,85 @@
+"""Audit of sweeps and of `soakspec plan`'s fidelity: what a sweep's figure claims, and what plan
+states against what a run does.
+
+A sweep's figure is "the highest level that holds next to one that does not". When the level
+next above it was not shown to fail -- the figure is the grid's highest level, or the next level
+was INCONCLUSIVE (missing data is never a pass, nor a failure), or never probed (the wall-time
+bound) -- the evidence says only that the server sustains *at least* that load.
+"""
+
+from __future__ import annotations
+
+from soakspec.judge import judge
+from soakspec.judge.joined import join
+from soakspec.judge.summary import summarize_run
+from soakspec.judge.testing import EvidenceBuilder, spec_from_text
+from soakspec.report import common as C
+
+
+def _spec(load: str = "concurrency = [1, 12]\n    search = bisect\n    max_wall = 1h") -> str:
+    return ('soak "s" {}\n'
+            'backend "b0" {\n  url = "http://127.0.0.1:8000"\n  runtime {\n    label = "host-staged"\n  }\n}\n'
+            f'workload "w0" {{\n  load {{\n    mode = closed\n    {load}\n  }}\n  duration = 10m\n  bucket = 5m\n'
+            '  deadline = 30s\n  follow_up = false\n}\n'
+            'gate {\n  require p90(ttft) < 200ms per level\n}\n')  # fmt: skip
+
+
+def _evidence(probes: list[int], capacity: int, *, cut_short: tuple[int, ...] = (), bounded: bool = False):
+    """A sweep's evidence of `probes` (grid values, in run order): slow above `capacity`; the
+    probes in `cut_short` stopped early by an interrupt (no abort rule: INCONCLUSIVE)."""
+    b = EvidenceBuilder(spec_from_text(_spec(f"concurrency = {probes}")), per_bucket=40)
+    for i, c in enumerate(probes):
+        if c > capacity:
+            for r in b.measured("b0", level=i):
+                r["ttft"] = 0.5
+    for i, c in enumerate(probes):
+        if c in cut_short:
+            b.entry("b0")["levels"][i]["completed"] = False
+    b.entry("b0")["sweep"] = {"probes": [{"level": i, "value": c, "passed": c <= capacity and c not in cut_short}
+                                         for i, c in enumerate(probes)], "bounded_by_wall_time": bounded}
+    return b.build()
+
+
+def _figure_rule(spec, ev):
+    (rule,) = [r for r in judge(spec, ev).rules if r.metric == "max_sustainable_concurrency"]
+    return rule
+
+
+def test_a_sweep_whose_highest_level_holds_says_at_least_that_level():
+    """Grid 1..12, both 1 and 12 hold: the search never found a load the server cannot take, so
+    the figure is a lower bound -- 'at least 12', in the verdict, results.json and the reports."""
+    spec = spec_from_text(_spec())
+    ev = _evidence([1, 12], capacity=99)
+    (sw,) = join(spec, ev).sweep
+    assert sw.result == 12 and sw.lower_bound and "highest level" in sw.lower_bound
+    rule = _figure_rule(spec, _evidence([1, 12], capacity=99))
+    assert rule.status == "pass" and "= at least 12" in rule.message, rule.message
+    assert "at least 12" in rule.observed_text
+    results = summarize_run(join(spec, _evidence([1, 12], capacity=99)))
+    assert results["sweep"][0]["lower_bound"] == sw.lower_bound
+    (view,) = C.sweep_views(results)
+    assert view.value.startswith("at least 12"), view.value
+
+
+def test_a_figure_next_to_an_inconclusive_probe_is_a_lower_bound_and_marked_unknown():
+    """Capacity 4, probes 1 12 6 3 4 5, the probe at 5 cut short (INCONCLUSIVE): 4 holds, but
+    nothing says 5 does not -- 'at least 4', and the probe list shows 5 as '?' not '✗'."""
+    spec = spec_from_text(_spec())
+    rule = _figure_rule(spec, _evidence([1, 12, 6, 3, 4, 5], capacity=4, cut_short=(5,)))
+    assert rule.status == "pass" and "= at least 4" in rule.message and "INCONCLUSIVE" in rule.message, rule.message
+    assert "5?" in rule.message and "5✗" not in rule.message
+
+
+def test_a_figure_next_to_a_failing_probe_is_exact():
+    spec = spec_from_text(_spec())
+    (sw,) = join(spec, _evidence([1, 12, 6, 3, 4, 5], capacity=4)).sweep
+    assert sw.result == 4 and sw.lower_bound is None
+    rule = _figure_rule(spec, _evidence([1, 12, 6, 3, 4, 5], capacity=4))
+    assert "max_sustainable_concurrency = 4 (" in rule.message and "at least" not in rule.message
+
+
+def test_a_search_the_wall_time_ended_says_at_least():
+    """Bounded after 1 12 6 3 (3 holds, 6 fails): 4 was never probed, so 3 is only a lower bound."""
+    spec = spec_from_text(_spec())
+    rule = _figure_rule(spec, _evidence([1, 12, 6, 3], capacity=4, bounded=True))
+    assert "= at least 3" in rule.message and "not probed" in rule.message and "bounded by max wall time" in rule.message
