@@ -83,3 +83,17 @@ def test_a_search_the_wall_time_ended_says_at_least():
     spec = spec_from_text(_spec())
     rule = _figure_rule(spec, _evidence([1, 12, 6, 3], capacity=4, bounded=True))
     assert "= at least 3" in rule.message and "not probed" in rule.message and "bounded by max wall time" in rule.message
+
+
+def test_the_reports_say_why_there_is_no_figure_as_the_verdict_does():
+    """The lowest probe cut short by an interrupt (INCONCLUSIVE) leaves the verdict's sweep
+    INCONCLUSIVE, 'the lowest level could not be judged'; the Markdown and HTML reports said
+    'none (even the lowest level does not hold)', a failure the evidence does not show."""
+    spec = spec_from_text(_spec())
+    ev = _evidence([1], capacity=4, cut_short=(1,))
+    rule = _figure_rule(spec, ev)
+    assert rule.status == "inconclusive" and "could not be judged" in rule.message
+    (view,) = C.sweep_views(summarize_run(join(spec, _evidence([1], capacity=4, cut_short=(1,)))))
+    assert view.value == "none (the lowest level could not be judged)", view.value
+    (view,) = C.sweep_views(summarize_run(join(spec, _evidence([1], capacity=0))))
+    assert view.value == "none (even the lowest level does not hold)", view.value
