@@ -97,3 +97,27 @@ def test_the_reports_say_why_there_is_no_figure_as_the_verdict_does():
     assert view.value == "none (the lowest level could not be judged)", view.value
     (view,) = C.sweep_views(summarize_run(join(spec, _evidence([1], capacity=0))))
     assert view.value == "none (even the lowest level does not hold)", view.value
+
+
+def test_lint_claims_does_not_let_a_lower_bound_be_stated_as_the_maximum(tmp_path):
+    """A sweep over 1..12 whose level 12 held: 'max sustainable concurrency = 12' passed lint-claims,
+    a maximum the evidence never found; 'sustains concurrency 12' is what it shows."""
+    from soakspec.claims.adapters import coverage_from_spec, load_evidence_facts
+    from soakspec.claims.engine import lint
+    from soakspec.claims.facts import ClaimBoundary
+
+    spec = spec_from_text(_spec())
+    b = EvidenceBuilder(spec_from_text(_spec("concurrency = [1, 12]")), per_bucket=40)
+    b.entry("b0")["sweep"] = {"probes": [{"level": 0, "value": 1, "passed": True}, {"level": 1, "value": 12, "passed": True}],
+                              "bounded_by_wall_time": False}
+    b.manifest["spec"] = {"path": spec.path, "text": spec.canonical_text, "sha256": spec.sha256}
+    evidence = load_evidence_facts(b.write(tmp_path / "ev"))
+    assert evidence[0].sustainable == {"max_sustainable_concurrency": 12.0}
+
+    def codes(doc: str) -> list[str]:
+        text = doc + "\n\n## Claim Boundary\n\n- claim: a sweep\n"
+        diags = lint(text, "pr.md", ClaimBoundary(claims=("a sweep",)), coverage_from_spec(spec), evidence)
+        return [d.code for d in diags if d.code != "CB402"]  # the builder stores results.json of the levels alone
+
+    assert codes("The server sustains concurrency 12.") == []
+    assert codes("The max sustainable concurrency is 12.") == ["CB201"]

@@ -271,6 +271,12 @@ def _figures(results: dict) -> dict[str, float | None]:
             for k, v in figs.items() if str(k).startswith("max_sustainable_")}  # fmt: skip
 
 
+def _lower_bounds(results: dict) -> frozenset[str]:
+    """The sweep figures that are only a lower bound (results.json `sweep[].lower_bound`)."""
+    return frozenset(str(sw.get("figure")) for sw in results.get("sweep") or []
+                     if isinstance(sw, dict) and sw.get("lower_bound") and sw.get("figure"))  # fmt: skip
+
+
 _LATENCY_METRICS = ("ttft", "itl", "tpot", "latency")
 _OBSERVED = re.compile(r"^(?P<agg>p\d+(?:\.\d+)?|mean|median|max|min)\((?P<metric>ttft|itl|tpot|latency|throughput|qps)\)\s*=\s")
 _RATE_KEYS = {"throughput": "tok_s", "qps": "req_s"}
@@ -599,6 +605,7 @@ def _facts(root: Path, manifest: dict, results: dict, verdict: Any) -> tuple[Evi
                 source=str(root),
                 hardware=hardware,
                 sustainable=_figures(results),
+                sustainable_at_least=_lower_bounds(results),
                 levels=_levels(r, judged),
                 figures=_run_figures(r, judged.get((name, None, None), {})),
             )

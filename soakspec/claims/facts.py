@@ -110,6 +110,9 @@ class EvidenceFacts:
     # a sweep's figures (results.json `figures`): max_sustainable_concurrency / max_sustainable_rate
     # -> the value, None when no level held
     sustainable: Mapping[str, float | None] = dataclasses.field(default_factory=dict, hash=False)
+    # the figures that are only a lower bound ("at least X", results.json `sweep[].lower_bound`):
+    # the sweep found no level next above X that does not hold
+    sustainable_at_least: frozenset[str] = frozenset()
     # per level: a sentence that names a level is compared with that level's figure
     levels: tuple[LevelFacts, ...] = ()
     # the backend's own measured figures over the whole run, keyed as `LevelFacts.figures`: the

@@ -14,6 +14,9 @@ Rules (asserted phrases only, see `polarity`):
     less); the figure stated as a different number is CB201; a figure of "none" (no level held)
     makes any sustain claim CB201. A load at or below the figure is fine: bisection assumes that
     a level holding means every lower one holds, and the figure is the highest that held.
+  - a figure that is only a lower bound ("at least X": the sweep's highest level held, or the
+    level next above X was INCONCLUSIVE or never probed) stated as the maximum X is CB201: the
+    evidence does not say X is the most the server sustains ("sustains X" is fine).
   - without evidence, when the spec has a sweep: a sustained load above the sweep's highest
     level is CB301 (the search never went there).
   - otherwise (no sweep anywhere) the check says nothing: a fixed-level soak's levels are checked
@@ -43,14 +46,18 @@ _FIGURE = re.compile(rf"\bmax(?:imum)?[_\s]+sustainable[_\s]+(?P<axis>rate|concu
 FIGURES = {"rate": "max_sustainable_rate", "concurrency": "max_sustainable_concurrency"}
 
 
-def _figure(evidence: Sequence[EvidenceFacts], axis: str) -> tuple[bool, float | None]:
-    """(some evidence has the figure, its value -- the highest over the backends that have one)."""
+def _figure(evidence: Sequence[EvidenceFacts], axis: str) -> tuple[bool, float | None, bool]:
+    """(some evidence has the figure, its value -- the highest over the backends that have one,
+    whether that value is only a lower bound: "at least X")."""
     name = FIGURES[axis]
-    vals = [ev.sustainable[name] for ev in evidence if name in ev.sustainable]
+    vals = [(ev.sustainable[name], name in ev.sustainable_at_least) for ev in evidence if name in ev.sustainable]
     if not vals:
-        return False, None
-    known = [v for v in vals if v is not None]
-    return True, max(known) if known else None
+        return False, None, False
+    known = [v for v in vals if v[0] is not None]
+    if not known:
+        return True, None, False
+    top = max(v for v, _ in known)
+    return True, top, any(at_least for v, at_least in known if v == top)
 
 
 def _unit(axis: str, v: float) -> str:
@@ -66,10 +73,13 @@ def check_sustain(doc: Document, path: str, coverage: Coverage, evidence: Sequen
     for axis, s, m, exact in found:
         n = float(m.group("n"))
         span = doc.span(s.start + m.start("n"), s.start + m.end("n"))
-        has, fig = _figure(evidence, axis)
+        has, fig, at_least = _figure(evidence, axis)
         if has:
             if fig is None:
                 msg = f"claims it sustains {_unit(axis, n)}, but the sweep found no level where the gate's rules hold ({FIGURES[axis]} = none)"
+            elif exact and at_least and abs(n - fig) <= 1e-9:
+                msg = (f"claims the figure {_unit(axis, n)} is the maximum; the evidence's {FIGURES[axis]} is at least {fig:g} "
+                       "(the sweep found no level just above it that does not hold)")
             elif (exact and abs(n - fig) > 1e-9) or n > fig + 1e-9:
                 msg = f"claims {'the figure ' if exact else 'it sustains '}{_unit(axis, n)}; the evidence's {FIGURES[axis]} is {fig:g}"
             else:
