@@ -711,7 +711,8 @@ class Plan:
 
     @property
     def bucket_count(self) -> int:
-        return sum(len(lv.buckets) for b in self.backends for lv in b.levels)
+        """Every level's buckets; a sweep's: those of its most probes (each probe is a level)."""
+        return sum(len(lv.buckets) * _runs(lv) for b in self.backends for lv in b.levels)
 
     def __repr__(self) -> str:
         return render_text(self)
@@ -1003,6 +1004,11 @@ def _aborts(spec: Spec, b: Backend, time_scale: float) -> tuple[AbortRule, ...]:
     return tuple(out)
 
 
+def _runs(lv: Level) -> int:
+    """How many manifest levels the planned level becomes: a sweep's at most its most probes."""
+    return lv.sweep.max_probes if lv.sweep is not None else 1
+
+
 def _level_load_s(lv: Level) -> float:
     """A level's load time; a sweep's: its probes, at most its wall-time bound."""
     one = lv.warmup_s + lv.duration_s
@@ -1083,14 +1089,16 @@ def render_text(p: Plan) -> str:
     lines = [f"plan for soak '{spec.header.name}'" + (f" ({spec.header.issue})" if spec.header.issue else "")]
     if p.rehearsal or p.time_scale != 1:
         lines.append(f"  rehearsal: {'yes (backends replaced by the simulator)' if p.rehearsal else 'no'}, time scale {p.time_scale:g}")
-    n_levels = {len(b.levels) for b in p.backends}
+    n_levels = {sum(_runs(lv) for lv in b.levels) for b in p.backends}
     n_buckets = {len(lv.buckets) for b in p.backends for lv in b.levels}
+    swept = any(lv.sweep is not None for b in p.backends for lv in b.levels)  # a sweep runs at most max_probes levels
+    most = "at most " if swept else ""
     shape = f"{len(p.backends)} backend{'s' if len(p.backends) != 1 else ''}"
     if len(n_levels) == 1:
-        shape += f" × {n_levels.pop()} levels"
+        shape += f" × {most}{n_levels.pop()} levels" + (" (sweep probes)" if swept else "")
     if len(n_buckets) == 1:
         shape += f" × {n_buckets.pop()} buckets"
-    lines.append(f"  shape: {shape} = {p.bucket_count} buckets in all; backends run {'side by side' if p.parallel else 'one after another'}")
+    lines.append(f"  shape: {shape} = {most}{p.bucket_count} buckets in all; backends run {'side by side' if p.parallel else 'one after another'}")
     for b in p.backends:
         lines.extend(_render_backend(b, p.rehearsal, p.spec_secrets))
     total_exp = [b.expected_requests for b in p.backends]

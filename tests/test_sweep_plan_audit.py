@@ -121,3 +121,20 @@ def test_lint_claims_does_not_let_a_lower_bound_be_stated_as_the_maximum(tmp_pat
 
     assert codes("The server sustains concurrency 12.") == []
     assert codes("The max sustainable concurrency is 12.") == ["CB201"]
+
+
+# ------------------------------------------------------------------------------ plan fidelity
+
+def test_plan_counts_a_sweeps_probes_in_its_shape_and_buckets():
+    """A sweep over 1..16 (at most 6 probes, each one 5 s level in 1 bucket) leaves up to 6
+    levels and 6 buckets in the manifest; plan said '1 backend × 1 levels × 1 buckets = 1
+    buckets in all' (bucket_count 1), a number the run contradicts."""
+    from soakspec.plan import plan, render_text, to_json
+
+    spec = spec_from_text(_spec("concurrency = [1, 16]\n    search = bisect\n    max_wall = 1h").replace("bucket = 5m", "bucket = 10m"))
+    p = plan(spec)
+    (lv,) = p.backends[0].levels
+    assert lv.sweep.max_probes == 6 and len(lv.buckets) == 1
+    assert p.bucket_count == 6 and to_json(p)["bucket_count"] == 6
+    text = render_text(p)
+    assert "shape: 1 backend × at most 6 levels (sweep probes) × 1 buckets = at most 6 buckets in all" in text, text
