@@ -907,7 +907,9 @@ def _sweep_level(w: Workload, scale: float, request: RequestTemplate) -> Level:
     lv = Level(workload=w.name, index=0, shape=shape, request=request, warmup_s=w.warmup_s * scale, duration_s=duration,
                deadline_s=w.deadline_s * scale, buckets=_buckets(duration, w.bucket_s * scale), min_requests=0,
                expected_requests=None, sweep=sweep)  # fmt: skip
-    return lv
+    # the first probe, the grid's lowest level, always runs (max_wall holds one probe, E204):
+    # at least its requests; how many more depends on the levels the search probes
+    return dataclasses.replace(lv, min_requests=probe_level(lv, 0, 0).min_requests)
 
 
 def _abspath(base: Path, path: str | None) -> str | None:
@@ -1152,8 +1154,10 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
         lines.append(f"    server metrics: GET {scrub(b.metrics.path)} every {format_duration(b.metrics.interval_s)} "
                      f"(at most {format_duration(b.metrics.timeout_s)} each; {how})")
     exp = b.expected_requests
+    unknown = (" (a sweep: how many more depends on the levels it probes)" if any(lv.sweep is not None for lv in b.levels)
+               else " (set expected_latency for an estimate)")  # fmt: skip
     lines.append(
-        f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else " (set expected_latency for an estimate)")
+        f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else unknown)
         + f"; wall time ≈ {format_duration(b.est_wall_s)} (at most {format_duration(b.max_wall_s)} with startup, drains and shutdown)"
     )
     return lines

@@ -138,3 +138,20 @@ def test_plan_counts_a_sweeps_probes_in_its_shape_and_buckets():
     assert p.bucket_count == 6 and to_json(p)["bucket_count"] == 6
     text = render_text(p)
     assert "shape: 1 backend × at most 6 levels (sweep probes) × 1 buckets = at most 6 buckets in all" in text, text
+
+
+def test_plan_of_a_sweep_counts_its_first_probe_and_gives_no_advice_that_cannot_work():
+    """An open-loop sweep over 5..40 rps of 3 s probes: plan said 'requests: ≥ 0 (set
+    expected_latency for an estimate)' -- the first probe (5 rps, 15 measured requests) always
+    runs, and expected_latency gives a sweep no estimate (nor an open loop any)."""
+    from soakspec.plan import plan, render_text, to_json
+
+    text = _spec("rate = [5rps, 40rps]\n    rate_step = 5rps\n    search = bisect\n    max_wall = 1m").replace(
+        "mode = closed", "mode = open").replace("duration = 10m\n  bucket = 5m", "duration = 3s\n  bucket = 1s")
+    p = plan(spec_from_text(text))
+    assert p.backends[0].min_requests == 15 and to_json(p)["min_requests"] == 15
+    out = render_text(p)
+    assert "requests: ≥ 15 (a sweep: how many more depends on the levels it probes)" in out, out
+    assert "expected_latency" not in out
+    closed = plan(spec_from_text(_spec("concurrency = [3, 12]\n    search = bisect\n    max_wall = 1h")))
+    assert closed.backends[0].min_requests == 3
