@@ -1147,8 +1147,10 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
     lines.extend(_phase_lines(b))
     if b.follow_up:
         lines.append(f"    then one clean follow-up request (deadline {format_duration(b.follow_up_deadline_s)})")
+    swept = any(lv.sweep is not None for lv in b.levels)  # a sweep's abort rule ends that probe only (runner/driver.py)
     for a in b.aborts:
-        lines.append(f"    stops its load when: {a.text}")
+        lines.append(f"    ends the sweep's probe (it does not hold; the search goes on below it) when: {a.text}" if swept
+                     else f"    stops its load when: {a.text}")  # fmt: skip
     if b.metrics is not None:
         how = "declared: a failed scrape fails metrics_scraped" if b.metrics.declared else "default: a 404 means not available"
         lines.append(f"    server metrics: GET {scrub(b.metrics.path)} every {format_duration(b.metrics.interval_s)} "

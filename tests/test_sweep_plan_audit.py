@@ -155,3 +155,18 @@ def test_plan_of_a_sweep_counts_its_first_probe_and_gives_no_advice_that_cannot_
     assert "expected_latency" not in out
     closed = plan(spec_from_text(_spec("concurrency = [3, 12]\n    search = bisect\n    max_wall = 1h")))
     assert closed.backends[0].min_requests == 3
+
+
+def test_plan_says_an_abort_rule_ends_only_a_sweeps_probe():
+    """A sweep's abort rule ends the probe it fires on and the search goes on below it (a run
+    of the simulator with 'abort p50(ttft) > 200ms per bucket' over 1..16 aborted probe 16, then
+    probed 8 4 6 5); plan said 'stops its load when: ...', the whole load."""
+    from soakspec.plan import plan, render_text
+
+    spec = spec_from_text(_spec().replace("require p90(ttft) < 200ms per level", "require p90(ttft) < 200ms per level\n"
+                                                                             "  abort p50(ttft) > 1s per bucket"))
+    out = render_text(plan(spec))
+    assert "stops its load when" not in out, out
+    assert "ends the sweep's probe (it does not hold; the search goes on below it) when: abort p50(ttft) > 1s per bucket" in out
+    fixed = render_text(plan(spec_from_text(_spec("concurrency = [1, 12]").replace("require", "abort p50(ttft) > 1s per bucket\n  require"))))
+    assert "stops its load when: abort p50(ttft) > 1s per bucket" in fixed
