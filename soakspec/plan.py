@@ -24,7 +24,8 @@ Time model (the runner implements exactly this):
     last one may be shorter when the duration is not a whole number of buckets;
   - no request starts after the level's end; a request belongs to the bucket in which it
     started, so a level drains for at most one request deadline after its end;
-  - after the last level, one clean follow-up request (smallest shape, concurrency 1).
+  - after the last level, one clean follow-up request (the smallest shape of the first workload
+    with `follow_up = true`, concurrency 1).
 
 Request counts: open-loop levels expect `rate × duration`. Closed-loop and batch levels
 depend on the server's speed: the plan gives the minimum (one request per worker, one batch)
@@ -1034,7 +1035,8 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
         + (follow_deadline if follow else 0.0)
         + (launch.shutdown_grace_s if launch.launches else 0.0)
     )
-    first = spec.workloads[0]
+    # the follow-up is sent in the shape of the first workload that asks for one (follow_up = true)
+    first = next((w for w in spec.workloads if w.follow_up), spec.workloads[0])
     return BackendPlan(
         b, tuple(levels), follow, follow_deadline, est, upper, launch, _traces(spec, b, base, rehearse), _runtime(b),
         _request(first, model, base, b.api_key_env), first.name, _aborts(spec, b, time_scale),
@@ -1146,7 +1148,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
         lines.append(f"    {name} prompts: {prompt_label(t)}; cache: {_prefix_policy(t)}")
     lines.extend(_phase_lines(b))
     if b.follow_up:
-        lines.append(f"    then one clean follow-up request (deadline {format_duration(b.follow_up_deadline_s)})")
+        lines.append(f"    then one clean follow-up request of workload '{b.follow_up_workload}' (its smallest shape, concurrency 1; "
+                     f"deadline {format_duration(b.follow_up_deadline_s)})")
     swept = any(lv.sweep is not None for lv in b.levels)  # a sweep's abort rule ends that probe only (runner/driver.py)
     for a in b.aborts:
         lines.append(f"    ends the sweep's probe (it does not hold; the search goes on below it) when: {a.text}" if swept

@@ -170,3 +170,21 @@ def test_plan_says_an_abort_rule_ends_only_a_sweeps_probe():
     assert "ends the sweep's probe (it does not hold; the search goes on below it) when: abort p50(ttft) > 1s per bucket" in out
     fixed = render_text(plan(spec_from_text(_spec("concurrency = [1, 12]").replace("require", "abort p50(ttft) > 1s per bucket\n  require"))))
     assert "stops its load when: abort p50(ttft) > 1s per bucket" in fixed
+
+
+def test_the_follow_up_is_of_a_workload_that_asks_for_one_and_plan_names_it():
+    """Workload 'a' (follow_up = false, max_tokens 16) then 'b' (follow_up = true, max_tokens 4):
+    the run sent the clean follow-up as workload 'a' with 16 tokens -- the shape of the workload
+    that declined one -- and plan said only 'one clean follow-up request'."""
+    from soakspec.plan import plan, render_text
+
+    def wl(name: str, words: int, tokens: int, follow: str) -> str:
+        return (f'workload "{name}" {{\n  prompt_words = {words}\n  max_tokens = {tokens}\n  load {{\n    mode = closed\n'
+                f'    concurrency = [1]\n  }}\n  duration = 1s\n  bucket = 1s\n  deadline = 5s\n  follow_up = {follow}\n}}\n')
+
+    text = ('soak "s" {}\nbackend "b0" {\n  url = "http://127.0.0.1:8000"\n  runtime {\n    label = "x"\n  }\n}\n'
+            + wl("a", 64, 16, "false") + wl("b", 8, 4, "true") + "gate {\n  require follow_up\n}\n")
+    p = plan(spec_from_text(text))
+    bp = p.backends[0]
+    assert bp.follow_up and bp.follow_up_workload == "b" and bp.follow_up_request.max_tokens == (4,)
+    assert "then one clean follow-up request of workload 'b' (its smallest shape, concurrency 1; deadline 5s)" in render_text(p)
