@@ -1032,6 +1032,7 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
         est
         + launch.probe.timeout_s
         + sum(lv.deadline_s * (lv.sweep.max_probes if lv.sweep is not None else 1) for lv in levels)
+        + sum(w.deadline_s for w in spec.workloads) * time_scale  # the pre-flight: one request per workload, before any level
         + (follow_deadline if follow else 0.0)
         + (launch.shutdown_grace_s if launch.launches else 0.0)
     )
@@ -1129,6 +1130,10 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
         f"    {ready}{stop}",
         alive,
     ]
+    names = ", ".join(f"'{n}'" for n in dict.fromkeys(lv.workload for lv in b.levels))
+    several = len({lv.workload for lv in b.levels}) > 1
+    lines.append(f"    before the first level: one pre-flight request of {'each workload' if several else 'workload'} {names}, "
+                 "which must complete (--no-preflight skips it)")
     for lv in b.levels:
         if lv.sweep is not None:
             lines.append(_render_sweep(lv))

@@ -188,3 +188,21 @@ def test_the_follow_up_is_of_a_workload_that_asks_for_one_and_plan_names_it():
     bp = p.backends[0]
     assert bp.follow_up and bp.follow_up_workload == "b" and bp.follow_up_request.max_tokens == (4,)
     assert "then one clean follow-up request of workload 'b' (its smallest shape, concurrency 1; deadline 5s)" in render_text(p)
+
+
+def test_plan_shows_the_pre_flight_and_bounds_the_wall_time_with_it():
+    """run sends one pre-flight request of each workload's shape before any level, waiting up
+    to the workload's deadline; plan printed no such request and its 'at most' wall time left
+    those waits out, so a slow pre-flight could make a run exceed the bound plan stated."""
+    from soakspec.plan import plan, render_text
+
+    text = ('soak "s" {}\nbackend "u" {\n  url = "http://127.0.0.1:8000"\n  runtime {\n    label = "x"\n  }\n}\n'
+            'workload "w" {\n  load {\n    concurrency = [1]\n  }\n  duration = 60s\n  deadline = 10s\n  follow_up = false\n}\n'
+            'workload "v" {\n  load {\n    concurrency = [1]\n  }\n  duration = 60s\n  deadline = 30s\n  follow_up = false\n}\n'
+            "gate {\n  require failed == 0\n}\n")
+    p = plan(spec_from_text(text))
+    bp = p.backends[0]
+    ready = bp.launch.probe.timeout_s
+    drains = 10.0 + 30.0
+    assert bp.max_wall_s == bp.est_wall_s + ready + drains + (10.0 + 30.0)  # + each workload's pre-flight deadline
+    assert "before the first level: one pre-flight request of each workload 'w', 'v', which must complete" in render_text(p)
