@@ -27,7 +27,9 @@ Time model (the runner implements exactly this):
   - after the last level, one clean follow-up request (the smallest shape of the first workload
     with `follow_up = true`, concurrency 1).
 
-Request counts: open-loop levels expect `rate × duration`. Closed-loop and batch levels
+Request counts: open-loop levels expect `rate × duration`: constant arrivals send exactly that
+many measured requests (the minimum too); seeded Poisson or gamma arrivals vary around it, so
+their minimum is 0 (`_open_minimum`). Closed-loop and batch levels
 depend on the server's speed: the plan gives the minimum (one request per worker, one batch)
 and, when the workload sets `expected_latency`, an estimate of `concurrency × duration /
 expected_latency`.
@@ -273,7 +275,8 @@ def probe_level(lv: "Level", grid_index: int, probe: int) -> "Level":
     match lv.shape:
         case Open(seed=seed) as base:  # the workload's arrival process (burstiness too), at the grid's rate
             shape: LoadShape = dataclasses.replace(base, rate=float(value), seed=seed + probe)
-            minimum = expected = _open_count(shape, lv.duration_s, lv.warmup_s)
+            expected = _open_count(shape, lv.duration_s, lv.warmup_s)
+            minimum = _open_minimum(shape, expected)
         case _:
             shape = Closed(int(value))
             minimum, expected = int(value), None
@@ -800,11 +803,13 @@ def _phase_levels(w: Workload, scale: float, request: RequestTemplate) -> list[L
         if w.load.mode == "open":
             if ph.end is None:
                 shape = Open(ph.start, ph.arrival, ph.seed, ph.burstiness)
-                minimum = expected = _open_count(shape, duration, warmup)
+                expected = _open_count(shape, duration, warmup)
+                minimum = _open_minimum(shape, expected)
             else:
                 shape = OpenRamp(ph.start, ph.end, ph.steps, ph.arrival, ph.seed, ph.burstiness)
                 # the ramp spans the measured duration (the warmup holds its start): the rate's integral
-                minimum = expected = _ramp_count(shape, warmup, duration)
+                expected = _ramp_count(shape, warmup, duration)
+                minimum = _open_minimum(shape, expected)
         else:
             if ph.end is None:
                 shape = Closed(int(ph.start))
@@ -837,6 +842,13 @@ def _ramp_count(shape: OpenRamp, warmup: float, duration: float) -> int:
     if shape.arrival == "constant":
         return _constant_count(shape.start * warmup, total)
     return max(0, int(round(total)))
+
+
+def _open_minimum(shape: "Open | OpenRamp", expected: int) -> int:
+    """The fewest measured requests an open level can send: constant arrivals send exactly
+    `expected`; Poisson (or gamma) arrivals, seeded, may send fewer -- 5 rps for 5 s with seed 0
+    sends 18 -- so they promise none."""
+    return expected if shape.arrival == "constant" else 0
 
 
 def _open_count(shape: Open, duration: float, warmup: float = 0.0) -> int:
@@ -874,7 +886,8 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
         shape = _shape(w, i, level)
         match shape:
             case Open():
-                minimum = expected = _open_count(shape, duration, w.warmup_s * scale)
+                expected = _open_count(shape, duration, w.warmup_s * scale)
+                minimum = _open_minimum(shape, expected)
             case Batch(concurrency=c, requests=minimum) | Closed(concurrency=c as minimum):
                 expected = max(minimum, int(c * duration / latency)) if latency else None
         out.append(
@@ -1139,6 +1152,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
             lines.append(_render_sweep(lv))
             continue
         exp = f"~{lv.expected_requests}" if lv.expected_requests is not None else "?"
+        if isinstance(lv.shape, (Open, OpenRamp)) and lv.shape.arrival != "constant":
+            exp += " (random arrivals: the seeded count varies around it)"
         warm = f" after {format_duration(lv.warmup_s)} warmup" if lv.warmup_s else ""
         lines.append(
             f"    {lv.workload} / {lv.label}: {format_duration(lv.duration_s)}{warm} in "

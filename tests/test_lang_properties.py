@@ -228,7 +228,9 @@ def test_valid_specs_check_and_plan_consistently(generated):
                 held = lv.rate * lv.warmup_s
                 want = (math.ceil(held + lv.rate * lv.duration_s - 1e-9) - math.ceil(held - 1e-9)
                         if lv.shape.arrival == "constant" else round(lv.rate * lv.duration_s))
-                assert lv.min_requests == lv.expected_requests == want
+                assert lv.expected_requests == want
+                # a seeded Poisson/gamma process may send fewer: no minimum is promised
+                assert lv.min_requests == (want if lv.shape.arrival == "constant" else 0)
             else:  # one request per worker, or one batch
                 assert lv.min_requests == (lv.batch_requests if lv.mode == "batch" else lv.concurrency) >= 1
             assert lv.buckets[0].start_s == 0

@@ -206,3 +206,24 @@ def test_plan_shows_the_pre_flight_and_bounds_the_wall_time_with_it():
     drains = 10.0 + 30.0
     assert bp.max_wall_s == bp.est_wall_s + ready + drains + (10.0 + 30.0)  # + each workload's pre-flight deadline
     assert "before the first level: one pre-flight request of each workload 'w', 'v', which must complete" in render_text(p)
+
+
+def test_plan_promises_no_minimum_for_random_arrivals():
+    """An open level of 5 rps for 5 s after a 1 s warm-up with `arrival = poisson`, `seed = 0`:
+    plan said 'requests ≥ 25' and the run measured 18 (the seeded exponential gaps send fewer
+    than rate × duration as often as more). Constant arrivals keep their exact count."""
+    from soakspec.plan import plan, render_text
+    from soakspec.runner.load import schedule
+
+    measured = sum(1 for t in schedule(5.0, "poisson", 0, 0.0, 6.0) if 1.0 <= t < 6.0)
+    assert measured == 18  # what the run sends in the measured window
+    text = ('soak "s" {}\nbackend "u" {\n  url = "http://127.0.0.1:8000"\n  runtime {\n    label = "x"\n  }\n}\n'
+            'workload "w" {\n  load {\n    mode = open\n    rate = [5rps]\n    arrival = ARRIVAL\n    seed = 0\n  }\n'
+            '  warmup = 1s\n  duration = 5s\n  bucket = 5s\n  deadline = 5s\n  follow_up = false\n}\n'
+            "gate {\n  require failed == 0\n}\n")
+    p = plan(spec_from_text(text.replace("ARRIVAL", "poisson")))
+    (lv,) = p.backends[0].levels
+    assert lv.min_requests <= measured and lv.expected_requests == 25
+    assert "requests ≥ 0, expected ~25 (random arrivals: the seeded count varies around it)" in render_text(p)
+    (lv,) = plan(spec_from_text(text.replace("ARRIVAL", "constant"))).backends[0].levels
+    assert lv.min_requests == lv.expected_requests == 25
