@@ -114,6 +114,9 @@ class Measure:
     # and the requests they come from, when that is more than `units` (gaps of requests of
     # unequal lengths count as fewer draws: `PerToken.independent`)
     clusters: int | None = None
+    # the value is only a lower bound, the true one at least it (how far beyond unknown): a
+    # server histogram's quantile in its +Inf bucket, `reason` saying so
+    at_least: bool = False
 
     @property
     def short(self) -> int:
@@ -941,9 +944,15 @@ def bucket_series(bi: BackendIndex, levels: Sequence[LevelIndex], impl: MetricIm
                   percentile: float | None, *, confidence: float = 0.95, min_samples: int = 1) -> list[tuple[Scope, Measure]]:
     """agg(metric) in each bucket of `levels`, in order."""
     return [
-        (sc, impl.measure(sc, agg, percentile, confidence=confidence, min_samples=min_samples))
+        (sc, _known(impl.measure(sc, agg, percentile, confidence=confidence, min_samples=min_samples)))
         for lv in levels
         for w in lv.buckets
         for sc in [bucket_scope(bi, lv, w)]
     ]
+
+
+def _known(m: Measure) -> Measure:
+    """`m`, or none where its value is only a lower bound: a drift or slope of it would be a
+    number the server never measured."""
+    return dataclasses.replace(m, value=None) if m.at_least else m
 

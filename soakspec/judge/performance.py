@@ -204,6 +204,17 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
         return Instance("inconclusive", where, None, None, m.samples, f"{e.text} cannot be computed: {m.reason}"), None, m.samples
     vtext = f"{e.text} = {format_beside(m.value, kind(rule), rule.op, rule.threshold)}"
     ok = compare(m.value, rule.op, rule.threshold)
+    if m.at_least:
+        # only a lower bound (a histogram quantile in the +Inf bucket): the rule holds or fails
+        # where every value from it up holds or fails it, else nobody can tell
+        vtext += " or more"
+        if m.short:
+            return _too_few(run, sc, rule, impl, m, vtext, ok), m.value, m.samples
+        if ok != compare(UNBOUNDED, rule.op, rule.threshold):
+            return Instance("inconclusive", where, m.value, vtext, m.samples,
+                            f"{vtext}: {m.reason}, so whether it is {rule.op} {rule.threshold_text} is unknown", 1), m.value, m.samples
+        return Instance("pass" if ok else "fail", where, m.value, vtext, m.samples,
+                        f"{vtext} ({m.reason}; threshold {rule.op} {rule.threshold_text})"), m.value, m.samples
     if m.short:
         return _too_few(run, sc, rule, impl, m, vtext, ok), m.value, m.samples
     if ok and isinstance(impl, Outcome) and not completed(sc.records):

@@ -11,7 +11,9 @@ over a scope's bucket windows (the index/scope API: `Scope.windows`):
   histogram  mean = the scope's Δsum / Δcount (the mean observation); min, max = over the
              per-bucket means; pNN = a quantile estimate from the Δ bucket counts, linear
              within the bucket it falls in (Prometheus' histogram_quantile): its resolution is
-             that bucket's width, stated in `quantile_estimate`; bare = observations, rate() =
+             that bucket's width, stated in `quantile_estimate`; in the +Inf bucket only a
+             lower bound, the largest finite bound (`Measure.at_least`: the rule is judged
+             for every value from it up); bare = observations, rate() =
              observations per second
   summary    mean only (Δsum / Δcount)
 
@@ -276,7 +278,13 @@ def _histogram(family: str, scope: Scope, agg: str, q: float | None, confidence:
         return Measure(None, 0, 1, "observation", f"no '{family}' observations in the scope")
     if agg == "p":
         need = max(stats.min_samples_for_percentile(q, confidence), min_samples)  # type: ignore[arg-type]
-        value, _ = quantile_estimate(q, pooled(deltas))  # type: ignore[arg-type]
+        value, (lo, hi) = quantile_estimate(q, pooled(deltas))  # type: ignore[arg-type]
+        if value is not None and hi is None:
+            # in the +Inf bucket: above the largest finite bound, how far the histogram cannot say
+            # (histogram_quantile answers that bound; as a value it would pass `p99 < 10s` for a
+            # server whose every observation took 30 s)
+            return Measure(value, n, need, "observation",
+                           f"p{q:g} falls in the histogram's +Inf bucket, above its largest finite bound {lo:g}", at_least=True)
         return Measure(value, n, need, "observation")
     if agg == "mean":
         return Measure(math.fsum(d.sum for d in deltas) / obs, n, max(1, min_samples), "observation")
