@@ -47,3 +47,62 @@ def test_a_quantile_in_the_inf_bucket_is_a_lower_bound_never_a_pass_it_cannot_pr
 def test_a_drift_of_a_quantile_in_the_inf_bucket_is_not_judged_on_its_bound():
     (r,) = _judged(f'require drift(p50(server("{TTFT}"))) <= 10% per level', _beyond_the_buckets)
     assert r.status == "inconclusive", r.message
+
+
+# ---------------------------------------------------------------------------- a family that appears late
+
+
+def _appears_late(family: str, at: int):
+    """`family` absent from the scrapes before the `at`-th (a labelled counter or histogram whose
+    first series the server creates at its first event: prometheus_client shows no line of a
+    labelled family until then, Rust's metrics exporter (TGI) not even its # TYPE), then there."""
+    def mutate(i, row):
+        f = row["families"]
+        if i < at:
+            del f[family]
+        elif family == "vllm:num_preemptions_total":
+            f[family]["value"] = 3.0  # three preemptions, then no more
+    return mutate
+
+
+def test_a_counter_whose_first_series_appears_mid_scope_counts_its_first_value():
+    """`server("vllm:num_preemptions_total") == 0` PASSED for a server that preempted three
+    requests in the run: the family's first line (3) came mid-run, and its increase was taken
+    from that first scrape on (0). A counter absent from the successful scrapes before its
+    first appearance had no series: its sum was 0 there (Prometheus' sum over no series)."""
+    (r,) = _judged('require server("vllm:num_preemptions_total") == 0', _appears_late("vllm:num_preemptions_total", 10))
+    assert r.status == "fail" and r.observed == 3.0, r.message
+    (r,) = _judged('require max(server("vllm:num_preemptions_total")) == 0 per bucket', _appears_late("vllm:num_preemptions_total", 10))
+    assert r.status == "fail", r.message
+
+
+def test_a_histogram_whose_first_series_appears_mid_scope_counts_its_first_observations():
+    """As a counter: the observations of a histogram whose first line came mid-scope (20 when
+    first seen) were left out of its count, mean and quantiles."""
+    def shifted(absent):
+        def mutate(i, row):
+            h = row["families"][TTFT]
+            base = 2.0 * 5 * 9  # its count had it been there: zero until the 10th scrape
+            if i < 10:
+                if absent:
+                    del row["families"][TTFT]
+                else:
+                    h.update(sum=0.0, count=0.0, buckets=[[le, 0.0] for le, _ in h["buckets"]])
+            else:
+                h.update(sum=h["sum"] - 0.2 * base, count=h["count"] - base,
+                         buckets=[[le, max(0.0, n - base)] for le, n in h["buckets"]])
+        return mutate
+    zero = _judged(f'require server("{TTFT}") >= 0', shifted(False))
+    late = _judged(f'require server("{TTFT}") >= 0', shifted(True))
+    assert late[0].observed == zero[0].observed > 0, (late[0].message, zero[0].message)
+
+
+def test_a_counter_absent_after_it_appeared_is_a_gap_not_a_reset():
+    """Absent from a scrape after its first appearance (a scrape that missed it): no value
+    there, the change taken around it -- never a reset counting the whole value again."""
+    def mutate(i, row):
+        if i in (12, 13):
+            del row["families"]["vllm:generation_tokens_total"]
+    full = _judged('require server("vllm:generation_tokens_total") >= 0', lambda i, row: None)
+    gap = _judged('require server("vllm:generation_tokens_total") >= 0', mutate)
+    assert gap[0].observed == full[0].observed

@@ -21,6 +21,7 @@ them equal to the rows read one by one).
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 from array import array
@@ -57,6 +58,10 @@ class Series:
     bounds: tuple[tuple[float | None, ...], ...]  # the distinct `le` tuples of its scrapes
     bound_of: array  # 'i': scrape -> its index in `bounds` (-1: no buckets)
     bucket_counts: tuple[array, ...]  # per scrape: the counts of its buckets ('d'), in `le` order
+    # a counter's, histogram's or summary's birth: the backend's last successful scrape before
+    # the family's first, where it had no series -- its sum 0 (a labelled family shows no line
+    # until its first event). None: present from the first successful scrape, or a gauge
+    born: float | None = None
 
     def value(self, i: int) -> float | None:
         v = self.values[i]
@@ -90,6 +95,7 @@ class ScrapeBuilder:
         self.first_failed: tuple[float, Mapping[str, Any]] | None = None
         self._fams: dict[str, _Family] = {}
         self._bounds: dict[tuple[float | None, ...], int] = {}
+        self._ok_times = array("d")  # the successful scrapes' times (a family's `born`)
 
     def add(self, row: Any) -> None:
         if not isinstance(row, Mapping):
@@ -106,6 +112,7 @@ class ScrapeBuilder:
                 if self.first_failed is None or t < self.first_failed[0]:
                     self.first_failed = (t, {"error": row.get("error")})
             return
+        self._ok_times.append(t)
         for name, entry in fams.items():
             if isinstance(entry, Mapping) and isinstance(entry.get("type"), str):
                 fam = self._fams.get(name)
@@ -115,7 +122,8 @@ class ScrapeBuilder:
 
     def finish(self) -> Scrapes:
         bounds = tuple(self._bounds)
-        series = {name: fam.finish(name, bounds) for name, fam in self._fams.items()}
+        ok = sorted(self._ok_times)
+        series = {name: fam.finish(name, bounds, ok) for name, fam in self._fams.items()}
         return Scrapes(series, self.total, self.failed, self.first_failed[1] if self.first_failed else None, self.rows)
 
 
@@ -159,7 +167,7 @@ class _Family:
             self.bound_of.append(-1)
             self.bucket_counts.append(_EMPTY)
 
-    def finish(self, name: str, bounds: tuple[tuple[float | None, ...], ...]) -> Series:
+    def finish(self, name: str, bounds: tuple[tuple[float | None, ...], ...], ok: list[float]) -> Series:
         times = np.frombuffer(self.times, dtype=np.float64) if len(self.times) else np.zeros(0)
         order = np.argsort(times, kind="stable")  # time order; scrapes of one time in file order
         if len(order) and not (order[1:] > order[:-1]).all():
@@ -168,7 +176,10 @@ class _Family:
             bc = tuple(self.bucket_counts[j] for j in pick)
         else:
             cols, bc = [self.times, self.values, self.sums, self.counts, self.bound_of], tuple(self.bucket_counts)
-        return Series(name, self.types[int(order[-1])], *cols[:4], bounds, cols[4], bc)
+        kind = self.types[int(order[-1])]
+        before = bisect.bisect_left(ok, cols[0][0]) - 1 if len(cols[0]) else -1
+        born = ok[before] if before >= 0 and kind in ("counter", "histogram", "summary") else None
+        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born)
 
 
 _EMPTY = array("d")

@@ -19,7 +19,11 @@ over a scope's bucket windows (the index/scope API: `Scope.windows`):
 
 A counter's or histogram's change over a window is taken between the last scrape at or before
 the window's start (else its first scrape inside) and the first scrape at or after its end
-(else its last inside): it covers the window, by at most one scrape interval more. Adjacent
+(else its last inside): it covers the window, by at most one scrape interval more. A counter
+or histogram absent from the successful scrapes before its first appearance had no series
+there, its sum 0 (a labelled family shows no line before its first event): the last such
+scrape is its first point (`Series.born`), so its first value counts; absent after it, a
+scrape is a gap, never a reset. Adjacent
 windows of one scope are merged into one span first, so a level's increase is counted once.
 
 A percentile of a histogram needs as many observations as the gate's percentile rule
@@ -113,6 +117,18 @@ def bracket(s: Series, start: float, end: float) -> tuple[int, int] | None:
     return lo, hi
 
 
+def span_of(s: Series, start: float, end: float) -> tuple[int, int] | None:
+    """`bracket`, with index -1 for the family's birth (`Series.born`: the successful scrape
+    before its first, where it had no series, its sum 0) where its first scrape is after `start`."""
+    if s.born is not None and len(s.times) and start < s.times[0] and s.born < end:
+        return -1, min(bisect.bisect_left(s.times, end), len(s.times) - 1)
+    return bracket(s, start, end)
+
+
+def _time(s: Series, i: int) -> float:
+    return s.born if i < 0 else s.times[i]  # type: ignore[return-value]
+
+
 def _increase(vals: Sequence[float]) -> float:
     inc = 0.0
     for a, b in zip(vals, vals[1:]):
@@ -122,13 +138,13 @@ def _increase(vals: Sequence[float]) -> float:
 
 def counter_change(s: Series, start: float, end: float) -> tuple[float, float, int] | None:
     """(increase, seconds between the bracketing scrapes, scrapes used) over [start, end)."""
-    b = bracket(s, start, end)
+    b = span_of(s, start, end)
     if b is None:
         return None
-    vals = [v for i in range(b[0], b[1] + 1) if (v := s.value(i)) is not None]
+    vals = [v for i in range(b[0], b[1] + 1) if (v := (0.0 if i < 0 else s.value(i))) is not None]
     if len(vals) < 2:
         return None
-    return _increase(vals), s.times[b[1]] - s.times[b[0]], b[1] - b[0] + 1
+    return _increase(vals), s.times[b[1]] - _time(s, b[0]), b[1] - b[0] + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,12 +157,12 @@ class HistDelta:
 
 
 def hist_change(s: Series, start: float, end: float) -> HistDelta | None:
-    b = bracket(s, start, end)
+    b = span_of(s, start, end)
     if b is None:
         return None
     total = count = 0.0
     buckets: dict[float | None, float] = {}
-    pts = [s.hist(i) for i in range(b[0], b[1] + 1)]
+    pts = [(0.0, 0.0, {}) if i < 0 else s.hist(i) for i in range(b[0], b[1] + 1)]
     for (s0, c0, b0), (s1, c1, b1) in zip(pts, pts[1:]):
         reset = c1 < c0
         total += s1 if reset else s1 - s0
@@ -154,7 +170,7 @@ def hist_change(s: Series, start: float, end: float) -> HistDelta | None:
         for le, v in b1.items():
             buckets[le] = buckets.get(le, 0.0) + (v if reset else v - b0.get(le, 0.0))
     order = sorted(buckets, key=lambda le: math.inf if le is None else le)
-    return HistDelta(total, count, tuple((le, buckets[le]) for le in order), s.times[b[1]] - s.times[b[0]], b[1] - b[0] + 1)
+    return HistDelta(total, count, tuple((le, buckets[le]) for le in order), s.times[b[1]] - _time(s, b[0]), b[1] - b[0] + 1)
 
 
 def quantile_estimate(q: float, buckets: Sequence[tuple[float | None, float]]) -> tuple[float | None, tuple[float, float | None]]:
