@@ -106,3 +106,86 @@ def test_a_counter_absent_after_it_appeared_is_a_gap_not_a_reset():
     full = _judged('require server("vllm:generation_tokens_total") >= 0', lambda i, row: None)
     gap = _judged('require server("vllm:generation_tokens_total") >= 0', mutate)
     assert gap[0].observed == full[0].observed
+
+
+# ---------------------------------------------------------------------------- the scrape's last answer
+
+
+RUN = """\
+soak "last" {{}}
+backend "u" {{
+  url = "{url}"
+  ready {{
+    timeout = 5s
+    interval = 100ms
+  }}
+  metrics {{
+    every = 5s
+  }}
+}}
+workload "w" {{
+  prompt_words = 4
+  max_tokens = 5
+  load {{
+    concurrency = [2]
+  }}
+  duration = 1s
+  bucket = 500ms
+  deadline = 5s
+  follow_up = false
+}}
+"""
+
+
+async def test_the_load_ends_with_a_scrape_so_its_last_bucket_is_counted(tmp_path):
+    """The scrape was cancelled with the load: nothing after the last bucket's end, so a
+    counter's or histogram's change over it stopped at the last scrape inside -- up to a scrape
+    interval (5 s by default, a quarter of the shortest bucket) of the run's end uncounted
+    (here, scraping every 5 s over a 1 s load, all of it: no rule could bracket a bucket). A
+    scrape now follows the load's end, before the server is stopped."""
+    import functools
+
+    import httpx
+    import trio
+
+    from soakspec.evidence.layout import RunLayout
+    from soakspec.lang import load_spec
+    from soakspec.plan import plan
+    from soakspec.runner.backend import Deps
+    from soakspec.runner.clock import RunClock
+    from soakspec.runner.collect import collect
+    from soakspec.runner.driver import run_backend
+    from soakspec.runner.engine import h11_connect
+    from soakspec.runner.ids import IdSequence
+    from soakspec.runner.progress import Progress
+    from soakspec.runner.prompts import PromptFiles
+    from soakspec.runner.recorder import BackendRecorder, RunStatus
+    from soakspec.sim.config import SimConfig
+    from soakspec.sim.server import serve
+
+    from runner_support import read_jsonl
+
+    async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
+        port = await nursery.start(functools.partial(serve, SimConfig(model="default", ttft=0.005, itl=0.001, trace_log=False)))
+        path = tmp_path / "s.soak"
+        path.write_text(RUN.format(url=f"http://127.0.0.1:{port}"))
+        spec, diags, _ = load_spec(path)
+        assert spec is not None, diags
+        p = plan(spec)
+        (bp,) = p.backends
+        layout = RunLayout(tmp_path / "ev")
+        rec = BackendRecorder(bp, layout, RunStatus())
+        rec.prepare(0, None)
+        deps = Deps(RunClock(), Progress(quiet=True), http, h11_connect(RunClock()), layout, preflight=False)
+        with trio.fail_after(30):
+            await run_backend(bp, deps, rec, IdSequence("t-0"), PromptFiles(), p.telemetry_interval_s)
+        rec.close()
+        nursery.cancel_scope.cancel()
+    entry = collect(p, rec, Progress(quiet=True))
+    rows = read_jsonl(layout.metrics("u"))
+    (lv,) = entry["levels"]
+    end = lv["buckets"][-1]["end"]
+    assert len(rows) == 2 and all(r["ok"] for r in rows), rows
+    assert rows[-1]["t"] >= end, (rows[-1]["t"], end)
+    done = rows[-1]["families"]["vllm:request_success_total"]["value"]
+    assert done == sum(1 for r in read_jsonl(layout.requests("u")) if str(r.get("outcome")).endswith("completed")) > 0

@@ -36,7 +36,7 @@ from soakspec.runner.load import CLOSE_S, Bisection, LevelContext, LevelRun, Sha
 from soakspec.runner.prompts import PromptFiles
 from soakspec.runner.recorder import BackendRecorder, off_loop
 from soakspec.evidence.record import FOLLOW_UP_BUCKET, iter_records
-from soakspec.runner.scrape import scrape_metrics
+from soakspec.runner.scrape import LastScrape, scrape_metrics
 from soakspec.runner.records import RequestRecord
 from soakspec.runner.workers import drive_level_workers, processes_for
 
@@ -53,12 +53,15 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
         async with trio.open_nursery() as nursery:
             url = await nursery.start(functools.partial(serve_backend, bp.launch, deps, rec, health, load_stopped=load_stopped))
             nursery.start_soon(sample_telemetry, deps, rec, telemetry_interval_s)
+            last = LastScrape()
             if bp.metrics is not None:
-                nursery.start_soon(scrape_metrics, bp.metrics, url, deps, rec)
+                nursery.start_soon(scrape_metrics, bp.metrics, url, deps, rec, last)
             nursery.start_soon(tick_progress, deps.progress, rec)
             nursery.start_soon(LoopMonitor(deps.clock, client.write, backend=bp.name, held=health.held_s).run)
             try:
                 await drive_backend(bp, url, deps, rec, ids, prompts, health, client)
+                if bp.metrics is not None:
+                    await last.after_load(bp.metrics)  # a scrape after the last bucket, the server still up
             finally:
                 load_stopped.set()  # its requests are recorded and its workers have stopped
             nursery.cancel_scope.cancel()

@@ -19,6 +19,9 @@ file stays bounded. A counter is keyed by its sample name (`..._total`, as /metr
 a histogram bucket's `le` is a number, `null` for +Inf. A failed scrape is a line too
 (`ok: false`, the HTTP status or null, the error): never silently dropped.
 
+The load's end wakes the loop for one last scrape (`LastScrape`), which the driver waits for
+(bounded) before the server is stopped: the last bucket is bracketed by a scrape after it.
+
 A default (undeclared) scrape whose first answer is a 4xx (404: no such endpoint) records "not available" and stops; a
 declared one keeps scraping whatever it gets, and the judge's `metrics_scraped` fails it. What
 happened is summarised in the backend's manifest entry (`metrics`: path, interval, declared,
@@ -244,9 +247,38 @@ async def scrape_row(http: httpx.AsyncClient, url: str, scrape: MetricsScrape, n
             "seconds": round(took, 6), "families": families}
 
 
-async def scrape_metrics(scrape: MetricsScrape, url: str, deps: Any, rec: Any) -> None:
-    """Scrape until cancelled (see the module docstring); `rec.metrics_scrape` holds the summary."""
+class LastScrape:
+    """The scrape after the load: `after_load()` (the driver, once the load has ended) wakes
+    the scrape loop for one more scrape and waits for it, bounded, before the server is stopped.
+    Without it a counter's or histogram's change over the last bucket stopped at the last
+    scrape inside it: up to a scrape interval of the run's end uncounted."""
+
+    def __init__(self) -> None:
+        self.load_done = trio.Event()
+        self.finished = trio.Event()
+
+    async def after_load(self, scrape: MetricsScrape) -> None:
+        self.load_done.set()
+        with trio.move_on_after(scrape.timeout_s + LAST_SCRAPE_SLACK_S):
+            await self.finished.wait()
+
+
+LAST_SCRAPE_SLACK_S = 2.0  # the last scrape's wait beyond its timeout: parsing and writing its line
+
+
+async def scrape_metrics(scrape: MetricsScrape, url: str, deps: Any, rec: Any, last: LastScrape | None = None) -> None:
+    """Scrape until cancelled, or until the one scrape after `last.load_done` (see the module
+    docstring); `rec.metrics_scrape` holds the summary."""
+    try:
+        await _scrape_loop(scrape, url, deps, rec, last)
+    finally:
+        if last is not None:
+            last.finished.set()
+
+
+async def _scrape_loop(scrape: MetricsScrape, url: str, deps: Any, rec: Any, last: LastScrape | None) -> None:
     log = ScrapeLog(scrape)
+    final = False
     rec.metrics_scrape = log.to_json()
     try:
         w = JsonlWriter(deps.layout.metrics(rec.name), schema="metrics")
@@ -260,11 +292,18 @@ async def scrape_metrics(scrape: MetricsScrape, url: str, deps: Any, rec: Any) -
                 if log.status == "not available":
                     deps.progress.log(f"[{rec.name}] no server metrics: {scrape.path} answered {row['status']} (recorded as not available)")
                     return
-                await trio.sleep(scrape.interval_s)
+                if final:
+                    return
+                if last is None:
+                    await trio.sleep(scrape.interval_s)
+                    continue
+                with trio.move_on_after(scrape.interval_s):
+                    await last.load_done.wait()
+                final = last.load_done.is_set()  # one more scrape, at or after the load's end
         finally:
             await off_loop(w.close)
     except EvidenceError as e:
         raise rec.status.evidence_failed(e)
 
 
-__all__ = ["ScrapeLog", "scrape_metrics", "scrape_once", "scrape_row", "summarize"]
+__all__ = ["LastScrape", "ScrapeLog", "scrape_metrics", "scrape_once", "scrape_row", "summarize"]
