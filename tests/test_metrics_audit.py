@@ -189,3 +189,31 @@ async def test_the_load_ends_with_a_scrape_so_its_last_bucket_is_counted(tmp_pat
     assert rows[-1]["t"] >= end, (rows[-1]["t"], end)
     done = rows[-1]["families"]["vllm:request_success_total"]["value"]
     assert done == sum(1 for r in read_jsonl(layout.requests("u")) if str(r.get("outcome")).endswith("completed")) > 0
+
+
+# ---------------------------------------------------------------------------- a ratio over several engines
+
+
+DP2 = """\
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.9
+vllm:kv_cache_usage_perc{engine="1",model_name="m"} 0.7
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="m"} 30.0
+vllm:num_requests_running{engine="1",model_name="m"} 20.0
+"""
+
+
+@pytest.mark.parametrize("text", [DP2, DP2.replace("# TYPE vllm:kv_cache_usage_perc gauge\n", "")])
+def test_a_ratio_gauge_of_several_engines_is_their_mean_not_their_sum(text):
+    """vLLM with --data-parallel-size 2 exposes kv_cache_usage_perc per engine (labels model_name,
+    engine): summed, two engines at 90% and 70% read as 160%, and 'max(server(...)) < 95%'
+    failed a server no engine of which was full. A ratio (a name ending _perc, _ratio, _usage,
+    hit_rate) is the mean over its label sets, Prometheus' avg(); a count stays their sum."""
+    from soakspec.runner.scrape import summarize
+
+    f = summarize(text, ["vllm:kv_cache_usage_perc", "vllm:num_requests_running"])
+    assert f["vllm:kv_cache_usage_perc"]["value"] == pytest.approx(0.8) and f["vllm:kv_cache_usage_perc"]["series"] == 2
+    assert f["vllm:num_requests_running"]["value"] == 50.0

@@ -1,7 +1,7 @@
 """The server's own metrics: `server("family")` in rules, and the `metrics_scraped` check.
 
 What the runner scraped (`runner/scrape.py`: backends/<name>/metrics.jsonl, one line per
-scrape, each kept family summed over its label sets) is read here on the client's timeline,
+scrape, each kept family summed over its label sets, a ratio gauge averaged) is read here on the client's timeline,
 over a scope's bucket windows (the index/scope API: `Scope.windows`):
 
   gauge      the scrapes that fall inside the windows: min, max, mean, pNN of their values

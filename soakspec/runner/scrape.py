@@ -14,8 +14,8 @@ backends/<name>/metrics.jsonl (schema "metrics"), fsynced:
        "buckets": [[0.001, 0.0], ..., [null, 40.0]], "series": 1}}}
 
 Only the families the plan names are kept (those the gate's rules name, and the default set
-`plan.DEFAULT_SERVER_METRICS`), each summed over its label sets (`series` says how many), so the
-file stays bounded. A counter is keyed by its sample name (`..._total`, as /metrics shows it);
+`plan.DEFAULT_SERVER_METRICS`), each summed over its label sets (`series` says how many) --
+a ratio gauge (`RATIO_SUFFIXES`) averaged over them -- so the file stays bounded. A counter is keyed by its sample name (`..._total`, as /metrics shows it);
 a histogram bucket's `le` is a number, `null` for +Inf. A failed scrape is a line too
 (`ok: false`, the HTTP status or null, the error): never silently dropped.
 
@@ -134,6 +134,16 @@ def _summary(samples: Iterable[Any]) -> dict[str, Any]:
 
 _PARTS = ("_bucket", "_sum", "_count")
 
+# a gauge that is a fraction of one engine's capacity or traffic (vLLM's kv_cache_usage_perc,
+# gpu_prefix_cache_hit_rate; SGLang's token_usage, cache_hit_rate): per engine with
+# --data-parallel-size, so its label sets are averaged (Prometheus' avg()), not summed -- two
+# engines at 90% and 70% are not 160%
+RATIO_SUFFIXES = ("_perc", "_ratio", "_usage", "hit_rate")
+
+
+def is_ratio(name: str) -> bool:
+    return name.endswith(RATIO_SUFFIXES)
+
 
 def _shaped(samples: Iterable[Any], wanted: set[str]) -> dict[str, dict[str, Any]]:
     """The wanted histograms and summaries among untyped lines (no `# TYPE`, legal), by their
@@ -160,12 +170,13 @@ def _shaped(samples: Iterable[Any], wanted: set[str]) -> dict[str, dict[str, Any
 
 
 def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
-    """The kept families of a Prometheus text exposition, summed over their label sets (values
+    """The kept families of a Prometheus text exposition, summed over their label sets, a ratio gauge averaged (values
     that are not finite -- NaN, +Inf -- left out). Raises ValueError when the text does not parse."""
     wanted = set(keep)
     out: dict[str, Any] = {}
     typed: set[str] = set()  # the keys a `# TYPE` line gave their type
     loose: list[Any] = []  # the lines of untyped families, for `_shaped`
+    finite_n: dict[str, int] = {}  # a gauge's label sets with a finite value (a ratio's mean)
     for fam in text_string_to_metric_families(text):
         # untyped (no `# TYPE` line, or `untyped`): the parser makes each line a family of its own
         untyped = fam.type in ("unknown", "untyped")
@@ -197,10 +208,16 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
                 if prev["value"] is not None:
                     finite.append(prev["value"])
                 vals.extend([0.0] * prev["series"])
+                finite_n[key] = finite_n.get(key, 0) + len(finite) - (prev["value"] is not None)
+            else:
+                finite_n[key] = len(finite)
             out[key] = {"type": kind, "value": math.fsum(finite) if finite else None, "series": len(vals)}
     # an untyped histogram or summary was not read at all (its `_bucket`, `_sum`, `_count` lines
     # matched no wanted name) or read as a gauge (a summary's quantiles summed)
     out.update((k, v) for k, v in _shaped(loose, wanted).items() if k not in typed)
+    for k, v in out.items():
+        if v["type"] == "gauge" and is_ratio(k) and v["value"] is not None and finite_n.get(k, 1) > 1:
+            v["value"] /= finite_n[k]  # the mean over its label sets (RATIO_SUFFIXES)
     for k in [k for k, v in out.items()
               if v["type"] in ("counter", "gauge") and not v["series"] and out.get(k + "_total", {}).get("type") == "counter"]:
         # OpenMetrics' counter (`# TYPE x counter` or `# HELP x` over `x_total` lines): the
