@@ -129,11 +129,14 @@ python_gc_objects_collected_total{generation="0"} 123.0
 """
 
 
+BY_M = 'engine="0",model_name="m"'  # the label set of its one preemptions counter
+
+
 def test_summarize_keeps_the_named_families_summed_over_their_label_sets():
     fams = summarize(VLLM_TEXT, ["vllm:num_requests_running", "vllm:num_preemptions_total", "vllm:time_to_first_token_seconds"])
     assert fams == {
         "vllm:num_requests_running": {"type": "gauge", "value": 5.0, "series": 2},
-        "vllm:num_preemptions_total": {"type": "counter", "value": 4.0, "series": 1},
+        "vllm:num_preemptions_total": {"type": "counter", "value": 4.0, "series": 1, "by": [[BY_M, 4.0]]},
         "vllm:time_to_first_token_seconds": {"type": "histogram", "sum": 2.5, "count": 4.0, "series": 1,
                                              "buckets": [[0.1, 1.0], [1.0, 3.0], [None, 4.0]]},
     }
@@ -156,8 +159,9 @@ def test_an_untyped_total_is_read_as_the_counter_its_name_says_it_is():
             'vllm:num_requests_running{engine="2"} 1\n')
     fams = summarize(text, ["vllm:request_success_total", "vllm:num_preemptions_total", "vllm:num_requests_running"])
     assert fams == {
-        "vllm:request_success_total": {"type": "counter", "value": 10.0, "series": 2},
-        "vllm:num_preemptions_total": {"type": "counter", "value": 2.0, "series": 1},
+        "vllm:request_success_total": {"type": "counter", "value": 10.0, "series": 2,
+                                       "by": [['finished_reason="length"', 7.0], ['finished_reason="stop"', 3.0]]},
+        "vllm:num_preemptions_total": {"type": "counter", "value": 2.0, "series": 1, "by": [["", 2.0]]},
         "vllm:num_requests_running": {"type": "gauge", "value": 5.0, "series": 3},
     }
 
@@ -224,7 +228,8 @@ def test_a_counter_named_without_total_is_read_typed_or_untyped(form):
     rows = b.metrics["a"]
     for i, row in enumerate(rows):
         row["families"] = summarize(form.format(n=0 if i < len(rows) // 2 else 3), [name])
-    assert rows[-1]["families"] == {name + "_total": {"type": "counter", "value": 3.0, "series": 2}}
+    assert rows[-1]["families"] == {name + "_total": {"type": "counter", "value": 3.0, "series": 2,
+                                                      "by": [['engine="0"', 3.0], ['engine="1"', 0.0]]}}
     (r,) = _perf(judge(spec, b.build())).values()
     assert r.status == "fail" and r.observed == 3.0, r.message
     wide = "# TYPE h histogram\n" + "".join(f'h_bucket{{le="{i}"}} {i}\n' for i in range(MAX_BUCKETS + 1))
@@ -250,7 +255,8 @@ async def test_the_simulator_serves_vllm_named_metrics_and_a_scrape_reads_them()
     f = row["families"]
     assert {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:generation_tokens_total",
             "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:time_to_first_token_seconds"} <= set(f)
-    assert f["vllm:generation_tokens_total"] == {"type": "counter", "value": 12.0, "series": 1}
+    assert {k: v for k, v in f["vllm:generation_tokens_total"].items() if k != "by"} == {"type": "counter", "value": 12.0, "series": 1}
+    assert [v for _, v in f["vllm:generation_tokens_total"]["by"]] == [12.0]
     assert f["vllm:kv_cache_usage_perc"]["value"] == 0.0 and f["vllm:num_preemptions_total"]["value"] == 0.0
     ttft = f["vllm:time_to_first_token_seconds"]
     assert ttft["count"] == 3 and ttft["buckets"][-1] == [None, 3.0] and ttft["sum"] > 0

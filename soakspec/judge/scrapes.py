@@ -62,6 +62,11 @@ class Series:
     # the family's first, where it had no series -- its sum 0 (a labelled family shows no line
     # until its first event). None: present from the first successful scrape, or a gauge
     born: float | None = None
+    # a counter's value per label set (its row's `by`), NaN where the scrape had none of it, and
+    # each label set's first scrape; None where a scrape had no `by` (evidence from before it,
+    # or more label sets than the scrape keeps): its sum alone is read
+    by: Mapping[str, array] | None = None
+    by_first: Mapping[str, int] | None = None
 
     def value(self, i: int) -> float | None:
         v = self.values[i]
@@ -143,6 +148,9 @@ class _Family:
         self.bound_of = array("i")
         self.bucket_counts: list[array] = []
         self.types: list[str] = []
+        # a counter's value per label set, a column each (NaN: not in that scrape); None once a
+        # scrape had no `by`
+        self.by: dict[str, array] | None = {}
 
     def add(self, t: float, entry: Mapping[str, Any], bounds: dict[tuple[float | None, ...], int]) -> None:
         self.times.append(t)
@@ -151,6 +159,16 @@ class _Family:
         self.values.append(_NAN if v is None else v)
         self.sums.append(float(_num(entry.get("sum")) or 0.0))
         self.counts.append(float(_num(entry.get("count")) or 0.0))
+        by = _by(entry.get("by")) if self.by is not None else None
+        if by is None:
+            self.by = None
+        else:
+            n = len(self.times) - 1  # the scrapes before this one
+            for lab, col in self.by.items():
+                col.append(by.pop(lab, _NAN))
+            for lab, v in by.items():
+                col = self.by[lab] = array("d", [_NAN]) * n
+                col.append(v)
         bks: dict[float | None, float] = {}
         pairs = entry.get("buckets")
         for pair in pairs if isinstance(pairs, (list, tuple)) else ():  # anything else holds no bucket
@@ -176,10 +194,25 @@ class _Family:
             bc = tuple(self.bucket_counts[j] for j in pick)
         else:
             cols, bc = [self.times, self.values, self.sums, self.counts, self.bound_of], tuple(self.bucket_counts)
+        per = first = None
+        if self.by is not None and len(order):
+            per = {lab: array("d", (col[j] for j in order.tolist())) for lab, col in self.by.items()} if cols[0] is not self.times else self.by
+            first = {lab: next(i for i, v in enumerate(col) if v == v) for lab, col in per.items()}
         kind = self.types[int(order[-1])]
         before = bisect.bisect_left(ok, cols[0][0]) - 1 if len(cols[0]) else -1
         born = ok[before] if before >= 0 and kind in ("counter", "histogram", "summary") else None
-        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born)
+        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born, per, first)
 
 
 _EMPTY = array("d")
+
+
+def _by(pairs: Any) -> dict[str, float] | None:
+    """A counter entry's `by` ([label set, value] pairs) as a dict; None where it has none."""
+    if not isinstance(pairs, (list, tuple)):
+        return None
+    out: dict[str, float] = {}
+    for pair in pairs:
+        if isinstance(pair, (list, tuple)) and len(pair) == 2 and isinstance(pair[0], str) and (v := _num(pair[1])) is not None:
+            out[pair[0]] = v
+    return out

@@ -6,7 +6,8 @@ over a scope's bucket windows (the index/scope API: `Scope.windows`):
 
   gauge      the scrapes that fall inside the windows: min, max, mean, pNN of their values
   counter    bare = its increase over the scope (a reset -- the value going down -- counts
-             the new value as the increase since it); rate() = increase / seconds; mean, min,
+             the new value as the increase since it; each label set its own counter where the
+             scrape kept them, `Series.by`, summed after); rate() = increase / seconds; mean, min,
              max = over the per-bucket rates
   histogram  mean = the scope's Δsum / Δcount (the mean observation); min, max = over the
              per-bucket means; pNN = a quantile estimate from the Δ bucket counts, linear
@@ -144,7 +145,22 @@ def counter_change(s: Series, start: float, end: float) -> tuple[float, float, i
     vals = [v for i in range(b[0], b[1] + 1) if (v := (0.0 if i < 0 else s.value(i))) is not None]
     if len(vals) < 2:
         return None
-    return _increase(vals), s.times[b[1]] - _time(s, b[0]), b[1] - b[0] + 1
+    inc = _increase(vals) if s.by is None else _increase_by(s, *b)
+    return inc, s.times[b[1]] - _time(s, b[0]), b[1] - b[0] + 1
+
+
+def _increase_by(s: Series, lo: int, hi: int) -> float:
+    """The increase between scrapes lo and hi (-1: the family's birth) summed over its label
+    sets, each its own counter (Prometheus' sum(increase(...))): a label set going down is its
+    own reset, one gone from a scrape a gap; one whose first scrape is after lo had no series
+    before, so 0."""
+    assert s.by is not None and s.by_first is not None
+    inc = 0.0
+    for lab, arr in s.by.items():
+        vals = [0.0] if lo < s.by_first[lab] <= hi else []
+        vals += [v for i in range(max(lo, 0), hi + 1) if (v := arr[i]) == v]
+        inc += _increase(vals)
+    return inc
 
 
 @dataclasses.dataclass(frozen=True)

@@ -45,6 +45,7 @@ from soakspec.runner.protocol import describe_transport_error
 from soakspec.runner.recorder import durable, off_loop
 
 MAX_BUCKETS = 128  # histogram buckets kept per family (more: the family is dropped, with a note)
+MAX_SERIES = 64  # a counter's label sets kept one by one (`by`; more: its sum only)
 MAX_ERROR_CHARS = 300
 
 
@@ -169,6 +170,11 @@ def _shaped(samples: Iterable[Any], wanted: set[str]) -> dict[str, dict[str, Any
     return out
 
 
+def _labels(s: Any) -> str:
+    """A sample's label set as one string, its names sorted: `engine="0",model_name="m"`."""
+    return ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+
+
 def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
     """The kept families of a Prometheus text exposition, summed over their label sets, a ratio gauge averaged (values
     that are not finite -- NaN, +Inf -- left out). Raises ValueError when the text does not parse."""
@@ -177,6 +183,7 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
     typed: set[str] = set()  # the keys a `# TYPE` line gave their type
     loose: list[Any] = []  # the lines of untyped families, for `_shaped`
     finite_n: dict[str, int] = {}  # a gauge's label sets with a finite value (a ratio's mean)
+    by: dict[str, dict[str, float]] = {}  # a counter's value per label set
     for fam in text_string_to_metric_families(text):
         # untyped (no `# TYPE` line, or `untyped`): the parser makes each line a family of its own
         untyped = fam.type in ("unknown", "untyped")
@@ -212,10 +219,19 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
             else:
                 finite_n[key] = len(finite)
             out[key] = {"type": kind, "value": math.fsum(finite) if finite else None, "series": len(vals)}
+            if kind == "counter":
+                per = by.setdefault(key, {})
+                for smp in fam.samples:
+                    if not smp.name.endswith("_created") and math.isfinite(smp.value):
+                        per[_labels(smp)] = per.get(_labels(smp), 0.0) + smp.value
     # an untyped histogram or summary was not read at all (its `_bucket`, `_sum`, `_count` lines
     # matched no wanted name) or read as a gauge (a summary's quantiles summed)
     out.update((k, v) for k, v in _shaped(loose, wanted).items() if k not in typed)
     for k, v in out.items():
+        if v["type"] == "counter" and len(by.get(k, ())) <= MAX_SERIES:
+            # each label set's own value: its increase is its own, reset by its own going down
+            # (the judge's `Series.by`), as Prometheus' sum(increase(...))
+            v["by"] = sorted([lab, x] for lab, x in by.get(k, {}).items())
         if v["type"] == "gauge" and is_ratio(k) and v["value"] is not None and finite_n.get(k, 1) > 1:
             v["value"] /= finite_n[k]  # the mean over its label sets (RATIO_SUFFIXES)
     for k in [k for k, v in out.items()
