@@ -274,3 +274,27 @@ def test_a_counters_label_sets_read_from_hostile_or_unordered_rows():
     rows.append(row(4.0, "junk", 9.0))  # a scrape without a readable `by`: the sums
     s = build_scrapes(rows).series["c_total"]
     assert s.by is None and counter_change(s, 1.0, 4.0)[0] == 6.0 + 3.0
+
+
+# ---------------------------------------------------------------------------- the report of a +Inf quantile
+
+
+def test_the_report_does_not_show_a_quantile_in_the_inf_bucket_as_a_value():
+    """results.json gives a bucket's p99 in the +Inf bucket as the largest finite bound, its
+    bucket [2.5, null]: the Markdown line read 'per-bucket mean 30 to 30' and nothing of it, and
+    the HTML chart drew p99 = 2.5 s under a mean of 30 s, as if measured. The chart leaves it
+    out and the Markdown line says how many buckets' p99 lay beyond the histogram's bounds."""
+    from soakspec.judge.testing import small_spec
+    from soakspec.report.serverview import html_charts, md_lines
+
+    spec = small_spec(f'require p99(server("{TTFT}")) < 2s per bucket')
+    per = {f"w:0:{i}": {"mean": 30.0, "observations": 50.0, "scrapes": 3, "p50": {"value": 2.5, "bucket": [2.5, None]},
+                        "p99": {"value": 2.5, "bucket": [2.5, None]}} for i in range(2)}
+    sm = {"status": "scraped", "scrapes": 10, "failed": 0, "path": "/metrics",
+          "families": {TTFT: {"type": "histogram", "per_bucket": per}}}
+    b = {"name": "a", "server_metrics": sm,
+         "buckets": [{"workload": "w", "level": 0, "bucket": i, "started": 60.0 * i, "ended": 60.0 * (i + 1)} for i in range(2)]}
+    (chart,) = [c for c in html_charts(b, None, spec) if TTFT in c]
+    assert "<title>mean at 30.0s: 30</title>" in chart and "<title>p99 at" not in chart, chart
+    (line,) = [x for x in md_lines({"backends": [b]}, spec) if TTFT in x]
+    assert "p99 above the histogram's largest finite bound (2.5) in 2 of 2 buckets" in line, line

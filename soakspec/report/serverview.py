@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from soakspec.judge.common import rule_display
+from soakspec.judge.common import plural, rule_display
 from soakspec.report import common as C
 from soakspec.report.charts import Band, Mark, Series, Threshold, broken_at, empty_chart, line_chart
 
@@ -98,7 +98,16 @@ def _value(e: Any, key: str) -> float | None:
     if not isinstance(e, Mapping):
         return None
     v = e.get(key)
-    return _num(v.get("value")) if isinstance(v, Mapping) else _num(v)
+    if isinstance(v, Mapping):
+        # a quantile in the +Inf bucket ([lo, null]) is only a lower bound: not drawn as a value
+        return None if _beyond(v) else _num(v.get("value"))
+    return _num(v)
+
+
+def _beyond(q: Mapping[str, Any]) -> bool:
+    """A per-bucket quantile estimate that fell in the histogram's +Inf bucket."""
+    bd = q.get("bucket")
+    return isinstance(bd, list) and len(bd) == 2 and bd[1] is None and _num(bd[0]) is not None
 
 
 def html_charts(b: Mapping[str, Any], verdict: Any = None, spec: Any = None) -> list[str]:
@@ -202,6 +211,11 @@ def md_lines(results: Mapping[str, Any], spec: Any = None) -> list[str]:
                 bounds = [e.get("p99", {}).get("bucket") for e in (f.get("per_bucket") or {}).values() if isinstance(e, Mapping)]
                 widest = max((bd for bd in bounds if isinstance(bd, list) and bd[1] is not None), key=lambda bd: bd[1] - bd[0], default=None)
                 res = f"; p99 estimated within its histogram bucket (widest {widest[0]:g} to {widest[1]:g})" if widest else ""
+                qs = [q for e in (f.get("per_bucket") or {}).values() if isinstance(e, Mapping) and isinstance(q := e.get("p99"), Mapping)]
+                if over := [q for q in qs if _beyond(q)]:
+                    top = max(_num(q["bucket"][0]) for q in over)  # type: ignore[type-var]
+                    res += (f"; p99 above the histogram's largest finite bound ({top:g}) in {len(over)} of "
+                            f"{plural(len(qs), 'bucket')}: a lower bound, not charted")
             out.append(f"  - {md_code(fam, table=False)} ({md_text(kind)}): per-bucket {key} {rng}{res}")
     if not out:
         return []
