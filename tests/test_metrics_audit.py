@@ -298,3 +298,54 @@ def test_the_report_does_not_show_a_quantile_in_the_inf_bucket_as_a_value():
     assert "<title>mean at 30.0s: 30</title>" in chart and "<title>p99 at" not in chart, chart
     (line,) = [x for x in md_lines({"backends": [b]}, spec) if TTFT in x]
     assert "p99 above the histogram's largest finite bound (2.5) in 2 of 2 buckets" in line, line
+
+
+# ---------------------------------------------------------------------------- scrapes that failed
+
+
+def _late_scrapes_fail(i, row):
+    """Every scrape from the 20th on failed (an overloaded server's /metrics timing out)."""
+    if i >= 20:
+        row.update(ok=False, status=None, error="no answer within 2s", families={})
+
+
+@pytest.mark.parametrize("rule", [
+    'require max(server("vllm:num_requests_waiting")) < 64',
+    'require server("vllm:num_preemptions_total") == 0',
+    'require max(server("vllm:generation_tokens_total")) < 1000',  # the per-bucket rates
+    f'require mean(server("{TTFT}")) < 1s per level',
+    f'require max(server("{TTFT}")) < 1s',
+])
+def test_a_rule_over_buckets_whose_scrapes_failed_is_inconclusive_not_a_pass(rule):
+    """A default scrape (no `metrics { }`: metrics_scraped not judged) whose /metrics stopped
+    answering halfway -- as an overloaded server's does -- left the rest of the run unseen, and
+    a backend-wide rule PASSED on the first half: the gauge's max over the scrapes there, the
+    counter's change up to the last scrape that answered. A scope with a bucket no scrape
+    covers is INCONCLUSIVE, saying how many and why."""
+    (r,) = _judged(rule, _late_scrapes_fail)
+    assert r.status == "inconclusive" and "of 3 buckets" in r.message and "no answer within 2s" in r.message, r.message
+    (ok,) = _judged(rule, lambda i, row: None)
+    assert ok.status == "pass", ok.message
+
+
+def test_a_violation_seen_before_the_scrapes_failed_still_fails_a_max_rule():
+    def mutate(i, row):
+        if i == 5:
+            row["families"]["vllm:num_requests_waiting"]["value"] = 100.0
+        _late_scrapes_fail(i, row)
+    (r,) = _judged('require max(server("vllm:num_requests_waiting")) < 64', mutate)
+    assert r.status == "fail" and r.observed == 100.0, r.message
+
+
+def test_a_last_bucket_shorter_than_a_scrape_interval_is_covered_by_the_scrapes_around_it():
+    """A level's last bucket cut short (3m03s in buckets of 1m: a 3 s one, which scrapes every
+    5 s may miss) is no bucket whose scrapes failed: those around it cover it."""
+    spec = small_spec('require max(server("vllm:num_requests_waiting")) < 64', duration="183s")
+    b = EvidenceBuilder(spec)
+    (lv,) = b.manifest["backends"][0]["levels"]
+    last = lv["buckets"][-1]
+    assert last["end"] - last["start"] == 3
+    b.metrics["a"] = [r for r in metrics_rows(lv["buckets"][0]["start"] - 5, last["end"] + 5)
+                      if not last["start"] <= r["t"] < last["end"]]
+    (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
+    assert r.status == "pass", r.message

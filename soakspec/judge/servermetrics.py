@@ -30,7 +30,9 @@ windows of one scope are merged into one span first, so a level's increase is co
 A percentile of a histogram needs as many observations as the gate's percentile rule
 (`stats.min_samples_for_percentile`); everything else needs one scrape (two for a change).
 Missing is never a pass: no scrape in a window, a family the server does not expose, or an
-endpoint that answered 404 ("not available") is INCONCLUSIVE with the reason.
+endpoint that answered 404 ("not available") is INCONCLUSIVE with the reason; so is a scope
+with a bucket no successful scrape covers (`_uncovered`), but where the rest is a lower bound
+that decides it (a gauge's max, a counter's or histogram's bare count: `Measure.at_least`).
 """
 
 from __future__ import annotations
@@ -246,7 +248,56 @@ class ServerMetric:
         kind = series[0].type
         agg = "p" if percentile is not None else (agg or "count")
         impl = _KINDS.get(kind, _gauge)
-        return impl(self.family, scope, agg, percentile, confidence, min_samples)
+        m = impl(self.family, scope, agg, percentile, confidence, min_samples)
+        if m.value is None or not (gaps := _uncovered(scope, self.family, kind, agg)):
+            return m
+        why = f"no scrape of '{self.family}' covers {len(gaps)} of {plural(len(windows(scope)), 'bucket')} of the scope"
+        if failed := [bi for bi in scope.backends if scrapes(bi).failed]:
+            sc = scrapes(failed[0])
+            why += f" ({sc.failed} of {plural(sc.total, 'scrape')} failed; first: {(sc.first_failed or {}).get('error')})"
+        if (kind == "gauge" and agg == "max") or (kind in ("counter", "histogram") and agg == "count"):
+            # what the buckets it saw hold, the unseen ones can only add to: a lower bound
+            return dataclasses.replace(m, reason=why, at_least=True)
+        return Measure(None, m.samples, m.needed, m.unit, why)
+
+
+def _tolerance(bi: BackendIndex) -> float:
+    """How far from a bucket's edge a scrape may be and still cover it: the scrape interval
+    and timeout the manifest records (a scrape lands anywhere in them)."""
+    entry = bi.evidence.entry.get("metrics")
+    entry = entry if isinstance(entry, Mapping) else {}
+    tol = [v for k in ("interval_s", "timeout_s") if isinstance(v := entry.get(k), (int, float)) and math.isfinite(v) and v >= 0]
+    return math.fsum(tol) + EPS
+
+
+def _uncovered(scope: Scope, family: str, kind: str, agg: str) -> list[tuple[BackendIndex, float, float]]:
+    """The scope's buckets no successful scrape of the family covers (failed scrapes, a
+    /metrics that stopped answering): a gauge's has no scrape inside; a change over the scope
+    (bare, rate(), a histogram's mean and pNN) has none within a scrape interval of its start
+    or its end; a per-bucket change has its own bracket further than that from its edges."""
+    out = []
+    for bi, a, b in windows(scope):
+        s = find(bi, family)
+        if s is None or not len(s.times):
+            out.append((bi, a, b))
+            continue
+        tol = _tolerance(bi)
+        if kind not in _KINDS or kind == "gauge":
+            ok = any(s.value(i) is not None for i in inside(s, a, b))
+            if not ok and b - a <= tol:  # a bucket shorter than a scrape interval (a level's last, cut
+                # short): covered by the scrapes of the regular cadence on either side of it
+                lo, hi = bisect.bisect_right(s.times, a) - 1, bisect.bisect_left(s.times, b)
+                ok = lo >= 0 and hi < len(s.times) and a - s.times[lo] <= tol and s.times[hi] - b <= tol
+        elif agg in ("count", "rate") or (kind != "counter" and agg in ("mean", "p")):
+            ok = (s.born if s.born is not None else s.times[0]) <= a + tol and s.times[-1] >= b - tol
+        else:
+            sp = span_of(s, a, b)
+            # its birth inside the bucket: 0 from the bucket's start on (it had no series)
+            ok = (sp is not None and abs(s.times[sp[1]] - b) <= tol
+                  and (abs(_time(s, sp[0]) - a) <= tol or (sp[0] < 0 and _time(s, sp[0]) >= a)))
+        if not ok:
+            out.append((bi, a, b))
+    return out
 
 
 def _by_backend(scope: Scope, family: str, wins) -> list[tuple[Series, float, float]]:
