@@ -349,3 +349,25 @@ def test_a_last_bucket_shorter_than_a_scrape_interval_is_covered_by_the_scrapes_
                       if not last["start"] <= r["t"] < last["end"]]
     (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
     assert r.status == "pass", r.message
+
+
+# ---------------------------------------------------------------------------- a family whose type changed
+
+
+def _type_changes(i, row):
+    """From the 20th scrape on, /metrics types the families otherwise (a server restarted as
+    another version, an exporter that typed them wrongly)."""
+    f = row["families"]
+    if i >= 20:
+        f["vllm:num_requests_waiting"] = {"type": "counter", "value": float(i), "series": 1}
+        f["vllm:generation_tokens_total"] = {"type": "gauge", "value": 3.0, "series": 1}
+
+
+@pytest.mark.parametrize("rule", ['require max(server("vllm:num_requests_waiting")) < 64',
+                                  'require max(server("vllm:generation_tokens_total")) < 64'])
+def test_a_family_whose_type_changed_is_not_judged_as_one_series(rule):
+    """Its scrapes were read as the type of its latest: a gauge's values as a counter's
+    (max of per-bucket 'rates' of a queue length: 0.42, PASS), a counter's as a gauge's
+    (max = 9500, its running total: FAIL). Neither is what the server measured."""
+    (r,) = _judged(rule, _type_changes)
+    assert r.status == "inconclusive" and "changed type" in r.message, r.message

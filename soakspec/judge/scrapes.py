@@ -67,6 +67,7 @@ class Series:
     # or more label sets than the scrape keeps): its sum alone is read
     by: Mapping[str, array] | None = None
     by_first: Mapping[str, int] | None = None
+    kinds: tuple[str, ...] = ()  # every type its scrapes gave, in the order first seen
 
     def value(self, i: int) -> float | None:
         v = self.values[i]
@@ -201,7 +202,7 @@ class _Family:
         kind = self.types[int(order[-1])]
         before = bisect.bisect_left(ok, cols[0][0]) - 1 if len(cols[0]) else -1
         born = ok[before] if before >= 0 and kind in ("counter", "histogram", "summary") else None
-        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born, per, first)
+        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born, per, first, tuple(dict.fromkeys(self.types)))
 
 
 _EMPTY = array("d")

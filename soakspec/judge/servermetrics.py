@@ -246,6 +246,9 @@ class ServerMetric:
         if why or not series:
             return Measure(None, 0, 1, "scrape", why[0] if why else "no backend in the scope")
         kind = series[0].type
+        if changed := next((s for s in series if len(s.kinds) > 1), None):
+            return Measure(None, 0, 1, "scrape", f"'{self.family}' changed type during the run ({' then '.join(changed.kinds)}): "
+                           "its scrapes are not one series")
         agg = "p" if percentile is not None else (agg or "count")
         impl = _KINDS.get(kind, _gauge)
         m = impl(self.family, scope, agg, percentile, confidence, min_samples)
