@@ -371,3 +371,12 @@ def test_a_family_whose_type_changed_is_not_judged_as_one_series(rule):
     (max = 9500, its running total: FAIL). Neither is what the server measured."""
     (r,) = _judged(rule, _type_changes)
     assert r.status == "inconclusive" and "changed type" in r.message, r.message
+
+
+def test_a_quantile_of_a_histogram_without_buckets_says_why():
+    """A histogram exposed with its _sum and _count but no _bucket lines: 'p99(...) cannot be
+    computed: None'."""
+    def no_buckets(i, row):
+        row["families"][TTFT]["buckets"] = []
+    (r,) = _judged(f'require p99(server("{TTFT}")) < 1s', no_buckets)
+    assert r.status == "inconclusive" and "no histogram buckets" in r.message, r.message
