@@ -380,3 +380,68 @@ def test_a_quantile_of_a_histogram_without_buckets_says_why():
         row["families"][TTFT]["buckets"] = []
     (r,) = _judged(f'require p99(server("{TTFT}")) < 1s', no_buckets)
     assert r.status == "inconclusive" and "no histogram buckets" in r.message, r.message
+
+
+# ---------------------------------------------------------------------------- the scraper against real endpoints
+
+
+async def _serve_once_per_connection(nursery, answer):
+    """A loopback HTTP server: `answer(request_line)` gives (status line, headers, body)."""
+    import functools
+
+    import trio
+
+    async def handle(stream):
+        data = b""
+        with trio.move_on_after(5):
+            while b"\r\n\r\n" not in data and len(data) < 65536:
+                chunk = await stream.receive_some(65536)
+                if not chunk:
+                    break
+                data += chunk
+        status, headers, body = answer(data.split(b"\r\n", 1)[0].decode())
+        head = f"HTTP/1.1 {status}\r\nConnection: close\r\nContent-Length: {len(body)}\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        await stream.send_all(head.encode() + b"\r\n" + body)
+        await stream.aclose()
+
+    (listener,) = await nursery.start(functools.partial(trio.serve_tcp, handle, 0, host="127.0.0.1"))
+    return listener.socket.getsockname()[1]
+
+
+TEXT = b"# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 3\n"
+
+
+async def test_a_metrics_endpoint_that_redirects_to_its_trailing_slash_is_followed():
+    """prometheus_client's ASGI app mounted at /metrics (Starlette: older vLLM, many FastAPI
+    servers) answers GET /metrics with 307 to /metrics/ (prometheus/client_python#1016), which
+    Prometheus follows: every scrape failed 'HTTP 307' -- a declared scrape failed the run, a
+    default one left every server rule INCONCLUSIVE. A redirect on the same host is followed
+    (a few at most, within the scrape's timeout); one to another host is not."""
+    import httpx
+    import trio
+
+    from soakspec.plan import MetricsScrape
+    from soakspec.runner.scrape import scrape_row
+
+    def answer(line):
+        if line.startswith("GET /metrics/ "):
+            return "200 OK", {"Content-Type": "text/plain"}, TEXT
+        if line.startswith("GET /metrics "):
+            return "307 Temporary Redirect", {"Location": "/metrics/"}, b""
+        if line.startswith("GET /loop "):
+            return "302 Found", {"Location": "/loop"}, b""
+        return "302 Found", {"Location": "http://example.invalid/metrics"}, b""
+
+    scrape = MetricsScrape("/metrics", 1.0, 3.0, True, ("vllm:num_requests_running",))
+    async with trio.open_nursery() as nursery:
+        port = await _serve_once_per_connection(nursery, answer)
+        url = f"http://127.0.0.1:{port}"
+        with trio.fail_after(20):
+            async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
+                row = await scrape_row(http, url, scrape, trio.current_time)
+                loop = await scrape_row(http, url, MetricsScrape("/loop", 1.0, 3.0, True, ()), trio.current_time)
+                away = await scrape_row(http, url, MetricsScrape("/away", 1.0, 3.0, True, ()), trio.current_time)
+        nursery.cancel_scope.cancel()
+    assert row["ok"] and row["families"]["vllm:num_requests_running"]["value"] == 3.0, row
+    assert not loop["ok"] and loop["status"] == 302 and "redirect" in loop["error"], loop
+    assert not away["ok"] and away["status"] == 302 and "another host" in away["error"], away

@@ -47,6 +47,7 @@ from soakspec.runner.recorder import durable, off_loop
 MAX_BUCKETS = 128  # histogram buckets kept per family (more: the family is dropped, with a note)
 MAX_SERIES = 64  # a counter's label sets kept one by one (`by`; more: its sum only)
 MAX_ERROR_CHARS = 300
+MAX_REDIRECTS = 3  # same-host redirects a scrape follows (/metrics -> /metrics/)
 
 
 class ScrapeLog:
@@ -247,18 +248,34 @@ async def scrape_once(http: httpx.AsyncClient, url: str, scrape: MetricsScrape) 
     """(HTTP status, body text, error) of one bounded GET; body only for a 200 within the limits."""
     with trio.move_on_after(scrape.timeout_s):
         try:
-            async with http.stream("GET", url) as resp:
-                if resp.status_code != 200:
-                    return resp.status_code, None, f"HTTP {resp.status_code}"
-                body = bytearray()
-                async for chunk in resp.aiter_bytes():
-                    body += chunk
-                    if len(body) > scrape.max_bytes:
-                        return 200, None, f"answer larger than {scrape.max_bytes} bytes"
-                return 200, body.decode("utf-8", "replace"), None
+            for _hop in range(MAX_REDIRECTS + 1):
+                async with http.stream("GET", url) as resp:
+                    if resp.is_redirect and resp.next_request is not None:
+                        # a redirect on the same host is followed, as Prometheus does (a mounted
+                        # prometheus_client app answers /metrics with 307 to /metrics/)
+                        nxt = resp.next_request.url
+                        if (nxt.scheme, nxt.host, nxt.port) != (resp.url.scheme, resp.url.host, resp.url.port):
+                            return resp.status_code, None, f"HTTP {resp.status_code}: a redirect to another host ({clip(record_redactor().text(str(nxt)), 100)}), not followed"
+                        if _hop == MAX_REDIRECTS:
+                            return resp.status_code, None, f"HTTP {resp.status_code}: more than {MAX_REDIRECTS} redirects"
+                        url = str(nxt)
+                        continue
+                    return await _read(resp, scrape)
         except httpx.HTTPError as e:
             return None, None, describe_transport_error(e)[:MAX_ERROR_CHARS]
     return None, None, f"no answer within {scrape.timeout_s:g}s"
+
+
+async def _read(resp: httpx.Response, scrape: MetricsScrape) -> tuple[int | None, str | None, str | None]:
+    """`scrape_once`'s answer of the final (not redirecting) response."""
+    if resp.status_code != 200:
+        return resp.status_code, None, f"HTTP {resp.status_code}"
+    body = bytearray()
+    async for chunk in resp.aiter_bytes():
+        body += chunk
+        if len(body) > scrape.max_bytes:
+            return 200, None, f"answer larger than {scrape.max_bytes} bytes"
+    return 200, body.decode("utf-8", "replace"), None
 
 
 async def scrape_row(http: httpx.AsyncClient, url: str, scrape: MetricsScrape, now) -> dict[str, Any]:
