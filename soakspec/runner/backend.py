@@ -128,11 +128,7 @@ async def serve_backend(
             assert rec.failure is not None
             raise rec.failure
         server.poll()
-        left = server.stragglers()  # a launcher that daemonized its server exits while the server serves on
-        why = f"server {describe_exit(rc)} during the run" + (
-            f", leaving {len(left)} of its processes running outside its process group (PID "
-            f"{', '.join(map(str, sorted(left)[:5]))}): a launcher that daemonizes its server is not supported, "
-            "launch the server in the foreground; they are stopped with the run" if left else "") + full_disk_note(server.log_path)
+        why = f"server {describe_exit(rc)} during the run" + _left_behind(server) + full_disk_note(server.log_path)
         raise rec.failed(BackendError(la.name, why, log_tail(server.log_path), crash_lines(server.log_path)),
                          deps.clock.now())
     finally:
@@ -142,6 +138,32 @@ async def serve_backend(
                 await load_stopped.wait()  # its in-flight requests end as the interrupt's, not the server's
         with trio.move_on_after(la.stop_bound_s, shield=True):
             await stop(server, la.shutdown_grace_s, la.kill_wait_s, deps.reaper)
+
+
+def _left_behind(server) -> str:
+    """What a server that ended mid-run left running, for the abort's reason. Its own workers,
+    still in its process group (a main process SIGKILLed by the OOM killer orphans vLLM's engine
+    core), are said as such; only processes that left the group -- a launcher that daemonized its
+    server, which exits while the server serves on -- are the unsupported launch."""
+    left = server.stragglers()
+    if not left:
+        return ""
+
+    def in_group(pid: int) -> bool:
+        try:
+            return os.getpgid(pid) == server.pgid
+        except OSError:  # gone meanwhile
+            return True
+
+    outside = sorted(p for p in left if not in_group(p))
+    if outside:
+        return (f", leaving {len(outside)} of its processes running outside its process group (PID "
+                f"{', '.join(map(str, outside[:5]))}): a launcher that daemonizes its server is not supported, "
+                "launch the server in the foreground; they are stopped with the run")
+    ours = sorted(left)
+    n = len(ours)
+    return (f" ({n} process{'es' if n > 1 else ''} it started (PID {', '.join(map(str, ours[:5]))}) "
+            f"{'were' if n > 1 else 'was'} still running: stopped with the run)")
 
 
 async def _watch(la: Launch, url: str, server, health: Health, deps: Deps, rec: BackendRecorder,
