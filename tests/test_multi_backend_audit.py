@@ -138,3 +138,33 @@ def test_an_oom_killed_server_is_not_called_a_daemonizing_launcher(tmp_path):
     assert m["status"] == "aborted"
     assert "daemonizes" not in m["incomplete_reason"]
     assert "1 process it started (PID" in m["incomplete_reason"], m["incomplete_reason"]
+
+
+# soakspec as a container's PID 1 (`docker run IMAGE soakspec run ...`) does not reap the
+# processes orphaned under it: PR_SET_CHILD_SUBREAPER makes the run that init, deterministically
+SUBREAPER_RUN = ("import ctypes, os, sys; ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0); "
+                 "os.execv(sys.executable, [sys.executable, '-m', 'soakspec', *sys.argv[1:]])")
+
+
+@pytest.mark.slow  # a real soak of ~4 s (~14 s before the fix)
+def test_a_killed_servers_orphaned_worker_does_not_hold_the_run_for_the_whole_grace(tmp_path):
+    """The server's main process is SIGKILLed mid-level; its worker, orphaned, dies at the
+    first SIGTERM -- and stays a zombie where nothing reaps orphans (soakspec as a container's
+    PID 1). A zombie is not a running process: the teardown must not wait the whole
+    `shutdown_grace` (vLLM specs say 30 s or more) for it, with the dead server's load still
+    sending and a parallel backend's load going on, before the run aborts."""
+    from runner_support import new_marker, run_env, wait_no_survivors
+
+    server = _server(tmp_path)
+    argv = [PY, server, "--port", "{port}", "--child", "--die-after", "1.0"]
+    (tmp_path / "t.soak").write_text(spec({"b0": argv}, grace="10s", follow_up=False))
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = subprocess.run([PY, "-c", SUBREAPER_RUN, "run", str(tmp_path / "t.soak"), "--out", str(out), "--quiet"],
+                          cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=120)
+    assert wait_no_survivors(marker) == []
+    assert proc.returncode == 4, proc.stderr
+    m = manifest(out)
+    assert "server killed by SIGKILL during the run" in m["incomplete_reason"]
+    stopped = m["ended_at_epoch"] - m["aborted_at"]
+    assert stopped < 5.0, f"the teardown of a dead server took {stopped:.1f}s (its grace: 10s)"

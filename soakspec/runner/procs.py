@@ -306,13 +306,42 @@ def _killpg(pgid: int, sig: int) -> bool:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs. A zombie does not: a worker orphaned by its
+    server's death (the OOM killer's SIGKILL) dies at SIGTERM and stays a zombie where nothing
+    reaps orphans (soakspec as a container's PID 1), and `killpg(pgid, 0)` still finds it --
+    `stop` then waited the whole grace for a group that was all dead."""
     try:
         os.killpg(pgid, 0)
-        return True
     except ProcessLookupError:
         return False
     except PermissionError:  # pragma: no cover
         return True
+    return _live_member(pgid)
+
+
+def _live_member(pgid: int) -> bool:
+    """Whether /proc shows a process of group `pgid` that is not a zombie (True when /proc
+    cannot tell -- unreadable, or another PID namespace's, showing none of the group -- since
+    the signal found one)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return True
+    seen = False
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        # after the command: state, ppid, pgrp, ...
+        if len(fields) > 2 and fields[2] == str(pgid).encode():
+            if fields[0] not in (b"Z", b"X"):
+                return True
+            seen = True
+    return not seen  # only zombies: gone; none at all: /proc cannot tell
 
 
 def _escaped_groups(pid: int, pgid: int) -> set[int]:
