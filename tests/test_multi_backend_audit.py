@@ -12,10 +12,15 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from runner_support import manifest, requests_of, run_spec
+from soakspec.evidence import serverlog
+from soakspec.evidence.redact import Redactor
+from test_serverlog import _cap
 
 PY = sys.executable
 
@@ -168,3 +173,64 @@ def test_a_killed_servers_orphaned_worker_does_not_hold_the_run_for_the_whole_gr
     assert "server killed by SIGKILL during the run" in m["incomplete_reason"]
     stopped = m["ended_at_epoch"] - m["aborted_at"]
     assert stopped < 5.0, f"the teardown of a dead server took {stopped:.1f}s (its grace: 10s)"
+
+
+# ------------------------------------------------------------------ a server's log without newlines
+
+RUSAGE_RUN = ("import resource, subprocess, sys; rc = subprocess.call([sys.executable, '-m', 'soakspec', *sys.argv[1:]]); "
+              "print('maxrss_kb', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, file=sys.stderr); sys.exit(rc)")
+
+# prints `n` bytes of binary garbage without a newline (a `\r` progress bar, a binary dump), then serves
+NO_NEWLINE = ("import os, sys; n = int(sys.argv[1]); block = bytes(range(256)).replace(b'\\n', b'\\r') * 4096; "
+              "[sys.stdout.buffer.write(block[:min(len(block), n - i)]) for i in range(0, n, len(block))]; "
+              "sys.stdout.flush(); os.execv(sys.executable, [sys.executable, *sys.argv[2:]])")
+
+
+@pytest.mark.slow  # a real soak of ~3 s and a 200 MB log
+def test_a_log_line_without_newlines_is_capped_in_bounded_memory_and_keeps_its_tail(tmp_path):
+    """A server prints 200 MB without a newline (a `\\r`-only progress bar, a binary dump), then
+    its `listening` line, and serves. server.log's cap reads the log in pieces of a bounded
+    size: soakspec's memory does not grow with the line (it held the whole line, four times
+    over: 1.2 GB for 300 MB), and the cap's tail -- the log's last 8 MiB, where a crash says
+    why -- is kept, not cut with the line it ends."""
+    from runner_support import new_marker, run_env, server_log_bytes, wait_no_survivors
+
+    server = _server(tmp_path)
+    argv = [PY, "-c", NO_NEWLINE, str(200 << 20), server, "--port", "{port}"]
+    (tmp_path / "t.soak").write_text(spec({"b0": argv}, duration="1s", follow_up=False))
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = subprocess.run([PY, "-c", RUSAGE_RUN, "run", str(tmp_path / "t.soak"), "--out", str(out), "--quiet"],
+                          cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=180)
+    assert wait_no_survivors(marker) == []
+    assert proc.returncode in (0, 1, 3), proc.stderr
+    maxrss_mb = int(proc.stderr.rsplit("maxrss_kb", 1)[1].split()[0]) / 1024
+    assert maxrss_mb < 350, f"soakspec's peak RSS was {maxrss_mb:.0f} MB for a 200 MB log line"
+    cut = manifest(out)["backends"][0]["server_log_cut"]
+    assert cut is not None and cut["bytes_before"] > 200 << 20
+    log = server_log_bytes(out / "backends" / "b0")
+    assert b"listening on 127.0.0.1:" in log, "the log's tail was cut with the line it ends"
+    assert len(log) < 17 << 20
+
+
+SECRET = "sk-audit-secret-0123456789"
+
+
+@settings(max_examples=120, deadline=None)
+@given(parts=st.lists(st.one_of(st.just(SECRET), st.text("ab \r\x00", max_size=90), st.just("\n")), max_size=40),
+       head=st.integers(0, 400), tail=st.integers(0, 400), grow=st.lists(st.floats(0, 1), max_size=5),
+       step=st.integers(1, 200))
+def test_long_lines_cap_in_pieces_alike_while_the_run_goes_and_at_its_end(tmp_path_factory, parts, head, tail, grow, step):
+    """Lines longer than MAX_LINE are capped in pieces: the log capped while the server writes
+    (steps at bucket ends) is byte for byte the log capped once at the end, and a secret is
+    masked even across a piece's edge (MAX_LINE and MASK_OVERLAP made small here)."""
+    text = "".join(parts).encode()
+    mask = Redactor([SECRET]).log_mask()
+    with mock.patch.object(serverlog, "MAX_LINE", 40), mock.patch.object(serverlog, "MASK_OVERLAP", len(SECRET) + 4):
+        stepped, cut, _ = _cap(tmp_path_factory.mktemp("log"), text, head, tail,
+                               [int(g * len(text)) for g in grow], step, mask=mask)
+        once, once_cut, _ = _cap(tmp_path_factory.mktemp("log"), text, head, tail, (), step, mask=mask)
+    assert stepped == once and cut == once_cut
+    assert SECRET.encode() not in stepped
+    if cut is None:  # nothing cut: the log as masked whole, line by line
+        assert stepped == b"".join(mask(raw) for raw in text.splitlines(keepends=True))

@@ -15,7 +15,10 @@ kept compressed as `server.log.gz` (gzip members; a simulator's trace line takes
 there). The cut is recorded in the backend's manifest entry (`server_log_cut`: the original
 size, the byte range cut, lines cut, lines kept from it). A log within HEAD_BYTES + TAIL_BYTES
 is not cut. Traces are never lost to the cap, so the log is bounded by the cap plus the traces
-(which are evidence).
+(which are evidence). A line longer than MAX_LINE is taken in MAX_LINE pieces, each a line to
+the cap (`_masked_pieces`): a server that prints no newline for a day is capped in bounded memory
+and its tail kept (whole, such a line was read at once -- 1.2 GB of RSS for a 300 MB line -- and
+cut with the tail it ended).
 
 The server writes server.log itself (the kernel appends; nothing of ours sits between the
 server and its log, so a busy runner can never block a server's logging). `LogCompactor`
@@ -73,6 +76,12 @@ HEAD_BYTES = 8 << 20
 TAIL_BYTES = 8 << 20
 STEP_BYTES = 8 << 20  # a step moves nothing until this much more of the log is sure to be head or middle
 STEP_MAX_BYTES = 256 << 20  # read by one step at most (the next one goes on)
+# a line longer than this is read in pieces of this size, each a line to the cap: a server that
+# writes no newline (a `\r` progress bar, a binary dump) is capped in bounded memory, its tail kept
+MAX_LINE = 1 << 20
+# a piece is masked with this much of the pieces beside it, so a secret across a piece's edge is
+# masked too (a secret longer than this, across an edge, is not)
+MASK_OVERLAP = 64 << 10
 CUT_MARKER = "[soakspec: server.log cut]"
 MOVED_GZ = SERVER_LOG_MOVED  # the log moved out of server.log while the run went (gzip members)
 MOVED_STATE = SERVER_LOG_MOVED_STATE  # how far: {"raw_offset", "moved_bytes", "cut"}, written after each member
@@ -187,6 +196,41 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
         raise OSError(e, os.strerror(e))
 
 
+def _piece_done(raw: bytes) -> bool:
+    """Whether a piece read by `readline(MAX_LINE)` will not change: a whole line, or a full piece."""
+    return raw.endswith(b"\n") or len(raw) >= MAX_LINE
+
+
+def _masked_pieces(read: Callable[[], bytes], mask: Callable[[bytes], bytes],
+                   final: bool) -> Iterator[tuple[bytes, bytes]]:
+    """The log's pieces from `read` (`readline(MAX_LINE)`): lines, and the MAX_LINE pieces of a
+    longer one, each as `(raw, masked)`; a piece of a long line is masked with MASK_OVERLAP bytes
+    of the pieces on either side (a secret across the edge is masked on both sides; the mask keeps
+    lengths). Not `final` (the server may still write): stops before a piece that may still
+    change, or whose next piece's first bytes may (so a step masks as the end does)."""
+    prev = b""  # the end of the previous piece when it was part of the same line
+    cur = read()
+    while cur:
+        nxt = None
+        head = b""
+        if not cur.endswith(b"\n"):
+            if len(cur) < MAX_LINE:  # the log's last bytes, no newline yet
+                if not final:
+                    return
+            else:
+                nxt = read()
+                if not final and not (len(nxt) >= MASK_OVERLAP or _piece_done(nxt)):
+                    return
+                head = nxt[:MASK_OVERLAP]
+        if prev or head:
+            window = mask(prev + cur + head)
+            yield cur, window[len(prev):len(prev) + len(cur)]
+        else:
+            yield cur, mask(cur)
+        prev = b"" if cur.endswith(b"\n") else cur[-MASK_OVERLAP:]
+        cur = nxt if nxt is not None else read()
+
+
 class LogCompactor:
     """server.log (`path`) kept bounded on disk while the server appends to it, and capped and
     compressed into server.log.gz when the run ends (see the module docstring). `step()` runs
@@ -239,17 +283,18 @@ class LogCompactor:
             except BlockingIOError:
                 return 0
             src.seek(start)
-            first = src.readline()
-            if not first.endswith(b"\n"):  # a line still being written
+            pieces = _masked_pieces(lambda: src.readline(MAX_LINE), self._mask, final=False)
+            first = next(pieces, None)
+            if first is None:  # a line still being written
                 return 0
 
             def lines() -> Iterator[bytes]:
                 nonlocal end
-                raw = first
-                while raw.endswith(b"\n") and end < bound and end - start < max_bytes:
-                    end += len(raw)
-                    yield self._cap.line(self._mask(raw), float("inf"))
-                    raw = src.readline()
+                piece = first
+                while piece is not None and end < bound and end - start < max_bytes:
+                    end += len(piece[0])
+                    yield self._cap.line(piece[1], float("inf"))
+                    piece = next(pieces, None)
 
             saved = copy.copy(self._cap)
             try:
@@ -300,9 +345,8 @@ class LogCompactor:
                 src.seek(self.raw_offset)
 
                 def rest() -> Iterator[bytes]:
-                    mask = self._mask
-                    for raw in src:
-                        yield mask(raw) if whole else self._cap.line(mask(raw), tail_from)
+                    for _, masked in _masked_pieces(lambda: src.readline(MAX_LINE), self._mask, final=True):
+                        yield masked if whole else self._cap.line(masked, tail_from)
                     yield b"" if whole else self._cap.end()
 
                 _append_member(tmp, _batched(rest()))
