@@ -36,6 +36,7 @@ SERVER = textwrap.dedent(
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--die-after", type=float, default=None)
     p.add_argument("--child", action="store_true")
+    p.add_argument("--bind", default="127.0.0.1")  # where it listens (::1: IPv6 loopback only)
     a = p.parse_args()
 
     class H(BaseHTTPRequestHandler):
@@ -69,11 +70,12 @@ SERVER = textwrap.dedent(
 
     class S(ThreadingHTTPServer):
         daemon_threads = True
+        address_family = socket.AF_INET6 if ":" in a.bind else socket.AF_INET
 
     if a.child:  # a worker in the server's own process group (not daemonized)
         subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
-    srv = S(("127.0.0.1", a.port), H)
-    print(f"listening on 127.0.0.1:{a.port}", flush=True)
+    srv = S((a.bind, a.port), H)
+    print(f"listening on {a.bind}:{a.port}", flush=True)
     if a.die_after is not None:
         threading.Timer(a.die_after, lambda: os.kill(os.getpid(), signal.SIGKILL)).start()
     srv.serve_forever()
@@ -234,3 +236,35 @@ def test_long_lines_cap_in_pieces_alike_while_the_run_goes_and_at_its_end(tmp_pa
     assert SECRET.encode() not in stepped
     if cut is None:  # nothing cut: the log as masked whole, line by line
         assert stepped == b"".join(mask(raw) for raw in text.splitlines(keepends=True))
+
+
+# ------------------------------------------------------------------ a server that listens elsewhere
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.slow  # waits out a 3 s readiness timeout
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback here")
+def test_a_server_listening_on_ipv6_loopback_only_is_said_to_be_there(tmp_path):
+    """A server told `--host localhost` may listen on ::1 alone; soakspec probes 127.0.0.1, is
+    refused until the readiness timeout (15 minutes in a vLLM spec) and said only 'ConnectError'.
+    It now says, as soon as it sees it and in the abort's reason, that [::1]:PORT accepts
+    connections: the server listens on the IPv6 loopback only, where soakspec does not probe."""
+    server = _server(tmp_path)
+    argv = [PY, server, "--port", "{port}", "--bind", "::1"]
+    text = spec({"b0": argv}).replace("timeout = 10s", "timeout = 3s")
+    proc, out = run_spec(tmp_path, text)
+    assert proc.returncode == 4, proc.stderr
+    assert "not ready after 3s" in proc.stderr
+    m = manifest(out)
+    for said in (proc.stderr, m["incomplete_reason"]):
+        assert "[::1]:" in said and "listens on ::1 only" in said, said

@@ -192,8 +192,11 @@ async def _until_ready(la: Launch, url: str, server, deps: Deps, rec: BackendRec
             shown[0] = t
             deps.progress.error(f"[{la.name}] {la.probe.method} {url + la.probe.path}: {seen}; retrying (attempt {attempt})")
 
+    def on_hint(hint: str) -> None:  # a launched server listening where it is not probed: said at once
+        deps.progress.error(f"[{la.name}] {url + la.probe.path} refuses connections, but {hint}")
+
     probe = ReadinessProbe(la.name, url + la.probe.path, la.probe, server, deps.http,
-                           refused_grace_s=la.liveness.grace_s, on_retry=on_retry)  # fmt: skip
+                           refused_grace_s=la.liveness.grace_s, on_retry=on_retry, on_hint=on_hint)  # fmt: skip
     try:
         with trio.move_on_after(la.probe.timeout_s) as scope:
             await probe.wait()

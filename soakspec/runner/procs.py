@@ -26,12 +26,14 @@ would kill a healthy server mid-soak.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+import urllib.parse
 from collections.abc import Mapping, Sequence
 
 import httpx
@@ -435,7 +437,7 @@ class ReadinessProbe:
 
     def __init__(
         self, name: str, url: str, probe, server: Server | None, client: httpx.AsyncClient,
-        *, refused_grace_s: float | None = None, on_retry=None, now=None,
+        *, refused_grace_s: float | None = None, on_retry=None, now=None, on_hint=None,
     ) -> None:  # fmt: skip
         self.name = name
         self.url = url
@@ -447,6 +449,9 @@ class ReadinessProbe:
         self.on_retry = on_retry  # (attempt number, what it saw) -> None
         self._now = now or trio.current_time
         self.attempts = 0
+        self.on_hint = on_hint  # (what the probe found elsewhere) -> None, said once
+        self.hint: str | None = None  # a launched server found listening on the other loopback
+        self._looked_at = -math.inf
 
     async def wait(self) -> None:
         p = self.probe
@@ -473,6 +478,8 @@ class ReadinessProbe:
                 self.last = "ConnectError"
                 seen = _describe(e)
                 refused = True
+                if self.server is not None and self.hint is None:
+                    self._look_elsewhere()
             except httpx.HTTPError as e:
                 self.last = type(e).__name__
             if self.server is None and self.refused_grace_s is not None:
@@ -491,7 +498,34 @@ class ReadinessProbe:
                     self.on_retry(self.attempts, seen or self.last)
             await trio.sleep(p.interval_s)
 
+    def _look_elsewhere(self) -> None:
+        """A launched server refuses at the probed loopback address: does it listen on the other
+        one (`--host localhost` may bind ::1 alone)? Looked at once a second at most; a plain
+        connect to the loopback, answered at once."""
+        t = self._now()
+        if t - self._looked_at < 1.0:
+            return
+        self._looked_at = t
+        where = urllib.parse.urlsplit(self.url)
+        other = _OTHER_LOOPBACK.get(where.hostname or "")
+        if other is None or where.port is None:
+            return
+        try:
+            with socket.create_connection((other, where.port), timeout=0.2):
+                pass
+        except OSError:
+            return
+        shown = f"[{other}]" if ":" in other else other
+        self.hint = (f"{shown}:{where.port} accepts connections: the server listens on {other} only, and soakspec "
+                     f"probes {where.hostname} (have it listen on {{host}}, or on every address)")
+        if self.on_hint is not None:
+            self.on_hint(self.hint)
+
     def timed_out(self) -> BackendError:
         tail = log_tail(self.server.log_path) if self.server is not None else ""
         p = self.probe
-        return BackendError(self.name, f"not ready after {p.timeout_s:g}s ({p.method} {self.url}: {self.last})", tail)
+        hint = f"; {self.hint}" if self.hint is not None else ""
+        return BackendError(self.name, f"not ready after {p.timeout_s:g}s ({p.method} {self.url}: {self.last}){hint}", tail)
+
+
+_OTHER_LOOPBACK = {"127.0.0.1": "::1", "::1": "127.0.0.1"}
