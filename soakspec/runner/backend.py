@@ -162,8 +162,8 @@ def _left_behind(server) -> str:
                 "launch the server in the foreground; they are stopped with the run")
     ours = sorted(left)
     n = len(ours)
-    return (f" ({n} process{'es' if n > 1 else ''} it started (PID {', '.join(map(str, ours[:5]))}) "
-            f"{'were' if n > 1 else 'was'} still running: stopped with the run)")
+    return (f"; {n} process{'es' if n > 1 else ''} it started (PID {', '.join(map(str, ours[:5]))}) "
+            f"{'were' if n > 1 else 'was'} still running, stopped with the run")
 
 
 async def _watch(la: Launch, url: str, server, health: Health, deps: Deps, rec: BackendRecorder,
