@@ -288,19 +288,10 @@ def test_a_kill_while_the_log_is_compressed_keeps_its_moved_head_readable(tmp_pa
     process ends by os._exit in the middle of the compression, having written `written` bytes
     of the new member.)"""
     from soakspec.evidence import layout, serverlog
-    from soakspec.evidence.serverlog import LogCompactor, keep_lines, read_log
-    from soakspec.lang import simtrace
+    from soakspec.evidence.serverlog import read_log
+    from tests.test_serverlog import stepped_log
 
-    trace = simtrace.TRACE_PREFIX + '{"request_id":"cmpl-r%d-0","client_request_id":"r%d","finished_at":1764500000.5}'
-    p = tmp_path / layout.SERVER_LOG
-    text = "".join((trace % (i, i) if i % 4 == 0 else "INFO " + "z" * 60) + "\n" for i in range(4000)).encode()
-    c = LogCompactor(p, keep_lines(simtrace.TRACE_PATTERN), head=2000, tail=5000, step=1000)
-    with open(p, "ab") as f:
-        for k in range(1, 5):
-            f.write(text[(k - 1) * len(text) // 5:k * len(text) // 5])
-            f.flush()
-            c.step()
-        f.write(text[4 * len(text) // 5:])
+    p, c, _ = stepped_log(tmp_path)
     assert c.raw_offset > 0
     before = read_log(p)
     assert not before.startswith(b"\0")

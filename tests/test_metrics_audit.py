@@ -8,6 +8,7 @@ import pytest
 
 from soakspec.judge.judge import judge
 from soakspec.judge.testing import EvidenceBuilder, metrics_rows, small_spec
+from tests.test_server_metrics import INPROC  # a url backend's one-level spec, its metrics block given
 
 TTFT = "vllm:time_to_first_token_seconds"
 
@@ -111,30 +112,6 @@ def test_a_counter_absent_after_it_appeared_is_a_gap_not_a_reset():
 # ---------------------------------------------------------------------------- the scrape's last answer
 
 
-RUN = """\
-soak "last" {{}}
-backend "u" {{
-  url = "{url}"
-  ready {{
-    timeout = 5s
-    interval = 100ms
-  }}
-  metrics {{
-    every = 5s
-  }}
-}}
-workload "w" {{
-  prompt_words = 4
-  max_tokens = 5
-  load {{
-    concurrency = [2]
-  }}
-  duration = 1s
-  bucket = 500ms
-  deadline = 5s
-  follow_up = false
-}}
-"""
 
 
 async def test_the_load_ends_with_a_scrape_so_its_last_bucket_is_counted(tmp_path):
@@ -168,7 +145,7 @@ async def test_the_load_ends_with_a_scrape_so_its_last_bucket_is_counted(tmp_pat
     async with trio.open_nursery() as nursery, httpx.AsyncClient() as http:
         port = await nursery.start(functools.partial(serve, SimConfig(model="default", ttft=0.005, itl=0.001, trace_log=False)))
         path = tmp_path / "s.soak"
-        path.write_text(RUN.format(url=f"http://127.0.0.1:{port}"))
+        path.write_text(INPROC.format(url=f"http://127.0.0.1:{port}", metrics="  metrics {\n    every = 5s\n  }\n"))
         spec, diags, _ = load_spec(path)
         assert spec is not None, diags
         p = plan(spec)

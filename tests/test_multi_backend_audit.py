@@ -130,6 +130,19 @@ def spec(backends: dict[str, list[str]], *, parallel: bool = False, duration: st
 
 
 @pytest.mark.slow  # a real soak of ~4 s
+def _run_wrapped(tmp_path: Path, wrapper: str, *, timeout: float):
+    """`soakspec run t.soak --out ev --quiet` in tmp_path, started by the Python code `wrapper`
+    (which runs soakspec with its argv); every process it started gone after. (proc, ev)."""
+    from runner_support import new_marker, run_env, wait_no_survivors
+
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = subprocess.run([PY, "-c", wrapper, "run", str(tmp_path / "t.soak"), "--out", str(out), "--quiet"],
+                          cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=timeout)
+    assert wait_no_survivors(marker) == []
+    return proc, out
+
+
 def test_an_oom_killed_server_is_not_called_a_daemonizing_launcher(tmp_path):
     """The OOM killer SIGKILLs a server's main process mid-level; its worker (in the server's
     own process group, as vLLM's engine core) is orphaned and still running. The run aborts
@@ -160,16 +173,10 @@ def test_a_killed_servers_orphaned_worker_does_not_hold_the_run_for_the_whole_gr
     PID 1). A zombie is not a running process: the teardown must not wait the whole
     `shutdown_grace` (vLLM specs say 30 s or more) for it, with the dead server's load still
     sending and a parallel backend's load going on, before the run aborts."""
-    from runner_support import new_marker, run_env, wait_no_survivors
-
     server = _server(tmp_path)
     argv = [PY, server, "--port", "{port}", "--child", "--die-after", "1.0"]
     (tmp_path / "t.soak").write_text(spec({"b0": argv}, grace="10s", follow_up=False))
-    marker = new_marker()
-    out = tmp_path / "ev"
-    proc = subprocess.run([PY, "-c", SUBREAPER_RUN, "run", str(tmp_path / "t.soak"), "--out", str(out), "--quiet"],
-                          cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=120)
-    assert wait_no_survivors(marker) == []
+    proc, out = _run_wrapped(tmp_path, SUBREAPER_RUN, timeout=120)
     assert proc.returncode == 4, proc.stderr
     m = manifest(out)
     assert "server killed by SIGKILL during the run" in m["incomplete_reason"]
@@ -195,16 +202,12 @@ def test_a_log_line_without_newlines_is_capped_in_bounded_memory_and_keeps_its_t
     size: soakspec's memory does not grow with the line (it held the whole line, four times
     over: 1.2 GB for 300 MB), and the cap's tail -- the log's last 8 MiB, where a crash says
     why -- is kept, not cut with the line it ends."""
-    from runner_support import new_marker, run_env, server_log_bytes, wait_no_survivors
+    from runner_support import server_log_bytes
 
     server = _server(tmp_path)
     argv = [PY, "-c", NO_NEWLINE, str(200 << 20), server, "--port", "{port}"]
     (tmp_path / "t.soak").write_text(spec({"b0": argv}, duration="1s", follow_up=False))
-    marker = new_marker()
-    out = tmp_path / "ev"
-    proc = subprocess.run([PY, "-c", RUSAGE_RUN, "run", str(tmp_path / "t.soak"), "--out", str(out), "--quiet"],
-                          cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=180)
-    assert wait_no_survivors(marker) == []
+    proc, out = _run_wrapped(tmp_path, RUSAGE_RUN, timeout=180)
     assert proc.returncode in (0, 1, 3), proc.stderr
     maxrss_mb = int(proc.stderr.rsplit("maxrss_kb", 1)[1].split()[0]) / 1024
     assert maxrss_mb < 350, f"soakspec's peak RSS was {maxrss_mb:.0f} MB for a 200 MB log line"

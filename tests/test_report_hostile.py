@@ -380,13 +380,9 @@ def test_a_soak_name_ending_in_a_hash_keeps_it_in_the_heading():
     assert "<h2>Retained evidence: load test #</h2>" in _md_html(md.splitlines()[0])
 
 
-def test_gate_json_of_a_manifest_carrying_a_lone_surrogate_is_printed(tmp_path, capsys):
-    """A manifest whose abort reason holds the JSON escape \\ud800 (a lone surrogate: no UTF-8
-    stream takes it) stopped gate --format json with an internal error (UnicodeEncodeError,
-    exit 4), where gate's text and every report format print it as \\ud800."""
-    import subprocess
-    import sys
-
+def _surrogate_evidence(tmp_path):
+    """An aborted run's evidence whose manifest holds the JSON escape \\ud800 (a lone surrogate,
+    as a server's text can carry) in its abort reasons."""
     spec = spec_from_text(small_spec().canonical_text)
     b = EvidenceBuilder(spec)
     b.entry("a").update(aborted_reason="MARK died")
@@ -394,6 +390,17 @@ def test_gate_json_of_a_manifest_carrying_a_lone_surrogate_is_printed(tmp_path, 
     d = b.write(tmp_path / "ev")
     m = d / "manifest.json"
     m.write_text(m.read_text().replace("MARK", "\\ud800"))
+    return d
+
+
+def test_gate_json_of_a_manifest_carrying_a_lone_surrogate_is_printed(tmp_path, capsys):
+    """A manifest whose abort reason holds the JSON escape \\ud800 (a lone surrogate: no UTF-8
+    stream takes it) stopped gate --format json with an internal error (UnicodeEncodeError,
+    exit 4), where gate's text and every report format print it as \\ud800."""
+    import subprocess
+    import sys
+
+    d = _surrogate_evidence(tmp_path)
     p = subprocess.run([sys.executable, "-m", "soakspec", "gate", str(d), "--format", "json"], capture_output=True, timeout=120)
     assert p.returncode in (1, 3), p.stderr.decode()[-500:]
     doc = _strict_json(p.stdout.decode("utf-8"))
@@ -412,13 +419,7 @@ def test_verify_of_a_manifest_carrying_a_lone_surrogate_says_what_it_found(tmp_p
     import subprocess
     import sys
 
-    spec = spec_from_text(small_spec().canonical_text)
-    b = EvidenceBuilder(spec)
-    b.entry("a").update(aborted_reason="MARK died")
-    b.manifest.update(status="aborted", incomplete_reason="MARK why")
-    d = b.write(tmp_path / "ev")
-    m = d / "manifest.json"
-    m.write_text(m.read_text().replace("MARK", "\\ud800"))
+    d = _surrogate_evidence(tmp_path)
     p = subprocess.run([sys.executable, "-m", "soakspec", "verify", str(d)], capture_output=True, timeout=120)
     assert p.returncode == 1 and "internal error" not in p.stderr.decode(), p.stderr.decode()[-500:]
     assert "\\ud800" in p.stdout.decode("utf-8")
@@ -447,13 +448,7 @@ def test_combine_of_a_manifest_carrying_a_lone_surrogate_writes_and_prints_it(tm
     import subprocess
     import sys
 
-    spec = spec_from_text(small_spec().canonical_text)
-    b = EvidenceBuilder(spec)
-    b.entry("a").update(aborted_reason="MARK died")
-    b.manifest.update(status="aborted", incomplete_reason="MARK why")
-    d = b.write(tmp_path / "ev")
-    m = d / "manifest.json"
-    m.write_text(m.read_text().replace("MARK", "\\ud800"))
+    d = _surrogate_evidence(tmp_path)
     p = subprocess.run([sys.executable, "-m", "soakspec", "combine", str(d), "--out", str(tmp_path / "c")],
                        capture_output=True, timeout=120)
     assert p.returncode in (1, 3) and "internal error" not in p.stderr.decode(), p.stderr.decode()[-500:]

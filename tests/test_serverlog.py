@@ -191,12 +191,10 @@ def test_a_step_the_disk_refuses_stops_the_moving_and_loses_nothing(tmp_path, mo
     assert (got, cut) == _reference_cap(text, 1500, 3000)
 
 
-def test_a_run_killed_while_lines_were_being_moved_reads_its_log_whole(tmp_path):
-    """Killed after some steps (server.log has a hole where its head was moved out): every
-    reader reads the moved part, then server.log from where the move stopped -- the kept head
-    and middle, then the rest as the server wrote it -- with every trace, at offsets that
-    point at them; a member the state does not count yet (a kill between the two writes) is
-    not read twice."""
+def stepped_log(tmp_path):
+    """server.log of 4000 lines (a trace every 4th) written in five parts, a compaction step after
+    each of the first four: its head moved out (server.log.moved.gz), the rest as written.
+    Returns (server.log's path, the compactor, the text written)."""
     p = tmp_path / layout.SERVER_LOG
     text = "".join((TRACE % (i, i) if i % 4 == 0 else "INFO " + "z" * 60) + "\n" for i in range(4000)).encode()
     c = LogCompactor(p, keep_lines(simtrace.TRACE_PATTERN), head=2000, tail=5000, step=1000)
@@ -206,6 +204,16 @@ def test_a_run_killed_while_lines_were_being_moved_reads_its_log_whole(tmp_path)
             f.flush()
             c.step()
         f.write(text[4 * len(text) // 5:])
+    return p, c, text
+
+
+def test_a_run_killed_while_lines_were_being_moved_reads_its_log_whole(tmp_path):
+    """Killed after some steps (server.log has a hole where its head was moved out): every
+    reader reads the moved part, then server.log from where the move stopped -- the kept head
+    and middle, then the rest as the server wrote it -- with every trace, at offsets that
+    point at them; a member the state does not count yet (a kill between the two writes) is
+    not read twice."""
+    p, c, text = stepped_log(tmp_path)
     assert c.raw_offset > 0 and layout.server_log_file(tmp_path) == p
     with open(p, "rb") as f:
         assert f.read(100) == b"\0" * 100  # punched out
