@@ -761,7 +761,9 @@ def _prefix_policy(t: RequestTemplate) -> str:
     if t.prompt_tokens:
         return f"shared prefix of {t.prefix_tokens} tokens" if t.prefix_tokens else "unique prefix per request"
     if t.conversations:
-        return "multi-turn sessions: each turn repeats its conversation's history (a warm cache helps, as in production)"
+        return ("multi-turn sessions: each turn repeats its conversation's history (the file's answers), so the cache holds "
+                "the previous turn's prompt; every level starts again at the file's first conversation, and a level past the "
+                "file's last runs them again: such a turn is resent whole, one the server's prefix cache may hold")
     if t.prompts:
         return (f"the prompt file's {len(t.prompts)} prompts in order from the first in every level, cycling: a request past "
                 f"the {len(t.prompts)}th, or in a later level, resends a prompt the server's prefix cache may hold")

@@ -113,20 +113,28 @@ def repeated_prompts(ctx: Ctx, w: S.Workload, span: Span) -> None:
     """W511: a level that plans more requests than the prompt file holds sends its prompts again
     (they cycle, in order): a server's prefix cache serves a repeat whole, so its TTFT reads lower
     than on prompts it has not seen (`vllm bench serve` warns as it oversamples). Multi-turn
-    sessions repeat their history by design (the plan says so) and are not warned about."""
+    sessions count the file's user turns: each turn repeats its own history by design, but a
+    level with more turns than the file holds runs its conversations again, each turn whole."""
     d = w.dataset
-    if d is None or w.multi_turn or not d.prompts:
+    if d is None or not d.prompts:
         return
+    if w.multi_turn and d.conversations:
+        have = sum(1 for conv in d.conversations for role, _ in conv if role == "user")
+        holds, what, first = f"{have:,} turns in {len(d.conversations):,} conversations", "turns", "conversation"
+    else:
+        have, first = len(d.prompts), "prompt"
+        holds, what = f"{have:,} prompts", "prompts"
     most = planned_level_requests(w)
-    if most is None or most[1] <= len(d.prompts):
+    if most is None or most[1] <= have:
         return
     label, n = most
     amount = f"about {n:,.0f}" if w.load.mode == "open" or w.expected_latency_s else f"at least {n:,.0f}"
+    repeats = "" if w.multi_turn else ", and the manifest records each level's repeats (prompt_repeats)"
     ctx.warn("W511", f"workload '{w.name}' plans {amount} requests in a level ({label}, warmup included) "
-                     f"but its prompt file {w.prompt_file!r} holds {len(d.prompts):,} prompts: they cycle, each sent about "
-                     f"{n / len(d.prompts):,.1f} times, and a server's prefix cache serves the repeats (TTFT reads lower than on unseen prompts)",
-             span, "use a file with more prompts, or fewer requests per level; every level starts again at the file's first prompt, "
-                   "and the manifest records each level's repeats (prompt_repeats)")  # fmt: skip
+                     f"but its prompt file {w.prompt_file!r} holds {holds}: they cycle, each sent about "
+                     f"{n / have:,.1f} times, and a server's prefix cache serves the repeats (TTFT reads lower than on unseen prompts)",
+             span, f"use a file with more {what}, or fewer requests per level; every level starts again at the file's first {first}"
+                   f"{repeats}")  # fmt: skip
 
 
 def check_multi_turn(ctx: Ctx, b: Body, endpoint: str, load: S.Load, where: str) -> None:

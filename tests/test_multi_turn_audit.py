@@ -1,0 +1,53 @@
+"""What a user of vLLM's multi-turn benchmark (benchmarks/multi_turn) expects of `multi_turn =
+true` sessions, where soakspec did otherwise: a conversation file shorter than a level's
+turns cycles, and every level starts again at its first conversation, so the server's prefix
+cache serves whole turns it has answered before -- while `check` stayed silent (W511 was
+skipped for multi-turn) and the plan called the cache regime 'as in production'."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from soakspec.lang import load_spec
+from soakspec.plan import plan
+from soakspec.plan import render_text as render_plan
+from specs import one_workload_spec
+
+
+def _write(tmp_path: Path, conversations: int, load: str, extra: str = "") -> Path:
+    convs = [{"conversations": [{"from": "human", "value": f"c{i} q1"}, {"from": "gpt", "value": f"c{i} a1"},
+                                {"from": "human", "value": f"c{i} q2"}, {"from": "gpt", "value": f"c{i} a2"}]}
+             for i in range(conversations)]  # fmt: skip
+    (tmp_path / "sg.json").write_text(json.dumps(convs))
+    before = f'endpoint = chat\n  prompt_file = "sg.json"\n  multi_turn = true\n  max_tokens = 4\n  {extra}'
+    text = one_workload_spec(name="mt", issue="1", before_load=before, load=load,
+                             after_load="duration = 1s\n  deadline = 5s\n  follow_up = false")  # fmt: skip
+    path = tmp_path / "w.soak"
+    path.write_text(text)
+    return path
+
+
+def test_a_conversation_file_shorter_than_a_levels_turns_warns_w511(tmp_path):
+    """2 conversations of 2 turns (4 turns in all) at concurrency 2 with an expected latency
+    of 100 ms: about 20 turns a level, each of the file's sent about 5 times -- all but the
+    first pass whole repeats a prefix cache serves. `check` said nothing."""
+    spec, diags, _ = load_spec(_write(tmp_path, 2, "mode = closed\n    concurrency = [2]", "expected_latency = 100ms"))
+    assert spec is not None, diags
+    [w] = [d for d in diags if d.code == "W511"]
+    assert "about 20 requests in a level" in w.message
+    assert "4 turns in 2 conversations" in w.message and "5.0 times" in w.message and "prefix cache" in w.message
+    spec, diags, _ = load_spec(_write(tmp_path, 10, "mode = closed\n    concurrency = [2]", "expected_latency = 100ms"))
+    assert spec is not None and not [d for d in diags if d.code == "W511"]  # 20 turns in the file: no repeat planned
+
+
+def test_the_plan_says_every_level_starts_again_at_the_first_conversation(tmp_path):
+    """The plan and the manifest's `prefix_cache` told a warm cache 'as in production'; a later
+    level resends the first level's turns whole (each level starts at conversation 0)."""
+    spec, diags, _ = load_spec(_write(tmp_path, 50, "mode = closed\n    concurrency = [1, 2]"))
+    assert spec is not None, diags
+    p = plan(spec)
+    said = p.backends[0].levels[1].request.to_json()["prefix_cache"]
+    assert "as in production" not in said
+    assert "every level starts again at the file's first conversation" in said
+    assert "every level starts again at the file's first conversation" in render_plan(p)
