@@ -191,7 +191,9 @@ class Shapes:
         next user turn of its conversation with everything before it as history (the file's own
         answers: a closed-loop worker sends it only after the previous turn's answer arrived).
         After a conversation's last turn the worker takes the next conversation: with `--workers
-        N`, process p's j-th is conversation j·N + p, so no two processes run the same one."""
+        N`, process p's j-th is conversation j·N + p, so no two processes run the same one. The
+        turn advances when it is made, whatever its outcome: a failed turn's successor is sent
+        with the file's answer in its place (README, Multi-turn chat)."""
         w, convs = self.template, self.template.conversations
         conv, turn = self._sessions.get(worker) or (self._next_conv(part), 0)
         turns = convs[conv % len(convs)]
