@@ -51,3 +51,30 @@ def test_the_plan_says_every_level_starts_again_at_the_first_conversation(tmp_pa
     assert "as in production" not in said
     assert "every level starts again at the file's first conversation" in said
     assert "every level starts again at the file's first conversation" in render_plan(p)
+
+
+def _write_convs(tmp_path: Path, convs: list[list[tuple[str, str]]]) -> Path:
+    data = [{"conversations": [{"from": f, "value": v} for f, v in c]} for c in convs]
+    (tmp_path / "sg.json").write_text(json.dumps(data))
+    before = 'endpoint = chat\n  prompt_file = "sg.json"\n  multi_turn = true\n  max_tokens = 4'
+    text = one_workload_spec(name="mt", issue="1", before_load=before, load="mode = closed\n    concurrency = [1]",
+                             after_load="duration = 1s\n  deadline = 5s\n  follow_up = false")  # fmt: skip
+    (tmp_path / "w.soak").write_text(text)
+    return tmp_path / "w.soak"
+
+
+def test_conversations_that_do_not_alternate_user_and_assistant_warn(tmp_path):
+    """Real ShareGPT dumps hold conversations with two answers or two questions in a row (vLLM's
+    convert_sharegpt_to_openai.py drops them): sent as history, a chat template that requires
+    alternation rejects every later turn of the conversation (HTTP 400), and `check` said
+    nothing. A system turn first is no break."""
+    ok = [("system", "s"), ("human", "q1"), ("gpt", "a1"), ("human", "q2")]
+    two_answers = [("human", "q1"), ("gpt", "a1"), ("gpt", "a1 more"), ("human", "q2")]
+    two_questions = [("human", "q1"), ("human", "q1 again"), ("gpt", "a")]
+    spec, diags, _ = load_spec(_write_convs(tmp_path, [ok, two_answers, two_questions]))
+    assert spec is not None, diags
+    [w] = [d for d in diags if d.code == "W512"]
+    assert "2 of 3 conversations" in w.message and "conversation 2" in w.message and "turn 3" in w.message
+    assert "alternat" in w.message and "400" in w.message
+    spec, diags, _ = load_spec(_write_convs(tmp_path, [ok, ok[1:]]))
+    assert spec is not None and not [d for d in diags if d.code == "W512"]

@@ -93,6 +93,7 @@ CODES: dict[str, Code] = {
         Code("W509", "percentile rule with too few planned samples per scope"),
         Code("W510", "prompt file records skipped (no human turn to send)"),
         Code("W511", "prompt file shorter than a level's planned requests (prompts repeat)"),
+        Code("W512", "multi-turn conversations whose turns do not alternate user and assistant"),
     )
 }
 

@@ -137,6 +137,30 @@ def repeated_prompts(ctx: Ctx, w: S.Workload, span: Span) -> None:
                    f"{repeats}")  # fmt: skip
 
 
+def unalternating_turns(ctx: Ctx, w: S.Workload, span: Span) -> None:
+    """W512: a multi-turn conversation whose turns do not alternate user and assistant (after an
+    optional system turn first) is sent as its history is; a chat template that requires
+    alternation rejects every turn sent after the break (HTTP 400)."""
+    d = w.dataset
+    if d is None or not w.multi_turn or not d.conversations:
+        return
+    bad, first = 0, None
+    for k, conv in enumerate(d.conversations, 1):
+        turns = conv[1:] if conv and conv[0][0] == "system" else conv
+        at = next((i for i, (role, _) in enumerate(turns) if role != ("user", "assistant")[i % 2]), None)
+        if at is not None:
+            bad += 1
+            if first is None:
+                prev = f"after '{turns[at - 1][0]}'" if at else "first"
+                first = f"conversation {k:,}, turn {at + 1 + len(conv) - len(turns)}: '{turns[at][0]}' {prev}"
+    if bad:
+        ctx.warn("W512", f"{bad:,} of {len(d.conversations):,} conversations in the prompt file {w.prompt_file!r} do not alternate "
+                         f"user and assistant turns (the first: {first}): each is sent as its history is, and a chat template "
+                         "that requires alternation (as Llama 2's, Mistral's and Gemma's do) rejects every turn sent after the break (HTTP 400)",
+                 span, "vLLM's benchmarks/multi_turn/convert_sharegpt_to_openai.py drops such conversations; "
+                       "a template without that rule takes them")  # fmt: skip
+
+
 def check_multi_turn(ctx: Ctx, b: Body, endpoint: str, load: S.Load, where: str) -> None:
     """Multi-turn sessions are chat conversations driven by closed-loop workers (one session each)."""
     if not b["multi_turn"] or b["prompt_file"] is None:

@@ -139,6 +139,7 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     w = S.Workload(name=blk.label.value, span=blk.kind_span, **fields)
     if w.dataset is not None and b.ok("prompt_file"):
         requests.repeated_prompts(ctx, w, b.got("prompt_file").span)  # W511
+        requests.unalternating_turns(ctx, w, b.got("prompt_file").span)  # W512
     return w
 
 
