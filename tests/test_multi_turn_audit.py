@@ -78,3 +78,27 @@ def test_conversations_that_do_not_alternate_user_and_assistant_warn(tmp_path):
     assert "alternat" in w.message and "400" in w.message
     spec, diags, _ = load_spec(_write_convs(tmp_path, [ok, ok[1:]]))
     assert spec is not None and not [d for d in diags if d.code == "W512"]
+
+
+def test_the_pre_flight_and_follow_up_send_a_sessions_first_turn_not_a_whole_conversation(tmp_path):
+    """A `messages` file (what vLLM's convert_sharegpt_to_openai.py writes) holds each
+    conversation whole, answers included; the pre-flight request (`Shapes.make(0)`) and the
+    follow-up (`smallest`) sent the first record whole -- every turn and the last answer, a
+    request no session sends -- so a conversation longer than the model's context aborted the
+    run before its first level (HTTP 400), though each session's first turn fits."""
+    from soakspec.runner.load import Shapes
+
+    big = " ".join(["word"] * 50)
+    convs = [{"id": f"c{i}", "messages": [{"role": "user", "content": f"c{i} q1"}, {"role": "assistant", "content": big},
+                                          {"role": "user", "content": f"c{i} q2"}, {"role": "assistant", "content": big}]}
+             for i in range(2)]  # fmt: skip
+    (tmp_path / "conv.json").write_text(json.dumps(convs, indent=2))
+    before = 'endpoint = chat\n  prompt_file = "conv.json"\n  multi_turn = true\n  max_tokens = 4'
+    (tmp_path / "w.soak").write_text(one_workload_spec(name="mt", issue="1", before_load=before, load="mode = closed\n    concurrency = [1]",
+                                                       after_load="duration = 1s\n  deadline = 5s\n  follow_up = false"))  # fmt: skip
+    spec, diags, _ = load_spec(tmp_path / "w.soak")
+    assert spec is not None, diags
+    shapes = Shapes(plan(spec).backends[0].levels[0].request)
+    first = (("user", "c0 q1"),)
+    assert shapes.make(0).messages == first and shapes.make(0, smallest=True).messages == first
+    assert shapes.make(0, worker=0).messages == first  # what the first session sends

@@ -169,6 +169,10 @@ class Shapes:
             return self._token_shape(index, smallest, salt)
         if w.conversations and worker is not None and not smallest:
             return self._session_turn(index, worker, part)
+        if w.conversations:  # the pre-flight and the follow-up: a session's first turn, not a record whole
+            first = w.conversations[0]
+            turn = first[: next(i for i, (role, _) in enumerate(first) if role == "user") + 1]
+            return self._shape(turn, min(w.max_tokens) if smallest else w.max_tokens[index % len(w.max_tokens)])
         if smallest:
             max_tokens = min(w.output_lens or w.max_tokens)
             prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
