@@ -9,7 +9,7 @@ evidence directory, errors. `--quiet` keeps stdout as it is and leaves on stderr
 
 Exit codes: the verdict's (0 PASS, 1 FAIL, 3 INCONCLUSIVE); 2 when nothing ran (a spec that does
 not check, a bad option, `--out` onto a directory that already holds a run or is in use, a
-`--sign` key that is not there); 4 when the run aborted or its evidence could not be written,
+`--sign` key that is not there or cannot sign: a test signature is made first); 4 when the run aborted or its evidence could not be written,
 or the manifest could not be signed.
 """
 
@@ -162,7 +162,8 @@ def _sign(run_dir: Path, key: str, quiet: bool) -> bool:
     try:
         sig = sign_manifest(run_dir, key)
     except SigningError as e:
-        print(f"soakspec run: error: the evidence in {run_dir} is not signed: {e}", file=sys.stderr)
+        print(f"soakspec run: error: the evidence in {run_dir} is not signed: {e}; once the key can sign, "
+              f"`ssh-keygen -Y sign -f {key} -n soakspec {run_dir / 'manifest.json'}` writes the signature", file=sys.stderr)
         return False
     if not quiet:
         print(f"signed: {sig}", file=sys.stderr)

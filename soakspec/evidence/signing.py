@@ -19,7 +19,9 @@ can rewrite the records and recompute every hash.
 Running ssh-keygen is this module's own choice of a fixed program (found on PATH, arguments
 built here, never from the spec or the evidence): `verify` still never executes anything a spec
 names. A key with a passphrase needs ssh-agent (`-f` may then name the public key); ssh-keygen
-gets no terminal here, so it cannot prompt.
+gets no terminal here, so it cannot prompt. `check_signing_key` signs a fixed test message before
+the run, so a key that cannot sign (a passphrase and no agent holding it, not a private key) is a
+usage error then, not a failure after a day-long soak.
 """
 
 from __future__ import annotations
@@ -66,14 +68,34 @@ def _why(proc: subprocess.CompletedProcess) -> str:
     return text[:500] or f"ssh-keygen exited with status {proc.returncode}"
 
 
+def _sign_failed(proc: subprocess.CompletedProcess, key: str | os.PathLike) -> str:
+    """Why `ssh-keygen -Y sign` failed, said for the user: a key that wants its passphrase was
+    not 'supplied an incorrect passphrase' (ssh-keygen's words), it was asked on no terminal."""
+    why = _why(proc)
+    if "passphrase" in why.lower():
+        return (f"the key needs its passphrase and no ssh-agent holds it: load it with `ssh-add {key}` (soakspec gives "
+                f"ssh-keygen no terminal to ask on) [{why.replace('Enter passphrase: ', '')}]")
+    return why
+
+
+def _sign(key: str | os.PathLike, data: bytes) -> bytes:
+    proc = _run([ssh_keygen(), "-q", "-Y", "sign", "-f", str(key), "-n", NAMESPACE], data)
+    sig = proc.stdout or b""
+    if proc.returncode != 0 or b"BEGIN SSH SIGNATURE" not in sig:
+        raise SigningError(_sign_failed(proc, key))
+    return sig
+
+
 def check_signing_key(key: str | os.PathLike) -> None:
-    """Before a run: the key file is readable and ssh-keygen is there (a usage error otherwise)."""
+    """Before a run: ssh-keygen is there and signs a test message with the key (a usage error
+    otherwise) -- a key with a passphrase no agent holds fails here, not after the run."""
     ssh_keygen()
     p = Path(key)
     if not p.is_file():
         raise SigningError("no such key file")
     if not os.access(p, os.R_OK):
         raise SigningError("the key file is not readable")
+    _sign(key, b"soakspec run --sign: can this key sign?\n")
 
 
 def sign_manifest(run_dir: str | os.PathLike, key: str | os.PathLike) -> Path:
@@ -83,10 +105,7 @@ def sign_manifest(run_dir: str | os.PathLike, key: str | os.PathLike) -> Path:
         data = (root / layout.MANIFEST).read_bytes()
     except OSError as e:
         raise SigningError(f"cannot read {layout.MANIFEST}: {e}") from None
-    proc = _run([ssh_keygen(), "-q", "-Y", "sign", "-f", str(key), "-n", NAMESPACE], data)
-    sig = proc.stdout or b""
-    if proc.returncode != 0 or b"BEGIN SSH SIGNATURE" not in sig:
-        raise SigningError(_why(proc))
+    sig = _sign(key, data)
     try:
         write_bytes_atomic(root / SIGNATURE, sig)
     except EvidenceError as e:
