@@ -3,12 +3,17 @@
 - A key with a passphrase and no ssh-agent holding it is a usage error before the run (a test
   signature is made first), saying to load it with ssh-add -- not a failure after the whole
   soak that says 'incorrect passphrase supplied'.
+- A manifest.json.sig that is not a signature (empty, garbage, armored garbage, a symlink, a
+  FIFO) fails `verify --allowed-signers` (exit 1) saying what is wrong with the file, not that
+  "the signing key is not in" the allowed signers or that the evidence has no signature; an
+  allowed-signers path that is a directory is "not a regular file", not "no such file".
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -17,6 +22,8 @@ import pytest
 
 from runner_support import new_marker, run_soakspec, sim_spec, wait_no_survivors
 from soakspec.cli import main
+from soakspec.evidence.signing import sign_manifest
+from soakspec.judge.testing import EvidenceBuilder, small_spec
 
 SSH_KEYGEN = shutil.which("ssh-keygen")
 pytestmark = pytest.mark.skipif(SSH_KEYGEN is None, reason="ssh-keygen (OpenSSH) is not installed: signing cannot be tested")
@@ -34,6 +41,57 @@ def cli(*argv: str) -> tuple[int, str, str]:
 def keygen(path: Path, passphrase: str = "") -> Path:
     subprocess.run([SSH_KEYGEN, "-q", "-t", "ed25519", "-N", passphrase, "-C", "audit", "-f", str(path)], check=True, timeout=60)
     return path
+
+
+@pytest.fixture(scope="module")
+def signed(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """(signed evidence, its key, an allowed_signers file naming the key as alice@example.org)."""
+    d = tmp_path_factory.mktemp("signed")
+    key = keygen(d / "id")
+    (d / "allowed_signers").write_text(f"alice@example.org {(d / 'id.pub').read_text().strip()}\n")
+    ev = EvidenceBuilder(small_spec()).write(d / "run")
+    sign_manifest(ev, key)
+    return ev, key, d / "allowed_signers"
+
+
+def copy_of(signed, tmp_path: Path) -> Path:
+    out = tmp_path / "copy"
+    shutil.copytree(signed[0], out, symlinks=True)
+    return out
+
+
+@pytest.mark.parametrize("kind, says", [
+    ("empty", "manifest.json.sig is empty: not an SSH signature"),
+    ("garbage", "manifest.json.sig is not an SSH signature (it does not begin with -----BEGIN SSH SIGNATURE-----)"),
+    ("armored", "manifest.json.sig is not a valid SSH signature (Couldn't"),
+    ("symlink", "manifest.json.sig is not a regular file"),
+    ("fifo", "manifest.json.sig is not a regular file"),
+])
+def test_a_signature_file_that_is_not_a_signature_says_what_it_is(signed, tmp_path, kind, says):
+    ev = copy_of(signed, tmp_path)
+    sig = ev / "manifest.json.sig"
+    real = sig.read_bytes()
+    sig.unlink()
+    if kind == "empty":
+        sig.write_bytes(b"")
+    elif kind == "garbage":
+        sig.write_bytes(bytes(range(256)) * 2)
+    elif kind == "armored":
+        sig.write_bytes(b"-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n")
+    elif kind == "symlink":
+        (tmp_path / "real.sig").write_bytes(real)
+        sig.symlink_to(tmp_path / "real.sig")
+    else:
+        os.mkfifo(sig)
+    code, out, _ = cli("verify", str(ev), "--allowed-signers", str(signed[2]))
+    first = out.splitlines()[0]
+    assert code == 1 and first.startswith(f"signature: INVALID: {says}"), first
+    assert "signing key is not in" not in first and "not signed" not in first
+
+
+def test_allowed_signers_that_is_a_directory_is_not_a_regular_file(signed, tmp_path):
+    code, _, err = cli("verify", str(signed[0]), "--allowed-signers", str(tmp_path))
+    assert code == 2 and "not a regular file" in err and "no such file" not in err
 
 
 def test_a_key_with_a_passphrase_and_no_agent_is_a_usage_error_before_the_run(tmp_path, monkeypatch):

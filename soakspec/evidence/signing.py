@@ -153,22 +153,33 @@ def verify_signature(run_dir: str | os.PathLike, allowed_signers: str | os.PathL
     ssh-keygen, no such allowed-signers file)."""
     root = Path(run_dir)
     allowed = Path(allowed_signers)
-    if not allowed.is_file():
+    if not allowed.exists():
         raise SigningError(f"--allowed-signers {allowed_signers}: no such file")
+    if not allowed.is_file():
+        raise SigningError(f"--allowed-signers {allowed_signers}: not a regular file")
     sig = root / SIGNATURE
-    if not sig.is_file() or sig.is_symlink():
+    if not sig.exists() and not sig.is_symlink():
         return SignatureCheck("invalid", message=f"no {SIGNATURE}: the evidence is not signed")
+    if not sig.is_file() or sig.is_symlink():
+        return SignatureCheck("invalid", message=f"{SIGNATURE} is not a regular file (a symlink or special file is not read)")
     if sig.stat().st_size > MAX_SIGNATURE_BYTES:
         return SignatureCheck("invalid", message=f"{SIGNATURE} is over {MAX_SIGNATURE_BYTES // 1024} KB: not an SSH signature")
     try:
         data = (root / layout.MANIFEST).read_bytes()
+        head = sig.read_bytes()[:64].lstrip()
     except OSError as e:
-        return SignatureCheck("invalid", message=f"cannot read {layout.MANIFEST}: {e}")
+        return SignatureCheck("invalid", message=f"cannot read {layout.MANIFEST} or {SIGNATURE}: {e}")
+    if not head.startswith(b"-----BEGIN SSH SIGNATURE-----"):
+        return SignatureCheck("invalid", message=f"{SIGNATURE} is not an SSH signature (it does not begin with "
+                              "-----BEGIN SSH SIGNATURE-----)" if head else f"{SIGNATURE} is empty: not an SSH signature")
     exe = ssh_keygen()
     found = _run([exe, "-Y", "find-principals", "-s", str(sig), "-f", str(allowed)], b"")
     principals = [x.strip() for x in (found.stdout or b"").decode("utf-8", "replace").splitlines() if x.strip()]
     if found.returncode != 0 or not principals:
-        return SignatureCheck("invalid", message=f"the signing key is not in {allowed_signers} ({_why(found)})")
+        why = _why(found)
+        if "Couldn't" in why:  # ssh-keygen could not parse the signature itself, before looking for its key
+            return SignatureCheck("invalid", message=f"{SIGNATURE} is not a valid SSH signature ({why})")
+        return SignatureCheck("invalid", message=f"the signing key is not in {allowed_signers} ({why})")
     principal = principals[0]
     proc = _run([exe, "-Y", "verify", "-f", str(allowed), "-I", principal, "-n", NAMESPACE, "-s", str(sig)], data)
     said = " ".join((proc.stdout or b"").decode("utf-8", "replace").split())
