@@ -7,12 +7,16 @@
   FIFO) fails `verify --allowed-signers` (exit 1) saying what is wrong with the file, not that
   "the signing key is not in" the allowed signers or that the evidence has no signature; an
   allowed-signers path that is a directory is "not a regular file", not "no such file".
+- results.json and verdict.json are not signed: a verdict.json edited from FAIL to PASS (its
+  manifest_sha256 kept) is re-judged FAIL by `gate`, and `verify` (signature valid, exit 0) and
+  `gate` say that verdict.json is not signed, and `verify` names the run the signature is of.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import shutil
 import subprocess
@@ -92,6 +96,32 @@ def test_a_signature_file_that_is_not_a_signature_says_what_it_is(signed, tmp_pa
 def test_allowed_signers_that_is_a_directory_is_not_a_regular_file(signed, tmp_path):
     code, _, err = cli("verify", str(signed[0]), "--allowed-signers", str(tmp_path))
     assert code == 2 and "not a regular file" in err and "no such file" not in err
+
+
+def test_an_edited_verdict_is_re_judged_and_said_to_be_unsigned(tmp_path):
+    key = keygen(tmp_path / "id")
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(f"alice@example.org {(tmp_path / 'id.pub').read_text().strip()}\n")
+    ev = EvidenceBuilder(small_spec("require p50(ttft) < 1ms")).write(tmp_path / "run")  # a run that fails its gate
+    sign_manifest(ev, key)
+    assert cli("gate", str(ev), "--write")[0] == 1
+    v = json.loads((ev / "verdict.json").read_text())
+    run_id = json.loads((ev / "manifest.json").read_text())["run_id"]
+    assert v["verdict"] == "FAIL"
+    v["verdict"], v["exit_code"] = "PASS", 0  # forged, still bound to the manifest by its manifest_sha256
+    v["rules"] = [r | {"status": "pass"} for r in v["rules"]]
+    (ev / "verdict.json").write_text(json.dumps(v, indent=2, sort_keys=True) + "\n")
+    code, out, _ = cli("verify", str(ev), "--allowed-signers", str(allowed))
+    first = out.splitlines()[0]
+    assert code == 0, out  # the signature and every artifact hold: only the unsigned conclusion was edited
+    assert first.startswith("signature: signed by alice@example.org (ED25519 key SHA256:")
+    assert f"run {run_id}: manifest.json and every artifact it hashes" in first
+    assert "results.json and verdict.json are not signed" in first
+    doc = json.loads(cli("verify", str(ev), "--format", "json", "--allowed-signers", str(allowed))[1])
+    assert doc["signature"]["run_id"] == run_id and doc["signature"]["not_covered"] == ["results.json", "verdict.json"]
+    code, out, _ = cli("gate", str(ev))
+    assert code == 1 and "the run's own verdict.json says PASS; re-judged from the evidence: FAIL" in out
+    assert "results.json and verdict.json are not signed" in out
 
 
 def test_a_key_with_a_passphrase_and_no_agent_is_a_usage_error_before_the_run(tmp_path, monkeypatch):

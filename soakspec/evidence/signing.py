@@ -27,6 +27,7 @@ usage error then, not a failure after a day-long soak.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
@@ -40,6 +41,9 @@ NAMESPACE = "soakspec"
 SIGNATURE = layout.MANIFEST_SIG
 TIMEOUT_S = 30.0  # ssh-keygen signs or verifies in milliseconds; a hung one must not hang the command
 MAX_SIGNATURE_BYTES = 64 * 1024  # an SSH signature is under 2 KB even for RSA-4096
+# what a signed directory's reader must not take as signed: the conclusions written after the manifest
+NOT_COVERED = (f"{layout.RESULTS} and {layout.VERDICT} are not signed (the verdict that counts is the one "
+               "`soakspec gate` re-derives)")
 
 
 class SigningError(Exception):
@@ -121,6 +125,7 @@ class SignatureCheck:
     status: str
     principal: str | None = None
     message: str = ""
+    run_id: str | None = None  # a valid signature: the run id of the manifest it signs
 
     @property
     def ok(self) -> bool | None:
@@ -131,13 +136,17 @@ class SignatureCheck:
         if self.status == "unsigned":
             return "not signed: its sha256 hashes catch accidents, not a determined editor (`soakspec run --sign KEY` signs)"
         if self.status == "present":
-            return f"signed ({SIGNATURE}), not checked here: `soakspec verify DIR --allowed-signers FILE` checks it"
+            return (f"signed ({SIGNATURE}), not checked here: `soakspec verify DIR --allowed-signers FILE` checks it; "
+                    f"{NOT_COVERED}")
         if self.status == "valid":
-            return f"signed by {self.principal} ({self.message})" if self.message else f"signed by {self.principal}"
+            by = f"signed by {self.principal} ({self.message})" if self.message else f"signed by {self.principal}"
+            run = f", run {self.run_id}" if self.run_id else ""
+            return f"{by}{run}: manifest.json and every artifact it hashes; {NOT_COVERED}"
         return f"INVALID: {self.message}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "principal": self.principal, "message": self.message, "file": SIGNATURE}
+        return {"status": self.status, "principal": self.principal, "message": self.message, "file": SIGNATURE,
+                "run_id": self.run_id, "not_covered": [layout.RESULTS, layout.VERDICT]}
 
 
 def signature_status(run_dir: str | os.PathLike) -> SignatureCheck:
@@ -187,7 +196,11 @@ def verify_signature(run_dir: str | os.PathLike, allowed_signers: str | os.PathL
         return SignatureCheck("invalid", principal,
                               f"the signature does not match manifest.json for {principal} ({_why(proc) or said})")
     key = said.split(" with ", 1)[-1].rstrip(".") if " with " in said else ""
-    return SignatureCheck("valid", principal, key)
+    try:
+        run_id = json.loads(data).get("run_id")
+    except (ValueError, AttributeError):
+        run_id = None
+    return SignatureCheck("valid", principal, key, run_id if isinstance(run_id, str) else None)
 
 
 __all__ = ["NAMESPACE", "SIGNATURE", "SignatureCheck", "SigningError", "check_signing_key", "sign_manifest",
