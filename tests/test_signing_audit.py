@@ -10,6 +10,10 @@
 - results.json and verdict.json are not signed: a verdict.json edited from FAIL to PASS (its
   manifest_sha256 kept) is re-judged FAIL by `gate`, and `verify` (signature valid, exit 0) and
   `gate` say that verdict.json is not signed, and `verify` names the run the signature is of.
+- An allowed_signers file that lists the key for git first (namespaces="git", as a file shared
+  with git's commit signing may) and for soakspec on a later line verifies (ssh-keygen's
+  find-principals stops at the first line): every principal listed with the key is tried. A
+  key allowed only for git, or a signature made for namespace git, is INVALID saying so.
 """
 
 from __future__ import annotations
@@ -122,6 +126,28 @@ def test_an_edited_verdict_is_re_judged_and_said_to_be_unsigned(tmp_path):
     code, out, _ = cli("gate", str(ev))
     assert code == 1 and "the run's own verdict.json says PASS; re-judged from the evidence: FAIL" in out
     assert "results.json and verdict.json are not signed" in out
+
+
+def test_a_key_listed_for_git_first_and_for_soakspec_later_verifies(signed, tmp_path):
+    ev, key, _ = signed
+    pub = Path(f"{key}.pub").read_text().strip()
+    allowed = tmp_path / "allowed_signers"
+    allowed.write_text(f'# shared with git\nalice@example.org namespaces="git" {pub}\nsoak-ci@example.org namespaces="soakspec" {pub}\n')
+    code, out, _ = cli("verify", str(ev), "--allowed-signers", str(allowed))
+    assert code == 0 and out.startswith("signature: signed by soak-ci@example.org (ED25519 key SHA256:"), out
+    allowed.write_text(f'alice@example.org namespaces="git" {pub}\n')
+    code, out, _ = cli("verify", str(ev), "--allowed-signers", str(allowed))
+    assert code == 1 and out.startswith(f"signature: INVALID: {allowed} does not allow alice@example.org's key to sign for "
+                                        "namespace soakspec"), out
+
+
+def test_a_signature_made_for_git_is_not_a_soakspec_one(signed, tmp_path):
+    ev = copy_of(signed, tmp_path)
+    proc = subprocess.run([SSH_KEYGEN, "-q", "-Y", "sign", "-f", str(signed[1]), "-n", "git"],
+                          input=(ev / "manifest.json").read_bytes(), capture_output=True, timeout=60, check=True)
+    (ev / "manifest.json.sig").write_bytes(proc.stdout)
+    code, out, _ = cli("verify", str(ev), "--allowed-signers", str(signed[2]))
+    assert code == 1 and out.startswith("signature: INVALID: the signature was not made for namespace soakspec"), out
 
 
 def test_a_key_with_a_passphrase_and_no_agent_is_a_usage_error_before_the_run(tmp_path, monkeypatch):

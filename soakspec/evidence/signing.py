@@ -155,6 +155,44 @@ def signature_status(run_dir: str | os.PathLike) -> SignatureCheck:
     return SignatureCheck("present") if p.is_file() and not p.is_symlink() else SignatureCheck("unsigned")
 
 
+MAX_PRINCIPALS_TRIED = 16
+
+
+def _signer_key(armored: bytes) -> str | None:
+    """The base64 public key blob an SSHSIG signature carries (PROTOCOL.sshsig), None when it
+    does not parse: the form an allowed_signers line gives the key in."""
+    import base64
+    import binascii
+    import struct
+
+    lines = armored.decode("ascii", "replace").split("-----")
+    try:
+        blob = base64.b64decode("".join(lines[2].split()), validate=True) if len(lines) > 2 else b""
+        if blob[:6] != b"SSHSIG":
+            return None
+        (n,) = struct.unpack(">I", blob[10:14])
+        return base64.b64encode(blob[14:14 + n]).decode() if 0 < n <= len(blob) - 14 else None
+    except (binascii.Error, struct.error, ValueError):
+        return None
+
+
+def _principals_of(allowed: Path, key: str | None) -> list[str]:
+    """The principals field of every allowed_signers line that lists `key` (not a CA's)."""
+    if key is None:
+        return []
+    try:
+        text = allowed.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return []
+    found = []
+    for line in text.splitlines():
+        words = line.split()
+        if not words or words[0].startswith("#") or key not in words[1:] or "cert-authority" in line:
+            continue
+        found.extend(p for p in words[0].strip('"').split(",") if p)  # a line's principals: a comma list
+    return found
+
+
 def verify_signature(run_dir: str | os.PathLike, allowed_signers: str | os.PathLike) -> SignatureCheck:
     """Check manifest.json.sig against `allowed_signers`: the signer must be one of its
     principals (found with `ssh-keygen -Y find-principals`) and the signature must verify for
@@ -189,12 +227,28 @@ def verify_signature(run_dir: str | os.PathLike, allowed_signers: str | os.PathL
         if "Couldn't" in why:  # ssh-keygen could not parse the signature itself, before looking for its key
             return SignatureCheck("invalid", message=f"{SIGNATURE} is not a valid SSH signature ({why})")
         return SignatureCheck("invalid", message=f"the signing key is not in {allowed_signers} ({why})")
-    principal = principals[0]
-    proc = _run([exe, "-Y", "verify", "-f", str(allowed), "-I", principal, "-n", NAMESPACE, "-s", str(sig)], data)
+    # find-principals stops at the first line with the key and ignores its namespaces: a file
+    # that lists the key for git first (namespaces="git") and for soakspec after would fail on
+    # the git line, so every principal listed with the signing key is tried, in the file's order
+    candidates = list(dict.fromkeys(principals + _principals_of(allowed, _signer_key(head + sig.read_bytes()[64:]))))
+    first = None
+    for principal in candidates[:MAX_PRINCIPALS_TRIED]:
+        proc = _run([exe, "-Y", "verify", "-f", str(allowed), "-I", principal, "-n", NAMESPACE, "-s", str(sig)], data)
+        if proc.returncode == 0:
+            break
+        first = first or (principal, proc)
+    else:
+        principal, proc = first
+        said = " ".join((proc.stdout or b"").decode("utf-8", "replace").split())
+        why = _why(proc) or said
+        if "namespace" in why and "not permitted" in why:
+            return SignatureCheck("invalid", principal, f"{allowed_signers} does not allow {principal}'s key to sign "
+                                  f"for namespace {NAMESPACE} ({why})")
+        if "namespace does not match" in why:  # a git or file signature replayed as a soakspec one
+            return SignatureCheck("invalid", principal, f"the signature was not made for namespace {NAMESPACE} "
+                                  f"(`ssh-keygen -Y sign -n {NAMESPACE}`): {why}")
+        return SignatureCheck("invalid", principal, f"the signature does not match manifest.json for {principal} ({why})")
     said = " ".join((proc.stdout or b"").decode("utf-8", "replace").split())
-    if proc.returncode != 0:
-        return SignatureCheck("invalid", principal,
-                              f"the signature does not match manifest.json for {principal} ({_why(proc) or said})")
     key = said.split(" with ", 1)[-1].rstrip(".") if " with " in said else ""
     try:
         run_id = json.loads(data).get("run_id")
