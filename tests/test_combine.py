@@ -125,7 +125,7 @@ def test_different_commits_fail(spec, tmp_path, capsys):
 
 def test_a_backend_twice_or_missing_fails(spec, tmp_path, capsys):
     d = str(EvidenceBuilder(spec, only=("nccl",)).write(tmp_path / "a"))
-    e = str(EvidenceBuilder(spec, only=("nccl",)).write(tmp_path / "b"))
+    e = str(EvidenceBuilder(spec, only=("nccl",), run_id="run2").write(tmp_path / "b"))
     out = tmp_path / "out"
     code, _ = run_combine([d, e], out, capsys)
     assert code == 1

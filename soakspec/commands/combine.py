@@ -32,6 +32,7 @@ import argparse
 import copy
 import hashlib
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -194,8 +195,12 @@ def main(args: argparse.Namespace) -> int:
     from soakspec.judge.combine import Child, before_after, combine, render_text
     from soakspec.judge.judge import judge
 
-    if len(set(args.dirs)) != len(args.dirs):
-        raise UsageError("the same directory is given twice")
+    seen: dict[str, str] = {}
+    for d in args.dirs:  # `run`, `run/`, `./run` and a symlink to it are one directory
+        real = os.path.realpath(d)
+        if real in seen:
+            raise UsageError(f"the same directory is given twice ({seen[real]} and {d})")
+        seen[real] = d
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UsageError(f"--out {args.out} exists and is not an empty directory")
@@ -210,6 +215,13 @@ def main(args: argparse.Namespace) -> int:
             return loaded
         spec, evidence = loaded
         children.append(Child(where, spec, evidence, judge(spec, evidence)))
+    runs: dict[str, str] = {}
+    for c in children:  # a copy of a run is that run: not a before/after series of itself
+        sha = c.evidence.manifest_sha256
+        if sha is not None and sha in runs:
+            raise UsageError(f"the same run is given twice: {runs[sha]} and {c.dir} hold one manifest (sha256 {sha[:12]})")
+        if sha is not None:
+            runs[sha] = c.dir
     result = combine(children)
     doc = result.to_json()
     series = before_after(children)
