@@ -374,7 +374,7 @@ def test_children_of_different_workloads_leave_no_evidence_directory_that_could_
     code, cap = run_combine(dirs, out, capsys)
     assert code == 1, cap.out
     assert "PASS         children_pass" in cap.out and cap.out.rstrip().endswith("FAIL: same_workload")
-    assert f"FAIL         same_workload — workloads or gate differ from {dirs[0]} in {dirs[1]}" in cap.out
+    assert f"FAIL         same_workload — workloads differ from {dirs[0]} in {dirs[1]}" in cap.out
     assert "the combination fails same_workload: no combined evidence directory" in cap.err, cap.err
     assert "wrote " + str(out) + " (an evidence directory" not in cap.err
     assert sorted(p.name for p in out.iterdir()) == ["combined.json", "combined.json.sha256"]

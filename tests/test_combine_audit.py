@@ -42,3 +42,31 @@ def test_one_run_given_twice_is_a_usage_error_not_a_before_after_series(spec, tm
     assert code == 2, cap.out
     assert "given twice" in cap.err
     assert not out.exists()
+
+
+NCCL_LABEL = 'label = "NCCL 2.26.2, NCCL_IB_DISABLE=1, NCCL_P2P_DISABLE=1"'
+NCCL_ENV = 'require_env = ["NCCL_IB_DISABLE", "NCCL_P2P_DISABLE"]'
+
+
+@pytest.mark.parametrize("edit", [
+    # nccl run with P2P left on, its runtime block asking for less
+    lambda t: t.replace('    NCCL_P2P_DISABLE = "1"\n', "").replace(NCCL_ENV, 'require_env = ["NCCL_IB_DISABLE"]')
+                .replace(NCCL_LABEL, 'label = "NCCL 2.26.2, NCCL_IB_DISABLE=1"'),
+    # another model revision declared and recorded (model_provenance compares recorded values)
+    lambda t: t.replace('  revision = "604d5664dddd88a0433dbae533b7fe9472482de0"\n', ""),
+], ids=["backend", "model"])
+def test_children_whose_specs_differ_beyond_workloads_and_gate_do_not_pass(spec, tmp_path, capsys, edit):
+    # one child ran a spec whose nccl backend (or model block) differs: combine PASSED (same
+    # workloads and gate) and wrote an evidence directory judged with the first child's spec,
+    # whose own `gate` then FAILED (runtime_boundary_specific, provenance) -- or the other way
+    other = spec_from_text(edit(SEED.read_text()), "dsv2lite.soak")
+    assert other.sha256 != spec.sha256 and other.workloads == spec.workloads and other.gate == spec.gate
+    a = EvidenceBuilder(spec, only=("host-staged",), run_id="A", t0=1_747_000_000.0).write(tmp_path / "a")
+    b = EvidenceBuilder(other, only=("nccl",), run_id="B", t0=1_747_001_000.0).write(tmp_path / "b")
+    out = tmp_path / "out"
+    code, cap = run_combine([a, b], out, capsys)
+    doc = json.loads((out / "combined.json").read_text())
+    same = next(c for c in doc["checks"] if c["name"] == "same_workload")
+    assert code == 1 and same["status"] == "fail", cap.out
+    assert f"differ from {a} in {b}" in same["message"]
+    assert not (out / "manifest.json").exists()

@@ -16,8 +16,10 @@ checks of `CHECKS`, in order, all of which must hold:
                         (for `launch` backends: `sim`, `url` and `shell` backends have no binary
                         soakspec can hash, so none is required of them); a before/after
                         series may change the binary
-  same_workload         the same spec (sha256), or at least identical workloads and gate, run
-                        at one time scale (`run --time-scale` shrinks every duration and bucket)
+  same_workload         the same spec (sha256), or at least identical workloads, gate, backend
+                        declarations, model, source and telemetry blocks (what the judge reads:
+                        a spec may differ in its header, claims and compare blocks), run at one
+                        time scale (`run --time-scale` shrinks every duration and bucket)
   runtime_boundaries    a runtime boundary for every backend, confirmed or declared, as the
                         judge re-derives it from the spec, the retained log and environment
 
@@ -252,6 +254,12 @@ def _scale_text(scale: float) -> str:
     return f"{scale:g} (full scale)" if scale == 1 else f"{scale:g}"
 
 
+# what the judge reads of a spec: the combined evidence directory is judged with the first
+# child's spec, so a child run under other backend declarations (runtime, env, traces), model,
+# source or telemetry blocks would be judged there by rules it did not run under
+JUDGED_PARTS = ("workloads", "gate", "backends", "model", "source", "telemetry")
+
+
 def same_workload(children: Sequence[Child]) -> Check:
     msgs = []
     scales = {c.dir: time_scale(c) for c in children}
@@ -260,16 +268,17 @@ def same_workload(children: Sequence[Child]) -> Check:
     shas = {c.dir: c.spec.sha256 for c in children}
     if len(set(shas.values())) > 1:
         first = children[0].spec
-        differ = [c.dir for c in children[1:] if c.spec.workloads != first.workloads or c.spec.gate != first.gate]
-        if differ:
-            msgs.append(f"workloads or gate differ from {children[0].dir} in {', '.join(differ)}")
+        for c in children[1:]:
+            parts = [p for p in JUDGED_PARTS if getattr(c.spec, p) != getattr(first, p)]
+            if parts:
+                msgs.append(f"{', '.join(parts)} differ from {children[0].dir} in {c.dir}")
     if msgs:
         return Check("same_workload", "fail", "; ".join(msgs))
     scale = next(iter(scales.values()), 1.0)
     at = "" if scale == 1 else f", at time scale {scale:g}"
     if len(set(shas.values())) <= 1:
         return Check("same_workload", "pass", f"every child ran the same spec{at}")
-    return Check("same_workload", "pass", f"specs differ in text but have identical workloads and gate{at}")
+    return Check("same_workload", "pass", f"specs differ in text but have identical workloads, gate, backends, model, source and telemetry{at}")
 
 
 def runtime_boundaries(children: Sequence[Child]) -> Check:
