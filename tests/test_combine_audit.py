@@ -70,3 +70,21 @@ def test_children_whose_specs_differ_beyond_workloads_and_gate_do_not_pass(spec,
     assert code == 1 and same["status"] == "fail", cap.out
     assert f"differ from {a} in {b}" in same["message"]
     assert not (out / "manifest.json").exists()
+
+
+def test_a_child_run_without_preflight_is_said_by_the_combined_run(spec, tmp_path, capsys):
+    # the nccl child ran `--no-preflight`: its own gate notes it, the combined directory's
+    # manifest took the first child's `preflight` and its gate and report said nothing
+    a = EvidenceBuilder(spec, only=("host-staged",), run_id="A", t0=1_747_000_000.0)
+    a.manifest["preflight"] = True
+    b = EvidenceBuilder(spec, only=("nccl",), run_id="B", t0=1_747_001_000.0)
+    b.manifest["preflight"] = False
+    dirs = [a.write(tmp_path / "a"), b.write(tmp_path / "b")]
+    assert main(["gate", str(dirs[1])]) == 0
+    assert "pre-flight skipped" in capsys.readouterr().out
+    out = tmp_path / "out"
+    code, cap = run_combine(dirs, out, capsys)
+    assert code == 0, cap.out
+    assert json.loads((out / "manifest.json").read_text())["preflight"] is False
+    assert main(["gate", str(out)]) == 0
+    assert "pre-flight skipped" in capsys.readouterr().out

@@ -81,6 +81,8 @@ def combined_manifest(children: Sequence[Any]) -> dict[str, Any]:
         bad = [f"{c.dir}: {mm.get('status')}" for c, mm in zip(children, ms) if mm.get("status") != "complete"]
         m.update(status="incomplete", incomplete_reason="a combined child did not complete: " + "; ".join(bad))
     m["rehearsal"] = any(mm.get("rehearsal") is True for mm in ms)
+    if any(mm.get("preflight") is False for mm in ms):  # a child run with `--no-preflight`: the judge notes it
+        m["preflight"] = False
     # children at different time scales fail same_workload (and combine then writes no
     # directory); a manifest made of them still never claims a scale no child ran at: the smallest, so full_scale_run cannot pass a scaled child (a
     # child's malformed time_scale is carried as it is, for the judge to call malformed again)
