@@ -88,3 +88,27 @@ def test_a_child_run_without_preflight_is_said_by_the_combined_run(spec, tmp_pat
     assert json.loads((out / "manifest.json").read_text())["preflight"] is False
     assert main(["gate", str(out)]) == 0
     assert "pre-flight skipped" in capsys.readouterr().out
+
+
+def test_a_rehearsal_beside_a_real_run_does_not_combine_into_one_run(tmp_path, capsys):
+    # with allow_rehearsal = true both children pass: combine PASSED (exit 0) a real host-staged
+    # run and a rehearsal of nccl against the simulator, and wrote one directory marked a
+    # rehearsal throughout, whose gate FAILED (completed_run: host-staged recorded as a launch in
+    # a rehearsal, its log traces unmatched)
+    text = SEED.read_text().replace("gate {\n", "gate {\n  allow_rehearsal = true\n")
+    sp = spec_from_text(text, "dsv2lite.soak")
+    a = EvidenceBuilder(sp, only=("host-staged",), run_id="A", t0=1_747_000_000.0).write(tmp_path / "a")
+    b = EvidenceBuilder(sp, only=("nccl",), run_id="B", t0=1_747_001_000.0, rehearsal=True).write(tmp_path / "b")
+    out = tmp_path / "out"
+    code, cap = run_combine([a, b], out, capsys)
+    assert code == 1, cap.out
+    doc = json.loads((out / "combined.json").read_text())
+    same = next(c for c in doc["checks"] if c["name"] == "same_workload")
+    assert same["status"] == "fail" and f"a rehearsal beside a real run: {b} is a rehearsal, {a} is not" in same["message"]
+    assert not (out / "manifest.json").exists()
+    # two rehearsals still combine, and the combined directory gates as combine judged
+    c = EvidenceBuilder(sp, only=("host-staged",), run_id="C", t0=1_747_000_000.0, rehearsal=True).write(tmp_path / "c")
+    out2 = tmp_path / "out2"
+    code, cap = run_combine([c, b], out2, capsys)
+    assert code == 0, cap.out
+    assert main(["gate", str(out2)]) == 0

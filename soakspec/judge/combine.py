@@ -19,7 +19,8 @@ checks of `CHECKS`, in order, all of which must hold:
   same_workload         the same spec (sha256), or at least identical workloads, gate, backend
                         declarations, model, source and telemetry blocks (what the judge reads:
                         a spec may differ in its header, claims and compare blocks), run at one
-                        time scale (`run --time-scale` shrinks every duration and bucket)
+                        time scale (`run --time-scale` shrinks every duration and bucket), and
+                        all rehearsals or none (the combined manifest's `rehearsal` is the run's)
   runtime_boundaries    a runtime boundary for every backend, confirmed or declared, as the
                         judge re-derives it from the spec, the retained log and environment
 
@@ -265,6 +266,11 @@ def same_workload(children: Sequence[Child]) -> Check:
     scales = {c.dir: time_scale(c) for c in children}
     if len(set(scales.values())) > 1:  # a time-scaled run shrinks every duration, bucket and deadline
         msgs.append("different time scales: " + ", ".join(f"{d}: {_scale_text(s)}" for d, s in scales.items()))
+    rehearsed = {c.dir: c.evidence.manifest.get("rehearsal") is True for c in children}
+    if len(set(rehearsed.values())) > 1:  # the manifest's `rehearsal` is the whole run's: one kind of run
+        msgs.append(f"a rehearsal beside a real run: {', '.join(d for d, r in rehearsed.items() if r)} "
+                    f"{'is a rehearsal' if sum(rehearsed.values()) == 1 else 'are rehearsals'}, "
+                    f"{', '.join(d for d, r in rehearsed.items() if not r)} {'is' if sum(not r for r in rehearsed.values()) == 1 else 'are'} not")
     shas = {c.dir: c.spec.sha256 for c in children}
     if len(set(shas.values())) > 1:
         first = children[0].spec
