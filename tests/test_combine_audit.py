@@ -112,3 +112,33 @@ def test_a_rehearsal_beside_a_real_run_does_not_combine_into_one_run(tmp_path, c
     code, cap = run_combine([c, b], out2, capsys)
     assert code == 0, cap.out
     assert main(["gate", str(out2)]) == 0
+
+
+def _gpus(name: str) -> dict:
+    return {"available": True, "cuda_version": "12.8", "driver_version": "570.86", "cuda_visible_devices": None,
+            "devices": [{"index": i, "name": name, "uuid_sha256": str(i) * 64, "memory_total": 80 << 30} for i in (0, 1)]}
+
+
+def test_children_on_different_hardware_are_each_shown_by_the_combined_report(spec, tmp_path, capsys):
+    # host-staged ran on H100s, nccl on A100s: the combined report's hardware line said
+    # '2x NVIDIA H100' (the first child's) for both, and the host line the first child's CPU
+    a = EvidenceBuilder(spec, only=("host-staged",), run_id="A", t0=1_747_000_000.0)
+    a.manifest["gpus"] = _gpus("NVIDIA H100")
+    b = EvidenceBuilder(spec, only=("nccl",), run_id="B", t0=1_747_001_000.0)
+    b.manifest["gpus"] = _gpus("NVIDIA A100")
+    b.manifest["host"] = dict(b.manifest["host"], cpu_model="EPYC", cpu_cores=64)
+    out = tmp_path / "out"
+    code, cap = run_combine([a.write(tmp_path / "a"), b.write(tmp_path / "b")], out, capsys)
+    assert code == 0, cap.out
+    assert main(["report", str(out)]) == 0
+    md = capsys.readouterr().out
+    assert ("- hardware: host-staged: 2x NVIDIA H100, CUDA 12.8, driver 570.86; "
+            "nccl: 2x NVIDIA A100, CUDA 12.8, driver 570.86") in md, md
+    assert "host-staged: cpu, 2 cores; nccl: EPYC, 64 cores" in md
+    # one machine: one line, as before
+    c = EvidenceBuilder(spec, only=("nccl",), run_id="C", t0=1_747_001_000.0)
+    c.manifest["gpus"] = _gpus("NVIDIA H100")
+    out2 = tmp_path / "out2"
+    assert run_combine([tmp_path / "a", c.write(tmp_path / "c")], out2, capsys)[0] == 0
+    assert main(["report", str(out2)]) == 0
+    assert "- hardware: 2x NVIDIA H100, CUDA 12.8, driver 570.86\n" in capsys.readouterr().out

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence import layout
@@ -233,8 +233,26 @@ def model_lines(meta: Mapping[str, Any], spec: Any) -> tuple[str, str]:
     return mid, rev
 
 
+def _per_child(meta: Mapping[str, Any], key: str, line: Callable[[Mapping[str, Any]], str | None]) -> str | None:
+    """A `soakspec combine`d run whose children ran on different machines: each child's line,
+    after its backends (`host-staged: 2x H100 ...; nccl: 2x A100 ...`); None when they agree
+    (or the run is not combined): the manifest's own value, the first child's, says it."""
+    children = [c for c in _list(_map(meta.get("manifest")).get("combined_from")) if isinstance(c, Mapping)]
+    lines = [line(_map(c.get(key))) for c in children]
+    if len(set(lines)) <= 1:
+        return None
+    return "; ".join(f"{', '.join(one_line(b) for b in _list(c.get('backends')))}: {ln or 'not recorded'}"
+                     for c, ln in zip(children, lines))
+
+
 def hardware_line(meta: Mapping[str, Any]) -> str:
-    """`2x NVIDIA GeForce RTX 5090, CUDA 12.8, driver 570.86` or `no GPU telemetry (NVML not available)`."""
+    """`2x NVIDIA GeForce RTX 5090, CUDA 12.8, driver 570.86` or `no GPU telemetry (NVML not available)`
+    (a combined run of children on different GPUs: each child's, `_per_child`)."""
+    per = _per_child(meta, "gpus", lambda g: _hardware_line({"manifest": {"gpus": g}}))
+    return per if per is not None else _hardware_line(meta)
+
+
+def _hardware_line(meta: Mapping[str, Any]) -> str:
     gpus = _map(_map(meta.get("manifest")).get("gpus"))
     devices = [d for d in _list(gpus.get("devices")) if isinstance(d, Mapping)]
     if gpus.get("available") is True and devices:
@@ -264,6 +282,11 @@ def gpu_unavailable_reason(meta: Mapping[str, Any]) -> str | None:
 
 
 def host_line(meta: Mapping[str, Any]) -> str | None:
+    per = _per_child(meta, "host", lambda h: _host_line({"manifest": {"host": h}}))
+    return per if per is not None else _host_line(meta)
+
+
+def _host_line(meta: Mapping[str, Any]) -> str | None:
     host = _map(_map(meta.get("manifest")).get("host"))
     cpu = host.get("cpu_model")
     if not cpu:
