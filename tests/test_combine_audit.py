@@ -142,3 +142,16 @@ def test_children_on_different_hardware_are_each_shown_by_the_combined_report(sp
     assert run_combine([tmp_path / "a", c.write(tmp_path / "c")], out2, capsys)[0] == 0
     assert main(["report", str(out2)]) == 0
     assert "- hardware: 2x NVIDIA H100, CUDA 12.8, driver 570.86\n" in capsys.readouterr().out
+
+
+def test_a_before_after_series_may_change_a_backends_declaration(spec, tmp_path, capsys):
+    # no directory is written for a series, so nothing is judged with the first child's spec:
+    # the change between its runs may be the backend's env (here NCCL_P2P_DISABLE dropped)
+    other = spec_from_text(SEED.read_text().replace('    NCCL_P2P_DISABLE = "1"\n', "").replace(NCCL_ENV, 'require_env = ["NCCL_IB_DISABLE"]')
+                           .replace(NCCL_LABEL, 'label = "NCCL 2.26.2, NCCL_IB_DISABLE=1"'), "dsv2lite.soak")
+    a = EvidenceBuilder(spec, run_id="before", t0=1_747_000_000.0).write(tmp_path / "before")
+    b = EvidenceBuilder(other, run_id="after", t0=1_747_010_000.0).write(tmp_path / "after")
+    out = tmp_path / "out"
+    code, cap = run_combine([a, b], out, capsys)
+    assert code == 0, cap.out
+    assert "same_workload — specs differ in text but have identical workloads and gate (a before/after series)" in cap.out

@@ -18,7 +18,8 @@ checks of `CHECKS`, in order, all of which must hold:
                         series may change the binary
   same_workload         the same spec (sha256), or at least identical workloads, gate, backend
                         declarations, model, source and telemetry blocks (what the judge reads:
-                        a spec may differ in its header, claims and compare blocks), run at one
+                        a spec may differ in its header, claims and compare blocks; a before/
+                        after series, which writes no directory, only workloads and gate), run at one
                         time scale (`run --time-scale` shrinks every duration and bucket), and
                         all rehearsals or none (the combined manifest's `rehearsal` is the run's)
   runtime_boundaries    a runtime boundary for every backend, confirmed or declared, as the
@@ -257,7 +258,8 @@ def _scale_text(scale: float) -> str:
 
 # what the judge reads of a spec: the combined evidence directory is judged with the first
 # child's spec, so a child run under other backend declarations (runtime, env, traces), model,
-# source or telemetry blocks would be judged there by rules it did not run under
+# source or telemetry blocks would be judged there by rules it did not run under. A before/after
+# series writes no directory: what changed between its runs may be a backend's declaration
 JUDGED_PARTS = ("workloads", "gate", "backends", "model", "source", "telemetry")
 
 
@@ -272,10 +274,11 @@ def same_workload(children: Sequence[Child]) -> Check:
                     f"{'is a rehearsal' if sum(rehearsed.values()) == 1 else 'are rehearsals'}, "
                     f"{', '.join(d for d, r in rehearsed.items() if not r)} {'is' if sum(not r for r in rehearsed.values()) == 1 else 'are'} not")
     shas = {c.dir: c.spec.sha256 for c in children}
+    series = before_after(children)
     if len(set(shas.values())) > 1:
         first = children[0].spec
         for c in children[1:]:
-            parts = [p for p in JUDGED_PARTS if getattr(c.spec, p) != getattr(first, p)]
+            parts = [p for p in (("workloads", "gate") if series else JUDGED_PARTS) if getattr(c.spec, p) != getattr(first, p)]
             if parts:
                 msgs.append(f"{', '.join(parts)} differ from {children[0].dir} in {c.dir}")
     if msgs:
@@ -284,7 +287,8 @@ def same_workload(children: Sequence[Child]) -> Check:
     at = "" if scale == 1 else f", at time scale {scale:g}"
     if len(set(shas.values())) <= 1:
         return Check("same_workload", "pass", f"every child ran the same spec{at}")
-    return Check("same_workload", "pass", f"specs differ in text but have identical workloads, gate, backends, model, source and telemetry{at}")
+    same = "workloads and gate (a before/after series)" if series else "workloads, gate, backends, model, source and telemetry"
+    return Check("same_workload", "pass", f"specs differ in text but have identical {same}{at}")
 
 
 def runtime_boundaries(children: Sequence[Child]) -> Check:
