@@ -260,7 +260,11 @@ def _scale_text(scale: float) -> str:
 # child's spec, so a child run under other backend declarations (runtime, env, traces), model,
 # source or telemetry blocks would be judged there by rules it did not run under. A before/after
 # series writes no directory: what changed between its runs may be a backend's declaration
-JUDGED_PARTS = ("workloads", "gate", "backends", "model", "source", "telemetry")
+JUDGED_PARTS: dict[str, Callable[[Spec], Any]] = {
+    "workloads": lambda s: s.workloads, "gate": lambda s: s.gate, "backends": lambda s: s.backends,
+    "model": lambda s: s.model, "source": lambda s: s.source, "telemetry": lambda s: s.telemetry,
+}
+SERIES_PARTS = ("workloads", "gate")  # what a before/after series must share
 
 
 def same_workload(children: Sequence[Child]) -> Check:
@@ -278,7 +282,7 @@ def same_workload(children: Sequence[Child]) -> Check:
     if len(set(shas.values())) > 1:
         first = children[0].spec
         for c in children[1:]:
-            parts = [p for p in (("workloads", "gate") if series else JUDGED_PARTS) if getattr(c.spec, p) != getattr(first, p)]
+            parts = [p for p in (SERIES_PARTS if series else JUDGED_PARTS) if JUDGED_PARTS[p](c.spec) != JUDGED_PARTS[p](first)]
             if parts:
                 msgs.append(f"{', '.join(parts)} differ from {children[0].dir} in {c.dir}")
     if msgs:
