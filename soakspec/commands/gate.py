@@ -168,15 +168,6 @@ def _closed_only(evidence, entries: list[dict]) -> tuple[object, list[str]]:
     return dataclasses.replace(evidence, manifest=dict(evidence.manifest, backends=entries)), notes
 
 
-def _printable(text: str) -> str:
-    """The JSON verdict as any UTF-8 stream takes it: a lone surrogate from the evidence (a
-    manifest holding the escape \\ud800) becomes the same escape, still valid JSON, as `report`
-    prints it (`commands.report._printable`)."""
-    from soakspec.commands.report import _printable as printable
-
-    return printable(text)
-
-
 def _yield_cpu() -> None:
     """Lower this process's CPU priority by PARTIAL_NICE (see the module doc), and say so."""
     try:
@@ -244,7 +235,7 @@ def _main_partial(args: argparse.Namespace) -> int:
         note += f"; already failing on the closed buckets: {', '.join(failing)}"
     verdict = dataclasses.replace(verdict, outcome="INCONCLUSIVE", notes=verdict.notes + (note,))
     if args.format == "json":
-        print(_printable(json.dumps(verdict.to_json() | {"partial": True}, indent=2, sort_keys=True, ensure_ascii=False)))
+        print(json.dumps(verdict.to_json() | {"partial": True}, indent=2, sort_keys=True, ensure_ascii=False))
     else:
         print(render_text(verdict, verbose=args.verbose))
     return verdict.exit_code
@@ -303,7 +294,7 @@ def main(args: argparse.Namespace) -> int:
     verdict = judge(spec, evidence, retained=True, backends=tuple(args.backend))
     verdict = with_retained_notes(verdict, evidence, args.dir, restricted=bool(args.backend))
     if args.format == "json":
-        print(_printable(json.dumps(verdict.to_json(), indent=2, sort_keys=True, ensure_ascii=False)))
+        print(json.dumps(verdict.to_json(), indent=2, sort_keys=True, ensure_ascii=False))
     else:
         print(render_text(verdict, verbose=args.verbose))
     return verdict.exit_code

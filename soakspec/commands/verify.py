@@ -47,8 +47,7 @@ def main(args: argparse.Namespace) -> int:
         json.dump(doc, sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
     else:
-        from soakspec.commands.report import _printable  # a lone surrogate from the evidence: its escape
-
-        print(_printable(f"signature: {sig.text()}"))  # first: the last line stays the verdict on the files
-        print(_printable(report.render_text()))
+        # (a lone surrogate from the evidence is printed as its escape: cli._GuardedStdout)
+        print(f"signature: {sig.text()}")  # first: the last line stays the verdict on the files
+        print(report.render_text())
     return code
