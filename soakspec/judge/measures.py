@@ -243,31 +243,11 @@ class Distribution:
         (PerToken: the requests that give gaps); None: each value is one."""
         return None
 
-    def contributors(self, records: Iterable[Row]) -> int:
-        """How many requests of `records` give at least one value."""
-        if isinstance(records, Rows) and isinstance(self, PerToken) and self.gaps is itl_gaps:
-            n = 0
-            for t, idx in completed(records).parts:
-                clean = t.clean(idx)
-                ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
-                n += int(np.count_nonzero((t.itl_off[clean + 1] - t.itl_off[clean] > 0) & ok))
-                n += sum(1 for i in t.odd(idx).tolist() if len(itl_gaps(t.rec(i))))
-            return n
-        if isinstance(records, Rows) and isinstance(self, PerRequest):
-            return len(self.values(records))
-        return sum(1 for r in records if len(self.values([r])))
-
     def sizes(self, records: Iterable[Row]) -> np.ndarray:
-        """How many values each request of `records` that gives any gives (PerToken: its gaps),
-        in `contributors`' order of counting; `stats.effective_units` weighs them."""
+        """How many values each request of `records` that gives any gives (PerToken: its gaps);
+        `stats.effective_units` weighs them."""
         if isinstance(records, Rows) and isinstance(self, PerToken) and self.gaps is itl_gaps:
-            parts: list[np.ndarray] = []
-            for t, idx in completed(records).parts:
-                clean = t.clean(idx)
-                ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
-                m = t.itl_off[clean + 1] - t.itl_off[clean]
-                parts.append(np.asarray(m[(m > 0) & ok], dtype=np.int64))
-                parts.append(np.asarray([k for i in t.odd(idx).tolist() if (k := len(itl_gaps(t.rec(i))))], dtype=np.int64))
+            parts = list(_gap_counts(records))
             return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         if isinstance(records, Rows) and isinstance(self, PerRequest):
             return np.ones(len(self.values(records)), dtype=np.int64)
@@ -369,6 +349,21 @@ class PerRequest(Distribution):
         return out
 
 
+def _gap_counts(records: Rows) -> Iterator[np.ndarray]:
+    """The ITL gap count of each completed request of `records` that pools any (its gaps not
+    estimated, its usage not contradicted), a SCAN_CHUNK of rows at a time (int64 arrays): no
+    temporary the length of a day's requests."""
+    step = table_module.SCAN_CHUNK
+    for t, whole in completed(records).parts:
+        for a in range(0, len(whole), step):
+            idx = whole[a:a + step]
+            clean = t.clean(idx)
+            ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
+            m = t.itl_off[clean + 1] - t.itl_off[clean]
+            yield np.asarray(m[(m > 0) & ok], dtype=np.int64)
+            yield np.asarray([k for i in t.odd(idx).tolist() if (k := len(itl_gaps(t.rec(i))))], dtype=np.int64)
+
+
 @dataclasses.dataclass(frozen=True)
 class PerToken(Distribution):
     """Many values per completed request: its inter-token gaps. A request that timed out
@@ -401,17 +396,9 @@ class PerToken(Distribution):
         """(independent draws, the requests whose gaps are pooled): see `independent`."""
         if isinstance(records, Rows) and self.gaps is itl_gaps:
             clusters, total, squares = 0, 0.0, 0.0
-            step = table_module.SCAN_CHUNK  # a chunk at a time: no temporaries the length of a day's requests
-            for t, whole in completed(records).parts:
-                for a in range(0, len(whole), step):
-                    idx = whole[a:a + step]
-                    clean = t.clean(idx)
-                    ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
-                    m = t.itl_off[clean + 1] - t.itl_off[clean]
-                    m = np.asarray(m[(m > 0) & ok], dtype=np.float64)
-                    odd = np.asarray([k for i in t.odd(idx).tolist() if (k := len(itl_gaps(t.rec(i))))], dtype=np.float64)
-                    for x in (m, odd):
-                        clusters, total, squares = clusters + len(x), total + float(x.sum()), squares + float(np.dot(x, x))
+            for counts in _gap_counts(records):  # summed a chunk at a time, never held whole
+                x = counts.astype(np.float64)
+                clusters, total, squares = clusters + len(x), total + float(x.sum()), squares + float(np.dot(x, x))
             return stats.effective_units_of(clusters, total, squares), clusters
         sizes = self.sizes(records)
         return stats.effective_units(sizes), len(sizes)
