@@ -54,7 +54,8 @@ from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Load, Spec, Workload
 from soakspec.plan import workload_sweep
 
-__all__ = ["FIGURES", "SweepResult", "figure_name", "judge_probe", "narrow", "probe_judge", "sweep_rule", "sweep_workload"]
+__all__ = ["FIGURES", "SweepResult", "figure_name", "judge_probe", "narrow", "probe_judge", "sweep_rule", "sweep_workload",
+           "value_text"]
 
 FIGURES = {"concurrency": "max_sustainable_concurrency", "rate": "max_sustainable_rate"}
 
@@ -92,16 +93,7 @@ class SweepResult:
 
     def text(self) -> str:
         unit = " rps" if self.axis == "rate" else ""
-        if self.result is not None and self.lower_bound:
-            value = f"at least {self.result:g}{unit} ({self.lower_bound})"
-        elif self.result is not None:
-            value = f"{self.result:g}{unit}"
-        elif not self.probes:
-            value = "none (no probe ran)"
-        elif self.lowest_unsure:
-            value = "none (the lowest level could not be judged)"
-        else:
-            value = "none (even the lowest level does not hold)"
+        value = value_text(self.result, self.lower_bound, self.probes, unit)
         tried = ", ".join(f"{p['value']:g}{_mark(p)}" for p in self.probes) or "nothing"
         bound = "; bounded by max wall time" if self.bounded else ""
         return f"{self.figure} = {value} (probed {tried}{bound})"
@@ -111,6 +103,19 @@ class SweepResult:
         """No answer is known: no probe ran, or the lowest probe is INCONCLUSIVE (too few
         samples, or cut short by an interrupt or a failure rather than by an abort rule)."""
         return not self.probes or min(self.probes, key=lambda p: p["value"]).get("status") == "inconclusive"
+
+
+def value_text(result: float | None, lower_bound: str | None, probes: Sequence[Mapping[str, Any]], unit: str) -> str:
+    """The figure as the verdict and the reports state it: "at least X (why)" when X is only a
+    lower bound (`SweepResult.lower_bound`), and why "none": no probe ran, the lowest level could
+    not be judged (INCONCLUSIVE), or it does not hold. `probes`: results.json's (value, status)."""
+    if result is not None:
+        return f"at least {result:g}{unit} ({lower_bound})" if lower_bound else f"{result:g}{unit}"
+    if not probes:
+        return "none (no probe ran)"
+    if min(probes, key=lambda p: p["value"]).get("status") == "inconclusive":
+        return "none (the lowest level could not be judged)"
+    return "none (even the lowest level does not hold)"
 
 
 def _mark(probe: Mapping[str, Any]) -> str:

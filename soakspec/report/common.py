@@ -725,19 +725,14 @@ class SweepView:
 
 
 def _sweep_value(sw: Mapping[str, Any], unit: str) -> str:
-    """The figure as the verdict states it (judge.sweep.SweepResult.text): "at least X" when X is
-    only a lower bound, and why "none": the lowest level does not hold, could not be judged
-    (INCONCLUSIVE), or no probe ran."""
+    """The figure of results.json's sweep entry as the verdict states it (`judge.sweep.value_text`)."""
+    from soakspec.judge.sweep import value_text
+
     result = sw.get("result")
-    if isinstance(result, (int, float)):
-        bound = sw.get("lower_bound")
-        return f"at least {result:g}{unit} ({bound})" if bound else f"{result:g}{unit}"
+    bound = sw.get("lower_bound")
     probes = [p for p in sw.get("probes") or [] if isinstance(p, Mapping) and isinstance(p.get("value"), (int, float))]
-    if not probes:
-        return "none (no probe ran)"
-    if min(probes, key=lambda p: p["value"]).get("status") == "inconclusive":
-        return "none (the lowest level could not be judged)"
-    return "none (even the lowest level does not hold)"
+    return value_text(result if isinstance(result, (int, float)) else None, bound if isinstance(bound, str) else None,
+                      probes, unit)
 
 
 def sweep_views(results: Mapping[str, Any]) -> list[SweepView]:
