@@ -414,12 +414,18 @@ def test_a_finished_run_whose_verdict_the_disk_refused_can_be_judged_and_written
                              capture_output=True, text=True, timeout=60)  # fmt: skip
     assert refused.returncode == 2 and not (out / "verdict.json").exists(), refused.stderr
     wrote = subprocess.run(soakspec_cmd("gate", "--write", str(out)), capture_output=True, text=True, timeout=60)
-    assert wrote.returncode == 0, wrote.stdout + wrote.stderr
-    assert "wrote the missing results.json and verdict.json" in wrote.stderr and "PASS" in wrote.stdout
+    # judged as `run` judges at its end: PASS -- or INCONCLUSIVE only where this machine's load
+    # generator lagged during the real run (client_healthy; CI once saw a 55 ms event-loop p99),
+    # never for the files that were missing
+    assert wrote.returncode in (0, 3), wrote.stdout + wrote.stderr
+    if wrote.returncode == 3:
+        assert "could not be decided (client_healthy)" in wrote.stdout, wrote.stdout
+    assert "wrote the missing results.json and verdict.json" in wrote.stderr
     assert (out / "verdict.json").is_file()
     v = subprocess.run(soakspec_cmd("verify", str(out)), capture_output=True, text=True, timeout=60)
     assert v.returncode == 0, v.stdout + v.stderr
-    assert subprocess.run(soakspec_cmd("gate", str(out)), capture_output=True, text=True, timeout=60).returncode == 0
+    again = subprocess.run(soakspec_cmd("gate", str(out)), capture_output=True, text=True, timeout=60)
+    assert again.returncode == wrote.returncode, again.stdout + again.stderr
 
 
 def test_gate_write_of_a_run_never_finalized_writes_nothing(tmp_path):
