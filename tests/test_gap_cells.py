@@ -20,6 +20,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from soakspec.evidence.io import EvidenceChanged
+from soakspec.evidence.record import pack_gaps, unpack_gaps
 import soakspec.judge.evidence as ev_mod
 from soakspec.judge.evidence import load_evidence, spec_windows
 from soakspec.judge.joined import join
@@ -232,7 +233,7 @@ def test_a_file_changed_before_its_gaps_are_read_again_is_refused(tmp_path):
     path = next(root.glob("backends/*/requests.jsonl.gz"))
     lines = gzip.decompress(path.read_bytes()).decode().splitlines()
     first = json.loads(lines[0])
-    first["itl_us"] = [g + 1 for g in first["itl_us"]]  # every gap of one request one µs longer
+    first["itl_us"] = pack_gaps([g + 1 for g in unpack_gaps(first["itl_us"])])  # every gap of one request one µs longer
     lines[0] = json.dumps(first)
     path.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
     try:

@@ -25,6 +25,7 @@ from soakspec.runner.clock import RunClock
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.httpxclient import HttpxClient
 from soakspec.runner.load import LevelContext, Shapes, drive_level
+from soakspec.evidence.record import unpack_gaps
 from soakspec.runner.records import RECORD_KEYS, RequestRecord
 from soakspec.sim import server as sim
 from soakspec.sim.config import SimConfig
@@ -82,7 +83,7 @@ async def _level_records(tmp_path: Path, endpoint: str, kind: str, sim_options: 
 
 def _normalized(run, rec: RequestRecord) -> dict[str, Any]:
     d = {k: v for k, v in rec.to_json().items() if k not in TIMES | {"output_sha256", "output_chars"}}
-    d["itl_us"] = len(d["itl_us"])
+    d["itl_us"] = len(unpack_gaps(d["itl_us"]))
     d["scheduled"] = round(rec.intended_start - run.started_at, 9)  # the schedule, relative to the start
     return d
 

@@ -25,7 +25,7 @@ from soakspec.runner.protocol import (
     describe_transport_error,
 )
 from soakspec.runner.records import RECORD_KEYS, ItlSource, Outcome, RequestRecord, TokensSource
-from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK
+from soakspec.evidence.record import MAX_TOKENS_PER_CHUNK, unpack_gaps
 
 COMPLETIONS = RequestShape(Endpoint.COMPLETIONS, "m", "hello world", max_tokens=8)
 CHAT = RequestShape(Endpoint.CHAT, "m", "hello world", max_tokens=8)
@@ -719,7 +719,7 @@ def test_record_json_schema_round_trip() -> None:
     d = rec.to_json()
     assert tuple(d) == RECORD_KEYS
     assert json.loads(json.dumps(d)) == d
-    assert d["itl_us"] == [50000] * 4 and rec.freeze().ttft == 1.0 and d["outcome"] == "completed"
+    assert list(unpack_gaps(d["itl_us"])) == [50000] * 4 and rec.freeze().ttft == 1.0 and d["outcome"] == "completed"
     back = RequestRecord.from_json(d)
     assert back.to_json() == d
     with pytest.raises(ValueError, match="missing"):

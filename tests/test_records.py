@@ -72,7 +72,9 @@ def test_a_frozen_record_reads_back_equal_and_valid(rec: RequestRecord) -> None:
 
 def test_itl_is_stored_as_integer_microseconds() -> None:
     rec = RequestRecord("r", backend="b", error="x", itl=[0.0, 0.0100004, 0.0100006, 2.5e-7, 1.0])
-    assert json.loads(rec.to_line())["itl_us"] == [0, 10000, 10001, 0, 1000000]
+    stored = json.loads(rec.to_line())["itl_us"]
+    assert stored == "00000000" "10270000" "11270000" "00000000" "40420f00"  # little-endian uint32s, in hex
+    assert list(decode_line(rec.to_line()).gaps_us) == [0, 10000, 10001, 0, 1000000]
     assert list(decode_line(rec.to_line()).itl) == [0.0, 0.01, 0.010001, 0.0, 1.0]
 
 
@@ -115,7 +117,9 @@ def test_new_fields_have_defaults_so_older_lines_still_decode() -> None:
 
 
 @pytest.mark.parametrize(("edit", "pointer"), [
-    ({"bucket": "1"}, "/bucket"), ({"outcome": "exploded"}, "/outcome"), ({"itl_us": [1, -1]}, "/itl_us/1"),
+    ({"bucket": "1"}, "/bucket"), ({"outcome": "exploded"}, "/outcome"), ({"itl_us": [1, -1]}, "/itl_us"), ({"itl_us": "0000000"}, "/itl_us"),
+    ({"itl_us": "0000000A"}, "/itl_us"), ({"itl_us": "00000000\n"}, "/itl_us"), ({"itl_us": "w00000000"}, "/itl_us"),
+
     ({"extra": 1}, ""), ({"outcome": "completed", "error": "x"}, "/error"), ({"error": None}, "/error"),
     ({"output_sha256": "XYZ"}, "/output_sha256"), ({"status": 700}, "/status"),
 ])  # fmt: skip

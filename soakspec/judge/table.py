@@ -68,7 +68,7 @@ import numpy as np
 from soakspec import windows
 from soakspec.evidence.io import EvidenceChanged
 from soakspec.evidence.ids import U32, IdColumn, IdStore, as_numbers, put_numbers
-from soakspec.evidence.record import Record
+from soakspec.evidence.record import Record, unpack_block, unpack_gaps
 
 MISSING = -(2**31)  # an int column's "absent"
 _INT_LIMIT = 2**31  # an int column holds -(2**31) < v < 2**31; anything else is kept in extras
@@ -794,9 +794,14 @@ class TableBuilder:
                 return False
             ints[k] = v
         itls = [r.itl_us for r in recs]
-        lens = np.fromiter(map(len, itls), dtype=np.int64, count=m)
+        packed = unpack_block(itls)  # the usual block: every record's gaps in one call
+        if packed is not None:
+            lens, flat = packed
+        else:  # a wide gap, or evidence before format 3 (arrays)
+            gaps = [unpack_gaps(g) for g in itls]
+            lens = np.fromiter(map(len, gaps), dtype=np.int64, count=m)
+            flat = np.fromiter(itertools.chain.from_iterable(gaps), dtype=np.int64, count=int(lens.sum()))
         total = int(lens.sum())
-        flat = np.fromiter(itertools.chain.from_iterable(itls), dtype=np.int64, count=total) if total else np.zeros(0, dtype=np.int64)
         if total and int(flat.max()) >= _INT_LIMIT:
             return False
         # every value fits: append
