@@ -1,4 +1,6 @@
-"""A record's per-token gaps are one packed string (evidence format 3): hex of little-endian
+"""The record's hex fields, checked a block at a time rather than by a pattern a record.
+
+A record's per-token gaps are one packed string (evidence format 3): hex of little-endian
 uint32 microseconds, "w" and uint64s when a gap needs them. What a user would notice if this
 went wrong: a gap read back different from the one measured, a judge that reads a block of
 records differently from one record at a time, a hand-edited or corrupt string judged instead of
@@ -15,7 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 from soakspec.evidence import schema
 from soakspec.evidence.record import (
-    PACKED_PROBLEM, RequestRecord, decode_line, pack_gaps, packed_ok, request_schema, unpack_block, unpack_gaps,
+    PACKED_PROBLEM, RequestRecord, decode_line, pack_gaps, packed_ok, request_schema, shas_ok, unpack_block, unpack_gaps,
 )
 from soakspec.evidence.testing import sample_request
 from soakspec.evidence.verify import verify_evidence
@@ -147,3 +149,15 @@ def test_evidence_written_before_format_3_is_judged_the_same(tmp_path):
         results.append(([(r.status, r.message) for r in verdict.rules], verdict.outcome, summary))
     assert results[0] == results[1]
     assert any(m for _, m in results[0][0])
+
+
+_SHA = re.compile(request_schema()["properties"]["output_sha256"]["anyOf"][0]["pattern"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.none() | st.text(alphabet="0aAf \n", min_size=62, max_size=66) | st.sampled_from(["ab" * 32, "0" * 64]),
+                max_size=6))
+def test_a_block_of_shas_is_accepted_exactly_when_each_matches_the_schema(shas):
+    """output_sha256 is checked for a block with one bytes.fromhex: it accepts the block
+    exactly when every value is None or matches the schema's pattern."""
+    assert shas_ok(shas) == all(h is None or _SHA.search(h) is not None for h in shas)

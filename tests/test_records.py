@@ -121,7 +121,9 @@ def test_new_fields_have_defaults_so_older_lines_still_decode() -> None:
     ({"itl_us": "0000000A"}, "/itl_us"), ({"itl_us": "00000000\n"}, "/itl_us"), ({"itl_us": "w00000000"}, "/itl_us"),
 
     ({"extra": 1}, ""), ({"outcome": "completed", "error": "x"}, "/error"), ({"error": None}, "/error"),
-    ({"output_sha256": "XYZ"}, "/output_sha256"), ({"status": 700}, "/status"),
+    ({"output_sha256": "XYZ"}, "/output_sha256"), ({"output_sha256": "A" * 64}, "/output_sha256"),
+    ({"output_sha256": "0" * 63 + "\n"}, "/output_sha256"), ({"output_sha256": "0" * 64 + "\n"}, "/output_sha256"),
+    ({"status": 700}, "/status"),
 ])  # fmt: skip
 def test_a_broken_line_is_located_and_the_schema_agrees(edit, pointer) -> None:
     d = json.loads(RequestRecord("r", backend="b", error="boom", start=1.0, end=2.0).to_line()) | edit

@@ -2,7 +2,8 @@
 
 `Record` (a frozen `msgspec.Struct`) is one finished request as it lies on disk, a line of
 `backends/<name>/requests.jsonl.gz`. Decoding a line into it *is* the validation: types and
-ranges are checked by one `msgspec` decode, in C, then the cross-field rules (`broken_rule`),
+ranges are checked by one `msgspec` decode, in C, then the cross-field rules and the two hex
+fields' patterns (`broken_rule`; for a block of lines at once, `_all_sound`),
 at about a microsecond a record (benchmarks/README.md, "record decode"), and the JSON Schema
 shipped as `schemas/request.schema.json` is generated from this type (`request_schema()`; a
 test fails when the file drifts from it).
@@ -165,7 +166,10 @@ def measured(bucket: int) -> bool:
 _US = 1_000_000
 NonNeg = Annotated[int, msgspec.Meta(ge=0)]
 NonNegF = Annotated[float, msgspec.Meta(ge=0)]
-_Sha = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{64}(?![\s\S])")]  # not "$": Python's matches before a trailing newline
+# sha256 hex. Its pattern is checked with the packed gaps' (`sha_ok`, a block's `_all_sound`), not by
+# the typed decode: a msgspec pattern was half of a record's decode (1.38 against 0.70 us a record)
+_SHA_PATTERN = r"^[0-9a-f]{64}(?![\s\S])"  # not "$": Python's matches before a trailing newline
+_SHA = re.compile(_SHA_PATTERN)
 
 
 # ------------------------------------------------------------------------------ packed ITL gaps
@@ -243,17 +247,30 @@ def unpack_block(gaps: list) -> tuple[Any, Any] | None:
 
     if not all(type(g) is str for g in gaps):
         return None
-    joined = "".join(gaps)
     lens = np.fromiter(map(len, gaps), dtype=np.int64, count=len(gaps))
-    if (lens & 7).any() or joined != joined.lower():
+    if (lens & 7).any() or (raw := _hex_bytes(gaps)) is None:
+        return None
+    return lens >> 3, np.frombuffer(raw, dtype="<u4").astype(np.int64)
+
+
+def shas_ok(shas: list[str | None]) -> bool:
+    """Whether every value of `shas` is None or a sha256 in lowercase hex (`Record`'s
+    output_sha256), a block at a time: one `bytes.fromhex`, no pattern a record."""
+    given = [h for h in shas if h is not None]
+    return all(len(h) == 64 for h in given) and (not given or _hex_bytes(given) is not None)
+
+
+def _hex_bytes(values: list[str]) -> bytes | None:
+    """The bytes of `values` joined, when they are lowercase hex digits and nothing else; None
+    when they are not (a caller checks each value's length)."""
+    joined = "".join(values)
+    if joined != joined.lower():
         return None
     try:
         raw = bytes.fromhex(joined)  # also takes whitespace between digit pairs: the length says
     except ValueError:
         return None
-    if 2 * len(raw) != len(joined):
-        return None
-    return lens >> 3, np.frombuffer(raw, dtype="<u4").astype(np.int64)
+    return raw if 2 * len(raw) == len(joined) else None
 
 
 
@@ -285,7 +302,7 @@ class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_
     chunks: NonNeg
     tpot: NonNegF | None
     itl_us: str | tuple[NonNeg, ...]  # packed (`pack_gaps`); an array in evidence before format 3
-    output_sha256: _Sha | None
+    output_sha256: str | None  # 64 lowercase hex digits (`sha_ok`)
     output_chars: NonNeg
     empty_text: bool = False
     coalesced: NonNeg = 0
@@ -296,6 +313,9 @@ class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_
         """(JSON pointer, why) of the first cross-field rule this record breaks, or None. Checked
         by every reader (`decode_line`, `iter_records`), not when the runner freezes a record:
         a run writes what happened and `verify` says what is wrong with it."""
+        sha = self.output_sha256
+        if sha is not None and _SHA.match(sha) is None:
+            return "/output_sha256", f"{sha[:80]!r} is not a sha256 in lowercase hex"
         gaps = self.itl_us
         if type(gaps) is str:
             if not packed_ok(gaps):
@@ -641,6 +661,7 @@ def request_schema() -> dict[str, Any]:
     }
     schema |= body
     props = schema["properties"] = dict(schema["properties"])
+    props["output_sha256"] = {"anyOf": [{"type": "string", "pattern": _SHA_PATTERN}, {"type": "null"}]}
     props["itl_us"] = {  # the packed string's pattern (`packed_ok`; not checked by the typed decode, which is faster without it)
         "anyOf": [{"type": "string", "pattern": r"^(?:(?:[0-9a-f]{8})*|w(?:[0-9a-f]{16})*)(?![\s\S])"},
                   {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
@@ -712,6 +733,8 @@ def _all_sound(recs: list[Record]) -> bool:
     field at a time (a block with one that does is read line by line, which says which and why)."""
     import numpy as np
 
+    if not shas_ok([r.output_sha256 for r in recs]):
+        return False
     gaps = [r.itl_us for r in recs]
     if unpack_block(gaps) is None and not all(packed_ok(g) if type(g) is str else not g or max(g) < 2**63 for g in gaps):
         return False
