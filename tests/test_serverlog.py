@@ -125,14 +125,31 @@ def test_the_runs_secrets_are_masked_in_the_capped_log_and_every_offset_stays(tm
         [t for t in text.splitlines() if simtrace.TRACE_PREFIX.encode() in t]
 
 
-def test_a_short_secret_or_none_leaves_the_log_alone():
-    """Secrets under MIN_ID_SECRET_CHARS are not masked in the log (a short word there could be
-    part of a request id in a trace line); with none to mask there is no mask at all."""
+def test_a_short_secret_is_masked_only_where_a_secret_named_key_gives_it():
+    """Secrets under MIN_ID_SECRET_CHARS are masked where the log gives them to a secret-named
+    key or flag -- vLLM prints its non-default arguments, an API key of six characters
+    included, at start-up -- and left elsewhere (a short word there could be part of a request
+    id in a trace line); every line keeps its length; with none to mask there is no mask."""
     from soakspec.evidence.redact import Redactor
 
-    assert Redactor([]).log_mask() is None and Redactor(["abc1234"]).log_mask() is None
-    mask = Redactor(["abc1234", "longer-secret-1"]).log_mask()
-    assert mask(b"id abc1234 and longer-secret-1 \xff\n") == b"id abc1234 and " + b"*" * 15 + b" \xff\n"
+    assert Redactor([]).log_mask() is None and Redactor(["abc"]).log_mask() is None  # under MIN_SECRET_CHARS: no credential
+    mask = Redactor(["abc123", "longer-secret-1"]).log_mask()
+    assert mask is not None
+    cases = {
+        b"INFO non-default args: {'model': 'x', 'api_key': ['abc123'], 'port': 8000}\n":
+            b"INFO non-default args: {'model': 'x', 'api_key': ['******'], 'port': 8000}\n",
+        b"VLLM_API_KEY=abc123 then abc123 alone\n": b"VLLM_API_KEY=****** then abc123 alone\n",
+        b"args: --api-key abc123 --max-tokens abc123\n": b"args: --api-key ****** --max-tokens abc123\n",
+        b'{"hf_token": "abc123", "auth":abc123}\n': b'{"hf_token": "******", "auth":******}\n',
+        b"api_key=abc1234 (a longer word, not the secret)\n": b"api_key=abc1234 (a longer word, not the secret)\n",
+        b'soakspec_sim_trace {"request_id":"abc123","completion_tokens":64,"max_tokens":64}\n':
+            b'soakspec_sim_trace {"request_id":"abc123","completion_tokens":64,"max_tokens":64}\n',
+        b"id abc1234 and longer-secret-1 \xff\n": b"id abc1234 and " + b"*" * 15 + b" \xff\n",
+        b"token: longer-secret-1 api_key=abc123\n": b"token: " + b"*" * 15 + b" api_key=******\n",
+    }
+    for line, want in cases.items():
+        assert mask(line) == want, line
+        assert len(mask(line)) == len(line)
 
 
 def test_server_log_stays_bounded_on_disk_while_the_server_writes(tmp_path):

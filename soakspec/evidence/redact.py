@@ -301,7 +301,7 @@ class Redactor:
     its first bytes): a trailing prefix of a secret of at least MIN_SECRET_CHARS. `ident`
     (the response id, finish_reason) uses the secrets of at least MIN_ID_SECRET_CHARS."""
 
-    __slots__ = ("source", "secrets", "_hit", "_id_secrets", "_id_hit", "_encoded", "_log_hit")
+    __slots__ = ("source", "secrets", "_hit", "_id_secrets", "_id_hit", "_encoded", "_log_hit", "_log_keyed")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         given = {str(s) for s in secrets if s}
@@ -319,6 +319,8 @@ class Redactor:
         self._id_hit = self._pattern([re.escape(s) for s in self._id_secrets])
         logged = [s for s in longest if len(s) >= MIN_ID_SECRET_CHARS]
         self._log_hit = re.compile("|".join(_encoded(s) for s in logged)) if logged else None
+        short = [s for s in longest if len(s) < MIN_ID_SECRET_CHARS]
+        self._log_keyed = re.compile(_LOG_KEYED.format(values="|".join(map(re.escape, short)))) if short else None
 
     @staticmethod
     def _pattern(secrets: Sequence[str]) -> re.Pattern[str]:
@@ -342,21 +344,30 @@ class Redactor:
         (`evidence/serverlog.py`): a line with each of the run's secrets of MIN_ID_SECRET_CHARS
         or more (in any form `_encoded` finds) overwritten by as many `*` bytes as it took, so
         that every byte offset into the log (a trace row's, the cut's record) is unchanged.
-        Shorter secrets are left: a log line is not the server's answer to us, and masking a
-        short word in it could cut a request id out of a trace line. None: no such secret."""
-        hit = self._log_hit
-        if hit is None:
+        A shorter secret (MIN_SECRET_CHARS to MIN_ID_SECRET_CHARS - 1) is masked where the log
+        gives it to a secret-named key or flag (`_LOG_KEYED`: vLLM's `non-default args:
+        {'api_key': ['abc123']}`, `API_KEY=abc123`, `--api-key abc123`, `"token": "abc123"`),
+        and left elsewhere: masking a short word wherever it occurs could cut a request id out
+        of a trace line. None: no secret to mask."""
+        hit, keyed = self._log_hit, self._log_keyed
+        if hit is None and keyed is None:
             return None
+        short = [s for s in self.source if len(s) < MIN_ID_SECRET_CHARS]  # a line without any: no keyed search
 
         def mask(line: bytes) -> bytes:
             text = line.decode("utf-8", "surrogateescape")
-            if hit.search(text) is None:
+            spans = [] if hit is None else [m.span() for m in hit.finditer(text)]
+            if keyed is not None and any(s in text for s in short):
+                spans += [m.span("value") for m in keyed.finditer(text) if _is_secret_flag(m.group("name"))]
+            if not spans:
                 return line
             out, at = [], 0
-            for m in hit.finditer(text):
-                out += [text[at:m.start()].encode("utf-8", "surrogateescape"),
-                        b"*" * len(m.group(0).encode("utf-8", "surrogateescape"))]
-                at = m.end()
+            for a, b in sorted(spans):
+                if b <= at:
+                    continue
+                a = max(a, at)
+                out += [text[at:a].encode("utf-8", "surrogateescape"), b"*" * len(text[a:b].encode("utf-8", "surrogateescape"))]
+                at = b
             out.append(text[at:].encode("utf-8", "surrogateescape"))
             return b"".join(out)
 
@@ -367,6 +378,14 @@ class Redactor:
         if self._id_hit.search(text) is None:
             return text
         return redact_text(text, self._id_secrets)
+
+
+# A short secret given to a secret-named key or flag in a log line: the name (checked by
+# `_is_secret_flag`, a word at a time, so `max_tokens` is no secret name), a separator (an
+# assignment or a mapping's colon, with the quotes and the opening bracket a printed dict or
+# list puts around a value, or the space after a flag), and the value as a whole word.
+_LOG_KEYED = (r"(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?:['\"]?\s*[:=]\s*[\[(]?\s*[bu]?['\"]?|\s+['\"]?)"
+              r"(?P<value>{values})(?![A-Za-z0-9_.~+/=-])")
 
 
 _JSON_SHORT = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
