@@ -29,7 +29,7 @@ from soakspec.evidence.traces import TraceSource, collect_traces, match_traces
 from soakspec.lang import check, parse, simtrace
 
 T0 = 1_747_000_000.0  # a fixed wall-clock origin for synthetic runs
-from soakspec.evidence.record import FOLLOW_UP_BUCKET, RequestRecord
+from soakspec.evidence.record import FOLLOW_UP_BUCKET, RequestRecord, pack_gaps
 
 
 def sample_spec_text(backends: Sequence[str] = ("a", "b")) -> str:
@@ -90,7 +90,7 @@ def sample_request(i: int = 0, backend: str = "a", bucket: int = 0, **overrides:
         "itl_source": "exact",
         "chunks": 8,
         "tpot": 0.04,
-        "itl_us": [40000] * 7,
+        "itl_us": pack_gaps([40000] * 7),  # as the runner writes it (a list is the format before 3)
         "output_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "output_chars": len(text),
         "empty_text": False,
