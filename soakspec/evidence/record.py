@@ -166,7 +166,7 @@ def measured(bucket: int) -> bool:
 _US = 1_000_000
 NonNeg = Annotated[int, msgspec.Meta(ge=0)]
 NonNegF = Annotated[float, msgspec.Meta(ge=0)]
-# sha256 hex. Its pattern is checked with the packed gaps' (`sha_ok`, a block's `_all_sound`), not by
+# sha256 hex. Its pattern is checked with the packed gaps' (`shas_ok`, a block's `_all_sound`), not by
 # the typed decode: a msgspec pattern was half of a record's decode (1.38 against 0.70 us a record)
 _SHA_PATTERN = r"^[0-9a-f]{64}(?![\s\S])"  # not "$": Python's matches before a trailing newline
 _SHA = re.compile(_SHA_PATTERN)
@@ -182,8 +182,10 @@ _SHA = re.compile(_SHA_PATTERN)
 # base64 and 84.4 for the decimal text, at 64 tokens), and it is still readable by eye.
 PACKED_PROBLEM = ("not packed gaps: lowercase hex, 8 digits a gap (a little-endian uint32 of whole "
                   "microseconds), or 'w' and 16 digits a gap (uint64, below 2**63)")
-_NARROW = re.compile(r"(?:[0-9a-f]{8})*")
-_WIDE = re.compile(r"w(?:[0-9a-f]{16})*")
+# what `packed_ok` and the JSON Schema accept (a wide gap must also be below 2**63, which a
+# pattern cannot say); not "$": Python's matches before a trailing newline
+_PACKED_PATTERN = r"^(?:(?:[0-9a-f]{8})*|w(?:[0-9a-f]{16})*)(?![\s\S])"
+_PACKED = re.compile(_PACKED_PATTERN)
 _BIG_ENDIAN = sys.byteorder == "big"
 assert array("I").itemsize == 4 and array("Q").itemsize == 8 and array("q").itemsize == 8
 _EMPTY_GAPS = array("q")
@@ -211,10 +213,10 @@ def pack_gaps(us: list[int]) -> str:
 def packed_ok(s: str) -> bool:
     """Whether `s` is a packed gap string `unpack_gaps` reads (the JSON Schema's pattern, and
     each wide gap below 2**63)."""
-    if s[:1] != "w":
-        return _NARROW.fullmatch(s) is not None
-    if _WIDE.fullmatch(s) is None:
+    if _PACKED.match(s) is None:
         return False
+    if s[:1] != "w":
+        return True
     a = array("Q", bytes.fromhex(s[1:]))
     if _BIG_ENDIAN:
         a.byteswap()
@@ -309,7 +311,7 @@ class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_
     chunks: NonNeg
     tpot: NonNegF | None
     itl_us: str | tuple[NonNeg, ...]  # packed (`pack_gaps`); an array in evidence before format 3
-    output_sha256: str | None  # 64 lowercase hex digits (`sha_ok`)
+    output_sha256: str | None  # 64 lowercase hex digits (`shas_ok`)
     output_chars: NonNeg
     empty_text: bool = False
     coalesced: NonNeg = 0
@@ -670,7 +672,7 @@ def request_schema() -> dict[str, Any]:
     props = schema["properties"] = dict(schema["properties"])
     props["output_sha256"] = {"anyOf": [{"type": "string", "pattern": _SHA_PATTERN}, {"type": "null"}]}
     props["itl_us"] = {  # the packed string's pattern (`packed_ok`; not checked by the typed decode, which is faster without it)
-        "anyOf": [{"type": "string", "pattern": r"^(?:(?:[0-9a-f]{8})*|w(?:[0-9a-f]{16})*)(?![\s\S])"},
+        "anyOf": [{"type": "string", "pattern": _PACKED_PATTERN},
                   {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
                    "description": "evidence before format 3"}],
     }
