@@ -345,8 +345,9 @@ class Redactor:
         or more (in any form `_encoded` finds) overwritten by as many `*` bytes as it took, so
         that every byte offset into the log (a trace row's, the cut's record) is unchanged.
         A shorter secret (MIN_SECRET_CHARS to MIN_ID_SECRET_CHARS - 1) is masked where the log
-        gives it to a secret-named key or flag (`_LOG_KEYED`: vLLM's `non-default args:
-        {'api_key': ['abc123']}`, `API_KEY=abc123`, `--api-key abc123`, `"token": "abc123"`),
+        gives it to a secret-named key or flag (`_LOG_KEYED`: `API_KEY=abc123`, `--api-key
+        abc123`, `"token": "abc123"`, and vLLM's `non-default args: {'api_key': ['abc123']}`,
+        printed at start-up until vllm-project/vllm#52523),
         and left elsewhere: masking a short word wherever it occurs could cut a request id out
         of a trace line. None: no secret to mask."""
         hit, keyed = self._log_hit, self._log_keyed
