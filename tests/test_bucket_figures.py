@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soakspec.evidence.buckets import BucketTally
-from soakspec.evidence.record import OUTCOMES
+from soakspec.evidence.record import OUTCOMES, pack_gaps
 
 
 def _reference(records: list[dict]) -> dict:
@@ -47,12 +47,14 @@ record = st.fixed_dictionaries({
 
 
 @settings(max_examples=400, deadline=None)
-@given(st.lists(record, max_size=40))
-def test_bucket_figures_equal_sorting_every_value(records) -> None:
-    """Gaps beyond 4 bytes (the compact array widened in the middle of a record) included."""
+@given(st.lists(record, max_size=40), st.data())
+def test_bucket_figures_equal_sorting_every_value(records, data) -> None:
+    """Gaps beyond 4 bytes (the compact array widened in the middle of a record) included, each
+    record's gaps packed as the runner writes them (narrow or wide) or a list (format 2)."""
     tally = BucketTally()
     for r in records:
-        tally.add(r)
+        packed = data.draw(st.booleans())
+        tally.add(r | {"itl_us": pack_gaps(r["itl_us"])} if packed else r)
     got = tally.take(3).figures()
     assert got == _reference(records)
     assert tally.take(3).figures() == _reference([])  # taken: no longer held

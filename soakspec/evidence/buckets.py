@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from soakspec.evidence.ids import U32
-from soakspec.evidence.record import OUTCOMES, Record, unpack_gaps
+from soakspec.evidence.record import OUTCOMES, Record, extend_u32, unpack_gaps
 
 BUCKET_KEYS = ("workload", "level", "label", "bucket", "closed_at", "start", "end", "requests", "output_tokens", "ttft", "itl")
 
@@ -57,8 +57,10 @@ class BucketValues:
         if t is not None:
             self.ttft.append(t)
         gaps, n = r["itl_us"], len(self.itl)
+        if extend_u32(self.itl, gaps):  # packed (`Record`'s itl_us), narrow: its bytes are the array's
+            return
         if type(gaps) is str:
-            gaps = unpack_gaps(gaps).tolist()  # packed (`Record`'s itl_us)
+            gaps = unpack_gaps(gaps).tolist()  # a wide gap
         try:
             self.itl.extend(gaps)
         except OverflowError:  # a gap beyond 4 bytes (or below 0): from here on in 8

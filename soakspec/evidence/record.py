@@ -240,6 +240,21 @@ def unpack_gaps(v: str | tuple[int, ...]) -> array:
     return a if a.typecode == "q" else array("q", a)
 
 
+def extend_u32(into: array, v: Any) -> bool:
+    """Append the gaps of a narrow packed string `v` to `into`, an array of 4-byte unsigned
+    ints, straight from their bytes (a tenth of `unpack_gaps` and a copy); False, appending
+    nothing, when `v` is not one (a wide or legacy value, or `into` of another type)."""
+    if type(v) is not str or v[:1] == "w" or into.itemsize != 4 or into.typecode not in "IL":
+        return False
+    if not _BIG_ENDIAN:
+        into.frombytes(bytes.fromhex(v))
+        return True
+    a = array(into.typecode, bytes.fromhex(v))
+    a.byteswap()
+    into.extend(a)
+    return True
+
+
 def unpack_block(gaps: list) -> tuple[Any, Any] | None:
     """(gap counts, every gap) of a block of records' `itl_us` values -- int64 numpy arrays,
     the gaps in record order -- in one `bytes.fromhex` when every value is a narrow packed
