@@ -443,15 +443,22 @@ def test_duplicate_request_ids_are_never_complete():
 
 
 
+_ID_POOLS = (["a", "b", "c", "d", "e", "f", "g"],  # held as text
+             ["soak-5ca1ab1e-0-0000001", "soak-5ca1ab1e-0-0000002", "soak-5ca1ab1e-1-0000001", "r7", "r07", "r007", "9"])
+
+
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.sampled_from(["a", "b", "c", "d", "e", "f", "g"]), max_size=30), st.data(), st.sampled_from([1, 2, 5, 1 << 16]))
+@given(st.sampled_from(_ID_POOLS).flatmap(lambda pool: st.lists(st.sampled_from(pool), max_size=30)), st.data(),
+       st.sampled_from([1, 2, 5, 1 << 16]))
 def test_duplicate_request_ids_are_found_through_their_hashes_as_a_set_finds_them(ids, data, step) -> None:
     """duplicate_ids equals a set's answer, for a whole table in any order or some of its rows,
-    whatever the slice of sorted hashes it compares at a time."""
+    whatever the slice of sorted hashes it compares at a time -- ids held as text, and the
+    runner's (a stem and a number: `r7` and `r07` are two ids) held as numbers."""
     import unittest.mock
 
     import numpy as np
 
+    from soakspec.evidence import ids as ids_module
     from soakspec.judge import table
     from soakspec.judge.table import Rows, build_table
     from soakspec.judge.validity import duplicate_ids
@@ -461,7 +468,7 @@ def test_duplicate_request_ids_are_found_through_their_hashes_as_a_set_finds_the
     want = sorted({x for x in ids if ids.count(x) > 1})
     some = sorted(data.draw(st.sets(st.integers(0, max(len(ids) - 1, 0)), max_size=len(ids)))) if ids else []
     part = [ids[i] for i in some]
-    with unittest.mock.patch.object(table, "SCAN_CHUNK", step):
+    with unittest.mock.patch.object(table, "SCAN_CHUNK", step), unittest.mock.patch.object(ids_module, "REPEAT_CHUNK", step):
         assert duplicate_ids(whole) == want
         assert duplicate_ids(Rows.of(t, np.asarray(some, dtype=np.int64))) == sorted({x for x in part if part.count(x) > 1})
 

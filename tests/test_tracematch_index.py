@@ -6,6 +6,7 @@ reason for each id a trace named without matching, the same claims found wrong."
 
 from __future__ import annotations
 
+import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from soakspec.judge import tracematch
@@ -173,3 +174,46 @@ def test_id_forms_strip_every_affix_a_trace_id_has_for_a_length_some_id_has(affi
             if len(tid) - len(p) - len(s) in lengths and tid.startswith(p) and tid.endswith(s)]
     keys, owner, tags = IdForms(affixes, lengths).invert(trace_ids)
     assert sorted(zip(keys, owner, tags)) == sorted(want) and owner == sorted(owner)
+
+
+# The runner's ids (a stem and a number) are indexed by their (stem code, number) pairs, never
+# made into text: the index must answer exactly as it does over the same ids as plain strings.
+_STEMS = ["soak-5ca1ab1e-0-", "soak-5ca1ab1e-1-", "x", "", "r-"]
+_ID = st.builds(lambda stem, digits: stem + digits, st.sampled_from(_STEMS), st.text("0123456789", min_size=1, max_size=4))
+_ODD_KEYS = st.sampled_from(["", "x", "x0", "x00", "x000000", "soak-5ca1ab1e-0-", "y1", "x1\n", "x\u0661", "x1 ",
+                             "x" + "1" * 19, "soak-5ca1ab1e-2-0001", None, 7])
+
+
+def _numbered(ids: list[str]):
+    from soakspec.evidence.ids import IdStore
+
+    store = IdStore()
+    for a in range(0, len(ids), 5):  # a block at a time, as the table takes them
+        store.extend(ids[a:a + 5])
+    col = store.finish()
+    assert col._off is None and list(col) == ids  # held numbered, and the same ids
+    return col
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=st.lists(_ID, min_size=1, max_size=40), extra=st.lists(st.one_of(_ID, _ODD_KEYS), max_size=8),
+       collide=st.booleans())
+def test_numbered_ids_are_found_as_their_text_is(ids, extra, collide):
+    """Every lookup over a numbered column -- ids recorded once or more, keys that are another
+    width of the same number (`x01` / `x1`), a stem the column lacks, a non-ASCII digit, too
+    many digits, not a str -- gives what the same ids as a list of str give; with every pair
+    hashed alike (`collide`) too: equal hash bits are told apart by the pairs."""
+    import unittest.mock
+
+    from soakspec.evidence import ids as ids_module
+
+    keys = [*ids[::3], *extra]
+    with unittest.mock.patch.object(ids_module, "_mix", (lambda c, n: np.zeros(len(c), dtype=np.uint64)) if collide else ids_module._mix):
+        index = IdIndex(_numbered(ids))
+        want = IdIndex(list(ids))
+        assert [tuple(a.tolist()) for a in index.find(keys)] == [tuple(a.tolist()) for a in want.find(keys)]
+        assert index.rows_many(keys) == want.rows_many(keys)
+        assert index.first_many(keys).tolist() == want.first_many(keys).tolist()
+        assert index.repeated() == want.repeated()
+        for k in keys:  # and by a plain scan
+            assert dict(index.rows_many([k])).get(0, []) == [i for i, x in enumerate(ids) if x == k]

@@ -219,34 +219,101 @@ class IdStore:
         return IdColumn(self.blob, off)  # the bytearray itself: no copy
 
 
+_GOLD = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(code: np.ndarray, num: np.ndarray) -> np.ndarray:
+    """A 64-bit hash of each (stem code, number) pair (splitmix64's finaliser over the pair):
+    what `IdIndex` sorts a numbered column's ids by. Only its spread matters (equal hash bits
+    are told apart by the pairs themselves), so it may change between versions."""
+    x = num.astype(np.uint64) * _GOLD + code.astype(np.uint64)
+    x ^= x >> np.uint64(30)
+    x *= np.uint64(0xBF58476D1CE4E5B9)
+    x ^= x >> np.uint64(27)
+    x *= np.uint64(0x94D049BB133111EB)
+    x ^= x >> np.uint64(31)
+    return x
+
+
 class IdIndex:
     """The rows of a table by request id, without a map of every id: one sorted array of 64-bit
-    keys, each the high bits of the id's hash (Python's, fixed within a process) above the
-    row's number -- 8 bytes a request, built in place (a dict of id -> row is about 100). A
-    hash found is confirmed by comparing the id itself, so ids whose hashes share those bits
-    stay apart (at 10^7 requests 40 bits are the hash's: a few dozen such pairs). Lookups are
-    batched (`rows_many`): numpy finds every key of a batch at once."""
+    keys, each the high bits of the id's hash above the row's number -- 8 bytes a request,
+    built in place (a dict of id -> row is about 100). A hash found is confirmed by comparing
+    the id itself, so ids whose hashes share those bits stay apart (at 10^7 requests 40 bits
+    are the hash's: a few dozen such pairs). Lookups are batched (`rows_many`): numpy finds
+    every key of a batch at once.
+
+    The hash: for the runner's ids (a numbered `IdColumn`), `_mix` of the id's stem code and
+    number, computed a slice at a time with no id made as text, and confirmed by comparing
+    (code, number) pairs; a key is taken apart as `IdStore` takes an id (its trailing ASCII
+    digits), and one no stem of the column has names no row. For any other ids, Python's hash
+    of the id (fixed within a process), confirmed by `==`."""
 
     def __init__(self, ids: Sequence[Any]) -> None:
         self.ids = ids
         n = len(ids)
         self.row_bits = max(n - 1, 1).bit_length()
         self.mask = np.uint64((1 << self.row_bits) - 1)
-        keys = np.fromiter(map(hash, ids), dtype=np.int64, count=n).view(np.uint64)
-        keys &= ~self.mask
+        numbered = isinstance(ids, IdColumn) and ids._off is None
+        # (stem, width) -> code, for taking a key apart (numbered ids only)
+        self._stems: dict[tuple[str, int], int] | None = (
+            {(st, w): c for c, (st, w) in enumerate(zip(ids._stems, ids._widths))} if numbered else None)  # type: ignore[union-attr]
         step = 1 << 20
+        if numbered:
+            keys = np.empty(n, dtype=np.uint64)
+            code, num = ids._code, ids._num  # type: ignore[union-attr]
+            for a in range(0, n, step):
+                keys[a:a + step] = _mix(code[a:a + step], num[a:a + step])
+        else:
+            keys = np.fromiter(map(hash, ids), dtype=np.int64, count=n).view(np.uint64)
+        keys &= ~self.mask
         for a in range(0, n, step):  # the row numbers, a slice at a time (no second array of n)
             keys[a:a + step] |= np.arange(a, min(a + step, n), dtype=np.uint64)
         keys.sort()  # by hash bits, then row: an id's records in record order
         self.keys = keys
 
-    def _spans(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-        h = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64) & ~self.mask
+    def _parts(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+        """Each key's (stem code, number) in a numbered column (code -1: no id of the column
+        can be it -- not a str, or not one of the column's stems followed by that stem's width
+        of ASCII digits). A stem never ends in a digit, so a key that is a stem and `width`
+        ASCII digits is taken apart exactly as `IdStore` takes an id; the keys of a stem are
+        found by their length and prefix, their digits read at once."""
+        stems = self._stems
+        assert stems is not None
+        code = np.full(len(keys), -1, dtype=np.int64)
+        num = np.zeros(len(keys), dtype=np.int64)
+        for (stem, w), c in stems.items():
+            size, ls = len(stem) + w, len(stem)
+            at = [j for j, k in enumerate(keys) if isinstance(k, str) and len(k) == size and k.startswith(stem)]
+            if not at:
+                continue
+            digits = "".join([keys[j][ls:] for j in at])
+            if digits.isascii() and digits.isdigit():
+                d = np.frombuffer(digits.encode("ascii"), dtype=np.uint8).reshape(len(at), w)
+            else:  # some key has another character where a digit belongs: those keys only are no id
+                ok = [j for j in at if (t := keys[j][ls:]).isascii() and t.isdigit()]
+                at = ok
+                d = np.frombuffer("".join([keys[j][ls:] for j in at]).encode("ascii"), dtype=np.uint8).reshape(len(at), w)
+            if not at:
+                continue
+            rows = np.asarray(at, dtype=np.int64)
+            code[rows] = c
+            num[rows] = (d.astype(np.int64) - 48) @ (10 ** np.arange(w - 1, -1, -1, dtype=np.int64))
+        return code, num
+
+    def _spans(self, keys: Sequence[Any], parts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        if parts is not None:
+            h = _mix(*parts) & ~self.mask
+        else:
+            h = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64) & ~self.mask
         order = np.argsort(h)  # searched in order: each search starts where the last ended (cache-friendly at 10^7)
         hs = h[order]
         lo, hi = np.empty(len(h), dtype=np.int64), np.empty(len(h), dtype=np.int64)
         lo[order] = np.searchsorted(self.keys, hs, "left")
         hi[order] = np.searchsorted(self.keys, hs | self.mask, "right")
+        if parts is not None:  # a key no id can be: no rows
+            none = parts[0] < 0
+            hi[none] = lo[none]
         return lo, hi
 
     def find(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -254,12 +321,17 @@ class IdIndex:
         by position, then row."""
         if not keys:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        lo, hi = self._spans(keys)
+        parts = self._parts(keys) if self._stems is not None else None
+        lo, hi = self._spans(keys, parts)
         span = hi - lo
         ids, mask = self.ids, self.mask
         one = np.flatnonzero(span == 1)  # the usual hit: one row has those hash bits
         rows = (self.keys[lo[one]] & mask).astype(np.int64)
-        same = np.fromiter((i == keys[k] for k, i in zip(one.tolist(), take_ids(ids, rows))), dtype=bool, count=len(one))
+        if parts is not None:  # the same stem code and number: the same id
+            code, num = ids._code, ids._num  # type: ignore[attr-defined]
+            same = (code[rows] == parts[0][one]) & (num[rows].astype(np.int64) == parts[1][one])
+        else:
+            same = np.fromiter((i == keys[k] for k, i in zip(one.tolist(), take_ids(ids, rows))), dtype=bool, count=len(one))
         pos, rows = one[same], rows[same]
         more = np.flatnonzero(span > 1)  # an id recorded more than once (or ids that share the bits)
         if len(more):

@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from soakspec.evidence import layout
+from soakspec.evidence.ids import IdColumn, IdIndex
 from soakspec.judge.common import backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
@@ -136,6 +137,9 @@ def duplicate_ids(rows: Rows) -> list[str]:
     """The request ids of `rows` recorded more than once, sorted. Found through their hashes
     (8 bytes a request, sorted), not a set of every id: only ids whose hash repeats are
     compared as text."""
+    if len(rows.parts) == 1 and len(rows.parts[0][1]) == rows.parts[0][0].n and isinstance(rows.parts[0][0].ids, IdColumn):
+        ids = rows.parts[0][0].ids  # one whole table (the usual case): its index's repeated ids
+        return sorted({ids[g[0]] for g in IdIndex(ids).repeated()})
     hashes = []
     for t, idx in rows.parts:
         ids = t.ids if len(idx) == t.n else [t.ids[i] for i in idx.tolist()]  # a whole table: in any order
