@@ -10,7 +10,7 @@ import sys
 import textwrap
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from soakspec.evidence.io import (
@@ -258,3 +258,58 @@ def test_a_highly_compressible_gzip_is_inflated_a_little_at_a_time(tmp_path):
         tracemalloc.stop()
     assert lines == 320_000
     assert peak < 8 << 20, f"reading held {peak / 2**20:.0f} MiB at once"
+
+
+def _member(lines: list[bytes]) -> bytes:
+    import gzip
+
+    return gzip.compress(b"".join(lines), mtime=0)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(members=st.lists(st.lists(st.binary(max_size=30).map(lambda b: b.replace(b"\n", b"") + b"\n"), max_size=8), max_size=8),
+       damage=st.sampled_from(["none", "cut", "flip", "garbage", "open"]), where=st.integers(0, 10**6),
+       block=st.integers(1, 80))
+def test_gzip_blocks_gathered_across_members_read_what_a_member_at_a_time_reads(tmp_path, members, damage, where, block):
+    """Lines are gathered across gzip members (the runner writes one a bucket each second) into
+    blocks of about `_BLOCK` bytes. Whatever the block size, the same lines come with the same
+    line numbers, the same cut-off member is reported, and a damaged file -- cut anywhere, a
+    byte flipped, bytes appended, a member never closed -- raises the same error at the same
+    line after the same lines: block size changes how many lines a reader takes at once, never
+    which."""
+    import unittest.mock
+
+    from soakspec.evidence import io
+    from soakspec.evidence.io import iter_raw_blocks
+
+    data = b"".join(_member(m) for m in members)
+    if damage == "cut" and data:
+        data = data[: where % len(data)]
+    elif damage == "flip" and data:
+        k = where % len(data)
+        data = data[:k] + bytes([data[k] ^ 0x5A]) + data[k + 1:]
+    elif damage == "garbage":
+        data += b"not gzip\n"
+    elif damage == "open":
+        data += _member([b"x\n", b"y\n"])[:-8]  # a member its writer never closed (no trailer)
+    p = tmp_path / "r.jsonl.gz"
+    p.write_bytes(data)
+
+    def read(size: int):
+        lines, cut, error = [], [], None
+        with unittest.mock.patch.object(io, "_BLOCK", size):
+            try:
+                for first, b in iter_raw_blocks(p, None, cut):
+                    parts = b.split(b"\n")  # lines end at "\n" only
+                    whole = [x + b"\n" for x in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
+                    lines.extend((first + k, line) for k, line in enumerate(whole))
+            except io.EvidenceFormatError as e:
+                error = (e.line, str(e))
+        return lines, cut, error
+
+    one = read(1)  # a line a block: each line yielded as soon as it is inflated
+    assert read(block) == one
+    assert read(1 << 30) == one  # one block for everything
+    if damage == "none":
+        assert [line for _, line in one[0]] == [line for m in members for line in m] and one[1:] == ([], None)
+        assert [n for n, _ in one[0]] == list(range(1, len(one[0]) + 1))

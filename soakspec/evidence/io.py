@@ -506,7 +506,11 @@ def _plain_blocks(fh, hasher, tick=None):
         yield i, tail
 
 
-_BLOCK = 1 << 18  # decompressed bytes a block holds at most (but for one longer line)
+# Decompressed bytes a block holds at most (but for one longer line). A reader's work a block
+# (a msgspec call, numpy calls a column) is amortized over its lines: the runner's ~1.2 kB
+# records, 216 a block at 256 KiB, decoded and tabled at 14.1 us a record; at 1 MiB (866)
+# 11.8 (benchmarks/README.md, "Blocks"). What a reader holds at once stays a few MiB.
+_BLOCK = 1 << 20
 _INFLATE = 1 << 20  # decompressed bytes one inflate step makes at most
 
 
@@ -523,20 +527,46 @@ def _pieces(buf: bytes, k: int):
 
 
 def _gzip_blocks(path, fh, hasher, cut, tick=None):
-    """The decompressed members as blocks of whole lines (see `iter_raw_blocks`)."""
+    """The decompressed members as blocks of whole lines (see `iter_raw_blocks`). Lines are
+    gathered across members up to about _BLOCK bytes before a block is yielded: the runner
+    writes a member a bucket each second (~170 requests at 1,000 a second), and what a reader
+    does a block (numpy calls a column) costs about what it does a line at that size. What is
+    gathered is yielded before a read error is raised, as it would have been a member at a
+    time, so the lines read before a corrupt member are read the same."""
     import zlib
 
-    i = 1  # the number of the block's first line
-    tail = b""
+    i = 1  # the number of the next block's first line
+    tail = b""  # the start of a line not yet whole
+    held: list[bytes] = []  # whole lines not yet yielded
+    size = 0
+
+    def flush(final: bool = True):
+        """Yield what is held as blocks; unless `final`, a last block shorter than _BLOCK stays
+        held, to be joined by the next lines."""
+        nonlocal i, held, size
+        if held:
+            buf = held[0] if len(held) == 1 else b"".join(held)
+            held, size = [], 0
+            at = 0
+            for block in _pieces(buf, len(buf)):
+                at += len(block)
+                if not final and at == len(buf) and len(block) < _BLOCK:  # the last, short one
+                    held, size = [block], len(block)
+                    break
+                yield i, block
+                i += block.count(b"\n")
+
     d = zlib.decompressobj(wbits=31)
     started = False  # the current member has consumed input
     for data in _hashed_reads(fh, hasher, tick):
         while True:
             if not started and data[:2] != GZIP_MAGIC[: len(data[:2])]:
+                yield from flush()
                 raise EvidenceFormatError(path, i, "bytes after the last gzip member are not gzip (appended to?)")
             try:
                 out = d.decompress(data, _INFLATE)  # at most _INFLATE bytes: a read of 1 MiB can inflate to 20
             except zlib.error as e:
+                yield from flush()
                 raise EvidenceFormatError(path, i, f"corrupt gzip data: {e}") from None
             started = True
             more = False
@@ -552,11 +582,14 @@ def _gzip_blocks(path, fh, hasher, cut, tick=None):
                 buf = tail + out if tail else out
                 k = buf.rfind(b"\n") + 1
                 tail = buf[k:]
-                for block in _pieces(buf, k):
-                    yield i, block
-                    i += block.count(b"\n")
+                if k:
+                    held.append(buf[:k] if k < len(buf) else buf)
+                    size += k
+                    if size >= _BLOCK:
+                        yield from flush(final=False)
             if not more:
                 break
+    yield from flush()
     if started:  # the last member never ended: its writer was killed before closing it
         if cut is not None:
             cut.append(i - 1)
