@@ -7,7 +7,7 @@ reason for each id a trace named without matching, the same claims found wrong."
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from soakspec.judge import tracematch
 from soakspec.judge.table import build_table
@@ -217,3 +217,28 @@ def test_numbered_ids_are_found_as_their_text_is(ids, extra, collide):
         assert index.repeated() == want.repeated()
         for k in keys:  # and by a plain scan
             assert dict(index.rows_many([k])).get(0, []) == [i for i, x in enumerate(ids) if x == k]
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=st.lists(_ID, min_size=1, max_size=30),
+       affixes=st.lists(st.tuples(st.sampled_from(["", "cmpl-", "c", "soak-"]), st.sampled_from(["", "-0", "0", "x"]),
+                                  st.integers(-1, 3)), min_size=1, max_size=4),
+       traces=st.lists(st.one_of(
+           st.tuples(st.sampled_from(["", "cmpl-", "c", "soak-", "q"]), _ID, st.sampled_from(["", "-0", "0", "x", "-1"])).map("".join),
+           _ODD_KEYS.filter(lambda k: k is None or isinstance(k, str)), st.text(max_size=12)), max_size=30))
+@example(ids=["r-20", "r-1"], affixes=[("", "", -1)], traces=["r-1:", "r-20", "r-\u0661"])  # ":" is "9" + 1 as a byte
+def test_trace_ids_taken_apart_find_what_inverting_them_finds(ids, affixes, traces):
+    """`IdIndex.find_affixed` (the runner's ids: a trace id read as prefix, stem, digits,
+    suffix) finds the same (trace, row, tag) triples as stripping each affix off the trace id
+    (`IdForms.invert`) and looking the rest up (`find`) -- affixes that overlap a stem or its
+    digits (`c` before `cmpl-`, `0` after a number), trace ids of another width, a letter
+    where a digit belongs, no id at all."""
+    from soakspec.evidence.ids import IdForms
+
+    col = _numbered(ids)
+    index = IdIndex(col)
+    keys, owner, tags = IdForms(affixes, col.lengths()).invert(traces)
+    pos, rows = index.find(keys)
+    want = sorted(zip(np.asarray(owner, dtype=np.int64)[pos].tolist(), rows.tolist(), np.asarray(tags, dtype=np.int64)[pos].tolist()))
+    got = sorted(zip(*(a.tolist() for a in index.find_affixed(traces, affixes))))
+    assert got == want

@@ -25,6 +25,13 @@ _MAX_STEMS = 1024  # distinct (stem, width) pairs before ids are held as text in
 U32 = next(c for c in "IL" if array(c).itemsize == 4)  # array's 4-byte unsigned typecode
 
 
+def digit_numbers(digits: str, width: int) -> np.ndarray:
+    """The numbers of `digits` (ASCII digits only, `width` of them a number, width <= 18) read
+    `width` at a time, as int64: `[int(digits[k:k + width]) ...]` without a str a number."""
+    d = np.frombuffer(digits.encode("ascii"), dtype=np.uint8).reshape(-1, width).astype(np.int64) - 48
+    return d @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64))
+
+
 def put_numbers(a: array, values: Any) -> array:
     """Append whole numbers (`values`: an int, or an int64 array) to `a`: held in 4 bytes (`U32`)
     while every one is in [0, 2**32), in 8 from the first that is not (`a` copied wider once).
@@ -184,10 +191,10 @@ class IdStore:
             k, w = len(stem), len(first) - len(stem)
             c = self._key(stem, w) if 0 < w <= _NUM_DIGITS else None
             if c is not None and set(map(len, ids)) == {k + w} and all(x.startswith(stem) for x in ids):
-                digits = "".join(x[k:] for x in ids)
+                digits = "".join([x[k:] for x in ids])
                 if digits.isascii() and digits.isdigit():  # every id: this stem and w ASCII digits
                     self.code.frombytes(np.full(len(ids), c, dtype=np.uint16).tobytes())
-                    self.num = put_numbers(self.num, np.array([x[k:] for x in ids]).astype(np.int64))
+                    self.num = put_numbers(self.num, digit_numbers(digits, w))
                     return
             for x in ids:  # mixed stems (or not numbered: the first such id turns the store to text)
                 self.append(x)
@@ -288,17 +295,14 @@ class IdIndex:
             if not at:
                 continue
             digits = "".join([keys[j][ls:] for j in at])
-            if digits.isascii() and digits.isdigit():
-                d = np.frombuffer(digits.encode("ascii"), dtype=np.uint8).reshape(len(at), w)
-            else:  # some key has another character where a digit belongs: those keys only are no id
-                ok = [j for j in at if (t := keys[j][ls:]).isascii() and t.isdigit()]
-                at = ok
-                d = np.frombuffer("".join([keys[j][ls:] for j in at]).encode("ascii"), dtype=np.uint8).reshape(len(at), w)
-            if not at:
-                continue
+            if not (digits.isascii() and digits.isdigit()):  # some key has another character where a digit belongs: those keys only are no id
+                at = [j for j in at if (t := keys[j][ls:]).isascii() and t.isdigit()]
+                if not at:
+                    continue
+                digits = "".join([keys[j][ls:] for j in at])
             rows = np.asarray(at, dtype=np.int64)
             code[rows] = c
-            num[rows] = (d.astype(np.int64) - 48) @ (10 ** np.arange(w - 1, -1, -1, dtype=np.int64))
+            num[rows] = digit_numbers(digits, w)
         return code, num
 
     def _spans(self, keys: Sequence[Any], parts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -321,17 +325,14 @@ class IdIndex:
         by position, then row."""
         if not keys:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        parts = self._parts(keys) if self._stems is not None else None
-        lo, hi = self._spans(keys, parts)
+        if self._stems is not None:
+            return self._find_parts(*self._parts(keys))
+        lo, hi = self._spans(keys)
         span = hi - lo
         ids, mask = self.ids, self.mask
         one = np.flatnonzero(span == 1)  # the usual hit: one row has those hash bits
         rows = (self.keys[lo[one]] & mask).astype(np.int64)
-        if parts is not None:  # the same stem code and number: the same id
-            code, num = ids._code, ids._num  # type: ignore[attr-defined]
-            same = (code[rows] == parts[0][one]) & (num[rows].astype(np.int64) == parts[1][one])
-        else:
-            same = np.fromiter((i == keys[k] for k, i in zip(one.tolist(), take_ids(ids, rows))), dtype=bool, count=len(one))
+        same = np.fromiter((i == keys[k] for k, i in zip(one.tolist(), take_ids(ids, rows))), dtype=bool, count=len(one))
         pos, rows = one[same], rows[same]
         more = np.flatnonzero(span > 1)  # an id recorded more than once (or ids that share the bits)
         if len(more):
@@ -342,6 +343,77 @@ class IdIndex:
                     if ids[r] == key:
                         mp.append(k)
                         mr.append(r)
+            pos = np.concatenate([pos, np.asarray(mp, dtype=np.int64)])
+            rows = np.concatenate([rows, np.asarray(mr, dtype=np.int64)])
+            order = np.lexsort((rows, pos))
+            pos, rows = pos[order], rows[order]
+        return pos, rows
+
+    @property
+    def numbered(self) -> bool:
+        """Whether the ids are a numbered `IdColumn`'s (what `find_affixed` needs)."""
+        return self._stems is not None
+
+    def find_affixed(self, trace_ids: Sequence[Any], affixes: Sequence[tuple[str, str, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For a numbered column: every (position in `trace_ids`, row, tag) where the trace id
+        is an affix's prefix, the row's request id and its suffix -- what `IdForms(affixes,
+        ...).invert` and `find` give together (as a set: in no set order), with no id made as
+        text: a trace id of the length a (affix, stem, width) gives that starts with the
+        prefix and the stem and ends with the suffix has its number read from its digits."""
+        stems = self._stems
+        assert stems is not None
+        by_len: dict[int, list[int]] = {}
+        for j, tid in enumerate(trace_ids):
+            if isinstance(tid, str):
+                by_len.setdefault(len(tid), []).append(j)
+        owner, codes, nums, tags = [], [], [], []
+        for pre, suf, tag in affixes:
+            ls = len(suf)
+            for (stem, w), c in stems.items():
+                head = pre + stem
+                lh = len(head)
+                at = by_len.get(lh + w + ls)
+                if not at:
+                    continue
+                at = [j for j in at if trace_ids[j].startswith(head) and trace_ids[j].endswith(suf)]
+                if not at:
+                    continue
+                digits = "".join([trace_ids[j][lh:lh + w] for j in at])
+                if not (digits.isascii() and digits.isdigit()):  # only the trace ids with digits there
+                    at = [j for j in at if (t := trace_ids[j][lh:lh + w]).isascii() and t.isdigit()]
+                    if not at:
+                        continue
+                    digits = "".join([trace_ids[j][lh:lh + w] for j in at])
+                owner.append(np.asarray(at, dtype=np.int64))
+                codes.append(np.full(len(at), c, dtype=np.int64))
+                nums.append(digit_numbers(digits, w))
+                tags.append(np.full(len(at), tag, dtype=np.int64))
+        if not owner:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty, empty
+        own, code, num, tag = (np.concatenate(x) for x in (owner, codes, nums, tags))
+        pos, rows = self._find_parts(code, num)
+        return own[pos], rows, tag[pos]
+
+    def _find_parts(self, code: np.ndarray, num: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """`find` of keys given as (stem code, number) pairs of this numbered column: every
+        (position, row) whose id is that pair's, by position, then row."""
+        lo, hi = self._spans((), (code, num))
+        span = hi - lo
+        mask = self.mask
+        col_code, col_num = self.ids._code, self.ids._num  # type: ignore[attr-defined]
+        one = np.flatnonzero(span == 1)
+        rows = (self.keys[lo[one]] & mask).astype(np.int64)
+        same = (col_code[rows] == code[one]) & (col_num[rows].astype(np.int64) == num[one])
+        pos, rows = one[same], rows[same]
+        more = np.flatnonzero(span > 1)
+        if len(more):
+            mp, mr = [], []
+            for k, a, b in zip(more.tolist(), lo[more].tolist(), hi[more].tolist()):
+                cand = (self.keys[a:b] & mask).astype(np.int64)
+                hit = cand[(col_code[cand] == code[k]) & (col_num[cand].astype(np.int64) == num[k])]
+                mp.extend([k] * len(hit))
+                mr.extend(hit.tolist())
             pos = np.concatenate([pos, np.asarray(mp, dtype=np.int64)])
             rows = np.concatenate([rows, np.asarray(mr, dtype=np.int64)])
             order = np.lexsort((rows, pos))

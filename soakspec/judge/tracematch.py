@@ -10,8 +10,11 @@ fields rules read, and per claimed request the reason a trace for it did not mat
 An id form is inverted (`cmpl-{id}` -> the id between `cmpl-` and the end), only for a trace
 id whose length some request id's could give (`IdForms`, shared with the runner's matching),
 and looked up in `IdIndex` (a sorted array of the ids' hashes with their rows, 8 bytes a
-request, not a map of every id: at 10^7 requests 80 MB rather than ~1 GB); forms that are not a literal prefix, `{id}` and a literal suffix are
-handled by `match_traces` itself (`invertible`). Traces are taken `MATCH_CHUNK` at a time --
+request, not a map of every id: at 10^7 requests 80 MB rather than ~1 GB). For the runner's
+ids (a stem and a number, `IdColumn` numbered) no id is made as text: a trace id is read as an
+id form's prefix, a stem, its digits and the form's suffix (`IdIndex.find_affixed`). Forms
+that are not a literal prefix, `{id}` and a literal suffix are handled by `match_traces`
+itself (`invertible`). Traces are taken `MATCH_CHUNK` at a time --
 one vectorized lookup and window check a chunk -- from `match_rows`' tuples
 (`soakspec.evidence.traces.scan_rows` yields them as it reads server.log) or from `Trace`s
 (`match_table`).
@@ -169,8 +172,12 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
     srv = [(code, v) for code, v in enumerate(table.values.get("server_affix", (None,))) if v is not None and v not in affixes]
     srv_codes = table.c.get("server_affix")
     # tag -1: an id form (any row of that id); else the server affix code the row must have
-    id_lengths = table.ids.lengths() if isinstance(table.ids, IdColumn) else set(map(len, table.ids))
-    forms = IdForms([(pre, suf, -1) for pre, suf in affixes] + [(pre, suf, code) for code, (pre, suf) in srv], id_lengths)
+    tagged = [(pre, suf, -1) for pre, suf in affixes] + [(pre, suf, code) for code, (pre, suf) in srv]
+    if index.numbered:  # the runner's ids: trace ids taken apart into (stem, number), no id made as text
+        forms = None
+    else:
+        id_lengths = table.ids.lengths() if isinstance(table.ids, IdColumn) else set(map(len, table.ids))
+        forms = IdForms(tagged, id_lengths)
     start, end = table.f["start"], table.f["end"]
     match = TableMatch(table.n, index)
     why = match.unmatched_reason
@@ -183,7 +190,13 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
             break
         n += len(chunk)
         # a request id some trace of the chunk may name, the trace it came from, its affix's tag
-        keys, owner, need = forms.invert([tr[0] for tr in chunk])
+        if forms is None:
+            pt, found, code = index.find_affixed([tr[0] for tr in chunk], tagged)
+        else:
+            keys, owner, need = forms.invert([tr[0] for tr in chunk])
+            pos, found = index.find(keys)
+            pt = np.asarray(owner, dtype=np.int64)[pos]
+            code = np.asarray(need, dtype=np.int64)[pos]
         direct_t: list[int] = []  # (trace, row) of a server id recorded as it was
         direct_r: list[int] = []
         if by_server:
@@ -191,9 +204,6 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
                 if (got := by_server.get(tr[0])) is not None:
                     direct_t.extend([j] * len(got))
                     direct_r.extend(got)
-        pos, found = index.find(keys)
-        pt = np.asarray(owner, dtype=np.int64)[pos]
-        code = np.asarray(need, dtype=np.int64)[pos]
         take = code < 0
         if not take.all():  # a server affix: only the rows whose server id has it
             take |= srv_codes[found] == code
