@@ -313,3 +313,13 @@ def test_gzip_blocks_gathered_across_members_read_what_a_member_at_a_time_reads(
     if damage == "none":
         assert [line for _, line in one[0]] == [line for m in members for line in m] and one[1:] == ([], None)
         assert [n for n, _ in one[0]] == list(range(1, len(one[0]) + 1))
+
+
+@settings(max_examples=100, deadline=None)
+@given(piece=st.binary(max_size=64), times=st.integers(0, 300))
+def test_lines_are_counted_as_bytes_count_counts_them(piece, times):
+    """`count_lines` (numpy past 4 KiB) is `bytes.count(b"\\n")` at any size."""
+    from soakspec.evidence.io import count_lines
+
+    block = piece * times
+    assert count_lines(block) == block.count(b"\n")
