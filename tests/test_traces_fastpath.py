@@ -366,3 +366,24 @@ def test_a_pattern_every_trace_line_matches_keeps_one_line_a_version():
     whole = detect_runtime_boundary(decl, {}, data.decode())
     assert detect_runtime_boundary(decl, {}, text) == whole
     assert whole.status == "contradictory" and "1.2, 1.3" in whole.details[0]
+
+
+@settings(max_examples=400, deadline=None)
+@given(values=st.lists(st.one_of(
+    st.integers(), st.sampled_from([946_684_799, 946_684_800, 4_102_444_800, 10**300 - 1, 10**300, -(10**300) + 1, -(10**300),
+                                    -(2**53), 2**63, T0 * 1000]),
+    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([T0, T0 * 1e3, T0 * 1e9, -T0, 0.5, 4_102_444_800.0]),
+    st.text(max_size=6), st.sampled_from(["2025-01-01T00:00:00Z", "1764500001.5", " 1764500001", "cmpl-1", "/v1", ""]),
+    st.booleans(), st.none(), st.just({"t": T0}), st.just([T0])), max_size=20))
+def test_a_flat_payloads_times_are_the_reference_times(values):
+    """`_flat_times` (run once a trace) reads the times `_times` reads, in order, or answers
+    None -- exactly when a value nests or an integer is beyond `loads`' limit (then the
+    reference reading decides)."""
+    obj = {f"k{j}": v for j, v in enumerate(values)}
+    got = T._flat_times(obj)
+    limit = any(type(v) is int and abs(v) >= 10**300 for v in values)
+    nests = any(type(v) in (dict, list) for v in values)
+    if got is None:
+        assert nests or limit
+    else:
+        assert not nests and not limit and got == list(T._times(obj, ()))

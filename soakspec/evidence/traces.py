@@ -442,29 +442,31 @@ def _fast_payload(text: str | bytes) -> tuple[Any, tuple[float, ...] | None]:
     return obj, tuple(out)
 
 
-def _flat_times(obj: dict[str, Any]) -> list[float] | None:
+def _flat_times(obj: dict[str, Any], _int=int, _float=float, _str=str, _dict=dict, _list=list, _lo=_EPOCH_MIN,
+                _hi=_EPOCH_MAX, _nbig=-_BIG_INT, _big=_BIG_INT, _words=_NOT_A_TIME_START) -> list[float] | None:
     """`_times(obj, ())` of a decoded payload, or None when it is not flat (a value nests) or
-    holds an integer beyond `loads`' limit: then it takes the reference reading."""
+    holds an integer beyond `loads`' limit: then it takes the reference reading. (Run once a
+    trace: the names it reads are its locals, and ints -- most of a payload's values -- are
+    tested first, in one comparison when they are neither a time nor out of bounds.)"""
     out = []
     for v in obj.values():
         kind = type(v)
-        if kind is float:
-            if _EPOCH_MIN <= v <= _EPOCH_MAX:
-                out.append(v)
-            elif v > _EPOCH_MAX and (t := as_epoch(v)) is not None:
-                out.append(t)
-        elif kind is int:
-            if v < _EPOCH_MIN:
-                if v <= -_BIG_INT:
-                    return None
-            elif v >= _BIG_INT:
+        if kind is _int:
+            if _nbig < v < _lo:
+                continue
+            if v <= _nbig or v >= _big:
                 return None
-            elif (t := as_epoch(v)) is not None:
+            if (t := as_epoch(v)) is not None:
                 out.append(t)
-        elif kind is str:
-            if v[:1] not in _NOT_A_TIME_START and (t := as_epoch(v)) is not None:
+        elif kind is _float:
+            if _lo <= v <= _hi:
+                out.append(v)
+            elif v > _hi and (t := as_epoch(v)) is not None:
                 out.append(t)
-        elif kind is dict or kind is list:
+        elif kind is _str:
+            if v[:1] not in _words and (t := as_epoch(v)) is not None:
+                out.append(t)
+        elif kind is _dict or kind is _list:
             return None
     return out
 
