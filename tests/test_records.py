@@ -236,18 +236,31 @@ def test_columns_filled_a_batch_at_a_time_equal_those_filled_a_record_at_a_time(
 
 
 def _same_table_a_batch_or_a_row_at_a_time(frozen: list, cuts: list[int]) -> None:
-    """`add` of each record and `add_records` of batches cut at `cuts` build the same table."""
+    """`add` of each record and `add_records` of batches cut at `cuts` build the same table,
+    whatever number of records `add_records` holds before it appends them (`BULK_ROWS`), and
+    with a batch now and then added a row at a time (`add`) between the others."""
+    import unittest.mock
+
+    from soakspec.judge import table
     from soakspec.judge.table import TableBuilder
 
     one = TableBuilder()
     for r in frozen:
         one.add(r)
-    many = TableBuilder()
-    k = 0
-    for c in cuts + [len(frozen)]:
-        many.add_records(frozen[k:k + c])
-        k += c
-    assert _table_state(many.finish()) == _table_state(one.finish())
+    want = _table_state(one.finish())
+    for bulk in (1, 3, 1024):
+        for rows_too in (False, True):
+            with unittest.mock.patch.object(table, "BULK_ROWS", bulk):
+                many = TableBuilder()
+                k = 0
+                for j, c in enumerate(cuts + [len(frozen)]):
+                    if rows_too and j % 2:
+                        for r in frozen[k:k + c]:
+                            many.add(r)
+                    else:
+                        many.add_records(frozen[k:k + c])
+                    k += c
+                assert _table_state(many.finish()) == want, (bulk, rows_too)
 
 
 def test_two_records_on_one_line_and_a_blank_line_are_errors_in_a_block_as_line_by_line(tmp_path) -> None:

@@ -506,11 +506,11 @@ def _plain_blocks(fh, hasher, tick=None):
         yield i, tail
 
 
-# Decompressed bytes a block holds at most (but for one longer line). A reader's work a block
-# (a msgspec call, numpy calls a column) is amortized over its lines: the runner's ~1.2 kB
-# records, 216 a block at 256 KiB, decoded and tabled at 14.1 us a record; at 1 MiB (866)
-# 11.8 (benchmarks/README.md, "Blocks"). What a reader holds at once stays a few MiB.
-_BLOCK = 1 << 20
+# Decompressed bytes a block holds at most (but for one longer line): ~216 of the runner's
+# ~1.2 kB records. Larger blocks decode slower (`verify` of 10^6 requests: 7.5 s at 256 KiB,
+# 10.5 at 1 MiB: the block and its copies leave the cache); the judge's table takes the
+# records of several blocks at once instead (`table.BULK_ROWS`; benchmarks/README.md, "Blocks").
+_BLOCK = 1 << 18
 _INFLATE = 1 << 20  # decompressed bytes one inflate step makes at most
 
 
@@ -538,8 +538,8 @@ def _pieces(buf: bytes, k: int):
 def _gzip_blocks(path, fh, hasher, cut, tick=None):
     """The decompressed members as blocks of whole lines (see `iter_raw_blocks`). Lines are
     gathered across members up to about _BLOCK bytes before a block is yielded: the runner
-    writes a member a bucket each second (~170 requests at 1,000 a second), and what a reader
-    does a block (numpy calls a column) costs about what it does a line at that size. What is
+    writes a member a bucket each second (~170 requests at 1,000 a second, often less), and a
+    reader's work a block (a msgspec call) is then spread over a full block's lines. What is
     gathered is yielded before a read error is raised, as it would have been a member at a
     time, so the lines read before a corrupt member are read the same."""
     import zlib

@@ -93,6 +93,7 @@ _RECORD_LABELS = frozenset(("backend", "workload", "outcome", "error", "finish_r
 _FIELD = {k: operator.attrgetter(k) for k in (*_RECORD_FLOATS, *INTS, *_RECORD_LABELS)}  # a record's field, by column
 
 GAP_CHUNK = 1 << 18  # gaps buffered before they are checked and stored
+BULK_ROWS = 1024  # typed records held before they are appended a column at a time (`add_records`)
 # Rows a computation over a scope takes at a time, wherever it would otherwise make full-length
 # temporaries (a selection's predicate, counts and sums, derived durations, sorts' neighbour
 # checks): what it allocates beyond its result stays a few MiB at any number of requests. Read
@@ -603,6 +604,8 @@ class TableBuilder:
         self._stored = 0
         self._gaps = 0
         self.n = 0
+        self._held: list[Sequence[Any]] = []  # records `add_records` holds (`_take_held`)
+        self._n_held = 0
 
     def _extra(self, i: int, key: str, v: Any) -> None:
         self.extras.setdefault(i, {})[key] = v
@@ -677,6 +680,11 @@ class TableBuilder:
 
     def add(self, row: Mapping[str, Any]) -> None:
         """Append one record (request_problem(row) is None: it has an id and an int bucket)."""
+        if self._held:  # records before it, in order
+            self._take_held()
+        self._add(row)
+
+    def _add(self, row: Mapping[str, Any]) -> None:
         i = self.n
         self.n += 1
         get = row.get
@@ -767,14 +775,27 @@ class TableBuilder:
     def add_records(self, recs: Sequence[Any]) -> None:
         """Append many typed records (`soakspec.evidence.record.Record`: every field already of
         its type, so no per-field checks) a column at a time: the same columns, codes and
-        extras as `add` of each. A batch holding a value a column cannot take (a string
-        level, an integer beyond int32, a non-finite time) goes through `add`, row by row."""
-        m = len(recs)
-        if not m:
+        extras as `add` of each. Records are held until BULK_ROWS of them are (or a row is
+        added one at a time, or the table finished): the work a batch costs about what its
+        records do at a few hundred, the size of a block of evidence. A batch holding a value
+        a column cannot take (a string level, an integer beyond int32, a non-finite time)
+        goes through `add`, row by row."""
+        if not len(recs):
             return
-        if not self._bulk(recs, m):
+        self._held.append(recs)
+        self._n_held += len(recs)
+        if self._n_held >= BULK_ROWS:
+            self._take_held()
+
+    def _take_held(self) -> None:
+        """Append the records `add_records` holds."""
+        if not self._held:
+            return
+        recs = self._held[0] if len(self._held) == 1 else list(itertools.chain.from_iterable(self._held))
+        self._held, self._n_held = [], 0
+        if not self._bulk(recs, len(recs)):
             for r in recs:
-                self.add(r)
+                self._add(r)
 
     def _bulk(self, recs: Sequence[Any], m: int) -> bool:
         floats: dict[str, np.ndarray] = {}
@@ -877,6 +898,7 @@ class TableBuilder:
         return self
 
     def finish(self, reload: Callable[[], RequestTable] | None = None) -> RequestTable:
+        self._take_held()
         self._flush()
         f: dict[str, np.ndarray] = {}
         for k, v in self.f.items():  # a twin that never differed: its twin's column
