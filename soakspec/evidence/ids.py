@@ -279,45 +279,13 @@ class IdIndex:
         keys.sort()  # by hash bits, then row: an id's records in record order
         self.keys = keys
 
-    def _parts(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Each key's (stem code, number) in a numbered column (code -1: no id of the column
-        can be it -- not a str, or not one of the column's stems followed by that stem's width
-        of ASCII digits). A stem never ends in a digit, so a key that is a stem and `width`
-        ASCII digits is taken apart exactly as `IdStore` takes an id; the keys of a stem are
-        found by their length and prefix, their digits read at once."""
-        stems = self._stems
-        assert stems is not None
-        code = np.full(len(keys), -1, dtype=np.int64)
-        num = np.zeros(len(keys), dtype=np.int64)
-        for (stem, w), c in stems.items():
-            size, ls = len(stem) + w, len(stem)
-            at = [j for j, k in enumerate(keys) if isinstance(k, str) and len(k) == size and k.startswith(stem)]
-            if not at:
-                continue
-            digits = "".join([keys[j][ls:] for j in at])
-            if not (digits.isascii() and digits.isdigit()):  # some key has another character where a digit belongs: those keys only are no id
-                at = [j for j in at if (t := keys[j][ls:]).isascii() and t.isdigit()]
-                if not at:
-                    continue
-                digits = "".join([keys[j][ls:] for j in at])
-            rows = np.asarray(at, dtype=np.int64)
-            code[rows] = c
-            num[rows] = digit_numbers(digits, w)
-        return code, num
-
-    def _spans(self, keys: Sequence[Any], parts: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        if parts is not None:
-            h = _mix(*parts) & ~self.mask
-        else:
-            h = np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64) & ~self.mask
+    def _spans(self, h: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Where the keys with each of these hash bits (`h`, the row bits zero) lie in `keys`."""
         order = np.argsort(h)  # searched in order: each search starts where the last ended (cache-friendly at 10^7)
         hs = h[order]
         lo, hi = np.empty(len(h), dtype=np.int64), np.empty(len(h), dtype=np.int64)
         lo[order] = np.searchsorted(self.keys, hs, "left")
         hi[order] = np.searchsorted(self.keys, hs | self.mask, "right")
-        if parts is not None:  # a key no id can be: no rows
-            none = parts[0] < 0
-            hi[none] = lo[none]
         return lo, hi
 
     def find(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -325,9 +293,11 @@ class IdIndex:
         by position, then row."""
         if not keys:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-        if self._stems is not None:
-            return self._find_parts(*self._parts(keys))
-        lo, hi = self._spans(keys)
+        if self._stems is not None:  # a key is taken apart as a trace id with no affix is
+            pos, rows, _ = self.find_affixed(keys, (("", "", 0),))
+            order = np.lexsort((rows, pos))
+            return pos[order], rows[order]
+        lo, hi = self._spans(np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64) & ~self.mask)
         span = hi - lo
         ids, mask = self.ids, self.mask
         one = np.flatnonzero(span == 1)  # the usual hit: one row has those hash bits
@@ -398,7 +368,7 @@ class IdIndex:
     def _find_parts(self, code: np.ndarray, num: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """`find` of keys given as (stem code, number) pairs of this numbered column: every
         (position, row) whose id is that pair's, by position, then row."""
-        lo, hi = self._spans((), (code, num))
+        lo, hi = self._spans(_mix(code, num) & ~self.mask)
         span = hi - lo
         mask = self.mask
         col_code, col_num = self.ids._code, self.ids._num  # type: ignore[attr-defined]
