@@ -15,7 +15,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from runner_support import manifest, requests_of, run_spec
 from soakspec.evidence import serverlog
@@ -225,6 +225,7 @@ SECRET = "sk-audit-secret-0123456789"
 @given(parts=st.lists(st.one_of(st.just(SECRET), st.text("ab \r\x00", max_size=90), st.just("\n")), max_size=40),
        head=st.integers(0, 400), tail=st.integers(0, 400), grow=st.lists(st.floats(0, 1), max_size=5),
        step=st.integers(1, 200))
+@example(parts=[SECRET] * 22, head=320, tail=0, grow=[0.5625], step=1)  # a step stopped inside a secret's line (CI found it)
 def test_long_lines_cap_in_pieces_alike_while_the_run_goes_and_at_its_end(tmp_path_factory, parts, head, tail, grow, step):
     """Lines longer than MAX_LINE are capped in pieces: the log capped while the server writes
     (steps at bucket ends) is byte for byte the log capped once at the end, and a secret is

@@ -202,18 +202,21 @@ def _piece_done(raw: bytes) -> bool:
     return raw.endswith(b"\n") or len(raw) >= MAX_LINE
 
 
-def _masked_pieces(read: Callable[[], bytes], mask: Callable[[bytes], bytes], final: bool) -> Iterator[bytes]:
+def _masked_pieces(read: Callable[[], bytes], mask: Callable[[bytes], bytes], final: bool,
+                   prev: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
     """The log's pieces from `read` (`readline(MAX_LINE)`): lines, and the MAX_LINE pieces of a
     longer one, each masked (the mask keeps lengths: a piece's length is the raw one's); a piece
     of a long line is masked with MASK_OVERLAP bytes of the pieces on either side (a secret
     across the edge is masked on both sides). Not `final` (the server may still write): stops
     before a piece that may still change, or whose next piece's first bytes may (so a step masks
-    as the end does). Whole lines go through as fast as a plain iteration, or nearly (~20 %)."""
-    prev = b""  # the end of the previous piece when it was part of the same line
+    as the end does). Whole lines go through as fast as a plain iteration, or nearly (~20 %).
+    Yields each masked piece with the raw bytes the piece after it is masked with (its last
+    MASK_OVERLAP bytes while a line goes on, else none): `prev`, where a read starts inside a
+    line (a step after one that stopped there; the bytes before were punched out)."""
     cur = read()
     while cur:
         if not prev and cur.endswith(b"\n"):  # a whole line (the common case, kept fast)
-            yield mask(cur)
+            yield mask(cur), b""
             cur = read()
             continue
         nxt = None
@@ -227,11 +230,12 @@ def _masked_pieces(read: Callable[[], bytes], mask: Callable[[bytes], bytes], fi
                 if not final and not (len(nxt) >= MASK_OVERLAP or _piece_done(nxt)):
                     return
                 head = nxt[:MASK_OVERLAP]
+        after = b"" if cur.endswith(b"\n") else cur[-MASK_OVERLAP:]
         if prev or head:
-            yield mask(prev + cur + head)[len(prev):len(prev) + len(cur)]
+            yield mask(prev + cur + head)[len(prev):len(prev) + len(cur)], after
         else:
-            yield mask(cur)
-        prev = b"" if cur.endswith(b"\n") else cur[-MASK_OVERLAP:]
+            yield mask(cur), after
+        prev = after
         cur = nxt if nxt is not None else read()
 
 
@@ -255,6 +259,7 @@ class LogCompactor:
         self._step = STEP_BYTES if step is None else step
         self._punch = punch
         self.raw_offset = 0  # bytes of server.log moved (and punched out)
+        self._carry = b""  # the raw end of the last piece moved when its line goes on (`_masked_pieces`' prev)
         self.moved_bytes = 0  # size of server.log.moved.gz
         self.steps = 0
         self.stopped: str | None = None  # why the moving stopped (the log then stays whole until the end)
@@ -287,18 +292,20 @@ class LogCompactor:
             except BlockingIOError:
                 return 0
             src.seek(start)
-            pieces = _masked_pieces(functools.partial(src.readline, MAX_LINE), self._mask, final=False)
+            pieces = _masked_pieces(functools.partial(src.readline, MAX_LINE), self._mask, final=False, prev=self._carry)
             first = next(pieces, None)
             if first is None:  # a line still being written
                 return 0
+            carry = self._carry
 
             def lines() -> Iterator[bytes]:
-                nonlocal end
-                piece = first
-                while piece is not None and end < bound and end - start < max_bytes:
+                nonlocal end, carry
+                item = first
+                while item is not None and end < bound and end - start < max_bytes:
+                    piece, carry = item
                     end += len(piece)
                     yield self._cap.line(piece, float("inf"))
-                    piece = next(pieces, None)
+                    item = next(pieces, None)
 
             saved = copy.copy(self._cap)
             try:
@@ -307,7 +314,7 @@ class LogCompactor:
                 self._cap = saved
                 self._cut_moved()
                 raise
-            self.moved_bytes, self.raw_offset = size, end
+            self.moved_bytes, self.raw_offset, self._carry = size, end, carry
             self.steps += 1
             write_json_atomic(self.state, {"raw_offset": end, "moved_bytes": size, "cut": self._cap.record(end)})
             fd = os.open(self.path, os.O_WRONLY)
@@ -349,7 +356,8 @@ class LogCompactor:
                 src.seek(self.raw_offset)
 
                 def rest() -> Iterator[bytes]:
-                    for masked in _masked_pieces(functools.partial(src.readline, MAX_LINE), self._mask, final=True):
+                    for masked, _ in _masked_pieces(functools.partial(src.readline, MAX_LINE), self._mask, final=True,
+                                                    prev=self._carry):
                         yield masked if whole else self._cap.line(masked, tail_from)
                     yield b"" if whole else self._cap.end()
 
