@@ -12,7 +12,7 @@ ids, as UTF-8 text end to end with offsets; `IdStore` builds one an id (or a blo
 from __future__ import annotations
 
 from array import array
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,20 @@ def digit_numbers(digits: str, width: int) -> np.ndarray:
     `width` at a time, as int64: `[int(digits[k:k + width]) ...]` without a str a number."""
     d = np.frombuffer(digits.encode("ascii"), dtype=np.uint8).reshape(-1, width).astype(np.int64) - 48
     return d @ (10 ** np.arange(width - 1, -1, -1, dtype=np.int64))
+
+
+def sliced_numbers(texts: Sequence[str], start: int, width: int) -> tuple[list[int] | None, np.ndarray]:
+    """The numbers written at `texts[j][start:start + width]` (each text has `width` characters
+    there): `(None, numbers)` when every text has ASCII digits there, else `(the positions j of
+    those that do, their numbers)`. How `IdStore` and `IdIndex.find_affixed` both read an id's
+    number: one str of every text's digits, read at once (`digit_numbers`)."""
+    digits = "".join([t[start:start + width] for t in texts])
+    if digits.isascii() and digits.isdigit():
+        return None, digit_numbers(digits, width)
+    at = [j for j, t in enumerate(texts) if (d := t[start:start + width]).isascii() and d.isdigit()]
+    if not at:
+        return at, np.zeros(0, dtype=np.int64)
+    return at, digit_numbers("".join([texts[j][start:start + width] for j in at]), width)
 
 
 def put_numbers(a: array, values: Any) -> array:
@@ -191,10 +205,10 @@ class IdStore:
             k, w = len(stem), len(first) - len(stem)
             c = self._key(stem, w) if 0 < w <= _NUM_DIGITS else None
             if c is not None and set(map(len, ids)) == {k + w} and all(x.startswith(stem) for x in ids):
-                digits = "".join([x[k:] for x in ids])
-                if digits.isascii() and digits.isdigit():  # every id: this stem and w ASCII digits
+                some, nums = sliced_numbers(ids, k, w)
+                if some is None:  # every id: this stem and w ASCII digits
                     self.code.frombytes(np.full(len(ids), c, dtype=np.uint16).tobytes())
-                    self.num = put_numbers(self.num, digit_numbers(digits, w))
+                    self.num = put_numbers(self.num, nums)
                     return
             for x in ids:  # mixed stems (or not numbered: the first such id turns the store to text)
                 self.append(x)
@@ -263,6 +277,8 @@ class IdIndex:
         self.mask = np.uint64((1 << self.row_bits) - 1)
         numbered = isinstance(ids, IdColumn) and ids._off is None
         # (stem, width) -> code, for taking a key apart (numbered ids only)
+        self._forms: dict[tuple[tuple[str, str, int], ...], IdForms] = {}  # text ids: `find_affixed`'s inverters
+        self._lengths: set[int] | None = None  # text ids: their lengths, for those
         self._stems: dict[tuple[str, int], int] | None = (
             {(st, w): c for c, (st, w) in enumerate(zip(ids._stems, ids._widths))} if numbered else None)  # type: ignore[union-attr]
         step = 1 << 20
@@ -288,6 +304,20 @@ class IdIndex:
         hi[order] = np.searchsorted(self.keys, hs | self.mask, "right")
         return lo, hi
 
+    def _found(self, h: np.ndarray, same: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Every (position, row) whose key has the hash `h[position]` and which `same(positions,
+        rows)` confirms (a bool array: whether each row's id is that position's key), by
+        position, then row. Every row with those hash bits is a candidate (usually one; an id
+        recorded more than once, or ids sharing the bits, give more), all confirmed at once."""
+        lo, hi = self._spans(h & ~self.mask)
+        span = hi - lo
+        pos = np.repeat(np.arange(len(h), dtype=np.int64), span)
+        # each span's positions in `keys`: lo, lo + 1, ..., hi - 1, every span at once
+        at = np.arange(len(pos), dtype=np.int64) + np.repeat(lo - (np.cumsum(span) - span), span)
+        rows = (self.keys[at] & self.mask).astype(np.int64)  # within a span ascending (keys: bits, then row)
+        keep = same(pos, rows)
+        return pos[keep], rows[keep]
+
     def find(self, keys: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         """Every (position in `keys`, row) whose request id equals that key, as two arrays,
         by position, then row."""
@@ -297,41 +327,38 @@ class IdIndex:
             pos, rows, _ = self.find_affixed(keys, (("", "", 0),))
             order = np.lexsort((rows, pos))
             return pos[order], rows[order]
-        lo, hi = self._spans(np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64) & ~self.mask)
-        span = hi - lo
-        ids, mask = self.ids, self.mask
-        one = np.flatnonzero(span == 1)  # the usual hit: one row has those hash bits
-        rows = (self.keys[lo[one]] & mask).astype(np.int64)
-        same = np.fromiter((i == keys[k] for k, i in zip(one.tolist(), take_ids(ids, rows))), dtype=bool, count=len(one))
-        pos, rows = one[same], rows[same]
-        more = np.flatnonzero(span > 1)  # an id recorded more than once (or ids that share the bits)
-        if len(more):
-            mp, mr = [], []
-            for k, a, b in zip(more.tolist(), lo[more].tolist(), hi[more].tolist()):
-                key = keys[k]
-                for r in (self.keys[a:b] & mask).tolist():
-                    if ids[r] == key:
-                        mp.append(k)
-                        mr.append(r)
-            pos = np.concatenate([pos, np.asarray(mp, dtype=np.int64)])
-            rows = np.concatenate([rows, np.asarray(mr, dtype=np.int64)])
-            order = np.lexsort((rows, pos))
-            pos, rows = pos[order], rows[order]
-        return pos, rows
+        ids = self.ids
+
+        def same(pos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+            return np.fromiter((i == keys[k] for k, i in zip(pos.tolist(), take_ids(ids, rows))), dtype=bool, count=len(pos))
+
+        return self._found(np.fromiter(map(hash, keys), dtype=np.int64, count=len(keys)).view(np.uint64), same)
 
     @property
     def numbered(self) -> bool:
-        """Whether the ids are a numbered `IdColumn`'s (what `find_affixed` needs)."""
+        """Whether the ids are a numbered `IdColumn`'s (`find_affixed` then makes no id as text)."""
         return self._stems is not None
 
     def find_affixed(self, trace_ids: Sequence[Any], affixes: Sequence[tuple[str, str, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For a numbered column: every (position in `trace_ids`, row, tag) where the trace id
-        is an affix's prefix, the row's request id and its suffix -- what `IdForms(affixes,
-        ...).invert` and `find` give together (as a set: in no set order), with no id made as
-        text: a trace id of the length a (affix, stem, width) gives that starts with the
-        prefix and the stem and ends with the suffix has its number read from its digits."""
+        """Every (position in `trace_ids`, row, tag) where the trace id is an affix's prefix,
+        the row's request id and its suffix (as a set: in no set order); a trace id that is
+        not a str names no row. The runner's trace matching and the judge's both ask this.
+
+        Over a numbered column no id is made as text: a trace id of the length a (affix, stem,
+        width) gives that starts with the prefix and the stem and ends with the suffix has its
+        number read from its digits (`sliced_numbers`). Over other ids, `IdForms(affixes,
+        lengths).invert`, then `find`."""
         stems = self._stems
-        assert stems is not None
+        if stems is None:
+            forms = self._forms.get(tuple(affixes))
+            if forms is None:
+                if self._lengths is None:
+                    ids = self.ids
+                    self._lengths = ids.lengths() if isinstance(ids, IdColumn) else set(map(len, ids))
+                forms = self._forms[tuple(affixes)] = IdForms(affixes, self._lengths)
+            keys, owner, need = forms.invert([t if isinstance(t, str) else None for t in trace_ids])
+            pos, rows = self.find(keys)
+            return np.asarray(owner, dtype=np.int64)[pos], rows, np.asarray(need, dtype=np.int64)[pos]
         by_len: dict[int, list[int]] = {}
         for j, tid in enumerate(trace_ids):
             if isinstance(tid, str):
@@ -348,47 +375,26 @@ class IdIndex:
                 at = [j for j in at if trace_ids[j].startswith(head) and trace_ids[j].endswith(suf)]
                 if not at:
                     continue
-                digits = "".join([trace_ids[j][lh:lh + w] for j in at])
-                if not (digits.isascii() and digits.isdigit()):  # only the trace ids with digits there
-                    at = [j for j in at if (t := trace_ids[j][lh:lh + w]).isascii() and t.isdigit()]
+                some, num = sliced_numbers([trace_ids[j] for j in at], lh, w)
+                if some is not None:  # only the trace ids with digits there
+                    at = [at[i] for i in some]
                     if not at:
                         continue
-                    digits = "".join([trace_ids[j][lh:lh + w] for j in at])
                 owner.append(np.asarray(at, dtype=np.int64))
                 codes.append(np.full(len(at), c, dtype=np.int64))
-                nums.append(digit_numbers(digits, w))
+                nums.append(num)
                 tags.append(np.full(len(at), tag, dtype=np.int64))
         if not owner:
             empty = np.zeros(0, dtype=np.int64)
             return empty, empty, empty
         own, code, num, tag = (np.concatenate(x) for x in (owner, codes, nums, tags))
-        pos, rows = self._find_parts(code, num)
-        return own[pos], rows, tag[pos]
+        col_code, col_num = self.ids._code, self.ids._num  # type: ignore[union-attr]
 
-    def _find_parts(self, code: np.ndarray, num: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """`find` of keys given as (stem code, number) pairs of this numbered column: every
-        (position, row) whose id is that pair's, by position, then row."""
-        lo, hi = self._spans(_mix(code, num) & ~self.mask)
-        span = hi - lo
-        mask = self.mask
-        col_code, col_num = self.ids._code, self.ids._num  # type: ignore[attr-defined]
-        one = np.flatnonzero(span == 1)
-        rows = (self.keys[lo[one]] & mask).astype(np.int64)
-        same = (col_code[rows] == code[one]) & (col_num[rows].astype(np.int64) == num[one])
-        pos, rows = one[same], rows[same]
-        more = np.flatnonzero(span > 1)
-        if len(more):
-            mp, mr = [], []
-            for k, a, b in zip(more.tolist(), lo[more].tolist(), hi[more].tolist()):
-                cand = (self.keys[a:b] & mask).astype(np.int64)
-                hit = cand[(col_code[cand] == code[k]) & (col_num[cand].astype(np.int64) == num[k])]
-                mp.extend([k] * len(hit))
-                mr.extend(hit.tolist())
-            pos = np.concatenate([pos, np.asarray(mp, dtype=np.int64)])
-            rows = np.concatenate([rows, np.asarray(mr, dtype=np.int64)])
-            order = np.lexsort((rows, pos))
-            pos, rows = pos[order], rows[order]
-        return pos, rows
+        def same(pos: np.ndarray, rows: np.ndarray) -> np.ndarray:
+            return (col_code[rows] == code[pos]) & (col_num[rows].astype(np.int64) == num[pos])
+
+        pos, rows = self._found(_mix(code, num), same)
+        return own[pos], rows, tag[pos]
 
     def rows_many(self, keys: Sequence[Any]) -> list[tuple[int, list[int]]]:
         """(position in `keys`, the rows whose id equals that key, ascending) for every key

@@ -7,12 +7,13 @@ every id form of every request and without holding the traces: each trace is mat
 is read and only what the judge keeps of it stays (`TableMatch`): per request, the payload
 fields rules read, and per claimed request the reason a trace for it did not match.
 
-An id form is inverted (`cmpl-{id}` -> the id between `cmpl-` and the end), only for a trace
-id whose length some request id's could give (`IdForms`, shared with the runner's matching),
-and looked up in `IdIndex` (a sorted array of the ids' hashes with their rows, 8 bytes a
-request, not a map of every id: at 10^7 requests 80 MB rather than ~1 GB). For the runner's
-ids (a stem and a number, `IdColumn` numbered) no id is made as text: a trace id is read as an
-id form's prefix, a stem, its digits and the form's suffix (`IdIndex.find_affixed`). Forms
+A chunk's trace ids are looked up at once by `IdIndex.find_affixed` (shared with the runner's
+matching; a sorted array of the ids' hashes with their rows, 8 bytes a request, not a map of
+every id: at 10^7 requests 80 MB rather than ~1 GB): for the runner's ids (a stem and a
+number, `IdColumn` numbered) a trace id is read as an id form's prefix, a stem, its digits and
+the form's suffix, no id made as text; for other ids an id form is inverted (`cmpl-{id}` ->
+the id between `cmpl-` and the end) only for a trace id whose length some request id's could
+give (`IdForms`), and the ids so found are looked up. Forms
 that are not a literal prefix, `{id}` and a literal suffix are handled by `match_traces`
 itself (`invertible`). Traces are taken `MATCH_CHUNK` at a time --
 one vectorized lookup and window check a chunk -- from `match_rows`' tuples
@@ -30,7 +31,7 @@ import numpy as np
 
 from soakspec.evidence.traces import id_form_affixes
 from soakspec.lang.parser import gc_paused
-from soakspec.evidence.ids import IdColumn, IdForms, IdIndex
+from soakspec.evidence.ids import IdIndex
 from soakspec.judge.table import RequestTable
 
 _EPOCH_MAX = 4_102_444_800.0  # as soakspec.evidence.traces: a time beyond 2100 is no time
@@ -173,11 +174,6 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
     srv_codes = table.c.get("server_affix")
     # tag -1: an id form (any row of that id); else the server affix code the row must have
     tagged = [(pre, suf, -1) for pre, suf in affixes] + [(pre, suf, code) for code, (pre, suf) in srv]
-    if index.numbered:  # the runner's ids: trace ids taken apart into (stem, number), no id made as text
-        forms = None
-    else:
-        id_lengths = table.ids.lengths() if isinstance(table.ids, IdColumn) else set(map(len, table.ids))
-        forms = IdForms(tagged, id_lengths)
     start, end = table.f["start"], table.f["end"]
     match = TableMatch(table.n, index)
     why = match.unmatched_reason
@@ -190,13 +186,7 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
             break
         n += len(chunk)
         # a request id some trace of the chunk may name, the trace it came from, its affix's tag
-        if forms is None:
-            pt, found, code = index.find_affixed([tr[0] for tr in chunk], tagged)
-        else:
-            keys, owner, need = forms.invert([tr[0] for tr in chunk])
-            pos, found = index.find(keys)
-            pt = np.asarray(owner, dtype=np.int64)[pos]
-            code = np.asarray(need, dtype=np.int64)[pos]
+        pt, found, code = index.find_affixed([tr[0] for tr in chunk], tagged)
         direct_t: list[int] = []  # (trace, row) of a server id recorded as it was
         direct_r: list[int] = []
         if by_server:

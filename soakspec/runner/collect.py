@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from soakspec.evidence.ids import IdColumn, IdForms, IdIndex, IdStore
+from soakspec.evidence.ids import IdColumn, IdIndex, IdStore
 from soakspec.evidence.io import EvidenceFormatError, GzipJsonlWriter, write_json_atomic
 from soakspec.evidence.record import iter_record_batches
 from soakspec.evidence.redact import record_redactor
@@ -239,7 +239,6 @@ class _RequestView:
         self.by_server: dict[str, list[int]] = {}
         self._ids: IdColumn | None = None
         self._index: IdIndex | None = None
-        self._forms: IdForms | None = None
 
     def read(self, path: Path) -> None:
         """requests.jsonl.gz, a block at a time. A cut-off last line is skipped, a corrupt whole line raises."""
@@ -278,12 +277,6 @@ class _RequestView:
             self._index = IdIndex(self._column())
         return self._index
 
-    def _inverted(self) -> IdForms:
-        if self._forms is None:
-            assert self.forms is not None
-            self._forms = IdForms([(pre, suf, -1) for pre, suf in self.forms], self._column().lengths())
-        return self._forms
-
     def id_of(self, i: int) -> str | None:
         return None if i in self._no_id else self._column()[i]
 
@@ -291,13 +284,12 @@ class _RequestView:
         """For each trace id, the requests one of whose forms (or server id) it is, in request
         order; the ids of a chunk looked up at once."""
         assert self.forms is not None
-        index = self._indexed()
-        keys, owner, _ = self._inverted().invert(trace_ids)
+        pos, rows, _ = self._indexed().find_affixed(trace_ids, [(pre, suf, -1) for pre, suf in self.forms])
         found: list[set[int]] = [set() for _ in trace_ids]
         no_id = self._no_id
-        for p, r in zip(*(a.tolist() for a in index.find(keys))):
+        for p, r in zip(pos.tolist(), rows.tolist()):
             if r not in no_id:
-                found[owner[p]].add(r)
+                found[p].add(r)
         if self.by_server:
             for k, tid in enumerate(trace_ids):
                 found[k].update(self.by_server.get(tid, ()))
