@@ -97,18 +97,56 @@ gate {{
 """
 
 
-def _latency() -> float:
-    return TTFT + (TOKENS - 1) * ITL
+# `--spread`: times as a real server's vary -- TTFT and every per-token gap drawn from a
+# lognormal (medians 80 ms and 20 ms), each request in a slot of SPREAD_SLOT_S a worker (128
+# requests a second: 10^6 requests are 130 one-minute buckets, 10^7 a 22-hour soak of 1,302).
+# The default profile's gaps are 1 ms plus up to 0.2 ms of jitter (at most ~200 distinct
+# microsecond values a bucket) and its buckets few (5 at 10^6): what the judge holds per
+# bucket (`GapCells`: each distinct gap of each cell) is far smaller there than for a real
+# server's day-long soak.
+SPREAD_TTFT, SPREAD_TTFT_SIGMA = 0.080, 0.5
+SPREAD_ITL, SPREAD_ITL_SIGMA = 0.020, 0.35
+SPREAD_SLOT_S = 2.0
 
 
-def duration_for(n: int) -> int:
+def _latency(spread: bool = False) -> float:
+    """A request's slot a worker: its latency (the fixed profile), or SPREAD_SLOT_S."""
+    return SPREAD_SLOT_S if spread else TTFT + (TOKENS - 1) * ITL
+
+
+def duration_for(n: int, spread: bool = False) -> int:
     """Whole seconds (a multiple of the bucket) that hold n requests at the closed-loop rate."""
     per_worker = math.ceil(n / CONCURRENCY)
-    seconds = math.ceil(per_worker * _latency() * 1.001) + 1
+    seconds = math.ceil(per_worker * _latency(spread) * 1.001) + 1
     return max(BUCKET_S, math.ceil(seconds / BUCKET_S) * BUCKET_S)
 
 
-async def generate(n: int, out: Path):
+class _Spread:
+    """`--spread`'s times, drawn a block of requests at a time (seeded: the same directory
+    each run). A request's TTFT plus its gaps stays below SPREAD_SLOT_S (scaled down in the
+    rare draw that would not), so a worker's requests never overlap."""
+
+    def __init__(self) -> None:
+        import numpy as np
+
+        self.rng = np.random.default_rng(0)
+        self.block: list = []
+
+    def __call__(self) -> tuple[float, list[float]]:
+        if not self.block:
+            import numpy as np
+
+            k = 4096
+            ttft = self.rng.lognormal(math.log(SPREAD_TTFT), SPREAD_TTFT_SIGMA, k)
+            gaps = self.rng.lognormal(math.log(SPREAD_ITL), SPREAD_ITL_SIGMA, (k, TOKENS - 1))
+            total = ttft + gaps.sum(axis=1)
+            scale = np.minimum(1.0, 0.95 * SPREAD_SLOT_S / total)
+            self.block = list(zip((ttft * scale).tolist(), (gaps * scale[:, None]).tolist()))
+            self.block.reverse()
+        return self.block.pop()
+
+
+async def generate(n: int, out: Path, spread: bool = False):
     """Write the directory (async: the recorder's bucket ends fsync on a worker thread, as in a run)."""
     from soakspec.evidence.layout import RunLayout
     from soakspec.evidence.manifest import finalize_manifest, new_manifest, write_manifest
@@ -122,7 +160,7 @@ async def generate(n: int, out: Path):
     from soakspec.runner.records import FOLLOW_UP_BUCKET, ItlSource, Outcome, RequestRecord, TokensSource
     from soakspec.runner.recorder import BackendRecorder, RunStatus
 
-    text = SPEC.format(n=n, c=CONCURRENCY, tokens=TOKENS, duration=duration_for(n), bucket=BUCKET_S)
+    text = SPEC.format(n=n, c=CONCURRENCY, tokens=TOKENS, duration=duration_for(n, spread), bucket=BUCKET_S)
     spec = spec_from_text(text)
     plan = make_plan(spec)
     bp = plan.backends[0]
@@ -146,7 +184,8 @@ async def generate(n: int, out: Path):
     rnd = random.Random(0)
     jitter = [rnd.random() * 2e-4 for _ in range(4096)]
     digests = [hashlib.sha256(str(k).encode()).hexdigest() for k in range(4096)]  # real hex, as the runner writes
-    lat = _latency()
+    lat = _latency(spread)
+    draw = _Spread() if spread else None
     log = open(rec.server_log, "w", encoding="utf-8")  # noqa: SIM115 - closed below
     log.write("soakspec-sim: listening on 127.0.0.1:1\nNCCL version 2.26.2\n")  # the runtime's banner (log_pattern)
     batch: list[RequestRecord] = []
@@ -158,8 +197,12 @@ async def generate(n: int, out: Path):
         _, rid = ids()
         w, j = i % CONCURRENCY, i // CONCURRENCY
         start = measure_start + j * lat * 1.001 + w * lat / CONCURRENCY
-        itl = [ITL + jitter[(i + k) & 4095] for k in range(TOKENS - 1)]
-        first = start + TTFT + jitter[i & 4095]
+        if draw is None:
+            itl = [ITL + jitter[(i + k) & 4095] for k in range(TOKENS - 1)]
+            first = start + TTFT + jitter[i & 4095]
+        else:
+            ttft, itl = draw()
+            first = start + ttft
         end = first + sum(itl)
         b = bucket_of_start(start)
         if b != last_bucket:  # a bucket closed: what it holds is on disk, fsynced, then its buckets.jsonl line
@@ -266,6 +309,9 @@ def main() -> int:
     ap.add_argument("--measure-only", action="store_true", help="time an existing directory, do not write one")
     ap.add_argument("--skip", default="", help="comma-separated commands not to time (gate, verify, report)")
     ap.add_argument("--keep", action="store_true", help="keep the directory (default: removed after timing)")
+    ap.add_argument("--spread", action="store_true",
+                    help="TTFT and per-token gaps spread as a real server's (lognormal), 128 requests a second: "
+                         "many buckets, each with tens of thousands of distinct gaps")
     args = ap.parse_args()
     out = Path(args.out)
     if not args.measure_only:
@@ -276,7 +322,7 @@ def main() -> int:
 
         t = time.perf_counter()
         with RunLock(out):  # as `soakspec run` holds it (and creates the directory)
-            spec = trio.run(generate, args.requests, out)
+            spec = trio.run(generate, args.requests, out, args.spread)
         code = judge_written(out, spec)
         print(f"wrote {out} ({args.requests:,} requests, the run's own verdict exit {code}) in "
               f"{time.perf_counter() - t:.1f} s", flush=True)
