@@ -108,25 +108,35 @@ def window_scopes(bi: BackendIndex, lv: LevelIndex, length: float) -> list[Scope
     starts = windows.starts(t0, t1 - t0, length)  # as the runner cuts them (soakspec.windows)
     n = len(starts)
     out = []
-    recs = lv.records
-    for k, a in enumerate(starts):
-        last = k == n - 1
-        b = t1 if last else starts[k + 1]
-        inside = recs.select(_started_in(a, b, last))
+    for k, (a, inside) in enumerate(zip(starts, window_rows(lv.records, starts, t1))):
+        b = t1 if k == n - 1 else starts[k + 1]
         w = Window(k, a, b, b - a, inside)
         out.append(Scope("window", (bi,), inside, ((bi, w),), lv, k, a, b))
     return out
 
 
-def _started_in(a: float, b: float, last: bool):
-    def mask(t, idx):
+def window_rows(recs: Rows, starts: Sequence[float], end: float) -> list[Rows]:
+    """The rows of each window (window k: the requests whose `req_time` lies in [starts[k],
+    starts[k + 1]); the last window's also at `end`), in their order in `recs`, every part kept
+    (empty or not, as `Rows.select` keeps them). The rows are cut once, by where each lies
+    among the starts: a day-long level's thousands of windows each selected over every row
+    of the level took minutes at 10^6 requests."""
+    n = len(starts)
+    bounds = np.asarray([*starts, end], dtype=np.float64)
+    cut: list[list[np.ndarray]] = [[] for _ in range(n)]
+    for t, idx in recs.parts:
         rt = t.req_time(idx)
-        ok = (a <= rt) & ((rt < b) | (last & (rt <= b)))
-        for p in np.nonzero(np.isin(idx, t.odd(idx)))[0].tolist():
+        k = np.searchsorted(bounds, rt, side="right") - 1  # bounds[k] <= rt < bounds[k + 1] (NaN: past the end)
+        k[rt == end] = n - 1  # the last window holds its end
+        k[(k >= n) | (k < 0)] = -1
+        for p in np.nonzero(np.isin(idx, t.odd(idx)))[0].tolist():  # a row whose value is not its column's
             v = req_time(t.rec(int(idx[p])))
-            ok[p] = v is not None and a <= v and (v < b or (last and v <= b))
-        return ok
-    return mask
+            k[p] = -1 if v is None or not bounds[0] <= v <= end else (n - 1 if v == end else int(np.searchsorted(bounds, v, side="right")) - 1)
+        order = np.argsort(k, kind="stable")  # by window, each window's rows in their order
+        at = np.searchsorted(k[order], np.arange(n + 1), side="left")
+        for j in range(n):
+            cut[j].append(idx[order[at[j]:at[j + 1]]])
+    return [Rows(tuple((t, sel) for (t, _), sel in zip(recs.parts, cut[j]))) for j in range(n)]
 
 
 def scopes(kind: str, bis: Sequence[BackendIndex], window_s: float | None = None) -> list[Scope]:
