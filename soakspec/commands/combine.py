@@ -162,12 +162,12 @@ def _copy_client(children: Sequence[Any], out: Path) -> None:
 def _write_results(out: Path, spec: Any) -> None:
     """results.json and verdict.json, bound to the final manifest, as `soakspec run` writes them."""
     from soakspec.evidence.results import write_results, write_verdict
-    from soakspec.judge.evidence import load_evidence, spec_windows
+    from soakspec.judge.evidence import load_evidence, spec_itl_thresholds, spec_windows
     from soakspec.judge.joined import join
     from soakspec.judge.judge import judge_run
     from soakspec.judge.summary import summarize_run
 
-    run = join(spec, load_evidence(out, windows=spec_windows(spec)))
+    run = join(spec, load_evidence(out, windows=spec_windows(spec), itl_thresholds=spec_itl_thresholds(spec)))
     write_results(out, summarize_run(run))
     write_verdict(out, judge_run(run).to_json())
 

@@ -57,14 +57,14 @@ def load_for_judging(command: str, run_dir: str, spec_file: str | None, *, name_
     `report` and `combine`, which all re-judge rather than trust a stored verdict."""
     from soakspec.evidence.io import EvidenceError, EvidenceNotFound
     from soakspec.judge.cli_support import bare_evidence
-    from soakspec.judge.evidence import load_evidence, spec_windows
+    from soakspec.judge.evidence import load_evidence, spec_itl_thresholds, spec_windows
 
     where = str(run_dir).rstrip("/") or "/"
     try:
         # the spec first, from the manifest (or --spec): the evidence is then read once, its
         # `per window` rules' windows counted as the requests stream
         spec, notes = spec_for(bare_evidence(run_dir), spec_file, where)
-        evidence = load_evidence(Path(run_dir), windows=spec_windows(spec))
+        evidence = load_evidence(Path(run_dir), windows=spec_windows(spec), itl_thresholds=spec_itl_thresholds(spec))
     except EvidenceNotFound:
         raise  # a usage error, exit 2 (not the INCONCLUSIVE of evidence that cannot be read)
     except EvidenceError as e:
@@ -189,7 +189,7 @@ def load_partial(command: str, root: Path, spec_file: str | None, where: str):
     """A run still going, or killed, read up to its last closed bucket (`gate --partial`, and
     `report` of such a run): (spec, evidence, the note saying how far it was read)."""
     from soakspec.judge.cli_support import bare_evidence
-    from soakspec.judge.evidence import load_evidence, spec_windows
+    from soakspec.judge.evidence import load_evidence, spec_itl_thresholds, spec_windows
 
     from soakspec.judge.workload import ran_spec
 
@@ -202,7 +202,8 @@ def load_partial(command: str, root: Path, spec_file: str | None, where: str):
     # say what ran (a level it plans otherwise is named by completed_run)
     ran = ran_spec(bare) if spec_file is not None else None
     entries, judged = partial_entries(ran if ran is not None else spec, root)
-    evidence = load_evidence(root, entries=entries, windows=spec_windows(spec), closed=closed_buckets(entries))
+    evidence = load_evidence(root, entries=entries, windows=spec_windows(spec), closed=closed_buckets(entries),
+                             itl_thresholds=spec_itl_thresholds(spec))
     evidence, left_out = _closed_only(evidence, entries)
     note = ("partial: the run is incomplete (status " + str(evidence.manifest.get("status")) + "); judged up to the last "
             "closed bucket: " + "; ".join(judged + left_out))

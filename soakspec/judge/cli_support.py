@@ -42,13 +42,13 @@ def judge_and_write(run_dir: str | os.PathLike, spec: Spec, *, write: bool = Fal
     evidence into something other than what the run hashed.
     """
     from soakspec.evidence.results import write_results, write_verdict
-    from soakspec.judge.evidence import load_evidence, spec_windows
+    from soakspec.judge.evidence import load_evidence, spec_itl_thresholds, spec_windows
     from soakspec.judge.joined import join
     from soakspec.judge.judge import judge_run
     from soakspec.judge.summary import summarize_run
 
     heap.release()  # `run`: what collecting the evidence freed, before the judge builds its columns
-    evidence = load_evidence(run_dir, windows=spec_windows(spec))
+    evidence = load_evidence(run_dir, windows=spec_windows(spec), itl_thresholds=spec_itl_thresholds(spec))
     run = join(spec, evidence, retained=retained)  # once, for the verdict and results.json
     verdict = judge_run(run)
     doc = verdict.to_json()

@@ -27,10 +27,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from soakspec.evidence import layout
 from soakspec.evidence.io import (EvidenceChanged, EvidenceError, EvidenceFormatError, EvidenceNotFound,  # noqa: F401 - EvidenceNotFound: the commands' import
                                   iter_jsonl, read_json, require_evidence_dir, sha256_file)
 from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
+from soakspec.judge import gapbins
 from soakspec.judge.clientsamples import ClientBuilder, ClientSamples, build_client, samples_of
 from soakspec.judge.scrapes import ScrapeBuilder, Scrapes, build_scrapes
 from soakspec.judge.table import RequestTable, TableBuilder, WindowSlots, build_table
@@ -360,12 +363,14 @@ class _TableRows(_Rows):
     appended to the backend's columns, then dropped -- no row is held. With `closed` (a
     partial judge) only the rows it keeps are appended; `left_out` counts the others."""
 
-    def __init__(self, keep_gaps: bool = False, windows: WindowSlots | None = None, closed: Closed | None = None) -> None:
+    def __init__(self, keep_gaps: bool = False, windows: WindowSlots | None = None, closed: Closed | None = None,
+                 edges: np.ndarray | None = None) -> None:
         super().__init__(None)
         self.closed = closed
         self.left_out = 0
-        # the ITL gaps are counted per bucket (and window: `windows`) as they stream and not kept (`table.GapCells`)
-        self.builder = TableBuilder(keep_gaps=keep_gaps, windows=windows)
+        # the ITL gaps are counted per bucket (and window: `windows`) as they stream and not kept
+        # (`table.GapCells`; binned past a few thousand distinct gaps a cell, cut at `edges`)
+        self.builder = TableBuilder(keep_gaps=keep_gaps, windows=windows, gap_edges=edges)
         self.unusable: list[tuple[int, str]] = []  # (record number, why), the first MAX_PROBLEMS
         self.n_unusable = 0
         self.seen = 0
@@ -487,7 +492,8 @@ _COMPACTORS = {layout.REQUESTS: _compact_request, layout.TRACES: _compact_trace,
 
 
 def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: frozenset[str] = frozenset(),
-               windows: Mapping[str, WindowSlots] | None = None, closed: Mapping[str, Closed] | None = None) -> Integrity:
+               windows: Mapping[str, WindowSlots] | None = None, closed: Mapping[str, Closed] | None = None,
+               edges: np.ndarray | None = None) -> Integrity:
     """Verify `root`. `read`, when given, receives the rows of every backend's requests,
     traces and telemetry file as verification decodes them (rel path -> rows): one pass hashes,
     decodes and validates each file, and the judge reads it from there. `windows`: per
@@ -507,7 +513,7 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
         if parts[2] not in _COMPACTORS:
             return None
         if parts[2] == layout.REQUESTS:
-            read[rel] = sink = _TableRows(windows=(windows or {}).get(parts[1]), closed=(closed or {}).get(parts[1]))
+            read[rel] = sink = _TableRows(windows=(windows or {}).get(parts[1]), closed=(closed or {}).get(parts[1]), edges=edges)
             return sink
         if parts[2] == layout.TRACES and parts[1] in from_log:
             read[rel] = sink = _ClaimRows(root / rel)
@@ -531,7 +537,8 @@ def _integrity(root: Path, read: dict[str, _Rows] | None = None, from_log: froze
 
 
 def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = None,
-                  windows: Iterable[float] = (), closed: Mapping[str, Closed] | None = None) -> Evidence:
+                  windows: Iterable[float] = (), closed: Mapping[str, Closed] | None = None,
+                  itl_thresholds: Iterable[float] = ()) -> Evidence:
     """Verify and read an evidence directory. Raises `EvidenceNotFound` when there is no
     manifest.json, `EvidenceFormatError` when the manifest does not parse. `entries`, when
     given, are the backend entries to read instead of the manifest's (a run still going has
@@ -540,7 +547,10 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
     counted as the requests stream, as each bucket's is; any spec judges the result, a window
     of another length reads the gaps again. `closed`, by backend name: the requests each
     backend's table takes (`Closed`: a partial judge's closed buckets); a backend named there
-    gets `left_out`, how many it did not take (not given: every usable request is taken)."""
+    gets `left_out`, how many it did not take (not given: every usable request is taken).
+    `itl_thresholds`: the thresholds (seconds) the spec's ITL rules compare with
+    (`spec_itl_thresholds`): a cell with too many distinct gaps to count each counts them in
+    bins cut there, so that those rules stay exact (`judge/gapbins.py`)."""
     root = require_evidence_dir(run_dir)
     mpath = root / layout.MANIFEST
     manifest = read_json(mpath)
@@ -560,14 +570,15 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
              if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("levels") or [], list)} \
         if windows and isinstance(entries, list) else {}
     cut = {layout.safe_name(name): c for name, c in (closed or {}).items()}
-    integrity = _integrity(root, read, from_log, slots, cut)
+    edges = gapbins.edges_for(itl_thresholds)
+    integrity = _integrity(root, read, from_log, slots, cut, edges)
 
     backends = []
     client = _client_rows(root, read)
     for entry in entries if isinstance(entries, list) else []:
         if isinstance(entry, dict) and isinstance(entry.get("name"), str):
             safe = layout.safe_name(entry["name"])
-            be = _load_backend(root, entry, read, from_log, slots.get(safe), cut.get(safe))
+            be = _load_backend(root, entry, read, from_log, slots.get(safe), cut.get(safe), edges)
             backends.append(dataclasses.replace(be, client=client[be.name]) if be.name in client else be)
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
 
@@ -590,7 +601,8 @@ def _client_rows(root: Path, read: dict[str, _Rows] | None = None) -> dict[str, 
 
 def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str],
                    read: dict[str, _Rows], windows: WindowSlots | None = None,
-                   closed: Closed | None = None, root: Path | None = None) -> tuple[RequestTable, int, int]:
+                   closed: Closed | None = None, root: Path | None = None,
+                   edges: np.ndarray | None = None) -> tuple[RequestTable, int, int]:
     """requests.jsonl into columns, one row at a time (from verification's decoding when it
     ran, else streamed here); unusable rows become problems (the first MAX_PROBLEMS; also
     returned: how many more there were, and how many usable rows `closed` left out)."""
@@ -598,7 +610,7 @@ def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str]
     plain = layout.plain_file(path, root)  # a symlink or FIFO is never followed nor opened
     sink = read.pop(name, None) if plain else None
     if not isinstance(sink, _TableRows):
-        sink = _TableRows(windows=windows, closed=closed)
+        sink = _TableRows(windows=windows, closed=closed, edges=edges)
         if not plain:
             problems.append(f"{name}: missing")
             return TableBuilder().finish(), 0, 0
@@ -617,16 +629,17 @@ def _read_requests(path: Path, rel: str, problems: list[str], partial: list[str]
             more += 1
     room = MAX_PROBLEMS - kept
     problems.extend(f"{name}: record {i}: {why}" for i, why in sink.unusable[:room])
-    table = sink.builder.finish(reload=functools.partial(_reread, path, sink.batched, windows, sink.closed))
+    table = sink.builder.finish(reload=functools.partial(_reread, path, sink.batched, windows, sink.closed, edges))
     return table, more + sink.n_unusable - min(len(sink.unusable), room), sink.left_out
 
 
-def _reread(path: Path, batched: bool, windows: WindowSlots | None = None, closed: Closed | None = None) -> RequestTable:
+def _reread(path: Path, batched: bool, windows: WindowSlots | None = None, closed: Closed | None = None,
+            edges: np.ndarray | None = None) -> RequestTable:
     """requests.jsonl.gz read again the way it was read first (verification's blocks, or a
     line at a time, and the same rows taken: `closed`), into a table that keeps its ITL gaps:
     what a table that counted them per bucket reads them from when a computation needs one
     request's gaps (`table.LazyGaps`)."""
-    sink = _TableRows(keep_gaps=True, windows=windows, closed=closed)
+    sink = _TableRows(keep_gaps=True, windows=windows, closed=closed, edges=edges)
     if batched:
         from soakspec.evidence.record import iter_record_batches
 
@@ -639,7 +652,8 @@ def _reread(path: Path, batched: bool, windows: WindowSlots | None = None, close
 
 
 def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: frozenset[str],
-                  windows: WindowSlots | None = None, closed: Closed | None = None) -> BackendEvidence:
+                  windows: WindowSlots | None = None, closed: Closed | None = None,
+                  edges: np.ndarray | None = None) -> BackendEvidence:
     """One backend's records, traces, telemetry and follow-up, read once each (rows already
     decoded by verification come from `read`)."""
     name = entry["name"]
@@ -653,7 +667,7 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
     rel = f"{layout.BACKENDS}/{safe}/"
     problems: list[str] = [safe_note] if safe_note else []
     partial: list[str] = []
-    table, more, left_out = _read_requests(d / layout.REQUESTS, rel, problems, partial, read, windows, closed, root)
+    table, more, left_out = _read_requests(d / layout.REQUESTS, rel, problems, partial, read, windows, closed, root, edges)
     traces: Any = _read_rows(d / layout.TRACES, rel + layout.TRACES, problems, partial, required=False, compact=_compact_trace,
                              read=read, root=root)
     if not isinstance(traces, StoredTraces):
@@ -695,3 +709,10 @@ def _load_backend(root: Path, entry: dict, read: dict[str, _Rows], from_log: fro
 def spec_windows(spec: Spec) -> tuple[float, ...]:
     """The window lengths of `spec`'s `per window` rules (for `load_evidence(windows=...)`)."""
     return tuple(sorted({r.window_s for r in spec.gate.rules if r.scope == "window" and r.window_s}))
+
+
+def spec_itl_thresholds(spec: Spec) -> tuple[float, ...]:
+    """The thresholds `spec`'s ITL rules (not a drift or slope of one: a relative change)
+    compare with (for `load_evidence(itl_thresholds=...)`)."""
+    return tuple(sorted({r.threshold for r in spec.gate.rules
+                         if r.expr.metric == "itl" and r.expr.wrapper is None and r.threshold is not None}))

@@ -117,6 +117,10 @@ class Measure:
     # the value is only a lower bound, the true one at least it (how far beyond unknown): a
     # server histogram's quantile in its +Inf bucket, `reason` saying so
     at_least: bool = False
+    # binned gaps (judge/gapbins.py): the least and greatest the value can be, where they differ
+    # (the value is their bins' midpoints); on which side of a threshold the cells were cut at
+    # it lies is exact all the same
+    bounds: tuple[float, float] | None = None
 
     @property
     def short(self) -> int:
@@ -233,7 +237,10 @@ class Distribution:
         """(samples, how many of them satisfy `value op t`)."""
         c = self.counted(records)
         if c is not None:
-            return c.n, c.count(op, t)
+            try:
+                return c.n, c.count(op, t)
+            except stats.InexactCount:  # binned gaps, `t` not an edge they were cut at: the gaps themselves
+                pass
         vals = np.asarray(self.values(records), dtype=np.float64)
         sel = {"<": vals < t, "<=": vals <= t, ">": vals > t, ">=": vals >= t}[op]
         return len(vals), int(np.count_nonzero(sel))
@@ -420,7 +427,9 @@ class PerToken(Distribution):
             if not c.n:
                 return Measure(None, 0, need, unit, f"no completed {unit}")
             units, clusters = self.draws(scope.records)
-            return Measure(c.percentile(percentile), c.n, need, unit, units=units, clusters=clusters if clusters != units else None)
+            b = c.percentile_bounds(percentile) if not c.exact else None
+            return Measure(c.percentile(percentile), c.n, need, unit, units=units, clusters=clusters if clusters != units else None,
+                           bounds=b if b is not None and b[0] != b[1] else None)
         need = max(1, min_samples)
         if not c.n:
             return Measure(None, 0, need, unit, f"no completed {unit}")
@@ -442,8 +451,7 @@ def _itl_counted(records: Rows) -> stats.Counted | None:
     microseconds. Computed once per selection."""
     if "itl" in records.memo:
         return records.memo["itl"]
-    vals: list[np.ndarray] = []
-    counts: list[np.ndarray] = []
+    parts: list[stats.Counted] = []
     got: stats.Counted | None = None
     for t, idx in completed(records).parts:
         clean = t.clean(idx)
@@ -451,19 +459,13 @@ def _itl_counted(records: Rows) -> stats.Counted | None:
         vc = t.gap_counts(clean[ok])
         if vc is None:
             break
-        vals.append(vc[0])
-        counts.append(vc[1])
+        parts.append(vc)
         odd = [g for i in t.odd(idx).tolist() for g in itl_gaps(t.rec(i))]
         if odd:
             u, c = np.unique(np.asarray(odd, dtype=np.float64), return_counts=True)
-            vals.append(u)
-            counts.append(c)
+            parts.append(stats.Counted(u, c))
     else:
-        if vals:
-            u, inv = np.unique(np.concatenate(vals), return_inverse=True)
-            got = stats.Counted(u, np.bincount(inv, weights=np.concatenate(counts), minlength=len(u)).astype(np.int64))
-        else:
-            got = stats.Counted(np.zeros(0), np.zeros(0, dtype=np.int64))
+        got = stats.merge_counted(parts)
     records.memo["itl"] = got
     return got
 

@@ -21,6 +21,7 @@ from soakspec.judge.measures import (
     Censored, Distribution, Measure, MetricImpl, Outcome, PerRequest, PerToken, aggregate, bucket_series, completed, quarters, relative_change, slope,
 )
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
+from soakspec.judge.table import Rows
 from soakspec.judge.verdict import Instance, Location, RuleResult, Status
 from soakspec.lang.metrics import METRICS, Kind
 from soakspec.lang.spec import Rule
@@ -192,17 +193,31 @@ def _too_few(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure
 
 
 def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
-    """Judge one scope instance of a plain (unwrapped) performance rule."""
+    """Judge one scope instance of a plain (unwrapped) performance rule. Binned gaps (a real
+    server's ITL, judge/gapbins.py) judge exactly against the thresholds their cells were cut
+    at -- the spec's, given when the evidence was read; against any other the scope is judged
+    from its gaps themselves, read again (`InexactCount`)."""
+    try:
+        return _instance_of(run, sc, rule, impl)
+    except stats.InexactCount:
+        if isinstance(sc.records, Rows):
+            sc.records.memo["itl"] = None  # this scope's gaps not counted: `values`, exactly
+        return _instance_of(run, sc, rule, impl)
+
+
+def _instance_of(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     assert rule.op is not None and rule.threshold is not None
     e = rule.expr
     m = _for_claim(run, rule, impl.measure(sc, e.agg, e.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples))
+    if m.bounds is not None and compare(m.bounds[0], rule.op, rule.threshold) != compare(m.bounds[1], rule.op, rule.threshold):
+        raise stats.InexactCount(f"{e.text} lies between {m.bounds[0]!r} and {m.bounds[1]!r}, either side of {rule.threshold!r}")
     where = loc(sc)
     if isinstance(impl, (PerRequest, PerToken)):
         if cens := impl.censored(sc.records):
             return _with_censored(run, sc, rule, impl, m, cens)
     if m.value is None:
         return Instance("inconclusive", where, None, None, m.samples, f"{e.text} cannot be computed: {m.reason}"), None, m.samples
-    vtext = f"{e.text} = {format_beside(m.value, kind(rule), rule.op, rule.threshold)}"
+    vtext = f"{e.text} {'≈' if m.bounds is not None else '='} {format_beside(m.value, kind(rule), rule.op, rule.threshold)}"
     ok = compare(m.value, rule.op, rule.threshold)
     if m.at_least:
         # only a lower bound (a histogram quantile in the +Inf bucket): the rule holds or fails
@@ -269,9 +284,7 @@ class _Sample:
         self.counted: stats.Counted | None = None
         self.array: np.ndarray | None = None
         if isinstance(base, stats.Counted):
-            u, inv = np.unique(np.concatenate([base.values, extra]), return_inverse=True)
-            weights = np.concatenate([base.counts.astype(np.float64), np.ones(len(extra))])
-            self.counted = stats.Counted(u, np.bincount(inv, weights=weights, minlength=len(u)).astype(np.int64))
+            self.counted = base.plus(extra)
             self.n = self.counted.n
         else:
             self.array = np.concatenate([base, extra])
@@ -293,7 +306,7 @@ class _Sample:
         if self.counted is None:
             return int(np.count_nonzero(~OPS[op](self.array, t)))
         c = self.counted
-        return int(c.counts[~OPS[op](c.values, t)].sum())
+        return c.n - c.count(op, t)  # binned: exact at the edges the bins were cut at (else InexactCount)
 
 
 def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest | PerToken, m: Measure, c: Censored) -> Judged:
@@ -413,6 +426,38 @@ def _trend(rule: Rule, n: int, used: list[tuple[Scope, Measure]]) -> tuple[float
     return slope(times, vals), f"{inner} over {plural(n, 'bucket')}"
 
 
+def _trend_bounds(rule: Rule, n: int, used: list[tuple[Scope, Measure]]) -> tuple[float, float] | None:
+    """The least and greatest the drift or slope can be where some bucket's value is only known
+    within bounds (binned gaps: `Measure.bounds`); None where every value is exact. Drift is the
+    relative change of two medians, each monotone in its buckets' values; a slope's numerator
+    is linear in them and its denominator their mean."""
+    if not any(m.bounds is not None for _, m in used):
+        return None
+    los = [m.bounds[0] if m.bounds is not None else float(m.value) for _, m in used]  # type: ignore[arg-type]
+    his = [m.bounds[1] if m.bounds is not None else float(m.value) for _, m in used]  # type: ignore[arg-type]
+    if rule.expr.wrapper == "drift":
+        k = quarters(n)
+        f0, f1 = stats.median(los[:k]), stats.median(his[:k])
+        l0, l1 = stats.median(los[len(los) - k:]), stats.median(his[len(his) - k:])
+        ends = [relative_change(f, last) for f in (f0, f1) for last in (l0, l1)]  # type: ignore[arg-type]
+    else:
+        times = [((s.start or 0.0) + (s.end or 0.0)) / 2 for s, _ in used]
+        mt = math.fsum(times) / len(times)
+        sxx = math.fsum((t - mt) ** 2 for t in times)
+        if sxx == 0:
+            return None
+        w = [t - mt for t in times]
+        num = (math.fsum(x * (a if x < 0 else b) for x, a, b in zip(w, los, his)) / sxx * 60.0,
+               math.fsum(x * (b if x < 0 else a) for x, a, b in zip(w, los, his)) / sxx * 60.0)
+        mean = (math.fsum(los) / len(los), math.fsum(his) / len(his))
+        if mean[0] <= 0:  # a mean that may be 0: no bound on the ratio
+            return -math.inf, math.inf
+        ends = [x / m for x in num for m in mean]
+    if any(e is None for e in ends):
+        return -math.inf, math.inf
+    return min(ends), max(ends)  # type: ignore[type-var]
+
+
 def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     """drift() or slope() over the buckets of a level (or of a backend, in level order)."""
     assert rule.op is not None and rule.threshold is not None
@@ -433,7 +478,14 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     samples = sum(m.samples for _, m in used)
     if value is None:
         return Instance("inconclusive", where, None, None, samples, f"{e.wrapper}() is undefined: the baseline {_inner_text(rule)} is 0 ({basis})"), None, samples
-    vtext = f"{e.text} = {format_beside(value, None, rule.op, rule.threshold, signed=True)}{'/min' if e.wrapper == 'slope' else ''}"
+    bounds = _trend_bounds(rule, n, used)
+    approx = bounds is not None and bounds[0] != bounds[1]
+    vtext = f"{e.text} {'≈' if approx else '='} {format_beside(value, None, rule.op, rule.threshold, signed=True)}{'/min' if e.wrapper == 'slope' else ''}"
+    if bounds is not None and compare(bounds[0], rule.op, rule.threshold) != compare(bounds[1], rule.op, rule.threshold):
+        return Instance("inconclusive", where, value, vtext, samples,
+                        f"{vtext} ({basis}): its buckets' {_inner_text(rule)} are known to 0.1% (their gaps are counted in "
+                        f"bins, too many distinct gaps a bucket to count each), and within that it may lie either side of "
+                        f"the threshold {rule.op} {rule.threshold_text}"), value, samples
     status: Status = "pass" if compare(value, rule.op, rule.threshold) else "fail"
     return Instance(status, where, value, vtext, samples, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value, samples
 

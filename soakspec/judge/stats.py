@@ -49,9 +49,10 @@ Overages allowed (`max_overages(n, q, confidence)`; "-": no claim possible at th
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 # the one definition, shared with `check` (its W509 warning), at the bottom of the pipeline
@@ -130,50 +131,142 @@ def _percentile_array(values: np.ndarray, q: float, reorder: bool = False) -> fl
 _CHUNK = 1 << 16  # values made Python floats at a time by `mean` (2 MiB of them; 1 << 20 made 32 MiB)
 
 
+class InexactCount(ValueError):
+    """A count of binned values beyond a threshold that is not one of their edges: a bin
+    holding values either side of it (the caller counts the values themselves instead)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Bins:
+    """What a `Counted` of binned values (judge/gapbins.py) knows besides its entries: each
+    entry's least and greatest possible value (`lo`, `hi`, aligned with `Counted.values`; equal
+    for a value held exactly), the values' exact sum, least and greatest, and for each edge
+    (every threshold the bins were cut at) the largest value below it and the smallest at or
+    above it (NaN: none). Every entry lies wholly on one side of every edge."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    total: float
+    least: float
+    most: float
+    edges: np.ndarray
+    below: np.ndarray
+    above: np.ndarray
+
+
 class Counted:
     """A multiset of values held as its distinct values (ascending) and their counts: what
     the judge keeps of a long soak's per-token gaps (a few thousand distinct microsecond
     values for hundreds of millions of gaps). Its percentile, mean, min, max and counts
     beyond a threshold equal `percentile`, `mean`, min, max and a count over the values
-    written out one by one -- exactly, not approximately."""
+    written out one by one -- exactly, not approximately.
 
-    def __init__(self, values: np.ndarray, counts: np.ndarray) -> None:
-        keep = counts > 0
+    With `bins` (a cell of a real server's gaps binned, judge/gapbins.py) an entry stands for
+    the values of a bin (its `values` entry the bin's midpoint): the mean, min and max stay
+    exact, a count beyond one of the bins' edges is exact (`count` raises InexactCount for any
+    other threshold), and a percentile is exact on which side of each edge it lies -- its
+    value is known within `percentile_bounds`."""
+
+    def __init__(self, values: np.ndarray, counts: np.ndarray, bins: Bins | None = None) -> None:
+        keep = np.asarray(counts) > 0
         self.values = np.asarray(values, dtype=np.float64)[keep]
         self.counts = np.asarray(counts, dtype=np.int64)[keep]
         self.cum = np.cumsum(self.counts)
         self.n = int(self.cum[-1]) if len(self.cum) else 0
+        if bins is not None:
+            bins = dataclasses.replace(bins, lo=np.asarray(bins.lo, dtype=np.float64)[keep],
+                                       hi=np.asarray(bins.hi, dtype=np.float64)[keep])
+            if not (bins.lo < bins.hi).any():  # every entry one value: exact after all
+                bins = None
+        self.bins = bins
+        # per edge: how many values lie below it (entries lie wholly on one side of an edge)
+        self._under = (np.asarray([int(self.counts[bins.hi < e].sum()) for e in bins.edges.tolist()], dtype=np.int64)
+                       if bins is not None else None)
+
+    @property
+    def exact(self) -> bool:
+        return self.bins is None
 
     def __len__(self) -> int:
         return self.n
 
     def _at(self, k: int) -> float:
-        """The k-th smallest value (0-based)."""
-        return float(self.values[int(np.searchsorted(self.cum, k, side="right"))])
+        """The k-th smallest value (0-based); binned, its bin's midpoint unless known exactly."""
+        lo, hi = self._at_bounds(k)
+        return lo if lo == hi else float(self.values[int(np.searchsorted(self.cum, k, side="right"))])
 
-    def percentile(self, q: float) -> float | None:
+    def _at_bounds(self, k: int) -> tuple[float, float]:
+        """The least and greatest the k-th smallest value can be (equal: known exactly)."""
+        i = int(np.searchsorted(self.cum, k, side="right"))
+        b = self.bins
+        if b is None:
+            v = float(self.values[i])
+            return v, v
+        lo, hi = float(b.lo[i]), float(b.hi[i])
+        if lo == hi:
+            return lo, hi
+        if k == 0:
+            return b.least, b.least
+        if k == self.n - 1:
+            return b.most, b.most
+        assert self._under is not None
+        j = np.flatnonzero(self._under == k + 1)  # the largest value below an edge
+        if len(j) and b.below[j[0]] == b.below[j[0]]:
+            v = float(b.below[j[0]])
+            return v, v
+        j = np.flatnonzero(self._under == k)  # the smallest value at or above an edge
+        if len(j) and b.above[j[0]] == b.above[j[0]]:
+            v = float(b.above[j[0]])
+            return v, v
+        return lo, hi
+
+    def _ranks(self, q: float) -> tuple[int, float] | None:
         if not 0 <= q <= 100 or math.isnan(q):
             raise ValueError(f"percentile must be within [0, 100], got {q!r}")
         n = self.n
         if n == 0:
             return None
-        if n == 1:
-            return self._at(0)
         h = (n - 1) * q / 100.0
         lo = math.floor(h)
-        if lo >= n - 1:
-            return self._at(n - 1)
-        frac = h - lo
-        a, b = self._at(lo), self._at(lo + 1)
-        if frac == 0 or a == b:
+        if n == 1 or lo >= n - 1:
+            return n - 1, 0.0
+        return lo, h - lo
+
+    def percentile(self, q: float) -> float | None:
+        got = self._ranks(q)
+        if got is None:
+            return None
+        lo, frac = got
+        a = self._at(lo)
+        if frac == 0:
+            return a
+        b = self._at(lo + 1)
+        if a == b:
             return a
         return float(a + frac * (b - a))
 
+    def percentile_bounds(self, q: float) -> tuple[float, float] | None:
+        """The least and greatest the percentile can be (equal: exact; None: no values)."""
+        got = self._ranks(q)
+        if got is None:
+            return None
+        lo, frac = got
+        a0, a1 = self._at_bounds(lo)
+        if frac == 0:
+            return a0, a1
+        b0, b1 = self._at_bounds(lo + 1)
+        x0 = a0 if a0 == b0 else float(a0 + frac * (b0 - a0))
+        x1 = a1 if a1 == b1 else float(a1 + frac * (b1 - a1))
+        return (x0, x1) if x0 <= x1 else (x1, x0)
+
     def mean(self) -> float | None:
         """The exactly rounded sum / n: each count x value is split into floats exactly (an
-        integer mantissa times a power of two), and `math.fsum` adds the pieces."""
+        integer mantissa times a power of two), and `math.fsum` adds the pieces. Binned: the
+        exact sum the bins kept, / n."""
         if self.n == 0:
             return None
+        if self.bins is not None:
+            return self.bins.total / self.n
         pieces: list[float] = []
         for x, c in zip(self.values.tolist(), self.counts.tolist()):
             m, e = math.frexp(x)
@@ -189,10 +282,10 @@ class Counted:
         return math.fsum(pieces) / self.n
 
     def min(self) -> float:
-        return float(self.values[0])
+        return self.bins.least if self.bins is not None else float(self.values[0])
 
     def max(self) -> float:
-        return float(self.values[-1])
+        return self.bins.most if self.bins is not None else float(self.values[-1])
 
     def aggregate(self, agg: str | None) -> float | None:
         """mean, min or max of the values (ValueError for another aggregate)."""
@@ -203,10 +296,56 @@ class Counted:
         return self.mean() if agg == "mean" else self.min() if agg == "min" else self.max()
 
     def count(self, op: str, t: float) -> int:
-        """How many values v satisfy `v op t` (op: < <= > >=)."""
+        """How many values v satisfy `v op t` (op: < <= > >=). Binned: InexactCount where a
+        bin holds values either side of `t` (never so for the bins' own edges)."""
         v = self.values
         sel = {"<": v < t, "<=": v <= t, ">": v > t, ">=": v >= t}[op]
+        b = self.bins
+        if b is not None:
+            lo_ok = {"<": b.lo < t, "<=": b.lo <= t, ">": b.lo > t, ">=": b.lo >= t}[op]
+            hi_ok = {"<": b.hi < t, "<=": b.hi <= t, ">": b.hi > t, ">=": b.hi >= t}[op]
+            if (lo_ok != hi_ok).any():
+                raise InexactCount(f"binned values straddle {t!r}")
         return int(self.counts[sel].sum())
+
+    def plus(self, points: np.ndarray) -> Counted:
+        """These values with `points` (each counted once, held exactly) added."""
+        u, n = np.unique(np.asarray(points, dtype=np.float64), return_counts=True)
+        return merge_counted([self, Counted(u, n)])
+
+
+def merge_counted(parts: Sequence[Counted]) -> Counted:
+    """The multiset union of counted values, binned or not (binned parts: cut at the same
+    edges, as one spec's cells are)."""
+    parts = [c for c in parts if c.n]
+    if not parts:
+        return Counted(np.zeros(0), np.zeros(0, dtype=np.int64))
+    if len(parts) == 1:
+        return parts[0]
+    u, inv = np.unique(np.concatenate([c.values for c in parts]), return_inverse=True)
+    inv = inv.reshape(-1)
+    counts = np.bincount(inv, weights=np.concatenate([c.counts.astype(np.float64) for c in parts]), minlength=len(u)).astype(np.int64)
+    binned = [c.bins for c in parts if c.bins is not None]
+    if not binned:
+        return Counted(u, counts)
+    edges = binned[0].edges
+    lo, hi = np.full(len(u), np.inf), np.full(len(u), -np.inf)
+    np.minimum.at(lo, inv, np.concatenate([c.bins.lo if c.bins is not None else c.values for c in parts]))
+    np.maximum.at(hi, inv, np.concatenate([c.bins.hi if c.bins is not None else c.values for c in parts]))
+    total, below, above = 0.0, np.full(len(edges), np.nan), np.full(len(edges), np.nan)
+    for c in parts:
+        if c.bins is not None:
+            assert np.array_equal(c.bins.edges, edges), "binned counts cut at other edges"
+            total += c.bins.total
+            cb, ca = c.bins.below, c.bins.above
+        else:
+            total += math.fsum((c.values * c.counts).tolist())
+            cb = np.asarray([np.nan if not (w := c.values[c.values < e].tolist()) else w[-1] for e in edges.tolist()])
+            ca = np.asarray([np.nan if not (w := c.values[c.values >= e].tolist()) else w[0] for e in edges.tolist()])
+        below = np.fmax(below, cb)
+        above = np.fmin(above, ca)
+    bins = Bins(lo, hi, total, min(c.min() for c in parts), max(c.max() for c in parts), edges, below, above)
+    return Counted(u, counts, bins)
 
 
 def mean(values: Iterable[float]) -> float | None:

@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from soakspec import windows
+from soakspec.judge import gapbins, stats
 from soakspec.evidence.io import EvidenceChanged
 from soakspec.evidence.ids import U32, IdColumn, IdStore, as_numbers, put_numbers
 from soakspec.evidence.record import Record, unpack_block, unpack_gaps
@@ -210,31 +211,89 @@ class GapCells:
     counts the rows' own gaps (`RequestTable.gap_counts`, which re-reads them from
     requests.jsonl.gz for a table that did not keep them)."""
 
-    __slots__ = ("cell", "ok", "n_ok", "vals", "counts")
+    __slots__ = ("cell", "ok", "n_ok", "vals", "counts", "edges", "binned")
 
     def __init__(self, cell: np.ndarray, ok: np.ndarray, n_ok: np.ndarray, vals: Sequence[np.ndarray],
-                 counts: Sequence[np.ndarray]) -> None:
+                 counts: Sequence[np.ndarray], edges: np.ndarray | None = None,
+                 binned: Mapping[int, CellBins] | None = None) -> None:
         self.cell, self.ok, self.n_ok = cell, ok, n_ok  # per request: its cell, counted; per cell: rows counted
         self.vals, self.counts = tuple(vals), tuple(counts)  # per cell: distinct gaps (µs, ascending), their counts
+        # the cells past CELL_EXACT_MAX distinct gaps: their `vals` are bins (`gapbins`), cut at `edges`
+        self.edges = edges if edges is not None else np.zeros(0, dtype=np.int64)
+        self.binned: dict[int, CellBins] = dict(binned or {})
 
     @property
     def nbytes(self) -> int:
         return self.cell.nbytes + self.ok.nbytes + self.n_ok.nbytes + sum(v.nbytes + c.nbytes for v, c in zip(self.vals, self.counts))
 
-    def counts_of(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """(distinct gaps in µs, ascending; their counts) of rows `idx`, or None when `idx` is
-        not exactly the counted rows of some cells."""
+    def counts_of(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, CellBins | None] | None:
+        """(distinct gaps in µs, ascending; their counts; None) of rows `idx`, or None when
+        `idx` is not exactly the counted rows of some cells. Where one of those cells is
+        binned: (bins, their counts, what is known besides: `CellBins`)."""
         if not len(idx):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), None
         k = np.zeros(len(self.n_ok), dtype=np.int64)
         for part in _slices(idx):  # the rows' cells counted a chunk at a time
             if not self.ok[part].all():
                 return None
             k += np.bincount(self.cell[part], minlength=len(self.n_ok))
-        cells = np.nonzero(k)[0]
+        cells = np.nonzero(k)[0].tolist()
         if not np.array_equal(k[cells], self.n_ok[cells]):
             return None
-        return _merge_counts([self.vals[c] for c in cells.tolist()], [self.counts[c] for c in cells.tolist()])
+        if not any(c in self.binned for c in cells):
+            v, n = _merge_counts([self.vals[c] for c in cells], [self.counts[c] for c in cells])
+            return v, n, None
+        edges = self.edges
+        info = [self.binned[c] if c in self.binned else CellBins.of(self.vals[c], self.counts[c], edges) for c in cells]
+        pairs = [(self.vals[c], self.counts[c]) if c in self.binned else _binned(self.vals[c], self.counts[c], edges) for c in cells]
+        v, n = _merge_counts([p[0] for p in pairs], [p[1] for p in pairs])
+        return v, n, CellBins.merge(info)
+
+
+class CellBins:
+    """What a binned cell (or cells) knows besides its bins (µs, int64): the exact sum, least and
+    greatest gap, and per edge the largest gap below it (-1: none) and the smallest at or
+    above it (`NONE_ABOVE`: none). `stats.Bins` is this in seconds, per entry."""
+
+    NONE_ABOVE = np.iinfo(np.int64).max
+    __slots__ = ("total", "least", "most", "below", "above")
+
+    def __init__(self, total: int, least: int, most: int, below: np.ndarray, above: np.ndarray) -> None:
+        self.total, self.least, self.most, self.below, self.above = total, least, most, below, above
+
+    @classmethod
+    def of(cls, vals: np.ndarray, counts: np.ndarray, edges: np.ndarray) -> CellBins:
+        """Of exact gaps (`vals` ascending, distinct; `counts`)."""
+        k = np.searchsorted(vals, edges, side="left")  # per edge: how many distinct gaps lie below it
+        below = np.where(k > 0, vals[np.maximum(k - 1, 0)], -1) if len(vals) else np.full(len(edges), -1, dtype=np.int64)
+        above = np.where(k < len(vals), vals[np.minimum(k, max(len(vals) - 1, 0))], cls.NONE_ABOVE) if len(vals) \
+            else np.full(len(edges), cls.NONE_ABOVE, dtype=np.int64)
+        total = int(np.dot(vals.astype(np.int64), counts.astype(np.int64))) if len(vals) else 0
+        least = int(vals[0]) if len(vals) else cls.NONE_ABOVE
+        most = int(vals[-1]) if len(vals) else -1
+        return cls(total, least, most, below.astype(np.int64), above.astype(np.int64))
+
+    def add(self, other: CellBins) -> None:
+        self.total += other.total
+        self.least = min(self.least, other.least)
+        self.most = max(self.most, other.most)
+        self.below = np.maximum(self.below, other.below)
+        self.above = np.minimum(self.above, other.above)
+
+    @classmethod
+    def merge(cls, parts: Sequence[CellBins]) -> CellBins:
+        out = cls(0, cls.NONE_ABOVE, -1, parts[0].below.copy(), parts[0].above.copy())
+        for p in parts:
+            out.add(p)
+        return out
+
+    def in_seconds(self, vals: np.ndarray, edges: np.ndarray, scale: float = 1e6) -> stats.Bins:
+        """`stats.Bins` of the bins `vals` (as `counts_of` gives them): each one's least and
+        greatest gap, in seconds."""
+        last = gapbins.bin_last(vals, edges)
+        return stats.Bins(vals / scale, last / scale, self.total / scale, self.least / scale, self.most / scale, edges / scale,
+                          np.where(self.below >= 0, self.below / scale, np.nan),
+                          np.where(self.above != self.NONE_ABOVE, self.above / scale, np.nan))
 
 
 def _merge_counts(vals: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -247,6 +306,15 @@ def _merge_counts(vals: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> t
         return vals[0], counts[0]
     u, inv = np.unique(np.concatenate(vals), return_inverse=True)
     return u, np.bincount(inv, weights=np.concatenate(counts), minlength=len(u)).astype(np.int64)
+
+
+def _binned(vals: np.ndarray, counts: np.ndarray, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Counted gaps (distinct, ascending) counted by their bins instead (`gapbins.bin_of`)."""
+    b = gapbins.bin_of(vals, edges)  # ascending too (a bin's values are consecutive)
+    if not len(b):
+        return b, counts
+    first = np.flatnonzero(np.r_[True, b[1:] != b[:-1]])
+    return b[first], np.add.reduceat(counts, first).astype(np.int64)
 
 
 def _value_counts(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -314,13 +382,15 @@ class _CellCounter:
 
     MERGE_AT = 4  # pending (values, counts) pairs of a cell merged into one (32 held ~17 MB for a 172k-request soak)
 
-    def __init__(self) -> None:
+    def __init__(self, edges: np.ndarray | None = None) -> None:
         self.keys: dict[tuple[int, int, int, int], int] = {}
         self.cell = array("i")
         self.ok = array("b")
         self.n_ok: list[int] = []
         self.pending: list[list[tuple[np.ndarray, np.ndarray]]] = []
         self.counted = 0  # rows whose gaps are counted
+        self.edges = edges if edges is not None else np.zeros(0, dtype=np.int64)  # where bins are cut (`gapbins.edges_for`)
+        self.binned: dict[int, CellBins] = {}  # the cells past CELL_EXACT_MAX distinct gaps: counted in bins
 
     def key(self, k: tuple[int, int, int, int]) -> int:
         c = self.keys.get(k)
@@ -369,23 +439,43 @@ class _CellCounter:
         else:
             per_gap = np.repeat(np.where(ok, cells, -1), lens)
             groups = [(int(c), us[per_gap == c]) for c in np.unique(cells[ok]).tolist()]
+        edges, binned = self.edges, self.binned
         for c, g in groups:
             if not len(g):
                 continue
             p = self.pending[c]
-            p.append(_value_counts(g))
-            if len(p) >= self.MERGE_AT:
+            vc = _value_counts(g)
+            if c in binned:  # what the bins keep besides, from the gaps themselves; then the bins
+                binned[c].add(CellBins.of(vc[0], vc[1], edges))
+                vc = _binned(vc[0], vc[1], edges)
+            p.append(vc)
+            # merged every MERGE_AT blocks, and as soon as a cell's pending gaps could be too many
+            # to hold exactly (a busy cell takes a few blocks: waiting for MERGE_AT of them held
+            # ~400 KB of exact gaps a cell for every cell of a real server's soak)
+            if len(p) >= self.MERGE_AT or (c not in binned and sum(len(v) for v, _ in p) > gapbins.CELL_EXACT_MAX):
                 p[:] = [_merge_counts([v for v, _ in p], [n for _, n in p])]
+                if c not in binned and len(p[0][0]) > gapbins.CELL_EXACT_MAX:
+                    self._bin(c)
+
+    def _bin(self, c: int) -> None:
+        """Cell c holds too many distinct gaps: from here on, bins."""
+        v, n = self.pending[c][0]
+        self.binned[c] = CellBins.of(v, n, self.edges)
+        self.pending[c] = [_binned(v, n, self.edges)]
 
     def finish(self) -> GapCells:
         vals, counts = [], []
-        for p in self.pending:
+        for c, p in enumerate(self.pending):
             v, n = _merge_counts([v for v, _ in p], [n for _, n in p])
+            if c not in self.binned and len(v) > gapbins.CELL_EXACT_MAX:
+                self.pending[c] = [(v, n)]
+                self._bin(c)
+                v, n = self.pending[c][0]
             vals.append(v)
             counts.append(n)
         cell = np.frombuffer(self.cell, dtype=np.int32) if len(self.cell) else np.zeros(0, dtype=np.int32)
         ok = np.frombuffer(self.ok, dtype=np.int8).astype(bool) if len(self.ok) else np.zeros(0, dtype=bool)
-        return GapCells(cell, ok, np.asarray(self.n_ok, dtype=np.int64), vals, counts)
+        return GapCells(cell, ok, np.asarray(self.n_ok, dtype=np.int64), vals, counts, self.edges, self.binned)
 
 
 def compact(col: np.ndarray) -> np.ndarray:
@@ -576,10 +666,11 @@ class TableBuilder:
     table's `GapCells` as they arrive and not kept; `finish(reload=...)` gets the function that
     reads them again from the file, for the rare computation cells cannot answer."""
 
-    def __init__(self, keep_gaps: bool = True, windows: WindowSlots | None = None) -> None:
+    def __init__(self, keep_gaps: bool = True, windows: WindowSlots | None = None, gap_edges: np.ndarray | None = None) -> None:
         self.keep_gaps = keep_gaps
         self.windows = windows if windows else None  # the spec's window edges per level: cells cut there
-        self.cells: _CellCounter | None = _CellCounter()
+        # where a cell's gaps are binned, the edges its bins are cut at (the spec's ITL thresholds)
+        self.cells: _CellCounter | None = _CellCounter(gap_edges)
         self.lost = False  # gaps neither kept nor counted (not whole microseconds): only a re-read has them
         self.f: dict[str, Any] = {k: _Col("d") for k in FLOATS}
         for k, twin in _TWIN_OF.items():
@@ -1168,18 +1259,22 @@ class RequestTable:
         return g / self.itl_scale if self.itl_scale != 1.0 else g.astype(np.float64, copy=False)
 
 
-    def gap_counts(self, idx: np.ndarray, rows_at_once: int = 1 << 13) -> tuple[np.ndarray, np.ndarray] | None:
-        """The ITL gaps of rows `idx` as (distinct values in seconds, ascending; their counts),
-        without ever holding them all: a chunk of rows at a time, counted by value. None when
-        the gaps are float64 (not whole microseconds)."""
+    def gap_counts(self, idx: np.ndarray, rows_at_once: int = 1 << 13) -> stats.Counted | None:
+        """The ITL gaps of rows `idx` counted by value (seconds), without ever holding them all:
+        from the cells when `idx` is whole cells' counted rows (binned, where a cell is:
+        `gapbins`), else a chunk of rows at a time, counted by value. None when the gaps are
+        float64 (not whole microseconds)."""
         if self.itl_scale != 1e6:
             return None
         if self.cells is not None and (got := self.cells.counts_of(idx)) is not None:
-            return got[0] / 1e6, got[1]
+            v, n, bins = got
+            if bins is None:
+                return stats.Counted(v / 1e6, n)
+            return stats.Counted((v + gapbins.bin_last(v, self.cells.edges)) / 2e6, n, bins.in_seconds(v, self.cells.edges))
         acc_v: list[np.ndarray] = []
         acc_c: list[np.ndarray] = []
         if not len(idx):
-            return np.zeros(0), np.zeros(0, dtype=np.int64)
+            return stats.Counted(np.zeros(0), np.zeros(0, dtype=np.int64))
         first, last = int(idx.min()), int(idx.max()) + 1  # a bucket's rows: only their span is looked at
         sel = np.zeros(last - first, dtype=bool)
         sel[idx - first] = True
@@ -1198,7 +1293,7 @@ class RequestTable:
             acc_v.append(v)
             acc_c.append(c)
         u, counts = _merge_counts(acc_v, acc_c)
-        return u / 1e6, counts
+        return stats.Counted(u / 1e6, counts)
 
 
 class Rec(Mapping):
