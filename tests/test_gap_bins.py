@@ -190,3 +190,40 @@ def test_evidence_whose_cells_are_binned_gets_the_verdict_of_every_gap_kept(tmp_
     for g, w in zip(got.rules, want.rules):
         if g.observed is not None and w.observed is not None and "itl" in g.rule:
             assert g.observed == pytest.approx(w.observed, rel=2.0 ** -gapbins.BIN_BITS, abs=1e-9), g.rule
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(["drift", "slope"]), st.lists(st.tuples(st.floats(0.001, 1.0), st.floats(0, 0.002), st.floats(0, 1)),
+                                                   min_size=2, max_size=12), st.data())
+def test_a_trend_of_binned_percentiles_lies_within_the_bounds_the_judge_gives_it(wrapper, points, data):
+    """drift() or slope() over buckets whose values are only known within bounds: whatever the
+    exact values within them, the trend lies within `_trend_bounds` (the judge says
+    INCONCLUSIVE where the threshold lies inside)."""
+    from types import SimpleNamespace
+
+    from soakspec.judge.measures import Measure, quarters, relative_change, slope
+    from soakspec.judge.performance import _trend_bounds
+
+    n = len(points)
+    used_all = []
+    truth = []
+    for k, (v, width, where) in enumerate(points):
+        lo, hi = v, v * (1 + width)
+        used_all.append((SimpleNamespace(start=60.0 * k, end=60.0 * (k + 1)),
+                         Measure((lo + hi) / 2, 100, bounds=(lo, hi) if hi > lo else None)))
+        truth.append(lo + where * (hi - lo))
+    q = quarters(n)
+    pick = list(range(q)) + list(range(n - q, n)) if wrapper == "drift" else list(range(n))
+    used = [used_all[i] for i in pick]
+    vals = [truth[i] for i in pick]
+    rule = SimpleNamespace(expr=SimpleNamespace(wrapper=wrapper))
+    bounds = _trend_bounds(rule, n, used)
+    if not any(m.bounds for _, m in used):
+        assert bounds is None
+        return
+    if wrapper == "drift":
+        want = relative_change(stats.median(vals[:q]), stats.median(vals[len(vals) - q:]))
+    else:
+        want = slope([(s.start + s.end) / 2 for s, _ in used], vals)
+    assert bounds is not None and want is not None
+    assert bounds[0] - 1e-12 <= want <= bounds[1] + 1e-12
