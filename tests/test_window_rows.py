@@ -12,6 +12,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from soakspec.judge.index import req_time
+from soakspec.judge import scope
 from soakspec.judge.scope import window_rows
 from soakspec.judge.table import Rows, build_table
 
@@ -51,7 +52,12 @@ def test_windows_cut_at_once_hold_what_each_window_selects(level, data):
     parts = [build_table(rows[:split]), build_table(rows[split:])] if data.draw(st.booleans()) else [build_table(rows)]
     chosen = [sorted(data.draw(st.sets(st.integers(0, t.n - 1), max_size=t.n))) if t.n else [] for t in parts]
     recs = Rows(tuple((t, np.asarray(c, dtype=np.int64)) for t, c in zip(parts, chosen)))
-    got = window_rows(recs, starts, end)
+    chunk = data.draw(st.sampled_from([1, 3, scope.WINDOW_CHUNK]))  # rows cut a chunk at a time
+    was, scope.WINDOW_CHUNK = scope.WINDOW_CHUNK, chunk
+    try:
+        got = window_rows(recs, starts, end)
+    finally:
+        scope.WINDOW_CHUNK = was
     assert len(got) == len(starts)
     for k, a in enumerate(starts):
         last = k == len(starts) - 1
