@@ -314,6 +314,18 @@ class Counted:
         return merge_counted([self, Counted(u, n)])
 
 
+def edge_neighbours(values: np.ndarray, edges: np.ndarray, none_below: Any, none_above: Any) -> tuple[np.ndarray, np.ndarray]:
+    """For each edge, the largest of `values` (ascending) below it and the smallest at or above
+    it (`none_below`, `none_above` where there is none): what binned counts keep of their
+    values beside each edge (`Bins`, `table.CellBins`)."""
+    if not len(values):
+        return np.full(len(edges), none_below), np.full(len(edges), none_above)
+    k = np.searchsorted(values, edges, side="left")
+    below = np.where(k > 0, values[np.maximum(k - 1, 0)], none_below)
+    above = np.where(k < len(values), values[np.minimum(k, len(values) - 1)], none_above)
+    return below, above
+
+
 def merge_counted(parts: Sequence[Counted]) -> Counted:
     """The multiset union of counted values, binned or not (binned parts: cut at the same
     edges, as one spec's cells are)."""
@@ -340,8 +352,7 @@ def merge_counted(parts: Sequence[Counted]) -> Counted:
             cb, ca = c.bins.below, c.bins.above
         else:
             total += math.fsum((c.values * c.counts).tolist())
-            cb = np.asarray([np.nan if not (w := c.values[c.values < e].tolist()) else w[-1] for e in edges.tolist()])
-            ca = np.asarray([np.nan if not (w := c.values[c.values >= e].tolist()) else w[0] for e in edges.tolist()])
+            cb, ca = edge_neighbours(c.values, edges, np.nan, np.nan)
         below = np.fmax(below, cb)
         above = np.fmin(above, ca)
     bins = Bins(lo, hi, total, min(c.min() for c in parts), max(c.max() for c in parts), edges, below, above)

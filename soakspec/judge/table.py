@@ -264,10 +264,7 @@ class CellBins:
     @classmethod
     def of(cls, vals: np.ndarray, counts: np.ndarray, edges: np.ndarray) -> CellBins:
         """Of exact gaps (`vals` ascending, distinct; `counts`)."""
-        k = np.searchsorted(vals, edges, side="left")  # per edge: how many distinct gaps lie below it
-        below = np.where(k > 0, vals[np.maximum(k - 1, 0)], -1) if len(vals) else np.full(len(edges), -1, dtype=np.int64)
-        above = np.where(k < len(vals), vals[np.minimum(k, max(len(vals) - 1, 0))], cls.NONE_ABOVE) if len(vals) \
-            else np.full(len(edges), cls.NONE_ABOVE, dtype=np.int64)
+        below, above = stats.edge_neighbours(vals, edges, -1, cls.NONE_ABOVE)
         total = int(np.dot(vals.astype(np.int64), counts.astype(np.int64))) if len(vals) else 0
         least = int(vals[0]) if len(vals) else cls.NONE_ABOVE
         most = int(vals[-1]) if len(vals) else -1
