@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from soakspec.judge import gapbins, stats
+import soakspec.judge.table as table_mod
 from soakspec.judge.common import compare
 from soakspec.judge.evidence import load_evidence, spec_itl_thresholds, spec_windows
 from soakspec.judge.joined import join
@@ -176,6 +177,7 @@ def test_evidence_whose_cells_are_binned_gets_the_verdict_of_every_gap_kept(tmp_
     b.spec = spec
     root = b.write(tmp_path / "run")
     monkeypatch.setattr(gapbins, "CELL_EXACT_MAX", 4)
+    monkeypatch.setattr(table_mod, "MERGE_PENDING", 3)  # a scope's cells merged a few at a time
     ev = load_evidence(root, windows=spec_windows(spec), itl_thresholds=spec_itl_thresholds(spec))
     assert ev.backends[0].table.cells is not None and ev.backends[0].table.cells.binned  # binned, the case under test
     got = judge_run(join(spec, ev))

@@ -84,6 +84,22 @@ def test_cells_answer_exactly_or_not_at_all(rs, data):
     assert np.array_equal(vc.values, want_v) and np.array_equal(vc.counts, want_c)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(st.integers(0, 50), st.integers(1, 10**6), max_size=12), max_size=12),
+       st.integers(0, 20))
+def test_counts_merged_a_few_at_a_time_are_the_counts_of_all(parts, pending_max):
+    """`_merged` folds pairs into a running result as they come (a day's cells, a chunk of
+    rows at a time): whatever the fold size, the result is every pair's counts added by value."""
+    from soakspec.judge.table import _merged
+
+    pairs = [(np.asarray(sorted(d), dtype=np.int64), np.asarray([d[k] for k in sorted(d)], dtype=np.int64)) for d in parts]
+    v, c = _merged(iter(pairs), pending_max)
+    want = Counter()
+    for d in parts:
+        want.update(d)
+    assert v.tolist() == sorted(want) and c.tolist() == [want[k] for k in sorted(want)]
+
+
 def _judged(root, *, cells=True, windows=()):
     ev = load_evidence(root, windows=windows)
     if not cells:  # the reference: every gap counted from the kept gaps, as before cells
