@@ -229,3 +229,39 @@ def test_a_trend_of_binned_percentiles_lies_within_the_bounds_the_judge_gives_it
         want = slope([(s.start + s.end) / 2 for s, _ in used], vals)
     assert bounds is not None and want is not None
     assert bounds[0] - 1e-12 <= want <= bounds[1] + 1e-12
+
+
+def test_results_and_reports_say_which_itl_percentiles_lie_within_bounds(tmp_path, monkeypatch):
+    """results.json's ITL percentiles of binned gaps carry `bounds` (least, greatest) that
+    hold the exact percentile, the document stays valid, and the reports mark those figures
+    "≈"; evidence counted exactly says nothing of bounds."""
+    import json
+
+    from soakspec.evidence.schema import validate
+    from soakspec.report import prepare
+
+    rng = random.Random(7)
+    spec = small_spec("require p99(itl) < 30ms", levels="[2, 4]")
+    b = EvidenceBuilder(spec, per_bucket=40)
+    for recs in b.records.values():
+        for r in recs:
+            if r["itl"]:
+                r["itl"] = [round(rng.lognormvariate(math.log(0.02), 0.3), 6) for _ in r["itl"]]
+    root = b.write(tmp_path / "run")
+    with _keeping_gaps():
+        kept = load_evidence(root)
+    for be in kept.backends:
+        be.table.cells = None
+    exact = json.loads(json.dumps(prepare(spec, kept).results, default=str))
+    monkeypatch.setattr(gapbins, "CELL_EXACT_MAX", 4)
+    inputs = prepare(spec, load_evidence(root, itl_thresholds=spec_itl_thresholds(spec)))
+    got = json.loads(json.dumps(inputs.results, default=str))
+    assert validate("results", got) == []
+    levels, want = got["backends"][0]["levels"], exact["backends"][0]["levels"]
+    assert any("bounds" in lv["itl"] for lv in levels)
+    for lv, w in zip(levels, want):
+        assert "bounds" not in w["itl"]
+        for k, (lo, hi) in lv["itl"].get("bounds", {}).items():
+            assert lo < hi and lo <= lv["itl"][k] <= hi and lo <= w["itl"][k] <= hi, (k, lo, hi, w["itl"][k])
+    assert "≈" in inputs.render("md") and "≈" in inputs.render("html")
+    assert "≈" not in prepare(spec, kept).render("md")

@@ -191,12 +191,20 @@ def level_drift(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any] | None:
 
 def _dist(vals: Any) -> dict[str, Any] | None:
     """count, p50/p95/p99, mean, min and max of `dist_values`' result (which this may reorder:
-    a scope's values are an array made for the call, `Distribution.new_values`)."""
+    a scope's values are an array made for the call, `Distribution.new_values`). Gaps counted
+    in bins add `bounds`: for each percentile that is not exact, the least and greatest it can
+    be (within 0.2% of each other); mean, min and max stay exact."""
     if isinstance(vals, stats.Counted):
         if not vals.n:
             return None
-        return {"count": vals.n, "p50": vals.percentile(50), "p95": vals.percentile(95), "p99": vals.percentile(99),
-                "mean": vals.mean(), "min": vals.min(), "max": vals.max()}
+        out: dict[str, Any] = {"count": vals.n, "p50": vals.percentile(50), "p95": vals.percentile(95),
+                               "p99": vals.percentile(99), "mean": vals.mean(), "min": vals.min(), "max": vals.max()}
+        if not vals.exact:  # binned gaps (judge/gapbins.py): each percentile shown with where it lies
+            bounds = {k: list(b) for k, q in (("p50", 50), ("p95", 95), ("p99", 99))
+                      if (b := vals.percentile_bounds(q)) is not None and b[0] != b[1]}
+            if bounds:
+                out["bounds"] = bounds
+        return out
     if not len(vals):
         return None
     reorder = stats.own_array(vals)

@@ -135,7 +135,8 @@ def _fmt_rate(v: Any, digits: int = 1) -> str:
 def _pct(d: Any) -> str:
     if not isinstance(d, Mapping):
         return "-"
-    return " / ".join(_fmt_s(d.get(k)) for k in ("p50", "p95", "p99"))
+    near = d.get("bounds") if isinstance(d.get("bounds"), Mapping) else {}
+    return " / ".join(("≈" if k in near else "") + _fmt_s(d.get(k)) for k in ("p50", "p95", "p99"))
 
 
 def _itl(lv: Any) -> str:
