@@ -917,18 +917,26 @@ def drift(values: Sequence[float]) -> float | None:
     return relative_change(first, last)  # type: ignore[arg-type]
 
 
+def centred(times: Sequence[float]) -> tuple[list[float], float] | None:
+    """Each time less their mean, and the sum of those squared (None: no time spread): a
+    slope's weights are these over the sum (`slope`; `performance._trend_bounds` bounds it)."""
+    if not times:
+        return None
+    mt = math.fsum(times) / len(times)
+    dev = [t - mt for t in times]
+    sxx = math.fsum(d ** 2 for d in dev)
+    return (dev, sxx) if sxx != 0 else None
+
+
 def slope(times: Sequence[float], values: Sequence[float]) -> float | None:
     """Least-squares slope of values against times (seconds), per minute, relative to the
     mean value (None: < 2 points, no time spread, or a zero mean with a non-zero slope)."""
     n = len(values)
-    if n < 2 or len(times) != n:
+    if n < 2 or len(times) != n or (c := centred(times)) is None:
         return None
-    mt = math.fsum(times) / n
+    dev, sxx = c
     mv = math.fsum(values) / n
-    sxx = math.fsum((t - mt) ** 2 for t in times)
-    if sxx == 0:
-        return None
-    sxy = math.fsum((t - mt) * (v - mv) for t, v in zip(times, values))
+    sxy = math.fsum(d * (v - mv) for d, v in zip(dev, values))
     per_min = sxy / sxx * 60.0
     if mv == 0:
         return 0.0 if per_min == 0 else None

@@ -18,7 +18,8 @@ from soakspec.judge.common import OPS, compare, describe_request, format_beside,
 from soakspec.judge.index import LevelIndex, Row, Window, error_message
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (
-    Censored, Distribution, Measure, MetricImpl, Outcome, PerRequest, PerToken, aggregate, bucket_series, completed, quarters, relative_change, slope,
+    Censored, Distribution, Measure, MetricImpl, Outcome, PerRequest, PerToken, aggregate, bucket_series, centred, completed, quarters, relative_change,
+    slope,
 )
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
 from soakspec.judge.table import Rows
@@ -441,12 +442,10 @@ def _trend_bounds(rule: Rule, n: int, used: list[tuple[Scope, Measure]]) -> tupl
         l0, l1 = stats.median(los[len(los) - k:]), stats.median(his[len(his) - k:])
         ends = [relative_change(f, last) for f in (f0, f1) for last in (l0, l1)]  # type: ignore[arg-type]
     else:
-        times = [((s.start or 0.0) + (s.end or 0.0)) / 2 for s, _ in used]
-        mt = math.fsum(times) / len(times)
-        sxx = math.fsum((t - mt) ** 2 for t in times)
-        if sxx == 0:
+        c = centred([((s.start or 0.0) + (s.end or 0.0)) / 2 for s, _ in used])  # as `slope` takes the times
+        if c is None:
             return None
-        w = [t - mt for t in times]
+        w, sxx = c
         num = (math.fsum(x * (a if x < 0 else b) for x, a, b in zip(w, los, his)) / sxx * 60.0,
                math.fsum(x * (b if x < 0 else a) for x, a, b in zip(w, los, his)) / sxx * 60.0)
         mean = (math.fsum(los) / len(los), math.fsum(his) / len(his))
