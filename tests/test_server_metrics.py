@@ -13,7 +13,8 @@ import re
 import httpx
 import pytest
 import trio
-from hypothesis import given
+import trio.testing
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soakspec.evidence.telemetry import CpuMeter, process_tree_cpu_seconds, telemetry_record
@@ -628,3 +629,55 @@ def test_a_server_rule_on_a_backend_whose_scrape_is_off_is_an_error():
     """It could never be measured: E403 at check time, not INCONCLUSIVE after the run."""
     _, errors = _check(_spec_text('require max(server("vllm:x")) < 1', "  metrics {\n    enabled = false\n  }\n"))
     assert errors == ["E403"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(0, 1e6), st.floats(0, 1e6), st.floats(0.01, 100))
+def test_the_next_scrape_slot_is_on_the_cadence_and_ahead(slot, now, interval):
+    """The next scrape starts on the cadence (a whole number of intervals from the last slot),
+    after `now`, within one interval of it; a slot still ahead is kept."""
+    from soakspec.runner.scrape import next_slot
+
+    got = next_slot(slot, now, interval)
+    if slot > now:
+        assert got == slot
+    else:
+        k = (got - slot) / interval
+        assert got > now and got - now <= interval * (1 + 1e-9) and abs(k - round(k)) < 1e-6
+
+
+@pytest.mark.parametrize(("took", "starts"), [(0.1, [0, 2.5, 5, 7.5]), (2.0, [0, 2.5, 5, 7.5]), (6.0, [0, 7.5])],
+                         ids=["fast", "slow", "past-its-slot"])
+def test_scrapes_start_on_a_fixed_cadence_whatever_each_takes(tmp_path, monkeypatch, took, starts):
+    """Scrapes start every interval however long each takes (a CPU server answering /metrics
+    in 2 s under load got one scrape every 4.5 s, every 2.5 s asked: a 10 s bucket could hold a
+    single one, and a rule on it nothing when that one timed out); one that outlasts its slot
+    skips to the next slot ahead, never starting back to back."""
+    import types
+
+    from soakspec.runner import scrape as scrape_mod
+
+    began = []
+
+    async def slow_row(http, url, scrape, now):
+        began.append(trio.current_time())
+        await trio.sleep(took)
+        return {"schema_version": 1, "t": now(), "ok": True, "status": 200, "error": None, "seconds": took, "families": {}}
+
+    async def synced(w):  # no fsync thread: the mock clock would jump while waiting on it
+        w.flush() if hasattr(w, "flush") else None
+
+    monkeypatch.setattr(scrape_mod, "scrape_row", slow_row)
+    monkeypatch.setattr(scrape_mod, "durable", synced)
+    deps = types.SimpleNamespace(http=None, clock=types.SimpleNamespace(now=lambda: 1.7e9 + trio.current_time()),
+                                 layout=types.SimpleNamespace(metrics=lambda name: tmp_path / "metrics.jsonl"),
+                                 progress=types.SimpleNamespace(log=lambda m: None))
+    rec = types.SimpleNamespace(name="sim", metrics_scrape=None, status=None)
+
+    async def main():
+        with trio.move_on_after(9.9):
+            await scrape_mod.scrape_metrics(MetricsScrape("/metrics", 2.5, 60.0, True, ()), "http://x", deps, rec)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert began == pytest.approx(starts)
+    assert rec.metrics_scrape["scrapes"] == len([s for s in starts if s + took < 9.9])

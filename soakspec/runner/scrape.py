@@ -2,7 +2,10 @@
 
 `scrape_metrics(scrape, url, deps, rec)` runs beside the load and the liveness watch (started
 by `driver.run_backend` once the backend is ready, cancelled with the load). Every
-`MetricsScrape.interval_s` it GETs `url + path`, each attempt bounded by `timeout_s` (data from
+`MetricsScrape.interval_s` it GETs `url + path` -- scrapes start on a fixed cadence, as
+Prometheus's do, so a slow answer does not stretch the interval; a scrape that outlasts its
+slot (a timeout longer than the interval) skips the slots it missed, one scrape at a time,
+never back to back -- each attempt bounded by `timeout_s` (data from
 the plan, applied here with `trio.move_on_after`), parses the answer with prometheus_client's
 text-format parser (in a worker thread: a vLLM /metrics is ~100 kB) and appends one line to
 backends/<name>/metrics.jsonl (schema "metrics"), fsynced:
@@ -316,6 +319,15 @@ class LastScrape:
 LAST_SCRAPE_SLACK_S = 2.0  # the last scrape's wait beyond its timeout: parsing and writing its line
 
 
+def next_slot(slot: float, now: float, interval: float) -> float:
+    """`slot` if it is still ahead of `now`, else the first slot of the cadence after `now`.
+    The caller takes the slot it is given (the scrape starts now) and asks again after the
+    scrape for when the next one starts."""
+    if slot > now:
+        return slot
+    return slot + (math.floor((now - slot) / interval) + 1) * interval
+
+
 async def scrape_metrics(scrape: MetricsScrape, url: str, deps: Any, rec: Any, last: LastScrape | None = None) -> None:
     """Scrape until cancelled, or until the one scrape after `last.load_done` (see the module
     docstring); `rec.metrics_scrape` holds the summary."""
@@ -333,7 +345,9 @@ async def _scrape_loop(scrape: MetricsScrape, url: str, deps: Any, rec: Any, las
     try:
         w = JsonlWriter(deps.layout.metrics(rec.name), schema="metrics")
         try:
+            slot = trio.current_time()  # when the next scrape starts (trio's clock: the cadence)
             while True:
+                slot = next_slot(slot, trio.current_time(), scrape.interval_s)
                 row = await scrape_row(deps.http, url, scrape, deps.clock.now)
                 w.write(row)
                 await durable(w)
@@ -344,10 +358,11 @@ async def _scrape_loop(scrape: MetricsScrape, url: str, deps: Any, rec: Any, las
                     return
                 if final:
                     return
+                slot = next_slot(slot, trio.current_time(), scrape.interval_s)
                 if last is None:
-                    await trio.sleep(scrape.interval_s)
+                    await trio.sleep_until(slot)
                     continue
-                with trio.move_on_after(scrape.interval_s):
+                with trio.move_on_at(slot):
                     await last.load_done.wait()
                 final = last.load_done.is_set()  # one more scrape, at or after the load's end
         finally:
