@@ -265,3 +265,38 @@ def test_results_and_reports_say_which_itl_percentiles_lie_within_bounds(tmp_pat
             assert lo < hi and lo <= lv["itl"][k] <= hi and lo <= w["itl"][k] <= hi, (k, lo, hi, w["itl"][k])
     assert "≈" in inputs.render("md") and "≈" in inputs.render("html")
     assert "≈" not in prepare(spec, kept).render("md")
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_spec_whose_itl_thresholds_the_bins_were_not_cut_at_gets_the_exact_verdict(tmp_path, monkeypatch, seed):
+    """Evidence read for one spec (bins cut at its thresholds) and judged with another whose ITL
+    thresholds lie on the gaps themselves, between two of them, and inside a bin: every rule's
+    status is the one every gap kept gives (the judge counts such a scope's gaps exactly), and
+    the rules judged after such a fallback still get the same statuses."""
+    rng = random.Random(100 + seed)
+    read_with = small_spec("require p99(itl) < 30ms", levels="[2, 4]")
+    b = EvidenceBuilder(read_with, per_bucket=40)
+    gaps = []
+    for recs in b.records.values():
+        for r in recs:
+            if r["itl"]:
+                r["itl"] = [round(rng.lognormvariate(math.log(0.02), 0.3), 6) for _ in r["itl"]]
+                gaps += r["itl"]
+    gaps.sort()
+    p99, p50 = gaps[len(gaps) * 99 // 100], gaps[len(gaps) // 2]
+    root = b.write(tmp_path / "run")
+    judged_with = small_spec(f"require p99(itl) < {p99 * 1e3:.3f}ms\nrequire p50(itl) <= {p50 * 1e3:.4f}ms\n"
+                             f"require p99(itl) < {(p99 + 0.5e-6) * 1e3:.4f}ms\nrequire p99(itl) < 30ms\n"
+                             f"require p90(itl) < {p99 * 1e3:.3f}ms per bucket\nwarn drift(p99(itl)) < 5%", levels="[2, 4]")
+    monkeypatch.setattr(gapbins, "CELL_EXACT_MAX", 4)
+    ev = load_evidence(root, itl_thresholds=spec_itl_thresholds(read_with))
+    assert ev.backends[0].table.cells.binned
+    got = judge_run(join(judged_with, ev))
+    monkeypatch.undo()
+    with _keeping_gaps():
+        kept = load_evidence(root)
+    for be in kept.backends:
+        be.table.cells = None
+    want = judge_run(join(judged_with, kept))
+    assert [(r.rule, r.status) for r in got.rules] == [(r.rule, r.status) for r in want.rules]
+    assert {"pass", "fail"} <= {r.status for r in got.rules}
