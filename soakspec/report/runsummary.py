@@ -69,7 +69,9 @@ def _secs(v: float | None) -> str:
 
 def _trio(d: Mapping[str, Any] | None) -> str:
     vals = [C.num(d.get(p)) if d else None for p in PCTS]
-    return " / ".join(_secs(v) for v in vals) if any(v is not None for v in vals) else "-"
+    near = d.get("bounds") if d and isinstance(d.get("bounds"), Mapping) else {}  # binned gaps: within their bounds
+    return " / ".join(("≈" if p in near and v is not None else "") + _secs(v) for p, v in zip(PCTS, vals)) \
+        if any(v is not None for v in vals) else "-"
 
 
 def _rate(v: float | None, digits: int) -> str:
