@@ -151,6 +151,27 @@ def test_a_busy_cell_is_binned_as_its_gaps_arrive_and_stays_small(monkeypatch):
     assert lo <= want.percentile(99) <= hi
 
 
+def _spread_gaps(b: EvidenceBuilder, rng: random.Random) -> list[float]:
+    """Every gap of the builder's records drawn as a real server's (lognormal, median 20 ms,
+    whole microseconds); returns them sorted."""
+    gaps = []
+    for recs in b.records.values():
+        for r in recs:
+            if r["itl"]:
+                r["itl"] = [round(rng.lognormvariate(math.log(0.02), 0.3), 6) for _ in r["itl"]]
+                gaps += r["itl"]
+    return sorted(gaps)
+
+
+def _every_gap_kept(root):
+    """The evidence at `root` read as the reference judge reads it: every gap kept, no cells."""
+    with _keeping_gaps():
+        kept = load_evidence(root)
+    for be in kept.backends:
+        be.table.cells = None
+    return kept
+
+
 @pytest.mark.parametrize(("seed", "windowed"), [(s, s % 2 == 0) for s in range(6)])
 def test_evidence_whose_cells_are_binned_gets_the_verdict_of_every_gap_kept(tmp_path, monkeypatch, seed, windowed):
     """Evidence read from disk with cells that bin (CELL_EXACT_MAX made tiny here; a real
@@ -160,13 +181,7 @@ def test_evidence_whose_cells_are_binned_gets_the_verdict_of_every_gap_kept(tmp_
     rng = random.Random(seed)
     spec0 = small_spec("require p99(itl) < 30ms", levels="[2, 4]")
     b = EvidenceBuilder(spec0, per_bucket=rng.randrange(20, 60))
-    gaps = []
-    for recs in b.records.values():
-        for r in recs:
-            if r["itl"]:
-                r["itl"] = [round(rng.lognormvariate(math.log(0.02), 0.3), 6) for _ in r["itl"]]
-                gaps += r["itl"]
-    gaps.sort()
+    gaps = _spread_gaps(b, rng)
     t1, t2 = gaps[len(gaps) * 99 // 100], gaps[len(gaps) // 2]  # thresholds on the gaps themselves
     rules = (f"require p99(itl) < {t1 * 1e3:.3f}ms\nrequire p50(itl) <= {t2 * 1e3:.3f}ms\nrequire max(itl) < 200ms\n"
              f"require mean(itl) > {t2 * 1e3:.3f}ms\nwarn drift(p99(itl)) < 5%\n"
@@ -182,11 +197,7 @@ def test_evidence_whose_cells_are_binned_gets_the_verdict_of_every_gap_kept(tmp_
     assert ev.backends[0].table.cells is not None and ev.backends[0].table.cells.binned  # binned, the case under test
     got = judge_run(join(spec, ev))
     monkeypatch.undo()
-    with _keeping_gaps():
-        kept = load_evidence(root)
-    for be in kept.backends:
-        be.table.cells = None
-    want = judge_run(join(spec, kept))
+    want = judge_run(join(spec, _every_gap_kept(root)))
     assert [(r.rule, r.status) for r in got.rules] == [(r.rule, r.status) for r in want.rules]
     assert {"pass", "fail"} <= {r.status for r in got.rules}  # not all inconclusive
     for g, w in zip(got.rules, want.rules):
@@ -244,15 +255,9 @@ def test_results_and_reports_say_which_itl_percentiles_lie_within_bounds(tmp_pat
     rng = random.Random(7)
     spec = small_spec("require p99(itl) < 30ms", levels="[2, 4]")
     b = EvidenceBuilder(spec, per_bucket=40)
-    for recs in b.records.values():
-        for r in recs:
-            if r["itl"]:
-                r["itl"] = [round(rng.lognormvariate(math.log(0.02), 0.3), 6) for _ in r["itl"]]
+    _spread_gaps(b, rng)
     root = b.write(tmp_path / "run")
-    with _keeping_gaps():
-        kept = load_evidence(root)
-    for be in kept.backends:
-        be.table.cells = None
+    kept = _every_gap_kept(root)
     exact = json.loads(json.dumps(prepare(spec, kept).results, default=str))
     monkeypatch.setattr(gapbins, "CELL_EXACT_MAX", 4)
     inputs = prepare(spec, load_evidence(root, itl_thresholds=spec_itl_thresholds(spec)))
@@ -278,13 +283,7 @@ def test_a_spec_whose_itl_thresholds_the_bins_were_not_cut_at_gets_the_exact_ver
     rng = random.Random(100 + seed)
     read_with = small_spec("require p99(itl) < 30ms", levels="[2, 4]")
     b = EvidenceBuilder(read_with, per_bucket=40)
-    gaps = []
-    for recs in b.records.values():
-        for r in recs:
-            if r["itl"]:
-                r["itl"] = [round(rng.lognormvariate(math.log(0.02), 0.3), 6) for _ in r["itl"]]
-                gaps += r["itl"]
-    gaps.sort()
+    gaps = _spread_gaps(b, rng)
     p99, p50 = gaps[len(gaps) * 99 // 100], gaps[len(gaps) // 2]
     root = b.write(tmp_path / "run")
     judged_with = small_spec(f"require p99(itl) < {p99 * 1e3:.3f}ms\nrequire p50(itl) <= {p50 * 1e3:.4f}ms\n"
@@ -295,10 +294,6 @@ def test_a_spec_whose_itl_thresholds_the_bins_were_not_cut_at_gets_the_exact_ver
     assert ev.backends[0].table.cells.binned
     got = judge_run(join(judged_with, ev))
     monkeypatch.undo()
-    with _keeping_gaps():
-        kept = load_evidence(root)
-    for be in kept.backends:
-        be.table.cells = None
-    want = judge_run(join(judged_with, kept))
+    want = judge_run(join(judged_with, _every_gap_kept(root)))
     assert [(r.rule, r.status) for r in got.rules] == [(r.rule, r.status) for r in want.rules]
     assert {"pass", "fail"} <= {r.status for r in got.rules}
