@@ -115,3 +115,75 @@ def test_gaps_that_cannot_be_counted_are_still_compared():
     itl = next(r for r in c.rows if (r.metric, r.stat) == ("itl", "p99"))
     assert itl.gaps_base == 400 * 63 and itl.change == 0 and itl.verdict == "no significant change"
     assert itl.base == pytest.approx(stats.percentile([g for r in b.measured("a") for g in r["itl"]], 99), rel=0, abs=0)
+
+
+def binned_counted(gaps_us: np.ndarray, edges: np.ndarray) -> stats.Counted:
+    """Whole-µs gaps counted as a binned cell counts them (judge/table.py `GapCells`)."""
+    from soakspec.judge import gapbins
+    from soakspec.judge.table import CellBins, _binned, _value_counts
+
+    v, n = _value_counts(np.asarray(gaps_us, dtype=np.int64))
+    bv, bn = _binned(v, n, edges)
+    return stats.Counted((bv + gapbins.bin_last(bv, edges)) / 2e6, bn, CellBins.of(v, n, edges).in_seconds(bv, edges))
+
+
+spread_gaps = st.lists(st.integers(1, 200_000), min_size=2, max_size=300)
+
+
+@settings(max_examples=200, deadline=None)
+@given(spread_gaps, spread_gaps, qs, st.integers(0, 2**32), st.integers(1, 60),
+       st.lists(st.floats(0.001, 0.2), max_size=3))
+def test_binned_gaps_bound_every_draw_and_the_interval_the_gaps_themselves_give(gb, gn, q, seed, size, thresholds):
+    """Binned sides: each draw's percentile lies within the bounds drawn for it (the same
+    resamples), within a bin's width of them, and the row's interval holds the interval the
+    gaps held exactly give -- a change smaller than a bin is never read as a whole bin."""
+    from soakspec.compare import _binned_interval, percentile_draw_bounds
+    from soakspec.judge import gapbins
+
+    edges = gapbins.edges_for(thresholds)
+    xb, xn = Sorted.counted(binned_counted(np.asarray(gb), edges)), Sorted.counted(binned_counted(np.asarray(gn), edges))
+    eb, en = Sorted.of(np.asarray(gb) / 1e6), Sorted.of(np.asarray(gn) / 1e6)
+    for binned, exact in ((xb, eb), (xn, en)):
+        want = np.asarray(percentile_draws(exact, q, random.Random(seed), 50, size))
+        lo, hi = percentile_draw_bounds(binned, q, random.Random(seed), 50, size)
+        assert (lo <= want).all() and (want <= hi).all()
+        assert (hi - lo <= np.maximum(hi, 1e-3) * 2.0 ** (1 - gapbins.BIN_BITS) + 1e-12).all()  # a bin, no wider
+    rng = random.Random(seed)
+    db, dn = percentile_draws(eb, q, rng, 400, size), percentile_draws(en, q, rng, 400, size)
+    rel = [y / x - 1 for x, y in zip(db, dn)]
+    got = _binned_interval(xb, xn, q, random.Random(seed), 400, (size, size), 0.05)
+    assert got is not None  # gaps of 1 µs and more: a base draw is never 0
+    assert got[0] <= stats.percentile(rel, 2.5) + 1e-12 and stats.percentile(rel, 97.5) - 1e-12 <= got[1]
+
+
+def _two_level_run(tmp_path, name: str, high_us: int):
+    """A run whose every request has 55 gaps of 15 ms and 8 of `high_us` (its p99), read from
+    disk with cells that bin (CELL_EXACT_MAX made tiny: a real server's day crosses it)."""
+    b = EvidenceBuilder(SPEC, per_bucket=100, run_id=name)
+    for r in b.measured("a"):
+        gaps = [0.015] * 55 + [high_us / 1e6] * 8
+        r.update(itl=gaps, tpot=sum(gaps) / 63, latency=r["ttft"] + sum(gaps), end=r["start"] + r["ttft"] + sum(gaps))
+    return b.write(tmp_path / name)
+
+
+def test_a_change_smaller_than_a_bin_is_never_read_as_a_pass_or_a_whole_bin(tmp_path, monkeypatch):
+    """Base p99(itl) 20.448 ms and new 20.511 ms: a 0.31 % regression whose two p99s fall in
+    neighbouring bins (32 µs wide), whose midpoints differ by 0.16 %. Against `regression <=
+    0.2%`, gaps held exactly FAIL; binned, the bins cannot tell 0.16 % from 0.31 %, so the rule
+    is INCONCLUSIVE and says why -- the midpoints alone made it a PASS."""
+    from soakspec.judge import gapbins
+    from soakspec.judge.evidence import load_evidence, spec_itl_thresholds, spec_windows
+
+    roots = _two_level_run(tmp_path, "base", 20448), _two_level_run(tmp_path, "new", 20511)
+    rules = [parse_rule("require p99(itl) regression <= 0.2%")]
+    exact = compare(*(load_evidence(r) for r in roots), rules=rules, resamples=300)
+    monkeypatch.setattr(gapbins, "CELL_EXACT_MAX", 1)
+    sides = [load_evidence(r, windows=spec_windows(SPEC), itl_thresholds=spec_itl_thresholds(SPEC)) for r in roots]
+    assert all(s.backends[0].table.cells.binned for s in sides)  # binned: the case under test
+    binned = compare(*sides, rules=rules, resamples=300)
+    row = lambda c: next(r for r in c.rows if (r.metric, r.stat) == ("itl", "p99"))
+    assert exact.rules[0].status == "fail" and row(exact).low == pytest.approx(20511 / 20448 - 1)
+    assert binned.rules[0].status == "inconclusive" and binned.outcome == "INCONCLUSIVE"
+    got = row(binned)
+    assert got.low <= 20511 / 20448 - 1 <= got.high and got.low < 0.002 < got.high
+    assert "bins" in got.note and got.change == pytest.approx(20495.5 / 20463.5 - 1)  # the bins' midpoints

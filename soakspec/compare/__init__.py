@@ -86,6 +86,19 @@ for all its statistics and dropped before the next pair's. The Beta variates are
 time in the same order as ever and only the look-ups are vectorised, so the figures are those
 the sorted list gave, bit for bit.
 
+Binned gaps. A long soak of a real server counts its gaps in bins (judge/gapbins.py: a cell of
+more than a few thousand distinct gaps keeps each gap's top 10 bits, bins at most 0.2 % of a
+gap wide), so a percentile of its itl is known within a bin, and the figures are bin midpoints.
+Bootstrapped from midpoints alone, a true change smaller than a bin would read as 0 or as a
+whole bin -- and at millions of requests a side the interval is narrow enough that a p99 on
+either side of a bin's edge reads as a 0.2 % "regression" of two identical runs. So where a
+side is binned, each draw's percentile is taken as the least and the greatest its bins allow
+(the same resamples: the same Beta variates), each draw's change as the least and the greatest
+new / base - 1 those allow, and the interval runs from the alpha/2 percentile of the least to
+the 1 - alpha/2 percentile of the greatest: it holds the interval the gaps themselves would
+give, wider by about a bin at most. The row's note says so. Exact sides (a short run, a
+simulator's few distinct gaps) are untouched.
+
 Confidence. `confidence` (default 95 %) is family-wise over the comparison: with m rows, each
 row's interval is a (1 - (1 - confidence) / m) interval (Bonferroni), so "no significant
 change" on a whole comparison of identical configurations is wrong at most 1 - confidence of the
@@ -332,6 +345,22 @@ class Sorted:
     def at(self, j: int) -> float:
         return float(self.take(np.asarray([j], dtype=np.int64))[0])
 
+    @property
+    def binned(self) -> bool:
+        """Whether the values are bins (a real server's gaps, judge/gapbins.py): the j-th
+        smallest is then known only within its bin (`take_bounds`)."""
+        return self._counted is not None and not self._counted.exact
+
+    def take_bounds(self, js: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The least and greatest the js-th smallest values can be: a bin's first and last
+        value; both `take(js)` where the sample is held exactly."""
+        if not self.binned:
+            v = self.take(js)
+            return v, v
+        assert self._counted is not None and self._counted.bins is not None and self.cum is not None
+        i = np.searchsorted(self.cum, js, side="right")
+        return self._counted.bins.lo[i], self._counted.bins.hi[i]
+
     def percentile(self, q: float) -> float | None:
         """`stats.percentile` of the sample (type 7), None when it is empty."""
         if self._counted is not None:
@@ -341,6 +370,27 @@ class Sorted:
 
 def _beta(rng: random.Random, a: float, b: float) -> float:
     return rng.betavariate(a, b) if b > 0 else 1.0 - 1e-12
+
+
+def _draw_ranks(n: int, big: int, q: float, rng: random.Random, draws: int) -> tuple[np.ndarray, np.ndarray | None, float]:
+    """For `draws` bootstrap resamples of size n from a sample of `big`: the sample indexes of
+    the two order statistics the type-7 q-th percentile interpolates between (the second None
+    when it needs one), and the interpolation's fraction (module doc: Beta variates)."""
+    h = (n - 1) * q / 100.0
+    lo = min(int(math.floor(h)), n - 1)
+    frac = h - lo
+    k = lo + 1  # the 1-based order statistic below h
+    second = frac > 0 and k < n
+    u1s = np.empty(draws, dtype=np.float64)
+    u2s = np.empty(draws if second else 0, dtype=np.float64)
+    for i in range(draws):
+        u1 = _beta(rng, k, n + 1 - k)
+        u1s[i] = u1
+        if second:
+            u2s[i] = u1 + (1.0 - u1) * _beta(rng, 1, n - k)
+    ja = np.minimum(big - 1, (u1s * big).astype(np.int64))
+    jb = np.minimum(big - 1, (u2s * big).astype(np.int64)) if second else None
+    return ja, jb, frac
 
 
 def percentile_draws(xs: Sequence[float] | Sorted, q: float, rng: random.Random, draws: int,
@@ -356,23 +406,31 @@ def percentile_draws(xs: Sequence[float] | Sorted, q: float, rng: random.Random,
     n = big if size is None else max(1, min(size, big))
     if big == 1:
         return [sample.at(0)] * draws
-    h = (n - 1) * q / 100.0
-    lo = min(int(math.floor(h)), n - 1)
-    frac = h - lo
-    k = lo + 1  # the 1-based order statistic below h
-    second = frac > 0 and k < n
-    u1s = np.empty(draws, dtype=np.float64)
-    u2s = np.empty(draws if second else 0, dtype=np.float64)
-    for i in range(draws):
-        u1 = _beta(rng, k, n + 1 - k)
-        u1s[i] = u1
-        if second:
-            u2s[i] = u1 + (1.0 - u1) * _beta(rng, 1, n - k)
-    a = sample.take(np.minimum(big - 1, (u1s * big).astype(np.int64)))
-    if not second:
+    ja, jb, frac = _draw_ranks(n, big, q, rng, draws)
+    a = sample.take(ja)
+    if jb is None:
         return a.tolist()
-    b = sample.take(np.minimum(big - 1, (u2s * big).astype(np.int64)))
+    b = sample.take(jb)
     return (a + frac * (b - a)).tolist()
+
+
+def percentile_draw_bounds(xs: Sorted, q: float, rng: random.Random, draws: int,
+                           size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """`percentile_draws` (the same rng sequence, so the same resamples) as the least and the
+    greatest each draw's percentile can be: for binned values (`Sorted.binned`) each order
+    statistic anywhere in its bin, and type-7 interpolation is increasing in both order
+    statistics. Equal to `percentile_draws` for a sample held exactly."""
+    big = xs.n
+    n = big if size is None else max(1, min(size, big))
+    if big == 1:
+        lo1, hi1 = xs.take_bounds(np.zeros(draws, dtype=np.int64))
+        return lo1, hi1
+    ja, jb, frac = _draw_ranks(n, big, q, rng, draws)
+    a_lo, a_hi = xs.take_bounds(ja)
+    if jb is None:
+        return a_lo, a_hi
+    b_lo, b_hi = xs.take_bounds(jb)
+    return a_lo + frac * (b_lo - a_lo), a_hi + frac * (b_hi - a_hi)
 
 
 def mean_ratio_interval(xb: Sequence[float], xn: Sequence[float], confidence: float) -> tuple[float, float] | None:
@@ -586,7 +644,9 @@ class Comparison:
                        "percentiles": "exact order-statistic bootstrap (Beta draws), type-7 interpolation",
                        "means": "Fieller t interval of the ratio of the mean over buckets (Welch df)", "resamples": self.resamples,
                        "resamples_requested": self.resamples_requested, "min_tail_draws": MIN_TAIL_DRAWS, "seed": self.seed,
-                       "family_wise": "Bonferroni over the rows"},
+                       "family_wise": "Bonferroni over the rows",
+                       "binned": "itl gaps counted in bins: each draw's percentile at its bins' least and greatest, "
+                                 "the interval over the least and greatest changes they allow"},
             "base": self.base.to_json(),
             "new": self.new.to_json(),
             "rows": [r.to_json() for r in self.rows],
@@ -785,14 +845,21 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
         low, high = iv
     else:
         rng = random.Random(_seed(seed, p.key))
-        db, dn = percentile_draws(xb, q, rng, resamples, eb), percentile_draws(xn, q, rng, resamples, en)
-        rel = [v for x, y in zip(db, dn) if (v := _relative(y, x)) is not None]
         alpha = 1.0 - row_conf
-        if len(rel) < resamples * (1 - alpha / 2):  # a base statistic of 0 too often: no relative change
-            return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]
-        lo_, hi_ = stats.percentile(rel, 100 * alpha / 2), stats.percentile(rel, 100 * (1 - alpha / 2))
-        assert lo_ is not None and hi_ is not None
-        low, high = lo_, hi_
+        if _binned(xb) or _binned(xn):  # each draw's change known within the bins (module doc, "Binned gaps")
+            iv = _binned_interval(xb, xn, q, rng, resamples, (eb, en), alpha)
+            if iv is None:
+                return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]
+            low, high = iv
+            base_row["note"] = "; ".join(x for x in (base_row["note"], BINNED_NOTE) if x)
+        else:
+            db, dn = percentile_draws(xb, q, rng, resamples, eb), percentile_draws(xn, q, rng, resamples, en)
+            rel = [v for x, y in zip(db, dn) if (v := _relative(y, x)) is not None]
+            if len(rel) < resamples * (1 - alpha / 2):  # a base statistic of 0 too often: no relative change
+                return Row(**base_row, low=None, high=None, verdict="insufficient samples")  # type: ignore[arg-type]
+            lo_, hi_ = stats.percentile(rel, 100 * alpha / 2), stats.percentile(rel, 100 * (1 - alpha / 2))
+            assert lo_ is not None and hi_ is not None
+            low, high = lo_, hi_
     if low > 0:
         verdict: RowVerdict = "regression" if cm.higher_is_worse else "improvement"
     elif high < 0:
@@ -800,6 +867,34 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
     else:
         verdict = "no significant change"
     return Row(**base_row, low=low, high=high, verdict=verdict)  # type: ignore[arg-type]
+
+
+BINNED_NOTE = ("gaps counted in bins (a real server's spread, at most 0.2 % of a gap wide): the figures are bin "
+               "midpoints, and the interval holds every change the bins allow")
+
+
+def _binned(xs: Any) -> bool:
+    return isinstance(xs, Sorted) and xs.binned
+
+
+def _binned_interval(xb: Sorted, xn: Sorted, q: float, rng: random.Random, draws: int, sizes: tuple[int, int],
+                     alpha: float) -> tuple[float, float] | None:
+    """The bootstrap interval of new / base - 1 where a side's gaps are binned: each draw's
+    percentile is known only within [least, greatest] (`percentile_draw_bounds`), so its change
+    within [new least / base greatest - 1, new greatest / base least - 1]. The interval's low end
+    is the alpha/2 percentile of the draws' least changes, its high end the 1 - alpha/2
+    percentile of their greatest: it holds the interval the gaps themselves would give (the
+    same resamples, each change within its bounds). None when a base draw can be 0 too often
+    (no relative change)."""
+    b_lo, b_hi = percentile_draw_bounds(xb, q, rng, draws, sizes[0])
+    n_lo, n_hi = percentile_draw_bounds(xn, q, rng, draws, sizes[1])
+    ok = b_lo > 0
+    if int(ok.sum()) < draws * (1 - alpha / 2):
+        return None
+    least, most = n_lo[ok] / b_hi[ok] - 1.0, n_hi[ok] / b_lo[ok] - 1.0
+    low, high = stats.percentile(least, 100 * alpha / 2), stats.percentile(most, 100 * (1 - alpha / 2))
+    assert low is not None and high is not None
+    return low, high
 
 
 def wilson(k: int, n: int, z: float) -> tuple[float, float]:
