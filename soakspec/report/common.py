@@ -76,6 +76,14 @@ def num(v: Any) -> float | None:
     return float(v)
 
 
+def approx(dist: Any, key: str) -> str:
+    """"≈" where results.json says a distribution's `key` percentile ("p99") is known only
+    within bounds (binned gaps: its `bounds`, judge/gapbins.py), else "" -- the mark every
+    report and the run summary put before such a figure."""
+    bounds = dist.get("bounds") if isinstance(dist, Mapping) else None
+    return "≈" if isinstance(bounds, Mapping) and key in bounds else ""
+
+
 def _int(v: Any) -> int | None:
     f = num(v)
     return int(f) if f is not None else None

@@ -244,8 +244,7 @@ def _pct3(d: Mapping[str, Any] | None) -> str:
     if not known:
         return "-"
     factor, unit = (1000.0, "ms") if max(known) < 1 else (1.0, "s")  # one unit per cell: p50 / p95 / p99 ms
-    near = d.get("bounds") if isinstance(d.get("bounds"), Mapping) else {}  # binned gaps: within their bounds
-    return " / ".join("-" if v is None else ("≈" if k in near else "") + _sig3(v * factor)
+    return " / ".join("-" if v is None else C.approx(d, k) + _sig3(v * factor)
                       for k, v in zip(("p50", "p95", "p99"), vals)) + f" {unit}"
 
 

@@ -135,8 +135,7 @@ def _fmt_rate(v: Any, digits: int = 1) -> str:
 def _pct(d: Any) -> str:
     if not isinstance(d, Mapping):
         return "-"
-    near = d.get("bounds") if isinstance(d.get("bounds"), Mapping) else {}
-    return " / ".join(("≈" if k in near else "") + _fmt_s(d.get(k)) for k in ("p50", "p95", "p99"))
+    return " / ".join(C.approx(d, k) + _fmt_s(d.get(k)) for k in ("p50", "p95", "p99"))
 
 
 def _itl(lv: Any) -> str:

@@ -69,8 +69,7 @@ def _secs(v: float | None) -> str:
 
 def _trio(d: Mapping[str, Any] | None) -> str:
     vals = [C.num(d.get(p)) if d else None for p in PCTS]
-    near = d.get("bounds") if d and isinstance(d.get("bounds"), Mapping) else {}  # binned gaps: within their bounds
-    return " / ".join(("≈" if p in near and v is not None else "") + _secs(v) for p, v in zip(PCTS, vals)) \
+    return " / ".join((C.approx(d, p) if v is not None else "") + _secs(v) for p, v in zip(PCTS, vals)) \
         if any(v is not None for v in vals) else "-"
 
 
