@@ -21,6 +21,8 @@ import soakspec.judge.table as table_mod
 from soakspec.judge.common import compare
 from soakspec.judge.evidence import load_evidence, spec_itl_thresholds, spec_windows
 from soakspec.judge.joined import join
+from soakspec.judge.measures import PerToken
+from soakspec.judge.summary import dist_values
 from soakspec.judge.judge import judge_run
 from soakspec.judge.table import CellBins, TableBuilder, _binned
 from soakspec.judge.testing import EvidenceBuilder, small_spec
@@ -292,8 +294,19 @@ def test_a_spec_whose_itl_thresholds_the_bins_were_not_cut_at_gets_the_exact_ver
     monkeypatch.setattr(gapbins, "CELL_EXACT_MAX", 4)
     ev = load_evidence(root, itl_thresholds=spec_itl_thresholds(read_with))
     assert ev.backends[0].table.cells.binned
-    got = judge_run(join(judged_with, ev))
+    run = join(judged_with, ev)
+    got = judge_run(run)
     monkeypatch.undo()
-    want = judge_run(join(judged_with, _every_gap_kept(root)))
+    kept = join(judged_with, _every_gap_kept(root))
+    want = judge_run(kept)
+    selections = lambda r: [bi.measured for bi in r.judged] + [lv.records for lv in r.levels.values()]
+    gaps = [len(dist_values(s, "itl")) for s in selections(kept)]
+
+    def one_by_one(self, records):
+        raise AssertionError("the summary read every gap again")
+
+    monkeypatch.setattr(PerToken, "values", one_by_one)  # a day's gaps one float each: GBs
+    # the summary, after those rules, still counts the whole run's gaps and each level's
+    assert [dist_values(s, "itl").n for s in selections(run)] == gaps and min(gaps) > 0
     assert [(r.rule, r.status) for r in got.rules] == [(r.rule, r.status) for r in want.rules]
     assert {"pass", "fail"} <= {r.status for r in got.rules}

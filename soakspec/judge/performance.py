@@ -201,8 +201,10 @@ def _instance(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged
     try:
         return _instance_of(run, sc, rule, impl)
     except stats.InexactCount:
-        if isinstance(sc.records, Rows):
-            sc.records.memo["itl"] = None  # this scope's gaps not counted: `values`, exactly
+        if isinstance(sc.records, Rows):  # this rule's gaps not counted: `values`, exactly
+            exact = Rows(sc.records.parts)  # a selection of its own: the scope's (a level's, shared
+            exact.memo["itl"] = None  # with later rules and the summary) keeps its counted gaps
+            sc = dataclasses.replace(sc, records=exact)
         return _instance_of(run, sc, rule, impl)
 
 
