@@ -430,7 +430,12 @@ def percentile_draw_bounds(xs: Sorted, q: float, rng: random.Random, draws: int,
     if jb is None:
         return a_lo, a_hi
     b_lo, b_hi = xs.take_bounds(jb)
-    return a_lo + frac * (b_lo - a_lo), a_hi + frac * (b_hi - a_hi)
+    lo, hi = a_lo + frac * (b_lo - a_lo), a_hi + frac * (b_hi - a_hi)
+    if not xs.binned:
+        return lo, hi
+    wide = (a_hi > a_lo) | (b_hi > b_lo)  # rounded interpolation is not monotone by an ulp or two: widened as `Counted.percentile_bounds` is
+    return (np.where(wide, lo - stats.INTERPOLATION_ULPS * np.spacing(np.abs(lo)), lo),
+            np.where(wide, hi + stats.INTERPOLATION_ULPS * np.spacing(np.abs(hi)), hi))
 
 
 def mean_ratio_interval(xb: Sequence[float], xn: Sequence[float], confidence: float) -> tuple[float, float] | None:

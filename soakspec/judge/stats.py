@@ -128,6 +128,7 @@ def _percentile_array(values: np.ndarray, q: float, reorder: bool = False) -> fl
     return float(a + frac * (b - a))
 
 
+INTERPOLATION_ULPS = 4  # how far a binned percentile's bounds are widened against rounding (`Counted.percentile_bounds`)
 _CHUNK = 1 << 16  # values made Python floats at a time by `mean` (2 MiB of them; 1 << 20 made 32 MiB)
 
 
@@ -257,7 +258,12 @@ class Counted:
         b0, b1 = self._at_bounds(lo + 1)
         x0 = a0 if a0 == b0 else float(a0 + frac * (b0 - a0))
         x1 = a1 if a1 == b1 else float(a1 + frac * (b1 - a1))
-        return (x0, x1) if x0 <= x1 else (x1, x0)
+        x0, x1 = (x0, x1) if x0 <= x1 else (x1, x0)
+        if a0 == a1 and b0 == b1:  # both order statistics known: exact
+            return x0, x1
+        # rounded, a + frac * (b - a) is not monotone in a and b by an ulp or two (frac near 1):
+        # widened by INTERPOLATION_ULPS so the percentile of any values within the bins lies inside
+        return x0 - INTERPOLATION_ULPS * math.ulp(x0), x1 + INTERPOLATION_ULPS * math.ulp(x1)
 
     def mean(self) -> float | None:
         """The exactly rounded sum / n: each count x value is split into floats exactly (an
