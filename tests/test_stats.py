@@ -157,3 +157,30 @@ def test_exceeds_with_confidence():
     assert not stats.exceeds_with_confidence(1, 50, 99, 0.95)
     assert not stats.exceeds_with_confidence(0, 50, 99, 0.95)
     assert stats.exceeds_with_confidence(1, 1, 100, 0.95)
+
+
+finite = st.floats(allow_nan=False, allow_infinity=False)
+few_values = st.lists(st.sampled_from([0.0, -0.0, 1.0, 1.5, -2.0, 5e-324, 1e300, -1e300]), min_size=1, max_size=60)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.one_of(st.lists(finite, min_size=1, max_size=200), few_values,
+                 st.lists(st.floats(0.001, 100.0), min_size=1, max_size=200)),
+       st.one_of(st.sampled_from([0.0, 50.0, 95.0, 99.0, 99.9, 100.0]), st.floats(0, 100)),
+       st.integers(1, 40), st.sampled_from([0, 1, 2, 7, 1 << 18]), st.randoms(use_true_random=False))
+def test_a_percentile_read_a_chunk_at_a_time_is_the_percentile_of_every_value(xs, q, size, gather, rnd):
+    """`percentile_of_chunks` (a day's ttft or latency, never held at once) gives what
+    `percentile` of every value gives, bit for bit, whatever the chunks, their order, ties,
+    signs and spread, and however few values it may gather to select from."""
+    import numpy as np
+
+    rnd.shuffle(xs)
+    v = np.asarray(xs, dtype=np.float64)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stats, "SELECT_GATHER", gather)
+        got, n = stats.percentile_of_chunks(lambda: (v[i:i + size] for i in range(0, len(v), size)), q)
+    assert (got, n) == (stats.percentile(xs, q), len(xs))
+
+
+def test_a_percentile_of_no_chunks_is_none():
+    assert stats.percentile_of_chunks(lambda: iter(()), 50) == (None, 0)

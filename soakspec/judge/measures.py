@@ -48,6 +48,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from soakspec.judge import stats
+from soakspec.judge.common import OPS
 from soakspec.judge.index import FOLLOW_UP_BUCKET, BackendIndex, LevelIndex, Row, Window, num, req_time
 from soakspec.judge.scope import Scope, bucket_scope
 from soakspec.judge import table as table_module
@@ -260,17 +261,24 @@ class Distribution:
             return np.ones(len(self.values(records)), dtype=np.int64)
         return np.asarray([k for r in records if (k := len(self.values([r])))], dtype=np.int64)
 
+    def percentile_of(self, records: Iterable[Row], q: float) -> tuple[float | None, int]:
+        """(the q-th percentile of `values(records)`, how many values there are)."""
+        vals = self.values(records)
+        if not len(vals):
+            return None, 0
+        reorder = self.new_values and stats.own_array(vals)
+        return stats.percentile(vals, q, reorder=reorder), len(vals)
+
     def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
                 confidence: float = 0.95, min_samples: int = 1) -> Measure:
-        vals = self.values(scope.records)
         unit = self.unit
         if percentile is not None:
             need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
-            if not len(vals):
+            value, n = self.percentile_of(scope.records, percentile)
+            if not n:
                 return Measure(None, 0, need, unit, f"no completed {unit}")
-            reorder = self.new_values and stats.own_array(vals)
-            return Measure(stats.percentile(vals, percentile, reorder=reorder), len(vals), need, unit,
-                           units=self.independent(scope.records))
+            return Measure(value, n, need, unit, units=self.independent(scope.records))
+        vals = self.values(scope.records)
         need = max(1, min_samples)
         if not len(vals):
             return Measure(None, 0, need, unit, f"no completed {unit}")
@@ -291,6 +299,13 @@ class Censored:
 
     def __bool__(self) -> bool:
         return bool(len(self.known) or len(self.low))
+
+
+# A selection of at least this many requests has its per-request values (ttft, latency, tpot)
+# read a chunk at a time for a percentile or a count beyond a threshold, never held at once: a
+# day's 10^7 requests held 80 MB of values and their selection beside the table (the gate's
+# peak, benchmarks/README.md). Exact either way (`stats.percentile_of_chunks`).
+CHUNKED_ROWS = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,6 +357,29 @@ class PerRequest(Distribution):
             low.append(np.where(np.isfinite(lo[miss]), lo[miss], 0.0))
             high.append(hi[miss])
         return Censored(known, np.concatenate(low), np.concatenate(high), n_out, n_stalled)
+
+    def percentile_of(self, records: Iterable[Row], q: float) -> tuple[float | None, int]:
+        if isinstance(records, Rows) and len(records) >= CHUNKED_ROWS:  # a day's requests: never all held
+            return stats.percentile_of_chunks(lambda: self.value_chunks(records), q)
+        return super().percentile_of(records, q)
+
+    def beyond(self, records: Iterable[Row], op: str, t: float) -> tuple[int, int]:
+        if isinstance(records, Rows) and len(records) >= CHUNKED_ROWS:
+            n = over = 0
+            for v in self.value_chunks(records):
+                n += len(v)
+                over += int(np.count_nonzero(OPS[op](v, t)))
+            return n, over
+        return super().beyond(records, op, t)
+
+    def value_chunks(self, records: Rows) -> Iterator[np.ndarray]:
+        """`values(records)` a few rows at a time (table.SCAN_CHUNK): what a whole run's
+        percentile and counts beyond a threshold read (`CHUNKED_ROWS`)."""
+        for t, idx in records.parts:
+            for a in range(0, len(idx), table_module.SCAN_CHUNK):
+                v = self.values(Rows.of(t, idx[a:a + table_module.SCAN_CHUNK]))
+                if len(v):
+                    yield v
 
     def values(self, records: Iterable[Row]) -> Any:
         if isinstance(records, Rows):  # a scope's requests: vectorized, an array

@@ -52,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 # the one definition, shared with `check` (its W509 warning), at the bottom of the pipeline
@@ -130,6 +130,98 @@ def _percentile_array(values: np.ndarray, q: float, reorder: bool = False) -> fl
 
 INTERPOLATION_ULPS = 4  # how far a binned percentile's bounds are widened against rounding (`Counted.percentile_bounds`)
 _CHUNK = 1 << 16  # values made Python floats at a time by `mean` (2 MiB of them; 1 << 20 made 32 MiB)
+
+SELECT_GATHER = 1 << 18  # values `percentile_of_chunks` gathers, at most, to select its order statistics from
+_SIGN = np.uint64(1 << 63)
+
+
+def _order_keys(v: np.ndarray) -> np.ndarray:
+    """uint64 keys of float64 values (not NaN) that sort as the values do: a non-negative
+    value's bits with the sign bit set, a negative value's bits inverted."""
+    bits = np.ascontiguousarray(v, dtype=np.float64).view(np.uint64)
+    return np.where(bits & _SIGN, ~bits, bits | _SIGN)
+
+
+def percentile_of_chunks(chunks: Callable[[], Iterable[np.ndarray]], q: float) -> tuple[float | None, int]:
+    """(`percentile(values, q)`, len(values)) of the values the arrays `chunks()` yields hold
+    together (float64, not NaN, any order), exactly, bit for bit, without holding them all:
+    what the judge asks of a whole day's ttft or latency (10^7 requests: an array of them, 80
+    MB, and its selection was the gate's peak). `chunks` is called once a pass. Each pass counts
+    the values by 16 bits of their order-preserving key (`_order_keys`) within the key interval
+    that still holds the two order statistics the percentile interpolates between, narrowing
+    it 2^16-fold; once it holds at most SELECT_GATHER values they are gathered and the two
+    selected as `percentile` does (or, once a pass counted single keys, the two are known). At
+    most five passes (64 bits), three for any spread a server's times have."""
+    if not 0 <= q <= 100 or math.isnan(q):
+        raise ValueError(f"percentile must be within [0, 100], got {q!r}")
+    lo_key, hi_key = 0, (1 << 64) - 1  # the interval (inclusive) holding both order statistics
+    below, inside, n, ranks = 0, -1, -1, (0, 0)
+    known: tuple[float, float] | None = None  # both order statistics, once a pass counted single keys
+    while known is None and (inside > SELECT_GATHER or inside < 0):
+        shift = max(0, (hi_key - lo_key).bit_length() - 16)
+        counts = np.zeros(((hi_key - lo_key) >> shift) + 1, dtype=np.int64)
+        lo, hi = np.uint64(lo_key), np.uint64(hi_key)
+        for c in chunks():
+            k = _order_keys(c)
+            if lo_key or hi_key < (1 << 64) - 1:
+                k = k[(k >= lo) & (k <= hi)]
+            if len(k):
+                got = np.bincount(((k - lo) >> np.uint64(shift)).astype(np.int64))
+                counts[:len(got)] += got
+        if n < 0:  # the first pass counts every value
+            n = int(counts.sum())
+            if n == 0:
+                return None, 0
+            h = (n - 1) * q / 100.0
+            r0 = min(math.floor(h), n - 1)
+            ranks = (r0, min(r0 + 1, n - 1))
+        cum = np.cumsum(counts)
+        a = int(np.searchsorted(cum, ranks[0] - below, side="right"))
+        b = int(np.searchsorted(cum, ranks[1] - below, side="right"))
+        before = int(cum[a - 1]) if a else 0
+        inside = int(cum[b]) - before
+        below += before
+        if shift == 0:  # a count per key: the order statistics are those keys' values
+            known = _key_value(lo_key + a), _key_value(lo_key + b)
+        elif a != b:  # neighbours in rank, apart in key: the last of bin a and the first of bin b
+            known = _edge_values(chunks, (lo_key + (a << shift), lo_key + ((a + 1) << shift) - 1),
+                                 (lo_key + (b << shift), min(hi_key, lo_key + ((b + 1) << shift) - 1)))
+        lo_key, hi_key = lo_key + (a << shift), min(hi_key, lo_key + ((b + 1) << shift) - 1)
+    if known is not None:
+        a_, b_ = known
+    else:
+        lo, hi = np.uint64(lo_key), np.uint64(hi_key)
+        got = [c[(k >= lo) & (k <= hi)] for c in chunks() for k in (_order_keys(c),)]
+        vals = np.concatenate(got) if got else np.zeros(0)
+        i, j = ranks[0] - below, ranks[1] - below
+        vals.partition((i, j))
+        a_, b_ = float(vals[i]), float(vals[j])
+    frac = (n - 1) * q / 100.0 - ranks[0]
+    if n == 1 or ranks[0] >= n - 1 or frac == 0 or a_ == b_:
+        return a_, n
+    return float(a_ + frac * (b_ - a_)), n
+
+
+def _edge_values(chunks: Callable[[], Iterable[np.ndarray]], first: tuple[int, int], second: tuple[int, int]) -> tuple[float, float]:
+    """The greatest value whose key lies in `first` and the least whose key lies in `second`
+    (key intervals, inclusive, each holding a value), in one pass."""
+    most, least = -1, 1 << 64
+    bounds = [(np.uint64(a), np.uint64(b)) for a, b in (first, second)]
+    for c in chunks():
+        k = _order_keys(c)
+        got = k[(k >= bounds[0][0]) & (k <= bounds[0][1])]
+        if len(got):
+            most = max(most, int(got.max()))
+        got = k[(k >= bounds[1][0]) & (k <= bounds[1][1])]
+        if len(got):
+            least = min(least, int(got.min()))
+    return _key_value(most), _key_value(least)
+
+
+def _key_value(key: int) -> float:
+    """The float64 whose `_order_keys` key is `key`."""
+    bits = key & ((1 << 63) - 1) if key & (1 << 63) else ~key & ((1 << 64) - 1)
+    return float(np.asarray([bits], dtype=np.uint64).view(np.float64)[0])
 
 
 class InexactCount(ValueError):
