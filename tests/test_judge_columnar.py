@@ -615,3 +615,20 @@ def test_a_count_based_value_a_chunk_at_a_time_equals_the_rows(rows, chunk, pick
             got = t.counted_number("tpot", sel)
             expect = [r.get("tpot") if not r.get("usage_mismatch") else None for r in want]
             assert [None if math.isnan(g) else g for g in got.tolist()] == expect
+
+
+def test_requests_recorded_per_level_count_rows_with_extras_and_never_the_follow_up():
+    """`completed_run` compares each level's recorded requests with those sent: rows kept with
+    extras (a key outside the columns) count in their level wherever they lie, and the
+    follow-up request counts in none, whether or not it has extras."""
+    from soakspec.judge.index import recorded
+
+    b = EvidenceBuilder(small_spec(levels="[2, 4]"), per_bucket=10)
+    recs = b.records["a"]
+    for k, r in enumerate(recs):
+        if k % 3 == 0 or r["bucket"] < -1:  # the follow-up (bucket -2) among them
+            r["mystery"] = {"x": k}
+    t = b.build().backends[0].requests
+    assert len(t.odd_rows) > 2 and (t.i["bucket"][t.odd_rows] < -1).any()  # the cases under test
+    want = Counter((r["workload"], r["level"]) for r in recs if r["bucket"] >= -1)
+    assert recorded(t) == dict(want) == {("w", 0): 20, ("w", 1): 20}

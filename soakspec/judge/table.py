@@ -1187,6 +1187,11 @@ class RequestTable:
         codes = self.c[key][idx]
         return lut[codes] if len(lut) else np.zeros(len(codes), dtype=bool)
 
+    @property
+    def odd_rows(self) -> np.ndarray:
+        """Every row with extras (read through their views), ascending."""
+        return self._odd
+
     def odd(self, idx: np.ndarray) -> np.ndarray:
         """The rows of `idx` with extras (read through their views)."""
         if not len(self._odd):
