@@ -91,7 +91,7 @@ more than a few thousand distinct gaps keeps each gap's top 10 bits, bins at mos
 gap wide), so a percentile of its itl is known within a bin, and the figures are bin midpoints.
 Bootstrapped from midpoints alone, a true change smaller than a bin would read as 0 or as a
 whole bin -- and at millions of requests a side the interval is narrow enough that a p99 on
-either side of a bin's edge reads as a 0.2 % "regression" of two identical runs. So where a
+either side of a bin's edge can read as a 0.2 % "regression" of two identical runs. So where a
 side is binned, each draw's percentile is taken as the least and the greatest its bins allow
 (the same resamples: the same Beta variates), each draw's change as the least and the greatest
 new / base - 1 those allow, and the interval runs from the alpha/2 percentile of the least to
