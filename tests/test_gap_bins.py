@@ -21,6 +21,7 @@ import soakspec.judge.table as table_mod
 from soakspec.judge.common import compare
 from soakspec.judge.evidence import load_evidence, spec_itl_thresholds, spec_windows
 from soakspec.judge.joined import join
+from soakspec.judge import measures
 from soakspec.judge.measures import PerToken
 from soakspec.judge.summary import dist_values
 from soakspec.judge.judge import judge_run
@@ -195,6 +196,9 @@ def test_evidence_whose_cells_are_binned_gets_the_verdict_of_every_gap_kept(tmp_
     root = b.write(tmp_path / "run")
     monkeypatch.setattr(gapbins, "CELL_EXACT_MAX", 4)
     monkeypatch.setattr(table_mod, "MERGE_PENDING", 3)  # a scope's cells merged a few at a time
+    if seed % 3 == 1:  # every selection read as a day's is: its rows a few at a time
+        monkeypatch.setattr(measures, "CHUNKED_ROWS", 1)
+        monkeypatch.setattr(table_mod, "SCAN_CHUNK", 5)
     ev = load_evidence(root, windows=spec_windows(spec), itl_thresholds=spec_itl_thresholds(spec))
     assert ev.backends[0].table.cells is not None and ev.backends[0].table.cells.binned  # binned, the case under test
     got = judge_run(join(spec, ev))

@@ -491,14 +491,18 @@ def _itl_counted(records: Rows) -> stats.Counted | None:
         return records.memo["itl"]
     parts: list[stats.Counted] = []
     got: stats.Counted | None = None
-    for t, idx in completed(records).parts:
-        clean = t.clean(idx)
-        ok = ~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)
-        vc = t.gap_counts(clean[ok])
+    chunked = len(records) >= CHUNKED_ROWS  # a whole day's selection: never made at once
+    for t, idx in (records.parts if chunked else completed(records).parts):
+        if chunked:
+            vc = t.gap_counts_of_chunks(lambda t=t, idx=idx: (_counted_itl_rows(t, _done_rows(t, sub)) for sub in _chunks_of(idx)))
+            odd_rows = [i for sub in _chunks_of(idx) for i in t.odd(_done_rows(t, sub)).tolist()] if len(t.odd_rows) else []
+        else:
+            vc = t.gap_counts(_counted_itl_rows(t, idx))
+            odd_rows = t.odd(idx).tolist()
         if vc is None:
             break
         parts.append(vc)
-        odd = [g for i in t.odd(idx).tolist() for g in itl_gaps(t.rec(i))]
+        odd = [g for i in odd_rows for g in itl_gaps(t.rec(i))]
         if odd:
             u, c = np.unique(np.asarray(odd, dtype=np.float64), return_counts=True)
             parts.append(stats.Counted(u, c))
@@ -507,6 +511,25 @@ def _itl_counted(records: Rows) -> stats.Counted | None:
     if len(records) >= MEMO_ROWS:
         records.memo["itl"] = got
     return got
+
+
+def _counted_itl_rows(t: RequestTable, done: np.ndarray) -> np.ndarray:
+    """Of completed rows `done`, those whose gaps the cells count: no extras, ITL not an
+    estimate, usage consistent with the stream."""
+    clean = t.clean(done)
+    return clean[~t.label_is("itl_source", "estimated", clean) & t.usage_ok(clean)]
+
+
+def _done_rows(t: RequestTable, idx: np.ndarray) -> np.ndarray:
+    """The completed rows of `idx` (`completed`)."""
+    parts = completed(Rows.of(t, idx)).parts
+    return parts[0][1] if parts else idx[:0]
+
+
+def _chunks_of(idx: np.ndarray) -> Iterator[np.ndarray]:
+    """`idx` a SCAN_CHUNK of rows at a time."""
+    step = table_module.SCAN_CHUNK
+    return (idx[a:a + step] for a in range(0, len(idx), step))
 
 
 # Selections of fewer rows count their gaps again each time they are asked (a cell or two: a

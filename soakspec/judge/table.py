@@ -230,13 +230,20 @@ class GapCells:
         """(distinct gaps in µs, ascending; their counts; None) of rows `idx`, or None when
         `idx` is not exactly the counted rows of some cells. Where one of those cells is
         binned: (bins, their counts, what is known besides: `CellBins`)."""
-        if not len(idx):
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), None
+        return self.counts_of_chunks(lambda: _slices(idx))
+
+    def counts_of_chunks(self, chunks: Callable[[], Iterable[np.ndarray]]) -> tuple[np.ndarray, np.ndarray, CellBins | None] | None:
+        """`counts_of` the rows the arrays `chunks()` yields hold together (a whole run's
+        selection, never made at once)."""
         k = np.zeros(len(self.n_ok), dtype=np.int64)
-        for part in _slices(idx):  # the rows' cells counted a chunk at a time
+        for part in chunks():  # the rows' cells counted a chunk at a time
+            if not len(part):
+                continue
             if not self.ok[part].all():
                 return None
             k += np.bincount(self.cell[part], minlength=len(self.n_ok))
+        if not k.any():
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), None
         cells = np.nonzero(k)[0].tolist()
         if not np.array_equal(k[cells], self.n_ok[cells]):
             return None
@@ -1299,23 +1306,32 @@ class RequestTable:
         from the cells when `idx` is whole cells' counted rows (binned, where a cell is:
         `gapbins`), else a chunk of rows at a time, counted by value. None when the gaps are
         float64 (not whole microseconds)."""
+        return self.gap_counts_of_chunks(lambda: _slices(idx), rows_at_once)
+
+    def gap_counts_of_chunks(self, chunks: Callable[[], Iterable[np.ndarray]], rows_at_once: int = 1 << 13) -> stats.Counted | None:
+        """`gap_counts` of the rows the arrays `chunks()` yields hold together (distinct rows;
+        a whole run's selection, never made at once)."""
         if self.itl_scale != 1e6:
             return None
-        if self.cells is not None and (got := self.cells.counts_of(idx)) is not None:
+        if self.cells is not None and (got := self.cells.counts_of_chunks(chunks)) is not None:
             v, n, bins = got
             if bins is None:
                 return stats.Counted(v / 1e6, n)
             return stats.Counted((v + gapbins.bin_last(v, self.cells.edges)) / 2e6, n, bins.in_seconds(v, self.cells.edges))
-        if not len(idx):
+        spans = [(int(c.min()), int(c.max()) + 1) for c in chunks() if len(c)]
+        if not spans:
             return stats.Counted(np.zeros(0), np.zeros(0, dtype=np.int64))
-        u, counts = _merged(self._chunk_counts(idx, rows_at_once))
+        first, last = min(a for a, _ in spans), max(b for _, b in spans)  # a bucket's rows: only their span is looked at
+        sel = np.zeros(last - first, dtype=bool)
+        for c in chunks():
+            sel[c - first] = True
+        u, counts = _merged(self._chunk_counts(sel, first, rows_at_once))
         return stats.Counted(u / 1e6, counts)
 
-    def _chunk_counts(self, idx: np.ndarray, rows_at_once: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The gaps of rows `idx` counted by value, `rows_at_once` rows at a time."""
-        first, last = int(idx.min()), int(idx.max()) + 1  # a bucket's rows: only their span is looked at
-        sel = np.zeros(last - first, dtype=bool)
-        sel[idx - first] = True
+    def _chunk_counts(self, sel: np.ndarray, first: int, rows_at_once: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The gaps of the rows `sel` marks (rows `first`, `first` + 1, ...) counted by value,
+        `rows_at_once` rows at a time."""
+        last = first + len(sel)
         off = self.itl_off
         for r0 in range(first, last, rows_at_once):
             r1 = min(last, r0 + rows_at_once)
