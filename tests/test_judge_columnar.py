@@ -22,6 +22,7 @@ import random
 from collections import Counter
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from soakspec.judge import stats
@@ -531,19 +532,25 @@ def test_a_levels_rows_joined_from_its_buckets_equal_their_concatenation(n, cuts
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["a1", "b0", "c2", "zz", "a1 "]), st.sampled_from([None, 1.0, 2.0, 2.5, 1e30]),
-                          st.sampled_from([None, None, 0.5, 2.0])), max_size=30))
-def test_every_row_in_the_judges_order_is_the_order_of_all_the_row_numbers(rows):
-    """`ordered(table)` (every row, sorted without a row-number array beside it) gives exactly
-    `ordered(table, all row numbers)`: by request time (intended start, else start; absent
-    last), ties by request id, as 4-byte row numbers."""
+                          st.sampled_from([None, None, 0.5, 2.0])), max_size=30), st.sampled_from([1, 2, 3, 1 << 16]))
+def test_every_row_in_the_judges_order_is_the_order_of_all_the_row_numbers(rows, chunk):
+    """`ordered(table)` (every row, sorted without a row-number array beside it, its ties found a
+    chunk of rows at a time) gives exactly `ordered(table, all row numbers)` and the reference
+    order: by request time (intended start, else start; absent last), ties by request id, as
+    4-byte row numbers."""
     import numpy as np
 
+    from soakspec.judge import table as table_mod
     from soakspec.judge.table import ordered
 
     t = build_table([{"request_id": rid, "bucket": 0, **({"start": s} if s is not None else {}),
                       **({"intended_start": i} if i is not None else {})} for rid, s, i in rows])
-    got = ordered(t)
-    assert got.dtype == np.int32 and got.tolist() == ordered(t, np.arange(t.n, dtype=np.int64)).tolist()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(table_mod, "SCAN_CHUNK", chunk)
+        got = ordered(t)
+        assert got.dtype == np.int32 and got.tolist() == ordered(t, np.arange(t.n, dtype=np.int64)).tolist()
+    when = [i if i is not None else s if s is not None else math.inf for _, s, i in rows]
+    assert [rows[k][0] for k in got.tolist()] == [rows[k][0] for k in sorted(range(len(rows)), key=lambda k: (when[k], rows[k][0]))]
 
 
 @settings(max_examples=300, deadline=None)

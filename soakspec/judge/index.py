@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -417,24 +417,40 @@ def _traces(be: BackendEvidence) -> tuple[frozenset[str], dict[str, tuple[Mappin
     return frozenset(traced), {k: tuple(v) for k, v in payloads.items()}
 
 
+def _kept(rows: np.ndarray, test: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """The rows for which `test` (vectorized) holds, in order, tested a chunk at a time (a whole
+    run's per-row temporaries were the join's peak at 10^7 requests)."""
+    step = table_module.SCAN_CHUNK
+    n = sum(int(np.count_nonzero(test(rows[a:a + step]))) for a in range(0, len(rows), step))
+    out = np.empty(n, dtype=rows.dtype)  # filled in place: the chunks' results never held beside it
+    at = 0
+    for a in range(0, len(rows), step):
+        part = rows[a:a + step]
+        got = part[test(part)]
+        out[at:at + len(got)] = got
+        at += len(got)
+    return out
+
+
 def index_backend(be: BackendEvidence) -> BackendIndex:
     entries = _level_entries(be)
     workloads = {e.get("workload") for e in entries}
     t = be.requests
     keys = [(e.get("workload"), e.get("index")) for e in entries]
+    # row numbers in 4 bytes: every selection of a scope (buckets, levels, the backend) is made from
+    # these (sorted before the per-request level and bucket test are made: not held beside the sort)
+    everyone = ordered(t)
     pos = _level_of(t, keys)
     measured = t.i["bucket"] >= 0
-    # row numbers in 4 bytes: every selection of a scope (buckets, levels, the backend) is made from these
-    everyone = ordered(t)
     levels = []
     for k, e in enumerate(entries):
         first = next(j for j, key in enumerate(keys) if key == keys[k] and type(key[1]) is type(keys[k][1]))
-        sel = everyone[(pos[everyone] == first) & measured[everyone]]
+        sel = _kept(everyone, lambda rows: (pos[rows] == first) & measured[rows])
         levels.append(
             LevelIndex(be.name, str(e.get("workload")), int(e.get("index", 0)) if isinstance(e.get("index"), int) else 0,
                        e, level_label(e, len(workloads) > 1), _windows(e, t, sel))
         )
-    orphans = everyone[(pos[everyone] < 0) & measured[everyone]]
+    orphans = _kept(everyone, lambda rows: (pos[rows] < 0) & measured[rows])
     del pos, measured  # (a request's level and whether it is measured: 5 bytes a request, not held past here)
     samples = sorted((s for s in be.telemetry if num(s.get("t")) is not None), key=lambda s: float(s["t"]))
     return BackendIndex(

@@ -173,8 +173,8 @@ class Outcome:
     noun: str | None = None
 
     def count(self, records: Iterable[Row]) -> int:
-        if isinstance(records, Rows):
-            return int(mask(records, self.counts).sum())
+        if isinstance(records, Rows):  # a chunk of rows at a time: a whole run's mask is never made
+            return sum(int(mask(Rows.of(t, sub), self.counts).sum()) for t, idx in records.parts for sub in _chunks_of(idx))
         return sum(1 for r in records if self.counts(r))
 
     def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,

@@ -1507,7 +1507,8 @@ def ordered(table: RequestTable, idx: np.ndarray | None = None) -> np.ndarray:
         o = np.argsort(t, kind="stable")
         idx = o.astype(np.int32) if table.n < 2**31 else o
         del o
-        t = np.sort(t)
+        times = t
+        in_order = lambda a, b: times[idx[a:b]]  # noqa: E731 -- the sorted times, a chunk at a time (no sorted copy)
     elif not len(idx):
         return idx
     else:
@@ -1517,7 +1518,12 @@ def ordered(table: RequestTable, idx: np.ndarray | None = None) -> np.ndarray:
         idx = idx[o]  # a new array, changed in place below
         del o
         t.sort()  # the times in that order, sorted in place (t[o] was a third full-length array at once)
-    eq = t[1:] == t[:-1]
+        in_order = lambda a, b: t[a:b]  # noqa: E731
+    eq = np.empty(max(len(idx) - 1, 0), dtype=bool)
+    for a in range(0, len(eq), SCAN_CHUNK):
+        b = min(len(eq), a + SCAN_CHUNK)
+        ts = in_order(a, b + 1)
+        eq[a:b] = ts[1:] == ts[:-1]
     if eq.any():  # ties in time: by request id, as the row order did
         edge = np.diff(np.concatenate(([False], eq, [False])).astype(np.int8))
         starts, ends = np.nonzero(edge == 1)[0], np.nonzero(edge == -1)[0]
