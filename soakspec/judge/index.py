@@ -396,7 +396,7 @@ def recorded(t: RequestTable) -> dict[tuple[Any, Any], int]:
     for k in sorted(by_key):  # in key order, as one unique over every request gave them
         wc, lv = k >> 32, (k & 0xFFFFFFFF) + MISSING
         out[(t.values["workload"][wc], None if lv == MISSING else lv)] += by_key[k]
-    odd = t.odd_rows  # (every row's number where the bucket is not the follow-up's: 8 bytes a request, the join's peak at 10^7)
+    odd = t.odd_rows  # filtered themselves: every row's number made first was 8 bytes a request, the join's peak at 10^7
     for i in odd[t.i["bucket"][odd] != FOLLOW_UP_BUCKET].tolist():
         r = t.rec(i)
         out[(r.get("workload"), r.get("level"))] += 1
