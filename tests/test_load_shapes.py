@@ -289,6 +289,37 @@ def test_closed_ramp_starts_and_stops_workers_on_the_targets_schedule():
     assert max(r.start for r in records) < run.measure_start + 8.0
 
 
+@pytest.mark.parametrize("mode", ["closed", "batch"])
+def test_a_request_made_across_the_levels_stop_is_not_sent(mode):
+    """A worker that sees the clock before the stop and then takes time making its request (a
+    long prompt, a preempted process) starts it after the stop: it is neither sent nor recorded,
+    so every record of the level starts before its end (the last bucket's). Each request here
+    takes 10 ms to make and 89.5 ms to serve: the tenth ends at 0.995 s, before the 1 s stop,
+    and the next would start at 1.005 s."""
+    load = "mode = closed\n concurrency = [1]" if mode == "closed" else "mode = batch\n concurrency = [1]\n requests = 1000"
+    (level,) = levels_of(load, extra="duration = 1s\n bucket = 500ms")
+    making = [0.0]
+
+    class SlowShapes(Shapes):
+        def make(self, *args, **kw):
+            making[0] += 0.010  # the time the request takes to make, on the run clock
+            return super().make(*args, **kw)
+
+    async def main():
+        clock = RunClock(timer=lambda: trio.current_time() + making[0], epoch=1000.0)
+        server = Server(clock, 0.0895)
+        records: list[RequestRecord] = []
+        ctx = LevelContext("a", clock, server.connect, SlowShapes(level.request), records.extend, IdSequence("t"))
+        return await drive_level(level, ctx), records, server
+
+    run, records, server = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    stop = run.measure_start + 1.0
+    assert len(records) == len(server.starts) == run.sent == 10
+    assert max(r.start for r in records) == pytest.approx(run.measure_start + 0.905)
+    assert all(r.start < stop and r.bucket in (0, 1) for r in records)
+    assert making[0] == pytest.approx(0.110), "the eleventh was made, and dropped at its start"
+
+
 def test_open_ramp_constant_arrivals_follow_the_rate_integral():
     """Constant arrivals on a 2 → 10 rps ramp over 4 s: arrival k is where the cumulative rate
     2t + t² reaches k, so second j gets the arrivals k in [Λ(j), Λ(j+1)): 3, 5, 7, 9."""

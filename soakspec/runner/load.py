@@ -402,13 +402,17 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         finally:
             if scout:
                 health.scouted()  # type: ignore[union-attr]
+        if rec is None:  # the level ended before it could start: its loop ends with the level
+            return
         if rec.start is None:  # not sent: the client's own limit, not the server's (NOT_SENT_PAUSE_S)
             await trio.sleep_until(clock.to_trio(min(clock.now() + NOT_SENT_PAUSE_S, stop)))
 
     async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
-                   seq: int | None = None, held: bool = False) -> RequestRecord:
+                   seq: int | None = None, held: bool = False) -> RequestRecord | None:
         """Send one request and record it; `held`: record it held back by the backend's gate
-        (`Health.hold_back`: on the record as the backend's failure, nothing sent)."""
+        (`Health.hold_back`: on the record as the backend's failure, nothing sent). None: a
+        closed-loop (or batch) request whose start fell at or after the level's stop -- its
+        worker saw the clock before the stop, then made the request: nothing sent or recorded."""
         nonlocal salt
         _, rid = ctx.next_id()  # the id: unique in the backend; the prompt: the request's place in the level
         salt = salt or rid
@@ -417,6 +421,10 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         # one clock read is the request's start and (closed loop) its bucket's time: two reads
         # put a request whose process was preempted between them in one bucket, its start in the next
         now = clock.now()
+        if intended is None and now >= stop:
+            # the worker's `clock.now() < stop` was read before this request was made: the start
+            # is this read, and a level's requests start before its stop (its last bucket's end)
+            return None
         start_ref = intended if intended is not None else now
         rec = RequestRecord(
             request_id=rid,
