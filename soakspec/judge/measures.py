@@ -174,7 +174,7 @@ class Outcome:
 
     def count(self, records: Iterable[Row]) -> int:
         if isinstance(records, Rows):  # a chunk of rows at a time: a whole run's mask is never made
-            return sum(int(mask(Rows.of(t, sub), self.counts).sum()) for t, idx in records.parts for sub in _chunks_of(idx))
+            return sum(int(mask(Rows.of(t, sub), self.counts).sum()) for t, sub in records.chunks())
         return sum(1 for r in records if self.counts(r))
 
     def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
@@ -375,11 +375,10 @@ class PerRequest(Distribution):
     def value_chunks(self, records: Rows) -> Iterator[np.ndarray]:
         """`values(records)` a few rows at a time (table.SCAN_CHUNK): what a whole run's
         percentile and counts beyond a threshold read (`CHUNKED_ROWS`)."""
-        for t, idx in records.parts:
-            for a in range(0, len(idx), table_module.SCAN_CHUNK):
-                v = self.values(Rows.of(t, idx[a:a + table_module.SCAN_CHUNK]))
-                if len(v):
-                    yield v
+        for t, sub in records.chunks():
+            v = self.values(Rows.of(t, sub))
+            if len(v):
+                yield v
 
     def values(self, records: Iterable[Row]) -> Any:
         if isinstance(records, Rows):  # a scope's requests: vectorized, an array
@@ -494,8 +493,10 @@ def _itl_counted(records: Rows) -> stats.Counted | None:
     chunked = len(records) >= CHUNKED_ROWS  # a whole day's selection: never made at once
     for t, idx in (records.parts if chunked else completed(records).parts):
         if chunked:
-            vc = t.gap_counts_of_chunks(lambda t=t, idx=idx: (_counted_itl_rows(t, _done_rows(t, sub)) for sub in _chunks_of(idx)))
-            odd_rows = [i for sub in _chunks_of(idx) for i in t.odd(_done_rows(t, sub)).tolist()] if len(t.odd_rows) else []
+            whole = Rows.of(t, idx)
+            vc = t.gap_counts_of_chunks(lambda t=t, whole=whole: (_counted_itl_rows(t, _done_rows(t, sub)) for _, sub in whole.chunks()))
+            # the rows with extras first (a few), then which of them completed
+            odd_rows = _done_rows(t, np.concatenate([t.odd(sub) for _, sub in whole.chunks()])).tolist() if len(t.odd_rows) else []
         else:
             vc = t.gap_counts(_counted_itl_rows(t, idx))
             odd_rows = t.odd(idx).tolist()
@@ -524,12 +525,6 @@ def _done_rows(t: RequestTable, idx: np.ndarray) -> np.ndarray:
     """The completed rows of `idx` (`completed`)."""
     parts = completed(Rows.of(t, idx)).parts
     return parts[0][1] if parts else idx[:0]
-
-
-def _chunks_of(idx: np.ndarray) -> Iterator[np.ndarray]:
-    """`idx` a SCAN_CHUNK of rows at a time."""
-    step = table_module.SCAN_CHUNK
-    return (idx[a:a + step] for a in range(0, len(idx), step))
 
 
 # Selections of fewer rows count their gaps again each time they are asked (a cell or two: a
