@@ -305,7 +305,7 @@ def _level_of(t: RequestTable, keys: list[tuple[Any, Any]]) -> np.ndarray:
             continue
         w_ok = t.label_is("workload", wv)
         pos[(pos < 0) & w_ok & (lvl == (MISSING if lv_ is None else lv_))] = k
-    for i in t.odd(np.arange(t.n)).tolist():  # rows whose workload or level is not a plain value
+    for i in t.odd_rows.tolist():  # rows whose workload or level is not a plain value
         r = t.rec(i)
         w, lv_ = r.get("workload"), r.get("level")
         pos[i] = next((k for k, key in enumerate(keys) if key == (w, lv_) and type(key[1]) is type(lv_)), -1)

@@ -475,10 +475,12 @@ def _per_workload(t: RequestTable, by_workload: Mapping[str, Any], default: Any)
 ROWS_AT_ONCE = 1 << 17  # rows relabelled per vectorized step: its temporaries stay a few MB at any size
 
 
-def _parts(idx: np.ndarray) -> Iterator[np.ndarray]:
-    """`idx` a slice of ROWS_AT_ONCE rows at a time (at least one, maybe empty, slice)."""
-    for a in range(0, max(len(idx), 1), ROWS_AT_ONCE):
-        yield idx[a:a + ROWS_AT_ONCE]
+def _clean_parts(t: RequestTable) -> Iterator[np.ndarray]:
+    """The rows of `t` without extras, ascending, ROWS_AT_ONCE rows of the table at a time (at
+    least one, maybe empty, part): no array of every row's number (4 bytes a request)."""
+    dtype = np.int32 if t.n < 2**31 else np.int64
+    for a in range(0, max(t.n, 1), ROWS_AT_ONCE):
+        yield t.clean(np.arange(a, min(a + ROWS_AT_ONCE, t.n), dtype=dtype))
 
 
 def _deadline_per_row(t: RequestTable, idx: np.ndarray, deadlines: Mapping[tuple[Any, Any], float]) -> np.ndarray:
@@ -592,8 +594,6 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
     """`_relabel` over every request of a table: the derived outcomes, errors and usage flags
     as new label columns (the table itself is not changed), and the mislabeled-record notes."""
     outcome, error, usage = _Labels(t, "outcome"), _Labels(t, "error"), _Labels(t, "usage_mismatch")
-    every = np.arange(t.n, dtype=np.int32 if t.n < 2**31 else np.int64)
-    clean = t.clean(every)
     notes: list[tuple[int, str]] = []
     mislabeled = 0
     extras = dict(t.extras)
@@ -601,7 +601,7 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
     mt_of = np.array([np.nan if v is None else v for v in _per_workload(t, max_tokens, None)] or [np.nan], dtype=np.float64)
     lut = np.array([OUTCOME_CODES.index(v) if v in OUTCOME_CODES else -1 for v in t.values["outcome"]] or [-1], dtype=np.int8)
     wrong_rows: list[int] = []
-    for part in _parts(clean):
+    for part in _clean_parts(t):
         mt = mt_of[t.c["workload"][part]]
         derived = _derive_outcomes(t, part, _deadline_per_row(t, part, deadlines), mt)
         s_code = lut[t.c["outcome"][part]] if len(t.values["outcome"]) else np.full(len(part), -1, dtype=np.int8)
@@ -617,7 +617,7 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
         _, why = derive_outcome(r, deadlines.get((r.get("workload"), r.get("level"))), max_tokens.get(str(r.get("workload"))))
         notes.append((i, f"{r.get('request_id')} is labelled completed but its record says {', '.join(why)}"))
     # rows with extras: one by one, by `_relabel` itself
-    for i in t.odd(every).tolist():
+    for i in t.odd_rows.tolist():
         r = t.rec(i)
         w = str(r.get("workload"))
         got, note = _relabel(r, deadlines.get((r.get("workload"), r.get("level"))), max_tokens.get(w),
@@ -638,7 +638,7 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
         if note:
             mislabeled += 1
             notes.append((i, note))
-    odd = set(t.odd(every).tolist())
+    odd = set(t.odd_rows.tolist())
     # the server's own word: an error or a dropped attempt in a matched trace
     if verdicts:
         done = outcome.code("completed")
@@ -651,7 +651,7 @@ def _relabel_table(t: RequestTable, deadlines: Mapping[tuple[Any, Any], float], 
     done = outcome.code("completed")
     flag_of = np.array([bool(v) for v in usage.values], dtype=bool) if usage.values else None
     bnds = _per_workload(t, bounds, (None, True))
-    for part in _parts(clean):
+    for part in _clean_parts(t):
         flagged = flag_of[usage.codes[part]] if flag_of is not None else np.zeros(len(part), bool)
         cand = part[(outcome.codes[part] == done) & ~flagged]
         for i in cand[_usage_flags(t, cand, bnds)].tolist():
