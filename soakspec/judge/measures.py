@@ -243,8 +243,7 @@ class Distribution:
             except stats.InexactCount:  # binned gaps, `t` not an edge they were cut at: the gaps themselves
                 pass
         vals = np.asarray(self.values(records), dtype=np.float64)
-        sel = {"<": vals < t, "<=": vals <= t, ">": vals > t, ">=": vals >= t}[op]
-        return len(vals), int(np.count_nonzero(sel))
+        return len(vals), int(np.count_nonzero(OPS[op](vals, t)))
 
     def independent(self, records: Iterable[Row]) -> int | None:
         """How many independent draws the values of `records` are, when fewer than the values
