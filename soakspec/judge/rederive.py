@@ -278,6 +278,7 @@ def _match(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_field: str, 
     match = match_traces(Rows.of(table, np.arange(table.n, dtype=np.int64)), traces, id_field, forms, window_s)
     index = IdIndex(table.ids)
     got = TableMatch(table.n, index)
+    got.repeated = index.repeated()
     matched = [a for a in match.assignments if a.matched and a.request_id is not None]
     found = dict(index.rows_many([a.request_id for a in matched]))
     for k, a in enumerate(matched):
@@ -692,7 +693,7 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
             if (v := _server_verdict([p for p in ps if p is not None])) is not None:
                 verdicts.setdefault(table.ids[i], v)
         codes, values, multi = label_column(table, match)
-        table = table.with_labels({"trace": (codes, values)}, aux={"trace_multi": multi})
+        table = table.with_labels({"trace": (codes, values)}, aux={"trace_multi": multi, "repeated": match.repeated})
     else:
         table = table.with_labels({"trace": (np.zeros(table.n, dtype=np.int32), (None,))}, aux={"trace_multi": {}})
     table, label_notes = _relabel_table(table, deadlines, max_tokens, bounds, verdicts)

@@ -1097,7 +1097,9 @@ class RequestTable:
                  derived: frozenset[str] = frozenset()) -> None:
         self.n = n
         self.derived = derived  # ttft / latency: not held (NaN), every request's value derived when read
-        self.aux = aux or {}  # what the judge derived beside the columns (`tracematch`: trace_multi)
+        # what the judge derived beside the columns (`rederive`: trace_multi, the rows of each
+        # other row's trace payloads; repeated, the rows of each id recorded more than once)
+        self.aux = aux or {}
         self.f, self.i, self.c, self.values, self.sparse = f, i, c, values, sparse
         self.ids = ids
         self.extras = extras

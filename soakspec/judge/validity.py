@@ -137,9 +137,13 @@ def duplicate_ids(rows: Rows) -> list[str]:
     """The request ids of `rows` recorded more than once, sorted. Found through their hashes
     (8 bytes a request, sorted), not a set of every id: only ids whose hash repeats are
     compared as text."""
-    if len(rows.parts) == 1 and len(rows.parts[0][1]) == rows.parts[0][0].n and isinstance(rows.parts[0][0].ids, IdColumn):
-        ids = rows.parts[0][0].ids  # one whole table (the usual case): its index's repeated ids
-        return sorted({ids[g[0]] for g in IdIndex(ids).repeated()})
+    if len(rows.parts) == 1 and len(rows.parts[0][1]) == rows.parts[0][0].n:
+        t = rows.parts[0][0]  # one whole table (the usual case): its index's repeated ids
+        groups = t.aux.get("repeated")  # found by trace matching (`rederive`), where the index was at hand
+        if groups is None and isinstance(t.ids, IdColumn):
+            groups = IdIndex(t.ids).repeated()
+        if groups is not None:
+            return sorted({str(t.ids[g[0]]) for g in groups})
     hashes = []
     for t, idx in rows.parts:
         ids = t.ids if len(idx) == t.n else [t.ids[i] for i in idx.tolist()]  # a whole table: in any order
