@@ -639,3 +639,38 @@ def test_requests_recorded_per_level_count_rows_with_extras_and_never_the_follow
     assert len(t.odd_rows) > 2 and (t.i["bucket"][t.odd_rows] < -1).any()  # the cases under test
     want = Counter((r["workload"], r["level"]) for r in recs if r["bucket"] >= -1)
     assert recorded(t) == dict(want) == {("w", 0): 20, ("w", 1): 20}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1), swaps=st.integers(0, 3), warmup=st.integers(0, 3))
+def test_one_levels_measured_requests_are_its_own_selection_when_already_in_order(seed, swaps, warmup):
+    """A backend of one level: its measured requests are the level's selection itself (no copy,
+    one memo) when the level's rows, bucket after bucket, are already in the judge's order; when
+    a late start put a request of an earlier bucket after one of a later bucket (its rows
+    regrouped by bucket), a selection of their own in the judge's order. Either way, the rows
+    sorting them gives."""
+    import numpy as np
+
+    from soakspec.judge.table import ordered
+
+    rng = random.Random(seed)
+    spec = small_spec("require failed == 0", levels="[2]", bucket="30s")
+    b = EvidenceBuilder(spec, per_bucket=5)
+    recs = b.records["a"]
+    lv = b.entry("a")["levels"][0]
+    for _ in range(warmup):
+        recs.append(b.request("a", lv["workload"], lv["index"], -1, lv["measure_start"] - rng.uniform(0.1, 2.0),
+                              conc=lv.get("concurrency"), rate=None))
+    measured = [r for r in recs if r["bucket"] >= 0]
+    for _ in range(swaps):  # a request sent later than a request of the next bucket (its bucket kept)
+        x, y = rng.sample(measured, 2)
+        if x["bucket"] != y["bucket"]:
+            for k in ("intended_start", "start", "first_byte", "first_token", "end"):
+                x[k], y[k] = y[k], x[k]
+    rng.shuffle(recs)
+    bk = join(spec, b.build()).judged[0]
+    (level,) = bk.levels
+    rows = np.concatenate([idx for _, idx in level.records.parts])
+    want = ordered(bk.table, rows).tolist()
+    assert bk.measured.parts[0][1].tolist() == want
+    assert (bk.measured is level.records) == (rows.tolist() == want)

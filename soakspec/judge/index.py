@@ -186,6 +186,12 @@ class BackendIndex:
             for _, idx in parts:
                 keep[idx] = True
             order = every[0][1]
+            held = [idx for _, idx in parts if len(idx)]
+            if len(held) == 1 and _follows(held[0], order, keep):
+                # one level's rows, already in that order (the usual run): its selection itself,
+                # memo and all (a copy was 4 bytes a request beside it)
+                return next((lv.records for lv in self.levels if lv.records.parts and lv.records.parts[0][1] is held[0]),
+                            Rows.of(t, held[0]))
             return Rows.of(t, order[keep[order]])
         return Rows.of(t, ordered(t, np.concatenate([idx for _, idx in parts])))
 
@@ -415,6 +421,19 @@ def _traces(be: BackendEvidence) -> tuple[frozenset[str], dict[str, tuple[Mappin
             if isinstance(p, Mapping):
                 payloads.setdefault(rid, []).append(p)
     return frozenset(traced), {k: tuple(v) for k, v in payloads.items()}
+
+
+def _follows(idx: np.ndarray, order: np.ndarray, keep: np.ndarray) -> bool:
+    """Whether `idx` is `order[keep[order]]` (the rows `keep` marks, in `order`'s order),
+    compared a chunk of `order` at a time (that array never made)."""
+    at = 0
+    for a in range(0, len(order), table_module.SCAN_CHUNK):
+        part = order[a:a + table_module.SCAN_CHUNK]
+        got = part[keep[part]]
+        if not np.array_equal(got, idx[at:at + len(got)]):
+            return False
+        at += len(got)
+    return at == len(idx)
 
 
 def _kept(rows: np.ndarray, test: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
