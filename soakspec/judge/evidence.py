@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from soakspec import heap
 from soakspec.evidence import layout
 from soakspec.evidence.io import (EvidenceChanged, EvidenceError, EvidenceFormatError, EvidenceNotFound,  # noqa: F401 - EvidenceNotFound: the commands' import
                                   iter_jsonl, read_json, require_evidence_dir, sha256_file)
@@ -580,6 +581,7 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
             safe = layout.safe_name(entry["name"])
             be = _load_backend(root, entry, read, from_log, slots.get(safe), cut.get(safe), edges)
             backends.append(dataclasses.replace(be, client=client[be.name]) if be.name in client else be)
+    heap.release()  # the blocks' decoded records and per-block arrays, freed in the heap's middle
     return Evidence(manifest, tuple(backends), integrity, manifest_sha, str(run_dir))
 
 

@@ -13,6 +13,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
+from soakspec import heap
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, Window, index
 from soakspec.lang.spec import Gate, Rule, Spec
@@ -155,6 +156,7 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tu
     if not whole:
         spec, evidence, sweep = narrow(spec, evidence)  # a sweep is judged at its found level
     evidence, ran = rederived(spec, evidence)
+    heap.release()  # what trace matching and relabelling freed (the id index, each chunk's traces)
     m = evidence.manifest
     time_scale, bad_time_scale = _time_scale(m)
     rehearsal = m.get("rehearsal") is True
@@ -169,6 +171,7 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tu
     p = make_plan(spec, time_scale=time_scale, rehearse=rehearsal, only=chosen)
     planned = {bp.name: bp for bp in p.backends}
     indexes = index(evidence)
+    heap.release()  # the selections' temporaries, before the rules allocate theirs
     backends: dict[str, BackendIndex] = {}
     for bi in indexes:
         if bi.name in planned:
