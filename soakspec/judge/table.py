@@ -424,6 +424,7 @@ class _CellCounter:
         self.n_ok: list[int] = []
         self.pending: list[list[tuple[np.ndarray, np.ndarray]]] = []
         self.counted = 0  # rows whose gaps are counted
+        self.active: set[int] = set()  # the cells the last block counted gaps into
         self.edges = edges if edges is not None else np.zeros(0, dtype=np.int64)  # where bins are cut (`gapbins.edges_for`)
         self.binned: dict[int, CellBins] = {}  # the cells past CELL_EXACT_MAX distinct gaps: counted in bins
 
@@ -475,6 +476,14 @@ class _CellCounter:
             per_gap = np.repeat(np.where(ok, cells, -1), lens)
             groups = [(int(c), us[per_gap == c]) for c in np.unique(cells[ok]).tolist()]
         edges, binned = self.edges, self.binned
+        # a cell the rows have moved past (the next bucket began: rows come in time order) is
+        # folded into one pair of 4-byte arrays now, not left as up to MERGE_AT pairs of 8-byte
+        # ones until `finish` -- every cell of a day's soak held so was ~20 bytes a request
+        # (~190 MiB at 10^7 requests of a real server's gaps, the loading's peak)
+        now = {c for c, g in groups if len(g)}
+        for c in self.active - now:
+            self._fold(c)
+        self.active = now
         for c, g in groups:
             if not len(g):
                 continue
@@ -498,18 +507,26 @@ class _CellCounter:
         self.binned[c] = CellBins.of(v, n, self.edges)
         self.pending[c] = [_binned(v, n, self.edges)]
 
+    def _fold(self, c: int) -> None:
+        """Cell c's pending pairs merged into one (binned if it now holds too many distinct
+        gaps), held in 4 bytes an entry: a gap or bin is below 2**31 µs (`_flush`), a count
+        below 2**32 but for a cell of more gaps (then 8), so 8 bytes an entry rather than 16 (a
+        day of a real server's binned cells is ~1,800 entries each)."""
+        p = self.pending[c]
+        v, n = _merge_counts([v for v, _ in p], [n for _, n in p])
+        if c not in self.binned and len(v) > gapbins.CELL_EXACT_MAX:
+            self.pending[c] = [(v, n)]
+            self._bin(c)
+            v, n = self.pending[c][0]
+        self.pending[c] = [(v.astype(np.int32) if len(v) else v, n.astype(np.uint32) if len(n) and int(n.max()) < 2**32 else n)]
+
     def finish(self) -> GapCells:
         vals, counts = [], []
-        for c, p in enumerate(self.pending):
-            v, n = _merge_counts([v for v, _ in p], [n for _, n in p])
-            if c not in self.binned and len(v) > gapbins.CELL_EXACT_MAX:
-                self.pending[c] = [(v, n)]
-                self._bin(c)
-                v, n = self.pending[c][0]
-            # held in 4 bytes each (a gap or bin is below 2**31 µs: `_flush`), 8 bytes an entry
-            # rather than 16: a day of a real server's binned cells is ~1,800 entries each
-            vals.append(v.astype(np.int32) if len(v) else v)
-            counts.append(n.astype(np.uint32) if len(n) and int(n.max()) < 2**32 else n)
+        for c in range(len(self.pending)):
+            self._fold(c)
+            (v, n), = self.pending[c]
+            vals.append(v)
+            counts.append(n)
         cell = np.frombuffer(self.cell, dtype=np.int32) if len(self.cell) else np.zeros(0, dtype=np.int32)
         ok = np.frombuffer(self.ok, dtype=np.int8).astype(bool) if len(self.ok) else np.zeros(0, dtype=bool)
         return GapCells(cell, ok, np.asarray(self.n_ok, dtype=np.int64), vals, counts, self.edges, self.binned)
