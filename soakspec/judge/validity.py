@@ -134,9 +134,10 @@ def _backend_problems(bi: BackendIndex) -> list[Instance]:
 
 
 def duplicate_ids(rows: Rows) -> list[str]:
-    """The request ids of `rows` recorded more than once, sorted. Found through their hashes
-    (8 bytes a request, sorted), not a set of every id: only ids whose hash repeats are
-    compared as text."""
+    """The request ids of `rows` recorded more than once, sorted. For one whole table, the
+    groups trace matching found (`aux["repeated"]`), else its `IdIndex`'s; otherwise through
+    their hashes (8 bytes a request, sorted), not a set of every id: only ids whose hash
+    repeats are compared as text."""
     if len(rows.parts) == 1 and len(rows.parts[0][1]) == rows.parts[0][0].n:
         t = rows.parts[0][0]  # one whole table (the usual case): its index's repeated ids
         groups = t.aux.get("repeated")  # found by trace matching (`rederive`), where the index was at hand
