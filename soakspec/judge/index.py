@@ -427,8 +427,7 @@ def _follows(idx: np.ndarray, order: np.ndarray, keep: np.ndarray) -> bool:
     """Whether `idx` is `order[keep[order]]` (the rows `keep` marks, in `order`'s order),
     compared a chunk of `order` at a time (that array never made)."""
     at = 0
-    for a in range(0, len(order), table_module.SCAN_CHUNK):
-        part = order[a:a + table_module.SCAN_CHUNK]
+    for part in table_module.slices(order):
         got = part[keep[part]]
         if not np.array_equal(got, idx[at:at + len(got)]):
             return False
@@ -439,12 +438,10 @@ def _follows(idx: np.ndarray, order: np.ndarray, keep: np.ndarray) -> bool:
 def _kept(rows: np.ndarray, test: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """The rows for which `test` (vectorized) holds, in order, tested a chunk at a time (a whole
     run's per-row temporaries were the join's peak at 10^7 requests)."""
-    step = table_module.SCAN_CHUNK
-    n = sum(int(np.count_nonzero(test(rows[a:a + step]))) for a in range(0, len(rows), step))
+    n = sum(int(np.count_nonzero(test(part))) for part in table_module.slices(rows))
     out = np.empty(n, dtype=rows.dtype)  # filled in place: the chunks' results never held beside it
     at = 0
-    for a in range(0, len(rows), step):
-        part = rows[a:a + step]
+    for part in table_module.slices(rows):
         got = part[test(part)]
         out[at:at + len(got)] = got
         at += len(got)

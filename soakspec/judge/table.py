@@ -230,7 +230,7 @@ class GapCells:
         """(distinct gaps in µs, ascending; their counts; None) of rows `idx`, or None when
         `idx` is not exactly the counted rows of some cells. Where one of those cells is
         binned: (bins, their counts, what is known besides: `CellBins`)."""
-        return self.counts_of_chunks(lambda: _slices(idx))
+        return self.counts_of_chunks(lambda: slices(idx))
 
     def counts_of_chunks(self, chunks: Callable[[], Iterable[np.ndarray]]) -> tuple[np.ndarray, np.ndarray, CellBins | None] | None:
         """`counts_of` the rows the arrays `chunks()` yields hold together (a whole run's
@@ -1325,7 +1325,7 @@ class RequestTable:
         from the cells when `idx` is whole cells' counted rows (binned, where a cell is:
         `gapbins`), else a chunk of rows at a time, counted by value. None when the gaps are
         float64 (not whole microseconds)."""
-        return self.gap_counts_of_chunks(lambda: _slices(idx), rows_at_once)
+        return self.gap_counts_of_chunks(lambda: slices(idx), rows_at_once)
 
     def gap_counts_of_chunks(self, chunks: Callable[[], Iterable[np.ndarray]], rows_at_once: int = 1 << 13) -> stats.Counted | None:
         """`gap_counts` of the rows the arrays `chunks()` yields hold together (distinct rows;
@@ -1465,7 +1465,7 @@ class Rows(Sequence):
         """The parts, `size` (SCAN_CHUNK) rows at a time (views, no copy): a vectorized count or
         sum over a scope allocates its temporaries for one chunk, not for every request of it."""
         for t, idx in self.parts:
-            for sub in _slices(idx, size):
+            for sub in slices(idx, size):
                 yield t, sub
 
     def select(self, mask_of) -> Rows:
@@ -1495,7 +1495,7 @@ class Rows(Sequence):
         rows with extras), in order; the predicate computed SCAN_CHUNK rows at a time."""
         parts = []
         for t, idx in self.parts:
-            kept = [sub[Rows.of(t, sub).map(col_of, row_of, bool)] for sub in _slices(idx)]
+            kept = [sub[Rows.of(t, sub).map(col_of, row_of, bool)] for sub in slices(idx)]
             parts.append((t, kept[0] if len(kept) == 1 else np.concatenate(kept)))
         return Rows(tuple(parts))
 
@@ -1506,7 +1506,7 @@ class Rows(Sequence):
         return [t.ids[i] for t, idx in self.parts for i in idx.tolist()]
 
 
-def _slices(idx: np.ndarray, size: int | None = None) -> list[np.ndarray]:
+def slices(idx: np.ndarray, size: int | None = None) -> list[np.ndarray]:
     """`idx` in views of `size` (SCAN_CHUNK) rows (one, maybe empty, for a short one)."""
     size = SCAN_CHUNK if size is None else size
     return [idx[a:a + size] for a in range(0, len(idx), size)] or [idx]
