@@ -186,12 +186,11 @@ class BackendIndex:
             for _, idx in parts:
                 keep[idx] = True
             order = every[0][1]
-            held = [idx for _, idx in parts if len(idx)]
-            if len(held) == 1 and _follows(held[0], order, keep):
-                # one level's rows, already in that order (the usual run): its selection itself,
-                # memo and all (a copy was 4 bytes a request beside it)
-                return next((lv.records for lv in self.levels if lv.records.parts and lv.records.parts[0][1] is held[0]),
-                            Rows.of(t, held[0]))
+            held = [r for r in (*(lv.records for lv in self.levels), self.orphans) if len(r)]
+            if len(held) == 1 and len(held[0].parts) == 1 and _follows(held[0].parts[0][1], order, keep):
+                # one selection holds every measured row, already in that order (one level: the
+                # usual run): that selection itself, memo and all (a copy was 4 bytes a request)
+                return held[0]
             return Rows.of(t, order[keep[order]])
         return Rows.of(t, ordered(t, np.concatenate([idx for _, idx in parts])))
 
