@@ -182,5 +182,50 @@ def test_a_percentile_read_a_chunk_at_a_time_is_the_percentile_of_every_value(xs
     assert (got, n) == (stats.percentile(xs, q), len(xs))
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(finite, min_size=1, max_size=200), few_values,
+                 st.lists(st.floats(0.001, 100.0), min_size=1, max_size=200)),
+       st.lists(st.one_of(st.sampled_from([0.0, 50.0, 95.0, 99.0, 100.0]), st.floats(0, 100)), min_size=1, max_size=5),
+       st.integers(1, 40), st.sampled_from([0, 1, 7, 1 << 18]))
+def test_percentiles_sharing_their_passes_are_each_the_percentile_of_every_value(xs, qs, size, gather):
+    """Several percentiles read together (the report's p50, p95 and p99 of a day's ttft: their
+    counting passes shared) give each what `percentile` gives alone, bit for bit -- equal
+    percentiles, ones whose intervals part after the first pass, and ones that finish early."""
+    import numpy as np
+
+    v = np.asarray(xs, dtype=np.float64)
+
+    def chunks():
+        return (v[i:i + size] for i in range(0, len(v), size))
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(stats, "SELECT_GATHER", gather)
+        got, n = stats.percentiles_of_chunks(chunks, qs)
+        alone = [stats.percentile_of_chunks(chunks, q)[0] for q in qs]
+    assert n == len(xs)
+    assert got == [stats.percentile(xs, q) for q in qs] == alone
+
+
+def test_the_reports_three_percentiles_of_a_days_values_read_them_as_often_as_one():
+    """p50, p95 and p99 of 10^6 distinct values: their counting passes are shared (three and
+    a gather, or fewer), not one search after another."""
+    import numpy as np
+
+    v = np.random.default_rng(7).lognormal(-2.0, 0.5, 1_000_000)
+    calls = []
+
+    def chunks():
+        calls.append(1)
+        return (v[i:i + 65536] for i in range(0, len(v), 65536))
+
+    got, n = stats.percentiles_of_chunks(chunks, (50, 95, 99))
+    assert got == [stats.percentile(v, q) for q in (50, 95, 99)] and n == len(v)
+    shared = len(calls)
+    calls.clear()
+    stats.percentile_of_chunks(chunks, 99)
+    assert shared <= len(calls) + 1  # one search's passes (and at most one more gather), not three searches'
+
+
 def test_a_percentile_of_no_chunks_is_none():
     assert stats.percentile_of_chunks(lambda: iter(()), 50) == (None, 0)
+    assert stats.percentiles_of_chunks(lambda: iter(()), (50, 99)) == ([None, None], 0)

@@ -52,7 +52,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 # the one definition, shared with `check` (its W509 warning), at the bottom of the pipeline
@@ -146,60 +146,119 @@ def percentile_of_chunks(chunks: Callable[[], Iterable[np.ndarray]], q: float) -
     """(`percentile(values, q)`, len(values)) of the values the arrays `chunks()` yields hold
     together (float64, not NaN, any order), exactly, bit for bit, without holding them all:
     what the judge asks of a whole day's ttft or latency (10^7 requests: an array of them, 80
-    MB, and its selection was the gate's peak). `chunks` is called once a pass. Each pass counts
-    the values by 16 bits of their order-preserving key (`_order_keys`) within the key interval
-    that still holds the two order statistics the percentile interpolates between, narrowing
-    it 2^16-fold; once it holds at most SELECT_GATHER values they are gathered and the two
-    selected as `percentile` does (or, once a pass counted single keys, the two are known). At
-    most five passes (64 bits), three for any spread a server's times have."""
-    if not 0 <= q <= 100 or math.isnan(q):
-        raise ValueError(f"percentile must be within [0, 100], got {q!r}")
-    lo_key, hi_key = 0, (1 << 64) - 1  # the interval (inclusive) holding both order statistics
-    below, inside, n, ranks = 0, -1, -1, (0, 0)
-    known: tuple[float, float] | None = None  # both order statistics, once a pass counted single keys
-    while known is None and (inside > SELECT_GATHER or inside < 0):
-        shift = max(0, (hi_key - lo_key).bit_length() - 16)
-        counts = np.zeros(((hi_key - lo_key) >> shift) + 1, dtype=np.int64)
-        lo, hi = np.uint64(lo_key), np.uint64(hi_key)
+    MB, and its selection was the gate's peak). See `percentiles_of_chunks`."""
+    got, n = percentiles_of_chunks(chunks, (q,))
+    return got[0], n
+
+
+def percentiles_of_chunks(chunks: Callable[[], Iterable[np.ndarray]], qs: Sequence[float]) -> tuple[list[float | None], int]:
+    """([`percentile(values, q)` for q in qs], len(values)) of the values the arrays `chunks()`
+    yields hold together (float64, not NaN, any order), exactly, bit for bit, without holding
+    them all. `chunks` is called once a pass. Each pass counts the values by 16 bits of their
+    order-preserving key (`_order_keys`) within the key interval that still holds the two order
+    statistics a percentile interpolates between, narrowing it 2^16-fold; once it holds at most
+    SELECT_GATHER values they are gathered and the two selected as `percentile` does (or, once
+    a pass counted single keys, the two are known). At most five passes (64 bits), three for
+    any spread a server's times have; the percentiles share their passes (the report's p50,
+    p95 and p99 of a day's ttft read it as often as one does)."""
+    for q in qs:
+        if not 0 <= q <= 100 or math.isnan(q):
+            raise ValueError(f"percentile must be within [0, 100], got {q!r}")
+    searches = [_Search(q) for q in qs]
+    n = -1
+    while active := [s for s in searches if s.counting]:
+        tallies: dict[tuple[int, int], np.ndarray] = {}  # key interval -> counts (percentiles still together share one)
+        for s in active:
+            if (s.lo_key, s.hi_key) not in tallies:
+                tallies[s.lo_key, s.hi_key] = np.zeros(((s.hi_key - s.lo_key) >> s.shift) + 1, dtype=np.int64)
         for c in chunks():
             k = _order_keys(c)
-            if lo_key or hi_key < (1 << 64) - 1:
-                k = k[(k >= lo) & (k <= hi)]
-            if len(k):
-                got = np.bincount(((k - lo) >> np.uint64(shift)).astype(np.int64))
-                counts[:len(got)] += got
+            for (lo_key, hi_key), counts in tallies.items():
+                lo = np.uint64(lo_key)
+                kk = k[(k >= lo) & (k <= np.uint64(hi_key))] if lo_key or hi_key < _ALL_KEYS else k
+                if len(kk):
+                    got = np.bincount(((kk - lo) >> np.uint64(_shift(lo_key, hi_key))).astype(np.int64))
+                    counts[:len(got)] += got
         if n < 0:  # the first pass counts every value
-            n = int(counts.sum())
+            n = int(next(iter(tallies.values())).sum())
             if n == 0:
-                return None, 0
-            h = (n - 1) * q / 100.0
-            r0 = min(math.floor(h), n - 1)
-            ranks = (r0, min(r0 + 1, n - 1))
+                return [None] * len(qs), 0
+            for s in searches:
+                s.rank(n)
+        for s in active:
+            s.narrow(tallies[s.lo_key, s.hi_key], chunks)
+    gather = [s for s in searches if s.known is None]
+    if gather:  # one pass gathers each interval's values
+        got: list[list[np.ndarray]] = [[] for _ in gather]
+        for c in chunks():
+            k = _order_keys(c)
+            for g, s in zip(got, gather):
+                g.append(c[(k >= np.uint64(s.lo_key)) & (k <= np.uint64(s.hi_key))])
+        for g, s in zip(got, gather):
+            vals = np.concatenate(g) if g else np.zeros(0)
+            i, j = s.ranks[0] - s.below, s.ranks[1] - s.below
+            vals.partition((i, j))
+            s.known = float(vals[i]), float(vals[j])
+    return [s.value(n) for s in searches], n
+
+
+_ALL_KEYS = (1 << 64) - 1
+
+
+def _shift(lo_key: int, hi_key: int) -> int:
+    """How far keys in [lo_key, hi_key] are shifted to count them in at most 2^16 bins."""
+    return max(0, (hi_key - lo_key).bit_length() - 16)
+
+
+class _Search:
+    """One percentile's narrowing in `percentiles_of_chunks`: the key interval (inclusive)
+    holding both order statistics it interpolates between, how many values lie below it, and
+    the two values once known."""
+
+    def __init__(self, q: float) -> None:
+        self.q = q
+        self.lo_key, self.hi_key = 0, _ALL_KEYS
+        self.below, self.inside = 0, -1
+        self.ranks = (0, 0)
+        self.known: tuple[float, float] | None = None
+
+    @property
+    def shift(self) -> int:
+        return _shift(self.lo_key, self.hi_key)
+
+    @property
+    def counting(self) -> bool:
+        """Another counting pass is needed (not known, more values inside than to gather)."""
+        return self.known is None and (self.inside > SELECT_GATHER or self.inside < 0)
+
+    def rank(self, n: int) -> None:
+        r0 = min(math.floor((n - 1) * self.q / 100.0), n - 1)
+        self.ranks = (r0, min(r0 + 1, n - 1))
+
+    def narrow(self, counts: np.ndarray, chunks: Callable[[], Iterable[np.ndarray]]) -> None:
+        """Narrow the interval to the bins of `counts` (this interval's, by `shift`) that hold
+        the two order statistics."""
+        shift, lo_key, hi_key = self.shift, self.lo_key, self.hi_key
         cum = np.cumsum(counts)
-        a = int(np.searchsorted(cum, ranks[0] - below, side="right"))
-        b = int(np.searchsorted(cum, ranks[1] - below, side="right"))
+        a = int(np.searchsorted(cum, self.ranks[0] - self.below, side="right"))
+        b = int(np.searchsorted(cum, self.ranks[1] - self.below, side="right"))
         before = int(cum[a - 1]) if a else 0
-        inside = int(cum[b]) - before
-        below += before
+        self.inside = int(cum[b]) - before
+        self.below += before
         if shift == 0:  # a count per key: the order statistics are those keys' values
-            known = _key_value(lo_key + a), _key_value(lo_key + b)
+            self.known = _key_value(lo_key + a), _key_value(lo_key + b)
         elif a != b:  # neighbours in rank, apart in key: the last of bin a and the first of bin b
-            known = _edge_values(chunks, (lo_key + (a << shift), lo_key + ((a + 1) << shift) - 1),
-                                 (lo_key + (b << shift), min(hi_key, lo_key + ((b + 1) << shift) - 1)))
-        lo_key, hi_key = lo_key + (a << shift), min(hi_key, lo_key + ((b + 1) << shift) - 1)
-    if known is not None:
-        a_, b_ = known
-    else:
-        lo, hi = np.uint64(lo_key), np.uint64(hi_key)
-        got = [c[(k >= lo) & (k <= hi)] for c in chunks() for k in (_order_keys(c),)]
-        vals = np.concatenate(got) if got else np.zeros(0)
-        i, j = ranks[0] - below, ranks[1] - below
-        vals.partition((i, j))
-        a_, b_ = float(vals[i]), float(vals[j])
-    frac = (n - 1) * q / 100.0 - ranks[0]
-    if n == 1 or ranks[0] >= n - 1 or frac == 0 or a_ == b_:
-        return a_, n
-    return float(a_ + frac * (b_ - a_)), n
+            self.known = _edge_values(chunks, (lo_key + (a << shift), lo_key + ((a + 1) << shift) - 1),
+                                      (lo_key + (b << shift), min(hi_key, lo_key + ((b + 1) << shift) - 1)))
+        self.lo_key, self.hi_key = lo_key + (a << shift), min(hi_key, lo_key + ((b + 1) << shift) - 1)
+
+    def value(self, n: int) -> float:
+        assert self.known is not None
+        a_, b_ = self.known
+        frac = (n - 1) * self.q / 100.0 - self.ranks[0]
+        if n == 1 or self.ranks[0] >= n - 1 or frac == 0 or a_ == b_:
+            return a_
+        return float(a_ + frac * (b_ - a_))
 
 
 def _edge_values(chunks: Callable[[], Iterable[np.ndarray]], first: tuple[int, int], second: tuple[int, int]) -> tuple[float, float]:
@@ -470,6 +529,26 @@ def mean(values: Iterable[float]) -> float | None:
     if not xs:
         return None
     return math.fsum(xs) / len(xs)
+
+
+def mean_min_max_of_chunks(chunks: Iterable[np.ndarray]) -> tuple[float | None, float | None, float | None]:
+    """(`mean`, least, greatest) of the values the arrays `chunks` yield hold together (float64,
+    not NaN), in one pass, without holding them all: what `mean`, `min` and `max` of them all
+    give (one exactly rounded sum of every value, which no order changes). Nones: no values."""
+    seen = [0, math.inf, -math.inf]  # how many, least, greatest
+
+    def lists() -> Iterator[list[float]]:
+        for c in chunks:
+            if len(c):
+                seen[0] += len(c)
+                seen[1], seen[2] = min(seen[1], float(np.min(c))), max(seen[2], float(np.max(c)))
+                for k in range(0, len(c), _CHUNK):
+                    yield c[k:k + _CHUNK].tolist()
+
+    total = math.fsum(itertools.chain.from_iterable(lists()))
+    if not seen[0]:
+        return None, None, None
+    return total / seen[0], seen[1], seen[2]
 
 
 def median(values: Iterable[float]) -> float | None:
