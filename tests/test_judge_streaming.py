@@ -264,10 +264,21 @@ def test_a_whole_run_read_a_few_rows_at_a_time_gets_the_same_verdict(monkeypatch
     spec = small_spec(rules, levels="[2, 4]", duration="4m")
     b.spec = spec
     ev = b.build()
-    want = judge_run(join(spec, ev)).to_json()
+    run = join(spec, ev)
+    want, want_summary = judge_run(run).to_json(), summarize_run(run)
     monkeypatch.setattr(measures, "CHUNKED_ROWS", 1)
     monkeypatch.setattr(table_mod, "SCAN_CHUNK", 7)
     monkeypatch.setattr(stats, "SELECT_GATHER", 5)
-    got = judge_run(join(spec, ev)).to_json()
+    read = []  # how many rows each read of per-request values took
+    values = measures.PerRequest.values
+    monkeypatch.setattr(measures.PerRequest, "values", lambda self, records: read.append(len(records)) or values(self, records))
+    run = join(spec, ev)
+    got = judge_run(run).to_json()
     assert got == want
     assert {"pass", "fail", "inconclusive"} <= {r["status"] for r in got["rules"]}
+    read.clear()
+    got_summary = summarize_run(run)
+    # results.json's ttft / latency / tpot (count, p50/p95/p99, mean, min, max) the same, bit for
+    # bit, every level's values read a chunk of rows at a time
+    assert got_summary == want_summary
+    assert read and max(read) <= 7

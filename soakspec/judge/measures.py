@@ -358,22 +358,30 @@ class PerRequest(Distribution):
         return Censored(known, np.concatenate(low), np.concatenate(high), n_out, n_stalled)
 
     def percentile_of(self, records: Iterable[Row], q: float) -> tuple[float | None, int]:
-        if isinstance(records, Rows) and len(records) >= CHUNKED_ROWS:  # a day's requests: never all held
-            return stats.percentile_of_chunks(lambda: self.value_chunks(records), q)
+        chunks = self.chunked(records)
+        if chunks is not None:  # a day's requests: never all held
+            return stats.percentile_of_chunks(chunks, q)
         return super().percentile_of(records, q)
 
     def beyond(self, records: Iterable[Row], op: str, t: float) -> tuple[int, int]:
-        if isinstance(records, Rows) and len(records) >= CHUNKED_ROWS:
+        chunks = self.chunked(records)
+        if chunks is not None:
             n = over = 0
-            for v in self.value_chunks(records):
+            for v in chunks():
                 n += len(v)
                 over += int(np.count_nonzero(OPS[op](v, t)))
             return n, over
         return super().beyond(records, op, t)
 
-    def value_chunks(self, records: Rows) -> Iterator[np.ndarray]:
-        """`values(records)` a few rows at a time (table.SCAN_CHUNK): what a whole run's
-        percentile and counts beyond a threshold read (`CHUNKED_ROWS`)."""
+    def chunked(self, records: Iterable[Row]) -> Callable[[], Iterator[np.ndarray]] | None:
+        """`values(records)` to read a few rows at a time (table.SCAN_CHUNK), pass after pass,
+        where `records` are a day's (`CHUNKED_ROWS` rows or more): what a whole run's
+        percentiles, counts beyond a threshold and summary read. None: few enough to hold."""
+        if isinstance(records, Rows) and len(records) >= CHUNKED_ROWS:
+            return lambda: self._value_chunks(records)
+        return None
+
+    def _value_chunks(self, records: Rows) -> Iterator[np.ndarray]:
         for t, sub in records.chunks():
             v = self.values(Rows.of(t, sub))
             if len(v):
