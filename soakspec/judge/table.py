@@ -541,8 +541,7 @@ def compact(col: np.ndarray) -> np.ndarray:
     n = len(col)
     if n > 1 and col.strides != (0,):
         first = col[:1]
-        same = np.isnan(col).all() if col.dtype.kind == "f" and first[0] != first[0] else (col == first[0]).all()
-        if same:
+        if same_values(col, np.broadcast_to(first, (n,))):  # -0.0 is not 0.0 (`same_values`)
             return np.broadcast_to(first.copy(), (n,))
     return col
 
