@@ -18,6 +18,7 @@ bucket 0 and a follow-up request moved into a bucket (which qps and throughput l
 from __future__ import annotations
 
 import math
+import struct
 import random
 from collections import Counter
 from typing import Any
@@ -574,6 +575,70 @@ def test_a_levels_rows_grouped_by_bucket_are_a_stable_sort_by_bucket(buckets, gr
     for r in sorted(range(len(bk)), key=lambda r: bk[r]):
         want.setdefault(bk[r], []).append(r)
     assert list(got) == sorted(want) and {k: v.tolist() for k, v in got.items()} == want
+
+
+_any_time = st.one_of(
+    _stamp, st.floats(1.7e9 - 3000, 1.7e9 + 3000, allow_nan=False).map(lambda x: round(x, 6)),  # whole µs, near or far
+    st.floats(allow_nan=False, allow_infinity=False), st.sampled_from([0.0, -0.0, 5e-324, 1e300, 0.000001, 2147.483647, 2147.483648]),
+    st.floats(0, 5, allow_nan=False).map(lambda x: round(x, 6)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(rows=st.lists(st.fixed_dictionaries({k: _any_time for k in ("start", "end", "intended_start", "first_token", "first_byte",
+                                                                   "tpot", "client_delay")}), min_size=1, max_size=30),
+       chunk=st.integers(1, 9), picks=st.lists(st.integers(0, 10**6), max_size=40), data=st.data())
+def test_time_columns_held_in_microseconds_read_back_bit_for_bit(rows, chunk, picks, data):
+    """A float column held in 4 bytes a request (`MicroColumn`: whole microseconds after the
+    request's start, or alone) reads back every value exactly as recorded -- by row, slice,
+    index array or mask, bits compared (-0.0 stays -0.0, an absent value None) -- whatever the
+    values: whole microseconds within or beyond 35 minutes of the start, an absent start,
+    values that are not whole microseconds (the column then stays float64)."""
+    import unittest.mock
+
+    import numpy as np
+
+    from soakspec.judge import table as T
+
+    recs = [{"request_id": f"r{i}", "bucket": 0, "outcome": "completed", **{k: v for k, v in r.items() if v is not None}}
+            for i, r in enumerate(rows)]
+    with unittest.mock.patch.object(T, "SCAN_CHUNK", chunk):
+        t = build_table(recs)
+    n = len(recs)
+    idx = np.array([p % n for p in picks], dtype=np.int64)
+    mask = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)))
+    bits = lambda xs: [None if x is None or x != x else struct.pack("<d", x) for x in xs]
+    for k in rows[0]:
+        col = [r.get(k) for r in recs]
+        assert bits([t.value(i, k) for i in range(n)]) == bits(col), k
+        assert bits([float(t.f[k][-1])]) == bits(col[-1:]), k  # a row counted from the end
+        for sel in (slice(None), slice(1, None, 2), idx, mask):
+            want = [col[i] for i in (range(n)[sel] if isinstance(sel, slice) else np.arange(n)[sel].tolist())]
+            assert bits(t.f[k][sel].tolist()) == bits(want), (k, sel)
+    held = t.f["end"]
+    ends = [r.get("end") for r in recs]
+    if all(e is None or (e == round(e, 6) and s is not None and abs(e - s) < 2000) for e, s in zip(ends, (r.get("start") for r in recs))):
+        assert isinstance(held, T.MicroColumn) or held.strides == (0,)  # whole µs near the start: 4 bytes a request
+
+
+def test_the_runners_times_are_held_in_4_bytes_a_request():
+    """A table of records as the runner writes them holds each time but the start (end,
+    first_token, tpot ...) in whole microseconds, 4 bytes a request, and the judge's figures
+    are the ones the float64 columns give; a closed loop's intended start stays the start."""
+    import numpy as np
+
+    from soakspec.judge import table as T
+
+    base = 1.7e9
+    recs = [{"request_id": f"r{i}", "bucket": i // 10, "outcome": "completed", "start": round(base + i * 0.01, 6),
+             "first_token": round(base + i * 0.01 + 0.0123 + i * 1e-6, 6), "end": round(base + i * 0.01 + 0.5 + i * 3e-6, 6),
+             "tpot": round(0.0071 + i * 1e-6, 6), "itl": [0.001] * 3} for i in range(100)]
+    t = build_table(recs)
+    for k in ("end", "first_token", "tpot"):
+        assert isinstance(t.f[k], T.MicroColumn) and t.f[k].us.dtype == np.int32, k
+    closed = build_table([{**r, "intended_start": r["start"]} for r in recs])
+    assert closed.f["intended_start"] is closed.f["start"]  # a closed loop's: the start itself, nothing held, nothing made when read
+    assert t.ttft(slice(None)).tolist() == [r["first_token"] - r["start"] for r in recs]
+    assert t.latency(slice(None)).tolist() == [r["end"] - r["start"] for r in recs]
 
 
 _edge_floats = st.sampled_from([0.0, -0.0, 1.0, -1.0, math.nan, math.inf, 1e-300, 1.7e9 + 0.123456])

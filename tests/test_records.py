@@ -214,9 +214,10 @@ def test_freezing_rounds_times_to_the_microsecond_exactly_as_round_does(t: float
 
 
 def _table_state(t) -> dict:
+    import numpy as np
 
     return {
-        "n": t.n, "f": {k: v.tobytes() for k, v in t.f.items()}, "i": {k: v.tolist() for k, v in t.i.items()},
+        "n": t.n, "f": {k: np.asarray(v).tobytes() for k, v in t.f.items()},  # a MicroColumn: the float64 values it holds "i": {k: v.tolist() for k, v in t.i.items()},
         "c": {k: [t.values[k][c] if k in t.values else c for c in v.tolist()] for k, v in t.c.items()},
         "labels": {k: [(type(x).__name__, x) for x in v] for k, v in t.values.items()},
         "sparse": t.sparse, "ids": list(t.ids), "extras": t.extras, "itl": t.itl[:].tolist(),

@@ -17,6 +17,9 @@ one backend's name, an error that never happened); a column equal to another is 
 what the record derives, are computed when read (`derived`)):
   times        float64 (NaN: absent)       start, end, intended_start, first_token, first_byte,
                                            ttft, latency, tpot, rate, client_delay     80
+               -- each but start held in 4 bytes where every value is a whole number of
+               microseconds (what the runner writes) within 35 minutes of the request's
+               start, or of 0 (`MicroColumn`): 8 + 4 a column for the runner's records
   counts       int32 (MISSING: absent)     bucket, level, status, chunks, output_tokens,
                                            output_chars, prompt_tokens, worker, concurrency,
                                            coalesced (beyond int32: kept in extras)   40
@@ -709,6 +712,99 @@ class _TwinCol:
         return self.own.finish(dtype) if self.own is not None else None
 
 
+_NA_US = np.int32(-(2**31))  # `MicroColumn`: an absent value (NaN)
+
+
+class MicroColumn:
+    """A float64 column every value of which is a whole number of microseconds (what the
+    runner writes: `Record` rounds its times to 1 µs), held in 4 bytes a request, not 8: each
+    value as int32 microseconds after its row's `base` value rounded to a microsecond (end,
+    first_token, intended_start after start: within ±35 minutes of it), or as itself where
+    there is no base (tpot, client_delay: up to 35 minutes); NaN as _NA_US. Indexing it (an
+    int, a slice, an index array, a mask) gives exactly, bit for bit, the float64 values it was
+    made from (`micro_column` checks that before making one): `(rint(base * 1e6) + us) / 1e6`,
+    a sum of two whole numbers below 2**53 and one correctly rounded division, which is the
+    double nearest the value's decimal microseconds -- the value itself. Read only."""
+
+    __slots__ = ("base", "us")
+    dtype = np.dtype(np.float64)
+
+    def __init__(self, base: np.ndarray | None, us: np.ndarray) -> None:
+        self.base, self.us = base, us
+        us.flags.writeable = False
+
+    def __len__(self) -> int:
+        return len(self.us)
+
+    def __getitem__(self, idx: Any) -> Any:
+        us = self.us[idx]
+        if np.ndim(us) == 0:  # one row
+            return _micro_values(None if self.base is None else np.array([self.base[idx]]), np.array([us]))[0]
+        return _micro_values(None if self.base is None else self.base[idx], us)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        v = self[:]
+        return v if dtype is None else v.astype(dtype)
+
+
+def _micro_values(base: np.ndarray | None, us: np.ndarray) -> np.ndarray:
+    """The values whole microseconds `us` after `base` rounded to a microsecond (or alone)
+    stand for, NaN for _NA_US: `(rint(base * 1e6) + us) / 1e6` in one new float64 array (a
+    10^7-request selection read at once costs that array, not four temporaries of its size)."""
+    if base is None:
+        out = us.astype(np.float64)
+    else:
+        out = np.array(base, dtype=np.float64)  # a copy, worked on in place
+        out *= 1e6
+        np.rint(out, out=out)
+        out += us
+    out /= 1e6
+    na = us == _NA_US
+    if na.any():
+        out[na] = np.nan
+    return out
+
+
+def micro_column(col: np.ndarray, base: np.ndarray | None) -> MicroColumn | None:
+    """`col` held as a `MicroColumn` (after `base`, or alone where base is None), or None where
+    some value is not one it can hold exactly: not a whole number of microseconds, too far from
+    its base (or its base absent), or beyond what 4 bytes hold. Checked a chunk at a time, value
+    by value, by computing what the column would read back (bits compared: -0.0 is not 0.0)."""
+    n = len(col)
+    us = np.empty(n, dtype=np.int32)
+    for a in range(0, n, SCAN_CHUNK):
+        v = col[a:a + SCAN_CHUNK]
+        b = None if base is None else base[a:a + SCAN_CHUNK]
+        absent = np.isnan(v)
+        with np.errstate(invalid="ignore", over="ignore"):
+            k = np.rint(v * 1e6) if b is None else np.rint(v * 1e6) - np.rint(b * 1e6)
+            k[absent] = 0
+            if not (np.abs(k) < 2**31 - 1).all():  # beyond int32 (or NaN: an absent base)
+                return None
+            part = k.astype(np.int32)
+            part[absent] = _NA_US
+            back = _micro_values(b, part)  # what the column would read
+        if not ((back.view(np.uint64) == v.view(np.uint64)) | absent).all():  # bits: -0.0 is not 0.0
+            return None
+        us[a:a + len(part)] = part
+    return MicroColumn(base, us)
+
+
+def _micro_columns(f: dict[str, Any]) -> None:
+    """Each float column but `start` that `micro_column` can hold becomes one: after start (the
+    times of a request), else alone (durations); a column two names share is made once. 4 bytes
+    a request each instead of 8: ~115 MiB of a 10^7-request gate (end, first_token, tpot)."""
+    start = f.get("start")
+    made: dict[int, Any] = {}
+    for k, v in f.items():
+        if v is start or not isinstance(v, np.ndarray) or v.strides == (0,) or not len(v):
+            continue  # start itself (a closed loop's intended_start is it: `req_time` reads it as it is)
+        if id(v) not in made:
+            got = micro_column(v, start) if isinstance(start, np.ndarray) and start.strides != (0,) else None
+            made[id(v)] = got if got is not None else (micro_column(v, None) or v)
+        f[k] = made[id(v)]
+
+
 _TWIN_OF = {"intended_start": "start", "first_byte": "first_token"}
 
 
@@ -1048,10 +1144,16 @@ class TableBuilder:
         for k, v in self.f.items():  # a twin that never differed: its twin's column
             got = v.finish(np.float64)
             f[k] = compact(got) if got is not None else f[_TWIN_OF[k]]
+        del got, v
+        # the float columns are the table's now, views of the builder's arrays: dropped here, each
+        # array goes as soon as `_micro_columns` has made its column (at 10^7 requests, five float64
+        # arrays held beside their int32 columns until finish returned were the gate's peak)
+        self.f, self._f = {}, ()
         i = {k: compact(v.finish(np.int32)) for k, v in self.i.items()}
         c = {k: compact_codes(v.finish(np.int32)) for k, v in {**self.c, "server_affix": self._affix}.items()}
         derived = {k for k, ok in self.derive.items() if ok}  # NaN there: the value the record derives
         share_equal(f)
+        _micro_columns(f)
         share_equal(i)
         share_equal(c)
         scale = 1e6 if self.itl_us is not None else 1.0
@@ -1232,8 +1334,18 @@ class RequestTable:
         it, start = self.f["intended_start"], self.f["start"]
         if it is start:  # a closed loop's intended start is its start: one array (`share_equal`)
             return start[idx]
-        it = it[idx]
-        return np.where(np.isnan(it), start[idx], it)
+        if not isinstance(it, MicroColumn):
+            it = it[idx]
+            return np.where(np.isnan(it), start[idx], it)
+        out = it[idx]  # a new array (`MicroColumn`): its absent values filled in place, no second one
+        absent = np.isnan(out)
+        if absent.any():
+            if isinstance(idx, slice):
+                out[absent] = start[idx][absent]
+            else:
+                rows = np.flatnonzero(idx) if idx.dtype == bool else idx
+                out[absent] = start[rows[absent]]
+        return out
 
     def ttft(self, idx) -> np.ndarray:
         return self._since_request("ttft", "first_token", idx)
@@ -1247,7 +1359,7 @@ class RequestTable:
         array stays a few MiB at any scope (a 10^7-request level's ttft made five full-length
         temporaries: ~400 MB at the gate's peak)."""
         held = self.f[key]
-        if held.strides == (0,) and len(held) and math.isnan(held[0]):
+        if isinstance(held, np.ndarray) and held.strides == (0,) and len(held) and math.isnan(held[0]):
             held = None  # one NaN for every row (`compact`): every value is derived
         times = self.f[stamp]
         out, parts = self._filled(idx)
