@@ -193,8 +193,9 @@ def dist_summary(records: Iterable[Row], name: str) -> dict[str, Any] | None:
     """count, p50/p95/p99, mean, min and max of distribution `name` over the completed requests
     in `records` (`_dist`). A day's per-request values (ttft, latency, tpot of a level of
     `CHUNKED_ROWS` requests or more) are read a chunk at a time, never held together -- the
-    same figures, bit for bit (`stats.percentiles_of_chunks`, `stats.mean_min_max_of_chunks`):
-    held, a 10^7-request level's 80 MB of values and their selection were the report's peak."""
+    same figures, bit for bit (`stats.percentiles_of_chunks`, `stats.mean_min_max_of_chunks`),
+    never a 10^7-request level's 80 MB of values and their selection at once (not where the
+    report peaks today, benchmarks/README.md: bounded all the same)."""
     impl = metric(name)
     chunks = impl.chunked(records) if isinstance(impl, PerRequest) else None
     if chunks is None:
