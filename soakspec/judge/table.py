@@ -793,7 +793,8 @@ def micro_column(col: np.ndarray, base: np.ndarray | None) -> MicroColumn | None
 def _micro_columns(f: dict[str, Any]) -> None:
     """Each float column but `start` that `micro_column` can hold becomes one: after start (the
     times of a request), else alone (durations); a column two names share is made once. 4 bytes
-    a request each instead of 8: ~115 MiB of a 10^7-request gate (end, first_token, tpot)."""
+    a request each instead of 8 (end, first_token, first_byte, an open loop's intended_start,
+    tpot): the 10^7-request gate's peak 731 -> 625 MiB (benchmarks/README.md)."""
     start = f.get("start")
     made: dict[int, Any] = {}
     for k, v in f.items():
