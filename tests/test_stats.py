@@ -229,3 +229,5 @@ def test_the_reports_three_percentiles_of_a_days_values_read_them_as_often_as_on
 def test_a_percentile_of_no_chunks_is_none():
     assert stats.percentile_of_chunks(lambda: iter(()), 50) == (None, 0)
     assert stats.percentiles_of_chunks(lambda: iter(()), (50, 99)) == ([None, None], 0)
+    with pytest.raises(ValueError):
+        stats.percentiles_of_chunks(lambda: iter(()), ())

@@ -161,6 +161,8 @@ def percentiles_of_chunks(chunks: Callable[[], Iterable[np.ndarray]], qs: Sequen
     a pass counted single keys, the two are known). At most five passes (64 bits), three for
     any spread a server's times have; the percentiles share their passes (the report's p50,
     p95 and p99 of a day's ttft read it as often as one does)."""
+    if not qs:
+        raise ValueError("percentiles_of_chunks needs at least one percentile")
     for q in qs:
         if not 0 <= q <= 100 or math.isnan(q):
             raise ValueError(f"percentile must be within [0, 100], got {q!r}")
