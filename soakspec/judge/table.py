@@ -19,7 +19,8 @@ what the record derives, are computed when read (`derived`)):
                                            ttft, latency, tpot, rate, client_delay     80
                -- each but start held in 4 bytes where every value is a whole number of
                microseconds (what the runner writes) within 35 minutes of the request's
-               start, or of 0 (`MicroColumn`): 8 + 4 a column for the runner's records
+               start, or of 0 (`MicroColumn`): for the runner's records, start 8 and 4 each
+               of the others that are not one repeated value
   counts       int32 (MISSING: absent)     bucket, level, status, chunks, output_tokens,
                                            output_chars, prompt_tokens, worker, concurrency,
                                            coalesced (beyond int32: kept in extras)   40
