@@ -460,39 +460,77 @@ def _check_derived(rows, picks, lo, width, data):
             assert [None if math.isnan(g) else g for g in got.tolist()] == expect
 
 
+# an open loop's intended start: absent (a closed loop), at the start, or some lag before or
+# after it (a hand-edited one), or far from it
+_lag = st.one_of(st.none(), st.just(0.0), st.floats(-3, 30, allow_nan=False).map(lambda x: round(x, 6)),
+                 st.floats(-1e6, 1e6, allow_nan=False))
+
+
+def _span_index(t, I, how):
+    """The backend's SpanIndex, over the join's order (as `BackendIndex.spans` takes it) or its own."""
+    return I.SpanIndex(t, I.ordered(t) if how == "join" else None)
+
+
 @settings(max_examples=150, deadline=None)
-@given(spans=st.lists(st.tuples(_stamp, _stamp), min_size=1, max_size=60), fence=st.integers(1, 6),
+@given(spans=st.lists(st.tuples(_stamp, _stamp, _lag), min_size=1, max_size=60), fence=st.integers(1, 6),
+       chunk=st.sampled_from([1, 3, 1 << 16]), how=st.sampled_from(["join", "own"]),
        windows=st.lists(st.tuples(st.floats(1.7e9 - 5, 1.7e9 + 105), st.floats(0.001, 60)), min_size=1, max_size=5))
-def test_in_flight_over_the_start_order_equals_the_row_loop(spans, fence, windows):
-    """in_flight over any window, from the requests in start order (row numbers and a fence
-    of every FENCE-th start, any fence), is the row loop's exact integral: requests without a
-    start left out, an absent end counted as the start."""
+def test_in_flight_over_the_request_order_equals_the_row_loop(spans, fence, chunk, how, windows):
+    """in_flight over any window, from the requests in the judge's order (by intended start,
+    which an open loop's schedule lag sets apart from the start; a fence of every FENCE-th,
+    any fence), is the row loop's exact integral: requests without a start left out, an
+    absent end counted as the start."""
     import unittest.mock
 
-    from soakspec.judge import index as I
+    from soakspec.judge import index as I, table
     from soakspec.judge.measures import in_flight, in_flight_spans
 
     recs = [{"request_id": f"r{k}", "bucket": 0, "outcome": "completed", **({"start": s} if s is not None else {}),
-             **({"end": e} if e is not None else {})} for k, (s, e) in enumerate(spans)]
+             **({"intended_start": round(s - lag, 6)} if s is not None and lag is not None else {}),
+             **({"end": e} if e is not None else {})} for k, (s, e, lag) in enumerate(spans)]
     t = build_table(recs)
     bi = unittest.mock.Mock(table=t)
-    with unittest.mock.patch.object(I.StartOrder, "FENCE", fence):
-        bi.spans = I.StartOrder(t)
+    with unittest.mock.patch.object(I.SpanIndex, "FENCE", fence), unittest.mock.patch.object(table, "SCAN_CHUNK", chunk):
+        bi.spans = _span_index(t, I, how)
         for lo, width in windows:
             assert in_flight_spans(bi, lo, lo + width) == in_flight(recs, lo, lo + width)
 
 
+def test_in_flight_and_delivered_when_start_minus_intended_start_is_beyond_a_float():
+    """Times near +-1e308 (hand-edited evidence: the table holds any finite time) whose lag
+    overflows: every request is looked at, none dropped -- the row loop's figures."""
+    from unittest import mock
+
+    from soakspec.judge import index as I
+    from soakspec.judge.measures import delivered, delivered_spans, in_flight, in_flight_spans
+
+    recs = [{"request_id": "a", "bucket": 0, "outcome": "completed", "output_tokens": 3, "start": 1e308, "intended_start": -1e308,
+             "end": 1.5e308},
+            {"request_id": "b", "bucket": 0, "outcome": "completed", "output_tokens": 5, "start": -1e308, "intended_start": 1e308,
+             "end": -0.5e308},
+            {"request_id": "c", "bucket": 0, "outcome": "completed", "output_tokens": 7, "start": 10.0, "end": 20.0}]
+    t = build_table(recs)
+    sp = I.SpanIndex(t, I.ordered(t))
+    assert (sp.lag_min, sp.lag_max) == (-math.inf, math.inf)
+    bi = mock.Mock(table=t, spans=sp)
+    for lo, hi in ((1e308, 1.6e308), (-1e308, -0.4e308), (0.0, 30.0), (-1.7e308, 1.7e308)):
+        assert in_flight_spans(bi, lo, hi) == in_flight(recs, lo, hi)
+        assert delivered_spans(bi, lo, hi) == delivered(recs, lo, hi)
+        assert delivered_spans(bi, lo, hi)[0] > 0
+
+
 @settings(max_examples=150, deadline=None)
 @given(spans=st.lists(st.tuples(_stamp, _stamp, st.sampled_from([0, 1, -1, -2]), st.sampled_from(["completed", "failed"]),
-                                st.one_of(st.none(), st.integers(0, 64), st.just(2.5)), st.booleans()),
+                                st.one_of(st.none(), st.integers(0, 64), st.just(2.5)), st.booleans(), _lag),
                       min_size=1, max_size=60),
-       fence=st.integers(1, 6), chunk=st.sampled_from([1, 3, 1 << 16]),
+       fence=st.integers(1, 6), chunk=st.sampled_from([1, 3, 1 << 16]), how=st.sampled_from(["join", "own"]),
        windows=st.lists(st.tuples(st.floats(1.7e9 - 5, 1.7e9 + 105), st.floats(0.001, 60)), min_size=1, max_size=5))
-def test_delivered_over_the_start_order_equals_the_row_loop(spans, fence, chunk, windows):
-    """What the server delivered in a window (qps, throughput), from the requests in start
-    order, a chunk of them at a time, is the row loop's: completed requests but the follow-up,
-    with a start, whose end lies in the window, and their tokens (chunks where usage
-    contradicts the stream; a count of the wrong type read through the row's view)."""
+def test_delivered_over_the_request_order_equals_the_row_loop(spans, fence, chunk, how, windows):
+    """What the server delivered in a window (qps, throughput), from the requests in the
+    judge's order (an open loop's by intended start), a chunk of them at a time, is the row
+    loop's: completed requests but the follow-up, with a start, whose end lies in the window,
+    and their tokens (chunks where usage contradicts the stream; a count of the wrong type
+    read through the row's view)."""
     import unittest.mock
 
     from soakspec.judge import index as I, table
@@ -500,12 +538,13 @@ def test_delivered_over_the_start_order_equals_the_row_loop(spans, fence, chunk,
 
     recs = [{"request_id": f"r{k}", "bucket": b, "outcome": o, "output_tokens": n, "chunks": 3,
              **({"usage_mismatch": "contradicted"} if bad else {}),
+             **({"intended_start": round(s - lag, 6)} if s is not None and lag is not None else {}),
              **({"start": s} if s is not None else {}), **({"end": e} if e is not None else {})}
-            for k, (s, e, b, o, n, bad) in enumerate(spans)]
+            for k, (s, e, b, o, n, bad, lag) in enumerate(spans)]
     t = build_table(recs)
     bi = unittest.mock.Mock(table=t)
-    with unittest.mock.patch.object(I.StartOrder, "FENCE", fence), unittest.mock.patch.object(table, "SCAN_CHUNK", chunk):
-        bi.spans = I.StartOrder(t)
+    with unittest.mock.patch.object(I.SpanIndex, "FENCE", fence), unittest.mock.patch.object(table, "SCAN_CHUNK", chunk):
+        bi.spans = _span_index(t, I, how)
         for lo, width in windows:
             assert delivered_spans(bi, lo, lo + width) == delivered(recs, lo, lo + width)
         for s, e, *_ in spans:  # a window that starts or ends exactly at a request's end

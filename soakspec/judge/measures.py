@@ -866,7 +866,7 @@ def delivered_records(all_records: Iterable[Row], start: float, end: float) -> l
 
 def delivered_spans(bi: BackendIndex, start: float, end: float) -> tuple[int, float]:
     """`delivered` over the backend's columns: only the requests that started before `end` and
-    may still run at `start` (`StartOrder.between`, as `in_flight_spans`) are looked at, a
+    may still run at `start` (`SpanIndex.between`, as `in_flight_spans`) are looked at, a
     SCAN_CHUNK of them at a time."""
     n, kept = 0, []
     for done in delivered_parts(bi, start, end):
