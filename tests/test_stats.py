@@ -231,3 +231,20 @@ def test_a_percentile_of_no_chunks_is_none():
     assert stats.percentiles_of_chunks(lambda: iter(()), (50, 99)) == ([None, None], 0)
     with pytest.raises(ValueError):
         stats.percentiles_of_chunks(lambda: iter(()), ())
+
+
+@given(st.lists(finite, max_size=60), st.integers(1, 9), st.booleans())
+def test_mean_and_extremes_of_chunks_are_those_of_the_values_held_at_once(xs, size, extremes):
+    """The mean of values read a chunk at a time (and of one array) is the exactly rounded one
+    of the list, whatever the cut; the least and greatest are min and max. None when empty."""
+    import numpy as np
+
+    v = np.asarray(xs, dtype=np.float64)
+    got = stats.mean_min_max_of_chunks((v[i:i + size] for i in range(0, len(v), size)), extremes=extremes)
+    assert stats.mean(v) == stats.mean(xs) == got[0]
+    if not xs:
+        assert got == (None, None, None)
+    elif extremes:
+        assert got[1:] == (min(xs), max(xs))
+    else:
+        assert got[1:] == (None, None)

@@ -522,35 +522,34 @@ def mean(values: Iterable[float]) -> float | None:
     """The arithmetic mean (exactly rounded sum, `math.fsum`); None when empty. An array (the
     judge's columns) is summed exactly too, a chunk of values at a time."""
     if isinstance(values, np.ndarray):
-        n = len(values)
-        if n == 0:
-            return None
-        chunks = (values[k:k + _CHUNK].tolist() for k in range(0, n, _CHUNK))
-        return math.fsum(itertools.chain.from_iterable(chunks)) / n
+        return mean_min_max_of_chunks([values], extremes=False)[0]
     xs = list(values)
     if not xs:
         return None
     return math.fsum(xs) / len(xs)
 
 
-def mean_min_max_of_chunks(chunks: Iterable[np.ndarray]) -> tuple[float | None, float | None, float | None]:
+def mean_min_max_of_chunks(chunks: Iterable[np.ndarray], extremes: bool = True) -> tuple[float | None, float | None, float | None]:
     """(`mean`, least, greatest) of the values the arrays `chunks` yield hold together (float64,
     not NaN), in one pass, without holding them all: what `mean`, `min` and `max` of them all
-    give (one exactly rounded sum of every value, which no order changes). Nones: no values."""
+    give (one exactly rounded sum of every value, which no order changes; a _CHUNK of values
+    made Python floats at a time). Nones: no values; the extremes None too without `extremes`
+    (`mean` of one array, which reads no more than the sum)."""
     seen = [0, math.inf, -math.inf]  # how many, least, greatest
 
     def lists() -> Iterator[list[float]]:
         for c in chunks:
             if len(c):
                 seen[0] += len(c)
-                seen[1], seen[2] = min(seen[1], float(np.min(c))), max(seen[2], float(np.max(c)))
+                if extremes:
+                    seen[1], seen[2] = min(seen[1], float(np.min(c))), max(seen[2], float(np.max(c)))
                 for k in range(0, len(c), _CHUNK):
                     yield c[k:k + _CHUNK].tolist()
 
     total = math.fsum(itertools.chain.from_iterable(lists()))
     if not seen[0]:
         return None, None, None
-    return total / seen[0], seen[1], seen[2]
+    return total / seen[0], (seen[1] if extremes else None), (seen[2] if extremes else None)
 
 
 def median(values: Iterable[float]) -> float | None:
