@@ -1336,10 +1336,9 @@ class RequestTable:
         it, start = self.f["intended_start"], self.f["start"]
         if it is start:  # a closed loop's intended start is its start: one array (`share_equal`)
             return start[idx]
-        if not isinstance(it, MicroColumn):
-            it = it[idx]
-            return np.where(np.isnan(it), start[idx], it)
-        out = it[idx]  # a new array (`MicroColumn`): its absent values filled in place, no second one
+        out = it[idx]
+        if not stats.own_array(out):  # a view of a float64 column: a copy to fill (a `MicroColumn` read is one already)
+            out = np.array(out)
         absent = np.isnan(out)
         if absent.any():
             if isinstance(idx, slice):
