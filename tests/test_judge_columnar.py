@@ -554,6 +554,33 @@ def test_delivered_over_the_request_order_equals_the_row_loop(spans, fence, chun
 
 
 @settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 40), chunk=st.sampled_from([1, 3, 1 << 16]), data=st.data())
+def test_a_scopes_rows_kept_from_the_order_are_the_rows_the_test_holds_for(n, chunk, data):
+    """A level's rows taken from the backend's order are those the test holds for, in order,
+    whatever the chunks: a view of the order (nothing more held) exactly when they are one
+    unbroken stretch of it, a copy otherwise."""
+    import unittest.mock
+
+    import numpy as np
+
+    from soakspec.judge import table
+    from soakspec.judge.index import _kept
+
+    rows = np.array(data.draw(st.permutations(range(n))), dtype=np.int32)
+    a = data.draw(st.integers(0, n))
+    b = data.draw(st.integers(a, n))
+    mask = data.draw(st.one_of(st.just([a <= k < b for k in range(n)]), st.lists(st.booleans(), min_size=n, max_size=n)))
+    keep = np.zeros(n, dtype=bool)
+    keep[rows] = mask  # the test is on the row number: row rows[k] is kept when mask[k]
+    with unittest.mock.patch.object(table, "SCAN_CHUNK", chunk):
+        got = _kept(rows, lambda part: keep[part])
+    assert got.tolist() == rows[np.array(mask, dtype=bool)].tolist()
+    pos = np.flatnonzero(mask)
+    unbroken = len(pos) > 0 and pos[-1] - pos[0] + 1 == len(pos)
+    assert (got.base is rows) == unbroken
+
+
+@settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 50), cuts=st.lists(st.integers(0, 50), max_size=8), data=st.data())
 def test_a_levels_rows_joined_from_its_buckets_equal_their_concatenation(n, cuts, data):
     """A level's rows are its buckets' rows end to end: a view of the array they were cut from
