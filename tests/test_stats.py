@@ -236,12 +236,16 @@ def test_a_percentile_of_no_chunks_is_none():
 @given(st.lists(finite, max_size=60), st.integers(1, 9), st.booleans())
 def test_mean_and_extremes_of_chunks_are_those_of_the_values_held_at_once(xs, size, extremes):
     """The mean of values read a chunk at a time (and of one array) is the exactly rounded one
-    of the list, whatever the cut; the least and greatest are min and max. None when empty."""
+    of the list, whatever the cut, and the true mean's to two ulps -- values near 1e308 whose
+    sum is beyond a float too; the least and greatest are min and max. None when empty."""
     import numpy as np
 
     v = np.asarray(xs, dtype=np.float64)
-    got = stats.mean_min_max_of_chunks((v[i:i + size] for i in range(0, len(v), size)), extremes=extremes)
+    got = stats.mean_min_max_of_chunks(lambda: (v[i:i + size] for i in range(0, len(v), size)), extremes=extremes)
     assert stats.mean(v) == stats.mean(xs) == got[0]
+    if xs:  # the exactly rounded sum over n: within two ulps of the true mean (values near 1e308 too: no OverflowError)
+        true = float(sum(map(Fraction, xs)) / len(xs))
+        assert abs(got[0] - true) <= 2 * math.ulp(true) + 2.0 ** -1000
     if not xs:
         assert got == (None, None, None)
     elif extremes:

@@ -522,34 +522,55 @@ def mean(values: Iterable[float]) -> float | None:
     """The arithmetic mean (exactly rounded sum, `math.fsum`); None when empty. An array (the
     judge's columns) is summed exactly too, a chunk of values at a time."""
     if isinstance(values, np.ndarray):
-        return mean_min_max_of_chunks([values], extremes=False)[0]
+        return mean_min_max_of_chunks(lambda: (values,), extremes=False)[0]
     xs = list(values)
     if not xs:
         return None
-    return math.fsum(xs) / len(xs)
+    return _exact_mean(lambda scale: xs if scale == 1.0 else (x * scale for x in xs), len(xs))
 
 
-def mean_min_max_of_chunks(chunks: Iterable[np.ndarray], extremes: bool = True) -> tuple[float | None, float | None, float | None]:
-    """(`mean`, least, greatest) of the values the arrays `chunks` yield hold together (float64,
-    not NaN), in one pass, without holding them all: what `mean`, `min` and `max` of them all
+_SCALE = 2.0 ** -64
+
+
+def _exact_mean(read: Callable[[float], Iterable[float]], n: int) -> float:
+    """The mean of the n values `read(scale)` yields, each times `scale`: their exactly rounded
+    sum (`math.fsum`) over n. Where a partial sum goes beyond a float (values near 1e308,
+    hand-edited evidence), read again scaled by 2**-64 (exact for every value above 2**-958 in
+    size) and the mean scaled back: a figure, not an OverflowError."""
+    try:
+        return math.fsum(read(1.0)) / n
+    except OverflowError:
+        return math.fsum(read(_SCALE)) / n / _SCALE
+
+
+def mean_min_max_of_chunks(chunks: Callable[[], Iterable[np.ndarray]],
+                           extremes: bool = True) -> tuple[float | None, float | None, float | None]:
+    """(`mean`, least, greatest) of the values the arrays `chunks()` yields hold together
+    (float64, not NaN), without holding them all: what `mean`, `min` and `max` of them all
     give (one exactly rounded sum of every value, which no order changes; a _CHUNK of values
-    made Python floats at a time). Nones: no values; the extremes None too without `extremes`
-    (`mean` of one array, which reads no more than the sum)."""
-    seen = [0, math.inf, -math.inf]  # how many, least, greatest
+    made Python floats at a time). One pass, two where the sum goes beyond a float
+    (`_exact_mean`). Nones: no values; the extremes None too without `extremes` (`mean` of one
+    array, which reads no more than the sum)."""
+    seen = [0, math.inf, -math.inf]  # how many, least, greatest: of the pass under way
 
-    def lists() -> Iterator[list[float]]:
-        for c in chunks:
+    def values(scale: float) -> Iterator[float]:
+        seen[:] = [0, math.inf, -math.inf]
+        for c in chunks():
             if len(c):
                 seen[0] += len(c)
                 if extremes:
                     seen[1], seen[2] = min(seen[1], float(np.min(c))), max(seen[2], float(np.max(c)))
                 for k in range(0, len(c), _CHUNK):
-                    yield c[k:k + _CHUNK].tolist()
+                    part = c[k:k + _CHUNK]
+                    yield from (part if scale == 1.0 else part * scale).tolist()
 
-    total = math.fsum(itertools.chain.from_iterable(lists()))
+    try:
+        total, scale = math.fsum(values(1.0)), 1.0
+    except OverflowError:  # a partial sum beyond a float (`_exact_mean`): read again, scaled
+        total, scale = math.fsum(values(_SCALE)), _SCALE
     if not seen[0]:
         return None, None, None
-    return total / seen[0], (seen[1] if extremes else None), (seen[2] if extremes else None)
+    return total / seen[0] / scale, (seen[1] if extremes else None), (seen[2] if extremes else None)
 
 
 def median(values: Iterable[float]) -> float | None:

@@ -203,7 +203,7 @@ def dist_summary(records: Iterable[Row], name: str) -> dict[str, Any] | None:
     pcts, n = stats.percentiles_of_chunks(chunks, (50, 95, 99))
     if not n:
         return None
-    mean, least, most = stats.mean_min_max_of_chunks(chunks())
+    mean, least, most = stats.mean_min_max_of_chunks(chunks)
     return {"count": n, "p50": pcts[0], "p95": pcts[1], "p99": pcts[2], "mean": mean, "min": least, "max": most}
 
 
