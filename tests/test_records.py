@@ -217,7 +217,9 @@ def _table_state(t) -> dict:
     import numpy as np
 
     return {
-        "n": t.n, "f": {k: np.asarray(v).tobytes() for k, v in t.f.items()},  # a MicroColumn: the float64 values it holds "i": {k: v.tolist() for k, v in t.i.items()},
+        "n": t.n, "f": {k: np.asarray(v).tobytes() for k, v in t.f.items()},  # a MicroColumn: the float64 values it holds
+        "held": {k: type(v).__name__ for k, v in t.f.items()},  # as 4 bytes a request or 8, alike either way
+        "i": {k: v.tolist() for k, v in t.i.items()},
         "c": {k: [t.values[k][c] if k in t.values else c for c in v.tolist()] for k, v in t.c.items()},
         "labels": {k: [(type(x).__name__, x) for x in v] for k, v in t.values.items()},
         "sparse": t.sparse, "ids": list(t.ids), "extras": t.extras, "itl": t.itl[:].tolist(),
@@ -434,3 +436,37 @@ def test_row_counts_and_offsets_held_in_four_bytes_read_back_as_they_were(pieces
     got = as_numbers(a)
     assert got.tolist() == every
     assert got.itemsize == (4 if all(v < 2**32 for v in every) else 8)
+
+
+@pytest.mark.parametrize("far_at", [None, 0, 1500, 2999])
+def test_a_time_that_cannot_be_held_in_microseconds_turns_the_column_to_float64_and_loses_nothing(far_at) -> None:
+    """The builder holds end, first_token and tpot as whole microseconds after the start from
+    the first block on; a value it cannot hold so (an end an hour after its start), in any
+    block, turns that column to float64 with every value before it read back exactly, and
+    leaves the others as they are."""
+    import unittest.mock
+
+    import numpy as np
+
+    from soakspec.judge import table
+    from soakspec.judge.table import MicroColumn, TableBuilder
+
+    recs = []
+    for i in range(3000):
+        t0 = 1.7e9 + i * 0.013
+        end = t0 + (3600.5 if i == far_at else 0.25 + i * 1e-6)
+        recs.append(RequestRecord(f"r{i}", backend="b", workload="w", bucket=i // 700, outcome=Outcome.COMPLETED,
+                                  intended_start=t0, start=t0, first_token=t0 + 0.01 + i * 2e-6,
+                                  first_byte=t0 + 0.01 + i * 2e-6, end=end,
+                                  tpot=0.004 + i * 1e-6, itl=[0.001, 0.002]).freeze())
+    with unittest.mock.patch.object(table, "SCAN_CHUNK", 256):
+        b = TableBuilder()
+        for k in range(0, len(recs), 1000):
+            b.add_records(recs[k:k + 1000])
+        t = b.finish()
+    for k in ("end", "first_token", "tpot", "start"):
+        got = np.asarray(t.f[k])
+        assert got.tobytes() == np.array([getattr(r, k) for r in recs], dtype=np.float64).tobytes(), k
+    assert isinstance(t.f["end"], MicroColumn) == (far_at is None)
+    assert isinstance(t.f["first_token"], MicroColumn) and isinstance(t.f["tpot"], MicroColumn)
+    assert t.f["first_byte"] is t.f["first_token"] and t.f["intended_start"] is t.f["start"]

@@ -574,6 +574,8 @@ def share_equal(cols: dict[str, np.ndarray]) -> None:
     Every column ends read-only, so no name can change what another reads."""
     kept: list[np.ndarray] = []
     for k, v in cols.items():
+        if not isinstance(v, np.ndarray):  # a `MicroColumn` (read-only): its values are its own
+            continue
         if v.strides != (0,):  # a repeated value (`compact`) costs nothing already
             twin = next((w for w in kept if same_values(w, v)), None)
             if twin is not None:
@@ -664,6 +666,87 @@ class _Col:
 
 
 
+class _Micro:
+    """`_MicroCol.finish`'s column before its base is known: `finish` makes the `MicroColumn`
+    once the start column is made."""
+
+    __slots__ = ("us", "based")
+
+    def __init__(self, us: np.ndarray, based: bool) -> None:
+        self.us, self.based = us, based
+
+
+class _MicroCol:
+    """A float column of whole microseconds being built as int32 microseconds after its row's
+    start (`base`, the start column being built), or alone (base None) -- `MicroColumn`'s
+    form from the first block on, not float64 until `finish` (at 10^7 requests, end,
+    first_token and tpot held as float64 while loading were the gate's peak). Each block is
+    checked as `micro_column` checks a column (what it reads back, bits compared); from the
+    first value it cannot hold, the column is float64 (the values so far read back into a
+    `_Col`, exactly). Appended after its base, row by row and block by block."""
+
+    __slots__ = ("base", "us", "fl")
+
+    def __init__(self, base: _Col | None) -> None:
+        self.base, self.us, self.fl = base, _Col("i"), None
+
+    def __len__(self) -> int:
+        return len(self.fl) if self.fl is not None else len(self.us)
+
+    def _bases(self, m: int) -> np.ndarray | None:
+        return None if self.base is None else self.base.last(m, np.float64)
+
+    def __getitem__(self, k: int) -> Any:
+        assert k == -1, "a column being built answers only its last value"
+        return float(self.last(1, np.float64)[0])
+
+    def last(self, m: int, dtype) -> np.ndarray:
+        """The last `m` values, as floats (a new array)."""
+        if self.fl is not None:
+            return self.fl.last(m, dtype)
+        return _micro_values(self._bases(m), self.us.last(m, np.int32))
+
+    def _to_float(self) -> _Col:
+        """From now on float64: the values so far, read back (exactly), a chunk at a time."""
+        fl, n = _Col("d"), len(self.us)
+        for a in range(0, n, SCAN_CHUNK):
+            b = min(n, a + SCAN_CHUNK)
+            us = self.us.finish(np.int32)[a:b]
+            base = None if self.base is None else self.base.finish(np.float64)[a:b]
+            fl.extend(_micro_values(base, np.ascontiguousarray(us)))
+        self.fl, self.us = fl, _Col("i")
+        return fl
+
+    def extend(self, a: np.ndarray) -> None:
+        if not len(a):
+            return
+        if self.fl is None:
+            part = _micro_part(a, self._bases(len(a)))
+            if part is not None:
+                self.us.extend(part)
+                return
+            self._to_float()
+        self.fl.extend(a)  # type: ignore[union-attr]
+
+    def append(self, v: float) -> None:
+        self.extend(np.array([v], dtype=np.float64))
+
+    def copy_prefix(self, n: int) -> _MicroCol:
+        """A column of this one's first n values (a twin that splits from it: `_TwinCol`)."""
+        out = _MicroCol(self.base)
+        if self.fl is not None:
+            out.fl = _Col("d")
+            out.fl.extend(self.fl.finish(np.float64)[:n])
+        else:
+            out.us.extend(self.us.finish(np.int32)[:n])
+        return out
+
+    def finish(self, dtype) -> np.ndarray | _Micro:
+        if self.fl is not None:
+            return self.fl.finish(dtype)
+        return _Micro(self.us.finish(np.int32), self.base is not None)
+
+
 class _TwinCol:
     """A float column that, while every value so far is its twin's in the same row (a closed
     loop's intended start is its start; first_byte is first_token on most streams), holds
@@ -681,7 +764,10 @@ class _TwinCol:
     def __getitem__(self, k: int) -> Any:
         return self.own[k] if self.own is not None else self.twin[k]
 
-    def _split(self) -> _Col:
+    def _split(self) -> _Col | _MicroCol:
+        if isinstance(self.twin, _MicroCol):
+            self.own = self.twin.copy_prefix(self.n)
+            return self.own
         own = _Col(self.twin.typecode)
         if self.twin.arr is not None:
             own.arr = self.twin.arr[:self.n]  # a copy
@@ -756,9 +842,10 @@ def _micro_values(base: np.ndarray | None, us: np.ndarray) -> np.ndarray:
         out = us.astype(np.float64)
     else:
         out = np.array(base, dtype=np.float64)  # a copy, worked on in place
-        out *= 1e6
-        np.rint(out, out=out)
-        out += us
+        with np.errstate(over="ignore", invalid="ignore"):  # a start near 1e308 holds only absent values (NaN below)
+            out *= 1e6
+            np.rint(out, out=out)
+            out += us
     out /= 1e6
     na = us == _NA_US
     if na.any():
@@ -774,21 +861,28 @@ def micro_column(col: np.ndarray, base: np.ndarray | None) -> MicroColumn | None
     n = len(col)
     us = np.empty(n, dtype=np.int32)
     for a in range(0, n, SCAN_CHUNK):
-        v = col[a:a + SCAN_CHUNK]
-        b = None if base is None else base[a:a + SCAN_CHUNK]
-        absent = np.isnan(v)
-        with np.errstate(invalid="ignore", over="ignore"):
-            k = np.rint(v * 1e6) if b is None else np.rint(v * 1e6) - np.rint(b * 1e6)
-            k[absent] = 0
-            if not (np.abs(k) < 2**31 - 1).all():  # beyond int32 (or NaN: an absent base)
-                return None
-            part = k.astype(np.int32)
-            part[absent] = _NA_US
-            back = _micro_values(b, part)  # what the column would read
-        if not ((back.view(np.uint64) == v.view(np.uint64)) | absent).all():  # bits: -0.0 is not 0.0
+        part = _micro_part(col[a:a + SCAN_CHUNK], None if base is None else base[a:a + SCAN_CHUNK])
+        if part is None:
             return None
         us[a:a + len(part)] = part
     return MicroColumn(base, us)
+
+
+def _micro_part(v: np.ndarray, b: np.ndarray | None) -> np.ndarray | None:
+    """The int32 microseconds after `b` (or alone) that read back as `v`, bit for bit; None
+    where some value cannot be held so (`micro_column`)."""
+    absent = np.isnan(v)
+    with np.errstate(invalid="ignore", over="ignore"):
+        k = np.rint(v * 1e6) if b is None else np.rint(v * 1e6) - np.rint(b * 1e6)
+        k[absent] = 0
+        if not (np.abs(k) < 2**31 - 1).all():  # beyond int32 (or NaN: an absent base)
+            return None
+        part = k.astype(np.int32)
+        part[absent] = _NA_US
+        back = _micro_values(b, part)  # what the column would read
+    if not ((back.view(np.uint64) == v.view(np.uint64)) | absent).all():  # bits: -0.0 is not 0.0
+        return None
+    return part
 
 
 def _micro_columns(f: dict[str, Any]) -> None:
@@ -808,6 +902,7 @@ def _micro_columns(f: dict[str, Any]) -> None:
 
 
 _TWIN_OF = {"intended_start": "start", "first_byte": "first_token"}
+_MICRO_AFTER_START = ("end", "first_token")  # built as `_MicroCol`s after start (tpot: alone)
 
 
 class TableBuilder:
@@ -824,6 +919,9 @@ class TableBuilder:
         self.cells: _CellCounter | None = _CellCounter(gap_edges)
         self.lost = False  # gaps neither kept nor counted (not whole microseconds): only a re-read has them
         self.f: dict[str, Any] = {k: _Col("d") for k in FLOATS}
+        for k in _MICRO_AFTER_START:  # whole microseconds (the runner's), held so as they arrive
+            self.f[k] = _MicroCol(self.f["start"])
+        self.f["tpot"] = _MicroCol(None)
         for k, twin in _TWIN_OF.items():
             self.f[k] = _TwinCol(self.f[twin])
         self.i = {k: _Col("i") for k in INTS}
@@ -1142,11 +1240,19 @@ class TableBuilder:
     def finish(self, reload: Callable[[], RequestTable] | None = None) -> RequestTable:
         self._take_held()
         self._flush()
-        f: dict[str, np.ndarray] = {}
+        f: dict[str, Any] = {}
         for k, v in self.f.items():  # a twin that never differed: its twin's column
             got = v.finish(np.float64)
-            f[k] = compact(got) if got is not None else f[_TWIN_OF[k]]
+            f[k] = got if isinstance(got, _Micro) else compact(got) if got is not None else f[_TWIN_OF[k]]
         del got, v
+        start = f["start"]
+        made: dict[int, MicroColumn] = {}  # a twin's column is its twin's
+        for k, v in f.items():
+            if isinstance(v, _Micro):
+                if id(v) not in made:
+                    made[id(v)] = MicroColumn(start if v.based else None, v.us)
+                f[k] = made[id(v)]
+        del made
         # the float columns are the table's now, views of the builder's arrays: dropped here, each
         # array goes as soon as `_micro_columns` has made its column (at 10^7 requests, five float64
         # arrays held beside their int32 columns until finish returned were the gate's peak)
