@@ -17,7 +17,7 @@ import dataclasses
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -467,30 +467,6 @@ def _follows(idx: np.ndarray, order: np.ndarray, keep: np.ndarray) -> bool:
     return at == len(idx)
 
 
-def _kept(rows: np.ndarray, test: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """The rows for which `test` (vectorized) holds, in order, tested a chunk at a time (a whole
-    run's per-row temporaries were the join's peak at 10^7 requests). Where they are one
-    unbroken stretch of `rows` -- a level's measured requests in the judge's order nearly
-    always are: its warm-up was sent before them, the next level and the follow-up after --
-    a view of that stretch, not a copy (4 bytes a request held for every level otherwise)."""
-    n, first, last = 0, -1, -1
-    for a, part in zip(range(0, len(rows), table_module.SCAN_CHUNK), table_module.slices(rows)):
-        at = np.flatnonzero(test(part))
-        if len(at):
-            n += len(at)
-            first = a + int(at[0]) if first < 0 else first
-            last = a + int(at[-1])
-    if n and last - first + 1 == n:
-        return rows[first:last + 1]
-    out = np.empty(n, dtype=rows.dtype)  # filled in place: the chunks' results never held beside it
-    at = 0
-    for part in table_module.slices(rows):
-        got = part[test(part)]
-        out[at:at + len(got)] = got
-        at += len(got)
-    return out
-
-
 def index_backend(be: BackendEvidence) -> BackendIndex:
     entries = _level_entries(be)
     workloads = {e.get("workload") for e in entries}
@@ -499,18 +475,18 @@ def index_backend(be: BackendEvidence) -> BackendIndex:
     # row numbers in 4 bytes: every selection of a scope (buckets, levels, the backend) is made from
     # these (sorted before the per-request level and bucket test are made: not held beside the sort)
     everyone = ordered(t)
-    everyone.flags.writeable = False  # the levels' rows are views of it (`_kept`): never changed in place
+    everyone.flags.writeable = False  # the levels' rows are views of it (`table.kept`): never changed in place
     pos = _level_of(t, keys)
     measured = t.i["bucket"] >= 0
     levels = []
     for k, e in enumerate(entries):
         first = next(j for j, key in enumerate(keys) if key == keys[k] and type(key[1]) is type(keys[k][1]))
-        sel = _kept(everyone, lambda rows: (pos[rows] == first) & measured[rows])
+        sel = table_module.kept(everyone, lambda rows: (pos[rows] == first) & measured[rows])  # a view of it, nearly always
         levels.append(
             LevelIndex(be.name, str(e.get("workload")), int(e.get("index", 0)) if isinstance(e.get("index"), int) else 0,
                        e, level_label(e, len(workloads) > 1), _windows(e, t, sel))
         )
-    orphans = _kept(everyone, lambda rows: (pos[rows] < 0) & measured[rows])
+    orphans = table_module.kept(everyone, lambda rows: (pos[rows] < 0) & measured[rows])
     del pos, measured  # (a request's level and whether it is measured: 5 bytes a request, not held past here)
     samples = sorted((s for s in be.telemetry if num(s.get("t")) is not None), key=lambda s: float(s["t"]))
     return BackendIndex(
