@@ -422,3 +422,60 @@ async def test_a_metrics_endpoint_that_redirects_to_its_trailing_slash_is_follow
     assert row["ok"] and row["families"]["vllm:num_requests_running"]["value"] == 3.0, row
     assert not loop["ok"] and loop["status"] == 302 and "redirect" in loop["error"], loop
     assert not away["ok"] and away["status"] == 302 and "another host" in away["error"], away
+
+
+async def test_a_scrape_on_a_connection_the_server_closed_while_idle_is_sent_again_once():
+    """The server closes a kept-alive connection as the next scrape is sent on it (uvicorn's 5 s
+    keep-alive against a 5 s scrape interval: a real vLLM soak recorded 'Server disconnected
+    without sending a response'): the GET goes again on a new connection, as Prometheus's Go
+    client sends it, and the scrape is the server's answer. A server that drops every request
+    unanswered is asked twice a scrape, no more, and the scrape records its failure."""
+    import functools
+
+    import httpx
+    import trio
+
+    from soakspec.plan import MetricsScrape
+    from soakspec.runner.scrape import scrape_row
+
+    seen = {"requests": 0}
+
+    async def keep_alive_once(stream):  # answers a connection's first request and keeps it open; drops the next
+        answered = False
+        buf = b""
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            buf += data
+            if b"\r\n\r\n" not in buf:
+                continue
+            buf = b""
+            seen["requests"] += 1
+            if answered:
+                await stream.aclose()  # closed, nothing sent: what the idle timeout's race leaves the client
+                return
+            answered = True
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(TEXT) + TEXT)
+
+    async def never(stream):
+        data = await stream.receive_some(65536)
+        if data:
+            seen["requests"] += 1
+        await stream.aclose()
+
+    scrape = MetricsScrape("/metrics", 1.0, 3.0, True, ("vllm:num_requests_running",))
+    async with trio.open_nursery() as nursery:
+        (good,) = await nursery.start(functools.partial(trio.serve_tcp, keep_alive_once, 0, host="127.0.0.1"))
+        (bad,) = await nursery.start(functools.partial(trio.serve_tcp, never, 0, host="127.0.0.1"))
+        with trio.fail_after(20):
+            async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
+                url = f"http://127.0.0.1:{good.socket.getsockname()[1]}"
+                rows = [await scrape_row(http, url, scrape, trio.current_time) for _ in range(3)]
+                assert seen["requests"] == 5  # the first; then each later one dropped once, then sent again
+                seen["requests"] = 0
+                dead = await scrape_row(http, f"http://127.0.0.1:{bad.socket.getsockname()[1]}", scrape, trio.current_time)
+        nursery.cancel_scope.cancel()
+    assert all(r["ok"] and r["families"]["vllm:num_requests_running"]["value"] == 3.0 for r in rows), rows
+    assert not dead["ok"] and dead["status"] is None and "disconnected" in dead["error"].lower(), dead
+    assert seen["requests"] == 2

@@ -247,23 +247,44 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
     return out
 
 
+# A connection the server closed while it sat idle in the pool (its keep-alive timeout --
+# uvicorn's, vLLM's and SGLang's, is 5 s -- against a 5 s scrape interval) fails the next GET
+# sent on it before any answer: "Server disconnected without sending a response". Go's HTTP
+# client, which Prometheus scrapes with, sends such an idempotent GET again on a new
+# connection; so does a scrape, once: the server never saw the first. A second such failure
+# is the server's, and recorded.
+_NO_ANSWER = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
 async def scrape_once(http: httpx.AsyncClient, url: str, scrape: MetricsScrape) -> tuple[int | None, str | None, str | None]:
-    """(HTTP status, body text, error) of one bounded GET; body only for a 200 within the limits."""
+    """(HTTP status, body text, error) of one bounded GET; body only for a 200 within the limits.
+    A connection dropped before any answer is tried once more (`_NO_ANSWER`)."""
     with trio.move_on_after(scrape.timeout_s):
         try:
-            for _hop in range(MAX_REDIRECTS + 1):
-                async with http.stream("GET", url) as resp:
+            again, redirects = True, 0
+            while True:
+                try:
+                    resp = await http.send(http.build_request("GET", url), stream=True)
+                except _NO_ANSWER:
+                    if not again:
+                        raise
+                    again = False
+                    continue
+                try:
                     if resp.is_redirect and resp.next_request is not None:
                         # a redirect on the same host is followed, as Prometheus does (a mounted
                         # prometheus_client app answers /metrics with 307 to /metrics/)
                         nxt = resp.next_request.url
                         if (nxt.scheme, nxt.host, nxt.port) != (resp.url.scheme, resp.url.host, resp.url.port):
                             return resp.status_code, None, f"HTTP {resp.status_code}: a redirect to another host ({clip(record_redactor().text(str(nxt)), 100)}), not followed"
-                        if _hop == MAX_REDIRECTS:
+                        if redirects == MAX_REDIRECTS:
                             return resp.status_code, None, f"HTTP {resp.status_code}: more than {MAX_REDIRECTS} redirects"
+                        redirects += 1
                         url = str(nxt)
                         continue
                     return await _read(resp, scrape)
+                finally:
+                    await resp.aclose()
         except httpx.HTTPError as e:
             return None, None, describe_transport_error(e)[:MAX_ERROR_CHARS]
     return None, None, f"no answer within {scrape.timeout_s:g}s"
