@@ -698,7 +698,12 @@ class _MicroCol:
 
     def __getitem__(self, k: int) -> Any:
         assert k == -1, "a column being built answers only its last value"
-        return float(self.last(1, np.float64)[0])
+        if self.fl is not None:
+            return self.fl[-1]
+        us = self.us[-1]
+        if us == _NA_US:
+            return math.nan
+        return us / 1e6 if self.base is None else (float(round(self.base[-1] * 1e6)) + us) / 1e6
 
     def last(self, m: int, dtype) -> np.ndarray:
         """The last `m` values, as floats (a new array)."""
@@ -729,16 +734,37 @@ class _MicroCol:
         self.fl.extend(a)  # type: ignore[union-attr]
 
     def append(self, v: float) -> None:
-        self.extend(np.array([v], dtype=np.float64))
+        """One row's value (a row added on its own: no numpy call, the runner's sweep judges
+        each probe on the event loop): what `extend` of one value holds, computed with Python
+        floats -- `round` is numpy's `rint` (half to even), the read back the same float
+        operations as `_micro_values`."""
+        if self.fl is None:
+            k = _micro_one(v, None if self.base is None else self.base[-1])
+            if k is not None:
+                self.us.append(k)
+                return
+            self._to_float()
+        self.fl.append(v)  # type: ignore[union-attr]
 
     def copy_prefix(self, n: int) -> _MicroCol:
-        """A column of this one's first n values (a twin that splits from it: `_TwinCol`)."""
+        """A column of this one's first n values (a twin that splits from it: `_TwinCol`), held
+        as those values allow -- not as this one is held now: a block this one could not hold
+        may come after them (so a twin's form is the same whether its rows came one at a time
+        or in blocks)."""
         out = _MicroCol(self.base)
-        if self.fl is not None:
-            out.fl = _Col("d")
-            out.fl.extend(self.fl.finish(np.float64)[:n])
-        else:
+        if self.fl is None:
             out.us.extend(self.us.finish(np.int32)[:n])
+            return out
+        vals = self.fl.finish(np.float64)
+        bases = None if self.base is None else self.base.finish(np.float64)
+        for a in range(0, n, SCAN_CHUNK):
+            b = min(n, a + SCAN_CHUNK)
+            part = _micro_part(vals[a:b], None if bases is None else bases[a:b])
+            if part is None:
+                out.us, out.fl = _Col("i"), _Col("d")
+                out.fl.extend(vals[:n])
+                return out
+            out.us.extend(part)
         return out
 
     def finish(self, dtype) -> np.ndarray | _Micro:
@@ -866,6 +892,22 @@ def micro_column(col: np.ndarray, base: np.ndarray | None) -> MicroColumn | None
             return None
         us[a:a + len(part)] = part
     return MicroColumn(base, us)
+
+
+def _micro_one(v: float, b: float | None) -> int | None:
+    """`_micro_part` of one value: its int32 microseconds after `b` (or alone), else None."""
+    if v != v:
+        return int(_NA_US)
+    if not math.isfinite(v * 1e6) or (b is not None and not math.isfinite(b * 1e6)):
+        return None  # beyond a float (or an absent base: NaN)
+    base = 0.0 if b is None else float(round(b * 1e6))
+    k = round(v * 1e6) - (0 if b is None else int(base))
+    if not abs(k) < 2**31 - 1:
+        return None
+    back = (k if b is None else base + k) / 1e6
+    if back != v or math.copysign(1.0, back) != math.copysign(1.0, v):  # bits: -0.0 is not 0.0
+        return None
+    return k
 
 
 def _micro_part(v: np.ndarray, b: np.ndarray | None) -> np.ndarray | None:
