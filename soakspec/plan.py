@@ -571,6 +571,7 @@ DEFAULT_SERVER_METRICS = (
 DEFAULT_SCRAPE_INTERVAL_S = 5.0  # metrics {} without `every`: this, or a quarter of the shortest bucket
 MIN_DEFAULT_SCRAPE_INTERVAL_S = 0.5
 MAX_SCRAPE_BYTES = 8 * 2**20  # a /metrics answer larger than this is a failed scrape
+LAST_SCRAPE_SLACK_S = 2.0  # the last scrape's wait beyond its timeout: parsing and writing its line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -587,6 +588,12 @@ class MetricsScrape:
     declared: bool
     families: tuple[str, ...]
     max_bytes: int = MAX_SCRAPE_BYTES
+
+    @property
+    def last_wait_s(self) -> float:
+        """How long the driver waits, once the load has ended, for the scrape after it before the
+        server is stopped: one scrape's timeout and its parsing and writing (part of `max_wall_s`)."""
+        return self.timeout_s + LAST_SCRAPE_SLACK_S
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self) | {"families": list(self.families)}
@@ -1043,6 +1050,7 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
     follow_est = min((w.expected_latency_s or 0.0 for w in spec.workloads), default=0.0) * time_scale if follow else 0.0
     est = sum(_level_load_s(lv) for lv in levels) + follow_est
     launch = _launch(spec, b, base, rehearse)
+    metrics = _metrics_scrape(spec, b, time_scale)
     upper = (
         est
         + launch.probe.timeout_s
@@ -1050,13 +1058,13 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
         + sum(w.deadline_s for w in spec.workloads) * time_scale  # the pre-flight: one request per workload, before any level
         + (follow_deadline if follow else 0.0)
         + (launch.shutdown_grace_s if launch.launches else 0.0)
+        + (metrics.last_wait_s if metrics is not None else 0.0)  # the scrape after the load (runner/scrape.py)
     )
     # the follow-up is sent in the shape of the first workload that asks for one (follow_up = true)
     first = next((w for w in spec.workloads if w.follow_up), spec.workloads[0])
     return BackendPlan(
         b, tuple(levels), follow, follow_deadline, est, upper, launch, _traces(spec, b, base, rehearse), _runtime(b),
-        _request(first, model, base, b.api_key_env), first.name, _aborts(spec, b, time_scale),
-        _metrics_scrape(spec, b, time_scale),
+        _request(first, model, base, b.api_key_env), first.name, _aborts(spec, b, time_scale), metrics,
     )
 
 

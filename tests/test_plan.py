@@ -98,8 +98,9 @@ W60 = 'workload "w" {\n load { concurrency = 1 }\n duration = 60s\n deadline = 1
 def test_wall_time_bounds_per_backend_kind():
     p = plan(spec_of(W60, BACKENDS3))
     walls = {b.name: (b.est_wall_s, b.max_wall_s) for b in p.backends}
-    assert walls["l"] == (60.0, 60.0 + 60.0 + 10.0 + 10.0 + 5.0)  # ready timeout, pre-flight, drain, shutdown grace
-    assert walls["u"] == (60.0, 60.0 + 120.0 + 10.0 + 10.0)  # nothing to shut down
+    last_scrape = 10.0 + 2.0  # the default scrape's timeout and the slack to write it: the scrape after the load
+    assert walls["l"] == (60.0, 60.0 + 60.0 + 10.0 + 10.0 + 5.0 + last_scrape)  # ready timeout, pre-flight, drain, shutdown grace
+    assert walls["u"] == (60.0, 60.0 + 120.0 + 10.0 + 10.0 + last_scrape)  # nothing to shut down
     assert walls["s"][0] == 60.0 and walls["s"][1] >= 70.0
     assert p.est_wall_s == 180.0 and p.max_wall_s == sum(m for _, m in walls.values())
 

@@ -294,6 +294,43 @@ async def test_a_scrape_that_gets_no_answer_is_bounded_by_its_timeout_and_record
     assert row["ok"] is False and row["status"] is None and row["error"] == "no answer within 0.2s"
 
 
+def test_a_default_scrape_waits_for_a_metrics_answer_as_slow_as_a_loaded_cpu_vllm_and_the_plan_allows_for_it():
+    """A loaded CPU vLLM took up to 2.04 s to answer /metrics (the real-server lane); the old
+    default of 2 s recorded that as a failed scrape, which fails `metrics_scraped`. The default
+    is Prometheus's 10 s: a 3 s answer is a scrape, an explicit `timeout = 2s` still bounds it,
+    and the plan's upper bound on the run's wall time allows for the scrape after the load."""
+
+    async def slow(stream):
+        await stream.receive_some(65536)
+        await trio.sleep(3.0)
+        body = b"# TYPE q gauge\nq 7\n"
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        await stream.aclose()
+
+    default, _ = _check(_spec_text("require failed == 0", "  metrics {\n    every = 1s\n  }\n"))
+    tight, _ = _check(_spec_text("require failed == 0", "  metrics {\n    every = 1s\n    timeout = 2s\n  }\n"))
+    plans = [plan(s).backends[0] for s in (default, tight)]
+    assert [p.metrics.timeout_s for p in plans] == [10.0, 2.0]
+    assert plans[0].max_wall_s - plans[1].max_wall_s == pytest.approx(8.0)  # the scrape after the load waits longer
+    rows = []
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            (listener,) = await nursery.start(functools.partial(trio.serve_tcp, slow, 0, host="127.0.0.1"))
+            port = listener.socket.getsockname()[1]
+            async with httpx.AsyncClient(timeout=60) as http:
+                for p in plans:
+                    scrape = MetricsScrape(p.metrics.path, p.metrics.interval_s, p.metrics.timeout_s, True, ("q",))
+                    rows.append(await scrape_row(http, f"http://127.0.0.1:{port}", scrape, trio.current_time))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert (rows[0]["ok"], rows[0]["families"]["q"]["value"]) == (True, 7.0), rows[0]
+    assert rows[0]["seconds"] == pytest.approx(3.0, abs=0.01)
+    assert (rows[1]["ok"], rows[1]["error"]) == (False, "no answer within 2s"), rows[1]
+
+
 async def test_a_scrape_whose_answer_does_not_parse_keeps_no_secret_in_its_error():
     """The parser's error quotes the answer's offending line: a /metrics quoting the server's
     token in a line that does not parse (`tok-<secret> 1`) put the run's secret into

@@ -78,7 +78,11 @@ class ServerMetrics:
 
     path: str = "/metrics"
     interval_s: float | None = None  # None: 5 s, or a quarter of the shortest bucket when that is shorter (plan.py)
-    timeout_s: float = 2.0  # one scrape waits at most this long
+    # one scrape waits at most this long: Prometheus's default scrape_timeout. A loaded CPU vLLM
+    # on 2 cores took up to 2.04 s to answer its ~100 kB /metrics (the real-server lane), so the
+    # old 2 s recorded the server's own slowness as a failed scrape. Longer than the interval is
+    # allowed (Prometheus refuses it): a slow scrape skips the slots it outlasts (runner/scrape.py)
+    timeout_s: float = 10.0
     enabled: bool = True
     declared: bool = False
 

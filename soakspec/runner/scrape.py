@@ -333,11 +333,8 @@ class LastScrape:
 
     async def after_load(self, scrape: MetricsScrape) -> None:
         self.load_done.set()
-        with trio.move_on_after(scrape.timeout_s + LAST_SCRAPE_SLACK_S):
+        with trio.move_on_after(scrape.last_wait_s):
             await self.finished.wait()
-
-
-LAST_SCRAPE_SLACK_S = 2.0  # the last scrape's wait beyond its timeout: parsing and writing its line
 
 
 def next_slot(slot: float, now: float, interval: float) -> float:
