@@ -361,6 +361,9 @@ class _Rec:
         self.levels: list[dict] = []
         self.sweep: dict | None = None
 
+    def end_member(self) -> None:
+        pass
+
 
 class _Fired:
     def describe(self) -> str:
@@ -370,16 +373,20 @@ class _Fired:
         return {"rule": "abort ratio(errors) > 50% per bucket"}
 
 
-def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12, abort_above: int | None = None):
+def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12, abort_above: int | None = None,
+               judged_on: list[str] | None = None):
     """The driver's sweep loop with its levels faked: each probe takes its planned warmup +
     duration of virtual time; the judge holds a level iff its concurrency <= capacity; above
     `abort_above` an abort rule fires a minute into the probe."""
     import dataclasses
+    import threading
 
     import trio
     import trio.testing
 
     from soakspec.runner import driver
+
+    judged_on = [] if judged_on is None else judged_on
     from soakspec.runner.backend import Deps
 
     spec = spec_from_text(_sweep_spec(f"concurrency = [1, {high}]\n    search = bisect\n    max_wall = {max_wall}"))
@@ -399,7 +406,12 @@ def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12, abort_
 
     monkeypatch.setattr(driver, "_drive_level", fake_level)
     monkeypatch.setattr(driver, "_level_rows", lambda rec_, probe: [])
-    judge_one = lambda name, entry, rows: (entry["concurrency"] <= capacity, "fake")  # noqa: E731
+    loop_thread = threading.get_ident()
+
+    def judge_one(name, entry, rows):
+        judged_on.append("the event loop" if threading.get_ident() == loop_thread else "a worker thread")
+        return entry["concurrency"] <= capacity, "fake"
+
     deps = dataclasses.replace(Deps(_Clock(), _Progress(), None, None, None), sweep_judge=judge_one)  # type: ignore[arg-type]
     from soakspec.runner.abort import AbortWatch
 
@@ -417,6 +429,15 @@ def test_the_runners_sweep_finds_the_capacity_in_virtual_time(monkeypatch, capac
     assert [e["index"] for e in rec.levels] == list(range(len(rec.levels)))  # manifest order = run order
     assert [e["concurrency"] for e in rec.levels] == [p["value"] for p in sw["probes"]]
     assert len(rec.levels) <= lv.sweep.max_probes
+
+
+def test_the_runners_sweep_judges_each_probe_off_the_event_loop(monkeypatch):
+    """Judged on the event loop, a probe's judging (reading its records back, the rules) stalled
+    the loop 20-90 ms between probes; the client health monitor counted it into the next probe's
+    first bucket and a sweep against the simulator ended INCONCLUSIVE for a saturated client."""
+    judged_on: list[str] = []
+    _run_sweep(monkeypatch, 4, "2h", judged_on=judged_on)
+    assert judged_on and set(judged_on) == {"a worker thread"}, judged_on
 
 
 def test_the_runners_sweep_stops_within_its_wall_time_bound(monkeypatch):

@@ -241,7 +241,7 @@ async def _drive_sweep(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             elif deps.sweep_judge is None:
                 passed, why = entry.get("completed") is True, "no judge supplied: a completed level counts as holding"
             else:
-                passed, why = deps.sweep_judge(bp.name, entry, _level_rows(rec, probe))
+                passed, why = await _judge_probe(deps.sweep_judge, bp.name, entry, rec, probe)
             search.record(i, passed)
             probes.append({"probe": len(probes), "level": probe.index, "grid_index": i, "value": sw.grid[i], "passed": passed, "why": why})
             deps.progress.log(f"[{bp.name}] sweep: {sw.axis} {sw.grid[i]:g} {'holds' if passed else 'does not hold'} ({why})")
@@ -270,9 +270,20 @@ async def _drive_probe(bp, probe: Level, deps: Deps, rec: BackendRecorder, ids: 
     return fired
 
 
+async def _judge_probe(sweep_judge, name: str, entry: dict, rec: BackendRecorder, probe: Level) -> tuple[bool, str]:
+    """`sweep_judge` of the probe's records, on a worker thread. Judged on the event loop (as
+    it was), reading the requests file back and judging stalled the loop 20-90 ms between
+    probes; the client's health monitor counted that stall into the next probe's first bucket
+    and a sweep against the simulator ended INCONCLUSIVE ("event-loop lag p99 92 ms"): the
+    judge's own work taken for a saturated load generator. Nothing is in flight meanwhile (the
+    probe has drained); the thread is abandoned on cancel (Ctrl-C does not wait for it)."""
+    rec.end_member()  # the probe's records read back whole
+    snapshot = dict(entry)
+    return await trio.to_thread.run_sync(lambda: sweep_judge(name, snapshot, _level_rows(rec, probe)), abandon_on_cancel=True)
+
+
 def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
-    """The probe's records as written (the requests stream is flushed at the level's end)."""
-    rec.end_member()
+    """The probe's records as written (its gzip member ended by the caller)."""
     return [dict(r) for _, r in iter_records(rec.layout.requests(rec.name)) if r.workload == lv.workload and r.level == lv.index]
 
 
