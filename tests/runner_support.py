@@ -164,3 +164,42 @@ def run_spec(tmp_path: Path, spec_text: str, *extra: str, timeout: float = 120) 
 def requests_of(out: Path, backend: str = "b0") -> list[dict]:
     """The request records of one backend of an evidence directory."""
     return read_jsonl(Path(out) / "backends" / backend / "requests.jsonl.gz")
+
+
+def keep_alive_once(seen: dict, body: bytes):
+    """A trio.serve_tcp handler that answers a connection's first request (200, `body`) and keeps
+    it open, then closes it on the next one with nothing sent -- what a server's keep-alive
+    timeout, racing a request sent on the idle connection, leaves the client. `seen["requests"]`
+    counts the requests that arrived."""
+
+    async def handler(stream) -> None:
+        answered = False
+        buf = b""
+        while True:
+            data = await stream.receive_some(65536)
+            if not data:
+                return
+            buf += data
+            if b"\r\n\r\n" not in buf:
+                continue
+            buf = b""
+            seen["requests"] += 1
+            if answered:
+                await stream.aclose()
+                return
+            answered = True
+            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+
+    return handler
+
+
+def drops_every_request(seen: dict):
+    """A trio.serve_tcp handler that reads a request and closes the connection unanswered."""
+
+    async def handler(stream) -> None:
+        if await stream.receive_some(65536):
+            seen["requests"] += 1
+        await stream.aclose()
+
+    return handler
+

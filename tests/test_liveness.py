@@ -94,6 +94,47 @@ def autojump_clock():
     return trio.testing.MockClock(autojump_threshold=0)
 
 
+# ------------------------------------------------------------------ one probe
+
+
+async def test_a_probe_on_a_connection_the_server_closed_while_idle_is_sent_again_once() -> None:
+    """A liveness probe on a kept-alive connection the server closes as the probe is sent (its
+    keep-alive timeout racing the probe interval) is not a refused connect -- the server never
+    saw it: a GET goes again once on a new connection, as the /metrics scrape's does. A server
+    that drops every request is asked twice a probe and refuses; a POST probe is sent once."""
+    import functools
+
+    import httpx
+
+    from runner_support import drops_every_request, keep_alive_once
+    from soakspec.plan import Launch, Probe
+    from soakspec.runner.liveness import probe_once
+
+    def launch(method: str) -> Launch:
+        return Launch("b", "url", None, "http://127.0.0.1", (), None, Probe(method, "/health", 200, 10.0, 0.5), 5.0, 5.0, False)
+
+    seen = {"requests": 0}
+    async with trio.open_nursery() as nursery:
+        (good,) = await nursery.start(functools.partial(trio.serve_tcp, keep_alive_once(seen, b"ok"), 0, host="127.0.0.1"))
+        (bad,) = await nursery.start(functools.partial(trio.serve_tcp, drops_every_request(seen), 0, host="127.0.0.1"))
+        with trio.fail_after(20):
+            async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
+                url = f"http://127.0.0.1:{good.socket.getsockname()[1]}"
+                probes = [await probe_once(http, launch("GET"), url) for _ in range(3)]
+                assert seen["requests"] == 5  # the first; then each later one dropped once, then sent again
+                dead_url = f"http://127.0.0.1:{bad.socket.getsockname()[1]}"
+                seen["requests"] = 0
+                dead = await probe_once(http, launch("GET"), dead_url)
+                assert seen["requests"] == 2
+                seen["requests"] = 0
+                posted = await probe_once(http, launch("POST"), dead_url)
+                assert seen["requests"] == 1  # not idempotent: never sent twice
+        nursery.cancel_scope.cancel()
+    assert probes == [("ok", "HTTP 200")] * 3, probes
+    assert dead[0] == "refused" and "disconnected" in dead[1].lower(), dead
+    assert posted[0] == "refused", posted
+
+
 # ------------------------------------------------------------------ a backend that dies mid-run
 
 

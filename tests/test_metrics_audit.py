@@ -438,36 +438,13 @@ async def test_a_scrape_on_a_connection_the_server_closed_while_idle_is_sent_aga
     from soakspec.plan import MetricsScrape
     from soakspec.runner.scrape import scrape_row
 
+    from runner_support import drops_every_request, keep_alive_once
+
     seen = {"requests": 0}
-
-    async def keep_alive_once(stream):  # answers a connection's first request and keeps it open; drops the next
-        answered = False
-        buf = b""
-        while True:
-            data = await stream.receive_some(65536)
-            if not data:
-                return
-            buf += data
-            if b"\r\n\r\n" not in buf:
-                continue
-            buf = b""
-            seen["requests"] += 1
-            if answered:
-                await stream.aclose()  # closed, nothing sent: what the idle timeout's race leaves the client
-                return
-            answered = True
-            await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % len(TEXT) + TEXT)
-
-    async def never(stream):
-        data = await stream.receive_some(65536)
-        if data:
-            seen["requests"] += 1
-        await stream.aclose()
-
     scrape = MetricsScrape("/metrics", 1.0, 3.0, True, ("vllm:num_requests_running",))
     async with trio.open_nursery() as nursery:
-        (good,) = await nursery.start(functools.partial(trio.serve_tcp, keep_alive_once, 0, host="127.0.0.1"))
-        (bad,) = await nursery.start(functools.partial(trio.serve_tcp, never, 0, host="127.0.0.1"))
+        (good,) = await nursery.start(functools.partial(trio.serve_tcp, keep_alive_once(seen, TEXT), 0, host="127.0.0.1"))
+        (bad,) = await nursery.start(functools.partial(trio.serve_tcp, drops_every_request(seen), 0, host="127.0.0.1"))
         with trio.fail_after(20):
             async with httpx.AsyncClient(timeout=5, trust_env=False) as http:
                 url = f"http://127.0.0.1:{good.socket.getsockname()[1]}"

@@ -39,6 +39,27 @@ CLOSE_GRACE = 1.0  # seconds allowed for closing a response after the request en
 _CLOSED_MARKERS = ("peer closed connection", "peer unexpectedly closed connection", "Server disconnected")
 
 
+# A connection the server closed while it sat idle in the pool (its keep-alive timeout --
+# uvicorn's, vLLM's and SGLang's, is 5 s -- against a 5 s scrape or probe interval) fails the
+# next request sent on it before any answer: "Server disconnected without sending a response".
+# Go's HTTP client (Prometheus scrapes with it) sends such an idempotent request again on a
+# new connection; the control plane's GETs (a /metrics scrape, a liveness probe) do too, once:
+# the server never saw the first. A second such failure is the server's.
+NO_ANSWER = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
+
+
+async def send_once_more_if_unanswered(http: httpx.AsyncClient, method: str, url: str, *, stream: bool = False) -> httpx.Response:
+    """`http.send` of `method url`; an idempotent request the connection dropped before any
+    answer (`NO_ANSWER`) is sent again once (the pool gives it a new connection)."""
+    try:
+        return await http.send(http.build_request(method, url), stream=stream)
+    except NO_ANSWER:
+        if method.upper() not in IDEMPOTENT:
+            raise
+    return await http.send(http.build_request(method, url), stream=stream)
+
+
 class HttpxClient:
     """Sends requests to `base_url` (e.g. `http://127.0.0.1:8000`) through `client`.
 

@@ -45,6 +45,7 @@ import trio
 
 from soakspec.plan import Launch, Liveness
 from soakspec.runner.clock import RunClock
+from soakspec.runner.httpxclient import send_once_more_if_unanswered
 from soakspec.runner.procs import BackendError
 from soakspec.runner.protocol import CONNECT_FAILED
 from soakspec.runner.records import Outcome, RequestRecord
@@ -196,7 +197,7 @@ async def probe_once(http: httpx.AsyncClient, la: Launch, url: str) -> tuple[str
     p = la.probe
     with trio.move_on_after(la.liveness.attempt_timeout_s):
         try:
-            resp = await http.request(p.method, url + p.path)
+            resp = await send_once_more_if_unanswered(http, p.method, url + p.path)  # a connection closed while idle
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
             return "refused", f"{p.method} {p.path}: {_describe(e)}"
         except httpx.TimeoutException:

@@ -44,6 +44,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from soakspec.evidence.io import EvidenceError, JsonlWriter
 from soakspec.evidence.redact import clip, record_redactor, scrub
 from soakspec.plan import MetricsScrape
+from soakspec.runner.httpxclient import send_once_more_if_unanswered
 from soakspec.runner.protocol import describe_transport_error
 from soakspec.runner.recorder import durable, off_loop
 
@@ -247,29 +248,14 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
     return out
 
 
-# A connection the server closed while it sat idle in the pool (its keep-alive timeout --
-# uvicorn's, vLLM's and SGLang's, is 5 s -- against a 5 s scrape interval) fails the next GET
-# sent on it before any answer: "Server disconnected without sending a response". Go's HTTP
-# client, which Prometheus scrapes with, sends such an idempotent GET again on a new
-# connection; so does a scrape, once: the server never saw the first. A second such failure
-# is the server's, and recorded.
-_NO_ANSWER = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
-
-
 async def scrape_once(http: httpx.AsyncClient, url: str, scrape: MetricsScrape) -> tuple[int | None, str | None, str | None]:
     """(HTTP status, body text, error) of one bounded GET; body only for a 200 within the limits.
-    A connection dropped before any answer is tried once more (`_NO_ANSWER`)."""
+    A connection dropped before any answer is tried once more (`send_once_more_if_unanswered`)."""
     with trio.move_on_after(scrape.timeout_s):
         try:
-            again, redirects = True, 0
+            redirects = 0
             while True:
-                try:
-                    resp = await http.send(http.build_request("GET", url), stream=True)
-                except _NO_ANSWER:
-                    if not again:
-                        raise
-                    again = False
-                    continue
+                resp = await send_once_more_if_unanswered(http, "GET", url, stream=True)
                 try:
                     if resp.is_redirect and resp.next_request is not None:
                         # a redirect on the same host is followed, as Prometheus does (a mounted
