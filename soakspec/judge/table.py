@@ -714,11 +714,12 @@ class _MicroCol:
     def _to_float(self) -> _Col:
         """From now on float64: the values so far, read back (exactly), a chunk at a time."""
         fl, n = _Col("d"), len(self.us)
+        # views, not copies: the base has this block's rows too (it is appended first), so its
+        # first n values are the rows so far
+        us, bases = self.us.finish(np.int32), None if self.base is None else self.base.finish(np.float64)
         for a in range(0, n, SCAN_CHUNK):
             b = min(n, a + SCAN_CHUNK)
-            us = self.us.finish(np.int32)[a:b]
-            base = None if self.base is None else self.base.finish(np.float64)[a:b]
-            fl.extend(_micro_values(base, np.ascontiguousarray(us)))
+            fl.extend(_micro_values(None if bases is None else bases[a:b], np.ascontiguousarray(us[a:b])))
         self.fl, self.us = fl, _Col("i")
         return fl
 
@@ -751,18 +752,25 @@ class _MicroCol:
         as those values allow -- not as this one is held now: a block this one could not hold
         may come after them (so a twin's form is the same whether its rows came one at a time
         or in blocks)."""
-        out = _MicroCol(self.base)
         if self.fl is None:
+            out = _MicroCol(self.base)
             out.us.extend(self.us.finish(np.int32)[:n])
             return out
-        vals = self.fl.finish(np.float64)
-        bases = None if self.base is None else self.base.finish(np.float64)
+        return _MicroCol.of_values(self.fl.finish(np.float64)[:n], self.base)
+
+    @staticmethod
+    def of_values(vals: np.ndarray, base: _Col | None) -> _MicroCol:
+        """A column of `vals` (the first len(vals) rows; `base` has at least as many), held as
+        they allow: int32 microseconds after base (or alone) if every value reads back, else
+        float64."""
+        out, n = _MicroCol(base), len(vals)
+        bases = None if base is None else base.finish(np.float64)
         for a in range(0, n, SCAN_CHUNK):
             b = min(n, a + SCAN_CHUNK)
             part = _micro_part(vals[a:b], None if bases is None else bases[a:b])
             if part is None:
                 out.us, out.fl = _Col("i"), _Col("d")
-                out.fl.extend(vals[:n])
+                out.fl.extend(vals)
                 return out
             out.us.extend(part)
         return out
@@ -776,12 +784,12 @@ class _MicroCol:
 class _TwinCol:
     """A float column that, while every value so far is its twin's in the same row (a closed
     loop's intended start is its start; first_byte is first_token on most streams), holds
-    nothing; from the first row that differs, its own `_Col` (the twin's values so far copied
-    in). Appended after its twin, row by row and block by block."""
+    nothing; from the first row that differs, its own `_MicroCol` (`_split`). Appended after
+    its twin, row by row and block by block."""
 
     __slots__ = ("twin", "own", "n")
 
-    def __init__(self, twin: _Col) -> None:
+    def __init__(self, twin: _Col | _MicroCol) -> None:
         self.twin, self.own, self.n = twin, None, 0
 
     def __len__(self) -> int:
@@ -790,17 +798,16 @@ class _TwinCol:
     def __getitem__(self, k: int) -> Any:
         return self.own[k] if self.own is not None else self.twin[k]
 
-    def _split(self) -> _Col | _MicroCol:
-        if isinstance(self.twin, _MicroCol):
-            self.own = self.twin.copy_prefix(self.n)
-            return self.own
-        own = _Col(self.twin.typecode)
-        if self.twin.arr is not None:
-            own.arr = self.twin.arr[:self.n]  # a copy
+    def _split(self) -> _MicroCol:
+        """Its own column from here on: first_byte's held as first_token's first n values allow;
+        an open loop's intended_start held after start (its first n values are start's), as
+        end is -- 4 bytes a request while loading, not a float64 copy of start until `finish`."""
+        twin = self.twin
+        if isinstance(twin, _MicroCol):
+            self.own = twin.copy_prefix(self.n)
         else:
-            own.value, own.n = self.twin.value, self.n
-        self.own = own
-        return own
+            self.own = _MicroCol.of_values(twin.finish(np.float64)[:self.n], twin)
+        return self.own
 
     def append(self, v: Any) -> None:
         if self.own is None:
