@@ -195,21 +195,36 @@ def _numbered(ids: list[str]):
     return col
 
 
-@settings(max_examples=300, deadline=None)
-@given(ids=st.lists(_ID, min_size=1, max_size=40), extra=st.lists(st.one_of(_ID, _ODD_KEYS), max_size=8),
-       collide=st.booleans())
-def test_numbered_ids_are_found_as_their_text_is(ids, extra, collide):
-    """Every lookup over a numbered column -- ids recorded once or more, keys that are another
-    width of the same number (`x01` / `x1`), a stem the column lacks, a non-ASCII digit, too
-    many digits, not a str -- gives what the same ids as a list of str give; with every pair
-    hashed alike (`collide`) too: equal hash bits are told apart by the pairs."""
+_HOW = st.sampled_from(["hashed", "collide", "direct"])  # how a numbered column is indexed (forced)
+
+
+def _forced(how: str):
+    """The numbered index forced to its hashed keys (every pair hashed alike for `collide`) or
+    to its direct table (`_Direct`, whatever the numbers' spread)."""
+    import contextlib
     import unittest.mock
 
     from soakspec.evidence import ids as ids_module
 
+    stack = contextlib.ExitStack()
+    stack.enter_context(unittest.mock.patch.object(ids_module, "DIRECT_SLOTS_PER_ID", 10**6 if how == "direct" else 0))
+    if how == "collide":
+        stack.enter_context(unittest.mock.patch.object(ids_module, "_mix", lambda c, n: np.zeros(len(c), dtype=np.uint64)))
+    return stack
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=st.lists(_ID, min_size=1, max_size=40), extra=st.lists(st.one_of(_ID, _ODD_KEYS), max_size=8), how=_HOW)
+def test_numbered_ids_are_found_as_their_text_is(ids, extra, how):
+    """Every lookup over a numbered column -- ids recorded once or more, keys that are another
+    width of the same number (`x01` / `x1`), a stem the column lacks, a non-ASCII digit, too
+    many digits, not a str -- gives what the same ids as a list of str give; by hashed keys,
+    with every pair hashed alike too (equal hash bits are told apart by the pairs), and by the
+    direct table of (stem, number) slots."""
     keys = [*ids[::3], *extra]
-    with unittest.mock.patch.object(ids_module, "_mix", (lambda c, n: np.zeros(len(c), dtype=np.uint64)) if collide else ids_module._mix):
+    with _forced(how):
         index = IdIndex(_numbered(ids))
+        assert (index._direct is not None) == (how == "direct")
         want = IdIndex(list(ids))
         assert [tuple(a.tolist()) for a in index.find(keys)] == [tuple(a.tolist()) for a in want.find(keys)]
         assert index.rows_many(keys) == want.rows_many(keys)
@@ -232,7 +247,13 @@ def test_trace_ids_taken_apart_find_what_inverting_them_finds(ids, affixes, trac
     suffix) finds the same (trace, row, tag) triples as stripping each affix off the trace id
     (`IdForms.invert`) and looking the rest up (`find`) -- affixes that overlap a stem or its
     digits (`c` before `cmpl-`, `0` after a number), trace ids of another width, a letter
-    where a digit belongs, no id at all."""
+    where a digit belongs, no id at all; by hashed keys and by the direct table."""
+    for how in ("hashed", "direct"):
+        with _forced(how):
+            _taken_apart_find_what_inverting_finds(ids, affixes, traces)
+
+
+def _taken_apart_find_what_inverting_finds(ids, affixes, traces):
     from soakspec.evidence.ids import IdForms
 
     col = _numbered(ids)

@@ -8,8 +8,9 @@ is read and only what the judge keeps of it stays (`TableMatch`): per request, t
 fields rules read, and per claimed request the reason a trace for it did not match.
 
 A chunk's trace ids are looked up at once by `IdIndex.find_affixed` (shared with the runner's
-matching; a sorted array of the ids' hashes with their rows, 8 bytes a request, not a map of
-every id: at 10^7 requests 80 MB rather than ~1 GB): for the runner's ids (a stem and a
+matching; for the runner's ids a table indexed by their numbers, ~4 bytes a request, else a
+sorted array of the ids' hashes with their rows, 8 -- not a map of every id: at 10^7 requests
+40 or 80 MB rather than ~1 GB): for the runner's ids (a stem and a
 number, `IdColumn` numbered) a trace id is read as an id form's prefix, a stem, its digits and
 the form's suffix, no id made as text; for other ids an id form is inverted (`cmpl-{id}` ->
 the id between `cmpl-` and the end) only for a trace id whose length some request id's could
