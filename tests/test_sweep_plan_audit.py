@@ -204,7 +204,8 @@ def test_plan_shows_the_pre_flight_and_bounds_the_wall_time_with_it():
     bp = p.backends[0]
     ready = bp.launch.probe.timeout_s
     drains = 10.0 + 30.0
-    assert bp.max_wall_s == bp.est_wall_s + ready + drains + (10.0 + 30.0)  # + each workload's pre-flight deadline
+    last_scrape = bp.metrics.last_wait_s  # the default /metrics scrape after the load
+    assert bp.max_wall_s == bp.est_wall_s + ready + drains + (10.0 + 30.0) + last_scrape  # + each workload's pre-flight deadline
     assert "before the first level: one pre-flight request of each workload 'w', 'v', which must complete" in render_text(p)
 
 
