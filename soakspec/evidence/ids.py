@@ -4,9 +4,10 @@
 (`soak-5ca1ab1e-0-0000042`: ~5 bytes an id, not the ~80 of a list of str) -- or, for any other
 ids, as UTF-8 text end to end with offsets; `IdStore` builds one an id (or a block) at a time.
 `IdIndex` finds the positions of ids by a table indexed by the runner's numbers (`_Direct`,
-~4 bytes an id) or else a sorted array of their hashes (8 bytes an id), not the ~100 of a dict. Both the runner (matching the server's traces after the load,
-`runner/collect.py`) and the judge (its request table, `judge/table.py`, and trace matching,
-`judge/tracematch.py`) hold a run's ids this way: at 10^7 requests the difference is gigabytes.
+~4 bytes an id) or else a sorted array of their hashes (8 bytes an id), not the ~100 of a
+dict. Both the runner (matching the server's traces after the load, `runner/collect.py`) and
+the judge (its request table, `judge/table.py`, and trace matching, `judge/tracematch.py`)
+hold a run's ids this way: at 10^7 requests the difference is gigabytes.
 """
 
 from __future__ import annotations

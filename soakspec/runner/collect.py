@@ -221,9 +221,9 @@ def _trace_chunks(path: Path, offset: int, src: TraceSource, boundary: BoundaryT
 class _RequestView:
     """What trace matching reads of each request, compact: its id (`IdStore`: a runner id is a
     stem code and a number, ~6 bytes), start and end (NaN: none), an index of the ids
-    (`IdIndex`: ~4 bytes a request for its own ids, built once every request is in), and the server ids that
-    are not an id form of their own request's id (the index cannot find those; a map holds
-    them, usually empty). About 30 bytes a request: at 10^7 requests ~300 MB, not the ~2 GB
+    (`IdIndex`: ~4 bytes a request for the runner's ids, built once every request is in), and
+    the server ids that are not an id form of their own request's id (the index cannot find
+    those; a map holds them, usually empty). About 30 bytes a request: at 10^7 requests ~300 MB, not the ~2 GB
     of a list of str and a dict by id. `forms`: the id forms' (prefix, suffix), or None when
     one cannot be inverted (then every server id is kept). Requests are added, then matched:
     none is added once the first trace is looked up."""
