@@ -226,11 +226,12 @@ def test_two_runs_into_one_evidence_directory_are_refused(tmp_path):
 @pytest.mark.parametrize("tokens_per_chunk", [1, 4])
 def test_measured_ttft_and_itl_match_the_injected_values(tmp_path, tokens_per_chunk):
     """At low load the simulator's injected TTFT (50 ms) and ITL (10 ms) are what soakspec
-    measures (p50 within ±2 ms), and with k tokens per SSE event ITL is still per token.
+    measures (p50: TTFT from 2 ms under to 3 ms over, ITL within ±2 ms), and with k tokens per
+    SSE event ITL is still per token.
 
     A shared machine only ever adds delay (a process waiting for a CPU), never removes it, so
-    the measurement is repeated up to three times and the best round must be within ±2 ms;
-    every round must still count tokens exactly."""
+    the measurement is repeated up to three times and the best round must be within those
+    bounds; every round must still count tokens exactly."""
     spec = sim_spec(
         sim=f"ttft = 50ms\n    itl = 10ms\n    tokens_per_chunk = {tokens_per_chunk}",
         load="mode = closed\n    concurrency = [1]",
@@ -252,7 +253,10 @@ def test_measured_ttft_and_itl_match_the_injected_values(tmp_path, tokens_per_ch
             assert all(r["chunks"] < r["output_tokens"] for r in rows)
         ttft = statistics.median(r["ttft"] for r in rows)
         itl = statistics.median(g for r in rows for g in r["itl"])
-        if abs(ttft - 0.050) <= 0.002 and abs(itl - 0.010) <= 0.002:
+        # TTFT holds the request's own path (sent, parsed by the simulator, its first event
+        # read): ~1.2 ms on an idle 2-vCPU VM, 2.0-2.3 ms in one CI run -- time the server side
+        # really took, never less than the injected delay: up to 3 ms over it, 2 under
+        if -0.002 <= ttft - 0.050 <= 0.003 and abs(itl - 0.010) <= 0.002:
             return
         rounds.append((round(ttft * 1000, 2), round(itl * 1000, 2)))
     pytest.fail(f"median TTFT/ITL in ms per round: {rounds}; injected 50/10")
