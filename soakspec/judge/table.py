@@ -735,10 +735,10 @@ class _MicroCol:
         self.fl.extend(a)  # type: ignore[union-attr]
 
     def append(self, v: float) -> None:
-        """One row's value (a row added on its own: no numpy call, the runner's sweep judges
-        each probe on the event loop): what `extend` of one value holds, computed with Python
-        floats -- `round` is numpy's `rint` (half to even), the read back the same float
-        operations as `_micro_values`."""
+        """One row's value (a row added on its own: no numpy call -- a table built row by row,
+        as a sweep's probe judging does, was 11x slower through one-element arrays): what
+        `extend` of one value holds, computed with Python floats -- `round` is numpy's `rint`
+        (half to even), the read back the same float operations as `_micro_values`."""
         if self.fl is None:
             k = _micro_one(v, None if self.base is None else self.base[-1])
             if k is not None:
