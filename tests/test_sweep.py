@@ -512,3 +512,44 @@ def test_a_run_without_a_sweep_does_not_load_the_judge_before_its_load(tmp_path)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+def test_a_probes_records_are_read_back_from_where_the_probe_began(tmp_path, monkeypatch):
+    """Each probe is judged from its own records. Read from the file's start, the k-th probe
+    re-read every earlier probe's records: a sweep's judging grew with the square of its probes
+    (at a high rate, minutes of the sweep's wall time bound spent re-reading). Over a sweep each
+    byte of requests.jsonl.gz is read back once, and each probe gets its records, all of them."""
+    from soakspec.evidence import io as evio
+    from soakspec.evidence.layout import RunLayout
+    from soakspec.evidence.record import iter_records
+    from soakspec.plan import probe_level
+    from soakspec.runner import driver
+    from soakspec.runner.recorder import BackendRecorder, RunStatus
+    from soakspec.runner.records import RequestRecord
+
+    read: list[int] = []
+    hashed_reads = evio._hashed_reads
+
+    def counted(fh, hasher, tick=None):
+        for chunk in hashed_reads(fh, hasher, tick):
+            read.append(len(chunk))
+            yield chunk
+
+    monkeypatch.setattr(evio, "_hashed_reads", counted)
+    (bp,) = plan(spec_from_text(_sweep_spec())).backends
+    (lv,) = bp.levels
+    rec = BackendRecorder(bp, RunLayout(tmp_path / "ev"), RunStatus())
+    rec.prepare(0, None)
+    for k, grid_index in enumerate([3, 5, 4, 0]):
+        probe = probe_level(lv, grid_index, k)
+        rec.level_started(probe, 100.0 * k)
+        n = 50 * (k + 1)
+        rec.write_records(RequestRecord(f"p{k}-{i}", backend=bp.name, workload=probe.workload, level=probe.index, start=100.0 * k + i,
+                                        end=100.0 * k + i + 0.5, error="refused") for i in range(n))  # fmt: skip
+        rec.end_member()
+        rows = driver._level_rows(rec, probe)
+        assert [r["request_id"] for r in rows] == [f"p{k}-{i}" for i in range(n)]
+    rec.writer.close()
+    path = rec.layout.requests(bp.name)
+    assert sum(read) == path.stat().st_size  # each byte once, not 1 + 2 + 3 + 4 probes' worth
+    assert sum(1 for _ in iter_records(path)) == 50 + 100 + 150 + 200  # one file of gzip members, read whole

@@ -465,15 +465,18 @@ def _gzip_lines(path, fh, hasher, cut):
             yield i, last
 
 
-def iter_raw_blocks(path: os.PathLike | str, hasher: Any = None, cut: list[int] | None = None):
+def iter_raw_blocks(path: os.PathLike | str, hasher: Any = None, cut: list[int] | None = None, start: int = 0):
     """`iter_raw_lines` a block at a time: yield `(first_line_number, block)`, each block whole
     lines (every one newline-terminated) of up to about a read's size -- except a cut-off last
     line, which comes last, alone, without its newline. The same bytes, hashing and `cut` as
     `iter_raw_lines`; a reader that decodes many lines in one call (`record.iter_record_batches`)
-    pays the per-line Python cost once a block."""
+    pays the per-line Python cost once a block. `start`, a byte offset where a gzip member (or,
+    plain, a line) begins, reads the file from there: lines are numbered from it, and `hasher`
+    sees the bytes from it only (a sweep's probe reads back what it wrote, not the run so far)."""
     with open(path, "rb") as fh:
+        fh.seek(start)
         head = fh.read(2)
-        fh.seek(0)
+        fh.seek(start)
         tick = ticker(path, fh)  # how far the read has got, for a long one (on stderr)
         if head != GZIP_MAGIC:
             yield from _plain_blocks(fh, hasher, tick)
@@ -777,6 +780,14 @@ class GzipJsonlWriter(_AppendOnly):
         if self._z is not None and self._fd is not None:
             z, self._z = self._z, None
             self._append(z.flush())
+
+    def boundary(self) -> int:
+        """End the open member; the file's size: the byte the next member will begin at, where
+        a reader can start (`iter_raw_blocks(start=...)`)."""
+        self.end_member()
+        if self._fd is None:
+            raise ValueError(f"{self.path}: boundary of a closed GzipJsonlWriter")
+        return os.fstat(self._fd).st_size
 
     def flush_fsync(self) -> None:
         self.end_member()

@@ -716,20 +716,21 @@ __all__ = [
 
 
 def iter_records(path, errors: list[tuple[int, str | None]] | None = None, hasher: Any = None, *,
-                 schema_errors: list[tuple[int, str, str]] | None = None):
+                 schema_errors: list[tuple[int, str, str]] | None = None, start: int = 0):
     """Yield `(line_number, Record)` from a requests file (gzip or plain), decoding and
     validating each line once, streamed. `hasher` is fed every byte of the file (one pass
     hashes, decodes and validates). Lines that do not parse go into `errors` as `(line,
     message)`; a cut-off last line or gzip member as `(line, None)` (see `io.iter_jsonl`).
     Lines that parse but break the record's rules go into `schema_errors` as `(line, pointer,
-    message)` when given, else into `errors`."""
-    for first, recs in iter_record_batches(path, errors, hasher, schema_errors=schema_errors):
+    message)` when given, else into `errors`. `start`: read from that byte offset, a gzip
+    member's first byte (`io.iter_raw_blocks`)."""
+    for first, recs in iter_record_batches(path, errors, hasher, schema_errors=schema_errors, start=start):
         for k, rec in enumerate(recs):
             yield first + k, rec
 
 
 def iter_record_batches(path, errors: list[tuple[int, str | None]] | None = None, hasher: Any = None, *,
-                        schema_errors: list[tuple[int, str, str]] | None = None):
+                        schema_errors: list[tuple[int, str, str]] | None = None, start: int = 0):
     """`iter_records` a run of consecutive lines at a time: yield `(first_line_number,
     records)`, the records of lines first, first + 1, ... (a bad line ends a run). A block of
     whole lines is decoded in one msgspec call (`io.decode_block`); only a block that holds a bad
@@ -738,7 +739,7 @@ def iter_record_batches(path, errors: list[tuple[int, str | None]] | None = None
     from soakspec.evidence.io import decode_block, iter_raw_blocks
 
     cut: list[int] = []
-    for first, block in _guarded(iter_raw_blocks(path, hasher, cut), errors):
+    for first, block in _guarded(iter_raw_blocks(path, hasher, cut, start), errors):
         if not block.endswith(b"\n"):  # the cut-off end of the file
             if errors is not None:
                 errors.append((first, None))

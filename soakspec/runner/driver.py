@@ -283,8 +283,11 @@ async def _judge_probe(sweep_judge, name: str, entry: dict, rec: BackendRecorder
 
 
 def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
-    """The probe's records as written (its gzip member ended by the caller)."""
-    return [dict(r) for _, r in iter_records(rec.layout.requests(rec.name)) if r.workload == lv.workload and r.level == lv.index]
+    """The probe's records as written (its gzip member ended by the caller), read from where
+    the probe began (`rec.level_offset`): reading the whole file back, the k-th probe re-read
+    every earlier probe's records, a sweep's judging growing with the square of its probes."""
+    path = rec.layout.requests(rec.name)
+    return [dict(r) for _, r in iter_records(path, start=rec.level_offset) if r.workload == lv.workload and r.level == lv.index]
 
 
 def _cut_short(entry: dict, lv: Level, at: float) -> None:

@@ -140,6 +140,7 @@ class BackendRecorder:
         self.metrics_scrape: dict[str, Any] | None = None  # what the /metrics scrapes did (runner/scrape.py)
         self.not_sent = 0  # requests the load generator could not send (its own limits: runner/fdlimit.py)
         self.trace_offset = 0
+        self.level_offset = 0  # where the current level's records begin in requests.jsonl.gz (a member's first byte)
         self.source_before: dict | None = None
         self._root_id: tuple[int, int] | None = None  # the evidence directory's (st_dev, st_ino) at prepare()
         # server.log kept bounded on disk while the server writes it (a step at each bucket's
@@ -199,6 +200,9 @@ class BackendRecorder:
             "completed": False, "buckets": [], "sent": 0,
         }  # fmt: skip
         self.levels.append(entry)
+        if self.writer is not None:  # a sweep's probe reads back its own records from here (runner/driver.py)
+            with self._evidence():
+                self.level_offset = self.writer.boundary()
         self.tally = BucketTally()
         self._level = lv
         self._pending = []
