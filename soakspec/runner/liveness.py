@@ -198,11 +198,9 @@ async def probe_once(http: httpx.AsyncClient, la: Launch, url: str) -> tuple[str
     with trio.move_on_after(la.liveness.attempt_timeout_s):
         try:
             resp = await send_once_more_if_unanswered(http, p.method, url + p.path)  # a connection closed while idle
-        except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as e:
-            return "refused", f"{p.method} {p.path}: {_describe(e)}"
         except httpx.TimeoutException:
             return "hung", f"{p.method} {p.path}: no answer within {la.liveness.attempt_timeout_s:g}s"
-        except httpx.HTTPError as e:
+        except httpx.HTTPError as e:  # refused, reset, closed without an answer (sent again once), not HTTP
             return "refused", f"{p.method} {p.path}: {_describe(e)}"
         if resp.status_code == p.status:
             return "ok", f"HTTP {resp.status_code}"
