@@ -67,6 +67,20 @@ def test_reordering_in_place_gives_the_same_percentiles(values, qs_):
     assert sorted(arr.tolist()) == sorted(values)
 
 
+@given(samples, st.lists(qs, min_size=1, max_size=4))
+def test_a_sorted_samples_percentile_is_read_where_it_lies_bit_for_bit(values, qs_):
+    """`presorted=True` (compare's samples, sorted once) reads the order statistics from the
+    array as it is: bit for bit the value `percentile` gives for the values in any order, and
+    the array is left as it was."""
+    import numpy as np
+
+    arr = np.sort(np.array(values, dtype=np.float64))
+    before = arr.copy()
+    for q in qs_:
+        assert stats.percentile(arr, q, presorted=True) == stats.percentile(np.array(values[::-1]), q)
+    assert np.array_equal(arr, before)
+
+
 @given(st.lists(finite, min_size=2, max_size=60), st.integers(min_value=1, max_value=99))
 def test_matches_statistics_quantiles(values, q):
     """statistics.quantiles(method='inclusive') is the same method (cut points at whole percents)."""

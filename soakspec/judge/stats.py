@@ -76,15 +76,17 @@ __all__ = [
 ]
 
 
-def percentile(values: Iterable[float], q: float, *, reorder: bool = False) -> float | None:
+def percentile(values: Iterable[float], q: float, *, reorder: bool = False, presorted: bool = False) -> float | None:
     """The q-th percentile (0 <= q <= 100) of `values` by linear interpolation between order
     statistics (numpy's default); None when there are no values. Order does not matter.
     `reorder=True`: `values` is a numpy array its caller made and needs in no particular order;
-    it is partitioned in place instead of copied (at 10^7 requests, 80 MB not allocated)."""
+    it is partitioned in place instead of copied (at 10^7 requests, 80 MB not allocated).
+    `presorted=True`: `values` is a numpy array already in ascending order (compare's samples):
+    its order statistics are read where they are, nothing partitioned or copied."""
     if not 0 <= q <= 100 or math.isnan(q):
         raise ValueError(f"percentile must be within [0, 100], got {q!r}")
     if isinstance(values, np.ndarray):  # the judge's columns: the same order statistics, sorted by numpy
-        return _percentile_array(values, q, reorder)
+        return _percentile_array(values, q, reorder, presorted)
     xs = sorted(values)
     n = len(xs)
     if n == 0:
@@ -108,15 +110,17 @@ def own_array(values: Any) -> bool:
     return isinstance(values, np.ndarray) and values.flags.owndata and values.flags.writeable
 
 
-def _percentile_array(values: np.ndarray, q: float, reorder: bool = False) -> float | None:
+def _percentile_array(values: np.ndarray, q: float, reorder: bool = False, presorted: bool = False) -> float | None:
     n = len(values)
     if n == 0:
         return None
     h = (n - 1) * q / 100.0
     lo = math.floor(h)
     if n == 1 or lo >= n - 1:
-        return float(np.max(values)) if n > 1 else float(values[0])
-    if reorder:
+        return float(values[-1] if presorted else np.max(values)) if n > 1 else float(values[0])
+    if presorted:
+        part = values
+    elif reorder:
         values.partition((lo, lo + 1))
         part = values
     else:
