@@ -366,3 +366,63 @@ def test_a_rule_s_message_names_its_worst_row_among_rows_of_one_status():
     rows = [r for r in c.rows if (r.metric, r.stat) == ("ttft", "p50")]
     assert [r.level for r in rows] == [0, 1] and rows[1].high > rows[0].high
     assert c.rules[0].status == "pass" and "concurrency 4" in c.rules[0].message, c.rules[0].message
+
+
+def _tables_reachable(root) -> int:
+    """How many of the judge's request tables `root` reaches (its object graph, walked)."""
+    import gc
+
+    from soakspec.judge.table import RequestTable
+
+    seen, todo, found = set(), [root], 0
+    while todo:
+        o = todo.pop()
+        if id(o) in seen or isinstance(o, type):
+            continue
+        seen.add(id(o))
+        if isinstance(o, RequestTable):
+            found += 1
+            continue
+        todo.extend(gc.get_referents(o))
+    return found
+
+
+def test_the_base_run_read_up_front_holds_no_table_and_compares_the_same(tmp_path, capsys, monkeypatch):
+    """The command reads the base run's samples before it reads the new run and lets the base
+    run's table go meanwhile (two day-long runs' tables were 1.2 GiB together): what it holds
+    of the base run is its samples, no table, and the comparison is the one made from both
+    runs' tables, byte for byte in every format."""
+    from soakspec.compare import RunSamples
+    from soakspec.judge.evidence import load_evidence
+
+    base_b, new_b = builder(1), builder(2, ttft_factor=1.2)
+    kept = RunSamples.read(base_b.build(), keep=True)
+    read = RunSamples.read(base_b.build(), dir="base", keep=False)
+    assert _tables_reachable(kept) >= 1
+    assert _tables_reachable(read) == 0
+    whole = compare(base_b.build(), new_b.build(), resamples=500)
+    assert compare(read, new_b.build(), resamples=500).to_json() == whole.to_json()
+    base, new = base_b.write(tmp_path / "base"), new_b.write(tmp_path / "new")
+    import gc
+
+    from soakspec.commands import gate
+    from soakspec.judge.table import RequestTable
+
+    load, alive = gate.load_for_judging, []
+
+    def counted(*a, **k):  # the tables alive as each run is read
+        gc.collect()
+        alive.append(sum(isinstance(o, RequestTable) for o in gc.get_objects()))
+        return load(*a, **k)
+
+    del kept, read, whole
+    monkeypatch.setattr(gate, "load_for_judging", counted)
+    assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json"]) == 0
+    assert alive == [0, 0]  # none as the new run is read: the base run's table went once its samples were read
+    monkeypatch.setattr(gate, "load_for_judging", load)
+    capsys.readouterr()
+    for fmt in ("json", "md"):
+        assert main(["compare", str(base), str(new), "--resamples", "500", "--format", fmt]) == 0
+        out = capsys.readouterr().out
+        both = compare(load_evidence(base), load_evidence(new), base_dir=str(base), new_dir=str(new), resamples=500)
+        assert out == render(both, fmt)

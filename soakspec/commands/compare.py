@@ -70,7 +70,7 @@ def configure(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
     from soakspec.commands.gate import load_for_judging
-    from soakspec.compare import MIN_RESAMPLES, MIN_TAIL_DRAWS, RuleError, compare, parse_rule, rules_of
+    from soakspec.compare import MIN_RESAMPLES, MIN_TAIL_DRAWS, RuleError, RunSamples, compare, parse_rule, rules_of
     from soakspec.compare.render import render
     from soakspec.evidence.io import EvidenceError
 
@@ -89,22 +89,27 @@ def main(args: argparse.Namespace) -> int:
         from soakspec.commands.outpath import check_out_file
 
         check_out_file(args.out, [args.base, args.new])
-    sides, specs = [], []
-    for d in (args.base, args.new):
-        loaded = load_for_judging("compare", d, args.spec, name_dir=True)
-        if isinstance(loaded, int):
-            return loaded
-        specs.append(loaded[0])
-        sides.append(loaded[1])
-    spec = specs[1]  # --spec, else the new run's own spec: the one under review
+    # The base run is read whole -- its records re-derived as the gate does, every level's
+    # samples taken -- and its table let go before the new run is read: two day-long runs'
+    # tables together were 1.2 GiB (RunSamples). The new run's samples are read a row at a time.
+    loaded = load_for_judging("compare", args.base, args.spec, name_dir=True)
+    if isinstance(loaded, int):
+        return loaded
+    base_judge, base_ev = loaded
+    base = RunSamples.read(base_ev, dir=str(args.base), judge=base_judge,  # re-derived with --spec, else its own spec
+                           ran=None if args.spec else base_judge, keep=False)  # the spec it ran: its embedded one
+    del loaded, base_ev
+    loaded = load_for_judging("compare", args.new, args.spec, name_dir=True)
+    if isinstance(loaded, int):
+        return loaded
+    spec, new_ev = loaded  # --spec, else the new run's own spec: the one under review
+    del loaded
     rules = list(rules_of(spec)) + rules
     confidence = args.confidence if args.confidence is not None else spec.compare.confidence
-    c = compare(sides[0], sides[1], base_dir=str(args.base), new_dir=str(args.new), confidence=confidence,
+    c = compare(base, new_ev, base_dir=str(args.base), new_dir=str(args.new), confidence=confidence,
                 rules=rules, resamples=resamples, seed=args.seed, allow_rehearsal=spec.gate.allow_rehearsal,
                 workload_change=args.allow_workload_change,
-                # the specs the runs ran: their embedded ones (read anew by compare under --spec)
-                base_spec=None if args.spec else specs[0], new_spec=None if args.spec else specs[1],
-                judged_with=(specs[0], specs[1]))  # each side's conclusions re-derived as the gate does
+                new_spec=None if args.spec else spec, judged_with=(base_judge, spec))
     if c.resamples_requested is not None:
         print(f"soakspec compare: note: --resamples {c.resamples_requested} raised to {c.resamples}: each end of the "
               f"{len(c.rows)} rows' family-wise intervals needs at least {MIN_TAIL_DRAWS} draws beyond it", file=sys.stderr)

@@ -719,7 +719,7 @@ def _full_scale(sb: Side, sn: Side, allow_rehearsal: bool, notes: list[str]) -> 
     return [f"{said}: {them} nothing about the real backends at full duration, and {why}"]
 
 
-def _pairs(base: Sequence[BackendIndex], new: Sequence[BackendIndex], notes: list[str]) -> list[tuple[BackendIndex, BackendIndex]]:
+def _pairs(base: Sequence[BackendSamples], new: Sequence[BackendSamples], notes: list[str]) -> list[tuple[BackendSamples, BackendSamples]]:
     by_new = {b.name: b for b in new}
     pairs = [(b, by_new[b.name]) for b in base if b.name in by_new]
     if not pairs and len(base) == 1 and len(new) == 1:
@@ -735,12 +735,12 @@ def _pairs(base: Sequence[BackendIndex], new: Sequence[BackendIndex], notes: lis
     return pairs
 
 
-def _load(lv: LevelIndex) -> str:
+def _load(lv: LevelSamples) -> str:
     e = lv.entry
     return f"{e.get('mode')} concurrency={e.get('concurrency')} rate={e.get('rate')}"
 
 
-def _identity(lv: LevelIndex) -> str:
+def _identity(lv: LevelSamples) -> str:
     """What a level is, for pairing (module doc): its workload and its phase's name, or else
     its load as the manifest entry gives it (a rate to 9 significant digits: the same spec
     value read back, not float noise)."""
@@ -755,13 +755,13 @@ def _identity(lv: LevelIndex) -> str:
     return json.dumps([lv.workload, *what], sort_keys=True, default=str)
 
 
-def _level_pairs(base: BackendIndex, new: BackendIndex) -> tuple[list[tuple[LevelIndex, LevelIndex]], list[Unpaired]]:
+def _level_pairs(base: BackendSamples, new: BackendSamples) -> tuple[list[tuple[LevelSamples, LevelSamples]], list[Unpaired]]:
     """The two backends' levels paired by `_identity`, in the base's run order (the k-th of an
     identity in one run with the k-th in the other), and those left unpaired (base's, then new's)."""
-    waiting: dict[str, list[LevelIndex]] = {}
+    waiting: dict[str, list[LevelSamples]] = {}
     for lv in new.levels:
         waiting.setdefault(_identity(lv), []).append(lv)
-    pairs: list[tuple[LevelIndex, LevelIndex]] = []
+    pairs: list[tuple[LevelSamples, LevelSamples]] = []
     unpaired: list[Unpaired] = []
     for lv in base.levels:
         same = waiting.get(_identity(lv))
@@ -800,13 +800,81 @@ def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> Samples:
     return vals, len(vals)
 
 
+_RAN = object()  # `RunSamples.read`'s default judge: the spec the run ran
+
+
+class _LevelSamples:
+    """A level's samples, a metric at a time (`samples[name]`): read from the run's table when
+    asked (`RunSamples.read(..., keep=True)`: the table stays), or read once, up front, into a
+    dict (`keep=False`: the table can go)."""
+
+    __slots__ = ("bi", "lv")
+
+    def __init__(self, bi: BackendIndex, lv: LevelIndex) -> None:
+        self.bi, self.lv = bi, lv
+
+    def __getitem__(self, name: str) -> Samples:
+        return _samples(self.bi, self.lv, BY_NAME[name])
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LevelSamples:
+    """A level of one run as compare reads it: what pairs it (`_identity`: its workload and
+    manifest entry), its label, every metric's samples, and the measured requests its runner
+    cancelled itself when the run was interrupted (`_cancelled_by_abort`)."""
+
+    backend: str
+    workload: str
+    index: int
+    label: str
+    entry: Mapping[str, Any]
+    samples: Mapping[str, Samples] | _LevelSamples
+    cancelled_by_abort: int
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class BackendSamples:
+    name: str
+    levels: tuple[LevelSamples, ...]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class RunSamples:
+    """What compare needs of one run: its side (verified, complete, scaled), the spec it ran,
+    its levels' samples and whether its load generator kept up. `read(ev, keep=False)` reads
+    every level's samples at once and holds none of the run's table, so that the command reads
+    the base run, lets its table go, and only then reads the new one: compare of two day-long
+    runs held both tables (10^7 requests a side: 1.2 GiB), where one table and the other's
+    samples (ttft, tpot, latency: 24 bytes a request; itl counted by value) are enough."""
+
+    side: Side
+    ran: Any
+    backends: tuple[BackendSamples, ...]
+    health: str | None
+
+    @classmethod
+    def read(cls, ev: Evidence, *, dir: str = "run", judge: Any = _RAN, ran: Any = None, keep: bool = True) -> RunSamples:
+        """`ev` joined as the gate joins it (re-derived by `judge`, by default `ran`: the spec
+        the run ran, read from its manifest when not given; None: read as stored; every sweep
+        probe kept). `keep`: the samples are read from the table when a row asks (the table
+        stays with them)."""
+        side = _side(dir, ev)
+        ran = ran if ran is not None else ran_spec(ev)
+        judge = ran if judge is _RAN else judge
+        run = join(judge, ev, whole=True) if judge is not None else None
+        indexes = run.indexes if run is not None else index(ev)
+        backends = tuple(BackendSamples(bi.name, tuple(LevelSamples(
+            bi.name, lv.workload, lv.index, lv.label, lv.entry,
+            _LevelSamples(bi, lv) if keep else {cm.name: _samples(bi, lv, cm) for cm in METRICS},
+            _cancelled_by_abort(lv)) for lv in bi.levels)) for bi in indexes)
+        return cls(side, ran, backends, _client_health(run))
+
+
 @dataclasses.dataclass(frozen=True)
 class _Pending:
     key: tuple[str, str, str, int, str, str]
-    base_bi: BackendIndex
-    new_bi: BackendIndex
-    base_lv: LevelIndex
-    new_lv: LevelIndex
+    base_lv: LevelSamples
+    new_lv: LevelSamples
     cm: CompareMetric
     stat: str
     note: str | None
@@ -822,7 +890,7 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
     common = dict(backend=backend, new_backend=new_backend, workload=workload, level=level, label=label,
                   metric=cm.name, stat=stat, unit=cm.unit, need=need, row_confidence=row_conf, new_level=p.new_lv.index)
     if sides is None:
-        sides = _samples(p.base_bi, p.base_lv, cm), _samples(p.new_bi, p.new_lv, cm)
+        sides = p.base_lv.samples[cm.name], p.new_lv.samples[cm.name]
     if cm.kind == "proportion":
         return _proportion_row(common, sides, row_conf, p.note)
     (xb, eb), (xn, en) = (s[:2] for s in sides)
@@ -957,8 +1025,8 @@ def _rows(pending: Sequence[_Pending], confidence: float, row_conf: float, resam
     for p in pending:
         key = (id(p.base_lv), id(p.new_lv), p.key[:5])
         if key != last:
-            sides = None  # the previous samples go before these are computed
-            sides = _samples(p.base_bi, p.base_lv, p.cm), _samples(p.new_bi, p.new_lv, p.cm)
+            sides = None  # the previous samples go before these are computed (a run read with keep=True)
+            sides = p.base_lv.samples[p.cm.name], p.new_lv.samples[p.cm.name]
             last = key
         out.append(_row(p, confidence, row_conf, resamples, seed, sides))
     return out
@@ -1036,7 +1104,7 @@ def min_resamples(rows: int, confidence: float) -> int:
     return max(MIN_RESAMPLES, math.ceil(MIN_TAIL_DRAWS / tail - 1e-6))
 
 
-def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: str = "new",
+def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir: str = "base", new_dir: str = "new",
             confidence: float = 0.95, rules: Sequence[CompareRule] = (), resamples: int | None = None,
             seed: int = 0, allow_rehearsal: bool = False, workload_change: bool = False,
             base_spec: Any = None, new_spec: Any = None, judged_with: tuple[Any, Any] | None = None) -> Comparison:
@@ -1049,22 +1117,23 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
     side is judged with (`--spec`, else its own), by which its stored conclusions -- outcomes, a
     server's trace errors, usage that contradicts the stream -- are re-derived as the gate
     re-derives them (`judge.joined.rederived`), so that each row's number is the one results.json
-    and the report show; None: the specs the runs ran (a side with none is read as stored)."""
+    and the report show; None: the specs the runs ran (a side with none is read as stored).
+    Either run may be given already read (`RunSamples.read`: the command reads the base run's
+    samples and lets its table go before it reads the new run); `base_dir`, `base_spec` and
+    `judged_with`'s first are then those it was read with, and likewise for the new run."""
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence!r}")
     notes: list[str] = []
-    sb, sn = _side(base_dir, base), _side(new_dir, new)
-    ran = (base_spec if base_spec is not None else ran_spec(base), new_spec if new_spec is not None else ran_spec(new))
-    judges = judged_with if judged_with is not None else ran
     # each side joined as the gate joins it (its records re-derived), every sweep probe kept
-    runs = [join(sp, ev, whole=True) if sp is not None else None for sp, ev in zip(judges, (base, new))]
-    base, new = (r.evidence if r is not None else ev for r, ev in zip(runs, (base, new)))
-    health = [_client_health(r) for r in runs]
+    read = [r if isinstance(r, RunSamples) else RunSamples.read(r, dir=d, judge=judged_with[k] if judged_with is not None else _RAN, ran=sp)
+            for k, (r, d, sp) in enumerate(((base, base_dir, base_spec), (new, new_dir, new_spec)))]
+    sb, sn = read[0].side, read[1].side
+    ran = (read[0].ran, read[1].ran)
+    health = [r.health for r in read]
     pending: list[_Pending] = []
     unpaired: list[Unpaired] = []
     workloads: list[str] = []
-    indexes = [r.indexes if r is not None else index(ev) for r, ev in zip(runs, (base, new))]  # indexed once
-    for bb, bn in _pairs(indexes[0], indexes[1], notes):
+    for bb, bn in _pairs(read[0].backends, read[1].backends, notes):
         level_pairs, alone = _level_pairs(bb, bn)
         unpaired += alone
         for a, z in level_pairs:
@@ -1073,7 +1142,7 @@ def compare(base: Evidence, new: Evidence, *, base_dir: str = "base", new_dir: s
             for cm in METRICS:
                 wanted = list(cm.stats) + [r.stat for r in rules if r.metric == cm.name and r.stat not in cm.stats]
                 for stat in dict.fromkeys(wanted):
-                    pending.append(_Pending((bb.name, bn.name, a.workload, a.index, cm.name, stat), bb, bn, a, z, cm, stat, note))
+                    pending.append(_Pending((bb.name, bn.name, a.workload, a.index, cm.name, stat), a, z, cm, stat, note))
     m = max(1, len(pending))
     row_conf = 1.0 - (1.0 - confidence) / m
     need = min_resamples(m, confidence)
@@ -1172,7 +1241,7 @@ def _abort_rises(rose: Sequence[Row], pending: Sequence[_Pending], row_conf: flo
     still, why = [], []
     for r in rose:
         p = by_key.get((r.backend, r.workload, r.level))
-        cb, cn = (_cancelled_by_abort(p.base_lv), _cancelled_by_abort(p.new_lv)) if p is not None else (0, 0)
+        cb, cn = (p.base_lv.cancelled_by_abort, p.new_lv.cancelled_by_abort) if p is not None else (0, 0)
         if not (cb or cn):
             still.append(r)
             continue
@@ -1191,6 +1260,6 @@ def _share(v: float | None) -> str:
     return "-" if v is None else f"{v * 100:.1f}%"
 
 
-__all__ = ["BY_NAME", "METRICS", "CompareMetric", "CompareRule", "Comparison", "Row", "RuleError", "RuleOutcome",
+__all__ = ["BY_NAME", "METRICS", "CompareMetric", "CompareRule", "Comparison", "Row", "RuleError", "RuleOutcome", "RunSamples",
            "proportion_difference", "wilson",
            "Side", "Sorted", "Unpaired", "compare", "mean_draws", "mean_ratio_interval", "parse_rule", "percentile_draws", "rules_of"]
