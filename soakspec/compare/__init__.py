@@ -1,7 +1,8 @@
 """Before/after with statistics: `compare(base, new) -> Comparison` (pure, deterministic).
 
-    compare(base: Evidence, new: Evidence, *, confidence, rules, resamples, seed,
-            allow_rehearsal, workload_change, base_spec, new_spec) -> Comparison
+    compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, confidence, rules, resamples,
+            seed, allow_rehearsal, workload_change, base_spec, new_spec) -> Comparison
+    RunSamples.read(ev, keep=False)        a run's samples read up front (its table can go)
     parse_rule(text) -> CompareRule        `require p99(ttft) regression <= 5%` (command line)
     rules_of(spec) -> tuple[CompareRule]   a spec's `compare { require regression(p99(ttft)) <= 5% }`
     Comparison.to_json() / soakspec.compare.render.render(comparison, fmt)
@@ -82,7 +83,10 @@ gaps) -- a few thousand microsecond values for the ~10^9 gaps of a day-long soak
 each would hold in tens of GB; a per-request metric as one sorted float64 array (8 bytes a
 request, where a list of Python floats took ~32). itl's values() are asked for only when its gaps
 cannot be counted (not whole microseconds). A (level pair, metric)'s two samples are built once
-for all its statistics and dropped before the next pair's. The Beta variates are drawn one at a
+for all its statistics and dropped before the next pair's -- but the command's base run, whose
+samples are all read up front (`RunSamples.read(keep=False)`) so that its table is let go
+before the new run is read: two day-long runs' tables do not fit together (10^7 requests a
+side: 1.2 GiB), one table and the other run's samples do. The Beta variates are drawn one at a
 time in the same order as ever and only the look-ups are vectorised, so the figures are those
 the sorted list gave, bit for bit.
 
