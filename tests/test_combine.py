@@ -395,3 +395,44 @@ def test_children_at_one_time_scale_combine_at_that_scale(tmp_path, capsys):
     assert json.loads((out / "manifest.json").read_text())["time_scale"] == 0.5
     assert main(["gate", str(out)]) == 0
     assert "time-scaled by 0.5; the gate allows rehearsals" in capsys.readouterr().out
+
+
+def test_a_child_is_held_without_its_requests_while_the_next_is_read(spec, tmp_path, capsys, monkeypatch):
+    """combine judged every child and held them all until it combined them: a day-long child's
+    request table is hundreds of MiB, three children three times that. Each child is now judged
+    and re-derived as it is read and held without its requests: no child's table is alive as
+    the next one is read, nor when the combined directory is judged; combined.json says the
+    same as when every child was held whole."""
+    import gc
+
+    from soakspec.commands import combine as cmd, gate
+    from soakspec.judge.combine import Child, combine
+    from soakspec.judge.judge import judge
+    from soakspec.judge.table import RequestTable
+
+    def tables() -> int:
+        gc.collect()
+        return sum(isinstance(o, RequestTable) for o in gc.get_objects())
+
+    dirs = children(spec, tmp_path)
+    load, alive = gate.load_for_judging, []
+
+    def counted(*a, **k):  # the tables alive as each child is read
+        alive.append(tables())
+        return load(*a, **k)
+
+    write_results, at_results = cmd._write_results, []
+    monkeypatch.setattr(gate, "load_for_judging", counted)
+    monkeypatch.setattr(cmd, "_write_results", lambda out, s: at_results.append(tables()) or write_results(out, s))
+    code, cap = run_combine(dirs, tmp_path / "out", capsys, "--format", "json")
+    assert code == 0, cap.out
+    assert alive == [0, 0] and at_results == [0]
+    doc = json.loads(cap.out)
+    monkeypatch.setattr(gate, "load_for_judging", load)
+    whole = []
+    for d in dirs:  # every child held whole, as before: the same checks, children and backends
+        s, ev = load(*("combine", d, None), name_dir=True)
+        whole.append(Child(d.rstrip("/"), s, ev, judge(s, ev)))
+    got = combine(whole).to_json()
+    for key in ("checks", "children", "backends", "verdict"):
+        assert doc[key] == got[key], key

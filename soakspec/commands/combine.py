@@ -194,7 +194,8 @@ def main(args: argparse.Namespace) -> int:
     from soakspec.evidence.io import EvidenceError, write_bytes_atomic, write_json_atomic
     from soakspec.evidence.manifest import write_manifest
     from soakspec.evidence.verify import finalize_artifacts
-    from soakspec.judge.combine import Child, before_after, combine, render_text
+    from soakspec.judge.combine import Child, before_after, combine, render_text, without_requests
+    from soakspec.judge.rederive import rederive
     from soakspec.judge.judge import judge
 
     seen: dict[str, str] = {}
@@ -216,7 +217,11 @@ def main(args: argparse.Namespace) -> int:
         if isinstance(loaded, int):
             return loaded
         spec, evidence = loaded
-        children.append(Child(where, spec, evidence, judge(spec, evidence)))
+        # judged and re-derived now, then held without its requests (`without_requests`): the
+        # next child is read with none of this one's table in memory
+        verdict, rederived = judge(spec, evidence), rederive(spec, evidence)
+        children.append(Child(where, spec, without_requests(evidence), verdict, without_requests(rederived)))
+        del loaded, evidence, rederived
     runs: dict[str, str] = {}
     for c in children:  # a copy of a run is that run: not a before/after series of itself
         sha = c.evidence.manifest_sha256

@@ -50,6 +50,25 @@ class Child:
     spec: Spec
     evidence: Evidence
     verdict: Verdict
+    # the evidence re-derived with `spec`, where the caller re-derived it already (the command:
+    # before it let the child's requests go, `without_requests`); None: `combine` re-derives it
+    rederived: Evidence | None = None
+
+
+def without_requests(ev: Evidence) -> Evidence:
+    """`ev` as the combination's checks and the combined directory read it -- the manifest,
+    each backend's entry, the integrity -- with its requests, traces, telemetry, scrapes and
+    client samples let go. The command holds every child until it has combined them: a
+    day-long child's request table is hundreds of MiB (10^7 requests: ~500), and three children
+    held three. What a check reads is computed before: the verdict (`judge`) and the
+    re-derived entries (`Child.rederived`)."""
+    from soakspec.judge.clientsamples import samples_of
+    from soakspec.judge.scrapes import build_scrapes
+    from soakspec.judge.evidence import StoredTraces
+
+    return dataclasses.replace(ev, backends=tuple(dataclasses.replace(
+        b, records=(), table=None, traces=StoredTraces(), telemetry=(), client=samples_of(()), metrics=build_scrapes(()),
+        server_log=None) for b in ev.backends))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,7 +335,8 @@ def combine(children: Sequence[Child]) -> Combined:
     from soakspec.judge.rederive import rederive
 
     # every check reads facts: each child's stored conclusions re-derived once, here
-    children = [dataclasses.replace(c, evidence=rederive(c.spec, c.evidence)) for c in children]
+    children = [dataclasses.replace(c, evidence=c.rederived if c.rederived is not None else rederive(c.spec, c.evidence))
+                for c in children]
     checks = [check(children) for check in CHECKS]
     if not children:
         checks.append(Check("children", "fail", "no children"))
