@@ -410,15 +410,19 @@ def test_the_base_run_read_up_front_holds_no_table_and_compares_the_same(tmp_pat
 
     load, alive = gate.load_for_judging, []
 
-    def counted(*a, **k):  # the tables alive as each run is read
+    def tables() -> int:
         gc.collect()
-        alive.append(sum(isinstance(o, RequestTable) for o in gc.get_objects()))
+        return sum(isinstance(o, RequestTable) for o in gc.get_objects())
+
+    def counted(*a, **k):  # the tables alive as each run is read
+        alive.append(tables())
         return load(*a, **k)
 
     del kept, read, whole
+    before = tables()  # any that another test left alive
     monkeypatch.setattr(gate, "load_for_judging", counted)
     assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json"]) == 0
-    assert alive == [0, 0]  # none as the new run is read: the base run's table went once its samples were read
+    assert alive == [before, before]  # none more as the new run is read: the base run's table went once its samples were read
     monkeypatch.setattr(gate, "load_for_judging", load)
     capsys.readouterr()
     for fmt in ("json", "md"):
