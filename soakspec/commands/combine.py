@@ -196,7 +196,8 @@ def main(args: argparse.Namespace) -> int:
     from soakspec.evidence.verify import finalize_artifacts
     from soakspec.judge.combine import Child, before_after, combine, render_text, without_requests
     from soakspec.judge.rederive import rederive
-    from soakspec.judge.judge import judge
+    from soakspec.judge.joined import join
+    from soakspec.judge.judge import judge_run
 
     seen: dict[str, str] = {}
     for d in args.dirs:  # `run`, `run/`, `./run` and a symlink to it are one directory
@@ -218,10 +219,14 @@ def main(args: argparse.Namespace) -> int:
             return loaded
         spec, evidence = loaded
         # judged and re-derived now, then held without its requests (`without_requests`): the
-        # next child is read with none of this one's table in memory
-        verdict, rederived = judge(spec, evidence), rederive(spec, evidence)
+        # next child is read with none of this one's table in memory. The judge's join has
+        # re-derived the evidence already -- the trace re-match, most of the time -- and that is
+        # combine's own re-derivation unless a sweep narrowed it or another spec ran the run.
+        run = join(spec, evidence)
+        verdict = judge_run(run)
+        rederived = run.evidence if not run.sweep and run.ran_spec is None else rederive(spec, evidence)
         children.append(Child(where, spec, without_requests(evidence), verdict, without_requests(rederived)))
-        del loaded, evidence, rederived
+        del loaded, evidence, rederived, run
     runs: dict[str, str] = {}
     for c in children:  # a copy of a run is that run: not a before/after series of itself
         sha = c.evidence.manifest_sha256
