@@ -361,8 +361,6 @@ class IdIndex:
     def __init__(self, ids: Sequence[Any]) -> None:
         self.ids = ids
         n = len(ids)
-        self.row_bits = max(n - 1, 1).bit_length()
-        self.mask = np.uint64((1 << self.row_bits) - 1)
         numbered = isinstance(ids, IdColumn) and ids._off is None
         # (stem, width) -> code, for taking a key apart (numbered ids only)
         self._forms: dict[tuple[tuple[str, str, int], ...], IdForms] = {}  # text ids: `find_affixed`'s inverters
@@ -372,7 +370,10 @@ class IdIndex:
         self._direct = _Direct.of(ids) if numbered else None  # type: ignore[arg-type]
         self.keys = np.zeros(0, dtype=np.uint64)
         if self._direct is not None:
-            return  # no hashed keys: the numbers index a table
+            return  # no hashed keys (nor their row bits): the numbers index a table
+        # a key: the id's hash bits above its row number's (`row_bits` of them, `mask`)
+        self.row_bits = max(n - 1, 1).bit_length()
+        self.mask = np.uint64((1 << self.row_bits) - 1)
         step = 1 << 20
         if numbered:
             keys = np.empty(n, dtype=np.uint64)
