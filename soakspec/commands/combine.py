@@ -224,9 +224,12 @@ def main(args: argparse.Namespace) -> int:
         # combine's own re-derivation unless a sweep narrowed it or another spec ran the run.
         run = join(spec, evidence)
         verdict = judge_run(run)
-        rederived = run.evidence if not run.sweep and run.ran_spec is None else rederive(spec, evidence)
+        rederived = run.evidence if not run.sweep and run.ran_spec is None else None
+        del run  # its indexes, before a re-derivation of its own
+        if rederived is None:
+            rederived = rederive(spec, evidence)
         children.append(Child(where, spec, without_requests(evidence), verdict, without_requests(rederived)))
-        del loaded, evidence, rederived, run
+        del loaded, evidence, rederived
     runs: dict[str, str] = {}
     for c in children:  # a copy of a run is that run: not a before/after series of itself
         sha = c.evidence.manifest_sha256
