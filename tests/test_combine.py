@@ -403,16 +403,10 @@ def test_a_child_is_held_without_its_requests_while_the_next_is_read(spec, tmp_p
     and re-derived as it is read and held without its requests: no child's table is alive as
     the next one is read, nor when the combined directory is judged; combined.json says the
     same as when every child was held whole."""
-    import gc
-
     from soakspec.commands import combine as cmd, gate
     from soakspec.judge.combine import Child, combine
     from soakspec.judge.judge import judge
-    from soakspec.judge.table import RequestTable
-
-    def tables() -> int:
-        gc.collect()
-        return sum(isinstance(o, RequestTable) for o in gc.get_objects())
+    from soakspec.judge.testing import tables_alive as tables
 
     dirs = children(spec, tmp_path)
     before = tables()  # any that another test left alive

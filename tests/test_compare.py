@@ -403,23 +403,17 @@ def test_the_base_run_read_up_front_holds_no_table_and_compares_the_same(tmp_pat
     whole = compare(base_b.build(), new_b.build(), resamples=500)
     assert compare(read, new_b.build(), resamples=500).to_json() == whole.to_json()
     base, new = base_b.write(tmp_path / "base"), new_b.write(tmp_path / "new")
-    import gc
-
     from soakspec.commands import gate
-    from soakspec.judge.table import RequestTable
+    from soakspec.judge.testing import tables_alive
 
     load, alive = gate.load_for_judging, []
 
-    def tables() -> int:
-        gc.collect()
-        return sum(isinstance(o, RequestTable) for o in gc.get_objects())
-
     def counted(*a, **k):  # the tables alive as each run is read
-        alive.append(tables())
+        alive.append(tables_alive())
         return load(*a, **k)
 
     del kept, read, whole
-    before = tables()  # any that another test left alive
+    before = tables_alive()  # any that another test left alive
     monkeypatch.setattr(gate, "load_for_judging", counted)
     assert main(["compare", str(base), str(new), "--resamples", "500", "--format", "json"]) == 0
     assert alive == [before, before]  # none more as the new run is read: the base run's table went once its samples were read

@@ -334,11 +334,10 @@ class Sorted:
         a float64 array that owns its data is sorted in place -- no second array the length of a
         level's requests (a day-long level's ttft: 80 MB a side at 10^7); a view (of a table's
         column, say) or anything else is sorted as a copy."""
-        a = np.asarray(xs, dtype=np.float64)
-        if consume and a is xs and a.flags.owndata and a.flags.writeable:
-            a.sort()
-            return cls(a, None)
-        return cls(np.sort(a), None)
+        if consume and stats.own_array(xs) and xs.dtype == np.float64:
+            xs.sort()
+            return cls(xs, None)
+        return cls(np.sort(np.asarray(xs, dtype=np.float64)), None)
 
     @classmethod
     def counted(cls, c: stats.Counted) -> Sorted:

@@ -444,6 +444,17 @@ def _frange(a: float, b: float, step: float) -> list[float]:
     return out
 
 
+def tables_alive() -> int:
+    """How many of the judge's request tables this process holds now (after a collection):
+    what a test of a command's memory counts (compare and combine let a run's table go)."""
+    import gc
+
+    from soakspec.judge.table import RequestTable
+
+    gc.collect()
+    return sum(isinstance(o, RequestTable) for o in gc.get_objects())
+
+
 def spec_from_text(text: str, path: str = "<test>") -> Spec:
     """Parse and check spec text; raise ValueError with the diagnostics when it does not check."""
     from soakspec.diagnostics import render_text
