@@ -91,7 +91,8 @@ def main(args: argparse.Namespace) -> int:
         check_out_file(args.out, [args.base, args.new])
     # The base run is read whole -- its records re-derived as the gate does, every level's
     # samples taken -- and its table let go before the new run is read: two day-long runs'
-    # tables together were 1.2 GiB (RunSamples). The new run's samples are read a row at a time.
+    # tables together were 1.2 GiB (RunSamples). The new run's samples are read from its
+    # table a (level, metric) at a time.
     loaded = load_for_judging("compare", args.base, args.spec, name_dir=True)
     if isinstance(loaded, int):
         return loaded
