@@ -334,7 +334,8 @@ CHECKS: tuple[Callable[[Sequence[Child]], Check], ...] = (
 def combine(children: Sequence[Child]) -> Combined:
     from soakspec.judge.rederive import rederive
 
-    # every check reads facts: each child's stored conclusions re-derived once, here
+    # every check reads facts: each child's stored conclusions re-derived once -- here, unless
+    # the caller did (`Child.rederived`: the command, before it let the child's requests go)
     children = [dataclasses.replace(c, evidence=c.rederived if c.rederived is not None else rederive(c.spec, c.evidence))
                 for c in children]
     checks = [check(children) for check in CHECKS]
