@@ -431,3 +431,39 @@ def test_a_child_is_held_without_its_requests_while_the_next_is_read(spec, tmp_p
     got = combine(whole).to_json()
     for key in ("checks", "children", "backends", "verdict"):
         assert doc[key] == got[key], key
+
+
+def test_sweep_children_combine_as_their_own_gates_judge_them(tmp_path, capsys):
+    """A sweep's child is judged and re-derived apart from the judge's join (which narrowed it
+    to each probe): two runs of one sweep -- a before/after series -- combine to what combining
+    the whole children gives, each child judged as the sweep it ran. Judged as the plain
+    levels of its probes, each child would FAIL: the probes above 4 are slow."""
+    from soakspec.commands import gate
+    from soakspec.judge.combine import Child, combine
+    from soakspec.judge.joined import join
+    from soakspec.judge.judge import judge
+    from soakspec.judge.testing import spec_from_text
+    from test_sweep import PROBES, _probed_run, _sweep_spec
+
+    spec = spec_from_text(_sweep_spec())
+    dirs = []
+    for name in ("before", "after"):
+        b = _probed_run(spec_from_text(_sweep_spec(f"concurrency = {PROBES}")))
+        b.run_id, b.spec = name, spec  # what the runner embeds: the spec it ran, the sweep's
+        b.manifest["run_id"] = name
+        b.manifest["spec"] = {"path": spec.path, "text": spec.canonical_text, "sha256": spec.sha256}
+        dirs.append(str(b.write(tmp_path / name)))
+        assert main(["gate", dirs[-1]]) == 0
+        assert "max_sustainable_concurrency" in capsys.readouterr().out
+    code, cap = run_combine(dirs, tmp_path / "out", capsys, "--format", "json")
+    doc = json.loads(cap.out)
+    whole = []
+    for d in dirs:
+        s, ev = gate.load_for_judging("combine", d, None, name_dir=True)
+        assert join(s, ev).sweep  # judged as the sweep it ran
+        whole.append(Child(d, s, ev, judge(s, ev)))
+    got = combine(whole).to_json()
+    assert code == got["exit_code"] == 0, cap.out
+    assert [c["verdict"] for c in doc["children"]] == ["PASS", "PASS"]
+    for key in ("checks", "children", "backends", "verdict"):
+        assert doc[key] == got[key], key
