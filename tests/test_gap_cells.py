@@ -58,6 +58,26 @@ def _direct(rs, idx):
 def test_cells_answer_exactly_or_not_at_all(rs, data):
     """For any selection the cells either give exactly the gap counts of its rows or say they
     cannot (None); for the counted rows of any set of whole cells they always can."""
+    _cells_answer_exactly_or_not_at_all(rs, data)
+
+
+@settings(max_examples=100, deadline=None)
+@given(rows(), st.data())
+def test_cells_past_what_two_bytes_hold_answer_the_same(rs, data):
+    """A row's cell is held in 2 bytes until the table has more cells than that holds (a day
+    of short buckets over many levels), then in 4: the answers are the same after the switch,
+    made here at the third cell."""
+    import soakspec.judge.table as table_module
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(table_module, "CELLS_IN_TWO_BYTES", 2)
+        cells = build_table(rs).cells
+        assert cells is not None
+        assert cells.cell.dtype == (np.uint32 if len(cells.n_ok) > 2 else np.uint16)
+        _cells_answer_exactly_or_not_at_all(rs, data)
+
+
+def _cells_answer_exactly_or_not_at_all(rs, data):
     t = build_table(rs)  # keeps its gaps too: the direct count to compare with
     cells = t.cells
     assert cells is not None
@@ -145,12 +165,15 @@ def test_ordinary_evidence_is_judged_without_reading_any_gap_again(tmp_path):
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**32 - 1), share=st.floats(0.0, 0.5), windowed=st.booleans())
-def test_counted_gaps_judge_as_kept_gaps_do(tmp_path_factory, seed, share, windowed):
+@given(seed=st.integers(0, 2**32 - 1), share=st.floats(0.0, 0.5), windowed=st.booleans(), two_bytes=st.sampled_from([2, 1 << 16]))
+def test_counted_gaps_judge_as_kept_gaps_do(tmp_path_factory, seed, share, windowed, two_bytes):
     """Evidence read from disk (gaps counted per cell, read again only when needed) gets the
     verdict and results.json the same evidence built in memory (every gap kept) gets -- with
     requests the judge re-derives (mislabeled, timed out, contradicted usage, estimated ITL)
-    and, when `windowed`, an ITL rule over windows that cut through the buckets."""
+    and, when `windowed`, an ITL rule over windows that cut through the buckets; and whether
+    the rows' cells are held in 2 bytes or (past `two_bytes` cells) in 4."""
+    import soakspec.judge.table as table_module
+
     rng = random.Random(seed)
     rules = RULES.format(t="300ms", u="20ms", lat="2s") + ("\nrequire p99(itl) < 30ms per window 7s" if windowed else "")
     spec = small_spec(rules, levels="[2, 4]")
@@ -172,7 +195,11 @@ def test_counted_gaps_judge_as_kept_gaps_do(tmp_path_factory, seed, share, windo
                 else:
                     b.set_outcome(r, "disconnected", "connection reset", status=None)
     root = _write(tmp_path_factory.mktemp("ev"), "run", spec, b)
-    ev, run, verdict, results = _judged(root, windows=spec_windows(spec) if rng.random() < 0.5 else ())
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(table_module, "CELLS_IN_TWO_BYTES", two_bytes)
+        ev, run, verdict, results = _judged(root, windows=spec_windows(spec) if rng.random() < 0.5 else ())
+    cells = ev.backends[0].table.cells
+    assert cells.cell.dtype == (np.uint32 if len(cells.n_ok) > two_bytes else np.uint16)
     with _keeping_gaps():
         kept, _, want_v, want_r = _judged(root, cells=False)
     assert kept.backends[0].table.gap_loads == 0  # kept: nothing to read

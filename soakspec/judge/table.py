@@ -33,8 +33,8 @@ what the record derives, are computed when read (`derived`)):
   server_id    the request id with a prefix and suffix the server added (`cmpl-{id}-0`):
                a code of (prefix, suffix); any other server id: sparse                1
   itl          counted per cell (`GapCells`: the distinct gaps of each (workload, level,
-               bucket) and their counts, over the requests `itl` pools as recorded), plus
-               per request its cell, whether it counts and its gaps' offset        4 + 1 + 4
+               bucket, counted or not) and their counts, over the requests `itl` pools as
+               recorded), plus per request its cell and its gaps' offset                2 + 4
                -- for a table read from requests.jsonl.gz (`TableBuilder(keep_gaps=False)`).
                A computation the cells cannot answer (a request the judge re-derived, a
                `per window` scope that cuts a bucket, one request's own gaps) reads them
@@ -128,6 +128,7 @@ def _label_key(v: Any) -> Any:
     return (type(v).__name__, v)  # True and 1 are different labels
 
 
+CELLS_IN_TWO_BYTES = 1 << 16  # cells a table's rows name in 2 bytes each (`_CellCounter`); read when a cell is added
 _NARROW = 0xFFFF  # a gap held in the wide list (its slot in the narrow array holds this)
 
 
@@ -215,20 +216,29 @@ class GapCells:
     counts the rows' own gaps (`RequestTable.gap_counts`, which re-reads them from
     requests.jsonl.gz for a table that did not keep them)."""
 
-    __slots__ = ("cell", "ok", "n_ok", "vals", "counts", "edges", "binned")
+    __slots__ = ("cell", "cell_ok", "n_ok", "vals", "counts", "edges", "binned")
 
-    def __init__(self, cell: np.ndarray, ok: np.ndarray, n_ok: np.ndarray, vals: Sequence[np.ndarray],
+    def __init__(self, cell: np.ndarray, cell_ok: np.ndarray, n_ok: np.ndarray, vals: Sequence[np.ndarray],
                  counts: Sequence[np.ndarray], edges: np.ndarray | None = None,
                  binned: Mapping[int, CellBins] | None = None) -> None:
-        self.cell, self.ok, self.n_ok = cell, ok, n_ok  # per request: its cell, counted; per cell: rows counted
+        # per request: its cell (uint16 while there are fewer than 65,536 cells, else uint32);
+        # per cell: whether its rows count (a cell's rows all do or all do not: `_CellCounter`),
+        # how many rows it counted
+        self.cell, self.cell_ok, self.n_ok = cell, cell_ok, n_ok
         self.vals, self.counts = tuple(vals), tuple(counts)  # per cell: distinct gaps (µs, ascending), their counts
         # the cells past CELL_EXACT_MAX distinct gaps: their `vals` are bins (`gapbins`), cut at `edges`
         self.edges = edges if edges is not None else np.zeros(0, dtype=np.int64)
         self.binned: dict[int, CellBins] = dict(binned or {})
 
     @property
+    def ok(self) -> np.ndarray:
+        """Per request: whether its gaps are counted (computed: a cell's rows all are or all are not)."""
+        return self.cell_ok[self.cell]
+
+    @property
     def nbytes(self) -> int:
-        return self.cell.nbytes + self.ok.nbytes + self.n_ok.nbytes + sum(v.nbytes + c.nbytes for v, c in zip(self.vals, self.counts))
+        return (self.cell.nbytes + self.cell_ok.nbytes + self.n_ok.nbytes
+                + sum(v.nbytes + c.nbytes for v, c in zip(self.vals, self.counts)))
 
     def counts_of(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, CellBins | None] | None:
         """(distinct gaps in µs, ascending; their counts; None) of rows `idx`, or None when
@@ -243,7 +253,7 @@ class GapCells:
         for part in chunks():  # the rows' cells counted a chunk at a time
             if not len(part):
                 continue
-            if not self.ok[part].all():
+            if not self.cell_ok[self.cell[part]].all():
                 return None
             k += np.bincount(self.cell[part], minlength=len(self.n_ok))
         if not k.any():
@@ -414,17 +424,20 @@ class WindowSlots:
 
 
 class _CellCounter:
-    """What `GapCells` is built from: each request's cell and whether it counts, and the gaps
-    of counted requests added as they are stored (a block of rows at a time). A cell is a
-    (workload, level, bucket, slot): the slot cuts a bucket at the spec's window edges
-    (`WindowSlots`; 0 without them)."""
+    """What `GapCells` is built from: each request's cell, and the gaps of counted requests
+    added as they are stored (a block of rows at a time). A cell is a (workload, level, bucket,
+    slot, counted): the slot cuts a bucket at the spec's window edges (`WindowSlots`; 0 without
+    them), and the rows that count and those that do not are two cells, so whether a row counts
+    is its cell's (`ok`), not a byte a request. A row's cell is held in 2 bytes while there are
+    fewer than 65,536 cells (a day of one-minute buckets is 1,440 a level), else 4."""
 
     MERGE_AT = 4  # pending (values, counts) pairs of a cell merged into one (32 held ~17 MB for a 172k-request soak)
 
     def __init__(self, edges: np.ndarray | None = None) -> None:
-        self.keys: dict[tuple[int, int, int, int], int] = {}
-        self.cell = array("i")
-        self.ok = array("b")
+        self.keys: dict[tuple[int, int, int, int, bool], int] = {}
+        self.cell = array("H")  # widened to "I" at the 65,536th cell (`_widen`)
+        self.ok: list[bool] = []  # per cell
+        self._ok_arr = np.zeros(0, dtype=bool)
         self.n_ok: list[int] = []
         self.pending: list[list[tuple[np.ndarray, np.ndarray]]] = []
         self.counted = 0  # rows whose gaps are counted
@@ -432,18 +445,31 @@ class _CellCounter:
         self.edges = edges if edges is not None else np.zeros(0, dtype=np.int64)  # where bins are cut (`gapbins.edges_for`)
         self.binned: dict[int, CellBins] = {}  # the cells past CELL_EXACT_MAX distinct gaps: counted in bins
 
-    def key(self, k: tuple[int, int, int, int]) -> int:
-        c = self.keys.get(k)
+    def key(self, k: tuple[int, int, int, int], ok: bool) -> int:
+        full = (*k, ok)
+        c = self.keys.get(full)
         if c is None:
-            c = self.keys[k] = len(self.n_ok)
+            c = self.keys[full] = len(self.n_ok)
             self.n_ok.append(0)
+            self.ok.append(ok)
             self.pending.append([])
+            if c > CELLS_IN_TWO_BYTES - 1 and self.cell.typecode == "H":
+                self.cell = array("I", self.cell)
         return c
 
+    def _ok_lut(self) -> np.ndarray:
+        """`ok` as an array (made again only when a cell was added since)."""
+        if len(self._ok_arr) != len(self.ok):
+            self._ok_arr = np.asarray(self.ok, dtype=bool)
+        return self._ok_arr
+
+    @property
+    def _dtype(self) -> type:
+        return np.uint16 if self.cell.typecode == "H" else np.uint32
+
     def add_row(self, k: tuple[int, int, int, int], ok: bool) -> None:
-        c = self.key(k)
+        c = self.key(k, ok)
         self.cell.append(c)
-        self.ok.append(ok)
         if ok:
             self.n_ok[c] += 1
 
@@ -451,18 +477,19 @@ class _CellCounter:
         m = len(ok)
         if sl is None:
             sl = np.zeros(m, dtype=np.int64)
-        if (wl == wl[0]).all() and (lv == lv[0]).all() and (bk == bk[0]).all() and (sl == sl[0]).all():  # one cell (nearly every block)
-            c = self.key((int(wl[0]), int(lv[0]), int(bk[0]), int(sl[0])))
-            cells = np.full(m, c, dtype=np.int32)
-            self.n_ok[c] += int(np.count_nonzero(ok))
+        if ((wl == wl[0]).all() and (lv == lv[0]).all() and (bk == bk[0]).all() and (sl == sl[0]).all()
+                and (ok == ok[0]).all()):  # one cell (nearly every block)
+            c = self.key((int(wl[0]), int(lv[0]), int(bk[0]), int(sl[0])), bool(ok[0]))
+            cells = np.full(m, c, dtype=np.int64)
+            if ok[0]:
+                self.n_ok[c] += m
         else:
-            quad, inv = np.unique(np.stack([wl, lv, bk, sl], axis=1), axis=0, return_inverse=True)
-            lut = np.array([self.key((int(a), int(b), int(d), int(e))) for a, b, d, e in quad.tolist()], dtype=np.int32)
+            five, inv = np.unique(np.stack([wl, lv, bk, sl, ok], axis=1).astype(np.int64), axis=0, return_inverse=True)
+            lut = np.array([self.key((a, b, d, e), bool(f)) for a, b, d, e, f in five.tolist()], dtype=np.int64)
             cells = lut[inv.reshape(-1)]
             for c, n in zip(*np.unique(cells[ok], return_counts=True)):
                 self.n_ok[int(c)] += int(n)
-        self.cell.frombytes(cells.tobytes())
-        self.ok.frombytes(ok.astype(np.int8).tobytes())
+        self.cell.frombytes(cells.astype(self._dtype).tobytes())
 
     def count(self, upto: int, off: Sequence[int] | np.ndarray, us: np.ndarray) -> None:
         """Count the gaps `us` (int64 µs) of rows `counted`..`upto` (their offsets `off`, rebased
@@ -471,8 +498,8 @@ class _CellCounter:
         self.counted = upto
         if upto == r0 or not len(us):
             return
-        cells = np.frombuffer(self.cell[r0:upto], dtype=np.int32)  # copies: no view may pin the growing arrays
-        ok = np.frombuffer(self.ok[r0:upto], dtype=np.int8).astype(bool)
+        cells = np.frombuffer(self.cell[r0:upto], dtype=self._dtype).astype(np.int64)  # copies: no view may pin the growing array
+        ok = self._ok_lut()[cells]
         lens = np.diff(np.asarray(off, dtype=np.int64))
         if ok.all() and (cells == cells[0]).all():
             groups = [(int(cells[0]), us)]
@@ -531,9 +558,9 @@ class _CellCounter:
             (v, n), = self.pending[c]
             vals.append(v)
             counts.append(n)
-        cell = np.frombuffer(self.cell, dtype=np.int32) if len(self.cell) else np.zeros(0, dtype=np.int32)
-        ok = np.frombuffer(self.ok, dtype=np.int8).astype(bool) if len(self.ok) else np.zeros(0, dtype=bool)
-        return GapCells(cell, ok, np.asarray(self.n_ok, dtype=np.int64), vals, counts, self.edges, self.binned)
+        cell = np.frombuffer(self.cell, dtype=self._dtype) if len(self.cell) else np.zeros(0, dtype=self._dtype)
+        return GapCells(cell, np.asarray(self.ok, dtype=bool), np.asarray(self.n_ok, dtype=np.int64), vals, counts,
+                        self.edges, self.binned)
 
 
 def compact(col: np.ndarray) -> np.ndarray:
