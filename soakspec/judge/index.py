@@ -332,17 +332,22 @@ def _level_entries(be: BackendEvidence) -> list[Mapping[str, Any]]:
 
 
 def _level_of(t: RequestTable, keys: list[tuple[Any, Any]]) -> np.ndarray:
-    """Per request of `t`: the position in `keys` of its (workload, level), -1 for none."""
-    pos = np.full(t.n, -1, dtype=np.int32)
+    """Per request of `t`: the position in `keys` of its (workload, level), -1 for none -- in
+    the smallest signed integer that holds them (a byte a request for up to 127 levels), made
+    a chunk of rows at a time (the whole table's masks were 4 bytes a request beside it)."""
+    dtype = np.int8 if len(keys) < 2**7 else np.int16 if len(keys) < 2**15 else np.int32
+    pos = np.full(t.n, -1, dtype=dtype)
     first: dict[tuple[Any, Any], int] = {}
     for k, key in enumerate(keys):
         first.setdefault((type(key[0]).__name__, key[0], type(key[1]).__name__, key[1]), k)
     lvl = t.i["level"]
-    for (wt, wv, lt, lv_), k in first.items():
-        if lt not in ("int", "NoneType") or (lv_ is not None and not fits(lv_)):
-            continue
-        w_ok = t.label_is("workload", wv)
-        pos[(pos < 0) & w_ok & (lvl == (MISSING if lv_ is None else lv_))] = k
+    wanted = [(wv, MISSING if lv_ is None else lv_, k) for (wt, wv, lt, lv_), k in first.items()
+              if lt in ("int", "NoneType") and (lv_ is None or fits(lv_))]
+    for a in range(0, t.n, table_module.SCAN_CHUNK):
+        part = slice(a, min(t.n, a + table_module.SCAN_CHUNK))
+        got, lv_part = pos[part], lvl[part]
+        for wv, lv_, k in wanted:
+            got[(got < 0) & t.label_is("workload", wv, part) & (lv_part == lv_)] = k
     for i in t.odd_rows.tolist():  # rows whose workload or level is not a plain value
         r = t.rec(i)
         w, lv_ = r.get("workload"), r.get("level")
@@ -477,17 +482,17 @@ def index_backend(be: BackendEvidence) -> BackendIndex:
     everyone = ordered(t)
     everyone.flags.writeable = False  # the levels' rows are views of it (`table.kept`): never changed in place
     pos = _level_of(t, keys)
-    measured = t.i["bucket"] >= 0
+    bucket = t.i["bucket"]
     levels = []
     for k, e in enumerate(entries):
         first = next(j for j, key in enumerate(keys) if key == keys[k] and type(key[1]) is type(keys[k][1]))
-        sel = table_module.kept(everyone, lambda rows: (pos[rows] == first) & measured[rows])  # a view of it, nearly always
+        sel = table_module.kept(everyone, lambda rows: (pos[rows] == first) & (bucket[rows] >= 0))  # a view of it, nearly always
         levels.append(
             LevelIndex(be.name, str(e.get("workload")), int(e.get("index", 0)) if isinstance(e.get("index"), int) else 0,
                        e, level_label(e, len(workloads) > 1), _windows(e, t, sel))
         )
-    orphans = table_module.kept(everyone, lambda rows: (pos[rows] < 0) & measured[rows])
-    del pos, measured  # (a request's level and whether it is measured: 5 bytes a request, not held past here)
+    orphans = table_module.kept(everyone, lambda rows: (pos[rows] < 0) & (bucket[rows] >= 0))
+    del pos  # (a request's level: a byte a request for up to 127 levels, not held past here)
     samples = sorted((s for s in be.telemetry if num(s.get("t")) is not None), key=lambda s: float(s["t"]))
     return BackendIndex(
         be, tuple(levels), Rows.of(t, orphans), Rows.of(t, everyone),
