@@ -28,7 +28,7 @@ from soakspec.judge.index import BackendIndex, LevelIndex, Row
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import completed
 from soakspec.judge.scope import Scope, bucket_scope, level_scope, scopes
-from soakspec.judge.table import Rows
+from soakspec.judge.table import Rows, slices
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Rule
 from soakspec.plan import Level
@@ -300,7 +300,8 @@ def _traced_count(sc: Scope, done: Rows) -> int:
     if len(sc.backends) != 1:
         return sum(1 for r in done if _traced_in(sc)(r))
     bi = sc.backends[0]
-    return sum(int(bi.traced_mask(t, idx).sum()) for t, idx in done.parts)
+    # a chunk of rows at a time: a whole run's mask was 2 bytes a request at once
+    return sum(int(bi.traced_mask(t, part).sum()) for t, idx in done.parts for part in slices(idx))
 
 
 def _coverage_instance(sc: Scope, rule: Rule) -> tuple[Instance | None, float | None, int, int]:
