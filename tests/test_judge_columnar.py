@@ -836,3 +836,38 @@ def test_one_levels_measured_requests_are_its_own_selection_when_already_in_orde
     want = ordered(bk.table, rows).tolist()
     assert bk.measured.parts[0][1].tolist() == want
     assert (bk.measured is level.records) == (rows.tolist() == want)
+
+
+_EDGES = [-129, -128, 127, 128, -32769, -32768, 32767, 32768, -2, -1, 0, 2**31 - 1, -(2**31) + 1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.one_of(st.none(), st.integers(-(2**31) + 1, 2**31 - 1), st.integers(-200, 200), st.sampled_from(_EDGES)),
+                       min_size=1, max_size=40),
+       key=st.sampled_from(["bucket", "worker", "output_tokens", "status"]))
+def test_integer_columns_held_narrow_read_as_they_were(values, key):
+    """An int column is held in int8 or int16 when its values (none absent) all
+    fit (a bucket, a load worker, a real server's token counts: 1 or 2 bytes a request, not
+    4); every way the judge reads it -- a request's value, the column as numbers, comparisons
+    with a value or with MISSING, sums -- gives what the int32 column gave."""
+    import numpy as np
+
+    from soakspec.judge.table import MISSING
+
+    t = build_table([{"request_id": f"r{k}", **({key: v} if v is not None else {})} for k, v in enumerate(values)])
+    col = t.i[key]
+    present = [v for v in values if v is not None]
+    lo, hi = min(present, default=0), max(present, default=0)
+    if col.strides != (0,):  # (one repeated value: one value held)
+        want = (np.int32 if None in values else np.int8 if -128 <= lo and hi <= 127
+                else np.int16 if -32768 <= lo and hi <= 32767 else np.int32)
+        assert col.dtype == want
+    n = len(values)
+    assert [t.value(k, key) for k in range(n)] == values
+    got = t.number(key, np.arange(n))
+    assert [None if x != x else x for x in got.tolist()] == [None if v is None else float(v) for v in values]
+    for x in (-1, 0, 1, 127, 128, -129, 32768, MISSING):
+        assert (col == x).tolist() == [(v if v is not None else MISSING) == x for v in values]
+        assert (col >= x).tolist() == [(v if v is not None else MISSING) >= x for v in values]
+    assert int(col[col != MISSING].astype(np.int64).sum()) == sum(present)
+    assert int(col[col != MISSING].sum()) == sum(present)  # numpy sums small integers in its platform integer

@@ -24,6 +24,8 @@ what the record derives, are computed when read (`derived`)):
   counts       int32 (MISSING: absent)     bucket, level, status, chunks, output_tokens,
                                            output_chars, prompt_tokens, worker, concurrency,
                                            coalesced (beyond int32: kept in extras)   40
+               -- each held in int8 or int16 where every value fits (`narrow_ints`; a
+               column with an absent value stays int32): a bucket, a load worker 1-2
   labels       uint8 codes (int32 beyond   backend, workload, outcome, error, finish_reason,
                255) into a list of the     itl_source, tokens_source, empty_text,
                distinct values             usage_mismatch, usage_decreased             10
@@ -610,6 +612,31 @@ def share_equal(cols: dict[str, np.ndarray]) -> None:
             else:
                 kept.append(v)
         v.flags.writeable = False
+
+
+def narrow_ints(cols: dict[str, np.ndarray]) -> None:
+    """Each int32 column held in the smallest signed integer that holds its values -- int8 or
+    int16; a column with an absent value (MISSING) stays int32 -- in place of `cols` (a column
+    two names share stays one array): a request's bucket, its load worker, a real server's token and
+    character counts are 4 bytes a request each as int32, 1 or 2 as they are. Reading one
+    is reading the int32 column: comparisons (with MISSING too: never equal), sorts, indexing,
+    `astype` and sums (numpy sums small integers in its platform integer) give the same. Signed
+    only: a negative bucket (warm-up, follow-up) compares and subtracts as it did."""
+    made: dict[int, np.ndarray] = {}
+    for k, v in cols.items():
+        if id(v) in made:
+            cols[k] = made[id(v)]
+            continue
+        out = v
+        if isinstance(v, np.ndarray) and v.dtype == np.int32 and len(v) and v.strides != (0,):
+            lo, hi = int(v.min()), int(v.max())  # an absent value (MISSING) is below any int16: never narrowed
+            for dt in (np.int8, np.int16):
+                info = np.iinfo(dt)
+                if info.min <= lo and hi <= info.max:
+                    out = v.astype(dt)
+                    out.flags.writeable = False
+                    break
+        made[id(v)] = cols[k] = out
 
 
 def compact_codes(codes: np.ndarray) -> np.ndarray:
@@ -1334,11 +1361,13 @@ class TableBuilder:
         # arrays held beside their int32 columns until finish returned were the gate's peak)
         self.f, self._f = {}, ()
         i = {k: compact(v.finish(np.int32)) for k, v in self.i.items()}
+        self.i, self._i = {}, ()  # the int32 arrays go as `narrow_ints` replaces them
         c = {k: compact_codes(v.finish(np.int32)) for k, v in {**self.c, "server_affix": self._affix}.items()}
         derived = {k for k, ok in self.derive.items() if ok}  # NaN there: the value the record derives
         share_equal(f)
         _micro_columns(f)
         share_equal(i)
+        narrow_ints(i)
         share_equal(c)
         scale = 1e6 if self.itl_us is not None else 1.0
         flat: Any
