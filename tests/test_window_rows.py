@@ -14,7 +14,7 @@ from hypothesis import given, settings, strategies as st
 from soakspec.judge.index import req_time
 from soakspec.judge import scope
 from soakspec.judge.scope import window_rows
-from soakspec.judge.table import Rows, build_table
+from soakspec.judge.table import Rows, build_table, ordered
 
 
 def _started_in(a: float, b: float, last: bool):
@@ -47,11 +47,17 @@ def levels(draw):
 @settings(max_examples=300, deadline=None)
 @given(levels(), st.data())
 def test_windows_cut_at_once_hold_what_each_window_selects(level, data):
+    """Rows in any order are cut into what each window selects; a level's rows in time order
+    (the judge's) are cut into views of them, no copy."""
     rows, starts, end = level
     split = data.draw(st.integers(0, len(rows)))  # two tables (two backends' parts), or one
     parts = [build_table(rows[:split]), build_table(rows[split:])] if data.draw(st.booleans()) else [build_table(rows)]
-    chosen = [sorted(data.draw(st.sets(st.integers(0, t.n - 1), max_size=t.n))) if t.n else [] for t in parts]
-    recs = Rows(tuple((t, np.asarray(c, dtype=np.int64)) for t, c in zip(parts, chosen)))
+    chosen = [np.asarray(sorted(data.draw(st.sets(st.integers(0, t.n - 1), max_size=t.n))) if t.n else [], dtype=np.int64)
+              for t in parts]
+    in_time = data.draw(st.booleans())  # a level's rows as the judge holds them: in time order
+    if in_time:
+        chosen = [ordered(t, c) for t, c in zip(parts, chosen)]
+    recs = Rows(tuple(zip(parts, chosen)))
     chunk = data.draw(st.sampled_from([1, 3, scope.WINDOW_CHUNK]))  # rows cut a chunk at a time
     was, scope.WINDOW_CHUNK = scope.WINDOW_CHUNK, chunk
     try:
@@ -63,5 +69,8 @@ def test_windows_cut_at_once_hold_what_each_window_selects(level, data):
         last = k == len(starts) - 1
         want = recs.select(_started_in(a, end if last else starts[k + 1], last))
         assert len(got[k].parts) == len(want.parts)
+        level_rows = {id(t): c for t, c in recs.parts}
         for (gt, gi), (wt, wi) in zip(got[k].parts, want.parts):
             assert gt is wt and np.array_equal(gi, wi), (k, gi, wi)
+            if in_time and not len(gt.odd_rows) and len(gi):  # views of the level's rows, not copies
+                assert np.shares_memory(gi, level_rows[id(gt)])
