@@ -24,8 +24,8 @@ what the record derives, are computed when read (`derived`)):
   counts       int32 (MISSING: absent)     bucket, level, status, chunks, output_tokens,
                                            output_chars, prompt_tokens, worker, concurrency,
                                            coalesced (beyond int32: kept in extras)   40
-               -- each held in int8 or int16 where every value fits (`narrow_ints`; a
-               column with an absent value stays int32): a bucket, a load worker 1-2
+               -- each held in int8 or int16 where every value fits (`_IntCol`, while
+               loading too; a column with an absent value is int32): bucket, worker 1-2
   labels       uint8 codes (int32 beyond   backend, workload, outcome, error, finish_reason,
                255) into a list of the     itl_source, tokens_source, empty_text,
                distinct values             usage_mismatch, usage_decreased             10
@@ -614,31 +614,6 @@ def share_equal(cols: dict[str, np.ndarray]) -> None:
         v.flags.writeable = False
 
 
-def narrow_ints(cols: dict[str, np.ndarray]) -> None:
-    """Each int32 column held in the smallest signed integer that holds its values -- int8 or
-    int16; a column with an absent value (MISSING) stays int32 -- in place of `cols` (a column
-    two names share stays one array): a request's bucket, its load worker, a real server's token and
-    character counts are 4 bytes a request each as int32, 1 or 2 as they are. Reading one
-    is reading the int32 column: comparisons (with MISSING too: never equal), sorts, indexing,
-    `astype` and sums (numpy sums small integers in its platform integer) give the same. Signed
-    only: a negative bucket (warm-up, follow-up) compares and subtracts as it did."""
-    made: dict[int, np.ndarray] = {}
-    for k, v in cols.items():
-        if id(v) in made:
-            cols[k] = made[id(v)]
-            continue
-        out = v
-        if isinstance(v, np.ndarray) and v.dtype == np.int32 and len(v) and v.strides != (0,):
-            lo, hi = int(v.min()), int(v.max())  # an absent value (MISSING) is below any int16: never narrowed
-            for dt in (np.int8, np.int16):
-                info = np.iinfo(dt)
-                if info.min <= lo and hi <= info.max:
-                    out = v.astype(dt)
-                    out.flags.writeable = False
-                    break
-        made[id(v)] = cols[k] = out
-
-
 def compact_codes(codes: np.ndarray) -> np.ndarray:
     """Label codes in one byte when they fit (and a repeated code as one value: `compact`)."""
     codes = np.asarray(codes)
@@ -718,6 +693,73 @@ class _Col:
         return np.broadcast_to(np.full(1, self.value, dtype=dtype), (self.n,))
 
 
+
+
+_INT_CODES = (("b", np.int8), ("h", np.int16), ("i", np.int32))  # an int column's widths, narrowest first
+
+
+def _int_code(lo: int, hi: int) -> int:
+    """The position in _INT_CODES of the narrowest width that holds lo..hi."""
+    return 0 if -(2**7) <= lo and hi < 2**7 else 1 if -(2**15) <= lo and hi < 2**15 else 2
+
+
+class _IntCol(_Col):
+    """An int column being built in the narrowest signed width that holds every value so far
+    -- int8, then int16, then int32 (an absent value, MISSING, is int32's) -- widened (its
+    values copied once) when a value does not fit: a request's bucket and load worker, a real
+    server's token and character counts take 1 or 2 bytes a request while loading and after,
+    not 4. `finish` gives the column in that width; one repeated value as int32, as `_Col`."""
+
+    __slots__ = ("width",)
+
+    def __init__(self) -> None:
+        super().__init__("b")
+        self.width = 0
+
+    def _fit(self, lo: int, hi: int) -> None:
+        w = _int_code(lo, hi)
+        if w > self.width:
+            self.width = w
+            self.typecode = _INT_CODES[w][0]
+            if self.arr is not None:
+                self.arr = array(self.typecode, self.arr)
+
+    def _materialize(self) -> array:
+        if self.n:
+            self._fit(int(self.value), int(self.value))
+        return super()._materialize()
+
+    def append(self, v: Any) -> None:
+        if self.arr is not None:
+            self._fit(v, v)
+        elif self.n and not self._same(v, self.value):
+            self._fit(v, v)
+        super().append(v)
+
+    def extend(self, a: np.ndarray) -> None:
+        if not len(a):
+            return
+        if self.arr is None:
+            first = a[0] if self.n == 0 else self.value
+            if same_values(a, np.full(len(a), first, dtype=a.dtype)):
+                if self.n == 0:
+                    self.value = first.item()
+                self.n += len(a)
+                return
+            self._materialize()
+        self._fit(int(a.min()), int(a.max()))
+        self.arr.frombytes(a.astype(_INT_CODES[self.width][1], copy=False).tobytes())  # type: ignore[union-attr]
+
+    def last(self, m: int, dtype) -> np.ndarray:
+        if self.arr is not None:
+            return np.frombuffer(self.arr[len(self.arr) - m:], dtype=_INT_CODES[self.width][1]).astype(dtype)
+        return np.full(m, self.value, dtype=dtype)
+
+    def finish(self, dtype) -> np.ndarray:
+        if self.arr is not None:
+            own = _INT_CODES[self.width][1]
+            return np.frombuffer(self.arr, dtype=own) if len(self.arr) else np.zeros(0, dtype=dtype)
+        return super().finish(dtype)
 
 
 class _Micro:
@@ -1027,7 +1069,7 @@ class TableBuilder:
         self.f["tpot"] = _MicroCol(None)
         for k, twin in _TWIN_OF.items():
             self.f[k] = _TwinCol(self.f[twin])
-        self.i = {k: _Col("i") for k in INTS}
+        self.i = {k: _IntCol() for k in INTS}
         self.c = {k: _Col("i") for k in LABELS}
         self.derive = {"ttft": True, "latency": True}  # every absent value so far is one the record derives
         self.values: dict[str, list[Any]] = {k: [] for k in LABELS}
@@ -1361,13 +1403,11 @@ class TableBuilder:
         # arrays held beside their int32 columns until finish returned were the gate's peak)
         self.f, self._f = {}, ()
         i = {k: compact(v.finish(np.int32)) for k, v in self.i.items()}
-        self.i, self._i = {}, ()  # the int32 arrays go as `narrow_ints` replaces them
         c = {k: compact_codes(v.finish(np.int32)) for k, v in {**self.c, "server_affix": self._affix}.items()}
         derived = {k for k, ok in self.derive.items() if ok}  # NaN there: the value the record derives
         share_equal(f)
         _micro_columns(f)
         share_equal(i)
-        narrow_ints(i)
         share_equal(c)
         scale = 1e6 if self.itl_us is not None else 1.0
         flat: Any
