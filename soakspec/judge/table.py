@@ -437,7 +437,7 @@ class _CellCounter:
 
     def __init__(self, edges: np.ndarray | None = None) -> None:
         self.keys: dict[tuple[int, int, int, int, bool], int] = {}
-        self.cell = array("H")  # widened to "I" at the 65,536th cell (`_widen`)
+        self.cell = array("H")  # widened to "I" at the 65,536th cell (`key`)
         self.ok: list[bool] = []  # per cell
         self._ok_arr = np.zeros(0, dtype=bool)
         self.n_ok: list[int] = []
@@ -705,10 +705,11 @@ def _int_code(lo: int, hi: int) -> int:
 
 class _IntCol(_Col):
     """An int column being built in the narrowest signed width that holds every value so far
-    -- int8, then int16, then int32 (an absent value, MISSING, is int32's) -- widened (its
-    values copied once) when a value does not fit: a request's bucket and load worker, a real
-    server's token and character counts take 1 or 2 bytes a request while loading and after,
-    not 4. `finish` gives the column in that width; one repeated value as int32, as `_Col`."""
+    -- int8, then int16, then int32 (an absent value, MISSING, is int32's) -- widened when a
+    value does not fit (its values copied: at most twice in all): a request's bucket and load
+    worker, a real server's token and character counts take 1 or 2 bytes a request while
+    loading and after, not 4. `finish` gives the column in that width (one repeated value: as
+    `_Col`, int32)."""
 
     __slots__ = ("width",)
 
@@ -724,42 +725,20 @@ class _IntCol(_Col):
             if self.arr is not None:
                 self.arr = array(self.typecode, self.arr)
 
-    def _materialize(self) -> array:
-        if self.n:
-            self._fit(int(self.value), int(self.value))
-        return super()._materialize()
-
     def append(self, v: Any) -> None:
-        if self.arr is not None:
-            self._fit(v, v)
-        elif self.n and not self._same(v, self.value):
-            self._fit(v, v)
+        self._fit(v, v)
         super().append(v)
 
     def extend(self, a: np.ndarray) -> None:
-        if not len(a):
-            return
-        if self.arr is None:
-            first = a[0] if self.n == 0 else self.value
-            if same_values(a, np.full(len(a), first, dtype=a.dtype)):
-                if self.n == 0:
-                    self.value = first.item()
-                self.n += len(a)
-                return
-            self._materialize()
-        self._fit(int(a.min()), int(a.max()))
-        self.arr.frombytes(a.astype(_INT_CODES[self.width][1], copy=False).tobytes())  # type: ignore[union-attr]
+        if len(a):
+            self._fit(int(a.min()), int(a.max()))
+            super().extend(a.astype(_INT_CODES[self.width][1], copy=False))
 
     def last(self, m: int, dtype) -> np.ndarray:
-        if self.arr is not None:
-            return np.frombuffer(self.arr[len(self.arr) - m:], dtype=_INT_CODES[self.width][1]).astype(dtype)
-        return np.full(m, self.value, dtype=dtype)
+        return super().last(m, _INT_CODES[self.width][1]).astype(dtype)
 
     def finish(self, dtype) -> np.ndarray:
-        if self.arr is not None:
-            own = _INT_CODES[self.width][1]
-            return np.frombuffer(self.arr, dtype=own) if len(self.arr) else np.zeros(0, dtype=dtype)
-        return super().finish(dtype)
+        return super().finish(_INT_CODES[self.width][1] if self.arr is not None else dtype)
 
 
 class _Micro:
