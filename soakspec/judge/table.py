@@ -1939,9 +1939,11 @@ def _ordered_all(table: RequestTable) -> np.ndarray:
     for k in np.flatnonzero(counts).tolist():  # each range sorted by time, stably (then ties by id)
         seg = out[at[k]:at[k + 1]]
         t = _keys(table, seg)
-        o = np.argsort(t, kind="stable")
-        seg[:] = seg[o]
-        t = t[o]
+        if not (t == t[0]).all():  # (a range of one time -- a burst's shared intended start -- is in order)
+            o = np.argsort(t, kind="stable")
+            seg[:] = seg[o]
+            t = t[o]
+            del o
         _ties_by_id(table, seg, t)
     return out
 
