@@ -285,3 +285,32 @@ def test_a_file_changed_before_its_gaps_are_read_again_is_refused(tmp_path):
         assert "changed while it was being judged" in str(e)
     else:
         raise AssertionError("a changed requests.jsonl.gz was read again without a word")
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(0, 700), spikes=st.booleans(), data=st.data())
+def test_gap_offsets_held_in_two_bytes_read_as_the_array(n, spikes, data):
+    """A table's gap offsets are held as every 64th offset and 2-byte distances past it (a
+    block of 64 rows of up to 1,023 gaps each always fits; more can fall back to the array):
+    a row's offset, a slice, the offsets of any rows, and the whole, read exactly as the
+    offsets do."""
+    from soakspec.judge.table import BlockOffsets
+
+    gap = st.one_of(st.integers(0, 70), st.integers(0, 3000)) if spikes else st.integers(0, 70)
+    counts = data.draw(st.lists(gap, min_size=n, max_size=n))
+    off = np.concatenate(([0], np.cumsum(np.asarray(counts, dtype=np.int64)))).astype(np.uint32)
+    held = BlockOffsets.of(off)
+    fits = all(int(off[min(len(off) - 1, a + 63)]) - int(off[a]) <= 0xFFFF for a in range(0, len(off), 64))
+    if len(off) >= 4 * BlockOffsets.BLOCK and fits:
+        assert isinstance(held, BlockOffsets) and held.nbytes < off.nbytes
+    elif not fits:
+        assert held is off
+    n = len(off)
+    assert len(held) == n and np.array_equal(np.asarray(held), off) and held.tolist() == off.tolist()
+    for i in data.draw(st.lists(st.integers(-n, n - 1), max_size=10)):
+        assert held[i] == int(off[i])
+    a, b = data.draw(st.integers(0, n)), data.draw(st.integers(0, n))
+    assert np.array_equal(held[a:b], off[a:b]) and np.array_equal(held[1:], off[1:]) and np.array_equal(held[:-1], off[:-1])
+    rows = np.asarray(data.draw(st.lists(st.integers(0, n - 1), max_size=30)), dtype=np.int32)
+    assert np.array_equal(held[rows], off[rows]) and np.array_equal(held[rows + 0], off[rows])
+    assert np.array_equal(held[rows] - held[np.maximum(rows - 1, 0)], off[rows].astype(np.int64) - off[np.maximum(rows - 1, 0)])

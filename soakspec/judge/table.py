@@ -1399,10 +1399,72 @@ class TableBuilder:
         else:
             assert self.itl_f is not None
             flat = np.frombuffer(self.itl_f, dtype=np.float64) if len(self.itl_f) else np.zeros(0)
-        off = as_numbers(self.itl_off)  # 4 bytes a request unless an offset reached 2**32 (`put_numbers`)
+        # built 4 bytes a request (8 from an offset past 2**32: `put_numbers`), held in 2 (`BlockOffsets`)
+        off = BlockOffsets.of(as_numbers(self.itl_off))
+        if isinstance(off, BlockOffsets):
+            self.itl_off = array(U32)
         return RequestTable(self.n, f, i, c, {k: tuple(v) for k, v in self.values.items()}, self.sparse, self.ids.finish(compact_codes),
                             self.extras, flat, off, scale, cells=self.cells.finish() if self.cells is not None else None,
                             derived=frozenset(derived))
+
+
+class BlockOffsets:
+    """A table's gap offsets (`itl_off`: nondecreasing, one more than the rows) held as every
+    BLOCK-th offset (int64) and each offset's distance past its block's (uint16): 2 bytes a
+    request, not 4. Read like the array it stands for: `off[i]` an int, `off[a:b]`,
+    `off[rows]` (an int array) and `np.asarray(off)` int64 arrays (`off[1:] - off[:-1]`, every
+    row's gap count, is read only where the gaps themselves are read again)."""
+
+    BLOCK = 64  # 64 rows of up to 1,023 gaps each fit a block's 2-byte distances
+    __slots__ = ("fence", "within")
+    dtype = np.dtype(np.int64)
+
+    def __init__(self, fence: np.ndarray, within: np.ndarray) -> None:
+        self.fence, self.within = fence, within
+        fence.flags.writeable = within.flags.writeable = False
+
+    @classmethod
+    def of(cls, off: np.ndarray) -> np.ndarray | BlockOffsets:
+        """`off` so held, or `off` itself where a block's distances do not fit 2 bytes (or there
+        are too few to gain anything); checked a chunk of whole blocks at a time."""
+        n, blk = len(off), cls.BLOCK
+        if n < 4 * blk:
+            return off
+        fence = off[::blk].astype(np.int64)
+        within = np.empty(n, dtype=np.uint16)
+        step = blk * max(1, SCAN_CHUNK // blk)
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            d = off[a:b].astype(np.int64) - np.repeat(fence[a // blk:(b + blk - 1) // blk], blk)[:b - a]
+            if len(d) and (int(d.min()) < 0 or int(d.max()) > 0xFFFF):
+                return off
+            within[a:b] = d
+        return cls(fence, within)
+
+    def __len__(self) -> int:
+        return len(self.within)
+
+    def __getitem__(self, k: Any) -> Any:
+        if isinstance(k, (int, np.integer)):
+            i = int(k) + (len(self.within) if k < 0 else 0)
+            if not 0 <= i < len(self.within):
+                raise IndexError(k)
+            return int(self.fence[i // self.BLOCK]) + int(self.within[i])
+        pos = np.arange(*k.indices(len(self.within))) if isinstance(k, slice) else np.asarray(k)
+        if pos.dtype == bool:
+            pos = np.flatnonzero(pos)
+        return self.fence[pos // self.BLOCK] + self.within[pos]
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        v = self[:]
+        return v if dtype is None else v.astype(dtype)
+
+    def tolist(self) -> list[int]:
+        return self[:].tolist()
+
+    @property
+    def nbytes(self) -> int:
+        return self.fence.nbytes + self.within.nbytes
 
 
 class LazyGaps:
