@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from soakspec.judge.evidence import BackendEvidence, Evidence
-from soakspec.judge import stats, table as table_module
+from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, RequestTable, Rows, fits, num, ordered  # noqa: F401  (num: read from here too)
 
 Row = Mapping[str, Any]
@@ -149,12 +149,7 @@ class SpanIndex:
         self.fence = self._keys(self.order[::self.FENCE])
 
     def _keys(self, rows: np.ndarray) -> np.ndarray:
-        """req_time of `rows`, absent as inf: the key `table.ordered` sorts by (ascending along the order)."""
-        k = self.table.req_time(rows)  # type: ignore[union-attr]
-        if not stats.own_array(k):
-            k = np.array(k)
-        k[np.isnan(k)] = np.inf
-        return k
+        return table_module.order_keys(self.table, rows)  # type: ignore[arg-type]
 
     def _first_at_least(self, x: float) -> int:
         """The position in the order of the first req_time >= x (numpy's searchsorted, side left)."""

@@ -1949,8 +1949,7 @@ def ordered(table: RequestTable, idx: np.ndarray | None = None) -> np.ndarray:
         return _ordered_all(table)
     if not len(idx):
         return idx
-    t = table.req_time(idx)  # a new array: changed in place below
-    t[np.isnan(t)] = np.inf
+    t = order_keys(table, idx)  # a new array: sorted in place below
     o = np.argsort(t, kind="stable")
     idx = idx[o]  # a new array, changed in place below
     del o
@@ -1959,10 +1958,14 @@ def ordered(table: RequestTable, idx: np.ndarray | None = None) -> np.ndarray:
     return idx
 
 
-def _keys(table: RequestTable, rows: np.ndarray | slice) -> np.ndarray:
-    """req_time of `rows`, absent as inf: what the judge's order sorts by (a new array)."""
+def order_keys(table: RequestTable, rows: np.ndarray | slice) -> np.ndarray:
+    """req_time of `rows`, absent as inf: what the judge's order sorts by, ascending along it
+    (a new array, the absent values set in place)."""
     t = table.req_time(rows)
-    return np.where(np.isnan(t), np.inf, t)
+    if not stats.own_array(t):  # a view of a column (a closed loop's start)
+        t = np.array(t)
+    t[np.isnan(t)] = np.inf
+    return t
 
 
 def _ordered_all(table: RequestTable) -> np.ndarray:
@@ -1980,17 +1983,17 @@ def _ordered_all(table: RequestTable) -> np.ndarray:
         return out
     chunk = SCAN_CHUNK
     step = max(1, min(256, chunk))  # every step-th row's time sampled: chunk / step samples a range
-    sample = np.sort(_keys(table, slice(0, n, step)))
+    sample = np.sort(order_keys(table, slice(0, n, step)))
     cuts = np.unique(sample[max(1, chunk // step)::max(1, chunk // step)])  # range k: cuts[k-1] <= t < cuts[k]
     del sample
     counts = np.zeros(len(cuts) + 1, dtype=np.int64)
     for a in range(0, n, chunk):  # the ranges' sizes
-        counts += np.bincount(np.searchsorted(cuts, _keys(table, slice(a, min(n, a + chunk))), side="right"),
+        counts += np.bincount(np.searchsorted(cuts, order_keys(table, slice(a, min(n, a + chunk))), side="right"),
                               minlength=len(counts))
     at = np.concatenate(([0], np.cumsum(counts)))
     pos = at[:-1].copy()
     for a in range(0, n, chunk):  # each row dealt to its range, in row order
-        r = np.searchsorted(cuts, _keys(table, slice(a, min(n, a + chunk))), side="right")
+        r = np.searchsorted(cuts, order_keys(table, slice(a, min(n, a + chunk))), side="right")
         o = np.argsort(r, kind="stable")
         rs = r[o]
         ks, first, cnt = np.unique(rs, return_index=True, return_counts=True)
@@ -2000,7 +2003,7 @@ def _ordered_all(table: RequestTable) -> np.ndarray:
     del pos
     for k in np.flatnonzero(counts).tolist():  # each range sorted by time, stably (then ties by id)
         seg = out[at[k]:at[k + 1]]
-        t = _keys(table, seg)
+        t = order_keys(table, seg)
         if not (t == t[0]).all():  # (a range of one time -- a burst's shared intended start -- is in order)
             o = np.argsort(t, kind="stable")
             seg[:] = seg[o]
