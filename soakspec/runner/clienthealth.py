@@ -26,6 +26,11 @@ built-in `client_healthy` (judge/validity.py) reads it per bucket:
   given (a monitor without a backend's load).
 * The machine: `host_cpu`, the busy fraction of all CPUs over the window (/proc/stat; null
   where unreadable) -- the context for a starved client (another process took the CPU).
+* The wall clock: `wall_step_s`, the machine's wall clock less the run clock at the window's
+  end (`RunClock.wall_step`): ~0 until the wall clock is stepped, then the step. Servers stamp
+  their traces by the wall clock, so trace matching places a trace across a step recorded
+  here (`soakspec.evidence.traces.wall_steps`) instead of finding it outside its request's
+  window -- a step of the client's clock is not the server's failure. Null: not measured.
 
 Schedule lag (open loop), achieved vs offered concurrency (closed loop) and the coalesced
 fraction of ITL samples come from the request records themselves; the judge computes them per
@@ -46,6 +51,7 @@ from typing import Any
 import trio
 
 from soakspec.evidence.io import JsonlWriter
+from soakspec.evidence.traces import WallSteps
 from soakspec.runner.clock import RunClock
 
 TICK_S = 0.005  # the monitor's sleep: the resolution of the lag it measures
@@ -101,13 +107,15 @@ class HealthSample:
     weight_s: float = 0.0  # the wake-ups' total weight (tick + lag each)
     stalls: tuple[float, ...] = ()  # the lags above STALL_S
     held_s: float | None = None  # worker-seconds held at the backend's backoff gate (None: not tallied)
+    wall_step_s: float | None = None  # the wall clock less the run clock at `t` (None: not measured)
 
     def to_json(self) -> dict[str, Any]:
         r = lambda v: None if v is None else round(v, 6)  # noqa: E731
         return {"schema_version": 1, "start": r(self.start), "t": r(self.t), "backend": self.backend, "process": self.process,
                 "wakeups": self.wakeups, "lag_p50": r(self.lag_p50), "lag_p99": r(self.lag_p99),
                 "lag_max": r(self.lag_max), "cpu": r(self.cpu), "host_cpu": r(self.host_cpu), "tick_s": self.tick_s, "stall_s": STALL_S,
-                "weight_s": r(self.weight_s), "stalls": [round(x, 6) for x in self.stalls], "held_s": r(self.held_s)}  # fmt: skip
+                "weight_s": r(self.weight_s), "stalls": [round(x, 6) for x in self.stalls], "held_s": r(self.held_s),
+                "wall_step_s": r(self.wall_step_s)}  # fmt: skip
 
 
 class LoopMonitor:
@@ -174,6 +182,7 @@ class LoopMonitor:
             lag_p50=weighted_percentile(lags, weights, 50.0) or 0.0, lag_p99=weighted_percentile(lags, weights, 99.0) or 0.0,
             lag_max=max(lags), cpu=None if cpu is None else max(0.0, cpu), host_cpu=host,
             tick_s=self._tick, weight_s=math.fsum(weights), stalls=stalls, held_s=held,
+            wall_step_s=self._clock.wall_step(),
         )  # fmt: skip
         self._sink(sample)
         return cpu1, wall1, host1
@@ -186,11 +195,13 @@ class ClientLog:
 
     def __init__(self, path) -> None:
         self._writer = JsonlWriter(path, schema="client")  # evidence/schemas/client.schema.json
+        self.steps = WallSteps()  # the wall-clock steps its samples recorded: trace matching's
 
     def write(self, sample: HealthSample) -> None:
-        self._writer.write(sample.to_json())
+        self.write_json(sample.to_json())
 
     def write_json(self, row: dict[str, Any]) -> None:
+        self.steps.add(row.get("wall_step_s"))
         self._writer.write(row)
 
     def close(self) -> None:

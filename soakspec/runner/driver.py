@@ -68,6 +68,7 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
     finally:
         failing = sys.exc_info()[1]  # the load's own failure or cancellation, if any
         await off_loop(client.close)
+        rec.wall_steps = client.steps.steps()  # collect's trace matching places traces across them
         if log is not None:
             try:
                 rec.external_log = await off_loop(log.copy_into, rec.server_log)

@@ -136,6 +136,7 @@ class BackendRecorder:
         self.preflight: list[dict[str, Any]] | None = None  # None: not run (--no-preflight, or never reached)
         self.abort_fired: dict[str, Any] | None = None  # the abort rule that stopped the load (runner/abort.py)
         self.external_log: dict[str, Any] | None = None  # a url backend's log_file as read (runner/logfile.py)
+        self.wall_steps: tuple[float, ...] = ()  # the wall-clock steps client.jsonl recorded (trace matching's)
         self.sweep: dict[str, Any] | None = None  # a sweep's probes and result (runner/driver.py)
         self.metrics_scrape: dict[str, Any] | None = None  # what the /metrics scrapes did (runner/scrape.py)
         self.not_sent = 0  # requests the load generator could not send (its own limits: runner/fdlimit.py)
