@@ -40,7 +40,8 @@ def case(draw):
     window = draw(st.sampled_from([0.0, 5.0]))
     pre = draw(st.sets(ids, max_size=2))
     follow = draw(st.none() | ids)
-    return forms, reqs, traces, window, pre, follow
+    steps = draw(st.sampled_from([(), (10.0,), (-7.5, 10.0), (30.0, -30.0)]))  # wall-clock steps client.jsonl recorded
+    return forms, reqs, traces, window, pre, follow, steps
 
 
 class _Rows:
@@ -54,7 +55,7 @@ class _Rows:
 @settings(max_examples=400, deadline=None)
 @given(case(), st.integers(1, 4), st.booleans())
 def test_streamed_matching_writes_the_rows_match_traces_writes(c, chunk, in_log) -> None:
-    forms, reqs, traces, window, pre, follow = c
+    forms, reqs, traces, window, pre, follow, steps = c
     affixes = tuple(id_form_affixes(f) for f in forms)
     view = _RequestView("request_id", None if None in affixes else affixes)  # type: ignore[arg-type]
     for r in reqs:
@@ -62,9 +63,9 @@ def test_streamed_matching_writes_the_rows_match_traces_writes(c, chunk, in_log)
     out = _Rows()
     tr = SimpleNamespace(id_field="request_id", id_forms=forms, window_s=window)
     chunks = iter([traces[k:k + chunk] for k in range(0, len(traces), chunk)])
-    got_follow = _match_stream(view, chunks, tr, out, in_log, pre, follow)  # type: ignore[arg-type]
+    got_follow = _match_stream(view, chunks, tr, out, in_log, pre, follow, steps)  # type: ignore[arg-type]
 
-    match = match_traces(reqs, traces, "request_id", forms, window)
+    match = match_traces(reqs, traces, "request_id", forms, window, steps=steps)
     want = [row for row in match.records(in_log=in_log) if row["request_id"] not in pre or row["request_id"] is None]
     assert out.rows == want
     ts = match.matched.get(str(follow)) if follow is not None else None
@@ -82,3 +83,23 @@ def test_a_trace_on_the_edge_of_its_window_matches_and_one_beyond_does_not() -> 
     _match_stream(view, iter([traces]), tr, out, True, set(), None)  # type: ignore[arg-type]
     assert [(r["request_id"], r["reason"]) for r in out.rows] == [("a", None), ("a", "outside_window"), ("b", None),
                                                                    ("b", "outside_window")]
+
+
+def test_a_trace_stamped_after_a_recorded_wall_clock_step_matches_across_it() -> None:
+    """The wall clock stepped 10 s forward during the run: the server stamped its later traces
+    10 s late. Across the recorded step they fit their windows (and say so); a trace off its
+    window by another amount, or with no step recorded, does not."""
+    view = _RequestView("request_id", tuple(id_form_affixes(f) for f in DEFAULT_ID_FORMS))  # type: ignore[arg-type]
+    view.add("a", None, T0, T0 + 1.0)
+    view.add("b", None, T0 + 20.0, T0 + 21.0)
+    view.add("c", None, T0 + 30.0, T0 + 31.0)
+    traces = [Trace("cmpl-a-0", (T0 + 0.5,), None, 0, "server.log"),  # before the step
+              Trace("cmpl-b-0", (T0 + 30.5, T0 + 31.0), None, 1, "server.log"),  # after it: 10 s late
+              Trace("cmpl-c-0", (T0 + 33.0 + 10.0 + 5.5,), None, 2, "server.log")]  # 10 s late, and 5.5 s past its end
+    tr = SimpleNamespace(id_field="request_id", id_forms=DEFAULT_ID_FORMS, window_s=5.0)
+    for steps, want in [((), [None, "outside_window", "outside_window"]), ((10.0,), [None, None, "outside_window"]),
+                        ((3.0,), [None, "outside_window", "outside_window"])]:
+        out = _Rows()
+        _match_stream(view, iter([traces]), tr, out, True, set(), None, steps)  # type: ignore[arg-type]
+        assert [r["reason"] for r in out.rows] == want
+        assert [r.get("wall_step_s") for r in out.rows] == [None, 10.0 if steps == (10.0,) else None, None]

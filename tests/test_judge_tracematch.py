@@ -33,19 +33,22 @@ def cases(draw):
         tid = draw(st.sampled_from([None, f"srv-{draw(st.integers(0, n))}", *[f.format(id=rid) for f in forms],
                                     "cmpl-" + rid]))
         times = tuple(draw(st.lists(st.floats(95.0, 140.0), max_size=2)))
+        if draw(st.booleans()):  # stamped after a wall-clock step (of the steps drawn below, or not)
+            times = tuple(t + draw(st.sampled_from([10.0, -7.5, 3.0])) for t in times)
         payload = draw(st.sampled_from([None, {"terminal_reason": "length"}, {"status": 500}]))
         traces.append(Trace(tid, times, payload, None, "t"))
-    return reqs, forms, traces, draw(st.sampled_from([0.0, 0.5, 2.0]))
+    steps = draw(st.sampled_from([(), (10.0,), (-7.5, 10.0)]))  # the wall-clock steps client.jsonl recorded
+    return reqs, forms, traces, draw(st.sampled_from([0.0, 0.5, 2.0])), steps
 
 
 @settings(max_examples=300, deadline=None)
 @given(cases())
 def test_streamed_matching_equals_match_traces(case):
-    reqs, forms, traces, window = case
+    reqs, forms, traces, window, steps = case
     assert invertible(forms)
-    ref = match_traces(reqs, traces, "request_id", forms, window)
+    ref = match_traces(reqs, traces, "request_id", forms, window, steps=steps)
     table = build_table(reqs)
-    got = match_table(table, iter(traces), forms, window)
+    got = match_table(table, iter(traces), forms, window, steps)
     want_rows = Counter(a.request_id for a in ref.assignments if a.matched)
     # match_traces names the request id; a duplicated id covers each of its records
     got_ids = Counter()
@@ -54,3 +57,5 @@ def test_streamed_matching_equals_match_traces(case):
     assert dict(got_ids) == dict(want_rows)
     why = {a.request_id: a.reason for a in ref.assignments if a.request_id is not None and not a.matched}
     assert got.unmatched_reason == why
+    stepped = Counter(a.wall_step for a in ref.assignments if a.matched and a.wall_step)
+    assert got.stepped == dict(stepped)

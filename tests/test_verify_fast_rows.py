@@ -20,7 +20,7 @@ values = (st.none() | st.booleans() | st.integers(-3, 2**70) | st.floats(allow_n
           | st.text(max_size=8) | st.sampled_from(["unknown_id", "outside_window", "no_id", "incomplete", "server.log"])
           | st.lists(st.integers(0, 3), max_size=2) | st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
 keys = ["schema_version", "trace_id", "request_id", "matched", "reason", "source", "offset", "window_checked", "times",
-        "payload", "extra"]
+        "payload", "extra", "wall_step_s"]
 
 
 @st.composite
@@ -30,6 +30,8 @@ def rows(draw) -> dict:
             "source": "server.log", "offset": draw(st.none() | st.integers(0, 2**40))}
     if draw(st.booleans()):
         good["window_checked"] = draw(st.booleans())
+    if draw(st.booleans()):  # matched across a wall-clock step
+        good["wall_step_s"] = draw(st.floats(-1e6, 1e6) | st.integers(-5, 5))
     for k in draw(st.lists(st.sampled_from(keys), max_size=3)):  # break or add a key now and then
         if draw(st.booleans()):
             good[k] = draw(values)

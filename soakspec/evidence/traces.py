@@ -25,6 +25,7 @@ import bisect
 import dataclasses
 import datetime as _dt
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -43,6 +44,66 @@ _EPOCH_MIN = 946_684_800.0  # 2000-01-01
 _EPOCH_MAX = 4_102_444_800.0  # 2100-01-01
 
 REASONS = ("unknown_id", "outside_window", "no_id", "incomplete")
+
+
+# --- the wall clock's steps: a trace placed across one ----------------------------------------
+#
+# A server stamps its traces by its wall clock; the run's times are the run clock's, anchored to
+# the wall clock once (runner/clock.py). When the wall clock is stepped during a run (NTP, an
+# operator, a resumed VM), every trace stamped after the step lies off its request's window by
+# the step: a window of 5 s would call a step of 10 s every later trace "outside_window" and
+# fail trace coverage -- the client machine's clock, judged as the server's fault. The runner
+# records the wall clock less the run clock once a second (client.jsonl `wall_step_s`), and a
+# trace that fits no candidate's window as stamped is tried again with each recorded step taken
+# from its times (`window_fit`): one that fits so is matched, and says by which step (traces.jsonl
+# `wall_step_s`; the judge notes how many). The steps are the recorded values to the
+# millisecond (smaller differences are the two clocks read a few microseconds apart), without
+# 0, the most often recorded first, at most MAX_WALL_STEPS (a clock stepped more often than
+# that in one run is not placed beyond its first few steps: the traces then stay outside).
+
+WALL_STEP_RESOLUTION_S = 0.001
+MAX_WALL_STEPS = 16
+
+
+class WallSteps:
+    """The distinct wall-clock steps recorded in a run, counted as they are added (a few floats
+    whatever the run's length): `add(client.jsonl's wall_step_s)`, then `steps()`."""
+
+    __slots__ = ("_seen",)
+
+    def __init__(self) -> None:
+        self._seen: dict[int, int] = {}  # step in milliseconds -> samples that recorded it
+
+    def add(self, value: Any) -> None:
+        if type(value) not in (int, float) or not math.isfinite(value):
+            return  # null (not measured), a boolean, NaN
+        ms = round(value / WALL_STEP_RESOLUTION_S)
+        if ms != 0:
+            self._seen[ms] = self._seen.get(ms, 0) + 1
+
+    def steps(self) -> tuple[float, ...]:
+        """The steps in seconds, the most often recorded first (ties: the smaller step first)."""
+        order = sorted(self._seen.items(), key=lambda kv: (-kv[1], abs(kv[0]), kv[0]))
+        return tuple(ms * WALL_STEP_RESOLUTION_S for ms, _ in order[:MAX_WALL_STEPS])
+
+
+def wall_steps(values: Iterable[Any]) -> tuple[float, ...]:
+    """`WallSteps.steps()` of client.jsonl's `wall_step_s` values."""
+    acc = WallSteps()
+    for v in values:
+        acc.add(v)
+    return acc.steps()
+
+
+def window_fit(times: Sequence[float], lo: float, hi: float, steps: Sequence[float] = ()) -> float | None:
+    """0.0 when every one of `times` lies in [lo, hi]; else the first of `steps` that, taken
+    from every time, puts them all there; None when none does."""
+    if all(lo <= t <= hi for t in times):
+        return 0.0
+    for d in steps:
+        if all(lo <= t - d <= hi for t in times):
+            return d
+    return None
 
 
 # --- reading only what this run wrote -------------------------------------------------------
@@ -804,6 +865,7 @@ class Assignment:
     request_id: str | None  # the request it matched (or whose id it carried, when incomplete)
     reason: str | None  # None when matched; else one of REASONS
     window_checked: bool
+    wall_step: float = 0.0  # the recorded wall-clock step its times were placed across (0: none)
 
     @property
     def matched(self) -> bool:
@@ -845,6 +907,8 @@ class TraceMatch:
                 "source": a.trace.source,
                 "offset": a.trace.offset,
             }
+            if a.wall_step:
+                row["wall_step_s"] = a.wall_step
             if not in_log:
                 row["times"] = list(a.trace.times)
                 row["payload"] = dict(a.trace.payload) if a.trace.payload is not None else None
@@ -862,6 +926,23 @@ def _window(req: Mapping[str, Any], window_s: float) -> tuple[float, float] | No
     return start - window_s, end + window_s
 
 
+def _first_fit(times: Sequence[float], windows: Sequence[tuple[int, tuple[float, float] | None]],
+               steps: Sequence[float]) -> tuple[int | None, float]:
+    """(the first candidate whose window holds `times` as stamped, 0.0), else the first whose
+    window holds them across one of `steps` (and that step), else (None, 0.0). A trace without
+    times fits its first candidate."""
+    if not times:
+        return (windows[0][0], 0.0) if windows else (None, 0.0)
+    for i, w in windows:
+        if w is not None and all(w[0] <= t <= w[1] for t in times):
+            return i, 0.0
+    if steps:
+        for i, w in windows:
+            if w is not None and (d := window_fit(times, w[0], w[1], steps)) is not None:
+                return i, d
+    return None, 0.0
+
+
 def match_traces(
     requests: Iterable[Mapping[str, Any]],
     traces: Iterable[Trace],
@@ -869,10 +950,13 @@ def match_traces(
     id_forms: Sequence[str] = DEFAULT_ID_FORMS,
     window_s: float = DEFAULT_WINDOW_S,
     required_fields: Sequence[str] = (),
+    steps: Sequence[float] = (),
 ) -> TraceMatch:
     """Match each trace to the request whose id form it carries and whose time window holds
     all of its times. Unmatched traces are kept with a reason; `required_fields` marks payloads
-    lacking any of them as "incomplete" (regex-only traces have no payload and are exempt)."""
+    lacking any of them as "incomplete" (regex-only traces have no payload and are exempt).
+    `steps`: the run's recorded wall-clock steps (`wall_steps`): a trace whose times fit no
+    candidate's window goes to the first candidate whose window they fit across a step."""
     reqs = list(requests)
     by_form: dict[str, list[int]] = {}
     for i, r in enumerate(reqs):
@@ -897,12 +981,7 @@ def match_traces(
         if not candidates:
             out.append(Assignment(tr, None, "unknown_id", checked))
             continue
-        chosen = None
-        for i in candidates:
-            w = windows[i]
-            if not tr.times or (w is not None and all(w[0] <= t <= w[1] for t in tr.times)):
-                chosen = i
-                break
+        chosen, step = _first_fit(tr.times, [(i, windows[i]) for i in candidates], steps)
         if chosen is None:
             rid = str(reqs[candidates[0]].get(id_field))
             out.append(Assignment(tr, rid, "outside_window", checked))
@@ -912,7 +991,7 @@ def match_traces(
             out.append(Assignment(tr, rid, "incomplete", checked))
             continue
         seen.add(chosen)
-        out.append(Assignment(tr, rid, None, checked))
+        out.append(Assignment(tr, rid, None, checked, step))
     traceless = tuple(
         str(r.get(id_field)) for i, r in enumerate(reqs) if i not in seen and r.get(id_field) is not None
     )

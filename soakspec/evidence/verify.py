@@ -70,6 +70,7 @@ class _ShortTrace(msgspec.Struct, forbid_unknown_fields=True):
     source: str
     offset: Annotated[int, msgspec.Meta(ge=0)] | None
     window_checked: bool | msgspec.UnsetType = msgspec.UNSET
+    wall_step_s: float | msgspec.UnsetType = msgspec.UNSET
 
 
 _FAST_ROWS = {layout.TRACES: msgspec.json.Decoder(_ShortTrace)}

@@ -16,6 +16,9 @@ rows one at a time, as verification decodes them, and keeps only what `client_he
   process             the load process (an integer; 0 when the row has none)
   stalls              every stalled wake-up's lag, flat, with each sample's offset into them
 
+and, not a column, the distinct wall-clock steps the rows' `wall_step_s` record (the wall clock
+less the run clock: trace matching places traces across them, `wall_steps()`; a few floats).
+
 A number is a JSON number that is not a boolean, as the row-by-row reading had it (an integer
 is held as a float). The samples are in time order (stable: one time in file order), and the
 judge's per-bucket figures read a window's samples back as Python values, in that order, so
@@ -31,6 +34,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
+
+from soakspec.evidence.traces import WallSteps
 
 __all__ = ["FIELDS", "SAMPLE_SPAN_S", "ClientBuilder", "ClientSamples", "build_client", "samples_of"]
 
@@ -68,6 +73,7 @@ class ClientSamples:
     process: np.ndarray  # int64
     stall_off: np.ndarray  # int64, len + 1: sample i's stalls are stalls[stall_off[i]:stall_off[i + 1]]
     stalls: np.ndarray  # float64
+    steps: tuple[float, ...] = ()  # the recorded wall-clock steps (`soakspec.evidence.traces.wall_steps`)
 
     def __len__(self) -> int:
         return len(self.process)
@@ -94,6 +100,11 @@ class ClientSamples:
         t, st = self.cols["t"], self.cols["start"]
         lo = int(np.searchsorted(t, start, side="right"))
         return bool(np.any(st[lo:] < end))  # NaN compares false: a sample without a start is none
+
+    def wall_steps(self) -> tuple[float, ...]:
+        """The wall-clock steps these samples recorded (`soakspec.evidence.traces.wall_steps`):
+        what trace matching places a server's trace across."""
+        return self.steps
 
     def values(self, field: str, idx: list[int]) -> list[float]:
         """`field` of the samples `idx` that have a number there, in their order."""
@@ -181,8 +192,10 @@ class _Backend:
         self.process = array("q")
         self.stall_off = array("q", [0])
         self.stalls = array("d")
+        self.steps = WallSteps()
 
     def add(self, row: Mapping[str, Any]) -> None:
+        self.steps.add(row.get("wall_step_s"))
         for f, col in self.cols.items():
             col.append(_number(row.get(f)))
         p = row.get("process")
@@ -200,10 +213,10 @@ class _Backend:
         off = np.frombuffer(self.stall_off, dtype=np.int64)
         flat = np.frombuffer(self.stalls, dtype=np.float64) if len(self.stalls) else np.zeros(0)
         if not len(flat) or (order[1:] > order[:-1]).all():  # in time order already (as the runner writes)
-            return ClientSamples(cols, process, off.copy(), flat.copy())
+            return ClientSamples(cols, process, off.copy(), flat.copy(), self.steps.steps())
         counts = (off[1:] - off[:-1])[order]
         stall_off = np.zeros(len(order) + 1, dtype=np.int64)
         np.cumsum(counts, out=stall_off[1:])
         stalls = np.concatenate([flat[off[i]:off[i + 1]] for i in order.tolist()])
-        return ClientSamples(cols, process, stall_off, stalls)
+        return ClientSamples(cols, process, stall_off, stalls, self.steps.steps())
 

@@ -325,6 +325,20 @@ def _coverage_instance(sc: Scope, rule: Rule) -> tuple[Instance | None, float | 
                     f"trace coverage {cov * 100:.4g}% ({traced} of {total} requests traced; threshold {rule.op} {rule.threshold_text}){tail}"), cov, traced, total
 
 
+def stepped_note(bi: BackendIndex) -> str | None:
+    """What trace matching placed across a wall-clock step that client.jsonl records (the
+    server stamps traces by the wall clock; the run's times are the run clock's:
+    `soakspec.evidence.traces.wall_steps`), or None."""
+    stepped = bi.table.aux.get("wall_stepped") if bi.table is not None else None
+    if not stepped:
+        return None
+    n = sum(stepped.values())
+    steps = ", ".join(f"{d:+.3f} s" for d in sorted(stepped, key=lambda d: (-stepped[d], abs(d))))
+    return (f"{bi.name}: {plural(n, 'trace')} matched across a step of the machine's wall clock that client.jsonl "
+            f"records ({steps}): stamped by the stepped clock, {'their' if n != 1 else 'its'} times less the step "
+            "lie in the request's window")
+
+
 def trace_coverage(run: JudgedRun, rule: Rule) -> RuleResult:
     assert rule.op is not None and rule.threshold is not None
     insts: list[Instance] = []
@@ -350,5 +364,8 @@ def trace_coverage(run: JudgedRun, rule: Rule) -> RuleResult:
     else:
         msg = "no traced requests to check"
         observed = None
+    stepped = [note for bi in traced_bis if (note := stepped_note(bi)) is not None]
+    if stepped:
+        msg += "; " + "; ".join(stepped)
     return result(rule, "trace_coverage", "evidence", rule.severity, insts, msg, len(instances) + len(bis) - len(traced_bis),
                   observed=observed if not insts else next((i.observed for i in insts if i.status == "fail"), observed))

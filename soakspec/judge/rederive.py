@@ -267,15 +267,17 @@ def _stored_trace_iter(rows: Iterable[Row]) -> Iterator[Trace]:
         yield from _stored_traces((t,))
 
 
-def _match(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_field: str, forms: Sequence[str], window_s: float) -> TableMatch:
+def _match(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_field: str, forms: Sequence[str], window_s: float,
+           steps: Sequence[float] = ()) -> TableMatch:
     """Streamed (`tracematch.match_rows`) when the id forms invert, else `match_traces`
     over the request views (every trace held, with the payload fields rules read only),
-    converted. `rows`: `(trace_id, times, payload, ...)` per trace."""
+    converted. `rows`: `(trace_id, times, payload, ...)` per trace. `steps`: the wall-clock
+    steps the run recorded (client.jsonl), which a trace may be placed across."""
     if id_field == "request_id" and invertible(forms):
-        return match_rows(table, rows, forms, window_s)
+        return match_rows(table, rows, forms, window_s, steps)
     shared: dict[Any, Mapping[str, Any]] = {}
     traces = [Trace(r[0], r[1], kept_payload(r[2], shared) if r[2] is not None else None, None, "") for r in rows]
-    match = match_traces(Rows.of(table, np.arange(table.n, dtype=np.int64)), traces, id_field, forms, window_s)
+    match = match_traces(Rows.of(table, np.arange(table.n, dtype=np.int64)), traces, id_field, forms, window_s, steps=steps)
     index = IdIndex(table.ids)
     got = TableMatch(table.n, index)
     got.repeated = index.repeated()
@@ -285,6 +287,9 @@ def _match(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_field: str, 
         for i in found.get(k, ()):
             got.add(i, kept_payload(a.trace.payload, shared))
     got.unmatched_reason.update({a.request_id: a.reason for a in match.assignments if a.request_id is not None and not a.matched})
+    for a in matched:
+        if a.wall_step:
+            got.stepped[a.wall_step] = got.stepped.get(a.wall_step, 0) + 1
     got.traces = len(match.assignments)
     return got
 
@@ -324,7 +329,7 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
         stored = _stored_trace_iter(be.traces.rows())
         rows = ((t.trace_id, t.times, t.payload) for t in stored)
         basis = "the trace's own id and times"
-    match = _match(table, rows, id_field, forms, window_s)
+    match = _match(table, rows, id_field, forms, window_s, be.client.wall_steps())
     # a claim about a request that is not on the record covers nothing (lost records are
     # validity's to report); one about a request that is, the judge must be able to make
     wrong = _wrong_claims(be.traces, table, match)
@@ -693,7 +698,9 @@ def rederive_backend(spec: Spec, be: BackendEvidence, *, window_s: float, rehear
             if (v := _server_verdict([p for p in ps if p is not None])) is not None:
                 verdicts.setdefault(table.ids[i], v)
         codes, values, multi = label_column(table, match)
-        table = table.with_labels({"trace": (codes, values)}, aux={"trace_multi": multi, "repeated": match.repeated})
+        # traces placed across a recorded wall-clock step: trace_coverage says so (a fact, not a fault)
+        table = table.with_labels({"trace": (codes, values)},
+                                  aux={"trace_multi": multi, "repeated": match.repeated, "wall_stepped": dict(match.stepped)})
     else:
         table = table.with_labels({"trace": (np.zeros(table.n, dtype=np.int32), (None,))}, aux={"trace_multi": {}})
     table, label_notes = _relabel_table(table, deadlines, max_tokens, bounds, verdicts)

@@ -67,6 +67,7 @@ class TableMatch:
         self._by_get: dict[tuple[Any, ...], int] = {}
         self.extra: dict[int, list[Mapping[str, Any] | None]] = {}
         self.unmatched_reason: dict[str, str] = {}
+        self.stepped: dict[float, int] = {}  # traces matched across a recorded wall-clock step, by step
         self.ids = index
         self.traces = 0
         # the rows of each request id recorded more than once (`IdIndex.repeated`), found once
@@ -149,24 +150,30 @@ def kept_payload(p: Any, shared: dict[Any, Mapping[str, Any]]) -> Mapping[str, A
         return dict(kept)
 
 
-def match_table(table: RequestTable, traces: Iterable[Any], id_forms: Sequence[str], window_s: float) -> TableMatch:
+def match_table(table: RequestTable, traces: Iterable[Any], id_forms: Sequence[str], window_s: float,
+                steps: Sequence[float] = ()) -> TableMatch:
     """Match `traces` (`soakspec.evidence.traces.Trace`, any iterable: consumed once) to the
     rows of `table` by request id (see the module doc). Requires `invertible(id_forms)`."""
-    return match_rows(table, ((t.trace_id, t.times, t.payload) for t in traces), id_forms, window_s)
+    return match_rows(table, ((t.trace_id, t.times, t.payload) for t in traces), id_forms, window_s, steps)
 
 
-def match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: Sequence[str], window_s: float) -> TableMatch:
+def match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: Sequence[str], window_s: float,
+               steps: Sequence[float] = ()) -> TableMatch:
     """`match_table` over traces given as tuples that start `(trace_id, times, payload)`
     (`soakspec.evidence.traces.scan_rows` yields them: no object per trace). A chunk of traces
     at a time: their candidate ids are looked up at once (`IdIndex`), their windows checked at
     once, and each is then taken in order, as one at a time would be. The cyclic garbage
     collector is paused meanwhile: a trace's few short-lived objects form no cycles, and each
-    collection would walk every object the judge holds (a third of the matching's time)."""
+    collection would walk every object the judge holds (a third of the matching's time).
+    `steps`: the run's recorded wall-clock steps (`soakspec.evidence.traces.wall_steps`): a
+    trace whose times fit no candidate's window goes to the first whose window they fit across
+    a step (`TableMatch.stepped` counts them by step)."""
     with gc_paused():
-        return _match_rows(table, rows, id_forms, window_s)
+        return _match_rows(table, rows, id_forms, window_s, tuple(steps))
 
 
-def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: Sequence[str], window_s: float) -> TableMatch:
+def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: Sequence[str], window_s: float,
+                steps: tuple[float, ...] = ()) -> TableMatch:
     affixes = [a for f in dict.fromkeys(id_forms) if (a := _affixes(f)) is not None]
     index = IdIndex(table.ids)
     by_server: dict[str, list[int]] = {}
@@ -207,7 +214,7 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
             pt = np.concatenate([pt, np.asarray(direct_t, dtype=np.int64)])
             pr = np.concatenate([pr, np.asarray(direct_r, dtype=np.int64)])
         if len(pt):
-            _take(chunk, pt, pr, start, end, window_s, ids, match, why)
+            _take(chunk, pt, pr, start, end, window_s, ids, match, why, steps)
     # a request id recorded twice: a trace for it covers every record of that id (as a match
     # by id always has)
     match.repeated = index.repeated()
@@ -224,10 +231,12 @@ def _match_rows(table: RequestTable, rows: Iterable[tuple[Any, ...]], id_forms: 
 
 
 def _take(chunk: list[tuple[Any, ...]], pt: np.ndarray, pr: np.ndarray, start: np.ndarray, end: np.ndarray,
-          window_s: float, ids: Sequence[Any], match: TableMatch, why: dict[str, str]) -> None:
+          window_s: float, ids: Sequence[Any], match: TableMatch, why: dict[str, str],
+          steps: tuple[float, ...] = ()) -> None:
     """Each trace of `chunk` with candidates (trace `pt[k]` may be row `pr[k]`) goes to its
-    first candidate row, in record order, whose window holds all of its times; one with none
-    is outside the window of its first."""
+    first candidate row, in record order, whose window holds all of its times; else (`steps`)
+    to the first whose window holds them across a recorded wall-clock step, the steps tried in
+    their order; one with none is outside the window of its first."""
     limit = _EPOCH_MAX * 1e9
     pt, pr = np.divmod(np.unique(pt * len(start) + pr), len(start))  # by trace, then row; no pair twice
     lens = np.fromiter((len(tr[1]) for tr in chunk), dtype=np.int64, count=len(chunk))
@@ -248,6 +257,22 @@ def _take(chunk: list[tuple[Any, ...]], pt: np.ndarray, pr: np.ndarray, start: n
     chosen_t, at = np.unique(pt[okp], return_index=True)
     chosen_r = pr[okp[at]]
     outside = np.setdiff1d(pt[first], chosen_t, assume_unique=True)
+    for d in steps:  # a trace outside every window as stamped, tried across each recorded step
+        if not len(outside):
+            break
+        left = np.isin(pt, outside)
+        fit = left & s_ok & (s - window_s <= tmin[pt] - d) & (tmax[pt] - d <= e + window_s)
+        if not fit.any():
+            continue
+        fp = np.flatnonzero(fit)
+        got_t, at = np.unique(pt[fp], return_index=True)
+        chosen_t = np.concatenate([chosen_t, got_t])
+        chosen_r = np.concatenate([chosen_r, pr[fp[at]]])
+        outside = np.setdiff1d(outside, got_t, assume_unique=True)
+        match.stepped[d] = match.stepped.get(d, 0) + len(got_t)
+    if steps and len(chosen_t):  # back in trace order: each is taken as one at a time would be
+        by = np.argsort(chosen_t, kind="stable")
+        chosen_t, chosen_r = chosen_t[by], chosen_r[by]
     if len(outside):
         first_row = dict(zip(pt[first].tolist(), pr[first].tolist()))
         for j in outside.tolist():

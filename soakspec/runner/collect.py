@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import math
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from soakspec.evidence import layout
 from soakspec.evidence.serverlog import open_log
 from soakspec.evidence.traces import (
     Assignment, Trace, TraceMatch, TraceSource, _window, id_form_affixes, log_boundary_text, match_traces, scan_log,
+    window_fit,
 )
 from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
@@ -196,7 +197,7 @@ def _traces(plan: Plan, rec: BackendRecorder, log_path: Path | None, boundary: B
             follow = rec.followup["record"]["request_id"] if rec.followup is not None else None
             feed = boundary if tr.source == "log" and path == log_path and offset == 0 else None
             first_payload = _match_stream(reqs, _trace_chunks(path, offset, src, feed) if path.exists() else iter(()), tr, w,
-                                          tr.source == "log", preflight_ids, follow)
+                                          tr.source == "log", preflight_ids, follow, rec.wall_steps)
             if first_payload is not None and rec.followup is not None:
                 if "active" in first_payload and "pending" in first_payload:
                     p = first_payload
@@ -306,15 +307,16 @@ class _RequestView:
 
 
 def _match_stream(reqs: _RequestView, chunks: Iterator[list[Trace]], tr: Any, w: GzipJsonlWriter, in_log: bool,
-                  preflight_ids: set[Any], follow: Any) -> Mapping[str, Any] | None:
+                  preflight_ids: set[Any], follow: Any, steps: Sequence[float] = ()) -> Mapping[str, Any] | None:
     """Match each chunk's traces as `match_traces` does, writing each trace's row (but a
-    pre-flight request's); returns the payload of the follow-up's first matched trace."""
+    pre-flight request's); returns the payload of the follow-up's first matched trace.
+    `steps`: the wall-clock steps the run recorded (`evidence.traces.wall_steps`)."""
     follow_first: list[Trace] = []
     if reqs.forms is None:  # not invertible: the general matcher, over every request as a dict
         rows = reqs.as_rows()
-        assign = lambda traces: match_traces(rows, traces, tr.id_field, tr.id_forms, tr.window_s).assignments  # noqa: E731
+        assign = lambda traces: match_traces(rows, traces, tr.id_field, tr.id_forms, tr.window_s, steps=steps).assignments  # noqa: E731
     else:
-        assign = lambda traces: _assign(reqs, traces, tr.window_s)  # noqa: E731
+        assign = lambda traces: _assign(reqs, traces, tr.window_s, steps)  # noqa: E731
     for traces in chunks:
         for a in assign(traces):
             if a.matched and not follow_first and follow is not None and a.request_id == str(follow):
@@ -325,7 +327,7 @@ def _match_stream(reqs: _RequestView, chunks: Iterator[list[Trace]], tr: Any, w:
     return follow_first[0].payload if follow_first else None
 
 
-def _assign(reqs: _RequestView, traces: list[Trace], window_s: float) -> Iterator[Assignment]:
+def _assign(reqs: _RequestView, traces: list[Trace], window_s: float, steps: Sequence[float] = ()) -> Iterator[Assignment]:
     start, end = reqs.start, reqs.end
     cands_of = iter(reqs.candidates([t.trace_id for t in traces if t.trace_id is not None]))
     for t in traces:
@@ -343,10 +345,17 @@ def _assign(reqs: _RequestView, traces: list[Trace], window_s: float) -> Iterato
             if not t.times or (s == s and all(s - window_s <= x <= end[i] + window_s for x in t.times)):
                 chosen = i
                 break
+        step = 0.0
+        if chosen is None and steps and t.times:  # across a recorded wall-clock step
+            for i in cands:
+                s = start[i]
+                if s == s and (d := window_fit(t.times, s - window_s, end[i] + window_s, steps)) is not None:
+                    chosen, step = i, d
+                    break
         if chosen is None:
             yield Assignment(t, reqs.id_of(cands[0]), "outside_window", checked)
         else:
-            yield Assignment(t, reqs.id_of(chosen), None, checked)
+            yield Assignment(t, reqs.id_of(chosen), None, checked, step)
 
 
 def _row(a: Assignment, in_log: bool) -> dict[str, Any]:
