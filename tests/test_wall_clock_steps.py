@@ -128,3 +128,44 @@ def test_gate_reads_the_step_from_client_jsonl_on_disk(tmp_path, capsys):
     assert rule["status"] == "pass" and "(+10.000 s)" in rule["message"]
     unrecorded = _stepped_run(None).write(tmp_path / "old")
     assert main(["gate", str(unrecorded), "--spec", str(spec_path), "--format", "json"]) == 1
+
+
+@pytest.mark.parametrize("recorded", [True, False])
+def test_a_real_soak_after_a_step_is_traced_across_it(tmp_path, monkeypatch, recorded):
+    """A real soak of the simulator (a server subprocess stamping traces by the machine's wall
+    clock) whose run clock reads 10 s behind the wall clock -- what a step of +10 s leaves. The
+    run records the step and both matchers place every trace across it: the run's own
+    traces.jsonl rows and the judge's trace_coverage. With the step not on record (a clock that
+    cannot read the wall clock), every trace is outside its window and coverage fails, as
+    before."""
+    import time
+
+    from runner_support import sim_spec
+
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import iter_jsonl
+    from soakspec.judge import load_evidence
+    from soakspec.lang import load_spec
+    from soakspec.plan import plan
+    from soakspec.runner import engine
+
+    wall = time.time if recorded else None
+    monkeypatch.setattr(engine, "RunClock", lambda: RunClock(epoch=time.time() - STEP_S, wall=wall))
+    spec_path = tmp_path / "s.soak"
+    spec_path.write_text(sim_spec(sim="ttft = 5ms\n    itl = 1ms", duration="2s", bucket="1s", follow_up=False,
+                                  gate="require failed == 0\n  require trace_coverage >= 100% per bucket"))
+    spec, diags, _ = load_spec(spec_path)
+    assert spec is not None, diags
+    out = tmp_path / "run"
+    result = engine.execute(plan(spec), engine.RunOptions(out_dir=out, quiet=True))
+    assert result.status == "complete", result.reason
+    rows = [r for _, r in iter_jsonl(out / layout.BACKENDS / "b0" / layout.TRACES)]
+    assert rows
+    v = judge(spec, load_evidence(out))
+    (cov,) = [r for r in v.rules if r.metric == "trace_coverage"]
+    if recorded:
+        assert all(r["matched"] and r["wall_step_s"] == STEP_S for r in rows), rows[:2]
+        assert cov.status == "pass" and "(+10.000 s)" in cov.message, cov.message
+    else:
+        assert all(not r["matched"] and r["reason"] == "outside_window" for r in rows), rows[:2]
+        assert cov.status == "fail", cov.message
