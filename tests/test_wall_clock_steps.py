@@ -61,7 +61,7 @@ def test_the_loop_monitor_records_the_step_in_each_window_and_the_log_keeps_the_
 
 
 def test_steps_are_told_apart_to_the_millisecond_most_often_recorded_first_and_bounded():
-    assert wall_steps([None, 0.0, 4e-4, -4e-4, float("nan"), True, "10"]) == ()
+    assert wall_steps([None, 0.0, 4e-4, -4e-4, float("nan"), float("inf"), True, "10", 10**400, 1e308, -1e308]) == ()
     assert wall_steps([10.0002, 9.9996, 10.0, -2.0, -2.0, -2.0]) == (-2.0, 10.0)
     acc = WallSteps()
     for k in range(1, 40):

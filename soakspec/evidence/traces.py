@@ -75,11 +75,17 @@ class WallSteps:
         self._seen: dict[int, int] = {}  # step in milliseconds -> samples that recorded it
 
     def add(self, value: Any) -> None:
-        if type(value) not in (int, float) or not math.isfinite(value):
-            return  # null (not measured), a boolean, NaN
-        ms = round(value / WALL_STEP_RESOLUTION_S)
-        if ms != 0:
-            self._seen[ms] = self._seen.get(ms, 0) + 1
+        if type(value) not in (int, float):
+            return  # null (not measured), a boolean, anything else
+        try:
+            ms = value / WALL_STEP_RESOLUTION_S
+        except OverflowError:  # an integer beyond a float (JSON integers have no bound)
+            return
+        if not math.isfinite(ms):  # NaN, or beyond a float in milliseconds: no step a clock makes
+            return
+        k = round(ms)
+        if k != 0:
+            self._seen[k] = self._seen.get(k, 0) + 1
 
     def steps(self) -> tuple[float, ...]:
         """The steps in seconds, the most often recorded first (ties: the smaller step first)."""
