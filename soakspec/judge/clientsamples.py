@@ -17,7 +17,7 @@ rows one at a time, as verification decodes them, and keeps only what `client_he
   stalls              every stalled wake-up's lag, flat, with each sample's offset into them
 
 and, not a column, the distinct wall-clock steps the rows' `wall_step_s` record (the wall clock
-less the run clock: trace matching places traces across them, `wall_steps()`; a few floats).
+less the run clock: trace matching places traces across them, `steps`; a few floats).
 
 A number is a JSON number that is not a boolean, as the row-by-row reading had it (an integer
 is held as a float). The samples are in time order (stable: one time in file order), and the
@@ -73,7 +73,9 @@ class ClientSamples:
     process: np.ndarray  # int64
     stall_off: np.ndarray  # int64, len + 1: sample i's stalls are stalls[stall_off[i]:stall_off[i + 1]]
     stalls: np.ndarray  # float64
-    steps: tuple[float, ...] = ()  # the recorded wall-clock steps (`soakspec.evidence.traces.wall_steps`)
+    # the wall-clock steps the samples recorded (`soakspec.evidence.traces.WallSteps`): what trace
+    # matching places a server's trace across
+    steps: tuple[float, ...] = ()
 
     def __len__(self) -> int:
         return len(self.process)
@@ -100,11 +102,6 @@ class ClientSamples:
         t, st = self.cols["t"], self.cols["start"]
         lo = int(np.searchsorted(t, start, side="right"))
         return bool(np.any(st[lo:] < end))  # NaN compares false: a sample without a start is none
-
-    def wall_steps(self) -> tuple[float, ...]:
-        """The wall-clock steps these samples recorded (`soakspec.evidence.traces.wall_steps`):
-        what trace matching places a server's trace across."""
-        return self.steps
 
     def values(self, field: str, idx: list[int]) -> list[float]:
         """`field` of the samples `idx` that have a number there, in their order."""

@@ -329,7 +329,7 @@ def _rematch(be: BackendEvidence, spec_be: Backend | None, window_s: float, rehe
         stored = _stored_trace_iter(be.traces.rows())
         rows = ((t.trace_id, t.times, t.payload) for t in stored)
         basis = "the trace's own id and times"
-    match = _match(table, rows, id_field, forms, window_s, be.client.wall_steps())
+    match = _match(table, rows, id_field, forms, window_s, be.client.steps)
     # a claim about a request that is not on the record covers nothing (lost records are
     # validity's to report); one about a request that is, the judge must be able to make
     wrong = _wrong_claims(be.traces, table, match)
