@@ -234,7 +234,7 @@ async def test_a_launched_servers_telemetry_is_of_its_own_gpus(tmp_path):
 
 
 def test_require_gpus_is_not_met_by_nvml_with_no_visible_device(tmp_path, monkeypatch):
-    """NVML loads but CUDA_VISIBLE_DEVICES selects no device (empty, a MIG or unknown UUID): a
+    """NVML loads but CUDA_VISIBLE_DEVICES selects no device (empty, an unknown GPU or MIG UUID): a
     spec with `require_gpus = true` stops before any load, as without NVML, saying why."""
     from soakspec.judge.testing import spec_from_text
     from soakspec.plan import plan
@@ -341,3 +341,109 @@ def test_a_hung_nvml_init_does_not_hang_the_run_before_it_begins(tmp_path, monke
     m = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert m["gpus"] == {"available": False, "reason": "NVML did not answer within 0.2s (nvmlInit and the GPU inventory)"}
     assert nv.shutdowns == 0
+
+
+class FakeMigNvml(FakeNvml):
+    """FakeNvml with GPU 1 in MIG mode (as pynvml's MIG calls answer): slots 0 and 2 hold MIG
+    devices of 20 GiB (1g.20gb), slot 1 is empty (NVML_ERROR_NOT_FOUND); GPU 0 is not in MIG
+    mode. A slice answers memory and its processes; NVML gives no utilization for it."""
+
+    MIG_UUIDS = {0: "MIG-cccc-3333", 2: "MIG-dddd-4444"}
+
+    def nvmlDeviceGetMigMode(self, h):
+        return [1, 1] if h == ("h", 1) else [0, 0]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, h):
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, h, k):
+        if h != ("h", 1) or k not in self.MIG_UUIDS:
+            raise NVMLError("Not Found")
+        return ("mig", 1, k)
+
+    def nvmlDeviceGetGpuInstanceId(self, h):
+        return 3 + h[2] if h[0] == "mig" else self._not_mig()
+
+    def nvmlDeviceGetComputeInstanceId(self, h):
+        return 0 if h[0] == "mig" else self._not_mig()
+
+    @staticmethod
+    def _not_mig():
+        raise NVMLError("Invalid Argument")
+
+    def nvmlDeviceGetName(self, h):
+        return "NVIDIA H100 80GB HBM3 MIG 1g.20gb" if h[0] == "mig" else super().nvmlDeviceGetName(h)
+
+    def nvmlDeviceGetUUID(self, h):
+        return self.MIG_UUIDS[h[2]] if h[0] == "mig" else super().nvmlDeviceGetUUID(h)
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        if h[0] == "mig":
+            return types.SimpleNamespace(total=20 * GiB, used=(4 + h[2]) * GiB, free=0)
+        return super().nvmlDeviceGetMemoryInfo(h)
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        if h[0] == "mig":
+            return [types.SimpleNamespace(pid=pid, usedGpuMemory=mem) for pid, mem in self.procs.get(("mig", h[2]), [])]
+        return super().nvmlDeviceGetComputeRunningProcesses(h)
+
+    def nvmlDeviceGetUtilizationRates(self, h):
+        if h[0] == "mig":
+            raise NVMLError("Not Supported")
+        return super().nvmlDeviceGetUtilizationRates(h)
+
+
+def test_a_mig_uuid_selects_that_slice_of_its_gpu():
+    """A server on a slice of an H100 is given CUDA_VISIBLE_DEVICES=MIG-<uuid>: the slice is the
+    device soakspec inventories (its own name, memory and hashed UUID, its place on GPU 1), not
+    nothing -- which made `require_gpus = true` abort a MIG soak before its load."""
+    inv = NvmlSource(FakeMigNvml(), visible_devices="MIG-dddd").gpu_inventory()
+    (d,) = inv["devices"]
+    assert d["index"] == 1 and d["mig"] == {"slot": 2, "gpu_instance_id": 5, "compute_instance_id": 0}
+    assert d["name"] == "NVIDIA H100 80GB HBM3 MIG 1g.20gb" and d["memory_total"] == 20 * GiB
+    assert d["uuid_sha256"] == hashlib.sha256(b"MIG-dddd-4444").hexdigest() and "MIG-dddd" not in repr(d)
+    assert not schema.validate("manifest", _manifest_with(inv))
+    both = NvmlSource(FakeMigNvml(), visible_devices="MIG-cccc,MIG-dddd-4444").gpu_inventory()["devices"]
+    assert [(d["index"], d["mig"]["slot"]) for d in both] == [(1, 0), (1, 2)]
+    # as in CUDA: an entry that names no device ends the list; a GPU's index stays the whole GPU
+    assert NvmlSource(FakeMigNvml(), visible_devices="MIG-zzzz,MIG-cccc").gpu_inventory()["devices"] == []
+    assert [("mig" in d) for d in NvmlSource(FakeMigNvml(), visible_devices="1").gpu_inventory()["devices"]] == [False]
+    # a pynvml without the MIG calls (or no GPU in MIG mode): a MIG UUID names nothing, no error
+    assert NvmlSource(FakeNvml(), visible_devices="MIG-cccc").gpu_inventory()["devices"] == []
+
+
+def test_a_mig_slice_is_sampled_as_itself_and_unknown_where_nvml_gives_only_the_gpus_figure():
+    """Memory used and the server's processes are the slice's; utilization (NVML gives none for
+    a slice), temperature and power (the whole GPU's, which summed over its slices would count
+    it once a slice) are unknown -- never the GPU's figure under the slice's name."""
+    me = os.getpid()
+    nv = FakeMigNvml(procs={("mig", 2): [(me, 3 * GiB)], 1: [(me, 9 * GiB)]})
+    src = NvmlSource(nv, visible_devices=None)
+    (g,) = src.restricted("MIG-dddd").sample([me])
+    assert g == {"index": 1, "mig_slot": 2, "memory_used": 6 * GiB, "process_memory_used": 3 * GiB,
+                 "utilization_gpu": None, "temperature_c": None, "power_w": None}
+    whole = src.restricted("1").sample([me])[0]
+    assert whole["memory_used"] == 11 * GiB and whole["temperature_c"] == 61.0 and "mig_slot" not in whole
+    rec = telemetry_record(src.restricted("MIG-cccc,MIG-dddd"), me, t=1.0)
+    assert [g["mig_slot"] for g in rec["gpus"]] == [0, 2] and not schema.validate("telemetry", rec)
+
+
+def test_require_gpus_is_met_by_the_mig_slice_cuda_visible_devices_names(tmp_path, monkeypatch):
+    """`require_gpus = true` with CUDA_VISIBLE_DEVICES naming a MIG slice: the run does not stop
+    for want of a GPU (it goes on to the load, which here finds no server: aborted for that),
+    and the manifest's inventory is the slice."""
+    import json
+
+    from soakspec.judge.testing import spec_from_text
+    from soakspec.plan import plan
+    from soakspec.runner.engine import RunOptions, execute
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-dddd-4444")
+    text = ('soak "g" {}\ntelemetry {\n  require_gpus = true\n}\nbackend "u" {\n  url = "http://127.0.0.1:9"\n'
+            '  ready {\n    timeout = 2s\n  }\n  runtime {\n    label = "x"\n  }\n}\n'
+            'workload "w" {\n  load {\n    mode = closed\n    concurrency = [1]\n  }\n  duration = 1s\n  bucket = 1s\n'
+            '  deadline = 1s\n}\ngate {\n  require failed == 0\n}\n')
+    result = execute(plan(spec_from_text(text)), RunOptions(out_dir=tmp_path / "run", quiet=True, nvml_module=FakeMigNvml()))
+    assert "requires GPUs" not in (result.reason or ""), result.reason
+    gpus = json.loads((tmp_path / "run" / "manifest.json").read_text())["gpus"]
+    assert [(d["index"], d["mig"]["slot"]) for d in gpus["devices"]] == [(1, 2)]

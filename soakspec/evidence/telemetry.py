@@ -11,7 +11,15 @@ it abandons when a call does not return in time (`runner/backend.py sample_telem
 
 CUDA_VISIBLE_DEVICES (soakspec's own; a launched server's from its spec, `NvmlSource.restricted`): integer entries are taken as NVML indices (true when
 CUDA_DEVICE_ORDER=PCI_BUS_ID, which servers under test should set); `GPU-...` entries match
-UUID prefixes. As in CUDA, parsing stops at the first entry that names no device.
+UUID prefixes; `MIG-...` entries match the UUID prefixes of the MIG devices of the GPUs in MIG
+mode (a server on a slice of an H100 names its slice so). As in CUDA, parsing stops at the
+first entry that names no device.
+
+A MIG device is sampled as itself where NVML measures the slice -- its memory used, the memory
+of the server's processes on it -- and null where it does not: NVML gives no utilization for a
+slice, and a temperature or power reading is the whole GPU's, which summed over a GPU's slices
+would count it once a slice. Its inventory entry and samples name the slice (`mig`: its slot
+on the GPU, the GPU and compute instance ids), beside the GPU's `index`.
 """
 
 from __future__ import annotations
@@ -35,18 +43,27 @@ def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
-def visible_indices(spec: str | None, count: int, uuids: list[str]) -> list[int]:
-    """NVML indices selected by a CUDA_VISIBLE_DEVICES value (None: all devices)."""
+NVML_DEVICE_MIG_ENABLE = 1  # nvmlDeviceGetMigMode's current mode of a GPU in MIG mode
+MAX_MIG_SLOTS = 64  # MIG device slots looked at on one GPU (an H100 has 7)
+
+
+def visible_indices(spec: str | None, count: int, uuids: list[str],
+                    migs: list[tuple[int, int, str]] | tuple[()] = ()) -> list[int | tuple[int, int]]:
+    """The devices a CUDA_VISIBLE_DEVICES value selects (None: every GPU): an NVML index for a
+    GPU, `(GPU index, slot)` for a MIG device (`migs`: each MIG device's GPU, slot and UUID)."""
     if spec is None:
         return list(range(count))
-    out: list[int] = []
+    out: list[int | tuple[int, int]] = []
     for entry in (e.strip() for e in spec.split(",")):
         if not entry:
             break
-        idx: int | None = None
+        idx: int | tuple[int, int] | None = None
         if entry.lstrip("-").isdigit():
             n = int(entry)
             idx = n if 0 <= n < count else None
+        elif entry.startswith("MIG-"):
+            found = [(g, k) for g, k, u in migs if u.startswith(entry)]
+            idx = found[0] if len(found) == 1 else None
         else:
             matches = [i for i, u in enumerate(uuids) if u.startswith(entry)]
             idx = matches[0] if len(matches) == 1 else None
@@ -66,9 +83,11 @@ class NvmlSource:
         self._started = False
         self._available = False
         self._reason: str | None = None
-        self._handles: list[tuple[int, Any]] = []
+        # the selected devices: (GPU index, handle, MIG slot or None)
+        self._handles: list[tuple[int, Any, int | None]] = []
         self._all: list[Any] = []  # every device's handle, in NVML's order
         self._uuids: list[str] = []
+        self._migs: dict[tuple[int, int], tuple[Any, str]] = {}  # (GPU, slot) -> MIG handle, UUID
         self._owner = True  # a `restricted` view shares its parent's NVML session: never shuts it down
         self._session: dict[str, Any] = {"stalled": None}  # shared with the views: why sampling stopped
 
@@ -100,8 +119,43 @@ class NvmlSource:
             self._shutdown()
             return
         self._all, self._uuids = handles, uuids
-        self._handles = [(i, handles[i]) for i in visible_indices(self._visible_spec, count, uuids)]
+        self._migs = self._mig_devices(handles)
+        self._handles = self._select(self._visible_spec)
         self._available = True
+
+    def _mig_devices(self, handles: list[Any]) -> dict[tuple[int, int], tuple[Any, str]]:
+        """The MIG devices of the GPUs in MIG mode, by (GPU index, slot), in NVML's order; none
+        where the module has no MIG calls (an older pynvml) or no GPU is in MIG mode. A slot
+        NVML finds empty (NVML_ERROR_NOT_FOUND) is skipped."""
+        nv = self._module
+        mode_of = getattr(nv, "nvmlDeviceGetMigMode", None)
+        slots_of = getattr(nv, "nvmlDeviceGetMaxMigDeviceCount", None)
+        by_slot = getattr(nv, "nvmlDeviceGetMigDeviceHandleByIndex", None)
+        if mode_of is None or slots_of is None or by_slot is None:
+            return {}
+        out: dict[tuple[int, int], tuple[Any, str]] = {}
+        for g, h in enumerate(handles):
+            mode = self._call(mode_of, h)
+            if not isinstance(mode, (list, tuple)) or not mode or mode[0] != NVML_DEVICE_MIG_ENABLE:
+                continue
+            slots = self._call(slots_of, h)
+            for k in range(min(slots, MAX_MIG_SLOTS) if isinstance(slots, int) else 0):
+                mh = self._call(by_slot, h, k)
+                uuid = self._call(nv.nvmlDeviceGetUUID, mh) if mh is not None else None
+                if uuid:
+                    out[(g, k)] = (mh, _text(uuid))
+        return out
+
+    def _select(self, visible_devices: str | None) -> list[tuple[int, Any, int | None]]:
+        """The devices `visible_devices` (a CUDA_VISIBLE_DEVICES value) selects."""
+        migs = [(g, k, u) for (g, k), (_, u) in self._migs.items()]
+        out: list[tuple[int, Any, int | None]] = []
+        for key in visible_indices(visible_devices, len(self._all), self._uuids, migs):
+            if isinstance(key, tuple):
+                out.append((key[0], self._migs[key][0], key[1]))
+            else:
+                out.append((key, self._all[key], None))
+        return out
 
     def restricted(self, visible_devices: str | None) -> NvmlSource:
         """The same NVML session seen through another CUDA_VISIBLE_DEVICES value (a launched
@@ -111,8 +165,8 @@ class NvmlSource:
         view = NvmlSource(self._module, visible_devices)
         view._started, view._owner, view._reason, view._session = True, False, self._reason, self._session
         if self._available:
-            view._available, view._all, view._uuids = True, self._all, self._uuids
-            view._handles = [(i, self._all[i]) for i in visible_indices(visible_devices, len(self._all), self._uuids)]
+            view._available, view._all, view._uuids, view._migs = True, self._all, self._uuids, self._migs
+            view._handles = view._select(visible_devices)
         return view
 
     def _shutdown(self) -> None:
@@ -168,21 +222,22 @@ class NvmlSource:
         driver_s = _text(driver) if driver is not None else None
         cuda_s = _cuda_version(int(cuda)) if isinstance(cuda, int) else None
         devices = []
-        for visible, (index, h) in enumerate(self._handles):
+        for visible, (index, h, slot) in enumerate(self._handles):
             name = self._call(nv.nvmlDeviceGetName, h)
             uuid = self._call(nv.nvmlDeviceGetUUID, h)
             mem = self._call(nv.nvmlDeviceGetMemoryInfo, h)
-            devices.append(
-                {
-                    "index": index,
-                    "visible_index": visible,
-                    "name": _text(name) if name is not None else None,
-                    "uuid_sha256": hashlib.sha256(_text(uuid).encode()).hexdigest() if uuid else None,
-                    "memory_total": int(mem.total) if mem is not None else None,
-                    "driver_version": driver_s,
-                    "cuda_version": cuda_s,
-                }
-            )
+            device = {
+                "index": index,
+                "visible_index": visible,
+                "name": _text(name) if name is not None else None,
+                "uuid_sha256": hashlib.sha256(_text(uuid).encode()).hexdigest() if uuid else None,
+                "memory_total": int(mem.total) if mem is not None else None,
+                "driver_version": driver_s,
+                "cuda_version": cuda_s,
+            }
+            if slot is not None:
+                device["mig"] = self._mig_entry(h, slot)
+            devices.append(device)
         return {
             "available": True,
             "driver_version": driver_s,
@@ -203,24 +258,36 @@ class NvmlSource:
         for pid in pids:
             tree.update(process_tree_pids(pid))
         out = []
-        for index, h in self._handles:
+        for index, h, slot in self._handles:
             mem = self._call(nv.nvmlDeviceGetMemoryInfo, h)
             procs = self._call(nv.nvmlDeviceGetComputeRunningProcesses, h)
             proc_mem = _tree_memory(procs, tree)
-            util = self._call(nv.nvmlDeviceGetUtilizationRates, h)
-            temp = self._call(nv.nvmlDeviceGetTemperature, h, NVML_TEMPERATURE_GPU)
-            power = self._call(nv.nvmlDeviceGetPowerUsage, h)
-            out.append(
-                {
-                    "index": index,
-                    "memory_used": int(mem.used) if mem is not None else None,
-                    "process_memory_used": proc_mem,
-                    "utilization_gpu": float(util.gpu) if util is not None else None,
-                    "temperature_c": float(temp) if temp is not None else None,
-                    "power_w": power / 1000.0 if isinstance(power, (int, float)) else None,
-                }
-            )
+            # a MIG device: no utilization of its own, and the GPU's temperature and power are
+            # not the slice's (see the module doc): unknown, never the GPU's figure
+            util = self._call(nv.nvmlDeviceGetUtilizationRates, h) if slot is None else None
+            temp = self._call(nv.nvmlDeviceGetTemperature, h, NVML_TEMPERATURE_GPU) if slot is None else None
+            power = self._call(nv.nvmlDeviceGetPowerUsage, h) if slot is None else None
+            row = {
+                "index": index,
+                "memory_used": int(mem.used) if mem is not None else None,
+                "process_memory_used": proc_mem,
+                "utilization_gpu": float(util.gpu) if util is not None else None,
+                "temperature_c": float(temp) if temp is not None else None,
+                "power_w": power / 1000.0 if isinstance(power, (int, float)) else None,
+            }
+            if slot is not None:
+                row["mig_slot"] = slot
+            out.append(row)
         return out
+
+    def _mig_entry(self, h: Any, slot: int) -> dict[str, Any]:
+        """A MIG device's place on its GPU: its slot, and its GPU and compute instance ids
+        (None where NVML does not say)."""
+        nv = self._module
+        gi = self._call(getattr(nv, "nvmlDeviceGetGpuInstanceId", None) or (lambda _h: None), h)
+        ci = self._call(getattr(nv, "nvmlDeviceGetComputeInstanceId", None) or (lambda _h: None), h)
+        return {"slot": slot, "gpu_instance_id": gi if isinstance(gi, int) else None,
+                "compute_instance_id": ci if isinstance(ci, int) else None}
 
 
 def _tree_memory(procs: Any, tree: set[int]) -> int | None:
