@@ -429,15 +429,55 @@ def _trend(rule: Rule, n: int, used: list[tuple[Scope, Measure]]) -> tuple[float
     return slope(times, vals), f"{inner} over {plural(n, 'bucket')}"
 
 
-def _trend_bounds(rule: Rule, n: int, used: list[tuple[Scope, Measure]]) -> tuple[float, float] | None:
+def sampling_interval(impl: Distribution, sc: Scope, m: Measure, agg: str | None, q: float,
+                      confidence: float) -> tuple[float, float]:
+    """Where bucket `sc`'s pNN (its measure `m`) may lie, given how many samples it rests on:
+    between the order statistics that the percentile rules' own test (`stats.max_overages`)
+    puts on either side of it at the gate's confidence -- with k draws allowed beyond it, the
+    (n-k)-th smallest sample bounds the percentile from above; the mirror test from below --
+    a cluster's samples (a request's ITL gaps) one draw, as those rules count them (the share
+    beyond kept: `stats.independent_counts`). Read back as the percentiles that land on those
+    order statistics (their bins' extent where gaps are binned). (-inf, inf) where no order
+    statistic bounds it; the point value itself where q is 0 or 100 (the extremes: no
+    sampling interval, as before)."""
+    if m.value is None or not 0 < q < 100:
+        return (m.value, m.value) if m.value is not None else (-math.inf, math.inf)
+    n = m.samples
+    units = m.units if m.units is not None and m.units < n else n
+    k_hi = stats.max_overages(units, q, confidence)
+    k_lo = stats.max_overages(units, 100.0 - q, confidence)
+    if n < 2 or k_hi is None or k_lo is None:
+        return -math.inf, math.inf
+    beyond_hi, beyond_lo = k_hi * n // units, k_lo * n // units  # samples the draws' share allows
+    # the percentile that lands on the 0-based order statistic p is 100 p / (n - 1); a hair past
+    # it each way, so rounding never reads the value beside it on the inner side
+    q_hi = min(100.0, 100.0 * (n - 1 - beyond_hi) / (n - 1) + 1e-9)
+    q_lo = max(0.0, 100.0 * beyond_lo / (n - 1) - 1e-9)
+    hi_m = impl.measure(sc, agg, q_hi, confidence=confidence) if q_hi > 0 else None
+    lo_m = impl.measure(sc, agg, q_lo, confidence=confidence) if q_lo > 0 else None
+    hi = (hi_m.bounds[1] if hi_m.bounds is not None else hi_m.value) if hi_m is not None else m.value
+    lo = (lo_m.bounds[0] if lo_m.bounds is not None else lo_m.value) if lo_m is not None else m.value
+    if hi is None or lo is None:
+        return -math.inf, math.inf
+    return min(lo, float(m.value)), max(hi, float(m.value))
+
+
+def _trend_bounds(rule: Rule, n: int, used: list[tuple[Scope, Measure]],
+                  intervals: list[tuple[float, float]] | None = None) -> tuple[float, float] | None:
     """The least and greatest the drift or slope can be where some bucket's value is only known
-    within bounds (binned gaps: `Measure.bounds`); None where every value is exact. Drift is the
-    relative change of two medians, each monotone in its buckets' values; a slope's numerator
-    is linear in them and its denominator their mean."""
-    if not any(m.bounds is not None for _, m in used):
+    within bounds (binned gaps: `Measure.bounds`; a percentile's sampling interval: `intervals`,
+    one a bucket of `used`); None where every value is exact. Drift is the relative change of
+    two medians, each monotone in its buckets' values; a slope's numerator is linear in them
+    and its denominator their mean."""
+    if not any(m.bounds is not None for _, m in used) and not intervals:
         return None
     los = [m.bounds[0] if m.bounds is not None else float(m.value) for _, m in used]  # type: ignore[arg-type]
     his = [m.bounds[1] if m.bounds is not None else float(m.value) for _, m in used]  # type: ignore[arg-type]
+    if intervals:
+        los = [min(a, iv[0]) for a, iv in zip(los, intervals)]
+        his = [max(b, iv[1]) for b, iv in zip(his, intervals)]
+    if not all(map(math.isfinite, los + his)):
+        return -math.inf, math.inf
     if rule.expr.wrapper == "drift":
         k = quarters(n)
         f0, f1 = stats.median(los[:k]), stats.median(his[:k])
@@ -479,14 +519,29 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     samples = sum(m.samples for _, m in used)
     if value is None:
         return Instance("inconclusive", where, None, None, samples, f"{e.wrapper}() is undefined: the baseline {_inner_text(rule)} is 0 ({basis})"), None, samples
-    bounds = _trend_bounds(rule, n, used)
-    approx = bounds is not None and bounds[0] != bounds[1]
+    # a percentile of sampled requests (or their gaps): each bucket's value within its sampling
+    # interval (`sampling_interval`), so a drift that noise alone could carry across the
+    # threshold is INCONCLUSIVE, never a FAIL (or a PASS) of the server
+    sampled = isinstance(impl, Distribution) and e.percentile is not None
+    intervals = [sampling_interval(impl, s, m, e.agg, e.percentile, run.gate.confidence)  # type: ignore[arg-type]
+                 for s, m in used] if sampled else None
+    binned = _trend_bounds(rule, n, used)
+    bounds = _trend_bounds(rule, n, used, intervals)
+    approx = binned is not None and binned[0] != binned[1]
     vtext = f"{e.text} {'≈' if approx else '='} {format_beside(value, None, rule.op, rule.threshold, signed=True)}{'/min' if e.wrapper == 'slope' else ''}"
-    if bounds is not None and compare(bounds[0], rule.op, rule.threshold) != compare(bounds[1], rule.op, rule.threshold):
+    if binned is not None and compare(binned[0], rule.op, rule.threshold) != compare(binned[1], rule.op, rule.threshold):
         return Instance("inconclusive", where, value, vtext, samples,
                         f"{vtext} ({basis}): its buckets' {_inner_text(rule)} are known to 0.1% (their gaps are counted in "
                         f"bins, too many distinct gaps a bucket to count each), and within that it may lie either side of "
                         f"the threshold {rule.op} {rule.threshold_text}"), value, samples
+    if bounds is not None and compare(bounds[0], rule.op, rule.threshold) != compare(bounds[1], rule.op, rule.threshold):
+        span = (f"between {format_beside(bounds[0], None, rule.op, rule.threshold, signed=True)} and "
+                f"{format_beside(bounds[1], None, rule.op, rule.threshold, signed=True)}" if all(map(math.isfinite, bounds)) else "anywhere")
+        return Instance("inconclusive", where, value, vtext, samples,
+                        f"{vtext} ({basis}): each bucket's {_inner_text(rule)} is only known within the samples it rests on "
+                        f"(its order statistics either side at {run.gate.confidence * 100:g}% confidence, as the percentile "
+                        f"rules count them), and within those the {e.wrapper} lies {span}{'/min' if e.wrapper == 'slope' else ''}, "
+                        f"either side of the threshold {rule.op} {rule.threshold_text}: sampling noise alone could decide it"), value, samples
     status: Status = "pass" if compare(value, rule.op, rule.threshold) else "fail"
     return Instance(status, where, value, vtext, samples, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value, samples
 
