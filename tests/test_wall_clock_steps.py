@@ -151,6 +151,10 @@ def test_a_real_soak_after_a_step_is_traced_across_it(tmp_path, monkeypatch, rec
 
     wall = time.time if recorded else None
     monkeypatch.setattr(engine, "RunClock", lambda: RunClock(epoch=time.time() - STEP_S, wall=wall))
+    from soakspec.runner.progress import Progress
+
+    said: list[str] = []
+    monkeypatch.setattr(Progress, "log", lambda self, text: said.append(text))
     spec_path = tmp_path / "s.soak"
     spec_path.write_text(sim_spec(sim="ttft = 5ms\n    itl = 1ms", duration="2s", bucket="1s", follow_up=False,
                                   gate="require failed == 0\n  require trace_coverage >= 100% per bucket"))
@@ -163,9 +167,13 @@ def test_a_real_soak_after_a_step_is_traced_across_it(tmp_path, monkeypatch, rec
     assert rows
     v = judge(spec, load_evidence(out))
     (cov,) = [r for r in v.rules if r.metric == "trace_coverage"]
+    stepped = [t for t in said if "wall clock was stepped" in t]
     if recorded:
+        assert stepped == ["[b0] the machine's wall clock was stepped during the load (+10.000 s): the run's times "
+                           "stay on its own clock; server traces are matched across the step"], said
         assert all(r["matched"] and r["wall_step_s"] == STEP_S for r in rows), rows[:2]
         assert cov.status == "pass" and "(+10.000 s)" in cov.message, cov.message
     else:
+        assert stepped == []
         assert all(not r["matched"] and r["reason"] == "outside_window" for r in rows), rows[:2]
         assert cov.status == "fail", cov.message

@@ -69,6 +69,10 @@ async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: Id
         failing = sys.exc_info()[1]  # the load's own failure or cancellation, if any
         await off_loop(client.close)
         rec.wall_steps = client.steps.steps()  # collect's trace matching places traces across them
+        if rec.wall_steps:
+            steps = ", ".join(f"{d:+.3f} s" for d in rec.wall_steps)
+            deps.progress.log(f"[{bp.name}] the machine's wall clock was stepped during the load ({steps}): "
+                              "the run's times stay on its own clock; server traces are matched across the step")
         if log is not None:
             try:
                 rec.external_log = await off_loop(log.copy_into, rec.server_log)
