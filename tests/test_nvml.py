@@ -233,19 +233,25 @@ async def test_a_launched_servers_telemetry_is_of_its_own_gpus(tmp_path):
     assert rows and all([g["index"] for g in r["gpus"]] == [1] for r in rows)
 
 
-def test_require_gpus_is_not_met_by_nvml_with_no_visible_device(tmp_path, monkeypatch):
-    """NVML loads but CUDA_VISIBLE_DEVICES selects no device (empty, an unknown GPU or MIG UUID): a
-    spec with `require_gpus = true` stops before any load, as without NVML, saying why."""
+def _run_requiring_gpus(tmp_path, monkeypatch, visible: str, nvml):
+    """A run of a spec with `require_gpus = true` against a server that is not there, under
+    CUDA_VISIBLE_DEVICES=`visible` and the NVML module `nvml`."""
     from soakspec.judge.testing import spec_from_text
     from soakspec.plan import plan
     from soakspec.runner.engine import RunOptions, execute
 
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-ffff")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     text = ('soak "g" {}\ntelemetry {\n  require_gpus = true\n}\nbackend "u" {\n  url = "http://127.0.0.1:9"\n'
             '  ready {\n    timeout = 2s\n  }\n  runtime {\n    label = "x"\n  }\n}\n'
             'workload "w" {\n  load {\n    mode = closed\n    concurrency = [1]\n  }\n  duration = 1s\n  bucket = 1s\n'
             '  deadline = 1s\n}\ngate {\n  require failed == 0\n}\n')
-    result = execute(plan(spec_from_text(text)), RunOptions(out_dir=tmp_path / "run", quiet=True, nvml_module=FakeNvml()))
+    return execute(plan(spec_from_text(text)), RunOptions(out_dir=tmp_path / "run", quiet=True, nvml_module=nvml))
+
+
+def test_require_gpus_is_not_met_by_nvml_with_no_visible_device(tmp_path, monkeypatch):
+    """NVML loads but CUDA_VISIBLE_DEVICES selects no device (empty, an unknown GPU or MIG UUID): a
+    spec with `require_gpus = true` stops before any load, as without NVML, saying why."""
+    result = _run_requiring_gpus(tmp_path, monkeypatch, "GPU-ffff", FakeNvml())
     assert result.status == "aborted" and "requires GPUs" in (result.reason or ""), result.reason
     assert "GPU-ffff" in result.reason
 
@@ -434,16 +440,7 @@ def test_require_gpus_is_met_by_the_mig_slice_cuda_visible_devices_names(tmp_pat
     and the manifest's inventory is the slice."""
     import json
 
-    from soakspec.judge.testing import spec_from_text
-    from soakspec.plan import plan
-    from soakspec.runner.engine import RunOptions, execute
-
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "MIG-dddd-4444")
-    text = ('soak "g" {}\ntelemetry {\n  require_gpus = true\n}\nbackend "u" {\n  url = "http://127.0.0.1:9"\n'
-            '  ready {\n    timeout = 2s\n  }\n  runtime {\n    label = "x"\n  }\n}\n'
-            'workload "w" {\n  load {\n    mode = closed\n    concurrency = [1]\n  }\n  duration = 1s\n  bucket = 1s\n'
-            '  deadline = 1s\n}\ngate {\n  require failed == 0\n}\n')
-    result = execute(plan(spec_from_text(text)), RunOptions(out_dir=tmp_path / "run", quiet=True, nvml_module=FakeMigNvml()))
+    result = _run_requiring_gpus(tmp_path, monkeypatch, "MIG-dddd-4444", FakeMigNvml())
     assert "requires GPUs" not in (result.reason or ""), result.reason
     gpus = json.loads((tmp_path / "run" / "manifest.json").read_text())["gpus"]
     assert [(d["index"], d["mig"]["slot"]) for d in gpus["devices"]] == [(1, 2)]
