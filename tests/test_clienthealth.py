@@ -491,6 +491,34 @@ def test_check_warns_when_a_percentile_rule_cannot_get_its_samples():
     assert "needs 299 samples" in msg
 
 
+def test_check_counts_a_phase_and_a_batch_as_they_send():
+    """W509 counted a phased load at each phase's starting load held for the workload's whole
+    duration (a ramp from 1 rps: 10 a bucket, and 40 a level where the phase plans 120), and a
+    batch as a closed loop. A phase is a level of its own duration, its buckets counted at its
+    lowest load (a linear ramp's first bucket: its low end plus half a bucket's climb); batches
+    of 3 from 2 workers send 3 requests every 2 latencies, not 2 every latency."""
+    from soakspec.lang import check, parse
+
+    def warnings(load: str, rule: str, more: str = "  duration = 20s\n") -> list[str]:
+        text = (f'soak "x" {{ issue = "1" }}\nbackend "b" {{ sim {{ ttft = 20ms  itl = 10ms }} }}\nworkload "w" {{\n'
+                f'  endpoint = completions\n  prompt_words = 4\n  max_tokens = 10\n  load {{ {load} }}\n{more}'
+                f'  bucket = 10s\n}}\ngate {{\n  confidence = 95%\n  {rule}\n}}\n')  # fmt: skip
+        tree, diags = parse(text)
+        _, found = check(tree)
+        assert not [d for d in diags + found if d.code.startswith("E")], diags + found
+        return [d.message for d in diags + found if d.code == "W509"]
+
+    ramp = "mode = open  phases { up { rate = 1rps  ramp_to = 11rps  duration = 20s }  flat { rate = 10rps  duration = 20s } }"
+    # the ramp's first 10 s bucket: 1 + 10 x (10 / 20) / 2 = 3.5 rps, 35 requests; the hold: 100
+    (msg,) = warnings(ramp, "require p95(ttft) < 1s per bucket", more="")
+    assert "about 35 per bucket are planned (workload 'w' at phase up)" in msg, msg
+    assert warnings(ramp, "require p95(ttft) < 1s per level", more="") == []  # 6 rps over 20 s: 120
+    # 110 ms a request; batches of 3 from 2 workers: 3 / (2 x 0.11 s) = 13.6 rps, 136 a bucket
+    (msg,) = warnings("mode = batch  concurrency = 2  requests = 3", "require p99(latency) < 1s per bucket")
+    assert "needs 299 samples" in msg and "about 136 per bucket" in msg, msg
+    assert warnings("mode = batch  concurrency = 2  requests = 3", "require p95(latency) < 1s per bucket") == []
+
+
 @pytest.mark.slow  # a real --workers soak, ~5 s
 def test_every_load_process_records_its_own_health(tmp_path):
     """`--workers 2`: client.jsonl has the parent's samples (process 0) and each worker's

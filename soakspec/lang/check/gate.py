@@ -436,9 +436,11 @@ def check_window_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None
 # A percentile rule needs min_samples_for_percentile(q, confidence) samples in each instance of
 # its scope (lang/samples.py; the judge's rule, judge/stats.py) before it can PASS. `check` warns
 # before anything runs when the plan cannot give them: requests per bucket (window, level) are
-# rate x length in open loop, and concurrency x length / the expected latency in closed or batch
-# loops -- the workload's `expected_latency`, else a simulator backend's own ttft + itl x
-# (max_tokens - 1). Without either (a real server, no hint) nothing is estimated. `itl` counts
+# rate x length in open loop, concurrency x length / the expected latency in a closed loop, and
+# a batch's requests every ceil(requests / concurrency) latencies -- the workload's
+# `expected_latency`, else a simulator backend's own ttft + itl x (max_tokens - 1); a phase is a
+# level of its own duration, its buckets counted at its lowest load (`_planned`). Without a
+# latency (a real server, no hint) a closed loop is not estimated, nor is a replay. `itl` counts
 # requests, as the judge does: one request's gaps are not independent draws. A `pNN(x) > T` rule
 # needs the samples of the (100-NN)-th percentile (the samples below T decide it). Scopes per run
 # and per backend pool every level: not warned about.
@@ -458,16 +460,55 @@ def _sim_latency(bk: S.Backend, max_tokens: float) -> float | None:
     return ttft + itl * max(0.0, max_tokens - 1)
 
 
-def _planned(w: S.Workload, bk: S.Backend, length_s: float) -> list[tuple[str, float]]:
-    """(level label, expected requests in `length_s`) for each load level of `w` on `bk`."""
+def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -> list[tuple[str, float]]:
+    """(level label, expected requests in one instance of `scope`) for each load level of `w`
+    on `bk`: requests a second at the level's load -- an open loop's rate; a closed loop's
+    workers over the expected latency; batches of `requests` from c workers, a batch every
+    ceil(requests / c) latencies -- times the instance's length. A phase is a level of its own
+    duration: over the level at its mean load, and in a bucket or window at its lowest (the
+    first or last bucket of a linear ramp: the ramp's low end plus half a bucket's climb). A
+    replay's arrivals are its trace's: not estimated."""
     tokens = sum(w.max_tokens) / len(w.max_tokens) if w.max_tokens else 64.0
     load = w.load
-    if load.mode == "open":
-        return [(f"{r:g} rps", r * length_s) for r in load.rates]
-    latency = w.expected_latency_s or _sim_latency(bk, tokens)
-    if not latency or latency <= 0:
+    if load.replay is not None:
         return []
-    return [(f"concurrency {c}", c * length_s / latency) for c in load.concurrency]
+    latency = w.expected_latency_s or _sim_latency(bk, tokens)
+
+    def per_s(x: float) -> float | None:  # requests a second at load x (a rate, or workers)
+        if load.mode == "open":
+            return x
+        if not latency or latency <= 0:
+            return None
+        if x <= 0:
+            return 0.0
+        if load.mode == "batch":
+            r = load.requests or x
+            return r / (math.ceil(r / x) * latency)
+        return x / latency
+
+    piece = (window_s or w.bucket_s) if scope == "window" else w.bucket_s
+    out: list[tuple[str, float]] = []
+    if load.phases:
+        for ph in load.phases:
+            end = ph.end if ph.end is not None else ph.start
+            lo, hi = min(ph.start, end), max(ph.start, end)
+            if scope == "level":
+                x, length = (ph.start + end) / 2, ph.duration_s
+            else:
+                length = min(piece, ph.duration_s)
+                ramp = ph.end is not None and not ph.steps and ph.duration_s > 0
+                x = lo + (hi - lo) * length / ph.duration_s / 2 if ramp else lo
+            rate = per_s(x)
+            if rate is not None:
+                out.append((f"phase {ph.name}", rate * length))
+        return out
+    length = w.duration_s if scope == "level" else piece
+    for x in load.levels:
+        rate = per_s(x)
+        if rate is not None:
+            unit = f"{x:g} rps" if load.mode == "open" else f"concurrency {x:g}"
+            out.append((unit, rate * length))
+    return out
 
 
 def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[str, S.Backend]) -> None:
@@ -486,9 +527,8 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
         fewest: tuple[float, str] | None = None
         targets = [backends[rule.backend]] if rule.backend in backends else list(backends.values())
         for w in workloads:
-            length = {"bucket": w.bucket_s, "window": rule.window_s or w.bucket_s, "level": w.duration_s}[rule.scope]
             for bk in targets:
-                for label, n in _planned(w, bk, length):
+                for label, n in _planned(w, bk, rule.scope, rule.window_s):
                     if n < need and (fewest is None or n < fewest[0]):
                         fewest = (n, f"workload '{w.name}' at {label}" + (f" on backend '{bk.name}'" if len(targets) > 1 else ""))
         if fewest is not None:
