@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
 from soakspec.lang.check.core import Bad, Ctx, Key, Table, describe, quantity_value, suggest
+from soakspec.lang.check.requests import requests_per_second
 from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import expr_text, rule_text, value_text
 from soakspec.lang.metrics import (AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRICS, SERVER_METRIC_NAME, SLO_FUNCTIONS, SLO_METRICS, Kind,
@@ -474,18 +475,6 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
         return []
     latency = w.expected_latency_s or _sim_latency(bk, tokens)
 
-    def per_s(x: float) -> float | None:  # requests a second at load x (a rate, or workers)
-        if load.mode == "open":
-            return x
-        if not latency or latency <= 0:
-            return None
-        if x <= 0:
-            return 0.0
-        if load.mode == "batch":
-            r = load.requests or x
-            return r / (math.ceil(r / x) * latency)
-        return x / latency
-
     piece = (window_s or w.bucket_s) if scope == "window" else w.bucket_s
     out: list[tuple[str, float]] = []
     if load.phases:
@@ -498,13 +487,13 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
                 length = min(piece, ph.duration_s)
                 ramp = ph.end is not None and not ph.steps and ph.duration_s > 0
                 x = lo + (hi - lo) * length / ph.duration_s / 2 if ramp else lo
-            rate = per_s(x)
+            rate = requests_per_second(load, x, latency)
             if rate is not None:
                 out.append((f"phase {ph.name}", rate * length))
         return out
     length = w.duration_s if scope == "level" else piece
     for x in load.levels:
-        rate = per_s(x)
+        rate = requests_per_second(load, x, latency)
         if rate is not None:
             unit = f"{x:g} rps" if load.mode == "open" else f"concurrency {x:g}"
             out.append((unit, rate * length))

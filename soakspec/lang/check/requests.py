@@ -79,6 +79,24 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
     return S.Dataset(path, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens, parsed.conversations)
 
 
+def requests_per_second(load: S.Load, x: float, latency_s: float | None) -> float | None:
+    """Requests a second a level of `load` sends at load `x` (a rate, or workers), with requests
+    taking `latency_s` each: an open loop its rate; a closed loop its workers over the latency;
+    batches of `requests` (else x) from x workers, a batch every ceil(requests / x) latencies.
+    None where that needs a latency and there is none. W509 (`gate._planned`) and W511
+    (`planned_level_requests`) both count a level's requests by it."""
+    if load.mode == "open":
+        return x
+    if not latency_s or latency_s <= 0:
+        return None
+    if x <= 0:
+        return 0.0
+    if load.mode == "batch":
+        r = load.requests or x
+        return r / (math.ceil(r / x) * latency_s)
+    return x / latency_s
+
+
 def planned_level_requests(w: S.Workload) -> tuple[str, float] | None:
     """(level label, requests) of the level of `w` planned to send the most requests, its
     warmup's included (a request's prompt is its index in its level, warmup included): open
@@ -89,23 +107,24 @@ def planned_level_requests(w: S.Workload) -> tuple[str, float] | None:
     found: list[tuple[str, float]] = []
     if load.replay is not None:
         return None
+    lat = w.expected_latency_s
+
+    def n(x: float, span: float, least: float) -> float:  # requests in `span` at load x; `least` without a latency
+        rate = requests_per_second(load, x, lat)
+        return rate * span if rate is not None else least
+
     if load.phases:
         for i, ph in enumerate(load.phases):
             mean = (ph.start + (ph.end if ph.end is not None else ph.start)) / 2
             span = ph.duration_s + (w.warmup_s if i == 0 else 0.0)
-            if load.mode == "open":
-                found.append((f"phase {ph.name} at {mean:g} rps", mean * span))
-            else:
-                found.append((f"phase {ph.name} at concurrency {ph.peak:g}",
-                              mean * span / w.expected_latency_s if w.expected_latency_s else ph.peak))  # fmt: skip
+            label = f"phase {ph.name} at {mean:g} rps" if load.mode == "open" else f"phase {ph.name} at concurrency {ph.peak:g}"
+            found.append((label, n(mean, span, ph.peak)))
     elif load.mode == "open":
-        found = [(f"{r:g} rps", r * length) for r in load.rates]
-    elif load.mode == "batch":
-        for c in load.concurrency:  # a batch takes ceil(requests / c) latencies, and batches repeat until the level ends
-            r = load.requests or c
-            found.append((f"concurrency {c}, batches of {r}", r * length / (math.ceil(r / c) * w.expected_latency_s) if w.expected_latency_s else float(r)))
+        found = [(f"{r:g} rps", n(r, length, r)) for r in load.rates]
+    elif load.mode == "batch":  # batches repeat until the level ends
+        found = [(f"concurrency {c}, batches of {load.requests or c}", n(c, length, float(load.requests or c))) for c in load.concurrency]
     else:
-        found = [(f"concurrency {c}", c * length / w.expected_latency_s if w.expected_latency_s else float(c)) for c in load.concurrency]
+        found = [(f"concurrency {c}", n(c, length, float(c))) for c in load.concurrency]
     return max(found, key=lambda f: f[1]) if found else None
 
 
