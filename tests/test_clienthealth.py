@@ -463,31 +463,35 @@ def test_a_server_whose_usage_goes_down_fails_usage_mismatch(tmp_path):
 # ------------------------------------------------------------------ W509
 
 
+def _w509(load: str, rule: str, backend: str = "sim { ttft = 20ms  itl = 10ms }", duration: str = "  duration = 20s\n") -> list[str]:
+    """`check`'s W509 messages for one workload (`load`, 10 s buckets, `duration` its line: ""
+    for phases, whose durations are theirs) on one backend, and one gate rule."""
+    from soakspec.lang import check, parse
+
+    text = (f'soak "x" {{ issue = "1" }}\nbackend "b" {{ {backend} }}\nworkload "w" {{\n  endpoint = completions\n'
+            f'  prompt_words = 4\n  max_tokens = 10\n  load {{ {load} }}\n{duration}  bucket = 10s\n}}\n'
+            f'gate {{\n  confidence = 95%\n  {rule}\n}}\n')  # fmt: skip
+    tree, diags = parse(text)
+    _, more = check(tree)
+    assert not [d for d in diags + more if d.code.startswith("E")], diags + more
+    return [d.message for d in diags + more if d.code == "W509"]
+
+
 def test_check_warns_when_a_percentile_rule_cannot_get_its_samples():
     """`check` says before anything runs that p95 per bucket needs 59 samples at 95 % and the
     plan gives about 30 (3 rps x 10 s); a closed loop against a simulator is estimated from its
     latency; enough samples, or a real server with no latency hint, give no warning."""
-    from soakspec.lang import check, parse
-
-    def warnings(load: str, rule: str, backend: str = "sim { ttft = 20ms  itl = 10ms }") -> list[str]:
-        text = (f'soak "x" {{ issue = "1" }}\nbackend "b" {{ {backend} }}\nworkload "w" {{\n  endpoint = completions\n'
-                f'  prompt_words = 4\n  max_tokens = 10\n  load {{ {load} }}\n  duration = 20s\n  bucket = 10s\n}}\n'
-                f'gate {{\n  confidence = 95%\n  {rule}\n}}\n')  # fmt: skip
-        tree, diags = parse(text)
-        _, more = check(tree)
-        return [d.message for d in diags + more if d.code == "W509"]
-
-    (msg,) = warnings("mode = open  rate = 3rps", "require p95(ttft) < 1s per bucket")
+    (msg,) = _w509("mode = open  rate = 3rps", "require p95(ttft) < 1s per bucket")
     assert msg.startswith("p95(ttft) per bucket needs 59 samples at 95% confidence; about 30 per bucket are planned")
-    assert warnings("mode = open  rate = 10rps", "require p95(ttft) < 1s per bucket") == []
-    assert warnings("mode = open  rate = 3rps", "require p95(ttft) < 1s per level") == []  # 60 per level
+    assert _w509("mode = open  rate = 10rps", "require p95(ttft) < 1s per bucket") == []
+    assert _w509("mode = open  rate = 3rps", "require p95(ttft) < 1s per level") == []  # 60 per level
     # closed loop at c=1 against a 110 ms simulator: ~91 per bucket, short of p99's 299
-    (msg,) = warnings("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket")
+    (msg,) = _w509("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket")
     assert "needs 299 samples" in msg and "about 91 per bucket" in msg
-    assert warnings("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket", 'url = "http://127.0.0.1:1"') == []
+    assert _w509("mode = closed  concurrency = 1", "require p99(latency) < 1s per bucket", 'url = "http://127.0.0.1:1"') == []
     # a `>` rule is decided by the samples below T: p99(x) > T needs p1's sample size (the judge's), not p99's
-    assert warnings("mode = closed  concurrency = 1", "require p99(output_tokens) > 4 per bucket") == []
-    (msg,) = warnings("mode = closed  concurrency = 1", "require p1(output_tokens) >= 4 per bucket")
+    assert _w509("mode = closed  concurrency = 1", "require p99(output_tokens) > 4 per bucket") == []
+    (msg,) = _w509("mode = closed  concurrency = 1", "require p1(output_tokens) >= 4 per bucket")
     assert "needs 299 samples" in msg
 
 
@@ -497,26 +501,15 @@ def test_check_counts_a_phase_and_a_batch_as_they_send():
     batch as a closed loop. A phase is a level of its own duration, its buckets counted at its
     lowest load (a linear ramp's first bucket: its low end plus half a bucket's climb); batches
     of 3 from 2 workers send 3 requests every 2 latencies, not 2 every latency."""
-    from soakspec.lang import check, parse
-
-    def warnings(load: str, rule: str, more: str = "  duration = 20s\n") -> list[str]:
-        text = (f'soak "x" {{ issue = "1" }}\nbackend "b" {{ sim {{ ttft = 20ms  itl = 10ms }} }}\nworkload "w" {{\n'
-                f'  endpoint = completions\n  prompt_words = 4\n  max_tokens = 10\n  load {{ {load} }}\n{more}'
-                f'  bucket = 10s\n}}\ngate {{\n  confidence = 95%\n  {rule}\n}}\n')  # fmt: skip
-        tree, diags = parse(text)
-        _, found = check(tree)
-        assert not [d for d in diags + found if d.code.startswith("E")], diags + found
-        return [d.message for d in diags + found if d.code == "W509"]
-
     ramp = "mode = open  phases { up { rate = 1rps  ramp_to = 11rps  duration = 20s }  flat { rate = 10rps  duration = 20s } }"
     # the ramp's first 10 s bucket: 1 + 10 x (10 / 20) / 2 = 3.5 rps, 35 requests; the hold: 100
-    (msg,) = warnings(ramp, "require p95(ttft) < 1s per bucket", more="")
+    (msg,) = _w509(ramp, "require p95(ttft) < 1s per bucket", duration="")
     assert "about 35 per bucket are planned (workload 'w' at phase up)" in msg, msg
-    assert warnings(ramp, "require p95(ttft) < 1s per level", more="") == []  # 6 rps over 20 s: 120
+    assert _w509(ramp, "require p95(ttft) < 1s per level", duration="") == []  # 6 rps over 20 s: 120
     # 110 ms a request; batches of 3 from 2 workers: 3 / (2 x 0.11 s) = 13.6 rps, 136 a bucket
-    (msg,) = warnings("mode = batch  concurrency = 2  requests = 3", "require p99(latency) < 1s per bucket")
+    (msg,) = _w509("mode = batch  concurrency = 2  requests = 3", "require p99(latency) < 1s per bucket")
     assert "needs 299 samples" in msg and "about 136 per bucket" in msg, msg
-    assert warnings("mode = batch  concurrency = 2  requests = 3", "require p95(latency) < 1s per bucket") == []
+    assert _w509("mode = batch  concurrency = 2  requests = 3", "require p95(latency) < 1s per bucket") == []
 
 
 @pytest.mark.slow  # a real --workers soak, ~5 s
