@@ -59,3 +59,15 @@ def test_streamed_matching_equals_match_traces(case):
     assert got.unmatched_reason == why
     stepped = Counter(a.wall_step for a in ref.assignments if a.matched and a.wall_step)
     assert got.stepped == dict(stepped)
+
+
+def test_a_trace_two_records_could_take_across_different_steps_goes_by_the_first_step():
+    """Two records of one id, the trace fitting the second's window across the first recorded
+    step and the first's across the second: the judge (steps tried in their order, a chunk of
+    traces at once) and `match_traces` (the runner's choice) both place it across the first."""
+    reqs = [{"request_id": "a", "bucket": 0, "start": 114.0, "end": 115.0},
+            {"request_id": "a", "bucket": 0, "start": 104.0, "end": 107.0}]
+    traces = [Trace("a", (115.5,), None, None, "t")]
+    ref = match_traces(reqs, traces, "request_id", ["{id}"], 0.0, steps=(10.0, 1.0))
+    got = match_table(build_table(reqs), iter(traces), ["{id}"], 0.0, (10.0, 1.0))
+    assert [a.wall_step for a in ref.assignments] == [10.0] and got.stepped == {10.0: 1}

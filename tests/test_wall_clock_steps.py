@@ -18,7 +18,7 @@ import trio.testing
 
 from soakspec.cli import main
 from soakspec.evidence import schema
-from soakspec.evidence.traces import MAX_WALL_STEPS, WallSteps, wall_steps, window_fit
+from soakspec.evidence.traces import MAX_WALL_STEPS, WallSteps, first_fit, wall_steps
 from soakspec.judge import judge
 from soakspec.judge.testing import EvidenceBuilder, T0, small_spec
 from soakspec.runner.clienthealth import ClientLog, LoopMonitor
@@ -70,10 +70,16 @@ def test_steps_are_told_apart_to_the_millisecond_most_often_recorded_first_and_b
 
 
 def test_a_trace_fits_its_window_as_stamped_or_across_one_recorded_step():
-    assert window_fit((5.0, 6.0), 4.0, 7.0) == 0.0
-    assert window_fit((15.0, 16.0), 4.0, 7.0) is None
-    assert window_fit((15.0, 16.0), 4.0, 7.0, (3.0, 10.0)) == 10.0
-    assert window_fit((15.0, 26.0), 4.0, 7.0, (10.0, 20.0)) is None  # no one step places every time
+    w = [(0, (4.0, 7.0))]
+    assert first_fit((5.0, 6.0), w) == (0, 0.0)
+    assert first_fit((15.0, 16.0), w) == (None, 0.0)
+    assert first_fit((15.0, 16.0), w, (3.0, 10.0)) == (0, 10.0)
+    assert first_fit((15.0, 26.0), w, (10.0, 20.0)) == (None, 0.0)  # no one step places every time
+    assert first_fit((), w) == (0, 0.0) and first_fit((5.0,), [(0, None)]) == (None, 0.0)
+    # the steps in their order, a candidate of each (as the judge's vectorized matching takes them):
+    # candidate 1 fits across the first step, candidate 0 only across the second
+    two = [(0, (14.0, 15.0)), (1, (4.0, 7.0))]
+    assert first_fit((15.5,), two, (10.0, 1.0)) == (1, 10.0)
 
 
 def _stepped_run(record: float | None) -> EvidenceBuilder:

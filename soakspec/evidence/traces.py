@@ -55,7 +55,8 @@ REASONS = ("unknown_id", "outside_window", "no_id", "incomplete")
 # fail trace coverage -- the client machine's clock, judged as the server's fault. The runner
 # records the wall clock less the run clock once a second (client.jsonl `wall_step_s`), and a
 # trace that fits no candidate's window as stamped is tried again with each recorded step taken
-# from its times (`window_fit`): one that fits so is matched, and says by which step (traces.jsonl
+# from its times, the steps in their order (`first_fit`; the judge's `tracematch._take` alike):
+# one that fits so is matched, and says by which step (traces.jsonl
 # `wall_step_s`; the judge notes how many). The steps are the recorded values to the
 # millisecond (smaller differences are the two clocks read a few microseconds apart), without
 # 0, the most often recorded first, at most MAX_WALL_STEPS (a clock stepped more often than
@@ -99,17 +100,6 @@ def wall_steps(values: Iterable[Any]) -> tuple[float, ...]:
     for v in values:
         acc.add(v)
     return acc.steps()
-
-
-def window_fit(times: Sequence[float], lo: float, hi: float, steps: Sequence[float] = ()) -> float | None:
-    """0.0 when every one of `times` lies in [lo, hi]; else the first of `steps` that, taken
-    from every time, puts them all there; None when none does."""
-    if all(lo <= t <= hi for t in times):
-        return 0.0
-    for d in steps:
-        if all(lo <= t - d <= hi for t in times):
-            return d
-    return None
 
 
 # --- reading only what this run wrote -------------------------------------------------------
@@ -932,19 +922,18 @@ def _window(req: Mapping[str, Any], window_s: float) -> tuple[float, float] | No
     return start - window_s, end + window_s
 
 
-def _first_fit(times: Sequence[float], windows: Sequence[tuple[int, tuple[float, float] | None]],
-               steps: Sequence[float]) -> tuple[int | None, float]:
+def first_fit(times: Sequence[float], windows: Sequence[tuple[int, tuple[float, float] | None]],
+              steps: Sequence[float] = ()) -> tuple[int | None, float]:
     """(the first candidate whose window holds `times` as stamped, 0.0), else the first whose
-    window holds them across one of `steps` (and that step), else (None, 0.0). A trace without
-    times fits its first candidate."""
+    window holds them across the first of `steps` that places them in one (and that step),
+    else (None, 0.0). A trace without
+    times fits its first candidate; a candidate without a window (no start) fits none. The
+    choice of `match_traces` and of the runner's streamed matching (runner/collect.py)."""
     if not times:
         return (windows[0][0], 0.0) if windows else (None, 0.0)
-    for i, w in windows:
-        if w is not None and all(w[0] <= t <= w[1] for t in times):
-            return i, 0.0
-    if steps:
+    for d in (0.0, *steps):  # as stamped, then each step in turn: a candidate of each
         for i, w in windows:
-            if w is not None and (d := window_fit(times, w[0], w[1], steps)) is not None:
+            if w is not None and all(w[0] <= t - d <= w[1] for t in times):
                 return i, d
     return None, 0.0
 
@@ -987,7 +976,7 @@ def match_traces(
         if not candidates:
             out.append(Assignment(tr, None, "unknown_id", checked))
             continue
-        chosen, step = _first_fit(tr.times, [(i, windows[i]) for i in candidates], steps)
+        chosen, step = first_fit(tr.times, [(i, windows[i]) for i in candidates], steps)
         if chosen is None:
             rid = str(reqs[candidates[0]].get(id_field))
             out.append(Assignment(tr, rid, "outside_window", checked))

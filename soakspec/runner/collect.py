@@ -24,8 +24,8 @@ from soakspec.evidence.runtime import BoundaryText, detect_runtime_boundary
 from soakspec.evidence import layout
 from soakspec.evidence.serverlog import open_log
 from soakspec.evidence.traces import (
-    Assignment, Trace, TraceMatch, TraceSource, _window, id_form_affixes, log_boundary_text, match_traces, scan_log,
-    window_fit,
+    Assignment, Trace, TraceMatch, TraceSource, _window, first_fit, id_form_affixes, log_boundary_text, match_traces,
+    scan_log,
 )
 from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
@@ -339,19 +339,9 @@ def _assign(reqs: _RequestView, traces: list[Trace], window_s: float, steps: Seq
         if not cands:
             yield Assignment(t, None, "unknown_id", checked)
             continue
-        chosen = None
-        for i in cands:
-            s = start[i]
-            if not t.times or (s == s and all(s - window_s <= x <= end[i] + window_s for x in t.times)):
-                chosen = i
-                break
-        step = 0.0
-        if chosen is None and steps and t.times:  # across a recorded wall-clock step
-            for i in cands:
-                s = start[i]
-                if s == s and (d := window_fit(t.times, s - window_s, end[i] + window_s, steps)) is not None:
-                    chosen, step = i, d
-                    break
+        # as stamped, else across a recorded wall-clock step: `match_traces`' own choice
+        chosen, step = first_fit(t.times, [(i, (s - window_s, end[i] + window_s) if s == s else None)
+                                           for i in cands for s in (start[i],)], steps)
         if chosen is None:
             yield Assignment(t, reqs.id_of(cands[0]), "outside_window", checked)
         else:
