@@ -69,6 +69,16 @@ def test_a_real_step_is_a_failure_and_no_change_a_pass_with_enough_samples():
     assert same.status == "pass", same.message
 
 
+def test_a_server_that_drifts_is_never_passed_for_want_of_samples():
+    """The intervals only ever widen what the point estimate says: a server whose TTFT grows
+    60 % by the last bucket, judged from 80 requests a bucket, is a FAIL or INCONCLUSIVE in
+    every draw, never a PASS -- too few samples cannot hide a drift."""
+    got = [_run(RULE, 80, lambda k, rng: (1.6 if k == 3 else 1.0) * 0.1 * rng.lognormvariate(0.0, 0.5), seed=s)
+           for s in range(30)]
+    assert all(r.status in ("fail", "inconclusive") for r in got), [(r.status, r.observed) for r in got]
+    assert any(r.status == "inconclusive" for r in got)
+
+
 def test_identical_values_have_no_noise_and_means_keep_their_point_estimate():
     """A bucket whose requests all read the same TTFT has that value for every order
     statistic: nothing changes. drift(mean(...)) is judged as before (a mean is not an order

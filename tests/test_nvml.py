@@ -414,6 +414,8 @@ def test_a_mig_uuid_selects_that_slice_of_its_gpu():
     # as in CUDA: an entry that names no device ends the list; a GPU's index stays the whole GPU
     assert NvmlSource(FakeMigNvml(), visible_devices="MIG-zzzz,MIG-cccc").gpu_inventory()["devices"] == []
     assert [("mig" in d) for d in NvmlSource(FakeMigNvml(), visible_devices="1").gpu_inventory()["devices"]] == [False]
+    # a prefix two slices share names neither (as a GPU UUID prefix): no guess at which
+    assert NvmlSource(FakeMigNvml(), visible_devices="MIG-").gpu_inventory()["devices"] == []
     # a pynvml without the MIG calls (or no GPU in MIG mode): a MIG UUID names nothing, no error
     assert NvmlSource(FakeNvml(), visible_devices="MIG-cccc").gpu_inventory()["devices"] == []
 

@@ -183,3 +183,21 @@ def test_a_real_soak_after_a_step_is_traced_across_it(tmp_path, monkeypatch, rec
         assert stepped == []
         assert all(not r["matched"] and r["reason"] == "outside_window" for r in rows), rows[:2]
         assert cov.status == "fail", cov.message
+
+
+def test_a_step_written_into_client_jsonl_afterwards_does_not_cover_the_traces(tmp_path, capsys):
+    """An edited record trying to fake it: a run whose traces are 10 s off with no step on
+    record, then `wall_step_s: 10` added to its client.jsonl by hand. The file no longer has the
+    sha256 the manifest recorded: artifacts_verified fails and the gate does not pass."""
+    b = _stepped_run(None)
+    ev = b.write(tmp_path / "ev")
+    spec_path = tmp_path / "s.soak"
+    spec_path.write_text(b.spec.canonical_text)
+    client = ev / "client.jsonl"
+    rows = [json.loads(x) for x in client.read_text().splitlines()]
+    client.write_text("".join(json.dumps({**r, "wall_step_s": STEP_S}) + "\n" for r in rows))
+    assert main(["gate", str(ev), "--spec", str(spec_path), "--format", "json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    by_rule = {r["rule"]: r for r in out["rules"]}
+    assert by_rule["artifacts_verified"]["status"] == "fail" and "client.jsonl" in by_rule["artifacts_verified"]["message"]
+    assert out["verdict"] != "PASS"
