@@ -283,11 +283,12 @@ class NvmlSource:
     def _mig_entry(self, h: Any, slot: int) -> dict[str, Any]:
         """A MIG device's place on its GPU: its slot, and its GPU and compute instance ids
         (None where NVML does not say)."""
-        nv = self._module
-        gi = self._call(getattr(nv, "nvmlDeviceGetGpuInstanceId", None) or (lambda _h: None), h)
-        ci = self._call(getattr(nv, "nvmlDeviceGetComputeInstanceId", None) or (lambda _h: None), h)
-        return {"slot": slot, "gpu_instance_id": gi if isinstance(gi, int) else None,
-                "compute_instance_id": ci if isinstance(ci, int) else None}
+        ids = {}
+        for key, name in (("gpu_instance_id", "nvmlDeviceGetGpuInstanceId"), ("compute_instance_id", "nvmlDeviceGetComputeInstanceId")):
+            fn = getattr(self._module, name, None)  # absent from an older pynvml
+            got = self._call(fn, h) if fn is not None else None
+            ids[key] = got if isinstance(got, int) else None
+        return {"slot": slot, **ids}
 
 
 def _tree_memory(procs: Any, tree: set[int]) -> int | None:
