@@ -429,7 +429,7 @@ def _trend(rule: Rule, n: int, used: list[tuple[Scope, Measure]]) -> tuple[float
     return slope(times, vals), f"{inner} over {plural(n, 'bucket')}"
 
 
-def sampling_interval(impl: Distribution, sc: Scope, m: Measure, agg: str | None, q: float,
+def sampling_interval(impl: Distribution, sc: Scope, m: Measure, agg: str | None, q: float | None,
                       confidence: float) -> tuple[float, float]:
     """Where bucket `sc`'s pNN (its measure `m`) may lie, given how many samples it rests on:
     between the order statistics that the percentile rules' own test (`stats.max_overages`)
@@ -440,6 +440,8 @@ def sampling_interval(impl: Distribution, sc: Scope, m: Measure, agg: str | None
     order statistics (their bins' extent where gaps are binned). (-inf, inf) where no order
     statistic bounds it; the point value itself where q is 0 or 100 (the extremes: no
     sampling interval, as before)."""
+    if q is None:
+        return _mean_interval(impl, sc, m, confidence) if agg == "mean" else (-math.inf, math.inf)
     if m.value is None or not 0 < q < 100:
         return (m.value, m.value) if m.value is not None else (-math.inf, math.inf)
     n = m.samples
@@ -460,6 +462,46 @@ def sampling_interval(impl: Distribution, sc: Scope, m: Measure, agg: str | None
     if hi is None or lo is None:
         return -math.inf, math.inf
     return min(lo, float(m.value)), max(hi, float(m.value))
+
+
+def _mean_interval(impl: Distribution, sc: Scope, m: Measure, confidence: float) -> tuple[float, float]:
+    """Where bucket `sc`'s mean (its measure `m`) may lie, given the samples it rests on: mean
+    -+ t s / sqrt(u), Student's t with u - 1 degrees of freedom at the gate's confidence on each
+    side (one-sided each, as `sampling_interval` bounds a percentile), s the values' standard
+    deviation and u the independent draws they are: the requests, a request's ITL gaps one
+    draw weighted as the percentile rules weigh them (`PerToken.draws`, Kish's effective
+    number). That is the most clustering can cost a pooled mean -- were a request's gaps all
+    one value, Var(mean) = s^2 sum(n_i^2) / N^2 = s^2 / u -- so the interval holds whatever the
+    correlation within a request. It is the textbook interval of a mean (the central limit
+    theorem's): for heavy-tailed values it is what a reviewer would compute, not an exact bound.
+    (-inf, inf) with fewer than 2 draws; the point itself where every value is one value."""
+    if m.value is None:
+        return -math.inf, math.inf
+    c = impl.counted(sc.records)
+    if c is not None and c.n:  # gaps counted by value (`_itl_counted`): the mean's own n and spread
+        vals, counts = np.asarray(c.values, dtype=np.float64), np.asarray(c.counts, dtype=np.float64)
+    else:
+        vals = np.asarray(impl.values(sc.records), dtype=np.float64)
+        counts = np.ones(len(vals))
+    n = float(counts.sum())
+    units = impl.independent(sc.records)
+    u = int(n) if units is None else min(int(units), int(n))
+    if u < 2 or n < 2:
+        return -math.inf, math.inf
+    centre = float(np.dot(vals, counts)) / n
+    var = float(np.dot(counts, (vals - centre) ** 2)) / (n - 1)
+    if not math.isfinite(var):
+        return -math.inf, math.inf
+    half = stats.t_quantile(confidence, u - 1) * math.sqrt(var / u)
+    return min(float(m.value), float(m.value) - half), max(float(m.value), float(m.value) + half)
+
+
+def _interval_text(q: float | None, confidence: float) -> str:
+    """How `sampling_interval` bounded a bucket's value, for a message."""
+    if q is not None:
+        return f"its order statistics either side at {confidence * 100:g}% confidence, as the percentile rules count them"
+    return (f"its mean within Student's t standard errors either side at {confidence * 100:g}% confidence, "
+            f"a request one draw, its gaps too")
 
 
 def _trend_bounds(rule: Rule, n: int, used: list[tuple[Scope, Measure]],
@@ -519,10 +561,10 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     samples = sum(m.samples for _, m in used)
     if value is None:
         return Instance("inconclusive", where, None, None, samples, f"{e.wrapper}() is undefined: the baseline {_inner_text(rule)} is 0 ({basis})"), None, samples
-    # a percentile of sampled requests (or their gaps): each bucket's value within its sampling
-    # interval (`sampling_interval`), so a drift that noise alone could carry across the
-    # threshold is INCONCLUSIVE, never a FAIL (or a PASS) of the server
-    sampled = isinstance(impl, Distribution) and e.percentile is not None
+    # a percentile or mean of sampled requests (or their gaps): each bucket's value within its
+    # sampling interval (`sampling_interval`), so a drift that noise alone could carry across
+    # the threshold is INCONCLUSIVE, never a FAIL (or a PASS) of the server
+    sampled = isinstance(impl, Distribution) and (e.percentile is not None or e.agg == "mean")
     intervals = [sampling_interval(impl, s, m, e.agg, e.percentile, run.gate.confidence)  # type: ignore[arg-type]
                  for s, m in used] if sampled else None
     binned = _trend_bounds(rule, n, used)
@@ -539,8 +581,8 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
                 f"{format_beside(bounds[1], None, rule.op, rule.threshold, signed=True)}" if all(map(math.isfinite, bounds)) else "anywhere")
         return Instance("inconclusive", where, value, vtext, samples,
                         f"{vtext} ({basis}): each bucket's {_inner_text(rule)} is only known within the samples it rests on "
-                        f"(its order statistics either side at {run.gate.confidence * 100:g}% confidence, as the percentile "
-                        f"rules count them), and within those the {e.wrapper} lies {span}{'/min' if e.wrapper == 'slope' else ''}, "
+                        f"({_interval_text(e.percentile, run.gate.confidence)}), and within those the {e.wrapper} lies "
+                        f"{span}{'/min' if e.wrapper == 'slope' else ''}, "
                         f"either side of the threshold {rule.op} {rule.threshold_text}: sampling noise alone could decide it"), value, samples
     status: Status = "pass" if compare(value, rule.op, rule.threshold) else "fail"
     return Instance(status, where, value, vtext, samples, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value, samples
