@@ -59,6 +59,11 @@ to 1 us on disk; durations are seconds):
   coalesced       ITL gaps that share a read stamp with the previous token (not independent samples)
   usage_decreased the stream's cumulative usage.completion_tokens went down at some point
   client_delay    seconds between the last bytes' arrival stamp and the client finishing them
+  conversation    multi-turn chat (`multi_turn = true`): which conversation of the prompt file
+                  the request's session sent, counted from 1 in the file's order (as `check`'s
+                  W512 names them); None for any other request
+  turn            multi-turn chat: which user turn of that conversation it sent, from 1 (its
+                  history is every turn before it); None for any other request
 
 Derived, defined once here (properties, never stored): `ttft` and `latency` measure from the
 intended start (open-loop load: a late scheduler is charged, not hidden), or from `start` when
@@ -332,6 +337,8 @@ class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_
     coalesced: NonNeg = 0
     usage_decreased: bool = False
     client_delay: NonNegF | None = None
+    conversation: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    turn: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
     def broken_rule(self) -> tuple[str, str] | None:
         """(JSON pointer, why) of the first cross-field rule this record breaks, or None. Checked
@@ -574,6 +581,8 @@ class RequestRecord:
     coalesced: int = 0
     usage_decreased: bool = False
     client_delay: float | None = None
+    conversation: int | None = None  # multi-turn chat: the file's conversation (from 1) and its user turn (from 1)
+    turn: int | None = None
 
     @property
     def ttft(self) -> float | None:
@@ -611,7 +620,7 @@ class RequestRecord:
             self.finish_reason, self.server_id, self.prompt_tokens, self.output_tokens, self.tokens_source,
             self.itl_source, self.chunks, None if tpot is None else _round6(tpot),
             pack_gaps(list(map(round, map(_TO_US, itl)))), self.output_sha256, self.output_chars, self.empty_text,
-            self.coalesced, self.usage_decreased, None if cd is None else _round6(cd),
+            self.coalesced, self.usage_decreased, None if cd is None else _round6(cd), self.conversation, self.turn,
         )  # fmt: skip
 
     def redact(self) -> None:
@@ -675,13 +684,14 @@ def request_schema() -> dict[str, Any]:
     body.pop("description", None)
     schema: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "urn:soakspec:evidence:request:3",
+        "$id": "urn:soakspec:evidence:request:4",
         "title": "one finished request (a line of backends/<name>/requests.jsonl.gz)",
         "description": "Generated from soakspec.evidence.record.Record (its docstring says what each field means). "
                        "Times are epoch seconds rounded to 1 us; tpot and client_delay are seconds; itl_us are "
                        "whole microseconds, packed: lowercase hex of little-endian uint32s (or 'w' and "
                        "uint64s), a JSON array of integers in evidence before format 3. "
-                       "bucket -1 is warm-up, -2 the follow-up request.",
+                       "bucket -1 is warm-up, -2 the follow-up request. Format 4 added conversation and turn "
+                       "(multi-turn chat; absent in format 3: read as null).",
     }
     schema |= body
     props = schema["properties"] = dict(schema["properties"])

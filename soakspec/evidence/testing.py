@@ -97,6 +97,8 @@ def sample_request(i: int = 0, backend: str = "a", bucket: int = 0, **overrides:
         "coalesced": 0,
         "usage_decreased": False,
         "client_delay": 0.0001,
+        "conversation": None,
+        "turn": None,
     }
     rec.update(overrides)
     return rec

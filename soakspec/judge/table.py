@@ -23,7 +23,8 @@ what the record derives, are computed when read (`derived`)):
                of the others that are not one repeated value
   counts       int32 (MISSING: absent)     bucket, level, status, chunks, output_tokens,
                                            output_chars, prompt_tokens, worker, concurrency,
-                                           coalesced (beyond int32: kept in extras)   40
+                                           coalesced, conversation, turn (beyond int32:
+                                           kept in extras)                            48
                -- each held in int8 or int16 where every value fits (`_IntCol`, while
                loading too; a column with an absent value is int32): bucket, worker 1-2
   labels       uint8 codes (int32 beyond   backend, workload, outcome, error, finish_reason,
@@ -82,7 +83,7 @@ _INT_LIMIT = 2**31  # an int column holds -(2**31) < v < 2**31; anything else is
 
 FLOATS = ("start", "end", "intended_start", "first_token", "first_byte", "ttft", "latency", "tpot", "rate", "client_delay")
 INTS = ("bucket", "level", "status", "chunks", "output_tokens", "output_chars", "prompt_tokens", "worker", "concurrency",
-        "coalesced")
+        "coalesced", "conversation", "turn")
 LABELS = ("backend", "workload", "outcome", "error", "finish_reason", "itl_source", "tokens_source", "empty_text",
           "usage_mismatch", "usage_decreased")
 SPARSE = ("server_id",)
@@ -1272,6 +1273,9 @@ class TableBuilder:
         ints: dict[str, np.ndarray] = {}
         for k in INTS:
             vals = list(map(_FIELD[k], recs))
+            if vals.count(None) == m:  # a field no record of the block has (a multi-turn index, an open loop's concurrency)
+                ints[k] = np.full(m, np.nan)
+                continue
             if k == "level" and str in set(map(type, vals)):  # a string level: kept in extras
                 return False
             v = np.array(vals, dtype=np.float64)  # None: NaN; every int of a record is below 2**53 or refused here

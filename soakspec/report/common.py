@@ -596,6 +596,42 @@ def level_rows(results: Mapping[str, Any]) -> list[LevelRow]:
     return out
 
 
+@dataclasses.dataclass(frozen=True)
+class TurnRow:
+    """One user turn of a multi-turn level (results.json levels' `turns`)."""
+
+    backend: str
+    label: str
+    turn: str  # "3", or "21+" for the last entry of turns past those listed one by one
+    completed: int | None
+    total: int | None
+    ttft: Mapping[str, Any] | None
+    latency: Mapping[str, Any] | None
+    prompt_tokens: float | None  # the mean of the server's counts
+
+
+TURN_NOTE = ("Multi-turn chat: a turn's prompt carries its conversation so far, so its prompt grows with the "
+             "turn while the server's prefix cache may hold the history; TTFT by turn shows what that costs.")
+
+
+def turn_rows(results: Mapping[str, Any]) -> list[TurnRow]:
+    """Per backend, level and user turn of a multi-turn workload, in order (none without one)."""
+    out = []
+    for b, lv, _ in levels_with_buckets(results):
+        for t in _list(lv.get("turns")):
+            if not isinstance(t, Mapping) or _int(t.get("turn")) is None:
+                continue
+            req = _map(t.get("requests"))
+            out.append(TurnRow(
+                backend=one_line(b.get("name")), label=one_line(lv.get("label") or f"level {lv.get('index')}"),
+                turn=f"{t['turn']}+" if t.get("and_later") is True else str(t["turn"]),
+                completed=_int(req.get("completed")), total=_int(req.get("total")),
+                ttft=_map(t.get("ttft")) or None, latency=_map(t.get("latency")) or None,
+                prompt_tokens=num(_map(t.get("prompt_tokens")).get("mean")),
+            ))
+    return out
+
+
 NOT_EVALUATED_NOTE = ("Performance rules were not evaluated (a required validity or evidence check failed); "
                       "the figures below are measured from the evidence but not judged.")
 

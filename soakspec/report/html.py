@@ -295,6 +295,23 @@ def level_table(results: Mapping[str, Any], verdict: Any) -> list[str]:
     return out
 
 
+def turn_table(results: Mapping[str, Any]) -> list[str]:
+    """Multi-turn levels: TTFT and latency by user turn (results.json levels' `turns`)."""
+    rows = C.turn_rows(results)
+    if not rows:
+        return []
+    head = ("Backend", "Level", "Turn", "Completed / requests", "Prompt tokens (mean)", "TTFT p50 / p95 / p99", "Latency p50 / p95 / p99")
+    out = ["<h2>By turn</h2>", f'<p class="note">{esc(C.TURN_NOTE)}</p>',
+           '<table class="levels turns"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"]
+    for t in rows:
+        tokens = "-" if t.prompt_tokens is None else f"{t.prompt_tokens:,.0f}"
+        out.append(f"<tr><td><code>{esc(t.backend)}</code></td><td>{esc(t.label)}</td><td class=\"num\">{esc(t.turn)}</td>"
+                   f"<td class=\"num\">{esc('-' if t.completed is None else t.completed)} / {esc('-' if t.total is None else t.total)}</td>"
+                   f"<td class=\"num\">{esc(tokens)}</td><td class=\"num\">{_pct3(t.ttft)}</td><td class=\"num\">{_pct3(t.latency)}</td></tr>")
+    out.append("</tbody></table>")
+    return out
+
+
 def _rules_table(verdict: Any, meta: Mapping[str, Any] | None = None) -> list[str]:
     out = ['<table class="rules"><thead><tr><th>Class</th><th>Rule</th><th>Status</th><th>Observed</th><th>Explanation</th></tr></thead><tbody>']
     for r in verdict.rules:
@@ -413,6 +430,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         out.append("<h2>Per level</h2>")
         out += per_level
         out += [f'<p class="note">{esc(n)}</p>' for n in C.exclusion_notes(results)]
+    out += turn_table(results)
     health = C.client_rows(results)
     if health:
         out.append("<h2>Load generator</h2>")

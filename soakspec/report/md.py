@@ -188,6 +188,23 @@ def level_table(results: Mapping[str, Any]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+TURN_HEAD = ("Backend / level", "Turn", "Completed / requests", "Prompt tokens (mean)", "TTFT p50 / p95 / p99",
+             "Latency p50 / p95 / p99")
+
+
+def turn_section(results: Mapping[str, Any]) -> list[str]:
+    """Multi-turn levels: TTFT and latency by user turn (results.json levels' `turns`)."""
+    rows = C.turn_rows(results)
+    if not rows:
+        return []
+    out = ["### By turn", "", md_text(C.TURN_NOTE), "", "| " + " | ".join(TURN_HEAD) + " |", "|" + "|".join("---" for _ in TURN_HEAD) + "|"]
+    for t in rows:
+        tokens = "-" if t.prompt_tokens is None else f"{t.prompt_tokens:,.0f}"
+        out.append(f"| {md_cell(t.backend)} · {md_text(t.label)} | {md_text(t.turn)} | {_num(t.completed)} / {_num(t.total)} | "
+                   f"{tokens} | {_pct(t.ttft)} | {_pct(t.latency)} |")
+    return out + [""]
+
+
 def sweep_section(results: Mapping[str, Any]) -> list[str]:
     """A sweep's figure and every probe in the order it ran (results.json `sweep`)."""
     out: list[str] = []
@@ -265,6 +282,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         if notes:  # the judge's own words, fenced like the rules' messages (not prose claims)
             fence = fence_for(notes)
             lines += ["What the percentiles leave out:", "", fence + "text"] + notes + [fence, ""]
+    lines += turn_section(results)
     health = client_table(results)
     if health:
         lines += ["### Load generator", "", md_text(C.CLIENT_NOTE), ""] + health + [""]

@@ -208,7 +208,8 @@ class Shapes:
             users = [i for i, (role, _) in enumerate(turns) if role == "user"]
         self._sessions[worker] = (conv, turn + 1)
         history = turns[: users[turn] + 1]
-        return self._shape(history, w.max_tokens[index % len(w.max_tokens)])
+        shape = self._shape(history, w.max_tokens[index % len(w.max_tokens)])
+        return dataclasses.replace(shape, conversation=conv % len(convs) + 1, turn=turn + 1)
 
     def _next_conv(self, part: tuple[int, int]) -> int:
         n = self._conv_counter
@@ -437,6 +438,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             worker=worker,
             intended_start=intended,
             start=now,
+            conversation=None if shape is None else shape.conversation,
+            turn=None if shape is None else shape.turn,
         )
         ctx.stats.started()
         if ctx.on_request_start is not None:

@@ -222,6 +222,10 @@ class RequestShape:
     stream: bool = True
     extra: tuple[tuple[str, Any], ...] = ()
     messages: tuple[tuple[str, str], ...] | None = None  # chat: the whole conversation (else one user turn of `prompt`)
+    # multi-turn chat: the prompt file's conversation (from 1) and which of its user turns this
+    # is (from 1), written into the request's record; None for any other request
+    conversation: int | None = None
+    turn: int | None = None
 
     @property
     def path(self) -> str:

@@ -1,0 +1,119 @@
+"""A multi-turn record says which conversation and which user turn it sent, and the results
+and reports show TTFT by turn.
+
+A multi-turn session's turns differ in what they cost: turn k carries its conversation so far
+(its prompt grows with k) while the server's prefix cache may hold the history. The records
+carried no conversation or turn index, so a soak of `multi_turn = true` could not say how
+TTFT went with the turn -- the figure a user of vLLM's multi-turn benchmark looks for. Each
+record now carries `conversation` (the prompt file's, from 1) and `turn` (from 1), results.json
+a level's `turns`, and the reports a "By turn" table.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from runner_support import REPO, read_jsonl, run_spec
+from soakspec.evidence.record import Record, decode_line
+from soakspec.evidence.testing import sample_request
+from soakspec.judge import summarize
+from soakspec.judge.summary import MAX_TURNS_LISTED
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+from specs import one_workload_spec
+
+CONVERSATIONS, TURNS = 3, 3
+
+
+def _multi_turn_run(tmp_path: Path) -> Path:
+    """A real run on the simulator: 3 conversations of 3 user turns, turn t's question 5 t words
+    longer, two sessions, 2 s."""
+    convs = []
+    for i in range(CONVERSATIONS):
+        turns = []
+        for t in range(1, TURNS + 1):
+            turns += [{"from": "human", "value": f"c{i} q{t} " + "word " * (5 * t)}, {"from": "gpt", "value": "answer " * 10}]
+        convs.append({"conversations": turns})
+    (tmp_path / "sg.json").write_text(json.dumps(convs))
+    before = f'endpoint = chat\n  prompt_file = "{tmp_path / "sg.json"}"\n  multi_turn = true\n  max_tokens = 4'
+    text = one_workload_spec(name="mt", issue="1", before_load=before, load="mode = closed\n    concurrency = [2]",
+                             after_load="warmup = 0s\n  duration = 2s\n  bucket = 1s\n  deadline = 5s\n  follow_up = false")
+    proc, out = run_spec(tmp_path, text)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out
+
+
+def test_each_turn_is_recorded_with_its_conversation_and_turn_and_shown_by_turn(tmp_path):
+    out = _multi_turn_run(tmp_path)
+    rows = read_jsonl(out / "backends" / "sim" / "requests.jsonl.gz")
+    measured = [r for r in rows if r["bucket"] >= 0]
+    assert len(measured) >= 2 * TURNS  # two sessions, each through at least one conversation
+    assert all(1 <= r["conversation"] <= CONVERSATIONS and 1 <= r["turn"] <= TURNS for r in measured)
+    # a session's turns follow each other in its conversation (a worker's requests in send order)
+    for w in {r["worker"] for r in measured}:
+        mine = sorted((r for r in measured if r["worker"] == w), key=lambda r: r["start"])
+        for a, b in zip(mine, mine[1:]):
+            assert (b["conversation"], b["turn"]) == (a["conversation"], a["turn"] + 1) or (a["turn"] == TURNS and b["turn"] == 1)
+    # turn t carries the turns before it: the server counts more prompt tokens the later the turn
+    by_turn = {t: {r["prompt_tokens"] for r in measured if r["turn"] == t} for t in range(1, TURNS + 1)}
+    assert max(by_turn[1]) < min(by_turn[2]) and max(by_turn[2]) < min(by_turn[3]), by_turn
+
+    (level,) = json.loads((out / "results.json").read_text())["backends"][0]["levels"]
+    turns = level["turns"]
+    assert [t["turn"] for t in turns] == [1, 2, 3] and not any(t["and_later"] for t in turns)
+    assert sum(t["requests"]["total"] for t in turns) == level["requests"]["total"]
+    for t in turns:
+        assert t["requests"]["total"] == sum(1 for r in measured if r["turn"] == t["turn"])
+        assert t["ttft"]["count"] == t["requests"]["completed"]
+    assert turns[0]["prompt_tokens"]["mean"] < turns[2]["prompt_tokens"]["mean"]
+
+    md = subprocess.run([sys.executable, "-m", "soakspec", "report", str(out), "--format", "md"], cwd=REPO,
+                        capture_output=True, text=True, timeout=120)
+    assert md.returncode == 0, md.stderr
+    section = md.stdout.split("### By turn", 1)[1].split("###", 1)[0]
+    lines = [ln for ln in section.splitlines() if ln.startswith("| sim")]
+    assert [ln.split(" | ")[1] for ln in lines] == ["1", "2", "3"], section
+    html = subprocess.run([sys.executable, "-m", "soakspec", "report", str(out), "--format", "html"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert html.returncode == 0 and "<h2>By turn</h2>" in html.stdout
+
+
+def test_a_single_turn_workload_has_no_turns():
+    spec = small_spec("require failed == 0")
+    ev = EvidenceBuilder(spec, per_bucket=5).build()
+    levels = summarize(ev, spec)["backends"][0]["levels"]
+    assert levels and all(lv["turns"] is None for lv in levels)
+
+
+def test_turns_past_the_listed_ones_are_one_last_entry():
+    """A conversation of 25 user turns: turns 1-20 each, then 21-25 together (and_later), so
+    results.json stays bounded whatever the prompt file holds."""
+    spec = small_spec("require failed == 0")
+    b = EvidenceBuilder(spec, per_bucket=25)
+    recs = [r for r in b.measured("a")]
+    for k, r in enumerate(recs):
+        r["conversation"], r["turn"] = 1, k % 25 + 1
+    ev = b.build()
+    (level,) = summarize(ev, spec)["backends"][0]["levels"]
+    turns = level["turns"]
+    assert [t["turn"] for t in turns] == list(range(1, MAX_TURNS_LISTED + 2))
+    assert [t["and_later"] for t in turns] == [False] * MAX_TURNS_LISTED + [True]
+    per = {t["turn"]: t["requests"]["total"] for t in turns}
+    assert per[MAX_TURNS_LISTED + 1] == sum(1 for k in range(len(recs)) if k % 25 + 1 > MAX_TURNS_LISTED)
+    assert sum(per.values()) == level["requests"]["total"] == len(recs)
+
+
+def test_a_record_before_format_4_reads_as_no_turn_and_a_bad_turn_is_refused():
+    old = {k: v for k, v in sample_request(0).items() if k not in ("conversation", "turn")}
+    rec = decode_line(json.dumps(old).encode() + b"\n")
+    assert isinstance(rec, Record) and rec.conversation is None and rec.turn is None
+    for bad in (0, -1, "2", 1.5, True):
+        with pytest.raises(msgspec.ValidationError, match="turn"):
+            decode_line(json.dumps(sample_request(0, turn=bad, conversation=1)).encode() + b"\n")
+        with pytest.raises(msgspec.ValidationError, match="conversation"):
+            decode_line(json.dumps(sample_request(0, turn=1, conversation=bad)).encode() + b"\n")
