@@ -30,9 +30,11 @@ from specs import one_workload_spec
 CONVERSATIONS, TURNS = 3, 3
 
 
-def _multi_turn_run(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def multi_turn_run(tmp_path_factory) -> Path:
     """A real run on the simulator: 3 conversations of 3 user turns, turn t's question 5 t words
     longer, two sessions, 2 s."""
+    tmp_path = tmp_path_factory.mktemp("multi-turn")
     convs = []
     for i in range(CONVERSATIONS):
         turns = []
@@ -48,8 +50,8 @@ def _multi_turn_run(tmp_path: Path) -> Path:
     return out
 
 
-def test_each_turn_is_recorded_with_its_conversation_and_turn_and_shown_by_turn(tmp_path):
-    out = _multi_turn_run(tmp_path)
+def test_each_turn_is_recorded_with_its_conversation_and_turn_and_shown_by_turn(multi_turn_run):
+    out = multi_turn_run
     rows = read_jsonl(out / "backends" / "sim" / "requests.jsonl.gz")
     measured = [r for r in rows if r["bucket"] >= 0]
     assert len(measured) >= 2 * TURNS  # two sessions, each through at least one conversation
@@ -81,6 +83,65 @@ def test_each_turn_is_recorded_with_its_conversation_and_turn_and_shown_by_turn(
     html = subprocess.run([sys.executable, "-m", "soakspec", "report", str(out), "--format", "html"], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert html.returncode == 0 and "<h2>By turn</h2>" in html.stdout
+
+
+def test_a_rule_per_turn_is_judged_on_each_turns_requests_and_names_the_turn(multi_turn_run, tmp_path):
+    """Turn 3 carries two turns of history: its prompts are the longest. A rule on prompt
+    tokens per turn fails there, naming it, where the level's requests together would pass;
+    verdict.json says which turn."""
+    spec = (multi_turn_run / "manifest.json")
+    text = json.loads(spec.read_text())["spec"]["text"]
+    rules = ("  require max(prompt_tokens) < 50 per turn\n  warn p50(ttft) < 10s per turn\n"
+             "  require ratio(failed) == 0 per turn\n  require mean(prompt_tokens) < 50 per level\n")
+    (tmp_path / "turn.soak").write_text(text.replace("  require failed == 0\n", "  require failed == 0\n" + rules, 1))
+    got = subprocess.run([sys.executable, "-m", "soakspec", "gate", str(multi_turn_run), "--spec", str(tmp_path / "turn.soak"),
+                          "--format", "json"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 1, got.stderr[-2000:]
+    verdict = json.loads(got.stdout)
+    by_rule = {r["rule"]: r for r in verdict["rules"]}
+    failed = by_rule["max(prompt_tokens) < 50 per turn"]
+    assert failed["status"] == "fail" and "turn 3" in failed["message"] and "turn 1" not in failed["message"], failed["message"]
+    assert failed["where"]["turn"] == 3 and [d["where"]["turn"] for d in failed["details"]] == [3]
+    assert by_rule["ratio(failed) == 0 per turn"]["status"] == "pass"
+    assert "all 3 turns pass" in by_rule["ratio(failed) == 0 per turn"]["message"]
+    assert by_rule["mean(prompt_tokens) < 50 per level"]["status"] == "pass"  # the turns together hide turn 3
+
+
+def test_per_turn_takes_request_measures_of_a_multi_turn_workload():
+    from soakspec.lang import load_text
+
+    single = small_spec("require failed == 0")  # a workload without multi_turn
+    assert single is not None
+    for rule, code, said in (("require p95(ttft) < 1s per turn", "E403", "no workload has multi_turn = true"),
+                             ("require mean(qps) > 1rps per turn", "E305", "series of the level's buckets"),
+                             ("require rate(completed) > 1rps per turn", "E305", "rate() is per second"),
+                             ("require bucket_coverage per turn", "E305", "evidence check"),
+                             ("abort ratio(failed) > 50% per turn", "E422", "per bucket or per window")):
+        text = SMALL.replace("require failed == 0", rule)
+        spec, diags, _ = load_text(text, "<t>")
+        assert spec is None and any(d.code == code and said in d.message for d in diags), (rule, [(d.code, d.message) for d in diags])
+
+
+SMALL = """soak "t" {}
+backend "a" {
+  url = "http://127.0.0.1:8000"
+  runtime {
+    label = "host-staged"
+  }
+}
+workload "w" {
+  load {
+    mode = closed
+    concurrency = [2]
+  }
+  duration = 2m
+  bucket = 1m
+  deadline = 30s
+}
+gate {
+  require failed == 0
+}
+"""
 
 
 def test_a_single_turn_workload_has_no_turns():

@@ -150,6 +150,7 @@ def loc(sc: Scope) -> Location:
         start=sc.start,
         end=sc.end,
         text=sc.where(),
+        turn=sc.turn,
     )
 
 

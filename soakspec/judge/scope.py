@@ -1,8 +1,11 @@
-"""Scope instances: the run, a backend, a level, a phase, a bucket or a `per window` slice.
+"""Scope instances: the run, a backend, a level, a phase, a turn, a bucket or a `per window` slice.
 
 A phase is a level that carries a `phase` name (a workload's `load { phases { ... } }`): `per
 phase` judges each such level, named by its phase in messages; levels without one are no
-phase's (a run without phases has no phase instance, so the rule is inconclusive).
+phase's (a run without phases has no phase instance, so the rule is inconclusive). A turn is
+one user turn of a multi-turn chat level (`multi_turn = true`): `per turn` judges, per backend
+and level, the requests that sent each turn of their sessions' conversations (their records'
+`turn`); a level without multi-turn requests has no turn instance.
 
 A rule is judged once per instance of its scope; `scopes(kind, backends, window_s)` lists them
 in a fixed order (backends, levels, buckets). A `Scope` holds the measured requests it covers
@@ -29,7 +32,7 @@ from soakspec.judge.table import Rows
 class Scope:
     """One instance of a rule's scope: what it covers and where it is, for messages."""
 
-    kind: str  # run | backend | level | phase | bucket | window
+    kind: str  # run | backend | level | phase | turn | bucket | window
     backends: tuple[BackendIndex, ...]
     # measured requests in the scope, time order; per-request columns of a scope are aligned:
     # `records.column(...)`, `records.map(...)` give one value per request, in this order
@@ -39,6 +42,7 @@ class Scope:
     bucket: int | None = None
     start: float | None = None
     end: float | None = None
+    turn: int | None = None  # a `per turn` instance's user turn (from 1)
 
     @property
     def backend(self) -> str | None:
@@ -60,6 +64,8 @@ class Scope:
             parts.append(f"backend {self.backend}")
         if self.level is not None:
             parts.append(self.level.label)
+        if self.turn is not None:
+            parts.append(f"turn {self.turn}")
         if self.bucket is not None:
             parts.append(f"{'window' if self.kind == 'window' else 'bucket'} {self.bucket}{clock_span(self.start, self.end)}")
         return ", ".join(parts)
@@ -97,6 +103,41 @@ def run_scope(bis: Sequence[BackendIndex]) -> Scope:
     ws = tuple((bi, w) for bi in bis for lv in bi.levels for w in lv.buckets)
     recs = bis[0].measured if len(bis) == 1 else Rows(tuple(p for bi in bis for p in bi.measured.parts))
     return Scope("run", tuple(bis), recs, ws)
+
+
+def turns_of(records: Rows) -> np.ndarray:
+    """Each request's multi-turn `turn` (float64, NaN: none), aligned with `records` (part by
+    part, as `Rows.map` aligns)."""
+    return records.map(lambda t, idx: t.number("turn", idx), lambda r: _turn_number(r.get("turn")))
+
+
+def _turn_number(v: Any) -> float | None:
+    return float(v) if type(v) is int and v >= 1 else None
+
+
+def rows_by_turn(records: Rows, cap: int | None = None) -> list[tuple[int, Rows]]:
+    """The rows of each user turn of `records`, turns ascending (none: no request has a turn);
+    with `cap`, the turns past it as one entry, numbered cap + 1."""
+    turns = turns_of(records)
+    if not len(turns) or np.isnan(turns).all():
+        return []
+    if cap is not None:
+        turns = np.minimum(turns, cap + 1)
+    out = []
+    for k in np.unique(turns[~np.isnan(turns)]).astype(np.int64).tolist():
+        mask, parts, at = turns == k, [], 0
+        for t, idx in records.parts:
+            parts.append((t, idx[mask[at:at + len(idx)]]))
+            at += len(idx)
+        out.append((k, Rows(parts)))
+    return out
+
+
+def turn_scopes(bi: BackendIndex, lv: LevelIndex) -> list[Scope]:
+    """A multi-turn level's turns: each the level's requests that sent that user turn, over the
+    level's buckets and time (a turn's requests are spread over all of it)."""
+    return [Scope("turn", (bi,), rows, tuple((bi, w) for w in lv.buckets), lv, None, lv.measure_start, lv.measure_end, turn=k)
+            for k, rows in rows_by_turn(lv.records)]
 
 
 def window_scopes(bi: BackendIndex, lv: LevelIndex, length: float) -> list[Scope]:
@@ -211,6 +252,8 @@ def scopes(kind: str, bis: Sequence[BackendIndex], window_s: float | None = None
             elif kind == "phase":
                 if phase_of(lv) is not None:
                     out.append(level_scope(bi, lv, "phase"))
+            elif kind == "turn":
+                out.extend(turn_scopes(bi, lv))
             elif kind == "bucket":
                 out.extend(bucket_scope(bi, lv, w) for w in lv.buckets)
             elif kind == "window":

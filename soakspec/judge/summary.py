@@ -33,7 +33,7 @@ from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, Rows
 from soakspec.judge.registry import metric
 from soakspec.judge.servermetrics import results_section as server_metrics_section
-from soakspec.judge.scope import Scope, bucket_scope
+from soakspec.judge.scope import Scope, bucket_scope, rows_by_turn
 from soakspec.judge.validity import client_bucket
 
 SCHEMA_VERSION = 1
@@ -351,42 +351,18 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
 MAX_TURNS_LISTED = 20  # multi-turn chat: turns listed one by one in results.json; later ones together
 
 
-def _turns_of(records: Iterable[Row]) -> Any:
-    """Each request's multi-turn `turn` (NaN: none), aligned with `records`."""
-    if isinstance(records, Rows):
-        return records.map(lambda t, idx: t.number("turn", idx), lambda r: num(r.get("turn")))
-    return np.array([np.nan if (v := num(r.get("turn"))) is None else v for r in records], dtype=np.float64)
-
-
-def turn_summary(records: Iterable[Row]) -> list[dict[str, Any]] | None:
+def turn_summary(records: Rows) -> list[dict[str, Any]] | None:
     """Multi-turn chat (`multi_turn = true`): per user turn of the sessions' conversations (1,
     2, ...), its requests' counts and their ttft, latency and prompt_tokens distributions. A
     turn's prompt carries its conversation so far, so its prefill grows while the server's
     prefix cache holds the history: how TTFT goes with the turn is what a multi-turn soak
     shows. Turns past MAX_TURNS_LISTED are one last entry (`and_later`). None where no request
     of `records` has a turn (any other workload)."""
-    turns = _turns_of(records)
-    if not len(turns) or np.isnan(turns).all():
+    by_turn = rows_by_turn(records, MAX_TURNS_LISTED)
+    if not by_turn:
         return None
-    capped = np.minimum(turns, MAX_TURNS_LISTED + 1)
-    out = []
-    for k in np.unique(capped[~np.isnan(capped)]).astype(int).tolist():
-        sel = _select_aligned(records, capped == k)
-        out.append({"turn": k, "and_later": k > MAX_TURNS_LISTED, "requests": counts(sel),
-                    "ttft": dist_summary(sel, "ttft"), "latency": dist_summary(sel, "latency"),
-                    "prompt_tokens": dist_summary(sel, "prompt_tokens")})
-    return out
-
-
-def _select_aligned(records: Iterable[Row], mask: np.ndarray) -> Any:
-    """The rows of `records` where `mask` (aligned with them, as `Rows.map` aligns) holds."""
-    if isinstance(records, Rows):
-        parts, at = [], 0
-        for t, idx in records.parts:
-            parts.append((t, idx[mask[at:at + len(idx)]]))
-            at += len(idx)
-        return Rows(parts)
-    return [r for r, keep in zip(records, mask.tolist()) if keep]
+    return [{"turn": k, "and_later": k > MAX_TURNS_LISTED, "requests": counts(sel), "ttft": dist_summary(sel, "ttft"),
+             "latency": dist_summary(sel, "latency"), "prompt_tokens": dist_summary(sel, "prompt_tokens")} for k, sel in by_turn]
 
 
 def _followup(be: BackendEvidence) -> dict[str, Any] | None:

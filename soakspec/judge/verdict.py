@@ -33,6 +33,7 @@ class Location:
     start: float | None = None  # epoch seconds of the bucket/window
     end: float | None = None
     text: str = ""
+    turn: int | None = None  # a `per turn` instance's user turn (multi-turn chat)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -44,6 +45,7 @@ class Location:
             "start": self.start,
             "end": self.end,
             "text": self.text,
+            "turn": self.turn,
         }
 
 

@@ -1171,7 +1171,7 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
 # placeholder of that kind lets the parse go on, and the hint says what to write.
 _MISSING = (("NAME", "_", None), ("STRING", '""', None), ("QUANTITY", "1s", None), ("NUMBER", "1", None))
 _AFTER_HINTS = {
-    "per": "write the scope: per run, backend, level, phase, bucket or window 30s",
+    "per": "write the scope: per run, backend, level, phase, turn, bucket or window 30s",
     "on": 'write the backend as a string: on "name"',
     "=": "give the key its value on the same line, e.g. duration = 60s",
     **{op: f"write the threshold on the same line, e.g. p95(ttft) {op} 1s" for op in ("<", "<=", ">", ">=", "==", "!=")},

@@ -18,7 +18,7 @@ BackendKind = Literal["launch", "shell", "url", "sim"]
 Endpoint = Literal["completions", "chat"]
 LoadMode = Literal["closed", "batch", "open", "replay"]
 Severity = Literal["require", "warn", "abort"]  # abort: evaluated live by the runner (Gate.aborts)
-ScopeKind = Literal["run", "backend", "level", "bucket", "window", "phase"]
+ScopeKind = Literal["run", "backend", "level", "bucket", "window", "phase", "turn"]
 
 
 def _span() -> Span:

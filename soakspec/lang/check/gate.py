@@ -25,7 +25,8 @@ from soakspec.lang.samples import min_samples_for_percentile
 from soakspec.lang.simoptions import OPTIONS as _SIM_OPTIONS
 from soakspec.units import UNITS, Dimension
 
-SCOPES = ("run", "backend", "level", "bucket", "window", "phase")  # phase: each named phase (a level) of a workload's load
+SCOPES = ("run", "backend", "level", "bucket", "window", "phase", "turn")  # phase: each named phase (a level) of a workload's load;
+# turn: each user turn of a multi-turn level's sessions (its requests of that turn, `judge.scope.turn_scopes`)
 WRAPPERS = ("drift", "slope")
 _DIM_OF_KIND = {Kind.DURATION: Dimension.DURATION, Kind.SIZE: Dimension.SIZE, Kind.RATIO: Dimension.RATIO, Kind.RATE: Dimension.RATE}
 
@@ -360,7 +361,7 @@ def _scope(ctx: Ctx, r: A.Rule, res: _Resolved, _names: set[str]) -> tuple[str, 
     if r.scope is not None:
         scope = r.scope.kind
         if scope not in SCOPES:
-            msg = f"unknown scope 'per {scope}' (use per run, backend, level, phase, bucket or window <duration>)"
+            msg = f"unknown scope 'per {scope}' (use per run, backend, level, phase, turn, bucket or window <duration>)"
             ctx.error("E306", msg, r.scope.span, suggest(scope, SCOPES))
             raise Bad
         if scope == "window":
@@ -375,10 +376,34 @@ def _scope(ctx: Ctx, r: A.Rule, res: _Resolved, _names: set[str]) -> tuple[str, 
         elif r.scope.length is not None:
             ctx.error("E305", "only 'per window' takes a length", r.scope.length.span)
             raise Bad
+    if scope == "turn" and (why := _not_per_turn(res)) is not None:
+        ctx.error("E305", f"per turn judges the requests of each user turn of a multi-turn level: {why}",
+                  r.scope.span if r.scope else r.span, "e.g. require p95(ttft) < 2s per turn, or ratio(failed) == 0 per turn")
+        raise Bad
     if res.wrapper is not None and scope not in ("level", "backend", "phase"):
         ctx.error("E305", f"{res.wrapper}() compares buckets over time; use per level or per backend", r.scope.span if r.scope else r.span)
         raise Bad
     return scope, window
+
+
+def _not_per_turn(res: _Resolved) -> str | None:
+    """Why a rule cannot be judged per turn (None: it can). A turn's requests are spread over
+    its level's whole time, interleaved with the other turns': what they measure -- their
+    distributions, outcome counts and shares -- is theirs; a rate over time, a per-bucket
+    series (qps, throughput, memory, the server's metrics) and the evidence checks are the
+    level's, not a turn's."""
+    if res.klass != "performance":
+        return f"'{res.metric}' is an evidence check of the run"
+    if res.slo:
+        return "goodput() is judged per level or bucket"
+    if res.wrapper is not None:
+        return None  # drift() and slope(): refused below, as for any scope but level and backend
+    m = METRICS.get(res.metric)
+    if res.server is not None or m is None or m.series:
+        return f"'{res.metric if res.server is None else 'server(' + repr(res.server) + ')'}' is a series of the level's buckets, not a measure of requests"
+    if res.agg == "rate":
+        return "rate() is per second of a scope's time, and a turn's requests share their level's time with the others'"
+    return None
 
 
 def _target(ctx: Ctx, r: A.Rule, _res: _Resolved, backend_names: set[str]) -> str | None:
@@ -400,6 +425,16 @@ def check_phase_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None:
         if r.scope == "phase":
             ctx.error("E403", "'per phase' judges each named phase of a workload's load, and no workload has phases",
                       r.span, "add load { phases { NAME { duration = ...  ... } } } to a workload, or scope the rule per level")
+
+
+def check_turn_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None:
+    """A `per turn` rule needs a multi-turn workload: without one no run could judge it (E403)."""
+    if any(w.multi_turn for w in workloads):
+        return
+    for r in g.rules:
+        if r.scope == "turn":
+            ctx.error("E403", "'per turn' judges each user turn of a multi-turn chat level, and no workload has multi_turn = true",
+                      r.span, "add multi_turn = true (endpoint = chat, a conversation file) to a workload, or scope the rule per level")
 
 
 MAX_WINDOWS_PER_LEVEL = 10_000  # as buckets (workload.MAX_BUCKETS_PER_LEVEL): the judge lists every window of a level
