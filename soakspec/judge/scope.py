@@ -25,7 +25,7 @@ import numpy as np
 
 from soakspec import windows
 from soakspec.judge.index import BackendIndex, LevelIndex, Window, req_time
-from soakspec.judge.table import Rows
+from soakspec.judge.table import MISSING, Rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,32 +105,32 @@ def run_scope(bis: Sequence[BackendIndex]) -> Scope:
     return Scope("run", tuple(bis), recs, ws)
 
 
-def turns_of(records: Rows) -> np.ndarray:
-    """Each request's multi-turn `turn` (float64, NaN: none), aligned with `records` (part by
-    part, as `Rows.map` aligns)."""
-    return records.map(lambda t, idx: t.number("turn", idx), lambda r: _turn_number(r.get("turn")))
-
-
-def _turn_number(v: Any) -> float | None:
-    return float(v) if type(v) is int and v >= 1 else None
-
-
 def rows_by_turn(records: Rows, cap: int | None = None) -> list[tuple[int, Rows]]:
-    """The rows of each user turn of `records`, turns ascending (none: no request has a turn);
-    with `cap`, the turns past it as one entry, numbered cap + 1."""
-    turns = turns_of(records)
-    if not len(turns) or np.isnan(turns).all():
-        return []
-    if cap is not None:
-        turns = np.minimum(turns, cap + 1)
-    out = []
-    for k in np.unique(turns[~np.isnan(turns)]).astype(np.int64).tolist():
-        mask, parts, at = turns == k, [], 0
-        for t, idx in records.parts:
-            parts.append((t, idx[mask[at:at + len(idx)]]))
-            at += len(idx)
-        out.append((k, Rows(parts)))
-    return out
+    """The rows of each user turn of `records` (multi-turn chat: their records' `turn`), turns
+    ascending, each turn's rows in their order in `records`; none where no request has a turn
+    (read from the column alone: a single-turn table's is one repeated absent value). With
+    `cap`, the turns past it are one entry, numbered cap + 1. Grouped by one stable sort a part,
+    never a pass over the rows a turn: evidence of any number of distinct turns costs no more."""
+    groups: dict[int, list[tuple[Any, np.ndarray]]] = {}
+    for t, idx in records.parts:
+        col = t.i["turn"]
+        odd = t.odd(idx)
+        if not len(odd) and len(col) and (col.strides == (0,) and int(col[0]) == MISSING):
+            continue  # no request of this table has a turn
+        v = np.asarray(col[idx], dtype=np.int64)
+        for p in np.flatnonzero(np.isin(idx, odd)).tolist():  # a row whose value is not its column's (beyond int32)
+            got = t.rec(int(idx[p])).get("turn")
+            v[p] = got if type(got) is int and 1 <= got < 2**63 else MISSING
+        if cap is not None:
+            v[v > cap] = cap + 1
+        order = np.argsort(v, kind="stable")
+        sv = v[order]
+        cuts = np.concatenate(([0], np.flatnonzero(sv[1:] != sv[:-1]) + 1, [len(sv)]))
+        for a, b in zip(cuts[:-1].tolist(), cuts[1:].tolist()):
+            k = int(sv[a])
+            if k >= 1:
+                groups.setdefault(k, []).append((t, idx[order[a:b]]))
+    return [(k, Rows(groups[k])) for k in sorted(groups)]
 
 
 def turn_scopes(bi: BackendIndex, lv: LevelIndex) -> list[Scope]:
