@@ -45,6 +45,8 @@ def multi_turn_run(tmp_path_factory) -> Path:
     before = f'endpoint = chat\n  prompt_file = "{tmp_path / "sg.json"}"\n  multi_turn = true\n  max_tokens = 4'
     text = one_workload_spec(name="mt", issue="1", before_load=before, load="mode = closed\n    concurrency = [2]",
                              after_load="warmup = 0s\n  duration = 2s\n  bucket = 1s\n  deadline = 5s\n  follow_up = false")
+    # a per-turn rule in the run's own gate: `run` writes verdict.json with it (schema-checked)
+    text = text.replace("  require failed == 0\n", "  require failed == 0\n  require failed == 0 per turn\n", 1)
     proc, out = run_spec(tmp_path, text)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out
@@ -65,6 +67,8 @@ def test_each_turn_is_recorded_with_its_conversation_and_turn_and_shown_by_turn(
     by_turn = {t: {r["prompt_tokens"] for r in measured if r["turn"] == t} for t in range(1, TURNS + 1)}
     assert max(by_turn[1]) < min(by_turn[2]) and max(by_turn[2]) < min(by_turn[3]), by_turn
 
+    (rule,) = [r for r in json.loads((out / "verdict.json").read_text())["rules"] if r["scope"] == "turn"]
+    assert rule["status"] == "pass" and "all 3 turns pass" in rule["message"], rule
     (level,) = json.loads((out / "results.json").read_text())["backends"][0]["levels"]
     turns = level["turns"]
     assert [t["turn"] for t in turns] == [1, 2, 3] and not any(t["and_later"] for t in turns)
@@ -201,3 +205,14 @@ def test_turns_are_grouped_whatever_their_number_and_order():
             want.setdefault(k, []).append(r["request_id"])
     assert got == {k: sorted(v) for k, v in want.items()}
     assert list(got) == sorted(got)
+
+
+def test_every_scope_a_rule_may_take_is_one_verdict_json_may_name():
+    """verdict.json is checked against its schema when a run writes it: a scope the checker
+    accepts and the schema does not name made `soakspec run` end in an internal error after the
+    whole soak (found on the real-server lane when `per turn` was added)."""
+    from soakspec.evidence import schema
+    from soakspec.lang.check import SCOPES
+
+    named = schema.load_schema("verdict")["$defs"]["rule"]["properties"]["scope"]["enum"]
+    assert set(SCOPES) <= set(named), set(SCOPES) - set(named)

@@ -44,6 +44,15 @@ sys.exit(child.wait())
 # #19: a rule on the server's own /metrics (scraped by default: specs/vllm.soak declares no
 # metrics block), judged per bucket
 SERVER_RULE = 'require max(server("vllm:num_requests_running")) <= 4 per bucket'
+# The chat workload as multi-turn sessions (`multi_turn = true`): each turn sends its
+# conversation so far through vLLM's chat template; its records carry conversation and turn,
+# and a rule is judged per turn
+CHAT_WORDS = '  endpoint = chat\n  prompt_words = 16\n'
+MULTI_TURN = '  endpoint = chat\n  prompt_file = "conversations.json"\n  multi_turn = true\n'
+TURN_RULE = "require failed == 0 per turn"
+CONVERSATIONS = [{"conversations": [turn for t in range(1, 4) for turn in (
+    {"from": "human", "value": f"conversation {c} question {t}: what follows {t * c}?"},
+    {"from": "gpt", "value": f"{t * c + 1} follows {t * c}, in conversation {c}."})]} for c in range(1, 5)]
 
 
 def _run_spec(lane: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
@@ -52,7 +61,10 @@ def _run_spec(lane: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, 
     text = (tmp_path / "vllm.soak").read_text()
     anchor = "  warn drift(p95(itl)) <= 20% per level\n"
     assert text.count(anchor) == 1, "specs/vllm.soak's gate changed"
-    (tmp_path / "vllm.soak").write_text(lenient_client(text.replace(anchor, anchor + f"  {SERVER_RULE}\n")))
+    assert text.count(CHAT_WORDS) == 1, "specs/vllm.soak's chat workload changed"
+    text = text.replace(CHAT_WORDS, MULTI_TURN)
+    (tmp_path / "conversations.json").write_text(json.dumps(CONVERSATIONS))
+    (tmp_path / "vllm.soak").write_text(lenient_client(text.replace(anchor, anchor + f"  {SERVER_RULE}\n  {TURN_RULE}\n")))
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "tiny").symlink_to(lane / "tiny")
     bin_dir = tmp_path / "bin"
@@ -113,6 +125,27 @@ def check_server_metrics(out: Path, verdict: dict, rule_text: str, backend: str 
     assert 'data-metric="cpu"' in html.stdout
 
 
+def check_multi_turn(out: Path, rows: list[dict], verdict: dict) -> None:
+    """The chat workload's sessions on a real vLLM: every measured chat record names its
+    conversation and turn; within a conversation vLLM counts more prompt tokens the later the
+    turn (its history, through the chat template); results.json has the level's turns; the
+    per-turn rule is judged on each turn."""
+    chat = [r for r in rows if r["workload"] == "chat" and r["bucket"] >= 0]
+    assert chat and all(1 <= r["conversation"] <= len(CONVERSATIONS) and 1 <= r["turn"] <= 3 for r in chat)
+    assert all(r["conversation"] is None and r["turn"] is None for r in rows if r["workload"] == "completions")
+    tokens = {(r["conversation"], r["turn"]): r["prompt_tokens"] for r in chat if r["outcome"] == "completed"}
+    grows = [(c, t) for (c, t) in tokens if (c, t + 1) in tokens]
+    assert grows and all(tokens[c, t] < tokens[c, t + 1] for c, t in grows), tokens
+    results = json.loads((out / "results.json").read_text())
+    (level,) = [lv for lv in results["backends"][0]["levels"] if lv["workload"] == "chat"]
+    turns = level["turns"]
+    assert [t["turn"] for t in turns] == [1, 2, 3] and sum(t["requests"]["total"] for t in turns) == len(chat)
+    (rule,) = [r for r in verdict["rules"] if r["rule"] == TURN_RULE.removeprefix("require ")]
+    sys.stderr.write(f"multi-turn chat: {len(chat)} turns sent; prompt tokens by (conversation, turn) {dict(sorted(tokens.items()))}; "
+                     f"{rule['rule']}: {rule['status']} -- {rule['message']}\n")
+    assert rule["status"] == "pass" and "all 3 turns pass" in rule["message"], rule
+
+
 def _generation_tokens(metrics: str) -> float:
     return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                if line.startswith("vllm:generation_tokens_total{"))
@@ -137,5 +170,6 @@ def test_a_launched_vllm_soak_passes_with_full_traces_and_a_confirmed_runtime(la
     sys.stderr.write(f"soakspec counted {ours} output tokens; vLLM's vllm:generation_tokens_total is {theirs}\n")
     assert ours == theirs
     check_server_metrics(out, verdict, SERVER_RULE)
+    check_multi_turn(out, rows, verdict)
     # no server process is left behind
     assert subprocess.run(["pgrep", "-f", str(tmp_path / "models")], capture_output=True).returncode == 1
