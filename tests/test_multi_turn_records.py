@@ -42,7 +42,7 @@ def multi_turn_run(tmp_path_factory) -> Path:
             turns += [{"from": "human", "value": f"c{i} q{t} " + "word " * (5 * t)}, {"from": "gpt", "value": "answer " * 10}]
         convs.append({"conversations": turns})
     (tmp_path / "sg.json").write_text(json.dumps(convs))
-    before = f'endpoint = chat\n  prompt_file = "{tmp_path / "sg.json"}"\n  multi_turn = true\n  max_tokens = 4'
+    before = 'endpoint = chat\n  prompt_file = "sg.json"\n  multi_turn = true\n  max_tokens = 4'  # beside the spec
     text = one_workload_spec(name="mt", issue="1", before_load=before, load="mode = closed\n    concurrency = [2]",
                              after_load="warmup = 0s\n  duration = 2s\n  bucket = 1s\n  deadline = 5s\n  follow_up = false")
     # a per-turn rule in the run's own gate: `run` writes verdict.json with it (schema-checked)
@@ -78,9 +78,12 @@ def test_each_turn_is_recorded_with_its_conversation_and_turn_and_shown_by_turn(
         assert t["ttft"]["count"] == t["requests"]["completed"]
     assert turns[0]["prompt_tokens"]["mean"] < turns[2]["prompt_tokens"]["mean"]
 
+    # from another folder than the spec's: its relative prompt file is not there, and the report
+    # is made all the same, saying so (W513)
     md = subprocess.run([sys.executable, "-m", "soakspec", "report", str(out), "--format", "md"], cwd=REPO,
                         capture_output=True, text=True, timeout=120)
     assert md.returncode == 0, md.stderr
+    assert "the prompt file 'sg.json' is not at" in md.stderr and "judged without it" in md.stderr
     section = md.stdout.split("### By turn", 1)[1].split("###", 1)[0]
     lines = [ln for ln in section.splitlines() if ln.startswith("| sim")]
     assert [ln.split(" | ")[1] for ln in lines] == ["1", "2", "3"], section
@@ -97,8 +100,9 @@ def test_a_rule_per_turn_is_judged_on_each_turns_requests_and_names_the_turn(mul
     text = json.loads(spec.read_text())["spec"]["text"]
     rules = ("  require max(prompt_tokens) < 50 per turn\n  warn p50(ttft) < 10s per turn\n"
              "  require ratio(failed) == 0 per turn\n  require mean(prompt_tokens) < 50 per level\n")
-    (tmp_path / "turn.soak").write_text(text.replace("  require failed == 0\n", "  require failed == 0\n" + rules, 1))
-    got = subprocess.run([sys.executable, "-m", "soakspec", "gate", str(multi_turn_run), "--spec", str(tmp_path / "turn.soak"),
+    spec_file = multi_turn_run.parent / "turn.soak"  # beside the run's spec and its prompt file
+    spec_file.write_text(text.replace("  require failed == 0\n", "  require failed == 0\n" + rules, 1))
+    got = subprocess.run([sys.executable, "-m", "soakspec", "gate", str(multi_turn_run), "--spec", str(spec_file),
                           "--format", "json"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert got.returncode == 1, got.stderr[-2000:]
     verdict = json.loads(got.stdout)
@@ -216,3 +220,31 @@ def test_every_scope_a_rule_may_take_is_one_verdict_json_may_name():
 
     named = schema.load_schema("verdict")["$defs"]["rule"]["properties"]["scope"]["enum"]
     assert set(SCOPES) <= set(named), set(SCOPES) - set(named)
+
+
+def test_a_runs_spec_is_judged_without_a_prompt_file_that_is_not_here(tmp_path):
+    """`gate DIR` and `report DIR` check the spec the run embedded; its prompt file, relative to
+    the spec's folder, is not where they run (or the evidence was copied to another machine).
+    They refused the evidence ("does not check with this soakspec", exit 2) though what the run
+    sent is in its records. The file is now optional there (W513, said on stderr); `check` of
+    the spec itself still refuses it (E419), and any other error of the embedded spec still
+    stops them."""
+    from soakspec.judge.cli_support import UsageError, spec_for
+    from soakspec.lang import load_text
+
+    text = one_workload_spec(name="mt", issue="1", before_load='endpoint = chat\n  prompt_file = "gone.json"\n  multi_turn = true',
+                             load="mode = closed\n    concurrency = [2]", after_load="duration = 2s\n  follow_up = false")
+
+    class Ev:  # what spec_for reads of an evidence directory
+        spec_text = text
+        spec_sha256 = None
+        manifest: dict = {}
+
+    spec, notes = spec_for(Ev(), None, str(tmp_path))
+    assert spec is not None and spec.workloads[0].dataset is None and spec.workloads[0].multi_turn
+    assert any("the prompt file 'gone.json' is not at" in n for n in notes), notes
+    strict, diags, _ = load_text(text, str(tmp_path / "w.soak"))
+    assert strict is None and any(d.code == "E419" for d in diags)
+    Ev.spec_text = text.replace("concurrency = [2]", "concurrency = [0]")
+    with pytest.raises(UsageError, match="does not check"):
+        spec_for(Ev(), None, str(tmp_path))

@@ -85,10 +85,11 @@ def spec_for(evidence, spec_file: str | None, where: str):
     if text is None:
         raise UsageError(f"{where}: the manifest embeds no spec text; pass --spec FILE")
     name = f"{where}/manifest.json#spec"
-    spec, diags, shown = load_text(text, name)
+    spec, diags, shown = load_text(text, name, data_optional=True)
     if spec is None:
         raise UsageError(f"the spec embedded in {where} does not check with this soakspec; pass --spec FILE:\n"
                          f"{render_text(diags, {name: shown})}")
+    notes += [d.message for d in diags if d.code == "W513"]
     from soakspec.evidence.manifest import stored_spec_sha256
 
     stored = evidence.manifest.get("spec")

@@ -22,13 +22,15 @@ def load_spec(path: str | pathlib.Path) -> tuple[Spec | None, list[Diagnostic], 
     return spec, diags + more, text
 
 
-def load_text(text: str, path: str) -> tuple[Spec | None, list[Diagnostic], str]:
+def load_text(text: str, path: str, *, data_optional: bool = False) -> tuple[Spec | None, list[Diagnostic], str]:
     """`load_spec` of text already read (`soakspec check -`: stdin), shown as `path`; relative
-    paths in it are taken from the working directory. Returns (spec or None, diagnostics, the
-    source text the diagnostics' positions count in)."""
+    paths in it are taken from the working directory. `data_optional`: a finished run's
+    embedded spec, checked to judge its evidence -- a prompt file that is not there is W513, not
+    an error (`check.core.Ctx`). Returns (spec or None, diagnostics, the source text the
+    diagnostics' positions count in)."""
     tree, diags = parse(text, path)
     shown = source_text(text)
     if tree is None or has_errors(diags):
         return None, diags, shown
-    spec, more = check(tree, path)
+    spec, more = check(tree, path, data_optional=data_optional)
     return spec, diags + more, shown

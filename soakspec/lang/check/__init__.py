@@ -59,13 +59,14 @@ def spec_hash(tree: A.SoakFile) -> tuple[str, str]:
     return text, hashlib.sha256(text.encode()).hexdigest()
 
 
-def check(tree: A.SoakFile, path: str = "<string>") -> tuple[S.Spec | None, list[Diagnostic]]:
+def check(tree: A.SoakFile, path: str = "<string>", *, data_optional: bool = False) -> tuple[S.Spec | None, list[Diagnostic]]:
+    """`data_optional`: the spec a finished run embedded, checked to judge its evidence (`Ctx`)."""
     with gc_paused():  # as for the parse: tens of thousands of objects, none of them garbage
-        return _check(tree, path)
+        return _check(tree, path, data_optional)
 
 
-def _check(tree: A.SoakFile, path: str) -> tuple[S.Spec | None, list[Diagnostic]]:
-    ctx = Ctx(path, elsewhere=layout.elsewhere)
+def _check(tree: A.SoakFile, path: str, data_optional: bool = False) -> tuple[S.Spec | None, list[Diagnostic]]:
+    ctx = Ctx(path, elsewhere=layout.elsewhere, data_optional=data_optional)
     singles, named = _top_level(ctx, tree)
     erred: set[tuple[str, str]] = set()  # (kind, name) of the backends and workloads an error was reported in
     bks = _named(ctx, named["backend"], "backend", lambda b: _noting_errors(ctx, erred, "backend", b, backend.backend))

@@ -39,9 +39,13 @@ class Ctx:
     in the block walked with `table` belongs instead (`layout.elsewhere`, which knows every
     block's table: given here because those modules import the walker)."""
 
-    def __init__(self, path: str, elsewhere: Callable[[str, Table], Any] | None = None):
+    def __init__(self, path: str, elsewhere: Callable[[str, Table], Any] | None = None, data_optional: bool = False):
         self.path = path
         self.elsewhere = elsewhere
+        # a finished run's embedded spec, checked to judge its evidence: a prompt file that is
+        # not here (the evidence copied elsewhere, a relative path from another folder) is a
+        # warning, W513, and the workload has no dataset -- what a run sent is in its records
+        self.data_optional = data_optional
         self.diags: list[Diagnostic] = []
         self.errors = 0  # how many of `diags` are errors
 

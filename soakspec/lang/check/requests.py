@@ -62,6 +62,11 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
     try:
         parsed = read_dataset(path, fmt, chat=endpoint == "chat", lengths=lengths, turns=turns and endpoint == "chat")
     except DatasetError as e:
+        if ctx.data_optional and not os.path.isfile(path):
+            ctx.warn("W513", f"the prompt file {got.value!r} is not at {path}: the run's evidence is judged without it "
+                             f"(its records say what was sent; bounds from max_tokens_from_file are unknown)", got.span,
+                     "pass --spec FILE (the spec where it lies), or run this from the spec's folder, to judge with it")
+            return None
         saved, ctx.path = ctx.path, path
         try:
             ctx.error("E419", f"prompt file {e.message}", Span(e.line, e.column, e.line, e.column + 1),
