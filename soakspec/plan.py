@@ -710,6 +710,18 @@ class Plan:
     spec_secrets: frozenset[str] = frozenset()  # secret values written in the spec
     api_key_envs: tuple[str, ...] = ()  # variables holding API keys (their values are secrets too)
 
+    def prompt_files(self) -> dict[str, dict[str, Any]]:
+        """Per workload with a prompt file, the file the run reads: its absolute path, format and
+        sha256 (the manifest's spec `prompt_files`: what a later `gate` or `report` of the
+        evidence checks a prompt file it finds against, `lang.check.requests.dataset`)."""
+        out: dict[str, dict[str, Any]] = {}
+        for b in self.backends:
+            for lv in b.levels:
+                r = lv.request
+                if r.prompt_file is not None and r.prompt_sha256 is not None:
+                    out.setdefault(lv.workload, {"path": r.prompt_file, "format": r.prompt_format, "sha256": r.prompt_sha256})
+        return out
+
     @property
     def est_wall_s(self) -> float:
         vals = [b.est_wall_s for b in self.backends]

@@ -78,12 +78,14 @@ def test_each_turn_is_recorded_with_its_conversation_and_turn_and_shown_by_turn(
         assert t["ttft"]["count"] == t["requests"]["completed"]
     assert turns[0]["prompt_tokens"]["mean"] < turns[2]["prompt_tokens"]["mean"]
 
-    # from another folder than the spec's: its relative prompt file is not there, and the report
-    # is made all the same, saying so (W513)
+    # from another folder than the spec's: its relative prompt file is found where the manifest
+    # recorded it, the same bytes the run read (`prompt_files`)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (recorded,) = manifest["spec"]["prompt_files"].values()
+    assert Path(recorded["path"]) == out.parent / "sg.json" and recorded["format"] == "sharegpt"
     md = subprocess.run([sys.executable, "-m", "soakspec", "report", str(out), "--format", "md"], cwd=REPO,
                         capture_output=True, text=True, timeout=120)
-    assert md.returncode == 0, md.stderr
-    assert "the prompt file 'sg.json' is not at" in md.stderr and "judged without it" in md.stderr
+    assert md.returncode == 0 and "W513" not in md.stderr and "is not at" not in md.stderr, md.stderr
     section = md.stdout.split("### By turn", 1)[1].split("###", 1)[0]
     lines = [ln for ln in section.splitlines() if ln.startswith("| sim")]
     assert [ln.split(" | ")[1] for ln in lines] == ["1", "2", "3"], section
@@ -222,28 +224,45 @@ def test_every_scope_a_rule_may_take_is_one_verdict_json_may_name():
     assert set(SCOPES) <= set(named), set(SCOPES) - set(named)
 
 
-def test_a_runs_spec_is_judged_without_a_prompt_file_that_is_not_here(tmp_path):
-    """`gate DIR` and `report DIR` check the spec the run embedded; its prompt file, relative to
-    the spec's folder, is not where they run (or the evidence was copied to another machine).
-    They refused the evidence ("does not check with this soakspec", exit 2) though what the run
-    sent is in its records. The file is now optional there (W513, said on stderr); `check` of
-    the spec itself still refuses it (E419), and any other error of the embedded spec still
-    stops them."""
+def test_a_runs_spec_is_judged_with_the_prompt_file_it_read_or_without_one(tmp_path, monkeypatch):
+    """`gate DIR` and `report DIR` check the spec the run embedded, whose prompt file is
+    relative to the spec's folder: from anywhere else they refused the evidence ("does not check
+    with this soakspec", exit 2) though what the run sent is in its records -- or read whatever
+    file of that name lay in the working folder. The file is now looked for there and where the
+    manifest recorded it, and taken only with the sha256 the run read; else the evidence is
+    judged without it (W513, said on stderr). `check` of the spec itself still refuses a
+    missing file (E419), and any other error of the embedded spec still stops them."""
+    import hashlib
+
     from soakspec.judge.cli_support import UsageError, spec_for
     from soakspec.lang import load_text
 
-    text = one_workload_spec(name="mt", issue="1", before_load='endpoint = chat\n  prompt_file = "gone.json"\n  multi_turn = true',
+    convs = [{"conversations": [{"from": "human", "value": "q1"}, {"from": "gpt", "value": "a"}, {"from": "human", "value": "q2"}]}]
+    text = one_workload_spec(name="mt", issue="1", before_load='endpoint = chat\n  prompt_file = "conv.json"\n  multi_turn = true',
                              load="mode = closed\n    concurrency = [2]", after_load="duration = 2s\n  follow_up = false")
+    run_dir, here = tmp_path / "specs", tmp_path / "elsewhere"
+    run_dir.mkdir(), here.mkdir()
+    (run_dir / "conv.json").write_text(json.dumps(convs))
+    sha = hashlib.sha256((run_dir / "conv.json").read_bytes()).hexdigest()
+    monkeypatch.chdir(here)
 
     class Ev:  # what spec_for reads of an evidence directory
         spec_text = text
         spec_sha256 = None
-        manifest: dict = {}
+        manifest = {"spec": {"prompt_files": {"w": {"path": str(run_dir / "conv.json"), "format": "sharegpt", "sha256": sha}}}}
 
+    spec, notes = spec_for(Ev(), None, str(tmp_path))  # found where the manifest says, the same bytes
+    assert spec.workloads[0].dataset is not None and spec.workloads[0].dataset.sha256 == sha and not notes
+    (here / "conv.json").write_text(json.dumps(convs * 2))  # another file of that name, here
+    (run_dir / "conv.json").unlink()
     spec, notes = spec_for(Ev(), None, str(tmp_path))
-    assert spec is not None and spec.workloads[0].dataset is None and spec.workloads[0].multi_turn
-    assert any("the prompt file 'gone.json' is not at" in n for n in notes), notes
-    strict, diags, _ = load_text(text, str(tmp_path / "w.soak"))
+    assert spec.workloads[0].dataset is None and spec.workloads[0].multi_turn
+    assert any("is not the file the run read" in n and "judged without it" in n for n in notes), notes
+    (here / "conv.json").unlink()
+    Ev.manifest = {}  # evidence from before the manifest recorded it
+    spec, notes = spec_for(Ev(), None, str(tmp_path))
+    assert spec.workloads[0].dataset is None and any("the prompt file 'conv.json' is not at" in n for n in notes), notes
+    strict, diags, _ = load_text(text, str(here / "w.soak"))
     assert strict is None and any(d.code == "E419" for d in diags)
     Ev.spec_text = text.replace("concurrency = [2]", "concurrency = [0]")
     with pytest.raises(UsageError, match="does not check"):

@@ -20,7 +20,10 @@ def ran_spec(ev: Evidence) -> Any:
     if text is None:
         return None
     try:
-        spec, _, _ = load_text(text, f"{ev.root or 'evidence'}/manifest.json#spec", data_optional=True)
+        stored = ev.manifest.get("spec") if isinstance(ev.manifest, dict) else None
+        files = stored.get("prompt_files") if isinstance(stored, dict) else None
+        spec, _, _ = load_text(text, f"{ev.root or 'evidence'}/manifest.json#spec", data_optional=True,
+                               data_files=files if isinstance(files, dict) else None)
     except Exception:  # noqa: BLE001 - a spec this soakspec cannot read has no workload to compare
         return None
     return spec

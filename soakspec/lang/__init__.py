@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Mapping
+from typing import Any
 
 from soakspec.diagnostics import Diagnostic, has_errors
 from soakspec.lang.check import check, is_generic_runtime_label
@@ -22,15 +24,17 @@ def load_spec(path: str | pathlib.Path) -> tuple[Spec | None, list[Diagnostic], 
     return spec, diags + more, text
 
 
-def load_text(text: str, path: str, *, data_optional: bool = False) -> tuple[Spec | None, list[Diagnostic], str]:
+def load_text(text: str, path: str, *, data_optional: bool = False,
+              data_files: Mapping[str, Any] | None = None) -> tuple[Spec | None, list[Diagnostic], str]:
     """`load_spec` of text already read (`soakspec check -`: stdin), shown as `path`; relative
     paths in it are taken from the working directory. `data_optional`: a finished run's
-    embedded spec, checked to judge its evidence -- a prompt file that is not there is W513, not
-    an error (`check.core.Ctx`). Returns (spec or None, diagnostics, the source text the
+    embedded spec, checked to judge its evidence -- a prompt file that is not there, or not the
+    one its manifest records (`data_files`: its spec's `prompt_files`), is W513, not an error
+    (`check.requests.dataset`). Returns (spec or None, diagnostics, the source text the
     diagnostics' positions count in)."""
     tree, diags = parse(text, path)
     shown = source_text(text)
     if tree is None or has_errors(diags):
         return None, diags, shown
-    spec, more = check(tree, path, data_optional=data_optional)
+    spec, more = check(tree, path, data_optional=data_optional, data_files=data_files)
     return spec, diags + more, shown

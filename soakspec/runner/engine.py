@@ -269,6 +269,8 @@ async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, 
         spec_secrets=plan.spec_secrets,
     )  # fmt: skip
     manifest["preflight"] = options.preflight
+    if files := plan.prompt_files():
+        manifest["spec"]["prompt_files"] = files
     if (nofile := raise_open_files_limit()) is not None:  # soft RLIMIT_NOFILE lifted to the hard limit
         manifest["host"]["open_files_limit"] = nofile
     if plan.only is not None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from soakspec.diagnostics import Diagnostic, Severity, Span
@@ -59,14 +59,17 @@ def spec_hash(tree: A.SoakFile) -> tuple[str, str]:
     return text, hashlib.sha256(text.encode()).hexdigest()
 
 
-def check(tree: A.SoakFile, path: str = "<string>", *, data_optional: bool = False) -> tuple[S.Spec | None, list[Diagnostic]]:
-    """`data_optional`: the spec a finished run embedded, checked to judge its evidence (`Ctx`)."""
+def check(tree: A.SoakFile, path: str = "<string>", *, data_optional: bool = False,
+          data_files: Mapping[str, Any] | None = None) -> tuple[S.Spec | None, list[Diagnostic]]:
+    """`data_optional`: the spec a finished run embedded, checked to judge its evidence, and
+    `data_files` its manifest's record of the prompt files it read (`Ctx`)."""
     with gc_paused():  # as for the parse: tens of thousands of objects, none of them garbage
-        return _check(tree, path, data_optional)
+        return _check(tree, path, data_optional, data_files)
 
 
-def _check(tree: A.SoakFile, path: str, data_optional: bool = False) -> tuple[S.Spec | None, list[Diagnostic]]:
-    ctx = Ctx(path, elsewhere=layout.elsewhere, data_optional=data_optional)
+def _check(tree: A.SoakFile, path: str, data_optional: bool = False,
+           data_files: Mapping[str, Any] | None = None) -> tuple[S.Spec | None, list[Diagnostic]]:
+    ctx = Ctx(path, elsewhere=layout.elsewhere, data_optional=data_optional, data_files=data_files)
     singles, named = _top_level(ctx, tree)
     erred: set[tuple[str, str]] = set()  # (kind, name) of the backends and workloads an error was reported in
     bks = _named(ctx, named["backend"], "backend", lambda b: _noting_errors(ctx, erred, "backend", b, backend.backend))

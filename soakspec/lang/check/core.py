@@ -14,7 +14,7 @@ import dataclasses
 import difflib
 import functools
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from soakspec.diagnostics import Diagnostic, Severity, Span
@@ -39,13 +39,17 @@ class Ctx:
     in the block walked with `table` belongs instead (`layout.elsewhere`, which knows every
     block's table: given here because those modules import the walker)."""
 
-    def __init__(self, path: str, elsewhere: Callable[[str, Table], Any] | None = None, data_optional: bool = False):
+    def __init__(self, path: str, elsewhere: Callable[[str, Table], Any] | None = None, data_optional: bool = False,
+                 data_files: Mapping[str, Any] | None = None):
         self.path = path
         self.elsewhere = elsewhere
         # a finished run's embedded spec, checked to judge its evidence: a prompt file that is
         # not here (the evidence copied elsewhere, a relative path from another folder) is a
-        # warning, W513, and the workload has no dataset -- what a run sent is in its records
+        # warning, W513, and the workload has no dataset -- what a run sent is in its records;
+        # `data_files`: the manifest's record of each workload's prompt file (path, sha256), where
+        # it is looked for too and which a file found must be
         self.data_optional = data_optional
+        self.data_files = data_files or {}
         self.diags: list[Diagnostic] = []
         self.errors = 0  # how many of `diags` are errors
 

@@ -3,10 +3,13 @@ malformed file fails `check` at its own line), extra body fields and extra HTTP 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import re
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from soakspec.diagnostics import Span
 from soakspec.lang import ast as A
@@ -46,9 +49,10 @@ def data_path(ctx: Ctx, written: str) -> str:
     return os.path.join(base, written)
 
 
-def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
+def dataset(ctx: Ctx, b: Body, endpoint: str, where: str, name: str = "") -> S.Dataset | None:
     """Read the prompt file once (bounded); every problem is reported in the file, at its line,
-    with the spec's `prompt_file` as the place that named it."""
+    with the spec's `prompt_file` as the place that named it. For a finished run's embedded
+    spec (`ctx.data_optional`) see `_run_dataset`."""
     fmt, lengths, turns = b["prompt_format"], b["max_tokens_from_file"], b["multi_turn"]
     if b["prompt_file"] is None:
         for key in ("prompt_format", "max_tokens_from_file", "multi_turn"):
@@ -59,14 +63,12 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
         return None
     got = b.got("prompt_file")
     path = data_path(ctx, got.value)
+    read = functools.partial(read_dataset, fmt=fmt, chat=endpoint == "chat", lengths=lengths, turns=turns and endpoint == "chat")
+    if ctx.data_optional:
+        return _run_dataset(ctx, got, path, read, ctx.data_files.get(name))
     try:
-        parsed = read_dataset(path, fmt, chat=endpoint == "chat", lengths=lengths, turns=turns and endpoint == "chat")
+        parsed = read(path)
     except DatasetError as e:
-        if ctx.data_optional and not os.path.isfile(path):
-            ctx.warn("W513", f"the prompt file {got.value!r} is not at {path}: the run's evidence is judged without it "
-                             f"(its records say what was sent; bounds from max_tokens_from_file are unknown)", got.span,
-                     "pass --spec FILE (the spec where it lies), or run this from the spec's folder, to judge with it")
-            return None
         saved, ctx.path = ctx.path, path
         try:
             ctx.error("E419", f"prompt file {e.message}", Span(e.line, e.column, e.line, e.column + 1),
@@ -82,6 +84,35 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str) -> S.Dataset | None:
                  "a ShareGPT record is sent from its first turn, a non-empty human one after an optional system turn; "
                  "an empty conversation or one that starts with another speaker has none")  # fmt: skip
     return S.Dataset(path, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens, parsed.conversations)
+
+
+def _run_dataset(ctx: Ctx, got: Any, path: str, read: Callable[[str], Any], recorded: Any) -> S.Dataset | None:
+    """The prompt file of a finished run's embedded spec, checked to judge its evidence: the
+    file the run read, looked for where the spec names it (from here) and where the manifest
+    recorded it (`recorded`: its `prompt_files` entry, absolute path and sha256), and taken only
+    when its bytes are the ones the run read. Else W513 and no dataset: the evidence is judged
+    without it (what a run sent is in its records; only max_tokens_from_file's bound on a
+    response's tokens is then unknown) -- never with another file that happens to lie there."""
+    want = recorded.get("sha256") if isinstance(recorded, Mapping) else None
+    places = [path] + ([recorded["path"]] if isinstance(recorded, Mapping) and isinstance(recorded.get("path"), str)
+                       and recorded["path"] != path else [])
+    why = f"is not at {' or '.join(places)}"
+    for place in places:
+        if not os.path.isfile(place):
+            continue
+        try:
+            parsed = read(place)
+        except DatasetError as e:
+            why = f"at {place} cannot be read ({e.message})"
+            continue
+        if want is not None and parsed.sha256 != want:
+            why = f"at {place} is not the file the run read (sha256 {parsed.sha256[:12]}, the run's {str(want)[:12]})"
+            continue
+        return S.Dataset(place, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens, parsed.conversations)
+    ctx.warn("W513", f"the prompt file {got.value!r} {why}: the run's evidence is judged without it "
+                     f"(its records say what was sent; bounds from max_tokens_from_file are unknown)", got.span,
+             "pass --spec FILE (the spec beside the file the run read) to judge with it")
+    return None
 
 
 def requests_per_second(load: S.Load, x: float, latency_s: float | None) -> float | None:

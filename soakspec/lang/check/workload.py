@@ -128,7 +128,7 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     fields["load"] = _load(ctx, b, where)
     _check_timing(ctx, b, fields["load"])
     _shaped_duration(ctx, b, fields, where)
-    fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where)
+    fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where, blk.label.value)
     requests.check_multi_turn(ctx, b, fields["endpoint"], fields["load"], where)
     fields["body_json"] = requests.body_json(ctx, b, where)
     fields["headers"], fields["header_env"] = requests.headers(ctx, b, where)
