@@ -91,6 +91,15 @@ def spec_entry(path: str | None, text: str, secrets: Iterable[str] = ()) -> dict
     return entry
 
 
+def recorded_prompt_files(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The prompt file each workload of the run read, as its manifest's spec records them
+    (`prompt_files`: absolute path, format, sha256; `Plan.prompt_files`); None where it does
+    not (evidence from before the record, a hand-made manifest)."""
+    spec = manifest.get("spec")
+    files = spec.get("prompt_files") if isinstance(spec, Mapping) else None
+    return files if isinstance(files, dict) else None
+
+
 def stored_spec_sha256(spec: Mapping[str, Any]) -> Any:
     """What the manifest's stored spec text must hash to: `text_sha256` when the text was
     redacted, else `sha256` (see `spec_entry`)."""

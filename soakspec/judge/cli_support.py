@@ -85,15 +85,14 @@ def spec_for(evidence, spec_file: str | None, where: str):
     if text is None:
         raise UsageError(f"{where}: the manifest embeds no spec text; pass --spec FILE")
     name = f"{where}/manifest.json#spec"
-    stored = evidence.manifest.get("spec")
-    files = stored.get("prompt_files") if isinstance(stored, dict) else None
-    spec, diags, shown = load_text(text, name, data_optional=True, data_files=files if isinstance(files, dict) else None)
+    from soakspec.evidence.manifest import recorded_prompt_files, stored_spec_sha256
+
+    spec, diags, shown = load_text(text, name, data_optional=True, data_files=recorded_prompt_files(evidence.manifest))
     if spec is None:
         raise UsageError(f"the spec embedded in {where} does not check with this soakspec; pass --spec FILE:\n"
                          f"{render_text(diags, {name: shown})}")
     notes += [d.message for d in diags if d.code == "W513"]
-    from soakspec.evidence.manifest import stored_spec_sha256
-
+    stored = evidence.manifest.get("spec")
     want = stored_spec_sha256(stored) if isinstance(stored, dict) else None  # a redacted text has its own hash
     if isinstance(want, str) and spec.sha256 != want:
         notes.append(f"the embedded spec's canonical text now hashes to {spec.sha256[:12]}, "

@@ -5,7 +5,7 @@ with a workload edited; the bound on a response's tokens is the max_tokens the r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soakspec.judge.evidence import Evidence
@@ -14,16 +14,15 @@ from soakspec.judge.evidence import Evidence
 def ran_spec(ev: Evidence) -> Any:
     """The spec a run ran (its manifest's embedded text, checked), or None when it has none or
     it does not check with this soakspec."""
+    from soakspec.evidence.manifest import recorded_prompt_files
     from soakspec.lang import load_text
 
     text = ev.spec_text
     if text is None:
         return None
     try:
-        stored = ev.manifest.get("spec") if isinstance(ev.manifest, dict) else None
-        files = stored.get("prompt_files") if isinstance(stored, dict) else None
         spec, _, _ = load_text(text, f"{ev.root or 'evidence'}/manifest.json#spec", data_optional=True,
-                               data_files=files if isinstance(files, dict) else None)
+                               data_files=recorded_prompt_files(ev.manifest) if isinstance(ev.manifest, Mapping) else None)
     except Exception:  # noqa: BLE001 - a spec this soakspec cannot read has no workload to compare
         return None
     return spec
