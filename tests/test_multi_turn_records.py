@@ -120,38 +120,15 @@ def test_a_rule_per_turn_is_judged_on_each_turns_requests_and_names_the_turn(mul
 def test_per_turn_takes_request_measures_of_a_multi_turn_workload():
     from soakspec.lang import load_text
 
-    single = small_spec("require failed == 0")  # a workload without multi_turn
-    assert single is not None
+    single = one_workload_spec(name="t", issue="1", before_load="max_tokens = 8", load="mode = closed\n    concurrency = [2]",
+                               after_load="duration = 2s\n  deadline = 5s")  # a workload without multi_turn
     for rule, code, said in (("require p95(ttft) < 1s per turn", "E403", "no workload has multi_turn = true"),
                              ("require mean(qps) > 1rps per turn", "E305", "series of the level's buckets"),
                              ("require rate(completed) > 1rps per turn", "E305", "rate() is per second"),
                              ("require bucket_coverage per turn", "E305", "evidence check"),
                              ("abort ratio(failed) > 50% per turn", "E422", "per bucket or per window")):
-        text = SMALL.replace("require failed == 0", rule)
-        spec, diags, _ = load_text(text, "<t>")
+        spec, diags, _ = load_text(single.replace("require failed == 0", rule), "<t>")
         assert spec is None and any(d.code == code and said in d.message for d in diags), (rule, [(d.code, d.message) for d in diags])
-
-
-SMALL = """soak "t" {}
-backend "a" {
-  url = "http://127.0.0.1:8000"
-  runtime {
-    label = "host-staged"
-  }
-}
-workload "w" {
-  load {
-    mode = closed
-    concurrency = [2]
-  }
-  duration = 2m
-  bucket = 1m
-  deadline = 30s
-}
-gate {
-  require failed == 0
-}
-"""
 
 
 def test_a_single_turn_workload_has_no_turns():
