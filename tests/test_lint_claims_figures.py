@@ -168,6 +168,7 @@ def test_rule_thresholds_quotes_and_unasserted_figures_are_never_flagged(tmp_pat
            "The gate requires p95(ttft) < 5ms per level.\n"
            "`require p99(tpot) <= 1ms` and `p95(ttft) < 5ms` are rules; so is goodput(ttft < 5ms and tpot < 1ms) >= 90%.\n"
            "The SLO is a p95 TTFT of 5 ms. The threshold for mean ITL is 2 ms.\n"
+           "Multi-turn sessions keep a TTFT p95 of 5 ms per turn.\n"
            "The gate fails if throughput drops below 1000 tok/s.\n"
            "We do not claim a p95 TTFT of 5 ms. p95 TTFT may reach 5 ms later. Was p99 TTFT 5 ms?\n"
            "At 2 rps the open loop was not tested; rate 7 req/s was not covered.\n"

@@ -137,7 +137,7 @@ _RULE_CUE = re.compile(
     r"|fail(?:s|ed|ing)?\s+(?:if|when|unless|above|below|over|under))\b",
     re.I,
 )
-_RULE_AFTER = re.compile(r"\s*(?:per\s+(?:run|backend|level|phase|bucket|window)\b|on\s+\")", re.I)
+_RULE_AFTER = re.compile(r"\s*(?:per\s+(?:run|backend|level|phase|turn|bucket|window)\b|on\s+\")", re.I)
 _COMPARATOR = re.compile(r"\s*\\?(?:<|>|≤|≥|==|!=)")
 _FUNCTION_OPEN = re.compile(r"([A-Za-z_][\w]*)\s*\($")
 
