@@ -88,8 +88,7 @@ def _check(tree: A.SoakFile, path: str, data_optional: bool = False,
         compare=compare.compare(ctx, singles.get("compare")),
     )
     workload.check_total_load(ctx, wls, len(bks), parts["header"].parallel)
-    gate.check_phase_rules(ctx, parts["gate"], wls)
-    gate.check_turn_rules(ctx, parts["gate"], wls)
+    gate.check_scope_rules(ctx, parts["gate"], wls)
     gate.check_window_rules(ctx, parts["gate"], wls)
     # W509 estimates from the workloads' and backends' values: not from the defaults that stand
     # in for values refused above (a refused concurrency is not "concurrency 1")

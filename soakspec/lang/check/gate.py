@@ -417,24 +417,25 @@ def _target(ctx: Ctx, r: A.Rule, _res: _Resolved, backend_names: set[str]) -> st
     return target
 
 
-def check_phase_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None:
-    """A `per phase` rule needs a workload with phases: without one no run could judge it (E403)."""
-    if any(w.load.phases for w in workloads):
-        return
-    for r in g.rules:
-        if r.scope == "phase":
-            ctx.error("E403", "'per phase' judges each named phase of a workload's load, and no workload has phases",
-                      r.span, "add load { phases { NAME { duration = ...  ... } } } to a workload, or scope the rule per level")
+# Scopes that only some workloads have instances of: (whether a workload has them, what the
+# scope judges and what no workload has, the hint)
+_SCOPE_NEEDS = {
+    "phase": (lambda w: bool(w.load.phases), "each named phase of a workload's load, and no workload has phases",
+              "add load { phases { NAME { duration = ...  ... } } } to a workload, or scope the rule per level"),
+    "turn": (lambda w: w.multi_turn, "each user turn of a multi-turn chat level, and no workload has multi_turn = true",
+             "add multi_turn = true (endpoint = chat, a conversation file) to a workload, or scope the rule per level"),
+}
 
 
-def check_turn_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None:
-    """A `per turn` rule needs a multi-turn workload: without one no run could judge it (E403)."""
-    if any(w.multi_turn for w in workloads):
-        return
-    for r in g.rules:
-        if r.scope == "turn":
-            ctx.error("E403", "'per turn' judges each user turn of a multi-turn chat level, and no workload has multi_turn = true",
-                      r.span, "add multi_turn = true (endpoint = chat, a conversation file) to a workload, or scope the rule per level")
+def check_scope_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None:
+    """A `per phase` rule needs a workload with phases, a `per turn` rule a multi-turn one:
+    without one no run could judge it (E403)."""
+    for scope, (has, what, hint) in _SCOPE_NEEDS.items():
+        if any(has(w) for w in workloads):
+            continue
+        for r in g.rules:
+            if r.scope == scope:
+                ctx.error("E403", f"'per {scope}' judges {what}", r.span, hint)
 
 
 MAX_WINDOWS_PER_LEVEL = 10_000  # as buckets (workload.MAX_BUCKETS_PER_LEVEL): the judge lists every window of a level
