@@ -83,6 +83,10 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str, name: str = "") -> S.D
                          f"are skipped: no human turn to send (the first at {path}:{line}:{column})", got.span,
                  "a ShareGPT record is sent from its first turn, a non-empty human one after an optional system turn; "
                  "an empty conversation or one that starts with another speaker has none")  # fmt: skip
+    return _dataset(path, parsed)
+
+
+def _dataset(path: str, parsed: Any) -> S.Dataset:
     return S.Dataset(path, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens, parsed.conversations)
 
 
@@ -108,7 +112,7 @@ def _run_dataset(ctx: Ctx, got: Any, path: str, read: Callable[[str], Any], reco
         if want is not None and parsed.sha256 != want:
             why = f"at {place} is not the file the run read (sha256 {parsed.sha256[:12]}, the run's {str(want)[:12]})"
             continue
-        return S.Dataset(place, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens, parsed.conversations)
+        return _dataset(place, parsed)
     ctx.warn("W513", f"the prompt file {got.value!r} {why}: the run's evidence is judged without it "
                      f"(its records say what was sent; bounds from max_tokens_from_file are unknown)", got.span,
              "pass --spec FILE (the spec beside the file the run read) to judge with it")
