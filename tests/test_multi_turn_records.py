@@ -244,3 +244,30 @@ def test_a_runs_spec_is_judged_with_the_prompt_file_it_read_or_without_one(tmp_p
     Ev.spec_text = text.replace("concurrency = [2]", "concurrency = [0]")
     with pytest.raises(UsageError, match="does not check"):
         spec_for(Ev(), None, str(tmp_path))
+
+
+def test_turns_edited_into_the_records_afterwards_fail_the_gate(multi_turn_run, tmp_path):
+    """The records say which turn a request sent; the server has no say in it. An edit that moves
+    the longest prompts to turn 1 -- so that `max(prompt_tokens) < 50 per turn` reads as if turn 3
+    held -- changes requests.jsonl.gz, whose sha256 the manifest records: artifacts_verified
+    FAILs and the gate exits 1, whatever the per-turn rule then reads."""
+    import gzip
+    import shutil
+
+    ev = tmp_path / "ev"
+    shutil.copytree(multi_turn_run, ev)
+    path = ev / "backends" / "sim" / "requests.jsonl.gz"
+    rows = [json.loads(x) for x in gzip.decompress(path.read_bytes()).decode().splitlines() if x]
+    for r in rows:
+        if r.get("turn") == 3:
+            r["turn"] = 1
+    path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    text = json.loads((ev / "manifest.json").read_text())["spec"]["text"]
+    spec_file = multi_turn_run.parent / "edited.soak"
+    spec_file.write_text(text.replace("  require failed == 0\n", "  require failed == 0\n  require max(prompt_tokens) < 50 per turn\n", 1))
+    got = subprocess.run([sys.executable, "-m", "soakspec", "gate", str(ev), "--spec", str(spec_file), "--format", "json"],
+                         cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert got.returncode == 1, got.stderr[-2000:]
+    by_rule = {r["rule"]: r for r in json.loads(got.stdout)["rules"]}
+    assert by_rule["artifacts_verified"]["status"] == "fail", by_rule["artifacts_verified"]
+    assert json.loads(got.stdout)["verdict"] != "PASS"
