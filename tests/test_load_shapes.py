@@ -551,6 +551,46 @@ def test_replay_takes_no_prompt_source_or_max_tokens(tmp_path):
     assert spec is None and [d.code for d in diags] == ["E403"]
 
 
+def test_a_replay_runs_evidence_is_judged_from_anywhere_with_the_trace_it_replayed(tmp_path):
+    """`gate DIR` and `report DIR` re-check the spec a run embedded, whose trace file is
+    relative to the spec's folder: from any other folder they refused a replay run's evidence
+    ("E423 trace file no such file", exit 2), or planned it from whatever file of that name lay
+    there. The trace is now looked for where the manifest recorded it too (each level's shape
+    holds its source and sha256), and taken only with the run's sha256; found nowhere it is
+    still E423 (the levels are planned from it), saying where it was looked for."""
+    from runner_support import run_soakspec, run_spec
+
+    from specs import one_workload_spec
+
+    rows = [{"timestamp": t, "input_length": 12, "output_length": 3} for t in range(0, 2000, 100)]  # 10 a second, 2 s
+    write_trace(tmp_path / "trace.jsonl", rows)
+    text = one_workload_spec(name="rp", issue="1", before_load="", load='mode = replay\n    trace = "trace.jsonl"',
+                             after_load="bucket = 1s\n  follow_up = false")
+    proc, out = run_spec(tmp_path, text)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    here = tmp_path / "elsewhere"
+    here.mkdir()
+
+    def gate() -> subprocess.CompletedProcess:
+        return run_soakspec(["gate", str(out), "--format", "json"], "replay-elsewhere", here)
+
+    got = gate()
+    assert got.returncode == 0 and json.loads(got.stdout)["verdict"] == "PASS", got.stderr
+    assert run_soakspec(["report", str(out), "--format", "md"], "replay-elsewhere", here).returncode == 0
+    write_trace(here / "trace.jsonl", rows[:-1])  # another trace of that name, here: passed over
+    assert gate().returncode == 0
+    (tmp_path / "trace.jsonl").rename(tmp_path / "moved.jsonl")  # and the run's is not where it was
+    got = gate()
+    assert got.returncode == 2 and "E423 the trace file 'trace.jsonl' the run replayed at" in got.stderr, got.stderr
+    assert "is not the file the run read" in got.stderr and "pass --spec FILE" in got.stderr, got.stderr
+    (here / "trace.jsonl").unlink()
+    got = gate()
+    assert got.returncode == 2, got.stderr
+    assert f"is not at {here / 'trace.jsonl'} or {tmp_path / 'trace.jsonl'}: its levels cannot be planned" in got.stderr, got.stderr
+    (tmp_path / "moved.jsonl").rename(here / "trace.jsonl")  # the same bytes where the spec names it from here
+    assert gate().returncode == 0
+
+
 # ---------------------------------------------------------------- the phases example, end to end
 
 

@@ -91,13 +91,25 @@ def spec_entry(path: str | None, text: str, secrets: Iterable[str] = ()) -> dict
     return entry
 
 
-def recorded_prompt_files(manifest: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The prompt file each workload of the run read, as its manifest's spec records them
-    (`prompt_files`: absolute path, format, sha256; `Plan.prompt_files`); None where it does
-    not (evidence from before the record, a hand-made manifest)."""
+def recorded_data_files(manifest: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The data files the run read, as its manifest records them, by kind and workload:
+    `"prompt"` each workload's prompt file (the spec's `prompt_files`: absolute path, format,
+    sha256; `Plan.prompt_files`), `"trace"` each replayed trace file (its levels' `shape`:
+    `source`, format, sha256 -- recorded since replays were, so older evidence has it too). A
+    kind the manifest does not record (evidence from before, a hand-made manifest) is empty.
+    What re-checking the run's embedded spec looks for (`lang.check.requests.run_file`)."""
     spec = manifest.get("spec")
-    files = spec.get("prompt_files") if isinstance(spec, Mapping) else None
-    return files if isinstance(files, dict) else None
+    prompts = spec.get("prompt_files") if isinstance(spec, Mapping) else None
+    traces: dict[str, Any] = {}
+    backends = manifest.get("backends")
+    for b in backends if isinstance(backends, list) else ():
+        levels = b.get("levels") if isinstance(b, Mapping) else None
+        for lv in levels if isinstance(levels, list) else ():
+            shape = lv.get("shape") if isinstance(lv, Mapping) else None
+            if isinstance(shape, Mapping) and shape.get("kind") == "replay" and isinstance(lv.get("workload"), str):
+                traces.setdefault(lv["workload"], {"path": shape.get("source"), "format": shape.get("format"),
+                                                   "sha256": shape.get("sha256")})
+    return {"prompt": prompts if isinstance(prompts, dict) else {}, "trace": traces}
 
 
 def stored_spec_sha256(spec: Mapping[str, Any]) -> Any:

@@ -85,9 +85,9 @@ def spec_for(evidence, spec_file: str | None, where: str):
     if text is None:
         raise UsageError(f"{where}: the manifest embeds no spec text; pass --spec FILE")
     name = f"{where}/manifest.json#spec"
-    from soakspec.evidence.manifest import recorded_prompt_files, stored_spec_sha256
+    from soakspec.evidence.manifest import recorded_data_files, stored_spec_sha256
 
-    spec, diags, shown = load_text(text, name, data_optional=True, data_files=recorded_prompt_files(evidence.manifest))
+    spec, diags, shown = load_text(text, name, data_optional=True, data_files=recorded_data_files(evidence.manifest))
     if spec is None:
         raise UsageError(f"the spec embedded in {where} does not check with this soakspec; pass --spec FILE:\n"
                          f"{render_text(diags, {name: shown})}")

@@ -14,7 +14,7 @@ from soakspec.judge.evidence import Evidence
 def ran_spec(ev: Evidence) -> Any:
     """The spec a run ran (its manifest's embedded text, checked), or None when it has none or
     it does not check with this soakspec."""
-    from soakspec.evidence.manifest import recorded_prompt_files
+    from soakspec.evidence.manifest import recorded_data_files
     from soakspec.lang import load_text
 
     text = ev.spec_text
@@ -22,7 +22,7 @@ def ran_spec(ev: Evidence) -> Any:
         return None
     try:
         spec, _, _ = load_text(text, f"{ev.root or 'evidence'}/manifest.json#spec", data_optional=True,
-                               data_files=recorded_prompt_files(ev.manifest) if isinstance(ev.manifest, Mapping) else None)
+                               data_files=recorded_data_files(ev.manifest) if isinstance(ev.manifest, Mapping) else None)
     except Exception:  # noqa: BLE001 - a spec this soakspec cannot read has no workload to compare
         return None
     return spec

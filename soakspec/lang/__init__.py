@@ -28,9 +28,10 @@ def load_text(text: str, path: str, *, data_optional: bool = False,
               data_files: Mapping[str, Any] | None = None) -> tuple[Spec | None, list[Diagnostic], str]:
     """`load_spec` of text already read (`soakspec check -`: stdin), shown as `path`; relative
     paths in it are taken from the working directory. `data_optional`: a finished run's
-    embedded spec, checked to judge its evidence -- a prompt file that is not there, or not the
-    one its manifest records (`data_files`: its spec's `prompt_files`), is W513, not an error
-    (`check.requests.dataset`). Returns (spec or None, diagnostics, the source text the
+    embedded spec, checked to judge its evidence: its data files are looked for where the spec
+    names them and where its manifest recorded them (`data_files`: `recorded_data_files`), and
+    taken only with the sha256 the run read; a prompt file found nowhere is W513, not an error
+    (`check.requests.dataset`), a replayed trace still E423 (its levels are planned from it). Returns (spec or None, diagnostics, the source text the
     diagnostics' positions count in)."""
     tree, diags = parse(text, path)
     shown = source_text(text)

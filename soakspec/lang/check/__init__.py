@@ -62,7 +62,7 @@ def spec_hash(tree: A.SoakFile) -> tuple[str, str]:
 def check(tree: A.SoakFile, path: str = "<string>", *, data_optional: bool = False,
           data_files: Mapping[str, Any] | None = None) -> tuple[S.Spec | None, list[Diagnostic]]:
     """`data_optional`: the spec a finished run embedded, checked to judge its evidence, and
-    `data_files` its manifest's record of the prompt files it read (`Ctx`)."""
+    `data_files` its manifest's record of the data files it read (`Ctx`)."""
     with gc_paused():  # as for the parse: tens of thousands of objects, none of them garbage
         return _check(tree, path, data_optional, data_files)
 

@@ -46,8 +46,9 @@ class Ctx:
         # a finished run's embedded spec, checked to judge its evidence: a prompt file that is
         # not here (the evidence copied elsewhere, a relative path from another folder) is a
         # warning, W513, and the workload has no dataset -- what a run sent is in its records;
-        # `data_files`: the manifest's record of each workload's prompt file (path, sha256), where
-        # it is looked for too and which a file found must be
+        # `data_files`: the manifest's record of the files the run read, by kind ("prompt",
+        # "trace") and workload (path, sha256: `evidence.manifest.recorded_data_files`), where
+        # each is looked for too and which a file found must be
         self.data_optional = data_optional
         self.data_files = data_files or {}
         self.diags: list[Diagnostic] = []

@@ -65,7 +65,7 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str, name: str = "") -> S.D
     path = data_path(ctx, got.value)
     read = functools.partial(read_dataset, fmt=fmt, chat=endpoint == "chat", lengths=lengths, turns=turns and endpoint == "chat")
     if ctx.data_optional:
-        return _run_dataset(ctx, got, path, read, ctx.data_files.get(name))
+        return _run_dataset(ctx, got, path, read, ctx.data_files.get("prompt", {}).get(name))
     try:
         parsed = read(path)
     except DatasetError as e:
@@ -90,13 +90,13 @@ def _dataset(path: str, parsed: Any) -> S.Dataset:
     return S.Dataset(path, parsed.format, parsed.sha256, parsed.prompts, parsed.output_lens, parsed.conversations)
 
 
-def _run_dataset(ctx: Ctx, got: Any, path: str, read: Callable[[str], Any], recorded: Any) -> S.Dataset | None:
-    """The prompt file of a finished run's embedded spec, checked to judge its evidence: the
-    file the run read, looked for where the spec names it (from here) and where the manifest
-    recorded it (`recorded`: its `prompt_files` entry, absolute path and sha256), and taken only
-    when its bytes are the ones the run read. Else W513 and no dataset: the evidence is judged
-    without it (what a run sent is in its records; only max_tokens_from_file's bound on a
-    response's tokens is then unknown) -- never with another file that happens to lie there."""
+def run_file(path: str, recorded: Any, read: Callable[[str], Any], errors: type[Exception]) -> tuple[Any, str, str]:
+    """A data file of a finished run's embedded spec: looked for where the spec names it (from
+    here: `path`) and where the manifest recorded it (`recorded`: path and sha256, from
+    `evidence.manifest.recorded_data_files`), and taken only when its bytes are the ones the
+    run read -- never another file that happens to lie there. Returns `(read(place), place, "")`,
+    or `(None, "", why not)` ("is not at X or Y", "at X is not the file the run read (...)").
+    `errors`: what `read` raises for a file it cannot use (its `.message` said)."""
     want = recorded.get("sha256") if isinstance(recorded, Mapping) else None
     places = [path] + ([recorded["path"]] if isinstance(recorded, Mapping) and isinstance(recorded.get("path"), str)
                        and recorded["path"] != path else [])
@@ -106,12 +106,23 @@ def _run_dataset(ctx: Ctx, got: Any, path: str, read: Callable[[str], Any], reco
             continue
         try:
             parsed = read(place)
-        except DatasetError as e:
-            why = f"at {place} cannot be read ({e.message})"
+        except errors as e:
+            why = f"at {place} cannot be read ({getattr(e, 'message', e)})"
             continue
         if want is not None and parsed.sha256 != want:
             why = f"at {place} is not the file the run read (sha256 {parsed.sha256[:12]}, the run's {str(want)[:12]})"
             continue
+        return parsed, place, ""
+    return None, "", why
+
+
+def _run_dataset(ctx: Ctx, got: Any, path: str, read: Callable[[str], Any], recorded: Any) -> S.Dataset | None:
+    """The prompt file of a finished run's embedded spec, checked to judge its evidence
+    (`run_file`). Found nowhere: W513 and no dataset -- the evidence is judged without it (what
+    a run sent is in its records; only max_tokens_from_file's bound on a response's tokens is
+    then unknown)."""
+    parsed, place, why = run_file(path, recorded, read, DatasetError)
+    if parsed is not None:
         return _dataset(place, parsed)
     ctx.warn("W513", f"the prompt file {got.value!r} {why}: the run's evidence is judged without it "
                      f"(its records say what was sent; bounds from max_tokens_from_file are unknown)", got.span,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
@@ -125,7 +126,7 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     fields = b.fields()
     fields["prompt_words"] = _prompt_words(ctx, b, where)
     fields["sampling"] = _sampling(ctx, b, where)
-    fields["load"] = _load(ctx, b, where)
+    fields["load"] = _load(ctx, b, where, blk.label.value)
     _check_timing(ctx, b, fields["load"])
     _shaped_duration(ctx, b, fields, where)
     fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where, blk.label.value)
@@ -182,7 +183,7 @@ def _sampling(ctx: Ctx, b: Body, where: str) -> S.Sampling:
     return S.Sampling(greedy=sb["temperature"] == 0, **sb.fields())
 
 
-def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
+def _load(ctx: Ctx, b: Body, where: str, name: str = "") -> S.Load:
     lb = sub(ctx, b, "load", LOAD, f"the load of {where}")
     if lb is None:
         if "load" not in b.suggested:  # else `lod { ... }` was reported as unknown already
@@ -196,7 +197,7 @@ def _load(ctx: Ctx, b: Body, where: str) -> S.Load:
     if "phases" in lb.blocks:
         return _phased(ctx, lb, mode, where)
     if mode == "replay":
-        return _replay(ctx, lb, where)
+        return _replay(ctx, lb, where, name)
     if mode == "open":
         _misplaced(ctx, lb, _CLOSED_ONLY, "belongs to closed-loop load; open-loop load sets 'rate'")
         lb.require("rate")
@@ -286,16 +287,37 @@ def _phase_values(p: S.Phase) -> tuple[float, ...]:
     return (p.start, p.end)
 
 
-def _replay(ctx: Ctx, lb: Body, where: str) -> S.Load:
+def _replay(ctx: Ctx, lb: Body, where: str, name: str = "") -> S.Load:
     """`mode = replay  trace = "file.jsonl"`: the trace is read now, and every problem reported
-    at its line in the file (and at the spec's `trace`)."""
+    at its line in the file (and at the spec's `trace`). A finished run's embedded spec
+    (`ctx.data_optional`) takes the file the run replayed, found where the spec names it or
+    where the manifest recorded it (`requests.run_file`); found nowhere, it is still E423: the
+    run's levels (their arrivals, span and buckets) are planned from it."""
     _misplaced(ctx, lb, _CLOSED_ONLY + _OPEN_ONLY, "does not apply to mode = replay (the trace sets arrivals and lengths)")
     if not lb.require("trace", f"the load of {where} (mode = replay) needs 'trace', a timestamped trace file") or not lb.ok("trace"):
         return S.Load("replay")
     got = lb.got("trace")
     path = data_path(ctx, got.value)
+    if ctx.data_optional:
+        tf, path, why = requests.run_file(path, ctx.data_files.get("trace", {}).get(name),
+                                          lambda p: R.read_trace(p, lb["trace_format"]), R.TraceFileError)
+        if tf is None:
+            ctx.error("E423", f"the trace file {got.value!r} the run replayed {why}: its levels cannot be planned without it",
+                      got.span, "pass --spec FILE (the spec beside the trace file the run replayed)")
+            return S.Load("replay")
+    else:
+        tf = _trace_file(ctx, got, path, lb["trace_format"])
+        if tf is None:
+            return S.Load("replay")
+    rp = S.Replay(path, tf.format, tf.sha256, tf.offsets_s, tf.input_lens, tf.output_lens, lb["speed"], lb["input_lengths"] == "tokens")
+    return S.Load("replay", replay=rp)
+
+
+def _trace_file(ctx: Ctx, got: Any, path: str, fmt: str) -> R.TraceFile | None:
+    """The trace file a spec names, read; else None and E423 at its line in the file (and at the
+    spec's `trace`)."""
     try:
-        tf = R.read_trace(path, lb["trace_format"])
+        return R.read_trace(path, fmt)
     except R.TraceFileError as e:
         saved, ctx.path = ctx.path, path
         try:
@@ -304,9 +326,7 @@ def _replay(ctx: Ctx, lb: Body, where: str) -> S.Load:
         finally:
             ctx.path = saved
         ctx.error("E423", f"the trace file {got.value!r} cannot be used (see {path}:{e.line})", got.span)
-        return S.Load("replay")
-    rp = S.Replay(path, tf.format, tf.sha256, tf.offsets_s, tf.input_lens, tf.output_lens, lb["speed"], lb["input_lengths"] == "tokens")
-    return S.Load("replay", replay=rp)
+        return None
 
 
 def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
