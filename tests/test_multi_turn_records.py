@@ -271,3 +271,35 @@ def test_turns_edited_into_the_records_afterwards_fail_the_gate(multi_turn_run, 
     by_rule = {r["rule"]: r for r in json.loads(got.stdout)["rules"]}
     assert by_rule["artifacts_verified"]["status"] == "fail", by_rule["artifacts_verified"]
     assert json.loads(got.stdout)["verdict"] != "PASS"
+
+
+def test_check_warns_when_a_conversations_deepest_turn_cannot_fill_a_percentile_per_turn(tmp_path):
+    """One conversation of four user turns among nine of one: a session's requests are mostly
+    first turns, and turns 2 to 4 get about one request in thirteen each -- too few for a p95
+    per turn, which can then only be INCONCLUSIVE. `check` says so before anything runs (W509,
+    naming the turns), and the run bears it out; a p50 per turn, which they can fill, is not
+    warned about."""
+    from soakspec.lang import load_text
+
+    convs = [{"conversations": [{"from": "human", "value": f"q{i}"}, {"from": "gpt", "value": "a"}]} for i in range(9)]
+    convs.append({"conversations": [m for t in range(4) for m in ({"from": "human", "value": f"long q{t}"},
+                                                                   {"from": "gpt", "value": "a"})]})
+    (tmp_path / "conv.json").write_text(json.dumps(convs))
+    text = one_workload_spec(name="deep", issue="1",
+                             before_load='endpoint = chat\n  prompt_file = "conv.json"\n  multi_turn = true\n  max_tokens = 4',
+                             load="mode = closed\n    concurrency = [2]",
+                             after_load="warmup = 0s\n  duration = 3s\n  bucket = 3s\n  deadline = 5s\n  follow_up = false")
+    text = text.replace("  require failed == 0\n", "  require failed == 0\n  warn p95(ttft) < 10s per turn\n"
+                                                   "  warn p50(ttft) < 10s per turn\n", 1)
+    spec_file = tmp_path / "deep.soak"
+    spec_file.write_text(text)
+    spec, diags, _ = load_text(text, str(spec_file))
+    warned = [d.message for d in diags if d.code == "W509"]
+    assert len(warned) == 1 and warned[0].startswith("p95(ttft) per turn needs 59 samples"), warned
+    assert "per turn are planned (workload 'w' at concurrency 2, turns 2-4)" in warned[0], warned
+    proc, out = run_spec(tmp_path, text, "--format", "json")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    by_rule = {r["rule"]: r for r in json.loads(proc.stdout)["rules"]}
+    p95, p50 = by_rule["p95(ttft) < 10s per turn"], by_rule["p50(ttft) < 10s per turn"]
+    assert p95["status"] == "inconclusive" and "turn 2:" in p95["message"] and p95["failing"] == 3, p95
+    assert p50["status"] == "pass", p50

@@ -479,8 +479,11 @@ def check_window_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None
 # level of its own duration, its buckets counted at its lowest load (`_planned`). Without a
 # latency (a real server, no hint) a closed loop is not estimated, nor is a replay. `itl` counts
 # requests, as the judge does: one request's gaps are not independent draws. A `pNN(x) > T` rule
-# needs the samples of the (100-NN)-th percentile (the samples below T decide it). Scopes per run
-# and per backend pool every level: not warned about.
+# needs the samples of the (100-NN)-th percentile (the samples below T decide it). `per turn`
+# takes a level's requests in the share of a multi-turn session's user turns that are its
+# deepest turn (`_deepest_turn`): the turn with fewest requests, one long conversation among
+# short ones being the usual reason a per-turn rule cannot conclude. Scopes per run and per
+# backend pool every level: not warned about.
 
 SIM_DEFAULTS = {name: _SIM_OPTIONS[name].default for name in ("ttft", "itl")}
 PER_REQUEST_PERCENTILES = frozenset({"ttft", "tpot", "latency", "schedule_lag", "output_tokens", "prompt_tokens"})
@@ -536,12 +539,33 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
     return out
 
 
+_W509_HINT = "raise the rate or concurrency, lengthen the bucket or level, or use a lower percentile"
+_W509_TURN_HINT = ("a conversation's deepest turns are sent least: lengthen the level, use conversations of even length, "
+                   "or judge a lower percentile")
+
+
+def _deepest_turn(w: S.Workload) -> tuple[str, float] | None:
+    """A multi-turn workload's turns with the fewest requests ("turn 4", "turns 2-4": the
+    deepest, and those before it that as few conversations reach) and the share of its
+    sessions' requests that each of them is (a session sends each user turn of a conversation
+    in turn, the file's conversations one after another), or None: not multi-turn, or its
+    prompt file not read."""
+    convs = w.dataset.conversations if w.multi_turn and w.dataset is not None else ()
+    turns = [n for c in convs if (n := sum(1 for role, _ in c if role == "user"))]
+    if not turns:
+        return None
+    deepest = max(turns)
+    reach = turns.count(deepest)  # conversations that reach the deepest turn
+    first = max((n for n in turns if n < deepest), default=0) + 1  # the first turn only they reach
+    return (f"turn {deepest}" if first == deepest else f"turns {first}-{deepest}"), reach / sum(turns)
+
+
 def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[str, S.Backend]) -> None:
     """W509 for each percentile rule whose scope the plan cannot fill (see above)."""
     for rule in g.rules:
         q = rule.expr.percentile
         metric = rule.expr.metric
-        if q is None or rule.scope not in ("bucket", "window", "level") or rule.expr.wrapper is not None:
+        if q is None or rule.scope not in ("bucket", "window", "level", "turn") or rule.expr.wrapper is not None:
             continue
         if metric not in PER_REQUEST_PERCENTILES and metric != "itl":
             continue
@@ -552,13 +576,18 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
         fewest: tuple[float, str] | None = None
         targets = [backends[rule.backend]] if rule.backend in backends else list(backends.values())
         for w in workloads:
+            turn = _deepest_turn(w) if rule.scope == "turn" else None
+            if rule.scope == "turn" and turn is None:
+                continue
             for bk in targets:
-                for label, n in _planned(w, bk, rule.scope, rule.window_s):
+                for label, n in _planned(w, bk, "level" if turn else rule.scope, rule.window_s):
+                    if turn is not None:
+                        n, label = n * turn[1], f"{label}, {turn[0]}"
                     if n < need and (fewest is None or n < fewest[0]):
                         fewest = (n, f"workload '{w.name}' at {label}" + (f" on backend '{bk.name}'" if len(targets) > 1 else ""))
         if fewest is not None:
             unit = "requests" if metric == "itl" else "samples"
-            what = {"bucket": "per bucket", "window": "per window", "level": "per level"}[rule.scope]
+            what = {"bucket": "per bucket", "window": "per window", "level": "per level", "turn": "per turn"}[rule.scope]
             ctx.warn("W509", f"{rule.expr.text} {what} needs {need} {unit} at {g.confidence * 100:g}% confidence; "
                              f"about {fewest[0]:.0f} {what} are planned ({fewest[1]}): the rule can only be INCONCLUSIVE",
-                     rule.span, "raise the rate or concurrency, lengthen the bucket or level, or use a lower percentile")  # fmt: skip
+                     rule.span, _W509_HINT if rule.scope != "turn" else _W509_TURN_HINT)
