@@ -1,13 +1,17 @@
-"""Token-exact prompts against a real vLLM: `prompt_tokens = 128` is 128 by vLLM's own usage.
+"""Token-exact prompts against a real vLLM: `prompt_tokens = 128` is 128 by vLLM's own usage,
+and a replayed trace's `input_lengths = tokens` each request's input_length.
 
 The prompts are built with the model's tokenizer.json (the `tokenizers` extra) and sent to a
 vLLM that soakspec launches. vLLM's usage.prompt_tokens, recorded per request, is the judge:
 completions get exactly 128 for every request; chat gets 128 plus the tokens the chat
-template wraps around the user message -- one constant for every request, stated here.
+template wraps around the user message -- one constant for every request, stated here. The
+replay builds its prompts with vLLM's own /tokenize (no `tokenizer`), and with `ignore_eos`
+each request's output is its trace line's output_length.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -65,7 +69,23 @@ WORKLOAD = """workload "{endpoint}" {{
   deadline = 60s
 }}
 """
-SPEC = _SPEC.replace("{workloads}", "".join(WORKLOAD.format(endpoint=e) for e in ("completions", "chat")))
+# a Mooncake trace: 12 requests over 2.2 s, inputs of 5 to 300 tokens, outputs of 1 to 9
+TRACE = [{"timestamp": 200 * i, "input_length": [5, 64, 300, 17][i % 4], "output_length": [1, 9, 4][i % 3]}
+         for i in range(12)]
+REPLAY = """workload "replay" {
+  endpoint = completions
+  ignore_eos = true
+  load {
+    mode = replay
+    trace = "trace.jsonl"
+    input_lengths = tokens
+  }
+  warmup = 0s
+  bucket = 1s
+  deadline = 60s
+}
+"""
+SPEC = _SPEC.replace("{workloads}", "".join(WORKLOAD.format(endpoint=e) for e in ("completions", "chat")) + REPLAY)
 
 
 def _records(run_dir: Path):
@@ -75,6 +95,7 @@ def _records(run_dir: Path):
 def test_prompt_tokens_128_is_exactly_128_by_vllms_own_usage(lane, tmp_path):
     (tmp_path / "spec.soak").write_text(lenient_client(SPEC))
     shutil.copy(REPO / "specs" / "vllm-chat-template.jinja", tmp_path)
+    (tmp_path / "trace.jsonl").write_text("".join(json.dumps(t) + "\n" for t in TRACE))
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "tiny").symlink_to(lane / "tiny")
     env = dict(os.environ, PATH=f"{lane / 'V' / 'bin'}{os.pathsep}{os.environ['PATH']}")
@@ -97,3 +118,6 @@ def test_prompt_tokens_128_is_exactly_128_by_vllms_own_usage(lane, tmp_path):
     assert len(completions) >= 10 and set(completions) == {128}
     # the chat template adds the same wrapper tokens to every request, on top of the 128 asked for
     assert len(chat) >= 10 and len(set(chat)) == 1 and chat[0] > 128
+    replayed = sorted((r["prompt_tokens"], r["output_tokens"]) for r in rows if r["workload"] == "replay")
+    sys.stderr.write(f"replay: (prompt_tokens, output_tokens) by vLLM's usage {replayed}\n")
+    assert replayed == sorted((t["input_length"], t["output_length"]) for t in TRACE)
