@@ -163,3 +163,68 @@ def test_sweeps_pair_exactly_the_loads_both_probed(base_probes, new_probes):
     assert sorted((u.side, u.label, u.level) for u in c.unpaired) == sorted(
         [("base", f"concurrency {v}", i) for i, v in enumerate(base_probes) if v not in common]
         + [("new", f"concurrency {v}", i) for i, v in enumerate(new_probes) if v not in common])
+
+
+# ---------------------------------------------------------------- a multi-turn level's turns
+
+
+def turns_run(seed: int, turns: int = 3, *, deeper_ttft: float = 0.01, slower_turn: int | None = None,
+              per_bucket: int = 90) -> EvidenceBuilder:
+    """A multi-turn level: its requests the turns 1..`turns` of conversations in turn, each turn
+    k's TTFT about 10 ms + (k - 1) x `deeper_ttft` (a longer history to prefill), turn
+    `slower_turn`'s half as long again."""
+    spec = small_spec(levels="[4]", duration="4m", bucket="1m", follow_up=False)
+    b = EvidenceBuilder(spec, per_bucket=per_bucket, run_id=f"turns{seed}")
+    rng = random.Random(seed)
+    for j, r in enumerate(b.measured("a")):
+        k = j % turns + 1
+        t = (0.01 + (k - 1) * deeper_ttft) * (1.5 if k == slower_turn else 1.0) * rng.lognormvariate(0.0, 0.1)
+        r.update(conversation=j // turns + 1, turn=k, ttft=t, first_token=r["start"] + t, latency=t + 0.15, end=r["start"] + t + 0.15)
+    return b
+
+
+def test_a_multi_turn_levels_ttft_is_compared_turn_by_turn():
+    """Prefix caching, a scheduler change: what a multi-turn comparison is for is how TTFT went
+    at each turn, which the level's rows mix. A new run whose third turns are half as slow again
+    is a regression there and nowhere else per turn; rows per turn come after the level's, name
+    the turn (label, JSON `turn`), and count in the family-wise correction. A rule looks at the
+    level's rows only: a turn's p95 short of samples leaves `p95(ttft) regression <= 60%` as the
+    level decides it."""
+    base, new = turns_run(1).build(), turns_run(2, slower_turn=3).build()
+    c = compare(base, new, rules=[parse_rule("require p95(ttft) regression <= 60%")], resamples=500)
+    by_turn = {(r.turn, r.stat): r for r in c.rows if r.turn is not None}
+    assert sorted(by_turn) == [(k, s) for k in (1, 2, 3) for s in ("p50", "p95")]
+    assert {r.metric for r in by_turn.values()} == {"ttft"}
+    assert [k for (k, s), r in by_turn.items() if s == "p50" and r.verdict == "regression"] == [3], by_turn
+    assert 0.35 < by_turn[3, "p50"].change < 0.65 and by_turn[1, "p50"].verdict == "no significant change"
+    assert by_turn[1, "p50"].n_base == 120  # a third of the level's 360 requests
+    first_turn_row = min(i for i, r in enumerate(c.rows) if r.turn is not None)
+    assert all(r.turn is None for r in c.rows[:first_turn_row]) and len(c.rows) - first_turn_row == 6
+    assert c.rows[0].row_confidence == 1 - 0.05 / len(c.rows)
+    assert all(c.rows[i].turn is None for i in c.rules[0].rows) and c.rules[0].status == "pass"
+    assert by_turn[3, "p50"].where == "concurrency 4 · turn 3"
+    md = render(c, "md")
+    assert "| `a · concurrency 4 · turn 3` | p50(ttft) |" in md and "**REGRESSION**" in md
+    rows = json.loads(render(c, "json"))["rows"]
+    assert {r["turn"] for r in rows} == {None, 1, 2, 3}
+    # the command reads the base run's samples up front (its table let go): the same rows
+    from soakspec.compare import RunSamples
+
+    again = compare(RunSamples.read(base, keep=False), new, rules=[parse_rule("require p95(ttft) regression <= 60%")], resamples=500)
+    assert again.rows == c.rows
+
+
+def test_turns_only_one_run_reached_are_said_and_later_turns_are_one_row_group():
+    """How deep a level's sessions got depends on its length and the server: a turn only one
+    run sent is said in a note, not a missing row; turns past the 20th are compared together, as
+    results.json lists them ("turn 21+"). A single-turn level has no turn rows."""
+    c = compare(turns_run(1, turns=3).build(), turns_run(2, turns=4).build(), resamples=300)
+    assert {r.turn for r in c.rows} == {None, 1, 2, 3}
+    assert any("concurrency 4: turn 4 only in the new run (not compared)" in n for n in c.notes), c.notes
+    assert c.outcome == "PASS"
+    deep = compare(turns_run(1, turns=25, per_bucket=100).build(), turns_run(2, turns=25, per_bucket=100).build(), resamples=300)
+    assert sorted({r.turn for r in deep.rows if r.turn is not None}) == list(range(1, 22))
+    (pooled,) = [r for r in deep.rows if r.turn == 21 and r.stat == "p50"]
+    assert pooled.where == "concurrency 4 · turn 21+" and pooled.n_base == 5 * 400 // 25
+    single = compare(probes_run([2], 1).build(), probes_run([2], 2).build(), resamples=200)
+    assert all(r.turn is None for r in single.rows)

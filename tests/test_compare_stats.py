@@ -17,7 +17,7 @@ def _row(metric: str, stat: str, xb, xn, rows: int = 15, confidence: float = 0.9
     comparison of `rows` rows."""
     cm = C.BY_NAME[metric]
     lv = types.SimpleNamespace(label="concurrency 8", index=0)
-    p = types.SimpleNamespace(cm=cm, stat=stat, key=("b", "b", "w", 0, metric, stat), base_lv=lv, new_lv=lv, note=None)
+    p = types.SimpleNamespace(cm=cm, stat=stat, key=("b", "b", "w", 0, metric, stat), base_lv=lv, new_lv=lv, note=None, turn=None)
     if sides is not None:
         pass
     elif cm.kind == "distribution":

@@ -31,6 +31,16 @@ metric implementations (`soakspec.judge.registry`) and the one percentile of
 gate re-derives them (`judge.joined.rederived`: a server's trace errors, usage that contradicts
 the stream), so a compared number is the number the report and the gate show. A rule may ask for another percentile; it gets its own row.
 
+Turns. A multi-turn level (records with a `turn`: `multi_turn = true` chat) gets, after its
+rows, p50 and p95 of ttft per user turn (`TURN_METRICS`) over the completed requests that sent
+that turn -- what a multi-turn comparison (prefix caching on and off, a scheduler change) is
+for, and what the level's rows mix across turns whose prompts differ by the whole history.
+Only the turns both runs sent are compared, the turns past the 20th as one ("turn 21+", as
+results.json lists them); a turn only one run reached is said in a note, not a missing row (how
+deep a level's sessions got depends on its length and the server's speed). Turn rows count in
+the family-wise correction like any other; rules look at the level's rows only -- a rule's
+`p95(ttft)` is the level's, and a deep turn short of samples must not make it inconclusive.
+
 Errors. `ratio(errors)`'s change is the difference `new - base` of the two shares, in
 percentage points (a base share of 0, the usual one, has no ratio), and its interval is
 Newcombe's hybrid score interval of a difference of two independent proportions (each side's
@@ -190,7 +200,7 @@ import json
 import math
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from statistics import NormalDist
 from typing import Any, Literal
 
@@ -206,6 +216,8 @@ from soakspec.judge.joined import _time_scale, join
 from soakspec.judge.measures import Distribution, PerBucket, PerToken
 from soakspec.judge.measures import Outcome as OutcomeCount
 from soakspec.judge.registry import metric
+from soakspec.judge.scope import rows_by_turn
+from soakspec.judge.summary import MAX_TURNS_LISTED
 from soakspec.judge.workload import ran_spec, workload_differences, workload_shape  # noqa: F401  (workload_shape: read from here too)
 
 SCHEMA_VERSION = 1
@@ -241,6 +253,10 @@ METRICS: tuple[CompareMetric, ...] = (
     CompareMetric("throughput", "per_bucket", False, ("mean",), "tok/s"),
 )
 BY_NAME = {m.name: m for m in METRICS}
+# a multi-turn level's rows per user turn (module doc, "Turns"): TTFT, what a conversation's
+# growing history and the server's prefix cache change turn by turn
+TURN_METRICS: tuple[tuple[CompareMetric, tuple[str, ...]], ...] = ((BY_NAME["ttft"], ("p50", "p95")),)
+MAX_TURNS = MAX_TURNS_LISTED  # turns past it are one row group, numbered MAX_TURNS + 1 ("turn 21+"), as results.json lists them
 
 
 def _q(stat: str) -> float | None:
@@ -514,6 +530,14 @@ class Row:
     new_level: int | None = None  # the new run's index of the paired level (`level` is the base's)
     gaps_base: int | None = None  # itl: the inter-token gaps the statistic is computed over (None for other metrics)
     gaps_new: int | None = None
+    turn: int | None = None  # a multi-turn level's row over one user turn's requests (MAX_TURNS + 1: every later turn)
+
+    @property
+    def where(self) -> str:
+        """The level, and the turn of a per-turn row: `concurrency 4 · turn 2`."""
+        if self.turn is None:
+            return self.label
+        return f"{self.label} · turn {self.turn}" + ("+" if self.turn > MAX_TURNS else "")
 
     @property
     def higher_is_worse(self) -> bool:
@@ -538,7 +562,7 @@ class Row:
             "base": self.base, "new": self.new, "n_base": self.n_base, "n_new": self.n_new, "samples_needed": self.need,
             "change": self.change, "change_kind": "difference" if self.absolute else "relative", "ci_low": self.low, "ci_high": self.high, "row_confidence": self.row_confidence,
             "verdict": self.verdict, "note": self.note, "new_level": self.new_level,
-            "gaps_base": self.gaps_base, "gaps_new": self.gaps_new,
+            "gaps_base": self.gaps_base, "gaps_new": self.gaps_new, "turn": self.turn,
         }
 
 
@@ -790,17 +814,73 @@ def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> Samples:
         assert isinstance(impl, OutcomeCount)
         return impl.count(lv.records), len(lv.records)
     if cm.kind == "distribution":
-        assert isinstance(impl, Distribution)
-        c = impl.counted(lv.records)
-        xs = Sorted.counted(c) if c is not None else Sorted.of(impl.values(lv.records), consume=True)
-        if cm.per_request_samples:  # (gaps, Kish's effective requests, requests): module doc, "Independence"
-            assert isinstance(impl, PerToken)
-            effective, requests = impl.draws(lv.records)  # as the gate counts them, a chunk of requests at a time
-            return xs, effective, requests
-        return xs, xs.n
+        return _distribution(lv.records, cm)
     assert isinstance(impl, PerBucket)
     vals = [v for w in lv.buckets if (v := impl.of(bi, w)) is not None]
     return vals, len(vals)
+
+
+def _distribution(records: Any, cm: CompareMetric) -> Samples:
+    """`_samples` of a distribution over `records` (a level's, or one of its turns')."""
+    impl = metric(cm.name)
+    assert isinstance(impl, Distribution)
+    c = impl.counted(records)
+    xs = Sorted.counted(c) if c is not None else Sorted.of(impl.values(records), consume=True)
+    if cm.per_request_samples:  # (gaps, Kish's effective requests, requests): module doc, "Independence"
+        assert isinstance(impl, PerToken)
+        effective, requests = impl.draws(records)  # as the gate counts them, a chunk of requests at a time
+        return xs, effective, requests
+    return xs, xs.n
+
+
+class _TurnSamples(Mapping[int, Mapping[str, Samples]]):
+    """A multi-turn level's samples per user turn (`samples[turn][name]`), read from the run's
+    table when asked; its turns (`rows_by_turn`, the turns past MAX_TURNS as one) grouped on
+    first use. A single-turn level has none, found without reading its rows."""
+
+    __slots__ = ("lv", "_turns")
+
+    def __init__(self, lv: LevelIndex) -> None:
+        self.lv = lv
+        self._turns: dict[int, Any] | None = None
+
+    def _grouped(self) -> dict[int, Any]:
+        if self._turns is None:
+            self._turns = dict(rows_by_turn(self.lv.records, MAX_TURNS))
+        return self._turns
+
+    def __getitem__(self, turn: int) -> Mapping[str, Samples]:
+        rows = self._grouped()[turn]
+        return _LazyMetrics(lambda name: _distribution(rows, BY_NAME[name]))
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._grouped())
+
+    def __len__(self) -> int:
+        return len(self._grouped())
+
+
+class _LazyMetrics(Mapping[str, Samples]):
+    """Samples a metric at a time, computed when asked (`get(name)`)."""
+
+    __slots__ = ("get",)
+
+    def __init__(self, get: Callable[[str], Samples]) -> None:
+        self.get = get
+
+    def __getitem__(self, name: str) -> Samples:
+        return self.get(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(cm.name for cm, _ in TURN_METRICS)
+
+    def __len__(self) -> int:
+        return len(TURN_METRICS)
+
+
+def _turn_samples(lv: LevelIndex) -> dict[int, dict[str, Samples]]:
+    """`_TurnSamples` read up front (`RunSamples.read(keep=False)`)."""
+    return {k: {cm.name: _distribution(rows, cm) for cm, _ in TURN_METRICS} for k, rows in rows_by_turn(lv.records, MAX_TURNS)}
 
 
 _RAN = object()  # `RunSamples.read`'s default judge: the spec the run ran
@@ -823,8 +903,9 @@ class _LevelSamples:
 @dataclasses.dataclass(frozen=True, eq=False)
 class LevelSamples:
     """A level of one run as compare reads it: what pairs it (`_identity`: its workload and
-    manifest entry), its label, every metric's samples, and the measured requests its runner
-    cancelled itself when the run was interrupted (`_cancelled_by_abort`)."""
+    manifest entry), its label, every metric's samples, the measured requests its runner
+    cancelled itself when the run was interrupted (`_cancelled_by_abort`), and a multi-turn
+    level's samples per user turn (`TURN_METRICS`; empty for any other level)."""
 
     backend: str
     workload: str
@@ -833,6 +914,7 @@ class LevelSamples:
     entry: Mapping[str, Any]
     samples: Mapping[str, Samples] | _LevelSamples
     cancelled_by_abort: int
+    turns: Mapping[int, Mapping[str, Samples]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -869,18 +951,24 @@ class RunSamples:
         backends = tuple(BackendSamples(bi.name, tuple(LevelSamples(
             bi.name, lv.workload, lv.index, lv.label, lv.entry,
             _LevelSamples(bi, lv) if keep else {cm.name: _samples(bi, lv, cm) for cm in METRICS},
-            _cancelled_by_abort(lv)) for lv in bi.levels)) for bi in indexes)
+            _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels)) for bi in indexes)
         return cls(side, ran, backends, _client_health(run))
 
 
 @dataclasses.dataclass(frozen=True)
 class _Pending:
-    key: tuple[str, str, str, int, str, str]
+    key: tuple[Any, ...]  # (backend, new backend, workload, level, metric, stat[, turn]): the row's seed
     base_lv: LevelSamples
     new_lv: LevelSamples
     cm: CompareMetric
     stat: str
     note: str | None
+    turn: int | None = None
+
+    def sides(self) -> tuple[Samples, Samples]:
+        if self.turn is None:
+            return self.base_lv.samples[self.cm.name], self.new_lv.samples[self.cm.name]
+        return self.base_lv.turns[self.turn][self.cm.name], self.new_lv.turns[self.turn][self.cm.name]
 
 
 def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: int,
@@ -891,9 +979,10 @@ def _row(p: _Pending, confidence: float, row_conf: float, resamples: int, seed: 
     q = _q(stat)
     need = stats.min_samples_for_percentile(q, confidence) if q is not None else MIN_BUCKETS
     common = dict(backend=backend, new_backend=new_backend, workload=workload, level=level, label=label,
-                  metric=cm.name, stat=stat, unit=cm.unit, need=need, row_confidence=row_conf, new_level=p.new_lv.index)
+                  metric=cm.name, stat=stat, unit=cm.unit, need=need, row_confidence=row_conf, new_level=p.new_lv.index,
+                  turn=p.turn)
     if sides is None:
-        sides = p.base_lv.samples[cm.name], p.new_lv.samples[cm.name]
+        sides = p.sides()
     if cm.kind == "proportion":
         return _proportion_row(common, sides, row_conf, p.note)
     (xb, eb), (xn, en) = (s[:2] for s in sides)
@@ -1026,17 +1115,31 @@ def _rows(pending: Sequence[_Pending], confidence: float, row_conf: float, resam
     last: tuple[Any, ...] | None = None
     sides: tuple[Samples, Samples] | None = None
     for p in pending:
-        key = (id(p.base_lv), id(p.new_lv), p.key[:5])
+        key = (id(p.base_lv), id(p.new_lv), p.key[:5], p.turn)
         if key != last:
             sides = None  # the previous samples go before these are computed (a run read with keep=True)
-            sides = p.base_lv.samples[p.cm.name], p.new_lv.samples[p.cm.name]
+            sides = p.sides()
             last = key
         out.append(_row(p, confidence, row_conf, resamples, seed, sides))
     return out
 
 
+def _turn_pending(backend: str, new_backend: str, a: LevelSamples, z: LevelSamples, note: str | None,
+                  notes: list[str]) -> list[_Pending]:
+    """A multi-turn level pair's rows per user turn (`TURN_METRICS`), for the turns both runs
+    sent; a turn only one run reached is said in `notes` (how deep a level's sessions got
+    depends on its length and the server's speed: not missing data)."""
+    both = [k for k in a.turns if k in z.turns]
+    only = [(k, "base") for k in a.turns if k not in z.turns] + [(k, "new") for k in z.turns if k not in a.turns]
+    if only:
+        said = ", ".join(f"turn {k}{'+' if k > MAX_TURNS else ''} only in the {side} run" for k, side in sorted(only))
+        notes.append(f"{backend} {a.label}: {said} (not compared)")
+    return [_Pending((backend, new_backend, a.workload, a.index, cm.name, stat, k), a, z, cm, stat, note, turn=k)
+            for k in both for cm, stats_ in TURN_METRICS for stat in stats_]
+
+
 def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
-    mine = [i for i, r in enumerate(rows) if r.metric == rule.metric and r.stat == rule.stat]
+    mine = [i for i, r in enumerate(rows) if r.metric == rule.metric and r.stat == rule.stat and r.turn is None]
     if not mine:
         return RuleOutcome(rule, "inconclusive", "no matched level to compare", ())
     worst: tuple[int, str, str] | None = None  # (row, status, message)
@@ -1044,7 +1147,7 @@ def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
     rank = {"pass": 0, "inconclusive": 1, "fail": 2}
     for i in mine:
         r = rows[i]
-        where = f"{r.backend} {r.label}"
+        where = f"{r.backend} {r.where}"
         iv = r.regression_interval()
         t = rule.threshold
         if iv is None and r.verdict == "missing":
@@ -1082,7 +1185,7 @@ def _missing(rows: Sequence[Row]) -> list[str]:
         if gone:
             where: dict[str, list[str]] = {}
             for r in gone:
-                where.setdefault(f"{r.backend} {r.label}", []).append(f"{r.stat}({r.metric})")
+                where.setdefault(f"{r.backend} {r.where}", []).append(f"{r.stat}({r.metric})")
             listed = "; ".join(f"{w}: {', '.join(ms)}" for w, ms in where.items())
             out.append(f"the {side} run has no data for {len(gone)} row{'s' if len(gone) != 1 else ''} the "
                        f"{'base' if side == 'new' else 'new'} run has ({listed}): missing data is never a pass")
@@ -1146,6 +1249,7 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
                 wanted = list(cm.stats) + [r.stat for r in rules if r.metric == cm.name and r.stat not in cm.stats]
                 for stat in dict.fromkeys(wanted):
                     pending.append(_Pending((bb.name, bn.name, a.workload, a.index, cm.name, stat), a, z, cm, stat, note))
+            pending += _turn_pending(bb.name, bn.name, a, z, note, notes)
     m = max(1, len(pending))
     row_conf = 1.0 - (1.0 - confidence) / m
     need = min_resamples(m, confidence)

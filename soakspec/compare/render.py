@@ -48,7 +48,7 @@ def _cells(r: Row) -> list[str]:
     pct = _points if r.absolute else _pct
     iv = "-" if r.low is None else f"{pct(r.low)} .. {pct(r.high)}"
     verdict = MARK[r.verdict] + (f" (needs {r.need})" if r.verdict == "insufficient samples" else "")
-    return [f"{where} · {r.label}", f"{r.stat}({r.metric})", _val(r.base, r.unit), _val(r.new, r.unit), pct(r.change),
+    return [f"{where} · {r.where}", f"{r.stat}({r.metric})", _val(r.base, r.unit), _val(r.new, r.unit), pct(r.change),
             iv, f"{r.n_base} / {r.n_new}", verdict]
 
 
@@ -66,7 +66,7 @@ def _row_notes(c: Comparison) -> list[str]:
     by: dict[str, list[str]] = {}
     for r in c.rows:
         if r.note:
-            by.setdefault(r.note, []).append(f"{r.backend} · {r.label} {r.stat}({r.metric})")
+            by.setdefault(r.note, []).append(f"{r.backend} · {r.where} {r.stat}({r.metric})")
     return [f"{', '.join(rows)}: {note}" for note, rows in by.items()]
 
 
