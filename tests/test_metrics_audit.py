@@ -50,6 +50,97 @@ def test_a_drift_of_a_quantile_in_the_inf_bucket_is_not_judged_on_its_bound():
     assert r.status == "inconclusive", r.message
 
 
+# ---------------------------------------------------------------------------- a quantile within its bucket
+
+
+def _all_at(seconds: float, *, tail: float = 0.0, tail_at: float = 0.4):
+    """Every TTFT observation took `seconds` (a share `tail` of them `tail_at` instead): in
+    bucket (0.1, 0.25] of TTFT_LE for 0.24 s. The scrapes' cumulative counts as the server
+    would expose them."""
+    def mutate(i, row):
+        h = row["families"][TTFT]
+        n = h["count"]
+        late = round(n * tail)
+        h["buckets"] = [[le, (n - late if le >= seconds else 0.0) + (late if le >= tail_at else 0.0)]
+                        for le, _ in h["buckets"][:-1]] + [[None, n]]
+        h["sum"] = seconds * (n - late) + tail_at * late
+    return mutate
+
+
+@pytest.mark.parametrize("rule, status", [
+    (f'require p50(server("{TTFT}")) < 200ms', "inconclusive"),  # was PASS: ≈ 0.175 interpolated, every TTFT 240 ms
+    (f'require p50(server("{TTFT}")) > 200ms', "inconclusive"),
+    (f'require p50(server("{TTFT}")) <= 250ms', "pass"),  # a threshold at a bucket bound is decided
+    (f'require p50(server("{TTFT}")) < 1s', "pass"),
+    (f'require p50(server("{TTFT}")) < 100ms', "fail"),  # the whole bucket is above it
+    (f'require p50(server("{TTFT}")) > 100ms', "pass"),
+])
+def test_a_histogram_quantile_is_only_known_within_its_bucket(rule, status):
+    """histogram_quantile interpolates within the bucket a quantile falls in, as if its
+    observations spread evenly across it: judged as a value, `p50 < 200ms` PASSED for a server
+    whose every TTFT took 240 ms (0.175 interpolated in (0.1, 0.25]). A threshold inside the
+    bucket cannot be decided from the histogram; one at or beyond its bounds is."""
+    (r,) = _judged(rule, _all_at(0.24))
+    assert r.status == status, r.message
+    if status == "inconclusive":
+        assert "only places it between 0.1 and 0.25" in r.message and "≈ 0.175" in r.message, r.message
+
+
+def test_a_drift_of_a_histogram_quantile_is_known_only_as_far_as_its_buckets_allow():
+    """Each bucket's p50 in the same histogram bucket read as +0% drift -- the interpolation's
+    artefact: the true p50 may have gone from 0.11 s to 0.24 s within it."""
+    (r,) = _judged(f'require drift(p50(server("{TTFT}"))) <= 10% per level', _all_at(0.24))
+    assert r.status == "inconclusive" and "between -60% and +150%" in r.message, r.message
+    assert "the client's own ttft is measured exactly" in r.message, r.message
+    (r,) = _judged(f'require drift(mean(server("{TTFT}"))) <= 10% per level', _all_at(0.24))
+    assert r.status == "pass", r.message  # a mean is Δsum / Δcount: exact
+
+
+def test_a_histogram_quantile_that_passes_needs_the_overage_rule_as_the_clients_does():
+    """`p99 < 250ms` with 0.8 % of the observations above 250 ms: the sample p99 is within the
+    threshold, but as the client's percentile rules count it (LoadGen's overage rule) 0.8 % of
+    a thousand observations beyond it is too many to claim p99 < 250 ms at 95 % -- it PASSED on
+    the point estimate. The counts beyond are read from the buckets, exactly at a bound."""
+    spec = small_spec(f'require p99(server("{TTFT}")) < 250ms', duration="3m")
+    b = EvidenceBuilder(spec, per_bucket=500)  # more requests than observations: each one draw
+    (lv,) = b.manifest["backends"][0]["levels"]
+    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5, ttft_per_s=5.0)
+    for i, row in enumerate(b.metrics["a"]):
+        _all_at(0.24, tail=0.008)(i, row)
+    (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
+    assert r.status == "inconclusive" and "may be above 250ms" in r.message and "allowed at 95% confidence" in r.message, r.message
+    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5, ttft_per_s=5.0)
+    for i, row in enumerate(b.metrics["a"]):
+        _all_at(0.24)(i, row)
+    (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
+    assert r.status == "pass", r.message
+
+
+def test_a_histograms_observations_of_few_requests_count_as_those_requests():
+    """A per-token histogram (vLLM's inter-token latency) observes every token: 3,600
+    observations of the scope's 24 requests are not 3,600 independent draws, as the client's
+    ITL counts requests -- p99 from them needs 299 requests."""
+    (r,) = _judged(f'require p99(server("{TTFT}")) < 1s', lambda i, row: _all_at(0.24)(i, row) or _more(row, 10))
+    assert r.status == "inconclusive" and "from only 24 requests (3600 observations)" in r.message, r.message
+    # too few for a claim that it holds, but every one of them is surely above 100 ms: a certain violation
+    (r,) = _judged(f'require p99(server("{TTFT}")) < 100ms', lambda i, row: _all_at(0.24)(i, row) or _more(row, 10))
+    assert r.status == "fail" and "enough samples violate the threshold" in r.message, r.message
+
+
+def _more(row, k: int) -> None:
+    h = row["families"][TTFT]
+    h.update(count=h["count"] * k, sum=h["sum"] * k, buckets=[[le, n * k] for le, n in h["buckets"]])
+
+
+@pytest.mark.parametrize("op, most, least", [("<", 30, 10), ("<=", 30, 10), (">", 90, 70), (">=", 90, 70)])
+def test_the_observations_beyond_a_threshold_are_bounded_by_the_buckets(op, most, least):
+    from soakspec.judge.servermetrics import beyond
+
+    buckets = ((0.1, 20.0), (0.25, 70.0), (0.5, 90.0), (None, 100.0))  # 20 | 50 | 20 | 10
+    assert beyond(buckets, op, 0.3) == most and beyond(buckets, op, 0.3, least=True) == least
+    assert beyond(buckets, op, 0.25) == beyond(buckets, op, 0.25, least=True)  # at a bound: exact
+
+
 # ---------------------------------------------------------------------------- a family that appears late
 
 

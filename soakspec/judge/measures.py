@@ -122,6 +122,10 @@ class Measure:
     # (the value is their bins' midpoints); on which side of a threshold the cells were cut at
     # it lies is exact all the same
     bounds: tuple[float, float] | None = None
+    # where `bounds` are all there is to know -- the value's resolution in its source, with
+    # nothing finer to read again (a server histogram's quantile: the bucket it falls in) -- why,
+    # for messages ("the server histogram's bucket"); None: binned gaps, which can be re-read
+    coarse: str | None = None
 
     @property
     def short(self) -> int:

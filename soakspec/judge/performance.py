@@ -22,6 +22,7 @@ from soakspec.judge.measures import (
     slope,
 )
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
+from soakspec.judge.servermetrics import ServerMetric, histogram_beyond
 from soakspec.judge.table import Rows
 from soakspec.judge.verdict import Instance, Location, RuleResult, Status
 from soakspec.lang.metrics import METRICS, Kind
@@ -84,9 +85,20 @@ def _counted_text(m: Measure) -> str:
 def _significant_violation(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> bool:
     """Percentile rules with too few samples: is the violation certain anyway?"""
     q, op, t = rule.expr.percentile, rule.op, rule.threshold
-    if q is None or op not in ("<", "<=", ">", ">=") or t is None or not isinstance(impl, Distribution):
+    if q is None or op not in ("<", "<=", ">", ">=") or t is None:
         return False
     confidence = run.gate.confidence
+    if isinstance(impl, ServerMetric):  # the observations surely beyond, a request's worth of draws at most
+        got = histogram_beyond(impl, sc, op, t, least=True)
+        qq = q if op in ("<", "<=") else 100.0 - q
+        if got is None or qq >= 100 or qq <= 0:
+            return False
+        n, over = got
+        m = impl.measure(sc, None, q, confidence=confidence)
+        over, n = (over, n) if m.units is None else stats.independent_counts(over, n, m.units, for_pass=False)
+        return stats.exceeds_with_confidence(over, n, qq, confidence)
+    if not isinstance(impl, Distribution):
+        return False
     if op in ("<", "<="):
         n, over = impl.beyond(sc.records, ">" if op == "<=" else ">=", t)
         over, n = _independent(impl, sc, n, over, for_pass=False)
@@ -104,7 +116,11 @@ def _overage(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure
     inconclusive instance saying how many samples lie beyond the threshold, how many the
     confidence allows and how many more samples the claim would need."""
     q, op, t = rule.expr.percentile, rule.op, rule.threshold
-    if q is None or t is None or op not in ("<", "<=", ">", ">=") or not isinstance(impl, Distribution):
+    if q is None or t is None or op not in ("<", "<=", ">", ">="):
+        return None
+    if isinstance(impl, ServerMetric):
+        return _histogram_overage(run, sc, rule, impl, m, vtext)
+    if not isinstance(impl, Distribution):
         return None
     if op in (">", ">=") and q <= 0:
         return None
@@ -129,6 +145,37 @@ def _overage(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl, m: Measure
     return Instance("inconclusive", loc(sc), m.value, vtext, n,
                     f"{vtext}, but {over} of {_unit_word(m.unit, n)} are {side} {rule.threshold_text}{as_requests}; "
                     f"at most {allowed if allowed is not None else 0} allowed at {conf * 100:.3g}% confidence "
+                    f"(threshold {rule.op} {rule.threshold_text}); {need}", more or None)
+
+
+def _histogram_overage(run: JudgedRun, sc: Scope, rule: Rule, impl: ServerMetric, m: Measure, vtext: str) -> Instance | None:
+    """`_overage` of a server histogram's quantile: the observations beyond the threshold are
+    known only to the histogram's buckets, so the claim is tested with as many as may lie
+    beyond it (`servermetrics.beyond`: exact where the threshold is a bucket bound), the
+    observations a request's worth of draws at most (`Measure.units`)."""
+    q, op, t = rule.expr.percentile, rule.op, rule.threshold
+    assert q is not None and op is not None and t is not None
+    got = histogram_beyond(impl, sc, op, t)
+    if got is None:
+        return None
+    n, over = got
+    qq = q if op in ("<", "<=") else 100.0 - q
+    if qq <= 0:
+        return None
+    conf = run.gate.confidence
+    k, units = (over, n) if m.units is None else stats.independent_counts(over, n, m.units, for_pass=True)
+    allowed = stats.max_overages(units, qq, conf)
+    if allowed is not None and k <= allowed:
+        return None
+    more = stats.samples_for_overages(k, units, qq, conf)
+    need = f"needs {more} more {'observation' if units == n else 'request'}{'' if more == 1 else 's'} within the threshold" if more else "cannot be claimed"
+    side = "above" if op in ("<", "<=") else "below"
+    as_requests = "" if units == n else (f" (as {k} of {plural(units, 'request')}, one draw a request the scope sent at most: a "
+                                         "request's observations -- its tokens, in a per-token histogram -- are not independent)")
+    return Instance("inconclusive", loc(sc), m.value, vtext, n,
+                    f"{vtext}, but up to {over} of {plural(n, 'observation')} may be {side} {rule.threshold_text} (the "
+                    f"histogram's buckets cannot say where in a bucket they lie){as_requests}; at most "
+                    f"{allowed if allowed is not None else 0} allowed at {conf * 100:.3g}% confidence "
                     f"(threshold {rule.op} {rule.threshold_text}); {need}", more or None)
 
 
@@ -212,9 +259,18 @@ def _instance_of(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Jud
     assert rule.op is not None and rule.threshold is not None
     e = rule.expr
     m = _for_claim(run, rule, impl.measure(sc, e.agg, e.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples))
-    if m.bounds is not None and compare(m.bounds[0], rule.op, rule.threshold) != compare(m.bounds[1], rule.op, rule.threshold):
-        raise stats.InexactCount(f"{e.text} lies between {m.bounds[0]!r} and {m.bounds[1]!r}, either side of {rule.threshold!r}")
     where = loc(sc)
+    if m.coarse is not None and m.bounds is not None and (m.bounds[0] < rule.threshold < m.bounds[1] or (
+            rule.op in ("==", "!=") and rule.threshold == m.bounds[1])):
+        # a bucket (lo, hi] holds values above lo and at most hi: a threshold at either bound is decided
+        vtext = f"{e.text} ≈ {format_beside(m.value, kind(rule), rule.op, rule.threshold)}"  # type: ignore[arg-type]
+        return Instance("inconclusive", where, m.value, vtext, m.samples,
+                        f"{vtext}, but {m.coarse} only places it between {format_value(m.bounds[0], kind(rule))} and "
+                        f"{format_value(m.bounds[1], kind(rule))}, either side of the threshold {rule.op} {rule.threshold_text} "
+                        f"(the estimate assumes its observations spread evenly across the bucket; a threshold at one of "
+                        f"its bounds is decided exactly)", 1), m.value, m.samples
+    if m.bounds is not None and m.coarse is None and compare(m.bounds[0], rule.op, rule.threshold) != compare(m.bounds[1], rule.op, rule.threshold):
+        raise stats.InexactCount(f"{e.text} lies between {m.bounds[0]!r} and {m.bounds[1]!r}, either side of {rule.threshold!r}")
     if isinstance(impl, (PerRequest, PerToken)):
         if cens := impl.censored(sc.records):
             return _with_censored(run, sc, rule, impl, m, cens)
@@ -222,6 +278,10 @@ def _instance_of(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Jud
         return Instance("inconclusive", where, None, None, m.samples, f"{e.text} cannot be computed: {m.reason}"), None, m.samples
     vtext = f"{e.text} {'≈' if m.bounds is not None else '='} {format_beside(m.value, kind(rule), rule.op, rule.threshold)}"
     ok = compare(m.value, rule.op, rule.threshold)
+    if m.coarse is not None and m.bounds is not None:
+        # the threshold at or beyond the bucket's bounds (lo, hi]: every value the bucket allows is
+        # on one side of it -- at most T where T >= hi, above it where T <= lo (so never equal)
+        ok = rule.op == "!=" if rule.op in ("==", "!=") else (rule.threshold >= m.bounds[1]) == (rule.op in ("<", "<="))
     if m.at_least:
         # only a lower bound (a histogram quantile in the +Inf bucket): the rule holds or fails
         # where every value from it up holds or fails it, else nobody can tell
@@ -564,14 +624,24 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     # a percentile or mean of sampled requests (or their gaps): each bucket's value within its
     # sampling interval (`sampling_interval`), so a drift that noise alone could carry across
     # the threshold is INCONCLUSIVE, never a FAIL (or a PASS) of the server
-    sampled = isinstance(impl, Distribution) and (e.percentile is not None or e.agg == "mean")
+    sampled = (isinstance(impl, Distribution) and (e.percentile is not None or e.agg == "mean")
+               or isinstance(impl, ServerMetric) and e.percentile is not None and any(m.coarse for _, m in used))
     intervals = [sampling_interval(impl, s, m, e.agg, e.percentile, run.gate.confidence)  # type: ignore[arg-type]
                  for s, m in used] if sampled else None
     binned = _trend_bounds(rule, n, used)
     bounds = _trend_bounds(rule, n, used, intervals)
     approx = binned is not None and binned[0] != binned[1]
     vtext = f"{e.text} {'≈' if approx else '='} {format_beside(value, None, rule.op, rule.threshold, signed=True)}{'/min' if e.wrapper == 'slope' else ''}"
+    coarse = next((m.coarse for _, m in used if m.coarse), None)
     if binned is not None and compare(binned[0], rule.op, rule.threshold) != compare(binned[1], rule.op, rule.threshold):
+        if coarse is not None:  # a server histogram's quantiles: each only known within its bucket
+            span = (f"between {format_beside(binned[0], None, rule.op, rule.threshold, signed=True)} and "
+                    f"{format_beside(binned[1], None, rule.op, rule.threshold, signed=True)}" if all(map(math.isfinite, binned)) else "anywhere")
+            return Instance("inconclusive", where, value, vtext, samples,
+                            f"{vtext} ({basis}): each bucket's {_inner_text(rule)} is only known within {coarse} it falls "
+                            f"in, and within those the {e.wrapper} lies {span}{'/min' if e.wrapper == 'slope' else ''}, either "
+                            f"side of the threshold {rule.op} {rule.threshold_text} (the estimate assumes observations spread "
+                            f"evenly across a bucket; the client's own {_client_twin(e.text)}is measured exactly)"), value, samples
         return Instance("inconclusive", where, value, vtext, samples,
                         f"{vtext} ({basis}): its buckets' {_inner_text(rule)} are known to 0.1% (their gaps are counted in "
                         f"bins, too many distinct gaps a bucket to count each), and within that it may lie either side of "
@@ -586,6 +656,16 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
                         f"either side of the threshold {rule.op} {rule.threshold_text}: sampling noise alone could decide it"), value, samples
     status: Status = "pass" if compare(value, rule.op, rule.threshold) else "fail"
     return Instance(status, where, value, vtext, samples, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value, samples
+
+
+def _client_twin(text: str) -> str:
+    """The client's metric a server histogram's name suggests ("ttft " for one named
+    time_to_first_token), for a hint; "" where none."""
+    for part, name in (("time_to_first_token", "ttft"), ("inter_token", "itl"), ("time_per_output_token", "tpot"),
+                       ("e2e_request_latency", "latency")):
+        if part in text:
+            return name + " "
+    return "timing "
 
 
 def _badness(rule: Rule, v: float | None) -> float:

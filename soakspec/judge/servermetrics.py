@@ -11,8 +11,13 @@ over a scope's bucket windows (the index/scope API: `Scope.windows`):
              max = over the per-bucket rates
   histogram  mean = the scope's Δsum / Δcount (the mean observation); min, max = over the
              per-bucket means; pNN = a quantile estimate from the Δ bucket counts, linear
-             within the bucket it falls in (Prometheus' histogram_quantile): its resolution is
-             that bucket's width, stated in `quantile_estimate`; in the +Inf bucket only a
+             within the bucket it falls in (Prometheus' histogram_quantile), carrying that
+             bucket's bounds (`Measure.bounds`, `coarse`): a rule is judged on the bucket, not
+             the interpolation -- a threshold inside it INCONCLUSIVE, one at or beyond its
+             bounds decided, then the overage rule with as many observations beyond the
+             threshold as the buckets allow (`beyond`); its observations count as at most one
+             draw a request of the scope (`Measure.units`: a per-token histogram observes
+             every token of a request); in the +Inf bucket only a
              lower bound, the largest finite bound (`Measure.at_least`: the rule is judged
              for every value from it up); bare = observations, rate() =
              observations per second
@@ -264,6 +269,21 @@ class ServerMetric:
         return Measure(None, m.samples, m.needed, m.unit, why)
 
 
+def histogram_beyond(metric: ServerMetric, scope: Scope, op: str, t: float, *, least: bool = False) -> tuple[int, int] | None:
+    """(observations, at most -- `least`: at least -- how many do not satisfy `value op t`:
+    `beyond`) of `metric`'s histogram over `scope`; None where it is not a histogram or has no
+    buckets there."""
+    if metric.family is None or not scope.backends:
+        return None
+    s = find(scope.backends[0], metric.family)
+    if s is None or s.type != "histogram":
+        return None
+    buckets = pooled(_deltas(metric.family, scope, "p"))
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    return int(round(buckets[-1][1])), beyond(buckets, op, t, least=least)
+
+
 def _tolerance(bi: BackendIndex) -> float:
     """How far from a bucket's edge a scrape may be and still cover it: the scrape interval
     and timeout the manifest records (a scrape lands anywhere in them)."""
@@ -347,9 +367,37 @@ def _counter(family: str, scope: Scope, agg: str, q: float | None, confidence: f
     return Measure(_AGG[agg](rates), n, 2, "scrape")
 
 
-def _histogram(family: str, scope: Scope, agg: str, q: float | None, confidence: float, min_samples: int) -> Measure:
+def _deltas(family: str, scope: Scope, agg: str) -> list[HistDelta]:
     wins = windows(scope) if agg in ("min", "max") else spans(scope)
-    deltas = [d for s, a, b in _by_backend(scope, family, wins) if (d := hist_change(s, a, b)) is not None]
+    return [d for s, a, b in _by_backend(scope, family, wins) if (d := hist_change(s, a, b)) is not None]
+
+
+def _requests(scope: Scope, observations: int) -> int | None:
+    """The independent draws a histogram's `observations` in `scope` rest on, where fewer: the
+    scope's requests. A server's per-token histogram (vLLM's inter-token latency) observes
+    every token, and one request's tokens share its batch and its place in the queue -- as the
+    client's ITL counts requests, not gaps (`stats.independent_counts`). None: as many."""
+    requests = len(scope.records) if scope.records is not None else 0
+    return requests if 0 < requests < observations else None
+
+
+def beyond(buckets: Sequence[tuple[float | None, float]], op: str, t: float, *, least: bool = False) -> int:
+    """At most (`least`: at least) how many of a histogram's observations (cumulative bucket
+    counts, +Inf last) do not satisfy `value op t`. With `<`/`<=`: at most, all but those in
+    buckets wholly at or below t; at least, those in buckets wholly above it. With `>`/`>=`:
+    at most, those in every bucket up to the one holding t; at least, those in buckets wholly
+    below it. A threshold at a bucket bound is exact (an observation equal to a bound is taken
+    as within, as the bucket's `le` counts it)."""
+    total = buckets[-1][1] if buckets else 0.0
+    below = max((n for le, n in buckets if le is not None and le <= t), default=0.0)  # in buckets wholly at or below t
+    upto = next((n for le, n in buckets if le is None or le >= t), total)  # in every bucket up to the one holding t
+    if op in ("<", "<="):
+        return int(round(total - (upto if least else below)))
+    return int(round(below if least else upto))
+
+
+def _histogram(family: str, scope: Scope, agg: str, q: float | None, confidence: float, min_samples: int) -> Measure:
+    deltas = _deltas(family, scope, agg)
     if not deltas:
         return Measure(None, 0, 2, "scrape", f"'{family}' needs two scrapes around the scope to give its observations")
     obs = math.fsum(d.count for d in deltas)
@@ -374,7 +422,11 @@ def _histogram(family: str, scope: Scope, agg: str, q: float | None, confidence:
             # server whose every observation took 30 s)
             return Measure(value, n, need, "observation",
                            f"p{q:g} falls in the histogram's +Inf bucket, above its largest finite bound {lo:g}", at_least=True)
-        return Measure(value, n, need, "observation")
+        # the observations within a bucket are unknown: the quantile is somewhere in it (the
+        # interpolated value is Prometheus' estimate, not a bound), which decides a threshold
+        # outside the bucket and no other
+        return Measure(value, n, need, "observation", units=_requests(scope, n),
+                       bounds=(lo, hi) if lo < hi else None, coarse="the server histogram's bucket")
     if agg == "mean":
         return Measure(math.fsum(d.sum for d in deltas) / obs, n, max(1, min_samples), "observation")
     means = [d.sum / d.count for d in deltas if d.count > 0]
