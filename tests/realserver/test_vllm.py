@@ -44,6 +44,9 @@ sys.exit(child.wait())
 # #19: a rule on the server's own /metrics (scraped by default: specs/vllm.soak declares no
 # metrics block), judged per bucket
 SERVER_RULE = 'require max(server("vllm:num_requests_running")) <= 4 per bucket'
+# a quantile of vLLM's own TTFT histogram, judged on the bucket it falls in: a threshold at one
+# of vLLM's bucket bounds (10 s) is decided, never left to the interpolation
+HISTOGRAM_RULE = 'warn p50(server("vllm:time_to_first_token_seconds")) < 10s'
 # The chat workload as multi-turn sessions (`multi_turn = true`): each turn sends its
 # conversation so far through vLLM's chat template; its records carry conversation and turn,
 # and a rule is judged per turn
@@ -64,7 +67,7 @@ def _run_spec(lane: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, 
     assert text.count(CHAT_WORDS) == 1, "specs/vllm.soak's chat workload changed"
     text = text.replace(CHAT_WORDS, MULTI_TURN)
     (tmp_path / "conversations.json").write_text(json.dumps(CONVERSATIONS))
-    (tmp_path / "vllm.soak").write_text(lenient_client(text.replace(anchor, anchor + f"  {SERVER_RULE}\n  {TURN_RULE}\n")))
+    (tmp_path / "vllm.soak").write_text(lenient_client(text.replace(anchor, anchor + f"  {SERVER_RULE}\n  {HISTOGRAM_RULE}\n  {TURN_RULE}\n")))
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "tiny").symlink_to(lane / "tiny")
     bin_dir = tmp_path / "bin"
@@ -170,6 +173,9 @@ def test_a_launched_vllm_soak_passes_with_full_traces_and_a_confirmed_runtime(la
     sys.stderr.write(f"soakspec counted {ours} output tokens; vLLM's vllm:generation_tokens_total is {theirs}\n")
     assert ours == theirs
     check_server_metrics(out, verdict, SERVER_RULE)
+    (hist,) = [r for r in verdict["rules"] if r["rule"] == HISTOGRAM_RULE.split(" ", 1)[1]]
+    sys.stderr.write(f"vLLM's TTFT histogram: {hist['status']} -- {hist['message']}\n")
+    assert hist["status"] == "pass", hist
     check_multi_turn(out, rows, verdict)
     # no server process is left behind
     assert subprocess.run(["pgrep", "-f", str(tmp_path / "models")], capture_output=True).returncode == 1
