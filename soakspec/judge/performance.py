@@ -660,7 +660,7 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
 
 def _client_twin(text: str) -> str:
     """The client's metric a server histogram's name suggests ("ttft " for one named
-    time_to_first_token), for a hint; "" where none."""
+    time_to_first_token), for a hint; "timing " where none does."""
     for part, name in (("time_to_first_token", "ttft"), ("inter_token", "itl"), ("time_per_output_token", "tpot"),
                        ("e2e_request_latency", "latency")):
         if part in text:
