@@ -31,8 +31,8 @@ def load_text(text: str, path: str, *, data_optional: bool = False,
     embedded spec, checked to judge its evidence: its data files are looked for where the spec
     names them and where its manifest recorded them (`data_files`: `recorded_data_files`), and
     taken only with the sha256 the run read; a prompt file found nowhere is W513, not an error
-    (`check.requests.dataset`), a replayed trace still E423 (its levels are planned from it). Returns (spec or None, diagnostics, the source text the
-    diagnostics' positions count in)."""
+    (`check.requests.dataset`), a replayed trace still E423 (its levels are planned from it).
+    Returns (spec or None, diagnostics, the source text the diagnostics' positions count in)."""
     tree, diags = parse(text, path)
     shown = source_text(text)
     if tree is None or has_errors(diags):
