@@ -635,11 +635,9 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     coarse = next((m.coarse for _, m in used if m.coarse), None)
     if binned is not None and compare(binned[0], rule.op, rule.threshold) != compare(binned[1], rule.op, rule.threshold):
         if coarse is not None:  # a server histogram's quantiles: each only known within its bucket
-            span = (f"between {format_beside(binned[0], None, rule.op, rule.threshold, signed=True)} and "
-                    f"{format_beside(binned[1], None, rule.op, rule.threshold, signed=True)}" if all(map(math.isfinite, binned)) else "anywhere")
             return Instance("inconclusive", where, value, vtext, samples,
                             f"{vtext} ({basis}): each bucket's {_inner_text(rule)} is only known within {coarse} it falls "
-                            f"in, and within those the {e.wrapper} lies {span}{'/min' if e.wrapper == 'slope' else ''}, either "
+                            f"in, and within those the {e.wrapper} lies {_span(rule, binned)}, either "
                             f"side of the threshold {rule.op} {rule.threshold_text} (the estimate assumes observations spread "
                             f"evenly across a bucket; the client's own {_client_twin(e.text)}is measured exactly)"), value, samples
         return Instance("inconclusive", where, value, vtext, samples,
@@ -647,15 +645,22 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
                         f"bins, too many distinct gaps a bucket to count each), and within that it may lie either side of "
                         f"the threshold {rule.op} {rule.threshold_text}"), value, samples
     if bounds is not None and compare(bounds[0], rule.op, rule.threshold) != compare(bounds[1], rule.op, rule.threshold):
-        span = (f"between {format_beside(bounds[0], None, rule.op, rule.threshold, signed=True)} and "
-                f"{format_beside(bounds[1], None, rule.op, rule.threshold, signed=True)}" if all(map(math.isfinite, bounds)) else "anywhere")
         return Instance("inconclusive", where, value, vtext, samples,
                         f"{vtext} ({basis}): each bucket's {_inner_text(rule)} is only known within the samples it rests on "
                         f"({_interval_text(e.percentile, run.gate.confidence)}), and within those the {e.wrapper} lies "
-                        f"{span}{'/min' if e.wrapper == 'slope' else ''}, "
+                        f"{_span(rule, bounds)}, "
                         f"either side of the threshold {rule.op} {rule.threshold_text}: sampling noise alone could decide it"), value, samples
     status: Status = "pass" if compare(value, rule.op, rule.threshold) else "fail"
     return Instance(status, where, value, vtext, samples, f"{vtext} ({basis}; threshold {rule.op} {rule.threshold_text})"), value, samples
+
+
+def _span(rule: Rule, bounds: tuple[float, float]) -> str:
+    """Where a drift or slope may lie (`_trend_bounds`), for a message."""
+    if not all(map(math.isfinite, bounds)):
+        return "anywhere"
+    per = "/min" if rule.expr.wrapper == "slope" else ""
+    return (f"between {format_beside(bounds[0], None, rule.op, rule.threshold, signed=True)} and "
+            f"{format_beside(bounds[1], None, rule.op, rule.threshold, signed=True)}{per}")
 
 
 def _client_twin(text: str) -> str:
