@@ -540,7 +540,7 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
 
 
 _W509_HINT = "raise the rate or concurrency, lengthen the bucket or level, or use a lower percentile"
-_W509_TURN_HINT = ("a conversation's deepest turns are sent least: lengthen the level, use conversations of even length, "
+_W509_TURN_HINT = ("a conversation's deepest turns are sent least: lengthen the level, use conversations of similar lengths, "
                    "or judge a lower percentile")
 
 
