@@ -139,6 +139,10 @@ def test_the_observations_beyond_a_threshold_are_bounded_by_the_buckets(op, most
     buckets = ((0.1, 20.0), (0.25, 70.0), (0.5, 90.0), (None, 100.0))  # 20 | 50 | 20 | 10
     assert beyond(buckets, op, 0.3) == most and beyond(buckets, op, 0.3, least=True) == least
     assert beyond(buckets, op, 0.25) == beyond(buckets, op, 0.25, least=True)  # at a bound: exact
+    # a broken exposition whose counts fall from one bound to the next: their running maximum,
+    # never a negative count or more than the total beyond
+    broken = ((0.1, 20.0), (0.25, 15.0), (0.5, 120.0), (None, 100.0))
+    assert 0 <= beyond(broken, op, 0.3, least=True) <= beyond(broken, op, 0.3) <= 100
 
 
 # ---------------------------------------------------------------------------- a family that appears late

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -387,13 +388,16 @@ def beyond(buckets: Sequence[tuple[float | None, float]], op: str, t: float, *, 
     buckets wholly at or below t; at least, those in buckets wholly above it. With `>`/`>=`:
     at most, those in every bucket up to the one holding t; at least, those in buckets wholly
     below it. A threshold at a bucket bound is exact (an observation equal to a bound is taken
-    as within, as the bucket's `le` counts it)."""
+    as within, as the bucket's `le` counts it). Counts that go down from one bound to the next (a
+    broken exposition) are read as their running maximum, as histogram_quantile makes them
+    monotonic, and none exceeds the total."""
     total = buckets[-1][1] if buckets else 0.0
-    below = max((n for le, n in buckets if le is not None and le <= t), default=0.0)  # in buckets wholly at or below t
-    upto = next((n for le, n in buckets if le is None or le >= t), total)  # in every bucket up to the one holding t
+    cum = [(le, min(total, n)) for le, n in zip((le for le, _ in buckets), itertools.accumulate((n for _, n in buckets), max))]
+    below = max((n for le, n in cum if le is not None and le <= t), default=0.0)  # in buckets wholly at or below t
+    upto = next((n for le, n in cum if le is None or le >= t), total)  # in every bucket up to the one holding t
     if op in ("<", "<="):
-        return int(round(total - (upto if least else below)))
-    return int(round(below if least else upto))
+        return max(0, int(round(total - (upto if least else below))))
+    return max(0, int(round(below if least else upto)))
 
 
 def _histogram(family: str, scope: Scope, agg: str, q: float | None, confidence: float, min_samples: int) -> Measure:
