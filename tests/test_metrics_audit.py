@@ -92,8 +92,16 @@ def test_a_drift_of_a_histogram_quantile_is_known_only_as_far_as_its_buckets_all
     (r,) = _judged(f'require drift(p50(server("{TTFT}"))) <= 10% per level', _all_at(0.24))
     assert r.status == "inconclusive" and "between -60% and +150%" in r.message, r.message
     assert "the client's own ttft is measured exactly" in r.message, r.message
-    (r,) = _judged(f'require drift(mean(server("{TTFT}"))) <= 10% per level', _all_at(0.24))
-    assert r.status == "pass", r.message  # a mean is Δsum / Δcount: exact
+    # a mean is Δsum / Δcount, exact: its drift is decided by its observations' spread, not the
+    # buckets' bounds (as many requests as observations: 1,200 a bucket)
+    spec = small_spec(f'require drift(mean(server("{TTFT}"))) <= 10% per level', duration="3m")
+    b = EvidenceBuilder(spec, per_bucket=1200)
+    (lv,) = b.manifest["backends"][0]["levels"]
+    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5, ttft_per_s=20.0)
+    for i, row in enumerate(b.metrics["a"]):
+        _all_at(0.24)(i, row)
+    (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
+    assert r.status == "pass", r.message
 
 
 def test_a_histogram_quantile_that_passes_needs_the_overage_rule_as_the_clients_does():
@@ -551,3 +559,56 @@ async def test_a_scrape_on_a_connection_the_server_closed_while_idle_is_sent_aga
     assert all(r["ok"] and r["families"]["vllm:num_requests_running"]["value"] == 3.0 for r in rows), rows
     assert not dead["ok"] and dead["status"] is None and "disconnected" in dead["error"].lower(), dead
     assert seen["requests"] == 2
+
+
+# ---------------------------------------------------------------------------- a drift of a histogram's mean
+
+
+def _minutes(spec, b: EvidenceBuilder, per_minute: list[dict[float | None, float]], means: list[float]):
+    """metrics.jsonl of a TTFT histogram that gains, in the level's k-th minute, the
+    observations `per_minute[k]` (per bucket bound: how many fall in that bucket) with mean
+    `means[k]`, scraped every 5 s (counts accrue evenly within a minute)."""
+    (lv,) = b.manifest["backends"][0]["levels"]
+    t0 = lv["buckets"][0]["start"]
+    rows = metrics_rows(t0 - 5, lv["buckets"][-1]["end"] + 5)
+    les = [le for le, _ in rows[0]["families"][TTFT]["buckets"]]
+    for row in rows:
+        done = min(max((row["t"] - t0) / 60.0, 0.0), float(len(per_minute)))
+        per = {le: 0.0 for le in les}
+        total = 0.0
+        for k, counts in enumerate(per_minute):
+            share = min(max(done - k, 0.0), 1.0)
+            for le, c in counts.items():
+                per[le] += c * share
+            total += share * sum(counts.values()) * means[k]
+        cum, acc = [], 0.0
+        for le in les:
+            acc += per[le]
+            cum.append([le, acc])
+        row["families"][TTFT].update(buckets=cum, count=acc, sum=total)
+    b.metrics["a"] = rows
+
+
+def test_a_drift_of_a_histograms_mean_that_sampling_noise_could_carry_is_inconclusive():
+    """A histogram's mean per bucket (Δsum / Δcount) is exact, but of how many observations:
+    20 TTFTs a minute whose mean went from 200 to 230 ms is a +15 % drift that twenty draws
+    of one unchanging server spread between 0.1 and 0.5 s give often -- it FAILED `<= 10%`.
+    Each bucket's mean now lies within Student's t standard errors, the spread as the buckets
+    give it; 2,000 observations a minute (and as many requests) drifting the same is a FAIL,
+    and one observation in the +Inf bucket leaves the spread unbounded."""
+    rule = f'require drift(mean(server("{TTFT}"))) <= 10% per level'
+    spec = small_spec(rule, duration="3m")
+    few = [{0.25: 12.0, 0.5: 8.0}] * 3
+    b = EvidenceBuilder(spec)
+    _minutes(spec, b, few, [0.2, 0.2, 0.23])
+    (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
+    assert r.status == "inconclusive" and "sampling noise alone could decide it" in r.message, r.message
+    assert "as the histogram's buckets give it" in r.message, r.message
+    b = EvidenceBuilder(spec, per_bucket=2000)
+    _minutes(spec, b, [{0.25: 1200.0, 0.5: 800.0}] * 3, [0.2, 0.2, 0.23])
+    (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
+    assert r.status == "fail" and "+15%" in r.message, r.message
+    b = EvidenceBuilder(spec, per_bucket=2000)
+    _minutes(spec, b, [{0.25: 1200.0, 0.5: 800.0}] * 2 + [{0.25: 1200.0, 0.5: 799.0, None: 1.0}], [0.2, 0.2, 0.23])
+    (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
+    assert r.status == "inconclusive" and "lies anywhere" in r.message, r.message

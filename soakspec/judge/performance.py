@@ -22,7 +22,7 @@ from soakspec.judge.measures import (
     slope,
 )
 from soakspec.judge.scope import Scope, bucket_scope, clock_span, scopes
-from soakspec.judge.servermetrics import ServerMetric, histogram_beyond
+from soakspec.judge.servermetrics import ServerMetric, histogram_beyond, histogram_mean_interval
 from soakspec.judge.table import Rows
 from soakspec.judge.verdict import Instance, Location, RuleResult, Status
 from soakspec.lang.metrics import METRICS, Kind
@@ -489,7 +489,7 @@ def _trend(rule: Rule, n: int, used: list[tuple[Scope, Measure]]) -> tuple[float
     return slope(times, vals), f"{inner} over {plural(n, 'bucket')}"
 
 
-def sampling_interval(impl: Distribution, sc: Scope, m: Measure, agg: str | None, q: float | None,
+def sampling_interval(impl: Distribution | ServerMetric, sc: Scope, m: Measure, agg: str | None, q: float | None,
                       confidence: float) -> tuple[float, float]:
     """Where bucket `sc`'s pNN (its measure `m`) may lie, given how many samples it rests on:
     between the order statistics that the percentile rules' own test (`stats.max_overages`)
@@ -499,7 +499,13 @@ def sampling_interval(impl: Distribution, sc: Scope, m: Measure, agg: str | None
     beyond kept: `stats.independent_counts`). Read back as the percentiles that land on those
     order statistics (their bins' extent where gaps are binned). (-inf, inf) where no order
     statistic bounds it; the point value itself where q is 0 or 100 (the extremes: no
-    sampling interval, as before)."""
+    sampling interval, as before). A mean: `_mean_interval`. A server histogram's quantile is
+    bounded the same way, each end at its bucket's bound; its mean by
+    `servermetrics.histogram_mean_interval`; any other server figure (a gauge's or a counter's
+    series) is its point."""
+    if q is None and isinstance(impl, ServerMetric):  # a histogram's mean (a gauge's is a series: its point)
+        got = histogram_mean_interval(impl, sc, confidence) if agg == "mean" and m.value is not None else None
+        return (min(got[0], m.value), max(got[1], m.value)) if got is not None else (m.value, m.value)  # type: ignore[type-var, return-value]
     if q is None:
         return _mean_interval(impl, sc, m, confidence) if agg == "mean" else (-math.inf, math.inf)
     if m.value is None or not 0 < q < 100:
@@ -556,8 +562,11 @@ def _mean_interval(impl: Distribution, sc: Scope, m: Measure, confidence: float)
     return min(float(m.value), float(m.value) - half), max(float(m.value), float(m.value) + half)
 
 
-def _interval_text(q: float | None, confidence: float) -> str:
+def _interval_text(q: float | None, confidence: float, histogram: bool = False) -> str:
     """How `sampling_interval` bounded a bucket's value, for a message."""
+    if q is None and histogram:
+        return (f"its mean within Student's t standard errors either side at {confidence * 100:g}% confidence, its "
+                f"observations' spread as the histogram's buckets give it, at most one draw a request")
     if q is not None:
         return f"its order statistics either side at {confidence * 100:g}% confidence, as the percentile rules count them"
     return (f"its mean within Student's t standard errors either side at {confidence * 100:g}% confidence, "
@@ -625,7 +634,8 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     # sampling interval (`sampling_interval`), so a drift that noise alone could carry across
     # the threshold is INCONCLUSIVE, never a FAIL (or a PASS) of the server
     sampled = (isinstance(impl, Distribution) and (e.percentile is not None or e.agg == "mean")
-               or isinstance(impl, ServerMetric) and e.percentile is not None and any(m.coarse for _, m in used))
+               or isinstance(impl, ServerMetric) and (e.percentile is not None and any(m.coarse for _, m in used)
+                                                      or e.agg == "mean" and all(m.unit == "observation" for _, m in used)))
     intervals = [sampling_interval(impl, s, m, e.agg, e.percentile, run.gate.confidence)  # type: ignore[arg-type]
                  for s, m in used] if sampled else None
     binned = _trend_bounds(rule, n, used)
@@ -647,7 +657,7 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     if bounds is not None and compare(bounds[0], rule.op, rule.threshold) != compare(bounds[1], rule.op, rule.threshold):
         return Instance("inconclusive", where, value, vtext, samples,
                         f"{vtext} ({basis}): each bucket's {_inner_text(rule)} is only known within the samples it rests on "
-                        f"({_interval_text(e.percentile, run.gate.confidence)}), and within those the {e.wrapper} lies "
+                        f"({_interval_text(e.percentile, run.gate.confidence, isinstance(impl, ServerMetric))}), and within those the {e.wrapper} lies "
                         f"{_span(rule, bounds)}, "
                         f"either side of the threshold {rule.op} {rule.threshold_text}: sampling noise alone could decide it"), value, samples
     status: Status = "pass" if compare(value, rule.op, rule.threshold) else "fail"

@@ -9,7 +9,8 @@ over a scope's bucket windows (the index/scope API: `Scope.windows`):
              the new value as the increase since it; each label set its own counter where the
              scrape kept them, `Series.by`, summed after); rate() = increase / seconds; mean, min,
              max = over the per-bucket rates
-  histogram  mean = the scope's Δsum / Δcount (the mean observation); min, max = over the
+  histogram  mean = the scope's Δsum / Δcount (the mean observation; in a drift or slope,
+             within `histogram_mean_interval`, its spread from the buckets); min, max = over the
              per-bucket means; pNN = a quantile estimate from the Δ bucket counts, linear
              within the bucket it falls in (Prometheus' histogram_quantile), carrying that
              bucket's bounds (`Measure.bounds`, `coarse`): a rule is judged on the bucket, not
@@ -283,6 +284,43 @@ def histogram_beyond(metric: ServerMetric, scope: Scope, op: str, t: float, *, l
     if not buckets or buckets[-1][1] <= 0:
         return None
     return int(round(buckets[-1][1])), beyond(buckets, op, t, least=least)
+
+
+def histogram_mean_interval(metric: ServerMetric, scope: Scope, confidence: float) -> tuple[float, float] | None:
+    """Where the mean of `metric`'s histogram over `scope` (its Δsum / Δcount, exact) may lie
+    given the observations it rests on: mean -+ t s / sqrt(u), Student's t with u - 1 degrees
+    of freedom at `confidence` on each side, u the observations -- at most one a request of the
+    scope (`_requests`) -- and s their spread as the buckets give it, each observation at its
+    bucket's midpoint plus Sheppard's h^2 / 12 for the spread within a bucket (the textbook
+    estimate for grouped values, as a client mean's interval is the textbook one).
+    (-inf, inf) where an observation lies in the +Inf bucket (no spread can be bounded) or
+    there are fewer than 2; None where it is not a histogram with buckets."""
+    if metric.family is None or not scope.backends:
+        return None
+    s = find(scope.backends[0], metric.family)
+    if s is None or s.type != "histogram":
+        return None
+    deltas = _deltas(metric.family, scope, "mean")
+    buckets = pooled(deltas)
+    n = math.fsum(d.count for d in deltas)
+    if not buckets or n < 2:
+        return None if not buckets else (-math.inf, math.inf)
+    mean = math.fsum(d.sum for d in deltas) / n
+    ss, prev_le, prev_n = 0.0, 0.0, 0.0
+    for le, cum in zip((le for le, _ in buckets), itertools.accumulate((c for _, c in buckets), max)):
+        k = max(0.0, min(cum, n) - prev_n)  # this bucket's observations (counts made monotonic, as `beyond`)
+        if le is None:
+            if k > 0:
+                return -math.inf, math.inf
+            break
+        h = le - prev_le
+        ss += k * ((prev_le + h / 2 - mean) ** 2 + h * h / 12)
+        prev_le, prev_n = le, prev_n + k
+    units = _requests(scope, int(round(n))) or int(round(n))
+    if units < 2:
+        return -math.inf, math.inf
+    half = stats.t_quantile(confidence, units - 1) * math.sqrt(ss / (n - 1) / units)
+    return mean - half, mean + half
 
 
 def _tolerance(bi: BackendIndex) -> float:
