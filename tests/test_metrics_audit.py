@@ -13,11 +13,14 @@ from tests.test_server_metrics import INPROC  # a url backend's one-level spec, 
 TTFT = "vllm:time_to_first_token_seconds"
 
 
-def _judged(rule: str, mutate):
+def _judged(rule: str, mutate, *, per_bucket: int = 8, ttft_per_s: float = 2.0):
+    """The performance rules' results of `rule` over a 3-minute level of `per_bucket` requests a
+    bucket and a steady server's scrapes (`metrics_rows`, its TTFT histogram gaining
+    `ttft_per_s` observations a second), each scrape's row changed by `mutate(i, row)`."""
     spec = small_spec(rule, duration="3m")
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, per_bucket=per_bucket)
     (lv,) = b.manifest["backends"][0]["levels"]
-    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5)
+    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5, ttft_per_s=ttft_per_s)
     for i, row in enumerate(b.metrics["a"]):
         mutate(i, row)
     return [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
@@ -94,13 +97,7 @@ def test_a_drift_of_a_histogram_quantile_is_known_only_as_far_as_its_buckets_all
     assert "the client's own ttft is measured exactly" in r.message, r.message
     # a mean is Δsum / Δcount, exact: its drift is decided by its observations' spread, not the
     # buckets' bounds (as many requests as observations: 1,200 a bucket)
-    spec = small_spec(f'require drift(mean(server("{TTFT}"))) <= 10% per level', duration="3m")
-    b = EvidenceBuilder(spec, per_bucket=1200)
-    (lv,) = b.manifest["backends"][0]["levels"]
-    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5, ttft_per_s=20.0)
-    for i, row in enumerate(b.metrics["a"]):
-        _all_at(0.24)(i, row)
-    (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
+    (r,) = _judged(f'require drift(mean(server("{TTFT}"))) <= 10% per level', _all_at(0.24), per_bucket=1200, ttft_per_s=20.0)
     assert r.status == "pass", r.message
 
 
@@ -109,18 +106,11 @@ def test_a_histogram_quantile_that_passes_needs_the_overage_rule_as_the_clients_
     threshold, but as the client's percentile rules count it (LoadGen's overage rule) 0.8 % of
     a thousand observations beyond it is too many to claim p99 < 250 ms at 95 % -- it PASSED on
     the point estimate. The counts beyond are read from the buckets, exactly at a bound."""
-    spec = small_spec(f'require p99(server("{TTFT}")) < 250ms', duration="3m")
-    b = EvidenceBuilder(spec, per_bucket=500)  # more requests than observations: each one draw
-    (lv,) = b.manifest["backends"][0]["levels"]
-    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5, ttft_per_s=5.0)
-    for i, row in enumerate(b.metrics["a"]):
-        _all_at(0.24, tail=0.008)(i, row)
-    (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
+    rule = f'require p99(server("{TTFT}")) < 250ms'
+    # more requests than observations (500 a bucket, 300 a minute): each observation one draw
+    (r,) = _judged(rule, _all_at(0.24, tail=0.008), per_bucket=500, ttft_per_s=5.0)
     assert r.status == "inconclusive" and "may be above 250ms" in r.message and "allowed at 95% confidence" in r.message, r.message
-    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5, ttft_per_s=5.0)
-    for i, row in enumerate(b.metrics["a"]):
-        _all_at(0.24)(i, row)
-    (r,) = [r for r in judge(spec, b.build()).rules if r.klass == "performance"]
+    (r,) = _judged(rule, _all_at(0.24), per_bucket=500, ttft_per_s=5.0)
     assert r.status == "pass", r.message
 
 
