@@ -1252,6 +1252,16 @@ def _shape_json(shape: LoadShape) -> dict[str, Any]:
     return {"kind": kind, **dataclasses.asdict(shape)}
 
 
+def shape_identity(shape: Any) -> Any:
+    """A level's `shape` as the manifest's JSON holds it (`_shape_json`), less what depends on
+    where the spec was read from: a replay's trace is its content (sha256, format, speed,
+    requests, span), not its `source` path -- two runs of one trace from two folders or two
+    machines ran the same level (validity's level check and compare's pairing both read it so)."""
+    if isinstance(shape, dict) and shape.get("kind") == "replay":
+        return {k: v for k, v in shape.items() if k != "source"}
+    return shape
+
+
 def _level_json(lv: Level) -> dict[str, Any]:
     return {
         "workload": lv.workload, "index": lv.index, "label": lv.label, "mode": lv.mode, "concurrency": lv.concurrency,

@@ -591,6 +591,31 @@ def test_a_replay_runs_evidence_is_judged_from_anywhere_with_the_trace_it_replay
     assert gate().returncode == 0
 
 
+def test_two_runs_of_one_trace_from_two_folders_compare_level_with_level(tmp_path):
+    """A before/after of a replay is two checkouts or two machines: the same trace read from two
+    folders. compare paired levels by their shape, which held the trace's path -- "nothing to
+    compare: no backend and level in common", INCONCLUSIVE. A trace is its content (sha256)."""
+    from runner_support import run_soakspec, run_spec
+
+    from specs import one_workload_spec
+
+    rows = [{"timestamp": t, "input_length": 12, "output_length": 3} for t in range(0, 2000, 100)]
+    text = one_workload_spec(name="rp", issue="1", before_load="", load='mode = replay\n    trace = "trace.jsonl"',
+                             after_load="bucket = 1s\n  follow_up = false")
+    outs = []
+    for name in ("before", "after"):
+        (tmp_path / name).mkdir()
+        write_trace(tmp_path / name / "trace.jsonl", rows)
+        proc, out = run_spec(tmp_path / name, text)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+        outs.append(out)
+    got = run_soakspec(["compare", str(outs[0]), str(outs[1]), "--format", "json"], "replay-compare", tmp_path)
+    doc = json.loads(got.stdout)
+    assert doc["unpaired"] == [] and doc["rows"] and doc["verdict"] in ("PASS", "INCONCLUSIVE"), got.stderr
+    assert {r["label"] for r in doc["rows"]} == {"replay of 20 requests (trace.jsonl)"}
+    assert not any("no backend and level in common" in n for n in doc["notes"]), doc["notes"]
+
+
 # ---------------------------------------------------------------- the phases example, end to end
 
 

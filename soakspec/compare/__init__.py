@@ -219,6 +219,7 @@ from soakspec.judge.registry import metric
 from soakspec.judge.scope import rows_by_turn
 from soakspec.judge.summary import MAX_TURNS_LISTED
 from soakspec.judge.workload import ran_spec, workload_differences, workload_shape  # noqa: F401  (workload_shape: read from here too)
+from soakspec.plan import shape_identity
 
 SCHEMA_VERSION = 1
 DEFAULT_RESAMPLES = 4000
@@ -770,7 +771,8 @@ def _load(lv: LevelSamples) -> str:
 def _identity(lv: LevelSamples) -> str:
     """What a level is, for pairing (module doc): its workload and its phase's name, or else
     its load as the manifest entry gives it (a rate to 9 significant digits: the same spec
-    value read back, not float noise)."""
+    value read back, not float noise; a replay's trace by its content, not the path it was read
+    from: `plan.shape_identity`)."""
     e = lv.entry
     if e.get("phase") is not None:
         what: list[Any] = ["phase", e.get("phase")]
@@ -778,7 +780,7 @@ def _identity(lv: LevelSamples) -> str:
         rate = e.get("rate")
         if isinstance(rate, float):
             rate = float(f"{rate:.9g}")
-        what = [e.get("mode"), e.get("concurrency"), rate, e.get("batch_requests"), e.get("shape")]
+        what = [e.get("mode"), e.get("concurrency"), rate, e.get("batch_requests"), shape_identity(e.get("shape"))]
     return json.dumps([lv.workload, *what], sort_keys=True, default=str)
 
 

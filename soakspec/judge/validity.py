@@ -32,7 +32,7 @@ from soakspec.judge.table import MISSING, Rows
 from soakspec.judge.scope import bucket_scope, clock, level_scope
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Expr, Rule
-from soakspec.plan import BackendPlan, Level
+from soakspec.plan import BackendPlan, Level, shape_identity
 from soakspec.units import format_duration
 
 MAX_SHOWN = 5  # malformed or unusable rows named one by one
@@ -217,11 +217,8 @@ LEVEL_KEYS = ("mode", "concurrency", "rate", "batch_requests", "phase", "shape",
 
 def _plain(v):
     """`v` as the manifest's JSON holds it (tuples as lists), a replay's trace by its content
-    (its `source` path depends on where the spec was read from)."""
-    v = json.loads(json.dumps(v))
-    if isinstance(v, dict) and v.get("kind") == "replay":
-        v.pop("source", None)
-    return v
+    (`plan.shape_identity`: its `source` path depends on where the spec was read from)."""
+    return shape_identity(json.loads(json.dumps(v)))
 
 
 def _same(a, b) -> bool:
