@@ -469,3 +469,45 @@ def test_the_builtin_abort_fires_when_every_request_fails_and_can_be_turned_off(
     proc, manifest, _, _ = _run(tmp_path / "off", off, extra=("--no-preflight",))
     assert proc.returncode == 1 and manifest["aborts"] == []
     assert [lv["completed"] for lv in manifest["backends"][0]["levels"]] == [True, True]
+
+
+def _timing_abort(b: EvidenceBuilder, metric: str = "ttft") -> dict:
+    """The runner's entry for `abort p95(<metric>) > 500ms per bucket` fired on bucket 0 of level 0."""
+    lv = b.entry("a")["levels"][0]
+    start = lv["measure_start"]
+    return dict(_fired(f"abort p95({metric}) > 500ms per bucket"), metric=metric, threshold=0.5, observed=1.1,
+                scope="bucket", index=0, start=start, end=start + 60.0, at=start + 61.0)
+
+
+@pytest.mark.parametrize("metric", ["ttft", "schedule_lag"])
+def test_a_timing_abort_where_the_load_generator_was_saturated_is_inconclusive_not_a_server_failure(metric):
+    """A client stalled 1.2 s reads a 23 ms server's TTFT p95 as 1.1 s and fires `abort p95(ttft)
+    > 500ms`: the README's client-health promise -- a timing figure beside a saturated bucket
+    never FAILs the server -- holds for the abort the figure fired too. Where the client kept
+    up, the same abort still FAILs, and `client_healthy = false` keeps it a FAIL."""
+    spec = small_spec("require failed == 0", mode="open", levels="[2rps]")
+    saturated = EvidenceBuilder(spec).with_client(lag=0.3)
+    saturated.manifest["aborts"] = [_timing_abort(saturated, metric)]
+    v = judge(spec, saturated.build())
+    (r,) = [r for r in v.rules if r.metric == "abort_fired"]
+    assert r.status == "inconclusive", r.message
+    assert "load generator was saturated in bucket 0" in r.message and "event-loop lag p99 300 ms" in r.message
+    assert v.outcome == "INCONCLUSIVE"
+
+    healthy = EvidenceBuilder(spec).with_client()
+    healthy.manifest["aborts"] = [_timing_abort(healthy, metric)]
+    (r,) = [r for r in judge(spec, healthy.build()).rules if r.metric == "abort_fired"]
+    assert r.status == "fail" and "saturated" not in r.message
+
+    off = small_spec("require failed == 0", mode="open", levels="[2rps]", gate="client_healthy = false")
+    (r,) = [r for r in judge(off, saturated.build()).rules if r.metric == "abort_fired"]
+    assert r.status == "fail"
+
+
+def test_an_error_abort_while_the_load_generator_was_saturated_still_fails():
+    """Counts are the server's: a stalled client does not turn the server's errors into its own."""
+    spec = small_spec("require failed == 0", mode="open", levels="[2rps]")
+    b = EvidenceBuilder(spec).with_client(lag=0.3)
+    b.manifest["aborts"] = [dict(_timing_abort(b), rule="abort ratio(errors) > 50% per bucket", metric="errors")]
+    (r,) = [r for r in judge(spec, b.build()).rules if r.metric == "abort_fired"]
+    assert r.status == "fail"

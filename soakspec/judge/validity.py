@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -398,7 +400,15 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
     """An abort rule stopped the run's load (the manifest's `aborts`, written by the runner's
     `runner/abort.py`): FAIL, naming the rule, where and when it fired and what it saw. A run
     with no abort has nothing to judge here (None: no result). A malformed `aborts` entry is
-    still an abort: a run that says it aborted never passes."""
+    still an abort: a run that says it aborted never passes.
+
+    An abort on a timing metric (CLIENT_SENSITIVE: ttft, latency, tpot, schedule_lag) that fired
+    in a bucket or window where the load generator was saturated (`client_saturation` of a bucket
+    it overlaps, by the gate's thresholds; `client_healthy = false` turns this off) is
+    INCONCLUSIVE, not a FAIL: the values it fired on hold the client's own lag (a client stalled
+    1.2 s reads a 23 ms server's TTFT p95 as 1.1 s), as a timing rule's FAIL beside a saturated
+    bucket is (`client_blocks`). The runner cannot tell that live and stops the load all the
+    same -- a stopped load never hammers a server -- so the run is never a PASS either."""
     aborts = run.evidence.manifest.get("aborts")
     if not aborts:
         return None
@@ -416,9 +426,41 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
                          text=f"backend {a.get('backend')}, {a.get('workload')} / {level}, {a.get('scope')} {a.get('index')}")
         observed = a.get("observed")
         seen = f"{observed:.6g}" if isinstance(observed, (int, float)) else "?"
-        insts.append(problem(f"abort rule '{a.get('rule')}' fired: observed {seen} over {a.get('requests')} requests "
-                             f"(threshold {a.get('op')} {a.get('threshold')}); the rest of the load was not run", where))
+        what = (f"abort rule '{a.get('rule')}' fired: observed {seen} over {a.get('requests')} requests "
+                f"(threshold {a.get('op')} {a.get('threshold')}); the rest of the load was not run")
+        saturated = _abort_client_saturated(run, a) if a.get("metric") in CLIENT_SENSITIVE else None
+        if saturated:
+            insts.append(problem(f"{what}; not judged a failure: the load generator was saturated in {saturated}, "
+                                 f"so the {a.get('metric')} values it fired on hold the client's own lag", where,
+                                 status="inconclusive"))
+            continue
+        insts.append(problem(what, where))
     return result(None, "abort_fired", "validity", "require", insts, "", len(entries))
+
+
+def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
+    """Where and why the load generator was saturated in a bucket that overlaps the window an
+    abort fired on ("bucket 1: event-loop lag p99 1200 ms (limit 50 ms), ..."), or None: not
+    saturated there, its health not judged (`client_healthy = false`, no client.jsonl), or the
+    abort's backend, level or times not in the evidence."""
+    if not run.gate.client_healthy or client_measured(run) != "":
+        return None
+    start, end = num_(a.get("start")), num_(a.get("end"))
+    if start is None or end is None:
+        return None
+    for bi in run.judged:
+        if bi.name != a.get("backend"):
+            continue
+        for lv in bi.levels:
+            if lv.workload != a.get("workload") or lv.index != a.get("level"):
+                continue
+            for w, row in _client_windows(bi, lv):
+                if w.start is None or w.end is None or not (w.start < end and start < w.end) or not row["samples"]:
+                    continue
+                why = client_saturation(row, run.gate)
+                if why:
+                    return f"bucket {row['bucket']} ({', '.join(why)})"
+    return None
 
 
 # ------------------------------------------------------------------------------ client health
