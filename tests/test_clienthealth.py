@@ -512,6 +512,21 @@ def test_check_counts_a_phase_and_a_batch_as_they_send():
     assert _w509("mode = batch  concurrency = 2  requests = 3", "require p95(latency) < 1s per bucket") == []
 
 
+def test_check_warns_when_a_pooled_percentile_rule_cannot_get_its_samples():
+    """A rule with no `per` (per backend) or `per run` pools every level, and was not estimated:
+    `require p99.9(ttft) < 1s` on a ~100-request soak passed `check` silently and then could
+    only be INCONCLUSIVE ("needs 2194 more"). 3 rps for 20 s plans 60; p99.9 at 95 % needs 2995;
+    p95 (59) is enough pooled. A level whose count is not estimated (a real server in a closed
+    loop, no latency hint) leaves the pooled total unknown: no warning."""
+    (msg,) = _w509("mode = open  rate = 3rps", "require p99.9(ttft) < 1s")
+    assert msg.startswith("p99.9(ttft) per backend needs 2995 samples at 95% confidence; about 60 per backend are planned "
+                          "(every level of every workload on backend 'b')"), msg
+    (msg,) = _w509("mode = open  rate = [3rps, 5rps]", "require p99.9(ttft) < 1s per run")
+    assert "about 160 per run are planned (every level of every workload and backend)" in msg, msg
+    assert _w509("mode = open  rate = 3rps", "require p95(ttft) < 1s") == []
+    assert _w509("mode = closed  concurrency = 1", "require p99.9(ttft) < 1s", 'url = "http://127.0.0.1:1"') == []
+
+
 @pytest.mark.slow  # a real --workers soak, ~5 s
 def test_every_load_process_records_its_own_health(tmp_path):
     """`--workers 2`: client.jsonl has the parent's samples (process 0) and each worker's

@@ -482,8 +482,9 @@ def check_window_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None
 # needs the samples of the (100-NN)-th percentile (the samples below T decide it). `per turn`
 # takes a level's requests in the share of a multi-turn session's user turns that are its
 # deepest turn (`_deepest_turn`): the turn with fewest requests, one long conversation among
-# short ones being the usual reason a per-turn rule cannot conclude. Scopes per run and per
-# backend pool every level: not warned about.
+# short ones being the usual reason a per-turn rule cannot conclude. `per backend` (the default)
+# and `per run` pool every level of every workload (and backend): warned about only when every
+# level's count is estimated (`_pooled_fewest`).
 
 SIM_DEFAULTS = {name: _SIM_OPTIONS[name].default for name in ("ttft", "itl")}
 PER_REQUEST_PERCENTILES = frozenset({"ttft", "tpot", "latency", "schedule_lag", "output_tokens", "prompt_tokens"})
@@ -560,12 +561,36 @@ def _deepest_turn(w: S.Workload) -> tuple[str, float] | None:
     return (f"turn {deepest}" if first == deepest else f"turns {first}-{deepest}"), reach / sum(turns)
 
 
+def _pooled_fewest(workloads, backends: list[S.Backend], scope: str, need: int) -> tuple[float, str] | None:
+    """A `per backend` (the default) or `per run` rule pools every level of every workload (of
+    every backend, per run): (the planned requests, where) when fewer than `need`, the backend
+    with the fewest for `per backend`; None when enough, or when a level's count is not
+    estimated (a replay, a closed loop without a latency): the total could be any size."""
+    totals: list[tuple[float, str]] = []
+    for bk in backends:
+        total = 0.0
+        for w in workloads:
+            load = w.load
+            got = _planned(w, bk, "level", None)
+            if load.replay is not None or len(got) != (len(load.phases) if load.phases else len(load.levels)):
+                return None
+            total += sum(n for _, n in got)
+        totals.append((total, f"every level of every workload on backend '{bk.name}'"))
+    if not totals:
+        return None
+    if scope == "run":
+        total = sum(n for n, _ in totals)
+        return (total, "every level of every workload and backend") if total < need else None
+    low = min(totals)
+    return low if low[0] < need else None
+
+
 def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[str, S.Backend]) -> None:
     """W509 for each percentile rule whose scope the plan cannot fill (see above)."""
     for rule in g.rules:
         q = rule.expr.percentile
         metric = rule.expr.metric
-        if q is None or rule.scope not in ("bucket", "window", "level", "turn") or rule.expr.wrapper is not None:
+        if q is None or rule.scope not in ("bucket", "window", "level", "turn", "backend", "run") or rule.expr.wrapper is not None:
             continue
         if metric not in PER_REQUEST_PERCENTILES and metric != "itl":
             continue
@@ -575,7 +600,9 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
         need = max(min_samples_for_percentile(tail, g.confidence), g.min_samples)
         fewest: tuple[float, str] | None = None
         targets = [backends[rule.backend]] if rule.backend in backends else list(backends.values())
-        for w in workloads:
+        if rule.scope in ("backend", "run"):
+            fewest = _pooled_fewest(workloads, targets, rule.scope, need)
+        for w in workloads if rule.scope not in ("backend", "run") else ():
             turn = _deepest_turn(w) if rule.scope == "turn" else None
             if rule.scope == "turn" and turn is None:
                 continue
@@ -587,7 +614,8 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
                         fewest = (n, f"workload '{w.name}' at {label}" + (f" on backend '{bk.name}'" if len(targets) > 1 else ""))
         if fewest is not None:
             unit = "requests" if metric == "itl" else "samples"
-            what = {"bucket": "per bucket", "window": "per window", "level": "per level", "turn": "per turn"}[rule.scope]
+            what = {"bucket": "per bucket", "window": "per window", "level": "per level", "turn": "per turn",
+                    "backend": "per backend", "run": "per run"}[rule.scope]
             ctx.warn("W509", f"{rule.expr.text} {what} needs {need} {unit} at {g.confidence * 100:g}% confidence; "
                              f"about {fewest[0]:.0f} {what} are planned ({fewest[1]}): the rule can only be INCONCLUSIVE",
                      rule.span, _W509_HINT if rule.scope != "turn" else _W509_TURN_HINT)
