@@ -368,3 +368,29 @@ def test_a_key_of_a_nested_block_at_the_wrong_level_of_a_backend_or_the_top():
 def test_a_lookalike_key_of_this_block_is_still_suggested_before_a_far_block_that_has_the_key():
     e = _one('soak "x" {}\nmodel { served_model_name = "m" }\nbackend "a" { url = "http://127.0.0.1:8000" }\nworkload "w" {\n%s\n}\n' % LOAD)
     assert e.hint == "did you mean 'served_name'? ('served_model_name' belongs inside sim { ... } of a backend)"
+
+
+@pytest.mark.parametrize(("rule", "column", "says"), [
+    ("p95(ttft) < -1s", 23, "never negative, with a threshold below zero: it never holds"),
+    ("p95(ttft) > -1s", 23, "it always holds"),
+    ("failed < -1", 20, "compares a count, which is never negative"),
+    ("failed == 0.5", 21, "a count is a whole number, so it never holds"),
+    ("ratio(failed) < 150%", 27, "a share, which is at most 100%, with 150%: it always holds"),
+    ("goodput(ttft < 1s) >= 150%", 33, "it never holds"),
+    ("goodput(ttft < -1s) >= 90%", 26, "ttft is never negative, so no request meets a threshold below zero"),
+])
+def test_a_threshold_the_metric_can_never_reach_is_one_error_at_the_threshold(rule, column, says):
+    """`duration = -10s` was refused while `require p95(ttft) < -1s` -- a rule decided before the
+    run starts -- checked clean; so did a share beyond 100 % and a count equal to a fraction."""
+    d = _one(BASE % LOAD + f"gate {{\n  require {rule}\n}}\n")
+    assert (d.code, d.span.line, d.span.column) == ("E204", 8, column), (d.code, d.span.column, d.message)
+    assert says in d.message and d.hint
+
+
+@pytest.mark.parametrize("rule", ["drift(p95(ttft)) >= -10%", "mean(schedule_lag) > -5ms", "failed < 0.5",
+                                  "max(cpu) < 250%", 'max(server("vllm:x")) > -1', "ratio(failed) <= 100%"])
+def test_thresholds_a_metric_can_reach_check_clean(rule):
+    """A drift is signed, the open loop's schedule lag can be negative (a request sent early), a
+    count below a fraction is a count below the next whole number, CPU is a share of one core
+    (several cores: beyond 100 %), a server's own metric has the server's range."""
+    assert _checks_clean(BASE % LOAD + f"gate {{\n  require {rule}\n}}\n"), _errors(BASE % LOAD + f"gate {{\n  require {rule}\n}}\n")

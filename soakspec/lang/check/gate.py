@@ -266,6 +266,10 @@ def _slo_condition(ctx: Ctx, c: A.Slo) -> S.Slo | None:
             return None
     except Bad:
         return None
+    if value < 0 and c.metric not in _SIGNED:
+        ctx.error("E204", f"'{text}': {c.metric} is never negative, so no request {'meets' if c.op in ('<', '<=') else 'misses'} "
+                          f"a threshold below zero", c.threshold.span, "a threshold of zero or more")
+        return None
     return S.Slo(c.metric, c.op, value, value_text(c.threshold))
 
 
@@ -334,7 +338,7 @@ def _threshold(ctx: Ctx, r: A.Rule, res: _Resolved, _names: set[str]) -> float |
         ctx.error("E305", f"'{res.metric}' is a yes/no check; write just: {r.severity} {res.metric}", r.threshold.span)
         raise Bad
     if res.kind in _DIM_OF_KIND:
-        return quantity_value(ctx, text, r.threshold, _DIM_OF_KIND[res.kind])
+        return _possible(ctx, r, res, text, quantity_value(ctx, text, r.threshold, _DIM_OF_KIND[res.kind]))
     if res.server is not None and isinstance(r.threshold, A.Quantity) and (unit := UNITS.get(r.threshold.unit)):
         return quantity_value(ctx, text, r.threshold, unit[0])  # a server metric in its own unit: 2s, 90%
     if isinstance(r.threshold, A.Quantity):  # a plain number (count, tokens, tokens/s)
@@ -343,7 +347,41 @@ def _threshold(ctx: Ctx, r: A.Rule, res: _Resolved, _names: set[str]) -> float |
     if not isinstance(r.threshold, A.Num):
         ctx.error("E104", f"the threshold must be a number, not {describe(r.threshold)}", r.threshold.span)
         raise Bad
-    return float(r.threshold.value)
+    return _possible(ctx, r, res, text, float(r.threshold.value))
+
+
+# Metrics whose values are never negative (everything but the open loop's schedule lag, which
+# a request sent ahead of its time makes negative, and a server's own metric, whose range is
+# the server's): a rule comparing one with a negative threshold is decided before it runs.
+_SIGNED = frozenset({"schedule_lag", "server"})
+_NO_SHARE_LIMIT = frozenset({"cpu"})  # 100 % = one core: a process tree may use several
+
+
+def _possible(ctx: Ctx, r: A.Rule, res: _Resolved, text: str, value: float) -> float:
+    """`value`, when the rule's comparison can go either way: E204 for a threshold the metric's
+    values can never reach -- below zero for a metric that is never negative (`p95(ttft) < -1s`
+    never holds, `> -1s` always does), a share beyond 100 % (`ratio(failed) < 150%`), a count
+    equal or unequal to a fraction (`failed == 0.5`). A drift or slope is a signed change:
+    not limited."""
+    if res.wrapper is not None or res.server is not None:
+        return value
+    if value < 0 and res.metric not in _SIGNED:
+        what = "a share" if res.kind is Kind.RATIO else "a count" if res.kind is Kind.COUNT else f"'{res.metric}'"
+        ctx.error("E204", f"'{text} {r.op} {value_text(r.threshold)}' compares {what}, which is never negative, with a "
+                          f"threshold below zero: it {'never' if r.op in ('<', '<=', '==') else 'always'} holds",
+                  r.threshold.span, "a threshold of zero or more")
+        raise Bad
+    if res.kind is Kind.RATIO and value > 1.0 and res.metric not in _NO_SHARE_LIMIT:
+        ctx.error("E204", f"'{text} {r.op} {value_text(r.threshold)}' compares a share, which is at most 100%, with "
+                          f"{value_text(r.threshold)}: it {'never' if r.op in ('>', '>=', '==') else 'always'} holds",
+                  r.threshold.span, "a share between 0% and 100%")
+        raise Bad
+    if res.kind is Kind.COUNT and r.op in ("==", "!=") and value != int(value):
+        ctx.error("E204", f"'{text} {r.op} {value_text(r.threshold)}': a count is a whole number, so it "
+                          f"{'never' if r.op == '==' else 'always'} holds", r.threshold.span,
+                  f"a whole number, e.g. {text} {r.op} {int(value)}")
+        raise Bad
+    return value
 
 
 def _count_hint(res: _Resolved, r: A.Rule) -> str | None:
