@@ -394,3 +394,14 @@ def test_thresholds_a_metric_can_reach_check_clean(rule):
     count below a fraction is a count below the next whole number, CPU is a share of one core
     (several cores: beyond 100 %), a server's own metric has the server's range."""
     assert _checks_clean(BASE % LOAD + f"gate {{\n  require {rule}\n}}\n"), _errors(BASE % LOAD + f"gate {{\n  require {rule}\n}}\n")
+
+
+def test_a_duplicate_blocks_body_is_checked_too():
+    """All errors at once: a second workload 'w' (E106) or a second gate (E105) hid its own
+    mistakes until it was renamed or removed -- then they appeared, one fix later."""
+    dup = BASE % LOAD + 'workload "w" {\n  prompt_words = 4\n  prompt_tokens = 4\n  load { concurrency = 1 }\n  duration = 6\n}\n'
+    got = [(d.code, d.span.line) for d in _errors(dup)]
+    assert ("E106", 7) in got and ("E403", 9) in got and ("E201", 11) in got, got
+    twice = BASE % LOAD + "gate {\n  require failed == 0\n}\ngate {\n  require p95(tttf) < 1s\n}\n"
+    got = [(d.code, d.span.line) for d in _errors(twice)]
+    assert got == [("E105", 10), ("E302", 11)], got

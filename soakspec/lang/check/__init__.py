@@ -70,7 +70,7 @@ def check(tree: A.SoakFile, path: str = "<string>", *, data_optional: bool = Fal
 def _check(tree: A.SoakFile, path: str, data_optional: bool = False,
            data_files: Mapping[str, Any] | None = None) -> tuple[S.Spec | None, list[Diagnostic]]:
     ctx = Ctx(path, elsewhere=layout.elsewhere, data_optional=data_optional, data_files=data_files)
-    singles, named = _top_level(ctx, tree)
+    singles, named, again = _top_level(ctx, tree)
     erred: set[tuple[str, str]] = set()  # (kind, name) of the backends and workloads an error was reported in
     bks = _named(ctx, named["backend"], "backend", lambda b: _noting_errors(ctx, erred, "backend", b, backend.backend))
     wls = _named(ctx, named["workload"], "workload", lambda w: _noting_errors(ctx, erred, "workload", w, workload.workload))
@@ -87,6 +87,11 @@ def _check(tree: A.SoakFile, path: str, data_optional: bool = False,
         claims=claims.claims(ctx, singles.get("claims")),
         compare=compare.compare(ctx, singles.get("compare")),
     )
+    known = {b.name: b for b in bks}
+    single = {"soak": header.header, "model": header.model, "source": header.source, "telemetry": header.telemetry,
+              "gate": lambda c, blk: gate.gate(c, blk, known), "claims": claims.claims, "compare": compare.compare}
+    for blk in again:  # a block that may appear once, again: E105 above, and its body's own mistakes
+        single[blk.kind](ctx, blk)
     workload.check_total_load(ctx, wls, len(bks), parts["header"].parallel)
     gate.check_scope_rules(ctx, parts["gate"], wls)
     gate.check_window_rules(ctx, parts["gate"], wls)
@@ -129,15 +134,19 @@ def collapse_repeated_warnings(diags: list[Diagnostic]) -> list[Diagnostic]:
     return out
 
 
-def _top_level(ctx: Ctx, tree: A.SoakFile) -> tuple[dict[str, A.Block], dict[str, list[A.Block]]]:
+def _top_level(ctx: Ctx, tree: A.SoakFile) -> tuple[dict[str, A.Block], dict[str, list[A.Block]], list[A.Block]]:
+    """The blocks that may appear once (the first of each), the named ones by kind, and the
+    second and later of a block that may appear once (E105: its body is still checked)."""
     singles: dict[str, A.Block] = {}
     named: dict[str, list[A.Block]] = {k: [] for k in _NAMED}
+    again: list[A.Block] = []
     for stmt in tree.body:
         if isinstance(stmt, A.Block) and stmt.kind in _NAMED:
             named[stmt.kind].append(stmt)
         elif isinstance(stmt, A.Block) and stmt.kind in singles:
             first = singles[stmt.kind].span.line
             ctx.error("E105", f"'{stmt.kind}' may appear once (first on line {first})", stmt.kind_span)
+            again.append(stmt)
         elif isinstance(stmt, A.Block) and stmt.kind in TOP_LEVEL:
             singles[stmt.kind] = stmt
         elif isinstance(stmt, A.Block):
@@ -150,7 +159,7 @@ def _top_level(ctx: Ctx, tree: A.SoakFile) -> tuple[dict[str, A.Block], dict[str
             ctx.error("E108", "a rule belongs in a gate block", stmt.span)
         else:
             ctx.error("E108", f"'{stmt.kind}' belongs in the claims block", stmt.span)
-    return singles, named
+    return singles, named, again
 
 
 def _named(ctx: Ctx, blocks: list[A.Block], what: str, build: Callable[[A.Block], Any]) -> list:
@@ -166,6 +175,7 @@ def _named(ctx: Ctx, blocks: list[A.Block], what: str, build: Callable[[A.Block]
             continue
         if name in seen:
             ctx.error("E106", f"duplicate {what} '{name}' (first declared on line {seen[name].span.line})", blk.label.span)
+            build(blk)  # its body's mistakes are reported too (all at once), the block itself is not kept
             continue
         seen[name] = blk
         item = build(blk)
