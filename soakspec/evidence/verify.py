@@ -160,10 +160,14 @@ class VerifyReport:
             where = f"{d.path}:{d.span.line}:{d.span.column}" if d.span.known else d.path
             tag = " [incomplete]" if d.severity is Severity.WARNING else ""
             lines.append(f"{where}: {d.code} {d.message}{tag}")
-        bound = f", {self.bound_checked} result file{'s' if self.bound_checked != 1 else ''} bound to the manifest" \
-            if self.bound_checked else ""
-        checked = f"{self.artifacts_checked} artifact{'s' if self.artifacts_checked != 1 else ''}{bound} and " \
-                  f"{self.records_checked} record{'s' if self.records_checked != 1 else ''} checked"
+        # results.json and verdict.json are conclusions written after the manifest: they name it
+        # (manifest_sha256), no hash covers their content, and `gate` re-derives both -- said so,
+        # so that "intact" is not read as "its verdict is the run's"
+        bound = ("; results.json and verdict.json name this manifest but are conclusions no hash covers"
+                 if self.bound_checked == 2 else "; its result file names this manifest but is a conclusion no hash covers")
+        bound = f"{bound}: `soakspec gate` re-derives them" if self.bound_checked else ""
+        checked = f"{self.artifacts_checked} artifact{'s' if self.artifacts_checked != 1 else ''} and " \
+                  f"{self.records_checked} record{'s' if self.records_checked != 1 else ''} checked{bound}"
         n = len(self.problems)
         if n:
             more = "; the run is also incomplete" if self.incomplete else ""
