@@ -234,6 +234,21 @@ def test_a_pr_table_with_figure_columns(tmp_path, capsys, run):
     ]
 
 
+def test_a_column_header_giving_its_unit_as_a_bare_word_is_read(tmp_path, capsys, run):
+    """`soakspec run`'s summary heads its latency columns "TTFT p50/p95/p99 ms": the bare unit is the
+    column's, as "(ms)" is -- a contradicted cell under it is CB201, a copied one is clean."""
+    doc = ("# PR\n\n| backend | level | TTFT p50/p95/p99 ms |\n|---|---|---|\n"
+           "| sim-fast | concurrency 4 | 40.9 / 30.9 / 40.9 |\n| sim-fast | concurrency 2 | 100.0 / 100.0 / 100.0 |\n\n"
+           "| backend | TTFT p95 ms |\n|---|---|\n| sim-fast | 55 |\n" + BOUNDARY)  # fmt: skip
+    code, diags = _lint(tmp_path, capsys, doc, run)
+    assert code == 1
+    assert diags == [
+        "5:37: CB201 states TTFT p95 30.9 ms for sim-fast; the evidence records sim-fast · concurrency 4: 40.87 ms",
+        "10:14: CB201 states TTFT p95 55 ms for sim-fast; the evidence records sim-fast · concurrency 2: 100.0 ms; "
+        "sim-fast · concurrency 4: 40.9 ms",
+    ]
+
+
 # ---------------------------------------------------------------- 6. stored results are not trusted
 
 

@@ -23,7 +23,8 @@ blockquotes are skipped):
   ramp clause), a goodput rate, or a sustained rate (`soakspec.claims.sustain` checks those).
 - tables: a column whose header names a figure ("TTFT p50 / p95 / p99", "p95 TTFT (ms)",
   "Output tok/s", "Achieved req/s") is read cell by cell, each value mapped to the header's
-  aggregates, with the cell's unit or the header's; columns headed offered, goodput, SLO,
+  aggregates, with the cell's unit or the header's ("(ms)", "in ms", or a bare word: `soakspec run`'s
+  summary heads "TTFT p50/p95/p99 ms"); columns headed offered, goodput, SLO,
   threshold, target, budget, rule, drift, change, delta, regression, lag, … are not figures.
   A table with no such column is read row by row as prose ("| p95 TTFT | 41 ms |").
 
@@ -325,7 +326,13 @@ def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
 # ---------------------------------------------------------------- tables
 
 _SKIP_COLUMN = re.compile(r"goodput|offered|\bslos?\b|threshold|target|budget|limit|rule|drift|change|delta|regress|improve|Δ|%|diff|\blag\b|client|schedule|follow|in\s+flight|coalesc", re.I)
-_HEADER_UNIT = re.compile(rf"[(\[]\s*(?P<u>{_TIME_UNIT})\s*[)\]]|,\s*(?P<u2>{_TIME_UNIT})\s*$|\bin\s+(?P<u3>{_TIME_UNIT})\b", re.I)
+# the header's unit: "(ms)", "[ms]", ", ms", "in ms", or a bare word ("TTFT p50/p95/p99 ms", the header
+# `soakspec run`'s summary prints)
+_HEADER_UNIT = re.compile(
+    rf"[(\[]\s*(?P<u>{_TIME_UNIT})\s*[)\]]|,\s*(?P<u2>{_TIME_UNIT})\s*$|\bin\s+(?P<u3>{_TIME_UNIT})\b"
+    rf"|(?<![^\s*_])(?P<u4>{_TIME_UNIT})(?![^\s*_])",
+    re.I,
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
