@@ -234,6 +234,22 @@ def test_a_pr_table_with_figure_columns(tmp_path, capsys, run):
     ]
 
 
+def test_a_figure_row_for_a_backend_the_evidence_did_not_run_is_CB301_not_another_backends_figure(tmp_path, capsys, run):
+    """A hand-written row "| vllm | 41 |" reports a backend that never ran: CB301 on its name, and its
+    figures are not compared with sim-fast's (they are not sim-fast's). A row summing the backends
+    ("combined") is no backend of its own."""
+    doc = ("# PR\n\n| Backend | p95 TTFT (ms) |\n|---|---|\n| sim-fast | 41 |\n| vllm | 30.0 |\n| combined | 41 |\n\n"
+           "| Backend | Level | p95 TTFT (ms) |\n|---|---|---|\n| vllm | concurrency 2 | 41 |\n| sim-fast | concurrency 2 | 41 |\n"
+           + BOUNDARY)  # fmt: skip
+    code, diags = _lint(tmp_path, capsys, doc, run)
+    assert code == 1
+    assert diags == [
+        '6:3: CB301 reports results for backend "vllm", which the evidence does not record (backends: sim-fast)',
+        '11:3: CB301 reports results for backend "vllm", which the evidence does not record (backends: sim-fast)',
+        "12:30: CB201 states TTFT p95 41 ms for sim-fast; the evidence records sim-fast · concurrency 2: 100.0 ms",
+    ]
+
+
 def test_a_column_header_giving_its_unit_as_a_bare_word_is_read(tmp_path, capsys, run):
     """`soakspec run`'s summary heads its latency columns "TTFT p50/p95/p99 ms": the bare unit is the
     column's, as "(ms)" is -- a contradicted cell under it is CB201, a copied one is clean."""

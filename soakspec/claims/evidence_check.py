@@ -8,8 +8,10 @@ except for the SHA-256 rule):
   recognised by name: Runtime boundary, Completed, Failed/timeouts (or Failed, Timeouts),
   Buckets / leafs (or Buckets, Leafs/Leaves/Batches), Gate (or Verdict/Status), a column
   containing "SHA". A row is compared with the evidence of the backend it names (case and
-  punctuation ignored: "NCCL" = "nccl"); a row for another name that reports a count or a gate is
-  CB301 (a backend that was not run), unless it sums or joins backends ("combined", "total",
+  punctuation ignored: "NCCL" = "nccl"); a row for another name that reports a count or a gate --
+  or a figure, in a table with a Backend column and figure columns ("| vllm | 30.0 |" under "p95
+  TTFT (ms)", whose figures `figures` then does not blame on a backend that ran) -- is CB301 (a
+  backend that was not run), unless it sums or joins backends ("combined", "total",
   "host-staged + NCCL"), which is checked only by the SHA-256 rule. "-" cells are skipped.
 - lines: "commit: <hex>" (7-64 hex, a prefix of the recorded commit is fine), "model
   revision: <hex>", "N completed" / "completed: N", "N failures"/"no failures"/"failed: N",
@@ -254,11 +256,17 @@ _AGGREGATE_ROW = re.compile(r"\+|&|\b(?:combined|total|totals|all|overall|sum|ag
 def _table_statements(
     doc: Document, by_key: dict[str, EvidenceFacts], unknown: list[tuple[str, Span]] | None = None
 ) -> tuple[list[Stated], set[int]]:
-    """Statements of the results tables' rows; a row that reports results (a count or a gate)
-    for a backend the evidence does not have is added to `unknown` (its name and span)."""
+    """Statements of the results tables' rows; a row that reports results (a count, a gate or a
+    figure: "| vllm | 30.0 |" under "p95 TTFT (ms)") for a backend the evidence does not have is
+    added to `unknown` (its name and span). A table with a Backend column and figure columns but no
+    count column is read only for such rows (`figures` checks its figures; its lines stay prose here)."""
+    from soakspec.claims.figures import is_figure_column  # figures imports this module's helpers
+
     out: list[Stated] = []
     table_lines: set[int] = set()
     columns: list[str | None] | None = None
+    figure_cols: list[bool] = []
+    results_table = False
     prev_line = -10
     for b in doc.blocks:
         if b.kind is not BlockKind.TABLE_ROW:
@@ -269,14 +277,18 @@ def _table_statements(
         contiguous = b.first_line - prev_line <= 2
         prev_line = b.first_line
         kinds = [_column(c[2]) for c in cells]
-        if "backend" in kinds and sum(k is not None for k in kinds) >= 2:
-            columns = kinds
-            table_lines.add(b.first_line)
+        figures = [k is None and is_figure_column(c[2]) for c, k in zip(cells, kinds)]
+        if "backend" in kinds and (sum(k is not None for k in kinds) >= 2 or any(figures)):
+            columns, figure_cols = kinds, figures
+            results_table = sum(k is not None for k in kinds) >= 2
+            if results_table:
+                table_lines.add(b.first_line)
             continue
         if columns is None or not contiguous:
             columns = None
             continue
-        table_lines.add(b.first_line)
+        if results_table:
+            table_lines.add(b.first_line)
         name = next((c[2] for c, k in zip(cells, columns) if k == "backend"), None)
         ev = by_key.get(_key(name or ""))
         level = None
@@ -286,10 +298,11 @@ def _table_statements(
         if ev is None:
             cell = next((c for c, k in zip(cells, columns) if k == "backend"), None)
             reports = any(
-                k not in (None, "backend", "sha", "runtime") and t not in ("", "-", "—", "n/a") for (_, _, t), k in zip(cells, columns)
+                (k not in (None, "backend", "sha", "runtime") or fig) and t not in ("", "-", "—", "n/a")
+                for (_, _, t), k, fig in zip(cells, columns, figure_cols)
             )
             if unknown is not None and cell is not None and name and reports and not _AGGREGATE_ROW.search(name):
-                unknown.append((name, doc.span(off + cell[0], off + cell[1])))
+                unknown.append((name.partition("·")[0].strip() or name, doc.span(off + cell[0], off + cell[1])))
             continue
         first = len(out)
         for (a, e, text), kind in zip(cells, columns):

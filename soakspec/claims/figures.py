@@ -26,7 +26,9 @@ blockquotes are skipped):
   aggregates, with the cell's unit or the header's ("(ms)", "in ms", or a bare word: `soakspec run`'s
   summary heads "TTFT p50/p95/p99 ms"); columns headed offered, goodput, SLO,
   threshold, target, budget, rule, drift, change, delta, regression, lag, … are not figures.
-  A table with no such column is read row by row as prose ("| p95 TTFT | 41 ms |").
+  A table with no such column is read row by row as prose ("| p95 TTFT | 41 ms |"). A row whose
+  Backend cell names a backend the evidence did not run is not read: it is CB301
+  (`evidence_check`), and its figures are no other backend's.
 
 What it is compared with (`EvidenceFacts.figures`, `LevelFacts.figures`, made by
 `adapters.load_evidence_facts` from the evidence re-judged): per level, results.json
@@ -76,7 +78,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from soakspec.claims.document import BlockKind, Document
-from soakspec.claims.evidence_check import _cells, _key, _line_backends, _named_levels
+from soakspec.claims.evidence_check import _AGGREGATE_ROW, _cells, _key, _line_backends, _named_levels
 from soakspec.claims.facts import EvidenceFacts, LevelFacts
 from soakspec.claims.polarity import Polarity, polarity
 from soakspec.diagnostics import Diagnostic, Span
@@ -358,6 +360,11 @@ def _column(header: str) -> _Column:
     return _Column(None)
 
 
+def is_figure_column(header: str) -> bool:
+    """Is a table column headed `header` read as a figure ("p95 TTFT (ms)", "Output tok/s")?"""
+    return _column(header).metric not in (None, "skip")
+
+
 def _cell_hits(text: str, col: _Column) -> list[Hit]:
     text = text.split("(")[0] if not text.lstrip().startswith("(") else text
     if col.metric in ("tok_s", "req_s"):
@@ -404,7 +411,8 @@ def _table_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[li
         if not any(c.metric is not None for c in cols):
             continue  # no figure column: its rows are read as prose
         done |= set(run)
-        name_col = next((i for i, c in enumerate(header) if re.search(r"backend|level", c[2], re.I)), 0)
+        backend_col = next((i for i, c in enumerate(header) if re.search(r"backend", c[2], re.I)), None)
+        name_col = backend_col if backend_col is not None else next((i for i, c in enumerate(header) if re.search(r"level", c[2], re.I)), 0)
         for lineno in run[1:]:
             line = doc.lines[lineno - 1]
             off = doc.line_offset(lineno)
@@ -416,6 +424,8 @@ def _table_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[li
                 backends = (ev,)
             elif "·" in name and (ev := by_key.get(_key(name.partition("·")[0]))) is not None:
                 backends, context, per_level = (ev,), name.partition("·")[2], True
+            elif backend_col is not None and name not in ("", "-", "—", "n/a") and not _AGGREGATE_ROW.search(name):
+                continue  # a row for a backend the evidence did not run: CB301 (`evidence_check`), not another's figure
             for (a, _, text), col in zip(cells, cols):
                 if col.metric == "skip" or text in ("", "-", "—", "n/a"):
                     continue
