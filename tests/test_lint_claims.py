@@ -176,6 +176,23 @@ def test_other_evidence_mismatches_are_CB201(old, new, stated, recorded):
     assert diags[0].span.line == line_of(text, new)
 
 
+def test_a_commit_or_revision_cited_where_the_evidence_records_none_is_CB202():
+    """README: CB202 is a commit or revision "absent in the evidence". A run whose commit (or model
+    revision) was not recorded ("commit: not recorded") supports no claim of a specific one."""
+    text = pr_body()
+    unrecorded = tuple(dataclasses.replace(ev, commit=None, model_revision=None) for ev in evidence())
+    diags = run(text, unrecorded)
+    shown = [f"{d.span.line}:{d.span.column}: {d.code} {d.message}" for d in diags]
+    assert shown == [
+        f"17:11: CB202 commit {COMMIT} appears nowhere in the evidence (it records no commit for host-staged, nccl)",
+        f"18:19: CB202 model revision {REVISION} appears nowhere in the evidence "
+        "(it records no model revision for host-staged, nccl)",
+    ]
+    # a commit some backend records is compared with it, not reported absent
+    one = (unrecorded[0], dataclasses.replace(unrecorded[1], commit=COMMIT, model_revision=REVISION))
+    assert run(text, one) == []
+
+
 def test_unknown_sha_is_CB202_and_matching_evidence_is_quiet():
     stray = "ab" * 32
     text = pr_body() + f"\nThe model fingerprint is {stray}.\n"

@@ -30,6 +30,9 @@ except for the SHA-256 rule):
   concurrency 4") is compared with its level only.
 - every 64-hex value anywhere: it must be a hash the evidence records (CB202), and in a
   table's SHA column it must be that backend's report hash (CB201).
+- a commit or model revision ("commit: <hex>") where none of the backends it is about recorded
+  one (the report's "commit: not recorded") is CB202: the evidence does not support a claim of a
+  specific commit. Where one is recorded, a different one is CB201.
 
 Performance figures (latency percentiles and means, tokens/s, requests/s) are CB201 too, checked
 by `soakspec.claims.figures` with the level scoping above (`_named_levels`, `_line_backends`).
@@ -401,7 +404,7 @@ def _prose_statements(doc: Document, evidence: Sequence[EvidenceFacts], skip: se
 
 def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], current_spec_sha256: str | None = None) -> list[Diagnostic]:
     """CB201 (a stated value differs from the evidence) and CB202 (a SHA-256 the evidence does
-    not record)."""
+    not record; a commit or revision cited where it records none)."""
     if not evidence:
         return []
     by_key = {_key(ev.backend): ev for ev in evidence}
@@ -416,6 +419,9 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
             hint="report only the backends the evidence ran; a row that sums them can be named 'combined' or 'total'",
         ))  # fmt: skip
     flagged: set[tuple[int, int]] = set()
+    known = set().union(*(ev.known_hashes() for ev in evidence))
+    if current_spec_sha256:
+        known.add(current_spec_sha256.lower())
     for st in statements:
         label = _FIELD_LABEL[st.kind]
         named = _level_check(st) if st.context is not None else None
@@ -434,6 +440,15 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
         recorded = [(ev, _recorded(ev, st.kind)) for ev in st.backends]
         recorded = [(ev, r) for ev, r in recorded if r is not None]
         if not recorded:
+            if st.kind in ("commit", "revision") and str(st.value).lower() not in known:
+                # a specific commit (revision) cited where the evidence records none: nothing supports it
+                who = ", ".join(ev.backend for ev in st.backends)
+                out.append(Diagnostic(
+                    "CB202", f"{label} {st.text} appears nowhere in the evidence (it records no {label} for {who})", st.span, path,
+                    hint=f"cite the {label} the evidence records (`soakspec report` shows it); evidence that recorded none "
+                    f"supports no claim of a specific {label}",
+                ))  # fmt: skip
+                flagged.add((st.span.line, st.span.column))
             continue
         if any(_matches(st.kind, st.value, r) for _, r in recorded):
             continue
@@ -454,9 +469,6 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
         )
         flagged.add((st.span.line, st.span.column))
 
-    known = set().union(*(ev.known_hashes() for ev in evidence))
-    if current_spec_sha256:
-        known.add(current_spec_sha256.lower())
     for m in _HEX64.finditer(doc.text):
         span = doc.span(m.start(), m.end())
         if m.group(0).lower() in known or (span.line, span.column) in flagged:
