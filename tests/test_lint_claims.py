@@ -471,6 +471,27 @@ def test_excluded_and_scope_on_the_same_phrase_report_once():
     assert codes(diags) == ["CB101"]
 
 
+def test_one_overclaim_is_one_finding():
+    """Two patterns reading the same words ("32k-token prompts" and "32k-token"; "for 24 hours" and "24
+    hours of sustained load") are one CB301; a sustain claim above a sweep's range is reported by the
+    sustain rule alone (its message says more than "did not cover")."""
+    def shown(diags):
+        return [f"{d.span.line}:{d.span.column}: {d.code} {d.message}" for d in diags]
+
+    text = BOUNDARY_SECTION + "Tested with 32k-token prompts.\nIt ran for 3 hours of sustained load.\n"
+    assert shown(run(text)) == [
+        "5:13: CB301 claims 32000-token prompts; the workload used prompt_words = 64",
+        '6:8: CB301 claims a duration of 3h ("for 3 hours"); the workload covered 2m per level, 4m in total',
+    ]
+    sweep = dataclasses.replace(COVERAGE, concurrency_levels=tuple(range(1, 17)), sweep_axis="concurrency", sweep_high=16)
+    text = BOUNDARY_SECTION + "The NCCL path sustains concurrency 32.\nIt sustains 64 concurrent requests.\nMax sustainable concurrency = 20.\n"
+    assert shown(run(text, coverage=sweep)) == [
+        "5:36: CB301 claims it sustains concurrency 32, above the highest level the sweep searches (concurrency 16)",
+        "6:13: CB301 claims it sustains concurrency 64, above the highest level the sweep searches (concurrency 16)",
+        "7:31: CB301 claims it sustains concurrency 20, above the highest level the sweep searches (concurrency 16)",
+    ]
+
+
 def test_durations_compare_with_the_larger_of_level_and_total():
     assert run(BOUNDARY_SECTION + "The soak ran for 4 minutes.\n") == []
     assert codes(run(BOUNDARY_SECTION + "The soak ran for 5 minutes.\n")) == ["CB301"]

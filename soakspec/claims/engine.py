@@ -50,11 +50,12 @@ def lint(
     diags += check_boundary_section(doc, doc_path, excludes, has_boundary)
     asserted = check_assertions(doc, doc_path, excludes, negated)
     diags += asserted
-    diags += [
+    sustain = check_sustain(doc, doc_path, coverage, evidence, negated)  # a sweep's figure (CB201 / CB301)
+    diags += [  # one finding per overclaim: a sustain claim's own message says more than "not covered"
         d for d in check_scope(doc, doc_path, coverage, negated)
-        if not any(_overlaps(d.span, a.span) for a in asserted)
+        if not any(_overlaps(d.span, a.span) for a in [*asserted, *sustain])
     ]
-    diags += check_sustain(doc, doc_path, coverage, evidence, negated)  # a sweep's figure (CB201 / CB301)
+    diags += sustain
     diags += check_evidence(doc, doc_path, evidence, current_spec_sha256)
     diags += check_figures(doc, doc_path, evidence, negated)  # latency / throughput / rate figures (CB201)
     diags += check_stale(doc, doc_path, evidence, current_spec_sha256)

@@ -1,7 +1,11 @@
 """Check 4: scope creep (CB301) -- a claim about a shape the workload did not cover.
 
 Only asserted phrases count (see `polarity`): "not tested at concurrency 64" and "a 24-hour
-soak would be needed" are fine. Rules, each against `Coverage`:
+soak would be needed" are fine. One overclaim is one finding: patterns of one rule that read
+overlapping words ("32k-token prompts" and "32k-token"; "for 3 hours" and "3 hours of sustained
+load") report it once, and the engine drops a finding here where a CB101 or a sustain finding
+(`sustain`: "sustains concurrency 32", above a sweep's range) covers the same words. Rules, each
+against `Coverage`:
 
 - concurrency: "concurrency 64", "concurrency levels 4, 8 and 16", "c=64", "64 concurrent
   requests/users/streams", "64-way concurrency": every number must be a covered level.
@@ -182,9 +186,15 @@ def _asserted(doc: Document, rx: re.Pattern[str], negated_blocks: frozenset[int]
 
 def check_scope(doc: Document, path: str, coverage: Coverage, negated_blocks: frozenset[int]) -> list[Diagnostic]:
     out: list[Diagnostic] = []
+    found: list[tuple[str, int, int]] = []  # (rule, start, end) in the document: one finding per overclaim
 
-    def add(s: Sentence, a: int, b: int, message: str, hint: str | None = None, severity: Severity = Severity.ERROR) -> None:
-        out.append(Diagnostic("CB301", message, doc.span(s.start + a, s.start + b), path, severity, hint))
+    def add(rule: str, s: Sentence, a: int, b: int, message: str, hint: str | None = None, severity: Severity = Severity.ERROR) -> None:
+        # two patterns of one rule reading the same words ("32k-token prompts" and "32k-token") are one overclaim
+        start, end = s.start + a, s.start + b
+        if any(r == rule and start < e and x < end for r, x, e in found):
+            return
+        found.append((rule, start, end))
+        out.append(Diagnostic("CB301", message, doc.span(start, end), path, severity, hint))
 
     # concurrency
     levels = set(coverage.concurrency_levels)
@@ -195,33 +205,30 @@ def check_scope(doc: Document, path: str, coverage: Coverage, negated_blocks: fr
             for nm in re.finditer(r"\d+", m.group("list")):
                 n = int(nm.group(0))
                 if n not in levels:
-                    add(s, base + nm.start(), base + nm.end(), f"claims concurrency {n}, which the workload did not cover (levels: {covered_c})")
+                    add("concurrency", s, base + nm.start(), base + nm.end(), f"claims concurrency {n}, which the workload did not cover (levels: {covered_c})")
 
     # rates
     for s, m in _asserted(doc, _RATE, negated_blocks):
         n = float(m.group("n"))
         if not any(abs(n - r) < 1e-9 for r in coverage.rates):
             covered = ", ".join(f"{r:g} rps" for r in coverage.rates) or "none (closed loop only)"
-            add(s, m.start("n"), m.end("n"), f"claims a request rate of {n:g} rps, which the workload did not cover (rates: {covered})")
+            add("rate", s, m.start("n"), m.end("n"), f"claims a request rate of {n:g} rps, which the workload did not cover (rates: {covered})")
 
     # durations
     limit = max(coverage.duration_s, coverage.total_duration_s)
     if limit > 0:
         covered_d = f"{format_duration(coverage.duration_s)} per level, {format_duration(coverage.total_duration_s)} in total"
-        seen: set[tuple[int, int]] = set()
         for rx in _DURATION:
             for s, m in _asserted(doc, rx, negated_blocks):
                 unit = (m.group("u") or "s").lower()
                 seconds = _num(m.group("n")) * _UNITS.get(unit, 1)
-                key = (s.start + m.start("n"), s.start + m.end())
-                if seconds > limit + 1e-9 and key not in seen:
-                    seen.add(key)
-                    add(s, m.start(), m.end(), f'claims a duration of {format_duration(seconds)} ("{m.group(0).strip()}"); the workload covered {covered_d}')
+                if seconds > limit + 1e-9:
+                    add("duration", s, m.start(), m.end(), f'claims a duration of {format_duration(seconds)} ("{m.group(0).strip()}"); the workload covered {covered_d}')
         for s, m in _asserted(doc, _VAGUE_DURATION, negated_blocks):
             key_word = re.sub(r"[-\s]", "", m.group("w").lower())
             seconds = _VAGUE_SECONDS.get(key_word, 0)
             if seconds > limit:
-                add(s, m.start(), m.end(), f'claims "{m.group(0)}" duration; the workload covered {covered_d}')
+                add("duration", s, m.start(), m.end(), f'claims "{m.group(0)}" duration; the workload covered {covered_d}')
 
     # prompt shape
     pw = coverage.prompt_words
@@ -230,29 +237,29 @@ def check_scope(doc: Document, path: str, coverage: Coverage, negated_blocks: fr
         if pw and max(pw) < LONG_PROMPT_WORDS:
             for rx in (_LONG, _LONG_IN_LIST):
                 for s, m in _asserted(doc, rx, negated_blocks):
-                    add(s, m.start(), m.end(), f'claims "{m.group(0)}", but the workload used prompt_words = {pw_text} (long means >= {LONG_PROMPT_WORDS} words)')
+                    add("long", s, m.start(), m.end(), f'claims "{m.group(0)}", but the workload used prompt_words = {pw_text} (long means >= {LONG_PROMPT_WORDS} words)')
         if len(set(pw)) < 2:
             for rx in (_MIXED, _LONG_IN_LIST):
                 for s, m in _asserted(doc, rx, negated_blocks):
-                    add(s, m.start(), m.end(), f'claims "{m.group(0)}", but the workload used one prompt shape (prompt_words = {pw_text})')
+                    add("mixed", s, m.start(), m.end(), f'claims "{m.group(0)}", but the workload used one prompt shape (prompt_words = {pw_text})')
         if pw:
             for rx in _PROMPT_WORDS:
                 for s, m in _asserted(doc, rx, negated_blocks):
                     n = int(m.group("n").replace(",", ""))
                     if n not in pw:
-                        add(s, m.start("n"), m.end("n"), f"claims {n}-word prompts; the workload used prompt_words = {pw_text}")
+                        add("prompt_words", s, m.start("n"), m.end("n"), f"claims {n}-word prompts; the workload used prompt_words = {pw_text}")
             for rx in _PROMPT_TOKENS:
                 for s, m in _asserted(doc, rx, negated_blocks):
                     n = int(m.group("n").replace(",", "")) * (1000 if m.group("k") else 1)
                     if n > 2 * max(pw):
-                        add(s, m.start(), m.end(), f"claims {n}-token prompts; the workload used prompt_words = {pw_text}")
+                        add("prompt_tokens", s, m.start(), m.end(), f"claims {n}-token prompts; the workload used prompt_words = {pw_text}")
     if coverage.max_tokens:
         mt = ", ".join(map(str, coverage.max_tokens))
         for rx in _MAX_TOKENS:
             for s, m in _asserted(doc, rx, negated_blocks):
                 n = int(m.group("n"))
                 if n not in coverage.max_tokens:
-                    add(s, m.start("n"), m.end("n"), f"claims {n} output tokens; the workload used max_tokens = {mt}")
+                    add("max_tokens", s, m.start("n"), m.end("n"), f"claims {n} output tokens; the workload used max_tokens = {mt}")
 
     # backends
     names = {re.sub(r"[^a-z0-9]", "", b.lower()) for b in coverage.backends}
@@ -261,7 +268,7 @@ def check_scope(doc: Document, path: str, coverage: Coverage, negated_blocks: fr
             engine = m.group("e")
             if re.sub(r"[^a-z0-9]", "", engine.lower()) not in names:
                 covered = ", ".join(coverage.backends) or "none"
-                add(s, m.start("e"), m.end("e"), f"claims a result on {ENGINES[engine.lower()]}, which is not a backend of this spec (backends: {covered})")
+                add("backend", s, m.start("e"), m.end("e"), f"claims a result on {ENGINES[engine.lower()]}, which is not a backend of this spec (backends: {covered})")
 
     # runtime versions: "NCCL 2.27" where the runtime boundary is "NCCL 2.26.2"
     versions: dict[str, set[str]] = {}
@@ -275,7 +282,7 @@ def check_scope(doc: Document, path: str, coverage: Coverage, negated_blocks: fr
             known = versions[m.group("name").lower()]
             said = m.group("v")
             if not any(k == said or k.startswith(said + ".") for k in known):
-                add(s, m.start("v"), m.end("v"),
+                add("runtime", s, m.start("v"), m.end("v"),
                     f'claims {m.group("name")} {said}, which the runtime boundary does not cover '
                     f'({", ".join(b for b in coverage.runtime_boundaries if m.group("name").lower() in b.lower())})')
 
@@ -287,7 +294,7 @@ def check_scope(doc: Document, path: str, coverage: Coverage, negated_blocks: fr
             name = m.group("name")
             key = _model_key(name)
             if any(c.isdigit() for c in key) and not any(k.startswith(key) or key.startswith(k) for k in ids if k):
-                add(s, m.start("name"), m.end("name"),
+                add("model", s, m.start("name"), m.end("name"),
                     f'claims a result for model "{name}", which is not the spec\'s model ({", ".join(coverage.model_ids)})')
 
     # hardware
@@ -299,14 +306,14 @@ def check_scope(doc: Document, path: str, coverage: Coverage, negated_blocks: fr
         count = int(count_s) if count_s else None
         said = m.group(0).strip()
         if not coverage.hardware:
-            add(s, m.start(), m.end(), f'claims hardware "{said}", but the spec records no hardware', severity=Severity.WARNING,
+            add("hardware", s, m.start(), m.end(), f'claims hardware "{said}", but the spec records no hardware', severity=Severity.WARNING,
                 hint="record the hardware so claims about it can be checked")
         elif not any(name == h and (count is None or c is None or count == c) for h, c in hw):
-            add(s, m.start(), m.end(), f'claims hardware "{said}"; the evidence covered {hw_text}')
+            add("hardware", s, m.start(), m.end(), f'claims hardware "{said}"; the evidence covered {hw_text}')
     if hw:
         total = sum(c or 1 for _, c in hw)
         for s, m in _asserted(doc, _GPU_COUNT, negated_blocks):
             n = int(m.group("count"))
             if n > total:
-                add(s, m.start(), m.end(), f'claims "{m.group(0)}"; the evidence covered {hw_text}')
+                add("gpu_count", s, m.start(), m.end(), f'claims "{m.group(0)}"; the evidence covered {hw_text}')
     return out
