@@ -31,8 +31,10 @@ Request counts: open-loop levels expect `rate × duration`: constant arrivals se
 many measured requests (the minimum too); seeded Poisson or gamma arrivals vary around it, so
 their minimum is 0 (`_open_minimum`). Closed-loop and batch levels
 depend on the server's speed: the plan gives the minimum (one request per worker, one batch)
-and, when the workload sets `expected_latency`, an estimate of `concurrency × duration /
-expected_latency`.
+and, when the workload sets `expected_latency`, an estimate: a closed loop `concurrency ×
+duration / expected_latency`; a batch level the requests its batches start in the measured
+window, each batch ceil(requests / concurrency) latencies with a barrier after it
+(`lang/batches.py`, the runner's `_batch` in fixed latency).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from soakspec.diagnostics import terminal_safe
 from soakspec.evidence.redact import redact_argv, redact_env, scrub, secret_values
 from soakspec.evidence.runtime import RuntimeDecl as BoundaryDecl
 from soakspec.lang import simtrace
+from soakspec.lang.batches import batch_requests
 from soakspec.lang.spec import Backend, Spec, Workload
 from soakspec.sim.config import sim_argv
 from soakspec import windows
@@ -909,7 +912,12 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
             case Open():
                 expected = _open_count(shape, duration, w.warmup_s * scale)
                 minimum = _open_minimum(shape, expected)
-            case Batch(concurrency=c, requests=minimum) | Closed(concurrency=c as minimum):
+            case Batch(concurrency=c, requests=minimum):
+                # the waves of its batches that start in the measured window (lang/batches.py); at
+                # least the one batch its minimum promises
+                warmup = w.warmup_s * scale
+                expected = max(minimum, batch_requests(c, minimum, latency, warmup, warmup + duration)) if latency else None
+            case Closed(concurrency=c as minimum):
                 expected = max(minimum, int(c * duration / latency)) if latency else None
         out.append(
             Level(

@@ -312,3 +312,35 @@ def test_an_arrival_that_waits_for_a_client_connection_is_charged_from_its_inten
     assert [r.start - run.started_at for r in by_intent] == pytest.approx(sent, abs=1e-9)
     assert [r.latency for r in by_intent] == pytest.approx([s + 1 - k / 4 for k, s in enumerate(sent)], abs=1e-9)
     assert by_intent[-1].latency == pytest.approx(5.5)  # not the 1 s it took once sent
+
+
+def _batch_level(c: int, n: int, duration: float, warmup: float, latency: float) -> Level:
+    text = (
+        'soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+        f'workload "w" {{\n load {{\n mode = batch\n concurrency = [{c}]\n requests = {n}\n }}\n'
+        f" duration = {duration}s\n bucket = {duration}s\n warmup = {warmup}s\n expected_latency = {latency}s\n"
+        " deadline = 30s\n follow_up = false\n}\n"
+    )
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, diags
+    return plan(spec).backends[0].levels[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    c=st.integers(1, 6),
+    n=st.integers(1, 13),
+    duration=st.integers(1, 12),
+    warmup=st.sampled_from([0, 1, 2]),
+    latency=st.sampled_from([0.3, 0.7, 1.0, 1.5, 2.5]),
+)
+@example(c=8, n=2, duration=10, warmup=0, latency=1.0)  # the audit's: ~80 planned, 20 sent
+@example(c=4, n=10, duration=10, warmup=0, latency=1.0)  # ~40 planned, 34 sent (batches of waves 4, 4, 2)
+def test_a_batch_levels_expected_requests_are_what_its_batches_send(c, n, duration, warmup, latency):
+    """With every request taking the workload's `expected_latency`, the plan expects the measured
+    requests `_batch` sends: `requests` at a time from c workers, a barrier after each batch, no
+    request started at or after the level's end (at least the one batch its minimum promises)."""
+    level = _batch_level(c, n, duration, warmup, latency)
+    _, records, _, _ = run_virtual(level, latency=latency)
+    measured = sum(1 for r in records if r.bucket >= 0)
+    assert level.expected_requests == max(level.min_requests, measured)

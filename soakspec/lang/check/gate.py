@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
+from soakspec.lang.batches import batch_requests
 from soakspec.lang.check.core import Bad, Ctx, Key, Table, describe, quantity_value, suggest
 from soakspec.lang.check.requests import requests_per_second
 from soakspec.lang.check.walk import walk_settings
@@ -543,7 +544,8 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
     """(level label, expected requests in one instance of `scope`) for each load level of `w`
     on `bk`: requests a second at the level's load -- an open loop's rate; a closed loop's
     workers over the expected latency; batches of `requests` from c workers, a batch every
-    ceil(requests / c) latencies -- times the instance's length. A phase is a level of its own
+    ceil(requests / c) latencies -- times the instance's length (a batch level's own: the
+    requests its waves start in it, `lang/batches.py`, the count `plan` expects). A phase is a level of its own
     duration: over the level at its mean load, and in a bucket or window at its lowest (the
     first or last bucket of a linear ramp: the ramp's low end plus half a bucket's climb). A
     replay's arrivals are its trace's: not estimated."""
@@ -572,8 +574,13 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
     length = w.duration_s if scope == "level" else piece
     for x in load.levels:
         rate = requests_per_second(load, x, latency)
-        if rate is not None:
-            unit = f"{x:g} rps" if load.mode == "open" else f"concurrency {x:g}"
+        if rate is None:
+            continue
+        unit = f"{x:g} rps" if load.mode == "open" else f"concurrency {x:g}"
+        if load.mode == "batch" and scope == "level" and latency:  # the waves in the level, as `plan` counts them
+            n = batch_requests(int(x), int(load.requests or x), latency, w.warmup_s, w.warmup_s + w.duration_s)
+            out.append((unit, float(n)))
+        else:
             out.append((unit, rate * length))
     return out
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 import json
-import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -14,6 +13,7 @@ from typing import Any
 from soakspec.diagnostics import Span
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
+from soakspec.lang.batches import batch_rate, batch_requests
 from soakspec.lang.check.core import Ctx, describe
 from soakspec.lang.check.walk import Body
 from soakspec.lang.datasets import DatasetError, read_dataset
@@ -143,16 +143,16 @@ def requests_per_second(load: S.Load, x: float, latency_s: float | None) -> floa
     if x <= 0:
         return 0.0
     if load.mode == "batch":
-        r = load.requests or x
-        return r / (math.ceil(r / x) * latency_s)
+        return batch_rate(x, load.requests or x, latency_s)
     return x / latency_s
 
 
 def planned_level_requests(w: S.Workload) -> tuple[str, float] | None:
     """(level label, requests) of the level of `w` planned to send the most requests, its
     warmup's included (a request's prompt is its index in its level, warmup included): open
-    loop rate x (warmup + duration), a phase its mean rate x its duration; batch its requests
-    x the batches expected_latency gives (else one batch, at least); closed loop concurrency x (warmup + duration) / `expected_latency`, else its
+    loop rate x (warmup + duration), a phase its mean rate x its duration; batch the requests
+    its batches' waves start in the level at expected_latency (`lang/batches.py`; else one
+    batch, at least); closed loop concurrency x (warmup + duration) / `expected_latency`, else its
     concurrency (the first requests at least). None: nothing planned (a replay sends no file)."""
     load, length = w.load, w.warmup_s + w.duration_s
     found: list[tuple[str, float]] = []
@@ -172,8 +172,10 @@ def planned_level_requests(w: S.Workload) -> tuple[str, float] | None:
             found.append((label, n(mean, span, ph.peak)))
     elif load.mode == "open":
         found = [(f"{r:g} rps", n(r, length, r)) for r in load.rates]
-    elif load.mode == "batch":  # batches repeat until the level ends
-        found = [(f"concurrency {c}, batches of {load.requests or c}", n(c, length, float(load.requests or c))) for c in load.concurrency]
+    elif load.mode == "batch":  # batches repeat until the level ends: the waves its batches start in it
+        found = [(f"concurrency {c}, batches of {load.requests or c}",
+                  float(batch_requests(c, load.requests or c, lat, 0.0, length) if lat else load.requests or c))
+                 for c in load.concurrency]
     else:
         found = [(f"concurrency {c}", n(c, length, float(c))) for c in load.concurrency]
     return max(found, key=lambda f: f[1]) if found else None

@@ -1,0 +1,68 @@
+"""Audit of what `soakspec plan` and `check` say against what the runner does: each case is the
+user's view (`plan --format json`'s numbers, a diagnostic's code and place) of a spec the audit
+found the plan or the checker misstating."""
+
+from __future__ import annotations
+
+import json
+
+from soakspec.cli import main
+
+BATCH = """soak "u" {}
+model { id = "m" }
+backend "a" { sim { ttft = 10ms } }
+workload "w" {
+  prompt_words = 8
+  max_tokens = 8
+  load { mode = batch  concurrency = [%s]  requests = %d }
+  expected_latency = 1s
+  duration = 10s
+  bucket = 5s
+  deadline = 10s
+}
+gate {
+  require failed == 0
+  require p50(ttft) < 1s per level
+}
+claims { claim "x" }
+"""
+
+
+def _plan_json(capsys, tmp_path, text: str) -> dict:
+    path = tmp_path / "s.soak"
+    path.write_text(text)
+    code = main(["plan", "--format", "json", str(path)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _check(capsys, tmp_path, text: str) -> tuple[int, str]:
+    path = tmp_path / "s.soak"
+    path.write_text(text)
+    code = main(["check", str(path)])
+    out, err = capsys.readouterr()
+    return code, out + err
+
+
+def test_a_batch_levels_expected_requests_follow_the_runners_barrier(capsys, tmp_path):
+    """`_batch` keeps at most `requests` in flight with a barrier after each batch: 2 at a time
+    at concurrency 8, a 1 s batch, 10 s -- 20 requests, not concurrency × duration / latency = 80;
+    batches of 10 at concurrency 4 are waves of 4, 4, 2 a second apart -- 3 whole batches and the
+    first wave of a fourth in 10 s, 34 (not 40)."""
+    doc = _plan_json(capsys, tmp_path, BATCH % ("8", 2))
+    (lv,) = doc["backends"][0]["levels"]
+    assert (lv["min_requests"], lv["expected_requests"], doc["expected_requests"]) == (2, 20, 20)
+    doc = _plan_json(capsys, tmp_path, BATCH % ("4", 10))
+    (lv,) = doc["backends"][0]["levels"]
+    assert (lv["min_requests"], lv["expected_requests"], doc["expected_requests"]) == (10, 34, 34)
+    doc = _plan_json(capsys, tmp_path, BATCH % ("4, 8", 8))  # 8 at 4: 2 waves a batch, 5 batches; at 8: 10
+    assert [lv["expected_requests"] for lv in doc["backends"][0]["levels"]] == [40, 80]
+
+
+def test_w509_counts_a_batch_level_as_the_plan_does(capsys, tmp_path):
+    """W509's per-level count of a batch level is the plan's: 34 (not 33, the long-run rate's
+    3.33 a second times 10 s), so p99 per level (299 samples at 95%) says 'about 34'."""
+    code, text = _check(capsys, tmp_path, BATCH.replace("p50(ttft)", "p99(ttft)") % ("4", 10))
+    assert code == 0, text
+    assert "W509" in text and "about 34 per level are planned" in text, text
