@@ -247,12 +247,30 @@ class Sweep:
     axis: str  # concurrency | rate
     grid: tuple[int | float, ...]  # ascending; the levels the search may probe
     max_wall_s: float
+    probe_s: float = 0.0  # one probe's warmup + duration (0: not known, the wall time not counted in probes)
 
     @property
-    def max_probes(self) -> int:
+    def search_probes(self) -> int:
         """The most probes bisection over the grid can take: low, high, then log2 of the rest."""
         n = len(self.grid)
         return min(n, 2 + max(0, math.ceil(math.log2(max(n - 1, 1)))))
+
+    @property
+    def wall_probes(self) -> int | None:
+        """The most probes `max_wall_s` lets start: the runner (runner/driver.py `_drive_sweep`)
+        starts none that would end after it, counted from the first probe's start, and probes
+        run one after another, each at least `probe_s` (its drain and judging come on top): at
+        most floor(max_wall / probe_s), at least the one `check` guarantees (E204). None: no
+        probe length known."""
+        if self.probe_s <= 0:
+            return None
+        return max(1, math.floor(self.max_wall_s / self.probe_s + 1e-9))
+
+    @property
+    def max_probes(self) -> int:
+        """The most probes the sweep can run: the search's, at most what the wall time lets start."""
+        wall = self.wall_probes
+        return self.search_probes if wall is None else min(self.search_probes, wall)
 
     def label(self) -> str:
         lo, hi = self.grid[0], self.grid[-1]
@@ -938,7 +956,8 @@ def workload_sweep(w: Workload, scale: float = 1.0) -> Sweep:
         grid = sweep_grid(float(low), float(high), step, integer=False)
     else:
         grid = sweep_grid(int(low), int(high), max(1, load.step), integer=True)
-    return Sweep("rate" if load.mode == "open" else "concurrency", grid, (load.max_wall_s or w.duration_s) * scale)
+    return Sweep("rate" if load.mode == "open" else "concurrency", grid, (load.max_wall_s or w.duration_s) * scale,
+                 (w.warmup_s + w.duration_s) * scale)
 
 
 def _sweep_level(w: Workload, scale: float, request: RequestTemplate) -> Level:
@@ -1228,9 +1247,12 @@ def _phase_lines(b: BackendPlan) -> list[str]:
 def _render_sweep(lv: Level) -> str:
     sw = lv.sweep
     assert sw is not None
+    wall = format_duration(sw.max_wall_s)
+    bound = (f"no probe starts that would end after {wall}, which cuts the search's {sw.search_probes} short"
+             if sw.max_probes < sw.search_probes else f"no probe starts that would end after {wall}")
     return (f"    {lv.workload} / {sw.label()}: bisection over {len(sw.grid)} levels, at most {sw.max_probes} probes of "
             f"{format_duration(lv.warmup_s + lv.duration_s)} each ({format_duration(lv.duration_s)} in "
-            f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets), stopped after {format_duration(sw.max_wall_s)}; "
+            f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets); {bound}; "
             f"result: the highest level where every require rule holds")
 
 
@@ -1238,7 +1260,7 @@ def sweep_json(sw: Sweep | None) -> dict[str, Any] | None:
     if sw is None:
         return None
     return {"axis": sw.axis, "low": sw.grid[0], "high": sw.grid[-1], "levels": len(sw.grid), "grid": list(sw.grid),
-            "max_probes": sw.max_probes, "max_wall_s": sw.max_wall_s, "search": "bisect"}
+            "max_probes": sw.max_probes, "search_probes": sw.search_probes, "max_wall_s": sw.max_wall_s, "search": "bisect"}
 
 
 def _shape_json(shape: LoadShape) -> dict[str, Any]:

@@ -66,3 +66,36 @@ def test_w509_counts_a_batch_level_as_the_plan_does(capsys, tmp_path):
     code, text = _check(capsys, tmp_path, BATCH.replace("p50(ttft)", "p99(ttft)") % ("4", 10))
     assert code == 0, text
     assert "W509" in text and "about 34 per level are planned" in text, text
+
+
+SWEEP = """soak "s" {}
+model { id = "m" }
+backend "a" { sim { slots = 4  ttft = 20ms  itl = 10ms } }
+workload "short" {
+  prompt_words = 8
+  max_tokens = 8
+  load { mode = open  rate = [1rps, 40rps]  rate_step = 7rps  search = bisect  max_wall = %s }
+  duration = 5s
+  bucket = 5s
+  deadline = 10s
+  follow_up = false
+}
+gate { require failed == 0 per level }
+claims { claim "x" }
+"""
+
+
+def test_a_sweeps_plan_counts_the_probes_its_wall_time_lets_start(capsys, tmp_path):
+    """5 s probes under max_wall = 12s: the runner starts none that would end after 12 s from
+    the first's start, so at most 2 run (about 10 s) -- not the search's 5 in 12 s."""
+    doc = _plan_json(capsys, tmp_path, SWEEP % "12s")
+    (lv,) = doc["backends"][0]["levels"]
+    sw = lv["sweep"]
+    assert (sw["max_probes"], doc["bucket_count"], doc["est_wall_s"]) == (2, 2, 10.0)
+    assert (sw["search_probes"], sw["max_wall_s"]) == (5, 12.0)
+    main(["plan", str(tmp_path / "s.soak")])
+    text = capsys.readouterr().out
+    assert "at most 2 probes of 5s each" in text and "which cuts the search's 5 short" in text, text
+    assert "wall time ≈ 10s" in text, text
+    doc = _plan_json(capsys, tmp_path, SWEEP % "1m")  # room for the whole search: its 5
+    assert (doc["backends"][0]["levels"][0]["sweep"]["max_probes"], doc["bucket_count"], doc["est_wall_s"]) == (5, 5, 25.0)

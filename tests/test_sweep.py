@@ -97,7 +97,7 @@ def test_plan_shows_the_search_bounds():
     p = plan(spec)
     text = render_text(p)
     assert "sweep concurrency 1..12 step 1" in text and "bisection over 12 levels" in text
-    assert f"at most {p.backends[0].levels[0].sweep.max_probes} probes" in text and "stopped after 1h" in text
+    assert f"at most {p.backends[0].levels[0].sweep.max_probes} probes" in text and "no probe starts that would end after 1h" in text
     (lv,) = to_json(p)["backends"][0]["levels"]
     assert lv["sweep"]["grid"] == list(range(1, 13)) and lv["sweep"]["max_wall_s"] == 3600.0
 
@@ -554,3 +554,16 @@ def test_a_probes_records_are_read_back_from_where_the_probe_began(tmp_path, mon
     path = rec.layout.requests(bp.name)
     assert sum(read) == path.stat().st_size  # each byte once, not 1 + 2 + 3 + 4 probes' worth
     assert sum(1 for _ in iter_records(path)) == sum(sizes)  # one file of gzip members, read whole
+
+
+@pytest.mark.parametrize("max_wall", ["10m", "19m", "20m", "25m", "30m", "39m", "40m", "50m", "1h", "2h"])
+@pytest.mark.parametrize("capacity", [0, 4, 11])
+def test_the_runners_sweep_runs_at_most_the_probes_the_plan_says(monkeypatch, max_wall, capacity):
+    """10-minute probes back to back (no drain or judging time: the most the wall time lets
+    start): the runner never runs more probes than plan's `max_probes`, and when the wall time
+    ends the search it has run exactly floor(max_wall / probe) of them -- the plan's bound, met."""
+    lv, rec = _run_sweep(monkeypatch, capacity, max_wall)
+    sw, n = rec.sweep, len(rec.levels)
+    assert n <= lv.sweep.max_probes
+    if sw["bounded_by_wall_time"]:
+        assert n == lv.sweep.max_probes == int(lv.sweep.max_wall_s // (lv.warmup_s + lv.duration_s))
