@@ -99,3 +99,30 @@ def test_a_sweeps_plan_counts_the_probes_its_wall_time_lets_start(capsys, tmp_pa
     assert "wall time ≈ 10s" in text, text
     doc = _plan_json(capsys, tmp_path, SWEEP % "1m")  # room for the whole search: its 5
     assert (doc["backends"][0]["levels"][0]["sweep"]["max_probes"], doc["bucket_count"], doc["est_wall_s"]) == (5, 5, 25.0)
+
+
+REPLAY = """soak "u" {}
+model { id = "m" }
+backend "a" { sim { ttft = 10ms } }
+workload "w" {
+  prompt_words = 5000
+  load { mode = replay  trace = "t.jsonl" }
+  bucket = 2s
+  deadline = 10s
+}
+gate { require failed == 0 }
+claims { claim "x" }
+"""
+
+
+def test_prompt_words_in_a_replay_is_e403_like_the_other_prompt_sources(capsys, tmp_path):
+    """A replayed request's prompt is its trace line's input_length in words, whatever
+    prompt_words says (it would only have sized the pre-flight's prompt): `check` said ok and
+    the plan's request template showed 'prompt_words': 5000. It is E403 at the key, as
+    prompt_file, prompt_tokens and max_tokens are."""
+    (tmp_path / "t.jsonl").write_text("".join(
+        f'{{"timestamp": {i * 100}, "input_length": {10 + i}, "output_length": 4}}\n' for i in range(5)))
+    code, text = _check(capsys, tmp_path, REPLAY)
+    assert code == 2 and "s.soak:5:3: E403 'prompt_words' does not apply to mode = replay" in text, text
+    code, text = _check(capsys, tmp_path, REPLAY.replace("  prompt_words = 5000\n", ""))
+    assert code == 0 and text.strip().endswith("s.soak: ok"), text

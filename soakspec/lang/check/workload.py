@@ -341,7 +341,9 @@ def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
             ctx.error("E204", f"bucket cuts a phase into more than {MAX_BUCKETS_PER_LEVEL} buckets", b.got("bucket").span)
         return
     if load.mode == "replay":
-        for key in ("prompt_file", "prompt_tokens", "max_tokens", "max_tokens_from_file", "multi_turn"):
+        # prompt_words too: a replayed request's prompt is its trace line's input_length in words
+        # (runner/load.py `Shapes.make`); the number would only have sized the pre-flight's prompt
+        for key in ("prompt_words", "prompt_file", "prompt_tokens", "max_tokens", "max_tokens_from_file", "multi_turn"):
             if b.has(key):
                 ctx.error("E403", f"'{key}' does not apply to mode = replay: the trace sets each request's input and output length",
                           b.got(key).key_span)
