@@ -10,6 +10,8 @@ no bound); a rule holds or fails only where it does at both bounds (judge/perfor
 
 from __future__ import annotations
 
+import re
+
 from soakspec.judge import judge
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 
@@ -59,3 +61,32 @@ def test_without_timeouts_nothing_is_censored():
     for r in v.rules:
         assert "stalled" not in r.message and "mid-stream" not in r.message, r.message
     assert {r.rule: r.status for r in v.rules}["max(itl) < 1s per level"] == "pass"
+
+
+def test_an_unbounded_mean_or_percentile_reads_as_a_lower_bound_not_a_huge_number():
+    """A stalled or timed-out request has no upper bound: a mean over it (or a percentile
+    whose order statistics reach it) is only known to be at least its lower bound. It once read
+    `mean(itl) between 15.1ms and 1114081996...h57m52s` -- the 1e300 stand-in for "no bound"
+    divided by n -- in the message, observed_text and every report."""
+    gate = ("require mean(itl) < 60s\nrequire mean(tpot) < 60s\nrequire mean(latency) < 60s\n"
+            "require p99(latency) < 60s\nrequire max(itl) < 60s")
+    rules, v, stalled = _stalled(2, gate)
+    for name, metric in (("mean(itl) < 60s", "mean(itl)"), ("mean(tpot) < 60s", "mean(tpot)"),
+                         ("mean(latency) < 60s", "mean(latency)"), ("p99(latency) < 60s", "p99(latency)"),
+                         ("max(itl) < 60s", "max(itl)")):
+        r = rules[name]
+        assert r.status == "inconclusive", r.message
+        assert f"{metric} >= " in r.message and " between " not in r.message, r.message
+        assert r.observed_text is not None and r.observed_text.startswith(f"{metric} >= "), r.observed_text
+        assert not re.search(r"\d{12}", r.message), r.message
+        assert "how long they would have taken" in r.message
+    assert v.outcome == "INCONCLUSIVE"
+
+
+def test_a_percentile_below_the_unbounded_samples_stays_decided():
+    """The unbounded samples stand above every other: a percentile that does not reach them is
+    the finite one (p50 with a few stalls), and max(itl) beyond the threshold at its lower bound fails."""
+    rules, _, _ = _stalled(10, "require p50(latency) < 60s\nrequire max(itl) < 1s\nrequire min(latency) < 60s")
+    assert rules["p50(latency) < 60s"].status == "pass", rules["p50(latency) < 60s"].message
+    assert rules["min(latency) < 60s"].status == "pass", rules["min(latency) < 60s"].message
+    assert rules["max(itl) < 1s"].status == "fail", rules["max(itl) < 1s"].message

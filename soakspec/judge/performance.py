@@ -288,7 +288,7 @@ def _instance_of(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Jud
         vtext += " or more"
         if m.short:
             return _too_few(run, sc, rule, impl, m, vtext, ok), m.value, m.samples
-        if ok != compare(UNBOUNDED, rule.op, rule.threshold):
+        if ok != compare(math.inf, rule.op, rule.threshold):
             return Instance("inconclusive", where, m.value, vtext, m.samples,
                             f"{vtext}: {m.reason}, so whether it is {rule.op} {rule.threshold_text} is unknown", 1), m.value, m.samples
         return Instance("pass" if ok else "fail", where, m.value, vtext, m.samples,
@@ -311,9 +311,6 @@ def _instance_of(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Jud
         return Instance("fail", narrowed[0], m.value, vtext, m.samples, narrowed[1]), m.value, m.samples
     return Instance("fail", where, m.value, vtext, m.samples,
                     f"{vtext} over {_unit_word(m.unit, m.samples)} (threshold {rule.op} {rule.threshold_text})"), m.value, m.samples
-
-
-UNBOUNDED = 1e300  # a censored value's upper bound: beyond any time, finite (no inf - inf)
 
 
 def _censored_note(c: Censored, n: int, metric: str, fk: Kind | None, unit: str = "requests") -> str:
@@ -341,20 +338,48 @@ def _censored_note(c: Censored, n: int, metric: str, fk: Kind | None, unit: str 
 class _Sample:
     """A rule's values with some added: an array, or -- for a metric counted by value (ITL at
     soak scale: `stats.Counted`) -- a multiset of distinct values and counts, never written
-    out. The aggregate and the count beyond a threshold, the same either way."""
+    out; and `unbounded` more values known to exist and known to lie above every other, with no
+    upper bound at all (a timeout's: `Censored.high` is inf). They are counted, never held as a
+    number: an aggregate that reaches one of them is `math.inf` (the mean or max of any sample
+    holding one; a percentile whose order statistics reach into them; the min of nothing else),
+    not a huge number a mean divides back into a finite one. The aggregate and the count beyond
+    a threshold, the same either way."""
 
     def __init__(self, base: np.ndarray | stats.Counted, extra: np.ndarray) -> None:
+        extra = np.asarray(extra, dtype=np.float64)
+        unbounded = np.isposinf(extra)
+        self.unbounded = int(np.count_nonzero(unbounded))
+        extra = extra[~unbounded]
         self.counted: stats.Counted | None = None
         self.array: np.ndarray | None = None
         if isinstance(base, stats.Counted):
             self.counted = base.plus(extra)
-            self.n = self.counted.n
+            self.finite = self.counted.n
         else:
             self.array = np.concatenate([base, extra])
-            self.n = len(self.array)
+            self.finite = len(self.array)
+        self.n = self.finite + self.unbounded
+
+    def _reaches_unbounded(self, percentile: float | None, agg: str | None) -> bool:
+        """Whether the aggregate depends on an unbounded value (so is unbounded itself)."""
+        if not self.unbounded:
+            return False
+        if percentile is None:
+            return agg != "min" or self.finite == 0
+        h = (self.n - 1) * percentile / 100.0
+        lo = min(math.floor(h), self.n - 1)
+        return lo >= self.finite or (h > lo and lo + 1 >= self.finite)
 
     def agg(self, percentile: float | None, agg: str | None) -> float:
+        if self._reaches_unbounded(percentile, agg):
+            return math.inf
         c = self.counted
+        if percentile is not None and self.unbounded:
+            # the order statistics it reads are all below the unbounded values: those of the
+            # finite ones with the unbounded ones standing at their greatest (any value at least
+            # it gives the same)
+            top = c.max() if c is not None else float(self.array.max())
+            return _Sample(c if c is not None else self.array, np.full(self.unbounded, top)).agg(percentile, agg)
         if c is None:
             got = stats.percentile(self.array, percentile) if percentile is not None else aggregate(agg, self.array)
         elif percentile is not None:
@@ -366,10 +391,11 @@ class _Sample:
 
     def failing(self, op: str, t: float) -> int:
         """How many values do not satisfy `value op t`."""
+        beyond = 0 if OPS[op](math.inf, t) else self.unbounded
         if self.counted is None:
-            return int(np.count_nonzero(~OPS[op](self.array, t)))
+            return int(np.count_nonzero(~OPS[op](self.array, t))) + beyond
         c = self.counted
-        return c.n - c.count(op, t)  # binned: exact at the edges the bins were cut at (else InexactCount)
+        return c.n - c.count(op, t) + beyond  # binned: exact at the edges the bins were cut at (else InexactCount)
 
 
 def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest | PerToken, m: Measure, c: Censored) -> Judged:
@@ -389,7 +415,7 @@ def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest | Per
     counted = impl.counted(sc.records)
     base = counted if counted is not None else np.asarray(impl.values(sc.records), dtype=np.float64)
     low_vals = _Sample(base, np.concatenate([c.known, c.low]))
-    high_vals = _Sample(base, np.concatenate([c.known, np.where(np.isinf(c.high), UNBOUNDED, c.high)]))
+    high_vals = _Sample(base, np.concatenate([c.known, c.high]))  # a timeout's inf: unbounded, counted as such
     n = low_vals.n
 
     def agg(v: _Sample) -> float:
@@ -401,7 +427,7 @@ def _with_censored(run: JudgedRun, sc: Scope, rule: Rule, impl: PerRequest | Per
     fk = kind(rule)
     note = _censored_note(c, n, e.metric or e.text, fk, m.unit)
     low, high = agg(low_vals), agg(high_vals)
-    if high >= UNBOUNDED / 2:
+    if math.isinf(high):
         vtext = f"{e.text} >= {format_beside(low, fk, op, t)}"
     elif high > low:
         vtext = f"{e.text} between {format_beside(low, fk, op, t)} and {format_beside(high, fk, op, t)}"
