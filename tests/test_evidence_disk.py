@@ -101,3 +101,36 @@ def test_a_log_that_does_not_decompress_makes_the_gate_inconclusive_not_a_crash_
     assert main(["gate", str(root)]) == 3
     err = capsys.readouterr().err
     assert f"{d / layout.SERVER_LOG}: the log does not decompress" in err and "internal error" not in err, err
+
+
+def test_a_log_changed_after_the_run_so_it_does_not_decompress_fails_the_gate_naming_it(tmp_path, capsys):
+    """One byte of server.log.gz flipped after the run (the manifest not re-hashed): verify
+    says V101, and gate, report and compare must say the same -- the artifact changed since
+    the manifest was written FAILs artifacts_verified (exit 1), as a flipped byte of
+    requests.jsonl.gz does. It read "the log does not decompress (BadGzipFile: CRC check
+    failed ...): the evidence cannot be judged" (exit 3), the edit unnamed."""
+    from soakspec.cli import main
+
+    spec = spec_from_text(SIM_SPEC)
+    base = EvidenceBuilder(spec).write(tmp_path / "base")
+    root = EvidenceBuilder(spec).write(tmp_path / "ev")
+    d = root / layout.BACKENDS / layout.safe_name(spec.backends[0].name)
+    data = bytearray((d / layout.SERVER_LOG_GZ).read_bytes())
+    data[len(data) // 2] ^= 0x01
+    (d / layout.SERVER_LOG_GZ).write_bytes(bytes(data))
+    rel = f"{layout.BACKENDS}/{layout.safe_name(spec.backends[0].name)}/{layout.SERVER_LOG_GZ}"
+    assert [x.code for x in verify_evidence(root).problems] == ["V101"]
+
+    assert main(["gate", str(root)]) == 1
+    cap = capsys.readouterr()
+    assert "does not decompress" not in cap.err and "cannot be judged" not in cap.err, cap.err
+    assert f"FAIL  artifacts_verified — {rel}: changed since the manifest was written" in cap.out, cap.out
+
+    assert main(["report", str(root)]) == 0  # a report of a FAIL verdict is written (its exit code is gate's)
+    cap = capsys.readouterr()
+    assert "cannot be judged" not in cap.err and f"{rel}: changed since the manifest was written" in cap.out, cap.err
+
+    assert main(["compare", str(base), str(root)]) == 1
+    cap = capsys.readouterr()
+    assert "cannot be judged" not in cap.err, cap.err
+    assert f"{rel}: changed since the manifest was written" in cap.out, cap.out

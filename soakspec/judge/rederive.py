@@ -50,10 +50,13 @@ rule, results.json and report reads facts. Pure: no I/O.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from soakspec.evidence import layout
 from soakspec.evidence.ids import IdIndex
+from soakspec.evidence.io import EvidenceUnreadable
 from soakspec.evidence.record import FAILED_FINISH_REASONS, MAX_TOKENS_PER_CHUNK, usage_bound  # shared with the runner
 from soakspec.evidence.runtime import BoundaryText, RuntimeDecl, detect_runtime_boundary
 from soakspec.evidence.traces import (
@@ -722,6 +725,30 @@ def rederive(spec: Spec, evidence: Evidence, ran: Spec | None = None) -> Evidenc
     rehearsal = m.get("rehearsal") is True
     same_spec = evidence.spec_sha256 is None or evidence.spec_sha256 == spec.sha256
     window = spec.gate.trace_window_s
-    backends = tuple(rederive_backend(spec, be, window_s=window, rehearsal=rehearsal, same_spec=same_spec, ran=ran)
+    backends = tuple(_rederive_readable(spec, evidence, be, window_s=window, rehearsal=rehearsal, same_spec=same_spec, ran=ran)
                      for be in evidence.backends)
     return dataclasses.replace(evidence, backends=backends)
+
+
+def _tampered_log(evidence: Evidence, be: BackendEvidence) -> bool:
+    """Whether `be`'s retained server.log is an artifact verification found changed since the
+    manifest was written (or otherwise tampered with: `Integrity.tampered`)."""
+    if be.server_log_path is None:
+        return False
+    rel = f"{layout.BACKENDS}/{be.safe_name}/{os.path.basename(be.server_log_path)}"
+    return any(f.path == rel for f in evidence.integrity.tampered)
+
+
+def _rederive_readable(spec: Spec, evidence: Evidence, be: BackendEvidence, **kw: Any) -> BackendEvidence:
+    """`rederive_backend`, where a server.log that does not decompress because it was changed
+    after the run (its hash no longer the manifest's) is judged as a log not kept: the changed
+    artifact FAILs artifacts_verified, which names it, as an edited requests.jsonl.gz does --
+    the hash failure wins over "the evidence cannot be judged" (exit 3, the edit unnamed). A
+    log that does not decompress with its hash intact (a killed run's moved part, which no
+    manifest lists) still cannot be judged."""
+    try:
+        return rederive_backend(spec, be, **kw)
+    except EvidenceUnreadable:
+        if not _tampered_log(evidence, be):
+            raise
+    return rederive_backend(spec, dataclasses.replace(be, server_log_path=None), **kw)
