@@ -629,3 +629,25 @@ def test_a_levels_percentile_pools_its_buckets_samples_never_averages_their_perc
     for r in b2.measured("a"):
         set_latency(r, 0.1 if r["bucket"] == 0 else 1.234568)  # one microsecond more
     assert rule(judge(spec, b2.build()), "max(latency) <= 1.234567s per level").status == "fail"
+
+
+@pytest.mark.parametrize(("outcome", "status", "error", "said"), [
+    # the runner's own message already begins with the status: not `HTTP 500: "HTTP 500: ..."`
+    ("failed", 500, 'HTTP 500: {"object":"error","message":"boom"}', 'HTTP 500: "{"object":"error","message":"boom"}"'),
+    ("failed", 503, "HTTP 503", "HTTP 503"),  # an empty body
+    ("rejected", 429, 'HTTP 429: {"error": "rate limited"}', 'HTTP 429: "{"error": "rate limited"}"'),
+    # a deadline after the 200 head: the deadline, not `HTTP 200: "deadline passed ..."`
+    ("timeout", 200, "deadline passed before the response finished", "deadline passed before the response finished"),
+    ("disconnected", 200, "connection closed before the response finished", "connection closed before the response finished"),
+    ("disconnected", None, "broken pipe (epipe)", 'connection lost: "broken pipe (epipe)"'),
+])
+def test_a_failure_message_says_the_status_and_the_error_once(outcome, status, error, said):
+    noun = {"failed": "failed request", "rejected": "rejected request", "timeout": "timed-out request",
+            "disconnected": "disconnected request"}[outcome]
+    counted = {"failed": "failed", "rejected": "rejected", "timeout": "timeouts", "disconnected": "disconnected"}[outcome]
+    spec = small_spec(f"require {counted} == 0")
+    b = EvidenceBuilder(spec)
+    b.set_outcome(list(b.measured("a", bucket=1))[5], outcome, error, status=status)
+    r = rule(judge(spec, b.build()), f"{counted} == 0")
+    assert r.status == "fail"
+    assert r.message.endswith(f": 1 {noun} ({said})"), r.message

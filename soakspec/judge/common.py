@@ -116,9 +116,11 @@ def short(text: str, n: int = 160) -> str:
 
 def describe_request(r: Mapping[str, Any]) -> str:
     """What went wrong with a request, for a reviewer: `error event: engine died`, `HTTP 500:
-    "..."`, `connection lost: ...` -- the facts, never a generic label."""
+    "..."`, `connection lost: ...` -- the facts, never a generic label, and each said once
+    (`_labelled`): the runner's own message already begins `HTTP 500: <the server's body>`,
+    `deadline passed before the response finished`. A request cut short by its deadline or its
+    connection after a 200 is said as that, not as `HTTP 200` (which reads as the answer)."""
     err = r.get("error")
-    msg = f'"{short(err)}"' if isinstance(err, str) and err else "no error message"
     status = r.get("status")
     outcome = r.get("outcome")
     mismatch = r.get("usage_mismatch")
@@ -128,15 +130,31 @@ def describe_request(r: Mapping[str, Any]) -> str:
         # the runner's error already says what happened ("error event: ...", "0 completion
         # tokens and no text", "the stream ended without [DONE]"): no generic label before it
         return short(err) if isinstance(err, str) and err else "HTTP 200, but not completed: no error message"
-    if isinstance(status, int):
-        return f"HTTP {status}: {msg}"
     if outcome == "timeout":
-        return f"deadline passed: {msg}"
-    if outcome == "disconnected":
-        return f"connection lost: {msg}"
-    return msg
+        return _labelled("deadline passed", err)
+    if outcome == "disconnected" and status in (None, 200):
+        return _labelled("connection lost", err, "connection ")
+    if isinstance(status, int):
+        return _labelled(f"HTTP {status}", err)
+    return f'"{short(err)}"' if isinstance(err, str) and err else "no error message"
 
 
+def _labelled(label: str, err: Any, own: str | None = None) -> str:
+    """`label: "err"`, where `err` does not already say it: an error that begins with `label`
+    (or `own`) is the runner's own words -- `HTTP 500: <body>` reads `HTTP 500: "<body>"`,
+    `deadline passed before the response finished` as it is -- never `HTTP 500: "HTTP 500: ..."`."""
+    if not (isinstance(err, str) and err):
+        return f"{label}: no error message"
+    if err.startswith(label):
+        rest = err[len(label):]
+        if rest.startswith(":"):
+            body = rest[1:].strip()
+            return f'{label}: "{short(body)}"' if body else f"{label}: no error message"
+        if not rest or rest[0] == " ":
+            return short(err)
+    if own is not None and err.startswith(own):
+        return short(err)
+    return f'{label}: "{short(err)}"'
 
 
 def loc(sc: Scope) -> Location:
