@@ -8,6 +8,8 @@ simulator as a real subprocess with short levels."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import time
 from pathlib import Path
@@ -22,7 +24,7 @@ from soakspec.judge import judge
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 from soakspec.lang import check, fmt, parse
 from soakspec.plan import DEFAULT_ABORT_MIN_REQUESTS, AbortRule, plan, render_text
-from soakspec.runner.abort import AbortWatch, Row, holds, value
+from soakspec.runner.abort import AbortWatch, Fired, Row, holds, value
 from tests.runner_support import new_marker, run_soakspec, sim_spec, wait_no_survivors
 
 WORKLOAD = 'workload "w" {\n  load { concurrency = 1 }\n  duration = 60s\n}\n'
@@ -373,9 +375,34 @@ def test_the_judge_fails_a_run_whose_manifest_records_a_fired_abort_naming_the_r
     v = judge(spec, b.build())
     assert v.outcome == "FAIL"
     (r,) = [r for r in v.rules if r.metric == "abort_fired"]
-    assert r.status == "fail" and "abort ratio(errors) > 50% per window 1s" in r.message and "0.8" in r.message
+    assert r.status == "fail" and "abort ratio(errors) > 50% per window 1s" in r.message and "observed 80% over 40" in r.message
     b.manifest["aborts"] = ["garbage"]  # a malformed abort is still an abort
     assert judge(spec, b.build()).outcome == "FAIL"
+
+
+@pytest.mark.parametrize(("rule", "observed", "said"), [
+    (_rule(threshold=1.0, op=">="), 1.0, "observed 100% over 37 requests"),  # "observed 1" read as 1 error of 37
+    (_rule(metric="latency", agg="max", threshold=1.0), 1.1234, "observed 1.12s over 37 requests"),
+    (_rule(metric="ttft", agg="p", percentile=99.0, threshold=0.5), 0.0425, "observed 42.5ms over 37 requests"),
+    (_rule(metric="failed", agg="count", threshold=3.0), 5.0, "observed 5 over 37 requests"),
+])
+def test_a_fired_abort_says_what_it_observed_in_its_rules_unit_to_the_runner_and_the_judge(rule, observed, said):
+    """`soakspec run`'s line (`Fired.describe`) and the gate's abort_fired both print the value
+    as the rule reads it: a ratio as a percentage, a time as a duration."""
+    rule = dataclasses.replace(rule, text="abort the rule")
+    fired = Fired(rule, "a", "w", 0, "concurrency 2", "bucket", 0, 1.0, 2.0, 2.01, observed, 37)
+    assert fired.describe().endswith(f": {said}"), fired.describe()
+    spec = small_spec("require failed == 0")
+    b = EvidenceBuilder(spec)
+    b.manifest["aborts"] = [fired.to_json()]
+    assert validate("manifest", b.manifest) == []
+    (r,) = [r for r in judge(spec, b.build()).rules if r.metric == "abort_fired"]
+    assert f"fired: {said} (threshold" in r.message, r.message
+    # a manifest from before `agg` was recorded: the rule's text names it
+    old = {k: v for k, v in fired.to_json().items() if k not in ("agg", "percentile")}
+    b.manifest["aborts"] = [dict(old, rule="abort ratio(errors) >= 100% per bucket", metric="errors", observed=1.0)]
+    (r,) = [r for r in judge(spec, b.build()).rules if r.metric == "abort_fired"]
+    assert "fired: observed 100% over 37 requests" in r.message, r.message
 
 
 def test_the_manifest_schema_describes_aborts():

@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from soakspec.judge.scope import Scope
 from soakspec.judge.verdict import MAX_LISTED, Instance, Location, RuleResult, Status
-from soakspec.lang.metrics import Kind
+from soakspec.lang.metrics import METRICS, Kind
 from soakspec.lang.spec import Rule
 from soakspec.units import format_duration, format_size
 
@@ -56,6 +57,22 @@ def format_value(value: float | None, kind: Kind | None) -> str:
     if kind is Kind.COUNT and float(value).is_integer():
         return str(int(value))
     return f"{value:.4g}"
+
+
+def abort_observed_text(a: Mapping[str, Any]) -> str:
+    """What a fired abort (a manifest `aborts` entry) observed, in its rule's own unit -- a
+    ratio as a percentage ("100%", never "1", which read as one request), a time as a duration
+    -- as the runner's `Fired.describe` says it; "?" when it records none. A manifest from
+    before the entry held its aggregate names it in the rule's text (`abort ratio(errors) ...`)."""
+    observed = a.get("observed")
+    if not isinstance(observed, (int, float)) or isinstance(observed, bool):
+        return "?"
+    agg = a.get("agg")
+    if not isinstance(agg, str):
+        m = re.match(r"\s*(?:abort\s+)?(\w+)\s*\(", str(a.get("rule") or ""))
+        agg = None if m is None else "p" if re.fullmatch(r"p\d+(?:\.\d+)?", m.group(1)) else m.group(1)
+    metric = METRICS.get(str(a.get("metric")))
+    return format_value(float(observed), metric.result_kind(agg) if metric is not None else None)
 
 
 def signed_pct(v: float) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 
 from soakspec.evidence import layout
 from soakspec.evidence.ids import IdColumn, IdIndex
-from soakspec.judge.common import backend_here, loc, plural, problem, result
+from soakspec.judge.common import abort_observed_text, backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.index import num as num_
@@ -424,10 +424,10 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
                          bucket=a.get("index") if a.get("scope") == "bucket" and isinstance(a.get("index"), int) else None,
                          start=a.get("start"), end=a.get("end"),
                          text=f"backend {a.get('backend')}, {a.get('workload')} / {level}, {a.get('scope')} {a.get('index')}")
-        observed = a.get("observed")
-        seen = f"{observed:.6g}" if isinstance(observed, (int, float)) else "?"
+        seen = abort_observed_text(a)  # in the rule's unit: a ratio as a percentage
+        limit = abort_observed_text({**a, "observed": a.get("threshold")})
         what = (f"abort rule '{a.get('rule')}' fired: observed {seen} over {a.get('requests')} requests "
-                f"(threshold {a.get('op')} {a.get('threshold')}); the rest of the load was not run")
+                f"(threshold {a.get('op')} {limit}); the rest of the load was not run")
         saturated = _abort_client_saturated(run, a) if a.get("metric") in CLIENT_SENSITIVE else None
         if saturated:
             insts.append(problem(f"{what}; not judged a failure: the load generator was saturated in {saturated}, "

@@ -39,6 +39,7 @@ from typing import Any
 
 from soakspec import windows
 from soakspec.plan import AbortRule
+from soakspec.units import format_duration
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
@@ -124,13 +125,31 @@ class Fired:
         return {
             "rule": self.rule.text, "builtin": self.rule.builtin, "metric": self.rule.metric, "op": self.rule.op,
             "threshold": self.rule.threshold, "observed": self.observed, "requests": self.requests,
+            "agg": self.rule.agg, "percentile": self.rule.percentile,
             "backend": self.backend, "workload": self.workload, "level": self.level, "level_label": self.level_label,
             "scope": self.scope, "index": self.index, "start": self.start, "end": self.end, "at": self.at,
         }  # fmt: skip
 
     def describe(self) -> str:
         where = f"{self.scope} {self.index} of {self.workload} / {self.level_label}"
-        return f"abort rule '{self.rule.text}' fired on backend '{self.backend}' at {where}: observed {self.observed:.6g} over {self.requests} requests"
+        return (f"abort rule '{self.rule.text}' fired on backend '{self.backend}' at {where}: "
+                f"observed {observed_text(self.rule, self.observed)} over {self.requests} requests")
+
+
+DURATIONS = frozenset({"ttft", "latency", "tpot", "schedule_lag"})  # the metrics `value` reads in seconds
+
+
+def observed_text(rule: AbortRule, v: float) -> str:
+    """An abort rule's value in the rule's own unit, as the judge prints it (`format_value`):
+    a ratio as a percentage ("100%": a bare 1 read as one request of 37), a time as a
+    duration ("1.12s"), a count as a whole number."""
+    if rule.agg == "ratio":
+        return f"{v * 100:.4g}%"
+    if rule.metric in DURATIONS:
+        return format_duration(v)
+    if rule.agg == "count" and float(v).is_integer():
+        return str(int(v))
+    return f"{v:.4g}"
 
 
 SETTLE_S = 1.0  # a bucket's requests have all been recorded this long after their deadline (as its bucket line)
