@@ -543,7 +543,7 @@ def test_requests_without_token_times_stay_completed_and_are_left_out_with_a_rea
     figures leave the requests out with a stated reason (results.json `excluded`, the reports'
     notes), never as a value; a TTFT rule still counts the untimed one, between its first byte
     and its end (see the next test)."""
-    from soakspec.judge.summary import _UNSTREAMED, _UNTIMED
+    from soakspec.judge.measures import _UNSTREAMED, _UNTIMED
     from soakspec.report.common import exclusion_notes
 
     spec = small_spec("require failed == 0\nrequire p95(ttft) < 250ms per level\nrequire p50(tpot) < 40ms per level")
@@ -651,3 +651,28 @@ def test_a_failure_message_says_the_status_and_the_error_once(outcome, status, e
     r = rule(judge(spec, b.build()), f"{counted} == 0")
     assert r.status == "fail"
     assert r.message.endswith(f": 1 {noun} ({said})"), r.message
+
+
+def test_a_time_rule_whose_metric_leaves_out_every_completed_request_says_how_many_and_why():
+    """A server that sends usage only in a final chunk: every request completed, its tokens per
+    chunk estimated, so TPOT and ITL leave every one out. The rules said "cannot be computed: no
+    completed requests" / "no completed gaps" beside 148 completed requests; the reason was only
+    in the report's notes. A bucket where nothing completed still says so."""
+    spec = small_spec("require mean(tpot) < 1s per bucket\nrequire p99(itl) < 1s\nrequire mean(ttft) < 1s per bucket")
+    b = EvidenceBuilder(spec)
+    for r in b.measured("a"):
+        r.update(itl_source="estimated")
+    for r in b.measured("a", bucket=1):
+        b.set_outcome(r, "failed", "HTTP 500: boom", status=500)
+    v = judge(spec, b.build())
+    n = len([r for r in b.measured("a") if r["bucket"] != 1])
+    why = "estimated tokens per chunk (final usage spread over the chunks)"
+    itl = rule(v, "p99(itl) < 1s")
+    assert itl.status == "inconclusive"
+    assert itl.message.endswith(f"p99(itl) cannot be computed: ITL leaves out all {n} completed requests: {why}"), itl.message
+    tpot = rule(v, "mean(tpot) < 1s per bucket")
+    k = len(list(b.measured("a", bucket=0)))
+    assert "bucket 0 [" in tpot.message and f"mean(tpot) cannot be computed: TPOT leaves out all {k} completed requests: {why}" in tpot.message, tpot.message
+    assert "no completed requests" not in tpot.message.split("\n")[0], tpot.message
+    ttft = rule(v, "mean(ttft) < 1s per bucket")
+    assert "bucket 1 [" in ttft.message and "mean(ttft) cannot be computed: no completed requests" in ttft.message, ttft.message

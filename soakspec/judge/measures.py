@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections import Counter
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
@@ -223,11 +224,81 @@ usage_mismatched = Columnar(lambda r: r.get("outcome") == "completed" and bool(r
 not_completed = Columnar(lambda r: r.get("outcome") != "completed", lambda t, idx: ~_done(t, idx))
 
 
+# ------------------------------------------------------------------------------ what a metric leaves out
+
+
+def excluded(records: Iterable[Row]) -> dict[str, dict[str, int]]:
+    """Completed requests that TTFT, TPOT and ITL leave out, by reason (none is silent)."""
+    if isinstance(records, Rows) and len(records.parts) == 1 and not len(records.parts[0][0].odd(records.parts[0][1])):
+        return _excluded_columns(*records.parts[0])
+    ttft: Counter[str] = Counter()
+    tpot: Counter[str] = Counter()
+    itl: Counter[str] = Counter()
+    for r in records:
+        if r.get("outcome") != "completed":
+            continue
+        untimed = r.get("first_token") is None  # completed without one: its tokens' times are unknown
+        if untimed:
+            ttft[_UNTIMED] += 1
+        if r.get("usage_mismatch"):
+            tpot[_MISMATCH] += 1
+            itl[_MISMATCH] += 1
+            continue
+        n = r.get("output_tokens")
+        if r.get("tpot") is None:
+            tpot[_FEW if isinstance(n, int) and n < 2 else _UNTIMED if untimed else _UNSTREAMED] += 1
+        elif r.get("itl_source") == "estimated":
+            tpot[_ESTIMATED] += 1
+        if untimed:
+            itl[_UNTIMED] += 1
+        elif r.get("itl_source") == "estimated":
+            itl[_ESTIMATED] += 1
+    return {"ttft": dict(ttft), "tpot": dict(tpot), "itl": dict(itl)}
+
+
+_MISMATCH = "usage contradicts the stream (usage_mismatch)"
+# no TPOT for a request with tokens after its first token event's: not streamed, or (the record
+# alone cannot tell which) the first chunk carried every token (runner/protocol.py)
+_FEW, _UNSTREAMED = "fewer than 2 tokens", "no token times after the first chunk (not streamed, or every token in it)"
+_UNTIMED = "token arrival times unknown (no text, usage not per chunk)"
+_ESTIMATED = "estimated tokens per chunk (final usage spread over the chunks)"
+
+
+def _excluded_columns(t, idx) -> dict[str, dict[str, int]]:
+    """`excluded` over one table's rows without extras, vectorized a chunk of rows at a time:
+    the same counts, each reason in the order its first request comes (as the row loop adds them)."""
+    first: dict[tuple[str, str], int] = {}  # (ttft|tpot|itl, reason) -> the position of its first request
+    total: Counter[tuple[str, str]] = Counter()
+    step = table_module.SCAN_CHUNK
+    for a in range(0, len(idx), step):
+        part = idx[a:a + step]
+        done = t.label_is("outcome", "completed", part)
+        untimed = done & np.isnan(t.f["first_token"][part])
+        mism = done & ~t.usage_ok(part)
+        rest = done & ~mism
+        notpot = rest & np.isnan(t.f["tpot"][part])
+        n = t.i["output_tokens"][part]
+        few = notpot & (n != MISSING) & (n < 2)
+        est = rest & t.label_is("itl_source", "estimated", part)
+        for key, m in ((("ttft", _UNTIMED), untimed), (("tpot", _MISMATCH), mism), (("tpot", _FEW), few),
+                       (("tpot", _UNTIMED), notpot & ~few & untimed), (("tpot", _UNSTREAMED), notpot & ~few & ~untimed),
+                       (("tpot", _ESTIMATED), est & ~notpot),
+                       (("itl", _MISMATCH), mism), (("itl", _UNTIMED), rest & untimed), (("itl", _ESTIMATED), est & ~untimed)):
+            if m.any():
+                first.setdefault(key, a + int(np.argmax(m)))
+                total[key] += int(m.sum())
+    out: dict[str, dict[str, int]] = {"ttft": {}, "tpot": {}, "itl": {}}
+    for (which, reason), _ in sorted(first.items(), key=lambda kv: (kv[1], kv[0][1])):
+        out[which][reason] = total[(which, reason)]
+    return out
+
+
 # ------------------------------------------------------------------------------ distributions
 
 
 class Distribution:
     unit: ClassVar[str]
+    excluded_as: str | None = None  # its name in `excluded` (a dataclass field of the kinds that have one)
     # True where `values` of a scope's rows is always an array made for the call, which the
     # caller may reorder (`stats.percentile(..., reorder=True)`): no copy of a scope's values
     new_values: ClassVar[bool] = False
@@ -254,6 +325,21 @@ class Distribution:
         (PerToken: the requests that give gaps); None: each value is one."""
         return None
 
+    def no_values(self, records: Iterable[Row]) -> str:
+        """Why `records` give no value: no completed request, or the completed ones this
+        metric leaves out -- how many and why (`excluded`, as the report's notes say it), never
+        "no completed requests" beside a run that completed 148 whose tokens came untimed."""
+        done = completed(records)
+        n = len(done)
+        if not n:
+            return "no completed requests"
+        name = self.excluded_as
+        why = excluded(done).get(name, {}) if name else {}
+        if not why:
+            return f"none of its {n} completed request{'s' if n != 1 else ''} gives a value"
+        reasons = "; ".join(f"{k} ({v})" if len(why) > 1 else k for k, v in why.items())
+        return f"{name.upper()} leaves out {'all ' if n > 1 else ''}{n} completed request{'s' if n != 1 else ''}: {reasons}"
+
     def sizes(self, records: Iterable[Row]) -> np.ndarray:
         """How many values each request of `records` that gives any gives (PerToken: its gaps);
         `stats.effective_units` weighs them."""
@@ -279,12 +365,12 @@ class Distribution:
             need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
             value, n = self.percentile_of(scope.records, percentile)
             if not n:
-                return Measure(None, 0, need, unit, f"no completed {unit}")
+                return Measure(None, 0, need, unit, self.no_values(scope.records))
             return Measure(value, n, need, unit, units=self.independent(scope.records))
         vals = self.values(scope.records)
         need = max(1, min_samples)
         if not len(vals):
-            return Measure(None, 0, need, unit, f"no completed {unit}")
+            return Measure(None, 0, need, unit, self.no_values(scope.records))
         return Measure(aggregate(agg, vals), len(vals), need, unit)
 
 
@@ -333,6 +419,7 @@ class PerRequest(Distribution):
     when_timed_out: Callable[[Row], float | None] | None = None
     untimed_low: Callable[[Row], float | None] | None = None
     when_stalled: Callable[[Row], float | None] | None = None
+    excluded_as: str | None = None  # its name in `excluded` (ttft, tpot): why a completed request has no value
     unit: ClassVar[str] = "requests"
     new_values: ClassVar[bool] = True  # `column` makes a new array; `v[ok]` another
 
@@ -430,6 +517,7 @@ class PerToken(Distribution):
     streams that finished."""
 
     gaps: Callable[[Row], Iterable[float]]
+    excluded_as: str | None = None  # its name in `excluded` (itl): why a completed request gives no gap
     unit: ClassVar[str] = "gaps"
 
     def censored(self, records: Iterable[Row]) -> Censored:
@@ -473,14 +561,14 @@ class PerToken(Distribution):
         if percentile is not None:
             need = max(stats.min_samples_for_percentile(percentile, confidence), min_samples)
             if not c.n:
-                return Measure(None, 0, need, unit, f"no completed {unit}")
+                return Measure(None, 0, need, unit, self.no_values(scope.records))
             units, clusters = self.draws(scope.records)
             b = c.percentile_bounds(percentile) if not c.exact else None
             return Measure(c.percentile(percentile), c.n, need, unit, units=units, clusters=clusters if clusters != units else None,
                            bounds=b if b is not None and b[0] != b[1] else None)
         need = max(1, min_samples)
         if not c.n:
-            return Measure(None, 0, need, unit, f"no completed {unit}")
+            return Measure(None, 0, need, unit, self.no_values(scope.records))
         value = c.aggregate(agg)
         return Measure(value, c.n, need, unit)
 

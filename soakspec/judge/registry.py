@@ -73,10 +73,10 @@ RULES: tuple[Entry, ...] = (
     # built in where a backend declares metrics {}: no scrape of its /metrics failed
     _check("metrics_scraped", "evidence", SM.metrics_scraped, builtin=True),
     # performance: per-request distributions
-    _metric("ttft", M.PerRequest(M.ttft, when_timed_out=M.ttft, untimed_low=M.first_byte_wait)),
-    _metric("itl", M.PerToken(M.itl_gaps)),
+    _metric("ttft", M.PerRequest(M.ttft, when_timed_out=M.ttft, untimed_low=M.first_byte_wait, excluded_as="ttft")),
+    _metric("itl", M.PerToken(M.itl_gaps, excluded_as="itl")),
     _metric("coalesced", M.GapShare()),  # share of the ITL gaps that are not independent samples
-    _metric("tpot", M.PerRequest(M.measured_tpot(), when_stalled=M.zero)),
+    _metric("tpot", M.PerRequest(M.measured_tpot(), when_stalled=M.zero, excluded_as="tpot")),
     _metric("latency", M.PerRequest(M.latency, when_timed_out=M.unmeasured)),
     _metric("schedule_lag", M.PerRequest(M.schedule_lag)),
     _metric("output_tokens", M.PerRequest(M.counted("output_tokens"))),

@@ -27,7 +27,7 @@ import numpy as np
 from soakspec.judge.evidence import OUTCOMES, BackendEvidence, Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, error_message, index, num
 from soakspec.judge.joined import JudgedRun
-from soakspec.judge.measures import (Distribution, Outcome, PerBucket, PerRequest, PerSample, bucket_series, completed, gap_share, not_completed,
+from soakspec.judge.measures import (Distribution, Outcome, PerBucket, PerRequest, PerSample, bucket_series, completed, excluded, gap_share, not_completed,
                                     outcome_is, quarters, relative_change)
 from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, Rows
@@ -72,72 +72,6 @@ def itl_coalesced(records: Iterable[Row]) -> dict[str, int]:
     independent samples: tokens that shared a read, or a chunk's gap split over its tokens)."""
     gaps, shared = gap_share(records)
     return {"gaps": gaps, "coalesced": shared}
-
-
-def excluded(records: Iterable[Row]) -> dict[str, dict[str, int]]:
-    """Completed requests that TTFT, TPOT and ITL leave out, by reason (none is silent)."""
-    if isinstance(records, Rows) and len(records.parts) == 1 and not len(records.parts[0][0].odd(records.parts[0][1])):
-        return _excluded_columns(*records.parts[0])
-    ttft: Counter[str] = Counter()
-    tpot: Counter[str] = Counter()
-    itl: Counter[str] = Counter()
-    for r in records:
-        if r.get("outcome") != "completed":
-            continue
-        untimed = r.get("first_token") is None  # completed without one: its tokens' times are unknown
-        if untimed:
-            ttft[_UNTIMED] += 1
-        if r.get("usage_mismatch"):
-            tpot[_MISMATCH] += 1
-            itl[_MISMATCH] += 1
-            continue
-        n = r.get("output_tokens")
-        if r.get("tpot") is None:
-            tpot[_FEW if isinstance(n, int) and n < 2 else _UNTIMED if untimed else _UNSTREAMED] += 1
-        elif r.get("itl_source") == "estimated":
-            tpot[_ESTIMATED] += 1
-        if untimed:
-            itl[_UNTIMED] += 1
-        elif r.get("itl_source") == "estimated":
-            itl[_ESTIMATED] += 1
-    return {"ttft": dict(ttft), "tpot": dict(tpot), "itl": dict(itl)}
-
-
-_MISMATCH = "usage contradicts the stream (usage_mismatch)"
-# no TPOT for a request with tokens after its first token event's: not streamed, or (the record
-# alone cannot tell which) the first chunk carried every token (runner/protocol.py)
-_FEW, _UNSTREAMED = "fewer than 2 tokens", "no token times after the first chunk (not streamed, or every token in it)"
-_UNTIMED = "token arrival times unknown (no text, usage not per chunk)"
-_ESTIMATED = "estimated tokens per chunk (final usage spread over the chunks)"
-
-
-def _excluded_columns(t, idx) -> dict[str, dict[str, int]]:
-    """`excluded` over one table's rows without extras, vectorized a chunk of rows at a time:
-    the same counts, each reason in the order its first request comes (as the row loop adds them)."""
-    first: dict[tuple[str, str], int] = {}  # (ttft|tpot|itl, reason) -> the position of its first request
-    total: Counter[tuple[str, str]] = Counter()
-    step = table_module.SCAN_CHUNK
-    for a in range(0, len(idx), step):
-        part = idx[a:a + step]
-        done = t.label_is("outcome", "completed", part)
-        untimed = done & np.isnan(t.f["first_token"][part])
-        mism = done & ~t.usage_ok(part)
-        rest = done & ~mism
-        notpot = rest & np.isnan(t.f["tpot"][part])
-        n = t.i["output_tokens"][part]
-        few = notpot & (n != MISSING) & (n < 2)
-        est = rest & t.label_is("itl_source", "estimated", part)
-        for key, m in ((("ttft", _UNTIMED), untimed), (("tpot", _MISMATCH), mism), (("tpot", _FEW), few),
-                       (("tpot", _UNTIMED), notpot & ~few & untimed), (("tpot", _UNSTREAMED), notpot & ~few & ~untimed),
-                       (("tpot", _ESTIMATED), est & ~notpot),
-                       (("itl", _MISMATCH), mism), (("itl", _UNTIMED), rest & untimed), (("itl", _ESTIMATED), est & ~untimed)):
-            if m.any():
-                first.setdefault(key, a + int(np.argmax(m)))
-                total[key] += int(m.sum())
-    out: dict[str, dict[str, int]] = {"ttft": {}, "tpot": {}, "itl": {}}
-    for (which, reason), _ in sorted(first.items(), key=lambda kv: (kv[1], kv[0][1])):
-        out[which][reason] = total[(which, reason)]
-    return out
 
 
 def counts(records: Sequence[Row]) -> dict[str, int]:
