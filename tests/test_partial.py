@@ -171,12 +171,14 @@ def test_sigkill_after_server_log_was_moved_leaves_a_log_that_reads_whole(tmp_pa
     assert len(ids) >= sum(r["requests"]["completed"] for r in lines) > 0
 
 
-def _killed_in_bucket(root: Path, *, failed_in_open: bool = False) -> dict[int, int]:
+def _killed_in_bucket(root: Path, *, failed_in_open: bool = False, failed_in_closed: bool = False,
+                      gate: str = "  require failed == 0\n  require goodput(ttft < 500ms) >= 90%\n") -> dict[int, int]:
     """A run killed the way a SIGKILL leaves one, three 1-minute buckets in: the start-of-run
     manifest (a spec of 5 buckets), requests.jsonl.gz with the requests of buckets 0, 1 and 2
     (the runner's writer, one gzip member a bucket), buckets.jsonl with a line for bucket 0
     only (1 and 2 are within the level's deadline: not closed), server.log plain. With
-    `failed_in_open`, one request of bucket 2 failed. Returns requests per bucket."""
+    `failed_in_open`, one request of bucket 2 failed; with `failed_in_closed`, one of bucket 0.
+    `gate`: the lines of the spec's gate block. Returns requests per bucket."""
     from soakspec.evidence import layout
     from soakspec.evidence.buckets import lines_for
     from soakspec.evidence.io import GzipJsonlWriter, JsonlWriter, read_json, write_json_atomic
@@ -185,7 +187,7 @@ def _killed_in_bucket(root: Path, *, failed_in_open: bool = False) -> dict[int, 
 
     build_evidence_dir(root, backends=("a",), status="running")
     text = sample_spec_text(("a",)).replace("duration = 1m", "duration = 5m").replace(
-        "gate {\n  require failed == 0\n}", "gate {\n  require failed == 0\n  require goodput(ttft < 500ms) >= 90%\n}")
+        "gate {\n  require failed == 0\n}", "gate {\n" + gate + "}")
     m = read_json(root / layout.MANIFEST)
     spec_text = _canonical(text)
     from soakspec.judge.evidence import embedded_spec_sha256
@@ -204,7 +206,7 @@ def _killed_in_bucket(root: Path, *, failed_in_open: bool = False) -> dict[int, 
                 rows.append(sample_request(i, backend="a", bucket=b, intended_start=start, start=start, first_byte=start + 0.01,
                                            first_token=start + 0.02, end=start + 0.3))
                 i += 1
-            if failed_in_open and b == 2:
+            if (failed_in_open and b == 2) or (failed_in_closed and b == 0):
                 rows[-1].update(outcome="failed", status=500, error="HTTP 500", output_tokens=0, itl_us=[], chunks=0,
                                 tpot=None, first_token=None, first_byte=None, finish_reason=None, output_chars=0,
                                 output_sha256=None)
@@ -300,3 +302,73 @@ def test_partial_gate_with_a_newer_spec_reads_the_runs_levels_as_the_run_planned
     assert code == 3, out
     assert "a short / concurrency 4: judged buckets 0-0 of 1" in out, out
     assert "ran with concurrency 4 (the spec plans 6)" in out, out
+
+
+REQUIRE_WHOLE_RUN = "  require completed_run\n  require failed == 0\n  require follow_up\n"
+
+
+def test_partial_gate_judges_the_performance_rules_of_a_spec_that_requires_completed_run_and_follow_up(tmp_path, capsys):
+    """A killed run whose spec writes `require completed_run` and `require follow_up` (as
+    specs/demo.soak does), with a failed request in its closed bucket: a run not finished has
+    no final status and no follow-up yet, which is inconclusive, not a failure -- so they no
+    longer block the performance rules ("---- failed == 0 -- a required validity or evidence
+    check failed"): `failed == 0` is judged and FAILs on the closed bucket, and the note says so."""
+    root = tmp_path / "run1"
+    _killed_in_bucket(root, failed_in_closed=True, gate=REQUIRE_WHOLE_RUN)
+    code, out = _gate_partial(capsys, root)
+    assert code == 3, out
+    assert "cannot support it" not in out and "----" not in out, out
+    assert "FAIL  failed == 0 — backend a, concurrency 4, bucket 0 [" in out and ": 1 failed request (HTTP 500" in out, out
+    assert "already failing on the closed buckets: failed == 0" in out, out
+    assert "????  completed_run — the run's status is running: not finished (still going, or killed)" in out, out
+    assert "????  follow_up — backend a: no follow-up yet: it is sent after the last level" in out, out
+    assert "followup.json missing" not in out and "FAIL  completed_run" not in out and "FAIL  follow_up" not in out, out
+    assert "buckets 1-4 of 5 not closed yet (the run is still going, or was killed)" in out, out
+    assert "did not run its full duration" not in out and "cut short" not in out, out
+    assert "INCONCLUSIVE: " in out and "1 failed on the evidence so far (failed == 0)" in out, out
+
+
+def test_partial_gate_with_nothing_failing_yet_is_inconclusive_never_pass(tmp_path, capsys):
+    """The same spec, every closed request completed: the performance rules pass so far, the
+    verdict stays INCONCLUSIVE (the run is not finished), and nothing reads as a failure."""
+    root = tmp_path / "run1"
+    _killed_in_bucket(root, gate=REQUIRE_WHOLE_RUN)
+    code, out = _gate_partial(capsys, root, "--format", "json")
+    v = json.loads(out[: out.index("\n}\n") + 2])
+    assert code == 3 and v["verdict"] == "INCONCLUSIVE", out
+    status = {r["rule"]: r["status"] for r in v["rules"]}
+    assert status["failed == 0"] == "pass" and status["completed_run"] == status["follow_up"] == "inconclusive", status
+    assert "fail" not in status.values() and "not_evaluated" not in status.values(), status
+
+
+def test_partial_gate_of_a_run_still_writing_does_not_say_its_writer_was_killed(tmp_path, capsys):
+    """requests.jsonl.gz ends in a line still being written while the run holds the .lock: the
+    writer is alive, so the cut-off line is not "the writer was killed" -- and, once the lock is
+    gone, it is."""
+    import gzip
+
+    from soakspec.evidence.io import RunLock
+
+    root = tmp_path / "run1"
+    _killed_in_bucket(root, gate=REQUIRE_WHOLE_RUN)
+    with open(root / "backends" / "a" / "requests.jsonl.gz", "ab") as f:
+        f.write(gzip.compress(b'{"request_id": "run1-a-09999", "backend": "a", "wor'))
+    with RunLock(root, allow_existing=True):  # the run, still writing
+        code, out = _gate_partial(capsys, root)
+    assert code == 3, out
+    assert "requests.jsonl.gz ends in a line still being written (the run holds the .lock)" in out, out
+    assert "writer was killed" not in out and "FAIL  completed_run" not in out, out
+    code, out = _gate_partial(capsys, root)
+    assert "requests.jsonl.gz ends in a cut-off line (no process holds the .lock: the writer was killed)" in out, out
+    assert "FAIL  completed_run" not in out, out
+
+
+def test_partial_gate_of_a_level_whose_every_bucket_closed_does_not_call_it_cut_short(tmp_path, capsys):
+    """Every planned bucket of the level closed (1 of 1): it ran its full duration -- only the
+    run's end (status, hashes) is missing, and no level is called "completed = false"."""
+    root = tmp_path / "run1"
+    build_evidence_dir(root, backends=("a",), status="running")
+    code, out = _gate_partial(capsys, root)
+    assert code == 3, out
+    assert "judged buckets 0-0 of 1" in out, out
+    assert "did not run its full duration" not in out and "not closed yet" not in out, out

@@ -14,7 +14,10 @@ written during the run), the requests from requests.jsonl.gz (a cut-off last gzi
 read as far as it goes), and only requests of closed buckets (and warm-up) are judged. The
 verdict is always INCONCLUSIVE (exit 3) -- the evidence is incomplete by construction -- with
 every rule's result shown and a note saying up to which bucket it judged; a rule that already
-fails on the closed buckets says so. On a finished run (its manifest lists its backends)
+fails on the closed buckets says so. What a run not finished cannot have yet (its final status
+and hashes, a cut-off or still-written last line, buckets and levels to come, the follow-up) is
+inconclusive, not a failure (`Evidence.partial`), so `require completed_run` / `require
+follow_up` never keep the performance rules from being judged. On a finished run (its manifest lists its backends)
 `--partial` judges it in full, as plain `gate` does, and says so. A partial gate of a run
 still going (or killed: the manifest cannot tell) runs at low CPU priority (`PARTIAL_NICE`):
 on the soak's own machine, the look at a day-long soak -- minutes of a core -- must not starve
@@ -129,9 +132,12 @@ def partial_entries(spec, root: Path) -> tuple[list[dict], list[str]]:
             ms = got[ks[0]]["start"] - lv.buckets[ks[0]].start_s
             windows = [{"index": k, "start": got[k]["start"], "end": got[k]["end"], "planned_length_s": lv.buckets[k].length_s}
                        for k in ks]  # fmt: skip
+            # every planned bucket closed: the level ran its full duration (its last bucket closes
+            # once its requests have ended); otherwise it is still going, or was killed
+            whole = ks == list(range(len(lv.buckets)))
             levels.append(lv.to_json() | {
                 "started_at": ms - lv.warmup_s, "measure_start": ms, "measure_end": windows[-1]["end"], "drained_at": None,
-                "completed": False, "buckets": windows, "sent": None,
+                "completed": whole, "buckets": windows, "sent": None,
             })  # fmt: skip
             notes.append(f"{bp.name} {lv.workload} / {lv.label}: judged buckets {ks[0]}-{ks[-1]} of {len(lv.buckets)}")
         if not levels:
@@ -165,7 +171,7 @@ def _closed_only(evidence, entries: list[dict]) -> tuple[object, list[str]]:
         if be.left_out:
             notes.append(f"{be.name}: {be.left_out} recorded requests of buckets not closed (or of the follow-up) "
                          "left out")
-    return dataclasses.replace(evidence, manifest=dict(evidence.manifest, backends=entries)), notes
+    return dataclasses.replace(evidence, manifest=dict(evidence.manifest, backends=entries), partial=True), notes
 
 
 def _yield_cpu() -> None:

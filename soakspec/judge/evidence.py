@@ -149,6 +149,10 @@ class Evidence:
     integrity: Integrity = Integrity(verified=False)
     manifest_sha256: str | None = None
     root: str | None = None
+    # read up to its last closed bucket (`gate --partial`, `report` of a run not finished): what
+    # a run not finished cannot have yet -- a final status and hashes, a cut-off last line, the
+    # buckets and levels still to come, the follow-up -- is inconclusive, never a failure
+    partial: bool = False
 
     @property
     def run_id(self) -> str | None:

@@ -69,15 +69,20 @@ def _missing_level(run: JudgedRun, name: str, plv: Level) -> Location:
     return Location(name, plv.workload, plv.index, label, text=f"backend {name}, {label}")
 
 
-def _bucket_gaps(bi: BackendIndex, plv: Level, lv: LevelIndex) -> list[Instance]:
-    """The planned buckets of a level that are missing, have no window or measured nothing."""
+NOT_YET = "not closed yet (the run is still going, or was killed)"  # a partial judge's bucket or level to come
+
+
+def _bucket_gaps(bi: BackendIndex, plv: Level, lv: LevelIndex, partial: bool = False) -> list[Instance]:
+    """The planned buckets of a level that are missing, have no window or measured nothing
+    (`partial`: a missing bucket is one not closed yet, inconclusive)."""
     out: list[Instance] = []
     by_index = {w.index: w for w in lv.buckets if w.planned}
     for pb in plv.buckets:
         w = by_index.get(pb.index)
         if w is None:
             where = Location(bi.name, lv.workload, lv.index, lv.label, pb.index, text=f"backend {bi.name}, {lv.label}, bucket {pb.index}")
-            out.append(Instance("fail", where, 0.0, None, 0, "bucket missing from the evidence"))
+            out.append(Instance("inconclusive", where, None, None, 0, f"bucket {NOT_YET}") if partial
+                       else Instance("fail", where, 0.0, None, 0, "bucket missing from the evidence"))
             continue
         sc = bucket_scope(bi, lv, w)
         done = len(completed(w.records))
@@ -100,11 +105,13 @@ def bucket_coverage(run: JudgedRun, rule: Rule) -> RuleResult:
         for plv in bp.levels:
             n += len(plv.buckets)
             lv = run.level(name, plv)
-            if lv is None:
+            if lv is None and run.partial:
+                insts.append(Instance("inconclusive", _missing_level(run, name, plv), None, None, 0, f"level {NOT_YET}"))
+            elif lv is None:
                 insts.append(Instance("fail", _missing_level(run, name, plv), 0.0, None, 0,
                                       f"level missing: none of its {plural(len(plv.buckets), 'bucket')} ran"))
             else:
-                insts.extend(_bucket_gaps(bi, plv, lv))
+                insts.extend(_bucket_gaps(bi, plv, lv, run.partial))
     msg = f"all {plural(n, 'planned bucket')} present, each with a completed request"
     return result(rule, "bucket_coverage", "evidence", rule.severity, insts, msg, n)
 
@@ -114,6 +121,8 @@ def _duration_shortfall(run: JudgedRun, name: str, plv: Level) -> Instance | Non
     bi = run.backends.get(name)
     lv = run.level(name, plv) if bi is not None else None
     planned = format_duration(plv.duration_s)
+    if run.partial and (lv is None or lv.entry.get("completed") is not True):  # still to come, not short
+        return Instance("inconclusive", _missing_level(run, name, plv), None, None, None, f"level {NOT_YET}")
     if lv is None or bi is None:
         return Instance("fail", _missing_level(run, name, plv), 0.0, "0s", 0, f"not measured at all (planned {planned})")
     where = loc(level_scope(bi, lv))
@@ -150,6 +159,9 @@ def _follow_up_problem(run: JudgedRun, name: str, planned: bool) -> Instance | N
         return None
     if f is None:  # missing, or there and unreadable (its problem says how: not a "missing" file)
         bad = next((p for p in bi.evidence.problems if FOLLOWUP in p), None)
+        if bad is None and run.partial:  # sent after the last level: not due yet in a run not finished
+            return problem("no follow-up yet: it is sent after the last level, and the run is not finished "
+                           "(still going, or killed)", here, "inconclusive")
         return problem(f"no follow-up evidence ({bad})" if bad else "no follow-up evidence (followup.json missing)", here)
     if f.get("required") is False:
         return problem("the spec plans a follow-up request but the run did not require one", here)

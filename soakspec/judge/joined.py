@@ -58,6 +58,12 @@ class JudgedRun:
         return self.spec.gate
 
     @property
+    def partial(self) -> bool:
+        """Judged up to its last closed bucket (`gate --partial`): what the run cannot have yet
+        is inconclusive, not a failure (`Evidence.partial`)."""
+        return self.evidence.partial
+
+    @property
     def multi_workload(self) -> bool:
         return len(self.spec.workloads) > 1
 

@@ -50,8 +50,16 @@ def _run_problems(run: JudgedRun) -> list[Instance]:
     status = m.get("status")
     if status != "complete":
         reason = m.get("incomplete_reason")
-        out.append(problem(f"the run's status is {status or 'unknown'}" + (f": {reason}" if reason else "")))
+        if run.partial:  # judged up to its last closed bucket: not finished is what it is, not a fault
+            out.append(problem(f"the run's status is {status or 'unknown'}: not finished (still going, or killed), "
+                               "judged up to its last closed bucket", status="inconclusive"))
+        else:
+            out.append(problem(f"the run's status is {status or 'unknown'}" + (f": {reason}" if reason else "")))
     for f in ev.integrity.incomplete:
+        if run.partial:  # no final hashes, a cut-off last write, a held lock: what a run not finished has
+            if f.code != "V201":
+                out.append(problem(f.text(), status="inconclusive"))
+            continue
         # V201 repeats the status; right after the run (`soakspec run`), V205/V206 (no
         # results.json / verdict.json yet) do not matter: the judge recomputes every number
         # from the raw evidence and writes them. Judged after the fact (`gate`), the run's own
@@ -111,13 +119,24 @@ def kind_problems(run: JudgedRun) -> list[str]:
     return out
 
 
-def _backend_problems(bi: BackendIndex) -> list[Instance]:
+def _still_writing(run: JudgedRun) -> bool:
+    """Whether a run holds the directory's lock (verify's V203): its writer is alive."""
+    return any(f.code == "V203" for f in run.evidence.integrity.incomplete)
+
+
+def _backend_problems(bi: BackendIndex, run: JudgedRun) -> list[Instance]:
     """What is wrong with one backend's evidence, before its levels."""
     out: list[Instance] = []
     be = bi.evidence
     here = backend_here(bi.name)
     for rel in be.partial_tail:
-        out.append(problem(f"{rel} ends in a cut-off line (the writer was killed)", here))
+        if not run.partial:
+            out.append(problem(f"{rel} ends in a cut-off line (the writer was killed)", here))
+        elif _still_writing(run):  # the last write of a file still being written: its whole lines are judged
+            out.append(problem(f"{rel} ends in a line still being written (the run holds the .lock)", here, "inconclusive"))
+        else:
+            out.append(problem(f"{rel} ends in a cut-off line (no process holds the .lock: the writer was killed)",
+                               here, "inconclusive"))
     for p in be.problems[:MAX_SHOWN]:
         out.append(problem(f"unusable evidence: {p}", here))
     if be.problem_count > MAX_SHOWN:
@@ -264,19 +283,23 @@ def _bucket_span(indexes: list[int]) -> str:
     return "buckets " + ", ".join(map(str, indexes))
 
 
-def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None) -> list[Instance]:
-    """What is wrong with one planned level that ran."""
+def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, partial: bool = False) -> list[Instance]:
+    """What is wrong with one planned level that ran (`partial`: judged up to its last closed
+    bucket, so buckets not closed yet are not a fault)."""
     out: list[Instance] = []
     lloc = loc(level_scope(bi, lv))
     if plv is not None:
         out.extend(_load_problems(lv, plv, lloc))
         out.extend(_window_problems(lv, plv, lloc))
-    if lv.entry.get("completed") is not True:
+    if lv.entry.get("completed") is not True and not partial:
         out.append(problem("the level did not run its full duration (completed = false)", lloc))
     if plv is not None:
         listed = {w.index for w in lv.buckets if w.planned}
         missing = [pb.index for pb in plv.buckets if pb.index not in listed]
-        if missing:
+        if missing and partial:
+            out.append(problem(f"{_bucket_span(missing)} of {len(plv.buckets)} not closed yet (the run is still going, "
+                               "or was killed)", lloc, "inconclusive"))
+        elif missing:
             out.append(problem(f"{_bucket_span(missing)} of {len(plv.buckets)} not measured: the level was cut short"
                                + (f" in bucket {max(listed)}" if listed else " before its first bucket"), lloc))
     sent = lv.entry.get("sent")
@@ -300,13 +323,16 @@ def _planned_backend_problems(run: JudgedRun, name: str, bp: BackendPlan) -> lis
                             "and its manifest lists no backend yet; `soakspec gate --partial` judges what it recorded",
                             backend_here(name))]
         return [problem(f"backend {name} did not run (no evidence for it)", backend_here(name))]
-    out = _backend_problems(bi)
+    out = _backend_problems(bi, run)
     for plv in bp.levels:
         lv = run.level(name, plv)
-        if lv is None:
+        if lv is None and run.partial:
+            out.append(problem(f"{run.plan_label(plv)} has closed no bucket yet (the run is still going, or was killed)",
+                               _missing_level(run, name, plv), "inconclusive"))
+        elif lv is None:
             out.append(problem(f"{run.plan_label(plv)} did not run", _missing_level(run, name, plv)))
         else:
-            out.extend(_level_problems(bi, lv, plv))
+            out.extend(_level_problems(bi, lv, plv, run.partial))
     return out
 
 
