@@ -55,6 +55,24 @@ def test_a_deadline_changed_in_the_newer_spec_is_not_taken_as_applied(tmp_path, 
     assert main(["gate", str(root)]) == 0
 
 
+def test_a_longer_duration_in_the_newer_spec_is_named_not_called_a_level_cut_short(tmp_path, capsys):
+    """Run for 2m, judged with a spec of 4m: the FAIL is right, but each level ran its full
+    duration (the manifest says completed), so "buckets 2-3 of 4 not measured: the level was cut
+    short in bucket 1" was false. The level the spec plans is named as another level, as a
+    changed concurrency is, both ways (a shorter newer spec too)."""
+    spec = small_spec("require completed_run\nrequire failed == 0")
+    root = EvidenceBuilder(spec).write(tmp_path / "run")
+    for want, ran in (("4m", "2m"), ("1m", "2m")):
+        newer = tmp_path / f"newer-{want}.soak"
+        newer.write_text(spec.canonical_text.replace("duration = 2m", f"duration = {want}"))
+        assert main(["gate", str(root), "--spec", str(newer)]) == 1
+        out, _ = capsys.readouterr()
+        assert f"FAIL  completed_run — backend a, concurrency 2: level 0 of workload w ran with a planned duration of {ran} " \
+               f"(the spec plans {want}): not the level the spec plans" in out, out
+        assert "cut short" not in out and "did not run its full duration" not in out, out
+    assert main(["gate", str(root)]) == 0
+
+
 def _with_max_tokens(text: str, n: str) -> str:
     out = text.replace("  deadline = 30s\n", f"  deadline = 30s\n  max_tokens = {n}\n")
     assert out != text

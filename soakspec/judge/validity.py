@@ -268,10 +268,23 @@ def _load_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instance]
     want = plv.to_json()
     differ = [f"{k.removesuffix('_s')} {_show(k, lv.entry[k])} (the spec plans {_show(k, want.get(k))})"
               for k in LEVEL_KEYS if k in lv.entry and not _same(_plain(lv.entry[k]), _plain(want.get(k)))]
+    ran_for = _ran_duration(lv, plv)
+    if ran_for is not None:
+        differ.append(f"a planned duration of {format_duration(ran_for)} (the spec plans {format_duration(plv.duration_s)})")
     if not differ:
         return []
     return [problem(f"level {lv.index} of workload {lv.workload} ran with {', '.join(differ)}: not the level the spec "
                     f"plans ({plv.label}), so its evidence cannot be judged as that level", lloc)]
+
+
+def _ran_duration(lv: LevelIndex, plv: Level) -> float | None:
+    """The duration the run planned a level for (its manifest's `planned_duration_s`) where it is
+    not the one the spec judging it plans (`gate --spec` with a longer or shorter level); None
+    when they agree or the manifest does not record it."""
+    d = lv.entry.get("planned_duration_s")
+    if not isinstance(d, (int, float)) or isinstance(d, bool) or _same(float(d), float(plv.duration_s)):
+        return None
+    return float(d)
 
 
 def _bucket_span(indexes: list[int]) -> str:
@@ -299,7 +312,7 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, 
         if missing and partial:
             out.append(problem(f"{_bucket_span(missing)} of {len(plv.buckets)} not closed yet (the run is still going, "
                                "or was killed)", lloc, "inconclusive"))
-        elif missing:
+        elif missing and _ran_duration(lv, plv) is None:  # (a run that planned it shorter: `_load_problems` says so)
             out.append(problem(f"{_bucket_span(missing)} of {len(plv.buckets)} not measured: the level was cut short"
                                + (f" in bucket {max(listed)}" if listed else " before its first bucket"), lloc))
     sent = lv.entry.get("sent")
