@@ -28,14 +28,18 @@ def _shape(b: EvidenceBuilder, level: int, ttft: float, rng: random.Random) -> N
         r.update(ttft=t, first_token=r["start"] + t, itl=gaps, tpot=0.01, latency=t + 0.15, end=r["start"] + t + 0.15)
 
 
-def probes_run(probes: list[int], seed: int, *, per_bucket: int = 20, slower: float = 1.0) -> EvidenceBuilder:
+def probes_run(probes: list[int], seed: int, *, per_bucket: int = 20, slower: float = 1.0, sweep: bool = True) -> EvidenceBuilder:
     """What a closed-loop sweep that probed `probes` (in that order) leaves: one level per probe,
-    in run order, whose TTFT grows with its concurrency (10 ms per request in flight)."""
+    in run order, whose TTFT grows with its concurrency (10 ms per request in flight), and the
+    search in the backend's manifest entry. `sweep=False`: a plain run of those levels."""
     spec = small_spec(levels=str(probes), duration="4m", bucket="1m", follow_up=False)
     b = EvidenceBuilder(spec, per_bucket=per_bucket, run_id=f"run{seed}")
     rng = random.Random(seed)
     for i, c in enumerate(probes):
         _shape(b, i, 0.01 * c * slower, rng)
+    if sweep:
+        b.entry("a")["sweep"] = {"probes": [{"level": i, "value": c, "passed": True} for i, c in enumerate(probes)],
+                                 "bounded_by_wall_time": False}
     return b
 
 
@@ -143,6 +147,42 @@ def test_the_outputs_list_the_unpaired_levels(tmp_path, capsys, monkeypatch):
     assert main(["compare", str(base), str(new), "--resamples", "300", "--format", "html"]) == 0
     page = capsys.readouterr().out
     assert 'id="unpaired"' in page and "a · concurrency 8</td><td>the new run" in page
+
+
+def test_a_level_the_base_measured_and_the_new_run_lacks_makes_a_plain_comparison_inconclusive(tmp_path, capsys, monkeypatch):
+    """Not a sweep: the base ran concurrency 4 and 8, the new run only 4. It said `Comparison:
+    PASS` (exit 0) with "1 unpaired level": the new run never measured concurrency 8, and missing
+    data is never a pass. A level only the new run has is new coverage: still PASS."""
+    monkeypatch.setattr("soakspec.compare.MIN_TAIL_DRAWS", 0)
+    both = probes_run([4, 8], 1, sweep=False).write(tmp_path / "both")
+    four = probes_run([4], 2, sweep=False).write(tmp_path / "four")
+    assert main(["compare", str(both), str(four), "--resamples", "200"]) == 3
+    md = capsys.readouterr().out
+    assert "**Comparison: INCONCLUSIVE**" in md, md
+    assert "the new run lacks what the base run measured (a · concurrency 8 (level 1 of w)): not compared, and missing " \
+           "data is never a pass" in md, md
+    assert main(["compare", str(four), str(both), "--resamples", "200"]) == 0  # new coverage
+    md = capsys.readouterr().out
+    assert "**Comparison: PASS**" in md and "lacks" not in md, md
+    # a sweep's probes differ run to run by design: listed as unpaired, the comparison decided by the rest
+    assert compare(probes_run([4, 8], 1).build(), probes_run([4], 2).build(), resamples=200).outcome == "PASS"
+
+
+def test_a_backend_the_base_measured_and_the_new_run_lacks_makes_the_comparison_inconclusive(tmp_path, capsys, monkeypatch):
+    """The base (a combined run) has backends a and b, the new run only a: it said PASS with
+    only the note "backend 'b' is only in the base run". It is INCONCLUSIVE, naming b; the other
+    way round (b only in the new run) is new coverage, a note."""
+    monkeypatch.setattr("soakspec.compare.MIN_TAIL_DRAWS", 0)
+    two = EvidenceBuilder(small_spec(backends=("a", "b"), follow_up=False), per_bucket=20, run_id="two").write(tmp_path / "two")
+    one = EvidenceBuilder(small_spec(follow_up=False), per_bucket=20, run_id="one").write(tmp_path / "one")
+    assert main(["compare", str(two), str(one), "--resamples", "200", "--format", "json"]) == 3
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "INCONCLUSIVE" and doc["exit_code"] == 3, doc["summary"]
+    assert "the new run lacks what the base run measured (backend 'b'): not compared, and missing data is never a pass" \
+        in doc["reasons"], doc["reasons"]
+    assert main(["compare", str(one), str(two), "--resamples", "200", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["verdict"] == "PASS" and "backend 'b' is only in the new run" in doc["notes"], doc
 
 
 def test_runs_of_the_same_levels_have_nothing_unpaired():

@@ -18,7 +18,10 @@ the order its search took, and two searches take different paths (1, 12, 6, 3 ..
 loads both probed are compared. A load a workload ran more than once pairs its k-th run in the
 base with its k-th in the new run. A level with no counterpart is listed as unpaired
 (`Comparison.unpaired`, "only in the base run" / "only in the new run"); it has no rows, does
-not count in the family-wise correction, and no rule looks at it.
+not count in the family-wise correction, and no rule looks at it. What the new run lacks makes
+the comparison INCONCLUSIVE (`_lacking`, in `Comparison.reasons`): a backend only the base run
+has, and a level only the base run has unless the backend's levels are a sweep's probes (a
+search's path differs run to run by design). What only the new run has is new coverage.
 
 Rows. Per matched (backend, level): first `ratio(errors)`, the share of its measured requests
 that did not complete (the gate's `errors`: failed, timed out, rejected, disconnected) -- every
@@ -151,7 +154,8 @@ not the server's), which makes the comparison INCONCLUSIVE (that run is incomple
 ratio(errors) -- `warn` too -- replaces that built-in: it is how a reviewer says how much rise
 matters. Outcome: FAIL when a `require` rule fails, a run's evidence does
 not verify or errors rose (above); INCONCLUSIVE when a require rule is inconclusive, a run is
-incomplete, a row has data on one side only or nothing could be matched; else PASS. Without rules the comparison only reports
+incomplete, a row has data on one side only, the new run lacks a backend or (not a sweep's)
+level the base run measured, or nothing could be matched; else PASS. Without rules the comparison only reports
 (PASS = both runs verified, errors did not rise).
 
 Comparable runs. A rehearsal (`run --rehearse`: every backend replaced by the simulator) or a
@@ -218,6 +222,7 @@ from soakspec.judge.measures import Outcome as OutcomeCount
 from soakspec.judge.registry import metric
 from soakspec.judge.scope import rows_by_turn
 from soakspec.judge.summary import MAX_TURNS_LISTED
+from soakspec.judge.sweep import sweep_workload
 from soakspec.judge.workload import ran_spec, workload_differences, workload_shape  # noqa: F401  (workload_shape: read from here too)
 from soakspec.plan import shape_identity
 
@@ -754,13 +759,27 @@ def _pairs(base: Sequence[BackendSamples], new: Sequence[BackendSamples], notes:
         notes.append(f"no backend name in common: comparing base {base[0].name!r} with new {new[0].name!r}")
         return [(base[0], new[0])]
     names = {b.name for b, _ in pairs}
-    for b in base:
-        if b.name not in names:
-            notes.append(f"backend {b.name!r} is only in the base run")
     for b in new:
         if b.name not in names and not (len(pairs) == 1 and pairs[0][1] is b):
             notes.append(f"backend {b.name!r} is only in the new run")
     return pairs
+
+
+def _lacking(base: Sequence[BackendSamples], pairs: Sequence[tuple[BackendSamples, BackendSamples]],
+             unpaired: Sequence[Unpaired]) -> list[str]:
+    """Why the comparison is INCONCLUSIVE when the new run lacks what the base run measured: a
+    backend, or a level of a backend that is not a sweep's (module doc, "Matching"). Missing data
+    is never a pass; what only the new run has is new coverage, and a sweep's probes differ
+    from run to run by design."""
+    paired = {id(b) for b, _ in pairs}
+    sweeps = {b.name for pair in pairs for b in pair if b.sweep}
+    what = [f"backend {b.name!r}" for b in base if id(b) not in paired]
+    what += [f"{u.backend} · {u.label} (level {u.level} of {u.workload})" for u in unpaired
+             if u.side == "base" and u.backend not in sweeps]
+    if not what:
+        return []
+    return ["the new run lacks what the base run measured (" + "; ".join(what) + "): not compared, and missing data "
+            "is never a pass"]
 
 
 def _load(lv: LevelSamples) -> str:
@@ -923,6 +942,7 @@ class LevelSamples:
 class BackendSamples:
     name: str
     levels: tuple[LevelSamples, ...]
+    sweep: bool = False  # its levels are a sweep's probes (a search's path: they differ run to run)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -950,10 +970,12 @@ class RunSamples:
         judge = ran if judge is _RAN else judge
         run = join(judge, ev, whole=True) if judge is not None else None
         indexes = run.indexes if run is not None else index(ev)
+        swept = ran is not None and sweep_workload(ran) is not None  # (a sweep spec has one backend)
         backends = tuple(BackendSamples(bi.name, tuple(LevelSamples(
             bi.name, lv.workload, lv.index, lv.label, lv.entry,
             _LevelSamples(bi, lv) if keep else {cm.name: _samples(bi, lv, cm) for cm in METRICS},
-            _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels)) for bi in indexes)
+            _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels),
+            swept or isinstance(bi.evidence.entry.get("sweep"), Mapping)) for bi in indexes)
         return cls(side, ran, backends, _client_health(run))
 
 
@@ -1241,7 +1263,8 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
     pending: list[_Pending] = []
     unpaired: list[Unpaired] = []
     workloads: list[str] = []
-    for bb, bn in _pairs(read[0].backends, read[1].backends, notes):
+    backend_pairs = _pairs(read[0].backends, read[1].backends, notes)
+    for bb, bn in backend_pairs:
         level_pairs, alone = _level_pairs(bb, bn)
         unpaired += alone
         for a, z in level_pairs:
@@ -1277,6 +1300,7 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
                 f"{r.backend} {r.label} {_share(r.base)} → {_share(r.new)} "
                 f"({signed_percent(r.low or 0, ' pp')} .. {signed_percent(r.high or 0, ' pp')})" for r in rose))
     unsure += _full_scale(sb, sn, allow_rehearsal, notes) + _missing(rows)
+    unsure += _lacking(read[0].backends, backend_pairs, unpaired)
     differ: list[str] = []
     if workloads:
         differ = _workload_differences(ran[0], ran[1], workloads, notes)
