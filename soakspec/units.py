@@ -42,6 +42,35 @@ UNITS_BY_DIMENSION: dict[Dimension, tuple[str, ...]] = {
     dim: tuple(u for u, (d, _) in UNITS.items() if d is dim) for dim in Dimension
 }
 
+# Words people write for a unit, and the unit they mean (`10 seconds`, `10sec`): what a hint
+# suggests in their place. A unit written in the wrong case (`10MS`, `2gib`) is `unit_for_word`'s.
+UNIT_WORDS: dict[str, str] = {
+    **dict.fromkeys(("sec", "secs", "second", "seconds"), "s"),
+    **dict.fromkeys(("min", "mins", "minute", "minutes"), "m"),
+    **dict.fromkeys(("hr", "hrs", "hour", "hours"), "h"),
+    **dict.fromkeys(("msec", "msecs", "millisecond", "milliseconds"), "ms"),
+    **dict.fromkeys(("usec", "usecs", "µs", "microsecond", "microseconds"), "us"),
+    **dict.fromkeys(("byte", "bytes"), "B"),
+    **dict.fromkeys(("percent", "pct"), "%"),
+    **dict.fromkeys(("qps", "rpsec"), "rps"),
+}
+
+
+def unit_for_word(word: str) -> str | None:
+    """The unit a word not itself a unit stands for (`seconds` -> `s`, `MS` -> `ms`), or None."""
+    if word in UNITS:
+        return word
+    found = UNIT_WORDS.get(word) or UNIT_WORDS.get(word.lower())
+    if found is not None:
+        return found
+    same = [u for u in UNITS if u.lower() == word.lower()]
+    return same[0] if len(same) == 1 else None
+
+
+def units_listed() -> str:
+    """Every unit, by kind: what a hint lists when it cannot say which kind is meant."""
+    return "; ".join(f"{' '.join(UNITS_BY_DIMENSION[d])} ({d}s)" for d in Dimension)
+
 _QUANTITY = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z%]+)\s*$")
 
 

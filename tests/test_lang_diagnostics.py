@@ -405,3 +405,74 @@ def test_a_duplicate_blocks_body_is_checked_too():
     twice = BASE % LOAD + "gate {\n  require failed == 0\n}\ngate {\n  require p95(tttf) < 1s\n}\n"
     got = [(d.code, d.span.line) for d in _errors(twice)]
     assert got == [("E105", 10), ("E302", 11)], got
+# ---------------------------------------------------------------- a word after a number
+
+GATE = BASE % LOAD + "gate {\n%s\n}\n"  # the gate's first line is line 8
+UNITS_HINT = "us ms s m h (durations); B KiB MiB GiB TiB KB MB GB (sizes); % (ratios); rps rpm (rates)"
+
+
+def _seen(text: str) -> list[tuple]:
+    """Every diagnostic as the user reads it: code, line, column, end column, message, hint."""
+    tree, diags = parse(text)
+    if tree is not None:
+        _, diags = check(tree)
+    return [(d.code, d.span.line, d.span.column, d.span.end_column, d.message, d.hint) for d in diags if d.severity is Severity.ERROR]
+
+
+def test_a_word_after_a_threshold_is_one_error_at_the_word_not_one_per_following_line():
+    """`< 100 tokens`: the parse took `tokens` to start a statement, and reported the next
+    four rules' `require` (never the word); now the word alone, with what a value is."""
+    rules = "  require p95(ttft) < 100 tokens\n" + "".join(f"  require p{p}(ttft) < 1s\n" for p in (99, 50, 90)) + "  require failed == 0"
+    assert _seen(GATE % rules) == [
+        ("E001", 8, 27, 33, "unexpected 'tokens' after the number 100: it is not a unit",
+         "a value is one word: a count is a plain number (100), a quantity is a number with its unit right after it (100ms); "
+         "the units are " + UNITS_HINT),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("value", "word", "unit"),
+    [("10 seconds", "seconds", "s"), ("10 sec", "sec", "s"), ("10 minutes", "minutes", "m"), ("10 MS", "MS", "ms")],
+)
+def test_a_unit_word_apart_from_its_number_is_reported_with_the_unit_it_means(value, word, unit):
+    """`duration = 10 seconds` was `unexpected 'bucket'` on the next line, with no hint: the
+    unit-apart repair knew only real units (`10 s`)."""
+    text = BASE % f"  load {{ concurrency = 1 }}\n  duration = {value}\n  bucket = 5s"
+    assert _seen(text) == [
+        ("E001", 5, 17, 17 + len(word), f"unexpected {word!r} after the number 10", f"write the unit right after the number, without a space: 10{unit}"),
+    ]
+
+
+def test_an_underscore_in_a_number_is_one_error_at_the_underscore():
+    """`1_000_000` lexes as the number 1 and the name `_000_000`: it gave three errors on
+    other lines (the closing brace, the next key, the end of the file), none at the number."""
+    text = BASE % "  load { mode = batch  concurrency = [2]  requests = 1_000_000 }\n  duration = 60s"
+    assert _seen(text) == [
+        ("E001", 4, 55, 63, "'_' does not group digits: 1_000_000 is read as the number 1 and the name '_000_000'",
+         "write the number without '_': 1000000"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("rules", "col"),
+    [
+        ("  require p95(ttft) < 100 tokens per level\n  require failed == 0", 27),  # goes on with the rule
+        ("  require p95(ttft) < 100 tokens }\ngate {\n  require failed == 0", 27),  # closes the block
+        ("  require failed == 0 require p95(ttft) < 100 tokens", 47),
+    ],
+)
+def test_a_word_after_a_number_ends_its_line_s_errors(rules, col):
+    assert [(d[0], d[1], d[2], d[4]) for d in _seen(GATE % rules)] == [
+        ("E001", 8, col, "unexpected 'tokens' after the number 100: it is not a unit"),
+    ]
+
+
+def test_a_unit_word_inside_a_list_gets_the_same_hint():
+    text = BASE % "  load { mode = open\n    rate = [2 seconds, 3rps] }"
+    assert _seen(text)[0][:6] == ("E001", 5, 15, 22, "unexpected 'seconds' after the number 2", "write the unit right after the number, without a space: 2s")
+    assert len(_seen(text)) == 1
+
+
+def test_a_word_after_a_number_that_is_a_statement_is_not_an_error():
+    """One-line blocks: `concurrency = 2 requests = 5` is two statements."""
+    assert _checks_clean(BASE % "  load { mode = batch  concurrency = [2]  requests = 5 }\n  duration = 60s")

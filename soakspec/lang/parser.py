@@ -36,7 +36,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from soakspec.diagnostics import Diagnostic, Span, line_col
 from soakspec.lang import ast as A
-from soakspec.units import UNITS
+from soakspec.units import UNITS, unit_for_word, units_listed
 
 MAX_SOURCE_BYTES = 1_000_000
 # A long string and a one-line string, as the grammar's LONG_STRING and STRING match them (the
@@ -912,6 +912,8 @@ class _Syntax:
                 or self.mend_unit_space(len(self.source) if at_end else e.token.start_pos)):
             self.restart = True
             return False
+        if self.drop_stranded_word(e):
+            return len(self.diags) < MAX_SYNTAX_ERRORS
         if at_end:
             self.eof_error()
             return False
@@ -978,6 +980,53 @@ class _Syntax:
             self.changed(m.start(2))
             return True
         return False
+
+    def drop_stranded_word(self, e: UnexpectedToken) -> bool:
+        """A word the parse took to start a statement, though it only followed a value on its
+        line: `tokens` in `require p95(ttft) < 100 tokens`, `seconds` in `duration = 10
+        seconds`, `_000_000` in `requests = 1_000_000`, `level` left over from `... on "a" per
+        level` once 'per' was reported. Nothing after it can go on with it (a statement
+        starting with a word wants '=', '{' or a name string next), so without this every line
+        below it until a '=' was 'unexpected'. Report a word right after a number at the word
+        (unless its line has its error already), drop the word from the parse, and go on with
+        the token as if the word had not been written."""
+        ip, tok = e.interactive_parser, e.token
+        if ip is None:
+            return False
+        state = ip.parser_state
+        word = state.value_stack[-1] if state.value_stack else None
+        if not (isinstance(word, Token) and word.type == "NAME" and word.line is not None) or _first_on_line(word, self.source):
+            return False
+        if not set(e.accepts or e.expected or ()) <= _STATEMENT_GOES_ON:
+            return False  # not a word at a statement's start
+        at_end = tok.type == "$END"
+        if word.line in self.errored_lines:
+            report = None
+        else:
+            # the word ends what its line says: the token after it is on a later line, closes a
+            # bracket or goes on with a rule (`100 tokens per level`)
+            if not (at_end or tok.line > word.line or tok.type in _AFTER_A_VALUE):
+                return False
+            report = _word_after_number(self.source, word)
+            if report is None:
+                return False
+        trial = ip.copy(deepcopy_values=False)
+        del trial.parser_state.state_stack[-1], trial.parser_state.value_stack[-1]
+        fits = at_end
+        if not at_end:
+            try:
+                trial.feed_token(tok)
+                fits = True
+            except UnexpectedInput:
+                pass
+        if not fits and tok.line > word.line:
+            return False  # the next line has a mistake of its own: report that one
+        if report is not None:
+            self.add("E001", report[0], word.line, word.column, word.end_column, hint=report[1])
+        del state.state_stack[-1], state.value_stack[-1]
+        if fits and not at_end:
+            ip.feed_token(tok)
+        return True
 
     def lex_error(self, e: UnexpectedCharacters) -> int:
         """Report it and mend the source; returns where the mended span starts."""
@@ -1127,7 +1176,42 @@ def _comment_tokens(source: str, raw_strings: set[int] | None = None) -> list[To
     return found
 
 
-_NUMBER_BEFORE = re.compile(r"(-?[0-9]+(?:\.[0-9]+)?)[ \t]+$")
+# What the parse may want after a word that starts a statement: '=' (a key), '{' or a name (a block).
+_STATEMENT_GOES_ON = frozenset({"EQUAL", "LBRACE", "STRING", "RAW_STRING", "LONG_STRING"})
+# Tokens that end a value or go on with a rule after one, on the value's line.
+_AFTER_A_VALUE = frozenset({"RBRACE", "RSQB", "RPAR", "COMMA", "PER", "ON", "COMPARATOR"})
+# a number at the end of the text before a word on its line, and the blanks between them
+_NUMBER_THEN_BLANKS = re.compile(r"(?<![\w.\-])(-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)([ \t]*)$")
+
+
+def _word_after_number(source: str, word: Token) -> tuple[str, str] | None:
+    """(message, hint) for a word right after a number on its line (`100 tokens`, `10
+    seconds`, `1_000_000`, read as the number 1 and the name `_000_000`), or None when no
+    number is before it (outside a string or comment)."""
+    line_start = source.rfind("\n", 0, word.start_pos) + 1
+    before = source[line_start : word.start_pos]
+    if "#" in before or before.count('"') % 2:
+        return None
+    m = _NUMBER_THEN_BLANKS.search(before)
+    if m is None:
+        return None
+    number, gap, text = m.group(1), m.group(2), str(word)
+    if not gap:
+        if not text.startswith("_"):
+            return None  # pragma: no cover - the lexer reads `100tokens` as one quantity
+        written = number + text
+        plain = written.replace("_", "")
+        return (f"'_' does not group digits: {written} is read as the number {number} and the name {text!r}",
+                f"write the number without '_': {plain}")
+    unit = unit_for_word(text)
+    if unit is not None:
+        return (f"unexpected {text!r} after the number {number}",
+                f"write the unit right after the number, without a space: {number}{unit}")
+    return (f"unexpected {text!r} after the number {number}: it is not a unit",
+            f"a value is one word: a count is a plain number ({number}), a quantity is a number with its unit right "
+            f"after it ({number}ms); the units are {units_listed()}")
+
+
 # a number and a unit word apart at the end of a value (`mend_unit_space`)
 _UNIT_APART = re.compile(r"(?<![\w.\-])(-?[0-9]+(?:\.[0-9]+)?)([ \t]+)(" + "|".join(
     sorted((u for u in UNITS if u.isalpha()), key=len, reverse=True)) + r")(?![\w.])(?=[ \t]*(?:#[^\n]*)?$|[ \t]*[\],)}])", re.M)
@@ -1149,10 +1233,9 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
         return
     if tok.type in ("NUMBER", "QUANTITY") and "EQUAL" in expected:
         hint = "did you forget '=' between a key and its value?"
-    elif tok.type == "NAME" and text in UNITS:
-        number = _NUMBER_BEFORE.search(source, max(0, tok.start_pos - 40), tok.start_pos)
-        if number is not None:
-            hint = f"write the unit right after the number, without a space: {number.group(1)}{text}"
+    elif tok.type == "NAME" and (after_number := _word_after_number(source, tok)) is not None:  # `[2 tokens]`
+        add("E001", after_number[0], tok.line, tok.column, tok.end_column, after_number[1])
+        return
     elif tok.type == "QUANTITY" and re.search(r"\bper[ \t]+$", source[source.rfind("\n", 0, tok.start_pos) + 1 : tok.start_pos]):
         hint = f"a scope of a length is a window: per window {text}"
     elif text == "=" and re.match(r"[ \t]*(?:require|warn|abort)\b", source[source.rfind("\n", 0, tok.start_pos) + 1:tok.start_pos]):
