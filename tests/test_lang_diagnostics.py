@@ -476,3 +476,20 @@ def test_a_unit_word_inside_a_list_gets_the_same_hint():
 def test_a_word_after_a_number_that_is_a_statement_is_not_an_error():
     """One-line blocks: `concurrency = 2 requests = 5` is two statements."""
     assert _checks_clean(BASE % "  load { mode = batch  concurrency = [2]  requests = 5 }\n  duration = 60s")
+
+
+def test_per_after_on_says_the_scope_comes_first_and_the_next_rules_are_not_reported():
+    """The grammar reads `... per SCOPE on "backend"`; `on "a" per level` was the right error
+    with an expected-list and no hint, then `unexpected 'require'` on the next line (the
+    left-over `level` taken to start a statement)."""
+    rules = '  require p95(ttft) < 1s on "a" per level\n  require failed == 0\n  require p50(itl) < 100ms per level'
+    assert _seen(GATE % rules) == [
+        ("E001", 8, 33, 36, "'per' after 'on \"a\"': a rule's scope comes before its backend",
+         'write require p95(ttft) < 1s per level on "a"'),
+    ]
+    one_line = BASE % LOAD + 'gate { require p95(ttft) < 1s on "a" per window 30s }\n'
+    assert _seen(one_line) == [
+        ("E001", 7, 38, 41, "'per' after 'on \"a\"': a rule's scope comes before its backend",
+         'write require p95(ttft) < 1s per window 30s on "a"'),
+    ]  # and the '}' after the dropped words still closes the gate: no "unexpected end of file"
+    assert _checks_clean(GATE % '  require p95(ttft) < 1s per level on "a"')

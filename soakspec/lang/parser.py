@@ -907,6 +907,7 @@ class _Syntax:
             return False  # handled in run() by replacing the character and parsing again
         at_end = e.token.type == "$END"
         if not at_end and e.token.line in self.errored_lines:
+            self.drop_stranded_word(e)  # `... per level }`: the '}' still closes the block
             return True  # this line has its error: drop the token, cheaply (no copy of the parser)
         if (self.mend_quote(self.last_line if at_end else e.token.line) or (not at_end and self.mend_equals(e))
                 or self.mend_unit_space(len(self.source) if at_end else e.token.start_pos)):
@@ -1236,6 +1237,9 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
     elif tok.type == "NAME" and (after_number := _word_after_number(source, tok)) is not None:  # `[2 tokens]`
         add("E001", after_number[0], tok.line, tok.column, tok.end_column, after_number[1])
         return
+    elif tok.type == "PER" and (order := _scope_after_target(e, source)) is not None:
+        add("E001", order[0], tok.line, tok.column, tok.end_column, order[1])
+        return
     elif tok.type == "QUANTITY" and re.search(r"\bper[ \t]+$", source[source.rfind("\n", 0, tok.start_pos) + 1 : tok.start_pos]):
         hint = f"a scope of a length is a window: per window {text}"
     elif text == "=" and re.match(r"[ \t]*(?:require|warn|abort)\b", source[source.rfind("\n", 0, tok.start_pos) + 1:tok.start_pos]):
@@ -1248,6 +1252,28 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
         tok.column + max(1, len(text)) if tok.end_line == tok.line else None,
         hint,
     )
+
+
+_SCOPE_TEXT = re.compile(r"per[ \t]+[A-Za-z_][A-Za-z0-9_.\-]*(?:[ \t]+-?[0-9][0-9.eE+\-]*[A-Za-z%]+)?")
+
+
+def _scope_after_target(e: UnexpectedToken, source: str) -> tuple[str, str | None] | None:
+    """(message, hint) for `... on "a" per level`: the grammar takes the scope before the
+    target (`rule: SEVERITY expr (COMPARATOR value)? scope? target?`), so a 'per' right after
+    the parse read `on "name"` is in the wrong order; the hint writes the rule in the right one."""
+    ip, tok = e.interactive_parser, e.token
+    stack = ip.parser_state.value_stack if ip is not None else ()
+    if len(stack) < 2 or not (isinstance(stack[-2], Token) and stack[-2].type == "ON") or not isinstance(stack[-1], A.Str):
+        return None
+    on = stack[-2]
+    target = source[on.start_pos : tok.start_pos].strip()
+    message = f"'per' after '{target}': a rule's scope comes before its backend"
+    severity = next((v for v in reversed(stack) if isinstance(v, Token) and v.type == "SEVERITY"), None)
+    scope = _SCOPE_TEXT.match(source, tok.start_pos)
+    if scope is None or severity is None or severity.start_pos is None or "\n" in source[severity.start_pos : tok.start_pos]:
+        return message, f"write 'per' and its scope before '{target}'"
+    rule = source[severity.start_pos : on.start_pos].strip()
+    return message, f"write {rule} {scope.group(0)} {target}"
 
 
 # What a statement cut short at the end of its line still needs, after its last word: a
