@@ -493,3 +493,23 @@ def test_per_after_on_says_the_scope_comes_first_and_the_next_rules_are_not_repo
          'write require p95(ttft) < 1s per window 30s on "a"'),
     ]  # and the '}' after the dropped words still closes the gate: no "unexpected end of file"
     assert _checks_clean(GATE % '  require p95(ttft) < 1s per level on "a"')
+
+
+def test_or_between_goodput_conditions_is_one_error_that_names_and():
+    """It was `unexpected 'or' (expected ')', slo_and)` -- a grammar name -- and every rule
+    after it on the next lines was 'unexpected'."""
+    rules = "  require goodput(ttft < 1s or tpot < 5ms) >= 90%\n  require failed == 0\n  require p95(ttft) < 1s"
+    assert _seen(GATE % rules) == [
+        ("E001", 8, 29, 31, "goodput's conditions cannot be joined with 'or'",
+         "goodput counts the requests that meet every condition, joined with 'and'; there is no 'or' "
+         "(a rule for each condition checks each on its own)"),
+    ]
+    assert _checks_clean(GATE % "  require goodput(ttft < 1s and tpot < 5ms) >= 90%")
+
+
+def test_an_expected_token_is_never_named_by_its_grammar_name():
+    from soakspec.lang.parser import _TERMINAL_NAMES, _parser
+
+    assert {t.name for t in _parser().terminals} - {"WS", "COMMENT"} <= set(_TERMINAL_NAMES)
+    e = _one(GATE % "  require goodput(ttft < 1s tpot < 5ms) >= 90%")
+    assert e.message == "unexpected 'tpot' (expected ')', 'and')"

@@ -262,6 +262,8 @@ _TERMINAL_NAMES = {
     "FALSE": "false",
     "PER": "'per'",
     "ON": "'on'",
+    "SLO_AND": "'and'",
+    "SLO_FUNC": "'goodput' or 'goodput_rate'",
     "$END": "end of file",
 }
 
@@ -1237,6 +1239,14 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
     elif tok.type == "NAME" and (after_number := _word_after_number(source, tok)) is not None:  # `[2 tokens]`
         add("E001", after_number[0], tok.line, tok.column, tok.end_column, after_number[1])
         return
+    elif tok.type == "NAME" and text.lower() in ("or", "and") and "SLO_AND" in expected:
+        if text == "or":
+            add("E001", "goodput's conditions cannot be joined with 'or'", tok.line, tok.column, tok.end_column,
+                "goodput counts the requests that meet every condition, joined with 'and'; there is no 'or' (a rule "
+                "for each condition checks each on its own)")
+        else:
+            add("E001", f"unexpected {text!r}", tok.line, tok.column, tok.end_column, "write 'and' in lower case")
+        return
     elif tok.type == "PER" and (order := _scope_after_target(e, source)) is not None:
         add("E001", order[0], tok.line, tok.column, tok.end_column, order[1])
         return
@@ -1395,6 +1405,9 @@ def _repair(e: UnexpectedToken, source: str) -> None:
     the next line does not report a second error."""
     ip = e.interactive_parser
     if ip is None:
+        return
+    if e.token.type == "NAME" and str(e.token).lower() in ("or", "and") and "SLO_AND" in ip.accepts():
+        ip.feed_token(Token.new_borrow_pos("SLO_AND", "and", e.token))  # reported: read it as 'and', and go on
         return
     order = (("EQUAL", "="), ("COMMA", ","), ("RSQB", "]"), ("RPAR", ")"))
     if e.token.type != "$END" and _first_on_line(e.token, source):
