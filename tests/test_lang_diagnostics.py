@@ -513,3 +513,38 @@ def test_an_expected_token_is_never_named_by_its_grammar_name():
     assert {t.name for t in _parser().terminals} - {"WS", "COMMENT"} <= set(_TERMINAL_NAMES)
     e = _one(GATE % "  require goodput(ttft < 1s tpot < 5ms) >= 90%")
     assert e.message == "unexpected 'tpot' (expected ')', 'and')"
+
+
+# ---------------------------------------------------------------- hints that name what is meant
+
+
+@pytest.mark.parametrize(
+    ("written", "hint", "fixed"),
+    [
+        ("median(ttft) <= 1s", "write p50(ttft) (the median is the 50th percentile)", "p50(ttft) <= 1s"),  # was: did you mean 'mean'?
+        ("avg(ttft) <= 1s", "write mean(ttft)", "mean(ttft) <= 1s"),  # was: no hint
+        ("average(latency) <= 1s", "write mean(latency)", "mean(latency) <= 1s"),
+    ],
+)
+def test_another_name_for_an_aggregate_is_answered_with_the_one_that_means_it(written, hint, fixed):
+    e = _one(GATE % f"  require {written}")
+    assert (e.code, e.span.line, e.span.column, e.message.split(" '")[0], e.hint) == ("E303", 8, 11, "unknown function", hint)
+    assert _checks_clean(GATE % f"  require {fixed}")
+
+
+@pytest.mark.parametrize(
+    ("written", "hint", "fixed"),
+    [
+        ("request_throughput >= 1rps", "completed requests per second is 'qps': write mean(qps) ('throughput' is output tokens per second)",
+         "mean(qps) >= 1rps"),  # was: did you mean 'throughput'? (output tokens per second)
+        ("min(request_throughput) >= 1rps", "completed requests per second is 'qps': write min(qps) ('throughput' is output tokens per second)",
+         "min(qps) >= 1rps"),
+        ("mean(output_throughput) >= 100",
+         "output tokens per second is 'throughput': write mean(throughput) ('output_tokens' is output tokens per request)", "mean(throughput) >= 100"),
+        ("p95(e2el) <= 1s", "end-to-end request latency is 'latency': write p95(latency)", "p95(latency) <= 1s"),
+    ],
+)
+def test_another_benchmark_s_metric_name_is_answered_with_the_metric_that_measures_it(written, hint, fixed):
+    e = _one(GATE % f"  require {written}")
+    assert (e.code, e.span.line, e.hint) == ("E302", 8, hint)
+    assert _checks_clean(GATE % f"  require {fixed}")

@@ -112,6 +112,24 @@ SERVER_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 AGGREGATES = ("count", "ratio", "rate", "min", "max", "mean")
 
+# Other names for an aggregate, and the one that means it: a hint's answer, never a spelling
+# neighbour's (`median` is not `mean`).
+AGGREGATE_WORDS: dict[str, str] = {
+    "median": "p50", "med": "p50", "avg": "mean", "average": "mean", "minimum": "min", "maximum": "max",
+}
+
+# Names other benchmarks give a metric (vLLM's benchmark_serving, genai-perf), and the
+# catalogue's metric that measures it: `request_throughput` is requests per second (qps), not
+# `throughput` (output tokens per second), however close the spelling.
+METRIC_WORDS: dict[str, str] = {
+    **dict.fromkeys(("request_throughput", "request_rate", "requests_per_second", "req_per_sec", "rps"), "qps"),
+    **dict.fromkeys(("output_throughput", "output_token_throughput", "tokens_per_second", "tps", "tok_s"), "throughput"),
+    **dict.fromkeys(("time_to_first_token",), "ttft"),
+    **dict.fromkeys(("inter_token_latency",), "itl"),
+    **dict.fromkeys(("time_per_output_token",), "tpot"),
+    **dict.fromkeys(("e2el", "e2e_latency", "request_latency", "end_to_end_latency"), "latency"),
+}
+
 EVIDENCE_PREDICATES: dict[str, Kind] = {
     "bucket_coverage": Kind.BOOL,
     "duration_coverage": Kind.BOOL,

@@ -16,11 +16,11 @@ from collections.abc import Mapping
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
 from soakspec.lang.batches import batch_requests
-from soakspec.lang.check.core import Bad, Ctx, Key, Table, describe, quantity_value, suggest
+from soakspec.lang.check.core import Bad, Ctx, Key, Table, closest, describe, quantity_value, suggest
 from soakspec.lang.check.requests import requests_per_second
 from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import expr_text, rule_text, value_text
-from soakspec.lang.metrics import (AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRICS, SERVER_METRIC_NAME, SLO_FUNCTIONS, SLO_METRICS, Kind,
+from soakspec.lang.metrics import (AGGREGATE_WORDS, AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRIC_WORDS, METRICS, SERVER_METRIC_NAME, SLO_FUNCTIONS, SLO_METRICS, Kind,
                                    parse_percentile)
 from soakspec.lang.samples import min_samples_for_percentile
 from soakspec.lang.simoptions import OPTIONS as _SIM_OPTIONS
@@ -198,7 +198,7 @@ def _resolve(ctx: Ctx, expr: A.Expr) -> _Resolved:
         ctx.error("E305", "'server' names one of the server's own metrics: write server(\"vllm:num_requests_waiting\")", metric_node.span)
         raise Bad
     if metric not in METRICS:
-        ctx.error("E302", f"unknown metric '{metric}'", metric_node.span, suggest(metric, list(METRICS) + list(EVIDENCE_PREDICATES)))
+        ctx.error("E302", f"unknown metric '{metric}'", metric_node.span, _metric_hint(metric, agg))
         raise Bad
     agg = _check_aggregate(ctx, METRICS[metric], agg, percentile, expr, metric_node)
     kind = Kind.RATIO if wrapper is not None else METRICS[metric].result_kind(agg)
@@ -296,9 +296,29 @@ def _aggregate(ctx: Ctx, expr: A.Expr) -> tuple[str | None, float | None, A.Metr
         return agg, percentile, expr.arg
     if agg not in AGGREGATES:
         options = list(AGGREGATES) + list(WRAPPERS) + ["p50", "p95", "p99"]
-        ctx.error("E303", f"unknown function '{agg}'", expr.span, suggest(agg, options))
+        meant = AGGREGATE_WORDS.get(agg.lower())
+        why = " (the median is the 50th percentile)" if meant == "p50" else ""
+        hint = f"write {meant}({expr_text(expr.arg)}){why}" if meant else suggest(agg, options)
+        ctx.error("E303", f"unknown function '{agg}'", expr.span, hint)
         raise Bad
     return agg, None, expr.arg
+
+
+def _metric_hint(metric: str, agg: str | None) -> str | None:
+    """What an unknown metric's name means here: the catalogue's metric another tool's name
+    stands for, written as the rule takes it (`request_throughput` -> mean(qps), and what the
+    look-alike `throughput` is instead), else a spelling neighbour."""
+    meant = METRIC_WORDS.get(metric.lower())
+    if meant is None:
+        return suggest(metric, list(METRICS) + list(EVIDENCE_PREDICATES))
+    m = METRICS[meant]
+    fits = m.bare_ok if agg is None else (agg in m.aggregates or ("p" in m.aggregates and agg.startswith("p")))
+    form = (f"{agg}({meant})" if agg else meant) if fits else aggregate_examples(m).split(" or ")[0]
+    hint = f"{m.description.split(',')[0]} is '{meant}': write {form}"
+    neighbour = closest(metric, [n for n in METRICS if n != meant])
+    if neighbour is not None:
+        hint += f" ('{neighbour}' is {METRICS[neighbour].description.split(',')[0]})"
+    return hint
 
 
 _PREFERRED = ("p", "mean", "max", "min", "ratio", "rate")
