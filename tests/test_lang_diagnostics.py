@@ -548,3 +548,16 @@ def test_another_benchmark_s_metric_name_is_answered_with_the_metric_that_measur
     e = _one(GATE % f"  require {written}")
     assert (e.code, e.span.line, e.hint) == ("E302", 8, hint)
     assert _checks_clean(GATE % f"  require {fixed}")
+
+
+@pytest.mark.parametrize(
+    ("placeholder", "hint"),
+    [("{modelpath}", "did you mean '{model_path}'?"), ("{prot}", "did you mean '{port}'?"),
+     ("{model}", "did you mean '{model_id}'?"), ("{x}", "write '{{' and '}}' for literal braces")],
+)
+def test_an_unknown_placeholder_is_answered_with_the_nearest_one(placeholder, hint):
+    """`{modelpath}` was told to write '{{' and '}}' for literal braces: it meant `{model_path}`."""
+    text = BASE.replace('url = "http://127.0.0.1:8000"', f'launch = ["srv", "--port", "{{port}}", "{placeholder}"]') % LOAD
+    e = _one(text)
+    assert (e.code, e.span.line, e.span.column, e.hint) == ("E404", 2, 52, hint)
+    assert e.message.startswith(f"unknown placeholder '{placeholder}'")

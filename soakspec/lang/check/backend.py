@@ -9,7 +9,7 @@ from soakspec.diagnostics import Span
 from soakspec.lang import ast as A
 from soakspec.lang import simtrace
 from soakspec.lang import spec as S
-from soakspec.lang.check.core import Ctx, Key, Table, describe
+from soakspec.lang.check.core import Ctx, Key, Table, closest, describe
 from soakspec.lang.check.walk import Body, sub, walk
 from soakspec.lang.fmt import value_text
 from soakspec.lang.runtime_label import is_generic_label, label_versions, unversioned_runtimes, validate_log_regex
@@ -187,7 +187,9 @@ def _check_placeholders(ctx: Ctx, text: str, span: Span) -> None:
     for field in fields:
         if field not in PLACEHOLDERS:
             known = ", ".join("{" + p + "}" for p in sorted(PLACEHOLDERS))
-            ctx.error("E404", f"unknown placeholder '{{{field}}}' (known: {known})", span, "write '{{' and '}}' for literal braces")
+            near = closest(field, PLACEHOLDERS) if field != "<unbalanced brace>" else None
+            hint = f"did you mean '{{{near}}}'?" if near else "write '{{' and '}}' for literal braces"
+            ctx.error("E404", f"unknown placeholder '{{{field}}}' (known: {known})", span, hint)
 
 
 def _env(ctx: Ctx, b: Body, where: str) -> tuple[tuple[str, str], ...]:
