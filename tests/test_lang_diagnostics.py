@@ -561,3 +561,13 @@ def test_an_unknown_placeholder_is_answered_with_the_nearest_one(placeholder, hi
     e = _one(text)
     assert (e.code, e.span.line, e.span.column, e.hint) == ("E404", 2, 52, hint)
     assert e.message.startswith(f"unknown placeholder '{placeholder}'")
+
+
+@pytest.mark.parametrize(("written", "meant"), [("=<", "<="), ("=>", ">=")])
+def test_a_comparison_written_backwards_is_answered_with_the_right_one(written, meant):
+    """`p95(ttft) =< 1s` was told that '=' gives a key its value."""
+    rules = f"  require p95(ttft) {written} 1s\n  require failed == 0"
+    assert _seen(GATE % rules) == [
+        ("E001", 8, 21, 23, f"unexpected {written!r}", f"write {meant!r}: a comparison is written with '=' second (<=, >=)"),
+    ]
+    assert _seen(GATE % f"  require goodput(ttft {written} 1s) >= 90%")[0][1:5] == (8, 24, 26, f"unexpected {written!r}")

@@ -1252,6 +1252,11 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
         return
     elif tok.type == "QUANTITY" and re.search(r"\bper[ \t]+$", source[source.rfind("\n", 0, tok.start_pos) + 1 : tok.start_pos]):
         hint = f"a scope of a length is a window: per window {text}"
+    elif text == "=" and source[tok.end_pos : tok.end_pos + 1] in ("<", ">") and "COMPARATOR" in expected:  # `=<`, `=>`
+        written = "=" + source[tok.end_pos]
+        add("E001", f"unexpected {written!r}", tok.line, tok.column, tok.column + 2,
+            f"write {written[::-1]!r}: a comparison is written with '=' second (<=, >=)")
+        return
     elif text == "=" and re.match(r"[ \t]*(?:require|warn|abort)\b", source[source.rfind("\n", 0, tok.start_pos) + 1:tok.start_pos]):
         hint = "a rule compares with '==' (or !=, <, <=, >, >=): '=' gives a key its value"
     add(
