@@ -571,3 +571,29 @@ def test_a_comparison_written_backwards_is_answered_with_the_right_one(written, 
         ("E001", 8, 21, 23, f"unexpected {written!r}", f"write {meant!r}: a comparison is written with '=' second (<=, >=)"),
     ]
     assert _seen(GATE % f"  require goodput(ttft {written} 1s) >= 90%")[0][1:5] == (8, 24, 26, f"unexpected {written!r}")
+
+
+# ---------------------------------------------------------------- messages that say what is wrong
+
+
+@pytest.mark.parametrize(
+    ("body", "col", "key", "written", "fixed"),
+    [
+        ("  prompt_words = 1e1\n" + LOAD, 18, "prompt_words", "1e1", "10"),
+        ("  max_tokens = 1e3\n" + LOAD, 16, "max_tokens", "1e3", "1000"),
+        ("  prompt_words = 2.0\n" + LOAD, 18, "prompt_words", "2.0", "2"),
+        ("  load { mode = batch  concurrency = 1  requests = 1e6 }\n  duration = 60s", 52, "requests", "1e6", "1000000"),
+    ],
+)
+def test_a_whole_number_written_as_a_float_says_so_and_how_to_write_it(body, col, key, written, fixed):
+    """It was "must be a whole number, not the number 10.0" -- a whole number."""
+    e = _one(BASE % body)
+    assert (e.code, e.span.line, e.span.column) == ("E104", 4, col)
+    assert e.message == f"'{key}' takes a whole number, written in digits without a decimal point or an exponent"
+    assert e.hint == f"write {fixed}"
+    assert _checks_clean(BASE % body.replace(written, fixed))
+
+
+def test_a_fraction_is_still_not_a_whole_number():
+    e = _one(BASE % ("  max_tokens = 2.5\n" + LOAD))
+    assert (e.code, e.message, e.hint) == ("E104", "'max_tokens' must be a whole number, not the number 2.5", None)

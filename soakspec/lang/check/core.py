@@ -222,6 +222,11 @@ def int_value(ctx: Ctx, key: str, v: A.Value, minimum: float | None, maximum: fl
     if isinstance(v, A.Quantity):
         ctx.error("E104", f"'{key}' is a plain count and takes no unit (got {value_text(v)})", v.span)
         raise Bad
+    if isinstance(v, A.Num) and isinstance(v.value, float) and v.value.is_integer() and abs(v.value) < 1e16:
+        # `1e1`, `2.0`: a whole value written as a float (with a point or an exponent)
+        ctx.error("E104", f"'{key}' takes a whole number, written in digits without a decimal point or an exponent", v.span,
+                  f"write {int(v.value)}")
+        raise Bad
     if not isinstance(v, A.Num) or not isinstance(v.value, int):
         ctx.error("E104", f"'{key}' must be a whole number, not {describe(v)}", v.span)
         raise Bad
