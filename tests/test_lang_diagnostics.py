@@ -597,3 +597,56 @@ def test_a_whole_number_written_as_a_float_says_so_and_how_to_write_it(body, col
 def test_a_fraction_is_still_not_a_whole_number():
     e = _one(BASE % ("  max_tokens = 2.5\n" + LOAD))
     assert (e.code, e.message, e.hint) == ("E104", "'max_tokens' must be a whole number, not the number 2.5", None)
+
+
+def test_a_duration_in_two_units_is_one_error_that_writes_it_in_one():
+    """`duration = 1h30m` was "unexpected '30m' (expected 'claim' or 'exclude', 'require', ...)"."""
+    text = BASE % "  load { concurrency = 1 }\n  duration = 1h30m\n  bucket = 5m"
+    assert _seen(text) == [
+        ("E001", 5, 14, 19, "compound duration '1h30m' is not supported: a duration is one number and one unit", "write 90m"),
+    ]
+    assert _seen(BASE % "  load { concurrency = 1 }\n  duration = 1m 30s")[0][1:] == (
+        5, 14, 20, "compound duration '1m 30s' is not supported: a duration is one number and one unit", "write 90s")
+    assert _checks_clean(BASE % "  load { concurrency = 1 }\n  duration = 90m\n  bucket = 5m")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (BASE % (LOAD + "\n  5"), "(expected a key = value, a block or '}' in workload)"),
+        (BASE % LOAD + "gate {\n  5\n}\n", "(expected a rule -- require, warn or abort --, a key = value or '}' in gate)"),
+        (BASE % LOAD + 'claims {\n  5\n}\n', "(expected claim \"...\", exclude \"...\" or '}' in claims)"),
+        (BASE % LOAD + "5\n", "(expected a block)"),
+    ],
+)
+def test_where_a_statement_was_expected_the_message_names_what_this_block_holds(text, expected):
+    """Every block was told it could hold 'claim' or 'exclude', 'require', 'warn' or 'abort'."""
+    e = _one(text)
+    assert e.code == "E001" and e.message == f"unexpected '5' {expected}"
+
+
+def test_a_quoted_key_is_told_to_drop_the_quotes():
+    text = BASE.replace('url = "http://127.0.0.1:8000"', 'url = "http://127.0.0.1:8000"\n  env { "WEIRD" = "1" }') % LOAD
+    assert _seen(text) == [
+        ("E001", 3, 9, 16, "unexpected '\"WEIRD\"' (expected a key = value, a block or '}' in env)", "a key is written without quotes: WEIRD = ..."),
+    ]
+
+
+def test_the_blocks_the_parser_says_hold_rules_or_claims_are_the_checker_s():
+    from soakspec.lang import ast as A
+    from soakspec.lang.check.claims import CLAIMS
+    from soakspec.lang.check.compare import COMPARE
+    from soakspec.lang.check.gate import GATE
+    from soakspec.lang.parser import CLAIM_BLOCKS, RULE_BLOCKS
+
+    import importlib
+    import pkgutil
+
+    from soakspec.lang.check.core import Table
+
+    package = importlib.import_module("soakspec.lang.check")
+    modules = [importlib.import_module(f"soakspec.lang.check.{m.name}") for m in pkgutil.iter_modules(package.__path__)]
+    with_statements = {id(t) for mod in modules for t in vars(mod).values() if isinstance(t, Table) and t.statements}
+    assert with_statements == {id(GATE), id(COMPARE), id(CLAIMS)}  # a new one: name it in the parser's lists
+    assert (RULE_BLOCKS, CLAIM_BLOCKS) == (("gate", "compare"), ("claims",))
+    assert GATE.statements == COMPARE.statements == (A.Rule,) and CLAIMS.statements == (A.Claim,)

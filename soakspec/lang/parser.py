@@ -36,7 +36,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from soakspec.diagnostics import Diagnostic, Span, line_col
 from soakspec.lang import ast as A
-from soakspec.units import UNITS, unit_for_word, units_listed
+from soakspec.units import UNITS, Dimension, unit_for_word, units_listed
 
 MAX_SOURCE_BYTES = 1_000_000
 # A long string and a one-line string, as the grammar's LONG_STRING and STRING match them (the
@@ -268,9 +268,45 @@ _TERMINAL_NAMES = {
 }
 
 
-def _describe_expected(expected: set[str]) -> str:
+# Blocks whose statements are rules, or claims (the checker's tables: gate.py, compare.py,
+# claims.py -- tests/test_lang_diagnostics.py holds them to these); every other block holds keys
+# and blocks.
+RULE_BLOCKS = ("gate", "compare")
+CLAIM_BLOCKS = ("claims",)
+_STATEMENT_START = frozenset({"NAME", "SEVERITY", "CLAIM_KW"})
+
+
+def _enclosing_block(ip) -> str | None:
+    """The kind of the block the parse is inside (`workload` in `workload "w" { ... }`), or
+    None at the top of the file: the name before the innermost '{' still open on its stack."""
+    stack = ip.parser_state.value_stack if ip is not None else ()
+    closed = 0  # a block's '}' not yet reduced with it (the token after it had no action)
+    for i in range(len(stack) - 1, 0, -1):
+        v = stack[i]
+        if isinstance(v, Token) and v.type == "RBRACE":
+            closed += 1
+        elif isinstance(v, Token) and v.type == "LBRACE" and closed:
+            closed -= 1
+        elif isinstance(v, Token) and v.type == "LBRACE":
+            before = stack[i - 1]
+            if isinstance(before, A.Str) and i >= 2:
+                before = stack[i - 2]
+            return str(before) if isinstance(before, Token) and before.type == "NAME" else None
+    return None
+
+
+def _describe_expected(expected: set[str], ip=None) -> str:
     if {"STRING", "NUMBER", "QUANTITY"} <= expected:
         return " (expected a value: a string, number, quantity, name, list or table)"
+    if expected - {"RBRACE", "$END"} == _STATEMENT_START:  # a statement: say which this block holds
+        kind = _enclosing_block(ip)
+        if kind is None:
+            return " (expected a block)" if "RBRACE" not in expected else " (expected a statement or '}')"
+        if kind in RULE_BLOCKS:
+            return f" (expected a rule -- require, warn or abort --, a key = value or '}}' in {kind})"
+        if kind in CLAIM_BLOCKS:
+            return f" (expected claim \"...\", exclude \"...\" or '}}' in {kind})"
+        return f" (expected a key = value, a block or '}}' in {kind})"
     names = sorted({_TERMINAL_NAMES.get(t, t.lower()) for t in expected})
     if not names:
         return ""
@@ -1247,6 +1283,13 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
         else:
             add("E001", f"unexpected {text!r}", tok.line, tok.column, tok.end_column, "write 'and' in lower case")
         return
+    elif tok.type == "QUANTITY" and (compound := _compound_duration(source, tok)) is not None:  # `1h30m`
+        add("E001", compound[0], compound[2], compound[3], tok.end_column, compound[1])
+        return
+    elif tok.type in ("STRING", "RAW_STRING") and re.match(r"[ \t]*=(?!=)", source[tok.end_pos :]) and "NAME" in expected:
+        key = str(tok)[2 if tok.type == "RAW_STRING" else 1 : -1]
+        hint = (f"a key is written without quotes: {key} = ..." if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.\-]*", key)
+                else "a key is a name (letters, digits, '_', '.', '-'; not starting with a digit), written without quotes")
     elif tok.type == "PER" and (order := _scope_after_target(e, source)) is not None:
         add("E001", order[0], tok.line, tok.column, tok.end_column, order[1])
         return
@@ -1261,7 +1304,7 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
         hint = "a rule compares with '==' (or !=, <, <=, >, >=): '=' gives a key its value"
     add(
         "E001",
-        f"unexpected {_describe_token(tok)}{_describe_expected(expected)}",
+        f"unexpected {_describe_token(tok)}{_describe_expected(expected, e.interactive_parser)}",
         tok.line,
         tok.column,
         tok.column + max(1, len(text)) if tok.end_line == tok.line else None,
@@ -1270,6 +1313,32 @@ def _token_error(e: UnexpectedToken, source: str, add) -> None:
 
 
 _SCOPE_TEXT = re.compile(r"per[ \t]+[A-Za-z_][A-Za-z0-9_.\-]*(?:[ \t]+-?[0-9][0-9.eE+\-]*[A-Za-z%]+)?")
+
+
+_QUANTITY_BEFORE = re.compile(r"(?<![\w.\-])(-?[0-9]+(?:\.[0-9]+)?)([A-Za-z]+)[ \t]*$")
+
+
+def _compound_duration(source: str, tok: Token) -> tuple[str, str, int, int] | None:
+    """(message, hint, line, column) for a duration written in two units, `1h30m` or `1h 30m`:
+    the lexer reads `1h` as the value and `30m` as a token no statement starts with. The
+    hint writes the sum in the largest unit that holds it whole (90m)."""
+    line_start = source.rfind("\n", 0, tok.start_pos) + 1
+    first = _QUANTITY_BEFORE.search(source, line_start, tok.start_pos)
+    m = _QUANTITY_RE.fullmatch(str(tok))
+    if first is None or m is None:
+        return None
+    parts = [(first.group(1), first.group(2)), (m.group(1), m.group(2))]
+    if any(UNITS.get(unit, (None,))[0] is not Dimension.DURATION for _, unit in parts):
+        return None
+    total = sum(float(n) * UNITS[unit][1] for n, unit in parts)
+    written = source[first.start() : tok.end_pos]
+    for unit in ("h", "m", "s", "ms", "us"):
+        n = total / UNITS[unit][1]
+        if abs(n - round(n)) < 1e-9 * max(1.0, abs(n)):
+            break
+    col = first.start() - line_start + 1
+    return (f"compound duration {written!r} is not supported: a duration is one number and one unit",
+            f"write {round(n)}{unit}", tok.line, col)
 
 
 def _scope_after_target(e: UnexpectedToken, source: str) -> tuple[str, str | None] | None:
