@@ -650,3 +650,26 @@ def test_the_blocks_the_parser_says_hold_rules_or_claims_are_the_checker_s():
     assert with_statements == {id(GATE), id(COMPARE), id(CLAIMS)}  # a new one: name it in the parser's lists
     assert (RULE_BLOCKS, CLAIM_BLOCKS) == (("gate", "compare"), ("claims",))
     assert GATE.statements == COMPARE.statements == (A.Rule,) and CLAIMS.statements == (A.Claim,)
+
+
+# ---------------------------------------------------------------- a raw string's quote
+
+
+def test_a_backslash_quote_in_a_raw_string_is_one_error_at_the_quote_with_a_pattern_that_works():
+    """`r"v(?P<version>\\d+)\\"?"`: the raw string ends at the `\\"`; it was `'{' is never
+    closed` two lines up (the braces are balanced) and `unexpected character '?'`."""
+    backend = 'backend "a" {\n  url = "http://127.0.0.1:8000"\n  log_file = "s.log"\n  runtime { label = "x" log_pattern = %s }\n}\n'
+    text = 'soak "x" {}\n' + backend % r'r"v(?P<version>\d+)\"?"' + 'workload "w" {\n%s\n}\n' % LOAD
+    assert _seen(text) == [
+        ("E005", 5, 59, 60, "a raw string ends at this '\"': the backslash before it does not escape it",
+         r'''match a quote with \x22 in a pattern: r"v(?P<version>\d+)\x22?" (a raw string takes every character as written, '''
+         r'''up to its first '"'; in a plain string \" is a quote and \\ a backslash)'''),
+    ]
+    assert [d[0] for d in _seen('soak "x" {}\n' + backend % r'r"v(?P<version>\d+)\x22?"' + 'workload "w" {\n%s\n}\n' % LOAD)] == []
+    assert [d[0] for d in _seen('soak "x" {}\n' + backend % r'"v(?P<version>\\d+)\"?"' + 'workload "w" {\n%s\n}\n' % LOAD)] == []
+
+
+def test_a_raw_string_may_still_end_in_a_backslash():
+    for value in (r'r"C:\dir\"', r'[r"a\", "b"]'):
+        _, diags = parse(f'soak "x" {{\n  issue = {value}\n}}\n')
+        assert diags == [], value

@@ -969,8 +969,15 @@ class _Syntax:
         inner, last = found
         line = self.source.count("\n", 0, inner) + 1
         col = inner - (self.source.rfind("\n", 0, inner) + 1) + 1
-        hint = 'escape a quote inside a string as \\" (or write the string as """...""")'
-        self.add("E005", "unescaped '\"' inside a string: the string ends here", line, col, hint=hint)
+        if self.source[inner - 1] == "\\":  # a raw string's `\\"` (a plain string's is an escape)
+            opening = self.source.rfind('"', 0, inner)
+            fixed = 'r"' + self.source[opening + 1 : last].replace('\\"', "\\x22") + '"'
+            hint = (f"match a quote with \\x22 in a pattern: {fixed} (a raw string takes every character as written, up to "
+                    "its first '\"'; in a plain string \\\" is a quote and \\\\ a backslash)")
+            self.add("E005", "a raw string ends at this '\"': the backslash before it does not escape it", line, col, hint=hint)
+        else:
+            hint = 'escape a quote inside a string as \\" (or write the string as """...""")'
+            self.add("E005", "unescaped '\"' inside a string: the string ends here", line, col, hint=hint)
         mended = self.source[inner:last].replace('"', "'")
         self.source = self.source[:inner] + mended + self.source[last:]
         self.changed(inner)
@@ -1152,12 +1159,7 @@ class _QuoteScan:
             pos = end
             if line > upto_line:
                 return None  # whatever comes next is past the line asked about
-            if (
-                m.lastgroup == "str"
-                and end < len(source)
-                and (source[end].isalnum() or source[end] == "_")
-                and not m.group().rstrip('" \t').endswith(",")  # `["a, "b"]`: a missing quote, not an inner one
-            ):
+            if _string_ends_too_soon(m, source):
                 line_end = source.find("\n", end)
                 last = source.rfind('"', end, len(source) if line_end < 0 else line_end)
                 if last >= 0:
@@ -1168,18 +1170,27 @@ class _QuoteScan:
         return None
 
 
+def _string_ends_too_soon(m: re.Match, source: str) -> bool:
+    """Does the string `m` (a `_STRINGS_AND_COMMENTS` match) end at a quote the writer meant
+    inside it? A plain string a word follows without a space (`"say "hi" now"`; not `["a,
+    "b"]`, a missing quote), or a raw string ending in `\\"` that something other than a blank,
+    ',' or a bracket follows (`r"v(\\d+)\\"?"`: a backslash does not escape a raw string's quote)."""
+    end = m.end()
+    if end >= len(source):
+        return False
+    if m.lastgroup == "str":
+        return (source[end].isalnum() or source[end] == "_") and not m.group().rstrip('" \t').endswith(",")
+    return m.lastgroup == "raw" and m.group().endswith('\\"') and source[end] not in ' \t\n,]})#'
+
+
 def _unescaped_quote(source: str, upto_line: int) -> tuple[int, int] | None:
     """The first string (on a line up to `upto_line`) that a word follows without a space,
     with another '"' later on its line: `"say "hi" now"`. Returns (position of the quote that
     ended the string too early, position of the last '"' on the line)."""
     for m in _STRINGS_AND_COMMENTS.finditer(source):
-        if m.lastgroup != "str":
+        if not _string_ends_too_soon(m, source):
             continue
         end = m.end()
-        if end >= len(source) or not (source[end].isalnum() or source[end] == "_"):
-            continue
-        if m.group().rstrip('" \t').endswith(","):  # `["a, "b"]`: a missing quote, not an inner one
-            continue
         if source.count("\n", 0, end) + 1 > upto_line:
             return None
         line_end = source.find("\n", end)
