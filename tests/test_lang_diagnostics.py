@@ -673,3 +673,11 @@ def test_a_raw_string_may_still_end_in_a_backslash():
     for value in (r'r"C:\dir\"', r'[r"a\", "b"]'):
         _, diags = parse(f'soak "x" {{\n  issue = {value}\n}}\n')
         assert diags == [], value
+
+
+@pytest.mark.parametrize(("written", "hint"), [("10sec", "write 10s"), ("10seconds", "write 10s"), ("250MS", "write 250ms"),
+                                               ("2mins", "write 2m")])
+def test_a_unit_spelled_another_way_right_after_its_number_is_answered_with_the_unit(written, hint):
+    """`10 seconds` (apart) was answered with `10s`; `10sec` (together) got E202 with no hint."""
+    d = _one(BASE % f"  load {{ concurrency = 1 }}\n  duration = {written}")
+    assert d.code == "E202" and d.hint == hint, (d.code, d.hint)

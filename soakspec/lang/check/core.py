@@ -21,7 +21,7 @@ from soakspec.diagnostics import Diagnostic, Severity, Span
 from soakspec.lang import ast as A
 from soakspec.lang.codes import CODES
 from soakspec.lang.fmt import value_text
-from soakspec.units import UNITS, UNITS_BY_DIMENSION, Dimension
+from soakspec.units import UNITS, UNITS_BY_DIMENSION, Dimension, unit_for_word
 
 MAX_DURATION_S = 30 * 86400.0  # any duration in a spec; longer is a typo, and sums must stay finite
 # The ceiling of a quantity key whose table row names no `maximum`, by its unit kind. Every
@@ -253,7 +253,10 @@ def quantity_value(ctx: Ctx, key: str, v: A.Value, dim: Dimension) -> float:
         ctx.error("E104", f"'{key}' must be a {dim} ({units}), not {describe(v)}", v.span)
         raise Bad
     if v.unit not in UNITS:
-        ctx.error("E202", f"unknown unit '{v.unit}' in {value_text(v)} (a {dim} takes {units})", v.span, suggest(v.unit, UNITS_BY_DIMENSION[dim]))
+        meant = unit_for_word(v.unit)  # `10sec`, `10seconds`, `5MS`: another way to write a unit
+        hint = (f"write {value_text(A.Quantity(v.value, meant))}" if meant is not None and UNITS[meant][0] is dim
+                else suggest(v.unit, UNITS_BY_DIMENSION[dim]))
+        ctx.error("E202", f"unknown unit '{v.unit}' in {value_text(v)} (a {dim} takes {units})", v.span, hint)
         raise Bad
     got_dim, factor = UNITS[v.unit]
     if got_dim is not dim:
