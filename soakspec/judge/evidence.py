@@ -265,7 +265,7 @@ def _compact_trace(row: Any) -> Any:
 # What the judge reads of a telemetry sample (the `PerSample` metrics of judge/registry.py: rss,
 # cpu, gpu_memory, gpu_memory_device); the rest -- utilization, temperature, power, the pid --
 # stays in telemetry.jsonl, hashed. A sample each 5 s for a day, on 8 GPUs: 78 MB held whole, 41 kept.
-_TELEMETRY_KEYS = ("t", "server_rss_bytes", "rss", "server_cpu_percent")
+_TELEMETRY_KEYS = ("t", "server_pss_bytes", "server_rss_bytes", "rss", "server_cpu_percent")
 _GPU_KEYS = ("memory_used", "process_memory_used")
 
 

@@ -1019,7 +1019,11 @@ def bucket_in_flight(bi: BackendIndex, w: Window, wall: float) -> float | None:
 
 
 def rss(s: Row) -> float | None:
-    return num(s.get("server_rss_bytes", s.get("rss")))
+    """The server tree's resident memory in a sample: its PSS sum (every shared page once,
+    `telemetry.process_tree_pss`) where the sample has it, else its RSS sum (evidence from
+    before, a kernel without smaps_rollup)."""
+    pss = num(s.get("server_pss_bytes"))
+    return pss if pss is not None else num(s.get("server_rss_bytes", s.get("rss")))
 
 
 def gpu_sum(key: str) -> Callable[[Row], float | None]:

@@ -99,7 +99,7 @@ METRICS: dict[str, Metric] = {
         Metric("qps", Kind.RATE, SERIES, "completed requests per second, by the bucket they ended in", series=True),
         Metric("gpu_memory", Kind.SIZE, SERIES, "GPU memory used by the server's processes, per sample", series=True),
         Metric("gpu_memory_device", Kind.SIZE, SERIES, "GPU memory used on the device, per sample", series=True),
-        Metric("rss", Kind.SIZE, SERIES, "server process-tree resident memory, per sample", series=True),
+        Metric("rss", Kind.SIZE, SERIES, "server process-tree resident memory (each page once: PSS), per sample", series=True),
         Metric("in_flight", Kind.NUMBER, SERIES, "mean requests in flight, per bucket", series=True),
         Metric("cpu", Kind.RATIO, SERIES, "server process-tree CPU (100% = one core), per sample", series=True),
         Metric("server", Kind.NUMBER, ("count", "rate", "min", "max", "mean", "p"),
