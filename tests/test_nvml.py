@@ -152,6 +152,16 @@ def test_import_failure_is_unavailable(monkeypatch):
     assert src.available is False and "cannot import pynvml" in src.reason
 
 
+def _kill_tree(parent: subprocess.Popen) -> None:
+    """SIGKILL a test's process and its descendants, the deepest first, and reap it."""
+    for pid in process_tree_pids(parent.pid)[::-1]:
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+    parent.wait()
+
+
 def test_process_tree_rss_counts_descendants():
     code = (
         "import subprocess, sys, time\n"
@@ -170,12 +180,7 @@ def test_process_tree_rss_counts_descendants():
         assert alone >= 40 << 20
         assert total >= 80 << 20 and total > alone
     finally:
-        for pid in process_tree_pids(parent.pid)[::-1]:
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        parent.wait()
+        _kill_tree(parent)
     time.sleep(0.05)
     assert process_tree_rss(parent.pid) is None and process_tree_pids(parent.pid) == []
 
@@ -208,12 +213,7 @@ def test_a_forked_servers_shared_pages_count_once_in_its_memory():
         rec = telemetry_record(None, parent.pid, t=1.0)
         assert not schema.validate("telemetry", rec) and rec["server_pss_bytes"] < rec["server_rss_bytes"]
     finally:
-        for pid in process_tree_pids(parent.pid)[::-1]:
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
-        parent.wait()
+        _kill_tree(parent)
     time.sleep(0.05)
     assert process_tree_pss(parent.pid) is None
 
