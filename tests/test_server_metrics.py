@@ -718,3 +718,32 @@ def test_scrapes_start_on_a_fixed_cadence_whatever_each_takes(tmp_path, monkeypa
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert began == pytest.approx(starts)
     assert rec.metrics_scrape["scrapes"] == len([s for s in starts if s + took < 9.9])
+
+
+def test_label_values_are_redacted_before_metrics_jsonl_and_label_sets_stay_apart():
+    """A counter's `by` keys are the server's label values: a /metrics whose label quoted an
+    API key (`api_key="sk-proj-..."`) or the run's secret env value (`user="<AUDIT_API_KEY>"`)
+    had them written verbatim to metrics.jsonl, where the manifest redacted the same env value.
+    They are redacted as the server's other text is, each value replaced by a pseudonym that
+    still tells two label sets apart (each its own counter), the same in every scrape."""
+    from soakspec.evidence.redact import redacting
+
+    env_secret = "zq9-Very-Private-Value-77"
+    text = ("# TYPE audit_req_total counter\n"
+            f'audit_req_total{{api_key="sk-proj-AAAAbbbbCCCCddddEEEEffff0123",user="{env_secret}",engine="0"}} 51\n'
+            'audit_req_total{api_key="plainish-key-1",user="bob",engine="0"} 9\n'
+            'audit_req_total{api_key="plainish-key-2",user="bob",engine="0"} 1\n')
+    with redacting([env_secret]):
+        fam = summarize(text, ["audit_req_total"])["audit_req_total"]
+        again = summarize(text.replace(" 51\n", " 60\n"), ["audit_req_total"])["audit_req_total"]
+    dumped = json.dumps(fam)
+    for secret in (env_secret, "sk-proj-AAAA", "plainish-key"):
+        assert secret not in dumped, dumped
+    assert fam["value"] == 61.0 and len(fam["by"]) == 3  # three label sets, still three
+    assert all('engine="0"' in lab and "<redacted>" in lab for lab, _ in fam["by"])
+    assert sum('user="bob"' in lab for lab, _ in fam["by"]) == 2  # a value with no secret is kept
+    # the same label set has the same key in the next scrape: its increase is its own
+    assert sorted(v for _, v in again["by"]) == [1.0, 9.0, 60.0]
+    assert {lab for lab, _ in again["by"]} == {lab for lab, _ in fam["by"]}
+    # a label whose name only contains a word like token (`max_tokens`) is no secret
+    assert summarize('c_total{max_tokens="64"} 1\n', ["c_total"])["c_total"]["by"] == [['max_tokens="64"', 1.0]]

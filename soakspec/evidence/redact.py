@@ -20,6 +20,9 @@
   passes before it is written (requests.jsonl.gz, the manifest's pre-flight and follow-up).
   A secret is found however the server wrote it: JSON-escaped (any character as `\\uXXXX`),
   percent-encoded, broken across two lines; and of a `Bearer X` value, X alone too.
+- `is_secret_label(name)`: a Prometheus label whose name marks its value secret (`api_key`,
+  `token`); the scrape writes such a value, and one the run's redactor finds a secret in, as a
+  pseudonym (`runner/scrape.py`).
 """
 
 from __future__ import annotations
@@ -83,6 +86,12 @@ _CMD_HEADER = re.compile(r"(?i)(?<![\w-])(" + "|".join(re.escape(h) for h in _SE
 def is_secret_name(name: str) -> bool:
     """Whether an environment variable (or `NAME=value`) name marks a secret."""
     return bool(_SECRET_NAME.search(name))
+
+
+def is_secret_label(name: str) -> bool:
+    """Whether a Prometheus label's name marks its value secret (`api_key`, `token`,
+    `auth`, `password`): by its words, as a flag's, so `max_tokens` or `keyspace` is none."""
+    return _is_secret_flag(name)
 
 
 def _is_secret_flag(flag: str) -> bool:

@@ -33,7 +33,10 @@ status, scrapes, failures, the first error).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import math
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -42,7 +45,7 @@ import trio
 from prometheus_client.parser import text_string_to_metric_families
 
 from soakspec.evidence.io import EvidenceError, JsonlWriter
-from soakspec.evidence.redact import clip, record_redactor, scrub
+from soakspec.evidence.redact import REDACTED, Redactor, clip, is_secret_label, record_redactor, scrub
 from soakspec.plan import MetricsScrape
 from soakspec.runner.httpxclient import send_once_more_if_unanswered
 from soakspec.runner.protocol import describe_transport_error
@@ -175,15 +178,40 @@ def _shaped(samples: Iterable[Any], wanted: set[str]) -> dict[str, dict[str, Any
     return out
 
 
-def _labels(s: Any) -> str:
-    """A sample's label set as one string, its names sorted: `engine="0",model_name="m"`."""
-    return ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+# the key of `_pseudonym`: a process's own, never written, so a pseudonym can't be matched to
+# a guessed value (an unkeyed hash of a short secret could be), yet the same value has the same
+# pseudonym in every scrape of the run (a backend is scraped by one process)
+_PSEUDONYM_KEY = os.urandom(16)
 
 
-def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
+def _pseudonym(value: str) -> str:
+    """A redacted label value that still tells label sets apart: `<redacted>#` and 8 hex digits
+    of a keyed hash of the value, the same for the same value throughout the run."""
+    return REDACTED + "#" + hmac.new(_PSEUDONYM_KEY, value.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()[:8]
+
+
+def _label_value(name: str, value: str, redactor: Redactor) -> str:
+    """A label value as metrics.jsonl may hold it: the server's text, redacted as a request
+    record's is (the run's secrets, credential patterns), and whatever a secret-named label
+    (`api_key`, `token`, `auth`: `is_secret_label`) holds -- a pseudonym in its place, so that
+    two label sets stay two (each counter its own, `by`)."""
+    if is_secret_label(name) or redactor.text(value) != value:
+        return _pseudonym(value)
+    return value
+
+
+def _labels(s: Any, redactor: Redactor) -> str:
+    """A sample's label set as one string, its names sorted, its values redacted
+    (`_label_value`): `engine="0",model_name="m"`."""
+    return ",".join(f'{k}="{_label_value(k, v, redactor)}"' for k, v in sorted(s.labels.items()))
+
+
+def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None) -> dict[str, Any]:
     """The kept families of a Prometheus text exposition, summed over their label sets, a ratio gauge averaged (values
-    that are not finite -- NaN, +Inf -- left out). Raises ValueError when the text does not parse."""
+    that are not finite -- NaN, +Inf -- left out); label values (a counter's `by`) redacted by
+    `redactor` (default: the run's, `record_redactor()`). Raises ValueError when the text does not parse."""
     wanted = set(keep)
+    redactor = redactor if redactor is not None else record_redactor()
     out: dict[str, Any] = {}
     typed: set[str] = set()  # the keys a `# TYPE` line gave their type
     loose: list[Any] = []  # the lines of untyped families, for `_shaped`
@@ -228,7 +256,8 @@ def summarize(text: str, keep: Iterable[str]) -> dict[str, Any]:
                 per = by.setdefault(key, {})
                 for smp in fam.samples:
                     if not smp.name.endswith("_created") and math.isfinite(smp.value):
-                        per[_labels(smp)] = per.get(_labels(smp), 0.0) + smp.value
+                        lab = _labels(smp, redactor)
+                        per[lab] = per.get(lab, 0.0) + smp.value
     # an untyped histogram or summary was not read at all (its `_bucket`, `_sum`, `_count` lines
     # matched no wanted name) or read as a gauge (a summary's quantiles summed)
     out.update((k, v) for k, v in _shaped(loose, wanted).items() if k not in typed)
@@ -296,7 +325,8 @@ async def scrape_row(http: httpx.AsyncClient, url: str, scrape: MetricsScrape, n
     families: dict[str, Any] = {}
     if text is not None:
         try:
-            families = await trio.to_thread.run_sync(summarize, text, scrape.families)
+            # the run's redactor, given: the worker thread need not share the run's context
+            families = await trio.to_thread.run_sync(summarize, text, scrape.families, record_redactor())
         except Exception as e:  # noqa: BLE001 - whatever the parser raises, a bad answer is a failed scrape, not a dead run
             # the parser quotes the answer's offending line: the server's text, redacted as a
             # request record's error body is (the run's secrets, credential patterns, a secret
