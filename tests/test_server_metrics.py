@@ -747,3 +747,76 @@ def test_label_values_are_redacted_before_metrics_jsonl_and_label_sets_stay_apar
     assert {lab for lab, _ in again["by"]} == {lab for lab, _ in fam["by"]}
     # a label whose name only contains a word like token (`max_tokens`) is no secret
     assert summarize('c_total{max_tokens="64"} 1\n', ["c_total"])["c_total"]["by"] == [['max_tokens="64"', 1.0]]
+
+
+OM_TWO_ENGINES = """\
+# HELP lat_seconds x
+# TYPE lat_seconds histogram
+lat_seconds_bucket{{engine="0",le="0.1"}} {a}
+lat_seconds_bucket{{engine="0",le="0.5"}} {a}
+lat_seconds_bucket{{engine="0",le="+Inf"}} {a}
+lat_seconds_sum{{engine="0"}} {asum}
+lat_seconds_count{{engine="0"}} {a}
+lat_seconds_created{{engine="0"}} 1.7e9
+lat_seconds_bucket{{engine="1",le="0.1"}} 0
+lat_seconds_bucket{{engine="1",le="0.5"}} 0
+lat_seconds_bucket{{engine="1",le="+Inf"}} {b}
+lat_seconds_sum{{engine="1"}} {bsum}
+lat_seconds_count{{engine="1"}} {b}
+lat_seconds_created{{engine="1"}} 1.7e9
+# TYPE audit_q summary
+audit_q{{engine="0",quantile="0.5"}} 0.1
+audit_q_sum{{engine="0"}} {asum}
+audit_q_count{{engine="0"}} {a}
+audit_q_created{{engine="0"}} 1.7e9
+audit_q{{engine="1",quantile="0.5"}} 0.1
+audit_q_sum{{engine="1"}} {bsum}
+audit_q_count{{engine="1"}} {b}
+audit_q_created{{engine="1"}} 1.7e9
+# EOF
+"""
+
+
+def test_every_label_set_of_an_openmetrics_histogram_or_summary_is_read():
+    """OpenMetrics puts an `x_created` line after each label set of a histogram or summary (as
+    prometheus_client's own OpenMetrics exposition does). The text parser closes the family
+    there and reads every later line as untyped: only engine 0 was kept (count 20, mean 0.05,
+    p50 ~0.05: a PASS of `p50 < 0.4` where engine 1's 60 observations were all in +Inf), and
+    the summary `audit_q` was recorded as a gauge, the value of a quantile line."""
+    fams = summarize(OM_TWO_ENGINES.format(a=20, asum=1.0, b=60, bsum=120.0), ["lat_seconds", "audit_q"])
+    assert fams == {
+        "lat_seconds": {"type": "histogram", "sum": 121.0, "count": 80.0, "series": 2,
+                        "buckets": [[0.1, 20.0], [0.5, 20.0], [None, 80.0]]},
+        "audit_q": {"type": "summary", "sum": 121.0, "count": 80.0, "series": 2},
+    }
+    spec, b, _ = _builder('require p50(server("lat_seconds")) < 0.4\nrequire mean(server("lat_seconds")) < 0.5\n'
+                          'require mean(server("audit_q")) < 1.5')
+    rows = b.metrics["a"]
+    for i, row in enumerate(rows):
+        row["families"] = summarize(OM_TWO_ENGINES.format(a=i, asum=0.05 * i, b=3 * i, bsum=6.0 * i), ["lat_seconds", "audit_q"])
+    res = _perf(judge(spec, b.build()))
+    p50, mean, q = (res[k] for k in ('p50(server("lat_seconds")) < 0.4', 'mean(server("lat_seconds")) < 0.5',
+                                     'mean(server("audit_q")) < 1.5'))
+    assert p50.status == "fail" and "+Inf" in p50.message, p50.message
+    assert mean.status == "fail" and math.isclose(mean.observed, 1.5125), mean.message
+    assert q.status == "fail" and math.isclose(q.observed, 1.5125), q.message
+
+
+def test_prometheus_clients_own_openmetrics_exposition_of_labelled_families_is_read_whole():
+    from prometheus_client import CollectorRegistry, Counter, Histogram, Summary
+    from prometheus_client.openmetrics.exposition import generate_latest
+
+    r = CollectorRegistry()
+    h = Histogram("ttft_seconds", "ttft", ["engine"], buckets=[0.1, 1.0], registry=r)
+    s = Summary("q_seconds", "q", ["engine"], registry=r)
+    c = Counter("toks", "tokens", ["engine"], registry=r)
+    for e, v, n in (("0", 0.05, 1), ("1", 5.0, 3)):
+        for _ in range(n):
+            h.labels(e).observe(v)
+            s.labels(e).observe(v)
+        c.labels(e).inc(n)
+    fams = summarize(generate_latest(r).decode(), ["ttft_seconds", "q_seconds", "toks_total"])
+    assert fams["ttft_seconds"] == {"type": "histogram", "sum": 15.05, "count": 4.0, "series": 2,
+                                    "buckets": [[0.1, 1.0], [1.0, 1.0], [None, 4.0]]}
+    assert fams["q_seconds"] == {"type": "summary", "sum": 15.05, "count": 4.0, "series": 2}
+    assert fams["toks_total"] == {"type": "counter", "value": 4.0, "series": 2, "by": [['engine="0"', 1.0], ['engine="1"', 3.0]]}

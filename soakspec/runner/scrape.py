@@ -42,6 +42,7 @@ from typing import Any
 
 import httpx
 import trio
+from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from soakspec.evidence.io import EvidenceError, JsonlWriter
@@ -206,6 +207,44 @@ def _labels(s: Any, redactor: Redactor) -> str:
     return ",".join(f'{k}="{_label_value(k, v, redactor)}"' for k, v in sorted(s.labels.items()))
 
 
+# the sample names of a typed family `x`, by its type: `x` + one of these
+_SUFFIXES = {
+    "counter": ("", "_total", "_created"),
+    "gauge": ("",),
+    "summary": ("", "_sum", "_count", "_created"),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "gaugehistogram": ("_bucket", "_gsum", "_gcount"),
+}
+
+
+def _regrouped(families: Iterable[Any]) -> list[Any]:
+    """The parser's families with every line of a typed family in it, wherever it stands.
+
+    prometheus_client's text parser closes a family at the first line whose name its type does
+    not allow there, and makes every line after it (until the next `# TYPE`) an untyped family
+    of its own. OpenMetrics puts an `x_created` line after each label set of a counter,
+    histogram or summary (prometheus_client's own `generate_latest` does): only the first label
+    set stayed in the histogram or summary `x`, the others were read as untyped lines -- left
+    out, and a summary's `x{quantile=...}` became a gauge `x`. Each untyped line named as a part
+    of a family declared above it (`_SUFFIXES`) is put back into that family. (Not the
+    OpenMetrics parser: it refuses what the text format allows and servers send -- no `# EOF`,
+    a counter without `_total` -- and would need this reading as its fallback anyway.)"""
+    out: list[Any] = []
+    declared: dict[str, Any] = {}  # a sample name -> the typed family it is a part of
+    for fam in families:
+        if fam.type in ("unknown", "untyped") and len(fam.samples) == 1 and (home := declared.get(fam.samples[0].name)) is not None:
+            home.samples.append(fam.samples[0])
+            continue
+        if fam.type in _SUFFIXES:
+            merged = Metric(fam.name, fam.documentation, fam.type)
+            merged.samples = list(fam.samples)
+            for suffix in _SUFFIXES[fam.type]:
+                declared[fam.name + suffix] = merged
+            fam = merged
+        out.append(fam)
+    return out
+
+
 def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None) -> dict[str, Any]:
     """The kept families of a Prometheus text exposition, summed over their label sets, a ratio gauge averaged (values
     that are not finite -- NaN, +Inf -- left out); label values (a counter's `by`) redacted by
@@ -217,7 +256,7 @@ def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None) 
     loose: list[Any] = []  # the lines of untyped families, for `_shaped`
     finite_n: dict[str, int] = {}  # a gauge's label sets with a finite value (a ratio's mean)
     by: dict[str, dict[str, float]] = {}  # a counter's value per label set
-    for fam in text_string_to_metric_families(text):
+    for fam in _regrouped(text_string_to_metric_families(text)):
         # untyped (no `# TYPE` line, or `untyped`): the parser makes each line a family of its own
         untyped = fam.type in ("unknown", "untyped")
         if untyped:
@@ -230,6 +269,8 @@ def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None) 
             continue
         if not untyped:
             typed.add(key)
+        elif key in typed and out.get(key, {}).get("type") in ("histogram", "summary"):
+            continue  # a line of a typed histogram or summary (`_regrouped`) never becomes a gauge of its name
         if fam.type in ("histogram", "gaugehistogram"):
             entry = _histogram(fam.samples)
             if entry is not None:
