@@ -696,7 +696,7 @@ def test_scrapes_start_on_a_fixed_cadence_whatever_each_takes(tmp_path, monkeypa
 
     began = []
 
-    async def slow_row(http, url, scrape, now):
+    async def slow_row(http, url, scrape, now, seen=None):
         began.append(trio.current_time())
         await trio.sleep(took)
         return {"schema_version": 1, "t": now(), "ok": True, "status": 200, "error": None, "seconds": took, "families": {}}
@@ -820,3 +820,46 @@ def test_prometheus_clients_own_openmetrics_exposition_of_labelled_families_is_r
                                     "buckets": [[0.1, 1.0], [1.0, 1.0], [None, 4.0]]}
     assert fams["q_seconds"] == {"type": "summary", "sum": 15.05, "count": 4.0, "series": 2}
     assert fams["toks_total"] == {"type": "counter", "value": 4.0, "series": 2, "by": [['engine="0"', 1.0], ['engine="1"', 3.0]]}
+
+
+def _churn(n: int, t: int, gone: int | None = None) -> str:
+    """A counter with `n` label sets, each at `t` (+1 a scrape); label set `gone` not shown."""
+    return "# TYPE toks_total counter\n" + "".join(f'toks_total{{engine="{e}"}} {t}\n' for e in range(n) if e != gone)
+
+
+def test_a_label_set_gone_from_a_counter_with_more_label_sets_than_kept_is_no_reset():
+    """Beyond 64 label sets a scrape keeps a counter's sum only (no `by`); one label set
+    disappearing made the sum fall, which the judge read as a reset of the whole family and
+    counted every other label set's total again: 80 label sets +1/s, one gone at t=10 s, read
+    `server("audit_tokens_total") = 80905` where ~1115 were counted. Each scrape now carries the
+    family's increase since the previous one per label set (`step`), which the judge reads;
+    where a row has none, such a fall is INCONCLUSIVE, never a reset."""
+    from soakspec.runner.scrape import MAX_SERIES
+
+    n = MAX_SERIES + 16
+    spec, b, _ = _builder('require server("toks_total") < 5000')
+    rows = b.metrics["a"]
+    seen: dict = {}
+    for i, row in enumerate(rows):
+        row["families"] = summarize(_churn(n, 1000 + i, gone=3 if i >= len(rows) // 2 else None), ["toks_total"], seen=seen)
+    last = rows[-1]["families"]["toks_total"]
+    assert "by" not in last and last["series"] == n - 1 and last["step"] == n - 1  # each left +1 since the last scrape
+    (r,) = _perf(judge(spec, b.build())).values()
+    # the scope's scrapes: each of the n label sets +1 a scrape until one is gone, n - 1 after
+    assert r.status == "pass" and r.observed < 5000, r.message
+    assert r.observed <= n * len(rows), r.message
+    for row in rows:  # evidence without `step` (from before it): the fall is not read as a reset
+        del row["families"]["toks_total"]["step"]
+    (r,) = _perf(judge(spec, b.build())).values()
+    assert r.status == "inconclusive" and "a reset and a label set gone read the same" in r.message, r.message
+
+
+def test_a_counters_step_counts_each_label_set_as_its_own_counter():
+    seen: dict = {}
+    steps = [summarize(t, ["c_total"], seen=seen)["c_total"]["step"] for t in (
+        'c_total{a="1"} 5\nc_total{a="2"} 5\n',  # first: all new, from 0
+        'c_total{a="1"} 7\nc_total{a="2"} 6\n',  # +2 +1
+        'c_total{a="1"} 9\n',  # a="2" gone: a gap, +2
+        'c_total{a="1"} 1\nc_total{a="2"} 8\nc_total{a="3"} 4\n',  # a="1" reset (1), a="2" back (+2), a="3" new (4)
+    )]
+    assert steps == [10.0, 3.0, 2.0, 7.0]

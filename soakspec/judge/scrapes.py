@@ -68,6 +68,10 @@ class Series:
     by: Mapping[str, array] | None = None
     by_first: Mapping[str, int] | None = None
     kinds: tuple[str, ...] = ()  # every type its scrapes gave, in the order first seen
+    # a counter's increase since its previous scrape, each label set its own counter (its row's
+    # `step`, written where the scrape could not keep `by`); NaN where the row has none
+    steps: array | None = None
+    serieses: array | None = None  # 'd': how many label sets each scrape summed (its `series`); NaN: not said
 
     def value(self, i: int) -> float | None:
         v = self.values[i]
@@ -146,6 +150,8 @@ class _Family:
         self.values = array("d")
         self.sums = array("d")
         self.counts = array("d")
+        self.steps = array("d")
+        self.serieses = array("d")
         self.bound_of = array("i")
         self.bucket_counts: list[array] = []
         self.types: list[str] = []
@@ -160,6 +166,10 @@ class _Family:
         self.values.append(_NAN if v is None else v)
         self.sums.append(float(_num(entry.get("sum")) or 0.0))
         self.counts.append(float(_num(entry.get("count")) or 0.0))
+        st = _num(entry.get("step"))
+        self.steps.append(_NAN if st is None or st < 0 else st)
+        ns = _num(entry.get("series"))
+        self.serieses.append(_NAN if ns is None else ns)
         by = _by(entry.get("by")) if self.by is not None else None
         if by is None:
             self.by = None
@@ -191,10 +201,10 @@ class _Family:
         order = np.argsort(times, kind="stable")  # time order; scrapes of one time in file order
         if len(order) and not (order[1:] > order[:-1]).all():
             pick = order.tolist()
-            cols = [array(c.typecode, (c[j] for j in pick)) for c in (self.times, self.values, self.sums, self.counts, self.bound_of)]
+            cols = [array(c.typecode, (c[j] for j in pick)) for c in (self.times, self.values, self.sums, self.counts, self.bound_of, self.steps, self.serieses)]
             bc = tuple(self.bucket_counts[j] for j in pick)
         else:
-            cols, bc = [self.times, self.values, self.sums, self.counts, self.bound_of], tuple(self.bucket_counts)
+            cols, bc = [self.times, self.values, self.sums, self.counts, self.bound_of, self.steps, self.serieses], tuple(self.bucket_counts)
         per = first = None
         if self.by is not None and len(order):
             per = {lab: array("d", (col[j] for j in order.tolist())) for lab, col in self.by.items()} if cols[0] is not self.times else self.by
@@ -202,7 +212,7 @@ class _Family:
         kind = self.types[int(order[-1])]
         before = bisect.bisect_left(ok, cols[0][0]) - 1 if len(cols[0]) else -1
         born = ok[before] if before >= 0 and kind in ("counter", "histogram", "summary") else None
-        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born, per, first, tuple(dict.fromkeys(self.types)))
+        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born, per, first, tuple(dict.fromkeys(self.types)), cols[5], cols[6])
 
 
 _EMPTY = array("d")

@@ -8,7 +8,11 @@ over a scope's bucket windows (the index/scope API: `Scope.windows`):
   counter    bare = its increase over the scope (a reset -- the value going down -- counts
              the new value as the increase since it; each label set its own counter where the
              scrape kept them, `Series.by`, summed after); rate() = increase / seconds; mean, min,
-             max = over the per-bucket rates
+             max = over the per-bucket rates; beyond the label sets a scrape keeps one by
+             one (64), each scrape's `step` -- its increase since the previous one, per label
+             set, which the scraper computes from every label set it has seen -- and where a
+             row has none (evidence from before it) a fall of the sum over several label sets
+             is INCONCLUSIVE: a reset and a label set gone cannot be told apart
   histogram  mean = the scope's Δsum / Δcount (the mean observation; in a drift or slope,
              within `histogram_mean_interval`, its spread from the buckets); min, max = over the
              per-bucket means; pNN = a quantile estimate from the Δ bucket counts, linear
@@ -139,6 +143,39 @@ def _time(s: Series, i: int) -> float:
     return s.born if i < 0 else s.times[i]  # type: ignore[return-value]
 
 
+class AmbiguousFall(Exception):
+    """A counter's sum over several label sets went down between two scrapes that kept neither
+    its label sets (`by`) nor its per-label-set increase (`step`): a reset and a label set gone
+    read the same."""
+
+
+def _increase_steps(s: Series, lo: int, hi: int) -> float:
+    """The increase between scrapes lo and hi (-1: the family's birth) without `by`: each
+    scrape's `step` where it has one (each label set's own increase since the previous scrape,
+    written by the scraper), else its sum's rise; a fall of the sum with no `step` is
+    `AmbiguousFall` where either scrape summed several label sets, never read as a reset of
+    every label set (one label set, or a row that does not say: a reset, its new value counts)."""
+    inc, prev, prev_n = 0.0, None, math.nan
+    for i in range(lo, hi + 1):
+        v = 0.0 if i < 0 else s.value(i)
+        if v is None:
+            continue
+        n = s.serieses[i] if i >= 0 and s.serieses is not None else math.nan
+        if prev is not None:
+            step = s.steps[i] if s.steps is not None else math.nan
+            if step == step:
+                inc += step
+            elif v >= prev:
+                inc += v - prev
+            elif not (n > 1 or prev_n > 1):
+                inc += v
+            else:
+                raise AmbiguousFall(f"'{s.name}' went down from {prev:g} to {v:g} between two scrapes that kept only its sum "
+                                    "(more label sets than the scrape keeps one by one): a reset and a label set gone read the same")
+        prev, prev_n = v, n
+    return inc
+
+
 def _increase(vals: Sequence[float]) -> float:
     inc = 0.0
     for a, b in zip(vals, vals[1:]):
@@ -154,7 +191,7 @@ def counter_change(s: Series, start: float, end: float) -> tuple[float, float, i
     vals = [v for i in range(b[0], b[1] + 1) if (v := (0.0 if i < 0 else s.value(i))) is not None]
     if len(vals) < 2:
         return None
-    inc = _increase(vals) if s.by is None else _increase_by(s, *b)
+    inc = _increase_steps(s, *b) if s.by is None else _increase_by(s, *b)
     return inc, s.times[b[1]] - _time(s, b[0]), b[1] - b[0] + 1
 
 
@@ -384,6 +421,13 @@ def _gauge(family: str, scope: Scope, agg: str, q: float | None, confidence: flo
 
 
 def _counter(family: str, scope: Scope, agg: str, q: float | None, confidence: float, min_samples: int) -> Measure:
+    try:
+        return _counter_measure(family, scope, agg)
+    except AmbiguousFall as e:
+        return Measure(None, 0, 2, "scrape", str(e))
+
+
+def _counter_measure(family: str, scope: Scope, agg: str) -> Measure:
     if agg == "p":
         return Measure(None, 0, 1, "scrape", f"'{family}' is a counter: a percentile does not apply (write rate() or max() of its per-bucket rates)")
     if agg in ("count", "rate"):
@@ -539,7 +583,10 @@ SUMMARY_QUANTILES = (50.0, 99.0)
 
 def _bucket_entry(s: Series, start: float, end: float) -> dict[str, Any] | None:
     if s.type == "counter":
-        c = counter_change(s, start, end)
+        try:
+            c = counter_change(s, start, end)
+        except AmbiguousFall:
+            return None
         if c is None or c[1] <= 0:
             return None
         return {"rate": c[0] / c[1], "increase": c[0], "scrapes": c[2]}

@@ -19,7 +19,15 @@ backends/<name>/metrics.jsonl (schema "metrics"), fsynced:
 Only the families the plan names are kept (those the gate's rules name, and the default set
 `plan.DEFAULT_SERVER_METRICS`), each summed over its label sets (`series` says how many) --
 a ratio gauge (`RATIO_SUFFIXES`) averaged over them -- so the file stays bounded. A counter is keyed by its sample name (`..._total`, as /metrics shows it);
-a histogram bucket's `le` is a number, `null` for +Inf. A failed scrape is a line too
+a histogram bucket's `le` is a number, `null` for +Inf. A counter also has each label set's value (`by`, up
+to MAX_SERIES label sets) and its `step`: its increase since the backend's previous scrape
+that had it, each label set its own counter (up by its rise, a fall its reset, a label set not
+seen before from 0, one gone a gap). Beyond MAX_SERIES the sum alone cannot tell one label set
+disappearing (80 engines' tokens, one gone: the sum falls by its value) from every counter
+resetting, and a sum read as a reset counted the whole family again; `step` is what the judge
+reads then -- one number a scrape, computed here from the label sets' last values (held in
+memory for the run, at most MAX_TRACKED a family; beyond, no step, and the judge calls such a
+fall INCONCLUSIVE rather than guess). A failed scrape is a line too
 (`ok: false`, the HTTP status or null, the error): never silently dropped.
 
 The load's end wakes the loop for one last scrape (`LastScrape`), which the driver waits for
@@ -53,7 +61,8 @@ from soakspec.runner.protocol import describe_transport_error
 from soakspec.runner.recorder import durable, off_loop
 
 MAX_BUCKETS = 128  # histogram buckets kept per family (more: the family is dropped, with a note)
-MAX_SERIES = 64  # a counter's label sets kept one by one (`by`; more: its sum only)
+MAX_SERIES = 64  # a counter's label sets kept one by one (`by`; more: its sum and `step` only)
+MAX_TRACKED = 100_000  # label sets a backend's scrapes remember for a counter's `step` (more: no `step`)
 MAX_ERROR_CHARS = 300
 MAX_REDIRECTS = 3  # same-host redirects a scrape follows (/metrics -> /metrics/)
 
@@ -245,10 +254,27 @@ def _regrouped(families: Iterable[Any]) -> list[Any]:
     return out
 
 
-def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None) -> dict[str, Any]:
+def _step(per: dict[str, float], seen: dict[str, dict[str, float] | None], key: str) -> float | None:
+    """A counter's increase since the previous scrape that had it, each label set its own
+    counter (as the judge's `_increase_by`): up by the difference, a label set that went down
+    reset (its new value counts), one never seen before new (its value counts), one gone a gap.
+    `seen` holds each label set's last value across the backend's scrapes (updated); None once a
+    family has had more than MAX_TRACKED label sets (then no step)."""
+    last = seen.get(key, {})
+    if last is None:
+        return None
+    step = math.fsum(v - last[lab] if lab in last and v >= last[lab] else v for lab, v in per.items())
+    last.update(per)
+    seen[key] = last if len(last) <= MAX_TRACKED else None
+    return step
+
+
+def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None,
+              seen: dict[str, dict[str, float] | None] | None = None) -> dict[str, Any]:
     """The kept families of a Prometheus text exposition, summed over their label sets, a ratio gauge averaged (values
     that are not finite -- NaN, +Inf -- left out); label values (a counter's `by`) redacted by
-    `redactor` (default: the run's, `record_redactor()`). Raises ValueError when the text does not parse."""
+    `redactor` (default: the run's, `record_redactor()`). With `seen` (the backend's scrapes so
+    far, updated), a counter has its `step` too (`_step`). Raises ValueError when the text does not parse."""
     wanted = set(keep)
     redactor = redactor if redactor is not None else record_redactor()
     out: dict[str, Any] = {}
@@ -307,6 +333,10 @@ def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None) 
             # each label set's own value: its increase is its own, reset by its own going down
             # (the judge's `Series.by`), as Prometheus' sum(increase(...))
             v["by"] = sorted([lab, x] for lab, x in by.get(k, {}).items())
+        if v["type"] == "counter" and seen is not None and (step := _step(by.get(k, {}), seen, k)) is not None:
+            # beyond MAX_SERIES the sum alone cannot tell a label set gone from a reset: its
+            # increase since the last scrape, per label set, is what the judge reads then
+            v["step"] = step
         if v["type"] == "gauge" and is_ratio(k) and v["value"] is not None and finite_n.get(k, 1) > 1:
             v["value"] /= finite_n[k]  # the mean over its label sets (RATIO_SUFFIXES)
     for k in [k for k, v in out.items()
@@ -358,8 +388,10 @@ async def _read(resp: httpx.Response, scrape: MetricsScrape) -> tuple[int | None
     return 200, body.decode("utf-8", "replace"), None
 
 
-async def scrape_row(http: httpx.AsyncClient, url: str, scrape: MetricsScrape, now) -> dict[str, Any]:
-    """One metrics.jsonl line: the scrape at `now()` (its start), parsed."""
+async def scrape_row(http: httpx.AsyncClient, url: str, scrape: MetricsScrape, now,
+                     seen: dict[str, dict[str, float] | None] | None = None) -> dict[str, Any]:
+    """One metrics.jsonl line: the scrape at `now()` (its start), parsed; `seen`: the backend's
+    counters' label sets so far, for their `step` (`summarize`)."""
     t = now()
     status, text, error = await scrape_once(http, url + scrape.path, scrape)
     took = max(0.0, now() - t)
@@ -367,7 +399,7 @@ async def scrape_row(http: httpx.AsyncClient, url: str, scrape: MetricsScrape, n
     if text is not None:
         try:
             # the run's redactor, given: the worker thread need not share the run's context
-            families = await trio.to_thread.run_sync(summarize, text, scrape.families, record_redactor())
+            families = await trio.to_thread.run_sync(summarize, text, scrape.families, record_redactor(), seen)
         except Exception as e:  # noqa: BLE001 - whatever the parser raises, a bad answer is a failed scrape, not a dead run
             # the parser quotes the answer's offending line: the server's text, redacted as a
             # request record's error body is (the run's secrets, credential patterns, a secret
@@ -416,6 +448,7 @@ async def scrape_metrics(scrape: MetricsScrape, url: str, deps: Any, rec: Any, l
 async def _scrape_loop(scrape: MetricsScrape, url: str, deps: Any, rec: Any, last: LastScrape | None) -> None:
     log = ScrapeLog(scrape)
     final = False
+    seen: dict[str, dict[str, float] | None] = {}  # the counters' label sets so far (`summarize`'s `step`)
     rec.metrics_scrape = log.to_json()
     try:
         w = JsonlWriter(deps.layout.metrics(rec.name), schema="metrics")
@@ -423,7 +456,7 @@ async def _scrape_loop(scrape: MetricsScrape, url: str, deps: Any, rec: Any, las
             slot = trio.current_time()  # when the next scrape starts (trio's clock: the cadence)
             while True:
                 slot = next_slot(slot, trio.current_time(), scrape.interval_s)
-                row = await scrape_row(deps.http, url, scrape, deps.clock.now)
+                row = await scrape_row(deps.http, url, scrape, deps.clock.now, seen)
                 w.write(row)
                 await durable(w)
                 log.add(row)
