@@ -234,7 +234,7 @@ def test_a_counter_named_without_total_is_read_typed_or_untyped(form):
     (r,) = _perf(judge(spec, b.build())).values()
     assert r.status == "fail" and r.observed == 3.0, r.message
     wide = "# TYPE h histogram\n" + "".join(f'h_bucket{{le="{i}"}} {i}\n' for i in range(MAX_BUCKETS + 1))
-    assert summarize(wide + form.format(n=1), [name, "h"]).keys() == {name + "_total"}  # too many buckets: dropped, as before
+    assert summarize(wide + form.format(n=1), [name, "h"]).keys() == {name + "_total", "h"}  # too many buckets: sum and count
 
 
 async def _sim(nursery, **options):
@@ -863,3 +863,22 @@ def test_a_counters_step_counts_each_label_set_as_its_own_counter():
         'c_total{a="1"} 1\nc_total{a="2"} 8\nc_total{a="3"} 4\n',  # a="1" reset (1), a="2" back (+2), a="3" new (4)
     )]
     assert steps == [10.0, 3.0, 2.0, 7.0]
+
+
+def test_a_histogram_with_more_buckets_than_kept_says_so_in_the_rules_message():
+    """A histogram with more than MAX_BUCKETS bounds was dropped from metrics.jsonl without a
+    word (the docstring promised a note): a rule on it said "/metrics has no '...'" of a family
+    the server does expose. Its sum and count are kept (its mean is judged), and a percentile
+    rule says why it has no buckets."""
+    wide = "# TYPE big_seconds histogram\n" + "".join(f'big_seconds_bucket{{{{le="{i / 100}"}}}} {{n}}\n' for i in range(1, 140))
+    wide += 'big_seconds_bucket{{le="+Inf"}} {n}\nbig_seconds_sum {s}\nbig_seconds_count {n}\n'
+    fam = summarize(wide.format(n=200, s=5), ["big_seconds"])["big_seconds"]
+    assert (fam["sum"], fam["count"], fam["buckets"]) == (5.0, 200.0, []) and "140 buckets" in fam["note"]
+    spec, b, _ = _builder('require p50(server("big_seconds")) < 1s\nrequire mean(server("big_seconds")) < 1s')
+    for i, row in enumerate(b.metrics["a"]):
+        row["families"] = summarize(wide.format(n=10 * i, s=0.1 * i), ["big_seconds"])
+    res = _perf(judge(spec, b.build()))
+    p50, mean = res['p50(server("big_seconds")) < 1s'], res['mean(server("big_seconds")) < 1s']
+    assert p50.status == "inconclusive" and "140 buckets, more than the 128" in p50.message, p50.message
+    assert "has no 'big_seconds'" not in p50.message
+    assert mean.status == "pass" and math.isclose(mean.observed, 0.01), mean.message

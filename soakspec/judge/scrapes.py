@@ -72,6 +72,7 @@ class Series:
     # `step`, written where the scrape could not keep `by`); NaN where the row has none
     steps: array | None = None
     serieses: array | None = None  # 'd': how many label sets each scrape summed (its `series`); NaN: not said
+    note: str | None = None  # why the scrape kept less of it (its latest row's `note`: a histogram's buckets not kept)
 
     def value(self, i: int) -> float | None:
         v = self.values[i]
@@ -155,6 +156,7 @@ class _Family:
         self.bound_of = array("i")
         self.bucket_counts: list[array] = []
         self.types: list[str] = []
+        self.note: str | None = None
         # a counter's value per label set, a column each (NaN: not in that scrape); None once a
         # scrape had no `by`
         self.by: dict[str, array] | None = {}
@@ -162,6 +164,8 @@ class _Family:
     def add(self, t: float, entry: Mapping[str, Any], bounds: dict[tuple[float | None, ...], int]) -> None:
         self.times.append(t)
         self.types.append(entry["type"])
+        if isinstance(entry.get("note"), str):
+            self.note = entry["note"][:300]
         v = _num(entry.get("value"))
         self.values.append(_NAN if v is None else v)
         self.sums.append(float(_num(entry.get("sum")) or 0.0))
@@ -212,7 +216,7 @@ class _Family:
         kind = self.types[int(order[-1])]
         before = bisect.bisect_left(ok, cols[0][0]) - 1 if len(cols[0]) else -1
         born = ok[before] if before >= 0 and kind in ("counter", "histogram", "summary") else None
-        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born, per, first, tuple(dict.fromkeys(self.types)), cols[5], cols[6])
+        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born, per, first, tuple(dict.fromkeys(self.types)), cols[5], cols[6], self.note)
 
 
 _EMPTY = array("d")

@@ -500,8 +500,9 @@ def _histogram(family: str, scope: Scope, agg: str, q: float | None, confidence:
         need = max(stats.min_samples_for_percentile(q, confidence), min_samples)  # type: ignore[arg-type]
         value, (lo, hi) = quantile_estimate(q, pooled(deltas))  # type: ignore[arg-type]
         if value is None:
-            return Measure(None, n, need, "observation", f"'{family}' has no histogram buckets in the scope (its _sum and "
-                           "_count only, or buckets the scrape did not keep) to estimate a quantile from")
+            note = next((s.note for s, _, _ in _by_backend(scope, family, spans(scope)) if s.note), None)
+            return Measure(None, n, need, "observation", f"'{family}' has no histogram buckets in the scope (" +
+                           (note or "its _sum and _count only, or buckets the scrape did not keep") + ") to estimate a quantile from")
         if value is not None and hi is None:
             # in the +Inf bucket: above the largest finite bound, how far the histogram cannot say
             # (histogram_quantile answers that bound; as a value it would pass `p99 < 10s` for a

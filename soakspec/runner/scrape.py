@@ -60,7 +60,7 @@ from soakspec.runner.httpxclient import send_once_more_if_unanswered
 from soakspec.runner.protocol import describe_transport_error
 from soakspec.runner.recorder import durable, off_loop
 
-MAX_BUCKETS = 128  # histogram buckets kept per family (more: the family is dropped, with a note)
+MAX_BUCKETS = 128  # histogram buckets kept per family (more: its sum and count only, with a `note`)
 MAX_SERIES = 64  # a counter's label sets kept one by one (`by`; more: its sum and `step` only)
 MAX_TRACKED = 100_000  # label sets a backend's scrapes remember for a counter's `step` (more: no `step`)
 MAX_ERROR_CHARS = 300
@@ -121,7 +121,8 @@ def _key(family: Any) -> str:
 
 
 def _histogram(samples: Iterable[Any]) -> dict[str, Any] | None:
-    """A histogram's samples summed over their label sets (None: more than MAX_BUCKETS bounds)."""
+    """A histogram's samples summed over their label sets; more than MAX_BUCKETS bounds: its sum
+    and count, no buckets, and a `note` saying why (a rule's pNN quotes it)."""
     buckets: dict[float | None, float] = {}
     total = count = 0.0
     series = 0
@@ -137,7 +138,8 @@ def _histogram(samples: Iterable[Any]) -> dict[str, Any] | None:
             count += s.value
             series += 1
     if len(buckets) > MAX_BUCKETS:
-        return None
+        return {"type": "histogram", "sum": total, "count": count, "series": series, "buckets": [],
+                "note": f"{len(buckets)} buckets, more than the {MAX_BUCKETS} a scrape keeps: its sum and count only"}
     order = sorted(buckets, key=lambda b: math.inf if b is None else b)
     return {"type": "histogram", "sum": total, "count": count, "series": series,
             "buckets": [[b, buckets[b]] for b in order]}
