@@ -14,7 +14,7 @@ import httpx
 import pytest
 import trio
 import trio.testing
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from soakspec.evidence.telemetry import CpuMeter, process_tree_cpu_seconds, telemetry_record
@@ -670,6 +670,7 @@ def test_a_server_rule_on_a_backend_whose_scrape_is_off_is_an_error():
 
 @settings(max_examples=300, deadline=None)
 @given(st.floats(0, 1e6), st.floats(0, 1e6), st.floats(0.01, 100))
+@example(0.25, 0.3, 0.01)  # (0.3 - 0.25) / 0.01 is 4.999...: the slot it gave was `now` itself
 def test_the_next_scrape_slot_is_on_the_cadence_and_ahead(slot, now, interval):
     """The next scrape starts on the cadence (a whole number of intervals from the last slot),
     after `now`, within one interval of it; a slot still ahead is kept."""

@@ -434,7 +434,10 @@ def next_slot(slot: float, now: float, interval: float) -> float:
     scrape for when the next one starts."""
     if slot > now:
         return slot
-    return slot + (math.floor((now - slot) / interval) + 1) * interval
+    k = math.floor((now - slot) / interval) + 1
+    while slot + k * interval <= now:  # the division's rounding: (0.3 - 0.25) / 0.01 is 4.999..., slot 5 is now
+        k += 1
+    return slot + k * interval
 
 
 async def scrape_metrics(scrape: MetricsScrape, url: str, deps: Any, rec: Any, last: LastScrape | None = None) -> None:
