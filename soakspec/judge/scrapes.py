@@ -14,7 +14,8 @@ the judge reads (`judge/servermetrics.py`), in arrays of 8-byte floats:
                      the same ones (`num(le)`, None for +Inf or a bound that is not a number;
                      a pair whose count is not a number is not kept)
 
-Failed scrapes (`ok` not true) are counted, and the earliest is kept for its error. Series
+Failed scrapes (`ok` not true) are counted, the earliest kept for its error, and their times
+kept (a bucket they fall around is not covered: `servermetrics._uncovered`). Series
 and counts are exactly what the rows give (`build_scrapes(rows)`; tests/test_scrapes.py holds
 them equal to the rows read one by one).
 """
@@ -94,6 +95,13 @@ class Scrapes:
     failed: int  # of them, those not ok
     first_failed: Mapping[str, Any] | None  # the earliest failed scrape's row (its error)
     rows: int  # rows read (with or without a time)
+    # when the scrapes were made, ascending ('d'): the failed ones (a bucket among them is not
+    # covered by the successes either side, `servermetrics._uncovered`), the successful ones (a
+    # counter's zeros before its first appearance) and all of them (the cadence, where the
+    # manifest does not record it)
+    failed_times: array = dataclasses.field(default_factory=lambda: array("d"))
+    ok_times: array = dataclasses.field(default_factory=lambda: array("d"))
+    times: array = dataclasses.field(default_factory=lambda: array("d"))
 
 
 class ScrapeBuilder:
@@ -107,6 +115,8 @@ class ScrapeBuilder:
         self._fams: dict[str, _Family] = {}
         self._bounds: dict[tuple[float | None, ...], int] = {}
         self._ok_times = array("d")  # the successful scrapes' times (a family's `born`)
+        self._failed_times = array("d")
+        self._times = array("d")
 
     def add(self, row: Any) -> None:
         if not isinstance(row, Mapping):
@@ -116,10 +126,12 @@ class ScrapeBuilder:
         if t is None:
             return
         self.total += 1
+        self._times.append(t)
         fams = row.get("families")
         if row.get("ok") is not True or not isinstance(fams, Mapping):
             if row.get("ok") is not True:
                 self.failed += 1
+                self._failed_times.append(t)
                 if self.first_failed is None or t < self.first_failed[0]:
                     self.first_failed = (t, {"error": row.get("error")})
             return
@@ -135,7 +147,8 @@ class ScrapeBuilder:
         bounds = tuple(self._bounds)
         ok = sorted(self._ok_times)
         series = {name: fam.finish(name, bounds, ok) for name, fam in self._fams.items()}
-        return Scrapes(series, self.total, self.failed, self.first_failed[1] if self.first_failed else None, self.rows)
+        return Scrapes(series, self.total, self.failed, self.first_failed[1] if self.first_failed else None, self.rows,
+                       array("d", sorted(self._failed_times)), array("d", ok), array("d", sorted(self._times)))
 
 
 def build_scrapes(rows: Iterable[Any]) -> Scrapes:

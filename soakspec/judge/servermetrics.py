@@ -30,7 +30,8 @@ over a scope's bucket windows (the index/scope API: `Scope.windows`):
 
 A counter's or histogram's change over a window is taken between the last scrape at or before
 the window's start (else its first scrape inside) and the first scrape at or after its end
-(else its last inside): it covers the window, by at most one scrape interval more. A counter
+(else its last inside): it covers the window, by at most 1.5 scrape intervals more where the
+window is covered (`_gap`). A counter
 or histogram absent from the successful scrapes before its first appearance had no series
 there, its sum 0 (a labelled family shows no line before its first event): the last such
 scrape is its first point (`Series.born`), so its first value counts; absent after it, a
@@ -41,8 +42,11 @@ A percentile of a histogram needs as many observations as the gate's percentile 
 (`stats.min_samples_for_percentile`); everything else needs one scrape (two for a change).
 Missing is never a pass: no scrape in a window, a family the server does not expose, or an
 endpoint that answered 404 ("not available") is INCONCLUSIVE with the reason; so is a scope
-with a bucket no successful scrape covers (`_uncovered`), but where the rest is a lower bound
-that decides it (a gauge's max, a counter's or histogram's bare count: `Measure.at_least`).
+with a bucket no successful scrape covers (`_uncovered`, `_gap`: from the last scrape at or
+before it to the first at or after it, none failed and none more than COVER_GAP scrape
+intervals from the next; the same for every rule kind), but where the rest is a lower bound
+that decides it (a gauge's max, a counter's or histogram's bare count not taken across a gap
+to a scrape beyond the scope: `Measure.at_least`).
 """
 
 from __future__ import annotations
@@ -299,11 +303,17 @@ class ServerMetric:
         if m.value is None or not (gaps := _uncovered(scope, self.family, kind, agg)):
             return m
         why = f"no scrape of '{self.family}' covers {len(gaps)} of {plural(len(windows(scope)), 'bucket')} of the scope"
+        bi0, a0, _, g0 = gaps[0]
+        interval = _interval(bi0)
+        if math.isfinite(g0) and interval is not None:
+            why += f" (its successful scrapes {g0:.3g} s apart around one, against a {interval:g} s scrape interval)"
         if failed := [bi for bi in scope.backends if scrapes(bi).failed]:
             sc = scrapes(failed[0])
             why += f" ({sc.failed} of {plural(sc.total, 'scrape')} failed; first: {(sc.first_failed or {}).get('error')})"
-        if (kind == "gauge" and agg == "max") or (kind in ("counter", "histogram") and agg == "count"):
-            # what the buckets it saw hold, the unseen ones can only add to: a lower bound
+        if (kind == "gauge" and agg == "max") or (kind in ("counter", "histogram") and agg == "count" and not _spills(scope, self.family)):
+            # what the buckets it saw hold, the unseen ones can only add to: a lower bound (a
+            # change taken across a gap to a scrape far outside the scope is not: it counts
+            # what happened outside)
             return dataclasses.replace(m, reason=why, at_least=True)
         return Measure(None, m.samples, m.needed, m.unit, why)
 
@@ -360,43 +370,116 @@ def histogram_mean_interval(metric: ServerMetric, scope: Scope, confidence: floa
     return mean - half, mean + half
 
 
-def _tolerance(bi: BackendIndex) -> float:
-    """How far from a bucket's edge a scrape may be and still cover it: the scrape interval
-    and timeout the manifest records (a scrape lands anywhere in them)."""
+# how far apart, in scrape intervals, a family's successful scrapes around and inside a bucket may
+# be and still cover it: a scrape that starts late (a busy host) lengthens one gap by its delay;
+# one missing -- failed, or skipped by an answer slower than the interval -- doubles it
+COVER_GAP = 1.5
+
+
+def _interval(bi: BackendIndex) -> float | None:
+    """The backend's scrape interval: the manifest's `interval_s`, else (evidence from before
+    it) the median time between its scrapes. None: neither."""
     entry = bi.evidence.entry.get("metrics")
-    entry = entry if isinstance(entry, Mapping) else {}
-    tol = [v for k in ("interval_s", "timeout_s") if isinstance(v := entry.get(k), (int, float)) and math.isfinite(v) and v >= 0]
-    return math.fsum(tol) + EPS
+    v = entry.get("interval_s") if isinstance(entry, Mapping) else None
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0:
+        return float(v)
+    ts = scrapes(bi).times
+    gaps = sorted(y - x for x, y in zip(ts, ts[1:]) if y - x > EPS)
+    return gaps[len(gaps) // 2] if gaps else None
 
 
-def _uncovered(scope: Scope, family: str, kind: str, agg: str) -> list[tuple[BackendIndex, float, float]]:
-    """The scope's buckets no successful scrape of the family covers (failed scrapes, a
-    /metrics that stopped answering): a gauge's has no scrape inside; a change over the scope
-    (bare, rate(), a histogram's mean and pNN) has none within a scrape interval of its start
-    or its end; a per-bucket change has its own bracket further than that from its edges."""
+def _readings(bi: BackendIndex, s: Series, kind: str, lo: float, hi: float) -> list[float]:
+    """When the family was read in [lo, hi]: its successful scrapes with a value (a histogram's
+    or summary's every one), and for a counter, histogram or summary every successful scrape up
+    to its birth (`Series.born`: no series there, its sum 0)."""
+    out = [s.times[i] for i in range(bisect.bisect_left(s.times, lo), bisect.bisect_right(s.times, hi))
+           if kind in ("histogram", "summary") or s.value(i) is not None]
+    if s.born is not None and kind in ("counter", "histogram", "summary") and lo <= s.born:
+        ok = scrapes(bi).ok_times
+        out = list(ok[bisect.bisect_left(ok, lo):bisect.bisect_right(ok, min(hi, s.born))]) + out
+    return out
+
+
+def _gap(bi: BackendIndex, s: Series, kind: str, a: float, b: float, interval: float) -> float | None:
+    """None where the family's readings cover [a, b), else the gap that leaves it uncovered
+    (math.inf: a failed scrape). Covered: from the last scrape at or before `a` to the first at
+    or after `b` (where the scraping had begun or not yet ended: the edge itself) every scrape
+    succeeded and read the family, no two readings more than COVER_GAP intervals apart. The
+    interval is the sampling resolution: a value attributed to the bucket (a gauge's scrapes
+    inside it, a counter's change between those around it) then is the bucket's. A failed scrape
+    among them -- before `a`, inside, after `b` -- leaves the bucket uncovered, whatever the
+    successes either side say: a counter's change across it may hide a restart, a gauge's peak
+    may be in it."""
+    tol = COVER_GAP * interval + EPS
+    sc = scrapes(bi)
+    before, after = _reading_near(bi, s, kind, a, -1), _reading_near(bi, s, kind, b, 1)
+    first = before if before is not None else (a if bisect.bisect_left(sc.times, a) == 0 else None)
+    last = after if after is not None else (b if bisect.bisect_right(sc.times, b) == len(sc.times) else None)
+    failed = sc.failed_times
+    if first is None or last is None or bisect.bisect_left(failed, first + EPS) < bisect.bisect_right(failed, last - EPS):
+        return math.inf  # a failed scrape among them, or none before `a` (after `b`) that read it
+    seq = [first] + [t for t in _readings(bi, s, kind, first, last) if first < t < last] + [last]
+    widest = max((y - x for x, y in zip(seq, seq[1:])), default=0.0)
+    return widest if widest > tol else None
+
+
+def _reading_near(bi: BackendIndex, s: Series, kind: str, x: float, way: int) -> float | None:
+    """The family's last reading at or before `x` (way -1), or its first at or after it (1)."""
+    usable = (lambda i: True) if kind in ("histogram", "summary") else (lambda i: s.value(i) is not None)
+    if way < 0:
+        i = bisect.bisect_right(s.times, x) - 1
+        while i >= 0 and not usable(i):
+            i -= 1
+        got = s.times[i] if i >= 0 else None
+        if s.born is not None and kind in ("counter", "histogram", "summary") and got is None:
+            ok = scrapes(bi).ok_times
+            k = bisect.bisect_right(ok, min(x, s.born)) - 1
+            got = ok[k] if k >= 0 else None
+        return got
+    i = bisect.bisect_left(s.times, x)
+    while i < len(s.times) and not usable(i):
+        i += 1
+    got = s.times[i] if i < len(s.times) else None
+    if s.born is not None and kind in ("counter", "histogram", "summary") and x <= s.born:
+        ok = scrapes(bi).ok_times
+        k = bisect.bisect_left(ok, x)
+        got = ok[k] if k < len(ok) and ok[k] <= s.born else got
+    return got
+
+
+def _uncovered(scope: Scope, family: str, kind: str, agg: str) -> list[tuple[BackendIndex, float, float, float]]:
+    """The scope's buckets no successful scrape of the family covers (`_gap`: failed scrapes, a
+    /metrics that stopped answering), each with its gap; and a bucket whose per-bucket change
+    has no scrape on one side (before a counter's birth)."""
     out = []
     for bi, a, b in windows(scope):
         s = find(bi, family)
-        if s is None or not len(s.times):
-            out.append((bi, a, b))
+        interval = _interval(bi)
+        if s is None or not len(s.times) or interval is None:
+            out.append((bi, a, b, math.inf))
             continue
-        tol = _tolerance(bi)
-        if kind not in _KINDS or kind == "gauge":
-            ok = any(s.value(i) is not None for i in inside(s, a, b))
-            if not ok and b - a <= tol:  # a bucket shorter than a scrape interval (a level's last, cut
-                # short): covered by the scrapes of the regular cadence on either side of it
-                lo, hi = bisect.bisect_right(s.times, a) - 1, bisect.bisect_left(s.times, b)
-                ok = lo >= 0 and hi < len(s.times) and a - s.times[lo] <= tol and s.times[hi] - b <= tol
-        elif agg in ("count", "rate") or (kind != "counter" and agg in ("mean", "p")):
-            ok = (s.born if s.born is not None else s.times[0]) <= a + tol and s.times[-1] >= b - tol
-        else:
-            sp = span_of(s, a, b)
-            # its birth inside the bucket: 0 from the bucket's start on (it had no series)
-            ok = (sp is not None and abs(s.times[sp[1]] - b) <= tol
-                  and (abs(_time(s, sp[0]) - a) <= tol or (sp[0] < 0 and _time(s, sp[0]) >= a)))
-        if not ok:
-            out.append((bi, a, b))
+        gap = _gap(bi, s, kind, a, b, interval)
+        if gap is None and kind in ("counter", "histogram", "summary") and agg not in ("count", "rate") \
+                and not (kind != "counter" and agg in ("mean", "p")) and span_of(s, a, b) is None:
+            gap = math.inf
+        if gap is not None:
+            out.append((bi, a, b, gap))
     return out
+
+
+def _spills(scope: Scope, family: str) -> bool:
+    """Whether a change over the scope is taken from or to a scrape further outside it than
+    the resolution `_gap` allows (across a gap of failed scrapes): it counts what happened
+    outside the scope, so is no lower bound of the scope's."""
+    for bi, a, b in spans(scope):
+        s, interval = find(bi, family), _interval(bi)
+        sp = span_of(s, a, b) if s is not None else None
+        if sp is None or interval is None:
+            continue
+        tol = COVER_GAP * interval + EPS
+        if _time(s, sp[0]) < a - tol or s.times[sp[1]] > b + tol:
+            return True
+    return False
 
 
 def _by_backend(scope: Scope, family: str, wins) -> list[tuple[Series, float, float]]:
