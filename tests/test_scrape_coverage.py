@@ -16,7 +16,7 @@ TOKENS = "vllm:generation_tokens_total"
 WAITING = "vllm:num_requests_waiting"
 
 
-def _run(rules: str, *, fail=(), drop=(), late=(), interval: float | None = 1.25, step: float = 1.25):
+def _run(rules: str, *, fail=(), drop=(), late=(), interval: float | None = 1.25, step: float = 1.25, bare: bool = False):
     """The performance results of `rules` over one 20 s level of 5 s buckets whose /metrics was
     scraped every `step` s (the manifest's interval: `interval`, None: not recorded), from just
     before the level to just after it; scrapes at [a, b) seconds into the level in `fail` failed
@@ -30,6 +30,8 @@ def _run(rules: str, *, fail=(), drop=(), late=(), interval: float | None = 1.25
         x = row["t"] - t0
         if any(abs(x - y) < 0.01 for y in late):
             row["t"] += 0.5
+        if bare:
+            row["families"] = {}
         if any(a <= x < b for a, b in fail):
             row.update(ok=False, status=503, error="HTTP 503", families={})
     b.metrics["a"] = [r for r in rows if not any(a <= r["t"] - t0 < b for a, b in drop)]
@@ -125,3 +127,27 @@ def test_without_a_recorded_interval_the_scrapes_own_cadence_is_the_resolution()
     assert ok.status == "pass", ok.message
     (r,) = _run(f'require max(server("{WAITING}")) < 10', interval=None, fail=GAP)
     assert r.status == "inconclusive", r.message
+
+
+# ---------------------------------------------------------------------------- a family /metrics never had
+
+
+def test_a_family_the_answering_server_never_had_says_so_not_that_no_scrape_succeeded():
+    """The audit's missing.soak: all 12 scrapes succeeded, the named families absent, and the
+    rule said "no successful scrape of /metrics (0 failed; first: None)"."""
+    (r,) = _run(f'require max(server("{WAITING}")) < 10', bare=True)  # as the audit's: no kept family at all
+    assert r.status == "inconclusive", r.message
+    assert f"has no '{WAITING}': it answered 18 scrapes, none with it" in r.message, r.message
+    assert "no successful scrape" not in r.message, r.message
+    (r,) = _run('require max(server("vllm:no_such_gauge")) < 10')  # others there
+    assert r.status == "inconclusive", r.message
+    assert "has no 'vllm:no_such_gauge': it answered 18 scrapes, none with it" in r.message, r.message
+    assert "no successful scrape" not in r.message, r.message
+    (r,) = _run('require max(server("vllm:no_such_gauge")) < 10', fail=GAP)
+    assert "it answered 12 scrapes (6 more failed; first: HTTP 503), none with it" in r.message, r.message
+
+
+def test_a_server_whose_every_scrape_failed_says_how_many():
+    (r,) = _run(f'require max(server("{WAITING}")) < 10', fail=[(-1, 30)])
+    assert r.status == "inconclusive", r.message
+    assert "no successful scrape of /metrics (18 of 18 scrapes failed; first: HTTP 503)" in r.message, r.message

@@ -86,16 +86,29 @@ def find(bi: BackendIndex, name: str) -> Series | None:
 
 
 def unavailable(bi: BackendIndex) -> str | None:
-    """Why the backend has no server metrics at all (None: it has scrapes)."""
+    """Why the backend has no server metrics at all (None: it has successful scrapes)."""
     entry = bi.evidence.entry.get("metrics")
     if not isinstance(entry, Mapping):
         return "no server metrics were scraped for this backend (metrics off, or evidence from before they existed)"
     status = entry.get("status")
     if status == "not available":
         return f"the server has no {entry.get('path', '/metrics')} (its first scrape answered {entry.get('first_error')}: not available)"
-    if not scrapes(bi).series:
-        return f"no successful scrape of {entry.get('path', '/metrics')} ({entry.get('failed', 0)} failed; first: {entry.get('first_error')})"
+    sc = scrapes(bi)
+    if not sc.ok_times:
+        return (f"no successful scrape of {entry.get('path', '/metrics')} ({sc.failed} of {plural(sc.total, 'scrape')} failed; "
+                f"first: {(sc.first_failed or {}).get('error')})")
     return None
+
+
+def absent(bi: BackendIndex, family: str) -> str:
+    """Why `family` has no series on a backend whose /metrics answered: it never showed it."""
+    entry = bi.evidence.entry.get("metrics")
+    path = entry.get("path", "/metrics") if isinstance(entry, Mapping) else "/metrics"
+    sc = scrapes(bi)
+    ok = len(sc.ok_times)
+    failed = f" ({sc.failed} more failed; first: {(sc.first_failed or {}).get('error')})" if sc.failed else ""
+    return (f"the server's {path} has no '{family}': it answered {plural(ok, 'scrape')}{failed}, none with it "
+            "(a name the server does not expose, or one it shows only once it has counted something)")
 
 
 # ------------------------------------------------------------------------------ windows
@@ -290,7 +303,7 @@ class ServerMetric:
             if s is not None:
                 series.append(s)
             else:
-                why.append(unavailable(bi) or f"the server's /metrics has no '{self.family}'")
+                why.append(unavailable(bi) or absent(bi, self.family))
         if why or not series:
             return Measure(None, 0, 1, "scrape", why[0] if why else "no backend in the scope")
         kind = series[0].type
