@@ -16,11 +16,13 @@ TOKENS = "vllm:generation_tokens_total"
 WAITING = "vllm:num_requests_waiting"
 
 
-def _run(rules: str, *, fail=(), drop=(), late=(), interval: float | None = 1.25, step: float = 1.25, bare: bool = False):
+def _run(rules: str, *, fail=(), drop=(), late=(), interval: float | None = 1.25, step: float = 1.25, bare: bool = False,
+         took: float | None = None):
     """The performance results of `rules` over one 20 s level of 5 s buckets whose /metrics was
     scraped every `step` s (the manifest's interval: `interval`, None: not recorded), from just
     before the level to just after it; scrapes at [a, b) seconds into the level in `fail` failed
-    (HTTP 503), those in `drop` were never made, those at the times in `late` started 0.5 s late."""
+    (HTTP 503), those in `drop` were never made, those at the times in `late` started 0.5 s late;
+    `took`: every scrape's answer time (its row's `seconds`)."""
     spec = small_spec(rules, duration="20s", bucket="5s")
     b = EvidenceBuilder(spec)
     (lv,) = b.manifest["backends"][0]["levels"]
@@ -32,6 +34,8 @@ def _run(rules: str, *, fail=(), drop=(), late=(), interval: float | None = 1.25
             row["t"] += 0.5
         if bare:
             row["families"] = {}
+        if took is not None:
+            row["seconds"] = took
         if any(a <= x < b for a, b in fail):
             row.update(ok=False, status=503, error="HTTP 503", families={})
     b.metrics["a"] = [r for r in rows if not any(a <= r["t"] - t0 < b for a, b in drop)]
@@ -97,6 +101,18 @@ def test_a_scrape_never_made_leaves_a_gap_as_a_failed_one_does(rule):
     are every 1.25 s: what happened in between was not sampled."""
     (r,) = _run(rule, drop=[(6, 9.5)])
     assert r.status == "inconclusive" and "apart" in r.message and "1.25 s scrape interval" in r.message, r.message
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_a_metrics_endpoint_slower_than_the_interval_still_covers_its_buckets(rule):
+    """A CPU server under load answers /metrics in 2 s, asked every 1.25 s: the scraper starts
+    each scrape on the first slot after the last answer, every 2.5 s -- no scrape missing, none
+    failed. Its gaps stretch by the scrape's own answer time: decided, not INCONCLUSIVE. The same
+    gaps with answers that took no time are scrapes never made."""
+    (r,) = _run(rule, step=2.5, took=2.0)
+    assert r.status == "pass", r.message
+    (r,) = _run(rule, step=2.5, took=0.01)
+    assert r.status == "inconclusive" and "apart" in r.message, r.message
 
 
 def test_a_counter_whose_last_scrapes_failed_is_a_lower_bound_not_the_runs_total():

@@ -385,7 +385,10 @@ def histogram_mean_interval(metric: ServerMetric, scope: Scope, confidence: floa
 
 # how far apart, in scrape intervals, a family's successful scrapes around and inside a bucket may
 # be and still cover it: a scrape that starts late (a busy host) lengthens one gap by its delay;
-# one missing -- failed, or skipped by an answer slower than the interval -- doubles it
+# one missing -- failed, or never made -- doubles it. The gap after a scrape also stretches by
+# that scrape's own answer time (its row's `seconds`): the scraper starts the next scrape on the
+# first slot after an answer, so a /metrics slower than the interval (a CPU server under load
+# answering in 2 s, every 1.25 s asked) leaves gaps of two intervals with no scrape missing
 COVER_GAP = 1.5
 
 
@@ -432,8 +435,8 @@ def _gap(bi: BackendIndex, s: Series, kind: str, a: float, b: float, interval: f
     if first is None or last is None or bisect.bisect_left(failed, first + EPS) < bisect.bisect_right(failed, last - EPS):
         return math.inf  # a failed scrape among them, or none before `a` (after `b`) that read it
     seq = [first] + [t for t in _readings(bi, s, kind, first, last) if first < t < last] + [last]
-    widest = max((y - x for x, y in zip(seq, seq[1:])), default=0.0)
-    return widest if widest > tol else None
+    over = [(y - x) for x, y in zip(seq, seq[1:]) if y - x > tol + sc.took_at(x)]  # beyond its scrape's own answer time
+    return max(over) if over else None
 
 
 def _reading_near(bi: BackendIndex, s: Series, kind: str, x: float, way: int) -> float | None:
