@@ -2,19 +2,22 @@
 (`Shapes.make(k)`), whatever the backend sent before it (an earlier closed-loop level's count
 varies run to run) and on every backend of a spec; request ids stay the backend's own unique
 sequence. With `--workers N` (each process a part p of N of the level) an open-loop arrival still
-gets its place in the schedule, and a closed-loop process p sends the level's prompts p, p+N, ...
+gets its place in the schedule, and a closed loop's k-th request to start gets prompt k whichever
+process starts it (the level's shared count, `ids.SharedCount`).
 Driven in virtual time (`trio.testing.MockClock`, tests/test_load_shapes.py's fake server).
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 import pytest
 import trio
 import trio.testing
 
 from soakspec.runner.clock import RunClock
-from soakspec.runner.ids import IdSequence
-from soakspec.runner.load import LevelContext, Shapes, drive_level
+from soakspec.runner.ids import IdSequence, SharedCount
+from soakspec.runner.load import WORDS, LevelContext, Shapes, drive_level
 from soakspec.runner.records import RequestRecord
 from test_load_shapes import Server, levels_of
 
@@ -86,28 +89,36 @@ def test_a_closed_level_sends_its_kth_request_with_the_kth_prompt():
     assert later[0][1] != fresh[0][1]  # ids differ: the backend's own sequence
 
 
-def _drive_parts(lv, parts: int, first: int, latency: float = 0.05):
+def _drive_parts(lv, parts: int, first: int, latency: float = 0.05, slower: float = 1.0):
     """The level split over `parts` processes as `--workers` splits it (runner/workers.py): one
-    shared start, process p gets `part=(p, parts)` and the id sequence's share p (the backend's
-    sequence at `first`)."""
+    shared start, process p gets `part=(p, parts)`, the id sequence's share p (the backend's
+    sequence at `first`) and, closed loop, the level's shared count (one file, each process its
+    own `SharedCount` on it). Process p's requests take `latency · slower**p`."""
 
     async def main():
         clock = RunClock(timer=trio.current_time, epoch=1000.0)
         ids = IdSequence("w", first=first)
         shares = [ids.share(p, parts) for p in range(parts)]
+        count = SharedCount.create() if lv.concurrency is not None and parts > 1 else None
         t0 = clock.now() + 0.1
         got: list[list] = [[] for _ in range(parts)]
 
         async def part(p: int) -> None:
-            server = Server(clock, latency)
+            server = Server(clock, latency * slower**p)
             records: list[RequestRecord] = []
-            ctx = LevelContext("a", clock, server.connect, Shapes(lv.request), records.extend, shares[p], t0=t0, part=(p, parts))
+            claim = None if count is None else SharedCount(count.path).claim
+            ctx = LevelContext("a", clock, server.connect, Shapes(lv.request), records.extend, shares[p], t0=t0,
+                               part=(p, parts), claim=claim)  # fmt: skip
             await drive_level(lv, ctx)
             got[p] = _sent(records, server, t0)
 
-        async with trio.open_nursery() as n:
-            for p in range(parts):
-                n.start_soon(part, p)
+        try:
+            async with trio.open_nursery() as n:
+                for p in range(parts):
+                    n.start_soon(part, p)
+        finally:
+            if count is not None:
+                count.remove()
         return got
 
     return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
@@ -124,13 +135,28 @@ def test_workers_split_an_open_level_without_changing_its_prompts(parts):
     assert len(set(ids)) == len(ids)
 
 
-def test_workers_split_a_closed_level_into_interleaved_prompt_sequences():
+@pytest.mark.parametrize("parts", [2, 3])
+def test_a_closed_level_split_over_processes_sends_its_kth_request_with_the_kth_prompt(parts):
+    """Closed loop over `parts` processes, each slower than the one before: the level's requests,
+    in the order they start across all processes, get the level's prompts and max_tokens 0, 1,
+    2, ... as with one process. Each process counted for itself (p, p + N, ...): with
+    max_tokens = [5, 6, 7] over 3 processes each sent one value only, and the fastest's most."""
     lv = level(CLOSED)
     shapes = Shapes(lv.request)
-    split = _drive_parts(lv, 2, first=41)
-    for p, run in enumerate(split):
-        assert run
-        assert [pr for _, _, pr, _ in run] == [shapes.make(j * 2 + p).prompt for j in range(len(run))]
+    split = _drive_parts(lv, parts, first=41, slower=2.0)
+    assert all(split), "every process sent"
+    index = {shapes.make(k).prompt: k for k in range(len(WORDS))}  # a word prompt names its index (mod 198)
+    sent = sorted((t, index[pr], i, mt) for run in split for t, i, pr, mt in run)
+    assert len(sent) < len(WORDS)
+    # the prompts 0 .. K-1, each once, in the order the requests started (simultaneous ones in any order)
+    assert [k for _, k, _, _ in sent] == list(range(len(sent)))
+    assert [mt for *_, mt in sent] == [shapes.make(k).max_tokens for k in range(len(sent))]
+    for run in split:  # each process sends from the whole list, not a fixed part of it
+        assert len({mt for *_, mt in run}) > 1
+    mix = Counter(mt for *_, mt in sent)
+    assert max(mix.values()) - min(mix.values()) <= 1, mix
+    ids = [i for _, _, i, _ in sent]
+    assert len(set(ids)) == len(ids)
 
 
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])

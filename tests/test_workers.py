@@ -103,6 +103,38 @@ def test_buckets_follow_the_shared_clock_and_in_flight_is_exact(tmp_path):
     assert level["mean_in_flight"] > 4.0, "five workers keep about five requests in flight"
 
 
+# closed loop, max_tokens of two very different lengths: a list whose length shares a factor with
+# the process count, and a process that sends the short ones runs faster than one sending the long
+MIX = sim_spec(sim="ttft = 20ms\n    itl = 5ms\n    slots = 64", load="mode = closed\n    concurrency = [2]",
+               duration="3s", bucket="1s", deadline="10s", max_tokens="[2, 40]", follow_up=False)  # type: ignore[arg-type]  # fmt: skip
+
+
+@pytest.mark.slow
+def test_two_processes_keep_a_closed_loop_s_max_tokens_mix(tmp_path):
+    """Closed loop, concurrency 2, `max_tokens = [2, 40]`, `--workers 2`: the k-th request to
+    start gets max_tokens[k % 2] whichever process starts it, so the level sends half of each,
+    as one process does (the server's trace of each request agrees). Each process counted its
+    own p, p + 2, ...: process 0 sent only 2, process 1 only 40, and the fast one sent most --
+    2:40 was 154:19 in 4 s (one process: 34:34), the run's req/s tripled and tok/s fell."""
+    import json
+
+    from runner_support import server_log_bytes
+
+    out, level, rows = _run(tmp_path, MIX, 2, "mix")
+    assert level["workers"] == 2
+    rows = [r for r in rows if r["bucket"] != -2]
+    assert rows and all(r["outcome"] == "completed" for r in rows)
+    mix = Counter(r["output_tokens"] for r in rows)
+    assert set(mix) == {2, 40} and abs(mix[2] - mix[40]) <= 2, mix  # the processes' last claims may go unsent
+    for p in (0, 1):  # each process sends both lengths, not a fixed one
+        assert {r["output_tokens"] for r in rows if r["worker"] % 2 == p} == {2, 40}
+    prefix = "soakspec_sim_trace "
+    traces = [json.loads(line[len(prefix):]) for line in server_log_bytes(out / "backends" / "b0").decode().splitlines()
+              if line.startswith(prefix)]  # fmt: skip
+    asked = {t["client_request_id"]: t["max_tokens"] for t in traces}
+    assert Counter(asked[r["request_id"]] for r in rows) == mix  # what the server was asked for
+
+
 def _start(tmp_path: Path, spec_text: str, workers: int, marker: str):
     spec = tmp_path / "run.soak"
     spec.write_text(spec_text)

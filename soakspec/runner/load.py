@@ -27,7 +27,11 @@ Prompts: the k-th request of a level (k from 0, warmup included) gets `Shapes.ma
 the backend sent before, so with a fixed seed every level of every backend sends the same prompt
 sequence; request ids stay the backend's own (unique) sequence. Open loop: k is the arrival's
 position in the schedule. Closed loop and batch: k counts the requests in the order they start;
-with `--workers N` process p sends k = p, p + N, p + 2N, ... (its own j-th request: j·N + p).
+with `--workers N` the count is the level's, shared by its processes (`LevelContext.claim`, a
+`SharedCount`): the k-th request to start in the level gets k whichever process starts it, so
+the mix of prompts and max_tokens is one process's. (It was `j·N + p` for process p's j-th: with
+a list whose length shares a factor with N each process sent a fixed subset of it, and the faster
+process more of its own.)
 """
 
 from __future__ import annotations
@@ -345,6 +349,9 @@ class LevelContext:
     # told the bucket of every request this process starts (the abort rules: runner/abort.py)
     on_request_start: Callable[[int, float | None], None] | None = None  # (bucket, intended start or start)
     on_started_until: Callable[[float], None] | None = None  # --workers: every start before this was reported
+    # --workers, closed loop: the level's count of requests started, shared by its processes
+    # (`ids.SharedCount.claim`): each request claims its prompt index as it starts
+    claim: Callable[[], int] | None = None
 
 
 async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
@@ -369,17 +376,25 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
 
     health = ctx.health
 
-    p, parts = ctx.part
-    issued = 0  # requests this process started in the level (the prompt index of the next one)
+    parts = ctx.part[1]
+    issued = 0  # requests this process started in the level (one process: the prompt index of the next one)
     # the level's salt: its first request's id (unique per level, sweep probe, backend, run and
     # --workers process), spelled by each token-exact prompt after its index (`Shapes.make`)
     salt = ""
 
     def prompt_index(seq: int | None) -> int:
         """The request's index in the level: `seq` (an open-loop arrival's position in the
-        schedule) or, closed loop and batch, this process's count interleaved with the others'."""
+        schedule) or, closed loop and batch, the count of the level's requests started before it
+        -- split over processes, the level's shared count (`ctx.claim`)."""
         nonlocal issued
-        k = seq if seq is not None else issued * parts + p
+        if seq is not None:
+            k = seq
+        elif ctx.claim is not None:
+            k = ctx.claim()
+        elif parts > 1:  # this process's own count would give every process the prompts 0, 1, ...
+            raise ValueError("a closed loop split over processes needs the level's shared count (LevelContext.claim)")
+        else:
+            k = issued
         issued += 1
         return k
 

@@ -21,9 +21,15 @@ Design, per level (the parent is the runner; `python -m soakspec.runner.workers`
      write (line-atomic), and runs the bucket clock (fsync and progress at each bucket end).
   4. At the end each worker sends its summary (requests sent, in-flight seconds, drain time) and
      exits; the parent sums them into the level's `LevelRun`. Request indices are interleaved
-     (`IdSequence.share`, runner/ids.py), so ids stay unique; a request's prompt follows its
-     position in the level (an open-loop arrival's whichever process sends it; closed loop:
-     process p sends the level's prompts p, p + N, ...), as with one process.
+     (`IdSequence.share`, runner/ids.py), so ids stay unique; a request's prompt (and max_tokens
+     from a list) follows its index in the level, as with one process: an open-loop arrival's
+     place in the schedule, whichever process sends it; in closed loop the k-th request to start
+     in the level, whichever process starts it -- each claims its index as it starts from the
+     level's count, 8 bytes in a file the parent creates per level (`ids.SharedCount`, under
+     `flock`: a few microseconds a request; its path is in the job). (Each process counting
+     p, p + N, ... for itself gave it a fixed subset of a list whose length shares a factor with
+     N -- max_tokens = [2, 40] over 2 processes: one sent only 2, the other only 40 -- and the
+     faster process sent more of its own: the level's mix was not the spec's.)
 
 Aborts: when the parent is cancelled it closes the workers' stdin; a worker then cancels its
 load (in-flight requests are recorded as aborted, as in one process) and flushes its records,
@@ -54,7 +60,7 @@ from soakspec.runner.clienthealth import LoopMonitor
 from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
-from soakspec.runner.ids import IdSequence
+from soakspec.runner.ids import IdSequence, SharedCount
 from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, drive_level
 from soakspec.runner.prompts import RunAborted
 
@@ -143,6 +149,11 @@ async def drive_level_workers(
     """
     n = processes_for(level, workers)
     shares = [ids.share(p, n) for p in range(n)]
+    # closed loop: the level's count of requests started, which every process claims its next
+    # prompt index from (open loop: an arrival's index is its place in the schedule)
+    count = SharedCount.create() if level.concurrency is not None and n > 1 else None
+    if count is not None:
+        job = dict(job, count=count.path)
     clock = ctx.clock
     stats = ctx.stats
     procs: list[trio.Process] = []
@@ -220,6 +231,8 @@ async def drive_level_workers(
         # also when the level was cut short (an abort rule ending a sweep's probe, a failure): the
         # next level's ids go on after every id a worker reported using, never reusing one
         ids.continue_after(shares)
+        if count is not None:
+            count.remove()
     assert all(s is not None for s in summaries)
     _sum_up(run, [s for s in summaries if s is not None], shares, ids)
     return run, ids.end
@@ -287,6 +300,7 @@ async def _worker(msg_fd: int) -> None:
         api_key = os.environ.get(job["api_key_env"]) if job["api_key_env"] else None
         host, port = job["host"], job["port"]
         shapes = Shapes(job["request"], job["prompts"])
+        count = SharedCount(job["count"]) if job.get("count") else None
         await shapes.prepare(f"http://{host}:{port}")  # token-exact prompts: this process's own word costs
     except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
         await out.send_all(_frame(ERROR, traceback.format_exc().encode()))
@@ -346,6 +360,7 @@ async def _worker(msg_fd: int) -> None:
         job["backend"], clock, connect, shapes, sink, next_id,
         headers=job["headers"], stats=stats, t0=t0, part=(next_id.part, next_id.parts), health=gate,
         on_request_start=lambda bucket, start: started.append((bucket, start)),
+        claim=None if count is None else count.claim,
     )  # fmt: skip
     run: LevelRun | None = None
     try:
