@@ -36,7 +36,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     p.add_argument(
         "--workers", type=int, default=1, metavar="N",
-        help="load processes per level, splitting its concurrency or rate (default 1); records merge into one file",
+        help="load processes per level, splitting its concurrency or rate (default 1; a batch level runs in one, "
+             "its barrier spans the batch); records merge into one file",
     )  # fmt: skip
     p.add_argument(
         "--no-preflight", action="store_true",

@@ -203,7 +203,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     run: LevelRun | None = None
     try:
         if deps.workers > 1:
-            entry["workers"] = processes_for(lv, deps.workers)
+            entry["workers"] = processes_for(lv, deps.workers)  # a batch level: 1, its barrier spans the batch
             host, port = where
             job = {"host": host, "port": port, "api_key_env": lv.request.api_key_env, "request": lv.request,
                    "prompts": shapes.prompts, "backend": bp.name, "headers": ctx.headers,

@@ -553,13 +553,12 @@ async def _closed(shape: Closed, ctx: LevelContext, one, stop: float, start: flo
 async def _batch(shape: Batch, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
     clock = ctx.clock
     c, requests = shape.concurrency, shape.requests
-    p, parts = ctx.part
-    mine = range(p, c, parts)  # this process's workers, and its share of each batch
-    share = len(range(p, requests, parts))
-    conns = {w: ctx.connect() for w in mine}
+    if ctx.part[1] > 1:  # each process's share of a batch would end on its own: no barrier (workers.processes_for)
+        raise ValueError("a batch level runs in one process: its barrier spans the whole batch")
+    conns = {w: ctx.connect() for w in range(c)}
     try:
         while clock.now() < stop:
-            queue = list(range(share))
+            queue = list(range(requests))
 
             async def worker(w: int) -> None:
                 while queue and clock.now() < stop:
@@ -567,7 +566,7 @@ async def _batch(shape: Batch, ctx: LevelContext, one, stop: float, start: float
                     await one(conns[w], w, None)
 
             async with trio.open_nursery() as n:
-                for w in mine[: len(queue)]:
+                for w in range(min(c, len(queue))):
                     n.start_soon(worker, w)
     finally:
         with trio.move_on_after(CLOSE_S, shield=True):

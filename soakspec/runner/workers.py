@@ -6,15 +6,16 @@ the requested concurrency is not held), so a fast server needs more than one loa
 Design, per level (the parent is the runner; `python -m soakspec.runner.workers` is a worker):
 
   1. The parent starts N workers (`processes_for`: every one for an open-loop level -- a rate, a
-     ramp, a replay --; at most the concurrency in closed loop, and a batch's requests), sends each
+     ramp, a replay --; at most the concurrency in closed loop; one for a batch level, whose
+     barrier spans the whole batch), sends each
      its job over stdin (pickled: level, workload, model, prompts, ids, its part p of N, and the
      run clock's offset), and waits until every one says READY (imports done).
   2. It picks the level's start t0 a moment ahead on the run clock and sends it. Every worker
      builds `RunClock(offset=...)` -- the same clock, since `perf_counter` is the system-wide
      monotonic clock -- and runs the ordinary `drive_level()` for its part with `t0` given, so
      buckets, the warmup edge and the level's end are one set of times for all of them.
-     Closed/batch: worker w of the level's c runs in process w % N (each batch is split the same
-     way); open loop: every N-th arrival of the one seeded schedule, from arrival p.
+     Closed loop: worker w of the level's c runs in process w % N; open loop: every N-th arrival
+     of the one seeded schedule, from arrival p.
   3. Workers serialize each record as the runner does (`RequestRecord.to_line`) and stream
      batches of lines back on stdout (every 256 records or 20 ms), with the outcome and TTFT of
      each for the live progress. The parent appends each batch to the one requests.jsonl with one
@@ -92,13 +93,24 @@ def _how_it_ended(returncode: int | None) -> str:
 
 
 def processes_for(level: Level, workers: int) -> int:
-    """How many processes a level gets: open loop (a constant rate, a ramp, a replay) all of
-    them; closed loop never more than its (peak) concurrency, batch never more than its
-    concurrency or its batch's requests (a process with no share of a batch has nothing to send)."""
+    """How many processes a level gets (the manifest's `workers` of the level): open loop (a
+    constant rate, a ramp, a replay) all of them; closed loop never more than its (peak)
+    concurrency; a batch level one, whatever `--workers` says.
+
+    Why one for a batch: its next batch starts once the last request of this one has ended (the
+    barrier is the mode), and that barrier spans every process that sends part of the batch.
+    Split, each process ran its own share of each batch with no barrier across them: the next
+    batch started while the previous one was still running (t29: batches of 4 at c = 2, 25 of
+    43 batches began before their predecessor ended; req/s 42.75 against one process's 14.75).
+    A cross-process barrier (every process reporting its share's end and waiting for the others'
+    before its next batch) would add a round trip between processes to every batch's gap and a
+    stalled process would hold all of them; a batch level has at most min(c, requests) requests
+    in flight and spends its time waiting at the barrier, so one trio loop is not its limit --
+    one process keeps the mode's meaning at no cost that `--workers` was meant to remove."""
     if level.concurrency is None:  # open loop: every N-th arrival of the one schedule (`load._arrivals`)
         return max(1, workers)
     if isinstance(level.shape, Batch):
-        return max(1, min(workers, level.shape.concurrency, level.shape.requests))
+        return 1
     return max(1, min(workers, level.concurrency))
 
 
