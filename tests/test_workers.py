@@ -339,12 +339,18 @@ def test_a_batch_level_runs_in_one_process_whatever_the_workers() -> None:
         assert processes_for(lv, 4) == 1
 
 
-async def test_a_level_cut_short_leaves_the_ids_after_every_one_its_workers_used(tmp_path):
+async def test_a_level_cut_short_leaves_the_ids_after_every_one_its_workers_used(tmp_path, monkeypatch):
     """A `--workers` level cut short (an abort rule ending a sweep's probe) has no worker
     summaries; the backend's id sequence must still go on after every id its workers used. It
     did not move: the next probe's workers issued the same ids again (duplicate request ids in
-    requests.jsonl)."""
+    requests.jsonl). The closed loop's shared count (`ids.SharedCount`, a temp file) is gone
+    once the workers are sending: a runner SIGKILLed mid-level leaves no file behind."""
     import json
+    import tempfile
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
 
     from soakspec.runner.ids import IdSequence
     from soakspec.runner.load import LevelContext, Shapes
@@ -371,6 +377,7 @@ async def test_a_level_cut_short_leaves_the_ids_after_every_one_its_workers_used
             async def abort_rule() -> None:
                 while len({json.loads(line)["worker"] % 2 for line in b"".join(lines).splitlines()}) < 2:
                     await trio.sleep(0.05)
+                assert list(temp.iterdir()) == [], "the level's count file outlived the workers' start"
                 cut.cancel()
 
             nursery.start_soon(abort_rule)

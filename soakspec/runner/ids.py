@@ -64,7 +64,9 @@ class SharedCount:
     lock), so the count is 8 bytes in a file the parent creates per level (`create`; its path
     travels in each worker's job), read and rewritten under `flock` -- four system calls, a few
     microseconds a claim (closed loop: once per request; measured in the commit that added it).
-    Not picklable with its descriptor: send `path`, open `SharedCount(path)` in the worker."""
+    Not picklable with its descriptor: send `path`, `SharedCount(path).open()` in the worker; the
+    parent `remove()`s the file once every worker has opened it (a runner SIGKILLed later leaves
+    no file behind), the workers' descriptors keep the count."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -80,11 +82,17 @@ class SharedCount:
             os.close(fd)
         return cls(path)
 
-    def claim(self) -> int:
-        """The next number of the count (the caller's), and the count moves on by one."""
+    def open(self) -> SharedCount:
+        """Open the file now (each process its own descriptor: `flock` excludes between open
+        files, not between a file's inherited copies)."""
         if self._fd is None:
             self._fd = os.open(self.path, os.O_RDWR)
-        fd = self._fd
+        return self
+
+    def claim(self) -> int:
+        """The next number of the count (the caller's), and the count moves on by one."""
+        fd = self.open()._fd
+        assert fd is not None
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             (n,) = _COUNT.unpack(os.pread(fd, _COUNT.size, 0))

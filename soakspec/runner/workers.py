@@ -215,6 +215,8 @@ async def drive_level_workers(
 
     try:
         await _spawn(level, job, shares, clock, procs, readers)
+        if count is not None:
+            count.remove()  # every worker has it open (READY): no file outlives the level, even a SIGKILLed runner's
         t0 = clock.now() + START_MARGIN
         if ctx.on_start is not None:
             ctx.on_start(t0)
@@ -312,7 +314,7 @@ async def _worker(msg_fd: int) -> None:
         api_key = os.environ.get(job["api_key_env"]) if job["api_key_env"] else None
         host, port = job["host"], job["port"]
         shapes = Shapes(job["request"], job["prompts"])
-        count = SharedCount(job["count"]) if job.get("count") else None
+        count = SharedCount(job["count"]).open() if job.get("count") else None  # before READY: the parent then removes the file
         await shapes.prepare(f"http://{host}:{port}")  # token-exact prompts: this process's own word costs
     except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
         await out.send_all(_frame(ERROR, traceback.format_exc().encode()))
