@@ -89,6 +89,36 @@ def test_a_closed_level_sends_its_kth_request_with_the_kth_prompt():
     assert later[0][1] != fresh[0][1]  # ids differ: the backend's own sequence
 
 
+def test_workers_take_a_multi_turn_files_conversations_in_turn_whatever_their_speed(tmp_path):
+    """Two conversations and `--workers 2`, one process three times slower: each process
+    numbered its conversations j·2 + p for itself, so process 0 only ever ran conversation 1 and
+    process 1 conversation 2, and the faster one's made most of the level. Claimed from the
+    level's count, the sessions begin the file's conversations in turn (1, 2, 1, 2, ... as claimed):
+    as many of each, and each process runs both."""
+    import json
+
+    from soakspec.lang import load_spec
+    from soakspec.plan import plan
+    from specs import one_workload_spec
+
+    convs = [{"conversations": [{"from": "human", "value": f"c{i} q1"}, {"from": "gpt", "value": "a"},
+                                {"from": "human", "value": f"c{i} q2"}]} for i in range(2)]  # fmt: skip
+    (tmp_path / "sg.json").write_text(json.dumps(convs))
+    before = 'endpoint = chat\n  prompt_file = "sg.json"\n  multi_turn = true\n  max_tokens = 4'
+    after = "duration = 4s\n  bucket = 1s\n  deadline = 5s\n  follow_up = false"
+    (tmp_path / "w.soak").write_text(one_workload_spec(name="mt", issue="1", before_load=before,
+                                                       load="mode = closed\n    concurrency = [2]", after_load=after))  # fmt: skip
+    spec, diags, _ = load_spec(tmp_path / "w.soak")
+    assert spec is not None, diags
+    (lv,) = plan(spec).backends[0].levels
+    split = _drive_parts(lv, 2, first=0, latency=0.05, slower=3.0)
+    begun = [p.split(" ")[0] for _, _, p, _ in sorted(x for run in split for x in run) if p.endswith("q1")]
+    assert len(begun) > 10
+    assert abs(begun.count("c0") - begun.count("c1")) <= 1, (begun.count("c0"), begun.count("c1"))
+    for run in split:  # each process ran both conversations
+        assert {p.split(" ")[0] for _, _, p, _ in run} == {"c0", "c1"}
+
+
 def _drive_parts(lv, parts: int, first: int, latency: float = 0.05, slower: float = 1.0):
     """The level split over `parts` processes as `--workers` splits it (runner/workers.py): one
     shared start, process p gets `part=(p, parts)`, the id sequence's share p (the backend's
@@ -106,8 +136,10 @@ def _drive_parts(lv, parts: int, first: int, latency: float = 0.05, slower: floa
         async def part(p: int) -> None:
             server = Server(clock, latency * slower**p)
             records: list[RequestRecord] = []
-            claim = None if count is None else SharedCount(count.path).claim
-            ctx = LevelContext("a", clock, server.connect, Shapes(lv.request), records.extend, shares[p], t0=t0,
+            mine = None if count is None else SharedCount(count.path)
+            claim = None if mine is None else mine.claim
+            shapes = Shapes(lv.request, claim_conversation=None if mine is None else (lambda: mine.claim(1)))
+            ctx = LevelContext("a", clock, server.connect, shapes, records.extend, shares[p], t0=t0,
                                part=(p, parts), claim=claim)  # fmt: skip
             await drive_level(lv, ctx)
             got[p] = _sent(records, server, t0)

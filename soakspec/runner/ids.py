@@ -72,12 +72,14 @@ class SharedCount:
         self.path = path
         self._fd: int | None = None
 
+    SLOTS = 2  # 0: the level's requests started (their prompt index); 1: its conversations begun (multi-turn)
+
     @classmethod
     def create(cls) -> SharedCount:
-        """A new count at 0, in a file of its own (the caller `remove()`s it)."""
+        """A new count at 0 in each slot, in a file of its own (the caller `remove()`s it)."""
         fd, path = tempfile.mkstemp(prefix="soakspec-level-", suffix=".count")
         try:
-            os.pwrite(fd, _COUNT.pack(0), 0)
+            os.pwrite(fd, _COUNT.pack(0) * cls.SLOTS, 0)
         finally:
             os.close(fd)
         return cls(path)
@@ -89,14 +91,15 @@ class SharedCount:
             self._fd = os.open(self.path, os.O_RDWR)
         return self
 
-    def claim(self) -> int:
-        """The next number of the count (the caller's), and the count moves on by one."""
+    def claim(self, slot: int = 0) -> int:
+        """The next number of the count in `slot` (the caller's), and that count moves on by one."""
         fd = self.open()._fd
-        assert fd is not None
+        assert fd is not None and 0 <= slot < self.SLOTS
+        at = slot * _COUNT.size
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
-            (n,) = _COUNT.unpack(os.pread(fd, _COUNT.size, 0))
-            os.pwrite(fd, _COUNT.pack(n + 1), 0)
+            (n,) = _COUNT.unpack(os.pread(fd, _COUNT.size, at))
+            os.pwrite(fd, _COUNT.pack(n + 1), at)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
         return n

@@ -130,6 +130,10 @@ class Shapes:
     _made: int = dataclasses.field(default=0, init=False, repr=False)  # characters of the word prompts in _cache
     _sessions: dict[int, tuple[int, int]] = dataclasses.field(default_factory=dict, init=False, repr=False)  # worker -> (conversation, next turn)
     _conv_counter: int = dataclasses.field(default=0, init=False, repr=False)
+    # --workers, closed loop: the level's count of conversations begun, shared by its processes
+    # (`ids.SharedCount.claim(1)`): a session's next conversation is the level's next, whichever
+    # process begins it
+    claim_conversation: Callable[[], int] | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.template.prompts:
@@ -199,7 +203,10 @@ class Shapes:
         next user turn of its conversation with everything before it as history (the file's own
         answers: a closed-loop worker sends it only after the previous turn's answer arrived).
         After a conversation's last turn the worker takes the next conversation: with `--workers
-        N`, process p's j-th is conversation j·N + p, so no two processes run the same one. The
+        N`, the level's next, claimed from its shared count (`claim_conversation`), so no two
+        processes run the same one and the file's conversations are taken in turn whichever
+        process is faster (each numbering j·N + p for itself gave it a fixed subset of a file
+        whose length shares a factor with N, and the faster process more of its own). The
         turn advances when it is made, whatever its outcome: a failed turn's successor is sent
         with the file's answer in its place (README, Multi-turn chat)."""
         w, convs = self.template, self.template.conversations
@@ -216,9 +223,13 @@ class Shapes:
         return dataclasses.replace(shape, conversation=conv % len(convs) + 1, turn=turn + 1)
 
     def _next_conv(self, part: tuple[int, int]) -> int:
+        if self.claim_conversation is not None:
+            return self.claim_conversation()
+        if part[1] > 1:  # each process's own numbering would give it a fixed subset of the file
+            raise ValueError("multi-turn sessions split over processes need the level's shared count (claim_conversation)")
         n = self._conv_counter
         self._conv_counter += 1
-        return n * part[1] + part[0]
+        return n
 
     def _token_shape(self, index: int, smallest: bool, salt: str = "") -> RequestShape:
         w = self.template

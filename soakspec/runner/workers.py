@@ -315,6 +315,8 @@ async def _worker(msg_fd: int) -> None:
         host, port = job["host"], job["port"]
         shapes = Shapes(job["request"], job["prompts"])
         count = SharedCount(job["count"]).open() if job.get("count") else None  # before READY: the parent then removes the file
+        if count is not None:
+            shapes.claim_conversation = lambda: count.claim(1)  # multi-turn: the level's next conversation
         await shapes.prepare(f"http://{host}:{port}")  # token-exact prompts: this process's own word costs
     except Exception:  # noqa: BLE001 - reported to the parent, which fails the run
         await out.send_all(_frame(ERROR, traceback.format_exc().encode()))
