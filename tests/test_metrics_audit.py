@@ -289,6 +289,19 @@ def test_a_ratio_gauge_of_several_engines_is_their_mean_not_their_sum(text):
     assert f["vllm:num_requests_running"]["value"] == 50.0
 
 
+def test_a_speculative_decoding_ratio_of_several_engines_is_their_mean():
+    """vLLM's (v0) spec-decode gauges are fractions per engine: two engines accepting 0.7 of
+    their drafts read 1.4 summed (an audit), 0.7 averaged; a per-second rate still adds up."""
+    from soakspec.runner.scrape import summarize
+
+    text = "".join(f'# TYPE vllm:{name} gauge\n' + "".join(f'vllm:{name}{{engine="{e}"}} {v}\n' for e in (0, 1))
+                   for name, v in (("spec_decode_draft_acceptance_rate", 0.7), ("spec_decode_efficiency", 0.5),
+                                   ("avg_generation_throughput_toks_per_s", 30.0)))
+    names = ["vllm:spec_decode_draft_acceptance_rate", "vllm:spec_decode_efficiency", "vllm:avg_generation_throughput_toks_per_s"]
+    f = summarize(text, names)
+    assert [f[n]["value"] for n in names] == [pytest.approx(0.7), pytest.approx(0.5), 60.0]
+
+
 # ---------------------------------------------------------------------------- a counter's label sets
 
 

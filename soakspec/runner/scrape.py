@@ -156,10 +156,11 @@ def _summary(samples: Iterable[Any]) -> dict[str, Any]:
 _PARTS = ("_bucket", "_sum", "_count")
 
 # a gauge that is a fraction of one engine's capacity or traffic (vLLM's kv_cache_usage_perc,
-# gpu_prefix_cache_hit_rate; SGLang's token_usage, cache_hit_rate): per engine with
-# --data-parallel-size, so its label sets are averaged (Prometheus' avg()), not summed -- two
-# engines at 90% and 70% are not 160%
-RATIO_SUFFIXES = ("_perc", "_ratio", "_usage", "hit_rate")
+# gpu_prefix_cache_hit_rate, spec_decode_draft_acceptance_rate, spec_decode_efficiency; SGLang's
+# token_usage, cache_hit_rate): per engine with --data-parallel-size, so its label sets are
+# averaged (Prometheus' avg()), not summed -- two engines at 90% and 70% are not 160%, two
+# accepting 0.7 of their drafts not 1.4. (Not every `_rate`: a per-second rate adds up.)
+RATIO_SUFFIXES = ("_perc", "_ratio", "_usage", "hit_rate", "acceptance_rate", "_efficiency")
 
 
 def is_ratio(name: str) -> bool:
