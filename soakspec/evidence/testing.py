@@ -220,7 +220,8 @@ def build_evidence_dir(
                     w.write(row)
             compress_server_log(d / layout.SERVER_LOG)  # server.log.gz, as a finished run leaves it
             with JsonlWriter(d / layout.TELEMETRY, schema="telemetry") as w:
-                w.write({"schema_version": 1, "t": T0 + 1, "server_pid": 1000 + i, "server_rss_bytes": 1 << 20, "gpus": None,
+                w.write({"schema_version": 1, "t": T0 + 1, "server_pid": 1000 + i, "server_rss_bytes": 1 << 20, "server_pss_bytes": 1 << 20,
+                         "gpus": None,
                          "server_cpu_s": 0.5, "server_cpu_percent": None})
             with JsonlWriter(d / layout.METRICS, schema="metrics") as w:  # one scrape of the simulator's /metrics
                 w.write({"schema_version": 1, "t": T0 + 1, "ok": True, "status": 200, "error": None, "seconds": 0.001,

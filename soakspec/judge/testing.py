@@ -135,7 +135,7 @@ class EvidenceBuilder:
         trace_source = be.traces.source
         self.traces[name] = [self.trace_row(r) for r in self.records[name]] if trace_source != "none" else []
         self.telemetry[name] = [
-            {"schema_version": 1, "t": x, "server_pid": 4242, "server_rss_bytes": 2 << 30,
+            {"schema_version": 1, "t": x, "server_pid": 4242, "server_rss_bytes": 2 << 30, "server_pss_bytes": 2 << 30,
              "gpus": [{"index": g, "memory_used": 40 << 30, "process_memory_used": 38 << 30,
                        "utilization_gpu": 90.0, "temperature_c": 60.0, "power_w": 300.0} for g in (be.gpus or (0,))],
              "server_cpu_s": 1.5 * (x - start_of_backend), "server_cpu_percent": 150.0}
