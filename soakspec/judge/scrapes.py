@@ -102,15 +102,6 @@ class Scrapes:
     failed_times: array = dataclasses.field(default_factory=lambda: array("d"))
     ok_times: array = dataclasses.field(default_factory=lambda: array("d"))
     times: array = dataclasses.field(default_factory=lambda: array("d"))
-    # how long each successful scrape took to answer (its row's `seconds`; 0 where it has none),
-    # in `ok_times`' order: the scraper starts the next one on the first slot after an answer,
-    # so an answer slower than the interval stretches the gap after it by its own length
-    ok_took: array = dataclasses.field(default_factory=lambda: array("d"))
-
-    def took_at(self, t: float) -> float:
-        """How long the successful scrape made at `t` took (0: none made there, or not recorded)."""
-        i = bisect.bisect_left(self.ok_times, t)
-        return self.ok_took[i] if i < len(self.ok_times) and self.ok_times[i] == t else 0.0
 
 
 class ScrapeBuilder:
@@ -124,7 +115,6 @@ class ScrapeBuilder:
         self._fams: dict[str, _Family] = {}
         self._bounds: dict[tuple[float | None, ...], int] = {}
         self._ok_times = array("d")  # the successful scrapes' times (a family's `born`)
-        self._ok_took = array("d")  # and how long each took
         self._failed_times = array("d")
         self._times = array("d")
 
@@ -146,8 +136,6 @@ class ScrapeBuilder:
                     self.first_failed = (t, {"error": row.get("error")})
             return
         self._ok_times.append(t)
-        took = num(row.get("seconds"))
-        self._ok_took.append(took if took is not None and 0.0 <= took < math.inf else 0.0)
         for name, entry in fams.items():
             if isinstance(entry, Mapping) and isinstance(entry.get("type"), str):
                 fam = self._fams.get(name)
@@ -157,12 +145,10 @@ class ScrapeBuilder:
 
     def finish(self) -> Scrapes:
         bounds = tuple(self._bounds)
-        order = sorted(range(len(self._ok_times)), key=self._ok_times.__getitem__)
-        ok = [self._ok_times[i] for i in order]
+        ok = sorted(self._ok_times)
         series = {name: fam.finish(name, bounds, ok) for name, fam in self._fams.items()}
         return Scrapes(series, self.total, self.failed, self.first_failed[1] if self.first_failed else None, self.rows,
-                       array("d", sorted(self._failed_times)), array("d", ok), array("d", sorted(self._times)),
-                       array("d", [self._ok_took[i] for i in order]))
+                       array("d", sorted(self._failed_times)), array("d", ok), array("d", sorted(self._times)))
 
 
 def build_scrapes(rows: Iterable[Any]) -> Scrapes:

@@ -43,8 +43,8 @@ A percentile of a histogram needs as many observations as the gate's percentile 
 Missing is never a pass: no scrape in a window, a family the server does not expose, or an
 endpoint that answered 404 ("not available") is INCONCLUSIVE with the reason; so is a scope
 with a bucket no successful scrape covers (`_uncovered`, `_gap`: from the last scrape at or
-before it to the first at or after it, none failed and none more than COVER_GAP scrape
-intervals from the next; the same for every rule kind), but where the rest is a lower bound
+before it to the first at or after it, none failed and none further from the next than a
+scrape interval and its timeout; the same for every rule kind), but where the rest is a lower bound
 that decides it (a gauge's max, a counter's or histogram's bare count not taken across a gap
 to a scrape beyond the scope: `Measure.at_least`).
 """
@@ -317,9 +317,10 @@ class ServerMetric:
             return m
         why = f"no scrape of '{self.family}' covers {len(gaps)} of {plural(len(windows(scope)), 'bucket')} of the scope"
         bi0, a0, _, g0 = gaps[0]
-        interval = _interval(bi0)
-        if math.isfinite(g0) and interval is not None:
-            why += f" (its successful scrapes {g0:.3g} s apart around one, against a {interval:g} s scrape interval)"
+        interval, tol = _interval(bi0), _tolerance(bi0)
+        if math.isfinite(g0) and interval is not None and tol is not None:
+            why += (f" (its successful scrapes {g0:.3g} s apart around one, more than a {interval:g} s scrape interval "
+                    f"and its timeout: {tol:.3g} s)")
         if failed := [bi for bi in scope.backends if scrapes(bi).failed]:
             sc = scrapes(failed[0])
             why += f" ({sc.failed} of {plural(sc.total, 'scrape')} failed; first: {(sc.first_failed or {}).get('error')})"
@@ -383,13 +384,29 @@ def histogram_mean_interval(metric: ServerMetric, scope: Scope, confidence: floa
     return mean - half, mean + half
 
 
-# how far apart, in scrape intervals, a family's successful scrapes around and inside a bucket may
-# be and still cover it: a scrape that starts late (a busy host) lengthens one gap by its delay;
-# one missing -- failed, or never made -- doubles it. The gap after a scrape also stretches by
-# that scrape's own answer time (its row's `seconds`): the scraper starts the next scrape on the
-# first slot after an answer, so a /metrics slower than the interval (a CPU server under load
-# answering in 2 s, every 1.25 s asked) leaves gaps of two intervals with no scrape missing
-COVER_GAP = 1.5
+# How far apart a family's successful scrapes around and inside a bucket may be, with none
+# failed, and still cover it (`_tolerance`): a scrape interval and the scrape's timeout. The
+# scraper starts each scrape on the first slot after the last one's answer, so a /metrics
+# answering just inside its timeout, or a scraper held up by its own machine (a real vLLM on
+# the same CPUs: one slot in 25 missed, readings 4.8 s apart every 2.5 s asked), leaves gaps
+# that long with nothing missing; and every scrape is a point sample of a gauge however dense.
+# What coverage asks is that nothing *failed*: a failed scrape among the readings around a
+# bucket leaves it uncovered whatever the successes either side say (`_gap`). (The audit fix
+# first held readings to 1.5 intervals apart: the real-server lane's soak went INCONCLUSIVE on
+# that one missed slot.) A gap longer than interval + timeout is scrapes never made.
+
+
+def _tolerance(bi: BackendIndex) -> float | None:
+    """How far apart successful scrapes may be and still cover what lies between them: the
+    backend's scrape interval and timeout (the manifest's; half an interval where it records no
+    timeout). None: no interval known."""
+    interval = _interval(bi)
+    if interval is None:
+        return None
+    entry = bi.evidence.entry.get("metrics")
+    t = entry.get("timeout_s") if isinstance(entry, Mapping) else None
+    timeout = float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0 else interval / 2
+    return interval + timeout + EPS
 
 
 def _interval(bi: BackendIndex) -> float | None:
@@ -416,17 +433,14 @@ def _readings(bi: BackendIndex, s: Series, kind: str, lo: float, hi: float) -> l
     return out
 
 
-def _gap(bi: BackendIndex, s: Series, kind: str, a: float, b: float, interval: float) -> float | None:
+def _gap(bi: BackendIndex, s: Series, kind: str, a: float, b: float, tol: float) -> float | None:
     """None where the family's readings cover [a, b), else the gap that leaves it uncovered
     (math.inf: a failed scrape). Covered: from the last scrape at or before `a` to the first at
     or after `b` (where the scraping had begun or not yet ended: the edge itself) every scrape
-    succeeded and read the family, no two readings more than COVER_GAP intervals apart. The
-    interval is the sampling resolution: a value attributed to the bucket (a gauge's scrapes
-    inside it, a counter's change between those around it) then is the bucket's. A failed scrape
-    among them -- before `a`, inside, after `b` -- leaves the bucket uncovered, whatever the
-    successes either side say: a counter's change across it may hide a restart, a gauge's peak
-    may be in it."""
-    tol = COVER_GAP * interval + EPS
+    succeeded and read the family, no two readings more than `tol` apart (`_tolerance`). A
+    failed scrape among them -- before `a`, inside, after `b` -- leaves the bucket uncovered,
+    whatever the successes either side say: a counter's change across it may hide a restart, a
+    gauge's peak may be in it."""
     sc = scrapes(bi)
     before, after = _reading_near(bi, s, kind, a, -1), _reading_near(bi, s, kind, b, 1)
     first = before if before is not None else (a if bisect.bisect_left(sc.times, a) == 0 else None)
@@ -435,8 +449,8 @@ def _gap(bi: BackendIndex, s: Series, kind: str, a: float, b: float, interval: f
     if first is None or last is None or bisect.bisect_left(failed, first + EPS) < bisect.bisect_right(failed, last - EPS):
         return math.inf  # a failed scrape among them, or none before `a` (after `b`) that read it
     seq = [first] + [t for t in _readings(bi, s, kind, first, last) if first < t < last] + [last]
-    over = [(y - x) for x, y in zip(seq, seq[1:]) if y - x > tol + sc.took_at(x)]  # beyond its scrape's own answer time
-    return max(over) if over else None
+    widest = max((y - x for x, y in zip(seq, seq[1:])), default=0.0)
+    return widest if widest > tol else None
 
 
 def _reading_near(bi: BackendIndex, s: Series, kind: str, x: float, way: int) -> float | None:
@@ -470,11 +484,11 @@ def _uncovered(scope: Scope, family: str, kind: str, agg: str) -> list[tuple[Bac
     out = []
     for bi, a, b in windows(scope):
         s = find(bi, family)
-        interval = _interval(bi)
-        if s is None or not len(s.times) or interval is None:
+        tol = _tolerance(bi)
+        if s is None or not len(s.times) or tol is None:
             out.append((bi, a, b, math.inf))
             continue
-        gap = _gap(bi, s, kind, a, b, interval)
+        gap = _gap(bi, s, kind, a, b, tol)
         if gap is None and kind in ("counter", "histogram", "summary") and agg not in ("count", "rate") \
                 and not (kind != "counter" and agg in ("mean", "p")) and span_of(s, a, b) is None:
             gap = math.inf
@@ -484,16 +498,19 @@ def _uncovered(scope: Scope, family: str, kind: str, agg: str) -> list[tuple[Bac
 
 
 def _spills(scope: Scope, family: str) -> bool:
-    """Whether a change over the scope is taken from or to a scrape further outside it than
-    the resolution `_gap` allows (across a gap of failed scrapes): it counts what happened
-    outside the scope, so is no lower bound of the scope's."""
+    """Whether a change over the scope is taken from or to a scrape outside it across a failed
+    scrape, or further outside than `_tolerance`: it counts what happened outside the scope, so
+    is no lower bound of the scope's."""
     for bi, a, b in spans(scope):
-        s, interval = find(bi, family), _interval(bi)
+        s, tol = find(bi, family), _tolerance(bi)
         sp = span_of(s, a, b) if s is not None else None
-        if sp is None or interval is None:
+        if sp is None or tol is None:
             continue
-        tol = COVER_GAP * interval + EPS
-        if _time(s, sp[0]) < a - tol or s.times[sp[1]] > b + tol:
+        lo, hi = _time(s, sp[0]), s.times[sp[1]]
+        failed = scrapes(bi).failed_times
+        across = bisect.bisect_left(failed, lo + EPS) < bisect.bisect_left(failed, a) or \
+            bisect.bisect_right(failed, b) < bisect.bisect_right(failed, hi - EPS)  # a failed scrape between it and the scope
+        if lo < a - tol or hi > b + tol or across:
             return True
     return False
 
