@@ -95,6 +95,18 @@ def test_workers_take_a_multi_turn_files_conversations_in_turn_whatever_their_sp
     process 1 conversation 2, and the faster one's made most of the level. Claimed from the
     level's count, the sessions begin the file's conversations in turn (1, 2, 1, 2, ... as claimed):
     as many of each, and each process runs both."""
+    lv = _multi_turn_level(tmp_path, conversations=2, duration="4s", concurrency=2)
+    split = _drive_parts(lv, 2, first=0, latency=0.05, slower=3.0)
+    begun = [p.split(" ")[0] for _, _, p, _ in sorted(x for run in split for x in run) if p.endswith("q1")]
+    assert len(begun) > 10
+    assert abs(begun.count("c0") - begun.count("c1")) <= 1, (begun.count("c0"), begun.count("c1"))
+    for run in split:  # each process ran both conversations
+        assert {p.split(" ")[0] for _, _, p, _ in run} == {"c0", "c1"}
+
+
+def _multi_turn_level(tmp_path, conversations: int, duration: str, concurrency: int):
+    """The one level of a multi-turn chat workload over a ShareGPT file of `conversations`
+    two-turn conversations ("c<i> q1", an answer, "c<i> q2"), closed loop at `concurrency`."""
     import json
 
     from soakspec.lang import load_spec
@@ -102,21 +114,16 @@ def test_workers_take_a_multi_turn_files_conversations_in_turn_whatever_their_sp
     from specs import one_workload_spec
 
     convs = [{"conversations": [{"from": "human", "value": f"c{i} q1"}, {"from": "gpt", "value": "a"},
-                                {"from": "human", "value": f"c{i} q2"}]} for i in range(2)]  # fmt: skip
+                                {"from": "human", "value": f"c{i} q2"}]} for i in range(conversations)]  # fmt: skip
     (tmp_path / "sg.json").write_text(json.dumps(convs))
     before = 'endpoint = chat\n  prompt_file = "sg.json"\n  multi_turn = true\n  max_tokens = 4'
-    after = "duration = 4s\n  bucket = 1s\n  deadline = 5s\n  follow_up = false"
+    after = f"duration = {duration}\n  bucket = 1s\n  deadline = 5s\n  follow_up = false"
     (tmp_path / "w.soak").write_text(one_workload_spec(name="mt", issue="1", before_load=before,
-                                                       load="mode = closed\n    concurrency = [2]", after_load=after))  # fmt: skip
+                                                       load=f"mode = closed\n    concurrency = [{concurrency}]", after_load=after))  # fmt: skip
     spec, diags, _ = load_spec(tmp_path / "w.soak")
     assert spec is not None, diags
     (lv,) = plan(spec).backends[0].levels
-    split = _drive_parts(lv, 2, first=0, latency=0.05, slower=3.0)
-    begun = [p.split(" ")[0] for _, _, p, _ in sorted(x for run in split for x in run) if p.endswith("q1")]
-    assert len(begun) > 10
-    assert abs(begun.count("c0") - begun.count("c1")) <= 1, (begun.count("c0"), begun.count("c1"))
-    for run in split:  # each process ran both conversations
-        assert {p.split(" ")[0] for _, _, p, _ in run} == {"c0", "c1"}
+    return lv
 
 
 def _drive_parts(lv, parts: int, first: int, latency: float = 0.05, slower: float = 1.0):
@@ -221,22 +228,7 @@ def test_workers_split_multi_turn_sessions_over_distinct_conversations(tmp_path)
     so both ran conversations 0 and 1 at once (the same prompts twice, a prefix cache's gift)
     and conversations 2 and 3 never ran. Split, the sessions start on the conversations one
     process starts: each exactly once, every turn sent after its own conversation's earlier ones."""
-    import json
-
-    from soakspec.lang import load_spec
-    from soakspec.plan import plan
-    from specs import one_workload_spec
-
-    convs = [{"conversations": [{"from": "human", "value": f"c{i} q1"}, {"from": "gpt", "value": "a"},
-                                {"from": "human", "value": f"c{i} q2"}]} for i in range(8)]  # fmt: skip
-    (tmp_path / "sg.json").write_text(json.dumps(convs))
-    before = 'endpoint = chat\n  prompt_file = "sg.json"\n  multi_turn = true\n  max_tokens = 4'
-    after = "duration = 1s\n  bucket = 1s\n  deadline = 5s\n  follow_up = false"
-    (tmp_path / "w.soak").write_text(one_workload_spec(name="mt", issue="1", before_load=before,
-                                                       load="mode = closed\n    concurrency = [4]", after_load=after))  # fmt: skip
-    spec, diags, _ = load_spec(tmp_path / "w.soak")
-    assert spec is not None, diags
-    (lv,) = plan(spec).backends[0].levels
+    lv = _multi_turn_level(tmp_path, conversations=8, duration="1s", concurrency=4)
     (one,) = _drive_parts(lv, 1, first=0, latency=0.3)
     split = _drive_parts(lv, 2, first=0, latency=0.3)
     for runs in ([one], split):
