@@ -445,12 +445,17 @@ def _gap(bi: BackendIndex, s: Series, kind: str, a: float, b: float, tol: float)
     before, after = _reading_near(bi, s, kind, a, -1), _reading_near(bi, s, kind, b, 1)
     first = before if before is not None else (a if bisect.bisect_left(sc.times, a) == 0 else None)
     last = after if after is not None else (b if bisect.bisect_right(sc.times, b) == len(sc.times) else None)
-    failed = sc.failed_times
-    if first is None or last is None or bisect.bisect_left(failed, first + EPS) < bisect.bisect_right(failed, last - EPS):
+    if first is None or last is None or _failed_between(bi, first, last):
         return math.inf  # a failed scrape among them, or none before `a` (after `b`) that read it
     seq = [first] + [t for t in _readings(bi, s, kind, first, last) if first < t < last] + [last]
     widest = max((y - x for x, y in zip(seq, seq[1:])), default=0.0)
     return widest if widest > tol else None
+
+
+def _failed_between(bi: BackendIndex, lo: float, hi: float) -> bool:
+    """Whether a scrape failed strictly between `lo` and `hi` (two readings of a family)."""
+    failed = scrapes(bi).failed_times
+    return bisect.bisect_left(failed, lo + EPS) < bisect.bisect_right(failed, hi - EPS)
 
 
 def _reading_near(bi: BackendIndex, s: Series, kind: str, x: float, way: int) -> float | None:
@@ -507,9 +512,7 @@ def _spills(scope: Scope, family: str) -> bool:
         if sp is None or tol is None:
             continue
         lo, hi = _time(s, sp[0]), s.times[sp[1]]
-        failed = scrapes(bi).failed_times
-        across = bisect.bisect_left(failed, lo + EPS) < bisect.bisect_left(failed, a) or \
-            bisect.bisect_right(failed, b) < bisect.bisect_right(failed, hi - EPS)  # a failed scrape between it and the scope
+        across = (lo < a and _failed_between(bi, lo, a)) or (hi > b and _failed_between(bi, b, hi))  # between it and the scope
         if lo < a - tol or hi > b + tol or across:
             return True
     return False
