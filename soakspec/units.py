@@ -138,3 +138,21 @@ def format_size(n: float) -> str:
             return f"{n:.1f}{unit}" if unit != "B" else f"{int(n)}B"
         n /= 1024
     return f"{n}B"
+
+
+def format_as(value: float, kind: str | None) -> str:
+    """A value in base units as its kind reads (`lang.metrics.Kind`'s values: duration, size,
+    ratio, rate, count, number): "1.12s", "2.0GiB", "100%" (a ratio: never a bare 1, read as
+    one request), "4 rps", a count whole. Shared by the judge (`format_value`) and the runner's
+    abort messages, which must say a value alike."""
+    if kind == "duration":
+        return format_duration(value)
+    if kind == "size":
+        return format_size(value)
+    if kind == "ratio":
+        return f"{value * 100:.4g}%"
+    if kind == "rate":
+        return f"{value:.4g} rps"
+    if kind == "count" and float(value).is_integer():
+        return str(int(value))
+    return f"{value:.4g}"

@@ -14,7 +14,7 @@ from soakspec.judge.scope import Scope
 from soakspec.judge.verdict import MAX_LISTED, Instance, Location, RuleResult, Status
 from soakspec.lang.metrics import METRICS, Kind
 from soakspec.lang.spec import Rule
-from soakspec.units import format_duration, format_size
+from soakspec.units import format_as, format_duration, format_size
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt,
@@ -46,17 +46,7 @@ def format_value(value: float | None, kind: Kind | None) -> str:
     """Human text for a value in base units."""
     if value is None:
         return "n/a"
-    if kind is Kind.DURATION:
-        return format_duration(value)
-    if kind is Kind.SIZE:
-        return format_size(value)
-    if kind is Kind.RATIO:
-        return f"{value * 100:.4g}%"
-    if kind is Kind.RATE:
-        return f"{value:.4g} rps"
-    if kind is Kind.COUNT and float(value).is_integer():
-        return str(int(value))
-    return f"{value:.4g}"
+    return format_as(value, kind.value if kind is not None else None)
 
 
 def abort_observed_text(a: Mapping[str, Any]) -> str:

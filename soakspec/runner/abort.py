@@ -39,7 +39,7 @@ from typing import Any
 
 from soakspec import windows
 from soakspec.plan import AbortRule
-from soakspec.units import format_duration
+from soakspec.units import format_as
 
 OPS: dict[str, Callable[[float, float], bool]] = {
     "<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge, "==": operator.eq, "!=": operator.ne,
@@ -140,16 +140,11 @@ DURATIONS = frozenset({"ttft", "latency", "tpot", "schedule_lag"})  # the metric
 
 
 def observed_text(rule: AbortRule, v: float) -> str:
-    """An abort rule's value in the rule's own unit, as the judge prints it (`format_value`):
+    """An abort rule's value in the rule's own unit, as the judge prints it (`units.format_as`):
     a ratio as a percentage ("100%": a bare 1 read as one request of 37), a time as a
     duration ("1.12s"), a count as a whole number."""
-    if rule.agg == "ratio":
-        return f"{v * 100:.4g}%"
-    if rule.metric in DURATIONS:
-        return format_duration(v)
-    if rule.agg == "count" and float(v).is_integer():
-        return str(int(v))
-    return f"{v:.4g}"
+    kind = "ratio" if rule.agg == "ratio" else "duration" if rule.metric in DURATIONS else "count" if rule.agg == "count" else None
+    return format_as(v, kind)
 
 
 SETTLE_S = 1.0  # a bucket's requests have all been recorded this long after their deadline (as its bucket line)
