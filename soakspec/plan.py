@@ -144,8 +144,15 @@ class ClosedRamp:
 
     def mean(self, length_s: float) -> float:
         """The time-averaged target (for the plan's request estimate)."""
-        pts = self.targets(length_s) + ((length_s, 0),)
-        return sum((t1 - t0) * n for (t0, n), (t1, _) in zip(pts, pts[1:])) / length_s if length_s > 0 else float(self.start)
+        return self.mean_between(0.0, length_s, length_s)
+
+    def mean_between(self, a: float, b: float, length_s: float) -> float:
+        """The time-averaged target over [a, b) (offsets from the ramp's start; the start held
+        before it, the end after it): the concurrency a bucket of the ramp offered."""
+        if b <= a:
+            return float(self.start)
+        pts = self.targets(length_s) + ((math.inf, 0),)
+        return math.fsum(max(0.0, min(t1, b) - max(t0, a)) * n for (t0, n), (t1, _) in zip(pts, pts[1:])) / (b - a)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -192,6 +199,11 @@ class OpenRamp:
             u = min(t, t1) - t0
             out += r0 * u + (r1 - r0) * u * u / (2 * (t1 - t0))
         return out
+
+    def mean_between(self, a: float, b: float, length_s: float) -> float:
+        """The mean rate over [a, b) of the ramp (offsets from its start, 0 <= a < b): the rate
+        a bucket of the ramp offered."""
+        return (self.cumulative(b, length_s) - self.cumulative(a, length_s)) / (b - a) if b > a else self.start
 
     def time_of(self, s: float, length_s: float) -> float | None:
         """The offset at which the cumulative rate reaches `s` (None: beyond the level)."""
@@ -1280,6 +1292,20 @@ def _shape_json(shape: LoadShape) -> dict[str, Any]:
         case _:
             kind = "closed"
     return {"kind": kind, **dataclasses.asdict(shape)}
+
+
+def ramp_of(shape: Any) -> "ClosedRamp | OpenRamp | None":
+    """The ramp a level's `shape` (the manifest's JSON, `_shape_json`) describes; None for any
+    other shape, or one that is not a well-formed ramp."""
+    if not isinstance(shape, dict) or shape.get("kind") not in ("closed_ramp", "open_ramp"):
+        return None
+    try:
+        if shape["kind"] == "closed_ramp":
+            return ClosedRamp(int(shape["start"]), int(shape["end"]), int(shape.get("steps") or 0))
+        return OpenRamp(float(shape["start"]), float(shape["end"]), int(shape.get("steps") or 0), str(shape.get("arrival")),
+                        int(shape.get("seed") or 0), float(shape.get("burstiness") or 1.0))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def shape_identity(shape: Any) -> Any:

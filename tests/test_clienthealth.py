@@ -634,3 +634,64 @@ def test_an_open_loop_sent_late_by_its_client_is_inconclusive_naming_the_schedul
     assert v.outcome == "INCONCLUSIVE"
     on_time = judge(spec, _with_client(EvidenceBuilder(spec).build(), lag=0.002, cpu=0.2))
     assert {r.rule: r.status for r in on_time.rules}["client_healthy"] == "pass" and on_time.outcome == "FAIL"
+
+
+def _ramp_records(b: EvidenceBuilder, ramp, latency: float) -> None:
+    """Replace the builder's sparse records of level 0 with what a closed-loop ramp that kept up
+    sends: worker k starts when the ramp's target reaches k + 1 and sends back to back, each
+    request `latency` long, until the level's end (a worker above a lowered target stops)."""
+    name = "a"
+    entry = b.manifest["backends"][0]["levels"][0]
+    ms, length = entry["measure_start"], entry["planned_duration_s"]
+    targets = ramp.targets(length) + ((length, 0),)
+    edges = [bk["start"] for bk in entry["buckets"]]
+    b.latency = latency
+    kept = [r for r in b.records[name] if not (r["level"] == 0 and r["bucket"] >= 0)]
+    for w in range(ramp.peak):
+        t = None
+        for (t0, n), (t1, _) in zip(targets, targets[1:]):
+            if n > w and t is None:
+                t = ms + t0
+            if n <= w and t is not None:  # lowered below it: stops after its request
+                break
+        while t is not None and t + latency <= ms + length and (n > w or t < ms + t1):
+            bucket = max(i for i, e in enumerate(edges) if e <= t)
+            r = b.request(name, "w", 0, bucket, t, conc=ramp.peak, rate=None)
+            r["worker"] = w
+            kept.append(r)
+            t += latency
+    b.records[name] = kept
+
+
+@pytest.mark.parametrize("phase", ["concurrency = 1  ramp_to = 8", "concurrency = 8  ramp_to = 1",
+                                   "concurrency = 2  ramp_to = 8  steps = 3"])
+def test_a_closed_ramp_that_kept_its_targets_is_a_healthy_client(phase):
+    """A closed-loop ramp (a phase's `ramp_to`, k6's ramping VUs) offers its target in each bucket,
+    not its peak: a load generator that kept every target (each worker busy from the moment the
+    ramp reaches it) is healthy, and the reports say what each bucket offered. Held against the
+    peak, every bucket before it read as a client that fell short: the run was INCONCLUSIVE."""
+    from soakspec.judge.joined import join
+    from soakspec.judge.testing import spec_from_text
+    from soakspec.judge.validity import client_rows
+    from soakspec.plan import ClosedRamp
+
+    spec = spec_from_text(
+        'soak "ramp" {}\nbackend "a" {\n  url = "http://127.0.0.1:8000"\n  runtime {\n    label = "host-staged"\n  }\n}\n'
+        f'workload "w" {{\n  load {{\n    mode = closed\n    phases {{\n      up {{ {phase}  duration = 8s }}\n    }}\n  }}\n'
+        "  bucket = 1s\n  deadline = 30s\n  follow_up = false\n}\ngate {\n  require failed == 0\n}\n"
+    )
+    b = EvidenceBuilder(spec)
+    shape = b.manifest["backends"][0]["levels"][0]["shape"]
+    ramp = ClosedRamp(shape["start"], shape["end"], shape["steps"])
+    _ramp_records(b, ramp, latency=0.125)
+    ev = _with_client(b.build(), lag=0.002, cpu=0.2)
+    health = {r.rule: r for r in judge(spec, ev).rules}["client_healthy"]
+    assert health.status == "pass", health.message
+    # each bucket offered the ramp's mean target over it (1 -> 8 over 8 s: about 1.4 workers in
+    # the first second), never the level's `concurrency`, which is the ramp's peak
+    bi = join(spec, ev).judged[0]
+    rows = client_rows(bi, bi.levels[0])
+    offered = [row["offered"] for row in rows]
+    assert offered == pytest.approx([ramp.mean_between(k, k + 1, 8.0) for k in range(8)])
+    assert min(offered) < 0.5 * ramp.peak
+    assert all(row["achieved"] >= 0.75 * row["offered"] for row in rows), [(r["achieved"], r["offered"]) for r in rows]

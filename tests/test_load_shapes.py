@@ -265,6 +265,24 @@ def test_closed_ramp_targets_go_from_start_to_end_in_time_order(a, b, steps, len
         assert [abs(y - x) for (_, x), (_, y) in zip(targets, targets[1:])] == [1] * abs(b - a)
 
 
+
+@settings(max_examples=100, deadline=None)
+@given(a=st.integers(1, 40), b=st.integers(1, 40), steps=st.integers(0, 6), length=st.floats(0.1, 3600),
+       cuts=st.lists(st.floats(0, 1), max_size=6))
+def test_a_ramps_offer_over_its_buckets_adds_up_to_its_whole(a, b, steps, length, cuts):
+    """What a ramp offered over a window (`mean_between`, the client-health judge's offered load of
+    a bucket): cut the measured window anywhere and the windows' offers, weighted by their
+    lengths, add up to the whole ramp's (closed: the mean target; open: the expected arrivals),
+    and each lies between the ramp's start and end."""
+    edges = sorted({0.0, length, *(c * length for c in cuts)})
+    for ramp, whole in ((ClosedRamp(a, b, steps), ClosedRamp(a, b, steps).mean(length) * length),
+                        (OpenRamp(float(a), float(b), steps, "poisson", 0), OpenRamp(float(a), float(b), steps, "poisson", 0).expected(length))):
+        windows = [(x, y) for x, y in zip(edges, edges[1:]) if y > x]
+        parts = [ramp.mean_between(x, y, length) for x, y in windows]
+        assert sum(m * (y - x) for m, (x, y) in zip(parts, windows)) == pytest.approx(whole, rel=1e-9)
+        # (a window of a few ulps is no bucket: its mean is a difference of nearly equal integrals)
+        assert all(min(a, b) - 1e-6 <= m <= max(a, b) + 1e-6 for m, (x, y) in zip(parts, windows) if y - x > 1e-9 * length)
+
 # ---------------------------------------------------------------- schedules in virtual time
 
 

@@ -34,7 +34,7 @@ from soakspec.judge.table import MISSING, Rows
 from soakspec.judge.scope import bucket_scope, clock, level_scope
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Expr, Rule
-from soakspec.plan import BackendPlan, Level, shape_identity
+from soakspec.plan import BackendPlan, Level, ramp_of, shape_identity
 from soakspec.units import format_duration
 
 MAX_SHOWN = 5  # malformed or unusable rows named one by one
@@ -618,6 +618,18 @@ _failed_sent = Columnar(lambda r: r.get("outcome") != "completed" and num_(r.get
                         lambda t, idx: ~t.label_is("outcome", "completed", idx) & ~np.isnan(t.f["start"][idx]))
 
 
+def _offered(lv: LevelIndex, w, level_load: float) -> float:
+    """What the level offered in bucket `w`: a ramp's (a phase's `ramp_to`) mean target over the
+    bucket -- workers, or arrivals per second -- from the shape the run recorded; any other
+    level's concurrency or rate (`level_load`). The level's `concurrency` / `rate` of a ramp is
+    its peak: held against it, every bucket before the peak read as a client that fell short."""
+    ramp = ramp_of(lv.entry.get("shape"))
+    start, length = lv.measure_start, num_(lv.entry.get("planned_duration_s"))
+    if ramp is None or start is None or length is None or length <= 0:
+        return level_load
+    return ramp.mean_between(max(0.0, w.start - start), max(0.0, w.end - start), length)
+
+
 def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None:
     """The load generator's health in one bucket (None: the bucket has no window)."""
     if w.start is None or w.end is None or w.end <= w.start:
@@ -637,7 +649,7 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     offered = achieved = held = None
     if mode == "closed" and isinstance(conc, int) and conc > 0:
         near = prev.records + recs if prev is not None else recs
-        offered, achieved = float(conc), _in_flight(near, w.start, w.end)
+        offered, achieved = _offered(lv, w, float(conc)), _in_flight(near, w.start, w.end)
         # credited only beside the server's failures: the gate shuts after a refused connect or a
         # run of failed requests, and while it is shut a scout tries at least every backoff_max_s,
         # so a bucket that held workers has an unsuccessful request in it or the bucket before. A
@@ -646,7 +658,7 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
         if held_s:
             held = min(offered, math.fsum(held_s) / wall) if near.count(_failed_sent.col, _failed_sent.row) else 0.0
     elif mode == "open" and type(rate) in (int, float) and rate > 0:
-        offered = float(rate)
+        offered = _offered(lv, w, float(rate))
         achieved = _started_in(recs, w.start, w.end) / wall
     delays = _values(recs, lambda t, idx: t.f["client_delay"][idx], _delay_row)
     done = completed(recs)

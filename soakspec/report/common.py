@@ -470,8 +470,8 @@ class ClientRow:
     cpu: float | None  # a load process's CPU, fraction of one core, worst bucket
     host_cpu: float | None  # the machine's CPUs busy, worst bucket
     schedule_lag_p99: float | None
-    achieved: float | None  # the lowest bucket's achieved concurrency (closed) or rate (open)
-    offered: float | None
+    achieved: float | None  # achieved concurrency (closed) or rate (open) of the bucket furthest below its offered
+    offered: float | None  # what that bucket offered
     coalesced: float | None  # share of the level's ITL gaps that are coalesced
     lags: tuple[float | None, ...] = ()  # per bucket, in order (the HTML chart)
 
@@ -500,11 +500,14 @@ def client_rows(results: Mapping[str, Any]) -> list[ClientRow]:
             continue
         co = _map(lv.get("itl_coalesced"))
         gaps = num(co.get("gaps"))
+        # the bucket that fell furthest short of what it offered (a ramp offers less before its peak)
+        pairs = [(a, o) for c in cs if (a := num(c.get("achieved"))) is not None and (o := num(c.get("offered")))]
+        achieved, offered = min(pairs, key=lambda p: p[0] / p[1]) if pairs else (None, _worst([c.get("offered") for c in cs]))
         out.append(ClientRow(
             backend=one_line(b.get("name")), label=one_line(lv.get("label") or f"level {lv.get('index')}"),
             lag_p99=_worst([c.get("lag_p99") for c in cs]), cpu=_worst([c.get("cpu") for c in cs]),
             host_cpu=_worst([c.get("host_cpu") for c in cs]), schedule_lag_p99=_worst([c.get("schedule_lag_p99") for c in cs]),
-            achieved=_worst([c.get("achieved") for c in cs], min), offered=_worst([c.get("offered") for c in cs]),
+            achieved=achieved, offered=offered,
             coalesced=(num(co.get("coalesced")) or 0) / gaps if gaps else None,
             lags=tuple(num(c.get("lag_p99")) for c in cs),
         ))  # fmt: skip

@@ -441,7 +441,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         for c in health:
             pct = lambda v: "-" if v is None else f"{v * 100:.0f} %"  # noqa: E731
             ms = lambda v: "-" if v is None else f"{v * 1000:.1f} ms"  # noqa: E731
-            ach = "-" if c.achieved is None or not c.offered else f"{c.achieved:.3g} / {c.offered:g}"
+            ach = "-" if c.achieved is None or not c.offered else f"{c.achieved:.3g} / {round(c.offered, 2):g}"
             out.append(f"<tr><td><code>{esc(c.backend)}</code></td><td>{esc(c.label)}</td><td class=\"num\">{ms(c.lag_p99)}</td>"
                        f"<td class=\"num\">{pct(c.cpu)}</td><td class=\"num\">{pct(c.host_cpu)}</td>"
                        f"<td class=\"num\">{ms(c.schedule_lag_p99)}</td><td class=\"num\">{esc(ach)}</td>"

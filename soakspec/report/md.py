@@ -160,7 +160,7 @@ def client_table(results: Mapping[str, Any]) -> list[str]:
     of each (judged by the built-in client_healthy)."""
     rows = []
     for c in C.client_rows(results):
-        ach = "-" if c.achieved is None or not c.offered else f"{c.achieved:.3g} / {c.offered:g}"
+        ach = "-" if c.achieved is None or not c.offered else f"{c.achieved:.3g} / {round(c.offered, 2):g}"
         rows.append([f"{md_cell(c.backend)} · {md_text(c.label)}", _fmt_s(c.lag_p99), _pct_or_dash(c.cpu), _pct_or_dash(c.host_cpu),
                      _fmt_s(c.schedule_lag_p99), ach, _pct_or_dash(c.coalesced)])
     if not rows:
