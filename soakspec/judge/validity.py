@@ -515,7 +515,8 @@ def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
 #   schedule lag p99 > client_schedule_lag    open loop: start - intended_start of the bucket's
 #     (50 ms)                                 requests
 #   achieved concurrency < client_concurrency closed loop: mean requests in flight over the bucket
-#     (75 %) of the offered                   (requests started in it and the bucket before) / c,
+#     (75 %) of the offered                   (requests started in it and the bucket before) / c
+#                                             (a ramp's c: its mean target over the bucket),
 #                                             plus the mean workers the backend's backoff held at
 #                                             its gate (`held`, the samples' held_s / the bucket's
 #                                             length): a server that refused or failed lowers the
