@@ -41,6 +41,20 @@ def test_a_conversation_file_shorter_than_a_levels_turns_warns_w511(tmp_path):
     assert spec is not None and not [d for d in diags if d.code == "W511"]  # 20 turns in the file: no repeat planned
 
 
+
+def test_more_sessions_than_conversations_warns_w511(tmp_path):
+    """8 sessions over a file of 7 conversations: session 8 begins conversation 1 beside session 1
+    and sends its turns at the same time, each the second time a prefix cache sees it (a run
+    against the embedded simulator sent 17 such pairs in 5 s). `check` said nothing: the level
+    plans 8 requests at least, fewer than the file's 14 turns. At 7 sessions none is shared."""
+    spec, diags, _ = load_spec(_write(tmp_path, 7, "mode = closed\n    concurrency = [2, 8]"))
+    assert spec is not None, diags
+    [w] = [d for d in diags if d.code == "W511"]
+    assert "up to 8 multi-turn sessions" in w.message and "7 conversations" in w.message, w.message
+    assert "at the same time" in w.message and "prefix cache" in w.message
+    spec, diags, _ = load_spec(_write(tmp_path, 7, "mode = closed\n    concurrency = [7]"))
+    assert spec is not None and not [d for d in diags if d.code == "W511"]
+
 def test_the_plan_says_every_level_starts_again_at_the_first_conversation(tmp_path):
     """The plan and the manifest's `prefix_cache` told a warm cache 'as in production'; a later
     level resends the first level's turns whole (each level starts at conversation 0)."""

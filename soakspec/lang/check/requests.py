@@ -190,6 +190,8 @@ def repeated_prompts(ctx: Ctx, w: S.Workload, span: Span) -> None:
     d = w.dataset
     if d is None or not d.prompts:
         return
+    if w.multi_turn and d.conversations and _sessions_share_conversations(ctx, w, span):
+        return
     if w.multi_turn and d.conversations:
         have = sum(1 for conv in d.conversations for role, _ in conv if role == "user")
         holds, what, first = f"{have:,} turns in {len(d.conversations):,} conversations", "turns", "conversation"
@@ -207,6 +209,23 @@ def repeated_prompts(ctx: Ctx, w: S.Workload, span: Span) -> None:
                      f"{n / have:,.1f} times, and a server's prefix cache serves the repeats (TTFT reads lower than on unseen prompts)",
              span, f"use a file with more {what}, or fewer requests per level; every level starts again at the file's first {first}"
                    f"{repeats}")  # fmt: skip
+
+
+def _sessions_share_conversations(ctx: Ctx, w: S.Workload, span: Span) -> bool:
+    """W511: more sessions than conversations (a level's concurrency above the file's count):
+    from the level's start, session k runs conversation k mod N, so two sessions send the same
+    turns side by side -- the second served from the prefix cache the first just filled, or
+    both batched as one prefill -- however few requests the level plans."""
+    convs = len(w.dataset.conversations) if w.dataset is not None else 0
+    sessions = int(max(w.load.levels, default=0))
+    if not convs or sessions <= convs:
+        return False
+    ctx.warn("W511", f"workload '{w.name}' runs up to {sessions:,} multi-turn sessions at once but its prompt file "
+                     f"{w.prompt_file!r} holds {convs:,} conversations: each session past the {convs:,}th runs a conversation another "
+                     "session is running, sending the same turns at the same time (a server's prefix cache serves the second; "
+                     "TTFT reads lower than on unseen turns)",
+             span, "use a file with at least as many conversations as sessions, or a lower concurrency")  # fmt: skip
+    return True
 
 
 def unalternating_turns(ctx: Ctx, w: S.Workload, span: Span) -> None:
