@@ -703,3 +703,16 @@ def test_lint_claims_knows_the_rates_the_phases_covered(tmp_path):
                           cwd=REPO, capture_output=True, text=True, timeout=60)
     findings = [line for line in proc.stdout.splitlines() if "CB" in line]
     assert len(findings) == 1 and "CB301" in findings[0] and "500 rps" in findings[0], proc.stdout
+
+
+def test_a_ramp_is_read_back_from_its_manifest_shape_only_within_what_check_allows():
+    """The judge reads a ramp's per-bucket offer from the shape the manifest recorded
+    (`plan.ramp_of`): the plan's own ramps come back equal; a shape past `check`'s limits (an
+    edited manifest: 10^9 steps would be 10^9 target changes a bucket) is no ramp."""
+    from soakspec.plan import _shape_json, ramp_of
+
+    for ramp in (ClosedRamp(1, 8, 0), ClosedRamp(8, 2, 3), OpenRamp(5.0, 20.0, 0, "poisson", 7, 0.5)):
+        assert ramp_of(json.loads(json.dumps(_shape_json(ramp)))) == ramp
+    assert ramp_of({"kind": "closed_ramp", "start": 1, "end": 8, "steps": 10**9}) is None
+    assert ramp_of({"kind": "open_ramp", "start": 1, "end": 1e12, "steps": 0}) is None
+    assert ramp_of({"kind": "closed", "concurrency": 4}) is None and ramp_of(None) is None
