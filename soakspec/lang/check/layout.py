@@ -24,6 +24,8 @@ class Place:
     parent: str | None  # the kind of the block it is written in; None: the top level
     written: str  # how a hint names it from the block it is in
     anywhere: str = ""  # how a hint names it from elsewhere (default: `written`)
+    # with several tables (a phase: closed-loop or open-loop), how a hint names each, in order
+    variants: tuple[str, ...] = ()
 
 
 def _nested(kind: str, parent: str, table: Table) -> Place:
@@ -42,7 +44,9 @@ PLACES: tuple[Place, ...] = (
     _nested("load", "workload", LOAD),
     _nested("sampling", "workload", SAMPLING),
     Place("phase", (CLOSED_PHASE, OPEN_PHASE), "load", "a phase, phases { NAME { ... } }",
-          "a phase of a workload's load, phases { NAME { ... } }"),
+          "a phase of a workload's load, phases { NAME { ... } }",
+          ("a closed-loop phase (load mode = closed; its workers: concurrency)",
+           "an open-loop phase (load mode = open; its arrivals: rate)")),
     Place("gate", (GATE,), None, "gate { ... }"),
     Place("compare", (COMPARE,), None, "compare { ... }"),
 )
@@ -51,8 +55,15 @@ TOP = Place("", (), None, "the top level")  # where the top-level blocks are wri
 
 def elsewhere(key: str, table: Table) -> Home | None:
     """Where `key`, unknown in a block walked with `table`, belongs (the checker's
-    `Ctx.elsewhere`)."""
-    return home(key, place_of(table))
+    `Ctx.elsewhere`): a key of the same block in another mode (`concurrency` in an open-loop
+    phase) says so -- naming the block one level up would lead to a second error there."""
+    here = place_of(table)
+    if here is not None and here.variants:
+        own = next(i for i, t in enumerate(here.tables) if t is table)
+        other = [i for i, t in enumerate(here.tables) if t is not table and t.key(key) is not None]
+        if other:
+            return Home(f"'{key}' belongs in {here.variants[other[0]]}; this is {here.variants[own]}")
+    return home(key, here)
 
 
 def place_of(table: Table) -> Place | None:
