@@ -681,3 +681,54 @@ def test_a_unit_spelled_another_way_right_after_its_number_is_answered_with_the_
     """`10 seconds` (apart) was answered with `10s`; `10sec` (together) got E202 with no hint."""
     d = _one(BASE % f"  load {{ concurrency = 1 }}\n  duration = {written}")
     assert d.code == "E202" and d.hint == hint, (d.code, d.hint)
+
+
+@pytest.mark.parametrize(
+    ("mode", "phase", "key", "hint"),
+    [
+        ("open", "rate = 2rps\n        concurrency = 4", "concurrency",
+         "'concurrency' belongs in a closed-loop phase (load mode = closed; its workers: concurrency); this is an open-loop phase"),
+        ("closed", "concurrency = 4\n        rate = 2rps", "rate",
+         "'rate' belongs in an open-loop phase (load mode = open; its arrivals: rate); this is a closed-loop phase"),
+    ],
+)
+def test_a_key_of_the_other_loops_phase_says_which_phase_has_it(mode, phase, key, hint):
+    """`concurrency` in an open-loop phase was hinted "belongs one level up, in load { ... }",
+    where a load with phases refuses it in turn ("set per phase"): following the hint gave a
+    second error. The hint names the phase of the other loop, which the load's mode picks."""
+    body = f"  load {{\n    mode = {mode}\n    phases {{\n      up {{\n        {phase}\n        duration = 4s\n      }}\n    }}\n  }}"
+    e = _one(BASE % body)
+    assert (e.code, e.span.line) == ("E101", 9) and key in e.message and e.hint.startswith(hint), e
+
+
+def _warnings(text: str, code: str) -> list:
+    tree, diags = parse(text)
+    assert tree is not None
+    _, diags = check(tree)
+    return [d for d in diags if d.code == code]
+
+
+@pytest.mark.parametrize(
+    ("load", "warned"),
+    [
+        ("mode = open\n    arrival = constant\n    seed = 7\n    rate = [2rps]", True),
+        ("mode = open\n    arrival = poisson\n    seed = 7\n    rate = [2rps]", False),
+        ("mode = open\n    seed = 7\n    rate = [2rps]", True),  # constant, the default (vLLM's bench serve: Poisson)
+        ("mode = open\n    arrival = constant\n    rate = [2rps]", False),
+        ("mode = open\n    arrival = constant\n    seed = 7\n    phases {\n      a { rate = 2rps\n duration = 4s }\n    }", True),
+        ("mode = open\n    arrival = constant\n    seed = 7\n    phases {\n      a { rate = 2rps\n arrival = poisson\n duration = 4s }\n    }", False),
+        ("mode = open\n    phases {\n      a { rate = 2rps\n arrival = constant\n seed = 3\n duration = 4s }\n    }", True),
+    ],
+)
+def test_a_seed_that_seeds_nothing_is_warned(load, warned):
+    """`seed` in a load block seeds random arrivals only: with `arrival = constant` (i / rate)
+    (the default) it changed nothing, silently -- a user who meant the server's sampling seed,
+    or expected Poisson arrivals as `bench serve` sends, believed them seeded. W514 says so at the seed, with the sampling block's seed as the hint; a
+    seed that some phase's random arrivals use is not warned."""
+    text = BASE % (f"  load {{\n    {load}\n  }}" + ("" if "phases" in load else "\n  duration = 4s"))
+    got = _warnings(text, "W514")
+    assert _checks_clean(text)
+    assert bool(got) == warned, got
+    if warned:
+        assert got[0].span.line == text.splitlines().index(next(l for l in text.splitlines() if "seed" in l)) + 1
+        assert "sampling { seed" in got[0].hint

@@ -202,6 +202,8 @@ def _load(ctx: Ctx, b: Body, where: str, name: str = "") -> S.Load:
         _misplaced(ctx, lb, _CLOSED_ONLY, "belongs to closed-loop load; open-loop load sets 'rate'")
         lb.require("rate")
         arrival, burst = _arrival(ctx, lb, lb["arrival"])
+        if arrival in (None, "constant"):  # constant: the default
+            _unseeded(ctx, lb)
         load = S.Load("open", (), None, lb["rate"] or (1.0,), arrival, lb["seed"], burstiness=burst)
         load = _search(ctx, lb, load, b)
     else:
@@ -215,6 +217,16 @@ def _load(ctx: Ctx, b: Body, where: str, name: str = "") -> S.Load:
         load = _search(ctx, lb, load, b)
     _check_levels(ctx, lb, load)
     return load
+
+
+def _unseeded(ctx: Ctx, b: Body) -> None:
+    """W514: `seed` seeds random arrivals (Poisson, gamma) only; where every arrival it could
+    seed is constant (i / rate, the default) it changes nothing -- a user who meant the server's
+    sampling seed (`sampling { seed }`), or who expected Poisson arrivals as vLLM's `bench serve`
+    sends at a rate, would otherwise believe them seeded."""
+    if b.has("seed"):
+        ctx.warn("W514", "'seed' seeds random arrivals (poisson, burstiness); with arrival = constant it changes nothing",
+                 b.got("seed").key_span, "the server's sampling seed is sampling { seed = N }; for random arrivals set arrival = poisson")
 
 
 def _arrival(ctx: Ctx, b: Body, arrival: str, default: float = 1.0) -> tuple[str, float]:
@@ -242,6 +254,7 @@ def _phased(ctx: Ctx, lb: Body, mode: str, where: str) -> S.Load:
             ctx.error("E403", f"'{key}' is set per phase when the load has phases", lb.got(key).key_span)
     table = OPEN_PHASE if mode == "open" else CLOSED_PHASE
     arrival, burst = _arrival(ctx, lb, lb["arrival"]) if mode == "open" else ("constant", 1.0)
+    random_phase = False  # a phase of random arrivals (that the load's seed, their default, can seed)
     phases: list[S.Phase] = []
     seen: dict[str, Span] = {}
     for stmt in blk.body:
@@ -266,10 +279,16 @@ def _phased(ctx: Ctx, lb: Body, mode: str, where: str) -> S.Load:
             elif p_arrival == "constant":
                 p_burst = 1.0
         seed = pb["seed"] if mode == "open" and pb["seed"] is not None else lb["seed"]
+        if mode == "open" and p_arrival in (None, "constant"):
+            _unseeded(ctx, pb)
+        else:
+            random_phase = True
         if pb["duration"] is None or start is None:
             continue
         phases.append(S.Phase(stmt.kind, pb["duration"], float(start), float(pb["ramp_to"]) if pb["ramp_to"] is not None else None,
                               pb["steps"] or 0, p_arrival, p_burst, seed + len(phases), stmt.kind_span))  # fmt: skip
+    if mode == "open" and seen and not random_phase:
+        _unseeded(ctx, lb)
     if not phases and not seen:
         ctx.error("E205", "the phases block is empty: name at least one phase, e.g. steady { duration = 60s  ... }", blk.kind_span)
     # every value the phases offer (holds, ramp ends, steps): what the run covered, for lint-claims' scope
