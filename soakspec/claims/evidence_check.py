@@ -64,6 +64,38 @@ def _key(name: str) -> str:
     return re.sub(r"[^a-z0-9]", "", name.lower())
 
 
+def by_backend(evidence: Sequence[EvidenceFacts]) -> dict[str, tuple[EvidenceFacts, ...]]:
+    """The evidence by backend name (`_key`): every run's facts of that name -- a before/after
+    document cites two runs of one backend, and a figure or count of either run is that run's."""
+    out: dict[str, tuple[EvidenceFacts, ...]] = {}
+    for ev in evidence:
+        out[_key(ev.backend)] = out.get(_key(ev.backend), ()) + (ev,)
+    return out
+
+
+def run_name(ev: EvidenceFacts, among: Sequence[EvidenceFacts]) -> str:
+    """The backend's name in a message, with its evidence directory where another run given has
+    a backend of that name (a before/after: `sim (base/)`, `sim (new/)`)."""
+    if ev.source and any(o is not ev and _key(o.backend) == _key(ev.backend) for o in among):
+        return f"{ev.backend} ({ev.source})"
+    return ev.backend
+
+
+def for_backend(backends: Sequence[EvidenceFacts]) -> str:
+    """` for NAME` where a statement is about one backend (of one run or several), else ''."""
+    names = {ev.backend for ev in backends}
+    return f" for {next(iter(names))}" if len(names) == 1 else ""
+
+
+def _per_run(facts: Sequence[tuple[EvidenceFacts, object]]) -> list[list[object]]:
+    """Values of several backends grouped by the run (evidence directory) they come from: a sum
+    over backends is a sum within one run, never of two runs of one backend."""
+    runs: dict[str | None, list[object]] = {}
+    for ev, v in facts:
+        runs.setdefault(ev.source, []).append(v)
+    return list(runs.values())
+
+
 def _norm_text(s: str) -> str:
     return " ".join(s.replace("`", "").split()).casefold()
 
@@ -194,14 +226,16 @@ def _level_check(st: Stated) -> tuple[bool, str] | None:
     ok: set[object] = set()
     for _, named, total in per:
         ok |= {v for _, v in named} | {sum(v for _, v in named), total}
-    if len(per) > 1:
-        ok.add(sum(sum(v for _, v in named) for _, named, _ in per))
-        if all(isinstance(t, int) for _, _, t in per):
-            ok.add(sum(t for _, _, t in per))  # type: ignore[misc]
+    for run in _per_run([(ev, (named, total)) for ev, named, total in per]):  # sums over one run's backends
+        if len(run) > 1:
+            ok.add(sum(sum(v for _, v in named) for named, _ in run))  # type: ignore[misc]
+            if all(isinstance(t, int) for _, t in run):  # type: ignore[misc]
+                ok.add(sum(t for _, t in run))  # type: ignore[misc]
     parts = []
     for ev, named, total in per:
-        levels = ", ".join(f"{ev.backend} · {lv.label}: {v}" for lv, v in named)
-        parts.append(levels + (f" ({ev.backend} in total: {total})" if total is not None else ""))
+        who = run_name(ev, st.backends)
+        levels = ", ".join(f"{who} · {lv.label}: {v}" for lv, v in named)
+        parts.append(levels + (f" ({who} in total: {total})" if total is not None else ""))
     return st.value in ok, "; ".join(parts)
 
 
@@ -257,7 +291,7 @@ _AGGREGATE_ROW = re.compile(r"\+|&|\b(?:combined|total|totals|all|overall|sum|ag
 
 
 def _table_statements(
-    doc: Document, by_key: dict[str, EvidenceFacts], unknown: list[tuple[str, Span]] | None = None
+    doc: Document, by_key: dict[str, tuple[EvidenceFacts, ...]], unknown: list[tuple[str, Span]] | None = None
 ) -> tuple[list[Stated], set[int]]:
     """Statements of the results tables' rows; a row that reports results (a count, a gate or a
     figure: "| vllm | 30.0 |" under "p95 TTFT (ms)") for a backend the evidence does not have is
@@ -293,7 +327,7 @@ def _table_statements(
         if results_table:
             table_lines.add(b.first_line)
         name = next((c[2] for c, k in zip(cells, columns) if k == "backend"), None)
-        ev = by_key.get(_key(name or ""))
+        ev = by_key.get(_key(name or ""))  # (each run's facts of that backend)
         level = None
         if ev is None and "·" in (name or ""):  # a per-level table: "sim-fast · concurrency 4", as the reports print it
             be, _, level = (name or "").partition("·")
@@ -313,21 +347,21 @@ def _table_statements(
                 continue
             span = doc.span(off + a, off + e)
             if kind == "runtime":
-                out.append(Stated("runtime", text, text, span, (ev,)))
+                out.append(Stated("runtime", text, text, span, ev))
             elif kind == "gate":
-                out.append(Stated("gate", text, text, span, (ev,)))
+                out.append(Stated("gate", text, text, span, ev))
             elif kind == "sha":
                 m = _HEX64.search(text)
                 if m:
-                    out.append(Stated("sha", m.group(0).lower(), m.group(0), doc.span(off + a + m.start(), off + a + m.end()), (ev,)))
+                    out.append(Stated("sha", m.group(0).lower(), m.group(0), doc.span(off + a + m.start(), off + a + m.end()), ev))
             elif "/" in kind:
                 k1, k2 = kind.split("/")
                 for k, m in zip((k1, k2), re.finditer(r"\d+", text)):
-                    out.append(Stated(k, int(m.group(0)), m.group(0), doc.span(off + a + m.start(), off + a + m.end()), (ev,)))
+                    out.append(Stated(k, int(m.group(0)), m.group(0), doc.span(off + a + m.start(), off + a + m.end()), ev))
             else:
                 m = re.search(r"\d+", text)
                 if m:
-                    out.append(Stated(kind, int(m.group(0)), m.group(0), doc.span(off + a + m.start(), off + a + m.end()), (ev,)))
+                    out.append(Stated(kind, int(m.group(0)), m.group(0), doc.span(off + a + m.start(), off + a + m.end()), ev))
         if level is not None:  # the row's counts are that level's; its other cells are not per-level claims here
             out[first:] = [dataclasses.replace(st, context=level, per_level=True) for st in out[first:] if st.kind in _LEVEL_KINDS]
     return out, table_lines
@@ -407,7 +441,7 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
     not record; a commit or revision cited where it records none)."""
     if not evidence:
         return []
-    by_key = {_key(ev.backend): ev for ev in evidence}
+    by_key = by_backend(evidence)
     unknown: list[tuple[str, Span]] = []
     table, table_lines = _table_statements(doc, by_key, unknown)
     statements = table + _prose_statements(doc, evidence, table_lines)
@@ -428,7 +462,7 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
         if named is not None:  # the sentence or row names a level: that level's figure (or the total)
             holds, rec = named
             if not holds:
-                who = f" for {st.backends[0].backend}" if len(st.backends) == 1 else ""
+                who = for_backend(st.backends)
                 out.append(Diagnostic(
                     "CB201", f"states {label} {_fmt(st.kind, st.value)}{who}; the evidence records {rec}", st.span, path,
                     hint="correct the document from the evidence (lint-claims never rewrites)",
@@ -452,12 +486,11 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
             continue
         if any(_matches(st.kind, st.value, r) for _, r in recorded):
             continue
-        if st.kind in ("completed", "failed", "timeouts") and len(st.backends) > 1:
-            total = sum(int(r) for _, r in recorded)  # type: ignore[call-overload]
-            if len(recorded) == len(st.backends) and st.value == total:
-                continue
-        rec = "; ".join(f"{ev.backend}: {_fmt(st.kind, r)}" for ev, r in recorded)
-        who = f" for {recorded[0][0].backend}" if len(recorded) == 1 else ""
+        if st.kind in ("completed", "failed", "timeouts") and len(st.backends) > 1 and len(recorded) == len(st.backends):
+            if any(len(run) > 1 and st.value == sum(int(r) for r in run) for run in _per_run(recorded)):  # type: ignore[call-overload]
+                continue  # the total over one run's backends
+        rec = "; ".join(f"{run_name(ev, st.backends)}: {_fmt(st.kind, r)}" for ev, r in recorded)
+        who = for_backend([ev for ev, _ in recorded])
         out.append(
             Diagnostic(
                 "CB201",

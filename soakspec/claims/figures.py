@@ -41,6 +41,8 @@ differ from results.json. Scoping is the count checks' (`evidence_check`): a sen
 per-level row "sim-fast · concurrency 4") that names a level is compared with that level (or the
 backend's run figure); a sentence naming none with every level of the backends it names (all
 backends when it names none) and their run figures. It holds when ANY of those figures fits.
+Two runs of one backend (a before/after, `--evidence base/ new/`) are both that backend's
+candidates (`evidence_check.by_backend`): a row or sentence about it holds when either run fits.
 
 Precision: a figure is compared to the precision it is written with. It holds when it lies
 within half a unit of its last stated digit of the recorded value, inclusive -- the stated value
@@ -78,7 +80,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from soakspec.claims.document import BlockKind, Document
-from soakspec.claims.evidence_check import _AGGREGATE_ROW, _cells, _key, _line_backends, _named_levels
+from soakspec.claims.evidence_check import _AGGREGATE_ROW, _cells, _key, _line_backends, _named_levels, by_backend, for_backend, run_name
 from soakspec.claims.facts import EvidenceFacts, LevelFacts
 from soakspec.claims.polarity import Polarity, polarity
 from soakspec.diagnostics import Diagnostic, Span
@@ -402,7 +404,7 @@ def _tables(doc: Document) -> list[list[int]]:
 def _table_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[list[Figure], set[int]]:
     """Figures in the columns of tables that have figure columns (the lines read are returned:
     prose reading skips them)."""
-    by_key = {_key(ev.backend): ev for ev in evidence}
+    by_key = by_backend(evidence)  # each run's facts of a backend: a before/after cites two runs of one
     out: list[Figure] = []
     done: set[int] = set()
     for run in _tables(doc):
@@ -421,9 +423,9 @@ def _table_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[li
             ev = by_key.get(_key(name))
             context, per_level, backends = line, False, _line_backends(line, evidence)
             if ev is not None:
-                backends = (ev,)
+                backends = ev
             elif "·" in name and (ev := by_key.get(_key(name.partition("·")[0]))) is not None:
-                backends, context, per_level = (ev,), name.partition("·")[2], True
+                backends, context, per_level = ev, name.partition("·")[2], True
             elif backend_col is not None and name not in ("", "-", "—", "n/a") and not _AGGREGATE_ROW.search(name):
                 continue  # a row for a backend the evidence did not run: CB301 (`evidence_check`), not another's figure
             for (a, _, text), col in zip(cells, cols):
@@ -526,12 +528,15 @@ def _check(f: Figure, path: str) -> Diagnostic | None:
     if f.per_level and not named:
         return None  # a per-level row naming no level the evidence has
     sets: list[tuple[str, Mapping[str, tuple[float, ...]]]]
+    def who(ev: EvidenceFacts) -> str:
+        return run_name(ev, f.backends)
+
     if named:
-        sets = [(f"{ev.backend} · {lv.label}", lv.figures) for ev, lv in named]
-        sets += [(f"{ev.backend} over the run", ev.figures) for ev in dict.fromkeys(ev for ev, _ in named)]
+        sets = [(f"{who(ev)} · {lv.label}", lv.figures) for ev, lv in named]
+        sets += [(f"{who(ev)} over the run", ev.figures) for ev in dict.fromkeys(ev for ev, _ in named)]
     else:
-        sets = [(f"{ev.backend} · {lv.label}", lv.figures) for ev in f.backends for lv in ev.levels]
-        sets += [(f"{ev.backend} over the run", ev.figures) for ev in f.backends]
+        sets = [(f"{who(ev)} · {lv.label}", lv.figures) for ev in f.backends for lv in ev.levels]
+        sets += [(f"{who(ev)} over the run", ev.figures) for ev in f.backends]
     key = h.metric if h.metric in ("tok_s", "req_s") else f"{h.metric}.{h.agg}"
     shown: list[str] = []
     known = False
@@ -556,9 +561,8 @@ def _check(f: Figure, path: str) -> Diagnostic | None:
         return None  # the evidence records no such figure: nothing to contradict
     more = len(shown) - _MAX_SHOWN
     rec = "; ".join(shown[:_MAX_SHOWN]) + (f"; and {more} more" if more > 0 else "")
-    who = f" for {f.backends[0].backend}" if len(f.backends) == 1 else ""
     return Diagnostic(
-        "CB201", f"states {_stated_text(h)}{who}; the evidence records {rec}", f.span, path,
+        "CB201", f"states {_stated_text(h)}{for_backend(f.backends)}; the evidence records {rec}", f.span, path,
         hint="correct the document from the evidence (lint-claims never rewrites); a figure holds within half a unit "
         "of its last stated digit",
     )  # fmt: skip

@@ -1,0 +1,74 @@
+"""`soakspec lint-claims` on a before/after review document: the reports of two runs of one
+backend (the base and the new run of a PR), pasted into one document and checked with
+`--evidence BASE NEW`. Each run's figures are that run's: a backend name the two runs share
+must not make one run's correct figures read as contradicting the other's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from soakspec import cli
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+
+def _ttft(b: EvidenceBuilder, ttft: float) -> None:
+    for level in (0, 1):
+        for r in b.measured("sim-fast", level=level):
+            r["first_token"] = r["start"] + ttft
+            r["ttft"] = ttft
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> tuple[Path, Path, Path]:
+    """A base run (TTFT 40.87 ms) and a new run (TTFT 61.3 ms) of one spec, and the spec."""
+    tmp = tmp_path_factory.mktemp("before-after")
+    spec = small_spec(levels="[2, 4]", backends=("sim-fast",))
+    dirs = []
+    for name, ttft in (("base", 0.04087), ("new", 0.0613)):
+        b = EvidenceBuilder(spec)
+        _ttft(b, ttft)
+        dirs.append(b.write(tmp / name))
+    spec_file = tmp / "spec.soak"
+    spec_file.write_text(spec.canonical_text)
+    return dirs[0], dirs[1], spec_file
+
+
+def _report(capsys, d: Path) -> str:
+    assert cli.main(["report", str(d), "--format", "md"]) == 0
+    return capsys.readouterr().out
+
+
+def _lint(tmp_path: Path, capsys, doc: str, spec_file: Path, *evidence: Path) -> tuple[int, list[str]]:
+    p = tmp_path / "PR.md"
+    p.write_text(doc)
+    code = cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", *map(str, evidence)])
+    out = capsys.readouterr().out
+    return code, [line.removeprefix(f"{p}:") for line in out.splitlines() if re.match(rf"{re.escape(str(p))}:\d+:\d+: ", line)]
+
+
+def test_both_runs_reports_pasted_together_are_clean_with_both_evidence(tmp_path, capsys, runs):
+    base, new, spec_file = runs
+    doc = "# PR\n\n### Before\n\n" + _report(capsys, base) + "\n### After\n\n" + _report(capsys, new)
+    for order in ((base, new), (new, base)):
+        assert _lint(tmp_path, capsys, doc, spec_file, *order) == (0, []), order
+
+
+def test_a_figure_neither_run_recorded_is_still_CB201(tmp_path, capsys, runs):
+    base, new, spec_file = runs
+    doc = "# PR\n\n" + _report(capsys, new).replace("61.3 ms", "55.3 ms", 1)
+    code, diags = _lint(tmp_path, capsys, doc, spec_file, base, new)
+    assert code == 1
+    assert any("CB201 states TTFT p50 55.3 ms for sim-fast" in d for d in diags), diags
+
+
+def test_a_count_summed_across_the_two_runs_is_not_a_total(tmp_path, capsys, runs):
+    """Two runs of one backend are not two backends: their counts do not add up to a total (each
+    run did 16 requests a level, 32 in all)."""
+    base, new, spec_file = runs
+    for said in ("sim-fast completed 64 requests.", "At concurrency 2, sim-fast completed 64 requests."):
+        doc = f"# PR\n\n{said}\n\n## Claim boundary\n\nSynthetic.\n"
+        code, diags = _lint(tmp_path, capsys, doc, spec_file, base, new)
+        assert code == 1 and any("CB201 states completed" in d for d in diags), (said, diags)
