@@ -291,7 +291,8 @@ def _real(v: Any) -> float | None:
 def _level_figures(row: Any) -> dict[str, tuple[float, ...]]:
     """A level's measured figures as the per-level report table shows them (`LevelRow`): each
     latency metric's p50/p95/p99/mean/min/max (results.json `levels[].ttft` … in seconds), and
-    the wall-time-weighted mean over its buckets of output tokens/s and completed requests/s."""
+    the wall-time-weighted mean over its buckets of output tokens/s and completed requests/s
+    (`_levels` adds their plain mean over buckets, `_bucket_means`)."""
     out: dict[str, tuple[float, ...]] = {}
     for metric in _LATENCY_METRICS:
         stats = getattr(row, metric, None) or {}
@@ -374,9 +375,23 @@ def _levels(entry: dict, judged: dict[tuple[str, str | None, int | None], dict[s
             completed=_count(req.get("completed")), failed=_count(req.get("failed")),
             timeouts=_count(_first(dict(req), "timeout", "timeouts")),
             buckets=len(buckets) if isinstance(entry.get("buckets"), list) else None,
-            figures=_merge(_level_figures(row), mine),
+            figures=_merge(_merge(_level_figures(row), _bucket_means(buckets)), mine),
         ))  # fmt: skip
     return tuple(out)
+
+
+def _bucket_means(buckets: Any) -> dict[str, float]:
+    """A level's output tokens/s and requests/s as the mean over its buckets (each bucket one
+    value, whatever its wall time): the gate's `mean(throughput)` / `mean(qps)` and what
+    `soakspec compare` shows. It differs from the report's wall-time-weighted figure where a
+    bucket is short (a duration not a whole number of buckets), and both are the evidence's."""
+    out: dict[str, float] = {}
+    for key, field in (("tok_s", "output_tokens_per_s"), ("req_s", "qps")):
+        vals = [x for w in buckets if isinstance(w, dict) and _real(w.get("wall_s"))
+                and (x := _real(w.get(field))) is not None]
+        if vals:
+            out[key] = math.fsum(vals) / len(vals)
+    return out
 
 
 # ---------------------------------------------------------------- re-judging
