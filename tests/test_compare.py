@@ -132,6 +132,23 @@ def test_compare_cli_exit_codes_and_formats(tmp_path, capsys):
     assert main(["compare", str(base), str(new), "--require", "p99(nope) regression <= 5%"]) == 2
 
 
+@pytest.mark.parametrize(("given", "said"), [
+    ("95", "95%"),  # a percentage without its %: not a confidence of 9500%
+    ("10%", "at least 50%"), ("0.05", "at least 50%"),  # an alpha for a confidence: nearly every row would read changed
+    ("100%", "below 100%"),
+])
+def test_compare_takes_the_confidences_a_spec_takes(tmp_path, capsys, given, said):
+    """`--confidence` is held to the range the spec's `compare { confidence }` is (at least 50 %,
+    below 100 %): 5 % family-wise intervals call two runs of one configuration changed on most
+    rows; the message says what to write."""
+    base = builder(1).write(tmp_path / "base")
+    with pytest.raises(SystemExit) as exited:  # a usage error, as argparse reports one
+        main(["compare", str(base), str(base), "--confidence", given])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--confidence" in err and said in err, err
+
+
 def test_compare_refuses_evidence_changed_after_the_run(tmp_path, capsys):
     base = builder(1).write(tmp_path / "base")
     new = builder(2).write(tmp_path / "new")

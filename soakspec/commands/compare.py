@@ -34,13 +34,17 @@ from soakspec.exitcodes import ExitCode
 
 
 def _confidence(text: str) -> float:
+    """95% or 0.95, held to the range the spec's `compare { confidence }` takes (at least 50 %,
+    below 100 %: lang/check/walk.py): an alpha given for a confidence (0.05) would make 5 %
+    intervals that call two runs of one configuration changed on most rows."""
     t = text.strip()
     try:
         v = float(t[:-1]) / 100 if t.endswith("%") else float(t)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: a confidence like 95% or 0.95") from None
-    if not 0 < v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: a confidence must be between 0 and 100%")
+    if not 0.5 <= v < 1:
+        hint = f" (a bare number is a fraction: write {t}%)" if not t.endswith("%") and 50 <= v < 100 else ""
+        raise argparse.ArgumentTypeError(f"{text!r}: a confidence must be at least 50% and below 100%, e.g. 95% or 0.95{hint}")
     return v
 
 
@@ -51,8 +55,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("new", metavar="NEW", help="the evidence directory after the change")
     p.add_argument("--spec", metavar="FILE", help="check both runs with this spec instead of their embedded ones")
     p.add_argument("--confidence", type=_confidence, default=None, metavar="C",
-                   help="family-wise confidence of the intervals, e.g. 95%% or 0.99 (default: the spec's compare "
-                        "block, else 95%%)")
+                   help="family-wise confidence of the intervals, at least 50%% and below 100%%, e.g. 95%% or 0.99 "
+                        "(default: the spec's compare block, else 95%%)")
     p.add_argument("--require", action="append", default=[], metavar="RULE",
                    help="a gating rule, e.g. 'p99(ttft) regression <= 5%%' (or 'warn p50(tpot) regression <= 10%%')")
     p.add_argument("--format", choices=FORMATS, default="md", help="md, html or json (default: md)")
