@@ -85,10 +85,23 @@ def test_compare_tables_pasted_with_both_runs_evidence_are_clean_when_a_bucket_i
     spec_file.write_text(spec.canonical_text)
     assert cli.main(["compare", *map(str, dirs), "--format", "md"]) == 0
     compared = capsys.readouterr().out
-    assert "| mean(qps) | 0.18 /s | 0.18 /s |" in compared  # (0.15 * 4 + 0.3) / 5 buckets; weighted: 45 / 270 s
+    assert "| mean(qps) | 0.18 req/s | 0.18 req/s |" in compared  # (0.15 * 4 + 0.3) / 5 buckets; weighted: 45 / 270 s
     doc = "# PR\n\n" + compared + "\n" + _report(capsys, dirs[1])
     assert _lint(tmp_path, capsys, doc, spec_file, *dirs) == (0, [])
     assert "| mean(throughput) | 11.52 tok/s |" in compared  # (9.6 * 4 + 19.2) / 5; the report's: 10.67
     wrong = doc.replace("| mean(throughput) | 11.52 tok/s |", "| mean(throughput) | 13.52 tok/s |", 1)
     code, diags = _lint(tmp_path, capsys, wrong, spec_file, *dirs)
     assert code == 1 and any("CB201 states output throughput 13.52 tok/s" in d for d in diags), diags
+
+
+def test_a_request_rate_edited_in_a_pasted_compare_table_is_CB201(tmp_path, capsys, runs):
+    """compare writes a level's mean(qps) in req/s, as the report does, so that lint-claims reads it
+    as a request rate: an edited one is caught like any figure."""
+    base, new, spec_file = runs
+    assert cli.main(["compare", str(base), str(new), "--format", "md"]) == 0
+    compared = capsys.readouterr().out
+    assert "| mean(qps) | 0.13 req/s | 0.13 req/s |" in compared
+    assert _lint(tmp_path, capsys, "# PR\n\n" + compared, spec_file, base, new) == (0, [])
+    wrong = compared.replace("| mean(qps) | 0.13 req/s |", "| mean(qps) | 0.26 req/s |", 1)
+    code, diags = _lint(tmp_path, capsys, "# PR\n\n" + wrong, spec_file, base, new)
+    assert code == 1 and any("CB201 states request rate 0.26 req/s" in d for d in diags), diags

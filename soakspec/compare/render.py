@@ -31,6 +31,8 @@ def _val(v: float | None, unit: str) -> str:
         return f"{v * 1000:.1f} ms" if abs(v) < 1 else f"{v:.3f} s"
     if unit == "ratio":  # a share of the requests
         return f"{v * 100:.1f}%"
+    if unit == "/s":  # qps: completed requests a second, written as the report writes it (and lint-claims reads it)
+        return f"{v:.2f} req/s"
     return f"{v:.2f} {unit}"
 
 
