@@ -105,3 +105,31 @@ def test_a_request_rate_edited_in_a_pasted_compare_table_is_CB201(tmp_path, caps
     wrong = compared.replace("| mean(qps) | 0.13 req/s |", "| mean(qps) | 0.26 req/s |", 1)
     code, diags = _lint(tmp_path, capsys, "# PR\n\n" + wrong, spec_file, base, new)
     assert code == 1 and any("CB201 states request rate 0.26 req/s" in d for d in diags), diags
+
+
+def test_a_total_over_two_backends_holds_and_one_over_two_runs_of_them_does_not(tmp_path, capsys):
+    """Two backends' counts add up to their total (one run of each, whichever directory each
+    came from); the before/after runs of both do not add up to twice it."""
+    spec = small_spec(levels="[2, 4]", backends=("sim-fast", "sim-slow"))
+    dirs = [EvidenceBuilder(spec).write(tmp_path / name) for name in ("base", "new")]
+    spec_file = tmp_path / "spec.soak"
+    spec_file.write_text(spec.canonical_text)
+    tail = "\n\n## Claim boundary\n\nSynthetic.\n"
+    for evidence in (dirs[:1], dirs):
+        said = "# PR\n\nsim-fast and sim-slow completed 64 requests." + tail  # 16 a level, 2 levels, 2 backends
+        assert _lint(tmp_path, capsys, said, spec_file, *evidence) == (0, []), evidence
+        code, diags = _lint(tmp_path, capsys, said.replace("64", "128"), spec_file, *evidence)
+        assert code == 1 and any("CB201 states completed 128" in d for d in diags), diags
+
+
+def test_a_total_over_two_backends_run_apart_holds(tmp_path, capsys):
+    """Two backends run apart (a directory each, `run --backend`) still add up to their total."""
+    dirs = [EvidenceBuilder(small_spec(levels="[2, 4]", backends=(name,))).write(tmp_path / name)
+            for name in ("sim-fast", "sim-slow")]
+    spec_file = tmp_path / "spec.soak"
+    spec_file.write_text(small_spec(levels="[2, 4]", backends=("sim-fast", "sim-slow")).canonical_text)
+    said = "# PR\n\nsim-fast and sim-slow completed {} requests.\n\n## Claim boundary\n\nSynthetic.\n"
+    _, diags = _lint(tmp_path, capsys, said.format(64), spec_file, *dirs)
+    assert not [d for d in diags if "CB201" in d], diags
+    _, diags = _lint(tmp_path, capsys, said.format(63), spec_file, *dirs)
+    assert any("CB201 states completed 63" in d for d in diags), diags

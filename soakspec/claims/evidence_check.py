@@ -51,6 +51,7 @@ import bisect
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.facts import EvidenceFacts, LevelFacts
@@ -87,12 +88,27 @@ def for_backend(backends: Sequence[EvidenceFacts]) -> str:
     return f" for {next(iter(names))}" if len(names) == 1 else ""
 
 
-def _per_run(facts: Sequence[tuple[EvidenceFacts, object]]) -> list[list[object]]:
-    """Values of several backends grouped by the run (evidence directory) they come from: a sum
-    over backends is a sum within one run, never of two runs of one backend."""
-    runs: dict[str | None, list[object]] = {}
+def _totals(facts: Sequence[tuple[EvidenceFacts, Any]]) -> set[Any]:
+    """The sums over several backends of their values: one value per backend name, never two of
+    one backend (a before/after's two runs of one backend are not two backends; two backends run
+    apart, `run --backend` each, are). Empty when the facts name fewer than two backends."""
+    by_name: dict[str, list[Any]] = {}
     for ev, v in facts:
-        runs.setdefault(ev.source, []).append(v)
+        by_name.setdefault(_key(ev.backend), []).append(v)
+    if len(by_name) < 2:
+        return set()
+    sums: set[Any] = {0}
+    for values in by_name.values():
+        sums = {t + v for t in sums for v in values}
+        if len(sums) > 4096:  # many runs of many backends: the totals of each run only
+            return {sum(v for _, v in run) for run in _by_source(facts) if len(run) > 1}
+    return sums
+
+
+def _by_source(facts: Sequence[tuple[EvidenceFacts, Any]]) -> list[list[tuple[EvidenceFacts, Any]]]:
+    runs: dict[str | None, list[tuple[EvidenceFacts, Any]]] = {}
+    for ev, v in facts:
+        runs.setdefault(ev.source, []).append((ev, v))
     return list(runs.values())
 
 
@@ -226,11 +242,9 @@ def _level_check(st: Stated) -> tuple[bool, str] | None:
     ok: set[object] = set()
     for _, named, total in per:
         ok |= {v for _, v in named} | {sum(v for _, v in named), total}
-    for run in _per_run([(ev, (named, total)) for ev, named, total in per]):  # sums over one run's backends
-        if len(run) > 1:
-            ok.add(sum(sum(v for _, v in named) for named, _ in run))  # type: ignore[misc]
-            if all(isinstance(t, int) for _, t in run):  # type: ignore[misc]
-                ok.add(sum(t for _, t in run))  # type: ignore[misc]
+    ok |= _totals([(ev, sum(v for _, v in named)) for ev, named, _ in per])  # over the backends named
+    if all(isinstance(t, int) for _, _, t in per):
+        ok |= _totals([(ev, t) for ev, _, t in per])
     parts = []
     for ev, named, total in per:
         who = run_name(ev, st.backends)
@@ -487,8 +501,8 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
         if any(_matches(st.kind, st.value, r) for _, r in recorded):
             continue
         if st.kind in ("completed", "failed", "timeouts") and len(st.backends) > 1 and len(recorded) == len(st.backends):
-            if any(len(run) > 1 and st.value == sum(int(r) for r in run) for run in _per_run(recorded)):  # type: ignore[call-overload]
-                continue  # the total over one run's backends
+            if st.value in _totals([(ev, int(r)) for ev, r in recorded]):  # type: ignore[call-overload]
+                continue  # the total over the backends (one run of each)
         rec = "; ".join(f"{run_name(ev, st.backends)}: {_fmt(st.kind, r)}" for ev, r in recorded)
         who = for_backend([ev for ev, _ in recorded])
         out.append(
