@@ -695,3 +695,42 @@ def test_a_closed_ramp_that_kept_its_targets_is_a_healthy_client(phase):
     assert offered == pytest.approx([ramp.mean_between(k, k + 1, 8.0) for k in range(8)])
     assert min(offered) < 0.5 * ramp.peak
     assert all(row["achieved"] >= 0.75 * row["offered"] for row in rows), [(r["achieved"], r["offered"]) for r in rows]
+
+
+def _closed_loop_records(b: EvidenceBuilder, backend: str, latency: float, workers: int) -> None:
+    """Replace the builder's sparse records of `backend`'s first level by a closed loop's: each
+    of `workers` sends its next request as its last one ends, every request `latency` long."""
+    lv = b.entry(backend)["levels"][0]
+    m, stop = lv["measure_start"], lv["measure_end"]
+    edges = [(bk["index"], bk["start"], bk["end"]) for bk in lv["buckets"]]
+    rows = []
+    for _ in range(workers):
+        s = m
+        while s < stop:
+            bucket = next(i for i, a, e in edges if a <= s < e)
+            r = b.request(backend, lv["workload"], lv["index"], bucket, s, conc=workers, rate=None)
+            rows.append(r | {"end": s + latency, "latency": latency})
+            s += latency
+    b.records[backend] = rows
+    lv["sent"] = len(rows)
+
+
+@pytest.mark.parametrize("on_disk", [False, True])
+def test_requests_longer_than_a_bucket_keep_a_closed_loops_concurrency(tmp_path, on_disk):
+    """A closed loop at concurrency 4 whose requests each last 2.5 buckets keeps 4 in flight all
+    along: a healthy load generator. Its achieved concurrency counts every request running in a
+    bucket, not only those that started in it or the bucket before (requests of bucket 0 still
+    running in bucket 2 were left out: "achieved concurrency 2 of 4 offered", INCONCLUSIVE)."""
+    spec = _small_spec("require failed == 0", levels="[4]", duration="5m", bucket="1m", follow_up=False)
+    b = EvidenceBuilder(spec)
+    _closed_loop_records(b, "a", latency=150.0, workers=4)
+    ev = load_evidence(b.write(tmp_path / "ev")) if on_disk else b.build()
+    health = {r.rule: r for r in judge(spec, _with_client(ev, lag=0.002, cpu=0.2)).rules}["client_healthy"]
+    assert health.status == "pass", health.message
+    # and buckets where the workers really sent nothing more are still the client's shortfall
+    b2 = EvidenceBuilder(spec)
+    _closed_loop_records(b2, "a", latency=150.0, workers=4)
+    b2.records["a"] = [r for r in b2.records["a"] if r["start"] == b2.entry("a")["levels"][0]["measure_start"]]
+    ev2 = load_evidence(b2.write(tmp_path / "ev2")) if on_disk else b2.build()
+    idle = {r.rule: r for r in judge(spec, _with_client(ev2, lag=0.002, cpu=0.2)).rules}["client_healthy"]
+    assert idle.status == "inconclusive" and "bucket 2: achieved concurrency 2 of 4 offered" in idle.message, idle.message

@@ -27,7 +27,7 @@ from soakspec.judge.common import abort_observed_text, backend_here, loc, plural
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.index import num as num_
-from soakspec.judge.measures import Columnar, completed
+from soakspec.judge.measures import Columnar, bucket_in_flight, completed
 from soakspec.judge.stats import percentile
 from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, Rows
@@ -515,7 +515,8 @@ def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
 #   schedule lag p99 > client_schedule_lag    open loop: start - intended_start of the bucket's
 #     (50 ms)                                 requests
 #   achieved concurrency < client_concurrency closed loop: mean requests in flight over the bucket
-#     (75 %) of the offered                   (requests started in it and the bucket before) / c
+#     (75 %) of the offered                   (every request running in it, whichever bucket it
+#                                             started in: measures.bucket_in_flight) / c
 #                                             (a ramp's c: its mean target over the bucket),
 #                                             plus the mean workers the backend's backoff held at
 #                                             its gate (`held`, the samples' held_s / the bucket's
@@ -589,26 +590,6 @@ def _coal_row(r) -> int:
     return c if type(c) is int else 0
 
 
-def _in_flight(recs: Rows, start: float, end: float) -> float | None:
-    """`measures.in_flight(recs, start, end)` from the columns: each request's time inside
-    [start, end) (an absent end: its start), added exactly (fsum: order does not matter)."""
-    if end <= start:
-        return None
-
-    def col(t, idx):
-        s, e = t.f["start"][idx], t.f["end"][idx]
-        return np.minimum(np.where(np.isnan(e), s, e), end) - np.maximum(s, start)  # NaN where no start
-
-    def row(r):
-        s, e = num_(r.get("start")), num_(r.get("end"))
-        if s is None:
-            return None
-        return min(s if e is None else e, end) - max(s, start)
-
-    d = recs.map(col, row)
-    return math.fsum(d[d > 0].tolist()) / (end - start)
-
-
 def _started_in(recs: Rows, start: float, end: float) -> int:
     return recs.count(lambda t, idx: (t.f["start"][idx] >= start) & (t.f["start"][idx] < end),
                       lambda r: (s := num_(r.get("start"))) is not None and start <= s < end)
@@ -650,7 +631,10 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     offered = achieved = held = None
     if mode == "closed" and isinstance(conc, int) and conc > 0:
         near = prev.records + recs if prev is not None else recs
-        offered, achieved = _offered(lv, w, float(conc)), _in_flight(near, w.start, w.end)
+        # every request running in the bucket, whichever bucket it started in (one longer than a
+        # bucket runs on through the next ones, a warm-up request into bucket 0): the backend's
+        # `in_flight` for the window
+        offered, achieved = _offered(lv, w, float(conc)), bucket_in_flight(bi, w, wall)
         # credited only beside the server's failures: the gate shuts after a refused connect or a
         # run of failed requests, and while it is shut a scout tries at least every backoff_max_s,
         # so a bucket that held workers has an unsuccessful request in it or the bucket before. A
