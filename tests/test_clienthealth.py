@@ -734,3 +734,49 @@ def test_requests_longer_than_a_bucket_keep_a_closed_loops_concurrency(tmp_path,
     ev2 = load_evidence(b2.write(tmp_path / "ev2")) if on_disk else b2.build()
     idle = {r.rule: r for r in judge(spec, _with_client(ev2, lag=0.002, cpu=0.2)).rules}["client_healthy"]
     assert idle.status == "inconclusive" and "bucket 2: achieved concurrency 2 of 4 offered" in idle.message, idle.message
+
+
+def test_a_closed_ramp_is_judged_against_what_each_bucket_offered(tmp_path):
+    """A closed-loop phase ramping from 1 to 8 workers whose load generator kept every target:
+    each bucket is held to the ramp's workers over that bucket (~1.9 in the first of four), not
+    to its peak of 8 -- every closed ramp read "achieved concurrency 1.84 of 8 offered" and its
+    run was INCONCLUSIVE. The report's "Achieved / offered" is one bucket's pair."""
+    from soakspec.judge.testing import spec_from_text
+    from soakspec.report import prepare
+
+    spec = spec_from_text(
+        'soak "r" {}\nbackend "a" {\n  url = "http://127.0.0.1:8000"\n  runtime {\n    label = "host-staged"\n  }\n}\n'
+        'workload "w" {\n  load {\n    mode = closed\n    phases {\n      up { concurrency = 1  ramp_to = 8  duration = 4m }\n'
+        '    }\n  }\n  bucket = 1m\n  deadline = 30s\n  follow_up = false\n}\ngate {\n  require failed == 0\n}\n')
+    b = EvidenceBuilder(spec)
+    lv = b.entry("a")["levels"][0]
+    m, stop = lv["measure_start"], lv["measure_end"]
+    edges = [(bk["index"], bk["start"], bk["end"]) for bk in lv["buckets"]]
+    rows = []
+    for at, k in spec_ramp_targets(240.0):  # worker k - 1 starts when the target reaches k
+        s = m + at
+        while s < stop:
+            bucket = next(i for i, a, e in edges if a <= s < e)
+            rows.append(b.request("a", "w", 0, bucket, s, conc=8, rate=None) | {"end": s + 2.0, "latency": 2.0})
+            s += 2.0
+    b.records["a"] = rows
+    lv["sent"] = len(rows)
+    ev = _with_client(b.build(), lag=0.002, cpu=0.2)
+    health = {r.rule: r for r in judge(spec, ev).rules}["client_healthy"]
+    assert health.status == "pass", health.message
+    md = prepare(spec, ev).render("md")
+    client = md[md.index("### Load generator"):]
+    row = next(line for line in client.splitlines() if line.startswith("| a · phase up"))
+    achieved, offered = (float(x) for x in row.split("|")[6].split("/"))
+    assert offered < 7.5 and achieved == pytest.approx(offered, rel=0.05), row  # one bucket's own pair, not 1.9 / 8
+
+
+def spec_ramp_targets(length_s: float):
+    from soakspec.plan import ClosedRamp
+
+    pts = ClosedRamp(1, 8).targets(length_s)
+    prev = 0
+    for at, k in pts:
+        for _ in range(prev, k):
+            yield at, k
+        prev = k
