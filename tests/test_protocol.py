@@ -954,6 +954,23 @@ def test_a_lone_surrogate_in_the_servers_text_is_escaped_and_the_record_is_writt
     assert (lines[1]["finish_reason"], lines[1]["server_id"]) == ("len\\ud800", "x\\udc80")
 
 
+@pytest.mark.parametrize("endpoint", [Endpoint.COMPLETIONS, Endpoint.CHAT])
+def test_a_character_split_into_two_surrogate_escapes_is_two_tokens_of_text(endpoint) -> None:
+    """A server (a UTF-16 one: JavaScript, .NET, Java) may stream one character past U+FFFF as
+    its two surrogate halves, each in its own chunk ("\ud83d", then "\ude00"): valid JSON, but
+    each chunk's text is a lone surrogate, which the output hash could not encode -- the
+    accumulator raised UnicodeEncodeError and the whole run stopped ("internal error:
+    ExceptionGroup"). Each half is a token event; the output counts and hashes them as sent."""
+    shape = RequestShape(endpoint, "m", "p", max_tokens=16)
+    chat = endpoint is Endpoint.CHAT
+    hi, lo = (b'data: {"id": "x", "choices": [{"index": 0, ' + (b'"delta": {"content": "%s"}' if chat else b'"text": "%s"')
+              % half + b', "finish_reason": %s}]}\n\n' % fin for half, fin in ((b"\\ud83d", b"null"), (b"\\ude00", b'"stop"')))
+    rec = run([(1.0, chunk("a", chat=chat)), (1.1, hi), (1.2, lo), (1.3, DONE)], shape)
+    assert (rec.outcome, rec.error, rec.output_tokens, rec.chunks, rec.output_chars) == (Outcome.COMPLETED, None, 3, 3, 3)
+    assert rec.itl == pytest.approx([0.1, 0.1])
+    assert json.loads(rec.to_line())["output_sha256"] == rec.output_sha256  # written, as every record is
+
+
 @pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "general-parser"])
 @pytest.mark.parametrize("endpoint", [Endpoint.COMPLETIONS, Endpoint.CHAT])
 @pytest.mark.parametrize("reads", ["a read per event", "one read"])

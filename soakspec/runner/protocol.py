@@ -952,7 +952,9 @@ class StreamAccumulator:
             if self.first_token is None:
                 self.first_token = t
             self.chunks += 1
-            self._hash.update(text.encode())
+            # surrogatepass: a JSON escape may be half a character ("\ud83d", a UTF-16 server
+            # streaming a character past U+FFFF as its two halves): hashed as sent, never raising
+            self._hash.update(text.encode("utf-8", "surrogatepass"))
             self._chars += len(text)
             self._times.append(t)
             self._cum.append(cum)
