@@ -954,6 +954,20 @@ def test_a_lone_surrogate_in_the_servers_text_is_escaped_and_the_record_is_writt
     assert (lines[1]["finish_reason"], lines[1]["server_id"]) == ("len\\ud800", "x\\udc80")
 
 
+@pytest.mark.parametrize("where", ["an event", "the last event, without its blank line", "a non-streaming body"])
+def test_json_nested_too_deeply_fails_the_request_not_the_run(where) -> None:
+    """A body of 100,000 nested arrays is valid JSON within the event size limit, but json's
+    decoder raises RecursionError, not ValueError: it escaped the accumulator and the whole run
+    stopped ("internal error"). It is the request's failure, saying why."""
+    deep = b"[" * 100_000 + b"]" * 100_000
+    if where == "a non-streaming body":
+        rec = run([(1.0, deep)], RequestShape(Endpoint.COMPLETIONS, "m", "p", 8, stream=False), content_type="application/json")
+    else:
+        rec = run([(1.0, chunk("a")), (1.1, b"data: " + deep + (b"\n\n" + DONE if where == "an event" else b""))])
+    assert rec.outcome is Outcome.FAILED and rec.error.startswith("malformed response, JSON nested too deeply: [[["), rec.error
+    assert_valid_evidence(rec)
+
+
 @pytest.mark.parametrize("endpoint", [Endpoint.COMPLETIONS, Endpoint.CHAT])
 def test_a_character_split_into_two_surrogate_escapes_is_two_tokens_of_text(endpoint) -> None:
     """A server (a UTF-16 one: JavaScript, .NET, Java) may stream one character past U+FFFF as

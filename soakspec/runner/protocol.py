@@ -444,6 +444,8 @@ def _whole_json(data: bytes) -> bool:
         json.loads(data)
     except ValueError:
         return False
+    except RecursionError:  # whole, but nested too deeply to read: `_parse_json` says so
+        return True
     return True
 
 
@@ -930,6 +932,9 @@ class StreamAccumulator:
             obj = _loads(data)
         except ValueError:
             self.fail(Outcome.FAILED, "malformed JSON in the response: " + _snippet(data))
+            return None
+        except RecursionError:  # a hostile body ([[[[...) is the request's failure, not the run's
+            self.fail(Outcome.FAILED, "malformed response, JSON nested too deeply: " + _snippet(data))
             return None
         if type(obj) is not dict:
             self.fail(Outcome.FAILED, "malformed response, not a JSON object: " + _snippet(data))
