@@ -968,6 +968,22 @@ def test_json_nested_too_deeply_fails_the_request_not_the_run(where) -> None:
     assert_valid_evidence(rec)
 
 
+def test_json_just_shallow_enough_to_read_fails_the_request_at_every_depth() -> None:
+    """Near json's nesting limit, a document is read but cannot be written back into the
+    failure's message from one call deeper (json.dumps raised RecursionError: the run stopped).
+    At every depth the request fails, saying why, whatever the payload's shape: an unexpected
+    one, an error object, an error message."""
+    def deeper(n: int, f):
+        return f() if n == 0 else deeper(n - 1, f)
+
+    for d in range(850, 1000):
+        nest = b"[" * d + b"]" * d
+        for body in (b'{"choices": 5, "x": %s}' % nest, b'{"error": %s}' % nest, b'{"error": {"message": %s}}' % nest):
+            for extra in (0, 10, 20, 30, 40):
+                rec = deeper(extra, lambda: run([(1.0, b"data: " + body + b"\n\n" + DONE)]))
+                assert rec.outcome is Outcome.FAILED and rec.error, (d, body[:30], rec.error)
+
+
 @pytest.mark.parametrize("endpoint", [Endpoint.COMPLETIONS, Endpoint.CHAT])
 def test_a_character_split_into_two_surrogate_escapes_is_two_tokens_of_text(endpoint) -> None:
     """A server (a UTF-16 one: JavaScript, .NET, Java) may stream one character past U+FFFF as

@@ -561,8 +561,18 @@ def _error_text(err: Any) -> str:
     if isinstance(err, Mapping):
         msg = err.get("message")
         if msg is not None:
-            return str(msg)
-    return err if isinstance(err, str) else json.dumps(err, sort_keys=True)
+            return msg if isinstance(msg, str) else _shown(msg)
+    return err if isinstance(err, str) else _shown(err, sort_keys=True)
+
+
+def _shown(obj: Any, **kw: Any) -> str:
+    """`obj` as JSON text for a message. A document nested nearly as deeply as json could read
+    is one level too deep to write back from a deeper call: that is said, never raised (a
+    RecursionError here stopped the whole run)."""
+    try:
+        return json.dumps(obj, **kw)
+    except RecursionError:
+        return "(JSON nested too deeply to show)"
 
 
 def _snippet(data: bytes | bytearray) -> str:
@@ -951,7 +961,7 @@ class StreamAccumulator:
         try:
             text, cum = self._fields(obj, chat_key)
         except (AttributeError, TypeError, IndexError, KeyError):
-            self.fail(Outcome.FAILED, "malformed response, unexpected JSON shape: " + json.dumps(obj)[:ERROR_LIMIT])
+            self.fail(Outcome.FAILED, "malformed response, unexpected JSON shape: " + _shown(obj)[:ERROR_LIMIT])
             return
         if text:
             if self.first_token is None:
@@ -1022,7 +1032,7 @@ class StreamAccumulator:
             if len(choices) > 1 or c0.get("index", 0) != 0:
                 other = c0 if c0.get("index", 0) != 0 else choices[1]
                 index = other.get("index") if type(other) is dict else None
-                self.fail(Outcome.FAILED, f"the response has more than one choice (index {json.dumps(index)[:20]}): "
+                self.fail(Outcome.FAILED, f"the response has more than one choice (index {_shown(index)[:20]}): "
                                           "soakspec measures one choice a request (n = 1 in the body)")
             if self._chat:
                 msg = c0.get(chat_key)
