@@ -780,3 +780,44 @@ def spec_ramp_targets(length_s: float):
         for _ in range(prev, k):
             yield at, k
         prev = k
+
+
+def test_client_cpu_is_the_event_loops_own_not_the_processs_worker_threads():
+    """The CPU that says a load process is saturated is its event loop's: a trio loop runs on one
+    thread. Worker threads of the same process (fsyncs, a bucket's percentiles, server.log's
+    compression, which let go of the GIL) use other cores and do not make the loop late; with
+    the process's CPU (all threads) an idle loop beside a busy compressor read ~100 % of a core
+    and the run was INCONCLUSIVE as a saturated load generator."""
+    import threading
+    import zlib
+
+    samples = []
+    spun = []
+    stop = threading.Event()
+
+    def spin() -> None:  # a worker thread's CPU-bound work outside the GIL
+        data = bytes(range(256)) * 4096
+        t0 = time.thread_time()
+        while not stop.is_set():
+            zlib.compress(data, 6)
+        spun.append(time.thread_time() - t0)
+
+    async def main() -> None:
+        monitor = LoopMonitor(RunClock(), samples.append, window_s=0.6)
+        async with trio.open_nursery() as n:
+            n.start_soon(monitor.run)
+            await trio.sleep(0.8)
+            n.cancel_scope.cancel()
+
+    thread = threading.Thread(target=spin)
+    t0 = time.perf_counter()
+    thread.start()
+    try:
+        trio.run(main)
+    finally:
+        stop.set()
+        thread.join()
+    wall = time.perf_counter() - t0
+    share = spun[0] / wall  # of a core, what the worker thread took
+    assert share > 0.05, share  # the thread did run
+    assert samples and all(s.cpu is not None and s.cpu < 0.5 * share for s in samples), ([s.cpu for s in samples], share)

@@ -14,8 +14,12 @@ built-in `client_healthy` (judge/validity.py) reads it per bucket:
   p99 and max, the total weight (`weight_s`) and every stall longer than `STALL_S` (`stalls`:
   none in a healthy loop), so that the judge can pool a bucket's p99 exactly from its windows
   (judge/clientsamples.py `ClientSamples.pooled_lag_p99`) instead of averaging percentiles.
-* CPU: the process's own CPU time (all its threads, `time.process_time`) over the window's
-  wall time, as a fraction of one core (a trio loop is one core: near 1.0 means saturated).
+* CPU: the event loop's own CPU time (its thread's, `time.thread_time`: the monitor runs on
+  it) over the window's wall time, as a fraction of one core (a trio loop is one core: near
+  1.0 means saturated). Not the process's: its worker threads (fsyncs, a bucket's
+  percentiles, server.log's compression) let go of the GIL and use other cores, and a busy
+  compressor beside an idle loop read ~100 % -- a healthy client judged saturated. A thread
+  that holds the GIL makes the loop late instead, which its lag shows.
   With `--workers N` every worker process runs its own monitor and sends its samples to the
   parent (`process` = 1..N; the parent is 0), so the process tree's CPU is on the record per
   process. Servers soakspec launches are not the client and are not counted.
@@ -126,7 +130,7 @@ class LoopMonitor:
     def __init__(self, clock: RunClock, sink: Callable[[HealthSample], None], *, backend: str = "",
                  process: int = MAIN_PROCESS, tick_s: float = TICK_S, window_s: float = WINDOW_S,
                  held: Callable[[], float] | None = None,
-                 cpu_time: Callable[[], float] = time.process_time, wall: Callable[[], float] = time.perf_counter) -> None:  # fmt: skip
+                 cpu_time: Callable[[], float] = time.thread_time, wall: Callable[[], float] = time.perf_counter) -> None:  # fmt: skip
         self._clock = clock
         self._sink = sink
         self._backend = backend
