@@ -821,3 +821,30 @@ def test_client_cpu_is_the_event_loops_own_not_the_processs_worker_threads():
     share = spun[0] / wall  # of a core, what the worker thread took
     assert share > 0.05, share  # the thread did run
     assert samples and all(s.cpu is not None and s.cpu < 0.5 * share for s in samples), ([s.cpu for s in samples], share)
+
+
+def test_timeouts_beside_a_saturated_client_are_inconclusive_not_the_servers_fail():
+    """A timeout is a latency past the deadline, on the client's clock from the intended start:
+    an open loop 29.5 s behind its schedule (a saturated load generator) leaves its requests half
+    a second of a 30 s deadline. `require timeouts == 0` FAILed the server beside client_healthy
+    INCONCLUSIVE (while `p95(latency)` was INCONCLUSIVE); it is INCONCLUSIVE too, saying why.
+    A healthy client sent on time and the server kept the requests 30 s: they FAIL."""
+    spec = _small_spec("require timeouts == 0\nrequire p95(latency) < 2s", mode="open", levels="[2rps]")
+
+    def verdict(lag: float, cpu: float, late: float):
+        b = EvidenceBuilder(spec)
+        for r in b.records["a"][::4]:
+            b.set_outcome(r, "timeout", "deadline passed")
+            r.update(start=r["intended_start"] + late, end=r["intended_start"] + 30.0, latency=None, first_token=None,
+                     ttft=None, tpot=None, itl=[], output_tokens=0, chunks=0)
+        return judge(spec, _with_client(b.build(), lag=lag, cpu=cpu))
+
+    v = verdict(0.3, 0.99, 29.5)
+    rules = {r.rule: r for r in v.rules}
+    assert rules["client_healthy"].status == "inconclusive"
+    assert rules["timeouts == 0"].status == "inconclusive", rules["timeouts == 0"].message
+    assert "load generator was saturated" in rules["timeouts == 0"].message
+    assert "4 timed-out requests" in rules["timeouts == 0"].message  # what it measured, still said
+    assert v.outcome == "INCONCLUSIVE"
+    healthy = {r.rule: r for r in verdict(0.002, 0.2, 0.001).rules}
+    assert healthy["timeouts == 0"].status == "fail", healthy["timeouts == 0"].message

@@ -441,7 +441,7 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
     with no abort has nothing to judge here (None: no result). A malformed `aborts` entry is
     still an abort: a run that says it aborted never passes.
 
-    An abort on a timing metric (CLIENT_SENSITIVE: ttft, latency, tpot, schedule_lag) that fired
+    An abort on a timing metric (CLIENT_SENSITIVE: ttft, latency, tpot, schedule_lag, timeouts) that fired
     in a bucket or window where the load generator was saturated (`client_saturation` of a bucket
     it overlaps, by the gate's thresholds; `client_healthy = false` turns this off) is
     INCONCLUSIVE, not a FAIL: the values it fired on hold the client's own lag (a client stalled
@@ -532,8 +532,12 @@ def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
 # manifest, or there) with no sample for a bucket is INCONCLUSIVE, and so is a missing or empty
 # client.jsonl. Evidence from before soakspec wrote client.jsonl is not judged (`client_measured`).
 
-# metrics a saturated client distorts: their FAILs become INCONCLUSIVE (counts are the server's)
-CLIENT_SENSITIVE = frozenset({"ttft", "itl", "tpot", "latency", "schedule_lag", "throughput", "qps", "in_flight", "coalesced"})
+# metrics a saturated client distorts: their FAILs become INCONCLUSIVE (counts are the server's,
+# but for `timeouts`: a timeout is a latency past the deadline, on the client's clock from the
+# intended start, so an open loop behind its schedule or a loop that reads late times out
+# requests the server answered in time)
+CLIENT_SENSITIVE = frozenset({"ttft", "itl", "tpot", "latency", "schedule_lag", "throughput", "qps", "in_flight", "coalesced",
+                              "timeouts"})
 
 
 def client_sensitive(expr: Expr) -> bool:
