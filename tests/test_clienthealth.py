@@ -829,7 +829,9 @@ def test_timeouts_beside_a_saturated_client_are_inconclusive_not_the_servers_fai
     a second of a 30 s deadline. `require timeouts == 0` FAILed the server beside client_healthy
     INCONCLUSIVE (while `p95(latency)` was INCONCLUSIVE); it is INCONCLUSIVE too, saying why.
     A healthy client sent on time and the server kept the requests 30 s: they FAIL."""
-    spec = _small_spec("require timeouts == 0\nrequire p95(latency) < 2s", mode="open", levels="[2rps]")
+    counts = ("errors == 0", "ratio(completed) >= 99%", "goodput(output_tokens >= 1) >= 99%")
+    spec = _small_spec("require timeouts == 0\nrequire p95(latency) < 2s\n" + "\n".join(f"require {c}" for c in counts),
+                       mode="open", levels="[2rps]")
 
     def verdict(lag: float, cpu: float, late: float):
         b = EvidenceBuilder(spec)
@@ -845,6 +847,11 @@ def test_timeouts_beside_a_saturated_client_are_inconclusive_not_the_servers_fai
     assert rules["timeouts == 0"].status == "inconclusive", rules["timeouts == 0"].message
     assert "load generator was saturated" in rules["timeouts == 0"].message
     assert "4 timed-out requests" in rules["timeouts == 0"].message  # what it measured, still said
+    assert "2 requests timed out in it" in rules["client_healthy"].message  # bucket 0 of 2
+    for c in counts:  # the counts that hold those timeouts: not the server's alone either
+        assert rules[c].status == "inconclusive", rules[c].message
+        assert "requests timed out while the load generator was saturated" in rules[c].message, rules[c].message
     assert v.outcome == "INCONCLUSIVE"
     healthy = {r.rule: r for r in verdict(0.002, 0.2, 0.001).rules}
-    assert healthy["timeouts == 0"].status == "fail", healthy["timeouts == 0"].message
+    for c in ("timeouts == 0", *counts):
+        assert healthy[c].status == "fail", healthy[c].message

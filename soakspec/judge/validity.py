@@ -770,8 +770,11 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
                     continue  # shorter than a sample: the sample around it judges its time
                 why = client_saturation(row, g)
                 if why:
+                    late = w.records.count(_timed_out.col, _timed_out.row)  # timeouts the client's lag may have made
                     insts.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), row["lag_p99"], None, None,
-                                          f"load generator saturated in bucket {row['bucket']}: {', '.join(why)}"))
+                                          f"load generator saturated in bucket {row['bucket']}: {', '.join(why)}"
+                                          + (f"; {plural(late, 'request')} timed out in it" if late else ""),
+                                          cause=CLIENT_TIMEOUTS if late else None))
                 elif row["lag_p99"] is not None and (worst is None or row["lag_p99"] > worst[0]):
                     worst = (row["lag_p99"], loc(bucket_scope(bi, lv, w)).text)
     if not n:  # no bucket of the spec's levels in the evidence: the client kept up in nothing measured
@@ -787,6 +790,13 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
 # nothing about the server: `client_healthy` is INCONCLUSIVE, and no rule FAILs the server for it.
 NOT_SENT_NOTE = "never sent (the load generator's own failure, not the server's)"
 CLIENT_NOT_SENT = "client_not_sent"  # the `cause` of such an Instance of client_healthy
+# the `cause` of a saturated bucket in which requests timed out: a timeout is a latency past the
+# deadline on the client's clock, from the intended start, so the client's lag may have made
+# them; every count that holds timeouts (TIMEOUT_COUNTS, and `timeouts` itself, CLIENT_SENSITIVE)
+# is then not the server's alone
+CLIENT_TIMEOUTS = "client_timeouts"
+TIMEOUT_COUNTS = frozenset({"errors", "completed", "goodput"})  # goodput: goodput() and goodput_rate()
+_timed_out = Columnar(lambda r: r.get("outcome") == "timeout", lambda t, idx: t.label_is("outcome", "timeout", idx))
 
 
 def not_sent(recs: Rows) -> Rows:
@@ -796,9 +806,11 @@ def not_sent(recs: Rows) -> Rows:
 
 def client_blocks(results: list[RuleResult], r: Rule, res: RuleResult) -> RuleResult:
     """A timing rule that FAILs while the load generator was saturated (`client_healthy`
-    inconclusive) is INCONCLUSIVE: the failure may be the client's own lag. When the load
-    generator could not send requests (NOT_SENT_NOTE) every FAIL is: those requests count as
-    unsuccessful, and the planned load was not applied."""
+    inconclusive) is INCONCLUSIVE: the failure may be the client's own lag. So is a FAIL of a
+    count that holds timeouts (TIMEOUT_COUNTS: errors, completed, goodput) when requests timed
+    out in a saturated bucket (CLIENT_TIMEOUTS): the client's lag may have made those timeouts.
+    When the load generator could not send requests (NOT_SENT_NOTE) every FAIL is: those
+    requests count as unsuccessful, and the planned load was not applied."""
     if res.status != "fail":
         return res
     health = next((x for x in results if x.rule == "client_healthy" and x.status == "inconclusive"), None)
@@ -808,7 +820,12 @@ def client_blocks(results: list[RuleResult], r: Rule, res: RuleResult) -> RuleRe
         return dataclasses.replace(res, status="inconclusive",
                                    message="not judged, the load generator did not send every request (client_healthy: "
                                            f"{health.details[0].message}); it measured: {res.message}")
-    if not client_sensitive(r.expr):
-        return res
-    return dataclasses.replace(res, status="inconclusive",
-                               message=f"not judged, the load generator was saturated ({health.message}); it measured: {res.message}")
+    if client_sensitive(r.expr):
+        return dataclasses.replace(res, status="inconclusive",
+                                   message=f"not judged, the load generator was saturated ({health.message}); it measured: {res.message}")
+    late = next((d for d in health.details if d.cause == CLIENT_TIMEOUTS), None)
+    if late is not None and r.expr.metric in TIMEOUT_COUNTS:
+        return dataclasses.replace(res, status="inconclusive",
+                                   message=f"not judged, requests timed out while the load generator was saturated "
+                                           f"({late.where.text}: {late.message}); it measured: {res.message}")
+    return res
