@@ -150,10 +150,40 @@ class _GuardedStdout:
             self._inner.flush()
 
 
+class _BestEffortStderr:
+    """sys.stderr while `main` runs: a write or flush that fails (the disk under `2> run.log` full,
+    `2>&1 | tee` whose tee died, a terminal gone) is dropped. stderr carries progress and
+    messages, never the result (stdout and the evidence do): a progress line it refused killed a
+    soak before its first request, and an error line it refused let the exception escape `main`,
+    so Python exited 1, a failed gate's code, for a usage error or an abort."""
+
+    def __init__(self, inner):
+        self._inner = inner if inner is not None else _ClosedStdout()  # `2>&-`: Python's sys.stderr is None
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._inner.write(text)
+        except (OSError, ValueError):  # ValueError: the stream was closed under us
+            return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        try:
+            self._inner.flush()
+        except (OSError, ValueError):
+            pass
+
+
 class _ClosedStdout:
-    """sys.stdout of a soakspec started with its stdout closed (`>&-`: Python sets it to None):
-    every write is refused as a full disk's is (`StdoutRefused`), never an AttributeError said
-    as a bug."""
+    """sys.stdout (or sys.stderr) of a soakspec started with it closed (`>&-`: Python sets it to
+    None): every write is refused as a full disk's is (stdout: `StdoutRefused`; stderr: dropped),
+    never an AttributeError said as a bug."""
 
     def write(self, text: str) -> int:
         raise OSError(errno.EBADF, "stdout is closed")
@@ -285,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     # `sim` keeps the signals' defaults until its own receiver takes them: it is a server the
     # runner stops with SIGTERM, and reads its death by that signal as such
     signals = _Signals() if command != "sim" else None
-    with _installed(signals):
+    with _installed(signals), contextlib.redirect_stderr(_BestEffortStderr(sys.stderr)):
         # Configure only the command being run: keeps start-up fast and imports minimal.
         parser = build_parser(only=command or "")
         unknown = _unknown_command(argv)

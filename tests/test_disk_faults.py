@@ -443,3 +443,43 @@ def test_gate_write_of_a_run_never_finalized_writes_nothing(tmp_path):
     r = subprocess.run(soakspec_cmd("gate", "--write", str(root)), capture_output=True, text=True, timeout=60, env=ENV)
     assert r.returncode == 2 and "holds no finished run (status running)" in r.stderr, r.stderr
     assert not (root / layout.VERDICT).exists() and not (root / layout.RESULTS).exists()
+
+
+# ------------------------------------------------------------------ stderr refuses its writes
+
+
+def _stderr_onto_dev_full() -> None:
+    fd = os.open("/dev/full", os.O_WRONLY)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_a_stderr_that_refuses_writes_neither_stops_a_run_nor_changes_its_exit_code(tmp_path):
+    """`soakspec run SPEC 2> run.log` with run.log's disk full (here `2>/dev/full`; a `2>&1 | tee`
+    whose tee died is the same: EPIPE): the first progress line failed to print, which killed
+    the run before its first request (no verdict.json, manifest `aborted`), and the internal
+    error's own line failed too, so Python exited 1 -- "a gate rule failed". stderr carries
+    progress and messages, never the result: the run goes on, its evidence and exit code are
+    those of a run whose stderr was read."""
+    marker = new_marker()
+    (tmp_path / "t.soak").write_text(sim_spec(duration="1s", bucket="1s"))
+    proc = subprocess.run(soakspec_cmd("run", "t.soak", "--out", "ev"), cwd=tmp_path, env={**run_env(marker), **ENV},
+                          stdout=subprocess.PIPE, text=True, timeout=120, preexec_fn=_stderr_onto_dev_full)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    assert "PASS: all" in proc.stdout
+    manifest = json.loads((tmp_path / "ev" / "manifest.json").read_text())
+    assert manifest["status"] == "complete"
+    assert (tmp_path / "ev" / "verdict.json").exists()
+    assert wait_no_survivors(marker) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize(("args", "code"), [(["gate", "no-such-dir"], 2), (["run", "no-such.soak"], 2),
+                                            (["check", "--no-such-flag"], 2)])  # fmt: skip
+def test_a_usage_error_whose_message_stderr_refuses_still_exits_2(tmp_path, args, code):
+    """Its one line could not be printed, so the exception escaped and Python exited 1 (a failed
+    gate, to a CI script) in place of 2 (usage: nothing ran)."""
+    proc = subprocess.run([PY, "-m", "soakspec", *args], cwd=tmp_path, env=ENV, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, text=True, timeout=60, preexec_fn=_stderr_onto_dev_full)  # fmt: skip
+    assert proc.returncode == code
