@@ -483,3 +483,25 @@ def test_a_usage_error_whose_message_stderr_refuses_still_exits_2(tmp_path, args
     proc = subprocess.run([PY, "-m", "soakspec", *args], cwd=tmp_path, env=ENV, stdin=subprocess.DEVNULL,
                           stdout=subprocess.PIPE, text=True, timeout=60, preexec_fn=_stderr_onto_dev_full)  # fmt: skip
     assert proc.returncode == code
+
+
+def test_a_stderr_reader_that_leaves_mid_run_does_not_abort_the_soak(tmp_path):
+    """`soakspec run SPEC 2>&1 | tee run.log` and tee is gone (killed, its terminal closed) while
+    the soak runs: the next progress line raised BrokenPipeError in the runner, which aborted the
+    run as "internal error: BrokenPipeError" (manifest `aborted`) and exited 1. What was left of
+    the soak -- its load, follow-up and verdict -- is unaffected by who reads its progress."""
+    marker = new_marker()
+    (tmp_path / "t.soak").write_text(sim_spec(duration="3s", bucket="1s"))
+    proc = subprocess.Popen(soakspec_cmd("run", "t.soak", "--out", "ev"), cwd=tmp_path, env={**run_env(marker), **ENV},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stderr.readline().startswith("[b0] starting")
+        proc.stderr.close()  # the reader leaves; progress lines follow every second
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    manifest = json.loads((tmp_path / "ev" / "manifest.json").read_text())
+    assert manifest["status"] == "complete", manifest.get("incomplete_reason")
+    assert "PASS: all" in out
+    assert wait_no_survivors(marker) == []
