@@ -325,6 +325,23 @@ def test_crash_lines_find_the_cause_under_request_log_noise(tmp_path):
     assert found == tuple(cause)
 
 
+@pytest.mark.parametrize("cause", [
+    "thread 'main' panicked at src/scheduler.rs:212:37:",  # a Rust server (pegainfer, TGI's router)
+    "note: run with `RUST_BACKTRACE=1` environment variable to display a backtrace",
+    "Segmentation fault",  # the shell's word for SIGSEGV when it does not dump core
+    "soakspec-sim: simulated crash: 2s after listening (--crash-after)",
+])  # fmt: skip
+def test_crash_lines_find_a_panic_a_segfault_and_a_crash(tmp_path, cause):
+    """A Rust server's panic (its last words: "thread 'main' panicked at ...", then the
+    backtrace note), a segfault said as "Segmentation fault", or "crash" under
+    the server's trace lines: none was a cause line, so the manifest's crash_diagnosis was empty
+    and stderr showed only the 40-line tail, which trace or access lines can fill before it."""
+    log = tmp_path / "server.log"
+    noise = [f'INFO:     127.0.0.1:4{i:04d} - "POST /v1/completions HTTP/1.1" 200 OK' for i in range(100)]
+    log.write_text("\n".join(noise + [cause] + noise) + "\n")
+    assert crash_lines(log) == (cause,)
+
+
 def test_a_crash_shows_the_cause_first_and_records_it(tmp_path):
     """The server dies after printing its cause and then 60 lines of noise: stderr shows the
     cause lines (before the 40-line tail, which no longer holds them), and the manifest keeps

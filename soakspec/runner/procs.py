@@ -105,10 +105,11 @@ def log_tail(path: str | os.PathLike | None, lines: int = 40, max_bytes: int = 6
 
 
 # A line that says why a server died: an error, an exception and its traceback, a worker that
-# died, a signal. Request-log noise (access lines, even of a 500) does not count.
+# died, a signal, a crash, a Rust server's panic ("thread 'main' panicked at ...", then its
+# backtrace note). Request-log noise (access lines, even of a 500) does not count.
 _CAUSE = re.compile(
     r"error|exception|traceback|\bdied\b|\bsignal\b|\bsig(?:kill|segv|abrt|term|bus|ill)\b|killed|fatal|"
-    r"abort|out of memory|\boom\b|exit code|core dumped|assert",
+    r"abort|out of memory|\boom\b|exit code|core dumped|assert|\bpanic|backtrace|segmentation fault|\bcrash",
     re.IGNORECASE,
 )
 _ACCESS_LOG = re.compile(r'"(?:GET|POST|PUT|DELETE|HEAD|OPTIONS|PATCH) \S+ HTTP/[\d.]+" \d{3}')
