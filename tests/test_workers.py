@@ -434,3 +434,31 @@ def test_a_bucket_line_waits_for_a_stalled_worker_s_records(tmp_path):
     records = Counter(r["bucket"] for r in read_jsonl(out / "backends" / "b0" / "requests.jsonl.gz"))
     lines = {b["bucket"]: b["requests"]["total"] for b in read_jsonl(out / "backends" / "b0" / "buckets.jsonl")}
     assert lines == {k: n for k, n in records.items() if k >= 0}
+
+
+@pytest.mark.slow
+def test_the_countdown_of_a_workers_level_runs_from_its_start_not_from_the_workers_start_up(tmp_path, monkeypatch, capsys):
+    """`--workers N`: the level starts once its load processes are up (a second or more on a busy
+    machine), but the progress line's countdown ran from before they were started, so "x left in
+    level" after bucket 1 of a 3 s level said 0.4 s where 2 s were left (here the start-up held
+    1.5 s)."""
+    import re
+
+    from soakspec.cli import main
+    from soakspec.runner import workers
+
+    spawn = workers._spawn
+
+    async def slow_spawn(*args, **kwargs):
+        await spawn(*args, **kwargs)
+        await trio.sleep(1.5)
+
+    monkeypatch.setattr(workers, "_spawn", slow_spawn)
+    (tmp_path / "t.soak").write_text(sim_spec(duration="3s", bucket="1s", follow_up=False))
+    code = main(["run", str(tmp_path / "t.soak"), "--out", str(tmp_path / "ev"), "--workers", "2"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    left = re.search(r"bucket 1/3 done; .*; ([\d.]+)(ms|s) left in level", err)
+    assert left, err
+    seconds = float(left[1]) / (1000 if left[2] == "ms" else 1)
+    assert 1.7 <= seconds <= 2.1, err

@@ -161,6 +161,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
 
     def on_start(t0: float) -> None:  # the level's own start (`--workers`: after their start-up), not the time above
         entry.update(started_at=t0, measure_start=t0 + lv.warmup_s)
+        progress.level_begins(t0 - deps.clock.now())
         watch.level_started(lv.workload, lv.index, lv.label, t0 + lv.warmup_s, lv.duration_s, lv.bucket_s, **starts)
 
     # --workers: every record that ended before this has reached the parent (each process reports

@@ -95,6 +95,13 @@ class Progress:
         else:
             self.log(f"[{backend}] {label}: {format_duration(total_s)}")
 
+    def level_begins(self, in_s: float) -> None:
+        """The level's load starts `in_s` seconds from now: its countdown and bucket numbers run
+        from there, not from `level_started` (`--workers`: the load processes start first, a
+        second or more on a busy machine, and "left in level" was short by that)."""
+        if self._state:
+            self._state["t0"] = time.monotonic() + in_s
+
     def tick(self, stats) -> None:
         """Called a few times a second with the level's LiveStats."""
         if self._rich is None or self._task is None:
