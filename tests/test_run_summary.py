@@ -128,6 +128,25 @@ def test_out_onto_an_existing_run_is_a_usage_error_and_runs_nothing(signed_run, 
     assert sorted(p.name for p in ev.iterdir()) == before
 
 
+@pytest.mark.parametrize("left", ["backends/b0/requests.jsonl.gz", "client.jsonl", "results.json"])
+def test_out_onto_a_runs_files_without_their_manifest_is_a_usage_error_and_runs_nothing(tmp_path, left):
+    """A directory that holds a run's files but no manifest.json (removed, or a copy cut short):
+    the run appended its records to the stale requests.jsonl.gz, loaded the whole soak, and
+    only then aborted (exit 4) with "could not finish the evidence: ... invalid JSON" -- a
+    day's soak lost to a file that was there before it started. Refused as the directory of a
+    run is (2), before anything runs, and nothing there is touched."""
+    spec = tmp_path / "t.soak"
+    spec.write_text(SPEC)
+    ev = tmp_path / "ev"
+    (ev / left).parent.mkdir(parents=True, exist_ok=True)
+    (ev / left).write_text("x\n")
+    proc = soak(tmp_path, str(spec), "--out", str(ev))
+    assert proc.returncode == 2, proc.stderr
+    assert f"already holds a run's files ({left.split('/')[0]}) but no manifest.json" in proc.stderr, proc.stderr
+    assert "[b0]" not in proc.stderr and proc.stdout == ""
+    assert (ev / left).read_text() == "x\n" and not (ev / "manifest.json").exists()
+
+
 def test_the_summary_shows_the_figures_when_performance_was_not_evaluated():
     """An evidence rule failed: the performance rules are not evaluated, the summary still shows
     every level's figures (the disconnected count included) and says they were not judged."""

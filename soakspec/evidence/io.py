@@ -833,9 +833,10 @@ class RunLock:
 
     `with RunLock(run_dir): ...` creates the directory, takes `flock(LOCK_EX | LOCK_NB)` on
     `<run_dir>/.lock` and writes our pid into it. A second writer is refused with
-    "evidence directory X is in use by pid N". A directory that already holds a manifest is
-    refused too (a run never writes into another run's evidence) unless `allow_existing=True`
-    (for re-judging retained evidence). The lock file is removed on release.
+    "evidence directory X is in use by pid N". A directory that already holds a manifest, or a
+    run's files without one, is refused too (a run never writes into another run's evidence)
+    unless `allow_existing=True` (for re-judging retained evidence). The lock file is removed
+    on release.
     """
 
     def __init__(self, run_dir: os.PathLike | str, *, allow_existing: bool = False):
@@ -883,6 +884,13 @@ class RunLock:
             raise EvidenceInUseError(
                 f"evidence directory {self.run_dir} already holds a run (status {status}); "
                 "a run never writes into another run's evidence"
+            )
+        stale = None if self.allow_existing else _run_files_without_manifest(self.run_dir)
+        if stale is not None:
+            self.release()
+            raise EvidenceInUseError(
+                f"evidence directory {self.run_dir} already holds a run's files ({stale}) but no manifest.json; "
+                "a run never writes into another run's evidence: choose a new output directory"
             )
         try:
             os.ftruncate(fd, 0)
@@ -946,6 +954,23 @@ def _read_pid(fd: int) -> int | None:
         return int(text) if text.isdigit() else None
     except OSError:
         return None
+
+
+def _run_files_without_manifest(run_dir: Path) -> str | None:
+    """The first of a run's own files (not its manifest) that `run_dir` holds, or None. A run
+    appends to its files (requests.jsonl.gz, client.jsonl) and refuses to replace hashed ones
+    (results.json): left there by an earlier run whose manifest.json is gone, they made a new
+    run mix its records with theirs and abort, or end INCONCLUSIVE, after its whole load."""
+    for name in (layout.BACKENDS, layout.CLIENT, layout.RESULTS, layout.VERDICT, layout.MANIFEST_SIG):
+        path = run_dir / name
+        try:
+            if name == layout.BACKENDS and path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+                continue  # an empty backends/ holds nothing to mix with
+        except OSError:
+            pass
+        if os.path.lexists(path):
+            return name
+    return None
 
 
 def _manifest_status(path: Path) -> str:
