@@ -85,13 +85,22 @@ def test_failed_request_junit_has_a_failure_on_that_rule(seed):
     assert root.get("failures") == "1" and root.find("testsuite").get("failures") == "1"
 
 
-def test_inconclusive_rules_are_skipped_with_the_reason(seed):
+def test_inconclusive_required_rules_are_errors_with_the_reason(seed):
+    """A required rule that could not be decided is a JUnit <error> (the run is INCONCLUSIVE,
+    exit 3): as <skipped> it was, a CI dashboard that reads only the XML showed the run green."""
     inp = prepare(seed, EvidenceBuilder(seed, time_scale=0.1, rehearsal=True).build())
     assert inp.verdict.outcome == "INCONCLUSIVE"
     root = ET.fromstring(inp.render("junit"))
-    skipped = {c.get("name"): c.find("skipped").get("message") for c in root.iter("testcase") if c.find("skipped") is not None}
-    assert "full_scale_run" in skipped and "rehearsal" in skipped["full_scale_run"]
-    assert root.get("skipped") == str(len(skipped)) and not root.findall(".//failure")
+    errors = {c.get("name"): c.find("error") for c in root.iter("testcase") if c.find("error") is not None}
+    assert "full_scale_run" in errors and "rehearsal" in errors["full_scale_run"].get("message")
+    assert errors["full_scale_run"].get("type") == "inconclusive" and "rehearsal" in errors["full_scale_run"].text
+    undecided = [r for r in inp.verdict.rules if r.status == "inconclusive" and r.severity != "warn"]
+    assert root.get("errors") == root.find("testsuite").get("errors") == str(len(undecided)) == str(len(errors)) != "0"
+    assert not root.findall(".//failure") and root.get("failures") == "0"
+    skipped = [c for c in root.iter("testcase") if c.find("skipped") is not None]
+    assert root.get("skipped") == str(len(skipped))
+    assert all((r := next(r for r in inp.verdict.rules if r.rule == c.get("name"))).severity == "warn"
+               or r.status == "not_evaluated" for c in skipped)
     md = inp.render("md")
     assert "- rehearsal: yes: every backend was replaced by the simulator" in md
     assert "- time scale: 0.1 (every duration was multiplied by 0.1); such a run cannot pass a full-scale gate" in md

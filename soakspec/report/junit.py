@@ -1,15 +1,22 @@
 """`--format junit`: one <testcase> per rule, for CI systems.
 
-    <testsuites name="soakspec" tests failures errors="0" skipped>
+    <testsuites name="soakspec" tests failures errors skipped>
       <testsuite name="<soak>" ...>
         <properties> verdict, run_id, manifest_sha256, spec_sha256, rehearsal, time_scale
         <testcase classname="<rule class>" name="<rule text>" time="0">
           <failure message="<explanation>" type="fail">...</failure>    a failed rule
-          <skipped message="<reason>"/>                                 inconclusive / not evaluated
+          <error message="<reason>" type="inconclusive">...</error>     a required rule not decided
+          <skipped message="<reason>"/>                                 not evaluated (a validity or
+                                                                        evidence rule failed first),
+                                                                        or a warn rule not decided
           <system-out>observed value, threshold, scope, samples, where</system-out>
 
-A `warn` rule that did not hold passes (warnings never fail the gate) and says so in its
-system-out. Built with xml.etree (attribute and text escaping); characters XML 1.0 cannot
+A required rule that could not be decided is an error, not a skip: the verdict is INCONCLUSIVE
+(exit 3), and a CI that shows only this file must not show it green -- missing data is never a
+pass. A rule not evaluated is skipped: it was not judged because a required validity or
+evidence rule failed, whose <failure> already fails the suite. A `warn` rule never fails the
+gate: one that did not hold passes and says so in its system-out, one that could not be
+decided is skipped. Built with xml.etree (attribute and text escaping); characters XML 1.0 cannot
 carry are replaced first (`common.clean_text`), so the output always parses.
 """
 
@@ -29,9 +36,10 @@ def _x(value: Any) -> str:
 def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any) -> str:
     rules = list(verdict.rules)
     n = verdict.counts()
-    failures, skipped = n["fail"], n["inconclusive"] + n["not_evaluated"]
+    errors = sum(r.status == "inconclusive" and r.severity != "warn" for r in rules)
+    failures, skipped = n["fail"], n["inconclusive"] + n["not_evaluated"] - errors
     soak = getattr(getattr(spec, "header", None), "name", None) or verdict.soak
-    counts = {"tests": str(len(rules)), "failures": str(failures), "errors": "0", "skipped": str(skipped), "time": "0"}
+    counts = {"tests": str(len(rules)), "failures": str(failures), "errors": str(errors), "skipped": str(skipped), "time": "0"}
     root = ET.Element("testsuites", {"name": "soakspec", **counts})
     suite = ET.SubElement(root, "testsuite", {"name": _x(soak), **counts})
     props = ET.SubElement(suite, "properties")
@@ -56,11 +64,11 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         if r.status == "fail":
             el = ET.SubElement(case, "failure", {"message": _x(r.message), "type": "fail"})
             el.text = _x(body)
+        elif r.status == "inconclusive" and r.severity != "warn":
+            el = ET.SubElement(case, "error", {"message": _x(f"{r.status_word}: {r.message}"), "type": r.status})
+            el.text = _x(body)
         elif r.status in ("inconclusive", "not_evaluated"):
-            reason = f"{r.status_word}: {r.message}"
-            if r.severity == "warn":
-                reason = "warn rule " + reason
-            ET.SubElement(case, "skipped", {"message": _x(reason)})
+            ET.SubElement(case, "skipped", {"message": _x(f"warn rule {r.status_word}: {r.message}")})
         out = C.observed_lines(r)
         if r.status == "warn":
             out.insert(0, "WARNING: this warn rule did not hold (warnings never fail the gate)")
