@@ -223,3 +223,39 @@ def test_a_run_whose_token_prompts_cannot_be_built_aborts_with_the_reason(tmp_pa
     assert "counts only 0 of" in proc.stderr and "internal error" not in proc.stderr
     manifest = json.loads((tmp_path / "ev" / "manifest.json").read_text())
     assert manifest["status"] == "aborted" and "prompt_tokens cannot be built" in manifest["incomplete_reason"]
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        ((200, b"<html>tokenizer</html>"), "is not JSON"),
+        ((200, b"[1, 2, 3]"), "no integer 'count'"),
+        ((200, b'{"count": true}'), "no integer 'count'"),
+        ((200, b'{"count": -3}'), "no integer 'count'"),
+        ((200, b"[" * 100_000 + b"]" * 100_000), "is not JSON"),
+        ((500, b"boom"), "it answered 500"),
+        (None, "/tokenize: "),
+    ],
+)
+def test_a_tokenize_answer_that_is_not_a_count_aborts_the_run_saying_so(answer, said):
+    """The server's /tokenize answering HTML, a JSON array, `{"count": true}`, JSON nested past
+    reading, or not at all stopped the run with an internal error (`r.json().get` on a list, a
+    JSONDecodeError, an httpx error): each is now `RunAborted` naming what came back, with the
+    local tokenizer as the hint."""
+    import httpx
+    import trio
+
+    from soakspec.runner.prompts import RunAborted, ServerTokenizer
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if answer is None:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(answer[0], content=answer[1])
+
+    async def go() -> int:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+            return await ServerTokenizer("http://127.0.0.1:9/v1", "m", client).count("a b c", True)
+
+    with pytest.raises(RunAborted) as got:
+        trio.run(go)
+    assert said in str(got.value) and 'tokenizer = "tokenizer.json"' in str(got.value), got.value

@@ -14,6 +14,10 @@ import random
 from pathlib import Path
 from typing import Protocol
 
+import httpx
+
+from soakspec.runner.protocol import describe_transport_error
+
 try:  # optional (`pip install 'soakspec[tokenizers]'`): only `tokenizer = "tokenizer.json"` needs it
     from tokenizers import Tokenizer as HfTokenizer
 except ImportError:  # pragma: no cover - the default install
@@ -159,12 +163,23 @@ class ServerTokenizer:
         self._url, self._model, self._client = base_url.rstrip("/") + "/tokenize", model, client
 
     async def count(self, text: str, special: bool) -> int:
-        r = await self._client.post(self._url, json={"model": self._model, "prompt": text, "add_special_tokens": special})
+        """The server's count of `text`'s tokens. Whatever the server does -- refuses the
+        connection, answers an error, HTML, a JSON array, `{"count": true}` -- the run stops
+        with `RunAborted` naming it, never an internal error."""
+        hint = 'set tokenizer = "tokenizer.json"'
+        try:
+            r = await self._client.post(self._url, json={"model": self._model, "prompt": text, "add_special_tokens": special})
+        except httpx.HTTPError as e:
+            raise RunAborted(f"prompt_tokens needs the server's /tokenize endpoint: {self._url}: {describe_transport_error(e)}; {hint}") from None
         if r.status_code != 200:
-            raise RunAborted(f"prompt_tokens needs the server's /tokenize endpoint: it answered {r.status_code}; set tokenizer = \"tokenizer.json\"")
-        count = r.json().get("count")
-        if not isinstance(count, int):
-            raise RunAborted("the server's /tokenize answer has no integer 'count'")
+            raise RunAborted(f"prompt_tokens needs the server's /tokenize endpoint: it answered {r.status_code}; {hint}")
+        try:
+            body = r.json()
+        except (ValueError, RecursionError):  # not JSON (JSONDecodeError, bad UTF-8 are ValueErrors), or nested past reading
+            raise RunAborted(f"the server's /tokenize answer is not JSON: {r.text[:120]!r}; {hint}") from None
+        count = body.get("count") if isinstance(body, dict) else None
+        if type(count) is not int or count < 0:
+            raise RunAborted(f"the server's /tokenize answer has no integer 'count': {r.text[:120]!r}; {hint}")
         return count
 
 
