@@ -197,6 +197,23 @@ def test_a_200_whose_body_is_a_json_error_says_what_the_server_said(body, conten
     assert (rec.chunks, rec.first_token) == (0, None)
 
 
+@pytest.mark.parametrize("lead", [b"\n", b"\r\n", b"\n  \n", b"\xef\xbb\xbf\n"])
+def test_a_json_error_after_reads_of_line_breaks_alone_says_what_the_server_said(lead) -> None:
+    """The same JSON error body after a first read that held only line breaks (a proxy that
+    flushes a newline first): it failed 'stream ended without data: [DONE]' -- the blank line
+    had taken the parser past the stream's start, so the JSON was read as unknown SSE fields."""
+    body = b'{"error": {"message": "model overloaded"}}'
+    rec = run([(0.1, lead), (0.2, body)], CHAT)
+    assert rec.outcome is Outcome.FAILED
+    assert rec.error == "HTTP 200 with a JSON body, not a server-sent event stream: " + body.decode()
+
+
+def test_line_breaks_before_a_stream_are_still_a_stream() -> None:
+    """Blank lines before the first event change nothing: the stream completes as it would."""
+    rec = run([(0.1, b"\n\n"), (0.2, _text("a")), (0.3, DONE)], CHAT)
+    assert (rec.outcome, rec.chunks) == (Outcome.COMPLETED, 1)
+
+
 @pytest.mark.parametrize("reason", ["{}", "5", '["error"]', "true"])
 def test_a_finish_reason_that_is_not_a_string_is_a_malformed_response(reason) -> None:
     """It COMPLETED with finish_reason '{}' (or "['error']": a failing reason in a list, passed)."""

@@ -622,7 +622,7 @@ class StreamAccumulator:
         "status", "outcome", "error", "first_token", "server_id", "finish_reason",
         "prompt_tokens", "chunks", "done", "ended",
         "_usage", "_times", "_cum", "_textless", "_continuous", "_hash", "_chars", "_fast",
-        "_lead_times", "_lead_cum", "_end", "_down", "_bare",
+        "_lead_times", "_lead_cum", "_end", "_down", "_bare", "_begun",
     )  # fmt: skip
 
     def __init__(self, shape: RequestShape, limits: Limits = DEFAULT_LIMITS) -> None:
@@ -635,6 +635,7 @@ class StreamAccumulator:
         self._body = bytearray()  # JSON body, or the start of an error body
         self._body_start: float | None = None  # when the first body byte arrived
         self._received = 0
+        self._begun = False  # a byte of the stream other than its BOM and leading blank lines seen
         self.status: int | None = None
         self.outcome: Outcome | None = None  # set by the first failure
         self.error: str | None = None
@@ -709,10 +710,14 @@ class StreamAccumulator:
         mode = self._body_mode
         if mode is _Body.SSE:
             parser: SSEParser = self._parser  # type: ignore[assignment]
-            if parser.at_start:  # the stream's start: without its BOM, if it has one
-                data = parser.skip_bom(data)
-                if not data:
+            if not self._begun:  # the stream's start: without its BOM, if it has one
+                if parser.at_start:
+                    data = parser.skip_bom(data)
+                if not data.strip():
+                    # nothing but line breaks or spaces so far (no event in them: dropped);
+                    # whether a JSON document follows is for the next read to say
                     return True
+                self._begun = True
                 if data.lstrip()[:1] in (b"{", b"["):
                     # a JSON document, not events (a server or proxy that answers an error as a
                     # plain body with status 200): say what it said, not "no [DONE]"
