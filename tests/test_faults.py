@@ -684,3 +684,47 @@ def test_the_gate_counts_empty_text_completions_as_completed(tmp_path):
     rules = {r["rule"]: r for r in json.loads(proc.stdout)["rules"]}
     assert rules["failed == 0"]["status"] == "pass"
     assert rules["empty_text >= 1"]["status"] == "pass"
+
+
+def test_a_server_stopped_by_the_file_size_limit_it_inherited_says_so(tmp_path):
+    """soakspec under `ulimit -f` (here 256 KiB): the server it launches inherits the limit and
+    fails writing past it -- a launch that writes a 1 MB file (a cache, its own log file) before
+    listening; Python ignores SIGXFSZ, so the write raises EFBIG and the server exits 1. The
+    message said only "exited with status 1 before it was ready"; it names the limit and the
+    fix."""
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (256 * 1024, 256 * 1024))
+
+    chatty = [PY, "-c", "import time; open('cache.bin', 'wb').write(b'x' * 1_000_000); time.sleep(600)"]
+    spec = tmp_path / "t.soak"
+    spec.write_text(launch_spec(chatty, ready_timeout="20s"))
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = subprocess.run(soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"), cwd=tmp_path,
+                          env=run_env(marker), capture_output=True, text=True, timeout=90, preexec_fn=limit)
+    assert wait_no_survivors(marker) == []
+    err = proc.stderr[:2000]
+    assert proc.returncode == 4, err
+    assert "backend 'b0': exited with status 1 before it was ready; soakspec runs under a file-size limit" in err, err
+    assert "(ulimit -f) of 262144 bytes" in err and "ulimit -f unlimited" in err and "File too large" in err, err
+    assert "file-size limit" in manifest(out)["incomplete_reason"]
+
+
+def test_the_file_size_limit_note_is_certain_only_where_the_limit_stopped_the_server(tmp_path, monkeypatch):
+    """Killed by SIGXFSZ (a server that does not ignore it), or a log at the limit: the limit
+    stopped it. Any other unsuccessful exit under a limit: it may be why. No limit, or a clean
+    exit: nothing said."""
+    from soakspec.runner import procs
+
+    log = tmp_path / "server.log"
+    log.write_bytes(b"x" * 100)
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (1000, 1000))
+    assert procs.full_disk_note(log, -signal.SIGXFSZ).endswith(
+        "a server that writes a larger file is stopped -- raise the limit (ulimit -f unlimited)")
+    assert "which may be why it exited" in procs.full_disk_note(log, 1)
+    assert procs.full_disk_note(log, 0) == ""
+    log.write_bytes(b"x" * 1000)
+    assert "and its log reached" in procs.full_disk_note(log, 1) and "may be why" not in procs.full_disk_note(log, 1)
+    monkeypatch.setattr(resource, "getrlimit", lambda what: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+    assert procs.full_disk_note(log, -signal.SIGXFSZ) == ""

@@ -128,7 +128,7 @@ async def serve_backend(
             assert rec.failure is not None
             raise rec.failure
         server.poll()
-        why = f"server {describe_exit(rc)} during the run" + _left_behind(server) + full_disk_note(server.log_path)
+        why = f"server {describe_exit(rc)} during the run" + _left_behind(server) + full_disk_note(server.log_path, rc)
         raise rec.failed(BackendError(la.name, why, log_tail(server.log_path), crash_lines(server.log_path)),
                          deps.clock.now())
     finally:

@@ -230,20 +230,43 @@ def _describe(e: BaseException) -> str:
 FULL_DISK_BYTES = 64 * 1024  # free space below this on the log's filesystem: a write of the server's log may have failed
 
 
-def full_disk_note(log_path: str | os.PathLike | None) -> str:
+def full_disk_note(log_path: str | os.PathLike | None, rc: int | None = None) -> str:
     """For the message of a server that exited: when the filesystem its log is written to (the
     evidence directory's) is full, that its log could not be written -- a server whose print
-    fails on ENOSPC exits, and its log tail then cannot say why. "" otherwise."""
+    fails on ENOSPC exits, and its log tail then cannot say why. Else, when soakspec runs under a
+    file-size limit (`ulimit -f`, which the server inherits) and the server was killed by
+    SIGXFSZ or its log reached the limit, that limit. "" otherwise."""
     if log_path is None:
         return ""
     try:
         st = os.statvfs(os.path.dirname(os.fspath(log_path)) or ".")
     except OSError:
         return ""
-    if st.f_bavail * st.f_frsize >= FULL_DISK_BYTES:
+    if st.f_bavail * st.f_frsize < FULL_DISK_BYTES:
+        return (f"; the filesystem of its log {os.fspath(log_path)} is full ({st.f_bavail * st.f_frsize} bytes free): "
+                "the server could not write its log, which may be why it exited")
+    return file_limit_note(log_path, rc)
+
+
+def file_limit_note(log_path: str | os.PathLike, rc: int | None) -> str:
+    """`full_disk_note`'s file-size limit: a limit soakspec runs under (`ulimit -f`) is the
+    server's too -- it inherits it, and a write past it kills it with SIGXFSZ or fails with
+    EFBIG (a Python server ignores the signal: "OSError: [Errno 27] File too large", then exit
+    status 1) -- and a server's death by it was said as "exited with status 1" alone. Said for
+    any server that exited unsuccessfully while such a limit is set."""
+    import resource
+
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit == resource.RLIM_INFINITY or rc == 0:
         return ""
-    return (f"; the filesystem of its log {os.fspath(log_path)} is full ({st.f_bavail * st.f_frsize} bytes free): "
-            "the server could not write its log, which may be why it exited")
+    try:
+        reached = os.path.getsize(log_path) >= limit
+    except OSError:
+        reached = False
+    certain = rc == -signal.SIGXFSZ or reached
+    return (f"; soakspec runs under a file-size limit (ulimit -f) of {limit} bytes, which the server inherits"
+            f"{' and its log reached' if reached else ''}: a server that writes a larger file is stopped"
+            f"{'' if certain else ', which may be why it exited'} -- raise the limit (ulimit -f unlimited)")
 
 
 def describe_exit(rc: int) -> str:
@@ -462,7 +485,7 @@ class ReadinessProbe:
                 rc = self.server.poll()
                 if rc is not None:
                     log = self.server.log_path
-                    why = f"{describe_exit(rc)} before it was ready{full_disk_note(log)}"
+                    why = f"{describe_exit(rc)} before it was ready{full_disk_note(log, rc)}"
                     raise BackendError(self.name, why, log_tail(log), crash_lines(log))
             self.attempts += 1
             refused = False
