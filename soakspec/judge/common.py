@@ -199,7 +199,8 @@ def fold(severity: str, statuses: Sequence[str]) -> Status:
 def result(rule: Rule | None, name: str, klass: str, severity: str, insts: Sequence[Instance],
            pass_message: str, n_instances: int, **extra: Any) -> RuleResult:
     """Fold a rule's non-passing instances into its result: the first failure (else the first
-    inconclusive instance) is the message, the rest are counted and listed."""
+    inconclusive instance) is the message, the rest are counted and listed (`details`, the
+    first MAX_LISTED; `failures`, every one)."""
     status = fold(severity, [i.status for i in insts])
     bad = [i for i in insts if i.status == "fail"] or [i for i in insts if i.status == "inconclusive"]
     if status == "pass":
@@ -235,6 +236,7 @@ def result(rule: Rule | None, name: str, klass: str, severity: str, insts: Seque
         instances=n_instances,
         failing=len(bad),
         details=tuple(bad[:MAX_LISTED]),
+        failures=tuple(bad),
         **extra,
     )
 

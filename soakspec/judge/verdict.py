@@ -61,7 +61,8 @@ class Instance:
     message: str
     needs: int | None = None  # inconclusive for want of samples: how many more
     # why, when a later step acts on it (not in the verdict's JSON): CLIENT_NOT_SENT, the load
-    # generator could not send requests (judge/validity.py `client_blocks`)
+    # generator could not send requests; CLIENT_TIMEOUTS, requests timed out in a bucket where it
+    # was saturated (judge/validity.py `client_blocks`)
     cause: str | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -106,6 +107,11 @@ class RuleResult:
     instances: int = 0  # scope instances evaluated
     failing: int = 0  # of them, not passing
     details: tuple[Instance, ...] = ()  # up to MAX_LISTED of the failing instances
+    # every one of the `failing` instances, `details` the first MAX_LISTED of them (not in the
+    # verdict's JSON): where each failed, for a later step that weighs them one by one -- a FAIL
+    # beside a saturated load generator is discounted only where it overlaps the saturated
+    # bucket's time (judge/validity.py `client_blocks`); () where the result does not hold them
+    failures: tuple[Instance, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     @property
     def status_word(self) -> str:
