@@ -855,3 +855,208 @@ def test_timeouts_beside_a_saturated_client_are_inconclusive_not_the_servers_fai
     healthy = {r.rule: r for r in verdict(0.002, 0.2, 0.001).rules}
     for c in ("timeouts == 0", *counts):
         assert healthy[c].status == "fail", healthy[c].message
+
+
+# ---------------------------------------------- a saturated bucket blocks only the FAILs beside it
+#
+# `client_blocks`: a timing rule's FAIL is INCONCLUSIVE only where the instance that failed
+# overlaps, on the run clock, a bucket in which the load generator was saturated -- whichever
+# backend that bucket was of (backends running at once share the client). A FAIL elsewhere in
+# the run is the server's and stands.
+
+
+def _saturate(b: EvidenceBuilder, backend: str, level: int, bucket: int, lag: float = 0.3) -> None:
+    """The builder's client samples (`with_client()`) whose window lies in that bucket (its
+    midpoint: `ClientSamples.within`) become those of a load generator `lag` late at p99."""
+    from soakspec.judge.testing import client_rows
+
+    w = next(x for x in b.level(backend, level)["buckets"] if x["index"] == bucket)
+    b.client[backend] = [client_rows(backend, r["start"], r["t"], lag=lag)[0] if w["start"] <= (r["start"] + r["t"]) / 2 < w["end"]
+                         else r for r in b.client[backend]]
+
+
+def _slow_ttft(b: EvidenceBuilder, backend: str, level: int, ttft: float = 2.0) -> None:
+    """Every measured request of that level answered its first token `ttft` after it started."""
+    for r in b.measured(backend, level):
+        r.update(first_token=r["start"] + ttft, ttft=ttft, first_byte=r["start"] + ttft - 0.01, end=r["start"] + ttft + 1.0,
+                 latency=ttft + 1.0)
+
+
+def _rules(v):
+    return {r.rule: r for r in v.rules}
+
+
+def test_a_fail_in_a_level_the_saturated_bucket_is_not_in_stands():
+    """The client was saturated in bucket 1 of level 0 only; level 1, minutes later, has a real
+    TTFT of 2 s. `p95(ttft) < 1s per level` FAILs on level 1 and the run FAILs (exit 1): the
+    saturated bucket cannot have made a failure it does not overlap. client_healthy is still
+    INCONCLUSIVE, naming the bucket."""
+    from soakspec.exitcodes import ExitCode
+
+    spec = _small_spec("require p95(ttft) < 1s per level", mode="open", levels="[2rps, 4rps]")
+    b = EvidenceBuilder(spec).with_client()
+    _saturate(b, "a", 0, 1)
+    _slow_ttft(b, "a", 1)
+    v = judge(spec, b.build())
+    rules = _rules(v)
+    assert rules["client_healthy"].status == "inconclusive" and "saturated in bucket 1" in rules["client_healthy"].message
+    ttft = rules["p95(ttft) < 1s per level"]
+    assert ttft.status == "fail", ttft.message
+    assert ttft.message.startswith("backend a, rate 4 rps"), ttft.message
+    assert "not judged" not in ttft.message and "discounted" not in ttft.message
+    assert v.outcome == "FAIL" and v.exit_code == ExitCode.GATE_FAILED == 1
+
+
+def test_a_rule_failing_beside_and_apart_from_a_saturated_bucket_fails_naming_what_it_discounted():
+    """Both levels measure a TTFT of 2 s; the client was saturated in level 0's bucket 1. Level
+    0's failure may be the client's lag, level 1's cannot: the rule FAILs on level 1, counts
+    one failing level, and says level 0's failure was discounted and beside which bucket."""
+    spec = _small_spec("require p95(ttft) < 1s per level", mode="open", levels="[2rps, 4rps]")
+    b = EvidenceBuilder(spec).with_client()
+    _saturate(b, "a", 0, 1)
+    _slow_ttft(b, "a", 0, ttft=3.0)  # the worst level is the discounted one
+    _slow_ttft(b, "a", 1)
+    v = judge(spec, b.build())
+    ttft = _rules(v)["p95(ttft) < 1s per level"]
+    assert ttft.status == "fail", ttft.message
+    assert ttft.message.startswith("backend a, rate 4 rps: p95(ttft) = 2s"), ttft.message
+    assert "discounted" in ttft.message and "backend a, rate 2 rps" in ttft.message, ttft.message
+    assert "bucket 1" in ttft.message, ttft.message  # the saturated bucket it overlaps
+    assert ttft.failing == 1 and [d.where.level for d in ttft.details] == [1]
+    assert ttft.where.level == 1 and ttft.observed == pytest.approx(2.0)
+    assert v.outcome == "FAIL"
+
+
+def test_a_fail_in_the_saturated_buckets_level_is_inconclusive_naming_that_bucket():
+    """The client was saturated in level 0's bucket 0 and level 1's bucket 1; only level 1 has
+    a TTFT over the limit. Its FAIL overlaps a saturated bucket: INCONCLUSIVE as before, and the
+    message names the bucket it overlaps (level 1's), not the other level's."""
+    spec = _small_spec("require p95(ttft) < 1s per level", mode="open", levels="[2rps, 4rps]")
+    b = EvidenceBuilder(spec).with_client()
+    _saturate(b, "a", 0, 0)
+    _saturate(b, "a", 1, 1)
+    _slow_ttft(b, "a", 1)
+    v = judge(spec, b.build())
+    ttft = _rules(v)["p95(ttft) < 1s per level"]
+    assert ttft.status == "inconclusive", ttft.message
+    assert ttft.message.startswith("not judged, the load generator was saturated (backend a, rate 4 rps, bucket 1 ["), ttft.message
+    assert "2 rps" not in ttft.message.split("; it measured:")[0], ttft.message
+    assert "it measured: backend a, rate 4 rps: p95(ttft) = 2s" in ttft.message, ttft.message
+    assert v.outcome == "INCONCLUSIVE"
+
+
+def test_a_per_run_fail_covers_the_whole_run_and_a_saturated_bucket_in_it_blocks_it():
+    """A per-run rule's instance spans every bucket: the saturated bucket of level 0 overlaps it,
+    so `p95(ttft) < 1s` (per run) is INCONCLUSIVE, although the slow requests are level 1's;
+    the per-level rule on the same figures FAILs on level 1 -- and the run FAILs."""
+    spec = _small_spec("require p95(ttft) < 1s\nrequire p95(ttft) < 1s per level", mode="open", levels="[2rps, 4rps]")
+    b = EvidenceBuilder(spec).with_client()
+    _saturate(b, "a", 0, 1)
+    _slow_ttft(b, "a", 1)
+    v = judge(spec, b.build())
+    rules = _rules(v)
+    run_rule = rules["p95(ttft) < 1s"]
+    assert run_rule.status == "inconclusive", run_rule.message
+    assert run_rule.message.startswith("not judged, the load generator was saturated (backend a, rate 2 rps, bucket 1 ["), run_rule.message
+    assert rules["p95(ttft) < 1s per level"].status == "fail", rules["p95(ttft) < 1s per level"].message
+    assert v.outcome == "FAIL"
+
+
+def test_a_saturated_bucket_of_one_backend_blocks_only_that_backends_time():
+    """Two backends one after the other: the client was saturated in a bucket of backend a.
+    `per backend`, a's failure overlaps it (its span holds every bucket of a) and is discounted;
+    b's, later, stands: FAIL on b. A per-run rule `on "b"` spans b's buckets only: it FAILs;
+    one on a is INCONCLUSIVE."""
+    rules = 'require p95(ttft) < 1s per backend\nrequire p95(ttft) < 1s on "b"\nrequire p95(ttft) < 1s on "a"'
+    spec = _small_spec(rules, mode="open", levels="[2rps]", backends=("a", "b"))
+    b = EvidenceBuilder(spec).with_client()
+    _saturate(b, "a", 0, 1)
+    _slow_ttft(b, "a", 0)
+    _slow_ttft(b, "b", 0)
+    v = judge(spec, b.build())
+    ttft = _rules(v)["p95(ttft) < 1s per backend"]
+    assert ttft.status == "fail", ttft.message
+    assert ttft.message.startswith("backend b"), ttft.message
+    assert "discounted" in ttft.message and "backend a" in ttft.message, ttft.message
+    on = {r.rule: r for r in v.rules if r.rule.startswith("p95(ttft) < 1s on")}
+    assert [r.status for r in on.values()] == ["fail", "inconclusive"], {k: r.message for k, r in on.items()}
+    assert v.outcome == "FAIL"
+
+
+def _run_beside(b: EvidenceBuilder, backend: str, other: str) -> None:
+    """Move `backend`'s whole evidence back in time so that it ran beside `other` (their first
+    levels start together), as backends run at once sharing one load generator."""
+    dt = b.entry(backend)["levels"][0]["started_at"] - b.entry(other)["levels"][0]["started_at"]
+    for lv in b.entry(backend)["levels"]:
+        for k in ("started_at", "measure_start", "measure_end", "drained_at"):
+            lv[k] -= dt
+        for w in lv["buckets"]:
+            w["start"] -= dt
+            w["end"] -= dt
+    for r in b.records[backend]:
+        for k in ("intended_start", "start", "first_byte", "first_token", "end"):
+            if r.get(k) is not None:
+                r[k] -= dt
+    fu = b.followups[backend].get("record")
+    if fu is not None:
+        for k in ("intended_start", "start", "first_byte", "first_token", "end"):
+            if fu.get(k) is not None:
+                fu[k] -= dt
+    for t in b.traces[backend]:
+        t["times"] = [x - dt for x in t["times"]]
+        t["payload"]["queued"] -= dt
+    for s in b.telemetry[backend]:
+        s["t"] -= dt
+    for c in b.client[backend]:
+        c["start"] = round(c["start"] - dt, 6)
+        c["t"] = round(c["t"] - dt, 6)
+
+
+def test_backends_running_at_once_share_the_client_a_saturated_bucket_of_one_blocks_the_other():
+    """Backends a and b ran at the same time; the client was saturated in a's bucket 1. b's TTFT
+    FAIL per bucket in that same minute may be the shared client's lag (INCONCLUSIVE); b's
+    FAIL in bucket 0, before it, stands. Overlap is by time, not by backend name."""
+    spec = _small_spec("require p95(ttft) < 1s per bucket", mode="open", levels="[2rps]", backends=("a", "b"))
+    b = EvidenceBuilder(spec).with_client()
+    _run_beside(b, "b", "a")
+    _saturate(b, "a", 0, 1)
+    for r in b.measured("b", 0, 1):
+        r.update(first_token=r["start"] + 2.0, ttft=2.0)
+    v = judge(spec, b.build())
+    rules = _rules(v)
+    assert rules["completed_run"].status == "pass", rules["completed_run"].message  # moved whole: a run as it ran
+    ttft = rules["p95(ttft) < 1s per bucket"]
+    assert ttft.status == "inconclusive", ttft.message
+    assert "backend a, rate 2 rps, bucket 1" in ttft.message and "it measured: backend b, rate 2 rps, bucket 1" in ttft.message, ttft.message
+    # the same slow minute of b in its bucket 0, beside a's healthy bucket 0: the server's FAIL
+    b2 = EvidenceBuilder(spec).with_client()
+    _run_beside(b2, "b", "a")
+    _saturate(b2, "a", 0, 1)
+    for r in b2.measured("b", 0, 0):
+        r.update(first_token=r["start"] + 2.0, ttft=2.0)
+    v2 = judge(spec, b2.build())
+    ttft2 = _rules(v2)["p95(ttft) < 1s per bucket"]
+    assert ttft2.status == "fail" and ttft2.message.startswith("backend b, rate 2 rps, bucket 0"), ttft2.message
+    assert v2.outcome == "FAIL"
+
+
+def test_errors_apart_from_the_bucket_where_requests_timed_out_beside_a_saturated_client_fail():
+    """Requests timed out in level 0's bucket 0 while the client was saturated: `errors == 0
+    per level` may not blame level 0's errors on the server (INCONCLUSIVE before, for every
+    level). Level 1's HTTP 500s, minutes later, are the server's: the rule FAILs on level 1 and
+    says level 0's count was discounted."""
+    spec = _small_spec("require errors == 0 per level", mode="open", levels="[2rps, 4rps]")
+    b = EvidenceBuilder(spec).with_client()
+    _saturate(b, "a", 0, 0)
+    for r in list(b.measured("a", 0, 0))[::4]:
+        b.set_outcome(r, "timeout", "deadline passed")
+    for r in list(b.measured("a", 1, 1))[::4]:
+        b.set_outcome(r, "failed", "HTTP 500: boom", status=500)
+    v = judge(spec, b.build())
+    rules = _rules(v)
+    assert "timed out in it" in rules["client_healthy"].message
+    errors = rules["errors == 0 per level"]
+    assert errors.status == "fail", errors.message
+    assert "4 rps" in errors.message.split(";")[0] and "discounted" in errors.message, errors.message
+    assert v.outcome == "FAIL"
+

@@ -17,9 +17,11 @@ validity     Is this a run the gate can speak about? Built in, always run:
                client_healthy  the load generator kept up in every bucket (event-loop lag,
                                CPU, schedule lag, achieved concurrency: judge/validity.py);
                                a saturated one makes the run INCONCLUSIVE, and a timing rule
-                               (ttft, itl, tpot, latency, ...) that would FAIL is INCONCLUSIVE
-                               too: the failure may be the client's. `client_healthy = false`
-                               in the gate turns it off;
+                               (ttft, itl, tpot, latency, ...) whose failing instances all
+                               overlap such a bucket in time is INCONCLUSIVE too: the failure
+                               may be the client's (a failing instance at another time still
+                               FAILs the rule: `validity.client_blocks`). `client_healthy =
+                               false` in the gate turns it off;
                abort_fired     only when the manifest records an abort rule that fired
                                (`abort ... per bucket|window`, or the built-in one): FAIL,
                                naming the rule, where, when and the value it saw.
@@ -158,7 +160,7 @@ def judge_run(run: JudgedRun) -> Verdict:
     for r in rules:
         if r.klass == "performance":
             res = not_evaluated(r) if blocked else _unrun(run, r) or judge_performance(run, r)
-            results.append(client_blocks(results, r, res))  # a saturated client's timing FAIL is inconclusive
+            results.append(client_blocks(run, results, r, res))  # a timing FAIL beside a saturated client is inconclusive
     if (swept := sweep_rule(run.sweep)) is not None:  # a sweep: its figure, FAIL when no level held
         results.append(swept)
     status = run.evidence.manifest.get("status")

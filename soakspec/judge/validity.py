@@ -12,6 +12,7 @@ Each is `rule(run, spec_rule) -> RuleResult`; `spec_rule` is None for the built-
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import json
 import math
@@ -32,7 +33,7 @@ from soakspec.judge.stats import percentile
 from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, Rows
 from soakspec.judge.scope import bucket_scope, clock, level_scope
-from soakspec.judge.verdict import Instance, Location, RuleResult
+from soakspec.judge.verdict import MAX_LISTED, Instance, Location, RuleResult
 from soakspec.lang.spec import Expr, Rule
 from soakspec.plan import BackendPlan, Level, ramp_of, shape_identity
 from soakspec.units import format_duration
@@ -507,7 +508,9 @@ def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
 # `client_healthy` (built in, on unless the gate says `client_healthy = false`): per bucket, the
 # load generator's own health beside the server's numbers. A saturated client reports its own
 # lag as the server's latency, so a bucket where it was saturated makes the run INCONCLUSIVE --
-# never PASS -- and a timing rule that would FAIL is INCONCLUSIVE instead (`client_blocks`).
+# never PASS -- and a timing rule's FAIL there is INCONCLUSIVE instead (`client_blocks`): a
+# failing instance that overlaps the bucket in time, whichever backend it is of; one at another
+# time stands, and so does the rule.
 # Saturated, by the gate's thresholds (lang/spec.py `Gate`; defaults in parentheses):
 #   event-loop lag p99 > client_lag (50 ms)   time-weighted over the bucket, pooled from its
 #                                             windows (client.jsonl, runner/clienthealth.py)
@@ -804,11 +807,23 @@ def not_sent(recs: Rows) -> Rows:
     return recs.where(lambda t, idx: np.isnan(t.f["start"][idx]), lambda r: r.get("start") is None)
 
 
-def client_blocks(results: list[RuleResult], r: Rule, res: RuleResult) -> RuleResult:
-    """A timing rule that FAILs while the load generator was saturated (`client_healthy`
-    inconclusive) is INCONCLUSIVE: the failure may be the client's own lag. So is a FAIL of a
-    count that holds timeouts (TIMEOUT_COUNTS: errors, completed, goodput) when requests timed
-    out in a saturated bucket (CLIENT_TIMEOUTS): the client's lag may have made those timeouts.
+def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleResult) -> RuleResult:
+    """A FAIL the load generator's own lag may have made is INCONCLUSIVE -- but only where it
+    could have made it. A timing rule's failing instance (CLIENT_SENSITIVE) that overlaps, on
+    the run clock, a bucket where `client_healthy` found the client saturated (or could not
+    tell: no sample covers it) is discounted; so is a failing count that holds timeouts
+    (TIMEOUT_COUNTS: errors, completed, goodput) that overlaps a saturated bucket in which
+    requests timed out (CLIENT_TIMEOUTS): the client's lag may have made those timeouts.
+    Overlap is by time, not by backend name: backends that run at once share the client. An
+    instance's time is its own window (a bucket, a `per window` slice, a level, a phase, a
+    turn); a backend's (`per backend`) is every bucket of it, the run's (`per run`) every bucket
+    of the backends the rule speaks about (`_spans`), so any saturated bucket within them blocks
+    them.
+
+    The rule still FAILs where at least one failing instance overlaps no such bucket: the
+    message is that instance's (the worst of those left), and it names the instances it
+    discounted and the buckets beside them. Where every failing instance overlaps one -- or the
+    result does not say where it failed -- it is INCONCLUSIVE, naming the saturated buckets.
     When the load generator could not send requests (NOT_SENT_NOTE) every FAIL is: those
     requests count as unsuccessful, and the planned load was not applied."""
     if res.status != "fail":
@@ -820,12 +835,119 @@ def client_blocks(results: list[RuleResult], r: Rule, res: RuleResult) -> RuleRe
         return dataclasses.replace(res, status="inconclusive",
                                    message="not judged, the load generator did not send every request (client_healthy: "
                                            f"{health.details[0].message}); it measured: {res.message}")
-    if client_sensitive(r.expr):
+    sensitive = client_sensitive(r.expr)
+    if not sensitive and r.expr.metric not in TIMEOUT_COUNTS:
+        return res
+    # the buckets whose client may have made the failure: for a timing figure, every one where
+    # it was saturated or its health is unknown; for a count, those where requests timed out
+    # while it was saturated
+    unhealthy = [(d, _merged(_spans(run, d.where, ()))) for d in (health.failures or health.details)
+                 if d.cause != CLIENT_NOT_SENT and (sensitive or d.cause == CLIENT_TIMEOUTS)]
+    if not unhealthy:
+        return res
+    own = run.backends_for(r)
+    kept: list[Instance] = []
+    gone: list[tuple[Instance, list[Instance]]] = []  # a discounted instance, the unhealthy buckets beside it
+    for d in (res.failures or res.details):
+        if d.status != "fail":
+            continue
+        mine = _merged(_spans(run, d.where, own))
+        beside = [h for h, hs in unhealthy if _overlap(mine, hs)]
+        if beside:
+            gone.append((d, beside))
+        else:
+            kept.append(d)
+    what = "the load generator was saturated" if sensitive else "requests timed out while the load generator was saturated"
+    if not kept:  # every failure known overlaps one (or none is known): the client may have made it
+        named: dict[int, Instance] = {}
+        for _, beside in gone:
+            named.update((id(h), h) for h in beside)
+        shown = list(named.values()) or [h for h, _ in unhealthy]
+        first = shown[0]
+        more = f" (and {len(shown) - 1} more)" if len(shown) > 1 else ""
         return dataclasses.replace(res, status="inconclusive",
-                                   message=f"not judged, the load generator was saturated ({health.message}); it measured: {res.message}")
-    late = next((d for d in health.details if d.cause == CLIENT_TIMEOUTS), None)
-    if late is not None and r.expr.metric in TIMEOUT_COUNTS:
-        return dataclasses.replace(res, status="inconclusive",
-                                   message=f"not judged, requests timed out while the load generator was saturated "
-                                           f"({late.where.text}: {late.message}); it measured: {res.message}")
-    return res
+                                   message=f"not judged, {what} ({_at(first)}{more}); it measured: {res.message}")
+    if not gone:
+        return res
+    from soakspec.judge.performance import _badness  # the worst failure is the one reported (`performance._pick`)
+
+    lead = res.details[0] if res.details and any(k is res.details[0] for k in kept) else max(kept, key=lambda k: _badness(r, k.observed))
+    kept = [lead] + [k for k in kept if k is not lead]
+    unknown = res.failing - len(kept) - len(gone)  # failing instances the result does not list: they stand
+    message = f"{_at(lead)}" + (f" (and {len(kept) + max(unknown, 0) - 1} more)" if len(kept) + max(unknown, 0) > 1 else "")
+    scope = r.scope or "instance"
+    listed = "; ".join(_where(d) + _beside(d, beside) for d, beside in gone[:MAX_SHOWN])
+    if len(gone) > MAX_SHOWN:
+        listed += f"; ... and {len(gone) - MAX_SHOWN} more"
+    message += (f"; {plural(len(gone), 'failing ' + scope)} discounted, {what} in time with "
+                f"{'it' if len(gone) == 1 else 'them'}: {listed}")
+    changes: dict[str, Any] = {}
+    if not res.details or lead is not res.details[0]:  # the reported instance was discounted: the worst left is
+        changes = {"where": lead.where, "observed": lead.observed, "observed_text": lead.observed_text, "samples": lead.samples}
+    return dataclasses.replace(res, message=message, failing=len(kept) + max(unknown, 0), details=tuple(kept[:MAX_LISTED]),
+                               failures=tuple(kept), **changes)
+
+
+def _at(d: Instance) -> str:
+    return f"{d.where.text}: {d.message}" if d.where.text else d.message
+
+
+def _where(d: Instance) -> str:
+    return d.where.text or "the whole run"
+
+
+def _beside(d: Instance, buckets: list[Instance]) -> str:
+    """` (saturated: backend a, c=8, bucket 3 [...] and 2 more buckets)`: the unhealthy buckets
+    beside a discounted instance, unless it is that one bucket itself."""
+    if len(buckets) == 1 and buckets[0].where.text == d.where.text:
+        return ""
+    more = f" and {plural(len(buckets) - 1, 'more bucket')}" if len(buckets) > 1 else ""
+    return f" (saturated: {_where(buckets[0])}{more})"
+
+
+def _spans(run: JudgedRun, where: Location, backends: tuple[BackendIndex, ...]) -> list[tuple[float, float]] | None:
+    """The times on the run clock (epoch seconds) an instance at `where` covers: its own window
+    where it has one (a bucket, a `per window` slice, a level, a phase, a turn); else every
+    bucket of its backend (of its level, where it names one: `per backend`), or, naming no
+    backend (`per run`), of `backends`. None: unknown, the whole run."""
+    if where.start is not None and where.end is not None:
+        return [(where.start, where.end)]
+    if where.backend is not None:
+        bi = run.backends.get(where.backend)
+        pool: tuple[BackendIndex, ...] = (bi,) if bi is not None else ()
+    else:
+        pool = backends
+    out = [(w.start, w.end) for bi in pool for lv in bi.levels
+           if where.level is None or (lv.index == where.level and where.workload in (None, lv.workload))
+           for w in lv.buckets if w.start is not None and w.end is not None]
+    return out or None
+
+
+def _merged(spans: list[tuple[float, float]] | None) -> tuple[list[float], list[float]] | None:
+    """`spans` as disjoint intervals, ascending: their starts and their ends (None: the whole run)."""
+    if spans is None:
+        return None
+    starts: list[float] = []
+    ends: list[float] = []
+    for a, b in sorted(spans):
+        if ends and a < ends[-1]:
+            ends[-1] = max(ends[-1], b)
+        else:
+            starts.append(a)
+            ends.append(b)
+    return starts, ends
+
+
+def _overlap(a: tuple[list[float], list[float]] | None, b: tuple[list[float], list[float]] | None) -> bool:
+    """Whether two sets of intervals (`_merged`) share any time; a bucket that ends where another
+    begins shares none. The whole run (None) overlaps everything."""
+    if a is None or b is None:
+        return True
+    if len(a[0]) > len(b[0]):
+        a, b = b, a
+    starts, ends = b
+    for s, e in zip(*a):
+        i = bisect.bisect_right(ends, s)  # the first interval of b that ends after s
+        if i < len(starts) and starts[i] < e:
+            return True
+    return False
