@@ -1060,3 +1060,30 @@ def test_errors_apart_from_the_bucket_where_requests_timed_out_beside_a_saturate
     assert "4 rps" in errors.message.split(";")[0] and "discounted" in errors.message, errors.message
     assert v.outcome == "FAIL"
 
+
+def test_a_timing_abort_beside_another_backends_saturated_bucket_is_inconclusive_and_apart_from_it_fails():
+    """Backends a and b ran at once; the client was saturated in a's bucket 1. An `abort
+    p95(ttft) > 500ms per bucket` that fired on b's bucket 1 fired on figures the shared
+    client's lag was in: INCONCLUSIVE, naming a's bucket (it only looked at b's own buckets
+    before, and FAILed). Fired on b's bucket 0, before the client fell behind: a FAIL."""
+    spec = _small_spec("require failed == 0", mode="open", levels="[2rps]", backends=("a", "b"))
+
+    def abort_on(bucket: int):
+        b = EvidenceBuilder(spec).with_client()
+        _run_beside(b, "b", "a")
+        _saturate(b, "a", 0, 1)
+        w = b.level("b", 0)["buckets"][bucket]
+        b.manifest["aborts"] = [{"rule": "abort p95(ttft) > 500ms per bucket", "builtin": False, "metric": "ttft", "op": ">",
+                                 "threshold": 0.5, "observed": 1.1, "requests": 40, "backend": "b", "workload": "w",
+                                 "level": 0, "level_label": "rate 2 rps", "scope": "bucket", "index": bucket,
+                                 "start": w["start"], "end": w["end"], "at": w["end"] + 1.0}]  # fmt: skip
+        v = judge(spec, b.build())
+        (r,) = [r for r in v.rules if r.metric == "abort_fired"]
+        return v, r
+
+    v, r = abort_on(1)
+    assert r.status == "inconclusive", r.message
+    assert "load generator was saturated in bucket 1 of backend a, rate 2 rps" in r.message, r.message
+    assert v.outcome == "INCONCLUSIVE"
+    v, r = abort_on(0)
+    assert r.status == "fail" and "saturated" not in r.message, r.message

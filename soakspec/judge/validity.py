@@ -442,13 +442,15 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
     with no abort has nothing to judge here (None: no result). A malformed `aborts` entry is
     still an abort: a run that says it aborted never passes.
 
-    An abort on a timing metric (CLIENT_SENSITIVE: ttft, latency, tpot, schedule_lag, timeouts) that fired
-    in a bucket or window where the load generator was saturated (`client_saturation` of a bucket
-    it overlaps, by the gate's thresholds; `client_healthy = false` turns this off) is
-    INCONCLUSIVE, not a FAIL: the values it fired on hold the client's own lag (a client stalled
-    1.2 s reads a 23 ms server's TTFT p95 as 1.1 s), as a timing rule's FAIL beside a saturated
-    bucket is (`client_blocks`). The runner cannot tell that live and stops the load all the
-    same -- a stopped load never hammers a server -- so the run is never a PASS either."""
+    An abort on a timing metric (CLIENT_SENSITIVE: ttft, latency, tpot, schedule_lag, timeouts)
+    whose bucket or window overlaps, on the run clock, a bucket where the load generator was
+    saturated (`client_saturation`, by the gate's thresholds; `client_healthy = false` turns this
+    off) is INCONCLUSIVE, not a FAIL: the values it fired on hold the client's own lag (a client
+    stalled 1.2 s reads a 23 ms server's TTFT p95 as 1.1 s), as a timing rule's FAIL beside a
+    saturated bucket is (`client_blocks`). The saturated bucket may be of another level or
+    backend (backends that run at once share the client); one at another time does not make the
+    abort inconclusive. The runner cannot tell that live and stops the load all the same -- a
+    stopped load never hammers a server -- so the run is never a PASS either."""
     aborts = run.evidence.manifest.get("aborts")
     if not aborts:
         return None
@@ -479,27 +481,31 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
 
 
 def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
-    """Where and why the load generator was saturated in a bucket that overlaps the window an
-    abort fired on ("bucket 1: event-loop lag p99 1200 ms (limit 50 ms), ..."), or None: not
-    saturated there, its health not judged (`client_healthy = false`, no client.jsonl), or the
-    abort's backend, level or times not in the evidence."""
+    """Where and why the load generator was saturated in a bucket that overlaps, on the run
+    clock, the window an abort fired on ("bucket 1: event-loop lag p99 1200 ms (limit 50 ms),
+    ..."; a bucket of another level or backend -- backends that run at once share the client
+    -- names its backend and level), or None: saturated in no bucket of that time, its health
+    not judged (`client_healthy = false`, no client.jsonl), or the abort's times not recorded.
+    As `client_blocks` weighs a timing rule's FAIL: by time, not by backend name. The abort's
+    own level is looked at first."""
     if not run.gate.client_healthy or client_measured(run) != "":
         return None
     start, end = num_(a.get("start")), num_(a.get("end"))
     if start is None or end is None:
         return None
-    for bi in run.judged:
-        if bi.name != a.get("backend"):
-            continue
-        for lv in bi.levels:
-            if lv.workload != a.get("workload") or lv.index != a.get("level"):
-                continue
-            for w, row in _client_windows(bi, lv):
-                if w.start is None or w.end is None or not (w.start < end and start < w.end) or not row["samples"]:
-                    continue
-                why = client_saturation(row, run.gate)
+    mine = (a.get("backend"), a.get("workload"), a.get("level"))
+    levels = [(bi, lv) for bi in run.judged for lv in bi.levels]
+    levels.sort(key=lambda x: (x[0].name, x[1].workload, x[1].index) != mine)  # stable: the abort's own level first
+    for bi, lv in levels:
+        prev = None
+        for w in lv.buckets:
+            if w.start is not None and w.end is not None and w.start < end and start < w.end:
+                row = client_bucket(bi, lv, w, prev)
+                why = client_saturation(row, run.gate) if row is not None and row["samples"] else None
                 if why:
-                    return f"bucket {row['bucket']} ({', '.join(why)})"
+                    other = (bi.name, lv.workload, lv.index) != mine
+                    return f"bucket {row['bucket']}" + (f" of backend {bi.name}, {lv.label}" if other else "") + f" ({', '.join(why)})"
+            prev = w
     return None
 
 
