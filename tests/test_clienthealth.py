@@ -1087,3 +1087,21 @@ def test_a_timing_abort_beside_another_backends_saturated_bucket_is_inconclusive
     assert v.outcome == "INCONCLUSIVE"
     v, r = abort_on(0)
     assert r.status == "fail" and "saturated" not in r.message, r.message
+
+
+def test_a_failure_past_the_ten_listed_still_stands_when_only_it_is_apart_from_the_saturated_buckets():
+    """Twelve one-minute buckets all fail `p95(ttft) < 1s per bucket`; the client was saturated
+    in the first eleven. The verdict lists ten failing instances, but the one that decides is
+    the twelfth: it overlaps no saturated bucket, so the rule FAILs on it (every failing
+    instance is weighed, not only those listed), discounting the other eleven."""
+    spec = _small_spec("require p95(ttft) < 1s per bucket", mode="open", levels="[2rps]", duration="12m")
+    b = EvidenceBuilder(spec).with_client()
+    for k in range(11):
+        _saturate(b, "a", 0, k)
+    _slow_ttft(b, "a", 0)
+    v = judge(spec, b.build())
+    ttft = _rules(v)["p95(ttft) < 1s per bucket"]
+    assert ttft.status == "fail", ttft.message
+    assert ttft.message.startswith("backend a, rate 2 rps, bucket 11 ["), ttft.message
+    assert "11 failing buckets discounted" in ttft.message and "... and 6 more" in ttft.message, ttft.message
+    assert ttft.failing == 1 and v.outcome == "FAIL"
