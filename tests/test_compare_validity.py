@@ -447,3 +447,38 @@ def test_a_timing_rule_that_fails_while_a_load_generator_was_saturated_is_inconc
     else:
         assert ttft.status == "inconclusive" and c.outcome == "INCONCLUSIVE", ttft
         assert "load generator was saturated in the new run" in ttft.message and "regression" in ttft.message, ttft.message
+
+
+def _lagging_in_level(b: EvidenceBuilder, level: int, lag: float) -> EvidenceBuilder:
+    """The builder's client.jsonl: a load process that kept up, but `lag` late while `level` ran."""
+    from soakspec.judge.testing import client_rows
+
+    b.with_client()
+    lv = b.manifest["backends"][0]["levels"][level]
+    slow = client_rows("a", lv["started_at"], lv["drained_at"], lag=lag)
+    a, z = slow[0]["start"], slow[-1]["t"]
+    b.client["a"] = sorted([r for r in b.client["a"] if r["t"] <= a or r["start"] >= z] + slow, key=lambda r: r["t"])
+    return b
+
+
+@pytest.mark.parametrize("slow_level", [0, 1])
+def test_a_saturated_level_blocks_only_its_own_rows_of_a_timing_rule(slow_level):
+    """The new run's load generator lagged 2 s while its level `rate 2 rps` ran, and kept up
+    while `rate 4 rps` ran. compare made `p50(ttft) regression <= 5%` INCONCLUSIVE whatever
+    level regressed: a real +50 % at the healthy level was lost (exit 3, not 1). Now a row of
+    the saturated level is not judged, and the other level's FAIL stands."""
+    spec = small_spec(duration="4m", bucket="1m", mode="open", levels="[2rps, 4rps]")
+    base = builder(1, spec=spec).with_client().build()
+    nb = builder(2, spec=spec)
+    for r in nb.measured("a", level=slow_level):  # the regression sits at the level the client lagged in
+        ttft = r["ttft"] * 1.5
+        r.update(ttft=ttft, first_token=r["start"] + ttft, latency=ttft + sum(r["itl"]), end=r["start"] + ttft + sum(r["itl"]))
+    new = _lagging_in_level(nb, 0, 2.0).build()
+    c = compare(base, new, rules=[parse_rule("require p50(ttft) regression <= 5%")], resamples=200, judged_with=(spec, spec))
+    (ttft,) = c.rules
+    if slow_level == 0:  # the regression where the client lagged: it may be the client's
+        assert ttft.status == "inconclusive" and c.outcome == "INCONCLUSIVE", ttft
+        assert "load generator was saturated in the new run" in ttft.message and "rate 2 rps" in ttft.message, ttft.message
+    else:  # the regression at the level where it kept up: the server's, whatever happened before
+        assert ttft.status == "fail" and c.outcome == "FAIL", ttft
+        assert "rate 4 rps" in ttft.message and "saturated" not in ttft.message, ttft.message

@@ -140,9 +140,11 @@ Rules (`require|warn STAT(METRIC) regression <= N%`): over every matched row of 
 and statistic, `regression` is the change towards worse (positive = worse). A row passes when
 its interval's upper end is at most N %, fails when its lower end is above N %, and is
 inconclusive otherwise (the samples cannot tell) or with insufficient samples; a rule on a
-timing figure (ttft, itl, tpot, latency, qps, throughput) that fails while either run's load
-generator did not keep up (the gate's client_healthy INCONCLUSIVE) is inconclusive, as the gate
-makes such a FAIL: the change may be the client's own lag. The rule takes
+timing figure (ttft, itl, tpot, latency, qps, throughput) whose row fails at a level where
+either run's load generator did not keep up (a bucket of it the gate's client_healthy finds
+saturated; every level where it cannot say which: no client.jsonl, requests never sent) is
+inconclusive there, as the gate makes a FAIL that overlaps such a bucket: the change may be the
+client's own lag. A failing row of a level where both kept up still FAILs the rule. The rule takes
 the worst row; a `warn` rule that fails is WARN (status "warn", as `gate` writes it) and
 never changes the outcome. `ratio(errors) regression <= 1%` bounds the rise of the share of
 unsuccessful requests in percentage points. Without a rule on ratio(errors), a significant rise
@@ -1070,7 +1072,7 @@ class RunSamples:
     side: Side
     ran: Any
     backends: tuple[BackendSamples, ...]
-    health: str | None
+    health: ClientHealth | None
 
     @classmethod
     def read(cls, ev: Evidence, *, dir: str = "run", judge: Any = _RAN, ran: Any = None, keep: bool = True) -> RunSamples:
@@ -1282,7 +1284,9 @@ def _turn_pending(backend: str, new_backend: str, a: LevelSamples, z: LevelSampl
             for k in both for cm, stats_ in TURN_METRICS for stat in stats_]
 
 
-def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
+def _judge_rule(rule: CompareRule, rows: Sequence[Row], blocked: Mapping[int, str] | None = None) -> RuleOutcome:
+    """The rule over its rows (the worst decides); a row in `blocked` (`_client_blocked`) that
+    would FAIL is INCONCLUSIVE instead, saying why: the rule FAILs on the other rows' failures."""
     mine = [i for i, r in enumerate(rows) if r.metric == rule.metric and r.stat == rule.stat and r.turn is None]
     if not mine:
         return RuleOutcome(rule, "inconclusive", "no matched level to compare", ())
@@ -1305,6 +1309,8 @@ def _judge_rule(rule: CompareRule, rows: Sequence[Row]) -> RuleOutcome:
             st = "pass" if ok else "fail" if bad else "inconclusive"
             u = " pp" if r.absolute else "%"  # ratio(errors): points
             msg = f"{where}: regression {signed_percent(lo, u)} .. {signed_percent(hi, u)} (limit {t * 100:g}{u})"
+            if st == "fail" and blocked and i in blocked:
+                st, msg = "inconclusive", f"not judged, the load generator was saturated {blocked[i]}; it measured: {msg}"
         key = (rank[st], iv[1] if iv is not None else -math.inf)  # of one status, the row nearest (or furthest past) the limit
         if worst_key is None or key > worst_key:
             worst, worst_key = (i, st, msg), key
@@ -1407,7 +1413,7 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
                      f"leaves {(1 - confidence) / (2 * m) * 100:.3g}% of the draws beyond each end of a row's interval, "
                      f"and each end needs at least {MIN_TAIL_DRAWS} draws to stand on")
     rows = tuple(_rows(pending, confidence, row_conf, resamples, seed))
-    outcomes = tuple(_client_blocks(_judge_rule(r, rows), health) for r in rules)
+    outcomes = tuple(_judge_rule(r, rows, _client_blocked(r, rows, health)) for r in rules)
     req = [o for o in outcomes if o.rule.severity == "require"]
     fails: list[str] = []  # reasons to FAIL besides the rules
     unsure: list[str] = []  # reasons to be INCONCLUSIVE besides the rules
@@ -1449,31 +1455,55 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
                       tuple(fails + unsure), tuple(differ), asked if asked is not None and asked < resamples else None)
 
 
-def _client_health(run: Any) -> str | None:
-    """Why a run's load generator may have distorted its timing figures (the gate's
-    client_healthy INCONCLUSIVE: saturated, or requests it never sent), None when it kept up
-    or the run could not be joined."""
-    from soakspec.judge.validity import client_healthy
+@dataclasses.dataclass(frozen=True)
+class ClientHealth:
+    """Where a run's load generator may have distorted its timing figures (the gate's
+    client_healthy INCONCLUSIVE: saturated, or requests it never sent): `why` its message,
+    `levels` the (backend, workload, level index) of each bucket it names -- None where it
+    cannot say which (no client.jsonl, requests never sent): every level of the run."""
+
+    why: str
+    levels: frozenset[tuple[str | None, str | None, int | None]] | None
+
+    def covers(self, backend: str, workload: str, level: int | None) -> bool:
+        return self.levels is None or (backend, workload, level) in self.levels
+
+
+def _client_health(run: Any) -> ClientHealth | None:
+    """The run's `ClientHealth`, None when its load generator kept up or the run could not be
+    joined."""
+    from soakspec.judge.validity import CLIENT_NOT_SENT, client_healthy
 
     if run is None:
         return None
     res = client_healthy(run)
-    return res.message if res.status == "inconclusive" else None
+    if res.status != "inconclusive":
+        return None
+    found = res.failures or res.details
+    whole = not found or any(d.cause == CLIENT_NOT_SENT or d.where.backend is None or d.where.level is None for d in found)
+    levels = None if whole else frozenset((d.where.backend, d.where.workload, d.where.level) for d in found)
+    return ClientHealth(res.message, levels)
 
 
-def _client_blocks(o: RuleOutcome, health: Sequence[str | None]) -> RuleOutcome:
-    """A rule on a timing figure that FAILs while either run's load generator did not keep up
-    is INCONCLUSIVE, as the gate's `client_blocks` makes such a FAIL: the change may be the
-    client's own lag, not the server's."""
+def _client_blocked(rule: CompareRule, rows: Sequence[Row], health: Sequence[ClientHealth | None]) -> dict[int, str]:
+    """The rows of a rule on a timing figure whose level either run's load generator did not
+    keep up in (`ClientHealth.covers`), with why: such a row's FAIL may be the client's own lag,
+    not the server's, and is INCONCLUSIVE, as the gate's `client_blocks` makes a timing FAIL
+    that overlaps a saturated bucket. A row of a level where both kept up is judged as it is."""
     from soakspec.judge.validity import CLIENT_SENSITIVE
 
-    if o.status != "fail" or o.rule.metric not in CLIENT_SENSITIVE:
-        return o
-    why = [f"in the {side} run ({h})" for side, h in zip(("base", "new"), health) if h is not None]
-    if not why:
-        return o
-    return dataclasses.replace(o, status="inconclusive",
-                               message=f"not judged, the load generator was saturated {'; '.join(why)}; it measured: {o.message}")
+    if rule.metric not in CLIENT_SENSITIVE or not any(health):
+        return {}
+    out: dict[int, str] = {}
+    for i, r in enumerate(rows):
+        if r.metric != rule.metric or r.stat != rule.stat or r.turn is not None:
+            continue
+        why = [f"in the {side} run ({h.why})" for side, h, (b, lv) in
+               zip(("base", "new"), health, ((r.backend, r.level), (r.new_backend, r.new_level)))
+               if h is not None and h.covers(b, r.workload, lv)]
+        if why:
+            out[i] = "; ".join(why)
+    return out
 
 
 def _cancelled_by_abort(lv: LevelIndex) -> int:
