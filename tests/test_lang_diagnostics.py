@@ -610,6 +610,13 @@ def test_a_duration_in_two_units_is_one_error_that_writes_it_in_one():
     assert _checks_clean(BASE % "  load { concurrency = 1 }\n  duration = 90m\n  bucket = 5m")
 
 
+def test_a_compound_duration_too_large_to_sum_is_an_error_not_a_crash():
+    """`3600m1e999s` (found by the mutated-spec property): its sum is infinite, and rounding it
+    for the hint raised OverflowError out of `parse`."""
+    ((code, line, *_),) = _seen(BASE % "  load { concurrency = 1 }\n  duration = 3600m1e999s")
+    assert (code, line) == ("E001", 5)
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

@@ -1342,6 +1342,8 @@ def _compound_duration(source: str, tok: Token) -> tuple[str, str, int, int] | N
     if any(UNITS.get(unit, (None,))[0] is not Dimension.DURATION for _, unit in parts):
         return None
     total = sum(float(n) * UNITS[unit][1] for n, unit in parts)
+    if not math.isfinite(total):  # `3600m1e999s`: no sum to suggest (round(inf) raised OverflowError)
+        return None
     written = source[first.start() : tok.end_pos]
     for unit in ("h", "m", "s", "ms", "us"):
         n = total / UNITS[unit][1]
