@@ -55,7 +55,7 @@ from typing import Any
 from soakspec.diagnostics import terminal_safe
 from soakspec.evidence.redact import redact_argv, redact_env, scrub, secret_values
 from soakspec.evidence.runtime import RuntimeDecl as BoundaryDecl
-from soakspec.lang import simtrace
+from soakspec.lang import lengths, simtrace
 from soakspec.lang.batches import batch_requests
 from soakspec.lang.spec import Backend, Spec, Workload
 from soakspec.sim.config import sim_argv
@@ -384,6 +384,10 @@ class RequestTemplate:
     prompt_tokens: tuple[int, ...] = ()  # token-exact prompts (cycling lengths), built by the runner with the tokenizer
     tokenizer: str | None = None  # absolute path of a tokenizer.json; None with prompt_tokens: the server's /tokenize
     prefix_tokens: int = 0  # shared prefix tokens (the cache regime: 0 = unique prefix per request)
+    # random lengths (`length_range`, lang/lengths.py): the i-th request's prompt length (tokens or
+    # words) and max_tokens are drawn from [N(1 - r), N(1 + r)] around its cycled N, by i and the seed
+    length_range: float = 0.0
+    length_seed: int = 0
     prompt_sha256: str | None = None  # of the prompt file's bytes
     body_json: str | None = None  # extra body fields (a JSON object), merged into every request
     headers: tuple[tuple[str, str], ...] = ()  # extra HTTP headers
@@ -811,6 +815,7 @@ def _request(w: Workload, model: str, spec_dir: Path, api_key_env: str | None) -
         prompt_file=_abspath(spec_dir, w.prompt_file), max_tokens=tuple(w.max_tokens),
         temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed, ignore_eos=w.ignore_eos,
         api_key_env=api_key_env, body_json=w.body_json, headers=w.headers, header_env=w.header_env,
+        length_range=w.length_range, length_seed=w.load.seed if w.length_range else 0,
         **_prompt_source(w, spec_dir),
     )  # fmt: skip
 
@@ -825,6 +830,17 @@ def prompt_label(t: RequestTemplate) -> str:
         lens += f", {len(t.conversations)} multi-turn conversations" if t.conversations else ""
         return f"{len(t.prompts)} from {t.prompt_file} ({t.prompt_format}, sha256 {(t.prompt_sha256 or '')[:12]}){lens}"
     return f"{t.prompt_words} words"
+
+
+def length_label(t: RequestTemplate) -> str:
+    """Random lengths in a line: `each request's prompt 50-150 tokens, max_tokens 32-96: drawn
+    uniformly (±50%, seed 7) by its index in its level, as vllm bench serve --random-range-ratio 0.5`."""
+    def spans(lens: tuple[int, ...]) -> str:
+        return ", ".join("{}-{}".format(*lengths.bounds(n, t.length_range)) for n in lens)
+    prompt = f"{spans(t.prompt_tokens)} tokens" if t.prompt_tokens else f"{spans((t.prompt_words or 1,))} words"
+    return (f"each request's prompt {prompt}, max_tokens {spans(t.max_tokens)}: drawn uniformly "
+            f"({lengths.label(t.length_range)}, seed {t.length_seed}) by its index in its level, "
+            f"as vllm bench serve --random-range-ratio {t.length_range:g}")
 
 
 def _prefix_policy(t: RequestTemplate) -> str:
@@ -1246,6 +1262,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
             lines.append(f"    {name} prompts: each the trace's input_length in {unit}, max_tokens its output_length")
             continue
         lines.append(f"    {name} prompts: {prompt_label(t)}; cache: {_prefix_policy(t)}")
+        if t.length_range:
+            lines.append(f"    {name} lengths: {length_label(t)}")
     lines.extend(_phase_lines(b))
     if b.follow_up:
         lines.append(f"    then one clean follow-up request of workload '{b.follow_up_workload}' (its smallest shape, concurrency 1; "

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soakspec.judge.evidence import Evidence
+from soakspec.lang import lengths
 
 
 def ran_spec(ev: Evidence) -> Any:
@@ -51,6 +52,10 @@ def workload_shape(spec: Any, name: str) -> dict[str, str] | None:
     replay = w.load.replay
     if replay is not None:
         prompt += f", lengths from {replay.format} trace sha256 {replay.sha256[:12]}"
+    max_tokens = "from the prompt file" if w.max_tokens_from_file else _list(w.max_tokens)
+    if w.length_range:  # random lengths: a run of ±50% did not send the requests a run of fixed lengths did
+        prompt += f", {lengths.label(w.length_range)} (seed {w.load.seed})"
+        max_tokens += f" {lengths.label(w.length_range)}"
     sm = w.sampling
     sampling = "greedy" if sm.greedy else f"temperature {sm.temperature:g}, top_p {sm.top_p:g}" + (
         f", top_k {sm.top_k}" if sm.top_k is not None else "")
@@ -58,7 +63,7 @@ def workload_shape(spec: Any, name: str) -> dict[str, str] | None:
         sampling += f", seed {sm.seed}"
     return {"model": spec.model.id or "-", "served model name": spec.model.request_name, "endpoint": w.endpoint,
             "stream": "yes" if w.stream else "no", "prompt": prompt,
-            "max_tokens": "from the prompt file" if w.max_tokens_from_file else _list(w.max_tokens),
+            "max_tokens": max_tokens,
             "ignore_eos": "yes" if w.ignore_eos else "no", "sampling": sampling, "body": w.body_json or "{}"}
 
 

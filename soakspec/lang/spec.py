@@ -232,6 +232,10 @@ class Workload:
     multi_turn: bool = False  # chat sessions: each closed-loop worker sends a conversation's turns in order, with its history
     dataset: Dataset | None = dataclasses.field(default=None, compare=False)
     max_tokens: tuple[int, ...] = (64,)
+    # random lengths, as vLLM's --random-range-ratio: each request's generated prompt length and
+    # max_tokens drawn from [N(1 - r), N(1 + r)] by its index in its level and the load's seed
+    # (lang/lengths.py); 0: every request the asked length
+    length_range: float = 0.0
     sampling: Sampling = Sampling()
     ignore_eos: bool = True
     load: Load = Load("closed", (1,))

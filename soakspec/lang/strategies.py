@@ -345,6 +345,10 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
         body.append(_attr("prompt_tokens", A.List(tuple(A.Num(n) for n in draw(st.lists(st.integers(16, 4096), min_size=1, max_size=3))))))
         if draw(st.booleans()):
             body.append(_attr("prefix_tokens", A.Num(draw(st.integers(0, 15)))))
+    if source != "default" and not any(isinstance(s, A.Attribute) and s.key == "prefix_tokens" for s in body) and draw(st.booleans()):
+        # random lengths, as vLLM's --random-range-ratio: a percentage or a fraction below 1
+        ratio = draw(st.integers(0, 99))
+        body.append(_attr("length_range", A.Quantity(ratio, "%") if draw(st.booleans()) else A.Num(ratio / 100)))
     if draw(st.booleans()):  # extra body fields, nested objects included
         fields = [_attr("min_tokens", A.Num(draw(st.integers(0, 8)))), _block("chat_template_kwargs", None, _attr("enable_thinking", A.Bool(draw(st.booleans()))))]
         body.append(_block("body", None, *draw(st.permutations(fields))))

@@ -328,6 +328,8 @@ def workload_line(w: Any) -> str:
     elif w.prompt_words is not None:
         parts.append(f"prompt_words={w.prompt_words}")
     parts.append(f"max_tokens={_join(w.max_tokens)}")
+    if getattr(w, "length_range", 0.0):  # random lengths around prompt_words/prompt_tokens and max_tokens
+        parts.append(f"length_range={w.length_range * 100:g}%")
     s = w.sampling
     if s.greedy:
         parts.append("greedy")

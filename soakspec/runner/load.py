@@ -48,6 +48,7 @@ import httpx
 import trio
 
 from soakspec import windows
+from soakspec.lang import lengths
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
 from soakspec.plan import Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
@@ -124,7 +125,7 @@ class Shapes:
 
     template: RequestTemplate
     prompts: tuple[str | tuple[tuple[str, str], ...], ...] = ()  # the template's prompt file's (the plan carries them)
-    _cache: dict[tuple[int, int], RequestShape] = dataclasses.field(default_factory=dict, init=False, repr=False)
+    _cache: dict[tuple[int, ...], RequestShape] = dataclasses.field(default_factory=dict, init=False, repr=False)
     _extra: tuple[tuple[str, object], ...] = dataclasses.field(default=(), init=False, repr=False)
     _costs: TokenCosts | None = dataclasses.field(default=None, init=False, repr=False)
     _made: int = dataclasses.field(default=0, init=False, repr=False)  # characters of the word prompts in _cache
@@ -154,7 +155,7 @@ class Shapes:
                 costs = _COSTS.get(key)
                 if costs is None:
                     costs = _COSTS[key] = await measure_costs(tok, tuple(WORDS))
-                for n in sorted(set(w.prompt_tokens)):
+                for n in sorted({m for n in w.prompt_tokens for m in lengths.bounds(n, w.length_range)}):  # a range: its ends
                     await verify(tok, costs, n, w.prefix_tokens)
             self._costs = costs
         if scope.cancelled_caught:
@@ -186,11 +187,11 @@ class Shapes:
             prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
             return self._shape(prompt, max_tokens)
         lens = w.output_lens or w.max_tokens  # with output lengths from the file, the i-th prompt's own
-        key = (index % (len(self.prompts) or len(WORDS)), index % len(lens))
+        words, max_tokens = self._drawn(index, w.prompt_words or 1, lens[index % len(lens)])
+        key = (index % (len(self.prompts) or len(WORDS)), index % len(lens), words, max_tokens)
         shape = self._cache.get(key)
         if shape is None:
-            max_tokens = lens[index % len(lens)]
-            prompt = self.prompts[index % len(self.prompts)] if self.prompts else prompt_words(index, w.prompt_words or 1)
+            prompt = self.prompts[index % len(self.prompts)] if self.prompts else prompt_words(index, words)
             shape = self._shape(prompt, max_tokens)
             made = 0 if self.prompts else len(prompt)  # a file's prompt is the plan's own string: no more memory
             if len(self._cache) < SHAPE_CACHE and self._made + made <= SHAPE_CACHE_CHARS:
@@ -235,9 +236,22 @@ class Shapes:
         w = self.template
         if self._costs is None:
             raise RunAborted("token-exact prompts were not prepared (Shapes.prepare)")
-        n = min(w.prompt_tokens) if smallest else w.prompt_tokens[index % len(w.prompt_tokens)]
-        max_tokens = min(w.max_tokens) if smallest else w.max_tokens[index % len(w.max_tokens)]
+        if smallest:
+            n, max_tokens = min(w.prompt_tokens), min(w.max_tokens)
+        else:
+            n, max_tokens = self._drawn(index, w.prompt_tokens[index % len(w.prompt_tokens)], w.max_tokens[index % len(w.max_tokens)])
         return self._shape(token_prompt(self._costs, index, n, w.prefix_tokens, salt=salt), max_tokens)
+
+    def _drawn(self, index: int, n: int, max_tokens: int) -> tuple[int, int]:
+        """The prompt length and max_tokens of request `index` asked `n` and `max_tokens`: with
+        `length_range`, each drawn around them by the index and the level's seed (lang/lengths.py),
+        so the k-th request of a level gets the same lengths in every run and every --workers
+        process; the pre-flight and follow-up (`smallest`) send the asked lengths."""
+        w = self.template
+        if not w.length_range:
+            return n, max_tokens
+        return (lengths.draw(n, w.length_range, w.length_seed, index, lengths.PROMPT),
+                lengths.draw(max_tokens, w.length_range, w.length_seed, index, lengths.OUTPUT))
 
     @property
     def model(self) -> str:

@@ -96,6 +96,11 @@ def _attributes(ctx: Ctx, block: A.Block, where: str) -> dict[str, A.Attribute]:
     return attrs
 
 
+# A key named as `vllm bench serve` names its option, and the key that says it here: what a
+# did-you-mean offers where the spelling is too far off for `closest` to find it.
+VLLM_NAMES = {"range_ratio": "length_range", "random_range_ratio": "length_range"}
+
+
 def _unknown_key(ctx: Ctx, body: Body, attr: A.Attribute) -> None:
     if attr.key in body.table.blocks:
         ctx.error("E104", f"'{attr.key}' is a block: {attr.key} {{ ... }}", attr.key_span)
@@ -110,7 +115,9 @@ def _unknown_key(ctx: Ctx, body: Body, attr: A.Attribute) -> None:
         ctx.error("E101", f"unknown key '{attr.key}' in {body.where}", attr.key_span, belongs.hint)
         return
     options = [k.name for k in body.table.keys] + list(body.table.blocks)
-    meant = closest(attr.key, [o for o in options if o not in body.values] or options)
+    meant = VLLM_NAMES.get(attr.key)
+    if meant not in options:
+        meant = closest(attr.key, [o for o in options if o not in body.values] or options)
     if meant is not None:
         body.suggested.add(meant)
     hint = f"did you mean '{meant}'?" if meant else None

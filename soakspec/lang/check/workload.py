@@ -10,6 +10,7 @@ from soakspec.lang import ast as A
 from soakspec.lang import spec as S
 from soakspec.lang.check import requests
 from soakspec.diagnostics import Span
+from soakspec.lang import lengths as L
 from soakspec.lang import replay as R
 from soakspec.lang.check.core import Ctx, Key, Table
 from soakspec.lang.check.requests import data_path
@@ -50,6 +51,7 @@ WORKLOAD = Table(
         Key("max_tokens_from_file", "bool", "max_tokens_from_file"),
         Key("multi_turn", "bool", "multi_turn"),
         Key("max_tokens", "ints", "max_tokens", minimum=1, maximum=MAX_TOKENS, why=_TOKENS_WHY),
+        Key("length_range", "quantity", "length_range", Dimension.RATIO, allow_zero=True),  # below 100%: _length_range()
         Key("sampling", "word", choices=("greedy",)),
         Key("ignore_eos", "bool", "ignore_eos"),
         Key("duration", "quantity", "duration_s", Dimension.DURATION, default=None),  # required unless phases or a replay set it
@@ -125,8 +127,9 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     b = walk(ctx, blk, WORKLOAD, where)
     fields = b.fields()
     fields["prompt_words"] = _prompt_words(ctx, b, where)
+    fields["length_range"] = _length_range(ctx, b, fields["prompt_words"], where)
     fields["sampling"] = _sampling(ctx, b, where)
-    fields["load"] = _load(ctx, b, where, blk.label.value)
+    fields["load"] = _load(ctx, b, where, blk.label.value, ranged=fields["length_range"] > 0)
     _check_timing(ctx, b, fields["load"])
     _shaped_duration(ctx, b, fields, where)
     fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where, blk.label.value)
@@ -157,12 +160,53 @@ def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
             continue  # a replay's token-exact input lengths use it
         if b.has(key) and not b.has("prompt_tokens"):
             ctx.error("E403", f"'{key}' belongs to token-exact prompts; {where} sets no 'prompt_tokens'", b.got(key).key_span)
-    if b.ok("prefix_tokens") and b.ok("prompt_tokens") and b["prefix_tokens"] >= min(b["prompt_tokens"]):
-        ctx.error("E204", f"'prefix_tokens' ({b['prefix_tokens']}) must be less than the shortest prompt_tokens "
-                          f"({min(b['prompt_tokens'])}): each request needs tokens of its own", b.got("prefix_tokens").span)  # fmt: skip
+    ratio = b["length_range"] if b.ok("length_range") and b["length_range"] < 1 else 0.0
+    if b.ok("prefix_tokens") and b.ok("prompt_tokens") and b["prefix_tokens"] >= L.smallest(b["prompt_tokens"], ratio):
+        shortest = (f"the shortest prompt_tokens ({min(b['prompt_tokens'])})" if not ratio else
+                    f"the shortest prompt length length_range draws ({L.smallest(b['prompt_tokens'], ratio)})")
+        ctx.error("E204", f"'prefix_tokens' ({b['prefix_tokens']}) must be less than {shortest}: each request needs tokens of its own",
+                  b.got("prefix_tokens").span)  # fmt: skip
     if not given:
         return S.Workload.prompt_words
     return b["prompt_words"]
+
+
+def _length_range(ctx: Ctx, b: Body, words: int | None, where: str) -> float:
+    """`length_range = 50%`: random lengths as vLLM's `--random-range-ratio 0.5`, in [0, 1) as
+    vLLM takes it. It varies what the workload generates -- a prompt of `prompt_tokens` (or
+    `prompt_words`) and `max_tokens` -- so a prompt file (its prompts have their lengths;
+    `max_tokens_from_file`, `multi_turn` read one) or a replayed trace (each request's lengths are
+    the trace's; reported with the other keys a replay sets, `_shaped_duration`) leaves it
+    nothing to vary. Every drawn length stays within the bounds `prompt_tokens`, `prompt_words`
+    and `max_tokens` have, and at least 1."""
+    if not b.ok("length_range"):
+        return 0.0
+    got, ratio = b.got("length_range"), b["length_range"]
+    if ratio >= 1:
+        ctx.error("E204", f"'length_range' must be less than 100%, not {value_text(got.node)}", got.span,
+                  "each length is drawn from [N(1 - r), N(1 + r)], as vLLM's --random-range-ratio (in [0, 1)); "
+                  "at 100% a request would be drawn a length of 0")
+        return 0.0
+    if b.has("prompt_file") and not _replays(b):
+        ctx.error("E403", f"'length_range' varies the lengths {where} generates (prompt_tokens or prompt_words, and max_tokens); "
+                          "a prompt file's prompts have their own lengths", got.key_span,
+                  "for random token lengths set prompt_tokens (vLLM's --dataset-name random) in place of prompt_file")  # fmt: skip
+        return 0.0
+    for key, lens, maximum in (("prompt_tokens", b["prompt_tokens"] if b.ok("prompt_tokens") else (), MAX_TOKENS),
+                               ("prompt_words", (words,) if words and not b.has("prompt_tokens") else (), MAX_PROMPT_WORDS),
+                               ("max_tokens", b["max_tokens"] if b.ok("max_tokens") else S.Workload.max_tokens, MAX_TOKENS)):
+        if lens and L.largest(lens, ratio) > maximum:
+            ctx.error("E204", f"length_range {value_text(got.node)} draws {key} up to {L.largest(lens, ratio):,}, "
+                              f"more than the {maximum:,} {key} may be", got.span, _TOKENS_WHY)  # fmt: skip
+            return 0.0
+    return ratio
+
+
+def _replays(b: Body) -> bool:
+    """The workload's load block says `mode = replay` (read before the load is checked)."""
+    blk = b.blocks.get("load")
+    return blk is not None and any(isinstance(s, A.Attribute) and s.key == "mode" and isinstance(s.value, A.Word)
+                                   and s.value.name == "replay" for s in blk.body)  # fmt: skip
 
 
 def _replays_tokens(b: Body) -> bool:
@@ -183,8 +227,17 @@ def _sampling(ctx: Ctx, b: Body, where: str) -> S.Sampling:
     return S.Sampling(greedy=sb["temperature"] == 0, **sb.fields())
 
 
-def _load(ctx: Ctx, b: Body, where: str, name: str = "") -> S.Load:
+def _load(ctx: Ctx, b: Body, where: str, name: str = "", ranged: bool = False) -> S.Load:
+    """`ranged`: the workload draws random lengths (`length_range`), which the load's `seed`
+    seeds in every mode: a closed or batch load may set it too, and an open load of constant
+    arrivals is not warned that it seeds nothing (W514)."""
     lb = sub(ctx, b, "load", LOAD, f"the load of {where}")
+    load = _load_shape(ctx, b, lb, where, name, ranged)
+    ranged_seed = ranged and lb is not None and lb.ok("seed") and load.mode != "replay"
+    return dataclasses.replace(load, seed=lb["seed"]) if ranged_seed else load  # type: ignore[index]
+
+
+def _load_shape(ctx: Ctx, b: Body, lb: Body | None, where: str, name: str, ranged: bool) -> S.Load:
     if lb is None:
         if "load" not in b.suggested:  # else `lod { ... }` was reported as unknown already
             ctx.error("E103", f"{where} needs a load block: load {{ mode = closed  concurrency = [4, 8] }}", b.span)
@@ -195,19 +248,19 @@ def _load(ctx: Ctx, b: Body, where: str, name: str = "") -> S.Load:
     if mode != "replay":
         _misplaced(ctx, lb, _REPLAY_ONLY, "belongs to mode = replay (a trace file's arrivals)")
     if "phases" in lb.blocks:
-        return _phased(ctx, lb, mode, where)
+        return _phased(ctx, lb, mode, where, ranged)
     if mode == "replay":
         return _replay(ctx, lb, where, name)
     if mode == "open":
         _misplaced(ctx, lb, _CLOSED_ONLY, "belongs to closed-loop load; open-loop load sets 'rate'")
         lb.require("rate")
         arrival, burst = _arrival(ctx, lb, lb["arrival"])
-        if arrival in (None, "constant"):  # constant: the default
+        if arrival in (None, "constant") and not ranged:  # constant: the default
             _unseeded(ctx, lb)
         load = S.Load("open", (), None, lb["rate"] or (1.0,), arrival, lb["seed"], burstiness=burst)
         load = _search(ctx, lb, load, b)
     else:
-        _misplaced(ctx, lb, _OPEN_ONLY, "belongs to open-loop load (mode = open)")
+        _misplaced(ctx, lb, tuple(k for k in _OPEN_ONLY if not (ranged and k == "seed")), "belongs to open-loop load (mode = open)")
         lb.require("concurrency")
         if mode == "batch":
             lb.require("requests")
@@ -241,7 +294,7 @@ def _arrival(ctx: Ctx, b: Body, arrival: str, default: float = 1.0) -> tuple[str
     return "poisson", burstiness
 
 
-def _phased(ctx: Ctx, lb: Body, mode: str, where: str) -> S.Load:
+def _phased(ctx: Ctx, lb: Body, mode: str, where: str, ranged: bool = False) -> S.Load:
     """`phases { NAME { ... } ... }`: named phases in sequence, each one level with its own
     shape and duration (closed: concurrency; open: rate). Arrival settings of the load block are
     each phase's defaults."""
@@ -287,7 +340,7 @@ def _phased(ctx: Ctx, lb: Body, mode: str, where: str) -> S.Load:
             continue
         phases.append(S.Phase(stmt.kind, pb["duration"], float(start), float(pb["ramp_to"]) if pb["ramp_to"] is not None else None,
                               pb["steps"] or 0, p_arrival, p_burst, seed + len(phases), stmt.kind_span))  # fmt: skip
-    if mode == "open" and seen and not random_phase:
+    if mode == "open" and seen and not random_phase and not ranged:
         _unseeded(ctx, lb)
     if not phases and not seen:
         ctx.error("E205", "the phases block is empty: name at least one phase, e.g. steady { duration = 60s  ... }", blk.kind_span)
@@ -362,7 +415,7 @@ def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
     if load.mode == "replay":
         # prompt_words too: a replayed request's prompt is its trace line's input_length in words
         # (runner/load.py `Shapes.make`); the number would only have sized the pre-flight's prompt
-        for key in ("prompt_words", "prompt_file", "prompt_tokens", "max_tokens", "max_tokens_from_file", "multi_turn"):
+        for key in ("prompt_words", "prompt_file", "prompt_tokens", "max_tokens", "max_tokens_from_file", "multi_turn", "length_range"):
             if b.has(key):
                 ctx.error("E403", f"'{key}' does not apply to mode = replay: the trace sets each request's input and output length",
                           b.got(key).key_span)
