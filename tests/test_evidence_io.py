@@ -323,3 +323,24 @@ def test_lines_are_counted_as_bytes_count_counts_them(piece, times):
 
     block = piece * times
     assert count_lines(block) == block.count(b"\n")
+
+
+@pytest.mark.parametrize("where", ["write", "fsync", "replace"])
+def test_an_interrupt_raised_into_an_atomic_write_leaves_no_temp_file(tmp_path, monkeypatch, where):
+    """`run` stops its judging on a second SIGTERM by raising from the signal handler, which
+    can land inside the write of results.json: the temp file stayed in the run directory and
+    `verify` called the evidence corrupt ("V103 exists but is not listed", exit 1, where an
+    interrupted run is incomplete, exit 3) -- seen once in CI. The write now takes its temp file
+    with it, and the interrupt goes on as raised; nothing is left at the target either."""
+    import soakspec.evidence.io as io_mod
+
+    class Stop(BaseException):
+        pass
+
+    def boom(*a, **k):
+        raise Stop
+
+    monkeypatch.setattr(io_mod.os, where, boom)
+    with pytest.raises(Stop):
+        io_mod.write_json_atomic(tmp_path / "results.json", {"a": 1})
+    assert list(tmp_path.iterdir()) == []

@@ -257,7 +257,10 @@ def fsync_dir(path: os.PathLike | str) -> None:
 
 
 def write_bytes_atomic(path: os.PathLike | str, data: bytes) -> str:
-    """Write `data` to `path` atomically (temp file, fsync, rename, fsync dir); return its sha256."""
+    """Write `data` to `path` atomically (temp file, fsync, rename, fsync dir); return its sha256.
+    Whatever stops the write before the rename -- the disk, or an exception a signal handler
+    raises into it (`run` stops its judging on a second SIGTERM) -- takes the temp file with it:
+    left in the run directory, `verify` called the evidence corrupt (an unlisted file)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
@@ -271,12 +274,17 @@ def write_bytes_atomic(path: os.PathLike | str, data: bytes) -> str:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as e:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError):
+            raise EvidenceWriteError(path, e) from e
+        raise
+    try:
+        fsync_dir(path.parent)
+    except OSError as e:
         raise EvidenceWriteError(path, e) from e
     return hashlib.sha256(data).hexdigest()
 
