@@ -290,3 +290,13 @@ def test_report_never_starts_a_process(seed, tmp_path, monkeypatch, capsys):
     for fmt in FORMATS:
         assert main(["report", str(root), "--format", fmt, "--spec", str(SEED)]) == 0
     capsys.readouterr()
+
+
+def test_the_workload_line_names_token_exact_prompts():
+    """A workload of token-exact prompts (`prompt_tokens`, a shared prefix) printed a workload
+    line with no prompt at all ("- workload: max_tokens=64, ..."): the report's reader could not
+    tell what the server was sent. It names the lengths and the prefix, as the spec says them."""
+    text = small_spec().canonical_text.replace("  duration = 2m", "  prompt_tokens = [128, 512]\n  prefix_tokens = 32\n  duration = 2m")
+    spec = spec_from_text(text)
+    md = prepare(spec, EvidenceBuilder(spec).build()).render("md")
+    assert "- workload: prompt_tokens=128,512, prefix_tokens=32, max_tokens=64, " in md, md[md.index("- workload"):][:200]
