@@ -81,9 +81,11 @@ def covered(samples, start: float, end: float) -> bool:
                for s in itertools.islice(samples, bisect.bisect_right(samples, start, key=_t), None))
 
 
-def reference_bucket(client_rows, lv, w, prev=None):
+def reference_bucket(client_rows, lv, w, prev=None, all_records=()):
     """client_bucket's row, one request at a time (the definition the columns must meet), from
-    the backend's client.jsonl rows as they were written."""
+    the backend's client.jsonl rows as they were written; a closed loop's achieved concurrency
+    over `all_records`, the backend's every request the judge holds, row by row (one longer
+    than a bucket runs on through the buckets after the one it started in)."""
     if w.start is None or w.end is None or w.end <= w.start:
         return None
     inside = samples_in(sorted(client_rows, key=lambda r: r["t"]), w.start, w.end)
@@ -99,7 +101,7 @@ def reference_bucket(client_rows, lv, w, prev=None):
     offered = achieved = held = None
     if mode == "closed" and isinstance(conc, int) and conc > 0:
         near = list(prev.records if prev is not None else ()) + recs
-        offered, achieved = float(conc), in_flight(near, w.start, w.end)
+        offered, achieved = float(conc), in_flight(all_records, w.start, w.end)
         held_s = [h for s in inside if type(h := s.get("held_s")) in (int, float) and 0 <= h < math.inf]
         failed = any(r.get("outcome") != "completed" and num(r.get("start")) is not None for r in near)
         held = (min(offered, math.fsum(held_s) / wall) if failed else 0.0) if held_s else None
@@ -187,7 +189,7 @@ def test_columnar_client_rows_equal_the_record_by_record_definition(mode, edits,
         for lv in bi.levels:
             prev = None
             for w in lv.buckets:
-                got, want = client_bucket(bi, lv, w, prev), reference_bucket(b.client[bi.name], lv, w, prev)
+                got, want = client_bucket(bi, lv, w, prev), reference_bucket(b.client[bi.name], lv, w, prev, list(bi.all_records))
                 assert _same(got, want), (got, want)
                 compared += 1
                 prev = w

@@ -852,23 +852,27 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     if not unhealthy:
         return res
     own = run.backends_for(r)
+    # every unhealthy bucket's time as one set of intervals: whether an instance overlaps any is
+    # a bisection, not a walk over the buckets (a day-long soak: 10^4 buckets, 10^4 failing ones)
+    union = None if any(hs is None for _, hs in unhealthy) else _merged([s for _, hs in unhealthy for s in zip(*hs)])  # type: ignore[misc]
     kept: list[Instance] = []
-    gone: list[tuple[Instance, list[Instance]]] = []  # a discounted instance, the unhealthy buckets beside it
+    gone: list[tuple[Instance, Any]] = []  # a discounted instance, and its time
     for d in (res.failures or res.details):
         if d.status != "fail":
             continue
         mine = _merged(_spans(run, d.where, own))
-        beside = [h for h, hs in unhealthy if _overlap(mine, hs)]
-        if beside:
-            gone.append((d, beside))
+        if _overlap(mine, union):
+            gone.append((d, mine))
         else:
             kept.append(d)
+
+    def beside(mine: Any) -> list[Instance]:  # the unhealthy buckets that overlap `mine`
+        return [h for h, hs in unhealthy if _overlap(mine, hs)]
+
     what = "the load generator was saturated" if sensitive else "requests timed out while the load generator was saturated"
     if not kept:  # every failure known overlaps one (or none is known): the client may have made it
-        named: dict[int, Instance] = {}
-        for _, beside in gone:
-            named.update((id(h), h) for h in beside)
-        shown = list(named.values()) or [h for h, _ in unhealthy]
+        times = None if any(m is None for _, m in gone) else _merged([s for _, m in gone for s in zip(*m)])  # type: ignore[misc]
+        shown = beside(times) if gone else [h for h, _ in unhealthy]
         first = shown[0]
         more = f" (and {len(shown) - 1} more)" if len(shown) > 1 else ""
         return dataclasses.replace(res, status="inconclusive",
@@ -882,7 +886,7 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     unknown = res.failing - len(kept) - len(gone)  # failing instances the result does not list: they stand
     message = f"{_at(lead)}" + (f" (and {len(kept) + max(unknown, 0) - 1} more)" if len(kept) + max(unknown, 0) > 1 else "")
     scope = r.scope or "instance"
-    listed = "; ".join(_where(d) + _beside(d, beside) for d, beside in gone[:MAX_SHOWN])
+    listed = "; ".join(_where(d) + _beside(d, beside(mine)) for d, mine in gone[:MAX_SHOWN])
     if len(gone) > MAX_SHOWN:
         listed += f"; ... and {len(gone) - MAX_SHOWN} more"
     message += (f"; {plural(len(gone), 'failing ' + scope)} discounted, {what} in time with "
