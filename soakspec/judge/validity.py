@@ -879,18 +879,26 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
                                    message=f"not judged, {what} ({_at(first)}{more}); it measured: {res.message}")
     if not gone:
         return res
+    return _discounted(res, r, kept, [(d, beside(mine)) for d, mine in gone[:MAX_SHOWN]], len(gone), what)
+
+
+def _discounted(res: RuleResult, r: Rule, kept: list[Instance], shown: list[tuple[Instance, list[Instance]]], gone: int,
+                what: str) -> RuleResult:
+    """`client_blocks`' FAIL that stands: on `kept` (the failing instances no unhealthy bucket
+    overlaps), its message the worst of them, naming the `gone` discounted ones (the first few,
+    `shown`, with the buckets beside each)."""
     from soakspec.judge.performance import _badness  # the worst failure is the one reported (`performance._pick`)
 
     lead = res.details[0] if res.details and any(k is res.details[0] for k in kept) else max(kept, key=lambda k: _badness(r, k.observed))
     kept = [lead] + [k for k in kept if k is not lead]
-    unknown = res.failing - len(kept) - len(gone)  # failing instances the result does not list: they stand
+    unknown = res.failing - len(kept) - gone  # failing instances the result does not list: they stand
     message = f"{_at(lead)}" + (f" (and {len(kept) + max(unknown, 0) - 1} more)" if len(kept) + max(unknown, 0) > 1 else "")
     scope = r.scope or "instance"
-    listed = "; ".join(_where(d) + _beside(d, beside(mine)) for d, mine in gone[:MAX_SHOWN])
-    if len(gone) > MAX_SHOWN:
-        listed += f"; ... and {len(gone) - MAX_SHOWN} more"
-    message += (f"; {plural(len(gone), 'failing ' + scope)} discounted, {what} in time with "
-                f"{'it' if len(gone) == 1 else 'them'}: {listed}")
+    listed = "; ".join(_where(d) + _beside(d, beside) for d, beside in shown)
+    if gone > len(shown):
+        listed += f"; ... and {gone - len(shown)} more"
+    message += (f"; {plural(gone, 'failing ' + scope)} discounted, {what} in time with "
+                f"{'it' if gone == 1 else 'them'}: {listed}")
     changes: dict[str, Any] = {}
     if not res.details or lead is not res.details[0]:  # the reported instance was discounted: the worst left is
         changes = {"where": lead.where, "observed": lead.observed, "observed_text": lead.observed_text, "samples": lead.samples}
