@@ -13,7 +13,10 @@ which length it is (prompt or output): never of the wall clock, the process or t
 which requests start. The k-th request of a level gets the same lengths in every run, on every
 backend and whatever `--workers N` splits the level into (the index is the level's own count,
 runner/load.py `drive_level`, `ids.SharedCount`). vLLM draws its lengths from one seeded stream
-in request order; the lengths here are not its numbers, but the same distribution."""
+in request order; the lengths here are not its numbers, but the same distribution.
+
+A module of its own beside `windows.py` and `units.py`: the checker, the planner, the runner
+and the judge all read it, and the runner may not import the language (tests/test_engine.py)."""
 
 from __future__ import annotations
 

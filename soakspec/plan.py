@@ -55,7 +55,8 @@ from typing import Any
 from soakspec.diagnostics import terminal_safe
 from soakspec.evidence.redact import redact_argv, redact_env, scrub, secret_values
 from soakspec.evidence.runtime import RuntimeDecl as BoundaryDecl
-from soakspec.lang import lengths, simtrace
+from soakspec import lengths
+from soakspec.lang import simtrace
 from soakspec.lang.batches import batch_requests
 from soakspec.lang.spec import Backend, Spec, Workload
 from soakspec.sim.config import sim_argv
@@ -384,7 +385,7 @@ class RequestTemplate:
     prompt_tokens: tuple[int, ...] = ()  # token-exact prompts (cycling lengths), built by the runner with the tokenizer
     tokenizer: str | None = None  # absolute path of a tokenizer.json; None with prompt_tokens: the server's /tokenize
     prefix_tokens: int = 0  # shared prefix tokens (the cache regime: 0 = unique prefix per request)
-    # random lengths (`length_range`, lang/lengths.py): the i-th request's prompt length (tokens or
+    # random lengths (`length_range`, soakspec/lengths.py): the i-th request's prompt length (tokens or
     # words) and max_tokens are drawn from [N(1 - r), N(1 + r)] around its cycled N, by i and the seed
     length_range: float = 0.0
     length_seed: int = 0

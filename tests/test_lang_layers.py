@@ -1,5 +1,7 @@
 """The language layer is the bottom of the pipeline: `soakspec.lang` imports nothing of
-soakspec above it (only `soakspec.lang`, `soakspec.diagnostics` and `soakspec.units`), and no
+soakspec above it (only `soakspec.lang`, `soakspec.diagnostics`, `soakspec.units` and
+`soakspec.lengths` -- leaves below it that the runner reads too, which may not import the
+language), and no
 module in it imports inside a function (its dependencies are all visible at the top)."""
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import soakspec.lang
 
 LANG = pathlib.Path(soakspec.lang.__file__).resolve().parent
 MODULES = sorted(LANG.rglob("*.py"))
-ALLOWED = ("soakspec.lang", "soakspec.diagnostics", "soakspec.units")
+ALLOWED = ("soakspec.lang", "soakspec.diagnostics", "soakspec.units", "soakspec.lengths")
 
 
 def _imports(tree: ast.AST) -> list[tuple[ast.stmt, str]]:

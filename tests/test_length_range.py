@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from soakspec.judge.rederive import _usage_bounds, usage_problem
 from soakspec.judge.workload import workload_differences
-from soakspec.lang import lengths, load_spec
+from soakspec import lengths
+from soakspec.lang import load_spec
 from soakspec.plan import plan
 from soakspec.plan import render_text as render_plan
 from soakspec.runner.clock import RunClock

@@ -59,7 +59,7 @@ from soakspec.evidence.ids import IdIndex
 from soakspec.evidence.io import EvidenceUnreadable
 from soakspec.evidence.record import FAILED_FINISH_REASONS, MAX_TOKENS_PER_CHUNK, usage_bound  # shared with the runner
 from soakspec.evidence.runtime import BoundaryText, RuntimeDecl, detect_runtime_boundary
-from soakspec.lang import lengths
+from soakspec import lengths
 from soakspec.evidence.traces import (
     DEFAULT_ID_FORMS, Trace, TraceSource, log_boundary_text, log_lines, match_traces, nl_lines, scan_log_rows, scan_rows,
 )
@@ -384,7 +384,7 @@ def _largest_max_tokens(w: Any) -> int | None:
     if not lens or any(n is None for n in lens):
         return None
     # random lengths (`length_range`): the top of the largest max_tokens' range, which a request may draw
-    return lengths.largest(lens, w.length_range) if getattr(w, "length_range", 0.0) else max(lens)  # type: ignore[arg-type,type-var]
+    return lengths.largest(lens, w.length_range) if w.length_range else max(lens)  # type: ignore[arg-type,type-var]
 
 
 def _relabel(r: Row, deadline: float | None, max_tokens: int | None, server: tuple[str, str] | None,

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soakspec.judge.evidence import Evidence
-from soakspec.lang import lengths
+from soakspec import lengths
 
 
 def ran_spec(ev: Evidence) -> Any:

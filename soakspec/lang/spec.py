@@ -234,7 +234,7 @@ class Workload:
     max_tokens: tuple[int, ...] = (64,)
     # random lengths, as vLLM's --random-range-ratio: each request's generated prompt length and
     # max_tokens drawn from [N(1 - r), N(1 + r)] by its index in its level and the load's seed
-    # (lang/lengths.py); 0: every request the asked length
+    # (soakspec/lengths.py); 0: every request the asked length
     length_range: float = 0.0
     sampling: Sampling = Sampling()
     ignore_eos: bool = True

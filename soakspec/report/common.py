@@ -325,14 +325,14 @@ def workload_line(w: Any) -> str:
     parts = []
     if w.prompt_file:
         parts.append(f"prompt_file={one_line(w.prompt_file)}")
-    elif getattr(w, "prompt_tokens", ()):  # token-exact prompts: the line said nothing of the prompt at all
+    elif w.prompt_tokens:  # token-exact prompts: the line said nothing of the prompt at all
         parts.append(f"prompt_tokens={_join(w.prompt_tokens)}")
-        if getattr(w, "prefix_tokens", 0):
+        if w.prefix_tokens:
             parts.append(f"prefix_tokens={w.prefix_tokens}")
     elif w.prompt_words is not None:
         parts.append(f"prompt_words={w.prompt_words}")
     parts.append(f"max_tokens={_join(w.max_tokens)}")
-    if getattr(w, "length_range", 0.0):  # random lengths around prompt_words/prompt_tokens and max_tokens
+    if w.length_range:  # random lengths around prompt_words/prompt_tokens and max_tokens
         parts.append(f"length_range={w.length_range * 100:g}%")
     s = w.sampling
     if s.greedy:

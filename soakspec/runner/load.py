@@ -48,7 +48,7 @@ import httpx
 import trio
 
 from soakspec import windows
-from soakspec.lang import lengths
+from soakspec import lengths
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
 from soakspec.plan import Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
@@ -244,7 +244,7 @@ class Shapes:
 
     def _drawn(self, index: int, n: int, max_tokens: int) -> tuple[int, int]:
         """The prompt length and max_tokens of request `index` asked `n` and `max_tokens`: with
-        `length_range`, each drawn around them by the index and the level's seed (lang/lengths.py),
+        `length_range`, each drawn around them by the index and the level's seed (soakspec/lengths.py),
         so the k-th request of a level gets the same lengths in every run and every --workers
         process; the pre-flight and follow-up (`smallest`) send the asked lengths."""
         w = self.template

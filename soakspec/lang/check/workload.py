@@ -10,7 +10,7 @@ from soakspec.lang import ast as A
 from soakspec.lang import spec as S
 from soakspec.lang.check import requests
 from soakspec.diagnostics import Span
-from soakspec.lang import lengths as L
+import soakspec.lengths as L
 from soakspec.lang import replay as R
 from soakspec.lang.check.core import Ctx, Key, Table
 from soakspec.lang.check.requests import data_path
