@@ -28,7 +28,7 @@ from soakspec.judge.common import abort_observed_text, backend_here, loc, plural
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.index import num as num_
-from soakspec.judge.measures import Columnar, bucket_in_flight, completed
+from soakspec.judge.measures import Columnar, bucket_in_flight, completed, timed_out
 from soakspec.judge.stats import percentile
 from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, Rows
@@ -779,7 +779,7 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
                     continue  # shorter than a sample: the sample around it judges its time
                 why = client_saturation(row, g)
                 if why:
-                    late = w.records.count(_timed_out.col, _timed_out.row)  # timeouts the client's lag may have made
+                    late = w.records.count(timed_out.col, timed_out.row)  # timeouts the client's lag may have made
                     insts.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), row["lag_p99"], None, None,
                                           f"load generator saturated in bucket {row['bucket']}: {', '.join(why)}"
                                           + (f"; {plural(late, 'request')} timed out in it" if late else ""),
@@ -805,7 +805,6 @@ CLIENT_NOT_SENT = "client_not_sent"  # the `cause` of such an Instance of client
 # is then not the server's alone
 CLIENT_TIMEOUTS = "client_timeouts"
 TIMEOUT_COUNTS = frozenset({"errors", "completed", "goodput"})  # goodput: goodput() and goodput_rate()
-_timed_out = Columnar(lambda r: r.get("outcome") == "timeout", lambda t, idx: t.label_is("outcome", "timeout", idx))
 
 
 def not_sent(recs: Rows) -> Rows:
