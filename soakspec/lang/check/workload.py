@@ -156,7 +156,7 @@ def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
     for key in given[1:]:
         ctx.error("E403", f"{where} sets both '{given[0]}' and '{key}': a workload has one prompt source", b.got(key).key_span)
     for key in ("tokenizer", "prefix_tokens"):
-        if key == "tokenizer" and _replays_tokens(b):
+        if key == "tokenizer" and _load_word(b, "input_lengths") == "tokens":
             continue  # a replay's token-exact input lengths use it
         if b.has(key) and not b.has("prompt_tokens"):
             ctx.error("E403", f"'{key}' belongs to token-exact prompts; {where} sets no 'prompt_tokens'", b.got(key).key_span)
@@ -187,7 +187,7 @@ def _length_range(ctx: Ctx, b: Body, words: int | None, where: str) -> float:
                   "each length is drawn from [N(1 - r), N(1 + r)], as vLLM's --random-range-ratio (in [0, 1)); "
                   "at 100% a request would be drawn a length of 0")
         return 0.0
-    if b.has("prompt_file") and not _replays(b):
+    if b.has("prompt_file") and _load_word(b, "mode") != "replay":
         ctx.error("E403", f"'length_range' varies the lengths {where} generates (prompt_tokens or prompt_words, and max_tokens); "
                           "a prompt file's prompts have their own lengths", got.key_span,
                   "for random token lengths set prompt_tokens (vLLM's --dataset-name random) in place of prompt_file")  # fmt: skip
@@ -202,18 +202,14 @@ def _length_range(ctx: Ctx, b: Body, words: int | None, where: str) -> float:
     return ratio
 
 
-def _replays(b: Body) -> bool:
-    """The workload's load block says `mode = replay` (read before the load is checked)."""
+def _load_word(b: Body, key: str) -> str | None:
+    """The word the workload's load block gives `key` (`mode = replay`, `input_lengths =
+    tokens`), read before the load is checked; None where it gives none."""
     blk = b.blocks.get("load")
-    return blk is not None and any(isinstance(s, A.Attribute) and s.key == "mode" and isinstance(s.value, A.Word)
-                                   and s.value.name == "replay" for s in blk.body)  # fmt: skip
-
-
-def _replays_tokens(b: Body) -> bool:
-    """The workload's load block says `input_lengths = tokens` (read before the load is checked)."""
-    blk = b.blocks.get("load")
-    return blk is not None and any(isinstance(s, A.Attribute) and s.key == "input_lengths" and isinstance(s.value, A.Word)
-                                   and s.value.name == "tokens" for s in blk.body)  # fmt: skip
+    if blk is None:
+        return None
+    return next((s.value.name for s in blk.body if isinstance(s, A.Attribute) and s.key == key and isinstance(s.value, A.Word)),
+                None)
 
 
 def _sampling(ctx: Ctx, b: Body, where: str) -> S.Sampling:
