@@ -29,6 +29,7 @@ import dataclasses
 import math
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -254,8 +255,6 @@ def file_limit_note(log_path: str | os.PathLike, rc: int | None) -> str:
     EFBIG (a Python server ignores the signal: "OSError: [Errno 27] File too large", then exit
     status 1) -- and a server's death by it was said as "exited with status 1" alone. Said for
     any server that exited unsuccessfully while such a limit is set."""
-    import resource
-
     limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
     if limit == resource.RLIM_INFINITY or rc == 0:
         return ""
