@@ -389,6 +389,15 @@ class RequestTemplate:
     # words) and max_tokens are drawn from [N(1 - r), N(1 + r)] around its cycled N, by i and the seed
     length_range: float = 0.0
     length_seed: int = 0
+    # the prompt file's order (`prompt_order`, soakspec/draws.py): "file", or "shuffled" -- request i
+    # sends prompt perm_p(i mod n) of pass p = i // n's permutation seeded by `prompt_seed` (multi-turn:
+    # the j-th conversation begun runs conversation perm_p(j mod n))
+    prompt_order: str = "file"
+    prompt_seed: int = 0
+    # multi-turn: seconds a session waits after a turn's answer before its next turn, (low, high)
+    # (equal: fixed; None: none), drawn per conversation and turn by `think_seed` (soakspec/draws.py)
+    think_time: tuple[float, float] | None = None
+    think_seed: int = 0
     prompt_sha256: str | None = None  # of the prompt file's bytes
     body_json: str | None = None  # extra body fields (a JSON object), merged into every request
     headers: tuple[tuple[str, str], ...] = ()  # extra HTTP headers
@@ -490,6 +499,11 @@ class Level:
         }  # fmt: skip
         if self.phase is not None or not isinstance(self.shape, (Closed, Batch, Open)):
             out |= {"phase": self.phase, "shape": _shape_json(self.shape)}
+        t = self.request
+        if t.prompts and t.prompt_order != "file":  # which prompt each index sent (soakspec/draws.py)
+            out |= {"prompt_order": t.prompt_order, "prompt_seed": t.prompt_seed}
+        if t.think_time is not None:  # what the judge leaves out of the offered concurrency (validity `thinking`)
+            out |= {"think_time": list(t.think_time), "think_seed": t.think_seed}
         return out
 
 
@@ -817,8 +831,36 @@ def _request(w: Workload, model: str, spec_dir: Path, api_key_env: str | None) -
         temperature=s.temperature, top_p=s.top_p, top_k=s.top_k, seed=s.seed, ignore_eos=w.ignore_eos,
         api_key_env=api_key_env, body_json=w.body_json, headers=w.headers, header_env=w.header_env,
         length_range=w.length_range, length_seed=w.load.seed if w.length_range else 0,
+        **_order_and_think(w),
         **_prompt_source(w, spec_dir),
     )  # fmt: skip
+
+
+def _order_and_think(w: Workload) -> dict[str, Any]:
+    """The prompt file's order and a multi-turn session's think time, each with the load's seed
+    where it draws (0 where nothing is drawn, so that a seed that seeds nothing changes no template)."""
+    think = (w.think_time[0], w.think_time[-1]) if w.think_time and w.multi_turn else None
+    shuffled = w.prompt_order == "shuffled" and w.prompt_file is not None
+    return {"prompt_order": "shuffled" if shuffled else "file", "prompt_seed": w.load.seed if shuffled else 0,
+            "think_time": think, "think_seed": w.load.seed if think is not None and think[1] > think[0] else 0}
+
+
+def order_label(t: RequestTemplate) -> str:
+    """The prompt file's order in words, for the plan: `in file order` or the shuffle and its seed."""
+    if t.prompt_order != "shuffled":
+        return "in file order, cycling"
+    what = "conversations" if t.conversations else "prompts"
+    return (f"shuffled (seed {t.prompt_seed}): each pass over the file sends every one of its {what} once, "
+            "in a new seeded order (the same in every level, run, backend and --workers split)")
+
+
+def think_line(t: RequestTemplate) -> str:
+    """A multi-turn session's think time in words, for the plan."""
+    low, high = t.think_time or (0.0, 0.0)
+    how = (f"{format_duration(low)}" if high <= low else
+           f"{format_duration(low)}-{format_duration(high)} (drawn uniformly per conversation and turn, seed {t.think_seed})")
+    return (f"after a turn's answer each session waits {how} before its next turn (not between conversations); "
+            "no latency includes it, and a thinking session is not offered concurrency (client health)")
 
 
 def prompt_label(t: RequestTemplate) -> str:
@@ -849,9 +891,14 @@ def _prefix_policy(t: RequestTemplate) -> str:
     if t.prompt_tokens:
         return f"shared prefix of {t.prefix_tokens} tokens" if t.prefix_tokens else "unique prefix per request"
     if t.conversations:
+        first = f"same first conversation of its seeded order (seed {t.prompt_seed})" if t.prompt_order == "shuffled" else "file's first conversation"
         return ("multi-turn sessions: each turn repeats its conversation's history (the file's answers), so the cache holds "
-                "the previous turn's prompt; every level starts again at the file's first conversation, and a level past the "
+                f"the previous turn's prompt; every level starts again at the {first}, and a level past the "
                 "file's last runs them again: such a turn is resent whole, one the server's prefix cache may hold")
+    if t.prompts and t.prompt_order == "shuffled":
+        return (f"the prompt file's {len(t.prompts)} prompts in a seeded order (seed {t.prompt_seed}), the same in every level, "
+                f"a new order each pass: a request past the {len(t.prompts)}th, or in a later level, resends a prompt the "
+                "server's prefix cache may hold")
     if t.prompts:
         return (f"the prompt file's {len(t.prompts)} prompts in order from the first in every level, cycling: a request past "
                 f"the {len(t.prompts)}th, or in a later level, resends a prompt the server's prefix cache may hold")
@@ -1263,6 +1310,10 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
             lines.append(f"    {name} prompts: each the trace's input_length in {unit}, max_tokens its output_length")
             continue
         lines.append(f"    {name} prompts: {prompt_label(t)}; cache: {_prefix_policy(t)}")
+        if t.prompts:
+            lines.append(f"    {name} order: {order_label(t)}")
+        if t.think_time is not None:
+            lines.append(f"    {name} think time: {think_line(t)}")
         if t.length_range:
             lines.append(f"    {name} lengths: {length_label(t)}")
     lines.extend(_phase_lines(b))

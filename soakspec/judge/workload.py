@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soakspec.judge.evidence import Evidence
-from soakspec import lengths
+from soakspec import draws, lengths
 
 
 def ran_spec(ev: Evidence) -> Any:
@@ -47,8 +47,13 @@ def workload_shape(spec: Any, name: str) -> dict[str, str] | None:
         prompt = f"{_list(w.prompt_tokens)} tokens" + (f" ({w.prefix_tokens} shared)" if w.prefix_tokens else "")
     else:
         prompt = f"{w.prompt_words} words"
+    if w.prompt_order == "shuffled" and w.prompt_file is not None:  # another order sent other prompts at each index
+        prompt += f", {draws.order_label(w.prompt_order, w.load.seed)}"
     if w.multi_turn:
         prompt += ", multi-turn"
+        if w.think_time:  # sessions that wait between turns offer the server another pattern (and cache lifetime)
+            seeded = f" (seed {w.load.seed})" if len(set(w.think_time)) > 1 else ""
+            prompt += f", think time {draws.think_label(w.think_time)}{seeded}"
     replay = w.load.replay
     if replay is not None:
         prompt += f", lengths from {replay.format} trace sha256 {replay.sha256[:12]}"

@@ -95,7 +95,7 @@ CODES: dict[str, Code] = {
         Code("W511", "prompt file shorter than a level's planned requests (prompts repeat)"),
         Code("W512", "multi-turn conversations whose turns do not alternate user and assistant"),
         Code("W513", "a run's embedded spec names a prompt file that is not here (judged without it)"),
-        Code("W514", "seed set where every arrival is constant and no length_range draws lengths (it seeds nothing)"),
+        Code("W514", "seed set where every arrival is constant and nothing else is drawn (it seeds nothing)"),
     )
 }
 

@@ -230,6 +230,14 @@ class Workload:
     prompt_format: str | None = None  # text | jsonl | sharegpt; None: detected (see lang.datasets)
     max_tokens_from_file: bool = False  # per-prompt output lengths from the prompt file
     multi_turn: bool = False  # chat sessions: each closed-loop worker sends a conversation's turns in order, with its history
+    # the prompt file's order: "file" (in order, cycling) or "shuffled" (a seeded permutation of
+    # its prompts, or multi-turn conversations, each pass over the file; soakspec/draws.py),
+    # seeded by the load's seed
+    prompt_order: str = "file"
+    # multi-turn: the seconds a session waits after a turn's answer before its next turn, as
+    # written: () none, (t,) fixed, (low, high) uniform, drawn per conversation and turn by the
+    # load's seed (soakspec/draws.py)
+    think_time: tuple[float, ...] = ()
     dataset: Dataset | None = dataclasses.field(default=None, compare=False)
     max_tokens: tuple[int, ...] = (64,)
     # random lengths, as vLLM's --random-range-ratio: each request's generated prompt length and

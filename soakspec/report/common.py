@@ -325,6 +325,13 @@ def workload_line(w: Any) -> str:
     parts = []
     if w.prompt_file:
         parts.append(f"prompt_file={one_line(w.prompt_file)}")
+        if w.prompt_order == "shuffled":  # a seeded order, not the file's (soakspec/draws.py)
+            parts.append(f"prompt_order=shuffled(seed={w.load.seed})")
+        if w.multi_turn:
+            parts.append("multi_turn")
+        if w.multi_turn and w.think_time:
+            think = "-".join(f"{t:g}s" for t in dict.fromkeys(w.think_time))
+            parts.append(f"think_time={think}" + (f"(seed={w.load.seed})" if len(set(w.think_time)) > 1 else ""))
     elif w.prompt_tokens:  # token-exact prompts: the line said nothing of the prompt at all
         parts.append(f"prompt_tokens={_join(w.prompt_tokens)}")
         if w.prefix_tokens:

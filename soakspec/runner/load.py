@@ -31,7 +31,13 @@ with `--workers N` the count is the level's, shared by its processes (`LevelCont
 `SharedCount`): the k-th request to start in the level gets k whichever process starts it, so
 the mix of prompts and max_tokens is one process's. (It was `j·N + p` for process p's j-th: with
 a list whose length shares a factor with N each process sent a fixed subset of it, and the faster
-process more of its own.)
+process more of its own.) A prompt file's prompt k is `k mod n`, or with `prompt_order = shuffled`
+its place in pass k // n's seeded permutation (`Shapes._position`, soakspec/draws.py): a
+function of k alone, so the split changes nothing.
+Think time (multi-turn `think_time`): a session's turn after its conversation's first waits its
+think time once the turn is made and before the request starts (`_one`), so the wait is in no
+latency and the request belongs to the bucket it starts in; a wait that would end past the
+level's stop ends there and sends nothing.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ import httpx
 import trio
 
 from soakspec import windows
-from soakspec import lengths
+from soakspec import draws, lengths
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
 from soakspec.plan import Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
@@ -186,18 +192,46 @@ class Shapes:
             max_tokens = min(w.output_lens or w.max_tokens)
             prompt = self.prompts[0] if self.prompts else prompt_words(0, min(w.prompt_words or 1, 8))
             return self._shape(prompt, max_tokens)
-        lens = w.output_lens or w.max_tokens  # with output lengths from the file, the i-th prompt's own
-        words, max_tokens = self._drawn(index, w.prompt_words or 1, lens[index % len(lens)])
-        key = (index % (len(self.prompts) or len(WORDS)), index % len(lens), words, max_tokens)
+        at = self._position(index) if self.prompts else index  # the file's prompt this request sends (prompt_order)
+        # with output lengths from the file, the prompt's own; a max_tokens list cycles by the request
+        lens, k = (w.output_lens, at) if w.output_lens else (w.max_tokens, index)
+        words, max_tokens = self._drawn(index, w.prompt_words or 1, lens[k % len(lens)])
+        key = (at % (len(self.prompts) or len(WORDS)), k % len(lens), words, max_tokens)
         shape = self._cache.get(key)
         if shape is None:
-            prompt = self.prompts[index % len(self.prompts)] if self.prompts else prompt_words(index, words)
+            prompt = self.prompts[at] if self.prompts else prompt_words(index, words)
             shape = self._shape(prompt, max_tokens)
             made = 0 if self.prompts else len(prompt)  # a file's prompt is the plan's own string: no more memory
             if len(self._cache) < SHAPE_CACHE and self._made + made <= SHAPE_CACHE_CHARS:
                 self._cache[key] = shape
                 self._made += made
         return shape
+
+    def _position(self, index: int) -> int:
+        """The position in the prompt file of the prompt request `index` of a level sends: `index
+        mod n` in file order, or its place in the seeded permutation of its pass over the file
+        (`prompt_order = shuffled`, soakspec/draws.py): a function of the index alone, so the k-th
+        request of a level sends the same prompt whichever --workers process starts it."""
+        n = len(self.prompts)
+        if self.template.prompt_order == "shuffled":
+            return draws.shuffled(index, n, self.template.prompt_seed)
+        return index % n
+
+    def _conversation(self, j: int) -> int:
+        """The file's conversation (from 0) the level's j-th conversation begun runs: `j mod n`
+        in file order, or pass j // n's seeded permutation of them (`prompt_order = shuffled`)."""
+        n = len(self.template.conversations)
+        if self.template.prompt_order == "shuffled":
+            return draws.shuffled(j, n, self.template.prompt_seed)
+        return j % n
+
+    def think_s(self, shape: RequestShape) -> float:
+        """The seconds a session waits before sending `shape`, a multi-turn turn (0 for a first
+        turn, or without `think_time`): drawn per conversation and turn (soakspec/draws.py)."""
+        t = self.template.think_time
+        if t is None or shape.turn is None or shape.conversation is None:
+            return 0.0
+        return draws.think_s(t[0], t[1], self.template.think_seed, shape.conversation, shape.turn)
 
     def _session_turn(self, index: int, worker: int, part: tuple[int, int]) -> RequestShape:
         """Multi-turn chat: worker `worker` is one session at a time; its next request is the
@@ -211,17 +245,17 @@ class Shapes:
         turn advances when it is made, whatever its outcome: a failed turn's successor is sent
         with the file's answer in its place (README, Multi-turn chat)."""
         w, convs = self.template, self.template.conversations
-        conv, turn = self._sessions.get(worker) or (self._next_conv(part), 0)
-        turns = convs[conv % len(convs)]
+        conv, turn = self._sessions.get(worker) or (self._conversation(self._next_conv(part)), 0)
+        turns = convs[conv]
         users = [i for i, (role, _) in enumerate(turns) if role == "user"]
         if turn >= len(users):
-            conv, turn = self._next_conv(part), 0
-            turns = convs[conv % len(convs)]
+            conv, turn = self._conversation(self._next_conv(part)), 0
+            turns = convs[conv]
             users = [i for i, (role, _) in enumerate(turns) if role == "user"]
         self._sessions[worker] = (conv, turn + 1)
         history = turns[: users[turn] + 1]
         shape = self._shape(history, w.max_tokens[index % len(w.max_tokens)])
-        return dataclasses.replace(shape, conversation=conv % len(convs) + 1, turn=turn + 1)
+        return dataclasses.replace(shape, conversation=conv + 1, turn=turn + 1)
 
     def _next_conv(self, part: tuple[int, int]) -> int:
         if self.claim_conversation is not None:
@@ -459,6 +493,9 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         salt = salt or rid
         # (a held-back arrival sends nothing: no prompt; open loop, its place is `seq` either way)
         shape = None if held else ctx.shapes.make(prompt_index(seq), worker=worker, lengths=lengths, part=ctx.part, salt=salt)
+        think = ctx.shapes.think_s(shape) if shape is not None and intended is None else 0.0
+        if think > 0:  # a multi-turn session's think time before its next turn: before the request's start, in no latency
+            await trio.sleep_until(clock.to_trio(min(clock.now() + think, stop)))
         # one clock read is the request's start and (closed loop) its bucket's time: two reads
         # put a request whose process was preempted between them in one bucket, its start in the next
         now = clock.now()

@@ -55,9 +55,11 @@ def dataset(ctx: Ctx, b: Body, endpoint: str, where: str, name: str = "") -> S.D
     spec (`ctx.data_optional`) see `_run_dataset`."""
     fmt, lengths, turns = b["prompt_format"], b["max_tokens_from_file"], b["multi_turn"]
     if b["prompt_file"] is None:
-        for key in ("prompt_format", "max_tokens_from_file", "multi_turn"):
-            if b.has(key) and (key == "prompt_format" or b[key]):
-                ctx.error("E403", f"'{key}' describes a prompt file; {where} sets no 'prompt_file'", b.got(key).key_span)
+        for key in ("prompt_format", "max_tokens_from_file", "multi_turn", "prompt_order"):
+            if b.has(key) and (key in ("prompt_format", "prompt_order") or b[key]):
+                hint = ("generated prompts (prompt_words, prompt_tokens) already differ per request and follow no file's order; "
+                        "to send a file's prompts in a seeded random order, set prompt_file too") if key == "prompt_order" else None
+                ctx.error("E403", f"'{key}' describes a prompt file; {where} sets no 'prompt_file'", b.got(key).key_span, hint)
         return None
     if b.has("prompt_format") and not b.ok("prompt_format"):
         return None

@@ -32,6 +32,7 @@ MAX_PROMPT_WORDS = R.MAX_LENGTH  # generated prompt words
 _TOKENS_WHY = "no model's context window is that long: is there an extra digit?"
 MAX_BATCH_REQUESTS = 1_000_000_000  # mode = batch: requests per level; a billion is days of back-to-back batches
 MAX_SEED = 2**63 - 1  # a seed fits a signed 64-bit integer: what servers (vLLM's `seed`) and JSON readers take
+MAX_THINK_S = 3600.0  # think_time: an hour between a session's turns
 MAX_TOP_K = 10_000_000  # top_k past every vocabulary (the largest are ~260k tokens) is the same as no top_k
 _WORKERS_WHY = f"more than {MAX_LOAD_LEVEL:,} workers is past what one load generator can drive"
 _SEED_WHY = "a seed is a signed 64-bit integer (2^63 - 1 at most)"
@@ -50,6 +51,9 @@ WORKLOAD = Table(
         Key("prompt_format", "word", "prompt_format", choices=FORMATS),
         Key("max_tokens_from_file", "bool", "max_tokens_from_file"),
         Key("multi_turn", "bool", "multi_turn"),
+        Key("prompt_order", "word", "prompt_order", choices=("file", "shuffled")),
+        Key("think_time", "quantities", "think_time", Dimension.DURATION, allow_zero=True, maximum=MAX_THINK_S,
+            why="a session that waits over an hour between turns sends almost nothing: is the unit right?"),
         Key("max_tokens", "ints", "max_tokens", minimum=1, maximum=MAX_TOKENS, why=_TOKENS_WHY),
         Key("length_range", "quantity", "length_range", Dimension.RATIO, allow_zero=True),  # below 100%: _length_range()
         Key("sampling", "word", choices=("greedy",)),
@@ -129,7 +133,10 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     fields["prompt_words"] = _prompt_words(ctx, b, where)
     fields["length_range"] = _length_range(ctx, b, fields["prompt_words"], where)
     fields["sampling"] = _sampling(ctx, b, where)
-    fields["load"] = _load(ctx, b, where, blk.label.value, ranged=fields["length_range"] > 0)
+    fields["think_time"] = _think_time(ctx, b, where)
+    # what the load's seed seeds beside random arrivals: drawn lengths, a shuffled prompt order, drawn think times
+    seeded = fields["length_range"] > 0 or fields["prompt_order"] == "shuffled" or len(set(fields["think_time"])) > 1
+    fields["load"] = _load(ctx, b, where, blk.label.value, ranged=seeded)
     _check_timing(ctx, b, fields["load"])
     _shaped_duration(ctx, b, fields, where)
     fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where, blk.label.value)
@@ -169,6 +176,25 @@ def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
     if not given:
         return S.Workload.prompt_words
     return b["prompt_words"]
+
+
+def _think_time(ctx: Ctx, b: Body, where: str) -> tuple[float, ...]:
+    """`think_time = 2s` (fixed) or `[1s, 5s]` (uniform between, drawn per conversation and
+    turn by the load's seed): the wait between a multi-turn session's turns. Anything but a
+    multi-turn workload sends its next request without one (E403)."""
+    if not b.ok("think_time"):
+        return ()
+    got, think = b.got("think_time"), b["think_time"]
+    if len(think) > 2 or (len(think) == 2 and think[0] > think[1]):
+        ctx.error("E204", f"'think_time' is one duration or a range [low, high], not {value_text(got.node)}", got.span,
+                  "think_time = 2s waits 2 s between turns; think_time = [1s, 5s] draws each wait uniformly between 1 s and 5 s")
+        return ()
+    if not b["multi_turn"]:
+        ctx.error("E403", f"'think_time' waits between a multi-turn session's turns; {where} is not multi-turn", got.key_span,
+                  "set multi_turn = true (endpoint = chat, closed-loop load, a ShareGPT or messages prompt_file); a closed loop "
+                  "of single requests sends the next at once by design, and an open loop sends at its arrival times")
+        return ()
+    return tuple(think)
 
 
 def _length_range(ctx: Ctx, b: Body, words: int | None, where: str) -> float:
@@ -224,9 +250,10 @@ def _sampling(ctx: Ctx, b: Body, where: str) -> S.Sampling:
 
 
 def _load(ctx: Ctx, b: Body, where: str, name: str = "", ranged: bool = False) -> S.Load:
-    """`ranged`: the workload draws random lengths (`length_range`), which the load's `seed`
-    seeds in every mode: a closed or batch load may set it too, and an open load of constant
-    arrivals is not warned that it seeds nothing (W514)."""
+    """`ranged`: the workload draws something the load's `seed` seeds in every mode -- random
+    lengths (`length_range`), a shuffled prompt order (`prompt_order = shuffled`) or think
+    times from a range (`think_time = [low, high]`): a closed or batch load may set it too, and
+    an open load of constant arrivals is not warned that it seeds nothing (W514)."""
     lb = sub(ctx, b, "load", LOAD, f"the load of {where}")
     load = _load_shape(ctx, b, lb, where, name, ranged)
     ranged_seed = ranged and lb is not None and lb.ok("seed") and load.mode != "replay"
