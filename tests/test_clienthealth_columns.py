@@ -123,7 +123,7 @@ def reference_bucket(client_rows, lv, w, prev=None, all_records=()):
         "cpu": max(cpus.values()) if cpus else None, "processes": len(cpus),
         "host_cpu": sum(hosts) / len(hosts) if hosts else None,
         "schedule_lag_p99": percentile(lags, 99.0) if mode == "open" and lags else None,
-        "offered": offered, "achieved": achieved, "held": held,
+        "offered": offered, "achieved": achieved, "held": held, "thinking": None,
         "coalesced": coal / gaps if gaps else None, "coalesced_gaps": coal, "gaps": gaps,
         "client_delay_p99": percentile(delays, 99.0) if delays else None,
     }  # fmt: skip

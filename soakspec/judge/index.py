@@ -14,6 +14,7 @@ read the index, never the raw rows.
 from __future__ import annotations
 
 import dataclasses
+import bisect
 import functools
 import math
 from collections import Counter
@@ -83,6 +84,18 @@ class LevelIndex:
         if len({id(t) for t, _ in parts}) == 1:
             return Rows.of(parts[0][0], _joined([idx for _, idx in parts]))
         return Rows(parts)
+
+    @functools.cached_property
+    def by_start(self) -> tuple[list[float], list[Window]]:
+        """The buckets that have a start, in start order, and their starts (for a bisect)."""
+        ws = sorted((w for w in self.buckets if w.start is not None), key=lambda w: w.start)  # type: ignore[arg-type,return-value]
+        return [w.start for w in ws], ws  # type: ignore[misc]
+
+    def started_between(self, start: float, end: float) -> Rows:
+        """The measured requests of the buckets that start in [start, end)."""
+        starts, ws = self.by_start
+        picked = ws[bisect.bisect_left(starts, start): bisect.bisect_left(starts, end)]
+        return Rows(tuple(p for w in picked for p in w.records.parts))
 
     @functools.cached_property
     def _windows_by_index(self) -> dict[int, Window]:

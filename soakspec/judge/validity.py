@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from soakspec import draws
 from soakspec.evidence import layout
 from soakspec.evidence.ids import IdColumn, IdIndex
 from soakspec.judge.common import abort_observed_text, backend_here, loc, plural, problem, result
@@ -530,7 +531,12 @@ def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
 #                                             plus the mean workers the backend's backoff held at
 #                                             its gate (`held`, the samples' held_s / the bucket's
 #                                             length): a server that refused or failed lowers the
-#                                             concurrency by its own doing, not the client's
+#                                             concurrency by its own doing, not the client's;
+#                                             a multi-turn level with think_time offers c less
+#                                             the mean sessions thinking (`thinking`: each turn
+#                                             after a conversation's first waited [start - its
+#                                             think time, start), re-derived from the request's
+#                                             conversation and turn and the manifest's seed)
 # Why lag matters although arrivals carry the kernel's receive stamps: one read takes every
 # segment that arrived meanwhile and gets the stamp of the last, so while the loop is L late the
 # tokens that arrived in that time are stamped up to L late (and coalesce). A lag p99 of L means
@@ -625,6 +631,89 @@ def _offered(lv: LevelIndex, w, level_load: float) -> float:
     return ramp.mean_between(max(0.0, w.start - start), max(0.0, w.end - start), length)
 
 
+def think_of(lv: LevelIndex) -> tuple[float, float, int] | None:
+    """A multi-turn level's think time as its run recorded it (the manifest's level entry:
+    `think_time` [low, high] seconds and `think_seed`, plan.Level.to_json), or None."""
+    think, seed = lv.entry.get("think_time"), lv.entry.get("think_seed")
+    if not (isinstance(think, list) and len(think) == 2 and all(type(v) in (int, float) and 0 <= v < math.inf for v in think)):
+        return None
+    return float(think[0]), float(think[1]), seed if type(seed) is int and seed >= 0 else 0
+
+
+def _think_col(think: tuple[float, float, int]):
+    """Each request's think time before it (0: a first turn, or no turn), a `Columnar` pair."""
+    low, high, seed = think
+
+    def row(r) -> float:
+        turn, conv = r.get("turn"), r.get("conversation")
+        ok = type(turn) is int and type(conv) is int and turn >= 2 and conv >= 0
+        return draws.think_s(low, high, seed, conv, turn) if ok else 0.0
+
+    def col(t, idx) -> np.ndarray:
+        turn, conv = t.i["turn"][idx].astype(np.int64), t.i["conversation"][idx].astype(np.int64)
+        later = (turn >= 2) & (conv >= 0)
+        drawn = low + (high - low) * draws.think_fraction_array(seed, np.maximum(conv, 0), np.maximum(turn, 0)) if high > low else low
+        return np.where(later, drawn, 0.0)
+
+    return col, row
+
+
+def thinking(lv: LevelIndex, w) -> float | None:
+    """The mean number of a multi-turn level's sessions thinking in bucket `w` (None: the level
+    has no think time): each turn after a conversation's first waited its think time just before
+    it started, [start - think, start), and the requests that can have waited in the bucket are
+    those that started in it or up to the longest think time after it."""
+    think = think_of(lv)
+    if think is None or w.start is None or w.end is None or w.end <= w.start:
+        return None
+    recs = lv.started_between(w.start, w.end + think[1] + 1e-9)
+    col, row = _think_col(think)
+    start = _floats(recs, "start")
+    wait = recs.map(col, row)
+    ok = ~np.isnan(start) & (wait > 0)
+    span = np.minimum(start[ok], w.end) - np.maximum(start[ok] - wait[ok], w.start)
+    total = math.fsum(np.maximum(span, 0.0).tolist())
+    stop = lv.measure_end
+    if stop is not None and w.end > stop - think[1] - 1e-9:  # near the level's end: the waits no turn followed
+        total += _tail_thinking(lv, think, stop, w.start, w.end)
+    return total / (w.end - w.start)
+
+
+def _floats(recs: Rows, key: str) -> np.ndarray:
+    return recs.map(lambda t, idx: t.f[key][idx], lambda r: v if (v := num_(r.get(key))) is not None else math.nan)
+
+
+def _ints(recs: Rows, key: str) -> np.ndarray:
+    return recs.map(lambda t, idx: t.i[key][idx].astype(np.int64),
+                    lambda r: v if type(v := r.get(key)) is int else MISSING, dtype=np.int64)
+
+
+def _tail_thinking(lv: LevelIndex, think: tuple[float, float, int], stop: float, a: float, b: float) -> float:
+    """Session-seconds in [a, b) of the waits that ran into the level's end: a session whose last
+    turn ended before the end with a think time that would carry past it sends nothing more (no
+    request starts after the level's end), so no record follows to show its wait. Each worker's
+    last request of the level: from its end, the think time its conversation's next turn draws,
+    up to the end. (A session whose conversation was over would have begun its next at once, and
+    that turn's record would be there.)"""
+    recs = lv.records
+    worker, start, end = _ints(recs, "worker"), _floats(recs, "start"), _floats(recs, "end")
+    conv, turn = _ints(recs, "conversation"), _ints(recs, "turn")
+    ok = (worker != MISSING) & ~np.isnan(start) & ~np.isnan(end) & (turn >= 1) & (conv >= 0)
+    if not ok.any():
+        return 0.0
+    worker, start, end, conv, turn = worker[ok], start[ok], end[ok], conv[ok], turn[ok]
+    order = np.lexsort((start, worker))
+    last = order[np.r_[worker[order][1:] != worker[order][:-1], True]]  # each worker's latest start
+    low, high, seed = think
+    waits = low + (high - low) * draws.think_fraction_array(seed, conv[last], turn[last] + 1) if high > low else np.full(len(last), low)
+    begin = end[last]
+    finish = np.minimum(begin + waits, stop)
+    span = np.minimum(finish, b) - np.maximum(begin, a)
+    # a wait that ended before the level's end would have sent its turn: that session stopped
+    # instead (a ramp's lowered target), and was not thinking
+    return math.fsum(np.maximum(span[(begin < stop) & (begin + waits >= stop)], 0.0).tolist())
+
+
 def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None:
     """The load generator's health in one bucket (None: the bucket has no window)."""
     if w.start is None or w.end is None or w.end <= w.start:
@@ -641,13 +730,18 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     mode, conc, rate = lv.entry.get("mode"), lv.entry.get("concurrency"), lv.entry.get("rate")
     lags = _values(recs, lambda t, idx: t.schedule_lag(idx), _sched_lag_row) if mode == "open" else None
     wall = w.end - w.start
-    offered = achieved = held = None
+    offered = achieved = held = think = None
     if mode == "closed" and isinstance(conc, int) and conc > 0:
         near = prev.records + recs if prev is not None else recs
         # every request running in the bucket, whichever bucket it started in (one longer than a
         # bucket runs on through the next ones, a warm-up request into bucket 0): the backend's
         # `in_flight` for the window
         offered, achieved = _offered(lv, w, float(conc)), bucket_in_flight(bi, w, wall)
+        # a multi-turn session waiting its think time has no request to send: the sessions not
+        # thinking are what the client offered (a thinking session is not a request it failed to keep in flight)
+        think = thinking(lv, w)
+        if think is not None:
+            offered -= min(think, offered)
         # credited only beside the server's failures: the gate shuts after a refused connect or a
         # run of failed requests, and while it is shut a scout tries at least every backoff_max_s,
         # so a bucket that held workers has an unsuccessful request in it or the bucket before. A
@@ -671,6 +765,8 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
         "offered": offered, "achieved": achieved,
         # closed loop: mean workers held at the backend's backoff gate (None: not tallied)
         "held": held,
+        # closed-loop multi-turn: mean sessions waiting their think time, left out of `offered` (None: no think time)
+        "thinking": think,
         "coalesced": coal / gaps if gaps else None, "coalesced_gaps": coal, "gaps": gaps,
         # the client's own processing after each response's last bytes (records' client_delay)
         "client_delay_p99": percentile(delays, 99.0) if len(delays) else None,
@@ -708,6 +804,7 @@ def client_saturation(row: dict, g) -> list[str]:
         held = row.get("held") or 0.0  # the workers the server's refusals held back are not the client's shortfall
         if row["achieved"] + held < g.client_concurrency * row["offered"]:
             also = f"; {held:.3g} more waited at the backend's backoff" if held > 0 else ""
+            also += f"; {row['thinking']:.3g} more sessions thinking, not offered" if row.get("thinking") else ""
             why.append(f"achieved concurrency {row['achieved']:.3g} of {row['offered']:g} offered "
                        f"(limit {g.client_concurrency * 100:.0f} %{also})")
     if why and row["host_cpu"] is not None:
