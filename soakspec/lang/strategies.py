@@ -21,6 +21,7 @@ import functools
 import math
 import re
 from fractions import Fraction
+from pathlib import Path
 
 from hypothesis import strategies as st
 
@@ -301,6 +302,28 @@ def _backend(draw, name: str, kind: str) -> tuple[A.Block, bool]:
     return _block("backend", name, *draw(st.permutations(body)), comments=comments), traced
 
 
+# the repository's example prompt files (a source checkout: tests run there), read by `check`
+_PROMPTS = Path(__file__).resolve().parents[2] / "examples" / "prompts"
+
+
+def _prompt_file(draw, body: list[A.Statement], closed: bool) -> list[A.Statement]:
+    """A prompt file source: the example text file, or (closed loop) the example ShareGPT file
+    as multi-turn chat sessions, maybe with a think time; either maybe in a shuffled order."""
+    if closed and draw(st.booleans()):
+        body = [s for s in body if not (isinstance(s, A.Attribute) and s.key == "endpoint")]
+        body += [_attr("endpoint", A.Word("chat")), _attr("prompt_file", _s(str(_PROMPTS / "sharegpt.json"))),
+                 _attr("multi_turn", A.Bool(True))]
+        if draw(st.booleans()):  # a fixed wait, or a range drawn per conversation and turn
+            ms = sorted(draw(st.lists(st.integers(0, 30_000), min_size=1, max_size=2)))
+            think = tuple(A.Quantity(v, "ms") for v in ms)
+            body.append(_attr("think_time", think[0] if len(think) == 1 and draw(st.booleans()) else A.List(think)))
+    else:
+        body.append(_attr("prompt_file", _s(str(_PROMPTS / "prompts.txt"))))
+    if draw(st.booleans()):
+        body.append(_attr("prompt_order", A.Word(draw(st.sampled_from(["file", "shuffled"])))))
+    return body
+
+
 @st.composite
 def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, Fraction]]:
     mode = draw(st.sampled_from(["closed", "batch", "open"]))
@@ -338,14 +361,17 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
         body.append(_attr("endpoint", A.Word(draw(st.sampled_from(["completions", "chat"])))))
     if draw(st.booleans()):
         body.append(_attr("stream", A.Bool(draw(st.booleans()))))
-    source = draw(st.sampled_from(["default", "words", "tokens"]))  # one prompt source (or the default)
+    sources = ["default", "words", "tokens"] + (["file"] if _PROMPTS.is_dir() else [])
+    source = draw(st.sampled_from(sources))  # one prompt source (or the default)
+    if source == "file":
+        body = _prompt_file(draw, body, closed=mode == "closed")
     if source == "words":
         body.append(_attr("prompt_words", A.Num(draw(st.integers(1, 4096)))))
     elif source == "tokens":
         body.append(_attr("prompt_tokens", A.List(tuple(A.Num(n) for n in draw(st.lists(st.integers(16, 4096), min_size=1, max_size=3))))))
         if draw(st.booleans()):
             body.append(_attr("prefix_tokens", A.Num(draw(st.integers(0, 15)))))
-    if source != "default" and not any(isinstance(s, A.Attribute) and s.key == "prefix_tokens" for s in body) and draw(st.booleans()):
+    if source in ("words", "tokens") and not any(isinstance(s, A.Attribute) and s.key == "prefix_tokens" for s in body) and draw(st.booleans()):
         # random lengths, as vLLM's --random-range-ratio: a percentage or a fraction below 1
         ratio = draw(st.integers(0, 99))
         body.append(_attr("length_range", A.Quantity(ratio, "%") if draw(st.booleans()) else A.Num(ratio / 100)))
