@@ -18,8 +18,8 @@ def test_every_schema_is_valid_and_versioned(name):
     Draft202012Validator.check_schema(s)
     assert s["$schema"].endswith("2020-12/schema")
     if name == "request":  # generated from the record type (version 3: itl_us packed; 4: a multi-turn record's
-        # conversation and turn); lines carry no version of their own
-        assert s["$id"].endswith(":4") and "schema_version" not in s["properties"]
+        # conversation and turn; 5: an open loop's admitted under max_concurrency); lines carry no version of their own
+        assert s["$id"].endswith(":5") and "schema_version" not in s["properties"]
         return
     assert s["$id"].endswith(":1")
     assert s["properties"]["schema_version"] == {"const": 1}

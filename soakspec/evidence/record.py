@@ -64,10 +64,18 @@ to 1 us on disk; durations are seconds):
                   W512 names them); None for any other request
   turn            multi-turn chat: which user turn of that conversation it sent, from 1 (its
                   history is every turn before it); None for any other request
+  admitted        open loop with `max_concurrency`: when the request got its slot under the
+                  spec's cap (intended_start <= admitted <= start); None without a cap (and in
+                  evidence before format 5). The wait before it, admitted - intended_start, is
+                  the request queued behind the cap the user declared (counted in its ttft and
+                  latency, which still run from intended_start); only start - admitted is the
+                  load generator's own lateness (`schedule_lag`)
 
 Derived, defined once here (properties, never stored): `ttft` and `latency` measure from the
 intended start (open-loop load: a late scheduler is charged, not hidden), or from `start` when
-the record has no intended start; `gaps_us` is `itl_us` unpacked, `itl` the same in seconds. `tpot` is stored, because the
+the record has no intended start; `schedule_lag` is start less `admitted`, else less
+intended_start (the load generator's lateness: not the wait behind a declared cap), `cap_wait`
+admitted less intended_start; `gaps_us` is `itl_us` unpacked, `itl` the same in seconds. `tpot` is stored, because the
 token times it comes from are not all kept.
 
 Dict-style reading: `row["field"]`, `row.get("field", default)`, `"field" in row`, `keys()`,
@@ -339,6 +347,7 @@ class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_
     client_delay: NonNegF | None = None
     conversation: Annotated[int, msgspec.Meta(ge=1)] | None = None
     turn: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    admitted: float | None = None
 
     def broken_rule(self) -> tuple[str, str] | None:
         """(JSON pointer, why) of the first cross-field rule this record breaks, or None. Checked
@@ -366,6 +375,11 @@ class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_
         t = self.ttft
         if t is not None and t < 0:
             return "/first_token", "first_token is before the (intended) start"
+        adm = self.admitted
+        if adm is not None and self.intended_start is not None and adm < self.intended_start:
+            return "/admitted", "admitted is before the intended start"
+        if adm is not None and self.start is not None and adm > self.start:
+            return "/admitted", "admitted is after the start"
         return None
 
     # ---------------------------------------------------------------- derived
@@ -385,6 +399,17 @@ class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_
         """End-to-end latency (s), from `sent_at`."""
         t = self.sent_at
         return None if self.end is None or t is None else self.end - t
+
+    @property
+    def schedule_lag(self) -> float | None:
+        """The load generator's lateness (s): start less `admitted` (the slot under a declared
+        `max_concurrency`), else less the intended start; None unsent or without an intended start."""
+        return schedule_lag(self.start, self.intended_start, self.admitted)
+
+    @property
+    def cap_wait(self) -> float | None:
+        """The wait behind a declared `max_concurrency` (s): admitted less the intended start."""
+        return None if self.admitted is None or self.intended_start is None else self.admitted - self.intended_start
 
     @property
     def gaps_us(self) -> array:
@@ -523,6 +548,15 @@ def _round6(t: float) -> float:
     return round(t, 6)
 
 
+def schedule_lag(start: float | None, intended: float | None, admitted: float | None = None) -> float | None:
+    """The load generator's lateness behind what it was due to do, defined once (the record's
+    `schedule_lag`, the judge's row and column forms, the abort rules): start less `admitted`
+    -- an open loop's request waiting for a slot under the spec's `max_concurrency` was not due
+    until the slot was free -- else less the intended start. None: not sent, or no intended start."""
+    ref = admitted if admitted is not None else intended
+    return None if start is None or ref is None else start - ref
+
+
 def _round_us(t: float | None) -> float | None:
     if t is None:
         return None
@@ -583,6 +617,7 @@ class RequestRecord:
     client_delay: float | None = None
     conversation: int | None = None  # multi-turn chat: the file's conversation (from 1) and its user turn (from 1)
     turn: int | None = None
+    admitted: float | None = None  # open loop under max_concurrency: when its slot was free (`Record.admitted`)
 
     @property
     def ttft(self) -> float | None:
@@ -621,6 +656,7 @@ class RequestRecord:
             self.itl_source, self.chunks, None if tpot is None else _round6(tpot),
             pack_gaps(list(map(round, map(_TO_US, itl)))), self.output_sha256, self.output_chars, self.empty_text,
             self.coalesced, self.usage_decreased, None if cd is None else _round6(cd), self.conversation, self.turn,
+            _round_us(self.admitted),
         )  # fmt: skip
 
     def redact(self) -> None:
@@ -684,14 +720,15 @@ def request_schema() -> dict[str, Any]:
     body.pop("description", None)
     schema: dict[str, Any] = {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
-        "$id": "urn:soakspec:evidence:request:4",
+        "$id": "urn:soakspec:evidence:request:5",
         "title": "one finished request (a line of backends/<name>/requests.jsonl.gz)",
         "description": "Generated from soakspec.evidence.record.Record (its docstring says what each field means). "
                        "Times are epoch seconds rounded to 1 us; tpot and client_delay are seconds; itl_us are "
                        "whole microseconds, packed: lowercase hex of little-endian uint32s (or 'w' and "
                        "uint64s), a JSON array of integers in evidence before format 3. "
                        "bucket -1 is warm-up, -2 the follow-up request. Format 4 added conversation and turn "
-                       "(multi-turn chat; absent in format 3: read as null).",
+                       "(multi-turn chat; absent in format 3: read as null); format 5 added admitted (an open loop's "
+                       "slot under max_concurrency; absent before: read as null).",
     }
     schema |= body
     props = schema["properties"] = dict(schema["properties"])
@@ -718,7 +755,7 @@ __all__ = [
     "ItlSource", "Outcome", "Record", "RequestRecord", "TokensSource", "decode_lenient", "decode_line", "decode_lines_lenient", "encode_line",
     "encode_lines",
     "error_pointer", "iter_record_batches", "iter_records",
-    "measured", "pack_gaps", "packed_ok", "request_schema", "unpack_block", "unpack_gaps",
+    "measured", "pack_gaps", "packed_ok", "request_schema", "schedule_lag", "unpack_block", "unpack_gaps",
 ]
 
 
@@ -780,10 +817,15 @@ def _all_sound(recs: list[Record]) -> bool:
     if np.isnan(end[np.array(done, dtype=bool)]).any():
         return False
     start = np.array([r.start for r in recs], dtype=np.float64)
-    sent = np.array([r.intended_start for r in recs], dtype=np.float64)
-    sent = np.where(np.isnan(sent), start, sent)
+    intended = np.array([r.intended_start for r in recs], dtype=np.float64)
+    sent = np.where(np.isnan(intended), start, intended)
     first_token = np.array([r.first_token for r in recs], dtype=np.float64)
+    admitted = [r.admitted for r in recs]
     with np.errstate(invalid="ignore"):
+        if admitted.count(None) != len(admitted):  # an open loop under max_concurrency: intended <= admitted <= start
+            adm = np.array(admitted, dtype=np.float64)
+            if (adm < intended).any() or (adm > start).any():
+                return False
         return not ((end - sent < 0).any() or (first_token - sent < 0).any())  # NaN: no value, no rule
 
 

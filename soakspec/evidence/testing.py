@@ -99,6 +99,7 @@ def sample_request(i: int = 0, backend: str = "a", bucket: int = 0, **overrides:
         "client_delay": 0.0001,
         "conversation": None,
         "turn": None,
+        "admitted": None,
     }
     rec.update(overrides)
     return rec

@@ -48,6 +48,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from soakspec.evidence.record import schedule_lag as record_lag
 from soakspec.judge import stats
 from soakspec.judge.common import OPS
 from soakspec.judge.index import FOLLOW_UP_BUCKET, BackendIndex, LevelIndex, Row, Window, num, req_time
@@ -667,8 +668,14 @@ def _latency(r: Row) -> float | None:
 
 
 def _schedule_lag(r: Row) -> float | None:
-    s, i = num(r.get("start")), num(r.get("intended_start"))
-    return s - i if s is not None and i is not None else None
+    """The load generator's lateness (`record.schedule_lag`): from `admitted` -- the slot under
+    the spec's max_concurrency -- where the request has one, else from its intended start."""
+    return record_lag(num(r.get("start")), num(r.get("intended_start")), num(r.get("admitted")))
+
+
+def _cap_wait(r: Row) -> float | None:
+    a, i = num(r.get("admitted")), num(r.get("intended_start"))
+    return a - i if a is not None and i is not None else None
 
 
 ttft = Columnar(_ttft, lambda t, idx: t.ttft(idx))
@@ -736,6 +743,7 @@ def _floats(records: Any, fn: Callable[[Row], float | None]) -> np.ndarray:
         return column(records, fn)
     return np.asarray([np.nan if (v := fn(r)) is None else v for r in records], dtype=np.float64)
 schedule_lag = Columnar(_schedule_lag, lambda t, idx: t.schedule_lag(idx))
+cap_wait = Columnar(_cap_wait, lambda t, idx: t.cap_wait(idx))  # NaN / None: the request had no cap to wait behind
 
 
 def usage_ok(r: Row) -> bool:

@@ -16,7 +16,8 @@ one backend's name, an error that never happened); a column equal to another is 
 (`share_equal`: a closed loop's intended_start is its start); ttft and latency, when each is
 what the record derives, are computed when read (`derived`)):
   times        float64 (NaN: absent)       start, end, intended_start, first_token, first_byte,
-                                           ttft, latency, tpot, rate, client_delay     80
+                                           ttft, latency, tpot, rate, client_delay,
+                                           admitted (one NaN without max_concurrency)  80
                -- each but start held in 4 bytes where every value is a whole number of
                microseconds (what the runner writes) within 35 minutes of the request's
                start, or of 0 (`MicroColumn`): for the runner's records, start 8 and 4 each
@@ -58,7 +59,8 @@ a per-request predicate across metrics (`ttft < X and tpot < Y`) is one vectoriz
 
 Derived durations are defined here once (vectorized and per view): `req_time` (intended
 start, else start), `ttft` (the field, else first_token - req_time), `latency` (the field,
-else end - req_time), `schedule_lag` (start - intended_start).
+else end - req_time), `schedule_lag` (start - admitted, else start - intended_start:
+`record.schedule_lag`), `cap_wait` (admitted - intended_start).
 """
 
 from __future__ import annotations
@@ -81,7 +83,8 @@ from soakspec.evidence.record import Record, unpack_block, unpack_gaps
 MISSING = -(2**31)  # an int column's "absent"
 _INT_LIMIT = 2**31  # an int column holds -(2**31) < v < 2**31; anything else is kept in extras
 
-FLOATS = ("start", "end", "intended_start", "first_token", "first_byte", "ttft", "latency", "tpot", "rate", "client_delay")
+FLOATS = ("start", "end", "intended_start", "first_token", "first_byte", "ttft", "latency", "tpot", "rate", "client_delay",
+          "admitted")
 INTS = ("bucket", "level", "status", "chunks", "output_tokens", "output_chars", "prompt_tokens", "worker", "concurrency",
         "coalesced", "conversation", "turn")
 LABELS = ("backend", "workload", "outcome", "error", "finish_reason", "itl_source", "tokens_source", "empty_text",
@@ -95,7 +98,7 @@ _KIND: dict[str, str] = {**{k: "f" for k in FLOATS}, **{k: "i" for k in INTS}, *
 # What the typed record holds of the columns (`ttft` and `latency` are its derived properties,
 # computed here vectorized exactly as the properties compute them; `usage_mismatch` is the
 # judge's own label, absent from a record).
-_RECORD_FLOATS = ("start", "end", "intended_start", "first_token", "first_byte", "tpot", "rate", "client_delay")
+_RECORD_FLOATS = ("start", "end", "intended_start", "first_token", "first_byte", "tpot", "rate", "client_delay", "admitted")
 _RECORD_LABELS = frozenset(("backend", "workload", "outcome", "error", "finish_reason", "itl_source", "tokens_source",
                             "empty_text", "usage_decreased"))
 _FIELD = {k: operator.attrgetter(k) for k in (*_RECORD_FLOATS, *INTS, *_RECORD_LABELS)}  # a record's field, by column
@@ -1687,7 +1690,19 @@ class RequestTable:
         return out, parts()
 
     def schedule_lag(self, idx) -> np.ndarray:
-        return self.f["start"][idx] - self.f["intended_start"][idx]
+        """start - admitted where a request waited for a slot under the spec's max_concurrency
+        (the wait behind the cap is not the load generator's lateness), else start -
+        intended_start (`record.schedule_lag`)."""
+        lag = self.f["start"][idx] - self.f["intended_start"][idx]
+        adm = self.f["admitted"]
+        if isinstance(adm, np.ndarray) and adm.strides == (0,) and (not len(adm) or math.isnan(adm[0])):
+            return lag  # no record has one (no cap, or evidence before format 5): one NaN for every row
+        own = adm[idx]
+        return np.where(np.isnan(own), lag, self.f["start"][idx] - own)
+
+    def cap_wait(self, idx) -> np.ndarray:
+        """admitted - intended_start: the wait behind the spec's max_concurrency (NaN: no cap)."""
+        return self.f["admitted"][idx] - self.f["intended_start"][idx]
 
     def number(self, key: str, idx) -> np.ndarray:
         """A numeric field as float64 (NaN: absent)."""

@@ -25,6 +25,7 @@ import numpy as np
 from soakspec import draws
 from soakspec.evidence import layout
 from soakspec.evidence.ids import IdColumn, IdIndex
+from soakspec.evidence.record import schedule_lag as record_lag
 from soakspec.judge.common import abort_observed_text, backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
@@ -566,8 +567,9 @@ def client_sensitive(expr: Expr) -> bool:
 # (`RequestTable.extras`): both give what the record-by-record definition gives, exactly.
 
 def _sched_lag_row(r) -> float | None:
-    s, i = num_(r.get("start")), num_(r.get("intended_start"))
-    return s - i if s is not None and i is not None else None
+    """`record.schedule_lag`: a wait for a slot under the spec's max_concurrency is not the
+    client's lateness (its queueing is the user's declared cap, counted in latency instead)."""
+    return record_lag(num_(r.get("start")), num_(r.get("intended_start")), num_(r.get("admitted")))
 
 
 def _delay_row(r) -> float | None:

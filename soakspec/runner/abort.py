@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from soakspec import windows
+from soakspec.evidence.record import schedule_lag
 from soakspec.plan import AbortRule
 from soakspec.units import format_as
 
@@ -69,7 +70,7 @@ class Row:
 def row_of(rec: Any) -> Row:
     """A `RequestRecord`'s row (or a written `Record`'s: a `--workers` process's lines, decoded)."""
     start = rec.intended_start if rec.intended_start is not None else rec.start
-    lag = rec.start - rec.intended_start if rec.start is not None and rec.intended_start is not None else None
+    lag = schedule_lag(rec.start, rec.intended_start, rec.admitted)  # not the wait behind a declared max_concurrency
     values = {"ttft": rec.ttft, "latency": rec.latency, "tpot": rec.tpot, "output_tokens": float(rec.output_tokens),
               "prompt_tokens": None if rec.prompt_tokens is None else float(rec.prompt_tokens), "schedule_lag": lag}  # fmt: skip
     return Row(rec.bucket, start, str(rec.outcome), values)
