@@ -78,6 +78,10 @@ BACKOFF_BASE_S = 0.05  # after a refused connection the load waits this long, do
 BACKOFF_MAX_S = 1.0  # up to this; one request at a time tries again
 TELEMETRY_MIN_INTERVAL_S = 0.5
 PROGRESS_INTERVAL_S = 0.25
+# An open loop without `max_concurrency`: the load generator's own limit on a level's requests
+# in flight (connections; split over --workers processes). An arrival past it waits for a
+# connection and is sent late -- the client's limit, charged as its schedule lag (client_healthy)
+OPEN_LOOP_MAX_CONNECTIONS = 4096
 
 
 # ---------------------------------------------------------------- load shapes
@@ -106,6 +110,9 @@ class Open:
     arrival: str  # constant | poisson
     seed: int  # the workload's seed + the level's index
     burstiness: float = 1.0  # poisson: gamma inter-arrival times of this shape (1: exponential), vLLM's --burstiness
+    # at most this many requests in flight, later arrivals waiting in order (vLLM's
+    # --max-concurrency); None: the load generator's connection limit (runner/load.py)
+    max_concurrency: int | None = None
 
 
 def _round_half_up(v: float) -> int:
@@ -190,6 +197,7 @@ class OpenRamp:
     arrival: str  # constant | poisson
     seed: int
     burstiness: float = 1.0
+    max_concurrency: int | None = None  # as `Open`'s
 
     @property
     def peak(self) -> float:
@@ -251,6 +259,7 @@ class Replay:
     offsets_s: tuple[float, ...] = dataclasses.field(repr=False)
     input_lens: tuple[int, ...] = dataclasses.field(repr=False)
     output_lens: tuple[int, ...] = dataclasses.field(repr=False)
+    max_concurrency: int | None = None  # as `Open`'s
 
     def count(self, duration_s: float, warmup_s: float = 0.0) -> int:
         """Requests whose (sped-up) arrival falls in a level's measured window: the trace plays
@@ -338,7 +347,21 @@ def probe_level(lv: "Level", grid_index: int, probe: int) -> "Level":
 
 
 def shape_label(shape: LoadShape) -> str:
-    """`concurrency 8`, `rate 2 rps`, `concurrency 4 (batches of 8)`: the one level label."""
+    """`concurrency 8`, `rate 2 rps`, `concurrency 4 (batches of 8)`: the one level label; an
+    open loop's declared cap after it (`rate 20 rps, max_concurrency 2`)."""
+    cap = max_concurrency(shape)
+    return _shape_label(shape) + (f", max_concurrency {cap}" if cap is not None else "")
+
+
+def max_concurrency(shape: LoadShape) -> int | None:
+    """The open loop's declared cap on requests in flight (None: none declared, or not open loop)."""
+    match shape:
+        case Open(max_concurrency=n) | OpenRamp(max_concurrency=n) | Replay(max_concurrency=n):
+            return n
+    return None
+
+
+def _shape_label(shape: LoadShape) -> str:
     match shape:
         case Open(rate=rate, burstiness=b) if b != 1.0:
             return f"rate {rate:g} rps (burstiness {b:g})"
@@ -479,6 +502,11 @@ class Level:
         return self.shape.requests if isinstance(self.shape, Batch) else None
 
     @property
+    def max_concurrency(self) -> int | None:
+        """An open loop's declared cap on requests in flight (`load { max_concurrency = N }`)."""
+        return max_concurrency(self.shape)
+
+    @property
     def label(self) -> str:
         if self.phase is not None:
             return f"phase {self.phase}, {shape_label(self.shape)}"
@@ -497,6 +525,8 @@ class Level:
             "planned_duration_s": self.duration_s, "bucket_s": self.bucket_s, "warmup_s": self.warmup_s,
             "deadline_s": self.deadline_s,
         }  # fmt: skip
+        if self.max_concurrency is not None:  # absent without one, as in evidence from before it existed
+            out["max_concurrency"] = self.max_concurrency
         if self.phase is not None or not isinstance(self.shape, (Closed, Batch, Open)):
             out |= {"phase": self.phase, "shape": _shape_json(self.shape)}
         t = self.request
@@ -922,7 +952,7 @@ def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
 def _shape(w: Workload, i: int, level: int | float) -> LoadShape:
     load = w.load
     if load.mode == "open":
-        return Open(float(level), load.arrival, load.seed + i, load.burstiness)
+        return Open(float(level), load.arrival, load.seed + i, load.burstiness, load.max_concurrency)
     if load.mode == "batch":
         return Batch(int(level), int(load.requests or level))
     return Closed(int(level))
@@ -939,11 +969,11 @@ def _phase_levels(w: Workload, scale: float, request: RequestTemplate) -> list[L
         shape: LoadShape
         if w.load.mode == "open":
             if ph.end is None:
-                shape = Open(ph.start, ph.arrival, ph.seed, ph.burstiness)
+                shape = Open(ph.start, ph.arrival, ph.seed, ph.burstiness, w.load.max_concurrency)
                 expected = _open_count(shape, duration, warmup)
                 minimum = _open_minimum(shape, expected)
             else:
-                shape = OpenRamp(ph.start, ph.end, ph.steps, ph.arrival, ph.seed, ph.burstiness)
+                shape = OpenRamp(ph.start, ph.end, ph.steps, ph.arrival, ph.seed, ph.burstiness, w.load.max_concurrency)
                 # the ramp spans the measured duration (the warmup holds its start): the rate's integral
                 expected = _ramp_count(shape, warmup, duration)
                 minimum = _open_minimum(shape, expected)
@@ -1001,7 +1031,8 @@ def _replay_levels(w: Workload, scale: float, request: RequestTemplate) -> list[
     """A replayed trace is one open-loop level: its arrivals (time-scaled with the run), its lengths."""
     rp = w.load.replay
     assert rp is not None
-    shape = Replay(rp.path, rp.format, rp.sha256, rp.speed / scale, rp.offsets_s, rp.input_lens, rp.output_lens)
+    shape = Replay(rp.path, rp.format, rp.sha256, rp.speed / scale, rp.offsets_s, rp.input_lens, rp.output_lens,
+                   w.load.max_concurrency)
     duration, warmup = w.duration_s * scale, w.warmup_s * scale
     n = shape.count(duration, warmup)
     return [Level(workload=w.name, index=0, shape=shape, request=request, warmup_s=warmup, duration_s=duration,
@@ -1317,6 +1348,7 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
         if t.length_range:
             lines.append(f"    {name} lengths: {length_label(t)}")
     lines.extend(_phase_lines(b))
+    lines.extend(_in_flight_lines(b))
     if b.follow_up:
         lines.append(f"    then one clean follow-up request of workload '{b.follow_up_workload}' (its smallest shape, concurrency 1; "
                      f"deadline {format_duration(b.follow_up_deadline_s)})")
@@ -1345,6 +1377,21 @@ def _phase_lines(b: BackendPlan) -> list[str]:
         if lv.phase is not None:
             by.setdefault(lv.workload, []).append(lv)
     return [f"    {name} phases: " + " → ".join(f"{lv.phase} {format_duration(lv.duration_s)}" for lv in lvs) for name, lvs in by.items()]
+def _in_flight_lines(b: BackendPlan) -> list[str]:
+    """What bounds each open-loop workload's requests in flight: its `max_concurrency`, or the
+    load generator's own connection limit."""
+    out = []
+    for name, lv in {lv.workload: lv for lv in b.levels if lv.mode == "open"}.items():
+        cap = lv.max_concurrency
+        if cap is not None:
+            out.append(f"    {name} in flight: at most {cap} (max_concurrency; later arrivals wait in arrival order, "
+                       "their wait counted in latency and TTFT, which run from the intended send time)")
+        else:
+            out.append(f"    {name} in flight: up to {OPEN_LOOP_MAX_CONNECTIONS} (the load generator's connection limit; an "
+                       "arrival past it is sent late, judged as the client's schedule lag: set max_concurrency to cap it)")
+    return out
+
+
 def _render_sweep(lv: Level) -> str:
     sw = lv.sweep
     assert sw is not None
@@ -1377,10 +1424,17 @@ def _shape_json(shape: LoadShape) -> dict[str, Any]:
         case Replay():
             return {"kind": "replay", "source": shape.source, "format": shape.format, "sha256": shape.sha256,
                     "speed": shape.speed, "requests": len(shape.offsets_s),
-                    "span_s": shape.offsets_s[-1] / shape.speed if shape.offsets_s else 0.0}  # fmt: skip
+                    "span_s": shape.offsets_s[-1] / shape.speed if shape.offsets_s else 0.0} | _cap_json(shape)  # fmt: skip
         case _:
             kind = "closed"
-    return {"kind": kind, **dataclasses.asdict(shape)}
+    return {"kind": kind, **{k: v for k, v in dataclasses.asdict(shape).items() if k != "max_concurrency"}, **_cap_json(shape)}
+
+
+def _cap_json(shape: LoadShape) -> dict[str, int]:
+    """`max_concurrency` where the spec declared one; absent otherwise, as in the shapes of
+    evidence from before it existed (a level's shape is compared with the re-planned one's)."""
+    cap = max_concurrency(shape)
+    return {} if cap is None else {"max_concurrency": cap}
 
 
 MAX_RAMP_LEVEL, MAX_RAMP_STEPS = 1_000_000, 1000  # lang/check/workload.py's MAX_LOAD_LEVEL and a phase's `steps`
@@ -1397,8 +1451,10 @@ def ramp_of(shape: Any) -> "ClosedRamp | OpenRamp | None":
             return None  # past what `check` lets a spec say (an edited manifest): no ramp to read
         if shape["kind"] == "closed_ramp":
             return ClosedRamp(int(shape["start"]), int(shape["end"]), int(shape.get("steps") or 0))
+        cap = shape.get("max_concurrency")
         return OpenRamp(float(shape["start"]), float(shape["end"]), int(shape.get("steps") or 0), str(shape.get("arrival")),
-                        int(shape.get("seed") or 0), float(shape.get("burstiness") or 1.0))
+                        int(shape.get("seed") or 0), float(shape.get("burstiness") or 1.0),
+                        cap if type(cap) is int and 0 < cap <= MAX_RAMP_LEVEL else None)
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -1416,7 +1472,7 @@ def shape_identity(shape: Any) -> Any:
 def _level_json(lv: Level) -> dict[str, Any]:
     return {
         "workload": lv.workload, "index": lv.index, "label": lv.label, "mode": lv.mode, "concurrency": lv.concurrency,
-        "rate": lv.rate, "batch_requests": lv.batch_requests, "shape": _shape_json(lv.shape),
+        "rate": lv.rate, "batch_requests": lv.batch_requests, "max_concurrency": lv.max_concurrency, "shape": _shape_json(lv.shape),
         "warmup_s": lv.warmup_s, "duration_s": lv.duration_s, "bucket_s": lv.bucket_s, "deadline_s": lv.deadline_s,
         "min_requests": lv.min_requests, "expected_requests": lv.expected_requests, "request": lv.request.to_json(),
         "buckets": [{"index": bk.index, "start_s": bk.start_s, "length_s": bk.length_s} for bk in lv.buckets],

@@ -324,6 +324,9 @@ def level_label(entry: Mapping[str, Any], with_workload: bool = False) -> str:
     elif mode == "open":
         rate = num(entry.get("rate"))
         text = f"rate {rate:g} rps" if rate is not None else "rate ?"
+        cap = entry.get("max_concurrency")
+        if type(cap) is int:  # the plan's label (`plan.shape_label`) names a declared cap
+            text += f", max_concurrency {cap}"
     elif mode == "batch":
         text = f"concurrency {entry.get('concurrency')} (batches of {entry.get('batch_requests')})"
     else:

@@ -271,6 +271,9 @@ def _load_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instance]
     want = plv.to_json()
     differ = [f"{k.removesuffix('_s')} {_show(k, lv.entry[k])} (the spec plans {_show(k, want.get(k))})"
               for k in LEVEL_KEYS if k in lv.entry and not _same(_plain(lv.entry[k]), _plain(want.get(k)))]
+    cap, planned_cap = lv.entry.get("max_concurrency"), want.get("max_concurrency")
+    if cap != planned_cap:  # absent: no cap (evidence from before the key had none either)
+        differ.append(f"max_concurrency {cap or 'none'} (the spec plans {planned_cap or 'none'})")
     ran_for = _ran_duration(lv, plv)
     if ran_for is not None:
         differ.append(f"a planned duration of {format_duration(ran_for)} (the spec plans {format_duration(plv.duration_s)})")

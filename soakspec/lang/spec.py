@@ -150,6 +150,10 @@ class Load:
     arrival: Literal["constant", "poisson"] = "constant"
     seed: int = 0
     burstiness: float = 1.0  # open, poisson: gamma inter-arrivals of this shape (1 = Poisson), as vLLM's --burstiness
+    # open loop (rates, phases, a sweep, a replay): at most this many of a level's requests in
+    # flight, arrivals beyond it waiting in order (vLLM bench serve's --max-concurrency); None:
+    # the load generator's own connection limit (runner/load.py OPEN_LOOP_MAX_CONNECTIONS)
+    max_concurrency: int | None = None
     phases: tuple[Phase, ...] = ()  # named phases in sequence: each one is a level (its own shape and duration)
     replay: Replay | None = None  # mode = replay: a timestamped trace's arrivals and lengths
     # a sweep (`search = bisect`): the levels are the [low, high] bounds of a grid of `step`

@@ -337,6 +337,8 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
             load.append(_attr("arrival", A.Word(draw(st.sampled_from(["constant", "poisson"])))))
         if draw(st.booleans()):
             load.append(_attr("seed", A.Num(draw(st.integers(0, 2**31)))))
+        if draw(st.booleans()):  # vLLM's --max-concurrency: an open loop's cap on requests in flight
+            load.append(_attr("max_concurrency", A.Num(draw(st.integers(1, 64)))))
     else:
         conc = draw(st.lists(st.integers(1, 64), min_size=1, max_size=3, unique=True))
         load.append(_attr("concurrency", A.List(tuple(A.Num(c) for c in conc)) if len(conc) > 1 or draw(st.booleans()) else A.Num(conc[0])))

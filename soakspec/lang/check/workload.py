@@ -82,6 +82,8 @@ LOAD = Table(
         Key("arrival", "word", "arrival", choices=("constant", "poisson")),
         Key("seed", "int", "seed", minimum=0, maximum=MAX_SEED, why=_SEED_WHY),
         Key("burstiness", "number", "burstiness", minimum=0.01, maximum=100.0),
+        Key("max_concurrency", "int", "max_concurrency", minimum=1, maximum=MAX_LOAD_LEVEL,
+            why="more than a million requests in flight is past what one load generator can hold open"),
         Key("trace", "str"),
         Key("trace_format", "word", choices=R.FORMATS, default="mooncake"),
         Key("speed", "number", minimum=0.001, maximum=1000.0, default=1.0),
@@ -257,7 +259,27 @@ def _load(ctx: Ctx, b: Body, where: str, name: str = "", ranged: bool = False) -
     lb = sub(ctx, b, "load", LOAD, f"the load of {where}")
     load = _load_shape(ctx, b, lb, where, name, ranged)
     ranged_seed = ranged and lb is not None and lb.ok("seed") and load.mode != "replay"
-    return dataclasses.replace(load, seed=lb["seed"]) if ranged_seed else load  # type: ignore[index]
+    load = dataclasses.replace(load, seed=lb["seed"]) if ranged_seed else load  # type: ignore[index]
+    return _capped(ctx, lb, load) if lb is not None else load
+
+
+def _capped(ctx: Ctx, lb: Body, load: S.Load) -> S.Load:
+    """`max_concurrency = N`: at most N of an open loop's requests in flight (a rate, its phases,
+    a sweep's probes, a replay), arrivals beyond waiting in order: vLLM bench serve's
+    `--request-rate R --max-concurrency N`, k6's `maxVUs`. A closed or batch loop's requests in
+    flight are its `concurrency` already: there it is E403, with that hint."""
+    if not lb.has("max_concurrency") or (lb.has("mode") and not lb.ok("mode")):
+        return load
+    mode = lb["mode"]
+    if mode in ("open", "replay"):
+        return dataclasses.replace(load, max_concurrency=lb["max_concurrency"]) if lb.ok("max_concurrency") else load
+    got = lb.got("max_concurrency")
+    n = lb["max_concurrency"] if lb.ok("max_concurrency") else "N"
+    ctx.error("E403", f"'max_concurrency' caps an open loop's requests in flight; a {mode} loop has exactly its "
+                      "'concurrency' in flight", got.key_span,
+              f"for {n} workers write concurrency = [{n}]; for arrivals at a rate with at most {n} in flight, "
+              f"mode = open  rate = [...]  max_concurrency = {n} (vLLM's --request-rate with --max-concurrency)")
+    return load
 
 
 def _load_shape(ctx: Ctx, b: Body, lb: Body | None, where: str, name: str, ranged: bool) -> S.Load:
