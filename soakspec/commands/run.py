@@ -83,6 +83,7 @@ def main(args: argparse.Namespace) -> int:
             print(f"soakspec run: error: --sign {args.sign}: {e}", file=sys.stderr)
             return ExitCode.USAGE
     the_plan = plan(spec, time_scale=args.time_scale, rehearse=args.rehearse, only=tuple(args.backend))
+    _warn_capped_workers(the_plan, args.workers)
 
     from soakspec.evidence.io import EvidenceError, EvidenceInUseError
     from soakspec.runner.engine import RunOptions, execute
@@ -169,6 +170,22 @@ def _sign(run_dir: Path, key: str, quiet: bool) -> bool:
     if not quiet:
         print(f"signed: {sig}", file=sys.stderr)
     return True
+
+
+def _warn_capped_workers(the_plan, workers: int) -> None:
+    """An open loop's `max_concurrency` below `--workers`: its slots are split over the processes
+    (each holds one at least), so its levels run in fewer processes (`workers.processes_for`).
+    Said on stderr once per workload, with what to do about it."""
+    seen = set()
+    for b in the_plan.backends:
+        for lv in b.levels:
+            cap = lv.max_concurrency
+            if cap is not None and cap < workers and lv.workload not in seen:
+                seen.add(lv.workload)
+                procs = f"{cap} load process{'es' if cap != 1 else ''}"
+                print(f"soakspec run: warning: workload '{lv.workload}' sets max_concurrency = {cap}, fewer than --workers "
+                      f"{workers}: its levels run in {procs}, one slot each (a process with no slot could send nothing); "
+                      f"hint: pass --workers {cap} or fewer for it, or raise max_concurrency", file=sys.stderr)
 
 
 def _sweep_judge(spec, args: argparse.Namespace):

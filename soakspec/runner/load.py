@@ -56,7 +56,7 @@ import trio
 from soakspec import windows
 from soakspec import draws, lengths
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
-from soakspec.plan import Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
+from soakspec.plan import OPEN_LOOP_MAX_CONNECTIONS, Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
 from soakspec.runner.prompts import LocalTokenizer, RunAborted, ServerTokenizer, TokenCosts, measure_costs, token_prompt, verify
 from soakspec.runner.protocol import REQUEST_ID, Endpoint, RequestShape, Sampling
@@ -65,7 +65,6 @@ from soakspec.runner.records import Outcome, RequestRecord
 if TYPE_CHECKING:
     from soakspec.runner.liveness import Health
 
-OPEN_LOOP_MAX_CONNECTIONS = 4096
 TOKENIZE_TIMEOUT_S = 30.0  # one /tokenize request while token-exact prompts are prepared
 PREPARE_TIMEOUT_S = 120.0  # all of them (a few hundred requests; milliseconds each on a local server)
 _COSTS: dict[tuple[str, str], TokenCosts] = {}  # (tokenizer file or server URL, model) -> word costs, per process
@@ -458,13 +457,13 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         return k
 
     async def one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
-                  seq: int | None = None) -> None:
+                  seq: int | None = None, admitted: float | None = None) -> None:
         scout: bool | None = False
         if health is not None and health.refusals:
             if intended is not None:  # an open-loop arrival is due now: it tries as the scout or is held back
                 scout = health.try_scout()
                 if scout is False:
-                    await _one(conn, worker, intended, lengths, seq, held=True)
+                    await _one(conn, worker, intended, lengths, seq, held=True, admitted=admitted)
                     return
             else:  # a closed-loop worker waits at the gate
                 scout = await health.admit()
@@ -473,7 +472,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                         health.scouted()
                     return
         try:
-            rec = await _one(conn, worker, intended, lengths, seq)
+            rec = await _one(conn, worker, intended, lengths, seq, admitted=admitted)
         finally:
             if scout:
                 health.scouted()  # type: ignore[union-attr]
@@ -483,8 +482,9 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             await trio.sleep_until(clock.to_trio(min(clock.now() + NOT_SENT_PAUSE_S, stop)))
 
     async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
-                   seq: int | None = None, held: bool = False) -> RequestRecord | None:
-        """Send one request and record it; `held`: record it held back by the backend's gate
+                   seq: int | None = None, held: bool = False, admitted: float | None = None) -> RequestRecord | None:
+        """Send one request and record it (`admitted`: when its slot under the level's
+        max_concurrency was freed, if it waited for one); `held`: record it held back by the backend's gate
         (`Health.hold_back`: on the record as the backend's failure, nothing sent). None: a
         closed-loop (or batch) request whose start fell at or after the level's stop -- its
         worker saw the clock before the stop, then made the request: nothing sent or recorded."""
@@ -514,6 +514,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             bucket=bucket_of(start_ref),
             worker=worker,
             intended_start=intended,
+            admitted=admitted,
             start=now,
             conversation=None if shape is None else shape.conversation,
             turn=None if shape is None else shape.turn,
@@ -658,30 +659,89 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, bu
 
 async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
     times = schedule(shape.rate, shape.arrival, shape.seed, start, stop, shape.burstiness)
-    await _arrivals(ctx, one, ((t, None) for t in times))
+    await _arrivals(ctx, one, ((t, None) for t in times), shape.max_concurrency)
 
 
-async def _arrivals(ctx: LevelContext, one, due) -> None:
+def in_flight_share(cap: int, part: tuple[int, int]) -> int:
+    """Process p's share of a level's `cap` on requests in flight split over n processes: the
+    slots p, p + n, ... below it, so the shares add up to exactly `cap` (and differ by one at
+    most). A share of 0 is refused: `workers.processes_for` gives a capped level at most `cap`
+    processes."""
+    p, parts = part
+    share = len(range(p, cap, parts))
+    if share < 1:
+        raise ValueError(f"process {p} of {parts} has no slot of max_concurrency {cap} (workers.processes_for)")
+    return share
+
+
+class Slots:
+    """At most `n` requests in flight; the arrivals beyond wait in arrival order (FIFO), none
+    dropped. A slot freed while some wait is handed to the first of them, and `acquire` returns
+    when it was freed (the run clock's read at `release`): a request that waited behind a
+    declared cap was due then, not at its intended time (`Record.admitted`). A request that
+    found a slot free gets None: any lateness of its own is the load generator's."""
+
+    def __init__(self, n: int, clock: RunClock) -> None:
+        self.free = n
+        self.clock = clock
+        self.waiting: deque[list] = deque()  # [event, freed at]
+
+    async def acquire(self) -> float | None:
+        if self.free > 0 and not self.waiting:
+            self.free -= 1
+            return None
+        ticket: list = [trio.Event(), None]
+        self.waiting.append(ticket)
+        try:
+            await ticket[0].wait()
+        except BaseException:
+            if ticket[1] is None:  # still waiting: leave the queue
+                self.waiting.remove(ticket)
+            else:  # handed a slot as it was cancelled: pass it on
+                self.release()
+            raise
+        return ticket[1]
+
+    def release(self) -> None:
+        if self.waiting:
+            ticket = self.waiting.popleft()
+            ticket[1] = self.clock.now()
+            ticket[0].set()
+        else:
+            self.free += 1
+
+
+async def _arrivals(ctx: LevelContext, one, due, cap: int | None = None) -> None:
     """Send a request at each intended time of `due` ((time, lengths or None), in time order) on
     a pool of kept-alive connections, every `parts`-th from this process's `p`; return when they
-    have drained. Arrival i gets the level's prompt i (whichever process sends it)."""
+    have drained. Arrival i gets the level's prompt i (whichever process sends it).
+
+    In flight at once: this process's share of `cap` (the spec's `max_concurrency`), an arrival
+    beyond it waiting for a slot in arrival order, its record's `admitted` the time the slot was
+    freed -- the wait is the user's declared cap, in the request's latency but not the client's
+    schedule lag. Without a cap, the share of OPEN_LOOP_MAX_CONNECTIONS: a wait for one of those
+    is the load generator's own limit, so no `admitted`: it is schedule lag (client_healthy)."""
     clock = ctx.clock
     idle: list[tuple[int, Connection]] = []
     p, parts = ctx.part
-    limiter = trio.CapacityLimiter(max(1, len(range(p, OPEN_LOOP_MAX_CONNECTIONS, parts))))
+    share = in_flight_share(cap, ctx.part) if cap is not None else max(1, len(range(p, OPEN_LOOP_MAX_CONNECTIONS, parts)))
+    slots = Slots(share, clock)
     opened: list[Connection] = []
 
     async def fire(seq: int, intended: float, lengths: tuple[int, int] | None) -> None:
-        async with limiter:
+        freed = await slots.acquire()
+        try:
             if idle:
                 idx, conn = idle.pop()
             else:
                 idx, conn = len(opened) * parts + p, ctx.connect()
                 opened.append(conn)
             try:
-                await one(conn, idx, intended, lengths, seq)
+                await one(conn, idx, intended, lengths, seq, freed if cap is not None else None)
             finally:
                 idle.append((idx, conn))
+        finally:
+            slots.release()
 
     try:
         async with trio.open_nursery() as n:
@@ -737,11 +797,11 @@ def replay_schedule(shape: Replay, start: float, stop: float):
 
 
 async def _open_ramp(shape: OpenRamp, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
-    await _arrivals(ctx, one, ((t, None) for t in ramp_schedule(shape, start, stop, measure - start)))
+    await _arrivals(ctx, one, ((t, None) for t in ramp_schedule(shape, start, stop, measure - start)), shape.max_concurrency)
 
 
 async def _replay(shape: Replay, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
-    await _arrivals(ctx, one, replay_schedule(shape, start, stop))
+    await _arrivals(ctx, one, replay_schedule(shape, start, stop), shape.max_concurrency)
 
 
 async def _closed_ramp(shape: ClosedRamp, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
@@ -782,8 +842,8 @@ async def _closed_ramp(shape: ClosedRamp, ctx: LevelContext, one, stop: float, s
 LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open, ClosedRamp: _closed_ramp, OpenRamp: _open_ramp, Replay: _replay}
 
 
-__all__ = ["Bisection", "LevelContext", "LevelRun", "LiveStats", "Shapes", "drive_level", "prompt_words", "ramp_schedule",
-           "replay_schedule", "schedule", "unit_arrivals"]
+__all__ = ["Bisection", "LevelContext", "LevelRun", "LiveStats", "Shapes", "Slots", "drive_level", "in_flight_share",
+           "prompt_words", "ramp_schedule", "replay_schedule", "schedule", "unit_arrivals"]
 
 
 # ---------------------------------------------------------------- sweeps (plan.Sweep)

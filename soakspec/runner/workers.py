@@ -94,7 +94,8 @@ def _how_it_ended(returncode: int | None) -> str:
 
 def processes_for(level: Level, workers: int) -> int:
     """How many processes a level gets (the manifest's `workers` of the level): open loop (a
-    constant rate, a ramp, a replay) all of them; closed loop never more than its (peak)
+    constant rate, a ramp, a replay) all of them, at most its `max_concurrency` (each process
+    holds a share of the cap's slots, and a process with none could send nothing); closed loop never more than its (peak)
     concurrency; a batch level one, whatever `--workers` says.
 
     Why one for a batch: its next batch starts once the last request of this one has ended (the
@@ -108,7 +109,8 @@ def processes_for(level: Level, workers: int) -> int:
     in flight and spends its time waiting at the barrier, so one trio loop is not its limit --
     one process keeps the mode's meaning at no cost that `--workers` was meant to remove."""
     if level.concurrency is None:  # open loop: every N-th arrival of the one schedule (`load._arrivals`)
-        return max(1, workers)
+        cap = level.max_concurrency  # its slots split over the processes (`load.in_flight_share`): one each at least
+        return max(1, workers if cap is None else min(workers, cap))
     if isinstance(level.shape, Batch):
         return 1
     return max(1, min(workers, level.concurrency))
