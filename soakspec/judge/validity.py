@@ -30,7 +30,7 @@ from soakspec.judge.common import abort_observed_text, backend_here, loc, plural
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.index import num as num_
-from soakspec.judge.measures import Columnar, bucket_in_flight, completed, timed_out
+from soakspec.judge.measures import Columnar, bucket_in_flight, cap_wait, completed, timed_out
 from soakspec.judge.stats import percentile
 from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, Rows
@@ -758,6 +758,7 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
         offered = _offered(lv, w, float(rate))
         achieved = _started_in(recs, w.start, w.end) / wall
     delays = _values(recs, lambda t, idx: t.f["client_delay"][idx], _delay_row)
+    waited, wait_p99, capped = _cap_waits(lv, recs)
     done = completed(recs)
     gaps = _int_sum(done, _gaps_col, _gaps_row)
     coal = _int_sum(done, _coal_col, _coal_row)
@@ -775,7 +776,22 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
         "coalesced": coal / gaps if gaps else None, "coalesced_gaps": coal, "gaps": gaps,
         # the client's own processing after each response's last bytes (records' client_delay)
         "client_delay_p99": percentile(delays, 99.0) if len(delays) else None,
+        # open loop under max_concurrency: of its requests, those that waited for a slot; the
+        # wait's p99 over them all (None: no cap)
+        "cap_requests": capped, "cap_waited": waited, "cap_wait_p99": wait_p99,
     }  # fmt: skip
+
+
+def _cap_waits(lv: LevelIndex, recs: Rows) -> tuple[int | None, float | None, int | None]:
+    """An open loop under the spec's `max_concurrency`: how many of the bucket's requests waited
+    for a slot, the p99 of the wait over all of them (0 for one that found a slot free), and how
+    many there are. The wait is the declared cap's, counted in latency and TTFT, not the
+    client's schedule lag (`record.schedule_lag`). (None, None, None): the level declared no cap."""
+    if type(lv.entry.get("max_concurrency")) is not int:
+        return None, None, None
+    v = recs.map(cap_wait.col, cap_wait.row)
+    waited = ~np.isnan(v)
+    return int(waited.sum()), percentile(np.where(waited, v, 0.0), 99.0) if len(v) else None, len(v)
 
 
 def _client_windows(bi: BackendIndex, lv: LevelIndex):

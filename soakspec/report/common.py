@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence import layout
+from soakspec.units import format_duration
 
 GATE_WORD = {"PASS": "passed", "FAIL": "failed", "INCONCLUSIVE": "inconclusive"}
 STATUS_MARK = {"pass": "PASS", "fail": "FAIL", "inconclusive": "????", "not_evaluated": "----", "warn": "WARN"}
@@ -487,6 +488,11 @@ class ClientRow:
     offered: float | None  # what that bucket offered
     coalesced: float | None  # share of the level's ITL gaps that are coalesced
     lags: tuple[float | None, ...] = ()  # per bucket, in order (the HTML chart)
+    # an open loop under max_concurrency: its requests, those that waited for a slot, the wait's
+    # p99 (worst bucket); None: the level declared no cap
+    cap_requests: int | None = None
+    cap_waited: int | None = None
+    cap_wait_p99: float | None = None
 
 
 def _worst(vals: Sequence[Any], pick=max) -> float | None:
@@ -523,7 +529,32 @@ def client_rows(results: Mapping[str, Any]) -> list[ClientRow]:
             achieved=achieved, offered=offered,
             coalesced=(num(co.get("coalesced")) or 0) / gaps if gaps else None,
             lags=tuple(num(c.get("lag_p99")) for c in cs),
+            **_cap_fields(cs),
         ))  # fmt: skip
+    return out
+
+
+def _cap_fields(cs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The level's waits behind its max_concurrency, from its buckets' client rows (none: {})."""
+    counted = [(c.get("cap_requests"), c.get("cap_waited")) for c in cs]
+    counted = [(n, w) for n, w in counted if type(n) is int and type(w) is int]
+    if not counted:
+        return {}
+    return {"cap_requests": sum(n for n, _ in counted), "cap_waited": sum(w for _, w in counted),
+            "cap_wait_p99": _worst([c.get("cap_wait_p99") for c in cs])}
+
+
+def cap_notes(results: Mapping[str, Any]) -> list[str]:
+    """`sim · rate 40 rps, max_concurrency 2: 78 of 80 requests waited for a slot (p99 wait
+    4.6s) ...`: what each level's declared cap held back, where a level declared one."""
+    out = []
+    for c in client_rows(results):
+        if c.cap_waited is None:
+            continue
+        wait = f" (worst bucket's p99 wait {format_duration(c.cap_wait_p99)})" if c.cap_wait_p99 is not None and c.cap_waited else ""
+        out.append(f"{c.backend} · {c.label}: {c.cap_waited} of {c.cap_requests} requests waited for a slot under "
+                   f"max_concurrency{wait}. The wait is the spec's declared cap, counted in their latency and TTFT (from "
+                   "the intended send time), not judged as the load generator's schedule lag.")
     return out
 
 

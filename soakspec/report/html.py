@@ -447,6 +447,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
                        f"<td class=\"num\">{ms(c.schedule_lag_p99)}</td><td class=\"num\">{esc(ach)}</td>"
                        f"<td class=\"num\">{pct(c.coalesced)}</td></tr>")
         out.append("</tbody></table>")
+        out += [f'<p class="note">{esc(n)}</p>' for n in C.cap_notes(results)]
     out += sweep_html(results) + goodput_html(results)
     out.append("<h2>Per bucket, over time</h2>")
     out.append('<p class="note">One point per bucket at its midpoint; shaded bands are the levels, and no line joins '

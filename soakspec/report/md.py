@@ -286,6 +286,8 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
     health = client_table(results)
     if health:
         lines += ["### Load generator", "", md_text(C.CLIENT_NOTE), ""] + health + [""]
+        for note in C.cap_notes(results):  # what each level's declared max_concurrency held back
+            lines += [md_text(note), ""]
     lines += server_md_lines(results, spec)
 
     lines += sweep_section(results) + goodput_section(results)
