@@ -1,0 +1,338 @@
+"""`max_concurrency = N` in an open-loop load: vLLM bench serve's `--request-rate R
+--max-concurrency N`, k6's constant-arrival-rate `maxVUs`.
+
+At most N of a level's requests are in flight (split over `--workers` processes so that the
+shares add up to N); an arrival beyond waits for a slot in arrival order, none dropped. Its
+latency and TTFT still run from its intended send time (the wait is what a user behind the cap
+would see), and its record's `admitted` says when its slot was freed, so that the wait behind the
+declared cap is not judged as the load generator's own schedule lag (client_healthy).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from hypothesis import given, strategies as st
+
+from soakspec.evidence.record import Record, RequestRecord, decode_line, schedule_lag
+from soakspec.judge import judge
+from soakspec.judge.testing import EvidenceBuilder
+from soakspec.lang import check, fmt, parse
+from soakspec.plan import Level, plan, render_text, to_json
+from soakspec.runner.clock import RunClock
+from soakspec.runner.ids import IdSequence
+from soakspec.runner.load import LevelContext, Shapes, drive_level, in_flight_share
+from soakspec.runner.workers import processes_for
+
+from runner_support import REPO
+from test_clienthealth import _small_spec, _with_client
+from test_load_schedule import FakeServer
+
+HEAD = 'soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+
+
+def _spec_text(load: str, extra: str = "duration = 10s\n  bucket = 5s") -> str:
+    return HEAD + f'workload "w" {{\n  load {{\n    {load}\n  }}\n  {extra}\n  follow_up = false\n}}\n'
+
+
+def _checked(load: str, extra: str = "duration = 10s\n  bucket = 5s"):
+    return check(parse(_spec_text(load, extra))[0])
+
+
+def _codes(load: str, extra: str = "duration = 10s\n  bucket = 5s") -> list[str]:
+    return [d.code for d in _checked(load, extra)[1]]
+
+
+# ---------------------------------------------------------------- check and fmt
+
+
+@pytest.mark.parametrize("load, extra", [
+    ("mode = open\n    rate = [10rps, 20rps]\n    max_concurrency = 4", "duration = 10s\n  bucket = 5s"),
+    ("mode = open\n    arrival = poisson\n    max_concurrency = 2\n    phases {\n      a { rate = 5rps  duration = 1s }\n"
+     "      b { rate = 5rps  ramp_to = 20rps  duration = 1s }\n    }", "bucket = 500ms"),
+    ("mode = open\n    rate = [1rps, 9rps]\n    search = bisect\n    rate_step = 4rps\n    max_wall = 60s\n"
+     "    max_concurrency = 3", "duration = 10s\n  bucket = 5s"),
+])
+def test_an_open_loop_takes_max_concurrency_in_every_level_and_phase(load, extra):
+    spec, diags = _checked(load, extra)
+    assert spec is not None and not [d for d in diags if d.severity.value == "error"], diags
+    cap = spec.workloads[0].load.max_concurrency
+    levels = plan(spec).backends[0].levels
+    assert levels and cap in (2, 3, 4)
+    assert all(lv.max_concurrency == cap for lv in levels)
+
+
+def test_a_replay_takes_max_concurrency(tmp_path):
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("".join(json.dumps({"timestamp": 100 * i, "input_length": 8, "output_length": 4}) + "\n" for i in range(20)))
+    text = HEAD + f'workload "w" {{\n  load {{\n    mode = replay\n    trace = "{trace}"\n    max_concurrency = 2\n  }}\n}}\n'
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, diags
+    (lv,) = plan(spec).backends[0].levels
+    assert lv.max_concurrency == 2 and lv.label.endswith(", max_concurrency 2")
+
+
+@pytest.mark.parametrize("mode", ["closed", "batch"])
+def test_max_concurrency_in_a_closed_or_batch_loop_is_an_error_with_a_hint(mode):
+    """A closed loop's requests in flight are its `concurrency`: a cap there is a mistake (a
+    vLLM user who wrote --max-concurrency by habit), reported before anything runs."""
+    load = f"mode = {mode}\n    concurrency = [4]\n    max_concurrency = 2" + ("\n    requests = 8" if mode == "batch" else "")
+    spec, diags = _checked(load)
+    (d,) = [d for d in diags if d.code == "E403"]
+    assert spec is None and "'max_concurrency' caps an open loop's requests in flight" in d.message
+    assert "concurrency = [2]" in d.hint and "mode = open" in d.hint and "--max-concurrency" in d.hint
+    assert (d.span.line, d.span.column) == (7, 5)  # at the key
+
+
+@pytest.mark.parametrize("value, code", [("0", "E204"), ("-1", "E204"), ("2.5", "E104"), ("10rps", "E104"), ("2000000", "E204")])
+def test_max_concurrency_is_a_positive_integer(value, code):
+    assert _codes(f"mode = open\n    rate = [10rps]\n    max_concurrency = {value}") == [code]
+
+
+def test_fmt_keeps_max_concurrency():
+    text = _spec_text("mode = open\n    rate = [10rps]\n    max_concurrency = 8")
+    out = fmt(parse(text)[0])
+    assert "max_concurrency = 8" in out
+    assert check(parse(out)[0])[0].workloads[0].load.max_concurrency == 8
+
+
+# ---------------------------------------------------------------- plan
+
+
+def test_the_plan_prints_the_cap_and_without_one_the_connection_limit():
+    capped = plan(_checked("mode = open\n    rate = [10rps]\n    max_concurrency = 2")[0])
+    text = render_text(capped)
+    assert "w / rate 10 rps, max_concurrency 2: 10s" in text
+    assert "w in flight: at most 2 (max_concurrency; later arrivals wait in arrival order" in text
+    doc = to_json(capped)
+    (lv,) = doc["backends"][0]["levels"]
+    assert lv["max_concurrency"] == 2 and lv["label"] == "rate 10 rps, max_concurrency 2"
+    manifest_entry = capped.backends[0].levels[0].to_json()
+    assert manifest_entry["max_concurrency"] == 2
+    uncapped = plan(_checked("mode = open\n    rate = [10rps]")[0])
+    assert "w in flight: up to 4096 (the load generator's connection limit" in render_text(uncapped)
+    assert "max_concurrency" not in uncapped.backends[0].levels[0].to_json()  # as in evidence from before the key
+    closed = render_text(plan(_checked("concurrency = [2]")[0]))
+    assert "in flight:" not in closed
+
+
+@given(cap=st.integers(1, 200), workers=st.integers(1, 40))
+def test_the_processes_shares_of_the_cap_add_up_to_it(cap, workers):
+    """Each process of a capped open-loop level gets at least one slot, and the shares sum to
+    exactly max_concurrency, whatever --workers is (fewer processes when it is below it)."""
+    level = plan(_checked(f"mode = open\n    rate = [10rps]\n    max_concurrency = {cap}")[0]).backends[0].levels[0]
+    n = processes_for(level, workers)
+    assert n == min(cap, workers)
+    shares = [in_flight_share(cap, (p, n)) for p in range(n)]
+    assert sum(shares) == cap and min(shares) >= 1 and max(shares) - min(shares) <= 1
+
+
+def test_a_share_of_no_slot_is_refused():
+    with pytest.raises(ValueError, match="no slot"):
+        in_flight_share(2, (2, 3))
+
+
+# ---------------------------------------------------------------- the runner, in virtual time
+
+
+def _level(load: str, duration: str = "5s") -> Level:
+    spec, diags = _checked(load, f"duration = {duration}\n  bucket = {duration}\n  deadline = 60s")
+    assert spec is not None, diags
+    return plan(spec).backends[0].levels[0]
+
+
+async def _drive_parts(level: Level, latency: float, parts: int):
+    """The level driven as `--workers parts` drives it: one `drive_level` per part, from one
+    start, against one server (each process's slots are its share of the cap)."""
+    clock = RunClock(timer=trio.current_time, epoch=1000.0)
+    server = FakeServer(clock, latency)
+    records: list[RequestRecord] = []
+    t0 = clock.now() + 0.5
+    async with trio.open_nursery() as n:
+        for p in range(parts):
+            ctx = LevelContext("a", clock, server.connect, Shapes(level.request), records.extend, IdSequence(f"t{p}"),
+                               t0=t0, part=(p, parts))
+            n.start_soon(drive_level, level, ctx)
+    return t0, records, server
+
+
+def _max_in_flight(records) -> int:
+    """The most requests whose [start, end) overlap at any instant (from the records alone)."""
+    events = sorted([(r.start, 1) for r in records] + [(r.end, -1) for r in records], key=lambda e: (e[0], e[1]))
+    most = now = 0
+    for _, d in events:
+        now += d
+        most = max(most, now)
+    return most
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_arrivals_beyond_the_cap_wait_in_order_and_their_wait_is_latency_not_schedule_lag(parts):
+    """4 arrivals a second of 1 s each under max_concurrency = 2: at most 2 in flight (in one
+    process, or one slot in each of 2), every arrival sent (none dropped), in arrival order
+    within its process; each waited request's record says when its slot was freed
+    (`admitted`, the end of the request before it), its latency runs from its intended start
+    (it grows with the queue: 5.5 s for the last, not the 1 s it took once sent), and its
+    schedule lag -- the load generator's own lateness -- is zero."""
+    level = _level("mode = open\n    rate = [4rps]\n    arrival = constant\n    max_concurrency = 2")
+    t0, records, server = trio.run(_drive_parts, level, 1.0, parts, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(records) == 20 and max(server.in_flight_at_start) == 2 and _max_in_flight(records) == 2
+    by_intent = sorted(records, key=lambda r: r.intended_start)
+    sent = [k // 2 + 0.25 * (k % 2) for k in range(20)]  # the k-th waits for the slot arrival k - 2 frees
+    assert [r.start - t0 for r in by_intent] == pytest.approx(sent, abs=1e-9)
+    for k, r in enumerate(by_intent):
+        assert r.latency == pytest.approx(r.end - r.intended_start, abs=1e-9) == pytest.approx(sent[k] + 1 - k / 4, abs=1e-9)
+        if k < 2:  # a slot was free: nothing to wait for, any lateness would be the client's own
+            assert r.admitted is None
+        else:
+            assert r.admitted == pytest.approx(r.start, abs=1e-9) and r.admitted > r.intended_start + 0.2
+        assert schedule_lag(r.start, r.intended_start, r.admitted) == pytest.approx(0.0, abs=1e-9)
+        assert r.freeze().schedule_lag == pytest.approx(0.0, abs=1e-6)
+    assert by_intent[-1].latency == pytest.approx(5.5)
+
+
+def test_without_a_cap_the_connection_limit_is_the_clients_schedule_lag(monkeypatch):
+    """The hidden limit (OPEN_LOOP_MAX_CONNECTIONS) is the load generator's own resource: a wait
+    for it is not a declared cap, so the record has no `admitted` and the wait is schedule lag."""
+    import soakspec.runner.load as load_module
+
+    monkeypatch.setattr(load_module, "OPEN_LOOP_MAX_CONNECTIONS", 2)
+    level = _level("mode = open\n    rate = [4rps]\n    arrival = constant")
+    _, records, _ = trio.run(_drive_parts, level, 1.0, 1, clock=trio.testing.MockClock(autojump_threshold=0))
+    last = max(records, key=lambda r: r.intended_start)
+    assert all(r.admitted is None for r in records)
+    assert last.freeze().schedule_lag == pytest.approx(4.5, abs=1e-6)
+
+
+# ---------------------------------------------------------------- the record and the judge
+
+
+def test_admitted_is_checked_and_old_records_read_without_it():
+    base = RequestRecord("r", backend="a", intended_start=10.0, start=12.0, end=13.0, admitted=11.5, error="x").freeze()
+    line = json.loads(json.dumps(base.to_json()))
+    assert decode_line(json.dumps(line).encode()).admitted == 11.5
+    old = {k: v for k, v in line.items() if k != "admitted"}  # a record from before format 5
+    rec = decode_line(json.dumps(old).encode())
+    assert isinstance(rec, Record) and rec.admitted is None and rec.schedule_lag == 2.0
+    assert base.schedule_lag == 0.5 and base.cap_wait == 1.5
+    for bad, why in ((9.0, "before the intended start"), (12.5, "after the start")):
+        got = Record(**{**{k: getattr(base, k) for k in base.__struct_fields__}, "admitted": bad})
+        assert got.broken_rule() == ("/admitted", f"admitted is {why}")
+
+
+def test_a_wait_behind_the_declared_cap_is_not_the_clients_saturation():
+    """Every request of an open loop sent 200 ms after its intended time: without `admitted`
+    the load generator fell behind (INCONCLUSIVE, tested in test_clienthealth.py); with it --
+    each waited for a slot under the spec's max_concurrency that freed then -- the client kept
+    up, and the latency the wait adds is judged as the server's: a FAIL."""
+    text = "require p95(latency) < 250ms per bucket"
+    spec = _small_spec(text, mode="open", levels="[2rps]")
+    b = EvidenceBuilder(spec)
+    for r in b.measured("a"):
+        r["admitted"] = r["start"] + 0.2
+        for k in ("start", "first_byte", "first_token", "end"):
+            if r[k] is not None:
+                r[k] += 0.2
+        r["latency"] = r["ttft"] = None  # derived from the intended start
+    v = judge(spec, _with_client(b.build(), lag=0.002, cpu=0.2))
+    rules = {r.rule: r for r in v.rules}
+    assert rules["client_healthy"].status == "pass", rules["client_healthy"].message
+    assert rules[text.removeprefix("require ")].status == "fail"
+    assert v.outcome == "FAIL"
+
+
+# ---------------------------------------------------------------- a real run against the simulator
+
+
+def _sim_spec(tmp_path: Path) -> Path:
+    """A server of ~150 ms a request behind a cap of 2 (~13 requests/s) offered 30 requests/s
+    for 1 s: the arrivals queue behind the cap for up to ~2 s."""
+    path = tmp_path / "cap.soak"
+    path.write_text(textwrap.dedent("""\
+        soak "cap" {}
+        backend "a" {
+          sim {
+            ttft = 80ms
+            itl = 10ms
+          }
+        }
+        workload "w" {
+          prompt_words = 8
+          max_tokens = 8
+          load {
+            mode = open
+            rate = [30rps]
+            arrival = constant
+            max_concurrency = 2
+          }
+          duration = 1s
+          bucket = 500ms
+          deadline = 30s
+          follow_up = false
+        }
+        gate {
+          client_lag = 500ms
+          client_cpu = 100%
+          require failed == 0
+        }
+        """))
+    return path
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_slow_server_behind_a_cap_of_two_is_never_sent_more_and_the_run_is_not_inconclusive(tmp_path, workers):
+    spec = _sim_spec(tmp_path)
+    out = tmp_path / "ev"
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(spec), "--out", str(out), "--quiet",
+                           "--workers", str(workers)], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    with gzip.open(out / "backends" / "a" / "requests.jsonl.gz", "rt") as fh:
+        records = [decode_line(line.encode()) for line in fh]
+    load = [r for r in records if r.bucket >= 0]
+    assert len(load) == 30 and all(r.outcome.value == "completed" for r in load)
+    assert _max_in_flight(load) <= 2  # the total cap, whichever process sent them
+    waited = [r for r in load if r.admitted is not None]
+    assert len(waited) >= 20  # the queue: most arrivals found no slot free
+    for r in load:
+        assert r.latency == pytest.approx(r.end - r.intended_start, abs=2e-6)  # the wait is in the latency
+    assert max(r.latency for r in load) > 1.0 > 0.5 > max(r.end - r.start for r in load)
+    assert max(r.schedule_lag for r in load) < 0.05  # the client itself kept up
+    verdict = json.loads((out / "verdict.json").read_text())
+    health = next(r for r in verdict["rules"] if r["rule"] == "client_healthy")
+    assert health["status"] == "pass" and verdict["exit_code"] == 0, health
+    manifest = json.loads((out / "manifest.json").read_text())
+    (lv,) = manifest["backends"][0]["levels"]
+    assert lv["max_concurrency"] == 2 and lv.get("workers", 1) == workers
+    report = subprocess.run([sys.executable, "-m", "soakspec", "report", str(out), "--format", "md"], cwd=REPO,
+                            capture_output=True, text=True, timeout=60).stdout
+    assert f"a · rate 30 rps, max_concurrency 2: {len(waited)} of 30 requests waited for a slot under max_concurrency" in report
+    if workers == 1:  # judged with a spec that declares no cap: not the level that ran
+        nocap = tmp_path / "nocap.soak"
+        nocap.write_text(spec.read_text().replace("    max_concurrency = 2\n", ""))
+        gate = subprocess.run([sys.executable, "-m", "soakspec", "gate", str(out), "--spec", str(nocap), "--format", "json"],
+                              cwd=REPO, capture_output=True, text=True, timeout=60)
+        ran = next(r for r in json.loads(gate.stdout)["rules"] if r["rule"] == "completed_run")
+        assert ran["status"] != "pass" and "ran with max_concurrency 2 (the spec plans none)" in ran["message"], ran
+
+
+def test_run_warns_when_the_cap_is_below_workers(capsys):
+    """`--workers 4` with max_concurrency = 2: the level runs in 2 processes, one slot each,
+    and `soakspec run` says so before it starts, with what to do."""
+    from soakspec.commands.run import _warn_capped_workers
+
+    the_plan = plan(_checked("mode = open\n    rate = [10rps, 20rps]\n    max_concurrency = 2")[0])
+    _warn_capped_workers(the_plan, 4)
+    err = capsys.readouterr().err
+    assert err.count("warning:") == 1  # once for the workload, not per level
+    assert "max_concurrency = 2, fewer than --workers 4: its levels run in 2 load processes" in err
+    assert "hint: pass --workers 2 or fewer" in err
+    _warn_capped_workers(the_plan, 2)
+    assert capsys.readouterr().err == ""
