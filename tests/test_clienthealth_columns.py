@@ -95,7 +95,12 @@ def reference_bucket(client_rows, lv, w, prev=None, all_records=()):
     hosts = [s["host_cpu"] for s in inside if type(s.get("host_cpu")) in (int, float)]
     cpus = mean_cpu_by_process(inside)
     recs = list(w.records)
-    lags = [s - i for r in recs if (s := num(r.get("start"))) is not None and (i := num(r.get("intended_start"))) is not None]
+    # the load generator's lateness: from the slot's time where a request waited behind max_concurrency
+    lags = [s - (a if (a := num(r.get("admitted"))) is not None else i) for r in recs
+            if (s := num(r.get("start"))) is not None and (i := num(r.get("intended_start"))) is not None]
+    waits = [a - i if (a := num(r.get("admitted"))) is not None and (i := num(r.get("intended_start"))) is not None else None
+             for r in recs]
+    capped = type(lv.entry.get("max_concurrency")) is int
     mode, conc, rate = lv.entry.get("mode"), lv.entry.get("concurrency"), lv.entry.get("rate")
     wall = w.end - w.start
     offered = achieved = held = None
@@ -126,6 +131,9 @@ def reference_bucket(client_rows, lv, w, prev=None, all_records=()):
         "offered": offered, "achieved": achieved, "held": held, "thinking": None,
         "coalesced": coal / gaps if gaps else None, "coalesced_gaps": coal, "gaps": gaps,
         "client_delay_p99": percentile(delays, 99.0) if delays else None,
+        "cap_requests": len(recs) if capped else None,
+        "cap_waited": sum(v is not None for v in waits) if capped else None,
+        "cap_wait_p99": percentile([0.0 if v is None else v for v in waits], 99.0) if capped and recs else None,
     }  # fmt: skip
 
 
@@ -146,11 +154,13 @@ def _edit(draw):
     """What one request's fields become (None: left as the builder made it)."""
     return {
         "start": draw(st.one_of(st.none(), TIME)), "intended_start": draw(st.one_of(st.none(), TIME)),
+        "admitted": draw(st.one_of(st.none(), TIME)),
         "end": draw(st.one_of(st.none(), TIME)), "client_delay": draw(st.one_of(st.none(), st.floats(0, 0.1), ODD)),
         "coalesced": draw(st.one_of(st.none(), st.integers(0, 5), st.integers(2**31, 2**62), st.just(True))),
         "itl": draw(st.one_of(st.none(), st.lists(st.floats(0.0, 0.05), max_size=6), st.just("abc"))),
         "outcome": draw(st.one_of(st.none(), st.sampled_from(["completed", "failed"]))),
-        "absent": draw(st.lists(st.sampled_from(["start", "intended_start", "end", "client_delay", "coalesced", "itl"]), max_size=2)),
+        "absent": draw(st.lists(st.sampled_from(["start", "intended_start", "admitted", "end", "client_delay", "coalesced", "itl"]),
+                                max_size=2)),
     }
 
 
@@ -158,13 +168,15 @@ HELD = st.one_of(st.none(), st.floats(0.0, 4.0), st.integers(0, 3), st.just(math
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(mode=st.sampled_from(["open", "closed"]), edits=st.lists(_edit(), min_size=1, max_size=24), lag=st.floats(0.001, 0.2),
-       held=st.lists(HELD, min_size=1, max_size=5))
+@given(mode=st.sampled_from(["open", "capped", "closed"]), edits=st.lists(_edit(), min_size=1, max_size=24),
+       lag=st.floats(0.001, 0.2), held=st.lists(HELD, min_size=1, max_size=5))
 def test_columnar_client_rows_equal_the_record_by_record_definition(mode, edits, lag, held):
     """For any records (numbers a column holds, and values it keeps aside: booleans, strings,
     integers beyond 32 bits, a string for ITL) and any held time in the samples, the
-    vectorized row equals the reference."""
-    spec = small_spec(mode=mode, levels="[2rps]" if mode == "open" else "[2]", duration="2m", bucket="1m")
+    vectorized row equals the reference (an open loop under max_concurrency: `capped`, whose
+    records may say when their slot was freed, `admitted`)."""
+    levels = {"open": "[2rps]", "capped": "[2rps]\n    max_concurrency = 2", "closed": "[2]"}[mode]
+    spec = small_spec(mode="closed" if mode == "closed" else "open", levels=levels, duration="2m", bucket="1m")
     b = EvidenceBuilder(spec, per_bucket=6).with_client(lag=lag)
     name = spec.backends[0].name
     for i, row in enumerate(b.client[name]):
@@ -174,7 +186,7 @@ def test_columnar_client_rows_equal_the_record_by_record_definition(mode, edits,
     bases = [r["start"] for r in measured]
     for k, e in enumerate(edits):
         r, base = measured[k % len(measured)], bases[k % len(measured)]
-        for k in ("start", "intended_start", "end"):
+        for k in ("start", "intended_start", "admitted", "end"):
             v = e[k]
             if v is not None:
                 r[k] = base + v if type(v) is float else v

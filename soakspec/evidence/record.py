@@ -552,9 +552,11 @@ def schedule_lag(start: float | None, intended: float | None, admitted: float | 
     """The load generator's lateness behind what it was due to do, defined once (the record's
     `schedule_lag`, the judge's row and column forms, the abort rules): start less `admitted`
     -- an open loop's request waiting for a slot under the spec's `max_concurrency` was not due
-    until the slot was free -- else less the intended start. None: not sent, or no intended start."""
-    ref = admitted if admitted is not None else intended
-    return None if start is None or ref is None else start - ref
+    until the slot was free -- else less the intended start. None: not sent, or no intended start
+    (a record without one has no schedule to be late for, whatever else it says)."""
+    if start is None or intended is None:
+        return None
+    return start - (admitted if admitted is not None else intended)
 
 
 def _round_us(t: float | None) -> float | None:

@@ -1698,7 +1698,7 @@ class RequestTable:
         if isinstance(adm, np.ndarray) and adm.strides == (0,) and (not len(adm) or math.isnan(adm[0])):
             return lag  # no record has one (no cap, or evidence before format 5): one NaN for every row
         own = adm[idx]
-        return np.where(np.isnan(own), lag, self.f["start"][idx] - own)
+        return np.where(np.isnan(own) | np.isnan(lag), lag, self.f["start"][idx] - own)  # no intended start: no lag
 
     def cap_wait(self, idx) -> np.ndarray:
         """admitted - intended_start: the wait behind the spec's max_concurrency (NaN: no cap)."""
