@@ -254,7 +254,8 @@ def test_a_wait_behind_the_declared_cap_is_not_the_clients_saturation():
 
 def _sim_spec(tmp_path: Path) -> Path:
     """A server of ~150 ms a request behind a cap of 2 (~13 requests/s) offered 30 requests/s
-    for 1 s: the arrivals queue behind the cap for up to ~2 s."""
+    for 1 s: the arrivals queue behind the cap for up to ~2 s. The client's event-loop and
+    schedule-lag limits are lenient for a busy test machine, and still far below the queue."""
     path = tmp_path / "cap.soak"
     path.write_text(textwrap.dedent("""\
         soak "cap" {}
@@ -281,6 +282,7 @@ def _sim_spec(tmp_path: Path) -> Path:
         gate {
           client_lag = 500ms
           client_cpu = 100%
+          client_schedule_lag = 250ms
           require failed == 0
         }
         """))
@@ -304,7 +306,9 @@ def test_a_slow_server_behind_a_cap_of_two_is_never_sent_more_and_the_run_is_not
     for r in load:
         assert r.latency == pytest.approx(r.end - r.intended_start, abs=2e-6)  # the wait is in the latency
     assert max(r.latency for r in load) > 1.0 > 0.5 > max(r.end - r.start for r in load)
-    assert max(r.schedule_lag for r in load) < 0.05  # the client itself kept up
+    # the client itself kept up: its lag is a few ms (the limits are lenient for a busy test
+    # machine; read as start - intended_start, the queue's ~2 s made it INCONCLUSIVE)
+    assert max(r.schedule_lag for r in load) < 0.25 < 1.0 < max(r.start - r.intended_start for r in load)
     verdict = json.loads((out / "verdict.json").read_text())
     health = next(r for r in verdict["rules"] if r["rule"] == "client_healthy")
     assert health["status"] == "pass" and verdict["exit_code"] == 0, health
@@ -314,7 +318,11 @@ def test_a_slow_server_behind_a_cap_of_two_is_never_sent_more_and_the_run_is_not
     report = subprocess.run([sys.executable, "-m", "soakspec", "report", str(out), "--format", "md"], cwd=REPO,
                             capture_output=True, text=True, timeout=60).stdout
     assert f"a · rate 30 rps, max_concurrency 2: {len(waited)} of 30 requests waited for a slot under max_concurrency" in report
-    if workers == 1:  # judged with a spec that declares no cap: not the level that ran
+    if workers == 1:
+        html = subprocess.run([sys.executable, "-m", "soakspec", "report", str(out), "--format", "html"], cwd=REPO,
+                              capture_output=True, text=True, timeout=60).stdout
+        assert f"{len(waited)} of 30 requests waited for a slot under max_concurrency" in html
+        # judged with a spec that declares no cap: not the level that ran
         nocap = tmp_path / "nocap.soak"
         nocap.write_text(spec.read_text().replace("    max_concurrency = 2\n", ""))
         gate = subprocess.run([sys.executable, "-m", "soakspec", "gate", str(out), "--spec", str(nocap), "--format", "json"],
