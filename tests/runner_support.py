@@ -114,6 +114,37 @@ def wait_no_survivors(marker: str, timeout: float = 5.0) -> list[int]:
         time.sleep(0.05)
 
 
+def pid_running(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie is not: it has ended, only not been reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            state = fh.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def pid_from_file(path: Path, timeout: float = 20.0) -> int:
+    """The pid a process wrote to `path` (it writes it first thing: waited for, bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        text = path.read_text().strip() if path.exists() else ""
+        if text.isdigit():
+            return int(text)
+        time.sleep(0.02)
+    raise AssertionError(f"{path} was never written")
+
+
+def wait_not_running(pid: int, timeout: float = 5.0) -> bool:
+    """True once `pid` no longer runs (within `timeout` seconds: a process may still be exiting)."""
+    deadline = time.monotonic() + timeout
+    while pid_running(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def server_log_bytes(backend_dir: Path) -> bytes:
     """A backend's retained server log as printed: server.log.gz once the run ended (server.log
     when it was killed before), decompressed."""

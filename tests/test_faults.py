@@ -33,6 +33,8 @@ import pytest
 from runner_support import (
     manifest,
     new_marker,
+    pid_from_file,
+    pid_running,
     requests_of,
     run_env,
     run_soakspec,
@@ -728,3 +730,119 @@ def test_the_file_size_limit_note_is_certain_only_where_the_limit_stopped_the_se
     assert "and its log reached" in procs.full_disk_note(log, 1) and "may be why" not in procs.full_disk_note(log, 1)
     monkeypatch.setattr(resource, "getrlimit", lambda what: (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
     assert procs.full_disk_note(log, -signal.SIGXFSZ) == ""
+
+
+# ------------------------------------------------------------------ a port another process answers
+
+
+def _picks(port: int) -> str:
+    """A prelude for `_run_spec_with`: soakspec's free-port choice lands on `port` (as when another
+    process takes the port between soakspec's choice and its server's bind, or a container still
+    publishes it with nothing listening on this host)."""
+    return f"import sys; import soakspec.runner.backend as _b; _b.free_port = lambda host='127.0.0.1': {port}; "
+
+
+def _run_spec_with(tmp_path: Path, prelude: str, spec_text: str) -> tuple[subprocess.CompletedProcess, Path]:
+    spec = tmp_path / "t.soak"
+    spec.write_text(spec_text)
+    marker = new_marker()
+    out = tmp_path / "ev"
+    proc = subprocess.run([PY, "-c", prelude + MAIN, "run", str(spec), "--out", str(out), "--quiet"],
+                          cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=90)  # fmt: skip
+    assert wait_no_survivors(marker) == []
+    return proc, out
+
+
+def _answer_everything(srv: socket.socket, stop: threading.Event) -> None:
+    """Answer each HTTP request on `srv` (listening) with 200 and `{}` until `stop` is set."""
+    srv.settimeout(0.1)
+    while not stop.is_set():
+        try:
+            conn, _ = srv.accept()
+        except OSError:
+            continue
+        with conn:
+            conn.settimeout(2)
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n"
+                             b"connection: close\r\n\r\n{}")
+            except OSError:
+                pass
+
+
+def test_a_port_another_process_answers_is_refused_before_anything_is_launched(tmp_path):
+    """A server left from an earlier run answers at the port soakspec picked: soakspec refuses
+    before launching anything -- the spec's server command never runs (it would write its marker
+    file first thing), exit 4, the backend, the address and the listening process (this test's own
+    pid) named -- rather than probing, loading and measuring the old server in the new one's place."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    stop = threading.Event()
+    answering = threading.Thread(target=_answer_everything, args=(holder, stop), daemon=True)
+    answering.start()
+    ran = tmp_path / "server-ran"
+    argv = [PY, "-c", "import sys, time; open(sys.argv[1], 'w').write('ran'); time.sleep(30)", str(ran), "{port}"]
+    try:
+        proc, out = _run_spec_with(tmp_path, _picks(port), launch_spec(argv))
+    finally:
+        stop.set()
+        answering.join(5)
+        holder.close()
+    assert proc.returncode == 4, proc.stderr
+    assert not ran.exists(), "the spec's server command was run"
+    _one_line_no_traceback(proc.stderr)
+    said = f"backend 'b0': 127.0.0.1:{port}, the port soakspec picked for it, already accepts connections (PID {os.getpid()}: "
+    assert said in proc.stderr, proc.stderr
+    assert "nothing was launched: a server left from an earlier run" in proc.stderr
+    m = manifest(out)
+    assert m["status"] == "aborted" and f"127.0.0.1:{port}" in m["incomplete_reason"]
+    assert requests_of(out) == []
+    assert _verify(out).returncode == 3, "aborted evidence is intact but incomplete"
+
+
+def test_a_server_that_dies_while_another_process_answers_its_probe_is_never_ready(tmp_path):
+    """soakspec's server dies while its readiness probe is in flight, and another process (which
+    took the port after soakspec looked: it did not listen then) answers the probe: the death wins
+    -- the run aborts saying the server died before it was ready and who answered, and no request
+    goes to the other process."""
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))  # bound, not listening: the check before launching finds nothing
+    port = holder.getsockname()[1]
+    pidfile = tmp_path / "server.pid"
+    argv = [PY, "-c", "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(60)",
+            str(pidfile), "{port}"]  # fmt: skip
+    stop = threading.Event()
+    seen: list[bytes] = []
+
+    def take_the_port_then_answer() -> None:
+        pid = pid_from_file(pidfile)
+        holder.listen()
+        holder.settimeout(20)
+        conn, _ = holder.accept()  # soakspec's readiness probe
+        with conn:
+            seen.append(conn.recv(65536))
+            os.kill(pid, signal.SIGKILL)  # the server dies while the probe waits for its answer
+            deadline = time.monotonic() + 10
+            while pid_running(pid) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+        _answer_everything(holder, stop)
+
+    helper = threading.Thread(target=take_the_port_then_answer, daemon=True)
+    helper.start()
+    try:
+        proc, out = _run_spec_with(tmp_path, _picks(port), launch_spec(argv))
+    finally:
+        stop.set()
+        helper.join(25)
+        holder.close()
+    assert proc.returncode == 4, proc.stderr
+    assert seen and seen[0].startswith(b"GET /v1/models "), seen
+    said = (f"backend 'b0': killed by SIGKILL before it was ready; http://127.0.0.1:{port}/v1/models was answered "
+            "by another process listening on its port, which soakspec did not start")
+    assert said in proc.stderr, proc.stderr
+    assert requests_of(out) == [] and not manifest(out)["backends"][0].get("preflight")
+

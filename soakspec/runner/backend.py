@@ -51,6 +51,7 @@ from soakspec.runner.procs import (
     full_disk_note,
     launch,
     log_tail,
+    port_taken,
     stop,
 )
 from soakspec.runner.progress import Progress
@@ -106,6 +107,8 @@ async def serve_backend(
     env.setdefault("PYTHONUNBUFFERED", "1")
     started = deps.clock.now()
     rec.launching(argv, url, started)
+    if (holder := port_taken(la.host, port)) is not None:
+        raise rec.failed(BackendError(la.name, _port_taken_message(la, port, holder)), deps.clock.now())
     deps.progress.log(f"[{la.name}] starting: {' '.join(redact_argv(argv))}")
     log = str(rec.server_log) if la.capture_log else None
     try:
@@ -138,6 +141,14 @@ async def serve_backend(
                 await load_stopped.wait()  # its in-flight requests end as the interrupt's, not the server's
         with trio.move_on_after(la.stop_bound_s, shield=True):
             await stop(server, la.shutdown_grace_s, la.kill_wait_s, deps.reaper)
+
+
+def _port_taken_message(la: Launch, port: int, holder: str) -> str:
+    """Why a backend is not launched: its port already answers (`procs.port_taken`)."""
+    shown = f"[{la.host}]" if ":" in la.host else la.host
+    return (f"{shown}:{port}, the port soakspec picked for it, already accepts connections{holder}; nothing was "
+            "launched: a server left from an earlier run (or another run's) would answer the readiness probe "
+            "and the load in place of this one -- stop it, then run again")
 
 
 def _left_behind(server) -> str:

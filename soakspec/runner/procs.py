@@ -21,11 +21,17 @@ such a server serving after the run).
 PR_SET_PDEATHSIG is deliberately not used: trio starts processes from a worker thread, and
 the signal fires when that *thread* exits (trio retires idle threads after ~10 s), which
 would kill a healthy server mid-soak.
+
+Before launching, the port soakspec picked for the server must not already accept connections
+(`port_taken`): a server left from an earlier run (a container still publishing the port
+answers without any process listening on this host) would answer the readiness probe at once,
+while the real server loads, and the run would measure the wrong server.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import math
 import os
 import re
@@ -86,6 +92,68 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def _is_local(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def port_taken(host: str, port: int, timeout_s: float = 1.0) -> str | None:
+    """Whether `host:port` (a loopback address: the only kind soakspec launches servers on)
+    already accepts TCP connections: None when it does not (refused, or not a loopback address,
+    which is not looked at), else what listens there, for the message (`listener_of`)."""
+    if not _is_local(host):
+        return None
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError:  # refused (the usual), unreachable, or no answer within the bound: nothing takes it
+        return None
+    return listener_of(port)
+
+
+def listener_of(port: int) -> str:
+    """Best effort, from /proc: ' (PID 1234: its command line)' of the process listening on TCP
+    `port`; what /proc says instead when it cannot tell (another user's process, none in this
+    network namespace: a container's published port)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as fh:
+                rows = fh.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            # local_address is HEX_ADDR:HEX_PORT; st 0A is LISTEN; the socket's inode is field 9
+            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{f[9]}]")
+    if not inodes:
+        return " (no process of this host's network namespace listens there: a forwarded port, a container's?)"
+    try:
+        names = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            fds = os.listdir(f"/proc/{name}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{name}/fd/{fd}") not in inodes:
+                    continue
+                with open(f"/proc/{name}/cmdline", "rb") as fh:
+                    cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            except OSError:
+                continue
+            return f" (PID {name}: {cmd[:200] or '?'})"
+    return " (its process is not readable from /proc: another user's?)"
 
 
 def log_tail(path: str | os.PathLike | None, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
@@ -493,6 +561,7 @@ class ReadinessProbe:
                 with trio.move_on_after(p.attempt_timeout_s) as attempt:
                     resp = await self.client.request(p.method, self.url)
                     if resp.status_code == p.status:
+                        self._alive_after_answer()
                         return
                     self.last = f"HTTP {resp.status_code}"
                 if attempt.cancelled_caught:
@@ -520,6 +589,17 @@ class ReadinessProbe:
                 if self.on_retry is not None:
                     self.on_retry(self.attempts, seen or self.last)
             await trio.sleep(p.interval_s)
+
+    def _alive_after_answer(self) -> None:
+        """A passing answer counts only while the launched server still runs: one that exited
+        meanwhile (a server that found its port taken dies when it tries to bind, maybe after
+        loading for a minute) did not give it -- another process did, and the death wins."""
+        if self.server is None or (rc := self.server.poll()) is None:
+            return
+        log = self.server.log_path
+        why = (f"{describe_exit(rc)} before it was ready{full_disk_note(log, rc)}; {self.url} was answered by "
+               "another process listening on its port, which soakspec did not start")
+        raise BackendError(self.name, why, log_tail(log), crash_lines(log))
 
     def _look_elsewhere(self) -> None:
         """A launched server refuses at the probed loopback address: does it listen on the other
