@@ -43,6 +43,7 @@ from runner_support import (
     sim_spec,
     soakspec_cmd,
     wait_no_survivors,
+    wait_not_running,
 )
 
 MISBEHAVING = Path(__file__).resolve().parent / "misbehaving" / "server.py"
@@ -846,3 +847,62 @@ def test_a_server_that_dies_while_another_process_answers_its_probe_is_never_rea
     assert said in proc.stderr, proc.stderr
     assert requests_of(out) == [] and not manifest(out)["backends"][0].get("preflight")
 
+
+# ------------------------------------------------------------------ a grandchild that escapes everything
+
+ESCAPING_SERVER = """\
+import os, socket, sys, time
+pidfile, port = sys.argv[1], sys.argv[2]
+if os.fork() == 0:
+    if os.fork() == 0:
+        os.setsid()  # out of the server's session and process group
+        # re-exec with an empty environment: no SOAKSPEC_SERVER marker, no test marker
+        code = ("import os, socket, sys, time; s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+                "open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)")
+        os.execve(sys.executable, [sys.executable, "-c", code, pidfile], {})
+    os._exit(0)  # its parent exits: the grandchild is an orphan, out of the server's process tree
+os.wait()
+os.execv(sys.executable, [sys.executable, MISBEHAVING, "--port", port, *sys.argv[3:]])
+"""
+
+
+@pytest.mark.parametrize("ending", ["passes", "passes with --workers 2", "the server dies", "SIGINT"])
+def test_a_grandchild_that_leaves_the_session_and_its_environment_is_stopped(tmp_path, ending):
+    """A server whose grandchild calls setsid() and re-execs itself with an empty environment
+    (a daemonizing helper): neither the process group, nor the process tree, nor the launch's
+    environment marker finds it, and it outlived every run. soakspec is its run's child subreaper,
+    so the orphan is re-parented to it and stopped at teardown -- whether the run passes (its
+    `--workers` load processes, children in sessions of their own too, are not taken for orphans),
+    aborts because the server died, or is interrupted."""
+    script = tmp_path / "escaping.py"
+    script.write_text(ESCAPING_SERVER.replace("MISBEHAVING", repr(str(MISBEHAVING))))
+    pidfile = tmp_path / "grandchild.pid"
+    crash = ["--mode", "die-mid-stream"] if ending == "the server dies" else []
+    argv = [PY, str(script), str(pidfile), "{port}", *crash]
+    spec_text = launch_spec(argv, duration="20s" if ending == "SIGINT" else "2s")
+    grandchild = None
+    try:
+        if ending == "SIGINT":
+            marker = new_marker()
+            proc = _start_runner(tmp_path, spec_text, marker, tmp_path / "ev")
+            grandchild = pid_from_file(pidfile)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+            assert wait_no_survivors(marker) == []
+            rc = proc.returncode
+        else:
+            done, out = run_spec(tmp_path, spec_text, *(["--workers", "2"] if "workers" in ending else []))
+            rc, err = done.returncode, done.stderr
+            grandchild = pid_from_file(pidfile)
+            if ending.startswith("passes"):
+                m = manifest(out)
+                assert m["status"] == "complete", m["incomplete_reason"]
+                assert m["host"]["child_subreaper"] == {"enabled": True, "reason": None}
+                if "workers" in ending:
+                    assert [lv["workers"] for lv in m["backends"][0]["levels"]] == [2]
+        assert rc in (RUN_COMPLETED if ending.startswith("passes") else (4,)), err
+        assert wait_not_running(grandchild), f"the escaped grandchild {grandchild} outlived the run"
+        assert "found as orphans soakspec adopted" in err, err
+    finally:
+        if grandchild is not None and pid_running(grandchild):
+            os.kill(grandchild, signal.SIGKILL)

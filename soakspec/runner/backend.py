@@ -141,6 +141,10 @@ async def serve_backend(
                 await load_stopped.wait()  # its in-flight requests end as the interrupt's, not the server's
         with trio.move_on_after(la.stop_bound_s, shield=True):
             await stop(server, la.shutdown_grace_s, la.kill_wait_s, deps.reaper)
+        if server.orphans_stopped:
+            pids = ", ".join(map(str, server.orphans_stopped[:5]))
+            deps.progress.error(f"[{la.name}] stopped {len(server.orphans_stopped)} process(es) left running outside its "
+                                f"server's process group and tree (PID {pids}), found as orphans soakspec adopted")
 
 
 def _port_taken_message(la: Launch, port: int, holder: str) -> str:

@@ -12,13 +12,15 @@
      each started backend's runtime boundary, traces and provenance (`collect`), then the
      final manifest.
 
-Aborts (exit 4): a backend that cannot start, is never ready, fails its pre-flight request,
+Aborts (exit 4): a backend that cannot start (its port already answers before it is launched:
+`procs.port_taken`), is never ready, fails its pre-flight request,
 dies mid-run or stops answering (its liveness, `runner/liveness.py`); evidence that cannot be
 written, during the load or while collecting it after (`collect`: the entry then holds what was
 known, `collect.unfinished_entry`); SIGINT, SIGTERM or SIGHUP. Each failure is recorded where it happens (`RunStatus`);
 the evidence written so far stays, the manifest is marked `aborted` with the reason and the
 time (`aborted_at`), the log lines that look like the cause are shown and kept in the
-backend's entry (`crash_diagnosis`), and every server is stopped (SIGTERM, grace, SIGKILL). If soakspec itself is
+backend's entry (`crash_diagnosis`), and every server is stopped (SIGTERM, grace, SIGKILL), with
+the orphans of their trees the run adopted as its child subreaper (`procs.Orphans`). If soakspec itself is
 SIGKILLed, the reaper kills the servers and the manifest still says `running`, which
 `verify` and `gate` report as incomplete; so does a final manifest the disk refuses (the
 start-of-run one stays whole: it is replaced atomically), the write error and the run's own
@@ -57,7 +59,7 @@ from soakspec.runner.driver import run_backend
 from soakspec.runner.fdlimit import exhaustion_text, local_errno, raise_open_files_limit
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence
-from soakspec.runner.procs import BackendError, Reaper, diagnosis_text
+from soakspec.runner.procs import BackendError, Orphans, Reaper, diagnosis_text
 from soakspec.runner.progress import Progress
 from soakspec.runner.prompts import PromptFiles, RunAborted, load_prompts
 from soakspec.runner.recorder import BackendRecorder, RunStatus, off_loop
@@ -211,8 +213,8 @@ async def _run(backends: list[_Backend], plan: Plan, deps: Deps, status: RunStat
 
 
 @contextlib.contextmanager
-def _reaper() -> Iterator[Reaper]:
-    reaper = Reaper()
+def _reaper(orphans: Orphans) -> Iterator[Reaper]:
+    reaper = Reaper(orphans)
     reaper.start()
     try:
         yield reaper
@@ -229,15 +231,28 @@ async def _execute(plan: Plan, options: RunOptions, progress: Progress, layout: 
         async with trio.open_nursery() as guard:
             load_scope = trio.CancelScope()
             await guard.start(_signals, load_scope, status, progress)
+            orphans = _adopting(plan)
             try:
-                return await _execute_watched(plan, options, progress, layout, run_id, status, load_scope)
+                return await _execute_watched(plan, options, progress, layout, run_id, status, load_scope, orphans)
             finally:
+                orphans.disable()
                 guard.cancel_scope.cancel()
     except BaseExceptionGroup as group:  # the run's own failure, not the watch's: as it was raised
         if len(group.exceptions) == 1:
             e = group.exceptions[0]
             raise e from e.__cause__
         raise
+
+
+def _adopting(plan: Plan) -> Orphans:
+    """The run's child-subreaper state (`procs.Orphans`): enabled when a backend is launched, so
+    that the orphans of its servers' trees come to this process and are stopped with them."""
+    orphans = Orphans()
+    if any(bp.launch.launches for bp in plan.backends):
+        orphans.enable()
+    else:
+        orphans.why_not = "no backend is launched"
+    return orphans
 
 
 INVENTORY_TIMEOUT_S = 30.0  # nvmlInit and the device inventory, at most, before the run goes on without GPUs
@@ -255,7 +270,7 @@ async def _gpu_inventory(nvml: NvmlSource) -> dict[str, Any]:
 
 
 async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, layout: L.RunLayout, run_id: str,
-                           status: RunStatus, load_scope: trio.CancelScope) -> RunStatus:
+                           status: RunStatus, load_scope: trio.CancelScope, orphans: Orphans) -> RunStatus:
     clock = RunClock()
     nvml = NvmlSource(options.nvml_module) if options.nvml_module is not None else NvmlSource()
     gpus = await _gpu_inventory(nvml)
@@ -275,6 +290,7 @@ async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, 
         manifest["host"]["open_files_limit"] = nofile
     if plan.only is not None:
         manifest["only"] = list(plan.only)  # a --backend run: the judge expects just these backends
+    manifest["host"]["child_subreaper"] = orphans.to_json()
     write_manifest(layout.root, manifest)
     # progress and error output (a server's log tail included) never shows them either
     progress.add_secrets(secrets)
@@ -288,7 +304,7 @@ async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, 
             status.reason = f"the spec requires GPUs and NVML reports none ({why})"
             progress.error(f"soakspec run: {status.reason}")
         else:
-            with _reaper() as reaper:
+            with _reaper(orphans) as reaper:
                 async with httpx.AsyncClient(timeout=PROBE_HTTP_TIMEOUT, trust_env=False) as http:
                     deps = Deps(clock, progress, http, h11_connect(clock), layout, reaper, nvml, options.workers,
                                 options.preflight, sweep_judge=options.sweep_judge)  # fmt: skip

@@ -22,6 +22,23 @@ PR_SET_PDEATHSIG is deliberately not used: trio starts processes from a worker t
 the signal fires when that *thread* exits (trio retires idle threads after ~10 s), which
 would kill a healthy server mid-soak.
 
+A descendant that leaves the group *and* scrubs its environment (`setsid`, then
+`execve(..., {})`: a daemonizing server, a helper that re-execs itself clean) carries no
+marker. For it soakspec makes itself the *child subreaper* of its run (Linux's
+PR_SET_CHILD_SUBREAPER, `Orphans`; set for the run, restored after): an orphan anywhere under
+a launched server is re-parented to soakspec instead of init, so it stays findable by
+parentage (its /proc/PID/stat ppid is soakspec's pid). `stop` ends those too -- SIGTERM, the
+grace, SIGKILL -- once no other launched server of the run is still serving (an orphan does
+not say which server it came from), and reaps them: a subreaper must `waitpid` its adopted
+zombies, and it does so only for the pids it adopted (`os.waitpid(pid, WNOHANG)` on each, never
+`waitpid(-1)`, which would steal the exit status of a server, a `--workers` process or the
+reaper that trio or subprocess waits for). What soakspec starts itself is registered
+(`spawning`) and never taken for an orphan, nor is anything in soakspec's own session (git,
+ssh-keygen: every launched server's descendant is in another, since the server starts a
+session of its own), nor a child that was already there when the run began. Off Linux, or where
+prctl refuses, it is a no-op whose reason the manifest records (`host.child_subreaper`).
+A SIGKILLed soakspec takes its adoptions with it: those orphans go to init, beyond the reaper.
+
 Before launching, the port soakspec picked for the server must not already accept connections
 (`port_taken`): a server left from an earlier run (a container still publishing the port
 answers without any process listening on this host) would answer the readiness probe at once,
@@ -30,6 +47,8 @@ while the real server loads, and the run would measure the wrong server.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import dataclasses
 import ipaddress
 import math
@@ -41,7 +60,7 @@ import socket
 import subprocess
 import sys
 import urllib.parse
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import httpx
 import trio
@@ -71,6 +90,161 @@ def marked_pids(marker: str) -> list[int]:
         except OSError:  # gone, or not ours to read
             continue
     return out
+
+
+class _Spawns:
+    """The processes soakspec starts itself and waits for (servers, `--workers` processes, the
+    reaper): never taken for adopted orphans. `pending`: a start in flight (its pid not known yet)."""
+
+    def __init__(self) -> None:
+        self.pids: set[int] = set()
+        self.pending = 0
+
+
+_SPAWNS = _Spawns()
+
+
+@contextlib.contextmanager
+def spawning() -> Iterator[Callable[[int], None]]:
+    """Around a start of a process soakspec waits for: `with spawning() as own: p = start(); own(p.pid)`.
+    While one is in flight no orphan is looked for (the new child is not registered yet)."""
+    _SPAWNS.pending += 1
+    try:
+        yield _SPAWNS.pids.add
+    finally:
+        _SPAWNS.pending -= 1
+
+
+def spawned_ended(pid: int) -> None:
+    """A registered process has been waited for: its pid may be reused by another."""
+    _SPAWNS.pids.discard(pid)
+
+
+PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+PR_GET_CHILD_SUBREAPER = 37
+
+
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """/proc/PID/stat after the command: state, ppid, pgrp, session, ... (None: gone, unreadable)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _running(pid: int) -> bool:
+    f = _stat_fields(pid)
+    return f is not None and f[0] not in (b"Z", b"X")
+
+
+class Orphans:
+    """soakspec as its run's child subreaper: the orphans of its servers' trees come to it
+    (see the module docstring). `enable()` at the run's start, `disable()` at its end."""
+
+    def __init__(self) -> None:
+        self.enabled = False
+        self.why_not: str | None = None  # why it is not enabled (off Linux, prctl refused)
+        self.serving: set[int] = set()  # launched servers not stopped yet: orphans wait until none is
+        self._previous = 0
+        self._before: set[int] = set()  # children already there when the run began
+
+    def enable(self) -> None:
+        if not sys.platform.startswith("linux"):
+            self.why_not = f"not Linux ({sys.platform}): PR_SET_CHILD_SUBREAPER is Linux's"
+            return
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            prev = ctypes.c_int(0)
+            libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(prev), 0, 0, 0)
+            if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                self.why_not = f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(ctypes.get_errno())}"
+                return
+        except (OSError, AttributeError) as e:
+            self.why_not = f"prctl is not available: {e}"
+            return
+        self._previous = prev.value
+        self._before = set(self._children())
+        self.enabled = True
+
+    def disable(self) -> None:
+        """The subreaper flag as it was before the run (an orphan from now on goes to init)."""
+        if self.enabled:
+            with contextlib.suppress(OSError, AttributeError):
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, self._previous, 0, 0, 0)
+            self.enabled = False
+
+    def to_json(self) -> dict:
+        return {"enabled": self.enabled, "reason": self.why_not}
+
+    @staticmethod
+    def _children() -> dict[int, list[bytes]]:
+        me = str(os.getpid()).encode()
+        out = {}
+        try:
+            names = os.listdir("/proc")
+        except OSError:
+            return {}
+        for name in names:
+            if name.isdigit() and (f := _stat_fields(name)) is not None and len(f) > 3 and f[1] == me:
+                out[int(name)] = f
+        return out
+
+    def adopted(self) -> list[int]:
+        """The live orphans soakspec adopted, and their descendants; the adopted that have exited
+        are reaped here (`waitpid` of each such pid, never of any other)."""
+        if not self.enabled or _SPAWNS.pending:
+            return []
+        own_session = str(os.getsid(0)).encode()
+        live: list[int] = []
+        for pid, f in self._children().items():
+            if pid in _SPAWNS.pids or pid in self._before or f[3] == own_session:
+                continue
+            if f[0] in (b"Z", b"X"):
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitpid(pid, os.WNOHANG)
+                continue
+            live.extend(p for p in process_tree_pids(pid) if p not in live and _running(p))
+        return live
+
+    async def stop(self, grace_s: float, kill_wait_s: float) -> list[int]:
+        """End every adopted orphan (and what it started): SIGTERM, up to `grace_s`, SIGKILL, up to
+        `kill_wait_s`; reaped as they exit. Returns the pids it signalled (sorted)."""
+        seen: set[int] = set()
+
+        def signal_new(sig: int) -> bool:
+            found = self.adopted()
+            for p in found:
+                if sig == signal.SIGKILL or p not in seen:
+                    _kill(p, sig)
+            seen.update(found)
+            return bool(found)
+
+        if not signal_new(signal.SIGTERM):
+            return []
+        with trio.move_on_after(grace_s):
+            while signal_new(signal.SIGTERM):
+                await trio.sleep(0.05)
+        with trio.move_on_after(kill_wait_s):
+            while signal_new(signal.SIGKILL):
+                await trio.sleep(0.05)
+        return sorted(seen)
+
+    def kill_all(self, wait_s: float = 2.0) -> list[int]:
+        """What is still adopted when the run ends (a teardown its bound cut short): SIGKILL, and
+        reaped within `wait_s`. Blocking: for the run's very end."""
+        import time
+
+        seen: set[int] = set()
+        deadline = time.monotonic() + wait_s
+        while found := self.adopted():
+            for p in found:
+                _kill(p, signal.SIGKILL)
+            seen.update(found)
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        return sorted(seen)
 
 
 class BackendError(Exception):
@@ -211,22 +385,26 @@ def diagnosis_text(err: BackendError) -> str:
 
 
 class Reaper:
-    """Handle on the reaper process. `watch(pgid)` before a group can leak; `close()` at the end."""
+    """Handle on the reaper process. `watch(pgid)` before a group can leak; `close()` at the end.
+    `orphans`: the run's child-subreaper state (`Orphans`), which `stop` ends what it adopted with."""
 
-    def __init__(self) -> None:
+    def __init__(self, orphans: Orphans | None = None) -> None:
         self._proc: subprocess.Popen | None = None
+        self.orphans = orphans if orphans is not None else Orphans()
 
     def start(self) -> None:
         if self._proc is not None:
             return
-        self._proc = subprocess.Popen(
-            [sys.executable, "-m", "soakspec.runner.reaper", str(os.getpid())],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,  # a Ctrl-C to our group must not kill it first
-            close_fds=True,
-        )
+        with spawning() as own:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "soakspec.runner.reaper", str(os.getpid())],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,  # a Ctrl-C to our group must not kill it first
+                close_fds=True,
+            )
+            own(self._proc.pid)
 
     def _send(self, line: str) -> None:
         if self._proc is None or self._proc.stdin is None:
@@ -247,6 +425,7 @@ class Reaper:
         self._send(f"marker {marker}")
 
     def close(self) -> None:
+        self.orphans.kill_all()  # what a teardown cut short by its bound left: nothing, normally
         if self._proc is None:
             return
         self._send("done")
@@ -259,6 +438,7 @@ class Reaper:
             self._proc.wait(timeout=5)
         except subprocess.TimeoutExpired:  # pragma: no cover
             self._proc.kill()
+        spawned_ended(self._proc.pid)
         self._proc = None
 
 
@@ -274,6 +454,7 @@ class Server:
     exit_status: int | None = None
     stop_signal: str | None = None
     marker: str | None = None  # its SERVER_MARKER value
+    orphans_stopped: list[int] = dataclasses.field(default_factory=list)  # adopted orphans its `stop` ended
 
     def stragglers(self) -> list[int]:
         """Processes of this launch still running outside the server's own process (SERVER_MARKER)."""
@@ -362,16 +543,20 @@ async def launch(
     env = {**env, SERVER_MARKER: marker}
     try:
         try:
-            proc = await trio.lowlevel.open_process(
-                list(argv),
-                stdin=subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                env=dict(env),
-                cwd=cwd,
-                start_new_session=True,
-                preexec_fn=server_preexec(),  # the open-files limit soakspec was started with, not its lifted one
-            )
+            with spawning() as own:
+                proc = await trio.lowlevel.open_process(
+                    list(argv),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_fd,
+                    stderr=log_fd,
+                    env=dict(env),
+                    cwd=cwd,
+                    start_new_session=True,
+                    preexec_fn=server_preexec(),  # the open-files limit soakspec was started with, not its lifted one
+                )
+                own(proc.pid)
+                if reaper is not None:
+                    reaper.orphans.serving.add(proc.pid)
         except FileNotFoundError as e:
             where = f" (cwd {cwd})" if cwd else ""
             raise BackendError(name, f"command not found: {what}{where}") from e
@@ -460,7 +645,9 @@ async def stop(server: Server, grace_s: float, kill_wait_s: float, reaper: Reape
     The groups the server's descendants moved to (`_escaped_groups`, taken before the first
     signal) are signalled only once the server's own group has gone, within the same grace:
     a launcher that stops its server itself on SIGTERM (scrapes it, drains it) does so first,
-    and what it leaves running is stopped after it."""
+    and what it leaves running is stopped after it. Then what carries the launch's marker
+    (`_stop_stragglers`), and, once no launched server of the run is serving, the orphans the
+    run adopted (`Orphans.stop`, listed in `server.orphans_stopped`)."""
     if server.poll() is None:
         server.stop_signal = "SIGTERM"
     escaped = _escaped_groups(server.pid, server.pgid)
@@ -482,10 +669,14 @@ async def stop(server: Server, grace_s: float, kill_wait_s: float, reaper: Reape
             _killpg(g, signal.SIGKILL)
         with trio.move_on_after(kill_wait_s):
             await server.process.wait()
-    server.poll()
+    if server.poll() is not None:
+        spawned_ended(server.pid)
     await _stop_stragglers(server, grace_s, kill_wait_s)
     if reaper is not None:
         reaper.forget(server.pgid)
+        reaper.orphans.serving.discard(server.pid)
+        if not reaper.orphans.serving:  # an orphan does not say whose it is: ended once no server serves
+            server.orphans_stopped += await reaper.orphans.stop(grace_s, kill_wait_s)
 
 
 async def _stop_stragglers(server: Server, grace_s: float, kill_wait_s: float) -> None:

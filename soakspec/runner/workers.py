@@ -63,6 +63,7 @@ from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence, SharedCount
 from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, drive_level
+from soakspec.runner.procs import spawned_ended, spawning
 from soakspec.runner.prompts import RunAborted
 
 READY, START, RECORDS, DONE, ERROR, JOB, HEALTH = range(7)
@@ -244,6 +245,7 @@ async def drive_level_workers(
                 if proc.returncode is None:
                     proc.kill()
                 await proc.wait()
+                spawned_ended(proc.pid)
         # also when the level was cut short (an abort rule ending a sweep's probe, a failure): the
         # next level's ids go on after every id a worker reported using, never reusing one
         ids.continue_after(shares)
@@ -258,10 +260,12 @@ async def _spawn(level: Level, job: dict[str, Any], shares: list[IdSequence], cl
     """Start one worker per share, send each its job, wait (bounded) until each says READY."""
     n = len(shares)
     for p in range(n):
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "soakspec.runner.workers"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
-        )  # fmt: skip
+        with spawning() as own:  # a child soakspec waits for: never taken for an adopted orphan (`procs.Orphans`)
+            proc = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "soakspec.runner.workers"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True,
+            )  # fmt: skip
+            own(proc.pid)
         procs.append(proc)
         readers.append(_Reader(proc.stdout))  # type: ignore[arg-type]
         # the run's secrets: the worker's records are redacted as the parent's (RequestRecord.freeze)
