@@ -848,6 +848,22 @@ def test_a_server_that_dies_while_another_process_answers_its_probe_is_never_rea
     assert requests_of(out) == [] and not manifest(out)["backends"][0].get("preflight")
 
 
+def test_only_a_loopback_port_that_accepts_is_taken():
+    """`port_taken`: a listening loopback port is taken, named with the process that listens (this
+    test's own); a bound port that does not listen is free; an address that is not loopback is not
+    looked at (soakspec launches servers on loopback only, and never connects elsewhere to check)."""
+    from soakspec.runner.procs import port_taken
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        assert port_taken("127.0.0.1", port) is None
+        s.listen()
+        held = port_taken("127.0.0.1", port)
+        assert held is not None and held.startswith(f" (PID {os.getpid()}: "), held
+        assert port_taken("192.0.2.1", port) is None  # TEST-NET-1: would hang or refuse, never tried
+
+
 # ------------------------------------------------------------------ a grandchild that escapes everything
 
 ESCAPING_SERVER = """\
