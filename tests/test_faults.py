@@ -882,30 +882,35 @@ os.execv(sys.executable, [sys.executable, MISBEHAVING, "--port", port, *sys.argv
 """
 
 
-@pytest.mark.parametrize("ending", ["passes", "passes with --workers 2", "the server dies", "SIGINT"])
+@pytest.mark.parametrize("ending", ["passes", "passes with --workers 2", "the server dies", "SIGINT", "SIGKILL"])
 def test_a_grandchild_that_leaves_the_session_and_its_environment_is_stopped(tmp_path, ending):
     """A server whose grandchild calls setsid() and re-execs itself with an empty environment
     (a daemonizing helper): neither the process group, nor the process tree, nor the launch's
     environment marker finds it, and it outlived every run. soakspec is its run's child subreaper,
     so the orphan is re-parented to it and stopped at teardown -- whether the run passes (its
     `--workers` load processes, children in sessions of their own too, are not taken for orphans),
-    aborts because the server died, or is interrupted."""
+    aborts because the server died, or is interrupted -- and by the reaper process, told each
+    orphan the run adopted, when soakspec itself is SIGKILLed."""
     script = tmp_path / "escaping.py"
     script.write_text(ESCAPING_SERVER.replace("MISBEHAVING", repr(str(MISBEHAVING))))
     pidfile = tmp_path / "grandchild.pid"
     crash = ["--mode", "die-mid-stream"] if ending == "the server dies" else []
     argv = [PY, str(script), str(pidfile), "{port}", *crash]
-    spec_text = launch_spec(argv, duration="20s" if ending == "SIGINT" else "2s")
+    spec_text = launch_spec(argv, duration="20s" if ending.startswith("SIG") else "2s")
     grandchild = None
     try:
-        if ending == "SIGINT":
+        if ending.startswith("SIG"):
             marker = new_marker()
             proc = _start_runner(tmp_path, spec_text, marker, tmp_path / "ev")
             grandchild = pid_from_file(pidfile)
-            proc.send_signal(signal.SIGINT)
+            proc.send_signal(getattr(signal, ending))
             _, err = proc.communicate(timeout=60)
             assert wait_no_survivors(marker) == []
             rc = proc.returncode
+            if ending == "SIGKILL":  # nothing of soakspec's own says anything: the reaper ends it
+                assert rc == -signal.SIGKILL
+                assert wait_not_running(grandchild, timeout=10), f"the escaped grandchild {grandchild} outlived soakspec"
+                return
         else:
             done, out = run_spec(tmp_path, spec_text, *(["--workers", "2"] if "workers" in ending else []))
             rc, err = done.returncode, done.stderr

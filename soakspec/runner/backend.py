@@ -120,11 +120,15 @@ async def serve_backend(
     started = False
     try:
         await _until_ready(la, url, server, deps, rec)
+        if deps.reaper is not None:
+            deps.reaper.tell_orphans()  # what the server's start left behind, before any load
         task_status.started(url)
         started = True
         async with trio.open_nursery() as watchers:
             if health is not None:
                 watchers.start_soon(_watch, la, url, server, health, deps, rec, watchers.cancel_scope)
+            if deps.reaper is not None:
+                watchers.start_soon(_tell_orphans, deps.reaper)
             rc = await server.process.wait()
             watchers.cancel_scope.cancel()
         if rec.aborted_reason is not None:  # the liveness watch found it dead first
@@ -145,6 +149,17 @@ async def serve_backend(
             pids = ", ".join(map(str, server.orphans_stopped[:5]))
             deps.progress.error(f"[{la.name}] stopped {len(server.orphans_stopped)} process(es) left running outside its "
                                 f"server's process group and tree (PID {pids}), found as orphans soakspec adopted")
+
+
+ORPHAN_SCAN_S = 2.0  # how often the reaper process is told the orphans the run has adopted
+
+
+async def _tell_orphans(reaper: Reaper) -> None:
+    """Every ORPHAN_SCAN_S while the server runs: the reaper process learns each orphan the run
+    adopted (`procs.Orphans`), so that a SIGKILLed soakspec leaves none of them running."""
+    while True:
+        await trio.sleep(ORPHAN_SCAN_S)
+        reaper.tell_orphans()
 
 
 def _port_taken_message(la: Launch, port: int, holder: str) -> str:

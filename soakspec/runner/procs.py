@@ -37,7 +37,9 @@ reaper that trio or subprocess waits for). What soakspec starts itself is regist
 ssh-keygen: every launched server's descendant is in another, since the server starts a
 session of its own), nor a child that was already there when the run began. Off Linux, or where
 prctl refuses, it is a no-op whose reason the manifest records (`host.child_subreaper`).
-A SIGKILLed soakspec takes its adoptions with it: those orphans go to init, beyond the reaper.
+A SIGKILLed soakspec cannot stop them itself, and they go to init: so the reaper process is told
+each one it adopted (`Reaper.tell_orphans`: when its server is ready, then every
+`ORPHAN_SCAN_S`), by pid and start time, and ends those still running when its pipe closes unclean.
 
 Before launching, the port soakspec picked for the server must not already accept connections
 (`port_taken`): a server left from an earlier run (a container still publishing the port
@@ -130,6 +132,16 @@ def _stat_fields(pid: int | str) -> list[bytes] | None:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             return fh.read().rsplit(b")", 1)[1].split()
     except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """A process's start time (clock ticks after boot, /proc/PID/stat): with its pid, what names
+    it and no later process that reuses the pid (None: gone)."""
+    f = _stat_fields(pid)
+    try:
+        return int(f[19]) if f is not None else None
+    except (IndexError, ValueError):
         return None
 
 
@@ -391,6 +403,7 @@ class Reaper:
     def __init__(self, orphans: Orphans | None = None) -> None:
         self._proc: subprocess.Popen | None = None
         self.orphans = orphans if orphans is not None else Orphans()
+        self._told: set[int] = set()  # the orphans `tell_orphans` has told the reaper process
 
     def start(self) -> None:
         if self._proc is not None:
@@ -423,6 +436,14 @@ class Reaper:
 
     def watch_marker(self, marker: str) -> None:
         self._send(f"marker {marker}")
+
+    def tell_orphans(self) -> None:
+        """Tell the reaper process each orphan the run has adopted (`Orphans`), with its start
+        time: if soakspec dies, they go to init, and only the reaper can still end them."""
+        for pid in self.orphans.adopted():
+            if pid not in self._told and (start := start_time(pid)) is not None:
+                self._told.add(pid)
+                self._send(f"pid {pid} {start}")
 
     def close(self) -> None:
         self.orphans.kill_all()  # what a teardown cut short by its bound left: nothing, normally

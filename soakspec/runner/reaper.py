@@ -2,8 +2,10 @@
 
 Started by the runner with a pipe on stdin. Commands, one per line: `watch PGID`,
 `forget PGID`, `marker VALUE` (a launch's SERVER_MARKER: what carries it escaped its group),
-`done`. When stdin closes before `done` (the runner was SIGKILLed, or crashed), every watched
-group and every process with a watched marker gets SIGTERM, then SIGKILL two seconds later. The reaper
+`pid PID START` (an orphan the runner adopted as its child subreaper, with its start time: it
+carries neither a group nor a marker of the run), `done`. When stdin closes before `done` (the
+runner was SIGKILLed, or crashed), every watched group, every process with a watched marker and
+every told orphan still running under that start time gets SIGTERM, then SIGKILL two seconds later. The reaper
 runs in its own session so a Ctrl-C aimed at the runner's terminal does not kill it first.
 """
 
@@ -42,6 +44,7 @@ def main() -> int:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     groups: set[int] = set()
     markers: set[str] = set()
+    orphans: dict[int, int] = {}  # pid -> start time
     clean = False
     for raw in sys.stdin.buffer:
         parts = raw.decode("ascii", "replace").split()
@@ -53,6 +56,9 @@ def main() -> int:
         if len(parts) == 2 and parts[0] == "marker":
             markers.add(parts[1])
             continue
+        if len(parts) == 3 and parts[0] == "pid" and parts[1].isdigit() and parts[2].isdigit():
+            orphans[int(parts[1])] = int(parts[2])
+            continue
         if len(parts) == 2 and parts[1].isdigit():
             if parts[0] == "watch":
                 groups.add(int(parts[1]))
@@ -60,10 +66,12 @@ def main() -> int:
                 groups.discard(int(parts[1]))
     if clean:
         return 0
-    from soakspec.runner.procs import marked_pids
+    from soakspec.runner.procs import marked_pids, start_time
 
     def marked() -> set[int]:
-        return {p for m in markers for p in marked_pids(m)}
+        """The processes with a watched marker, and the told orphans still running (the same start
+        time: not a later process that reuses the pid)."""
+        return {p for m in markers for p in marked_pids(m)} | {p for p, t in orphans.items() if start_time(p) == t}
 
     _kill(groups, signal.SIGTERM)
     _kill(marked(), signal.SIGTERM, os.kill)
