@@ -61,6 +61,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
@@ -245,8 +246,6 @@ class Orphans:
     def kill_all(self, wait_s: float = 2.0) -> list[int]:
         """What is still adopted when the run ends (a teardown its bound cut short): SIGKILL, and
         reaped within `wait_s`. Blocking: for the run's very end."""
-        import time
-
         seen: set[int] = set()
         deadline = time.monotonic() + wait_s
         while found := self.adopted():
