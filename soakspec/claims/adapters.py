@@ -34,6 +34,15 @@ cannot be re-judged (no embedded spec) is read from the stored files:
   its Artifact SHA-256 column). Every other 64-hex string anywhere in
   manifest.json/results.json, and the SHA-256 of those two files, go into `artifact_sha256`,
   so a document may cite any hash the evidence records.
+
+A comparison (`change_facts(doc, source)`, for `lint-claims --compare`): `soakspec compare`'s
+JSON document -- `Comparison.to_json()` of a comparison run in-process, or a file `compare
+--format json` wrote -- whose `schema_version` is one this soakspec writes and `kind` is
+"comparison". Each `rows[]` entry's `backend`, `new_backend`, `label`, `metric`, `stat`, `unit`,
+`base`, `new`, `change`, `change_kind`, `ci_low`, `ci_high`, `row_confidence`, `verdict` and
+`turn` are read (per-turn rows are left out: a claim about a level is about its rows); a row
+without them, or a document of another kind or version, is an `AdapterError`, never a
+comparison read as empty.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts, LevelFacts
+from soakspec.claims.facts import ChangeFacts, ChangeRow, ClaimBoundary, Coverage, EvidenceFacts, LevelFacts
 from soakspec.diagnostics import Diagnostic
 from soakspec.evidence import layout
 from soakspec.evidence.io import loads
@@ -626,3 +635,74 @@ def _facts(root: Path, manifest: dict, results: dict, verdict: Any) -> tuple[Evi
             )
         )
     return tuple(out)
+
+
+# ---------------------------------------------------------------- a comparison (`--compare`)
+
+_ROW_FIELDS = {"backend": str, "label": str, "metric": str, "stat": str, "unit": str, "verdict": str, "change_kind": str}
+_ROW_NUMBERS = ("base", "new", "change", "ci_low", "ci_high")
+_LABEL_CONCURRENCY = re.compile(r"\bconcurrency\s+(\d+)\b")
+_LABEL_RATE = re.compile(r"\brate\s+(\d+(?:\.\d+)?)\s*(?:rps|req/s)\b")
+
+
+def _number(row: dict[str, Any], key: str, where: str) -> float | None:
+    v = row.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise AdapterError(f"{where}: `{key}` is not a number")
+    return float(v)
+
+
+def _change_row(row: Any, where: str) -> ChangeRow | None:
+    from soakspec.compare import BY_NAME
+
+    if not isinstance(row, dict):
+        raise AdapterError(f"{where}: not a JSON object")
+    for key, kind in _ROW_FIELDS.items():
+        if not isinstance(row.get(key), kind):
+            raise AdapterError(f"{where}: no `{key}`")
+    if row.get("turn") is not None:
+        return None  # a multi-turn level's per-turn row: a claim about the level is about the level's rows
+    metric = BY_NAME.get(row["metric"])
+    if metric is None:
+        raise AdapterError(f"{where}: unknown metric {row['metric']!r}")
+    nums = {k: _number(row, k, where) for k in _ROW_NUMBERS}
+    conf = _number(row, "row_confidence", where)
+    label = row["label"]
+    conc = _LABEL_CONCURRENCY.search(label)
+    rate = _LABEL_RATE.search(label)
+    return ChangeRow(
+        backend=row["backend"], label=label, metric=row["metric"], stat=row["stat"], unit=row["unit"],
+        base=nums["base"], new=nums["new"], change=nums["change"], low=nums["ci_low"], high=nums["ci_high"],
+        verdict=row["verdict"], higher_is_worse=metric.higher_is_worse, absolute=row["change_kind"] == "difference",
+        row_confidence=conf if conf is not None else float("nan"), new_backend=str(row.get("new_backend") or row["backend"]),
+        concurrency=int(conc.group(1)) if conc else None, rate=float(rate.group(1)) if rate else None,
+    )
+
+
+def change_facts(doc: Any, source: str) -> ChangeFacts:
+    """`soakspec compare`'s JSON document (`Comparison.to_json()`) -> ChangeFacts. An
+    AdapterError (exit 2) for anything else: another kind of document, a schema version this
+    soakspec does not write, a row without the fields a claim is checked against."""
+    from soakspec.compare import SCHEMA_VERSION
+
+    if not isinstance(doc, dict) or doc.get("kind") != "comparison":
+        raise AdapterError(f"{source}: not a comparison (`soakspec compare --format json` writes one)")
+    if doc.get("schema_version") != SCHEMA_VERSION:
+        raise AdapterError(f"{source}: comparison schema_version {doc.get('schema_version')!r}; this soakspec reads "
+                           f"{SCHEMA_VERSION}")
+    rows = doc.get("rows")
+    if not isinstance(rows, list):
+        raise AdapterError(f"{source}: the comparison has no `rows` list")
+    out = [_change_row(r, f"{source}: rows[{i}]") for i, r in enumerate(rows)]
+    return ChangeFacts(source, tuple(r for r in out if r is not None))
+
+
+def read_change_facts(path: str | Path, text: str) -> ChangeFacts:
+    """A compare JSON file's text (read by the caller, bounded) -> ChangeFacts."""
+    try:
+        doc = loads(text)
+    except ValueError as e:  # a JSON (or msgspec) decode error: one line, exit 2
+        raise AdapterError(f"{path}: not JSON ({e})") from None
+    return change_facts(doc, str(path))

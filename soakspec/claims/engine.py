@@ -6,10 +6,11 @@ import dataclasses
 from collections.abc import Sequence
 
 from soakspec.claims.boundary import check_assertions, check_boundary_section, unasserted_blocks
+from soakspec.claims.changes import check_changes
 from soakspec.claims.document import parse_document
 from soakspec.claims.evidence_check import check_evidence, check_stale, check_stored
 from soakspec.claims.figures import check_figures
-from soakspec.claims.facts import ClaimBoundary, Coverage, EvidenceFacts
+from soakspec.claims.facts import ChangeFacts, ClaimBoundary, Coverage, EvidenceFacts
 from soakspec.claims.phrases import compile_exclusion
 from soakspec.claims.scope import check_scope
 from soakspec.claims.sustain import check_sustain
@@ -27,6 +28,7 @@ def lint(
     coverage: Coverage,
     evidence: Sequence[EvidenceFacts] = (),
     current_spec_sha256: str | None = None,
+    changes: ChangeFacts | None = None,
 ) -> list[Diagnostic]:
     """Check a review document against a claim boundary, a workload's coverage and evidence.
 
@@ -35,7 +37,8 @@ def lint(
     CB201/CB202 (values and hashes vs evidence; only with evidence), CB201 for latency,
     throughput and request-rate figures (`figures`; only with evidence), CB401 (stale evidence;
     only with `current_spec_sha256`), CB402 (the evidence's stored results.json/verdict.json
-    disagree with it re-judged: a warning). Unknown `coverage.hardware` is taken from the evidence.
+    disagree with it re-judged: a warning), CB501-CB505 (claims of change against `soakspec
+    compare`'s rows, `changes`; only with them: `soakspec.claims.changes`). Unknown `coverage.hardware` is taken from the evidence.
     Pure: no I/O. Diagnostics come sorted.
     """
     if not coverage.hardware:
@@ -60,4 +63,5 @@ def lint(
     diags += check_figures(doc, doc_path, evidence, negated)  # latency / throughput / rate figures (CB201)
     diags += check_stale(doc, doc_path, evidence, current_spec_sha256)
     diags += check_stored(doc, doc_path, evidence)
+    diags += check_changes(doc, doc_path, changes, negated)  # claims of change against compare's rows (CB501-CB505)
     return sorted(diags, key=sort_key)

@@ -203,11 +203,16 @@ def _level_value(lv: LevelFacts, kind: str) -> int | None:
 
 
 def _named_levels(ev: EvidenceFacts, text: str) -> tuple[LevelFacts, ...]:
-    """The levels of `ev` that `text` names: by the label or Offered text the reports print
+    """The levels of `ev` that `text` names (`named_levels`)."""
+    return named_levels(ev.levels, text)
+
+
+def named_levels(levels: Sequence[LevelFacts], text: str) -> tuple[LevelFacts, ...]:
+    """The levels of `levels` that `text` names: by the label or Offered text the reports print
     (`concurrency 4`, `rate 2 rps`, `phase steady, concurrency 8`, `2 req/s (open loop)`), or by
     its load in the words scope-checking reads (`concurrency 4`, `c=4`, `4 concurrent requests`,
     `at 2 rps`, `rate 2 req/s`)."""
-    if not ev.levels:
+    if not levels:
         return ()
     norm = _norm_text(text)
     conc: set[int] = set()
@@ -216,7 +221,7 @@ def _named_levels(ev: EvidenceFacts, text: str) -> tuple[LevelFacts, ...]:
             conc |= {int(x) for x in re.findall(r"\d+", m.group("list"))}
     rates = {float(m.group("n")) for rx in (_RATE, _RATE_BARE) for m in rx.finditer(text)}
     out = []
-    for lv in ev.levels:
+    for lv in levels:
         names = {_norm_text(lv.label), _norm_text(lv.offered)} - {"", "-"}
         if any(re.search(rf"(?<![\w.]){re.escape(n)}(?!\w|\.\d)", norm) for n in names):
             out.append(lv)

@@ -132,3 +132,43 @@ class EvidenceFacts:
         values = [self.report_sha256, self.spec_sha256, self.commit, self.model_revision]
         values += list(self.artifact_sha256.values())
         return frozenset(v.lower() for v in values if v)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChangeRow:
+    """One row of `soakspec compare`'s result (its JSON `rows[]`): a statistic of a metric at
+    one (backend, level) of two runs, its change and the confidence interval of that change.
+
+    `change`, `low`, `high` are `new / base - 1` (a relative change), or for a proportion
+    (`absolute`: ratio(errors)) the difference `new - base` of two shares. `higher_is_worse`
+    is the metric's direction (ttft, itl, tpot, latency, errors: higher is worse; qps and
+    throughput: lower is). `verdict` is compare's: regression, improvement, no significant
+    change, insufficient samples or missing. `concurrency` / `rate` are the level's load, read
+    from its label, so that "at 8 rps" finds the row labelled `rate 8 rps`."""
+
+    backend: str
+    label: str
+    metric: str  # errors | ttft | itl | tpot | latency | qps | throughput
+    stat: str  # p50, p95, p99, mean, ratio, …
+    unit: str  # s | /s | tok/s | ratio
+    base: float | None
+    new: float | None
+    change: float | None
+    low: float | None
+    high: float | None
+    verdict: str
+    higher_is_worse: bool
+    absolute: bool
+    row_confidence: float
+    new_backend: str = ""
+    concurrency: int | None = None
+    rate: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ChangeFacts:
+    """What `soakspec compare` measured between two runs (`lint --compare`): its rows, and where
+    they came from (`base → new` directories, or a compare JSON file) for messages."""
+
+    source: str
+    rows: tuple[ChangeRow, ...] = ()

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 from soakspec.commands.outpath import out_file, write_out_file
 from soakspec.exitcodes import ExitCode
@@ -71,10 +73,42 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="write the comparison to FILE (atomically) instead of stdout (-: stdout)")
 
 
+def comparison_of(command: str, base_dir: str, new_dir: str, spec_file: str | None, *, confidence: float | None = None,
+                  rules: Sequence[Any] = (), resamples: int | None = None, seed: int = 0,
+                  allow_workload_change: bool = False) -> Any:
+    """`soakspec compare BASE NEW`'s comparison (a `soakspec.compare.Comparison`), or an exit
+    code after saying why on stderr: both runs verified and re-derived as `gate` does, nothing
+    written, nothing executed. `lint-claims --compare BASE NEW` checks a document against it.
+    The rules are the spec's `compare` block's (`spec_file`, else the new run's), then `rules`."""
+    from soakspec.commands.gate import load_for_judging
+    from soakspec.compare import RunSamples, compare, rules_of
+
+    # The base run is read whole -- its records re-derived as the gate does, every level's
+    # samples taken -- and its table let go before the new run is read: two day-long runs'
+    # tables together were 1.2 GiB (RunSamples). The new run's samples are read from its
+    # table a (level, metric) at a time.
+    loaded = load_for_judging(command, base_dir, spec_file, name_dir=True)
+    if isinstance(loaded, int):
+        return loaded
+    base_judge, base_ev = loaded
+    base = RunSamples.read(base_ev, dir=str(base_dir), judge=base_judge,  # re-derived with --spec, else its own spec
+                           ran=None if spec_file else base_judge, keep=False)  # the spec it ran: its embedded one
+    del loaded, base_ev
+    loaded = load_for_judging(command, new_dir, spec_file, name_dir=True)
+    if isinstance(loaded, int):
+        return loaded
+    spec, new_ev = loaded  # --spec, else the new run's own spec: the one under review
+    del loaded
+    confidence = confidence if confidence is not None else spec.compare.confidence
+    return compare(base, new_ev, base_dir=str(base_dir), new_dir=str(new_dir), confidence=confidence,
+                   rules=list(rules_of(spec)) + list(rules), resamples=resamples, seed=seed,
+                   allow_rehearsal=spec.gate.allow_rehearsal, workload_change=allow_workload_change,
+                   new_spec=None if spec_file else spec, judged_with=(base_judge, spec))
+
+
 def main(args: argparse.Namespace) -> int:
     from soakspec.cli import UsageError
-    from soakspec.commands.gate import load_for_judging
-    from soakspec.compare import MIN_RESAMPLES, MIN_TAIL_DRAWS, RuleError, RunSamples, compare, parse_rule, rules_of
+    from soakspec.compare import MIN_RESAMPLES, MIN_TAIL_DRAWS, RuleError, parse_rule
     from soakspec.compare.render import render
     from soakspec.evidence.io import EvidenceError
 
@@ -93,28 +127,10 @@ def main(args: argparse.Namespace) -> int:
         from soakspec.commands.outpath import check_out_file
 
         check_out_file(args.out, [args.base, args.new])
-    # The base run is read whole -- its records re-derived as the gate does, every level's
-    # samples taken -- and its table let go before the new run is read: two day-long runs'
-    # tables together were 1.2 GiB (RunSamples). The new run's samples are read from its
-    # table a (level, metric) at a time.
-    loaded = load_for_judging("compare", args.base, args.spec, name_dir=True)
-    if isinstance(loaded, int):
-        return loaded
-    base_judge, base_ev = loaded
-    base = RunSamples.read(base_ev, dir=str(args.base), judge=base_judge,  # re-derived with --spec, else its own spec
-                           ran=None if args.spec else base_judge, keep=False)  # the spec it ran: its embedded one
-    del loaded, base_ev
-    loaded = load_for_judging("compare", args.new, args.spec, name_dir=True)
-    if isinstance(loaded, int):
-        return loaded
-    spec, new_ev = loaded  # --spec, else the new run's own spec: the one under review
-    del loaded
-    rules = list(rules_of(spec)) + rules
-    confidence = args.confidence if args.confidence is not None else spec.compare.confidence
-    c = compare(base, new_ev, base_dir=str(args.base), new_dir=str(args.new), confidence=confidence,
-                rules=rules, resamples=resamples, seed=args.seed, allow_rehearsal=spec.gate.allow_rehearsal,
-                workload_change=args.allow_workload_change,
-                new_spec=None if args.spec else spec, judged_with=(base_judge, spec))
+    c = comparison_of("compare", args.base, args.new, args.spec, confidence=args.confidence, rules=rules,
+                      resamples=resamples, seed=args.seed, allow_workload_change=args.allow_workload_change)
+    if isinstance(c, int):
+        return c
     if c.resamples_requested is not None:
         print(f"soakspec compare: note: --resamples {c.resamples_requested} raised to {c.resamples}: each end of the "
               f"{len(c.rows)} rows' family-wise intervals needs at least {MIN_TAIL_DRAWS} draws beyond it", file=sys.stderr)

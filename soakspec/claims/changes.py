@@ -1,0 +1,511 @@
+"""Check 8: claims of change (CB501-CB505) -- "p99 TTFT fell 12% at 8 rps", "throughput
+improved 1.3x", "ITL is unchanged", "no regression in p95 latency" -- against what `soakspec
+compare` measured between the two runs (`ChangeFacts`: its rows, each a change and its
+confidence interval; `lint-claims --compare BASE NEW` or `--compare compare.json`).
+
+What is read. Prose only (paragraphs and list items; not headings, tables, fenced code,
+blockquotes or `code`), a clause at a time: a sentence is cut at `;`, a dash, but / however /
+although / whereas / while / because / since / yet, and at "," or "and" once the part before it
+has said a change ("p99 TTFT fell 12% and throughput rose 1.3x" is two claims; "p95 and p99
+TTFT fell 10%" one). A clause is a claim of change when it holds
+
+- a metric: TTFT, ITL, TPOT, latency / e2e (as `figures` reads them, with a percentile or
+  median: "p99 TTFT", "TTFT p95", "median ITL"), throughput / output tok/s (compare's
+  `mean(throughput)`), QPS / request rate / req/s (`mean(qps)`), error rate / errors /
+  failures (`ratio(errors)`), goodput (which compare does not measure). Several metrics in a
+  list ("TTFT and ITL fell") are each claimed;
+- exactly one direction: fell, dropped, decreased, declined, reduced, lower, cut, halved (down);
+  rose, increased, grew, higher, climbed, jumped, doubled, tripled (up); improved, faster,
+  better, sped up, speedup (better); regressed, slower, worse, degraded, slowdown (worse);
+  unchanged, unaffected, no (significant) change / regression / difference, did not change /
+  regress, stayed the same, flat (unchanged). Two directions in one clause ("lower is better")
+  are not a claim;
+- optionally a magnitude: N% ("fell 12%", "a 12% improvement", "12% lower"), Nx / N× / N times
+  ("1.3x higher throughput", "2x faster TTFT"), N pp / percentage points (errors), or "from A
+  to B" / "A → B" with units ("from 410 ms to 360 ms", "from 1.2% to 0.4%"); "more than",
+  "at least", "over" make it a lower bound, "up to", "at most", "under" an upper bound, and
+  "~", "about", "roughly" … widen a round number as `figures` does;
+- optionally a level ("at 8 rps", "at concurrency 4", "c=4", the row's label "rate 8 rps") and
+  a backend name; a clause that names none takes the sentence's.
+
+Direction. For ttft, itl, tpot, latency and errors lower is better: "improved" / "faster" means
+the figure fell; for throughput and qps higher is better. "Fell" and "rose" are the figure's own
+direction whatever the metric. A percentage with better / worse words on a latency ("12% faster")
+is read both ways, as 12% less time and as 12% more speed (1 / 1.12), and holds if either does;
+"2x faster" is half the time; "rose 2x" is double (or, as some write it, +200%). A percentage on
+errors is ambiguous (relative or points) and only its direction is checked.
+
+What is checked (one finding per claim). The claim's rows are compare's rows of that metric (and
+percentile: a claim naming none is about any of compare's percentiles of it), at the named
+levels (else every level) of the named backend (else every backend). A claim of change holds
+when ONE of its rows shows it -- a significant change in the claimed direction whose interval
+holds the claimed magnitude (within half a unit of its last digit) -- so that a claim that does
+not name a level is not flagged because another level differs. Otherwise:
+
+- CB501 every decided row changed significantly the other way ("p99 TTFT fell" where compare
+  measured a regression);
+- CB502 the claimed magnitude lies outside the interval of every row that shows the direction
+  (or, where none does, of every row): the message states the intervals;
+- CB503 the claim outruns the evidence: compare found no significant change (the interval holds
+  0) or had too few samples to tell;
+- CB504 "unchanged" / "no regression" where ANY of its rows is a significant regression (an
+  unchanged claim about an improvement is not flagged: it understates);
+- CB505 (a warning) compare has no row for the claim: a metric it does not measure (goodput, a
+  mean TTFT), a level or backend it did not pair, or a row with no data -- missing data is never
+  a pass, so the claim is not silently accepted.
+
+Not claims of change (precision over recall): a clause that is negated, hedged or asked
+(`polarity`: "did not improve", "may improve", "Non-goals"), a rule or threshold ("regression
+<= 5%", require / budget / limit / target / gate / allow / tolerance), one that calls itself
+noise ("not significant", "within noise"), an absolute change in a unit ("50 ms faster": the
+direction is checked, not the 50 ms), a bare signed figure with no direction word ("-12%",
+"410 → 360 ms" alone), and every sentence of a table, heading, code or quote.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import math
+import re
+from collections.abc import Sequence
+
+from soakspec.claims.document import BlockKind, Document
+from soakspec.claims.evidence_check import named_levels
+from soakspec.claims.facts import ChangeFacts, ChangeRow, LevelFacts
+from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RULE_CUE, _TIME_UNIT, _aggs, _metric_key, _scale
+from soakspec.claims.polarity import NEGATION_CUES, NEGATION_DETERMINERS, Polarity, polarity
+from soakspec.claims.scope import _CONCURRENCY, _RATE
+from soakspec.diagnostics import Diagnostic, Severity
+
+# ---------------------------------------------------------------- vocabulary
+
+_DIRECTION = re.compile(
+    r"(?P<same>\bunchanged\b|\bunaffected\b"
+    r"|\bno\s+(?:(?:statistically\s+)?significant\s+|measurable\s+|noticeable\s+|real\s+)?(?:change|regression|difference|slowdown|degradation)s?\b"
+    r"|\b(?:did\s+not|didn['’]t|does\s+not|doesn['’]t|has\s+not|hasn['’]t)\s+(?:change|regress|degrade|get\s+worse|move)\b"
+    r"|\b(?:stayed|remained|stays|remains|is|was|are|were)\s+(?:the\s+)?same\b|\b(?:stayed|remained|stays|remains|is|was)\s+flat\b)"
+    r"|(?P<down>\b(?:fell|falls?|falling|dropped|drops?|dropping|decreased|decreases?|decreasing|declined|declines?|reduced|reduces?"
+    r"|reduction|shrank|shrinks?|went\s+down|(?:is|was|are|were)\s+down|lower|lowered|lowers|cut|cuts|halved)\b)"
+    r"|(?P<up>\b(?:rose|rises?|rising|increased|increases?|increasing|grew|grows?|growing|went\s+up|(?:is|was|are|were)\s+up"
+    r"|higher|raised|climbed|climbs?|jumped|jumps?|doubled|tripled)\b)"
+    r"|(?P<better>\b(?:improved|improves?|improving|improvements?|faster|better|sped\s+up|speed[\s-]?ups?)\b)"
+    r"|(?P<worse>\b(?:regressed|regress(?:es|ing)?|regressions?|slower|worse|degraded|degrades?|degradation|slowed(?:\s+down)?|slowdown)\b)",
+    re.I,
+)
+# "no TTFT regression": the determiner before the metric makes the noun after it "unchanged"
+_NO_BEFORE = re.compile(r"\bno\s+(?:(?:statistically\s+)?significant\s+|measurable\s+|noticeable\s+|real\s+)?$", re.I)
+_SAME_NOUN = re.compile(r"^(?:regressions?|changes?|difference|slowdown|degradation)$", re.I)
+_FACTOR_WORD = {"halved": 2.0, "doubled": 2.0, "tripled": 3.0}
+
+_OTHER_METRICS = (
+    (re.compile(r"(?<![\w-])(?:(?:output|generation|decode|token)\s+)?throughput\b"
+                r"|\b(?:output\s+)?tok(?:en)?s?\s*(?:/|per)\s*s(?:ec(?:ond)?)?\b", re.I), "throughput"),
+    (re.compile(r"\bqps\b|\brequest\s+rate\b|\breq(?:uest)?s?\s*(?:/|per)\s*s(?:ec(?:ond)?)?\b", re.I), "qps"),
+    (re.compile(r"\bratio\(errors\)|\berror[\s-]+(?:rate|share|ratio)s?\b|\berrors\b|\bfailure[\s-]+rates?\b"
+                r"|\bfailures\b|\bfailed\s+requests\b", re.I), "errors"),
+    (re.compile(r"\bgoodput\b", re.I), "goodput"),
+)
+_AFTER_NUMBER = re.compile(rf"{_NUM}\s*$")  # "405 tok/s", "8 req/s": a figure or a load, not the metric's name
+_RATE_QUALIFIED = re.compile(r"\b(?:input|prompt|prefill|total|peak|max(?:imum)?|min(?:imum)?|per[\s-]?(?:user|request|stream|gpu))\s+$", re.I)
+_LEVEL_TEXT = [*_CONCURRENCY, _RATE, re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s*(?:rps|req/s)\b", re.I)]
+
+_NOT_A_CLAIM = re.compile(
+    r"\b(?:gates?|allow(?:s|ed)?|toleran(?:ce|t)|not\s+(?:statistically\s+)?significant|insignificant|within\s+(?:the\s+)?noise"
+    r"|noise|confidence|ci)\b|<(?!-)|(?<!-)>|[≤≥]",
+    re.I,
+)
+_BREAK = re.compile(r";|\s[—–]\s|\s--\s|—|\b(?:but|however|although|though|whereas|while|because|since|yet)\b", re.I)
+_SOFT_BREAK = re.compile(r",\s+(?:and\s+)?|\s+and\s+", re.I)
+
+_MOD = rf"(?:(?P<lower>more\s+than|at\s+least|over|above|upwards\s+of)\s+|(?P<upper>up\s+to|at\s+most|under|below|less\s+than)\s+|(?P<approx>{_APPROX})\s*)?"
+_PCT = re.compile(rf"{_MOD}(?P<n>{_NUM})\s*(?:%|\s+percent\b)(?!\s*(?:confidence|ci\b|interval|of\b))", re.I)
+_PP = re.compile(rf"{_MOD}(?P<n>{_NUM})\s*(?:pp\b|percentage[\s-]+points?\b|points?\b)", re.I)
+_FACTOR = re.compile(rf"{_MOD}(?P<n>{_NUM})\s*(?:x(?![\w])|×|\s+times\b)", re.I)
+_UNITS = rf"(?:{_TIME_UNIT}(?![\w/])|%|tok(?:en)?s?\s*/\s*s\b|tok(?:en)?s?\s+per\s+s(?:ec(?:ond)?)?\b|req(?:uest)?s?\s*/\s*s\b|rps\b|qps\b)"
+_FROM_TO = re.compile(
+    rf"\bfrom\s+(?:{_APPROX}\s*)?(?P<a>{_NUM})\s*(?P<ua>{_UNITS})?\s*(?:to|→|->)\s*(?P<approx>{_APPROX}\s*)?(?P<b>{_NUM})\s*(?P<ub>{_UNITS})"
+    rf"|(?<![\w.])(?P<a2>{_NUM})\s*(?P<ua2>{_UNITS})\s*(?:→|->)\s*(?P<b2>{_NUM})\s*(?P<ub2>{_UNITS})",
+    re.I,
+)
+
+LABEL = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "latency": "latency", "throughput": "throughput", "qps": "QPS",
+         "errors": "error rate", "goodput": "goodput"}
+HIGHER_IS_WORSE = {"ttft": True, "itl": True, "tpot": True, "latency": True, "errors": True, "throughput": False, "qps": False,
+                   "goodput": False}
+_COMPARE_STAT = {"throughput": "mean", "qps": "mean", "errors": "ratio"}  # the one statistic compare has of these
+
+
+# ---------------------------------------------------------------- what a clause claims
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Magnitude:
+    """A claimed size of the change: candidate ranges of the change itself (new / base - 1, or
+    a difference of shares for errors), any of which may hold; `text` as written."""
+
+    text: str
+    ranges: tuple[tuple[float, float], ...]
+    start: int
+    end: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Claim:
+    metric: str  # ttft | itl | tpot | latency | throughput | qps | errors | goodput
+    stats: tuple[str, ...]  # () : any statistic compare has of the metric
+    direction: str  # down | up | better | worse | same
+    word: str  # the direction as written
+    magnitudes: tuple[Magnitude, ...]
+    start: int  # in the sentence
+    end: int
+    scope: str  # the text that may name a level or backend (the clause, else the sentence)
+    sentence: str
+
+
+def _half(num: str, approx: bool) -> float:
+    """Half a unit of the last stated digit ("12" 0.5, "1.3" 0.05; "~10" 5: `figures`' rule)."""
+    n = num.replace(",", "")
+    if "." in n:
+        return 10.0 ** -len(n.split(".")[1]) / 2
+    if approx and n.strip("0"):
+        return 10.0 ** (len(n) - len(n.rstrip("0"))) / 2
+    return 0.5
+
+
+def _sign(direction: str, metric: str) -> int:
+    """The sign of the change of the figure itself that `direction` claims (0: unchanged)."""
+    hiw = HIGHER_IS_WORSE[metric]
+    return {"down": -1, "up": 1, "better": -1 if hiw else 1, "worse": 1 if hiw else -1, "same": 0}[direction]
+
+
+def _bounded(m: re.Match[str], lo: float, hi: float) -> tuple[float, float]:
+    if m.group("lower"):
+        return lo, math.inf
+    if m.group("upper"):
+        return 0.0, hi
+    return lo, hi
+
+
+def _ratio_ranges(kind: str, lo: float, hi: float, s: int, direction: str, metric: str) -> list[tuple[float, float]]:
+    """new / base for a claimed percentage ("pct", lo..hi as fractions) or factor ("x")."""
+    out: list[tuple[float, float]] = []
+    if kind == "pct":
+        out.append((1 + lo, 1 + hi) if s > 0 else (1 - hi, 1 - lo))
+        if HIGHER_IS_WORSE[metric] and direction in ("better", "worse"):  # "12% faster": 12% more speed, too
+            out.append((1 / (1 + lo), 1 / (1 + hi)) if s < 0 else (1 / (1 - lo), 1 / (1 - hi) if hi < 1 else math.inf))
+    elif hi <= 1:  # "0.8x the throughput": the ratio itself
+        out.append((lo, hi))
+    elif s > 0:
+        out += [(lo, hi), (1 + lo, 1 + hi)]  # "rose 2x": double; some write it for +200%
+    else:
+        out.append((1 / hi, 1 / lo if lo > 0 else math.inf))  # "2x faster TTFT", "fell 2x": half
+    return [(min(a, b), max(a, b)) for a, b in out]
+
+
+def _unit_fits(unit: str | None, metric: str) -> bool:
+    if unit is None:
+        return False
+    u = unit.lower()
+    if metric in ("ttft", "itl", "tpot", "latency"):
+        return re.fullmatch(_TIME_UNIT, u, re.I) is not None
+    if metric == "errors":
+        return u == "%"
+    if metric == "throughput":
+        return u.startswith("tok")
+    return metric == "qps" and (u.startswith("req") or u in ("rps", "qps"))
+
+
+def _from_to(m: re.Match[str], metric: str) -> tuple[float, float] | None:
+    """The change that "from A to B" states, as a range (rounding of A and B)."""
+    a, b = m.group("a") or m.group("a2"), m.group("b") or m.group("b2")
+    ua, ub = m.group("ua") or m.group("ua2"), m.group("ub") or m.group("ub2")
+    ua = ua or ub
+    if not (_unit_fits(ua, metric) and _unit_fits(ub, metric)):
+        return None
+    approx = bool(m.group("approx"))
+    sa, sb = (_scale(ua), _scale(ub)) if metric in ("ttft", "itl", "tpot", "latency") else (1.0, 1.0)
+    va, ha = float(a.replace(",", "")) * sa, _half(a, approx) * sa
+    vb, hb = float(b.replace(",", "")) * sb, _half(b, approx) * sb
+    if metric == "errors":  # shares in percent: the change is a difference of points
+        return ((vb - hb) - (va + ha)) / 100, ((vb + hb) - (va - ha)) / 100
+    if va - ha <= 0:
+        return None
+    return (vb - hb) / (va + ha) - 1, (vb + hb) / (va - ha) - 1
+
+
+def _magnitudes(text: str, metric: str, direction: str, word: str) -> list[Magnitude]:
+    """The sizes of change a clause states for `metric` (none where a kind is stated twice)."""
+    s = _sign(direction, metric)
+    out: list[Magnitude] = []
+    taken: list[tuple[int, int]] = []
+    found = [m for m in _FROM_TO.finditer(text)]
+    if len(found) == 1 and (r := _from_to(found[0], metric)) is not None:
+        out.append(Magnitude(found[0].group(0).strip(), (r,), found[0].start(), found[0].end()))
+    taken += [(m.start(), m.end()) for m in found]
+    if s == 0:
+        return []
+    for rx, kind in ((_PCT, "pct"), (_FACTOR, "x"), (_PP, "pp")):
+        ms = [m for m in rx.finditer(text) if not any(a <= m.start("n") < b for a, b in taken)]
+        taken += [(m.start(), m.end()) for m in ms]
+        if len(ms) != 1:
+            continue
+        m = ms[0]
+        v, h = float(m.group("n").replace(",", "")), _half(m.group("n"), bool(m.group("approx")))
+        if kind == "pp":
+            if metric != "errors":
+                continue
+            lo, hi = _bounded(m, (v - h) / 100, (v + h) / 100)
+            ranges = [(lo, hi) if s > 0 else (-hi, -lo)]
+        elif metric == "errors":
+            continue  # "errors fell 50%": of the share, or points? Only the direction is checked
+        elif kind == "pct":
+            lo, hi = _bounded(m, (v - h) / 100, (v + h) / 100)
+            ranges = [(a - 1, b - 1) for a, b in _ratio_ranges("pct", lo, hi, s, direction, metric)]
+        else:
+            lo, hi = _bounded(m, v - h, v + h)
+            ranges = [(a - 1, b - 1) for a, b in _ratio_ranges("x", max(lo, 1e-9), hi, s, direction, metric)]
+        out.append(Magnitude(m.group(0).strip(), tuple(ranges), m.start(), m.end()))
+    factor = _FACTOR_WORD.get(word.lower())
+    if factor is not None and not any(k.text.lower().endswith(("x", "×", "times")) for k in out):
+        ranges = tuple((a - 1, b - 1) for a, b in _ratio_ranges("x", factor, factor, s, direction, metric))
+        out.append(Magnitude(word, ranges, 0, 0))
+    return out
+
+
+def _blank(text: str, spans: Sequence[tuple[int, int]]) -> str:
+    chars = list(text)
+    for a, b in spans:
+        chars[a:b] = " " * (b - a)
+    return "".join(chars)
+
+
+def _level_spans(text: str) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for rx in _LEVEL_TEXT for m in rx.finditer(text)]
+
+
+def _metrics(text: str) -> list[tuple[str, tuple[str, ...], int, int]]:
+    """(metric, statistics named, start, end) of each metric a clause names."""
+    out: list[tuple[str, tuple[str, ...], int, int]] = []
+    for m in _PHRASE.finditer(text):
+        if _LAT_QUALIFIER.search(text[max(0, m.start() - 40) : m.start()]):
+            continue  # queue / network / client latency: not compare's
+        stats = tuple(dict.fromkeys(_aggs(m.group("pre") or m.group("post1") or m.group("post2"))))
+        out.append((_metric_key(m.group("metric")), stats, m.start(), m.end()))
+    for rx, key in _OTHER_METRICS:
+        for m in rx.finditer(text):
+            if any(a < m.end() and m.start() < b for _, _, a, b in out):
+                continue
+            before = text[max(0, m.start() - 30) : m.start()]
+            if key in ("throughput", "qps") and (_RATE_QUALIFIED.search(before) or _AFTER_NUMBER.search(before)):
+                continue  # prefill / peak / per-user throughput, or a figure ("405 tok/s"): not the metric
+            out.append((key, (), m.start(), m.end()))
+    return sorted(out, key=lambda x: x[2])
+
+
+def _clauses(masked: str) -> list[tuple[int, int]]:
+    cuts = [0]
+    for m in _BREAK.finditer(masked):
+        cuts += [m.start(), m.end()]
+    cuts.append(len(masked))
+    out: list[tuple[int, int]] = []
+    for a, b in zip(cuts[0::2], cuts[1::2]):
+        start = a
+        for m in _SOFT_BREAK.finditer(masked, a, b):
+            right = masked[m.end() : b]
+            if (_DIRECTION.search(masked, start, m.start()) and _metrics(masked[start : m.start()])
+                    and (_DIRECTION.search(right) or _metrics(right))):  # "TTFT fell 12%, from 410 to 360 ms": one claim
+                out.append((start, m.start()))
+                start = m.end()
+        out.append((start, b))
+    return [(a, b) for a, b in out if masked[a:b].strip()]
+
+
+def _is_list(text: str, metrics: Sequence[tuple[str, tuple[str, ...], int, int]]) -> bool:
+    return all(re.fullmatch(r"\s*(?:,|/|&|and|or|,\s*and)?\s*", text[x[3] : y[2]], re.I) for x, y in zip(metrics, metrics[1:]))
+
+
+def _negated_between(text: str) -> bool:
+    return bool(NEGATION_CUES.search(text) or NEGATION_DETERMINERS.search(text))
+
+
+def claims_in(masked: str, negated: bool = False) -> list[Claim]:
+    """The claims of change one sentence (masked text) makes."""
+    out: list[Claim] = []
+    for a, b in _clauses(masked):
+        clause = masked[a:b]
+        if _RULE_CUE.search(clause) or _NOT_A_CLAIM.search(clause):
+            continue
+        blanked = _blank(clause, _level_spans(clause))
+        dirs = list(_DIRECTION.finditer(blanked))
+        metrics = _metrics(blanked)
+        if len(dirs) != 1 or not metrics or not _is_list(blanked, metrics):
+            continue
+        d = dirs[0]
+        direction = next(k for k in ("same", "down", "up", "better", "worse") if d.group(k))
+        first, last = metrics[0][2], metrics[-1][3]
+        start = min(first, d.start())
+        if direction == "worse" and d.start() > last and _SAME_NOUN.match(d.group(0)) and (no := _NO_BEFORE.search(blanked, 0, first)):
+            direction, start = "same", no.start()  # "no TTFT regression"
+        elif direction != "same" and (first < d.start() and _negated_between(blanked[last : d.start()])):
+            continue  # "TTFT did not improve"
+        end = max(last, d.end())
+        if polarity(masked, a + start, a + end, negated) is not Polarity.ASSERTED:
+            continue
+        for metric, stats, _, _ in metrics:
+            mags = tuple(_magnitudes(blanked, metric, direction, d.group(0)))
+            stop = max([end] + [m.end for m in mags])
+            out.append(Claim(metric, stats, direction, " ".join(d.group(0).split()), mags, a + start, a + stop, clause, masked))
+    return out
+
+
+# ---------------------------------------------------------------- against compare's rows
+
+def _pct(v: float, unit: str = "%") -> str:
+    x = v * 100
+    text = f"{x:+.1f}"
+    if x != 0 and float(text) == 0:
+        text = f"{x:+.2g}"
+    return text + unit
+
+
+def _value(v: float | None, unit: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "s":
+        return f"{v * 1000:.1f} ms" if abs(v) < 1 else f"{v:.3f} s"
+    if unit == "ratio":
+        return f"{v * 100:.1f}%"
+    return f"{v:.2f} {'req/s' if unit == '/s' else unit}"
+
+
+def describe(r: ChangeRow) -> str:
+    """A row as compare's table shows it: `sim · rate 8 rps: p99(ttft) 410.0 ms → 452.0 ms, +10.2% (+4.1% .. +16.0%, regression)`."""
+    unit = " pp" if r.absolute else "%"
+    iv = "" if r.low is None or r.high is None else f"{_pct(r.low, unit)} .. {_pct(r.high, unit)}, "
+    change = "-" if r.change is None else _pct(r.change, unit)
+    return f"{r.backend} · {r.label}: {r.stat}({r.metric}) {_value(r.base, r.unit)} → {_value(r.new, r.unit)}, {change} ({iv}{r.verdict})"
+
+
+_DECIDED = ("regression", "improvement", "no significant change")
+_MAX_ROWS_SHOWN = 3
+
+
+def _rows_text(rows: Sequence[ChangeRow]) -> str:
+    more = len(rows) - _MAX_ROWS_SHOWN
+    return "; ".join(describe(r) for r in rows[:_MAX_ROWS_SHOWN]) + (f"; and {more} more" if more > 0 else "")
+
+
+def _direction_of(r: ChangeRow) -> int:
+    assert r.low is not None and r.high is not None
+    return 1 if r.low > 0 else -1 if r.high < 0 else 0
+
+
+def _holds(m: Magnitude, r: ChangeRow) -> bool:
+    assert r.low is not None and r.high is not None
+    eps = 1e-9
+    return any(lo <= r.high + eps and r.low - eps <= hi for lo, hi in m.ranges)
+
+
+def _merged(text: str, spans: Sequence[tuple[int, int]]) -> list[str]:
+    """The level phrases `spans` cover, overlaps merged, without a leading "at"."""
+    out: list[list[int]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return list(dict.fromkeys(re.sub(r"^(?:at|for|on|under|with)\s+", "", text[a:b].strip(), flags=re.I) for a, b in out))
+
+
+def _selected(c: Claim, facts: ChangeFacts) -> tuple[list[ChangeRow], str]:
+    """The rows a claim is about, and where it said (the level text, for messages)."""
+    rows = [r for r in facts.rows if r.metric == c.metric]
+    names = {r.backend for r in facts.rows} | {r.new_backend for r in facts.rows}
+    for text in (c.scope, c.sentence):
+        said = {n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.I)}
+        if said:
+            rows = [r for r in rows if r.backend in said or r.new_backend in said]
+            break
+    levels = {r.label: LevelFacts(r.label, concurrency=r.concurrency, rate=r.rate) for r in facts.rows}
+    where = ""
+    for text in (c.scope, c.sentence):
+        named = {lv.label for lv in named_levels(tuple(levels.values()), text)}
+        spans = _level_spans(text)
+        if named or spans:
+            rows = [r for r in rows if r.label in named]
+            where = " at " + (", ".join(sorted(named)) if named else ", ".join(_merged(text, spans)))
+            break
+    if c.stats:
+        rows = [r for r in rows if r.stat in c.stats]
+    return rows, where
+
+
+def _what(c: Claim) -> str:
+    stats = "/".join(c.stats)
+    return f"{stats + ' ' if stats else ''}{LABEL[c.metric]}"
+
+
+_HINT = {
+    "CB501": "the change is what `soakspec compare BASE NEW` measured; correct the direction (for latencies and errors lower "
+             "is better, for throughput and QPS higher)",
+    "CB502": "state a change inside the interval, or the interval itself; a magnitude holds within half a unit of its last digit",
+    "CB503": "the interval holds 0 (or compare had too few samples): say no significant change was found, or measure more",
+    "CB504": "a significant regression is not 'unchanged': state it",
+    "CB505": "compare has no row for this metric or level: compare runs that measured it, or drop the claim",
+}
+
+
+def _diag(code: str, message: str, c: Claim, start: int, doc: Document, path: str) -> Diagnostic:
+    severity = Severity.WARNING if code == "CB505" else Severity.ERROR
+    return Diagnostic(code, message, doc.span(start + c.start, start + c.end), path, severity, _HINT[code])
+
+
+def _finding(c: Claim, facts: ChangeFacts) -> tuple[str, str] | None:
+    """(code, message) for a claim that compare's rows do not bear out; None where they do."""
+    rows, where = _selected(c, facts)
+    claimed = f"states {_what(c)} {c.word}" + (f" {' '.join(m.text for m in c.magnitudes if m.start != m.end)}" if any(m.start != m.end for m in c.magnitudes) else "") + where
+    have = [r for r in rows if r.verdict != "missing"]
+    if not have:
+        what = "no data (missing)" if rows else "no row for it"
+        return "CB505", f"{claimed}; compare ({facts.source}) has {what}: a claim of change it did not measure is not checked"
+    decided = [r for r in have if r.verdict in _DECIDED and r.low is not None and r.high is not None]
+    s = _sign(c.direction, c.metric)
+    if s == 0:
+        bad = [r for r in decided if r.verdict == "regression"]
+        if bad:
+            return "CB504", f"{claimed}; compare measured a significant regression: {_rows_text(bad)}"
+        if not decided:
+            return "CB505", f"{claimed}; compare could not tell (insufficient samples): {_rows_text(have)}"
+        return None
+    if not decided:
+        return "CB503", f"{claimed}; compare had too few samples to tell: {_rows_text(have)}"
+    shows = [r for r in decided if _direction_of(r) == s]
+    if shows:
+        missed = [m for m in c.magnitudes if not any(_holds(m, r) for r in shows)]
+        if not missed:
+            return None
+        return "CB502", f"{claimed}; {missed[0].text} is outside compare's interval: {_rows_text(shows)}"
+    if all(_direction_of(r) == -s for r in decided):
+        return "CB501", f"{claimed}; compare measured the opposite: {_rows_text(decided)}"
+    missed = [m for m in c.magnitudes if not any(_holds(m, r) for r in decided)]
+    if missed:
+        return "CB502", f"{claimed}; {missed[0].text} is outside compare's interval, and it found no significant change: {_rows_text(decided)}"
+    return "CB503", f"{claimed}; compare found no significant change (the interval holds 0): {_rows_text(decided)}"
+
+
+def check_changes(doc: Document, path: str, facts: ChangeFacts | None, negated_blocks: frozenset[int] = frozenset()) -> list[Diagnostic]:
+    """CB501-CB505: claims of change against compare's rows (only with `facts`)."""
+    if facts is None:
+        return []
+    out: list[Diagnostic] = []
+    starts = doc.line_starts
+    for s in doc.sentences:
+        block = doc.blocks[s.block]
+        line = bisect.bisect_right(starts, s.start)
+        if block.kind not in (BlockKind.PARAGRAPH, BlockKind.LIST_ITEM) or line in doc.code_lines or line in doc.quote_lines:
+            continue
+        for c in claims_in(doc.sentence_text(s), s.block in negated_blocks):
+            found = _finding(c, facts)
+            if found is not None:
+                out.append(_diag(*found, c, s.start, doc, path))
+    return out
