@@ -5,7 +5,7 @@ confidence interval; `lint-claims --compare BASE NEW` or `--compare compare.json
 
 What is read. Prose only (paragraphs and list items; not headings, tables, fenced code,
 blockquotes or `code`), a clause at a time: a sentence is cut at `;`, a dash, but / however /
-although / whereas / while / because / since / yet, and at "," or "and" once the part before it
+although / whereas / while / because / since / yet / so / therefore, and at "," or "and" once the part before it
 has said a change ("p99 TTFT fell 12% and throughput rose 1.3x" is two claims; "p95 and p99
 TTFT fell 10%" one). A clause is a claim of change when it holds
 
@@ -96,6 +96,15 @@ _DIRECTION = re.compile(
 # "no TTFT regression": the determiner before the metric makes the noun after it "unchanged"
 _NO_BEFORE = re.compile(r"\bno\s+(?:(?:statistically\s+)?significant\s+|measurable\s+|noticeable\s+|real\s+)?$", re.I)
 _SAME_NOUN = re.compile(r"^(?:regressions?|changes?|difference|slowdown|degradation)$", re.I)
+# what may stand between a metric and its direction word ("p50 TTFT of the new build fell", "a 12%
+# improvement in p99 TTFT"): anything else there is another subject ("TTFT goes as the prompt grows")
+_GAP = re.compile(
+    r"(?:\s|[,:*_~]|\([^()]*\)|\b(?:is|are|was|were|has|have|had|got|gets|also|further|significantly|substantially"
+    r"|markedly|slightly|noticeably|clearly|now|then|overall|both|in|of|on|for|the|its|our|this|new|run|build|branch|version"
+    r"|change|pr|patch|by|about|roughly|approximately|nearly|almost|around|values?|figures?|numbers?|times?|a|an|and|to|\d+(?:\.\d+)?\s*(?:%|x|×|pp))\b"
+    r"|(?:\d+(?:\.\d+)?\s*(?:%|x|×)))*",
+    re.I,
+)
 _FACTOR_WORD = {"halved": 2.0, "doubled": 2.0, "tripled": 3.0}
 
 _OTHER_METRICS = (
@@ -115,7 +124,7 @@ _NOT_A_CLAIM = re.compile(
     r"|noise|confidence|ci)\b|<(?!-)|(?<!-)>|[≤≥]",
     re.I,
 )
-_BREAK = re.compile(r";|\s[—–]\s|\s--\s|—|\b(?:but|however|although|though|whereas|while|because|since|yet)\b", re.I)
+_BREAK = re.compile(r";|\s[—–]\s|\s--\s|—|\b(?:but|however|although|though|whereas|while|because|since|yet|so|therefore|thus|hence)\b", re.I)
 _SOFT_BREAK = re.compile(r",\s+(?:and\s+)?|\s+and\s+", re.I)
 
 _MOD = rf"(?:(?P<lower>more\s+than|at\s+least|over|above|upwards\s+of)\s+|(?P<upper>up\s+to|at\s+most|under|below|less\s+than)\s+|(?P<approx>{_APPROX})\s*)?"
@@ -267,7 +276,8 @@ def _magnitudes(text: str, metric: str, direction: str, word: str) -> list[Magni
         out.append(Magnitude(m.group(0).strip(), tuple(ranges), m.start(), m.end()))
     factor = _FACTOR_WORD.get(word.lower())
     if factor is not None and not any(k.text.lower().endswith(("x", "×", "times")) for k in out):
-        ranges = tuple((a - 1, b - 1) for a, b in _ratio_ranges("x", factor, factor, s, direction, metric))
+        # a word, not a figure: "halved" holds from 1.5x to 2.5x less, as "2x" (half a unit) would
+        ranges = tuple((a - 1, b - 1) for a, b in _ratio_ranges("x", factor - 0.5, factor + 0.5, s, direction, metric))
         out.append(Magnitude(word, ranges, 0, 0))
     return out
 
@@ -343,6 +353,9 @@ def claims_in(masked: str, negated: bool = False) -> list[Claim]:
         d = dirs[0]
         direction = next(k for k in ("same", "down", "up", "better", "worse") if d.group(k))
         first, last = metrics[0][2], metrics[-1][3]
+        gap = blanked[last : d.start()] if last <= d.start() else blanked[d.end() : first] if d.end() <= first else None
+        if gap is None or not _GAP.fullmatch(gap):
+            continue  # the direction is another subject's ("TTFT goes as the prompt grows"), or inside the metric
         start = min(first, d.start())
         if direction == "worse" and d.start() > last and _SAME_NOUN.match(d.group(0)) and (no := _NO_BEFORE.search(blanked, 0, first)):
             direction, start = "same", no.start()  # "no TTFT regression"
@@ -354,7 +367,8 @@ def claims_in(masked: str, negated: bool = False) -> list[Claim]:
         for metric, stats, _, _ in metrics:
             mags = tuple(_magnitudes(blanked, metric, direction, d.group(0)))
             stop = max([end] + [m.end for m in mags])
-            out.append(Claim(metric, stats, direction, " ".join(d.group(0).split()), mags, a + start, a + stop, clause, masked))
+            for stat in [(x,) for x in stats] or [()]:  # "p95 and p99 TTFT fell 10%": each percentile is claimed
+                out.append(Claim(metric, stat, direction, " ".join(d.group(0).split()), mags, a + start, a + stop, clause, masked))
     return out
 
 
@@ -463,7 +477,11 @@ def _diag(code: str, message: str, c: Claim, start: int, doc: Document, path: st
 def _finding(c: Claim, facts: ChangeFacts) -> tuple[str, str] | None:
     """(code, message) for a claim that compare's rows do not bear out; None where they do."""
     rows, where = _selected(c, facts)
-    claimed = f"states {_what(c)} {c.word}" + (f" {' '.join(m.text for m in c.magnitudes if m.start != m.end)}" if any(m.start != m.end for m in c.magnitudes) else "") + where
+    sizes = " ".join(m.text for m in c.magnitudes if m.start != m.end)  # a word's ("halved") is in the word
+    if c.direction == "same":
+        claimed = f"says \"{c.word}\" of {_what(c)}{where}"
+    else:
+        claimed = f"states {_what(c)} {c.word}{' ' + sizes if sizes else ''}{where}"
     have = [r for r in rows if r.verdict != "missing"]
     if not have:
         what = "no data (missing)" if rows else "no row for it"

@@ -1,0 +1,266 @@
+"""`soakspec lint-claims DOC --compare BASE NEW` (or `--compare compare.json`): a before/after
+review's claims of change ("p99 TTFT fell 12% at 8 rps", "throughput improved 1.3x", "ITL is
+unchanged") checked against what `soakspec compare` measured between the two runs
+(`soakspec.claims.changes`, CB501-CB505).
+
+The two runs are written by the test (`EvidenceBuilder`): the new run's TTFT is 0.8x the base's
+and it completed 130 requests a bucket where the base completed 100, so compare finds p50/p95
+TTFT and throughput/QPS improved, ITL and TPOT unchanged, p99 TTFT not significantly changed
+(its interval is wide), and no errors on either side. Its rows, at rate 4 rps:
+p50(ttft) -24.4% (-30.9% .. -17.5%), p95(ttft) -20.0%, p99(ttft) -20.4% (-55.5% .. +0.6%),
+mean(throughput) +30.2% (+25.6% .. +34.9%); at rate 8 rps p50(ttft) -17.0% (-25.5% .. -8.6%)."""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from soakspec import cli
+from soakspec.claims import ClaimBoundary, Coverage, adapters, lint
+from soakspec.claims.changes import claims_in
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+SPEC = small_spec(duration="4m", bucket="1m", mode="open", levels="[4rps, 8rps]", backends=("sim",))
+
+
+def _run(seed: int, ttft_factor: float, per_bucket: int) -> EvidenceBuilder:
+    b = EvidenceBuilder(SPEC, per_bucket=per_bucket, run_id=f"run{seed}")
+    rng = random.Random(seed)
+    for level in (0, 1):
+        for r in b.measured("sim", level=level):
+            ttft = rng.lognormvariate(-2.3, 0.35) * ttft_factor
+            gaps = [rng.lognormvariate(-4.0, 0.25) for _ in range(63)]
+            r.update(ttft=ttft, first_token=r["start"] + ttft, itl=gaps, tpot=sum(gaps) / 63,
+                     latency=ttft + sum(gaps), end=r["start"] + ttft + sum(gaps))
+    return b
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("changes")
+    out = {"base": _run(1, 1.0, 100).write(tmp / "base"), "new": _run(2, 0.8, 130).write(tmp / "new")}
+    out["spec"] = tmp / "spec.soak"
+    out["spec"].write_text(SPEC.canonical_text)
+    out["json"] = tmp / "compare.json"
+    assert cli.main(["compare", str(out["base"]), str(out["new"]), "--format", "json", "--out", str(out["json"])]) == 0
+    return out
+
+
+def _lint(tmp_path: Path, capsys, doc: str, runs: dict[str, Path], *compare: str) -> tuple[int, list[tuple[int, str]], str]:
+    """(exit code, [(line, code)] of the CB5xx findings, the whole output: stdout, then stderr)."""
+    p = tmp_path / "PR.md"
+    p.write_text(doc + "\n## Claim boundary\n\nSynthetic runs.\n")
+    code = cli.main(["lint-claims", str(p), "--spec", str(runs["spec"]), "--compare", *compare])
+    cap = capsys.readouterr()
+    out = cap.out + cap.err
+    found = [(int(m.group(1)), m.group(2)) for m in re.finditer(rf"^{re.escape(str(p))}:(\d+):\d+: (CB5\d\d) ", out, re.M)]
+    return code, found, out
+
+
+def _both(runs: dict[str, Path]) -> list[tuple[str, ...]]:
+    """The two forms of --compare: the directories (compared here) and compare's JSON."""
+    return [(str(runs["base"]), str(runs["new"])), (str(runs["json"]),)]
+
+
+CORRECT = """# PR: faster prefill
+
+At 4 rps, p50 TTFT fell 24%.
+p50 TTFT improved from 101 ms to 77 ms at 4 rps.
+The p50 TTFT at rate 8 rps dropped by about 17%.
+Throughput improved 1.3x.
+Output throughput rose 30% at 8 rps, and QPS increased 30% too.
+ITL is unchanged.
+There is no regression in p95 latency.
+We saw no TTFT regression.
+p50 TTFT fell 20%.
+The new scheduler makes p50 TTFT 1.3x faster at 4 rps.
+"""
+
+
+def test_claims_that_compare_bears_out_are_clean(tmp_path, capsys, runs):
+    for form in _both(runs):
+        code, found, out = _lint(tmp_path, capsys, CORRECT, runs, *form)
+        assert (code, found) == (0, []), out
+
+
+WRONG = """# PR: faster prefill
+
+p50 TTFT rose 10% at 4 rps.
+At 8 rps, p50 TTFT fell 40%.
+p50 ITL improved 5%.
+p99 TTFT fell 20% at 8 rps.
+Mean TTFT fell 10%.
+At 16 rps, p50 TTFT fell 24%.
+Goodput rose 20%.
+Throughput fell 30% at 4 rps.
+p50 TTFT regressed at 4 rps.
+p50 TTFT is 2x faster at 4 rps.
+p95 and p99 TTFT fell 10% at 4 rps.
+"""
+
+
+def test_each_claim_compare_does_not_bear_out_is_flagged_on_its_line(tmp_path, capsys, runs):
+    expected = [
+        (3, "CB501"),  # rose: compare measured -24.4%
+        (4, "CB502"),  # -40% is outside -25.5% .. -8.6%
+        (5, "CB503"),  # ITL: the interval holds 0
+        (6, "CB503"),  # p99 TTFT: -55.5% .. +0.6%, not significant
+        (7, "CB505"),  # compare has no mean(ttft) row
+        (8, "CB505"),  # nor a 16 rps level
+        (9, "CB505"),  # nor goodput
+        (10, "CB501"),  # throughput rose 30%
+        (11, "CB501"),  # TTFT improved: lower is better
+        (12, "CB502"),  # 2x faster is -50%
+        (13, "CB503"),  # p95 fell (fine), p99 did not significantly
+    ]
+    for form in _both(runs):
+        code, found, out = _lint(tmp_path, capsys, WRONG, runs, *form)
+        assert code == 1 and found == expected, out
+
+
+def test_a_message_states_the_interval_and_points_at_the_claim(tmp_path, capsys, runs):
+    code, found, out = _lint(tmp_path, capsys, "# PR\n\nAt 8 rps, p50 TTFT fell 40%.\n", runs, *_both(runs)[0])
+    p = tmp_path / "PR.md"
+    assert f"{p}:3:11: CB502 states p50 TTFT fell 40% at rate 8 rps; 40% is outside compare's interval: " \
+           "sim · rate 8 rps: p50(ttft) 97.7 ms → 81.0 ms, -17.0% (-25.5% .. -8.6%, improvement)" in out
+    assert "  At 8 rps, p50 TTFT fell 40%.\n            ^~~~~~~~~~~~~~~~~\n  hint: " in out
+    # a claim compare has no row for is a warning: it alone does not fail the document
+    code, found, out = _lint(tmp_path, capsys, "# PR\n\nGoodput rose 20%.\n", runs, *_both(runs)[1])
+    assert code == 0 and found == [(3, "CB505")] and "[warning]" in out
+
+
+def test_unchanged_or_no_regression_where_compare_measured_a_regression_is_CB504(tmp_path, capsys, runs):
+    """The same runs the other way round (new as base): TTFT regressed, ITL did not change."""
+    doc = ("# PR\n\nThere is no regression in p50 TTFT.\nTTFT is unchanged at 4 rps.\nITL is unchanged.\n"
+           "p50 TTFT did not regress at rate 8 rps.\nThroughput is the same.\n")
+    code, found, out = _lint(tmp_path, capsys, doc, runs, str(runs["new"]), str(runs["base"]))
+    assert code == 1 and found == [(3, "CB504"), (4, "CB504"), (6, "CB504"), (7, "CB504")], out
+    assert "compare measured a significant regression: sim · rate 4 rps: p50(ttft) 76.6 ms → 101.3 ms" in out
+
+
+NOT_CLAIMS = """# PR
+
+The gate requires p99(ttft) regression <= 5%.
+`p50 TTFT fell 40%` is what the old dashboard said.
+TTFT may improve further with continuous batching.
+p50 TTFT did not improve at 4 rps.
+We do not claim that throughput doubled.
+p99 TTFT fell 20% (not significant).
+Does p50 ITL improve 5% at 8 rps?
+Lower is better for TTFT.
+p99 ITL rose 3%, within noise.
+
+> p50 TTFT rose 10% at 4 rps.
+
+| Metric | Change |
+|---|---|
+| p50 TTFT rose 10% | +10% |
+
+## p50 TTFT rose 10% at 4 rps
+
+## Non-goals
+
+- p50 ITL improved 5%.
+"""
+
+
+def test_what_is_not_a_claim_of_change_is_not_flagged(tmp_path, capsys, runs):
+    code, found, out = _lint(tmp_path, capsys, NOT_CLAIMS, runs, *_both(runs)[1])
+    assert found == [], out
+
+
+def test_compare_markdown_pasted_into_the_review_is_clean(tmp_path, capsys, runs):
+    assert cli.main(["compare", str(runs["base"]), str(runs["new"]), "--format", "md"]) == 0
+    table = capsys.readouterr().out
+    code, found, out = _lint(tmp_path, capsys, "# PR\n\n" + table, runs, *_both(runs)[1])
+    assert found == [], out
+
+
+def test_without_compare_claims_of_change_are_not_checked(tmp_path, capsys, runs):
+    p = tmp_path / "PR.md"
+    p.write_text(WRONG + "\n## Claim boundary\n\nSynthetic runs.\n")
+    cli.main(["lint-claims", str(p), "--spec", str(runs["spec"])])
+    assert "CB5" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("payload, says", [
+    ({"kind": "report", "schema_version": 1, "rows": []}, "not a comparison"),
+    ({"kind": "comparison", "schema_version": 99, "rows": []}, "schema_version 99"),
+    ({"kind": "comparison", "schema_version": 1}, "no `rows` list"),
+    ({"kind": "comparison", "schema_version": 1, "rows": [{"backend": "sim", "metric": "ttft"}]}, "rows[0]: no `label`"),
+    ("not json", "not JSON"),
+])
+def test_a_comparison_file_of_another_kind_or_version_is_a_usage_error(tmp_path, capsys, runs, payload, says):
+    f = tmp_path / "c.json"
+    f.write_text(payload if isinstance(payload, str) else json.dumps(payload))
+    code, found, out = _lint(tmp_path, capsys, "# PR\n\nTTFT fell 10%.\n", runs, str(f))
+    assert code == 2 and says in out, out
+
+
+def test_compare_takes_two_directories_or_one_file(tmp_path, capsys, runs):
+    code, _, out = _lint(tmp_path, capsys, "# PR\n", runs, str(runs["base"]))
+    assert code == 2 and "two evidence directories" in out, out
+
+
+def test_the_document_may_follow_the_two_directories(tmp_path, capsys, runs):
+    p = tmp_path / "PR.md"
+    p.write_text("# PR\n\np50 TTFT rose 10% at 4 rps.\n\n## Claim boundary\n\nSynthetic runs.\n")
+    code = cli.main(["lint-claims", "--spec", str(runs["spec"]), "--compare", str(runs["base"]), str(runs["new"]), str(p)])
+    assert code == 1 and f"{p}:3:1: CB501" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- property
+
+NAMES = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "latency": "e2e latency", "qps": "QPS", "throughput": "throughput",
+         "errors": "error rate"}
+
+
+def _shown(v: float, unit: str) -> str:
+    if unit == "s":
+        return f"{v * 1000:.1f} ms"
+    if unit == "ratio":
+        return f"{v * 100:.1f}%"
+    return f"{v:.2f} {'req/s' if unit == '/s' else unit}"
+
+
+@pytest.fixture(scope="module")
+def rows(runs):
+    return adapters.read_change_facts(runs["json"], runs["json"].read_text())
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_a_claim_rendered_from_compares_own_row_never_flags(rows, data):
+    """Property: a sentence that states a row's own change -- its direction in any of the words
+    read (the figure's fell/rose, or improved/regressed by the metric's better side), its size as
+    a percentage, as from base to new, or not at all, and "unchanged" / "no regression" where the
+    row is no significant change -- at the row's level, is never a CB5xx finding (for a row
+    whose point change lies in its interval, as compare's do here)."""
+    r = data.draw(st.sampled_from([r for r in rows.rows if r.low is not None and r.low <= r.change <= r.high]))
+    what = f"{r.stat} {NAMES[r.metric]}" if r.stat.startswith("p") else NAMES[r.metric]
+    where = data.draw(st.sampled_from([f"At {r.label}, {what}", f"{what} at {r.label}"]))
+    if r.verdict == "no significant change" or (r.verdict == "improvement" and data.draw(st.booleans())):
+        text = data.draw(st.sampled_from([f"{where} is unchanged.", f"There is no regression in {what} at {r.label}.",
+                                          f"{where} did not regress."]))
+    else:
+        down = r.change < 0
+        good = down == r.higher_is_worse
+        word = data.draw(st.sampled_from((["fell", "dropped", "decreased"] if down else ["rose", "increased", "grew"])
+                                         + (["improved"] if good else ["regressed"])))
+        size = data.draw(st.sampled_from(["", f" {abs(r.change) * 100:.1f}%" if not r.absolute else f" {abs(r.change) * 100:.1f} pp",
+                                          f" from {_shown(r.base, r.unit)} to {_shown(r.new, r.unit)}"]))
+        text = f"{where} {word}{size}."
+    diags = lint(f"# PR\n\n{text}\n", "PR.md", ClaimBoundary(), Coverage(), changes=rows)
+    assert [d for d in diags if d.code.startswith("CB5")] == [], (text, r)
+
+
+def test_the_clause_reader_splits_two_claims_and_keeps_a_list_together():
+    got = [(c.metric, c.stats, c.direction, [m.text for m in c.magnitudes])
+           for c in claims_in("p95 and p99 TTFT fell 10% at 8 rps, and throughput rose 1.3x.")]
+    assert got == [("ttft", ("p95",), "down", ["10%"]), ("ttft", ("p99",), "down", ["10%"]),
+                   ("throughput", (), "up", ["1.3x"])]
