@@ -22,7 +22,6 @@ from hypothesis import given, settings, strategies as st
 
 from soakspec import cli
 from soakspec.claims import ClaimBoundary, Coverage, adapters, lint
-from soakspec.claims.changes import claims_in
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 
 SPEC = small_spec(duration="4m", bucket="1m", mode="open", levels="[4rps, 8rps]", backends=("sim",))
@@ -260,6 +259,8 @@ def test_a_claim_rendered_from_compares_own_row_never_flags(rows, data):
 
 
 def test_the_clause_reader_splits_two_claims_and_keeps_a_list_together():
+    from soakspec.claims.changes import claims_in
+
     got = [(c.metric, c.stats, c.direction, [m.text for m in c.magnitudes])
            for c in claims_in("p95 and p99 TTFT fell 10% at 8 rps, and throughput rose 1.3x.")]
     assert got == [("ttft", ("p95",), "down", ["10%"]), ("ttft", ("p99",), "down", ["10%"]),

@@ -59,7 +59,8 @@ Not claims of change (precision over recall): a clause that is negated, hedged o
 <= 5%", require / budget / limit / target / gate / allow / tolerance), one that calls itself
 noise ("not significant", "within noise"), an absolute change in a unit ("50 ms faster": the
 direction is checked, not the 50 ms), a bare signed figure with no direction word ("-12%",
-"410 → 360 ms" alone), and every sentence of a table, heading, code or quote.
+"410 → 360 ms" alone), every sentence of a table, heading, code or quote, and a "sentence" of
+more than MAX_SENTENCE characters (the reading stays linear in the document).
 """
 
 from __future__ import annotations
@@ -400,6 +401,7 @@ def describe(r: ChangeRow) -> str:
     return f"{r.backend} · {r.label}: {r.stat}({r.metric}) {_value(r.base, r.unit)} → {_value(r.new, r.unit)}, {change} ({iv}{r.verdict})"
 
 
+MAX_SENTENCE = 2000  # characters; a longer "sentence" (a table pasted as one line, a log) is not read
 _DECIDED = ("regression", "improvement", "no significant change")
 _MAX_ROWS_SHOWN = 3
 
@@ -522,6 +524,8 @@ def check_changes(doc: Document, path: str, facts: ChangeFacts | None, negated_b
         line = bisect.bisect_right(starts, s.start)
         if block.kind not in (BlockKind.PARAGRAPH, BlockKind.LIST_ITEM) or line in doc.code_lines or line in doc.quote_lines:
             continue
+        if s.end - s.start > MAX_SENTENCE:
+            continue  # not a sentence one can read a claim of change from; keeps linting linear
         for c in claims_in(doc.sentence_text(s), s.block in negated_blocks):
             found = _finding(c, facts)
             if found is not None:
