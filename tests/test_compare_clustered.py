@@ -139,3 +139,64 @@ def test_calibration_of_clustered_rows():
     assert false <= 4, false
     found = sum(changed(run(rng), run(rng, 1.1), q, 10 * k + int(q)) for k in range(10) for q in (50.0, 95.0, 99.0))
     assert found >= 27, found
+
+
+def bursty(seed: int, bursts: int = 0, share: float = 0.0, length: int = 50) -> EvidenceBuilder:
+    """A run of 2000 requests whose failures come in `bursts` runs of `length` consecutive
+    requests (a server hiccup), at random places, and besides those each request fails
+    independently with probability `share`."""
+    b = EvidenceBuilder(SPEC, per_bucket=500, run_id=f"bursty{seed}")
+    rng = random.Random(seed)
+    measured = list(b.measured("a"))
+    failed: set[int] = set()
+    for _ in range(bursts):
+        start = rng.randrange(0, len(measured) - length)
+        failed |= set(range(start, start + length))
+    failed |= {i for i in range(len(measured)) if rng.random() < share}
+    for i in sorted(failed):
+        b.set_outcome(measured[i], "failed", "HTTP 500", 500)
+    return b
+
+
+def _errors(base: EvidenceBuilder, new: EvidenceBuilder):
+    c = compare(base.build(), new.build(), resamples=2000)
+    return c, next(r for r in c.rows if r.metric == "errors")
+
+
+def test_failures_in_bursts_of_one_configuration_are_no_significant_change():
+    """Two runs of one server whose hiccups each fail 50 consecutive requests, one hiccup in
+    the base run and three in the new (2.5% and 6.5% of 2000): counted as 4000 independent
+    trials the rise read as significant and FAILed the comparison; the 0/1 outcomes in start
+    order say the 2000 requests are worth about 40 independent ones (design effect ~50, the
+    burst's length), and the row reads no significant change. The row's n stays the requests."""
+    c, row = _errors(bursty(1, bursts=1), bursty(2, bursts=3))
+    assert (row.base, row.new) == (0.025, 0.0645)
+    assert row.verdict == "no significant change" and c.outcome == "PASS", (row, c.reasons)
+    assert row.low < 0 < row.high and row.n_base == 2000 and row.n_new == 2000
+    assert "failures come in bursts (design effect" in (row.note or "") and "of 2000 / 2000 requests" in row.note
+
+
+def test_a_real_rise_of_failures_is_still_a_regression():
+    """What the wider interval does not hide: an error rate that doubles (5% to 10% of
+    requests failing independently) is a regression, and so is one burst of 50 failures where
+    the base run had none -- more failures is never a pass (the built-in FAIL)."""
+    c, row = _errors(bursty(5, share=0.05), bursty(6, share=0.10))
+    assert row.verdict == "regression" and c.outcome == "FAIL" and 0.03 < row.change < 0.07
+    c, row = _errors(bursty(7), bursty(8, bursts=1))
+    assert (row.base, row.new) == (0.0, 0.025) and row.verdict == "regression" and c.outcome == "FAIL"
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(0, 3000), seed=st.integers(0, 2**32 - 1), share=st.floats(0.0, 1.0))
+def test_a_proportions_design_effect_is_at_least_1_and_largest_for_one_run_of_failures(n, seed, share):
+    """The effect of 0/1 outcomes is at least 1 where the batches can tell (None where fewer
+    than DEFF_MIN_BATCHES batches would hold DEFF_MIN_EVENTS of the rarer outcome), and the same
+    outcomes with every failure in one run have the largest effect any order of them can have."""
+    hits = np.random.default_rng(seed).random(n) < share
+    mixed, one_run = C.batch_effect(hits), C.batch_effect(np.sort(hits))
+    assert (mixed is None) == (one_run is None)
+    if mixed is not None:
+        assert 1.0 <= mixed <= one_run * (1 + 1e-9)
+    else:
+        k = int(hits.sum())
+        assert min(k, n - k) // C.DEFF_MIN_EVENTS < C.DEFF_MIN_BATCHES or n // C.DEFF_MIN_BATCH < C.DEFF_MIN_BATCHES

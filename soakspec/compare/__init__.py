@@ -49,7 +49,8 @@ percentage points (a base share of 0, the usual one, has no ratio), and its inte
 Newcombe's hybrid score interval of a difference of two independent proportions (each side's
 Wilson interval, combined; Newcombe 1998, method 10) at the row's confidence: no resampling,
 and it keeps its coverage at shares of 0 and 1, where the normal approximation does not. Each
-measured request is one trial.
+measured request is one trial -- divided by the share's design effect where failures come in
+bursts ("Independence"): k / d failures of n / d trials.
 
 Statistic: the relative change `new / base - 1` of the row's statistic, with a confidence
 interval from a seeded, deterministic bootstrap (percentile interval, `resamples` draws per
@@ -215,8 +216,18 @@ is not there; with the design effect, none (at coefficient 0.99, runs longer tha
 resolve: 86 -> 14); a 10 % slowdown is still found in 59 of 60 rows; independent requests'
 intervals are 2 % wider (the estimate's noise, never below 1). itl keeps Kish's effective
 requests above (its gaps are resampled as requests already). qps and throughput are means over
-buckets (Fieller, "Means"); errors is Newcombe's interval over independent trials: a burst of
-failures is counted as many. What no interval
+buckets (Fieller, "Means"). Failures come in bursts, too: a server hiccup fails 50 consecutive
+requests, and counted as 50 independent trials such a burst read as a significant change
+(one burst in the base run and three in the new, 2.5 % against 6.5 % of 2000 requests, FAILed
+the comparison). So errors' Newcombe interval counts k / d failures of n / d trials a side, d
+the design effect of the level's 0/1 outcomes (did not complete) in start order, estimated by
+the same batch means (`batch_effect`: the share's variance from up to DEFF_BATCHES batches of
+consecutive requests, over p (1 - p) / n; never below 1; 1 where the failures are too few for
+DEFF_MIN_BATCHES batches to hold DEFF_MIN_EVENTS each -- a side with none has no bursts to see).
+A burst of b failures makes d about b: that pair now reads no significant change (2000 requests
+worth about 40 independent ones), while a doubling of independent failures (5 % to 10 %) and
+one burst of 50 where the base run had none are still regressions (tests/test_compare_clustered.py).
+The row's n stays the requests; its note names the effective numbers and the effect. What no interval
 within a run can see is run-to-run variation (another load on the machine, a warmer cache):
 two runs of one configuration on a busy host can differ for real. A rule's threshold
 (`regression <= 5%`) is where a reviewer says how much change matters.
@@ -244,12 +255,13 @@ from soakspec.judge.common import fold
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, index
 from soakspec.judge.joined import _time_scale, join
-from soakspec.judge.measures import Distribution, PerBucket, PerToken
+from soakspec.judge.measures import Distribution, PerBucket, PerToken, mask
 from soakspec.judge.measures import Outcome as OutcomeCount
 from soakspec.judge.registry import metric
 from soakspec.judge.scope import rows_by_turn
 from soakspec.judge.summary import MAX_TURNS_LISTED
 from soakspec.judge.sweep import sweep_workload
+from soakspec.judge.table import Rows
 from soakspec.judge.workload import ran_spec, workload_differences, workload_shape  # noqa: F401  (workload_shape: read from here too)
 from soakspec.plan import shape_identity
 
@@ -887,21 +899,7 @@ class DesignEffects:
         # the cuts from at most ~DEFF_CUT_SAMPLE values (every k-th): a cut need only be near its
         # quantile (the share below it is counted over all), and a day's level is not copied
         for cut in np.percentile(values[::max(1, n // DEFF_CUT_SAMPLE)], DEFF_GRID):
-            below = values <= cut
-            hit = int(np.count_nonzero(below))
-            p = hit / n
-            b = min(DEFF_BATCHES, n // DEFF_MIN_BATCH, min(hit, n - hit) // DEFF_MIN_EVENTS)
-            if b < DEFF_MIN_BATCHES:  # too few values either side of the cut for batches to tell
-                effects.append(None)
-                continue
-            starts = (np.arange(b, dtype=np.int64) * n) // b
-            sizes = np.diff(np.append(starts, n)).astype(np.float64)
-            ends = np.append(starts[1:], n)
-            k = np.array([np.count_nonzero(below[a:e]) for a, e in zip(starts.tolist(), ends.tolist())], dtype=np.float64)
-            # Var(share) from the batches (a ratio estimator, b - 1 degrees of freedom) over the
-            # p (1 - p) / n of independent draws
-            d = b / (b - 1) * float(np.sum((k - p * sizes) ** 2)) / (n * p * (1.0 - p))
-            effects.append(max(1.0, d))
+            effects.append(batch_effect(values <= cut))
         return cls(DEFF_GRID, tuple(effects))
 
     def at(self, q: float) -> float:
@@ -926,6 +924,29 @@ class DesignEffects:
 DesignEffects.NONE = DesignEffects((), ())
 
 
+def batch_effect(hits: np.ndarray) -> float | None:
+    """The design effect of the share of True in `hits` (0/1 outcomes in the order their
+    requests started): the variance of the share estimated from the means of up to DEFF_BATCHES
+    batches of consecutive outcomes, over the p (1 - p) / n of independent draws; never below 1.
+    None where the batches cannot tell: fewer than DEFF_MIN_BATCHES batches of DEFF_MIN_BATCH
+    outcomes holding DEFF_MIN_EVENTS of the rarer outcome each on average. A percentile's
+    (`DesignEffects`: the values at or below its quantile) and a proportion's (`errors`: the
+    requests that did not complete) alike (module doc, "Independence")."""
+    n = len(hits)
+    hit = int(np.count_nonzero(hits))
+    b = min(DEFF_BATCHES, n // DEFF_MIN_BATCH, min(hit, n - hit) // DEFF_MIN_EVENTS)
+    if b < DEFF_MIN_BATCHES:  # too few outcomes either side for batches to tell
+        return None
+    p = hit / n
+    starts = (np.arange(b, dtype=np.int64) * n) // b
+    sizes = np.diff(np.append(starts, n)).astype(np.float64)
+    k = np.add.reduceat(hits.astype(np.float64), starts)
+    # Var(share) from the batches (a ratio estimator, b - 1 degrees of freedom) over the
+    # p (1 - p) / n of independent draws
+    d = b / (b - 1) * float(np.sum((k - p * sizes) ** 2)) / (n * p * (1.0 - p))
+    return max(1.0, d)
+
+
 def effective(n: int, effect: float) -> int:
     """`n` values of design effect `effect` as a number of independent draws."""
     return max(1, int(n / effect)) if effect > 1.0 else n
@@ -940,14 +961,25 @@ def _samples(bi: BackendIndex, lv: LevelIndex, cm: CompareMetric) -> Samples:
     (itl's gaps, `Distribution.counted`), its values() array otherwise -- itl's values() only
     where its gaps cannot be counted (not whole microseconds)."""
     impl = metric(cm.name)
-    if cm.kind == "proportion":  # (how many of the level's measured requests it counts, how many there are)
+    if cm.kind == "proportion":  # (how many of the level's measured requests it counts, how many there are,
+        #                           the design effect of their 0/1 outcomes in start order: failures come in bursts)
         assert isinstance(impl, OutcomeCount)
-        return impl.count(lv.records), len(lv.records)
+        hits = _outcomes(lv.records, impl)
+        return int(np.count_nonzero(hits)), len(hits), batch_effect(hits) or 1.0
     if cm.kind == "distribution":
         return _distribution(lv.records, cm)
     assert isinstance(impl, PerBucket)
     vals = [v for w in lv.buckets if (v := impl.of(bi, w)) is not None]
     return vals, len(vals)
+
+
+def _outcomes(records: Any, impl: OutcomeCount) -> np.ndarray:
+    """Whether each of `records` is counted by `impl`, in the order the requests started (the
+    judge's order of a level's rows): a chunk of the table at a time, or row by row."""
+    if isinstance(records, Rows):
+        parts = [mask(Rows.of(t, sub), impl.counts) for t, sub in records.chunks()]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=bool)
+    return np.fromiter((bool(impl.counts(r)) for r in records), dtype=bool)
 
 
 def _distribution(records: Any, cm: CompareMetric) -> Samples:
@@ -1216,7 +1248,7 @@ def _binned_interval(xb: Sorted, xn: Sorted, q: float, rng: random.Random, draws
     return low, high
 
 
-def wilson(k: int, n: int, z: float) -> tuple[float, float]:
+def wilson(k: float, n: float, z: float) -> tuple[float, float]:
     """The Wilson score interval of the proportion k / n (n > 0) at normal quantile z."""
     p = k / n
     z2 = z * z
@@ -1226,11 +1258,12 @@ def wilson(k: int, n: int, z: float) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
-def proportion_difference(kb: int, nb: int, kn: int, nn: int, confidence: float) -> tuple[float, float, float]:
+def proportion_difference(kb: float, nb: float, kn: float, nn: float, confidence: float) -> tuple[float, float, float]:
     """(kn/nn - kb/nb, low, high): the difference of two independent proportions with Newcombe's
     hybrid score interval (Newcombe 1998, method 10: each side's Wilson interval, combined).
     Unlike the normal (Wald) interval it holds its coverage at shares of 0 and 1 -- the usual
-    case for errors -- and needs no resampling."""
+    case for errors -- and needs no resampling. Counts may be fractional: k / d of n / d trials,
+    a share's effective size where its trials are not independent (design effect d)."""
     z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2)
     pb, pn = kb / nb, kn / nn
     lb, ub = wilson(kb, nb, z)
@@ -1243,13 +1276,18 @@ def _proportion_row(common: dict[str, Any], sides: tuple[Samples, Samples], row_
     """A share's row (`errors`): the difference new - base in percentage points, with
     Newcombe's interval at the row's (Bonferroni) confidence; `regression` when the whole
     interval is above 0. A side with no measured request is `missing`."""
-    (kb, nb), (kn, nn) = sides
+    (kb, nb, fb), (kn, nn, fn) = ((*s[:2], s[2] if len(s) > 2 else 1.0) for s in sides)
     b = kb / nb if nb else None
     n = kn / nn if nn else None
+    if fb > 1.0 or fn > 1.0:  # failures in bursts (module doc, "Independence"): fewer independent trials
+        said = (f"interval from the effective {effective(nb, fb)} / {effective(nn, fn)} of {nb} / {nn} requests: "
+                f"failures come in bursts (design effect {fb:.2g} / {fn:.2g}, from consecutive requests' outcomes in start order)")
+        note = "; ".join(x for x in (note, said) if x)
     row = dict(common, need=1, base=b, new=n, n_base=nb, n_new=nn, note=note)
     if not nb or not nn:
         return Row(**row, change=None, low=None, high=None, verdict="missing")  # type: ignore[arg-type]
-    change, low, high = proportion_difference(kb, nb, kn, nn, row_conf)
+    _, low, high = proportion_difference(kb / fb, nb / fb, kn / fn, nn / fn, row_conf)
+    change = n - b  # type: ignore[operator]
     verdict: RowVerdict = "regression" if low > 0 else "improvement" if high < 0 else "no significant change"
     return Row(**row, change=change, low=low, high=high, verdict=verdict)  # type: ignore[arg-type]
 
@@ -1530,7 +1568,9 @@ def _abort_rises(rose: Sequence[Row], pending: Sequence[_Pending], row_conf: flo
             continue
         kb, nb = round((r.base or 0) * r.n_base), r.n_base
         kn, nn = round((r.new or 0) * r.n_new), r.n_new
-        if nb - cb > 0 and nn - cn > 0 and proportion_difference(kb - cb, nb - cb, kn - cn, nn - cn, row_conf)[1] > 0:
+        fb, fn = (s[2] if len(s) > 2 else 1.0 for s in p.sides())  # the row's design effects (failures in bursts)
+        if nb - cb > 0 and nn - cn > 0 and proportion_difference((kb - cb) / fb, (nb - cb) / fb, (kn - cn) / fn, (nn - cn) / fn,
+                                                                 row_conf)[1] > 0:
             still.append(r)  # a rise beyond what the interrupt cancelled
             continue
         why.append(f"{r.backend} {r.label}: unsuccessful requests {_share(r.base)} → {_share(r.new)}, a rise only by the "
