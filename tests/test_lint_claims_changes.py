@@ -265,3 +265,52 @@ def test_the_clause_reader_splits_two_claims_and_keeps_a_list_together():
            for c in claims_in("p95 and p99 TTFT fell 10% at 8 rps, and throughput rose 1.3x.")]
     assert got == [("ttft", ("p95",), "down", ["10%"]), ("ttft", ("p99",), "down", ["10%"]),
                    ("throughput", (), "up", ["1.3x"])]
+
+
+# ---------------------------------------------------------------- rows made by hand
+
+def _row(metric: str, stat: str, label: str, change: float | None, low: float | None, high: float | None, verdict: str,
+         backend: str = "vllm", base: float | None = 0.1):
+    from soakspec.claims import ChangeRow
+
+    absolute = metric == "errors"
+    new = None if change is None or base is None else base + change if absolute else base * (1 + change)
+    rate = re.search(r"rate (\d+) rps", label)
+    return ChangeRow(backend, label, metric, stat, "ratio" if absolute else "s", base, new, change, low, high, verdict,
+                     metric not in ("qps", "throughput"), absolute, 0.9967, backend, rate=float(rate.group(1)) if rate else None)
+
+
+def _codes(text: str, *rows) -> list[str]:
+    from soakspec.claims import ChangeFacts
+
+    diags = lint(f"# PR\n\n{text}\n", "PR.md", ClaimBoundary(), Coverage(), changes=ChangeFacts("c.json", tuple(rows)))
+    return [d.code for d in diags if d.code.startswith("CB5")]
+
+
+def test_unchanged_where_compare_could_not_tell_is_a_warning_and_a_change_is_CB503():
+    """Missing data is never a pass: "no regression" of a row compare had too few samples for is
+    not silently accepted (CB505), and a claimed change there outruns the evidence (CB503)."""
+    thin = _row("ttft", "p99", "rate 8 rps", -0.2, None, None, "insufficient samples")
+    fine = _row("ttft", "p99", "rate 4 rps", 0.01, -0.05, 0.07, "no significant change")
+    assert _codes("There is no regression in p99 TTFT.", thin, fine) == ["CB505"]
+    assert _codes("There is no regression in p99 TTFT at 4 rps.", thin, fine) == []
+    assert _codes("p99 TTFT fell 20% at 8 rps.", thin, fine) == ["CB503"]
+
+
+def test_errors_change_in_points_and_from_a_share_to_another():
+    rose = _row("errors", "ratio", "rate 4 rps", 0.03, 0.01, 0.05, "regression", base=0.005)
+    assert _codes("The error rate rose 3 pp at 4 rps.", rose) == []
+    assert _codes("The error rate rose 8 pp at 4 rps.", rose) == ["CB502"]
+    assert _codes("Errors rose from 0.5% to 3.5% at 4 rps.", rose) == []
+    assert _codes("The error rate fell at 4 rps.", rose) == ["CB501"]
+    assert _codes("Failures rose 600% at 4 rps.", rose) == []  # relative or points? only the direction is checked
+    assert _codes("There is no regression in the error rate.", rose) == ["CB504"]
+
+
+def test_a_named_backend_takes_its_own_rows():
+    a = _row("ttft", "p50", "rate 4 rps", -0.2, -0.3, -0.1, "improvement", backend="vllm")
+    b = _row("ttft", "p50", "rate 4 rps", 0.2, 0.1, 0.3, "regression", backend="sglang")
+    assert _codes("On vllm, p50 TTFT fell 20%.", a, b) == []
+    assert _codes("On sglang, p50 TTFT fell 20%.", a, b) == ["CB501"]
+    assert _codes("p50 TTFT fell 20%.", a, b) == []  # no backend named: one of them shows it
+    assert _codes("There is no regression in p50 TTFT.", a, b) == ["CB504"]  # "no regression" is of every row

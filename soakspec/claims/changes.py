@@ -51,8 +51,9 @@ not name a level is not flagged because another level differs. Otherwise:
 - CB504 "unchanged" / "no regression" where ANY of its rows is a significant regression (an
   unchanged claim about an improvement is not flagged: it understates);
 - CB505 (a warning) compare has no row for the claim: a metric it does not measure (goodput, a
-  mean TTFT), a level or backend it did not pair, or a row with no data -- missing data is never
-  a pass, so the claim is not silently accepted.
+  mean TTFT), a level or backend it did not pair, or a row with no data; and "unchanged" / "no
+  regression" of a row compare could not decide (insufficient samples) -- missing data is never
+  a pass, so the claim is not silently accepted. The message lists what compare has.
 
 Not claims of change (precision over recall): a clause that is negated, hedged or asked
 (`polarity`: "did not improve", "may improve", "Non-goals"), a rule or threshold ("regression
@@ -456,6 +457,16 @@ def _selected(c: Claim, facts: ChangeFacts) -> tuple[list[ChangeRow], str]:
     return rows, where
 
 
+def _available(c: Claim, facts: ChangeFacts) -> str:
+    """What compare has of the claim's metric, for a claim it has no row for: its statistics and levels."""
+    rows = [r for r in facts.rows if r.metric == c.metric]
+    if not rows:
+        return f" (it measures no {LABEL[c.metric]})"
+    stats = ", ".join(dict.fromkeys(r.stat for r in rows))
+    levels = ", ".join(dict.fromkeys(r.label for r in rows))
+    return f" (its {LABEL[c.metric]} rows: {stats} at {levels})"
+
+
 def _what(c: Claim) -> str:
     stats = "/".join(c.stats)
     return f"{stats + ' ' if stats else ''}{LABEL[c.metric]}"
@@ -486,16 +497,17 @@ def _finding(c: Claim, facts: ChangeFacts) -> tuple[str, str] | None:
         claimed = f"states {_what(c)} {c.word}{' ' + sizes if sizes else ''}{where}"
     have = [r for r in rows if r.verdict != "missing"]
     if not have:
-        what = "no data (missing)" if rows else "no row for it"
-        return "CB505", f"{claimed}; compare ({facts.source}) has {what}: a claim of change it did not measure is not checked"
+        what = f"no data for it: {_rows_text(rows)}" if rows else f"no row for it{_available(c, facts)}"
+        return "CB505", f"{claimed}; compare ({facts.source}) has {what}"
     decided = [r for r in have if r.verdict in _DECIDED and r.low is not None and r.high is not None]
     s = _sign(c.direction, c.metric)
-    if s == 0:
+    if s == 0:  # of every row it names: one regression contradicts it, one compare could not decide leaves it unchecked
         bad = [r for r in decided if r.verdict == "regression"]
         if bad:
             return "CB504", f"{claimed}; compare measured a significant regression: {_rows_text(bad)}"
-        if not decided:
-            return "CB505", f"{claimed}; compare could not tell (insufficient samples): {_rows_text(have)}"
+        unsure = [r for r in rows if r not in decided]
+        if unsure:
+            return "CB505", f"{claimed}; compare could not tell: {_rows_text(unsure)}"
         return None
     if not decided:
         return "CB503", f"{claimed}; compare had too few samples to tell: {_rows_text(have)}"
