@@ -136,9 +136,11 @@ def test_a_message_states_the_interval_and_points_at_the_claim(tmp_path, capsys,
 def test_unchanged_or_no_regression_where_compare_measured_a_regression_is_CB504(tmp_path, capsys, runs):
     """The same runs the other way round (new as base): TTFT regressed, ITL did not change."""
     doc = ("# PR\n\nThere is no regression in p50 TTFT.\nTTFT is unchanged at 4 rps.\nITL is unchanged.\n"
-           "p50 TTFT did not regress at rate 8 rps.\nThroughput is the same.\n")
+           "p50 TTFT did not regress at rate 8 rps.\nThroughput is the same.\nWe did not see any regression in ITL or TPOT.\n"
+           "No regressions in ITL, TPOT or TTFT.\n")
     code, found, out = _lint(tmp_path, capsys, doc, runs, str(runs["new"]), str(runs["base"]))
-    assert code == 1 and found == [(3, "CB504"), (4, "CB504"), (6, "CB504"), (7, "CB504")], out
+    assert code == 1 and found == [(3, "CB504"), (4, "CB504"), (6, "CB504"), (7, "CB504"), (9, "CB504")], out
+    assert "of TTFT" in next(line for line in out.splitlines() if ":9:" in line)
     assert "compare measured a significant regression: sim · rate 4 rps: p50(ttft) 76.6 ms → 101.3 ms" in out
 
 
@@ -153,6 +155,9 @@ p99 TTFT fell 20% (not significant).
 Does p50 ITL improve 5% at 8 rps?
 Lower is better for TTFT.
 p99 ITL rose 3%, within noise.
+p50 ITL regressed slightly at 8 rps, within run-to-run variation.
+Latency increases with concurrency, as expected.
+TTFT goes up as the prompt grows.
 
 > p50 TTFT rose 10% at 4 rps.
 
@@ -265,6 +270,12 @@ def test_the_clause_reader_splits_two_claims_and_keeps_a_list_together():
            for c in claims_in("p95 and p99 TTFT fell 10% at 8 rps, and throughput rose 1.3x.")]
     assert got == [("ttft", ("p95",), "down", ["10%"]), ("ttft", ("p99",), "down", ["10%"]),
                    ("throughput", (), "up", ["1.3x"])]
+    # a list of metrics is each claimed; a direction speaks of the metrics next to it
+    assert [(c.metric, c.direction) for c in claims_in("No regressions in TTFT, ITL or latency.")] == \
+        [("ttft", "same"), ("itl", "same"), ("latency", "same")]
+    assert [(c.metric, [m.text for m in c.magnitudes]) for c in claims_in("TTFT fell 12%, from 410 ms to 360 ms, ITL too.")] == \
+        [("ttft", ["from 410 ms to 360 ms", "12%"])]
+    assert claims_in("TTFT goes as the prompt grows.") == claims_in("Latency increases with concurrency.") == []
 
 
 # ---------------------------------------------------------------- rows made by hand

@@ -5,15 +5,20 @@ confidence interval; `lint-claims --compare BASE NEW` or `--compare compare.json
 
 What is read. Prose only (paragraphs and list items; not headings, tables, fenced code,
 blockquotes or `code`), a clause at a time: a sentence is cut at `;`, a dash, but / however /
-although / whereas / while / because / since / yet / so / therefore, and at "," or "and" once the part before it
-has said a change ("p99 TTFT fell 12% and throughput rose 1.3x" is two claims; "p95 and p99
-TTFT fell 10%" one). A clause is a claim of change when it holds
+although / whereas / while / because / since / yet / so / therefore, and at "," or "and" where
+the part before it has said a change and the part after it says its own ("p99 TTFT fell 12% and
+throughput rose 1.3x" is two claims; "p95 and p99 TTFT fell 10%", "TTFT fell 12%, from 410 ms
+to 360 ms" and "no regression in TTFT, ITL or latency" one each). A clause is a claim of change
+when it holds
 
 - a metric: TTFT, ITL, TPOT, latency / e2e (as `figures` reads them, with a percentile or
   median: "p99 TTFT", "TTFT p95", "median ITL"), throughput / output tok/s (compare's
   `mean(throughput)`), QPS / request rate / req/s (`mean(qps)`), error rate / errors /
-  failures (`ratio(errors)`), goodput (which compare does not measure). Several metrics in a
-  list ("TTFT and ITL fell") are each claimed;
+  failures (`ratio(errors)`), goodput (which compare does not measure). The metrics the
+  direction speaks of are the list just before it ("TTFT and ITL fell"), else just after it ("no
+  regression in TTFT, ITL or latency"), with only connective words between ("p50 TTFT of the new
+  build fell"; `_GAP`) -- each is claimed; a direction with other words between it and any
+  metric is another subject's ("TTFT goes as the prompt grows") and no claim;
 - exactly one direction: fell, dropped, decreased, declined, reduced, lower, cut, halved (down);
   rose, increased, grew, higher, climbed, jumped, doubled, tripled (up); improved, faster,
   better, sped up, speedup (better); regressed, slower, worse, degraded, slowdown (worse);
@@ -55,10 +60,12 @@ not name a level is not flagged because another level differs. Otherwise:
   regression" of a row compare could not decide (insufficient samples) -- missing data is never
   a pass, so the claim is not silently accepted. The message lists what compare has.
 
-Not claims of change (precision over recall): a clause that is negated, hedged or asked
+Not claims of change (precision over recall): how a figure goes with the load ("latency
+increases with concurrency", "as prompts get longer"), a clause that is negated, hedged or asked
 (`polarity`: "did not improve", "may improve", "Non-goals"), a rule or threshold ("regression
 <= 5%", require / budget / limit / target / gate / allow / tolerance), one that calls itself
-noise ("not significant", "within noise"), an absolute change in a unit ("50 ms faster": the
+noise ("not significant", "within noise", "within run-to-run variation") or states a
+confidence interval ("95% CI"), an absolute change in a unit ("50 ms faster": the
 direction is checked, not the 50 ms), a bare signed figure with no direction word ("-12%",
 "410 → 360 ms" alone), every sentence of a table, heading, code or quote, and a "sentence" of
 more than MAX_SENTENCE characters (the reading stays linear in the document).
@@ -86,6 +93,8 @@ _DIRECTION = re.compile(
     r"(?P<same>\bunchanged\b|\bunaffected\b"
     r"|\bno\s+(?:(?:statistically\s+)?significant\s+|measurable\s+|noticeable\s+|real\s+)?(?:change|regression|difference|slowdown|degradation)s?\b"
     r"|\b(?:did\s+not|didn['’]t|does\s+not|doesn['’]t|has\s+not|hasn['’]t)\s+(?:change|regress|degrade|get\s+worse|move)\b"
+    r"|\b(?:did\s+not|didn['’]t|do\s+not|don['’]t)\s+(?:see|observe|find|measure)\s+(?:any\s+)?(?:(?:statistically\s+)?significant\s+|measurable\s+)?"
+    r"(?:change|regression|difference|slowdown|degradation)s?\b"
     r"|\b(?:stayed|remained|stays|remains|is|was|are|were)\s+(?:the\s+)?same\b|\b(?:stayed|remained|stays|remains|is|was)\s+flat\b)"
     r"|(?P<down>\b(?:fell|falls?|falling|dropped|drops?|dropping|decreased|decreases?|decreasing|declined|declines?|reduced|reduces?"
     r"|reduction|shrank|shrinks?|went\s+down|(?:is|was|are|were)\s+down|lower|lowered|lowers|cut|cuts|halved)\b)"
@@ -96,6 +105,13 @@ _DIRECTION = re.compile(
     re.I,
 )
 # "no TTFT regression": the determiner before the metric makes the noun after it "unchanged"
+# "latency increases with concurrency", "TTFT grows as prompts get longer": how a figure depends on
+# the load or the request, not a change between two runs
+_DEPENDENCE = re.compile(
+    r"\s+(?:(?:linearly|steadily|sharply|quickly|slowly)\s+)?(?:with|as|when)\s+(?:the\s+)?(?:higher|larger|longer|bigger|more|fewer|increasing|growing"
+    r"|decreasing|rising|load|concurrency|rate|prompts?|batch(?:es)?|batch\s+sizes?|context|inputs?|outputs?|sequences?|length|requests?|users?)\b",
+    re.I,
+)
 _NO_BEFORE = re.compile(r"\bno\s+(?:(?:statistically\s+)?significant\s+|measurable\s+|noticeable\s+|real\s+)?$", re.I)
 _SAME_NOUN = re.compile(r"^(?:regressions?|changes?|difference|slowdown|degradation)$", re.I)
 # what may stand between a metric and its direction word ("p50 TTFT of the new build fell", "a 12%
@@ -123,6 +139,7 @@ _LEVEL_TEXT = [*_CONCURRENCY, _RATE, re.compile(r"(?<![\w.])\d+(?:\.\d+)?\s*(?:r
 
 _NOT_A_CLAIM = re.compile(
     r"\b(?:gates?|allow(?:s|ed)?|toleran(?:ce|t)|not\s+(?:statistically\s+)?significant|insignificant|within\s+(?:the\s+)?noise"
+    r"|within\s+(?:the\s+)?(?:run[\s-]to[\s-]run|variation|variance|jitter|margin|error)|run[\s-]to[\s-]run"
     r"|noise|confidence|ci)\b|<(?!-)|(?<!-)>|[≤≥]",
     re.I,
 )
@@ -324,8 +341,8 @@ def _clauses(masked: str) -> list[tuple[int, int]]:
         start = a
         for m in _SOFT_BREAK.finditer(masked, a, b):
             right = masked[m.end() : b]
-            if (_DIRECTION.search(masked, start, m.start()) and _metrics(masked[start : m.start()])
-                    and (_DIRECTION.search(right) or _metrics(right))):  # "TTFT fell 12%, from 410 to 360 ms": one claim
+            if _DIRECTION.search(masked, start, m.start()) and _metrics(masked[start : m.start()]) and _DIRECTION.search(right):
+                # "TTFT fell 12%, from 410 to 360 ms" and "no regression in TTFT, ITL or latency" are one claim each
                 out.append((start, m.start()))
                 start = m.end()
         out.append((start, b))
@@ -334,6 +351,25 @@ def _clauses(masked: str) -> list[tuple[int, int]]:
 
 def _is_list(text: str, metrics: Sequence[tuple[str, tuple[str, ...], int, int]]) -> bool:
     return all(re.fullmatch(r"\s*(?:,|/|&|and|or|,\s*and)?\s*", text[x[3] : y[2]], re.I) for x, y in zip(metrics, metrics[1:]))
+
+
+def _group(text: str, metrics: Sequence[tuple[str, tuple[str, ...], int, int]], d: re.Match[str]) -> list[tuple[str, tuple[str, ...], int, int]]:
+    """The metrics the direction `d` speaks of: the list of them ("TTFT, ITL or latency") just
+    before it or, failing that, just after it, with nothing but connective words between
+    (`_GAP`); [] when there is none."""
+    groups: list[list[tuple[str, tuple[str, ...], int, int]]] = []
+    for m in metrics:
+        if groups and _is_list(text, [groups[-1][-1], m]):
+            groups[-1].append(m)
+        else:
+            groups.append([m])
+    before = [g for g in groups if g[-1][3] <= d.start()]
+    if before and _GAP.fullmatch(text[before[-1][-1][3] : d.start()]):
+        return before[-1]
+    after = [g for g in groups if g[0][2] >= d.end()]
+    if after and _GAP.fullmatch(text[d.end() : after[0][0][2]]):
+        return after[0]
+    return []
 
 
 def _negated_between(text: str) -> bool:
@@ -349,15 +385,14 @@ def claims_in(masked: str, negated: bool = False) -> list[Claim]:
             continue
         blanked = _blank(clause, _level_spans(clause))
         dirs = list(_DIRECTION.finditer(blanked))
-        metrics = _metrics(blanked)
-        if len(dirs) != 1 or not metrics or not _is_list(blanked, metrics):
-            continue
+        if len(dirs) != 1 or _DEPENDENCE.match(blanked, dirs[0].end()):
+            continue  # two directions ("lower is better"), or how a figure goes with the load ("rises with concurrency")
         d = dirs[0]
+        metrics = _group(blanked, _metrics(blanked), d)
+        if not metrics:
+            continue  # no metric, or its direction is another subject's ("TTFT goes as the prompt grows")
         direction = next(k for k in ("same", "down", "up", "better", "worse") if d.group(k))
         first, last = metrics[0][2], metrics[-1][3]
-        gap = blanked[last : d.start()] if last <= d.start() else blanked[d.end() : first] if d.end() <= first else None
-        if gap is None or not _GAP.fullmatch(gap):
-            continue  # the direction is another subject's ("TTFT goes as the prompt grows"), or inside the metric
         start = min(first, d.start())
         if direction == "worse" and d.start() > last and _SAME_NOUN.match(d.group(0)) and (no := _NO_BEFORE.search(blanked, 0, first)):
             direction, start = "same", no.start()  # "no TTFT regression"
