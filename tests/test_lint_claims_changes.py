@@ -211,11 +211,12 @@ def test_compare_takes_two_directories_or_one_file(tmp_path, capsys, runs):
     assert code == 2 and "two evidence directories" in out, out
 
 
-def test_the_document_may_follow_the_two_directories(tmp_path, capsys, runs):
+def test_the_document_may_follow_the_directories_or_the_file(tmp_path, capsys, runs):
     p = tmp_path / "PR.md"
     p.write_text("# PR\n\np50 TTFT rose 10% at 4 rps.\n\n## Claim boundary\n\nSynthetic runs.\n")
-    code = cli.main(["lint-claims", "--spec", str(runs["spec"]), "--compare", str(runs["base"]), str(runs["new"]), str(p)])
-    assert code == 1 and f"{p}:3:1: CB501" in capsys.readouterr().out
+    for compare in _both(runs):
+        code = cli.main(["lint-claims", "--spec", str(runs["spec"]), "--compare", *compare, str(p)])
+        assert code == 1 and f"{p}:3:1: CB501" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------- property
