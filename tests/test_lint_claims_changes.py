@@ -326,3 +326,20 @@ def test_a_named_backend_takes_its_own_rows():
     assert _codes("On sglang, p50 TTFT fell 20%.", a, b) == ["CB501"]
     assert _codes("p50 TTFT fell 20%.", a, b) == []  # no backend named: one of them shows it
     assert _codes("There is no regression in p50 TTFT.", a, b) == ["CB504"]  # "no regression" is of every row
+
+
+def test_every_claims_code_is_registered_and_in_the_readme_table():
+    """One registry: every CB code the claims package reports is declared in
+    `soakspec.claims.CODES`, and each declared code has a row in README's "Linting claims" table."""
+    import pathlib
+
+    import soakspec
+    from soakspec.claims import CODES
+
+    root = pathlib.Path(soakspec.__file__).resolve().parent
+    used = {c for p in (root / "claims").glob("*.py") if p.name != "__init__.py" for c in re.findall(r"\"(CB\d{3})\"", p.read_text())}
+    assert used and used <= set(CODES), used - set(CODES)
+    readme = (root.parent / "README.md").read_text()
+    table = set(re.findall(r"^\| (CB\d{3})(?: / (CB\d{3}))? \|", readme, re.M))
+    listed = {c for pair in table for c in pair if c}
+    assert set(CODES) <= listed, set(CODES) - listed
