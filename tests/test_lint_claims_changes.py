@@ -343,3 +343,14 @@ def test_every_claims_code_is_registered_and_in_the_readme_table():
     table = set(re.findall(r"^\| (CB\d{3})(?: / (CB\d{3}))? \|", readme, re.M))
     listed = {c for pair in table for c in pair if c}
     assert set(CODES) <= listed, set(CODES) - listed
+
+
+def test_a_comparison_that_did_not_pass_is_said_on_stderr(tmp_path, capsys, runs):
+    """The rows are still what compare measured; the reader is told why compare itself did not pass."""
+    doc = json.loads(runs["json"].read_text())
+    doc |= {"verdict": "FAIL", "reasons": ["unsuccessful requests rose significantly: sim rate 4 rps 0.0% → 3.0%"]}
+    f = tmp_path / "failed.json"
+    f.write_text(json.dumps(doc))
+    code, found, out = _lint(tmp_path, capsys, "# PR\n\nAt 4 rps, p50 TTFT fell 24%.\n", runs, str(f))
+    assert code == 0 and found == []
+    assert f"soakspec lint-claims: note: the comparison ({f}) is FAIL: unsuccessful requests rose significantly" in out

@@ -696,7 +696,9 @@ def change_facts(doc: Any, source: str) -> ChangeFacts:
     if not isinstance(rows, list):
         raise AdapterError(f"{source}: the comparison has no `rows` list")
     out = [_change_row(r, f"{source}: rows[{i}]") for i, r in enumerate(rows)]
-    return ChangeFacts(source, tuple(r for r in out if r is not None))
+    verdict = doc.get("verdict") if isinstance(doc.get("verdict"), str) else None
+    reasons = tuple(str(x) for x in doc.get("reasons") or () if isinstance(x, str)) if isinstance(doc.get("reasons"), list) else ()
+    return ChangeFacts(source, tuple(r for r in out if r is not None), verdict, reasons)
 
 
 def read_change_facts(path: str | Path, text: str) -> ChangeFacts:

@@ -172,3 +172,5 @@ class ChangeFacts:
 
     source: str
     rows: tuple[ChangeRow, ...] = ()
+    verdict: str | None = None  # compare's own outcome (PASS / FAIL / INCONCLUSIVE), and why where it is not PASS
+    reasons: tuple[str, ...] = ()

@@ -127,6 +127,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"soakspec lint-claims: error: {e}", file=sys.stderr)
         return ExitCode.USAGE
 
+    if changes is not None and changes.verdict not in (None, "PASS"):  # the rows stand; the reader should know why compare did not pass
+        why = "; ".join(changes.reasons) or "see `soakspec compare`"
+        print(f"soakspec lint-claims: note: the comparison ({changes.source}) is {changes.verdict}: {why}", file=sys.stderr)
     diags = lint(text, args.document, boundary, coverage, evidence, spec_sha, changes)
     if args.format == "json":
         errors = sum(1 for d in diags if d.severity is Severity.ERROR)
