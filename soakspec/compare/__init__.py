@@ -738,7 +738,10 @@ class Comparison:
             "confidence": self.confidence,
             "method": {"interval": "bootstrap percentile interval of new/base - 1",
                        "percentiles": "exact order-statistic bootstrap (Beta draws), type-7 interpolation",
-                       "means": "Fieller t interval of the ratio of the mean over buckets (Welch df)", "resamples": self.resamples,
+                       "means": "Fieller t interval of the ratio of the mean over buckets (Welch df)",
+                       "proportions": "Newcombe hybrid score interval of new - base, each side's requests and failures "
+                                      "divided by the design effect of their outcomes in start order (batch means)",
+                       "resamples": self.resamples,
                        "resamples_requested": self.resamples_requested, "min_tail_draws": MIN_TAIL_DRAWS, "seed": self.seed,
                        "family_wise": "Bonferroni over the rows",
                        "binned": "itl gaps counted in bins: each draw's percentile at its bins' least and greatest, "

@@ -59,7 +59,7 @@ def _method(c: Comparison) -> str:
             f"new - base in percentage points (pp). Interval: {c.confidence * 100:g}% family-wise "
             f"(Bonferroni over {len(c.rows)} rows), seeded bootstrap ({c.resamples} draws, seed {c.seed}; "
             "percentiles from the exact order-statistic bootstrap); means over buckets: Fieller's t interval; "
-            "ratio(errors): Newcombe's score interval. "
+            "ratio(errors): Newcombe's score interval (each side's requests over their design effect where failures come in bursts). "
             "Regression: the whole interval is on the worse side.")
 
 
