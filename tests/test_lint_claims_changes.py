@@ -264,6 +264,22 @@ def test_a_claim_rendered_from_compares_own_row_never_flags(rows, data):
     assert [d for d in diags if d.code.startswith("CB5")] == [], (text, r)
 
 
+@settings(max_examples=100, deadline=None)
+@given(data=st.data())
+def test_a_claim_against_a_significant_rows_direction_is_CB501(rows, data):
+    """Property: stating the opposite of a row compare found significant -- "fell" for a rise,
+    "improved" for a regression, at the row's level -- is CB501, whatever the words and size."""
+    r = data.draw(st.sampled_from([r for r in rows.rows if r.verdict in ("regression", "improvement")]))
+    what = f"{r.stat} {NAMES[r.metric]}" if r.stat.startswith("p") else NAMES[r.metric]
+    down = r.change > 0  # the opposite of what was measured
+    good = down == r.higher_is_worse
+    word = data.draw(st.sampled_from((["fell", "dropped"] if down else ["rose", "increased"]) + (["improved"] if good else ["regressed"])))
+    size = data.draw(st.sampled_from(["", " 5%", " 1.2x"]))
+    text = f"At {r.label}, {what} {word}{size}."
+    diags = lint(f"# PR\n\n{text}\n", "PR.md", ClaimBoundary(), Coverage(), changes=rows)
+    assert [d.code for d in diags if d.code.startswith("CB5")] == ["CB501"], (text, r)
+
+
 def test_the_clause_reader_splits_two_claims_and_keeps_a_list_together():
     from soakspec.claims.changes import claims_in
 
