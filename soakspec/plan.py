@@ -927,11 +927,11 @@ def _prefix_policy(t: RequestTemplate) -> str:
                 "file's last runs them again: such a turn is resent whole, one the server's prefix cache may hold")
     if t.prompts and t.prompt_order == "shuffled":
         return (f"the prompt file's {len(t.prompts)} prompts in a seeded order (seed {t.prompt_seed}), the same in every level, "
-                f"a new order each pass: a request past the {len(t.prompts)}th, or in a later level, resends a prompt the "
+                f"a new order each pass: a request after the first {len(t.prompts)}, or in a later level, resends a prompt the "
                 "server's prefix cache may hold")
     if t.prompts:
-        return (f"the prompt file's {len(t.prompts)} prompts in order from the first in every level, cycling: a request past "
-                f"the {len(t.prompts)}th, or in a later level, resends a prompt the server's prefix cache may hold")
+        return (f"the prompt file's {len(t.prompts)} prompts in order from the first in every level, cycling: a request after "
+                f"the first {len(t.prompts)}, or in a later level, resends a prompt the server's prefix cache may hold")
     return "word prompts, each starting with its request id (no prompt sent twice; consecutive requests share later words)"
 
 
