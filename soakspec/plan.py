@@ -92,6 +92,9 @@ class Closed:
     """`concurrency` workers, each sending its next request as soon as its last one ends."""
 
     concurrency: int
+    # a fixed count: the level sends exactly this many measured requests (after its warmup), then
+    # ends once they have finished, its duration the upper bound (`load { requests_per_level }`)
+    requests_per_level: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,6 +116,9 @@ class Open:
     # at most this many requests in flight, later arrivals waiting in order (vLLM's
     # --max-concurrency); None: the load generator's connection limit (runner/load.py)
     max_concurrency: int | None = None
+    # a fixed count: the first this many arrivals after the warmup, then the level ends once they
+    # have finished, its duration the upper bound (vLLM's --num-prompts; as `Closed`'s)
+    requests_per_level: int | None = None
 
 
 def _round_half_up(v: float) -> int:
@@ -349,8 +355,18 @@ def probe_level(lv: "Level", grid_index: int, probe: int) -> "Level":
 def shape_label(shape: LoadShape) -> str:
     """`concurrency 8`, `rate 2 rps`, `concurrency 4 (batches of 8)`: the one level label; an
     open loop's declared cap after it (`rate 20 rps, max_concurrency 2`)."""
-    cap = max_concurrency(shape)
-    return _shape_label(shape) + (f", max_concurrency {cap}" if cap is not None else "")
+    cap, count = max_concurrency(shape), requests_per_level(shape)
+    return (_shape_label(shape) + (f", max_concurrency {cap}" if cap is not None else "")
+            + (f", {count} requests" if count is not None else ""))
+
+
+def requests_per_level(shape: LoadShape) -> int | None:
+    """A count-bounded level's measured requests (`load { requests_per_level = N }`); None: the
+    level runs for its duration."""
+    match shape:
+        case Open(requests_per_level=n) | Closed(requests_per_level=n):
+            return n
+    return None
 
 
 def max_concurrency(shape: LoadShape) -> int | None:
@@ -507,6 +523,12 @@ class Level:
         return max_concurrency(self.shape)
 
     @property
+    def requests_per_level(self) -> int | None:
+        """A count-bounded level's measured requests: it ends once they have finished, or at its
+        duration (the bound) if that comes first (`load { requests_per_level = N }`)."""
+        return requests_per_level(self.shape)
+
+    @property
     def label(self) -> str:
         if self.phase is not None:
             return f"phase {self.phase}, {shape_label(self.shape)}"
@@ -527,6 +549,8 @@ class Level:
         }  # fmt: skip
         if self.max_concurrency is not None:  # absent without one, as in evidence from before it existed
             out["max_concurrency"] = self.max_concurrency
+        if self.requests_per_level is not None:  # absent for a timed level, as in evidence from before the key
+            out["requests_per_level"] = self.requests_per_level
         if self.phase is not None or not isinstance(self.shape, (Closed, Batch, Open)):
             out |= {"phase": self.phase, "shape": _shape_json(self.shape)}
         t = self.request
@@ -952,10 +976,10 @@ def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
 def _shape(w: Workload, i: int, level: int | float) -> LoadShape:
     load = w.load
     if load.mode == "open":
-        return Open(float(level), load.arrival, load.seed + i, load.burstiness, load.max_concurrency)
+        return Open(float(level), load.arrival, load.seed + i, load.burstiness, load.max_concurrency, load.requests_per_level)
     if load.mode == "batch":
         return Batch(int(level), int(load.requests or level))
-    return Closed(int(level))
+    return Closed(int(level), load.requests_per_level)
 
 
 def _phase_levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
@@ -1063,6 +1087,10 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
                 expected = max(minimum, batch_requests(c, minimum, latency, warmup, warmup + duration)) if latency else None
             case Closed(concurrency=c as minimum):
                 expected = max(minimum, int(c * duration / latency)) if latency else None
+        count = shape.requests_per_level if isinstance(shape, (Open, Closed)) else None
+        if count is not None:  # at most the count, sent before the duration's bound ends the level
+            minimum = min(minimum, count)
+            expected = min(expected, count) if expected is not None and isinstance(shape, Open) else count
         out.append(
             Level(
                 workload=w.name, index=i, shape=shape, request=request, warmup_s=w.warmup_s * scale,
@@ -1331,8 +1359,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
             exp += " (random arrivals: the seeded count varies around it)"
         warm = f" after {format_duration(lv.warmup_s)} warmup" if lv.warmup_s else ""
         lines.append(
-            f"    {lv.workload} / {lv.label}: {format_duration(lv.duration_s)}{warm} in "
-            f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets; requests ≥ {lv.min_requests}, expected {exp}"
+            f"    {lv.workload} / {lv.label}: {_timing_text(lv)}{warm} in "
+            f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets; requests ≥ {lv.min_requests}, expected {exp}{_short_text(lv)}"
         )
     replayed = {lv.workload for lv in b.levels if isinstance(lv.shape, Replay)}
     for name, t in {lv.workload: lv.request for lv in b.levels}.items():
@@ -1392,6 +1420,24 @@ def _in_flight_lines(b: BackendPlan) -> list[str]:
     return out
 
 
+def _timing_text(lv: Level) -> str:
+    """`30s`, or a count-bounded level's `100 requests (then it ends once they finish), at most
+    30s` -- with what the bound leaves of the count where the plan expects fewer."""
+    n = lv.requests_per_level
+    if n is None:
+        return format_duration(lv.duration_s)
+    return f"{n} measured requests (it ends once they have finished), at most {format_duration(lv.duration_s)}"
+
+
+def _short_text(lv: Level) -> str:
+    """A count-bounded level whose duration ends it before its count, as planned (an open loop's
+    rate × duration below it): said on its plan line, so it is no surprise in the report."""
+    n, exp = lv.requests_per_level, lv.expected_requests
+    if n is None or exp is None or exp >= n:
+        return ""
+    return f" -- at this rate the duration ends it first, after ~{exp} of {n} (the report will say so: not complete)"
+
+
 def _render_sweep(lv: Level) -> str:
     sw = lv.sweep
     assert sw is not None
@@ -1427,7 +1473,9 @@ def _shape_json(shape: LoadShape) -> dict[str, Any]:
                     "span_s": shape.offsets_s[-1] / shape.speed if shape.offsets_s else 0.0} | _cap_json(shape)  # fmt: skip
         case _:
             kind = "closed"
-    return {"kind": kind, **{k: v for k, v in dataclasses.asdict(shape).items() if k != "max_concurrency"}, **_cap_json(shape)}
+    count = requests_per_level(shape)
+    return {"kind": kind, **{k: v for k, v in dataclasses.asdict(shape).items() if k not in ("max_concurrency", "requests_per_level")},
+            **_cap_json(shape), **({} if count is None else {"requests_per_level": count})}
 
 
 def _cap_json(shape: LoadShape) -> dict[str, int]:
@@ -1472,7 +1520,8 @@ def shape_identity(shape: Any) -> Any:
 def _level_json(lv: Level) -> dict[str, Any]:
     return {
         "workload": lv.workload, "index": lv.index, "label": lv.label, "mode": lv.mode, "concurrency": lv.concurrency,
-        "rate": lv.rate, "batch_requests": lv.batch_requests, "max_concurrency": lv.max_concurrency, "shape": _shape_json(lv.shape),
+        "rate": lv.rate, "batch_requests": lv.batch_requests, "max_concurrency": lv.max_concurrency,
+        "requests_per_level": lv.requests_per_level, "shape": _shape_json(lv.shape),
         "warmup_s": lv.warmup_s, "duration_s": lv.duration_s, "bucket_s": lv.bucket_s, "deadline_s": lv.deadline_s,
         "min_requests": lv.min_requests, "expected_requests": lv.expected_requests, "request": lv.request.to_json(),
         "buckets": [{"index": bk.index, "start_s": bk.start_s, "length_s": bk.length_s} for bk in lv.buckets],

@@ -228,11 +228,13 @@ def test_valid_specs_check_and_plan_consistently(generated):
                 held = lv.rate * lv.warmup_s
                 want = (math.ceil(held + lv.rate * lv.duration_s - 1e-9) - math.ceil(held - 1e-9)
                         if lv.shape.arrival == "constant" else round(lv.rate * lv.duration_s))
-                assert lv.expected_requests == want
+                n = lv.requests_per_level  # a count-bounded level: at most its count
+                assert lv.expected_requests == (want if n is None else min(want, n))
                 # a seeded Poisson/gamma process may send fewer: no minimum is promised
-                assert lv.min_requests == (want if lv.shape.arrival == "constant" else 0)
-            else:  # one request per worker, or one batch
-                assert lv.min_requests == (lv.batch_requests if lv.mode == "batch" else lv.concurrency) >= 1
+                assert lv.min_requests == min(want if lv.shape.arrival == "constant" else 0, n or math.inf)
+            else:  # one request per worker (at most its count), or one batch
+                want = lv.batch_requests if lv.mode == "batch" else lv.concurrency
+                assert lv.min_requests == min(want, lv.requests_per_level or want) >= 1
             assert lv.buckets[0].start_s == 0
             assert math.isclose(sum(b.length_s for b in lv.buckets), lv.duration_s, rel_tol=1e-9)
             assert all(b.length_s > 0 for b in lv.buckets)

@@ -154,6 +154,11 @@ class Load:
     # flight, arrivals beyond it waiting in order (vLLM bench serve's --max-concurrency); None:
     # the load generator's own connection limit (runner/load.py OPEN_LOOP_MAX_CONNECTIONS)
     max_concurrency: int | None = None
+    # open or closed loop: each level sends exactly this many measured requests (after its
+    # warmup) and ends once they have finished, its `duration` the upper bound on its measured
+    # time (vLLM bench serve's --num-prompts, GuideLLM's --max-requests, k6's iterations); None:
+    # the level runs for its duration. Not batch mode's `requests` (the size of one batch)
+    requests_per_level: int | None = None
     phases: tuple[Phase, ...] = ()  # named phases in sequence: each one is a level (its own shape and duration)
     replay: Replay | None = None  # mode = replay: a timestamped trace's arrivals and lengths
     # a sweep (`search = bisect`): the levels are the [low, high] bounds of a grid of `step`

@@ -344,6 +344,10 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
         load.append(_attr("concurrency", A.List(tuple(A.Num(c) for c in conc)) if len(conc) > 1 or draw(st.booleans()) else A.Num(conc[0])))
         if mode == "batch":
             load.append(_attr("requests", A.Num(draw(st.integers(1, 32)))))
+    # a fixed count per level (vLLM's --num-prompts): open and closed loops, never with multi-turn
+    count = draw(st.one_of(st.none(), st.integers(1, 100_000))) if mode != "batch" else None
+    if count is not None:
+        load.append(_attr("requests_per_level", A.Num(count)))
     n_levels = len(rates) if mode == "open" else len(conc)
     dq, d = draw(_duration())
     body: list[A.Statement] = [_block("load", None, *load), _attr("duration", dq)]
@@ -366,7 +370,7 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
     sources = ["default", "words", "tokens"] + (["file"] if _PROMPTS.is_dir() else [])
     source = draw(st.sampled_from(sources))  # one prompt source (or the default)
     if source == "file":
-        body = _prompt_file(draw, body, closed=mode == "closed")
+        body = _prompt_file(draw, body, closed=mode == "closed" and count is None)
     if source == "words":
         body.append(_attr("prompt_words", A.Num(draw(st.integers(1, 4096)))))
     elif source == "tokens":

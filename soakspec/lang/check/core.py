@@ -113,6 +113,7 @@ class Key:
     minimum: float | None = None
     maximum: float | None = None  # every int and number key names one (tests/test_lang_tables.py); quantities: DEFAULT_MAXIMUM
     why: str | None = None  # why the maximum: the hint of the E204 past it
+    low: str | None = None  # int keys: the hint of the E204 below the minimum (what to write instead)
     required: bool = False
     allow_zero: bool = False  # durations and rates must be more than zero unless allowed
     default: Any = NO_DEFAULT
@@ -218,7 +219,8 @@ def too_large(ctx: Ctx, key: str, shown: str, maximum: float, span: Span, why: s
     raise Bad
 
 
-def int_value(ctx: Ctx, key: str, v: A.Value, minimum: float | None, maximum: float | None = None, why: str | None = None) -> int:
+def int_value(ctx: Ctx, key: str, v: A.Value, minimum: float | None, maximum: float | None = None, why: str | None = None,
+              low: str | None = None) -> int:
     if isinstance(v, A.Quantity):
         ctx.error("E104", f"'{key}' is a plain count and takes no unit (got {value_text(v)})", v.span)
         raise Bad
@@ -232,7 +234,7 @@ def int_value(ctx: Ctx, key: str, v: A.Value, minimum: float | None, maximum: fl
         raise Bad
     if minimum is not None and v.value < minimum:
         rel = "more than zero" if minimum == 1 else f"at least {minimum:g}"
-        ctx.error("E204", f"'{key}' must be {rel}, not {number_text(v.value)}", v.span)
+        ctx.error("E204", f"'{key}' must be {rel}, not {number_text(v.value)}", v.span, low)
         raise Bad
     if maximum is not None and v.value > maximum:
         too_large(ctx, key, number_text(v.value), maximum, v.span, why)
@@ -299,7 +301,7 @@ def _bool(ctx: Ctx, k: Key, v: A.Value) -> bool:
 
 
 def _int(ctx: Ctx, k: Key, v: A.Value) -> int:
-    return int_value(ctx, k.name, v, k.minimum, k.maximum, k.why)
+    return int_value(ctx, k.name, v, k.minimum, k.maximum, k.why, k.low)
 
 
 def _number(ctx: Ctx, k: Key, v: A.Value) -> float:

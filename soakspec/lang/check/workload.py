@@ -20,6 +20,7 @@ from soakspec.lang.fmt import value_text
 from soakspec.units import Dimension, format_duration
 
 MAX_BUCKETS_PER_LEVEL = 10_000  # the plan lists every bucket; a 1 ms bucket over 24 h would never finish
+MAX_LEVEL_REQUESTS = 1_000_000_000  # requests_per_level: a count, bounded in time by the duration anyway
 MAX_LOAD_LEVEL = 1_000_000  # with MAX_DURATION_S, keeps the plan's request estimates finite
 MAX_TOTAL_LOAD_S = 30 * 86400.0  # the whole run's planned load time; a longer soak is a typo
 # Counts per request. The load generator builds every prompt in memory (a word or a token is a
@@ -84,6 +85,9 @@ LOAD = Table(
         Key("burstiness", "number", "burstiness", minimum=0.01, maximum=100.0),
         Key("max_concurrency", "int", "max_concurrency", minimum=1, maximum=MAX_LOAD_LEVEL,
             why="more than a million requests in flight is past what one load generator can hold open"),
+        Key("requests_per_level", "int", "requests_per_level", minimum=1, maximum=MAX_LEVEL_REQUESTS,
+            why="more than a billion requests a level is days of load: is there an extra digit?",
+            low="a level sends at least one request; to run each level for its duration instead, remove requests_per_level"),
         Key("trace", "str"),
         Key("trace_format", "word", choices=R.FORMATS, default="mooncake"),
         Key("speed", "number", minimum=0.001, maximum=1000.0, default=1.0),
@@ -260,7 +264,43 @@ def _load(ctx: Ctx, b: Body, where: str, name: str = "", ranged: bool = False) -
     load = _load_shape(ctx, b, lb, where, name, ranged)
     ranged_seed = ranged and lb is not None and lb.ok("seed") and load.mode != "replay"
     load = dataclasses.replace(load, seed=lb["seed"]) if ranged_seed else load  # type: ignore[index]
-    return _capped(ctx, lb, load) if lb is not None else load
+    return _counted(ctx, b, lb, _capped(ctx, lb, load)) if lb is not None else load
+
+
+def _counted(ctx: Ctx, b: Body, lb: Body, load: S.Load) -> S.Load:
+    """`requests_per_level = N`: each level of an open or closed loop sends exactly N measured
+    requests (the warmup's are not counted) and ends once they have finished, its `duration` the
+    upper bound (vLLM's --num-prompts, GuideLLM's --max-requests, k6's iterations). Where a level
+    is not a fixed load held until done it has no meaning: E403 with what to write instead --
+    batch mode (its `requests` is one batch's size), phases and a replay (their time *is* the
+    shape), a sweep (each probe is judged over its duration), multi-turn sessions (a
+    conversation's turns would be cut wherever the count fell)."""
+    if not lb.has("requests_per_level") or (lb.has("mode") and not lb.ok("mode")):
+        return load
+    got = lb.got("requests_per_level")
+    n = lb["requests_per_level"] if lb.ok("requests_per_level") else "N"
+    why: tuple[str, str] | None = None
+    if load.mode == "batch":
+        why = ("mode = batch sends batches of 'requests' until the duration ends",
+               f"'requests' is the size of one batch; for {n} requests per level at a fixed concurrency write "
+               f"mode = closed  concurrency = [...]  requests_per_level = {n}")
+    elif load.mode == "replay":
+        why = ("a replay sends its trace's requests at the trace's times",
+               "cut the trace with the workload's duration; requests_per_level is for mode = open or closed")
+    elif load.phases:
+        why = ("phases are a load shape over time, each phase held for its duration",
+               f"drop the phases and write the levels as concurrency = [...] or rate = [...] with requests_per_level = {n}")
+    elif load.search is not None:
+        why = ("a sweep judges each probe over its duration",
+               "remove requests_per_level from the sweep, or list the levels with concurrency = [...] / rate = [...]")
+    elif b.ok("multi_turn") and b["multi_turn"]:
+        why = ("a multi-turn session's conversations would be cut wherever the count fell",
+               "drop multi_turn for a fixed count, or let the level run for its duration")
+    if why is not None:
+        ctx.error("E403", f"'requests_per_level' fixes the requests of an open or closed loop's level; {why[0]}",
+                  got.key_span, why[1])
+        return load
+    return dataclasses.replace(load, requests_per_level=lb["requests_per_level"]) if lb.ok("requests_per_level") else load
 
 
 def _capped(ctx: Ctx, lb: Body, load: S.Load) -> S.Load:
@@ -310,7 +350,8 @@ def _load_shape(ctx: Ctx, b: Body, lb: Body | None, where: str, name: str, range
         if mode == "batch":
             lb.require("requests")
         elif lb.has("requests"):
-            ctx.error("E403", "'requests' sets the batch size of mode = batch; closed-loop load runs for the duration", lb.got("requests").key_span)
+            ctx.error("E403", "'requests' sets the batch size of mode = batch; closed-loop load runs for the duration",
+                      lb.got("requests").key_span, "for a fixed count of requests per level write requests_per_level = N")
         load = S.Load(mode, lb["concurrency"] or (1,), lb["requests"])
         load = _search(ctx, lb, load, b)
     _check_levels(ctx, lb, load)
