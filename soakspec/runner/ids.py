@@ -72,7 +72,9 @@ class SharedCount:
         self.path = path
         self._fd: int | None = None
 
-    SLOTS = 2  # 0: the level's requests started (their prompt index); 1: its conversations begun (multi-turn)
+    # 0: the level's requests started (their prompt index); 1: its conversations begun (multi-turn);
+    # 2: a count-bounded closed loop's measured requests started (`load.Quota.take`)
+    SLOTS = 3
 
     @classmethod
     def create(cls) -> SharedCount:

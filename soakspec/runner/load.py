@@ -368,19 +368,72 @@ class LevelRun:
     completed: bool = False
     sent: int = 0
     busy_s: float = 0.0  # the sum of every request's [start, end] overlap with the measured window
+    measured: int = 0  # requests recorded in the measured window (bucket >= 0): a count-bounded level's sent
+    count_reached: bool = False  # a count-bounded level ended by its count (not by its duration)
 
     @property
     def mean_in_flight(self) -> float:
         """Mean requests in flight over the measured window (exact: the in-flight count's
         integral over the window, divided by its length)."""
-        return self.busy_s / self.level.duration_s if self.level.duration_s > 0 else 0.0
+        length = self.level.duration_s
+        if self.measure_end is not None and self.count_reached:  # ended by its count: the window it measured
+            length = self.measure_end - self.measure_start
+        return self.busy_s / length if length > 0 else 0.0
 
     def bucket_windows(self) -> list[dict]:
+        """Every planned bucket's window; a count-bounded level that ended by its count lists
+        those begun before its last request ended, the last ending then (shorter, as planned)."""
         out = []
+        end = self.measure_end if self.count_reached and self.measure_end is not None else None
         for b in self.level.buckets:
             start = self.measure_start + b.start_s
-            out.append({"index": b.index, "start": start, "end": start + b.length_s, "planned_length_s": b.length_s})
+            if end is not None and start >= end and b.index > 0:
+                break
+            stop = start + b.length_s if end is None else min(start + b.length_s, max(end, start))
+            out.append({"index": b.index, "start": start, "end": stop, "planned_length_s": b.length_s})
         return out
+
+    def count_json(self) -> dict:
+        """A count-bounded level's manifest fields: its measured requests sent (`measured_sent`,
+        of its `requests_per_level`) and what ended it (`ended_by`: count, or duration -- the
+        bound came first and it is not complete); {} for a timed level."""
+        if self.level.requests_per_level is None:
+            return {}
+        return {"measured_sent": self.measured, "ended_by": "count" if self.count_reached else "duration"}
+
+
+class Quota:
+    """A count-bounded level's measured requests (`Level.requests_per_level`, n). Closed loop:
+    `take()` before each measured request -- from the level's shared count with --workers
+    (`ids.SharedCount` slot 2, `LevelContext.claim_measured`), so the processes send exactly n
+    in all -- and False once n were taken: the worker stops. Open loop: `first(due, measure)`,
+    the schedule's arrivals up to its n-th at or after `measure` (every process reads the same
+    schedule, so the n are split like any arrivals). `reached`: the count ended the level."""
+
+    def __init__(self, n: int, claim: Callable[[], int] | None = None) -> None:
+        self.n = n
+        self.claim = claim
+        self.taken = 0
+        self.reached = False
+
+    def take(self) -> bool:
+        if self.reached:
+            return False
+        k = self.claim() if self.claim is not None else self.taken
+        self.taken += 1
+        if k >= self.n:
+            self.reached = True
+            return False
+        return True
+
+    def first(self, due, measure: float):
+        k = 0
+        for item in due:
+            k += item[0] >= measure
+            yield item
+            if k >= self.n:
+                self.reached = True
+                return
 
 
 @dataclasses.dataclass
@@ -410,6 +463,11 @@ class LevelContext:
     # --workers, closed loop: the level's count of requests started, shared by its processes
     # (`ids.SharedCount.claim`): each request claims its prompt index as it starts
     claim: Callable[[], int] | None = None
+    # --workers, a count-bounded closed loop: the level's measured requests started, shared by its
+    # processes (`ids.SharedCount.claim(2)`): each claims one before it starts (`Quota.take`)
+    claim_measured: Callable[[], int] | None = None
+    # a count-bounded level's measured requests (`Quota`): set by `drive_level` from the level
+    quota: Quota | None = None
 
 
 async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
@@ -421,6 +479,9 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         await trio.sleep_until(clock.to_trio(t0))
     if ctx.on_start is not None:
         ctx.on_start(t0)
+    if level.requests_per_level is not None:
+        ctx = dataclasses.replace(ctx, quota=Quota(level.requests_per_level, ctx.claim_measured))
+    quota = ctx.quota
     m = t0 + level.warmup_s
     run = LevelRun(level, started_at=t0, measure_start=m)
     stop = m + level.duration_s
@@ -457,29 +518,34 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         return k
 
     async def one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
-                  seq: int | None = None, admitted: float | None = None) -> None:
+                  seq: int | None = None, admitted: float | None = None) -> bool:
+        """Send (or hold back) one request; False: a count-bounded closed loop has sent its count,
+        the worker stops."""
+        if quota is not None and quota.reached and intended is None:
+            return False
         scout: bool | None = False
         if health is not None and health.refusals:
             if intended is not None:  # an open-loop arrival is due now: it tries as the scout or is held back
                 scout = health.try_scout()
                 if scout is False:
                     await _one(conn, worker, intended, lengths, seq, held=True, admitted=admitted)
-                    return
+                    return True
             else:  # a closed-loop worker waits at the gate
                 scout = await health.admit()
                 if clock.now() >= stop:  # the level ended while the backend refused: nothing to send
                     if scout:
                         health.scouted()
-                    return
+                    return True
         try:
             rec = await _one(conn, worker, intended, lengths, seq, admitted=admitted)
         finally:
             if scout:
                 health.scouted()  # type: ignore[union-attr]
-        if rec is None:  # the level ended before it could start: its loop ends with the level
-            return
+        if rec is None:  # the level ended (or sent its count) before it could start: its loop ends
+            return not (quota is not None and quota.reached)
         if rec.start is None:  # not sent: the client's own limit, not the server's (NOT_SENT_PAUSE_S)
             await trio.sleep_until(clock.to_trio(min(clock.now() + NOT_SENT_PAUSE_S, stop)))
+        return True
 
     async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
                    seq: int | None = None, held: bool = False, admitted: float | None = None) -> RequestRecord | None:
@@ -503,6 +569,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             # the worker's `clock.now() < stop` was read before this request was made: the start
             # is this read, and a level's requests start before its stop (its last bucket's end)
             return None
+        if intended is None and quota is not None and now >= m and not quota.take():
+            return None  # a count-bounded closed loop has started its count of measured requests
         start_ref = intended if intended is not None else now
         rec = RequestRecord(
             request_id=rid,
@@ -520,6 +588,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             turn=None if shape is None else shape.turn,
         )
         ctx.stats.started()
+        run.measured += rec.bucket >= 0
         if ctx.on_request_start is not None:
             ctx.on_request_start(rec.bucket, start_ref)
         if held:
@@ -546,17 +615,22 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     try:
         async with trio.open_nursery() as background:
             background.start_soon(pending.writer)
+            ended = trio.Event()
             async with trio.open_nursery() as outer:
-                outer.start_soon(bucket_clock, level, ctx, m)
+                outer.start_soon(bucket_clock, level, ctx, m, ended)
                 await LOAD_MODELS[type(level.shape)](level.shape, ctx, one, stop, t0, m)
                 # The load functions return only after `stop`, with every request drained; an
-                # abort arrives as cancellation instead. The bucket clock ends with the last bucket.
+                # abort arrives as cancellation instead. The bucket clock ends with the last bucket
+                # -- or, a count-bounded level that sent its count, now: its last request has ended
+                if quota is not None and quota.reached:
+                    ended.set()
             background.cancel_scope.cancel()
     finally:
         pending.write()  # also when aborting: every request sent has its record
-    run.measure_end = stop
-    run.completed = True
     run.drained_at = clock.now()
+    run.count_reached = quota is not None and quota.reached
+    run.measure_end = min(run.drained_at, stop) if run.count_reached else stop
+    run.completed = True
     return run
 
 
@@ -587,10 +661,19 @@ class _PendingRecords:
             self.write()
 
 
-async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float) -> None:
-    """Awaits `ctx.on_bucket(i)` at each bucket's end on the run clock."""
+async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float, ended: trio.Event | None = None) -> None:
+    """Awaits `ctx.on_bucket(i)` at each bucket's end on the run clock; returns once `ended` is
+    set (a count-bounded level that sent its count: the bucket it ended in is not closed here,
+    as a level cut short leaves its last one -- never cancelled inside `on_bucket`)."""
     for b in level.buckets:
-        await trio.sleep_until(ctx.clock.to_trio(measure_start + b.start_s + b.length_s))
+        at = ctx.clock.to_trio(measure_start + b.start_s + b.length_s)
+        if ended is None:
+            await trio.sleep_until(at)
+        else:
+            with trio.move_on_at(at):
+                await ended.wait()
+            if ended.is_set():
+                return
         if ctx.on_bucket is not None:
             await ctx.on_bucket(b.index)
 
@@ -602,7 +685,8 @@ async def _closed(shape: Closed, ctx: LevelContext, one, stop: float, start: flo
         conn = ctx.connect()
         try:
             while clock.now() < stop:
-                await one(conn, w, None)
+                if not await one(conn, w, None):  # a count-bounded level has started its count
+                    break
         finally:
             with trio.move_on_after(CLOSE_S, shield=True):
                 await conn.aclose()
@@ -659,7 +743,10 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, bu
 
 async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
     times = schedule(shape.rate, shape.arrival, shape.seed, start, stop, shape.burstiness)
-    await _arrivals(ctx, one, ((t, None) for t in times), shape.max_concurrency)
+    due = ((t, None) for t in times)
+    if ctx.quota is not None:  # a count-bounded level: its first n arrivals after the warmup
+        due = ctx.quota.first(due, measure)
+    await _arrivals(ctx, one, due, shape.max_concurrency)
 
 
 def in_flight_share(cap: int, part: tuple[int, int]) -> int:
@@ -842,7 +929,7 @@ async def _closed_ramp(shape: ClosedRamp, ctx: LevelContext, one, stop: float, s
 LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open, ClosedRamp: _closed_ramp, OpenRamp: _open_ramp, Replay: _replay}
 
 
-__all__ = ["Bisection", "LevelContext", "LevelRun", "LiveStats", "Shapes", "Slots", "drive_level", "in_flight_share",
+__all__ = ["Bisection", "LevelContext", "LevelRun", "LiveStats", "Quota", "Shapes", "Slots", "drive_level", "in_flight_share",
            "prompt_words", "ramp_schedule", "replay_schedule", "schedule", "unit_arrivals"]
 
 

@@ -262,7 +262,7 @@ class BackendRecorder:
         entry.update(
             started_at=run.started_at, measure_start=run.measure_start, measure_end=run.measure_end,
             drained_at=run.drained_at, completed=run.completed, buckets=run.bucket_windows(), sent=run.sent,
-            mean_in_flight=round(run.mean_in_flight, 3),
+            mean_in_flight=round(run.mean_in_flight, 3), **run.count_json(),
         )  # fmt: skip
         self._prompt_repeats(entry)
 

@@ -227,10 +227,14 @@ async def drive_level_workers(
             await proc.stdin.send_all(_frame(START, struct.pack("<d", t0)))  # type: ignore[union-attr]
         run = LevelRun(level, started_at=t0, measure_start=t0 + level.warmup_s)
 
+        counted = trio.Event()  # a count-bounded level that sent its count ends with its processes
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(bucket_clock, level, ctx, run.measure_start)
-            for p in range(n):
-                nursery.start_soon(pump, p)
+            nursery.start_soon(bucket_clock, level, ctx, run.measure_start, counted)
+            async with trio.open_nursery() as pumps:
+                for p in range(n):
+                    pumps.start_soon(pump, p)
+            if any(s is not None and s.get("count_reached") for s in summaries):
+                counted.set()
     finally:
         with trio.CancelScope(shield=True):
             with trio.move_on_after(STOP_GRACE):
@@ -291,9 +295,15 @@ def _process_name(p: int, n: int, proc) -> str:
 
 def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSequence) -> None:
     """The level's run from the workers' summaries; `ids` goes on after every index they used."""
-    run.measure_end = run.measure_start + run.level.duration_s
     run.completed = all(s["completed"] for s in done)
     run.drained_at = max(s["drained_at"] for s in done)
+    # a count-bounded level: each process saw the count reached (open loop: the same schedule's
+    # n-th arrival; closed loop: a claim past n) or the duration end it; ended by its count, its
+    # measured window ends when its last process drained
+    run.measured = sum(s.get("measured", 0) for s in done)
+    run.count_reached = any(s.get("count_reached") for s in done)
+    stop = run.measure_start + run.level.duration_s
+    run.measure_end = min(run.drained_at, stop) if run.count_reached else stop
     run.sent = sum(s["sent"] for s in done)
     run.busy_s = sum(s["busy_s"] for s in done)
     for share, s in zip(shares, done):
@@ -383,6 +393,7 @@ async def _worker(msg_fd: int) -> None:
         headers=job["headers"], stats=stats, t0=t0, part=(next_id.part, next_id.parts), health=gate,
         on_request_start=lambda bucket, start: started.append((bucket, start)),
         claim=None if count is None else count.claim,
+        claim_measured=None if count is None else (lambda: count.claim(2)),
     )  # fmt: skip
     run: LevelRun | None = None
     try:
@@ -409,7 +420,8 @@ async def _worker(msg_fd: int) -> None:
         await flush()
         if run is not None:
             summary = {"sent": run.sent, "busy_s": run.busy_s, "drained_at": run.drained_at,
-                       "completed": run.completed, "ids": next_id.issued}  # fmt: skip
+                       "completed": run.completed, "ids": next_id.issued, "measured": run.measured,
+                       "count_reached": run.count_reached}  # fmt: skip
             await out.send_all(_frame(DONE, pickle.dumps(summary)))
 
 
