@@ -77,8 +77,13 @@ def _bucket_gaps(bi: BackendIndex, plv: Level, lv: LevelIndex, partial: bool = F
     (`partial`: a missing bucket is one not closed yet, inconclusive)."""
     out: list[Instance] = []
     by_index = {w.index: w for w in lv.buckets if w.planned}
+    # a count-bounded level that sent its count ended with its last request: the buckets after
+    # its last listed one were never to run (one its duration ended first lists them all)
+    last = max(by_index) if lv.ended_by_count and by_index else None
     for pb in plv.buckets:
         w = by_index.get(pb.index)
+        if w is None and last is not None and pb.index > last:
+            continue
         if w is None:
             where = Location(bi.name, lv.workload, lv.index, lv.label, pb.index, text=f"backend {bi.name}, {lv.label}, bucket {pb.index}")
             out.append(Instance("inconclusive", where, None, None, 0, f"bucket {NOT_YET}") if partial
@@ -103,8 +108,9 @@ def bucket_coverage(run: JudgedRun, rule: Rule) -> RuleResult:
             insts.append(Instance("fail", backend_here(name), 0.0, None, 0, "no evidence for this backend"))
             continue
         for plv in bp.levels:
-            n += len(plv.buckets)
             lv = run.level(name, plv)
+            # a count-bounded level that sent its count planned the buckets it ran (it ended early)
+            n += len(plv.buckets) if lv is None or not lv.ended_by_count else sum(w.planned for w in lv.buckets)
             if lv is None and run.partial:
                 insts.append(Instance("inconclusive", _missing_level(run, name, plv), None, None, 0, f"level {NOT_YET}"))
             elif lv is None:
@@ -130,6 +136,13 @@ def _duration_shortfall(run: JudgedRun, name: str, plv: Level) -> Instance | Non
     if a is None or b is None:
         return Instance("fail", where, None, None, None, f"no measured start/end recorded (planned {planned})")
     wall = b - a
+    count = lv.count_sent
+    if count is not None:  # a count-bounded level covers its plan by its count: its duration is a bound
+        if count[0] >= count[1] and lv.entry.get("completed") is True:
+            return None
+        return Instance("fail", where, float(count[0]), f"{count[0]} of {count[1]} requests", count[0],
+                        f"sent {count[0]} of its {count[1]} requests in {format_duration(wall)} "
+                        f"(at most {planned}): the count was not covered")
     if wall + DURATION_TOLERANCE_S < plv.duration_s:
         return Instance("fail", where, wall, format_duration(wall), None,
                         f"measured {format_duration(wall)} of {planned} planned (a run cut short never covers its plan)")
@@ -138,14 +151,19 @@ def _duration_shortfall(run: JudgedRun, name: str, plv: Level) -> Instance | Non
 
 def duration_coverage(run: JudgedRun, rule: Rule) -> RuleResult:
     insts: list[Instance] = []
-    n = 0
+    n = counted = 0
     for name, bp in run.planned_for(rule):
         for plv in bp.levels:
             n += 1
+            counted += plv.requests_per_level is not None
             inst = _duration_shortfall(run, name, plv)
             if inst is not None:
                 insts.append(inst)
     msg = f"all {plural(n, 'level')} measured for their planned duration"
+    if counted == n:  # requests_per_level: such a level is covered by its count, its duration only a bound
+        msg = f"all {plural(n, 'level')} sent their requests_per_level (count-bounded: the duration only bounds them)"
+    elif counted:
+        msg = f"all {plural(n, 'level')} measured for their planned duration or, the {counted} count-bounded, sent their requests_per_level"
     return result(rule, "duration_coverage", "evidence", rule.severity, insts, msg, n)
 
 

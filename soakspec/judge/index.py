@@ -108,6 +108,23 @@ class LevelIndex:
         return self._windows_by_index.get(bucket)
 
     @property
+    def count_sent(self) -> tuple[int, int] | None:
+        """A count-bounded level's (measured requests recorded, requests_per_level asked); None
+        for a level that runs for its duration. Counted from the records, not the manifest's
+        `measured_sent`: a record that is not there was not measured."""
+        n = self.entry.get("requests_per_level")
+        if type(n) is not int:
+            return None
+        return len(self.records), n
+
+    @property
+    def ended_by_count(self) -> bool:
+        """A count-bounded level that sent its count: its measured window ends with its last
+        request, the buckets after it were never meant to run (not a level cut short)."""
+        c = self.count_sent
+        return c is not None and c[0] >= c[1] and self.entry.get("completed") is True
+
+    @property
     def measure_start(self) -> float | None:
         return num(self.entry.get("measure_start"))
 
@@ -331,6 +348,9 @@ def level_label(entry: Mapping[str, Any], with_workload: bool = False) -> str:
         text = f"concurrency {entry.get('concurrency')} (batches of {entry.get('batch_requests')})"
     else:
         text = f"concurrency {entry.get('concurrency')}"
+    count = entry.get("requests_per_level")
+    if type(count) is int and not entry.get("phase"):  # the plan's label names a level's count
+        text += f", {count} requests"
     if with_workload:
         return f"{entry.get('workload')} / {text}"
     return text

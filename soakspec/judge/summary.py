@@ -266,6 +266,7 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "wall_s": (me - ms) if ms is not None and me is not None else None,
         "completed": e.get("completed") is True,
         "sent": e.get("sent"),
+        "requests_per_level": _count_summary(lv),
         "requests": counts(recs),
         "ttft": dist_summary(recs, "ttft"),
         "itl": dist_summary(recs, "itl"),
@@ -280,6 +281,16 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "excluded": excluded(recs),
         "turns": turn_summary(recs),
     }
+
+
+def _count_summary(lv: LevelIndex) -> dict[str, Any] | None:
+    """A count-bounded level's count: `asked` (requests_per_level), `sent` (its measured
+    requests recorded) and `ended_by` -- "count" once it sent them all, else "duration" (its
+    bound came first, or it was cut short: not complete). None for a level run for its duration."""
+    c = lv.count_sent
+    if c is None:
+        return None
+    return {"asked": c[1], "sent": c[0], "ended_by": "count" if lv.ended_by_count else "duration"}
 
 
 MAX_TURNS_LISTED = 20  # multi-turn chat: turns listed one by one in results.json; later ones together

@@ -210,7 +210,8 @@ def _window_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instanc
     stray: list[tuple[str, float, int]] = []
     listed = [w for w in lv.buckets if w.planned]
     # a level cut short (completed = false) ends its last bucket where it stopped: shorter, not wrong
-    cut = listed[-1].index if listed and lv.entry.get("completed") is not True else None
+    # and so does a count-bounded level that sent its count: it ended with its last request
+    cut = listed[-1].index if listed and (lv.entry.get("completed") is not True or lv.ended_by_count) else None
     for w in lv.buckets:
         pb = planned.get(w.index)
         if pb is None or not w.planned or w.start is None or w.end is None:
@@ -274,6 +275,9 @@ def _load_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instance]
     cap, planned_cap = lv.entry.get("max_concurrency"), want.get("max_concurrency")
     if cap != planned_cap:  # absent: no cap (evidence from before the key had none either)
         differ.append(f"max_concurrency {cap or 'none'} (the spec plans {planned_cap or 'none'})")
+    count, planned_count = lv.entry.get("requests_per_level"), want.get("requests_per_level")
+    if count != planned_count:  # absent: the level ran for its duration (as all did before the key)
+        differ.append(f"requests_per_level {count or 'none (timed)'} (the spec plans {planned_count or 'none (timed)'})")
     ran_for = _ran_duration(lv, plv)
     if ran_for is not None:
         differ.append(f"a planned duration of {format_duration(ran_for)} (the spec plans {format_duration(plv.duration_s)})")
@@ -318,9 +322,10 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, 
         if missing and partial:
             out.append(problem(f"{_bucket_span(missing)} of {len(plv.buckets)} not closed yet (the run is still going, "
                                "or was killed)", lloc, "inconclusive"))
-        elif missing and _ran_duration(lv, plv) is None:  # (a run that planned it shorter: `_load_problems` says so)
+        elif missing and _ran_duration(lv, plv) is None and not lv.ended_by_count:  # (a run that planned it shorter: `_load_problems` says so)
             out.append(problem(f"{_bucket_span(missing)} of {len(plv.buckets)} not measured: the level was cut short"
                                + (f" in bucket {max(listed)}" if listed else " before its first bucket"), lloc))
+    out.extend(_count_problems(lv, lloc, partial))
     sent = lv.entry.get("sent")
     if isinstance(sent, int) and not isinstance(sent, bool):
         have = bi.recorded.get((lv.workload, lv.index), 0)
@@ -332,6 +337,24 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, 
         if not w.planned and w.records:
             out.append(problem(f"{plural(len(w.records), 'request')} name bucket {w.index}, which the manifest does not list", lloc))
     return out
+
+
+def _count_problems(lv: LevelIndex, lloc: Location, partial: bool = False) -> list[Instance]:
+    """A count-bounded level (`requests_per_level`) that did not record its count: its duration
+    (the bound) ended it first, or it was cut short -- not the level the spec asked for, however
+    its requests went -- or one that recorded more than it asked."""
+    c = lv.count_sent
+    if c is None or (partial and lv.entry.get("completed") is not True):
+        return []
+    sent, n = c
+    if sent < n:
+        bound = num_(lv.entry.get("planned_duration_s"))
+        by = f"its duration bound ({format_duration(bound)})" if bound is not None and lv.entry.get("completed") is True else "being cut short"
+        return [problem(f"the level ended by {by} with {sent} of its {n} requests sent (requests_per_level): "
+                        "not complete", lloc)]
+    if sent > n:
+        return [problem(f"{sent} measured requests recorded, more than the level's requests_per_level of {n}", lloc)]
+    return []
 
 
 def _planned_backend_problems(run: JudgedRun, name: str, bp: BackendPlan) -> list[Instance]:

@@ -627,10 +627,23 @@ def offered_text(lv: Mapping[str, Any]) -> tuple[str, float | None]:
     return (", ".join(parts) or "-"), None
 
 
+def count_text(lv: Mapping[str, Any]) -> str:
+    """A count-bounded level's requests sent of those asked (results.json `requests_per_level`):
+    `, 40 of 40 requests`, or `, 12 of 40 requests (ended by its duration: not complete)`; ""
+    for a level run for its duration."""
+    c = _map(lv.get("requests_per_level"))
+    sent, asked = _int(c.get("sent")), _int(c.get("asked"))
+    if sent is None or asked is None:
+        return ""
+    short = " (ended by its duration: not complete)" if c.get("ended_by") != "count" else ""
+    return f", {sent} of {asked} requests{short}"
+
+
 def level_rows(results: Mapping[str, Any]) -> list[LevelRow]:
     out = []
     for b, lv, mine in levels_with_buckets(results):
         offered, rate = offered_text(lv)
+        offered += count_text(lv)
         out.append(LevelRow(
             backend=one_line(b.get("name")), workload=lv.get("workload"), level=_int(lv.get("index")),
             label=one_line(lv.get("label") or f"level {lv.get('index')}"), offered=offered, offered_rate=rate,
