@@ -12,7 +12,9 @@ each has exactly one backend, those two are paired (a renamed backend, said in a
 are paired by what they are, never by their position: within a workload, a named phase by its
 name (a phase whose load differs between the runs is still compared, and the row says so),
 any other level by its load -- mode, concurrency, rate, batch size, a ramp's or a replay's
-shape: what results.json names it by (`concurrency 8`, `rate 2 rps`). A sweep's probes run in
+shape, a count-bounded level's `requests_per_level` (it pairs only with a level of the same
+count, never with a timed one): what results.json names it by (`concurrency 8`, `rate 2 rps`,
+`concurrency 8, 100 requests`). A sweep's probes run in
 the order its search took, and two searches take different paths (1, 12, 6, 3 ... against
 1, 16, 8 ...): probe k of one run and probe k of the other are different loads, and only the
 loads both probed are compared. A load a workload ran more than once pairs its k-th run in the
@@ -854,6 +856,9 @@ def _identity(lv: LevelSamples) -> str:
         if isinstance(rate, float):
             rate = float(f"{rate:.9g}")
         what = [e.get("mode"), e.get("concurrency"), rate, e.get("batch_requests"), shape_identity(e.get("shape"))]
+        count = e.get("requests_per_level")
+        if type(count) is int:  # a count-bounded level is not its timed namesake (nor one of another count)
+            what.append(["requests_per_level", count])
     return json.dumps([lv.workload, *what], sort_keys=True, default=str)
 
 
