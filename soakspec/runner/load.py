@@ -22,6 +22,13 @@ ramp spans exactly the measured window [m, m + duration); a warmup before it hol
 starting value (the first phase's warmup measures nothing of the ramp).
 Replay: a trace's arrival offsets, each request with its own prompt and output length; open
 loop, so its lag behind the trace is recorded like any open-loop schedule lag.
+A fixed count (`Level.requests_per_level`, n; open and closed loops): the level sends exactly
+n measured requests and ends once they have finished, `m + duration` staying its bound (`Quota`).
+Closed loop: a worker takes one of the n (from the level's shared count with `--workers`) before
+each request that starts at or after m, and stops once none is left; open loop: the schedule's
+first n arrivals at or after m. The warmup's requests are not counted. Ended by its count, the
+level's measured window ends at its drain (`LevelRun.measure_end`), its buckets those begun by
+then, the last one short; ended by its duration first, it runs to `m + duration` as any level.
 
 Prompts: the k-th request of a level (k from 0, warmup included) gets `Shapes.make(k)`, whatever
 the backend sent before, so with a fixed seed every level of every backend sends the same prompt
