@@ -1,0 +1,346 @@
+"""`load { requests_per_level = N }`: a fixed count of measured requests per level (vLLM bench
+serve's --num-prompts, GuideLLM's --max-requests, k6's iterations), the level's duration its
+upper bound. Checked (open and closed loops only; N >= 1), formatted, planned and printed; the
+runner sends exactly N measured requests after the warmup and ends the level once they have
+finished (one process and two sharing the level's count); the judge reads a level that sent its
+count as complete, its short last bucket as planned, and one its duration ended first as not
+complete -- never a pass of coverage."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+
+from soakspec.evidence.record import RequestRecord, decode_line
+from soakspec.lang import check, fmt, parse
+from soakspec.plan import Level, plan, render_text, to_json
+from soakspec.runner.clock import RunClock
+from soakspec.runner.ids import IdSequence, SharedCount
+from soakspec.runner.load import LevelContext, LevelRun, Shapes, drive_level
+
+from runner_support import REPO
+from test_load_schedule import FakeServer
+
+HEAD = 'soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+TIMING = "duration = 10s\n  bucket = 1s\n  deadline = 60s"
+
+
+def _spec_text(load: str, extra: str = TIMING) -> str:
+    return HEAD + f'workload "w" {{\n  load {{\n    {load}\n  }}\n  {extra}\n  follow_up = false\n}}\n'
+
+
+def _checked(load: str, extra: str = TIMING):
+    return check(parse(_spec_text(load, extra))[0])
+
+
+def _diags(load: str, extra: str = TIMING):
+    return _checked(load, extra)[1]
+
+
+def _level(load: str, extra: str = TIMING) -> Level:
+    spec, diags = _checked(load, extra)
+    assert spec is not None, [d.message for d in diags]
+    return plan(spec).backends[0].levels[0]
+
+
+# ---------------------------------------------------------------- check, fmt, plan
+
+
+@pytest.mark.parametrize("load", [
+    "mode = closed\n    concurrency = [2, 4]\n    requests_per_level = 100",
+    "mode = open\n    rate = [10rps]\n    arrival = poisson\n    requests_per_level = 50",
+])
+def test_open_and_closed_loops_take_a_count_per_level(load):
+    spec, diags = _checked(load)
+    assert spec is not None and not [d for d in diags if d.severity == "error"], diags
+    assert {lv.requests_per_level for lv in plan(spec).backends[0].levels} == {int(load.rsplit("= ", 1)[1])}
+
+
+@pytest.mark.parametrize("load, said", [
+    ("mode = batch\n    concurrency = [2]\n    requests = 8\n    requests_per_level = 100", "'requests' is the size of one batch"),
+    ("mode = closed\n    phases {\n      a { concurrency = 2  duration = 1s }\n    }\n    requests_per_level = 10", "drop the phases"),
+    ("mode = open\n    rate = [1rps, 9rps]\n    search = bisect\n    max_wall = 1h\n    requests_per_level = 10",
+     "remove requests_per_level from the sweep"),
+])
+def test_a_count_where_a_level_is_not_a_held_load_is_an_error_with_a_hint(load, said):
+    diags = _diags(load, TIMING if "phases" not in load else "bucket = 1s")
+    (d,) = [d for d in diags if "requests_per_level" in d.message]
+    assert d.code == "E403" and said in (d.hint or ""), d
+
+
+def test_a_count_in_a_replay_or_a_multi_turn_workload_is_an_error(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 4, "output_length": 2}\n{"timestamp": 500, "input_length": 4, "output_length": 2}\n')
+    spec = HEAD + textwrap.dedent(f"""\
+        workload "w" {{
+          load {{
+            mode = replay
+            trace = "{trace}"
+            requests_per_level = 2
+          }}
+          bucket = 1s
+          follow_up = false
+        }}
+        """)
+    diags = check(parse(spec, path=str(tmp_path / "s.soak"))[0])[1]
+    assert [d.code for d in diags if "requests_per_level" in d.message] == ["E403"], diags
+    convo = tmp_path / "c.json"
+    convo.write_text(json.dumps([{"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "yo"}]}]))
+    spec = HEAD + textwrap.dedent(f"""\
+        workload "w" {{
+          endpoint = chat
+          prompt_file = "{convo}"
+          multi_turn = true
+          load {{
+            mode = closed
+            concurrency = [1]
+            requests_per_level = 10
+          }}
+          duration = 5s
+          follow_up = false
+        }}
+        """)
+    diags = check(parse(spec, path=str(tmp_path / "s.soak"))[0])[1]
+    (d,) = [d for d in diags if "requests_per_level" in d.message]
+    assert d.code == "E403" and "multi_turn" in (d.hint or ""), diags
+
+
+@pytest.mark.parametrize("value, code", [("0", "E204"), ("-3", "E204"), ("2.5", "E104"), ("10s", "E104"),
+                                         ("2000000000", "E204")])
+def test_the_count_is_a_positive_integer(value, code):
+    (d,) = _diags(f"mode = closed\n    concurrency = [2]\n    requests_per_level = {value}")
+    assert d.code == code, d
+    if value in ("0", "-3"):
+        assert "remove requests_per_level" in (d.hint or "")
+
+
+def test_batch_requests_in_a_closed_loop_point_at_requests_per_level():
+    (d,) = _diags("mode = closed\n    concurrency = [2]\n    requests = 8")
+    assert d.code == "E403" and "requests_per_level" in (d.hint or "")
+
+
+def test_fmt_keeps_the_count():
+    text = _spec_text("mode = open\n    rate = [10rps]\n    requests_per_level = 25")
+    out = fmt(parse(text)[0])
+    assert "requests_per_level = 25" in out and fmt(parse(out)[0]) == out
+
+
+def test_the_plan_prints_the_count_and_the_manifest_records_it():
+    spec, _ = _checked("mode = open\n    rate = [10rps]\n    arrival = constant\n    requests_per_level = 500")
+    p = plan(spec)
+    text = render_text(p)
+    # 10 rps for 10 s cannot send 500: the plan says the duration ends it first
+    assert "w / rate 10 rps, 500 requests: 500 measured requests (it ends once they have finished), at most 10s" in text
+    assert "the duration ends it first, after ~100 of 500" in text
+    lv = p.backends[0].levels[0]
+    assert lv.to_json()["requests_per_level"] == 500
+    assert to_json(p)["backends"][0]["levels"][0]["requests_per_level"] == 500
+    timed, _ = _checked("mode = open\n    rate = [10rps]")
+    assert "requests_per_level" not in plan(timed).backends[0].levels[0].to_json()  # as evidence from before the key
+
+
+# ---------------------------------------------------------------- the runner, in virtual time
+
+
+async def _drive_parts(level: Level, latency: float, parts: int):
+    """The level driven as `--workers parts` drives it: one `drive_level` per part from one
+    start, against one server, sharing the level's count (`ids.SharedCount`, as the processes do)."""
+    clock = RunClock(timer=trio.current_time, epoch=1000.0)
+    server = FakeServer(clock, latency)
+    records: list[RequestRecord] = []
+    runs: list[LevelRun] = []
+    t0 = clock.now() + 0.5
+    count = SharedCount.create()
+    try:
+        async def one_part(p: int) -> None:
+            shared = parts > 1 and level.concurrency is not None
+            ctx = LevelContext("a", clock, server.connect, Shapes(level.request), records.extend, IdSequence(f"t{p}"),
+                               t0=t0, part=(p, parts), claim=count.claim if shared else None,
+                               claim_measured=(lambda: count.claim(2)) if shared else None)
+            runs.append(await drive_level(level, ctx))
+
+        async with trio.open_nursery() as n:
+            for p in range(parts):
+                n.start_soon(one_part, p)
+    finally:
+        count.remove()
+    return t0, records, runs
+
+
+def _measured(records):
+    return [r for r in records if r.bucket >= 0]
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_a_closed_loop_sends_exactly_its_count_after_the_warmup_then_ends(parts):
+    """3 workers, 0.3 s a request, 1 s of warmup, 25 requests per level, at most 10 s: the
+    warmup's requests are not counted, exactly 25 measured requests are sent (with two
+    processes too: they claim from the level's one count), and the level ends when the last of
+    them ends -- ~2.5 s into its measured window, not at 10 s. Its buckets end there."""
+    level = _level("mode = closed\n    concurrency = [3]\n    requests_per_level = 25",
+                   "duration = 10s\n  bucket = 1s\n  warmup = 1s\n  deadline = 60s")
+    t0, records, runs = trio.run(_drive_parts, level, 0.3, parts, clock=trio.testing.MockClock(autojump_threshold=0))
+    measured = _measured(records)
+    assert len(measured) == 25 and sum(r.measured for r in runs) == 25
+    assert len(records) > 25  # the warmup sent its own, uncounted
+    last_end = max(r.end for r in measured)
+    assert all(r.count_reached for r in runs)
+    assert max(r.measure_end for r in runs) == pytest.approx(last_end, abs=1e-9) and last_end < t0 + 1 + 4
+    windows = runs[0].bucket_windows()
+    assert [w["index"] for w in windows] == list(range(len(windows))) and len(windows) < 10
+    assert all(w["start"] <= r.start <= w["end"] for r in measured if r in measured for w in windows if w["index"] == r.bucket)
+    assert runs[0].count_json()["ended_by"] == "count"
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_an_open_loop_sends_the_first_n_arrivals_after_the_warmup(parts):
+    """10 rps of constant arrivals after 1 s of warmup, 25 requests per level: the measured
+    requests are the schedule's first 25 after the warmup (intended at 1.0, 1.1, ... 3.4 s from
+    the level's start), split over the processes, and the level ends when the last has ended."""
+    level = _level("mode = open\n    rate = [10rps]\n    arrival = constant\n    requests_per_level = 25",
+                   "duration = 10s\n  bucket = 1s\n  warmup = 1s\n  deadline = 60s")
+    t0, records, runs = trio.run(_drive_parts, level, 0.2, parts, clock=trio.testing.MockClock(autojump_threshold=0))
+    measured = sorted(_measured(records), key=lambda r: r.intended_start)
+    assert len(measured) == 25 and len(records) == 35  # 10 warmup arrivals, 25 measured
+    assert [r.intended_start - t0 for r in measured] == pytest.approx([1 + k / 10 for k in range(25)], abs=1e-9)
+    assert all(r.count_reached for r in runs)
+    assert max(r.measure_end for r in runs) == pytest.approx(t0 + 3.4 + 0.2, abs=1e-9)
+
+
+def test_a_level_its_duration_ends_first_says_so():
+    """One worker, 1 s a request, 3 s at most, 100 requests asked: the duration ends it with 3
+    sent -- its manifest fields say `ended_by: duration` with `measured_sent: 3`, its measured
+    window is the whole 3 s and every bucket is listed."""
+    level = _level("mode = closed\n    concurrency = [1]\n    requests_per_level = 100",
+                   "duration = 3s\n  bucket = 1s\n  deadline = 60s")
+    t0, records, (run,) = trio.run(_drive_parts, level, 1.0, 1, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(_measured(records)) == 3
+    assert run.count_json() == {"measured_sent": 3, "ended_by": "duration"}
+    assert run.measure_end == pytest.approx(t0 + 3) and len(run.bucket_windows()) == 3
+
+
+# ---------------------------------------------------------------- real runs against the simulator
+
+
+def _sim_spec(tmp_path: Path, load: str, *, ttft: str = "20ms", duration: str = "20s", warmup: str = "500ms",
+              gate: str = "require failed == 0\n  require duration_coverage\n  require bucket_coverage\n  require completed_run",
+              name: str = "count.soak") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent("""\
+        soak "count" {}
+        backend "a" {
+          sim {
+            ttft = %s
+            itl = 5ms
+          }
+        }
+        workload "w" {
+          prompt_words = 8
+          max_tokens = 8
+          load {
+            %s
+          }
+          warmup = %s
+          duration = %s
+          bucket = 300ms
+          deadline = 30s
+          follow_up = false
+        }
+        gate {
+          %s
+        }
+        """) % (ttft, load.replace("\n", "\n    "), warmup, duration, gate))
+    return path
+
+
+def _run(spec: Path, out: Path, workers: int = 1) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "soakspec", "run", str(spec), "--out", str(out), "--quiet",
+                           "--workers", str(workers)], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def _records(out: Path):
+    with gzip.open(out / "backends" / "a" / "requests.jsonl.gz", "rt") as fh:
+        return [decode_line(line.encode()) for line in fh]
+
+
+def _level_entry(out: Path) -> dict:
+    (lv,) = json.loads((out / "manifest.json").read_text())["backends"][0]["levels"]
+    return lv
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "soakspec", *args], cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("load, workers", [
+    ("mode = closed\nconcurrency = [3]\nrequests_per_level = 40", 1),
+    ("mode = closed\nconcurrency = [3]\nrequests_per_level = 40", 2),
+    ("mode = open\nrate = [40rps]\nrequests_per_level = 40", 2),
+])
+def test_a_count_bounded_level_sends_exactly_n_ends_early_and_passes_its_coverage(tmp_path, load, workers):
+    """40 requests per level with a 20 s bound against a ~60 ms server: exactly 40 measured
+    requests are recorded (the warmup's besides), whichever process sent them; the level ends
+    with its last request -- a few of its 67 planned buckets, the last one short -- and the gate
+    holds it complete: duration_coverage, bucket_coverage and completed_run pass. The report's
+    level row says 40 of 40."""
+    out = tmp_path / "ev"
+    proc = _run(_sim_spec(tmp_path, load), out, workers)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    records = _records(out)
+    assert len([r for r in records if r.bucket >= 0]) == 40 and len(records) > 40
+    lv = _level_entry(out)
+    assert (lv["requests_per_level"], lv["measured_sent"], lv["ended_by"]) == (40, 40, "count")
+    assert lv.get("workers", 1) == workers
+    assert lv["measure_end"] - lv["measure_start"] < 10 and 0 < len(lv["buckets"]) < 67
+    assert lv["buckets"][-1]["end"] == pytest.approx(lv["measure_end"])
+    verdict = json.loads((out / "verdict.json").read_text())
+    status = {r["rule"]: r["status"] for r in verdict["rules"]}
+    assert verdict["exit_code"] == 0 and status["duration_coverage"] == status["bucket_coverage"] == status["completed_run"] == "pass"
+    offered = "concurrency 3" if "closed" in load else "40 req/s (open loop)"
+    assert f"{offered}, 40 of 40 requests |" in _cli("report", str(out), "--format", "md").stdout
+
+
+def test_a_level_its_duration_bound_ends_first_is_visible_and_never_passes_coverage(tmp_path):
+    """One worker against a ~340 ms server, 40 requests asked, at most 1 s: the duration ends
+    the level with a few sent. Nothing reads it as complete: the manifest says `ended_by:
+    duration`, completed_run names the shortfall, duration_coverage fails on it, the report's row
+    says so, and judged with only a performance rule the verdict is INCONCLUSIVE, not PASS."""
+    load = "mode = closed\nconcurrency = [1]\nrequests_per_level = 40"
+    out = tmp_path / "ev"
+    proc = _run(_sim_spec(tmp_path, load, ttft="300ms", duration="1500ms", warmup="0s"), out)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lv = _level_entry(out)
+    sent = lv["measured_sent"]
+    assert lv["ended_by"] == "duration" and 0 < sent < 40 and len(lv["buckets"]) == 5
+    rules = {r["rule"]: r for r in json.loads((out / "verdict.json").read_text())["rules"]}
+    assert rules["duration_coverage"]["status"] == "fail" and f"sent {sent} of its 40 requests" in rules["duration_coverage"]["message"]
+    assert rules["completed_run"]["status"] == "fail"
+    assert f"ended by its duration bound (1.5s) with {sent} of its 40 requests sent" in rules["completed_run"]["message"]
+    assert f"{sent} of 40 requests (ended by its duration: not complete)" in _cli("report", str(out), "--format", "md").stdout
+    lenient = _sim_spec(tmp_path, load, ttft="300ms", duration="1500ms", warmup="0s", gate="require failed == 0", name="lenient.soak")
+    gate = _cli("gate", str(out), "--spec", str(lenient), "--format", "json")
+    assert gate.returncode == 3 and json.loads(gate.stdout)["verdict"] == "INCONCLUSIVE", gate.stdout[-2000:]
+
+
+def test_a_count_bounded_run_is_not_its_timed_namesake(tmp_path):
+    """Judged with the same spec without the count (`gate --spec`), the level is not the one
+    that ran; `compare` pairs it only with a level of the same count, never a timed one."""
+    counted = _sim_spec(tmp_path, "mode = closed\nconcurrency = [2]\nrequests_per_level = 20", duration="2s")
+    timed = _sim_spec(tmp_path, "mode = closed\nconcurrency = [2]", duration="1s", name="timed.soak")
+    a, b = tmp_path / "counted", tmp_path / "timed"
+    for spec, out in ((counted, a), (timed, b)):
+        proc = _run(spec, out)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    gate = _cli("gate", str(a), "--spec", str(timed), "--format", "json")
+    ran = next(r for r in json.loads(gate.stdout)["rules"] if r["rule"] == "completed_run")
+    assert ran["status"] != "pass" and "requests_per_level 20 (the spec plans none (timed))" in ran["message"], ran
+    cmp = json.loads(_cli("compare", str(b), str(a), "--format", "json").stdout)
+    assert {u["label"] for u in cmp["unpaired"]} == {"concurrency 2", "concurrency 2, 20 requests"}, cmp["unpaired"]
