@@ -1090,7 +1090,7 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
         count = shape.requests_per_level if isinstance(shape, (Open, Closed)) else None
         if count is not None:  # at most the count, sent before the duration's bound ends the level
             minimum = min(minimum, count)
-            expected = min(expected, count) if expected is not None and isinstance(shape, Open) else count
+            expected = min(expected, count) if expected is not None else count  # (closed: with expected_latency)
         out.append(
             Level(
                 workload=w.name, index=i, shape=shape, request=request, warmup_s=w.warmup_s * scale,
@@ -1431,11 +1431,13 @@ def _timing_text(lv: Level) -> str:
 
 def _short_text(lv: Level) -> str:
     """A count-bounded level whose duration ends it before its count, as planned (an open loop's
-    rate × duration below it): said on its plan line, so it is no surprise in the report."""
+    rate × duration below it, a closed loop's concurrency × duration / expected_latency): said on
+    its plan line, so it is no surprise in the report."""
     n, exp = lv.requests_per_level, lv.expected_requests
     if n is None or exp is None or exp >= n:
         return ""
-    return f" -- at this rate the duration ends it first, after ~{exp} of {n} (the report will say so: not complete)"
+    pace = "at this rate" if lv.mode == "open" else "at the workload's expected_latency"
+    return f" -- {pace} the duration ends it first, after ~{exp} of {n} (the report will say so: not complete)"
 
 
 def _render_sweep(lv: Level) -> str:

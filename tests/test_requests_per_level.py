@@ -344,3 +344,14 @@ def test_a_count_bounded_run_is_not_its_timed_namesake(tmp_path):
     assert ran["status"] != "pass" and "requests_per_level 20 (the spec plans none (timed))" in ran["message"], ran
     cmp = json.loads(_cli("compare", str(b), str(a), "--format", "json").stdout)
     assert {u["label"] for u in cmp["unpaired"]} == {"concurrency 2", "concurrency 2, 20 requests"}, cmp["unpaired"]
+
+
+def test_the_plan_says_when_the_expected_latency_leaves_the_count_to_the_duration():
+    """A closed loop of 3 workers for at most 6 s at an expected 2 s a request plans ~9 of its
+    40: the plan line says the duration will end it first."""
+    lv = _level("mode = closed\n    concurrency = [3]\n    requests_per_level = 40",
+                "duration = 6s\n  bucket = 1s\n  deadline = 60s\n  expected_latency = 2s")
+    assert lv.expected_requests == 9 and lv.min_requests == 3
+    spec, _ = _checked("mode = closed\n    concurrency = [3]\n    requests_per_level = 40",
+                       "duration = 6s\n  bucket = 1s\n  deadline = 60s\n  expected_latency = 2s")
+    assert "at the workload's expected_latency the duration ends it first, after ~9 of 40" in render_text(plan(spec))
