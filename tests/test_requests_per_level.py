@@ -301,6 +301,10 @@ def test_a_count_bounded_level_sends_exactly_n_ends_early_and_passes_its_coverag
     assert lv.get("workers", 1) == workers
     assert lv["measure_end"] - lv["measure_start"] < 10 and 0 < len(lv["buckets"]) < 67
     assert lv["buckets"][-1]["end"] == pytest.approx(lv["measure_end"])
+    # every listed bucket has its buckets.jsonl line, the last one's window as short as it ran
+    lines = [json.loads(x) for x in (out / "backends" / "a" / "buckets.jsonl").read_text().splitlines()]
+    assert [x["bucket"] for x in lines] == [b["index"] for b in lv["buckets"]]
+    assert lines[-1]["end"] == pytest.approx(lv["buckets"][-1]["end"]) and sum(x["requests"]["total"] for x in lines) == 40
     verdict = json.loads((out / "verdict.json").read_text())
     status = {r["rule"]: r["status"] for r in verdict["rules"]}
     assert verdict["exit_code"] == 0 and status["duration_coverage"] == status["bucket_coverage"] == status["completed_run"] == "pass"

@@ -172,7 +172,10 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         reported["until"] = t
         watch.started_until(t)
 
+    closed: set[int] = set()
+
     async def on_bucket(k: int) -> None:
+        closed.add(k)
         # requests durable; bucket lines whose requests all ended (and, --workers, were all reported)
         await rec.bucket_closed(entry, k, deps.clock.now(), reported_until=reported["until"])
         progress.bucket_done(bp.name, lv.label, k, nb, stats)
@@ -213,6 +216,10 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
                                                on_health=client.write_json if client is not None else None)
         else:
             run = await drive_level(lv, ctx)
+        if run.count_reached:  # ended with its last request: the buckets its clock did not close get their lines
+            for w in run.bucket_windows():
+                if w["index"] not in closed:
+                    await rec.bucket_closed(entry, w["index"], deps.clock.now(), length_s=w["end"] - w["start"])
         watch.level_drained(deps.clock.now())  # every request of the level has finished: what waited for them is judged
     finally:
         if run is None or watch.fired is not None:  # cut short: an abort rule, Ctrl-C, a dead backend, a failure

@@ -209,7 +209,8 @@ class BackendRecorder:
         self._pending = []
         return entry
 
-    async def bucket_closed(self, entry: dict[str, Any], k: int, now: float, reported_until: float = math.inf) -> None:
+    async def bucket_closed(self, entry: dict[str, Any], k: int, now: float, reported_until: float = math.inf,
+                            length_s: float | None = None) -> None:
         """Bucket `k` of the level of `entry` ended at `now`: its records so far are made durable
         (the gzip member closed and fsynced). Its buckets.jsonl line waits until every request
         of it has finished: `deadline_s` + LINE_GRACE_S after its window (each request ends by
@@ -217,10 +218,12 @@ class BackendRecorder:
         closed, whatever arrives while the fsync runs); then the line counts them all. Lines
         whose time has come go out now. `reported_until` (`--workers`): every record that ended
         before it has reached this process; a line waits for it too (a load process stalled for
-        seconds reports its records late, and a line written without them undercounts)."""
+        seconds reports its records late, and a line written without them undercounts).
+        `length_s`: the window's length where it is not the plan's (a count-bounded level's last
+        bucket, ended with its last request)."""
         assert self._level is not None
         b = self._level.buckets[k]
-        self._pending.append((k, entry["measure_start"] + b.start_s, b.length_s))  # first: a level cancelled meanwhile writes it
+        self._pending.append((k, entry["measure_start"] + b.start_s, b.length_s if length_s is None else length_s))  # first: a level cancelled meanwhile writes it
         await self.make_durable()
         await self._write_lines(entry, now, lambda start, length: min(now, reported_until) >= start + length + entry["deadline_s"] + LINE_GRACE_S)
 
