@@ -359,3 +359,17 @@ def test_the_plan_says_when_the_expected_latency_leaves_the_count_to_the_duratio
     spec, _ = _checked("mode = closed\n    concurrency = [3]\n    requests_per_level = 40",
                        "duration = 6s\n  bucket = 1s\n  deadline = 60s\n  expected_latency = 2s")
     assert "at the workload's expected_latency the duration ends it first, after ~9 of 40" in render_text(plan(spec))
+
+
+def test_no_bucket_is_listed_after_the_last_measured_request_started():
+    """One worker, 0.3 s a request, 1 s buckets, 4 requests: they start at 0, 0.3, 0.6 and 0.9 s
+    and the last ends at 1.2 s. The level's measured window ends then, but bucket 1 -- begun at
+    1.0 s, with no request started in it -- is not listed (an empty bucket would read as a
+    bucket that measured nothing); bucket 0 keeps its whole window, the last request draining past
+    it as at a timed level's end."""
+    level = _level("mode = closed\n    concurrency = [1]\n    requests_per_level = 4", "duration = 10s\n  bucket = 1s\n  deadline = 60s")
+    t0, records, (run,) = trio.run(_drive_parts, level, 0.3, 1, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert [r.start - t0 for r in records] == pytest.approx([0, 0.3, 0.6, 0.9])
+    assert run.measure_end - t0 == pytest.approx(1.2)
+    (only,) = run.bucket_windows()
+    assert only["index"] == 0 and only["end"] - only["start"] == pytest.approx(1.0)

@@ -27,8 +27,9 @@ n measured requests and ends once they have finished, `m + duration` staying its
 Closed loop: a worker takes one of the n (from the level's shared count with `--workers`) before
 each request that starts at or after m, and stops once none is left; open loop: the schedule's
 first n arrivals at or after m. The warmup's requests are not counted. Ended by its count, the
-level's measured window ends at its drain (`LevelRun.measure_end`), its buckets those begun by
-then, the last one short; ended by its duration first, it runs to `m + duration` as any level.
+level's measured window ends at its drain (`LevelRun.measure_end`), its buckets those up to the
+one its last measured request started in, that one short if the level ended within it; ended by
+its duration first, it runs to `m + duration` as any level.
 
 Prompts: the k-th request of a level (k from 0, warmup included) gets `Shapes.make(k)`, whatever
 the backend sent before, so with a fixed seed every level of every backend sends the same prompt
@@ -377,6 +378,7 @@ class LevelRun:
     busy_s: float = 0.0  # the sum of every request's [start, end] overlap with the measured window
     measured: int = 0  # requests recorded in the measured window (bucket >= 0): a count-bounded level's sent
     count_reached: bool = False  # a count-bounded level ended by its count (not by its duration)
+    last_bucket: int = 0  # the bucket of its last measured request (a level ended by its count lists up to it)
 
     @property
     def mean_in_flight(self) -> float:
@@ -389,12 +391,14 @@ class LevelRun:
 
     def bucket_windows(self) -> list[dict]:
         """Every planned bucket's window; a count-bounded level that ended by its count lists
-        those begun before its last request ended, the last ending then (shorter, as planned)."""
+        them up to the one its last measured request started in (none after it, where nothing
+        started), that one ending when the level's last request ended if that was within it
+        (shorter, as planned); a request still running past it drains as at a timed level's end."""
         out = []
         end = self.measure_end if self.count_reached and self.measure_end is not None else None
         for b in self.level.buckets:
             start = self.measure_start + b.start_s
-            if end is not None and start >= end and b.index > 0:
+            if end is not None and b.index > self.last_bucket:
                 break
             stop = start + b.length_s if end is None else min(start + b.length_s, max(end, start))
             out.append({"index": b.index, "start": start, "end": stop, "planned_length_s": b.length_s})
@@ -595,7 +599,9 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             turn=None if shape is None else shape.turn,
         )
         ctx.stats.started()
-        run.measured += rec.bucket >= 0
+        if rec.bucket >= 0:
+            run.measured += 1
+            run.last_bucket = max(run.last_bucket, rec.bucket)
         if ctx.on_request_start is not None:
             ctx.on_request_start(rec.bucket, start_ref)
         if held:

@@ -302,6 +302,7 @@ def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSe
     # measured window ends when its last process drained
     run.measured = sum(s.get("measured", 0) for s in done)
     run.count_reached = any(s.get("count_reached") for s in done)
+    run.last_bucket = max(s.get("last_bucket", 0) for s in done)
     stop = run.measure_start + run.level.duration_s
     run.measure_end = min(run.drained_at, stop) if run.count_reached else stop
     run.sent = sum(s["sent"] for s in done)
@@ -421,7 +422,7 @@ async def _worker(msg_fd: int) -> None:
         if run is not None:
             summary = {"sent": run.sent, "busy_s": run.busy_s, "drained_at": run.drained_at,
                        "completed": run.completed, "ids": next_id.issued, "measured": run.measured,
-                       "count_reached": run.count_reached}  # fmt: skip
+                       "count_reached": run.count_reached, "last_bucket": run.last_bucket}  # fmt: skip
             await out.send_all(_frame(DONE, pickle.dumps(summary)))
 
 
