@@ -58,6 +58,7 @@ from soakspec.evidence.runtime import RuntimeDecl as BoundaryDecl
 from soakspec import lengths
 from soakspec.lang import simtrace
 from soakspec.lang.batches import batch_requests
+from soakspec.lang.replay import sharing
 from soakspec.lang.spec import Backend, Spec, Workload
 from soakspec.sim.config import sim_argv
 from soakspec import windows
@@ -266,6 +267,19 @@ class Replay:
     input_lens: tuple[int, ...] = dataclasses.field(repr=False)
     output_lens: tuple[int, ...] = dataclasses.field(repr=False)
     max_concurrency: int | None = None  # as `Open`'s
+    # prefix sharing: per request its trace line's hash_ids (empty: no shared blocks, every
+    # prompt unique), and over the requests the level sends (its warmup's too) how many blocks
+    # their prompts hold and how many distinct ones (`sharing`); the block size and seed are the
+    # template's (`RequestTemplate.hash_block`, `block_seed`)
+    hash_ids: tuple[tuple[int, ...], ...] = dataclasses.field(default=(), repr=False)
+    blocks: int = 0
+    distinct_blocks: int = 0
+
+    @property
+    def repeat_share(self) -> float:
+        """The share of the prompts' blocks that repeat an earlier request's: the best-case
+        prefix-cache hit rate, by blocks (a server with room for every block, none evicted)."""
+        return (self.blocks - self.distinct_blocks) / self.blocks if self.blocks else 0.0
 
     def count(self, duration_s: float, warmup_s: float = 0.0) -> int:
         """Requests whose (sped-up) arrival falls in a level's measured window: the trace plays
@@ -437,6 +451,11 @@ class RequestTemplate:
     # (equal: fixed; None: none), drawn per conversation and turn by `think_seed` (soakspec/draws.py)
     think_time: tuple[float, float] | None = None
     think_seed: int = 0
+    # a replay's prefix sharing (`prefix_sharing`, the default): a request's prompt is its trace
+    # line's hash_ids' blocks of `hash_block` words (tokens with token-exact prompts), each a
+    # function of its id and `block_seed` (runner/prompts.py); 0: no shared blocks
+    hash_block: int = 0
+    block_seed: int = 0
     prompt_sha256: str | None = None  # of the prompt file's bytes
     body_json: str | None = None  # extra body fields (a JSON object), merged into every request
     headers: tuple[tuple[str, str], ...] = ()  # extra HTTP headers
@@ -446,6 +465,8 @@ class RequestTemplate:
         out = dataclasses.asdict(self)
         for key in ("prompts", "output_lens", "conversations", "body_json", "header_env"):
             del out[key]
+        if not self.hash_block:  # absent without shared blocks, as in evidence from before them
+            del out["hash_block"], out["block_seed"]
         return out | {
             "max_tokens": list(self.max_tokens),
             "prompt_tokens": list(self.prompt_tokens) or None,
@@ -942,6 +963,10 @@ def length_label(t: RequestTemplate) -> str:
 
 def _prefix_policy(t: RequestTemplate) -> str:
     """The cache regime the prompts measure, stated in the evidence."""
+    if t.hash_block:
+        unit = "tokens" if t.prompt_tokens else "words"
+        return (f"the trace's hash_ids: each names a block of {t.hash_block} {unit} (seed {t.block_seed}), the same in every request, "
+                "level and run that lists it; after its blocks a request's own content")
     if t.prompt_tokens:
         return f"shared prefix of {t.prefix_tokens} tokens" if t.prefix_tokens else "unique prefix per request"
     if t.conversations:
@@ -959,10 +984,26 @@ def _prefix_policy(t: RequestTemplate) -> str:
     return "word prompts, each starting with its request id (no prompt sent twice; consecutive requests share later words)"
 
 
+def sharing_label(shape: Replay) -> str:
+    """`1,234 blocks, 310 distinct: 75% repeat an earlier request's` (the plan, the report)."""
+    return (f"{shape.blocks:,} prompt blocks, {shape.distinct_blocks:,} distinct: {shape.repeat_share:.0%} repeat an earlier "
+            "request's (the best-case prefix-cache hit rate)")
+
+
+def _replay_sharing_line(t: RequestTemplate, shapes: list) -> str:
+    if not t.hash_block:
+        return "word prompts, each starting with its request id (no prompt sent twice)" if not t.prompt_tokens else _prefix_policy(t)
+    shape = next(s for s in shapes if isinstance(s, Replay))
+    return f"{_prefix_policy(t)}; {sharing_label(shape)}"
+
+
 def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
     rp = w.load.replay
+    shared = {"hash_block": rp.hash_block, "block_seed": w.load.seed} if rp is not None and rp.hash_ids else {}
     if rp is not None and rp.tokens:  # each request's own length; the shortest and longest are verified at the start
-        return {"prompt_tokens": tuple(sorted({min(rp.input_lens), max(rp.input_lens)})), "tokenizer": _abspath(base, w.tokenizer)}
+        return {"prompt_tokens": tuple(sorted({min(rp.input_lens), max(rp.input_lens)})), "tokenizer": _abspath(base, w.tokenizer), **shared}
+    if shared:
+        return shared
     if w.prompt_tokens:
         return {"prompt_tokens": w.prompt_tokens, "tokenizer": _abspath(base, w.tokenizer), "prefix_tokens": w.prefix_tokens}
     d = w.dataset
@@ -1055,9 +1096,10 @@ def _replay_levels(w: Workload, scale: float, request: RequestTemplate) -> list[
     """A replayed trace is one open-loop level: its arrivals (time-scaled with the run), its lengths."""
     rp = w.load.replay
     assert rp is not None
-    shape = Replay(rp.path, rp.format, rp.sha256, rp.speed / scale, rp.offsets_s, rp.input_lens, rp.output_lens,
-                   w.load.max_concurrency)
     duration, warmup = w.duration_s * scale, w.warmup_s * scale
+    blocks, distinct = sharing(rp.offsets_s, rp.input_lens, rp.hash_ids, rp.hash_block, rp.speed / scale, warmup + duration)
+    shape = Replay(rp.path, rp.format, rp.sha256, rp.speed / scale, rp.offsets_s, rp.input_lens, rp.output_lens,
+                   w.load.max_concurrency, rp.hash_ids, blocks, distinct)
     n = shape.count(duration, warmup)
     return [Level(workload=w.name, index=0, shape=shape, request=request, warmup_s=warmup, duration_s=duration,
                   deadline_s=w.deadline_s * scale, buckets=_buckets(duration, min(w.bucket_s * scale, duration)),
@@ -1367,6 +1409,7 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
         if name in replayed:
             unit = f"tokens ({'tokenizer ' + t.tokenizer if t.tokenizer else 'the server' + chr(39) + 's /tokenize'})" if t.prompt_tokens else "words"
             lines.append(f"    {name} prompts: each the trace's input_length in {unit}, max_tokens its output_length")
+            lines.append(f"    {name} cache: {_replay_sharing_line(t, [lv.shape for lv in b.levels if lv.workload == name])}")
             continue
         lines.append(f"    {name} prompts: {prompt_label(t)}; cache: {_prefix_policy(t)}")
         if t.prompts:
@@ -1472,12 +1515,20 @@ def _shape_json(shape: LoadShape) -> dict[str, Any]:
         case Replay():
             return {"kind": "replay", "source": shape.source, "format": shape.format, "sha256": shape.sha256,
                     "speed": shape.speed, "requests": len(shape.offsets_s),
-                    "span_s": shape.offsets_s[-1] / shape.speed if shape.offsets_s else 0.0} | _cap_json(shape)  # fmt: skip
+                    "span_s": shape.offsets_s[-1] / shape.speed if shape.offsets_s else 0.0} | _cap_json(shape) | _sharing_json(shape)  # fmt: skip
         case _:
             kind = "closed"
     count = requests_per_level(shape)
     return {"kind": kind, **{k: v for k, v in dataclasses.asdict(shape).items() if k not in ("max_concurrency", "requests_per_level")},
             **_cap_json(shape), **({} if count is None else {"requests_per_level": count})}
+
+
+def _sharing_json(shape: Replay) -> dict[str, Any]:
+    """A replay's shared blocks (`prefix_sharing`): absent without them, as in the shapes of
+    evidence from before them."""
+    if not shape.hash_ids:
+        return {}
+    return {"prefix_blocks": {"blocks": shape.blocks, "distinct": shape.distinct_blocks, "repeat_share": shape.repeat_share}}
 
 
 def _cap_json(shape: LoadShape) -> dict[str, int]:

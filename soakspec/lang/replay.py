@@ -5,7 +5,9 @@ Formats (`trace_format = ...`):
   - `mooncake` (the default): JSONL as Mooncake's traces publish it, one request per line:
     `{"timestamp": MS, "input_length": N, "output_length": M, "hash_ids": [...]}` -- the arrival
     time in milliseconds (any origin: offsets are taken from the first line's), the prompt and
-    output lengths in tokens. `hash_ids` (the prefix blocks) and any other field are ignored.
+    output lengths in tokens, and `hash_ids` (optional: a list of integers >= 0), the prompt's
+    blocks in order: requests that list the same leading ids share that prefix (each id names a
+    block of 512 tokens in Mooncake's traces; `hash_block` in the spec). Any other field is ignored.
 
 Timestamps must not go backwards (a trace is in arrival order). Reading the file executes
 nothing. Every problem is a `TraceFileError` with the 1-based line and column in the file.
@@ -19,11 +21,14 @@ import math
 
 from soakspec.lang.datafile import BEYOND_DECODER, MAX_FILE_BYTES, DataFileError, beyond_decoder, read_text
 
-__all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_REQUESTS", "TraceFile", "TraceFileError", "parse_trace", "read_trace"]
+__all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_REQUESTS", "MOONCAKE_BLOCK", "TraceFile", "TraceFileError", "blocks_sent", "parse_trace",
+           "read_trace", "sharing"]
 
 FORMATS = ("mooncake",)
 MAX_REQUESTS = 1_000_000
 MAX_LENGTH = 10_000_000  # tokens of one request: larger is a corrupt line
+MOONCAKE_BLOCK = 512  # tokens a hash id names in Mooncake's traces (the default `hash_block`)
+MAX_HASH_ID = 2**63 - 1  # a block's id: a non-negative 64-bit integer (Mooncake's are small)
 
 
 class TraceFileError(DataFileError):
@@ -37,6 +42,9 @@ class TraceFile:
     offsets_s: tuple[float, ...]  # from the first request's arrival
     input_lens: tuple[int, ...]
     output_lens: tuple[int, ...]
+    # per request, its `hash_ids` (() for a line without them); every id is one int object
+    # however often it repeats, so a 10^6-line trace holds a pointer per id, not an int
+    hash_ids: tuple[tuple[int, ...], ...] = dataclasses.field(default=(), repr=False)
 
 
 def read_trace(path: str, fmt: str = "mooncake") -> TraceFile:
@@ -51,6 +59,8 @@ def parse_trace(text: str, fmt: str = "mooncake", *, sha256: str = "") -> TraceF
     stamps: list[float] = []
     ins: list[int] = []
     outs: list[int] = []
+    hashes: list[tuple[int, ...]] = []
+    known: dict[int, int] = {}  # each id's one int object
     # a leading BOM is not part of the trace (as of a prompt file or a spec); lines end at LF (a
     # CR before it is JSON whitespace), never at str.splitlines' U+2028, \x85 or form feed, which
     # a JSON string may hold and an editor does not count as a line
@@ -77,6 +87,13 @@ def parse_trace(text: str, fmt: str = "mooncake", *, sha256: str = "") -> TraceF
             if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= MAX_LENGTH:
                 raise TraceFileError(f"line {n} needs an integer '{key}' between 1 and {MAX_LENGTH:,}", n)
             lens.append(v)
+        ids = obj.get("hash_ids", ())
+        if not isinstance(ids, list) and ids != ():
+            raise TraceFileError(f"line {n}'s 'hash_ids' is not a list (of integers >= 0, the prompt's blocks)", n)
+        for h in ids:
+            if isinstance(h, bool) or not isinstance(h, int) or not 0 <= h <= MAX_HASH_ID:
+                raise TraceFileError(f"line {n}'s 'hash_ids' holds {json.dumps(h)[:40]}: each is an integer between 0 and 2**63 - 1", n)
+        hashes.append(tuple(known.setdefault(h, h) for h in ids))
         stamps.append(float(ts))
         ins.append(lens[0])
         outs.append(lens[1])
@@ -85,4 +102,24 @@ def parse_trace(text: str, fmt: str = "mooncake", *, sha256: str = "") -> TraceF
     if not stamps:
         raise TraceFileError("has no requests")
     first = stamps[0]
-    return TraceFile(fmt, sha256, tuple((t - first) / 1000.0 for t in stamps), tuple(ins), tuple(outs))
+    return TraceFile(fmt, sha256, tuple((t - first) / 1000.0 for t in stamps), tuple(ins), tuple(outs), tuple(hashes))
+
+
+def blocks_sent(input_len: int, ids: tuple[int, ...], block: int) -> int:
+    """How many of a request's hash_ids its prompt holds: those that start within its input
+    length (the last one partial where the length is not a whole number of blocks)."""
+    return min(len(ids), -(-input_len // block))
+
+
+def sharing(offsets_s, input_lens, hash_ids, block: int, speed: float, until_s: float) -> tuple[int, int]:
+    """(blocks, distinct blocks) of the prompts of the requests a replay sends (arrival before
+    `until_s`, its warmup's included): one pass, a set of the distinct ids."""
+    seen: set[int] = set()
+    total = 0
+    for off, n, ids in zip(offsets_s, input_lens, hash_ids):
+        if off / speed >= until_s:
+            break
+        k = blocks_sent(n, ids, block)
+        total += k
+        seen.update(ids[:k])
+    return total, len(seen)

@@ -211,6 +211,10 @@ class Replay:
     output_lens: tuple[int, ...] = dataclasses.field(repr=False)
     speed: float = 1.0  # offsets are divided by this
     tokens: bool = False  # input lengths are token-exact prompts (the model's tokenizer), not words
+    # per request its trace line's hash_ids, the prompt's shared blocks (empty: prefix_sharing =
+    # false, or a trace without them: every prompt unique); each block is `hash_block` words or tokens
+    hash_ids: tuple[tuple[int, ...], ...] = dataclasses.field(default=(), repr=False)
+    hash_block: int = 512
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence import layout
+from soakspec.lang.replay import sharing
 from soakspec.units import format_duration
 
 GATE_WORD = {"PASS": "passed", "FAIL": "failed", "INCONCLUSIVE": "inconclusive"}
@@ -355,7 +356,7 @@ def workload_line(w: Any) -> str:
     parts.append("ignore-EOS" if w.ignore_eos else "stops at EOS")
     load = w.load
     if load.phases or load.replay is not None:
-        parts.append(shaped_load_text(load))
+        parts.append(shaped_load_text(load, w.warmup_s + w.duration_s))
     elif load.mode == "open":
         parts.append(f"open loop, rates {', '.join(f'{r:g}' for r in load.rates)} rps ({load.arrival} arrivals, seed {load.seed})")
     else:
@@ -585,12 +586,19 @@ def wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
     return sum(v * t for v, t in known) / wall if wall else None
 
 
-def shaped_load_text(load: Any) -> str:
-    """A workload's phases (`phases ramp 5→20 rps 1s, steady 20 rps 1.5s, ...`) or its replayed trace."""
+def shaped_load_text(load: Any, until_s: float = float("inf")) -> str:
+    """A workload's phases (`phases ramp 5→20 rps 1s, steady 20 rps 1.5s, ...`) or its replayed
+    trace, with its prefix sharing over the requests sent before `until_s` (the warmup and duration)."""
     if load.replay is not None:
         rp = load.replay
-        return (f"replay of {len(rp.offsets_s)} requests from {rp.path} ({rp.format}, sha256 {rp.sha256[:12]}"
+        text = (f"replay of {len(rp.offsets_s)} requests from {rp.path} ({rp.format}, sha256 {rp.sha256[:12]}"
                 + (f", speed {rp.speed:g}" if rp.speed != 1 else "") + ")")
+        if not rp.hash_ids:
+            return text
+        blocks, distinct = sharing(rp.offsets_s, rp.input_lens, rp.hash_ids, rp.hash_block, rp.speed, until_s)
+        share = (blocks - distinct) / blocks if blocks else 0.0
+        return (text + f", prompts from its hash_ids in blocks of {rp.hash_block} {'tokens' if rp.tokens else 'words'} "
+                f"(seed {load.seed}): {blocks:,} blocks, {distinct:,} distinct, {share:.0%} repeat an earlier request's")
     unit = " rps" if load.mode == "open" else ""
     what = "open loop" if load.mode == "open" else "closed loop, concurrency"
     items = []

@@ -51,6 +51,7 @@ level's stop ends there and sends nothing.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import os
 import random
@@ -66,7 +67,8 @@ from soakspec import draws, lengths
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
 from soakspec.plan import OPEN_LOOP_MAX_CONNECTIONS, Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
-from soakspec.runner.prompts import LocalTokenizer, RunAborted, ServerTokenizer, TokenCosts, measure_costs, token_prompt, verify
+from soakspec.runner.prompts import (LocalTokenizer, RunAborted, ServerTokenizer, TokenCosts, measure_costs, shared_words, token_prompt,
+                                     token_shared_prompt, verify, verify_blocks)
 from soakspec.runner.protocol import REQUEST_ID, Endpoint, RequestShape, Sampling
 from soakspec.runner.records import Outcome, RequestRecord
 
@@ -103,6 +105,7 @@ WORDS = (
     "situation cost industry figure street image phone data picture practice piece land product "
     "doctor wall patient worker news test movie north love support technology step baby computer"
 ).split()
+VOCABULARY = tuple(WORDS)
 
 
 def prompt_words(index: int, n: int) -> str:
@@ -116,6 +119,17 @@ def prompt_words(index: int, n: int) -> str:
         return ""
     w = len(WORDS)
     return " ".join([REQUEST_ID, *(WORDS[(index + i) % w] for i in range(n - 1))])
+
+
+def shared_prompt_words(index: int, n: int, hash_ids: tuple[int, ...], block: int, seed: int) -> str:
+    """A replayed request's word prompt of `n` words from its trace line's `hash_ids`: their blocks
+    of `block` words (runner/prompts.py `block_words`: the same words wherever an id is listed),
+    cut to `n`, then -- where `n` is longer than the blocks -- the request's own `prompt_words`
+    (its request id first), so nothing after the shared blocks is shared."""
+    out = shared_words(VOCABULARY, seed, hash_ids, block, n)
+    if len(out) < n:
+        out.append(prompt_words(index, n - len(out)))
+    return " ".join(out)
 
 
 class Connection(Protocol):
@@ -170,22 +184,30 @@ class Shapes:
                     costs = _COSTS[key] = await measure_costs(tok, tuple(WORDS))
                 for n in sorted({m for n in w.prompt_tokens for m in lengths.bounds(n, w.length_range)}):  # a range: its ends
                     await verify(tok, costs, n, w.prefix_tokens)
+                if w.hash_block:  # a replay's shared blocks: their boundaries too
+                    await verify_blocks(tok, costs, w.hash_block, w.block_seed)
             self._costs = costs
         if scope.cancelled_caught:
             raise RunAborted(f"the tokenizer did not measure the prompt words within {PREPARE_TIMEOUT_S:g}s")
 
     def make(self, index: int, smallest: bool = False, worker: int | None = None,
-             lengths: tuple[int, int] | None = None, part: tuple[int, int] = (0, 1), salt: str = "") -> RequestShape:
+             lengths: tuple | None = None, part: tuple[int, int] = (0, 1), salt: str = "") -> RequestShape:
         """`part`: this process's (p, N) of the level (`LevelContext.part`), which multi-turn
         sessions split the conversations by; `salt`: the level's (`drive_level`), which a
         token-exact prompt spells after its index so that no other level, sweep probe or run
-        sends it (a word prompt starts with its request id instead)."""
+        sends it (a word prompt starts with its request id instead). `lengths`: a replayed
+        request's (input length, output length[, hash_ids])."""
         w = self.template
         if lengths is not None and not smallest:  # a replayed request: its own input (words or tokens) and output length
+            ids = lengths[2] if len(lengths) > 2 and w.hash_block else ()  # its shared blocks (prefix_sharing)
             if w.prompt_tokens:
                 if self._costs is None:
                     raise RunAborted("token-exact prompts were not prepared (Shapes.prepare)")
+                if ids:
+                    return self._shape(token_shared_prompt(self._costs, index, lengths[0], ids, w.hash_block, w.block_seed, salt), lengths[1])
                 return self._shape(token_prompt(self._costs, index, lengths[0], 0, salt=salt), lengths[1])
+            if ids:
+                return self._shape(shared_prompt_words(index, lengths[0], ids, w.hash_block, w.block_seed), lengths[1])
             return self._shape(prompt_words(index, lengths[0]), lengths[1])
         if w.prompt_tokens:
             return self._token_shape(index, smallest, salt)
@@ -528,7 +550,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         issued += 1
         return k
 
-    async def one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
+    async def one(conn: Connection, worker: int, intended: float | None, lengths: tuple | None = None,
                   seq: int | None = None, admitted: float | None = None) -> bool:
         """Send (or hold back) one request; False: a count-bounded closed loop has sent its count,
         the worker stops."""
@@ -558,7 +580,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             await trio.sleep_until(clock.to_trio(min(clock.now() + NOT_SENT_PAUSE_S, stop)))
         return True
 
-    async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple[int, int] | None = None,
+    async def _one(conn: Connection, worker: int, intended: float | None, lengths: tuple | None = None,
                    seq: int | None = None, held: bool = False, admitted: float | None = None) -> RequestRecord | None:
         """Send one request and record it (`admitted`: when its slot under the level's
         max_concurrency was freed, if it waited for one); `held`: record it held back by the backend's gate
@@ -828,7 +850,7 @@ async def _arrivals(ctx: LevelContext, one, due, cap: int | None = None) -> None
     slots = Slots(share, clock)
     opened: list[Connection] = []
 
-    async def fire(seq: int, intended: float, lengths: tuple[int, int] | None) -> None:
+    async def fire(seq: int, intended: float, lengths: tuple | None) -> None:
         freed = await slots.acquire()
         try:
             if idle:
@@ -888,12 +910,14 @@ def ramp_schedule(shape: OpenRamp, start: float, stop: float, warmup: float = 0.
 
 
 def replay_schedule(shape: Replay, start: float, stop: float):
-    """(intended send time, (input length, output length)) of each trace request before `stop`."""
-    for off, n_in, n_out in zip(shape.offsets_s, shape.input_lens, shape.output_lens):
+    """(intended send time, (input length, output length, hash_ids)) of each trace request before
+    `stop` (hash_ids () without prefix sharing)."""
+    ids = shape.hash_ids or itertools.repeat(())
+    for off, n_in, n_out, h in zip(shape.offsets_s, shape.input_lens, shape.output_lens, ids):
         t = start + off / shape.speed
         if t >= stop:
             return
-        yield t, (n_in, n_out)
+        yield t, (n_in, n_out, h)
 
 
 async def _open_ramp(shape: OpenRamp, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
@@ -943,7 +967,7 @@ LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open, ClosedRamp: _closed_
 
 
 __all__ = ["Bisection", "LevelContext", "LevelRun", "LiveStats", "Quota", "Shapes", "Slots", "drive_level", "in_flight_share",
-           "prompt_words", "ramp_schedule", "replay_schedule", "schedule", "unit_arrivals"]
+           "prompt_words", "ramp_schedule", "replay_schedule", "schedule", "shared_prompt_words", "unit_arrivals"]
 
 
 # ---------------------------------------------------------------- sweeps (plan.Sweep)

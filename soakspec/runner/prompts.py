@@ -9,6 +9,7 @@ a file that may have changed since. `PromptFiles` is kept for the driver's signa
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import random
 from pathlib import Path
@@ -141,6 +142,72 @@ def token_prompt(costs: TokenCosts, index: int, n: int, prefix_tokens: int, seed
     return " ".join(out)
 
 
+# ---------------------------------------------------------------- shared blocks (a replay's hash_ids)
+#
+# A Mooncake trace names each request's prompt blocks by `hash_ids`: requests that list the same
+# leading ids share that prefix (a prefix cache's hits). Block `h` is a function of `h` and the
+# load's seed alone -- its first words spell a hash of (seed, h) in base V, so two ids' blocks
+# part at once, then words drawn from a generator seeded by the same hash -- so it is the same
+# string in every request, level, run and --workers process that lists it. A prompt is its blocks
+# in order, cut to the request's input length (the last block partial), and past its blocks the
+# request's own content (`tail`), so nothing after the shared blocks is shared by accident.
+
+BLOCK_CACHE = 1024  # blocks kept per process (a tuple of the vocabulary's own strings: 8 bytes a word)
+BLOCK_CACHE_WORDS = 8192  # longer blocks are rebuilt each time (1024 of 8192 words: 64 MB)
+
+
+def block_words(vocab: tuple[str, ...], seed: int, h: int, n: int) -> tuple[str, ...]:
+    """Block `h`'s `n` words (its first n: the same words for any n, so a partial block is a prefix
+    of the whole one)."""
+    return _block(vocab, seed, h, n) if n <= BLOCK_CACHE_WORDS else _make_block(vocab, seed, h, n)
+
+
+@functools.lru_cache(maxsize=BLOCK_CACHE)
+def _block(vocab: tuple[str, ...], seed: int, h: int, n: int) -> tuple[str, ...]:
+    return _make_block(vocab, seed, h, n)
+
+
+def _make_block(vocab: tuple[str, ...], seed: int, h: int, n: int) -> tuple[str, ...]:
+    v = len(vocab)
+    digest = hashlib.sha256(f"soakspec-block/{seed}/{h}".encode()).digest()
+    mark, x = [], int.from_bytes(digest[: SALT_BITS // 8], "big")
+    for _ in range(salt_words(v)):
+        mark.append(vocab[x % v])
+        x //= v
+    rng = random.Random(digest)
+    out = mark[:n]
+    out += [vocab[rng.randrange(v)] for _ in range(n - len(out))]
+    return tuple(out)
+
+
+def shared_words(vocab: tuple[str, ...], seed: int, hash_ids: tuple[int, ...], block: int, n: int, first: int | None = None) -> list[str]:
+    """The first `n` words (at most) of the blocks of `hash_ids`, `block` words each (`first`: the
+    first block's, where special tokens take the rest of it)."""
+    out: list[str] = []
+    for p, h in enumerate(hash_ids):
+        size = block if p or first is None else first
+        if len(out) + size > n:
+            size = n - len(out)
+        out.extend(block_words(vocab, seed, h, size))
+        if len(out) >= n:
+            break
+    return out
+
+
+def token_shared_prompt(costs: TokenCosts, index: int, n: int, hash_ids: tuple[int, ...], block: int, seed: int, salt: str = "") -> str:
+    """A prompt of exactly `n` tokens (special tokens included) whose first tokens are its
+    `hash_ids`' blocks of `block` tokens each: the boundaries fall at multiples of `block` in the
+    token sequence the server sees (the first block is `block` less the tokenizer's special tokens
+    in words), and past the blocks the request's own index and salt (as `token_prompt`)."""
+    content = n - costs.overhead
+    if content < 1:
+        raise RunAborted(f"a {n}-token prompt leaves no room after the tokenizer's {costs.overhead} special tokens")
+    out = shared_words(costs.words, seed, hash_ids, block, content, first=max(0, block - costs.overhead))
+    if len(out) < content:
+        out += token_prompt(costs, index, n - len(out), 0, seed, salt).split(" ")
+    return " ".join(out)
+
+
 class LocalTokenizer:
     """A tokenizer.json through the `tokenizers` library (`pip install soakspec[tokenizers]`)."""
 
@@ -190,4 +257,19 @@ async def verify(tok: Tokenizer, costs: TokenCosts, n: int, prefix_tokens: int) 
             raise RunAborted(f"a {n}-token prompt counts {got} tokens with this tokenizer (it joins words across spaces); prompt_tokens cannot be exact")
 
 
-__all__ = ["LocalTokenizer", "PromptFiles", "RunAborted", "ServerTokenizer", "TokenCosts", "load_prompts", "measure_costs", "token_prompt", "verify"]
+async def verify_blocks(tok: Tokenizer, costs: TokenCosts, block: int, seed: int) -> None:
+    """Block boundaries are token-exact: the first one and the first two of a shared prompt
+    count `block` and 2·`block` tokens (so a server's cache pages meet the blocks where the
+    trace's do)."""
+    for k in (1, 2):
+        n = k * block
+        if n <= costs.overhead:
+            continue
+        got = await tok.count(token_shared_prompt(costs, 0, n, tuple(range(k)), block, seed), True)
+        if got != n:
+            raise RunAborted(f"{k} shared block(s) of {block} tokens count {got} tokens with this tokenizer (it joins words across "
+                             "spaces); hash_block cannot be exact")
+
+
+__all__ = ["LocalTokenizer", "PromptFiles", "RunAborted", "ServerTokenizer", "TokenCosts", "block_words", "load_prompts", "measure_costs",
+           "shared_words", "token_prompt", "token_shared_prompt", "verify", "verify_blocks"]

@@ -92,6 +92,9 @@ LOAD = Table(
         Key("trace_format", "word", choices=R.FORMATS, default="mooncake"),
         Key("speed", "number", minimum=0.001, maximum=1000.0, default=1.0),
         Key("input_lengths", "word", choices=("words", "tokens"), default="words"),
+        Key("prefix_sharing", "bool", default=True),
+        Key("hash_block", "int", minimum=1, maximum=R.MAX_LENGTH,
+            why="a block longer than the longest request a trace may hold (10,000,000 tokens) is no block"),
         Key("search", "word", "search", choices=("bisect",)),
         Key("step", "int", "step", minimum=1, maximum=MAX_LOAD_LEVEL, why=_WORKERS_WHY),
         Key("rate_step", "quantity", "rate_step", Dimension.RATE),
@@ -101,7 +104,7 @@ LOAD = Table(
 )  # fmt: skip
 _CLOSED_ONLY = ("concurrency", "requests")
 _OPEN_ONLY = ("rate", "arrival", "seed", "burstiness")
-_REPLAY_ONLY = ("trace", "trace_format", "speed", "input_lengths")
+_REPLAY_ONLY = ("trace", "trace_format", "speed", "input_lengths", "prefix_sharing", "hash_block")
 
 _DURATION = Key("duration", "quantity", None, Dimension.DURATION, required=True)
 _STEPS = Key("steps", "int", minimum=1, maximum=1000, default=0)
@@ -451,7 +454,8 @@ def _replay(ctx: Ctx, lb: Body, where: str, name: str = "") -> S.Load:
     (`ctx.data_optional`) takes the file the run replayed, found where the spec names it or
     where the manifest recorded it (`requests.run_file`); found nowhere, it is still E423: the
     run's levels (their arrivals, span and buckets) are planned from it."""
-    _misplaced(ctx, lb, _CLOSED_ONLY + _OPEN_ONLY, "does not apply to mode = replay (the trace sets arrivals and lengths)")
+    _misplaced(ctx, lb, _CLOSED_ONLY + tuple(k for k in _OPEN_ONLY if k != "seed"),
+               "does not apply to mode = replay (the trace sets arrivals and lengths)")
     if not lb.require("trace", f"the load of {where} (mode = replay) needs 'trace', a timestamped trace file") or not lb.ok("trace"):
         return S.Load("replay")
     got = lb.got("trace")
@@ -467,8 +471,12 @@ def _replay(ctx: Ctx, lb: Body, where: str, name: str = "") -> S.Load:
         tf = _trace_file(ctx, got, path, lb["trace_format"])
         if tf is None:
             return S.Load("replay")
-    rp = S.Replay(path, tf.format, tf.sha256, tf.offsets_s, tf.input_lens, tf.output_lens, lb["speed"], lb["input_lengths"] == "tokens")
-    return S.Load("replay", replay=rp)
+    # prefix sharing (the default): each request's prompt is built from its hash_ids' blocks, a
+    # block's content a function of its id and the load's `seed` (runner/prompts.py `block_words`)
+    hashes = tf.hash_ids if lb["prefix_sharing"] and any(tf.hash_ids) else ()
+    rp = S.Replay(path, tf.format, tf.sha256, tf.offsets_s, tf.input_lens, tf.output_lens, lb["speed"], lb["input_lengths"] == "tokens",
+                  hashes, lb["hash_block"] or R.MOONCAKE_BLOCK)
+    return S.Load("replay", seed=lb["seed"] or 0, replay=rp)
 
 
 def _trace_file(ctx: Ctx, got: Any, path: str, fmt: str) -> R.TraceFile | None:
