@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import trio
 import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from soakspec.lang import check, fmt, load_spec, parse
 from soakspec.lang.replay import TraceFileError, parse_trace
@@ -249,3 +251,28 @@ def test_a_word_prompt_is_never_the_request_id_placeholder_alone_in_a_block():
 
     assert REQUEST_ID not in shared_prompt_words(0, 8, (1, 2), 4, 0)  # all blocks: no id
     assert shared_prompt_words(0, 9, (1, 2), 4, 0).split(" ")[8] == REQUEST_ID  # one past the blocks: its id
+
+
+_IDS = st.lists(st.integers(0, 3), max_size=4)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.tuples(_IDS, st.integers(1, 40)), st.tuples(_IDS, st.integers(1, 40)))
+def test_two_prompts_share_exactly_their_common_leading_blocks(a, b):
+    """Any two requests of a trace (blocks of 8 words): their prompts agree word for word over the
+    blocks both list from the start (as far as both lengths reach) and part within a block's first
+    words after it (the words spelling its id); each is exactly its input_length."""
+    from soakspec.runner.load import shared_prompt_words
+    from soakspec.runner.prompts import salt_words
+
+    block = 8
+    (ia, na), (ib, nb) = a, b
+    pa = shared_prompt_words(0, na, tuple(ia), block, 5).replace(REQUEST_ID, "r0").split(" ")
+    pb = shared_prompt_words(1, nb, tuple(ib), block, 5).replace(REQUEST_ID, "r1").split(" ")
+    assert (len(pa), len(pb)) == (na, nb)
+    k = common(ia, ib)  # leading ids both list
+    same = common(pa, pb)
+    assert same >= min(k * block, na, nb)
+    reach = k * block + salt_words(198)  # where the next blocks (or a request's own words) have parted
+    if same > k * block:  # past the common blocks only where one prompt ends or both blocks are still spelling
+        assert same < reach or same == min(na, nb)
