@@ -270,10 +270,11 @@ class Replay:
     # prefix sharing: per request its trace line's hash_ids (empty: no shared blocks, every
     # prompt unique), and over the requests the level sends (its warmup's too) how many blocks
     # their prompts hold and how many distinct ones (`sharing`); the block size and seed are the
-    # template's (`RequestTemplate.hash_block`, `block_seed`)
+    # template's (`RequestTemplate.hash_block`, `block_seed`), and recorded with the shape (`block`)
     hash_ids: tuple[tuple[int, ...], ...] = dataclasses.field(default=(), repr=False)
     blocks: int = 0
     distinct_blocks: int = 0
+    block: tuple[int, str, int] = (0, "words", 0)  # (hash_block, its unit: words or tokens, the blocks' seed), recorded
 
     @property
     def repeat_share(self) -> float:
@@ -1099,7 +1100,7 @@ def _replay_levels(w: Workload, scale: float, request: RequestTemplate) -> list[
     duration, warmup = w.duration_s * scale, w.warmup_s * scale
     blocks, distinct = sharing(rp.offsets_s, rp.input_lens, rp.hash_ids, rp.hash_block, rp.speed / scale, warmup + duration)
     shape = Replay(rp.path, rp.format, rp.sha256, rp.speed / scale, rp.offsets_s, rp.input_lens, rp.output_lens,
-                   w.load.max_concurrency, rp.hash_ids, blocks, distinct)
+                   w.load.max_concurrency, rp.hash_ids, blocks, distinct, (rp.hash_block, "tokens" if rp.tokens else "words", w.load.seed))
     n = shape.count(duration, warmup)
     return [Level(workload=w.name, index=0, shape=shape, request=request, warmup_s=warmup, duration_s=duration,
                   deadline_s=w.deadline_s * scale, buckets=_buckets(duration, min(w.bucket_s * scale, duration)),
@@ -1528,7 +1529,9 @@ def _sharing_json(shape: Replay) -> dict[str, Any]:
     evidence from before them."""
     if not shape.hash_ids:
         return {}
-    return {"prefix_blocks": {"blocks": shape.blocks, "distinct": shape.distinct_blocks, "repeat_share": shape.repeat_share}}
+    size, unit, seed = shape.block
+    return {"prefix_blocks": {"block": size, "unit": unit, "seed": seed, "blocks": shape.blocks, "distinct": shape.distinct_blocks,
+                              "repeat_share": shape.repeat_share}}
 
 
 def _cap_json(shape: LoadShape) -> dict[str, int]:

@@ -159,7 +159,8 @@ def test_the_plan_manifest_and_report_state_the_traces_sharing(tmp_path):
             "lists it; after its blocks a request's own content; 14 prompt blocks, 5 distinct: 64% repeat an earlier request's "
             "(the best-case prefix-cache hit rate)") in text
     doc = to_json(p)["backends"][0]["levels"][0]
-    assert doc["shape"]["prefix_blocks"] == {"blocks": 14, "distinct": 5, "repeat_share": pytest.approx(9 / 14)}
+    assert doc["shape"]["prefix_blocks"] == {"block": 4, "unit": "words", "seed": 7, "blocks": 14, "distinct": 5,
+                                             "repeat_share": pytest.approx(9 / 14)}
     assert doc["request"]["hash_block"] == 4 and doc["request"]["block_seed"] == 7
     assert lv.to_json()["shape"]["prefix_blocks"]["distinct"] == 5  # the manifest's level entry
     spec, _, _ = load_spec(tmp_path / "r.soak")
