@@ -277,3 +277,48 @@ def test_two_prompts_share_exactly_their_common_leading_blocks(a, b):
     reach = k * block + salt_words(198)  # where the next blocks (or a request's own words) have parted
     if same > k * block:  # past the common blocks only where one prompt ends or both blocks are still spelling
         assert same < reach or same == min(na, nb)
+
+
+@pytest.mark.slow
+def test_a_real_run_sends_the_same_blocks_from_one_process_and_from_two(tmp_path):
+    """`soakspec run` against the simulator, with --workers 1 and --workers 2: the server logs each
+    prompt's sha256 and first characters; a request whose prompt is all blocks sends the same
+    prompt (sha256) in both runs whichever process sent it, and one with words of its own past its
+    blocks starts the same (its blocks) and differs as a whole (its request id)."""
+    import gzip
+
+    from runner_support import manifest, new_marker, read_jsonl, run_soakspec, wait_no_survivors
+
+    rows = [{"timestamp": i * 50, "input_length": 8 + (i % 2) * 8, "output_length": 2, "hash_ids": [1, 2 + i % 3]}
+            for i in range(12)]  # fmt: skip  (odd rows: 8 words of their own past 2 blocks of 4)
+    (tmp_path / "trace.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    text = ('soak "t" {\n  issue = "test"\n}\nbackend "b0" {\n  sim {\n    ttft = 5ms\n    itl = 1ms\n  }\n'
+            '  runtime {\n    label = "host-staged"\n  }\n}\n'
+            'workload "w" {\n  load {\n    mode = replay\n    trace = "trace.jsonl"\n    hash_block = 4\n  }\n'
+            '  bucket = 1s\n  deadline = 5s\n  follow_up = false\n}\ngate {\n  require failed == 0\n}\nclaims {\n  claim "test"\n}\n')
+    (tmp_path / "r.soak").write_text(text)
+    seen = {}
+    for workers in (1, 2):
+        out = tmp_path / f"w{workers}"
+        marker = new_marker()
+        proc = run_soakspec(["run", str(tmp_path / "r.soak"), "--out", str(out), "--quiet", "--workers", str(workers)], marker, tmp_path)
+        assert wait_no_survivors(marker) == []
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        level = manifest(out)["backends"][0]["levels"][0]
+        assert level["shape"]["prefix_blocks"]["distinct"] == 4
+        logged = {}
+        with gzip.open(out / "backends" / "b0" / "server.log.gz", "rt") as fh:
+            for line in fh:
+                if "soakspec_sim_trace" in line:
+                    t = json.loads(line.split(" ", 1)[1])
+                    logged[t["client_request_id"]] = (t["prompt_sha256"], t["prompt_head"])
+        recs = [r for r in read_jsonl(out / "backends" / "b0" / "requests.jsonl.gz") if r["bucket"] >= 0]
+        seen[workers] = {round((r["intended_start"] - level["started_at"]) * 20): logged[r["request_id"]] for r in recs}
+    assert sorted(seen[1]) == sorted(seen[2]) == list(range(12))
+    for i in range(12):
+        (sha1, head1), (sha2, head2) = seen[1][i], seen[2][i]
+        if i % 2 == 0:  # all blocks
+            assert sha1 == sha2
+        else:  # its blocks, then its own words (its request id first: another in each run)
+            assert sha1 != sha2 and head1.split(" ")[:8] == head2.split(" ")[:8]
+    assert seen[1][0][0] == seen[1][6][0] != seen[1][2][0]  # [1, 2] twice; [1, 4] another prompt
