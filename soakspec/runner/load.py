@@ -21,7 +21,10 @@ schedule (`ClosedRamp.targets`), open-loop arrivals of a varying rate (`OpenRamp
 ramp spans exactly the measured window [m, m + duration); a warmup before it holds the ramp's
 starting value (the first phase's warmup measures nothing of the ramp).
 Replay: a trace's arrival offsets, each request with its own prompt and output length; open
-loop, so its lag behind the trace is recorded like any open-loop schedule lag.
+loop, so its lag behind the trace is recorded like any open-loop schedule lag. With the trace's
+`hash_ids` (prefix sharing, the default) a prompt is built per request from its ids' blocks
+(`shared_prompt_words`, `prompts.token_shared_prompt`: a block is a function of its id and the
+load's seed, kept in a small per-process cache), never all prompts up front.
 A fixed count (`Level.requests_per_level`, n; open and closed loops): the level sends exactly
 n measured requests and ends once they have finished, `m + duration` staying its bound (`Quota`).
 Closed loop: a worker takes one of the n (from the level's shared count with `--workers`) before
