@@ -150,7 +150,8 @@ def token_prompt(costs: TokenCosts, index: int, n: int, prefix_tokens: int, seed
 # part at once, then words drawn from a generator seeded by the same hash -- so it is the same
 # string in every request, level, run and --workers process that lists it. A prompt is its blocks
 # in order, cut to the request's input length (the last block partial), and past its blocks the
-# request's own content (`tail`), so nothing after the shared blocks is shared by accident.
+# request's own content (`load.shared_prompt_words`, `token_shared_prompt`), so nothing after the
+# shared blocks is shared by accident.
 
 BLOCK_CACHE = 1024  # blocks kept per process (a tuple of the vocabulary's own strings: 8 bytes a word)
 BLOCK_CACHE_WORDS = 8192  # longer blocks are rebuilt each time (1024 of 8192 words: 64 MB)

@@ -557,6 +557,8 @@ def _replay_rest(offsets_s: tuple[float, ...], speed: float, warmup: float, buck
             k += 1
         end = min(end, warmup + k * bucket)
     return end - warmup
+
+
 _SWEEP_ONLY = ("step", "rate_step", "max_wall")
 
 
