@@ -274,6 +274,7 @@ class Replay:
     hash_ids: tuple[tuple[int, ...], ...] = dataclasses.field(default=(), repr=False)
     blocks: int = 0
     distinct_blocks: int = 0
+    outrun: int = 0  # requests whose hash_ids outrun their input length (ids not sent)
     block: tuple[int, str, int] = (0, "words", 0)  # (hash_block, its unit: words or tokens, the blocks' seed), recorded
 
     @property
@@ -995,7 +996,11 @@ def _replay_sharing_line(t: RequestTemplate, shapes: list) -> str:
     if not t.hash_block:
         return "word prompts, each starting with its request id (no prompt sent twice)" if not t.prompt_tokens else _prefix_policy(t)
     shape = next(s for s in shapes if isinstance(s, Replay))
-    return f"{_prefix_policy(t)}; {sharing_label(shape)}"
+    line = f"{_prefix_policy(t)}; {sharing_label(shape)}"
+    if shape.outrun:
+        line += (f"; {shape.outrun:,} request(s) list more hash_ids than their input_length fills at {t.hash_block} a block (the "
+                 "later ids are not sent: was the trace made with smaller blocks? set hash_block)")
+    return line
 
 
 def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
@@ -1098,9 +1103,9 @@ def _replay_levels(w: Workload, scale: float, request: RequestTemplate) -> list[
     rp = w.load.replay
     assert rp is not None
     duration, warmup = w.duration_s * scale, w.warmup_s * scale
-    blocks, distinct = sharing(rp.offsets_s, rp.input_lens, rp.hash_ids, rp.hash_block, rp.speed / scale, warmup + duration)
+    blocks, distinct, outrun = sharing(rp.offsets_s, rp.input_lens, rp.hash_ids, rp.hash_block, rp.speed / scale, warmup + duration)
     shape = Replay(rp.path, rp.format, rp.sha256, rp.speed / scale, rp.offsets_s, rp.input_lens, rp.output_lens,
-                   w.load.max_concurrency, rp.hash_ids, blocks, distinct, (rp.hash_block, "tokens" if rp.tokens else "words", w.load.seed))
+                   w.load.max_concurrency, rp.hash_ids, blocks, distinct, outrun, (rp.hash_block, "tokens" if rp.tokens else "words", w.load.seed))
     n = shape.count(duration, warmup)
     return [Level(workload=w.name, index=0, shape=shape, request=request, warmup_s=warmup, duration_s=duration,
                   deadline_s=w.deadline_s * scale, buckets=_buckets(duration, min(w.bucket_s * scale, duration)),
@@ -1531,7 +1536,7 @@ def _sharing_json(shape: Replay) -> dict[str, Any]:
         return {}
     size, unit, seed = shape.block
     return {"prefix_blocks": {"block": size, "unit": unit, "seed": seed, "blocks": shape.blocks, "distinct": shape.distinct_blocks,
-                              "repeat_share": shape.repeat_share}}
+                              "repeat_share": shape.repeat_share, "requests_outrun": shape.outrun}}
 
 
 def _cap_json(shape: LoadShape) -> dict[str, int]:

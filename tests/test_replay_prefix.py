@@ -160,9 +160,11 @@ def test_the_plan_manifest_and_report_state_the_traces_sharing(tmp_path):
             "(the best-case prefix-cache hit rate)") in text
     doc = to_json(p)["backends"][0]["levels"][0]
     assert doc["shape"]["prefix_blocks"] == {"block": 4, "unit": "words", "seed": 7, "blocks": 14, "distinct": 5,
-                                             "repeat_share": pytest.approx(9 / 14)}
+                                             "repeat_share": pytest.approx(9 / 14), "requests_outrun": 1}  # the 6-word one
     assert doc["request"]["hash_block"] == 4 and doc["request"]["block_seed"] == 7
     assert lv.to_json()["shape"]["prefix_blocks"]["distinct"] == 5  # the manifest's level entry
+    assert ("1 request(s) list more hash_ids than their input_length fills at 4 a block (the later ids are not sent: was the "
+            "trace made with smaller blocks? set hash_block)") in text
     spec, _, _ = load_spec(tmp_path / "r.soak")
     line = workload_line(spec.workloads[0])
     assert "prompts from its hash_ids in blocks of 4 words (seed 7): 14 blocks, 5 distinct, 64% repeat an earlier request's" in line
@@ -171,8 +173,10 @@ def test_the_plan_manifest_and_report_state_the_traces_sharing(tmp_path):
 def test_the_default_block_is_mooncakes_512(tmp_path):
     p, lv = level_of(tmp_path, "")
     assert lv.request.hash_block == 512 and lv.request.block_seed == 0
-    # every input_length fits in the first block: 1 block each but the unhashed line's
-    assert (lv.shape.blocks, lv.shape.distinct_blocks) == (5, 2)
+    # every input_length fits in the first block: 1 block each but the unhashed line's; the
+    # five lines list 3 ids each, more than their length fills at 512
+    assert (lv.shape.blocks, lv.shape.distinct_blocks, lv.shape.outrun) == (5, 2, 5)
+    assert "5 request(s) list more hash_ids than their input_length fills at 512 a block" in render_text(p)
 
 
 @pytest.mark.parametrize(

@@ -111,15 +111,18 @@ def blocks_sent(input_len: int, ids: tuple[int, ...], block: int) -> int:
     return min(len(ids), -(-input_len // block))
 
 
-def sharing(offsets_s, input_lens, hash_ids, block: int, speed: float, until_s: float) -> tuple[int, int]:
-    """(blocks, distinct blocks) of the prompts of the requests a replay sends (arrival before
-    `until_s`, its warmup's included): one pass, a set of the distinct ids."""
+def sharing(offsets_s, input_lens, hash_ids, block: int, speed: float, until_s: float) -> tuple[int, int, int]:
+    """(blocks, distinct blocks, requests listing more ids than their input length holds) of the
+    prompts of the requests a replay sends (arrival before `until_s`, its warmup's included): one
+    pass, a set of the distinct ids. The last count is a sign of a trace made with smaller blocks
+    than `hash_block` (Mooncake lists exactly ceil(input_length / 512) ids)."""
     seen: set[int] = set()
-    total = 0
+    total = outrun = 0
     for off, n, ids in zip(offsets_s, input_lens, hash_ids):
         if off / speed >= until_s:
             break
         k = blocks_sent(n, ids, block)
         total += k
+        outrun += k < len(ids)
         seen.update(ids[:k])
-    return total, len(seen)
+    return total, len(seen), outrun

@@ -595,7 +595,7 @@ def shaped_load_text(load: Any, until_s: float = float("inf")) -> str:
                 + (f", speed {rp.speed:g}" if rp.speed != 1 else "") + ")")
         if not rp.hash_ids:
             return text
-        blocks, distinct = sharing(rp.offsets_s, rp.input_lens, rp.hash_ids, rp.hash_block, rp.speed, until_s)
+        blocks, distinct, _ = sharing(rp.offsets_s, rp.input_lens, rp.hash_ids, rp.hash_block, rp.speed, until_s)
         share = (blocks - distinct) / blocks if blocks else 0.0
         return (text + f", prompts from its hash_ids in blocks of {rp.hash_block} {'tokens' if rp.tokens else 'words'} "
                 f"(seed {load.seed}): {blocks:,} blocks, {distinct:,} distinct, {share:.0%} repeat an earlier request's")
