@@ -21,7 +21,8 @@ import math
 
 from soakspec.lang.datafile import BEYOND_DECODER, MAX_FILE_BYTES, DataFileError, beyond_decoder, read_text
 
-__all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_REQUESTS", "MOONCAKE_BLOCK", "TraceFile", "TraceFileError", "blocks_sent", "parse_trace",
+__all__ = ["FORMATS", "MAX_FILE_BYTES", "MAX_REQUESTS", "MOONCAKE_BLOCK", "REPLAY_TAIL_S", "TraceFile", "TraceFileError", "blocks_sent",
+           "earlier_replay_rest", "parse_trace", "replay_rest",
            "read_trace", "sharing"]
 
 FORMATS = ("mooncake",)
@@ -126,3 +127,36 @@ def sharing(offsets_s, input_lens, hash_ids, block: int, speed: float, until_s: 
         outrun += k < len(ids)
         seen.update(ids[:k])
     return total, len(seen), outrun
+
+
+REPLAY_TAIL_S = 0.001  # past a replay's last arrival, at least: so its last request is sent
+
+
+def replay_rest(offsets_s: tuple[float, ...], speed: float, warmup: float, bucket: float | None) -> float:
+    """A replay's measured window without `duration`: from the warmup to one mean inter-arrival
+    gap past the trace's last arrival (the time that request stands for: the window then holds
+    the trace's requests at the trace's mean rate), and no further than the end of the bucket
+    that holds the last arrival -- so the last bucket is short where the trace ends inside it,
+    its rates over its own length, not a whole bucket mostly idle that reads as a rate drop.
+    A trace of one instant (one request, or all at one time) keeps one whole bucket."""
+    last = offsets_s[-1] / speed
+    if len(offsets_s) < 2 or last <= 0:
+        rest = last + REPLAY_TAIL_S - warmup
+        return math.ceil(rest / bucket - 1e-9) * bucket if bucket else rest
+    end = last + max(last / (len(offsets_s) - 1), REPLAY_TAIL_S)
+    if bucket:
+        k = math.floor((last - warmup) / bucket) + 1
+        if warmup + k * bucket <= last:  # a float just short of the edge: the next bucket holds it
+            k += 1
+        end = min(end, warmup + k * bucket)
+    return end - warmup
+
+
+def earlier_replay_rest(offsets_s: tuple[float, ...], speed: float, warmup: float, bucket: float | None) -> float:
+    """The window `replay_rest` replaced (evidence written before it, whose manifest records the
+    level's duration by this rule): the trace's span past the warmup, its last arrival included,
+    rounded up to whole buckets -- a last bucket mostly idle where the trace ends just inside it.
+    Kept so that such evidence, judged with its own spec, is the level that spec then planned
+    (judge/validity.py `_ran_duration`)."""
+    rest = offsets_s[-1] / speed + REPLAY_TAIL_S - warmup
+    return math.ceil(rest / bucket - 1e-9) * bucket if bucket else rest

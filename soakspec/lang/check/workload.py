@@ -518,7 +518,7 @@ def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
         outs = load.replay.output_lens
         fields["max_tokens"] = tuple(sorted({min(outs), max(outs)}))  # the bounds the judge checks usage against
         # the trace plays from the level's start, so a warmup is its first seconds (their requests are warmup)
-        warmup, span = fields["warmup_s"] or 0.0, load.replay.offsets_s[-1] / load.replay.speed + REPLAY_TAIL_S
+        warmup, span = fields["warmup_s"] or 0.0, load.replay.offsets_s[-1] / load.replay.speed + R.REPLAY_TAIL_S
         if warmup >= span:
             ctx.error("E403", f"warmup ({format_duration(warmup)}) covers the whole replayed trace ({format_duration(span)}): "
                               "the trace plays from the warmup's start, so no request of it would be measured",
@@ -526,7 +526,7 @@ def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
             return
         if fields["duration_s"] is None:  # the rest of the trace, to one mean gap past its last arrival
             bucket = b["bucket"] if b.ok("bucket") else None
-            fields["duration_s"] = _replay_rest(load.replay.offsets_s, load.replay.speed, warmup, bucket)
+            fields["duration_s"] = R.replay_rest(load.replay.offsets_s, load.replay.speed, warmup, bucket)
         if b.ok("bucket") and fields["duration_s"] / b["bucket"] > MAX_BUCKETS_PER_LEVEL and not b.has("duration"):
             ctx.error("E204", f"bucket cuts the replayed trace ({format_duration(fields['duration_s'])}) into more than "
                               f"{MAX_BUCKETS_PER_LEVEL} buckets", b.got("bucket").span)  # fmt: skip
@@ -536,27 +536,6 @@ def _shaped_duration(ctx: Ctx, b: Body, fields: dict, where: str) -> None:
         ctx.error("E103", f"{where} needs 'duration'", b.span)
 
 
-REPLAY_TAIL_S = 0.001  # past a replay's last arrival, at least: so its last request is sent
-
-
-def _replay_rest(offsets_s: tuple[float, ...], speed: float, warmup: float, bucket: float | None) -> float:
-    """A replay's measured window without `duration`: from the warmup to one mean inter-arrival
-    gap past the trace's last arrival (the time that request stands for: the window then holds
-    the trace's requests at the trace's mean rate), and no further than the end of the bucket
-    that holds the last arrival -- so the last bucket is short where the trace ends inside it,
-    its rates over its own length, not a whole bucket mostly idle that reads as a rate drop.
-    A trace of one instant (one request, or all at one time) keeps one whole bucket."""
-    last = offsets_s[-1] / speed
-    if len(offsets_s) < 2 or last <= 0:
-        rest = last + REPLAY_TAIL_S - warmup
-        return math.ceil(rest / bucket - 1e-9) * bucket if bucket else rest
-    end = last + max(last / (len(offsets_s) - 1), REPLAY_TAIL_S)
-    if bucket:
-        k = math.floor((last - warmup) / bucket) + 1
-        if warmup + k * bucket <= last:  # a float just short of the edge: the next bucket holds it
-            k += 1
-        end = min(end, warmup + k * bucket)
-    return end - warmup
 
 
 _SWEEP_ONLY = ("step", "rate_step", "max_wall")
