@@ -4,7 +4,10 @@ the spec it ran (the same code path as `soakspec gate`); `gate`, `report`, `comb
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -92,12 +95,70 @@ def spec_for(evidence, spec_file: str | None, where: str):
         raise UsageError(f"the spec embedded in {where} does not check with this soakspec; pass --spec FILE:\n"
                          f"{render_text(diags, {name: shown})}")
     notes += [d.message for d in diags if d.code == "W513"]
+    spec = as_it_ran(spec, evidence.manifest)
     stored = evidence.manifest.get("spec")
     want = stored_spec_sha256(stored) if isinstance(stored, dict) else None  # a redacted text has its own hash
     if isinstance(want, str) and spec.sha256 != want:
         notes.append(f"the embedded spec's canonical text now hashes to {spec.sha256[:12]}, "
                      f"the manifest recorded {want[:12]}")
     return spec, notes
+
+
+def as_it_ran(spec: Spec, manifest: Any) -> Spec:
+    """The embedded spec as it was meant when the run read it, where a later soakspec reads the
+    same text otherwise (the manifest records how the run planned each level): a replay's
+    `hash_ids` (prefix sharing, the default since) unused when its levels' shapes record no
+    `prefix_blocks` -- the run sent unique prompts -- and its duration without `duration`, when
+    the levels record the earlier window (the trace's span rounded up to whole buckets,
+    `lang.replay.earlier_replay_rest`) where the spec now derives the shorter one
+    (`replay_rest`). Either way the re-planned level is the one that ran, so that its evidence
+    is judged, and reported, as it ran. A spec given with `--spec` is taken as written."""
+    levels = _recorded_levels(manifest)
+    scale = manifest.get("time_scale", 1.0) if isinstance(manifest, dict) else 1.0
+    scale = float(scale) if isinstance(scale, (int, float)) and not isinstance(scale, bool) and 0 < scale <= 1 else 1.0
+    out = []
+    for w in spec.workloads:
+        rp, ran = w.load.replay, levels.get(w.name)
+        if rp is not None and ran:
+            w = _replay_as_it_ran(w, ran, scale)
+        out.append(w)
+    return dataclasses.replace(spec, workloads=tuple(out)) if out != list(spec.workloads) else spec
+
+
+def _recorded_levels(manifest: Any) -> dict[str, list[dict]]:
+    """The manifest's level entries by workload (every backend's)."""
+    out: dict[str, list[dict]] = {}
+    backends = manifest.get("backends") if isinstance(manifest, dict) else None
+    for b in backends if isinstance(backends, list) else []:
+        levels = b.get("levels") if isinstance(b, dict) else None
+        for lv in levels if isinstance(levels, list) else []:
+            if isinstance(lv, dict) and isinstance(lv.get("workload"), str):
+                out.setdefault(lv["workload"], []).append(lv)
+    return out
+
+
+def _replay_as_it_ran(w: Any, ran: list[dict], scale: float) -> Any:
+    from soakspec.lang.replay import earlier_replay_rest, replay_rest
+
+    rp = w.load.replay
+    shapes = [lv.get("shape") for lv in ran]
+    if rp.hash_ids and shapes and all(isinstance(s, dict) and s.get("kind") == "replay" and "prefix_blocks" not in s for s in shapes):
+        w = dataclasses.replace(w, load=dataclasses.replace(w.load, replay=dataclasses.replace(rp, hash_ids=())))
+    planned = {lv.get("planned_duration_s") for lv in ran}
+    if len(planned) != 1 or not rp.offsets_s:
+        return w
+    d = planned.pop()
+    if not isinstance(d, (int, float)) or isinstance(d, bool) or d <= 0:
+        return w
+    d /= scale
+    args = (rp.offsets_s, rp.speed, w.warmup_s)
+    buckets = (w.bucket_s, None)
+    close = functools.partial(math.isclose, rel_tol=1e-9, abs_tol=1e-6)
+    derived = any(close(w.duration_s, replay_rest(*args, b)) for b in buckets)
+    if derived and not close(d, w.duration_s) and any(close(d, earlier_replay_rest(*args, b)) for b in buckets):
+        one = close(w.bucket_s, w.duration_s)  # no `bucket`: one bucket, the whole window (check)
+        w = dataclasses.replace(w, duration_s=d, bucket_s=d if one else w.bucket_s)
+    return w
 
 
 def bare_evidence(run_dir: str | os.PathLike):
