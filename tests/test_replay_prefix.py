@@ -326,3 +326,16 @@ def test_a_real_run_sends_the_same_blocks_from_one_process_and_from_two(tmp_path
         else:  # its blocks, then its own words (its request id first: another in each run)
             assert sha1 != sha2 and head1.split(" ")[:8] == head2.split(" ")[:8]
     assert seen[1][0][0] == seen[1][6][0] != seen[1][2][0]  # [1, 2] twice; [1, 4] another prompt
+
+
+def test_the_report_says_a_replays_lengths_are_its_traces(tmp_path):
+    """A replay's requests take their lengths from their trace lines: the report's workload line
+    said `prompt_words=64, max_tokens=...` (the workload's unused defaults, words no request sent)."""
+    spec, diags, _ = load_spec(write(tmp_path))
+    assert spec is not None, diags
+    line = workload_line(spec.workloads[0])
+    assert "prompt_words" not in line and "max_tokens=output_length" in line, line
+    assert "prompt of input_length words" in line
+    spec, diags, _ = load_spec(write(tmp_path, "    input_lengths = tokens\n"))
+    assert spec is not None, diags
+    assert "prompt of input_length tokens" in workload_line(spec.workloads[0])

@@ -338,9 +338,13 @@ def workload_line(w: Any) -> str:
         parts.append(f"prompt_tokens={_join(w.prompt_tokens)}")
         if w.prefix_tokens:
             parts.append(f"prefix_tokens={w.prefix_tokens}")
+    elif w.load.replay is not None:  # each request's lengths are its trace line's, not prompt_words / max_tokens
+        parts.append(f"prompt of input_length {'tokens' if w.load.replay.tokens else 'words'}, max_tokens=output_length "
+                     "(each request its trace line's)")
     elif w.prompt_words is not None:
         parts.append(f"prompt_words={w.prompt_words}")
-    parts.append(f"max_tokens={_join(w.max_tokens)}")
+    if w.load.replay is None:
+        parts.append(f"max_tokens={_join(w.max_tokens)}")
     if w.length_range:  # random lengths around prompt_words/prompt_tokens and max_tokens
         parts.append(f"length_range={w.length_range * 100:g}%")
     s = w.sampling
