@@ -513,7 +513,8 @@ _HINT = {
     "CB502": "state a change inside the interval, or the interval itself; a magnitude holds within half a unit of its last digit",
     "CB503": "the interval holds 0 (or compare had too few samples): say no significant change was found, or measure more",
     "CB504": "a significant regression is not 'unchanged': state it",
-    "CB505": "compare has no row for this metric or level: compare runs that measured it, or drop the claim",
+    "CB505": "compare has no row for this metric or level, or too few samples to decide it: compare runs that measured "
+             "it (longer ones, for a row with too few samples), or drop the claim",
 }
 
 
