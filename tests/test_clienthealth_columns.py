@@ -95,12 +95,13 @@ def reference_bucket(client_rows, lv, w, prev=None, all_records=()):
     hosts = [s["host_cpu"] for s in inside if type(s.get("host_cpu")) in (int, float)]
     cpus = mean_cpu_by_process(inside)
     recs = list(w.records)
-    # the load generator's lateness: from the slot's time where a request waited behind max_concurrency
-    lags = [s - (a if (a := num(r.get("admitted"))) is not None else i) for r in recs
+    capped = type(lv.entry.get("max_concurrency")) is int
+    # the load generator's lateness: from the slot's time where a request waited behind the level's
+    # declared max_concurrency (a level without one: `admitted` does not count)
+    lags = [s - (a if capped and (a := num(r.get("admitted"))) is not None else i) for r in recs
             if (s := num(r.get("start"))) is not None and (i := num(r.get("intended_start"))) is not None]
     waits = [a - i if (a := num(r.get("admitted"))) is not None and (i := num(r.get("intended_start"))) is not None else None
              for r in recs]
-    capped = type(lv.entry.get("max_concurrency")) is int
     mode, conc, rate = lv.entry.get("mode"), lv.entry.get("concurrency"), lv.entry.get("rate")
     wall = w.end - w.start
     offered = achieved = held = None

@@ -234,19 +234,39 @@ def test_a_wait_behind_the_declared_cap_is_not_the_clients_saturation():
     each waited for a slot under the spec's max_concurrency that freed then -- the client kept
     up, and the latency the wait adds is judged as the server's: a FAIL."""
     text = "require p95(latency) < 250ms per bucket"
-    spec = _small_spec(text, mode="open", levels="[2rps]")
-    b = EvidenceBuilder(spec)
+    spec = _small_spec(text, mode="open", levels="[2rps]\n    max_concurrency = 1")
+    v = judge(spec, _with_client(_waited(EvidenceBuilder(spec)).build(), lag=0.002, cpu=0.2))
+    rules = {r.rule: r for r in v.rules}
+    assert rules["client_healthy"].status == "pass", rules["client_healthy"].message
+    assert rules[text.removeprefix("require ")].status == "fail"
+    assert v.outcome == "FAIL"
+
+
+def _waited(b: EvidenceBuilder) -> EvidenceBuilder:
+    """Every measured request sent 200 ms late, its record saying it waited for a slot then."""
     for r in b.measured("a"):
         r["admitted"] = r["start"] + 0.2
         for k in ("start", "first_byte", "first_token", "end"):
             if r[k] is not None:
                 r[k] += 0.2
         r["latency"] = r["ttft"] = None  # derived from the intended start
-    v = judge(spec, _with_client(b.build(), lag=0.002, cpu=0.2))
+    return b
+
+
+def test_admitted_in_a_level_without_a_cap_cannot_hide_the_clients_lateness():
+    """The same records in a level that declares no max_concurrency (an edited record, a broken
+    runner): `admitted` made a load generator 200 ms behind its schedule read as healthy, and the
+    latency it added FAILed as the server's. Without a declared cap `admitted` does not count:
+    client_healthy sees the lag (the latency FAIL is blocked, INCONCLUSIVE), and completed_run
+    names the records the runner would not have written."""
+    spec = _small_spec("require p95(latency) < 250ms per bucket", mode="open", levels="[2rps]")
+    v = judge(spec, _with_client(_waited(EvidenceBuilder(spec)).build(), lag=0.002, cpu=0.2))
     rules = {r.rule: r for r in v.rules}
-    assert rules["client_healthy"].status == "pass", rules["client_healthy"].message
-    assert rules[text.removeprefix("require ")].status == "fail"
-    assert v.outcome == "FAIL"
+    assert rules["client_healthy"].status == "inconclusive" and "schedule lag" in rules["client_healthy"].message
+    assert rules["completed_run"].status == "inconclusive"
+    assert "carry admitted (a wait for a slot under max_concurrency), but the level declares no max_concurrency" in \
+        rules["completed_run"].message
+    assert v.outcome == "INCONCLUSIVE"
 
 
 # ---------------------------------------------------------------- a real run against the simulator

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner_support import read_jsonl, run_spec
+from runner_support import new_marker, read_jsonl, run_soakspec, run_spec
 from soakspec import draws
 from soakspec.lang import fmt, load_spec, parse
 from soakspec.plan import plan
@@ -183,3 +183,11 @@ def test_a_run_with_think_time_passes_client_health_and_keeps_it_out_of_every_la
     for c in clients:
         assert c["offered"] == pytest.approx(2 - c["thinking"])
         assert c["achieved"] < 0.75 * 2  # against both sessions it would read as a saturated client
+    # the think time the judge leaves out of the offer is the one the judging spec plans: a
+    # manifest whose think time the spec does not plan (edited, or another spec) is another level
+    other = tmp_path / "other"
+    other.mkdir()
+    no_think = _write(other, "")
+    proc = run_soakspec(["gate", str(out), "--spec", str(no_think)], new_marker(), tmp_path)
+    assert proc.returncode == 3, proc.stdout
+    assert 'think_time [0.4, 0.4] seed 0 (the spec plans none seed 0)' in proc.stdout, proc.stdout

@@ -275,6 +275,10 @@ def _load_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instance]
     cap, planned_cap = lv.entry.get("max_concurrency"), want.get("max_concurrency")
     if cap != planned_cap:  # absent: no cap (evidence from before the key had none either)
         differ.append(f"max_concurrency {cap or 'none'} (the spec plans {planned_cap or 'none'})")
+    think, planned_think = [lv.entry.get(k) for k in ("think_time", "think_seed")], [want.get(k) for k in ("think_time", "think_seed")]
+    if not _same(_plain(think), _plain(planned_think)):  # absent: no think time (as every run before the key)
+        differ.append(f"think_time {_show('think_time', think[0]) if think[0] else 'none'} seed {think[1] or 0} (the spec plans "
+                      f"{_show('think_time', planned_think[0]) if planned_think[0] else 'none'} seed {planned_think[1] or 0})")
     count, planned_count = lv.entry.get("requests_per_level"), want.get("requests_per_level")
     if count != planned_count:  # absent: the level ran for its duration (as all did before the key)
         differ.append(f"requests_per_level {count or 'none (timed)'} (the spec plans {planned_count or 'none (timed)'})")
@@ -326,6 +330,7 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, 
             out.append(problem(f"{_bucket_span(missing)} of {len(plv.buckets)} not measured: the level was cut short"
                                + (f" in bucket {max(listed)}" if listed else " before its first bucket"), lloc))
     out.extend(_count_problems(lv, lloc, partial))
+    out.extend(_admitted_problems(lv, lloc))
     sent = lv.entry.get("sent")
     if isinstance(sent, int) and not isinstance(sent, bool):
         have = bi.recorded.get((lv.workload, lv.index), 0)
@@ -355,6 +360,20 @@ def _count_problems(lv: LevelIndex, lloc: Location, partial: bool = False) -> li
     if sent > n:
         return [problem(f"{sent} measured requests recorded, more than the level's requests_per_level of {n}", lloc)]
     return []
+
+
+def _admitted_problems(lv: LevelIndex, lloc: Location) -> list[Instance]:
+    """Records that say they waited for a slot under max_concurrency (`admitted`) in a level that
+    declares none: the runner never writes that, and `schedule_lag` counts from `admitted`, so
+    such records would hide the load generator's own lateness from client_healthy."""
+    if type(lv.entry.get("max_concurrency")) is int:
+        return []
+    n = int(np.count_nonzero(~np.isnan(_floats(lv.records, "admitted"))))
+    if not n:
+        return []
+    return [problem(f"{plural(n, 'record')} carry admitted (a wait for a slot under max_concurrency), but the level "
+                    "declares no max_concurrency: not what the runner writes, and it would hide the load "
+                    "generator's schedule lag", lloc)]
 
 
 def _planned_backend_problems(run: JudgedRun, name: str, bp: BackendPlan) -> list[Instance]:
@@ -598,6 +617,16 @@ def _sched_lag_row(r) -> float | None:
     return record_lag(num_(r.get("start")), num_(r.get("intended_start")), num_(r.get("admitted")))
 
 
+def _lags(lv: LevelIndex, recs: Rows) -> np.ndarray:
+    """An open-loop bucket's schedule lags. `admitted` counts only in a level that declares
+    max_concurrency: elsewhere the runner never writes it, and an edited record's would hide the
+    load generator's lateness (`_admitted_problems` names such records)."""
+    if type(lv.entry.get("max_concurrency")) is int:
+        return _values(recs, lambda t, idx: t.schedule_lag(idx), _sched_lag_row)
+    return _values(recs, lambda t, idx: t.f["start"][idx] - t.f["intended_start"][idx],
+                   lambda r: record_lag(num_(r.get("start")), num_(r.get("intended_start"))))
+
+
 def _delay_row(r) -> float | None:
     return num_(r.get("client_delay"))
 
@@ -756,7 +785,7 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
     cpus = cs.mean_cpu_by_process(inside)
     recs = w.records
     mode, conc, rate = lv.entry.get("mode"), lv.entry.get("concurrency"), lv.entry.get("rate")
-    lags = _values(recs, lambda t, idx: t.schedule_lag(idx), _sched_lag_row) if mode == "open" else None
+    lags = _lags(lv, recs) if mode == "open" else None
     wall = w.end - w.start
     offered = achieved = held = think = None
     if mode == "closed" and isinstance(conc, int) and conc > 0:
