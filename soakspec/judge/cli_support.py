@@ -114,8 +114,9 @@ def as_it_ran(spec: Spec, manifest: Any) -> Spec:
     (`replay_rest`). Either way the re-planned level is the one that ran, so that its evidence
     is judged, and reported, as it ran. A spec given with `--spec` is taken as written."""
     levels = _recorded_levels(manifest)
-    scale = manifest.get("time_scale", 1.0) if isinstance(manifest, dict) else 1.0
-    scale = float(scale) if isinstance(scale, (int, float)) and not isinstance(scale, bool) and 0 < scale <= 1 else 1.0
+    from soakspec.judge.joined import _time_scale  # the judge's one reading of the run's time scale
+
+    scale = _time_scale(manifest)[0] if isinstance(manifest, dict) else 1.0
     out = []
     for w in spec.workloads:
         rp, ran = w.load.replay, levels.get(w.name)
