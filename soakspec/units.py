@@ -49,7 +49,7 @@ UNIT_WORDS: dict[str, str] = {
     **dict.fromkeys(("min", "mins", "minute", "minutes"), "m"),
     **dict.fromkeys(("hr", "hrs", "hour", "hours"), "h"),
     **dict.fromkeys(("msec", "msecs", "millisecond", "milliseconds"), "ms"),
-    **dict.fromkeys(("usec", "usecs", "µs", "microsecond", "microseconds"), "us"),
+    **dict.fromkeys(("usec", "usecs", "µs", "μs", "microsecond", "microseconds"), "us"),
     **dict.fromkeys(("byte", "bytes"), "B"),
     **dict.fromkeys(("percent", "pct"), "%"),
     **dict.fromkeys(("qps", "rpsec"), "rps"),
@@ -70,6 +70,33 @@ def unit_for_word(word: str) -> str | None:
 def units_listed() -> str:
     """Every unit, by kind: what a hint lists when it cannot say which kind is meant."""
     return "; ".join(f"{' '.join(UNITS_BY_DIMENSION[d])} ({d}s)" for d in Dimension)
+
+# A rate as prose writes it after a figure (`40 tok/s`, `8 req/s`, `12 tokens per second`): of
+# requests (RATE's base unit, requests per second) or of output tokens, which no `.soak` quantity
+# has. `prose_quantity` reads these and every duration unit.
+_PER_SECOND = re.compile(r"^(?P<what>[A-Za-z]+)\s*(?:/\s*|\s+per\s+)s(?:ec(?:ond)?)?$", re.I)
+_RATE_OF = {**dict.fromkeys(("req", "reqs", "request", "requests"), "rate"),
+            **dict.fromkeys(("tok", "toks", "token", "tokens"), "token_rate")}
+
+
+def prose_quantity(value: float, unit: str) -> tuple[str, float] | None:
+    """A figure and the unit prose writes after it -> (what it measures, the value in its base
+    unit): `12 ms` -> ("duration", 0.012), `2 req/s` / `2 rps` / `2 qps` -> ("rate", 2.0) in
+    requests per second, `40 tok/s` / `40 tokens per second` -> ("token_rate", 40.0) in output
+    tokens per second; None for any other unit (a size, a share). How `soakspec lint-claims`
+    reads a change stated in a unit ("p99 TTFT fell by 12 ms"), with the `.soak` units' own
+    table, so that the two cannot read a unit differently."""
+    text = " ".join(unit.split())
+    per = _PER_SECOND.match(text)
+    if per is not None:
+        kind = _RATE_OF.get(per.group("what").lower())
+        return None if kind is None else (kind, value)
+    name = unit_for_word(text)
+    if name is None:
+        return None
+    dim, base = to_base(value, name)
+    return (dim.value, base) if dim in (Dimension.DURATION, Dimension.RATE) else None
+
 
 _QUANTITY = re.compile(r"^\s*(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z%]+)\s*$")
 
