@@ -40,7 +40,8 @@ JSON document -- `Comparison.to_json()` of a comparison run in-process, or a fil
 --format json` wrote -- whose `schema_version` is one this soakspec writes and `kind` is
 "comparison". Each `rows[]` entry's `backend`, `new_backend`, `label`, `metric`, `stat`, `unit`,
 `base`, `new`, `change`, `change_kind`, `ci_low`, `ci_high`, `row_confidence`, `verdict` and
-`turn` are read (per-turn rows are left out: a claim about a level is about its rows); a row
+`turn` are read (a multi-turn level's rows per turn are kept with their turn: a claim that
+names a turn is checked against them, one that names none against the level's rows); a row
 without them, or a document of another kind or version, is an `AdapterError`, never a
 comparison read as empty.
 """
@@ -655,15 +656,16 @@ def _number(row: dict[str, Any], key: str, where: str) -> float | None:
 
 
 def _change_row(row: Any, where: str) -> ChangeRow | None:
-    from soakspec.compare import BY_NAME
+    from soakspec.compare import BY_NAME, MAX_TURNS
 
     if not isinstance(row, dict):
         raise AdapterError(f"{where}: not a JSON object")
     for key, kind in _ROW_FIELDS.items():
         if not isinstance(row.get(key), kind):
             raise AdapterError(f"{where}: no `{key}`")
-    if row.get("turn") is not None:
-        return None  # a multi-turn level's per-turn row: a claim about the level is about the level's rows
+    turn = row.get("turn")
+    if turn is not None and (not isinstance(turn, int) or isinstance(turn, bool) or turn < 1):
+        raise AdapterError(f"{where}: `turn` is not a turn number")
     metric = BY_NAME.get(row["metric"])
     if metric is None:
         raise AdapterError(f"{where}: unknown metric {row['metric']!r}")
@@ -678,6 +680,7 @@ def _change_row(row: Any, where: str) -> ChangeRow | None:
         verdict=row["verdict"], higher_is_worse=metric.higher_is_worse, absolute=row["change_kind"] == "difference",
         row_confidence=conf if conf is not None else float("nan"), new_backend=str(row.get("new_backend") or row["backend"]),
         concurrency=int(conc.group(1)) if conc else None, rate=float(rate.group(1)) if rate else None,
+        turn=turn, later_turns=turn is not None and turn > MAX_TURNS,
     )
 
 

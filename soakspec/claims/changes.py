@@ -26,19 +26,28 @@ when it holds
   regress, stayed the same, flat (unchanged). Two directions in one clause ("lower is better")
   are not a claim;
 - optionally a magnitude: N% ("fell 12%", "a 12% improvement", "12% lower"), Nx / N× / N times
-  ("1.3x higher throughput", "2x faster TTFT"), N pp / percentage points (errors), or "from A
-  to B" / "A → B" with units ("from 410 ms to 360 ms", "from 1.2% to 0.4%"); "more than",
+  ("1.3x higher throughput", "2x faster TTFT"), N pp / percentage points (errors), "from A
+  to B" / "A → B" with units ("from 410 ms to 360 ms", "from 1.2% to 0.4%"), or a change in
+  the metric's unit next to its direction word (`_absolute`: "fell by 12 ms", "dropped 900 µs",
+  "30 ms lower", "a 12 ms improvement", "rose by 40 tok/s", "QPS rose by 2 req/s"; converted
+  by `units.prose_quantity`; "fell to 360 ms" is the new figure, not read); "more than",
   "at least", "over" make it a lower bound, "up to", "at most", "under" an upper bound, and
   "~", "about", "roughly" … widen a round number as `figures` does;
 - optionally a level ("at 8 rps", "at concurrency 4", "c=4", the row's label "rate 8 rps") and
-  a backend name; a clause that names none takes the sentence's.
+  a backend name; a clause that names none takes the sentence's;
+- optionally a turn of a multi-turn level ("on turn 3", "turn 2 TTFT p50", "the 2nd turn",
+  "turn 21+"): compare's rows per turn, which it makes of TTFT's p50 and p95 only (a claim of
+  another metric or percentile on a turn is CB505, listing them); a claim that names no turn is
+  about the level's own rows.
 
 Direction. For ttft, itl, tpot, latency and errors lower is better: "improved" / "faster" means
 the figure fell; for throughput and qps higher is better. "Fell" and "rose" are the figure's own
 direction whatever the metric. A percentage with better / worse words on a latency ("12% faster")
 is read both ways, as 12% less time and as 12% more speed (1 / 1.12), and holds if either does;
 "2x faster" is half the time; "rose 2x" is double (or, as some write it, +200%). A percentage on
-errors is ambiguous (relative or points) and only its direction is checked.
+errors is ambiguous -- of the share, or points -- and holds if either reading does; a factor on
+errors is checked for its direction only. A change in a unit is held against the row's interval
+in that unit: compare's relative interval times the base it measured (`Magnitude`).
 
 What is checked (one finding per claim). The claim's rows are compare's rows of that metric (and
 percentile: a claim naming none is about any of compare's percentiles of it), at the named
@@ -65,8 +74,7 @@ increases with concurrency", "as prompts get longer"), a clause that is negated,
 (`polarity`: "did not improve", "may improve", "Non-goals"), a rule or threshold ("regression
 <= 5%", require / budget / limit / target / gate / allow / tolerance), one that calls itself
 noise ("not significant", "within noise", "within run-to-run variation") or states a
-confidence interval ("95% CI"), an absolute change in a unit ("50 ms faster": the
-direction is checked, not the 50 ms), a bare signed figure with no direction word ("-12%",
+confidence interval ("95% CI"), a bare signed figure with no direction word ("-12%",
 "410 → 360 ms" alone), every sentence of a table, heading, code or quote, and a "sentence" of
 more than MAX_SENTENCE characters (the reading stays linear in the document).
 """
@@ -86,6 +94,7 @@ from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RUL
 from soakspec.claims.polarity import NEGATION_CUES, NEGATION_DETERMINERS, Polarity, polarity
 from soakspec.claims.scope import _CONCURRENCY, _RATE
 from soakspec.diagnostics import Diagnostic, Severity
+from soakspec.units import prose_quantity
 
 # ---------------------------------------------------------------- vocabulary
 
@@ -120,7 +129,7 @@ _GAP = re.compile(
     r"(?:\s|[,:*_~]|\([^()]*\)|\b(?:is|are|was|were|has|have|had|got|gets|also|further|significantly|substantially"
     r"|markedly|slightly|noticeably|clearly|now|then|overall|both|in|of|on|for|the|its|our|this|new|run|build|branch|version"
     r"|change|pr|patch|by|about|roughly|approximately|nearly|almost|around|values?|figures?|numbers?|times?|a|an|and|to|\d+(?:\.\d+)?\s*(?:%|x|×|pp))\b"
-    r"|(?:\d+(?:\.\d+)?\s*(?:%|x|×)))*",
+    r"|(?:\d+(?:\.\d+)?\s*(?:%|x|×))|(?:\d+(?:\.\d+)?\s*(?:ms|us|µs|μs|s|tok/s|tokens/s|req/s)(?![\w/])))*",
     re.I,
 )
 _FACTOR_WORD = {"halved": 2.0, "doubled": 2.0, "tripled": 3.0}
@@ -151,6 +160,23 @@ _PCT = re.compile(rf"{_MOD}(?P<n>{_NUM})\s*(?:%|\s+percent\b)(?!\s*(?:confidence
 _PP = re.compile(rf"{_MOD}(?P<n>{_NUM})\s*(?:pp\b|percentage[\s-]+points?\b|points?\b)", re.I)
 _FACTOR = re.compile(rf"{_MOD}(?P<n>{_NUM})\s*(?:x(?![\w])|×|\s+times\b)", re.I)
 _UNITS = rf"(?:{_TIME_UNIT}(?![\w/])|%|tok(?:en)?s?\s*/\s*s\b|tok(?:en)?s?\s+per\s+s(?:ec(?:ond)?)?\b|req(?:uest)?s?\s*/\s*s\b|rps\b|qps\b)"
+# a change in a unit ("fell by 12 ms", "30ms lower", "rose 40 tok/s", "up by 2 req/s"): `_absolute`
+# reads it only next to its direction word, and `units.prose_quantity` converts it
+_ABS_UNIT = (rf"(?:{_TIME_UNIT}(?![\w/])|tok(?:en)?s?\s*/\s*s(?:ec(?:ond)?)?\b|tok(?:en)?s?\s+per\s+s(?:ec(?:ond)?)?\b"
+             rf"|req(?:uest)?s?\s*/\s*s(?:ec(?:ond)?)?\b|req(?:uest)?s?\s+per\s+s(?:ec(?:ond)?)?\b|rps\b|qps\b)")
+_ABS = re.compile(rf"{_MOD}(?P<n>{_NUM})\s*(?P<u>{_ABS_UNIT})", re.I)
+_ABS_AFTER = re.compile(r"\s*(?:(?:by|of)\s+)?", re.I)  # "fell by 12 ms", "an improvement of 12 ms"
+_LEVEL_MOD = re.compile(r"(?:over|above|under|below)\b", re.I)  # "fell below 100 ms" is the new figure; "fell by over 10 ms" a change
+# the direction words a figure may come just before ("30 ms lower", "a 12 ms improvement"); before a
+# verb it is the level ("TTFT 410 ms fell 12%"), never the change
+_COMPARATIVE = re.compile(r"(?:lower|higher|faster|slower|better|worse|improvements?|reduction|regressions?|slowdown|degradation"
+                          r"|speed[\s-]?ups?|cut|cuts|drops?|increases?|decreases?)", re.I)
+_BY_RATE = re.compile(rf"\bby\s+{_MOD}{_NUM}\s*(?:rps|qps|req(?:uest)?s?\s*(?:/|per)\s*s(?:ec(?:ond)?)?)\b", re.I)  # a change, not a level
+_UNIT_KIND = {"ttft": "duration", "itl": "duration", "tpot": "duration", "latency": "duration", "throughput": "token_rate",
+              "qps": "rate"}
+# a multi-turn level's turn ("turn 2", "on turn 3", "turn 21+", "the 2nd turn"): compare's rows per turn
+_TURN = re.compile(r"\b(?:(?:on|in|at|for|of)\s+)?(?:the\s+)?(?:(?:user|conversation)\s+)?turns?\s+(?P<n>\d+)(?P<plus>\+)?(?![\w.]\d)"
+                   r"|\b(?:(?:on|in|at|for|of)\s+)?(?:the\s+)?(?P<nth>\d+)(?:st|nd|rd|th)\s+(?:user\s+)?turns?\b", re.I)
 _FROM_TO = re.compile(
     rf"\bfrom\s+(?:{_APPROX}\s*)?(?P<a>{_NUM})\s*(?P<ua>{_UNITS})?\s*(?:to|→|->)\s*(?P<approx>{_APPROX}\s*)?(?P<b>{_NUM})\s*(?P<ub>{_UNITS})"
     rf"|(?<![\w.])(?P<a2>{_NUM})\s*(?P<ua2>{_UNITS})\s*(?:→|->)\s*(?P<b2>{_NUM})\s*(?P<ub2>{_UNITS})",
@@ -168,13 +194,24 @@ _COMPARE_STAT = {"throughput": "mean", "qps": "mean", "errors": "ratio"}  # the 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Magnitude:
-    """A claimed size of the change: candidate ranges of the change itself (new / base - 1, or
-    a difference of shares for errors), any of which may hold; `text` as written."""
+    """A claimed size of the change, as candidate ranges any of which may hold: `ranges` of the
+    relative change new / base - 1, `differences` of the difference new - base in the row's
+    base unit (seconds, tokens/s, requests/s, or a share for errors); `text` as written.
+
+    A row is compare's interval of one of the two (`ChangeRow.absolute`); the other is that
+    interval scaled by the row's base as measured (`_interval`). compare states no separate
+    interval of the difference of two percentiles or means -- its bootstrap and Fieller
+    intervals are of the ratio -- so "fell by 12 ms" is held against (low x base, high x base):
+    the difference compare's table shows (102.3 ms → 76.6 ms) lies in it whenever its
+    percentage lies in the interval of the ratio, and a claim rendered from the row is never
+    flagged. For errors the reverse: "errors fell 50%" read as of the share is held against
+    the interval of the difference divided by the base's share."""
 
     text: str
     ranges: tuple[tuple[float, float], ...]
     start: int
     end: int
+    differences: tuple[tuple[float, float], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -254,24 +291,55 @@ def _from_to(m: re.Match[str], metric: str) -> tuple[float, float] | None:
     sa, sb = (_scale(ua), _scale(ub)) if metric in ("ttft", "itl", "tpot", "latency") else (1.0, 1.0)
     va, ha = float(a.replace(",", "")) * sa, _half(a, approx) * sa
     vb, hb = float(b.replace(",", "")) * sb, _half(b, approx) * sb
-    if metric == "errors":  # shares in percent: the change is a difference of points
+    if metric == "errors":  # shares in percent: the change is a difference of points (`Magnitude.differences`)
         return ((vb - hb) - (va + ha)) / 100, ((vb + hb) - (va - ha)) / 100
     if va - ha <= 0:
         return None
     return (vb - hb) / (va + ha) - 1, (vb + hb) / (va - ha) - 1
 
 
-def _magnitudes(text: str, metric: str, direction: str, word: str) -> list[Magnitude]:
-    """The sizes of change a clause states for `metric` (none where a kind is stated twice)."""
+def _absolute(text: str, metric: str, s: int, d: tuple[int, int], taken: Sequence[tuple[int, int]]) -> Magnitude | None:
+    """A change stated in a unit of `metric` next to the direction word at `d` -- after it
+    ("fell by 12 ms", "rose 40 tok/s", "an improvement of 12 ms") or, for a comparative, just
+    before it ("30ms lower", "a 12 ms improvement") -- converted by `units.prose_quantity`, as a
+    range of new - base in the row's base unit; None where there is none, or more than one, or
+    its unit is not the metric's ("fell to 360 ms" is the new figure, not the change)."""
+    want = _UNIT_KIND.get(metric)
+    if want is None:
+        return None
+    near = [m for m in _ABS.finditer(text) if not any(a <= m.start("n") < b for a, b in taken)
+            and ((after := _ABS_AFTER.fullmatch(text, d[1], m.start())) is not None
+                 and not (_LEVEL_MOD.match(m.group(0)) and "by" not in after.group(0).lower())
+                 or (_COMPARATIVE.fullmatch(text, d[0], d[1]) and text[m.end() : d[0]].strip() in ("", "-")))]
+    if len(near) != 1:
+        return None
+    m = near[0]
+    v, h = float(m.group("n").replace(",", "")), _half(m.group("n"), bool(m.group("approx")))
+    lo, hi = prose_quantity(v - h, m.group("u")), prose_quantity(v + h, m.group("u"))
+    if lo is None or hi is None or lo[0] != want:
+        return None
+    a, b = _bounded(m, lo[1], hi[1])
+    return Magnitude(m.group(0).strip(), (), m.start(), m.end(), ((a, b) if s > 0 else (-b, -a),))
+
+
+def _magnitudes(text: str, metric: str, direction: str, word: str, d: tuple[int, int] = (0, 0)) -> list[Magnitude]:
+    """The sizes of change a clause states for `metric` (none where a kind is stated twice);
+    `d` is the direction word's span in `text`."""
     s = _sign(direction, metric)
     out: list[Magnitude] = []
     taken: list[tuple[int, int]] = []
     found = [m for m in _FROM_TO.finditer(text)]
     if len(found) == 1 and (r := _from_to(found[0], metric)) is not None:
-        out.append(Magnitude(found[0].group(0).strip(), (r,), found[0].start(), found[0].end()))
+        if metric == "errors":
+            out.append(Magnitude(found[0].group(0).strip(), (), found[0].start(), found[0].end(), (r,)))
+        else:
+            out.append(Magnitude(found[0].group(0).strip(), (r,), found[0].start(), found[0].end()))
     taken += [(m.start(), m.end()) for m in found]
     if s == 0:
         return []
+    if (absolute := _absolute(text, metric, s, d, taken)) is not None:
+        out.append(absolute)
+    taken += [(m.start(), m.end()) for m in _ABS.finditer(text)]
     for rx, kind in ((_PCT, "pct"), (_FACTOR, "x"), (_PP, "pp")):
         ms = [m for m in rx.finditer(text) if not any(a <= m.start("n") < b for a, b in taken)]
         taken += [(m.start(), m.end()) for m in ms]
@@ -283,9 +351,16 @@ def _magnitudes(text: str, metric: str, direction: str, word: str) -> list[Magni
             if metric != "errors":
                 continue
             lo, hi = _bounded(m, (v - h) / 100, (v + h) / 100)
-            ranges = [(lo, hi) if s > 0 else (-hi, -lo)]
+            out.append(Magnitude(m.group(0).strip(), (), m.start(), m.end(), ((lo, hi) if s > 0 else (-hi, -lo),)))
+            continue
         elif metric == "errors":
-            continue  # "errors fell 50%": of the share, or points? Only the direction is checked
+            if kind != "pct":
+                continue  # "errors fell 2x": a factor of a share that is often 0; only the direction is checked
+            # "errors fell 50%": of the share (relative), or points (a difference)? Either reading holds it
+            lo, hi = _bounded(m, (v - h) / 100, (v + h) / 100)
+            band = (lo, hi) if s > 0 else (-hi, -lo)
+            out.append(Magnitude(m.group(0).strip(), (band,), m.start(), m.end(), (band,)))
+            continue
         elif kind == "pct":
             lo, hi = _bounded(m, (v - h) / 100, (v + h) / 100)
             ranges = [(a - 1, b - 1) for a, b in _ratio_ranges("pct", lo, hi, s, direction, metric)]
@@ -308,8 +383,23 @@ def _blank(text: str, spans: Sequence[tuple[int, int]]) -> str:
     return "".join(chars)
 
 
+def _not_levels(text: str) -> str:
+    """`text` without the changes in req/s ("QPS rose by 2 req/s"), which would read as a level."""
+    return _blank(text, [(m.start(), m.end()) for m in _BY_RATE.finditer(text)])
+
+
 def _level_spans(text: str) -> list[tuple[int, int]]:
+    text = _not_levels(text)
     return [(m.start(), m.end()) for rx in _LEVEL_TEXT for m in rx.finditer(text)]
+
+
+def _turn_spans(text: str) -> list[tuple[int, int]]:
+    return [(m.start(), m.end()) for m in _TURN.finditer(text)]
+
+
+def _turns(text: str) -> set[tuple[int, bool]]:
+    """The turns `text` names: (number, "and later" -- "turn 21+")."""
+    return {(int(m.group("n") or m.group("nth")), bool(m.group("plus"))) for m in _TURN.finditer(text)}
 
 
 def _metrics(text: str) -> list[tuple[str, tuple[str, ...], int, int]]:
@@ -383,7 +473,7 @@ def claims_in(masked: str, negated: bool = False) -> list[Claim]:
         clause = masked[a:b]
         if _RULE_CUE.search(clause) or _NOT_A_CLAIM.search(clause):
             continue
-        blanked = _blank(clause, _level_spans(clause))
+        blanked = _blank(clause, _level_spans(clause) + _turn_spans(clause))
         dirs = list(_DIRECTION.finditer(blanked))
         if len(dirs) != 1 or _DEPENDENCE.match(blanked, dirs[0].end()):
             continue  # two directions ("lower is better"), or how a figure goes with the load ("rises with concurrency")
@@ -402,7 +492,7 @@ def claims_in(masked: str, negated: bool = False) -> list[Claim]:
         if polarity(masked, a + start, a + end, negated) is not Polarity.ASSERTED:
             continue
         for metric, stats, _, _ in metrics:
-            mags = tuple(_magnitudes(blanked, metric, direction, d.group(0)))
+            mags = tuple(_magnitudes(blanked, metric, direction, d.group(0), d.span()))
             stop = max([end] + [m.end for m in mags])
             for stat in [(x,) for x in stats] or [()]:  # "p95 and p99 TTFT fell 10%": each percentile is claimed
                 out.append(Claim(metric, stat, direction, " ".join(d.group(0).split()), mags, a + start, a + stop, clause, masked))
@@ -429,12 +519,17 @@ def _value(v: float | None, unit: str) -> str:
     return f"{v:.2f} {'req/s' if unit == '/s' else unit}"
 
 
+def _where(r: ChangeRow) -> str:
+    """The row's level, and its turn for a multi-turn level's row per turn: `concurrency 4 · turn 2`."""
+    return r.label if r.turn is None else f"{r.label} · turn {r.turn}{'+' if r.later_turns else ''}"
+
+
 def describe(r: ChangeRow) -> str:
     """A row as compare's table shows it: `sim · rate 8 rps: p99(ttft) 410.0 ms → 452.0 ms, +10.2% (+4.1% .. +16.0%, regression)`."""
     unit = " pp" if r.absolute else "%"
     iv = "" if r.low is None or r.high is None else f"{_pct(r.low, unit)} .. {_pct(r.high, unit)}, "
     change = "-" if r.change is None else _pct(r.change, unit)
-    return f"{r.backend} · {r.label}: {r.stat}({r.metric}) {_value(r.base, r.unit)} → {_value(r.new, r.unit)}, {change} ({iv}{r.verdict})"
+    return f"{r.backend} · {_where(r)}: {r.stat}({r.metric}) {_value(r.base, r.unit)} → {_value(r.new, r.unit)}, {change} ({iv}{r.verdict})"
 
 
 MAX_SENTENCE = 2000  # characters; a longer "sentence" (a table pasted as one line, a log) is not read
@@ -452,10 +547,32 @@ def _direction_of(r: ChangeRow) -> int:
     return 1 if r.low > 0 else -1 if r.high < 0 else 0
 
 
-def _holds(m: Magnitude, r: ChangeRow) -> bool:
+def _interval(r: ChangeRow, difference: bool) -> tuple[float, float] | None:
+    """The row's interval of the relative change (`difference` False) or of new - base (True):
+    compare's own, or that interval scaled by the row's base as measured (`Magnitude`); None
+    where there is no base to scale by."""
     assert r.low is not None and r.high is not None
+    if difference == r.absolute:
+        return r.low, r.high
+    if r.base is None or not math.isfinite(r.base) or (not difference and r.base <= 0):
+        return None
+    return (r.low * r.base, r.high * r.base) if difference else (r.low / r.base, r.high / r.base)
+
+
+def _holds(m: Magnitude, r: ChangeRow) -> bool:
+    """A candidate range of `m` meets the row's interval of its kind (one that cannot be scaled to
+    the claim's kind, a row with no base, is not held against it: precision over recall)."""
     eps = 1e-9
-    return any(lo <= r.high + eps and r.low - eps <= hi for lo, hi in m.ranges)
+    checked = False
+    for difference, ranges in ((False, m.ranges), (True, m.differences)):
+        iv = _interval(r, difference) if ranges else None
+        if iv is None:
+            continue
+        checked = True
+        tol = eps * max(1.0, abs(iv[0]), abs(iv[1]))
+        if any(lo <= iv[1] + tol and iv[0] - tol <= hi for lo, hi in ranges):
+            return True
+    return not checked
 
 
 def _merged(text: str, spans: Sequence[tuple[int, int]]) -> list[str]:
@@ -467,6 +584,20 @@ def _merged(text: str, spans: Sequence[tuple[int, int]]) -> list[str]:
         else:
             out.append([a, b])
     return list(dict.fromkeys(re.sub(r"^(?:at|for|on|under|with)\s+", "", text[a:b].strip(), flags=re.I) for a, b in out))
+
+
+def _differences(m: Magnitude, rows: Sequence[ChangeRow]) -> str:
+    """For a change claimed in a unit ("fell by 60 ms") of relative rows, their intervals in that
+    unit (`_interval`): " of the difference (-32.8 ms .. -19.0 ms)"."""
+    if m.ranges or not m.differences:
+        return ""
+    shown = []
+    for r in rows[:_MAX_ROWS_SHOWN]:
+        iv = None if r.absolute else _interval(r, True)
+        if iv is not None:
+            lo, hi = (_value(v, r.unit) for v in iv)
+            shown.append(f"{lo} .. {hi}")
+    return f" of the difference ({'; '.join(shown)})" if shown else ""
 
 
 def _selected(c: Claim, facts: ChangeFacts) -> tuple[list[ChangeRow], str]:
@@ -481,20 +612,37 @@ def _selected(c: Claim, facts: ChangeFacts) -> tuple[list[ChangeRow], str]:
     levels = {r.label: LevelFacts(r.label, concurrency=r.concurrency, rate=r.rate) for r in facts.rows}
     where = ""
     for text in (c.scope, c.sentence):
-        named = {lv.label for lv in named_levels(tuple(levels.values()), text)}
+        named = {lv.label for lv in named_levels(tuple(levels.values()), _not_levels(text))}
         spans = _level_spans(text)
         if named or spans:
             rows = [r for r in rows if r.label in named]
             where = " at " + (", ".join(sorted(named)) if named else ", ".join(_merged(text, spans)))
             break
+    turns: set[tuple[int, bool]] = set()
+    for text in (c.scope, c.sentence):
+        if turns := _turns(text):
+            break
+    if turns:  # "turn 2 TTFT p50 fell": compare's rows of that turn (of a multi-turn level)
+        rows = [r for r in rows if r.turn is not None and (r.turn, r.later_turns) in turns]
+        where += " on turn " + ", ".join(f"{n}{'+' if plus else ''}" for n, plus in sorted(turns))
+    else:  # a claim about a level is about the level's rows, not one turn's
+        rows = [r for r in rows if r.turn is None]
     if c.stats:
         rows = [r for r in rows if r.stat in c.stats]
     return rows, where
 
 
 def _available(c: Claim, facts: ChangeFacts) -> str:
-    """What compare has of the claim's metric, for a claim it has no row for: its statistics and levels."""
-    rows = [r for r in facts.rows if r.metric == c.metric]
+    """What compare has of the claim's metric, for a claim it has no row for: its statistics and
+    levels (and, for a claim that names a turn, its rows per turn: TTFT's p50 and p95 only)."""
+    if _turns(c.scope) or _turns(c.sentence):
+        per_turn = [r for r in facts.rows if r.turn is not None]
+        if not per_turn:
+            return " (it has no rows per turn: the runs have no multi-turn level)"
+        what = ", ".join(dict.fromkeys(f"{r.stat}({r.metric})" for r in per_turn))
+        where = ", ".join(dict.fromkeys(_where(r) for r in per_turn))
+        return f" (its rows per turn: {what} at {where})"
+    rows = [r for r in facts.rows if r.metric == c.metric and r.turn is None]
     if not rows:
         return f" (it measures no {LABEL[c.metric]})"
     stats = ", ".join(dict.fromkeys(r.stat for r in rows))
@@ -552,12 +700,13 @@ def _finding(c: Claim, facts: ChangeFacts) -> tuple[str, str] | None:
         missed = [m for m in c.magnitudes if not any(_holds(m, r) for r in shows)]
         if not missed:
             return None
-        return "CB502", f"{claimed}; {missed[0].text} is outside compare's interval: {_rows_text(shows)}"
+        return "CB502", f"{claimed}; {missed[0].text} is outside compare's interval{_differences(missed[0], shows)}: {_rows_text(shows)}"
     if all(_direction_of(r) == -s for r in decided):
         return "CB501", f"{claimed}; compare measured the opposite: {_rows_text(decided)}"
     missed = [m for m in c.magnitudes if not any(_holds(m, r) for r in decided)]
     if missed:
-        return "CB502", f"{claimed}; {missed[0].text} is outside compare's interval, and it found no significant change: {_rows_text(decided)}"
+        return "CB502", (f"{claimed}; {missed[0].text} is outside compare's interval{_differences(missed[0], decided)}, and it found "
+                         f"no significant change: {_rows_text(decided)}")
     return "CB503", f"{claimed}; compare found no significant change (the interval holds 0): {_rows_text(decided)}"
 
 

@@ -144,7 +144,10 @@ class ChangeRow:
     is the metric's direction (ttft, itl, tpot, latency, errors: higher is worse; qps and
     throughput: lower is). `verdict` is compare's: regression, improvement, no significant
     change, insufficient samples or missing. `concurrency` / `rate` are the level's load, read
-    from its label, so that "at 8 rps" finds the row labelled `rate 8 rps`."""
+    from its label, so that "at 8 rps" finds the row labelled `rate 8 rps`. `turn` is a
+    multi-turn level's row over one user turn's requests (compare has them of TTFT only: p50 and
+    p95), None for the level's own rows; `later_turns` marks the row that pools every turn from
+    `turn` on (compare's "turn 21+")."""
 
     backend: str
     label: str
@@ -163,6 +166,8 @@ class ChangeRow:
     new_backend: str = ""
     concurrency: int | None = None
     rate: float | None = None
+    turn: int | None = None
+    later_turns: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
