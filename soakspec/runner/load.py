@@ -67,6 +67,7 @@ import trio
 
 from soakspec import windows
 from soakspec import draws, lengths
+from soakspec.shares import in_flight_share
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
 from soakspec.plan import OPEN_LOOP_MAX_CONNECTIONS, Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
@@ -785,18 +786,6 @@ async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float, 
     if ctx.quota is not None:  # a count-bounded level: its first n arrivals after the warmup
         due = ctx.quota.first(due, measure)
     await _arrivals(ctx, one, due, shape.max_concurrency)
-
-
-def in_flight_share(cap: int, part: tuple[int, int]) -> int:
-    """Process p's share of a level's `cap` on requests in flight split over n processes: the
-    slots p, p + n, ... below it, so the shares add up to exactly `cap` (and differ by one at
-    most). A share of 0 is refused: `workers.processes_for` gives a capped level at most `cap`
-    processes."""
-    p, parts = part
-    share = len(range(p, cap, parts))
-    if share < 1:
-        raise ValueError(f"process {p} of {parts} has no slot of max_concurrency {cap} (workers.processes_for)")
-    return share
 
 
 class Slots:
