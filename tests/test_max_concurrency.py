@@ -11,7 +11,9 @@ declared cap is not judged as the load generator's own schedule lag (client_heal
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
+import math
 import subprocess
 import sys
 import textwrap
@@ -242,14 +244,20 @@ def test_a_wait_behind_the_declared_cap_is_not_the_clients_saturation():
     assert v.outcome == "FAIL"
 
 
-def _waited(b: EvidenceBuilder) -> EvidenceBuilder:
-    """Every measured request sent 200 ms late, its record saying it waited for a slot then."""
-    for r in b.measured("a"):
+def _waited(b: EvidenceBuilder, chained: bool = True) -> EvidenceBuilder:
+    """Every measured request but the first sent 200 ms late, its record saying it waited for a
+    slot then. `chained`: as a cap of 1 makes it -- the request before it held the slot and ended
+    then, the slot handed on in the same instant; else nothing was in flight while it waited
+    (a slot left idle: not what a runner that keeps to the cap writes)."""
+    recs = sorted(b.measured("a"), key=lambda r: r["intended_start"])
+    for prev, r in zip(recs, recs[1:]):
         r["admitted"] = r["start"] + 0.2
         for k in ("start", "first_byte", "first_token", "end"):
             if r[k] is not None:
                 r[k] += 0.2
         r["latency"] = r["ttft"] = None  # derived from the intended start
+        if chained:
+            prev["end"], prev["latency"] = r["admitted"], None
     return b
 
 
@@ -267,6 +275,173 @@ def test_admitted_in_a_level_without_a_cap_cannot_hide_the_clients_lateness():
     assert "carry admitted (a wait for a slot under max_concurrency), but the level declares no max_concurrency" in \
         rules["completed_run"].message
     assert v.outcome == "INCONCLUSIVE"
+
+
+# ---------------------------------------------------------------- the judge checks the cap from the records
+
+
+def _cap_rules(spec, b: EvidenceBuilder):
+    v = judge(spec, _with_client(b.build(), lag=0.002, cpu=0.2))
+    return v, {r.rule: r for r in v.rules}
+
+
+def test_more_in_flight_than_the_cap_is_inconclusive_never_the_servers_fail():
+    """Records of a level under max_concurrency = 1 whose requests overlap (10 s each, one
+    every 7.5 s, none waited): the runner sent two at once. The cap excuses waits from schedule
+    lag only because the judge proves it from the records: client_healthy is INCONCLUSIVE naming
+    the level, the process and the counts, and the latency that load made is not FAILed as the
+    server's."""
+    text = "require p95(latency) < 250ms per bucket"
+    spec = _small_spec(text, mode="open", levels="[2rps]\n    max_concurrency = 1")
+    v, rules = _cap_rules(spec, EvidenceBuilder(spec, latency=10.0))
+    health = rules["client_healthy"]
+    assert health.status == "inconclusive", health.message
+    assert ("rate 2 rps, max_concurrency 1: the load generator did not keep to the declared cap (max_concurrency 1): "
+            "the load process had up to 2 requests in flight at once, over its share of 1: 15 requests started with "
+            "more than 1 in flight") in health.message
+    assert rules[text.removeprefix("require ")].status == "inconclusive"
+    assert v.outcome == "INCONCLUSIVE"
+
+
+def test_the_cap_is_checked_per_load_process_against_its_share():
+    """max_concurrency = 2 over `--workers 2` (one slot each): process 1's records (odd workers)
+    overlap while process 2 sends nothing at the time -- never more than 2 in flight in all, but
+    2 in one process whose share is 1. Without --workers (one process, 2 slots) the same
+    records keep to the cap."""
+    spec = _small_spec("require failed == 0", mode="open", levels="[2rps]\n    max_concurrency = 2")
+    b = EvidenceBuilder(spec, latency=10.0)
+    for k, r in enumerate(b.measured("a")):
+        r["worker"] = 2 * k + 1  # process 2 of 2 would write even ones: all from process 1 (worker % 2 == 1)
+    _, rules = _cap_rules(spec, b)
+    assert rules["client_healthy"].status == "pass", rules["client_healthy"].message
+    b.level("a", 0)["workers"] = 2
+    _, rules = _cap_rules(spec, b)
+    health = rules["client_healthy"]
+    assert health.status == "inconclusive"
+    assert ("load process 2 of 2 (records whose worker % 2 is 1) had up to 2 requests in flight at once, over its "
+            "share of 1") in health.message
+
+
+def test_a_wait_while_a_slot_was_free_is_inconclusive():
+    """Records that say every request waited 200 ms for a slot under max_concurrency = 1 while
+    nothing was in flight: the queue was not work-conserving (a slot lost, a smaller cap than
+    declared), so the wait the cap would excuse from schedule lag is the load generator's own.
+    The same waits behind a request that held the slot until then pass (the test above)."""
+    text = "require p95(latency) < 250ms per bucket"
+    spec = _small_spec(text, mode="open", levels="[2rps]\n    max_concurrency = 1")
+    v, rules = _cap_rules(spec, _waited(EvidenceBuilder(spec), chained=False))
+    health = rules["client_healthy"]
+    assert health.status == "inconclusive", health.message
+    assert ("did not keep to the declared cap (max_concurrency 1): the load process: 15 of its 15 requests that waited "
+            "for a slot waited while fewer than its share of 1 were in flight (a free slot left idle)") in health.message
+    assert rules[text.removeprefix("require ")].status == "inconclusive" and v.outcome == "INCONCLUSIVE"
+
+
+def test_a_wait_within_the_gates_schedule_lag_limit_is_not_held_against_the_queue():
+    """A wait no longer than client_schedule_lag (50 ms by default) is not checked: the records
+    leave out the moments between a slot's taking and the request's start and between its end
+    and the slot's release, the client lateness the gate allows already."""
+    spec = _small_spec("require failed == 0", mode="open", levels="[2rps]\n    max_concurrency = 1")
+    b = EvidenceBuilder(spec)
+    for r in b.measured("a"):
+        r["admitted"] = r["start"] = r["intended_start"] + 0.04
+    _, rules = _cap_rules(spec, b)
+    assert rules["client_healthy"].status == "pass", rules["client_healthy"].message
+
+
+def _fifo_records(arrivals, service, lags, cap: int, parts: int, more: int = 0) -> list[dict]:
+    """A reference of what a runner that keeps to the cap writes (`load._arrivals`, `Slots`):
+    arrival i (intended time `arrivals[i]`, ascending) goes to process i % parts, which holds
+    `in_flight_share(cap, ...)` slots (`more`: that many more, or fewer) handed on first come,
+    first served. Each request takes its
+    slot `lags[i][0]` after it fell due (or the instant a slot is released to it), is sent
+    `lags[i][1]` later, runs `service[i]` and releases its slot `lags[i][2]` after its end;
+    `admitted` is the release that handed it the slot where it had to wait. Times rounded to
+    1 us as on disk."""
+    import heapq
+
+    out = []
+    for p in range(parts):
+        share = in_flight_share(cap, (p, parts)) + more
+        free = [0.0] * share  # when each slot is released next, a min-heap
+        conns = 0
+        for i in range(p, len(arrivals), parts):
+            due = arrivals[i] + lags[i][0]
+            freed = heapq.heappop(free)
+            admitted = freed if freed > due else None
+            taken = max(due, freed)
+            start = taken + lags[i][1]
+            end = start + service[i]
+            heapq.heappush(free, end + lags[i][2])
+            out.append({"worker": conns * parts + p, "intended_start": round(arrivals[i], 6),
+                        "admitted": None if admitted is None else round(admitted, 6), "start": round(start, 6),
+                        "end": round(end, 6)})
+            conns += 1
+    return out
+
+
+def _check(recs: list[dict], cap: int, parts: int, tol: float = 0.05):
+    import numpy as np
+
+    from soakspec.judge.capproof import breaches
+
+    def col(k):
+        return np.array([math.nan if r[k] is None else r[k] for r in recs], dtype=np.float64)
+
+    return breaches(np.array([r["worker"] for r in recs], dtype=np.int64), col("intended_start"), col("start"),
+                    col("admitted"), col("end"), cap, parts, tol)
+
+
+@given(st.data())
+def test_records_of_a_fifo_cap_never_flag_and_a_slot_more_or_less_does(data):
+    """Property: records a first-come-first-served cap writes (`_fifo_records`: any arrivals,
+    service times, processes, and client delays of up to 5 ms around each request) never show
+    a process over its share nor a wait with a slot free. The same arrivals sent with a slot
+    more in every process are flagged over the share whenever they put more in flight at once;
+    with a slot fewer (a slot lost), every process that kept a request waiting longer than the
+    tolerance is flagged for a wait with a slot free, and none for being over."""
+    cap = data.draw(st.integers(1, 6), label="cap")
+    parts = data.draw(st.integers(1, cap), label="parts")
+    n = data.draw(st.integers(1, 60), label="n")
+    gaps = data.draw(st.lists(st.floats(0.0, 0.5), min_size=n, max_size=n), label="gaps")
+    arrivals = list(itertools.accumulate(gaps, initial=1000.0))[1:]
+    service = data.draw(st.lists(st.floats(0.001, 2.0), min_size=n, max_size=n), label="service")
+    lags = data.draw(st.lists(st.tuples(*[st.floats(0.0, 0.005)] * 3), min_size=n, max_size=n), label="lags")
+    assert _check(_fifo_records(arrivals, service, lags, cap, parts), cap, parts) == []
+    more = _fifo_records(arrivals, service, lags, cap, parts, more=1)
+    over = _check(more, cap, parts)
+    assert all(b.kind == "over" for b in over)
+    assert {b.process for b in over} == {p for p in range(parts) if _max_in_flight_of(more, p, parts) > in_flight_share(cap, (p, parts))}
+    if all(in_flight_share(cap, (p, parts)) >= 2 for p in range(parts)):
+        less = _fifo_records(arrivals, service, lags, cap, parts, more=-1)
+        idle = _check(less, cap, parts)
+        assert all(b.kind == "idle" for b in idle)
+        waited = {r["worker"] % parts for r in less if r["admitted"] is not None and r["admitted"] - r["intended_start"] > 0.05}
+        assert {b.process for b in idle} == waited
+
+
+def _max_in_flight_of(recs: list[dict], p: int, parts: int) -> int:
+    mine = [r for r in recs if r["worker"] % parts == p]
+    begin = [r["admitted"] if r["admitted"] is not None else r["start"] for r in mine]
+    events = sorted([(b, 1) for b in begin] + [(r["end"], -1) for r in mine])
+    most = now = 0
+    for _, d in events:
+        now += d
+        most = max(most, now)
+    return most
+
+
+def test_records_of_the_runner_keep_to_the_cap():
+    """The in-process runner's own records (4 arrivals a second of 1 s each under a cap of 2,
+    in 1 and in 2 processes, on a virtual clock: a slot's release and the next holder's
+    `admitted` are the same instant) pass both checks."""
+    level = _level("mode = open\n    rate = [4rps]\n    arrival = constant\n    max_concurrency = 2")
+    for parts in (1, 2):
+        _, records, _ = trio.run(_drive_parts, level, 1.0, parts, clock=trio.testing.MockClock(autojump_threshold=0))
+        recs = [{k: getattr(r, k) for k in ("worker", "intended_start", "admitted", "start", "end")} for r in records]
+        assert sum(r["admitted"] is not None for r in recs) >= 10
+        assert _check(recs, 2, parts) == []
+        assert [b.kind for b in _check(recs, 1, 1)] == ["over"]  # judged against a cap of 1: two at once
 
 
 # ---------------------------------------------------------------- a real run against the simulator
@@ -332,6 +507,10 @@ def test_a_slow_server_behind_a_cap_of_two_is_never_sent_more_and_the_run_is_not
     verdict = json.loads((out / "verdict.json").read_text())
     health = next(r for r in verdict["rules"] if r["rule"] == "client_healthy")
     assert health["status"] == "pass" and verdict["exit_code"] == 0, health
+    # the judge proved the cap from the records (per process, warm-up included): kept to it
+    assert "it kept to max_concurrency in 1 capped level" in health["message"], health
+    recs = [{k: getattr(r, k) for k in ("worker", "intended_start", "admitted", "start", "end")} for r in records if r.bucket >= -1]
+    assert _check(recs, 2, workers, tol=0.25) == [] and [b.kind for b in _check(recs, 1, 1, tol=0.25)] == ["over"]
     manifest = json.loads((out / "manifest.json").read_text())
     (lv,) = manifest["backends"][0]["levels"]
     assert lv["max_concurrency"] == 2 and lv.get("workers", 1) == workers

@@ -28,7 +28,8 @@ from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, RequestTable, Rows, fits, num, ordered  # noqa: F401  (num: read from here too)
 
 Row = Mapping[str, Any]
-FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level (warm-up is -1)
+FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level
+WARMUP_BUCKET = -1  # a request started during a level's warm-up
 
 
 def req_time(r: Row) -> float | None:
@@ -74,6 +75,9 @@ class LevelIndex:
     entry: Mapping[str, Any]
     label: str
     buckets: tuple[Window, ...]
+    # the level's warm-up requests (bucket -1): not measured, but they held its slots under
+    # max_concurrency as the measured ones did (`judge/capproof.py` counts them in flight)
+    warmup: Rows = dataclasses.field(default_factory=Rows)
 
     @functools.cached_property
     def records(self) -> Rows:
@@ -518,9 +522,10 @@ def index_backend(be: BackendEvidence) -> BackendIndex:
     for k, e in enumerate(entries):
         first = next(j for j, key in enumerate(keys) if key == keys[k] and type(key[1]) is type(keys[k][1]))
         sel = table_module.kept(everyone, lambda rows: (pos[rows] == first) & (bucket[rows] >= 0))  # a view of it, nearly always
+        warm = table_module.kept(everyone, lambda rows: (pos[rows] == first) & (bucket[rows] == WARMUP_BUCKET))
         levels.append(
             LevelIndex(be.name, str(e.get("workload")), int(e.get("index", 0)) if isinstance(e.get("index"), int) else 0,
-                       e, level_label(e, len(workloads) > 1), _windows(e, t, sel))
+                       e, level_label(e, len(workloads) > 1), _windows(e, t, sel), Rows.of(t, warm))
         )
     orphans = table_module.kept(everyone, lambda rows: (pos[rows] < 0) & (bucket[rows] >= 0))
     del pos  # (a request's level: a byte a request for up to 127 levels, not held past here)

@@ -26,6 +26,7 @@ from soakspec import draws
 from soakspec.evidence import layout
 from soakspec.evidence.ids import IdColumn, IdIndex
 from soakspec.evidence.record import schedule_lag as record_lag
+from soakspec.judge.capproof import Breach, breaches
 from soakspec.judge.common import abort_observed_text, backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, req_time
 from soakspec.judge.joined import JudgedRun
@@ -959,9 +960,50 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
     if not n:  # no bucket of the spec's levels in the evidence: the client kept up in nothing measured
         insts.append(problem("no bucket of the spec's levels is in the evidence: the load generator's health is unknown",
                              status="inconclusive"))
+    capped = [(bi, lv) for bi in run.judged for lv in bi.levels if type(lv.entry.get("max_concurrency")) is int]
+    off_cap = [d for bi, lv in capped for d in cap_kept(bi, lv, g.client_schedule_lag)]
     msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
-        f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "")
-    return result(None, "client_healthy", "validity", "require", unsent + insts, msg, n)
+        f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "") + (
+        f"; it kept to max_concurrency in {plural(len(capped), 'capped level')}" if capped and not off_cap else "")
+    return result(None, "client_healthy", "validity", "require", unsent + off_cap + insts, msg, n)
+
+
+CAP_BROKEN = "the load generator did not keep to the declared cap"
+# the `cause` of a capped level whose records show the runner off its max_concurrency: every
+# figure of the level was made under a load the spec did not declare (more in flight than the
+# cap), or its queue waited with a slot free (latency and timeouts the cap did not make), so
+# a timing FAIL or a count holding timeouts or errors in its time is not the server's
+CLIENT_CAP = "client_cap"
+
+
+def cap_kept(bi: BackendIndex, lv: LevelIndex, tol: float) -> list[Instance]:
+    """A level that declares max_concurrency: its records (warm-up too: they held its slots)
+    proven to keep to the cap per load process (`judge/capproof.py`: never more than the
+    process's share in flight; no wait longer than `tol` with the share never full during it),
+    else one INCONCLUSIVE instance per process off it, naming the level, the process and the
+    counts. The cap excuses the wait behind it from schedule lag (`_lags`) only because it is
+    proven here."""
+    cap = lv.entry["max_concurrency"]
+    if cap < 1:
+        return []
+    recs = lv.warmup + lv.records
+    workers = lv.entry.get("workers")
+    parts = workers if type(workers) is int and workers >= 1 else 1
+    found = breaches(_ints(recs, "worker"), _floats(recs, "intended_start"), _floats(recs, "start"),
+                     _floats(recs, "admitted"), _floats(recs, "end"), cap, parts, tol)
+    where = loc(level_scope(bi, lv))
+    return [Instance("inconclusive", where, float(b.peak if b.kind == "over" else b.count), None, b.count,
+                     f"{CAP_BROKEN} (max_concurrency {cap}): {_breach_text(b)}", cause=CLIENT_CAP) for b in found]
+
+
+def _breach_text(b: Breach) -> str:
+    who = f"load process {b.process + 1} of {b.parts} (records whose worker % {b.parts} is {b.process})" if b.parts > 1 \
+        else "the load process"
+    if b.kind == "over":
+        return (f"{who} had up to {b.peak} requests in flight at once, over its share of {b.share}: "
+                f"{plural(b.count, 'request')} started with more than {b.share} in flight")
+    return (f"{who}: {b.count} of its {plural(b.waited, 'request')} that waited for a slot waited while fewer than "
+            f"its share of {b.share} were in flight (a free slot left idle)")
 
 
 # a request with no `start` was never sent: the load generator could not open a connection (out
@@ -1017,7 +1059,7 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     # it was saturated or its health is unknown; for a count, those where requests timed out
     # while it was saturated
     unhealthy = [(d, _merged(_spans(run, d.where, ()))) for d in (health.failures or health.details)
-                 if d.cause != CLIENT_NOT_SENT and (sensitive or d.cause == CLIENT_TIMEOUTS)]
+                 if d.cause != CLIENT_NOT_SENT and (sensitive or d.cause in (CLIENT_TIMEOUTS, CLIENT_CAP))]
     if not unhealthy:
         return res
     own = run.backends_for(r)
