@@ -277,6 +277,24 @@ def test_admitted_in_a_level_without_a_cap_cannot_hide_the_clients_lateness():
     assert v.outcome == "INCONCLUSIVE"
 
 
+def test_the_reports_cap_note_counts_only_levels_that_declare_a_cap():
+    """The reports' note under the Load generator table ("15 of 16 requests waited for a slot
+    under max_concurrency ...") is the results' `cap_*` counts, which the judge makes only for a
+    level that declares max_concurrency: records that carry `admitted` in a level without one
+    (an edited record, a broken runner) give no note -- the wait is not the declared cap's."""
+    from soakspec.judge.summary import summarize
+    from soakspec.report.common import cap_notes
+
+    notes = {}
+    for levels in ("[2rps]", "[2rps]\n    max_concurrency = 1"):
+        spec = _small_spec("require failed == 0", mode="open", levels=levels)
+        notes[levels] = cap_notes(summarize(_with_client(_waited(EvidenceBuilder(spec)).build(), lag=0.002, cpu=0.2), spec))
+    assert notes["[2rps]"] == []
+    assert [n.split(". ")[0] for n in notes["[2rps]\n    max_concurrency = 1"]] == [
+        "a · rate 2 rps, max_concurrency 1: 15 of 16 requests waited for a slot under max_concurrency "
+        "(worst bucket's p99 wait 200ms)"]
+
+
 # ---------------------------------------------------------------- the judge checks the cap from the records
 
 

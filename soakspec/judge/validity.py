@@ -621,7 +621,9 @@ def _sched_lag_row(r) -> float | None:
 def _lags(lv: LevelIndex, recs: Rows) -> np.ndarray:
     """An open-loop bucket's schedule lags. `admitted` counts only in a level that declares
     max_concurrency: elsewhere the runner never writes it, and an edited record's would hide the
-    load generator's lateness (`_admitted_problems` names such records)."""
+    load generator's lateness (`_admitted_problems` names such records). Where it counts,
+    `cap_kept` proves from the records that the runner kept to the cap, or client_healthy is
+    INCONCLUSIVE."""
     if type(lv.entry.get("max_concurrency")) is int:
         return _values(recs, lambda t, idx: t.schedule_lag(idx), _sched_lag_row)
     return _values(recs, lambda t, idx: t.f["start"][idx] - t.f["intended_start"][idx],
