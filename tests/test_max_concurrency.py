@@ -340,6 +340,21 @@ def test_the_cap_is_checked_per_load_process_against_its_share():
             "share of 1") in health.message
 
 
+def test_the_warm_up_holds_the_same_slots():
+    """A warm-up request (bucket -1, not measured) still in flight when the first measured one
+    starts under max_concurrency = 1: two at once, though the measured records alone never
+    overlap -- the warm-up's requests held the level's slots too."""
+    spec = _small_spec("require failed == 0", mode="open", levels="[2rps]\n    max_concurrency = 1")
+    b = EvidenceBuilder(spec)
+    first = min(b.measured("a"), key=lambda r: r["start"])
+    warm = b.request("a", "w", 0, -1, first["start"] - 1.0, conc=None, rate=2.0)
+    warm["end"], warm["latency"] = first["start"] + 0.5, None
+    b.records["a"].insert(0, warm)
+    _, rules = _cap_rules(spec, b)
+    assert ("the load process had up to 2 requests in flight at once, over its share of 1: 1 request started with "
+            "more than 1 in flight") in rules["client_healthy"].message
+
+
 def test_a_wait_while_a_slot_was_free_is_inconclusive():
     """Records that say every request waited 200 ms for a slot under max_concurrency = 1 while
     nothing was in flight: the queue was not work-conserving (a slot lost, a smaller cap than

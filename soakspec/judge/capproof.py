@@ -92,11 +92,12 @@ def _process(p: int, parts: int, share: int, intended: np.ndarray, start: np.nda
     begin = np.where(np.isnan(admitted), start, admitted)
     iv = ~np.isnan(begin) & ~np.isnan(end) & (end > begin)
     b, e = begin[iv], end[iv]
-    times = np.concatenate([b, e])
-    delta = np.concatenate([np.ones(len(b), dtype=np.int64), np.full(len(e), -1, dtype=np.int64)])
-    order = np.lexsort((delta, times))  # by time, an end (-1) before a start at the same instant
+    times = np.concatenate([e, b])  # the ends first: a stable sort keeps an end before a start at one instant
+    delta = np.concatenate([np.full(len(e), -1, dtype=np.int8), np.ones(len(b), dtype=np.int8)])
+    order = np.argsort(times, kind="stable")
     times, delta = times[order], delta[order]
-    count = np.cumsum(delta)  # in flight just after each event
+    del order
+    count = np.cumsum(delta, dtype=np.int32)  # in flight just after each event
     out: list[Breach] = []
     over = (delta > 0) & (count > share)
     if over.any():

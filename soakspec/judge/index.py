@@ -75,8 +75,9 @@ class LevelIndex:
     entry: Mapping[str, Any]
     label: str
     buckets: tuple[Window, ...]
-    # the level's warm-up requests (bucket -1): not measured, but they held its slots under
-    # max_concurrency as the measured ones did (`judge/capproof.py` counts them in flight)
+    # a level under max_concurrency: its warm-up requests (bucket -1), not measured, but they
+    # held its slots as the measured ones did (`judge/capproof.py` counts them in flight);
+    # empty for any other level
     warmup: Rows = dataclasses.field(default_factory=Rows)
 
     @functools.cached_property
@@ -522,7 +523,9 @@ def index_backend(be: BackendEvidence) -> BackendIndex:
     for k, e in enumerate(entries):
         first = next(j for j, key in enumerate(keys) if key == keys[k] and type(key[1]) is type(keys[k][1]))
         sel = table_module.kept(everyone, lambda rows: (pos[rows] == first) & (bucket[rows] >= 0))  # a view of it, nearly always
-        warm = table_module.kept(everyone, lambda rows: (pos[rows] == first) & (bucket[rows] == WARMUP_BUCKET))
+        # a capped level's warm-up held its slots (judge/capproof.py); no other level needs it kept
+        warm = (table_module.kept(everyone, lambda rows: (pos[rows] == first) & (bucket[rows] == WARMUP_BUCKET))
+                if type(e.get("max_concurrency")) is int else everyone[:0])
         levels.append(
             LevelIndex(be.name, str(e.get("workload")), int(e.get("index", 0)) if isinstance(e.get("index"), int) else 0,
                        e, level_label(e, len(workloads) > 1), _windows(e, t, sel), Rows.of(t, warm))
