@@ -321,6 +321,22 @@ def test_more_in_flight_than_the_cap_is_inconclusive_never_the_servers_fail():
     assert v.outcome == "INCONCLUSIVE"
 
 
+def test_errors_under_more_load_than_the_cap_are_not_the_servers_fail():
+    """A server that failed requests while the runner sent more than the cap at once was not
+    given the load the spec declared: `errors == 0` is INCONCLUSIVE, not FAIL; the same
+    failure within the cap FAILs."""
+    spec = _small_spec("require errors == 0", mode="open", levels="[2rps]\n    max_concurrency = 1")
+    statuses = []
+    for latency in (10.0, 1.0):
+        b = EvidenceBuilder(spec, latency=latency)
+        b.set_outcome(next(iter(b.measured("a"))), "failed", "HTTP 500", status=500)
+        v, rules = _cap_rules(spec, b)
+        statuses.append((rules["errors == 0"].status, v.outcome))
+        if latency > 1.0:
+            assert rules["errors == 0"].message.startswith("not judged, the load generator did not keep to the declared cap")
+    assert statuses == [("inconclusive", "INCONCLUSIVE"), ("fail", "FAIL")]
+
+
 def test_the_cap_is_checked_per_load_process_against_its_share():
     """max_concurrency = 2 over `--workers 2` (one slot each): process 1's records (odd workers)
     overlap while process 2 sends nothing at the time -- never more than 2 in flight in all, but

@@ -1083,6 +1083,8 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
         return [h for h, hs in unhealthy if _overlap(mine, hs)]
 
     what = "the load generator was saturated" if sensitive else "requests timed out while the load generator was saturated"
+    if all(h.cause == CLIENT_CAP for h, _ in unhealthy):  # the load was not the declared one, saturated or not
+        what = CAP_BROKEN
     if not kept:  # every failure known overlaps one (or none is known): the client may have made it
         times = None if any(m is None for _, m in gone) else _merged([s for _, m in gone for s in zip(*m)])  # type: ignore[misc]
         shown = beside(times) if gone else [h for h, _ in unhealthy]
