@@ -201,6 +201,29 @@ def test_sharing_keys_belong_to_a_replay():
     assert spec is None and [d.code for d in diags] == ["E403", "E403"]
 
 
+@pytest.mark.parametrize(("extra", "rows", "why"), [
+    ("    prefix_sharing = false\n    hash_block = 64\n    seed = 3\n", TRACE, "prefix_sharing = false builds every prompt of its own"),
+    ("    hash_block = 64\n    seed = 3\n", [{k: v for k, v in r.items() if k != "hash_ids"} for r in TRACE],
+     "the trace 'trace.jsonl' lists no hash_ids"),
+])
+def test_hash_block_and_seed_without_shared_blocks_are_warned(tmp_path, extra, rows, why):
+    """W516 at `hash_block` and at `seed` of a replay that builds no shared prefix blocks
+    (prefix_sharing = false, or a trace without hash_ids): they change nothing, so a reader is
+    not left believing the prompts share prefixes of that size; `soakspec check` prints both,
+    each with its caret and hint, and exits 0. With the blocks in use neither is warned."""
+    path = write(tmp_path, extra, rows)
+    spec, diags, _ = load_spec(path)
+    assert spec is not None
+    w516 = [d for d in diags if d.code == "W516"]
+    assert [d.message.split("'")[1] for d in w516] == ["hash_block", "seed"], diags
+    assert all(why in d.message and d.severity == "warning" for d in w516)
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "check", str(path)], cwd=REPO, capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and out.count(": W516 ") == 2 and "^" in out and "hint: remove it" in out, out
+    assert not [d for d in load_spec(write(tmp_path, "    hash_block = 64\n    seed = 3\n"))[1] if d.code == "W516"]
+
+
 @pytest.mark.parametrize("bad", ['"abc"', "[1, -2]", "[1, true]", "[1.5]", "[" + str(2**64) + "]"])
 def test_malformed_hash_ids_are_a_trace_error_at_their_line(bad):
     good = '{"timestamp": 0, "input_length": 4, "output_length": 2, "hash_ids": [1]}'

@@ -147,6 +147,51 @@ def test_the_plan_prints_the_count_and_the_manifest_records_it():
     assert "requests_per_level" not in plan(timed).backends[0].levels[0].to_json()  # as evidence from before the key
 
 
+@pytest.mark.parametrize("load, extra, warned", [
+    # 4 rps for 60 s sends about 240: the duration ends the level long before its 1000
+    ("mode = open\n    rate = [4rps]\n    requests_per_level = 1000", "duration = 60s", True),
+    ("mode = open\n    rate = [4rps]\n    arrival = poisson\n    requests_per_level = 1000", "duration = 60s", True),
+    # enough time for the count: 10 rps for 10 s sends 100 of 100
+    ("mode = open\n    rate = [10rps]\n    requests_per_level = 100", TIMING, False),
+    # Poisson arrivals averaging 100 may well reach 105: not "clearly" short
+    ("mode = open\n    rate = [10rps]\n    arrival = poisson\n    requests_per_level = 105", TIMING, False),
+    # a closed loop's count depends on the server's latency: never warned
+    ("mode = closed\n    concurrency = [1]\n    requests_per_level = 100000", TIMING, False),
+])
+def test_an_open_loop_whose_duration_cannot_hold_its_count_is_warned_at_check(load, extra, warned):
+    """W515 at `requests_per_level` when an open loop's rate × duration is clearly below N (the
+    duration, its bound, will end the level first: not complete), with what it will send and
+    what to change; the spec still checks. Not for a count the rate can reach, nor a closed loop."""
+    spec, diags = _checked(load, extra)
+    assert spec is not None
+    w515 = [d for d in diags if d.code == "W515"]
+    assert bool(w515) == warned, diags
+    if warned:
+        (d,) = w515
+        assert d.severity == "warning" and "at 4 rps for 60s a level sends about 240 of its 1,000 requests_per_level" in d.message
+        assert d.span.line == 5 + load.count("\n") and "4m10s" in (d.hint or "")  # at the count
+
+
+def test_w515_names_the_short_levels_of_a_list_and_the_cli_prints_it_with_a_caret(tmp_path):
+    """Of rate = [4rps, 40rps] for 60 s with 1000 asked only the 4 rps level is short: the
+    warning says so; `soakspec check` prints `path:line:col: W515 ...`, the caret under the
+    count and the hint, and exits 0 (a warning); `soakspec plan` prints the level's shortfall."""
+    path = tmp_path / "short.soak"
+    path.write_text(_spec_text("mode = open\n    rate = [4rps, 40rps]\n    requests_per_level = 1000", "duration = 60s"))
+    proc = _cli("check", str(path))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert f"{path}:7:26: W515 at 4 rps for 60s a level sends about 240 of its 1,000 requests_per_level: " \
+           "the duration ends 1 of its 2 levels first, not complete" in out
+    lines = out.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.rstrip().endswith("requests_per_level = 1000"))
+    assert lines[at + 1].index("^~~~") == lines[at].index("1000")  # the caret under the count
+    assert "hint: 1,000 requests at 4 rps take 4m10s" in out
+    plan_out = _cli("plan", str(path)).stdout
+    assert "w / rate 4 rps, 1000 requests: " in plan_out and "the duration ends it first, after ~240 of 1000" in plan_out
+    assert "after ~1000 of 1000" not in plan_out and "after ~2400" not in plan_out  # the 40 rps level sends its count
+
+
 # ---------------------------------------------------------------- the runner, in virtual time
 
 

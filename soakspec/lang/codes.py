@@ -96,6 +96,8 @@ CODES: dict[str, Code] = {
         Code("W512", "multi-turn conversations whose turns do not alternate user and assistant"),
         Code("W513", "a run's embedded spec names a prompt file that is not here (judged without it)"),
         Code("W514", "seed set where every arrival is constant and nothing else is drawn (it seeds nothing)"),
+        Code("W515", "an open loop's rate × duration sends fewer than its requests_per_level (the duration ends the level first)"),
+        Code("W516", "a replay's hash_block or seed without shared prefix blocks (it changes nothing)"),
     )
 }
 

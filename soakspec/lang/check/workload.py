@@ -303,7 +303,47 @@ def _counted(ctx: Ctx, b: Body, lb: Body, load: S.Load) -> S.Load:
         ctx.error("E403", f"'requests_per_level' fixes the requests of an open or closed loop's level; {why[0]}",
                   got.key_span, why[1])
         return load
-    return dataclasses.replace(load, requests_per_level=lb["requests_per_level"]) if lb.ok("requests_per_level") else load
+    if not lb.ok("requests_per_level"):
+        return load
+    _short_count(ctx, b, lb, load, lb["requests_per_level"])
+    return dataclasses.replace(load, requests_per_level=lb["requests_per_level"])
+
+
+SHORT_COUNT_SIGMAS = 3.0  # W515 for random arrivals: the count's mean this many standard deviations below N
+
+
+def _short_count(ctx: Ctx, b: Body, lb: Body, load: S.Load, n: int) -> None:
+    """W515: an open loop's level whose rate × duration is clearly below its `requests_per_level`
+    -- its duration (the bound) ends it first, not complete (at 4 rps for 60 s it sends about
+    240 of its 1000), as the run would show only after it. "Clearly": constant arrivals send at
+    most ceil(rate × duration), so the warning holds when that is below N; random (Poisson or
+    gamma) arrivals' count varies around rate × duration with a variance of about rate ×
+    duration / burstiness (a renewal process's count: its gaps' squared coefficient of variation,
+    1 / burstiness, times the mean), so it warns only where N is more than SHORT_COUNT_SIGMAS
+    standard deviations above the mean -- a count that luck could reach is not called short.
+    A closed loop's count depends on the server's latency, unknown before the run: never warned
+    (`plan` prints its estimate where the workload gives `expected_latency`)."""
+    if load.mode != "open" or not load.rates or not b.ok("duration"):
+        return
+    d = b["duration"]
+
+    def short(rate: float) -> bool:
+        mean = rate * d
+        if load.arrival == "constant":
+            return math.ceil(mean - 1e-9) < n
+        return mean + SHORT_COUNT_SIGMAS * math.sqrt(mean / load.burstiness) < n
+
+    shorts = sorted(r for r in set(load.rates) if short(r))
+    if not shorts:
+        return
+    rate, dg = shorts[0], b.got("duration")
+    levels = "a level" if len(load.rates) == 1 else ("every level" if len(shorts) == len(set(load.rates)) else
+                                                      f"{len(shorts)} of its {len(set(load.rates))} levels")
+    more = "" if load.arrival == "constant" else " (a little more: a random count varies)"
+    ctx.warn("W515", f"at {rate:g} rps for {value_text(dg.node)} a level sends about {round(rate * d):,} of its {n:,} "
+                     f"requests_per_level: the duration ends {levels} first, not complete", lb.got("requests_per_level").span,
+             f"{n:,} requests at {rate:g} rps take {format_duration(n / rate)}: set duration (the bound) to at least "
+             f"that{more} or lower requests_per_level")
 
 
 def _capped(ctx: Ctx, lb: Body, load: S.Load) -> S.Load:
@@ -474,9 +514,25 @@ def _replay(ctx: Ctx, lb: Body, where: str, name: str = "") -> S.Load:
     # prefix sharing (the default): each request's prompt is built from its hash_ids' blocks, a
     # block's content a function of its id and the load's `seed` (runner/prompts.py `block_words`)
     hashes = tf.hash_ids if lb["prefix_sharing"] and any(tf.hash_ids) else ()
+    if not hashes:
+        _unshared(ctx, lb, "prefix_sharing = false builds every prompt of its own" if not lb["prefix_sharing"]
+                  else f"the trace {got.value!r} lists no hash_ids")
     rp = S.Replay(path, tf.format, tf.sha256, tf.offsets_s, tf.input_lens, tf.output_lens, lb["speed"], lb["input_lengths"] == "tokens",
                   hashes, lb["hash_block"] or R.MOONCAKE_BLOCK)
     return S.Load("replay", seed=lb["seed"] or 0, replay=rp)
+
+
+def _unshared(ctx: Ctx, lb: Body, why: str) -> None:
+    """W516: a replay's `hash_block` (the size of the block a hash id names) and `seed` (what a
+    block's words are drawn from) shape only the shared prefix blocks built from the trace's
+    hash_ids; a replay without them -- `prefix_sharing = false`, or a trace that lists no
+    hash_ids -- sends prompts of their input_length with no block in them, so either key changes
+    nothing, and a reader of the spec would believe the prompts share prefixes of that size."""
+    for key, what in (("hash_block", "sizes the shared prefix blocks"), ("seed", "seeds the shared prefix blocks' words")):
+        if lb.has(key):
+            ctx.warn("W516", f"'{key}' {what} a replay builds from its trace's hash_ids; {why}, so it changes nothing",
+                     lb.got(key).key_span,
+                     "remove it, or replay a trace with hash_ids (Mooncake's) and prefix_sharing = true (the default) to share prefixes")
 
 
 def _trace_file(ctx: Ctx, got: Any, path: str, fmt: str) -> R.TraceFile | None:
