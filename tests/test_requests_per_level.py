@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -355,6 +356,53 @@ def test_a_count_bounded_level_sends_exactly_n_ends_early_and_passes_its_coverag
     assert verdict["exit_code"] == 0 and status["duration_coverage"] == status["bucket_coverage"] == status["completed_run"] == "pass"
     offered = "concurrency 3" if "closed" in load else "40 req/s (open loop)"
     assert f"{offered}, 40 of 40 requests |" in _cli("report", str(out), "--format", "md").stdout
+
+
+def test_progress_counts_a_counted_level_by_its_requests(tmp_path):
+    """Plain progress on stderr (not a TTY) counts a count-bounded level by its requests, as
+    k6's iterations and vLLM's --num-prompts bar do: the level's line says "40 measured requests,
+    at most 20s", each bucket line "k/40 requests" (never "left in level": its duration is only a
+    bound), and its last line "40/40 requests; ended by its count"."""
+    out = tmp_path / "ev"
+    spec = _sim_spec(tmp_path, "mode = closed\nconcurrency = [3]\nrequests_per_level = 40")
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(spec), "--out", str(out)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    err = proc.stderr
+    assert "w / concurrency 3, 40 requests: 40 measured requests, at most 20.5s" in err, err
+    counts = [int(k) for k in re.findall(r"bucket \d+ done; (\d+)/40 requests;", err)]
+    assert counts and counts == sorted(counts) and all(k <= 40 for k in counts), err
+    assert "left in level" not in err
+    assert "concurrency 3, 40 requests: 40/40 requests; ended by its count" in err, err
+
+
+def test_the_tty_bar_of_a_counted_level_counts_requests():
+    """On a TTY (rich) the level's bar runs to its count, not to its duration: its text says
+    "12/40 requests" and the bar is 12 of 40 done."""
+    import io
+
+    from soakspec.runner.load import LiveStats
+    from soakspec.runner.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    stream = Tty()
+    prog = Progress(stream=stream)
+    prog.start()
+    assert prog._rich is not None
+    stats = LiveStats()
+    for k in range(15):
+        stats.started()
+        stats.finished(RequestRecord(request_id=f"r{k}", backend="a", workload="w", level=0, concurrency=1, rate=None,
+                                     bucket=-1 if k < 3 else 0, worker=0, start=float(k), end=float(k) + 1))
+    prog.level_started("a", "w / concurrency 1, 40 requests", 600.0, 60.0, 10, 0.0, count=40)
+    prog.tick(stats)
+    task = prog._rich.tasks[-1]
+    assert (task.completed, task.total) == (12, 40)  # the warmup's 3 are not counted
+    prog.stop()
+    assert "12/40 requests" in stream.getvalue()
 
 
 def test_a_level_its_duration_bound_ends_first_is_visible_and_never_passes_coverage(tmp_path):

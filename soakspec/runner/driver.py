@@ -203,7 +203,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
                        on_bucket=on_bucket, health=health, on_start=on_start,
                        on_request_start=watch.started, on_started_until=started_until)  # fmt: skip
-    progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s)
+    progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s, lv.requests_per_level)
     run: LevelRun | None = None
     try:
         if deps.workers > 1:
@@ -221,6 +221,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
                 if w["index"] not in closed:
                     await rec.bucket_closed(entry, w["index"], deps.clock.now(), length_s=w["end"] - w["start"])
         watch.level_drained(deps.clock.now())  # every request of the level has finished: what waited for them is judged
+        progress.level_ended(bp.name, lv.label, stats, run.count_reached)
     finally:
         if run is None or watch.fired is not None:  # cut short: an abort rule, Ctrl-C, a dead backend, a failure
             _cut_short(entry, lv, deps.clock.now())

@@ -346,6 +346,18 @@ class Shapes:
         )
 
 
+def counts_toward(rec: RequestRecord) -> bool:
+    """Whether a record is one of a count-bounded level's `requests_per_level`: a measured request
+    (bucket >= 0) that was sent (it has a start). A request the load generator could not send
+    (its own limit, runner/fdlimit.py: `start` None) reached no server and is not one of them --
+    a closed loop sends another in its place (`Quota.give_back`), an open loop's fixed schedule
+    does not (its count is its first n arrivals), so the level is short of its count and the
+    judge says so (judge/index.py `count_sent` reads the same rule from the records). A request
+    held back at a refusing backend's gate (runner/liveness.py) has its start: the server's
+    failure, counted as any failed request is (vLLM's --num-prompts counts failures too)."""
+    return rec.bucket >= 0 and rec.start is not None
+
+
 class LiveStats:
     """Cheap counters for progress display; bounded memory whatever the run length."""
 
@@ -355,6 +367,9 @@ class LiveStats:
         self.outcomes: dict[str, int] = {}
         self.ttfts: deque[float] = deque(maxlen=512)
         self.in_flight = 0
+        # measured requests (bucket >= 0) finished that were sent (a start): what a count-bounded
+        # level counts toward its requests_per_level (`counts_toward`), shown as "k/N requests"
+        self.measured = 0
 
     def started(self) -> None:
         self.sent += 1
@@ -366,18 +381,20 @@ class LiveStats:
         self.done += 1
         outcome = str(rec.outcome)
         self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+        self.measured += counts_toward(rec)
         ttft = rec.ttft
         if ttft is not None:
             self.ttfts.append(ttft)
 
-    def add_batch(self, outcomes: list[tuple[str, float | None]], sent: int) -> None:
-        """`sent` more requests started and these (outcome, TTFT) finished (e.g. a `--workers`
-        process's batch)."""
+    def add_batch(self, outcomes: list[tuple[str, float | None, bool]], sent: int) -> None:
+        """`sent` more requests started and these (outcome, TTFT, `counts_toward`) finished (e.g.
+        a `--workers` process's batch)."""
         self.sent += sent
         self.in_flight += sent - len(outcomes)
         self.done += len(outcomes)
-        for outcome, ttft in outcomes:
+        for outcome, ttft, counted in outcomes:
             self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+            self.measured += counted
             if ttft is not None:
                 self.ttfts.append(ttft)
 

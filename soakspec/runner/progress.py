@@ -83,15 +83,22 @@ class Progress:
             self._rich = None
 
     # ------------------------------------------------------------ events
-    def level_started(self, backend: str, label: str, total_s: float, bucket_s: float | None = None, buckets: int = 0, warmup_s: float = 0.0) -> None:
+    def level_started(self, backend: str, label: str, total_s: float, bucket_s: float | None = None, buckets: int = 0,
+                      warmup_s: float = 0.0, count: int | None = None) -> None:
+        """`count`: a count-bounded level's requests_per_level. Such a level ends with its count,
+        its duration only a bound, so its bar and lines count its requests ("k/N requests": the
+        measured requests sent and finished, `LiveStats.measured`), not the bound's countdown."""
         self._state = {
             "backend": backend, "label": label, "t0": time.monotonic(), "total": total_s,
-            "bucket_s": bucket_s, "buckets": buckets, "warmup_s": warmup_s,
+            "bucket_s": bucket_s, "buckets": buckets, "warmup_s": warmup_s, "count": count,
         }  # fmt: skip
         if self._rich is not None:
             if self._task is not None:
                 self._rich.update(self._task, completed=self._rich.tasks[-1].total)
-            self._task = self._rich.add_task(f"{backend} · {label}", total=max(total_s, 0.001), stats="")
+            total = count if count is not None else max(total_s, 0.001)
+            self._task = self._rich.add_task(f"{backend} · {label}", total=total, stats="")
+        elif count is not None:
+            self.log(f"[{backend}] {label}: {count} measured requests, at most {format_duration(total_s)}")
         else:
             self.log(f"[{backend}] {label}: {format_duration(total_s)}")
 
@@ -116,19 +123,40 @@ class Progress:
             else:
                 k = min(int((elapsed - st["warmup_s"]) // st["bucket_s"]), st["buckets"] - 1)
                 text = f"bucket {k + 1}/{st['buckets']} · "
+        count = st.get("count")
+        if count is not None:
+            text += f"{min(stats.measured, count)}/{count} requests · "
         text += f"done {stats.done} failed {stats.failed} in-flight {stats.in_flight}"
         if p50 is not None:
             text += f" TTFT p50 {p50 * 1000:.0f}ms"
-        self._rich.update(self._task, completed=elapsed, stats=text)
+        self._rich.update(self._task, completed=elapsed if count is None else min(stats.measured, count), stats=text)
 
     def bucket_done(self, backend: str, label: str, bucket: int, nb: int, stats) -> None:
         if self._rich is not None:
             return
         p50 = stats.ttft_p50()
         ttft = f", TTFT p50 {p50 * 1000:.1f}ms" if p50 is not None else ""
+        count = self._state.get("count")
+        if count is not None:  # it ends with its count: say how far it is, not the bound's countdown
+            self.log(f"[{backend}] {label}: bucket {bucket + 1} done; {min(stats.measured, count)}/{count} requests; "
+                     f"{stats.done} requests, {stats.failed} not completed{ttft}")
+            return
         elapsed = time.monotonic() - self._state.get("t0", time.monotonic())
         remaining = max(0.0, self._state.get("total", 0.0) - elapsed)
         self.log(
             f"[{backend}] {label}: bucket {bucket + 1}/{nb} done; {stats.done} requests, "
             f"{stats.failed} not completed{ttft}; {format_duration(remaining)} left in level"
         )
+
+    def level_ended(self, backend: str, label: str, stats, by_count: bool) -> None:
+        """A count-bounded level's last line (plain output): its requests, and whether its count
+        or its duration bound ended it (the bar shows it on a TTY). Nothing for a timed level."""
+        count = self._state.get("count")
+        if count is None:
+            return
+        if self._rich is not None:
+            if self._task is not None:
+                self._rich.update(self._task, completed=min(stats.measured, count))
+            return
+        how = "ended by its count" if by_count else "ended by its duration bound: not complete"
+        self.log(f"[{backend}] {label}: {min(stats.measured, count)}/{count} requests; {how}")

@@ -62,7 +62,7 @@ from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence, SharedCount
-from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, drive_level
+from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, counts_toward, drive_level
 from soakspec.runner.procs import spawned_ended, spawning
 from soakspec.runner.prompts import RunAborted
 
@@ -339,7 +339,7 @@ async def _worker(msg_fd: int) -> None:
         await out.send_all(_frame(ERROR, traceback.format_exc().encode()))
         return
     lines: list[bytes] = []
-    outcomes: list[tuple[str, float | None]] = []
+    outcomes: list[tuple[str, float | None, bool]] = []
     health: list[dict] = []  # this process's client-health samples, sent with the next flush
     stats = LiveStats()
     reported = 0  # requests started, as last reported
@@ -349,7 +349,7 @@ async def _worker(msg_fd: int) -> None:
 
     def sink(records) -> None:
         lines.extend([rec.to_line() for rec in records])
-        outcomes.extend([(rec.outcome.value, rec.ttft) for rec in records])
+        outcomes.extend([(rec.outcome.value, rec.ttft, counts_toward(rec)) for rec in records])
         if len(lines) >= BATCH:
             full.set()
 
