@@ -18,9 +18,13 @@ from pathlib import Path
 
 import pytest
 import trio
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import trio.testing
 
 from soakspec.evidence.record import RequestRecord, decode_line
+from soakspec.runner.fdlimit import NOT_SENT
+from soakspec.runner.records import Outcome
 from soakspec.lang import check, fmt, parse
 from soakspec.plan import Level, plan, render_text, to_json
 from soakspec.runner.clock import RunClock
@@ -196,11 +200,40 @@ def test_w515_names_the_short_levels_of_a_list_and_the_cli_prints_it_with_a_care
 # ---------------------------------------------------------------- the runner, in virtual time
 
 
-async def _drive_parts(level: Level, latency: float, parts: int):
+class UnsendingServer(FakeServer):
+    """A FakeServer whose client cannot send the requests `unsent` picks (by the order they are
+    made, warmup included): as the real clients record a request that hit the load generator's
+    own limit (runner/fdlimit.py) -- no start, disconnected, `not sent: ...` -- at once."""
+
+    def __init__(self, clock: RunClock, latency: float, unsent) -> None:
+        super().__init__(clock, latency)
+        self.unsent, self.made = unsent, 0
+
+    def connect(self):
+        inner = super().connect()
+        srv = self
+
+        class Conn:
+            async def send(self, shape, request_id, headers, record: RequestRecord, *, deadline: float) -> None:
+                k, srv.made = srv.made, srv.made + 1
+                if srv.unsent(k, record):
+                    record.start, record.end = None, srv.clock.now()
+                    record.outcome, record.error = Outcome.DISCONNECTED, NOT_SENT + "out of file descriptors (test)"
+                    await trio.lowlevel.checkpoint()
+                    return
+                await inner.send(shape, request_id, headers, record, deadline=deadline)
+
+            async def aclose(self) -> None:
+                await inner.aclose()
+
+        return Conn()
+
+
+async def _drive_parts(level: Level, latency: float, parts: int, unsent=None):
     """The level driven as `--workers parts` drives it: one `drive_level` per part from one
     start, against one server, sharing the level's count (`ids.SharedCount`, as the processes do)."""
     clock = RunClock(timer=trio.current_time, epoch=1000.0)
-    server = FakeServer(clock, latency)
+    server = FakeServer(clock, latency) if unsent is None else UnsendingServer(clock, latency, unsent)
     records: list[RequestRecord] = []
     runs: list[LevelRun] = []
     t0 = clock.now() + 0.5
@@ -210,7 +243,7 @@ async def _drive_parts(level: Level, latency: float, parts: int):
             shared = parts > 1 and level.concurrency is not None
             ctx = LevelContext("a", clock, server.connect, Shapes(level.request), records.extend, IdSequence(f"t{p}"),
                                t0=t0, part=(p, parts), claim=count.claim if shared else None,
-                               claim_measured=(lambda: count.claim(2)) if shared else None)
+                               shared_count=count if shared else None)
             runs.append(await drive_level(level, ctx))
 
         async with trio.open_nursery() as n:
@@ -259,6 +292,70 @@ def test_an_open_loop_sends_the_first_n_arrivals_after_the_warmup(parts):
     assert [r.intended_start - t0 for r in measured] == pytest.approx([1 + k / 10 for k in range(25)], abs=1e-9)
     assert all(r.count_reached for r in runs)
     assert max(r.measure_end for r in runs) == pytest.approx(t0 + 3.4 + 0.2, abs=1e-9)
+
+
+def _sent(records):
+    return [r for r in _measured(records) if r.start is not None]
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_a_closed_loop_sends_another_request_for_each_it_could_not_send(parts):
+    """Unsent records do not count toward N: 3 workers, 25 requests asked, and the load
+    generator could not send three of the measured ones (the 5th, 11th and 12th it made after the
+    warmup). Each place goes back to the count and is taken again, so 25 measured requests
+    reach the server, as the judge counts them (sent: a start) -- the three unsent besides,
+    recorded -- and the level still ends by its count (with two processes too: the shared count
+    takes the place back)."""
+    level = _level("mode = closed\n    concurrency = [3]\n    requests_per_level = 25",
+                   "duration = 10s\n  bucket = 1s\n  warmup = 1s\n  deadline = 60s")
+    picked = {5, 11, 12}
+    seen: list[int] = []
+
+    def unsent(k: int, rec: RequestRecord) -> bool:
+        if rec.bucket < 0:
+            return False
+        seen.append(k)
+        return len(seen) - 1 in picked
+
+    t0, records, runs = trio.run(_drive_parts, level, 0.3, parts, unsent, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(_sent(records)) == 25 and len(_measured(records)) == 28
+    assert sum(r.measured for r in runs) == 25 and all(r.count_reached for r in runs)
+    assert runs[0].count_json()["ended_by"] == "count"
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 12), workers=st.integers(1, 4), parts=st.sampled_from([1, 2]),
+       picked=st.sets(st.integers(0, 30), max_size=8))
+def test_a_closed_loop_always_sends_exactly_its_count(n, workers, parts, picked):
+    """Property: whichever measured requests its client cannot send, a closed loop with time
+    enough sends exactly n measured requests (the unsent ones recorded besides, never counted),
+    with one process or two sharing the count, and its count ends it."""
+    level = _level(f"mode = closed\n    concurrency = [{workers}]\n    requests_per_level = {n}",
+                   "duration = 60s\n  bucket = 1s\n  warmup = 1s\n  deadline = 60s")
+    seen: list[int] = []
+
+    def unsent(k: int, rec: RequestRecord) -> bool:
+        if rec.bucket < 0:
+            return False
+        seen.append(k)
+        return len(seen) - 1 in picked
+
+    _, records, runs = trio.run(_drive_parts, level, 0.3, parts, unsent, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(_sent(records)) == n == sum(r.measured for r in runs)
+    assert len(_measured(records)) - n == len([k for k in picked if k < len(seen)])
+    assert any(r.count_reached for r in runs)
+
+
+def test_an_open_loop_does_not_count_an_arrival_it_could_not_send():
+    """An open loop's count is its schedule's first n arrivals; one the load generator could not
+    send is recorded but not sent, and a fixed schedule sends nothing in its place: 9 of the 10
+    are sent, and the manifest's `measured_sent` says 9, as the judge will (not 10 of 10)."""
+    level = _level("mode = open\n    rate = [10rps]\n    arrival = constant\n    requests_per_level = 10",
+                   "duration = 10s\n  bucket = 1s\n  deadline = 60s")
+    t0, records, (run,) = trio.run(_drive_parts, level, 0.2, 1, lambda k, rec: k == 4,
+                                   clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(_measured(records)) == 10 and len(_sent(records)) == 9
+    assert run.count_json() == {"measured_sent": 9, "ended_by": "count"}
 
 
 def test_a_level_its_duration_ends_first_says_so():
@@ -425,6 +522,77 @@ def test_a_level_its_duration_bound_ends_first_is_visible_and_never_passes_cover
     lenient = _sim_spec(tmp_path, load, ttft="300ms", duration="1500ms", warmup="0s", gate="require failed == 0", name="lenient.soak")
     gate = _cli("gate", str(out), "--spec", str(lenient), "--format", "json")
     assert gate.returncode == 3 and json.loads(gate.stdout)["verdict"] == "INCONCLUSIVE", gate.stdout[-2000:]
+
+
+def _unsend(out: Path, picked) -> None:
+    """Edit a finished run's requests so that the measured ones `picked` (by their order in the
+    file) read as the runner writes a request its client could not send (no start,
+    disconnected, `not sent: ...`), and re-seal the evidence (the artifacts' hashes)."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import read_json
+    from soakspec.evidence.manifest import write_manifest
+    from soakspec.evidence.testing import edit_requests
+    from soakspec.evidence.verify import finalize_artifacts, verify_evidence
+
+    def edit(text: str) -> str:
+        lines, k = [], 0
+        for line in text.splitlines():
+            row = json.loads(line)
+            if row.get("bucket", -1) >= 0:
+                if k in picked:
+                    keep = ("request_id", "backend", "workload", "level", "concurrency", "rate", "bucket", "worker", "intended_start")
+                    rec = RequestRecord(**{key: row[key] for key in keep}, start=None, end=row["start"])
+                    rec.outcome, rec.error = Outcome.DISCONNECTED, NOT_SENT + "out of file descriptors (test)"
+                    line = rec.to_line().decode().rstrip("\n")
+                k += 1
+            lines.append(line)
+        return "\n".join(lines) + "\n"
+
+    edit_requests(out / "backends" / "a" / "requests.jsonl.gz", edit)
+    # a request never sent has no server trace: drop the simulator's of those now unsent
+    gone = {json.loads(x)["request_id"] for x in gzip.decompress((out / "backends" / "a" / "requests.jsonl.gz").read_bytes())
+            .decode().splitlines() if json.loads(x)["start"] is None}
+    traces = out / "backends" / "a" / layout.TRACES
+    keep = [x for x in gzip.decompress(traces.read_bytes()).decode().splitlines() if json.loads(x).get("request_id") not in gone]
+    traces.write_bytes(gzip.compress(("\n".join(keep) + "\n").encode()))
+    m = read_json(out / layout.MANIFEST)
+    m["artifacts"] = {}
+    for bound in (layout.RESULTS, layout.VERDICT):
+        (out / bound).unlink(missing_ok=True)
+    m["artifacts"] = finalize_artifacts(out)
+    write_manifest(out, m)
+    assert verify_evidence(out).problems == ()
+
+
+def test_unsent_records_do_not_count_toward_the_judges_count(tmp_path):
+    """The judge counts a count-bounded level's requests as the runner does: sent ones. A closed
+    loop of 20 whose records hold 3 its client could not send beside 17 sent (as a runner that
+    counted every record toward N left it, and as an open loop's fixed schedule leaves it) is
+    17 of 20: completed_run names the three and nothing else (its count ended it: no bucket is
+    missing), duration_coverage fails, and the report says sent 17, not_sent 3 -- never "20 of
+    20"."""
+    spec = _sim_spec(tmp_path, "mode = closed\nconcurrency = [2]\nrequests_per_level = 20", duration="5s")
+    out = tmp_path / "ev"
+    proc = _run(spec, out)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    _unsend(out, {3, 9, 15})
+    gate = _cli("gate", str(out), "--spec", str(spec), "--format", "json")
+    rules = {r["rule"]: r for r in json.loads(gate.stdout)["rules"]}
+    assert rules["completed_run"]["status"] == "fail", rules["completed_run"]
+    assert rules["completed_run"]["message"] == ("backend a, concurrency 2, 20 requests: the level sent 17 of its 20 requests "
+                                                 "(requests_per_level): the load generator could not send 3 (see client_healthy), "
+                                                 "so it is not complete"), rules["completed_run"]
+    assert rules["duration_coverage"]["status"] == "fail" and "sent 17 of its 20 requests" in rules["duration_coverage"]["message"]
+    report = _cli("report", str(out), "--spec", str(spec), "--format", "md").stdout
+    assert "concurrency 2, 17 of 20 requests (not complete: the load generator could not send the rest) |" in report, report
+    from soakspec.judge.evidence import load_evidence
+    from soakspec.judge.joined import join
+    from soakspec.judge.summary import summarize_run
+    from soakspec.lang import load_spec
+
+    results = summarize_run(join(load_spec(spec)[0], load_evidence(out)))  # results.json's figures
+    (lv,) = [lv for b in results["backends"] for lv in b["levels"]]
+    assert lv["requests_per_level"] == {"asked": 20, "sent": 17, "not_sent": 3, "ended_by": "count"}
 
 
 def test_a_count_bounded_run_is_not_its_timed_namesake(tmp_path):

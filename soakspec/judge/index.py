@@ -112,22 +112,37 @@ class LevelIndex:
     def window(self, bucket: int) -> Window | None:
         return self._windows_by_index.get(bucket)
 
+    @functools.cached_property
+    def not_sent(self) -> int:
+        """The level's measured records of requests the load generator could not send (no
+        `start`: its own limit, runner/fdlimit.py)."""
+        return self.records.count(lambda t, idx: np.isnan(t.f["start"][idx]), lambda r: r.get("start") is None)
+
     @property
     def count_sent(self) -> tuple[int, int] | None:
-        """A count-bounded level's (measured requests recorded, requests_per_level asked); None
-        for a level that runs for its duration. Counted from the records, not the manifest's
-        `measured_sent`: a record that is not there was not measured."""
+        """A count-bounded level's (measured requests sent, requests_per_level asked); None for a
+        level that runs for its duration. Counted from the records, not the manifest's
+        `measured_sent`: a record that is not there was not measured, and one of a request that
+        was never sent (no `start`) is not one of the n -- the runner's rule too
+        (runner/load.py `counts_toward`), so a level whose client could not send some of its
+        requests is short of its count, never "40 of 40"."""
         n = self.entry.get("requests_per_level")
         if type(n) is not int:
             return None
-        return len(self.records), n
+        return len(self.records) - self.not_sent, n
 
     @property
     def ended_by_count(self) -> bool:
-        """A count-bounded level that sent its count: its measured window ends with its last
-        request, the buckets after it were never meant to run (not a level cut short)."""
+        """A count-bounded level that its count ended: its measured window ends with its last
+        request, the buckets after it were never meant to run (not a level cut short). Its n
+        requests sent; or n recorded, some never sent, where the runner says its count ended it
+        (`ended_by`): an open loop's count is its schedule's first n arrivals, sent or not (a
+        closed loop sends another for one it could not send; a runner before that counted
+        them). Either way fewer than n sent is short of the count (`count_sent`): never a pass."""
         c = self.count_sent
-        return c is not None and c[0] >= c[1] and self.entry.get("completed") is True
+        if c is None or self.entry.get("completed") is not True:
+            return False
+        return c[0] >= c[1] or (c[0] + self.not_sent >= c[1] and self.entry.get("ended_by") == "count")
 
     @property
     def measure_start(self) -> float | None:

@@ -285,12 +285,15 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
 
 def _count_summary(lv: LevelIndex) -> dict[str, Any] | None:
     """A count-bounded level's count: `asked` (requests_per_level), `sent` (its measured
-    requests recorded) and `ended_by` -- "count" once it sent them all, else "duration" (its
+    requests sent; `not_sent` where the load generator could not send some) and `ended_by` -- "count" once it sent them all, else "duration" (its
     bound came first, or it was cut short: not complete). None for a level run for its duration."""
     c = lv.count_sent
     if c is None:
         return None
-    return {"asked": c[1], "sent": c[0], "ended_by": "count" if lv.ended_by_count else "duration"}
+    out = {"asked": c[1], "sent": c[0], "ended_by": "count" if lv.ended_by_count else "duration"}
+    if lv.not_sent:  # measured requests the load generator could not send: not among the sent
+        out["not_sent"] = lv.not_sent
+    return out
 
 
 MAX_TURNS_LISTED = 20  # multi-turn chat: turns listed one by one in results.json; later ones together

@@ -353,10 +353,15 @@ def _count_problems(lv: LevelIndex, lloc: Location, partial: bool = False) -> li
     if c is None or (partial and lv.entry.get("completed") is not True):
         return []
     sent, n = c
+    unsent = lv.not_sent
+    if sent < n and lv.ended_by_count:  # n recorded, some never sent (an open loop's arrivals)
+        return [problem(f"the level sent {sent} of its {n} requests (requests_per_level): the load generator could not "
+                        f"send {unsent} (see client_healthy), so it is not complete", lloc)]
     if sent < n:
         bound = num_(lv.entry.get("planned_duration_s"))
         by = f"its duration bound ({format_duration(bound)})" if bound is not None and lv.entry.get("completed") is True else "being cut short"
-        return [problem(f"the level ended by {by} with {sent} of its {n} requests sent (requests_per_level): "
+        also = f" ({unsent} more the load generator could not send)" if unsent else ""
+        return [problem(f"the level ended by {by} with {sent} of its {n} requests sent (requests_per_level){also}: "
                         "not complete", lloc)]
     if sent > n:
         return [problem(f"{sent} measured requests recorded, more than the level's requests_per_level of {n}", lloc)]

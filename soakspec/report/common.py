@@ -648,6 +648,8 @@ def count_text(lv: Mapping[str, Any]) -> str:
     if sent is None or asked is None:
         return ""
     short = " (ended by its duration: not complete)" if c.get("ended_by") != "count" else ""
+    if not short and sent < asked:  # an open loop's n arrivals, some never sent (`not_sent`)
+        short = " (not complete: the load generator could not send the rest)"
     return f", {sent} of {asked} requests{short}"
 
 

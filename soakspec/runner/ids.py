@@ -73,7 +73,7 @@ class SharedCount:
         self._fd: int | None = None
 
     # 0: the level's requests started (their prompt index); 1: its conversations begun (multi-turn);
-    # 2: a count-bounded closed loop's measured requests started (`load.Quota.take`)
+    # 2: a count-bounded closed loop's measured requests sent (`take`, `give_back`: `load.Quota`)
     SLOTS = 3
 
     @classmethod
@@ -93,15 +93,35 @@ class SharedCount:
             self._fd = os.open(self.path, os.O_RDWR)
         return self
 
+    MEASURED = 2  # the slot of a count-bounded closed loop's measured requests (`take`, `give_back`)
+
     def claim(self, slot: int = 0) -> int:
         """The next number of the count in `slot` (the caller's), and that count moves on by one."""
+        return self._update(slot, lambda n: n + 1)
+
+    def take(self, slot: int, limit: int) -> bool:
+        """One of `limit` places (a count-bounded closed loop's requests_per_level): True, and the
+        count moves on by one, while it is below `limit`; False, the count unchanged, once all
+        are taken. Never past `limit`, so a place given back (`give_back`) is taken again by the
+        next caller, whichever process it is in."""
+        return self._update(slot, lambda n: n + 1 if n < limit else n) < limit
+
+    def give_back(self, slot: int) -> None:
+        """A place `take` gave whose request was not sent (runner/load.py `counts_toward`): the
+        count moves back by one, so another request takes it."""
+        self._update(slot, lambda n: max(0, n - 1))
+
+    def _update(self, slot: int, step) -> int:
+        """The count in `slot` before `step` (old -> new) moved it, under the file's lock."""
         fd = self.open()._fd
         assert fd is not None and 0 <= slot < self.SLOTS
         at = slot * _COUNT.size
         fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             (n,) = _COUNT.unpack(os.pread(fd, _COUNT.size, at))
-            os.pwrite(fd, _COUNT.pack(n + 1), at)
+            new = step(n)
+            if new != n:
+                os.pwrite(fd, _COUNT.pack(new), at)
         finally:
             fcntl.flock(fd, fcntl.LOCK_UN)
         return n

@@ -28,8 +28,9 @@ load's seed, kept in a small per-process cache), never all prompts up front.
 A fixed count (`Level.requests_per_level`, n; open and closed loops): the level sends exactly
 n measured requests and ends once they have finished, `m + duration` staying its bound (`Quota`).
 Closed loop: a worker takes one of the n (from the level's shared count with `--workers`) before
-each request that starts at or after m, and stops once none is left; open loop: the schedule's
-first n arrivals at or after m. The warmup's requests are not counted. Ended by its count, the
+each request that starts at or after m, and stops once none is left (a request it could not send
+gives its place back: the n are sent ones, `counts_toward`); open loop: the schedule's first n
+arrivals at or after m. The warmup's requests are not counted. Ended by its count, the
 level's measured window ends at its drain (`LevelRun.measure_end`), its buckets those up to the
 one its last measured request started in, that one short if the level ended within it; ended by
 its duration first, it runs to `m + duration` as any level.
@@ -71,6 +72,7 @@ from soakspec.shares import in_flight_share
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
 from soakspec.plan import OPEN_LOOP_MAX_CONNECTIONS, Batch, Closed, ClosedRamp, Level, Open, OpenRamp, Replay, RequestTemplate
 from soakspec.runner.clock import RunClock
+from soakspec.runner.ids import SharedCount
 from soakspec.runner.prompts import (LocalTokenizer, RunAborted, ServerTokenizer, TokenCosts, measure_costs, shared_words, token_prompt,
                                      token_shared_prompt, verify, verify_blocks)
 from soakspec.runner.protocol import REQUEST_ID, Endpoint, RequestShape, Sampling
@@ -419,7 +421,7 @@ class LevelRun:
     completed: bool = False
     sent: int = 0
     busy_s: float = 0.0  # the sum of every request's [start, end] overlap with the measured window
-    measured: int = 0  # requests recorded in the measured window (bucket >= 0): a count-bounded level's sent
+    measured: int = 0  # requests sent in the measured window (bucket >= 0, `counts_toward`): a count-bounded level's sent
     count_reached: bool = False  # a count-bounded level ended by its count (not by its duration)
     last_bucket: int = 0  # the bucket of its last measured request (a level ended by its count lists up to it)
 
@@ -457,28 +459,39 @@ class LevelRun:
 
 
 class Quota:
-    """A count-bounded level's measured requests (`Level.requests_per_level`, n). Closed loop:
-    `take()` before each measured request -- from the level's shared count with --workers
-    (`ids.SharedCount` slot 2, `LevelContext.claim_measured`), so the processes send exactly n
-    in all -- and False once n were taken: the worker stops. Open loop: `first(due, measure)`,
-    the schedule's arrivals up to its n-th at or after `measure` (every process reads the same
-    schedule, so the n are split like any arrivals). `reached`: the count ended the level."""
+    """A count-bounded level's measured requests (`Level.requests_per_level`, n): n sent ones
+    (`counts_toward`). Closed loop: `take()` before each measured request -- from the level's
+    shared count with --workers (`ids.SharedCount.take`, `LevelContext.shared_count`), so the
+    processes send exactly n in all -- and False once n were taken: the worker stops;
+    `give_back()` after a request the load generator could not send, so the worker that took it
+    takes it again and sends another in its place (the count is of requests sent, as the
+    judge's `count_sent` reads it from the records). Open loop: `first(due, measure)`, the
+    schedule's arrivals up to its n-th at or after `measure` (every process reads the same
+    schedule, so the n are split like any arrivals); a fixed schedule sends no extra arrival
+    for one not sent, so such a level is short of its count. `reached`: the count ended the
+    level."""
 
-    def __init__(self, n: int, claim: Callable[[], int] | None = None) -> None:
+    def __init__(self, n: int, shared: SharedCount | None = None) -> None:
         self.n = n
-        self.claim = claim
+        self.shared = shared
         self.taken = 0
         self.reached = False
 
     def take(self) -> bool:
         if self.reached:
             return False
-        k = self.claim() if self.claim is not None else self.taken
-        self.taken += 1
-        if k >= self.n:
+        ok = self.shared.take(SharedCount.MEASURED, self.n) if self.shared is not None else self.taken < self.n
+        if not ok:
             self.reached = True
             return False
+        self.taken += 1
         return True
+
+    def give_back(self) -> None:
+        self.taken -= 1
+        self.reached = False  # the place is free again: this worker takes it (the others may have stopped)
+        if self.shared is not None:
+            self.shared.give_back(SharedCount.MEASURED)
 
     def first(self, due, measure: float):
         k = 0
@@ -517,9 +530,9 @@ class LevelContext:
     # --workers, closed loop: the level's count of requests started, shared by its processes
     # (`ids.SharedCount.claim`): each request claims its prompt index as it starts
     claim: Callable[[], int] | None = None
-    # --workers, a count-bounded closed loop: the level's measured requests started, shared by its
-    # processes (`ids.SharedCount.claim(2)`): each claims one before it starts (`Quota.take`)
-    claim_measured: Callable[[], int] | None = None
+    # --workers, a count-bounded closed loop: the level's measured requests sent, shared by its
+    # processes (`ids.SharedCount.take`): each takes a place before it starts (`Quota.take`)
+    shared_count: SharedCount | None = None
     # a count-bounded level's measured requests (`Quota`): set by `drive_level` from the level
     quota: Quota | None = None
 
@@ -534,7 +547,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     if ctx.on_start is not None:
         ctx.on_start(t0)
     if level.requests_per_level is not None:
-        ctx = dataclasses.replace(ctx, quota=Quota(level.requests_per_level, ctx.claim_measured))
+        ctx = dataclasses.replace(ctx, quota=Quota(level.requests_per_level, ctx.shared_count))
     quota = ctx.quota
     m = t0 + level.warmup_s
     run = LevelRun(level, started_at=t0, measure_start=m)
@@ -598,6 +611,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         if rec is None:  # the level ended (or sent its count) before it could start: its loop ends
             return not (quota is not None and quota.reached)
         if rec.start is None:  # not sent: the client's own limit, not the server's (NOT_SENT_PAUSE_S)
+            if quota is not None and intended is None and rec.bucket >= 0:
+                quota.give_back()  # not one of the count: this worker sends another in its place
             await trio.sleep_until(clock.to_trio(min(clock.now() + NOT_SENT_PAUSE_S, stop)))
         return True
 
@@ -662,6 +677,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                 rec.error = CANCELLED_BY_ABORT
             if rec.start is not None and rec.end > m and rec.start < stop:
                 run.busy_s += min(rec.end, stop) - max(rec.start, m)
+            if rec.start is None and rec.bucket >= 0:
+                run.measured -= 1  # not sent: not one of a count-bounded level's measured requests (`counts_toward`)
             ctx.stats.finished(rec)
             pending.add(rec)
             if health is not None:

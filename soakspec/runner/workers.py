@@ -394,7 +394,7 @@ async def _worker(msg_fd: int) -> None:
         headers=job["headers"], stats=stats, t0=t0, part=(next_id.part, next_id.parts), health=gate,
         on_request_start=lambda bucket, start: started.append((bucket, start)),
         claim=None if count is None else count.claim,
-        claim_measured=None if count is None else (lambda: count.claim(2)),
+        shared_count=count,
     )  # fmt: skip
     run: LevelRun | None = None
     try:
