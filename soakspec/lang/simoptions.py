@@ -56,6 +56,13 @@ _BEHAVIOUR: dict[str, Option] = {
     "drift": Option("ratio", 0.0, "TTFT and ITL grow by this fraction per minute of uptime (5% -> 0.05)"),
     "metrics": Option("bool", True, "serve Prometheus /metrics (false: it answers 404, like a server without one)"),
     "keep_alive_timeout": Option("duration", 5.0, "close an idle keep-alive connection after this (uvicorn: 5s)"),
+    # automatic prefix caching (vLLM's: whole blocks of prompt tokens, keyed by their prefix)
+    "enable_prefix_caching": Option("bool", True, "reuse cached whole blocks of a prompt's leading tokens: their "
+                                    "prefill time is not spent (vLLM's --enable-prefix-caching, its default)"),
+    "block_size": Option("int", 16, "prompt tokens a prefix-cache block holds (vLLM's --block-size)"),
+    "prefix_cache_blocks": Option("int", 32768, "blocks the prefix cache holds; the least recently used go first"),
+    "enable_prompt_tokens_details": Option("bool", False, "usage carries prompt_tokens_details.cached_tokens when "
+                                           "some were cached (vLLM's --enable-prompt-tokens-details)"),
     # faults: per-request probabilities (they partition [0, 1): at most one fault per request)
     "error_rate": Option("ratio", 0.0, "reply HTTP 500 or 503 before streaming"),
     "stream_error_rate": Option("ratio", 0.0, "HTTP 200, some tokens, then an in-stream error event and [DONE]"),

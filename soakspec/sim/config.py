@@ -148,6 +148,10 @@ class SimConfig:
     zero_latency: bool = False
     drift: float = 0.0
     keep_alive_timeout: float = 5.0
+    enable_prefix_caching: bool = True
+    block_size: int = 16
+    prefix_cache_blocks: int = 32768
+    enable_prompt_tokens_details: bool = False
     error_rate: float = 0.0
     stream_error_rate: float = 0.0
     stall_rate: float = 0.0
@@ -171,7 +175,8 @@ class SimConfig:
         if not self.model:
             problems.append("model name is empty")
         for name, low in (("slots", 1), ("max_model_len", 1), ("default_max_tokens", 1),
-                          ("tokens_per_chunk", 1), ("queue_limit", 0)):
+                          ("tokens_per_chunk", 1), ("queue_limit", 0), ("block_size", 1),
+                          ("prefix_cache_blocks", 1)):
             if getattr(self, name) < low:
                 problems.append(f"{name} must be at least {low}, got {getattr(self, name)}")
         if self.crash_after_requests is not None and self.crash_after_requests < 0:

@@ -19,6 +19,18 @@ Design
 * Events: the first token is sent alone (so TTFT is exact, as vLLM does with a stream interval);
   later events carry `tokens_per_chunk` tokens each and are due when their last token is.
 * `Scheduler`: `slots` running sequences, a FIFO wait queue, 429 when `queue_limit` wait already.
+* `PrefixCache`: vLLM's automatic prefix caching over the simulator's own prompt tokens (the
+  words, or the ids, that usage counts). A prompt's full blocks of `block_size` tokens are keyed
+  by the hash chain of their contents (`block_hashes`: a block's key hashes its parent's key and
+  its own tokens, so a block hits only if its whole prefix does), looked up when the request
+  gets its slot (vLLM's `get_computed_blocks`): the longest run of cached leading blocks, at
+  most `(prompt_tokens - 1) // block_size` of them (vLLM recomputes the last prompt token for its
+  logits, so a prompt cached whole still prefills its last block). Those tokens cost no prefill
+  time: TTFT = queue wait + (ttft + prefill_per_token x uncached tokens) x drift. Then every
+  full block of the prompt is cached, LRU-bounded by `prefix_cache_blocks`, touched last block
+  first so that a prompt's leading blocks are the last to go (vLLM frees a request's blocks in
+  reverse order for that reason). Simplification: vLLM cannot evict a block a running request
+  holds; the simulator has no KV memory to hold it in, so its LRU may.
 """
 
 from __future__ import annotations
@@ -28,7 +40,7 @@ import dataclasses
 import enum
 import hashlib
 import struct
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Generic, TypeVar
 
 from soakspec.sim.config import SimConfig
@@ -38,9 +50,11 @@ __all__ = [
     "Admission",
     "Counters",
     "Fault",
+    "PrefixCache",
     "RequestPlan",
     "Scheduler",
     "Timeline",
+    "block_hashes",
     "chunk_sizes",
     "drift_factor",
     "memory_used",
@@ -189,6 +203,8 @@ def drift_factor(config: SimConfig, uptime: float) -> float:
 
 
 def first_token_delay(config: SimConfig, prompt_tokens: int, uptime: float) -> float:
+    """Time from the slot to the first token; `prompt_tokens` are those to prefill (the cached
+    ones left out)."""
     if config.zero_latency:
         return 0.0
     return (config.ttft + config.prefill_per_token * prompt_tokens) * drift_factor(config, uptime)
@@ -248,6 +264,60 @@ def schedule(
 
 def memory_used(config: SimConfig, uptime: float) -> float:
     return config.memory_base + config.memory_growth * max(uptime, 0.0) / 60.0
+
+
+def block_hashes(tokens: Sequence[str] | Sequence[int], block_size: int) -> tuple[bytes, ...]:
+    """The chained keys of the full blocks of `tokens` (a partial last block has none): block i's
+    key is BLAKE2b of block i-1's key and block i's tokens, so equal keys mean equal prefixes.
+    Word tokens and token ids start from different roots (a word "7" is no token id 7)."""
+    if not tokens:
+        return ()
+    parent = b"ids" if isinstance(tokens[0], int) else b"words"
+    out = []
+    for start in range(0, len(tokens) - block_size + 1, block_size):
+        h = hashlib.blake2b(parent, digest_size=16)
+        h.update("\x00".join(map(str, tokens[start:start + block_size])).encode("utf-8", "surrogatepass"))
+        parent = h.digest()
+        out.append(parent)
+    return tuple(out)
+
+
+class PrefixCache:
+    """vLLM's automatic prefix cache, in blocks (see the module's docstring): an LRU map of
+    block keys, at most `capacity` of them; `queries` and `hits` count prompt tokens looked up
+    and prompt tokens found, as vLLM's `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits`."""
+
+    def __init__(self, capacity: int, block_size: int):
+        if capacity < 1 or block_size < 1:
+            raise ValueError(f"capacity and block_size must be at least 1, got {capacity}, {block_size}")
+        self.capacity = capacity
+        self.block_size = block_size
+        self.blocks: collections.OrderedDict[bytes, None] = collections.OrderedDict()  # least recent first
+        self.queries = 0
+        self.hits = 0
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def admit(self, keys: Sequence[bytes], prompt_tokens: int) -> int:
+        """A prompt of `prompt_tokens` tokens whose full blocks have `keys` is scheduled: return
+        its cached tokens (the longest run of leading blocks held, leaving its last token to
+        compute), count the lookup, and cache its blocks (most recent: its first)."""
+        usable = max(prompt_tokens - 1, 0) // self.block_size
+        hit = 0
+        for key in keys[:usable]:
+            if key not in self.blocks:
+                break
+            hit += 1
+        for key in reversed(keys):
+            self.blocks[key] = None
+            self.blocks.move_to_end(key)
+        while len(self.blocks) > self.capacity:
+            self.blocks.popitem(last=False)
+        cached = hit * self.block_size
+        self.queries += prompt_tokens
+        self.hits += cached
+        return cached
 
 
 class Admission(enum.Enum):

@@ -3,7 +3,8 @@
 Requests: `parse_request(endpoint, body, config)` validates a `/v1/completions` or
 `/v1/chat/completions` body into an `InferenceRequest`, or raises `ApiError` (HTTP 400, or 404
 for an unknown model as vLLM does). Prompt tokens = whitespace-separated words of the prompt
-(chat: of all message contents); a prompt given as token ids counts its ids.
+(chat: of all message contents); a prompt given as token ids counts its ids. Those words or ids,
+in order, are the request's `prompt_units`, the tokens the prefix cache blocks (`model.PrefixCache`).
 
 Responses (shapes follow vLLM's `serving_completion.py` / `serving_chat.py`, serialised compactly):
 * errors: `{"object":"error","message":..,"type":..,"param":..,"code":status}`;
@@ -102,6 +103,8 @@ class InferenceRequest:
     prompt_head: str = ""
     prompt_sha256: str = ""
     messages: int | None = None
+    # the prompt's tokens as counted (words, or the token ids given): the prefix cache's blocks
+    prompt_units: tuple[str, ...] | tuple[int, ...] = ()
 
 
 PROMPT_HEAD = 64
@@ -119,28 +122,26 @@ def _prompt_text(endpoint: str, body: Mapping[str, Any]) -> str:
     return prompt
 
 
-def _words(text: str) -> int:
-    return len(text.split())
-
-
-def _completion_prompt_tokens(prompt: object) -> int:
+def _completion_prompt_tokens(prompt: object) -> tuple[str, ...] | tuple[int, ...]:
+    """The prompt's tokens: its words, or the token ids it is."""
     if isinstance(prompt, str):
-        return _words(prompt)
+        return tuple(prompt.split())
     if isinstance(prompt, list) and prompt:
         if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return len(prompt)  # token ids
+            return tuple(prompt)  # token ids
         if len(prompt) == 1 and isinstance(prompt[0], str):
-            return _words(prompt[0])
+            return tuple(prompt[0].split())
         if all(isinstance(p, (str, list)) for p in prompt):
             raise ApiError(400, "the simulator serves one prompt per request (batched prompts are not supported)",
                            "prompt")
     raise ApiError(400, "prompt must be a string, a list of token ids, or a list of one string", "prompt")
 
 
-def _chat_prompt_tokens(messages: object) -> int:
+def _chat_prompt_tokens(messages: object) -> tuple[str, ...]:
+    """The words of every message's text, in order."""
     if not isinstance(messages, list) or not messages:
         raise ApiError(400, "messages must be a non-empty list", "messages")
-    total = 0
+    total: list[str] = []
     for i, m in enumerate(messages):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise ApiError(400, f"messages[{i}] must be an object with a string 'role'", "messages")
@@ -148,16 +149,16 @@ def _chat_prompt_tokens(messages: object) -> int:
         if content is None:
             continue
         if isinstance(content, str):
-            total += _words(content)
+            total += content.split()
         elif isinstance(content, list):
             for part in content:
                 if isinstance(part, dict) and isinstance(part.get("text"), str):
-                    total += _words(part["text"])
+                    total += part["text"].split()
                 elif not isinstance(part, dict):
                     raise ApiError(400, f"messages[{i}].content parts must be objects", "messages")
         else:
             raise ApiError(400, f"messages[{i}].content must be a string or a list of parts", "messages")
-    return total
+    return tuple(total)
 
 
 def tokenize_body(raw: bytes, config: SimConfig) -> dict[str, Any]:
@@ -171,9 +172,9 @@ def tokenize_body(raw: bytes, config: SimConfig) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise ApiError(400, "the request body must be a JSON object")
     if "messages" in body:
-        count = _chat_prompt_tokens(body["messages"])
+        count = len(_chat_prompt_tokens(body["messages"]))
     elif "prompt" in body:
-        count = _completion_prompt_tokens(body["prompt"])
+        count = len(_completion_prompt_tokens(body["prompt"]))
     else:
         raise ApiError(400, "Either prompt or messages must be provided.", "prompt")
     return {"count": count, "max_model_len": config.max_model_len, "tokens": list(range(count))}
@@ -206,15 +207,16 @@ def parse_request(endpoint: str, raw: bytes, config: SimConfig) -> InferenceRequ
     if endpoint == "chat":
         if "messages" not in body:
             raise ApiError(400, "Field required: messages", "messages")
-        prompt_tokens = _chat_prompt_tokens(body["messages"])
+        units = _chat_prompt_tokens(body["messages"])
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         max_name = "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens"
     else:
         if body.get("prompt") is None:
             raise ApiError(400, "Either prompt or prompt_embeds must be provided and non-empty.", "prompt")
-        prompt_tokens = _completion_prompt_tokens(body["prompt"])
+        units = _completion_prompt_tokens(body["prompt"])
         max_tokens = body.get("max_tokens")
         max_name = "max_tokens"
+    prompt_tokens = len(units)
 
     if max_tokens is None:
         max_tokens = min(config.default_max_tokens, max(config.max_model_len - prompt_tokens, 1))
@@ -263,15 +265,21 @@ def parse_request(endpoint: str, raw: bytes, config: SimConfig) -> InferenceRequ
         prompt_head=(text := _prompt_text(endpoint, body))[:PROMPT_HEAD],
         prompt_sha256=hashlib.sha256(text.encode("utf-8", "replace")).hexdigest(),
         messages=len(body["messages"]) if endpoint == "chat" else None,
+        prompt_units=units,
     )
 
 
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-    return {
+def _usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
+    """OpenAI usage; with `cached_tokens` (vLLM gives them only with --enable-prompt-tokens-details,
+    and only when there are some), `prompt_tokens_details.cached_tokens` too."""
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
     }
+    if cached_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return usage
 
 
 class StreamRenderer:
@@ -332,10 +340,10 @@ class StreamRenderer:
             )
         return out.encode()
 
-    def usage_event(self, completion_tokens: int) -> bytes:
-        return (
-            self._head + '"choices":[],"usage":' + _dumps(_usage(self.req.prompt_tokens, completion_tokens)) + "}\n\n"
-        ).encode()
+    def usage_event(self, completion_tokens: int, cached_tokens: int = 0) -> bytes:
+        """The final usage chunk (`stream_options.include_usage`); `cached_tokens`: as `_usage`."""
+        usage = _usage(self.req.prompt_tokens, completion_tokens, cached_tokens)
+        return (self._head + '"choices":[],"usage":' + _dumps(usage) + "}\n\n").encode()
 
     @staticmethod
     def error_event(message: str = ENGINE_DEAD_MESSAGE, status: int = 500) -> bytes:
@@ -344,11 +352,11 @@ class StreamRenderer:
 
 def full_response(
     req: InferenceRequest, response_id: str, model: str, text: str, completion_tokens: int, finish_reason: str,
-    created: int | None = None,
+    created: int | None = None, cached_tokens: int = 0,
 ) -> dict[str, Any]:
-    """The non-streaming response body."""
+    """The non-streaming response body; `cached_tokens`: as `_usage`."""
     created = int(time.time()) if created is None else created
-    usage = _usage(req.prompt_tokens, completion_tokens)
+    usage = _usage(req.prompt_tokens, completion_tokens, cached_tokens)
     if req.endpoint == "chat":
         return {
             "id": response_id,
@@ -403,9 +411,11 @@ def models_body(config: SimConfig, created: int) -> dict[str, Any]:
 def render_metrics(
     model: str, running: int, waiting: int, success: Mapping[str, int], failure: Mapping[str, int],
     prompt_tokens: int, generation_tokens: int, memory_bytes: float,
-    *, slots: int | None = None, ttft: Any = None,
+    *, slots: int | None = None, ttft: Any = None, prefix_cache: tuple[int, int] = (0, 0),
 ) -> str:
     """Prometheus text exposition. vLLM's names where vLLM has the metric; `sim_` otherwise.
+    `prefix_cache` (queried tokens, cached tokens found) gives vllm:prefix_cache_queries_total and
+    vllm:prefix_cache_hits_total (vLLM exports them with caching off too, at 0).
     `slots` (the decode slots) gives vllm:kv_cache_usage_perc as the share of them running;
     `ttft` (a `model.Histogram`) gives vllm:time_to_first_token_seconds; the simulator never
     preempts, so vllm:num_preemptions_total stays 0."""
@@ -438,6 +448,12 @@ def render_metrics(
         "# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.",
         "# TYPE vllm:num_preemptions_total counter",
         f"vllm:num_preemptions_total{{{lbl}}} 0.0",
+        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
+        "# TYPE vllm:prefix_cache_queries_total counter",
+        f"vllm:prefix_cache_queries_total{{{lbl}}} {float(prefix_cache[0])}",
+        "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
+        "# TYPE vllm:prefix_cache_hits_total counter",
+        f"vllm:prefix_cache_hits_total{{{lbl}}} {float(prefix_cache[1])}",
     ]
     if slots:
         lines += [

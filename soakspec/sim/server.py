@@ -48,9 +48,11 @@ from soakspec.sim.model import (
     Admission,
     Counters,
     Fault,
+    PrefixCache,
     RequestPlan,
     Scheduler,
     Timeline,
+    block_hashes,
     memory_used,
     plan_request,
 )
@@ -142,6 +144,7 @@ class _Request:
         "index", "endpoint", "client_id", "response_id", "trace_id", "stream", "queued_at", "scheduled_at",
         "scheduled_mono", "arrived_mono", "first_token_at", "prompt_tokens", "completion_tokens", "max_tokens",
         "finish_reason", "terminal", "status", "fault", "state", "ready", "client_gone", "prompt",
+        "blocks", "cached_tokens",
     )
 
     def __init__(self, index: int, endpoint: str, arrived_mono: float, arrived_wall: float):
@@ -167,6 +170,8 @@ class _Request:
         self.ready = trio.Event()
         self.client_gone = False
         self.prompt: dict[str, Any] = {}  # prompt_head, prompt_sha256, messages (once parsed)
+        self.blocks: tuple[bytes, ...] | None = None  # the prompt's block keys (prefix caching on)
+        self.cached_tokens = 0  # prompt tokens the prefix cache held when it was scheduled
 
 
 # Linux's SO_TIMESTAMPNS (not exported by the socket module): the kernel stamps each received
@@ -284,6 +289,7 @@ class _Server:
         self.epoch = trio.current_time()
         self.started_wall = int(time.time())
         self.waker = _Waker()
+        self.cache = PrefixCache(config.prefix_cache_blocks, config.block_size) if config.enable_prefix_caching else None
 
     # -- connections ---------------------------------------------------------------------------
 
@@ -377,6 +383,7 @@ class _Server:
             self.cfg.model, len(self.sched.running), len(self.sched.waiting), c.success, c.failure,
             c.prompt_tokens, c.generation_tokens, memory_used(self.cfg, trio.current_time() - self.epoch),
             slots=self.cfg.slots, ttft=c.ttft,
+            prefix_cache=(self.cache.queries, self.cache.hits) if self.cache is not None else (0, 0),
         )
 
     # -- inference -----------------------------------------------------------------------------
@@ -404,6 +411,8 @@ class _Server:
             st.stream, st.prompt_tokens, st.max_tokens = req.stream, req.prompt_tokens, req.max_tokens
             st.prompt = {"prompt_head": req.prompt_head, "prompt_sha256": req.prompt_sha256, "messages": req.messages}
             plan = plan_request(cfg, index, req.max_tokens, req.ignore_eos)
+            if self.cache is not None:
+                st.blocks = block_hashes(req.prompt_units, cfg.block_size)
             st.fault = plan.fault.value if plan.fault else None
             id_header = _id_header(st.client_id)
             if plan.fault is Fault.ERROR:
@@ -436,6 +445,10 @@ class _Server:
             st.trace_id = st.response_id + "-0"
 
     def _mark_scheduled(self, st: _Request, mono: float | None = None, wall: float | None = None) -> None:
+        """`st` has its slot: its prompt meets the prefix cache now (vLLM looks a request up when
+        it schedules it), so what an earlier-scheduled request cached is found."""
+        if self.cache is not None and st.blocks is not None and st.prompt_tokens:
+            st.cached_tokens = self.cache.admit(st.blocks, st.prompt_tokens)
         st.state = Admission.RUNNING
         st.scheduled_mono = trio.current_time() if mono is None else mono
         st.scheduled_at = time.time() if wall is None else wall
@@ -488,6 +501,10 @@ class _Server:
         st.client_gone = True
         scope.cancel()
 
+    def _cached_shown(self, st: _Request) -> int:
+        """The cached tokens usage reports: vLLM's only with --enable-prompt-tokens-details."""
+        return st.cached_tokens if self.cfg.enable_prompt_tokens_details else 0
+
     def _others(self) -> int:
         return len(self.sched.running) - 1
 
@@ -521,7 +538,7 @@ class _Server:
         if cfg.zero_latency:
             render(stop)
         else:
-            timeline = Timeline(cfg, plan, req.prompt_tokens, st.scheduled_mono, self.epoch)
+            timeline = Timeline(cfg, plan, req.prompt_tokens - st.cached_tokens, st.scheduled_mono, self.epoch)
             for ev in range(stop):
                 deadline = timeline.next_event(self._others())
                 if deadline > trio.current_time() or len(buf) >= MAX_COALESCED_EVENTS:
@@ -542,7 +559,7 @@ class _Server:
             await trio.sleep_forever()  # until the client leaves (or the server stops)
         else:
             if req.include_usage:
-                buf.append(renderer.usage_event(rendered and plan.event_ends[rendered - 1]))
+                buf.append(renderer.usage_event(rendered and plan.event_ends[rendered - 1], self._cached_shown(st)))
             if plan.fault is not Fault.OMIT_DONE:
                 buf.append(DONE)
             await flush(end=True)
@@ -551,7 +568,7 @@ class _Server:
     async def _full(self, io: _Io, st: _Request, req: InferenceRequest, plan: RequestPlan,
                     id_header: Sequence[tuple[str, str]]) -> None:
         cfg = self.cfg
-        timeline = Timeline(cfg, plan, req.prompt_tokens, st.scheduled_mono, self.epoch)
+        timeline = Timeline(cfg, plan, req.prompt_tokens - st.cached_tokens, st.scheduled_mono, self.epoch)
         fault = plan.fault if plan.fault in MID_STREAM_FAULTS else None
         n_events = len(plan.events)
         for ev in range(n_events + 1):
@@ -573,7 +590,8 @@ class _Server:
             if ev == 0:
                 st.first_token_at = time.time()
             st.completion_tokens += plan.events[ev]
-        body = full_response(req, st.response_id, cfg.model, plan.text, len(plan.tokens), plan.finish_reason)
+        body = full_response(req, st.response_id, cfg.model, plan.text, len(plan.tokens), plan.finish_reason,
+                             cached_tokens=self._cached_shown(st))
         st.status = 200
         await _send_json(io, 200, body, id_header)
         st.terminal, st.finish_reason = "completed", plan.finish_reason
