@@ -150,6 +150,19 @@ def test_the_options_are_validated_and_have_vllm_like_defaults():
     assert SimConfig.from_options({"enable_prefix_caching": False, "block_size": 32}).block_size == 32
 
 
+@pytest.mark.parametrize("option", ["block_size", "prefix_cache_blocks"])
+def test_a_spec_with_no_blocks_is_refused_by_check_before_anything_runs(tmp_path, option):
+    """`sim { block_size = 0 }` passed `check` and the simulator refused it only once launched."""
+    from soakspec.lang import load_spec
+
+    path = tmp_path / "s.soak"
+    path.write_text(f'soak "t" {{}}\nbackend "b" {{\n  sim {{\n    {option} = 0\n  }}\n}}\n'
+                    'workload "w" {\n  load {\n    concurrency = [1]\n  }\n  duration = 2s\n}\n')
+    spec, diags, _ = load_spec(path)
+    assert spec is None and [(d.code, d.span.line) for d in diags if d.severity == "error"] == [("E204", 4)], diags
+    assert option in str(diags[0].message)
+
+
 # ---------------------------------------------------------------------------- the simulator as a server
 
 
