@@ -184,23 +184,29 @@ async def _timed(client: httpx.AsyncClient, prompt: str = PROMPT, **body) -> tup
 
 
 async def _serving(nursery, **options) -> httpx.AsyncClient:
-    port = await nursery.start(serve, SimConfig(trace_log=False, **options))
+    options.setdefault("trace_log", False)
+    port = await nursery.start(serve, SimConfig(**options))
     return httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=10)
 
 
-async def test_a_repeated_prompt_hits_in_metrics_and_its_ttft_falls_with_the_cached_fraction():
+async def test_a_repeated_prompt_hits_in_metrics_and_its_ttft_falls_with_the_cached_fraction(tmp_path):
     """The same 100-word prompt twice: the second finds 96 words cached (6 blocks of 16; the
-    last token is always prefilled), so /metrics counts 200 queried and 96 hit tokens, and its
-    time to first token loses 96 x prefill_per_token (~200 ms -> ~10 ms)."""
+    last token is always prefilled), so /metrics counts 200 queried and 96 hit tokens, its
+    trace says so, and its time to first token loses 96 x prefill_per_token (~200 ms -> ~10 ms)."""
+    traces = tmp_path / "traces.jsonl"
     async with trio.open_nursery() as nursery:
-        async with await _serving(nursery, **SLOW_PREFILL) as client:
+        async with await _serving(nursery, trace_file=str(traces), **SLOW_PREFILL) as client:
             assert await _metrics(client) == {"vllm:prefix_cache_queries_total": 0.0, "vllm:prefix_cache_hits_total": 0.0}
             cold, first = await _timed(client)
             warm, second = await _timed(client)
             assert await _metrics(client) == {"vllm:prefix_cache_queries_total": 200.0,
                                               "vllm:prefix_cache_hits_total": 96.0}
+            with trio.fail_after(5):  # a trace is written just after its response's last byte
+                while not traces.exists() or len(traces.read_text().splitlines()) < 2:
+                    await trio.sleep(0.01)
         nursery.cancel_scope.cancel()
     assert cold >= 0.2 and warm < 0.1, (cold, warm)
+    assert [json.loads(line)["cached_tokens"] for line in traces.read_text().splitlines()] == [0, 96]
     assert "prompt_tokens_details" not in first["usage"] and "prompt_tokens_details" not in second["usage"]
 
 

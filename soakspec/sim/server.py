@@ -21,7 +21,8 @@ Design
   Times are `time.time()` floats; `active`/`pending` count the *other* running/waiting requests
   at the moment this one finished. terminal_reason: completed | rejected (4xx) | error (5xx, or an
   in-stream error) | disconnected (the connection ended early: client left, or the disconnect
-  fault) | cancelled (the server shut down).
+  fault) | cancelled (the server shut down). `cached_tokens`: the prompt tokens the prefix cache
+  held when it was scheduled (0 when it was not, or caching is off).
 """
 
 from __future__ import annotations
@@ -640,6 +641,7 @@ class _Server:
             "fault": st.fault,
             "active": active,
             "pending": pending,
+            "cached_tokens": st.cached_tokens,
             **st.prompt,
         })
 
