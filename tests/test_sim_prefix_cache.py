@@ -78,8 +78,11 @@ def test_a_prompt_longer_than_the_cache_keeps_its_leading_blocks():
     assert admit(cache, words("a", "b", "z")) == 2 * B
 
 
-def test_word_prompts_and_token_id_prompts_never_share_blocks():
+def test_blocks_of_other_tokens_never_share_a_key():
+    """A word "7" is no token id 7, and words that differ only in where one ends (a word may
+    hold any character but whitespace) are other tokens."""
     assert not set(block_hashes([str(i) for i in range(8)], B)) & set(block_hashes(list(range(8)), B))
+    assert block_hashes(["a\x00b", "c"], 2) != block_hashes(["a", "b\x00c"], 2)
 
 
 prompts = st.lists(st.lists(st.sampled_from("abc"), max_size=6).map(lambda bs: words(*bs)), min_size=1, max_size=12)

@@ -268,15 +268,14 @@ def memory_used(config: SimConfig, uptime: float) -> float:
 
 def block_hashes(tokens: Sequence[str] | Sequence[int], block_size: int) -> tuple[bytes, ...]:
     """The chained keys of the full blocks of `tokens` (a partial last block has none): block i's
-    key is BLAKE2b of block i-1's key and block i's tokens, so equal keys mean equal prefixes.
-    Word tokens and token ids start from different roots (a word "7" is no token id 7)."""
-    if not tokens:
-        return ()
-    parent = b"ids" if isinstance(tokens[0], int) else b"words"
+    key is BLAKE2b of block i-1's key and the `repr` of block i's tokens (one text per tuple of
+    tokens: a word "7" is no token id 7, and no word boundary moves unseen), so equal keys mean
+    equal prefixes."""
+    parent = b"soakspec-sim-block"
     out = []
     for start in range(0, len(tokens) - block_size + 1, block_size):
         h = hashlib.blake2b(parent, digest_size=16)
-        h.update("\x00".join(map(str, tokens[start:start + block_size])).encode("utf-8", "surrogatepass"))
+        h.update(repr(tuple(tokens[start:start + block_size])).encode("utf-8", "surrogatepass"))
         parent = h.digest()
         out.append(parent)
     return tuple(out)
