@@ -740,7 +740,7 @@ def _picks(port: int) -> str:
     """A prelude for `_run_spec_with`: soakspec's free-port choice lands on `port` (as when another
     process takes the port between soakspec's choice and its server's bind, or a container still
     publishes it with nothing listening on this host)."""
-    return f"import sys; import soakspec.runner.backend as _b; _b.free_port = lambda host='127.0.0.1': {port}; "
+    return f"import sys; import soakspec.runner.procs as _p; _p.free_port = lambda host='127.0.0.1': {port}; "
 
 
 def _run_spec_with(tmp_path: Path, prelude: str, spec_text: str) -> tuple[subprocess.CompletedProcess, Path]:

@@ -43,11 +43,11 @@ from soakspec.runner.liveness import Health, watch_liveness
 from soakspec.runner.load import Connection
 from soakspec.runner.procs import (
     BackendError,
+    PortAllocator,
     ReadinessProbe,
     Reaper,
     crash_lines,
     describe_exit,
-    free_port,
     full_disk_note,
     launch,
     log_tail,
@@ -81,6 +81,9 @@ class Deps:
     # a sweep's per-level judgement, from the command layer (the runner never imports the judge):
     # (backend, the probe's manifest level entry, its request rows) -> (the level holds, why)
     sweep_judge: "Callable[[str, dict, list[dict]], tuple[bool, str]] | None" = None
+    # the ports the run's launched servers are given, each one once (the engine makes one a run;
+    # a Deps made without one -- a test's -- has its own)
+    ports: PortAllocator = dataclasses.field(default_factory=PortAllocator)
 
 
 async def serve_backend(
@@ -100,7 +103,11 @@ async def serve_backend(
         if health is not None:
             await _watch(la, url, None, health, deps, rec)
         return
-    port = free_port(la.host)
+    port = deps.ports.allocate(la.host)
+    if port is None:
+        why = (f"no port for its server: the OS answered only ports this run had already handed out, "
+               f"{deps.ports.tries} times in a row; nothing was launched")
+        raise rec.failed(BackendError(la.name, why), deps.clock.now())
     url = la.base_url(port)
     argv = la.command(port)
     env = {**os.environ, **dict(la.env)}

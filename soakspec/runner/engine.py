@@ -59,7 +59,7 @@ from soakspec.runner.driver import run_backend
 from soakspec.runner.fdlimit import exhaustion_text, local_errno, raise_open_files_limit
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence
-from soakspec.runner.procs import BackendError, Orphans, Reaper, diagnosis_text
+from soakspec.runner.procs import BackendError, Orphans, PortAllocator, Reaper, diagnosis_text
 from soakspec.runner.progress import Progress
 from soakspec.runner.prompts import PromptFiles, RunAborted, load_prompts
 from soakspec.runner.recorder import BackendRecorder, RunStatus, off_loop
@@ -306,8 +306,9 @@ async def _execute_watched(plan: Plan, options: RunOptions, progress: Progress, 
         else:
             with _reaper(orphans) as reaper:
                 async with httpx.AsyncClient(timeout=PROBE_HTTP_TIMEOUT, trust_env=False) as http:
+                    # one allocator for the run: no two of its launched servers are given one port
                     deps = Deps(clock, progress, http, h11_connect(clock), layout, reaper, nvml, options.workers,
-                                options.preflight, sweep_judge=options.sweep_judge)  # fmt: skip
+                                options.preflight, sweep_judge=options.sweep_judge, ports=PortAllocator())  # fmt: skip
                     entries = await _run(backends, plan, deps, status, load_scope)
     except BaseException as e:  # not foreseen (a bug): the manifest still ends, aborted, saying why
         if status.reason is None:

@@ -44,7 +44,8 @@ each one it adopted (`Reaper.tell_orphans`: when its server is ready, then every
 Before launching, the port soakspec picked for the server must not already accept connections
 (`port_taken`): a server left from an earlier run (a container still publishing the port
 answers without any process listening on this host) would answer the readiness probe at once,
-while the real server loads, and the run would measure the wrong server.
+while the real server loads, and the run would measure the wrong server. The port itself
+comes from the run's `PortAllocator`, which never hands one port to two servers of the run.
 """
 
 from __future__ import annotations
@@ -273,10 +274,53 @@ class BackendError(Exception):
 
 
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port the OS says is free on `host` now (bind port 0, read it, close): nothing keeps it
+    free, and the OS may answer it again to the next ask -- a run asks through its
+    `PortAllocator`, which never hands the same port out twice."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+PORT_TRIES = 20  # asks of the OS for a port the run has not handed out yet, before giving up
+
+
+class PortAllocator:
+    """The ports one run hands to its launched servers, each at most once.
+
+    `free_port` closes the socket it bound, so the port is free only until something binds it:
+    two asks -- or one ask and a server that has not bound its port yet (a vLLM loads for a
+    minute first) -- can get the same answer, and two backends of one run (side by side, or one
+    after the other while the first still loads) would be started on one port: the second cannot
+    bind, or its readiness is answered by the first. The allocator remembers every port it handed
+    out during the run and asks the OS again, at most `tries` times, for one it has not.
+
+    Owned by the run (the engine makes one and passes it down in `backend.Deps`): no module
+    state, so two runs in one process (tests) never see each other's ports. `pick` is the OS's
+    answer (`free_port`, looked up when the allocator is made); tests give their own.
+
+    It is not the whole guarantee: a port handed out may still be taken by a process outside
+    the run. `port_taken` (before launching) and `port_owner` (at readiness) look at that."""
+
+    def __init__(self, pick: Callable[[str], int] | None = None, tries: int = PORT_TRIES) -> None:
+        self._pick = pick if pick is not None else free_port
+        self.tries = tries
+        self._given: set[int] = set()
+
+    def allocate(self, host: str) -> int | None:
+        """A port for a server on `host` that this run has not handed out before, remembered as
+        handed out; None when the OS answered only such ports `tries` times in a row."""
+        for _ in range(self.tries):
+            port = self._pick(host)
+            if port not in self._given:
+                self._given.add(port)
+                return port
+        return None
+
+    @property
+    def handed_out(self) -> frozenset[int]:
+        return frozenset(self._given)
 
 
 def _is_local(host: str) -> bool:
