@@ -242,6 +242,10 @@ async def _until_ready(la: Launch, url: str, server, deps: Deps, rec: BackendRec
         raise
     if scope.cancelled_caught:
         raise rec.failed(probe.timed_out(), deps.clock.now())
+    if (owner := probe.port_owner) is not None:
+        rec.port_listener = owner.to_json()
+        if owner.owner == "unknown":
+            deps.progress.log(f"[{la.name}] whose socket answers at {url} was not checked: {owner.reason}")
     took = rec.ready(deps.clock.now(), url)
     deps.progress.log(f"[{la.name}] ready after {took:.1f}s at {url}")
 

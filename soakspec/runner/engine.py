@@ -13,7 +13,8 @@
      final manifest.
 
 Aborts (exit 4): a backend that cannot start (its port already answers before it is launched:
-`procs.port_taken`), is never ready, fails its pre-flight request,
+`procs.port_taken`), is never ready (its readiness answered by a process that is not the launched
+server: `procs.port_owner`), fails its pre-flight request,
 dies mid-run or stops answering (its liveness, `runner/liveness.py`); evidence that cannot be
 written, during the load or while collecting it after (`collect`: the entry then holds what was
 known, `collect.unfinished_entry`); SIGINT, SIGTERM or SIGHUP. Each failure is recorded where it happens (`RunStatus`);

@@ -46,6 +46,10 @@ Before launching, the port soakspec picked for the server must not already accep
 answers without any process listening on this host) would answer the readiness probe at once,
 while the real server loads, and the run would measure the wrong server. The port itself
 comes from the run's `PortAllocator`, which never hands one port to two servers of the run.
+And a process that takes the port *after* that check, while the server loads, is caught when
+the readiness probe passes: the socket listening on the port must be held by the launched
+server's process tree (`port_owner`), else the backend is not ready and the run aborts naming
+that process (`ReadinessProbe._answered_by_the_server`: why /proc's "cannot tell" goes on).
 """
 
 from __future__ import annotations
@@ -346,10 +350,55 @@ def port_taken(host: str, port: int, timeout_s: float = 1.0) -> str | None:
     return listener_of(port)
 
 
-def listener_of(port: int) -> str:
-    """Best effort, from /proc: ' (PID 1234: its command line)' of the process listening on TCP
-    `port`; what /proc says instead when it cannot tell (another user's process, none in this
-    network namespace: a container's published port)."""
+@dataclasses.dataclass(frozen=True)
+class Listening:
+    """Who listens on a TCP port, as /proc shows it: `holders`, each (pid, command line) of a
+    process holding one of its listening sockets; `sockets`, how many listening sockets /proc
+    lists for the port (0: none in this network namespace); `unreadable`, why a socket's process
+    could not be found (None when /proc told everything)."""
+
+    sockets: int
+    holders: tuple[tuple[int, str], ...]
+    unreadable: str | None = None
+
+
+NO_LISTENER = "no process of this host's network namespace listens there: a forwarded port, a container's?"
+NOT_READABLE = "its process is not readable from /proc: another user's?"
+
+
+def _address(hexaddr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """/proc/net/tcp{,6}'s local address (each 32-bit word in host byte order) as an address."""
+    try:
+        raw = bytes.fromhex(hexaddr)
+    except ValueError:
+        return None
+    if len(raw) not in (4, 16):
+        return None
+    if sys.byteorder == "little":
+        raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    return ipaddress.ip_address(raw)
+
+
+def _answers_for(addr: ipaddress.IPv4Address | ipaddress.IPv6Address | None, host: str | None) -> bool:
+    """Whether a socket listening on `addr` takes connections made to `host` (None: any)."""
+    if host is None or addr is None:
+        return True
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    if addr.is_unspecified:  # 0.0.0.0, or :: (which takes IPv4 too unless IPV6_V6ONLY: not shown)
+        return True
+    if host == "localhost":
+        return addr.is_loopback
+    try:
+        return addr == ipaddress.ip_address(host)
+    except ValueError:
+        return True
+
+
+def listening(port: int, host: str | None = None) -> Listening:
+    """Best effort, from /proc: the processes listening on TCP `port` (at an address that takes
+    connections to `host`; any address when None). A socket's inode from /proc/net/tcp{,6}, then
+    the processes whose /proc/PID/fd link to it (a server's forked workers share it)."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -360,14 +409,18 @@ def listener_of(port: int) -> str:
         for row in rows:
             f = row.split()
             # local_address is HEX_ADDR:HEX_PORT; st 0A is LISTEN; the socket's inode is field 9
-            if len(f) > 9 and f[3] == "0A" and int(f[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(f"socket:[{f[9]}]")
+            if len(f) > 9 and f[3] == "0A":
+                addr, _, hexport = f[1].rpartition(":")
+                if int(hexport, 16) == port and _answers_for(_address(addr), host):
+                    inodes.add(f"socket:[{f[9]}]")
     if not inodes:
-        return " (no process of this host's network namespace listens there: a forwarded port, a container's?)"
+        return Listening(0, ())
     try:
         names = [n for n in os.listdir("/proc") if n.isdigit()]
     except OSError:
         names = []
+    holders = []
+    found = set()
     for name in names:
         try:
             fds = os.listdir(f"/proc/{name}/fd")
@@ -375,14 +428,135 @@ def listener_of(port: int) -> str:
             continue
         for fd in fds:
             try:
-                if os.readlink(f"/proc/{name}/fd/{fd}") not in inodes:
+                link = os.readlink(f"/proc/{name}/fd/{fd}")
+                if link not in inodes:
                     continue
                 with open(f"/proc/{name}/cmdline", "rb") as fh:
                     cmd = fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
             except OSError:
                 continue
-            return f" (PID {name}: {cmd[:200] or '?'})"
-    return " (its process is not readable from /proc: another user's?)"
+            found.add(link)
+            if not holders or holders[-1][0] != int(name):  # one entry a process, however many sockets it holds
+                holders.append((int(name), cmd[:200] or "?"))
+    return Listening(len(inodes), tuple(holders), None if found == inodes else NOT_READABLE)
+
+
+def listener_of(port: int) -> str:
+    """Best effort, from /proc: ' (PID 1234: its command line)' of the process listening on TCP
+    `port`; what /proc says instead when it cannot tell (another user's process, none in this
+    network namespace: a container's published port)."""
+    seen = listening(port)
+    if not seen.sockets:
+        return f" ({NO_LISTENER})"
+    if not seen.holders:
+        return f" ({NOT_READABLE})"
+    pid, cmd = seen.holders[0]
+    return f" (PID {pid}: {cmd})"
+
+
+# A container engine's port forward listens on the host for the container a launched `docker run
+# -p` (or podman) starts: started by the engine's daemon, not by the launched server, so /proc
+# cannot say whose container it forwards to. Such a listener is "cannot tell", not "another".
+PORT_FORWARDERS = ("docker-proxy", "rootlessport", "rootlessport-child", "rootlesskit", "slirp4netns", "pasta",
+                   "passt", "conmon")  # fmt: skip
+
+
+@dataclasses.dataclass(frozen=True)
+class PortOwner:
+    """Whose listening socket a launched server's port is, at readiness (`port_owner`):
+    `owner` "server" (the launched server's process tree: `pid` the one holding it), "other"
+    (another process: `pid`, `command`), or "unknown" (/proc cannot tell: `reason`)."""
+
+    owner: str
+    pid: int | None = None
+    command: str | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict:
+        """The manifest's `port_listener`: the command line of another process is not kept (it
+        may carry that process's secrets; the abort's reason names it, redacted)."""
+        return {"owner": self.owner, "pid": self.pid, "reason": self.reason}
+
+
+def _ancestors(pid: int, limit: int = 64) -> list[int]:
+    """`pid`'s parent, its parent's, ... (from /proc/PID/stat), up to pid 1 or `limit` steps."""
+    out = []
+    while len(out) < limit:
+        f = _stat_fields(pid)
+        try:
+            pid = int(f[1]) if f is not None else 0
+        except (IndexError, ValueError):
+            break
+        if pid <= 1:
+            break
+        out.append(pid)
+    return out
+
+
+def _of_server(server: Server, pid: int) -> bool:
+    """Whether `pid` is the launched server's: the server itself or a descendant; in its session
+    or process group (the server leads both: `start_new_session`); carrying its launch's
+    SERVER_MARKER (a daemonized server, out of its tree); or an orphan of the run re-parented to
+    soakspec (`Orphans`: a child of soakspec's that soakspec did not start, out of its session)."""
+    if pid == server.pid:
+        return True
+    up = _ancestors(pid)
+    if server.pid in up:
+        return True
+    me = os.getpid()
+    if me in up:  # under soakspec: through one of its own spawns (another server) or an adopted orphan
+        child = ([pid] + up)[up.index(me)]
+        with contextlib.suppress(OSError):
+            if child not in _SPAWNS.pids and os.getsid(child) != os.getsid(0):
+                return True
+    with contextlib.suppress(OSError):
+        if server.pgid in (os.getsid(pid), os.getpgid(pid)):
+            return True
+    return server.marker is not None and pid in marked_pids(server.marker)
+
+
+def _namespaces(pid: int) -> tuple[str, str] | None:
+    """`pid`'s PID and mount namespaces (None: not readable)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid"), os.readlink(f"/proc/{pid}/ns/mnt")
+    except OSError:
+        return None
+
+
+def port_owner(server: Server, host: str, port: int) -> PortOwner:
+    """Whose is the socket listening on `host:port`, which the launched `server` was given (see
+    `PortOwner`). "other" as soon as one process holding such a socket is neither the server's
+    nor a container engine's port forward (`PORT_FORWARDERS`); "server" when one is the server's
+    and none is another's; "unknown" when /proc cannot tell: no such socket in this network
+    namespace (a container's published port, a server in a namespace of its own), its process
+    not readable (another user's: a server started with sudo), a port forward, a process in
+    another PID or mount namespace (a container's server on the host's network: started by the
+    container engine, not under the launch), or no /proc."""
+    if not os.path.exists("/proc/net/tcp"):
+        return PortOwner("unknown", reason="/proc/net/tcp is not readable here (not Linux?): the listener was not checked")
+    seen = listening(port, host)
+    if not seen.sockets:
+        return PortOwner("unknown", reason=NO_LISTENER)
+    own_ns = _namespaces(os.getpid())
+    ours: int | None = None
+    unsure: PortOwner | None = None
+    for pid, cmd in seen.holders:
+        if _of_server(server, pid):
+            ours = pid if ours is None else ours
+        elif (name := os.path.basename(cmd.split(" ", 1)[0])) in PORT_FORWARDERS:
+            why = f"a container engine's port forward ({name}) listens there: whose container it forwards to /proc does not say"
+            unsure = unsure or PortOwner("unknown", pid, reason=why)
+        elif (ns := _namespaces(pid)) is not None and own_ns is not None and ns != own_ns:
+            why = (f"PID {pid}, which listens there, runs in another PID or mount namespace (a container's, as "
+                   "`docker run --network host` starts): /proc does not say which launch started it")
+            unsure = unsure or PortOwner("unknown", pid, reason=why)
+        else:
+            return PortOwner("other", pid, cmd)
+    if ours is not None:
+        return PortOwner("server", ours)
+    if unsure is not None:
+        return unsure
+    return PortOwner("unknown", reason=seen.unreadable or NOT_READABLE)
 
 
 def log_tail(path: str | os.PathLike | None, lines: int = 40, max_bytes: int = 64 * 1024) -> str:
@@ -797,6 +971,7 @@ class ReadinessProbe:
         self.attempts = 0
         self.on_hint = on_hint  # (what the probe found elsewhere) -> None, said once
         self.hint: str | None = None  # a launched server found listening on the other loopback
+        self.port_owner: PortOwner | None = None  # whose socket answered, once ready (a launched server's)
         self._looked_at = -math.inf
 
     async def wait(self) -> None:
@@ -817,6 +992,7 @@ class ReadinessProbe:
                     resp = await self.client.request(p.method, self.url)
                     if resp.status_code == p.status:
                         self._alive_after_answer()
+                        self._answered_by_the_server()
                         return
                     self.last = f"HTTP {resp.status_code}"
                 if attempt.cancelled_caught:
@@ -855,6 +1031,32 @@ class ReadinessProbe:
         why = (f"{describe_exit(rc)} before it was ready{full_disk_note(log, rc)}; {self.url} was answered by "
                "another process listening on its port, which soakspec did not start")
         raise BackendError(self.name, why, log_tail(log), crash_lines(log))
+
+    def _answered_by_the_server(self) -> None:
+        """A passing answer counts only when the launched server's process tree listens on its
+        port (`port_owner`): another process that bound the port after the check before
+        launching, while the server loaded, answers the probe with the server alive -- and would
+        be given the load. Then the backend is not ready: `BackendError` naming that process (the
+        caller stops the server). Where /proc cannot tell, the answer counts and `port_owner`
+        says why it was not checked (the manifest's `port_listener`): a launched `docker run -p`
+        is answered through a port forward that no process of the server's tree holds, and a
+        server run as another user (sudo) cannot be looked into -- refusing those would refuse
+        launches that work, to catch a race that needs another process to take the port in the
+        seconds the server loads."""
+        if self.server is None:
+            return
+        where = urllib.parse.urlsplit(self.url)
+        if where.hostname is None or where.port is None:
+            return
+        self.port_owner = owner = port_owner(self.server, where.hostname, where.port)
+        if owner.owner != "other":
+            return
+        raise BackendError(
+            self.name,
+            f"{self.url} was answered by another process listening on its port (PID {owner.pid}: {owner.command}), "
+            "not the launched server, which is stopped: that process took the port while the server loaded; "
+            "no load was sent -- stop it, then run again",
+        )
 
     def _look_elsewhere(self) -> None:
         """A launched server refuses at the probed loopback address: does it listen on the other

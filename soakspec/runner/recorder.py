@@ -130,6 +130,7 @@ class BackendRecorder:
         self.started_at: float | None = None
         self.ready_at: float | None = None
         self.server: Server | None = None
+        self.port_listener: dict[str, Any] | None = None  # whose socket answered readiness (procs.PortOwner)
         self.aborted_reason: str | None = None
         self.aborted_at: float | None = None
         self.failure: BackendError | None = None
