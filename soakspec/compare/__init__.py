@@ -120,9 +120,11 @@ give, wider by about a bin at most. The row's note says so. Exact sides (a short
 simulator's few distinct gaps) are untouched.
 
 Confidence. `confidence` (default 95 %) is family-wise over the comparison: with m rows, each
-row's interval is a (1 - (1 - confidence) / m) interval (Bonferroni), so "no significant
+row's interval is a (1 - (1 - confidence) / m) interval (Bonferroni, `family_confidence`: the
+family, and why intervals rather than Holm's step-down, are said there), so "no significant
 change" on a whole comparison of identical configurations is wrong at most 1 - confidence of the
-time, not once per row. Rules use the same intervals.
+time, not once per row. Rules, the built-in errors FAIL and lint-claims --compare use the same
+intervals.
 
 Verdict per row (direction: for errors, ttft, itl, tpot and latency higher is worse; for qps and
 throughput lower is worse):
@@ -1398,6 +1400,31 @@ def _workload_differences(base_spec: Any, new_spec: Any, workloads: Sequence[str
     return workload_differences(base_spec, new_spec, workloads)
 
 
+def family_confidence(confidence: float, rows: int) -> float:
+    """Each row's confidence in a comparison of `rows` rows at family-wise `confidence`:
+    1 - (1 - confidence) / rows (Bonferroni; module doc, "Confidence").
+
+    The family is every row of one `compare` invocation: each metric x statistic x matched
+    level (and turn) x backend pair, a rule's extra percentile included; unpaired levels have
+    no rows and do not count. Widening every row's interval to this confidence makes the
+    intervals simultaneous: the chance that ANY of them misses its true change -- so that two
+    runs of one configuration read "significant" anywhere -- is at most 1 - confidence, however
+    the rows depend on each other (a level's p50/p95/p99 move together; Bonferroni needs no
+    model of that). Why intervals and not Holm's step-down over p-values: every consumer reads
+    an interval, not a yes/no against 0 -- a rule checks its ends against a threshold
+    (`regression <= 5%`), lint-claims checks a claimed size against it (CB502) -- and Holm gives
+    decisions, not intervals to match them (its compatible intervals, Strassburger & Bretz 2008,
+    end at 0 for every rejected row). Holm would reject more only where several rows changed for
+    real, where one significant row already shows the change; whether a comparison of two runs
+    of one configuration reads changed anywhere is the same under both (Holm's first step is
+    Bonferroni's test of the smallest p-value, and it stops there when that fails). Each row
+    shows its interval at this confidence and no separate "raw" 95 % one: a raw interval's
+    verdict is the one the correction exists to discard. Monotone: a row significant at a confidence is significant at
+    every lower one (its intervals are nested: the same draws, wider quantiles), so the
+    corrected verdicts are a subset of uncorrected ones (tests/test_compare_family.py)."""
+    return 1.0 - (1.0 - confidence) / max(1, rows)
+
+
 def min_resamples(rows: int, confidence: float) -> int:
     """The fewest bootstrap draws per side that leave MIN_TAIL_DRAWS beyond each end of every
     row's interval (module doc, "Resamples"): with `rows` rows each tail is (1 - confidence) /
@@ -1448,7 +1475,7 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
                     pending.append(_Pending((bb.name, bn.name, a.workload, a.index, cm.name, stat), a, z, cm, stat, note))
             pending += _turn_pending(bb.name, bn.name, a, z, note, notes)
     m = max(1, len(pending))
-    row_conf = 1.0 - (1.0 - confidence) / m
+    row_conf = family_confidence(confidence, m)
     need = min_resamples(m, confidence)
     asked = resamples
     if resamples is None:
@@ -1593,4 +1620,4 @@ def _share(v: float | None) -> str:
 
 __all__ = ["BY_NAME", "METRICS", "CompareMetric", "CompareRule", "Comparison", "Row", "RuleError", "RuleOutcome", "RunSamples",
            "proportion_difference", "wilson",
-           "Side", "Sorted", "Unpaired", "compare", "mean_draws", "mean_ratio_interval", "parse_rule", "percentile_draws", "rules_of"]
+           "Side", "Sorted", "Unpaired", "compare", "family_confidence", "mean_draws", "mean_ratio_interval", "parse_rule", "percentile_draws", "rules_of"]
