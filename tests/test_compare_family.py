@@ -195,9 +195,14 @@ def test_a_no_regression_claim_on_a_null_comparison_is_not_flagged(tmp_path, cap
     doc_json = json.loads(fam.read_text())
     rows = doc_json["rows"]
     assert len(rows) == M and {r["row_confidence"] for r in rows} == {FAMILY}
+    assert doc_json["method"]["family_rows"] == M and doc_json["method"]["family_wise"] == "Bonferroni over the rows"
     assert not [r for r in rows if r["verdict"] in SIGNIFICANT]
     capsys.readouterr()
     assert _lint(doc, spec, fam, capsys) == (0, [])
+    del doc_json["method"]["family_rows"]  # a compare.json written before it: its rows held the corrected intervals
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(doc_json))
+    assert _lint(doc, spec, older, capsys) == (0, [])
 
     raw = C.compare(base.build(), new.build(), confidence=1 - 0.05 * M)
     assert {r.row_confidence for r in raw.rows} == {0.95}
@@ -207,3 +212,15 @@ def test_a_no_regression_claim_on_a_null_comparison_is_not_flagged(tmp_path, cap
     code, found = _lint(doc, spec, uncorrected, capsys)
     assert code == 1 and found == ["CB504"], found
 
+
+def test_the_report_names_the_correction_its_family_and_each_rows_confidence(tmp_path):
+    """The markdown (and HTML) method line says the verdicts are after the correction, which
+    correction, over how many rows, and at what confidence each row's interval is -- a reader
+    comparing an interval with another tool's 95 % one must know it is a 99.67 % one."""
+    from soakspec.compare.render import render
+
+    c = C.compare(_run(1002).build(), _run(1003).build())
+    md = render(c, "md")
+    assert ("95% family-wise (Bonferroni over the 15 rows of this comparison: each row's interval is a 99.67% "
+            "interval, so every verdict above is after the correction)") in md
+    assert "Bonferroni over the 15 rows" in render(c, "html")

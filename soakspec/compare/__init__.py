@@ -124,7 +124,7 @@ row's interval is a (1 - (1 - confidence) / m) interval (Bonferroni, `family_con
 family, and why intervals rather than Holm's step-down, are said there), so "no significant
 change" on a whole comparison of identical configurations is wrong at most 1 - confidence of the
 time, not once per row. Rules, the built-in errors FAIL and lint-claims --compare use the same
-intervals.
+intervals; the method line and JSON (`method.family_rows`) name m.
 
 Verdict per row (direction: for errors, ttft, itl, tpot and latency higher is worse; for qps and
 throughput lower is worse):
@@ -747,7 +747,7 @@ class Comparison:
                                       "divided by the design effect of their outcomes in start order (batch means)",
                        "resamples": self.resamples,
                        "resamples_requested": self.resamples_requested, "min_tail_draws": MIN_TAIL_DRAWS, "seed": self.seed,
-                       "family_wise": "Bonferroni over the rows",
+                       "family_wise": "Bonferroni over the rows", "family_rows": len(self.rows),
                        "binned": "itl gaps counted in bins: each draw's percentile at its bins' least and greatest, "
                                  "the interval over the least and greatest changes they allow"},
             "base": self.base.to_json(),

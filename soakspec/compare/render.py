@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from soakspec.compare import Comparison, Row, signed_percent
+from soakspec.compare import Comparison, Row, family_confidence, signed_percent
 from soakspec.report.charts import esc
 from soakspec.report.common import one_line
 from soakspec.report.html import CSP_META
@@ -55,9 +55,12 @@ def _cells(r: Row) -> list[str]:
 
 
 def _method(c: Comparison) -> str:
+    m = len(c.rows)
     return (f"Change: new / base - 1 of each statistic; of ratio(errors), the share of unsuccessful requests, "
             f"new - base in percentage points (pp). Interval: {c.confidence * 100:g}% family-wise "
-            f"(Bonferroni over {len(c.rows)} rows), seeded bootstrap ({c.resamples} draws, seed {c.seed}; "
+            f"(Bonferroni over the {m} row{'s' if m != 1 else ''} of this comparison: each row's interval is a "
+            f"{family_confidence(c.confidence, m) * 100:.4g}% interval, so every verdict above is after the correction), "
+            f"seeded bootstrap ({c.resamples} draws, seed {c.seed}; "
             "percentiles from the exact order-statistic bootstrap); means over buckets: Fieller's t interval; "
             "ratio(errors): Newcombe's score interval (each side's requests over their design effect where failures come in bursts). "
             "Regression: the whole interval is on the worse side.")
