@@ -751,7 +751,7 @@ def _metrics_scrape(spec: Spec, b: Backend, time_scale: float) -> MetricsScrape 
     m = b.metrics
     if not m.enabled:
         return None
-    named = [r.expr.server for r in spec.gate.rules if r.expr.server and r.backend in (None, b.name)]
+    named = [f for r in spec.gate.rules if r.backend in (None, b.name) for f in (r.expr.server, r.expr.over) if f]
     families = tuple(dict.fromkeys([*named, *DEFAULT_SERVER_METRICS]))
     if m.interval_s is not None:  # a duration like any other: --time-scale shrinks it (as the buckets it samples)
         interval = m.interval_s * time_scale
@@ -1437,6 +1437,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
         how = "declared: a failed scrape fails metrics_scraped" if b.metrics.declared else "default: a 404 means not available"
         lines.append(f"    server metrics: GET {scrub(b.metrics.path)} every {format_duration(b.metrics.interval_s)} "
                      f"(at most {format_duration(b.metrics.timeout_s)} each; {how})")
+        if named := [f for f in b.metrics.families if f not in DEFAULT_SERVER_METRICS]:  # a rule's, both of a ratio(...)'s
+            lines.append(f"      and keeps, for the gate's rules, {', '.join(named)} (beside the default families)")
     exp = b.expected_requests
     unknown = (" (a sweep: how many more depends on the levels it probes)" if any(lv.sweep is not None for lv in b.levels)
                else " (set expected_latency for an estimate)")  # fmt: skip

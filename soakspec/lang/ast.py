@@ -90,6 +90,17 @@ class Call:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class MultiCall:
+    """`ratio(server("a_total"), server("b_total"))`: a function of two or more expressions.
+    The grammar takes any number so that a wrong count is the checker's error (with its code,
+    caret and hint), not a parse error; the checker knows only `ratio` of two server counters."""
+
+    func: str
+    args: tuple["Expr", ...]
+    span: Span = _span()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class Slo:
     """One condition of an SLO set: `ttft < 500ms`."""
 
@@ -118,7 +129,7 @@ class NamedRef:
     span: Span = _span()
 
 
-Expr = Union[MetricRef, Call, SloCall, NamedRef]
+Expr = Union[MetricRef, Call, MultiCall, SloCall, NamedRef]
 
 
 # ---------------------------------------------------------------- statements

@@ -118,6 +118,8 @@ def expr_text(expr: A.Expr) -> str:
         return f"{expr.func}({conds})"
     if isinstance(expr, A.Call):
         return f"{expr.func}({expr_text(expr.arg)})"
+    if isinstance(expr, A.MultiCall):
+        return f"{expr.func}({', '.join(expr_text(a) for a in expr.args)})"
     if isinstance(expr, A.NamedRef):
         return f'{expr.func}("{_escape(expr.name, False)}")'
     return expr.name

@@ -110,6 +110,14 @@ METRICS: dict[str, Metric] = {
 # server("name"): a Prometheus metric family name (the text format's own rule)
 SERVER_METRIC_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
+# a gauge that is a fraction of one engine's capacity or traffic (vLLM's kv_cache_usage_perc,
+# gpu_prefix_cache_hit_rate, spec_decode_draft_acceptance_rate, spec_decode_efficiency; SGLang's
+# token_usage, cache_hit_rate): the scraper averages its label sets (runner/scrape.py), and the
+# checker refuses it in ratio(server(...), server(...)), which divides counters' increases.
+# The runner may not import the language: runner/scrape.py's RATIO_SUFFIXES is this list,
+# pinned equal by tests/test_server_ratio.py
+SERVER_RATIO_SUFFIXES = ("_perc", "_ratio", "_usage", "hit_rate", "acceptance_rate", "_efficiency")
+
 AGGREGATES = ("count", "ratio", "rate", "min", "max", "mean")
 
 # Other names for an aggregate, and the one that means it: a hint's answer, never a spelling

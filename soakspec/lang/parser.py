@@ -589,6 +589,11 @@ class _ToAst(Transformer):
         name, arg = children
         return A.Call(str(name), arg, span=self._raw_span())
 
+    @_punctuated
+    def multi_call(self, children):
+        name, *args = children
+        return A.MultiCall(str(name), tuple(args), span=self._raw_span())
+
     @v_args(meta=True)
     def slo_call(self, meta, children):
         name, *conds = children

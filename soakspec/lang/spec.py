@@ -297,6 +297,9 @@ class Expr:
     text: str = ""
     slo: tuple[Slo, ...] = ()  # goodput(...): the conditions (metric "goodput", agg ratio | rate)
     server: str | None = None  # metric "server": the Prometheus family named, server("vllm:num_requests_waiting")
+    # ratio(server("a_total"), server("b_total")) (agg "ratio"): the denominator's family, `server`
+    # the numerator's -- the ratio of the two counters' increases over the scope
+    over: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -126,7 +126,8 @@ def values() -> st.SearchStrategy[A.Value]:
 def _exprs() -> st.SearchStrategy[A.Expr]:
     return st.recursive(
         st.builds(A.MetricRef, names()) | st.builds(A.NamedRef, names(), _text()),  # server("...")
-        lambda inner: st.builds(A.Call, names(), inner),
+        lambda inner: st.builds(A.Call, names(), inner)
+        | st.builds(A.MultiCall, names(), st.lists(inner, min_size=2, max_size=3).map(tuple)),  # ratio(a, b)
         max_leaves=3,
     )
 

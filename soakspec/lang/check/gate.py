@@ -20,8 +20,8 @@ from soakspec.lang.check.core import Bad, Ctx, Key, Table, closest, describe, qu
 from soakspec.lang.check.requests import requests_per_second
 from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import expr_text, rule_text, value_text
-from soakspec.lang.metrics import (AGGREGATE_WORDS, AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRIC_WORDS, METRICS, SERVER_METRIC_NAME, SLO_FUNCTIONS, SLO_METRICS, Kind,
-                                   parse_percentile)
+from soakspec.lang.metrics import (AGGREGATE_WORDS, AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRIC_WORDS, METRICS, SERVER_METRIC_NAME,
+                                   SERVER_RATIO_SUFFIXES, SLO_FUNCTIONS, SLO_METRICS, Kind, parse_percentile)
 from soakspec.lang.samples import min_samples_for_percentile
 from soakspec.lang.simoptions import OPTIONS as _SIM_OPTIONS
 from soakspec.units import UNITS, Dimension
@@ -139,6 +139,7 @@ class _Resolved:
     failed: bool = False  # an error was reported, but the rest of the rule can still be checked
     slo: tuple[S.Slo, ...] = ()
     server: str | None = None  # server("family")
+    over: str | None = None  # ratio(server(...), server("family")): the denominator
 
 
 _FAILED = object()
@@ -164,7 +165,7 @@ def _rule(ctx: Ctx, r: A.Rule, backend_names: set[str]) -> S.Rule | None:
         severity=r.severity,
         klass=res.klass,
         expr=S.Expr(metric=res.metric, agg=res.agg, percentile=res.percentile, wrapper=res.wrapper, text=expr_text(r.expr), slo=res.slo,
-                    server=res.server),
+                    server=res.server, over=res.over),
         op=r.op,
         threshold=threshold,
         threshold_text=value_text(r.threshold) if r.threshold is not None else None,
@@ -179,9 +180,15 @@ def _rule(ctx: Ctx, r: A.Rule, backend_names: set[str]) -> S.Rule | None:
 def _resolve(ctx: Ctx, expr: A.Expr) -> _Resolved:
     if isinstance(expr, A.SloCall):
         return _resolve_slo(ctx, expr)
+    if isinstance(expr, A.MultiCall):
+        return _resolve_ratio(ctx, expr)
     wrapper = None
     if isinstance(expr, A.Call) and expr.func in WRAPPERS:
         wrapper, expr = expr.func, expr.arg
+        if isinstance(expr, A.MultiCall):
+            ctx.error("E305", f"{wrapper}() of a ratio of two server counters is not judged: the ratio is already one number a scope",
+                      expr.span, f"gate the ratio itself per bucket: {expr_text(expr)} >= ... per bucket")
+            raise Bad
         if not isinstance(expr, A.Call):
             ctx.error("E305", f"{wrapper}() takes an aggregate such as {wrapper}(p95(ttft))", expr.span)
             raise Bad
@@ -217,6 +224,46 @@ def _server_family(ctx: Ctx, node: A.NamedRef) -> str:
                   "write the family name as /metrics shows it, without labels, e.g. vllm:num_requests_running")
         raise Bad
     return node.name
+
+
+_RATIO_EXAMPLE = 'ratio(server("vllm:prefix_cache_hits_total"), server("vllm:prefix_cache_queries_total"))'
+
+
+def _resolve_ratio(ctx: Ctx, expr: A.MultiCall) -> _Resolved:
+    """`ratio(server("a_total"), server("b_total"))`: the ratio of two server counters' increases
+    over the scope (PromQL's `increase(a[w]) / increase(b[w])`; judge/servermetrics.py
+    `ServerRatio`). Two arguments, each a `server("...")`, two different families; a gauge that is
+    already a ratio (`SERVER_RATIO_SUFFIXES`: kv_cache_usage_perc, cache_hit_rate) is refused,
+    since a level has no increase to divide (a gauge or histogram only the server's exposition
+    reveals is INCONCLUSIVE when judged)."""
+    if expr.func != "ratio":
+        ctx.error("E303", f"'{expr.func}' takes one argument; only ratio(...) takes two (of server counters)", expr.span,
+                  f"e.g. {_RATIO_EXAMPLE}")
+        raise Bad
+    if len(expr.args) != 2:
+        ctx.error("E305", f"ratio() of server metrics takes two arguments, a numerator and a denominator; it has {len(expr.args)}",
+                  expr.span, f"e.g. {_RATIO_EXAMPLE}")
+        raise Bad
+    families = []
+    for arg in expr.args:
+        if not isinstance(arg, A.NamedRef):
+            what = f"'{expr_text(arg)}' is not one of the server's own metrics"
+            hint = (f"ratio({expr_text(arg)}) alone is the share of measured requests" if isinstance(arg, A.MetricRef) and arg.name in METRICS
+                    and "ratio" in METRICS[arg.name].aggregates else f"write each as server(\"...\"), e.g. {_RATIO_EXAMPLE}")
+            ctx.error("E305", f"ratio(a, b) divides two server counters' increases: {what}", arg.span, hint)
+            raise Bad
+        family = _server_family(ctx, arg)
+        if family.endswith(SERVER_RATIO_SUFFIXES):
+            ctx.error("E305", f"server metric '{family}' is a gauge that is already a ratio: it has no increase for ratio() to divide",
+                      arg.span, f'gate it directly, e.g. mean(server("{family}")) >= ...; ratio(a, b) divides two counters (..._total)')
+            raise Bad
+        families.append(family)
+    num, den = families
+    if num == den:
+        ctx.error("E305", f"ratio() divides '{num}' by itself: always 100% where it increased", expr.args[1].span,
+                  "the denominator is another counter, e.g. the lookups the numerator's hits are out of")
+        raise Bad
+    return _Resolved("server", "ratio", None, None, Kind.RATIO, "performance", server=num, over=den)
 
 
 _SLO_OPS = ("<", "<=", ">", ">=")
@@ -343,7 +390,8 @@ def _check_aggregate(ctx: Ctx, m, agg: str | None, percentile: float | None, exp
             ctx.error("E305", f"a percentile does not apply to '{m.name}' ({m.description})", expr.span, f"write {aggregate_examples(m)}")
             raise Bad
     elif agg not in m.aggregates:
-        ctx.error("E305", f"{agg}() does not apply to '{m.name}' ({m.description})", expr.span, f"write {aggregate_examples(m)}")
+        hint = f"a ratio of two server counters takes both: {_RATIO_EXAMPLE}" if m.name == "server" and agg == "ratio" else f"write {aggregate_examples(m)}"
+        ctx.error("E305", f"{agg}() does not apply to '{m.name}' ({m.description})", expr.span, hint)
         raise Bad
     return agg
 
