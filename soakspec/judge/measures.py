@@ -128,6 +128,9 @@ class Measure:
     # nothing finer to read again (a server histogram's quantile: the bucket it falls in) -- why,
     # for messages ("the server histogram's bucket"); None: binned gaps, which can be re-read
     coarse: str | None = None
+    # what the value is made of, printed beside it in every message and report (a server ratio:
+    # its numerator's and denominator's increases over the scope)
+    detail: str | None = None
 
     @property
     def short(self) -> int:

@@ -277,6 +277,8 @@ def _instance_of(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Jud
     if m.value is None:
         return Instance("inconclusive", where, None, None, m.samples, f"{e.text} cannot be computed: {m.reason}"), None, m.samples
     vtext = f"{e.text} {'≈' if m.bounds is not None else '='} {format_beside(m.value, kind(rule), rule.op, rule.threshold)}"
+    if m.detail is not None:
+        vtext += f" ({m.detail})"
     ok = compare(m.value, rule.op, rule.threshold)
     if m.coarse is not None and m.bounds is not None:
         # the threshold at or beyond the bucket's bounds (lo, hi]: every value the bucket allows is

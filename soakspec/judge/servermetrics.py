@@ -27,6 +27,8 @@ over a scope's bucket windows (the index/scope API: `Scope.windows`):
              for every value from it up); bare = observations, rate() =
              observations per second
   summary    mean only (Δsum / Δcount)
+  ratio      `ratio(server("num"), server("den"))`: two counters' bare increases over the
+             scope divided (`ServerRatio`); no ratio where the denominator did not increase
 
 A counter's or histogram's change over a window is taken between the last scrape at or before
 the window's start (else its first scrape inside) and the first scrape at or after its end
@@ -648,8 +650,54 @@ def _summary(family: str, scope: Scope, agg: str, q: float | None, confidence: f
 _KINDS = {"gauge": _gauge, "counter": _counter, "histogram": _histogram, "summary": _summary}
 
 
-def bind(expr: Any) -> ServerMetric:
-    """The implementation of one rule's `server("family")` (registry: `impl_for`)."""
+@dataclasses.dataclass(frozen=True)
+class ServerRatio:
+    """`ratio(server("num"), server("den"))` over one scope instance: the numerator's increase
+    over the scope divided by the denominator's (PromQL's `increase(num[w]) / increase(den[w])`;
+    a prefix-cache hit rate, a speculative-decoding acceptance rate, an error ratio).
+
+    Each increase is exactly a bare `server("...")` rule's (`ServerMetric.measure` with
+    "count"): the same brackets, the same resets, the same label sets, the same coverage. Only
+    counters have an increase to divide: a gauge's level or a histogram's observations are
+    INCONCLUSIVE, saying so (the checker refuses the gauges it can name: `_perc`, `hit_rate`...).
+    Missing data is never a pass: where either increase cannot be computed, where either is only
+    a lower bound (a bucket no scrape covers: a ratio of two lower bounds bounds nothing), or
+    where the denominator did not increase (no lookups, no drafts: no ratio), the scope is
+    INCONCLUSIVE with the reason and both increases."""
+
+    num: str
+    den: str
+
+    def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
+                confidence: float = 0.95, min_samples: int = 1) -> Measure:
+        for family in (self.num, self.den):
+            for bi in scope.backends:
+                s = find(bi, family)
+                if s is not None and s.type != "counter":
+                    return Measure(None, 0, 2, "scrape", f"ratio() divides two counters' increases; '{family}' is a {s.type}, "
+                                   "which has none (gate a gauge or histogram on its own: mean(server(...)), p99(...))")
+        parts = [ServerMetric(f).measure(scope, "count", confidence=confidence, min_samples=min_samples) for f in (self.num, self.den)]
+        n, d = parts
+        if n.value is not None and d.value is not None:
+            detail = f"'{self.num}' +{n.value:g} of '{self.den}' +{d.value:g}"
+        else:
+            detail = None
+        samples = min(n.samples, d.samples)
+        for family, m in zip((self.num, self.den), parts):
+            if m.value is None:
+                return Measure(None, samples, 2, "scrape", f"'{family}': {m.reason}")
+            if m.at_least:
+                return Measure(None, samples, 2, "scrape", f"{detail}: each only a lower bound, which bounds no ratio ({m.reason})")
+        if d.value <= 0:  # type: ignore[operator]
+            return Measure(None, samples, 2, "scrape", f"{detail}: the denominator did not increase in the scope, so there is no ratio")
+        return Measure(n.value / d.value, samples, 2, "scrape", detail=detail)  # type: ignore[operator]
+
+
+def bind(expr: Any) -> ServerMetric | ServerRatio:
+    """The implementation of one rule's `server("family")`, or of its
+    `ratio(server("num"), server("den"))` (`over`: the denominator) (registry: `impl_for`)."""
+    if expr.over is not None:
+        return ServerRatio(expr.server, expr.over)
     return ServerMetric(expr.server)
 
 

@@ -32,8 +32,8 @@ def charted_families(b: Mapping[str, Any], spec: Any) -> list[str]:
     default queue and cache gauges the server exposes."""
     sm = b.get("server_metrics") if isinstance(b.get("server_metrics"), Mapping) else {}
     have = sm.get("families") if isinstance(sm.get("families"), Mapping) else {}
-    named = [r.expr.server for r in _rules(spec) if r.expr.server and r.backend in (None, b.get("name"))]
-    out = list(dict.fromkeys(named))
+    named = [f for r in _rules(spec) if r.backend in (None, b.get("name")) for f in (r.expr.server, r.expr.over) if f]
+    out = list(dict.fromkeys(named))  # both counters of a ratio(server(...), server(...))
     if not out:
         for pair in DEFAULT_CHARTS:
             out += [next(n for n in pair if n in have)] if any(n in have for n in pair) else []
@@ -135,7 +135,8 @@ def html_charts(b: Mapping[str, Any], verdict: Any = None, spec: Any = None) -> 
         vals = [per.get(f"{w.get('workload')}:{w.get('level')}:{w.get('bucket')}") for w in ws]
         series = [Series(label, broken_at([(x, _value(e, label)) for x, e in zip(mids, vals)], keys), color, dash)
                   for label, color, dash in _SERIES.get(kind, _SERIES["gauge"])]
-        lines, marks = _overlays(verdict, spec, name, t0, lambda r, fam=fam: r.expr.server == fam)
+        lines, marks = _overlays(verdict, spec, name, t0, lambda r, fam=fam: r.expr.server == fam and r.expr.over is None)
+        # (a ratio's threshold is a share, not a level of either counter it divides: not drawn on them)
         out.append(line_chart(name, metric, fam, _WHAT.get(kind, kind), series, bands, x_max,
                               lambda v: f"{v:.4g}", empty=f"no scrape of {fam} inside a bucket", thresholds=lines, marks=marks))
     cpu = [(_num((w.get("cpu") or {}).get("mean")), _num((w.get("cpu") or {}).get("max"))) if isinstance(w.get("cpu"), Mapping)
