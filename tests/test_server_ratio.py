@@ -264,3 +264,10 @@ def test_a_replay_that_shares_prefixes_passes_a_hit_rate_gate_and_one_that_does_
         report = (out / "report.md").read_text() if (out / "report.md").exists() else ""
         assert report == "" or "ratio(" in report
     assert got == {"true": (0, "pass", 1568 / 2048), "false": (1, "fail", 0.0)}, got
+
+
+def test_the_report_charts_both_counters_of_a_ratio():
+    from soakspec.report.serverview import charted_families
+
+    spec, _, _ = _check(f"require {RATIO} >= 50% per bucket")
+    assert charted_families({"name": "a", "server_metrics": {"families": {}}}, spec) == [HITS, QUERIES]
