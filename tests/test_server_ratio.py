@@ -167,6 +167,12 @@ def test_a_counter_reset_counts_the_new_value_as_the_bare_counter_rule_does():
     assert math.isclose(observed["ratio"], observed["serve"] / 6000)
 
 
+def test_both_increases_are_printed_exactly_however_large():
+    spec, b, _ = _builder(f"require {RATIO} >= 90% per level", lambda t: 60_000.0, lambda t: 100_000.0)
+    r = _the(judge(spec, b.build()))
+    assert r.status == "fail" and f"'{HITS}' +10800000 of '{QUERIES}' +18000000" in r.message, r.message
+
+
 def test_a_gauge_in_a_ratio_is_inconclusive_saying_it_has_no_increase():
     spec, b, _ = _builder('require ratio(server("vllm:num_requests_running"), server("vllm:prefix_cache_queries_total")) > 1%',
                           lambda t: 60.0, lambda t: 100.0)

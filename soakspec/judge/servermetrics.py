@@ -61,13 +61,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from soakspec.judge import stats
-from soakspec.judge.common import backend_here, plural, problem, result
+from soakspec.judge.common import backend_here, format_value, plural, problem, result
 from soakspec.judge.index import BackendIndex
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import Measure
 from soakspec.judge.scrapes import Scrapes, Series
 from soakspec.judge.scope import Scope
 from soakspec.judge.verdict import Instance, RuleResult
+from soakspec.lang.metrics import Kind
 from soakspec.lang.spec import Rule
 
 EPS = 1e-6
@@ -679,7 +680,8 @@ class ServerRatio:
         parts = [ServerMetric(f).measure(scope, "count", confidence=confidence, min_samples=min_samples) for f in (self.num, self.den)]
         n, d = parts
         if n.value is not None and d.value is not None:
-            detail = f"'{self.num}' +{n.value:g} of '{self.den}' +{d.value:g}"
+            # exact counts, as large as they come (1234567, never 1.23457e+06)
+            detail = f"'{self.num}' +{format_value(n.value, Kind.COUNT)} of '{self.den}' +{format_value(d.value, Kind.COUNT)}"
         else:
             detail = None
         samples = min(n.samples, d.samples)
