@@ -205,9 +205,9 @@ class UnsendingServer(FakeServer):
     made, warmup included): as the real clients record a request that hit the load generator's
     own limit (runner/fdlimit.py) -- no start, disconnected, `not sent: ...` -- at once."""
 
-    def __init__(self, clock: RunClock, latency: float, unsent) -> None:
+    def __init__(self, clock: RunClock, latency: float, unsent, late: float = 0.0) -> None:
         super().__init__(clock, latency)
-        self.unsent, self.made = unsent, 0
+        self.unsent, self.made, self.late = unsent, 0, late  # late: seconds before the client says it could not send
 
     def connect(self):
         inner = super().connect()
@@ -217,6 +217,7 @@ class UnsendingServer(FakeServer):
             async def send(self, shape, request_id, headers, record: RequestRecord, *, deadline: float) -> None:
                 k, srv.made = srv.made, srv.made + 1
                 if srv.unsent(k, record):
+                    await trio.sleep(srv.late)
                     record.start, record.end = None, srv.clock.now()
                     record.outcome, record.error = Outcome.DISCONNECTED, NOT_SENT + "out of file descriptors (test)"
                     await trio.lowlevel.checkpoint()
@@ -229,11 +230,12 @@ class UnsendingServer(FakeServer):
         return Conn()
 
 
-async def _drive_parts(level: Level, latency: float, parts: int, unsent=None):
+async def _drive_parts(level: Level, latency: float, parts: int, unsent=None, late: float = 0.0, taken: list | None = None):
     """The level driven as `--workers parts` drives it: one `drive_level` per part from one
-    start, against one server, sharing the level's count (`ids.SharedCount`, as the processes do)."""
+    start, against one server, sharing the level's count (`ids.SharedCount`, as the processes do);
+    `taken` gets the count of measured requests sent at the end, as the parent reads it."""
     clock = RunClock(timer=trio.current_time, epoch=1000.0)
-    server = FakeServer(clock, latency) if unsent is None else UnsendingServer(clock, latency, unsent)
+    server = FakeServer(clock, latency) if unsent is None else UnsendingServer(clock, latency, unsent, late)
     records: list[RequestRecord] = []
     runs: list[LevelRun] = []
     t0 = clock.now() + 0.5
@@ -249,6 +251,8 @@ async def _drive_parts(level: Level, latency: float, parts: int, unsent=None):
         async with trio.open_nursery() as n:
             for p in range(parts):
                 n.start_soon(one_part, p)
+        if taken is not None:
+            taken.append(count.value(SharedCount.MEASURED))
     finally:
         count.remove()
     return t0, records, runs
@@ -344,6 +348,29 @@ def test_a_closed_loop_always_sends_exactly_its_count(n, workers, parts, picked)
     assert len(_sent(records)) == n == sum(r.measured for r in runs)
     assert len(_measured(records)) - n == len([k for k in picked if k < len(seen)])
     assert any(r.count_reached for r in runs)
+
+
+def test_with_workers_the_manifest_says_count_only_when_the_processes_together_sent_it():
+    """--workers 2, one closed-loop worker each, 1 s a request, 6 asked, at most 3.5 s. The
+    first process's request at 2 s cannot be sent, and its client says so only at 4 s: the
+    second process has meanwhile found every place taken (at 3 s) and stopped, and the first
+    gives its place back after the duration ran out. 5 were sent: the level's manifest fields
+    (`workers._sum_up`, from each process's summary and the shared count, as the parent adds
+    them up) say `ended_by: duration` with 5 -- not `count`, which one process alone saw."""
+    from soakspec.runner import workers
+
+    level = _level("mode = closed\n    concurrency = [2]\n    requests_per_level = 6",
+                   "duration = 3500ms\n  bucket = 1s\n  deadline = 60s")
+    taken: list[int] = []
+    t0, records, runs = trio.run(_drive_parts, level, 1.0, 2, lambda k, rec: rec.worker == 0 and rec.bucket == 2,
+                                 2.0, taken, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(_sent(records)) == 5 and len(_measured(records)) == 6 and taken == [5]
+    assert sorted(r.count_reached for r in runs) == [False, True]  # one process alone saw the count reached
+    run = LevelRun(level, started_at=t0, measure_start=t0)
+    shares = [IdSequence("t").share(p, 2) for p in range(2)]
+    workers._sum_up(run, [workers._summary(r, 0) for r in runs], shares, IdSequence("t"), taken[0])
+    assert run.count_json() == {"measured_sent": 5, "ended_by": "duration"}
+    assert run.measure_end == pytest.approx(t0 + 3.5) and len(run.bucket_windows()) == 4  # every bucket: its duration ended it
 
 
 def test_an_open_loop_does_not_count_an_arrival_it_could_not_send():

@@ -111,6 +111,11 @@ class SharedCount:
         count moves back by one, so another request takes it."""
         self._update(slot, lambda n: max(0, n - 1))
 
+    def value(self, slot: int) -> int:
+        """The count in `slot` now, unchanged (the parent reads a level's measured requests sent
+        from it: the processes' own `Quota.reached` can disagree, `workers._sum_up`)."""
+        return self._update(slot, lambda n: n)
+
     def _update(self, slot: int, step) -> int:
         """The count in `slot` before `step` (old -> new) moved it, under the file's lock."""
         fd = self.open()._fd
@@ -133,6 +138,11 @@ class SharedCount:
 
     def remove(self) -> None:
         self.close()
+        self.unlink()
+
+    def unlink(self) -> None:
+        """The file's name gone, this process's descriptor (if open) kept: every process that
+        opened it still reads and moves the count."""
         try:
             os.unlink(self.path)
         except FileNotFoundError:

@@ -169,6 +169,8 @@ async def drive_level_workers(
     count = SharedCount.create() if level.concurrency is not None and n > 1 else None
     if count is not None:
         job = dict(job, count=count.path)
+        count.open()  # the parent's own descriptor: it reads the count of measured requests sent at the end
+    taken: int | None = None  # a count-bounded closed loop's measured requests sent, all processes together
     clock = ctx.clock
     stats = ctx.stats
     procs: list[trio.Process] = []
@@ -219,7 +221,7 @@ async def drive_level_workers(
     try:
         await _spawn(level, job, shares, clock, procs, readers)
         if count is not None:
-            count.remove()  # every worker has it open (READY): no file outlives the level, even a SIGKILLed runner's
+            count.unlink()  # every worker has it open (READY): no file outlives the level, even a SIGKILLed runner's
         t0 = clock.now() + START_MARGIN
         if ctx.on_start is not None:
             ctx.on_start(t0)
@@ -233,7 +235,9 @@ async def drive_level_workers(
             async with trio.open_nursery() as pumps:
                 for p in range(n):
                     pumps.start_soon(pump, p)
-            if any(s is not None and s.get("count_reached") for s in summaries):
+            if count is not None and level.requests_per_level is not None:
+                taken = count.value(SharedCount.MEASURED)  # every process has ended: the count is final
+            if _count_reached(level, [s for s in summaries if s is not None], taken):
                 counted.set()
     finally:
         with trio.CancelScope(shield=True):
@@ -256,7 +260,7 @@ async def drive_level_workers(
         if count is not None:
             count.remove()
     assert all(s is not None for s in summaries)
-    _sum_up(run, [s for s in summaries if s is not None], shares, ids)
+    _sum_up(run, [s for s in summaries if s is not None], shares, ids, taken)
     return run, ids.end
 
 
@@ -293,15 +297,39 @@ def _process_name(p: int, n: int, proc) -> str:
     return f"load process {p + 1} of {n} (--workers, pid {proc.pid})"
 
 
-def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSequence) -> None:
-    """The level's run from the workers' summaries; `ids` goes on after every index they used."""
+def _count_reached(level: Level, done: list[dict], taken: int | None) -> bool:
+    """Whether a count-bounded level's count ended it, its processes together. A closed loop
+    split over processes: the level's shared count (`taken`, `ids.SharedCount.MEASURED`) reached
+    `requests_per_level` -- the truth, where a process's own `Quota.reached` is not: one process
+    finds every place taken and stops, another then gives a place back (a request it could not
+    send) and its duration runs out before it takes it again, so fewer than n were sent though a
+    process saw the count reached (the manifest would say `ended_by: count` of a level short of
+    it). An open loop: every process reads the same schedule, so each saw its n-th arrival."""
+    if level.requests_per_level is None:
+        return False
+    if taken is not None:
+        return taken >= level.requests_per_level
+    return any(s.get("count_reached") for s in done)
+
+
+def _summary(run: LevelRun, issued: int) -> dict:
+    """A worker's DONE message: its part of the level's run (`_sum_up` adds the parts up)."""
+    return {"sent": run.sent, "busy_s": run.busy_s, "drained_at": run.drained_at,
+            "completed": run.completed, "ids": issued, "measured": run.measured,
+            "count_reached": run.count_reached, "last_bucket": run.last_bucket}  # fmt: skip
+
+
+def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSequence, taken: int | None = None) -> None:
+    """The level's run from the workers' summaries (`taken`: a count-bounded closed loop's
+    shared count of measured requests sent, `_count_reached`); `ids` goes on after every index
+    they used."""
     run.completed = all(s["completed"] for s in done)
     run.drained_at = max(s["drained_at"] for s in done)
     # a count-bounded level: each process saw the count reached (open loop: the same schedule's
     # n-th arrival; closed loop: a claim past n) or the duration end it; ended by its count, its
     # measured window ends when its last process drained
     run.measured = sum(s.get("measured", 0) for s in done)
-    run.count_reached = any(s.get("count_reached") for s in done)
+    run.count_reached = _count_reached(run.level, done, taken)
     run.last_bucket = max(s.get("last_bucket", 0) for s in done)
     stop = run.measure_start + run.level.duration_s
     run.measure_end = min(run.drained_at, stop) if run.count_reached else stop
@@ -420,10 +448,7 @@ async def _worker(msg_fd: int) -> None:
     with trio.CancelScope(shield=True):
         await flush()
         if run is not None:
-            summary = {"sent": run.sent, "busy_s": run.busy_s, "drained_at": run.drained_at,
-                       "completed": run.completed, "ids": next_id.issued, "measured": run.measured,
-                       "count_reached": run.count_reached, "last_bucket": run.last_bucket}  # fmt: skip
-            await out.send_all(_frame(DONE, pickle.dumps(summary)))
+            await out.send_all(_frame(DONE, pickle.dumps(_summary(run, next_id.issued))))
 
 
 def main() -> int:
