@@ -333,7 +333,10 @@ def test_errors_under_more_load_than_the_cap_are_not_the_servers_fail():
         v, rules = _cap_rules(spec, b)
         statuses.append((rules["errors == 0"].status, v.outcome))
         if latency > 1.0:
-            assert rules["errors == 0"].message.startswith("not judged, the load generator did not keep to the declared cap")
+            message = rules["errors == 0"].message
+            assert message.startswith("not judged, the load generator did not keep to the declared cap (backend a, rate 2 rps, "
+                                      "max_concurrency 1: the load process had up to 2 requests in flight at once"), message
+            assert message.count("did not keep to the declared cap") == 1, message
     assert statuses == [("inconclusive", "INCONCLUSIVE"), ("fail", "FAIL")]
 
 
@@ -354,6 +357,32 @@ def test_the_cap_is_checked_per_load_process_against_its_share():
     assert health.status == "inconclusive"
     assert ("load process 2 of 2 (records whose worker % 2 is 1) had up to 2 requests in flight at once, over its "
             "share of 1") in health.message
+
+
+def test_records_that_name_no_process_cannot_prove_a_split_cap():
+    """max_concurrency = 2 over `--workers 2`, 3 of the records with no `worker` (the request
+    schema allows null; the runner never writes it): no process's share can be proven from
+    records whose process is unknown, so client_healthy is INCONCLUSIVE saying so -- not a
+    pass that left them out -- and a count FAIL under that load is not judged, said once. One
+    process needs no worker: the same records pass."""
+    spec = _small_spec("require errors == 0", mode="open", levels="[2rps]\n    max_concurrency = 2")
+    b = EvidenceBuilder(spec)
+    for k, r in enumerate(b.measured("a")):
+        r["worker"] = None if k < 3 else k
+    b.set_outcome(next(iter(b.measured("a"))), "failed", "HTTP 500", status=500)
+    _, rules = _cap_rules(spec, b)
+    assert rules["client_healthy"].status == "pass", rules["client_healthy"].message
+    b.level("a", 0)["workers"] = 2
+    v, rules = _cap_rules(spec, b)
+    health = rules["client_healthy"]
+    assert health.status == "inconclusive", health.message
+    assert ("rate 2 rps, max_concurrency 2: the records cannot show that the load generator kept to the declared cap "
+            "(max_concurrency 2): 3 records name no worker, so which of the level's 2 load processes (--workers) sent "
+            "them is unknown and no process's share of the cap can be checked") in health.message, health.message
+    errors = rules["errors == 0"]
+    assert errors.status == "inconclusive" and v.outcome == "INCONCLUSIVE"
+    assert errors.message.startswith("not judged, the records cannot show that the load generator kept to the declared "
+                                     "cap (backend a, rate 2 rps, max_concurrency 2: 3 records name no worker"), errors.message
 
 
 def test_the_warm_up_holds_the_same_slots():

@@ -28,6 +28,14 @@ share of N (`shares.in_flight_share`, the runner's own split; a record's process
     A queue that waited while the records never showed the share full -- a slot lost, a cap
     smaller than declared -- is flagged.
 
+Records that name no process: split over `workers` processes, a record's process is read
+from its `worker`; one without (the runner always writes it, but the request schema allows
+null and `verify` does not refuse it) belongs to no process the judge can name, so no
+process's in-flight count is known -- leaving it out could hide a process over its share, and
+counting it anywhere could flag a sound one. Such a level cannot prove its cap: a Breach of
+kind "unplaced" (INCONCLUSIVE, never a pass by omission); the other records are still checked.
+One process needs no `worker`: every record is its.
+
 Records without a usable interval: one with no end, or an end not after its begin (a request
 held back at the backend's gate: start = end), occupies no time in (a) -- leaving it out can
 only count fewer in flight, never flag a sound run. A request *never sent* (no start: the
@@ -58,8 +66,10 @@ class Breach:
 
     kind "over": `count` requests started with more than `share` in flight, `peak` at most.
     kind "idle": `count` of the process's `waited` requests waited for a slot although its
-    records never showed the share full during the wait. `at`: the first such request's
-    begin (over) or intended start (idle), run-clock seconds."""
+    records never showed the share full during the wait. kind "unplaced": `count` records of a
+    level split over `parts` processes name no worker, so their process is unknown and no share
+    can be proven (`process` -1). `at`: the first such request's begin (over) or intended start
+    (idle), run-clock seconds."""
 
     kind: str
     process: int
@@ -79,6 +89,9 @@ def breaches(worker: np.ndarray, intended: np.ndarray, start: np.ndarray, admitt
     parts = max(1, min(parts, cap))  # as `workers.processes_for` splits a capped level
     proc = np.zeros(len(worker), dtype=np.int64) if parts == 1 else np.where(worker >= 0, process_of(worker, parts), -1)
     out: list[Breach] = []
+    unplaced = int((proc < 0).sum())
+    if unplaced:
+        out.append(Breach("unplaced", -1, parts, 0, unplaced))
     for p in range(parts):
         sel = np.flatnonzero(proc == p)
         if not len(sel):

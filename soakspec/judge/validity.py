@@ -16,6 +16,7 @@ import bisect
 import dataclasses
 import json
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -976,6 +977,10 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
 
 
 CAP_BROKEN = "the load generator did not keep to the declared cap"
+# a level split over processes whose records cannot show which process sent each (no `worker`):
+# its cap is not proven (judge/capproof.py, kind "unplaced"); same cause, CLIENT_CAP
+CAP_UNPROVEN = "the records cannot show that the load generator kept to the declared cap"
+_CAP_MESSAGE = re.compile(rf"({re.escape(CAP_BROKEN)}|{re.escape(CAP_UNPROVEN)}) \((max_concurrency \d+)\): (.*)", re.S)
 # the `cause` of a capped level whose records show the runner off its max_concurrency: every
 # figure of the level was made under a load the spec did not declare (more in flight than the
 # cap), or its queue waited with a slot free (latency and timeouts the cap did not make), so
@@ -1000,10 +1005,29 @@ def cap_kept(bi: BackendIndex, lv: LevelIndex, tol: float) -> list[Instance]:
                      _floats(recs, "admitted"), _floats(recs, "end"), cap, parts, tol)
     where = loc(level_scope(bi, lv))
     return [Instance("inconclusive", where, float(b.peak if b.kind == "over" else b.count), None, b.count,
-                     f"{CAP_BROKEN} (max_concurrency {cap}): {_breach_text(b)}", cause=CLIENT_CAP) for b in found]
+                     f"{CAP_UNPROVEN if b.kind == 'unplaced' else CAP_BROKEN} (max_concurrency {cap}): {_breach_text(b)}",
+                     cause=CLIENT_CAP) for b in found]
+
+
+def _cap_blocked(d: Instance) -> tuple[str, str]:
+    """A CLIENT_CAP instance as `client_blocks` names it: (what -- CAP_BROKEN or CAP_UNPROVEN --,
+    where and why), said once: `the load generator did not keep to the declared cap (backend a,
+    rate 2 rps, max_concurrency 1: the load process had up to 2 ...)`, not the lead twice."""
+    m = _CAP_MESSAGE.fullmatch(d.message)
+    if m is None:
+        return CAP_BROKEN, _at(d)
+    what, cap, why = m.groups()
+    place = d.where.text
+    if cap not in place:  # a phase's label need not name the cap
+        why = f"{cap}: {why}"
+    return what, f"{place}: {why}" if place else why
 
 
 def _breach_text(b: Breach) -> str:
+    if b.kind == "unplaced":
+        return (f"{plural(b.count, 'record')} {'names' if b.count == 1 else 'name'} no worker, so which of the "
+                f"level's {b.parts} load processes (--workers) sent {'it' if b.count == 1 else 'them'} is unknown "
+                "and no process's share of the cap can be checked")
     who = f"load process {b.process + 1} of {b.parts} (records whose worker % {b.parts} is {b.process})" if b.parts > 1 \
         else "the load process"
     if b.kind == "over":
@@ -1089,14 +1113,17 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
 
     what = "the load generator was saturated" if sensitive else "requests timed out while the load generator was saturated"
     if all(h.cause == CLIENT_CAP for h, _ in unhealthy):  # the load was not the declared one, saturated or not
-        what = CAP_BROKEN
+        what = CAP_BROKEN if any(h.message.startswith(CAP_BROKEN) for h, _ in unhealthy) else CAP_UNPROVEN
     if not kept:  # every failure known overlaps one (or none is known): the client may have made it
         times = None if any(m is None for _, m in gone) else _merged([s for _, m in gone for s in zip(*m)])  # type: ignore[misc]
         shown = beside(times) if gone else [h for h, _ in unhealthy]
         first = shown[0]
         more = f" (and {len(shown) - 1} more)" if len(shown) > 1 else ""
+        said = _at(first)
+        if first.cause == CLIENT_CAP and what in (CAP_BROKEN, CAP_UNPROVEN):  # its message leads with what it is: say it once
+            what, said = _cap_blocked(first)
         return dataclasses.replace(res, status="inconclusive",
-                                   message=f"not judged, {what} ({_at(first)}{more}); it measured: {res.message}")
+                                   message=f"not judged, {what} ({said}{more}); it measured: {res.message}")
     if not gone:
         return res
     return _discounted(res, r, kept, [(d, beside(mine)) for d, mine in gone[:MAX_SHOWN]], len(gone), what)
