@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
@@ -18,6 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from soakspec.plan import DEFAULT_SERVER_METRICS, MetricsScrape
+
+from runner_support import REPO
 from soakspec.runner.scrape import scrape_row
 from soakspec.sim import SimConfig, serve
 from soakspec.sim.model import PrefixCache, block_hashes, first_token_delay
@@ -164,6 +168,14 @@ def test_a_spec_with_no_blocks_is_refused_by_check_before_anything_runs(tmp_path
     spec, diags, _ = load_spec(path)
     assert spec is None and [(d.code, d.span.line) for d in diags if d.severity == "error"] == [("E204", 4)], diags
     assert option in str(diags[0].message)
+    # as the user reads it: path:line:col, the caret under the 0, and what to write instead
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "check", str(path)], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+    col = 4 + len(option) + 3 + 1
+    assert proc.returncode == 2 and f"s.soak:4:{col}: E204 '{option}' must be more than zero, not 0" in proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert f"\n      {option} = 0\n" + " " * (col + 1) + "^\n  hint: " in out, out
+    assert "set enable_prefix_caching = false" in out, out
 
 
 # ---------------------------------------------------------------------------- the simulator as a server

@@ -109,7 +109,11 @@ _SIM_KEY = {
 # (soakspec.sim.config): caught here, by `check`, before anything is launched.
 _SIM_RANGE = {
     "slots": dict(minimum=1), "max_model_len": dict(minimum=1), "default_max_tokens": dict(minimum=1),
-    "tokens_per_chunk": dict(minimum=1), "block_size": dict(minimum=1), "prefix_cache_blocks": dict(minimum=1),
+    "tokens_per_chunk": dict(minimum=1),
+    "block_size": dict(minimum=1, low="a block holds at least one token (vLLM's default: 16); to run without a prefix "
+                                     "cache, set enable_prefix_caching = false"),
+    "prefix_cache_blocks": dict(minimum=1, low="the cache holds at least one block (the default: 32768); to run without "
+                                              "a prefix cache, set enable_prefix_caching = false"),
     "seed": dict(maximum=2**63 - 1, why="a seed is at most 9,223,372,036,854,775,807 (2^63 - 1)"),
     **{name: dict(maximum=1.0, why="a probability or a fraction: at most 100%")
        for name, kind in SIM_OPTIONS.items() if kind == "ratio" and name != "drift"},  # drift: growth per minute, may pass 100%
