@@ -15,6 +15,7 @@ Two gaps, each tested through real processes on 127.0.0.1:
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -53,14 +54,14 @@ def _spec(backends: dict[str, list[str]], *, parallel: bool, probe: str = "/v1/m
     return "\n".join(parts)
 
 
-def _run(tmp_path: Path, prelude: str, spec_text: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _run(tmp_path: Path, prelude: str, spec_text: str, quiet: bool = True) -> tuple[subprocess.CompletedProcess, Path]:
     """`soakspec run` after `prelude` (Python run before soakspec is imported); every process it
-    started gone after."""
+    started gone after. `quiet`: with --quiet (its progress lines left out)."""
     spec = tmp_path / "t.soak"
     spec.write_text(spec_text)
     marker = new_marker()
     out = tmp_path / "ev"
-    proc = subprocess.run([PY, "-c", prelude + MAIN, "run", str(spec), "--out", str(out), "--quiet"],
+    proc = subprocess.run([PY, "-c", prelude + MAIN, "run", str(spec), "--out", str(out)] + ["--quiet"] * quiet,
                           cwd=tmp_path, env=run_env(marker), capture_output=True, text=True, timeout=120)  # fmt: skip
     assert wait_no_survivors(marker) == [], "a process the run started outlived it"
     return proc, out
@@ -174,7 +175,7 @@ def test_a_port_another_process_took_while_the_server_loads_aborts_naming_it(tmp
     said = (f"backend 'b0': http://127.0.0.1:{port}/health was answered by another process listening on its port "
             f"(PID {os.getpid()}: ")
     assert said in proc.stderr, proc.stderr
-    assert "not the launched server" in proc.stderr, proc.stderr
+    assert "not the launched server" in proc.stderr and "no load was sent -- stop it, then run again" in proc.stderr, proc.stderr
     assert seen, "the decoy answered no readiness probe: the case is not exercised"
     assert all(r.startswith(b"GET /health ") for r in seen), [r[:40] for r in seen]
     m = manifest(out)
@@ -203,10 +204,14 @@ def test_a_server_its_launcher_started_as_a_child_owns_its_port(tmp_path):
 def test_where_proc_cannot_tell_the_run_goes_on_and_the_manifest_says_why(tmp_path):
     """No listening socket for the port in this network namespace (as with a container's published
     port: the seam makes /proc show none): whose socket answers is not known, the run goes on,
-    and the manifest's `port_listener` says it was not checked and why."""
+    and the manifest's `port_listener` says it was not checked and why -- as the progress line
+    on stderr does, in a sentence that says the run goes on."""
     prelude = "import sys; import soakspec.runner.procs as _p; _p.listening = lambda port, host=None: _p.Listening(0, ())\n"
-    proc, out = _run(tmp_path, prelude, _spec({"b0": SIM_ARGV}, parallel=False))
+    proc, out = _run(tmp_path, prelude, _spec({"b0": SIM_ARGV}, parallel=False), quiet=False)
     assert proc.returncode in (0, 3), proc.stderr
+    assert re.search(r"\[b0\] which process answers at http://127\.0\.0\.1:\d+\S* was not checked \(no process of "
+                     r"this host's network namespace listens there: a forwarded port, a container's\?\): the run goes "
+                     r"on, and the manifest's port_listener says why", proc.stderr), proc.stderr
     m = manifest(out)
     assert m["status"] == "complete"
     listener = m["backends"][0]["port_listener"]

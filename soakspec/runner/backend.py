@@ -245,7 +245,8 @@ async def _until_ready(la: Launch, url: str, server, deps: Deps, rec: BackendRec
     if (owner := probe.port_owner) is not None:
         rec.port_listener = owner.to_json()
         if owner.owner == "unknown":
-            deps.progress.log(f"[{la.name}] whose socket answers at {url} was not checked: {owner.reason}")
+            deps.progress.log(f"[{la.name}] which process answers at {url} was not checked ({owner.reason}): "
+                              "the run goes on, and the manifest's port_listener says why")
     took = rec.ready(deps.clock.now(), url)
     deps.progress.log(f"[{la.name}] ready after {took:.1f}s at {url}")
 
