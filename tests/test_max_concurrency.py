@@ -359,6 +359,26 @@ def test_the_cap_is_checked_per_load_process_against_its_share():
             "share of 1") in health.message
 
 
+def test_a_failure_discounted_beside_a_level_off_its_cap_is_not_called_saturated():
+    """Two capped levels fail errors == 0 per bucket; the first's records show two in flight
+    under max_concurrency = 1, the second's keep to it. The second's FAIL stands; the first's is
+    discounted, and the level beside it is named for what it was -- off its cap -- not
+    "saturated", which client_healthy never said of it."""
+    spec = _small_spec("require errors == 0 per bucket", mode="open", levels="[2rps, 3rps]\n    max_concurrency = 1")
+    b = EvidenceBuilder(spec, latency=10.0)
+    for r in b.measured("a", 1):
+        r["end"] = r["start"] + 0.05
+    for level in (0, 1):
+        b.set_outcome(next(iter(b.measured("a", level))), "failed", "HTTP 500", status=500)
+    _, rules = _cap_rules(spec, b)
+    errors = rules["errors == 0 per bucket"]
+    assert errors.status == "fail", errors.message
+    assert ("1 failing bucket discounted, the load generator did not keep to the declared cap in time with it: "
+            "backend a, rate 2 rps, max_concurrency 1, bucket 0") in errors.message, errors.message
+    assert errors.message.endswith(" (off its cap: backend a, rate 2 rps, max_concurrency 1)"), errors.message
+    assert "saturated" not in errors.message, errors.message
+
+
 def test_records_that_name_no_process_cannot_prove_a_split_cap():
     """max_concurrency = 2 over `--workers 2`, 3 of the records with no `worker` (the request
     schema allows null; the runner never writes it): no process's share can be proven from

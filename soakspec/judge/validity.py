@@ -1166,8 +1166,13 @@ def _beside(d: Instance, buckets: list[Instance]) -> str:
     beside a discounted instance, unless it is that one bucket itself."""
     if len(buckets) == 1 and buckets[0].where.text == d.where.text:
         return ""
-    more = f" and {plural(len(buckets) - 1, 'more bucket')}" if len(buckets) > 1 else ""
-    return f" (saturated: {_where(buckets[0])}{more})"
+    capped = [h.cause == CLIENT_CAP for h in buckets]
+    # a level off its cap (CLIENT_CAP, `cap_kept`) was not saturated: its load was not the declared one
+    label = "saturated" if not capped[0] else "off its cap" if buckets[0].message.startswith(CAP_BROKEN) else "cap not proven"
+    rest = len(buckets) - 1
+    more = "" if not rest else f" and {plural(rest, 'more level')}" if all(capped[1:]) else \
+        f" and {plural(rest, 'more bucket')}" if not any(capped[1:]) else f" and {rest} more"
+    return f" ({label}: {_where(buckets[0])}{more})"
 
 
 def _spans(run: JudgedRun, where: Location, backends: tuple[BackendIndex, ...]) -> list[tuple[float, float]] | None:
