@@ -90,7 +90,7 @@ from collections.abc import Sequence
 from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.evidence_check import named_levels
 from soakspec.claims.facts import ChangeFacts, ChangeRow, LevelFacts
-from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RULE_CUE, _TIME_UNIT, _aggs, _metric_key, _scale
+from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RULE_CUE, _TIME_UNIT, _aggs, _metric_key, seconds_per
 from soakspec.claims.polarity import NEGATION_CUES, NEGATION_DETERMINERS, Polarity, polarity
 from soakspec.claims.scope import _CONCURRENCY, _RATE
 from soakspec.diagnostics import Diagnostic, Severity
@@ -288,7 +288,7 @@ def _from_to(m: re.Match[str], metric: str) -> tuple[float, float] | None:
     if not (_unit_fits(ua, metric) and _unit_fits(ub, metric)):
         return None
     approx = bool(m.group("approx"))
-    sa, sb = (_scale(ua), _scale(ub)) if metric in ("ttft", "itl", "tpot", "latency") else (1.0, 1.0)
+    sa, sb = (seconds_per(ua), seconds_per(ub)) if metric in ("ttft", "itl", "tpot", "latency") else (1.0, 1.0)
     va, ha = float(a.replace(",", "")) * sa, _half(a, approx) * sa
     vb, hb = float(b.replace(",", "")) * sb, _half(b, approx) * sb
     if metric == "errors":  # shares in percent: the change is a difference of points (`Magnitude.differences`)

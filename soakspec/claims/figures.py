@@ -9,8 +9,9 @@ blockquotes are skipped):
   1.2 s", "99th percentile TPOT 12 ms", "p95(ttft) = 100ms", "a 41 ms p95 TTFT", lists "TTFT
   p50/p95/p99 of 10/20/30 ms". Metrics: TTFT (time to first token), ITL (inter-token
   latency), TPOT (time per output token), latency / E2E / end-to-end / request latency.
-  Aggregates: p50/median, p90, p95, p99 (any pNN), mean/average/avg, max, min. Units: ms, s,
-  µs (us). The value must follow the phrase, joined only by "of", "is", "was", ":", "=", "at",
+  Aggregates: p50/median, p90, p95, p99 (any pNN), mean/average/avg, max, min. Units: µs /
+  μs / us, ms, s, min and their spellings (`TIME_UNIT_WORDS`: `soakspec.units`'). The value
+  must follow the phrase, joined only by "of", "is", "was", ":", "=", "at",
   Markdown emphasis ("**p95 TTFT:** 41 ms", "*TTFT p95*: 41 ms"),
   "stayed", "remained", … and at most a level or backend ("p95 TTFT at concurrency 4 was 41
   ms"); a metric with no aggregate ("TTFT of 41 ms") is compared with the range of the
@@ -84,12 +85,23 @@ from soakspec.claims.evidence_check import _AGGREGATE_ROW, _cells, _key, _line_b
 from soakspec.claims.facts import EvidenceFacts, LevelFacts
 from soakspec.claims.polarity import Polarity, polarity
 from soakspec.diagnostics import Diagnostic, Span
+from soakspec.units import UNIT_WORDS, UNITS, Dimension, prose_quantity, unit_for_word
 
 # ---------------------------------------------------------------- vocabulary
 
 _NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"
-_TIME_UNIT = r"(?:ms|msecs?|milliseconds?|µs|μs|us|usecs?|microseconds?|s|secs?|seconds?)"
-_TIME_SCALE = {"m": 1e-3, "µ": 1e-6, "μ": 1e-6, "u": 1e-6}  # by the unit's first letter; else seconds
+# The time units a figure is read in: every spelling `soakspec.units` knows of a duration under an hour
+# (`unit_for_word`: µs / μs / us / usec / microseconds, ms / msec / milliseconds, s / sec / seconds,
+# min / mins / minutes), converted by `units.prose_quantity` (`seconds_per`), so that a `.soak`
+# quantity, a claim of change and a stated figure cannot read a unit differently. Not a bare "m"
+# (metres?) nor hours (no latency is written in them); minutes not as a table header's unit ("TTFT
+# min" is the minimum).
+TIME_UNIT_WORDS: tuple[str, ...] = tuple(sorted(
+    (w for w in dict.fromkeys((*UNITS, *UNIT_WORDS)) if w != "m" and (u := unit_for_word(w)) is not None
+     and UNITS[u][0] is Dimension.DURATION and UNITS[u][1] < 3600),
+    key=len, reverse=True))  # fmt: skip
+_TIME_UNIT = "(?:" + "|".join(map(re.escape, TIME_UNIT_WORDS)) + ")"
+_SUBMINUTE_UNIT = "(?:" + "|".join(re.escape(w) for w in TIME_UNIT_WORDS if UNITS[unit_for_word(w) or "s"][1] < 60) + ")"
 _METRIC = (
     r"(?P<metric>ttft|time[\s-]+to[\s-]+first[\s-]+token|itl|inter[\s-]*token[\s-]+latenc(?:y|ies)|tpot"
     r"|time[\s-]+per[\s-]+output[\s-]+token|e2e(?:[\s-]+(?:request[\s-]+)?latenc(?:y|ies))?"
@@ -182,14 +194,14 @@ def _aggs(text: str | None) -> list[str]:
     return out
 
 
-def _scale(unit: str | None) -> float:
-    if not unit:
-        return 1.0
-    return 1.0 if unit.lower().startswith("s") else _TIME_SCALE.get(unit[0].lower(), 1.0)
+def seconds_per(unit: str | None) -> float:
+    """Seconds in one `unit` as written (`TIME_UNIT_WORDS`), by `units.prose_quantity`; 1 for none."""
+    read = prose_quantity(1.0, unit) if unit else None
+    return read[1] if read is not None and read[0] == Dimension.DURATION.value else 1.0
 
 
 def _unit_text(unit: str) -> str:
-    return {1e-3: "ms", 1e-6: "µs"}.get(_scale(unit), "s")
+    return {1e-6: "µs", 1e-3: "ms", 60.0: "min"}.get(seconds_per(unit), "s")
 
 
 # ---------------------------------------------------------------- what the document states
@@ -333,8 +345,8 @@ _SKIP_COLUMN = re.compile(r"goodput|offered|\bslos?\b|threshold|target|budget|li
 # the header's unit: "(ms)", "[ms]", ", ms", "in ms", or a bare word ("TTFT p50/p95/p99 ms", the header
 # `soakspec run`'s summary prints)
 _HEADER_UNIT = re.compile(
-    rf"[(\[]\s*(?P<u>{_TIME_UNIT})\s*[)\]]|,\s*(?P<u2>{_TIME_UNIT})\s*$|\bin\s+(?P<u3>{_TIME_UNIT})\b"
-    rf"|(?<![^\s*_])(?P<u4>{_TIME_UNIT})(?![^\s*_])",
+    rf"[(\[]\s*(?P<u>{_SUBMINUTE_UNIT})\s*[)\]]|,\s*(?P<u2>{_SUBMINUTE_UNIT})\s*$|\bin\s+(?P<u3>{_SUBMINUTE_UNIT})\b"
+    rf"|(?<![^\s*_])(?P<u4>{_SUBMINUTE_UNIT})(?![^\s*_])",
     re.I,
 )
 
@@ -477,7 +489,7 @@ def _stated_value(h: Hit) -> tuple[float, float]:
 
 
 def _in_stated_unit(h: Hit, x: float) -> float:
-    return x / _scale(h.unit) if h.metric not in ("tok_s", "req_s") else x
+    return x / seconds_per(h.unit) if h.metric not in ("tok_s", "req_s") else x
 
 
 def _fits(h: Hit, candidates: tuple[float, ...], lo_hi: tuple[float, float] | None) -> bool:
