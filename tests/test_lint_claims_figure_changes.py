@@ -1,5 +1,6 @@
-"""`soakspec lint-claims --evidence DIR` reads each spelling of a time unit as soakspec's units
-module does (`soakspec.claims.figures`, `soakspec.units`).
+"""`soakspec lint-claims --evidence DIR` never reads a change as a figure ("p50 TTFT is 25 ms
+less", "throughput rose by 40 tok/s": not the run's TTFT or throughput), and reads each spelling
+of a time unit as soakspec's units module does (`soakspec.claims.figures`, `soakspec.units`).
 
 Evidence as `soakspec run` writes it (`EvidenceBuilder`): sim-fast at concurrency 2 (TTFT 100 ms)
 and 4 (TTFT 40.87 ms), 8.53 tok/s.
@@ -11,9 +12,13 @@ import re
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from soakspec import cli
+from soakspec.claims import ClaimBoundary, Coverage, lint
 from soakspec.claims import figures
+from soakspec.claims.adapters import load_evidence_facts
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 from soakspec.units import prose_quantity
 
@@ -46,7 +51,43 @@ def _cb201(tmp_path: Path, capsys, run, lines: list[str]) -> list[int]:
     return [int(m.group(1)) for m in re.finditer(rf"^{re.escape(str(p))}:(\d+):\d+: CB201 ", out, re.M)]
 
 
-# ---------------------------------------------------------------- one reading of a unit
+# ---------------------------------------------------------------- 1. a change is not a figure
+
+CHANGES = [
+    "The p50 TTFT is 25 ms less than before.",
+    "p99 latency is 40 ms longer than on main.",
+    "p50 TTFT is 25 ms shorter.",
+    "p50 TTFT is 25 ms (20%) lower than before.",
+    "p50 TTFT is 25 ms, or 20%, lower.",
+    "p50 TTFT is 25 ms **lower**.",
+    "p50 TTFT: 25 ms speedup.",
+    "p50 TTFT is 25 ms down.",
+    "Mean ITL is 3 ms quicker.",
+    "Throughput rose by 40 tok/s.",
+    "Throughput is up 40 tok/s.",
+    "Throughput improved by ~40 tok/s.",
+    "Throughput grew by more than 40 tok/s.",
+    "An improvement of 40 tok/s in throughput.",
+    "QPS rose by 2 req/s.",
+    "Throughput is 40 tok/s (5%) higher.",
+]
+
+
+def test_a_change_is_never_read_as_the_runs_figure(tmp_path, capsys, run):
+    """Each sentence states how much a figure changed, not the figure: no CB201, though 25 ms,
+    40 tok/s and 2 req/s are no figure of the run."""
+    assert _cb201(tmp_path, capsys, run, CHANGES) == []
+
+
+def test_the_figure_itself_is_still_checked(tmp_path, capsys, run):
+    """The same values stated as figures, and new figures after a direction ("fell to", "above"),
+    are still read: CB201 on each."""
+    figures_ = ["The p50 TTFT is 25 ms.", "p99 latency is 40 ms.", "Throughput was 40 tok/s.", "Throughput dropped to 40 tok/s.",
+                "QPS rose above 2 req/s.", "p50 TTFT is 25 ms or less."]  # fmt: skip
+    assert _cb201(tmp_path, capsys, run, figures_) == [3, 5, 7, 9, 11, 13]
+
+
+# ---------------------------------------------------------------- 2. one reading of a unit
 
 SPELLINGS = {"µs": 1e-6, "μs": 1e-6, "us": 1e-6, "usec": 1e-6, "microseconds": 1e-6, "ms": 1e-3, "msec": 1e-3,
              "milliseconds": 1e-3, "s": 1.0, "sec": 1.0, "seconds": 1.0, "min": 60.0, "mins": 60.0, "minutes": 60.0}
@@ -72,3 +113,33 @@ def test_a_figure_in_any_time_unit_spelling_is_read_at_that_unit(tmp_path, capsy
     twice = f"{float(n) * 2:.{len(n.split('.')[1]) if '.' in n else 0}f} {unit}"
     lines = [f"At concurrency 4, p95 TTFT was {written}.", f"At concurrency 4, p95 TTFT was {twice}."]
     assert _cb201(tmp_path, capsys, run, lines) == [5]
+
+
+# ---------------------------------------------------------------- properties
+
+@pytest.fixture(scope="module")
+def facts(run):
+    return load_evidence_facts(run[0])
+
+
+_AFTER = ["lower", "higher", "less", "more", "shorter", "longer", "faster", "slower", "better", "worse", "quicker", "down",
+          "improvement", "regression", "reduction", "increase", "decrease", "speedup", "slowdown", "drop"]  # fmt: skip
+_BEFORE = ["fell by", "rose by", "dropped", "improved by", "regressed by", "increased by", "went down", "is down", "is up", "grew",
+           "decreased by about", "rose by more than"]  # fmt: skip
+_SEP = [" ", " (12%) ", ", or 12%, ", " **", " _"]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.integers(1, 5000), decimals=st.integers(0, 2), unit=st.sampled_from(["ms", "µs", "s", "tok/s", "req/s"]),
+       after=st.sampled_from(_AFTER), before=st.sampled_from(_BEFORE), sep=st.sampled_from(_SEP), form=st.integers(0, 2))
+def test_a_change_sentence_is_never_read_as_a_figure(facts, value, decimals, unit, after, before, sep, form):
+    """A quantity with a direction word (the one vocabulary `changes` reads claims of change with)
+    just after it ("25 ms lower", "40 tok/s (12%) higher") or just before it ("fell by 25 ms",
+    "rose by 40 tok/s") is a change, whatever its value: never CB201."""
+    v = f"{value / 10 ** decimals:.{decimals}f} {unit}"
+    metric = {"tok/s": "Throughput", "req/s": "QPS"}.get(unit, "At concurrency 4, p95 TTFT")
+    close = sep.strip() if sep.strip() in ("**", "_") else ""
+    text = [f"{metric} is {v}{sep}{after}{close} than before.", f"{metric} {before} {v}.", f"{metric} {before} {v} at concurrency 4."][form]
+    doc = "# PR\n\n" + text + BOUNDARY
+    diags = [d for d in lint(doc, "PR.md", ClaimBoundary(), Coverage(concurrency_levels=(2, 4)), facts) if d.code == "CB201"]
+    assert diags == [], (text, diags)

@@ -87,6 +87,8 @@ import math
 import re
 from collections.abc import Sequence
 
+from soakspec.claims.direction import COMPARATIVE as _COMPARATIVE
+from soakspec.claims.direction import DIRECTION as _DIRECTION
 from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.evidence_check import named_levels
 from soakspec.claims.facts import ChangeFacts, ChangeRow, LevelFacts
@@ -98,21 +100,6 @@ from soakspec.units import prose_quantity
 
 # ---------------------------------------------------------------- vocabulary
 
-_DIRECTION = re.compile(
-    r"(?P<same>\bunchanged\b|\bunaffected\b"
-    r"|\bno\s+(?:(?:statistically\s+)?significant\s+|measurable\s+|noticeable\s+|real\s+)?(?:change|regression|difference|slowdown|degradation)s?\b"
-    r"|\b(?:did\s+not|didn['’]t|does\s+not|doesn['’]t|has\s+not|hasn['’]t)\s+(?:change|regress|degrade|get\s+worse|move)\b"
-    r"|\b(?:did\s+not|didn['’]t|do\s+not|don['’]t)\s+(?:see|observe|find|measure)\s+(?:any\s+)?(?:(?:statistically\s+)?significant\s+|measurable\s+)?"
-    r"(?:change|regression|difference|slowdown|degradation)s?\b"
-    r"|\b(?:stayed|remained|stays|remains|is|was|are|were)\s+(?:the\s+)?same\b|\b(?:stayed|remained|stays|remains|is|was)\s+flat\b)"
-    r"|(?P<down>\b(?:fell|falls?|falling|dropped|drops?|dropping|decreased|decreases?|decreasing|declined|declines?|reduced|reduces?"
-    r"|reduction|shrank|shrinks?|went\s+down|(?:is|was|are|were)\s+down|lower|lowered|lowers|cut|cuts|halved)\b)"
-    r"|(?P<up>\b(?:rose|rises?|rising|increased|increases?|increasing|grew|grows?|growing|went\s+up|(?:is|was|are|were)\s+up"
-    r"|higher|raised|climbed|climbs?|jumped|jumps?|doubled|tripled)\b)"
-    r"|(?P<better>\b(?:improved|improves?|improving|improvements?|faster|better|sped\s+up|speed[\s-]?ups?)\b)"
-    r"|(?P<worse>\b(?:regressed|regress(?:es|ing)?|regressions?|slower|worse|degraded|degrades?|degradation|slowed(?:\s+down)?|slowdown)\b)",
-    re.I,
-)
 # "no TTFT regression": the determiner before the metric makes the noun after it "unchanged"
 # "latency increases with concurrency", "TTFT grows as prompts get longer": how a figure depends on
 # the load or the request, not a change between two runs
@@ -167,10 +154,6 @@ _ABS_UNIT = (rf"(?:{_TIME_UNIT}(?![\w/])|tok(?:en)?s?\s*/\s*s(?:ec(?:ond)?)?\b|t
 _ABS = re.compile(rf"{_MOD}(?P<n>{_NUM})\s*(?P<u>{_ABS_UNIT})", re.I)
 _ABS_AFTER = re.compile(r"\s*(?:(?:by|of)\s+)?", re.I)  # "fell by 12 ms", "an improvement of 12 ms"
 _LEVEL_MOD = re.compile(r"(?:over|above|under|below)\b", re.I)  # "fell below 100 ms" is the new figure; "fell by over 10 ms" a change
-# the direction words a figure may come just before ("30 ms lower", "a 12 ms improvement"); before a
-# verb it is the level ("TTFT 410 ms fell 12%"), never the change
-_COMPARATIVE = re.compile(r"(?:lower|higher|faster|slower|better|worse|improvements?|reduction|regressions?|slowdown|degradation"
-                          r"|speed[\s-]?ups?|cut|cuts|drops?|increases?|decreases?)", re.I)
 _BY_RATE = re.compile(rf"\bby\s+{_MOD}{_NUM}\s*(?:rps|qps|req(?:uest)?s?\s*(?:/|per)\s*s(?:ec(?:ond)?)?)\b", re.I)  # a change, not a level
 _UNIT_KIND = {"ttft": "duration", "itl": "duration", "tpot": "duration", "latency": "duration", "throughput": "token_rate",
               "qps": "rate"}

@@ -63,7 +63,10 @@ Never a figure: a gate rule and its threshold -- `p95(ttft) < 500ms` (a metric w
 checked), anything inside `goodput(…)`, `drift(…)`, `regression(…)`, a sentence clause holding
 require / warn / threshold / budget / SLO / target / limit / ceiling / rule / "gate(s) on" /
 "fails if", or a value followed by "per level|bucket|…"; a change ("+5 ms", "a 5 ms TTFT
-improvement"); and in prose, anything not asserted (negated, hedged, asked, a "Non-goals"
+improvement", "p50 TTFT is 25 ms lower", "40 tok/s (5%) higher", "TTFT fell by 12 ms", "throughput
+rose by 40 tok/s": a direction word of `soakspec.claims.direction`, the vocabulary `changes` reads
+claims of change with, just after or before the value; "dropped to 40 tok/s" is the new figure
+and "rose above 2 req/s" a bound on it, both read); and in prose, anything not asserted (negated, hedged, asked, a "Non-goals"
 section: `polarity`, the rules CB101 and CB301 use).
 
 Absent figures: a figure the evidence does not record (p90 when results.json has p50/p95/p99;
@@ -80,6 +83,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
+from soakspec.claims.direction import change_after, change_before
 from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.evidence_check import _AGGREGATE_ROW, _cells, _key, _line_backends, _named_levels, by_backend, for_backend, run_name
 from soakspec.claims.facts import EvidenceFacts, LevelFacts
@@ -130,7 +134,6 @@ _VALUE = re.compile(
 )
 _REVERSE = re.compile(rf"(?:^|[\s(])(?P<approx>{_APPROX}\s*)?(?P<vals>{_NUM})\s*(?P<u>{_TIME_UNIT})\s+(?:of\s+)?$", re.I)
 _VAL_ITEM = re.compile(rf"(?P<n>{_NUM})(?:\s*(?P<u>{_TIME_UNIT})(?![\w/]))?", re.I)
-_CHANGE_AFTER = re.compile(r"\s*(?:improvement|regression|reduction|increase|decrease|drift|change|delta|gain|win|overhead|penalty|difference|faster|slower|lower|higher|better|worse)\b", re.I)
 _LAT_QUALIFIER = re.compile(r"(?:follow[\s-]?up|network|queue|queueing|queuing|scheduling|schedule|lag|loop|prefill|decode|client)\s*(?:request\s+)?$", re.I)
 
 _TOKS = re.compile(
@@ -290,15 +293,15 @@ def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
             if items and items[0][1] is None:  # "41 / 55 ms": the list's unit
                 unit = next(u for _, u, _, _ in items if u)
                 items = [(n, u or unit, a, b) for n, u, a, b in items]
-            if items and _CHANGE_AFTER.match(text, items[-1][3]):
-                continue
+            if items and (change_after(text, items[-1][3]) or change_before(text, v.start("vals"))):
+                continue  # "p50 TTFT is 25 ms lower": how much it changed, not the figure
         elif len(aggs) <= 1:
             r = _REVERSE.search(text, max(0, m.start() - _LOOKBACK), m.start())
             if r is not None and not any(a <= r.start("vals") < b for a, b in used):
                 items = [(r.group("vals"), r.group("u"), r.start("vals"), r.end("u"))]
                 approx = r.group("approx")
-                if _CHANGE_AFTER.match(text, m.end()):
-                    continue
+                if change_after(text, m.end()):
+                    continue  # "a 12 ms TTFT improvement"
         if not items:
             continue
         if len(items) == 1 and len(aggs) > 1:
@@ -332,8 +335,8 @@ def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
                     continue  # "at 2 rps", "rate 2 req/s", "ramp 5→20 rps": a level's load
                 if _OPEN_LOOP_AFTER.match(text, m.end()) or _LOAD_CLAUSE.search(clause):
                     continue
-            if _CHANGE_AFTER.match(text, m.end()) or _is_rule(text, a, m.end()):
-                continue
+            if change_after(text, m.end()) or change_before(text, a) or _is_rule(text, a, m.end()):
+                continue  # "40 tok/s higher", "rose by ~40 tok/s": a change
             out.append(Hit(metric, None, m.group(g), RATE_UNIT[metric], a, b, a, bound, bool(pre and pre.group("approx"))))
             used.append((a, b))
     return out

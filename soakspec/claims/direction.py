@@ -1,0 +1,66 @@
+"""The words that say a figure changed -- one vocabulary for the two readers that must agree on
+it: `changes` reads a claim of change with it ("p99 TTFT fell 12%", "30 ms lower"), and `figures`
+uses it to leave a change alone ("p50 TTFT is 25 ms lower" states no TTFT of 25 ms, and "TTFT
+fell by 12 ms" none of 12 ms), so that one sentence is never both a change and a figure.
+
+- `DIRECTION`: a direction, one named group per kind (same, down, up, better, worse);
+- `COMPARATIVE`: the direction words a quantity may come just before ("30 ms lower", "a 12 ms
+  improvement"); before a verb the quantity is the level, not the change ("TTFT 410 ms fell 12%":
+  410 ms is a figure);
+- `change_after(text, end)` / `change_before(text, start)`: is the quantity that ends / starts
+  there a change? After: a `COMPARATIVE` word, or one that is a change only next to a quantity
+  ("25 ms less", "shorter", "longer", "down", "a 3 ms drift"), with at most emphasis, a
+  parenthesis or ", or 12%," between ("25 ms (20%) lower", "25 ms **lower**"). Before: a
+  direction other than "unchanged", then nothing or "by" / "of" and a modifier ("fell by 12 ms",
+  "rose 40 tok/s", "is up 40 tok/s", "an improvement of 40 tok/s", "grew by more than 40 tok/s").
+  A quantity after "to" is the new figure ("dropped to 40 tok/s"), and one after "above" / "below"
+  without "by" a bound on it ("rose above 2 req/s"): neither is a change (as `changes._absolute`
+  reads them).
+"""
+
+from __future__ import annotations
+
+import re
+
+DIRECTION = re.compile(
+    r"(?P<same>\bunchanged\b|\bunaffected\b"
+    r"|\bno\s+(?:(?:statistically\s+)?significant\s+|measurable\s+|noticeable\s+|real\s+)?(?:change|regression|difference|slowdown|degradation)s?\b"
+    r"|\b(?:did\s+not|didn['’]t|does\s+not|doesn['’]t|has\s+not|hasn['’]t)\s+(?:change|regress|degrade|get\s+worse|move)\b"
+    r"|\b(?:did\s+not|didn['’]t|do\s+not|don['’]t)\s+(?:see|observe|find|measure)\s+(?:any\s+)?(?:(?:statistically\s+)?significant\s+|measurable\s+)?"
+    r"(?:change|regression|difference|slowdown|degradation)s?\b"
+    r"|\b(?:stayed|remained|stays|remains|is|was|are|were)\s+(?:the\s+)?same\b|\b(?:stayed|remained|stays|remains|is|was)\s+flat\b)"
+    r"|(?P<down>\b(?:fell|falls?|falling|dropped|drops?|dropping|decreased|decreases?|decreasing|declined|declines?|reduced|reduces?"
+    r"|reduction|shrank|shrinks?|went\s+down|(?:is|was|are|were)\s+down|lower|lowered|lowers|cut|cuts|halved)\b)"
+    r"|(?P<up>\b(?:rose|rises?|rising|increased|increases?|increasing|grew|grows?|growing|went\s+up|(?:is|was|are|were)\s+up"
+    r"|higher|raised|climbed|climbs?|jumped|jumps?|doubled|tripled)\b)"
+    r"|(?P<better>\b(?:improved|improves?|improving|improvements?|faster|better|sped\s+up|speed[\s-]?ups?)\b)"
+    r"|(?P<worse>\b(?:regressed|regress(?:es|ing)?|regressions?|slower|worse|degraded|degrades?|degradation|slowed(?:\s+down)?|slowdown)\b)",
+    re.I,
+)
+COMPARATIVE = re.compile(r"(?:lower|higher|faster|slower|better|worse|improvements?|reduction|regressions?|slowdown|degradation"
+                         r"|speed[\s-]?ups?|cut|cuts|drops?|increases?|decreases?)", re.I)
+
+# a change only next to a quantity ("25 ms less", "40 tok/s up"): not a claim of change by itself
+_BESIDE_QUANTITY = (r"less|more|shorter|longer|quicker|smaller|greater|larger|bigger|down|up(?!\s+to\b)"
+                    r"|drift|change|delta|gain|win|overhead|penalty|difference|savings?")
+_BETWEEN = r"(?:\s|\*{1,2}|_{1,2}|\([^()]{0,40}\)|,\s*(?:or\s+)?(?:~|about\s+|roughly\s+)?\d+(?:\.\d+)?\s*(?:%|x|×)\s*,?)*"
+_AFTER = re.compile(rf"{_BETWEEN}(?:{COMPARATIVE.pattern}|{_BESIDE_QUANTITY})(?![^\W_])", re.I)
+_BEFORE = re.compile(
+    rf"(?:{DIRECTION.pattern}|\b(?P<bare>up|down)\b)"
+    r"(?:\s+(?:by|of)\s+(?:more\s+than|at\s+least|over|above|upwards\s+of|up\s+to|at\s+most|under|below|less\s+than)?"
+    r"|\s+(?:more\s+than|at\s+least|upwards\s+of|up\s+to|at\s+most|less\s+than)\s*)?"
+    r"\s*(?:(?:~|≈|about|around|approximately|approx\.?|roughly|nearly|almost|circa)\s*)?$",
+    re.I,
+)
+_LOOKBACK = 80
+
+
+def change_after(text: str, end: int) -> bool:
+    """Is the quantity ending at `end` a change ("25 ms lower", "40 tok/s (5%) higher")?"""
+    return _AFTER.match(text, end) is not None
+
+
+def change_before(text: str, start: int) -> bool:
+    """Is the quantity starting at `start` a change ("fell by 12 ms", "rose 40 tok/s")?"""
+    m = _BEFORE.search(text, max(0, start - _LOOKBACK), start)
+    return m is not None and m.group("same") is None
