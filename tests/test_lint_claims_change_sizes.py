@@ -198,6 +198,44 @@ def test_a_turn_named_where_compare_has_no_multi_turn_level_is_a_warning(tmp_pat
     assert _flagged(tmp_path, capsys, runs, ["On turn 2, p50 TTFT fell at 4 rps."]) == [(3, "CB505")]
 
 
+def test_throughput_and_qps_do_not_take_a_turn_from_another_clause(tmp_path, capsys, turns):
+    """A turn named in one clause scopes the sentence's other clauses as a level does -- except
+    for throughput and QPS, rates of the level's wall time that no turn has: "On turn 3, p50 TTFT
+    rose and throughput is unchanged" says the level's throughput is unchanged (compare: no
+    significant change), not a turn's. Named in their own clause, a turn still has no such row."""
+    assert _flagged(tmp_path, capsys, turns, ["On turn 3, p50 TTFT rose and throughput is unchanged.",
+                                              "On turn 3, p50 TTFT rose, and QPS is unchanged.",
+                                              "On turn 3, p50 TTFT rose and p95 TTFT rose.",  # the turn scopes both: turn 3's p95 rose
+                                              "On turn 3, throughput is unchanged."]) == [(9, "CB505")]
+
+
+def _long_turns_run(seed: int, later: float) -> EvidenceBuilder:
+    """Conversations of 25 turns; turn k's TTFT about (1 + k/10) x 10 ms, turns past the 20th `later`
+    times that."""
+    b = EvidenceBuilder(TURNS_SPEC, per_bucket=200, run_id=f"long{seed}")
+    rng = random.Random(seed)
+    for j, r in enumerate(b.measured("a")):
+        k = j % 25 + 1
+        t = 0.01 * (1 + k / 10) * (later if k > 20 else 1.0) * rng.lognormvariate(0.0, 0.1)
+        r.update(conversation=j // 25 + 1, turn=k, ttft=t, first_token=r["start"] + t, latency=t + 0.15, end=r["start"] + t + 0.15)
+    return b
+
+
+@pytest.fixture(scope="module")
+def long_turns(tmp_path_factory) -> dict[str, Path]:
+    """compare pools turns 21 to 25 into "turn 21+": p50 TTFT -29%, an improvement."""
+    return _compared(tmp_path_factory.mktemp("long-turns"), TURNS_SPEC, _long_turns_run(1, 1.0), _long_turns_run(2, 0.7))
+
+
+def test_a_turn_past_the_20th_is_not_the_pooled_turn_21_plus_row(tmp_path, capsys, long_turns):
+    """compare has one row for turns 21 and later ("turn 21+"). A claim about turn 25 alone is
+    not a claim about that pool (precision over recall): a warning whose message says how compare
+    pools them; "turn 21+" is checked against the row."""
+    assert _flagged(tmp_path, capsys, long_turns, ["On turn 21+, p50 TTFT fell.", "Turn 25 TTFT p50 fell 10%."]) == [(5, "CB505")]
+    _, _, out = _lint(tmp_path, capsys, "# PR\n\nTurn 25 TTFT p50 fell 10%.\n", long_turns)
+    assert 'compare pools the turns past the 20th into one row, "turn 21+": claim "turn 21+" to claim them' in out, out
+
+
 # ---------------------------------------------------------------- properties
 
 NAMES = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "latency": "e2e latency", "qps": "QPS", "throughput": "throughput",

@@ -38,7 +38,11 @@ when it holds
 - optionally a turn of a multi-turn level ("on turn 3", "turn 2 TTFT p50", "the 2nd turn",
   "turn 21+"): compare's rows per turn, which it makes of TTFT's p50 and p95 only (a claim of
   another metric or percentile on a turn is CB505, listing them); a claim that names no turn is
-  about the level's own rows.
+  about the level's own rows. A clause that names none takes the sentence's, as it takes its
+  level -- but for throughput and QPS, which no turn has (`_TURNLESS`: "On turn 3, TTFT rose and
+  throughput is unchanged" is the level's throughput). compare pools the turns past the 20th
+  into one row, "turn 21+": only "turn 21+" is checked against it; "turn 25" is CB505, whose
+  message says so (the pool's change need not be turn 25's: precision over recall).
 
 Direction. For ttft, itl, tpot, latency and errors lower is better: "improved" / "faster" means
 the figure fell; for throughput and qps higher is better. "Fell" and "rose" are the figure's own
@@ -601,10 +605,7 @@ def _selected(c: Claim, facts: ChangeFacts) -> tuple[list[ChangeRow], str]:
             rows = [r for r in rows if r.label in named]
             where = " at " + (", ".join(sorted(named)) if named else ", ".join(_merged(text, spans)))
             break
-    turns: set[tuple[int, bool]] = set()
-    for text in (c.scope, c.sentence):
-        if turns := _turns(text):
-            break
+    turns = _claim_turns(c)
     if turns:  # "turn 2 TTFT p50 fell": compare's rows of that turn (of a multi-turn level)
         rows = [r for r in rows if r.turn is not None and (r.turn, r.later_turns) in turns]
         where += " on turn " + ", ".join(f"{n}{'+' if plus else ''}" for n, plus in sorted(turns))
@@ -615,16 +616,45 @@ def _selected(c: Claim, facts: ChangeFacts) -> tuple[list[ChangeRow], str]:
     return rows, where
 
 
+# Rates of a level's wall time, which no turn has (compare makes no row of them per turn): a turn
+# named in another clause of the sentence does not scope them ("On turn 3, TTFT rose and throughput
+# is unchanged" says the level's throughput is unchanged). Other metrics take the sentence's turn
+# as they take its level ("On turn 3, p50 TTFT rose and p95 TTFT rose": both turn 3's), and a claim
+# of one compare has no per-turn row of is CB505, never the level's row read for the turn.
+_TURNLESS = frozenset({"throughput", "qps"})
+
+
+def _claim_turns(c: Claim) -> set[tuple[int, bool]]:
+    """The turns a claim names: its clause's, else (but for `_TURNLESS` metrics) its sentence's."""
+    return _turns(c.scope) or (set() if c.metric in _TURNLESS else _turns(c.sentence))
+
+
+def _pooled(c: Claim, facts: ChangeFacts) -> str:
+    """For a claim of one turn that compare pools with later ones ("turn 25": its row "turn 21+"),
+    how compare pools them. A claim of turn 25 is not checked against the pool (precision over
+    recall: the pool's change need not be turn 25's); "turn 21+" is."""
+    pools = sorted({r.turn for r in facts.rows if r.later_turns and r.turn is not None})
+    named = [n for n, plus in _claim_turns(c) if not plus and any(n >= t for t in pools)]
+    if not named:
+        return ""
+    t = max(p for p in pools if p <= max(named))
+    return f"; compare pools the turns past the {_ordinal(t - 1)} into one row, \"turn {t}+\": claim \"turn {t}+\" to claim them"
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
+
+
 def _available(c: Claim, facts: ChangeFacts) -> str:
     """What compare has of the claim's metric, for a claim it has no row for: its statistics and
     levels (and, for a claim that names a turn, its rows per turn: TTFT's p50 and p95 only)."""
-    if _turns(c.scope) or _turns(c.sentence):
+    if _claim_turns(c):
         per_turn = [r for r in facts.rows if r.turn is not None]
         if not per_turn:
             return " (it has no rows per turn: the runs have no multi-turn level)"
         what = ", ".join(dict.fromkeys(f"{r.stat}({r.metric})" for r in per_turn))
         where = ", ".join(dict.fromkeys(_where(r) for r in per_turn))
-        return f" (its rows per turn: {what} at {where})"
+        return f" (its rows per turn: {what} at {where}{_pooled(c, facts)})"
     rows = [r for r in facts.rows if r.metric == c.metric and r.turn is None]
     if not rows:
         return f" (it measures no {LABEL[c.metric]})"
