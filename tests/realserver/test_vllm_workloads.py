@@ -1,0 +1,248 @@
+"""This round's workload features against a real vLLM that soakspec launches (CPU build, tiny
+model), judged by vLLM's own /metrics, not only by the simulator:
+
+1. a Mooncake replay whose `hash_ids` share prefix blocks (`prefix_sharing`, `hash_block`):
+   vLLM's prefix cache (on by default in V1) counts hits, and its hit rate stays at or below the
+   plan's best case (`shape.prefix_blocks.repeat_share`); the same trace with `prefix_sharing =
+   false` gets no hits;
+2. an open loop over the server's capacity under `max_concurrency = 2` with `requests_per_level
+   = 40`: client_healthy proves the cap from the records (judge/capproof.py), vLLM's own
+   `vllm:num_requests_running` never exceeds 2 in any bucket, the level ends by its count, and
+   `vllm:request_success_total` equals the 40 measured requests plus the warmup's and the
+   pre-flight's -- every request soakspec sent, none more; the manifest records that the port's
+   listener at readiness was the launched server's own (`port_listener`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lane import lenient_client
+
+from soakspec.evidence.record import iter_records
+
+from test_vllm import WRAPPER
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.realserver
+
+HEAD = """
+soak "vllm-workloads" {{
+  issue = "real-server lane: {what}"
+}}
+model {{
+  id = "tiny"
+  path = "models/tiny"
+}}
+backend "vllm" {{
+  launch = ["vllm", "serve", "{{model_path}}", "--served-model-name", "{{model_id}}",
+            "--host", "{{host}}", "--port", "{{port}}", "--max-model-len", "1024",
+            "--dtype", "bfloat16"{extra}]
+  env {{
+    VLLM_TARGET_DEVICE = "cpu"
+    VLLM_CPU_KVCACHE_SPACE = "1"
+  }}
+  ready {{
+    path = "/v1/models"
+    timeout = 5m
+  }}
+  shutdown_grace = 30s
+}}
+"""
+
+# vLLM's CPU backend caches blocks of 128 tokens by default; 32 keeps the prompts short. The
+# trace's blocks are token-exact (`input_lengths = tokens`) and as large as vLLM's, so a block
+# of the plan is a block of vLLM's cache.
+BLOCK = 32
+# 12 requests 300 ms apart (one at a time on the tiny model), each of 4 full blocks: blocks 0 and
+# 1 shared by all, the third by every third request, the fourth its own -- 48 blocks, 17
+# distinct: the best case is 31 of 48 repeating (65 %)
+TRACE = [{"timestamp": 300 * i, "input_length": 4 * BLOCK, "output_length": 2,
+          "hash_ids": [0, 1, 10 + i % 3, 100 + i]} for i in range(12)]
+REPLAY = """workload "{name}" {{
+  endpoint = completions
+  ignore_eos = true
+  load {{
+    mode = replay
+    trace = "trace.jsonl"
+    input_lengths = tokens{extra}
+  }}
+  warmup = 0s
+  bucket = 1s
+  deadline = 30s
+  follow_up = false
+}}
+"""
+PREFIX_SPEC = (HEAD.format(what="prefix sharing", extra=f', "--block-size", "{BLOCK}"')
+               + REPLAY.format(name="unique", extra="\n    prefix_sharing = false")
+               + REPLAY.format(name="shared", extra=f"\n    hash_block = {BLOCK}")
+               + "gate {\n  require completed_run\n  require failed == 0\n}\n")
+
+CAP, COUNT = 2, 40
+# 64 tokens a request keep each of 2 slots busy for about 250 ms on the lane's 2 cores (about 8
+# requests a second): 16 rps queue behind the cap, and the 40 arrivals span 3 buckets
+CAP_RULE = f'require max(server("vllm:num_requests_running")) <= {CAP} per bucket'
+CAPPED = f"""workload "capped" {{
+  endpoint = completions
+  prompt_words = 8
+  max_tokens = 64
+  ignore_eos = true
+  load {{
+    mode = open
+    rate = [16rps]
+    max_concurrency = {CAP}
+    requests_per_level = {COUNT}
+  }}
+  warmup = 250ms
+  duration = 60s
+  bucket = 1s
+  deadline = 50s
+  follow_up = false
+}}
+gate {{
+  require completed_run
+  require failed == 0
+  {CAP_RULE}
+}}
+"""
+CAP_SPEC = HEAD.format(what="max_concurrency and requests_per_level", extra="") + CAPPED
+
+
+def _run(lane: Path, tmp_path: Path, spec: str) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run `spec` against a vLLM that soakspec launches, through test_vllm's wrapper, which keeps
+    vLLM's /metrics as they stand when soakspec stops it (metrics.txt: the whole run's counters,
+    the server launched fresh)."""
+    (tmp_path / "spec.soak").write_text(lenient_client(spec))
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "tiny").symlink_to(lane / "tiny")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "vllm"
+    wrapper.write_text(WRAPPER.format(python=sys.executable, real=str(lane / "V" / "bin" / "vllm"),
+                                      pidfile=str(tmp_path / "vllm.pid"), metrics=str(tmp_path / "metrics.txt")))
+    wrapper.chmod(0o755)
+    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{lane / 'V' / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    out = tmp_path / "ev"
+    proc = subprocess.run(
+        [sys.executable, "-m", "soakspec", "run", str(tmp_path / "spec.soak"), "--out", str(out), "--format", "json"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    try:
+        os.killpg(int((tmp_path / "vllm.pid").read_text()), signal.SIGKILL)  # gone already, normally
+    except (OSError, ValueError):
+        pass
+    sys.stderr.write(proc.stderr[-3000:])
+    if os.environ.get("REALSERVER_KEEP"):  # a copy of the evidence to read after the test
+        keep = Path(os.environ["REALSERVER_KEEP"]) / tmp_path.name
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(tmp_path, keep, symlinks=True)
+    return proc, out
+
+
+def _counter(metrics: str, name: str) -> float:
+    """A counter's value summed over its label sets, from /metrics text."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def _delta(scrapes: list[dict], family: str, start: float, end: float, inner: bool = False) -> float:
+    """A counter's change from the last scrape at or before `start` to the first at or after `end`
+    (`inner`: from the first at or after `start` to the last at or before `end`, so nothing sent
+    outside [start, end] is counted, while a request of its first or last half-second may be left
+    out)."""
+    values = [(s["t"], s["families"].get(family, {}).get("value", 0.0)) for s in scrapes if s["ok"]]
+    before = [v for t, v in values if t >= start][:1] if inner else [v for t, v in values if t <= start][-1:]
+    after = [v for t, v in values if t <= end][-1:] if inner else [v for t, v in values if t >= end][:1]
+    assert before and after, (family, start, end)
+    return after[0] - before[0]
+
+
+def test_shared_hash_ids_hit_vllms_prefix_cache_within_the_plans_best_case(lane, tmp_path):
+    (tmp_path / "trace.jsonl").write_text("".join(json.dumps(t) + "\n" for t in TRACE))
+    proc, out = _run(lane, tmp_path, PREFIX_SPEC)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    (entry,) = manifest["backends"]
+    scrapes = [json.loads(line) for line in (out / "backends" / "vllm" / "metrics.jsonl").read_text().splitlines() if line]
+    # the levels run one after the other, "unique" first: the pre-flights (one a workload, before
+    # any level) send the same unsalted prompt, so the second one hits vLLM's cache -- the
+    # unique level is read from the first scrape inside it to the last before "shared" starts,
+    # which leaves the pre-flights out; "shared" from the last scrape before it to the end
+    (unique, shared) = entry["levels"]
+    assert (unique["workload"], shared["workload"]) == ("unique", "shared")
+    seen = {}
+    for lv, start, end, inner in ((unique, unique["started_at"], shared["started_at"], True),
+                                  (shared, shared["started_at"], shared["buckets"][-1]["end"], False)):
+        hits = _delta(scrapes, "vllm:prefix_cache_hits_total", start, end, inner)
+        queries = _delta(scrapes, "vllm:prefix_cache_queries_total", start, end, inner)
+        seen[lv["workload"]] = (hits, queries, lv["shape"].get("prefix_blocks"))
+    hits, queries, blocks = seen["shared"]
+    best = blocks["repeat_share"]
+    sys.stderr.write(f"prefix_sharing = true: vLLM's prefix cache hit {hits:g} of {queries:g} prompt tokens "
+                     f"({hits / queries:.1%}); the plan's best case: {blocks['blocks'] - blocks['distinct']} of "
+                     f"{blocks['blocks']} blocks repeat ({best:.1%})\n")
+    u_hits, u_queries, u_blocks = seen["unique"]
+    sys.stderr.write(f"prefix_sharing = false: vLLM's prefix cache hit {u_hits:g} of {u_queries:g} prompt tokens\n")
+    assert blocks["block"] == BLOCK and blocks["unit"] == "tokens" and (blocks["blocks"], blocks["distinct"]) == (48, 17)
+    assert queries == len(TRACE) * 4 * BLOCK  # every prompt token-exact, every request of the trace sent
+    assert 0 < hits and hits / queries <= best
+    assert u_blocks is None and u_queries >= (len(TRACE) - 2) * 4 * BLOCK and u_hits == 0
+
+
+def test_max_concurrency_and_requests_per_level_hold_on_vllms_own_counters(lane, tmp_path):
+    proc, out = _run(lane, tmp_path, CAP_SPEC)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    verdict = json.loads(proc.stdout)
+    manifest = json.loads((out / "manifest.json").read_text())
+    (entry,) = manifest["backends"]
+    # the readiness answer came from the launched server's own socket (vLLM's API server is a
+    # descendant of the launched command)
+    sys.stderr.write(f"port_listener: {entry.get('port_listener')}\n")
+    assert entry["port_listener"]["owner"] == "server", entry.get("port_listener")
+    # the cap, proven from the records by client_healthy, and on vLLM's own gauge in every bucket
+    rules = {r["rule"]: r for r in verdict["rules"]}
+    (healthy,) = [r for r in verdict["rules"] if r["metric"] == "client_healthy"]
+    sys.stderr.write(f"client_healthy: {healthy['status']} -- {healthy['message']}\n")
+    assert healthy["status"] == "pass" and "kept to max_concurrency in 1 capped level" in healthy["message"], healthy
+    cap = rules[CAP_RULE.removeprefix("require ")]
+    sys.stderr.write(f"{cap['rule']}: {cap['status']} -- {cap['message']}\n")
+    assert cap["status"] == "pass", cap
+    # The rule judges the level's buckets, and an open loop's records are bucketed by their
+    # intended start: a count-bounded level lists its buckets up to its last *arrival*'s, while
+    # the requests queued behind the cap are served after it. So vLLM's gauge is also read here
+    # in every scrape of the level, from its start to its last request's end.
+    (level,) = entry["levels"]
+    scrapes = [json.loads(line) for line in (out / "backends" / "vllm" / "metrics.jsonl").read_text().splitlines() if line]
+    during = [s["families"]["vllm:num_requests_running"]["value"] for s in scrapes
+              if s["ok"] and level["started_at"] <= s["t"] <= level["measure_end"]]
+    judged = level["buckets"][-1]["end"] - level["buckets"][0]["start"]
+    sys.stderr.write(f"vllm:num_requests_running over the whole level ({level['measure_end'] - level['started_at']:.1f}s, "
+                     f"{len(during)} scrapes): at most {max(during):g}; the rule's {len(level['buckets'])} buckets cover "
+                     f"{judged:.1f}s of its {level['measure_end'] - level['measure_start']:.1f}s measured window\n")
+    assert len(during) >= 3 and max(during) <= CAP
+    # over capacity: requests waited for a slot
+    rows = [dict(r) for _, r in iter_records(out / "backends" / "vllm" / "requests.jsonl.gz")]
+    waited = [r for r in rows if r.get("admitted") is not None]
+    sys.stderr.write(f"{len(waited)} of {len(rows)} requests waited for a slot under max_concurrency {CAP}\n")
+    assert waited
+    # the count: exactly COUNT measured requests, the level ended by it
+    measured = [r for r in rows if r["bucket"] >= 0]
+    warmup = [r for r in rows if r["bucket"] < 0]
+    preflight = entry.get("preflight") or []
+    sys.stderr.write(f"level: {level['measured_sent']} of {level['requests_per_level']} measured requests sent, "
+                     f"ended by {level['ended_by']}; {len(warmup)} warmup, {len(preflight)} pre-flight\n")
+    assert (level["requests_per_level"], level["measured_sent"], level["ended_by"], len(measured)) == (COUNT, COUNT, "count", COUNT)
+    assert all(r["outcome"] == "completed" for r in rows + [p["record"] for p in preflight])
+    # vLLM finished exactly the requests soakspec sent: the measured, the warmup's, the pre-flight
+    success = _counter((tmp_path / "metrics.txt").read_text(), "vllm:request_success_total")
+    sys.stderr.write(f"vllm:request_success_total = {success:g}; soakspec sent {len(measured)} measured + "
+                     f"{len(warmup)} warmup + {len(preflight)} pre-flight = {len(rows) + len(preflight)}\n")
+    assert success == COUNT + len(warmup) + len(preflight)
