@@ -193,7 +193,13 @@ def test_shared_hash_ids_hit_vllms_prefix_cache_within_the_plans_best_case(lane,
     sys.stderr.write(f"prefix_sharing = false: vLLM's prefix cache hit {u_hits:g} of {u_queries:g} prompt tokens\n")
     assert blocks["block"] == BLOCK and blocks["unit"] == "tokens" and (blocks["blocks"], blocks["distinct"]) == (48, 17)
     assert queries == len(TRACE) * 4 * BLOCK  # every prompt token-exact, every request of the trace sent
-    assert 0 < hits and hits / queries <= best
+    # served one at a time, vLLM hits every repeated block (its last token aside, never a hit, but
+    # each request's last block is its own): the best case, less one request's shared blocks
+    # where two requests overlapped on the lane's busy cores -- never more
+    best_tokens = (blocks["blocks"] - blocks["distinct"]) * BLOCK
+    assert best_tokens - 3 * BLOCK <= hits <= best_tokens and hits / queries <= best
+    total = _counter((tmp_path / "metrics.txt").read_text(), "vllm:prefix_cache_hits_total")
+    sys.stderr.write(f"the whole run: {total:g} hits (the two pre-flights, the same prompt, and the levels)\n")
     assert u_blocks is None and u_queries >= (len(TRACE) - 2) * 4 * BLOCK and u_hits == 0
 
 
