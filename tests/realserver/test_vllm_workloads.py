@@ -2,15 +2,18 @@
 model), judged by vLLM's own /metrics, not only by the simulator:
 
 1. a Mooncake replay whose `hash_ids` share prefix blocks (`prefix_sharing`, `hash_block`):
-   vLLM's prefix cache (on by default in V1) counts hits, and its hit rate stays at or below the
-   plan's best case (`shape.prefix_blocks.repeat_share`); the same trace with `prefix_sharing =
-   false` gets no hits;
+   vLLM's prefix cache (on by default in V1) counts hits: served one request at a time, the
+   plan's best case (`shape.prefix_blocks.repeat_share`), less one overlap at most, never above
+   it; the same trace with `prefix_sharing = false` gets no hits;
 2. an open loop over the server's capacity under `max_concurrency = 2` with `requests_per_level
    = 40`: client_healthy proves the cap from the records (judge/capproof.py), vLLM's own
-   `vllm:num_requests_running` never exceeds 2 in any bucket, the level ends by its count, and
+   `vllm:num_requests_running` never exceeds 2 in any bucket nor in any scrape of the level
+   (its buckets end at the last arrival's, before the queue is served), it ends by its count, and
    `vllm:request_success_total` equals the 40 measured requests plus the warmup's and the
    pre-flight's -- every request soakspec sent, none more; the manifest records that the port's
    listener at readiness was the launched server's own (`port_listener`).
+
+`REALSERVER_KEEP=DIR` keeps a copy of each run's evidence and vLLM's final /metrics there.
 """
 
 from __future__ import annotations
