@@ -195,7 +195,11 @@ def test_shared_hash_ids_hit_vllms_prefix_cache_within_the_plans_best_case(lane,
     u_hits, u_queries, u_blocks = seen["unique"]
     sys.stderr.write(f"prefix_sharing = false: vLLM's prefix cache hit {u_hits:g} of {u_queries:g} prompt tokens\n")
     assert blocks["block"] == BLOCK and blocks["unit"] == "tokens" and (blocks["blocks"], blocks["distinct"]) == (48, 17)
-    assert queries == len(TRACE) * 4 * BLOCK  # every prompt token-exact, every request of the trace sent
+    # every prompt token-exact, every request of the trace sent: 12 of 4 blocks; one request more at
+    # most, the unique level's last, when vLLM counted it after the last scrape before "shared"
+    # began (the levels follow each other at once; seen with the lane's cores busy)
+    extra = queries - len(TRACE) * 4 * BLOCK
+    assert extra in (0, 4 * BLOCK), queries
     # served one at a time, vLLM hits every repeated block (its last token aside, never a hit, but
     # each request's last block is its own): the best case, less one request's shared blocks
     # where two requests overlapped on the lane's busy cores -- never more
