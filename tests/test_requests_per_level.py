@@ -653,11 +653,107 @@ def test_no_bucket_is_listed_after_the_last_measured_request_started():
     """One worker, 0.3 s a request, 1 s buckets, 4 requests: they start at 0, 0.3, 0.6 and 0.9 s
     and the last ends at 1.2 s. The level's measured window ends then, but bucket 1 -- begun at
     1.0 s, with no request started in it -- is not listed (an empty bucket would read as a
-    bucket that measured nothing); bucket 0 keeps its whole window, the last request draining past
-    it as at a timed level's end."""
+    bucket that measured nothing); bucket 0, the last listed, ends at the drain (1.2 s): the
+    last request's work past its nominal end is in it."""
     level = _level("mode = closed\n    concurrency = [1]\n    requests_per_level = 4", "duration = 10s\n  bucket = 1s\n  deadline = 60s")
     t0, records, (run,) = trio.run(_drive_parts, level, 0.3, 1, clock=trio.testing.MockClock(autojump_threshold=0))
     assert [r.start - t0 for r in records] == pytest.approx([0, 0.3, 0.6, 0.9])
     assert run.measure_end - t0 == pytest.approx(1.2)
     (only,) = run.bucket_windows()
-    assert only["index"] == 0 and only["end"] - only["start"] == pytest.approx(1.0)
+    assert only["index"] == 0 and only["end"] - only["start"] == pytest.approx(1.2) and only["planned_length_s"] == 1.0
+
+
+async def _drive_capped(level: Level, latency: float):
+    """`level` driven in-process against a server of fixed `latency`; the buckets its clock
+    closed (`LevelContext.on_bucket`), in order."""
+    clock = RunClock(timer=trio.current_time, epoch=1000.0)
+    server = FakeServer(clock, latency)
+    records: list[RequestRecord] = []
+    closed: list[int] = []
+
+    async def on_bucket(k: int) -> None:
+        closed.append(k)
+
+    t0 = clock.now() + 0.5
+    ctx = LevelContext("a", clock, server.connect, Shapes(level.request), records.extend, IdSequence("t"), t0=t0, on_bucket=on_bucket)
+    run = await drive_level(level, ctx)
+    return t0, records, run, closed
+
+
+def test_a_capped_open_loop_ended_by_its_count_lists_its_drain_in_its_last_bucket():
+    """40 rps of constant arrivals, max_concurrency 1, 20 requests, 0.2 s a request, 1 s buckets
+    and a 3 s bound: the 20 arrive in the first 0.5 s (all in bucket 0, where they belong: a
+    request's wait behind the cap is in its latency) but are served one at a time until 4.0 s --
+    past bucket 0's nominal end and past the level's 3 s. The measured window is [0, 4.0 s], its
+    last (only) bucket ends there, its clock does not close bucket 0 (nor buckets 1-3, in which
+    nothing was due) at their nominal ends, and the server was busy the whole window."""
+    level = _level("mode = open\n    rate = [40rps]\n    arrival = constant\n    max_concurrency = 1\n    requests_per_level = 20",
+                   "duration = 3s\n  bucket = 1s\n  deadline = 60s")
+    t0, records, run, closed = trio.run(_drive_capped, level, 0.2, clock=trio.testing.MockClock(autojump_threshold=0))
+    measured = _measured(records)
+    assert len(measured) == 20 and {r.bucket for r in measured} == {0}
+    last_end = max(r.end for r in measured)
+    assert last_end - t0 == pytest.approx(4.0) and run.count_reached
+    assert run.measure_end == pytest.approx(last_end, abs=1e-9)
+    assert run.bucket_windows() == [{"index": 0, "start": t0, "end": pytest.approx(last_end, abs=1e-9), "planned_length_s": 1.0}]
+    assert closed == []  # the driver closes it at the drain, with the window's length
+    assert run.mean_in_flight == pytest.approx(1.0)
+
+
+def test_a_capped_open_loop_count_passes_its_per_level_and_per_bucket_server_rules(tmp_path):
+    """The simulator at 200 ms TTFT, 40 rps open loop under max_concurrency 1, 20 requests, 1 s
+    buckets: all 20 complete ~4.7 s in, so the server's counter of successes rose by 20 within the
+    level's window -- per level and in its one (long) bucket, judged from the scrapes that window
+    holds. (It listed bucket 0 as [0, 1 s], the queue's drain in no scope: "= 6 over 4 scrapes", a
+    wrong server FAIL.) The window ends at the last request's end, buckets.jsonl has that bucket
+    once with that window, the gate's validity accepts the long last bucket and the report says it
+    holds the drain."""
+    spec = tmp_path / "cap.soak"
+    spec.write_text(textwrap.dedent("""\
+        soak "cap-count" {}
+        backend "a" {
+          sim {
+            ttft = 200ms
+            itl = 5ms
+          }
+        }
+        workload "w" {
+          prompt_words = 8
+          max_tokens = 8
+          load {
+            mode = open
+            rate = [40rps]
+            max_concurrency = 1
+            requests_per_level = 20
+          }
+          warmup = 0s
+          duration = 30s
+          bucket = 1s
+          deadline = 30s
+          follow_up = false
+        }
+        gate {
+          require completed_run
+          require bucket_coverage
+          require duration_coverage
+          require failed == 0
+          require server("vllm:request_success_total") >= 20 per level
+          require server("vllm:request_success_total") >= 20 per bucket
+        }
+        """))
+    out = tmp_path / "ev"
+    proc = _run(spec, out)
+    verdict = out / "verdict.json"
+    open_rules = [r["text"] for r in json.loads(verdict.read_text())["rules"] if r["status"] != "pass"] if verdict.exists() else []
+    assert proc.returncode == 0, (open_rules, proc.stderr[-3000:])
+    measured = [r for r in _records(out) if r.bucket >= 0]
+    assert len(measured) == 20
+    lv = _level_entry(out)
+    (only,) = lv["buckets"]
+    last_end = max(r.end for r in measured)
+    assert only["end"] == pytest.approx(last_end, abs=1e-3) == pytest.approx(lv["measure_end"], abs=1e-3)
+    assert only["end"] - only["start"] > 3.0 and only["planned_length_s"] == 1.0
+    lines = [json.loads(x) for x in (out / "backends" / "a" / "buckets.jsonl").read_text().splitlines()]
+    assert [x["bucket"] for x in lines] == [0] and lines[0]["end"] == pytest.approx(only["end"])
+    report = _cli("report", str(out), "--format", "md").stdout
+    assert re.search(r"bucket 0 ran \S+ of its planned 1s: it holds the drain of 1[0-9] requests", report), report[-3000:]

@@ -280,7 +280,31 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "itl_coalesced": itl_coalesced(recs),
         "excluded": excluded(recs),
         "turns": turn_summary(recs),
+        "drain": drain_summary(lv),
     }
+
+
+DRAIN_TOLERANCE_S = 1e-3  # a last bucket this much past its planned end holds no drain worth saying
+
+
+def drain_summary(lv: LevelIndex) -> dict[str, Any] | None:
+    """A level its count ended whose last bucket ran past its planned length (the runner ends
+    it at the level's drain, `runner.load.LevelRun.bucket_windows`): that bucket, its wall time
+    and planned length, and `ended_late`, how many of the level's measured requests ended after
+    its planned end -- the queue's drain (an open loop's arrivals waiting behind
+    max_concurrency, a slow last request) that the long bucket holds. None for any other level."""
+    listed = [w for w in lv.buckets if w.planned]
+    if not listed or not lv.ended_by_count or lv.entry.get("completed") is not True:
+        return None
+    last = listed[-1]
+    if last.start is None or last.end is None or last.planned_length_s is None:
+        return None
+    nominal = last.start + last.planned_length_s
+    if last.end <= nominal + DRAIN_TOLERANCE_S:
+        return None
+    ends = lv.records.map(lambda t, idx: t.f["end"][idx], lambda r: v if (v := num(r.get("end"))) is not None else np.nan)
+    return {"bucket": last.index, "wall_s": last.end - last.start, "planned_length_s": last.planned_length_s,
+            "ended_late": int(np.count_nonzero(ends > nominal))}
 
 
 def _count_summary(lv: LevelIndex) -> dict[str, Any] | None:

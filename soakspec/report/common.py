@@ -563,6 +563,29 @@ def cap_notes(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def drain_notes(results: Mapping[str, Any]) -> list[str]:
+    """`sim · rate 40 rps, max_concurrency 1, 20 requests: bucket 0 ran 4.72s of its planned 1s:
+    it holds the drain of 19 requests ...`: a level its count ended whose last bucket is longer
+    than planned (`judge.summary.drain_summary`), so its per-bucket figures are read over that
+    bucket's whole window."""
+    out = []
+    for b in _list(results.get("backends")):
+        if not isinstance(b, Mapping):
+            continue
+        for lv in _list(b.get("levels")):
+            d = lv.get("drain") if isinstance(lv, Mapping) else None
+            if not isinstance(d, Mapping) or num(d.get("wall_s")) is None or num(d.get("planned_length_s")) is None:
+                continue
+            label = one_line(lv.get("label") or f"level {lv.get('index')}")
+            out.append(f"{one_line(b.get('name'))} · {label}: bucket {d.get('bucket')} ran {format_duration(num(d['wall_s']))} "
+                       f"of its planned {format_duration(num(d['planned_length_s']))}: it holds the drain of "
+                       f"{d.get('ended_late')} requests that ended after its planned end. A level its requests_per_level "
+                       "ends measures until its last request ends (requests queued behind max_concurrency, or still "
+                       "running, are served then); a request belongs to the bucket it was due in, its wait in its latency, "
+                       "so this bucket's rates and server scrapes span its whole window.")
+    return out
+
+
 CLIENT_NOTE = ("The load generator's own health, worst bucket of each level: a saturated client reports its own lag as "
                "the server's latency, so the built-in client_healthy makes such a run INCONCLUSIVE (thresholds: the gate's "
                "client_lag, client_cpu, client_schedule_lag, client_concurrency).")

@@ -430,6 +430,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         out.append("<h2>Per level</h2>")
         out += per_level
         out += [f'<p class="note">{esc(n)}</p>' for n in C.exclusion_notes(results)]
+        out += [f'<p class="note">{esc(n)}</p>' for n in C.drain_notes(results)]
     out += turn_table(results)
     health = C.client_rows(results)
     if health:

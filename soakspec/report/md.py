@@ -282,6 +282,8 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         if notes:  # the judge's own words, fenced like the rules' messages (not prose claims)
             fence = fence_for(notes)
             lines += ["What the percentiles leave out:", "", fence + "text"] + notes + [fence, ""]
+    for note in C.drain_notes(results):  # a count-bounded level's last bucket that holds its drain
+        lines += [md_text(note), ""]
     lines += turn_section(results)
     health = client_table(results)
     if health:

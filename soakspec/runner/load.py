@@ -31,9 +31,14 @@ Closed loop: a worker takes one of the n (from the level's shared count with `--
 each request that starts at or after m, and stops once none is left (a request it could not send
 gives its place back: the n are sent ones, `counts_toward`); open loop: the schedule's first n
 arrivals at or after m. The warmup's requests are not counted. Ended by its count, the
-level's measured window ends at its drain (`LevelRun.measure_end`), its buckets those up to the
-one its last measured request started in, that one short if the level ended within it; ended by
-its duration first, it runs to `m + duration` as any level.
+level's measured window is [m, its last measured request's end] (its drain, `LevelRun.drain_end`),
+its buckets those up to the one its last measured request was due in, that one ending at the
+drain: shorter than planned if the level drained within it, longer if not (an open loop's
+arrivals queued behind max_concurrency are served after their bucket's nominal end, even after
+`m + duration`: the long last bucket holds that work, so a per-level server rule's scrapes cover
+it). Ended by its duration first, it runs to `m + duration` as any level. A timed level's window
+is its declared duration: its in-flight requests -- and a capped open loop's queued arrivals --
+drain after it, in no scope of the level (a per-level server counter misses their work).
 
 Prompts: the k-th request of a level (k from 0, warmup included) gets `Shapes.make(k)`, whatever
 the backend sent before, so with a fixed seed every level of every backend sends the same prompt
@@ -420,34 +425,58 @@ class LevelRun:
     drained_at: float | None = None
     completed: bool = False
     sent: int = 0
-    busy_s: float = 0.0  # the sum of every request's [start, end] overlap with the measured window
+    busy_s: float = 0.0  # the sum of every request's [start, end] overlap with [measure_start, nominal end)
+    busy_late_s: float = 0.0  # ... with [nominal end, ...): in the window of a level whose count ended it past its nominal end
     measured: int = 0  # requests sent in the measured window (bucket >= 0, `counts_toward`): a count-bounded level's sent
     count_reached: bool = False  # a count-bounded level ended by its count (not by its duration)
     last_bucket: int = 0  # the bucket of its last measured request (a level ended by its count lists up to it)
+    last_end: float | None = None  # when its last measured request (sent) ended: a level ended by its count drained then
+
+    def drain_end(self, stop: float) -> float:
+        """The measured window's end: ended by its count, its last measured request's end (its
+        drain; before or after `stop`, the level's nominal end -- an open loop's arrivals queued
+        behind max_concurrency are served after it), else `stop`. A timed level's in-flight (and
+        queued) requests drain after its window, in no scope of it."""
+        if not self.count_reached:
+            return stop
+        end = self.last_end if self.last_end is not None else self.drained_at
+        return max(self.measure_start, end if end is not None else stop)
 
     @property
     def mean_in_flight(self) -> float:
         """Mean requests in flight over the measured window (exact: the in-flight count's
         integral over the window, divided by its length)."""
-        length = self.level.duration_s
+        length, busy = self.level.duration_s, self.busy_s
         if self.measure_end is not None and self.count_reached:  # ended by its count: the window it measured
             length = self.measure_end - self.measure_start
-        return self.busy_s / length if length > 0 else 0.0
+            busy += self.busy_late_s  # its drain past the nominal end is in it
+        return busy / length if length > 0 else 0.0
 
     def bucket_windows(self) -> list[dict]:
         """Every planned bucket's window; a count-bounded level that ended by its count lists
-        them up to the one its last measured request started in (none after it, where nothing
-        started), that one ending when the level's last request ended if that was within it
-        (shorter, as planned); a request still running past it drains as at a timed level's end."""
+        them up to the one its last measured request was due in (none after it, where nothing
+        was due), that one ending at the level's drain (`measure_end`, its last measured
+        request's end): shorter than planned if the level drained within it, longer if not --
+        an open loop's requests queued behind its max_concurrency (or a slow server's last
+        request) are served after their bucket's nominal end, and the long last bucket holds
+        that work, so every scope that reads the level's window (a per-level server rule's
+        scrapes, throughput, in-flight) sees it. A request belongs to the bucket it was due in
+        (open-loop semantics: its wait is in its latency), so no empty bucket follows."""
         out = []
         end = self.measure_end if self.count_reached and self.measure_end is not None else None
         for b in self.level.buckets:
             start = self.measure_start + b.start_s
             if end is not None and b.index > self.last_bucket:
                 break
-            stop = start + b.length_s if end is None else min(start + b.length_s, max(end, start))
+            stop = start + b.length_s if end is None or b.index < self.last_bucket else max(end, start)
             out.append({"index": b.index, "start": start, "end": stop, "planned_length_s": b.length_s})
         return out
+
+    def all_started(self, quota: Quota | None) -> bool:
+        """Whether a count-bounded level (one process) has started all its measured requests:
+        no measured request is due after its last bucket so far (`bucket_clock` holds that
+        bucket open for the drain)."""
+        return quota is not None and quota.shared is None and (quota.reached or quota.taken >= quota.n)
 
     def count_json(self) -> dict:
         """A count-bounded level's manifest fields: its measured requests sent (`measured_sent`,
@@ -677,8 +706,12 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                 rec.error = CANCELLED_BY_ABORT
             if rec.start is not None and rec.end > m and rec.start < stop:
                 run.busy_s += min(rec.end, stop) - max(rec.start, m)
+            if rec.start is not None and rec.end > stop:  # a count-bounded level's drain may run past `stop`
+                run.busy_late_s += rec.end - max(rec.start, stop)
             if rec.start is None and rec.bucket >= 0:
                 run.measured -= 1  # not sent: not one of a count-bounded level's measured requests (`counts_toward`)
+            elif rec.bucket >= 0:
+                run.last_end = rec.end if run.last_end is None else max(run.last_end, rec.end)
             ctx.stats.finished(rec)
             pending.add(rec)
             if health is not None:
@@ -690,7 +723,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             background.start_soon(pending.writer)
             ended = trio.Event()
             async with trio.open_nursery() as outer:
-                outer.start_soon(bucket_clock, level, ctx, m, ended)
+                outer.start_soon(bucket_clock, level, ctx, m, ended,
+                                 lambda k: run.all_started(quota) and run.last_bucket <= k)
                 await LOAD_MODELS[type(level.shape)](level.shape, ctx, one, stop, t0, m)
                 # The load functions return only after `stop`, with every request drained; an
                 # abort arrives as cancellation instead. The bucket clock ends with the last bucket
@@ -702,7 +736,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         pending.write()  # also when aborting: every request sent has its record
     run.drained_at = clock.now()
     run.count_reached = quota is not None and quota.reached
-    run.measure_end = min(run.drained_at, stop) if run.count_reached else stop
+    run.measure_end = run.drain_end(stop)
     run.completed = True
     return run
 
@@ -734,16 +768,22 @@ class _PendingRecords:
             self.write()
 
 
-async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float, ended: trio.Event | None = None) -> None:
+async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float, ended: trio.Event | None = None,
+                       holds: Callable[[int], bool] | None = None) -> None:
     """Awaits `ctx.on_bucket(i)` at each bucket's end on the run clock; returns once `ended` is
     set (a count-bounded level that sent its count: the bucket it ended in is not closed here,
-    as a level cut short leaves its last one -- never cancelled inside `on_bucket`)."""
+    as a level cut short leaves its last one -- never cancelled inside `on_bucket`). `holds(i)`:
+    bucket i is that level's last (all its measured requests have started, none due after i),
+    so its nominal end does not close it -- it ends at the drain (`LevelRun.bucket_windows`)
+    and the driver closes it then, with that length."""
     for b in level.buckets:
         at = ctx.clock.to_trio(measure_start + b.start_s + b.length_s)
         if ended is None:
             await trio.sleep_until(at)
         else:
             with trio.move_on_at(at):
+                await ended.wait()
+            if not ended.is_set() and holds is not None and holds(b.index):
                 await ended.wait()
             if ended.is_set():
                 return
