@@ -721,16 +721,17 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     try:
         async with trio.open_nursery() as background:
             background.start_soon(pending.writer)
-            ended = trio.Event()
+            ended, drained = trio.Event(), trio.Event()
             async with trio.open_nursery() as outer:
                 outer.start_soon(bucket_clock, level, ctx, m, ended,
-                                 lambda k: run.all_started(quota) and run.last_bucket <= k)
+                                 lambda k: run.all_started(quota) and run.last_bucket <= k, drained)
                 await LOAD_MODELS[type(level.shape)](level.shape, ctx, one, stop, t0, m)
                 # The load functions return only after `stop`, with every request drained; an
                 # abort arrives as cancellation instead. The bucket clock ends with the last bucket
                 # -- or, a count-bounded level that sent its count, now: its last request has ended
                 if quota is not None and quota.reached:
                     ended.set()
+                drained.set()
             background.cancel_scope.cancel()
     finally:
         pending.write()  # also when aborting: every request sent has its record
@@ -769,13 +770,16 @@ class _PendingRecords:
 
 
 async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float, ended: trio.Event | None = None,
-                       holds: Callable[[int], bool] | None = None) -> None:
+                       holds: Callable[[int], bool] | None = None, drained: trio.Event | None = None) -> None:
     """Awaits `ctx.on_bucket(i)` at each bucket's end on the run clock; returns once `ended` is
     set (a count-bounded level that sent its count: the bucket it ended in is not closed here,
     as a level cut short leaves its last one -- never cancelled inside `on_bucket`). `holds(i)`:
     bucket i is that level's last (all its measured requests have started, none due after i),
     so its nominal end does not close it -- it ends at the drain (`LevelRun.bucket_windows`)
-    and the driver closes it then, with that length."""
+    and the driver closes it then, with that length. It waits for `drained` (set once the
+    level's load has returned, whatever ended it): a level its duration ended after all (a
+    closed loop's n-th request started, the bound came before it asked for another) closes
+    its buckets then, as planned."""
     for b in level.buckets:
         at = ctx.clock.to_trio(measure_start + b.start_s + b.length_s)
         if ended is None:
@@ -783,8 +787,8 @@ async def bucket_clock(level: Level, ctx: LevelContext, measure_start: float, en
         else:
             with trio.move_on_at(at):
                 await ended.wait()
-            if not ended.is_set() and holds is not None and holds(b.index):
-                await ended.wait()
+            if not ended.is_set() and holds is not None and drained is not None and holds(b.index):
+                await drained.wait()
             if ended.is_set():
                 return
         if ctx.on_bucket is not None:

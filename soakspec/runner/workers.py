@@ -56,13 +56,14 @@ from typing import Any
 import trio
 
 from soakspec.evidence.redact import record_redactor, use_secrets
-from soakspec.plan import Batch, Level, Liveness
+from soakspec import windows
+from soakspec.plan import Batch, Level, Liveness, Open
 from soakspec.runner.clienthealth import LoopMonitor
 from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence, SharedCount
-from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, counts_toward, drive_level
+from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, counts_toward, drive_level, schedule
 from soakspec.runner.procs import spawned_ended, spawning
 from soakspec.runner.prompts import RunAborted
 
@@ -230,8 +231,9 @@ async def drive_level_workers(
         run = LevelRun(level, started_at=t0, measure_start=t0 + level.warmup_s)
 
         counted = trio.Event()  # a count-bounded level that sent its count ends with its processes
+        drained = trio.Event()  # its processes have all ended
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(bucket_clock, level, ctx, run.measure_start, counted)
+            nursery.start_soon(bucket_clock, level, ctx, run.measure_start, counted, _holds(level, run, count), drained)
             async with trio.open_nursery() as pumps:
                 for p in range(n):
                     pumps.start_soon(pump, p)
@@ -239,6 +241,7 @@ async def drive_level_workers(
                 taken = count.value(SharedCount.MEASURED)  # every process has ended: the count is final
             if _count_reached(level, [s for s in summaries if s is not None], taken):
                 counted.set()
+            drained.set()
     finally:
         with trio.CancelScope(shield=True):
             with trio.move_on_after(STOP_GRACE):
@@ -295,6 +298,28 @@ async def _spawn(level: Level, job: dict[str, Any], shares: list[IdSequence], cl
 def _process_name(p: int, n: int, proc) -> str:
     """A load process as every message names it: `load process 2 of 4 (--workers, pid 1234)`."""
     return f"load process {p + 1} of {n} (--workers, pid {proc.pid})"
+
+
+def _holds(level: Level, run: LevelRun, count: SharedCount | None) -> Callable[[int], bool] | None:
+    """The parent's `bucket_clock` hold of a count-bounded level's last bucket (its window
+    ends at the drain): a closed loop's once the processes took all n places (the last one
+    started by the bucket's end); an open loop's from or after the bucket of its schedule's
+    n-th arrival after the warmup (every process reads the same schedule). None: no count, or
+    a closed loop in one process (no shared count: its summary's windows say it all)."""
+    n = level.requests_per_level
+    if n is None:
+        return None
+    if count is not None:
+        return lambda k: count.value(SharedCount.MEASURED) >= n
+    if not isinstance(level.shape, Open):
+        return None
+    m, stop = run.measure_start, run.measure_start + level.duration_s
+    due = [t for t in schedule(level.shape.rate, level.shape.arrival, level.shape.seed, run.started_at, stop,
+                               level.shape.burstiness) if t >= m][:n]
+    if len(due) < n:  # its duration ends it first: every bucket as planned
+        return None
+    last = windows.holding([m + b.start_s for b in level.buckets], due[-1])
+    return lambda k: k >= last
 
 
 def _count_reached(level: Level, done: list[dict], taken: int | None) -> bool:
