@@ -72,3 +72,46 @@ def test_a_level_run_twice_as_a_sweeps_probes_does_not_replay_its_prompts():
     probes = _prompts_per_level([lv, lv, lv], IdSequence("soak-5ca1ab1e-0"))
     every = [p for probe in probes for p in probe]
     assert len(every) == 60 and len(_first_blocks(every)) == 60
+
+
+def test_two_workloads_pre_flights_send_different_token_prompts(monkeypatch):
+    """Two workloads of 64-token prompts on one backend: each pre-flight sends a token-exact
+    prompt of 64 tokens, and the two differ from the first block on (both sent the unsalted
+    prompt 0, so the second pre-flight was served from the first's prefix cache) -- and from
+    the first level's prompts."""
+    from types import SimpleNamespace
+
+    from soakspec.lang import check, parse
+    from soakspec.plan import plan
+    from soakspec.runner import driver
+
+    text = ('soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+            + "".join(f'workload "{w}" {{\n  load {{\n    mode = closed\n    concurrency = [1]\n  }}\n  prompt_tokens = 64\n'
+                      f'  duration = 2s\n  bucket = 1s\n  follow_up = false\n}}\n' for w in ("w1", "w2")))
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, diags
+    (bp,) = plan(spec).backends
+
+    async def prepare(self, url):
+        self._costs = TokenCosts(tuple(WORDS), 0)
+
+    monkeypatch.setattr(Shapes, "prepare", prepare)
+    sent: list[str] = []
+
+    class Conn:
+        async def send(self, shape, rid, headers, record, *, deadline):
+            sent.append(shape.prompt)
+            record.start, record.end, record.outcome = 0.0, 0.1, "completed"
+
+        async def aclose(self):
+            pass
+
+    async def main():
+        deps = SimpleNamespace(clock=RunClock(timer=trio.current_time, epoch=1000.0), progress=SimpleNamespace(log=lambda *a: None))
+        rec = SimpleNamespace(preflight_done=lambda w, r: True)
+        await driver.preflight(bp, "http://127.0.0.1:8000", deps, rec, IdSequence("soak-5ca1ab1e-0"), lambda f: (), lambda req: Conn)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(sent) == 2 and all(len(p.split()) == 64 for p in sent)
+    first_level = _prompts_per_level([bp.levels[0]], IdSequence("soak-5ca1ab1e-0"))[0]
+    assert len(_first_blocks(sent + first_level)) == len(sent) + len(first_level)

@@ -5,10 +5,18 @@ clean follow-up.
 buckets and deadlines come from its `Level`; records go to the backend's recorder.
 
 Pre-flight (unless `--no-preflight`): before any level, one request of each workload's shape
-(its real body: the first request of its first level) must complete; a 4xx/5xx, an error event
-or a malformed stream stops the run before the soak (`BackendError`, exit 4) with the server's
-own words ("HTTP 400: ... default chat template is no longer allowed ..."). Those requests are
-kept in the backend's manifest entry (`preflight`), not in requests.jsonl: they measure nothing.
+must complete: its template's body (model, endpoint, chat or completion, headers, extra fields)
+with the prompt `Shapes.make(0)` makes -- a word or token-exact prompt of its first length (the
+pre-flight's own, salted with its request id, so no two pre-flights and no level send the same
+token prompt and none is served from the prefix cache), a file's first prompt, a session's first
+turn. For a replay that is *not* trace line 0: a token prompt of the template's length. Line 0's
+real body would build its `hash_ids` blocks, which later trace requests share, so the pre-flight
+would put them in the server's prefix cache before the level and raise the level's measured hit
+rate (its first requests would hit blocks that in the trace's own order are cold); the body's
+shape is what the pre-flight checks, and that is the same. A 4xx/5xx, an error event or a
+malformed stream stops the run before the soak (`BackendError`, exit 4) with the server's own
+words ("HTTP 400: ... default chat template is no longer allowed ..."). Those requests are kept
+in the backend's manifest entry (`preflight`), not in requests.jsonl: they measure nothing.
 
 The backend's `Health` (runner/liveness.py) is shared by its liveness watch and its load: a
 dead backend's load stops (the watch raises), and refused connects back off meanwhile.
@@ -135,7 +143,9 @@ async def preflight(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder,
                                concurrency=1, bucket=PREFLIGHT_LEVEL)  # fmt: skip
         conn = connector(lv.request)()
         try:
-            await conn.send(shapes.make(0), rid, shapes.headers(), record, deadline=deps.clock.now() + lv.deadline_s)
+            # salted with its own id: an unsalted token prompt 0 was the same in every workload's
+            # pre-flight of that length, the second served from the prefix cache (module docstring)
+            await conn.send(shapes.make(0, salt=rid), rid, shapes.headers(), record, deadline=deps.clock.now() + lv.deadline_s)
         finally:
             with trio.move_on_after(CLOSE_S, shield=True):
                 await conn.aclose()
