@@ -752,10 +752,47 @@ def test_a_capped_open_loop_count_passes_its_per_level_and_per_bucket_server_rul
     lv = _level_entry(out)
     (only,) = lv["buckets"]
     last_end = max(r.end for r in measured)
-    assert only["end"] == pytest.approx(last_end, abs=1e-3) == pytest.approx(lv["measure_end"], abs=1e-3)
+    assert only["end"] == lv["measure_end"] and last_end <= only["end"] < last_end + 0.05  # the drain, read just after it
     assert only["end"] - only["start"] > 4.0 / cap and only["planned_length_s"] == 1.0
     assert lv.get("workers", 1) == workers
     lines = [json.loads(x) for x in (out / "backends" / "a" / "buckets.jsonl").read_text().splitlines()]
     assert [x["bucket"] for x in lines] == [0] and lines[0]["end"] == pytest.approx(only["end"])
     report = _cli("report", str(out), "--format", "md").stdout
     assert re.search(r"bucket 0 ran \S+ of its planned 1s: it holds the drain of [0-9]+ requests", report), report[-3000:]
+
+
+def _judged_with_a_drained_last_bucket(rules: str):
+    """A run of an open loop under max_concurrency 1, 8 requests per level, 5 s buckets, as the
+    runner records it when its last request was served at 10.5 s (queued behind the cap): bucket
+    0 lists [0, 11.5 s], the level's window too (`EvidenceBuilder`'s 8 requests of bucket 0,
+    the last one started 7 s after it was due)."""
+    from soakspec.judge.judge import judge
+    from soakspec.judge.testing import EvidenceBuilder, spec_from_text
+
+    spec = spec_from_text(HEAD + 'workload "w" {\n  load {\n    mode = open\n    rate = [2rps]\n    max_concurrency = 1\n'
+                          '    requests_per_level = 8\n  }\n  duration = 10s\n  bucket = 5s\n  follow_up = false\n}\n'
+                          f'gate {{\n  {rules}\n}}\n')
+    b = EvidenceBuilder(spec)
+    b.drop_bucket_requests("a", 0, 1)
+    lv = b.level("a", 0)
+    last = max(b.measured("a", 0), key=lambda r: r["intended_start"])
+    for k in ("start", "first_byte", "first_token", "end"):
+        last[k] += 7.0
+    last["admitted"] = last["start"]
+    last["ttft"], last["latency"] = last["first_token"] - last["intended_start"], last["end"] - last["intended_start"]
+    (first, _) = lv["buckets"]
+    first["end"] = last["end"] + 0.001  # the drain: read just after the last request ended
+    lv.update(buckets=[first], measure_end=first["end"], drained_at=first["end"], sent=8, measured_sent=8, ended_by="count")
+    return judge(spec, b.build()), first
+
+
+def test_the_judge_takes_a_count_ended_levels_drained_last_bucket_as_planned():
+    """The long last bucket (11.5 s of a planned 5 s) is valid for a level its count ended, and a
+    per-bucket rule is judged over its whole window: 8 requests completed in it, 8 / 11.5 s
+    req/s. (Validity called it "bucket 0's window is 11.5s long, but the plan's bucket is 5s".)"""
+    v, w = _judged_with_a_drained_last_bucket("require completed_run\n  require bucket_coverage\n  require duration_coverage\n"
+                                              "  require mean(qps) >= 0.5rps per bucket")
+    status = {r.rule: (r.status, r.message) for r in v.rules}
+    assert {s for s, _ in status.values()} == {"pass"}, status
+    (qps,) = [r for r in v.rules if r.rule == "mean(qps) >= 0.5rps per bucket"]
+    assert qps.observed == pytest.approx(8 / (w["end"] - w["start"]), rel=1e-6)

@@ -430,17 +430,18 @@ class LevelRun:
     measured: int = 0  # requests sent in the measured window (bucket >= 0, `counts_toward`): a count-bounded level's sent
     count_reached: bool = False  # a count-bounded level ended by its count (not by its duration)
     last_bucket: int = 0  # the bucket of its last measured request (a level ended by its count lists up to it)
-    last_end: float | None = None  # when its last measured request (sent) ended: a level ended by its count drained then
 
     def drain_end(self, stop: float) -> float:
-        """The measured window's end: ended by its count, its last measured request's end (its
-        drain; before or after `stop`, the level's nominal end -- an open loop's arrivals queued
-        behind max_concurrency are served after it), else `stop`. A timed level's in-flight (and
-        queued) requests drain after its window, in no scope of it."""
+        """The measured window's end: ended by its count, its drain (`drained_at`, read once its
+        last request had ended: before or after `stop`, the level's nominal end -- an open loop's
+        arrivals queued behind max_concurrency are served after it), else `stop`. The drain, not
+        the last record's `end` itself: windows are half-open, [start, end), and a window that
+        ended at that instant would leave the last completion out of its req/s and tok/s
+        (`judge.measures.delivered`). A timed level's in-flight (and queued) requests drain
+        after its window, in no scope of it."""
         if not self.count_reached:
             return stop
-        end = self.last_end if self.last_end is not None else self.drained_at
-        return max(self.measure_start, end if end is not None else stop)
+        return max(self.measure_start, self.drained_at if self.drained_at is not None else stop)
 
     @property
     def mean_in_flight(self) -> float:
@@ -710,8 +711,6 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                 run.busy_late_s += rec.end - max(rec.start, stop)
             if rec.start is None and rec.bucket >= 0:
                 run.measured -= 1  # not sent: not one of a count-bounded level's measured requests (`counts_toward`)
-            elif rec.bucket >= 0:
-                run.last_end = rec.end if run.last_end is None else max(run.last_end, rec.end)
             ctx.stats.finished(rec)
             pending.add(rec)
             if health is not None:

@@ -341,8 +341,7 @@ def _summary(run: LevelRun, issued: int) -> dict:
     """A worker's DONE message: its part of the level's run (`_sum_up` adds the parts up)."""
     return {"sent": run.sent, "busy_s": run.busy_s, "drained_at": run.drained_at,
             "completed": run.completed, "ids": issued, "measured": run.measured,
-            "count_reached": run.count_reached, "last_bucket": run.last_bucket, "last_end": run.last_end,
-            "busy_late_s": run.busy_late_s}  # fmt: skip
+            "count_reached": run.count_reached, "last_bucket": run.last_bucket, "busy_late_s": run.busy_late_s}  # fmt: skip
 
 
 def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSequence, taken: int | None = None) -> None:
@@ -357,8 +356,6 @@ def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSe
     run.measured = sum(s.get("measured", 0) for s in done)
     run.count_reached = _count_reached(run.level, done, taken)
     run.last_bucket = max(s.get("last_bucket", 0) for s in done)
-    ends = [s["last_end"] for s in done if s.get("last_end") is not None]
-    run.last_end = max(ends) if ends else None
     run.measure_end = run.drain_end(run.measure_start + run.level.duration_s)
     run.sent = sum(s["sent"] for s in done)
     run.busy_s = sum(s["busy_s"] for s in done)
