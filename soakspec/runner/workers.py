@@ -42,6 +42,7 @@ retires idle threads after 10 s.)
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import pickle
@@ -314,8 +315,8 @@ def _holds(level: Level, run: LevelRun, count: SharedCount | None) -> Callable[[
     if not isinstance(level.shape, Open):
         return None
     m, stop = run.measure_start, run.measure_start + level.duration_s
-    due = [t for t in schedule(level.shape.rate, level.shape.arrival, level.shape.seed, run.started_at, stop,
-                               level.shape.burstiness) if t >= m][:n]
+    times = schedule(level.shape.rate, level.shape.arrival, level.shape.seed, run.started_at, stop, level.shape.burstiness)
+    due = list(itertools.islice((t for t in times if t >= m), n))  # its first n after the warmup, no more
     if len(due) < n:  # its duration ends it first: every bucket as planned
         return None
     last = windows.holding([m + b.start_s for b in level.buckets], due[-1])
