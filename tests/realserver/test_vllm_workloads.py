@@ -8,7 +8,8 @@ model), judged by vLLM's own /metrics, not only by the simulator:
 2. an open loop over the server's capacity under `max_concurrency = 2` with `requests_per_level
    = 40`: client_healthy proves the cap from the records (judge/capproof.py), vLLM's own
    `vllm:num_requests_running` never exceeds 2 in any bucket nor in any scrape of the level
-   (its buckets end at the last arrival's, before the queue is served), it ends by its count, and
+   (its last bucket ends at its drain: the queue served after the last arrival's bucket is in
+   it), it ends by its count, and
    `vllm:request_success_total` equals the 40 measured requests plus the warmup's and the
    pre-flight's -- every request soakspec sent, none more; the manifest records that the port's
    listener at readiness was the launched server's own (`port_listener`).
@@ -175,9 +176,9 @@ def test_shared_hash_ids_hit_vllms_prefix_cache_within_the_plans_best_case(lane,
     manifest = json.loads((out / "manifest.json").read_text())
     (entry,) = manifest["backends"]
     scrapes = [json.loads(line) for line in (out / "backends" / "vllm" / "metrics.jsonl").read_text().splitlines() if line]
-    # the levels run one after the other, "unique" first: the pre-flights (one a workload, before
-    # any level) send the same unsalted prompt, so the second one hits vLLM's cache -- the
-    # unique level is read from the first scrape inside it to the last before "shared" starts,
+    # the levels run one after the other, "unique" first, after the pre-flights (one a workload,
+    # each its own salted prompt; before, both sent one prompt and the second hit vLLM's cache) --
+    # the unique level is read from the first scrape inside it to the last before "shared" starts,
     # which leaves the pre-flights out; "shared" from the last scrape before it to the end
     (unique, shared) = entry["levels"]
     assert (unique["workload"], shared["workload"]) == ("unique", "shared")
@@ -206,7 +207,7 @@ def test_shared_hash_ids_hit_vllms_prefix_cache_within_the_plans_best_case(lane,
     best_tokens = (blocks["blocks"] - blocks["distinct"]) * BLOCK
     assert best_tokens - 3 * BLOCK <= hits <= best_tokens and hits / queries <= best
     total = _counter((tmp_path / "metrics.txt").read_text(), "vllm:prefix_cache_hits_total")
-    sys.stderr.write(f"the whole run: {total:g} hits (the two pre-flights, the same prompt, and the levels)\n")
+    sys.stderr.write(f"the whole run: {total:g} hits (the two pre-flights' and the levels')\n")
     assert u_blocks is None and u_queries >= (len(TRACE) - 2) * 4 * BLOCK and u_hits == 0
 
 
@@ -228,10 +229,10 @@ def test_max_concurrency_and_requests_per_level_hold_on_vllms_own_counters(lane,
     cap = rules[CAP_RULE.removeprefix("require ")]
     sys.stderr.write(f"{cap['rule']}: {cap['status']} -- {cap['message']}\n")
     assert cap["status"] == "pass", cap
-    # The rule judges the level's buckets, and an open loop's records are bucketed by their
-    # intended start: a count-bounded level lists its buckets up to its last *arrival*'s, while
-    # the requests queued behind the cap are served after it. So vLLM's gauge is also read here
-    # in every scrape of the level, from its start to its last request's end.
+    # An open loop's records are bucketed by their intended start, and the requests queued behind
+    # the cap are served after the last arrival's bucket: ended by its count, the level's last
+    # bucket ends at its drain, so the rule's buckets cover the whole measured window. vLLM's
+    # gauge is also read here in every scrape of the level, from its start to its drain.
     (level,) = entry["levels"]
     scrapes = [json.loads(line) for line in (out / "backends" / "vllm" / "metrics.jsonl").read_text().splitlines() if line]
     during = [s["families"]["vllm:num_requests_running"]["value"] for s in scrapes
@@ -241,6 +242,7 @@ def test_max_concurrency_and_requests_per_level_hold_on_vllms_own_counters(lane,
                      f"{len(during)} scrapes): at most {max(during):g}; the rule's {len(level['buckets'])} buckets cover "
                      f"{judged:.1f}s of its {level['measure_end'] - level['measure_start']:.1f}s measured window\n")
     assert len(during) >= 3 and max(during) <= CAP
+    assert abs(level["buckets"][-1]["end"] - level["measure_end"]) < 1e-6 and level["buckets"][0]["start"] == level["measure_start"]
     # over capacity: requests waited for a slot
     rows = [dict(r) for _, r in iter_records(out / "backends" / "vllm" / "requests.jsonl.gz")]
     waited = [r for r in rows if r.get("admitted") is not None]
