@@ -3,42 +3,20 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from lane import lenient_client
+from lane import lenient_client, run_launched
 
 from soakspec.evidence.record import iter_records
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.realserver
-
-
-# `vllm` on the PATH for the run: starts the real vLLM in its own session and, when soakspec
-# stops it (SIGTERM), first reads the server's /metrics -- the counters over the whole run, as
-# the server was launched fresh -- then forwards the signal.
-WRAPPER = """#!{python}
-import os, signal, subprocess, sys, urllib.request
-args = sys.argv[1:]
-port = args[args.index("--port") + 1]
-child = subprocess.Popen([{real!r}, *args], start_new_session=True)
-open({pidfile!r}, "w").write(str(child.pid))
-def on_term(*_):
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{{port}}/metrics", timeout=10) as r:
-            open({metrics!r}, "wb").write(r.read())
-    finally:
-        os.killpg(child.pid, signal.SIGTERM)
-signal.signal(signal.SIGTERM, on_term)
-sys.exit(child.wait())
-"""
 
 
 # #19: a rule on the server's own /metrics (scraped by default: specs/vllm.soak declares no
@@ -68,25 +46,7 @@ def _run_spec(lane: Path, tmp_path: Path) -> tuple[subprocess.CompletedProcess, 
     text = text.replace(CHAT_WORDS, MULTI_TURN)
     (tmp_path / "conversations.json").write_text(json.dumps(CONVERSATIONS))
     (tmp_path / "vllm.soak").write_text(lenient_client(text.replace(anchor, anchor + f"  {SERVER_RULE}\n  {HISTOGRAM_RULE}\n  {TURN_RULE}\n")))
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "tiny").symlink_to(lane / "tiny")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    wrapper = bin_dir / "vllm"
-    wrapper.write_text(WRAPPER.format(python=sys.executable, real=str(lane / "V" / "bin" / "vllm"),
-                                      pidfile=str(tmp_path / "vllm.pid"), metrics=str(tmp_path / "metrics.txt")))
-    wrapper.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{lane / 'V' / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    out = tmp_path / "ev"
-    proc = subprocess.run(
-        [sys.executable, "-m", "soakspec", "run", str(tmp_path / "vllm.soak"), "--out", str(out), "--format", "json"],
-        capture_output=True, text=True, env=env, timeout=900,
-    )
-    try:
-        os.killpg(int((tmp_path / "vllm.pid").read_text()), signal.SIGKILL)  # gone already, normally
-    except (OSError, ValueError):
-        pass
-    return proc, out
+    return run_launched(lane, tmp_path, tmp_path / "vllm.soak", timeout=900)
 
 
 def check_server_metrics(out: Path, verdict: dict, rule_text: str, backend: str = "vllm") -> None:

@@ -22,18 +22,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from lane import lenient_client
+from lane import lenient_client, run_launched
 
 from soakspec.evidence.record import iter_records
-
-from test_vllm import WRAPPER
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.realserver
@@ -121,28 +118,11 @@ CAP_SPEC = HEAD.format(what="max_concurrency and requests_per_level", extra="") 
 
 
 def _run(lane: Path, tmp_path: Path, spec: str) -> tuple[subprocess.CompletedProcess, Path]:
-    """Run `spec` against a vLLM that soakspec launches, through test_vllm's wrapper, which keeps
-    vLLM's /metrics as they stand when soakspec stops it (metrics.txt: the whole run's counters,
-    the server launched fresh)."""
+    """Run `spec` against a vLLM that soakspec launches, through the lane's wrapper
+    (`lane.run_launched`), which keeps vLLM's /metrics as they stand when soakspec stops it
+    (metrics.txt: the whole run's counters, the server launched fresh)."""
     (tmp_path / "spec.soak").write_text(lenient_client(spec))
-    (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "tiny").symlink_to(lane / "tiny")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    wrapper = bin_dir / "vllm"
-    wrapper.write_text(WRAPPER.format(python=sys.executable, real=str(lane / "V" / "bin" / "vllm"),
-                                      pidfile=str(tmp_path / "vllm.pid"), metrics=str(tmp_path / "metrics.txt")))
-    wrapper.chmod(0o755)
-    env = dict(os.environ, PATH=f"{bin_dir}{os.pathsep}{lane / 'V' / 'bin'}{os.pathsep}{os.environ['PATH']}")
-    out = tmp_path / "ev"
-    proc = subprocess.run(
-        [sys.executable, "-m", "soakspec", "run", str(tmp_path / "spec.soak"), "--out", str(out), "--format", "json"],
-        capture_output=True, text=True, env=env, timeout=600,
-    )
-    try:
-        os.killpg(int((tmp_path / "vllm.pid").read_text()), signal.SIGKILL)  # gone already, normally
-    except (OSError, ValueError):
-        pass
+    proc, out = run_launched(lane, tmp_path, tmp_path / "spec.soak", timeout=600)
     sys.stderr.write(proc.stderr[-3000:])
     if os.environ.get("REALSERVER_KEEP"):  # a copy of the evidence to read after the test
         keep = Path(os.environ["REALSERVER_KEEP"]) / tmp_path.name
