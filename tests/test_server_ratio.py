@@ -97,6 +97,13 @@ def test_every_ratio_mistake_is_reported_at_once():
     assert [d.code for d in errors] == ["E305", "E305"]
 
 
+def test_an_unclosed_call_expects_a_comma_only_inside_ratio():
+    """The grammar takes `f(a, b)` for any name, but only ratio() has a second argument: an
+    unclosed p95( expects its ')', an unclosed ratio( a ')' or its next argument's ','."""
+    _, diags = parse(SPEC.replace("{rules}", f'require p95(ttft <= 1s\n  require ratio(server("{HITS}") <= 1'))
+    assert [d.message for d in diags] == ["unexpected '<=' (expected ')')", "unexpected '<=' (expected ')', ',')"]
+
+
 # ---------------------------------------------------------------------------- the judge
 
 

@@ -89,6 +89,11 @@ class Call:
     span: Span = _span()
 
 
+# The functions of several expressions (`MultiCall`): the parser's "expected ..." lists a ','
+# inside no other call (`p95(ttft <= 1s` expects ')'), and the checker knows each one
+MULTI_ARG_FUNCTIONS = frozenset({"ratio"})
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class MultiCall:
     """`ratio(server("a_total"), server("b_total"))`: a function of two or more expressions.

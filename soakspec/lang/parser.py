@@ -295,7 +295,28 @@ def _enclosing_block(ip) -> str | None:
     return None
 
 
+def _enclosing_call(ip) -> str | None:
+    """The function the parse is inside the parentheses of (`p95` in `p95(ttft <= ...`), or
+    None outside any: the name before the innermost '(' still open on the parser's stack."""
+    stack = ip.parser_state.value_stack if ip is not None else ()
+    closed = 0
+    for i in range(len(stack) - 1, 0, -1):
+        v = stack[i]
+        if isinstance(v, Token) and v.type == "RPAR":
+            closed += 1
+        elif isinstance(v, Token) and v.type == "LPAR" and closed:
+            closed -= 1
+        elif isinstance(v, Token) and v.type == "LPAR":
+            before = stack[i - 1]
+            return str(before) if isinstance(before, Token) and before.type == "NAME" else None
+    return None
+
+
 def _describe_expected(expected: set[str], ip=None) -> str:
+    if "COMMA" in expected and "RPAR" in expected and _enclosing_call(ip) not in A.MULTI_ARG_FUNCTIONS:
+        # the grammar takes `f(a, b)` for any name (a wrong count is the checker's error), but
+        # only ratio() has a second argument: inside p95( ... the next thing is its ')'
+        expected = expected - {"COMMA"}
     if {"STRING", "NUMBER", "QUANTITY"} <= expected:
         return " (expected a value: a string, number, quantity, name, list or table)"
     if expected - {"RBRACE", "$END"} == _STATEMENT_START:  # a statement: say which this block holds
