@@ -140,8 +140,9 @@ def _entry(plan: Plan, rec: BackendRecorder, *, boundary: Any, after: Mapping[st
     lines = rec.failure.diagnosis if rec.failure is not None and rec.failure.diagnosis else ()
     entry["crash_diagnosis"] = [red.text(line) for line in red.text("\n".join(lines)).split("\n")] if lines else []
     entry["preflight"] = rec.preflight
-    if rec.port_listener is not None:
-        entry["port_listener"] = rec.port_listener  # a launched server's port at readiness: its own, or why not checked
+    # a launched server's port at readiness: its own, or why not checked; null where no launched
+    # server passed readiness (a url backend, one never ready), as server_binary is for a url backend
+    entry["port_listener"] = rec.port_listener
     if rec.sweep is not None:
         entry["sweep"] = rec.sweep  # the search: every probe in order, its judgement, the result
     if rec.external_log is not None:
