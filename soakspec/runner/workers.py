@@ -316,10 +316,11 @@ def _holds(level: Level, run: LevelRun, count: SharedCount | None) -> Callable[[
         return None
     m, stop = run.measure_start, run.measure_start + level.duration_s
     times = schedule(level.shape.rate, level.shape.arrival, level.shape.seed, run.started_at, stop, level.shape.burstiness)
-    due = list(itertools.islice((t for t in times if t >= m), n))  # its first n after the warmup, no more
-    if len(due) < n:  # its duration ends it first: every bucket as planned
+    # its n-th arrival after the warmup, read one at a time (n may be millions: no list of them)
+    nth = next(itertools.islice((t for t in times if t >= m), n - 1, None), None)
+    if nth is None:  # its duration ends it first: every bucket as planned
         return None
-    last = windows.holding([m + b.start_s for b in level.buckets], due[-1])
+    last = windows.holding([m + b.start_s for b in level.buckets], nth)
     return lambda k: k >= last
 
 
