@@ -276,40 +276,37 @@ CLAIM_BLOCKS = ("claims",)
 _STATEMENT_START = frozenset({"NAME", "SEVERITY", "CLAIM_KW"})
 
 
-def _enclosing_block(ip) -> str | None:
-    """The kind of the block the parse is inside (`workload` in `workload "w" { ... }`), or
-    None at the top of the file: the name before the innermost '{' still open on its stack."""
+def _name_before_open(ip, opening: str, closing: str, skip: type | None = None) -> str | None:
+    """The NAME token before the innermost `opening` token (LBRACE, LPAR) still open on the
+    parser's stack (a `closing` one on the stack is one not yet reduced with its opening: the
+    token after it had no action), passing over one value of type `skip` between them (a
+    block's label); None where there is none, or no name before it."""
     stack = ip.parser_state.value_stack if ip is not None else ()
-    closed = 0  # a block's '}' not yet reduced with it (the token after it had no action)
+    closed = 0
     for i in range(len(stack) - 1, 0, -1):
         v = stack[i]
-        if isinstance(v, Token) and v.type == "RBRACE":
+        if isinstance(v, Token) and v.type == closing:
             closed += 1
-        elif isinstance(v, Token) and v.type == "LBRACE" and closed:
+        elif isinstance(v, Token) and v.type == opening and closed:
             closed -= 1
-        elif isinstance(v, Token) and v.type == "LBRACE":
+        elif isinstance(v, Token) and v.type == opening:
             before = stack[i - 1]
-            if isinstance(before, A.Str) and i >= 2:
+            if skip is not None and isinstance(before, skip) and i >= 2:
                 before = stack[i - 2]
             return str(before) if isinstance(before, Token) and before.type == "NAME" else None
     return None
 
 
+def _enclosing_block(ip) -> str | None:
+    """The kind of the block the parse is inside (`workload` in `workload "w" { ... }`), or
+    None at the top of the file."""
+    return _name_before_open(ip, "LBRACE", "RBRACE", skip=A.Str)
+
+
 def _enclosing_call(ip) -> str | None:
     """The function the parse is inside the parentheses of (`p95` in `p95(ttft <= ...`), or
-    None outside any: the name before the innermost '(' still open on the parser's stack."""
-    stack = ip.parser_state.value_stack if ip is not None else ()
-    closed = 0
-    for i in range(len(stack) - 1, 0, -1):
-        v = stack[i]
-        if isinstance(v, Token) and v.type == "RPAR":
-            closed += 1
-        elif isinstance(v, Token) and v.type == "LPAR" and closed:
-            closed -= 1
-        elif isinstance(v, Token) and v.type == "LPAR":
-            before = stack[i - 1]
-            return str(before) if isinstance(before, Token) and before.type == "NAME" else None
-    return None
+    None outside any."""
+    return _name_before_open(ip, "LPAR", "RPAR")
 
 
 def _describe_expected(expected: set[str], ip=None) -> str:
