@@ -761,7 +761,7 @@ def test_a_capped_open_loop_count_passes_its_per_level_and_per_bucket_server_rul
     assert re.search(r"bucket 0 ran \S+ of its planned 1s: it holds the drain of [0-9]+ requests", report), report[-3000:]
 
 
-def _judged_with_a_drained_last_bucket(rules: str):
+def _judged_with_a_drained_last_bucket(rules: str, edit=None):
     """A run of an open loop under max_concurrency 1, 8 requests per level, 5 s buckets, as the
     runner records it when its last request was served at 10.5 s (queued behind the cap): bucket
     0 lists [0, 11.5 s], the level's window too (`EvidenceBuilder`'s 8 requests of bucket 0,
@@ -783,7 +783,23 @@ def _judged_with_a_drained_last_bucket(rules: str):
     (first, _) = lv["buckets"]
     first["end"] = last["end"] + 0.001  # the drain: read just after the last request ended
     lv.update(buckets=[first], measure_end=first["end"], drained_at=first["end"], sent=8, measured_sent=8, ended_by="count")
+    if edit is not None:
+        edit(b, lv)
     return judge(spec, b.build()), first
+
+
+def test_a_long_last_bucket_is_not_excused_where_the_records_do_not_show_the_count_ended_it():
+    """An edited manifest stretches the last bucket as a count's drain and says `ended_by:
+    count`, but its records hold 7 of the 8 requests: the judge reads the count from the records,
+    so the long window is not excused and completed_run does not pass (the records of all 8 pass:
+    the test below)."""
+    def edit(b, lv):
+        gone = max(b.measured("a", 0), key=lambda r: r["intended_start"])["request_id"]
+        b.records["a"] = [r for r in b.records["a"] if r["request_id"] != gone]
+
+    v, _ = _judged_with_a_drained_last_bucket("require completed_run", edit)
+    (ran,) = [r for r in v.rules if r.rule == "completed_run"]
+    assert ran.status == "fail" and re.search(r"bucket 0's window is \S+ long, but the plan's bucket is 5s", ran.message), ran.message
 
 
 def test_the_judge_takes_a_count_ended_levels_drained_last_bucket_as_planned():
