@@ -231,3 +231,30 @@ def _rebind(run_dir, *names):
     for name in names:
         doc = json.loads((run_dir / name).read_text())
         write_json_atomic(run_dir / name, dict(doc, manifest_sha256=manifest_sha256(run_dir)))
+
+
+@pytest.mark.parametrize("workers", [None, 1, 2])
+def test_a_record_with_no_worker_in_a_level_split_over_processes_is_refused(tmp_path, capsys, workers):
+    """A level the manifest says ran in 2 load processes (`soakspec run --workers 2`) holds a
+    record whose `worker` is null: which process sent it is unknown (the judge reads a record's
+    process from its worker), and no soakspec writes that, so verify names the line (V108, exit
+    1). The same record verifies where the level ran in one process -- `workers` 1, or absent
+    as in every run without --workers and all evidence from before it -- as it always did."""
+    from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+    b = EvidenceBuilder(small_spec(mode="open", levels="[2rps]"))
+    if workers is not None:
+        b.level("a", 0)["workers"] = workers
+    rows = b.records["a"]
+    k = next(i for i, r in enumerate(rows) if r["level"] == 0 and r["bucket"] >= 0)
+    rows[k]["worker"] = None
+    d = b.write(tmp_path / "run1")  # sealed as a run seals it: hashed into the manifest, results bound to it
+    code, out, _ = verify(capsys, d)
+    if workers != 2:
+        assert code == 0 and out.strip().endswith(")."), out
+        assert "intact and complete" in out
+        return
+    assert code == 1, out
+    assert (f"{d}/backends/a/requests.jsonl.gz:{k + 1}:1: V108 record names no worker, but the manifest says its level "
+            "(workload 'w', level 0) ran in 2 load processes (--workers): which one sent it is unknown") in out, out
+    assert out.count("V108") == 1 and out.splitlines()[-1].startswith("Found 1 problem ")

@@ -9,7 +9,8 @@ Integrity problems (exit 1):
   V105 a file does not parse (invalid JSON, a corrupt whole JSONL line)
   V106 an unsafe or non-regular entry (a listed path escaping the directory, a symlink...)
   V107 results/verdict written after the manifest are bound to a different manifest
-  V108 files disagree with each other (run id, backend of a record)
+  V108 files disagree with each other (run id, backend of a record, a record naming no worker
+       in a level the manifest says ran in more than one load process)
   V109 the spec embedded in the manifest no longer hashes to the sha256 the manifest records
        (checked when the caller gives `spec_sha256`, the spec language's own hash: `soakspec
        verify` and the judge do)
@@ -348,7 +349,7 @@ class _Checker:
                 if run_id is not None and run_id != manifest.get("run_id"):
                     self.error(rel, "V108", f"run_id {run_id!r} differs from the manifest's {manifest.get('run_id')!r}")
         elif name == layout.REQUESTS:
-            self._check_requests(rel, path)
+            self._check_requests(rel, path, _split_levels(manifest))
         elif name.endswith(".jsonl") or name == layout.TRACES:  # traces.jsonl.gz: iter_jsonl reads gzip
             bad_lines: list[tuple[int, str | None]] = []
             schema = _JSONL_SCHEMAS.get(name)
@@ -381,9 +382,10 @@ class _Checker:
             if budget[0] < 0:
                 self.error(rel, "V104", f"... and {-budget[0]} more problems in this file")
 
-    def _check_requests(self, rel: str, path: Path) -> None:
+    def _check_requests(self, rel: str, path: Path, split: dict[tuple[str, str, int], int]) -> None:
         """requests.jsonl.gz: one pass hashes, decompresses, decodes and validates each line as a
-        `Record` (the type is the schema) and hands it to the row sink."""
+        `Record` (the type is the schema) and hands it to the row sink. `split`: the levels that
+        ran in more than one load process (`_split_levels`), whose records must name a worker."""
         from soakspec.evidence.record import iter_record_batches
 
         bad_lines: list[tuple[int, str | None]] = []
@@ -407,6 +409,15 @@ class _Checker:
                             budget[0] -= 1
                             if budget[0] >= 0:
                                 self.error(rel, "V108", f"record of backend {rec.backend!r} in the directory of another backend", line)
+            if split and None in [r.worker for r in recs]:
+                for line, rec in enumerate(recs, first):
+                    parts = split.get((rec.backend, rec.workload, rec.level)) if rec.worker is None else None
+                    if parts:
+                        budget[0] -= 1
+                        if budget[0] >= 0:
+                            self.error(rel, "V108", f"record names no worker, but the manifest says its level (workload "
+                                       f"{rec.workload!r}, level {rec.level}) ran in {parts} load processes (--workers): "
+                                       "which one sent it is unknown", line)
             if batch is not None:
                 batch(first, recs)
             elif sink is not None:
@@ -433,6 +444,25 @@ class _Checker:
     def report(self, status: str | None) -> VerifyReport:
         return VerifyReport(self.shown, status, self.artifacts_checked, self.records_checked, tuple(self.diags),
                             self.bound_checked)
+
+
+def _split_levels(manifest: dict) -> dict[tuple[str, str, int], int]:
+    """(backend, workload, level index) -> its load processes, for every level the manifest
+    says ran in more than one (its entry's `workers`, written only by `soakspec run --workers N`
+    and only since that option exists). A record of such a level names the worker that sent it
+    -- the runner has always written an int -- and the judge reads its process from it
+    (`judge/capproof.py`); one with a null worker belongs to no process, which no soakspec
+    wrote, so `verify` refuses it (V108). The request schema still allows null: a level with no
+    `workers` (one process, or evidence from before `--workers`) verifies as it always did."""
+    out: dict[tuple[str, str, int], int] = {}
+    backends = manifest.get("backends")
+    for b in backends if isinstance(backends, list) else []:
+        levels = b.get("levels") if isinstance(b, dict) else None
+        for lv in levels if isinstance(levels, list) and isinstance(b.get("name"), str) else []:
+            n = lv.get("workers") if isinstance(lv, dict) else None
+            if type(n) is int and n > 1 and isinstance(lv.get("workload"), str) and type(lv.get("index")) is int:
+                out[(b["name"], lv["workload"], lv["index"])] = n
+    return out
 
 
 def verify_evidence(run_dir: str | os.PathLike, *, spec_sha256: Callable[[str], str | None] | None = None,

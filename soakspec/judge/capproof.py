@@ -29,8 +29,9 @@ share of N (`shares.in_flight_share`, the runner's own split; a record's process
     smaller than declared -- is flagged.
 
 Records that name no process: split over `workers` processes, a record's process is read
-from its `worker`; one without (the runner always writes it, but the request schema allows
-null and `verify` does not refuse it) belongs to no process the judge can name, so no
+from its `worker`; one without (the runner always writes it; the request schema allows null,
+and `verify` reports it, V108, only where the manifest says the level ran split -- the judge
+still reads the record) belongs to no process the judge can name, so no
 process's in-flight count is known -- leaving it out could hide a process over its share, and
 counting it anywhere could flag a sound one. Such a level cannot prove its cap: a Breach of
 kind "unplaced" (INCONCLUSIVE, never a pass by omission); the other records are still checked.
