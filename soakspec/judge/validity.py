@@ -213,7 +213,8 @@ def _window_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instanc
     listed = [w for w in lv.buckets if w.planned]
     # a level cut short (completed = false) ends its last bucket where it stopped: shorter, not wrong
     # and so does a count-bounded level that sent its count: it ended with its last request
-    cut = listed[-1].index if listed and (lv.entry.get("completed") is not True or lv.ended_by_count) else None
+    by_count = lv.ended_by_count  # implies completed = true
+    cut = listed[-1].index if listed and (lv.entry.get("completed") is not True or by_count) else None
     for w in lv.buckets:
         pb = planned.get(w.index)
         if pb is None or not w.planned or w.start is None or w.end is None:
@@ -221,8 +222,7 @@ def _window_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instanc
         length = w.end - w.start
         # ended by its count, the last bucket ends at the level's drain: longer than planned too
         # where requests queued behind max_concurrency (or a slow last one) were served after it
-        cut_here = w.index == cut and 0 <= length and (lv.ended_by_count and lv.entry.get("completed") is True
-                                                       or length <= pb.length_s + WINDOW_TOLERANCE_S)
+        cut_here = w.index == cut and 0 <= length and (by_count or length <= pb.length_s + WINDOW_TOLERANCE_S)
         if abs(length - pb.length_s) > WINDOW_TOLERANCE_S and not cut_here:
             out.append(problem(f"bucket {w.index}'s window is {format_duration(length)} long, but the plan's bucket is {format_duration(pb.length_s)}", lloc))
         elif ms is not None and abs(w.start - (ms + pb.start_s)) > WINDOW_TOLERANCE_S:
