@@ -302,6 +302,22 @@ def _sent(records):
     return [r for r in _measured(records) if r.start is not None]
 
 
+def _drive_not_sending(level: Level, parts: int, picked: set[int], latency: float = 0.3):
+    """`_drive_parts` in virtual time with a client that cannot send the measured requests
+    it makes in the places `picked` (0: the first made after the warmup; a warm-up request is
+    always sent). Returns (records, runs, how many measured requests were made)."""
+    made: list[int] = []
+
+    def unsent(k: int, rec: RequestRecord) -> bool:
+        if rec.bucket < 0:
+            return False
+        made.append(k)
+        return len(made) - 1 in picked
+
+    _, records, runs = trio.run(_drive_parts, level, latency, parts, unsent, clock=trio.testing.MockClock(autojump_threshold=0))
+    return records, runs, len(made)
+
+
 @pytest.mark.parametrize("parts", [1, 2])
 def test_a_closed_loop_sends_another_request_for_each_it_could_not_send(parts):
     """Unsent records do not count toward N: 3 workers, 25 requests asked, and the load
@@ -312,16 +328,7 @@ def test_a_closed_loop_sends_another_request_for_each_it_could_not_send(parts):
     takes the place back)."""
     level = _level("mode = closed\n    concurrency = [3]\n    requests_per_level = 25",
                    "duration = 10s\n  bucket = 1s\n  warmup = 1s\n  deadline = 60s")
-    picked = {5, 11, 12}
-    seen: list[int] = []
-
-    def unsent(k: int, rec: RequestRecord) -> bool:
-        if rec.bucket < 0:
-            return False
-        seen.append(k)
-        return len(seen) - 1 in picked
-
-    t0, records, runs = trio.run(_drive_parts, level, 0.3, parts, unsent, clock=trio.testing.MockClock(autojump_threshold=0))
+    records, runs, _ = _drive_not_sending(level, parts, {5, 11, 12})
     assert len(_sent(records)) == 25 and len(_measured(records)) == 28
     assert sum(r.measured for r in runs) == 25 and all(r.count_reached for r in runs)
     assert runs[0].count_json()["ended_by"] == "count"
@@ -336,17 +343,9 @@ def test_a_closed_loop_always_sends_exactly_its_count(n, workers, parts, picked)
     with one process or two sharing the count, and its count ends it."""
     level = _level(f"mode = closed\n    concurrency = [{workers}]\n    requests_per_level = {n}",
                    "duration = 60s\n  bucket = 1s\n  warmup = 1s\n  deadline = 60s")
-    seen: list[int] = []
-
-    def unsent(k: int, rec: RequestRecord) -> bool:
-        if rec.bucket < 0:
-            return False
-        seen.append(k)
-        return len(seen) - 1 in picked
-
-    _, records, runs = trio.run(_drive_parts, level, 0.3, parts, unsent, clock=trio.testing.MockClock(autojump_threshold=0))
+    records, runs, made = _drive_not_sending(level, parts, picked)
     assert len(_sent(records)) == n == sum(r.measured for r in runs)
-    assert len(_measured(records)) - n == len([k for k in picked if k < len(seen)])
+    assert len(_measured(records)) - n == len([k for k in picked if k < made])
     assert any(r.count_reached for r in runs)
 
 
