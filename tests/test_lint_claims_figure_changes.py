@@ -87,6 +87,42 @@ def test_the_figure_itself_is_still_checked(tmp_path, capsys, run):
     assert _cb201(tmp_path, capsys, run, figures_) == [3, 5, 7, 9, 11, 13]
 
 
+# ---------------------------------------------------------------- 1b. a change from a baseline; a change by its two figures
+
+def _stated(tmp_path: Path, capsys, run, lines: list[str]) -> list[tuple[int, str]]:
+    """(line, the figure it states) of each CB201 of `soakspec lint-claims PR.md --evidence DIR`."""
+    d, spec_file = run
+    p = tmp_path / "PR.md"
+    p.write_text("# PR\n\n" + "\n\n".join(lines) + BOUNDARY)
+    cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", str(d)])
+    out = capsys.readouterr().out
+    return [(int(m.group(1)), m.group(2)) for m in re.finditer(rf"^{re.escape(str(p))}:(\d+):\d+: CB201 states (.+?) for ", out, re.M)]
+
+
+def test_a_value_below_or_above_a_baseline_is_a_change_not_the_runs_figure(tmp_path, capsys, run):
+    """"25 ms below baseline" says how far the run is from the base, as "25 ms less than
+    before" does: no CB201, though no figure of the run is 25 ms or 30 tok/s. Below / over
+    anything else -- the run, load -- is still the run's figure."""
+    changes = ["p95 TTFT is 25 ms below baseline.", "p95 TTFT is 25 ms under the baseline.", "p50 TTFT is 25 ms (20%) below main.",
+               "Throughput is 30 tok/s above the base run.", "p99 latency is 40 ms over the previous build."]  # fmt: skip
+    assert _cb201(tmp_path, capsys, run, changes) == []
+    assert _cb201(tmp_path, capsys, run, ["p95 TTFT was 25 ms over the run.", "p95 TTFT was 25 ms under load."]) == [3, 5]
+
+
+def test_the_first_figure_of_a_from_to_change_is_the_bases_and_the_second_is_checked(tmp_path, capsys, run):
+    """"went from 30 ms to 40 ms" (or "30 ms → 40 ms") states 40 ms as this run's figure and 30
+    ms as the base's: the base's is never checked against this run; the new one is (the run
+    records TTFT 40.87 ms at concurrency 4, 8.53 tok/s)."""
+    right = ["At concurrency 4, TTFT p50 went from 30 ms to 40.9 ms.", "p50 TTFT: 30 ms → 41 ms at concurrency 4.",
+             "At concurrency 4, p50 TTFT rose 36%, from 30 ms to 41 ms.", "Throughput went from 30 tok/s to 8.53 tok/s.",
+             "Throughput: 30 tok/s → 8.5 tok/s.", "Throughput improved from ~30 tok/s to 8.53 tok/s."]  # fmt: skip
+    assert _stated(tmp_path, capsys, run, right) == []
+    wrong = ["TTFT p50 went from 30 ms to 60 ms.", "p50 TTFT: 41 ms → 60 ms.", "Throughput went from 8.53 tok/s to 40 tok/s.",
+             "Throughput: 8.53 tok/s -> 40 tok/s."]  # fmt: skip
+    assert _stated(tmp_path, capsys, run, wrong) == [(3, "TTFT p50 60 ms"), (5, "TTFT p50 60 ms"), (7, "output throughput 40 tok/s"),
+                                                     (9, "output throughput 40 tok/s")]  # fmt: skip
+
+
 # ---------------------------------------------------------------- 2. one reading of a unit
 
 SPELLINGS = {"µs": 1e-6, "μs": 1e-6, "us": 1e-6, "usec": 1e-6, "microseconds": 1e-6, "ms": 1e-3, "msec": 1e-3,
@@ -127,6 +163,25 @@ _AFTER = ["lower", "higher", "less", "more", "shorter", "longer", "faster", "slo
 _BEFORE = ["fell by", "rose by", "dropped", "improved by", "regressed by", "increased by", "went down", "is down", "is up", "grew",
            "decreased by about", "rose by more than"]  # fmt: skip
 _SEP = [" ", " (12%) ", ", or 12%, ", " **", " _"]
+
+
+_FROM_TO = ["went from {x} to {y}", "improved from {x} to {y}", "fell 12%, from {x} to {y}", "rose from about {x} to {y}",
+            ": {x} → {y}", "is {x} -> {y}", "changed from {x} to {y}"]  # fmt: skip
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.integers(1, 5000), decimals=st.integers(0, 2), unit=st.sampled_from(["ms", "µs", "s", "tok/s"]),
+       form=st.sampled_from(_FROM_TO))
+def test_the_base_of_a_from_to_change_is_never_read_as_the_runs_figure(facts, value, decimals, unit, form):
+    """In "X went from A to B" (or "A → B") A is the base run's figure, whatever its value and
+    unit: with B the run's own (TTFT p95 40.87 ms at concurrency 4, 8.53 tok/s) there is no
+    CB201."""
+    a = f"{value / 10 ** decimals:.{decimals}f} {unit}"
+    metric, b = ("Throughput", "8.53 tok/s") if unit == "tok/s" else ("At concurrency 4, p95 TTFT", "40.87 ms")
+    text = f"{metric} {form.format(x=a, y=b)}.".replace(" :", ":")
+    doc = "# PR\n\n" + text + BOUNDARY
+    diags = [d for d in lint(doc, "PR.md", ClaimBoundary(), Coverage(concurrency_levels=(2, 4)), facts) if d.code == "CB201"]
+    assert diags == [], (text, diags)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -93,6 +93,7 @@ from collections.abc import Sequence
 
 from soakspec.claims.direction import COMPARATIVE as _COMPARATIVE
 from soakspec.claims.direction import DIRECTION as _DIRECTION
+from soakspec.claims.direction import TO as _TO
 from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.evidence_check import named_levels
 from soakspec.claims.facts import ChangeFacts, ChangeRow, LevelFacts
@@ -165,7 +166,7 @@ _UNIT_KIND = {"ttft": "duration", "itl": "duration", "tpot": "duration", "latenc
 _TURN = re.compile(r"\b(?:(?:on|in|at|for|of)\s+)?(?:the\s+)?(?:(?:user|conversation)\s+)?turns?\s+(?P<n>\d+)(?P<plus>\+)?(?![\w.]\d)"
                    r"|\b(?:(?:on|in|at|for|of)\s+)?(?:the\s+)?(?P<nth>\d+)(?:st|nd|rd|th)\s+(?:user\s+)?turns?\b", re.I)
 _FROM_TO = re.compile(
-    rf"\bfrom\s+(?:{_APPROX}\s*)?(?P<a>{_NUM})\s*(?P<ua>{_UNITS})?\s*(?:to|→|->)\s*(?P<approx>{_APPROX}\s*)?(?P<b>{_NUM})\s*(?P<ub>{_UNITS})"
+    rf"\bfrom\s+(?:{_APPROX}\s*)?(?P<a>{_NUM})\s*(?P<ua>{_UNITS})?\s*{_TO}\s*(?P<approx>{_APPROX}\s*)?(?P<b>{_NUM})\s*(?P<ub>{_UNITS})"
     rf"|(?<![\w.])(?P<a2>{_NUM})\s*(?P<ua2>{_UNITS})\s*(?:→|->)\s*(?P<b2>{_NUM})\s*(?P<ub2>{_UNITS})",
     re.I,
 )

@@ -64,9 +64,12 @@ checked), anything inside `goodput(…)`, `drift(…)`, `regression(…)`, a sen
 require / warn / threshold / budget / SLO / target / limit / ceiling / rule / "gate(s) on" /
 "fails if", or a value followed by "per level|bucket|…"; a change ("+5 ms", "a 5 ms TTFT
 improvement", "p50 TTFT is 25 ms lower", "40 tok/s (5%) higher", "TTFT fell by 12 ms", "throughput
-rose by 40 tok/s": a direction word of `soakspec.claims.direction`, the vocabulary `changes` reads
-claims of change with, just after or before the value; "dropped to 40 tok/s" is the new figure
-and "rose above 2 req/s" a bound on it, both read); and in prose, anything not asserted (negated, hedged, asked, a "Non-goals"
+rose by 40 tok/s", "p95 TTFT is 25 ms below baseline": a direction word of
+`soakspec.claims.direction`, the vocabulary `changes` reads claims of change with, just after or
+before the value; "dropped to 40 tok/s" is the new figure and "rose above 2 req/s" a bound on it,
+both read); the first figure of a change stated by two ("TTFT p50 went from 30 ms to 40 ms",
+"410 ms → 360 ms", "throughput went from 30 tok/s to 40 tok/s"): the base run's, where the second
+is read as this run's (`_FROM`, `direction.change_base`); and in prose, anything not asserted (negated, hedged, asked, a "Non-goals"
 section: `polarity`, the rules CB101 and CB301 use).
 
 Absent figures: a figure the evidence does not record (p90 when results.json has p50/p95/p99;
@@ -83,7 +86,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from soakspec.claims.direction import change_after, change_before
+from soakspec.claims.direction import APPROX, FROM_VERB, TO, change_after, change_base, change_before
 from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.evidence_check import _AGGREGATE_ROW, _cells, _key, _line_backends, _named_levels, by_backend, for_backend, run_name
 from soakspec.claims.facts import EvidenceFacts, LevelFacts
@@ -120,15 +123,21 @@ _PHRASE = re.compile(
     re.I,
 )
 _UPPER = r"(?:below|under|less\s+than|lower\s+than|at\s+most|no\s+more\s+than|not\s+more\s+than|within|up\s+to|\\?<=?|≤|≦)"
-_LOWER = r"(?:above|over|more\s+than|greater\s+than|higher\s+than|at\s+least|no\s+less\s+than|exceeding|\\?>=?|≥|≧)"
-_APPROX = r"(?:~|≈|about|around|approximately|approx\.?|roughly|nearly|almost|circa)"
+_LOWER = r"(?:above|over|more\s+than|greater\s+than|higher\s+than|at\s+least|no\s+less\s+than|exceeding|(?<!-)\\?>=?|≥|≧)"  # "->" is an arrow
+_APPROX = APPROX
 _ONE = rf"{_NUM}(?:\s*{_TIME_UNIT}(?![\w/]))?"
 _LIST_SEP = r"(?:\s*/\s*|\s*,\s*(?:and\s+)?|\s+and\s+)"
 _CONNECT = (r"(?:\s*(?:[:=|]|\*{1,2}|_{1,2}|\b(?:of|is|was|were|are|at(?!\s+(?:least|most)\b)|stayed|stays|remained|remains|held|holds"
             r"|came\s+in(?:\s+at)?|comes\s+in(?:\s+at)?|measured|reached|hit|sat|averaged|just)\b|,))*")  # fmt: skip
+# the base's figure of a change stated by its two figures, before the new one's: "went from 410 ms to",
+# "fell 12%, from 410 ms to", "410 ms → " (`direction.change_base`): the value read is the one after it
+_FROM = (rf"(?:(?:{FROM_VERB})(?:\s+(?:by\s+)?(?:{_APPROX}\s*)?{_NUM}\s*(?:%|x|×|{_TIME_UNIT}(?![\w/])))?\s*,?\s+)?"
+         rf"from\s+(?:{_APPROX}\s*)?{_NUM}\s*(?:{_TIME_UNIT}(?![\w/]))?\s*{TO}\s*"
+         rf"|(?<![\w.]){_NUM}\s*(?:{_TIME_UNIT}(?![\w/]))?\s*(?:→|->)\s*")
 _VALUE = re.compile(
     rf"{_CONNECT}(?:(?P<level>\s*,?\s*\b(?:at|for|on|in|under|with)\s+(?:concurrency\s*\d+|c\s*=\s*\d+|rate\s+{_NUM}\s*(?:rps|req/s)?"
-    rf"|{_NUM}\s*(?:rps|req/s)|LEVELNAME)\s*,?){_CONNECT})?\s*(?:(?P<upper>{_UPPER})|(?P<lower>{_LOWER}))?\s*(?P<approx>{_APPROX})?\s*"
+    rf"|{_NUM}\s*(?:rps|req/s)|LEVELNAME)\s*,?){_CONNECT})?\s*(?:{_FROM})?"
+    rf"\s*(?:(?P<upper>{_UPPER})|(?P<lower>{_LOWER}))?\s*(?P<approx>{_APPROX})?\s*"
     rf"(?P<vals>{_ONE}(?:{_LIST_SEP}{_ONE}){{0,5}})",
     re.I,
 )
@@ -295,6 +304,8 @@ def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
                 items = [(n, u or unit, a, b) for n, u, a, b in items]
             if items and (change_after(text, items[-1][3]) or change_before(text, v.start("vals"))):
                 continue  # "p50 TTFT is 25 ms lower": how much it changed, not the figure
+            if items and change_base(text, items[0][2], items[-1][3]):
+                continue  # the base run's figure of "from 410 ms to 360 ms" (`_FROM` reads the new one's)
         elif len(aggs) <= 1:
             r = _REVERSE.search(text, max(0, m.start() - _LOOKBACK), m.start())
             if r is not None and not any(a <= r.start("vals") < b for a, b in used):
@@ -337,6 +348,8 @@ def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
                     continue
             if change_after(text, m.end()) or change_before(text, a) or _is_rule(text, a, m.end()):
                 continue  # "40 tok/s higher", "rose by ~40 tok/s": a change
+            if change_base(text, a, m.end()):
+                continue  # "from 30 tok/s to 40 tok/s": the base run's (the new run's, after "to", is read)
             out.append(Hit(metric, None, m.group(g), RATE_UNIT[metric], a, b, a, bound, bool(pre and pre.group("approx"))))
             used.append((a, b))
     return out
