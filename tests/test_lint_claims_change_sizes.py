@@ -209,6 +209,21 @@ def test_throughput_and_qps_do_not_take_a_turn_from_another_clause(tmp_path, cap
                                               "On turn 3, throughput is unchanged."]) == [(9, "CB505")]
 
 
+def test_a_turn_inside_a_clause_scopes_that_clause_only(tmp_path, capsys, turns):
+    """A turn that modifies one clause's metric ("turn 3 TTFT p50 rose 50%", "p50 TTFT on turn 3
+    rose") does not make the sentence's other clauses about turn 3: they are about the level
+    (its ITL, p50 TTFT unchanged; its p95 TTFT a regression). Only a turn opening the sentence
+    ("On turn 3, ...") frames every clause: there ITL p99 on turn 3 is a row compare does not make."""
+    assert _flagged(tmp_path, capsys, turns, ["Turn 3 TTFT p50 rose 50%, and ITL p99 is unchanged.",
+                                              "p50 TTFT on turn 3 rose, and p50 TTFT is unchanged.",
+                                              "p50 TTFT is unchanged, and on turn 3 p50 TTFT rose.",
+                                              "Turn 3 TTFT p50 rose 50% and p95 TTFT rose.",
+                                              "On turn 3, p50 TTFT rose 50%, and ITL p99 is unchanged.",
+                                              "Turn 3: p50 TTFT rose and ITL is unchanged."]) == [(11, "CB505"), (13, "CB505")]
+    _, _, out = _lint(tmp_path, capsys, "# PR\n\np50 TTFT on turn 3 rose, and p95 TTFT is unchanged.\n", turns)
+    assert 'says "unchanged" of p95 TTFT; compare measured a significant regression: ' in out and "· concurrency 4: p95(ttft)" in out, out
+
+
 def _long_turns_run(seed: int, later: float) -> EvidenceBuilder:
     """Conversations of 25 turns; turn k's TTFT about (1 + k/10) x 10 ms, turns past the 20th `later`
     times that."""
@@ -234,6 +249,18 @@ def test_a_turn_past_the_20th_is_not_the_pooled_turn_21_plus_row(tmp_path, capsy
     assert _flagged(tmp_path, capsys, long_turns, ["On turn 21+, p50 TTFT fell.", "Turn 25 TTFT p50 fell 10%."]) == [(5, "CB505")]
     _, _, out = _lint(tmp_path, capsys, "# PR\n\nTurn 25 TTFT p50 fell 10%.\n", long_turns)
     assert 'compare pools the turns past the 20th into one row, "turn 21+": claim "turn 21+" to claim them' in out, out
+
+
+def test_a_claim_of_a_pooled_turn_is_told_to_write_turn_21_plus(tmp_path, capsys, long_turns):
+    """"turn 23" stays a warning, not a check against "turn 21+" (whose change need not be turn
+    23's), and the hint -- the line that says what to do -- says to write "turn 21+"; a claim of a
+    statistic the pool has no row of (p99) keeps the general hint."""
+    assert _flagged(tmp_path, capsys, long_turns, ["Turn 23 TTFT p50 fell 10%.", "The 23rd turn's p95 TTFT fell."]) == [(3, "CB505"), (5, "CB505")]
+    _, _, out = _lint(tmp_path, capsys, "# PR\n\nTurn 23 TTFT p50 fell 10%.\n", long_turns)
+    assert 'hint: compare measured turn 23 only within "turn 21+", one row of the turns from the 21st on (its change need not be ' \
+           'turn 23\'s): write "turn 21+" to claim that row, or drop the claim' in out, out
+    _, _, out = _lint(tmp_path, capsys, "# PR\n\nTurn 23 TTFT p99 fell.\n", long_turns)
+    assert "hint: compare has no row for this metric or level" in out and 'write "turn 21+"' not in out, out
 
 
 # ---------------------------------------------------------------- properties

@@ -38,11 +38,14 @@ when it holds
 - optionally a turn of a multi-turn level ("on turn 3", "turn 2 TTFT p50", "the 2nd turn",
   "turn 21+"): compare's rows per turn, which it makes of TTFT's p50 and p95 only (a claim of
   another metric or percentile on a turn is CB505, listing them); a claim that names no turn is
-  about the level's own rows. A clause that names none takes the sentence's, as it takes its
-  level -- but for throughput and QPS, which no turn has (`_TURNLESS`: "On turn 3, TTFT rose and
-  throughput is unchanged" is the level's throughput). compare pools the turns past the 20th
-  into one row, "turn 21+": only "turn 21+" is checked against it; "turn 25" is CB505, whose
-  message says so (the pool's change need not be turn 25's: precision over recall).
+  about the level's own rows. A turn scopes its own clause ("turn 3 TTFT p50 fell 10%, and ITL
+  p99 rose 5%": the level's ITL); a clause that names none takes a turn only from the sentence's
+  opening phrase ("On turn 3, p50 TTFT rose and p95 TTFT rose": both turn 3's) -- never
+  throughput and QPS, which no turn has (`_TURNLESS`) -- where it takes a level from anywhere
+  in the sentence (`_claim_turns` says why the two differ). compare pools the turns past the
+  20th into one row, "turn 21+": only "turn 21+" is checked against it; "turn 25" is CB505,
+  whose message says how compare pools them and whose hint says to write "turn 21+" (the pool's
+  change need not be turn 25's: precision over recall; `_pooled`).
 
 Direction. For ttft, itl, tpot, latency and errors lower is better: "improved" / "faster" means
 the figure fell; for throughput and qps higher is better. "Fell" and "rose" are the figure's own
@@ -618,28 +621,84 @@ def _selected(c: Claim, facts: ChangeFacts) -> tuple[list[ChangeRow], str]:
 
 
 # Rates of a level's wall time, which no turn has (compare makes no row of them per turn): a turn
-# named in another clause of the sentence does not scope them ("On turn 3, TTFT rose and throughput
-# is unchanged" says the level's throughput is unchanged). Other metrics take the sentence's turn
-# as they take its level ("On turn 3, p50 TTFT rose and p95 TTFT rose": both turn 3's), and a claim
-# of one compare has no per-turn row of is CB505, never the level's row read for the turn.
+# that frames the sentence does not scope them ("On turn 3, TTFT rose and throughput is unchanged"
+# says the level's throughput is unchanged). Other metrics take a framing turn ("On turn 3, p50
+# TTFT rose and p95 TTFT rose": both turn 3's), and a claim of one compare has no per-turn row of
+# is CB505, never the level's row read for the turn.
 _TURNLESS = frozenset({"throughput", "qps"})
+# what may stand beside a turn (and a level) in a sentence's opening phrase: "On turn 3,", "At
+# concurrency 4, on the 2nd turn:", "For turn 21+ at 4 rps,"
+_FRAME = re.compile(r"(?:\s|[*_(),]|\b(?:on|in|at|for|of|the|and|with|across|during|over)\b)*", re.I)
+
+
+def _framing_turns(sentence: str) -> set[tuple[int, bool]]:
+    """The turns a sentence's opening phrase names -- the words before its first comma or colon,
+    nothing there but turns, levels and prepositions ("On turn 3, p50 TTFT rose and p95 TTFT
+    rose", "Turn 3: ..."): the frame of every clause, as a level there is."""
+    cut = re.search(r"[,:]", sentence)
+    if cut is None:
+        return set()
+    head = sentence[: cut.start()]
+    turns = _turns(head)
+    return turns if turns and _FRAME.fullmatch(_blank(head, _turn_spans(head) + _level_spans(head))) else set()
 
 
 def _claim_turns(c: Claim) -> set[tuple[int, bool]]:
-    """The turns a claim names: its clause's, else (but for `_TURNLESS` metrics) its sentence's."""
-    return _turns(c.scope) or (set() if c.metric in _TURNLESS else _turns(c.sentence))
+    """The turns a claim names: its clause's, else (but for `_TURNLESS` metrics) those framing
+    its sentence.
+
+    A turn is scoped more narrowly than a level, which a clause that names none takes from
+    anywhere in its sentence. A turn inside a clause modifies that clause's metric ("turn 3 TTFT
+    p50 fell 10%", "p50 TTFT on turn 3 rose"), and the sentence's other clauses are about the
+    level ("turn 3 TTFT p50 fell 10%, and ITL p99 rose 5%": the level's ITL). The two differ in
+    what the other reading costs: a claim of no level is checked against every level and holds
+    where one row shows it, so a level taken from the sentence only narrows it; a claim given a
+    turn is checked against other rows altogether -- a turn's, of TTFT p50 and p95 only -- so a
+    turn leaking from one clause would read an ordinary claim about the level as one about the
+    turn (CB505 for ITL, a turn's verdict for the level's TTFT). Only a turn that opens the
+    sentence as its frame ("On turn 3, ...", `_framing_turns`) speaks for every clause."""
+    return _turns(c.scope) or (set() if c.metric in _TURNLESS else _framing_turns(c.sentence))
+
+
+def _pool(c: Claim, facts: ChangeFacts) -> tuple[int, int] | None:
+    """(the turn named, the first turn of compare's pool that holds it) for a claim of one turn
+    that compare pools with later ones ("turn 23": (23, 21), its row "turn 21+"); None otherwise."""
+    pools = sorted({r.turn for r in facts.rows if r.later_turns and r.turn is not None})
+    named = [n for n, plus in _claim_turns(c) if not plus and any(n >= t for t in pools)]
+    if not named:
+        return None
+    return max(named), max(p for p in pools if p <= max(named))
 
 
 def _pooled(c: Claim, facts: ChangeFacts) -> str:
     """For a claim of one turn that compare pools with later ones ("turn 25": its row "turn 21+"),
-    how compare pools them. A claim of turn 25 is not checked against the pool (precision over
-    recall: the pool's change need not be turn 25's); "turn 21+" is."""
-    pools = sorted({r.turn for r in facts.rows if r.later_turns and r.turn is not None})
-    named = [n for n, plus in _claim_turns(c) if not plus and any(n >= t for t in pools)]
-    if not named:
+    how compare pools them.
+
+    Such a claim stays CB505 rather than being checked against the pool, with a note that the
+    rows are pooled: the pool's change is of every turn from the 21st on, as many requests of
+    each as reached it, and need not be turn 25's. Checked against it, a claim about turn 25 would
+    pass on other turns' change, or be called wrong (CB501, CB502: errors) about a turn compare
+    never measured alone -- a finding its writer could neither confirm nor fix from compare's
+    output. A reviewer wants the claim to say what was measured: the warning names the row, and
+    "turn 21+" is checked against it (`_pool_hint`)."""
+    pool = _pool(c, facts)
+    if pool is None:
         return ""
-    t = max(p for p in pools if p <= max(named))
+    t = pool[1]
     return f"; compare pools the turns past the {_ordinal(t - 1)} into one row, \"turn {t}+\": claim \"turn {t}+\" to claim them"
+
+
+def _pool_hint(c: Claim, facts: ChangeFacts) -> str | None:
+    """The hint for a claim of a pooled turn whose metric and percentile the pool has a row of
+    (`_pooled`): what to write instead."""
+    pool = _pool(c, facts)
+    if pool is None:
+        return None
+    n, t = pool
+    if not any(r.later_turns and r.turn == t and r.metric == c.metric and (not c.stats or r.stat in c.stats) for r in facts.rows):
+        return None
+    return (f"compare measured turn {n} only within \"turn {t}+\", one row of the turns from the {_ordinal(t)} on (its change "
+            f"need not be turn {n}'s): write \"turn {t}+\" to claim that row, or drop the claim")
 
 
 def _ordinal(n: int) -> str:
@@ -680,9 +739,9 @@ _HINT = {
 }
 
 
-def _diag(code: str, message: str, c: Claim, start: int, doc: Document, path: str) -> Diagnostic:
+def _diag(code: str, message: str, c: Claim, start: int, doc: Document, path: str, hint: str | None = None) -> Diagnostic:
     severity = Severity.WARNING if code == "CB505" else Severity.ERROR
-    return Diagnostic(code, message, doc.span(start + c.start, start + c.end), path, severity, _HINT[code])
+    return Diagnostic(code, message, doc.span(start + c.start, start + c.end), path, severity, hint or _HINT[code])
 
 
 def _finding(c: Claim, facts: ChangeFacts) -> tuple[str, str] | None:
@@ -740,5 +799,5 @@ def check_changes(doc: Document, path: str, facts: ChangeFacts | None, negated_b
         for c in claims_in(doc.sentence_text(s), s.block in negated_blocks):
             found = _finding(c, facts)
             if found is not None:
-                out.append(_diag(*found, c, s.start, doc, path))
+                out.append(_diag(*found, c, s.start, doc, path, _pool_hint(c, facts) if found[0] == "CB505" else None))
     return out
