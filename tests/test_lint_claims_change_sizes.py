@@ -219,7 +219,8 @@ def test_a_turn_inside_a_clause_scopes_that_clause_only(tmp_path, capsys, turns)
                                               "p50 TTFT is unchanged, and on turn 3 p50 TTFT rose.",
                                               "Turn 3 TTFT p50 rose 50% and p95 TTFT rose.",
                                               "On turn 3, p50 TTFT rose 50%, and ITL p99 is unchanged.",
-                                              "Turn 3: p50 TTFT rose and ITL is unchanged."]) == [(11, "CB505"), (13, "CB505")]
+                                              "Turn 3: p50 TTFT rose and ITL is unchanged.",
+                                              "- **On turn 3,** p50 TTFT rose and ITL is unchanged."]) == [(11, "CB505"), (13, "CB505"), (15, "CB505")]
     _, _, out = _lint(tmp_path, capsys, "# PR\n\np50 TTFT on turn 3 rose, and p95 TTFT is unchanged.\n", turns)
     assert 'says "unchanged" of p95 TTFT; compare measured a significant regression: ' in out and "· concurrency 4: p95(ttft)" in out, out
 

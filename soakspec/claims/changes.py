@@ -627,8 +627,8 @@ def _selected(c: Claim, facts: ChangeFacts) -> tuple[list[ChangeRow], str]:
 # is CB505, never the level's row read for the turn.
 _TURNLESS = frozenset({"throughput", "qps"})
 # what may stand beside a turn (and a level) in a sentence's opening phrase: "On turn 3,", "At
-# concurrency 4, on the 2nd turn:", "For turn 21+ at 4 rps,"
-_FRAME = re.compile(r"(?:\s|[*_(),]|\b(?:on|in|at|for|of|the|and|with|across|during|over)\b)*", re.I)
+# concurrency 4, on the 2nd turn:", "For turn 21+ at 4 rps,"; after a list item's marker
+_FRAME = re.compile(r"(?:\s*(?:[-*+]|\d{1,3}[.)])\s)?(?:\s|[*_(),]|\b(?:on|in|at|for|of|the|and|with|across|during|over)\b)*", re.I)
 
 
 def _framing_turns(sentence: str) -> set[tuple[int, bool]]:
