@@ -197,6 +197,38 @@ def test_w515_names_the_short_levels_of_a_list_and_the_cli_prints_it_with_a_care
     assert "after ~1000 of 1000" not in plan_out and "after ~2400" not in plan_out  # the 40 rps level sends its count
 
 
+SIM_HEAD = 'soak "t" {}\nbackend "a" {\n  sim {\n    ttft = 50ms\n    itl = 10ms\n  }\n}\n'
+
+
+@pytest.mark.parametrize("load, scope, warned", [
+    # vllm bench serve --request-rate 20 --num-prompts 100: 100 requests a level, not 20 rps x 30 s
+    ("mode = open\n    rate = [20rps]\n    requests_per_level = 100", " per level", "about 100 per level"),
+    ("mode = open\n    rate = [20rps]\n    requests_per_level = 100", "", "about 100 per backend"),
+    # --request-rate inf --max-concurrency 8: a closed loop, its latency the simulator's own
+    ("mode = closed\n    concurrency = [8]\n    requests_per_level = 100", " per level", "about 100 per level"),
+    # a bucket holds at most the level's count
+    ("mode = open\n    rate = [20rps]\n    requests_per_level = 100", " per bucket", "about 100 per bucket"),
+    ("mode = open\n    rate = [20rps]\n    requests_per_level = 400", " per level", None),
+    ("mode = closed\n    concurrency = [8]\n    requests_per_level = 400", " per level", None),
+])
+def test_w509_counts_a_counted_levels_requests_not_its_duration_bound(load, scope, warned):
+    """A level with `requests_per_level = N` measures N requests, not rate × duration (its
+    bound): a p99 rule (299 samples at 95%) over 100 of them can only be INCONCLUSIVE, and
+    `check` says so before the run (W509) as it does for a timed level of 100 requests."""
+    text = SIM_HEAD + (f'workload "w" {{\n  load {{\n    {load}\n  }}\n  duration = 30s\n  bucket = 30s\n'
+                       f'  deadline = 10s\n  follow_up = false\n}}\n'
+                       f'gate {{\n  confidence = 95%\n  require p99(ttft) < 1s{scope}\n}}\n')
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, diags
+    w509 = [d for d in diags if d.code == "W509"]
+    if warned is None:
+        assert not w509, [d.message for d in w509]
+    else:
+        (d,) = w509
+        assert "needs 299 samples" in d.message and warned in d.message, d.message
+        assert "requests_per_level" in (d.hint or ""), d.hint
+
+
 # ---------------------------------------------------------------- the runner, in virtual time
 
 

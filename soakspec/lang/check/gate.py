@@ -613,7 +613,9 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
     on `bk`: requests a second at the level's load -- an open loop's rate; a closed loop's
     workers over the expected latency; batches of `requests` from c workers, a batch every
     ceil(requests / c) latencies -- times the instance's length (a batch level's own: the
-    requests its waves start in it, `lang/batches.py`, the count `plan` expects). A phase is a level of its own
+    requests its waves start in it, `lang/batches.py`, the count `plan` expects), and never more
+    than a level's `requests_per_level` (it measures N requests, its duration only bounds it; the
+    label then names the count). A phase is a level of its own
     duration: over the level at its mean load, and in a bucket or window at its lowest (the
     first or last bucket of a linear ramp: the ramp's low end plus half a bucket's climb). A
     replay's arrivals are its trace's: not estimated."""
@@ -640,6 +642,7 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
                 out.append((f"phase {ph.name}", rate * length))
         return out
     length = w.duration_s if scope == "level" else piece
+    count = load.requests_per_level  # a counted level measures at most N, whatever its duration bound allows
     for x in load.levels:
         rate = requests_per_second(load, x, latency)
         if rate is None:
@@ -648,12 +651,15 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
         if load.mode == "batch" and scope == "level" and latency:  # the waves in the level, as `plan` counts them
             n = batch_requests(int(x), int(load.requests or x), latency, w.warmup_s, w.warmup_s + w.duration_s)
             out.append((unit, float(n)))
+        elif count is not None and count < rate * length:
+            out.append((f"{unit}, {count} requests", float(count)))
         else:
             out.append((unit, rate * length))
     return out
 
 
 _W509_HINT = "raise the rate or concurrency, lengthen the bucket or level, or use a lower percentile"
+_W509_COUNT_HINT = "raise requests_per_level (each level measures that many requests), or use a lower percentile"
 _W509_TURN_HINT = ("a conversation's deepest turns are sent least: lengthen the level, use conversations of similar lengths, "
                    "or judge a lower percentile")
 
@@ -731,4 +737,5 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
                     "backend": "per backend", "run": "per run"}[rule.scope]
             ctx.warn("W509", f"{rule.expr.text} {what} needs {need} {unit} at {g.confidence * 100:g}% confidence; "
                              f"about {fewest[0]:.0f} {what} are planned ({fewest[1]}): the rule can only be INCONCLUSIVE",
-                     rule.span, _W509_HINT if rule.scope != "turn" else _W509_TURN_HINT)
+                     rule.span, _W509_TURN_HINT if rule.scope == "turn" else
+                     _W509_COUNT_HINT if any(w.load.requests_per_level is not None for w in workloads) else _W509_HINT)
