@@ -197,6 +197,32 @@ def test_w515_names_the_short_levels_of_a_list_and_the_cli_prints_it_with_a_care
     assert "after ~1000 of 1000" not in plan_out and "after ~2400" not in plan_out  # the 40 rps level sends its count
 
 
+@pytest.mark.parametrize("load, warmup, said", [
+    # 10 rps for 20 s would be 200 requests; the count sends 40 of the file's 50 prompts
+    ("mode = open\n    rate = [10rps]\n    requests_per_level = 40", "0s", None),
+    ("mode = open\n    rate = [10rps]\n    requests_per_level = 100", "0s", "plans about 100 requests"),
+    # the warmup's requests take prompts too: 2 s at 10 rps and 40 measured
+    ("mode = open\n    rate = [10rps]\n    requests_per_level = 40", "2s", "plans about 60 requests"),
+    ("mode = closed\n    concurrency = [4]\n    requests_per_level = 40", "0s", None),
+])
+def test_w511_counts_a_counted_levels_requests_not_its_duration_bound(tmp_path, load, warmup, said):
+    """W511 warns when a level sends more requests than its prompt file holds (they repeat): a
+    counted level sends its N (and its warmup's), not rate × duration, so a ShareGPT file of 50
+    prompts under `requests_per_level = 40` repeats none and is not warned of."""
+    (tmp_path / "p.txt").write_text("".join(f"prompt number {i}\n" for i in range(50)))
+    text = (HEAD + f'workload "w" {{\n  prompt_file = "{tmp_path / "p.txt"}"\n  load {{\n    {load}\n  }}\n'
+                   f'  duration = 20s\n  bucket = 5s\n  warmup = {warmup}\n  deadline = 10s\n'
+                   f'  expected_latency = 100ms\n  follow_up = false\n}}\n')
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, diags
+    w511 = [d for d in diags if d.code == "W511"]
+    if said is None:
+        assert not w511, [d.message for d in w511]
+    else:
+        (d,) = w511
+        assert said in d.message and "holds 50 prompts" in d.message, d.message
+
+
 SIM_HEAD = 'soak "t" {}\nbackend "a" {\n  sim {\n    ttft = 50ms\n    itl = 10ms\n  }\n}\n'
 
 

@@ -155,16 +155,25 @@ def planned_level_requests(w: S.Workload) -> tuple[str, float] | None:
     loop rate x (warmup + duration), a phase its mean rate x its duration; batch the requests
     its batches' waves start in the level at expected_latency (`lang/batches.py`; else one
     batch, at least); closed loop concurrency x (warmup + duration) / `expected_latency`, else its
-    concurrency (the first requests at least). None: nothing planned (a replay sends no file)."""
+    concurrency (the first requests at least). A level with `requests_per_level = N` sends its
+    warmup's requests and then N (its duration only bounds it), not rate x duration. None:
+    nothing planned (a replay sends no file)."""
     load, length = w.load, w.warmup_s + w.duration_s
     found: list[tuple[str, float]] = []
     if load.replay is not None:
         return None
     lat = w.expected_latency_s
 
+    count = load.requests_per_level
+
     def n(x: float, span: float, least: float) -> float:  # requests in `span` at load x; `least` without a latency
         rate = requests_per_second(load, x, lat)
-        return rate * span if rate is not None else least
+        if rate is None:
+            return least if count is None else min(least, count)
+        if count is None:
+            return rate * span
+        # a counted level: its warmup's requests, then N measured (fewer where its duration ends it first)
+        return rate * w.warmup_s + min(count, rate * w.duration_s)
 
     if load.phases:
         for i, ph in enumerate(load.phases):
