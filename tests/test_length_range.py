@@ -9,6 +9,7 @@ not judged `usage_mismatch`."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -285,3 +286,22 @@ def test_a_run_at_the_top_of_the_range_passes_its_gate_and_the_servers_counts_ga
     proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(path), "--out", str(tmp_path / "ev"), "-q"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_pre_flight_sends_the_asked_lengths_not_the_first_requests_drawn_ones(tmp_path):
+    """README (Random lengths): "The pre-flight and follow-up requests send the asked (shortest)
+    lengths". End to end: with prompt_words = 40, max_tokens = 16 and length_range = 50%, the
+    pre-flight kept in the manifest asked 40 words and 16 tokens, as written -- not request 0's
+    draw, which is a length of the range like any other."""
+    drawn = (lengths.draw(40, 0.5, 0, 0, lengths.PROMPT), lengths.draw(16, 0.5, 0, 0, lengths.OUTPUT))
+    assert drawn != (40, 16)  # request 0 of the level is drawn other lengths: the test tells them apart
+    text = one_workload_spec(name="ranges", issue="1", before_load="prompt_words = 40\n  max_tokens = 16\n  length_range = 50%",
+                             load=CLOSED, after_load="duration = 500ms\n  deadline = 5s\n  follow_up = false")  # fmt: skip
+    path = tmp_path / "p.soak"
+    path.write_text(text.replace("sim {}", "sim {\n    ttft = 5ms\n    itl = 1ms\n  }"))
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "run", str(path), "--out", str(tmp_path / "ev"), "-q"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    manifest = json.loads((tmp_path / "ev" / "manifest.json").read_text())
+    (pre,) = manifest["backends"][0]["preflight"]
+    assert (pre["record"]["prompt_tokens"], pre["record"]["output_tokens"]) == (40, 16), pre["record"]

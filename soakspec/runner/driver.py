@@ -6,9 +6,10 @@ buckets and deadlines come from its `Level`; records go to the backend's recorde
 
 Pre-flight (unless `--no-preflight`): before any level, one request of each workload's shape
 must complete: its template's body (model, endpoint, chat or completion, headers, extra fields)
-with the prompt `Shapes.make(0)` makes -- a word or token-exact prompt of its first length (the
-pre-flight's own, salted with its request id, so no two pre-flights and no level send the same
-token prompt and none is served from the prefix cache), a file's first prompt, a session's first
+with the prompt `Shapes.make(0, asked=True)` makes -- a word or token-exact prompt of its first
+length and max_tokens as asked, never ones `length_range` draws (README, Random lengths; the
+prompt the pre-flight's own, salted with its request id, so no two pre-flights and no level send
+the same token prompt and none is served from the prefix cache), a file's first prompt, a session's first
 turn. For a replay that is *not* trace line 0: a token prompt of the template's length. Line 0's
 real body would build its `hash_ids` blocks, which later trace requests share, so the pre-flight
 would put them in the server's prefix cache before the level and raise the level's measured hit
@@ -145,7 +146,7 @@ async def preflight(bp: BackendPlan, url: str, deps: Deps, rec: BackendRecorder,
         try:
             # salted with its own id: an unsalted token prompt 0 was the same in every workload's
             # pre-flight of that length, the second served from the prefix cache (module docstring)
-            await conn.send(shapes.make(0, salt=rid), rid, shapes.headers(), record, deadline=deps.clock.now() + lv.deadline_s)
+            await conn.send(shapes.make(0, salt=rid, asked=True), rid, shapes.headers(), record, deadline=deps.clock.now() + lv.deadline_s)
         finally:
             with trio.move_on_after(CLOSE_S, shield=True):
                 await conn.aclose()

@@ -202,12 +202,15 @@ class Shapes:
             raise RunAborted(f"the tokenizer did not measure the prompt words within {PREPARE_TIMEOUT_S:g}s")
 
     def make(self, index: int, smallest: bool = False, worker: int | None = None,
-             lengths: tuple | None = None, part: tuple[int, int] = (0, 1), salt: str = "") -> RequestShape:
+             lengths: tuple | None = None, part: tuple[int, int] = (0, 1), salt: str = "",
+             asked: bool = False) -> RequestShape:
         """`part`: this process's (p, N) of the level (`LevelContext.part`), which multi-turn
         sessions split the conversations by; `salt`: the level's (`drive_level`), which a
         token-exact prompt spells after its index so that no other level, sweep probe or run
         sends it (a word prompt starts with its request id instead). `lengths`: a replayed
-        request's (input length, output length[, hash_ids])."""
+        request's (input length, output length[, hash_ids]). `asked`: the lengths as the
+        workload asks them, never drawn from its `length_range` (the pre-flight's: README,
+        Random lengths)."""
         w = self.template
         if lengths is not None and not smallest:  # a replayed request: its own input (words or tokens) and output length
             ids = lengths[2] if len(lengths) > 2 and w.hash_block else ()  # its shared blocks (prefix_sharing)
@@ -221,7 +224,7 @@ class Shapes:
                 return self._shape(shared_prompt_words(index, lengths[0], ids, w.hash_block, w.block_seed), lengths[1])
             return self._shape(prompt_words(index, lengths[0]), lengths[1])
         if w.prompt_tokens:
-            return self._token_shape(index, smallest, salt)
+            return self._token_shape(index, smallest, salt, asked)
         if w.conversations and worker is not None and not smallest:
             return self._session_turn(index, worker, part)
         if w.conversations:  # the pre-flight and the follow-up: a session's first turn, not a record whole
@@ -235,7 +238,7 @@ class Shapes:
         at = self._position(index) if self.prompts else index  # the file's prompt this request sends (prompt_order)
         # with output lengths from the file, the prompt's own; a max_tokens list cycles by the request
         lens, k = (w.output_lens, at) if w.output_lens else (w.max_tokens, index)
-        words, max_tokens = self._drawn(index, w.prompt_words or 1, lens[k % len(lens)])
+        words, max_tokens = self._drawn(index, w.prompt_words or 1, lens[k % len(lens)], asked)
         key = (at % (len(self.prompts) or len(WORDS)), k % len(lens), words, max_tokens)
         shape = self._cache.get(key)
         if shape is None:
@@ -306,23 +309,23 @@ class Shapes:
         self._conv_counter += 1
         return n
 
-    def _token_shape(self, index: int, smallest: bool, salt: str = "") -> RequestShape:
+    def _token_shape(self, index: int, smallest: bool, salt: str = "", asked: bool = False) -> RequestShape:
         w = self.template
         if self._costs is None:
             raise RunAborted("token-exact prompts were not prepared (Shapes.prepare)")
         if smallest:
             n, max_tokens = min(w.prompt_tokens), min(w.max_tokens)
         else:
-            n, max_tokens = self._drawn(index, w.prompt_tokens[index % len(w.prompt_tokens)], w.max_tokens[index % len(w.max_tokens)])
+            n, max_tokens = self._drawn(index, w.prompt_tokens[index % len(w.prompt_tokens)], w.max_tokens[index % len(w.max_tokens)], asked)
         return self._shape(token_prompt(self._costs, index, n, w.prefix_tokens, salt=salt), max_tokens)
 
-    def _drawn(self, index: int, n: int, max_tokens: int) -> tuple[int, int]:
+    def _drawn(self, index: int, n: int, max_tokens: int, asked: bool = False) -> tuple[int, int]:
         """The prompt length and max_tokens of request `index` asked `n` and `max_tokens`: with
         `length_range`, each drawn around them by the index and the level's seed (soakspec/lengths.py),
         so the k-th request of a level gets the same lengths in every run and every --workers
-        process; the pre-flight and follow-up (`smallest`) send the asked lengths."""
+        process; the pre-flight (`asked`) and follow-up (`smallest`) send the asked lengths."""
         w = self.template
-        if not w.length_range:
+        if not w.length_range or asked:
             return n, max_tokens
         return (lengths.draw(n, w.length_range, w.length_seed, index, lengths.PROMPT),
                 lengths.draw(max_tokens, w.length_range, w.length_seed, index, lengths.OUTPUT))
