@@ -228,3 +228,16 @@ def test_plan_promises_no_minimum_for_random_arrivals():
     assert "requests ≥ 0, expected ~25 (random arrivals: the seeded count varies around it)" in render_text(p)
     (lv,) = plan(spec_from_text(text.replace("ARRIVAL", "constant"))).backends[0].levels
     assert lv.min_requests == lv.expected_requests == 25
+
+
+def test_the_reports_workload_line_states_a_sweeps_search_not_its_bounds_as_levels():
+    """A sweep's `rate = [4rps, 40rps]` / `concurrency = [1, 12]` are the search's bounds: the
+    reports' workload line said "open loop, rates 4, 40 rps" (two levels that never ran as
+    such); it states the search as `soakspec plan` does, with its grid step."""
+    closed = C.workload_line(spec_from_text(_spec()).workloads[0])
+    assert "sweep concurrency 1..12 step 1 (bisect)" in closed and "concurrency 1,12" not in closed, closed
+    text = _spec().replace("mode = closed\n    concurrency = [1, 12]",
+                           "mode = open\n    rate = [4rps, 40rps]\n    rate_step = 4rps\n    arrival = poisson\n    seed = 3")
+    line = C.workload_line(spec_from_text(text).workloads[0])
+    assert "sweep rate 4..40 rps step 4 rps (bisect), open loop (poisson arrivals, seed 3)" in line, line
+    assert "rates 4, 40 rps" not in line, line

@@ -35,6 +35,7 @@ from typing import Any
 
 from soakspec.evidence import layout
 from soakspec.lang.replay import sharing
+from soakspec.plan import workload_sweep
 from soakspec.units import format_duration
 
 GATE_WORD = {"PASS": "passed", "FAIL": "failed", "INCONCLUSIVE": "inconclusive"}
@@ -361,12 +362,15 @@ def workload_line(w: Any) -> str:
     load = w.load
     if load.phases or load.replay is not None:
         parts.append(shaped_load_text(load, w.warmup_s + w.duration_s))
+    elif load.search is not None:  # the levels are the search's bounds, not levels that ran as such
+        parts.append(f"{workload_sweep(w).label()} ({load.search})")
+        parts.append(f"open loop ({load.arrival} arrivals, seed {load.seed})" if load.mode == "open" else "closed loop")
     elif load.mode == "open":
         parts.append(f"open loop, rates {', '.join(f'{r:g}' for r in load.rates)} rps ({load.arrival} arrivals, seed {load.seed})")
     else:
         parts.append(f"concurrency {_join(load.concurrency)}")
         parts.append("closed loop" if load.mode == "closed" else f"batch mode (batches of {load.requests})")
-    parts.append(f"duration_s={w.duration_s:g} {'in all' if load.phases else 'per level'}")
+    parts.append(f"duration_s={w.duration_s:g} {'in all' if load.phases else 'per probe' if load.search else 'per level'}")
     parts.append(f"bucket_s={w.bucket_s:g}")
     if w.warmup_s:
         parts.append(f"warmup_s={w.warmup_s:g}")
