@@ -300,3 +300,21 @@ def test_the_workload_line_names_token_exact_prompts():
     spec = spec_from_text(text)
     md = prepare(spec, EvidenceBuilder(spec).build()).render("md")
     assert "- workload: prompt_tokens=128,512, prefix_tokens=32, max_tokens=64, " in md, md[md.index("- workload"):][:200]
+
+
+def test_the_workload_line_names_the_cap_the_count_and_the_burstiness():
+    """`vllm bench serve --request-rate 20 --burstiness 0.5 --max-concurrency 8 --num-prompts 200`
+    as a spec printed "open loop, rates 20 rps (poisson arrivals, seed 1), duration_s=30 per
+    level": no cap (which puts the queue's wait in every TTFT), no count (the level ran 200
+    requests, not 30 s of them), no burstiness. The line states each as the spec says it."""
+    from soakspec.report.common import workload_line
+
+    text = ('soak "s" {}\nbackend "b" {\n  sim {}\n}\nworkload "w" {\n  prompt_words = 8\n  max_tokens = 8\n'
+            '  load {\n    mode = open\n    rate = [20rps]\n    burstiness = 0.5\n    seed = 1\n    max_concurrency = 8\n'
+            '    requests_per_level = 200\n  }\n  duration = 30s\n  bucket = 5s\n  deadline = 10s\n}\n')
+    line = workload_line(spec_from_text(text).workloads[0])
+    assert "open loop, rates 20 rps (poisson arrivals, burstiness 0.5, seed 1), max_concurrency=8, requests_per_level=200" in line, line
+    assert "duration_s=30 per level (at most: the count ends it)" in line, line
+    closed = workload_line(spec_from_text(text.replace("rate = [20rps]\n    burstiness = 0.5\n    seed = 1\n    max_concurrency = 8\n",
+                                                       "concurrency = [8]\n").replace("mode = open", "mode = closed")).workloads[0])
+    assert "concurrency 8, closed loop, requests_per_level=200" in closed, closed

@@ -366,11 +366,21 @@ def workload_line(w: Any) -> str:
         parts.append(f"{workload_sweep(w).label()} ({load.search})")
         parts.append(f"open loop ({load.arrival} arrivals, seed {load.seed})" if load.mode == "open" else "closed loop")
     elif load.mode == "open":
-        parts.append(f"open loop, rates {', '.join(f'{r:g}' for r in load.rates)} rps ({load.arrival} arrivals, seed {load.seed})")
+        bursty = f", burstiness {load.burstiness:g}" if load.burstiness != 1 else ""
+        parts.append(f"open loop, rates {', '.join(f'{r:g}' for r in load.rates)} rps ({load.arrival} arrivals{bursty}, seed {load.seed})")
     else:
         parts.append(f"concurrency {_join(load.concurrency)}")
         parts.append("closed loop" if load.mode == "closed" else f"batch mode (batches of {load.requests})")
-    parts.append(f"duration_s={w.duration_s:g} {'in all' if load.phases else 'per probe' if load.search else 'per level'}")
+    # what changes what the figures mean: the cap's queue is in TTFT and latency, and a count
+    # (not the duration) ends a level (README, Load shapes)
+    if load.max_concurrency is not None:
+        parts.append(f"max_concurrency={load.max_concurrency}")
+    if load.requests_per_level is not None:
+        parts.append(f"requests_per_level={load.requests_per_level}")
+    per = "in all" if load.phases else "per probe" if load.search else "per level"
+    if load.requests_per_level is not None:
+        per += " (at most: the count ends it)"
+    parts.append(f"duration_s={w.duration_s:g} {per}")
     parts.append(f"bucket_s={w.bucket_s:g}")
     if w.warmup_s:
         parts.append(f"warmup_s={w.warmup_s:g}")
