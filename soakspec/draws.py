@@ -11,7 +11,8 @@ the same prompt in every run, on every backend and whatever `--workers N` splits
 **Shuffled order.** `shuffled(i, n, seed)` is the prompt the level's i-th request sends:
 position `i mod n` of pass `i // n`'s permutation of the file's n prompts. Each pass over the
 file is a new permutation (keyed by the seed and the pass), so every prompt is sent once a pass,
-as sampling without replacement, and a pass does not repeat the last one's order. The
+as sampling without replacement; passes are drawn independently, so a pass repeats the last
+one's order one time in n! (of 2 prompts, every other pass). The
 permutation is a keyed bijection, never a table: a four-round balanced Feistel network on the
 smallest power of four at least n, with cycle-walking back into [0, n) (Black and Rogaway,
 "Ciphers with arbitrary finite domains", 2002). It costs no memory beyond the prompts and a few
