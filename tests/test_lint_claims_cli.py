@@ -78,10 +78,18 @@ def test_warnings_only_exit_0(tmp_path, capsys):
         (["lint-claims", "{doc}", "--spec", "{tmp}/missing.soak"], "cannot read spec"),
         (["lint-claims", "{doc}", "--spec", str(DATA / "invalid.soak")], "invalid spec"),
         (["lint-claims", "{doc}", "--spec", SMALL, "--evidence", "{tmp}/no-such-dir"], "no such evidence directory"),
+        # two directories, one mistyped: that one named, as `soakspec compare` names it -- not
+        # "--compare takes two evidence directories", which the user gave
+        (["lint-claims", "{doc}", "--spec", SMALL, "--compare", "{tmp}/ev", "{tmp}/no-such-new"],
+         "no-such-new: no such evidence directory"),
+        (["lint-claims", "{doc}", "--spec", SMALL, "--compare", "{tmp}/no-such-base", "{tmp}/ev"],
+         "no-such-base: no such evidence directory"),
     ],
 )
 def test_usage_errors_exit_2(tmp_path, capsys, argv, message):
     doc = _doc(tmp_path, CLEAN)
+    (tmp_path / "ev").mkdir()
+    (tmp_path / "ev" / "manifest.json").write_text("{}")  # the other --compare side
     argv = [a.format(tmp=tmp_path, doc=doc) for a in argv]
     assert cli.main(argv) == 2
     out, err = capsys.readouterr()

@@ -94,12 +94,13 @@ def _changes(compare: list[str] | None) -> ChangeFacts | None:
         return None
     if len(compare) == 1 and not Path(compare[0]).is_dir():
         return adapters.read_change_facts(compare[0], _read(compare[0], "comparison", MAX_COMPARISON_BYTES))
-    if len(compare) != 2 or not all(Path(d).is_dir() for d in compare):
+    if len(compare) != 2:
         raise _Usage("--compare takes two evidence directories (BASE NEW) or one JSON file `soakspec compare --format json` wrote")
     from soakspec.commands.compare import comparison_of
     from soakspec.evidence.io import EvidenceNotFound, require_evidence_dir
 
     try:
+        # two given: a missing or mistyped one is named, as `soakspec compare` names it
         for d in compare:
             require_evidence_dir(d)
         c = comparison_of("lint-claims", compare[0], compare[1], None)
