@@ -137,6 +137,28 @@ def test_every_commands_help_lists_debug(capsys):
         assert "--debug" in capsys.readouterr().out, name
 
 
+def test_the_readme_commands_table_names_every_option_of_its_commands():
+    """README's Commands table is where a newcomer looks up a flag: it left out `run --workers`,
+    `--no-preflight` and `--format` (which its own Gates section prints with), `compare --out`
+    (which its lint-claims section writes compare.json with) and others. Every long option of
+    a command it lists is named in the command's row (the simulator's flags are its own table:
+    `soakspec sim --help`)."""
+    import argparse
+
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme[readme.index("## Commands"):readme.index("### Exit codes")]
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    missing = {}
+    for name, parser in sub.choices.items():
+        if name == "sim":
+            continue
+        (row,) = [line for line in table.splitlines() if line.startswith(f"| `soakspec {name} ")]
+        options = {o for a in parser._actions for o in a.option_strings if o.startswith("--")} - {"--help", "--debug"}
+        if absent := sorted(o for o in options if o not in row):
+            missing[name] = absent
+    assert not missing, missing
+
+
 # ------------------------------------------------------------------ signals
 
 
