@@ -127,3 +127,12 @@ def test_what_is_not_an_evidence_directory_is_named_for_what_it_is(tmp_path, cap
 def test_a_missing_evidence_directory_is_still_no_such_directory(tmp_path, capsys):
     code = main(["gate", str(tmp_path / "nope")])
     assert code is ExitCode.USAGE and "no such evidence directory" in capsys.readouterr().err
+
+
+def test_gate_partial_with_write_is_a_usage_error_not_an_internal_error(tmp_path, capsys):
+    """`gate DIR --partial --write` is refused as usage (exit 2, saying why); it was an internal
+    error (exit 4, "UnboundLocalError ... UsageError": a later `import` of the name made it local
+    to the whole function)."""
+    assert main(["gate", str(tmp_path), "--partial", "--write"]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "--write and --partial: a run judged partially has no verdict to write" in err and "internal error" not in err, err

@@ -294,8 +294,6 @@ def main(args: argparse.Namespace) -> int:
     names = {b.name for b in spec.backends}
     unknown = [n for n in args.backend if n not in names]
     if unknown:
-        from soakspec.cli import UsageError
-
         raise UsageError(f"--backend {unknown[0]}: the spec declares no such backend ({', '.join(sorted(names))})")
     # after the fact: the run's results/verdict must be there
     verdict = judge(spec, evidence, retained=True, backends=tuple(args.backend))
