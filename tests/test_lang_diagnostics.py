@@ -542,6 +542,11 @@ def test_another_name_for_an_aggregate_is_answered_with_the_one_that_means_it(wr
         ("mean(output_throughput) >= 100",
          "output tokens per second is 'throughput': write mean(throughput) ('output_tokens' is output tokens per request)", "mean(throughput) >= 100"),
         ("p95(e2el) <= 1s", "end-to-end request latency is 'latency': write p95(latency)", "p95(latency) <= 1s"),
+        # vLLM's --goodput e2el:1000: inside an SLO set the same name had no hint at all
+        ("goodput(e2el < 1s) >= 90%", "end-to-end request latency is 'latency': write latency < 1s",
+         "goodput(latency < 1s) >= 90%"),
+        ("goodput(ttft < 1s and time_per_output_token <= 50ms) >= 90%",
+         "time per output token after the first is 'tpot': write tpot <= 50ms", "goodput(ttft < 1s and tpot <= 50ms) >= 90%"),
     ],
 )
 def test_another_benchmark_s_metric_name_is_answered_with_the_metric_that_measures_it(written, hint, fixed):

@@ -296,8 +296,13 @@ def _slo_condition(ctx: Ctx, c: A.Slo) -> S.Slo | None:
     if c.metric not in SLO_METRICS:
         known = c.metric in METRICS
         why = "is not one value per request" if known else "is not a per-request metric"
+        # another benchmark's name (vLLM's --goodput e2el:...) answered with the one that means it,
+        # as a rule's metric is (`_metric_hint`), never a spelling neighbour's
+        meant = METRIC_WORDS.get(c.metric.lower())
+        hint = (f"{METRICS[meant].description.split(',')[0]} is '{meant}': write {meant} {c.op} {value_text(c.threshold)}"
+                if meant in SLO_METRICS else suggest(c.metric, list(SLO_METRICS)))
         ctx.error("E302" if not known else "E305", f"'{c.metric}' {why}; an SLO condition names one of {', '.join(SLO_METRICS)}",
-                  c.span, suggest(c.metric, list(SLO_METRICS)))
+                  c.span, hint)
         return None
     if c.op not in _SLO_OPS:
         ctx.error("E305", f"an SLO condition is a bound: write {c.metric} < ..., <=, > or >=, not {c.op}", c.span)
