@@ -1,7 +1,8 @@
 """The simulator's automatic prefix cache (vLLM's): whole blocks of the simulator's own prompt
-tokens, keyed by their hash chain, LRU-bounded; cached tokens cost no prefill time; exposed as
-vLLM's `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total` and, with
-`enable_prompt_tokens_details`, usage's `prompt_tokens_details.cached_tokens`. The cache alone
+tokens, keyed by their hash chain, in a reference-counted pool (a running request's blocks are
+never evicted; free ones go least recently released first); cached tokens cost no prefill
+time; exposed as vLLM's `vllm:prefix_cache_queries_total` / `vllm:prefix_cache_hits_total`
+and, with `enable_prompt_tokens_details`, usage's `prompt_tokens_details.cached_tokens`. The cache alone
 (pure), then the simulator as a real server on 127.0.0.1, then a real `soakspec run` replaying a
 Mooncake trace whose `hash_ids` share prefixes (slow lane)."""
 
@@ -35,6 +36,14 @@ def words(*blocks: str) -> list[str]:
 
 
 def admit(cache: PrefixCache, tokens: list) -> int:
+    """One request that runs alone: scheduled, then finished before the next comes."""
+    cached, held = start(cache, tokens)
+    cache.release(held)
+    return cached
+
+
+def start(cache: PrefixCache, tokens: list) -> tuple[int, tuple[bytes, ...]]:
+    """A request scheduled that keeps running: its cached tokens and the blocks it holds."""
     return cache.admit(block_hashes(tokens, cache.block_size), len(tokens))
 
 
@@ -87,6 +96,154 @@ def test_blocks_of_other_tokens_never_share_a_key():
     hold any character but whitespace) are other tokens."""
     assert not set(block_hashes([str(i) for i in range(8)], B)) & set(block_hashes(list(range(8)), B))
     assert block_hashes(["a\x00b", "c"], 2) != block_hashes(["a", "b\x00c"], 2)
+
+
+def test_a_running_requests_blocks_are_never_evicted_however_others_churn_the_cache():
+    """vLLM reference-counts its blocks: one a running request holds is not on the free list,
+    so no other request's blocks can push it out. Twenty prompts of other blocks pass through
+    a pool of 4 while a request holding 2 runs; the same prompt then finds both."""
+    cache = PrefixCache(capacity=4, block_size=B)
+    cached, held = start(cache, words("a", "b") + ["t"])
+    assert (cached, len(held)) == (0, 2)
+    for i in range(20):
+        admit(cache, words(f"x{i}", f"y{i}") + ["t"])
+        assert len(cache) == 4
+    assert admit(cache, words("a", "b") + ["t"]) == 2 * B
+    cache.release(held)
+    assert len(cache.held) == 0 and len(cache) == 4
+
+
+def test_a_block_two_running_requests_hold_stays_until_both_let_go():
+    """A block one request found is held by both; the first to finish does not free it."""
+    cache = PrefixCache(capacity=2, block_size=B)
+    _, first = start(cache, words("a") + ["t"])
+    cached, second = start(cache, words("a") + ["u"])
+    assert cached == B and second == first and cache.held == {first[0]: 2}
+    cache.release(first)
+    for i in range(5):
+        admit(cache, words(f"x{i}") + ["t"])
+    assert admit(cache, words("a") + ["v"]) == B
+    cache.release(second)  # no one holds it now: two new blocks later, it is gone
+    admit(cache, words("y") + ["t"])
+    admit(cache, words("z") + ["t"])
+    assert admit(cache, words("a") + ["v"]) == 0
+
+
+def test_blocks_are_evicted_in_the_order_their_requests_let_go_of_them():
+    """Hits after release as vLLM's: a finished request's blocks stay cached, and the free list
+    is in order of release, not of arrival -- A came first but finished last, so B's blocks go
+    first (B's last block before its first), and A's prompt still hits whole."""
+    cache = PrefixCache(capacity=4, block_size=B)
+    _, a = start(cache, words("a1", "a2") + ["t"])
+    _, b = start(cache, words("b1", "b2") + ["t"])
+    cache.release(b)
+    cache.release(a)
+    assert admit(cache, words("x") + ["t"]) == 0  # takes b2's block
+    assert admit(cache, words("a1", "a2") + ["t"]) == 2 * B
+    assert admit(cache, words("b1") + ["t"]) == B  # b1 is still there
+    assert admit(cache, words("y", "z") + ["t"]) == 0  # the least recently released: x, then a2
+    assert admit(cache, words("a1", "a2") + ["t"]) == B
+
+
+def test_a_pool_full_of_held_blocks_leaves_the_rest_of_a_prompt_uncached():
+    """The simulator's choice where vLLM would keep a request waiting: it runs, holds the
+    leading blocks that find room, and the rest are computed but not cached. Its lookup and
+    the counters are as always."""
+    cache = PrefixCache(capacity=5, block_size=B)
+    _, a = start(cache, words("a", "b") + ["t"])
+    _, b = start(cache, words("c", "d") + ["t"])
+    cached, c = start(cache, words("e", "f", "g") + ["t"])
+    assert (cached, len(c), len(cache)) == (0, 1, 5)  # e found the last free block; f and g none
+    assert start(cache, words("e", "f", "g") + ["t"]) == (B, c)  # while all three run: e only
+    assert (cache.queries, cache.hits) == (2 * (2 * B + 1) + 2 * (3 * B + 1), B)
+    for held in (a, b, c, c):
+        cache.release(held)
+    assert len(cache.held) == 0 and len(cache) == 5
+
+
+class PoolModel:
+    """vLLM's `BlockPool` in miniature, the reference for `PrefixCache`: `capacity` numbered
+    blocks, each with a key (here the whole prefix its block ends, what the hash chain stands
+    for) or none, and a reference count; a free queue of block numbers, all of them at first.
+    A request touches the blocks it finds (out of the queue if no one held them) and takes new
+    ones from the queue's head, dropping the key a block had; a finished request's blocks go
+    to the tail, last block first, when no one holds them any more."""
+
+    def __init__(self, capacity: int):
+        self.key: list[tuple | None] = [None] * capacity
+        self.refs = [0] * capacity
+        self.queue = list(range(capacity))
+        self.cached: dict[tuple, int] = {}
+
+    def admit(self, prefixes: list[tuple], usable: int) -> tuple[int, list[int]]:
+        hit = 0
+        for p in prefixes[:usable]:
+            if p not in self.cached:
+                break
+            hit += 1
+        blocks = []
+        for p in prefixes:
+            if p in self.cached:
+                block = self.cached[p]
+                if self.refs[block] == 0:
+                    self.queue.remove(block)
+            elif self.queue:
+                block = self.queue.pop(0)
+                if self.key[block] is not None:
+                    del self.cached[self.key[block]]
+                self.key[block] = p
+                self.cached[p] = block
+            else:
+                break
+            self.refs[block] += 1
+            blocks.append(block)
+        return hit, blocks
+
+    def free(self, blocks: list[int]) -> None:
+        for block in reversed(blocks):
+            self.refs[block] -= 1
+            if self.refs[block] == 0:
+                self.queue.append(block)
+
+
+pool_prompts = st.tuples(st.lists(st.sampled_from("abcd"), max_size=5), st.integers(0, 2 * B))
+pool_ops = st.lists(st.one_of(st.tuples(st.just("start"), pool_prompts), st.tuples(st.just("finish"), st.integers(0, 99))),
+                    max_size=40)
+
+
+@given(pool_ops, st.integers(1, 8))
+@settings(max_examples=300, deadline=None)
+def test_the_cache_agrees_with_a_reference_counted_pool_on_requests_that_overlap(ops, capacity):
+    """Requests start and finish in any order, several running at once: request by request
+    the same cached tokens and the same blocks held as the pool model's; after every step the
+    same blocks cached and the same free list, in the same order; no block a running request
+    holds is ever evicted; hits never exceed queries."""
+    cache = PrefixCache(capacity=capacity, block_size=B)
+    model = PoolModel(capacity)
+    key_of: dict[tuple, bytes] = {}
+    running: list[tuple[list[tuple], tuple[bytes, ...], list[int]]] = []
+    queries = hits = 0
+    for op, arg in ops:
+        if op == "start":
+            blocks, tail = arg
+            tokens = words(*blocks) + [f"t{i}" for i in range(tail)]
+            prefixes = [tuple(tokens[: (i + 1) * B]) for i in range(len(tokens) // B)]
+            key_of.update(zip(prefixes, block_hashes(tokens, B)))
+            hit, model_blocks = model.admit(prefixes, max(len(tokens) - 1, 0) // B)
+            cached, held = start(cache, tokens)
+            assert cached == hit * B
+            assert held == tuple(key_of[p] for p in prefixes[: len(model_blocks)])
+            queries, hits = queries + len(tokens), hits + cached
+            running.append((prefixes, held, model_blocks))
+        elif running:
+            _, held, model_blocks = running.pop(arg % len(running))
+            cache.release(held)
+            model.free(model_blocks)
+        assert set(cache.held) | set(cache.free) == {key_of[p] for p in model.cached}
+        assert list(cache.free) == [key_of[model.key[b]] for b in model.queue if model.key[b] is not None]
+        for _, held, _ in running:
+            assert all(key in cache.held for key in held)
+        assert len(cache) <= capacity and (cache.queries, cache.hits) == (queries, hits) and hits <= queries
 
 
 prompts = st.lists(st.lists(st.sampled_from("abc"), max_size=6).map(lambda bs: words(*bs)), min_size=1, max_size=12)
@@ -270,6 +427,65 @@ async def test_a_conversation_finds_its_earlier_turns_cached():
         nursery.cancel_scope.cancel()
     assert "prompt_tokens_details" not in first["usage"]
     assert second["usage"]["prompt_tokens_details"] == {"cached_tokens": 32}  # 2 whole blocks of the first 40 words
+
+
+def _blocks_of(name: str, n: int) -> str:
+    """A prompt of `n` whole blocks of 16 words of its own, and one word more."""
+    return " ".join(f"{name}{i}" for i in range(16 * n + 1))
+
+
+async def _cached(client: httpx.AsyncClient, prompt: str) -> int:
+    usage = (await _timed(client, prompt))[1]["usage"]
+    return usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+
+
+async def _run_long(client: httpx.AsyncClient, prompt: str, *, task_status=trio.TASK_STATUS_IGNORED) -> None:
+    """Stream 200 tokens of `prompt`; started once its first token came (it has its slot)."""
+    async with client.stream("POST", "/v1/completions", json={
+        "prompt": prompt, "max_tokens": 200, "ignore_eos": True, "stream": True}) as r:
+        started = False
+        async for line in r.aiter_lines():
+            if line.startswith("data: {") and not started:
+                task_status.started()
+                started = True
+
+
+LONG = {"ttft": 0.001, "itl": 0.01, "enable_prompt_tokens_details": True}  # 200 tokens: 2 s (virtual)
+
+
+async def test_a_streaming_requests_blocks_stay_cached_while_others_churn_the_cache(autojump_clock):
+    """A pool of 8 blocks; a request of 4 blocks streams, and meanwhile ten prompts of 4 other
+    blocks each come and go (40 blocks through the 4 left). The same prompt as the running
+    one, sent while it runs, finds all 4 of its blocks: vLLM never evicts a block a running
+    request holds (before, the churn pushed them out and it found none). Virtual time (trio's
+    MockClock): the running request's 2 s pass only as the server waits."""
+    async with trio.open_nursery() as nursery:
+        async with await _serving(nursery, prefix_cache_blocks=8, **LONG) as client:
+            async with trio.open_nursery() as load:
+                await load.start(_run_long, client, _blocks_of("a", 4))
+                for i in range(10):
+                    assert await _cached(client, _blocks_of(f"x{i}_", 4)) == 0
+                assert await _cached(client, _blocks_of("a", 4)) == 64
+            assert await _metrics(client) == {"vllm:prefix_cache_queries_total": 12 * 65.0,
+                                              "vllm:prefix_cache_hits_total": 64.0}
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_finished_requests_blocks_are_evicted_in_the_order_it_let_go_of_them(autojump_clock):
+    """A pool of 4 blocks. A (2 blocks) streams for 2 s; B (2 other blocks) comes after it and
+    finishes first. Two prompts of one new block each then take the two blocks let go of
+    longest ago -- B's, not A's, though A came first -- so A's prompt still finds both its
+    blocks, and B's none (its first block went too: it was let go of before any of A's)."""
+    async with trio.open_nursery() as nursery:
+        async with await _serving(nursery, prefix_cache_blocks=4, **LONG) as client:
+            async with trio.open_nursery() as load:
+                await load.start(_run_long, client, _blocks_of("a", 2))
+                assert await _cached(client, _blocks_of("b", 2)) == 0
+            for name in ("x", "y"):
+                assert await _cached(client, _blocks_of(name, 1)) == 0
+            assert await _cached(client, _blocks_of("a", 2)) == 32
+            assert await _cached(client, _blocks_of("b", 2)) == 0
+        nursery.cancel_scope.cancel()
 
 
 async def test_soakspecs_scrape_reads_the_prefix_cache_counters():

@@ -60,7 +60,8 @@ _BEHAVIOUR: dict[str, Option] = {
     "enable_prefix_caching": Option("bool", True, "reuse cached whole blocks of a prompt's leading tokens: their "
                                     "prefill time is not spent (vLLM's --enable-prefix-caching, its default)"),
     "block_size": Option("int", 16, "prompt tokens a prefix-cache block holds (vLLM's --block-size)"),
-    "prefix_cache_blocks": Option("int", 32768, "blocks the prefix cache holds; the least recently used go first"),
+    "prefix_cache_blocks": Option("int", 32768, ("blocks the prefix cache holds; a running request's are never evicted, the least "
+                                                 "recently released go first")),
     "enable_prompt_tokens_details": Option("bool", False, "usage carries prompt_tokens_details.cached_tokens when "
                                            "some were cached (vLLM's --enable-prompt-tokens-details)"),
     # faults: per-request probabilities (they partition [0, 1): at most one fault per request)

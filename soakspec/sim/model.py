@@ -26,11 +26,25 @@ Design
   gets its slot (vLLM's `get_computed_blocks`): the longest run of cached leading blocks, at
   most `(prompt_tokens - 1) // block_size` of them (vLLM recomputes the last prompt token for its
   logits, so a prompt cached whole still prefills its last block). Those tokens cost no prefill
-  time: TTFT = queue wait + (ttft + prefill_per_token x uncached tokens) x drift. Then every
-  full block of the prompt is cached, LRU-bounded by `prefix_cache_blocks`, touched last block
-  first so that a prompt's leading blocks are the last to go (vLLM frees a request's blocks in
-  reverse order for that reason). Simplification: vLLM cannot evict a block a running request
-  holds; the simulator has no KV memory to hold it in, so its LRU may.
+  time: TTFT = queue wait + (ttft + prefill_per_token x uncached tokens) x drift.
+  The cache is a pool of `prefix_cache_blocks` blocks, reference-counted as vLLM's `BlockPool`
+  is: a scheduled request holds every full block of its prompt (one more holder of a block it
+  found, a new block for one it did not) until it finishes, and a block some running request
+  holds is never evicted. A finished request lets go of its blocks last block first (vLLM's
+  `KVCacheManager.free` frees them in reverse, so that a prompt's leading blocks are the last
+  to go); a block no request holds any more stays cached, at the tail of the free list, and is
+  evicted from that list's head -- least recently released first -- only when a request needs
+  room for a block the pool does not have (vLLM's `FreeKVCacheBlockQueue`).
+  Pool full of held blocks: vLLM would not schedule the request (or would preempt one) until
+  blocks are free; the simulator admits by `slots` alone, so the request runs anyway and its
+  blocks from the first that finds no room on are computed but not cached (it holds its leading
+  blocks that fit; a later prompt finds only those). Its lookup and the counters are as always.
+  Simplifications: only a prompt's full blocks take room (no partial block, no decode tokens:
+  the simulator has no KV memory beyond the cache), and one block per key -- a block vLLM
+  would compute again into a second block with the same hash is shared instead.
+  Counters: `queries` += the prompt's tokens and `hits` += its cached tokens, once per request
+  when it is scheduled -- vLLM's `vllm:prefix_cache_queries` / `_hits`, which vLLM records at
+  admission so that a lookup for a request it does not schedule is not counted.
 """
 
 from __future__ import annotations
@@ -282,41 +296,72 @@ def block_hashes(tokens: Sequence[str] | Sequence[int], block_size: int) -> tupl
 
 
 class PrefixCache:
-    """vLLM's automatic prefix cache, in blocks (see the module's docstring): an LRU map of
-    block keys, at most `capacity` of them; `queries` and `hits` count prompt tokens looked up
-    and prompt tokens found, as vLLM's `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits`."""
+    """vLLM's automatic prefix cache, in blocks (see the module's docstring): a pool of at most
+    `capacity` block keys, those held by running requests (`held`: key -> its holders) and
+    those no request holds (`free`: least recently released first, evicted from there).
+    `queries` and `hits` count prompt tokens looked up and prompt tokens found, as vLLM's
+    `vllm:prefix_cache_queries` and `vllm:prefix_cache_hits`."""
 
     def __init__(self, capacity: int, block_size: int):
         if capacity < 1 or block_size < 1:
             raise ValueError(f"capacity and block_size must be at least 1, got {capacity}, {block_size}")
         self.capacity = capacity
         self.block_size = block_size
-        self.blocks: collections.OrderedDict[bytes, None] = collections.OrderedDict()  # least recent first
+        self.held: dict[bytes, int] = {}  # blocks running requests hold: how many of them
+        self.free: collections.OrderedDict[bytes, None] = collections.OrderedDict()  # least recently released first
         self.queries = 0
         self.hits = 0
 
     def __len__(self) -> int:
-        return len(self.blocks)
+        return len(self.held) + len(self.free)
 
-    def admit(self, keys: Sequence[bytes], prompt_tokens: int) -> int:
-        """A prompt of `prompt_tokens` tokens whose full blocks have `keys` is scheduled: return
-        its cached tokens (the longest run of leading blocks held, leaving its last token to
-        compute), count the lookup, and cache its blocks (most recent: its first)."""
+    def __contains__(self, key: bytes) -> bool:
+        return key in self.held or key in self.free
+
+    def admit(self, keys: Sequence[bytes], prompt_tokens: int) -> tuple[int, tuple[bytes, ...]]:
+        """A prompt of `prompt_tokens` tokens whose full blocks have `keys` is scheduled: count
+        the lookup, and return its cached tokens (the longest run of leading blocks cached,
+        leaving its last token to compute) and the keys it now holds, to give to `release`
+        when it finishes: its leading blocks, up to the first for which no block is free (all
+        of them unless the pool is full of blocks running requests hold)."""
         usable = max(prompt_tokens - 1, 0) // self.block_size
         hit = 0
         for key in keys[:usable]:
-            if key not in self.blocks:
+            if key not in self.held and key not in self.free:
                 break
             hit += 1
-        for key in reversed(keys):
-            self.blocks[key] = None
-            self.blocks.move_to_end(key)
-        while len(self.blocks) > self.capacity:
-            self.blocks.popitem(last=False)
+        held, free = self.held, self.free
+        n = 0
+        for key in keys:
+            if key in held:
+                held[key] += 1
+            elif key in free:
+                del free[key]
+                held[key] = 1
+            elif len(held) + len(free) < self.capacity:
+                held[key] = 1
+            elif free:
+                free.popitem(last=False)  # evict the least recently released
+                held[key] = 1
+            else:
+                break  # every block is held: this one and those after are not cached
+            n += 1
         cached = hit * self.block_size
         self.queries += prompt_tokens
         self.hits += cached
-        return cached
+        return cached, tuple(keys[:n])
+
+    def release(self, keys: Sequence[bytes]) -> None:
+        """A request that holds `keys` (what `admit` returned) finished: drop its hold, last
+        block first; a block no one holds any more joins the free list's tail."""
+        held, free = self.held, self.free
+        for key in reversed(keys):
+            left = held[key] - 1
+            if left:
+                held[key] = left
+            else:
+                del held[key]
+                free[key] = None
 
 
 class Admission(enum.Enum):

@@ -145,7 +145,7 @@ class _Request:
         "index", "endpoint", "client_id", "response_id", "trace_id", "stream", "queued_at", "scheduled_at",
         "scheduled_mono", "arrived_mono", "first_token_at", "prompt_tokens", "completion_tokens", "max_tokens",
         "finish_reason", "terminal", "status", "fault", "state", "ready", "client_gone", "prompt",
-        "blocks", "cached_tokens",
+        "blocks", "cached_tokens", "held",
     )
 
     def __init__(self, index: int, endpoint: str, arrived_mono: float, arrived_wall: float):
@@ -173,6 +173,7 @@ class _Request:
         self.prompt: dict[str, Any] = {}  # prompt_head, prompt_sha256, messages (once parsed)
         self.blocks: tuple[bytes, ...] | None = None  # the prompt's block keys (prefix caching on)
         self.cached_tokens = 0  # prompt tokens the prefix cache held when it was scheduled
+        self.held: tuple[bytes, ...] = ()  # the prefix-cache blocks it holds while it runs
 
 
 # Linux's SO_TIMESTAMPNS (not exported by the socket module): the kernel stamps each received
@@ -447,9 +448,10 @@ class _Server:
 
     def _mark_scheduled(self, st: _Request, mono: float | None = None, wall: float | None = None) -> None:
         """`st` has its slot: its prompt meets the prefix cache now (vLLM looks a request up when
-        it schedules it), so what an earlier-scheduled request cached is found."""
+        it schedules it), so what an earlier-scheduled request cached is found; it holds its
+        blocks until `_settle`."""
         if self.cache is not None and st.blocks is not None and st.prompt_tokens:
-            st.cached_tokens = self.cache.admit(st.blocks, st.prompt_tokens)
+            st.cached_tokens, st.held = self.cache.admit(st.blocks, st.prompt_tokens)
         st.state = Admission.RUNNING
         st.scheduled_mono = trio.current_time() if mono is None else mono
         st.scheduled_at = time.time() if wall is None else wall
@@ -604,6 +606,9 @@ class _Server:
         active, pending = len(sched.running), len(sched.waiting)
         if st.state is Admission.RUNNING:
             active -= 1
+            if self.cache is not None and st.held:  # before the next are scheduled, as vLLM frees
+                self.cache.release(st.held)  # a finished request's blocks before its next step
+                st.held = ()
             for admitted in sched.release(st):
                 self._mark_scheduled(admitted, now_mono, now_wall)
         elif st.state is Admission.WAITING:
