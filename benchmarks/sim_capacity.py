@@ -10,6 +10,12 @@ server and its exit code is checked.
 
     python benchmarks/sim_capacity.py                  # 20,000 requests or 30 s, traces on
     python benchmarks/sim_capacity.py --no-trace-log   # the same without trace lines
+    python benchmarks/sim_capacity.py --prompt-words 100   # every prompt the same 100 words:
+                                                           # 6 whole blocks the prefix cache hits
+    python benchmarks/sim_capacity.py --no-prefix-caching  # the simulator's prefix cache off
+
+The default prompt (9 words) holds no whole block of 16, so the prefix cache (on by default)
+hashes nothing and holds nothing; `--prompt-words` makes it work on every request.
 """
 
 from __future__ import annotations
@@ -29,10 +35,14 @@ import time
 TERMINATOR = b"0\r\n\r\n"
 
 
-def _request(tokens: int) -> bytes:
+PROMPT = "the quick brown fox jumps over the lazy dog"
+
+
+def _request(tokens: int, prompt_words: int) -> bytes:
+    prompt = " ".join(f"w{i}" for i in range(prompt_words)) if prompt_words else PROMPT
     body = json.dumps({
         "model": "sim-model",
-        "prompt": "the quick brown fox jumps over the lazy dog",
+        "prompt": prompt,
         "max_tokens": tokens,
         "ignore_eos": True,
         "stream": True,
@@ -44,9 +54,10 @@ def _request(tokens: int) -> bytes:
     return head + body
 
 
-def _client(port: int, connections: int, quota: int, deadline: float, tokens: int, out: mp.Queue) -> None:
+def _client(port: int, connections: int, quota: int, deadline: float, tokens: int, prompt_words: int,
+            out: mp.Queue) -> None:
     """One worker process: `connections` sockets, closed-loop, until `quota` or `deadline`."""
-    request = _request(tokens)
+    request = _request(tokens, prompt_words)
     sel = selectors.DefaultSelector()
     bufs: dict[socket.socket, bytearray] = {}
     started = done = bad = 0
@@ -95,6 +106,9 @@ def main() -> int:
     ap.add_argument("--max-seconds", type=float, default=30.0)
     ap.add_argument("--clients", type=int, default=2, help="client worker processes")
     ap.add_argument("--no-trace-log", action="store_true", help="start the simulator with --no-trace-log")
+    ap.add_argument("--prompt-words", type=int, default=0,
+                    help="send a prompt of this many distinct words, the same every request (default: a 9-word one)")
+    ap.add_argument("--no-prefix-caching", action="store_true", help="start the simulator with --no-enable-prefix-caching")
     args = ap.parse_args()
 
     load0 = os.getloadavg()[0]
@@ -106,6 +120,8 @@ def main() -> int:
         ]
         if args.no_trace_log:
             cmd.append("--no-trace-log")
+        if args.no_prefix_caching:
+            cmd.append("--no-enable-prefix-caching")
         server = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             line = server.stderr.readline()  # type: ignore[union-attr]
@@ -119,7 +135,7 @@ def main() -> int:
             t0 = time.monotonic()
             deadline = t0 + args.max_seconds
             cpu0 = _cpu_seconds(server.pid)
-            workers = [mp.Process(target=_client, args=(port, n, q, deadline, args.tokens, out))
+            workers = [mp.Process(target=_client, args=(port, n, q, deadline, args.tokens, args.prompt_words, out))
                        for n, q in zip(per, quota) if n]
             for w in workers:
                 w.start()
@@ -138,7 +154,9 @@ def main() -> int:
     done = sum(r[0] for r in results)
     bad = sum(r[1] for r in results)
     print(f"simulator capacity, --zero-latency, concurrency {args.concurrency}, {args.tokens}-token streamed "
-          f"completions, traces {'off' if args.no_trace_log else 'on (stdout)'}")
+          f"completions, traces {'off' if args.no_trace_log else 'on (stdout)'}, "
+          f"prompt {args.prompt_words or len(PROMPT.split())} words, "
+          f"prefix cache {'off' if args.no_prefix_caching else 'on'}")
     print(f"  completed      {done} in {elapsed:.2f} s ({bad} bad responses)")
     print(f"  completions/s  {done / elapsed:,.0f}")
     print(f"  tokens/s       {done * args.tokens / elapsed:,.0f}")
