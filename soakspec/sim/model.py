@@ -315,9 +315,6 @@ class PrefixCache:
     def __len__(self) -> int:
         return len(self.held) + len(self.free)
 
-    def __contains__(self, key: bytes) -> bool:
-        return key in self.held or key in self.free
-
     def admit(self, keys: Sequence[bytes], prompt_tokens: int) -> tuple[int, tuple[bytes, ...]]:
         """A prompt of `prompt_tokens` tokens whose full blocks have `keys` is scheduled: count
         the lookup, and return its cached tokens (the longest run of leading blocks cached,
