@@ -429,6 +429,44 @@ def test_replay_sends_each_trace_request_at_its_offset_with_its_lengths(tmp_path
     assert all(r.intended_start is not None for r in records)  # schedule lag is recorded (open loop)
 
 
+def test_a_replay_that_stalled_sends_the_rest_of_its_trace_on_time_not_shifted(tmp_path):
+    """vLLM PR #55937 (review): a replay that sleeps the gap between trace requests drifts -- every
+    pause of the sending process (a GC, a busy loop) moves every later request by its length, and
+    the server is offered another trace. soakspec sleeps until each request's own time on the run
+    clock: the load process stalls 0.6 s of a 10 s trace of one request every 250 ms (the clock
+    jumps while no task runs), the two requests due in the stall go out when it ends (late, their
+    schedule lag on the record), and every request due after it goes out at its trace time."""
+    rows = [{"timestamp": i * 250, "input_length": 4, "output_length": 2} for i in range(40)]
+    write_trace(tmp_path / "trace.jsonl", rows)
+    spec, diags = spec_of('mode = replay\n trace = "trace.jsonl"', extra="bucket = 1s", path=tmp_path / "r.soak")
+    assert spec is not None, diags
+    (lv,) = plan(spec).backends[0].levels
+    mock = trio.testing.MockClock(autojump_threshold=0)
+
+    async def main():
+        clock = RunClock(timer=trio.current_time, epoch=1000.0)
+        server = Server(clock, 0.05)
+        records: list[RequestRecord] = []
+        ctx = LevelContext("a", clock, server.connect, Shapes(lv.request), records.extend, IdSequence("t"))
+        t0 = trio.current_time()
+
+        async def stall():
+            await trio.sleep_until(t0 + 2.1)
+            mock.jump(0.6)  # the process did not run from 2.1 s to 2.7 s of the level
+
+        async with trio.open_nursery() as n:
+            n.start_soon(stall)
+            run = await drive_level(lv, ctx)
+        return run, records
+
+    run, records = trio.run(main, clock=mock)
+    assert len(records) == 40
+    lag = {round(r.intended_start - run.started_at, 6): r.start - r.intended_start for r in records}
+    assert lag[2.25] == pytest.approx(0.45) and lag[2.5] == pytest.approx(0.2)  # due in the stall: sent at its end
+    after = {t: late for t, late in lag.items() if t < 2.1 or t >= 2.7}
+    assert len(after) == 38 and max(after.values()) == pytest.approx(0.0, abs=1e-9), after  # no drift after it
+
+
 def test_replay_speed_and_duration_cut_the_trace(tmp_path):
     write_trace(tmp_path / "trace.jsonl", MOONCAKE)
     spec, diags = spec_of('mode = replay\n trace = "trace.jsonl"\n speed = 2.0', extra="duration = 1s", path=tmp_path / "r.soak")
