@@ -569,6 +569,45 @@ def test_requests_without_token_times_stay_completed_and_are_left_out_with_a_rea
             "or every token in it) (1); token arrival times unknown (no text, usage not per chunk) (1)") in notes
 
 
+_SHAPES = {  # a completed request each way a stream can leave a metric without its value
+    "timed": {},
+    "untimed": dict(first_token=None, ttft=None, tpot=None, itl=[], chunks=0, output_tokens=10, itl_source="estimated",
+                    output_sha256=None, output_chars=0, empty_text=True),
+    "one_chunk": dict(tpot=None, itl=[], chunks=1, output_tokens=10, itl_source="usage"),
+    "one_token": dict(tpot=None, itl=[], chunks=1, output_tokens=1, itl_source="exact"),
+    "estimated": dict(itl_source="estimated", chunks=32),
+    "mismatch": dict(output_tokens=10**6),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(sorted(_SHAPES) + ["failed"]), min_size=16, max_size=16))
+def test_no_metric_leaves_a_completed_request_out_without_saying_why(shapes):
+    """No metric silently drops requests. Every completed request of a level is either a TTFT
+    (TPOT) value in its figures or counted under that metric's `excluded` with the reason; ITL
+    pools every gap of each request it does not list there. Whatever mix of streams -- untimed
+    tokens, a first chunk with every token, one token, estimated tokens per chunk, a usage that
+    contradicts the stream -- the counts add up to the level's completed requests."""
+    spec = small_spec("require failed == 0")
+    b = EvidenceBuilder(spec)
+    kept = []
+    for r, shape in zip(b.measured("a"), shapes):
+        if shape == "failed":
+            b.set_outcome(r, "failed", "boom")
+        else:
+            r.update(_SHAPES[shape])
+            kept.append((r, shape))
+    (lv,) = summarize_run(join(spec, b.build()))["backends"][0]["levels"]
+    done = lv["requests"]["completed"]
+    assert done == len(kept)
+    for m in ("ttft", "tpot"):
+        counted = (lv[m] or {}).get("count", 0)
+        assert counted + sum(lv["excluded"][m].values()) == done, (m, lv[m], lv["excluded"])
+    pooled = sum(len(r["itl"]) for r, shape in kept if shape not in ("untimed", "estimated", "mismatch"))
+    assert (lv["itl"] or {}).get("count", 0) == pooled
+    assert sum(lv["excluded"]["itl"].values()) == sum(s in ("untimed", "estimated", "mismatch") for _, s in kept)
+
+
 def test_a_spec_whose_backends_are_not_in_the_evidence_passes_no_sample_check():
     """Judged with a spec none of whose backends ran (`gate --spec` of another run's spec):
     `min_samples` and `client_healthy` looked at nothing, which is no pass."""
