@@ -441,3 +441,41 @@ def test_the_base_run_read_up_front_holds_no_table_and_compares_the_same(tmp_pat
         out = capsys.readouterr().out
         both = compare(load_evidence(base), load_evidence(new), base_dir=str(base), new_dir=str(new), resamples=500)
         assert out == render(both, fmt)
+
+
+def _reached(b: EvidenceBuilder, url: str, owner: str = "server", reason: str | None = None) -> EvidenceBuilder:
+    b.entry("a").update(url=url, port_listener={"owner": owner, "pid": 4242, "reason": reason})
+    return b
+
+
+def test_a_backend_reached_by_another_network_path_is_said_beside_its_rows():
+    """AIPerf PR #850: a server reached through a port forward (`docker run -p`: docker-proxy)
+    or from another host answers a few ms later than one on its own loopback socket, in every
+    TTFT and latency, and a before/after across the two read that as the server's change. The
+    manifest records how each backend was reached (its url; a launched server's listener); a
+    comparison whose paired backend was reached otherwise says so, naming both paths."""
+    from soakspec.runner.procs import FORWARDED_REASON, NO_LISTENER
+
+    own = _reached(builder(1), "http://127.0.0.1:8000/")
+    proxied = _reached(builder(2), "http://127.0.0.1:8001/", "unknown", FORWARDED_REASON.format(name="docker-proxy"))
+    c = compare(own.build(), proxied.build(), resamples=500)
+    (note,) = [n for n in c.notes if "network path" in n]
+    assert note.startswith("backend 'a' was reached by another network path: base on this machine's loopback, the "
+                           "launched server's own socket; new on this machine's loopback, through a port forward"), note
+    assert "(AIPerf PR #850)" in note and note in c.to_json()["notes"]
+    for fmt in ("md", "html"):
+        assert "another network path" in render(c, fmt)
+    forwarded = _reached(builder(2), "http://127.0.0.1:8000", "unknown", NO_LISTENER)  # no listener here: forwarded
+    (note,) = [n for n in compare(own.build(), forwarded.build(), resamples=500).notes if "network path" in n]
+    assert "new on this machine's loopback, through a port forward" in note, note
+    remote = builder(2)
+    remote.entry("a").update(url="http://10.0.0.7:8000", port_listener=None)  # a `url` backend: no listener checked
+    (note,) = [n for n in compare(own.build(), remote.build(), resamples=500).notes if "network path" in n]
+    assert "; new on host 10.0.0.7 -- " in note, note
+    # the same path (another port, another pid, another loopback address) is no difference
+    same = _reached(builder(2), "http://localhost:9000", "server")
+    assert not [n for n in compare(own.build(), same.build(), resamples=500).notes if "network path" in n]
+    # a path the manifest does not say (no url: evidence the builder made; a listener not checked) is no difference
+    assert not [n for n in compare(builder(1).build(), proxied.build(), resamples=500).notes if "network path" in n]
+    unread = _reached(builder(2), "http://127.0.0.1:8000", "unknown", "its process is not readable from /proc: another user's?")
+    assert not [n for n in compare(own.build(), unread.build(), resamples=500).notes if "network path" in n]

@@ -185,7 +185,10 @@ not (levels pair by load; a phase whose load changed says so per row). Each diff
 stated (`Comparison.workload_differences`, JSON `workload_differences`) and makes the
 comparison INCONCLUSIVE, unless the caller says the change of workload is the point
 (`workload_change`, `--allow-workload-change`): then it is a note and the rows and rules
-decide. A run whose embedded spec cannot be read leaves a note and nothing compared.
+decide. A run whose embedded spec cannot be read leaves a note and nothing compared. A
+backend reached by another network path in the two runs (`network_path`: loopback or another
+host, its own socket or a port forward) is a note, not a verdict: the path's latency is in every
+TTFT and latency row, and a comparison across machines is still a comparison.
 
 Independence. The requests of a level are treated as independent draws. The inter-token gaps
 of one request are not (they share its batch, its position in the queue), so itl's interval is
@@ -242,6 +245,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
+import ipaddress
 import json
 import math
 import random
@@ -249,6 +253,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from statistics import NormalDist
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -823,6 +828,51 @@ def _pairs(base: Sequence[BackendSamples], new: Sequence[BackendSamples], notes:
     return pairs
 
 
+def network_path(entry: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """How the load generator reached a backend, from its manifest entry: (where -- "this
+    machine's loopback" or "host H", from its url -- and the hop in between -- "the launched
+    server's own socket" or "a port forward", from a launched server's `port_listener`), each
+    None where the manifest does not say (no url; a `url` backend's listener is never checked;
+    one /proc could not read). A port forward (docker-proxy, rootlessport: the runner's
+    FORWARDED_REASON; no listener in this network namespace: NO_LISTENER) or another host adds
+    latency of its own to every TTFT and latency (AIPerf PR #850)."""
+    url = entry.get("url")
+    where = None
+    if isinstance(url, str):
+        try:
+            host = urlsplit(url).hostname
+        except ValueError:
+            host = None
+        if host:
+            try:
+                loop = host == "localhost" or ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loop = False
+            where = "this machine's loopback" if loop else f"host {host}"
+    hop = None
+    pl = entry.get("port_listener")
+    if isinstance(pl, Mapping):
+        why = pl.get("reason") if isinstance(pl.get("reason"), str) else ""
+        if pl.get("owner") == "server":
+            hop = "the launched server's own socket"
+        elif "port forward" in why or "forwarded port" in why:
+            hop = "through a port forward"
+    return where, hop
+
+
+def _path_notes(pairs: Sequence[tuple[BackendSamples, BackendSamples]], notes: list[str]) -> None:
+    """A note for each paired backend the two runs reached by another network path, where both
+    manifests say it (`network_path`): the rows cannot tell the path's latency from the server's."""
+    for b, n in pairs:
+        (wb, hb), (wn, hn) = b.path, n.path
+        if wb is None or wn is None or (wb == wn and (hb is None or hn is None or hb == hn)):
+            continue
+        said = [f"{which} on {w}" + (f", {h}" if h is not None else "") for which, w, h in (("base", wb, hb), ("new", wn, hn))]
+        notes.append(f"backend {b.name!r} was reached by another network path: {said[0]}; {said[1]} -- a port forward "
+                     "or another host adds latency of its own to every TTFT and latency (AIPerf PR #850): a change in "
+                     "those rows may be the path's, not the server's")
+
+
 def _lacking(base: Sequence[BackendSamples], pairs: Sequence[tuple[BackendSamples, BackendSamples]],
              unpaired: Sequence[Unpaired]) -> list[str]:
     """Why the comparison is INCONCLUSIVE when the new run lacks what the base run measured: a
@@ -1100,6 +1150,7 @@ class BackendSamples:
     name: str
     levels: tuple[LevelSamples, ...]
     sweep: bool = False  # its levels are a sweep's probes (a search's path: they differ run to run)
+    path: tuple[str | None, str | None] = (None, None)  # how the load reached it (`network_path`)
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -1132,7 +1183,7 @@ class RunSamples:
             bi.name, lv.workload, lv.index, lv.label, lv.entry,
             _LevelSamples(bi, lv) if keep else {cm.name: _samples(bi, lv, cm) for cm in METRICS},
             _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels),
-            swept or isinstance(bi.evidence.entry.get("sweep"), Mapping)) for bi in indexes)
+            swept or isinstance(bi.evidence.entry.get("sweep"), Mapping), network_path(bi.evidence.entry)) for bi in indexes)
         return cls(side, ran, backends, _client_health(run))
 
 
@@ -1463,6 +1514,7 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
     unpaired: list[Unpaired] = []
     workloads: list[str] = []
     backend_pairs = _pairs(read[0].backends, read[1].backends, notes)
+    _path_notes(backend_pairs, notes)
     for bb, bn in backend_pairs:
         level_pairs, alone = _level_pairs(bb, bn)
         unpaired += alone

@@ -364,6 +364,9 @@ class Listening:
 
 NO_LISTENER = "no process of this host's network namespace listens there: a forwarded port, a container's?"
 NOT_READABLE = "its process is not readable from /proc: another user's?"
+# a port forward holds the port (`PORT_FORWARDERS`): compare reads "port forward" in it as a hop
+# of the network path (soakspec/compare `network_path`)
+FORWARDED_REASON = "a container engine's port forward ({name}) listens there: whose container it forwards to /proc does not say"
 
 
 def _address(hexaddr: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
@@ -544,8 +547,7 @@ def port_owner(server: Server, host: str, port: int) -> PortOwner:
         if _of_server(server, pid):
             ours = pid if ours is None else ours
         elif (name := os.path.basename(cmd.split(" ", 1)[0])) in PORT_FORWARDERS:
-            why = f"a container engine's port forward ({name}) listens there: whose container it forwards to /proc does not say"
-            unsure = unsure or PortOwner("unknown", pid, reason=why)
+            unsure = unsure or PortOwner("unknown", pid, reason=FORWARDED_REASON.format(name=name))
         elif (ns := _namespaces(pid)) is not None and own_ns is not None and ns != own_ns:
             why = (f"PID {pid}, which listens there, runs in another PID or mount namespace (a container's, as "
                    "`docker run --network host` starts): /proc does not say which launch started it")
