@@ -1369,7 +1369,7 @@ def render_text(p: Plan) -> str:
         shape += f" × {n_buckets.pop()} buckets"
     lines.append(f"  shape: {shape} = {most}{p.bucket_count} buckets in all; backends run {'side by side' if p.parallel else 'one after another'}")
     for b in p.backends:
-        lines.extend(_render_backend(b, p.rehearsal, p.spec_secrets))
+        lines.extend(_render_backend(b, p.rehearsal, p.spec_secrets, _defaulted_deadlines(spec)))
     total_exp = [b.expected_requests for b in p.backends]
     exp_text = f", expected ~{sum(total_exp)}" if total_exp and all(v is not None for v in total_exp) else ""  # type: ignore[misc]
     lines.append(
@@ -1379,7 +1379,14 @@ def render_text(p: Plan) -> str:
     return terminal_safe("\n".join(lines))  # names and texts are the spec's own: shown, never obeyed by the terminal
 
 
-def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()) -> list[str]:
+def _defaulted_deadlines(spec: Spec) -> frozenset[str]:
+    """The workloads whose request deadline is `Workload`'s default (the plan says so: a default
+    client timeout is what turns slow requests into timeouts unseen)."""
+    default = next(f.default for f in dataclasses.fields(Workload) if f.name == "deadline_s")
+    return frozenset(w.name for w in spec.workloads if w.deadline_s == default)
+
+
+def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = (), defaulted: frozenset[str] = frozenset()) -> list[str]:
     la = b.launch
     rt = b.runtime.label if b.runtime else "(none declared)"
     pr = la.probe
@@ -1424,6 +1431,9 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
             lines.append(f"    {name} think time: {think_line(t)}")
         if t.length_range:
             lines.append(f"    {name} lengths: {length_label(t)}")
+    for name, lv in {lv.workload: lv for lv in b.levels}.items():  # the deadline every measured request runs under
+        lines.append(f"    {name} deadline: {format_duration(lv.deadline_s)} a request, from its intended start"
+                     f"{' (the default)' if name in defaulted else ''}; past it, a timeout (an error; a censored sample in time rules)")
     lines.extend(_phase_lines(b))
     lines.extend(_in_flight_lines(b))
     if b.follow_up:

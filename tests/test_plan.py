@@ -53,6 +53,17 @@ def test_closed_loop_without_latency_hint_has_no_estimate():
     assert "set expected_latency for an estimate" in render_text(p)
 
 
+def test_plan_text_says_each_workloads_request_deadline_default_or_not():
+    """A load tool's default client timeout turns slow requests into failures unseen (vLLM bench's
+    default 300 s). soakspec's deadline is the spec's, 5 minutes unless it says otherwise; a request
+    past it is a timeout, in `errors` and censored in the time rules. `soakspec plan` printed the
+    follow-up's deadline but not the one every measured request runs under."""
+    text = render_text(plan(spec_of('workload "w" {\n load { concurrency = 3 }\n duration = 60s\n}')))
+    assert "    w deadline: 5m a request, from its intended start (the default); past it, a timeout" in text, text
+    text = render_text(plan(spec_of('workload "w" {\n load { concurrency = 3 }\n duration = 60s\n deadline = 90s\n}')))
+    assert "    w deadline: 1m30s a request, from its intended start; past it, a timeout" in text, text
+
+
 def test_open_loop_counts_in_requests_per_minute():
     spec = spec_of('workload "w" {\n load {\n  mode = open\n  rate = [30rpm, 2rps]\n }\n duration = 2m\n}')
     (bp,) = plan(spec).backends
