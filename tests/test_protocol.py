@@ -265,6 +265,19 @@ def test_continuous_usage_k_tokens_per_chunk() -> None:
     assert (rec.output_chars, rec.finish_reason, rec.server_id) == (12, "length", "cmpl-1")
 
 
+def test_latency_ends_at_done_and_the_per_token_figures_at_the_last_token() -> None:
+    """Decided (tokenomics PR #16 moved its latency to the last content token, as AIPerf's): a
+    request's latency ends at its last bytes, `[DONE]` -- a client does not know the answer is
+    whole before it, so a server that holds `[DONE]` back 0.5 s after its last token is 0.5 s
+    slower to its users -- while TTFT, ITL and TPOT are the tokens' own: the wait for `[DONE]`
+    is no gap between tokens."""
+    rec = run([(1.0, chunk("ab", ct=1)), (1.1, chunk("c", ct=2)), (1.3, chunk("d", ct=3, finish="stop")),
+               (1.3, usage_only(3)), (1.8, DONE)])  # fmt: skip
+    assert rec.outcome is Outcome.COMPLETED
+    assert rec.latency == pytest.approx(1.8) and rec.ttft == pytest.approx(1.0)
+    assert rec.itl == pytest.approx([0.1, 0.2]) and rec.tpot == pytest.approx(0.15)
+
+
 def test_continuous_usage_tokens_without_text() -> None:
     """With usage on every chunk, a text-less chunk whose count rose is a token arrival of its
     own, before the first text as after it: TTFT is the first token's (0.5 s, whose text
