@@ -791,3 +791,56 @@ async def test_a_long_context_exchange_is_read_as_fast_as_it_arrives(nursery, ma
     assert (rec.output_tokens, rec.chunks, rec.prompt_tokens, rec.output_chars) == (6, 6, 80_000, 6 * len(BIG_TEXT))
     assert rec.output_sha256 == hashlib.sha256((BIG_TEXT * 6).encode()).hexdigest()
     assert len(rec.itl) == 5 and all(0.04 <= g < 0.5 for g in rec.itl), rec.itl
+
+
+async def test_a_response_that_arrived_while_the_loop_was_blocked_is_timed_when_it_arrived() -> None:
+    """tokenomics PR #16: TTFT stamped after the client parsed the chunk (and whenever its event
+    loop got round to it) charges the client's lateness to the server. The h11 client times bytes
+    by the kernel's receive stamp: a server (a thread, off the client's loop) answers its first
+    token 20 ms after the request and `[DONE]` 20 ms later while the client's loop is blocked for
+    300 ms; the record's TTFT and latency are the server's ~40 ms at most, not the block's 300 ms,
+    and the block is the client's own delay (`client_delay`)."""
+    import threading
+    import time
+
+    received = threading.Event()
+    lsock = socket.create_server(("127.0.0.1", 0))
+    lsock.settimeout(10.0)
+    port = lsock.getsockname()[1]
+    event = b'data: {"id":"c","choices":[{"index":0,"text":"hi","finish_reason":"length"}],"usage":{"prompt_tokens":1,"completion_tokens":1}}\n\n'
+
+    def serve_once() -> None:
+        conn, _ = lsock.accept()
+        with conn:
+            conn.settimeout(10.0)
+            got = b""
+            while b"\r\n\r\n" not in got or not got.rstrip().endswith(b"}"):
+                chunk = conn.recv(65536)
+                if not chunk:
+                    return
+                got += chunk
+            received.set()
+            time.sleep(0.02)
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + event)
+            time.sleep(0.02)
+            conn.sendall(b"data: [DONE]\n\n")
+
+    server = threading.Thread(target=serve_once, daemon=True)
+    server.start()
+    client = H11Connection("127.0.0.1", port, CLOCK)
+    try:
+        async with trio.open_nursery() as n:
+
+            async def block_the_loop() -> None:
+                await trio.to_thread.run_sync(received.wait, 10.0)
+                time.sleep(0.3)  # the client's loop does nothing else meanwhile: the bytes wait in the kernel
+
+            n.start_soon(block_the_loop)
+            rec = await send(client, SHAPE)
+    finally:
+        await client.aclose()
+        server.join(10.0)
+        lsock.close()
+    assert rec.outcome is Outcome.COMPLETED, rec.error
+    assert rec.ttft is not None and rec.ttft < 0.15 and rec.latency < 0.15, (rec.ttft, rec.latency)
+    assert rec.client_delay is not None and rec.client_delay > 0.2, rec.client_delay

@@ -25,7 +25,8 @@ code behind it, which takes anything unusual and words the errors:
 * Time stamps, one clock per record (protocol.py, "One clock per record"): the kernel's
   receive time of the bytes (SO_TIMESTAMPNS, from `recvmsg`), on the run clock, so first byte,
   TTFT, ITL and `end` are when the bytes arrived, not when the event loop came round to them;
-  the request's `end` is its last bytes' stamp. How long the client then took to process them
+  the request's `end` is its last bytes' stamp (a body that ends with the connection ends with
+  its last bytes, not at the close, which carries none and no stamp). How long the client then took to process them
   is its `client_delay` (at c=64 against a zero-latency server one process is ~30 ms behind its
   sockets: TTFT from the kernel's stamps is 0.14 ms, and that 30 ms is client delay, not
   latency). A read that takes several segments gets the stamp of the last one: a starved client
@@ -539,9 +540,13 @@ class H11Connection:
                         return False
                 if decoder.done:
                     break
+                last = t
                 data, t = await _receive(sock, size, now, t)
                 if not data:
                     if type(decoder) is UntilCloseDecoder:
+                        # the body ends with its last bytes; the close carries none and no kernel
+                        # stamp (`now()`: when the loop came round to it, the client's lateness)
+                        t = last
                         break
                     acc.connection_closed()
                     return False
