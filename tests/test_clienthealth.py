@@ -945,6 +945,35 @@ def test_a_fail_in_the_saturated_buckets_level_is_inconclusive_naming_that_bucke
     assert v.outcome == "INCONCLUSIVE"
 
 
+def test_a_bucket_without_a_completed_request_beside_a_saturated_client_is_not_a_coverage_fail():
+    """An open loop the load generator could not keep (3,000 req/s from one process: schedule
+    lag 6 s) sent its arrivals past their 5 s deadline, every one of bucket 1's timed out, and
+    `require bucket_coverage` FAILed the run (exit 1) on "no completed request (of 9000
+    measured) in the bucket" -- the client's lag, not the server's, and it hid every
+    performance rule as not evaluated. A bucket that measured nothing beside a saturated
+    client is INCONCLUSIVE, as a timing FAIL there is; apart from one it still FAILs."""
+    spec = _small_spec("require bucket_coverage\n  require p95(ttft) < 5s per level", mode="open", levels="[2rps, 4rps]")
+
+    def timed_out(b: EvidenceBuilder) -> EvidenceBuilder:
+        for r in b.measured("a", 0, 1):
+            b.set_outcome(r, "timeout", "deadline passed before the response finished")
+        return b
+
+    b = timed_out(EvidenceBuilder(spec).with_client())
+    _saturate(b, "a", 0, 1)
+    v = judge(spec, b.build())
+    cov = _rules(v)["bucket_coverage"]
+    assert cov.status == "inconclusive", cov.message
+    assert "load generator was saturated" in cov.message and "bucket 1" in cov.message, cov.message
+    assert _rules(v)["p95(ttft) < 5s per level"].status != "not_evaluated"  # no FAIL hides the performance rules
+    assert v.outcome == "INCONCLUSIVE"
+
+    apart = timed_out(EvidenceBuilder(spec).with_client())
+    _saturate(apart, "a", 1, 1)  # saturated minutes later, in the other level
+    v = judge(spec, apart.build())
+    assert _rules(v)["bucket_coverage"].status == "fail" and v.outcome == "FAIL"
+
+
 def test_a_per_run_fail_covers_the_whole_run_and_a_saturated_bucket_in_it_blocks_it():
     """A per-run rule's instance spans every bucket: the saturated bucket of level 0 overlaps it,
     so `p95(ttft) < 1s` (per run) is INCONCLUSIVE, although the slow requests are level 1's;

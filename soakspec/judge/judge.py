@@ -31,7 +31,8 @@ evidence     Is the evidence whole and trustworthy? artifacts_verified is built 
              on any artifact changed, missing or unlisted since the run (never only
              inconclusive); the spec's bucket_coverage, duration_coverage, trace_coverage,
              follow_up, provenance_consistent and runtime_boundary_specific are judged when the
-             spec writes them.
+             spec writes them; a bucket_coverage FAIL beside a saturated client is
+             INCONCLUSIVE, as a timing rule's is (`validity.CLIENT_COVERAGE`).
 performance  The spec's comparisons, each over every instance of its scope (run, backend,
              level, bucket, window); the worst instance is reported, and a count rule that
              fails at a coarse scope names the buckets holding the offending requests. When a
@@ -83,7 +84,7 @@ from soakspec.judge.evidence import Evidence
 from soakspec.judge.joined import JudgedRun, join
 from soakspec.judge.registry import BY_NAME, RuleClass, builtins, impl_for
 from soakspec.judge.sweep import sweep_rule
-from soakspec.judge.validity import client_blocks
+from soakspec.judge.validity import CLIENT_COVERAGE, client_blocks
 from soakspec.judge.verdict import RuleResult, Verdict, decide
 from soakspec.lang.spec import Rule, Spec
 
@@ -96,13 +97,23 @@ def _unrun(run: JudgedRun, rule: Rule) -> RuleResult | None:
     return result(rule, rule.expr.text, rule.klass, rule.severity, [problem(why, status="inconclusive")], "", 0)
 
 
-def _judge_class(run: JudgedRun, klass: RuleClass, rules: Sequence[Rule]) -> list[RuleResult]:
-    """The validity or evidence rules, built in and written, in their order (see above)."""
+def _judge_class(run: JudgedRun, klass: RuleClass, rules: Sequence[Rule], before: Sequence[RuleResult] = ()) -> list[RuleResult]:
+    """The validity or evidence rules, built in and written, in their order (see above). An
+    evidence check a saturated client can fail by itself (`validity.CLIENT_COVERAGE`: a bucket
+    the client sent late or not at all measured nothing) goes through `client_blocks` with the
+    validity results `before` it, as a timing rule does."""
     written = {r.expr.metric for r in rules if r.klass == klass and r.severity == "require"}
     out = [e.check(run, None) for e in builtins(klass) if e.in_spec and e.name not in written and e.check]
-    out += [_unrun(run, r) or BY_NAME[r.expr.metric].check(run, r) for r in rules if r.klass == klass]  # type: ignore[misc]
+    out += [_client_blocked(run, before, r, _unrun(run, r) or BY_NAME[r.expr.metric].check(run, r))  # type: ignore[arg-type]
+            for r in rules if r.klass == klass]
     out += [e.check(run, None) for e in builtins(klass) if not e.in_spec and e.check]
     return [x for x in out if x is not None]  # a built-in with nothing to judge (abort_fired) gives none
+
+
+def _client_blocked(run: JudgedRun, before: Sequence[RuleResult], r: Rule, res: RuleResult | None) -> RuleResult | None:
+    if res is None or r.expr.metric not in CLIENT_COVERAGE:
+        return res
+    return client_blocks(run, list(before), r, res)
 
 
 def restriction_note(run: JudgedRun) -> str | None:
@@ -155,7 +166,8 @@ def judge_performance(run: JudgedRun, r: Rule) -> RuleResult:
 def judge_run(run: JudgedRun) -> Verdict:
     """Judge a joined run (`join(spec, evidence)`); pure: same inputs, same verdict."""
     rules = run.spec.gate.rules  # (narrowed by `gate --backend`: see `join`)
-    results = _judge_class(run, "validity", rules) + _judge_class(run, "evidence", rules)
+    results = _judge_class(run, "validity", rules)
+    results += _judge_class(run, "evidence", rules, results)
     blocked = any(x.severity == "require" and x.status == "fail" for x in results)
     for r in rules:
         if r.klass == "performance":

@@ -609,12 +609,18 @@ def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
 # requests the server answered in time)
 CLIENT_SENSITIVE = frozenset({"ttft", "itl", "tpot", "latency", "schedule_lag", "throughput", "qps", "in_flight", "coalesced",
                               "timeouts"})
+# evidence checks a saturated client can fail by itself: a bucket that measured no completed
+# request (`bucket_coverage`) beside a load generator that sent its arrivals late (past their
+# deadline, which counts from the intended start), could not send them, or read every answer
+# late. The server's own failures there are the count rules' (`failed == 0` still FAILs).
+CLIENT_COVERAGE = frozenset({"bucket_coverage"})
 
 
 def client_sensitive(expr: Expr) -> bool:
-    """Whether a saturated client distorts the rule's figure: one of CLIENT_SENSITIVE, or a
-    goodput whose conditions name one (`goodput(ttft < 1s)` counts requests by their TTFT)."""
-    return expr.metric in CLIENT_SENSITIVE or any(s.metric in CLIENT_SENSITIVE for s in expr.slo)
+    """Whether a saturated client distorts the rule's figure: one of CLIENT_SENSITIVE or
+    CLIENT_COVERAGE, or a goodput whose conditions name one (`goodput(ttft < 1s)` counts
+    requests by their TTFT)."""
+    return expr.metric in CLIENT_SENSITIVE or expr.metric in CLIENT_COVERAGE or any(s.metric in CLIENT_SENSITIVE for s in expr.slo)
 
 
 # Per-request figures of a bucket, from the table's columns (vectorized; numpy over the
