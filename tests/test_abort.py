@@ -531,6 +531,54 @@ def test_a_timing_abort_where_the_load_generator_was_saturated_is_inconclusive_n
     assert r.status == "fail"
 
 
+def _cut_by(b: EvidenceBuilder, abort: dict) -> EvidenceBuilder:
+    """What the runner leaves when `abort` stops backend a's load in bucket 0 of its first level:
+    that level cut at the abort (completed = false, only bucket 0 begun, its records up to the
+    cut), the later level never run, the follow-up never sent (`runner/collect.py` NOT_SENT)."""
+    from soakspec.runner.collect import NOT_SENT
+
+    b.manifest["aborts"] = [abort]
+    be = b.entry("a")
+    lv = be["levels"][0]
+    cut = lv["buckets"][0]["start"] + 30.0
+    lv.update(completed=False, measure_end=cut, buckets=[dict(lv["buckets"][0], end=cut)])
+    be["levels"] = [lv]
+    b.records["a"] = [r for r in b.records["a"] if r["bucket"] >= 0 and r["level"] == 0 and r["start"] < cut]
+    lv["sent"] = len(b.records["a"])
+    b.followups["a"] = {"passed": False, "reason": NOT_SENT, "record": None, "required": True, "server_idle": None}
+    return b
+
+
+def test_a_run_cut_by_a_timing_abort_on_the_clients_lag_is_inconclusive_not_failed_for_being_cut():
+    """`abort p95(ttft) > 500ms` fired on a load generator saturated in that bucket (the
+    README: INCONCLUSIVE, exit 3, never a FAIL blamed on the server) and stopped the load as
+    it must. But the spec's `require completed_run`, `require duration_coverage` and `require
+    follow_up` then FAILed the run (exit 1) for the cut level, the level never run and the
+    follow-up never sent -- the client's doing, through the abort the gate itself discounts.
+    They are INCONCLUSIVE now, naming the abort; where the client kept up the cut stays a FAIL."""
+    spec = small_spec("require completed_run\n  require duration_coverage\n  require follow_up\n  require failed == 0",
+                      mode="open", levels="[2rps, 4rps]")
+    saturated = EvidenceBuilder(spec).with_client(lag=0.3)
+    v = judge(spec, _cut_by(saturated, _timing_abort(saturated)).build())
+    by = {r.rule: r for r in v.rules}
+    assert by["abort_fired"].status == "inconclusive", by["abort_fired"].message
+    for name in ("completed_run", "duration_coverage", "follow_up"):
+        assert by[name].status == "inconclusive", (name, by[name].message)
+        assert "abort p95(ttft) > 500ms per bucket" in by[name].message and "lag" in by[name].message, by[name].message
+    assert by["failed == 0"].status != "not_evaluated"
+    assert v.outcome == "INCONCLUSIVE"
+
+    healthy = EvidenceBuilder(spec).with_client()
+    v = judge(spec, _cut_by(healthy, _timing_abort(healthy)).build())
+    by = {r.rule: r for r in v.rules}
+    assert all(by[n].status == "fail" for n in ("abort_fired", "completed_run", "duration_coverage", "follow_up"))
+    assert v.outcome == "FAIL"
+
+    errors = EvidenceBuilder(spec).with_client(lag=0.3)  # a count abort is the server's: the cut it made FAILs
+    v = judge(spec, _cut_by(errors, dict(_timing_abort(errors), rule="abort ratio(errors) > 50% per bucket", metric="errors")).build())
+    assert {r.rule: r for r in v.rules}["completed_run"].status == "fail" and v.outcome == "FAIL"
+
+
 def test_an_error_abort_while_the_load_generator_was_saturated_still_fails():
     """Counts are the server's: a stalled client does not turn the server's errors into its own."""
     spec = small_spec("require failed == 0", mode="open", levels="[2rps]")

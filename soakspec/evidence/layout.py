@@ -25,6 +25,8 @@ SERVER_LOG_GZ = "server.log.gz"  # server.log capped and compressed when the run
 SERVER_LOG_MOVED = "server.log.moved.gz"  # what was moved out of server.log while the run went (evidence/serverlog.py)
 SERVER_LOG_MOVED_STATE = "server.log.moved.json"  # how far it was moved: a killed run's log reads both
 FOLLOWUP = "followup.json"
+# followup.json's reason when the run ended (an abort, an interrupt) before the follow-up was sent
+FOLLOWUP_NOT_SENT = "the follow-up request was not sent (the run ended before it)"
 METRICS = "metrics.jsonl"  # the server's scraped Prometheus metrics (runner/scrape.py)
 CLIENT = "client.jsonl"  # at the run root: the load generator's own health (runner/clienthealth.py)
 

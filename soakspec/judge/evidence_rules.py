@@ -17,10 +17,11 @@ Each is `rule(run, spec_rule) -> RuleResult` (`spec_rule` None: the built-in che
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from soakspec.evidence.layout import FOLLOWUP
+from soakspec.evidence.layout import FOLLOWUP, FOLLOWUP_NOT_SENT
 from soakspec.evidence.manifest import stored_spec_sha256
 from soakspec.judge.evidence import embedded_spec_sha256
 from soakspec.judge.common import backend_here, compare, describe_request, loc, plural, problem, result
@@ -29,6 +30,7 @@ from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import completed
 from soakspec.judge.scope import Scope, bucket_scope, level_scope, scopes
 from soakspec.judge.table import Rows, slices
+from soakspec.judge.validity import client_cuts
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Rule
 from soakspec.plan import Level
@@ -122,8 +124,17 @@ def bucket_coverage(run: JudgedRun, rule: Rule) -> RuleResult:
     return result(rule, "bucket_coverage", "evidence", rule.severity, insts, msg, n)
 
 
-def _duration_shortfall(run: JudgedRun, name: str, plv: Level) -> Instance | None:
-    """The failure of one planned level measured for less than its planned duration."""
+def _duration_shortfall(run: JudgedRun, name: str, plv: Level, client_cut: str | None = None) -> Instance | None:
+    """The failure of one planned level measured for less than its planned duration
+    (`client_cut`: why a timing abort on the client's own lag left it short, `ClientCut`: then
+    a shortfall is inconclusive, saying so)."""
+    inst = _shortfall(run, name, plv)
+    if inst is None or client_cut is None or inst.status != "fail" or inst.observed is None:
+        return inst  # (no observed value: a level entry without its times, whatever cut it)
+    return dataclasses.replace(inst, status="inconclusive", message=f"{inst.message}: {client_cut}")
+
+
+def _shortfall(run: JudgedRun, name: str, plv: Level) -> Instance | None:
     bi = run.backends.get(name)
     lv = run.level(name, plv) if bi is not None else None
     planned = format_duration(plv.duration_s)
@@ -152,11 +163,13 @@ def _duration_shortfall(run: JudgedRun, name: str, plv: Level) -> Instance | Non
 def duration_coverage(run: JudgedRun, rule: Rule) -> RuleResult:
     insts: list[Instance] = []
     n = counted = 0
+    cuts = client_cuts(run)
     for name, bp in run.planned_for(rule):
+        cut = cuts.get(name)
         for plv in bp.levels:
             n += 1
             counted += plv.requests_per_level is not None
-            inst = _duration_shortfall(run, name, plv)
+            inst = _duration_shortfall(run, name, plv, cut.why if cut is not None and cut.covers(bp, plv) else None)
             if inst is not None:
                 insts.append(inst)
     msg = f"all {plural(n, 'level')} measured for their planned duration"
@@ -167,7 +180,9 @@ def duration_coverage(run: JudgedRun, rule: Rule) -> RuleResult:
     return result(rule, "duration_coverage", "evidence", rule.severity, insts, msg, n)
 
 
-def _follow_up_problem(run: JudgedRun, name: str, planned: bool) -> Instance | None:
+def _follow_up_problem(run: JudgedRun, name: str, planned: bool, client_cut: str | None = None) -> Instance | None:
+    """Why one backend's follow-up does not pass, or None (`client_cut`: why a timing abort on
+    the client's own lag stopped its load, `ClientCut`: a follow-up not sent is then inconclusive)."""
     here = backend_here(name)
     bi = run.backends.get(name)
     if bi is None:
@@ -185,6 +200,8 @@ def _follow_up_problem(run: JudgedRun, name: str, planned: bool) -> Instance | N
         return problem("the spec plans a follow-up request but the run did not require one", here)
     if f.get("passed") is not True:
         rec = f.get("record")
+        if client_cut is not None and rec is None and f.get("reason") == FOLLOWUP_NOT_SENT:
+            return problem(f"{FOLLOWUP_NOT_SENT}: {client_cut}", here, "inconclusive")
         why = f.get("reason") or (describe_request(rec) if isinstance(rec, Mapping) else "it did not pass")
         return problem(f"the clean follow-up request failed: {why}", here)
     if f.get("server_idle") is False:
@@ -196,8 +213,9 @@ def follow_up(run: JudgedRun, rule: Rule) -> RuleResult:
     insts: list[Instance] = []
     planned = run.planned_for(rule)
     unplanned = 0
+    cuts = client_cuts(run)
     for name, bp in planned:
-        inst = _follow_up_problem(run, name, bp.follow_up)
+        inst = _follow_up_problem(run, name, bp.follow_up, cuts[name].why if name in cuts else None)
         if inst is not None:
             insts.append(inst)
         elif not bp.follow_up:

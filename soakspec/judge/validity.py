@@ -315,15 +315,19 @@ def _bucket_span(indexes: list[int]) -> str:
     return "buckets " + ", ".join(map(str, indexes))
 
 
-def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, partial: bool = False) -> list[Instance]:
+def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, partial: bool = False,
+                    client_cut: str | None = None) -> list[Instance]:
     """What is wrong with one planned level that ran (`partial`: judged up to its last closed
-    bucket, so buckets not closed yet are not a fault)."""
+    bucket, so buckets not closed yet are not a fault; `client_cut`: why a timing abort on the
+    client's own lag cut it (`ClientCut`), so being cut short is inconclusive, not a fault)."""
     out: list[Instance] = []
     lloc = loc(level_scope(bi, lv))
     if plv is not None:
         out.extend(_load_problems(lv, plv, lloc))
         out.extend(_window_problems(lv, plv, lloc))
-    if lv.entry.get("completed") is not True and not partial:
+    if lv.entry.get("completed") is not True and not partial and client_cut is not None:
+        out.append(problem(f"the level did not run its full duration (completed = false): {client_cut}", lloc, "inconclusive"))
+    elif lv.entry.get("completed") is not True and not partial:
         out.append(problem("the level did not run its full duration (completed = false)", lloc))
     if plv is not None:
         listed = {w.index for w in lv.buckets if w.planned}
@@ -333,7 +337,8 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, 
                                "or was killed)", lloc, "inconclusive"))
         elif missing and _ran_duration(lv, plv) is None and not lv.ended_by_count:  # (a run that planned it shorter: `_load_problems` says so)
             out.append(problem(f"{_bucket_span(missing)} of {len(plv.buckets)} not measured: the level was cut short"
-                               + (f" in bucket {max(listed)}" if listed else " before its first bucket"), lloc))
+                               + (f" in bucket {max(listed)}" if listed else " before its first bucket")
+                               + (f": {client_cut}" if client_cut else ""), lloc, "inconclusive" if client_cut else "fail"))
     out.extend(_count_problems(lv, lloc, partial))
     out.extend(_admitted_problems(lv, lloc))
     sent = lv.entry.get("sent")
@@ -386,8 +391,9 @@ def _admitted_problems(lv: LevelIndex, lloc: Location) -> list[Instance]:
                     "generator's schedule lag", lloc)]
 
 
-def _planned_backend_problems(run: JudgedRun, name: str, bp: BackendPlan) -> list[Instance]:
+def _planned_backend_problems(run: JudgedRun, name: str, bp: BackendPlan, cuts: Mapping[str, ClientCut]) -> list[Instance]:
     bi = run.backends.get(name)
+    cut = cuts.get(name)
     if bi is None:
         if run.evidence.manifest.get("status") == "running":  # never finalized: what it recorded is not listed yet
             return [problem("its evidence was not read: the run is incomplete (status running: still going, or killed) "
@@ -400,17 +406,20 @@ def _planned_backend_problems(run: JudgedRun, name: str, bp: BackendPlan) -> lis
         if lv is None and run.partial:
             out.append(problem(f"{run.plan_label(plv)} has closed no bucket yet (the run is still going, or was killed)",
                                _missing_level(run, name, plv), "inconclusive"))
+        elif lv is None and cut is not None and cut.covers(bp, plv):
+            out.append(problem(f"{run.plan_label(plv)} did not run: {cut.why}", _missing_level(run, name, plv), "inconclusive"))
         elif lv is None:
             out.append(problem(f"{run.plan_label(plv)} did not run", _missing_level(run, name, plv)))
         else:
-            out.extend(_level_problems(bi, lv, plv, run.partial))
+            out.extend(_level_problems(bi, lv, plv, run.partial, cut.why if cut is not None and cut.covers(bp, plv) else None))
     return out
 
 
 def completed_run_problems(run: JudgedRun) -> list[Instance]:
     out = _run_problems(run)
+    cuts = client_cuts(run)
     for name, bp in run.planned.items():
-        out.extend(_planned_backend_problems(run, name, bp))
+        out.extend(_planned_backend_problems(run, name, bp, cuts))
     return out
 
 
@@ -535,6 +544,40 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
             continue
         insts.append(problem(what, where))
     return result(None, "abort_fired", "validity", "require", insts, "", len(entries))
+
+
+@dataclasses.dataclass(frozen=True)
+class ClientCut:
+    """A backend's load stopped by a timing abort that fired on the load generator's own lag
+    (`abort_fired` judges it INCONCLUSIVE): the level it fired in (`workload`, `level`) was cut,
+    the later levels and the follow-up never ran. What the cut left undone is the client's
+    doing, not the server's, so the checks that would FAIL the run for it -- completed_run,
+    duration_coverage, follow_up, even under the spec's `require` -- are INCONCLUSIVE there,
+    saying why (`why`); a count or ratio abort's cut is the server's and still FAILs them."""
+
+    workload: Any
+    level: Any
+    why: str
+
+    def covers(self, bp: BackendPlan, plv: Level) -> bool:
+        """Whether the cut left `plv` undone: the level it fired in, or one after it in `bp`'s order."""
+        at = next((i for i, p in enumerate(bp.levels) if (p.workload, p.index) == (self.workload, self.level)), None)
+        return at is not None and bp.levels.index(plv) >= at
+
+
+def client_cuts(run: JudgedRun) -> dict[str, ClientCut]:
+    """The backends whose load a timing abort fired on the client's own lag stopped (by name)."""
+    aborts = run.evidence.manifest.get("aborts")
+    out: dict[str, ClientCut] = {}
+    for a in (aborts if isinstance(aborts, list) else [aborts] if aborts else []):
+        if not isinstance(a, dict) or a.get("metric") not in CLIENT_SENSITIVE or not isinstance(a.get("backend"), str):
+            continue
+        saturated = _abort_client_saturated(run, a)
+        if saturated:
+            out[a["backend"]] = ClientCut(a.get("workload"), a.get("level"),
+                                          f"the load was stopped by abort rule '{a.get('rule')}', which fired on the load "
+                                          f"generator's own lag (saturated in {saturated}; see abort_fired), not the server's")
+    return out
 
 
 def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
