@@ -187,3 +187,43 @@ def test_a_connect_the_client_cannot_make_is_recorded_never_sent(monkeypatch):
     assert rec.start is None and rec.intended_start is not None and rec.end is not None
     assert str(rec.outcome) == "disconnected" and rec.error.startswith(NOT_SENT)
     assert rec.freeze().broken_rule() is None
+
+
+def _out_of_fds(fn):
+    """`fn()` with this process out of file descriptors for real (EMFILE): its soft open-files
+    limit lowered to what it holds and the few left filled; both given back after."""
+    import os
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+    try:
+        while True:
+            try:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError as e:
+                assert e.errno == errno.EMFILE
+                break
+        return fn()
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_telemetry_sample_taken_out_of_file_descriptors_is_unknown_not_an_aborted_run():
+    """A 6 s level at concurrency 120 under `ulimit -n 90`: the requests the client could not
+    connect were recorded as never sent, as promised -- then the server's telemetry sample
+    listed /proc, met EMFILE too, and its OSError aborted the run (exit 4, "... ([Errno 24] Too
+    many open files: '/proc')") instead of the INCONCLUSIVE run the README promises. A sample
+    that cannot read /proc whole has its server figures unknown (None, never a partial sum)."""
+    import os
+
+    from soakspec.evidence.telemetry import CpuMeter, telemetry_record
+
+    cpu = CpuMeter()
+    row = _out_of_fds(lambda: telemetry_record(None, os.getpid(), 1.0, cpu))
+    assert row["server_pid"] == os.getpid()
+    assert (row["server_rss_bytes"], row["server_pss_bytes"], row["server_cpu_s"], row["server_cpu_percent"]) == (None,) * 4
+    whole = telemetry_record(None, os.getpid(), 2.0, cpu)  # with descriptors again: measured
+    assert whole["server_rss_bytes"] > 0 and whole["server_cpu_s"] > 0

@@ -256,7 +256,7 @@ class NvmlSource:
         nv = self._module
         tree: set[int] = set()
         for pid in pids:
-            tree.update(process_tree_pids(pid))
+            tree.update(_whole(process_tree_pids, pid) or ())  # /proc unreadable: no tree, its memory unknown
         out = []
         for index, h, slot in self._handles:
             mem = self._call(nv.nvmlDeviceGetMemoryInfo, h)
@@ -346,13 +346,16 @@ def process_tree_pids(pid: int) -> list[int]:
 
 
 def _rss(pid: int) -> int:
+    """`pid`'s VmRSS in bytes; 0 when it exited meanwhile, is a zombie or a kernel thread. A
+    read refused otherwise (the load generator out of file descriptors: EMFILE) raises: the
+    tree's figure is then unknown (`telemetry_record`), never a sum short of this process."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
         pass
-    return 0  # exited meanwhile, a zombie or a kernel thread
+    return 0
 
 
 def process_tree_rss(pid: int) -> int | None:
@@ -410,7 +413,7 @@ def _cpu_ticks(pid: int) -> int:
     children it has reaped (a child still running is counted as itself, never twice)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):  # exited meanwhile; any other refusal raises, as `_rss`'s
         return 0
     fields = stat[stat.rfind(b")") + 2:].split()
     try:
@@ -458,10 +461,21 @@ def telemetry_record(source: NvmlSource | None, server_pid: int | None, t: float
         "schema_version": 1,
         "t": t,
         "server_pid": server_pid,
-        "server_rss_bytes": process_tree_rss(server_pid) if server_pid else None,
-        "server_pss_bytes": process_tree_pss(server_pid) if server_pid else None,
+        "server_rss_bytes": _whole(process_tree_rss, server_pid) if server_pid else None,
+        "server_pss_bytes": _whole(process_tree_pss, server_pid) if server_pid else None,
         "gpus": source.sample([server_pid] if server_pid else []) if source is not None else None,
     }
     if cpu is not None:
-        row["server_cpu_s"], row["server_cpu_percent"] = cpu.sample(server_pid, t)
+        row["server_cpu_s"], row["server_cpu_percent"] = _whole(cpu.sample, server_pid, t) or (None, None)
     return row
+
+
+def _whole(figure: Any, *args: Any) -> Any:
+    """`figure(*args)`, or None (unknown) where /proc could not be read whole: the load
+    generator out of file descriptors (EMFILE) while its requests are, too, is the client's
+    failure, which the records say; a sample must not abort the run for it (the OSError did,
+    exit 4), nor record a sum of the part of the tree it could read."""
+    try:
+        return figure(*args)
+    except OSError:
+        return None
