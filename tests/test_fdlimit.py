@@ -227,3 +227,42 @@ def test_a_telemetry_sample_taken_out_of_file_descriptors_is_unknown_not_an_abor
     assert (row["server_rss_bytes"], row["server_pss_bytes"], row["server_cpu_s"], row["server_cpu_percent"]) == (None,) * 4
     whole = telemetry_record(None, os.getpid(), 2.0, cpu)  # with descriptors again: measured
     assert whole["server_rss_bytes"] > 0 and whole["server_cpu_s"] > 0
+
+
+def test_stopping_a_server_out_of_file_descriptors_still_signals_it():
+    """`stop` lists the groups a server's descendants moved to from /proc before its first
+    SIGTERM; out of file descriptors (EMFILE) that listing raised, so the server's own group
+    was never signalled by the run (only the reaper, after soakspec exited, ended it) and the
+    run aborted at its end. The listing now gives what it can (the server's own group is always
+    signalled; what carries the launch's marker, and the reaper, stop the rest)."""
+    import os
+    import signal as sig
+
+    from soakspec.runner.procs import Server, stop
+
+    async def main():
+        proc = await trio.lowlevel.open_process([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        server = Server("b", proc, proc.pid, None, 0.0)
+        try:
+            held = []
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+            try:
+                while True:
+                    try:
+                        held.append(os.open("/dev/null", os.O_RDONLY))
+                    except OSError:
+                        break
+                with trio.fail_after(20):
+                    await stop(server, 5.0, 5.0, None)
+            finally:
+                for fd in held:
+                    os.close(fd)
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            assert proc.returncode == -sig.SIGTERM and server.stop_signal == "SIGTERM"
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+    trio.run(main)

@@ -222,7 +222,11 @@ class Orphans:
                 with contextlib.suppress(ChildProcessError, OSError):
                     os.waitpid(pid, os.WNOHANG)
                 continue
-            live.extend(p for p in process_tree_pids(pid) if p not in live and _running(p))
+            try:
+                tree = process_tree_pids(pid)
+            except OSError:  # /proc not listed (out of file descriptors): the orphan itself, at least
+                tree = [pid]
+            live.extend(p for p in tree if p not in live and _running(p))
         return live
 
     async def stop(self, grace_s: float, kill_wait_s: float) -> list[int]:
@@ -869,7 +873,11 @@ def _escaped_groups(pid: int, pgid: int) -> set[int]:
     finds a server's processes); empty where there is none. Taken before the first signal: once a
     parent dies, its children are reparented and no longer found from `pid`."""
     out = set()
-    for p in process_tree_pids(pid)[1:]:
+    try:
+        tree = process_tree_pids(pid)[1:]
+    except OSError:  # /proc not listed (out of file descriptors): the group, the marker and the reaper still stop it
+        tree = []
+    for p in tree:
         try:
             out.add(os.getpgid(p))
         except OSError:  # gone meanwhile
