@@ -1394,7 +1394,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
     stop = f"; stop: SIGTERM, {format_duration(la.shutdown_grace_s)} grace, SIGKILL" if la.launches else ""
     lv_ = la.liveness
     alive = (f"    alive while {pr.method} {scrub(pr.path)} answers (every {format_duration(lv_.interval_s)}); "
-             f"dead after {format_duration(lv_.grace_s)} of refusals: the run aborts")  # fmt: skip
+             f"dead after {format_duration(lv_.grace_s)} of refusals, or {format_duration(lv_.hang_s)} of probes answered "
+             "by nothing (a hung server): the run aborts")  # fmt: skip
     lines = [
         f"  backend '{b.name}': {_how(la, rehearsal, secrets)}",
         f"    runtime boundary: {rt}; traces: {b.traces.source}",

@@ -238,3 +238,13 @@ def test_plan_text_shows_control_characters_in_the_specs_strings_never_sends_the
     text = render_text(plan(s))
     assert not any(ord(c) < 0x20 and c != "\n" or 0x7F <= ord(c) < 0xA0 for c in text), repr(text)
     assert "(x\ufffd[2J\ufffd)" in text and "backend 'b\ufffd[31m'" in text
+
+
+def test_the_plan_says_when_a_hung_server_counts_as_dead():
+    """A server SIGSTOPped mid-level (accepting connections, answering nothing) ran a whole
+    20 s level of timeouts while `plan` said only "dead after 5s of refusals": nothing said
+    that a server which answers nothing is taken for dead too, and after how long (the plan's
+    `Liveness.hang_s`, 60 s). The plan says both bounds."""
+    spec = spec_of('workload "w" {\n load { concurrency = 1 }\n duration = 60s\n}')
+    text = render_text(plan(spec))
+    assert "dead after 5s of refusals, or 1m of probes answered by nothing (a hung server): the run aborts" in text, text
