@@ -286,6 +286,21 @@ def test_report_of_a_killed_run_says_it_is_incomplete_and_shows_what_was_recorde
     assert "`soakspec gate --partial` judges what it recorded" in out
 
 
+def test_plain_gate_of_a_killed_run_does_not_call_its_client_samples_missing(tmp_path, capsys):
+    """A run SIGKILLed mid-level left a client.jsonl of samples (1.4 kB), but its manifest lists
+    no backend yet, so plain `gate` read none of them -- and client_healthy said "client.jsonl
+    has no client-health samples", sending the user to a file that is fine. It says the samples
+    were not read and why, as completed_run does for the backends."""
+    root = tmp_path / "run1"
+    _killed_in_bucket(root)
+    assert (root / "client.jsonl").stat().st_size > 0
+    assert main(["gate", str(root)]) == 3
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if "client_healthy" in ln)
+    assert "has no client-health samples" not in line, line
+    assert "not read" in line and "`soakspec gate --partial`" in line, line
+
+
 def test_partial_gate_with_a_newer_spec_reads_the_runs_levels_as_the_run_planned_them(tmp_path, capsys):
     """`gate --partial --spec NEWER` of a running run at concurrency 4, NEWER planning 6: the
     closed buckets' levels were laid out from NEWER's plan, so level 0 read as concurrency 6

@@ -961,6 +961,9 @@ def client_measured(run: JudgedRun) -> str | None:
         return None
     if not there and ev.root is not None:
         return f"{layout.CLIENT} is missing (the manifest lists it)"
+    if not ev.backends and ev.manifest.get("status") == "running":  # its samples are read per backend: none is listed yet
+        return (f"{layout.CLIENT} was not read: the run is incomplete (status running: still going, or killed) and its "
+                "manifest lists no backend yet; `soakspec gate --partial` reads its samples")
     return f"{layout.CLIENT} has no client-health samples"
 
 
