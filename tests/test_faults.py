@@ -533,6 +533,32 @@ def _run_with(tmp_path: Path, prelude: str) -> tuple[subprocess.CompletedProcess
     return proc, out
 
 
+# Ctrl-C as the run collects its evidence, after the whole load and the follow-up: the signal
+# lands while collect runs on its worker thread (trio's watch, `engine._signals`, hears it)
+SIGINT_IN_COLLECT = ("import os, signal, sys, time; from soakspec.runner import collect as c; real = c._collect; "
+                     "c._collect = lambda plan, rec: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.5), real(plan, rec))[2]; ")
+
+
+def test_a_ctrl_c_after_the_load_ended_keeps_the_run_complete(tmp_path):
+    """A soak ran every level and its follow-up; Ctrl-C came while soakspec matched traces and
+    wrote the manifest (minutes, for a day-long soak). The manifest said `aborted: interrupted
+    by SIGINT`, and `require completed_run` FAILed a run whose every level and bucket had been
+    measured -- the whole soak lost to an impatient key. The load was over: the run is
+    complete, and the signal only skips the judging (exit 4, saying so, as one that comes
+    after the run's own watch does)."""
+    proc, out = _run_with(tmp_path, SIGINT_IN_COLLECT)
+    assert proc.returncode == 4, proc.stdout + proc.stderr
+    m = manifest(out)
+    assert m["status"] == "complete" and m["incomplete_reason"] is None, (m["status"], m["incomplete_reason"])
+    assert all(lv["completed"] for lv in m["backends"][0]["levels"])
+    assert "SIGINT after the load ended" in proc.stderr, proc.stderr
+    assert "not judged" in proc.stderr and "is complete" in proc.stderr, proc.stderr
+    assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    gate = subprocess.run([PY, "-c", "import sys; " + MAIN, "gate", "--write", str(out)], cwd=tmp_path, env=run_env(new_marker()),
+                          capture_output=True, text=True, timeout=90)
+    assert "completed_run" in gate.stdout and "status is aborted" not in gate.stdout, gate.stdout
+
+
 def test_a_failure_collecting_the_evidence_aborts_the_run_with_its_reason(tmp_path):
     """A failure after the load, while a backend's evidence is collected (`runner/collect.py`),
     ends the manifest `aborted` with that failure as its reason (exit 4) -- not `running`

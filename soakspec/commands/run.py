@@ -116,8 +116,14 @@ def main(args: argparse.Namespace) -> int:
         else:  # an aborted run's evidence is final but incomplete: never "complete"
             left = (f"the evidence so far is in {result.run_dir}, marked {result.status} "
                     f"(`soakspec gate {result.run_dir}` judges it)")
+        # not judged: results.json and verdict.json are not written, which `gate --write` does later
+        unjudged = left.replace(f"`soakspec gate {result.run_dir}` judges it",
+                                f"`soakspec gate --write {result.run_dir}` judges it and writes its verdict")
+        if result.late_signal is not None:  # one came after the load, as the evidence was finished (engine._signals)
+            print(f"soakspec run: {result.late_signal} after the load ended: not judged; {unjudged}", file=sys.stderr)
+            return ExitCode.ABORTED
         if stop.signal is not None:  # one came as the run ended, after its own watch (engine._signals)
-            print(f"soakspec run: {stop.signal} as the run ended: not judged; {left}", file=sys.stderr)
+            print(f"soakspec run: {stop.signal} as the run ended: not judged; {unjudged}", file=sys.stderr)
             return ExitCode.ABORTED
         stop.raising = True
         try:

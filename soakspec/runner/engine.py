@@ -85,6 +85,7 @@ class RunResult:
     run_dir: Path
     status: str  # complete | aborted | incomplete
     reason: str | None
+    late_signal: str | None = None  # a signal after the load ended: the evidence is whole, not to be judged
 
 
 def make_run_id(name: str) -> str:
@@ -152,13 +153,24 @@ async def _signals(scope: trio.CancelScope, status: RunStatus, progress: Progres
     """The first SIGINT, SIGTERM or SIGHUP cancels the load. Later ones, while the evidence is
     being finished, are said and absorbed: the run is already stopping, and the default action
     then (a second Ctrl-C, a service manager's repeated SIGTERM) killed soakspec with the
-    manifest still `running`. The judging after the run can be interrupted (commands/run.py);
-    SIGKILL stops anything, leaving evidence `verify` calls incomplete."""
+    manifest still `running`. One that comes after the load ended (every level and the
+    follow-up done, the evidence being collected) cuts nothing: the run stays complete and only
+    its judging is skipped (`RunStatus.late_signal`; calling it interrupted FAILed `require
+    completed_run` on a soak every level of which ran). The judging after the run can be
+    interrupted (commands/run.py); SIGKILL stops anything, leaving evidence `verify` calls
+    incomplete."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as sigs:
         task_status.started()
         async for signum in sigs:
             name = signal.Signals(signum).name
-            if status.signal_name is None:
+            if status.signal_name is None and status.load_ended and status.late_signal is None:
+                # the load is over: what it measured is whole, and calling the run interrupted
+                # failed a soak every level of which ran (`require completed_run`); the evidence
+                # is finished as it is and only the judging after it is skipped (commands/run.py)
+                status.late_signal = name
+                progress.error(f"soakspec run: {name} after the load ended: finishing its evidence, which is whole, "
+                               "then not judging it")
+            elif status.signal_name is None and not status.load_ended:
                 status.interrupted(name)
                 scope.cancel()
             else:
@@ -207,6 +219,7 @@ async def _run(backends: list[_Backend], plan: Plan, deps: Deps, status: RunStat
                load_scope: trio.CancelScope) -> list[dict[str, Any]]:
     """Both phases: a signal (`_signals`, watching from `_execute`) cancels the load, not the collection."""
     await _load(load_scope, backends, plan, deps, status)
+    status.load_ended = True  # a signal from here on does not cut the run (`_signals`)
     # phase 2: the load's cancel scope has ended, so nothing here is cancelled (and needs no shield);
     # what the load freed (connections, buffers) goes back to the system before collecting and judging
     heap.release()
@@ -365,7 +378,7 @@ def execute(plan: Plan, options: RunOptions, progress: Progress | None = None) -
             status = trio.run(_execute, plan, options, progress, layout, run_id, restrict_keyboard_interrupt_to_checkpoints=True)
         finally:
             progress.stop()
-    return RunResult(layout.root, status.status, status.reason)
+    return RunResult(layout.root, status.status, status.reason, status.late_signal)
 
 
 __all__ = ["RunAborted", "RunOptions", "RunResult", "execute", "load_prompts", "make_run_id", "secret_values"]

@@ -71,6 +71,8 @@ class RunStatus:
         self.failure: BackendError | None = None
         self.signal_name: str | None = None
         self.aborted_at: float | None = None  # when the first failure happened (run clock)
+        self.load_ended = False  # every backend's load (levels, follow-up) is over: collection goes on
+        self.late_signal: str | None = None  # the first signal after that: the run stays whole, it is not judged
 
     @property
     def status(self) -> str:
