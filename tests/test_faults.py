@@ -230,6 +230,22 @@ def test_a_crash_mid_stream_aborts_and_the_cut_request_is_recorded(tmp_path):
     assert v.returncode == 3, v.stdout + v.stderr
 
 
+def test_an_aborted_runs_json_report_states_the_exit_code_it_exits_with(tmp_path):
+    """`run --format json` prints the verdict of the evidence so far; where the run aborted,
+    its `exit_code` is the process's, 4, not the verdict's (a script reading stdout alone was
+    told 1 while the process exited 4), and the reason is beside it."""
+    proc, out = run_spec(tmp_path, launch_spec(misbehaving("die-mid-stream"), load="mode = closed\n    concurrency = [2]"),
+                         "--no-preflight", "--format", "json")  # fmt: skip
+    assert proc.returncode == 4, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["exit_code"] == 4
+    assert "server exited with status 1" in doc["aborted_reason"]
+    # verdict.json stays the evidence's judgement (what `soakspec gate DIR` exits with)
+    written = json.loads((out / "verdict.json").read_text())
+    assert written["verdict"] == doc["verdict"] != "PASS"
+    assert written["exit_code"] == {"FAIL": 1, "INCONCLUSIVE": 3}[doc["verdict"]]
+
+
 def test_a_crash_between_levels_keeps_the_finished_level(tmp_path):
     """Level 1 (concurrency 1, 1 s, ~0.6 s per request) sends exactly two requests; the
     simulator dies when the third -- the first of level 2 -- arrives. Level 1 stays complete

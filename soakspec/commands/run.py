@@ -224,6 +224,8 @@ def _judge_and_report(spec, result, fmt: str) -> int:
         return ExitCode.ABORTED
     if fmt == "json":
         doc = verdict.to_json() | {"run_summary": summary_json(results, result.run_dir, verdict)}
+        if result.status == "aborted":  # the process exits 4 whatever the evidence so far judged: say so
+            doc |= {"exit_code": int(ExitCode.ABORTED), "aborted_reason": result.reason}
         print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
     else:
         print("\n".join([render_text(verdict), *summary_lines(results, result.run_dir, verdict)]))
