@@ -10,7 +10,7 @@ else INCONCLUSIVE "needs N more" or FAIL; and the figure is a property of the se
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from soakspec.judge import judge, stats
@@ -174,3 +174,70 @@ def test_a_share_claim_never_improves_with_a_miss_and_passes_only_within_the_bou
         assert share(k, n + 1, ">=", x, conf).status != "pass"
     if j.status == "inconclusive":
         assert j.more is None or j.more > 0
+
+
+# ------------------------------------------------------------------ W509: a share the plan cannot fill
+
+SIM_HEAD = 'soak "t" {}\nbackend "a" {\n  sim {\n    ttft = 50ms\n    itl = 10ms\n  }\n}\n'
+
+
+def _w509(load: str, rule: str, duration: str = "30s"):
+    text = SIM_HEAD + (f'workload "w" {{\n  load {{\n    {load}\n  }}\n  duration = {duration}\n  bucket = {duration}\n'
+                       f'  deadline = 10s\n  follow_up = false\n}}\n'
+                       f'gate {{\n  confidence = 95%\n  {rule}\n}}\n')
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, diags
+    return [d for d in diags if d.code == "W509"]
+
+
+@pytest.mark.parametrize("load, rule, need, planned", [
+    # 2 rps for 30 s: 60 requests; >= 99% needs 299 with none missing (the 99th percentile's count)
+    ("mode = open\n    rate = [2rps]", "require goodput(ttft < 500ms) >= 99% per level", 299, "about 60 per level"),
+    # bench-serve style: 100 requests a level, whatever the rate and duration bound allow
+    ("mode = open\n    rate = [20rps]\n    requests_per_level = 100", "require goodput(ttft < 500ms) >= 99% per level", 299,
+     "about 100 per level"),
+    ("mode = open\n    rate = [20rps]\n    requests_per_level = 100", "require goodput(ttft < 500ms) >= 99%", 299,
+     "about 100 per backend"),
+    # the mirror claim: `<= 5%` is decided by the hits, the 95th percentile's count
+    ("mode = open\n    rate = [1rps]", "require goodput(ttft < 1ms) <= 5% per level", 59, "about 30 per level"),
+])
+def test_w509_warns_of_a_goodput_share_the_planned_requests_cannot_show(load, rule, need, planned):
+    """`goodput(...) >= 99%` over 60 requests can never PASS at 95% confidence (the judge asks
+    for 299 with no miss, as for a p99), and `check` said nothing: W509 now warns at the rule,
+    with the judge's own count, and counts a counted level's requests, not its duration bound."""
+    (d,) = _w509(load, rule)
+    assert f"needs {need} requests at 95% confidence" in d.message and planned in d.message, d.message
+    assert "can never PASS" in d.message, d.message
+    line = (SIM_HEAD + 'workload "w" {\n  load {\n    ' + load).count("\n") + 10
+    assert (d.span.line, d.span.column) == (line, 3), d.span  # at the rule, where the caret goes
+    hint = d.hint or ""
+    assert ("requests_per_level" in hint) == ("requests_per_level" in load) and "lower share" in hint, hint
+
+
+@pytest.mark.parametrize("load, rule", [
+    ("mode = open\n    rate = [20rps]", "require goodput(ttft < 500ms) >= 99% per level"),  # 600 >= 299
+    ("mode = open\n    rate = [20rps]\n    requests_per_level = 400", "require goodput(ttft < 500ms) >= 99% per level"),
+    ("mode = open\n    rate = [2rps]", "require goodput(ttft < 500ms) >= 90% per level"),  # 29 of 60
+    ("mode = open\n    rate = [2rps]", "require goodput(ttft < 500ms) >= 0% per level"),  # true of any share
+    ("mode = open\n    rate = [2rps]", "require goodput_rate(ttft < 500ms) >= 1rps per level"),  # a rate, not a share
+])
+def test_w509_is_silent_where_the_planned_requests_can_show_the_share(load, rule):
+    assert not _w509(load, rule), [d.message for d in _w509(load, rule)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(x=st.sampled_from([0.5, 0.8, 0.9, 0.99, 0.999]), conf=st.sampled_from([0.95, 0.99]),
+       op=st.sampled_from([">=", "<="]))
+def test_w509_asks_for_the_count_below_which_the_judge_never_passes_a_share(x, conf, op):
+    """The property W509 rests on: over one request fewer than it asks for, no share passes
+    (all meeting for `>=`, none for `<=`); over that count, the best share does. (Off the exact
+    boundaries `q ** n == 1 - confidence`, where the judge's float sum can land a hair over.)"""
+    from soakspec.lang.samples import min_samples_for_share
+
+    assume(not (op == "<=" and x >= 0.99))  # `<= 99%` at 99%: 0.01 ** 1 == 0.01, the boundary itself
+    need = min_samples_for_share(op, x, conf)
+    assert need is not None
+    best = (lambda n: n) if op == ">=" else (lambda n: 0)
+    if need > 1:
+        assert share(best(need - 1), need - 1, op, x, conf).status != "pass"
+    assert share(best(need), need, op, x, conf).status == "pass"

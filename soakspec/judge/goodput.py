@@ -26,7 +26,8 @@ when so many requests miss that the true share is below X at the gate's confiden
 (`exceeds_with_confidence`); otherwise INCONCLUSIVE with "needs N more requests meeting the
 SLO" (`samples_for_overages`). `goodput(...) <= X` is the mirror (the hits are the overages).
 So `goodput(...) >= 95%` at 95 % confidence needs at least 59 measured requests, with no miss
-among the first 59. `goodput_rate(...)` is a rate over wall time, compared as measured (like
+among the first 59 -- `lang.samples.min_samples_for_share`, the count `check`'s W509 warns a
+share rule's planned scope cannot reach. `goodput_rate(...)` is a rate over wall time, compared as measured (like
 `rate(completed)`): it needs one measured request and cannot pass a scope where nothing
 completed.
 """
@@ -45,6 +46,7 @@ from soakspec.judge.measures import delivered_in
 from soakspec.judge.scope import Scope, level_scope, scopes
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.metrics import Kind
+from soakspec.lang.samples import min_samples_for_share, share_quantile
 from soakspec.lang.spec import Rule, Slo, Spec
 
 __all__ = ["Share", "goodput", "goodput_rate", "judge", "level_summary", "meets", "share", "slo_sets", "slo_text"]
@@ -156,12 +158,12 @@ def share(k: int, n: int, op: str, threshold: float, confidence: float, min_samp
     if op not in ("<", "<=", ">", ">="):
         return Share("pass" if ok else "fail", "plain")
     # ">= X": the misses are the overages of the X-quantile; "<= X": the hits, of the (1-X)-quantile
-    over, q = (n - k, threshold * 100.0) if op in (">", ">=") else (k, (1.0 - threshold) * 100.0)
-    if q <= 0:  # ">= 0%" or "<= 100%": true of any share
+    over = n - k if op in (">", ">=") else k
+    q = share_quantile(op, threshold)
+    needed = min_samples_for_share(op, threshold, confidence, min_samples)  # what check's W509 asks for
+    if q is None or needed is None:  # ">= 0%" or "<= 100%": true of any share
         return Share("pass", "plain", over)
-    q = min(q, 100.0)
     certain = stats.exceeds_with_confidence(over, n, q, confidence) if q < 100 else over > 0
-    needed = max(stats.min_samples_for_percentile(q, confidence), min_samples)
     if n < needed and not certain:  # too few for any claim, and the violation (if any) is not certain
         return Share("inconclusive", "too_few", over, None, needed - n)
     if not ok:

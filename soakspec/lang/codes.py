@@ -90,7 +90,7 @@ CODES: dict[str, Code] = {
         Code("W506", "claim listed twice"),
         Code("W507", "claim boundary states no claim"),
         Code("W508", "fewer than one request expected per level"),
-        Code("W509", "percentile rule with too few planned samples per scope"),
+        Code("W509", "percentile or goodput share rule with too few planned samples per scope"),
         Code("W510", "prompt file records skipped (no human turn to send)"),
         Code("W511", "prompt file shorter than a level's planned requests (prompts repeat)"),
         Code("W512", "multi-turn conversations whose turns do not alternate user and assistant"),

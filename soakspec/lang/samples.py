@@ -2,7 +2,9 @@
 
 `min_samples_for_percentile(q, confidence)` is the smallest n with ``(q/100)**n <= 1 - c``
 (MLPerf LoadGen's early-stopping argument; `soakspec.judge.stats` explains it and re-exports
-this function, so `check` warning "needs 59 samples" and the judge asking for 59 are one rule).
+this function, so `check` warning "needs 59 samples" and the judge asking for 59 are one rule),
+and `min_samples_for_share(op, X, confidence)`, the same count for a share claim (`goodput(...)
+>= X`, judged as the misses of the X-quantile).
 It lives here, at the bottom of the pipeline, because `soakspec.lang` imports nothing above it.
 """
 
@@ -38,4 +40,30 @@ def min_samples_for_percentile(q: float, confidence: float) -> int:
     return n
 
 
-__all__ = ["min_samples_for_percentile"]
+def share_quantile(op: str, threshold: float) -> float | None:
+    """The quantile a share claim is judged as (`soakspec.judge.goodput.share`): `share >= X`
+    claims the misses are at most the overages of the X-quantile (100 X), `share <= X` that the
+    hits are at most those of the (1 - X)-quantile; None where any share holds (`>= 0%`,
+    `<= 100%`) or the op is not an inequality. At most 100."""
+    if op in (">", ">="):
+        q = threshold * 100.0
+    elif op in ("<", "<="):
+        q = (1.0 - threshold) * 100.0
+    else:
+        return None
+    return None if q <= 0 else min(q, 100.0)
+
+
+def min_samples_for_share(op: str, threshold: float, confidence: float, min_samples: int = 1) -> int | None:
+    """The fewest requests a share claim (`goodput(...) >= 99%`) can PASS over at `confidence`
+    -- with no overage among them: `min_samples_for_percentile` of its `share_quantile`, and
+    at least the gate's `min_samples`; None where no count is needed. Below it the judge's
+    `share` is INCONCLUSIVE (or FAIL, when the misses are certain), never PASS: `check`'s
+    W509 and the judge ask for one number."""
+    q = share_quantile(op, threshold)
+    if q is None:
+        return None
+    return max(min_samples_for_percentile(q, confidence), min_samples)
+
+
+__all__ = ["min_samples_for_percentile", "min_samples_for_share", "share_quantile"]

@@ -22,7 +22,7 @@ from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import expr_text, rule_text, value_text
 from soakspec.lang.metrics import (AGGREGATE_WORDS, AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRIC_WORDS, METRICS, SERVER_METRIC_NAME,
                                    SERVER_RATIO_SUFFIXES, SLO_FUNCTIONS, SLO_METRICS, Kind, parse_percentile)
-from soakspec.lang.samples import min_samples_for_percentile
+from soakspec.lang.samples import min_samples_for_percentile, min_samples_for_share
 from soakspec.lang.simoptions import OPTIONS as _SIM_OPTIONS
 from soakspec.units import UNITS, Dimension
 
@@ -665,6 +665,10 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
 
 _W509_HINT = "raise the rate or concurrency, lengthen the bucket or level, or use a lower percentile"
 _W509_COUNT_HINT = "raise requests_per_level (each level measures that many requests), or use a lower percentile"
+_W509_SHARE_HINT = ("a share of X% with none missing needs more requests the nearer X is to 100%: raise the rate or "
+                    "concurrency, lengthen the bucket or level, or claim a lower share")
+_W509_SHARE_COUNT_HINT = ("raise requests_per_level (each level measures that many requests), or claim a lower share "
+                          "(a share of X% with none missing needs more requests the nearer X is to 100%)")
 _W509_TURN_HINT = ("a conversation's deepest turns are sent least: lengthen the level, use conversations of similar lengths, "
                    "or judge a lower percentile")
 
@@ -709,19 +713,36 @@ def _pooled_fewest(workloads, backends: list[S.Backend], scope: str, need: int) 
     return low if low[0] < need else None
 
 
+def _sample_need(rule: S.Rule, g: S.Gate) -> tuple[int, str] | None:
+    """(the samples the rule's claim needs per scope instance, their unit), as the judge asks
+    for them; None for a rule W509 does not estimate. A percentile of a per-request metric (or
+    itl, counted in requests): `min_samples_for_percentile`; a goodput share (`goodput(...) >=
+    99%`): `min_samples_for_share`, the judge's `goodput.share` -- the misses are the overages
+    of the 99th percentile, so 299 requests at 95% with none missing the SLO."""
+    q = rule.expr.percentile
+    metric = rule.expr.metric
+    if metric == GOODPUT and rule.expr.agg == "ratio" and rule.op is not None and rule.threshold is not None:
+        need = min_samples_for_share(rule.op, rule.threshold, g.confidence, g.min_samples)
+        return (need, "requests") if need is not None else None
+    if q is None or (metric not in PER_REQUEST_PERCENTILES and metric != "itl"):
+        return None
+    # `pNN(x) > T` is decided by the samples below T: the (100-NN)-th percentile's sample size
+    # (the judge's `performance._claim_tail`)
+    tail = 100.0 - q if rule.op in (">", ">=") and q < 100 else q
+    return max(min_samples_for_percentile(tail, g.confidence), g.min_samples), "requests" if metric == "itl" else "samples"
+
+
 def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[str, S.Backend]) -> None:
-    """W509 for each percentile rule whose scope the plan cannot fill (see above)."""
+    """W509 for each percentile rule, or goodput share rule, whose scope the plan cannot fill
+    (see above): the planned requests of its fewest-filled scope instance -- never more than a
+    level's `requests_per_level` (`_planned`) -- below what its claim needs (`_sample_need`)."""
     for rule in g.rules:
-        q = rule.expr.percentile
-        metric = rule.expr.metric
-        if q is None or rule.scope not in ("bucket", "window", "level", "turn", "backend", "run") or rule.expr.wrapper is not None:
+        if rule.scope not in ("bucket", "window", "level", "turn", "backend", "run") or rule.expr.wrapper is not None:
             continue
-        if metric not in PER_REQUEST_PERCENTILES and metric != "itl":
+        wanted = _sample_need(rule, g)
+        if wanted is None:
             continue
-        # `pNN(x) > T` is decided by the samples below T: the (100-NN)-th percentile's sample size
-        # (the judge's `performance._claim_tail`)
-        tail = 100.0 - q if rule.op in (">", ">=") and q < 100 else q
-        need = max(min_samples_for_percentile(tail, g.confidence), g.min_samples)
+        need, unit = wanted
         fewest: tuple[float, str] | None = None
         targets = [backends[rule.backend]] if rule.backend in backends else list(backends.values())
         if rule.scope in ("backend", "run"):
@@ -737,10 +758,17 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
                     if n < need and (fewest is None or n < fewest[0]):
                         fewest = (n, f"workload '{w.name}' at {label}" + (f" on backend '{bk.name}'" if len(targets) > 1 else ""))
         if fewest is not None:
-            unit = "requests" if metric == "itl" else "samples"
             what = {"bucket": "per bucket", "window": "per window", "level": "per level", "turn": "per turn",
                     "backend": "per backend", "run": "per run"}[rule.scope]
+            counted = any(w.load.requests_per_level is not None for w in workloads)
+            if rule.expr.metric == GOODPUT:
+                side = "missing" if rule.op in (">", ">=") else "meeting"
+                ctx.warn("W509", f"{rule.expr.text} {rule.op} {rule.threshold_text} {what} needs {need} {unit} at "
+                                 f"{g.confidence * 100:g}% confidence, none of them {side} the SLO; about {fewest[0]:.0f} "
+                                 f"{what} are planned ({fewest[1]}): the share can never PASS, at best INCONCLUSIVE",
+                         rule.span, _W509_SHARE_COUNT_HINT if counted else _W509_SHARE_HINT)
+                continue
             ctx.warn("W509", f"{rule.expr.text} {what} needs {need} {unit} at {g.confidence * 100:g}% confidence; "
                              f"about {fewest[0]:.0f} {what} are planned ({fewest[1]}): the rule can only be INCONCLUSIVE",
                      rule.span, _W509_TURN_HINT if rule.scope == "turn" else
-                     _W509_COUNT_HINT if any(w.load.requests_per_level is not None for w in workloads) else _W509_HINT)
+                     _W509_COUNT_HINT if counted else _W509_HINT)
