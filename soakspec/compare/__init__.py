@@ -24,6 +24,9 @@ not count in the family-wise correction, and no rule looks at it. What the new r
 the comparison INCONCLUSIVE (`_lacking`, in `Comparison.reasons`): a backend only the base run
 has, and a level only the base run has unless the backend's levels are a sweep's probes (a
 search's path differs run to run by design). What only the new run has is new coverage.
+Two sweeps compare their figure, the highest load that held, too (`soakspec.compare.sweep`:
+`Comparison.sweeps`, decided within the searches' step; a drop beyond it FAILs the comparison,
+an INCONCLUSIVE probe in either run makes it INCONCLUSIVE).
 
 Rows. Per matched (backend, level): first `ratio(errors)`, the share of its measured requests
 that did not complete (the gate's `errors`: failed, timed out, rejected, disconnected) -- every
@@ -270,6 +273,7 @@ from soakspec.judge.registry import metric
 from soakspec.judge.scope import rows_by_turn
 from soakspec.judge.summary import MAX_TURNS_LISTED
 from soakspec.judge.sweep import sweep_workload
+from soakspec.compare.sweep import SweepFigure, SweepRow, figures, pair_rows
 from soakspec.judge.table import Rows
 from soakspec.judge.workload import ran_spec, workload_differences, workload_shape  # noqa: F401  (workload_shape: read from here too)
 from soakspec.plan import shape_identity
@@ -709,6 +713,7 @@ class Comparison:
     reasons: tuple[str, ...] = ()  # what, besides the rules, makes the outcome FAIL or INCONCLUSIVE
     workload_differences: tuple[str, ...] = ()  # per compared workload, how its requests differ (module doc)
     resamples_requested: int | None = None  # what the caller asked for (None: the default), when it was fewer
+    sweeps: tuple[SweepRow, ...] = ()  # the sweep figure of each backend pair both runs swept (compare/sweep.py)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -724,6 +729,8 @@ class Comparison:
         c = self.counts()
         parts = [f"{c[k]} {k}" for k in ("regression", "improvement", "no significant change", "insufficient samples", "missing") if c.get(k)]
         text = f"{self.outcome}: {len(self.rows)} rows ({', '.join(parts) or 'none'}) at {self.confidence * 100:g}% confidence"
+        for sw in self.sweeps:
+            text += f"; {sw.figure} {sw.base.text} → {sw.new.text}: {sw.verdict}"
         if self.unpaired:
             k = len(self.unpaired)
             text += f"; {k} unpaired level{'s' if k != 1 else ''}"
@@ -763,6 +770,7 @@ class Comparison:
             "workload_differences": list(self.workload_differences),
             "notes": list(self.notes),
             "unpaired": [u.to_json() for u in self.unpaired],
+            "sweep": [sw.to_json() for sw in self.sweeps],
         }
 
 
@@ -1166,6 +1174,7 @@ class RunSamples:
     ran: Any
     backends: tuple[BackendSamples, ...]
     health: ClientHealth | None
+    sweeps: tuple[SweepFigure, ...] = ()  # each backend's sweep figure, re-judged as the gate does (compare/sweep.py)
 
     @classmethod
     def read(cls, ev: Evidence, *, dir: str = "run", judge: Any = _RAN, ran: Any = None, keep: bool = True) -> RunSamples:
@@ -1184,7 +1193,8 @@ class RunSamples:
             _LevelSamples(bi, lv) if keep else {cm.name: _samples(bi, lv, cm) for cm in METRICS},
             _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels),
             swept or isinstance(bi.evidence.entry.get("sweep"), Mapping), network_path(bi.evidence.entry)) for bi in indexes)
-        return cls(side, ran, backends, _client_health(run))
+        sweeps = figures(judge, ev) if judge is not None else ()  # before the table may go: it reads each probe
+        return cls(side, ran, backends, _client_health(run), sweeps)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1552,6 +1562,15 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
                 f"({signed_percent(r.low or 0, ' pp')} .. {signed_percent(r.high or 0, ' pp')})" for r in rose))
     unsure += _full_scale(sb, sn, allow_rehearsal, notes) + _missing(rows)
     unsure += _lacking(read[0].backends, backend_pairs, unpaired)
+    sweeps, lacks, said = pair_rows({f.backend: f for f in read[0].sweeps}, {f.backend: f for f in read[1].sweeps},
+                                    [(bb.name, bn.name) for bb, bn in backend_pairs])
+    notes += said
+    unsure += lacks
+    for sw in sweeps:  # the sweep's own figure (compare/sweep.py): a capacity drop beyond a step is never a pass
+        if sw.verdict == "regression":
+            fails.append(f"the sustainable load fell: {sw.backend} {sw.message}")
+        elif sw.verdict == "inconclusive":
+            unsure.append(f"the sweep figures cannot be compared: {sw.backend} {sw.message}")
     differ: list[str] = []
     if workloads:
         differ = _workload_differences(ran[0], ran[1], workloads, notes)
@@ -1577,7 +1596,8 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
         notes.append(f"the base and new runs are the same run (manifest sha256 {sb.manifest_sha256[:12]}): every row "
                      "compares it with itself")
     return Comparison(sb, sn, confidence, resamples, seed, rows, outcomes, tuple(notes), outcome, tuple(unpaired),
-                      tuple(fails + unsure), tuple(differ), asked if asked is not None and asked < resamples else None)
+                      tuple(fails + unsure), tuple(differ), asked if asked is not None and asked < resamples else None,
+                      tuple(sweeps))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1671,5 +1691,5 @@ def _share(v: float | None) -> str:
 
 
 __all__ = ["BY_NAME", "METRICS", "CompareMetric", "CompareRule", "Comparison", "Row", "RuleError", "RuleOutcome", "RunSamples",
-           "proportion_difference", "wilson",
+           "SweepRow", "proportion_difference", "wilson",
            "Side", "Sorted", "Unpaired", "compare", "family_confidence", "mean_draws", "mean_ratio_interval", "parse_rule", "percentile_draws", "rules_of"]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from soakspec.compare import Comparison, Row, family_confidence, signed_percent
+from soakspec.compare import Comparison, Row, SweepRow, family_confidence, signed_percent
 from soakspec.report.charts import esc
 from soakspec.report.common import one_line
 from soakspec.report.html import CSP_META
@@ -20,8 +20,9 @@ from soakspec.report.md import md_cell, md_code, md_text
 
 FORMATS = ("md", "html", "json")
 MARK = {"regression": "REGRESSION", "improvement": "improvement", "no significant change": "no significant change",
-        "insufficient samples": "insufficient samples", "missing": "missing"}
+        "insufficient samples": "insufficient samples", "missing": "missing", "inconclusive": "INCONCLUSIVE"}
 HEAD = ("Backend / level", "Metric", "Base", "New", "Change", "Interval", "n base / new", "Verdict")
+SWEEP_HEAD = ("Backend", "Figure", "Base", "New", "Change", "Verdict", "What the searches know")
 
 
 def _val(v: float | None, unit: str) -> str:
@@ -52,6 +53,15 @@ def _cells(r: Row) -> list[str]:
     verdict = MARK[r.verdict] + (f" (needs {r.need})" if r.verdict == "insufficient samples" else "")
     return [f"{where} · {r.where}", f"{r.stat}({r.metric})", _val(r.base, r.unit), _val(r.new, r.unit), pct(r.change),
             iv, f"{r.n_base} / {r.n_new}", verdict]
+
+
+def _sweep_cells(sw: SweepRow) -> list[str]:
+    """The sweep's own figure (compare/sweep.py): base and new as the verdicts state them, the
+    change in the figure's unit, and why the verdict (each run's highest holding and first
+    failing level, the step)."""
+    where = sw.backend if sw.backend == sw.new_backend else f"{sw.backend} → {sw.new_backend}"
+    change = "-" if sw.change is None else f"{sw.change:+g}{sw.unit}" + (f" ({_pct(sw.relative)})" if sw.relative is not None else "")
+    return [where, sw.figure, sw.base.text, sw.new.text, change, MARK.get(sw.verdict, sw.verdict), sw.message]
 
 
 def _method(c: Comparison) -> str:
@@ -89,6 +99,14 @@ def render_md(c: Comparison) -> str:
         lines += ["### Rules", "", "| Rule | Status | Worst row |", "|---|---|---|"]
         for o in c.rules:
             lines.append(f"| {md_text(o.rule.text())} | {o.status.upper()} | {md_text(o.message)} |")
+        lines.append("")
+    if c.sweeps:
+        lines += ["### Sweep", "", "| " + " | ".join(SWEEP_HEAD) + " |", "|" + "|".join("---" for _ in SWEEP_HEAD) + "|"]
+        for sw in c.sweeps:
+            cells = [md_cell(x) for x in _sweep_cells(sw)]
+            if sw.verdict == "regression":
+                cells[5] = f"**{cells[5]}**"
+            lines.append("| " + " | ".join(cells) + " |")
         lines.append("")
     lines += ["### Per level", "", "| " + " | ".join(HEAD) + " |", "|" + "|".join("---" for _ in HEAD) + "|"]
     for r in c.rows:
@@ -130,6 +148,11 @@ def render_html(c: Comparison) -> str:
         out.append('<h2>Rules</h2><table id="rules"><tr><th>Rule</th><th>Status</th><th>Worst row</th></tr>')
         for o in c.rules:
             out.append(f'<tr class="{o.status}"><td>{e(o.rule.text())}</td><td>{o.status.upper()}</td><td>{e(o.message)}</td></tr>')
+        out.append("</table>")
+    if c.sweeps:
+        out.append('<h2>Sweep</h2><table id="sweep"><tr>' + "".join(f"<th>{e(h)}</th>" for h in SWEEP_HEAD) + "</tr>")
+        for sw in c.sweeps:
+            out.append(f'<tr class="{sw.verdict.split()[0]}">' + "".join(f"<td>{e(x)}</td>" for x in _sweep_cells(sw)) + "</tr>")
         out.append("</table>")
     out.append('<h2>Per level</h2><table id="rows"><tr>' + "".join(f"<th>{e(h)}</th>" for h in HEAD) + "</tr>")
     for r in c.rows:
