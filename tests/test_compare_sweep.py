@@ -91,7 +91,9 @@ def test_a_capacity_drop_beyond_a_step_fails_the_comparison():
     assert (j["metric"], j["base"], j["new"], j["verdict"], j["unit"]) == ("max_sustainable_rate", 24, 20, "regression", "rps")
     assert j["base_sweep"]["first_failing"] == 25 and j["base_sweep"]["step"] == 1
     md = render(c, "md")
-    assert "### Sweep" in md and "REGRESSION" in md.split("### Sweep")[1]
+    assert "### Sweep" in md and "REGRESSION" in md.split("### Sweep")[1].split("### Per level")[0]
+    page = render(c, "html")
+    assert '<table id="sweep">' in page and '<tr class="regression"><td>b0</td><td>max_sustainable_rate</td>' in page
 
 
 def test_a_change_within_one_step_is_not_significant_and_a_rise_is_an_improvement():
