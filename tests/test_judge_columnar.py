@@ -435,7 +435,8 @@ _held = st.one_of(st.none(), st.floats(0, 5, allow_nan=False))
 def test_derived_durations_a_chunk_at_a_time_equal_the_rows(rows, chunk, picks, lo, width, data):
     """ttft and latency over any rows of a table (an index array in any order, or a slice),
     computed SCAN_CHUNK rows at a time, equal each row's own definition: the record's value,
-    else first_token (end) - intended start (else start)."""
+    else first_token (end) - intended start (else start); and sent_ttft, sent_latency (from the
+    send: first_token, end - start) equal theirs."""
     import unittest.mock
 
     from soakspec.judge import table as T
@@ -454,7 +455,10 @@ def _check_derived(rows, picks, lo, width, data):
     idx = T.np.array([p % n for p in picks], dtype=data.draw(st.sampled_from([T.np.int32, T.np.int64])))
     for sel in (idx, slice(min(lo, n), min(lo + width, n)), slice(None), slice(min(lo, n), None, 2)):
         want = [recs[i] for i in (range(n)[sel] if isinstance(sel, slice) else idx.tolist())]
-        for got, ref in ((t.ttft(sel), _ttft), (t.latency(sel), _latency)):
+        from soakspec.judge.measures import sent_latency, sent_ttft
+
+        for got, ref in ((t.ttft(sel), _ttft), (t.latency(sel), _latency), (sent_ttft.col(t, sel), sent_ttft.row),
+                         (sent_latency.col(t, sel), sent_latency.row)):
             expect = [ref(r) for r in want]
             assert len(got) == len(expect)
             assert [None if math.isnan(g) else g for g in got.tolist()] == expect
@@ -534,9 +538,12 @@ def test_delivered_over_the_request_order_equals_the_row_loop(spans, fence, chun
     import unittest.mock
 
     from soakspec.judge import index as I, table
-    from soakspec.judge.measures import delivered, delivered_spans
+    import types
+
+    from soakspec.judge.measures import _delivered_total, delivered, delivered_spans
 
     recs = [{"request_id": f"r{k}", "bucket": b, "outcome": o, "output_tokens": n, "chunks": 3,
+             **({"prompt_tokens": 10 + k} if k % 7 else {}),  # some with no prompt count: no total
              **({"usage_mismatch": "contradicted"} if bad else {}),
              **({"intended_start": round(s - lag, 6)} if s is not None and lag is not None else {}),
              **({"start": s} if s is not None else {}), **({"end": e} if e is not None else {})}
@@ -545,8 +552,12 @@ def test_delivered_over_the_request_order_equals_the_row_loop(spans, fence, chun
     bi = unittest.mock.Mock(table=t)
     with unittest.mock.patch.object(I.SpanIndex, "FENCE", fence), unittest.mock.patch.object(table, "SCAN_CHUNK", chunk):
         bi.spans = _span_index(t, I, how)
+        rows_bi = unittest.mock.Mock(table=None, all_records=recs)
         for lo, width in windows:
             assert delivered_spans(bi, lo, lo + width) == delivered(recs, lo, lo + width)
+            w = types.SimpleNamespace(start=lo, end=lo + width)  # total_throughput's tokens: both ways alike
+            got, want = _delivered_total(bi, w), _delivered_total(rows_bi, w)
+            assert got == want or (math.isnan(got) and math.isnan(want))
         for s, e, *_ in spans:  # a window that starts or ends exactly at a request's end
             if e is not None:
                 assert delivered_spans(bi, e, e + 1.0) == delivered(recs, e, e + 1.0)

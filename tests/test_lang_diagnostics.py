@@ -540,7 +540,9 @@ def test_another_name_for_an_aggregate_is_answered_with_the_one_that_means_it(wr
         ("min(request_throughput) >= 1rps", "completed requests per second is 'qps': write min(qps) ('throughput' is output tokens per second)",
          "min(qps) >= 1rps"),
         ("mean(output_throughput) >= 100",
-         "output tokens per second is 'throughput': write mean(throughput) ('output_tokens' is output tokens per request)", "mean(throughput) >= 100"),
+         # the nearest other name is now the total, prompt + output: the figure vLLM prints beside it
+         "output tokens per second is 'throughput': write mean(throughput) ('total_throughput' is prompt + output tokens per second)",
+         "mean(throughput) >= 100"),
         ("p95(e2el) <= 1s", "end-to-end request latency is 'latency': write p95(latency)", "p95(latency) <= 1s"),
         # vLLM's --goodput e2el:1000: inside an SLO set the same name had no hint at all
         ("goodput(e2el < 1s) >= 90%", "end-to-end request latency is 'latency': write latency < 1s",

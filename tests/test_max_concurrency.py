@@ -599,6 +599,9 @@ def test_a_slow_server_behind_a_cap_of_two_is_never_sent_more_and_the_run_is_not
     for r in load:
         assert r.latency == pytest.approx(r.end - r.intended_start, abs=2e-6)  # the wait is in the latency
     assert max(r.latency for r in load) > 1.0 > 0.5 > max(r.end - r.start for r in load)
+    # from the send (bench serve's TTFT): the simulator's own 80 ms, where ttft counts the queue too
+    sent = sorted(r.sent_ttft for r in load)
+    assert sent[len(sent) // 2] == pytest.approx(0.08, abs=0.04) and sent[-1] < 0.5 < 1.0 < max(r.ttft for r in load)
     # the client itself kept up: its lag is a few ms (the limits are lenient for a busy test
     # machine; read as start - intended_start, the queue's ~2 s made it INCONCLUSIVE)
     assert max(r.schedule_lag for r in load) < 0.25 < 1.0 < max(r.start - r.intended_start for r in load)
@@ -609,6 +612,8 @@ def test_a_slow_server_behind_a_cap_of_two_is_never_sent_more_and_the_run_is_not
     assert "it kept to max_concurrency in 1 capped level" in health["message"], health
     recs = [{k: getattr(r, k) for k in ("worker", "intended_start", "admitted", "start", "end")} for r in records if r.bucket >= -1]
     assert _check(recs, 2, workers, tol=0.25) == [] and [b.kind for b in _check(recs, 1, 1, tol=0.25)] == ["over"]
+    (summary,) = json.loads((out / "results.json").read_text())["backends"][0]["levels"]
+    assert summary["sent_ttft"]["p50"] == pytest.approx(0.08, abs=0.04) and summary["ttft"]["p50"] > 0.5
     manifest = json.loads((out / "manifest.json").read_text())
     (lv,) = manifest["backends"][0]["levels"]
     assert lv["max_concurrency"] == 2 and lv.get("workers", 1) == workers

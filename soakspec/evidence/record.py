@@ -75,7 +75,8 @@ Derived, defined once here (properties, never stored): `ttft` and `latency` meas
 intended start (open-loop load: a late scheduler is charged, not hidden), or from `start` when
 the record has no intended start; `schedule_lag` is start less `admitted`, else less
 intended_start (the load generator's lateness: not the wait behind a declared cap), `cap_wait`
-admitted less intended_start; `gaps_us` is `itl_us` unpacked, `itl` the same in seconds. `tpot` is stored, because the
+admitted less intended_start; `sent_ttft` and `sent_latency` are first_token and end less
+`start` (from the send: the server's view, as vLLM's bench serve measures; `sent_since`); `gaps_us` is `itl_us` unpacked, `itl` the same in seconds. `tpot` is stored, because the
 token times it comes from are not all kept.
 
 Dict-style reading: `row["field"]`, `row.get("field", default)`, `"field" in row`, `keys()`,
@@ -401,6 +402,17 @@ class Record(msgspec.Struct, frozen=True, gc=False, omit_defaults=False, forbid_
         return None if self.end is None or t is None else self.end - t
 
     @property
+    def sent_ttft(self) -> float | None:
+        """Time to first token (s) from the send (`start`), whatever the request waited before
+        it: what the server was asked to do and took (`sent_since`)."""
+        return sent_since(self.first_token, self.start)
+
+    @property
+    def sent_latency(self) -> float | None:
+        """End-to-end latency (s) from the send (`start`) (`sent_since`)."""
+        return sent_since(self.end, self.start)
+
+    @property
     def schedule_lag(self) -> float | None:
         """The load generator's lateness (s): start less `admitted` (the slot under a declared
         `max_concurrency`), else less the intended start; None unsent or without an intended start."""
@@ -546,6 +558,20 @@ def _round6(t: float) -> float:
         if -0.25 < x - k < 0.25:
             return k / 1e6
     return round(t, 6)
+
+
+def sent_since(stamp: float | None, start: float | None) -> float | None:
+    """A duration from the send, defined once (the record's `sent_ttft` and `sent_latency`, the
+    judge's row and column forms): `stamp` (first_token, end) less `start`, the moment the
+    request went out on its connection -- after any wait for a slot under the spec's
+    `max_concurrency` and any lateness of the load generator. What vLLM's `bench serve` and
+    SGLang's `bench_serving` call TTFT and E2EL (their clock starts at the send, after their
+    semaphore): the server's own view. `ttft` and `latency` run from the intended start instead
+    (an open loop's truth: the user waited in the queue too). Equal to them for a closed loop,
+    whose intended start is its start. None: not sent, or no such stamp."""
+    if stamp is None or start is None:
+        return None
+    return stamp - start
 
 
 def schedule_lag(start: float | None, intended: float | None, admitted: float | None = None) -> float | None:
@@ -757,7 +783,7 @@ __all__ = [
     "ItlSource", "Outcome", "Record", "RequestRecord", "TokensSource", "decode_lenient", "decode_line", "decode_lines_lenient", "encode_line",
     "encode_lines",
     "error_pointer", "iter_record_batches", "iter_records",
-    "measured", "pack_gaps", "packed_ok", "request_schema", "schedule_lag", "unpack_block", "unpack_gaps",
+    "measured", "pack_gaps", "packed_ok", "request_schema", "schedule_lag", "sent_since", "unpack_block", "unpack_gaps",
 ]
 
 

@@ -7,7 +7,8 @@ and results.json call the same implementations, so a report and a gate cannot di
   Outcome     counted over the scope's measured requests: count, ratio() = share of them,
               rate() = per second of the scope's wall time (the sum of its buckets' end - start)
   PerRequest  a distribution pooling one value per *completed* measured request (ttft, tpot,
-              latency, schedule_lag, output_tokens, prompt_tokens): min, max, mean, pNN
+              latency, sent_ttft, sent_latency, schedule_lag, output_tokens, prompt_tokens):
+              min, max, mean, pNN
   PerToken    a distribution pooling the inter-token gaps of every completed request whose
               ITL is not an estimate (itl)
 
@@ -18,7 +19,8 @@ they would be computed from the claimed count -- and throughput counts its text 
               mean over the scope's buckets. qps and throughput are what the server delivered
               in the window: the completed requests whose `end` lies in [start, end), whatever
               bucket they started in (`delivered`), per second of its wall time, and their
-              output tokens per second; in_flight is the exact time integral of the backend's
+              output tokens per second (total_throughput: their prompt and output tokens,
+              none where one has no prompt count); in_flight is the exact time integral of the backend's
               requests in flight over the window / its length
   PerSample   one value per telemetry sample inside the scope's buckets (rss, gpu_memory --
               the server's own processes, summed over GPUs -- and gpu_memory_device)
@@ -49,6 +51,7 @@ from typing import Any, ClassVar, Protocol
 import numpy as np
 
 from soakspec.evidence.record import schedule_lag as record_lag
+from soakspec.evidence.record import sent_since
 from soakspec.judge import stats
 from soakspec.judge.common import OPS
 from soakspec.judge.index import FOLLOW_UP_BUCKET, BackendIndex, LevelIndex, Row, Window, num, req_time
@@ -424,6 +427,9 @@ class PerRequest(Distribution):
     untimed_low: Callable[[Row], float | None] | None = None
     when_stalled: Callable[[Row], float | None] | None = None
     excluded_as: str | None = None  # its name in `excluded` (ttft, tpot): why a completed request has no value
+    # the time from the value's own origin to the request's end, which bounds a censored value:
+    # `latency` (None) for the times from the intended start, `sent_latency` for those from the send
+    elapsed: Callable[[Row], float | None] | None = None
     unit: ClassVar[str] = "requests"
     new_values: ClassVar[bool] = True  # `column` makes a new array; `v[ok]` another
 
@@ -432,7 +438,7 @@ class PerRequest(Distribution):
         known, low, high, n_out = np.zeros(0), [np.zeros(0)], [np.zeros(0)], 0
         if self.when_timed_out is not None:
             out = _select(records, timed_out)
-            got, bound = _floats(out, self.when_timed_out), _floats(out, latency)
+            got, bound = _floats(out, self.when_timed_out), _floats(out, self.elapsed or latency)
             has = np.isfinite(got)
             known, lows = got[has], bound[~has & np.isfinite(bound)]
             low.append(lows)
@@ -446,7 +452,7 @@ class PerRequest(Distribution):
             n_stalled = len(lows)
         if self.untimed_low is not None:
             blind = _select(records, untimed)
-            v, lo, hi = _floats(blind, self.value), _floats(blind, self.untimed_low), _floats(blind, latency)
+            v, lo, hi = _floats(blind, self.value), _floats(blind, self.untimed_low), _floats(blind, self.elapsed or latency)
             miss = ~np.isfinite(v) & np.isfinite(hi)
             low.append(np.where(np.isfinite(lo[miss]), lo[miss], 0.0))
             high.append(hi[miss])
@@ -746,6 +752,18 @@ def _floats(records: Any, fn: Callable[[Row], float | None]) -> np.ndarray:
         return column(records, fn)
     return np.asarray([np.nan if (v := fn(r)) is None else v for r in records], dtype=np.float64)
 schedule_lag = Columnar(_schedule_lag, lambda t, idx: t.schedule_lag(idx))
+
+
+def _since_send(stamp: str) -> Columnar:
+    """`stamp` - start (`record.sent_since`): a duration from the send, the server's view."""
+    return Columnar(lambda r: sent_since(num(r.get(stamp)), num(r.get("start"))), lambda t, idx: t.sent(stamp, idx))
+
+
+# TTFT and latency from the send (after any wait for a slot under max_concurrency): what vLLM's
+# bench serve and SGLang's bench_serving report as TTFT and E2EL
+sent_ttft = _since_send("first_token")
+sent_latency = _since_send("end")
+sent_first_byte_wait = _since_send("first_byte")  # a lower bound of sent_ttft, as first_byte_wait of ttft
 cap_wait = Columnar(_cap_wait, lambda t, idx: t.cap_wait(idx))  # NaN / None: the request had no cap to wait behind
 
 
@@ -870,6 +888,39 @@ class PerBucket(_Series):
 
 
 @dataclasses.dataclass(frozen=True)
+class WholePerBucket(PerBucket):
+    """A PerBucket whose value a bucket with a known wall time may still not know (None: a
+    request it counts lacks what the value needs -- total_throughput's prompt count). The
+    scope then has no points at all, and its measure says why: a min or mean over the buckets
+    that do know would judge a scope by part of it (missing data is never a pass)."""
+
+    why: str = "a request without the value's data"
+
+    def _known(self, scope: Scope) -> tuple[list[float], int]:
+        pts, unknown = [], 0
+        for bi, w in scope.windows:
+            if not w.wall_s:
+                continue
+            v = self.of(bi, w)
+            if v is None:
+                unknown += 1
+            else:
+                pts.append(v)
+        return pts, unknown
+
+    def points(self, scope: Scope) -> list[float]:
+        pts, unknown = self._known(scope)
+        return [] if unknown else pts
+
+    def measure(self, scope: Scope, agg: str | None, percentile: float | None = None, *,
+                confidence: float = 0.95, min_samples: int = 1) -> Measure:
+        pts, unknown = self._known(scope)
+        if unknown:
+            return Measure(None, len(pts), 1, self.unit, f"{unknown} of {unknown + len(pts)} buckets {self.why}")
+        return super().measure(scope, agg, percentile, confidence=confidence, min_samples=min_samples)
+
+
+@dataclasses.dataclass(frozen=True)
 class PerSample(_Series):
     """One value per telemetry sample that falls inside one of the scope's windows."""
 
@@ -930,6 +981,23 @@ tokens = Columnar(_tokens, lambda t, idx: np.nan_to_num(np.where(t.usage_ok(idx)
 # measures the server after the load, not what it delivered under it.
 served = Columnar(lambda r: r.get("outcome") == "completed" and r.get("bucket") != FOLLOW_UP_BUCKET,
                   lambda t, idx: t.label_is("outcome", "completed", idx) & (t.i["bucket"][idx] != FOLLOW_UP_BUCKET))
+
+
+def _prompt(r: Row) -> float:
+    v = num(r.get("prompt_tokens"))
+    return math.nan if v is None else v
+
+
+# a request's prompt tokens, NaN where the server reported none (`total`: then no total is known)
+prompt = Columnar(_prompt, lambda t, idx: t.number("prompt_tokens", idx))
+
+
+def _total(out: float, prompts: Iterable[float]) -> float:
+    """Output plus prompt tokens; NaN when a request's prompt count is unknown: a total
+    without it would read as the whole (a server that reports no prompt usage would show its
+    output throughput as its total)."""
+    ps = list(prompts)
+    return math.nan if any(math.isnan(p) for p in ps) else out + math.fsum(ps)
 
 
 def delivered(all_records: Iterable[Row], start: float, end: float) -> tuple[int, float]:
@@ -1013,6 +1081,17 @@ def _delivered(bi: BackendIndex, w: Window) -> tuple[int, float]:
     return delivered(bi.all_records, w.start, w.end)  # type: ignore[arg-type]
 
 
+def _delivered_total(bi: BackendIndex, w: Window) -> float:
+    """Prompt plus output tokens of the requests the server delivered in the window
+    (`delivered`); NaN when one of them has no prompt count (`_total`)."""
+    if bi.table is not None:
+        parts = list(delivered_parts(bi, w.start, w.end))  # type: ignore[arg-type]
+        out = math.fsum(v for p in parts for v in column(p, tokens).tolist())
+        return _total(out, (v for p in parts for v in column(p, prompt).tolist()))
+    recs = delivered_records(bi.all_records, w.start, w.end)  # type: ignore[arg-type]
+    return _total(math.fsum(_tokens(r) for r in recs), (_prompt(r) for r in recs))
+
+
 def qps(bi: BackendIndex, w: Window, wall: float) -> float | None:
     """Completed requests per second the server delivered in the window (`delivered`)."""
     return _delivered(bi, w)[0] / wall
@@ -1021,6 +1100,14 @@ def qps(bi: BackendIndex, w: Window, wall: float) -> float | None:
 def throughput(bi: BackendIndex, w: Window, wall: float) -> float | None:
     """Output tokens per second of the requests the server delivered in the window (`delivered`)."""
     return _delivered(bi, w)[1] / wall
+
+
+def total_throughput(bi: BackendIndex, w: Window, wall: float) -> float | None:
+    """Prompt plus output tokens per second of the requests the server delivered in the window
+    (`delivered`: by the bucket they ended in, as `throughput`): vLLM's bench serve's "total
+    token throughput", but per bucket. None when a delivered request has no prompt count."""
+    v = _delivered_total(bi, w) / wall
+    return None if math.isnan(v) else v
 
 
 def bucket_in_flight(bi: BackendIndex, w: Window, wall: float) -> float | None:

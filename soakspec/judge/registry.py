@@ -78,6 +78,10 @@ RULES: tuple[Entry, ...] = (
     _metric("coalesced", M.GapShare()),  # share of the ITL gaps that are not independent samples
     _metric("tpot", M.PerRequest(M.measured_tpot(), when_stalled=M.zero, excluded_as="tpot")),
     _metric("latency", M.PerRequest(M.latency, when_timed_out=M.unmeasured)),
+    # from the send, after any wait for a slot under max_concurrency (bench serve's TTFT, E2EL)
+    _metric("sent_ttft", M.PerRequest(M.sent_ttft, when_timed_out=M.sent_ttft, untimed_low=M.sent_first_byte_wait,
+                                      elapsed=M.sent_latency)),
+    _metric("sent_latency", M.PerRequest(M.sent_latency, when_timed_out=M.unmeasured, elapsed=M.sent_latency)),
     _metric("schedule_lag", M.PerRequest(M.schedule_lag)),
     _metric("output_tokens", M.PerRequest(M.counted("output_tokens"))),
     _metric("prompt_tokens", M.PerRequest(M.field("prompt_tokens"))),
@@ -97,6 +101,8 @@ RULES: tuple[Entry, ...] = (
     Entry("goodput", "performance", check=G.judge),
     # performance: per-bucket and per-sample series
     _metric("throughput", M.PerBucket(M.throughput)),
+    # prompt + output tokens/s; a bucket with a request of no prompt count leaves its scope unjudged
+    _metric("total_throughput", M.WholePerBucket(M.total_throughput, why="delivered a request with no prompt token count")),
     _metric("qps", M.PerBucket(M.qps)),
     _metric("in_flight", M.PerBucket(M.bucket_in_flight)),
     _metric("rss", M.PerSample(M.rss)),

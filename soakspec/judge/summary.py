@@ -228,6 +228,8 @@ def window_summary(bi: BackendIndex, lv: LevelIndex, w: Window, prev: Window | N
         "requests": counts(recs),
         "qps": window_series(bi, w, "qps"),
         "output_tokens_per_s": window_series(bi, w, "throughput"),
+        # prompt + output tokens (bench serve's "total token throughput"); None: a prompt count unknown
+        "total_tokens_per_s": window_series(bi, w, "total_throughput"),
         "in_flight": window_series(bi, w, "in_flight"),
         "ttft": dist_summary(recs, "ttft"),
         "itl": dist_summary(recs, "itl"),
@@ -272,6 +274,7 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "itl": dist_summary(recs, "itl"),
         "tpot": dist_summary(recs, "tpot"),
         "latency": dist_summary(recs, "latency"),
+        **sent_summary(lv),
         "trace_coverage": cov,
         "traced": traced,
         "errors": errors_by_message(recs),
@@ -282,6 +285,17 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "turns": turn_summary(recs),
         "drain": drain_summary(lv),
     }
+
+
+def sent_summary(lv: LevelIndex) -> dict[str, Any]:
+    """`sent_ttft` and `sent_latency` (from the send, after the wait for a slot: the server's
+    view, bench serve's TTFT and E2EL) of a level that declares max_concurrency; None for any
+    other level, where they are ttft and latency less only the load generator's own lateness
+    (closed loop: equal), which client_healthy bounds -- a second pair of figures there would
+    say nothing a reader needs."""
+    if type(lv.entry.get("max_concurrency")) is not int:
+        return {"sent_ttft": None, "sent_latency": None}
+    return {"sent_ttft": dist_summary(lv.records, "sent_ttft"), "sent_latency": dist_summary(lv.records, "sent_latency")}
 
 
 DRAIN_TOLERANCE_S = 1e-3  # a last bucket this much past its planned end holds no drain worth saying

@@ -60,7 +60,8 @@ a per-request predicate across metrics (`ttft < X and tpot < Y`) is one vectoriz
 Derived durations are defined here once (vectorized and per view): `req_time` (intended
 start, else start), `ttft` (the field, else first_token - req_time), `latency` (the field,
 else end - req_time), `schedule_lag` (start - admitted, else start - intended_start:
-`record.schedule_lag`), `cap_wait` (admitted - intended_start).
+`record.schedule_lag`), `cap_wait` (admitted - intended_start), `sent` (first_token or end -
+start: sent_ttft, sent_latency, from the send: `record.sent_since`).
 """
 
 from __future__ import annotations
@@ -1699,6 +1700,11 @@ class RequestTable:
             return lag  # no record has one (no cap, or evidence before format 5): one NaN for every row
         own = adm[idx]
         return np.where(np.isnan(own) | np.isnan(lag), lag, self.f["start"][idx] - own)  # no intended start: no lag
+
+    def sent(self, stamp: str, idx) -> np.ndarray:
+        """`stamp` (first_token, end) - start of the rows `idx`: sent_ttft, sent_latency, from the
+        send (`record.sent_since`). Both columns are kept; nothing new is held."""
+        return self.f[stamp][idx] - self.f["start"][idx]
 
     def cap_wait(self, idx) -> np.ndarray:
         """admitted - intended_start: the wait behind the spec's max_concurrency (NaN: no cap)."""

@@ -650,7 +650,8 @@ def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
 # but for `timeouts`: a timeout is a latency past the deadline, on the client's clock from the
 # intended start, so an open loop behind its schedule or a loop that reads late times out
 # requests the server answered in time)
-CLIENT_SENSITIVE = frozenset({"ttft", "itl", "tpot", "latency", "schedule_lag", "throughput", "qps", "in_flight", "coalesced",
+CLIENT_SENSITIVE = frozenset({"ttft", "itl", "tpot", "latency", "sent_ttft", "sent_latency", "schedule_lag", "throughput",
+                              "total_throughput", "qps", "in_flight", "coalesced",
                               "timeouts"})
 # evidence checks a saturated client can fail by itself: a bucket that measured no completed
 # request (`bucket_coverage`) beside a load generator that sent its arrivals late (past their

@@ -3,7 +3,14 @@
 Shared by the checker (types and units of thresholds) and the judge (how to compute).
 
 Per-request distributions (aggregate with min, max, mean or pNN):
-  ttft, itl, tpot, latency, schedule_lag   (durations), output_tokens, prompt_tokens (counts)
+  ttft, itl, tpot, latency, sent_ttft, sent_latency, schedule_lag   (durations),
+  output_tokens, prompt_tokens (counts)
+  ttft and latency run from the intended start (an open loop's arrival: a wait for a slot under
+  max_concurrency is counted, as the user waited it); sent_ttft and sent_latency from the send
+  (`start`, after that wait): the server's own view, what vLLM's bench serve and SGLang's
+  bench_serving call TTFT and E2EL. Named for where their clock starts, not "service_*": they
+  include the server's own queue and the network, which a service time would not. Equal to
+  ttft and latency for a closed loop (no intended start apart from the send).
 The share of ITL gaps that are not independent samples (tokens that shared a read, or one
 chunk's gap split over its tokens): ratio(coalesced).
 Outcome counts (bare name = count over the scope; ratio() = share of measured requests;
@@ -12,7 +19,8 @@ rate() = per second of the scope's wall time):
   requests whose usage contradicts their token events; they give no ITL/TPOT), empty_text (completed
   requests whose tokens decoded to no text)
 Per-bucket series (aggregate with min, max or mean over the scope's buckets):
-  throughput (output tokens/s), qps (completed requests/s) -- both what the server delivered:
+  throughput (output tokens/s), total_throughput (prompt + output tokens/s; no value for a
+  bucket where a request's prompt count is unknown), qps (completed requests/s) -- each what the server delivered:
   the requests that completed in the bucket, wherever they started (judge/measures.py
   `delivered`) --, gpu_memory (bytes used by the
   server's own processes), gpu_memory_device, rss (server process tree), in_flight (mean
@@ -83,6 +91,8 @@ METRICS: dict[str, Metric] = {
         Metric("coalesced", Kind.RATIO, ("ratio",), "share of ITL gaps that are not independent samples (tokens sharing a read or a chunk)"),
         Metric("tpot", Kind.DURATION, DIST, "time per output token after the first, per request"),
         Metric("latency", Kind.DURATION, DIST, "end-to-end request latency"),
+        Metric("sent_ttft", Kind.DURATION, DIST, "time to first token from the send (after any max_concurrency wait)"),
+        Metric("sent_latency", Kind.DURATION, DIST, "end-to-end latency from the send (after any max_concurrency wait)"),
         Metric("schedule_lag", Kind.DURATION, DIST, "open-loop send delay behind the schedule"),
         Metric("output_tokens", Kind.NUMBER, DIST, "output tokens per request"),
         Metric("prompt_tokens", Kind.NUMBER, DIST, "prompt tokens per request"),
@@ -96,6 +106,8 @@ METRICS: dict[str, Metric] = {
         _outcome("usage_mismatch", "completed requests whose reported usage contradicts their stream"),
         _outcome("empty_text", "completed requests whose tokens decoded to no text (not a failure)"),
         Metric("throughput", Kind.NUMBER, SERIES, "output tokens per second, by the bucket their requests ended in", series=True),
+        Metric("total_throughput", Kind.NUMBER, SERIES, "prompt + output tokens per second, by the bucket their requests ended in",
+               series=True),
         Metric("qps", Kind.RATE, SERIES, "completed requests per second, by the bucket they ended in", series=True),
         Metric("gpu_memory", Kind.SIZE, SERIES, "GPU memory used by the server's processes, per sample", series=True),
         Metric("gpu_memory_device", Kind.SIZE, SERIES, "GPU memory used on the device, per sample", series=True),
@@ -132,6 +144,7 @@ AGGREGATE_WORDS: dict[str, str] = {
 METRIC_WORDS: dict[str, str] = {
     **dict.fromkeys(("request_throughput", "request_rate", "requests_per_second", "req_per_sec", "rps"), "qps"),
     **dict.fromkeys(("output_throughput", "output_token_throughput", "tokens_per_second", "tps", "tok_s"), "throughput"),
+    **dict.fromkeys(("total_token_throughput", "total_tokens_per_second"), "total_throughput"),
     **dict.fromkeys(("time_to_first_token",), "ttft"),
     **dict.fromkeys(("inter_token_latency",), "itl"),
     **dict.fromkeys(("time_per_output_token",), "tpot"),
@@ -157,7 +170,7 @@ EVIDENCE_PREDICATES: dict[str, Kind] = {
 # second of the scope's wall time. A condition names one per-request metric of
 # `SLO_METRICS` (not itl: a request has many gaps; bound them with tpot or p99(itl) instead).
 SLO_FUNCTIONS: dict[str, Kind] = {"goodput": Kind.RATIO, "goodput_rate": Kind.RATE}
-SLO_METRICS = ("ttft", "tpot", "latency", "schedule_lag", "output_tokens", "prompt_tokens")
+SLO_METRICS = ("ttft", "tpot", "latency", "sent_ttft", "sent_latency", "schedule_lag", "output_tokens", "prompt_tokens")
 GOODPUT = "goodput"  # the metric name both functions resolve to (agg "ratio" or "rate")
 
 

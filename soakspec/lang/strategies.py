@@ -415,6 +415,8 @@ _RULES = (
     "warn drift(p95(ttft)) <= 20% per level",
     "warn slope(mean(itl)) <= 0.05 per backend",
     "warn p50(output_tokens) >= 1",
+    "require p99(sent_ttft) < 1s per level",
+    "warn min(total_throughput) >= 10 per level",
 )
 
 

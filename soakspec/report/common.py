@@ -490,6 +490,7 @@ class LevelRow:
     requests: Mapping[str, Any]
     itl_coalesced: Mapping[str, Any] | None = None  # {gaps, coalesced}: ITL samples that are not independent
     excluded: Mapping[str, Any] | None = None  # {tpot: {reason: n}, itl: {...}}: completed requests left out
+    total_tokens_per_s: float | None = None  # prompt + output tokens/s (None: a bucket's unknown, `wall_mean_whole`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -512,6 +513,9 @@ class ClientRow:
     cap_requests: int | None = None
     cap_waited: int | None = None
     cap_wait_p99: float | None = None
+    # and its TTFT and latency from the send (results.json levels' sent_ttft, sent_latency)
+    sent_ttft: Mapping[str, Any] | None = None
+    sent_latency: Mapping[str, Any] | None = None
 
 
 def _worst(vals: Sequence[Any], pick=max) -> float | None:
@@ -548,7 +552,7 @@ def client_rows(results: Mapping[str, Any]) -> list[ClientRow]:
             achieved=achieved, offered=offered,
             coalesced=(num(co.get("coalesced")) or 0) / gaps if gaps else None,
             lags=tuple(num(c.get("lag_p99")) for c in cs),
-            **_cap_fields(cs),
+            **_cap_fields(cs), sent_ttft=_map(lv.get("sent_ttft")) or None, sent_latency=_map(lv.get("sent_latency")) or None,
         ))  # fmt: skip
     return out
 
@@ -573,8 +577,22 @@ def cap_notes(results: Mapping[str, Any]) -> list[str]:
         wait = f" (worst bucket's p99 wait {format_duration(c.cap_wait_p99)})" if c.cap_wait_p99 is not None and c.cap_waited else ""
         out.append(f"{c.backend} · {c.label}: {c.cap_waited} of {c.cap_requests} requests waited for a slot under "
                    f"max_concurrency{wait}. The wait is the spec's declared cap, counted in their latency and TTFT (from "
-                   "the intended send time), not judged as the load generator's schedule lag.")
+                   "the intended send time), not judged as the load generator's schedule lag." + _sent_text(c))
     return out
+
+
+def _sent_text(c: ClientRow) -> str:
+    """` From the send (the server's view, as vLLM's bench serve measures): TTFT p50 / p95 / p99
+    82ms / 95ms / 101ms, latency ...`: the level's sent_ttft and sent_latency, where results.json has them."""
+    parts = []
+    for name, d in (("TTFT", c.sent_ttft), ("latency", c.sent_latency)):
+        vals = [num(d.get(p)) for p in ("p50", "p95", "p99")] if d else []
+        if vals and all(v is not None for v in vals):
+            parts.append(f"{name} p50 / p95 / p99 " + " / ".join(format_duration(v) for v in vals))
+    if not parts:
+        return ""
+    return (" From the send (the server's view, what vLLM's bench serve and SGLang's bench_serving report; "
+            "rules: sent_ttft, sent_latency): " + ", ".join(parts) + ".")
 
 
 def drain_notes(results: Mapping[str, Any]) -> list[str]:
@@ -625,6 +643,15 @@ def wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
     known = [(v, t) for v, t in pairs if v is not None and t is not None and t > 0]
     wall = sum(t for _, t in known)
     return sum(v * t for v, t in known) / wall if wall else None
+
+
+def wall_mean_whole(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """`wall_mean`, but None when a bucket with a wall time has no value: total_tokens_per_s of
+    a bucket that delivered a request with no prompt count is unknown, and the other buckets'
+    mean would read as the level's."""
+    if any(num(w.get(key)) is None and (t := num(w.get("wall_s"))) is not None and t > 0 for w in windows):
+        return None
+    return wall_mean(windows, key)
 
 
 def shaped_load_text(load: Any, until_s: float = float("inf")) -> str:
@@ -703,6 +730,7 @@ def level_rows(results: Mapping[str, Any]) -> list[LevelRow]:
             ttft=_map(lv.get("ttft")) or None, itl=_map(lv.get("itl")) or None, tpot=_map(lv.get("tpot")) or None,
             latency=_map(lv.get("latency")) or None, requests=_map(lv.get("requests")),
             itl_coalesced=_map(lv.get("itl_coalesced")) or None, excluded=_map(lv.get("excluded")) or None,
+            total_tokens_per_s=wall_mean_whole(mine, "total_tokens_per_s"),
         ))
     return out
 

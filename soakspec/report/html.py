@@ -271,7 +271,8 @@ def level_table(results: Mapping[str, Any], verdict: Any) -> list[str]:
     if not rows:
         return []
     with_label = any(lv.label != lv.offered for lv in rows)  # a closed loop's level label is its offered load
-    head = ("Backend", *(("Level",) if with_label else ()), "Offered", "Achieved req/s", "Output tok/s", "Mean in flight", "TTFT p50 / p95 / p99",
+    head = ("Backend", *(("Level",) if with_label else ()), "Offered", "Achieved req/s", "Output tok/s", "Total tok/s", "Mean in flight",
+            "TTFT p50 / p95 / p99",
             "ITL p50 / p95 / p99", "TPOT p50 / p95 / p99", "Latency p50 / p95 / p99", "Completed", "Failed", "Timeouts",
             "Rejected", "Disconnected")
     out = []
@@ -288,7 +289,7 @@ def level_table(results: Mapping[str, Any], verdict: Any) -> list[str]:
             f'<tr{cls}><td><code>{esc(lv.backend)}</code></td>' + (f'<td>{esc(lv.label)}</td>' if with_label else "")
             + f'<td class="offered">{esc(lv.offered)}</td>'
             f'<td class="num">{_rate(lv.qps)}</td><td class="num">{_rate(lv.tokens_per_s, 1)}</td>'
-            f'<td class="num">{_rate(lv.in_flight)}</td><td class="num">{_pct3(lv.ttft)}</td><td class="num">{_pct3(lv.itl)}{_coal(lv)}</td>'
+            f'<td class="num">{_rate(lv.total_tokens_per_s, 1)}</td><td class="num">{_rate(lv.in_flight)}</td><td class="num">{_pct3(lv.ttft)}</td><td class="num">{_pct3(lv.itl)}{_coal(lv)}</td>'
             f'<td class="num">{_pct3(lv.tpot)}</td><td class="num">{_pct3(lv.latency)}</td>{counts}</tr>'
         )
     out.append("</tbody></table></div>")

@@ -168,19 +168,19 @@ def client_table(results: Mapping[str, Any]) -> list[str]:
     return ["| " + " | ".join(CLIENT_HEAD) + " |", "|" + "|".join("---" for _ in CLIENT_HEAD) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-LEVEL_HEAD = ("Backend / level", "Offered", "Achieved req/s", "Output tok/s", "Mean in flight", "TTFT p50 / p95 / p99",
+LEVEL_HEAD = ("Backend / level", "Offered", "Achieved req/s", "Output tok/s", "Total tok/s", "Mean in flight", "TTFT p50 / p95 / p99",
               "ITL p50 / p95 / p99", "TPOT p50 / p95 / p99", "Latency p50 / p95 / p99", "Completed", "Failed", "Timeouts",
               "Rejected", "Disconnected")
 
 
 def level_table(results: Mapping[str, Any]) -> list[str]:
-    """Per backend and level: offered load and achieved rate, tokens/s, in flight, TTFT / ITL /
+    """Per backend and level: offered load and achieved rate, output and total (prompt + output) tokens/s, in flight, TTFT / ITL /
     TPOT / latency p50/p95/p99 and every outcome count."""
     rows = []
     for lv in C.level_rows(results):
         req = lv.requests
         rows.append([f"{md_cell(lv.backend)} · {md_text(lv.label)}", md_text(lv.offered), _fmt_rate(lv.qps, 2),
-                     _fmt_rate(lv.tokens_per_s), _fmt_rate(lv.in_flight, 2), _pct(lv.ttft), _itl(lv), _pct(lv.tpot),
+                     _fmt_rate(lv.tokens_per_s), _fmt_rate(lv.total_tokens_per_s), _fmt_rate(lv.in_flight, 2), _pct(lv.ttft), _itl(lv), _pct(lv.tpot),
                      _pct(lv.latency)] + [_num(C._int(req.get(k))) for k in ("completed", "failed", "timeout", "rejected", "disconnected")])
     if not rows:
         return []

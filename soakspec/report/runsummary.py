@@ -46,7 +46,7 @@ def level_json(lv: C.LevelRow) -> dict[str, Any]:
     out: dict[str, Any] = {
         "backend": lv.backend, "workload": lv.workload, "level": lv.level, "label": lv.label,
         "offered": lv.offered, "offered_rate": lv.offered_rate, "achieved_rate": lv.qps,
-        "output_tokens_per_s": lv.tokens_per_s, "mean_in_flight": lv.in_flight,
+        "output_tokens_per_s": lv.tokens_per_s, "total_tokens_per_s": lv.total_tokens_per_s, "mean_in_flight": lv.in_flight,
     }
     for key, _ in DISTS:
         out[key] = _pcts(getattr(lv, key))
@@ -96,10 +96,10 @@ def summary_lines(results: Mapping[str, Any], run_dir: Any, verdict: Any = None)
     if levels:
         names = [[lv.backend, lv.label] for lv in levels]
         offered = any(lv.offered != lv.label for lv in levels)  # a closed loop's level is its offered load
-        rates = [n + ([lv.offered] if offered else []) + [_rate(lv.qps, 2), _rate(lv.tokens_per_s, 1), _rate(lv.in_flight, 2)]
+        rates = [n + ([lv.offered] if offered else []) + [_rate(lv.qps, 2), _rate(lv.tokens_per_s, 1), _rate(lv.total_tokens_per_s, 1), _rate(lv.in_flight, 2)]
                  + [str(C._int(lv.requests.get(k))) if C._int(lv.requests.get(k)) is not None else "-" for k, _ in COUNTS]
                  for n, lv in zip(names, levels)]
-        head = ["backend", "level"] + (["offered"] if offered else []) + ["req/s", "tok/s", "in flight"] + [n for _, n in COUNTS]
+        head = ["backend", "level"] + (["offered"] if offered else []) + ["req/s", "tok/s", "total tok/s", "in flight"] + [n for _, n in COUNTS]
         left = 3 if offered else 2
         out += ["", "per level (results.json):"]
         out += ["  " + x for x in _table(head, rates, [False] * left + [True] * (len(head) - left))]

@@ -22,7 +22,8 @@ of n finished matching, u unfinished).
 Values, from `RequestRecord` fields:
   - outcome metrics (requests, completed, failed, timeouts, rejected, disconnected, errors):
     `count` is the number of such requests, `ratio` that over all of the window's requests;
-  - distributions (ttft, latency, tpot, output_tokens, prompt_tokens, schedule_lag) over the
+  - distributions (ttft, latency, tpot, output_tokens, prompt_tokens, schedule_lag, sent_ttft,
+    sent_latency) over the
     completed requests that have the value: mean, min, max, or the percentile (linear
     interpolation between order statistics, as the judge computes it).
 A bucket or window with fewer than the rule's `min_requests` requests (or no value for a
@@ -38,7 +39,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from soakspec import windows
-from soakspec.evidence.record import schedule_lag
+from soakspec.evidence.record import schedule_lag, sent_since
 from soakspec.plan import AbortRule
 from soakspec.units import format_as
 
@@ -64,7 +65,7 @@ class Row:
     bucket: int  # evidence.record.WARMUP_BUCKET: warm-up
     start: float | None  # the intended start (open loop) or the start
     outcome: str
-    values: dict[str, float | None]  # ttft, latency, tpot, output_tokens, prompt_tokens, schedule_lag
+    values: dict[str, float | None]  # ttft, latency, tpot, output_tokens, prompt_tokens, schedule_lag, sent_*
 
 
 def row_of(rec: Any) -> Row:
@@ -72,7 +73,8 @@ def row_of(rec: Any) -> Row:
     start = rec.intended_start if rec.intended_start is not None else rec.start
     lag = schedule_lag(rec.start, rec.intended_start, rec.admitted)  # not the wait behind a declared max_concurrency
     values = {"ttft": rec.ttft, "latency": rec.latency, "tpot": rec.tpot, "output_tokens": float(rec.output_tokens),
-              "prompt_tokens": None if rec.prompt_tokens is None else float(rec.prompt_tokens), "schedule_lag": lag}  # fmt: skip
+              "prompt_tokens": None if rec.prompt_tokens is None else float(rec.prompt_tokens), "schedule_lag": lag,
+              "sent_ttft": sent_since(rec.first_token, rec.start), "sent_latency": sent_since(rec.end, rec.start)}  # fmt: skip
     return Row(rec.bucket, start, str(rec.outcome), values)
 
 
@@ -137,7 +139,7 @@ class Fired:
                 f"observed {observed_text(self.rule, self.observed)} over {self.requests} requests")
 
 
-DURATIONS = frozenset({"ttft", "latency", "tpot", "schedule_lag"})  # the metrics `value` reads in seconds
+DURATIONS = frozenset({"ttft", "latency", "tpot", "schedule_lag", "sent_ttft", "sent_latency"})  # the metrics `value` reads in seconds
 
 
 def observed_text(rule: AbortRule, v: float) -> str:

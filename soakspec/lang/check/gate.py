@@ -68,7 +68,7 @@ def gate(ctx: Ctx, blk: A.Block | None, backends: Mapping[str, S.Backend]) -> S.
 # What the runner computes on a finished bucket or window from its own records: outcome counts
 # (count, ratio) and per-request distributions over the completed requests (mean, min, max, pNN).
 ABORT_OUTCOMES = ("requests", "completed", "failed", "timeouts", "rejected", "disconnected", "errors")
-ABORT_DISTRIBUTIONS = ("ttft", "latency", "tpot", "output_tokens", "prompt_tokens", "schedule_lag")
+ABORT_DISTRIBUTIONS = ("ttft", "latency", "tpot", "output_tokens", "prompt_tokens", "schedule_lag", "sent_ttft", "sent_latency")
 ABORT_SCOPES = ("bucket", "window")
 
 
@@ -599,7 +599,8 @@ def check_window_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None
 # level's count is estimated (`_pooled_fewest`).
 
 SIM_DEFAULTS = {name: _SIM_OPTIONS[name].default for name in ("ttft", "itl")}
-PER_REQUEST_PERCENTILES = frozenset({"ttft", "tpot", "latency", "schedule_lag", "output_tokens", "prompt_tokens"})
+PER_REQUEST_PERCENTILES = frozenset({"ttft", "tpot", "latency", "sent_ttft", "sent_latency", "schedule_lag", "output_tokens",
+                                     "prompt_tokens"})
 
 
 def _sim_latency(bk: S.Backend, max_tokens: float) -> float | None:
