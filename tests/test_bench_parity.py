@@ -10,6 +10,7 @@ import math
 import pytest
 
 from soakspec.diagnostics import Severity
+from soakspec.evidence import schema
 from soakspec.judge import judge
 from soakspec.judge.summary import summarize
 from soakspec.judge.testing import EvidenceBuilder
@@ -182,6 +183,7 @@ def test_reports_give_the_total_beside_the_output_and_a_capped_levels_times_from
     (lv,) = summary_json(results, "run")["levels"]
     assert lv["total_tokens_per_s"] == pytest.approx(row.total_tokens_per_s)
     assert any("total tok/s" in x for x in summary_lines(results, "run"))
+    assert not schema.validate("results", results)
     (note,) = C.cap_notes(results)
     assert "From the send" in note and "TTFT p50 / p95 / p99 100ms / 100ms / 100ms" in note, note
     # an uncapped level: no note, no second pair
