@@ -1084,10 +1084,14 @@ def _delivered(bi: BackendIndex, w: Window) -> tuple[int, float]:
 def _delivered_total(bi: BackendIndex, w: Window) -> float:
     """Prompt plus output tokens of the requests the server delivered in the window
     (`delivered`); NaN when one of them has no prompt count (`_total`)."""
-    if bi.table is not None:
-        parts = list(delivered_parts(bi, w.start, w.end))  # type: ignore[arg-type]
-        out = math.fsum(v for p in parts for v in column(p, tokens).tolist())
-        return _total(out, (v for p in parts for v in column(p, prompt).tolist()))
+    if bi.table is not None:  # whole columns a chunk at a time (token counts: float64 sums are exact)
+        total = 0.0
+        for part in delivered_parts(bi, w.start, w.end):  # type: ignore[arg-type]
+            ps = column(part, prompt)
+            if np.isnan(ps).any():
+                return math.nan
+            total += float(np.sum(column(part, tokens))) + float(np.sum(ps))
+        return total
     recs = delivered_records(bi.all_records, w.start, w.end)  # type: ignore[arg-type]
     return _total(math.fsum(_tokens(r) for r in recs), (_prompt(r) for r in recs))
 
