@@ -387,3 +387,29 @@ def test_partial_gate_of_a_level_whose_every_bucket_closed_does_not_call_it_cut_
     assert code == 3, out
     assert "judged buckets 0-0 of 1" in out, out
     assert "did not run its full duration" not in out and "not closed yet" not in out, out
+
+
+def test_plain_gate_of_a_run_still_in_progress_says_so_and_judges_nothing(tmp_path, capsys):
+    """Plain `gate` of a run a live `soakspec run` still writes (it holds the .lock) FAILed
+    `require completed_run` ("the run's status is running") though nothing had failed: the
+    run is not over. It judges nothing, says the run is in progress (naming the lock's pid)
+    and points to `gate --partial`: a usage error, exit 2, whatever the format. A killed run's
+    leftover .lock (its process gone, nothing holds the flock) is judged as before."""
+    from soakspec.evidence.io import RunLock
+
+    root = tmp_path / "run1"
+    _killed_in_bucket(root, gate=REQUIRE_WHOLE_RUN)
+    with RunLock(root, allow_existing=True):  # the run, still going: this process holds its lock
+        for fmt in ("text", "json"):
+            code = main(["gate", str(root), "--format", fmt])
+            out = capsys.readouterr()
+            assert code == 2, out
+            assert out.out == "", out.out  # no verdict: nothing was judged
+            assert f"holds a run still in progress (its .lock is held by pid {os.getpid()})" in out.err, out.err
+            assert f"`soakspec gate --partial {root}` judges it up to its last closed bucket" in out.err, out.err
+    # killed: the lock file is left behind with its pid, but no live process holds it
+    (root / ".lock").write_text("4194000\n")
+    code = main(["gate", str(root)])
+    out = capsys.readouterr().out
+    assert code == 1 and "FAIL  completed_run — the run's status is running" in out, out
+    assert "`soakspec gate --partial` judges what it recorded" in out, out

@@ -6,7 +6,8 @@ manifest -- or against `--spec FILE` (a newer spec; a different sha256 is report
 The run's own results.json and verdict.json are part of retained evidence: either missing makes
 the verdict INCONCLUSIVE (incomplete evidence), whatever the rest says.
 The verdict goes to stdout (text or JSON); the exit code is 0 PASS, 1 FAIL, 3 INCONCLUSIVE,
-2 for a usage error (no evidence directory, a spec that does not check). Nothing is written.
+2 for a usage error (no evidence directory, a spec that does not check, a run still in progress:
+`refuse_a_run_in_progress`). Nothing is written.
 
 `--partial` judges a run that is still going, or was killed, up to its last closed bucket: the
 backends' levels and bucket windows come from their buckets.jsonl (one line per closed bucket,
@@ -275,6 +276,24 @@ def _write_missing(args: argparse.Namespace) -> int | None:
     return None
 
 
+def refuse_a_run_in_progress(run_dir: str) -> None:
+    """Plain `gate` of a run still in progress -- a live `soakspec run` holds its `.lock` (the
+    lock is an flock, so a killed run's leftover `.lock` holds nothing) -- judges nothing: the
+    run is not over, and judging it whole FAILed `require completed_run` ("the run's status is
+    running") on a soak in which nothing had failed. It is a usage error (exit 2), as `--write`
+    of it is: no verdict was reached, so neither FAIL (1) nor INCONCLUSIVE (3), which CI reads as
+    a verdict on a finished run; `gate --partial DIR` is the way to look at it. A killed run (its
+    lock's process gone) is judged as before: its plain gate names `--partial` in completed_run."""
+    from soakspec.evidence.io import lock_holder, require_evidence_dir
+
+    holder = lock_holder(require_evidence_dir(run_dir))
+    if holder is None:
+        return
+    who = f"pid {holder}" if holder else "a process that did not write its pid"
+    raise UsageError(f"{run_dir} holds a run still in progress (its .lock is held by {who}): nothing is judged until it "
+                     f"ends; `soakspec gate --partial {run_dir}` judges it up to its last closed bucket")
+
+
 def main(args: argparse.Namespace) -> int:
     from soakspec.judge.judge import judge
     from soakspec.judge.verdict import render_text
@@ -287,6 +306,7 @@ def main(args: argparse.Namespace) -> int:
         code = _write_missing(args)
         if code is not None:
             return code
+    refuse_a_run_in_progress(args.dir)
     loaded = load_for_judging("gate", args.dir, args.spec)
     if isinstance(loaded, int):
         return loaded
