@@ -1395,7 +1395,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
     lv_ = la.liveness
     alive = (f"    alive while {pr.method} {scrub(pr.path)} answers (every {format_duration(lv_.interval_s)}); "
              f"dead after {format_duration(lv_.grace_s)} of refusals, or {format_duration(lv_.hang_s)} of probes answered "
-             "by nothing (a hung server): the run aborts")  # fmt: skip
+             "by nothing (a hung server): the run aborts (exit 4; sooner when an abort rule fires on a bucket whose "
+             "requests all found it gone: refused, held back after refusals, cut in flight)")  # fmt: skip
     lines = [
         f"  backend '{b.name}': {_how(la, rehearsal, secrets)}",
         f"    runtime boundary: {rt}; traces: {b.traces.source}",

@@ -24,7 +24,7 @@ from soakspec.judge import judge
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 from soakspec.lang import check, fmt, parse
 from soakspec.plan import DEFAULT_ABORT_MIN_REQUESTS, AbortRule, plan, render_text
-from soakspec.runner.abort import AbortWatch, Fired, Row, holds, value
+from soakspec.runner.abort import AbortWatch, Fired, Row, holds, row_of, value
 from tests.runner_support import new_marker, run_soakspec, sim_spec, wait_no_survivors
 
 WORKLOAD = 'workload "w" {\n  load { concurrency = 1 }\n  duration = 60s\n}\n'
@@ -269,6 +269,63 @@ def test_the_builtin_abort_needs_a_whole_bucket_of_at_least_its_minimum_none_com
     watch.observe(_rows(["rejected", "timeout"] * DEFAULT_ABORT_MIN_REQUESTS, bucket=2, start=2.5), now=2.9)
     watch.bucket_done(2, now=3.0)
     assert [(f.index, f.observed, f.rule.builtin) for f in fired] == [(2, 1.0, True)]
+
+
+def _records(errors: dict[str, int], bucket: int = 0, start: float = 0.5) -> list[Row]:
+    """Rows of finished requests as the runner writes them: `errors` maps (outcome, error) text
+    "outcome|error" to a count."""
+    from soakspec.runner.records import Outcome, RequestRecord
+
+    out = []
+    for key, n in errors.items():
+        outcome, error = key.split("|", 1)
+        for i in range(n):
+            rec = RequestRecord(f"r{len(out)}", outcome=Outcome(outcome), error=error or None, bucket=bucket)
+            rec.start = rec.end = start + i * 1e-3
+            out.append(row_of(rec))
+    return out
+
+
+HTTP_500 = "failed|HTTP 500: " + '{"error": "EngineCore encountered an issue"}'
+REFUSED = "disconnected|connect failed: connection refused (econnrefused)"
+HELD = "disconnected|held back: the backend refused its last 3 connects (connection refused (econnrefused))"
+
+
+@pytest.mark.parametrize(("errors", "said", "gone"), [
+    # a server that answers and fails every request: a gate FAIL, saying what the answers were
+    ({HTTP_500: 40, "timeout|deadline passed before the response finished": 2},
+     "42 requests, none completed: 40 HTTP 500, 2 timeout", False),
+    # a server that is gone: refused connects, the arrivals held back after them, a request cut in flight
+    ({REFUSED: 12, HELD: 29, "disconnected|connection reset by peer (econnreset)": 1},
+     "42 requests, none completed: 29 held back (connections refused), 12 connection refused, 1 connection reset by peer",
+     True),
+    ({REFUSED: 42}, "42 requests, none completed: 42 connection refused", True),
+    # connections broken, none refused: the server answers (or accepts), it is not gone
+    ({"disconnected|connection closed before the response": 42}, "42 requests, none completed: 42 connection closed before the response",
+     False),
+    ({REFUSED: 20, HTTP_500: 22}, "42 requests, none completed: 22 HTTP 500, 20 connection refused", False),
+])  # fmt: skip
+def test_the_builtin_abort_names_the_outcomes_it_saw_and_whether_the_server_is_gone(errors, said, gone):
+    """The built-in abort said "observed 100% over 42 requests" -- never what the requests were,
+    so a server refusing every connection read like one failing every request. It names them
+    ("42 requests, none completed: 42 connection refused"), to the runner and the judge alike,
+    and tells a gone server (refused connects, arrivals held back after them, requests cut in
+    flight: the runner then aborts the run, exit 4) from one that answers and fails (a FAIL)."""
+    spec, _ = _check("")
+    (builtin,) = plan(spec).backends[0].aborts
+    fired = []
+    watch = AbortWatch("a", [builtin], on_fire=fired.append)
+    watch.level_started("w", 0, "c", 0.0, 10.0, 1.0)
+    watch.observe(_records(errors), now=0.9)
+    watch.bucket_done(0, now=1.0)
+    (f,) = fired
+    assert f.describe().endswith(f"at bucket 0 of w / c: {said}"), f.describe()
+    assert f.gone is gone
+    b = EvidenceBuilder(small_spec("require failed == 0"))
+    b.manifest["aborts"] = [f.to_json()]
+    assert validate("manifest", b.manifest) == []
+    (r,) = [r for r in judge(b.spec, b.build()).rules if r.metric == "abort_fired"]
+    assert r.status == "fail" and f"(threshold >= 100%); {said}; the rest of the load was not run" in r.message, r.message
 
 
 def test_rows_no_rule_reads_again_are_forgotten():

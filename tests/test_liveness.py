@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -205,11 +206,21 @@ def test_a_backend_that_answers_only_errors_fails_its_probe_and_aborts(tmp_path)
     assert "achieved concurrency" not in json.dumps(health), health
 
 
+CLOSED_8 = "mode = closed\n    concurrency = [8]"
+OPEN_200 = "mode = open\n    rate = [200rps]"
+
+
 # waits out the 5 s liveness grace of real server processes: the slow lane
 @pytest.mark.slow
-def test_an_external_backend_killed_mid_run_aborts_the_run(tmp_path):
+@pytest.mark.parametrize("load", [CLOSED_8, OPEN_200], ids=["closed", "open"])
+def test_an_external_backend_killed_mid_run_aborts_the_run(tmp_path, load):
     """A `url` backend: a simulator the test started itself, SIGKILLed (its process group) once
-    requests flow. Exit 4 within seconds, aborted with the reason and time, < 100 refused records."""
+    requests flow. Exit 4 within seconds, aborted with the reason and time, < 100 refused records.
+    Whatever the load mode: an open loop's 1 s buckets fill with held-back arrivals, so the
+    built-in abort ("a whole bucket, none completed") sees the death before the liveness
+    watch's 5 s grace -- and ended the run as a gate FAIL (exit 1) whose message never said the
+    connections were refused. A server that is gone aborts the run (exit 4) with the same
+    reason whichever saw it, and is not sent to once it is known dead."""
     port = free_port()
     port_file = tmp_path / "port"
     sim = subprocess.Popen(
@@ -222,7 +233,7 @@ def test_an_external_backend_killed_mid_run_aborts_the_run(tmp_path):
         while not port_file.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert port_file.exists(), "the simulator did not start"
-        text = sim_spec(load="mode = closed\n    concurrency = [8]", duration="60s", bucket="2s", follow_up=False)
+        text = sim_spec(load=load, duration="60s", bucket="2s" if load == CLOSED_8 else "1s", follow_up=False)
         text = text.replace(SIM_BLOCK, f'url = "http://127.0.0.1:{port}"', 1)
         spec = tmp_path / "t.soak"
         spec.write_text(text)
@@ -236,7 +247,7 @@ def test_an_external_backend_killed_mid_run_aborts_the_run(tmp_path):
             assert runner.poll() is None, runner.communicate()
             time.sleep(0.05)
         os.killpg(sim.pid, signal.SIGKILL)
-        killed = time.monotonic()
+        killed, killed_at = time.monotonic(), time.time()
         _, err = runner.communicate(timeout=60)
         took = time.monotonic() - killed
         assert wait_no_survivors(marker) == []
@@ -247,6 +258,47 @@ def test_an_external_backend_killed_mid_run_aborts_the_run(tmp_path):
     runner.stderr = err  # type: ignore[misc]
     _assert_aborted_for_liveness(runner, out, took)
     assert "[b0] stopped answering" in err and "stopping its load" in err
+    m = manifest(out)
+    assert m["aborts"] == [], m["aborts"]  # the backend's death, not a gate rule's failure
+    assert re.search(r"^backend 'b0': stopped answering: (GET /v1/models: )?connection refused \(econnrefused\) for "
+                     r"[0-9.]+s \(no sign of life since \d\d:\d\d:\d\d\.\d{3} UTC\)", m["incomplete_reason"]), m["incomplete_reason"]
+    if load == OPEN_200:  # the built-in abort saw it first, and says what its bucket's requests were
+        assert "; the built-in abort saw it first, at bucket " in m["incomplete_reason"], m["incomplete_reason"]
+        assert re.search(r"\d+ requests, none completed: \d+ held back \(connections refused\)", m["incomplete_reason"])
+    # a dead server is not hammered: once it refused, arrivals were held back, few were sent
+    sent_after = [r for r in requests_of(out) if r["start"] > killed_at + 0.2 and not (r["error"] or "").startswith("held back")]
+    assert len(sent_after) < 40, len(sent_after)
+
+
+# waits for the liveness abort of a real server process: the slow lane
+@pytest.mark.slow
+@pytest.mark.parametrize("load", ["mode = closed\n    concurrency = [64]", OPEN_200], ids=["closed", "open"])
+def test_a_port_closed_after_the_preflight_aborts_the_run_in_either_load_mode(tmp_path, load):
+    """The server answers the pre-flight request and its port closes at once (the process lives
+    on): every request of the level is refused. A closed loop's 64 workers all connect at the
+    level's start, an open loop's arrivals are held back after the first refusals: either way
+    bucket 0 is a whole bucket, none completed, and the built-in abort fired there -- a gate FAIL
+    (exit 1) whose message said nothing of refused connections, where the liveness watch (its
+    5 s grace not yet run) would have called the server dead. A server that is gone is a run
+    abort (exit 4), the same reason whichever detector saw it, and is not hammered meanwhile."""
+    spec = launch_spec(misbehaving("ok", "--stop-answering-after-requests", "1"), load=load, duration="60s", bucket="1s",
+                       follow_up=False)  # fmt: skip
+    t0 = time.monotonic()
+    proc, out = run_spec(tmp_path, spec)
+    assert proc.returncode == 4, proc.stderr
+    assert time.monotonic() - t0 < 25
+    m = manifest(out)
+    assert m["status"] == "aborted" and m["aborts"] == [], m["aborts"]
+    reason = m["incomplete_reason"]
+    assert re.match(r"backend 'b0': stopped answering: (GET /v1/models: )?connection refused \(econnrefused\) for [0-9.]+s "
+                    r"\(no sign of life since (the run began|\d\d:\d\d:\d\d\.\d{3} UTC)\)", reason), reason
+    assert "none completed" in reason and "connection refused" in reason.split("none completed")[-1], reason
+    assert "engine died" in server_log_bytes(out / "backends" / "b0").decode()
+    rows = requests_of(out)
+    assert rows and not any(r["outcome"] == "completed" for r in rows)
+    sent = [r for r in rows if not (r["error"] or "").startswith("held back")]
+    assert len(sent) < 100, len(sent)  # the first connects of each worker, then a scout a few times a second
+    assert all(r["start"] <= m["aborted_at"] for r in rows)
 
 
 # ------------------------------------------------------------------ pre-flight

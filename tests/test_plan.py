@@ -247,4 +247,4 @@ def test_the_plan_says_when_a_hung_server_counts_as_dead():
     `Liveness.hang_s`, 60 s). The plan says both bounds."""
     spec = spec_of('workload "w" {\n load { concurrency = 1 }\n duration = 60s\n}')
     text = render_text(plan(spec))
-    assert "dead after 5s of refusals, or 1m of probes answered by nothing (a hung server): the run aborts" in text, text
+    assert "dead after 5s of refusals, or 1m of probes answered by nothing (a hung server): the run aborts (exit 4; sooner" in text, text

@@ -574,6 +574,17 @@ def sent_since(stamp: float | None, start: float | None) -> float | None:
     return stamp - start
 
 
+def outcomes_text(counts: Any, most: int = 4) -> str:
+    """Outcome counts in words, most first ("40 connection refused, 2 HTTP 500"): what a fired
+    abort saw (the runner's `abort.Fired.describe`, the judge's `abort_fired`, from the
+    manifest's `aborts` entry). Past `most` kinds, the rest are summed ("3 other")."""
+    items = sorted(((str(k), int(v)) for k, v in dict(counts).items() if isinstance(v, int) and v > 0),
+                   key=lambda kv: (-kv[1], kv[0]))
+    parts = [f"{n} {k}" for k, n in items[:most]]
+    rest = sum(n for _, n in items[most:])
+    return ", ".join(parts + ([f"{rest} other"] if rest else []))
+
+
 def schedule_lag(start: float | None, intended: float | None, admitted: float | None = None) -> float | None:
     """The load generator's lateness behind what it was due to do, defined once (the record's
     `schedule_lag`, the judge's row and column forms, the abort rules): start less `admitted`
@@ -783,7 +794,7 @@ __all__ = [
     "ItlSource", "Outcome", "Record", "RequestRecord", "TokensSource", "decode_lenient", "decode_line", "decode_lines_lenient", "encode_line",
     "encode_lines",
     "error_pointer", "iter_record_batches", "iter_records",
-    "measured", "pack_gaps", "packed_ok", "request_schema", "schedule_lag", "sent_since", "unpack_block", "unpack_gaps",
+    "measured", "outcomes_text", "pack_gaps", "packed_ok", "request_schema", "schedule_lag", "sent_since", "unpack_block", "unpack_gaps",
 ]
 
 

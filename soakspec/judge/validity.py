@@ -26,6 +26,7 @@ import numpy as np
 from soakspec import draws
 from soakspec.evidence import layout
 from soakspec.evidence.ids import IdColumn, IdIndex
+from soakspec.evidence.record import outcomes_text
 from soakspec.evidence.record import schedule_lag as record_lag
 from soakspec.judge.capproof import Breach, breaches
 from soakspec.judge.common import abort_observed_text, backend_here, loc, plural, problem, result
@@ -534,8 +535,12 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
                          text=f"backend {a.get('backend')}, {a.get('workload')} / {level}, {a.get('scope')} {a.get('index')}")
         seen = abort_observed_text(a)  # in the rule's unit: a ratio as a percentage
         limit = abort_observed_text({**a, "observed": a.get("threshold")})
+        outcomes = a.get("outcomes") if isinstance(a.get("outcomes"), dict) else {}
+        saw = outcomes_text(outcomes)  # what its requests were (absent from evidence before it was recorded)
+        none = "" if outcomes.get("completed") else ", none completed"
         what = (f"abort rule '{a.get('rule')}' fired: observed {seen} over {a.get('requests')} requests "
-                f"(threshold {a.get('op')} {limit}); the rest of the load was not run")
+                f"(threshold {a.get('op')} {limit})" + (f"; {a.get('requests')} requests{none}: {saw}" if saw else "")
+                + "; the rest of the load was not run")
         saturated = _abort_client_saturated(run, a) if a.get("metric") in CLIENT_SENSITIVE else None
         if saturated:
             insts.append(problem(f"{what}; not judged a failure: the load generator was saturated in {saturated}, "

@@ -35,12 +35,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import re
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from soakspec import windows
-from soakspec.evidence.record import schedule_lag, sent_since
+from soakspec.evidence.record import outcomes_text, schedule_lag, sent_since
 from soakspec.plan import AbortRule
+from soakspec.runner.protocol import CONNECT_FAILED, HELD_BACK, HELD_REFUSED
 from soakspec.units import format_as
 
 OPS: dict[str, Callable[[float, float], bool]] = {
@@ -66,6 +68,40 @@ class Row:
     start: float | None  # the intended start (open loop) or the start
     outcome: str
     values: dict[str, float | None]  # ttft, latency, tpot, output_tokens, prompt_tokens, schedule_lag, sent_*
+    cause: str = ""  # the outcome in words, as a fired abort names it (`cause_of`)
+    gone: str = ""  # a sign the server is gone, not failing: GONE_REFUSED, GONE_HELD, GONE_CUT (`cause_of`)
+
+
+GONE_REFUSED = "refused"  # no connection could be made (refused, unreachable)
+GONE_HELD = "held"  # an open-loop arrival held back by the backoff after refused connects
+GONE_CUT = "cut"  # sent, and its connection broke before the response ended (in flight as the server went)
+
+
+def cause_of(outcome: str, error: str | None) -> tuple[str, str]:
+    """(the outcome in words, its `Row.gone` kind). Words: "completed", "timeout", "HTTP 500",
+    a connect that failed as the error says it ("connection refused"), "held back (connections
+    refused)" or "held back (requests failing)", a connection that ended as the error says it
+    ("connection reset by peer"), else the outcome ("failed")."""
+    err = error or ""
+    if outcome == "completed":
+        return "completed", ""
+    if err.startswith(CONNECT_FAILED):
+        return _bare(err[len(CONNECT_FAILED):]) or "connect failed", GONE_REFUSED
+    if err.startswith(HELD_BACK):
+        refused = err[len(HELD_BACK):].startswith(HELD_REFUSED)
+        return ("held back (connections refused)", GONE_HELD) if refused else ("held back (requests failing)", "")
+    if outcome == "timeout":
+        return "timeout", ""
+    if (m := re.match(r"HTTP (\d{3})\b", err)) is not None:
+        return f"HTTP {m.group(1)}", ""
+    if outcome == "disconnected" and err:
+        return _bare(err)[:60], GONE_CUT
+    return outcome, ""
+
+
+def _bare(err: str) -> str:
+    """An error without its errno's name: "connection refused (econnrefused)" -> "connection refused"."""
+    return re.sub(r"\s*\([a-z0-9_]+\)$", "", err.strip())
 
 
 def row_of(rec: Any) -> Row:
@@ -75,7 +111,19 @@ def row_of(rec: Any) -> Row:
     values = {"ttft": rec.ttft, "latency": rec.latency, "tpot": rec.tpot, "output_tokens": float(rec.output_tokens),
               "prompt_tokens": None if rec.prompt_tokens is None else float(rec.prompt_tokens), "schedule_lag": lag,
               "sent_ttft": sent_since(rec.first_token, rec.start), "sent_latency": sent_since(rec.end, rec.start)}  # fmt: skip
-    return Row(rec.bucket, start, str(rec.outcome), values)
+    outcome = str(rec.outcome)
+    cause, gone = cause_of(outcome, rec.error)
+    return Row(rec.bucket, start, outcome, values, cause, gone)
+
+
+def server_gone(rows: list[Row]) -> bool:
+    """Whether these requests (an abort's bucket or window) show a server that is gone rather
+    than one that answers and fails: none completed, at least one connect failed, and every
+    other one was held back by the backoff after refused connects or had its connection broken
+    in flight (reset, closed before the response ended: sent as the server went). A server
+    that answers every request with an error (HTTP 500, a timeout) or breaks every connection
+    without refusing one is not gone: the gate judges its failures (exit 1)."""
+    return bool(rows) and any(r.gone == GONE_REFUSED for r in rows) and all(r.gone for r in rows)
 
 
 def value(rule: AbortRule, rows: list[Row]) -> float | None:
@@ -123,6 +171,9 @@ class Fired:
     at: float  # when it fired (run clock, epoch seconds)
     observed: float
     requests: int
+    outcomes: tuple[tuple[str, int], ...] = ()  # the requests' outcomes in words (`cause_of`), most first
+    gone: bool = False  # the requests show a server that is gone (`server_gone`): the run aborts, exit 4
+    refused: str = ""  # the most common failed connect among them, in words ("connection refused")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,12 +182,26 @@ class Fired:
             "agg": self.rule.agg, "percentile": self.rule.percentile,
             "backend": self.backend, "workload": self.workload, "level": self.level, "level_label": self.level_label,
             "scope": self.scope, "index": self.index, "start": self.start, "end": self.end, "at": self.at,
+            "outcomes": dict(self.outcomes),
         }  # fmt: skip
 
+    def where(self) -> str:
+        return f"{self.scope} {self.index} of {self.workload} / {self.level_label}"
+
+    def saw(self) -> str:
+        """What its requests were: "42 requests, none completed: 40 connection refused, 2 ..."
+        (nothing for a fire recorded without outcomes)."""
+        if not self.outcomes:
+            return ""
+        counts = dict(self.outcomes)
+        head = f"{self.requests} requests, none completed" if not counts.get("completed") else f"{self.requests} requests"
+        return f"{head}: {outcomes_text(counts)}"
+
     def describe(self) -> str:
-        where = f"{self.scope} {self.index} of {self.workload} / {self.level_label}"
-        return (f"abort rule '{self.rule.text}' fired on backend '{self.backend}' at {where}: "
-                f"observed {observed_text(self.rule, self.observed)} over {self.requests} requests")
+        seen = f"observed {observed_text(self.rule, self.observed)} over {self.requests} requests"
+        if self.outcomes:
+            seen = self.saw() if self.rule.builtin else f"{seen} ({outcomes_text(dict(self.outcomes))})"
+        return f"abort rule '{self.rule.text}' fired on backend '{self.backend}' at {self.where()}: {seen}"
 
 
 DURATIONS = frozenset({"ttft", "latency", "tpot", "schedule_lag", "sent_ttft", "sent_latency"})  # the metrics `value` reads in seconds
@@ -376,9 +441,15 @@ class AbortWatch:
         if not fires or v is None or self._level is None:
             return
         workload, index, label, *_ = self._level
-        self.fired = Fired(rule, self.backend, workload, index, label, rule.scope, j, start, end, now, v, len(rows))
+        counts: dict[str, int] = {}
+        for r in rows:
+            counts[r.cause or r.outcome] = counts.get(r.cause or r.outcome, 0) + 1
+        outcomes = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+        refused = next((c for c, _ in outcomes if any(r.cause == c and r.gone == GONE_REFUSED for r in rows)), "")
+        self.fired = Fired(rule, self.backend, workload, index, label, rule.scope, j, start, end, now, v, len(rows),
+                           outcomes, server_gone(rows), refused)
         if self.on_fire is not None:
             self.on_fire(self.fired)
 
 
-__all__ = ["AbortWatch", "Fired", "Row", "holds", "row_of", "value"]
+__all__ = ["AbortWatch", "Fired", "Row", "cause_of", "holds", "row_of", "server_gone", "value"]

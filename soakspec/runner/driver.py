@@ -34,11 +34,11 @@ import sys
 import trio
 
 from soakspec.plan import BackendPlan, Level, RequestTemplate, probe_level
-from soakspec.runner.abort import AbortWatch, row_of
+from soakspec.runner.abort import AbortWatch, Fired, row_of
 from soakspec.runner.backend import Deps, sample_telemetry, serve_backend, tick_progress
 from soakspec.runner.clienthealth import ClientLog, LoopMonitor
 from soakspec.runner.ids import IdSequence
-from soakspec.runner.liveness import Health
+from soakspec.runner.liveness import Health, dead_message
 from soakspec.runner.logfile import ExternalLog, LogCopyRefused
 from soakspec.runner.procs import BackendError
 from soakspec.runner.load import CLOSE_S, Bisection, LevelContext, LevelRun, Shapes, drive_level
@@ -116,6 +116,8 @@ async def drive_backend(
                 continue
             await _drive_level(bp, lv, deps, rec, ids, shapes, connector(lv.request), (host, port), watch, health, client)
     if watch.fired is not None:
+        if watch.fired.gone:
+            _server_gone(bp.name, watch.fired, deps, rec, health)
         rec.abort_fired = watch.fired.to_json()
         deps.progress.error(f"soakspec run: {watch.fired.describe()}; the rest of the load is not run")
         return
@@ -124,6 +126,22 @@ async def drive_backend(
         fu_shapes = Shapes(fu, prompts(fu.prompt_file))
         await fu_shapes.prepare(url)
         await follow_up(bp, deps, rec, ids, fu_shapes, connector(fu))
+
+
+def _server_gone(name: str, fired: Fired, deps: Deps, rec: BackendRecorder, health: Health | None) -> None:
+    """An abort rule fired on requests that all found the server gone (`abort.server_gone`):
+    the liveness watch's verdict, seen first -- an open loop's short bucket fills with
+    held-back arrivals before the watch's 5 s grace. The run aborts (exit 4) as the watch
+    aborts it, its reason worded the same (`liveness.dead_message`) and saying which rule
+    saw it; no `aborts` entry: it is the backend's death, not a gate rule's failure."""
+    refusing = health is not None and health.refusing and health.last_problem
+    problem = health.last_problem if refusing else fired.refused  # type: ignore[union-attr]
+    since = health.refused_since if health is not None and health.refused_since is not None else fired.start
+    seen = "the built-in abort" if fired.rule.builtin else f"abort rule '{fired.rule.text}'"
+    why = (dead_message("stopped answering", str(problem), f"{max(0.0, fired.at - since):.1f}s", health)
+           + f"; {seen} saw it first, at {fired.where()}: {fired.saw()}")
+    deps.progress.error(f"[{name}] {why}: stopping its load")
+    raise rec.failed(BackendError(name, why), deps.clock.now())
 
 
 PREFLIGHT_LEVEL = -3  # the records' level and bucket (they are kept in the manifest entry only)
@@ -289,6 +307,8 @@ async def _drive_probe(bp, probe: Level, deps: Deps, rec: BackendRecorder, ids: 
         finally:
             watch.on_fire = outer
     fired, watch.fired = watch.fired, None
+    if fired is not None and fired.gone:  # not a probe the server cannot take: the server is gone
+        _server_gone(bp.name, fired, deps, rec, health)
     if fired is not None:
         rec.levels[-1]["stopped_by"] = fired.to_json()
         deps.progress.log(f"[{bp.name}] sweep: {fired.describe()}; this probe does not hold")

@@ -33,7 +33,12 @@ The rule is the plan's (`plan.Liveness`):
   ends it. `grace_s` of that, or `hang_s` of probes that got nothing back in time, and it raises
   `BackendError("stopped answering ..." / "failing its readiness probe ...")`: the run stops
   that backend's load and aborts (exit 4), the manifest says when and why, and the buckets
-  after it are missing.
+  after it are missing. An abort rule may see it first (an open loop's short buckets fill with
+  held-back arrivals within a second): when every request of the bucket it fired on found the
+  server gone (`abort.server_gone`: refused connects, held back after them, cut in flight),
+  the driver ends the run the same way, worded by the same `dead_message` -- a server that is
+  gone is a run abort (exit 4) whichever detector sees it, never the gate FAIL (exit 1) of a
+  server that answers and fails.
 
 Nothing here sleeps unboundedly outside the caller's cancel scope; no clock but the run's.
 """
@@ -47,12 +52,11 @@ from soakspec.plan import Launch, Liveness
 from soakspec.runner.clock import RunClock
 from soakspec.runner.httpxclient import send_once_more_if_unanswered
 from soakspec.runner.procs import BackendError
-from soakspec.runner.protocol import CONNECT_FAILED
+from soakspec.runner.protocol import CONNECT_FAILED, HELD_BACK, HELD_REFUSED
 from soakspec.runner.records import Outcome, RequestRecord
 
 
 FAIL_STREAK = 32  # requests in a row the server failed (none completed): back off as after a refused connect
-HELD_BACK = "held back: "  # the error of an open-loop arrival the gate did not let through
 
 
 class Health:
@@ -101,7 +105,7 @@ class Health:
 
     def refused(self, t: float, problem: str) -> None:
         self.failing(t, problem, True)
-        self._strike(t, f"the backend refused its last {self.refusals + 1} connects ({problem})")
+        self._strike(t, f"{HELD_REFUSED}{self.refusals + 1} connects ({problem})")
 
     def _strike(self, t: float, why: str) -> None:
         """Shut the gate: the next request waits the doubled backoff, then one tries."""
@@ -236,15 +240,20 @@ async def watch_liveness(la: Launch, url: str, health: Health, http: httpx.Async
                 health.failing(t, what, verdict == "refused")
             if health.refused_since is not None and t - health.refused_since >= lv.grace_s:
                 how = "stopped answering" if health.refusing else "failing its readiness probe"
-                raise BackendError(
-                    la.name,
-                    f"{how}: {health.last_problem} for {lv.grace_s:g}s (no sign of life since {_since(health)})",
-                )
+                raise BackendError(la.name, dead_message(how, health.last_problem or what, f"{lv.grace_s:g}s", health))
             if hung_since is not None and t - hung_since >= lv.hang_s:
                 raise BackendError(la.name, f"stopped answering: {what} for {lv.hang_s:g}s")
         with trio.move_on_after(lv.interval_s):
             await health.wake.wait()
         health.wake = trio.Event()
+
+
+def dead_message(how: str, problem: str, for_s: str, health: Health | None) -> str:
+    """Why a backend is dead, as the run's reason says it -- worded the same whichever saw it
+    first, this watch or an abort rule whose requests all found the server gone
+    (`abort.Fired.gone`, `driver.drive_backend`): "stopped answering: connection refused
+    (econnrefused) for 5s (no sign of life since 12:00:01.234 UTC)"."""
+    return f"{how}: {problem} for {for_s} (no sign of life since {_since(health) if health is not None else 'unknown'})"
 
 
 def _since(health: Health) -> str:
@@ -255,4 +264,4 @@ def _since(health: Health) -> str:
     return _dt.datetime.fromtimestamp(health.answered_at, _dt.timezone.utc).strftime("%H:%M:%S.%f")[:-3] + " UTC"
 
 
-__all__ = ["Health", "probe_once", "watch_liveness"]
+__all__ = ["Health", "dead_message", "probe_once", "watch_liveness"]

@@ -482,6 +482,8 @@ def describe_transport_error(exc: BaseException) -> str:
 
 
 CONNECT_FAILED = "connect failed: "  # a record's error when no connection could be made
+HELD_BACK = "held back: "  # an open-loop arrival the backoff gate did not let through (runner/liveness.py)
+HELD_REFUSED = "the backend refused its last "  # ... because connects were refused (liveness.Health.refused)
 CLOSED_BEFORE_RESPONSE = "connection closed before the response"
 CLOSED_MID_RESPONSE = "connection closed before the response finished"
 DEADLINE_PASSED = "deadline passed before the response finished"

@@ -35,7 +35,9 @@ listening), `--crash-at-start` (raise an exception before listening), `--stop-an
 the port refuses connections while the process lives on, like an API server whose engine died),
 `--chat-template-error` (every chat request is a 400 with vLLM's "no chat template" message),
 `--fail-after S` (S seconds after listening every request, the readiness GET included, is an
-HTTP 500: an API server that stays up after its engine died).
+HTTP 500: an API server that stays up after its engine died), `--stop-answering-after-requests N`
+(as `--stop-answering-after`, once N completion requests have been answered: N = 1 is a port
+that closes right after soakspec's pre-flight request, before any level).
 """
 
 from __future__ import annotations
@@ -194,6 +196,7 @@ KEEP_ALIVE_MODES = ("drop-second", "idle-close")
 OPEN: set = set()  # accepted connections (closed by --stop-answering-after)
 CHAT_TEMPLATE_ERROR = False
 FAIL_AT: float | None = None  # --fail-after: from then on, every answer is a 500
+STOP_AFTER: list = []  # --stop-answering-after-requests: [N, the listening socket, answered so far, a lock]
 ENGINE_DEAD = b'{"error": {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause."}}'
 CHAT_TEMPLATE_MESSAGE = (
     "As of transformers v4.44, default chat template is no longer allowed, so you must provide a chat "
@@ -274,6 +277,11 @@ def serve_one(conn: socket.socket, mode: str, garbage: bool, idle_close: float =
             print("chat request refused: no chat template", flush=True)
             return
         respond(conn, mode)
+        if STOP_AFTER:
+            with STOP_AFTER[3]:
+                STOP_AFTER[2] += 1
+                if STOP_AFTER[2] == STOP_AFTER[0]:
+                    stop_answering(STOP_AFTER[1], 0.0)
     except OSError:
         pass
     finally:
@@ -293,6 +301,7 @@ def main() -> int:
     p.add_argument("--crash-at-start", action="store_true")
     p.add_argument("--idle-close", type=float, default=0.3)
     p.add_argument("--stop-answering-after", type=float, default=None)
+    p.add_argument("--stop-answering-after-requests", type=int, default=None)
     p.add_argument("--chat-template-error", action="store_true")
     p.add_argument("--fail-after", type=float, default=None)
     args = p.parse_args()
@@ -313,6 +322,8 @@ def main() -> int:
     print(f"misbehaving server ({args.mode}) listening on 127.0.0.1:{args.port}", flush=True)
     if args.stop_answering_after is not None:
         threading.Thread(target=stop_answering, args=(srv, args.stop_answering_after), daemon=True).start()
+    if args.stop_answering_after_requests is not None:
+        STOP_AFTER.extend([args.stop_answering_after_requests, srv, 0, threading.Lock()])
     global CHAT_TEMPLATE_ERROR, FAIL_AT
     CHAT_TEMPLATE_ERROR = args.chat_template_error
     if args.fail_after is not None:
