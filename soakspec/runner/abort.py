@@ -28,6 +28,13 @@ Values, from `RequestRecord` fields:
     interpolation between order statistics, as the judge computes it).
 A bucket or window with fewer than the rule's `min_requests` requests (or no value for a
 distribution) is not evaluated: an abort never fires on nothing.
+
+A fire says what its requests were (`Fired.outcomes`, from each row's `cause`: "HTTP 500",
+"timeout", "connection refused", "held back (connections refused)"): "observed 100% over 42
+requests" read the same for a server refusing every connection and one answering every request
+with a 500. And it tells them apart (`Fired.gone`, `server_gone`): requests that all found the
+server gone are the backend's death, which the driver ends as the liveness watch does (exit 4,
+runner/liveness.py), not a gate rule's failure (exit 1).
 """
 
 from __future__ import annotations

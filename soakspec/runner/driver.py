@@ -30,6 +30,7 @@ import math
 import os
 import re
 import sys
+from typing import NoReturn
 
 import trio
 
@@ -128,17 +129,16 @@ async def drive_backend(
         await follow_up(bp, deps, rec, ids, fu_shapes, connector(fu))
 
 
-def _server_gone(name: str, fired: Fired, deps: Deps, rec: BackendRecorder, health: Health | None) -> None:
+def _server_gone(name: str, fired: Fired, deps: Deps, rec: BackendRecorder, health: Health | None) -> NoReturn:
     """An abort rule fired on requests that all found the server gone (`abort.server_gone`):
     the liveness watch's verdict, seen first -- an open loop's short bucket fills with
     held-back arrivals before the watch's 5 s grace. The run aborts (exit 4) as the watch
     aborts it, its reason worded the same (`liveness.dead_message`) and saying which rule
     saw it; no `aborts` entry: it is the backend's death, not a gate rule's failure."""
-    refusing = health is not None and health.refusing and health.last_problem
-    problem = health.last_problem if refusing else fired.refused  # type: ignore[union-attr]
+    problem = health.last_problem if health is not None and health.refusing and health.last_problem else fired.refused
     since = health.refused_since if health is not None and health.refused_since is not None else fired.start
     seen = "the built-in abort" if fired.rule.builtin else f"abort rule '{fired.rule.text}'"
-    why = (dead_message("stopped answering", str(problem), f"{max(0.0, fired.at - since):.1f}s", health)
+    why = (dead_message("stopped answering", problem, f"{max(0.0, fired.at - since):.1f}s", health)
            + f"; {seen} saw it first, at {fired.where()}: {fired.saw()}")
     deps.progress.error(f"[{name}] {why}: stopping its load")
     raise rec.failed(BackendError(name, why), deps.clock.now())
