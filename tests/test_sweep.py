@@ -366,6 +366,8 @@ class _Rec:
 
 
 class _Fired:
+    gone = False  # a server that answers (runner/abort.py `Fired.gone`): the probe does not hold, the run goes on
+
     def describe(self) -> str:
         return "abort rule 'ratio(errors) > 50% per bucket'"
 
