@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +16,35 @@ from pathlib import Path
 # server, not latency, so its gates get lenient client thresholds (`lenient_client`); on a
 # machine where the server has its own GPU and CPUs the defaults apply.
 LANE_CLIENT = "  client_lag = 1s\n  client_concurrency = 10%\n  client_schedule_lag = 1s\n"
+
+
+def vllm_head(what: str, extra_args: str = "", name: str = "vllm-workloads") -> str:
+    """The spec's start every lane test that launches vLLM shares: its soak, the tiny model and
+    the launched backend (CPU build, `extra_args` appended to `vllm serve`'s argv as spec text,
+    e.g. `, "--block-size", "32"`); the test writes its workload and gate after it."""
+    return f"""
+soak "{name}" {{
+  issue = "real-server lane: {what}"
+}}
+model {{
+  id = "tiny"
+  path = "models/tiny"
+}}
+backend "vllm" {{
+  launch = ["vllm", "serve", "{{model_path}}", "--served-model-name", "{{model_id}}",
+            "--host", "{{host}}", "--port", "{{port}}", "--max-model-len", "1024",
+            "--dtype", "bfloat16"{extra_args}]
+  env {{
+    VLLM_TARGET_DEVICE = "cpu"
+    VLLM_CPU_KVCACHE_SPACE = "1"
+  }}
+  ready {{
+    path = "/v1/models"
+    timeout = 5m
+  }}
+  shutdown_grace = 30s
+}}
+"""
 
 
 def lenient_client(text: str) -> str:
@@ -46,7 +76,8 @@ sys.exit(child.wait())
 def run_launched(lane: Path, tmp_path: Path, spec: Path, timeout: float) -> tuple[subprocess.CompletedProcess, Path]:
     """`soakspec run spec --out tmp_path/ev --format json` against a vLLM that soakspec launches
     through WRAPPER (the lane's tiny model at `models/tiny`; vLLM's /metrics as they stand when
-    soakspec stops it in tmp_path/metrics.txt), and any vLLM still running after it killed."""
+    soakspec stops it in tmp_path/metrics.txt), and any vLLM still running after it killed.
+    `REALSERVER_KEEP=DIR` keeps a copy of tmp_path (evidence, metrics.txt) in DIR to read after."""
     (tmp_path / "models").mkdir()
     (tmp_path / "models" / "tiny").symlink_to(lane / "tiny")
     bin_dir = tmp_path / "bin"
@@ -65,4 +96,8 @@ def run_launched(lane: Path, tmp_path: Path, spec: Path, timeout: float) -> tupl
         os.killpg(int((tmp_path / "vllm.pid").read_text()), signal.SIGKILL)  # gone already, normally
     except (OSError, ValueError):
         pass
+    if os.environ.get("REALSERVER_KEEP"):
+        keep = Path(os.environ["REALSERVER_KEEP"]) / tmp_path.name
+        shutil.rmtree(keep, ignore_errors=True)
+        shutil.copytree(tmp_path, keep, symlinks=True)
     return proc, out

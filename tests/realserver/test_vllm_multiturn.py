@@ -20,15 +20,13 @@ tiny model, a plain chat template written here), judged by vLLM's own counts:
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from lane import lenient_client, run_launched
+from lane import lenient_client, run_launched, vllm_head
 
 from soakspec.evidence.record import iter_records
 from soakspec.judge import stats
@@ -64,29 +62,7 @@ SHAREGPT = [{"conversations": [turn for t in range(1, TURNS + 1) for turn in (
     {"from": "gpt", "value": _text(c, t, "answer", 12)})]} for c in range(1, CONVERSATIONS + 1)]
 
 TTFT_RULE = "require p95(ttft) < 30s per turn"
-SPEC = f"""
-soak "vllm-multi-turn" {{
-  issue = "real-server lane: multi-turn chat"
-}}
-model {{
-  id = "tiny"
-  path = "models/tiny"
-}}
-backend "vllm" {{
-  launch = ["vllm", "serve", "{{model_path}}", "--served-model-name", "{{model_id}}",
-            "--host", "{{host}}", "--port", "{{port}}", "--max-model-len", "1024",
-            "--dtype", "bfloat16", "--block-size", "{BLOCK}", "--chat-template", "chat.jinja"]
-  env {{
-    VLLM_TARGET_DEVICE = "cpu"
-    VLLM_CPU_KVCACHE_SPACE = "1"
-  }}
-  ready {{
-    path = "/v1/models"
-    timeout = 5m
-  }}
-  shutdown_grace = 30s
-}}
-workload "chat" {{
+SPEC = vllm_head("multi-turn chat", f', "--block-size", "{BLOCK}", "--chat-template", "chat.jinja"', name="vllm-multi-turn") + f"""workload "chat" {{
   endpoint = chat
   prompt_file = "conversations.json"
   multi_turn = true
@@ -155,10 +131,6 @@ def test_multi_turn_sessions_carry_their_history_on_vllm_and_its_counters_agree(
     (tmp_path / "spec.soak").write_text(lenient_client(SPEC))
     proc, out = run_launched(lane, tmp_path, tmp_path / "spec.soak", timeout=600)
     sys.stderr.write(proc.stderr[-3000:])
-    if os.environ.get("REALSERVER_KEEP"):  # a copy of the evidence to read after the test
-        keep = Path(os.environ["REALSERVER_KEEP"]) / tmp_path.name
-        shutil.rmtree(keep, ignore_errors=True)
-        shutil.copytree(tmp_path, keep, symlinks=True)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     tok = Tokenizer.from_file(str(lane / "tiny" / "tokenizer.json"))
 

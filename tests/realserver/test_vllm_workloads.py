@@ -20,44 +20,19 @@ model), judged by vLLM's own /metrics, not only by the simulator:
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from lane import lenient_client, run_launched
+from lane import lenient_client, run_launched, vllm_head
 
 from soakspec.evidence.record import iter_records
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.realserver
 
-HEAD = """
-soak "vllm-workloads" {{
-  issue = "real-server lane: {what}"
-}}
-model {{
-  id = "tiny"
-  path = "models/tiny"
-}}
-backend "vllm" {{
-  launch = ["vllm", "serve", "{{model_path}}", "--served-model-name", "{{model_id}}",
-            "--host", "{{host}}", "--port", "{{port}}", "--max-model-len", "1024",
-            "--dtype", "bfloat16"{extra}]
-  env {{
-    VLLM_TARGET_DEVICE = "cpu"
-    VLLM_CPU_KVCACHE_SPACE = "1"
-  }}
-  ready {{
-    path = "/v1/models"
-    timeout = 5m
-  }}
-  shutdown_grace = 30s
-}}
-"""
 
 # vLLM's CPU backend caches blocks of 128 tokens by default; 32 keeps the prompts short. The
 # trace's blocks are token-exact (`input_lengths = tokens`) and as large as vLLM's, so a block
@@ -82,7 +57,7 @@ REPLAY = """workload "{name}" {{
   follow_up = false
 }}
 """
-PREFIX_SPEC = (HEAD.format(what="prefix sharing", extra=f', "--block-size", "{BLOCK}"')
+PREFIX_SPEC = (vllm_head("prefix sharing", f', "--block-size", "{BLOCK}"')
                + REPLAY.format(name="unique", extra="\n    prefix_sharing = false")
                + REPLAY.format(name="shared", extra=f"\n    hash_block = {BLOCK}")
                + "gate {\n  require completed_run\n  require failed == 0\n}\n")
@@ -114,7 +89,7 @@ gate {{
   {CAP_RULE}
 }}
 """
-CAP_SPEC = HEAD.format(what="max_concurrency and requests_per_level", extra="") + CAPPED
+CAP_SPEC = vllm_head("max_concurrency and requests_per_level") + CAPPED
 
 
 def _run(lane: Path, tmp_path: Path, spec: str) -> tuple[subprocess.CompletedProcess, Path]:
@@ -124,10 +99,6 @@ def _run(lane: Path, tmp_path: Path, spec: str) -> tuple[subprocess.CompletedPro
     (tmp_path / "spec.soak").write_text(lenient_client(spec))
     proc, out = run_launched(lane, tmp_path, tmp_path / "spec.soak", timeout=600)
     sys.stderr.write(proc.stderr[-3000:])
-    if os.environ.get("REALSERVER_KEEP"):  # a copy of the evidence to read after the test
-        keep = Path(os.environ["REALSERVER_KEEP"]) / tmp_path.name
-        shutil.rmtree(keep, ignore_errors=True)
-        shutil.copytree(tmp_path, keep, symlinks=True)
     return proc, out
 
 
