@@ -55,7 +55,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from soakspec.claims.facts import ChangeFacts, ChangeRow, ClaimBoundary, Coverage, EvidenceFacts, LevelFacts
+from soakspec.claims.facts import ChangeFacts, ChangeRow, SweepChangeRow, ClaimBoundary, Coverage, EvidenceFacts, LevelFacts
 from soakspec.diagnostics import Diagnostic
 from soakspec.evidence import layout
 from soakspec.evidence.io import loads
@@ -684,6 +684,26 @@ def _change_row(row: Any, where: str) -> ChangeRow | None:
     )
 
 
+_SWEEP_FIGURES = ("max_sustainable_rate", "max_sustainable_concurrency")
+_SWEEP_VERDICTS = ("regression", "improvement", "no significant change", "inconclusive")
+
+
+def _sweep_row(row: Any, where: str) -> SweepChangeRow:
+    """One of compare's JSON `sweep[]` rows (`SweepRow.to_json`) -> SweepChangeRow."""
+    if not isinstance(row, dict):
+        raise AdapterError(f"{where}: not a JSON object")
+    for key in ("backend", "metric", "verdict"):
+        if not isinstance(row.get(key), str):
+            raise AdapterError(f"{where}: no `{key}`")
+    if row["metric"] not in _SWEEP_FIGURES:
+        raise AdapterError(f"{where}: unknown sweep figure {row['metric']!r}")
+    if row["verdict"] not in _SWEEP_VERDICTS:
+        raise AdapterError(f"{where}: unknown sweep verdict {row['verdict']!r}")
+    return SweepChangeRow(backend=row["backend"], figure=row["metric"], unit=str(row.get("unit") or ""),
+                          base=_number(row, "base", where), new=_number(row, "new", where), verdict=row["verdict"],
+                          message=str(row.get("message") or ""), new_backend=str(row.get("new_backend") or row["backend"]))
+
+
 def change_facts(doc: Any, source: str) -> ChangeFacts:
     """`soakspec compare`'s JSON document (`Comparison.to_json()`) -> ChangeFacts. An
     AdapterError (exit 2) for anything else: another kind of document, a schema version this
@@ -699,9 +719,13 @@ def change_facts(doc: Any, source: str) -> ChangeFacts:
     if not isinstance(rows, list):
         raise AdapterError(f"{source}: the comparison has no `rows` list")
     out = [_change_row(r, f"{source}: rows[{i}]") for i, r in enumerate(rows)]
+    sweep = doc.get("sweep") or []  # absent where neither run swept
+    if not isinstance(sweep, list):
+        raise AdapterError(f"{source}: the comparison's `sweep` is not a list")
+    sweeps = tuple(_sweep_row(r, f"{source}: sweep[{i}]") for i, r in enumerate(sweep))
     verdict = doc.get("verdict") if isinstance(doc.get("verdict"), str) else None
     reasons = tuple(str(x) for x in doc.get("reasons") or () if isinstance(x, str)) if isinstance(doc.get("reasons"), list) else ()
-    return ChangeFacts(source, tuple(r for r in out if r is not None), verdict, reasons)
+    return ChangeFacts(source, tuple(r for r in out if r is not None), verdict, reasons, sweeps)
 
 
 def read_change_facts(path: str | Path, text: str) -> ChangeFacts:

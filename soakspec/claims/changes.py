@@ -84,6 +84,10 @@ noise ("not significant", "within noise", "within run-to-run variation") or stat
 confidence interval ("95% CI"), a bare signed figure with no direction word ("-12%",
 "410 → 360 ms" alone), every sentence of a table, heading, code or quote, and a "sentence" of
 more than MAX_SENTENCE characters (the reading stays linear in the document).
+
+A clause about a sweep's own figure ("capacity rose from 20 to 24 rps", "max sustainable rate
+is unchanged") is checked against compare's Sweep rows instead (`sweep_changes`, same codes),
+and is not read here: "max sustainable request rate fell" is not a claim about QPS.
 """
 
 from __future__ import annotations
@@ -103,6 +107,8 @@ from soakspec.claims.facts import ChangeFacts, ChangeRow, LevelFacts
 from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RULE_CUE, _TIME_UNIT, _aggs, _metric_key, seconds_per
 from soakspec.claims.polarity import NEGATION_CUES, NEGATION_DETERMINERS, Polarity, polarity
 from soakspec.claims.scope import _CONCURRENCY, _RATE
+from soakspec.claims.sweep_changes import HINTS as _SWEEP_HINTS
+from soakspec.claims.sweep_changes import sweep_claims, sweep_finding
 from soakspec.diagnostics import Diagnostic, Severity
 from soakspec.units import prose_quantity
 
@@ -147,6 +153,8 @@ _NOT_A_CLAIM = re.compile(
     r"|noise|confidence|ci)\b|<(?!-)|(?<!-)>|[≤≥]",
     re.I,
 )
+_SWEEP_SKIP = re.compile(r"\b(?:gates?|allow(?:s|ed)?|toleran(?:ce|t)|require[sd]?|budget|limit|target|not\s+(?:statistically\s+)?significant"
+                         r"|insignificant|within\s+(?:the\s+)?noise|run[\s-]to[\s-]run|noise|confidence|ci)\b|<(?!-)|(?<!-)>|[≤≥]", re.I)
 _BREAK = re.compile(r";|\s[—–]\s|\s--\s|—|\b(?:but|however|although|though|whereas|while|because|since|yet|so|therefore|thus|hence)\b", re.I)
 _SOFT_BREAK = re.compile(r",\s+(?:and\s+)?|\s+and\s+", re.I)
 
@@ -796,7 +804,20 @@ def check_changes(doc: Document, path: str, facts: ChangeFacts | None, negated_b
             continue
         if s.end - s.start > MAX_SENTENCE:
             continue  # not a sentence one can read a claim of change from; keeps linting linear
-        for c in claims_in(doc.sentence_text(s), s.block in negated_blocks):
+        masked = doc.sentence_text(s)
+        negated = s.block in negated_blocks
+        clauses = _clauses(masked)
+        sweeps = sweep_claims(masked, clauses, _SWEEP_SKIP, _GAP, _metrics, negated)
+        for sc in sweeps:  # the sweep's own figure ("capacity rose from 20 to 24 rps"): compare's sweep rows
+            found = sweep_finding(sc, facts)
+            if found is not None:
+                code, message = found
+                severity = Severity.WARNING if code == "CB505" else Severity.ERROR
+                out.append(Diagnostic(code, message, doc.span(s.start + sc.start, s.start + sc.end), path, severity,
+                                      _SWEEP_HINTS.get(code, _HINT[code])))
+        for c in claims_in(masked, negated):
+            if any(c.scope == sc.scope for sc in sweeps):
+                continue  # "max sustainable request rate rose": the sweep's figure, not QPS
             found = _finding(c, facts)
             if found is not None:
                 out.append(_diag(*found, c, s.start, doc, path, _pool_hint(c, facts) if found[0] == "CB505" else None))

@@ -171,6 +171,24 @@ class ChangeRow:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class SweepChangeRow:
+    """compare's row for a sweep's own figure (its JSON `sweep[]`, `soakspec.compare.sweep`):
+    `figure` max_sustainable_rate | max_sustainable_concurrency, each run's highest probed level
+    that holds (`base`, `new`; None: no level held), and compare's `verdict` on the two runs'
+    [holds, fails] intervals: regression, improvement, no significant change (within one step of
+    the grid), inconclusive."""
+
+    backend: str
+    figure: str
+    unit: str  # "rps" or "" (concurrency)
+    base: float | None
+    new: float | None
+    verdict: str
+    message: str
+    new_backend: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ChangeFacts:
     """What `soakspec compare` measured between two runs (`lint --compare`): its rows, and where
     they came from (`base → new` directories, or a compare JSON file) for messages."""
@@ -179,3 +197,4 @@ class ChangeFacts:
     rows: tuple[ChangeRow, ...] = ()
     verdict: str | None = None  # compare's own outcome (PASS / FAIL / INCONCLUSIVE), and why where it is not PASS
     reasons: tuple[str, ...] = ()
+    sweeps: tuple[SweepChangeRow, ...] = ()  # the sweep figure's rows (compare's JSON `sweep`)

@@ -1,0 +1,236 @@
+"""Claims of change about a sweep's own figure -- "max sustainable rate is unchanged", "capacity
+rose from 20 to 24 rps", "the sweep found 24 rps, up from 20" -- against compare's sweep row
+(`SweepChangeRow`, compare's JSON `sweep`; `soakspec.compare.sweep`). Called by `changes`, whose
+codes it reuses: a claim about the figure is a claim of change like any other.
+
+What names the figure (`SUBJECT`; precision over recall: a false finding in a review is worse
+than a missed one): "max(imum) sustainable rate / load / concurrency / request rate" (and
+`max_sustainable_*`), "sustainable capacity", "capacity" where no word before it names another
+resource or a place ("KV cache capacity", "memory capacity", "at capacity", "spare capacity" are
+not the sweep's; `_OTHER_RESOURCE`) and the clause names no other metric of compare's ("TTFT
+rose in capacity tests"),
+"saturation point", and "the sweep found / measured / reported". Nothing else: "throughput
+rose" is compare's throughput row (`changes`), "sustains 24 rps" a figure of one run
+(`sustain`).
+
+A claim is a clause (cut as `changes` cuts them) that names the figure and has exactly one
+direction (`direction.DIRECTION`), with nothing but connective words (`changes._GAP`), the
+figure's own numbers and "found" between them -- or "N, up from M" / "N (down from M)"; a
+direction before the name ("no change in capacity") only where the clause ends after it, but for
+its figures or a backend (`_TAIL`: "increased capacity planning" is another noun's). The
+figure is a capacity: higher is better, so "improved" is a rise and "regressed" a fall. Against
+the rows of the backend it names (else every row), one finding per claim:
+
+- CB501 a claimed rise or fall where every decided row moved the other way;
+- CB502 stated figures -- "from 20 to 24 rps", "20 → 24", "24 rps, up from 20" -- that are not
+  the rows' base / new figures (within half a unit of the last digit; a row with no level held
+  has no figure to state) on any row that shows the direction;
+- CB503 a claimed rise or fall where compare found no significant change (the two searches are
+  within one step of the grid) or its row is inconclusive;
+- CB504 "unchanged" / "no regression" where a row is a regression (an unchanged claim of an
+  improvement understates, and is not flagged);
+- CB505 (a warning) "unchanged" of a row compare could not decide, or a claim naming the figure
+  explicitly ("max sustainable rate", "the sweep found") where compare has no sweep row.
+  "capacity" and "saturation point" with no sweep row say nothing: a fixed-level comparison's
+  review may use the words of something else.
+
+Not read: a size of the change ("rose 20%", "by 4 rps" -- a bisection knows each figure only to
+within its step; left for the direction check), a negated, hedged or asked clause (`polarity`),
+a rule or threshold, noise, a clause with two directions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from soakspec.claims.direction import APPROX, DIRECTION
+from soakspec.claims.facts import ChangeFacts, SweepChangeRow
+from soakspec.claims.polarity import Polarity, polarity
+
+_NUM = r"\d+(?:\.\d+)?"
+_UNIT = (r"(?:rps\b|qps\b|req(?:uest)?s?\s*(?:/|per)\s*s(?:ec(?:ond)?)?\b|(?:concurrent|parallel|in-flight)\s+"
+         r"(?:requests?|users?|streams?|sessions?)\b)")
+# "KV cache capacity", "at capacity", "spare capacity": another resource's, or a place, not the sweep's figure
+_OTHER_RESOURCE = re.compile(r"\b(?:cache|kv|memory|mem|vram|hbm|gpu|disk|storage|queue|buffer|batch|context|token|slot|pool"
+                             r"|network|bandwidth|link|cpu|compute|battery|tank|seating|file|block|page|prefix|at|to|over|near"
+                             r"|under|full|spare|free|extra|headroom|of)[\s-]+(?:the\s+)?$", re.I)
+SUBJECT = re.compile(
+    r"\bmax(?:imum)?[_\s]+sustain(?:able|ed)[_\s]+(?:request[_\s]+)?(?:rate|load|concurrency)\b"
+    r"|\bsustainable\s+capacity\b"
+    r"|(?<![\w-])capacity\b"
+    r"|\bsaturation\s+point\b"
+    r"|\b(?:the|our|this|each)\s+(?:(?:new|base|rate|concurrency|capacity)\s+)?sweeps?\s+(?:now\s+)?(?:found|finds|measured|reported)\b",
+    re.I,
+)
+# the explicit names: a claim of these with no sweep row is CB505 (missing data is never a pass)
+_EXPLICIT = re.compile(r"max(?:imum)?[_\s]+sustain|sweep", re.I)
+_SIGN = {"same": 0, "down": -1, "up": 1, "better": 1, "worse": -1}
+# "24 rps, up from 20", "24 (down from 28)": the new figure, a direction, the base figure
+_UP_FROM = re.compile(rf"(?P<b>{_NUM})\s*(?:{_UNIT})?\s*[,(]?\s*(?P<dir>up|down)\s+from\s+(?:{APPROX}\s*)?(?P<a>{_NUM})\s*(?:{_UNIT})?", re.I)
+_FROM_TO = re.compile(rf"\bfrom\s+(?:{APPROX}\s*)?(?P<a>{_NUM})\s*(?:{_UNIT})?\s*(?:to|→|->)\s*(?:{APPROX}\s*)?(?P<b>{_NUM})"
+                      rf"(?![\d.])(?!\s*(?:%|ms|s\b|µs|us|tok))"
+                      rf"|(?<![\w.])(?P<a2>{_NUM})\s*(?:{_UNIT})?\s*(?:→|->)\s*(?P<b2>{_NUM})(?![\d.])(?!\s*(?:%|ms|s\b|µs|us|tok))", re.I)
+# what may follow the figure's name where the direction comes first ("no change in capacity.",
+# "raised the max sustainable rate from 20 to 24 rps on b0"): nothing else -- "increased capacity
+# planning" is another noun's direction
+_TAIL = re.compile(rf"(?:\s+(?:from\s+(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?\s*(?:to|→|->)\s*(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?"
+                   r"|(?:on|for|of|in)\s+[\w.-]+))*\s*(?:[.,:;!?)]|$)", re.I)
+# what may stand between the figure's name and its direction besides `changes._GAP`'s words
+_EXTRA_GAP = rf"(?:{_NUM}\s*(?:{_UNIT})?|found|level|figure|result|value)"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SweepClaim:
+    sign: int  # +1 rose, -1 fell, 0 unchanged
+    word: str
+    figures: tuple[tuple[str, str], ...]  # (base, new) as written
+    start: int  # in the sentence
+    end: int
+    scope: str
+    sentence: str
+    explicit: bool
+    figure: str | None  # max_sustainable_rate | max_sustainable_concurrency where the name says which
+
+
+def subjects(text: str) -> list[re.Match[str]]:
+    """The names of the sweep's figure in `text` (`SUBJECT`, less another resource's capacity)."""
+    return [m for m in SUBJECT.finditer(text)
+            if not (m.group(0).lower() == "capacity" and _OTHER_RESOURCE.search(text, max(0, m.start() - 40), m.start()))]
+
+
+def _direction(blanked: str, gap: re.Pattern[str]) -> tuple[str, str, int, int, tuple[str, str] | None] | None:
+    """(direction kind, word, start, end, stated (base, new) of "N, up from M") of the clause's one
+    direction next to its `SUBJECT`, or None."""
+    subj = subjects(blanked)
+    ups = list(_UP_FROM.finditer(blanked))
+    dirs = [d for d in DIRECTION.finditer(blanked) if not any(u.start() <= d.start() < u.end() for u in ups)]
+    if len(subj) != 1 or len(dirs) + len(ups) != 1:
+        return None
+    s = subj[0]
+    if ups:
+        u = ups[0]
+        if u.start() < s.end() or not gap.fullmatch(blanked, s.end(), u.start()):
+            return None
+        return ("up" if u.group("dir").lower() == "up" else "down"), u.group("dir"), u.start("dir"), u.end(), (u.group("a"), u.group("b"))
+    d = dirs[0]
+    kind = next(k for k in _SIGN if d.group(k))
+    if d.start() >= s.end() and gap.fullmatch(blanked, s.end(), d.start()):
+        return kind, d.group(0), d.start(), d.end(), None
+    if d.end() <= s.start() and gap.fullmatch(blanked, d.end(), s.start()) and _TAIL.match(blanked, s.end()):
+        return kind, d.group(0), d.start(), d.end(), None  # "no change in capacity", "raised capacity from 20 to 24 rps"
+    return None
+
+
+def sweep_claims(masked: str, clauses: Sequence[tuple[int, int]], skip: re.Pattern[str], gap: re.Pattern[str],
+                 metrics: Callable[[str], list[Any]], negated: bool) -> list[SweepClaim]:
+    """The claims of change about the sweep's figure one sentence (masked text) makes; `skip`
+    marks a clause that is a rule, threshold or noise, `metrics` finds compare's other metrics
+    (`changes`): a clause that names one too ("TTFT rose in capacity tests") is not read."""
+    extra = re.compile(rf"(?:{gap.pattern}|{_EXTRA_GAP}|,)*", re.I)
+    out: list[SweepClaim] = []
+    for a, b in clauses:
+        clause = masked[a:b]
+        if skip.search(clause):
+            continue
+        found = _direction(clause, extra)
+        if found is None:
+            continue
+        kind, word, ds, de, stated = found
+        subj = subjects(clause)[0]
+        if metrics(clause[: subj.start()] + " " * (subj.end() - subj.start()) + clause[subj.end() :]):
+            continue
+        start, end = min(subj.start(), ds), max(subj.end(), de)
+        if polarity(masked, a + start, a + end, negated) is not Polarity.ASSERTED:
+            continue
+        figures = [stated] if stated else [(m.group("a") or m.group("a2"), m.group("b") or m.group("b2"))
+                                           for m in _FROM_TO.finditer(clause)]
+        out.append(SweepClaim(_SIGN[kind], " ".join(word.split()), tuple(figures) if len(figures) == 1 else (),
+                              a + start, a + end, clause, masked, bool(_EXPLICIT.search(subj.group(0))), _figure(subj.group(0))))
+    return out
+
+
+def _figure(name: str) -> str | None:
+    axis = re.search(r"(rate|concurrency)\s*$", name, re.I)
+    return f"max_sustainable_{axis.group(1).lower()}" if axis else None
+
+
+def _half(num: str) -> float:
+    return 10.0 ** -len(num.split(".")[1]) / 2 if "." in num else 0.5
+
+
+def _near(text: str, v: float | None) -> bool:
+    return v is not None and abs(float(text) - v) <= _half(text) + 1e-9
+
+
+def _v(v: float | None, unit: str) -> str:
+    return "none" if v is None else f"{v:g}{' ' + unit if unit else ''}"
+
+
+def describe(r: SweepChangeRow) -> str:
+    """`b0: max_sustainable_rate 24 rps → 20 rps (regression: ...)`."""
+    return f"{r.backend}: {r.figure} {_v(r.base, r.unit)} → {_v(r.new, r.unit)} ({r.verdict}: {r.message})"
+
+
+def _rows(c: SweepClaim, facts: ChangeFacts) -> list[SweepChangeRow]:
+    """The rows of the figure the claim names (a rate, a concurrency; "capacity": either), of the
+    backend it names (else every backend)."""
+    rows = [r for r in facts.sweeps if c.figure is None or r.figure == c.figure]
+    names = {r.backend for r in rows} | {r.new_backend for r in rows}
+    for text in (c.scope, c.sentence):
+        said = {n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.I)}
+        if said:
+            return [r for r in rows if r.backend in said or r.new_backend in said]
+    return rows
+
+
+def sweep_finding(c: SweepClaim, facts: ChangeFacts) -> tuple[str, str] | None:
+    """(code, message) for a claim about the sweep figure that compare's sweep rows do not bear
+    out; None where they do (module doc)."""
+    name = c.figure or "the sweep's figure"
+    said = (f"says \"{c.word}\" of {name}" if c.sign == 0 else f"states {name} {c.word}")
+    if c.figures:
+        said += f" ({c.figures[0][0]} → {c.figures[0][1]})"
+    rows = _rows(c, facts)
+    if not rows:
+        if not c.explicit and not facts.sweeps:
+            return None
+        has = ", ".join(dict.fromkeys(r.figure for r in facts.sweeps))
+        return "CB505", (f"{said}; compare ({facts.source}) has no sweep row for it"
+                         f"{f' (its sweep rows: {has})' if has else ' (neither run swept, or only one did)'}")
+    text = "; ".join(describe(r) for r in rows[:3]) + (f"; and {len(rows) - 3} more" if len(rows) > 3 else "")
+    if c.sign == 0:
+        if any(r.verdict == "regression" for r in rows):
+            return "CB504", f"{said}; compare measured a regression of it: {text}"
+        if any(r.verdict == "inconclusive" for r in rows):
+            return "CB505", f"{said}; compare could not tell: {text}"
+        return None
+    decided = [r for r in rows if r.verdict != "inconclusive"]
+    if not decided:
+        return "CB503", f"{said}; compare's sweep row is inconclusive: {text}"
+    moved = {"improvement": 1, "regression": -1}
+    shows = [r for r in decided if moved.get(r.verdict) == c.sign]
+
+    def stated_ok(pool: Sequence[SweepChangeRow]) -> bool:
+        return not c.figures or any(_near(c.figures[0][0], r.base) and _near(c.figures[0][1], r.new) for r in pool)
+
+    if shows:
+        if stated_ok(shows):
+            return None
+        return "CB502", f"{said}; those are not compare's figures: {text}"
+    if all(moved.get(r.verdict) == -c.sign for r in decided):
+        return "CB501", f"{said}; compare measured the opposite: {text}"
+    if not stated_ok(decided):
+        return "CB502", f"{said}; those are not compare's figures, and it found no significant change: {text}"
+    return "CB503", f"{said}; compare found no significant change (within one step of the sweep's grid): {text}"
+
+
+HINTS = {
+    "CB501": "the sweep's figure is what `soakspec compare BASE NEW` found (its Sweep row); correct the direction "
+             "(a higher sustainable load is better)",
+    "CB502": "state compare's figures: the Sweep row's base and new (max_sustainable_*)",
+    "CB503": "a bisection knows its figure only to within one step of its grid: say no significant change was found, "
+             "or sweep with a finer step (an inconclusive row: with longer probes)",
+}

@@ -1,0 +1,127 @@
+"""`lint-claims --compare` of two sweeps checks what a review says of the sweep's own figure
+("max sustainable rate is unchanged", "capacity rose from 20 to 24 rps", "the sweep found 24
+rps, up from 20") against compare's sweep row (its JSON `sweep`: base, new, verdict), with the
+codes of every other claim of change (CB501-CB505; `soakspec.claims.sweep_changes`).
+
+Before, such sentences were not read at all: a review claiming a capacity rise over a
+comparison that FAILed on a capacity drop linted clean."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from soakspec import cli
+from soakspec.claims import ClaimBoundary, Coverage, adapters, lint
+from soakspec.compare import SCHEMA_VERSION
+from tests.test_compare_sweep import SWEEP, _compare, sweep_run
+
+
+def _doc(verdict: str, base: float | None = 20, new: float | None = 24, *, backend: str = "b0", sweep: bool = True) -> dict:
+    rows = [{"backend": backend, "new_backend": backend, "workload": "w0", "metric": "max_sustainable_rate", "unit": "rps",
+             "base": base, "new": new, "change": None if base is None or new is None else new - base, "relative_change": None,
+             "verdict": verdict, "message": "base holds 20 rps, 21 rps fails; new holds 24 rps, 25 rps fails"}]
+    return {"kind": "comparison", "schema_version": SCHEMA_VERSION, "rows": [], "sweep": rows if sweep else []}
+
+
+def _codes(text: str, doc: dict) -> list[str]:
+    facts = adapters.change_facts(doc, "compare.json")
+    return [d.code for d in lint(text, "PR.md", ClaimBoundary(), Coverage(), changes=facts) if d.code.startswith("CB5")]
+
+
+@pytest.mark.parametrize("text, verdict, expect", [
+    # a claimed rise where compare measured a fall, and the mirror
+    ("Capacity rose from 24 to 20 rps.", "regression", ["CB501"]),
+    ("The max sustainable rate improved.", "regression", ["CB501"]),
+    ("The sweep found 20 rps, down from 24.", "improvement", ["CB501"]),
+    # a claimed change within one step of the grid, or of an inconclusive row: unsupported (CB503)
+    ("Capacity rose from 20 to 24 rps.", "no significant change", ["CB503"]),
+    ("The maximum sustainable rate increased.", "inconclusive", ["CB503"]),
+    # "unchanged" of a regression; of a row compare could not decide (a warning)
+    ("The max sustainable rate is unchanged.", "regression", ["CB504"]),
+    ("There is no regression in max sustainable rate.", "regression", ["CB504"]),
+    ("The max sustainable rate is unchanged.", "inconclusive", ["CB505"]),
+    # stated figures that are not compare's
+    ("Capacity rose from 20 to 26 rps.", "improvement", ["CB502"]),
+    ("The sweep found 28 rps, up from 20.", "improvement", ["CB502"]),
+    ("The saturation point rose from 18 → 24 rps.", "improvement", ["CB502"]),
+    # borne out: clean
+    ("Capacity rose from 20 to 24 rps.", "improvement", []),
+    ("The sweep found 24 rps, up from 20.", "improvement", []),
+    ("The max sustainable rate is unchanged.", "no significant change", []),
+    ("The max sustainable rate is unchanged.", "improvement", []),  # understates: not flagged
+    ("The saturation point moved up: max sustainable rate rose.", "improvement", []),
+])
+def test_claims_about_the_sweep_figure_are_checked_against_its_row(text, verdict, expect):
+    assert _codes(text, _doc(verdict)) == expect
+
+
+@pytest.mark.parametrize("text", [
+    "KV cache capacity rose from 20 to 24 GB.",  # another resource's capacity
+    "TTFT rose in capacity tests.",  # another metric's claim (no such row: CB505 of TTFT, not of the sweep)
+    "The server ran at capacity and nothing rose.",
+    "Capacity may rise with the new scheduler.",  # hedged
+    "Capacity did not rise.",  # negated: not a claim of a rise
+    "The gate requires max sustainable rate >= 20 rps.",  # a rule
+    "We increased capacity planning effort.",  # another noun's direction
+    "Capacity planning rose to the top of the list.",
+])
+def test_what_does_not_name_the_sweep_figure_or_does_not_claim_a_change_is_not_read(text):
+    assert [c for c in _codes(text, _doc("regression")) if c != "CB505" or "TTFT" not in text] == []
+
+
+def test_a_named_figure_without_a_sweep_row_is_a_warning_and_capacity_says_nothing():
+    """Missing data is never a pass: "max sustainable rate rose" over a comparison with no sweep
+    row is CB505; "capacity rose" there may be a review's word for something else, and is not read."""
+    assert _codes("The max sustainable rate rose.", _doc("improvement", sweep=False)) == ["CB505"]
+    assert _codes("Capacity rose.", _doc("improvement", sweep=False)) == []
+
+
+def test_max_sustainable_request_rate_is_the_sweep_figure_not_qps():
+    """"request rate" alone is compare's QPS row; as the sweep's figure it is checked once, as the figure."""
+    assert _codes("The max sustainable request rate fell.", _doc("improvement")) == ["CB501"]
+
+
+def test_a_claim_naming_the_other_axis_has_no_row():
+    """"max sustainable concurrency" of a rate sweep: compare has no such row (a warning naming
+    the row it has), never the rate's row read for it."""
+    facts = adapters.change_facts(_doc("improvement"), "compare.json")
+    (d,) = [d for d in lint("The new build raised the max sustainable concurrency from 8 to 12.", "PR.md", ClaimBoundary(),
+                            Coverage(), changes=facts) if d.code.startswith("CB5")]
+    assert d.code == "CB505" and "its sweep rows: max_sustainable_rate" in d.message, d.message
+
+
+def test_no_regression_in_capacity_of_a_regression_and_a_malformed_sweep_row():
+    assert _codes("There is no regression in capacity.", _doc("regression")) == ["CB504"]
+    doc = _doc("regression")
+    doc["sweep"][0]["verdict"] = "fine"
+    with pytest.raises(adapters.AdapterError, match=r"sweep\[0\]: unknown sweep verdict"):
+        adapters.change_facts(doc, "compare.json")
+    del doc["sweep"]  # a comparison of runs that did not sweep: no rows, no error
+    assert adapters.change_facts(doc, "compare.json").sweeps == ()
+
+
+def test_a_backend_named_selects_its_row():
+    doc = _doc("regression")
+    doc["sweep"].append({**doc["sweep"][0], "backend": "b1", "new_backend": "b1", "verdict": "improvement"})
+    assert _codes("On b1, capacity rose.", doc) == []
+    assert _codes("On b0, capacity rose.", doc) == ["CB501"]
+
+
+def test_the_cli_checks_a_capacity_claim_against_two_sweep_runs(tmp_path: Path, capsys):
+    """End to end: 24 rps before, 20 after (compare FAILs on the sweep row); the review says
+    capacity rose from 20 to 24 rps -- backwards -- and lint-claims says so, with compare's figures."""
+    c = _compare(sweep_run(24, 1), sweep_run(20, 2))
+    out = tmp_path / "compare.json"
+    out.write_text(json.dumps(c.to_json()))
+    pr = tmp_path / "PR.md"
+    pr.write_text("# Perf\n\nCapacity rose from 20 to 24 rps.\n\nThe sweep found 20 rps, down from 24.\n\n## Claim boundary\n\nSynthetic.\n")
+    spec = tmp_path / "s.soak"
+    spec.write_text(SWEEP)
+    code = cli.main(["lint-claims", str(pr), "--spec", str(spec), "--compare", str(out)])
+    text = capsys.readouterr().out
+    assert code == 1, text
+    assert f"{pr}:3:1: CB501" in text and "24 rps → 20 rps (regression" in text, text
+    assert f"{pr}:5:" not in text, text  # borne out: 24 → 20, a regression
