@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from soakspec import cli
 from soakspec.claims import ClaimBoundary, Coverage, adapters, lint
@@ -125,3 +126,23 @@ def test_the_cli_checks_a_capacity_claim_against_two_sweep_runs(tmp_path: Path, 
     assert code == 1, text
     assert f"{pr}:3:1: CB501" in text and "24 rps → 20 rps (regression" in text, text
     assert f"{pr}:5:" not in text, text  # borne out: 24 → 20, a regression
+
+
+_WORDS = {"improvement": "rose", "regression": "fell", "no significant change": "is unchanged"}
+
+
+@settings(max_examples=60, deadline=None)
+@given(base=st.integers(1, 500), new=st.integers(1, 500), verdict=st.sampled_from(sorted(_WORDS)),
+       name=st.sampled_from(["Capacity", "The max sustainable rate", "The saturation point", "Maximum sustainable load"]))
+def test_a_claim_rendered_from_the_row_is_clean_and_its_opposite_is_not(base, new, verdict, name):
+    """Property: a review that says what the Sweep row says -- its direction, and for a change its
+    two figures -- lints clean, whatever the figures; the opposite direction is CB501 (a change
+    claimed of no significant change: CB503; "unchanged" of a regression: CB504)."""
+    figures = "" if verdict == "no significant change" else f" from {base} to {new} rps"
+    row = _doc(verdict, base, new)
+    assert _codes(f"{name} {_WORDS[verdict]}{figures}.", row) == []
+    opposite = {"improvement": ("fell", "CB501"), "regression": ("rose", "CB501"), "no significant change": ("rose", "CB503")}
+    word, code = opposite[verdict]
+    assert _codes(f"{name} {word}.", row) == [code]
+    if verdict == "regression":
+        assert _codes(f"{name} is unchanged.", row) == ["CB504"]
