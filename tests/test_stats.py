@@ -164,6 +164,25 @@ def test_max_overages_consistent(n, q, c):
         assert k + 1 >= n or stats.binomial_cdf(k + 1, n, 1 - q / 100) > 1 - c
 
 
+# the q a share claim is judged at (`soakspec.lang.samples.share_quantile`): `<= X` gives
+# (1 - X) * 100, e.g. 5.000000000000004 for 95%, whose n = 1 sits on the float boundary
+_BOUNDARY_QS = sorted({x * 100.0 for x in (0.01, 0.05, 0.1, 0.5, 0.8, 0.9, 0.95, 0.99, 0.999)}
+                      | {(1.0 - x) * 100.0 for x in (0.5, 0.8, 0.9, 0.95, 0.99, 0.999)}
+                      | {1.0, 5.0, 10.0, 50.0, 90.0, 95.0, 99.0})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sampled_from(_BOUNDARY_QS), st.sampled_from([0.90, 0.95, 0.99, 90 * 0.01, 95 * 0.01, 99 * 0.01]))
+def test_the_judge_allows_no_overage_exactly_from_the_checkers_count(q, c):
+    """Property: at the count `min_samples_for_percentile` names (check's W509), the judge's
+    `max_overages` allows 0 overages; one sample fewer, none (None) -- even where
+    ``(q/100)**n == 1 - c`` up to rounding, as for `goodput(...) <= 95%` at 95% (n = 1)."""
+    n = stats.min_samples_for_percentile(q, c)
+    assert stats.max_overages(n, q, c) == 0
+    if n > 1:
+        assert stats.max_overages(n - 1, q, c) is None
+
+
 def test_exceeds_with_confidence():
     # 10 of 50 above the threshold: the p99 is surely above it
     assert stats.exceeds_with_confidence(10, 50, 99, 0.95)

@@ -612,26 +612,35 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
 def max_overages(n: int, q: float, confidence: float) -> int | None:
     """LoadGen early stopping: the largest k such that, with n samples, the (n-k)-th smallest
     sample is an upper bound of the q-th percentile at `confidence`; None when even k = 0 is
-    not enough (n below `min_samples_for_percentile`)."""
+    not enough (n below `min_samples_for_percentile`).
+
+    Whether k = 0 is allowed is `min_samples_for_percentile` itself, not this function's sum:
+    ``(q/100)**n <= 1 - c`` computed two ways (here ``exp(n log1p(-p_over))``) disagrees by
+    an ulp at exact boundaries -- `goodput(...) <= 95%` at 95% confidence has q/100 == 1 - c
+    up to rounding -- and check's W509 would then name a count the judge still calls
+    INCONCLUSIVE. One rule, so the count W509 asks for is the count that can PASS."""
     _check(q, confidence)
+    if n < min_samples_for_percentile(q, confidence):
+        return None
     if q >= 100:
-        return 0 if n >= 1 else None
+        return 0
     alpha = 1.0 - confidence
     p_over = 1.0 - q / 100.0
     # The (n-k)-th smallest sample lies below the true percentile exactly when at most k samples
-    # exceed it: probability P(Bin(n, p_over) <= k), which must be <= alpha. Sum the pmf upwards.
+    # exceed it: probability P(Bin(n, p_over) <= k), which must be <= alpha. Sum the pmf upwards;
+    # k = 0 is settled above, so the sum only decides k >= 1 (each step adds P(X = i) > 0, far
+    # above the rounding that the k = 0 term can carry).
     lp, lq = math.log(p_over), math.log1p(-p_over)
     log_pmf = n * lq  # P(X = 0)
-    cdf = 0.0
-    k = -1
-    for i in range(n):
-        if i > 0:
-            log_pmf += math.log(n - i + 1) - math.log(i) + lp - lq
+    cdf = math.exp(log_pmf)
+    k = 0
+    for i in range(1, n):
+        log_pmf += math.log(n - i + 1) - math.log(i) + lp - lq
         cdf += math.exp(log_pmf)
         if cdf > alpha:
             break
         k = i
-    return None if k < 0 else k
+    return k
 
 
 def exceeds_with_confidence(over: int, n: int, q: float, confidence: float) -> bool:
