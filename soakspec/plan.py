@@ -29,7 +29,9 @@ Time model (the runner implements exactly this):
 
 Request counts: open-loop levels expect `rate × duration`: constant arrivals send exactly that
 many measured requests (the minimum too); seeded Poisson or gamma arrivals vary around it, so
-their minimum is 0 (`_open_minimum`). Closed-loop and batch levels
+their minimum is 0 (`_open_minimum`); a level that ends at its `requests_per_level` N sends N
+whatever its arrivals (`_reaches_count`), so the plan says N, and its warmup's estimate
+(`expected_warmup_requests`). Closed-loop and batch levels
 depend on the server's speed: the plan gives the minimum (one request per worker, one batch)
 and, when the workload sets `expected_latency`, an estimate: a closed loop `concurrency ×
 duration / expected_latency`; a batch level the requests its batches start in the measured
@@ -58,6 +60,7 @@ from soakspec.evidence.runtime import RuntimeDecl as BoundaryDecl
 from soakspec import lengths
 from soakspec.lang import simtrace
 from soakspec.lang.batches import batch_requests
+from soakspec.lang.check.workload import SHORT_COUNT_SIGMAS
 from soakspec.lang.replay import sharing
 from soakspec.lang.spec import Backend, Spec, Workload
 from soakspec.sim.config import sim_argv
@@ -504,6 +507,9 @@ class Level:
     phase: str | None = None  # the workload's named phase this level is (`load { phases { ... } }`)
     sweep: Sweep | None = None  # a sweep: the runner probes levels of this shape (see Sweep)
     sweep_probe: int | None = None  # a probe of a sweep: its grid index
+    # the requests its warmup is expected to send (recorded, in no bucket): an open loop's rate ×
+    # warmup, a closed loop's concurrency × warmup / expected_latency; None: not estimated
+    expected_warmup_requests: int | None = None
 
     @property
     def mode(self) -> str:
@@ -1082,6 +1088,19 @@ def _ramp_count(shape: OpenRamp, warmup: float, duration: float) -> int:
     return max(0, int(round(total)))
 
 
+def _warmup_count(shape: LoadShape, warmup: float, latency: float | None) -> int | None:
+    """The requests a level's warmup is expected to send: an open loop's arrivals before the
+    measured window (constant: exactly; Poisson: the rate's integral, rounded), a closed loop's
+    concurrency × warmup / expected_latency; None where no estimate exists (a closed loop without
+    expected_latency) or the shape is not a plain open or closed loop."""
+    match shape:
+        case Open():
+            return _constant_count(0.0, shape.rate * warmup) if shape.arrival == "constant" else int(round(shape.rate * warmup))
+        case Closed(concurrency=c):
+            return 0 if warmup <= 0 else (int(c * warmup / latency) if latency else None)
+    return None
+
+
 def _open_minimum(shape: "Open | OpenRamp", expected: int) -> int:
     """The fewest measured requests an open level can send: constant arrivals send exactly
     `expected`; Poisson (or gamma) arrivals, seeded, may send fewer -- 5 rps for 5 s with seed 0
@@ -1144,6 +1163,7 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
                 workload=w.name, index=i, shape=shape, request=request, warmup_s=w.warmup_s * scale,
                 duration_s=duration, deadline_s=w.deadline_s * scale, buckets=_buckets(duration, w.bucket_s * scale),
                 min_requests=minimum, expected_requests=expected,
+                expected_warmup_requests=_warmup_count(shape, w.warmup_s * scale, latency),
             )
         )  # fmt: skip
     return out
@@ -1372,9 +1392,11 @@ def render_text(p: Plan) -> str:
         lines.extend(_render_backend(b, p.rehearsal, p.spec_secrets, _defaulted_deadlines(spec)))
     total_exp = [b.expected_requests for b in p.backends]
     exp_text = f", expected ~{sum(total_exp)}" if total_exp and all(v is not None for v in total_exp) else ""  # type: ignore[misc]
+    counted = _counted_requests([lv for b in p.backends for lv in b.levels])
     lines.append(
-        f"  total: requests ≥ {sum(b.min_requests for b in p.backends)}{exp_text}; "
-        f"wall time ≈ {format_duration(p.est_wall_s)} (at most {format_duration(p.max_wall_s)})"
+        (f"  total: requests: {counted} measured (each level its requests_per_level); " if counted is not None else
+         f"  total: requests ≥ {sum(b.min_requests for b in p.backends)}{exp_text}; ")
+        + f"wall time ≈ {format_duration(p.est_wall_s)} (at most {format_duration(p.max_wall_s)})"
     )
     return terminal_safe("\n".join(lines))  # names and texts are the spec's own: shown, never obeyed by the terminal
 
@@ -1411,13 +1433,10 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
         if lv.sweep is not None:
             lines.append(_render_sweep(lv))
             continue
-        exp = f"~{lv.expected_requests}" if lv.expected_requests is not None else "?"
-        if isinstance(lv.shape, (Open, OpenRamp)) and lv.shape.arrival != "constant":
-            exp += " (random arrivals: the seeded count varies around it)"
         warm = f" after {format_duration(lv.warmup_s)} warmup" if lv.warmup_s else ""
         lines.append(
             f"    {lv.workload} / {lv.label}: {_timing_text(lv)}{warm} in "
-            f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets; requests ≥ {lv.min_requests}, expected {exp}{_short_text(lv)}"
+            f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets; {_level_requests_text(lv)}{_short_text(lv)}"
         )
     replayed = {lv.workload for lv in b.levels if isinstance(lv.shape, Replay)}
     for name, t in {lv.workload: lv.request for lv in b.levels}.items():
@@ -1454,8 +1473,10 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
     exp = b.expected_requests
     unknown = (" (a sweep: how many more depends on the levels it probes)" if any(lv.sweep is not None for lv in b.levels)
                else " (set expected_latency for an estimate)")  # fmt: skip
+    counted = _counted_requests(b.levels)
     lines.append(
-        f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else unknown)
+        (f"    requests: {counted} measured (each level its requests_per_level)" if counted is not None else
+         f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else unknown))
         + f"; wall time ≈ {format_duration(b.est_wall_s)} (at most {format_duration(b.max_wall_s)} with startup, drains and shutdown)"
     )
     return lines
@@ -1490,6 +1511,46 @@ def _timing_text(lv: Level) -> str:
     if n is None:
         return format_duration(lv.duration_s)
     return f"{n} measured requests (it ends once they have finished), at most {format_duration(lv.duration_s)}"
+
+
+def _reaches_count(lv: Level) -> bool:
+    """A count-bounded level the plan expects to send its whole count (its duration, the bound,
+    not ending it first): what ends it is its count, so its measured requests are N -- random
+    arrivals too, whose count over a timed level would vary, where the rate × duration is more
+    than `SHORT_COUNT_SIGMAS` standard deviations above N (W515's measure of luck, from the
+    other side: a count that bad luck could miss is not promised)."""
+    n, exp = lv.requests_per_level, lv.expected_requests
+    if n is None or exp is None or exp < n:
+        return False
+    if isinstance(lv.shape, Open) and lv.shape.arrival != "constant":
+        mean = lv.shape.rate * lv.duration_s
+        return mean - SHORT_COUNT_SIGMAS * math.sqrt(mean / lv.shape.burstiness) >= n
+    return True
+
+
+def _counted_requests(levels: Iterable[Level]) -> int | None:
+    """The measured requests of levels that all end at their count (`_reaches_count`); None
+    where any is timed or expected to be ended by its duration (the plan gives a floor and an
+    estimate instead)."""
+    levels = list(levels)
+    if not levels or not all(_reaches_count(lv) for lv in levels):
+        return None
+    return sum(lv.requests_per_level or 0 for lv in levels)
+
+
+def _level_requests_text(lv: Level) -> str:
+    """`requests ≥ 8, expected ~40`, or a level that ends at its count: `requests: 500 measured,
+    ~20 in the warmup` -- N, not a floor, for random arrivals too (README "A fixed count per
+    level"); the warmup's requests are recorded in no bucket."""
+    if _reaches_count(lv):
+        warm = lv.expected_warmup_requests
+        return f"requests: {lv.requests_per_level} measured" + (f", ~{warm} in the warmup" if lv.warmup_s and warm is not None else "")
+    exp = f"~{lv.expected_requests}" if lv.expected_requests is not None else "?"
+    n = lv.requests_per_level
+    if isinstance(lv.shape, (Open, OpenRamp)) and lv.shape.arrival != "constant":
+        exp += (" (random arrivals: the seeded count varies around it)" if n is None or lv.expected_requests != n else
+                f" (random arrivals: the duration may end it before its {n})")
+    return f"requests ≥ {lv.min_requests}, expected {exp}"
 
 
 def _short_text(lv: Level) -> str:
@@ -1598,7 +1659,8 @@ def _level_json(lv: Level) -> dict[str, Any]:
         "rate": lv.rate, "batch_requests": lv.batch_requests, "max_concurrency": lv.max_concurrency,
         "requests_per_level": lv.requests_per_level, "shape": _shape_json(lv.shape),
         "warmup_s": lv.warmup_s, "duration_s": lv.duration_s, "bucket_s": lv.bucket_s, "deadline_s": lv.deadline_s,
-        "min_requests": lv.min_requests, "expected_requests": lv.expected_requests, "request": lv.request.to_json(),
+        "min_requests": lv.min_requests, "expected_requests": lv.expected_requests,
+        "expected_warmup_requests": lv.expected_warmup_requests, "request": lv.request.to_json(),
         "buckets": [{"index": bk.index, "start_s": bk.start_s, "length_s": bk.length_s} for bk in lv.buckets],
     } | ({"sweep": sweep_json(lv.sweep)} if lv.sweep is not None else {})  # fmt: skip
 

@@ -152,6 +152,48 @@ def test_the_plan_prints_the_count_and_the_manifest_records_it():
     assert "requests_per_level" not in plan(timed).backends[0].levels[0].to_json()  # as evidence from before the key
 
 
+COUNTED_TIMING = "warmup = 2s\n  duration = 28s\n  bucket = 7s\n  deadline = 60s"
+
+
+@pytest.mark.parametrize("load, warm", [
+    ("mode = open\n    rate = [10rps]\n    arrival = poisson\n    requests_per_level = 150", 20),
+    ("mode = open\n    rate = [10rps]\n    arrival = poisson\n    burstiness = 0.5\n    requests_per_level = 150", 20),
+    ("mode = open\n    rate = [10rps]\n    requests_per_level = 150", 20),
+    ("mode = closed\n    concurrency = [4]\n    requests_per_level = 150", None),
+])
+def test_the_plan_line_of_a_counted_level_says_its_count_not_a_floor_of_random_arrivals(load, warm):
+    """A counted level sends its N measured requests (README "A fixed count per level") -- Poisson
+    arrivals too, whose timed count varies: the level line says "requests: 150 measured" (and
+    what its warmup is expected to send), not "requests ≥ 0 ... varies around it"; the backend
+    line and the total say 150 too."""
+    spec, diags = _checked(load, COUNTED_TIMING)
+    assert spec is not None, diags
+    text = render_text(plan(spec))
+    line = next(x for x in text.splitlines() if x.startswith("    w / "))
+    assert "requests: 150 measured" in line and "≥ 0" not in line and "varies" not in line, line
+    if warm is not None:
+        assert f"~{warm} in the warmup" in line, line
+    assert "    requests: 150 measured" in text and "total: requests: 150 measured" in text, text
+    lv = to_json(plan(spec))["backends"][0]["levels"][0]
+    assert lv["expected_requests"] == 150 and lv["expected_warmup_requests"] == warm
+
+
+def test_a_random_count_that_bad_luck_could_miss_is_not_promised():
+    """Poisson arrivals averaging 280 in the 28 s bound may fall short of 275: the plan gives the
+    floor and says the duration may end the level first, as it does not for 150."""
+    spec, _ = _checked("mode = open\n    rate = [10rps]\n    arrival = poisson\n    requests_per_level = 275", COUNTED_TIMING)
+    line = next(x for x in render_text(plan(spec)).splitlines() if x.startswith("    w / "))
+    assert "requests ≥ 0, expected ~275 (random arrivals: the duration may end it before its 275)" in line, line
+
+
+def test_a_counted_closed_level_with_expected_latency_plans_its_warmup():
+    """4 workers at an expected 0.5 s a request send ~16 in a 2 s warmup."""
+    spec, _ = _checked("mode = closed\n    concurrency = [4]\n    requests_per_level = 150",
+                       COUNTED_TIMING + "\n  expected_latency = 500ms")
+    line = next(x for x in render_text(plan(spec)).splitlines() if x.startswith("    w / "))
+    assert "requests: 150 measured, ~16 in the warmup" in line, line
+
+
 @pytest.mark.parametrize("load, extra, warned", [
     # 4 rps for 60 s sends about 240: the duration ends the level long before its 1000
     ("mode = open\n    rate = [4rps]\n    requests_per_level = 1000", "duration = 60s", True),
