@@ -510,6 +510,9 @@ class Level:
     # the requests its warmup is expected to send (recorded, in no bucket): an open loop's rate ×
     # warmup, a closed loop's concurrency × warmup / expected_latency; None: not estimated
     expected_warmup_requests: int | None = None
+    # a count-bounded level's expected load time, its warmup's included: its N at the planned rate
+    # (or concurrency and expected_latency), at most warmup + duration; None: timed, or unknown
+    expected_load_s: float | None = None
 
     @property
     def mode(self) -> str:
@@ -810,10 +813,19 @@ class BackendPlan:
     follow_up_workload: str
     aborts: tuple[AbortRule, ...] = ()  # evaluated live; the first that fires stops the load
     metrics: MetricsScrape | None = None  # the server's /metrics, scraped during the load (None: off)
+    # where a level ends at its count (`wall_ends_at_count`): the load time expected with each such
+    # level's `expected_load_s` (then `est_wall_s` is only the bound); None: no estimate, or no count
+    count_est_wall_s: float | None = None
 
     @property
     def name(self) -> str:
         return self.backend.name
+
+    @property
+    def wall_ends_at_count(self) -> bool:
+        """A level of it ends at its `requests_per_level`: `est_wall_s` (warmup + duration) is
+        then its upper bound, not its estimate."""
+        return any(lv.requests_per_level is not None for lv in self.levels)
 
     @property
     def min_requests(self) -> int:
@@ -885,6 +897,22 @@ class Plan:
     def max_wall_s(self) -> float:
         vals = [b.max_wall_s for b in self.backends]
         return (max(vals) if self.parallel else sum(vals)) if vals else 0.0
+
+    @property
+    def wall_ends_at_count(self) -> bool:
+        """A level ends at its count: `est_wall_s` is an upper bound (`BackendPlan`'s)."""
+        return any(b.wall_ends_at_count for b in self.backends)
+
+    @property
+    def count_est_wall_s(self) -> float | None:
+        """`est_wall_s` with each counted level's expected load time; None: no level is counted,
+        or one has no estimate."""
+        if not self.wall_ends_at_count:
+            return None
+        vals = [b.count_est_wall_s if b.wall_ends_at_count else b.est_wall_s for b in self.backends]
+        if None in vals:
+            return None
+        return (max(vals) if self.parallel else sum(vals)) if vals else 0.0  # type: ignore[arg-type,type-var]
 
     @property
     def bucket_count(self) -> int:
@@ -1101,6 +1129,19 @@ def _warmup_count(shape: LoadShape, warmup: float, latency: float | None) -> int
     return None
 
 
+def _count_load_s(shape: LoadShape, warmup: float, duration: float, latency: float | None) -> float | None:
+    """How long a count-bounded level is expected to load: its warmup, then its N requests at the
+    planned rate (N / rate) or, for a closed loop with expected_latency, ceil(N / concurrency)
+    rounds of it -- at most warmup + duration, the bound (README: a level's wall time is warmup +
+    duration; a counted one's only at most that). None: a timed level, or no estimate."""
+    match shape:
+        case Open(requests_per_level=int(n)):
+            return warmup + min(duration, n / shape.rate)
+        case Closed(requests_per_level=int(n), concurrency=c) if latency:
+            return warmup + min(duration, math.ceil(n / c) * latency)
+    return None
+
+
 def _open_minimum(shape: "Open | OpenRamp", expected: int) -> int:
     """The fewest measured requests an open level can send: constant arrivals send exactly
     `expected`; Poisson (or gamma) arrivals, seeded, may send fewer -- 5 rps for 5 s with seed 0
@@ -1164,6 +1205,7 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
                 duration_s=duration, deadline_s=w.deadline_s * scale, buckets=_buckets(duration, w.bucket_s * scale),
                 min_requests=minimum, expected_requests=expected,
                 expected_warmup_requests=_warmup_count(shape, w.warmup_s * scale, latency),
+                expected_load_s=_count_load_s(shape, w.warmup_s * scale, duration, latency),
             )
         )  # fmt: skip
     return out
@@ -1310,6 +1352,9 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
     follow_deadline = min((w.deadline_s for w in spec.workloads), default=0.0) * time_scale
     follow_est = min((w.expected_latency_s or 0.0 for w in spec.workloads), default=0.0) * time_scale if follow else 0.0
     est = sum(_level_load_s(lv) for lv in levels) + follow_est
+    counted = [lv.expected_load_s for lv in levels if lv.requests_per_level is not None]
+    count_est = (sum(lv.expected_load_s if lv.expected_load_s is not None else _level_load_s(lv) for lv in levels) + follow_est
+                 if counted and None not in counted else None)  # fmt: skip
     launch = _launch(spec, b, base, rehearse)
     metrics = _metrics_scrape(spec, b, time_scale)
     upper = (
@@ -1325,7 +1370,7 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
     first = next((w for w in spec.workloads if w.follow_up), spec.workloads[0])
     return BackendPlan(
         b, tuple(levels), follow, follow_deadline, est, upper, launch, _traces(spec, b, base, rehearse), _runtime(b),
-        _request(first, model, base, b.api_key_env), first.name, _aborts(spec, b, time_scale), metrics,
+        _request(first, model, base, b.api_key_env), first.name, _aborts(spec, b, time_scale), metrics, count_est,
     )
 
 
@@ -1396,9 +1441,27 @@ def render_text(p: Plan) -> str:
     lines.append(
         (f"  total: requests: {counted} measured (each level its requests_per_level); " if counted is not None else
          f"  total: requests ≥ {sum(b.min_requests for b in p.backends)}{exp_text}; ")
-        + f"wall time ≈ {format_duration(p.est_wall_s)} (at most {format_duration(p.max_wall_s)})"
+        + _wall_text(p.est_wall_s, p.max_wall_s, p.wall_ends_at_count, p.count_est_wall_s,
+                     [lv for b in p.backends for lv in b.levels], "")
     )
     return terminal_safe("\n".join(lines))  # names and texts are the spec's own: shown, never obeyed by the terminal
+
+
+def _wall_text(est: float, most: float, counted: bool, count_est: float | None, levels: Iterable[Level], with_: str) -> str:
+    """`wall time ≈ 30s (at most 25m52s ...)`; where a level ends at its count, warmup + duration
+    is only its bound (README "A fixed count per level"): `wall time ≤ 30s (ends at its count:
+    about 17s at the planned rate; ...)`, or `wall time at most 30s (...)` with no estimate."""
+    upper = f"at most {format_duration(most)}{with_}"
+    if not counted:
+        return f"wall time ≈ {format_duration(est)} ({upper})"
+    counts = [lv for lv in levels if lv.requests_per_level is not None]
+    ends = "ends at its count" if len(counts) == 1 else "its counted levels end at their counts"
+    if count_est is None:
+        return f"wall time at most {format_duration(est)} ({ends}, how soon depends on the server; {upper})"
+    modes = {lv.mode for lv in counts}
+    pace = ("at the planned rate" if modes == {"open"} else "at the workload's expected_latency" if modes == {"closed"}
+            else "at the planned rates and expected_latency")  # fmt: skip
+    return f"wall time ≤ {format_duration(est)} ({ends}: about {format_duration(count_est)} {pace}; {upper})"
 
 
 def _defaulted_deadlines(spec: Spec) -> frozenset[str]:
@@ -1477,7 +1540,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
     lines.append(
         (f"    requests: {counted} measured (each level its requests_per_level)" if counted is not None else
          f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else unknown))
-        + f"; wall time ≈ {format_duration(b.est_wall_s)} (at most {format_duration(b.max_wall_s)} with startup, drains and shutdown)"
+        + "; " + _wall_text(b.est_wall_s, b.max_wall_s, b.wall_ends_at_count, b.count_est_wall_s, b.levels,
+                            " with startup, drains and shutdown")
     )
     return lines
 
@@ -1660,7 +1724,8 @@ def _level_json(lv: Level) -> dict[str, Any]:
         "requests_per_level": lv.requests_per_level, "shape": _shape_json(lv.shape),
         "warmup_s": lv.warmup_s, "duration_s": lv.duration_s, "bucket_s": lv.bucket_s, "deadline_s": lv.deadline_s,
         "min_requests": lv.min_requests, "expected_requests": lv.expected_requests,
-        "expected_warmup_requests": lv.expected_warmup_requests, "request": lv.request.to_json(),
+        "expected_warmup_requests": lv.expected_warmup_requests, "expected_load_s": lv.expected_load_s,
+        "request": lv.request.to_json(),
         "buckets": [{"index": bk.index, "start_s": bk.start_s, "length_s": bk.length_s} for bk in lv.buckets],
     } | ({"sweep": sweep_json(lv.sweep)} if lv.sweep is not None else {})  # fmt: skip
 
@@ -1679,6 +1744,8 @@ def _backend_json(b: BackendPlan, secrets: Iterable[str] = ()) -> dict[str, Any]
         "expected_requests": b.expected_requests,
         "est_wall_s": round(b.est_wall_s, 3),
         "max_wall_s": round(b.max_wall_s, 3),
+        "wall_ends_at_count": b.wall_ends_at_count,  # then est_wall_s is the bound; est_count_wall_s the estimate
+        "est_count_wall_s": None if b.count_est_wall_s is None else round(b.count_est_wall_s, 3),
         "follow_up": b.follow_up,
         "follow_up_request": b.follow_up_request.to_json() if b.follow_up else None,
         "levels": [_level_json(lv) for lv in b.levels],
@@ -1705,6 +1772,8 @@ def to_json(p: Plan) -> dict:
         ),
         "est_wall_s": round(p.est_wall_s, 3),
         "max_wall_s": round(p.max_wall_s, 3),
+        "wall_ends_at_count": p.wall_ends_at_count,
+        "est_count_wall_s": None if p.count_est_wall_s is None else round(p.count_est_wall_s, 3),
         "telemetry_interval_s": p.telemetry_interval_s,
         "progress_interval_s": PROGRESS_INTERVAL_S,
         "backends": [_backend_json(b, p.spec_secrets) for b in p.backends],

@@ -178,6 +178,45 @@ def test_the_plan_line_of_a_counted_level_says_its_count_not_a_floor_of_random_a
     assert lv["expected_requests"] == 150 and lv["expected_warmup_requests"] == warm
 
 
+@pytest.mark.parametrize("load, extra, said, est", [
+    # 150 arrivals at 10 rps after a 2 s warmup: about 17 s of the 30 s bound
+    ("mode = open\n    rate = [10rps]\n    arrival = poisson\n    requests_per_level = 150", "",
+     "wall time ≤ 30s (ends at its count: about 17s at the planned rate; at most ", 17.0),
+    # 4 workers, 150 requests at an expected 500 ms each: 38 rounds, 19 s after the warmup
+    ("mode = closed\n    concurrency = [4]\n    requests_per_level = 150", "\n  expected_latency = 500ms",
+     "wall time ≤ 30s (ends at its count: about 21s at the workload's expected_latency; at most ", 21.0),
+    # no expected_latency: only the bound is known
+    ("mode = closed\n    concurrency = [4]\n    requests_per_level = 150", "",
+     "wall time at most 30s (ends at its count, how soon depends on the server; at most ", None),
+])
+def test_the_plan_gives_a_counted_levels_wall_time_as_a_bound(load, extra, said, est):
+    """README: a level's wall time is warmup + duration; a counted level ends at its count, so
+    that is only its upper bound: the plan says "≤" (with an estimate where the rate or
+    expected_latency gives one) or "at most", on the backend's line and the total's, and the
+    JSON keeps `est_wall_s` (the bound, as before) beside `est_count_wall_s`."""
+    spec, diags = _checked(load, COUNTED_TIMING + extra)
+    assert spec is not None, diags
+    p = plan(spec)
+    text = render_text(p)
+    assert "≈" not in text.split("  total:")[1] and "wall time ≈" not in text, text
+    backend_line = next(x for x in text.splitlines() if x.startswith("    requests:"))
+    assert said in backend_line, backend_line
+    total = next(x for x in text.splitlines() if x.startswith("  total:"))
+    assert said.split("; at most")[0] in total, total
+    js = to_json(p)
+    assert js["est_wall_s"] == js["backends"][0]["est_wall_s"] == 30.0  # the bound, the key unchanged
+    assert js["est_count_wall_s"] == js["backends"][0]["est_count_wall_s"] == est
+    assert js["wall_ends_at_count"] is js["backends"][0]["wall_ends_at_count"] is True
+
+
+def test_a_timed_level_keeps_its_wall_time_estimate():
+    spec, _ = _checked("mode = open\n    rate = [10rps]", COUNTED_TIMING)
+    p = plan(spec)
+    assert "wall time ≈ 30s (at most " in render_text(p)
+    js = to_json(p)
+    assert js["est_count_wall_s"] is None and js["wall_ends_at_count"] is False
+
+
 def test_a_random_count_that_bad_luck_could_miss_is_not_promised():
     """Poisson arrivals averaging 280 in the 28 s bound may fall short of 275: the plan gives the
     floor and says the duration may end the level first, as it does not for 150."""
