@@ -39,6 +39,23 @@ metric implementations (`soakspec.judge.registry`) and the one percentile of
 gate re-derives them (`judge.joined.rederived`: a server's trace errors, usage that contradicts
 the stream), so a compared number is the number the report and the gate show. A rule may ask for another percentile; it gets its own row.
 
+From the send. At a level that declares max_concurrency (on either side of the pair), p50, p95
+and p99 of sent_ttft and sent_latency follow latency's rows: TTFT and latency from the send,
+after the wait for a slot -- the server's view, what vLLM's bench serve reports under
+--max-concurrency -- where ttft and latency run from the intended start and count the queue (the
+user's view). There the two read apart: a queue that grew with the server unchanged is a ttft
+regression and no change of sent_ttft; a server slower by what the queue got shorter is the
+reverse (tests/test_compare_sent.py). Same statistics, same interval (the design-effect
+bootstrap), same family. At an uncapped level sent_ttft is ttft less only the client's own
+lateness (closed loop: equal), so its rows would say nothing the ttft rows do not, while each
+would widen every interval of the comparison (Bonferroni: m rows, each at 1 - (1 - confidence)
+/ m): they are not made there, and a capped level's pair adds six rows to m. A rule on sent_ttft
+or sent_latency judges the capped levels; with none, it is inconclusive and says so. Total token
+throughput has no row: with the workload held equal (or the difference stated, "Comparable
+runs"), prompt tokens per second are qps times the fixed prompt, so its change is a weighted
+mix of the qps and throughput rows' -- one more row per level to widen the family, and nothing
+new to say.
+
 Turns. A multi-turn level (records with a `turn`: `multi_turn = true` chat) gets, after its
 rows, p50 and p95 of ttft per user turn (`TURN_METRICS`) over the completed requests that sent
 that turn -- what a multi-turn comparison (prefix caching on and off, a scheduler change) is
@@ -129,7 +146,7 @@ change" on a whole comparison of identical configurations is wrong at most 1 - c
 time, not once per row. Rules, the built-in errors FAIL and lint-claims --compare use the same
 intervals; the method line and JSON (`method.family_rows`) name m.
 
-Verdict per row (direction: for errors, ttft, itl, tpot and latency higher is worse; for qps and
+Verdict per row (direction: for errors and the durations higher is worse; for qps and
 throughput lower is worse):
     regression               the whole interval is on the worse side of 0
     improvement              the whole interval is on the better side of 0
@@ -308,6 +325,7 @@ class CompareMetric:
     stats: tuple[str, ...]  # default statistics: "p50" ... or "mean", or "ratio" (a proportion)
     unit: str  # "s", "/s", "tok/s" or "ratio" (a share, shown as a percentage)
     per_request_samples: bool = False  # several correlated values per request: n = effective requests
+    capped_only: bool = False  # rows only where a side of the pair declares max_concurrency (module doc, "From the send")
 
 
 METRICS: tuple[CompareMetric, ...] = (
@@ -318,6 +336,9 @@ METRICS: tuple[CompareMetric, ...] = (
     CompareMetric("itl", "distribution", True, ("p50", "p95", "p99"), "s", per_request_samples=True),
     CompareMetric("tpot", "distribution", True, ("p50", "p95", "p99"), "s"),
     CompareMetric("latency", "distribution", True, ("p50", "p95", "p99"), "s"),
+    # from the send, after the wait for a slot (the server's view): a capped level's only
+    CompareMetric("sent_ttft", "distribution", True, ("p50", "p95", "p99"), "s", capped_only=True),
+    CompareMetric("sent_latency", "distribution", True, ("p50", "p95", "p99"), "s", capped_only=True),
     CompareMetric("qps", "per_bucket", False, ("mean",), "/s"),
     CompareMetric("throughput", "per_bucket", False, ("mean",), "tok/s"),
 )
@@ -898,6 +919,12 @@ def _lacking(base: Sequence[BackendSamples], pairs: Sequence[tuple[BackendSample
             "is never a pass"]
 
 
+def capped(lv: LevelSamples | LevelIndex) -> bool:
+    """Whether the level declares max_concurrency (its manifest entry): its sent_ttft and
+    sent_latency differ from ttft and latency by the wait for a slot (module doc, "From the send")."""
+    return type(lv.entry.get("max_concurrency")) is int
+
+
 def _load(lv: LevelSamples) -> str:
     e = lv.entry
     return f"{e.get('mode')} concurrency={e.get('concurrency')} rate={e.get('rate')}"
@@ -1190,7 +1217,7 @@ class RunSamples:
         swept = ran is not None and sweep_workload(ran) is not None  # (a sweep spec has one backend)
         backends = tuple(BackendSamples(bi.name, tuple(LevelSamples(
             bi.name, lv.workload, lv.index, lv.label, lv.entry,
-            _LevelSamples(bi, lv) if keep else {cm.name: _samples(bi, lv, cm) for cm in METRICS},
+            _LevelSamples(bi, lv) if keep else {cm.name: _samples(bi, lv, cm) for cm in METRICS if not cm.capped_only or capped(lv)},
             _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels),
             swept or isinstance(bi.evidence.entry.get("sweep"), Mapping), network_path(bi.evidence.entry)) for bi in indexes)
         sweeps = figures(judge, ev) if judge is not None else ()  # before the table may go: it reads each probe
@@ -1398,6 +1425,9 @@ def _judge_rule(rule: CompareRule, rows: Sequence[Row], blocked: Mapping[int, st
     would FAIL is INCONCLUSIVE instead, saying why: the rule FAILs on the other rows' failures."""
     mine = [i for i, r in enumerate(rows) if r.metric == rule.metric and r.stat == rule.stat and r.turn is None]
     if not mine:
+        if BY_NAME[rule.metric].capped_only:
+            return RuleOutcome(rule, "inconclusive", f"no matched level declares max_concurrency: {rule.metric} rows are a "
+                               "capped level's (elsewhere it is ttft or latency, which the rule can name)", ())
         return RuleOutcome(rule, "inconclusive", "no matched level to compare", ())
     worst: tuple[int, str, str] | None = None  # (row, status, message)
     worst_key: tuple[int, float] | None = None  # (rank of its status, its regression's upper end): the largest
@@ -1532,6 +1562,8 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
             workloads.append(a.workload)
             note = f"load differs: base {_load(a)}, new {_load(z)}" if _load(a) != _load(z) else None  # a phase's
             for cm in METRICS:
+                if cm.capped_only and not (capped(a) or capped(z)):
+                    continue  # uncapped on both sides: sent_ttft is ttft (module doc, "From the send")
                 wanted = list(cm.stats) + [r.stat for r in rules if r.metric == cm.name and r.stat not in cm.stats]
                 for stat in dict.fromkeys(wanted):
                     pending.append(_Pending((bb.name, bn.name, a.workload, a.index, cm.name, stat), a, z, cm, stat, note))

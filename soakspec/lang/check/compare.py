@@ -34,7 +34,7 @@ from soakspec.units import Dimension
 # metric -> how it is compared: "percentile" (per request), "mean" (per bucket) or "ratio" (a share
 # of the requests). soakspec.compare.METRICS lists the same names (tests/test_compare.py pins that they agree).
 COMPARE_METRICS = {"errors": "ratio", "ttft": "percentile", "itl": "percentile", "tpot": "percentile", "latency": "percentile",
-                   "qps": "mean", "throughput": "mean"}
+                   "sent_ttft": "percentile", "sent_latency": "percentile", "qps": "mean", "throughput": "mean"}
 
 COMPARE = Table(
     cls=S.Compare,
