@@ -81,3 +81,31 @@ def test_a_rule_on_sent_ttft_with_no_capped_level_is_inconclusive_saying_why():
                 rules=[parse_rule("require p99(sent_ttft) regression <= 5%")])
     assert c.rules[0].status == "inconclusive" and "declares max_concurrency" in c.rules[0].message
     assert c.outcome == "INCONCLUSIVE"
+
+
+# ---------------------------------------------------------------- lint-claims --compare
+
+
+def _findings(c, text: str) -> list[str]:
+    from soakspec.claims import ClaimBoundary, Coverage, adapters, lint
+
+    facts = adapters.change_facts(c.to_json(), "compare.json")
+    return [d.code for d in lint(f"# PR\n\n{text}\n", "PR.md", ClaimBoundary(), Coverage(), changes=facts) if d.code.startswith("CB5")]
+
+
+def test_lint_claims_reads_sent_ttft_as_the_rows_from_the_send():
+    """"sent TTFT p50" (or sent_ttft, "p50 sent TTFT") is held against compare's sent_ttft rows,
+    not its ttft rows: where only the queue grew, the server's TTFT is rightly unchanged and the
+    user's is not."""
+    queue = compare(capped_run(1, wait=1.0, server=1.0, run_id="base").build(),
+                    capped_run(2, wait=2.0, server=1.0, run_id="new").build(), resamples=2000)
+    assert _findings(queue, "Sent TTFT p50 is unchanged.") == []
+    assert _findings(queue, "The p50 sent latency is unchanged.") == []
+    assert _findings(queue, "p50 TTFT is unchanged.") == ["CB504"]
+    assert _findings(queue, "sent_ttft p50 rose.") == ["CB503"]  # the ttft row did rise
+    server = compare(capped_run(3, wait=1.0, server=1.0, run_id="base", same_ttft=True).build(),
+                     capped_run(3, wait=1.0, server=1.5, run_id="new", same_ttft=True).build(), resamples=2000)
+    row = next(r for r in server.rows if (r.metric, r.stat) == ("sent_ttft", "p50"))
+    assert _findings(server, f"Sent TTFT p50 rose {row.change * 100:.0f}%.") == []
+    assert _findings(server, "p50 sent TTFT fell 10%.") == ["CB501"]
+    assert _findings(server, "p50 TTFT rose.") == ["CB503"]

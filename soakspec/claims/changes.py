@@ -12,8 +12,9 @@ to 360 ms" and "no regression in TTFT, ITL or latency" one each). A clause is a 
 when it holds
 
 - a metric: TTFT, ITL, TPOT, latency / e2e (as `figures` reads them, with a percentile or
-  median: "p99 TTFT", "TTFT p95", "median ITL"), throughput / output tok/s (compare's
-  `mean(throughput)`), QPS / request rate / req/s (`mean(qps)`), error rate / errors /
+  median: "p99 TTFT", "TTFT p95", "median ITL"), sent TTFT / sent latency ("sent TTFT p50",
+  "p99 sent latency", sent_ttft: compare's rows from the send, which a capped level has),
+  throughput / output tok/s (compare's `mean(throughput)`), QPS / request rate / req/s (`mean(qps)`), error rate / errors /
   failures (`ratio(errors)`), goodput (which compare does not measure). The metrics the
   direction speaks of are the list just before it ("TTFT and ITL fell"), else just after it ("no
   regression in TTFT, ITL or latency"), with only connective words between ("p50 TTFT of the new
@@ -47,7 +48,7 @@ when it holds
   whose message says how compare pools them and whose hint says to write "turn 21+" (the pool's
   change need not be turn 25's: precision over recall; `_pooled`).
 
-Direction. For ttft, itl, tpot, latency and errors lower is better: "improved" / "faster" means
+Direction. For ttft, itl, tpot, latency (sent_* too) and errors lower is better: "improved" / "faster" means
 the figure fell; for throughput and qps higher is better. "Fell" and "rose" are the figure's own
 direction whatever the metric. A percentage with better / worse words on a latency ("12% faster")
 is read both ways, as 12% less time and as 12% more speed (1 / 1.12), and holds if either does;
@@ -134,6 +135,11 @@ _GAP = re.compile(
     re.I,
 )
 _FACTOR_WORD = {"halved": 2.0, "doubled": 2.0, "tripled": 3.0}
+# "sent TTFT p50", "p50 sent TTFT", "sent_latency": compare's rows from the send (a capped level's
+# sent_ttft, sent_latency), not its ttft / latency rows. The prefix is blanked before the metric is
+# read (`_metrics`), so the percentile around it reads as ever
+_SENT = re.compile(r"(?<![\w.])sent[\s_-]+(?=(?:ttft|time[\s-]+to[\s-]+first|e2e|end[\s-]*to[\s-]*end|(?:request[\s-]+)?latenc))", re.I)
+_SENT_OF = {"ttft": "sent_ttft", "latency": "sent_latency"}
 
 _OTHER_METRICS = (
     (re.compile(r"(?<![\w-])(?:(?:output|generation|decode|token)\s+)?throughput\b"
@@ -171,8 +177,8 @@ _ABS = re.compile(rf"{_MOD}(?P<n>{_NUM})\s*(?P<u>{_ABS_UNIT})", re.I)
 _ABS_AFTER = re.compile(r"\s*(?:(?:by|of)\s+)?", re.I)  # "fell by 12 ms", "an improvement of 12 ms"
 _LEVEL_MOD = re.compile(r"(?:over|above|under|below)\b", re.I)  # "fell below 100 ms" is the new figure; "fell by over 10 ms" a change
 _BY_RATE = re.compile(rf"\bby\s+{_MOD}{_NUM}\s*(?:rps|qps|req(?:uest)?s?\s*(?:/|per)\s*s(?:ec(?:ond)?)?)\b", re.I)  # a change, not a level
-_UNIT_KIND = {"ttft": "duration", "itl": "duration", "tpot": "duration", "latency": "duration", "throughput": "token_rate",
-              "qps": "rate"}
+_DURATIONS = ("ttft", "itl", "tpot", "latency", "sent_ttft", "sent_latency")
+_UNIT_KIND = {**dict.fromkeys(_DURATIONS, "duration"), "throughput": "token_rate", "qps": "rate"}
 # a multi-turn level's turn ("turn 2", "on turn 3", "turn 21+", "the 2nd turn"): compare's rows per turn
 _TURN = re.compile(r"\b(?:(?:on|in|at|for|of)\s+)?(?:the\s+)?(?:(?:user|conversation)\s+)?turns?\s+(?P<n>\d+)(?P<plus>\+)?(?![\w.]\d)"
                    r"|\b(?:(?:on|in|at|for|of)\s+)?(?:the\s+)?(?P<nth>\d+)(?:st|nd|rd|th)\s+(?:user\s+)?turns?\b", re.I)
@@ -182,10 +188,9 @@ _FROM_TO = re.compile(
     re.I,
 )
 
-LABEL = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "latency": "latency", "throughput": "throughput", "qps": "QPS",
-         "errors": "error rate", "goodput": "goodput"}
-HIGHER_IS_WORSE = {"ttft": True, "itl": True, "tpot": True, "latency": True, "errors": True, "throughput": False, "qps": False,
-                   "goodput": False}
+LABEL = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "latency": "latency", "sent_ttft": "sent TTFT",
+         "sent_latency": "sent latency", "throughput": "throughput", "qps": "QPS", "errors": "error rate", "goodput": "goodput"}
+HIGHER_IS_WORSE = {**dict.fromkeys(_DURATIONS, True), "errors": True, "throughput": False, "qps": False, "goodput": False}
 _COMPARE_STAT = {"throughput": "mean", "qps": "mean", "errors": "ratio"}  # the one statistic compare has of these
 
 
@@ -215,7 +220,7 @@ class Magnitude:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Claim:
-    metric: str  # ttft | itl | tpot | latency | throughput | qps | errors | goodput
+    metric: str  # ttft | itl | tpot | latency | sent_ttft | sent_latency | throughput | qps | errors | goodput
     stats: tuple[str, ...]  # () : any statistic compare has of the metric
     direction: str  # down | up | better | worse | same
     word: str  # the direction as written
@@ -270,7 +275,7 @@ def _unit_fits(unit: str | None, metric: str) -> bool:
     if unit is None:
         return False
     u = unit.lower()
-    if metric in ("ttft", "itl", "tpot", "latency"):
+    if metric in _DURATIONS:
         return re.fullmatch(_TIME_UNIT, u, re.I) is not None
     if metric == "errors":
         return u == "%"
@@ -287,7 +292,7 @@ def _from_to(m: re.Match[str], metric: str) -> tuple[float, float] | None:
     if not (_unit_fits(ua, metric) and _unit_fits(ub, metric)):
         return None
     approx = bool(m.group("approx"))
-    sa, sb = (seconds_per(ua), seconds_per(ub)) if metric in ("ttft", "itl", "tpot", "latency") else (1.0, 1.0)
+    sa, sb = (seconds_per(ua), seconds_per(ub)) if metric in _DURATIONS else (1.0, 1.0)
     va, ha = float(a.replace(",", "")) * sa, _half(a, approx) * sa
     vb, hb = float(b.replace(",", "")) * sb, _half(b, approx) * sb
     if metric == "errors":  # shares in percent: the change is a difference of points (`Magnitude.differences`)
@@ -404,11 +409,16 @@ def _turns(text: str) -> set[tuple[int, bool]]:
 def _metrics(text: str) -> list[tuple[str, tuple[str, ...], int, int]]:
     """(metric, statistics named, start, end) of each metric a clause names."""
     out: list[tuple[str, tuple[str, ...], int, int]] = []
-    for m in _PHRASE.finditer(text):
-        if _LAT_QUALIFIER.search(text[max(0, m.start() - 40) : m.start()]):
+    sent = {m.end() for m in _SENT.finditer(text)}  # where a metric named from the send begins
+    scan = _blank(text, [(m.start(), m.end()) for m in _SENT.finditer(text)])
+    for m in _PHRASE.finditer(scan):
+        if _LAT_QUALIFIER.search(scan[max(0, m.start() - 40) : m.start()]):
             continue  # queue / network / client latency: not compare's
         stats = tuple(dict.fromkeys(_aggs(m.group("pre") or m.group("post1") or m.group("post2"))))
-        out.append((_metric_key(m.group("metric")), stats, m.start(), m.end()))
+        key = _metric_key(m.group("metric"))
+        if m.start("metric") in sent and key in _SENT_OF:
+            key = _SENT_OF[key]
+        out.append((key, stats, m.start(), m.end()))
     for rx, key in _OTHER_METRICS:
         for m in rx.finditer(text):
             if any(a < m.end() and m.start() < b for _, _, a, b in out):
