@@ -74,6 +74,28 @@ def test_sent_rows_join_the_family_only_at_capped_levels():
     assert capped.to_json()["method"]["family_rows"] == len(capped.rows)
     assert all(r.row_confidence == 1 - 0.05 / len(capped.rows) for r in capped.rows)
 
+def test_a_pair_capped_in_one_run_only_gets_no_sent_rows():
+    """The cap itself changed: the base run read up front kept no sent_* samples of its uncapped
+    level, and no row is made of them (it used to be a KeyError waiting)."""
+    from soakspec.compare import RunSamples
+
+    plain = EvidenceBuilder(UNCAPPED, per_bucket=100, run_id="b").build()
+    c = compare(RunSamples.read(plain, dir="base", keep=False), capped_run(2, wait=1.0, server=1.0, run_id="n").build(),
+                resamples=2000, workload_change=True)
+    assert c.rows and not [r for r in c.rows if r.metric.startswith("sent_")]
+
+
+def test_the_base_run_read_up_front_gives_the_same_sent_rows():
+    """The command reads the base run's samples up front and lets its table go
+    (`RunSamples.read(keep=False)`): a capped level's sent_* samples are among them."""
+    from soakspec.compare import RunSamples
+
+    base, new = capped_run(1, wait=1.0, server=1.0, run_id="b").build(), capped_run(2, wait=2.0, server=1.0, run_id="n").build()
+    lazy = compare(base, new, resamples=2000)
+    early = compare(RunSamples.read(base, dir="base", keep=False), new, resamples=2000)
+    assert [(r.metric, r.stat, r.low, r.high) for r in early.rows] == [(r.metric, r.stat, r.low, r.high) for r in lazy.rows]
+    assert any(r.metric == "sent_latency" for r in early.rows)
+
 
 def test_a_rule_on_sent_ttft_with_no_capped_level_is_inconclusive_saying_why():
     c = compare(EvidenceBuilder(UNCAPPED, per_bucket=100, run_id="b").build(),

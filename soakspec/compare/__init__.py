@@ -39,22 +39,24 @@ metric implementations (`soakspec.judge.registry`) and the one percentile of
 gate re-derives them (`judge.joined.rederived`: a server's trace errors, usage that contradicts
 the stream), so a compared number is the number the report and the gate show. A rule may ask for another percentile; it gets its own row.
 
-From the send. At a level that declares max_concurrency (on either side of the pair), p50, p95
-and p99 of sent_ttft and sent_latency follow latency's rows: TTFT and latency from the send,
-after the wait for a slot -- the server's view, what vLLM's bench serve reports under
---max-concurrency -- where ttft and latency run from the intended start and count the queue (the
-user's view). There the two read apart: a queue that grew with the server unchanged is a ttft
-regression and no change of sent_ttft; a server slower by what the queue got shorter is the
-reverse (tests/test_compare_sent.py). Same statistics, same interval (the design-effect
-bootstrap), same family. At an uncapped level sent_ttft is ttft less only the client's own
-lateness (closed loop: equal), so its rows would say nothing the ttft rows do not, while each
-would widen every interval of the comparison (Bonferroni: m rows, each at 1 - (1 - confidence)
-/ m): they are not made there, and a capped level's pair adds six rows to m. A rule on sent_ttft
-or sent_latency judges the capped levels; with none, it is inconclusive and says so. Total token
-throughput has no row: with the workload held equal (or the difference stated, "Comparable
-runs"), prompt tokens per second are qps times the fixed prompt, so its change is a weighted
-mix of the qps and throughput rows' -- one more row per level to widen the family, and nothing
-new to say.
+From the send. At a level that declares max_concurrency (in both runs), p50, p95 and p99 of
+sent_ttft and sent_latency follow latency's rows: TTFT and latency from the send, after the wait
+for a slot -- the server's view, what vLLM's bench serve reports under --max-concurrency --
+where ttft and latency run from the intended start and count the queue (the user's view). There
+the two read apart: a queue that grew with the server unchanged is a ttft regression and no
+change of sent_ttft; a server slower by what the queue got shorter is the reverse
+(tests/test_compare_sent.py). Same statistics, same interval (the design-effect bootstrap), same
+family. At an uncapped level sent_ttft is ttft less only the client's own lateness (closed loop:
+equal), so its rows would say nothing the ttft rows do not, while each would widen every
+interval of the comparison (Bonferroni: m rows, each at 1 - (1 - confidence) / m): they are not
+made there, and a capped level's pair adds six rows to m. Nor where only one run declared a cap:
+the cap itself changed, and a run read up front (`RunSamples.read(keep=False)`) keeps the sent_*
+samples of its capped levels only -- 16 bytes a request it would hold for nothing at every other
+level. A rule on sent_ttft or sent_latency judges the capped levels; with none, it is
+inconclusive and says so. Total token throughput has no row: with the workload held equal (or
+the difference stated, "Comparable runs"), prompt tokens per second are qps times the fixed
+prompt, so its change is a weighted mix of the qps and throughput rows' -- one more row per
+level to widen the family, and nothing new to say.
 
 Turns. A multi-turn level (records with a `turn`: `multi_turn = true` chat) gets, after its
 rows, p50 and p95 of ttft per user turn (`TURN_METRICS`) over the completed requests that sent
@@ -325,7 +327,7 @@ class CompareMetric:
     stats: tuple[str, ...]  # default statistics: "p50" ... or "mean", or "ratio" (a proportion)
     unit: str  # "s", "/s", "tok/s" or "ratio" (a share, shown as a percentage)
     per_request_samples: bool = False  # several correlated values per request: n = effective requests
-    capped_only: bool = False  # rows only where a side of the pair declares max_concurrency (module doc, "From the send")
+    capped_only: bool = False  # rows only where both sides of the pair declare max_concurrency (module doc, "From the send")
 
 
 METRICS: tuple[CompareMetric, ...] = (
@@ -1195,7 +1197,8 @@ class RunSamples:
     every level's samples at once and holds none of the run's table, so that the command reads
     the base run, lets its table go, and only then reads the new one: compare of two day-long
     runs held both tables (10^7 requests a side: 1.2 GiB), where one table and the other's
-    samples (ttft, tpot, latency: 24 bytes a request; itl counted by value) are enough."""
+    samples (ttft, tpot, latency: 24 bytes a request, 16 more at a level that declares
+    max_concurrency for sent_ttft and sent_latency; itl counted by value) are enough."""
 
     side: Side
     ran: Any
@@ -1562,8 +1565,8 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
             workloads.append(a.workload)
             note = f"load differs: base {_load(a)}, new {_load(z)}" if _load(a) != _load(z) else None  # a phase's
             for cm in METRICS:
-                if cm.capped_only and not (capped(a) or capped(z)):
-                    continue  # uncapped on both sides: sent_ttft is ttft (module doc, "From the send")
+                if cm.capped_only and not (capped(a) and capped(z)):
+                    continue  # sent_ttft is ttft where uncapped; a cap on one side only (module doc, "From the send")
                 wanted = list(cm.stats) + [r.stat for r in rules if r.metric == cm.name and r.stat not in cm.stats]
                 for stat in dict.fromkeys(wanted):
                     pending.append(_Pending((bb.name, bn.name, a.workload, a.index, cm.name, stat), a, z, cm, stat, note))
