@@ -326,10 +326,9 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, 
     if plv is not None:
         out.extend(_load_problems(lv, plv, lloc))
         out.extend(_window_problems(lv, plv, lloc))
-    if lv.entry.get("completed") is not True and not partial and client_cut is not None:
-        out.append(problem(f"the level did not run its full duration (completed = false): {client_cut}", lloc, "inconclusive"))
-    elif lv.entry.get("completed") is not True and not partial:
-        out.append(problem("the level did not run its full duration (completed = false)", lloc))
+    if lv.entry.get("completed") is not True and not partial:
+        out.append(problem("the level did not run its full duration (completed = false)" + (f": {client_cut}" if client_cut else ""),
+                           lloc, "inconclusive" if client_cut else "fail"))
     if plv is not None:
         listed = {w.index for w in lv.buckets if w.planned}
         missing = [pb.index for pb in plv.buckets if pb.index not in listed]
