@@ -133,7 +133,7 @@ def test_the_cli_compares_two_sweep_directories_and_json_carries_the_row(tmp_pat
 
 
 def _fig(result, failing, *, step=1.0, lower=None, unsure=()):
-    return SweepFigure("b", "w", "rate", result, failing, step, 1.0, lower, tuple(unsure), 5, f"{result}")
+    return SweepFigure("b", "w", "rate", result, failing, step, lower, tuple(unsure), 5, f"{result}")
 
 
 @pytest.mark.parametrize("base, new, verdict", [

@@ -49,7 +49,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from soakspec.judge.evidence import Evidence
-from soakspec.judge.sweep import figure_name, narrow, sweep_workload, value_text
+from soakspec.judge.sweep import figure_name, rejudge, sweep_workload, value_text
 from soakspec.plan import workload_sweep
 
 SweepVerdict = Literal["regression", "improvement", "no significant change", "inconclusive"]
@@ -67,7 +67,6 @@ class SweepFigure:
     result: float | None  # the highest probed level that holds; None: none held
     failing: float | None  # the lowest probed level above `result` (any, when None held) that fails
     step: float  # the grid's step
-    lowest: float | None  # the lowest level probed
     lower_bound: str | None  # why `result` is only "at least" (judge.sweep)
     unsure: tuple[float, ...]  # the levels of its INCONCLUSIVE probes
     probes: int
@@ -88,7 +87,7 @@ def figures(spec: Any, evidence: Evidence) -> tuple[SweepFigure, ...]:
     wl = sweep_workload(spec) if spec is not None else None
     if wl is None:
         return ()
-    _, _, results = narrow(spec, evidence)
+    results = rejudge(spec, evidence)  # the figures only: not `narrow`'s one-level spec and evidence
     grid = workload_sweep(wl).grid
     step = float(grid[1]) - float(grid[0]) if len(grid) > 1 else 0.0
     out = []
@@ -98,8 +97,7 @@ def figures(spec: Any, evidence: Evidence) -> tuple[SweepFigure, ...]:
         out.append(SweepFigure(
             r.backend, r.workload, r.axis, None if r.result is None else float(r.result),
             # a lower bound has no failing level next above it: nothing above is known
-            min(above) if above and r.lower_bound is None else None, step,
-            min((v for v, _ in values), default=None), r.lower_bound,
+            min(above) if above and r.lower_bound is None else None, step, r.lower_bound,
             tuple(sorted(v for v, st in values if st == "inconclusive")), len(values),
             value_text(r.result, r.lower_bound, r.probes, " rps" if r.axis == "rate" else "")))
     return tuple(out)
@@ -120,9 +118,6 @@ class SweepRow:
     relative: float | None  # new / base - 1
     verdict: SweepVerdict
     message: str
-
-    def text(self) -> str:
-        return f"{self.figure}: {self.base.text} → {self.new.text}: {self.verdict.upper() if self.verdict == 'regression' else self.verdict} ({self.message})"
 
     def to_json(self) -> dict[str, Any]:
         return {"backend": self.backend, "new_backend": self.new_backend, "workload": self.workload, "metric": self.figure,

@@ -261,14 +261,21 @@ def _rejudge(spec: Spec, evidence: Evidence, be: BackendEvidence, wl: Workload) 
                        bool(recorded.get("bounded_by_wall_time")), disagrees, lower)
 
 
+def rejudge(spec: Spec, evidence: Evidence) -> tuple[SweepResult, ...]:
+    """Every backend's sweep re-judged from its probes, as the gate does (`narrow`); () for a
+    spec with no sweep. compare reads the figures alone (compare/sweep.py)."""
+    wl = sweep_workload(spec)
+    return () if wl is None else tuple(_rejudge(spec, evidence, be, wl) for be in evidence.backends)
+
+
 def narrow(spec: Spec, evidence: Evidence) -> tuple[Spec, Evidence, tuple[SweepResult, ...]]:
-    """For a sweep spec: every backend's sweep re-judged, and the spec and evidence narrowed to
-    the found level (the lowest probe when none holds), which the gate then judges as a
-    one-level run. Anything else is returned as it is, with no sweep."""
+    """For a sweep spec: every backend's sweep re-judged (`rejudge`), and the spec and evidence
+    narrowed to the found level (the lowest probe when none holds), which the gate then judges
+    as a one-level run. Anything else is returned as it is, with no sweep."""
     wl = sweep_workload(spec)
     if wl is None:
         return spec, evidence, ()
-    results = tuple(_rejudge(spec, evidence, be, wl) for be in evidence.backends)
+    results = rejudge(spec, evidence)
     if not results:
         return spec, evidence, ()
     r0 = results[0]  # a sweep spec has one backend (checked)
