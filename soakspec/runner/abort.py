@@ -310,10 +310,16 @@ class AbortWatch:
         """Every request started before `t` has been reported (`started`)."""
         self._until = t
 
+    @property
+    def watching(self) -> bool:
+        """Whether finished records can still fire a rule (`observe` takes none otherwise): the
+        caller then need not build their `Row`s."""
+        return bool(self.rules) and self.fired is None
+
     def observe(self, rows: Iterable[Row], now: float, unsent: Iterable[tuple[int, float | None]] = ()) -> None:
         """Records finished; `unsent`: the (bucket, intended start) of requests the load generator
         could not send (no abort rule counts them, and they are not in flight either)."""
-        if not self.rules or self.fired is not None:
+        if not self.watching:
             return
         for r in rows:
             if r.bucket >= 0:

@@ -219,8 +219,8 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             first = next(r for r in records if r.start is None)
             progress.error(f"soakspec run: [{bp.name}] {lv.label}: {first.error}; the run will be INCONCLUSIVE (client_healthy)")
         rec.not_sent += len(records) - len(sent)
-        watch.observe([row_of(r) for r in sent], deps.clock.now(),
-                      unsent=[(r.bucket, r.intended_start) for r in records if r.start is None])  # fmt: skip
+        if watch.watching:  # a Row a record only where a rule can still fire (the per-record path)
+            watch.observe([row_of(r) for r in sent], deps.clock.now(), [(r.bucket, r.intended_start) for r in records if r.start is None])
 
     def write_records(records: list[RequestRecord]) -> None:
         rec.write_records(records)
