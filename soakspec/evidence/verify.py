@@ -409,7 +409,7 @@ class _Checker:
                             budget[0] -= 1
                             if budget[0] >= 0:
                                 self.error(rel, "V108", f"record of backend {rec.backend!r} in the directory of another backend", line)
-            if split and None in [r.worker for r in recs]:
+            if split and any(r.worker is None for r in recs):
                 for line, rec in enumerate(recs, first):
                     parts = split.get((rec.backend, rec.workload, rec.level)) if rec.worker is None else None
                     if parts:

@@ -22,7 +22,6 @@ from soakspec.evidence.manifest import backend_entry, model_entry, source_entry
 from soakspec.evidence.provenance import binary_sha256, git_state
 from soakspec.evidence.runtime import BoundaryText, detect_runtime_boundary
 from soakspec.evidence import layout
-from soakspec.evidence.layout import FOLLOWUP_NOT_SENT
 from soakspec.evidence.serverlog import open_log
 from soakspec.evidence.traces import (
     Assignment, Trace, TraceMatch, TraceSource, _window, first_fit, id_form_affixes, log_boundary_text, match_traces,
@@ -32,7 +31,7 @@ from soakspec.plan import Plan
 from soakspec.runner.progress import Progress
 from soakspec.runner.recorder import BackendRecorder
 
-NOT_SENT = FOLLOWUP_NOT_SENT
+NOT_SENT = layout.FOLLOWUP_NOT_SENT
 
 
 def collect(plan: Plan, rec: BackendRecorder, progress: Progress) -> dict[str, Any]:
