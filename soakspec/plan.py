@@ -1123,7 +1123,7 @@ def _warmup_count(shape: LoadShape, warmup: float, latency: float | None) -> int
     expected_latency) or the shape is not a plain open or closed loop."""
     match shape:
         case Open():
-            return _constant_count(0.0, shape.rate * warmup) if shape.arrival == "constant" else int(round(shape.rate * warmup))
+            return _open_count(shape, warmup)  # the arrivals in [0, warmup)
         case Closed(concurrency=c):
             return 0 if warmup <= 0 else (int(c * warmup / latency) if latency else None)
     return None

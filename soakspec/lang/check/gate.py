@@ -599,8 +599,7 @@ def check_window_rules(ctx: Ctx, g: S.Gate, workloads: list[S.Workload]) -> None
 # level's count is estimated (`_pooled_fewest`).
 
 SIM_DEFAULTS = {name: _SIM_OPTIONS[name].default for name in ("ttft", "itl")}
-PER_REQUEST_PERCENTILES = frozenset({"ttft", "tpot", "latency", "sent_ttft", "sent_latency", "schedule_lag", "output_tokens",
-                                     "prompt_tokens"})
+PER_REQUEST_PERCENTILES = frozenset(SLO_METRICS)  # one value per request: the same names an SLO condition takes
 
 
 def _sim_latency(bk: S.Backend, max_tokens: float) -> float | None:
