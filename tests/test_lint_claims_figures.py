@@ -198,8 +198,15 @@ def test_bounds_are_checked_against_the_figure(tmp_path, capsys, run):
 
 
 def test_a_figure_the_evidence_does_not_record_is_not_flagged(tmp_path, capsys, run):
-    doc = "# PR\n\np90 TTFT was 5 ms and p99.9 ITL 1 ms; prefill ran at 90000 tok/s, 3 tok/s per user.\n" + BOUNDARY
+    doc = "# PR\n\np75 TTFT was 5 ms and p99.9 ITL 1 ms; prefill ran at 90000 tok/s, 3 tok/s per user.\n" + BOUNDARY
     assert _lint(tmp_path, capsys, doc, run) == (0, [])
+
+
+def test_a_p90_figure_is_checked_now_that_results_json_records_p90(tmp_path, capsys, run):
+    """results.json stores p90 (GuideLLM's figure) beside p50/p95/p99: a p90 a document
+    states is held to it, as the others are."""
+    code, diags = _lint(tmp_path, capsys, "# PR\n\np90 TTFT was 5 ms.\n" + BOUNDARY, run)
+    assert code == 1 and len(diags) == 1 and "CB201 states TTFT p90" in diags[0], diags
 
 
 # ---------------------------------------------------------------- 5. tables

@@ -33,7 +33,7 @@ blockquotes are skipped):
 
 What it is compared with (`EvidenceFacts.figures`, `LevelFacts.figures`, made by
 `adapters.load_evidence_facts` from the evidence re-judged): per level, results.json
-`levels[].ttft/itl/tpot/latency` {p50, p95, p99, mean, min, max} (seconds) and the level's
+`levels[].ttft/itl/tpot/latency` {p50, p90, p95, p99, mean, min, max} (seconds) and the level's
 output tokens/s and completed requests/s (its buckets' `output_tokens_per_s` and `qps`,
 weighted by wall time: the report's "Output tok/s" and "Achieved req/s"); per backend over the
 run, tokens/s and requests/s over every bucket, and the gate's own backend-scope measurements
@@ -72,7 +72,7 @@ both read); the first figure of a change stated by two ("TTFT p50 went from 30 m
 is read as this run's (`_FROM`, `direction.change_base`); and in prose, anything not asserted (negated, hedged, asked, a "Non-goals"
 section: `polarity`, the rules CB101 and CB301 use).
 
-Absent figures: a figure the evidence does not record (p90 when results.json has p50/p95/p99;
+Absent figures: a figure the evidence does not record (p75 when results.json has p50/p90/p95/p99;
 a metric a run without streaming never measured) is not flagged: CB202 is for identifiers
 (hashes) that appear nowhere in the evidence, and a figure from another source (the server's
 own metrics, another tool) is not contradicted by the retained run.
