@@ -108,7 +108,7 @@ def test_json_carries_the_summary_and_quiet_leaves_stderr_empty(tmp_path):
     want = results["backends"][0]["levels"]
     assert [(x["backend"], x["label"]) for x in levels] == [("b0", lv["label"]) for lv in want]
     for got, lv in zip(levels, want):
-        assert got["ttft"] == {p: lv["ttft"][p] for p in ("p50", "p95", "p99")}
+        assert got["ttft"] == {p: lv["ttft"][p] for p in ("mean", "p50", "p90", "p95", "p99")}
         assert got["requests"]["completed"] == lv["requests"]["completed"] and got["requests"]["timeouts"] == lv["requests"]["timeout"]
         assert got["achieved_rate"] > 0 and got["mean_in_flight"] > 0 and got["output_tokens_per_s"] > 0
     assert doc["run_summary"]["report_command"].startswith("soakspec report ")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.diagnostics import render_text
+from soakspec.commands.report import PERCENTILES_HELP, percentiles_arg
 from soakspec.exitcodes import ExitCode
 
 
@@ -44,6 +45,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="skip the pre-flight request of each workload's shape before the first level (recorded in the manifest)",
     )  # fmt: skip
     p.add_argument("--format", choices=("text", "json"), default="text", help="the verdict and the per-level summary on stdout (reports: soakspec report DIR)")
+    p.add_argument("--percentiles", metavar="LIST", type=percentiles_arg, default=None,
+                   help=PERCENTILES_HELP + "; the text summary (json's run_summary carries every stored figure)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="stdout unchanged (verdict, summary); stderr: errors only (no progress, warnings or notes)")
     p.add_argument(
@@ -128,7 +131,7 @@ def main(args: argparse.Namespace) -> int:
         stop.raising = True
         try:
             signed = _sign(result.run_dir, args.sign, args.quiet) if args.sign is not None else True
-            code = _judge_and_report(spec, result, args.format)
+            code = _judge_and_report(spec, result, args.format, args.percentiles)
         except (KeyboardInterrupt, _Stopped):  # the evidence is final; only its judging was cut short
             stop.raising = False  # more of them (Ctrl-C held down) are noted, not raised, from here
             print(f"soakspec run: interrupted while judging; {left}", file=sys.stderr)
@@ -204,7 +207,7 @@ def _sweep_judge(spec, args: argparse.Namespace):
     return probe_judge(spec, time_scale=args.time_scale, rehearsal=args.rehearse)
 
 
-def _judge_and_report(spec, result, fmt: str) -> int:
+def _judge_and_report(spec, result, fmt: str, percentiles=None) -> int:
     """Judge the evidence just written (the same code path as `soakspec gate`), then print the
     verdict and the end-of-run summary."""
     import json
@@ -228,7 +231,8 @@ def _judge_and_report(spec, result, fmt: str) -> int:
             doc |= {"exit_code": int(ExitCode.ABORTED), "aborted_reason": result.reason}
         print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
     else:
-        print("\n".join([render_text(verdict), *summary_lines(results, result.run_dir, verdict)]))
+        shown = {} if percentiles is None else {"percentiles": percentiles}
+        print("\n".join([render_text(verdict), *summary_lines(results, result.run_dir, verdict, **shown)]))
     if result.status == "aborted":
         print(f"soakspec run: run aborted: {result.reason}", file=sys.stderr)
         return ExitCode.ABORTED

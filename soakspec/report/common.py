@@ -87,6 +87,48 @@ def approx(dist: Any, key: str) -> str:
     return "≈" if isinstance(bounds, Mapping) and key in bounds else ""
 
 
+# The percentiles the per-level and per-turn tables show, and the run summary prints, unless
+# `--percentiles` chooses others (`parse_percentiles`); JSON carries every stored one regardless.
+DEFAULT_PERCENTILES = ("p50", "p95", "p99")
+
+
+def parse_percentiles(text: str) -> tuple[str, ...]:
+    """`--percentiles 50,90,99` -> ("p50", "p90", "p99"): the results.json keys of the listed
+    percentiles, ascending, each once. Raises ValueError, saying why, for a list that is empty,
+    holds something not a number, a percentile outside 0 < p < 100, or one results.json does not
+    store (`soakspec.judge.summary.PERCENTILES`: 50, 90, 95, 99).
+
+    Why only the stored ones: the run summary is printed from the results.json that `run` just
+    wrote, and results.json's shape does not depend on a display flag; a report re-judges the
+    evidence, and could compute any percentile from it, but then `report` and `run` would show
+    figures the other cannot, and a table would hold a number no results.json records (which
+    `soakspec lint-claims` checks documents against). A percentile the tables show is one
+    results.json holds, computed as every percentile is (`stats.percentile`)."""
+    from soakspec.judge.summary import PERCENTILES
+
+    stored = ", ".join(f"{q:g}" for q in PERCENTILES)
+    items = [t.strip() for t in text.split(",")]
+    if not any(items) or not all(items):
+        raise ValueError(f"expected percentiles separated by commas, such as 50,90,99 (results.json stores {stored})")
+    got: set[float] = set()
+    for t in items:
+        try:
+            q = float(t[1:] if t[:1] in ("p", "P") else t)
+        except ValueError:
+            raise ValueError(f"{t!r} is not a percentile (a number, such as 90 or 99)") from None
+        if not 0 < q < 100:  # NaN too
+            raise ValueError(f"{t} is outside 0 < p < 100")
+        if q not in PERCENTILES:
+            raise ValueError(f"p{q:g} is not one of the percentiles results.json stores ({stored})")
+        got.add(q)
+    return tuple(f"p{q:g}" for q in sorted(got))
+
+
+def pct_head(name: str, keys: Sequence[str], sep: str = " / ") -> str:
+    """A percentile column's header: `TTFT p50 / p95 / p99`."""
+    return f"{name} " + sep.join(keys)
+
+
 def _int(v: Any) -> int | None:
     f = num(v)
     return int(f) if f is not None else None
