@@ -17,6 +17,7 @@ from soakspec.lang.check.requests import data_path
 from soakspec.lang.check.walk import Body, sub, walk
 from soakspec.lang.datasets import FORMATS
 from soakspec.lang.fmt import value_text
+from soakspec.lang.samples import arrival_count_spread
 from soakspec.units import Dimension, format_duration
 
 MAX_BUCKETS_PER_LEVEL = 10_000  # the plan lists every bucket; a 1 ms bucket over 24 h would never finish
@@ -309,18 +310,14 @@ def _counted(ctx: Ctx, b: Body, lb: Body, load: S.Load) -> S.Load:
     return dataclasses.replace(load, requests_per_level=lb["requests_per_level"])
 
 
-SHORT_COUNT_SIGMAS = 3.0  # W515 for random arrivals: the count's mean this many standard deviations below N
-
-
 def _short_count(ctx: Ctx, b: Body, lb: Body, load: S.Load, n: int) -> None:
     """W515: an open loop's level whose rate × duration is clearly below its `requests_per_level`
     -- its duration (the bound) ends it first, not complete (at 4 rps for 60 s it sends about
     240 of its 1000), as the run would show only after it. "Clearly": constant arrivals send at
     most ceil(rate × duration), so the warning holds when that is below N; random (Poisson or
-    gamma) arrivals' count varies around rate × duration with a variance of about rate ×
-    duration / burstiness (a renewal process's count: its gaps' squared coefficient of variation,
-    1 / burstiness, times the mean), so it warns only where N is more than SHORT_COUNT_SIGMAS
-    standard deviations above the mean -- a count that luck could reach is not called short.
+    gamma) arrivals' count varies around rate × duration, so it warns only where N is more than
+    `arrival_count_spread` (three standard deviations) above the mean -- a count that luck could
+    reach is not called short; `plan` promises N by the same rule from the other side.
     A closed loop's count depends on the server's latency, unknown before the run: never warned
     (`plan` prints its estimate where the workload gives `expected_latency`)."""
     if load.mode != "open" or not load.rates or not b.ok("duration"):
@@ -331,7 +328,7 @@ def _short_count(ctx: Ctx, b: Body, lb: Body, load: S.Load, n: int) -> None:
         mean = rate * d
         if load.arrival == "constant":
             return math.ceil(mean - 1e-9) < n
-        return mean + SHORT_COUNT_SIGMAS * math.sqrt(mean / load.burstiness) < n
+        return mean + arrival_count_spread(mean, load.burstiness) < n
 
     shorts = sorted(r for r in set(load.rates) if short(r))
     if not shorts:
