@@ -407,6 +407,33 @@ def test_a_capped_queue_drains_at_the_caps_pace_within_its_deadline():
             "workload's expected_latency; at most ") in render_text(plan(spec))
 
 
+@pytest.mark.parametrize("rule, hint", [
+    # the short level is the timed workload's: 2 rps × 30 s = 60 per level; the counted one plans 400
+    ("require p99(ttft) < 1s per level", "raise the rate or concurrency, lengthen the bucket or level"),
+    ("require goodput(ttft < 1s) >= 99% per level", "raise the rate or concurrency, lengthen the bucket or level"),
+    # the short level is the counted workload's: its 100, not its rate × duration (600)
+    ("require p99(ttft) < 1s per level", "raise requests_per_level of workload 'counted' ("),
+    ("require goodput(ttft < 1s) >= 99% per level", "raise requests_per_level of workload 'counted' ("),
+])
+def test_w509s_hint_is_about_the_workload_it_warns_of(rule, hint):
+    """W509's hint said "raise requests_per_level" whenever any workload had a count, even where
+    the level too short for the rule was a timed workload's (its rate or length is what to raise):
+    the hint is about the level the warning names, and names the counted workload it means."""
+    timed_rate, count = ("2rps", 400) if "rate or" in hint else ("20rps", 100)
+    text = SIM_HEAD + "".join(
+        f'workload "{name}" {{\n  load {{\n    mode = open\n    rate = [{rate}]{extra}\n  }}\n  duration = 30s\n'
+        f'  bucket = 30s\n  deadline = 10s\n  follow_up = false\n}}\n'
+        for name, rate, extra in (("counted", "20rps", f"\n    requests_per_level = {count}"), ("timed", timed_rate, ""))
+    ) + f"gate {{\n  confidence = 95%\n  {rule}\n}}\n"
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, diags
+    (d,) = [d for d in diags if d.code == "W509"]
+    named = "workload 'timed'" if "rate or" in hint else "workload 'counted'"
+    assert named in d.message and hint in (d.hint or ""), (d.message, d.hint)
+    if "rate or" in hint:
+        assert "requests_per_level" not in (d.hint or ""), d.hint
+
+
 # ---------------------------------------------------------------- the runner, in virtual time
 
 
