@@ -828,7 +828,8 @@ class BackendPlan:
     @property
     def wall_ends_at_count(self) -> bool:
         """A level of it ends at its `requests_per_level`: `est_wall_s` (warmup + duration) is
-        then its upper bound, not its estimate."""
+        then its upper bound, not its estimate -- but for an open loop's queue behind its
+        `max_concurrency`, which may drain past it (`_count_load_s`; `max_wall_s` holds it)."""
         return any(lv.requests_per_level is not None for lv in self.levels)
 
     @property
