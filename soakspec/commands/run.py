@@ -114,14 +114,7 @@ def main(args: argparse.Namespace) -> int:
             return ExitCode.ABORTED
         if not args.quiet:
             print(f"evidence: {result.run_dir}", file=sys.stderr)
-        if result.status == "complete":
-            left = f"the evidence in {result.run_dir} is complete (`soakspec gate {result.run_dir}` judges it)"
-        else:  # an aborted run's evidence is final but incomplete: never "complete"
-            left = (f"the evidence so far is in {result.run_dir}, marked {result.status} "
-                    f"(`soakspec gate {result.run_dir}` judges it)")
-        # not judged: results.json and verdict.json are not written, which `gate --write` does later
-        unjudged = left.replace(f"`soakspec gate {result.run_dir}` judges it",
-                                f"`soakspec gate --write {result.run_dir}` judges it and writes its verdict")
+        left, unjudged = _left(result.run_dir, result.status, judged=True), _left(result.run_dir, result.status, judged=False)
         if result.late_signal is not None:  # one came after the load, as the evidence was finished (engine._signals)
             print(f"soakspec run: {result.late_signal} after the load ended: not judged; {unjudged}", file=sys.stderr)
             return ExitCode.ABORTED
@@ -164,6 +157,17 @@ class _Stop:
         if self.raising:
             raise _Stopped(name)
         self.signal = self.signal or name
+
+
+def _left(run_dir: Path, status: str, *, judged: bool) -> str:
+    """Where the run left its evidence and how to judge it: `soakspec gate`, or, where the run
+    was not judged (results.json and verdict.json not written), `gate --write`, which writes them."""
+    if status == "complete":
+        where = f"the evidence in {run_dir} is complete"
+    else:  # an aborted run's evidence is final but incomplete: never "complete"
+        where = f"the evidence so far is in {run_dir}, marked {status}"
+    how = f"`soakspec gate {run_dir}` judges it" if judged else f"`soakspec gate --write {run_dir}` judges it and writes its verdict"
+    return f"{where} ({how})"
 
 
 def _sign(run_dir: Path, key: str, quiet: bool) -> bool:
