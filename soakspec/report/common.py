@@ -679,21 +679,30 @@ def exclusion_notes(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    """A per-bucket rate over a level: the buckets' values weighted by their wall time."""
-    pairs = [(num(w.get(key)), num(w.get("wall_s"))) for w in windows]
+def _valued(windows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float | None, float | None]]:
+    """Each bucket's (value of `key`, wall time), as JSON numbers or None."""
+    return [(num(w.get(key)), num(w.get("wall_s"))) for w in windows]
+
+
+def _weighted(pairs: list[tuple[float | None, float | None]]) -> float | None:
     known = [(v, t) for v, t in pairs if v is not None and t is not None and t > 0]
     wall = sum(t for _, t in known)
     return sum(v * t for v, t in known) / wall if wall else None
+
+
+def wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """A per-bucket rate over a level: the buckets' values weighted by their wall time."""
+    return _weighted(_valued(windows, key))
 
 
 def wall_mean_whole(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
     """`wall_mean`, but None when a bucket with a wall time has no value: total_tokens_per_s of
     a bucket that delivered a request with no prompt count is unknown, and the other buckets'
     mean would read as the level's."""
-    if any(num(w.get(key)) is None and (t := num(w.get("wall_s"))) is not None and t > 0 for w in windows):
+    pairs = _valued(windows, key)  # read once, for the check and the mean
+    if any(v is None and t is not None and t > 0 for v, t in pairs):
         return None
-    return wall_mean(windows, key)
+    return _weighted(pairs)
 
 
 def shaped_load_text(load: Any, until_s: float = float("inf")) -> str:
