@@ -99,6 +99,8 @@ import math
 import re
 from collections.abc import Sequence
 
+from soakspec.claims.change_common import half_unit as _half
+from soakspec.claims.change_common import named_backends
 from soakspec.claims.direction import COMPARATIVE as _COMPARATIVE
 from soakspec.claims.direction import DIRECTION as _DIRECTION
 from soakspec.claims.direction import TO as _TO
@@ -159,8 +161,9 @@ _NOT_A_CLAIM = re.compile(
     r"|noise|confidence|ci)\b|<(?!-)|(?<!-)>|[≤≥]",
     re.I,
 )
-_SWEEP_SKIP = re.compile(r"\b(?:gates?|allow(?:s|ed)?|toleran(?:ce|t)|require[sd]?|budget|limit|target|not\s+(?:statistically\s+)?significant"
-                         r"|insignificant|within\s+(?:the\s+)?noise|run[\s-]to[\s-]run|noise|confidence|ci)\b|<(?!-)|(?<!-)>|[≤≥]", re.I)
+# a clause no claim of change is read from, of a row or of the sweep's figure: a rule or threshold
+# (`figures`' cue words) or what calls itself noise
+_NOT_READ = re.compile(f"{_RULE_CUE.pattern}|{_NOT_A_CLAIM.pattern}", re.I)
 _BREAK = re.compile(r";|\s[—–]\s|\s--\s|—|\b(?:but|however|although|though|whereas|while|because|since|yet|so|therefore|thus|hence)\b", re.I)
 _SOFT_BREAK = re.compile(r",\s+(?:and\s+)?|\s+and\s+", re.I)
 
@@ -229,16 +232,6 @@ class Claim:
     end: int
     scope: str  # the text that may name a level or backend (the clause, else the sentence)
     sentence: str
-
-
-def _half(num: str, approx: bool) -> float:
-    """Half a unit of the last stated digit ("12" 0.5, "1.3" 0.05; "~10" 5: `figures`' rule)."""
-    n = num.replace(",", "")
-    if "." in n:
-        return 10.0 ** -len(n.split(".")[1]) / 2
-    if approx and n.strip("0"):
-        return 10.0 ** (len(n) - len(n.rstrip("0"))) / 2
-    return 0.5
 
 
 def _sign(direction: str, metric: str) -> int:
@@ -480,7 +473,7 @@ def claims_in(masked: str, negated: bool = False) -> list[Claim]:
     out: list[Claim] = []
     for a, b in _clauses(masked):
         clause = masked[a:b]
-        if _RULE_CUE.search(clause) or _NOT_A_CLAIM.search(clause):
+        if _NOT_READ.search(clause):
             continue
         blanked = _blank(clause, _level_spans(clause) + _turn_spans(clause))
         dirs = list(_DIRECTION.finditer(blanked))
@@ -612,12 +605,9 @@ def _differences(m: Magnitude, rows: Sequence[ChangeRow]) -> str:
 def _selected(c: Claim, facts: ChangeFacts) -> tuple[list[ChangeRow], str]:
     """The rows a claim is about, and where it said (the level text, for messages)."""
     rows = [r for r in facts.rows if r.metric == c.metric]
-    names = {r.backend for r in facts.rows} | {r.new_backend for r in facts.rows}
-    for text in (c.scope, c.sentence):
-        said = {n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.I)}
-        if said:
-            rows = [r for r in rows if r.backend in said or r.new_backend in said]
-            break
+    said = named_backends({r.backend for r in facts.rows} | {r.new_backend for r in facts.rows}, (c.scope, c.sentence))
+    if said:
+        rows = [r for r in rows if r.backend in said or r.new_backend in said]
     levels = {r.label: LevelFacts(r.label, concurrency=r.concurrency, rate=r.rate) for r in facts.rows}
     where = ""
     for text in (c.scope, c.sentence):
@@ -757,9 +747,11 @@ _HINT = {
 }
 
 
-def _diag(code: str, message: str, c: Claim, start: int, doc: Document, path: str, hint: str | None = None) -> Diagnostic:
+def _diag(code: str, message: str, span: tuple[int, int], doc: Document, path: str, hint: str | None = None) -> Diagnostic:
+    """A finding of a claim of change -- of a row or of the sweep's figure -- at `span` (offsets in
+    the document): CB505 a warning, the others errors; `hint` else the code's own."""
     severity = Severity.WARNING if code == "CB505" else Severity.ERROR
-    return Diagnostic(code, message, doc.span(start + c.start, start + c.end), path, severity, hint or _HINT[code])
+    return Diagnostic(code, message, doc.span(*span), path, severity, hint or _HINT[code])
 
 
 def _finding(c: Claim, facts: ChangeFacts) -> tuple[str, str] | None:
@@ -817,18 +809,16 @@ def check_changes(doc: Document, path: str, facts: ChangeFacts | None, negated_b
         masked = doc.sentence_text(s)
         negated = s.block in negated_blocks
         clauses = _clauses(masked)
-        sweeps = sweep_claims(masked, clauses, _SWEEP_SKIP, _GAP, _metrics, negated)
+        sweeps = sweep_claims(masked, clauses, _NOT_READ, _GAP, _metrics, negated)
         for sc in sweeps:  # the sweep's own figure ("capacity rose from 20 to 24 rps"): compare's sweep rows
             found = sweep_finding(sc, facts)
             if found is not None:
-                code, message = found
-                severity = Severity.WARNING if code == "CB505" else Severity.ERROR
-                out.append(Diagnostic(code, message, doc.span(s.start + sc.start, s.start + sc.end), path, severity,
-                                      _SWEEP_HINTS.get(code, _HINT[code])))
+                out.append(_diag(*found, (s.start + sc.start, s.start + sc.end), doc, path, _SWEEP_HINTS.get(found[0])))
         for c in claims_in(masked, negated):
             if any(c.scope == sc.scope for sc in sweeps):
                 continue  # "max sustainable request rate rose": the sweep's figure, not QPS
             found = _finding(c, facts)
             if found is not None:
-                out.append(_diag(*found, c, s.start, doc, path, _pool_hint(c, facts) if found[0] == "CB505" else None))
+                out.append(_diag(*found, (s.start + c.start, s.start + c.end), doc, path,
+                                 _pool_hint(c, facts) if found[0] == "CB505" else None))
     return out

@@ -46,7 +46,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from soakspec.claims.direction import APPROX, DIRECTION
+from soakspec.claims.change_common import half_unit, named_backends
+from soakspec.claims.direction import APPROX, DIRECTION, TO
 from soakspec.claims.facts import ChangeFacts, SweepChangeRow
 from soakspec.claims.polarity import Polarity, polarity
 
@@ -70,13 +71,13 @@ _EXPLICIT = re.compile(r"max(?:imum)?[_\s]+sustain|sweep", re.I)
 _SIGN = {"same": 0, "down": -1, "up": 1, "better": 1, "worse": -1}
 # "24 rps, up from 20", "24 (down from 28)": the new figure, a direction, the base figure
 _UP_FROM = re.compile(rf"(?P<b>{_NUM})\s*(?:{_UNIT})?\s*[,(]?\s*(?P<dir>up|down)\s+from\s+(?:{APPROX}\s*)?(?P<a>{_NUM})\s*(?:{_UNIT})?", re.I)
-_FROM_TO = re.compile(rf"\bfrom\s+(?:{APPROX}\s*)?(?P<a>{_NUM})\s*(?:{_UNIT})?\s*(?:to|→|->)\s*(?:{APPROX}\s*)?(?P<b>{_NUM})"
+_FROM_TO = re.compile(rf"\bfrom\s+(?:{APPROX}\s*)?(?P<a>{_NUM})\s*(?:{_UNIT})?\s*{TO}\s*(?:{APPROX}\s*)?(?P<b>{_NUM})"
                       rf"(?![\d.])(?!\s*(?:%|ms|s\b|µs|us|tok))"
                       rf"|(?<![\w.])(?P<a2>{_NUM})\s*(?:{_UNIT})?\s*(?:→|->)\s*(?P<b2>{_NUM})(?![\d.])(?!\s*(?:%|ms|s\b|µs|us|tok))", re.I)
 # what may follow the figure's name where the direction comes first ("no change in capacity.",
 # "raised the max sustainable rate from 20 to 24 rps on b0"): nothing else -- "increased capacity
 # planning" is another noun's direction
-_TAIL = re.compile(rf"(?:\s+(?:from\s+(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?\s*(?:to|→|->)\s*(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?"
+_TAIL = re.compile(rf"(?:\s+(?:from\s+(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?\s*{TO}\s*(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?"
                    r"|(?:on|for|of|in)\s+[\w.-]+))*\s*(?:[.,:;!?)]|$)", re.I)
 # what may stand between the figure's name and its direction besides `changes._GAP`'s words
 _EXTRA_GAP = rf"(?:{_NUM}\s*(?:{_UNIT})?|found|level|figure|result|value)"
@@ -157,12 +158,8 @@ def _figure(name: str) -> str | None:
     return f"max_sustainable_{axis.group(1).lower()}" if axis else None
 
 
-def _half(num: str) -> float:
-    return 10.0 ** -len(num.split(".")[1]) / 2 if "." in num else 0.5
-
-
 def _near(text: str, v: float | None) -> bool:
-    return v is not None and abs(float(text) - v) <= _half(text) + 1e-9
+    return v is not None and abs(float(text) - v) <= half_unit(text) + 1e-9
 
 
 def _v(v: float | None, unit: str) -> str:
@@ -178,12 +175,8 @@ def _rows(c: SweepClaim, facts: ChangeFacts) -> list[SweepChangeRow]:
     """The rows of the figure the claim names (a rate, a concurrency; "capacity": either), of the
     backend it names (else every backend)."""
     rows = [r for r in facts.sweeps if c.figure is None or r.figure == c.figure]
-    names = {r.backend for r in rows} | {r.new_backend for r in rows}
-    for text in (c.scope, c.sentence):
-        said = {n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.I)}
-        if said:
-            return [r for r in rows if r.backend in said or r.new_backend in said]
-    return rows
+    said = named_backends({r.backend for r in rows} | {r.new_backend for r in rows}, (c.scope, c.sentence))
+    return [r for r in rows if r.backend in said or r.new_backend in said] if said else rows
 
 
 def sweep_finding(c: SweepClaim, facts: ChangeFacts) -> tuple[str, str] | None:
