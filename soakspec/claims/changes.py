@@ -88,7 +88,9 @@ more than MAX_SENTENCE characters (the reading stays linear in the document).
 
 A clause about a sweep's own figure ("capacity rose from 20 to 24 rps", "max sustainable rate
 is unchanged") is checked against compare's Sweep rows instead (`sweep_changes`, same codes),
-and is not read here: "max sustainable request rate fell" is not a claim about QPS.
+and is not read here: its name is blanked before a clause's metrics are read, so "max
+sustainable request rate fell" is not a claim about QPS, and "the max sustainable request rate
+and p50 TTFT fell" is one of p50 TTFT (and, by `sweep_changes`, one of the figure).
 """
 
 from __future__ import annotations
@@ -111,6 +113,7 @@ from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RUL
 from soakspec.claims.polarity import NEGATION_CUES, NEGATION_DETERMINERS, Polarity, polarity
 from soakspec.claims.scope import _CONCURRENCY, _RATE
 from soakspec.claims.sweep_changes import HINTS as _SWEEP_HINTS
+from soakspec.claims.sweep_changes import subjects as sweep_subjects
 from soakspec.claims.sweep_changes import sweep_claims, sweep_finding
 from soakspec.diagnostics import Diagnostic, Severity
 from soakspec.units import prose_quantity
@@ -480,6 +483,10 @@ def claims_in(masked: str, negated: bool = False) -> list[Claim]:
         if len(dirs) != 1 or _DEPENDENCE.match(blanked, dirs[0].end()):
             continue  # two directions ("lower is better"), or how a figure goes with the load ("rises with concurrency")
         d = dirs[0]
+        # the sweep's figure is no row's metric ("max sustainable request rate" is not QPS): its name is
+        # blanked before the metrics are read, and one listed with them ("the max sustainable rate and
+        # p50 TTFT fell") is `sweep_changes`' claim, the others' direction theirs
+        blanked = _blank(blanked, [m.span() for m in sweep_subjects(blanked)])
         metrics = _group(blanked, _metrics(blanked), d)
         if not metrics:
             continue  # no metric, or its direction is another subject's ("TTFT goes as the prompt grows")
@@ -815,8 +822,6 @@ def check_changes(doc: Document, path: str, facts: ChangeFacts | None, negated_b
             if found is not None:
                 out.append(_diag(*found, (s.start + sc.start, s.start + sc.end), doc, path, _SWEEP_HINTS.get(found[0])))
         for c in claims_in(masked, negated):
-            if any(c.scope == sc.scope for sc in sweeps):
-                continue  # "max sustainable request rate rose": the sweep's figure, not QPS
             found = _finding(c, facts)
             if found is not None:
                 out.append(_diag(*found, (s.start + c.start, s.start + c.end), doc, path,

@@ -11,7 +11,10 @@ not the sweep's; `_OTHER_RESOURCE`) and the clause names no other metric of comp
 rose in capacity tests"),
 "saturation point", and "the sweep found / measured / reported". Nothing else: "throughput
 rose" is compare's throughput row (`changes`), "sustains 24 rps" a figure of one run
-(`sustain`).
+(`sustain`). A name listed with compare's other metrics under one direction ("the max
+sustainable request rate and p50 TTFT fell", "no regression in p99 TTFT or capacity") is a claim
+of the figure, and `changes` reads the others' (its stated figures are not read: whose they
+are is not said); a clause naming another metric anywhere else is that metric's (`_listed`).
 
 A claim is a clause (cut as `changes` cuts them) that names the figure and has exactly one
 direction (`direction.DIRECTION`), with nothing but connective words (`changes._GAP`), the
@@ -79,6 +82,9 @@ _FROM_TO = re.compile(rf"\bfrom\s+(?:{APPROX}\s*)?(?P<a>{_NUM})\s*(?:{_UNIT})?\s
 # planning" is another noun's direction
 _TAIL = re.compile(rf"(?:\s+(?:from\s+(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?\s*{TO}\s*(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?"
                    r"|(?:on|for|of|in)\s+[\w.-]+))*\s*(?:[.,:;!?)]|$)", re.I)
+# what joins the figure's name and other metrics in one list ("max sustainable rate and p50 TTFT",
+# "p95 TTFT, ITL and the max sustainable rate"): `changes._is_list`'s words, and an article
+_LIST_JOIN = re.compile(r"\s*(?:,|/|&|and|or|,\s*and|,\s*or)?\s*(?:(?:the|its|our)\s+)?", re.I)
 # what may stand between the figure's name and its direction besides `changes._GAP`'s words
 _EXTRA_GAP = rf"(?:{_NUM}\s*(?:{_UNIT})?|found|level|figure|result|value)"
 
@@ -136,21 +142,41 @@ def sweep_claims(masked: str, clauses: Sequence[tuple[int, int]], skip: re.Patte
         clause = masked[a:b]
         if skip.search(clause):
             continue
-        found = _direction(clause, extra)
+        named = subjects(clause)
+        if len(named) != 1:
+            continue
+        subj = named[0]
+        others = metrics(clause[: subj.start()] + " " * (subj.end() - subj.start()) + clause[subj.end() :])
+        read = _listed(clause, subj, others) if others else clause
+        if read is None:
+            continue  # another metric's clause ("TTFT rose in capacity tests")
+        found = _direction(read, extra)
         if found is None:
             continue
         kind, word, ds, de, stated = found
-        subj = subjects(clause)[0]
-        if metrics(clause[: subj.start()] + " " * (subj.end() - subj.start()) + clause[subj.end() :]):
-            continue
         start, end = min(subj.start(), ds), max(subj.end(), de)
         if polarity(masked, a + start, a + end, negated) is not Polarity.ASSERTED:
             continue
-        figures = [stated] if stated else [(m.group("a") or m.group("a2"), m.group("b") or m.group("b2"))
-                                           for m in _FROM_TO.finditer(clause)]
+        figures = [] if others else [stated] if stated else [(m.group("a") or m.group("a2"), m.group("b") or m.group("b2"))
+                                                             for m in _FROM_TO.finditer(clause)]
         out.append(SweepClaim(_SIGN[kind], " ".join(word.split()), tuple(figures) if len(figures) == 1 else (),
                               a + start, a + end, clause, masked, bool(_EXPLICIT.search(subj.group(0))), _figure(subj.group(0))))
     return out
+
+
+def _listed(clause: str, subj: re.Match[str], others: Sequence[tuple[Any, ...]]) -> str | None:
+    """`clause` with the metrics listed beside the figure's name blanked ("the max sustainable rate
+    and p50 TTFT fell" reads as "the max sustainable rate fell": the direction is each one's), or
+    None where another metric stands anywhere else -- then the clause is that metric's. `others`
+    are (metric, statistics, start, end) as `changes._metrics` gives them."""
+    spans = sorted([subj.span(), *((o[2], o[3]) for o in others)])
+    if not all(_LIST_JOIN.fullmatch(clause, x[1], y[0]) for x, y in zip(spans, spans[1:])):
+        return None
+    chars = list(clause)
+    for i in range(spans[0][0], spans[-1][1]):
+        if not subj.start() <= i < subj.end():
+            chars[i] = " "
+    return "".join(chars)
 
 
 def _figure(name: str) -> str | None:
