@@ -109,7 +109,7 @@ from soakspec.claims.direction import TO as _TO
 from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.evidence_check import named_levels
 from soakspec.claims.facts import ChangeFacts, ChangeRow, LevelFacts
-from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RULE_CUE, _TIME_UNIT, _aggs, _metric_key, seconds_per
+from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RULE_CUE, _TIME_UNIT, _aggs, from_the_send, phrase_metric, seconds_per
 from soakspec.claims.polarity import NEGATION_CUES, NEGATION_DETERMINERS, Polarity, polarity
 from soakspec.claims.scope import _CONCURRENCY, _RATE
 from soakspec.claims.sweep_changes import HINTS as _SWEEP_HINTS
@@ -140,11 +140,6 @@ _GAP = re.compile(
     re.I,
 )
 _FACTOR_WORD = {"halved": 2.0, "doubled": 2.0, "tripled": 3.0}
-# "sent TTFT p50", "p50 sent TTFT", "sent_latency": compare's rows from the send (a capped level's
-# sent_ttft, sent_latency), not its ttft / latency rows. The prefix is blanked before the metric is
-# read (`_metrics`), so the percentile around it reads as ever
-_SENT = re.compile(r"(?<![\w.])sent[\s_-]+(?=(?:ttft|time[\s-]+to[\s-]+first|e2e|end[\s-]*to[\s-]*end|(?:request[\s-]+)?latenc))", re.I)
-_SENT_OF = {"ttft": "sent_ttft", "latency": "sent_latency"}
 
 _OTHER_METRICS = (
     (re.compile(r"(?<![\w-])(?:(?:output|generation|decode|token)\s+)?throughput\b"
@@ -405,16 +400,12 @@ def _turns(text: str) -> set[tuple[int, bool]]:
 def _metrics(text: str) -> list[tuple[str, tuple[str, ...], int, int]]:
     """(metric, statistics named, start, end) of each metric a clause names."""
     out: list[tuple[str, tuple[str, ...], int, int]] = []
-    sent = {m.end() for m in _SENT.finditer(text)}  # where a metric named from the send begins
-    scan = _blank(text, [(m.start(), m.end()) for m in _SENT.finditer(text)])
+    scan, sent = from_the_send(text)  # "sent TTFT p50": compare's sent_ttft rows, not its ttft rows
     for m in _PHRASE.finditer(scan):
         if _LAT_QUALIFIER.search(scan[max(0, m.start() - 40) : m.start()]):
             continue  # queue / network / client latency: not compare's
         stats = tuple(dict.fromkeys(_aggs(m.group("pre") or m.group("post1") or m.group("post2"))))
-        key = _metric_key(m.group("metric"))
-        if m.start("metric") in sent and key in _SENT_OF:
-            key = _SENT_OF[key]
-        out.append((key, stats, m.start(), m.end()))
+        out.append((phrase_metric(m, sent), stats, m.start(), m.end()))
     for rx, key in _OTHER_METRICS:
         for m in rx.finditer(text):
             if any(a < m.end() and m.start() < b for _, _, a, b in out):
