@@ -421,3 +421,14 @@ def test_a_results_json_from_before_the_figures_from_the_send_is_not_called_edit
         assert "states sent TTFT p50 300 ms" in diags[-1], diags
         if edit == "edited":
             assert "results.json records sent_ttft.p50 0.3 s for a · " in diags[0], diags
+
+
+def test_a_level_between_a_throughputs_qualifier_and_its_value_does_not_hide_the_qualifier(tmp_path, capsys, capped):
+    """"Total throughput at 2 rps was 22.9 tok/s" is the total, "Prefill throughput at 2 rps
+    was 9000 tok/s" no figure of the evidence: the level's digits between the qualifier and the
+    value made both read as output throughput, two false CB201s."""
+    doc = ("# PR\n\nTotal throughput at 2 rps was 22.9 tok/s. Prefill throughput at 2 rps was 9000 tok/s.\n"
+           "Peak QPS at rate 2 rps was 30.\n" + BOUNDARY)  # fmt: skip
+    assert _lint(tmp_path, capsys, doc, capped) == (0, [])
+    code, diags = _lint(tmp_path, capsys, "# PR\n\nTotal throughput at 2 rps was 8.5 tok/s.\n" + BOUNDARY, capped)
+    assert code == 1 and [x.split(";")[0] for x in diags] == ["3:31: CB201 states total throughput 8.5 tok/s for a"], diags

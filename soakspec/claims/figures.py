@@ -24,7 +24,9 @@ blockquotes are skipped):
   prompt, prefill, peak, max, min and per-user figures are not this figure and are left alone);
   total throughput, prompt + output tokens/s ("total throughput was 5000 tok/s", "5000 total
   tok/s", the report's "Total tok/s" column: `_token_rate`; "total output" / "total prompt"
-  throughput is not it, and is left alone).
+  throughput is not it, and is left alone). A level between the qualifier and the value is read
+  past ("total throughput at 2 rps was 22.9 tok/s", "prefill throughput at concurrency 4 was
+  9000 tok/s": `_past_levels`).
 - request rate: "N req/s", "N rps", "N QPS", "QPS: N" -- but not a load the spec offers, which
   names a level ("at 2 rps", "rate 2 req/s", "2 req/s (open loop)", a workload, offered, phase or
   ramp clause), a goodput rate, or a sustained rate (`soakspec.claims.sustain` checks those).
@@ -99,6 +101,7 @@ from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.evidence_check import _AGGREGATE_ROW, _cells, _key, _line_backends, _named_levels, by_backend, for_backend, run_name
 from soakspec.claims.facts import EvidenceFacts, LevelFacts
 from soakspec.claims.polarity import Polarity, polarity
+from soakspec.claims.scope import _CONCURRENCY, _RATE
 from soakspec.diagnostics import Diagnostic, Span
 from soakspec.units import UNIT_WORDS, UNITS, Dimension, prose_quantity, unit_for_word
 
@@ -219,6 +222,18 @@ def phrase_metric(m: re.Match[str], sent: frozenset[int]) -> str:
     where "sent" stood before it (`from_the_send`)."""
     key = _metric_key(m.group("metric"))
     return _SENT_OF.get(key, key) if m.start("metric") in sent else key
+
+
+# a level named between a rate's qualifier and its value ("total throughput at concurrency 4 was",
+# "prefill throughput at 2 rps was"): read past, so that its digits do not hide the qualifier
+_LEVEL_WORDS = (*_CONCURRENCY, _RATE, re.compile(rf"(?<![\w.]){_NUM}\s*(?:rps|req/s)\b", re.I))
+
+
+def _past_levels(clause: str) -> str:
+    """`clause` without the levels it names, for `_RATE_QUALIFIER` to read."""
+    for rx in _LEVEL_WORDS:
+        clause = rx.sub(" ", clause)
+    return clause
 
 
 def _token_rate(before: str) -> str | None:
@@ -388,11 +403,11 @@ def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
                 continue
             kind = metric
             if metric == "tok_s":  # output tokens/s, or "total throughput": prompt + output
-                kind = _token_rate(clause)
+                kind = _token_rate(_past_levels(clause))
                 if kind is None:
                     continue
                 kind = "total_tok_s" if m.group("total") else kind  # "5000 total tok/s"
-            elif _RATE_QUALIFIER.search(clause):
+            elif _RATE_QUALIFIER.search(_past_levels(clause)):
                 continue
             if a > 0 and text[a - 1] in "+±−":
                 continue
