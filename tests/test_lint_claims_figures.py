@@ -432,3 +432,24 @@ def test_a_level_between_a_throughputs_qualifier_and_its_value_does_not_hide_the
     assert _lint(tmp_path, capsys, doc, capped) == (0, [])
     code, diags = _lint(tmp_path, capsys, "# PR\n\nTotal throughput at 2 rps was 8.5 tok/s.\n" + BOUNDARY, capped)
     assert code == 1 and [x.split(";")[0] for x in diags] == ["3:31: CB201 states total throughput 8.5 tok/s for a"], diags
+
+
+@pytest.fixture(scope="module")
+def capped_facts(capped):
+    d, _ = capped
+    return load_evidence_facts(d)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(agg=st.sampled_from(["p50", "p95", "p99", "mean"]), metric=st.sampled_from(["ttft", "latency"]),
+       form=st.sampled_from(["sent {m} {a} was {v}.", "{a} sent {m} of {v}.", "sent_{m} {a} = {v}."]),
+       decimals=st.integers(0, 3), which=st.sampled_from(["sent", "plain"]))  # fmt: skip
+def test_a_figure_from_the_send_holds_iff_it_is_the_sent_figure(capped_facts, agg, metric, form, decimals, which):
+    """Property: however "sent" is written beside the metric, a figure rendered from the capped
+    level's sent_ttft / sent_latency holds and one rendered from its ttft / latency (200 ms more:
+    the wait for a slot) is CB201."""
+    (lv,) = capped_facts[0].levels
+    (x,) = lv.figures[f"{'sent_' if which == 'sent' else ''}{metric}.{agg}"]
+    doc = "# PR\n\n" + form.format(m="TTFT" if metric == "ttft" else "latency", a=agg, v=f"{x * 1000:.{decimals}f} ms") + BOUNDARY
+    diags = [d for d in lint(doc, "PR.md", ClaimBoundary(), Coverage(), capped_facts) if d.code == "CB201"]
+    assert bool(diags) == (which == "plain"), (doc, diags)
