@@ -42,10 +42,8 @@ blockquotes are skipped):
 What it is compared with (`EvidenceFacts.figures`, `LevelFacts.figures`, made by
 `adapters.load_evidence_facts` from the evidence re-judged): per level, results.json
 `levels[].ttft/itl/tpot/latency` {p50, p90, p95, p99, mean, min, max} (seconds) and the level's
-output tokens/s, total tokens/s and completed requests/s (its buckets' `output_tokens_per_s`,
-`total_tokens_per_s` and `qps`, weighted by wall time: the report's "Output tok/s", "Total tok/s"
-and "Achieved req/s"), and a capped level's `sent_ttft` / `sent_latency` (null elsewhere: a
-figure from the send there is a figure the evidence does not record); per backend over the
+output tokens/s and completed requests/s (its buckets' `output_tokens_per_s` and `qps`,
+weighted by wall time: the report's "Output tok/s" and "Achieved req/s"); per backend over the
 run, tokens/s and requests/s over every bucket, and the gate's own backend-scope measurements
 (verdict.json rules: `mean(itl) = 14.3ms`); per level also the gate's level-scope ones where they
 differ from results.json. Scoping is the count checks' (`evidence_check`): a sentence (or a
@@ -54,6 +52,11 @@ backend's run figure); a sentence naming none with every level of the backends i
 backends when it names none) and their run figures. It holds when ANY of those figures fits.
 Two runs of one backend (a before/after, `--evidence base/ new/`) are both that backend's
 candidates (`evidence_check.by_backend`): a row or sentence about it holds when either run fits.
+Total throughput is compared with the buckets' `total_tokens_per_s` as output throughput is with
+`output_tokens_per_s` (the report's "Total tok/s"; unknown where a bucket delivered a request of no
+prompt count), and a figure from the send with a capped level's `sent_ttft` / `sent_latency`
+(results.json has none of a level without max_concurrency: a figure from the send there is a
+figure the evidence does not record).
 
 Precision: a figure is compared to the precision it is written with. It holds when it lies
 within half a unit of its last stated digit of the recorded value, inclusive -- the stated value
