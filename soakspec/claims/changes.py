@@ -109,7 +109,8 @@ from soakspec.claims.direction import TO as _TO
 from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.evidence_check import named_levels
 from soakspec.claims.facts import ChangeFacts, ChangeRow, LevelFacts
-from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RULE_CUE, _TIME_UNIT, _aggs, from_the_send, phrase_metric, seconds_per
+from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RULE_CUE, _TIME_UNIT, _aggs, seconds_per
+from soakspec.claims.figures import from_the_send, phrase_metric
 from soakspec.claims.polarity import NEGATION_CUES, NEGATION_DETERMINERS, Polarity, polarity
 from soakspec.claims.scope import _CONCURRENCY, _RATE
 from soakspec.claims.sweep_changes import HINTS as _SWEEP_HINTS
