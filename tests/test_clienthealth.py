@@ -495,6 +495,26 @@ def test_check_warns_when_a_percentile_rule_cannot_get_its_samples():
     assert "needs 299 samples" in msg
 
 
+def test_w509_says_a_short_rule_can_never_pass_not_that_it_cannot_fail():
+    """W509 said a percentile rule over too few planned samples "can only be INCONCLUSIVE", but the
+    judge FAILs it where enough samples violate the threshold to be sure (LoadGen's early
+    stopping works both ways): p99(ttft) < 21ms over 100 requests whose p99 was 22.4ms FAILed
+    (exit 1) the run `check` had said could not. The warning says what holds: it can never PASS."""
+    from soakspec.judge import judge
+    from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+    (msg,) = _w509("mode = open  rate = 3rps", "require p95(ttft) < 1s per bucket")
+    assert "can only be INCONCLUSIVE" not in msg
+    assert msg.endswith("the rule can never PASS (at best INCONCLUSIVE; it FAILs where enough samples violate the "
+                        "threshold to be sure)"), msg
+    spec = small_spec("require p99(ttft) <= 1s per level")  # 16 requests a level, p99 needs 299
+    b = EvidenceBuilder(spec)
+    for rec in list(b.measured("a"))[:8]:
+        rec["ttft"], rec["first_token"] = 5.0, rec["intended_start"] + 5.0
+    (r,) = [r for r in judge(spec, b.build()).rules if r.rule == "p99(ttft) <= 1s per level"]
+    assert r.status == "fail" and "enough samples violate the threshold" in r.message  # what the warning now allows
+
+
 def test_check_counts_a_phase_and_a_batch_as_they_send():
     """W509 counted a phased load at each phase's starting load held for the workload's whole
     duration (a ramp from 1 rps: 10 a bucket, and 40 a level where the phase plans 120), and a

@@ -802,7 +802,8 @@ def _warn_few(ctx: Ctx, rule: S.Rule, g: S.Gate, need: int, unit: str, fewest: F
         hint = _W509_SHARE_COUNT_HINT.format(whose=whose) if fewest.counted else _W509_SHARE_HINT
     else:
         claim = f"{rule.expr.text} {what} needs {need} {unit} at {conf}"
-        outcome = "the rule can only be INCONCLUSIVE"
+        outcome = ("the rule can never PASS (at best INCONCLUSIVE; it FAILs where enough samples violate the "
+                   "threshold to be sure)")
         hint = (_W509_TURN_HINT if rule.scope == "turn" else
                 _W509_COUNT_HINT.format(whose=whose) if fewest.counted else _W509_HINT)  # fmt: skip
     ctx.warn("W509", f"{claim}; about {fewest.n:.0f} {what} are planned ({fewest.where}): {outcome}", rule.span, hint)
