@@ -116,3 +116,30 @@ def test_the_poisson_estimate_is_a_bucket_emptys_probability():
     bucket, n = 0.5, 4000
     held = {math.floor(t / bucket) for t in schedule(2.0, "poisson", 11, 0.0, bucket * n)}
     assert abs((n - len(held)) / n - math.exp(-1.0)) < 0.03
+
+
+def test_min_samples_says_an_open_loops_empty_bucket_had_no_arrival():
+    """The judge's side: an open-loop bucket with no record at all INCONCLUSIVEs `min_samples` and
+    says no arrival of the schedule fell in it (the spec's doing, W517), where before it read
+    only "no completed request in the bucket" -- as a bucket of failed requests does, which sent
+    the reader looking for the server's failures. A bucket whose requests all failed says
+    nothing of arrivals; nor does a closed loop's empty bucket."""
+    from soakspec.judge import judge
+    from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+    def min_samples(mode: str, fail: bool = False) -> str:
+        spec = small_spec(mode=mode, levels="[2rps]" if mode == "open" else "[2]")
+        b = EvidenceBuilder(spec)
+        if fail:
+            for r in b.measured("a", bucket=0):
+                b.set_outcome(r, "failed", "x")
+        else:
+            b.drop_bucket_requests("a", 0, 0)
+        (r,) = [r for r in judge(spec, b.build()).rules if r.rule == "min_samples"]
+        assert r.status == "inconclusive", r.message
+        return r.message
+
+    assert "no completed request in the bucket: it measured nothing (no arrival of the open loop's schedule fell in " \
+           "it: lengthen the bucket or raise the rate; see W517)" in min_samples("open")
+    assert "no arrival" not in min_samples("open", fail=True)
+    assert "no arrival" not in min_samples("closed")
