@@ -84,10 +84,13 @@ _BUCKETS = st.sampled_from([0.1, 0.2, 0.25, 0.3, 0.5, 0.75, 1, 1.5, 2, 3])
 @given(rate=_RATES, bucket=_BUCKETS, n_buckets=st.integers(2, 12), warmup=st.sampled_from([0, 0.3, 0.5, 1, 2]),
        count=st.none() | st.integers(1, 40), t0=st.sampled_from([0.0, 1796638213.623406, 1_700_000_000.0]))
 def test_w517_for_constant_arrivals_is_exactly_the_runners_empty_buckets(rate, bucket, n_buckets, warmup, count, t0):
-    """Property: for constant arrivals, `check` warns W517 exactly when the runner's schedule
+    """Property: for constant arrivals, `check` warns W517 whenever the runner's schedule
     (`runner.load.schedule`, the plan's bucket edges, a level ended by its count listing buckets
-    up to its N-th measured arrival) leaves a measured bucket of some level without an arrival --
-    whatever the run clock's start."""
+    up to its N-th measured arrival) leaves a measured bucket of some level without an arrival,
+    whatever the run clock's start -- naming exactly how many where no arrival falls on a bucket
+    edge, and "up to" that many where they do (5 rps in 200 ms buckets: 3/5 = 0.6 lands before
+    the edge 3 x 0.2 = 0.6000000000000001, leaving the next bucket empty, as float rounding
+    decides), never warning where every bucket holds one clear of its edges."""
     duration = round(bucket * n_buckets, 9)
     if rate * duration < 1:  # W508's
         return
@@ -105,9 +108,13 @@ def test_w517_for_constant_arrivals_is_exactly_the_runners_empty_buckets(rate, b
     held = {holding(edges, t) for t in due}
     empty = [i for i in range(len(edges)) if i not in held]
     warned = [d for d in diags if d.code == "W517"]
-    assert bool(warned) == bool(empty), (empty, [d.message for d in warned])
-    if warned:
-        assert f" {len(empty)} of a level's " in warned[0].message
+    if empty:
+        assert warned, empty
+    if warned and "may get no arrival" not in warned[0].message:  # certain: exactly the runner's
+        assert f" {len(empty)} of a level's " in warned[0].message and empty, (empty, warned[0].message)
+    elif warned:  # arrivals on bucket edges: rounding decides, and at most that many are empty
+        maybe = int(warned[0].message.split("up to ")[1].split()[0])
+        assert len(empty) <= maybe, (empty, warned[0].message)
 
 
 def test_the_poisson_estimate_is_a_bucket_emptys_probability():
