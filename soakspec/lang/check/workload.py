@@ -782,7 +782,8 @@ def _empty_buckets(ctx: Ctx, b: Body, load: S.Load, duration: float, bucket: flo
             "edges, where the run clock's rounding decides the bucket)")
         ctx.warn("W517", f"at {rate:g} rps (constant arrivals, one every {format_duration(1 / rate)}) {some}: a bucket "
                          "with no completed request leaves min_samples INCONCLUSIVE", bg.span,
-                 f"set bucket to at least {format_duration(1 / rate)} (one arrival each), or raise the rate")
+                 f"set bucket to {'at least' if empty == maybe else 'longer than'} {format_duration(1 / rate)} (an arrival "
+                 "clear of its edges in each), or raise the rate")
         return
     risk = 1.0 - none_empty
     if risk < EMPTY_BUCKET_RISK:
@@ -798,7 +799,7 @@ def _empty_buckets(ctx: Ctx, b: Body, load: S.Load, duration: float, bucket: flo
                      f"bucket with probability {least}{risk:.0%}), and a bucket with no completed request leaves "
                      "min_samples INCONCLUSIVE (the seed decides which)", bg.span,
              f"set bucket to at least {format_duration(enough)}, raise the rate, or use arrival = constant "
-             f"(a bucket of {format_duration(1 / rate)} or more then always holds one)")
+             f"(a bucket longer than {format_duration(1 / rate)} then always holds one)")
 
 
 def load_time_s(w: S.Workload) -> float:
