@@ -540,7 +540,7 @@ def test_w509_warns_when_random_arrivals_leave_some_bucket_short():
 def test_w509s_short_count_probability_is_the_runners_schedule():
     """The probability W509 states is what the runner's seeded Poisson schedule gives: of 4,000
     one-second buckets at 60 rps, the share holding fewer than 59 arrivals (within 3 %)."""
-    from soakspec.lang.check.gate import _count_below
+    from soakspec.lang.samples import arrival_count_at_most as _count_below
     from soakspec.runner.load import schedule
 
     n = 4000

@@ -23,7 +23,7 @@ from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import expr_text, rule_text, value_text
 from soakspec.lang.metrics import (AGGREGATE_WORDS, AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRIC_WORDS, METRICS, SERVER_METRIC_NAME,
                                    SERVER_RATIO_SUFFIXES, SLO_FUNCTIONS, SLO_METRICS, Kind, parse_percentile)
-from soakspec.lang.samples import min_samples_for_percentile, min_samples_for_share
+from soakspec.lang.samples import arrival_count_at_most, arrival_count_sd, min_samples_for_percentile, min_samples_for_share
 from soakspec.lang.simoptions import OPTIONS as _SIM_OPTIONS
 from soakspec.units import UNITS, Dimension
 
@@ -672,6 +672,13 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
     return out
 
 
+_SCOPE_WORDS = {"bucket": "per bucket", "window": "per window", "level": "per level", "turn": "per turn",
+                "backend": "per backend", "run": "per run"}
+
+
+# a percentile rule over too few samples: the judge FAILs it once enough of them violate the
+# threshold to be sure (early stopping), so "can only be INCONCLUSIVE" would mislead
+_NEVER_PASSES = "the rule can never PASS (at best INCONCLUSIVE; it FAILs where enough samples violate the threshold to be sure)"
 _W509_HINT = "raise the rate or concurrency, lengthen the bucket or level, or use a lower percentile"
 _W509_COUNT_HINT = "raise requests_per_level of {whose} (each level measures that many requests), or use a lower percentile"
 _W509_SHARE_HINT = ("a share of X% with none missing needs more requests the nearer X is to 100%: raise the rate or "
@@ -757,19 +764,6 @@ def _sample_need(rule: S.Rule, g: S.Gate) -> tuple[int, str] | None:
 SHORT_COUNT_RISK = 0.01  # W509 of random arrivals: warn where some scope instance falls short with this probability
 
 
-def _count_below(m: int, mean: float, burstiness: float) -> float:
-    """P(N <= m) for the arrivals N an open loop's random schedule puts in a span expecting
-    `mean`: Poisson (summed in log space) for burstiness 1, else a normal of the gamma renewal
-    count's variance mean / burstiness (continuity corrected)."""
-    if m < 0:
-        return 0.0
-    if burstiness != 1.0:
-        return 0.5 * math.erfc(-(m + 0.5 - mean) / math.sqrt(2.0 * mean / burstiness))
-    terms = [i * math.log(mean) - mean - math.lgamma(i + 1) for i in range(m + 1)]
-    top = max(terms)
-    return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
-
-
 def _random_count_warning(ctx: Ctx, rule: S.Rule, g: S.Gate, workloads, bk: S.Backend | None, need: int, unit: str) -> None:
     """W509 for a rule whose scope plans enough samples on average but whose open loop's Poisson
     (or gamma) arrivals put a random count in each instance: a bucket expecting 60 at p95's 59
@@ -787,7 +781,7 @@ def _random_count_warning(ctx: Ctx, rule: S.Rule, g: S.Gate, workloads, bk: S.Ba
         if load.mode != "open" or load.arrival != "poisson" or load.phases or load.replay is not None or load.search is not None:
             continue
         piece = (rule.window_s or w.bucket_s) if rule.scope == "window" else w.bucket_s
-        for rate, (label, mean) in zip(load.levels, _planned(w, bk, rule.scope, rule.window_s)):
+        for rate, (label, mean, _) in zip(load.levels, _planned(w, bk, rule.scope, rule.window_s)):
             if load.requests_per_level is not None and mean >= load.requests_per_level:  # the count: exact
                 continue
             if rule.scope == "level":
@@ -795,20 +789,19 @@ def _random_count_warning(ctx: Ctx, rule: S.Rule, g: S.Gate, workloads, bk: S.Ba
             else:
                 span = w.duration_s if load.requests_per_level is None else min(w.duration_s, load.requests_per_level / rate)
                 k = max(1, math.floor(span / piece + 1e-9))
-            p = _count_below(need - 1, mean, load.burstiness)
+            p = arrival_count_at_most(need - 1, mean, load.burstiness)
             none_short *= (1.0 - p) ** k
             if worst is None or p > worst[0]:
-                worst = (p, mean, math.sqrt(mean / load.burstiness), f"workload '{w.name}' at {label}", load.burstiness)
+                worst = (p, mean, arrival_count_sd(mean, load.burstiness), f"workload '{w.name}' at {label}", load.burstiness)
     risk = 1.0 - none_short
     if worst is None or risk < SHORT_COUNT_RISK:
         return
     _, mean, sd, where, b = worst
-    what = {"bucket": "per bucket", "window": "per window", "level": "per level"}[rule.scope]
+    what = _SCOPE_WORDS[rule.scope]
     arrivals = "Poisson" if b == 1.0 else f"gamma (burstiness {b:g})"
     ctx.warn("W509", f"{rule.expr.text} {what} needs {need} {unit} at {g.confidence * 100:g}% confidence; about {mean:.0f} "
                      f"{what} are planned ({where}), but {arrivals} arrivals vary (±{sd:.2g} a {rule.scope}): some {rule.scope} "
-                     f"falls short with probability {risk:.0%}, and there the rule can never PASS (at best INCONCLUSIVE; "
-                     "it FAILs where enough samples violate the threshold to be sure)", rule.span,
+                     f"falls short with probability {risk:.0%}, and there {_NEVER_PASSES}", rule.span,
              f"raise the rate or lengthen the {rule.scope} (to expect well over {need}), use arrival = constant (its count "
              "does not vary), or use a lower percentile")
 
@@ -846,10 +839,6 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
             _warn_few(ctx, rule, g, need, unit, fewest)
 
 
-_SCOPE_WORDS = {"bucket": "per bucket", "window": "per window", "level": "per level", "turn": "per turn",
-                "backend": "per backend", "run": "per run"}
-
-
 def _warn_few(ctx: Ctx, rule: S.Rule, g: S.Gate, need: int, unit: str, fewest: Fewest) -> None:
     """W509 for a percentile rule, or a goodput share rule, over `fewest`: what the claim needs,
     what is planned and where, and a hint for that scope instance -- raise the `requests_per_level`
@@ -864,8 +853,7 @@ def _warn_few(ctx: Ctx, rule: S.Rule, g: S.Gate, need: int, unit: str, fewest: F
         hint = _W509_SHARE_COUNT_HINT.format(whose=whose) if fewest.counted else _W509_SHARE_HINT
     else:
         claim = f"{rule.expr.text} {what} needs {need} {unit} at {conf}"
-        outcome = ("the rule can never PASS (at best INCONCLUSIVE; it FAILs where enough samples violate the "
-                   "threshold to be sure)")
+        outcome = _NEVER_PASSES
         hint = (_W509_TURN_HINT if rule.scope == "turn" else
                 _W509_COUNT_HINT.format(whose=whose) if fewest.counted else _W509_HINT)  # fmt: skip
     ctx.warn("W509", f"{claim}; about {fewest.n:.0f} {what} are planned ({fewest.where}): {outcome}", rule.span, hint)
