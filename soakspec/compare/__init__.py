@@ -267,7 +267,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
-import ipaddress
 import json
 import math
 import random
@@ -279,6 +278,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from soakspec.evidence import netpath
 from soakspec.evidence.record import CANCELLED_BY_ABORT
 from soakspec.exitcodes import ExitCode
 from soakspec.judge import stats
@@ -861,12 +861,13 @@ def _pairs(base: Sequence[BackendSamples], new: Sequence[BackendSamples], notes:
 
 def network_path(entry: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """How the load generator reached a backend, from its manifest entry: (where -- "this
-    machine's loopback" or "host H", from its url -- and the hop in between -- "the launched
-    server's own socket" or "a port forward", from a launched server's `port_listener`), each
-    None where the manifest does not say (no url; a `url` backend's listener is never checked;
-    one /proc could not read). A port forward (docker-proxy, rootlessport: the runner's
-    FORWARDED_REASON; no listener in this network namespace: NO_LISTENER) or another host adds
-    latency of its own to every TTFT and latency (AIPerf PR #850)."""
+    machine's loopback" or "host H", from its url (`netpath.is_loopback`, the runner's own test)
+    -- and the hop in between -- "the launched server's own socket" or "a port forward", from a
+    launched server's `port_listener`: its `via`, or in evidence from before `via` its reason
+    text, `netpath.hop`), each None where the manifest does not say (no url; a `url` backend's
+    listener is never checked; one /proc could not read). A port forward (docker-proxy,
+    rootlessport; no listener in this network namespace) or another host adds latency of its
+    own to every TTFT and latency (AIPerf PR #850)."""
     url = entry.get("url")
     where = None
     if isinstance(url, str):
@@ -875,20 +876,9 @@ def network_path(entry: Mapping[str, Any]) -> tuple[str | None, str | None]:
         except ValueError:
             host = None
         if host:
-            try:
-                loop = host == "localhost" or ipaddress.ip_address(host).is_loopback
-            except ValueError:
-                loop = False
-            where = "this machine's loopback" if loop else f"host {host}"
-    hop = None
+            where = "this machine's loopback" if netpath.is_loopback(host) else f"host {host}"
     pl = entry.get("port_listener")
-    if isinstance(pl, Mapping):
-        why = pl.get("reason") if isinstance(pl.get("reason"), str) else ""
-        if pl.get("owner") == "server":
-            hop = "the launched server's own socket"
-        elif "port forward" in why or "forwarded port" in why:
-            hop = "through a port forward"
-    return where, hop
+    return where, netpath.hop(pl) if isinstance(pl, Mapping) else None
 
 
 def _path_notes(pairs: Sequence[tuple[BackendSamples, BackendSamples]], notes: list[str]) -> None:
