@@ -287,10 +287,16 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "buckets": [w.index for w in lv.buckets],
         "drift": level_drift(bi, lv),
         "itl_coalesced": itl_coalesced(recs),
-        "excluded": excluded(recs),
+        "excluded": excluded(recs, sent=capped(lv)),
         "turns": turn_summary(recs),
         "drain": drain_summary(lv),
     }
+
+
+def capped(lv: LevelIndex) -> bool:
+    """Whether the level declares max_concurrency: where the times from the send have figures of
+    their own (`sent_summary`) and say what they leave out (`excluded`'s `sent`)."""
+    return type(lv.entry.get("max_concurrency")) is int
 
 
 def sent_summary(lv: LevelIndex) -> dict[str, Any]:
@@ -299,7 +305,7 @@ def sent_summary(lv: LevelIndex) -> dict[str, Any]:
     other level, where they are ttft and latency less only the load generator's own lateness
     (closed loop: equal), which client_healthy bounds -- a second pair of figures there would
     say nothing a reader needs."""
-    if type(lv.entry.get("max_concurrency")) is not int:
+    if not capped(lv):
         return {"sent_ttft": None, "sent_latency": None}
     return {"sent_ttft": dist_summary(lv.records, "sent_ttft"), "sent_latency": dist_summary(lv.records, "sent_latency")}
 
