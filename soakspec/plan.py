@@ -444,6 +444,11 @@ class RequestTemplate:
     prompt_tokens: tuple[int, ...] = ()  # token-exact prompts (cycling lengths), built by the runner with the tokenizer
     tokenizer: str | None = None  # absolute path of a tokenizer.json; None with prompt_tokens: the server's /tokenize
     prefix_tokens: int = 0  # shared prefix tokens (the cache regime: 0 = unique prefix per request)
+    # `prefix_groups` (SGLang's generated-shared-prefix): the shared prefix is one of G distinct
+    # prefixes, request i's group `draws.prefix_group(i, G, group_seed)` (every G requests of a
+    # level send every group once, in a seeded order); 1: one prefix shared by every request
+    prefix_groups: int = 1
+    group_seed: int = 0
     # random lengths (`length_range`, soakspec/lengths.py): the i-th request's prompt length (tokens or
     # words) and max_tokens are drawn from [N(1 - r), N(1 + r)] around its cycled N, by i and the seed
     length_range: float = 0.0
@@ -473,6 +478,8 @@ class RequestTemplate:
             del out[key]
         if not self.hash_block:  # absent without shared blocks, as in evidence from before them
             del out["hash_block"], out["block_seed"]
+        if self.prefix_groups == 1:  # absent with one shared prefix, as in evidence from before prefix groups
+            del out["prefix_groups"], out["group_seed"]
         return out | {
             "max_tokens": list(self.max_tokens),
             "prompt_tokens": list(self.prompt_tokens) or None,
@@ -592,6 +599,8 @@ class Level:
         t = self.request
         if t.prompts and t.prompt_order != "file":  # which prompt each index sent (soakspec/draws.py)
             out |= {"prompt_order": t.prompt_order, "prompt_seed": t.prompt_seed}
+        if t.prefix_groups > 1:  # which prefix each index sent (soakspec/draws.py `prefix_group`); absent with one
+            out |= {"prefix_tokens": t.prefix_tokens, "prefix_groups": t.prefix_groups, "group_seed": t.group_seed}
         if t.think_time is not None:  # what the judge leaves out of the offered concurrency (validity `thinking`)
             out |= {"think_time": list(t.think_time), "think_seed": t.think_seed}
         return out
@@ -1009,6 +1018,11 @@ def _prefix_policy(t: RequestTemplate) -> str:
         return (f"the trace's hash_ids: each names a block of {t.hash_block} {unit} (seed {t.block_seed}), the same in every request, "
                 "level and run that lists it; after its blocks a request's own content")
     if t.prompt_tokens:
+        if t.prefix_tokens and t.prefix_groups > 1:
+            return (f"prefix: {t.prefix_groups} groups of {t.prefix_tokens} tokens (groups part at their first token; at their "
+                    f"first few with a tokenizer of fewer than {t.prefix_groups} one-token words), each request's group by "
+                    f"its index in its level (seed {t.group_seed}: every {t.prefix_groups} requests send every group once, "
+                    "in a seeded order)")
         return f"shared prefix of {t.prefix_tokens} tokens" if t.prefix_tokens else "unique prefix per request"
     if t.conversations:
         first = f"same first conversation of its seeded order (seed {t.prompt_seed})" if t.prompt_order == "shuffled" else "file's first conversation"
@@ -1050,7 +1064,9 @@ def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
     if shared:
         return shared
     if w.prompt_tokens:
-        return {"prompt_tokens": w.prompt_tokens, "tokenizer": _abspath(base, w.tokenizer), "prefix_tokens": w.prefix_tokens}
+        groups = w.prefix_groups if w.prefix_tokens else 1
+        return {"prompt_tokens": w.prompt_tokens, "tokenizer": _abspath(base, w.tokenizer), "prefix_tokens": w.prefix_tokens,
+                "prefix_groups": groups, "group_seed": w.load.seed if groups > 1 else 0}
     d = w.dataset
     if d is None:
         return {}

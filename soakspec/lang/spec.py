@@ -240,6 +240,9 @@ class Workload:
     prompt_tokens: tuple[int, ...] = ()  # token-exact prompts of these lengths (cycling), by the model's tokenizer
     tokenizer: str | None = None  # a local tokenizer.json for prompt_tokens; None: the server's /tokenize
     prefix_tokens: int = 0  # prompt_tokens: a prefix of this many tokens shared by every request; 0: unique prefixes
+    # prefix_tokens in G groups (SGLang's generated-shared-prefix): G distinct prefixes, each request
+    # starting with its group's, drawn by its index and the load's seed (soakspec/draws.py `prefix_group`)
+    prefix_groups: int = 1
     prompt_format: str | None = None  # text | jsonl | sharegpt; None: detected (see lang.datasets)
     max_tokens_from_file: bool = False  # per-prompt output lengths from the prompt file
     multi_turn: bool = False  # chat sessions: each closed-loop worker sends a conversation's turns in order, with its history

@@ -377,7 +377,10 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
     elif source == "tokens":
         body.append(_attr("prompt_tokens", A.List(tuple(A.Num(n) for n in draw(st.lists(st.integers(16, 4096), min_size=1, max_size=3))))))
         if draw(st.booleans()):
-            body.append(_attr("prefix_tokens", A.Num(draw(st.integers(0, 15)))))
+            prefix = draw(st.integers(0, 15))
+            body.append(_attr("prefix_tokens", A.Num(prefix)))
+            if prefix and draw(st.booleans()):  # SGLang's generated-shared-prefix: groups the prefix's index words tell apart
+                body.append(_attr("prefix_groups", A.Num(draw(st.integers(1, min(2**prefix, 512))))))
     if source in ("words", "tokens") and not any(isinstance(s, A.Attribute) and s.key == "prefix_tokens" for s in body) and draw(st.booleans()):
         # random lengths, as vLLM's --random-range-ratio: a percentage or a fraction below 1
         ratio = draw(st.integers(0, 99))

@@ -381,6 +381,8 @@ def workload_line(w: Any) -> str:
         parts.append(f"prompt_tokens={_join(w.prompt_tokens)}")
         if w.prefix_tokens:
             parts.append(f"prefix_tokens={w.prefix_tokens}")
+            if w.prefix_groups > 1:
+                parts.append(f"prefix_groups={w.prefix_groups}(seed={w.load.seed})")
     elif w.load.replay is not None:  # each request's lengths are its trace line's, not prompt_words / max_tokens
         parts.append(f"prompt of input_length {'tokens' if w.load.replay.tokens else 'words'}, max_tokens=output_length "
                      "(each request its trace line's)")

@@ -194,7 +194,7 @@ class Shapes:
                 if costs is None:
                     costs = _COSTS[key] = await measure_costs(tok, tuple(WORDS))
                 for n in sorted({m for n in w.prompt_tokens for m in lengths.bounds(n, w.length_range)}):  # a range: its ends
-                    await verify(tok, costs, n, w.prefix_tokens)
+                    await verify(tok, costs, n, w.prefix_tokens, w.prefix_groups)
                 if w.hash_block:  # a replay's shared blocks: their boundaries too
                     await verify_blocks(tok, costs, w.hash_block, w.block_seed)
             self._costs = costs
@@ -317,7 +317,10 @@ class Shapes:
             n, max_tokens = min(w.prompt_tokens), min(w.max_tokens)
         else:
             n, max_tokens = self._drawn(index, w.prompt_tokens[index % len(w.prompt_tokens)], w.max_tokens[index % len(w.max_tokens)], asked)
-        return self._shape(token_prompt(self._costs, index, n, w.prefix_tokens, salt=salt), max_tokens)
+        # with prefix groups, the request's group by its index (the pre-flight's and follow-up's too:
+        # index 0's, a group a level's first requests send anyway)
+        group = draws.prefix_group(index, w.prefix_groups, w.group_seed) if w.prefix_groups > 1 else 0
+        return self._shape(token_prompt(self._costs, index, n, w.prefix_tokens, salt=salt, group=group, groups=w.prefix_groups), max_tokens)
 
     def _drawn(self, index: int, n: int, max_tokens: int, asked: bool = False) -> tuple[int, int]:
         """The prompt length and max_tokens of request `index` asked `n` and `max_tokens`: with

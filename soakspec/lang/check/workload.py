@@ -30,6 +30,9 @@ MAX_TOTAL_LOAD_S = 30 * 86400.0  # the whole run's planned load time; a longer s
 # window served today (1-2M tokens on most long-context models, 10M at the very most; about a
 # word a token), and a prompt that long is still some 60 MB of text.
 MAX_TOKENS = R.MAX_LENGTH  # prompt_tokens, prefix_tokens, max_tokens (and a prompt file's max_tokens)
+# prefix_groups: SGLang's generated-shared-prefix defaults to 64 groups; a million is past any level
+# whose groups are each sent more than once (and keeps a group's index to 20 words in base 2)
+MAX_PREFIX_GROUPS = 1_000_000
 MAX_PROMPT_WORDS = R.MAX_LENGTH  # generated prompt words
 _TOKENS_WHY = "no model's context window is that long: is there an extra digit?"
 MAX_BATCH_REQUESTS = 1_000_000_000  # mode = batch: requests per level; a billion is days of back-to-back batches
@@ -50,6 +53,8 @@ WORKLOAD = Table(
         Key("prompt_tokens", "ints", "prompt_tokens", minimum=1, maximum=MAX_TOKENS, why=_TOKENS_WHY),
         Key("tokenizer", "str", "tokenizer"),
         Key("prefix_tokens", "int", "prefix_tokens", minimum=0, maximum=MAX_TOKENS, why=_TOKENS_WHY),
+        Key("prefix_groups", "int", "prefix_groups", minimum=1, maximum=MAX_PREFIX_GROUPS,
+            why="more groups than a level's requests share nothing: is there an extra digit?"),
         Key("prompt_format", "word", "prompt_format", choices=FORMATS),
         Key("max_tokens_from_file", "bool", "max_tokens_from_file"),
         Key("multi_turn", "bool", "multi_turn"),
@@ -145,7 +150,9 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     fields["sampling"] = _sampling(ctx, b, where)
     fields["think_time"] = _think_time(ctx, b, where)
     # what the load's seed seeds beside random arrivals: drawn lengths, a shuffled prompt order, drawn think times
-    seeded = fields["length_range"] > 0 or fields["prompt_order"] == "shuffled" or len(set(fields["think_time"])) > 1
+    # (and each request's prefix group)
+    seeded = (fields["length_range"] > 0 or fields["prompt_order"] == "shuffled" or len(set(fields["think_time"])) > 1
+              or fields["prefix_groups"] > 1)
     fields["load"] = _load(ctx, b, where, blk.label.value, ranged=seeded)
     _check_timing(ctx, b, fields["load"])
     _shaped_duration(ctx, b, fields, where)
@@ -183,9 +190,32 @@ def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
                     f"the shortest prompt length length_range draws ({L.smallest(b['prompt_tokens'], ratio)})")
         ctx.error("E204", f"'prefix_tokens' ({b['prefix_tokens']}) must be less than {shortest}: each request needs tokens of its own",
                   b.got("prefix_tokens").span)  # fmt: skip
+    _prefix_groups(ctx, b, where)
     if not given:
         return S.Workload.prompt_words
     return b["prompt_words"]
+
+
+def _prefix_groups(ctx: Ctx, b: Body, where: str) -> None:
+    """`prefix_groups = G` splits `prefix_tokens` into G prefixes: without a shared prefix it has
+    nothing to split (E403, with what to write). Each group's prefix begins with its index spelled
+    in one-token words (runner/prompts.py `group_words`): in base 2, the fewest any usable
+    tokenizer has, G needs ceil(log2 G) of them (at least 1: soakspec/draws.py `digits(G, 2)`,
+    which the language may not import), so a shorter prefix could not keep every group
+    apart (E204); a tokenizer that counts most of the 198 vocabulary words as one token spells
+    that many groups in one word."""
+    if not b.has("prefix_groups"):
+        return
+    got = b.got("prefix_groups")
+    if not b.has("prefix_tokens") or (b.ok("prefix_tokens") and b["prefix_tokens"] == 0):
+        n = b["prefix_groups"] if b.ok("prefix_groups") else "G"
+        ctx.error("E403", f"'prefix_groups' splits the shared prefix into groups; {where} sets no 'prefix_tokens'", got.key_span,
+                  f"as SGLang's --gsp-system-prompt-len S --gsp-num-groups {n}: prompt_tokens = ...  prefix_tokens = S  prefix_groups = {n}")
+        return
+    if b.ok("prefix_groups") and b.ok("prefix_tokens") and b["prefix_tokens"] < (need := max(1, (b["prefix_groups"] - 1).bit_length())):
+        ctx.error("E204", f"'prefix_tokens' ({b['prefix_tokens']}) is too short to keep {b['prefix_groups']} prefix groups apart: "
+                  f"each group's prefix starts with its index, {need} tokens with any tokenizer", b.got("prefix_tokens").span,
+                  f"prefix_tokens = {need} or more, or fewer groups")
 
 
 def _think_time(ctx: Ctx, b: Body, where: str) -> tuple[float, ...]:
