@@ -19,6 +19,7 @@ from soakspec.judge.workload import workload_shape
 from soakspec.lang import load_spec
 from soakspec.plan import plan
 from soakspec.plan import render_text as render_plan
+from soakspec.report.common import workload_line
 from soakspec.runner.load import WORDS
 from soakspec.runner.prompts import TokenCosts, prefix_words, token_prompt
 from specs import one_workload_spec
@@ -62,6 +63,8 @@ def test_the_plan_and_the_manifest_state_the_groups_and_one_group_is_as_before(t
     assert j["prefix_cache"].startswith("prefix: 4 groups of 32 tokens")
     assert "cache: prefix: 4 groups of 32 tokens (groups part at their first token" in render_plan(plan(spec))
     assert "seed 7: every 4 requests send every group once" in render_plan(plan(spec))
+    # the report's workload line names them (with the seed that drew each request's group)
+    assert "prompt_tokens=128, prefix_tokens=32, prefix_groups=4(seed=7), " in workload_line(spec.workloads[0])
     # compare tells a grouped run from a single-prefix one
     grouped = workload_shape(spec, "w")["prompt"]
     spec1, _, _ = _load(tmp_path, "prompt_tokens = 128\n  prefix_tokens = 32")
