@@ -764,7 +764,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             background.start_soon(pending.writer)
             if warm_quota is not None:  # the counted warmup, then the measured window from its end
                 await WARMUPS[type(level.shape)](level.shape, ctx, one, stop, t0, warm_quota)
-                m = await _warmup_end(ctx, clock.now(), stop)
+                m = await _warmup_end(ctx, clock.now(), stop + level.deadline_s)  # its last request ends by then
                 warming, stop, start = False, m + level.duration_s, m
                 edges[:] = [m + b.start_s for b in level.buckets]
                 run.measure_start = m
@@ -799,8 +799,9 @@ async def _warmup_end(ctx: LevelContext, now: float, bound: float) -> float:
     """When a counted warmup ended: `now` in one process; with --workers, when the last of the
     level's processes ended its part (`SharedCount.warmup_done`: the one that ends last writes
     the time, every other waits for it), so that all of them -- and the parent -- cut the same
-    buckets. Each waits at most until the warmup's `bound` (the time a process writes is at
-    most its own end, itself bounded by it) and a second more; then its own `now`."""
+    buckets. Each waits at most until `bound` -- the latest any warmup request can end: the
+    warmup's wall bound, after which none starts, plus one deadline -- and a second more; then
+    it takes its own `now`."""
     shared, parts = ctx.shared_count, ctx.part[1]
     if shared is None or parts <= 1:
         return now
