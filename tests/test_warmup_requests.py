@@ -79,6 +79,14 @@ def test_requests_after_a_number_is_still_a_key_where_a_value_follows_it():
     assert spec.workloads[0].load.requests == 8 and spec.workloads[0].warmup_requests is None
 
 
+def test_a_parse_error_after_a_number_does_not_offer_the_count_word():
+    """`[1 2]` expects ',' or ']': the count's word is valid after any number, but it is never
+    what a list or a line is missing, so the message does not list it."""
+    _, diags = parse('w {\n  x = [1 2]\n}\n')
+    (d,) = diags
+    assert d.message == "unexpected '2' (expected ',', ']')", d.message
+
+
 # ---------------------------------------------------------------- check
 
 
