@@ -324,6 +324,8 @@ def test_a_run_on_the_simulator_records_exactly_its_warmup_requests_outside_the_
     gate = subprocess.run([sys.executable, "-m", "soakspec", "gate", str(out), "--format", "json"], capture_output=True, text=True,
                           cwd=REPO, timeout=120)  # fmt: skip
     assert gate.returncode == 0, gate.stdout + gate.stderr
+    report = subprocess.run([sys.executable, "-m", "soakspec", "report", str(out)], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert "warmup=7 requests per level" in report.stdout, report.stdout
     # the spec judged with another warmup is not the level that ran
     other = tmp_path / "other.soak"
     other.write_text(SIM_SPEC.replace("warmup = 7 requests", "warmup = 1s"))
@@ -331,3 +333,32 @@ def test_a_run_on_the_simulator_records_exactly_its_warmup_requests_outside_the_
                           cwd=REPO, timeout=120)  # fmt: skip
     assert gate.returncode != 0
     assert "a warmup of 7 requests (the spec plans a duration)" in gate.stdout, gate.stdout
+
+
+def test_the_tty_bar_says_warmup_until_a_counted_warmup_has_ended():
+    """On a TTY the level's line reads "warmup" however long its N warmup requests take (not
+    "bucket 1/10" from the level's start), and its buckets count from the warmup's end."""
+    import io
+    import time
+
+    from soakspec.runner.driver import _progress_started
+    from soakspec.runner.load import LiveStats
+    from soakspec.runner.progress import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    level = _level("mode = closed\n    concurrency = [2]", "duration = 10s\n  bucket = 1s\n  deadline = 60s", "20 requests")
+    stream = Tty()
+    prog = Progress(stream=stream)
+    prog.start()
+    assert prog._rich is not None
+    _progress_started(prog, "a", level)
+    prog._state["t0"] = time.monotonic() - 5.0  # 5 s into the warmup
+    prog.tick(LiveStats())
+    assert prog._rich.tasks[-1].fields["stats"].startswith("warmup · ")
+    prog.warmup_ended()
+    prog.tick(LiveStats())
+    assert prog._rich.tasks[-1].fields["stats"].startswith("bucket 1/10 · ")
+    prog.stop()

@@ -233,7 +233,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
                        on_bucket=on_bucket, health=health, on_start=on_start, on_measure_start=_measure_started(bp.name, lv, entry, progress, watch, starts),
                        on_request_start=watch.started, on_started_until=started_until)  # fmt: skip
-    progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s, lv.requests_per_level)
+    _progress_started(progress, bp.name, lv)
     run: LevelRun | None = None
     try:
         if deps.workers > 1:
@@ -336,6 +336,14 @@ def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
     return [dict(r) for _, r in iter_records(path, start=rec.level_offset) if r.workload == lv.workload and r.level == lv.index]
 
 
+def _progress_started(progress, backend: str, lv: Level) -> None:
+    """The level's progress bar and first line; a counted warmup is shown as "warmup" until it
+    has ended (`Progress.warmup_ended`), however long that takes."""
+    warmup = lv.warmup_s if lv.warmup_requests is None else math.inf
+    progress.level_started(backend, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, len(lv.buckets), warmup,
+                           lv.requests_per_level)  # fmt: skip
+
+
 def _measure_started(backend: str, lv: Level, entry: dict, progress, watch: AbortWatch, starts: dict):
     """What a level does when its counted warmup has ended (`LevelContext.on_measure_start`): its
     measured window starts there -- the manifest's `measure_start`, the abort rules' bucket 0 --
@@ -345,6 +353,7 @@ def _measure_started(backend: str, lv: Level, entry: dict, progress, watch: Abor
         entry.update(measure_start=m)
         progress.log(f"[{backend}] {lv.workload} / {lv.label}: warmup of {lv.warmup_requests} requests finished after "
                      f"{format_duration(max(0.0, m - entry['started_at']))}; measuring")
+        progress.warmup_ended()
         watch.level_started(lv.workload, lv.index, lv.label, m, lv.duration_s, lv.bucket_s, **starts)
 
     return on_measure_start
