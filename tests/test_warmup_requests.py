@@ -380,3 +380,15 @@ def test_the_tty_bar_says_warmup_until_a_counted_warmup_has_ended():
     prog.tick(LiveStats())
     assert prog._rich.tasks[-1].fields["stats"].startswith("bucket 1/10 · ")
     prog.stop()
+
+
+def test_a_level_cut_short_in_its_counted_warmup_lists_no_bucket():
+    """An abort (or Ctrl-C, a dead backend) during a counted warmup: its measured window never
+    began -- the manifest's level lists no bucket, its window empty at the time it ended, where
+    a timed level's window would have been cut from its start + warmup_s."""
+    from soakspec.runner.driver import _cut_short
+
+    level = _level("mode = closed\n    concurrency = [2]", "duration = 10s\n  bucket = 1s\n  deadline = 60s", "20 requests")
+    entry = {"started_at": 100.0, "measure_start": None}  # as `on_start` leaves a counted warmup's level
+    _cut_short(entry, level, 103.5)
+    assert entry["buckets"] == [] and entry["measure_start"] == entry["measure_end"] == entry["drained_at"] == 103.5
