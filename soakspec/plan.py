@@ -29,9 +29,10 @@ Time model (the runner implements exactly this):
 
 Request counts: open-loop levels expect `rate × duration`: constant arrivals send exactly that
 many measured requests (the minimum too); seeded Poisson or gamma arrivals vary around it, so
-their minimum is 0 (`_open_minimum`); a level that ends at its `requests_per_level` N sends N
-whatever its arrivals (`_reaches_count`), so the plan says N, and its warmup's estimate
-(`expected_warmup_requests`). Closed-loop and batch levels
+their minimum is 0 (`_open_minimum`) and the plan prints the expected count with its spread,
+three standard deviations either side (`lang.samples.arrival_count_spread`, W515's rule); a
+level that ends at its `requests_per_level` N sends N whatever its arrivals (`_reaches_count`),
+so the plan says N, and its warmup's estimate (`expected_warmup_requests`). Closed-loop and batch levels
 depend on the server's speed: the plan gives the minimum (one request per worker, one batch)
 and, when the workload sets `expected_latency`, an estimate: a closed loop `concurrency ×
 duration / expected_latency`; a batch level the requests its batches start in the measured
@@ -60,8 +61,8 @@ from soakspec.evidence.runtime import RuntimeDecl as BoundaryDecl
 from soakspec import lengths
 from soakspec.lang import simtrace
 from soakspec.lang.batches import batch_requests
-from soakspec.lang.check.workload import SHORT_COUNT_SIGMAS
 from soakspec.lang.replay import sharing
+from soakspec.lang.samples import COUNT_SIGMAS, arrival_count_spread
 from soakspec.lang.spec import Backend, Spec, Workload
 from soakspec.sim.config import sim_argv
 from soakspec import windows
@@ -511,8 +512,11 @@ class Level:
     # warmup, a closed loop's concurrency × warmup / expected_latency; None: not estimated
     expected_warmup_requests: int | None = None
     # a count-bounded level's expected load time, its warmup's included: its N at the planned rate
-    # (or concurrency and expected_latency), at most warmup + duration; None: timed, or unknown
+    # (or concurrency and expected_latency, or `cap_rps`); None: timed, or unknown
     expected_load_s: float | None = None
+    # an open loop's `max_concurrency` over the workload's `expected_latency`: the requests a second
+    # its cap lets the server finish (Little's law); None: no cap, or no expected_latency
+    cap_rps: float | None = None
     # `warmup = N requests`: the level first sends N warmup requests (closed loop: its workers take
     # them from one count; open loop: its schedule's first N arrivals) and its measured window
     # starts once all have finished; `warmup_s` is then 0. None: the warmup is `warmup_s`
@@ -849,7 +853,8 @@ class BackendPlan:
     @property
     def wall_ends_at_count(self) -> bool:
         """A level of it ends at its `requests_per_level`: `est_wall_s` (warmup + duration) is
-        then its upper bound, not its estimate."""
+        then its upper bound, not its estimate -- but for an open loop's queue behind its
+        `max_concurrency`, which may drain past it (`_count_load_s`; `max_wall_s` holds it)."""
         return any(lv.requests_per_level is not None for lv in self.levels)
 
     @property
@@ -937,7 +942,7 @@ class Plan:
         vals = [b.count_est_wall_s if b.wall_ends_at_count else b.est_wall_s for b in self.backends]
         if None in vals:
             return None
-        return (max(vals) if self.parallel else sum(vals)) if vals else 0.0  # type: ignore[arg-type,type-var]
+        return max(vals) if self.parallel else sum(vals)  # type: ignore[arg-type,type-var]  # (a counted level: a backend)
 
     @property
     def bucket_count(self) -> int:
@@ -1154,6 +1159,13 @@ def _warmup_count(shape: LoadShape, warmup: float, latency: float | None) -> int
     return None
 
 
+def _cap_rps(shape: LoadShape, latency: float | None) -> float | None:
+    """The requests a second an open loop's `max_concurrency` C lets through at the workload's
+    `expected_latency` L: C / L (Little's law, C always in flight); None without both."""
+    cap = max_concurrency(shape)
+    return cap / latency if cap is not None and latency else None
+
+
 def _counted_warmup_s(shape: LoadShape, n: int | None, latency: float | None) -> float | None:
     """How long a warmup of n requests (`warmup = N requests`) is expected to take: its arrivals
     at the planned rate (N / rate), or a closed loop's ceil(N / concurrency) rounds of
@@ -1168,14 +1180,28 @@ def _counted_warmup_s(shape: LoadShape, n: int | None, latency: float | None) ->
     return None
 
 
-def _count_load_s(shape: LoadShape, warmup: float, duration: float, latency: float | None) -> float | None:
+def _count_load_s(shape: LoadShape, warmup: float, duration: float, latency: float | None, deadline: float) -> float | None:
     """How long a count-bounded level is expected to load: its warmup, then its N requests at the
     planned rate (N / rate) or, for a closed loop with expected_latency, ceil(N / concurrency)
     rounds of it -- at most warmup + duration, the bound (README: a level's wall time is warmup +
-    duration; a counted one's only at most that). None: a timed level, or no estimate."""
+    duration; a counted one's only at most that). None: a timed level, or no estimate.
+
+    An open loop whose `max_concurrency` C cannot keep up with its rate at the workload's
+    `expected_latency` L (rate > C / L, `_cap_rps`) sends its arrivals on schedule but serves them
+    C at a time, in arrival order, the warmup's first: its measured ones end after ceil((warmup
+    arrivals + N) / C) rounds of L -- past warmup + duration, when the queue drains after it (the
+    runner serves queued arrivals after the duration's end) -- but no later than its last
+    measured arrival's intended time plus the deadline, which runs from that time (a queue that
+    long ends in timeouts)."""
     match shape:
         case Open(requests_per_level=int(n)):
-            return warmup + min(duration, n / shape.rate)
+            sent = warmup + min(duration, n / shape.rate)  # the last measured arrival's intended time
+            served = _cap_rps(shape, latency)
+            if served is None or served >= shape.rate:
+                return sent
+            assert latency is not None and shape.max_concurrency is not None  # a cap_rps has both
+            queued = _open_count(shape, warmup) + min(n, _open_count(shape, duration, warmup))
+            return min(max(sent, math.ceil(queued / shape.max_concurrency) * latency), sent + deadline)
         case Closed(requests_per_level=int(n), concurrency=c) if latency:
             return warmup + min(duration, math.ceil(n / c) * latency)
     return None
@@ -1245,8 +1271,8 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
                 duration_s=duration, deadline_s=w.deadline_s * scale, buckets=_buckets(duration, w.bucket_s * scale),
                 min_requests=minimum, expected_requests=expected,
                 expected_warmup_requests=w.warmup_requests or _warmup_count(shape, w.warmup_s * scale, latency),
-                expected_load_s=_count_load_s(shape, w.warmup_s * scale + (warm_s or 0.0), duration, latency),
-                warmup_requests=w.warmup_requests, expected_warmup_s=warm_s,
+                expected_load_s=_count_load_s(shape, w.warmup_s * scale + (warm_s or 0.0), duration, latency, w.deadline_s * scale),
+                cap_rps=_cap_rps(shape, latency), warmup_requests=w.warmup_requests, expected_warmup_s=warm_s,
             )
         )  # fmt: skip
     return out
@@ -1486,31 +1512,65 @@ def render_text(p: Plan) -> str:
     for b in p.backends:
         lines.extend(_render_backend(b, p.rehearsal, p.spec_secrets, _defaulted_deadlines(spec)))
     total_exp = [b.expected_requests for b in p.backends]
-    exp_text = f", expected ~{sum(total_exp)}" if total_exp and all(v is not None for v in total_exp) else ""  # type: ignore[misc]
-    counted = _counted_requests([lv for b in p.backends for lv in b.levels])
+    exp = sum(total_exp) if total_exp and all(v is not None for v in total_exp) else None  # type: ignore[misc]
+    every = [lv for b in p.backends for lv in b.levels]
+    counted = _counted_requests(every)
     lines.append(
         (f"  total: requests: {counted} measured (each level its requests_per_level); " if counted is not None else
-         f"  total: requests ≥ {sum(b.min_requests for b in p.backends)}{exp_text}; ")
-        + _wall_text(p.est_wall_s, p.max_wall_s, p.wall_ends_at_count, p.count_est_wall_s,
-                     [lv for b in p.backends for lv in b.levels], "")
+         f"  total: requests {_expected_text(sum(b.min_requests for b in p.backends), exp, every)}; ")
+        + _wall_text(p.est_wall_s, p.max_wall_s, p.count_est_wall_s, every, "")
     )
     return terminal_safe("\n".join(lines))  # names and texts are the spec's own: shown, never obeyed by the terminal
 
 
-def _wall_text(est: float, most: float, counted: bool, count_est: float | None, levels: Iterable[Level], with_: str) -> str:
+def _expected_text(floor: int, exp: int | None, levels: Iterable[Level]) -> str:
+    """`≥ 8, expected ~40`; where random arrivals make the count (`_random_range`), the expected
+    count with their spread -- `~600 expected (random arrivals, ± 3 sd: 527-673)`, the floor only
+    where it says something (`≥ 15, expected ~615 (...)`); `≥ 8` with no estimate."""
+    if exp is None:
+        return f"≥ {floor}"
+    rng = _random_range(levels)
+    if rng is None:
+        return f"≥ {floor}, expected ~{exp}"
+    return (f"≥ {floor}, expected ~{exp}" if floor else f"~{exp} expected") + f" (random arrivals, ± {COUNT_SIGMAS:g} sd: {rng[0]}-{rng[1]})"
+
+
+_AT_RATE, _AT_LATENCY = "at the planned rate", "at the workload's expected_latency"
+
+
+def _pace(lv: Level) -> str:
+    """What a counted level's `expected_load_s` assumes: the planned rate (an open loop), the
+    workload's expected_latency (a closed one), or -- an open loop under `max_concurrency` -- the
+    cap's pace where the expected_latency says it cannot keep up with the rate (`cap_rps`), and
+    without an expected_latency that the server keeps up."""
+    cap = lv.max_concurrency
+    if lv.mode != "open":
+        return _AT_LATENCY
+    if cap is None or (lv.cap_rps is not None and lv.rate is not None and lv.cap_rps >= lv.rate):
+        return _AT_RATE
+    if lv.cap_rps is None:
+        return f"{_AT_RATE}, if the server keeps up with it under max_concurrency {cap} -- set expected_latency to check"
+    return f"at the {lv.cap_rps:.3g} rps that max_concurrency {cap} serves at the workload's expected_latency"
+
+
+def _wall_text(est: float, most: float, count_est: float | None, levels: Iterable[Level], with_: str) -> str:
     """`wall time ≈ 30s (at most 25m52s ...)`; where a level ends at its count, warmup + duration
     is only its bound (README "A fixed count per level"): `wall time ≤ 30s (ends at its count:
-    about 17s at the planned rate; ...)`, or `wall time at most 30s (...)` with no estimate."""
+    about 17s at the planned rate; ...)`, or `wall time at most 30s (...)` with no estimate. A
+    capped open loop whose queue drains past warmup + duration (`_count_load_s`) is no bound of
+    it: `wall time ≈ 1m2s (ends at its count: at the 2 rps that max_concurrency 2 serves ...)`."""
     upper = f"at most {format_duration(most)}{with_}"
-    if not counted:
-        return f"wall time ≈ {format_duration(est)} ({upper})"
     counts = [lv for lv in levels if lv.requests_per_level is not None]
+    if not counts:
+        return f"wall time ≈ {format_duration(est)} ({upper})"
     ends = "ends at its count" if len(counts) == 1 else "its counted levels end at their counts"
     if count_est is None:
         return f"wall time at most {format_duration(est)} ({ends}, how soon depends on the server; {upper})"
-    modes = {lv.mode for lv in counts}
-    pace = ("at the planned rate" if modes == {"open"} else "at the workload's expected_latency" if modes == {"closed"}
-            else "at the planned rates and expected_latency")  # fmt: skip
+    paces = list(dict.fromkeys(_pace(lv) for lv in counts))
+    pace = "at the planned rates and expected_latency" if set(paces) == {_AT_RATE, _AT_LATENCY} else " and ".join(paces)
+    if count_est > est + 1e-9:
+        return (f"wall time ≈ {format_duration(count_est)} ({ends}: {pace}, its queue draining past warmup + duration, "
+                f"{format_duration(est)}; {upper})")
     return f"wall time ≤ {format_duration(est)} ({ends}: about {format_duration(count_est)} {pace}; {upper})"
 
 
@@ -1591,9 +1651,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
     counted = _counted_requests(b.levels)
     lines.append(
         (f"    requests: {counted} measured (each level its requests_per_level)" if counted is not None else
-         f"    requests: ≥ {b.min_requests}" + (f", expected ~{exp}" if exp is not None else unknown))
-        + "; " + _wall_text(b.est_wall_s, b.max_wall_s, b.wall_ends_at_count, b.count_est_wall_s, b.levels,
-                            " with startup, drains and shutdown")
+         f"    requests: {_expected_text(b.min_requests, exp, b.levels)}" + ("" if exp is not None else unknown))
+        + "; " + _wall_text(b.est_wall_s, b.max_wall_s, b.count_est_wall_s, b.levels, " with startup, drains and shutdown")
     )
     return lines
 
@@ -1629,19 +1688,50 @@ def _timing_text(lv: Level) -> str:
     return f"{n} measured requests (it ends once they have finished), at most {format_duration(lv.duration_s)}"
 
 
+def _random_mean(lv: Level) -> float | None:
+    """The mean of a level's measured arrivals where they are random (seeded Poisson or gamma: an
+    open rate or ramp whose `arrival` is not constant): the rate's integral over the duration;
+    None where the count is not a random arrival count."""
+    match lv.shape:
+        case Open(arrival=a) if a != "constant":
+            return lv.shape.rate * lv.duration_s
+        case OpenRamp(arrival=a) if a != "constant":
+            return lv.shape.expected(lv.duration_s)
+    return None
+
+
 def _reaches_count(lv: Level) -> bool:
     """A count-bounded level the plan expects to send its whole count (its duration, the bound,
     not ending it first): what ends it is its count, so its measured requests are N -- random
     arrivals too, whose count over a timed level would vary, where the rate × duration is more
-    than `SHORT_COUNT_SIGMAS` standard deviations above N (W515's measure of luck, from the
-    other side: a count that bad luck could miss is not promised)."""
+    than `arrival_count_spread` above N (W515's measure of luck, from the other side: a count
+    that bad luck could miss is not promised)."""
     n, exp = lv.requests_per_level, lv.expected_requests
     if n is None or exp is None or exp < n:
         return False
-    if isinstance(lv.shape, Open) and lv.shape.arrival != "constant":
-        mean = lv.shape.rate * lv.duration_s
-        return mean - SHORT_COUNT_SIGMAS * math.sqrt(mean / lv.shape.burstiness) >= n
-    return True
+    mean = _random_mean(lv)
+    return mean is None or mean - arrival_count_spread(mean, lv.shape.burstiness) >= n  # type: ignore[union-attr]
+
+
+def _random_range(levels: Iterable[Level]) -> tuple[int, int] | None:
+    """(low, high): the expected measured requests of `levels` less and plus the spread of their
+    timed levels' random arrival counts (`arrival_count_spread`, the count's variance mean /
+    burstiness; the levels' seeds differ, so their variances add); None where no timed level's
+    count is random, or a level has no estimate. A counted level contributes its N (or the
+    plan's estimate) without a spread."""
+    levels = list(levels)
+    exps = [lv.expected_requests for lv in levels]
+    if not levels or None in exps:
+        return None
+    var = 0.0
+    for lv in levels:
+        mean = _random_mean(lv)
+        if mean is not None and lv.requests_per_level is None:
+            var += mean / lv.shape.burstiness  # type: ignore[union-attr]
+    if not var:
+        return None
+    spread, exp = arrival_count_spread(var), sum(exps)  # type: ignore[arg-type]
+    return max(0, _round_half_up(exp - spread)), _round_half_up(exp + spread)
 
 
 def _counted_requests(levels: Iterable[Level]) -> int | None:
@@ -1664,15 +1754,18 @@ def _warmup_text(lv: Level) -> str:
 
 
 def _level_requests_text(lv: Level) -> str:
-    """`requests ≥ 8, expected ~40`, or a level that ends at its count: `requests: 500 measured,
-    ~20 in the warmup` -- N, not a floor, for random arrivals too (README "A fixed count per
-    level"); the warmup's requests are recorded in no bucket."""
+    """`requests ≥ 8, expected ~40`; a timed level of random arrivals `requests ~600 expected
+    (random arrivals, ± 3 sd: 527-673)`; or a level that ends at its count: `requests: 500
+    measured, ~20 in the warmup` -- N, not a floor, for random arrivals too (README "A fixed
+    count per level"); the warmup's requests are recorded in no bucket."""
     if _reaches_count(lv):
         warm = lv.expected_warmup_requests
         return f"requests: {lv.requests_per_level} measured" + (f", ~{warm} in the warmup" if lv.warmup_s and warm is not None else
                                                                 f", {warm} in the warmup" if lv.warmup_requests else "")
-    exp = f"~{lv.expected_requests}" if lv.expected_requests is not None else "?"
     n = lv.requests_per_level
+    if n is None and _random_range([lv]) is not None:  # a timed level's random count: its spread
+        return f"requests {_expected_text(lv.min_requests, lv.expected_requests, [lv])}"
+    exp = f"~{lv.expected_requests}" if lv.expected_requests is not None else "?"
     if isinstance(lv.shape, (Open, OpenRamp)) and lv.shape.arrival != "constant":
         exp += (" (random arrivals: the seeded count varies around it)" if n is None or lv.expected_requests != n else
                 f" (random arrivals: the duration may end it before its {n})")
@@ -1779,6 +1872,13 @@ def shape_identity(shape: Any) -> Any:
     return shape
 
 
+def _range_json(levels: Iterable[Level]) -> list[int] | None:
+    """`expected_requests_range`: [low, high] of `_random_range` (three standard deviations of
+    the timed levels' random arrival counts about `expected_requests`), null where no count is random."""
+    rng = _random_range(levels)
+    return list(rng) if rng is not None else None
+
+
 def _level_json(lv: Level) -> dict[str, Any]:
     return {
         "workload": lv.workload, "index": lv.index, "label": lv.label, "mode": lv.mode, "concurrency": lv.concurrency,
@@ -1787,6 +1887,7 @@ def _level_json(lv: Level) -> dict[str, Any]:
         "warmup_s": lv.warmup_s, "duration_s": lv.duration_s, "bucket_s": lv.bucket_s, "deadline_s": lv.deadline_s,
         "min_requests": lv.min_requests, "expected_requests": lv.expected_requests,
         "expected_warmup_requests": lv.expected_warmup_requests, "expected_load_s": lv.expected_load_s,
+        "expected_requests_range": _range_json([lv]), "cap_rps": lv.cap_rps,
         "warmup_requests": lv.warmup_requests, "expected_warmup_s": lv.expected_warmup_s,
         "request": lv.request.to_json(),
         "buckets": [{"index": bk.index, "start_s": bk.start_s, "length_s": bk.length_s} for bk in lv.buckets],
@@ -1805,6 +1906,7 @@ def _backend_json(b: BackendPlan, secrets: Iterable[str] = ()) -> dict[str, Any]
         "traces": b.traces.to_json(),
         "min_requests": b.min_requests,
         "expected_requests": b.expected_requests,
+        "expected_requests_range": _range_json(b.levels),
         "est_wall_s": round(b.est_wall_s, 3),
         "max_wall_s": round(b.max_wall_s, 3),
         "wall_ends_at_count": b.wall_ends_at_count,  # then est_wall_s is the bound; est_count_wall_s the estimate
@@ -1833,6 +1935,7 @@ def to_json(p: Plan) -> dict:
             if all(b.expected_requests is not None for b in p.backends)
             else None
         ),
+        "expected_requests_range": _range_json([lv for b in p.backends for lv in b.levels]),
         "est_wall_s": round(p.est_wall_s, 3),
         "max_wall_s": round(p.max_wall_s, 3),
         "wall_ends_at_count": p.wall_ends_at_count,

@@ -328,6 +328,27 @@ def test_the_builtin_abort_names_the_outcomes_it_saw_and_whether_the_server_is_g
     assert r.status == "fail" and f"(threshold >= 100%); {said}; the rest of the load was not run" in r.message, r.message
 
 
+def test_the_outcomes_in_words_are_worked_out_only_when_an_abort_fires(monkeypatch):
+    """`cause_of` (a regex and prefix tests) ran on every failed record the watch was fed --
+    a failing server's thousands a second on the load's own loop -- though only a fired abort
+    reads it. Rows that fire nothing never work it out; the rows of a fire do, once each."""
+    from soakspec.runner import abort
+
+    calls = []
+    real = abort.cause_of
+    monkeypatch.setattr(abort, "cause_of", lambda o, e: calls.append(o) or real(o, e))
+    fired = []
+    watch = AbortWatch("a", [_rule(threshold=0.9, min_requests=10)], on_fire=fired.append)
+    watch.level_started("w", 0, "c", 0.0, 10.0, 1.0)
+    watch.observe(_records({HTTP_500: 5, "completed|": 5}), now=0.9)
+    watch.bucket_done(0, now=1.0)
+    assert fired == [] and calls == []
+    watch.observe(_records({HTTP_500: 10}, bucket=1, start=1.5), now=1.9)
+    watch.bucket_done(1, now=2.0)
+    (f,) = fired
+    assert f.outcomes == (("HTTP 500", 10),) and len(calls) == 10
+
+
 def test_rows_no_rule_reads_again_are_forgotten():
     watch = AbortWatch("a", [_rule(threshold=2.0)])
     watch.level_started("w", 0, "c", 0.0, 100.0, 1.0)

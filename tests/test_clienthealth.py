@@ -495,6 +495,62 @@ def test_check_warns_when_a_percentile_rule_cannot_get_its_samples():
     assert "needs 299 samples" in msg
 
 
+def test_w509_says_a_short_rule_can_never_pass_not_that_it_cannot_fail():
+    """W509 said a percentile rule over too few planned samples "can only be INCONCLUSIVE", but the
+    judge FAILs it where enough samples violate the threshold to be sure (LoadGen's early
+    stopping works both ways): p99(ttft) < 21ms over 100 requests whose p99 was 22.4ms FAILed
+    (exit 1) the run `check` had said could not. The warning says what holds: it can never PASS."""
+    from soakspec.judge import judge
+    from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+    (msg,) = _w509("mode = open  rate = 3rps", "require p95(ttft) < 1s per bucket")
+    assert "can only be INCONCLUSIVE" not in msg
+    assert msg.endswith("the rule can never PASS (at best INCONCLUSIVE; it FAILs where enough samples violate the "
+                        "threshold to be sure)"), msg
+    spec = small_spec("require p99(ttft) <= 1s per level")  # 16 requests a level, p99 needs 299
+    b = EvidenceBuilder(spec)
+    for rec in list(b.measured("a"))[:8]:
+        rec["ttft"], rec["first_token"] = 5.0, rec["intended_start"] + 5.0
+    (r,) = [r for r in judge(spec, b.build()).rules if r.rule == "p99(ttft) <= 1s per level"]
+    assert r.status == "fail" and "enough samples violate the threshold" in r.message  # what the warning now allows
+
+
+def test_w509_warns_when_random_arrivals_leave_some_bucket_short():
+    """A bucket expecting 60 Poisson arrivals holds fewer than p95's 59 with probability 0.4, and
+    the rule is INCONCLUSIVE in it however the server did: `check` said "ok" and a 4 s run at
+    60 rps in 1 s buckets (seed 5) came back INCONCLUSIVE in 3 of its 4 buckets ("from only 48
+    requests; needs 11 more"). W509 now says so before anything runs; constant arrivals (their
+    count does not vary), a mean well above the need and an exact requests_per_level are not
+    warned."""
+    (msg,) = _w509("mode = open  rate = 6rps  arrival = poisson", "require p95(ttft) < 1s per bucket")
+    assert msg.startswith("p95(ttft) per bucket needs 59 samples at 95% confidence; about 60 per bucket are planned "
+                          "(workload 'w' at 6 rps), but Poisson arrivals vary (±7.7 a bucket): some bucket falls short "
+                          "with probability 68%"), msg
+    assert "can never PASS" in msg
+    (msg,) = _w509("mode = open  rate = 6rps  burstiness = 0.5", "require p95(ttft) < 1s per bucket")
+    assert "but gamma (burstiness 0.5) arrivals vary (±11 a bucket)" in msg, msg
+    (msg,) = _w509("mode = open  rate = 3.5rps  arrival = poisson", "require p95(ttft) < 1s per level")
+    assert "about 70 per level" in msg and "some level falls short" in msg, msg
+    assert _w509("mode = open  rate = 6rps", "require p95(ttft) < 1s per bucket") == []  # constant: 60 in every bucket
+    assert _w509("mode = open  rate = 12rps  arrival = poisson", "require p95(ttft) < 1s per bucket") == []  # 120: 7 sd over
+    assert _w509("mode = open  rate = 20rps  arrival = poisson  requests_per_level = 60",
+                 "require p95(ttft) < 1s per level") == []  # a count is exact
+
+
+def test_w509s_short_count_probability_is_the_runners_schedule():
+    """The probability W509 states is what the runner's seeded Poisson schedule gives: of 4,000
+    one-second buckets at 60 rps, the share holding fewer than 59 arrivals (within 3 %)."""
+    from soakspec.lang.samples import arrival_count_at_most as _count_below
+    from soakspec.runner.load import schedule
+
+    n = 4000
+    counts = [0] * n
+    for t in schedule(60.0, "poisson", 3, 0.0, float(n)):
+        counts[int(t)] += 1
+    short = sum(c < 59 for c in counts) / n
+    assert abs(short - _count_below(58, 60.0, 1.0)) < 0.03, (short, _count_below(58, 60.0, 1.0))
+
+
 def test_check_counts_a_phase_and_a_batch_as_they_send():
     """W509 counted a phased load at each phase's starting load held for the workload's whole
     duration (a ramp from 1 rps: 10 a bucket, and 40 a level where the phase plans 120), and a

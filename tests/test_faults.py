@@ -568,7 +568,8 @@ def test_a_ctrl_c_after_the_load_ended_keeps_the_run_complete(tmp_path):
     assert m["status"] == "complete" and m["incomplete_reason"] is None, (m["status"], m["incomplete_reason"])
     assert all(lv["completed"] for lv in m["backends"][0]["levels"])
     assert "SIGINT after the load ended" in proc.stderr, proc.stderr
-    assert "not judged" in proc.stderr and "is complete" in proc.stderr, proc.stderr
+    assert (f"not judged; the evidence in {out} is complete (`soakspec gate --write {out}` judges it and writes its verdict)"
+            in proc.stderr), proc.stderr
     assert "internal error" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     gate = subprocess.run([PY, "-c", "import sys; " + MAIN, "gate", "--write", str(out)], cwd=tmp_path, env=run_env(new_marker()),
                           capture_output=True, text=True, timeout=90)

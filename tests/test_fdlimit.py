@@ -266,3 +266,44 @@ def test_stopping_a_server_out_of_file_descriptors_still_signals_it():
                 await proc.wait()
 
     trio.run(main)
+
+
+def test_a_telemetry_sample_whose_proc_listing_misses_processes_is_unknown_not_a_partial_sum():
+    """Out of file descriptors with one left, /proc itself is listed but no process's stat can
+    be read: `_ppid_map` skipped each one silently (as if it had exited), the server's tree was
+    the server alone, and its children's memory and CPU went missing from a figure recorded as
+    measured. A process whose stat is refused (EMFILE) makes the sample's figures unknown."""
+    import os
+
+    from soakspec.evidence.telemetry import CpuMeter, telemetry_record
+
+    code = "import subprocess, sys, time; k = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); print(k.pid, flush=True); time.sleep(60)"
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        parent.stdout.readline()  # its child started
+
+        def with_one_fd():
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            held = []
+            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
+            try:
+                while True:
+                    try:
+                        held.append(os.open("/dev/null", os.O_RDONLY))
+                    except OSError as e:
+                        assert e.errno == errno.EMFILE
+                        break
+                os.close(held.pop())  # the one left: /proc's listing takes it
+                return telemetry_record(None, parent.pid, 1.0, CpuMeter())
+            finally:
+                for fd in held:
+                    os.close(fd)
+                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+        row = with_one_fd()
+        assert (row["server_rss_bytes"], row["server_pss_bytes"], row["server_cpu_s"]) == (None,) * 3, row
+        whole = telemetry_record(None, parent.pid, 2.0, CpuMeter())  # with descriptors again: measured
+        assert whole["server_rss_bytes"] > 0
+    finally:
+        os.killpg(parent.pid, 9)  # the server and its child
+        parent.wait()

@@ -84,7 +84,7 @@ def _stall(r):
 def _dist(vals):
     if not vals:
         return None
-    return {"count": len(vals), "p50": stats.percentile(vals, 50), "p95": stats.percentile(vals, 95),
+    return {"count": len(vals), "p50": stats.percentile(vals, 50), "p90": stats.percentile(vals, 90), "p95": stats.percentile(vals, 95),
             "p99": stats.percentile(vals, 99), "mean": math.fsum(vals) / len(vals), "min": min(vals), "max": max(vals)}
 
 

@@ -198,8 +198,15 @@ def test_bounds_are_checked_against_the_figure(tmp_path, capsys, run):
 
 
 def test_a_figure_the_evidence_does_not_record_is_not_flagged(tmp_path, capsys, run):
-    doc = "# PR\n\np90 TTFT was 5 ms and p99.9 ITL 1 ms; prefill ran at 90000 tok/s, 3 tok/s per user.\n" + BOUNDARY
+    doc = "# PR\n\np75 TTFT was 5 ms and p99.9 ITL 1 ms; prefill ran at 90000 tok/s, 3 tok/s per user.\n" + BOUNDARY
     assert _lint(tmp_path, capsys, doc, run) == (0, [])
+
+
+def test_a_p90_figure_is_checked_now_that_results_json_records_p90(tmp_path, capsys, run):
+    """results.json stores p90 (GuideLLM's figure) beside p50/p95/p99: a p90 a document
+    states is held to it, as the others are."""
+    code, diags = _lint(tmp_path, capsys, "# PR\n\np90 TTFT was 5 ms.\n" + BOUNDARY, run)
+    assert code == 1 and len(diags) == 1 and "CB201 states TTFT p90" in diags[0], diags
 
 
 # ---------------------------------------------------------------- 5. tables
@@ -325,3 +332,124 @@ def test_a_figure_at_any_precision_holds_iff_it_rounds_from_the_evidence(facts, 
     doc = "# PR\n\n" + form.format(v=change.format(v=stated) if change else stated) + BOUNDARY
     diags = [d for d in lint(doc, "PR.md", ClaimBoundary(), Coverage(concurrency_levels=(2, 4)), facts) if d.code == "CB201"]
     assert bool(diags) == (off != 0 and change is None), (doc, x, diags)
+
+
+# ---------------------------------------------------------------- 8. from the send; total throughput
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory) -> tuple[Path, Path]:
+    """An open loop under max_concurrency = 1 whose requests but the first waited 200 ms for a
+    slot: TTFT from the intended start 300 ms, from the send (sent_ttft) 100 ms; prompts of 100
+    tokens and more, so its total tokens/s (prompt + output, 22.87) is not its output tokens/s (8.53)."""
+    from test_max_concurrency import _waited
+
+    tmp = tmp_path_factory.mktemp("capped")
+    spec = small_spec(mode="open", levels="[2rps]\n    max_concurrency = 1", backends=("a",))
+    b = _waited(EvidenceBuilder(spec))
+    for k, r in enumerate(b.measured("a")):
+        r["prompt_tokens"] = 100 + k
+    d = b.write(tmp / "run")
+    spec_file = tmp / "spec.soak"
+    spec_file.write_text(spec.canonical_text)
+    return d, spec_file
+
+
+def test_a_figure_from_the_send_is_checked_against_sent_ttft_not_ttft(tmp_path, capsys, capped):
+    """"sent TTFT p50 was 100 ms" is bench serve's TTFT, the server's: it holds against the
+    level's sent_ttft (100 ms), not its TTFT from the intended start (300 ms, the wait for a slot
+    counted), and "sent TTFT p50 was 300 ms" is CB201 though TTFT p50 is 300 ms."""
+    ok = ("# PR\n\nsent TTFT p50 was 100 ms, TTFT p50 was 300 ms. p99 sent latency of 7.67 s.\n"
+          "The gate measured p95(sent_ttft) = 100ms.\n" + BOUNDARY)  # fmt: skip
+    assert _lint(tmp_path, capsys, ok, capped) == (0, [])
+    code, diags = _lint(tmp_path, capsys, "# PR\n\nsent TTFT p50 was 300 ms. p99 sent_latency of 7.5 s.\n" + BOUNDARY, capped)
+    assert code == 1
+    assert [re.sub(r"^\d+:\d+: CB201 states (.*?) for a; the evidence records .*: ", r"\1: ", x) for x in diags] == [
+        "sent TTFT p50 300 ms: 100.0 ms", "sent latency p99 7.5 s: 7.67 s"], diags
+
+
+def test_total_throughput_is_checked_against_the_runs_total_tokens_per_second(tmp_path, capsys, capped):
+    """"total throughput was 5000 tok/s" (prompt + output tokens/s, bench serve's "total token
+    throughput") is checked against results.json's total_tokens_per_s, with the precision rules of
+    output throughput; it was not read at all. Output throughput stays output's."""
+    ok = "# PR\n\nTotal throughput was 22.9 tok/s and output throughput 8.5 tok/s; about 23 total tok/s.\n" + BOUNDARY
+    assert _lint(tmp_path, capsys, ok, capped) == (0, [])
+    code, diags = _lint(tmp_path, capsys, "# PR\n\nTotal throughput was 5000 tok/s. We saw 22.8 total tok/s.\n" + BOUNDARY, capped)
+    assert code == 1
+    assert [re.sub(r"^\d+:\d+: CB201 states (.*?) for a; .*over the run: ", r"\1: ", x) for x in diags] == [
+        "total throughput 5000 tok/s: 22.9 tok/s", "total throughput 22.8 tok/s: 22.87 tok/s"], diags
+
+
+def test_the_reports_total_tok_s_column_is_checked(tmp_path, capsys, capped):
+    """The per-level table's "Total tok/s" beside "Output tok/s": copied it is clean, edited it is CB201."""
+    d, spec_file = capped
+    md = prepare(_spec(spec_file), load_evidence(d)).render("md")
+    assert _lint(tmp_path, capsys, md, capped) == (0, [])
+    header = next(line for line in md.splitlines() if "| Total tok/s |" in line)
+    col = [c.strip() for c in header.split("|")].index("Total tok/s")
+    (row,) = [line for line in md.splitlines() if line.startswith("| a · ")]
+    cells = row.split("|")
+    assert cells[col].strip() == "22.9", row
+    cells[col] = " 229.0 "
+    code, diags = _lint(tmp_path, capsys, md.replace(row, "|".join(cells)), capped)
+    assert code == 1
+    assert [re.sub(r"^\d+:\d+: ", "", x).split(";")[0] for x in diags] == ["CB201 states total throughput 229.0 tok/s for a"], diags
+
+
+def test_a_results_json_from_before_the_figures_from_the_send_is_not_called_edited(tmp_path, capsys, capped):
+    """results.json gained a capped level's sent_ttft / sent_latency and the buckets'
+    total_tokens_per_s later than the rest: a results.json without any of them was written
+    before, not edited (no CB402), and the document is still checked against the evidence
+    re-judged. One that has them with another value was edited: CB402."""
+    import shutil
+
+    d, spec_file = capped
+    for edit, expect in (("older", ["CB201"]), ("edited", ["CB402", "CB201"])):
+        old = shutil.copytree(d, tmp_path / edit)
+        res = json.loads((old / "results.json").read_text())
+        (be,) = res["backends"]
+        if edit == "older":
+            for lv in be["levels"]:
+                del lv["sent_ttft"], lv["sent_latency"]
+            for w in be["buckets"]:
+                del w["total_tokens_per_s"]
+        else:
+            be["levels"][0]["sent_ttft"]["p50"] = 0.3
+        (old / "results.json").write_text(json.dumps(res))
+        code, diags = _lint(tmp_path, capsys, "# PR\n\nsent TTFT p50 was 300 ms.\n" + BOUNDARY, (old, spec_file))
+        assert [x.split(" ", 2)[1] for x in diags] == expect, diags
+        assert "states sent TTFT p50 300 ms" in diags[-1], diags
+        if edit == "edited":
+            assert "results.json records sent_ttft.p50 0.3 s for a · " in diags[0], diags
+
+
+def test_a_level_between_a_throughputs_qualifier_and_its_value_does_not_hide_the_qualifier(tmp_path, capsys, capped):
+    """"Total throughput at 2 rps was 22.9 tok/s" is the total, "Prefill throughput at 2 rps
+    was 9000 tok/s" no figure of the evidence: the level's digits between the qualifier and the
+    value made both read as output throughput, two false CB201s."""
+    doc = ("# PR\n\nTotal throughput at 2 rps was 22.9 tok/s. Prefill throughput at 2 rps was 9000 tok/s.\n"
+           "Peak QPS at rate 2 rps was 30.\n" + BOUNDARY)  # fmt: skip
+    assert _lint(tmp_path, capsys, doc, capped) == (0, [])
+    code, diags = _lint(tmp_path, capsys, "# PR\n\nTotal throughput at 2 rps was 8.5 tok/s.\n" + BOUNDARY, capped)
+    assert code == 1 and [x.split(";")[0] for x in diags] == ["3:31: CB201 states total throughput 8.5 tok/s for a"], diags
+
+
+@pytest.fixture(scope="module")
+def capped_facts(capped):
+    d, _ = capped
+    return load_evidence_facts(d)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(agg=st.sampled_from(["p50", "p95", "p99", "mean"]), metric=st.sampled_from(["ttft", "latency"]),
+       form=st.sampled_from(["sent {m} {a} was {v}.", "{a} sent {m} of {v}.", "sent_{m} {a} = {v}."]),
+       decimals=st.integers(0, 3), which=st.sampled_from(["sent", "plain"]))  # fmt: skip
+def test_a_figure_from_the_send_holds_iff_it_is_the_sent_figure(capped_facts, agg, metric, form, decimals, which):
+    """Property: however "sent" is written beside the metric, a figure rendered from the capped
+    level's sent_ttft / sent_latency holds and one rendered from its ttft / latency (200 ms more:
+    the wait for a slot) is CB201."""
+    (lv,) = capped_facts[0].levels
+    (x,) = lv.figures[f"{'sent_' if which == 'sent' else ''}{metric}.{agg}"]
+    doc = "# PR\n\n" + form.format(m="TTFT" if metric == "ttft" else "latency", a=agg, v=f"{x * 1000:.{decimals}f} ms") + BOUNDARY
+    diags = [d for d in lint(doc, "PR.md", ClaimBoundary(), Coverage(), capped_facts) if d.code == "CB201"]
+    assert bool(diags) == (which == "plain"), (doc, diags)

@@ -9,6 +9,7 @@ comparison that FAILed on a capacity drop linted clean."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,8 @@ def test_claims_about_the_sweep_figure_are_checked_against_its_row(text, verdict
     "Capacity may rise with the new scheduler.",  # hedged
     "Capacity did not rise.",  # negated: not a claim of a rise
     "The gate requires max sustainable rate >= 20 rps.",  # a rule
+    "Capacity rose past the threshold we warn on.",  # a rule's words, as every claim of change reads them
+    "The max sustainable rate rose, within run-to-run variation.",  # noise
     "We increased capacity planning effort.",  # another noun's direction
     "Capacity planning rose to the top of the list.",
 ])
@@ -146,3 +149,34 @@ def test_a_claim_rendered_from_the_row_is_clean_and_its_opposite_is_not(base, ne
     assert _codes(f"{name} {word}.", row) == [code]
     if verdict == "regression":
         assert _codes(f"{name} is unchanged.", row) == ["CB504"]
+
+
+def _compare_row(metric: str, stat: str, unit: str, base: float, new: float, verdict: str) -> dict:
+    change = new / base - 1
+    return {"backend": "b0", "new_backend": "b0", "label": "rate 8 rps", "metric": metric, "stat": stat, "unit": unit,
+            "base": base, "new": new, "change": change, "change_kind": "ratio", "ci_low": change - 0.02, "ci_high": change + 0.02,
+            "row_confidence": 0.99, "verdict": verdict, "turn": None}
+
+
+@pytest.mark.parametrize("sentence", [
+    "The max sustainable request rate and p50 TTFT fell.",
+    "p50 TTFT and the max sustainable request rate fell.",
+])
+def test_the_sweep_figure_listed_with_a_metric_is_read_as_the_figure_and_never_as_qps(tmp_path: Path, capsys, sentence):
+    """"request rate" inside the sweep figure's name is not compare's QPS row: listed with p50
+    TTFT under one direction, the sentence claims the figure fell (CB501: compare measured it
+    rise) and p50 TTFT fell (borne out), and nothing of QPS -- whose row, a rise, would otherwise
+    make a second, false CB501. Through `lint-claims --compare compare.json`, as a user runs it."""
+    doc = _doc("improvement")  # 20 → 24 rps
+    doc["rows"] = [_compare_row("ttft", "p50", "s", 0.100, 0.080, "improvement"),
+                   _compare_row("qps", "mean", "/s", 8.0, 8.8, "improvement")]
+    out = tmp_path / "compare.json"
+    out.write_text(json.dumps(doc))
+    pr = tmp_path / "PR.md"
+    pr.write_text(f"# Perf\n\n{sentence}\n\n## Claim boundary\n\nSynthetic.\n")
+    spec = tmp_path / "s.soak"
+    spec.write_text(SWEEP)
+    code = cli.main(["lint-claims", str(pr), "--spec", str(spec), "--compare", str(out)])
+    found = [line for line in capsys.readouterr().out.splitlines() if re.search(r": CB5\d\d ", line)]
+    assert code == 1
+    assert len(found) == 1 and f"{pr}:3:" in found[0] and " CB501 states max_sustainable_rate fell" in found[0], found

@@ -493,3 +493,25 @@ def test_require_gpus_is_met_by_the_mig_slice_cuda_visible_devices_names(tmp_pat
     assert "requires GPUs" not in (result.reason or ""), result.reason
     gpus = json.loads((tmp_path / "run" / "manifest.json").read_text())["gpus"]
     assert [(d["index"], d["mig"]["slot"]) for d in gpus["devices"]] == [(1, 2)]
+
+
+def test_a_telemetry_sample_lists_proc_once(monkeypatch):
+    """A sample's four figures of the server's tree (RSS, PSS, CPU, GPU memory) each listed
+    /proc -- a scan of every process on the machine, four times a sample on a busy host. They
+    now share one listing."""
+    me = os.getpid()
+    listings = []
+    scandir = os.scandir
+
+    def counted(path="."):
+        if str(path) == "/proc":
+            listings.append(path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", counted)
+    from soakspec.evidence.telemetry import CpuMeter
+
+    rec = telemetry_record(NvmlSource(FakeNvml(procs={0: [(me, 3 * GiB)]}), visible_devices=None), me, t=1.0, cpu=CpuMeter())
+    assert len(listings) == 1
+    assert rec["server_rss_bytes"] > 0 and rec["server_pss_bytes"] is not None and rec["server_cpu_s"] > 0
+    assert rec["gpus"][0]["process_memory_used"] == 3 * GiB and not schema.validate("telemetry", rec)

@@ -393,15 +393,16 @@ def test_plain_gate_of_a_run_still_in_progress_says_so_and_judges_nothing(tmp_pa
     """Plain `gate` of a run a live `soakspec run` still writes (it holds the .lock) FAILed
     `require completed_run` ("the run's status is running") though nothing had failed: the
     run is not over. It judges nothing, says the run is in progress (naming the lock's pid)
-    and points to `gate --partial`: a usage error, exit 2, whatever the format. A killed run's
-    leftover .lock (its process gone, nothing holds the flock) is judged as before."""
+    and points to `gate --partial`: a usage error, exit 2, whatever the format -- `gate --write`
+    too, which said only "holds no finished run (status running)". A killed run's leftover
+    .lock (its process gone, nothing holds the flock) is judged as before."""
     from soakspec.evidence.io import RunLock
 
     root = tmp_path / "run1"
     _killed_in_bucket(root, gate=REQUIRE_WHOLE_RUN)
     with RunLock(root, allow_existing=True):  # the run, still going: this process holds its lock
-        for fmt in ("text", "json"):
-            code = main(["gate", str(root), "--format", fmt])
+        for args in (["--format", "text"], ["--format", "json"], ["--write"]):
+            code = main(["gate", str(root), *args])
             out = capsys.readouterr()
             assert code == 2, out
             assert out.out == "", out.out  # no verdict: nothing was judged

@@ -248,3 +248,70 @@ def test_the_plan_says_when_a_hung_server_counts_as_dead():
     spec = spec_of('workload "w" {\n load { concurrency = 1 }\n duration = 60s\n}')
     text = render_text(plan(spec))
     assert "dead after 5s of refusals, or 1m of probes answered by nothing (a hung server): the run aborts (exit 4; sooner" in text, text
+
+
+# ---------------------------------------------------------------- a random count's spread
+
+
+def _plan_cli(tmp_path: pathlib.Path, text: str, *args: str) -> str:
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "s.soak"
+    path.write_text(text)
+    env = os.environ | {"PYTHONPATH": str(ROOT)}  # this checkout's soakspec, whatever the venv points at
+    proc = subprocess.run([sys.executable, "-m", "soakspec", "plan", str(path), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def _open_text(load: str) -> str:
+    return ('soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+            f'workload "w" {{\n  load {{\n    mode = open\n    {load}\n  }}\n'
+            '  duration = 60s\n  bucket = 10s\n  deadline = 60s\n  follow_up = false\n}\n')
+
+
+@pytest.mark.parametrize("load, level, total", [
+    # 10 rps for 60 s of Poisson arrivals: 600 ± 3 × sqrt(600)
+    ("rate = [10rps]\n    arrival = poisson", ["requests ~600 expected (random arrivals, ± 3 sd: 527-673)"],
+     "~600 expected (random arrivals, ± 3 sd: 527-673)"),
+    # gamma gaps of shape 0.5: twice the variance, 600 ± 3 × sqrt(1200)
+    ("rate = [10rps]\n    arrival = poisson\n    burstiness = 0.5", ["requests ~600 expected (random arrivals, ± 3 sd: 496-704)"],
+     "~600 expected (random arrivals, ± 3 sd: 496-704)"),
+    # two levels, two seeds: their variances add, 1800 ± 3 × sqrt(600 + 1200)
+    ("rate = [10rps, 20rps]\n    arrival = poisson", ["± 3 sd: 527-673)", "requests ~1200 expected (random arrivals, ± 3 sd: 1096-1304)"],
+     "~1800 expected (random arrivals, ± 3 sd: 1673-1927)"),
+])
+def test_plan_prints_a_timed_random_levels_expected_count_with_its_spread(tmp_path, load, level, total):
+    """`soakspec plan` of a timed level with Poisson (or gamma) arrivals said "requests ≥ 0,
+    expected ~600": a floor that says nothing. It says the expected count and the spread a seeded
+    count stays within, three standard deviations either side (the count's variance rate ×
+    duration / burstiness: W515's rule), on the level's line, the backend's and the total's;
+    `--format json` adds `expected_requests_range`."""
+    out = _plan_cli(tmp_path, _open_text(load))
+    lines = [x for x in out.splitlines() if x.startswith("    w / ")]
+    for line, said in zip(lines, level):
+        assert said in line, line
+    assert "≥ 0" not in out, out
+    assert f"    requests: {total}; wall time ≈ " in out, out
+    assert f"  total: requests {total}; wall time ≈ " in out, out
+    js = json.loads(_plan_cli(tmp_path, _open_text(load), "--format", "json"))
+    lo, hi = (int(x) for x in total.split(": ")[1].rstrip(")").split("-"))
+    assert js["expected_requests_range"] == js["backends"][0]["expected_requests_range"] == [lo, hi]
+    assert js["min_requests"] == 0  # the floor itself is unchanged
+
+
+def test_constant_arrivals_keep_their_exact_count_with_no_spread(tmp_path):
+    out = _plan_cli(tmp_path, _open_text("rate = [10rps]"))
+    assert "requests ≥ 600, expected ~600;" in out and "sd" not in out, out
+    assert json.loads(_plan_cli(tmp_path, _open_text("rate = [10rps]"), "--format", "json"))["expected_requests_range"] is None
+
+
+def test_a_random_phase_ramp_states_its_spread():
+    """A ramp's random count is the rate's integral, spread as any: 10→90 rps over 4 s is ~200."""
+    spec = spec_of('workload "w" {\n load {\n mode = open\n arrival = poisson\n phases {\n'
+                   ' up { rate = 10rps  ramp_to = 90rps  duration = 4s }\n }\n }\n bucket = 1s\n follow_up = false\n}')
+    text = render_text(plan(spec))
+    assert "requests ~200 expected (random arrivals, ± 3 sd: 158-242)" in text, text

@@ -5,11 +5,14 @@ read as being on the other side of its threshold, with the right label. Syntheti
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from soakspec.judge.common import format_beside
 from soakspec.judge.testing import EvidenceBuilder, small_spec
 from soakspec.lang.metrics import Kind
 from soakspec.report import prepare
+
+_FIGURE = st.one_of(st.none(), st.just("n/a"), st.booleans(), st.integers(-5, 10), st.floats(-1.0, 1e6))  # what a bucket line may hold
 
 
 def test_a_failing_value_just_over_its_threshold_is_not_printed_as_the_threshold():
@@ -130,3 +133,16 @@ def test_an_incomplete_runs_sentence_counts_its_failed_rules():
     # the one-line summary (gate's last line, verdict.json, junit's) counts them too
     assert verdict.summary().endswith("; 1 failed on the evidence so far (failed == 0)"), verdict.summary()
     assert 'failed on the evidence so far (failed == 0)' in render(verdict, inp.results, inp.meta, spec, "junit")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.fixed_dictionaries({}, optional={"total_tokens_per_s": _FIGURE, "wall_s": _FIGURE}), max_size=6))
+def test_a_levels_rate_is_unknown_when_a_timed_bucket_has_none(windows):
+    """Property: a level's wall-weighted rate (`wall_mean_whole`) is unknown (None) exactly
+    when a bucket with a positive wall time has no value; otherwise it is `wall_mean`, the
+    buckets' values weighted by their wall times -- never the other buckets' mean read as the
+    level's."""
+    from soakspec.report.common import num, wall_mean, wall_mean_whole
+
+    gap = any(num(w.get("total_tokens_per_s")) is None and (num(w.get("wall_s")) or 0) > 0 for w in windows)
+    assert wall_mean_whole(windows, "total_tokens_per_s") == (None if gap else wall_mean(windows, "total_tokens_per_s"))

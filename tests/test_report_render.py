@@ -85,6 +85,50 @@ def test_failed_request_junit_has_a_failure_on_that_rule(seed):
     assert root.get("failures") == "1" and root.find("testsuite").get("failures") == "1"
 
 
+# The JUnit shape CI systems read (Jenkins's junit-10.xsd, as pytest's tests validate against;
+# Ant's adds <error>): the elements each may hold, the attributes each may carry and must.
+JUNIT_CHILDREN = {"testsuites": {"testsuite"}, "testsuite": {"properties", "testcase", "system-out", "system-err"},
+                  "properties": {"property"}, "property": set(),
+                  "testcase": {"skipped", "error", "failure", "system-out", "system-err"},
+                  "failure": set(), "error": set(), "skipped": set(), "system-out": set(), "system-err": set()}
+JUNIT_ATTRS = {"testsuites": ({"name", "time", "tests", "failures", "errors", "skipped"}, set()),
+               "testsuite": ({"name", "tests", "failures", "errors", "time", "skipped", "timestamp", "hostname", "id",
+                              "package", "file", "log", "url", "version", "group"}, {"name", "tests", "failures", "errors"}),
+               "property": ({"name", "value"}, {"name", "value"}),
+               "testcase": ({"name", "time", "classname", "group"}, {"name"}),
+               "failure": ({"type", "message"}, set()), "error": ({"type", "message"}, set()),
+               "skipped": ({"type", "message"}, set()), "properties": (set(), set()),
+               "system-out": (set(), set()), "system-err": (set(), set())}
+SUREFIRE_TIME = re.compile(r"(([0-9]{0,3},)*[0-9]{3}|[0-9]{0,3})*(\.[0-9]{0,3})?")  # junit-10.xsd's `time`
+
+
+def junit_problems(el: ET.Element) -> list[str]:
+    """What in this JUnit document the schema above refuses (nothing: it validates)."""
+    allowed, required = JUNIT_ATTRS[el.tag]
+    out = [f"<{el.tag}> carries {a}" for a in set(el.attrib) - allowed] + [f"<{el.tag}> lacks {a}" for a in required - set(el.attrib)]
+    if "time" in el.attrib and not SUREFIRE_TIME.fullmatch(el.get("time")):
+        out.append(f"<{el.tag}> time={el.get('time')!r} is not a time")
+    for child in el:
+        out += [f"<{child.tag}> in <{el.tag}>"] if child.tag not in JUNIT_CHILDREN[el.tag] else junit_problems(child)
+    return out
+
+
+def test_junit_times_the_suite_by_the_run_and_no_rule_by_nothing(seed):
+    """Every <testcase> said time="0" and so did the suite: a CI dashboard showed a two-hour soak
+    as run in no time and each rule as timed at 0. The suite's time is the run's wall time
+    (the manifest's start to end); a rule's judgement has no time of its own (each reads the
+    whole run), so its <testcase> carries none -- never a 0 that reads as measured."""
+    b = failed_one(seed)
+    root = ET.fromstring(prepare(seed, b.build()).render("junit"))
+    assert junit_problems(root) == []
+    wall = b.manifest["ended_at_epoch"] - b.manifest["started_at_epoch"]
+    assert wall > 0 and root.get("time") == root.find("testsuite").get("time") == f"{wall:.3f}"
+    assert [c.get("time") for c in root.iter("testcase")] == [None] * len(list(root.iter("testcase")))
+    b.manifest.update(status="running", ended_at=None, ended_at_epoch=None)  # never finalized: no end, no time
+    unfinished = ET.fromstring(prepare(seed, b.build()).render("junit"))
+    assert junit_problems(unfinished) == [] and unfinished.get("time") is None and unfinished.find("testsuite").get("time") is None
+
+
 def test_inconclusive_required_rules_are_errors_with_the_reason(seed):
     """A required rule that could not be decided is a JUnit <error> (the run is INCONCLUSIVE,
     exit 3): as <skipped> it was, a CI dashboard that reads only the XML showed the run green."""

@@ -336,6 +336,104 @@ def test_w509_counts_a_counted_levels_requests_not_its_duration_bound(load, scop
         assert "requests_per_level" in (d.hint or ""), d.hint
 
 
+@settings(max_examples=40, deadline=None)
+@given(rate=st.integers(1, 40), duration=st.integers(5, 120), burstiness=st.sampled_from(["1", "0.5", "2"]))
+def test_w515_and_the_plans_promise_read_the_timed_counts_spread_as_one_rule(rate, duration, burstiness):
+    """Property: the spread `plan` prints for a timed level of random arrivals ("~600 (random
+    arrivals, ± 3 sd: 527-673)") is the one W515 and the plan's promise of N reason with: a
+    `requests_per_level` just above its high end is warned short, one just below it is not; one
+    just below its low end is promised ("requests: N measured"), one just above it is not."""
+    timing = f"duration = {duration}s\n  bucket = {duration}s\n  deadline = 60s"
+    load = f"mode = open\n    rate = [{rate}rps]\n    arrival = poisson\n    burstiness = {burstiness}"
+    lo, hi = to_json(plan(_checked(load, timing)[0]))["expected_requests_range"]
+
+    def counted(n: int):
+        spec, diags = _checked(load + f"\n    requests_per_level = {n}", timing)
+        line = next(x for x in render_text(plan(spec)).splitlines() if x.startswith("    w / "))
+        return any(d.code == "W515" for d in diags), f"; requests: {n} measured" in line
+
+    assert counted(hi + 1)[0] and not counted(hi + 1)[1]
+    if hi > 2:
+        assert not counted(hi - 1)[0]
+    if lo > 2:
+        assert counted(lo - 1) == (False, True)
+        assert not counted(lo + 1)[1]
+
+
+CAPPED = "mode = open\n    rate = [10rps]\n    max_concurrency = 2\n    requests_per_level = 150"
+
+
+@pytest.mark.parametrize("extra, said, est", [
+    # 2 in flight at an expected 1 s serve 2 rps of the planned 10: the 20 warmup arrivals and the
+    # 150 take ceil(170 / 2) = 85 s, past the 30 s bound -- no later than the last arrival (17 s)
+    # plus its 60 s deadline
+    ("\n  expected_latency = 1s",
+     "wall time ≈ 1m17s (ends at its count: at the 2 rps that max_concurrency 2 serves at the workload's "
+     "expected_latency, its queue draining past warmup + duration, 30s; at most ", 77.0),
+    # 2 in flight at 100 ms serve 20 rps: the cap keeps up, the planned rate ends it
+    ("\n  expected_latency = 100ms",
+     "wall time ≤ 30s (ends at its count: about 17s at the planned rate; at most ", 17.0),
+    # no expected_latency: the estimate says what it assumes
+    ("", "wall time ≤ 30s (ends at its count: about 17s at the planned rate, if the server keeps up with it under "
+         "max_concurrency 2 -- set expected_latency to check; at most ", 17.0),
+])
+def test_a_capped_open_loops_counted_wall_time_uses_the_caps_pace(tmp_path, extra, said, est):
+    """A counted open loop under `max_concurrency` whose expected_latency says the cap cannot keep
+    up (rate > max_concurrency / expected_latency) was planned "about 17s at the planned rate":
+    its queue drains at the cap's pace, so `soakspec plan` estimates it so and says which pace
+    it assumed; with no expected_latency it says the estimate assumes the server keeps up."""
+    path = tmp_path / "capped.soak"
+    path.write_text(_spec_text(CAPPED, COUNTED_TIMING + extra))
+    out = _cli("plan", str(path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    backend = next(x for x in out.stdout.splitlines() if x.startswith("    requests:"))
+    total = next(x for x in out.stdout.splitlines() if x.startswith("  total:"))
+    assert said in backend, backend
+    assert said.split("; at most")[0] in total, total
+    js = json.loads(_cli("plan", str(path), "--format", "json").stdout)
+    assert js["est_count_wall_s"] == js["backends"][0]["est_count_wall_s"] == est
+    assert js["est_wall_s"] == 30.0  # the bound, unchanged
+    assert js["backends"][0]["levels"][0]["cap_rps"] == ({"\n  expected_latency = 1s": 2.0, "\n  expected_latency = 100ms": 20.0}
+                                                         .get(extra))
+
+
+def test_a_capped_queue_drains_at_the_caps_pace_within_its_deadline():
+    """With a 10 m deadline nothing times out: the 170 requests take 85 rounds of 1 s; a cap of 4
+    at 500 ms (8 rps) serves them in 21.5 s, within the bound."""
+    lv = _level(CAPPED, COUNTED_TIMING.replace("deadline = 60s", "deadline = 10m") + "\n  expected_latency = 1s")
+    assert lv.expected_load_s == 85.0 and lv.cap_rps == 2.0
+    spec, _ = _checked(CAPPED.replace("= 2", "= 4"), COUNTED_TIMING + "\n  expected_latency = 500ms")
+    assert ("wall time ≤ 30s (ends at its count: about 21.5s at the 8 rps that max_concurrency 4 serves at the "
+            "workload's expected_latency; at most ") in render_text(plan(spec))
+
+
+@pytest.mark.parametrize("rule, hint", [
+    # the short level is the timed workload's: 2 rps × 30 s = 60 per level; the counted one plans 400
+    ("require p99(ttft) < 1s per level", "raise the rate or concurrency, lengthen the bucket or level"),
+    ("require goodput(ttft < 1s) >= 99% per level", "raise the rate or concurrency, lengthen the bucket or level"),
+    # the short level is the counted workload's: its 100, not its rate × duration (600)
+    ("require p99(ttft) < 1s per level", "raise requests_per_level of workload 'counted' ("),
+    ("require goodput(ttft < 1s) >= 99% per level", "raise requests_per_level of workload 'counted' ("),
+])
+def test_w509s_hint_is_about_the_workload_it_warns_of(rule, hint):
+    """W509's hint said "raise requests_per_level" whenever any workload had a count, even where
+    the level too short for the rule was a timed workload's (its rate or length is what to raise):
+    the hint is about the level the warning names, and names the counted workload it means."""
+    timed_rate, count = ("2rps", 400) if "rate or" in hint else ("20rps", 100)
+    text = SIM_HEAD + "".join(
+        f'workload "{name}" {{\n  load {{\n    mode = open\n    rate = [{rate}]{extra}\n  }}\n  duration = 30s\n'
+        f'  bucket = 30s\n  deadline = 10s\n  follow_up = false\n}}\n'
+        for name, rate, extra in (("counted", "20rps", f"\n    requests_per_level = {count}"), ("timed", timed_rate, ""))
+    ) + f"gate {{\n  confidence = 95%\n  {rule}\n}}\n"
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, diags
+    (d,) = [d for d in diags if d.code == "W509"]
+    named = "workload 'timed'" if "rate or" in hint else "workload 'counted'"
+    assert named in d.message and hint in (d.hint or ""), (d.message, d.hint)
+    if "rate or" in hint:
+        assert "requests_per_level" not in (d.hint or ""), d.hint
+
+
 # ---------------------------------------------------------------- the runner, in virtual time
 
 

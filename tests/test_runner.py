@@ -55,7 +55,7 @@ def test_demo_spec_runs_end_to_end_and_leaves_no_server(tmp_path):
         undecided = {r["rule"] for r in verdict["rules"] if r["severity"] == "require" and r["status"] != "pass"}
         assert undecided <= {"client_healthy", "p95(ttft) < 1s per level", "mean(itl) < 50ms"}, verdict
         assert "client_healthy" in undecided
-    assert "ready after" in proc.stderr and "bucket 1/2 done" in proc.stderr  # plain progress lines
+    assert "ready after" in proc.stderr and "bucket 0 done (1 of 2)" in proc.stderr  # plain progress lines
     m = manifest(out)
     assert m["status"] == "complete"
     assert [b["name"] for b in m["backends"]] == ["sim-fast", "sim-slow"]

@@ -378,7 +378,7 @@ def test_the_tty_bar_says_warmup_until_a_counted_warmup_has_ended():
     assert prog._rich.tasks[-1].fields["stats"].startswith("warmup · ")
     prog.warmup_ended()
     prog.tick(LiveStats())
-    assert prog._rich.tasks[-1].fields["stats"].startswith("bucket 1/10 · ")
+    assert prog._rich.tasks[-1].fields["stats"].startswith("bucket 0 (1 of 10) · ")
     prog.stop()
 
 

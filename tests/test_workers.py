@@ -458,7 +458,7 @@ def test_the_countdown_of_a_workers_level_runs_from_its_start_not_from_the_worke
     code = main(["run", str(tmp_path / "t.soak"), "--out", str(tmp_path / "ev"), "--workers", "2"])
     err = capsys.readouterr().err
     assert code == 0, err
-    left = re.search(r"bucket 1/3 done; .*; ([\d.]+)(ms|s) left in level", err)
+    left = re.search(r"bucket 0 done \(1 of 3\); .*; ([\d.]+)(ms|s) left in level", err)
     assert left, err
     seconds = float(left[1]) / (1000 if left[2] == "ms" else 1)
     assert 1.7 <= seconds <= 2.1, err

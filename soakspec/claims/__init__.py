@@ -25,7 +25,8 @@ Modules: `facts` (the input values), `document` (blocks, sentences, masking), `p
 (normalisation and exclusion patterns), `polarity` (asserted / negated / hedged), `boundary`
 (CB001/CB002/CB101), `scope` (CB301), `evidence_check` (CB201/CB202/CB401), `figures` (CB201 for performance
 figures), `sustain` (a sweep's figure), `changes` (CB501-CB505: claims of change against `soakspec compare`'s
-rows), `sweep_changes` (the same, of a sweep's own figure against compare's Sweep row), `direction` (the
+rows), `sweep_changes` (the same, of a sweep's own figure against compare's Sweep row), `change_common`
+(what those two share: a number's precision, the backends a claim names), `direction` (the
 words of change `changes` reads and `figures` leaves alone), `engine` (`lint`),
 `adapters` (spec and evidence directories -> facts; the only I/O).
 """

@@ -23,8 +23,8 @@ cannot be re-judged (no embedded spec) is read from the stored files:
   list's items give `concurrency`), `batches`/`leafs`/`leaves` (int or list), `gate` (string,
   or `{verdict}`/`{passed: bool}`), `duration_s`, `concurrency_levels`; `levels` (per level:
   label as the reports print it, concurrency/rate, `requests`, its buckets -> `LevelFacts`;
-  its `ttft`/`itl`/`tpot`/`latency` aggregates and its buckets' `output_tokens_per_s` / `qps`
-  -> `LevelFacts.figures`).
+  its `ttft`/`itl`/`tpot`/`latency` (and a capped level's `sent_ttft`/`sent_latency`) aggregates
+  and its buckets' `output_tokens_per_s` / `total_tokens_per_s` / `qps` -> `LevelFacts.figures`).
 - verdict.json rules' details (`observed_text` "p99(ttft) = 1.82s", `observed`) at backend and
   level scope -> `EvidenceFacts.figures` / `LevelFacts.figures` (the gate's own measurements).
 - manifest.json `gpus.devices[].name` -> `hardware` ("2x NVIDIA GeForce RTX 5090").
@@ -288,8 +288,14 @@ def _lower_bounds(results: dict) -> frozenset[str]:
 
 
 _LATENCY_METRICS = ("ttft", "itl", "tpot", "latency")
-_OBSERVED = re.compile(r"^(?P<agg>p\d+(?:\.\d+)?|mean|median|max|min)\((?P<metric>ttft|itl|tpot|latency|throughput|qps)\)\s*=\s")
-_RATE_KEYS = {"throughput": "tok_s", "qps": "req_s"}
+_SENT_METRICS = ("sent_ttft", "sent_latency")  # results.json levels' times from the send (a capped level's; else null)
+_OBSERVED = re.compile(r"^(?P<agg>p\d+(?:\.\d+)?|mean|median|max|min)"
+                       r"\((?P<metric>ttft|itl|tpot|latency|sent_ttft|sent_latency|throughput|total_throughput|qps)\)\s*=\s")
+_RATE_KEYS = {"throughput": "tok_s", "total_throughput": "total_tok_s", "qps": "req_s"}
+# a level's and a run's rates: the figure's key, its buckets' results.json field, and whether one
+# bucket without a value leaves the figure unknown (total tokens/s of a bucket that delivered a
+# request with no prompt count is unknown: the other buckets' mean is not the level's)
+_RATE_FIELDS = (("tok_s", "output_tokens_per_s", False), ("req_s", "qps", False), ("total_tok_s", "total_tokens_per_s", True))
 
 
 def _real(v: Any) -> float | None:
@@ -298,18 +304,20 @@ def _real(v: Any) -> float | None:
     return float(v) if math.isfinite(v) else None
 
 
-def _level_figures(row: Any) -> dict[str, tuple[float, ...]]:
+def _level_figures(row: Any, level: Any) -> dict[str, tuple[float, ...]]:
     """A level's measured figures as the per-level report table shows them (`LevelRow`): each
     latency metric's p50/p95/p99/mean/min/max (results.json `levels[].ttft` … in seconds), and
-    the wall-time-weighted mean over its buckets of output tokens/s and completed requests/s
-    (`_levels` adds their plain mean over buckets, `_bucket_means`)."""
+    the wall-time-weighted mean over its buckets of output tokens/s, total (prompt + output)
+    tokens/s and completed requests/s (`_levels` adds their plain mean over buckets,
+    `_bucket_means`); and a capped level's times from the send as its cap note gives them
+    (results.json `levels[].sent_ttft`, `sent_latency`: null at a level with no max_concurrency)."""
     out: dict[str, tuple[float, ...]] = {}
-    for metric in _LATENCY_METRICS:
-        stats = getattr(row, metric, None) or {}
-        for agg, v in stats.items():
+    for metric in _LATENCY_METRICS + _SENT_METRICS:
+        stats = (getattr(row, metric, None) if metric in _LATENCY_METRICS else level.get(metric)) or {}
+        for agg, v in stats.items() if isinstance(stats, dict) else ():
             if agg != "count" and (x := _real(v)) is not None:
                 out[f"{metric}.{agg}"] = (x,)
-    for key, v in (("tok_s", row.tokens_per_s), ("req_s", row.qps)):
+    for key, v in (("tok_s", row.tokens_per_s), ("req_s", row.qps), ("total_tok_s", row.total_tokens_per_s)):
         if (x := _real(v)) is not None:
             out[key] = (x,)
     return out
@@ -354,14 +362,15 @@ def _merge(figures: dict[str, tuple[float, ...]], judged: dict[str, float]) -> d
 
 
 def _run_figures(entry: dict, judged: dict[str, float]) -> dict[str, tuple[float, ...]]:
-    """A backend's figures over the whole run: output tokens/s and requests/s over every bucket of
-    its levels (wall-time weighted, as a level's are), and the gate's backend-scope measurements."""
-    from soakspec.report.common import levels_with_buckets, wall_mean
+    """A backend's figures over the whole run: output tokens/s, total tokens/s and requests/s over
+    every bucket of its levels (wall-time weighted, as a level's are), and the gate's backend-scope
+    measurements."""
+    from soakspec.report.common import levels_with_buckets, wall_mean, wall_mean_whole
 
     buckets = [w for _, _, ws in levels_with_buckets({"backends": [entry]}) for w in ws]
     out: dict[str, tuple[float, ...]] = {}
-    for key, field in (("tok_s", "output_tokens_per_s"), ("req_s", "qps")):
-        if (x := _real(wall_mean(buckets, field))) is not None:
+    for key, field, whole in _RATE_FIELDS:
+        if (x := _real((wall_mean_whole if whole else wall_mean)(buckets, field))) is not None:
             out[key] = (x,)
     return _merge(out, judged)
 
@@ -385,7 +394,7 @@ def _levels(entry: dict, judged: dict[tuple[str, str | None, int | None], dict[s
             completed=_count(req.get("completed")), failed=_count(req.get("failed")),
             timeouts=_count(_first(dict(req), "timeout", "timeouts")),
             buckets=len(buckets) if isinstance(entry.get("buckets"), list) else None,
-            figures=_merge(_merge(_level_figures(row), _bucket_means(buckets)), mine),
+            figures=_merge(_merge(_level_figures(row, lv), _bucket_means(buckets)), mine),
         ))  # fmt: skip
     return tuple(out)
 
@@ -396,10 +405,10 @@ def _bucket_means(buckets: Any) -> dict[str, float]:
     `soakspec compare` shows. It differs from the report's wall-time-weighted figure where a
     bucket is short (a duration not a whole number of buckets), and both are the evidence's."""
     out: dict[str, float] = {}
-    for key, field in (("tok_s", "output_tokens_per_s"), ("req_s", "qps")):
-        vals = [x for w in buckets if isinstance(w, dict) and _real(w.get("wall_s"))
-                and (x := _real(w.get(field))) is not None]
-        if vals:
+    for key, field, whole in _RATE_FIELDS:
+        timed = [w for w in buckets if isinstance(w, dict) and _real(w.get("wall_s"))]
+        vals = [x for w in timed if (x := _real(w.get(field))) is not None]
+        if vals and not (whole and len(vals) < len(timed)):
             out[key] = math.fsum(vals) / len(vals)
     return out
 
@@ -488,16 +497,27 @@ _FIGURE_RTOL = 1e-5
 _FIGURE_ATOL_S = 2e-6
 
 
+_RATE_UNITS = {"tok_s": " tok/s", "total_tok_s": " tok/s", "req_s": " req/s"}
+# figures results.json has held only since sent_ttft, sent_latency and total_throughput became metrics
+# (a level's sent_ttft / sent_latency, its buckets' total_tokens_per_s): a results.json written
+# before lacks them all, and is not edited for that (one that has some and lacks others is)
+_WRITTEN_LATER = frozenset({*_SENT_METRICS, "total_tok_s"})
+
+
+def _later_keys(figures: Any) -> set[str]:
+    return {k for k in figures if k.split(".")[0] in _WRITTEN_LATER}
+
+
 def _figure_changes(stored: Any, judged: Any) -> list[tuple[str, str, str]]:
     """Figures (their results.json value, the first of each) that differ: (key, stored, re-judged),
     shown with their unit (seconds for latencies)."""
     out = []
     for k in sorted(set(stored) | set(judged)):
         a, b = (stored.get(k) or (None,))[0], (judged.get(k) or (None,))[0]
-        if a is None and b is None:
-            continue
-        if a is None or b is None or abs(a - b) > _FIGURE_RTOL * max(abs(a), abs(b)) + (0 if k in ("tok_s", "req_s") else _FIGURE_ATOL_S):
-            unit = {"tok_s": " tok/s", "req_s": " req/s"}.get(k, " s")
+        if a is None and b is None or a is None and k.split(".")[0] in _WRITTEN_LATER and not _later_keys(stored):
+            continue  # a results.json from before soakspec wrote these figures: not an edit
+        if a is None or b is None or abs(a - b) > _FIGURE_RTOL * max(abs(a), abs(b)) + (0 if k in _RATE_UNITS else _FIGURE_ATOL_S):
+            unit = _RATE_UNITS.get(k, " s")
             out.append((k, "nothing" if a is None else f"{a:.6g}{unit}", "nothing" if b is None else f"{b:.6g}{unit}"))
     return out
 

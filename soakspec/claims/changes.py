@@ -88,7 +88,9 @@ more than MAX_SENTENCE characters (the reading stays linear in the document).
 
 A clause about a sweep's own figure ("capacity rose from 20 to 24 rps", "max sustainable rate
 is unchanged") is checked against compare's Sweep rows instead (`sweep_changes`, same codes),
-and is not read here: "max sustainable request rate fell" is not a claim about QPS.
+and is not read here: its name is blanked before a clause's metrics are read, so "max
+sustainable request rate fell" is not a claim about QPS, and "the max sustainable request rate
+and p50 TTFT fell" is one of p50 TTFT (and, by `sweep_changes`, one of the figure).
 """
 
 from __future__ import annotations
@@ -99,16 +101,20 @@ import math
 import re
 from collections.abc import Sequence
 
+from soakspec.claims.change_common import half_unit as _half
+from soakspec.claims.change_common import named_backends
 from soakspec.claims.direction import COMPARATIVE as _COMPARATIVE
 from soakspec.claims.direction import DIRECTION as _DIRECTION
 from soakspec.claims.direction import TO as _TO
 from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.evidence_check import named_levels
 from soakspec.claims.facts import ChangeFacts, ChangeRow, LevelFacts
-from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RULE_CUE, _TIME_UNIT, _aggs, _metric_key, seconds_per
+from soakspec.claims.figures import _APPROX, _LAT_QUALIFIER, _NUM, _PHRASE, _RULE_CUE, _TIME_UNIT, _aggs, seconds_per
+from soakspec.claims.figures import from_the_send, phrase_metric
 from soakspec.claims.polarity import NEGATION_CUES, NEGATION_DETERMINERS, Polarity, polarity
 from soakspec.claims.scope import _CONCURRENCY, _RATE
 from soakspec.claims.sweep_changes import HINTS as _SWEEP_HINTS
+from soakspec.claims.sweep_changes import subjects as sweep_subjects
 from soakspec.claims.sweep_changes import sweep_claims, sweep_finding
 from soakspec.diagnostics import Diagnostic, Severity
 from soakspec.units import prose_quantity
@@ -135,11 +141,6 @@ _GAP = re.compile(
     re.I,
 )
 _FACTOR_WORD = {"halved": 2.0, "doubled": 2.0, "tripled": 3.0}
-# "sent TTFT p50", "p50 sent TTFT", "sent_latency": compare's rows from the send (a capped level's
-# sent_ttft, sent_latency), not its ttft / latency rows. The prefix is blanked before the metric is
-# read (`_metrics`), so the percentile around it reads as ever
-_SENT = re.compile(r"(?<![\w.])sent[\s_-]+(?=(?:ttft|time[\s-]+to[\s-]+first|e2e|end[\s-]*to[\s-]*end|(?:request[\s-]+)?latenc))", re.I)
-_SENT_OF = {"ttft": "sent_ttft", "latency": "sent_latency"}
 
 _OTHER_METRICS = (
     (re.compile(r"(?<![\w-])(?:(?:output|generation|decode|token)\s+)?throughput\b"
@@ -159,8 +160,9 @@ _NOT_A_CLAIM = re.compile(
     r"|noise|confidence|ci)\b|<(?!-)|(?<!-)>|[≤≥]",
     re.I,
 )
-_SWEEP_SKIP = re.compile(r"\b(?:gates?|allow(?:s|ed)?|toleran(?:ce|t)|require[sd]?|budget|limit|target|not\s+(?:statistically\s+)?significant"
-                         r"|insignificant|within\s+(?:the\s+)?noise|run[\s-]to[\s-]run|noise|confidence|ci)\b|<(?!-)|(?<!-)>|[≤≥]", re.I)
+# a clause no claim of change is read from, of a row or of the sweep's figure: a rule or threshold
+# (`figures`' cue words) or what calls itself noise
+_NOT_READ = re.compile(f"{_RULE_CUE.pattern}|{_NOT_A_CLAIM.pattern}", re.I)
 _BREAK = re.compile(r";|\s[—–]\s|\s--\s|—|\b(?:but|however|although|though|whereas|while|because|since|yet|so|therefore|thus|hence)\b", re.I)
 _SOFT_BREAK = re.compile(r",\s+(?:and\s+)?|\s+and\s+", re.I)
 
@@ -229,16 +231,6 @@ class Claim:
     end: int
     scope: str  # the text that may name a level or backend (the clause, else the sentence)
     sentence: str
-
-
-def _half(num: str, approx: bool) -> float:
-    """Half a unit of the last stated digit ("12" 0.5, "1.3" 0.05; "~10" 5: `figures`' rule)."""
-    n = num.replace(",", "")
-    if "." in n:
-        return 10.0 ** -len(n.split(".")[1]) / 2
-    if approx and n.strip("0"):
-        return 10.0 ** (len(n) - len(n.rstrip("0"))) / 2
-    return 0.5
 
 
 def _sign(direction: str, metric: str) -> int:
@@ -409,16 +401,12 @@ def _turns(text: str) -> set[tuple[int, bool]]:
 def _metrics(text: str) -> list[tuple[str, tuple[str, ...], int, int]]:
     """(metric, statistics named, start, end) of each metric a clause names."""
     out: list[tuple[str, tuple[str, ...], int, int]] = []
-    sent = {m.end() for m in _SENT.finditer(text)}  # where a metric named from the send begins
-    scan = _blank(text, [(m.start(), m.end()) for m in _SENT.finditer(text)])
+    scan, sent = from_the_send(text)  # "sent TTFT p50": compare's sent_ttft rows, not its ttft rows
     for m in _PHRASE.finditer(scan):
         if _LAT_QUALIFIER.search(scan[max(0, m.start() - 40) : m.start()]):
             continue  # queue / network / client latency: not compare's
         stats = tuple(dict.fromkeys(_aggs(m.group("pre") or m.group("post1") or m.group("post2"))))
-        key = _metric_key(m.group("metric"))
-        if m.start("metric") in sent and key in _SENT_OF:
-            key = _SENT_OF[key]
-        out.append((key, stats, m.start(), m.end()))
+        out.append((phrase_metric(m, sent), stats, m.start(), m.end()))
     for rx, key in _OTHER_METRICS:
         for m in rx.finditer(text):
             if any(a < m.end() and m.start() < b for _, _, a, b in out):
@@ -480,13 +468,17 @@ def claims_in(masked: str, negated: bool = False) -> list[Claim]:
     out: list[Claim] = []
     for a, b in _clauses(masked):
         clause = masked[a:b]
-        if _RULE_CUE.search(clause) or _NOT_A_CLAIM.search(clause):
+        if _NOT_READ.search(clause):
             continue
         blanked = _blank(clause, _level_spans(clause) + _turn_spans(clause))
         dirs = list(_DIRECTION.finditer(blanked))
         if len(dirs) != 1 or _DEPENDENCE.match(blanked, dirs[0].end()):
             continue  # two directions ("lower is better"), or how a figure goes with the load ("rises with concurrency")
         d = dirs[0]
+        # the sweep's figure is no row's metric ("max sustainable request rate" is not QPS): its name is
+        # blanked before the metrics are read, and one listed with them ("the max sustainable rate and
+        # p50 TTFT fell") is `sweep_changes`' claim, the others' direction theirs
+        blanked = _blank(blanked, [m.span() for m in sweep_subjects(blanked)])
         metrics = _group(blanked, _metrics(blanked), d)
         if not metrics:
             continue  # no metric, or its direction is another subject's ("TTFT goes as the prompt grows")
@@ -612,12 +604,9 @@ def _differences(m: Magnitude, rows: Sequence[ChangeRow]) -> str:
 def _selected(c: Claim, facts: ChangeFacts) -> tuple[list[ChangeRow], str]:
     """The rows a claim is about, and where it said (the level text, for messages)."""
     rows = [r for r in facts.rows if r.metric == c.metric]
-    names = {r.backend for r in facts.rows} | {r.new_backend for r in facts.rows}
-    for text in (c.scope, c.sentence):
-        said = {n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.I)}
-        if said:
-            rows = [r for r in rows if r.backend in said or r.new_backend in said]
-            break
+    said = named_backends({r.backend for r in facts.rows} | {r.new_backend for r in facts.rows}, (c.scope, c.sentence))
+    if said:
+        rows = [r for r in rows if r.backend in said or r.new_backend in said]
     levels = {r.label: LevelFacts(r.label, concurrency=r.concurrency, rate=r.rate) for r in facts.rows}
     where = ""
     for text in (c.scope, c.sentence):
@@ -757,9 +746,11 @@ _HINT = {
 }
 
 
-def _diag(code: str, message: str, c: Claim, start: int, doc: Document, path: str, hint: str | None = None) -> Diagnostic:
+def _diag(code: str, message: str, span: tuple[int, int], doc: Document, path: str, hint: str | None = None) -> Diagnostic:
+    """A finding of a claim of change -- of a row or of the sweep's figure -- at `span` (offsets in
+    the document): CB505 a warning, the others errors; `hint` else the code's own."""
     severity = Severity.WARNING if code == "CB505" else Severity.ERROR
-    return Diagnostic(code, message, doc.span(start + c.start, start + c.end), path, severity, hint or _HINT[code])
+    return Diagnostic(code, message, doc.span(*span), path, severity, hint or _HINT[code])
 
 
 def _finding(c: Claim, facts: ChangeFacts) -> tuple[str, str] | None:
@@ -817,18 +808,14 @@ def check_changes(doc: Document, path: str, facts: ChangeFacts | None, negated_b
         masked = doc.sentence_text(s)
         negated = s.block in negated_blocks
         clauses = _clauses(masked)
-        sweeps = sweep_claims(masked, clauses, _SWEEP_SKIP, _GAP, _metrics, negated)
+        sweeps = sweep_claims(masked, clauses, _NOT_READ, _GAP, _metrics, negated)
         for sc in sweeps:  # the sweep's own figure ("capacity rose from 20 to 24 rps"): compare's sweep rows
             found = sweep_finding(sc, facts)
             if found is not None:
-                code, message = found
-                severity = Severity.WARNING if code == "CB505" else Severity.ERROR
-                out.append(Diagnostic(code, message, doc.span(s.start + sc.start, s.start + sc.end), path, severity,
-                                      _SWEEP_HINTS.get(code, _HINT[code])))
+                out.append(_diag(*found, (s.start + sc.start, s.start + sc.end), doc, path, _SWEEP_HINTS.get(found[0])))
         for c in claims_in(masked, negated):
-            if any(c.scope == sc.scope for sc in sweeps):
-                continue  # "max sustainable request rate rose": the sweep's figure, not QPS
             found = _finding(c, facts)
             if found is not None:
-                out.append(_diag(*found, c, s.start, doc, path, _pool_hint(c, facts) if found[0] == "CB505" else None))
+                out.append(_diag(*found, (s.start + c.start, s.start + c.end), doc, path,
+                                 _pool_hint(c, facts) if found[0] == "CB505" else None))
     return out

@@ -1,5 +1,5 @@
 """Check 7: performance figures a document states (CB201) -- latency percentiles and means,
-output throughput and request rate -- against the evidence's measured figures.
+output and total throughput and request rate -- against the evidence's measured figures.
 
 What is read (raw text, like the count checks: values in `code` count; fenced code and
 blockquotes are skipped):
@@ -8,7 +8,11 @@ blockquotes are skipped):
   55 ms", "TTFT p95 = 40.9 ms", "TTFT (p95): 41 ms", "mean ITL 30 ms", "median e2e latency was
   1.2 s", "99th percentile TPOT 12 ms", "p95(ttft) = 100ms", "a 41 ms p95 TTFT", lists "TTFT
   p50/p95/p99 of 10/20/30 ms". Metrics: TTFT (time to first token), ITL (inter-token
-  latency), TPOT (time per output token), latency / E2E / end-to-end / request latency.
+  latency), TPOT (time per output token), latency / E2E / end-to-end / request latency; and
+  from the send, "sent TTFT", "sent latency", `sent_ttft` ("sent TTFT p50 was 100 ms", "p99
+  sent latency", `p95(sent_ttft) = 100ms`): bench serve's TTFT and E2EL, a capped level's
+  sent_ttft / sent_latency -- never its ttft / latency, which count the wait for a slot
+  (`from_the_send`, the reading `changes` uses for compare's sent_* rows).
   Aggregates: p50/median, p90, p95, p99 (any pNN), mean/average/avg, max, min. Units: µs /
   μs / us, ms, s, min and their spellings (`TIME_UNIT_WORDS`: `soakspec.units`'). The value
   must follow the phrase, joined only by "of", "is", "was", ":", "=", "at",
@@ -17,8 +21,12 @@ blockquotes are skipped):
   ms"); a metric with no aggregate ("TTFT of 41 ms") is compared with the range of the
   metric's recorded figures, min to max.
 - throughput: "N tok/s", "N tokens/s", "N output tokens per second" (output tokens; input,
-  prompt, prefill, total, peak, max, min and per-user figures are not this figure and are
-  left alone).
+  prompt, prefill, peak, max, min and per-user figures are not this figure and are left alone);
+  total throughput, prompt + output tokens/s ("total throughput was 5000 tok/s", "5000 total
+  tok/s", the report's "Total tok/s" column: `_token_rate`; "total output" / "total prompt"
+  throughput is not it, and is left alone). A level between the qualifier and the value is read
+  past ("total throughput at 2 rps was 22.9 tok/s", "prefill throughput at concurrency 4 was
+  9000 tok/s": `_past_levels`).
 - request rate: "N req/s", "N rps", "N QPS", "QPS: N" -- but not a load the spec offers, which
   names a level ("at 2 rps", "rate 2 req/s", "2 req/s (open loop)", a workload, offered, phase or
   ramp clause), a goodput rate, or a sustained rate (`soakspec.claims.sustain` checks those).
@@ -33,7 +41,7 @@ blockquotes are skipped):
 
 What it is compared with (`EvidenceFacts.figures`, `LevelFacts.figures`, made by
 `adapters.load_evidence_facts` from the evidence re-judged): per level, results.json
-`levels[].ttft/itl/tpot/latency` {p50, p95, p99, mean, min, max} (seconds) and the level's
+`levels[].ttft/itl/tpot/latency` {p50, p90, p95, p99, mean, min, max} (seconds) and the level's
 output tokens/s and completed requests/s (its buckets' `output_tokens_per_s` and `qps`,
 weighted by wall time: the report's "Output tok/s" and "Achieved req/s"); per backend over the
 run, tokens/s and requests/s over every bucket, and the gate's own backend-scope measurements
@@ -44,6 +52,11 @@ backend's run figure); a sentence naming none with every level of the backends i
 backends when it names none) and their run figures. It holds when ANY of those figures fits.
 Two runs of one backend (a before/after, `--evidence base/ new/`) are both that backend's
 candidates (`evidence_check.by_backend`): a row or sentence about it holds when either run fits.
+Total throughput is compared with the buckets' `total_tokens_per_s` as output throughput is with
+`output_tokens_per_s` (the report's "Total tok/s"; unknown where a bucket delivered a request of no
+prompt count), and a figure from the send with a capped level's `sent_ttft` / `sent_latency`
+(results.json has none of a level without max_concurrency: a figure from the send there is a
+figure the evidence does not record).
 
 Precision: a figure is compared to the precision it is written with. It holds when it lies
 within half a unit of its last stated digit of the recorded value, inclusive -- the stated value
@@ -72,7 +85,7 @@ both read); the first figure of a change stated by two ("TTFT p50 went from 30 m
 is read as this run's (`_FROM`, `direction.change_base`); and in prose, anything not asserted (negated, hedged, asked, a "Non-goals"
 section: `polarity`, the rules CB101 and CB301 use).
 
-Absent figures: a figure the evidence does not record (p90 when results.json has p50/p95/p99;
+Absent figures: a figure the evidence does not record (p75 when results.json has p50/p90/p95/p99;
 a metric a run without streaming never measured) is not flagged: CB202 is for identifiers
 (hashes) that appear nowhere in the evidence, and a figure from another source (the server's
 own metrics, another tool) is not contradicted by the retained run.
@@ -91,6 +104,7 @@ from soakspec.claims.document import BlockKind, Document
 from soakspec.claims.evidence_check import _AGGREGATE_ROW, _cells, _key, _line_backends, _named_levels, by_backend, for_backend, run_name
 from soakspec.claims.facts import EvidenceFacts, LevelFacts
 from soakspec.claims.polarity import Polarity, polarity
+from soakspec.claims.scope import _CONCURRENCY, _RATE
 from soakspec.diagnostics import Diagnostic, Span
 from soakspec.units import UNIT_WORDS, UNITS, Dimension, prose_quantity, unit_for_word
 
@@ -146,7 +160,7 @@ _VAL_ITEM = re.compile(rf"(?P<n>{_NUM})(?:\s*(?P<u>{_TIME_UNIT})(?![\w/]))?", re
 _LAT_QUALIFIER = re.compile(r"(?:follow[\s-]?up|network|queue|queueing|queuing|scheduling|schedule|lag|loop|prefill|decode|client)\s*(?:request\s+)?$", re.I)
 
 _TOKS = re.compile(
-    rf"(?<![\w.])(?P<n>{_NUM})\s*(?:output\s+|generated\s+|generation\s+|completion\s+)?(?:tok(?:en)?s?)\s*"
+    rf"(?<![\w.])(?P<n>{_NUM})\s*(?:(?P<total>total)\s+|output\s+|generated\s+|generation\s+|completion\s+)?(?:tok(?:en)?s?)\s*"
     r"(?:/\s*s(?:ec(?:ond)?)?|per\s+s(?:ec(?:ond)?)?)(?![\w/])",
     re.I,
 )
@@ -155,6 +169,9 @@ _REQS = re.compile(
     rf"|\bqps\s*(?:of|[:=]|was|is|were)\s*(?P<n2>{_NUM})(?![\w.%/]|\s*(?:ms|s|tok|req)\b)",
     re.I,
 )
+# "total throughput", "Total tok/s": prompt + output tokens/s (results.json's total_tokens_per_s), a
+# figure of its own -- but not "total output tok/s", "total prompt throughput" (`_token_rate`)
+_TOTAL = re.compile(r"total\b(?![\s-]+(?:output|generat|decode|completion|input|prompt|prefill))", re.I)
 _PER_WHO = re.compile(r"\s*(?:per|/|each)\s*(?:user|request|stream|gpu|sequence|client|worker|replica)\b", re.I)
 _RATE_QUALIFIER = re.compile(r"\b(?:input|prompt|prefill|total|peak|max(?:imum)?|min(?:imum)?|per[\s-]?(?:user|request|stream|gpu|sequence))\b[^.;\d]{0,30}$", re.I)
 _LOAD_CLAUSE = re.compile(r"\b(?:offer(?:s|ed|ing)?|workloads?|load\s*[:=]|scheduled?|phases?|ramp(?:s|ed|ing)?|steady|burst|spike|configured|open[\s-]loop|sweep(?:s|ing)?|goodput|sustain(?:s|ed|ing|able)?|rates?|arrivals?)\b", re.I)
@@ -170,8 +187,16 @@ _RULE_AFTER = re.compile(r"\s*(?:per\s+(?:run|backend|level|phase|turn|bucket|wi
 _COMPARATOR = re.compile(r"\s*\\?(?:<|>|≤|≥|==|!=)")
 _FUNCTION_OPEN = re.compile(r"([A-Za-z_][\w]*)\s*\($")
 
-METRIC_LABEL = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "latency": "latency", "tok_s": "output throughput", "req_s": "request rate"}
-RATE_UNIT = {"tok_s": "tok/s", "req_s": "req/s"}
+METRIC_LABEL = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "latency": "latency", "sent_ttft": "sent TTFT",
+                "sent_latency": "sent latency", "tok_s": "output throughput", "total_tok_s": "total throughput",
+                "req_s": "request rate"}
+RATE_UNIT = {"tok_s": "tok/s", "total_tok_s": "tok/s", "req_s": "req/s"}  # the rates: a figure keyed by its metric alone
+
+# "sent TTFT p50", "p50 sent TTFT", "sent_latency": the times from the send (a capped level's
+# sent_ttft, sent_latency; compare's rows of them), not ttft / latency. The prefix is blanked before
+# a metric is read (`from_the_send`), so the aggregate around it reads as ever
+_SENT = re.compile(r"(?<![\w.])sent[\s_-]+(?=(?:ttft|time[\s-]+to[\s-]+first|e2e|end[\s-]*to[\s-]*end|(?:request[\s-]+)?latenc))", re.I)
+_SENT_OF = {"ttft": "sent_ttft", "latency": "sent_latency"}
 
 
 def _metric_key(text: str) -> str:
@@ -183,6 +208,47 @@ def _metric_key(text: str) -> str:
     if t.startswith("tpot") or "per" in t:
         return "tpot"
     return "latency"
+
+
+def from_the_send(text: str) -> tuple[str, frozenset[int]]:
+    """`text` with "sent" before a metric blanked (offsets kept), and where those metrics begin:
+    `_PHRASE` reads the blanked text, `phrase_metric` names what it found."""
+    spans = [m.span() for m in _SENT.finditer(text)]
+    chars = list(text)
+    for a, b in spans:
+        chars[a:b] = " " * (b - a)
+    return "".join(chars), frozenset(b for _, b in spans)
+
+
+def phrase_metric(m: re.Match[str], sent: frozenset[int]) -> str:
+    """The metric a `_PHRASE` match names: ttft | itl | tpot | latency, or sent_ttft | sent_latency
+    where "sent" stood before it (`from_the_send`)."""
+    key = _metric_key(m.group("metric"))
+    return _SENT_OF.get(key, key) if m.start("metric") in sent else key
+
+
+# a level named between a rate's qualifier and its value ("total throughput at concurrency 4 was",
+# "prefill throughput at 2 rps was"): read past, so that its digits do not hide the qualifier
+_LEVEL_WORDS = (*_CONCURRENCY, _RATE, re.compile(rf"(?<![\w.]){_NUM}\s*(?:rps|req/s)\b", re.I))
+
+
+def _past_levels(clause: str) -> str:
+    """`clause` without the levels it names, for `_RATE_QUALIFIER` to read."""
+    for rx in _LEVEL_WORDS:
+        clause = rx.sub(" ", clause)
+    return clause
+
+
+def _token_rate(before: str) -> str | None:
+    """The tokens/s figure a value is, by the words just before it (`_RATE_QUALIFIER`): output
+    (tok_s) where none qualifies it, total (total_tok_s: "total throughput", "Total tok/s"), or
+    one the evidence does not record (input, prompt, prefill, peak, per-user ...: None)."""
+    q = _RATE_QUALIFIER.search(before)
+    if q is None:
+        return "tok_s"
+    if _TOTAL.match(q.group(0)) and _RATE_QUALIFIER.search(before, q.start() + len("total")) is None:
+        return "total_tok_s"
+    return None
 
 
 def _aggs(text: str | None) -> list[str]:
@@ -222,7 +288,7 @@ def _unit_text(unit: str) -> str:
 class Hit:
     """One figure in a piece of text: offsets of its value in that text."""
 
-    metric: str  # ttft | itl | tpot | latency | tok_s | req_s
+    metric: str  # ttft | itl | tpot | latency | sent_ttft | sent_latency | tok_s | total_tok_s | req_s
     agg: str | None  # p95, mean, max, … (latency); None: not stated (or a rate)
     number: str  # as written, e.g. "40.9", "1,234"
     unit: str  # ms | s | µs (latency); "tok/s" | "req/s"
@@ -280,11 +346,12 @@ def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
     used: list[tuple[int, int]] = []
     names = "|".join(re.escape(n) for n in sorted(level_names, key=len, reverse=True) if n) or r"(?!x)x"
     value_rx = re.compile(_VALUE.pattern.replace("LEVELNAME", names), re.I)
-    for m in _PHRASE.finditer(text):
+    scan, sent = from_the_send(text)
+    for m in _PHRASE.finditer(scan):
         if _LAT_QUALIFIER.search(_before(text, m.start())) or _inside_call(text, m.start()):
             continue
         aggs = _aggs(m.group("pre") or m.group("post1") or m.group("post2"))
-        metric = _metric_key(m.group("metric"))
+        metric = phrase_metric(m, sent)
         if m.group("fn") is not None and _COMPARATOR.match(text, m.end()) and not re.match(r"\s*=(?!=)", text[m.end():]):
             continue  # `p95(ttft) < 500ms`: a rule's threshold
         v = value_rx.match(text, m.end())
@@ -307,7 +374,7 @@ def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
             if items and change_base(text, items[0][2], items[-1][3]):
                 continue  # the base run's figure of "from 410 ms to 360 ms" (`_FROM` reads the new one's)
         elif len(aggs) <= 1:
-            r = _REVERSE.search(text, max(0, m.start() - _LOOKBACK), m.start())
+            r = _REVERSE.search(scan, max(0, m.start() - _LOOKBACK), m.start())
             if r is not None and not any(a <= r.start("vals") < b for a, b in used):
                 items = [(r.group("vals"), r.group("u"), r.start("vals"), r.end("u"))]
                 approx = r.group("approx")
@@ -335,7 +402,15 @@ def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
                 continue
             before = _before(text, a)
             clause = _clause_before(text, a)
-            if _PER_WHO.match(text, m.end()) or _RATE_QUALIFIER.search(clause) or _inside_call(text, a):
+            if _PER_WHO.match(text, m.end()) or _inside_call(text, a):
+                continue
+            kind = metric
+            if metric == "tok_s":  # output tokens/s, or "total throughput": prompt + output
+                kind = _token_rate(_past_levels(clause))
+                if kind is None:
+                    continue
+                kind = "total_tok_s" if m.group("total") else kind  # "5000 total tok/s"
+            elif _RATE_QUALIFIER.search(_past_levels(clause)):
                 continue
             if a > 0 and text[a - 1] in "+±−":
                 continue
@@ -350,7 +425,7 @@ def extract(text: str, level_names: Sequence[str] = ()) -> list[Hit]:
                 continue  # "40 tok/s higher", "rose by ~40 tok/s": a change
             if change_base(text, a, m.end()):
                 continue  # "from 30 tok/s to 40 tok/s": the base run's (the new run's, after "to", is read)
-            out.append(Hit(metric, None, m.group(g), RATE_UNIT[metric], a, b, a, bound, bool(pre and pre.group("approx"))))
+            out.append(Hit(kind, None, m.group(g), RATE_UNIT[kind], a, b, a, bound, bool(pre and pre.group("approx"))))
             used.append((a, b))
     return out
 
@@ -377,14 +452,16 @@ class _Column:
 def _column(header: str) -> _Column:
     if _SKIP_COLUMN.search(header):
         return _Column("skip")
-    m = _PHRASE.search(header)
+    scan, sent = from_the_send(header)
+    m = _PHRASE.search(scan)
     if m is not None:
         u = _HEADER_UNIT.search(header)
         unit = next((g for g in u.groups() if g), None) if u else None
-        return _Column(_metric_key(m.group("metric")), tuple(_aggs(m.group("pre") or m.group("post1") or m.group("post2"))), unit)
+        return _Column(phrase_metric(m, sent), tuple(_aggs(m.group("pre") or m.group("post1") or m.group("post2"))), unit)
     h = header.lower()
     if re.search(r"tok(?:en)?s?\s*(?:/|per)\s*s", h):
-        return _Column("skip") if _RATE_QUALIFIER.search(h) else _Column("tok_s")
+        kind = _token_rate(h)  # "Output tok/s", "Total tok/s" (the report's columns); not "Prefill tok/s"
+        return _Column(kind) if kind else _Column("skip")
     if re.search(r"req(?:uest)?s?\s*(?:/|per)\s*s|\brps\b|\bqps\b|throughput\s*\(\s*req", h):
         return _Column("req_s")
     return _Column(None)
@@ -397,7 +474,7 @@ def is_figure_column(header: str) -> bool:
 
 def _cell_hits(text: str, col: _Column) -> list[Hit]:
     text = text.split("(")[0] if not text.lstrip().startswith("(") else text
-    if col.metric in ("tok_s", "req_s"):
+    if col.metric in RATE_UNIT:
         m = re.search(rf"(?:(?P<upper>{_UPPER})|(?P<lower>{_LOWER}))?\s*(?P<approx>{_APPROX})?\s*(?P<n>{_NUM})", text, re.I)
         if m is None:
             return []
@@ -505,7 +582,7 @@ def _stated_value(h: Hit) -> tuple[float, float]:
 
 
 def _in_stated_unit(h: Hit, x: float) -> float:
-    return x / seconds_per(h.unit) if h.metric not in ("tok_s", "req_s") else x
+    return x / seconds_per(h.unit) if h.metric not in RATE_UNIT else x
 
 
 def _fits(h: Hit, candidates: tuple[float, ...], lo_hi: tuple[float, float] | None) -> bool:
@@ -531,7 +608,7 @@ def _show(h: Hit, x: float) -> str:
     decimals = len(h.number.split(".")[1]) if "." in h.number else 0
     sig = 3 - 1 - math.floor(math.log10(abs(x))) if x else 0
     digits = min(6, max(decimals + 1, sig, 0))
-    return f"{x:.{digits}f} {h.unit if h.metric in ('tok_s', 'req_s') else _unit_text(h.unit)}"
+    return f"{x:.{digits}f} {h.unit if h.metric in RATE_UNIT else _unit_text(h.unit)}"
 
 
 def _label(h: Hit) -> str:
@@ -541,7 +618,7 @@ def _label(h: Hit) -> str:
 
 def _stated_text(h: Hit) -> str:
     bound = {"upper": "at most ", "lower": "at least ", None: ""}[h.bound]
-    unit = h.unit if h.metric in ("tok_s", "req_s") else _unit_text(h.unit)
+    unit = h.unit if h.metric in RATE_UNIT else _unit_text(h.unit)
     return f"{_label(h)} {bound}{'~' if h.approx else ''}{h.number} {unit}"
 
 
@@ -565,11 +642,11 @@ def _check(f: Figure, path: str) -> Diagnostic | None:
     else:
         sets = [(f"{who(ev)} · {lv.label}", lv.figures) for ev in f.backends for lv in ev.levels]
         sets += [(f"{who(ev)} over the run", ev.figures) for ev in f.backends]
-    key = h.metric if h.metric in ("tok_s", "req_s") else f"{h.metric}.{h.agg}"
+    key = h.metric if h.metric in RATE_UNIT else f"{h.metric}.{h.agg}"
     shown: list[str] = []
     known = False
     for where, figs in sets:
-        if h.metric in ("tok_s", "req_s") or h.agg is not None:
+        if h.metric in RATE_UNIT or h.agg is not None:
             vals = figs.get(key, ())
             if not vals:
                 continue

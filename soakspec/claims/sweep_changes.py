@@ -11,7 +11,10 @@ not the sweep's; `_OTHER_RESOURCE`) and the clause names no other metric of comp
 rose in capacity tests"),
 "saturation point", and "the sweep found / measured / reported". Nothing else: "throughput
 rose" is compare's throughput row (`changes`), "sustains 24 rps" a figure of one run
-(`sustain`).
+(`sustain`). A name listed with compare's other metrics under one direction ("the max
+sustainable request rate and p50 TTFT fell", "no regression in p99 TTFT or capacity") is a claim
+of the figure, and `changes` reads the others' (its stated figures are not read: whose they
+are is not said); a clause naming another metric anywhere else is that metric's (`_listed`).
 
 A claim is a clause (cut as `changes` cuts them) that names the figure and has exactly one
 direction (`direction.DIRECTION`), with nothing but connective words (`changes._GAP`), the
@@ -46,7 +49,8 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from soakspec.claims.direction import APPROX, DIRECTION
+from soakspec.claims.change_common import half_unit, named_backends
+from soakspec.claims.direction import APPROX, DIRECTION, TO
 from soakspec.claims.facts import ChangeFacts, SweepChangeRow
 from soakspec.claims.polarity import Polarity, polarity
 
@@ -70,14 +74,17 @@ _EXPLICIT = re.compile(r"max(?:imum)?[_\s]+sustain|sweep", re.I)
 _SIGN = {"same": 0, "down": -1, "up": 1, "better": 1, "worse": -1}
 # "24 rps, up from 20", "24 (down from 28)": the new figure, a direction, the base figure
 _UP_FROM = re.compile(rf"(?P<b>{_NUM})\s*(?:{_UNIT})?\s*[,(]?\s*(?P<dir>up|down)\s+from\s+(?:{APPROX}\s*)?(?P<a>{_NUM})\s*(?:{_UNIT})?", re.I)
-_FROM_TO = re.compile(rf"\bfrom\s+(?:{APPROX}\s*)?(?P<a>{_NUM})\s*(?:{_UNIT})?\s*(?:to|→|->)\s*(?:{APPROX}\s*)?(?P<b>{_NUM})"
+_FROM_TO = re.compile(rf"\bfrom\s+(?:{APPROX}\s*)?(?P<a>{_NUM})\s*(?:{_UNIT})?\s*{TO}\s*(?:{APPROX}\s*)?(?P<b>{_NUM})"
                       rf"(?![\d.])(?!\s*(?:%|ms|s\b|µs|us|tok))"
                       rf"|(?<![\w.])(?P<a2>{_NUM})\s*(?:{_UNIT})?\s*(?:→|->)\s*(?P<b2>{_NUM})(?![\d.])(?!\s*(?:%|ms|s\b|µs|us|tok))", re.I)
 # what may follow the figure's name where the direction comes first ("no change in capacity.",
 # "raised the max sustainable rate from 20 to 24 rps on b0"): nothing else -- "increased capacity
 # planning" is another noun's direction
-_TAIL = re.compile(rf"(?:\s+(?:from\s+(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?\s*(?:to|→|->)\s*(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?"
+_TAIL = re.compile(rf"(?:\s+(?:from\s+(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?\s*{TO}\s*(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?"
                    r"|(?:on|for|of|in)\s+[\w.-]+))*\s*(?:[.,:;!?)]|$)", re.I)
+# what joins the figure's name and other metrics in one list ("max sustainable rate and p50 TTFT",
+# "p95 TTFT, ITL and the max sustainable rate"): `changes._is_list`'s words, and an article
+_LIST_JOIN = re.compile(r"\s*(?:,|/|&|and|or|,\s*and|,\s*or)?\s*(?:(?:the|its|our)\s+)?", re.I)
 # what may stand between the figure's name and its direction besides `changes._GAP`'s words
 _EXTRA_GAP = rf"(?:{_NUM}\s*(?:{_UNIT})?|found|level|figure|result|value)"
 
@@ -135,21 +142,41 @@ def sweep_claims(masked: str, clauses: Sequence[tuple[int, int]], skip: re.Patte
         clause = masked[a:b]
         if skip.search(clause):
             continue
-        found = _direction(clause, extra)
+        named = subjects(clause)
+        if len(named) != 1:
+            continue
+        subj = named[0]
+        others = metrics(clause[: subj.start()] + " " * (subj.end() - subj.start()) + clause[subj.end() :])
+        read = _listed(clause, subj, others) if others else clause
+        if read is None:
+            continue  # another metric's clause ("TTFT rose in capacity tests")
+        found = _direction(read, extra)
         if found is None:
             continue
         kind, word, ds, de, stated = found
-        subj = subjects(clause)[0]
-        if metrics(clause[: subj.start()] + " " * (subj.end() - subj.start()) + clause[subj.end() :]):
-            continue
         start, end = min(subj.start(), ds), max(subj.end(), de)
         if polarity(masked, a + start, a + end, negated) is not Polarity.ASSERTED:
             continue
-        figures = [stated] if stated else [(m.group("a") or m.group("a2"), m.group("b") or m.group("b2"))
-                                           for m in _FROM_TO.finditer(clause)]
+        figures = [] if others else [stated] if stated else [(m.group("a") or m.group("a2"), m.group("b") or m.group("b2"))
+                                                             for m in _FROM_TO.finditer(clause)]
         out.append(SweepClaim(_SIGN[kind], " ".join(word.split()), tuple(figures) if len(figures) == 1 else (),
                               a + start, a + end, clause, masked, bool(_EXPLICIT.search(subj.group(0))), _figure(subj.group(0))))
     return out
+
+
+def _listed(clause: str, subj: re.Match[str], others: Sequence[tuple[Any, ...]]) -> str | None:
+    """`clause` with the metrics listed beside the figure's name blanked ("the max sustainable rate
+    and p50 TTFT fell" reads as "the max sustainable rate fell": the direction is each one's), or
+    None where another metric stands anywhere else -- then the clause is that metric's. `others`
+    are (metric, statistics, start, end) as `changes._metrics` gives them."""
+    spans = sorted([subj.span(), *((o[2], o[3]) for o in others)])
+    if not all(_LIST_JOIN.fullmatch(clause, x[1], y[0]) for x, y in zip(spans, spans[1:])):
+        return None
+    chars = list(clause)
+    for i in range(spans[0][0], spans[-1][1]):
+        if not subj.start() <= i < subj.end():
+            chars[i] = " "
+    return "".join(chars)
 
 
 def _figure(name: str) -> str | None:
@@ -157,12 +184,8 @@ def _figure(name: str) -> str | None:
     return f"max_sustainable_{axis.group(1).lower()}" if axis else None
 
 
-def _half(num: str) -> float:
-    return 10.0 ** -len(num.split(".")[1]) / 2 if "." in num else 0.5
-
-
 def _near(text: str, v: float | None) -> bool:
-    return v is not None and abs(float(text) - v) <= _half(text) + 1e-9
+    return v is not None and abs(float(text) - v) <= half_unit(text) + 1e-9
 
 
 def _v(v: float | None, unit: str) -> str:
@@ -178,12 +201,8 @@ def _rows(c: SweepClaim, facts: ChangeFacts) -> list[SweepChangeRow]:
     """The rows of the figure the claim names (a rate, a concurrency; "capacity": either), of the
     backend it names (else every backend)."""
     rows = [r for r in facts.sweeps if c.figure is None or r.figure == c.figure]
-    names = {r.backend for r in rows} | {r.new_backend for r in rows}
-    for text in (c.scope, c.sentence):
-        said = {n for n in names if re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text, re.I)}
-        if said:
-            return [r for r in rows if r.backend in said or r.new_backend in said]
-    return rows
+    said = named_backends({r.backend for r in rows} | {r.new_backend for r in rows}, (c.scope, c.sentence))
+    return [r for r in rows if r.backend in said or r.new_backend in said] if said else rows
 
 
 def sweep_finding(c: SweepClaim, facts: ChangeFacts) -> tuple[str, str] | None:

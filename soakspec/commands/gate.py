@@ -252,16 +252,17 @@ def _main_partial(args: argparse.Namespace) -> int:
 def _write_missing(args: argparse.Namespace) -> int | None:
     """`gate --write`: results.json and verdict.json of a finished run that never wrote them,
     judged as `run` judges at its end with the run's own spec and bound to its manifest
-    (`judge_and_write`); None to go on judging, or the exit code of a write the disk refused."""
+    (`judge_and_write`); None to go on judging, or the exit code of a write the disk refused.
+    A run still in progress was refused before (`refuse_a_run_in_progress`, once for every gate)."""
     from soakspec.evidence import layout
-    from soakspec.evidence.io import EvidenceWriteError, lock_holder, read_json, require_evidence_dir
+    from soakspec.evidence.io import EvidenceWriteError, read_json, require_evidence_dir
     from soakspec.judge.cli_support import bare_evidence, judge_and_write
 
     if args.spec is not None or args.backend:
         raise UsageError("--write judges with the run's own spec and every backend (no --spec, no --backend)")
     root = require_evidence_dir(args.dir)
     status = (read_json(root / layout.MANIFEST) or {}).get("status")
-    if status not in ("complete", "aborted") or lock_holder(root) is not None:
+    if status not in ("complete", "aborted"):
         raise UsageError(f"--write: {args.dir} holds no finished run (status {status}): nothing to write")
     if (root / layout.RESULTS).exists() and (root / layout.VERDICT).exists():
         print(f"soakspec gate: note: {args.dir} has its results.json and verdict.json: nothing to write", file=sys.stderr)
@@ -302,11 +303,11 @@ def main(args: argparse.Namespace) -> int:
         if getattr(args, "write", False):
             raise UsageError("--write and --partial: a run judged partially has no verdict to write")
         return _main_partial(args)
+    refuse_a_run_in_progress(args.dir)  # --write too: what a live run is writing is not its to write
     if getattr(args, "write", False):
         code = _write_missing(args)
         if code is not None:
             return code
-    refuse_a_run_in_progress(args.dir)
     loaded = load_for_judging("gate", args.dir, args.spec)
     if isinstance(loaded, int):
         return loaded

@@ -1,4 +1,4 @@
-"""`soakspec report DIR --format md|html|json|junit [--spec FILE] [--out FILE]`
+"""`soakspec report DIR --format md|html|json|junit [--spec FILE] [--out FILE] [--percentiles 50,90,99]`
 
 Loads the evidence directory, verifying it first (every artifact re-hashed against the
 manifest), re-judges it with the spec embedded in the manifest -- or with `--spec FILE` -- and
@@ -12,7 +12,7 @@ The report goes to stdout, or to `--out FILE` (written atomically; nothing on st
 verdict it shows (so `set -e` publishing of a FAIL report works; the verdict's exit code stays
 with `soakspec gate` and `soakspec run`); 2 for a usage error (no evidence directory, a spec
 that does not check, an `--out` that is a directory, in no directory or inside the evidence
-directory); 3 when the evidence cannot be read at all; 4 when `--out` cannot be written.
+directory, a `--percentiles` list that is not percentiles results.json stores); 3 when the evidence cannot be read at all; 4 when `--out` cannot be written.
 """
 
 from __future__ import annotations
@@ -26,6 +26,21 @@ from soakspec.exitcodes import ExitCode
 from soakspec.report import FORMATS
 
 
+def percentiles_arg(text: str) -> tuple[str, ...]:
+    """`--percentiles 50,90,99` (report and run): the results.json keys, or argparse's usage
+    error (exit 2) saying what is wrong with the list (`soakspec.report.common.parse_percentiles`)."""
+    from soakspec.report.common import parse_percentiles
+
+    try:
+        return parse_percentiles(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+PERCENTILES_HELP = ("the percentiles the tables show, comma-separated, among those results.json stores: 50, 90, 95, 99 "
+                    "(default 50,95,99; the mean is shown beside them)")
+
+
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", help="an evidence directory (the run's output)")
     p.add_argument("--format", choices=FORMATS, default="md",
@@ -33,6 +48,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--spec", metavar="FILE", help="judge with this spec instead of the one embedded in the evidence")
     p.add_argument("--out", metavar="FILE", type=out_file,
                    help="write the report to FILE (atomically) instead of stdout (-: stdout)")
+    p.add_argument("--percentiles", metavar="LIST", type=percentiles_arg, default=None,
+                   help=PERCENTILES_HELP + "; md and html (json carries every stored figure)")
 
 
 def _printable(text: str) -> str:
@@ -89,7 +106,7 @@ def main(args: argparse.Namespace) -> int:
         verdict = dataclasses.replace(verdict, outcome="INCONCLUSIVE", notes=verdict.notes + (note,))
     # what `gate` says of retained evidence (its stored verdict, its signature), the report says too
     inputs = dataclasses.replace(inputs, verdict=with_retained_notes(verdict, evidence, args.dir))
-    text = _printable(inputs.render(args.format))
+    text = _printable(inputs.render(args.format, args.percentiles))
     if args.out is not None:
         try:
             write_out_file(args.out, text.encode("utf-8"))

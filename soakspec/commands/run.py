@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.diagnostics import render_text
+from soakspec.commands.report import PERCENTILES_HELP, percentiles_arg
 from soakspec.exitcodes import ExitCode
 
 
@@ -44,6 +45,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         help="skip the pre-flight request of each workload's shape before the first level (recorded in the manifest)",
     )  # fmt: skip
     p.add_argument("--format", choices=("text", "json"), default="text", help="the verdict and the per-level summary on stdout (reports: soakspec report DIR)")
+    p.add_argument("--percentiles", metavar="LIST", type=percentiles_arg, default=None,
+                   help=PERCENTILES_HELP + "; the text summary (json's run_summary carries every stored figure)")
     p.add_argument("--quiet", "-q", action="store_true",
                    help="stdout unchanged (verdict, summary); stderr: errors only (no progress, warnings or notes)")
     p.add_argument(
@@ -111,14 +114,7 @@ def main(args: argparse.Namespace) -> int:
             return ExitCode.ABORTED
         if not args.quiet:
             print(f"evidence: {result.run_dir}", file=sys.stderr)
-        if result.status == "complete":
-            left = f"the evidence in {result.run_dir} is complete (`soakspec gate {result.run_dir}` judges it)"
-        else:  # an aborted run's evidence is final but incomplete: never "complete"
-            left = (f"the evidence so far is in {result.run_dir}, marked {result.status} "
-                    f"(`soakspec gate {result.run_dir}` judges it)")
-        # not judged: results.json and verdict.json are not written, which `gate --write` does later
-        unjudged = left.replace(f"`soakspec gate {result.run_dir}` judges it",
-                                f"`soakspec gate --write {result.run_dir}` judges it and writes its verdict")
+        left, unjudged = _left(result.run_dir, result.status, judged=True), _left(result.run_dir, result.status, judged=False)
         if result.late_signal is not None:  # one came after the load, as the evidence was finished (engine._signals)
             print(f"soakspec run: {result.late_signal} after the load ended: not judged; {unjudged}", file=sys.stderr)
             return ExitCode.ABORTED
@@ -128,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
         stop.raising = True
         try:
             signed = _sign(result.run_dir, args.sign, args.quiet) if args.sign is not None else True
-            code = _judge_and_report(spec, result, args.format)
+            code = _judge_and_report(spec, result, args.format, args.percentiles)
         except (KeyboardInterrupt, _Stopped):  # the evidence is final; only its judging was cut short
             stop.raising = False  # more of them (Ctrl-C held down) are noted, not raised, from here
             print(f"soakspec run: interrupted while judging; {left}", file=sys.stderr)
@@ -161,6 +157,17 @@ class _Stop:
         if self.raising:
             raise _Stopped(name)
         self.signal = self.signal or name
+
+
+def _left(run_dir: Path, status: str, *, judged: bool) -> str:
+    """Where the run left its evidence and how to judge it: `soakspec gate`, or, where the run
+    was not judged (results.json and verdict.json not written), `gate --write`, which writes them."""
+    if status == "complete":
+        where = f"the evidence in {run_dir} is complete"
+    else:  # an aborted run's evidence is final but incomplete: never "complete"
+        where = f"the evidence so far is in {run_dir}, marked {status}"
+    how = f"`soakspec gate {run_dir}` judges it" if judged else f"`soakspec gate --write {run_dir}` judges it and writes its verdict"
+    return f"{where} ({how})"
 
 
 def _sign(run_dir: Path, key: str, quiet: bool) -> bool:
@@ -204,7 +211,7 @@ def _sweep_judge(spec, args: argparse.Namespace):
     return probe_judge(spec, time_scale=args.time_scale, rehearsal=args.rehearse)
 
 
-def _judge_and_report(spec, result, fmt: str) -> int:
+def _judge_and_report(spec, result, fmt: str, percentiles=None) -> int:
     """Judge the evidence just written (the same code path as `soakspec gate`), then print the
     verdict and the end-of-run summary."""
     import json
@@ -228,7 +235,8 @@ def _judge_and_report(spec, result, fmt: str) -> int:
             doc |= {"exit_code": int(ExitCode.ABORTED), "aborted_reason": result.reason}
         print(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False))
     else:
-        print("\n".join([render_text(verdict), *summary_lines(results, result.run_dir, verdict)]))
+        shown = {} if percentiles is None else {"percentiles": percentiles}
+        print("\n".join([render_text(verdict), *summary_lines(results, result.run_dir, verdict, **shown)]))
     if result.status == "aborted":
         print(f"soakspec run: run aborted: {result.reason}", file=sys.stderr)
         return ExitCode.ABORTED

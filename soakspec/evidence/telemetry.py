@@ -246,17 +246,20 @@ class NvmlSource:
             "devices": devices,
         }
 
-    def sample(self, pids: Iterable[int] = ()) -> list[dict[str, Any]] | None:
+    def sample(self, pids: Iterable[int] = (), *, tree: Iterable[int] | None = None) -> list[dict[str, Any]] | None:
         """Per visible GPU: memory used, memory used by the process trees of `pids` (None when
         there is no tree or its figure is unknown: see `_tree_memory`), utilization (%),
         temperature (C), power (W); any value NVML does not give is None. None when NVML is
-        unavailable, or stopped answering (`stall`)."""
+        unavailable, or stopped answering (`stall`). `tree`: those trees' pids already listed
+        (`telemetry_record` lists /proc once a sample), in place of listing them from `pids`."""
         if not self.available or self.stalled is not None:
             return None
         nv = self._module
-        tree: set[int] = set()
-        for pid in pids:
-            tree.update(_whole(process_tree_pids, pid) or ())  # /proc unreadable: no tree, its memory unknown
+        if tree is None:
+            tree = set()
+            for pid in pids:
+                tree.update(_whole(process_tree_pids, pid) or ())  # /proc unreadable: no tree, its memory unknown
+        tree = set(tree)
         out = []
         for index, h, slot in self._handles:
             mem = self._call(nv.nvmlDeviceGetMemoryInfo, h)
@@ -313,13 +316,18 @@ def _tree_memory(procs: Any, tree: set[int]) -> int | None:
 
 
 def _ppid_map() -> dict[int, int]:
+    """Each process's parent, from one listing of /proc. A process that exited meanwhile, or
+    another user's that /proc hides (mounted hidepid=1), is left out; a stat refused otherwise
+    (the load generator out of file descriptors: EMFILE) raises, as `_rss`'s: a tree listed
+    without some of its processes would be summed short of them and recorded as measured
+    (`telemetry_record` records it unknown)."""
     out: dict[int, int] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
             stat = Path(entry.path, "stat").read_bytes()
-        except OSError:
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
         # "pid (comm) state ppid ...": comm may contain spaces and parentheses
         fields = stat[stat.rfind(b")") + 2:].split()
@@ -363,7 +371,11 @@ def process_tree_rss(pid: int) -> int | None:
     when `pid` does not exist. A page the processes share (a forked worker's copy-on-write
     heap, the CUDA and torch libraries every worker maps) is counted once per process here:
     `process_tree_pss` is what the judge's `rss` reads."""
-    pids = process_tree_pids(pid)
+    return _tree_rss(process_tree_pids(pid))
+
+
+def _tree_rss(pids: list[int]) -> int | None:
+    """`process_tree_rss` of a tree already listed (`process_tree_pids`)."""
     if not pids:
         return None
     return sum(_rss(p) for p in pids)
@@ -393,7 +405,11 @@ def process_tree_pss(pid: int) -> int | None:
     223). Pages shared with processes outside the tree (the C library) count in proportion,
     so the figure is the tree's fair share. None when `pid` does not exist or a process's PSS
     cannot be read (an older kernel, a process of another user): the RSS sum stands instead."""
-    pids = process_tree_pids(pid)
+    return _tree_pss(process_tree_pids(pid))
+
+
+def _tree_pss(pids: list[int]) -> int | None:
+    """`process_tree_pss` of a tree already listed (`process_tree_pids`)."""
     if not pids:
         return None
     total = 0
@@ -425,7 +441,11 @@ def _cpu_ticks(pid: int) -> int:
 def process_tree_cpu_seconds(pid: int) -> float | None:
     """CPU seconds (user + system) used so far by `pid` and its descendants; None when `pid`
     does not exist."""
-    pids = process_tree_pids(pid)
+    return _tree_cpu_seconds(process_tree_pids(pid))
+
+
+def _tree_cpu_seconds(pids: list[int]) -> float | None:
+    """`process_tree_cpu_seconds` of a tree already listed (`process_tree_pids`)."""
     if not pids:
         return None
     return sum(_cpu_ticks(p) for p in pids) / _CLK_TCK
@@ -441,7 +461,11 @@ class CpuMeter:
 
     def sample(self, pid: int | None, t: float) -> tuple[float | None, float | None]:
         """(cumulative CPU seconds, percent since the previous sample)."""
-        total = process_tree_cpu_seconds(pid) if pid else None
+        return self.of(process_tree_cpu_seconds(pid) if pid else None, t)
+
+    def of(self, total: float | None, t: float) -> tuple[float | None, float | None]:
+        """`sample` of the tree's CPU seconds `total` already read (None: unknown, which
+        leaves the previous sample to compare the next with)."""
         if total is None:
             return None, None
         last, self._last = self._last, (t, total)
@@ -457,16 +481,20 @@ def telemetry_record(source: NvmlSource | None, server_pid: int | None, t: float
     `server_cpu_percent` (since the previous sample; 100 = one core). `t`: the run clock's time
     (the runner passes it; the wall clock, which a step moves, only when none is given)."""
     t = time.time() if t is None else t
+    # the server's tree from one listing of /proc, shared by its four figures (each listed it:
+    # four scans of every process on the host a sample); None where there is no server or
+    # /proc could not be listed whole, which makes each figure unknown
+    tree = _whole(process_tree_pids, server_pid) if server_pid else None
     row = {
         "schema_version": 1,
         "t": t,
         "server_pid": server_pid,
-        "server_rss_bytes": _whole(process_tree_rss, server_pid) if server_pid else None,
-        "server_pss_bytes": _whole(process_tree_pss, server_pid) if server_pid else None,
-        "gpus": source.sample([server_pid] if server_pid else []) if source is not None else None,
+        "server_rss_bytes": _whole(_tree_rss, tree) if tree else None,
+        "server_pss_bytes": _whole(_tree_pss, tree) if tree else None,
+        "gpus": source.sample(tree=tree or ()) if source is not None else None,
     }
     if cpu is not None:
-        row["server_cpu_s"], row["server_cpu_percent"] = _whole(cpu.sample, server_pid, t) or (None, None)
+        row["server_cpu_s"], row["server_cpu_percent"] = cpu.of(_whole(_tree_cpu_seconds, tree) if tree else None, t)
     return row
 
 

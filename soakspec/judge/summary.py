@@ -123,8 +123,16 @@ def level_drift(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any] | None:
 # ------------------------------------------------------------------------------ results.json
 
 
+# The percentiles results.json stores of every per-request distribution (a level's, a bucket's, a
+# turn's): bench serve's median and p99, GuideLLM's p90 and p95. p90 came later (an added key:
+# older results.json files lack it, and a reader of one finds p50/p95/p99 as before); the report's
+# `--percentiles` chooses among these (`soakspec.report.common.parse_percentiles`).
+PERCENTILES = (50.0, 90.0, 95.0, 99.0)
+PERCENTILE_KEYS = tuple(f"p{q:g}" for q in PERCENTILES)
+
+
 def dist_summary(records: Iterable[Row], name: str) -> dict[str, Any] | None:
-    """count, p50/p95/p99, mean, min and max of distribution `name` over the completed requests
+    """count, p50/p90/p95/p99, mean, min and max of distribution `name` over the completed requests
     in `records` (`_dist`). A day's per-request values (ttft, latency, tpot of a level of
     `CHUNKED_ROWS` requests or more) are read a chunk at a time, never held together -- the
     same figures, bit for bit (`stats.percentiles_of_chunks`, `stats.mean_min_max_of_chunks`),
@@ -134,25 +142,25 @@ def dist_summary(records: Iterable[Row], name: str) -> dict[str, Any] | None:
     chunks = impl.chunked(records) if isinstance(impl, PerRequest) else None
     if chunks is None:
         return _dist(dist_values(records, name))
-    pcts, n = stats.percentiles_of_chunks(chunks, (50, 95, 99))
+    pcts, n = stats.percentiles_of_chunks(chunks, PERCENTILES)
     if not n:
         return None
     mean, least, most = stats.mean_min_max_of_chunks(chunks)
-    return {"count": n, "p50": pcts[0], "p95": pcts[1], "p99": pcts[2], "mean": mean, "min": least, "max": most}
+    return {"count": n, **dict(zip(PERCENTILE_KEYS, pcts)), "mean": mean, "min": least, "max": most}
 
 
 def _dist(vals: Any) -> dict[str, Any] | None:
-    """count, p50/p95/p99, mean, min and max of `dist_values`' result (which this may reorder:
+    """count, p50/p90/p95/p99, mean, min and max of `dist_values`' result (which this may reorder:
     a scope's values are an array made for the call, `Distribution.new_values`). Gaps counted
     in bins add `bounds`: for each percentile that is not exact, the least and greatest it can
     be (within 0.2% of each other); mean, min and max stay exact."""
     if isinstance(vals, stats.Counted):
         if not vals.n:
             return None
-        out: dict[str, Any] = {"count": vals.n, "p50": vals.percentile(50), "p95": vals.percentile(95),
-                               "p99": vals.percentile(99), "mean": vals.mean(), "min": vals.min(), "max": vals.max()}
+        out: dict[str, Any] = {"count": vals.n, **{k: vals.percentile(q) for k, q in zip(PERCENTILE_KEYS, PERCENTILES)},
+                               "mean": vals.mean(), "min": vals.min(), "max": vals.max()}
         if not vals.exact:  # binned gaps (judge/gapbins.py): each percentile shown with where it lies
-            bounds = {k: list(b) for k, q in (("p50", 50), ("p95", 95), ("p99", 99))
+            bounds = {k: list(b) for k, q in zip(PERCENTILE_KEYS, PERCENTILES)
                       if (b := vals.percentile_bounds(q)) is not None and b[0] != b[1]}
             if bounds:
                 out["bounds"] = bounds
@@ -162,9 +170,7 @@ def _dist(vals: Any) -> dict[str, Any] | None:
     reorder = stats.own_array(vals)
     return {
         "count": len(vals),
-        "p50": stats.percentile(vals, 50, reorder=reorder),
-        "p95": stats.percentile(vals, 95, reorder=reorder),
-        "p99": stats.percentile(vals, 99, reorder=reorder),
+        **{k: stats.percentile(vals, q, reorder=reorder) for k, q in zip(PERCENTILE_KEYS, PERCENTILES)},
         "mean": stats.mean(vals),
         "min": float(np.min(vals)),
         "max": float(np.max(vals)),

@@ -478,8 +478,12 @@ def _level_samples(run: JudgedRun, bi: BackendIndex, plv: Level, lv: LevelIndex)
     planned = {pb.index for pb in plv.buckets}
     for w in lv.buckets:
         if w.index in planned and not completed(w.records):
+            # an open loop's bucket that no arrival fell in: its schedule's doing, not a server
+            # that failed what it was sent (check's W517 warns of it before the run)
+            why = " (no arrival of the open loop's schedule fell in it: lengthen the bucket or raise the rate; see W517)" \
+                if plv.mode == "open" and not len(w.records) else ""
             out.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), 0.0, None, 0,
-                                "no completed request in the bucket: it measured nothing", 1))
+                                f"no completed request in the bucket: it measured nothing{why}", 1))
     return out
 
 

@@ -98,6 +98,7 @@ CODES: dict[str, Code] = {
         Code("W514", "seed set where every arrival is constant and nothing else is drawn (it seeds nothing)"),
         Code("W515", "an open loop's rate × duration sends fewer than its requests_per_level (the duration ends the level first)"),
         Code("W516", "a replay's hash_block or seed without shared prefix blocks (it changes nothing)"),
+        Code("W517", "an open loop's buckets expect so few arrivals that some will hold none (min_samples INCONCLUSIVE)"),
     )
 }
 

@@ -4,7 +4,9 @@
 (MLPerf LoadGen's early-stopping argument; `soakspec.judge.stats` explains it and re-exports
 this function, so `check` warning "needs 59 samples" and the judge asking for 59 are one rule),
 and `min_samples_for_share(op, X, confidence)`, the same count for a share claim (`goodput(...)
->= X`, judged as the misses of the X-quantile).
+>= X`, judged as the misses of the X-quantile); and `arrival_count_spread(mean, burstiness)`,
+how far a random (Poisson or gamma) arrival count may stray from its mean -- check's W515 and
+`plan`'s expected counts read it as one rule.
 It lives here, at the bottom of the pipeline, because `soakspec.lang` imports nothing above it.
 """
 
@@ -66,4 +68,40 @@ def min_samples_for_share(op: str, threshold: float, confidence: float, min_samp
     return max(min_samples_for_percentile(q, confidence), min_samples)
 
 
-__all__ = ["min_samples_for_percentile", "min_samples_for_share", "share_quantile"]
+COUNT_SIGMAS = 3.0  # the spread of a random arrival count that bad (or good) luck still reaches
+
+
+def arrival_count_sd(mean: float, burstiness: float = 1.0) -> float:
+    """The standard deviation of the count of a seeded Poisson (burstiness 1) or gamma arrival
+    process averaging `mean` arrivals: its variance is about mean / burstiness (a renewal
+    process's count: its gaps' squared coefficient of variation, 1 / burstiness, times the mean)."""
+    if mean < 0 or burstiness <= 0:
+        raise ValueError(f"need mean >= 0 and burstiness > 0, got {mean!r}, {burstiness!r}")
+    return math.sqrt(mean / burstiness)
+
+
+def arrival_count_at_most(m: int, mean: float, burstiness: float = 1.0) -> float:
+    """P(N <= m) for the arrivals N such a process puts in a span expecting `mean`: Poisson
+    (summed in log space) for burstiness 1, else a normal of the gamma renewal count's variance
+    (`arrival_count_sd`, continuity corrected). check's W509 asks it how likely a bucket of
+    random arrivals falls short of a percentile's samples."""
+    if m < 0:
+        return 0.0
+    if burstiness != 1.0:
+        return 0.5 * math.erfc(-(m + 0.5 - mean) / (math.sqrt(2.0) * arrival_count_sd(mean, burstiness)))
+    terms = [i * math.log(mean) - mean - math.lgamma(i + 1) for i in range(m + 1)]
+    top = max(terms)
+    return min(1.0, math.exp(top) * math.fsum(math.exp(t - top) for t in terms))
+
+
+def arrival_count_spread(mean: float, burstiness: float = 1.0) -> float:
+    """COUNT_SIGMAS standard deviations of the count of a seeded Poisson (burstiness 1) or gamma
+    arrival process averaging `mean` arrivals (`arrival_count_sd`).
+    One rule for "clearly" in both directions: check's W515 calls a `requests_per_level` short only
+    where it lies more than this above the mean (a count that luck could reach is not short),
+    `plan` promises N only where the mean lies more than this above it, and prints a timed level's
+    expected count with the range this gives ("~600 (± 3 sd: 527-673)")."""
+    return COUNT_SIGMAS * arrival_count_sd(mean, burstiness)
+
+
+__all__ = ["COUNT_SIGMAS", "arrival_count_at_most", "arrival_count_sd", "arrival_count_spread", "min_samples_for_percentile", "min_samples_for_share", "share_quantile"]

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 _MODULES = {"md": "soakspec.report.md", "html": "soakspec.report.html", "json": "soakspec.report.jsonfmt",
             "junit": "soakspec.report.junit"}
 FORMATS = tuple(_MODULES)
+_PERCENTILE_FORMATS = ("md", "html")  # the formats whose tables `--percentiles` chooses
 
 
 def evidence_meta(evidence: Any) -> dict[str, Any]:
@@ -61,8 +62,8 @@ class Inputs:
     meta: Mapping[str, Any]
     spec: Any
 
-    def render(self, fmt: str) -> str:
-        return render(self.verdict, self.results, self.meta, self.spec, fmt)
+    def render(self, fmt: str, percentiles: Sequence[str] | None = None) -> str:
+        return render(self.verdict, self.results, self.meta, self.spec, fmt, percentiles)
 
 
 def prepare(spec: Any, evidence: Any) -> Inputs:
@@ -80,11 +81,16 @@ def prepare(spec: Any, evidence: Any) -> Inputs:
     return Inputs(verdict, summarize_run(run), meta, spec)
 
 
-def render(verdict: Any, results: Mapping[str, Any], evidence_meta: Mapping[str, Any], spec: Any, fmt: str) -> str:
-    """Render one format (`md`, `html`, `json`, `junit`); pure, deterministic, ends in a newline."""
+def render(verdict: Any, results: Mapping[str, Any], evidence_meta: Mapping[str, Any], spec: Any, fmt: str,
+           percentiles: Sequence[str] | None = None) -> str:
+    """Render one format (`md`, `html`, `json`, `junit`); pure, deterministic, ends in a newline.
+    `percentiles` (results.json keys, `common.parse_percentiles`; None: p50, p95, p99): what the
+    Markdown and HTML tables show; JSON carries every stored percentile and JUnit none."""
     if fmt not in _MODULES:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
     module = importlib.import_module(_MODULES[fmt])
+    if percentiles is not None and fmt in _PERCENTILE_FORMATS:
+        return module.render(verdict, results, evidence_meta, spec, percentiles=tuple(percentiles))
     return module.render(verdict, results, evidence_meta, spec)
 
 

@@ -87,6 +87,48 @@ def approx(dist: Any, key: str) -> str:
     return "≈" if isinstance(bounds, Mapping) and key in bounds else ""
 
 
+# The percentiles the per-level and per-turn tables show, and the run summary prints, unless
+# `--percentiles` chooses others (`parse_percentiles`); JSON carries every stored one regardless.
+DEFAULT_PERCENTILES = ("p50", "p95", "p99")
+
+
+def parse_percentiles(text: str) -> tuple[str, ...]:
+    """`--percentiles 50,90,99` -> ("p50", "p90", "p99"): the results.json keys of the listed
+    percentiles, ascending, each once. Raises ValueError, saying why, for a list that is empty,
+    holds something not a number, a percentile outside 0 < p < 100, or one results.json does not
+    store (`soakspec.judge.summary.PERCENTILES`: 50, 90, 95, 99).
+
+    Why only the stored ones: the run summary is printed from the results.json that `run` just
+    wrote, and results.json's shape does not depend on a display flag; a report re-judges the
+    evidence, and could compute any percentile from it, but then `report` and `run` would show
+    figures the other cannot, and a table would hold a number no results.json records (which
+    `soakspec lint-claims` checks documents against). A percentile the tables show is one
+    results.json holds, computed as every percentile is (`stats.percentile`)."""
+    from soakspec.judge.summary import PERCENTILES
+
+    stored = ", ".join(f"{q:g}" for q in PERCENTILES)
+    items = [t.strip() for t in text.split(",")]
+    if not any(items) or not all(items):
+        raise ValueError(f"expected percentiles separated by commas, such as 50,90,99 (results.json stores {stored})")
+    got: set[float] = set()
+    for t in items:
+        try:
+            q = float(t[1:] if t[:1] in ("p", "P") else t)
+        except ValueError:
+            raise ValueError(f"{t!r} is not a percentile (a number, such as 90 or 99)") from None
+        if not 0 < q < 100:  # NaN too
+            raise ValueError(f"{t} is outside 0 < p < 100")
+        if q not in PERCENTILES:
+            raise ValueError(f"p{q:g} is not one of the percentiles results.json stores ({stored})")
+        got.add(q)
+    return tuple(f"p{q:g}" for q in sorted(got))
+
+
+def pct_head(name: str, keys: Sequence[str], sep: str = " / ") -> str:
+    """A percentile column's header: `TTFT p50 / p95 / p99`."""
+    return f"{name} " + sep.join(keys)
+
+
 def _int(v: Any) -> int | None:
     f = num(v)
     return int(f) if f is not None else None
@@ -639,21 +681,30 @@ def exclusion_notes(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
-    """A per-bucket rate over a level: the buckets' values weighted by their wall time."""
-    pairs = [(num(w.get(key)), num(w.get("wall_s"))) for w in windows]
+def _valued(windows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float | None, float | None]]:
+    """Each bucket's (value of `key`, wall time), as JSON numbers or None."""
+    return [(num(w.get(key)), num(w.get("wall_s"))) for w in windows]
+
+
+def _weighted(pairs: list[tuple[float | None, float | None]]) -> float | None:
     known = [(v, t) for v, t in pairs if v is not None and t is not None and t > 0]
     wall = sum(t for _, t in known)
     return sum(v * t for v, t in known) / wall if wall else None
+
+
+def wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    """A per-bucket rate over a level: the buckets' values weighted by their wall time."""
+    return _weighted(_valued(windows, key))
 
 
 def wall_mean_whole(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
     """`wall_mean`, but None when a bucket with a wall time has no value: total_tokens_per_s of
     a bucket that delivered a request with no prompt count is unknown, and the other buckets'
     mean would read as the level's."""
-    if any(num(w.get(key)) is None and (t := num(w.get("wall_s"))) is not None and t > 0 for w in windows):
+    pairs = _valued(windows, key)  # read once, for the check and the mean
+    if any(v is None and t is not None and t > 0 for v, t in pairs):
         return None
-    return wall_mean(windows, key)
+    return _weighted(pairs)
 
 
 def shaped_load_text(load: Any, until_s: float = float("inf")) -> str:

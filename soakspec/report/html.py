@@ -236,16 +236,24 @@ def _results_table(rows: Sequence[C.BackendRow]) -> list[str]:
     return out
 
 
-def _pct3(d: Mapping[str, Any] | None) -> str:
+def _pct3(d: Mapping[str, Any] | None, keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> str:
     if not d:
         return "-"
-    vals = [_num(d.get(k)) for k in ("p50", "p95", "p99")]
+    vals = [_num(d.get(k)) for k in keys]
     known = [v for v in vals if v is not None]
     if not known:
         return "-"
     factor, unit = (1000.0, "ms") if max(known) < 1 else (1.0, "s")  # one unit per cell: p50 / p95 / p99 ms
     return " / ".join("-" if v is None else C.approx(d, k) + _sig3(v * factor)
-                      for k, v in zip(("p50", "p95", "p99"), vals)) + f" {unit}"
+                      for k, v in zip(keys, vals)) + f" {unit}"
+
+
+def _mean(d: Mapping[str, Any] | None) -> str:
+    """A distribution's mean (over the same samples as its percentiles), in ms below 1 s."""
+    v = _num(d.get("mean")) if d else None
+    if v is None:
+        return "-"
+    return f"{_sig3(v * 1000)} ms" if v < 1 else f"{_sig3(v)} s"
 
 
 def _sig3(v: float) -> str:
@@ -265,15 +273,18 @@ def _coal(lv: Any) -> str:
     return ""
 
 
-def level_table(results: Mapping[str, Any], verdict: Any) -> list[str]:
-    """The per-level table: offered vs achieved rate, tokens/s, in flight, percentiles, counts."""
+DISTS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("latency", "Latency"))
+
+
+def level_table(results: Mapping[str, Any], verdict: Any, keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> list[str]:
+    """The per-level table: offered vs achieved rate, tokens/s, in flight, each per-request
+    metric's mean beside its percentiles (`keys`), counts."""
     rows = C.level_rows(results)
     if not rows:
         return []
     with_label = any(lv.label != lv.offered for lv in rows)  # a closed loop's level label is its offered load
     head = ("Backend", *(("Level",) if with_label else ()), "Offered", "Achieved req/s", "Output tok/s", "Total tok/s", "Mean in flight",
-            "TTFT p50 / p95 / p99",
-            "ITL p50 / p95 / p99", "TPOT p50 / p95 / p99", "Latency p50 / p95 / p99", "Completed", "Failed", "Timeouts",
+            *(h for _, name in DISTS for h in (f"{name} mean", C.pct_head(name, keys))), "Completed", "Failed", "Timeouts",
             "Rejected", "Disconnected")
     out = []
     if C.performance_not_evaluated(verdict):
@@ -285,30 +296,31 @@ def level_table(results: Mapping[str, Any], verdict: Any) -> list[str]:
         cls = ' class="level-gap"' if prev is not None and prev != lv.backend else ""
         prev = lv.backend
         counts = "".join(f'<td class="num">{esc(req.get(k, "-"))}</td>' for k in ("completed", "failed", "timeout", "rejected", "disconnected"))
+        dists = "".join(f'<td class="num">{_mean(getattr(lv, key))}</td><td class="num">{_pct3(getattr(lv, key), keys)}'
+                        f'{_coal(lv) if key == "itl" else ""}</td>' for key, _ in DISTS)
         out.append(
             f'<tr{cls}><td><code>{esc(lv.backend)}</code></td>' + (f'<td>{esc(lv.label)}</td>' if with_label else "")
             + f'<td class="offered">{esc(lv.offered)}</td>'
             f'<td class="num">{_rate(lv.qps)}</td><td class="num">{_rate(lv.tokens_per_s, 1)}</td>'
-            f'<td class="num">{_rate(lv.total_tokens_per_s, 1)}</td><td class="num">{_rate(lv.in_flight)}</td><td class="num">{_pct3(lv.ttft)}</td><td class="num">{_pct3(lv.itl)}{_coal(lv)}</td>'
-            f'<td class="num">{_pct3(lv.tpot)}</td><td class="num">{_pct3(lv.latency)}</td>{counts}</tr>'
+            f'<td class="num">{_rate(lv.total_tokens_per_s, 1)}</td><td class="num">{_rate(lv.in_flight)}</td>{dists}{counts}</tr>'
         )
     out.append("</tbody></table></div>")
     return out
 
 
-def turn_table(results: Mapping[str, Any]) -> list[str]:
-    """Multi-turn levels: TTFT and latency by user turn (results.json levels' `turns`)."""
+def turn_table(results: Mapping[str, Any], keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> list[str]:
+    """Multi-turn levels: TTFT and latency percentiles (`keys`) by user turn (results.json levels' `turns`)."""
     rows = C.turn_rows(results)
     if not rows:
         return []
-    head = ("Backend", "Level", "Turn", "Completed / requests", "Prompt tokens (mean)", "TTFT p50 / p95 / p99", "Latency p50 / p95 / p99")
+    head = ("Backend", "Level", "Turn", "Completed / requests", "Prompt tokens (mean)", C.pct_head("TTFT", keys), C.pct_head("Latency", keys))
     out = ["<h2>By turn</h2>", f'<p class="note">{esc(C.TURN_NOTE)}</p>',
            '<table class="levels turns"><thead><tr>' + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr></thead><tbody>"]
     for t in rows:
         tokens = "-" if t.prompt_tokens is None else f"{t.prompt_tokens:,.0f}"
         out.append(f"<tr><td><code>{esc(t.backend)}</code></td><td>{esc(t.label)}</td><td class=\"num\">{esc(t.turn)}</td>"
                    f"<td class=\"num\">{esc('-' if t.completed is None else t.completed)} / {esc('-' if t.total is None else t.total)}</td>"
-                   f"<td class=\"num\">{esc(tokens)}</td><td class=\"num\">{_pct3(t.ttft)}</td><td class=\"num\">{_pct3(t.latency)}</td></tr>")
+                   f"<td class=\"num\">{esc(tokens)}</td><td class=\"num\">{_pct3(t.ttft, keys)}</td><td class=\"num\">{_pct3(t.latency, keys)}</td></tr>")
     out.append("</tbody></table>")
     return out
 
@@ -406,7 +418,9 @@ def goodput_html(results: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any) -> str:
+def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any,
+           percentiles: Sequence[str] = C.DEFAULT_PERCENTILES) -> str:
+    """The page; `percentiles`: the results.json keys the per-level and per-turn tables show."""
     soak = getattr(getattr(spec, "header", None), "name", None) or verdict.soak
     rows = C.backend_rows(verdict, results, meta, spec)
     gpu_reason = C.gpu_unavailable_reason(meta)
@@ -426,13 +440,13 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         out.append('<ul class="run-state">' + "".join(f"<li><b>{esc(k)}</b>: {esc(v)}</li>" for k, v in state) + "</ul>")
     out += _results_table(rows)
     out.append(f'<p class="note">{esc(C.ARTIFACT_NOTE.replace("`", ""))} {esc(C.GATE_NOTE)}</p>')
-    per_level = level_table(results, verdict)
+    per_level = level_table(results, verdict, percentiles)
     if per_level:
         out.append("<h2>Per level</h2>")
         out += per_level
         out += [f'<p class="note">{esc(n)}</p>' for n in C.exclusion_notes(results)]
         out += [f'<p class="note">{esc(n)}</p>' for n in C.drain_notes(results)]
-    out += turn_table(results)
+    out += turn_table(results, percentiles)
     health = C.client_rows(results)
     if health:
         out.append("<h2>Load generator</h2>")

@@ -1,9 +1,9 @@
 """`--format junit`: one <testcase> per rule, for CI systems.
 
-    <testsuites name="soakspec" tests failures errors skipped>
-      <testsuite name="<soak>" ...>
+    <testsuites name="soakspec" tests failures errors skipped time>
+      <testsuite name="<soak>" ... time>
         <properties> verdict, run_id, manifest_sha256, spec_sha256, rehearsal, time_scale
-        <testcase classname="<rule class>" name="<rule text>" time="0">
+        <testcase classname="<rule class>" name="<rule text>">
           <failure message="<explanation>" type="fail">...</failure>    a failed rule
           <error message="<reason>" type="inconclusive">...</error>     a required rule not decided
           <skipped message="<reason>"/>                                 not evaluated (a validity or
@@ -16,12 +16,21 @@ A required rule that could not be decided is an error, not a skip: the verdict i
 pass. A rule not evaluated is skipped: it was not judged because a required validity or
 evidence rule failed, whose <failure> already fails the suite. A `warn` rule never fails the
 gate: one that did not hold passes and says so in its system-out, one that could not be
-decided is skipped. Built with xml.etree (attribute and text escaping); characters XML 1.0 cannot
+decided is skipped.
+
+Times: the suite's `time` is the run's wall time in seconds, the manifest's start to its end
+(`started_at_epoch`, `ended_at_epoch`: the run clock's); absent where the manifest has no end (a
+run never finalized) -- never a 0 that reads as measured. A <testcase> carries no `time`: a
+rule is judged over the run's evidence, not run for a time of its own, and the run's time on
+each would have a CI that sums its cases count the soak once per rule. JUnit's readers take
+the attribute as optional (Jenkins's junit-10.xsd; GitLab and GitHub's reporters read a
+missing one as 0). Built with xml.etree (attribute and text escaping); characters XML 1.0 cannot
 carry are replaced first (`common.clean_text`), so the output always parses.
 """
 
 from __future__ import annotations
 
+import math
 import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
@@ -33,13 +42,25 @@ def _x(value: Any) -> str:
     return C.clean_text(value)
 
 
+def _wall_s(meta: Mapping[str, Any]) -> float | None:
+    """The run's wall time (s), from its manifest's start to its end; None without both."""
+    m = meta.get("manifest")
+    m = m if isinstance(m, Mapping) else {}
+    start, end = C.num(m.get("started_at_epoch")), C.num(m.get("ended_at_epoch"))
+    if start is None or end is None or not math.isfinite(end - start) or end < start:
+        return None
+    return end - start
+
+
 def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any) -> str:
     rules = list(verdict.rules)
     n = verdict.counts()
     errors = sum(r.status == "inconclusive" and r.severity != "warn" for r in rules)
     failures, skipped = n["fail"], n["inconclusive"] + n["not_evaluated"] - errors
     soak = getattr(getattr(spec, "header", None), "name", None) or verdict.soak
-    counts = {"tests": str(len(rules)), "failures": str(failures), "errors": str(errors), "skipped": str(skipped), "time": "0"}
+    counts = {"tests": str(len(rules)), "failures": str(failures), "errors": str(errors), "skipped": str(skipped)}
+    if (wall := _wall_s(meta)) is not None:
+        counts["time"] = f"{wall:.3f}"
     root = ET.Element("testsuites", {"name": "soakspec", **counts})
     suite = ET.SubElement(root, "testsuite", {"name": _x(soak), **counts})
     props = ET.SubElement(suite, "properties")
@@ -58,7 +79,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         if value is not None:
             ET.SubElement(props, "property", {"name": name, "value": _x(value)})
     for r in rules:
-        case = ET.SubElement(suite, "testcase", {"classname": _x(r.klass), "name": _x(r.rule), "time": "0"})
+        case = ET.SubElement(suite, "testcase", {"classname": _x(r.klass), "name": _x(r.rule)})
         details = C.rule_detail_lines(r)
         body = "\n".join([r.message] + details)
         if r.status == "fail":

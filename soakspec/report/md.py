@@ -132,15 +132,20 @@ def _fmt_rate(v: Any, digits: int = 1) -> str:
     return f"{v:.{digits}f}"
 
 
-def _pct(d: Any) -> str:
+def _pct(d: Any, keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> str:
     if not isinstance(d, Mapping):
         return "-"
-    return " / ".join(C.approx(d, k) + _fmt_s(d.get(k)) for k in ("p50", "p95", "p99"))
+    return " / ".join(C.approx(d, k) + _fmt_s(d.get(k)) for k in keys)
 
 
-def _itl(lv: Any) -> str:
+def _mean(d: Any) -> str:
+    """A distribution's mean (over the same samples as its percentiles); "-" without one."""
+    return _fmt_s(d.get("mean")) if isinstance(d, Mapping) else "-"
+
+
+def _itl(lv: Any, keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> str:
     """ITL percentiles with how many of their gaps are coalesced (not independent samples)."""
-    out = _pct(lv.itl)
+    out = _pct(lv.itl, keys)
     co = lv.itl_coalesced
     if isinstance(co, Mapping) and isinstance(co.get("gaps"), int) and co["gaps"]:
         out += f" ({co.get('coalesced', 0):,} of {co['gaps']:,} gaps coalesced)"
@@ -168,40 +173,55 @@ def client_table(results: Mapping[str, Any]) -> list[str]:
     return ["| " + " | ".join(CLIENT_HEAD) + " |", "|" + "|".join("---" for _ in CLIENT_HEAD) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-LEVEL_HEAD = ("Backend / level", "Offered", "Achieved req/s", "Output tok/s", "Total tok/s", "Mean in flight", "TTFT p50 / p95 / p99",
-              "ITL p50 / p95 / p99", "TPOT p50 / p95 / p99", "Latency p50 / p95 / p99", "Completed", "Failed", "Timeouts",
-              "Rejected", "Disconnected")
+DISTS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("latency", "Latency"))
 
 
-def level_table(results: Mapping[str, Any]) -> list[str]:
+def level_head(keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> tuple[str, ...]:
+    """The per-level table's header: each of TTFT / ITL / TPOT / latency as a mean column (bench
+    serve's first figure) beside one cell of its percentiles (`keys`)."""
+    return (("Backend / level", "Offered", "Achieved req/s", "Output tok/s", "Total tok/s", "Mean in flight")
+            + tuple(h for _, name in DISTS for h in (f"{name} mean", C.pct_head(name, keys)))
+            + ("Completed", "Failed", "Timeouts", "Rejected", "Disconnected"))
+
+
+LEVEL_HEAD = level_head()
+
+
+def level_table(results: Mapping[str, Any], keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> list[str]:
     """Per backend and level: offered load and achieved rate, output and total (prompt + output) tokens/s, in flight, TTFT / ITL /
-    TPOT / latency p50/p95/p99 and every outcome count."""
+    TPOT / latency mean and percentiles (`keys`, results.json's: p50 / p95 / p99 unless `--percentiles` chose) and every outcome count."""
     rows = []
     for lv in C.level_rows(results):
         req = lv.requests
+        dists = [c for key, _ in DISTS
+                 for c in (_mean(getattr(lv, key)), _itl(lv, keys) if key == "itl" else _pct(getattr(lv, key), keys))]
         rows.append([f"{md_cell(lv.backend)} · {md_text(lv.label)}", md_text(lv.offered), _fmt_rate(lv.qps, 2),
-                     _fmt_rate(lv.tokens_per_s), _fmt_rate(lv.total_tokens_per_s), _fmt_rate(lv.in_flight, 2), _pct(lv.ttft), _itl(lv), _pct(lv.tpot),
-                     _pct(lv.latency)] + [_num(C._int(req.get(k))) for k in ("completed", "failed", "timeout", "rejected", "disconnected")])
+                     _fmt_rate(lv.tokens_per_s), _fmt_rate(lv.total_tokens_per_s), _fmt_rate(lv.in_flight, 2)] + dists
+                    + [_num(C._int(req.get(k))) for k in ("completed", "failed", "timeout", "rejected", "disconnected")])
     if not rows:
         return []
-    head = LEVEL_HEAD
+    head = level_head(keys)
     return ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-TURN_HEAD = ("Backend / level", "Turn", "Completed / requests", "Prompt tokens (mean)", "TTFT p50 / p95 / p99",
-             "Latency p50 / p95 / p99")
+def turn_head(keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> tuple[str, ...]:
+    return ("Backend / level", "Turn", "Completed / requests", "Prompt tokens (mean)", C.pct_head("TTFT", keys), C.pct_head("Latency", keys))
 
 
-def turn_section(results: Mapping[str, Any]) -> list[str]:
-    """Multi-turn levels: TTFT and latency by user turn (results.json levels' `turns`)."""
+TURN_HEAD = turn_head()
+
+
+def turn_section(results: Mapping[str, Any], keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> list[str]:
+    """Multi-turn levels: TTFT and latency percentiles (`keys`) by user turn (results.json levels' `turns`)."""
     rows = C.turn_rows(results)
     if not rows:
         return []
-    out = ["### By turn", "", md_text(C.TURN_NOTE), "", "| " + " | ".join(TURN_HEAD) + " |", "|" + "|".join("---" for _ in TURN_HEAD) + "|"]
+    head = turn_head(keys)
+    out = ["### By turn", "", md_text(C.TURN_NOTE), "", "| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for t in rows:
         tokens = "-" if t.prompt_tokens is None else f"{t.prompt_tokens:,.0f}"
         out.append(f"| {md_cell(t.backend)} · {md_text(t.label)} | {md_text(t.turn)} | {_num(t.completed)} / {_num(t.total)} | "
-                   f"{tokens} | {_pct(t.ttft)} | {_pct(t.latency)} |")
+                   f"{tokens} | {_pct(t.ttft, keys)} | {_pct(t.latency, keys)} |")
     return out + [""]
 
 
@@ -228,7 +248,10 @@ def goodput_section(results: Mapping[str, Any]) -> list[str]:
     return out + ["", C.GOODPUT_NOTE, ""]
 
 
-def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any) -> str:
+def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any,
+           percentiles: Sequence[str] = C.DEFAULT_PERCENTILES) -> str:
+    """The Markdown section; `percentiles`: the results.json keys the per-level and per-turn
+    tables show (`soakspec report --percentiles`, `C.parse_percentiles`)."""
     rows = C.backend_rows(verdict, results, meta, spec)
     model_id, revision = C.model_lines(meta, spec)
     rehearsal, scale = C.run_lines(verdict, meta)
@@ -272,7 +295,7 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
     if not C.run_went_normally(state):
         lines += ["### How the run went", ""] + _fenced([f"{k}: {v}" for k, v in state]) + [""]
 
-    per_level = level_table(results)
+    per_level = level_table(results, percentiles)
     if per_level:
         lines += ["### Per level", ""]
         if C.performance_not_evaluated(verdict):
@@ -281,10 +304,10 @@ def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], sp
         notes = C.exclusion_notes(results)
         if notes:  # the judge's own words, fenced like the rules' messages (not prose claims)
             fence = fence_for(notes)
-            lines += ["What the percentiles leave out:", "", fence + "text"] + notes + [fence, ""]
+            lines += ["What the means and percentiles leave out:", "", fence + "text"] + notes + [fence, ""]
     for note in C.drain_notes(results):  # a count-bounded level's last bucket that holds its drain
         lines += [md_text(note), ""]
-    lines += turn_section(results)
+    lines += turn_section(results, percentiles)
     health = client_table(results)
     if health:
         lines += ["### Load generator", "", md_text(C.CLIENT_NOTE), ""] + health + [""]

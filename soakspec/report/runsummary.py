@@ -12,8 +12,12 @@ cannot disagree; nothing here computes a statistic. Per backend and level:
                ended in each bucket, whenever they started -- weighted by wall time)
   tok/s        output tokens per second of those requests (likewise)
   in flight    mean requests in flight (likewise)
-  TTFT / ITL / TPOT / latency   p50 / p95 / p99 over the level's completed requests
+  TTFT / ITL / TPOT / latency   mean, and p50 / p95 / p99 (or the percentiles `--percentiles`
+               chose among those results.json stores), over the level's completed requests
+               (ITL: every token gap pooled); `--format json` gives mean, p50, p90, p95, p99
   completed / failed / timeouts / rejected / disconnected   measured requests by outcome
+
+then a note for each level whose ITL gaps are 5% coalesced or more (`COALESCED_NOTE_SHARE`),
 
 and a last line naming the command that renders the full report (`soakspec report DIR
 --format html`).
@@ -28,7 +32,8 @@ from typing import Any
 from soakspec.report import common as C
 
 SCHEMA_VERSION = 1
-PCTS = ("p50", "p95", "p99")
+PCTS = C.DEFAULT_PERCENTILES
+JSON_FIGURES = ("mean", "p50", "p90", "p95", "p99")  # run_summary's per metric: every one results.json stores
 COUNTS = (("completed", "completed"), ("failed", "failed"), ("timeout", "timeouts"), ("rejected", "rejected"),
           ("disconnected", "disconnected"))
 DISTS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("latency", "latency"))
@@ -39,7 +44,9 @@ def report_command(run_dir: Any) -> str:
 
 
 def _pcts(d: Mapping[str, Any] | None) -> dict[str, float | None]:
-    return {p: (C.num(d.get(p)) if d else None) for p in PCTS}
+    """A metric's figures for run_summary: None each where the level has no sample (or an older
+    results.json lacks p90)."""
+    return {p: (C.num(d.get(p)) if d else None) for p in JSON_FIGURES}
 
 
 def level_json(lv: C.LevelRow) -> dict[str, Any]:
@@ -67,10 +74,15 @@ def _secs(v: float | None) -> str:
     return f"{ms:.1f}" if ms < 100 else f"{ms:.0f}"
 
 
-def _trio(d: Mapping[str, Any] | None) -> str:
-    vals = [C.num(d.get(p)) if d else None for p in PCTS]
-    return " / ".join((C.approx(d, p) if v is not None else "") + _secs(v) for p, v in zip(PCTS, vals)) \
+def _trio(d: Mapping[str, Any] | None, keys: Sequence[str] = PCTS) -> str:
+    vals = [C.num(d.get(p)) if d else None for p in keys]
+    return " / ".join((C.approx(d, p) if v is not None else "") + _secs(v) for p, v in zip(keys, vals)) \
         if any(v is not None for v in vals) else "-"
+
+
+def _mean(d: Mapping[str, Any] | None) -> str:
+    """A metric's mean in ms (over the samples its percentiles use); "-" where the level has none."""
+    return _secs(C.num(d.get("mean")) if d else None)
 
 
 def _rate(v: float | None, digits: int) -> str:
@@ -86,9 +98,30 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[b
     return [line(head)] + [line(r) for r in rows]
 
 
-def summary_lines(results: Mapping[str, Any], run_dir: Any, verdict: Any = None) -> list[str]:
-    """Two aligned tables (rates and counts; latency percentiles in ms) and the report line;
-    with `verdict`, a note when its performance rules were not evaluated (figures measured, not judged)."""
+# A level whose ITL gaps are this share coalesced or more gets a note under the tables: its ITL
+# percentiles (0 ms where most gaps are) are not independent samples, and a reader of the terminal
+# has no other sign of it (the reports say it beside every ITL cell, the client-health table too).
+COALESCED_NOTE_SHARE = 0.05
+
+
+def _coalesced_notes(levels: Sequence[C.LevelRow]) -> list[str]:
+    """"note: ITL of sim-fast · rate 1500: 6,200 of 10,000 gaps (62%) coalesced ..." for each
+    level at COALESCED_NOTE_SHARE or more."""
+    out = []
+    for lv in levels:
+        co = lv.itl_coalesced or {}
+        gaps, n = C._int(co.get("gaps")), C._int(co.get("coalesced"))
+        if gaps and n is not None and n / gaps >= COALESCED_NOTE_SHARE:
+            out.append(f"note: ITL of {lv.backend} · {lv.label}: {n:,} of {gaps:,} gaps ({n / gaps:.0%}) coalesced -- tokens "
+                       "that shared a read or a chunk, not independent samples: its percentiles say how the tokens were "
+                       "read, not only how they were made (the report's client health says whether the client read late)")
+    return [""] + out if out else []
+
+
+def summary_lines(results: Mapping[str, Any], run_dir: Any, verdict: Any = None, percentiles: Sequence[str] = PCTS) -> list[str]:
+    """Two aligned tables (rates and counts; latency means and percentiles -- `percentiles`,
+    results.json keys -- in ms) and the report line; with `verdict`, a note when its
+    performance rules were not evaluated (figures measured, not judged)."""
     levels = C.level_rows(results)
     out = []
     if levels and verdict is not None and C.performance_not_evaluated(verdict):
@@ -103,9 +136,11 @@ def summary_lines(results: Mapping[str, Any], run_dir: Any, verdict: Any = None)
         left = 3 if offered else 2
         out += ["", "per level (results.json):"]
         out += ["  " + x for x in _table(head, rates, [False] * left + [True] * (len(head) - left))]
-        lat = [n + [_trio(getattr(lv, key)) for key, _ in DISTS] for n, lv in zip(names, levels)]
-        head = ["backend", "level"] + [f"{name} p50/p95/p99 ms" for _, name in DISTS]
-        out += [""] + ["  " + x for x in _table(head, lat, [False, False] + [True] * len(DISTS))]
+        lat = [n + [c for key, _ in DISTS for c in (_mean(getattr(lv, key)), _trio(getattr(lv, key), percentiles))]
+               for n, lv in zip(names, levels)]
+        head = ["backend", "level"] + [h for _, name in DISTS for h in (f"{name} mean ms", C.pct_head(name, percentiles, "/") + " ms")]
+        out += [""] + ["  " + x for x in _table(head, lat, [False, False] + [True] * (2 * len(DISTS)))]
+        out += _coalesced_notes(levels)
     out += ["", f"full report: {report_command(run_dir)}"]
     return [C.clean_text(x) for x in out]
 

@@ -40,6 +40,7 @@ runner/liveness.py), not a gate rule's failure (exit 1).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 import re
@@ -75,8 +76,23 @@ class Row:
     start: float | None  # the intended start (open loop) or the start
     outcome: str
     values: dict[str, float | None]  # ttft, latency, tpot, output_tokens, prompt_tokens, schedule_lag, sent_*
-    cause: str = ""  # the outcome in words, as a fired abort names it (`cause_of`)
-    gone: str = ""  # a sign the server is gone, not failing: GONE_REFUSED, GONE_HELD, GONE_CUT (`cause_of`)
+    error: str | None = None  # the record's error, read for `cause` and `gone`
+
+    # `cause` and `gone` are read only when a rule fires (`AbortWatch._evaluate`): worked out
+    # then, once a row, not for every failed record the watch is fed (a failing server's many)
+    @functools.cached_property
+    def _said(self) -> tuple[str, str]:
+        return cause_of(self.outcome, self.error)
+
+    @property
+    def cause(self) -> str:
+        """The outcome in words, as a fired abort names it (`cause_of`)."""
+        return self._said[0]
+
+    @property
+    def gone(self) -> str:
+        """A sign the server is gone, not failing: GONE_REFUSED, GONE_HELD, GONE_CUT, else "" (`cause_of`)."""
+        return self._said[1]
 
 
 GONE_REFUSED = "refused"  # no connection could be made (refused, unreachable)
@@ -118,9 +134,7 @@ def row_of(rec: Any) -> Row:
     values = {"ttft": rec.ttft, "latency": rec.latency, "tpot": rec.tpot, "output_tokens": float(rec.output_tokens),
               "prompt_tokens": None if rec.prompt_tokens is None else float(rec.prompt_tokens), "schedule_lag": lag,
               "sent_ttft": sent_since(rec.first_token, rec.start), "sent_latency": sent_since(rec.end, rec.start)}  # fmt: skip
-    outcome = str(rec.outcome)
-    cause, gone = cause_of(outcome, rec.error)
-    return Row(rec.bucket, start, outcome, values, cause, gone)
+    return Row(rec.bucket, start, str(rec.outcome), values, rec.error)
 
 
 def server_gone(rows: list[Row]) -> bool:

@@ -1,5 +1,9 @@
 """Run progress on stderr: a rich live display on a TTY, plain lines otherwise, nothing with --quiet.
 
+A bucket is named by its index from 0, as verdicts, reports and evidence name it, then how far
+the level is ("bucket 0 done (1 of 4)"; the bar: "bucket 1 (2 of 4)"): "bucket 1/4 done" for
+bucket 0 sent a reader of a verdict's "bucket 1" to the wrong line.
+
 Progress never goes to stdout (stdout carries the verdict/report). Every message is
 redacted before it is printed as evidence is (`evidence.redact.Redactor.text`): the run's
 secret values, their JSON-escaped forms, a secret cut off at a message's end and
@@ -128,7 +132,7 @@ class Progress:
                 text = "warmup · "
             else:
                 k = min(int((elapsed - st["warmup_s"]) // st["bucket_s"]), st["buckets"] - 1)
-                text = f"bucket {k + 1}/{st['buckets']} · "
+                text = f"bucket {k} ({k + 1} of {st['buckets']}) · "
         count = st.get("count")
         if count is not None:
             text += f"{min(stats.measured, count)}/{count} requests · "
@@ -144,13 +148,13 @@ class Progress:
         ttft = f", TTFT p50 {p50 * 1000:.1f}ms" if p50 is not None else ""
         count = self._state.get("count")
         if count is not None:  # it ends with its count: say how far it is, not the bound's countdown
-            self.log(f"[{backend}] {label}: bucket {bucket + 1} done; {min(stats.measured, count)}/{count} requests; "
+            self.log(f"[{backend}] {label}: bucket {bucket} done; {min(stats.measured, count)}/{count} requests; "
                      f"{stats.done} requests, {stats.failed} not completed{ttft}")
             return
         elapsed = time.monotonic() - self._state.get("t0", time.monotonic())
         remaining = max(0.0, self._state.get("total", 0.0) - elapsed)
         self.log(
-            f"[{backend}] {label}: bucket {bucket + 1}/{nb} done; {stats.done} requests, "
+            f"[{backend}] {label}: bucket {bucket} done ({bucket + 1} of {nb}); {stats.done} requests, "
             f"{stats.failed} not completed{ttft}; {format_duration(remaining)} left in level"
         )
 

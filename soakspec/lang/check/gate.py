@@ -12,6 +12,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
@@ -22,7 +23,7 @@ from soakspec.lang.check.walk import walk_settings
 from soakspec.lang.fmt import expr_text, rule_text, value_text
 from soakspec.lang.metrics import (AGGREGATE_WORDS, AGGREGATES, EVIDENCE_PREDICATES, GOODPUT, METRIC_WORDS, METRICS, SERVER_METRIC_NAME,
                                    SERVER_RATIO_SUFFIXES, SLO_FUNCTIONS, SLO_METRICS, Kind, parse_percentile)
-from soakspec.lang.samples import min_samples_for_percentile, min_samples_for_share
+from soakspec.lang.samples import arrival_count_at_most, arrival_count_sd, min_samples_for_percentile, min_samples_for_share
 from soakspec.lang.simoptions import OPTIONS as _SIM_OPTIONS
 from soakspec.units import UNITS, Dimension
 
@@ -613,14 +614,22 @@ def _sim_latency(bk: S.Backend, max_tokens: float) -> float | None:
     return ttft + itl * max(0.0, max_tokens - 1)
 
 
-def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -> list[tuple[str, float]]:
+class Planned(NamedTuple):
+    """One load level's planned requests in one instance of a rule's scope (`_planned`)."""
+
+    label: str  # the level: "20 rps", "concurrency 8, 100 requests", "phase burst"
+    n: float
+    by_count: bool = False  # its `requests_per_level`, not its rate × length, is what it plans
+
+
+def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -> list[Planned]:
     """(level label, expected requests in one instance of `scope`) for each load level of `w`
     on `bk`: requests a second at the level's load -- an open loop's rate; a closed loop's
     workers over the expected latency; batches of `requests` from c workers, a batch every
     ceil(requests / c) latencies -- times the instance's length (a batch level's own: the
     requests its waves start in it, `lang/batches.py`, the count `plan` expects), and never more
     than a level's `requests_per_level` (it measures N requests, its duration only bounds it; the
-    label then names the count). A phase is a level of its own
+    label then names the count, and `by_count` says so). A phase is a level of its own
     duration: over the level at its mean load, and in a bucket or window at its lowest (the
     first or last bucket of a linear ramp: the ramp's low end plus half a bucket's climb). A
     replay's arrivals are its trace's: not estimated."""
@@ -631,7 +640,7 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
     latency = w.expected_latency_s or _sim_latency(bk, tokens)
 
     piece = (window_s or w.bucket_s) if scope == "window" else w.bucket_s
-    out: list[tuple[str, float]] = []
+    out: list[Planned] = []
     if load.phases:
         for ph in load.phases:
             end = ph.end if ph.end is not None else ph.start
@@ -644,7 +653,7 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
                 x = lo + (hi - lo) * length / ph.duration_s / 2 if ramp else lo
             rate = requests_per_second(load, x, latency)
             if rate is not None:
-                out.append((f"phase {ph.name}", rate * length))
+                out.append(Planned(f"phase {ph.name}", rate * length))
         return out
     length = w.duration_s if scope == "level" else piece
     count = load.requests_per_level  # a counted level measures at most N, whatever its duration bound allows
@@ -655,20 +664,27 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
         unit = f"{x:g} rps" if load.mode == "open" else f"concurrency {x:g}"
         if load.mode == "batch" and scope == "level" and latency:  # the waves in the level, as `plan` counts them
             n = batch_requests(int(x), int(load.requests or x), latency, w.warmup_s, w.warmup_s + w.duration_s)
-            out.append((unit, float(n)))
+            out.append(Planned(unit, float(n)))
         elif count is not None and count < rate * length:
-            out.append((f"{unit}, {count} requests", float(count)))
+            out.append(Planned(f"{unit}, {count} requests", float(count), by_count=True))
         else:
-            out.append((unit, rate * length))
+            out.append(Planned(unit, rate * length))
     return out
 
 
+_SCOPE_WORDS = {"bucket": "per bucket", "window": "per window", "level": "per level", "turn": "per turn",
+                "backend": "per backend", "run": "per run"}
+
+
+# a percentile rule over too few samples: the judge FAILs it once enough of them violate the
+# threshold to be sure (early stopping), so "can only be INCONCLUSIVE" would mislead
+_NEVER_PASSES = "the rule can never PASS (at best INCONCLUSIVE; it FAILs where enough samples violate the threshold to be sure)"
 _W509_HINT = "raise the rate or concurrency, lengthen the bucket or level, or use a lower percentile"
-_W509_COUNT_HINT = "raise requests_per_level (each level measures that many requests), or use a lower percentile"
+_W509_COUNT_HINT = "raise requests_per_level of {whose} (each level measures that many requests), or use a lower percentile"
 _W509_SHARE_HINT = ("a share of X% with none missing needs more requests the nearer X is to 100%: raise the rate or "
                     "concurrency, lengthen the bucket or level, or claim a lower share")
-_W509_SHARE_COUNT_HINT = ("raise requests_per_level (each level measures that many requests), or claim a lower share "
-                          "(a share of X% with none missing needs more requests the nearer X is to 100%)")
+_W509_SHARE_COUNT_HINT = ("raise requests_per_level of {whose} (each level measures that many requests), or claim a lower "
+                          "share (a share of X% with none missing needs more requests the nearer X is to 100%)")
 _W509_TURN_HINT = ("a conversation's deepest turns are sent least: lengthen the level, use conversations of similar lengths, "
                    "or judge a lower percentile")
 
@@ -689,28 +705,41 @@ def _deepest_turn(w: S.Workload) -> tuple[str, float] | None:
     return (f"turn {deepest}" if first == deepest else f"turns {first}-{deepest}"), reach / sum(turns)
 
 
-def _pooled_fewest(workloads, backends: list[S.Backend], scope: str, need: int) -> tuple[float, str] | None:
+class Fewest(NamedTuple):
+    """The scope instance a W509 warning is about: its planned requests, where it is, and the
+    workloads whose `requests_per_level` bounds what it plans (the count hint names them; none:
+    the rate, concurrency or length does)."""
+
+    n: float
+    where: str
+    counted: tuple[str, ...] = ()
+
+
+def _pooled_fewest(workloads, backends: list[S.Backend], scope: str, need: int) -> Fewest | None:
     """A `per backend` (the default) or `per run` rule pools every level of every workload (of
-    every backend, per run): (the planned requests, where) when fewer than `need`, the backend
-    with the fewest for `per backend`; None when enough, or when a level's count is not
-    estimated (a replay, a closed loop without a latency): the total could be any size."""
-    totals: list[tuple[float, str]] = []
+    every backend, per run): the planned requests, where, and the workloads whose count bounds
+    a level of the pool, when fewer than `need` -- the backend with the fewest for `per backend`;
+    None when enough, or when a level's count is not estimated (a replay, a closed loop without a
+    latency): the total could be any size."""
+    totals: list[Fewest] = []
     for bk in backends:
-        total = 0.0
+        total, counted = 0.0, []
         for w in workloads:
             load = w.load
             got = _planned(w, bk, "level", None)
             if load.replay is not None or len(got) != (len(load.phases) if load.phases else len(load.levels)):
                 return None
-            total += sum(n for _, n in got)
-        totals.append((total, f"every level of every workload on backend '{bk.name}'"))
+            total += sum(p.n for p in got)
+            counted += [w.name] if any(p.by_count for p in got) else []
+        totals.append(Fewest(total, f"every level of every workload on backend '{bk.name}'", tuple(counted)))
     if not totals:
         return None
     if scope == "run":
-        total = sum(n for n, _ in totals)
-        return (total, "every level of every workload and backend") if total < need else None
-    low = min(totals)
-    return low if low[0] < need else None
+        total = sum(f.n for f in totals)
+        counted = tuple(dict.fromkeys(name for f in totals for name in f.counted))
+        return Fewest(total, "every level of every workload and backend", counted) if total < need else None
+    low = min(totals, key=lambda f: (f.n, f.where))
+    return low if low.n < need else None
 
 
 def _sample_need(rule: S.Rule, g: S.Gate) -> tuple[int, str] | None:
@@ -732,6 +761,51 @@ def _sample_need(rule: S.Rule, g: S.Gate) -> tuple[int, str] | None:
     return max(min_samples_for_percentile(tail, g.confidence), g.min_samples), "requests" if metric == "itl" else "samples"
 
 
+SHORT_COUNT_RISK = 0.01  # W509 of random arrivals: warn where some scope instance falls short with this probability
+
+
+def _random_count_warning(ctx: Ctx, rule: S.Rule, g: S.Gate, workloads, bk: S.Backend | None, need: int, unit: str) -> None:
+    """W509 for a rule whose scope plans enough samples on average but whose open loop's Poisson
+    (or gamma) arrivals put a random count in each instance: a bucket expecting 60 at p95's 59
+    holds fewer than 59 with probability 0.4, and the rule is INCONCLUSIVE in it however the
+    server did -- while `check` said "ok" (3 of 4 buckets of a 4 s run short). Warned where some
+    bucket (window, level) of the rule's workloads falls short with probability SHORT_COUNT_RISK
+    or more; the seed then fixes which. Constant arrivals, a closed loop and a level's exact
+    `requests_per_level` count do not vary: not warned here. Backends share the schedule, so a
+    workload's levels are counted once."""
+    if bk is None:
+        return
+    none_short, worst = 1.0, None
+    for w in workloads:
+        load = w.load
+        if load.mode != "open" or load.arrival != "poisson" or load.phases or load.replay is not None or load.search is not None:
+            continue
+        piece = (rule.window_s or w.bucket_s) if rule.scope == "window" else w.bucket_s
+        for rate, (label, mean, _) in zip(load.levels, _planned(w, bk, rule.scope, rule.window_s)):
+            if load.requests_per_level is not None and mean >= load.requests_per_level:  # the count: exact
+                continue
+            if rule.scope == "level":
+                k = 1
+            else:
+                span = w.duration_s if load.requests_per_level is None else min(w.duration_s, load.requests_per_level / rate)
+                k = max(1, math.floor(span / piece + 1e-9))
+            p = arrival_count_at_most(need - 1, mean, load.burstiness)
+            none_short *= (1.0 - p) ** k
+            if worst is None or p > worst[0]:
+                worst = (p, mean, arrival_count_sd(mean, load.burstiness), f"workload '{w.name}' at {label}", load.burstiness)
+    risk = 1.0 - none_short
+    if worst is None or risk < SHORT_COUNT_RISK:
+        return
+    _, mean, sd, where, b = worst
+    what = _SCOPE_WORDS[rule.scope]
+    arrivals = "Poisson" if b == 1.0 else f"gamma (burstiness {b:g})"
+    ctx.warn("W509", f"{rule.expr.text} {what} needs {need} {unit} at {g.confidence * 100:g}% confidence; about {mean:.0f} "
+                     f"{what} are planned ({where}), but {arrivals} arrivals vary (±{sd:.2g} a {rule.scope}): some {rule.scope} "
+                     f"falls short with probability {risk:.0%}, and there {_NEVER_PASSES}", rule.span,
+             f"raise the rate or lengthen the {rule.scope} (to expect well over {need}), use arrival = constant (its count "
+             "does not vary), or use a lower percentile")
+
+
 def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[str, S.Backend]) -> None:
     """W509 for each percentile rule, or goodput share rule, whose scope the plan cannot fill
     (see above): the planned requests of its fewest-filled scope instance -- never more than a
@@ -743,7 +817,7 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
         if wanted is None:
             continue
         need, unit = wanted
-        fewest: tuple[float, str] | None = None
+        fewest: Fewest | None = None
         targets = [backends[rule.backend]] if rule.backend in backends else list(backends.values())
         if rule.scope in ("backend", "run"):
             fewest = _pooled_fewest(workloads, targets, rule.scope, need)
@@ -752,23 +826,34 @@ def planned_sample_warnings(ctx: Ctx, g: S.Gate, workloads, backends: Mapping[st
             if rule.scope == "turn" and turn is None:
                 continue
             for bk in targets:
-                for label, n in _planned(w, bk, "level" if turn else rule.scope, rule.window_s):
+                for label, n, by_count in _planned(w, bk, "level" if turn else rule.scope, rule.window_s):
                     if turn is not None:
                         n, label = n * turn[1], f"{label}, {turn[0]}"
-                    if n < need and (fewest is None or n < fewest[0]):
-                        fewest = (n, f"workload '{w.name}' at {label}" + (f" on backend '{bk.name}'" if len(targets) > 1 else ""))
+                    if n < need and (fewest is None or n < fewest.n):
+                        fewest = Fewest(n, f"workload '{w.name}' at {label}" + (f" on backend '{bk.name}'" if len(targets) > 1 else ""),
+                                        (w.name,) if by_count else ())
+        if fewest is None and rule.scope in ("bucket", "window", "level") and rule.expr.metric != GOODPUT:
+            _random_count_warning(ctx, rule, g, workloads, targets[0] if targets else None, need, unit)
+            continue
         if fewest is not None:
-            what = {"bucket": "per bucket", "window": "per window", "level": "per level", "turn": "per turn",
-                    "backend": "per backend", "run": "per run"}[rule.scope]
-            counted = any(w.load.requests_per_level is not None for w in workloads)
-            if rule.expr.metric == GOODPUT:
-                side = "missing" if rule.op in (">", ">=") else "meeting"
-                ctx.warn("W509", f"{rule.expr.text} {rule.op} {rule.threshold_text} {what} needs {need} {unit} at "
-                                 f"{g.confidence * 100:g}% confidence, none of them {side} the SLO; about {fewest[0]:.0f} "
-                                 f"{what} are planned ({fewest[1]}): the share can never PASS, at best INCONCLUSIVE",
-                         rule.span, _W509_SHARE_COUNT_HINT if counted else _W509_SHARE_HINT)
-                continue
-            ctx.warn("W509", f"{rule.expr.text} {what} needs {need} {unit} at {g.confidence * 100:g}% confidence; "
-                             f"about {fewest[0]:.0f} {what} are planned ({fewest[1]}): the rule can only be INCONCLUSIVE",
-                     rule.span, _W509_TURN_HINT if rule.scope == "turn" else
-                     _W509_COUNT_HINT if counted else _W509_HINT)
+            _warn_few(ctx, rule, g, need, unit, fewest)
+
+
+def _warn_few(ctx: Ctx, rule: S.Rule, g: S.Gate, need: int, unit: str, fewest: Fewest) -> None:
+    """W509 for a percentile rule, or a goodput share rule, over `fewest`: what the claim needs,
+    what is planned and where, and a hint for that scope instance -- raise the `requests_per_level`
+    of the workloads whose count bounds it (named), else the rate, concurrency or length."""
+    what = _SCOPE_WORDS[rule.scope]
+    whose = "workload" + ("s " if len(fewest.counted) > 1 else " ") + ", ".join(f"'{name}'" for name in fewest.counted)
+    conf = f"{g.confidence * 100:g}% confidence"
+    if rule.expr.metric == GOODPUT:
+        side = "missing" if rule.op in (">", ">=") else "meeting"
+        claim = f"{rule.expr.text} {rule.op} {rule.threshold_text} {what} needs {need} {unit} at {conf}, none of them {side} the SLO"
+        outcome = "the share can never PASS, at best INCONCLUSIVE"
+        hint = _W509_SHARE_COUNT_HINT.format(whose=whose) if fewest.counted else _W509_SHARE_HINT
+    else:
+        claim = f"{rule.expr.text} {what} needs {need} {unit} at {conf}"
+        outcome = _NEVER_PASSES
+        hint = (_W509_TURN_HINT if rule.scope == "turn" else
+                _W509_COUNT_HINT.format(whose=whose) if fewest.counted else _W509_HINT)  # fmt: skip
+    ctx.warn("W509", f"{claim}; about {fewest.n:.0f} {what} are planned ({fewest.where}): {outcome}", rule.span, hint)

@@ -17,6 +17,7 @@ from soakspec.lang.check.requests import data_path
 from soakspec.lang.check.walk import Body, sub, walk
 from soakspec.lang.datasets import FORMATS
 from soakspec.lang.fmt import value_text
+from soakspec.lang.samples import arrival_count_spread
 from soakspec.units import Dimension, format_duration
 
 MAX_BUCKETS_PER_LEVEL = 10_000  # the plan lists every bucket; a 1 ms bucket over 24 h would never finish
@@ -197,6 +198,13 @@ def _warmup_count(ctx: Ctx, b: Body, load: S.Load) -> tuple[float, int | None]:
     return 0.0, n
 
 
+def _warmup_seconds(b: Body) -> float:
+    """The workload's timed warmup in seconds, as written: 0 for none and for a count
+    (`warmup = N requests`, whose time is its requests')."""
+    warm = b["warmup"]
+    return 0.0 if warm is None or isinstance(warm, RequestCount) else warm
+
+
 _SOURCES = ("prompt_words", "prompt_file", "prompt_tokens")
 
 
@@ -343,18 +351,14 @@ def _counted(ctx: Ctx, b: Body, lb: Body, load: S.Load) -> S.Load:
     return dataclasses.replace(load, requests_per_level=lb["requests_per_level"])
 
 
-SHORT_COUNT_SIGMAS = 3.0  # W515 for random arrivals: the count's mean this many standard deviations below N
-
-
 def _short_count(ctx: Ctx, b: Body, lb: Body, load: S.Load, n: int) -> None:
     """W515: an open loop's level whose rate × duration is clearly below its `requests_per_level`
     -- its duration (the bound) ends it first, not complete (at 4 rps for 60 s it sends about
     240 of its 1000), as the run would show only after it. "Clearly": constant arrivals send at
     most ceil(rate × duration), so the warning holds when that is below N; random (Poisson or
-    gamma) arrivals' count varies around rate × duration with a variance of about rate ×
-    duration / burstiness (a renewal process's count: its gaps' squared coefficient of variation,
-    1 / burstiness, times the mean), so it warns only where N is more than SHORT_COUNT_SIGMAS
-    standard deviations above the mean -- a count that luck could reach is not called short.
+    gamma) arrivals' count varies around rate × duration, so it warns only where N is more than
+    `arrival_count_spread` (three standard deviations) above the mean -- a count that luck could
+    reach is not called short; `plan` promises N by the same rule from the other side.
     A closed loop's count depends on the server's latency, unknown before the run: never warned
     (`plan` prints its estimate where the workload gives `expected_latency`)."""
     if load.mode != "open" or not load.rates or not b.ok("duration"):
@@ -365,7 +369,7 @@ def _short_count(ctx: Ctx, b: Body, lb: Body, load: S.Load, n: int) -> None:
         mean = rate * d
         if load.arrival == "constant":
             return math.ceil(mean - 1e-9) < n
-        return mean + SHORT_COUNT_SIGMAS * math.sqrt(mean / load.burstiness) < n
+        return mean + arrival_count_spread(mean, load.burstiness) < n
 
     shorts = sorted(r for r in set(load.rates) if short(r))
     if not shorts:
@@ -654,8 +658,7 @@ def _search(ctx: Ctx, lb: Body, load: S.Load, b: Body) -> S.Load:
         ctx.error("E204", f"a sweep's '{key}' is its bounds [low, high] with low < high, e.g. {key} = "
                   + ("[1rps, 20rps]" if key == "rate" else "[1, 32]"), lb.got(key).span)
     lb.require("max_wall")
-    warm = b["warmup"] if not isinstance(b["warmup"], RequestCount) else None  # a count: E403 (`_warmup_count`)
-    one = (warm or 0.0) + (b["duration"] or 0.0)
+    one = _warmup_seconds(b) + (b["duration"] or 0.0)  # a count is E403 in a sweep (`_warmup_count`)
     if lb.ok("max_wall") and lb["max_wall"] is not None and lb["max_wall"] + 1e-9 < one:
         ctx.error("E204", f"max_wall ({value_text(lb.got('max_wall').node)}) is shorter than one probe (warmup + duration = "
                   f"{one:g}s): no probe would start, and the sweep would measure nothing", lb.got("max_wall").span,
@@ -713,6 +716,131 @@ def _check_timing(ctx: Ctx, b: Body, load: S.Load) -> None:
         ctx.error("E204", f"bucket ({value_text(bg.node)}) cuts each level into {n} buckets; at most {MAX_BUCKETS_PER_LEVEL} are allowed", bg.span)
     elif abs(ratio - round(ratio)) > 1e-6:
         ctx.warn("W505", "the duration is not a whole number of buckets; the last bucket of each level will be short", bg.span)
+    else:
+        _empty_buckets(ctx, b, load, duration, bucket)
+
+
+EMPTY_BUCKET_RISK = 0.01  # W517: warn where a workload's buckets are this likely to hold an empty one
+
+
+def _bucket_lengths(span: float, bucket: float) -> list[float]:
+    """The lengths of the buckets a level of `span` measured seconds lists (the last one short)."""
+    full = math.floor(span / bucket + 1e-9)
+    rest = span - full * bucket
+    return [bucket] * full + ([rest] if rest > 1e-9 else [])
+
+
+EDGE_S = 1e-5  # an arrival this near a bucket's edge may land on either side of it (the run clock's rounding)
+
+
+def _dyadic(x: float) -> bool:
+    """Whether a time offset is a multiple of 2^-20 s: then adding it to a run-clock time (an
+    epoch below 2^31 s, whose float step is 2^-22 s) rounds nothing, so comparisons of such sums
+    are those of the exact values."""
+    y = x * 1048576.0
+    return y == math.floor(y)
+
+
+def _constant_empty(rate: float, warmup: float, duration: float, bucket: float, n_req: int | None) -> tuple[int, int, int]:
+    """(empty buckets, buckets that may be empty, buckets) of a constant-arrival level, as the
+    runner places them: arrival i at t0 + i / rate (`runner.load.schedule`), bucket j from
+    t0 + warmup + j x bucket (`plan._buckets`), holding the arrivals in [its start, the next's).
+    An arrival within EDGE_S of an edge is placed by float rounding unless every offset is
+    `_dyadic` (5 rps in 200 ms buckets: 3 / 5 = 0.6 lands before the edge 3 x 0.2 =
+    0.6000000000000001, and the bucket after it holds none): such a bucket may be empty (the
+    second count, which includes the first). A level ended by its count lists buckets up to the
+    one holding its N-th measured arrival, which ends at the drain: none after it, and that one
+    is not empty."""
+    lengths = _bucket_lengths(duration, bucket)
+    n = len(lengths)
+    if n_req is not None:
+        last = math.ceil(rate * warmup - 1e-9) / rate + (n_req - 1) / rate - warmup  # after the warmup
+        if last < duration:
+            lengths = lengths[: math.floor(last / bucket + 1e-9)]
+            n = len(lengths) + 1
+
+    def near(x: float) -> int | None:  # the arrival within EDGE_S of offset x (after the warmup), if any
+        i = round(rate * (x + warmup))
+        return i if abs(i / rate - warmup - x) < EDGE_S else None
+
+    def exact(i: int, x: float) -> bool:  # arrival i against an edge at offset x: decided without rounding
+        return _dyadic(i / rate) and _dyadic(warmup) and _dyadic(x)
+
+    empty = maybe = 0
+    for j, length in enumerate(lengths):
+        a, end = j * bucket, j * bucket + length
+        first = math.ceil(rate * (a + EDGE_S + warmup) - 1e-9) / rate - warmup  # the first arrival clear of the start
+        if first < end - EDGE_S:
+            continue  # an arrival well inside
+        lo, hi = near(a), near(end)
+        if lo is not None and exact(lo, a):
+            continue  # on its start, exactly: in it
+        maybe += 1
+        empty += lo is None and (hi is None or exact(hi, end))
+    return empty, maybe, n
+
+
+def _empty_buckets(ctx: Ctx, b: Body, load: S.Load, duration: float, bucket: float) -> None:
+    """W517: an open loop whose buckets expect so few arrivals that some will hold none. A bucket
+    without a completed request measured nothing, and the built-in `min_samples` makes the run
+    INCONCLUSIVE for it (judge/validity.py `_level_samples`): a verdict the spec decided before
+    anything ran, found only after the whole soak (0.05 rps in 60 s buckets: 5 % of a day's 1,440
+    buckets empty). Constant arrivals are counted exactly; Poisson ones estimated, a bucket of
+    length L at rate r empty with probability exp(-r L), the workload warned where some bucket of
+    its levels is empty with probability EMPTY_BUCKET_RISK or more (the seed then fixes which).
+    Gamma arrivals burstier than Poisson (`burstiness` < 1) leave more buckets empty than that
+    (a lower bound, said so); more even ones (> 1) fewer, not estimated. A level with
+    `requests_per_level` lists buckets up to its N-th arrival (about N / rate). Phases, ramps,
+    a replay and a sweep are not estimated; W508 covers a level that expects no request at all."""
+    if load.mode != "open" or load.phases or load.replay is not None or load.search is not None or not load.rates:
+        return
+    poisson = load.arrival == "poisson"
+    if (poisson and load.burstiness > 1.0) or min(load.rates) * duration < 1:
+        return
+    warmup = _warmup_seconds(b)  # a counted warmup's: 0, the measured schedule starts afresh at its end
+    n_req = load.requests_per_level
+    none_empty, expected, buckets, worst = 1.0, 0.0, 0, None
+    for rate in sorted(set(load.rates)):
+        span = duration if n_req is None else min(duration, n_req / rate)
+        if poisson:
+            lengths = _bucket_lengths(span, bucket)
+            for length in lengths:
+                p = math.exp(-rate * length)
+                none_empty *= 1.0 - p
+                expected += p
+            buckets += len(lengths)
+        else:
+            empty, maybe, n = _constant_empty(rate, warmup, duration, bucket, n_req)
+            if maybe and worst is None:
+                worst = (rate, empty, maybe, n)
+    bg = b.got("bucket")
+    if not poisson:
+        if worst is None:
+            return
+        rate, empty, maybe, n = worst
+        some = f"{empty} of a level's {n} buckets of {value_text(bg.node)} get no arrival" if empty == maybe else (
+            f"up to {maybe} of a level's {n} buckets of {value_text(bg.node)} may get no arrival (arrivals fall on bucket "
+            "edges, where the run clock's rounding decides the bucket)")
+        ctx.warn("W517", f"at {rate:g} rps (constant arrivals, one every {format_duration(1 / rate)}) {some}: a bucket "
+                         "with no completed request leaves min_samples INCONCLUSIVE", bg.span,
+                 f"set bucket to {'at least' if empty == maybe else 'longer than'} {format_duration(1 / rate)} (an arrival "
+                 "clear of its edges in each), or raise the rate")
+        return
+    risk = 1.0 - none_empty
+    if risk < EMPTY_BUCKET_RISK:
+        return
+    rate = min(load.rates)
+    p = math.exp(-rate * bucket)
+    least = "at least " if load.burstiness < 1.0 else ""
+    what = "Poisson" if load.burstiness == 1.0 else f"gamma, burstiness {load.burstiness:g}: burstier than Poisson"
+    # a bucket long enough that, over as many buckets as now, one is empty with under 1 % probability
+    enough = math.log(100.0 * max(buckets, 1)) / rate
+    ctx.warn("W517", f"at {rate:g} rps a {value_text(bg.node)} bucket gets no arrival with probability {least}{p:.2g} "
+                     f"({what}): {least}{expected:.2g} of the workload's {buckets:,} buckets are expected empty (some "
+                     f"bucket with probability {least}{risk:.0%}), and a bucket with no completed request leaves "
+                     "min_samples INCONCLUSIVE (the seed decides which)", bg.span,
+             f"set bucket to at least {format_duration(enough)}, raise the rate, or use arrival = constant "
+             f"(a bucket longer than {format_duration(1 / rate)} then always holds one)")
 
 
 def load_time_s(w: S.Workload) -> float:
