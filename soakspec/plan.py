@@ -532,14 +532,7 @@ class Level:
         request starts after it, and each one is bounded by its `deadline_s`: a closed loop's
         ceil(N / concurrency) rounds of the deadline; an open loop's N arrivals at its rate, then
         ceil(N / max_concurrency) rounds of the deadline (one round without a cap)."""
-        n = self.warmup_requests
-        if n is None:
-            return self.warmup_s
-        if isinstance(self.shape, Open):
-            cap = self.shape.max_concurrency or n
-            return n / self.shape.rate + math.ceil(n / cap) * self.deadline_s
-        c = self.concurrency or 1
-        return math.ceil(n / c) * self.deadline_s
+        return self.warmup_s if self.warmup_requests is None else _warmup_bound_s(self.shape, self.warmup_requests, self.deadline_s)
 
     @property
     def mode(self) -> str:
@@ -1166,17 +1159,27 @@ def _cap_rps(shape: LoadShape, latency: float | None) -> float | None:
     return cap / latency if cap is not None and latency else None
 
 
-def _counted_warmup_s(shape: LoadShape, n: int | None, latency: float | None) -> float | None:
+def _warmup_bound_s(shape: LoadShape, n: int, deadline: float) -> float:
+    """A counted warmup's wall bound (`Level.warmup_bound_s`): a closed loop's ceil(N /
+    concurrency) rounds of the deadline; an open loop's N arrivals at its rate, then ceil(N /
+    max_concurrency) rounds of it (one without a cap)."""
+    if isinstance(shape, Open):
+        return n / shape.rate + math.ceil(n / (shape.max_concurrency or n)) * deadline
+    return math.ceil(n / (shape.concurrency if isinstance(shape, Closed) else 1)) * deadline
+
+
+def _counted_warmup_s(shape: LoadShape, n: int | None, latency: float | None, deadline: float) -> float | None:
     """How long a warmup of n requests (`warmup = N requests`) is expected to take: its arrivals
     at the planned rate (N / rate), or a closed loop's ceil(N / concurrency) rounds of
-    expected_latency; None: no count, or no estimate."""
+    expected_latency -- at most its bound (an expected_latency past the deadline: each request
+    times out at the deadline); None: no count, or no estimate."""
     match shape:
         case _ if n is None:
             return None
         case Open():
-            return n / shape.rate
+            return min(n / shape.rate, _warmup_bound_s(shape, n, deadline))
         case Closed(concurrency=c) if latency:
-            return math.ceil(n / c) * latency
+            return min(math.ceil(n / c) * latency, _warmup_bound_s(shape, n, deadline))
     return None
 
 
@@ -1260,7 +1263,7 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
                 expected = max(minimum, batch_requests(c, minimum, latency, warmup, warmup + duration)) if latency else None
             case Closed(concurrency=c as minimum):
                 expected = max(minimum, int(c * duration / latency)) if latency else None
-        warm_s = _counted_warmup_s(shape, w.warmup_requests, latency)
+        warm_s = _counted_warmup_s(shape, w.warmup_requests, latency, w.deadline_s * scale)
         count = shape.requests_per_level if isinstance(shape, (Open, Closed)) else None
         if count is not None:  # at most the count, sent before the duration's bound ends the level
             minimum = min(minimum, count)
