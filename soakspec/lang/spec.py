@@ -266,6 +266,13 @@ class Workload:
     duration_s: float = 60.0
     bucket_s: float = 60.0
     warmup_s: float = 0.0
+    # `warmup = N requests` (vLLM bench serve's --num-warmups): each level first sends N warmup
+    # requests -- closed loop: its workers take them from one count (shared by --workers
+    # processes, exactly N in all); open loop: its schedule's first N arrivals -- and its measured
+    # bucket 0 starts once all N have finished (each bounded by `deadline_s`, so a dead server
+    # cannot hold the warmup). None: the warmup is `warmup_s` (0.0 with a count). Open and closed
+    # loops only: batch, phases, replays, sweeps and multi-turn are E403.
+    warmup_requests: int | None = None
     deadline_s: float = 300.0
     follow_up: bool = True
     expected_latency_s: float | None = None  # planning hint only

@@ -108,6 +108,7 @@ def _scalars() -> st.SearchStrategy[A.Value]:
         strings(),
         st.builds(A.Num, _numbers()),
         quantities(),
+        quantities(A.COUNT_UNITS),  # `20 requests`: a count, its word after a space
         st.builds(A.Bool, st.booleans()),
         st.builds(A.Word, names()),
     )
@@ -204,7 +205,7 @@ class SpecShape:
 
     backends: tuple[str, ...]
     backend_kinds: tuple[str, ...]
-    # per workload: (levels, duration in seconds, bucket in seconds, warmup in seconds)
+    # per workload: (levels, duration in seconds, bucket in seconds, warmup in seconds: 0 for a count)
     workloads: tuple[tuple[int, Fraction, Fraction, Fraction], ...]
     parallel: bool
 
@@ -357,9 +358,13 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
         bq, b = draw(_duration(lo_s=max(min(d, Fraction(1, 10)), d / 1000), hi_s=d))
         body.append(_attr("bucket", bq))
     w = Fraction(0)
-    if draw(st.booleans()):
+    # a warmup by duration, or (open and closed loops, never with multi-turn) by count: vLLM's --num-warmups
+    warm = draw(st.sampled_from(["none", "duration"] + (["count"] if mode != "batch" else [])))
+    if warm == "duration":
         wq, w = draw(_duration(lo_s=Fraction(1), hi_s=Fraction(600)))
         body.append(_attr("warmup", wq))
+    elif warm == "count":
+        body.append(_attr("warmup", A.Quantity(draw(st.integers(1, 1000)), draw(st.sampled_from(A.COUNT_UNITS)))))
     if draw(st.booleans()):
         body.append(_attr("deadline", draw(_duration(hi_s=Fraction(600)))[0]))
     if draw(st.booleans()):
@@ -371,7 +376,7 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
     sources = ["default", "words", "tokens"] + (["file"] if _PROMPTS.is_dir() else [])
     source = draw(st.sampled_from(sources))  # one prompt source (or the default)
     if source == "file":
-        body = _prompt_file(draw, body, closed=mode == "closed" and count is None)
+        body = _prompt_file(draw, body, closed=mode == "closed" and count is None and warm != "count")
     if source == "words":
         body.append(_attr("prompt_words", A.Num(draw(st.integers(1, 4096)))))
     elif source == "tokens":

@@ -428,6 +428,8 @@ def workload_line(w: Any) -> str:
     parts.append(f"bucket_s={w.bucket_s:g}")
     if w.warmup_s:
         parts.append(f"warmup_s={w.warmup_s:g}")
+    if w.warmup_requests is not None:  # a counted warmup: bucket 0 starts once its requests have finished
+        parts.append(f"warmup={w.warmup_requests} requests per level")
     parts.append(f"deadline_s={w.deadline_s:g}")
     parts.append(f"/v1/{'chat/completions' if w.endpoint == 'chat' else 'completions'}, {'streaming' if w.stream else 'not streaming'}")
     if w.follow_up:

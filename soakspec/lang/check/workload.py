@@ -12,7 +12,7 @@ from soakspec.lang.check import requests
 from soakspec.diagnostics import Span
 import soakspec.lengths as L
 from soakspec.lang import replay as R
-from soakspec.lang.check.core import Ctx, Key, Table
+from soakspec.lang.check.core import Ctx, Key, RequestCount, Table
 from soakspec.lang.check.requests import data_path
 from soakspec.lang.check.walk import Body, sub, walk
 from soakspec.lang.datasets import FORMATS
@@ -67,7 +67,7 @@ WORKLOAD = Table(
         Key("ignore_eos", "bool", "ignore_eos"),
         Key("duration", "quantity", "duration_s", Dimension.DURATION, default=None),  # required unless phases or a replay set it
         Key("bucket", "quantity", "bucket_s", Dimension.DURATION, default=None),  # the duration
-        Key("warmup", "quantity", "warmup_s", Dimension.DURATION, allow_zero=True),
+        Key("warmup", "duration_or_count", "warmup_s", Dimension.DURATION, allow_zero=True),  # or `N requests`: _warmup_count()
         Key("deadline", "quantity", "deadline_s", Dimension.DURATION),
         Key("follow_up", "bool", "follow_up"),
         Key("expected_latency", "quantity", "expected_latency_s", Dimension.DURATION),
@@ -154,6 +154,7 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     seeded = (fields["length_range"] > 0 or fields["prompt_order"] == "shuffled" or len(set(fields["think_time"])) > 1
               or fields["prefix_groups"] > 1)
     fields["load"] = _load(ctx, b, where, blk.label.value, ranged=seeded)
+    fields["warmup_s"], fields["warmup_requests"] = _warmup_count(ctx, b, fields["load"])
     _check_timing(ctx, b, fields["load"])
     _shaped_duration(ctx, b, fields, where)
     fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where, blk.label.value)
@@ -169,6 +170,46 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
         requests.repeated_prompts(ctx, w, b.got("prompt_file").span)  # W511
         requests.unalternating_turns(ctx, w, b.got("prompt_file").span)  # W512
     return w
+
+
+def _warmup_count(ctx: Ctx, b: Body, load: S.Load) -> tuple[float, int | None]:
+    """(warmup_s, warmup_requests): `warmup = 10s` a duration, `warmup = 20 requests` a count
+    (vLLM bench serve's --num-warmups) -- per level, as `requests_per_level` is. The count is
+    for the levels of an open or closed loop, which send its N requests before the measured
+    window and wait for them to finish; where the warmup is bound to time it has no meaning:
+    E403 with what to write instead -- batch mode (it sends whole batches), a replay (its warmup
+    is the trace's first seconds), phases (their warmup holds the first phase's start for a
+    time), a sweep (`max_wall` holds whole probes of warmup + duration), multi-turn sessions (a
+    conversation's turns would be cut wherever the count fell)."""
+    warm = b["warmup"] if b.ok("warmup") else None
+    if not isinstance(warm, RequestCount):
+        return (warm if warm is not None else S.Workload.warmup_s), None
+    n = warm.n
+    why: tuple[str, str] | None = None
+    timed = "write the warmup as a duration (warmup = 10s)"
+    if load.mode == "batch":
+        why = ("mode = batch warms up with whole batches for a duration",
+               f"{timed}, or for {n} warmup requests at a fixed concurrency use mode = closed  concurrency = [...]")
+    elif load.mode == "replay":
+        why = ("a replay's warmup is the trace's first seconds (the trace plays from the level's start)", timed)
+    elif load.phases:
+        why = ("phases hold the first phase's starting load through a warmup of a given time", timed)
+    elif load.search is not None:
+        why = ("a sweep's max_wall holds whole probes of warmup + duration", f"{timed}, or list the levels with concurrency = [...] / rate = [...]")
+    elif b.ok("multi_turn") and b["multi_turn"]:
+        why = ("a multi-turn session's conversations would be cut wherever the count fell",
+               f"{timed}, or drop multi_turn for a warmup of {n} requests")
+    if why is not None:
+        ctx.error("E403", f"a warmup of {n} requests is for an open or closed loop's levels; {why[0]}", b.got("warmup").span, why[1])
+        return S.Workload.warmup_s, None
+    return 0.0, n
+
+
+def _warmup_seconds(b: Body) -> float:
+    """The workload's timed warmup in seconds, as written: 0 for none and for a count
+    (`warmup = N requests`, whose time is its requests')."""
+    warm = b["warmup"]
+    return 0.0 if warm is None or isinstance(warm, RequestCount) else warm
 
 
 _SOURCES = ("prompt_words", "prompt_file", "prompt_tokens")
@@ -647,7 +688,7 @@ def _search(ctx: Ctx, lb: Body, load: S.Load, b: Body) -> S.Load:
         ctx.error("E204", f"a sweep's '{key}' is its bounds [low, high] with low < high, e.g. {key} = "
                   + ("[1rps, 20rps]" if key == "rate" else "[1, 32]"), lb.got(key).span)
     lb.require("max_wall")
-    one = (b["warmup"] or 0.0) + (b["duration"] or 0.0)
+    one = _warmup_seconds(b) + (b["duration"] or 0.0)  # a count is E403 in a sweep (`_warmup_count`)
     if lb.ok("max_wall") and lb["max_wall"] is not None and lb["max_wall"] + 1e-9 < one:
         ctx.error("E204", f"max_wall ({value_text(lb.got('max_wall').node)}) is shorter than one probe (warmup + duration = "
                   f"{one:g}s): no probe would start, and the sweep would measure nothing", lb.got("max_wall").span,
@@ -786,7 +827,7 @@ def _empty_buckets(ctx: Ctx, b: Body, load: S.Load, duration: float, bucket: flo
     poisson = load.arrival == "poisson"
     if (poisson and load.burstiness > 1.0) or min(load.rates) * duration < 1:
         return
-    warmup = b["warmup"] or 0.0
+    warmup = _warmup_seconds(b)  # a counted warmup's: 0, the measured schedule starts afresh at its end
     n_req = load.requests_per_level
     none_empty, expected, buckets, worst = 1.0, 0.0, 0, None
     for rate in sorted(set(load.rates)):
