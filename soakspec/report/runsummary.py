@@ -113,8 +113,9 @@ def _coalesced_notes(levels: Sequence[C.LevelRow]) -> list[str]:
         gaps, n = C._int(co.get("gaps")), C._int(co.get("coalesced"))
         if gaps and n is not None and n / gaps >= COALESCED_NOTE_SHARE:
             out.append(f"note: ITL of {lv.backend} · {lv.label}: {n:,} of {gaps:,} gaps ({n / gaps:.0%}) coalesced -- tokens "
-                       "that shared a read or a chunk, not independent samples: its percentiles say how the tokens were "
-                       "read, not only how they were made (the report's client health says whether the client read late)")
+                       "that arrived together (one read, or a chunk of several tokens), their gaps split rather than "
+                       "measured: its ITL percentiles are not independent samples (the report's client health says "
+                       "whether the client read late)")
     return [""] + out if out else []
 
 
