@@ -5,7 +5,8 @@ happened (`LevelRun`). The time model is the plan's (see `soakspec.plan`):
 
   - the level starts at `t0`; requests that start before `t0 + warmup` are warmup (bucket -1);
   - bucket k covers [m + k·B, m + (k+1)·B) with m = t0 + warmup; a request belongs to the
-    bucket in which it *started* (open loop: in which it was *scheduled*);
+    bucket in which it *started* (open loop: in which it was *scheduled*; constant arrivals
+    placed in exact arithmetic, `soakspec.arrivals`, so one on an edge starts its bucket);
   - no request starts at or after `m + duration`; in-flight requests then drain (each is
     bounded by its own absolute deadline).
 
@@ -72,6 +73,7 @@ import httpx
 import trio
 
 from soakspec import windows
+from soakspec.arrivals import Grid, rational
 from soakspec import draws, lengths
 from soakspec.shares import in_flight_share
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
@@ -568,6 +570,15 @@ class LevelContext:
     shared_count: SharedCount | None = None
     # a count-bounded level's measured requests (`Quota`): set by `drive_level` from the level
     quota: Quota | None = None
+    # the level's buckets from its start (`level_grid`): set by `drive_level`; an open loop's
+    # constant arrivals are placed in them exactly (`schedule`)
+    grid: Grid | None = None
+
+
+def level_grid(level: Level, t0: float) -> Grid:
+    """The level's buckets from its start t0 on the run clock: the bucket windows' starts
+    `t0 + warmup + Bucket.start_s` and, exactly, where each constant arrival falls."""
+    return Grid.of(t0, level.warmup_s, level.duration_s, level.bucket_s, [b.start_s for b in level.buckets])
 
 
 async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
@@ -586,7 +597,9 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     run = LevelRun(level, started_at=t0, measure_start=m)
     stop = m + level.duration_s
 
-    edges = [m + b.start_s for b in level.buckets]  # the bucket windows' starts (`LevelRun.bucket_windows`)
+    grid = level_grid(level, t0)
+    ctx = dataclasses.replace(ctx, grid=grid)
+    edges = grid.starts  # the bucket windows' starts (`LevelRun.bucket_windows`)
 
     def bucket_of(t: float) -> int:
         return windows.holding(edges, t)  # -1: warm-up
@@ -840,11 +853,18 @@ async def _batch(shape: Batch, ctx: LevelContext, one, stop: float, start: float
                 await conn.aclose()
 
 
-def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, burstiness: float = 1.0):
+def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, burstiness: float = 1.0,
+             grid: Grid | None = None):
     """Intended send times in [start, stop): constant spacing or a seeded Poisson process; with
     `burstiness` b != 1, gamma inter-arrival times of shape b and scale 1/(rate·b) (vLLM's
-    `--burstiness`: the mean gap stays 1/rate, b < 1 burstier, b > 1 more even)."""
+    `--burstiness`: the mean gap stays 1/rate, b < 1 burstier, b > 1 more even).
+
+    With the level's `grid` (its buckets from `start`, which is `grid.t0`, to `stop`, which is
+    `grid.stop`), constant arrival i is placed in its bucket -- and before the stop or not --
+    by exact arithmetic (`arrivals.Grid.place`), not by how the floats of start + i/rate and of
+    the bucket edges happened to round; random arrivals are floats either way."""
     rng = random.Random(seed)
+    exact_rate = rational(rate) if grid is not None and arrival != "poisson" else None
     t = start
     i = 0
     while True:
@@ -854,14 +874,19 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, bu
             t = t + rng.expovariate(rate) if i else start + rng.expovariate(rate)
         else:
             t = start + i / rate
-        if t >= stop:
+        if exact_rate is not None:
+            offset = i / exact_rate
+            if offset >= grid.end:  # type: ignore[union-attr]
+                return
+            t = grid.place(t, offset)  # type: ignore[union-attr]
+        elif t >= stop:
             return
         yield t
         i += 1
 
 
 async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
-    times = schedule(shape.rate, shape.arrival, shape.seed, start, stop, shape.burstiness)
+    times = schedule(shape.rate, shape.arrival, shape.seed, start, stop, shape.burstiness, ctx.grid)
     due = ((t, None) for t in times)
     if ctx.quota is not None:  # a count-bounded level: its first n arrivals after the warmup
         due = ctx.quota.first(due, measure)
@@ -1039,7 +1064,7 @@ LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open, ClosedRamp: _closed_
 
 
 __all__ = ["Bisection", "LevelContext", "LevelRun", "LiveStats", "Quota", "Shapes", "Slots", "drive_level", "in_flight_share",
-           "prompt_words", "ramp_schedule", "replay_schedule", "schedule", "shared_prompt_words", "unit_arrivals"]
+           "level_grid", "prompt_words", "ramp_schedule", "replay_schedule", "schedule", "shared_prompt_words", "unit_arrivals"]
 
 
 # ---------------------------------------------------------------- sweeps (plan.Sweep)

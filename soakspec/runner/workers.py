@@ -64,7 +64,7 @@ from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence, SharedCount
-from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, counts_toward, drive_level, schedule
+from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, counts_toward, drive_level, level_grid, schedule
 from soakspec.runner.procs import spawned_ended, spawning
 from soakspec.runner.prompts import RunAborted
 
@@ -315,12 +315,13 @@ def _holds(level: Level, run: LevelRun, count: SharedCount | None) -> Callable[[
     if not isinstance(level.shape, Open):
         return None
     m, stop = run.measure_start, run.measure_start + level.duration_s
-    times = schedule(level.shape.rate, level.shape.arrival, level.shape.seed, run.started_at, stop, level.shape.burstiness)
+    grid = level_grid(level, run.started_at)  # as each process places them (`drive_level`)
+    times = schedule(level.shape.rate, level.shape.arrival, level.shape.seed, run.started_at, stop, level.shape.burstiness, grid)
     # its n-th arrival after the warmup, read one at a time (n may be millions: no list of them)
     nth = next(itertools.islice((t for t in times if t >= m), n - 1, None), None)
     if nth is None:  # its duration ends it first: every bucket as planned
         return None
-    last = windows.holding([m + b.start_s for b in level.buckets], nth)
+    last = windows.holding(grid.starts, nth)
     return lambda k: k >= last
 
 
