@@ -1,6 +1,8 @@
-"""Where an open loop's arrivals fall: a level's buckets as exact numbers and as the run clock's
-floats. Pure (no I/O, no soakspec import): the runner places arrivals with it, `check` (W517)
-counts a bucket's arrivals with it, so the two cannot disagree.
+"""An open loop's arrivals: when they are due (seeded constant, Poisson and gamma schedules,
+ramps, a trace's replay) and where they fall -- a level's buckets as exact numbers and as the
+run clock's floats. Pure (no I/O, no trio, no soakspec import): the runner sends on these
+schedules (`runner/load.py`), and `check` (W517), the plan or the judge can rebuild them from
+the plan alone, so none of them can disagree with what was sent.
 
 Constant arrival i is due `i / rate` seconds after the level's start t0; bucket j starts
 `warmup + j x bucket` after t0 (`plan.Bucket.start_s`). Comparing the floats of those sums
@@ -17,10 +19,13 @@ exactly r x b in each bucket where r x b is a whole number.
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Protocol
 
 # a float is read as the fraction with a denominator up to this nearest to it (0.2 -> 1/5,
 # 0.1 x 3 = 0.30000000000000004 -> 3/10) where that is within RATIONAL_TOLERANCE of it
@@ -76,6 +81,22 @@ class Grid:
         return t
 
 
+class LevelShape(Protocol):
+    """What `level_grid` reads of a `plan.Level` (and its `plan.Bucket`s)."""
+
+    warmup_s: float
+    duration_s: float
+    bucket_s: float
+    buckets: Sequence
+
+
+def level_grid(level: LevelShape, t0: float) -> Grid:
+    """A planned level's buckets from its start t0 on the run clock: the bucket windows' starts
+    `t0 + warmup + Bucket.start_s` (the runner's `drive_level`, `LevelRun.bucket_windows`) and,
+    exactly, where each constant arrival falls."""
+    return Grid.of(t0, level.warmup_s, level.duration_s, level.bucket_s, [b.start_s for b in level.buckets])
+
+
 def constant_counts(rate: float, warmup_s: float, duration_s: float, bucket_s: float, n_buckets: int) -> list[int]:
     """How many constant arrivals at `rate` each of a level's `n_buckets` measured buckets
     holds, as `Grid.place` puts them: arrivals i with warmup + j x bucket <= i / rate < the
@@ -90,3 +111,99 @@ def constant_nth(rate: float, warmup_s: float, n: int) -> Fraction:
     """The exact offset from the level's start of its n-th constant arrival after the warmup."""
     r = rational(rate)
     return (math.ceil(rational(warmup_s) * r) + n - 1) / r
+
+
+class RampShape(Protocol):
+    """What `ramp_schedule` reads of a `plan.OpenRamp`."""
+
+    start: float
+    arrival: str
+    seed: int
+    burstiness: float
+
+    def time_of(self, s: float, length_s: float) -> float | None: ...
+
+
+class ReplayShape(Protocol):
+    """What `replay_schedule` reads of a `plan.Replay`."""
+
+    speed: float
+    offsets_s: tuple[float, ...]
+    input_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]
+    hash_ids: tuple[tuple[int, ...], ...]
+
+
+def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, burstiness: float = 1.0,
+             grid: Grid | None = None):
+    """Intended send times in [start, stop): constant spacing or a seeded Poisson process; with
+    `burstiness` b != 1, gamma inter-arrival times of shape b and scale 1/(rate·b) (vLLM's
+    `--burstiness`: the mean gap stays 1/rate, b < 1 burstier, b > 1 more even).
+
+    With the level's `grid` (its buckets from `start`, which is `grid.t0`, to `stop`, which is
+    `grid.stop`), constant arrival i is placed in its bucket -- and before the stop or not --
+    by exact arithmetic (`arrivals.Grid.place`), not by how the floats of start + i/rate and of
+    the bucket edges happened to round; random arrivals are floats either way."""
+    rng = random.Random(seed)
+    exact_rate = rational(rate) if grid is not None and arrival != "poisson" else None
+    t = start
+    i = 0
+    while True:
+        if arrival == "poisson" and burstiness != 1.0:
+            t = (t if i else start) + rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
+        elif arrival == "poisson":
+            t = t + rng.expovariate(rate) if i else start + rng.expovariate(rate)
+        else:
+            t = start + i / rate
+        if exact_rate is not None:
+            offset = i / exact_rate
+            if offset >= grid.end:  # type: ignore[union-attr]
+                return
+            t = grid.place(t, offset)  # type: ignore[union-attr]
+        elif t >= stop:
+            return
+        yield t
+        i += 1
+
+
+def unit_arrivals(arrival: str, seed: int, burstiness: float = 1.0):
+    """A unit-rate arrival process in "operational time": 0, 1, 2, ... (constant), or seeded
+    exponential gaps (poisson), or gamma gaps of shape b and mean 1 (burstiness b != 1)."""
+    rng = random.Random(seed)
+    s, i = 0.0, 0
+    while True:
+        if arrival == "poisson":
+            s += rng.gammavariate(burstiness, 1.0 / burstiness) if burstiness != 1.0 else rng.expovariate(1.0)
+        else:
+            s = float(i)
+        yield s
+        i += 1
+
+
+def ramp_schedule(shape: RampShape, start: float, stop: float, warmup: float = 0.0):
+    """Intended send times in [start, stop) for a rate ramp or staircase over the measured window
+    [start + warmup, stop), the rate held at `shape.start` in the warmup before it: one unit-rate
+    process mapped through the inverse of that whole cumulative rate (time rescaling), so the
+    arrivals run on across the warmup's end as one process."""
+    length = stop - start - warmup
+    held = shape.start * warmup if shape.start > 0 else 0.0  # unit arrivals the warmup takes
+    for s in unit_arrivals(shape.arrival, shape.seed, shape.burstiness):
+        if s < held:
+            off: float | None = s / shape.start
+        else:
+            ramp = shape.time_of(s - held, length)
+            off = None if ramp is None else warmup + ramp
+        if off is None or start + off >= stop:
+            return
+        yield start + off
+
+
+def replay_schedule(shape: ReplayShape, start: float, stop: float):
+    """(intended send time, (input length, output length, hash_ids)) of each trace request before
+    `stop` (hash_ids () without prefix sharing)."""
+    ids = shape.hash_ids or itertools.repeat(())
+    for off, n_in, n_out, h in zip(shape.offsets_s, shape.input_lens, shape.output_lens, ids):
+        t = start + off / shape.speed
+        if t >= stop:
+            return
+        yield t, (n_in, n_out, h)

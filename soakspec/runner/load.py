@@ -14,7 +14,8 @@ Closed loop: c workers, each with its own kept-alive connection, sends its next 
 soon as its last one ends: no barrier, so concurrency stays at c between requests.
 Batch: batches of N requests at concurrency c, back to back (the original harness's "leaf"
 semantics, kept for reproducing old evidence); a batch stops launching at the level's end.
-Open loop: send times from a constant or seeded Poisson schedule (gamma with `burstiness`);
+Open loop: send times from a constant or seeded Poisson schedule (gamma with `burstiness`; the
+schedules are pure functions in `soakspec.arrivals`, re-exported here);
 latency and TTFT count from the *intended* send time, and the lag behind the schedule is
 recorded.
 Ramps and steps (a workload's phases): closed-loop workers started and stopped on the target's
@@ -61,10 +62,8 @@ level's stop ends there and sends nothing.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import os
-import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
@@ -73,7 +72,7 @@ import httpx
 import trio
 
 from soakspec import windows
-from soakspec.arrivals import Grid, rational
+from soakspec.arrivals import Grid, level_grid, ramp_schedule, replay_schedule, schedule, unit_arrivals  # noqa: F401  (read from here too)
 from soakspec import draws, lengths
 from soakspec.shares import in_flight_share
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
@@ -571,14 +570,8 @@ class LevelContext:
     # a count-bounded level's measured requests (`Quota`): set by `drive_level` from the level
     quota: Quota | None = None
     # the level's buckets from its start (`level_grid`): set by `drive_level`; an open loop's
-    # constant arrivals are placed in them exactly (`schedule`)
+    # constant arrivals are placed in them exactly (`arrivals.schedule`)
     grid: Grid | None = None
-
-
-def level_grid(level: Level, t0: float) -> Grid:
-    """The level's buckets from its start t0 on the run clock: the bucket windows' starts
-    `t0 + warmup + Bucket.start_s` and, exactly, where each constant arrival falls."""
-    return Grid.of(t0, level.warmup_s, level.duration_s, level.bucket_s, [b.start_s for b in level.buckets])
 
 
 async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
@@ -853,38 +846,6 @@ async def _batch(shape: Batch, ctx: LevelContext, one, stop: float, start: float
                 await conn.aclose()
 
 
-def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, burstiness: float = 1.0,
-             grid: Grid | None = None):
-    """Intended send times in [start, stop): constant spacing or a seeded Poisson process; with
-    `burstiness` b != 1, gamma inter-arrival times of shape b and scale 1/(rate·b) (vLLM's
-    `--burstiness`: the mean gap stays 1/rate, b < 1 burstier, b > 1 more even).
-
-    With the level's `grid` (its buckets from `start`, which is `grid.t0`, to `stop`, which is
-    `grid.stop`), constant arrival i is placed in its bucket -- and before the stop or not --
-    by exact arithmetic (`arrivals.Grid.place`), not by how the floats of start + i/rate and of
-    the bucket edges happened to round; random arrivals are floats either way."""
-    rng = random.Random(seed)
-    exact_rate = rational(rate) if grid is not None and arrival != "poisson" else None
-    t = start
-    i = 0
-    while True:
-        if arrival == "poisson" and burstiness != 1.0:
-            t = (t if i else start) + rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
-        elif arrival == "poisson":
-            t = t + rng.expovariate(rate) if i else start + rng.expovariate(rate)
-        else:
-            t = start + i / rate
-        if exact_rate is not None:
-            offset = i / exact_rate
-            if offset >= grid.end:  # type: ignore[union-attr]
-                return
-            t = grid.place(t, offset)  # type: ignore[union-attr]
-        elif t >= stop:
-            return
-        yield t
-        i += 1
-
-
 async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
     times = schedule(shape.rate, shape.arrival, shape.seed, start, stop, shape.burstiness, ctx.grid)
     due = ((t, None) for t in times)
@@ -972,49 +933,6 @@ async def _arrivals(ctx: LevelContext, one, due, cap: int | None = None) -> None
         with trio.move_on_after(CLOSE_S, shield=True):
             for conn in opened:
                 await conn.aclose()
-
-
-def unit_arrivals(arrival: str, seed: int, burstiness: float = 1.0):
-    """A unit-rate arrival process in "operational time": 0, 1, 2, ... (constant), or seeded
-    exponential gaps (poisson), or gamma gaps of shape b and mean 1 (burstiness b != 1)."""
-    rng = random.Random(seed)
-    s, i = 0.0, 0
-    while True:
-        if arrival == "poisson":
-            s += rng.gammavariate(burstiness, 1.0 / burstiness) if burstiness != 1.0 else rng.expovariate(1.0)
-        else:
-            s = float(i)
-        yield s
-        i += 1
-
-
-def ramp_schedule(shape: OpenRamp, start: float, stop: float, warmup: float = 0.0):
-    """Intended send times in [start, stop) for a rate ramp or staircase over the measured window
-    [start + warmup, stop), the rate held at `shape.start` in the warmup before it: one unit-rate
-    process mapped through the inverse of that whole cumulative rate (time rescaling), so the
-    arrivals run on across the warmup's end as one process."""
-    length = stop - start - warmup
-    held = shape.start * warmup if shape.start > 0 else 0.0  # unit arrivals the warmup takes
-    for s in unit_arrivals(shape.arrival, shape.seed, shape.burstiness):
-        if s < held:
-            off: float | None = s / shape.start
-        else:
-            ramp = shape.time_of(s - held, length)
-            off = None if ramp is None else warmup + ramp
-        if off is None or start + off >= stop:
-            return
-        yield start + off
-
-
-def replay_schedule(shape: Replay, start: float, stop: float):
-    """(intended send time, (input length, output length, hash_ids)) of each trace request before
-    `stop` (hash_ids () without prefix sharing)."""
-    ids = shape.hash_ids or itertools.repeat(())
-    for off, n_in, n_out, h in zip(shape.offsets_s, shape.input_lens, shape.output_lens, ids):
-        t = start + off / shape.speed
-        if t >= stop:
-            return
-        yield t, (n_in, n_out, h)
 
 
 async def _open_ramp(shape: OpenRamp, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
