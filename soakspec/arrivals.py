@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Protocol
@@ -72,13 +72,35 @@ class Grid:
         """`t` (the float of t0 + offset) inside the float window of the bucket that holds
         `offset` exactly ([its start, the next start), the last ending at `stop`), moved by
         at most the rounding that put it outside."""
-        k = self.bucket_of(offset)
+        return self._inside(t, self.bucket_of(offset))
+
+    def _inside(self, t: float, k: int) -> float:
         hi = self.starts[k + 1] if k + 1 < len(self.starts) else self.stop
         if k >= 0 and t < self.starts[k]:
             return self.starts[k]
         if t >= hi:
             return math.nextafter(hi, -math.inf)
         return t
+
+    def constant_placer(self, rate: float) -> Callable[[int, float], float | None]:
+        """`place(i, t)` for constant arrival i at `rate` (t: the float of t0 + i / rate): `t`
+        moved into the bucket that holds i / rate exactly, or None from the first arrival at
+        or after the level's end. `Grid.place` in whole numbers: every offset counted in ticks
+        of 1/q s, q the least common multiple of the denominators, so each arrival costs a
+        few integer operations, not Fractions (a level start reads millions: `workers._holds`)."""
+        r = rational(rate)
+        q = math.lcm(r.numerator, self.warmup.denominator, self.bucket.denominator, self.end.denominator)
+        step = r.denominator * (q // r.numerator)  # ticks from one arrival to the next: q / rate
+        w, b, end = int(self.warmup * q), int(self.bucket * q), int(self.end * q)
+        last = len(self.starts) - 1
+
+        def place(i: int, t: float) -> float | None:
+            x = i * step
+            if x >= end:
+                return None
+            return self._inside(t, -1 if x < w else min((x - w) // b, last))
+
+        return place
 
 
 class LevelShape(Protocol):
@@ -145,7 +167,7 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, bu
     by exact arithmetic (`arrivals.Grid.place`), not by how the floats of start + i/rate and of
     the bucket edges happened to round; random arrivals are floats either way."""
     rng = random.Random(seed)
-    exact_rate = rational(rate) if grid is not None and arrival != "poisson" else None
+    place = grid.constant_placer(rate) if grid is not None and arrival != "poisson" else None
     t = start
     i = 0
     while True:
@@ -155,11 +177,11 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, bu
             t = t + rng.expovariate(rate) if i else start + rng.expovariate(rate)
         else:
             t = start + i / rate
-        if exact_rate is not None:
-            offset = i / exact_rate
-            if offset >= grid.end:  # type: ignore[union-attr]
+        if place is not None:
+            placed = place(i, t)
+            if placed is None:
                 return
-            t = grid.place(t, offset)  # type: ignore[union-attr]
+            t = placed
         elif t >= stop:
             return
         yield t

@@ -16,7 +16,7 @@ import trio.testing
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from soakspec.arrivals import rational
+from soakspec.arrivals import Grid, rational
 from soakspec.lang import check, parse
 from soakspec.plan import Level, plan
 from soakspec.runner.clock import RunClock
@@ -92,3 +92,18 @@ def test_five_rps_in_200ms_buckets_sends_one_request_in_each_bucket():
     assert sorted(Counter(r.bucket for r in records).items()) == [(j, 1) for j in range(10)]
     edges = [w["start"] for w in run.bucket_windows()]
     assert all(holding(edges, r.intended_start) == r.bucket for r in records)
+
+
+@settings(max_examples=150, deadline=None)
+@given(rate=st.sampled_from([0.3, 1.0, 2.5, 3.0, 44.4, 200 / 60, 1e-7 * 3, 997.0]), bucket=st.sampled_from([0.1, 0.2, 0.3, 1.5, 7.0]),
+       warmup=st.sampled_from([0.0, 0.3, 1.234]), n_buckets=st.integers(1, 30),
+       t0=st.sampled_from([0.0, 55285.957629296514, 1796638213.623406]))
+def test_the_whole_number_placement_is_the_fraction_one(rate, bucket, warmup, n_buckets, t0):
+    """Property: `Grid.constant_placer` (ticks, for speed) places every arrival as
+    `Grid.place` (Fractions) does, and ends where i / rate reaches the level's end."""
+    grid = Grid.of(t0, warmup, bucket * n_buckets, bucket, [j * bucket for j in range(n_buckets)])
+    place, r = grid.constant_placer(rate), rational(rate)
+    for i in range(400):
+        t = t0 + i / rate
+        want = None if i / r >= grid.end else grid.place(t, i / r)
+        assert place(i, t) == want, (i, t)
