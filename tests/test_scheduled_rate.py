@@ -42,3 +42,17 @@ def test_a_schedule_at_its_nominal_rate_reads_as_before():
 def test_a_closed_loop_has_no_scheduled_rate():
     (lv,) = _inputs(8, mode="closed").results["backends"][0]["levels"]
     assert lv["scheduled_rate"] is None
+
+
+def test_a_level_its_count_ended_offers_its_count_not_a_rate():
+    """A count-bounded level's window runs to its drain, after its last arrival: arrivals over
+    it would read below the nominal rate of a constant schedule. No scheduled rate there."""
+    from soakspec.judge.testing import spec_from_text
+
+    text = small_spec(mode="open", levels="[2rps]").canonical_text.replace("rate = [2rps]", "rate = [2rps]\n    requests_per_level = 16")
+    spec = spec_from_text(text)
+    b = EvidenceBuilder(spec)
+    lv = b.level("a", 0)
+    lv["ended_by"] = "count"
+    (row,) = prepare(spec, b.build()).results["backends"][0]["levels"]
+    assert row["scheduled_rate"] is None and row["rate"] == 2.0

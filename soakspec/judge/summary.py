@@ -300,9 +300,10 @@ def scheduled_rate(lv: LevelIndex) -> float | None:
     wall time, the window `qps` (achieved) is over too. `rate` stays the nominal rate, which a
     seeded random schedule only averages: 40 rps nominal put 444 arrivals in one 10 s window,
     and 43.7 achieved read as the server beating the offer. None for a closed loop or batch,
-    or a level without a window."""
+    a level without a window, or one its count ended (its window runs to the drain, after its
+    last arrival: its offer is its n requests, `requests_per_level`)."""
     ms, me = lv.measure_start, lv.measure_end
-    if lv.entry.get("mode") != "open" or ms is None or me is None or me <= ms:
+    if lv.entry.get("mode") != "open" or lv.ended_by_count or ms is None or me is None or me <= ms:
         return None
     return len(lv.records) / (me - ms)
 
