@@ -107,6 +107,7 @@ class LevelShape(Protocol):
     """What `level_grid` reads of a `plan.Level` (and its `plan.Bucket`s)."""
 
     warmup_s: float
+    warmup_requests: int | None
     duration_s: float
     bucket_s: float
     buckets: Sequence
@@ -115,8 +116,10 @@ class LevelShape(Protocol):
 def level_grid(level: LevelShape, t0: float) -> Grid:
     """A planned level's buckets from its start t0 on the run clock: the bucket windows' starts
     `t0 + warmup + Bucket.start_s` (the runner's `drive_level`, `LevelRun.bucket_windows`) and,
-    exactly, where each constant arrival falls."""
-    return Grid.of(t0, level.warmup_s, level.duration_s, level.bucket_s, [b.start_s for b in level.buckets])
+    exactly, where each constant arrival falls. After a counted warmup (`warmup_requests`) t0
+    is the measured window's start m, where the schedule starts afresh: no warmup before it."""
+    warmup = 0.0 if level.warmup_requests is not None else level.warmup_s
+    return Grid.of(t0, warmup, level.duration_s, level.bucket_s, [b.start_s for b in level.buckets])
 
 
 def constant_counts(rate: float, warmup_s: float, duration_s: float, bucket_s: float, n_buckets: int) -> list[int]:

@@ -22,6 +22,16 @@ steps on average: the domain is less than four times n). The round function is s
 same on every platform and Python version (`random.shuffle` promises no stable stream, and
 numpy's Generator none across versions).
 
+**Prefix groups.** `prefix_group(i, groups, seed)`: the group whose shared prefix the level's
+request i starts with (`prefix_tokens` in `prefix_groups` groups, SGLang's `bench_serving
+--dataset-name generated-shared-prefix`). SGLang makes groups x prompts-per-group requests and
+shuffles them once, so each group is sent equally often in a random order; here the i-th request
+takes position `i mod G` of pass `i // G`'s permutation of the G groups (`shuffled`, keyed by the
+group count): every G consecutive requests of a level send every group once, in a seeded order, the
+same in every run, backend and --workers split (no per-group count to write: a level's length sets
+it). `digits(n, base)` is how many base-`base` words spell n distinct indices (a group's leading
+words, runner/prompts.py; the checker's minimum prefix).
+
 **Think time.** `think_s(low, high, seed, conversation, turn)`: the time a session waits before
 sending `turn` (2 and later) of the file's `conversation`, uniform over [low, high] (`low` when
 they are equal), keyed by the conversation and the turn: the third turn of conversation 12 waits
@@ -70,6 +80,20 @@ def shuffled(i: int, n: int, seed: int) -> int:
         x = (left << half) | right
         if x < n:
             return x
+
+
+def prefix_group(i: int, groups: int, seed: int) -> int:
+    """The prefix group (from 0) of a level's request `i`: pass i // groups's seeded permutation
+    of the groups at i mod groups (see the module's docstring); 0 with one group."""
+    return shuffled(i, groups, seed)
+
+
+def digits(n: int, base: int) -> int:
+    """The fewest words (at least 1) of a `base`-word vocabulary that spell `n` distinct indices."""
+    k = 1
+    while base**k < n:
+        k += 1
+    return k
 
 
 def think_fraction(seed: int, conversation: int, turn: int) -> float:

@@ -444,6 +444,11 @@ class RequestTemplate:
     prompt_tokens: tuple[int, ...] = ()  # token-exact prompts (cycling lengths), built by the runner with the tokenizer
     tokenizer: str | None = None  # absolute path of a tokenizer.json; None with prompt_tokens: the server's /tokenize
     prefix_tokens: int = 0  # shared prefix tokens (the cache regime: 0 = unique prefix per request)
+    # `prefix_groups` (SGLang's generated-shared-prefix): the shared prefix is one of G distinct
+    # prefixes, request i's group `draws.prefix_group(i, G, group_seed)` (every G requests of a
+    # level send every group once, in a seeded order); 1: one prefix shared by every request
+    prefix_groups: int = 1
+    group_seed: int = 0
     # random lengths (`length_range`, soakspec/lengths.py): the i-th request's prompt length (tokens or
     # words) and max_tokens are drawn from [N(1 - r), N(1 + r)] around its cycled N, by i and the seed
     length_range: float = 0.0
@@ -473,6 +478,8 @@ class RequestTemplate:
             del out[key]
         if not self.hash_block:  # absent without shared blocks, as in evidence from before them
             del out["hash_block"], out["block_seed"]
+        if self.prefix_groups == 1:  # absent with one shared prefix, as in evidence from before prefix groups
+            del out["prefix_groups"], out["group_seed"]
         return out | {
             "max_tokens": list(self.max_tokens),
             "prompt_tokens": list(self.prompt_tokens) or None,
@@ -517,6 +524,22 @@ class Level:
     # an open loop's `max_concurrency` over the workload's `expected_latency`: the requests a second
     # its cap lets the server finish (Little's law); None: no cap, or no expected_latency
     cap_rps: float | None = None
+    # `warmup = N requests`: the level first sends N warmup requests (closed loop: its workers take
+    # them from one count; open loop: its schedule's first N arrivals) and its measured window
+    # starts once all have finished; `warmup_s` is then 0. None: the warmup is `warmup_s`
+    warmup_requests: int | None = None
+    # how long a counted warmup is expected to take: N / rate, or ceil(N / concurrency) rounds of
+    # expected_latency; None: a timed warmup, or no estimate (a closed loop without expected_latency)
+    expected_warmup_s: float | None = None
+
+    @property
+    def warmup_bound_s(self) -> float:
+        """The longest the level's warmup runs: `warmup_s`, or with a count of N requests its
+        wall bound, so a dead or hung server cannot hold the level in its warmup -- no warmup
+        request starts after it, and each one is bounded by its `deadline_s`: a closed loop's
+        ceil(N / concurrency) rounds of the deadline; an open loop's N arrivals at its rate, then
+        ceil(N / max_concurrency) rounds of the deadline (one round without a cap)."""
+        return self.warmup_s if self.warmup_requests is None else _warmup_bound_s(self.shape, self.warmup_requests, self.deadline_s)
 
     @property
     def mode(self) -> str:
@@ -587,11 +610,15 @@ class Level:
             out["max_concurrency"] = self.max_concurrency
         if self.requests_per_level is not None:  # absent for a timed level, as in evidence from before the key
             out["requests_per_level"] = self.requests_per_level
+        if self.warmup_requests is not None:  # absent for a timed warmup, as in evidence from before the key
+            out["warmup_requests"] = self.warmup_requests
         if self.phase is not None or not isinstance(self.shape, (Closed, Batch, Open)):
             out |= {"phase": self.phase, "shape": _shape_json(self.shape)}
         t = self.request
         if t.prompts and t.prompt_order != "file":  # which prompt each index sent (soakspec/draws.py)
             out |= {"prompt_order": t.prompt_order, "prompt_seed": t.prompt_seed}
+        if t.prefix_groups > 1:  # which prefix each index sent (soakspec/draws.py `prefix_group`); absent with one
+            out |= {"prefix_tokens": t.prefix_tokens, "prefix_groups": t.prefix_groups, "group_seed": t.group_seed}
         if t.think_time is not None:  # what the judge leaves out of the offered concurrency (validity `thinking`)
             out |= {"think_time": list(t.think_time), "think_seed": t.think_seed}
         return out
@@ -1009,6 +1036,11 @@ def _prefix_policy(t: RequestTemplate) -> str:
         return (f"the trace's hash_ids: each names a block of {t.hash_block} {unit} (seed {t.block_seed}), the same in every request, "
                 "level and run that lists it; after its blocks a request's own content")
     if t.prompt_tokens:
+        if t.prefix_tokens and t.prefix_groups > 1:
+            return (f"prefix: {t.prefix_groups} groups of {t.prefix_tokens} tokens (groups part at their first token; at their "
+                    f"first few with a tokenizer of fewer than {t.prefix_groups} one-token words), each request's group by "
+                    f"its index in its level (seed {t.group_seed}: every {t.prefix_groups} requests send every group once, "
+                    "in a seeded order)")
         return f"shared prefix of {t.prefix_tokens} tokens" if t.prefix_tokens else "unique prefix per request"
     if t.conversations:
         first = f"same first conversation of its seeded order (seed {t.prompt_seed})" if t.prompt_order == "shuffled" else "file's first conversation"
@@ -1050,7 +1082,9 @@ def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
     if shared:
         return shared
     if w.prompt_tokens:
-        return {"prompt_tokens": w.prompt_tokens, "tokenizer": _abspath(base, w.tokenizer), "prefix_tokens": w.prefix_tokens}
+        groups = w.prefix_groups if w.prefix_tokens else 1
+        return {"prompt_tokens": w.prompt_tokens, "tokenizer": _abspath(base, w.tokenizer), "prefix_tokens": w.prefix_tokens,
+                "prefix_groups": groups, "group_seed": w.load.seed if groups > 1 else 0}
     d = w.dataset
     if d is None:
         return {}
@@ -1141,6 +1175,30 @@ def _cap_rps(shape: LoadShape, latency: float | None) -> float | None:
     return cap / latency if cap is not None and latency else None
 
 
+def _warmup_bound_s(shape: LoadShape, n: int, deadline: float) -> float:
+    """A counted warmup's wall bound (`Level.warmup_bound_s`): a closed loop's ceil(N /
+    concurrency) rounds of the deadline; an open loop's N arrivals at its rate, then ceil(N /
+    max_concurrency) rounds of it (one without a cap)."""
+    if isinstance(shape, Open):
+        return n / shape.rate + math.ceil(n / (shape.max_concurrency or n)) * deadline
+    return math.ceil(n / (shape.concurrency if isinstance(shape, Closed) else 1)) * deadline
+
+
+def _counted_warmup_s(shape: LoadShape, n: int | None, latency: float | None, deadline: float) -> float | None:
+    """How long a warmup of n requests (`warmup = N requests`) is expected to take: its arrivals
+    at the planned rate (N / rate), or a closed loop's ceil(N / concurrency) rounds of
+    expected_latency -- at most its bound (an expected_latency past the deadline: each request
+    times out at the deadline); None: no count, or no estimate."""
+    match shape:
+        case _ if n is None:
+            return None
+        case Open():
+            return min(n / shape.rate, _warmup_bound_s(shape, n, deadline))
+        case Closed(concurrency=c) if latency:
+            return min(math.ceil(n / c) * latency, _warmup_bound_s(shape, n, deadline))
+    return None
+
+
 def _count_load_s(shape: LoadShape, warmup: float, duration: float, latency: float | None, deadline: float) -> float | None:
     """How long a count-bounded level is expected to load: its warmup, then its N requests at the
     planned rate (N / rate) or, for a closed loop with expected_latency, ceil(N / concurrency)
@@ -1221,6 +1279,7 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
                 expected = max(minimum, batch_requests(c, minimum, latency, warmup, warmup + duration)) if latency else None
             case Closed(concurrency=c as minimum):
                 expected = max(minimum, int(c * duration / latency)) if latency else None
+        warm_s = _counted_warmup_s(shape, w.warmup_requests, latency, w.deadline_s * scale)
         count = shape.requests_per_level if isinstance(shape, (Open, Closed)) else None
         if count is not None:  # at most the count, sent before the duration's bound ends the level
             minimum = min(minimum, count)
@@ -1230,9 +1289,9 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
                 workload=w.name, index=i, shape=shape, request=request, warmup_s=w.warmup_s * scale,
                 duration_s=duration, deadline_s=w.deadline_s * scale, buckets=_buckets(duration, w.bucket_s * scale),
                 min_requests=minimum, expected_requests=expected,
-                expected_warmup_requests=_warmup_count(shape, w.warmup_s * scale, latency),
-                expected_load_s=_count_load_s(shape, w.warmup_s * scale, duration, latency, w.deadline_s * scale),
-                cap_rps=_cap_rps(shape, latency),
+                expected_warmup_requests=w.warmup_requests or _warmup_count(shape, w.warmup_s * scale, latency),
+                expected_load_s=_count_load_s(shape, w.warmup_s * scale + (warm_s or 0.0), duration, latency, w.deadline_s * scale),
+                cap_rps=_cap_rps(shape, latency), warmup_requests=w.warmup_requests, expected_warmup_s=warm_s,
             )
         )  # fmt: skip
     return out
@@ -1364,9 +1423,17 @@ def _runs(lv: Level) -> int:
     return lv.sweep.max_probes if lv.sweep is not None else 1
 
 
+def _level_warmup_s(lv: Level) -> float:
+    """A level's warmup time in the plan's estimate: `warmup_s`; a counted warmup's expected time
+    (`expected_warmup_s`), else -- a closed loop without expected_latency -- its bound."""
+    if lv.warmup_requests is None:
+        return lv.warmup_s
+    return lv.expected_warmup_s if lv.expected_warmup_s is not None else lv.warmup_bound_s
+
+
 def _level_load_s(lv: Level) -> float:
     """A level's load time; a sweep's: its probes, at most its wall-time bound."""
-    one = lv.warmup_s + lv.duration_s
+    one = _level_warmup_s(lv) + lv.duration_s
     return one if lv.sweep is None else min(lv.sweep.max_probes * one, lv.sweep.max_wall_s)
 
 
@@ -1389,6 +1456,7 @@ def _backend_plan(spec: Spec, b: Backend, base: Path, time_scale: float, rehears
         + launch.probe.timeout_s
         + sum(lv.deadline_s * (lv.sweep.max_probes if lv.sweep is not None else 1) for lv in levels)
         + sum(w.deadline_s for w in spec.workloads) * time_scale  # the pre-flight: one request per workload, before any level
+        + sum(lv.warmup_bound_s - _level_warmup_s(lv) for lv in levels)  # a counted warmup: its bound, not its estimate
         + (follow_deadline if follow else 0.0)
         + (launch.shutdown_grace_s if launch.launches else 0.0)
         + (metrics.last_wait_s if metrics is not None else 0.0)  # the scrape after the load (runner/scrape.py)
@@ -1558,6 +1626,8 @@ def _render_backend(b: BackendPlan, rehearsal: bool, secrets: Iterable[str] = ()
             lines.append(_render_sweep(lv))
             continue
         warm = f" after {format_duration(lv.warmup_s)} warmup" if lv.warmup_s else ""
+        if lv.warmup_requests is not None:
+            warm = f" after its warmup ({_warmup_text(lv)})"
         lines.append(
             f"    {lv.workload} / {lv.label}: {_timing_text(lv)}{warm} in "
             f"{len(lv.buckets)} × {format_duration(lv.bucket_s)} buckets; {_level_requests_text(lv)}{_short_text(lv)}"
@@ -1693,6 +1763,15 @@ def _counted_requests(levels: Iterable[Level]) -> int | None:
     return sum(lv.requests_per_level or 0 for lv in levels)
 
 
+def _warmup_text(lv: Level) -> str:
+    """`warmup: 20 requests (bucket 0 starts once they have finished; ~5s at the planned rate,
+    at most 10m)`: a counted warmup's N, its estimate where one exists and its wall bound."""
+    est = f"~{format_duration(lv.expected_warmup_s)} at the planned {'rate' if lv.mode == 'open' else 'expected_latency'}, " \
+        if lv.expected_warmup_s is not None else ""
+    return (f"warmup: {lv.warmup_requests} requests, bucket 0 starts once they have finished; {est}"
+            f"at most {format_duration(lv.warmup_bound_s)}")
+
+
 def _level_requests_text(lv: Level) -> str:
     """`requests ≥ 8, expected ~40`; a timed level of random arrivals `requests ~600 expected
     (random arrivals, ± 3 sd: 527-673)`; or a level that ends at its count: `requests: 500
@@ -1700,7 +1779,8 @@ def _level_requests_text(lv: Level) -> str:
     count per level"); the warmup's requests are recorded in no bucket."""
     if _reaches_count(lv):
         warm = lv.expected_warmup_requests
-        return f"requests: {lv.requests_per_level} measured" + (f", ~{warm} in the warmup" if lv.warmup_s and warm is not None else "")
+        return f"requests: {lv.requests_per_level} measured" + (f", ~{warm} in the warmup" if lv.warmup_s and warm is not None else
+                                                                f", {warm} in the warmup" if lv.warmup_requests else "")
     n = lv.requests_per_level
     if n is None and _random_range([lv]) is not None:  # a timed level's random count: its spread
         return f"requests {_expected_text(lv.min_requests, lv.expected_requests, [lv])}"
@@ -1827,6 +1907,7 @@ def _level_json(lv: Level) -> dict[str, Any]:
         "min_requests": lv.min_requests, "expected_requests": lv.expected_requests,
         "expected_warmup_requests": lv.expected_warmup_requests, "expected_load_s": lv.expected_load_s,
         "expected_requests_range": _range_json([lv]), "cap_rps": lv.cap_rps,
+        "warmup_requests": lv.warmup_requests, "expected_warmup_s": lv.expected_warmup_s,
         "request": lv.request.to_json(),
         "buckets": [{"index": bk.index, "start_s": bk.start_s, "length_s": bk.length_s} for bk in lv.buckets],
     } | ({"sweep": sweep_json(lv.sweep)} if lv.sweep is not None else {})  # fmt: skip

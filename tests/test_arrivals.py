@@ -37,7 +37,7 @@ def test_the_runner_sends_on_the_pure_schedules():
 
 
 class _Level:
-    warmup_s, duration_s, bucket_s = 3.0, 20.0, 2.0
+    warmup_s, warmup_requests, duration_s, bucket_s = 3.0, None, 20.0, 2.0
     buckets = tuple(Bucket(i, i * 2.0, 2.0) for i in range(10))
 
 

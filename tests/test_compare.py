@@ -443,8 +443,11 @@ def test_the_base_run_read_up_front_holds_no_table_and_compares_the_same(tmp_pat
         assert out == render(both, fmt)
 
 
-def _reached(b: EvidenceBuilder, url: str, owner: str = "server", reason: str | None = None) -> EvidenceBuilder:
-    b.entry("a").update(url=url, port_listener={"owner": owner, "pid": 4242, "reason": reason})
+def _reached(b: EvidenceBuilder, url: str, owner: str = "server", reason: str | None = None,
+             via: str | None = None) -> EvidenceBuilder:
+    """A manifest entry reached at `url`; without `via`, as evidence from before `via` was recorded."""
+    listener = {"owner": owner, "pid": 4242, "reason": reason} | ({"via": via} if via is not None else {})
+    b.entry("a").update(url=url, port_listener=listener)
     return b
 
 
@@ -479,3 +482,19 @@ def test_a_backend_reached_by_another_network_path_is_said_beside_its_rows():
     assert not [n for n in compare(builder(1).build(), proxied.build(), resamples=500).notes if "network path" in n]
     unread = _reached(builder(2), "http://127.0.0.1:8000", "unknown", "its process is not readable from /proc: another user's?")
     assert not [n for n in compare(own.build(), unread.build(), resamples=500).notes if "network path" in n]
+
+
+def test_the_network_path_is_read_from_the_recorded_fact_not_the_reason_text():
+    """The hop is what the runner recorded (`port_listener.via`), not a phrase of its reason:
+    a port forward whose reason says it in other words is still a port forward, and a reason
+    that happens to mention one where the runner recorded something else is not. The
+    comparison above, of manifests without `via`, is older evidence read as it ran."""
+    own = _reached(builder(1), "http://127.0.0.1:8000/", via="server")
+    reworded = _reached(builder(2), "http://127.0.0.1:8000/", "unknown", "held by pasta (pid 7)", via="forward")
+    (note,) = [n for n in compare(own.build(), reworded.build(), resamples=500).notes if "network path" in n]
+    assert "new on this machine's loopback, through a port forward" in note, note
+    unseen = _reached(builder(2), "http://127.0.0.1:8000/", "unknown", "nothing listens here", via="unseen")
+    assert [n for n in compare(own.build(), unseen.build(), resamples=500).notes if "network path" in n]
+    mentions = _reached(builder(2), "http://[::1]:8000/", "unknown",
+                        "PID 9 (its command line: a port forward script) runs in another namespace", via="namespace")
+    assert not [n for n in compare(own.build(), mentions.build(), resamples=500).notes if "network path" in n]

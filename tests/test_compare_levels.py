@@ -268,3 +268,44 @@ def test_turns_only_one_run_reached_are_said_and_later_turns_are_one_row_group()
     assert pooled.where == "concurrency 4 · turn 21+" and pooled.n_base == 5 * 400 // 25
     single = compare(probes_run([2], 1).build(), probes_run([2], 2).build(), resamples=200)
     assert all(r.turn is None for r in single.rows)
+
+
+def test_a_capped_multi_turn_level_compares_sent_ttft_turn_by_turn():
+    """Where both runs cap a multi-turn level (max_concurrency), each turn's ttft rows are
+    followed by its sent_ttft rows (p50, p95), as the level's are: a turn whose server time grew
+    while its queue shrank by as much is no ttft change there and a sent_ttft regression, which
+    only the turn's sent_ttft row shows. The rows count in the family-wise correction; rules
+    still judge the level's rows only; a run read up front gives the same rows. (An uncapped
+    level's turns keep ttft's rows alone: the test above.)"""
+    spec = small_spec(mode="open", levels="[2rps]\n    max_concurrency = 4", duration="4m", bucket="1m", follow_up=False)
+
+    def capped_turns(seed: int, slower_turn: int | None = None) -> EvidenceBuilder:
+        b = EvidenceBuilder(spec, per_bucket=90, run_id=f"capped{seed}")
+        rng = random.Random(seed)
+        for j, r in enumerate(b.measured("a")):
+            k = j % 3 + 1
+            server = (0.01 + (k - 1) * 0.01) * rng.lognormvariate(0.0, 0.1)
+            wait = 0.05 * rng.lognormvariate(0.0, 0.1)
+            if k == slower_turn:  # the server half as slow again, the queue shorter by as much
+                server, wait = server * 1.5, wait - server * 0.5
+            start = r["intended_start"] + wait
+            r.update(conversation=j // 3 + 1, turn=k, start=start, admitted=start, ttft=wait + server,
+                     first_token=start + server, latency=wait + server + 0.15, end=start + server + 0.15)
+        return b
+
+    base, new = capped_turns(1).build(), capped_turns(2, slower_turn=3).build()
+    rule = parse_rule("require p95(ttft) regression <= 60%")
+    c = compare(base, new, rules=[rule], resamples=500)
+    by_turn = {(r.turn, r.metric, r.stat): r for r in c.rows if r.turn is not None}
+    assert sorted(by_turn) == sorted((k, m, s) for k in (1, 2, 3) for m in ("ttft", "sent_ttft") for s in ("p50", "p95"))
+    first_turn_row = min(i for i, r in enumerate(c.rows) if r.turn is not None)
+    assert [(r.turn, r.metric) for r in c.rows[first_turn_row:first_turn_row + 4]] == [(1, "ttft")] * 2 + [(1, "sent_ttft")] * 2
+    assert by_turn[3, "sent_ttft", "p50"].verdict == "regression", by_turn[3, "sent_ttft", "p50"]
+    assert by_turn[3, "ttft", "p50"].verdict == "no significant change", by_turn[3, "ttft", "p50"]
+    assert by_turn[1, "sent_ttft", "p50"].verdict == "no significant change"
+    assert c.rows[0].row_confidence == 1 - 0.05 / len(c.rows)
+    assert all(c.rows[i].turn is None for i in c.rules[0].rows)
+    assert "| `a · rate 2 rps, max_concurrency 4 · turn 3` | p50(sent_ttft) |" in render(c, "md")
+    from soakspec.compare import RunSamples
+
+    assert compare(RunSamples.read(base, keep=False), new, rules=[rule], resamples=500).rows == c.rows

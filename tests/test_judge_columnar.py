@@ -390,13 +390,15 @@ _row_values = st.fixed_dictionaries({
     "itl": st.none() | st.lists(st.sampled_from([0.001, 0.002, 0.0]), max_size=4),
     "coalesced": st.none() | st.integers(-1, 6),
     "first_token": st.none() | st.just(1.7e9 + 0.25),  # none: a completed request's token times unknown
+    "start": st.none() | st.just(1.7e9),  # none: no send time (sent_ttft, sent_latency leave it out)
+    "end": st.none() | st.just(1.7e9 + 0.5),
 })
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_row_values, max_size=25), st.sampled_from([1, 2, 3, 7, 1 << 16]))
 def test_gap_shares_and_exclusions_over_columns_equal_the_row_loop(values, chunk):
-    """results.json's coalesced-gap counts and its TPOT/ITL exclusions, computed over the
+    """results.json's coalesced-gap counts and its TTFT/TPOT/ITL (and sent_*) exclusions, computed over the
     table's columns a chunk of rows at a time (any chunk size), are the row-by-row answers
     (reasons in the same order)."""
     import unittest.mock
@@ -419,8 +421,9 @@ def _check_shares_and_exclusions(values):
     sel = Rows.of(t, np.arange(len(rows), dtype=np.int64))
     views = [t.rec(i) for i in range(len(rows))]
     assert gap_share(sel) == gap_share(views)
-    got, want = excluded(sel), excluded(views)
-    assert got == want and [list(d) for d in got.values()] == [list(d) for d in want.values()]
+    for sent in (False, True):
+        got, want = excluded(sel, sent=sent), excluded(views, sent=sent)
+        assert got == want and [list(d) for d in got.values()] == [list(d) for d in want.values()]
 
 
 _stamp = st.one_of(st.none(), st.floats(1.7e9, 1.7e9 + 100, allow_nan=False).map(lambda x: round(x, 6)))

@@ -569,6 +569,50 @@ def test_requests_without_token_times_stay_completed_and_are_left_out_with_a_rea
             "or every token in it) (1); token arrival times unknown (no text, usage not per chunk) (1)") in notes
 
 
+def test_the_times_from_the_send_say_what_they_leave_out_as_ttft_does():
+    """No metric silently drops requests: sent_ttft and sent_latency run from `start`, the send,
+    so a completed request recorded without one has neither. Where their figures are given (a
+    level that declares max_concurrency) results.json's `excluded` counts it under each with the
+    reason, the reports' notes say so as they do for TTFT, and a rule left with no value says
+    why -- not "none of its completed requests gives a value". A level without a cap gives no
+    sent figures and lists nothing for them (ttft and latency say it there)."""
+    from soakspec.judge.measures import _UNSENT, _UNTIMED
+    from soakspec.report.common import exclusion_notes
+
+    rules = "require failed == 0\nrequire p50(sent_ttft) < 1s per level\nrequire p50(sent_latency) < 5s per level"
+    spec = small_spec(rules, mode="open", levels="[2rps]\n    max_concurrency = 4", duration="4m")
+    b = EvidenceBuilder(spec)
+    unsent, untimed = list(b.measured("a"))[:2]
+    unsent.update(start=None)
+    untimed.update(first_token=None, ttft=None, tpot=None, itl=[], chunks=0, output_tokens=10, itl_source="estimated",
+                   output_sha256=None, output_chars=0, empty_text=True)  # fmt: skip
+    results = summarize_run(join(spec, b.build()))
+    (lv,) = results["backends"][0]["levels"]
+    done = lv["requests"]["completed"]
+    assert lv["excluded"]["sent_ttft"] == {_UNSENT: 1, _UNTIMED: 1}, lv["excluded"]
+    assert lv["excluded"]["sent_latency"] == {_UNSENT: 1}, lv["excluded"]
+    assert lv["sent_ttft"]["count"] == done - 2 and lv["sent_latency"]["count"] == done - 1
+    notes = exclusion_notes(results)
+    assert ("SENT_TTFT leaves out 2 completed requests of a · rate 2 rps, max_concurrency 4: no send time (start) recorded (1); token arrival "
+            "times unknown (no text, usage not per chunk) (1)") in notes, notes
+    assert "SENT_LATENCY leaves out 1 completed request of a · rate 2 rps, max_concurrency 4: no send time (start) recorded (1)" in notes, notes
+
+    for r in b.measured("a"):
+        r.update(start=None)
+    v = judge_run(join(spec, b.build()))
+    for metric in ("sent_ttft", "sent_latency"):
+        got = next(r for r in v.rules if metric in r.rule)
+        assert got.status == "inconclusive", got
+        assert f"{metric.upper()} leaves out all {done} completed requests: " in got.message, got.message
+        assert "no send time (start) recorded" in got.message, got.message
+
+    plain = small_spec(rules, mode="open", levels="[2rps]", duration="4m")
+    b = EvidenceBuilder(plain)
+    next(iter(b.measured("a"))).update(start=None)
+    (lv,) = summarize_run(join(plain, b.build()))["backends"][0]["levels"]
+    assert set(lv["excluded"]) == {"ttft", "tpot", "itl"}, lv["excluded"]
+
+
 _SHAPES = {  # a completed request each way a stream can leave a metric without its value
     "timed": {},
     "untimed": dict(first_token=None, ttft=None, tpot=None, itl=[], chunks=0, output_tokens=10, itl_source="estimated",

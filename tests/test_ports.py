@@ -261,6 +261,7 @@ def test_a_listener_in_another_namespace_is_not_known_and_one_in_ours_is_another
                     assert holder.stdout.readline().strip() == "ok"
                     found = port_owner(server, "127.0.0.1", port)
                     assert found.owner == owner, found
+                    assert found.via == {"other": "other", "unknown": "namespace"}[owner], found
                     assert found.pid == holder.pid or prefix, found  # unshare may fork: its child listens
                     if owner == "other":
                         assert found.command is not None and found.command.startswith(PY), found
@@ -274,3 +275,32 @@ def test_a_listener_in_another_namespace_is_not_known_and_one_in_ours_is_another
             await sleeper.wait()
 
     trio.run(main)
+
+
+def test_the_manifest_records_what_held_the_port_as_a_fact(monkeypatch):
+    """`port_listener.via` says what held the launched server's port -- its own socket, a
+    container engine's port forward, none in soakspec's network namespace, an unreadable
+    process -- as a value `compare` reads, not a phrase in `reason` (which says it to a person
+    and may be reworded). Evidence written before `via` is read by its reason text as it ran:
+    for every kind the runner writes, that reading and the reading of `via` agree."""
+    import types
+
+    from soakspec.evidence import netpath
+    from soakspec.runner import procs
+
+    me = os.getpid()
+    server = procs.Server("b0", types.SimpleNamespace(pid=me), me, None, 0.0)
+    seen = {
+        "server": procs.Listening(1, ((me, "python -m soakspec sim"),)),
+        "forward": procs.Listening(1, ((1, "/usr/bin/docker-proxy -proto tcp -host-port 8000"),)),
+        "unseen": procs.Listening(0, ()),
+        "unreadable": procs.Listening(1, (), procs.NOT_READABLE),
+    }
+    for via, listening in seen.items():
+        monkeypatch.setattr(procs, "listening", lambda port, host=None, s=listening: s)
+        written = procs.port_owner(server, "127.0.0.1", 8000).to_json()
+        assert written["via"] == via, written
+        assert via in netpath.VIAS
+        before = {k: v for k, v in written.items() if k != "via"}  # as the manifest said it before `via`
+        assert netpath.hop(written) == netpath.hop(before), (via, written)
+    assert netpath.hop({"owner": "unknown", "via": "forward", "pid": 1, "reason": None}) == netpath.THROUGH_FORWARD

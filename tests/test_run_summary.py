@@ -304,3 +304,23 @@ def test_verify_and_gate_start_no_process_without_allowed_signers(signed_run, mo
     assert started == []
     code, out, _ = cli("verify", str(ev), "--allowed-signers", str(ev / "manifest.json"))
     assert started and code != 0  # with allowed signers it does run ssh-keygen (here refused by the patch)
+
+
+def test_the_summary_notes_a_level_whose_itl_gaps_are_mostly_coalesced():
+    """A client that read late (or a server that writes tokens in chunks) gives ITL gaps of 0:
+    the terminal's ITL p50 of 0.0 ms is then how the tokens were read. The summary says so under
+    the tables for that level, and not for a level whose gaps are independent."""
+    from soakspec.report.runsummary import summary_lines
+
+    spec = small_spec(mode="open", levels="[1rps, 2rps]")
+    b = EvidenceBuilder(spec)
+    for r in b.measured("a", level=1):
+        gap = r["itl"][0]
+        r["itl"] = [0.0] * 40 + [gap * 63 / 23] * 23  # 40 of 63 gaps share a read; the sum is the same
+        r["coalesced"] = 40
+    inp = prepare(spec, b.build())
+    lines = summary_lines(inp.results, "/ev dir", inp.verdict)
+    notes = [x for x in lines if x.startswith("note: ITL of")]
+    assert len(notes) == 1 and "rate 2 rps" in notes[0] and "(63%) coalesced" in notes[0], lines
+    n = sum(1 for _ in b.measured("a", level=1))
+    assert f"{40 * n:,} of {63 * n:,} gaps" in notes[0]

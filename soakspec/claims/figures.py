@@ -39,6 +39,20 @@ blockquotes are skipped):
   Backend cell names a backend the evidence did not run is not read: it is CB301
   (`evidence_check`), and its figures are no other backend's.
 
+- bench serve's result block (`_bench_figures`): the "===== Serving Benchmark Result =====" block
+  vLLM's `bench serve` and SGLang's `bench_serving` print, "Label:   value" lines, fenced or not.
+  Only a block `soakspec report --format bench` wrote (its `Tool: soakspec` line) is read: one
+  that bench serve printed measured its own run -- another tool's load, another time -- and, like
+  a figure from the server's own metrics, is not contradicted by the retained run; reading it
+  would flag every honest paste. Read: "Successful requests" (the completed count), "Request
+  throughput (req/s)" (request rate), "Output token throughput (tok/s)", "Total token throughput
+  (tok/s)", and "Mean / Median / Pxx TTFT / TPOT / ITL / E2EL (ms)" ("sent TTFT", "sent E2EL": the
+  capped level's sections from the send). Scope: the block's `Level:` line, as a per-level row's
+  ("sim-fast · concurrency 4": that level or the backend's run figure, a level the evidence lacks
+  not checked); none (a trimmed block) is a sentence naming no level: any level fits. Its
+  `Backend:` line names the backend (one the evidence did not run: the block is not read). Every
+  block's lines, soakspec's or not, are kept from prose reading.
+
 What it is compared with (`EvidenceFacts.figures`, `LevelFacts.figures`, made by
 `adapters.load_evidence_facts` from the evidence re-judged): per level, results.json
 `levels[].ttft/itl/tpot/latency` {p50, p90, p95, p99, mean, min, max} (seconds) and the level's
@@ -189,8 +203,9 @@ _FUNCTION_OPEN = re.compile(r"([A-Za-z_][\w]*)\s*\($")
 
 METRIC_LABEL = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "latency": "latency", "sent_ttft": "sent TTFT",
                 "sent_latency": "sent latency", "tok_s": "output throughput", "total_tok_s": "total throughput",
-                "req_s": "request rate"}
-RATE_UNIT = {"tok_s": "tok/s", "total_tok_s": "tok/s", "req_s": "req/s"}  # the rates: a figure keyed by its metric alone
+                "req_s": "request rate", "completed": "successful requests"}
+# the rates (and a bench block's count of completed requests): a figure keyed by its metric alone
+RATE_UNIT = {"tok_s": "tok/s", "total_tok_s": "tok/s", "req_s": "req/s", "completed": "requests"}
 
 # "sent TTFT p50", "p50 sent TTFT", "sent_latency": the times from the send (a capped level's
 # sent_ttft, sent_latency; compare's rows of them), not ttft / latency. The prefix is blanked before
@@ -542,6 +557,93 @@ def _table_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[li
     return out, done
 
 
+# ---------------------------------------------------------------- bench serve's result block
+
+# vLLM `bench serve`'s (and SGLang `bench_serving`'s) result block: an opening "===== Serving
+# Benchmark Result =====" line, "Label:   value" lines and "-----Section-----" lines, a closing line
+# of "=" (vllm/benchmarks/serve.py: `"{:<40} {:<10.2f}".format(label, value)`)
+_BENCH_OPEN = re.compile(r"^\s*={3,}\s*Serving\s+Benchmark\s+Result\s*={3,}\s*$", re.I)
+_BENCH_CLOSE = re.compile(r"^\s*={10,}\s*$")
+_BENCH_MAX_LINES = 200  # a block longer than any bench serve prints ends here: linting stays linear
+_BENCH_FIELD = re.compile(rf"^\s*(?P<label>[^:]*?)\s*:\s+(?P<value>{_NUM})\s*$")
+_BENCH_TEXT = re.compile(r"^\s*(?P<label>tool|backend|level)\s*:\s+(?P<value>\S.*?)\s*$", re.I)
+_BENCH_LATENCY = re.compile(
+    rf"(?P<agg>mean|median|p\d{{1,2}}(?:\.\d+)?)\s+(?P<sent>sent\s+)?(?P<metric>ttft|tpot|itl|e2el|e2e\s+latency)"
+    rf"\s*\(\s*(?P<u>{_SUBMINUTE_UNIT})\s*\)", re.I)
+_BENCH_LATENCY_KEY = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "latency", "e2e latency": "latency"}
+_BENCH_RATES = {  # label (lower case, spaces collapsed) -> the figure; "Total throughput": SGLang's older label
+    "successful requests": "completed", "request throughput (req/s)": "req_s",
+    "output token throughput (tok/s)": "tok_s", "total token throughput (tok/s)": "total_tok_s",
+    "total throughput (tok/s)": "total_tok_s",
+}
+SOAKSPEC_TOOL = "soakspec"  # the `Tool:` line `soakspec report --format bench` writes
+
+
+def _bench_blocks(doc: Document) -> list[tuple[int, int]]:
+    """(first, last) line numbers of each bench serve result block, whoever wrote it."""
+    out: list[tuple[int, int]] = []
+    n, i = len(doc.lines), 0
+    while i < n:
+        if not _BENCH_OPEN.match(doc.lines[i]):
+            i += 1
+            continue
+        j = i + 1
+        while j < n and j - i < _BENCH_MAX_LINES and not _BENCH_CLOSE.match(doc.lines[j]) and not _BENCH_OPEN.match(doc.lines[j]) \
+                and not doc.lines[j].lstrip().startswith(("```", "~~~")):
+            j += 1
+        last = j if j < n and _BENCH_CLOSE.match(doc.lines[j]) else j - 1
+        out.append((i + 1, last + 1))
+        i = last + 1
+    return out
+
+
+def _bench_hit(label: str, m: re.Match[str]) -> Hit | None:
+    key = " ".join(label.lower().split())
+    a, b = m.start("value"), m.end("value")
+    if key in _BENCH_RATES:
+        kind = _BENCH_RATES[key]
+        return Hit(kind, None, m.group("value"), RATE_UNIT[kind], a, b, a)
+    lat = _BENCH_LATENCY.fullmatch(label.strip())
+    if lat is None:
+        return None  # Benchmark duration, Total input tokens, Peak output token throughput, ...: not a figure
+    metric = _BENCH_LATENCY_KEY[" ".join(lat.group("metric").lower().split())]
+    metric = _SENT_OF.get(metric, metric) if lat.group("sent") else metric
+    if metric not in ("ttft", "tpot", "itl", "latency", "sent_ttft", "sent_latency"):
+        return None  # "sent TPOT": no such figure
+    return Hit(metric, _aggs(lat.group("agg"))[0], m.group("value"), lat.group("u"), a, b, a)
+
+
+def _bench_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[list[Figure], set[int]]:
+    """Figures in bench serve result blocks that soakspec wrote (`Tool: soakspec`,
+    `soakspec report --format bench`), fenced or not; every block's lines are returned, so that
+    prose reading skips them. A block with no such line is another tool's run (bench serve's
+    own): not the evidence's figures, and not read."""
+    by_key = by_backend(evidence)
+    out: list[Figure] = []
+    done: set[int] = set()
+    for first, last in _bench_blocks(doc):
+        done |= set(range(first, last + 1))
+        text = {m.group("label").lower(): m.group("value") for ln in range(first, last + 1)
+                if (m := _BENCH_TEXT.match(doc.lines[ln - 1])) is not None}
+        if text.get("tool", "").lower() != SOAKSPEC_TOOL:
+            continue  # another tool's run
+        backends: tuple[EvidenceFacts, ...] = tuple(evidence)
+        if "backend" in text:
+            ev = by_key.get(_key(text["backend"]))
+            if ev is None:
+                continue  # a backend the evidence did not run: its figures are no other backend's
+            backends = ev
+        level = text.get("level")
+        for ln in range(first, last + 1):
+            m = _BENCH_FIELD.match(doc.lines[ln - 1])
+            h = _bench_hit(m.group("label"), m) if m is not None else None
+            if h is None:
+                continue
+            off = doc.line_offset(ln)
+            out.append(Figure(h, doc.span(off + h.start, off + h.end), backends, level, per_level=level is not None))
+    return out, done
+
+
 # ---------------------------------------------------------------- prose
 
 def _prose_figures(doc: Document, evidence: Sequence[EvidenceFacts], skip: set[int], negated_blocks: frozenset[int]) -> list[Figure]:
@@ -605,6 +707,8 @@ def _fits(h: Hit, candidates: tuple[float, ...], lo_hi: tuple[float, float] | No
 
 def _show(h: Hit, x: float) -> str:
     x = _in_stated_unit(h, x)
+    if h.metric == "completed":
+        return f"{x:.0f} {h.unit}"
     decimals = len(h.number.split(".")[1]) if "." in h.number else 0
     sig = 3 - 1 - math.floor(math.log10(abs(x))) if x else 0
     digits = min(6, max(decimals + 1, sig, 0))
@@ -636,12 +740,17 @@ def _check(f: Figure, path: str) -> Diagnostic | None:
     def who(ev: EvidenceFacts) -> str:
         return run_name(ev, f.backends)
 
+    def figs(facts: EvidenceFacts | LevelFacts) -> Mapping[str, tuple[float, ...]]:
+        if h.metric != "completed":
+            return facts.figures
+        return {"completed": (float(facts.completed),)} if facts.completed is not None else {}
+
     if named:
-        sets = [(f"{who(ev)} · {lv.label}", lv.figures) for ev, lv in named]
-        sets += [(f"{who(ev)} over the run", ev.figures) for ev in dict.fromkeys(ev for ev, _ in named)]
+        sets = [(f"{who(ev)} · {lv.label}", figs(lv)) for ev, lv in named]
+        sets += [(f"{who(ev)} over the run", figs(ev)) for ev in dict.fromkeys(ev for ev, _ in named)]
     else:
-        sets = [(f"{who(ev)} · {lv.label}", lv.figures) for ev in f.backends for lv in ev.levels]
-        sets += [(f"{who(ev)} over the run", ev.figures) for ev in f.backends]
+        sets = [(f"{who(ev)} · {lv.label}", figs(lv)) for ev in f.backends for lv in ev.levels]
+        sets += [(f"{who(ev)} over the run", figs(ev)) for ev in f.backends]
     key = h.metric if h.metric in RATE_UNIT else f"{h.metric}.{h.agg}"
     shown: list[str] = []
     known = False
@@ -677,10 +786,11 @@ def check_figures(doc: Document, path: str, evidence: Sequence[EvidenceFacts], n
     """CB201: a latency, throughput or request-rate figure the evidence contradicts."""
     if not evidence:
         return []
+    bench, in_blocks = _bench_figures(doc, evidence)
     table, done = _table_figures(doc, evidence)
     out: list[Diagnostic] = []
     seen: set[tuple[int, int]] = set()
-    for f in table + _prose_figures(doc, evidence, done, negated_blocks):
+    for f in bench + table + _prose_figures(doc, evidence, done | in_blocks, negated_blocks):
         if (f.span.line, f.span.column) in seen:
             continue
         seen.add((f.span.line, f.span.column))

@@ -1,4 +1,4 @@
-"""`soakspec report DIR --format md|html|json|junit [--spec FILE] [--out FILE] [--percentiles 50,90,99]`
+"""`soakspec report DIR --format md|html|json|junit|bench [--spec FILE] [--out FILE] [--percentiles 50,90,99]`
 
 Loads the evidence directory, verifying it first (every artifact re-hashed against the
 manifest), re-judges it with the spec embedded in the manifest -- or with `--spec FILE` -- and
@@ -44,12 +44,13 @@ PERCENTILES_HELP = ("the percentiles the tables show, comma-separated, among tho
 def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("dir", metavar="DIR", help="an evidence directory (the run's output)")
     p.add_argument("--format", choices=FORMATS, default="md",
-                   help="md: PR-ready section; html: self-contained page with charts; json; junit (default: md)")
+                   help="md: PR-ready section; html: self-contained page with charts; json; junit; "
+                        "bench: each level as vLLM bench serve's result block (default: md)")
     p.add_argument("--spec", metavar="FILE", help="judge with this spec instead of the one embedded in the evidence")
     p.add_argument("--out", metavar="FILE", type=out_file,
                    help="write the report to FILE (atomically) instead of stdout (-: stdout)")
     p.add_argument("--percentiles", metavar="LIST", type=percentiles_arg, default=None,
-                   help=PERCENTILES_HELP + "; md and html (json carries every stored figure)")
+                   help=PERCENTILES_HELP + "; md, html and bench (json carries every stored figure)")
 
 
 def _printable(text: str) -> str:

@@ -62,6 +62,9 @@ Turns. A multi-turn level (records with a `turn`: `multi_turn = true` chat) gets
 rows, p50 and p95 of ttft per user turn (`TURN_METRICS`) over the completed requests that sent
 that turn -- what a multi-turn comparison (prefix caching on and off, a scheduler change) is
 for, and what the level's rows mix across turns whose prompts differ by the whole history.
+Where both runs cap the level (max_concurrency), p50 and p95 of sent_ttft follow each turn's
+ttft rows, for the reason the level has sent_* rows ("From the send": a turn's queue and its
+server time read apart); an uncapped level's turns get ttft's rows alone, as before.
 Only the turns both runs sent are compared, the turns past the 20th as one ("turn 21+", as
 results.json lists them); a turn only one run reached is said in a note, not a missing row (how
 deep a level's sessions got depends on its length and the server's speed). Turn rows count in
@@ -267,7 +270,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import hashlib
-import ipaddress
 import json
 import math
 import random
@@ -279,6 +281,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from soakspec.evidence import netpath
 from soakspec.evidence.record import CANCELLED_BY_ABORT
 from soakspec.exitcodes import ExitCode
 from soakspec.judge import stats
@@ -346,8 +349,10 @@ METRICS: tuple[CompareMetric, ...] = (
 )
 BY_NAME = {m.name: m for m in METRICS}
 # a multi-turn level's rows per user turn (module doc, "Turns"): TTFT, what a conversation's
-# growing history and the server's prefix cache change turn by turn
-TURN_METRICS: tuple[tuple[CompareMetric, tuple[str, ...]], ...] = ((BY_NAME["ttft"], ("p50", "p95")),)
+# growing history and the server's prefix cache change turn by turn; and where both runs cap
+# the level (capped_only), sent_ttft, the same from the send, without the wait for a slot
+TURN_METRICS: tuple[tuple[CompareMetric, tuple[str, ...]], ...] = ((BY_NAME["ttft"], ("p50", "p95")),
+                                                                   (BY_NAME["sent_ttft"], ("p50", "p95")))
 MAX_TURNS = MAX_TURNS_LISTED  # turns past it are one row group, numbered MAX_TURNS + 1 ("turn 21+"), as results.json lists them
 
 
@@ -861,12 +866,13 @@ def _pairs(base: Sequence[BackendSamples], new: Sequence[BackendSamples], notes:
 
 def network_path(entry: Mapping[str, Any]) -> tuple[str | None, str | None]:
     """How the load generator reached a backend, from its manifest entry: (where -- "this
-    machine's loopback" or "host H", from its url -- and the hop in between -- "the launched
-    server's own socket" or "a port forward", from a launched server's `port_listener`), each
-    None where the manifest does not say (no url; a `url` backend's listener is never checked;
-    one /proc could not read). A port forward (docker-proxy, rootlessport: the runner's
-    FORWARDED_REASON; no listener in this network namespace: NO_LISTENER) or another host adds
-    latency of its own to every TTFT and latency (AIPerf PR #850)."""
+    machine's loopback" or "host H", from its url (`netpath.is_loopback`, the runner's own test)
+    -- and the hop in between -- "the launched server's own socket" or "a port forward", from a
+    launched server's `port_listener`: its `via`, or in evidence from before `via` its reason
+    text, `netpath.hop`), each None where the manifest does not say (no url; a `url` backend's
+    listener is never checked; one /proc could not read). A port forward (docker-proxy,
+    rootlessport; no listener in this network namespace) or another host adds latency of its
+    own to every TTFT and latency (AIPerf PR #850)."""
     url = entry.get("url")
     where = None
     if isinstance(url, str):
@@ -875,20 +881,9 @@ def network_path(entry: Mapping[str, Any]) -> tuple[str | None, str | None]:
         except ValueError:
             host = None
         if host:
-            try:
-                loop = host == "localhost" or ipaddress.ip_address(host).is_loopback
-            except ValueError:
-                loop = False
-            where = "this machine's loopback" if loop else f"host {host}"
-    hop = None
+            where = "this machine's loopback" if netpath.is_loopback(host) else f"host {host}"
     pl = entry.get("port_listener")
-    if isinstance(pl, Mapping):
-        why = pl.get("reason") if isinstance(pl.get("reason"), str) else ""
-        if pl.get("owner") == "server":
-            hop = "the launched server's own socket"
-        elif "port forward" in why or "forwarded port" in why:
-            hop = "through a port forward"
-    return where, hop
+    return where, netpath.hop(pl) if isinstance(pl, Mapping) else None
 
 
 def _path_notes(pairs: Sequence[tuple[BackendSamples, BackendSamples]], notes: list[str]) -> None:
@@ -1145,7 +1140,8 @@ class _LazyMetrics(Mapping[str, Samples]):
 
 def _turn_samples(lv: LevelIndex) -> dict[int, dict[str, Samples]]:
     """`_TurnSamples` read up front (`RunSamples.read(keep=False)`)."""
-    return {k: {cm.name: _distribution(rows, cm) for cm, _ in TURN_METRICS} for k, rows in rows_by_turn(lv.records, MAX_TURNS)}
+    wanted = [cm for cm, _ in TURN_METRICS if not cm.capped_only or capped(lv)]
+    return {k: {cm.name: _distribution(rows, cm) for cm in wanted} for k, rows in rows_by_turn(lv.records, MAX_TURNS)}
 
 
 _RAN = object()  # `RunSamples.read`'s default judge: the spec the run ran
@@ -1198,7 +1194,8 @@ class RunSamples:
     the base run, lets its table go, and only then reads the new one: compare of two day-long
     runs held both tables (10^7 requests a side: 1.2 GiB), where one table and the other's
     samples (ttft, tpot, latency: 24 bytes a request, 16 more at a level that declares
-    max_concurrency for sent_ttft and sent_latency; itl counted by value) are enough."""
+    max_concurrency for sent_ttft and sent_latency, and at a multi-turn level ttft per turn, with
+    sent_ttft where capped; itl counted by value) are enough."""
 
     side: Side
     ran: Any
@@ -1419,8 +1416,9 @@ def _turn_pending(backend: str, new_backend: str, a: LevelSamples, z: LevelSampl
     if only:
         said = ", ".join(f"turn {k}{'+' if k > MAX_TURNS else ''} only in the {side} run" for k, side in sorted(only))
         notes.append(f"{backend} {a.label}: {said} (not compared)")
+    metrics = [(cm, stats_) for cm, stats_ in TURN_METRICS if not cm.capped_only or (capped(a) and capped(z))]
     return [_Pending((backend, new_backend, a.workload, a.index, cm.name, stat, k), a, z, cm, stat, note, turn=k)
-            for k in both for cm, stats_ in TURN_METRICS for stat in stats_]
+            for k in both for cm, stats_ in metrics for stat in stats_]
 
 
 def _judge_rule(rule: CompareRule, rows: Sequence[Row], blocked: Mapping[int, str] | None = None) -> RuleOutcome:

@@ -22,7 +22,7 @@ The directory layout (the contract between the runner, the judge and `soakspec v
 Modules: `record` (THE request record), `buckets`, `serverlog`, `layout` (paths, `safe_name`),
 `io` (atomic JSON, JSONL and gzip JSONL, the run lock, hashing),
 `schema` (the shipped JSON Schemas), `manifest`, `provenance`, `redact`, `runtime`, `traces`,
-`telemetry`, `verify` and `signing` (runs `ssh-keygen`). Nothing here imports trio; everything
+`telemetry`, `netpath` (how a server was reached: the loopback test, `port_listener.via`), `verify` and `signing` (runs `ssh-keygen`). Nothing here imports trio; everything
 except telemetry sampling and signing is pure or plain synchronous file I/O. This package `__init__` imports nothing, so the compiler can
 use `soakspec.evidence.runtime.is_generic_label` cheaply.
 """

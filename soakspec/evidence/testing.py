@@ -238,7 +238,7 @@ def build_evidence_dir(
             entry.update(levels=[_level_entry(requests_per_backend, T0)], trace_source="log", server_log_cut=None, server_log_moved=None,
                          aborted_reason=None, planned_levels=1, timeouts=dict(SAMPLE_TIMEOUTS),
                          aborted_at=None, crash_diagnosis=[], preflight=None,
-                         port_listener={"owner": "server", "pid": 1000 + i, "reason": None},
+                         port_listener={"owner": "server", "via": "server", "pid": 1000 + i, "reason": None},
                          metrics={"path": "/metrics", "interval_s": 5.0, "timeout_s": 2.0, "declared": False,
                                   "status": "scraped", "scrapes": 1, "failed": 0, "first_error": None,
                                   "families": ["vllm:num_requests_running"]})

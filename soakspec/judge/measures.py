@@ -234,19 +234,31 @@ not_completed = Columnar(lambda r: r.get("outcome") != "completed", lambda t, id
 # ------------------------------------------------------------------------------ what a metric leaves out
 
 
-def excluded(records: Iterable[Row]) -> dict[str, dict[str, int]]:
-    """Completed requests that TTFT, TPOT and ITL leave out, by reason (none is silent)."""
+def excluded(records: Iterable[Row], sent: bool = False) -> dict[str, dict[str, int]]:
+    """Completed requests that TTFT, TPOT and ITL leave out, by reason (none is silent); with
+    `sent`, those that sent_ttft and sent_latency leave out too (the times from the send: a
+    request without a first token, as TTFT, or without a send time, `start`). `sent` where
+    their figures are given (a level that declares max_concurrency, `summary.sent_summary`) or
+    a rule on them asks: elsewhere they leave out what ttft and latency do, said once."""
     if isinstance(records, Rows) and len(records.parts) == 1 and not len(records.parts[0][0].odd(records.parts[0][1])):
-        return _excluded_columns(*records.parts[0])
+        return _excluded_columns(*records.parts[0], sent=sent)
     ttft: Counter[str] = Counter()
     tpot: Counter[str] = Counter()
     itl: Counter[str] = Counter()
+    sent_ttft: Counter[str] = Counter()
+    sent_latency: Counter[str] = Counter()
     for r in records:
         if r.get("outcome") != "completed":
             continue
         untimed = r.get("first_token") is None  # completed without one: its tokens' times are unknown
         if untimed:
             ttft[_UNTIMED] += 1
+        if sent:
+            unsent = num(r.get("start")) is None
+            if untimed or unsent:
+                sent_ttft[_UNTIMED if untimed else _UNSENT] += 1
+            if unsent or num(r.get("end")) is None:
+                sent_latency[_UNSENT if unsent else _NO_END] += 1
         if r.get("usage_mismatch"):
             tpot[_MISMATCH] += 1
             itl[_MISMATCH] += 1
@@ -260,7 +272,8 @@ def excluded(records: Iterable[Row]) -> dict[str, dict[str, int]]:
             itl[_UNTIMED] += 1
         elif r.get("itl_source") == "estimated":
             itl[_ESTIMATED] += 1
-    return {"ttft": dict(ttft), "tpot": dict(tpot), "itl": dict(itl)}
+    out = {"ttft": dict(ttft), "tpot": dict(tpot), "itl": dict(itl)}
+    return out | ({"sent_ttft": dict(sent_ttft), "sent_latency": dict(sent_latency)} if sent else {})
 
 
 _MISMATCH = "usage contradicts the stream (usage_mismatch)"
@@ -269,9 +282,11 @@ _MISMATCH = "usage contradicts the stream (usage_mismatch)"
 _FEW, _UNSTREAMED = "fewer than 2 tokens", "no token times after the first chunk (not streamed, or every token in it)"
 _UNTIMED = "token arrival times unknown (no text, usage not per chunk)"
 _ESTIMATED = "estimated tokens per chunk (final usage spread over the chunks)"
+# sent_ttft and sent_latency run from `start`, the send: a record without one has neither
+_UNSENT, _NO_END = "no send time (start) recorded", "no end time recorded"
 
 
-def _excluded_columns(t, idx) -> dict[str, dict[str, int]]:
+def _excluded_columns(t, idx, sent: bool = False) -> dict[str, dict[str, int]]:
     """`excluded` over one table's rows without extras, vectorized a chunk of rows at a time:
     the same counts, each reason in the order its first request comes (as the row loop adds them)."""
     first: dict[tuple[str, str], int] = {}  # (ttft|tpot|itl, reason) -> the position of its first request
@@ -287,14 +302,22 @@ def _excluded_columns(t, idx) -> dict[str, dict[str, int]]:
         n = t.i["output_tokens"][part]
         few = notpot & (n != MISSING) & (n < 2)
         est = rest & t.label_is("itl_source", "estimated", part)
-        for key, m in ((("ttft", _UNTIMED), untimed), (("tpot", _MISMATCH), mism), (("tpot", _FEW), few),
-                       (("tpot", _UNTIMED), notpot & ~few & untimed), (("tpot", _UNSTREAMED), notpot & ~few & ~untimed),
-                       (("tpot", _ESTIMATED), est & ~notpot),
-                       (("itl", _MISMATCH), mism), (("itl", _UNTIMED), rest & untimed), (("itl", _ESTIMATED), est & ~untimed)):
+        masks = [(("ttft", _UNTIMED), untimed), (("tpot", _MISMATCH), mism), (("tpot", _FEW), few),
+                 (("tpot", _UNTIMED), notpot & ~few & untimed), (("tpot", _UNSTREAMED), notpot & ~few & ~untimed),
+                 (("tpot", _ESTIMATED), est & ~notpot),
+                 (("itl", _MISMATCH), mism), (("itl", _UNTIMED), rest & untimed), (("itl", _ESTIMATED), est & ~untimed)]
+        if sent:
+            unsent = done & np.isnan(t.number("start", part))
+            endless = done & ~unsent & np.isnan(t.number("end", part))
+            masks += [(("sent_ttft", _UNTIMED), untimed), (("sent_ttft", _UNSENT), unsent & ~untimed),
+                      (("sent_latency", _UNSENT), unsent), (("sent_latency", _NO_END), endless)]
+        for key, m in masks:
             if m.any():
                 first.setdefault(key, a + int(np.argmax(m)))
                 total[key] += int(m.sum())
     out: dict[str, dict[str, int]] = {"ttft": {}, "tpot": {}, "itl": {}}
+    if sent:
+        out |= {"sent_ttft": {}, "sent_latency": {}}
     for (which, reason), _ in sorted(first.items(), key=lambda kv: (kv[1], kv[0][1])):
         out[which][reason] = total[(which, reason)]
     return out
@@ -341,7 +364,7 @@ class Distribution:
         if not n:
             return "no completed requests"
         name = self.excluded_as
-        why = excluded(done).get(name, {}) if name else {}
+        why = excluded(done, sent=name in ("sent_ttft", "sent_latency")).get(name, {}) if name else {}
         if not why:
             return f"none of its {n} completed request{'s' if n != 1 else ''} gives a value"
         reasons = "; ".join(f"{k} ({v})" if len(why) > 1 else k for k, v in why.items())

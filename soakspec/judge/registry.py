@@ -80,8 +80,9 @@ RULES: tuple[Entry, ...] = (
     _metric("latency", M.PerRequest(M.latency, when_timed_out=M.unmeasured)),
     # from the send, after any wait for a slot under max_concurrency (bench serve's TTFT, E2EL)
     _metric("sent_ttft", M.PerRequest(M.sent_ttft, when_timed_out=M.sent_ttft, untimed_low=M.sent_first_byte_wait,
-                                      elapsed=M.sent_latency)),
-    _metric("sent_latency", M.PerRequest(M.sent_latency, when_timed_out=M.unmeasured, elapsed=M.sent_latency)),
+                                      elapsed=M.sent_latency, excluded_as="sent_ttft")),
+    _metric("sent_latency", M.PerRequest(M.sent_latency, when_timed_out=M.unmeasured, elapsed=M.sent_latency,
+                                         excluded_as="sent_latency")),
     _metric("schedule_lag", M.PerRequest(M.schedule_lag)),
     _metric("output_tokens", M.PerRequest(M.counted("output_tokens"))),
     _metric("prompt_tokens", M.PerRequest(M.field("prompt_tokens"))),

@@ -168,7 +168,7 @@ class EvidenceBuilder:
             "aborted_reason": None, "timeouts": bp.timeouts(),
             "aborted_at": None, "crash_diagnosis": [], "preflight": None,
             # like the runner: whose socket answered readiness, for a server it launched
-            "port_listener": {"owner": "server", "pid": 4242, "reason": None} if be.kind != "url" or self._rehearsal else None,
+            "port_listener": {"owner": "server", "via": "server", "pid": 4242, "reason": None} if be.kind != "url" or self._rehearsal else None,
         }, t
 
     def _manifest(self, backends: list[dict[str, Any]], t0: float, t: float, *, time_scale: float, rehearsal: bool,

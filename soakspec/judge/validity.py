@@ -288,6 +288,10 @@ def _load_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instance]
     count, planned_count = lv.entry.get("requests_per_level"), want.get("requests_per_level")
     if count != planned_count:  # absent: the level ran for its duration (as all did before the key)
         differ.append(f"requests_per_level {count or 'none (timed)'} (the spec plans {planned_count or 'none (timed)'})")
+    warm, planned_warm = lv.entry.get("warmup_requests"), want.get("warmup_requests")
+    if warm != planned_warm:  # absent: a timed warmup (as every run before the key)
+        differ.append(f"a warmup of {f'{warm} requests' if warm else 'a duration'} (the spec plans "
+                      f"{f'{planned_warm} requests' if planned_warm else 'a duration'})")
     ran_for = _ran_duration(lv, plv)
     if ran_for is not None:
         differ.append(f"a planned duration of {format_duration(ran_for)} (the spec plans {format_duration(plv.duration_s)})")

@@ -45,6 +45,8 @@ def workload_shape(spec: Any, name: str) -> dict[str, str] | None:
         prompt = f"file {w.prompt_file}"
     elif w.prompt_tokens:
         prompt = f"{_list(w.prompt_tokens)} tokens" + (f" ({w.prefix_tokens} shared)" if w.prefix_tokens else "")
+        if w.prefix_tokens and w.prefix_groups > 1:  # another count or seed shared other prefixes
+            prompt += f" in {w.prefix_groups} prefix groups (seed {w.load.seed})"
     else:
         prompt = f"{w.prompt_words} words"
     if w.prompt_order == "shuffled" and w.prompt_file is not None:  # another order sent other prompts at each index

@@ -41,9 +41,15 @@ class Num:
     span: Span = _span()
 
 
+# The words of a count of requests (`warmup = 20 requests`): a quantity's unit written after a
+# space (`fmt` writes it so; `20requests` reads the same)
+COUNT_UNITS = ("request", "requests")
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class Quantity:
-    """A number with its unit exactly as written (`50ms`); conversion happens in check."""
+    """A number with its unit exactly as written (`50ms`; a count's word after a space, `20
+    requests`: COUNT_UNITS); conversion happens in check."""
 
     value: int | float
     unit: str

@@ -162,7 +162,7 @@ def value_text(v: A.Value) -> str:
     if isinstance(v, A.Num):
         return number(v.value)
     if isinstance(v, A.Quantity):
-        return f"{number(v.value)}{v.unit}"
+        return f"{number(v.value)} {v.unit}" if v.unit in A.COUNT_UNITS else f"{number(v.value)}{v.unit}"
     if isinstance(v, A.Bool):
         return "true" if v.value else "false"
     if isinstance(v, A.Word):

@@ -240,6 +240,9 @@ class Workload:
     prompt_tokens: tuple[int, ...] = ()  # token-exact prompts of these lengths (cycling), by the model's tokenizer
     tokenizer: str | None = None  # a local tokenizer.json for prompt_tokens; None: the server's /tokenize
     prefix_tokens: int = 0  # prompt_tokens: a prefix of this many tokens shared by every request; 0: unique prefixes
+    # prefix_tokens in G groups (SGLang's generated-shared-prefix): G distinct prefixes, each request
+    # starting with its group's, drawn by its index and the load's seed (soakspec/draws.py `prefix_group`)
+    prefix_groups: int = 1
     prompt_format: str | None = None  # text | jsonl | sharegpt; None: detected (see lang.datasets)
     max_tokens_from_file: bool = False  # per-prompt output lengths from the prompt file
     multi_turn: bool = False  # chat sessions: each closed-loop worker sends a conversation's turns in order, with its history
@@ -263,6 +266,13 @@ class Workload:
     duration_s: float = 60.0
     bucket_s: float = 60.0
     warmup_s: float = 0.0
+    # `warmup = N requests` (vLLM bench serve's --num-warmups): each level first sends N warmup
+    # requests -- closed loop: its workers take them from one count (shared by --workers
+    # processes, exactly N in all); open loop: its schedule's first N arrivals -- and its measured
+    # bucket 0 starts once all N have finished (each bounded by `deadline_s`, so a dead server
+    # cannot hold the warmup). None: the warmup is `warmup_s` (0.0 with a count). Open and closed
+    # loops only: batch, phases, replays, sweeps and multi-turn are E403.
+    warmup_requests: int | None = None
     deadline_s: float = 300.0
     follow_up: bool = True
     expected_latency_s: float | None = None  # planning hint only

@@ -108,6 +108,7 @@ def _scalars() -> st.SearchStrategy[A.Value]:
         strings(),
         st.builds(A.Num, _numbers()),
         quantities(),
+        quantities(A.COUNT_UNITS),  # `20 requests`: a count, its word after a space
         st.builds(A.Bool, st.booleans()),
         st.builds(A.Word, names()),
     )
@@ -204,7 +205,7 @@ class SpecShape:
 
     backends: tuple[str, ...]
     backend_kinds: tuple[str, ...]
-    # per workload: (levels, duration in seconds, bucket in seconds, warmup in seconds)
+    # per workload: (levels, duration in seconds, bucket in seconds, warmup in seconds: 0 for a count)
     workloads: tuple[tuple[int, Fraction, Fraction, Fraction], ...]
     parallel: bool
 
@@ -357,9 +358,13 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
         bq, b = draw(_duration(lo_s=max(min(d, Fraction(1, 10)), d / 1000), hi_s=d))
         body.append(_attr("bucket", bq))
     w = Fraction(0)
-    if draw(st.booleans()):
+    # a warmup by duration, or (open and closed loops, never with multi-turn) by count: vLLM's --num-warmups
+    warm = draw(st.sampled_from(["none", "duration"] + (["count"] if mode != "batch" else [])))
+    if warm == "duration":
         wq, w = draw(_duration(lo_s=Fraction(1), hi_s=Fraction(600)))
         body.append(_attr("warmup", wq))
+    elif warm == "count":
+        body.append(_attr("warmup", A.Quantity(draw(st.integers(1, 1000)), draw(st.sampled_from(A.COUNT_UNITS)))))
     if draw(st.booleans()):
         body.append(_attr("deadline", draw(_duration(hi_s=Fraction(600)))[0]))
     if draw(st.booleans()):
@@ -371,13 +376,16 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
     sources = ["default", "words", "tokens"] + (["file"] if _PROMPTS.is_dir() else [])
     source = draw(st.sampled_from(sources))  # one prompt source (or the default)
     if source == "file":
-        body = _prompt_file(draw, body, closed=mode == "closed" and count is None)
+        body = _prompt_file(draw, body, closed=mode == "closed" and count is None and warm != "count")
     if source == "words":
         body.append(_attr("prompt_words", A.Num(draw(st.integers(1, 4096)))))
     elif source == "tokens":
         body.append(_attr("prompt_tokens", A.List(tuple(A.Num(n) for n in draw(st.lists(st.integers(16, 4096), min_size=1, max_size=3))))))
         if draw(st.booleans()):
-            body.append(_attr("prefix_tokens", A.Num(draw(st.integers(0, 15)))))
+            prefix = draw(st.integers(0, 15))
+            body.append(_attr("prefix_tokens", A.Num(prefix)))
+            if prefix and draw(st.booleans()):  # SGLang's generated-shared-prefix: groups the prefix's index words tell apart
+                body.append(_attr("prefix_groups", A.Num(draw(st.integers(1, min(2**prefix, 512))))))
     if source in ("words", "tokens") and not any(isinstance(s, A.Attribute) and s.key == "prefix_tokens" for s in body) and draw(st.booleans()):
         # random lengths, as vLLM's --random-range-ratio: a percentage or a fraction below 1
         ratio = draw(st.integers(0, 99))

@@ -14,6 +14,8 @@ Formats, one module each:
                                    bucket (no script, no network), the tables
     junit  soakspec.report.junit   one <testcase> per rule
     json   soakspec.report.jsonfmt {schema_version, verdict, results}
+    bench  soakspec.report.bench   each backend and level in vLLM bench serve's result-block
+                                   layout, marked `Tool: soakspec` (lint-claims checks it)
 
 `soakspec report DIR` (soakspec.commands.report) does the I/O: it loads and verifies the
 evidence, re-judges it (a stored verdict.json is never read) and calls `render`.
@@ -27,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 _MODULES = {"md": "soakspec.report.md", "html": "soakspec.report.html", "json": "soakspec.report.jsonfmt",
-            "junit": "soakspec.report.junit"}
+            "junit": "soakspec.report.junit", "bench": "soakspec.report.bench"}
 FORMATS = tuple(_MODULES)
-_PERCENTILE_FORMATS = ("md", "html")  # the formats whose tables `--percentiles` chooses
+_PERCENTILE_FORMATS = ("md", "html", "bench")  # the formats whose tables `--percentiles` chooses
 
 
 def evidence_meta(evidence: Any) -> dict[str, Any]:
@@ -83,9 +85,9 @@ def prepare(spec: Any, evidence: Any) -> Inputs:
 
 def render(verdict: Any, results: Mapping[str, Any], evidence_meta: Mapping[str, Any], spec: Any, fmt: str,
            percentiles: Sequence[str] | None = None) -> str:
-    """Render one format (`md`, `html`, `json`, `junit`); pure, deterministic, ends in a newline.
+    """Render one format (`md`, `html`, `json`, `junit`, `bench`); pure, deterministic, ends in a newline.
     `percentiles` (results.json keys, `common.parse_percentiles`; None: p50, p95, p99): what the
-    Markdown and HTML tables show; JSON carries every stored percentile and JUnit none."""
+    Markdown and HTML tables and the bench blocks show; JSON carries every stored percentile and JUnit none."""
     if fmt not in _MODULES:
         raise ValueError(f"unknown report format {fmt!r} (one of {', '.join(FORMATS)})")
     module = importlib.import_module(_MODULES[fmt])

@@ -381,6 +381,8 @@ def workload_line(w: Any) -> str:
         parts.append(f"prompt_tokens={_join(w.prompt_tokens)}")
         if w.prefix_tokens:
             parts.append(f"prefix_tokens={w.prefix_tokens}")
+            if w.prefix_groups > 1:
+                parts.append(f"prefix_groups={w.prefix_groups}(seed={w.load.seed})")
     elif w.load.replay is not None:  # each request's lengths are its trace line's, not prompt_words / max_tokens
         parts.append(f"prompt of input_length {'tokens' if w.load.replay.tokens else 'words'}, max_tokens=output_length "
                      "(each request its trace line's)")
@@ -426,6 +428,8 @@ def workload_line(w: Any) -> str:
     parts.append(f"bucket_s={w.bucket_s:g}")
     if w.warmup_s:
         parts.append(f"warmup_s={w.warmup_s:g}")
+    if w.warmup_requests is not None:  # a counted warmup: bucket 0 starts once its requests have finished
+        parts.append(f"warmup={w.warmup_requests} requests per level")
     parts.append(f"deadline_s={w.deadline_s:g}")
     parts.append(f"/v1/{'chat/completions' if w.endpoint == 'chat' else 'completions'}, {'streaming' if w.stream else 'not streaming'}")
     if w.follow_up:

@@ -20,6 +20,8 @@ cannot disagree; nothing here computes a statistic. Per backend and level:
                (ITL: every token gap pooled); `--format json` gives mean, p50, p90, p95, p99
   completed / failed / timeouts / rejected / disconnected   measured requests by outcome
 
+then a note for each level whose ITL gaps are 5% coalesced or more (`COALESCED_NOTE_SHARE`),
+
 and a last line naming the command that renders the full report (`soakspec report DIR
 --format html`).
 """
@@ -99,6 +101,26 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[b
     return [line(head)] + [line(r) for r in rows]
 
 
+# A level whose ITL gaps are this share coalesced or more gets a note under the tables: its ITL
+# percentiles (0 ms where most gaps are) are not independent samples, and a reader of the terminal
+# has no other sign of it (the reports say it beside every ITL cell, the client-health table too).
+COALESCED_NOTE_SHARE = 0.05
+
+
+def _coalesced_notes(levels: Sequence[C.LevelRow]) -> list[str]:
+    """"note: ITL of sim-fast · rate 1500: 6,200 of 10,000 gaps (62%) coalesced ..." for each
+    level at COALESCED_NOTE_SHARE or more."""
+    out = []
+    for lv in levels:
+        co = lv.itl_coalesced or {}
+        gaps, n = C._int(co.get("gaps")), C._int(co.get("coalesced"))
+        if gaps and n is not None and n / gaps >= COALESCED_NOTE_SHARE:
+            out.append(f"note: ITL of {lv.backend} · {lv.label}: {n:,} of {gaps:,} gaps ({n / gaps:.0%}) coalesced -- tokens "
+                       "that shared a read or a chunk, not independent samples: its percentiles say how the tokens were "
+                       "read, not only how they were made (the report's client health says whether the client read late)")
+    return [""] + out if out else []
+
+
 def summary_lines(results: Mapping[str, Any], run_dir: Any, verdict: Any = None, percentiles: Sequence[str] = PCTS) -> list[str]:
     """Two aligned tables (rates and counts; latency means and percentiles -- `percentiles`,
     results.json keys -- in ms) and the report line; with `verdict`, a note when its
@@ -121,6 +143,7 @@ def summary_lines(results: Mapping[str, Any], run_dir: Any, verdict: Any = None,
                for n, lv in zip(names, levels)]
         head = ["backend", "level"] + [h for _, name in DISTS for h in (f"{name} mean ms", C.pct_head(name, percentiles, "/") + " ms")]
         out += [""] + ["  " + x for x in _table(head, lat, [False, False] + [True] * (2 * len(DISTS)))]
+        out += _coalesced_notes(levels)
     out += ["", f"full report: {report_command(run_dir)}"]
     return [C.clean_text(x) for x in out]
 

@@ -49,6 +49,7 @@ from soakspec.evidence.record import FOLLOW_UP_BUCKET, iter_records
 from soakspec.runner.scrape import LastScrape, scrape_metrics
 from soakspec.runner.records import RequestRecord
 from soakspec.runner.workers import drive_level_workers, processes_for
+from soakspec.units import format_duration
 
 
 async def run_backend(bp: BackendPlan, deps: Deps, rec: BackendRecorder, ids: IdSequence, prompts: PromptFiles, telemetry_interval_s: float) -> None:
@@ -189,7 +190,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
     watch.level_started(lv.workload, lv.index, lv.label, entry["measure_start"], lv.duration_s, lv.bucket_s, **starts)
 
     def on_start(t0: float) -> None:  # the level's own start (`--workers`: after their start-up), not the time above
-        entry.update(started_at=t0, measure_start=t0 + lv.warmup_s)
+        entry.update(started_at=t0, measure_start=t0 + lv.warmup_s if lv.warmup_requests is None else None)  # a counted warmup: at its end
         progress.level_begins(t0 - deps.clock.now())
         watch.level_started(lv.workload, lv.index, lv.label, t0 + lv.warmup_s, lv.duration_s, lv.bucket_s, **starts)
 
@@ -230,9 +231,9 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
         observe(rec.write_lines(data))  # decoded once, for the bucket lines and the abort rules alike
 
     ctx = LevelContext(bp.name, deps.clock, connect, shapes, write_records, ids, shapes.headers(), stats=stats,
-                       on_bucket=on_bucket, health=health, on_start=on_start,
+                       on_bucket=on_bucket, health=health, on_start=on_start, on_measure_start=_measure_started(bp.name, lv, entry, progress, watch, starts),
                        on_request_start=watch.started, on_started_until=started_until)  # fmt: skip
-    progress.level_started(bp.name, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, nb, lv.warmup_s, lv.requests_per_level)
+    _progress_started(progress, bp.name, lv)
     run: LevelRun | None = None
     try:
         if deps.workers > 1:
@@ -335,6 +336,29 @@ def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
     return [dict(r) for _, r in iter_records(path, start=rec.level_offset) if r.workload == lv.workload and r.level == lv.index]
 
 
+def _progress_started(progress, backend: str, lv: Level) -> None:
+    """The level's progress bar and first line; a counted warmup is shown as "warmup" until it
+    has ended (`Progress.warmup_ended`), however long that takes."""
+    warmup = lv.warmup_s if lv.warmup_requests is None else math.inf
+    progress.level_started(backend, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, len(lv.buckets), warmup,
+                           lv.requests_per_level)  # fmt: skip
+
+
+def _measure_started(backend: str, lv: Level, entry: dict, progress, watch: AbortWatch, starts: dict):
+    """What a level does when its counted warmup has ended (`LevelContext.on_measure_start`): its
+    measured window starts there -- the manifest's `measure_start`, the abort rules' bucket 0 --
+    not at its start + warmup_s, and progress says how long the warmup took."""
+
+    def on_measure_start(m: float) -> None:
+        entry.update(measure_start=m)
+        progress.log(f"[{backend}] {lv.workload} / {lv.label}: warmup of {lv.warmup_requests} requests finished after "
+                     f"{format_duration(max(0.0, m - entry['started_at']))}; measuring")
+        progress.warmup_ended()
+        watch.level_started(lv.workload, lv.index, lv.label, m, lv.duration_s, lv.bucket_s, **starts)
+
+    return on_measure_start
+
+
 def _cut_short(entry: dict, lv: Level, at: float) -> None:
     """A level cut short at `at` (an abort rule fired, Ctrl-C or another signal, the backend
     died, the run failed) keeps what it measured: it stays `completed = false`, lists the
@@ -344,6 +368,8 @@ def _cut_short(entry: dict, lv: Level, at: float) -> None:
     `at` is when the level ended, after its in-flight requests drained -- not when an abort
     rule fired: a load process (--workers) may still send after the rule fired, into a bucket
     that begins after it, and every bucket a request names must be listed."""
+    if entry["measure_start"] is None:  # cut short in its counted warmup: its measured window never began, no bucket is listed
+        entry["measure_start"] = at
     m = entry["measure_start"]
     end = max(m, min(at, m + lv.duration_s))
     entry["buckets"] = [{"index": b.index, "start": m + b.start_s, "end": min(m + b.start_s + b.length_s, end), "planned_length_s": b.length_s}

@@ -56,6 +56,7 @@ class IdSequence:
 
 
 _COUNT = struct.Struct("<Q")
+_TIME = struct.Struct("<d")  # a time on the run clock, in a slot of its own (8 bytes, as a count's)
 
 
 class SharedCount:
@@ -73,8 +74,10 @@ class SharedCount:
         self._fd: int | None = None
 
     # 0: the level's requests started (their prompt index); 1: its conversations begun (multi-turn);
-    # 2: a count-bounded closed loop's measured requests sent (`take`, `give_back`: `load.Quota`)
-    SLOTS = 3
+    # 2: a count-bounded closed loop's measured requests sent (`take`, `give_back`: `load.Quota`);
+    # 3: a counted warmup's closed-loop requests sent; 4: the processes that ended their part of a
+    # counted warmup; 5: when the last of them did (a float's bits: `warmup_done`, `warmup_end`)
+    SLOTS = 6
 
     @classmethod
     def create(cls) -> SharedCount:
@@ -94,6 +97,39 @@ class SharedCount:
         return self
 
     MEASURED = 2  # the slot of a count-bounded closed loop's measured requests (`take`, `give_back`)
+    WARMUP = 3  # the slot of a counted warmup's closed-loop requests (`take`, `give_back`)
+    WARMUP_DONE, WARMUP_END = 4, 5
+
+    def warmup_done(self, parts: int, now: float) -> float | None:
+        """A process ended its part of a counted warmup at `now`: the warmup's end -- `now` when
+        it is the last of the level's `parts` processes to end (it writes the time, in the same
+        locked step), else the time the last one wrote, or None while some have not ended."""
+        return self._locked(lambda fd: self._done_step(fd, parts, now))
+
+    def warmup_end(self, parts: int) -> float | None:
+        """The counted warmup's end once all `parts` processes have ended it (`warmup_done`), else None."""
+        return self._locked(lambda fd: self._done_step(fd, parts, None))
+
+    def _done_step(self, fd: int, parts: int, now: float | None) -> float | None:
+        at_done, at_end = self.WARMUP_DONE * _COUNT.size, self.WARMUP_END * _COUNT.size
+        (done,) = _COUNT.unpack(os.pread(fd, _COUNT.size, at_done))
+        if now is not None:
+            done += 1
+            os.pwrite(fd, _COUNT.pack(done), at_done)
+            if done == parts:
+                os.pwrite(fd, _TIME.pack(now), at_end)
+        if done < parts:
+            return None
+        return _TIME.unpack(os.pread(fd, _TIME.size, at_end))[0]
+
+    def _locked(self, step):
+        fd = self.open()._fd
+        assert fd is not None
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            return step(fd)
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
 
     def claim(self, slot: int = 0) -> int:
         """The next number of the count in `slot` (the caller's), and that count moves on by one."""

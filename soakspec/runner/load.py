@@ -3,7 +3,8 @@
 One `drive_level()` call runs one planned level against one server and returns what
 happened (`LevelRun`). The time model is the plan's (see `soakspec.plan`):
 
-  - the level starts at `t0`; requests that start before `t0 + warmup` are warmup (bucket -1);
+  - the level starts at `t0`; requests that start before `t0 + warmup` are warmup (bucket -1)
+    (a counted warmup: its N requests, and m is when they have finished -- see below);
   - bucket k covers [m + k·B, m + (k+1)·B) with m = t0 + warmup; a request belongs to the
     bucket in which it *started* (open loop: in which it was *scheduled*; constant arrivals
     placed in exact arithmetic, `soakspec.arrivals`, so one on an edge starts its bucket);
@@ -42,6 +43,17 @@ it). Ended by its duration first, it runs to `m + duration` as any level. A time
 is its declared duration: its in-flight requests -- and a capped open loop's queued arrivals --
 drain after it, in no scope of the level (a per-level server counter misses their work).
 
+A counted warmup (`Level.warmup_requests`, N; open and closed loops: `WARMUPS`): the level first
+sends N warmup requests -- closed loop: its workers take each from a `Quota` (the level's shared
+count's WARMUP slot with --workers, so exactly N in all) before making its prompt; open loop:
+the schedule's first N arrivals from t0 -- none started after the warmup's wall bound
+(`Level.warmup_bound_s`: rounds of the deadline), all of them bucket -1, and waits for them to
+finish (vLLM waits for its --num-warmups). m is then that time (`_warmup_end`: with --workers,
+when the last process ended its part, so every process and the parent cut the same buckets),
+told to `LevelContext.on_measure_start`, and the level runs as above from m: a closed loop's
+workers start afresh, an open loop's schedule starts afresh at m, its arrival i the level's
+request N + i (`_after_warmup`).
+
 Prompts: the k-th request of a level (k from 0, warmup included) gets `Shapes.make(k)`, whatever
 the backend sent before, so with a fixed seed every level of every backend sends the same prompt
 sequence; request ids stay the backend's own (unique) sequence. Open loop: k is the arrival's
@@ -63,6 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
@@ -195,7 +208,7 @@ class Shapes:
                 if costs is None:
                     costs = _COSTS[key] = await measure_costs(tok, tuple(WORDS))
                 for n in sorted({m for n in w.prompt_tokens for m in lengths.bounds(n, w.length_range)}):  # a range: its ends
-                    await verify(tok, costs, n, w.prefix_tokens)
+                    await verify(tok, costs, n, w.prefix_tokens, w.prefix_groups)
                 if w.hash_block:  # a replay's shared blocks: their boundaries too
                     await verify_blocks(tok, costs, w.hash_block, w.block_seed)
             self._costs = costs
@@ -318,7 +331,10 @@ class Shapes:
             n, max_tokens = min(w.prompt_tokens), min(w.max_tokens)
         else:
             n, max_tokens = self._drawn(index, w.prompt_tokens[index % len(w.prompt_tokens)], w.max_tokens[index % len(w.max_tokens)], asked)
-        return self._shape(token_prompt(self._costs, index, n, w.prefix_tokens, salt=salt), max_tokens)
+        # with prefix groups, the request's group by its index (the pre-flight's and follow-up's too:
+        # index 0's, a group a level's first requests send anyway)
+        group = draws.prefix_group(index, w.prefix_groups, w.group_seed) if w.prefix_groups > 1 else 0
+        return self._shape(token_prompt(self._costs, index, n, w.prefix_tokens, salt=salt, group=group, groups=w.prefix_groups), max_tokens)
 
     def _drawn(self, index: int, n: int, max_tokens: int, asked: bool = False) -> tuple[int, int]:
         """The prompt length and max_tokens of request `index` asked `n` and `max_tokens`: with
@@ -434,6 +450,7 @@ class LevelRun:
     measured: int = 0  # requests sent in the measured window (bucket >= 0, `counts_toward`): a count-bounded level's sent
     count_reached: bool = False  # a count-bounded level ended by its count (not by its duration)
     last_bucket: int = 0  # the bucket of its last measured request (a level ended by its count lists up to it)
+    warmup_sent: int = 0  # a counted warmup's requests sent (`Level.warmup_requests`; --workers: this process's)
 
     def drain_end(self, stop: float) -> float:
         """The measured window's end: ended by its count, its drain (`drained_at`, read once its
@@ -488,8 +505,14 @@ class LevelRun:
         of its `requests_per_level`) and what ended it (`ended_by`: count, or duration -- the
         bound came first and it is not complete); {} for a timed level."""
         if self.level.requests_per_level is None:
-            return {}
-        return {"measured_sent": self.measured, "ended_by": "count" if self.count_reached else "duration"}
+            return self.warmup_json()
+        return self.warmup_json() | {"measured_sent": self.measured, "ended_by": "count" if self.count_reached else "duration"}
+
+
+    def warmup_json(self) -> dict:
+        """A counted warmup's manifest field: its requests sent (`warmup_sent`, of its
+        `warmup_requests`: fewer where its bound ended it); {} for a timed warmup."""
+        return {} if self.level.warmup_requests is None else {"warmup_sent": self.warmup_sent}
 
 
 class Quota:
@@ -505,16 +528,17 @@ class Quota:
     for one not sent, so such a level is short of its count. `reached`: the count ended the
     level."""
 
-    def __init__(self, n: int, shared: SharedCount | None = None) -> None:
+    def __init__(self, n: int, shared: SharedCount | None = None, slot: int = SharedCount.MEASURED) -> None:
         self.n = n
         self.shared = shared
+        self.slot = slot  # the shared count's slot: MEASURED, or WARMUP for a counted warmup's N
         self.taken = 0
         self.reached = False
 
     def take(self) -> bool:
         if self.reached:
             return False
-        ok = self.shared.take(SharedCount.MEASURED, self.n) if self.shared is not None else self.taken < self.n
+        ok = self.shared.take(self.slot, self.n) if self.shared is not None else self.taken < self.n
         if not ok:
             self.reached = True
             return False
@@ -525,7 +549,7 @@ class Quota:
         self.taken -= 1
         self.reached = False  # the place is free again: this worker takes it (the others may have stopped)
         if self.shared is not None:
-            self.shared.give_back(SharedCount.MEASURED)
+            self.shared.give_back(self.slot)
 
     def first(self, due, measure: float):
         k = 0
@@ -572,6 +596,8 @@ class LevelContext:
     # the level's buckets from its start (`level_grid`): set by `drive_level`; an open loop's
     # constant arrivals are placed in them exactly (`arrivals.schedule`)
     grid: Grid | None = None
+    # told when a counted warmup ended: the measured window's start (bucket 0), known only then
+    on_measure_start: Callable[[float], None] | None = None
 
 
 async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
@@ -583,16 +609,22 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         await trio.sleep_until(clock.to_trio(t0))
     if ctx.on_start is not None:
         ctx.on_start(t0)
-    if level.requests_per_level is not None:
-        ctx = dataclasses.replace(ctx, quota=Quota(level.requests_per_level, ctx.shared_count))
+    if level.requests_per_level is not None:  # an open loop's count is its schedule's: no shared count
+        ctx = dataclasses.replace(ctx, quota=Quota(level.requests_per_level, ctx.shared_count if level.mode == "closed" else None))
     quota = ctx.quota
-    m = t0 + level.warmup_s
+    # a counted warmup (`Level.warmup_requests`): its N requests first, every one in no bucket,
+    # none started after the warmup's bound; the measured window starts once they have finished
+    warm_quota = Quota(level.warmup_requests, ctx.shared_count, SharedCount.WARMUP) if level.warmup_requests is not None else None
+    warming = warm_quota is not None
+    m = t0 + level.warmup_s if not warming else math.inf
     run = LevelRun(level, started_at=t0, measure_start=m)
-    stop = m + level.duration_s
+    stop = m + level.duration_s if not warming else t0 + level.warmup_bound_s
 
-    grid = level_grid(level, t0)
+    # the bucket windows' starts (`LevelRun.bucket_windows`), and where constant arrivals fall
+    # (after a counted warmup: from its end, when that is known)
+    grid = level_grid(level, t0) if not warming else None
     ctx = dataclasses.replace(ctx, grid=grid)
-    edges = grid.starts  # the bucket windows' starts (`LevelRun.bucket_windows`)
+    edges = list(grid.starts) if grid is not None else [m + b.start_s for b in level.buckets]
 
     def bucket_of(t: float) -> int:
         return windows.holding(edges, t)  # -1: warm-up
@@ -625,9 +657,10 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
 
     async def one(conn: Connection, worker: int, intended: float | None, lengths: tuple | None = None,
                   seq: int | None = None, admitted: float | None = None) -> bool:
-        """Send (or hold back) one request; False: a count-bounded closed loop has sent its count,
-        the worker stops."""
-        if quota is not None and quota.reached and intended is None:
+        """Send (or hold back) one request; False: a count-bounded closed loop has sent its count
+        (or, in a counted warmup, the warmup its N), the worker stops."""
+        counting = warm_quota if warming else quota
+        if counting is not None and counting.reached and intended is None:
             return False
         scout: bool | None = False
         if health is not None and health.refusals:
@@ -648,9 +681,11 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             if scout:
                 health.scouted()  # type: ignore[union-attr]
         if rec is None:  # the level ended (or sent its count) before it could start: its loop ends
-            return not (quota is not None and quota.reached)
+            return not (counting is not None and counting.reached)
         if rec.start is None:  # not sent: the client's own limit, not the server's (NOT_SENT_PAUSE_S)
-            if quota is not None and intended is None and rec.bucket >= 0:
+            if counting is warm_quota and warm_quota is not None and intended is None:
+                warm_quota.give_back()  # not one of the warmup's N: this worker sends another in its place
+            elif quota is not None and intended is None and rec.bucket >= 0:
                 quota.give_back()  # not one of the count: this worker sends another in its place
             await trio.sleep_until(clock.to_trio(min(clock.now() + NOT_SENT_PAUSE_S, stop)))
         return True
@@ -663,6 +698,9 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         closed-loop (or batch) request whose start fell at or after the level's stop -- its
         worker saw the clock before the stop, then made the request: nothing sent or recorded."""
         nonlocal salt
+        warm = warming  # a counted warmup's request (its `stop` is the warmup's bound, not the level's)
+        if warm and intended is None and warm_quota is not None and not warm_quota.take():
+            return None  # a counted warmup's closed loop has started its N (taken before its prompt: the measured go on from N)
         _, rid = ctx.next_id()  # the id: unique in the backend; the prompt: the request's place in the level
         salt = salt or rid
         # (a held-back arrival sends nothing: no prompt; open loop, its place is `seq` either way)
@@ -676,6 +714,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         if intended is None and now >= stop:
             # the worker's `clock.now() < stop` was read before this request was made: the start
             # is this read, and a level's requests start before its stop (its last bucket's end)
+            if warm and warm_quota is not None:
+                warm_quota.give_back()  # the warmup's bound came first: not one of its N
             return None
         if intended is None and quota is not None and now >= m and not quota.take():
             return None  # a count-bounded closed loop has started its count of measured requests
@@ -707,6 +747,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             pending.add(rec)
             return rec
         run.sent += 1
+        run.warmup_sent += warm
         try:
             await conn.send(shape, rid, ctx.headers, rec, deadline=start_ref + level.deadline_s)
         finally:
@@ -716,8 +757,10 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                 rec.error = CANCELLED_BY_ABORT
             if rec.start is not None and rec.end > m and rec.start < stop:
                 run.busy_s += min(rec.end, stop) - max(rec.start, m)
-            if rec.start is not None and rec.end > stop:  # a count-bounded level's drain may run past `stop`
+            if rec.start is not None and rec.end > stop and not warm:  # a count-bounded level's drain may run past `stop`
                 run.busy_late_s += rec.end - max(rec.start, stop)
+            if rec.start is None and warm:
+                run.warmup_sent -= 1  # not sent: not one of a counted warmup's requests
             if rec.start is None and rec.bucket >= 0:
                 run.measured -= 1  # not sent: not one of a count-bounded level's measured requests (`counts_toward`)
             ctx.stats.finished(rec)
@@ -726,14 +769,26 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                 health.observe(rec)
         return rec
 
+    load, start = one, t0
     try:
         async with trio.open_nursery() as background:
             background.start_soon(pending.writer)
+            if warm_quota is not None:  # the counted warmup, then the measured window from its end
+                await WARMUPS[type(level.shape)](level.shape, ctx, one, stop, t0, warm_quota)
+                m = await _warmup_end(ctx, clock.now(), stop + level.deadline_s)  # its last request ends by then
+                warming, stop, start = False, m + level.duration_s, m
+                grid = level_grid(level, m)
+                ctx = dataclasses.replace(ctx, grid=grid)
+                edges[:] = grid.starts
+                run.measure_start = m
+                if ctx.on_measure_start is not None:
+                    ctx.on_measure_start(m)
+                load = _after_warmup(one, level.warmup_requests) if level.mode == "open" else one
             ended, drained = trio.Event(), trio.Event()
             async with trio.open_nursery() as outer:
                 outer.start_soon(bucket_clock, level, ctx, m, ended,
                                  lambda k: run.all_started(quota) and run.last_bucket <= k, drained)
-                await LOAD_MODELS[type(level.shape)](level.shape, ctx, one, stop, t0, m)
+                await LOAD_MODELS[type(level.shape)](level.shape, ctx, load, stop, start, m)
                 # The load functions return only after `stop`, with every request drained; an
                 # abort arrives as cancellation instead. The bucket clock ends with the last bucket
                 # -- or, a count-bounded level that sent its count, now: its last request has ended
@@ -748,6 +803,37 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     run.measure_end = run.drain_end(stop)
     run.completed = True
     return run
+
+
+WARMUP_POLL_S = 0.002  # --workers: how often a process that ended its warmup reads whether the others have
+
+
+async def _warmup_end(ctx: LevelContext, now: float, bound: float) -> float:
+    """When a counted warmup ended: `now` in one process; with --workers, when the last of the
+    level's processes ended its part (`SharedCount.warmup_done`: the one that ends last writes
+    the time, every other waits for it), so that all of them -- and the parent -- cut the same
+    buckets. Each waits at most until `bound` -- the latest any warmup request can end: the
+    warmup's wall bound, after which none starts, plus one deadline -- and a second more; then
+    it takes its own `now`."""
+    shared, parts = ctx.shared_count, ctx.part[1]
+    if shared is None or parts <= 1:
+        return now
+    end = shared.warmup_done(parts, now)
+    while end is None and ctx.clock.now() < bound + 1.0:
+        await trio.sleep(WARMUP_POLL_S)
+        end = shared.warmup_end(parts)
+    return end if end is not None else now
+
+
+def _after_warmup(one, n: int):
+    """An open loop's measured arrivals after a counted warmup: its schedule starts afresh at the
+    warmup's end, and arrival i is the level's request n + i (the warmup's were 0..n-1), so no
+    prompt of the warmup is sent again."""
+
+    async def measured(conn, worker, intended, lengths=None, seq=None, admitted=None) -> bool:
+        return await one(conn, worker, intended, lengths, None if seq is None else seq + n, admitted)
+
+    return measured
 
 
 class _PendingRecords:
@@ -935,6 +1021,21 @@ async def _arrivals(ctx: LevelContext, one, due, cap: int | None = None) -> None
                 await conn.aclose()
 
 
+async def _warm_closed(shape: Closed, ctx: LevelContext, one, stop: float, start: float, quota: Quota) -> None:
+    """A closed loop's counted warmup: its workers send until they have taken the warmup's N
+    (`one` takes each from `quota`; --workers: from the level's shared count), none after `stop`
+    (the warmup's bound), and it returns once their requests have finished."""
+    await _closed(shape, ctx, one, stop, start, math.inf)
+
+
+async def _warm_open(shape: Open, ctx: LevelContext, one, stop: float, start: float, quota: Quota) -> None:
+    """An open loop's counted warmup: the schedule's first N arrivals from the level's start (every
+    --workers process reads the same schedule, so the N are split as arrivals are), sent and
+    finished (each bounded by its deadline; none is due after the warmup's bound)."""
+    times = schedule(shape.rate, shape.arrival, shape.seed, start, stop, shape.burstiness)
+    await _arrivals(ctx, one, quota.first(((t, None) for t in times), start), shape.max_concurrency)
+
+
 async def _open_ramp(shape: OpenRamp, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
     await _arrivals(ctx, one, ((t, None) for t in ramp_schedule(shape, start, stop, measure - start)), shape.max_concurrency)
 
@@ -979,6 +1080,8 @@ async def _closed_ramp(shape: ClosedRamp, ctx: LevelContext, one, stop: float, s
 # measure)` runs the level's requests through `one` from `start` (the level's start, warmup
 # included) until `stop`, a ramp over [measure, stop), and returns when they have drained.
 LOAD_MODELS = {Closed: _closed, Batch: _batch, Open: _open, ClosedRamp: _closed_ramp, OpenRamp: _open_ramp, Replay: _replay}
+# A counted warmup (`warmup = N requests`), per load shape that takes one (check refuses the others)
+WARMUPS = {Closed: _warm_closed, Open: _warm_open}
 
 
 __all__ = ["Bisection", "LevelContext", "LevelRun", "LiveStats", "Quota", "Shapes", "Slots", "drive_level", "in_flight_share",

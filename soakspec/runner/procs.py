@@ -73,6 +73,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 import httpx
 import trio
 
+from soakspec.evidence.netpath import is_loopback
 from soakspec.evidence.telemetry import process_tree_pids
 from soakspec.runner.fdlimit import server_preexec
 
@@ -331,20 +332,11 @@ class PortAllocator:
         return frozenset(self._given)
 
 
-def _is_local(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def port_taken(host: str, port: int, timeout_s: float = 1.0) -> str | None:
     """Whether `host:port` (a loopback address: the only kind soakspec launches servers on)
     already accepts TCP connections: None when it does not (refused, or not a loopback address,
     which is not looked at), else what listens there, for the message (`listener_of`)."""
-    if not _is_local(host):
+    if not is_loopback(host):
         return None
     try:
         with socket.create_connection((host, port), timeout=timeout_s):
@@ -368,8 +360,8 @@ class Listening:
 
 NO_LISTENER = "no process of this host's network namespace listens there: a forwarded port, a container's?"
 NOT_READABLE = "its process is not readable from /proc: another user's?"
-# a port forward holds the port (`PORT_FORWARDERS`): compare reads "port forward" in it as a hop
-# of the network path (soakspec/compare `network_path`)
+# a port forward holds the port (`PORT_FORWARDERS`): recorded as `via` "forward" (evidence/netpath.py);
+# evidence from before `via` was read by "port forward" in this text, so keep those words
 FORWARDED_REASON = "a container engine's port forward ({name}) listens there: whose container it forwards to /proc does not say"
 
 
@@ -472,9 +464,12 @@ PORT_FORWARDERS = ("docker-proxy", "rootlessport", "rootlessport-child", "rootle
 class PortOwner:
     """Whose listening socket a launched server's port is, at readiness (`port_owner`):
     `owner` "server" (the launched server's process tree: `pid` the one holding it), "other"
-    (another process: `pid`, `command`), or "unknown" (/proc cannot tell: `reason`)."""
+    (another process: `pid`, `command`), or "unknown" (/proc cannot tell: `reason`). `via`
+    says what held the socket, as a fact compare reads (one of `evidence/netpath.py` `VIAS`);
+    `reason` says it to a person."""
 
     owner: str
+    via: str
     pid: int | None = None
     command: str | None = None
     reason: str | None = None
@@ -482,7 +477,7 @@ class PortOwner:
     def to_json(self) -> dict:
         """The manifest's `port_listener`: the command line of another process is not kept (it
         may carry that process's secrets; the abort's reason names it, redacted)."""
-        return {"owner": self.owner, "pid": self.pid, "reason": self.reason}
+        return {"owner": self.owner, "via": self.via, "pid": self.pid, "reason": self.reason}
 
 
 def _ancestors(pid: int, limit: int = 64) -> list[int]:
@@ -540,10 +535,10 @@ def port_owner(server: Server, host: str, port: int) -> PortOwner:
     another PID or mount namespace (a container's server on the host's network: started by the
     container engine, not under the launch), or no /proc."""
     if not os.path.exists("/proc/net/tcp"):
-        return PortOwner("unknown", reason="/proc/net/tcp is not readable here (not Linux?): the listener was not checked")
+        return PortOwner("unknown", "unreadable", reason="/proc/net/tcp is not readable here (not Linux?): the listener was not checked")
     seen = listening(port, host)
     if not seen.sockets:
-        return PortOwner("unknown", reason=NO_LISTENER)
+        return PortOwner("unknown", "unseen", reason=NO_LISTENER)
     own_ns = _namespaces(os.getpid())
     ours: int | None = None
     unsure: PortOwner | None = None
@@ -551,18 +546,18 @@ def port_owner(server: Server, host: str, port: int) -> PortOwner:
         if _of_server(server, pid):
             ours = pid if ours is None else ours
         elif (name := os.path.basename(cmd.split(" ", 1)[0])) in PORT_FORWARDERS:
-            unsure = unsure or PortOwner("unknown", pid, reason=FORWARDED_REASON.format(name=name))
+            unsure = unsure or PortOwner("unknown", "forward", pid, reason=FORWARDED_REASON.format(name=name))
         elif (ns := _namespaces(pid)) is not None and own_ns is not None and ns != own_ns:
             why = (f"PID {pid}, which listens there, runs in another PID or mount namespace (a container's, as "
                    "`docker run --network host` starts): /proc does not say which launch started it")
-            unsure = unsure or PortOwner("unknown", pid, reason=why)
+            unsure = unsure or PortOwner("unknown", "namespace", pid, reason=why)
         else:
-            return PortOwner("other", pid, cmd)
+            return PortOwner("other", "other", pid, cmd)
     if ours is not None:
-        return PortOwner("server", ours)
+        return PortOwner("server", "server", ours)
     if unsure is not None:
         return unsure
-    return PortOwner("unknown", reason=seen.unreadable or NOT_READABLE)
+    return PortOwner("unknown", "unreadable", reason=seen.unreadable or NOT_READABLE)
 
 
 def log_tail(path: str | os.PathLike | None, lines: int = 40, max_bytes: int = 64 * 1024) -> str:

@@ -113,6 +113,12 @@ class Progress:
         if self._state:
             self._state["t0"] = time.monotonic() + in_s
 
+    def warmup_ended(self) -> None:
+        """A counted warmup (`warmup = N requests`, shown as "warmup" until now: `level_started`
+        with warmup_s = inf) has ended: the level's countdown and bucket numbers run from here."""
+        if self._state:
+            self._state["t0"], self._state["warmup_s"] = time.monotonic(), 0.0
+
     def tick(self, stats) -> None:
         """Called a few times a second with the level's LiveStats."""
         if self._rich is None or self._task is None:

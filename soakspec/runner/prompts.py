@@ -17,6 +17,7 @@ from typing import Protocol
 
 import httpx
 
+from soakspec import draws
 from soakspec.runner.protocol import describe_transport_error
 
 try:  # optional (`pip install 'soakspec[tokenizers]'`): only `tokenizer = "tokenizer.json"` needs it
@@ -64,7 +65,9 @@ class PromptFiles:
 # Cache control: with `prefix_tokens = 0` the first `id_words(V)` words spell the request's
 # index in base V (V one-token words), so no two of the first ID_SPACE requests share even
 # their first tokens; with a shared prefix, every request starts with the same `prefix_tokens`
-# tokens. The index is the request's place in its level (the same prompts on every backend), so
+# tokens -- or, with `prefix_groups = G`, with its group's (`prefix_words`: the group's index in
+# base V first, so that groups part at their first token when G <= V). The index is the
+# request's place in its level (the same prompts on every backend), so
 # the `salt_words(V)` words after it spell a hash of the level's salt (`load.drive_level`: its
 # first request's id, unique per level, sweep probe, backend and run): a later level, a sweep's
 # next probe or the next run against the same server never sends a prompt the server's prefix
@@ -118,15 +121,43 @@ async def measure_costs(tok: Tokenizer, vocabulary: tuple[str, ...]) -> TokenCos
     return TokenCosts(tuple(ones), max(0, overhead))
 
 
-def token_prompt(costs: TokenCosts, index: int, n: int, prefix_tokens: int, seed: int = 0, salt: str = "") -> str:
+def group_words(costs: TokenCosts, group: int, groups: int) -> list[str]:
+    """The first words of group `group`'s prefix (of `groups`): its index in base V, least
+    significant digit first, in `draws.digits(groups, V)` words -- so two groups' prefixes differ
+    in their first token whenever there are at most V groups (a real model's tokenizer counts most
+    of the vocabulary's words as one token), and within the first `digits` tokens otherwise."""
+    words, v = costs.words, len(costs.words)
+    out = []
+    for _ in range(draws.digits(groups, v)):
+        out.append(words[group % v])
+        group //= v
+    return out
+
+
+def prefix_words(costs: TokenCosts, prefix_tokens: int, seed: int = 0, group: int = 0, groups: int = 1) -> list[str]:
+    """The shared prefix of `prefix_tokens` one-token words: with one group the same words as
+    always (a function of the seed alone: evidence from before prefix groups was sent exactly
+    these); with `groups` > 1, group `group`'s -- its index (`group_words`), then words drawn by
+    the seed and the group: two groups' prefixes part at the index, by construction."""
+    words, v = costs.words, len(costs.words)
+    if groups <= 1:
+        rng = random.Random(f"prefix-{seed}")
+        return [words[rng.randrange(v)] for _ in range(prefix_tokens)]
+    out = group_words(costs, group, groups)[:prefix_tokens]
+    rng = random.Random(f"prefix-{seed}-group-{group}")
+    return out + [words[rng.randrange(v)] for _ in range(prefix_tokens - len(out))]
+
+
+def token_prompt(costs: TokenCosts, index: int, n: int, prefix_tokens: int, seed: int = 0, salt: str = "",
+                 group: int = 0, groups: int = 1) -> str:
     """The index-th prompt of exactly `n` tokens (special tokens included); with a `salt`, the
-    words after the index spell its hash (see "Cache control" above)."""
+    words after the index spell its hash (see "Cache control" above); with `groups` > 1, it
+    starts with prefix group `group`'s prefix (`prefix_words`)."""
     words, v = costs.words, len(costs.words)
     content = n - costs.overhead
     if content < 1:
         raise RunAborted(f"prompt_tokens = {n} leaves no room after the tokenizer's {costs.overhead} special tokens")
-    rng = random.Random(f"prefix-{seed}")
-    out = [words[rng.randrange(v)] for _ in range(min(prefix_tokens, content))]
+    out = prefix_words(costs, min(prefix_tokens, content), seed, group, groups)
     mark, i = [], index
     for _ in range(id_words(v)):
         mark.append(words[i % v])
@@ -251,9 +282,10 @@ class ServerTokenizer:
         return count
 
 
-async def verify(tok: Tokenizer, costs: TokenCosts, n: int, prefix_tokens: int) -> None:
+async def verify(tok: Tokenizer, costs: TokenCosts, n: int, prefix_tokens: int, groups: int = 1) -> None:
+    """Re-counts the first prompts of `n` tokens whole (with `groups`, each of a group of its own)."""
     for i in range(VERIFY_PROMPTS):
-        got = await tok.count(token_prompt(costs, i, n, prefix_tokens), True)
+        got = await tok.count(token_prompt(costs, i, n, prefix_tokens, group=i % groups, groups=groups), True)
         if got != n:
             raise RunAborted(f"a {n}-token prompt counts {got} tokens with this tokenizer (it joins words across spaces); prompt_tokens cannot be exact")
 

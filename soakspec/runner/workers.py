@@ -64,7 +64,8 @@ from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence, SharedCount
-from soakspec.runner.load import LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, counts_toward, drive_level, level_grid, schedule
+from soakspec.runner.load import (WARMUP_POLL_S, LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, counts_toward, drive_level,
+                                  level_grid, schedule)
 from soakspec.runner.procs import spawned_ended, spawning
 from soakspec.runner.prompts import RunAborted
 
@@ -168,7 +169,8 @@ async def drive_level_workers(
     shares = [ids.share(p, n) for p in range(n)]
     # closed loop: the level's count of requests started, which every process claims its next
     # prompt index from (open loop: an arrival's index is its place in the schedule)
-    count = SharedCount.create() if level.concurrency is not None and n > 1 else None
+    # (and, a counted warmup's, when the processes together ended it: `load._warmup_end`)
+    count = SharedCount.create() if (level.concurrency is not None or level.warmup_requests is not None) and n > 1 else None
     if count is not None:
         job = dict(job, count=count.path)
         count.open()  # the parent's own descriptor: it reads the count of measured requests sent at the end
@@ -230,16 +232,28 @@ async def drive_level_workers(
         for proc in procs:
             await proc.stdin.send_all(_frame(START, struct.pack("<d", t0)))  # type: ignore[union-attr]
         run = LevelRun(level, started_at=t0, measure_start=t0 + level.warmup_s)
+        closed_count = count if level.concurrency is not None else None  # an open loop's count is its schedule's
 
         counted = trio.Event()  # a count-bounded level that sent its count ends with its processes
         drained = trio.Event()  # its processes have all ended
+
+        async def buckets() -> None:
+            if level.warmup_requests is not None:  # a counted warmup: bucket 0 starts when the processes ended it
+                end = await _warmup_ended(count, n, clock, drained)
+                if end is None:
+                    return  # the processes ended without ending their warmup (cut short): no bucket began
+                run.measure_start = end
+                if ctx.on_measure_start is not None:
+                    ctx.on_measure_start(end)
+            await bucket_clock(level, ctx, run.measure_start, counted, _holds(level, run, closed_count), drained)
+
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(bucket_clock, level, ctx, run.measure_start, counted, _holds(level, run, count), drained)
+            nursery.start_soon(buckets)
             async with trio.open_nursery() as pumps:
                 for p in range(n):
                     pumps.start_soon(pump, p)
-            if count is not None and level.requests_per_level is not None:
-                taken = count.value(SharedCount.MEASURED)  # every process has ended: the count is final
+            if closed_count is not None and level.requests_per_level is not None:
+                taken = closed_count.value(SharedCount.MEASURED)  # every process has ended: the count is final
             if _count_reached(level, [s for s in summaries if s is not None], taken):
                 counted.set()
             drained.set()
@@ -301,6 +315,19 @@ def _process_name(p: int, n: int, proc) -> str:
     return f"load process {p + 1} of {n} (--workers, pid {proc.pid})"
 
 
+async def _warmup_ended(count: SharedCount | None, parts: int, clock, drained: trio.Event) -> float | None:
+    """When the level's processes together ended its counted warmup (the time the last of them
+    wrote: `SharedCount.warmup_done`), read every `WARMUP_POLL_S`; None if they all ended
+    first (a level cut short in its warmup)."""
+    while not drained.is_set():
+        end = count.warmup_end(parts) if count is not None else None
+        if end is not None:
+            return end
+        with trio.move_on_after(WARMUP_POLL_S):
+            await drained.wait()
+    return count.warmup_end(parts) if count is not None else None
+
+
 def _holds(level: Level, run: LevelRun, count: SharedCount | None) -> Callable[[int], bool] | None:
     """The parent's `bucket_clock` hold of a count-bounded level's last bucket (its window
     ends at the drain): a closed loop's once the processes took all n places (the last one
@@ -315,8 +342,9 @@ def _holds(level: Level, run: LevelRun, count: SharedCount | None) -> Callable[[
     if not isinstance(level.shape, Open):
         return None
     m, stop = run.measure_start, run.measure_start + level.duration_s
-    grid = level_grid(level, run.started_at)  # as each process places them (`drive_level`)
-    times = schedule(level.shape.rate, level.shape.arrival, level.shape.seed, run.started_at, stop, level.shape.burstiness, grid)
+    origin = m if level.warmup_requests is not None else run.started_at  # after a counted warmup the schedule starts afresh at m
+    grid = level_grid(level, origin)  # as each process places them (`drive_level`)
+    times = schedule(level.shape.rate, level.shape.arrival, level.shape.seed, origin, stop, level.shape.burstiness, grid)
     # its n-th arrival after the warmup, read one at a time (n may be millions: no list of them)
     nth = next(itertools.islice((t for t in times if t >= m), n - 1, None), None)
     if nth is None:  # its duration ends it first: every bucket as planned
@@ -344,7 +372,8 @@ def _summary(run: LevelRun, issued: int) -> dict:
     """A worker's DONE message: its part of the level's run (`_sum_up` adds the parts up)."""
     return {"sent": run.sent, "busy_s": run.busy_s, "drained_at": run.drained_at,
             "completed": run.completed, "ids": issued, "measured": run.measured,
-            "count_reached": run.count_reached, "last_bucket": run.last_bucket, "busy_late_s": run.busy_late_s}  # fmt: skip
+            "count_reached": run.count_reached, "last_bucket": run.last_bucket, "busy_late_s": run.busy_late_s,
+            "warmup_sent": run.warmup_sent}  # fmt: skip
 
 
 def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSequence, taken: int | None = None) -> None:
@@ -361,6 +390,7 @@ def _sum_up(run: LevelRun, done: list[dict], shares: list[IdSequence], ids: IdSe
     run.last_bucket = max(s.get("last_bucket", 0) for s in done)
     run.measure_end = run.drain_end(run.measure_start + run.level.duration_s)
     run.sent = sum(s["sent"] for s in done)
+    run.warmup_sent = sum(s.get("warmup_sent", 0) for s in done)
     run.busy_s = sum(s["busy_s"] for s in done)
     run.busy_late_s = sum(s.get("busy_late_s", 0.0) for s in done)
     for share, s in zip(shares, done):

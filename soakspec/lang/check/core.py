@@ -339,6 +339,42 @@ def _quantity(ctx: Ctx, k: Key, v: A.Value) -> float:
     return value
 
 
+MAX_WARMUP_REQUESTS = 1_000_000_000  # a warmup's count: as requests_per_level (workload.MAX_LEVEL_REQUESTS)
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestCount:
+    """A count of requests written as a quantity (`warmup = 20 requests`), as a key that takes a
+    duration or a count converts it: kept apart from a duration in seconds."""
+
+    n: int
+
+
+def _duration_or_count(ctx: Ctx, k: Key, v: A.Value) -> float | RequestCount:
+    """A duration (`10s`, in seconds) or a count of requests (`20 requests`, a `RequestCount`):
+    the count a whole number from 1 to MAX_WARMUP_REQUESTS, a bare number neither."""
+    if isinstance(v, A.Num):
+        shown = value_text(v)
+        ctx.error("E201", f"'{k.name}' needs a unit: a duration ({shown}s) or a count of requests ({shown} requests)", v.span,
+                  f"write {k.name} = {shown}s to warm up for {shown} seconds, or {k.name} = {shown} requests for {shown} requests")
+        raise Bad
+    if not isinstance(v, A.Quantity) or v.unit not in A.COUNT_UNITS:
+        return _quantity(ctx, k, v)
+    n = v.value
+    if isinstance(n, float) and not (n.is_integer() and abs(n) < 1e16):
+        ctx.error("E104", f"'{k.name}' counts whole requests, not {value_text(v)}", v.span)
+        raise Bad
+    n = int(n)
+    if n < 1:
+        ctx.error("E204", f"'{k.name}' must be at least 1 request, not {value_text(v)}", v.span,
+                  f"a warmup sends at least one request; for none, remove '{k.name}' (or write {k.name} = 0s)")
+        raise Bad
+    if n > MAX_WARMUP_REQUESTS:
+        too_large(ctx, k.name, value_text(v), MAX_WARMUP_REQUESTS, v.span,
+                  "more than a billion warmup requests is days of load: is there an extra digit?")
+    return RequestCount(n)
+
+
 def _strings(ctx: Ctx, k: Key, v: A.Value) -> tuple[str, ...]:
     if not isinstance(v, A.List) or not all(isinstance(i, A.Str) for i in v.items):
         _type_error(ctx, k, v, "a list of strings")
@@ -370,6 +406,7 @@ CONVERTERS = {
     "int": _int,
     "number": _number,
     "quantity": _quantity,
+    "duration_or_count": _duration_or_count,
     "strings": _strings,
     "ints": _ints,
     "quantities": _quantities,

@@ -156,8 +156,9 @@ def planned_level_requests(w: S.Workload) -> tuple[str, float] | None:
     its batches' waves start in the level at expected_latency (`lang/batches.py`; else one
     batch, at least); closed loop concurrency x (warmup + duration) / `expected_latency`, else its
     concurrency (the first requests at least). A level with `requests_per_level = N` sends its
-    warmup's requests and then N (its duration only bounds it), not rate x duration. None:
-    nothing planned (a replay sends no file)."""
+    warmup's requests and then N (its duration only bounds it), not rate x duration. A counted
+    warmup (`warmup = N requests`) is its N, before the level's. None: nothing planned (a
+    replay sends no file)."""
     load, length = w.load, w.warmup_s + w.duration_s
     found: list[tuple[str, float]] = []
     if load.replay is not None:
@@ -189,7 +190,8 @@ def planned_level_requests(w: S.Workload) -> tuple[str, float] | None:
                  for c in load.concurrency]
     else:
         found = [(f"concurrency {c}", n(c, length, float(c))) for c in load.concurrency]
-    return max(found, key=lambda f: f[1]) if found else None
+    warm = w.warmup_requests or 0  # a counted warmup's requests come first (their prompts are 0..N-1)
+    return max(((label, k + warm) for label, k in found), key=lambda f: f[1]) if found else None
 
 
 def repeated_prompts(ctx: Ctx, w: S.Workload, span: Span) -> None:

@@ -13,7 +13,7 @@ from soakspec.arrivals import constant_counts, constant_nth, rational
 from soakspec.diagnostics import Span
 import soakspec.lengths as L
 from soakspec.lang import replay as R
-from soakspec.lang.check.core import Ctx, Key, Table
+from soakspec.lang.check.core import Ctx, Key, RequestCount, Table
 from soakspec.lang.check.requests import data_path
 from soakspec.lang.check.walk import Body, sub, walk
 from soakspec.lang.datasets import FORMATS
@@ -31,6 +31,9 @@ MAX_TOTAL_LOAD_S = 30 * 86400.0  # the whole run's planned load time; a longer s
 # window served today (1-2M tokens on most long-context models, 10M at the very most; about a
 # word a token), and a prompt that long is still some 60 MB of text.
 MAX_TOKENS = R.MAX_LENGTH  # prompt_tokens, prefix_tokens, max_tokens (and a prompt file's max_tokens)
+# prefix_groups: SGLang's generated-shared-prefix defaults to 64 groups; a million is past any level
+# whose groups are each sent more than once (and keeps a group's index to 20 words in base 2)
+MAX_PREFIX_GROUPS = 1_000_000
 MAX_PROMPT_WORDS = R.MAX_LENGTH  # generated prompt words
 _TOKENS_WHY = "no model's context window is that long: is there an extra digit?"
 MAX_BATCH_REQUESTS = 1_000_000_000  # mode = batch: requests per level; a billion is days of back-to-back batches
@@ -51,6 +54,8 @@ WORKLOAD = Table(
         Key("prompt_tokens", "ints", "prompt_tokens", minimum=1, maximum=MAX_TOKENS, why=_TOKENS_WHY),
         Key("tokenizer", "str", "tokenizer"),
         Key("prefix_tokens", "int", "prefix_tokens", minimum=0, maximum=MAX_TOKENS, why=_TOKENS_WHY),
+        Key("prefix_groups", "int", "prefix_groups", minimum=1, maximum=MAX_PREFIX_GROUPS,
+            why="more groups than a level's requests share nothing: is there an extra digit?"),
         Key("prompt_format", "word", "prompt_format", choices=FORMATS),
         Key("max_tokens_from_file", "bool", "max_tokens_from_file"),
         Key("multi_turn", "bool", "multi_turn"),
@@ -63,7 +68,7 @@ WORKLOAD = Table(
         Key("ignore_eos", "bool", "ignore_eos"),
         Key("duration", "quantity", "duration_s", Dimension.DURATION, default=None),  # required unless phases or a replay set it
         Key("bucket", "quantity", "bucket_s", Dimension.DURATION, default=None),  # the duration
-        Key("warmup", "quantity", "warmup_s", Dimension.DURATION, allow_zero=True),
+        Key("warmup", "duration_or_count", "warmup_s", Dimension.DURATION, allow_zero=True),  # or `N requests`: _warmup_count()
         Key("deadline", "quantity", "deadline_s", Dimension.DURATION),
         Key("follow_up", "bool", "follow_up"),
         Key("expected_latency", "quantity", "expected_latency_s", Dimension.DURATION),
@@ -146,8 +151,11 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
     fields["sampling"] = _sampling(ctx, b, where)
     fields["think_time"] = _think_time(ctx, b, where)
     # what the load's seed seeds beside random arrivals: drawn lengths, a shuffled prompt order, drawn think times
-    seeded = fields["length_range"] > 0 or fields["prompt_order"] == "shuffled" or len(set(fields["think_time"])) > 1
+    # (and each request's prefix group)
+    seeded = (fields["length_range"] > 0 or fields["prompt_order"] == "shuffled" or len(set(fields["think_time"])) > 1
+              or fields["prefix_groups"] > 1)
     fields["load"] = _load(ctx, b, where, blk.label.value, ranged=seeded)
+    fields["warmup_s"], fields["warmup_requests"] = _warmup_count(ctx, b, fields["load"])
     _check_timing(ctx, b, fields["load"])
     _shaped_duration(ctx, b, fields, where)
     fields["dataset"] = requests.dataset(ctx, b, fields["endpoint"], where, blk.label.value)
@@ -163,6 +171,46 @@ def workload(ctx: Ctx, blk: A.Block) -> S.Workload | None:
         requests.repeated_prompts(ctx, w, b.got("prompt_file").span)  # W511
         requests.unalternating_turns(ctx, w, b.got("prompt_file").span)  # W512
     return w
+
+
+def _warmup_count(ctx: Ctx, b: Body, load: S.Load) -> tuple[float, int | None]:
+    """(warmup_s, warmup_requests): `warmup = 10s` a duration, `warmup = 20 requests` a count
+    (vLLM bench serve's --num-warmups) -- per level, as `requests_per_level` is. The count is
+    for the levels of an open or closed loop, which send its N requests before the measured
+    window and wait for them to finish; where the warmup is bound to time it has no meaning:
+    E403 with what to write instead -- batch mode (it sends whole batches), a replay (its warmup
+    is the trace's first seconds), phases (their warmup holds the first phase's start for a
+    time), a sweep (`max_wall` holds whole probes of warmup + duration), multi-turn sessions (a
+    conversation's turns would be cut wherever the count fell)."""
+    warm = b["warmup"] if b.ok("warmup") else None
+    if not isinstance(warm, RequestCount):
+        return (warm if warm is not None else S.Workload.warmup_s), None
+    n = warm.n
+    why: tuple[str, str] | None = None
+    timed = "write the warmup as a duration (warmup = 10s)"
+    if load.mode == "batch":
+        why = ("mode = batch warms up with whole batches for a duration",
+               f"{timed}, or for {n} warmup requests at a fixed concurrency use mode = closed  concurrency = [...]")
+    elif load.mode == "replay":
+        why = ("a replay's warmup is the trace's first seconds (the trace plays from the level's start)", timed)
+    elif load.phases:
+        why = ("phases hold the first phase's starting load through a warmup of a given time", timed)
+    elif load.search is not None:
+        why = ("a sweep's max_wall holds whole probes of warmup + duration", f"{timed}, or list the levels with concurrency = [...] / rate = [...]")
+    elif b.ok("multi_turn") and b["multi_turn"]:
+        why = ("a multi-turn session's conversations would be cut wherever the count fell",
+               f"{timed}, or drop multi_turn for a warmup of {n} requests")
+    if why is not None:
+        ctx.error("E403", f"a warmup of {n} requests is for an open or closed loop's levels; {why[0]}", b.got("warmup").span, why[1])
+        return S.Workload.warmup_s, None
+    return 0.0, n
+
+
+def _warmup_seconds(b: Body) -> float:
+    """The workload's timed warmup in seconds, as written: 0 for none and for a count
+    (`warmup = N requests`, whose time is its requests')."""
+    warm = b["warmup"]
+    return 0.0 if warm is None or isinstance(warm, RequestCount) else warm
 
 
 _SOURCES = ("prompt_words", "prompt_file", "prompt_tokens")
@@ -184,9 +232,32 @@ def _prompt_words(ctx: Ctx, b: Body, where: str) -> int | None:
                     f"the shortest prompt length length_range draws ({L.smallest(b['prompt_tokens'], ratio)})")
         ctx.error("E204", f"'prefix_tokens' ({b['prefix_tokens']}) must be less than {shortest}: each request needs tokens of its own",
                   b.got("prefix_tokens").span)  # fmt: skip
+    _prefix_groups(ctx, b, where)
     if not given:
         return S.Workload.prompt_words
     return b["prompt_words"]
+
+
+def _prefix_groups(ctx: Ctx, b: Body, where: str) -> None:
+    """`prefix_groups = G` splits `prefix_tokens` into G prefixes: without a shared prefix it has
+    nothing to split (E403, with what to write). Each group's prefix begins with its index spelled
+    in one-token words (runner/prompts.py `group_words`): in base 2, the fewest any usable
+    tokenizer has, G needs ceil(log2 G) of them (at least 1: soakspec/draws.py `digits(G, 2)`,
+    which the language may not import), so a shorter prefix could not keep every group
+    apart (E204); a tokenizer that counts most of the 198 vocabulary words as one token spells
+    that many groups in one word."""
+    if not b.has("prefix_groups"):
+        return
+    got = b.got("prefix_groups")
+    if not b.has("prefix_tokens") or (b.ok("prefix_tokens") and b["prefix_tokens"] == 0):
+        n = b["prefix_groups"] if b.ok("prefix_groups") else "G"
+        ctx.error("E403", f"'prefix_groups' splits the shared prefix into groups; {where} sets no 'prefix_tokens'", got.key_span,
+                  f"as SGLang's --gsp-system-prompt-len S --gsp-num-groups {n}: prompt_tokens = ...  prefix_tokens = S  prefix_groups = {n}")
+        return
+    if b.ok("prefix_groups") and b.ok("prefix_tokens") and b["prefix_tokens"] < (need := max(1, (b["prefix_groups"] - 1).bit_length())):
+        ctx.error("E204", f"'prefix_tokens' ({b['prefix_tokens']}) is too short to keep {b['prefix_groups']} prefix groups apart: "
+                  f"each group's prefix starts with its index, {need} tokens with any tokenizer", b.got("prefix_tokens").span,
+                  f"prefix_tokens = {need} or more, or fewer groups")
 
 
 def _think_time(ctx: Ctx, b: Body, where: str) -> tuple[float, ...]:
@@ -618,7 +689,7 @@ def _search(ctx: Ctx, lb: Body, load: S.Load, b: Body) -> S.Load:
         ctx.error("E204", f"a sweep's '{key}' is its bounds [low, high] with low < high, e.g. {key} = "
                   + ("[1rps, 20rps]" if key == "rate" else "[1, 32]"), lb.got(key).span)
     lb.require("max_wall")
-    one = (b["warmup"] or 0.0) + (b["duration"] or 0.0)
+    one = _warmup_seconds(b) + (b["duration"] or 0.0)  # a count is E403 in a sweep (`_warmup_count`)
     if lb.ok("max_wall") and lb["max_wall"] is not None and lb["max_wall"] + 1e-9 < one:
         ctx.error("E204", f"max_wall ({value_text(lb.got('max_wall').node)}) is shorter than one probe (warmup + duration = "
                   f"{one:g}s): no probe would start, and the sweep would measure nothing", lb.got("max_wall").span,
@@ -722,7 +793,7 @@ def _empty_buckets(ctx: Ctx, b: Body, load: S.Load, duration: float, bucket: flo
     poisson = load.arrival == "poisson"
     if (poisson and load.burstiness > 1.0) or min(load.rates) * duration < 1:
         return
-    warmup = b["warmup"] or 0.0
+    warmup = _warmup_seconds(b)  # a counted warmup's: 0, the measured schedule starts afresh at its end
     n_req = load.requests_per_level
     none_empty, expected, buckets, worst = 1.0, 0.0, 0, None
     for rate in sorted(set(load.rates)):

@@ -1,0 +1,119 @@
+"""`--format bench`: each backend and level's figures in the layout of vLLM's `bench serve` (and
+SGLang's `bench_serving`) result block, for reviewers who paste that block into a PR:
+
+    ============ Serving Benchmark Result ============
+    Tool:                                    soakspec
+    Run:                                     <run id>
+    Verdict:                                 PASS
+    Backend:                                 sim-fast
+    Level:                                   concurrency 4
+    Successful requests:                     37
+    Request throughput (req/s):              0.13
+    Output token throughput (tok/s):         8.53
+    Total token throughput (tok/s):          12.80
+    ---------------Time to First Token----------------
+    Mean TTFT (ms):                          40.87
+    Median TTFT (ms):                        40.87
+    P95 TTFT (ms):                           40.87
+    ...
+    ==================================================
+
+One block per backend and level (bench serve runs one load; a soak runs several), the labels and
+the `{:<40} {:<10.2f}` layout bench serve prints (vllm/benchmarks/serve.py), so a script that
+reads bench serve's block reads this one. What differs, on purpose:
+
+- `Verdict:` is the run's (PASS, FAIL, INCONCLUSIVE), stated once per block as the Markdown
+  report states it once: a block pasted alone still says whether the run passed;
+- the `Tool: soakspec` line says whose block it is: `soakspec lint-claims --evidence` checks a
+  block that carries it against the evidence (`soakspec.claims.figures`) and leaves any other --
+  bench serve's own, from another run -- alone. `Backend:` and `Level:` (the per-level table's
+  label) say which figures it holds, so the check compares it with that level;
+- the figures are soakspec's (`common.level_rows`, the per-level table's): requests/s and tokens/s
+  are the level's buckets' weighted by wall time; TTFT and E2EL run from the request's intended
+  start (`soakspec report`'s per-level table). At a level that declares `max_concurrency`, two more
+  sections, "Time to First Token (from the send)" and "End-to-end Latency (from the send)" (`Mean
+  sent TTFT (ms)`, `Mean sent E2EL (ms)`), give results.json's `sent_ttft` / `sent_latency`:
+  what bench serve calls TTFT and E2EL under `--max-concurrency` (its clock starts after the slot);
+- a figure the evidence has none of (no completed request, a run without streaming) is `n/a`,
+  never a number; no `Benchmark duration` line (a level's measured time is its buckets', not one
+  benchmark's wall time) and no failed count (soakspec splits failures by kind: the Markdown
+  report's per-level table).
+
+Percentiles: Mean and Median always, then the listed percentiles other than the median
+(`--percentiles`, default p95 and p99; bench serve's default is P99 alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from soakspec.report import common as C
+
+WIDTH = 50
+_HEAD = " Serving Benchmark Result "
+# (results.json metric, bench serve's name, its section header); sent_*: the sections a capped level adds
+_SECTIONS = (
+    ("ttft", "TTFT", "Time to First Token"),
+    ("tpot", "TPOT", "Time per Output Token (excl. 1st token)"),
+    ("itl", "ITL", "Inter-token Latency"),
+    ("latency", "E2EL", "End-to-end Latency"),
+    ("sent_ttft", "sent TTFT", "Time to First Token (from the send)"),
+    ("sent_latency", "sent E2EL", "End-to-end Latency (from the send)"),
+)
+
+
+def _line(label: str, value: Any, fmt: str = "{:<10.2f}") -> str:
+    v = C.num(value) if fmt != "{:<10}" else value
+    shown = "n/a" if v is None else fmt.format(v)
+    return f"{label:<40} {shown}".rstrip()
+
+
+def _section(stats: Mapping[str, Any] | None, name: str, header: str, percentiles: Sequence[str]) -> list[str]:
+    stats = stats or {}
+
+    def ms(key: str) -> float | None:  # results.json's seconds, as bench serve's milliseconds
+        v = C.num(stats.get(key))
+        return None if v is None else v * 1000
+
+    out = [f"{header:-^{WIDTH}}", _line(f"Mean {name} (ms):", ms("mean")), _line(f"Median {name} (ms):", ms("p50"))]
+    out += [_line(f"P{p[1:]} {name} (ms):", ms(p)) for p in percentiles if p != "p50"]
+    return out
+
+
+def block(row: C.LevelRow, level: Mapping[str, Any], run_id: str | None, outcome: str | None,
+          percentiles: Sequence[str]) -> list[str]:
+    """One backend and level as bench serve's result block (lines, no trailing newline)."""
+    completed = row.requests.get("completed") if isinstance(row.requests, Mapping) else None
+    lines = [f"{_HEAD:=^{WIDTH}}", _line("Tool:", "soakspec", "{:<10}")]
+    if run_id:
+        lines.append(_line("Run:", C.one_line(run_id), "{:<10}"))
+    if outcome:
+        lines.append(_line("Verdict:", C.one_line(outcome), "{:<10}"))
+    lines += [
+        _line("Backend:", row.backend, "{:<10}"),
+        _line("Level:", row.label, "{:<10}"),
+        _line("Successful requests:", completed if isinstance(completed, int) and not isinstance(completed, bool) else None, "{:<10}"),
+        _line("Request throughput (req/s):", row.qps),
+        _line("Output token throughput (tok/s):", row.tokens_per_s),
+        _line("Total token throughput (tok/s):", row.total_tokens_per_s),
+    ]
+    for metric, name, header in _SECTIONS:
+        stats = getattr(row, metric) if hasattr(row, metric) else level.get(metric)
+        if metric.startswith("sent_") and not isinstance(stats, Mapping):
+            continue  # no cap: results.json has no time from the send at this level
+        lines += _section(stats if isinstance(stats, Mapping) else None, name, header, percentiles)
+    lines.append("=" * WIDTH)
+    return lines
+
+
+def render(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, Any], spec: Any,
+           percentiles: Sequence[str] = C.DEFAULT_PERCENTILES) -> str:
+    run_id = meta.get("run_id") or getattr(verdict, "run_id", None)
+    levels = [lv for _, lv, _ in C.levels_with_buckets(results)]
+    out: list[str] = []
+    for row, lv in zip(C.level_rows(results), levels):
+        if out:
+            out.append("")
+        out += block(row, lv, run_id, getattr(verdict, "outcome", None), percentiles)
+    return "\n".join(out) + "\n" if out else "No level measured: nothing to show in bench serve's layout.\n"

@@ -1,0 +1,190 @@
+"""vLLM `bench serve`'s result block ("Mean TTFT (ms):   45.21") in a review: `soakspec report
+DIR --format bench` prints each backend and level in that layout, marked `Tool: soakspec`, and
+`soakspec lint-claims --evidence DIR` checks such a block against the evidence (CB201, the
+precision rule of every figure), scoped to the level its `Level:` line names; a block without
+the mark is another tool's run and is not read (`soakspec.claims.figures`, `soakspec.report.bench`)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from soakspec import cli
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+BOUNDARY = "\n\n## Claim boundary\n\nSynthetic evidence only.\n"
+TTFT_C4 = 0.04087  # level 1 (concurrency 4) answers faster than level 0 (TTFT 100 ms)
+
+# vLLM bench serve's block as it prints it (vllm/benchmarks/serve.py), from its own run
+VLLM_BLOCK = """\
+============ Serving Benchmark Result ============
+Successful requests:                     1000
+Failed requests:                         0
+Benchmark duration (s):                  120.50
+Request throughput (req/s):              8.30
+Output token throughput (tok/s):         1062.40
+Total token throughput (tok/s):          3187.10
+---------------Time to First Token----------------
+Mean TTFT (ms):                          45.21
+Median TTFT (ms):                        42.10
+P99 TTFT (ms):                           98.33
+==================================================
+"""
+
+
+def _write(tmp: Path, spec, b: EvidenceBuilder) -> tuple[Path, Path]:
+    d = b.write(tmp / "run")
+    spec_file = tmp / "spec.soak"
+    spec_file.write_text(spec.canonical_text)
+    return d, spec_file
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> tuple[Path, Path]:
+    """sim-fast at concurrency 2 and 4: TTFT 100 ms and 40.87 ms."""
+    spec = small_spec(levels="[2, 4]", backends=("sim-fast",))
+    b = EvidenceBuilder(spec)
+    for r in b.measured("sim-fast", level=1):
+        r["first_token"] = r["start"] + TTFT_C4
+        r["ttft"] = TTFT_C4
+    return _write(tmp_path_factory.mktemp("bench"), spec, b)
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory) -> tuple[Path, Path]:
+    """An open loop under max_concurrency = 1: TTFT 300 ms from the intended start, 100 ms from the send."""
+    from test_max_concurrency import _waited
+
+    spec = small_spec(mode="open", levels="[2rps]\n    max_concurrency = 1", backends=("a",))
+    return _write(tmp_path_factory.mktemp("bench-capped"), spec, _waited(EvidenceBuilder(spec)))
+
+
+def _bench(capsys, d: Path, *extra: str) -> str:
+    assert cli.main(["report", str(d), "--format", "bench", *extra]) == 0
+    return capsys.readouterr().out
+
+
+def _blocks(text: str) -> list[str]:
+    return [b for b in text.split("\n\n") if b.strip()]
+
+
+def _lint(tmp_path: Path, capsys, doc: str, run: tuple[Path, Path]) -> tuple[int, list[str]]:
+    d, spec_file = run
+    p = tmp_path / "PR.md"
+    p.write_text(doc + BOUNDARY)
+    code = cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", str(d)])
+    out = capsys.readouterr().out
+    return code, [line.removeprefix(f"{p}:") for line in out.splitlines() if re.match(rf"{re.escape(str(p))}:\d+:\d+: ", line)]
+
+
+def _fenced(*blocks: str) -> str:
+    return "# PR\n\n" + "\n".join(f"```\n{b.rstrip()}\n```\n" for b in blocks)
+
+
+def _set(block: str, label: str, value: str) -> str:
+    """`block` with the line labelled `label` stating `value` (bench serve's padding kept)."""
+    out, n = re.subn(rf"^{re.escape(label)}\s.*$", f"{label:<40} {value}", block, flags=re.M)
+    assert n == 1, (label, block)
+    return out
+
+
+# ---------------------------------------------------------------- the format
+
+
+def test_report_format_bench_prints_each_level_as_bench_serve_prints_its_run(capsys, run):
+    """One block per level, bench serve's labels and `{:<40} {:<10.2f}` layout, so a script that
+    reads bench serve's block reads the level's figures; `Tool:`, `Backend:`, `Level:` say whose."""
+    c2, c4 = _blocks(_bench(capsys, run[0]))
+    assert c4.splitlines()[0] == "============ Serving Benchmark Result ============"
+    assert c4.splitlines()[-1] == "=" * 50
+    for line in ("Tool:                                    soakspec", "Backend:                                 sim-fast",
+                 "Level:                                   concurrency 4", "Verdict:                                 PASS",
+                 "Successful requests:                     16",
+                 "---------------Time to First Token----------------", "Mean TTFT (ms):                          40.87",
+                 "Median TTFT (ms):                        40.87", "P99 TTFT (ms):                           40.87",
+                 "Request throughput (req/s):              0.13", "Output token throughput (tok/s):         8.53",
+                 "-----Time per Output Token (excl. 1st token)------", "----------------End-to-end Latency----------------"):
+        assert line in c4.splitlines(), (line, c4)
+    assert "Mean TTFT (ms):                          100.00" in c2.splitlines()
+    assert "P90 TTFT" not in c4 and "Time to First Token (from the send)" not in c4  # default p95, p99; no cap
+    # --percentiles chooses the Pxx lines, as it chooses the Markdown table's columns
+    c2, _ = _blocks(_bench(capsys, run[0], "--percentiles", "50,90"))
+    assert [ln.split(":")[0] for ln in c2.splitlines() if "TTFT" in ln and ":" in ln] == ["Mean TTFT (ms)", "Median TTFT (ms)", "P90 TTFT (ms)"]
+
+
+def test_a_capped_levels_block_adds_bench_serves_times_from_the_send(capsys, capped):
+    """bench serve's TTFT under --max-concurrency starts after the slot: a capped level's block
+    gives soakspec's TTFT (from the intended start, 300 ms) and the time from the send (100 ms)."""
+    (block,) = _blocks(_bench(capsys, capped[0]))
+    lines = block.splitlines()
+    assert "Median TTFT (ms):                        300.00" in lines
+    assert "-------Time to First Token (from the send)--------" in lines
+    assert "Median sent TTFT (ms):                   100.00" in lines
+    assert any(ln.startswith("Mean sent E2EL (ms):") for ln in lines)
+
+
+# ---------------------------------------------------------------- lint-claims reads it
+
+
+def test_soakspecs_bench_block_pasted_into_a_review_lints_clean(tmp_path, capsys, run, capped):
+    for r in (run, capped):
+        text = _bench(capsys, r[0])
+        assert _lint(tmp_path, capsys, _fenced(*_blocks(text)), r) == (0, [])
+        assert _lint(tmp_path, capsys, "# PR\n\n" + text, r) == (0, [])  # not fenced: the same
+
+
+def test_an_edited_figure_in_soakspecs_bench_block_is_CB201(tmp_path, capsys, run):
+    """Every figure the block states is checked at the precision it is written with (2 decimals):
+    the count, the rates, the latency aggregates."""
+    _, c4 = _blocks(_bench(capsys, run[0]))
+    for label, value, msg in [
+        ("Successful requests:", "17", "successful requests 17 requests for sim-fast; the evidence records sim-fast · concurrency 4: 16 requests"),
+        ("Request throughput (req/s):", "0.20", "request rate 0.20 req/s"),
+        ("Output token throughput (tok/s):", "8.60", "output throughput 8.60 tok/s"),
+        ("Mean TTFT (ms):", "40.90", "TTFT mean 40.90 ms for sim-fast; the evidence records sim-fast · concurrency 4: 40.870 ms"),
+        ("P95 TPOT (ms):", "15.00", "TPOT p95 15.00 ms"),
+        ("Median E2EL (ms):", "900.00", "latency p50 900.00 ms"),
+    ]:
+        code, diags = _lint(tmp_path, capsys, _fenced(_set(c4, label, value)), run)
+        assert code == 1, label
+        (d,) = diags
+        line = 4 + c4.splitlines().index(next(ln for ln in c4.splitlines() if ln.startswith(label)))
+        assert d.startswith(f"{line}:42: CB201 states {msg}"), d
+
+
+def test_a_block_is_compared_with_the_level_it_names(tmp_path, capsys, run):
+    """The concurrency-4 block stating concurrency 2's TTFT (100 ms) is CB201; without its Level
+    line the block names no level, and like a sentence naming none it holds when any level fits."""
+    _, c4 = _blocks(_bench(capsys, run[0]))
+    wrong = _set(c4, "Mean TTFT (ms):", "100.00")
+    code, diags = _lint(tmp_path, capsys, _fenced(wrong), run)
+    assert code == 1
+    line = 4 + wrong.splitlines().index("Mean TTFT (ms):                          100.00")
+    assert [d.split(" for ")[0] for d in diags] == [f"{line}:42: CB201 states TTFT mean 100.00 ms"], diags
+    no_level = "\n".join(ln for ln in wrong.splitlines() if not ln.startswith("Level:"))
+    assert _lint(tmp_path, capsys, _fenced(no_level), run) == (0, [])
+
+
+def test_a_capped_blocks_sent_times_are_checked_against_sent_ttft(tmp_path, capsys, capped):
+    (block,) = _blocks(_bench(capsys, capped[0]))
+    code, diags = _lint(tmp_path, capsys, _fenced(_set(block, "Median sent TTFT (ms):", "300.00")), capped)
+    assert code == 1
+    assert [re.sub(r"^\d+:\d+: CB201 states (.*?) for a;.*", r"\1", d) for d in diags] == ["sent TTFT p50 300.00 ms"], diags
+
+
+def test_bench_serves_own_block_is_another_tools_run_and_is_not_read(tmp_path, capsys, run):
+    """vLLM's block (no `Tool: soakspec`) measured its own run: its figures are not the evidence's
+    and are not contradicted by it, while soakspec's block beside it is checked."""
+    _, c4 = _blocks(_bench(capsys, run[0]))
+    code, diags = _lint(tmp_path, capsys, _fenced(VLLM_BLOCK, _set(c4, "Mean TTFT (ms):", "100.00")), run)
+    assert code == 1
+    assert len(diags) == 1 and " CB201 states TTFT mean 100.00 ms" in diags[0], diags
+    assert _lint(tmp_path, capsys, _fenced(VLLM_BLOCK) + "\n" + VLLM_BLOCK, run) == (0, [])
+
+
+def test_a_block_for_a_backend_the_evidence_did_not_run_is_no_other_backends(tmp_path, capsys, run):
+    _, c4 = _blocks(_bench(capsys, run[0]))
+    other = _set(_set(c4, "Backend:", "sim-slow"), "Mean TTFT (ms):", "999.00")
+    assert _lint(tmp_path, capsys, _fenced(other), run) == (0, [])
