@@ -107,3 +107,26 @@ def test_the_whole_number_placement_is_the_fraction_one(rate, bucket, warmup, n_
         t = t0 + i / rate
         want = None if i / r >= grid.end else grid.place(t, i / r)
         assert place(i, t) == want, (i, t)
+
+
+def test_after_a_counted_warmup_each_bucket_still_holds_rate_times_bucket():
+    """A counted warmup (`warmup = N requests`) ends when its requests have: the measured
+    schedule starts afresh there, and its constant arrivals fill each bucket exactly too."""
+    text = ('soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+            'workload "w" {\n load {\n mode = open\n rate = [5rps]\n }\n duration = 2s\n'
+            ' bucket = 200ms\n warmup = 3 requests\n deadline = 30s\n follow_up = false\n}\n')
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, [d.message for d in diags]
+    level = plan(spec).backends[0].levels[0]
+
+    async def main():
+        clock = RunClock(timer=trio.current_time, epoch=0.0)
+        server = FakeServer(clock, 0.05)
+        records: list = []
+        ctx = LevelContext("a", clock, server.connect, Shapes(level.request), records.extend, IdSequence("t"))
+        run = await drive_level(level, ctx)
+        return run, records
+
+    run, records = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    held = Counter(r.bucket for r in records)
+    assert held[-1] == 3 and [held[j] for j in range(10)] == [1] * 10, sorted(held.items())
