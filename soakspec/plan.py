@@ -1147,7 +1147,7 @@ def _constant_count(held: float, total: float) -> int:
 
 
 def _ramp_count(shape: OpenRamp, warmup: float, duration: float) -> int:
-    """Measured arrivals of a ramp (runner/load.py `ramp_schedule`; the warmup holds its start
+    """Measured arrivals of a ramp (soakspec/arrivals.py `ramp_schedule`; the warmup holds its start
     rate); Poisson arrivals the integral, rounded."""
     total = shape.expected(duration)
     if shape.arrival == "constant":

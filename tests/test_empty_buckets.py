@@ -11,12 +11,12 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from soakspec.lang import check, parse
 from soakspec.plan import plan
-from soakspec.runner.load import schedule
+from soakspec.runner.load import level_grid, schedule
 from soakspec.windows import holding
 
 from runner_support import REPO
@@ -83,14 +83,14 @@ _BUCKETS = st.sampled_from([0.1, 0.2, 0.25, 0.3, 0.5, 0.75, 1, 1.5, 2, 3])
 @settings(max_examples=150, deadline=None)
 @given(rate=_RATES, bucket=_BUCKETS, n_buckets=st.integers(2, 12), warmup=st.sampled_from([0, 0.3, 0.5, 1, 2]),
        count=st.none() | st.integers(1, 40), t0=st.sampled_from([0.0, 1796638213.623406, 1_700_000_000.0]))
+@example(rate=5, bucket=0.2, n_buckets=5, warmup=0, count=None, t0=0.0)  # 3/5 = 0.6 on the edge 3 x 0.2
 def test_w517_for_constant_arrivals_is_exactly_the_runners_empty_buckets(rate, bucket, n_buckets, warmup, count, t0):
-    """Property: for constant arrivals, `check` warns W517 whenever the runner's schedule
-    (`runner.load.schedule`, the plan's bucket edges, a level ended by its count listing buckets
-    up to its N-th measured arrival) leaves a measured bucket of some level without an arrival,
-    whatever the run clock's start -- naming exactly how many where no arrival falls on a bucket
-    edge, and "up to" that many where they do (5 rps in 200 ms buckets: 3/5 = 0.6 lands before
-    the edge 3 x 0.2 = 0.6000000000000001, leaving the next bucket empty, as float rounding
-    decides), never warning where every bucket holds one clear of its edges."""
+    """Property: for constant arrivals, `check` warns W517 exactly when the runner's schedule
+    (`runner.load.schedule` in the level's grid, a level ended by its count listing buckets up
+    to its N-th measured arrival) leaves a measured bucket of a level without an arrival,
+    whatever the run clock's start, naming how many. Arrivals on bucket edges are placed by
+    exact arithmetic (5 rps in 200 ms buckets: one in each, where the floats' 3/5 = 0.6 fell
+    before the edge 3 x 0.2 = 0.6000000000000001), so nothing is "maybe"."""
     duration = round(bucket * n_buckets, 9)
     if rate * duration < 1:  # W508's
         return
@@ -99,23 +99,19 @@ def test_w517_for_constant_arrivals_is_exactly_the_runners_empty_buckets(rate, b
     spec, diags = check(parse(_text(load, timing))[0])
     assert spec is not None, [d.message for d in diags]
     lv = plan(spec).backends[0].levels[0]
-    m = t0 + lv.warmup_s
-    edges = [m + b.start_s for b in lv.buckets]
-    due = [t for t in schedule(rate, "constant", 0, t0, m + lv.duration_s) if t >= m]
+    grid = level_grid(lv, t0)
+    m, edges = t0 + lv.warmup_s, list(grid.starts)
+    due = [t for t in schedule(lv.shape.rate, "constant", 0, t0, grid.stop, grid=grid) if t >= m]
     if count is not None and len(due) >= count:
         due = due[:count]
         edges = edges[: holding(edges, due[-1]) + 1]  # the buckets up to its last arrival's
     held = {holding(edges, t) for t in due}
     empty = [i for i in range(len(edges)) if i not in held]
     warned = [d for d in diags if d.code == "W517"]
-    if empty:
-        assert warned, empty
-    if warned and "may get no arrival" not in warned[0].message:  # certain: exactly the runner's
-        assert f" {len(empty)} of a level's " in warned[0].message and empty, (empty, warned[0].message)
-    elif warned:  # arrivals on bucket edges: rounding decides, and at most that many are empty
-        maybe = int(warned[0].message.split("up to ")[1].split()[0])
-        assert len(empty) <= maybe, (empty, warned[0].message)
-        assert f"set bucket to longer than" in (warned[0].hint or "")  # the bucket it has may be too short already
+    assert bool(warned) == bool(empty), (empty, [d.message for d in warned])
+    if warned:
+        assert f" {len(empty)} of a level's {len(edges)} buckets " in warned[0].message, (empty, warned[0].message)
+        assert "set bucket to at least" in (warned[0].hint or "")
 
 
 def test_the_poisson_estimate_is_a_bucket_emptys_probability():

@@ -169,7 +169,7 @@ def test_html_never_joins_a_line_across_two_levels():
 
 def test_html_shows_offered_beside_achieved_rate_for_an_open_loop():
     spec = small_spec(mode="open", levels="[1rps, 2rps]")
-    page = prepare(spec, EvidenceBuilder(spec).build()).render("html")
+    page = prepare(spec, EvidenceBuilder(spec, per_bucket=60).build()).render("html")  # 60 a minute: 1 rps scheduled
     svg = chart(page, "a", "qps")
     assert "achieved vs offered" in svg and ">offered</text>" in svg and ">achieved</text>" in svg
     assert "1 req/s (open loop)" in page

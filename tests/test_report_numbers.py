@@ -93,7 +93,7 @@ def test_a_ramp_level_is_not_reported_as_offering_its_end_rate():
     from soakspec.report.runsummary import summary_json, summary_lines
 
     spec = spec_from_text(RAMP_SPEC)
-    inp = prepare(spec, EvidenceBuilder(spec).build())
+    inp = prepare(spec, EvidenceBuilder(spec, per_bucket=1200).build())  # the steady phase's 20 rps in each minute
     md = inp.render("md")
     ramp_row = next(x for x in md.splitlines() if x.startswith("| a · phase ramp"))
     assert "5→20 req/s (open loop ramp)" in ramp_row and "| 20 req/s" not in ramp_row

@@ -266,6 +266,7 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "mode": e.get("mode"),
         "concurrency": e.get("concurrency"),
         "rate": e.get("rate"),
+        "scheduled_rate": scheduled_rate(lv),
         "batch_requests": e.get("batch_requests"),
         "shape": e.get("shape") if isinstance(e.get("shape"), Mapping) else None,  # a ramp's, phase's or replay's (manifest)
         "planned_duration_s": e.get("planned_duration_s"),
@@ -291,6 +292,20 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "turns": turn_summary(recs),
         "drain": drain_summary(lv),
     }
+
+
+def scheduled_rate(lv: LevelIndex) -> float | None:
+    """What an open loop offered, per second: the measured requests its schedule put in the
+    measured window (sent, held back or not sent alike -- each has its record) over the window's
+    wall time, the window `qps` (achieved) is over too. `rate` stays the nominal rate, which a
+    seeded random schedule only averages: 40 rps nominal put 444 arrivals in one 10 s window,
+    and 43.7 achieved read as the server beating the offer. None for a closed loop or batch,
+    a level without a window, or one its count ended (its window runs to the drain, after its
+    last arrival: its offer is its n requests, `requests_per_level`)."""
+    ms, me = lv.measure_start, lv.measure_end
+    if lv.entry.get("mode") != "open" or lv.ended_by_count or ms is None or me is None or me <= ms:
+        return None
+    return len(lv.records) / (me - ms)
 
 
 def capped(lv: LevelIndex) -> bool:

@@ -525,7 +525,7 @@ class LevelRow:
     level: int | None
     label: str
     offered: str  # `4 req/s (open loop)`, `concurrency 4`, `concurrency 4, batches of 8`
-    offered_rate: float | None  # req/s an open-loop level offered
+    offered_rate: float | None  # req/s an open-loop level offered (nominal: results.json `rate`)
     qps: float | None  # achieved: requests completed per second (ended in the level's buckets)
     tokens_per_s: float | None
     in_flight: float | None  # mean requests in flight
@@ -537,6 +537,7 @@ class LevelRow:
     itl_coalesced: Mapping[str, Any] | None = None  # {gaps, coalesced}: ITL samples that are not independent
     excluded: Mapping[str, Any] | None = None  # {tpot: {reason: n}, itl: {...}}: completed requests left out
     total_tokens_per_s: float | None = None  # prompt + output tokens/s (None: a bucket's unknown, `wall_mean_whole`)
+    scheduled_rate: float | None = None  # req/s an open loop's schedule put in its measured window (`offered_text`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -743,14 +744,20 @@ def ramp_range(lv: Mapping[str, Any]) -> tuple[float, float, str] | None:
 
 
 def offered_text(lv: Mapping[str, Any]) -> tuple[str, float | None]:
-    """The offered load as text, and the one rate an open loop offered (None for a ramp, whose
-    level `rate` is only where it ends)."""
+    """The offered load as text, and the one (nominal) rate an open loop offered (None for a
+    ramp, whose level `rate` is only where it ends). An open loop whose schedule put another
+    rate in the measured window (results.json `scheduled_rate`: seeded random arrivals, 44.4
+    req/s in a window of a 40 rps level) offered that: `44.4 req/s scheduled (open loop, 40
+    nominal)`, so an achieved 43.7 does not read as the server beating the offer."""
     ramp = ramp_range(lv)
     if ramp is not None:
         a, b, kind = ramp
         return (f"{a:g}→{b:g} req/s (open loop ramp)", None) if kind == "open_ramp" else (f"concurrency {a:g}→{b:g} (ramp)", None)
     mode, rate, conc, batch = lv.get("mode"), num(lv.get("rate")), _int(lv.get("concurrency")), _int(lv.get("batch_requests"))
     if rate is not None and mode in (None, "open"):
+        sched = num(lv.get("scheduled_rate"))
+        if sched is not None and f"{sched:.3g}" != f"{rate:.3g}":  # a random schedule's window: what it offered, the nominal beside
+            return f"{sched:.3g} req/s scheduled (open loop, {rate:g} nominal)", rate
         return f"{rate:g} req/s (open loop)", rate
     parts = [f"concurrency {conc}"] if conc is not None else []
     if batch:
@@ -785,7 +792,7 @@ def level_rows(results: Mapping[str, Any]) -> list[LevelRow]:
             ttft=_map(lv.get("ttft")) or None, itl=_map(lv.get("itl")) or None, tpot=_map(lv.get("tpot")) or None,
             latency=_map(lv.get("latency")) or None, requests=_map(lv.get("requests")),
             itl_coalesced=_map(lv.get("itl_coalesced")) or None, excluded=_map(lv.get("excluded")) or None,
-            total_tokens_per_s=wall_mean_whole(mine, "total_tokens_per_s"),
+            total_tokens_per_s=wall_mean_whole(mine, "total_tokens_per_s"), scheduled_rate=num(lv.get("scheduled_rate")),
         ))
     return out
 

@@ -7,7 +7,10 @@ Both come from results.json's shape (`summarize_run`), through `common.level_row
 the Markdown and HTML per-level tables show -- so the terminal, the reports and results.json
 cannot disagree; nothing here computes a statistic. Per backend and level:
 
-  offered      the offered load (`4 req/s (open loop)`, `concurrency 4`)
+  offered      the offered load (`4 req/s (open loop)`, `concurrency 4`); an open loop whose
+               seeded schedule put another rate in the measured window, that rate with the
+               nominal beside it (`44.4 req/s scheduled (open loop, 40 nominal)`; `--format
+               json`: `scheduled_rate` beside the nominal `offered_rate`)
   req/s        achieved: requests completed per second (the buckets' qps -- the requests that
                ended in each bucket, whenever they started -- weighted by wall time)
   tok/s        output tokens per second of those requests (likewise)
@@ -52,7 +55,7 @@ def _pcts(d: Mapping[str, Any] | None) -> dict[str, float | None]:
 def level_json(lv: C.LevelRow) -> dict[str, Any]:
     out: dict[str, Any] = {
         "backend": lv.backend, "workload": lv.workload, "level": lv.level, "label": lv.label,
-        "offered": lv.offered, "offered_rate": lv.offered_rate, "achieved_rate": lv.qps,
+        "offered": lv.offered, "offered_rate": lv.offered_rate, "scheduled_rate": lv.scheduled_rate, "achieved_rate": lv.qps,
         "output_tokens_per_s": lv.tokens_per_s, "total_tokens_per_s": lv.total_tokens_per_s, "mean_in_flight": lv.in_flight,
     }
     for key, _ in DISTS:

@@ -6,7 +6,8 @@ happened (`LevelRun`). The time model is the plan's (see `soakspec.plan`):
   - the level starts at `t0`; requests that start before `t0 + warmup` are warmup (bucket -1)
     (a counted warmup: its N requests, and m is when they have finished -- see below);
   - bucket k covers [m + k·B, m + (k+1)·B) with m = t0 + warmup; a request belongs to the
-    bucket in which it *started* (open loop: in which it was *scheduled*);
+    bucket in which it *started* (open loop: in which it was *scheduled*; constant arrivals
+    placed in exact arithmetic, `soakspec.arrivals`, so one on an edge starts its bucket);
   - no request starts at or after `m + duration`; in-flight requests then drain (each is
     bounded by its own absolute deadline).
 
@@ -14,7 +15,8 @@ Closed loop: c workers, each with its own kept-alive connection, sends its next 
 soon as its last one ends: no barrier, so concurrency stays at c between requests.
 Batch: batches of N requests at concurrency c, back to back (the original harness's "leaf"
 semantics, kept for reproducing old evidence); a batch stops launching at the level's end.
-Open loop: send times from a constant or seeded Poisson schedule (gamma with `burstiness`);
+Open loop: send times from a constant or seeded Poisson schedule (gamma with `burstiness`; the
+schedules are pure functions in `soakspec.arrivals`, re-exported here);
 latency and TTFT count from the *intended* send time, and the lag behind the schedule is
 recorded.
 Ramps and steps (a workload's phases): closed-loop workers started and stopped on the target's
@@ -72,11 +74,9 @@ level's stop ends there and sends nothing.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 import os
-import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
@@ -85,6 +85,7 @@ import httpx
 import trio
 
 from soakspec import windows
+from soakspec.arrivals import Grid, level_grid, ramp_schedule, replay_schedule, schedule, unit_arrivals  # noqa: F401  (read from here too)
 from soakspec import draws, lengths
 from soakspec.shares import in_flight_share
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
@@ -592,6 +593,9 @@ class LevelContext:
     shared_count: SharedCount | None = None
     # a count-bounded level's measured requests (`Quota`): set by `drive_level` from the level
     quota: Quota | None = None
+    # the level's buckets from its start (`level_grid`): set by `drive_level`; an open loop's
+    # constant arrivals are placed in them exactly (`arrivals.schedule`)
+    grid: Grid | None = None
     # told when a counted warmup ended: the measured window's start (bucket 0), known only then
     on_measure_start: Callable[[float], None] | None = None
 
@@ -616,7 +620,11 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     run = LevelRun(level, started_at=t0, measure_start=m)
     stop = m + level.duration_s if not warming else t0 + level.warmup_bound_s
 
-    edges = [m + b.start_s for b in level.buckets]  # the bucket windows' starts (`LevelRun.bucket_windows`)
+    # the bucket windows' starts (`LevelRun.bucket_windows`), and where constant arrivals fall
+    # (after a counted warmup: from its end, when that is known)
+    grid = level_grid(level, t0) if not warming else None
+    ctx = dataclasses.replace(ctx, grid=grid)
+    edges = list(grid.starts) if grid is not None else [m + b.start_s for b in level.buckets]
 
     def bucket_of(t: float) -> int:
         return windows.holding(edges, t)  # -1: warm-up
@@ -769,7 +777,9 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                 await WARMUPS[type(level.shape)](level.shape, ctx, one, stop, t0, warm_quota)
                 m = await _warmup_end(ctx, clock.now(), stop + level.deadline_s)  # its last request ends by then
                 warming, stop, start = False, m + level.duration_s, m
-                edges[:] = [m + b.start_s for b in level.buckets]
+                grid = level_grid(level, m)
+                ctx = dataclasses.replace(ctx, grid=grid)
+                edges[:] = grid.starts
                 run.measure_start = m
                 if ctx.on_measure_start is not None:
                     ctx.on_measure_start(m)
@@ -922,28 +932,8 @@ async def _batch(shape: Batch, ctx: LevelContext, one, stop: float, start: float
                 await conn.aclose()
 
 
-def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, burstiness: float = 1.0):
-    """Intended send times in [start, stop): constant spacing or a seeded Poisson process; with
-    `burstiness` b != 1, gamma inter-arrival times of shape b and scale 1/(rate·b) (vLLM's
-    `--burstiness`: the mean gap stays 1/rate, b < 1 burstier, b > 1 more even)."""
-    rng = random.Random(seed)
-    t = start
-    i = 0
-    while True:
-        if arrival == "poisson" and burstiness != 1.0:
-            t = (t if i else start) + rng.gammavariate(burstiness, 1.0 / (rate * burstiness))
-        elif arrival == "poisson":
-            t = t + rng.expovariate(rate) if i else start + rng.expovariate(rate)
-        else:
-            t = start + i / rate
-        if t >= stop:
-            return
-        yield t
-        i += 1
-
-
 async def _open(shape: Open, ctx: LevelContext, one, stop: float, start: float, measure: float) -> None:
-    times = schedule(shape.rate, shape.arrival, shape.seed, start, stop, shape.burstiness)
+    times = schedule(shape.rate, shape.arrival, shape.seed, start, stop, shape.burstiness, ctx.grid)
     due = ((t, None) for t in times)
     if ctx.quota is not None:  # a count-bounded level: its first n arrivals after the warmup
         due = ctx.quota.first(due, measure)
@@ -1031,49 +1021,6 @@ async def _arrivals(ctx: LevelContext, one, due, cap: int | None = None) -> None
                 await conn.aclose()
 
 
-def unit_arrivals(arrival: str, seed: int, burstiness: float = 1.0):
-    """A unit-rate arrival process in "operational time": 0, 1, 2, ... (constant), or seeded
-    exponential gaps (poisson), or gamma gaps of shape b and mean 1 (burstiness b != 1)."""
-    rng = random.Random(seed)
-    s, i = 0.0, 0
-    while True:
-        if arrival == "poisson":
-            s += rng.gammavariate(burstiness, 1.0 / burstiness) if burstiness != 1.0 else rng.expovariate(1.0)
-        else:
-            s = float(i)
-        yield s
-        i += 1
-
-
-def ramp_schedule(shape: OpenRamp, start: float, stop: float, warmup: float = 0.0):
-    """Intended send times in [start, stop) for a rate ramp or staircase over the measured window
-    [start + warmup, stop), the rate held at `shape.start` in the warmup before it: one unit-rate
-    process mapped through the inverse of that whole cumulative rate (time rescaling), so the
-    arrivals run on across the warmup's end as one process."""
-    length = stop - start - warmup
-    held = shape.start * warmup if shape.start > 0 else 0.0  # unit arrivals the warmup takes
-    for s in unit_arrivals(shape.arrival, shape.seed, shape.burstiness):
-        if s < held:
-            off: float | None = s / shape.start
-        else:
-            ramp = shape.time_of(s - held, length)
-            off = None if ramp is None else warmup + ramp
-        if off is None or start + off >= stop:
-            return
-        yield start + off
-
-
-def replay_schedule(shape: Replay, start: float, stop: float):
-    """(intended send time, (input length, output length, hash_ids)) of each trace request before
-    `stop` (hash_ids () without prefix sharing)."""
-    ids = shape.hash_ids or itertools.repeat(())
-    for off, n_in, n_out, h in zip(shape.offsets_s, shape.input_lens, shape.output_lens, ids):
-        t = start + off / shape.speed
-        if t >= stop:
-            return
-        yield t, (n_in, n_out, h)
-
-
 async def _warm_closed(shape: Closed, ctx: LevelContext, one, stop: float, start: float, quota: Quota) -> None:
     """A closed loop's counted warmup: its workers send until they have taken the warmup's N
     (`one` takes each from `quota`; --workers: from the level's shared count), none after `stop`
@@ -1138,7 +1085,7 @@ WARMUPS = {Closed: _warm_closed, Open: _warm_open}
 
 
 __all__ = ["Bisection", "LevelContext", "LevelRun", "LiveStats", "Quota", "Shapes", "Slots", "drive_level", "in_flight_share",
-           "prompt_words", "ramp_schedule", "replay_schedule", "schedule", "shared_prompt_words", "unit_arrivals"]
+           "level_grid", "prompt_words", "ramp_schedule", "replay_schedule", "schedule", "shared_prompt_words", "unit_arrivals"]
 
 
 # ---------------------------------------------------------------- sweeps (plan.Sweep)

@@ -65,7 +65,7 @@ from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence, SharedCount
 from soakspec.runner.load import (WARMUP_POLL_S, LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, counts_toward, drive_level,
-                                  schedule)
+                                  level_grid, schedule)
 from soakspec.runner.procs import spawned_ended, spawning
 from soakspec.runner.prompts import RunAborted
 
@@ -343,12 +343,13 @@ def _holds(level: Level, run: LevelRun, count: SharedCount | None) -> Callable[[
         return None
     m, stop = run.measure_start, run.measure_start + level.duration_s
     origin = m if level.warmup_requests is not None else run.started_at  # after a counted warmup the schedule starts afresh at m
-    times = schedule(level.shape.rate, level.shape.arrival, level.shape.seed, origin, stop, level.shape.burstiness)
+    grid = level_grid(level, origin)  # as each process places them (`drive_level`)
+    times = schedule(level.shape.rate, level.shape.arrival, level.shape.seed, origin, stop, level.shape.burstiness, grid)
     # its n-th arrival after the warmup, read one at a time (n may be millions: no list of them)
     nth = next(itertools.islice((t for t in times if t >= m), n - 1, None), None)
     if nth is None:  # its duration ends it first: every bucket as planned
         return None
-    last = windows.holding([m + b.start_s for b in level.buckets], nth)
+    last = windows.holding(grid.starts, nth)
     return lambda k: k >= last
 
 

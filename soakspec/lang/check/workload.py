@@ -9,6 +9,7 @@ from typing import Any
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
 from soakspec.lang.check import requests
+from soakspec.arrivals import constant_counts, constant_nth, rational
 from soakspec.diagnostics import Span
 import soakspec.lengths as L
 from soakspec.lang import replay as R
@@ -760,54 +761,19 @@ def _bucket_lengths(span: float, bucket: float) -> list[float]:
     return [bucket] * full + ([rest] if rest > 1e-9 else [])
 
 
-EDGE_S = 1e-5  # an arrival this near a bucket's edge may land on either side of it (the run clock's rounding)
-
-
-def _dyadic(x: float) -> bool:
-    """Whether a time offset is a multiple of 2^-20 s: then adding it to a run-clock time (an
-    epoch below 2^31 s, whose float step is 2^-22 s) rounds nothing, so comparisons of such sums
-    are those of the exact values."""
-    y = x * 1048576.0
-    return y == math.floor(y)
-
-
-def _constant_empty(rate: float, warmup: float, duration: float, bucket: float, n_req: int | None) -> tuple[int, int, int]:
-    """(empty buckets, buckets that may be empty, buckets) of a constant-arrival level, as the
-    runner places them: arrival i at t0 + i / rate (`runner.load.schedule`), bucket j from
-    t0 + warmup + j x bucket (`plan._buckets`), holding the arrivals in [its start, the next's).
-    An arrival within EDGE_S of an edge is placed by float rounding unless every offset is
-    `_dyadic` (5 rps in 200 ms buckets: 3 / 5 = 0.6 lands before the edge 3 x 0.2 =
-    0.6000000000000001, and the bucket after it holds none): such a bucket may be empty (the
-    second count, which includes the first). A level ended by its count lists buckets up to the
-    one holding its N-th measured arrival, which ends at the drain: none after it, and that one
-    is not empty."""
-    lengths = _bucket_lengths(duration, bucket)
-    n = len(lengths)
+def _constant_empty(rate: float, warmup: float, duration: float, bucket: float, n_req: int | None) -> tuple[int, int]:
+    """(empty buckets, buckets) of a constant-arrival level, exactly as the runner places them
+    (`arrivals.constant_counts`: arrival i at i / rate after the level's start, bucket j from
+    warmup + j x bucket, decided in exact arithmetic, not by the run clock's floats). A level
+    ended by its count lists buckets up to the one holding its N-th measured arrival, which
+    ends at the drain: none after it, and that one is not empty."""
+    n = len(_bucket_lengths(duration, bucket))
+    counts = constant_counts(rate, warmup, duration, bucket, n)
     if n_req is not None:
-        last = math.ceil(rate * warmup - 1e-9) / rate + (n_req - 1) / rate - warmup  # after the warmup
-        if last < duration:
-            lengths = lengths[: math.floor(last / bucket + 1e-9)]
-            n = len(lengths) + 1
-
-    def near(x: float) -> int | None:  # the arrival within EDGE_S of offset x (after the warmup), if any
-        i = round(rate * (x + warmup))
-        return i if abs(i / rate - warmup - x) < EDGE_S else None
-
-    def exact(i: int, x: float) -> bool:  # arrival i against an edge at offset x: decided without rounding
-        return _dyadic(i / rate) and _dyadic(warmup) and _dyadic(x)
-
-    empty = maybe = 0
-    for j, length in enumerate(lengths):
-        a, end = j * bucket, j * bucket + length
-        first = math.ceil(rate * (a + EDGE_S + warmup) - 1e-9) / rate - warmup  # the first arrival clear of the start
-        if first < end - EDGE_S:
-            continue  # an arrival well inside
-        lo, hi = near(a), near(end)
-        if lo is not None and exact(lo, a):
-            continue  # on its start, exactly: in it
-        maybe += 1
-        empty += lo is None and (hi is None or exact(hi, end))
-    return empty, maybe, n
+        nth = constant_nth(rate, warmup, n_req) - rational(warmup)  # after the warmup
+        if nth < rational(duration):
+            counts = counts[: min(math.floor(nth / rational(bucket)), n - 1) + 1]
+    return sum(1 for c in counts if c == 0), len(counts)
 
 
 def _empty_buckets(ctx: Ctx, b: Body, load: S.Load, duration: float, bucket: float) -> None:
@@ -840,21 +806,18 @@ def _empty_buckets(ctx: Ctx, b: Body, load: S.Load, duration: float, bucket: flo
                 expected += p
             buckets += len(lengths)
         else:
-            empty, maybe, n = _constant_empty(rate, warmup, duration, bucket, n_req)
-            if maybe and worst is None:
-                worst = (rate, empty, maybe, n)
+            empty, n = _constant_empty(rate, warmup, duration, bucket, n_req)
+            if empty and worst is None:
+                worst = (rate, empty, n)
     bg = b.got("bucket")
     if not poisson:
         if worst is None:
             return
-        rate, empty, maybe, n = worst
-        some = f"{empty} of a level's {n} buckets of {value_text(bg.node)} get no arrival" if empty == maybe else (
-            f"up to {maybe} of a level's {n} buckets of {value_text(bg.node)} may get no arrival (arrivals fall on bucket "
-            "edges, where the run clock's rounding decides the bucket)")
-        ctx.warn("W517", f"at {rate:g} rps (constant arrivals, one every {format_duration(1 / rate)}) {some}: a bucket "
-                         "with no completed request leaves min_samples INCONCLUSIVE", bg.span,
-                 f"set bucket to {'at least' if empty == maybe else 'longer than'} {format_duration(1 / rate)} (an arrival "
-                 "clear of its edges in each), or raise the rate")
+        rate, empty, n = worst
+        ctx.warn("W517", f"at {rate:g} rps (constant arrivals, one every {format_duration(1 / rate)}) {empty} of a level's "
+                         f"{n} buckets of {value_text(bg.node)} get no arrival: a bucket with no completed request leaves "
+                         "min_samples INCONCLUSIVE", bg.span,
+                 f"set bucket to at least {format_duration(1 / rate)} (an arrival in each), or raise the rate")
         return
     risk = 1.0 - none_empty
     if risk < EMPTY_BUCKET_RISK:
