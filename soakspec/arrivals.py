@@ -19,6 +19,7 @@ exactly r x b in each bucket where r x b is a whole number.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import random
@@ -189,6 +190,19 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, bu
             return
         yield t
         i += 1
+
+
+@functools.lru_cache(maxsize=256)
+def nth_arrival_s(rate: float, arrival: str, seed: int, n: int, burstiness: float = 1.0) -> float:
+    """The offset from the level's start of its schedule's n-th arrival (n >= 1): constant
+    (n - 1) / rate; Poisson or gamma, the seeded schedule's own n-th time, which lands about
+    sqrt(n) / rate either side of n / rate -- so a counted warmup's wall bound
+    (`plan._warmup_bound_s`, which the plan prints and the runner stops the warmup's arrivals
+    at) is computed from it, not from n / rate, and every one of the warmup's n arrivals is
+    due before it. It walks the schedule (about a microsecond an arrival; cached)."""
+    if arrival != "poisson":
+        return (n - 1) / rate
+    return next(itertools.islice(schedule(rate, arrival, seed, 0.0, math.inf, burstiness), n - 1, None))
 
 
 def unit_arrivals(arrival: str, seed: int, burstiness: float = 1.0):

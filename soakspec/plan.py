@@ -59,6 +59,7 @@ from soakspec.diagnostics import terminal_safe
 from soakspec.evidence.redact import redact_argv, redact_env, scrub, secret_values
 from soakspec.evidence.runtime import RuntimeDecl as BoundaryDecl
 from soakspec import lengths
+from soakspec.arrivals import nth_arrival_s
 from soakspec.lang import simtrace
 from soakspec.lang.batches import batch_requests
 from soakspec.lang.replay import sharing
@@ -1176,11 +1177,15 @@ def _cap_rps(shape: LoadShape, latency: float | None) -> float | None:
 
 
 def _warmup_bound_s(shape: LoadShape, n: int, deadline: float) -> float:
-    """A counted warmup's wall bound (`Level.warmup_bound_s`): a closed loop's ceil(N /
-    concurrency) rounds of the deadline; an open loop's N arrivals at its rate, then ceil(N /
-    max_concurrency) rounds of it (one without a cap)."""
+    """A counted warmup's wall bound (`Level.warmup_bound_s`), which the plan prints and the
+    runner stops the warmup at: a closed loop's ceil(N / concurrency) rounds of the deadline; an
+    open loop's N arrivals -- N / rate, or where its seeded Poisson or gamma schedule's N-th
+    arrival is due later, that time (`arrivals.nth_arrival_s`: it lands about sqrt(N) / rate
+    either side of N / rate; 10 rps, seed 3: the 100th at 12.0 s, so a bound from N / rate sent
+    83) -- then ceil(N / max_concurrency) rounds of the deadline (one without a cap)."""
     if isinstance(shape, Open):
-        return n / shape.rate + math.ceil(n / (shape.max_concurrency or n)) * deadline
+        arrivals = max(n / shape.rate, nth_arrival_s(shape.rate, shape.arrival, shape.seed, n, shape.burstiness))
+        return arrivals + math.ceil(n / (shape.max_concurrency or n)) * deadline
     return math.ceil(n / (shape.concurrency if isinstance(shape, Closed) else 1)) * deadline
 
 

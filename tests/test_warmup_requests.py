@@ -392,3 +392,36 @@ def test_a_level_cut_short_in_its_counted_warmup_lists_no_bucket():
     entry = {"started_at": 100.0, "measure_start": None}  # as `on_start` leaves a counted warmup's level
     _cut_short(entry, level, 103.5)
     assert entry["buckets"] == [] and entry["measure_start"] == entry["measure_end"] == entry["drained_at"] == 103.5
+
+
+def test_a_poisson_warmup_sends_all_n_where_its_nth_arrival_is_late():
+    """10 rps Poisson, seed 3: the 100th arrival is due at 12.0 s, past 100 / 10 s plus the 0.5 s
+    deadline -- a bound from N / rate sent 83 warmup requests and said nothing. The bound is from
+    the seeded schedule's own 100th arrival (the plan's and the runner's one function)."""
+    level = _level("mode = open\n    rate = [10rps]\n    arrival = poisson\n    seed = 3", "duration = 2s\n  bucket = 1s\n  deadline = 500ms",
+                   "100 requests")
+    assert level.warmup_bound_s == pytest.approx(12.001246544091172 + 0.5)
+    t0, records, runs, _ = _run(level, 0.05, 1)
+    assert len([r for r in records if r.bucket < 0]) == 100 and runs[0].warmup_sent == 100
+
+
+def test_a_warmup_that_sent_fewer_than_n_is_said_in_the_verdict(tmp_path):
+    """A counted warmup its bound ended early (`warmup_sent` < `warmup_requests`) is never
+    silent: the verdict's notes (and so `gate` and the report) say so; the verdict stays what the
+    measured window decides (the warmup's requests are in no bucket)."""
+    import dataclasses
+    import copy
+
+    from soakspec.judge import judge, load_evidence, render_text as verdict_text
+
+    proc, out = run_spec(tmp_path, SIM_SPEC)
+    assert proc.returncode == 0, proc.stderr
+    ev = load_evidence(out)
+    spec, _ = check(parse(SIM_SPEC)[0])
+    assert not [n for n in judge(spec, ev).notes if "warmup" in n]
+    manifest = copy.deepcopy(dict(ev.manifest))
+    manifest["backends"][0]["levels"][0]["warmup_sent"] = 5
+    verdict = judge(spec, dataclasses.replace(ev, manifest=manifest))
+    said = "backend b0 workload w level 0: its warmup sent 5 of its 7 requests"
+    assert any(said in n for n in verdict.notes), verdict.notes
+    assert said in verdict_text(verdict) and verdict.outcome == "PASS"

@@ -139,6 +139,22 @@ def _notes(run: JudgedRun) -> tuple[str, ...]:
     ev_sha = run.evidence.spec_sha256
     if ev_sha is not None and run.spec.sha256 not in _run_spec_hashes(run.evidence):
         out.append(f"judged with a spec (sha256 {run.spec.sha256[:12]}) other than the run's (sha256 {ev_sha[:12]})")
+    return tuple(out) + _short_warmups(run.evidence.manifest)
+
+
+def _short_warmups(manifest: Mapping) -> tuple[str, ...]:
+    """A counted warmup that sent fewer than its N requests (`warmup_sent` < `warmup_requests`:
+    its wall bound -- a hung server's rounds of the deadline -- or an abort ended it first): said,
+    never silent. A note, not INCONCLUSIVE: the warmup's requests are in no bucket, so no measured
+    data is missing; the measured window ran with a server warmed by fewer requests (README:
+    A warmup by count)."""
+    out = []
+    for b in manifest.get("backends") or ():
+        for lv in (b.get("levels") or ()) if isinstance(b, Mapping) else ():
+            n, sent = (lv.get("warmup_requests"), lv.get("warmup_sent")) if isinstance(lv, Mapping) else (None, None)
+            if isinstance(n, int) and isinstance(sent, int) and sent < n:
+                out.append(f"backend {b.get('name')} workload {lv.get('workload')} level {lv.get('index')}: its warmup sent {sent} "
+                           f"of its {n} requests (its wall bound ended it first); the level was measured after {sent}")
     return tuple(out)
 
 
