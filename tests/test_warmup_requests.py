@@ -425,3 +425,52 @@ def test_a_warmup_that_sent_fewer_than_n_is_said_in_the_verdict(tmp_path):
     said = "backend b0 workload w level 0: its warmup sent 5 of its 7 requests"
     assert any(said in n for n in verdict.notes), verdict.notes
     assert said in verdict_text(verdict) and verdict.outcome == "PASS"
+
+
+def _two_processes_end_their_warmups(first: float, second: float | None, bound: float):
+    """Two --workers processes of one level (one count file) ending their counted warmup parts at
+    `first` and `second` (None: never), each as `drive_level` does (`load._warmup_end`): the
+    warmup end each then cuts its buckets from, or the error it fails with."""
+    import types
+
+    from soakspec.runner.load import _warmup_end
+
+    async def main():
+        clock = RunClock(timer=trio.current_time, epoch=0.0)
+        count = SharedCount.create()
+        got: dict[int, object] = {}
+        try:
+            async def part(p: int, at: float | None) -> None:
+                if at is None:
+                    return
+                await trio.sleep_until(clock.to_trio(at))
+                ctx = types.SimpleNamespace(shared_count=count, part=(p, 2), clock=clock)
+                try:
+                    got[p] = await _warmup_end(ctx, clock.now(), bound)
+                except Exception as e:  # noqa: BLE001 - the test reads it
+                    got[p] = e
+
+            async with trio.open_nursery() as n:
+                n.start_soon(part, 0, first)
+                n.start_soon(part, 1, second)
+        finally:
+            count.remove()
+        return got
+
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_workers_cut_buckets_from_one_warmup_end_when_the_last_closes_late():
+    """With --workers a process whose warmup ended first waits for the last one's end: the last
+    warmup request may end at its deadline, at the bound, and closing its connection takes up to
+    CLOSE_S more -- a process that gave up a second after the bound and took its own time cut its
+    buckets from another start than the others and the parent."""
+    got = _two_processes_end_their_warmups(9.0, 11.8, bound=10.0)
+    assert got == {0: 11.8, 1: 11.8}
+
+
+def test_workers_whose_warmups_never_agree_fail_the_level():
+    from soakspec.runner.load import WarmupDisagreed
+
+    got = _two_processes_end_their_warmups(9.0, None, bound=10.0)
+    assert isinstance(got[0], WarmupDisagreed) and "did not all end its counted warmup" in str(got[0])

@@ -806,23 +806,37 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
 
 
 WARMUP_POLL_S = 0.002  # --workers: how often a process that ended its warmup reads whether the others have
+# --workers: past its last warmup request's deadline and CLOSE_S, how long a process waits more for
+# the others to end theirs (a process slowed by a loaded machine) before it fails the level
+WARMUP_MARGIN_S = 10.0
+
+
+class WarmupDisagreed(RunAborted):
+    """--workers: the level's processes did not all end a counted warmup by its bound, so no end
+    every process (and the parent) would cut the same buckets from exists: the run aborts."""
 
 
 async def _warmup_end(ctx: LevelContext, now: float, bound: float) -> float:
     """When a counted warmup ended: `now` in one process; with --workers, when the last of the
     level's processes ended its part (`SharedCount.warmup_done`: the one that ends last writes
-    the time, every other waits for it), so that all of them -- and the parent -- cut the same
-    buckets. Each waits at most until `bound` -- the latest any warmup request can end: the
-    warmup's wall bound, after which none starts, plus one deadline -- and a second more; then
-    it takes its own `now`."""
+    the time, every other waits for it), so that all of them -- and the parent
+    (`workers._warmup_ended`, which waits for it as long as the processes run) -- cut the same
+    buckets. A process never takes its own `now` instead: `bound` is the latest any warmup
+    request can end (the warmup's wall bound, after which none starts, plus one deadline) and
+    each process's warmup returns at most CLOSE_S after it (closing its connections), so one
+    waits until bound + CLOSE_S + WARMUP_MARGIN_S; a process not done by then (stalled, or gone)
+    is `WarmupDisagreed` -- a run aborted (exit 4), never buckets cut from another start."""
     shared, parts = ctx.shared_count, ctx.part[1]
     if shared is None or parts <= 1:
         return now
     end = shared.warmup_done(parts, now)
-    while end is None and ctx.clock.now() < bound + 1.0:
+    while end is None:
+        if ctx.clock.now() > bound + CLOSE_S + WARMUP_MARGIN_S:
+            raise WarmupDisagreed(f"the level's {parts} load processes (--workers) did not all end its counted warmup within "
+                                  f"{CLOSE_S + WARMUP_MARGIN_S:g}s of its last request's deadline: no warmup end they agree on")
         await trio.sleep(WARMUP_POLL_S)
         end = shared.warmup_end(parts)
-    return end if end is not None else now
+    return end
 
 
 def _after_warmup(one, n: int):
