@@ -1191,14 +1191,21 @@ def _warmup_bound_s(shape: LoadShape, n: int, deadline: float) -> float:
 
 def _counted_warmup_s(shape: LoadShape, n: int | None, latency: float | None, deadline: float) -> float | None:
     """How long a warmup of n requests (`warmup = N requests`) is expected to take: its arrivals
-    at the planned rate (N / rate), or a closed loop's ceil(N / concurrency) rounds of
-    expected_latency -- at most its bound (an expected_latency past the deadline: each request
-    times out at the deadline); None: no count, or no estimate."""
+    at the planned rate (N / rate) -- an open loop whose `max_concurrency` C cannot keep up with
+    it at the workload's expected_latency L (`_cap_rps` < rate, as `_count_load_s` and `_pace`
+    read it) serves them C at a time, so max(N / rate, ceil(N / C) x L) -- or a closed loop's
+    ceil(N / concurrency) rounds of expected_latency; at most its bound (an expected_latency past
+    the deadline: each request times out at the deadline). None: no count, or no estimate."""
     match shape:
         case _ if n is None:
             return None
         case Open():
-            return min(n / shape.rate, _warmup_bound_s(shape, n, deadline))
+            served = _cap_rps(shape, latency)
+            t = n / shape.rate
+            if served is not None and served < shape.rate:
+                assert latency is not None and shape.max_concurrency is not None  # a cap_rps has both
+                t = max(t, math.ceil(n / shape.max_concurrency) * latency)
+            return min(t, _warmup_bound_s(shape, n, deadline))
         case Closed(concurrency=c) if latency:
             return min(math.ceil(n / c) * latency, _warmup_bound_s(shape, n, deadline))
     return None
@@ -1770,9 +1777,9 @@ def _counted_requests(levels: Iterable[Level]) -> int | None:
 
 def _warmup_text(lv: Level) -> str:
     """`warmup: 20 requests (bucket 0 starts once they have finished; ~5s at the planned rate,
-    at most 10m)`: a counted warmup's N, its estimate where one exists and its wall bound."""
-    est = f"~{format_duration(lv.expected_warmup_s)} at the planned {'rate' if lv.mode == 'open' else 'expected_latency'}, " \
-        if lv.expected_warmup_s is not None else ""
+    at most 10m)`: a counted warmup's N, its estimate where one exists -- at the pace it assumes,
+    as the level's count estimate says it (`_pace`) -- and its wall bound."""
+    est = f"~{format_duration(lv.expected_warmup_s)} {_pace(lv)}, " if lv.expected_warmup_s is not None else ""
     return (f"warmup: {lv.warmup_requests} requests, bucket 0 starts once they have finished; {est}"
             f"at most {format_duration(lv.warmup_bound_s)}")
 

@@ -474,3 +474,17 @@ def test_workers_whose_warmups_never_agree_fail_the_level():
 
     got = _two_processes_end_their_warmups(9.0, None, bound=10.0)
     assert isinstance(got[0], WarmupDisagreed) and "did not all end its counted warmup" in str(got[0])
+
+
+def test_a_capped_open_loops_warmup_estimate_is_the_caps_pace():
+    """10 rps under max_concurrency 2 at expected_latency 1 s serves 2 rps: 20 warmup requests take
+    ceil(20 / 2) rounds of 1 s = 10 s, not 20 / 10 = 2 s, and the plan says which pace it assumes
+    (as the level's count estimate does)."""
+    spec, _ = _checked("mode = open\n    rate = [10rps]\n    max_concurrency = 2", TIMING + "\n  expected_latency = 1s")
+    p = plan(spec)
+    assert p.backends[0].levels[0].expected_warmup_s == pytest.approx(10.0)
+    assert "~10s at the 2 rps that max_concurrency 2 serves at the workload's expected_latency, at most" in render_text(p)
+    # uncapped (or a cap that keeps up): N / rate, at the planned rate
+    fast, _ = _checked("mode = open\n    rate = [10rps]\n    max_concurrency = 50", TIMING + "\n  expected_latency = 1s")
+    assert plan(fast).backends[0].levels[0].expected_warmup_s == pytest.approx(2.0)
+    assert "~2s at the planned rate, at most" in render_text(plan(fast))
