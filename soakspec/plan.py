@@ -446,8 +446,9 @@ class RequestTemplate:
     tokenizer: str | None = None  # absolute path of a tokenizer.json; None with prompt_tokens: the server's /tokenize
     prefix_tokens: int = 0  # shared prefix tokens (the cache regime: 0 = unique prefix per request)
     # `prefix_groups` (SGLang's generated-shared-prefix): the shared prefix is one of G distinct
-    # prefixes, request i's group `draws.prefix_group(i, G, group_seed)` (every G requests of a
-    # level send every group once, in a seeded order); 1: one prefix shared by every request
+    # prefixes, request i's group `draws.prefix_group(i, G, group_seed)` (each block of G requests from
+    # the level's first, a warmup's included, sends every group once, in a seeded order); 1: one
+    # prefix shared by every request
     prefix_groups: int = 1
     group_seed: int = 0
     # random lengths (`length_range`, soakspec/lengths.py): the i-th request's prompt length (tokens or
@@ -1040,8 +1041,8 @@ def _prefix_policy(t: RequestTemplate) -> str:
         if t.prefix_tokens and t.prefix_groups > 1:
             return (f"prefix: {t.prefix_groups} groups of {t.prefix_tokens} tokens (groups part at their first token; at their "
                     f"first few with a tokenizer of fewer than {t.prefix_groups} one-token words), each request's group by "
-                    f"its index in its level (seed {t.group_seed}: every {t.prefix_groups} requests send every group once, "
-                    "in a seeded order)")
+                    f"its index in its level (seed {t.group_seed}: each block of {t.prefix_groups} requests from the level's "
+                    "first, a warmup's included, sends every group once, in a seeded order)")
         return f"shared prefix of {t.prefix_tokens} tokens" if t.prefix_tokens else "unique prefix per request"
     if t.conversations:
         first = f"same first conversation of its seeded order (seed {t.prompt_seed})" if t.prompt_order == "shuffled" else "file's first conversation"
