@@ -30,10 +30,11 @@ takes position `i mod G` of pass `i // G`'s permutation of the G groups (`shuffl
 group count): each block of requests kG .. kG + G - 1 (k from 0, counted from the level's first
 request, a warmup's included) sends every group once, in a seeded order, the same in every run,
 backend and --workers split (no per-group count to write: a level's length sets it). G
-consecutive requests that straddle two blocks need not: the measured window after a warmup of N
-requests (or of a duration) starts mid-block unless G divides N, so over any R consecutive
-requests each group is sent floor(R / G) to ceil(R / G) times from a block's start, and within
-2 of every other group's count from anywhere (a partial block at each end). `digits(n, base)` is how many base-`base` words spell n distinct indices (a group's leading
+consecutive requests that straddle two blocks need not: the measured window starts at the
+request after the warmup's last, mid-block unless G divides the warmup's count, so over R
+consecutive requests each group is sent floor(R / G) or ceil(R / G) times from a block's start,
+and within 2 of every other group's count from anywhere (a partial block at each end).
+`digits(n, base)` is how many base-`base` words spell n distinct indices (a group's leading
 words, runner/prompts.py; the checker's minimum prefix).
 
 **Think time.** `think_s(low, high, seed, conversation, turn)`: the time a session waits before

@@ -398,8 +398,8 @@ def test_a_poisson_warmup_sends_all_n_where_its_nth_arrival_is_late():
     """10 rps Poisson, seed 3: the 100th arrival is due at 12.0 s, past 100 / 10 s plus the 0.5 s
     deadline -- a bound from N / rate sent 83 warmup requests and said nothing. The bound is from
     the seeded schedule's own 100th arrival (the plan's and the runner's one function)."""
-    level = _level("mode = open\n    rate = [10rps]\n    arrival = poisson\n    seed = 3", "duration = 2s\n  bucket = 1s\n  deadline = 500ms",
-                   "100 requests")
+    level = _level("mode = open\n    rate = [10rps]\n    arrival = poisson\n    seed = 3",
+                   "duration = 2s\n  bucket = 1s\n  deadline = 500ms", "100 requests")
     assert level.warmup_bound_s == pytest.approx(12.001246544091172 + 0.5)
     t0, records, runs, _ = _run(level, 0.05, 1)
     assert len([r for r in records if r.bucket < 0]) == 100 and runs[0].warmup_sent == 100
