@@ -453,3 +453,29 @@ def test_a_figure_from_the_send_holds_iff_it_is_the_sent_figure(capped_facts, ag
     doc = "# PR\n\n" + form.format(m="TTFT" if metric == "ttft" else "latency", a=agg, v=f"{x * 1000:.{decimals}f} ms") + BOUNDARY
     diags = [d for d in lint(doc, "PR.md", ClaimBoundary(), Coverage(), capped_facts) if d.code == "CB201"]
     assert bool(diags) == (which == "plain"), (doc, diags)
+
+
+def test_a_results_json_from_before_p90_is_not_called_edited(tmp_path, capsys, capped):
+    """results.json's distributions gained p90 later than p50/p95/p99: one without a p90 key was
+    written before, not edited (it gave CB402 "records ttft.p90 nothing" four times a level).
+    One whose p90 is present and differs was edited: CB402."""
+    import shutil
+
+    d, spec_file = capped
+    for edit, expect in (("older", []), ("edited", ["CB402"])):
+        old = shutil.copytree(d, tmp_path / edit)
+        res = json.loads((old / "results.json").read_text())
+        (be,) = res["backends"]
+        dists = [x for part in ("levels", "buckets") for lv in be.get(part) or () for x in lv.values()
+                 if isinstance(x, dict) and "p90" in x] + [x for x in be.values() if isinstance(x, dict) and "p90" in x]
+        assert dists, be.keys()
+        for x in dists:
+            if edit == "older":
+                del x["p90"]
+        if edit == "edited":
+            be["levels"][0]["ttft"]["p90"] = 9.0
+        (old / "results.json").write_text(json.dumps(res))
+        code, diags = _lint(tmp_path, capsys, "# PR\n\nsent TTFT p50 was 100 ms.\n" + BOUNDARY, (old, spec_file))
+        assert [x.split(" ", 2)[1] for x in diags] == expect, diags
+        if edit == "edited":
+            assert "results.json records ttft.p90 9 s for a · " in diags[0], diags

@@ -502,6 +502,9 @@ _RATE_UNITS = {"tok_s": " tok/s", "total_tok_s": " tok/s", "req_s": " req/s"}
 # (a level's sent_ttft / sent_latency, its buckets' total_tokens_per_s): a results.json written
 # before lacks them all, and is not edited for that (one that has some and lacks others is)
 _WRITTEN_LATER = frozenset({*_SENT_METRICS, "total_tok_s"})
+# a distribution's p90 came later than its p50/p95/p99/mean/min/max: a stored distribution without
+# a p90 key is from an older results.json, not an edit (one whose p90 is present and differs is)
+_LATER_AGGS = frozenset({"p90"})
 
 
 def _later_keys(figures: Any) -> set[str]:
@@ -516,6 +519,8 @@ def _figure_changes(stored: Any, judged: Any) -> list[tuple[str, str, str]]:
         a, b = (stored.get(k) or (None,))[0], (judged.get(k) or (None,))[0]
         if a is None and b is None or a is None and k.split(".")[0] in _WRITTEN_LATER and not _later_keys(stored):
             continue  # a results.json from before soakspec wrote these figures: not an edit
+        if a is None and k.rpartition(".")[2] in _LATER_AGGS:
+            continue  # a distribution stored before soakspec wrote its p90: not an edit
         if a is None or b is None or abs(a - b) > _FIGURE_RTOL * max(abs(a), abs(b)) + (0 if k in _RATE_UNITS else _FIGURE_ATOL_S):
             unit = _RATE_UNITS.get(k, " s")
             out.append((k, "nothing" if a is None else f"{a:.6g}{unit}", "nothing" if b is None else f"{b:.6g}{unit}"))
