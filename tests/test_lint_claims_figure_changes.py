@@ -198,3 +198,24 @@ def test_a_change_sentence_is_never_read_as_a_figure(facts, value, decimals, uni
     doc = "# PR\n\n" + text + BOUNDARY
     diags = [d for d in lint(doc, "PR.md", ClaimBoundary(), Coverage(concurrency_levels=(2, 4)), facts) if d.code == "CB201"]
     assert diags == [], (text, diags)
+
+
+# ---------------------------------------------------------------- levels and "total" beside a rate
+
+
+def test_max_or_peak_before_a_level_goes_with_the_level(tmp_path, capsys, run):
+    """"At max concurrency 4, ... 30.5 req/s" names the level, not a peak rate: the words "max" /
+    "peak" left behind when the level was read past made the figure look qualified, and a wrong
+    rate went unchecked."""
+    lines = ["At max concurrency 4, sim-fast achieved 30.5 req/s.",
+             "At peak concurrency 4, sim-fast produced 999.9 tok/s."]
+    assert _cb201(tmp_path, capsys, run, lines) == [3, 5]
+
+
+def test_total_that_does_not_qualify_the_rate_is_not_total_throughput(tmp_path, capsys, run):
+    """"In total, output throughput was 8.5 tok/s" and "Total: output throughput was 8.5 tok/s"
+    state output throughput (8.53 tok/s): they were read as total throughput, a false CB201. A
+    wrong output figure so written is still CB201."""
+    ok = ["In total, output throughput across the run was 8.5 tok/s.", "Total: output throughput was 8.5 tok/s."]
+    assert _cb201(tmp_path, capsys, run, ok) == []
+    assert _cb201(tmp_path, capsys, run, ["In total, output throughput was 443.2 tok/s."]) == [3]

@@ -183,9 +183,12 @@ _REQS = re.compile(
     rf"|\bqps\s*(?:of|[:=]|was|is|were)\s*(?P<n2>{_NUM})(?![\w.%/]|\s*(?:ms|s|tok|req)\b)",
     re.I,
 )
-# "total throughput", "Total tok/s": prompt + output tokens/s (results.json's total_tokens_per_s), a
-# figure of its own -- but not "total output tok/s", "total prompt throughput" (`_token_rate`)
-_TOTAL = re.compile(r"total\b(?![\s-]+(?:output|generat|decode|completion|input|prompt|prefill))", re.I)
+# "total throughput", "Total tok/s", "total token throughput": prompt + output tokens/s (results.json's
+# total_tokens_per_s), a figure of its own -- "total" only where it qualifies throughput / tok directly;
+# "total output tok/s", "total prompt throughput" are another's (`_OTHER_TOTAL`: not checked), and
+# "In total, output throughput", "Total: output throughput" state output's (`_token_rate`)
+_TOTAL = re.compile(r"total[\s-]+(?:token[\s-]+)?(?:throughput|tok)", re.I)
+_OTHER_TOTAL = re.compile(r"total[\s-]+(?:output|generat|decode|completion|input|prompt|prefill)", re.I)
 _PER_WHO = re.compile(r"\s*(?:per|/|each)\s*(?:user|request|stream|gpu|sequence|client|worker|replica)\b", re.I)
 _RATE_QUALIFIER = re.compile(r"\b(?:input|prompt|prefill|total|peak|max(?:imum)?|min(?:imum)?|per[\s-]?(?:user|request|stream|gpu|sequence))\b[^.;\d]{0,30}$", re.I)
 _LOAD_CLAUSE = re.compile(r"\b(?:offer(?:s|ed|ing)?|workloads?|load\s*[:=]|scheduled?|phases?|ramp(?:s|ed|ing)?|steady|burst|spike|configured|open[\s-]loop|sweep(?:s|ing)?|goodput|sustain(?:s|ed|ing|able)?|rates?|arrivals?)\b", re.I)
@@ -247,10 +250,21 @@ def phrase_metric(m: re.Match[str], sent: frozenset[int]) -> str:
 _LEVEL_WORDS = (*_CONCURRENCY, _RATE, re.compile(rf"(?<![\w.]){_NUM}\s*(?:rps|req/s)\b", re.I))
 
 
+# "max" / "peak" / "min" directly before a level names the level ("at max concurrency 8"), not the rate
+_LEVEL_EXTREME = re.compile(r"\b(?:max(?:imum)?|peak|min(?:imum)?)\s+$", re.I)
+
+
 def _past_levels(clause: str) -> str:
-    """`clause` without the levels it names, for `_RATE_QUALIFIER` to read."""
+    """`clause` without the levels it names, for `_RATE_QUALIFIER` to read; a max / peak / min
+    word directly before a level goes with it ("At max concurrency 8, ... 30.5 req/s" is the
+    level's rate, not a peak rate the evidence does not record)."""
     for rx in _LEVEL_WORDS:
-        clause = rx.sub(" ", clause)
+        out, last = [], 0
+        for m in rx.finditer(clause):
+            e = _LEVEL_EXTREME.search(clause, last, m.start())
+            out += [clause[last : e.start() if e else m.start()], " "]
+            last = m.end()
+        clause = "".join(out) + clause[last:]
     return clause
 
 
@@ -259,6 +273,8 @@ def _token_rate(before: str) -> str | None:
     (tok_s) where none qualifies it, total (total_tok_s: "total throughput", "Total tok/s"), or
     one the evidence does not record (input, prompt, prefill, peak, per-user ...: None)."""
     q = _RATE_QUALIFIER.search(before)
+    while q is not None and q.group(0)[:5].lower() == "total" and not _TOTAL.match(q.group(0)) and not _OTHER_TOTAL.match(q.group(0)):
+        q = _RATE_QUALIFIER.search(before, q.start() + len("total"))  # "In total, output ...": no qualifier
     if q is None:
         return "tok_s"
     if _TOTAL.match(q.group(0)) and _RATE_QUALIFIER.search(before, q.start() + len("total")) is None:
