@@ -69,11 +69,26 @@ def test_claims_about_the_sweep_figure_are_checked_against_its_row(text, verdict
     "The gate requires max sustainable rate >= 20 rps.",  # a rule
     "Capacity rose past the threshold we warn on.",  # a rule's words, as every claim of change reads them
     "The max sustainable rate rose, within run-to-run variation.",  # noise
+    "We warn when capacity falls below 20 rps.",  # a rule's condition
+    "Capacity fell short of the 24 rps target.",  # the rule's number
+    "Capacity rose above the SLO.",  # the direction is the rule's
     "We increased capacity planning effort.",  # another noun's direction
     "Capacity planning rose to the top of the list.",
 ])
 def test_what_does_not_name_the_sweep_figure_or_does_not_claim_a_change_is_not_read(text):
     assert [c for c in _codes(text, _doc("regression")) if c != "CB505" or "TTFT" not in text] == []
+
+
+@pytest.mark.parametrize("text", [
+    "Capacity rose from 20 to 24 rps with every rule passing.",
+    "Under the same rules, the max sustainable rate rose.",
+    "Capacity rose from 20 to 24 rps and no threshold warned.",
+])
+def test_a_rules_word_that_does_not_govern_the_figure_does_not_hide_the_claim(text):
+    """Capacity is defined by rules, so claims of it name them: a rule's word that governs no
+    number and no direction leaves the claim read (it skipped every such clause: a rise claimed
+    over a regression linted clean)."""
+    assert _codes(text, _doc("regression")) == ["CB501"]
 
 
 def test_a_named_figure_without_a_sweep_row_is_a_warning_and_capacity_says_nothing():

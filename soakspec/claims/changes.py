@@ -163,6 +163,21 @@ _NOT_A_CLAIM = re.compile(
 # a clause no claim of change is read from, of a row or of the sweep's figure: a rule or threshold
 # (`figures`' cue words) or what calls itself noise
 _NOT_READ = re.compile(f"{_RULE_CUE.pattern}|{_NOT_A_CLAIM.pattern}", re.I)
+# the skip of a clause about the sweep's own figure (`sweep_changes.sweep_claims`), narrower than
+# `_NOT_READ`: capacity is defined by rules, so a review's capacity claims name them ("capacity rose
+# from 20 to 24 rps with every rule passing" is a claim of a rise). A rule's word skips such a clause
+# only where it governs a number or the direction -- "a target of 24 rps", "the 24 rps SLO", "rose
+# past the threshold", "warn when ...", "fails if ..." -- besides `_NOT_A_CLAIM`'s (gates, tolerance,
+# noise, comparators)
+_SWEEP_CUE = r"(?:require[sd]?|requiring|thresholds?|budgets?|slos?|targets?|limits?|ceilings?|rules?)"
+_SWEEP_NOT_READ = re.compile(
+    rf"{_NOT_A_CLAIM.pattern}"
+    rf"|\b{_SWEEP_CUE}\s*(?:of|at|is|was|[:=])?\s*(?:~\s*)?{_NUM}"
+    rf"|(?<![\w.]){_NUM}\s*(?:rps|req/s|qps|requests?|users?|streams?|concurrent)?\s*{_SWEEP_CUE}\b"
+    rf"|\b(?:past|above|below|over|beyond|exceed(?:s|ed|ing)?)\s+(?:(?:the|our|its|a|an|each|every|any)\s+)?(?:[\w-]+\s+)?{_SWEEP_CUE}\b"
+    r"|\b(?:fail|warn)(?:s|ed|ing)?\s+(?:if|when|unless|above|below|over|under)\b|\bgat(?:ed|ing)\s+on\b",
+    re.I,
+)
 _BREAK = re.compile(r";|\s[—–]\s|\s--\s|—|\b(?:but|however|although|though|whereas|while|because|since|yet|so|therefore|thus|hence)\b", re.I)
 _SOFT_BREAK = re.compile(r",\s+(?:and\s+)?|\s+and\s+", re.I)
 
@@ -808,7 +823,7 @@ def check_changes(doc: Document, path: str, facts: ChangeFacts | None, negated_b
         masked = doc.sentence_text(s)
         negated = s.block in negated_blocks
         clauses = _clauses(masked)
-        sweeps = sweep_claims(masked, clauses, _NOT_READ, _GAP, _metrics, negated)
+        sweeps = sweep_claims(masked, clauses, _SWEEP_NOT_READ, _GAP, _metrics, negated)
         for sc in sweeps:  # the sweep's own figure ("capacity rose from 20 to 24 rps"): compare's sweep rows
             found = sweep_finding(sc, facts)
             if found is not None:
