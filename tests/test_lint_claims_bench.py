@@ -188,3 +188,57 @@ def test_a_block_for_a_backend_the_evidence_did_not_run_is_no_other_backends(tmp
     _, c4 = _blocks(_bench(capsys, run[0]))
     other = _set(_set(c4, "Backend:", "sim-slow"), "Mean TTFT (ms):", "999.00")
     assert _lint(tmp_path, capsys, _fenced(other), run) == (0, [])
+
+
+# vLLM's block of a capped run at a request rate: the lines bench serve prints for its settings
+VLLM_CAPPED = VLLM_BLOCK.replace(
+    "Failed requests:                         0\n",
+    "Failed requests:                         0\nMaximum request concurrency:             64\n"
+    "Request rate configured (RPS):           8.00\n",
+)
+
+
+def test_bench_serves_own_block_unfenced_is_not_read_for_its_settings_either(tmp_path, capsys, run):
+    """bench serve's block is another tool's run, fenced or not: its "Maximum request
+    concurrency: 64" is no concurrency level of the evidence (it gave CB201 on the levels and
+    CB301 on the scope) -- nor is its configured rate."""
+    assert _lint(tmp_path, capsys, "# PR\n\n" + VLLM_CAPPED, run) == (0, [])
+    assert _lint(tmp_path, capsys, _fenced(VLLM_CAPPED), run) == (0, [])
+
+
+def test_the_verdict_line_of_soakspecs_block_is_checked_fenced_or_not(tmp_path, capsys, run):
+    """A block's `Verdict:` is the run's outcome: "PASS" pasted over evidence that did not pass is
+    CB201 fenced as unfenced (the fenced block's verdict was never read)."""
+    _, c4 = _blocks(_bench(capsys, run[0]))
+    wrong = _set(c4, "Verdict:", "FAIL")
+    line = 4 + wrong.splitlines().index(next(ln for ln in wrong.splitlines() if ln.startswith("Verdict:")))
+    for doc, at in ((_fenced(wrong), line), ("# PR\n\n" + wrong, line - 1)):
+        code, diags = _lint(tmp_path, capsys, doc, run)
+        assert code == 1 and [d.split(";")[0] for d in diags] == [f"{at}:42: CB201 states gate FAIL for sim-fast"], diags
+
+
+def test_a_blocks_run_line_chooses_the_run_of_a_before_after(tmp_path, capsys):
+    """Two runs of one backend (a before/after): a block's figures are its `Run:`'s, not
+    whichever run fits -- the base run's block stating the new run's TTFT is CB201 against the base
+    run's (it held, as the other run's), while the new run's block states it cleanly."""
+    spec = small_spec(levels="[4]", backends=("sim-fast",))
+    runs = []
+    for name, ttft in (("base", 0.1), ("new", TTFT_C4)):
+        b = EvidenceBuilder(spec, run_id=f"run-{name}")
+        for r in b.measured("sim-fast"):
+            r["first_token"] = r["start"] + ttft
+            r["ttft"] = ttft
+        runs.append(_write(tmp_path / name, spec, b))
+    (base,), (new,) = (_blocks(_bench(capsys, r[0])) for r in runs)
+    run_of = {blk: next(ln for ln in blk.splitlines() if ln.startswith("Run:")).split()[1] for blk in (base, new)}
+    assert run_of[base] != run_of[new]
+    p = tmp_path / "PR.md"
+    args = ["lint-claims", str(p), "--spec", str(runs[0][1]), "--evidence", str(runs[0][0]), "--evidence", str(runs[1][0])]
+    new_ttft = next(ln for ln in new.splitlines() if ln.startswith("Mean TTFT")).split()[-1]
+    for blk, expect in ((new, []), (_set(base, "Mean TTFT (ms):", new_ttft), ["CB201"])):
+        p.write_text(_fenced(blk) + BOUNDARY)
+        cli.main(args)
+        out = capsys.readouterr().out
+        assert re.findall(r": (CB\d+) ", out) == expect, out
+        if expect:
+            assert "the evidence records sim-fast · concurrency 4: 100.000 ms\n" in out, out  # the base run's alone

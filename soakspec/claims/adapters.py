@@ -654,6 +654,7 @@ def _facts(root: Path, manifest: dict, results: dict, verdict: Any) -> tuple[Evi
                 gate=_gate(r.get("gate")) or run_gate,
                 source=str(root),
                 hardware=hardware,
+                run_id=str(manifest["run_id"]) if manifest.get("run_id") else None,
                 sustainable=_figures(results),
                 sustainable_at_least=_lower_bounds(results),
                 levels=_levels(r, judged),

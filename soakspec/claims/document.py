@@ -307,3 +307,37 @@ def parse_document(text: str) -> Document:
         code_lines=frozenset(code),
         quote_lines=frozenset(quote),
     )
+
+
+# vLLM `bench serve`'s (and SGLang `bench_serving`'s) result block: an opening "===== Serving
+# Benchmark Result =====" line, "Label:   value" lines and "-----Section-----" lines, a closing line
+# of "=" (vllm/benchmarks/serve.py: `"{:<40} {:<10.2f}".format(label, value)`)
+_BENCH_OPEN = re.compile(r"^\s*={3,}\s*Serving\s+Benchmark\s+Result\s*={3,}\s*$", re.I)
+_BENCH_CLOSE = re.compile(r"^\s*={10,}\s*$")
+_BENCH_MAX_LINES = 200  # a block longer than any bench serve prints ends here: linting stays linear
+
+
+def bench_blocks(doc: Document) -> list[tuple[int, int]]:
+    """(first, last) line numbers of each bench serve result block, whoever wrote it."""
+    out: list[tuple[int, int]] = []
+    n, i = len(doc.lines), 0
+    while i < n:
+        if not _BENCH_OPEN.match(doc.lines[i]):
+            i += 1
+            continue
+        j = i + 1
+        while j < n and j - i < _BENCH_MAX_LINES and not _BENCH_CLOSE.match(doc.lines[j]) and not _BENCH_OPEN.match(doc.lines[j]) \
+                and not doc.lines[j].lstrip().startswith(("```", "~~~")):
+            j += 1
+        last = j if j < n and _BENCH_CLOSE.match(doc.lines[j]) else j - 1
+        out.append((i + 1, last + 1))
+        i = last + 1
+    return out
+
+
+def bench_lines(doc: Document) -> frozenset[int]:
+    """Every line of every bench serve result block (`bench_blocks`): a block is figures in
+    bench serve's layout, never prose. `figures` reads soakspec's blocks (their figures and
+    `Verdict:`), and the checks that read prose (the counts, the verdict, the scope) skip them all
+    -- bench serve's own block ("Maximum request concurrency: 64") states another run's settings."""
+    return frozenset(ln for first, last in bench_blocks(doc) for ln in range(first, last + 1))

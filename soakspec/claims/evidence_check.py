@@ -53,7 +53,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from soakspec.claims.document import BlockKind, Document
+from soakspec.claims.document import BlockKind, Document, bench_lines
 from soakspec.claims.facts import EvidenceFacts, LevelFacts
 from soakspec.claims.scope import _CONCURRENCY, _RATE, NUMBER_LIST
 from soakspec.diagnostics import Diagnostic, Severity, Span
@@ -455,6 +455,48 @@ def _prose_statements(doc: Document, evidence: Sequence[EvidenceFacts], skip: se
 
 # ---------------------------------------------------------------- the checks
 
+def stated_finding(st: Stated, path: str, known: frozenset[str] = frozenset()) -> Diagnostic | None:
+    """The finding on one stated value (a count, the verdict, a commit, ...): CB201 where the
+    evidence records another, CB202 for a commit or revision it records none of (`known`: the
+    hashes it does know). `check_evidence`'s check of prose and tables, and `figures`' of a
+    soakspec bench block's `Verdict:` line -- one rule, fenced or not."""
+    label = _FIELD_LABEL[st.kind]
+    named = _level_check(st) if st.context is not None else None
+    if named is not None:  # the sentence or row names a level: that level's figure (or the total)
+        holds, rec = named
+        if holds:
+            return None
+        return Diagnostic(
+            "CB201", f"states {label} {_fmt(st.kind, st.value)}{for_backend(st.backends)}; the evidence records {rec}", st.span, path,
+            hint="correct the document from the evidence (lint-claims never rewrites)",
+        )  # fmt: skip
+    if st.per_level:
+        return None  # a per-level row naming no level the evidence has: not a claim about the totals
+    recorded = [(ev, _recorded(ev, st.kind)) for ev in st.backends]
+    recorded = [(ev, r) for ev, r in recorded if r is not None]
+    if not recorded:
+        if st.kind in ("commit", "revision") and str(st.value).lower() not in known:
+            # a specific commit (revision) cited where the evidence records none: nothing supports it
+            who = ", ".join(ev.backend for ev in st.backends)
+            return Diagnostic(
+                "CB202", f"{label} {st.text} appears nowhere in the evidence (it records no {label} for {who})", st.span, path,
+                hint=f"cite the {label} the evidence records (`soakspec report` shows it); evidence that recorded none "
+                f"supports no claim of a specific {label}",
+            )  # fmt: skip
+        return None
+    if any(_matches(st.kind, st.value, r) for _, r in recorded):
+        return None
+    if st.kind in ("completed", "failed", "timeouts") and len(st.backends) > 1 and len(recorded) == len(st.backends):
+        if st.value in _totals([(ev, int(r)) for ev, r in recorded]):  # type: ignore[call-overload]
+            return None  # the total over the backends (one run of each)
+    rec = "; ".join(f"{run_name(ev, st.backends)}: {_fmt(st.kind, r)}" for ev, r in recorded)
+    who = for_backend([ev for ev, _ in recorded])
+    return Diagnostic(
+        "CB201", f"states {label} {_fmt(st.kind, st.value)}{who}; the evidence records {rec}", st.span, path,
+        hint="correct the document from the evidence (lint-claims never rewrites)",
+    )  # fmt: skip
+
+
 def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], current_spec_sha256: str | None = None) -> list[Diagnostic]:
     """CB201 (a stated value differs from the evidence) and CB202 (a SHA-256 the evidence does
     not record; a commit or revision cited where it records none)."""
@@ -463,7 +505,7 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
     by_key = by_backend(evidence)
     unknown: list[tuple[str, Span]] = []
     table, table_lines = _table_statements(doc, by_key, unknown)
-    statements = table + _prose_statements(doc, evidence, table_lines)
+    statements = table + _prose_statements(doc, evidence, table_lines | bench_lines(doc))  # a bench block: `figures`
     out: list[Diagnostic] = []
     names = ", ".join(dict.fromkeys(ev.backend for ev in evidence))
     for name, span in unknown:  # a results row for a backend that was not run
@@ -476,50 +518,10 @@ def check_evidence(doc: Document, path: str, evidence: Sequence[EvidenceFacts], 
     if current_spec_sha256:
         known.add(current_spec_sha256.lower())
     for st in statements:
-        label = _FIELD_LABEL[st.kind]
-        named = _level_check(st) if st.context is not None else None
-        if named is not None:  # the sentence or row names a level: that level's figure (or the total)
-            holds, rec = named
-            if not holds:
-                who = for_backend(st.backends)
-                out.append(Diagnostic(
-                    "CB201", f"states {label} {_fmt(st.kind, st.value)}{who}; the evidence records {rec}", st.span, path,
-                    hint="correct the document from the evidence (lint-claims never rewrites)",
-                ))  # fmt: skip
-                flagged.add((st.span.line, st.span.column))
-            continue
-        if st.per_level:
-            continue  # a per-level row naming no level the evidence has: not a claim about the totals
-        recorded = [(ev, _recorded(ev, st.kind)) for ev in st.backends]
-        recorded = [(ev, r) for ev, r in recorded if r is not None]
-        if not recorded:
-            if st.kind in ("commit", "revision") and str(st.value).lower() not in known:
-                # a specific commit (revision) cited where the evidence records none: nothing supports it
-                who = ", ".join(ev.backend for ev in st.backends)
-                out.append(Diagnostic(
-                    "CB202", f"{label} {st.text} appears nowhere in the evidence (it records no {label} for {who})", st.span, path,
-                    hint=f"cite the {label} the evidence records (`soakspec report` shows it); evidence that recorded none "
-                    f"supports no claim of a specific {label}",
-                ))  # fmt: skip
-                flagged.add((st.span.line, st.span.column))
-            continue
-        if any(_matches(st.kind, st.value, r) for _, r in recorded):
-            continue
-        if st.kind in ("completed", "failed", "timeouts") and len(st.backends) > 1 and len(recorded) == len(st.backends):
-            if st.value in _totals([(ev, int(r)) for ev, r in recorded]):  # type: ignore[call-overload]
-                continue  # the total over the backends (one run of each)
-        rec = "; ".join(f"{run_name(ev, st.backends)}: {_fmt(st.kind, r)}" for ev, r in recorded)
-        who = for_backend([ev for ev, _ in recorded])
-        out.append(
-            Diagnostic(
-                "CB201",
-                f"states {label} {_fmt(st.kind, st.value)}{who}; the evidence records {rec}",
-                st.span,
-                path,
-                hint="correct the document from the evidence (lint-claims never rewrites)",
-            )
-        )
-        flagged.add((st.span.line, st.span.column))
+        d = stated_finding(st, path, frozenset(known))
+        if d is not None:
+            out.append(d)
+            flagged.add((st.span.line, st.span.column))
 
     for m in _HEX64.finditer(doc.text):
         span = doc.span(m.start(), m.end())

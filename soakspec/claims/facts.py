@@ -107,6 +107,8 @@ class EvidenceFacts:
     gate: str | None = None
     source: str | None = None
     hardware: tuple[str, ...] = ()
+    # the run's id (manifest.json `run_id`): a soakspec bench block's `Run:` line names it
+    run_id: str | None = None
     # a sweep's figures (results.json `figures`): max_sustainable_concurrency / max_sustainable_rate
     # -> the value, None when no level held
     sustainable: Mapping[str, float | None] = dataclasses.field(default_factory=dict, hash=False)

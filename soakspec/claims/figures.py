@@ -50,8 +50,11 @@ blockquotes are skipped):
   capped level's sections from the send). Scope: the block's `Level:` line, as a per-level row's
   ("sim-fast · concurrency 4": that level or the backend's run figure, a level the evidence lacks
   not checked); none (a trimmed block) is a sentence naming no level: any level fits. Its
-  `Backend:` line names the backend (one the evidence did not run: the block is not read). Every
-  block's lines, soakspec's or not, are kept from prose reading.
+  `Backend:` line names the backend (one the evidence did not run: the block is not read), its
+  `Run:` line the run where two of that backend are given, and its `Verdict:` is checked as a
+  verdict in prose is (`evidence_check.stated_finding`). Every block's lines, soakspec's or not,
+  are kept from prose reading -- here, and in `evidence_check` and `scope` (`document.bench_lines`):
+  bench serve's "Maximum request concurrency: 64" is its run's setting, not a claim.
 
 What it is compared with (`EvidenceFacts.figures`, `LevelFacts.figures`, made by
 `adapters.load_evidence_facts` from the evidence re-judged): per level, results.json
@@ -114,8 +117,10 @@ import re
 from collections.abc import Mapping, Sequence
 
 from soakspec.claims.direction import APPROX, FROM_VERB, TO, change_after, change_base, change_before
-from soakspec.claims.document import BlockKind, Document
-from soakspec.claims.evidence_check import _AGGREGATE_ROW, _cells, _key, _line_backends, _named_levels, by_backend, for_backend, run_name
+from soakspec.claims.document import BlockKind, Document, bench_blocks
+from soakspec.claims.evidence_check import (
+    _AGGREGATE_ROW, Stated, _cells, _key, _line_backends, _named_levels, by_backend, for_backend, run_name, stated_finding,
+)
 from soakspec.claims.facts import EvidenceFacts, LevelFacts
 from soakspec.claims.polarity import Polarity, polarity
 from soakspec.claims.scope import _CONCURRENCY, _RATE
@@ -575,14 +580,8 @@ def _table_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[li
 
 # ---------------------------------------------------------------- bench serve's result block
 
-# vLLM `bench serve`'s (and SGLang `bench_serving`'s) result block: an opening "===== Serving
-# Benchmark Result =====" line, "Label:   value" lines and "-----Section-----" lines, a closing line
-# of "=" (vllm/benchmarks/serve.py: `"{:<40} {:<10.2f}".format(label, value)`)
-_BENCH_OPEN = re.compile(r"^\s*={3,}\s*Serving\s+Benchmark\s+Result\s*={3,}\s*$", re.I)
-_BENCH_CLOSE = re.compile(r"^\s*={10,}\s*$")
-_BENCH_MAX_LINES = 200  # a block longer than any bench serve prints ends here: linting stays linear
 _BENCH_FIELD = re.compile(rf"^\s*(?P<label>[^:]*?)\s*:\s+(?P<value>{_NUM})\s*$")
-_BENCH_TEXT = re.compile(r"^\s*(?P<label>tool|backend|level)\s*:\s+(?P<value>\S.*?)\s*$", re.I)
+_BENCH_TEXT = re.compile(r"^\s*(?P<label>tool|run|verdict|backend|level)\s*:\s+(?P<value>\S.*?)\s*$", re.I)
 _BENCH_LATENCY = re.compile(
     rf"(?P<agg>mean|median|p\d{{1,2}}(?:\.\d+)?)\s+(?P<sent>sent\s+)?(?P<metric>ttft|tpot|itl|e2el|e2e\s+latency)"
     rf"\s*\(\s*(?P<u>{_SUBMINUTE_UNIT})\s*\)", re.I)
@@ -593,24 +592,6 @@ _BENCH_RATES = {  # label (lower case, spaces collapsed) -> the figure; "Total t
     "total throughput (tok/s)": "total_tok_s",
 }
 SOAKSPEC_TOOL = "soakspec"  # the `Tool:` line `soakspec report --format bench` writes
-
-
-def _bench_blocks(doc: Document) -> list[tuple[int, int]]:
-    """(first, last) line numbers of each bench serve result block, whoever wrote it."""
-    out: list[tuple[int, int]] = []
-    n, i = len(doc.lines), 0
-    while i < n:
-        if not _BENCH_OPEN.match(doc.lines[i]):
-            i += 1
-            continue
-        j = i + 1
-        while j < n and j - i < _BENCH_MAX_LINES and not _BENCH_CLOSE.match(doc.lines[j]) and not _BENCH_OPEN.match(doc.lines[j]) \
-                and not doc.lines[j].lstrip().startswith(("```", "~~~")):
-            j += 1
-        last = j if j < n and _BENCH_CLOSE.match(doc.lines[j]) else j - 1
-        out.append((i + 1, last + 1))
-        i = last + 1
-    return out
 
 
 def _bench_hit(label: str, m: re.Match[str]) -> Hit | None:
@@ -629,27 +610,39 @@ def _bench_hit(label: str, m: re.Match[str]) -> Hit | None:
     return Hit(metric, _aggs(lat.group("agg"))[0], m.group("value"), lat.group("u"), a, b, a)
 
 
-def _bench_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[list[Figure], set[int]]:
+def _bench_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[list[Figure], list[Stated], set[int]]:
     """Figures in bench serve result blocks that soakspec wrote (`Tool: soakspec`,
-    `soakspec report --format bench`), fenced or not; every block's lines are returned, so that
-    prose reading skips them. A block with no such line is another tool's run (bench serve's
-    own): not the evidence's figures, and not read."""
+    `soakspec report --format bench`), fenced or not, and each such block's `Verdict:` (checked
+    as the prose verdict is: `evidence_check.stated_finding`); every block's lines are returned,
+    so that prose reading skips them. A block with no such line is another tool's run (bench
+    serve's own): not the evidence's figures, and not read. Where two runs of the block's backend
+    are given (a before/after), its `Run:` line says which run's figures it holds; a run id that
+    neither has leaves both (a block retitled by hand is still checked)."""
     by_key = by_backend(evidence)
     out: list[Figure] = []
+    verdicts: list[Stated] = []
     done: set[int] = set()
-    for first, last in _bench_blocks(doc):
+    for first, last in bench_blocks(doc):
         done |= set(range(first, last + 1))
-        text = {m.group("label").lower(): m.group("value") for ln in range(first, last + 1)
-                if (m := _BENCH_TEXT.match(doc.lines[ln - 1])) is not None}
-        if text.get("tool", "").lower() != SOAKSPEC_TOOL:
+        text: dict[str, tuple[str, int]] = {}
+        for ln in range(first, last + 1):
+            if (m := _BENCH_TEXT.match(doc.lines[ln - 1])) is not None:
+                text.setdefault(m.group("label").lower(), (m.group("value"), ln))
+        if text.get("tool", ("",))[0].lower() != SOAKSPEC_TOOL:
             continue  # another tool's run
         backends: tuple[EvidenceFacts, ...] = tuple(evidence)
         if "backend" in text:
-            ev = by_key.get(_key(text["backend"]))
+            ev = by_key.get(_key(text["backend"][0]))
             if ev is None:
                 continue  # a backend the evidence did not run: its figures are no other backend's
             backends = ev
-        level = text.get("level")
+        if "run" in text and (same := tuple(ev for ev in backends if ev.run_id == text["run"][0])):
+            backends = same
+        if "verdict" in text:
+            value, ln = text["verdict"]
+            off = doc.line_offset(ln) + doc.lines[ln - 1].index(value, doc.lines[ln - 1].index(":") + 1)
+            verdicts.append(Stated("gate", value, value, doc.span(off, off + len(value)), backends))
+        level = text["level"][0] if "level" in text else None
         for ln in range(first, last + 1):
             m = _BENCH_FIELD.match(doc.lines[ln - 1])
             h = _bench_hit(m.group("label"), m) if m is not None else None
@@ -657,7 +650,7 @@ def _bench_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[li
                 continue
             off = doc.line_offset(ln)
             out.append(Figure(h, doc.span(off + h.start, off + h.end), backends, level, per_level=level is not None))
-    return out, done
+    return out, verdicts, done
 
 
 # ---------------------------------------------------------------- prose
@@ -799,12 +792,13 @@ def _check(f: Figure, path: str) -> Diagnostic | None:
 
 
 def check_figures(doc: Document, path: str, evidence: Sequence[EvidenceFacts], negated_blocks: frozenset[int] = frozenset()) -> list[Diagnostic]:
-    """CB201: a latency, throughput or request-rate figure the evidence contradicts."""
+    """CB201: a latency, throughput or request-rate figure the evidence contradicts, and a
+    soakspec bench block's verdict that is not the run's."""
     if not evidence:
         return []
-    bench, in_blocks = _bench_figures(doc, evidence)
+    bench, verdicts, in_blocks = _bench_figures(doc, evidence)
     table, done = _table_figures(doc, evidence)
-    out: list[Diagnostic] = []
+    out: list[Diagnostic] = [d for st in verdicts if (d := stated_finding(st, path)) is not None]
     seen: set[tuple[int, int]] = set()
     for f in bench + table + _prose_figures(doc, evidence, done | in_blocks, negated_blocks):
         if (f.span.line, f.span.column) in seen:

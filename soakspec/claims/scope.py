@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from soakspec.claims.document import Document, Sentence
+from soakspec.claims.document import Document, Sentence, bench_lines
 from soakspec.claims.facts import Coverage
 from soakspec.claims.polarity import Polarity, polarity
 from soakspec.diagnostics import Diagnostic, Severity
@@ -177,9 +177,14 @@ def _num(text: str) -> float:
 
 
 def _asserted(doc: Document, rx: re.Pattern[str], negated_blocks: frozenset[int]) -> Iterator[tuple[Sentence, re.Match[str]]]:
+    """Each asserted match of `rx`, outside bench serve result blocks (`bench_lines`: a block's
+    "Maximum request concurrency: 64" is a run's setting, not a claim of scope)."""
+    skip = bench_lines(doc)
     for s in doc.sentences:
         text = doc.sentence_text(s)
         for m in rx.finditer(text):
+            if skip and doc.position(s.start + m.start())[0] in skip:
+                continue
             if polarity(text, m.start(), m.end(), s.block in negated_blocks) is Polarity.ASSERTED:
                 yield s, m
 
