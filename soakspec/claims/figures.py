@@ -46,8 +46,12 @@ blockquotes are skipped):
   a figure from the server's own metrics, is not contradicted by the retained run; reading it
   would flag every honest paste. Read: "Successful requests" (the completed count), "Request
   throughput (req/s)" (request rate), "Output token throughput (tok/s)", "Total token throughput
-  (tok/s)", and "Mean / Median / Pxx TTFT / TPOT / ITL / E2EL (ms)" ("sent TTFT", "sent E2EL": the
-  capped level's sections from the send). Scope: the block's `Level:` line, as a per-level row's
+  (tok/s)", and "Mean / Median / Pxx TTFT / TPOT / ITL / E2EL (ms)". A capped level's block (one
+  with sections "(from intended start)", `_BENCH_INTENDED`) gives bench serve's meaning to its
+  labels: plain TTFT / E2EL are the time from the send (sent_ttft, sent_latency), "intended TTFT /
+  E2EL" the time from the intended start; in a block printed before that layout (sections "(from
+  the send)") plain TTFT / E2EL are from the intended start and "sent TTFT / E2EL" from the send --
+  a pasted block is read as it was written. Scope: the block's `Level:` line, as a per-level row's
   ("sim-fast · concurrency 4": that level or the backend's run figure, a level the evidence lacks
   not checked); none (a trimmed block) is a sentence naming no level: any level fits. Its
   `Backend:` line names the backend (one the evidence did not run: the block is not read), its
@@ -583,7 +587,7 @@ def _table_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[li
 _BENCH_FIELD = re.compile(rf"^\s*(?P<label>[^:]*?)\s*:\s+(?P<value>{_NUM})\s*$")
 _BENCH_TEXT = re.compile(r"^\s*(?P<label>tool|run|verdict|backend|level)\s*:\s+(?P<value>\S.*?)\s*$", re.I)
 _BENCH_LATENCY = re.compile(
-    rf"(?P<agg>mean|median|p\d{{1,2}}(?:\.\d+)?)\s+(?P<sent>sent\s+)?(?P<metric>ttft|tpot|itl|e2el|e2e\s+latency)"
+    rf"(?P<agg>mean|median|p\d{{1,2}}(?:\.\d+)?)\s+(?:(?P<sent>sent\s+)|(?P<intended>intended\s+))?(?P<metric>ttft|tpot|itl|e2el|e2e\s+latency)"
     rf"\s*\(\s*(?P<u>{_SUBMINUTE_UNIT})\s*\)", re.I)
 _BENCH_LATENCY_KEY = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2el": "latency", "e2e latency": "latency"}
 _BENCH_RATES = {  # label (lower case, spaces collapsed) -> the figure; "Total throughput": SGLang's older label
@@ -594,7 +598,15 @@ _BENCH_RATES = {  # label (lower case, spaces collapsed) -> the figure; "Total t
 SOAKSPEC_TOOL = "soakspec"  # the `Tool:` line `soakspec report --format bench` writes
 
 
-def _bench_hit(label: str, m: re.Match[str]) -> Hit | None:
+# a capped level's block (`soakspec.report.bench`): bench serve's labels hold the time from the send,
+# a section "(from intended start)" of "intended TTFT" the time with the wait counted; a block printed
+# before has sections "(from the send)" of "sent TTFT" instead, and its plain labels are intended-start
+_BENCH_INTENDED = re.compile(r"^\s*-+\s*.*\(from\s+intended\s+start\)\s*-+\s*$", re.I)
+
+
+def _bench_hit(label: str, m: re.Match[str], capped: bool = False) -> Hit | None:
+    """The figure a block's line states; `capped`: the block has intended-start sections (a capped
+    level's, as printed now), so bench serve's plain TTFT / E2EL labels are the time from the send."""
     key = " ".join(label.lower().split())
     a, b = m.start("value"), m.end("value")
     if key in _BENCH_RATES:
@@ -604,7 +616,11 @@ def _bench_hit(label: str, m: re.Match[str]) -> Hit | None:
     if lat is None:
         return None  # Benchmark duration, Total input tokens, Peak output token throughput, ...: not a figure
     metric = _BENCH_LATENCY_KEY[" ".join(lat.group("metric").lower().split())]
-    metric = _SENT_OF.get(metric, metric) if lat.group("sent") else metric
+    if lat.group("intended"):
+        if metric not in ("ttft", "latency"):
+            return None  # "intended TPOT": no such figure
+    elif lat.group("sent") or capped:
+        metric = _SENT_OF.get(metric, metric)
     if metric not in ("ttft", "tpot", "itl", "latency", "sent_ttft", "sent_latency"):
         return None  # "sent TPOT": no such figure
     return Hit(metric, _aggs(lat.group("agg"))[0], m.group("value"), lat.group("u"), a, b, a)
@@ -643,9 +659,10 @@ def _bench_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[li
             off = doc.line_offset(ln) + doc.lines[ln - 1].index(value, doc.lines[ln - 1].index(":") + 1)
             verdicts.append(Stated("gate", value, value, doc.span(off, off + len(value)), backends))
         level = text["level"][0] if "level" in text else None
+        capped = any(_BENCH_INTENDED.match(doc.lines[ln - 1]) for ln in range(first, last + 1))
         for ln in range(first, last + 1):
             m = _BENCH_FIELD.match(doc.lines[ln - 1])
-            h = _bench_hit(m.group("label"), m) if m is not None else None
+            h = _bench_hit(m.group("label"), m, capped) if m is not None else None
             if h is None:
                 continue
             off = doc.line_offset(ln)
