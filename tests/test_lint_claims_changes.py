@@ -290,6 +290,9 @@ def test_the_clause_reader_splits_two_claims_and_keeps_a_list_together():
     # a list of metrics is each claimed; a direction speaks of the metrics next to it
     assert [(c.metric, c.direction) for c in claims_in("No regressions in TTFT, ITL or latency.")] == \
         [("ttft", "same"), ("itl", "same"), ("latency", "same")]
+    # the list forms `sweep_changes` reads (change_common.LIST_JOIN): a serial ", or", an article
+    for text in ("No regressions in TTFT, ITL, or latency.", "No regressions in TTFT, ITL and the latency."):
+        assert [(c.metric, c.direction) for c in claims_in(text)] == [("ttft", "same"), ("itl", "same"), ("latency", "same")], text
     assert [(c.metric, [m.text for m in c.magnitudes]) for c in claims_in("TTFT fell 12%, from 410 ms to 360 ms, ITL too.")] == \
         [("ttft", ["from 410 ms to 360 ms", "12%"])]
     assert claims_in("TTFT goes as the prompt grows.") == claims_in("Latency increases with concurrency.") == []

@@ -3,7 +3,8 @@
 `sweep_changes` and the other way round would be an import cycle.
 
 - `half_unit`: how precisely a stated number is written -- half a unit of its last digit;
-- `named_backends`: which backends a claim names, the same way for a row and a Sweep row.
+- `named_backends`: which backends a claim names, the same way for a row and a Sweep row;
+- `LIST_JOIN`: what joins the metrics of one list, for both readers.
 """
 
 from __future__ import annotations
@@ -34,3 +35,11 @@ def named_backends(names: Iterable[str], texts: Iterable[str]) -> set[str]:
         if said:
             return said
     return set()
+
+
+# what joins two metrics of one list ("TTFT, ITL and latency", "p95 TTFT, ITL, or the max
+# sustainable rate", "TTFT/ITL", "TTFT & ITL"): a comma, slash, ampersand, "and" / "or" (with or
+# without a serial comma), then an article a review may put before the next name. One definition
+# for `changes._is_list` and `sweep_changes._listed`: a list that groups under one direction for a
+# row groups so for the Sweep row too (the two had drifted: ", or" and "the" read in one only)
+LIST_JOIN = re.compile(r"\s*(?:,|/|&|and|or|,\s*and|,\s*or)?\s*(?:(?:the|its|our)\s+)?", re.I)

@@ -101,6 +101,7 @@ import math
 import re
 from collections.abc import Sequence
 
+from soakspec.claims.change_common import LIST_JOIN
 from soakspec.claims.change_common import half_unit as _half
 from soakspec.claims.change_common import named_backends
 from soakspec.claims.direction import COMPARATIVE as _COMPARATIVE
@@ -452,7 +453,7 @@ def _clauses(masked: str) -> list[tuple[int, int]]:
 
 
 def _is_list(text: str, metrics: Sequence[tuple[str, tuple[str, ...], int, int]]) -> bool:
-    return all(re.fullmatch(r"\s*(?:,|/|&|and|or|,\s*and)?\s*", text[x[3] : y[2]], re.I) for x, y in zip(metrics, metrics[1:]))
+    return all(LIST_JOIN.fullmatch(text, x[3], y[2]) for x, y in zip(metrics, metrics[1:]))
 
 
 def _group(text: str, metrics: Sequence[tuple[str, tuple[str, ...], int, int]], d: re.Match[str]) -> list[tuple[str, tuple[str, ...], int, int]]:

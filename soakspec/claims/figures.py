@@ -766,17 +766,17 @@ def _check(f: Figure, path: str) -> Diagnostic | None:
     def who(ev: EvidenceFacts) -> str:
         return run_name(ev, f.backends)
 
-    def figs(facts: EvidenceFacts | LevelFacts) -> Mapping[str, tuple[float, ...]]:
+    def figures_of(facts: EvidenceFacts | LevelFacts) -> Mapping[str, tuple[float, ...]]:
         if h.metric != "completed":
             return facts.figures
         return {"completed": (float(facts.completed),)} if facts.completed is not None else {}
 
     if named:
-        sets = [(f"{who(ev)} · {lv.label}", figs(lv)) for ev, lv in named]
-        sets += [(f"{who(ev)} over the run", figs(ev)) for ev in dict.fromkeys(ev for ev, _ in named)]
+        sets = [(f"{who(ev)} · {lv.label}", figures_of(lv)) for ev, lv in named]
+        sets += [(f"{who(ev)} over the run", figures_of(ev)) for ev in dict.fromkeys(ev for ev, _ in named)]
     else:
-        sets = [(f"{who(ev)} · {lv.label}", figs(lv)) for ev in f.backends for lv in ev.levels]
-        sets += [(f"{who(ev)} over the run", figs(ev)) for ev in f.backends]
+        sets = [(f"{who(ev)} · {lv.label}", figures_of(lv)) for ev in f.backends for lv in ev.levels]
+        sets += [(f"{who(ev)} over the run", figures_of(ev)) for ev in f.backends]
     key = h.metric if h.metric in RATE_UNIT else f"{h.metric}.{h.agg}"
     shown: list[str] = []
     known = False

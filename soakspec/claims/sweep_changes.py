@@ -49,7 +49,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from soakspec.claims.change_common import half_unit, named_backends
+from soakspec.claims.change_common import LIST_JOIN, half_unit, named_backends
 from soakspec.claims.direction import APPROX, DIRECTION, TO
 from soakspec.claims.facts import ChangeFacts, SweepChangeRow
 from soakspec.claims.polarity import Polarity, polarity
@@ -82,9 +82,6 @@ _FROM_TO = re.compile(rf"\bfrom\s+(?:{APPROX}\s*)?(?P<a>{_NUM})\s*(?:{_UNIT})?\s
 # planning" is another noun's direction
 _TAIL = re.compile(rf"(?:\s+(?:from\s+(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?\s*{TO}\s*(?:{APPROX}\s*)?{_NUM}\s*(?:{_UNIT})?"
                    r"|(?:on|for|of|in)\s+[\w.-]+))*\s*(?:[.,:;!?)]|$)", re.I)
-# what joins the figure's name and other metrics in one list ("max sustainable rate and p50 TTFT",
-# "p95 TTFT, ITL and the max sustainable rate"): `changes._is_list`'s words, and an article
-_LIST_JOIN = re.compile(r"\s*(?:,|/|&|and|or|,\s*and|,\s*or)?\s*(?:(?:the|its|our)\s+)?", re.I)
 # what may stand between the figure's name and its direction besides `changes._GAP`'s words
 _EXTRA_GAP = rf"(?:{_NUM}\s*(?:{_UNIT})?|found|level|figure|result|value)"
 
@@ -170,7 +167,7 @@ def _listed(clause: str, subj: re.Match[str], others: Sequence[tuple[Any, ...]])
     None where another metric stands anywhere else -- then the clause is that metric's. `others`
     are (metric, statistics, start, end) as `changes._metrics` gives them."""
     spans = sorted([subj.span(), *((o[2], o[3]) for o in others)])
-    if not all(_LIST_JOIN.fullmatch(clause, x[1], y[0]) for x, y in zip(spans, spans[1:])):
+    if not all(LIST_JOIN.fullmatch(clause, x[1], y[0]) for x, y in zip(spans, spans[1:])):
         return None
     chars = list(clause)
     for i in range(spans[0][0], spans[-1][1]):
