@@ -287,7 +287,7 @@ from soakspec.exitcodes import ExitCode
 from soakspec.judge import stats
 from soakspec.judge.common import fold
 from soakspec.judge.evidence import Evidence
-from soakspec.judge.index import BackendIndex, LevelIndex, index
+from soakspec.judge.index import BackendIndex, LevelIndex, capped, index
 from soakspec.judge.joined import _time_scale, join
 from soakspec.judge.measures import Distribution, PerBucket, PerToken, mask
 from soakspec.judge.measures import Outcome as OutcomeCount
@@ -916,12 +916,6 @@ def _lacking(base: Sequence[BackendSamples], pairs: Sequence[tuple[BackendSample
             "is never a pass"]
 
 
-def capped(lv: LevelSamples | LevelIndex) -> bool:
-    """Whether the level declares max_concurrency (its manifest entry): its sent_ttft and
-    sent_latency differ from ttft and latency by the wait for a slot (module doc, "From the send")."""
-    return type(lv.entry.get("max_concurrency")) is int
-
-
 def _load(lv: LevelSamples) -> str:
     e = lv.entry
     return f"{e.get('mode')} concurrency={e.get('concurrency')} rate={e.get('rate')}"
@@ -1140,7 +1134,7 @@ class _LazyMetrics(Mapping[str, Samples]):
 
 def _turn_samples(lv: LevelIndex) -> dict[int, dict[str, Samples]]:
     """`_TurnSamples` read up front (`RunSamples.read(keep=False)`)."""
-    wanted = [cm for cm, _ in TURN_METRICS if not cm.capped_only or capped(lv)]
+    wanted = [cm for cm, _ in TURN_METRICS if not cm.capped_only or capped(lv.entry)]
     return {k: {cm.name: _distribution(rows, cm) for cm in wanted} for k, rows in rows_by_turn(lv.records, MAX_TURNS)}
 
 
@@ -1217,7 +1211,7 @@ class RunSamples:
         swept = ran is not None and sweep_workload(ran) is not None  # (a sweep spec has one backend)
         backends = tuple(BackendSamples(bi.name, tuple(LevelSamples(
             bi.name, lv.workload, lv.index, lv.label, lv.entry,
-            _LevelSamples(bi, lv) if keep else {cm.name: _samples(bi, lv, cm) for cm in METRICS if not cm.capped_only or capped(lv)},
+            _LevelSamples(bi, lv) if keep else {cm.name: _samples(bi, lv, cm) for cm in METRICS if not cm.capped_only or capped(lv.entry)},
             _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels),
             swept or isinstance(bi.evidence.entry.get("sweep"), Mapping), network_path(bi.evidence.entry)) for bi in indexes)
         sweeps = figures(judge, ev) if judge is not None else ()  # before the table may go: it reads each probe
@@ -1416,7 +1410,7 @@ def _turn_pending(backend: str, new_backend: str, a: LevelSamples, z: LevelSampl
     if only:
         said = ", ".join(f"turn {k}{'+' if k > MAX_TURNS else ''} only in the {side} run" for k, side in sorted(only))
         notes.append(f"{backend} {a.label}: {said} (not compared)")
-    metrics = [(cm, stats_) for cm, stats_ in TURN_METRICS if not cm.capped_only or (capped(a) and capped(z))]
+    metrics = [(cm, stats_) for cm, stats_ in TURN_METRICS if not cm.capped_only or (capped(a.entry) and capped(z.entry))]
     return [_Pending((backend, new_backend, a.workload, a.index, cm.name, stat, k), a, z, cm, stat, note, turn=k)
             for k in both for cm, stats_ in metrics for stat in stats_]
 
@@ -1563,7 +1557,7 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
             workloads.append(a.workload)
             note = f"load differs: base {_load(a)}, new {_load(z)}" if _load(a) != _load(z) else None  # a phase's
             for cm in METRICS:
-                if cm.capped_only and not (capped(a) and capped(z)):
+                if cm.capped_only and not (capped(a.entry) and capped(z.entry)):
                     continue  # sent_ttft is ttft where uncapped; a cap on one side only (module doc, "From the send")
                 wanted = list(cm.stats) + [r.stat for r in rules if r.metric == cm.name and r.stat not in cm.stats]
                 for stat in dict.fromkeys(wanted):

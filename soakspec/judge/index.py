@@ -352,6 +352,15 @@ class BackendIndex:
         return ts if isinstance(ts, str) else "none"
 
 
+def capped(entry: Mapping[str, Any]) -> bool:
+    """Whether a level's manifest entry declares max_concurrency (an int; anything else is no
+    cap): where its requests may wait for a slot, its times from the send (`sent_ttft`,
+    `sent_latency`) have figures of their own and say what they leave out, its warm-up is kept
+    (`judge/capproof.py`), and `schedule_lag` counts from `admitted`. The one test for it: the
+    judge, compare and the reports all read a cap through this."""
+    return type(entry.get("max_concurrency")) is int
+
+
 def level_label(entry: Mapping[str, Any], with_workload: bool = False) -> str:
     """`concurrency 8`, `rate 2 rps`, `concurrency 4 (batches of 8)` -- as the plan prints it."""
     mode = entry.get("mode")
@@ -540,7 +549,7 @@ def index_backend(be: BackendEvidence) -> BackendIndex:
         sel = table_module.kept(everyone, lambda rows: (pos[rows] == first) & (bucket[rows] >= 0))  # a view of it, nearly always
         # a capped level's warm-up held its slots (judge/capproof.py); no other level needs it kept
         warm = (table_module.kept(everyone, lambda rows: (pos[rows] == first) & (bucket[rows] == WARMUP_BUCKET))
-                if type(e.get("max_concurrency")) is int else everyone[:0])
+                if capped(e) else everyone[:0])
         levels.append(
             LevelIndex(be.name, str(e.get("workload")), int(e.get("index", 0)) if isinstance(e.get("index"), int) else 0,
                        e, level_label(e, len(workloads) > 1), _windows(e, t, sel), Rows.of(t, warm))

@@ -25,7 +25,7 @@ from soakspec.judge import stats
 import numpy as np
 
 from soakspec.judge.evidence import OUTCOMES, BackendEvidence, Evidence
-from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, error_message, index, num
+from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, capped, error_message, index, num
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (Distribution, Outcome, PerBucket, PerRequest, PerSample, bucket_series, completed, excluded, gap_share, not_completed,
                                     outcome_is, quarters, relative_change)
@@ -288,7 +288,7 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "buckets": [w.index for w in lv.buckets],
         "drift": level_drift(bi, lv),
         "itl_coalesced": itl_coalesced(recs),
-        "excluded": excluded(recs, sent=capped(lv)),
+        "excluded": excluded(recs, sent=capped(lv.entry)),
         "turns": turn_summary(recs),
         "drain": drain_summary(lv),
     }
@@ -308,19 +308,13 @@ def scheduled_rate(lv: LevelIndex) -> float | None:
     return len(lv.records) / (me - ms)
 
 
-def capped(lv: LevelIndex) -> bool:
-    """Whether the level declares max_concurrency: where the times from the send have figures of
-    their own (`sent_summary`) and say what they leave out (`excluded`'s `sent`)."""
-    return type(lv.entry.get("max_concurrency")) is int
-
-
 def sent_summary(lv: LevelIndex) -> dict[str, Any]:
     """`sent_ttft` and `sent_latency` (from the send, after the wait for a slot: the server's
     view, bench serve's TTFT and E2EL) of a level that declares max_concurrency; None for any
     other level, where they are ttft and latency less only the load generator's own lateness
     (closed loop: equal), which client_healthy bounds -- a second pair of figures there would
     say nothing a reader needs."""
-    if not capped(lv):
+    if not capped(lv.entry):
         return {"sent_ttft": None, "sent_latency": None}
     return {"sent_ttft": dist_summary(lv.records, "sent_ttft"), "sent_latency": dist_summary(lv.records, "sent_latency")}
 

@@ -30,7 +30,7 @@ from soakspec.evidence.record import outcomes_text
 from soakspec.evidence.record import schedule_lag as record_lag
 from soakspec.judge.capproof import Breach, breaches
 from soakspec.judge.common import abort_observed_text, backend_here, loc, plural, problem, result
-from soakspec.judge.index import BackendIndex, LevelIndex, req_time
+from soakspec.judge.index import BackendIndex, LevelIndex, capped, req_time
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.index import num as num_
 from soakspec.judge.measures import Columnar, bucket_in_flight, cap_wait, completed, timed_out
@@ -385,7 +385,7 @@ def _admitted_problems(lv: LevelIndex, lloc: Location) -> list[Instance]:
     """Records that say they waited for a slot under max_concurrency (`admitted`) in a level that
     declares none: the runner never writes that, and `schedule_lag` counts from `admitted`, so
     such records would hide the load generator's own lateness from client_healthy."""
-    if type(lv.entry.get("max_concurrency")) is int:
+    if capped(lv.entry):
         return []
     n = int(np.count_nonzero(~np.isnan(_floats(lv.records, "admitted"))))
     if not n:
@@ -695,7 +695,7 @@ def _lags(lv: LevelIndex, recs: Rows) -> np.ndarray:
     load generator's lateness (`_admitted_problems` names such records). Where it counts,
     `cap_kept` proves from the records that the runner kept to the cap, or client_healthy is
     INCONCLUSIVE."""
-    if type(lv.entry.get("max_concurrency")) is int:
+    if capped(lv.entry):
         return _values(recs, lambda t, idx: t.schedule_lag(idx), _sched_lag_row)
     return _values(recs, lambda t, idx: t.f["start"][idx] - t.f["intended_start"][idx],
                    lambda r: record_lag(num_(r.get("start")), num_(r.get("intended_start"))))
@@ -884,7 +884,7 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
         offered = _offered(lv, w, float(rate))
         achieved = _started_in(recs, w.start, w.end) / wall
     delays = _values(recs, lambda t, idx: t.f["client_delay"][idx], _delay_row)
-    waited, wait_p99, capped = _cap_waits(lv, recs)
+    waited, wait_p99, cap_requests = _cap_waits(lv, recs)
     done = completed(recs)
     gaps = _int_sum(done, _gaps_col, _gaps_row)
     coal = _int_sum(done, _coal_col, _coal_row)
@@ -904,7 +904,7 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
         "client_delay_p99": percentile(delays, 99.0) if len(delays) else None,
         # open loop under max_concurrency: of its requests, those that waited for a slot; the
         # wait's p99 over them all (None: no cap)
-        "cap_requests": capped, "cap_waited": waited, "cap_wait_p99": wait_p99,
+        "cap_requests": cap_requests, "cap_waited": waited, "cap_wait_p99": wait_p99,
     }  # fmt: skip
 
 
@@ -913,7 +913,7 @@ def _cap_waits(lv: LevelIndex, recs: Rows) -> tuple[int | None, float | None, in
     for a slot, the p99 of the wait over all of them (0 for one that found a slot free), and how
     many there are. The wait is the declared cap's, counted in latency and TTFT, not the
     client's schedule lag (`record.schedule_lag`). (None, None, None): the level declared no cap."""
-    if type(lv.entry.get("max_concurrency")) is not int:
+    if not capped(lv.entry):
         return None, None, None
     v = recs.map(cap_wait.col, cap_wait.row)
     waited = ~np.isnan(v)
@@ -1036,11 +1036,11 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
     if not n:  # no bucket of the spec's levels in the evidence: the client kept up in nothing measured
         insts.append(problem("no bucket of the spec's levels is in the evidence: the load generator's health is unknown",
                              status="inconclusive"))
-    capped = [(bi, lv) for bi in run.judged for lv in bi.levels if type(lv.entry.get("max_concurrency")) is int]
-    off_cap = [d for bi, lv in capped for d in cap_kept(bi, lv, g.client_schedule_lag)]
+    capped_levels = [(bi, lv) for bi in run.judged for lv in bi.levels if capped(lv.entry)]
+    off_cap = [d for bi, lv in capped_levels for d in cap_kept(bi, lv, g.client_schedule_lag)]
     msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
         f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "") + (
-        f"; it kept to max_concurrency in {plural(len(capped), 'capped level')}" if capped and not off_cap else "")
+        f"; it kept to max_concurrency in {plural(len(capped_levels), 'capped level')}" if capped_levels and not off_cap else "")
     return result(None, "client_healthy", "validity", "require", unsent + off_cap + insts, msg, n)
 
 
