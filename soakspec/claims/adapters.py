@@ -404,12 +404,13 @@ def _bucket_means(buckets: Any) -> dict[str, float]:
     value, whatever its wall time): the gate's `mean(throughput)` / `mean(qps)` and what
     `soakspec compare` shows. It differs from the report's wall-time-weighted figure where a
     bucket is short (a duration not a whole number of buckets), and both are the evidence's."""
+    from soakspec.report.common import timed_values  # which buckets count: the report's rule
+
     out: dict[str, float] = {}
     for key, field, whole in _RATE_FIELDS:
-        timed = [w for w in buckets if isinstance(w, dict) and _real(w.get("wall_s"))]
-        vals = [x for w in timed if (x := _real(w.get(field))) is not None]
-        if vals and not (whole and len(vals) < len(timed)):
-            out[key] = math.fsum(vals) / len(vals)
+        known = timed_values([(_real(w.get(field)), _real(w.get("wall_s"))) for w in buckets if isinstance(w, dict)], whole)
+        if known:
+            out[key] = math.fsum(v for v, _ in known) / len(known)
     return out
 
 

@@ -689,25 +689,32 @@ def _valued(windows: Sequence[Mapping[str, Any]], key: str) -> list[tuple[float 
     return [(num(w.get(key)), num(w.get("wall_s"))) for w in windows]
 
 
-def _weighted(pairs: list[tuple[float | None, float | None]]) -> float | None:
-    known = [(v, t) for v, t in pairs if v is not None and t is not None and t > 0]
-    wall = sum(t for _, t in known)
-    return sum(v * t for v, t in known) / wall if wall else None
+def timed_values(pairs: Sequence[tuple[float | None, float | None]], whole: bool = False) -> list[tuple[float, float]] | None:
+    """The (value, wall time) of the buckets that have a wall time (> 0) and a value. With
+    `whole`, None when a bucket with a wall time has no value: the figure over the level is
+    unknown then (total_tokens_per_s of a bucket that delivered a request with no prompt count),
+    and the other buckets' would read as the level's. The one rule for which buckets count: the
+    report's wall-time-weighted means and lint-claims' per-bucket means (`claims/adapters.py`)."""
+    if whole and any(v is None and t is not None and t > 0 for v, t in pairs):
+        return None
+    return [(v, t) for v, t in pairs if v is not None and t is not None and t > 0]
+
+
+def _weighted(known: list[tuple[float, float]] | None) -> float | None:
+    wall = sum(t for _, t in known or ())
+    return sum(v * t for v, t in known or ()) / wall if wall else None
 
 
 def wall_mean(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
     """A per-bucket rate over a level: the buckets' values weighted by their wall time."""
-    return _weighted(_valued(windows, key))
+    return _weighted(timed_values(_valued(windows, key)))
 
 
 def wall_mean_whole(windows: Sequence[Mapping[str, Any]], key: str) -> float | None:
     """`wall_mean`, but None when a bucket with a wall time has no value: total_tokens_per_s of
     a bucket that delivered a request with no prompt count is unknown, and the other buckets'
     mean would read as the level's."""
-    pairs = _valued(windows, key)  # read once, for the check and the mean
-    if any(v is None and t is not None and t > 0 for v, t in pairs):
-        return None
-    return _weighted(pairs)
+    return _weighted(timed_values(_valued(windows, key), whole=True))
 
 
 def shaped_load_text(load: Any, until_s: float = float("inf")) -> str:
