@@ -90,6 +90,10 @@ def approx(dist: Any, key: str) -> str:
 # The percentiles the per-level and per-turn tables show, and the run summary prints, unless
 # `--percentiles` chooses others (`parse_percentiles`); JSON carries every stored one regardless.
 DEFAULT_PERCENTILES = ("p50", "p95", "p99")
+# the per-request distributions every report's per-level table shows, in its order: (results.json
+# levels' key, display name). The run summary writes a word in lower case ("latency mean ms")
+# and an acronym as it is (`runsummary.py`); bench.py keeps bench serve's own section names.
+DISTS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("latency", "Latency"))
 
 
 def parse_percentiles(text: str) -> tuple[str, ...]:

@@ -273,9 +273,6 @@ def _coal(lv: Any) -> str:
     return ""
 
 
-DISTS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("latency", "Latency"))
-
-
 def level_table(results: Mapping[str, Any], verdict: Any, keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> list[str]:
     """The per-level table: offered vs achieved rate, tokens/s, in flight, each per-request
     metric's mean beside its percentiles (`keys`), counts."""
@@ -284,7 +281,7 @@ def level_table(results: Mapping[str, Any], verdict: Any, keys: Sequence[str] = 
         return []
     with_label = any(lv.label != lv.offered for lv in rows)  # a closed loop's level label is its offered load
     head = ("Backend", *(("Level",) if with_label else ()), "Offered", "Achieved req/s", "Output tok/s", "Total tok/s", "Mean in flight",
-            *(h for _, name in DISTS for h in (f"{name} mean", C.pct_head(name, keys))), "Completed", "Failed", "Timeouts",
+            *(h for _, name in C.DISTS for h in (f"{name} mean", C.pct_head(name, keys))), "Completed", "Failed", "Timeouts",
             "Rejected", "Disconnected")
     out = []
     if C.performance_not_evaluated(verdict):
@@ -297,7 +294,7 @@ def level_table(results: Mapping[str, Any], verdict: Any, keys: Sequence[str] = 
         prev = lv.backend
         counts = "".join(f'<td class="num">{esc(req.get(k, "-"))}</td>' for k in ("completed", "failed", "timeout", "rejected", "disconnected"))
         dists = "".join(f'<td class="num">{_mean(getattr(lv, key))}</td><td class="num">{_pct3(getattr(lv, key), keys)}'
-                        f'{_coal(lv) if key == "itl" else ""}</td>' for key, _ in DISTS)
+                        f'{_coal(lv) if key == "itl" else ""}</td>' for key, _ in C.DISTS)
         out.append(
             f'<tr{cls}><td><code>{esc(lv.backend)}</code></td>' + (f'<td>{esc(lv.label)}</td>' if with_label else "")
             + f'<td class="offered">{esc(lv.offered)}</td>'

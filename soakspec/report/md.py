@@ -173,14 +173,11 @@ def client_table(results: Mapping[str, Any]) -> list[str]:
     return ["| " + " | ".join(CLIENT_HEAD) + " |", "|" + "|".join("---" for _ in CLIENT_HEAD) + "|"] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
-DISTS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("latency", "Latency"))
-
-
 def level_head(keys: Sequence[str] = C.DEFAULT_PERCENTILES) -> tuple[str, ...]:
     """The per-level table's header: each of TTFT / ITL / TPOT / latency as a mean column (bench
     serve's first figure) beside one cell of its percentiles (`keys`)."""
     return (("Backend / level", "Offered", "Achieved req/s", "Output tok/s", "Total tok/s", "Mean in flight")
-            + tuple(h for _, name in DISTS for h in (f"{name} mean", C.pct_head(name, keys)))
+            + tuple(h for _, name in C.DISTS for h in (f"{name} mean", C.pct_head(name, keys)))
             + ("Completed", "Failed", "Timeouts", "Rejected", "Disconnected"))
 
 
@@ -193,7 +190,7 @@ def level_table(results: Mapping[str, Any], keys: Sequence[str] = C.DEFAULT_PERC
     rows = []
     for lv in C.level_rows(results):
         req = lv.requests
-        dists = [c for key, _ in DISTS
+        dists = [c for key, _ in C.DISTS
                  for c in (_mean(getattr(lv, key)), _itl(lv, keys) if key == "itl" else _pct(getattr(lv, key), keys))]
         rows.append([f"{md_cell(lv.backend)} · {md_text(lv.label)}", md_text(lv.offered), _fmt_rate(lv.qps, 2),
                      _fmt_rate(lv.tokens_per_s), _fmt_rate(lv.total_tokens_per_s), _fmt_rate(lv.in_flight, 2)] + dists

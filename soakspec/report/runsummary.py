@@ -39,7 +39,8 @@ PCTS = C.DEFAULT_PERCENTILES
 JSON_FIGURES = ("mean", "p50", "p90", "p95", "p99")  # run_summary's per metric: every one results.json stores
 COUNTS = (("completed", "completed"), ("failed", "failed"), ("timeout", "timeouts"), ("rejected", "rejected"),
           ("disconnected", "disconnected"))
-DISTS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("latency", "latency"))
+# report/common.py DISTS, named as this plain-text summary writes them: a word in lower case, an acronym as it is
+DISTS = tuple((key, name if name.isupper() else name.lower()) for key, name in C.DISTS)
 
 
 def report_command(run_dir: Any) -> str:
