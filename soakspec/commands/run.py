@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from soakspec.diagnostics import render_text
-from soakspec.commands.report import PERCENTILES_HELP, percentiles_arg
+from soakspec.commands.percentiles import PERCENTILES_HELP, percentiles_arg
 from soakspec.exitcodes import ExitCode
 
 

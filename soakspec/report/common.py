@@ -133,7 +133,8 @@ def pct_head(name: str, keys: Sequence[str], sep: str = " / ") -> str:
     return f"{name} " + sep.join(keys)
 
 
-def _int(v: Any) -> int | None:
+def as_int(v: Any) -> int | None:
+    """A JSON number as an int (a count read from results.json); None for anything else."""
     f = num(v)
     return int(f) if f is not None else None
 
@@ -222,14 +223,14 @@ def backend_rows(verdict: Any, results: Mapping[str, Any], meta: Mapping[str, An
             name=name,
             runtime=one_line(rb["display"]) if isinstance(rb.get("display"), str) else None,
             runtime_status=str(rb["status"]) if isinstance(rb.get("status"), str) else None,
-            completed=_int(req.get("completed")),
-            failed=_int(req.get("failed")),
-            timeouts=_int(req.get("timeout")),
+            completed=as_int(req.get("completed")),
+            failed=as_int(req.get("failed")),
+            timeouts=as_int(req.get("timeout")),
             buckets=len(_list(b.get("buckets"))),
             gate=own_status(verdict, meta, name),
             artifact_sha256=artifact_sha256(meta, safe),
-            rejected=_int(req.get("rejected")),
-            disconnected=_int(req.get("disconnected")),
+            rejected=as_int(req.get("rejected")),
+            disconnected=as_int(req.get("disconnected")),
         ))
     only = _list(_map(meta.get("manifest")).get("only"))
     for be in getattr(spec, "backends", ()) if spec is not None else ():
@@ -348,7 +349,7 @@ def _host_line(meta: Mapping[str, Any]) -> str | None:
     cpu = host.get("cpu_model")
     if not cpu:
         return None
-    cores = _int(host.get("cpu_cores"))
+    cores = as_int(host.get("cpu_cores"))
     return one_line(cpu) + (f", {cores} cores" if cores else "")
 
 
@@ -764,7 +765,7 @@ def offered_text(lv: Mapping[str, Any]) -> tuple[str, float | None]:
     if ramp is not None:
         a, b, kind = ramp
         return (f"{a:g}→{b:g} req/s (open loop ramp)", None) if kind == "open_ramp" else (f"concurrency {a:g}→{b:g} (ramp)", None)
-    mode, rate, conc, batch = lv.get("mode"), num(lv.get("rate")), _int(lv.get("concurrency")), _int(lv.get("batch_requests"))
+    mode, rate, conc, batch = lv.get("mode"), num(lv.get("rate")), as_int(lv.get("concurrency")), as_int(lv.get("batch_requests"))
     if rate is not None and mode in (None, "open"):
         sched = num(lv.get("scheduled_rate"))
         if sched is not None and f"{sched:.3g}" != f"{rate:.3g}":  # a random schedule's window: what it offered, the nominal beside
@@ -781,7 +782,7 @@ def count_text(lv: Mapping[str, Any]) -> str:
     `, 40 of 40 requests`, or `, 12 of 40 requests (ended by its duration: not complete)`; ""
     for a level run for its duration."""
     c = _map(lv.get("requests_per_level"))
-    sent, asked = _int(c.get("sent")), _int(c.get("asked"))
+    sent, asked = as_int(c.get("sent")), as_int(c.get("asked"))
     if sent is None or asked is None:
         return ""
     short = " (ended by its duration: not complete)" if c.get("ended_by") != "count" else ""
@@ -796,7 +797,7 @@ def level_rows(results: Mapping[str, Any]) -> list[LevelRow]:
         offered, rate = offered_text(lv)
         offered += count_text(lv)
         out.append(LevelRow(
-            backend=one_line(b.get("name")), workload=lv.get("workload"), level=_int(lv.get("index")),
+            backend=one_line(b.get("name")), workload=lv.get("workload"), level=as_int(lv.get("index")),
             label=one_line(lv.get("label") or f"level {lv.get('index')}"), offered=offered, offered_rate=rate,
             qps=wall_mean(mine, "qps"), tokens_per_s=wall_mean(mine, "output_tokens_per_s"),
             in_flight=wall_mean(mine, "in_flight"),
@@ -831,13 +832,13 @@ def turn_rows(results: Mapping[str, Any]) -> list[TurnRow]:
     out = []
     for b, lv, _ in levels_with_buckets(results):
         for t in _list(lv.get("turns")):
-            if not isinstance(t, Mapping) or _int(t.get("turn")) is None:
+            if not isinstance(t, Mapping) or as_int(t.get("turn")) is None:
                 continue
             req = _map(t.get("requests"))
             out.append(TurnRow(
                 backend=one_line(b.get("name")), label=one_line(lv.get("label") or f"level {lv.get('index')}"),
                 turn=f"{t['turn']}+" if t.get("and_later") is True else str(t["turn"]),
-                completed=_int(req.get("completed")), total=_int(req.get("total")),
+                completed=as_int(req.get("completed")), total=as_int(req.get("total")),
                 ttft=_map(t.get("ttft")) or None, latency=_map(t.get("latency")) or None,
                 prompt_tokens=num(_map(t.get("prompt_tokens")).get("mean")),
             ))

@@ -194,7 +194,7 @@ def level_table(results: Mapping[str, Any], keys: Sequence[str] = C.DEFAULT_PERC
                  for c in (_mean(getattr(lv, key)), _itl(lv, keys) if key == "itl" else _pct(getattr(lv, key), keys))]
         rows.append([f"{md_cell(lv.backend)} · {md_text(lv.label)}", md_text(lv.offered), _fmt_rate(lv.qps, 2),
                      _fmt_rate(lv.tokens_per_s), _fmt_rate(lv.total_tokens_per_s), _fmt_rate(lv.in_flight, 2)] + dists
-                    + [_num(C._int(req.get(k))) for k in ("completed", "failed", "timeout", "rejected", "disconnected")])
+                    + [_num(C.as_int(req.get(k))) for k in ("completed", "failed", "timeout", "rejected", "disconnected")])
     if not rows:
         return []
     head = level_head(keys)
@@ -241,7 +241,7 @@ def goodput_section(results: Mapping[str, Any]) -> list[str]:
     out = ["### Goodput", "", "| SLO | Backend / level | Met / measured | Goodput | Goodput rate |", "|---|---|---|---|---|"]
     for g in rows:
         out.append(f"| {md_cell(g.get('slo'))} | {md_cell(g.get('backend'))} · {md_text(g.get('label'))} | "
-                   f"{_num(C._int(g.get('met')))} / {_num(C._int(g.get('requests')))} | {g['share']} | {_fmt_rate(g.get('goodput_rate'), 2)} req/s |")
+                   f"{_num(C.as_int(g.get('met')))} / {_num(C.as_int(g.get('requests')))} | {g['share']} | {_fmt_rate(g.get('goodput_rate'), 2)} req/s |")
     return out + ["", C.GOODPUT_NOTE, ""]
 
 

@@ -61,7 +61,7 @@ def level_json(lv: C.LevelRow) -> dict[str, Any]:
     }
     for key, _ in DISTS:
         out[key] = _pcts(getattr(lv, key))
-    out["requests"] = {name: C._int(lv.requests.get(key)) for key, name in COUNTS}
+    out["requests"] = {name: C.as_int(lv.requests.get(key)) for key, name in COUNTS}
     return out
 
 
@@ -114,7 +114,7 @@ def _coalesced_notes(levels: Sequence[C.LevelRow]) -> list[str]:
     out = []
     for lv in levels:
         co = lv.itl_coalesced or {}
-        gaps, n = C._int(co.get("gaps")), C._int(co.get("coalesced"))
+        gaps, n = C.as_int(co.get("gaps")), C.as_int(co.get("coalesced"))
         if gaps and n is not None and n / gaps >= COALESCED_NOTE_SHARE:
             out.append(f"note: ITL of {lv.backend} · {lv.label}: {n:,} of {gaps:,} gaps ({n / gaps:.0%}) coalesced -- tokens "
                        "that arrived together (one read, or a chunk of several tokens), their gaps split rather than "
@@ -135,7 +135,7 @@ def summary_lines(results: Mapping[str, Any], run_dir: Any, verdict: Any = None,
         names = [[lv.backend, lv.label] for lv in levels]
         offered = any(lv.offered != lv.label for lv in levels)  # a closed loop's level is its offered load
         rates = [n + ([lv.offered] if offered else []) + [_rate(lv.qps, 2), _rate(lv.tokens_per_s, 1), _rate(lv.total_tokens_per_s, 1), _rate(lv.in_flight, 2)]
-                 + [str(C._int(lv.requests.get(k))) if C._int(lv.requests.get(k)) is not None else "-" for k, _ in COUNTS]
+                 + [str(C.as_int(lv.requests.get(k))) if C.as_int(lv.requests.get(k)) is not None else "-" for k, _ in COUNTS]
                  for n, lv in zip(names, levels)]
         head = ["backend", "level"] + (["offered"] if offered else []) + ["req/s", "tok/s", "total tok/s", "in flight"] + [n for _, n in COUNTS]
         left = 3 if offered else 2
