@@ -593,9 +593,9 @@ def test_the_times_from_the_send_say_what_they_leave_out_as_ttft_does():
     assert lv["excluded"]["sent_latency"] == {_UNSENT: 1}, lv["excluded"]
     assert lv["sent_ttft"]["count"] == done - 2 and lv["sent_latency"]["count"] == done - 1
     notes = exclusion_notes(results)
-    assert ("SENT_TTFT leaves out 2 completed requests of a · rate 2 rps, max_concurrency 4: no send time (start) recorded (1); token arrival "
+    assert ("TTFT from the send leaves out 2 completed requests of a · rate 2 rps, max_concurrency 4: no send time (start) recorded (1); token arrival "
             "times unknown (no text, usage not per chunk) (1)") in notes, notes
-    assert "SENT_LATENCY leaves out 1 completed request of a · rate 2 rps, max_concurrency 4: no send time (start) recorded (1)" in notes, notes
+    assert "Latency from the send leaves out 1 completed request of a · rate 2 rps, max_concurrency 4: no send time (start) recorded (1)" in notes, notes
 
     for r in b.measured("a"):
         r.update(start=None)
