@@ -961,11 +961,7 @@ class Plan:
 
 
 def _buckets(duration: float, bucket: float) -> tuple[Bucket, ...]:
-    out = []
-    for i in range(windows.count(duration, bucket)):
-        start = i * bucket
-        out.append(Bucket(i, start, min(bucket, duration - start)))
-    return tuple(out)
+    return tuple(Bucket(i, i * bucket, length) for i, length in enumerate(windows.lengths(duration, bucket)))
 
 
 def _request(w: Workload, model: str, spec_dir: Path, api_key_env: str | None) -> RequestTemplate:

@@ -27,6 +27,12 @@ def count(duration: float, length: float) -> int:
     return max(1, math.ceil(duration / length - 1e-9))
 
 
+def lengths(duration: float, length: float) -> tuple[float, ...]:
+    """The windows' lengths, in order: `length` each, the last one what is left of `duration`
+    (the plan's buckets, `plan._buckets`, and what `check` expects of them, W517)."""
+    return tuple(min(length, duration - k * length) for k in range(count(duration, length)))
+
+
 def starts(origin: float, duration: float, length: float) -> tuple[float, ...]:
     """The windows' starts, in order: origin + k * length."""
     return tuple(origin + k * length for k in range(count(duration, length)))

@@ -1,6 +1,6 @@
 """The language layer is the bottom of the pipeline: `soakspec.lang` imports nothing of
 soakspec above it (only `soakspec.lang`, `soakspec.diagnostics`, `soakspec.units`,
-`soakspec.lengths` and `soakspec.arrivals` -- leaves below it that the runner reads too, which
+`soakspec.lengths`, `soakspec.arrivals`, `soakspec.windows` and `soakspec.draws` -- leaves below it that the runner reads too, which
 may not import the language), and no
 module in it imports inside a function (its dependencies are all visible at the top)."""
 
@@ -15,7 +15,8 @@ import soakspec.lang
 
 LANG = pathlib.Path(soakspec.lang.__file__).resolve().parent
 MODULES = sorted(LANG.rglob("*.py"))
-ALLOWED = ("soakspec.lang", "soakspec.diagnostics", "soakspec.units", "soakspec.lengths", "soakspec.arrivals")
+LEAVES = ("soakspec.diagnostics", "soakspec.units", "soakspec.lengths", "soakspec.arrivals", "soakspec.windows", "soakspec.draws")
+ALLOWED = ("soakspec.lang", *LEAVES)
 
 
 def _imports(tree: ast.AST) -> list[tuple[ast.stmt, str]]:
@@ -76,12 +77,14 @@ def test_no_function_in_lang_is_longer_than_80_lines(path):
     assert long == []
 
 
-def test_the_schedules_leaf_imports_nothing_of_soakspec():
-    """`soakspec.arrivals` (where the runner and `check` place arrivals) is a leaf: the language
-    may read it because it reads no other soakspec module."""
-    import soakspec.arrivals
+@pytest.mark.parametrize("leaf", LEAVES)
+def test_the_leaves_import_nothing_of_soakspec(leaf):
+    """Each module the language may read below it (`soakspec.arrivals`, where the runner and
+    `check` place arrivals; `soakspec.windows`, where both cut buckets; ...) is a leaf: the
+    language may read it because it reads no other soakspec module."""
+    import importlib
 
-    tree = ast.parse(pathlib.Path(soakspec.arrivals.__file__).read_text())
+    tree = ast.parse(pathlib.Path(importlib.import_module(leaf).__file__).read_text())
     assert [name for _, name in _imports(tree) if name == "soakspec" or name.startswith("soakspec.")] == []
 
 

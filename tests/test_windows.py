@@ -35,6 +35,20 @@ def test_a_whole_number_of_windows_has_no_empty_last_window():
     assert windows.count(0.0, 5.0) == 1
 
 
+@given(lengths, st.integers(min_value=0, max_value=200), st.floats(min_value=1e-3, max_value=1.0))
+def test_the_windows_lengths_cut_the_duration_as_the_plans_buckets_do(length, n, part):
+    """`lengths` (what `check` expects of a level's buckets, W517) are the plan's buckets: one a
+    window, each `length` but the last, which ends at the level's end."""
+    from soakspec.plan import _buckets
+
+    duration = (n + part) * length
+    got = windows.lengths(duration, length)
+    assert len(got) == windows.count(duration, length)
+    assert [b.length_s for b in _buckets(duration, length)] == list(got)
+    assert all(x == length for x in got[:-1]) and 0 < got[-1] <= length
+    assert math.isclose(math.fsum(got), duration, rel_tol=1e-9)
+
+
 @given(origins, st.sampled_from([0.1, 0.3, 0.7, 1.1, 2.5, 20.0]), st.integers(min_value=2, max_value=12), st.data())
 def test_an_abort_fires_on_the_window_a_request_on_its_edge_started_in(origin, w, n, data):
     """A failed request that starts exactly where a window starts fires a `per window` abort

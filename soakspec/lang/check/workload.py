@@ -9,6 +9,8 @@ from typing import Any
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
 from soakspec.lang.check import requests
+import soakspec.draws as draws
+import soakspec.windows as windows
 from soakspec.arrivals import constant_counts, constant_nth, rational
 from soakspec.diagnostics import Span
 import soakspec.lengths as L
@@ -242,8 +244,8 @@ def _prefix_groups(ctx: Ctx, b: Body, where: str) -> None:
     """`prefix_groups = G` splits `prefix_tokens` into G prefixes: without a shared prefix it has
     nothing to split (E403, with what to write). Each group's prefix begins with its index spelled
     in one-token words (runner/prompts.py `group_words`): in base 2, the fewest any usable
-    tokenizer has, G needs ceil(log2 G) of them (at least 1: soakspec/draws.py `digits(G, 2)`,
-    which the language may not import), so a shorter prefix could not keep every group
+    tokenizer has, G needs ceil(log2 G) of them (at least 1: `draws.digits(G, 2)`, as the runner
+    counts them), so a shorter prefix could not keep every group
     apart (E204); a tokenizer that counts most of the 198 vocabulary words as one token spells
     that many groups in one word."""
     if not b.has("prefix_groups"):
@@ -254,7 +256,7 @@ def _prefix_groups(ctx: Ctx, b: Body, where: str) -> None:
         ctx.error("E403", f"'prefix_groups' splits the shared prefix into groups; {where} sets no 'prefix_tokens'", got.key_span,
                   f"as SGLang's --gsp-system-prompt-len S --gsp-num-groups {n}: prompt_tokens = ...  prefix_tokens = S  prefix_groups = {n}")
         return
-    if b.ok("prefix_groups") and b.ok("prefix_tokens") and b["prefix_tokens"] < (need := max(1, (b["prefix_groups"] - 1).bit_length())):
+    if b.ok("prefix_groups") and b.ok("prefix_tokens") and b["prefix_tokens"] < (need := draws.digits(b["prefix_groups"], 2)):
         ctx.error("E204", f"'prefix_tokens' ({b['prefix_tokens']}) is too short to keep {b['prefix_groups']} prefix groups apart: "
                   f"each group's prefix starts with its index, {need} tokens with any tokenizer", b.got("prefix_tokens").span,
                   f"prefix_tokens = {need} or more, or fewer groups")
@@ -754,20 +756,13 @@ def _check_timing(ctx: Ctx, b: Body, load: S.Load) -> None:
 EMPTY_BUCKET_RISK = 0.01  # W517: warn where a workload's buckets are this likely to hold an empty one
 
 
-def _bucket_lengths(span: float, bucket: float) -> list[float]:
-    """The lengths of the buckets a level of `span` measured seconds lists (the last one short)."""
-    full = math.floor(span / bucket + 1e-9)
-    rest = span - full * bucket
-    return [bucket] * full + ([rest] if rest > 1e-9 else [])
-
-
 def _constant_empty(rate: float, warmup: float, duration: float, bucket: float, n_req: int | None) -> tuple[int, int]:
     """(empty buckets, buckets) of a constant-arrival level, exactly as the runner places them
     (`arrivals.constant_counts`: arrival i at i / rate after the level's start, bucket j from
     warmup + j x bucket, decided in exact arithmetic, not by the run clock's floats). A level
     ended by its count lists buckets up to the one holding its N-th measured arrival, which
     ends at the drain: none after it, and that one is not empty."""
-    n = len(_bucket_lengths(duration, bucket))
+    n = windows.count(duration, bucket)
     counts = constant_counts(rate, warmup, duration, bucket, n)
     if n_req is not None:
         nth = constant_nth(rate, warmup, n_req) - rational(warmup)  # after the warmup
@@ -799,7 +794,7 @@ def _empty_buckets(ctx: Ctx, b: Body, load: S.Load, duration: float, bucket: flo
     for rate in sorted(set(load.rates)):
         span = duration if n_req is None else min(duration, n_req / rate)
         if poisson:
-            lengths = _bucket_lengths(span, bucket)
+            lengths = windows.lengths(span, bucket)
             for length in lengths:
                 p = math.exp(-rate * length)
                 none_empty *= 1.0 - p
