@@ -74,11 +74,9 @@ def test_rational_reads_a_plans_floats_as_the_spec_wrote_them():
     assert rational(1e-7) == Fraction(1e-7)  # no nearby small fraction: its own value
 
 
-def test_five_rps_in_200ms_buckets_sends_one_request_in_each_bucket():
-    """The runner itself (virtual time from 0, where the floats' rounding is fine enough to
-    show): each of the ten 200 ms buckets of a 5 rps level holds exactly one request, its
-    record's bucket that of its intended start."""
-    level = _level("5rps", 200, 10, 0)
+
+def _drive(level):
+    """`level` driven against a fake server answering in 50 ms, in virtual time: (its run, records)."""
 
     async def main():
         clock = RunClock(timer=trio.current_time, epoch=0.0)
@@ -88,7 +86,15 @@ def test_five_rps_in_200ms_buckets_sends_one_request_in_each_bucket():
         run = await drive_level(level, ctx)
         return run, records
 
-    run, records = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+def test_five_rps_in_200ms_buckets_sends_one_request_in_each_bucket():
+    """The runner itself (virtual time from 0, where the floats' rounding is fine enough to
+    show): each of the ten 200 ms buckets of a 5 rps level holds exactly one request, its
+    record's bucket that of its intended start."""
+    level = _level("5rps", 200, 10, 0)
+
+    run, records = _drive(level)
     assert sorted(Counter(r.bucket for r in records).items()) == [(j, 1) for j in range(10)]
     edges = [w["start"] for w in run.bucket_windows()]
     assert all(holding(edges, r.intended_start) == r.bucket for r in records)
@@ -119,14 +125,6 @@ def test_after_a_counted_warmup_each_bucket_still_holds_rate_times_bucket():
     assert spec is not None, [d.message for d in diags]
     level = plan(spec).backends[0].levels[0]
 
-    async def main():
-        clock = RunClock(timer=trio.current_time, epoch=0.0)
-        server = FakeServer(clock, 0.05)
-        records: list = []
-        ctx = LevelContext("a", clock, server.connect, Shapes(level.request), records.extend, IdSequence("t"))
-        run = await drive_level(level, ctx)
-        return run, records
-
-    run, records = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    run, records = _drive(level)
     held = Counter(r.bucket for r in records)
     assert held[-1] == 3 and [held[j] for j in range(10)] == [1] * 10, sorted(held.items())

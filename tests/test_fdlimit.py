@@ -189,9 +189,10 @@ def test_a_connect_the_client_cannot_make_is_recorded_never_sent(monkeypatch):
     assert rec.freeze().broken_rule() is None
 
 
-def _out_of_fds(fn):
+def _out_of_fds(fn, leave: int = 0):
     """`fn()` with this process out of file descriptors for real (EMFILE): its soft open-files
-    limit lowered to what it holds and the few left filled; both given back after."""
+    limit lowered to what it holds and the few left filled, but `leave` of them; both given back
+    after."""
     import os
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -204,6 +205,8 @@ def _out_of_fds(fn):
             except OSError as e:
                 assert e.errno == errno.EMFILE
                 break
+        for _ in range(leave):
+            os.close(held.pop())
         return fn()
     finally:
         for fd in held:
@@ -282,25 +285,8 @@ def test_a_telemetry_sample_whose_proc_listing_misses_processes_is_unknown_not_a
     try:
         parent.stdout.readline()  # its child started
 
-        def with_one_fd():
-            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-            held = []
-            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 8, hard))
-            try:
-                while True:
-                    try:
-                        held.append(os.open("/dev/null", os.O_RDONLY))
-                    except OSError as e:
-                        assert e.errno == errno.EMFILE
-                        break
-                os.close(held.pop())  # the one left: /proc's listing takes it
-                return telemetry_record(None, parent.pid, 1.0, CpuMeter())
-            finally:
-                for fd in held:
-                    os.close(fd)
-                resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-        row = with_one_fd()
+        # one left: /proc itself is listed, no process's stat can be read
+        row = _out_of_fds(lambda: telemetry_record(None, parent.pid, 1.0, CpuMeter()), leave=1)
         assert (row["server_rss_bytes"], row["server_pss_bytes"], row["server_cpu_s"]) == (None,) * 3, row
         whole = telemetry_record(None, parent.pid, 2.0, CpuMeter())  # with descriptors again: measured
         assert whole["server_rss_bytes"] > 0

@@ -284,6 +284,9 @@ def test_w515_names_the_short_levels_of_a_list_and_the_cli_prints_it_with_a_care
     ("mode = open\n    rate = [10rps]\n    requests_per_level = 100", "0s", "plans about 100 requests"),
     # the warmup's requests take prompts too: 2 s at 10 rps and 40 measured
     ("mode = open\n    rate = [10rps]\n    requests_per_level = 40", "2s", "plans about 60 requests"),
+    # a counted warmup's too (`warmup = N requests`): after 20, the 40 are 60 prompts; after 5, 45
+    ("mode = open\n    rate = [10rps]\n    requests_per_level = 40", "20 requests", "plans about 60 requests"),
+    ("mode = open\n    rate = [10rps]\n    requests_per_level = 40", "5 requests", None),
     ("mode = closed\n    concurrency = [4]\n    requests_per_level = 40", "0s", None),
 ])
 def test_w511_counts_a_counted_levels_requests_not_its_duration_bound(tmp_path, load, warmup, said):

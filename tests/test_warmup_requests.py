@@ -144,24 +144,6 @@ def test_a_replay_with_a_warmup_count_is_e403(tmp_path):
     assert "a replay's warmup is the trace's first seconds" in d.message and "warmup = 10s" in (d.hint or "")
 
 
-@pytest.mark.parametrize("warmup, said", [("5 requests", None), ("20 requests", "plans about 60 requests")])
-def test_w511_counts_a_counted_warmups_requests(tmp_path, warmup, said):
-    """A counted warmup's requests take the level's first prompts: 40 measured after 20 warmup
-    requests is 60 of a 50-prompt file (W511: they repeat); after 5, 45 repeat none."""
-    (tmp_path / "p.txt").write_text("".join(f"prompt number {i}\n" for i in range(50)))
-    text = (HEAD + f'workload "w" {{\n  prompt_file = "{tmp_path / "p.txt"}"\n  load {{\n    mode = open\n    rate = [10rps]\n'
-                   f'    requests_per_level = 40\n  }}\n  duration = 20s\n  bucket = 5s\n  warmup = {warmup}\n  deadline = 10s\n'
-                   f'  follow_up = false\n}}\n')
-    spec, diags = check(parse(text)[0])
-    assert spec is not None, diags
-    w511 = [d for d in diags if d.code == "W511"]
-    if said is None:
-        assert not w511, [d.message for d in w511]
-    else:
-        (d,) = w511
-        assert said in d.message, d.message
-
-
 # ---------------------------------------------------------------- plan
 
 
