@@ -192,7 +192,9 @@ def schedule(rate: float, arrival: str, seed: int, start: float, stop: float, bu
         i += 1
 
 
-WALKED_ARRIVALS = 1_000_000  # nth_arrival_s walks the schedule up to this many (about a second)
+# nth_arrival_s walks the schedule up to this many (a tenth of a second or so): every --workers
+# process works the bound out itself, after its level's start, so the walk delays its first arrivals
+WALKED_ARRIVALS = 100_000
 NTH_ARRIVAL_SIGMAS = 8.0  # past it: the bound's standard deviations
 
 
@@ -204,7 +206,8 @@ def nth_arrival_s(rate: float, arrival: str, seed: int, n: int, burstiness: floa
     (`plan._warmup_bound_s`, which the plan prints and the runner stops the warmup's arrivals
     at) is computed from it, not from n / rate, and every one of the warmup's n arrivals is
     due before it. It walks the schedule (about a microsecond an arrival; cached) up to
-    WALKED_ARRIVALS; past that (a warmup of millions, which `plan` must not spend minutes on)
+    WALKED_ARRIVALS; past that (a warmup of hundreds of thousands, which `plan` and each process
+    must not spend seconds on)
     it is an upper bound: n / rate plus NTH_ARRIVAL_SIGMAS standard deviations of the n-th
     arrival's time (sqrt(n / burstiness) / rate), which a seeded schedule passes with
     probability below 1e-15."""

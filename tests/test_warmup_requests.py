@@ -407,6 +407,11 @@ def test_a_warmup_that_sent_fewer_than_n_is_said_in_the_verdict(tmp_path):
     said = "backend b0 workload w level 0: its warmup sent 5 of its 7 requests"
     assert any(said in n for n in verdict.notes), verdict.notes
     assert said in verdict_text(verdict) and verdict.outcome == "PASS"
+    assert any(said in n and "measured after 5" in n for n in verdict.notes), verdict.notes
+    # a level that ended within its warmup (an abort, a dead server) measured nothing: not "after 5"
+    manifest["backends"][0]["levels"][0]["measure_start"] = None
+    notes = judge(spec, dataclasses.replace(ev, manifest=manifest)).notes
+    assert any(said in n and "ended within its warmup, nothing measured" in n for n in notes), notes
 
 
 def _two_processes_end_their_warmups(first: float, second: float | None, bound: float):

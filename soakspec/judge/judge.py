@@ -144,8 +144,9 @@ def _notes(run: JudgedRun) -> tuple[str, ...]:
 
 def _short_warmups(manifest: Mapping) -> tuple[str, ...]:
     """A counted warmup that sent fewer than its N requests (`warmup_sent` < `warmup_requests`:
-    its wall bound -- a hung server's rounds of the deadline -- or an abort ended it first): said,
-    never silent. A note, not INCONCLUSIVE: the warmup's requests are in no bucket, so no measured
+    its wall bound -- a hung server's rounds of the deadline --, an abort, or arrivals a backoff
+    held back ended it first): said, never silent, with whether the level was measured at all
+    (its `measure_start`: null where it ended within its warmup). A note, not INCONCLUSIVE: the warmup's requests are in no bucket, so no measured
     data is missing; the measured window ran with a server warmed by fewer requests (README:
     A warmup by count)."""
     out = []
@@ -153,8 +154,10 @@ def _short_warmups(manifest: Mapping) -> tuple[str, ...]:
         for lv in (b.get("levels") or ()) if isinstance(b, Mapping) else ():
             n, sent = (lv.get("warmup_requests"), lv.get("warmup_sent")) if isinstance(lv, Mapping) else (None, None)
             if isinstance(n, int) and isinstance(sent, int) and sent < n:
+                after = (f"the level was measured after {sent}" if lv.get("measure_start") is not None else
+                         "the level ended within its warmup, nothing measured")
                 out.append(f"backend {b.get('name')} workload {lv.get('workload')} level {lv.get('index')}: its warmup sent {sent} "
-                           f"of its {n} requests (its wall bound ended it first); the level was measured after {sent}")
+                           f"of its {n} requests (its wall bound, an abort or a backoff ended it first); {after}")
     return tuple(out)
 
 
