@@ -600,10 +600,10 @@ def test_the_times_from_the_send_say_what_they_leave_out_as_ttft_does():
     for r in b.measured("a"):
         r.update(start=None)
     v = judge_run(join(spec, b.build()))
-    for metric in ("sent_ttft", "sent_latency"):
+    for metric, title in (("sent_ttft", "TTFT from the send"), ("sent_latency", "Latency from the send")):
         got = next(r for r in v.rules if metric in r.rule)
         assert got.status == "inconclusive", got
-        assert f"{metric.upper()} leaves out all {done} completed requests: " in got.message, got.message
+        assert f"{title} leaves out all {done} completed requests: " in got.message, got.message
         assert "no send time (start) recorded" in got.message, got.message
 
     plain = small_spec(rules, mode="open", levels="[2rps]", duration="4m")

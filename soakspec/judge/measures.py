@@ -57,6 +57,7 @@ from soakspec.judge.common import OPS
 from soakspec.judge.index import FOLLOW_UP_BUCKET, BackendIndex, LevelIndex, Row, Window, num, req_time
 from soakspec.judge.scope import Scope, bucket_scope
 from soakspec.judge import table as table_module
+from soakspec.lang.metrics import exclusion_title
 from soakspec.judge.table import MISSING, RequestTable, Rows
 
 Cols = Callable[[RequestTable, np.ndarray], np.ndarray]
@@ -368,7 +369,7 @@ class Distribution:
         if not why:
             return f"none of its {n} completed request{'s' if n != 1 else ''} gives a value"
         reasons = "; ".join(f"{k} ({v})" if len(why) > 1 else k for k, v in why.items())
-        return f"{name.upper()} leaves out {'all ' if n > 1 else ''}{n} completed request{'s' if n != 1 else ''}: {reasons}"
+        return f"{exclusion_title(name)} leaves out {'all ' if n > 1 else ''}{n} completed request{'s' if n != 1 else ''}: {reasons}"
 
     def sizes(self, records: Iterable[Row]) -> np.ndarray:
         """How many values each request of `records` that gives any gives (PerToken: its gaps);

@@ -174,6 +174,17 @@ SLO_METRICS = ("ttft", "tpot", "latency", "sent_ttft", "sent_latency", "schedule
 GOODPUT = "goodput"  # the metric name both functions resolve to (agg "ratio" or "rate")
 
 
+# How a metric is named where it says which completed requests it leaves out ("TPOT leaves out 3
+# completed requests ..."): its name in capitals, but the times from the send, which read as words
+# (the judge's message for an empty scope and the reports' exclusion notes say it alike)
+_EXCLUSION_TITLES = {"sent_ttft": "TTFT from the send", "sent_latency": "Latency from the send"}
+
+
+def exclusion_title(name: str) -> str:
+    """`tpot` -> "TPOT", `sent_ttft` -> "TTFT from the send"."""
+    return _EXCLUSION_TITLES.get(name, name.upper())
+
+
 def parse_percentile(func: str) -> float | None:
     """`p99` -> 99.0, `p99.9` -> 99.9; None when not a percentile in (0, 100]."""
     m = re.fullmatch(r"p([0-9]+(?:\.[0-9]+)?)", func)

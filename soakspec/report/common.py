@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from soakspec.evidence import layout
+from soakspec.lang.metrics import exclusion_title
 from soakspec.lang.replay import sharing
 from soakspec.plan import workload_sweep
 from soakspec.units import format_duration
@@ -94,9 +95,6 @@ DEFAULT_PERCENTILES = ("p50", "p95", "p99")
 # levels' key, display name). The run summary writes a word in lower case ("latency mean ms")
 # and an acronym as it is (`runsummary.py`); bench.py keeps bench serve's own section names.
 DISTS = (("ttft", "TTFT"), ("itl", "ITL"), ("tpot", "TPOT"), ("latency", "Latency"))
-# a capped level's times from the send (results.json levels' sent_ttft, sent_latency), as a note
-# names them: the key in capitals ("SENT_TTFT") read as a field name, not a figure
-SENT_NAMES = {"sent_ttft": "TTFT from the send", "sent_latency": "Latency from the send"}
 
 
 def parse_percentiles(text: str) -> tuple[str, ...]:
@@ -681,7 +679,7 @@ CLIENT_NOTE = ("The load generator's own health, worst bucket of each level: a s
 def exclusion_notes(results: Mapping[str, Any]) -> list[str]:
     """`TPOT leaves out 3 completed requests of sim-fast · concurrency 4: fewer than 2 tokens (3)`:
     every metric that leaves requests out says how many and why (a capped level's times from the
-    send by `SENT_NAMES`: "TTFT from the send leaves out ...")."""
+    send by `lang.metrics.exclusion_title`: "TTFT from the send leaves out ...")."""
     out = []
     for lv in level_rows(results):
         for metric, why in _map(lv.excluded).items():
@@ -689,7 +687,7 @@ def exclusion_notes(results: Mapping[str, Any]) -> list[str]:
             n = sum(int(v) for v in why.values() if isinstance(v, int))
             if n:
                 reasons = "; ".join(f"{one_line(k)} ({v})" for k, v in sorted(why.items()))
-                out.append(f"{SENT_NAMES.get(metric, metric.upper())} leaves out {n} completed request{'s' if n != 1 else ''} of {lv.backend} · {lv.label}: {reasons}")
+                out.append(f"{exclusion_title(metric)} leaves out {n} completed request{'s' if n != 1 else ''} of {lv.backend} · {lv.label}: {reasons}")
     return out
 
 
