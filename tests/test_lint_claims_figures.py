@@ -380,6 +380,18 @@ def test_total_throughput_is_checked_against_the_runs_total_tokens_per_second(tm
         "total throughput 5000 tok/s: 22.9 tok/s", "total throughput 22.8 tok/s: 22.87 tok/s"], diags
 
 
+def test_total_before_a_colon_or_a_verb_still_states_total_throughput(tmp_path, capsys, capped):
+    """"Total: 22.9 tok/s.", "Throughput (total): 22.9 tok/s.", "The total was 22.9 tok/s." state
+    total throughput (22.87 tok/s) correctly: they were read as output throughput (8.53), a false
+    CB201. "total" is dropped only where an output word follows it ("In total, output ...")."""
+    ok = "# PR\n\nTotal: 22.9 tok/s.\n\nThroughput (total): 22.9 tok/s.\n\nThe total was 22.9 tok/s.\n" + BOUNDARY
+    assert _lint(tmp_path, capsys, ok, capped) == (0, [])
+    code, diags = _lint(tmp_path, capsys, "# PR\n\nTotal: 8.5 tok/s.\n\nIn total, output was 22.9 tok/s.\n" + BOUNDARY, capped)
+    assert code == 1
+    assert [re.sub(r"^\d+:\d+: CB201 states (.*?) for a;.*", r"\1", x) for x in diags] == [
+        "total throughput 8.5 tok/s", "output throughput 22.9 tok/s"], diags
+
+
 def test_the_reports_total_tok_s_column_is_checked(tmp_path, capsys, capped):
     """The per-level table's "Total tok/s" beside "Output tok/s": copied it is clean, edited it is CB201."""
     d, spec_file = capped

@@ -198,6 +198,9 @@ _REQS = re.compile(
 # "In total, output throughput", "Total: output throughput" state output's (`_token_rate`)
 _TOTAL = re.compile(r"total[\s-]+(?:token[\s-]+)?(?:throughput|tok)", re.I)
 _OTHER_TOTAL = re.compile(r"total[\s-]+(?:output|generat|decode|completion|input|prompt|prefill)", re.I)
+# an output word after a bare "total" in the clause: the figure is output's ("In total, output
+# throughput was ..."); with none, "total" states total throughput ("Total: 22.9 tok/s")
+_OUTPUT_AFTER = re.compile(r"\b(?:output|generat|decode)", re.I)
 _PER_WHO = re.compile(r"\s*(?:per|/|each)\s*(?:user|request|stream|gpu|sequence|client|worker|replica)\b", re.I)
 _RATE_QUALIFIER = re.compile(r"\b(?:input|prompt|prefill|total|peak|max(?:imum)?|min(?:imum)?|per[\s-]?(?:user|request|stream|gpu|sequence))\b[^.;\d]{0,30}$", re.I)
 _LOAD_CLAUSE = re.compile(r"\b(?:offer(?:s|ed|ing)?|workloads?|load\s*[:=]|scheduled?|phases?|ramp(?:s|ed|ing)?|steady|burst|spike|configured|open[\s-]loop|sweep(?:s|ing)?|goodput|sustain(?:s|ed|ing|able)?|rates?|arrivals?)\b", re.I)
@@ -282,12 +285,16 @@ def _token_rate(before: str) -> str | None:
     (tok_s) where none qualifies it, total (total_tok_s: "total throughput", "Total tok/s"), or
     one the evidence does not record (input, prompt, prefill, peak, per-user ...: None)."""
     q = _RATE_QUALIFIER.search(before)
-    while q is not None and q.group(0)[:5].lower() == "total" and not _TOTAL.match(q.group(0)) and not _OTHER_TOTAL.match(q.group(0)):
+
+    def bare_total(q: re.Match[str]) -> bool:  # "total" that no other rate word names ("total output")
+        return q.group(0)[:5].lower() == "total" and not _OTHER_TOTAL.match(q.group(0))
+
+    while q is not None and bare_total(q) and _OUTPUT_AFTER.search(before, q.start() + len("total")):
         q = _RATE_QUALIFIER.search(before, q.start() + len("total"))  # "In total, output ...": no qualifier
     if q is None:
         return "tok_s"
-    if _TOTAL.match(q.group(0)) and _RATE_QUALIFIER.search(before, q.start() + len("total")) is None:
-        return "total_tok_s"
+    if bare_total(q) and _RATE_QUALIFIER.search(before, q.start() + len("total")) is None:
+        return "total_tok_s"  # "Total throughput", "Total: 22.9 tok/s", "The total was 22.9 tok/s"
     return None
 
 
