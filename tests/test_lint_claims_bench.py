@@ -278,3 +278,17 @@ def test_a_blocks_run_line_chooses_the_run_of_a_before_after(tmp_path, capsys):
         assert re.findall(r": (CB\d+) ", out) == expect, out
         if expect:
             assert "the evidence records sim-fast · concurrency 4: 100.000 ms\n" in out, out  # the base run's alone
+
+
+def test_prose_after_a_block_without_its_closing_line_is_read(tmp_path, capsys, run):
+    """A bench serve block pasted without its closing "=====" line ends at the first line that is
+    not `Label: value`, a `---Section---` line or blank: the prose after it is read as prose. The
+    block ran on to the next fence or 200 lines, and "completed 99999 requests" after it escaped
+    the count check (exit 0)."""
+    trimmed = VLLM_BLOCK.rstrip("\n").rsplit("\n", 1)[0] + "\n"
+    assert not trimmed.rstrip().endswith("=")
+    doc = "# PR\n\n" + trimmed + "\nThe run completed 99999 requests.\n"
+    code, diags = _lint(tmp_path, capsys, doc, run)
+    assert code == 1 and [re.sub(r"^\d+:\d+: (CB\d+) .*", r"\1", d) for d in diags] == ["CB201"], diags
+    assert diags[0].startswith(f"{doc.splitlines().index('The run completed 99999 requests.') + 1}:"), diags
+    assert _lint(tmp_path, capsys, "# PR\n\n" + trimmed + "\nThe run completed 32 requests.\n", run)[1] == []

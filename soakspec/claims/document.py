@@ -314,6 +314,9 @@ def parse_document(text: str) -> Document:
 # of "=" (vllm/benchmarks/serve.py: `"{:<40} {:<10.2f}".format(label, value)`)
 _BENCH_OPEN = re.compile(r"^\s*={3,}\s*Serving\s+Benchmark\s+Result\s*={3,}\s*$", re.I)
 _BENCH_CLOSE = re.compile(r"^\s*={10,}\s*$")
+# a line of a block: "Label:   value", "-----Section-----", or blank. A block pasted without its
+# closing line ends before the first other line: the prose after it is read as prose
+_BENCH_BODY = re.compile(r"^\s*(?:[^:\s][^:]{0,79}:(?:\s.*)?|-{3,}.*-{3,}|-{3,})?\s*$")
 _BENCH_MAX_LINES = 200  # a block longer than any bench serve prints ends here: linting stays linear
 
 
@@ -329,7 +332,10 @@ def bench_blocks(doc: Document) -> list[tuple[int, int]]:
         while j < n and j - i < _BENCH_MAX_LINES and not _BENCH_CLOSE.match(doc.lines[j]) and not _BENCH_OPEN.match(doc.lines[j]) \
                 and not doc.lines[j].lstrip().startswith(("```", "~~~")):
             j += 1
-        last = j if j < n and _BENCH_CLOSE.match(doc.lines[j]) else j - 1
+        if j < n and _BENCH_CLOSE.match(doc.lines[j]):
+            last = j
+        else:  # no closing line: the block is its `Label: value` / `---Section---` / blank lines
+            last = next((k - 1 for k in range(i + 1, j) if not _BENCH_BODY.match(doc.lines[k])), j - 1)
         out.append((i + 1, last + 1))
         i = last + 1
     return out
