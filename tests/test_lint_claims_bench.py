@@ -292,3 +292,17 @@ def test_prose_after_a_block_without_its_closing_line_is_read(tmp_path, capsys, 
     assert code == 1 and [re.sub(r"^\d+:\d+: (CB\d+) .*", r"\1", d) for d in diags] == ["CB201"], diags
     assert diags[0].startswith(f"{doc.splitlines().index('The run completed 99999 requests.') + 1}:"), diags
     assert _lint(tmp_path, capsys, "# PR\n\n" + trimmed + "\nThe run completed 32 requests.\n", run)[1] == []
+
+
+def test_a_capped_levels_block_without_its_intended_start_sections_is_still_capped(tmp_path, capsys, capped):
+    """A capped level's block pasted without its trailing "(from intended start)" sections: its
+    plain TTFT / E2EL are still the time from the send, as the level it names is capped in the
+    evidence. They were compared with the times from the intended start: 8 false CB201."""
+    (block,) = _blocks(_bench(capsys, capped[0]))
+    lines = block.splitlines()
+    cut = next(k for k, ln in enumerate(lines) if "(from intended start)" in ln)
+    trimmed = "\n".join(lines[:cut] + [lines[-1]])
+    assert "intended" not in trimmed and trimmed.rstrip().endswith("=====")
+    assert _lint(tmp_path, capsys, _fenced(trimmed), capped) == (0, [])
+    code, diags = _lint(tmp_path, capsys, _fenced(_set(trimmed, "Median TTFT (ms):", "300.00")), capped)
+    assert code == 1 and len(diags) == 1 and "states sent TTFT p50 300.00 ms" in diags[0], diags

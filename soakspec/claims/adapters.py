@@ -375,11 +375,16 @@ def _run_figures(entry: dict, judged: dict[str, float]) -> dict[str, tuple[float
     return _merge(out, judged)
 
 
-def _levels(entry: dict, judged: dict[tuple[str, str | None, int | None], dict[str, float]] | None = None) -> tuple[LevelFacts, ...]:
+def _levels(entry: dict, judged: dict[tuple[str, str | None, int | None], dict[str, float]] | None = None,
+            manifest_levels: Any = None) -> tuple[LevelFacts, ...]:
     """A results.json backend's levels, labelled as the reports label them
     (`soakspec.report.common.level_rows`: the same words, so a document copying a report's
-    level names them the same way)."""
+    level names them the same way); capped where the manifest's entry of that level (same
+    workload and index) declares max_concurrency -- results.json's levels do not say."""
+    from soakspec.judge.index import capped
     from soakspec.report.common import level_rows, levels_with_buckets
+
+    caps = {(e.get("workload"), e.get("index")): capped(e) for e in manifest_levels or () if isinstance(e, dict)}
 
     one = {"backends": [entry]}
     out = []
@@ -395,6 +400,7 @@ def _levels(entry: dict, judged: dict[tuple[str, str | None, int | None], dict[s
             timeouts=_count(_first(dict(req), "timeout", "timeouts")),
             buckets=len(buckets) if isinstance(entry.get("buckets"), list) else None,
             figures=_merge(_merge(_level_figures(row, lv), _bucket_means(buckets)), mine),
+            capped=caps.get((lv.get("workload"), lv.get("index")), False),
         ))  # fmt: skip
     return tuple(out)
 
@@ -658,7 +664,7 @@ def _facts(root: Path, manifest: dict, results: dict, verdict: Any) -> tuple[Evi
                 run_id=str(manifest["run_id"]) if manifest.get("run_id") else None,
                 sustainable=_figures(results),
                 sustainable_at_least=_lower_bounds(results),
-                levels=_levels(r, judged),
+                levels=_levels(r, judged, m.get("levels")),
                 figures=_run_figures(r, judged.get((name, None, None), {})),
             )
         )

@@ -47,7 +47,8 @@ blockquotes are skipped):
   would flag every honest paste. Read: "Successful requests" (the completed count), "Request
   throughput (req/s)" (request rate), "Output token throughput (tok/s)", "Total token throughput
   (tok/s)", and "Mean / Median / Pxx TTFT / TPOT / ITL / E2EL (ms)". A capped level's block (one
-  with sections "(from intended start)", `_BENCH_INTENDED`) gives bench serve's meaning to its
+  with sections "(from intended start)", `_BENCH_INTENDED`, or, pasted without them, one naming a
+  level the evidence records as capped: `_block_capped`) gives bench serve's meaning to its
   labels: plain TTFT / E2EL are the time from the send (sent_ttft, sent_latency), "intended TTFT /
   E2EL" the time from the intended start; in a block printed before that layout (sections "(from
   the send)") plain TTFT / E2EL are from the intended start and "sent TTFT / E2EL" from the send --
@@ -611,6 +612,26 @@ SOAKSPEC_TOOL = "soakspec"  # the `Tool:` line `soakspec report --format bench` 
 _BENCH_INTENDED = re.compile(r"^\s*-+\s*.*\(from\s+intended\s+start\)\s*-+\s*$", re.I)
 
 
+# the older layout's marks: a section "(from the send)" or a "sent TTFT" / "sent E2EL" label
+_BENCH_SENT = re.compile(r"^\s*(?:-+\s*.*\(from\s+the\s+send\)\s*-+|\S.*\bsent\s+(?:ttft|e2el)\b.*)\s*$", re.I)
+
+
+def _block_capped(lines: Sequence[str], backends: Sequence[EvidenceFacts], level: str | None) -> bool:
+    """Whether a soakspec block is a capped level's as printed now (bench serve's plain TTFT /
+    E2EL the time from the send): it has a "(from intended start)" section; or, pasted without
+    those sections, it has no mark of the older layout (`_BENCH_SENT`) and the level it names
+    (its `Level:`; none: every level of its backends) is capped in the evidence
+    (`LevelFacts.capped`). A block trimmed of both its sections reads as the newer layout."""
+    if any(_BENCH_INTENDED.match(ln) for ln in lines):
+        return True
+    if any(_BENCH_SENT.match(ln) for ln in lines):
+        return False
+    want = " ".join(level.lower().split()) if level else None
+    named = [lv for ev in backends for lv in ev.levels
+             if want is None or want in (" ".join(lv.label.lower().split()), " ".join(lv.offered.lower().split()))]
+    return bool(named) and all(lv.capped for lv in named)
+
+
 def _bench_hit(label: str, m: re.Match[str], capped: bool = False) -> Hit | None:
     """The figure a block's line states; `capped`: the block has intended-start sections (a capped
     level's, as printed now), so bench serve's plain TTFT / E2EL labels are the time from the send."""
@@ -666,7 +687,7 @@ def _bench_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[li
             off = doc.line_offset(ln) + doc.lines[ln - 1].index(value, doc.lines[ln - 1].index(":") + 1)
             verdicts.append(Stated("gate", value, value, doc.span(off, off + len(value)), backends))
         level = text["level"][0] if "level" in text else None
-        capped = any(_BENCH_INTENDED.match(doc.lines[ln - 1]) for ln in range(first, last + 1))
+        capped = _block_capped([doc.lines[ln - 1] for ln in range(first, last + 1)], backends, level)
         for ln in range(first, last + 1):
             m = _BENCH_FIELD.match(doc.lines[ln - 1])
             h = _bench_hit(m.group("label"), m, capped) if m is not None else None
