@@ -195,3 +195,15 @@ def test_the_sweep_figure_listed_with_a_metric_is_read_as_the_figure_and_never_a
     found = [line for line in capsys.readouterr().out.splitlines() if re.search(r": CB5\d\d ", line)]
     assert code == 1
     assert len(found) == 1 and f"{pr}:3:" in found[0] and " CB501 states max_sustainable_rate fell" in found[0], found
+
+
+@pytest.mark.parametrize("text", [
+    "The SLO on capacity was lowered to 18 rps.",
+    "The budget for max sustainable rate dropped to 18 rps.",
+    "The target capacity fell to 18 rps.",
+])
+def test_a_change_to_a_rule_on_capacity_is_not_a_claim_of_capacity(text):
+    """A rule's word that governs the figure's name ("the SLO on capacity", "the target
+    capacity") makes the sentence about the rule: its change is no claim that capacity changed
+    (each was a false CB501 over an improvement)."""
+    assert _codes(text, _doc("improvement")) == []

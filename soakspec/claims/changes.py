@@ -115,6 +115,7 @@ from soakspec.claims.figures import from_the_send, phrase_metric
 from soakspec.claims.polarity import NEGATION_CUES, NEGATION_DETERMINERS, Polarity, polarity
 from soakspec.claims.scope import _CONCURRENCY, _RATE
 from soakspec.claims.sweep_changes import HINTS as _SWEEP_HINTS
+from soakspec.claims.sweep_changes import SUBJECT as _SWEEP_SUBJECT
 from soakspec.claims.sweep_changes import subjects as sweep_subjects
 from soakspec.claims.sweep_changes import sweep_claims, sweep_finding
 from soakspec.diagnostics import Diagnostic, Severity
@@ -169,14 +170,17 @@ _NOT_READ = re.compile(f"{_RULE_CUE.pattern}|{_NOT_A_CLAIM.pattern}", re.I)
 # from 20 to 24 rps with every rule passing" is a claim of a rise). A rule's word skips such a clause
 # only where it governs a number or the direction -- "a target of 24 rps", "the 24 rps SLO", "rose
 # past the threshold", "warn when ...", "fails if ..." -- besides `_NOT_A_CLAIM`'s (gates, tolerance,
-# noise, comparators)
+# noise, comparators) -- or the figure's own name, a rule's subject ("the SLO on capacity")
 _SWEEP_CUE = r"(?:require[sd]?|requiring|thresholds?|budgets?|slos?|targets?|limits?|ceilings?|rules?)"
 _SWEEP_NOT_READ = re.compile(
     rf"{_NOT_A_CLAIM.pattern}"
     rf"|\b{_SWEEP_CUE}\s*(?:of|at|is|was|[:=])?\s*(?:~\s*)?{_NUM}"
     rf"|(?<![\w.]){_NUM}\s*(?:rps|req/s|qps|requests?|users?|streams?|concurrent)?\s*{_SWEEP_CUE}\b"
     rf"|\b(?:past|above|below|over|beyond|exceed(?:s|ed|ing)?)\s+(?:(?:the|our|its|a|an|each|every|any)\s+)?(?:[\w-]+\s+)?{_SWEEP_CUE}\b"
-    r"|\b(?:fail|warn)(?:s|ed|ing)?\s+(?:if|when|unless|above|below|over|under)\b|\bgat(?:ed|ing)\s+on\b",
+    r"|\b(?:fail|warn)(?:s|ed|ing)?\s+(?:if|when|unless|above|below|over|under)\b|\bgat(?:ed|ing)\s+on\b"
+    # a rule's word that governs the figure's name: the clause is about the rule ("the SLO on
+    # capacity was lowered", "the budget for max sustainable rate", "the target capacity fell")
+    rf"|\b{_SWEEP_CUE}\s+(?:(?:on|for|of|in)\s+)?(?:(?:the|our|its|a)\s+)?(?:{_SWEEP_SUBJECT.pattern})",
     re.I,
 )
 _BREAK = re.compile(r";|\s[—–]\s|\s--\s|—|\b(?:but|however|although|though|whereas|while|because|since|yet|so|therefore|thus|hence)\b", re.I)
