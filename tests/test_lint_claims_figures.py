@@ -491,3 +491,21 @@ def test_a_results_json_from_before_p90_is_not_called_edited(tmp_path, capsys, c
         assert [x.split(" ", 2)[1] for x in diags] == expect, diags
         if edit == "edited":
             assert "results.json records ttft.p90 9 s for a · " in diags[0], diags
+
+
+def test_one_p90_deleted_from_a_results_json_that_has_others_is_an_edit(tmp_path, capsys, capped):
+    """A missing p90 is an older results.json only where none of its distributions has one: a
+    single p90 deleted from a file that stores the others was taken for an older file and
+    passed; it is an edit (CB402)."""
+    import shutil
+
+    d, spec_file = capped
+    old = shutil.copytree(d, tmp_path / "one-gone")
+    res = json.loads((old / "results.json").read_text())
+    (be,) = res["backends"]
+    assert "p90" in be["levels"][0]["latency"]
+    del be["levels"][0]["ttft"]["p90"]
+    (old / "results.json").write_text(json.dumps(res))
+    code, diags = _lint(tmp_path, capsys, "# PR\n\nsent TTFT p50 was 100 ms.\n" + BOUNDARY, (old, spec_file))
+    assert [x.split(" ", 2)[1] for x in diags] == ["CB402"], diags
+    assert "results.json records ttft.p90 nothing for a · " in diags[0], diags

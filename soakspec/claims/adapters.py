@@ -473,6 +473,9 @@ def _mismatches(stored: tuple[EvidenceFacts, ...], judged: tuple[EvidenceFacts, 
     lint-claims reads (totals, per-level counts, sweep figures), per backend."""
     out = []
     theirs = {ev.backend: ev for ev in stored}
+    # the p90s came later: a file with none is older; one with some and a p90 missing was edited
+    later_aggs = any(k.rpartition(".")[2] in _LATER_AGGS for ev in stored for figs in (ev.figures, *(lv.figures for lv in ev.levels))
+                     for k in figs)  # fmt: skip
     for ev in judged:
         st = theirs.get(ev.backend)
         if st is None:
@@ -490,9 +493,9 @@ def _mismatches(stored: tuple[EvidenceFacts, ...], judged: tuple[EvidenceFacts, 
                 if a != b:
                     out.append(f"results.json records {field} {_show(a)} for {ev.backend} · {lv.label}; re-judged: {_show(b)}")
             out += [f"results.json records {k} {a} for {ev.backend} · {lv.label}; re-judged: {b}"
-                    for k, a, b in _figure_changes(getattr(s, "figures", {}), lv.figures)]  # fmt: skip
+                    for k, a, b in _figure_changes(getattr(s, "figures", {}), lv.figures, later_aggs)]  # fmt: skip
         out += [f"results.json records {k} {a} for {ev.backend} over the run; re-judged: {b}"
-                for k, a, b in _figure_changes(st.figures, ev.figures)]  # fmt: skip
+                for k, a, b in _figure_changes(st.figures, ev.figures, later_aggs)]  # fmt: skip
         if dict(st.sustainable) != dict(ev.sustainable):
             out.append(f"results.json records sweep figures {dict(st.sustainable)}; re-judged: {dict(ev.sustainable)}")
     return out
@@ -509,8 +512,9 @@ _RATE_UNITS = {"tok_s": " tok/s", "total_tok_s": " tok/s", "req_s": " req/s"}
 # (a level's sent_ttft / sent_latency, its buckets' total_tokens_per_s): a results.json written
 # before lacks them all, and is not edited for that (one that has some and lacks others is)
 _WRITTEN_LATER = frozenset({*_SENT_METRICS, "total_tok_s"})
-# a distribution's p90 came later than its p50/p95/p99/mean/min/max: a stored distribution without
-# a p90 key is from an older results.json, not an edit (one whose p90 is present and differs is)
+# a distribution's p90 came later than its p50/p95/p99/mean/min/max: a results.json none of whose
+# distributions has a p90 key is an older one, not an edit (one p90 missing among others, or one
+# present and differing, is an edit)
 _LATER_AGGS = frozenset({"p90"})
 
 
@@ -518,15 +522,16 @@ def _later_keys(figures: Any) -> set[str]:
     return {k for k in figures if k.split(".")[0] in _WRITTEN_LATER}
 
 
-def _figure_changes(stored: Any, judged: Any) -> list[tuple[str, str, str]]:
+def _figure_changes(stored: Any, judged: Any, later_aggs: bool = False) -> list[tuple[str, str, str]]:
     """Figures (their results.json value, the first of each) that differ: (key, stored, re-judged),
-    shown with their unit (seconds for latencies)."""
+    shown with their unit (seconds for latencies). `later_aggs`: the results.json stores a p90
+    somewhere (`_LATER_AGGS`), so a p90 missing here is an edit, not an older file."""
     out = []
     for k in sorted(set(stored) | set(judged)):
         a, b = (stored.get(k) or (None,))[0], (judged.get(k) or (None,))[0]
         if a is None and b is None or a is None and k.split(".")[0] in _WRITTEN_LATER and not _later_keys(stored):
             continue  # a results.json from before soakspec wrote these figures: not an edit
-        if a is None and k.rpartition(".")[2] in _LATER_AGGS:
+        if a is None and not later_aggs and k.rpartition(".")[2] in _LATER_AGGS:
             continue  # a distribution stored before soakspec wrote its p90: not an edit
         if a is None or b is None or abs(a - b) > _FIGURE_RTOL * max(abs(a), abs(b)) + (0 if k in _RATE_UNITS else _FIGURE_ATOL_S):
             unit = _RATE_UNITS.get(k, " s")
