@@ -1186,6 +1186,17 @@ def _warmup_bound_s(shape: LoadShape, n: int, deadline: float) -> float:
     return math.ceil(n / (shape.concurrency if isinstance(shape, Closed) else 1)) * deadline
 
 
+def _capped_s(shape: Open, n: float, latency: float | None) -> float | None:
+    """How long `max_concurrency` C takes to serve n requests, C at a time, ceil(n / C) rounds of
+    the workload's expected_latency L -- where it cannot keep up with the rate (`_cap_rps` <
+    rate); None where it keeps up, or the spec gives no L to tell."""
+    served = _cap_rps(shape, latency)
+    if served is None or served >= shape.rate:
+        return None
+    assert latency is not None and shape.max_concurrency is not None  # a cap_rps has both
+    return math.ceil(n / shape.max_concurrency) * latency
+
+
 def _counted_warmup_s(shape: LoadShape, n: int | None, latency: float | None, deadline: float) -> float | None:
     """How long a warmup of n requests (`warmup = N requests`) is expected to take: its arrivals
     at the planned rate (N / rate) -- an open loop whose `max_concurrency` C cannot keep up with
@@ -1197,11 +1208,8 @@ def _counted_warmup_s(shape: LoadShape, n: int | None, latency: float | None, de
         case _ if n is None:
             return None
         case Open():
-            served = _cap_rps(shape, latency)
-            t = n / shape.rate
-            if served is not None and served < shape.rate:
-                assert latency is not None and shape.max_concurrency is not None  # a cap_rps has both
-                t = max(t, math.ceil(n / shape.max_concurrency) * latency)
+            capped = _capped_s(shape, n, latency)
+            t = n / shape.rate if capped is None else max(n / shape.rate, capped)
             return min(t, _warmup_bound_s(shape, n, deadline))
         case Closed(concurrency=c) if latency:
             return min(math.ceil(n / c) * latency, _warmup_bound_s(shape, n, deadline))
@@ -1224,12 +1232,9 @@ def _count_load_s(shape: LoadShape, warmup: float, duration: float, latency: flo
     match shape:
         case Open(requests_per_level=int(n)):
             sent = warmup + min(duration, n / shape.rate)  # the last measured arrival's intended time
-            served = _cap_rps(shape, latency)
-            if served is None or served >= shape.rate:
-                return sent
-            assert latency is not None and shape.max_concurrency is not None  # a cap_rps has both
             queued = _open_count(shape, warmup) + min(n, _open_count(shape, duration, warmup))
-            return min(max(sent, math.ceil(queued / shape.max_concurrency) * latency), sent + deadline)
+            capped = _capped_s(shape, queued, latency)
+            return sent if capped is None else min(max(sent, capped), sent + deadline)
         case Closed(requests_per_level=int(n), concurrency=c) if latency:
             return warmup + min(duration, math.ceil(n / c) * latency)
     return None
