@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import decimal
 import itertools
 import math
 from collections.abc import Mapping, Sequence
@@ -255,25 +256,59 @@ def hist_change(s: Series, start: float, end: float) -> HistDelta | None:
     return HistDelta(total, count, tuple((le, buckets[le]) for le in order), s.times[b[1]] - _time(s, b[0]), b[1] - b[0] + 1)
 
 
+PRECISION = 1e-12  # histogram_quantile's tolerance for float noise in cumulative bucket counts
+
+
+def _fraction(q: float) -> float:
+    """The percentile `q` as the fraction a PromQL query writes (p99.9: 0.999, the double
+    nearest that decimal; 99.9 / 100 is one ulp above it, and a rank on a bucket's edge would
+    fall in the next bucket)."""
+    return float(decimal.Decimal(repr(q)) / 100)
+
+
 def quantile_estimate(q: float, buckets: Sequence[tuple[float | None, float]]) -> tuple[float | None, tuple[float, float | None]]:
-    """The q-th percentile of a histogram's observations, interpolated linearly within the
-    bucket it falls in (as Prometheus' histogram_quantile), and that bucket's bounds -- the
-    estimate's resolution. In the +Inf bucket it is the highest finite bound (a lower bound)."""
-    total = buckets[-1][1] if buckets else 0.0
-    if total <= 0:
+    """The q-th percentile of a histogram's observations (cumulative counts by `le`, None: +Inf)
+    and the bounds of the bucket it falls in -- the estimate's resolution: the true quantile of
+    the observations lies within them, so the estimate is off by at most the bucket's width.
+
+    The value is Prometheus' `histogram_quantile(q/100, ...)` of the same counts, rule for rule
+    (promql/quantile.go `bucketQuantile`), so that a user comparing with Grafana sees the same
+    number: counts within 1e-12 of the previous bound's made equal to it, then made monotonic
+    (each at least the one below it); the rank q * (the +Inf bucket's count) found in the first
+    bucket whose count reaches it and interpolated linearly within it, from 0 in the lowest
+    bucket where its bound is above 0; in the +Inf bucket the largest finite bound (a lower
+    bound: `(bound, None)`); in a lowest bucket whose bound is 0 or below that bound (an upper
+    bound: `(-inf, bound)`). None (Prometheus' NaN, no figure) without a +Inf bucket, with fewer
+    than two buckets, with no observations, or where the rank is 0 in an empty lowest bucket."""
+    if not buckets or buckets[-1][0] is not None or len(buckets) < 2 or not 0 <= q <= 100:
         return None, (0.0, None)
-    rank = q / 100.0 * total
-    prev_le, prev_n = 0.0, 0.0
-    for le, n in buckets:
-        if n >= rank:
-            if le is None:
-                return prev_le, (prev_le, None)
-            width = n - prev_n
-            frac = (rank - prev_n) / width if width > 0 else 1.0
-            return prev_le + (le - prev_le) * frac, (prev_le, le)
-        prev_le = le if le is not None else prev_le
-        prev_n = n
-    return prev_le, (prev_le, None)
+    counts = [n for _, n in buckets]
+    prev = counts[0]
+    for i in range(1, len(counts)):  # correctPrecisionErrors
+        delta = abs(counts[i] - prev)
+        if delta == 0:
+            continue
+        if counts[i] != 0 and delta / counts[i] <= PRECISION:
+            counts[i] = prev
+        else:
+            prev = counts[i]
+    counts = list(itertools.accumulate(counts, max))  # ensureMonotonic
+    total = counts[-1]
+    if not total > 0:
+        return None, (0.0, None)
+    rank = _fraction(q) * total
+    b = next((i for i, n in enumerate(counts[:-1]) if n >= rank), len(counts) - 1)
+    if b == len(counts) - 1:
+        top = buckets[-2][0]
+        return top, (top, None)  # type: ignore[return-value]
+    le = buckets[b][0]
+    assert le is not None
+    if b == 0 and le <= 0:
+        return le, (-math.inf, le)
+    start, count = (0.0, counts[0]) if b == 0 else (buckets[b - 1][0], counts[b] - counts[b - 1])
+    if count <= 0:
+        return None, (start, le)  # type: ignore[return-value]  # 0 / 0: Prometheus' NaN
+    return start + (le - start) * ((rank - (counts[b - 1] if b else 0.0)) / count), (start, le)  # type: ignore[operator]
 
 
 def pooled(deltas: Sequence[HistDelta]) -> tuple[tuple[float | None, float], ...]:
@@ -623,8 +658,19 @@ def _histogram(family: str, scope: Scope, agg: str, q: float | None, confidence:
         value, (lo, hi) = quantile_estimate(q, pooled(deltas))  # type: ignore[arg-type]
         if value is None:
             note = next((s.note for s, _, _ in _by_backend(scope, family, spans(scope)) if s.note), None)
-            return Measure(None, n, need, "observation", f"'{family}' has no histogram buckets in the scope (" +
-                           (note or "its _sum and _count only, or buckets the scrape did not keep") + ") to estimate a quantile from")
+            buckets = pooled(deltas)
+            if len(buckets) >= 2 and buckets[-1][0] is None:  # no observation at the rank (p0 in an empty lowest bucket)
+                return Measure(None, n, need, "observation", f"'{family}' has no observation at p{q:g} in the scope "
+                               "(histogram_quantile answers NaN)")
+            why = (note or "its _sum and _count only, or buckets the scrape did not keep") if not buckets else (
+                "no +Inf bucket" if buckets[-1][0] is not None else "its +Inf bucket alone")
+            return Measure(None, n, need, "observation", f"'{family}' has no histogram buckets in the scope ({why}) "
+                           "to estimate a quantile from (histogram_quantile answers NaN)")
+        if math.isinf(lo):
+            # in a lowest bucket bounded at or below 0: at most its bound, how far below the
+            # histogram cannot say (histogram_quantile answers that bound)
+            return Measure(None, n, need, "observation", f"p{q:g} falls in the histogram's lowest bucket, at or below "
+                           f"its bound {hi:g}, how far below it cannot say")
         if value is not None and hi is None:
             # in the +Inf bucket: above the largest finite bound, how far the histogram cannot say
             # (histogram_quantile answers that bound; as a value it would pass `p99 < 10s` for a
@@ -768,7 +814,8 @@ def _bucket_entry(s: Series, start: float, end: float) -> dict[str, Any] | None:
         if d.buckets:
             for q in SUMMARY_QUANTILES:
                 v, (lo, hi) = quantile_estimate(q, d.buckets)
-                out[f"p{q:g}"] = {"value": v, "bucket": [lo, hi]}  # the estimate and its resolution
+                # the estimate and its resolution (null bounds: -Inf below, +Inf above)
+                out[f"p{q:g}"] = {"value": v, "bucket": [lo if math.isfinite(lo) else None, hi]}
         return out
     vals = [x for i in inside(s, start, end) if (x := s.value(i)) is not None]
     if not vals:

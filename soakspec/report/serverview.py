@@ -210,7 +210,7 @@ def md_lines(results: Mapping[str, Any], spec: Any = None) -> list[str]:
             res = ""
             if kind == "histogram":
                 bounds = [e.get("p99", {}).get("bucket") for e in (f.get("per_bucket") or {}).values() if isinstance(e, Mapping)]
-                widest = max((bd for bd in bounds if isinstance(bd, list) and bd[1] is not None), key=lambda bd: bd[1] - bd[0], default=None)
+                widest = max((bd for bd in bounds if isinstance(bd, list) and _num(bd[0]) is not None and _num(bd[1]) is not None), key=lambda bd: bd[1] - bd[0], default=None)
                 res = f"; p99 estimated within its histogram bucket (widest {widest[0]:g} to {widest[1]:g})" if widest else ""
                 qs = [q for e in (f.get("per_bucket") or {}).values() if isinstance(e, Mapping) and isinstance(q := e.get("p99"), Mapping)]
                 if over := [q for q in qs if _beyond(q)]:
