@@ -131,3 +131,159 @@ def test_a_histogram_quantile_is_prometheus_histogram_quantile(buckets, q1, q2):
             assert lo <= est and (hi is None or est <= hi), (est, lo, hi)
             got.append(est)
     assert got == sorted(got)
+
+
+# ---------------------------------------------------------------------- gauges: +Inf, -Inf, NaN
+
+GAUGE = "vllm:num_requests_running"
+
+
+def test_a_gauges_infinite_or_nan_samples_are_kept_as_the_text_format_writes_them():
+    """A gauge's label sets are summed as Prometheus' sum() would: +Inf on one engine makes
+    the family +Inf (it was left out: the other engine's 3 read as the whole), NaN or both
+    infinities make it NaN; metrics.jsonl holds them as text (JSON has no infinity)."""
+    from soakspec.runner.scrape import summarize
+
+    text = (f'# TYPE {GAUGE} gauge\n{GAUGE}{{engine="0"}} +Inf\n{GAUGE}{{engine="1"}} 3\n'
+            '# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting NaN\n'
+            '# TYPE vllm:kv_cache_usage_perc gauge\nvllm:kv_cache_usage_perc{engine="0"} +Inf\nvllm:kv_cache_usage_perc{engine="1"} -Inf\n'
+            '# TYPE q gauge\nq -Inf\n'
+            'untyped{a="1"} 2\nuntyped{a="2"} +Inf\n')
+    got = summarize(text, [GAUGE, "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "q", "untyped"])
+    assert {k: v["value"] for k, v in got.items()} == {
+        GAUGE: "+Inf", "vllm:num_requests_waiting": "NaN", "vllm:kv_cache_usage_perc": "NaN", "q": "-Inf", "untyped": "+Inf"}
+    assert got[GAUGE]["series"] == 2
+    json.dumps(got, allow_nan=False)  # as metrics.jsonl is written
+
+
+def _gauge_run(rules: str, second_bucket: str, third_bucket: str = "3"):
+    """A steady server's evidence whose gauge GAUGE, on two engines, reads 3 and 1 but
+    `second_bucket` (the text format's sample value) and 1 in every scrape of the level's
+    second bucket (`third_bucket` and 1 in its third), each scrape summarised from /metrics
+    text by the scraper itself."""
+    from soakspec.judge.testing import EvidenceBuilder, metrics_rows, small_spec
+    from soakspec.runner.scrape import summarize
+
+    spec = small_spec(rules, duration="3m")
+    b = EvidenceBuilder(spec)
+    (lv,) = b.manifest["backends"][0]["levels"]
+    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5)
+    second, third = lv["buckets"][1], lv["buckets"][2]
+    for row in b.metrics["a"]:
+        value = second_bucket if second["start"] <= row["t"] < second["end"] else (
+            third_bucket if third["start"] <= row["t"] < third["end"] else "3")
+        text = f'# TYPE {GAUGE} gauge\n{GAUGE}{{engine="0"}} {value}\n{GAUGE}{{engine="1"}} 1\n'
+        row["families"][GAUGE] = summarize(text, [GAUGE])[GAUGE]
+    return spec, b.build()
+
+
+def _rules(spec, evidence):
+    from soakspec.judge.judge import judge
+
+    return {r.rule: r for r in judge(spec, evidence).rules if r.klass == "performance"}
+
+
+def _strict_json(text: str):
+    def refuse(constant: str) -> None:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_a_gauge_at_plus_inf_fails_a_ceiling_and_every_report_renders_it():
+    """+Inf is a value, compared honestly: above any ceiling (it was dropped, and the rule
+    passed on the other engine's 1), above any floor; every report format renders the run."""
+    import xml.etree.ElementTree as ET
+
+    from soakspec.report import prepare
+
+    rules = (f'require max(server("{GAUGE}")) < 64 per bucket\n  require mean(server("{GAUGE}")) < 64 per bucket\n'
+             f'  require min(server("{GAUGE}")) > 0 per bucket')
+    spec, ev = _gauge_run(rules, "+Inf")
+    r = _rules(spec, ev)
+    top, mean, floor = (r[x] for x in (f'max(server("{GAUGE}")) < 64 per bucket', f'mean(server("{GAUGE}")) < 64 per bucket',
+                                       f'min(server("{GAUGE}")) > 0 per bucket'))
+    assert top.status == "fail" and top.where.bucket == 1 and top.observed == math.inf and "= +Inf" in top.message, top.message
+    assert mean.status == "fail" and mean.where.bucket == 1, mean.message
+    assert floor.status == "pass", floor.message
+    inp = prepare(spec, ev)
+    doc = _strict_json(inp.render("json"))
+    per = doc["results"]["backends"][0]["server_metrics"]["families"][GAUGE]["per_bucket"]
+    assert {e["max"] for e in per.values()} == {4.0, "+Inf"}
+    ET.fromstring(inp.render("junit"))
+    assert GAUGE in inp.render("md") and GAUGE in inp.render("html")
+
+
+def test_a_gauge_the_server_answers_nan_for_is_inconclusive_never_passed_on_the_rest():
+    """NaN is the server saying it has no value: a rule over scrapes where it answered NaN is
+    INCONCLUSIVE, saying so (the rule passed on the other scrapes), but where the rest decides
+    it (a max seen above its ceiling only grows)."""
+    spec, ev = _gauge_run(f'require max(server("{GAUGE}")) < 64\n  require mean(server("{GAUGE}")) < 64', "NaN")
+    r = _rules(spec, ev)
+    for rule in r.values():
+        assert rule.status == "inconclusive" and "answered NaN" in rule.message, rule.message
+    spec, ev = _gauge_run(f'require max(server("{GAUGE}")) < 2', "NaN")
+    (rule,) = _rules(spec, ev).values()
+    assert rule.status == "fail" and rule.observed == 4.0, rule.message
+
+
+def test_a_gauge_both_plus_and_minus_inf_has_no_mean_and_nothing_crashes():
+    """+Inf in one bucket and -Inf in another: no mean of the level (Prometheus' avg() is
+    NaN), INCONCLUSIVE; a drift to +Inf is never a pass; -Inf passes a ceiling honestly."""
+    spec, ev = _gauge_run(f'require mean(server("{GAUGE}")) < 64 per level', "+Inf", "-Inf")
+    (rule,) = _rules(spec, ev).values()
+    assert rule.status == "inconclusive" and "both +Inf and -Inf" in rule.message, rule.message
+    spec, ev = _gauge_run(f'require drift(mean(server("{GAUGE}"))) <= 10% per level', "3", "+Inf")
+    (rule,) = _rules(spec, ev).values()
+    assert rule.status != "pass", rule.message
+    spec, ev = _gauge_run(f'require mean(server("{GAUGE}")) < 64 per level', "-Inf")
+    (rule,) = _rules(spec, ev).values()
+    assert rule.status == "pass" and rule.observed == -math.inf, rule.message
+
+
+def test_a_scrape_of_a_server_answering_inf_and_nan_is_written_and_read_back(tmp_path):
+    """The scraper against a real socket (an in-process /metrics, trio's virtual clock): a
+    gauge at +Inf and one at NaN are written to metrics.jsonl -- strict JSON, validated by its
+    schema -- and the judge reads back +Inf as the value it is and NaN as no value it was given."""
+    import functools
+
+    import httpx
+    import trio
+    import trio.testing
+
+    from soakspec.evidence.io import JsonlWriter
+    from soakspec.judge.scrapes import build_scrapes
+    from soakspec.plan import MetricsScrape
+    from soakspec.runner.scrape import scrape_row
+
+    body = (f'# TYPE {GAUGE} gauge\n{GAUGE}{{engine="0"}} +Inf\n{GAUGE}{{engine="1"}} 2\n'
+            "# TYPE vllm:num_requests_waiting gauge\nvllm:num_requests_waiting NaN\n").encode()
+
+    async def metrics(stream):
+        await stream.receive_some(65536)
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        await stream.aclose()
+
+    rows = []
+
+    async def main():
+        async with trio.open_nursery() as nursery:
+            (listener,) = await nursery.start(functools.partial(trio.serve_tcp, metrics, 0, host="127.0.0.1"))
+            port = listener.socket.getsockname()[1]
+            scrape = MetricsScrape("/metrics", 5.0, 2.0, True, (GAUGE, "vllm:num_requests_waiting"))
+            async with httpx.AsyncClient(timeout=10) as http:
+                rows.append(await scrape_row(http, f"http://127.0.0.1:{port}", scrape, trio.current_time))
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    (row,) = rows
+    assert row["ok"], row
+    w = JsonlWriter(tmp_path / "metrics.jsonl", schema="metrics")
+    w.write(row)
+    w.close()
+    back = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    series = build_scrapes(back).series
+    assert series[GAUGE].value(0) == math.inf
+    waiting = series["vllm:num_requests_waiting"]
+    assert waiting.value(0) is None and waiting.nan_at == (row["t"],) and waiting.answered(0)

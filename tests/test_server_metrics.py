@@ -152,7 +152,8 @@ def test_an_untyped_total_is_read_as_the_counter_its_name_says_it_is():
     "is a gauge: write max(...)" -- no counter rule could judge it. The `_total` suffix is
     Prometheus' counter naming; an untyped family without it stays a gauge. And each line of
     an untyped family is a family of its own to the parser: only the last label set was kept,
-    not their sum."""
+    not their sum. (One engine's NaN makes the gauge's sum NaN, as Prometheus' sum() does: the
+    server has no value for it, never the others' sum as the whole.)"""
     text = ('vllm:request_success_total{finished_reason="length"} 7\n'
             'vllm:request_success_total{finished_reason="stop"} 3\n'
             "# TYPE vllm:num_preemptions_total untyped\nvllm:num_preemptions_total 2\n"
@@ -163,7 +164,7 @@ def test_an_untyped_total_is_read_as_the_counter_its_name_says_it_is():
         "vllm:request_success_total": {"type": "counter", "value": 10.0, "series": 2,
                                        "by": [['finished_reason="length"', 7.0], ['finished_reason="stop"', 3.0]]},
         "vllm:num_preemptions_total": {"type": "counter", "value": 2.0, "series": 1, "by": [["", 2.0]]},
-        "vllm:num_requests_running": {"type": "gauge", "value": 5.0, "series": 3},
+        "vllm:num_requests_running": {"type": "gauge", "value": "NaN", "series": 3},
     }
 
 

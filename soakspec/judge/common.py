@@ -46,6 +46,8 @@ def format_value(value: float | None, kind: Kind | None) -> str:
     """Human text for a value in base units."""
     if value is None:
         return "n/a"
+    if isinstance(value, float) and math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"  # a server gauge's, as its text format writes it
     return format_as(value, kind.value if kind is not None else None)
 
 
@@ -105,6 +107,8 @@ def format_beside(value: float | None, kind: Kind | None, op: str | None, thresh
     failing mean(itl) of 50.04ms reads "50.04ms", never "50ms" beside "threshold < 50ms"."""
     if value is None:
         return "n/a"
+    if math.isinf(value):
+        return format_value(value, kind)
     text, shown = _shown(value, kind, None, signed)
     if op not in OPS or threshold is None or not math.isfinite(value):
         return text

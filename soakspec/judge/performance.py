@@ -654,6 +654,11 @@ def _wrapped(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Judged:
     if short:
         message, shortfall, samples = _short_buckets(rule, short, used)
         return Instance("inconclusive", where, None, None, samples, message, shortfall), None, samples
+    if any(not math.isfinite(m.value) for _, m in used):  # type: ignore[arg-type]
+        # a server gauge at +Inf or -Inf (the text format allows them): no relative change of it
+        samples = sum(m.samples for _, m in used)
+        return Instance("inconclusive", where, None, None, samples, f"{e.wrapper}() is undefined: {_inner_text(rule)} is "
+                        "not finite in a bucket it compares (the server's +Inf or -Inf)"), None, samples
     value, basis = _trend(rule, n, used)
     samples = sum(m.samples for _, m in used)
     if value is None:

@@ -8,7 +8,9 @@ takes the rows one at a time, as verification decodes them, and keeps per family
 the judge reads (`judge/servermetrics.py`), in arrays of 8-byte floats:
 
   gauge, counter     the value (`num(entry["value"])`; NaN: not a number, or beyond
-                     MAX_MAGNITUDE -- 1e300 -- whose sums and means overflow)
+                     MAX_MAGNITUDE -- 1e300 -- whose sums and means overflow); a gauge's
+                     "+Inf" / "-Inf" its infinity, and the times of its "NaN" or beyond
+                     MAX_MAGNITUDE values (`nan_at`: the server gave no number)
   histogram, summary the sum and the count (`float(num(...) or 0.0)`, as the judge reads them)
                      and the bucket counts, their `le` bounds shared by every scrape that has
                      the same ones (`num(le)`, None for +Inf or a bound that is not a number;
@@ -74,10 +76,20 @@ class Series:
     steps: array | None = None
     serieses: array | None = None  # 'd': how many label sets each scrape summed (its `series`); NaN: not said
     note: str | None = None  # why the scrape kept less of it (its latest row's `note`: a histogram's buckets not kept)
+    # a gauge's scrapes whose value the server gave as no number (its row's "NaN", or a number
+    # beyond MAX_MAGNITUDE), ascending: what it was then is unknown (`servermetrics._gauge`)
+    nan_at: tuple[float, ...] = ()
 
     def value(self, i: int) -> float | None:
         v = self.values[i]
         return None if v != v else v
+
+    def answered(self, i: int) -> bool:
+        """Whether scrape i read the family: a value, or the server's NaN (`nan_at`)."""
+        if self.value(i) is not None:
+            return True
+        k = bisect.bisect_left(self.nan_at, self.times[i])
+        return k < len(self.nan_at) and self.nan_at[k] == self.times[i]
 
     def hist(self, i: int) -> tuple[float, float, dict[float | None, float]]:
         """Scrape i's (sum, count, {le: cumulative count})."""
@@ -173,14 +185,18 @@ class _Family:
         # a counter's value per label set, a column each (NaN: not in that scrape); None once a
         # scrape had no `by`
         self.by: dict[str, array] | None = {}
+        self.nan_at = array("d")
 
     def add(self, t: float, entry: Mapping[str, Any], bounds: dict[tuple[float | None, ...], int]) -> None:
         self.times.append(t)
         self.types.append(entry["type"])
         if isinstance(entry.get("note"), str):
             self.note = entry["note"][:300]
-        v = _num(entry.get("value"))
+        raw = entry.get("value")
+        v = _INFINITIES.get(raw) if entry["type"] == "gauge" and isinstance(raw, str) else _num(raw)
         self.values.append(_NAN if v is None else v)
+        if v is None and entry["type"] == "gauge" and (raw == "NaN" or num(raw) is not None):
+            self.nan_at.append(t)
         self.sums.append(float(_num(entry.get("sum")) or 0.0))
         self.counts.append(float(_num(entry.get("count")) or 0.0))
         st = _num(entry.get("step"))
@@ -229,10 +245,14 @@ class _Family:
         kind = self.types[int(order[-1])]
         before = bisect.bisect_left(ok, cols[0][0]) - 1 if len(cols[0]) else -1
         born = ok[before] if before >= 0 and kind in ("counter", "histogram", "summary") else None
-        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born, per, first, tuple(dict.fromkeys(self.types)), cols[5], cols[6], self.note)
+        return Series(name, kind, *cols[:4], bounds, cols[4], bc, born, per, first, tuple(dict.fromkeys(self.types)), cols[5], cols[6], self.note,
+                      tuple(sorted(self.nan_at)))
 
 
 _EMPTY = array("d")
+# a gauge's value that is not finite, as the scraper writes it (`runner.scrape.nonfinite_text`);
+# "NaN" is no value (`Series.nan_at`)
+_INFINITIES = {"+Inf": math.inf, "-Inf": -math.inf}
 
 
 def _by(pairs: Any) -> dict[str, float] | None:

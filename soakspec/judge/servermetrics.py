@@ -460,11 +460,12 @@ def _interval(bi: BackendIndex) -> float | None:
 
 
 def _readings(bi: BackendIndex, s: Series, kind: str, lo: float, hi: float) -> list[float]:
-    """When the family was read in [lo, hi]: its successful scrapes with a value (a histogram's
-    or summary's every one), and for a counter, histogram or summary every successful scrape up
+    """When the family was read in [lo, hi]: its successful scrapes with a value or a gauge's
+    NaN (`Series.answered`: the scrape read it; what NaN means is the rule's, `_gauge`), a
+    histogram's or summary's every one, and for a counter, histogram or summary every successful scrape up
     to its birth (`Series.born`: no series there, its sum 0)."""
     out = [s.times[i] for i in range(bisect.bisect_left(s.times, lo), bisect.bisect_right(s.times, hi))
-           if kind in ("histogram", "summary") or s.value(i) is not None]
+           if kind in ("histogram", "summary") or s.answered(i)]
     if s.born is not None and kind in ("counter", "histogram", "summary") and lo <= s.born:
         ok = scrapes(bi).ok_times
         out = list(ok[bisect.bisect_left(ok, lo):bisect.bisect_right(ok, min(hi, s.born))]) + out
@@ -498,7 +499,7 @@ def _failed_between(bi: BackendIndex, lo: float, hi: float) -> bool:
 
 def _reading_near(bi: BackendIndex, s: Series, kind: str, x: float, way: int) -> float | None:
     """The family's last reading at or before `x` (way -1), or its first at or after it (1)."""
-    usable = (lambda i: True) if kind in ("histogram", "summary") else (lambda i: s.value(i) is not None)
+    usable = (lambda i: True) if kind in ("histogram", "summary") else s.answered
     if way < 0:
         i = bisect.bisect_right(s.times, x) - 1
         while i >= 0 and not usable(i):
@@ -569,12 +570,29 @@ def _gauge(family: str, scope: Scope, agg: str, q: float | None, confidence: flo
     if agg in ("count", "rate"):
         what = "bare server(...)" if agg == "count" else "rate()"
         return Measure(None, 0, 1, "scrape", f"{what} reads a counter's increase; '{family}' is a gauge: write max(server(\"{family}\")) or mean(...)")
-    vals = [v for s, a, b in _by_backend(scope, family, windows(scope)) for i in inside(s, a, b) if (v := s.value(i)) is not None]
+    wins = _by_backend(scope, family, windows(scope))
+    vals = [v for s, a, b in wins for i in inside(s, a, b) if (v := s.value(i)) is not None]
+    nans = sum(bisect.bisect_left(s.nan_at, b) - bisect.bisect_left(s.nan_at, a) for s, a, b in wins)
     if not vals:
-        return Measure(None, 0, 1, "scrape", f"no scrape of '{family}' inside the scope's buckets")
+        return Measure(None, 0, 1, "scrape", f"no scrape of '{family}' inside the scope's buckets" +
+                       (f" with a number (the server answered NaN in {plural(nans, 'scrape')})" if nans else ""))
     if agg == "p":
-        return Measure(stats.percentile(vals, q), len(vals), 1, "scrape")  # type: ignore[arg-type]
-    return Measure(_AGG[agg](vals), len(vals), 1, "scrape")
+        value = stats.percentile(vals, q)  # type: ignore[arg-type]
+    elif agg == "mean" and any(math.isinf(v) for v in vals):
+        value = _infinite_mean(vals)
+    else:
+        value = _AGG[agg](vals)
+    if value is not None and math.isnan(value):
+        return Measure(None, len(vals), 1, "scrape", f"'{family}' was both +Inf and -Inf in the scope: its {agg}{'' if agg != 'p' else f'{q:g}'} is no number")
+    if nans:
+        # the server's NaN: no value, what it was in those scrapes unknown -- never judged on the
+        # rest, but where the rest decides it (a max only grows with more values)
+        why = (f"the server answered NaN for '{family}' in {plural(nans, 'scrape')} inside the scope "
+               "(no value: what it was then is unknown)")
+        if agg == "max":
+            return Measure(value, len(vals), 1, "scrape", why, at_least=True)
+        return Measure(None, len(vals), 1, "scrape", why)
+    return Measure(value, len(vals), 1, "scrape")
 
 
 def _counter(family: str, scope: Scope, agg: str, q: float | None, confidence: float, min_samples: int) -> Measure:
@@ -818,9 +836,26 @@ def _bucket_entry(s: Series, start: float, end: float) -> dict[str, Any] | None:
                 out[f"p{q:g}"] = {"value": v, "bucket": [lo if math.isfinite(lo) else None, hi]}
         return out
     vals = [x for i in inside(s, start, end) if (x := s.value(i)) is not None]
+    nans = bisect.bisect_left(s.nan_at, end) - bisect.bisect_left(s.nan_at, start)
     if not vals:
-        return None
-    return {"mean": stats.mean(vals), "max": max(vals), "min": min(vals), "scrapes": len(vals)}
+        return {"nan_scrapes": nans} if nans else None
+    mean = _infinite_mean(vals) if any(math.isinf(v) for v in vals) else stats.mean(vals)
+    out = {"mean": _json_number(mean), "max": _json_number(max(vals)), "min": _json_number(min(vals)), "scrapes": len(vals)}
+    return out | {"nan_scrapes": nans} if nans else out
+
+
+def _infinite_mean(vals: Sequence[float]) -> float:
+    """The mean of values among which an infinity: it, or NaN with both."""
+    infs = {v for v in vals if math.isinf(v)}
+    return infs.pop() if len(infs) == 1 else math.nan
+
+
+def _json_number(v: float | None) -> float | str | None:
+    """A figure as results.json holds it: a value that is not finite as the text format writes
+    it ("+Inf", "-Inf", "NaN"), since JSON has none."""
+    if v is None or math.isfinite(v):
+        return v
+    return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
 
 
 def results_section(bi: BackendIndex) -> dict[str, Any] | None:

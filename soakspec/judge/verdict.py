@@ -8,6 +8,7 @@ twice gives byte-identical output (no clocks, no hostnames, no absolute paths).
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Any, Literal
 
@@ -49,6 +50,12 @@ class Location:
         }
 
 
+def json_observed(v: Any) -> Any:
+    """An observed value as verdict.json holds it: null where it is not finite (a server gauge
+    at +Inf: JSON has no infinity, and verdict.json is strict), `observed_text` saying what it was."""
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
 @dataclasses.dataclass(frozen=True)
 class Instance:
     """One scope instance that did not pass (fail or inconclusive), for the detail list."""
@@ -70,7 +77,7 @@ class Instance:
             "needs": self.needs,
             "status": self.status,
             "where": self.where.to_json(),
-            "observed": self.observed,
+            "observed": json_observed(self.observed),
             "observed_text": self.observed_text,
             "samples": self.samples,
             "message": self.message,
@@ -134,7 +141,7 @@ class RuleResult:
             "threshold_text": self.threshold_text,
             "scope": self.scope,
             "window_s": self.window_s,
-            "observed": self.observed,
+            "observed": json_observed(self.observed),
             "observed_text": self.observed_text,
             "samples": self.samples,
             "needs": self.needs,

@@ -153,6 +153,14 @@ def _summary(samples: Iterable[Any]) -> dict[str, Any]:
             "series": sum(1 for s in samples if s.name.endswith("_count"))}
 
 
+def nonfinite_text(v: float) -> str:
+    """A sample value that is not finite as the text format writes it, and metrics.jsonl holds it
+    (JSON has no infinity): "+Inf", "-Inf" or "NaN". The judge reads an infinity as the value it
+    is (compared honestly: +Inf fails `max(...) < 64`) and NaN as the server saying it has no
+    value (the scope INCONCLUSIVE, never passed on the other scrapes)."""
+    return "NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf")
+
+
 _PARTS = ("_bucket", "_sum", "_count")
 
 # a gauge that is a fraction of one engine's capacity or traffic (vLLM's kv_cache_usage_perc,
@@ -274,8 +282,10 @@ def _step(per: dict[str, float], seen: dict[str, dict[str, float] | None], key: 
 
 def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None,
               seen: dict[str, dict[str, float] | None] | None = None) -> dict[str, Any]:
-    """The kept families of a Prometheus text exposition, summed over their label sets, a ratio gauge averaged (values
-    that are not finite -- NaN, +Inf -- left out); label values (a counter's `by`) redacted by
+    """The kept families of a Prometheus text exposition, summed over their label sets, a ratio gauge averaged: a
+    gauge with a value that is not finite its sum's (`nonfinite_text`: "+Inf", "-Inf", "NaN" -- with a NaN, or
+    with both infinities, as Prometheus' sum()); elsewhere a value that is not finite is left out (a counter's
+    label set read as not in that scrape: a gap, never a reset); label values (a counter's `by`) redacted by
     `redactor` (default: the run's, `record_redactor()`). With `seen` (the backend's scrapes so
     far, updated), a counter has its `step` too (`_step`). Raises ValueError when the text does not parse."""
     wanted = set(keep)
@@ -284,6 +294,7 @@ def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None,
     typed: set[str] = set()  # the keys a `# TYPE` line gave their type
     loose: list[Any] = []  # the lines of untyped families, for `_shaped`
     finite_n: dict[str, int] = {}  # a gauge's label sets with a finite value (a ratio's mean)
+    odd: dict[str, set[str]] = {}  # a gauge's values that are not finite, as the text format writes them
     by: dict[str, dict[str, float]] = {}  # a counter's value per label set
     for fam in _regrouped(text_string_to_metric_families(text)):
         # untyped (no `# TYPE` line, or `untyped`): the parser makes each line a family of its own
@@ -322,6 +333,8 @@ def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None,
             else:
                 finite_n[key] = len(finite)
             out[key] = {"type": kind, "value": math.fsum(finite) if finite else None, "series": len(vals)}
+            if kind == "gauge":
+                odd.setdefault(key, set()).update(nonfinite_text(v) for v in vals if not math.isfinite(v))
             if kind == "counter":
                 per = by.setdefault(key, {})
                 for smp in fam.samples:
@@ -340,7 +353,10 @@ def summarize(text: str, keep: Iterable[str], redactor: Redactor | None = None,
             # beyond MAX_SERIES the sum alone cannot tell a label set gone from a reset: its
             # increase since the last scrape, per label set, is what the judge reads then
             v["step"] = step
-        if v["type"] == "gauge" and is_ratio(k) and v["value"] is not None and finite_n.get(k, 1) > 1:
+        if v["type"] == "gauge" and odd.get(k):
+            # Prometheus' sum() or avg() of them: NaN with a NaN, or with +Inf and -Inf; else the infinity
+            v["value"] = "NaN" if "NaN" in odd[k] or len(odd[k]) > 1 else next(iter(odd[k]))
+        elif v["type"] == "gauge" and is_ratio(k) and v["value"] is not None and finite_n.get(k, 1) > 1:
             v["value"] /= finite_n[k]  # the mean over its label sets (RATIO_SUFFIXES)
     for k in [k for k, v in out.items()
               if v["type"] in ("counter", "gauge") and not v["series"] and out.get(k + "_total", {}).get("type") == "counter"]:
