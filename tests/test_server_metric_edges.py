@@ -287,3 +287,40 @@ def test_a_scrape_of_a_server_answering_inf_and_nan_is_written_and_read_back(tmp
     assert series[GAUGE].value(0) == math.inf
     waiting = series["vllm:num_requests_waiting"]
     assert waiting.value(0) is None and waiting.nan_at == (row["t"],) and waiting.answered(0)
+
+
+HIST = "vllm:e2e_request_latency_seconds"
+
+
+def _hist_run(rules: str, inf_from: float):
+    """A steady server's evidence whose histogram HIST observes 100 requests between scrapes,
+    all within 0.5 s, its _sum +Inf from `inf_from` s into the level on (an observation of
+    +Inf), each scrape summarised from /metrics text by the scraper itself."""
+    from soakspec.judge.testing import EvidenceBuilder, metrics_rows, small_spec
+    from soakspec.runner.scrape import summarize
+
+    spec = small_spec(rules, duration="3m")
+    b = EvidenceBuilder(spec)
+    (lv,) = b.manifest["backends"][0]["levels"]
+    b.metrics["a"] = metrics_rows(lv["buckets"][0]["start"] - 5, lv["buckets"][-1]["end"] + 5)
+    for i, row in enumerate(b.metrics["a"]):
+        n = 100 * i
+        total = "+Inf" if row["t"] >= lv["buckets"][0]["start"] + inf_from else f"{0.2 * n:g}"
+        text = (f"# TYPE {HIST} histogram\n{HIST}_bucket{{le=\"0.5\"}} {n}\n{HIST}_bucket{{le=\"+Inf\"}} {n}\n"
+                f"{HIST}_sum {total}\n{HIST}_count {n}\n")
+        row["families"][HIST] = summarize(text, [HIST])[HIST]
+    json.dumps(b.metrics["a"], allow_nan=False)
+    return spec, b.build()
+
+
+def test_a_histograms_infinite_sum_is_an_infinite_mean_then_no_mean():
+    """An observation of +Inf makes a histogram's _sum +Inf, and Prometheus keeps it so: the
+    bucket where it happened has a mean of +Inf (its _sum was left out, and the mean of the
+    others passed), a bucket after it no mean at all (+Inf - +Inf) -- INCONCLUSIVE, never a
+    pass; its quantiles, from the buckets, still stand."""
+    mean_rule, p50_rule = f'mean(server("{HIST}")) < 1s per bucket', f'p50(server("{HIST}")) < 1s per bucket'
+    r = _rules(*_hist_run(f"require {mean_rule}\n  require {p50_rule}", 90))
+    assert r[mean_rule].status == "fail" and r[mean_rule].where.bucket == 1 and r[mean_rule].observed == math.inf, r[mean_rule].message
+    assert r[p50_rule].status == "pass", r[p50_rule].message
+    (mean,) = _rules(*_hist_run(f"require {mean_rule}", -10)).values()  # +Inf before the level began
+    assert mean.status == "inconclusive" and "_sum is not finite" in mean.message, mean.message

@@ -11,7 +11,8 @@ the judge reads (`judge/servermetrics.py`), in arrays of 8-byte floats:
                      MAX_MAGNITUDE -- 1e300 -- whose sums and means overflow); a gauge's
                      "+Inf" / "-Inf" its infinity, and the times of its "NaN" or beyond
                      MAX_MAGNITUDE values (`nan_at`: the server gave no number)
-  histogram, summary the sum and the count (`float(num(...) or 0.0)`, as the judge reads them)
+  histogram, summary the sum and the count (`float(num(...) or 0.0)`, as the judge reads them;
+                     a sum written "+Inf", "-Inf" its infinity, "NaN" NaN)
                      and the bucket counts, their `le` bounds shared by every scrape that has
                      the same ones (`num(le)`, None for +Inf or a bound that is not a number;
                      a pair whose count is not a number is not kept)
@@ -197,7 +198,10 @@ class _Family:
         self.values.append(_NAN if v is None else v)
         if v is None and entry["type"] == "gauge" and (raw == "NaN" or num(raw) is not None):
             self.nan_at.append(t)
-        self.sums.append(float(_num(entry.get("sum")) or 0.0))
+        raw_sum = entry.get("sum")
+        # an infinite _sum (an observation of +Inf) stays one: a change to it is +Inf, a change
+        # between two of them (inf - inf) NaN, no mean (`servermetrics._histogram`)
+        self.sums.append(_NON_FINITE[raw_sum] if isinstance(raw_sum, str) and raw_sum in _NON_FINITE else float(_num(raw_sum) or 0.0))
         self.counts.append(float(_num(entry.get("count")) or 0.0))
         st = _num(entry.get("step"))
         self.steps.append(_NAN if st is None or st < 0 else st)
@@ -253,6 +257,7 @@ _EMPTY = array("d")
 # a gauge's value that is not finite, as the scraper writes it (`runner.scrape.nonfinite_text`);
 # "NaN" is no value (`Series.nan_at`)
 _INFINITIES = {"+Inf": math.inf, "-Inf": -math.inf}
+_NON_FINITE = {**_INFINITIES, "NaN": _NAN}  # a histogram's or summary's `sum` (any other text: 0, as ever)
 
 
 def _by(pairs: Any) -> dict[str, float] | None:

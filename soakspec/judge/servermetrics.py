@@ -58,7 +58,7 @@ import dataclasses
 import decimal
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from soakspec.judge import stats
@@ -243,17 +243,18 @@ def hist_change(s: Series, start: float, end: float) -> HistDelta | None:
     b = span_of(s, start, end)
     if b is None:
         return None
-    total = count = 0.0
+    count = 0.0
+    parts: list[float] = []
     buckets: dict[float | None, float] = {}
     pts = [(0.0, 0.0, {}) if i < 0 else s.hist(i) for i in range(b[0], b[1] + 1)]
     for (s0, c0, b0), (s1, c1, b1) in zip(pts, pts[1:]):
         reset = c1 < c0
-        total += s1 if reset else s1 - s0
+        parts.append(s1 if reset else s1 - s0)
         count += c1 if reset else c1 - c0
         for le, v in b1.items():
             buckets[le] = buckets.get(le, 0.0) + (v if reset else v - b0.get(le, 0.0))
     order = sorted(buckets, key=lambda le: math.inf if le is None else le)
-    return HistDelta(total, count, tuple((le, buckets[le]) for le in order), s.times[b[1]] - _time(s, b[0]), b[1] - b[0] + 1)
+    return HistDelta(_sum_change(parts), count, tuple((le, buckets[le]) for le in order), s.times[b[1]] - _time(s, b[0]), b[1] - b[0] + 1)
 
 
 PRECISION = 1e-12  # histogram_quantile's tolerance for float noise in cumulative bucket counts
@@ -264,6 +265,18 @@ def _fraction(q: float) -> float:
     nearest that decimal; 99.9 / 100 is one ulp above it, and a rank on a bucket's edge would
     fall in the next bucket)."""
     return float(decimal.Decimal(repr(q)) / 100)
+
+
+def _sum_change(parts: Sequence[float]) -> float:
+    """A histogram's Δsum from its changes between consecutive scrapes. A _sum of +Inf (an
+    observation of +Inf; Prometheus keeps the _sum so until a restart): its change from a
+    finite one is +Inf, and between two +Inf ones (inf - inf) unknown, NaN -- but one that
+    stayed +Inf saw no -Inf (that makes it NaN), so a change with a +Inf among unknown ones is
+    +Inf. NaN: unknown."""
+    if all(math.isfinite(p) for p in parts):
+        return math.fsum(parts)
+    infs = {p for p in parts if math.isinf(p)}
+    return infs.pop() if len(infs) == 1 else math.nan
 
 
 def quantile_estimate(q: float, buckets: Sequence[tuple[float | None, float]]) -> tuple[float | None, tuple[float, float | None]]:
@@ -404,7 +417,9 @@ def histogram_mean_interval(metric: ServerMetric, scope: Scope, confidence: floa
     n = math.fsum(d.count for d in deltas)
     if not buckets or n < 2:
         return None if not buckets else (-math.inf, math.inf)
-    mean = math.fsum(d.sum for d in deltas) / n
+    mean = _ieee_sum(d.sum for d in deltas) / n
+    if not math.isfinite(mean):
+        return -math.inf, math.inf  # an observation of +Inf: no spread can be bounded
     ss, prev_le, prev_n = 0.0, 0.0, 0.0
     for le, cum in zip((le for le, _ in buckets), itertools.accumulate((c for _, c in buckets), max)):
         k = max(0.0, min(cum, n) - prev_n)  # this bucket's observations (counts made monotonic, as `beyond`)
@@ -700,10 +715,19 @@ def _histogram(family: str, scope: Scope, agg: str, q: float | None, confidence:
         # outside the bucket and no other
         return Measure(value, n, need, "observation", units=_requests(scope, n),
                        bounds=(lo, hi) if lo < hi else None, coarse="the server histogram's bucket")
-    if agg == "mean":
-        return Measure(math.fsum(d.sum for d in deltas) / obs, n, max(1, min_samples), "observation")
-    means = [d.sum / d.count for d in deltas if d.count > 0]
-    return Measure(_AGG[agg](means), n, max(1, min_samples), "observation")
+    means = [_ieee_sum(d.sum for d in deltas) / obs] if agg == "mean" else [d.sum / d.count for d in deltas if d.count > 0]
+    if any(math.isnan(m) for m in means):
+        # the server's _sum is +Inf (an observation of +Inf: Prometheus keeps it so) at both
+        # ends of a change, or NaN: what the observations added up to in the scope is unknown
+        return Measure(None, n, max(1, min_samples), "observation", f"'{family}''s _sum is not finite (+Inf: the server "
+                       "observed an infinite value) across the scope, so the sum of its observations there is unknown")
+    return Measure(means[0] if agg == "mean" else _AGG[agg](means), n, max(1, min_samples), "observation")
+
+
+def _ieee_sum(xs: Iterable[float]) -> float:
+    """`math.fsum` of finite values; with an infinity or NaN, IEEE's sum (fsum refuses +Inf + -Inf)."""
+    xs = list(xs)
+    return math.fsum(xs) if all(math.isfinite(x) for x in xs) else sum(xs)
 
 
 def _summary(family: str, scope: Scope, agg: str, q: float | None, confidence: float, min_samples: int) -> Measure:
@@ -828,7 +852,7 @@ def _bucket_entry(s: Series, start: float, end: float) -> dict[str, Any] | None:
         d = hist_change(s, start, end)
         if d is None or d.count <= 0:
             return None
-        out: dict[str, Any] = {"mean": d.sum / d.count, "observations": d.count, "scrapes": d.scrapes}
+        out: dict[str, Any] = {"mean": _json_number(d.sum / d.count), "observations": d.count, "scrapes": d.scrapes}
         if d.buckets:
             for q in SUMMARY_QUANTILES:
                 v, (lo, hi) = quantile_estimate(q, d.buckets)

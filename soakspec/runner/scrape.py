@@ -126,8 +126,11 @@ def _histogram(samples: Iterable[Any]) -> dict[str, Any] | None:
     buckets: dict[float | None, float] = {}
     total = count = 0.0
     series = 0
+    odd = 0.0  # the sum of the label sets' _sum samples that are not finite (an observation of +Inf)
     for s in samples:
         if not math.isfinite(s.value):
+            if s.name.endswith("_sum") or s.name.endswith("_gsum"):
+                odd += s.value
             continue
         if s.name.endswith("_bucket") and "le" in s.labels:
             le = _le(s.labels["le"])
@@ -138,18 +141,19 @@ def _histogram(samples: Iterable[Any]) -> dict[str, Any] | None:
             count += s.value
             series += 1
     if len(buckets) > MAX_BUCKETS:
-        return {"type": "histogram", "sum": total, "count": count, "series": series, "buckets": [],
+        return {"type": "histogram", "sum": nonfinite_text(odd) if odd else total, "count": count, "series": series, "buckets": [],
                 "note": f"{len(buckets)} buckets, more than the {MAX_BUCKETS} a scrape keeps: its sum and count only"}
     order = sorted(buckets, key=lambda b: math.inf if b is None else b)
-    return {"type": "histogram", "sum": total, "count": count, "series": series,
+    return {"type": "histogram", "sum": nonfinite_text(odd) if odd else total, "count": count, "series": series,
             "buckets": [[b, buckets[b]] for b in order]}
 
 
 def _summary(samples: Iterable[Any]) -> dict[str, Any]:
     samples = list(samples)
     total = math.fsum(s.value for s in samples if s.name.endswith("_sum") and math.isfinite(s.value))
+    odd = sum(s.value for s in samples if s.name.endswith("_sum") and not math.isfinite(s.value))
     count = math.fsum(s.value for s in samples if s.name.endswith("_count") and math.isfinite(s.value))
-    return {"type": "summary", "sum": total, "count": count,
+    return {"type": "summary", "sum": nonfinite_text(odd) if odd else total, "count": count,
             "series": sum(1 for s in samples if s.name.endswith("_count"))}
 
 
