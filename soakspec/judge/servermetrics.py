@@ -4,7 +4,10 @@ What the runner scraped (`runner/scrape.py`: backends/<name>/metrics.jsonl, one 
 scrape, each kept family summed over its label sets, a ratio gauge averaged) is read here on the client's timeline,
 over a scope's bucket windows (the index/scope API: `Scope.windows`):
 
-  gauge      the scrapes that fall inside the windows: min, max, mean, pNN of their values
+  gauge      the scrapes that fall inside the windows: min, max, mean, pNN of their values;
+             +Inf and -Inf compared as they are (a mean over both, or a drift over either,
+             no figure), and a scrape the server answered NaN for (`Series.nan_at`) makes
+             the scope INCONCLUSIVE but where the rest decides it (a max beyond its ceiling)
   counter    bare = its increase over the scope (a reset -- the value going down -- counts
              the new value as the increase since it; each label set its own counter where the
              scrape kept them, `Series.by`, summed after); rate() = increase / seconds; mean, min,
@@ -25,7 +28,9 @@ over a scope's bucket windows (the index/scope API: `Scope.windows`):
              every token of a request); in the +Inf bucket only a
              lower bound, the largest finite bound (`Measure.at_least`: the rule is judged
              for every value from it up); bare = observations, rate() =
-             observations per second
+             observations per second; the quantile's value is Prometheus' own
+             (`quantile_estimate`), a _sum of +Inf (an observation of +Inf) a mean of +Inf,
+             or none between two such sums (`_sum_change`)
   summary    mean only (Δsum / Δcount)
   ratio      `ratio(server("num"), server("den"))`: two counters' bare increases over the
              scope divided (`ServerRatio`); no ratio where the denominator did not increase
