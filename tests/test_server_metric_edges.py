@@ -324,3 +324,35 @@ def test_a_histograms_infinite_sum_is_an_infinite_mean_then_no_mean():
     assert r[p50_rule].status == "pass", r[p50_rule].message
     (mean,) = _rules(*_hist_run(f"require {mean_rule}", -10)).values()  # +Inf before the level began
     assert mean.status == "inconclusive" and "_sum is not finite" in mean.message, mean.message
+
+
+def test_a_real_runs_ttft_quantiles_are_histogram_quantile_of_its_scrapes(quick_demo):
+    """End to end, against the simulator: each bucket's p50 and p99 of
+    vllm:time_to_first_token_seconds in results.json is the reference histogram_quantile of the
+    bucket counts' change between the scrapes around that bucket in metrics.jsonl (the last at
+    or before its start, the first at or after its end), as Grafana would draw it."""
+    import bisect
+
+    m = json.loads((quick_demo.run_dir / "manifest.json").read_text())
+    results = json.loads((quick_demo.run_dir / "results.json").read_text())
+    checked = 0
+    for b, rb in zip(m["backends"], results["backends"]):
+        rows = [json.loads(line) for line in (quick_demo.run_dir / "backends" / b["safe_name"] / "metrics.jsonl").read_text().splitlines()]
+        hist = [(r["t"], r["families"]["vllm:time_to_first_token_seconds"]) for r in rows
+                if r["ok"] and "vllm:time_to_first_token_seconds" in r["families"]]
+        times = [t for t, _ in hist]
+        per = rb["server_metrics"]["families"]["vllm:time_to_first_token_seconds"]["per_bucket"]
+        for lv in b["levels"]:
+            for bk in lv["buckets"]:
+                lo = max(bisect.bisect_right(times, bk["start"]) - 1, 0)
+                hi = min(bisect.bisect_left(times, bk["end"]), len(times) - 1)
+                first, last = dict(map(tuple, hist[lo][1]["buckets"])), dict(map(tuple, hist[hi][1]["buckets"]))
+                delta = [(math.inf if le is None else le, last[le] - first.get(le, 0.0)) for le in last]
+                entry = per.get(f"{lv['workload']}:{lv['index']}:{bk['index']}")
+                if entry is None or delta[-1][1] <= 0:
+                    continue
+                for key, q in (("p50", 0.5), ("p99", 0.99)):
+                    want = reference_histogram_quantile(q, delta)
+                    assert entry[key]["value"] == want, (key, bk, delta, entry[key])
+                checked += 1
+    assert checked >= 2
