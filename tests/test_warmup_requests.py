@@ -497,3 +497,50 @@ def test_a_warmup_of_millions_is_bounded_without_walking_its_schedule(monkeypatc
         assert A.nth_arrival_s(10.0, "poisson", 1, 10**9) == (10**9 + 8 * math.sqrt(10**9)) / 10.0
     finally:
         A.nth_arrival_s.cache_clear()
+
+
+@pytest.mark.parametrize("edit", ["fewer", "more"])
+def test_warmup_records_that_disagree_with_warmup_sent_fail_completed_run(tmp_path, edit):
+    """Evidence edited (and re-sealed) so that a counted warmup's records (bucket -1) no longer
+    match the manifest's `warmup_sent` -- two of its 7 records removed, or one more added --
+    with `sent` edited to match, so only the warmup's own count disagrees. The short-warmup note
+    trusts `warmup_sent`, so such evidence is never a silent PASS: completed_run fails naming
+    the level and both counts, as records against `sent` do. Under --workers 2 `warmup_sent` is
+    the processes' sum, and the unedited run passes."""
+    import gzip
+    import shutil
+
+    from soakspec.evidence.io import read_json
+    from soakspec.evidence.manifest import write_manifest
+    from soakspec.evidence.testing import edit_requests
+    from soakspec.evidence.verify import finalize_artifacts
+    from soakspec.judge import judge, load_evidence
+
+    proc, out = run_spec(tmp_path, SIM_SPEC, "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    spec, _ = check(parse(SIM_SPEC)[0])
+    assert judge(spec, load_evidence(out)).outcome == "PASS"
+    edited = tmp_path / "edited"
+    shutil.copytree(out, edited)
+    req = edited / "backends" / "b0" / "requests.jsonl.gz"
+    warm = [ln for ln in gzip.decompress(req.read_bytes()).decode().splitlines() if json.loads(ln)["bucket"] == -1]
+    assert len(warm) == 7
+    if edit == "fewer":
+        edit_requests(req, lambda t: "".join(ln + "\n" for ln in t.splitlines() if ln not in warm[:2]))
+        have = 5
+    else:
+        copy = json.loads(warm[0])
+        copy["request_id"] += "-copy"
+        edit_requests(req, lambda t: t + json.dumps(copy) + "\n")
+        have = 8
+    m = read_json(edited / "manifest.json")
+    lv = m["backends"][0]["levels"][0]
+    lv["sent"] += have - 7
+    m["artifacts"] = finalize_artifacts(edited)
+    write_manifest(edited, m)
+    verdict = judge(spec, load_evidence(edited))
+    assert verdict.outcome != "PASS"
+    (done,) = [r for r in verdict.rules if r.rule == "completed_run"]
+    said = f"its counted warmup recorded {have} sent requests, but the manifest says it sent 7 (warmup_sent)"
+    assert done.status == "fail" and done.message.startswith(f"backend b0, concurrency 3, 12 requests: {said}"), done.message
+    assert [r.rule for r in verdict.rules if r.status == "fail"] == ["completed_run"]  # nothing else in the edit is wrong

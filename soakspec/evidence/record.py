@@ -133,6 +133,9 @@ FAILED_FINISH_REASONS: tuple[str, ...] = ("error", "abort")
 # the error of a request the runner itself cancelled in flight when the run was aborted (an
 # interrupt): recorded disconnected, though it was not the server that ended it (runner/load.py)
 CANCELLED_BY_ABORT = "the run was aborted before the response finished"
+# the error's start of an arrival the backoff gate did not let through (runner/liveness.py):
+# recorded, never sent -- so not one of a counted warmup's `warmup_sent` (judge/validity.py)
+HELD_BACK = "held back: "
 
 
 class TokensSource(enum.StrEnum):
@@ -790,7 +793,7 @@ def request_schema() -> dict[str, Any]:
 
 
 __all__ = [
-    "DERIVED_KEYS", "ERROR_LIMIT", "FOLLOW_UP_BUCKET", "OPTIONAL_KEYS", "OUTCOMES", "READ_KEYS", "RECORD_KEYS", "WARMUP_BUCKET",
+    "DERIVED_KEYS", "ERROR_LIMIT", "FOLLOW_UP_BUCKET", "HELD_BACK", "OPTIONAL_KEYS", "OUTCOMES", "READ_KEYS", "RECORD_KEYS", "WARMUP_BUCKET",
     "ItlSource", "Outcome", "Record", "RequestRecord", "TokensSource", "decode_lenient", "decode_line", "decode_lines_lenient", "encode_line",
     "encode_lines",
     "error_pointer", "iter_record_batches", "iter_records",

@@ -26,7 +26,7 @@ import numpy as np
 from soakspec import draws
 from soakspec.evidence import layout
 from soakspec.evidence.ids import IdColumn, IdIndex
-from soakspec.evidence.record import outcomes_text
+from soakspec.evidence.record import HELD_BACK, WARMUP_BUCKET, outcomes_text
 from soakspec.evidence.record import schedule_lag as record_lag
 from soakspec.judge.capproof import Breach, breaches
 from soakspec.judge.common import abort_observed_text, backend_here, loc, plural, problem, result
@@ -345,6 +345,7 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, 
                                + (f": {client_cut}" if client_cut else ""), lloc, "inconclusive" if client_cut else "fail"))
     out.extend(_count_problems(lv, lloc, partial))
     out.extend(_admitted_problems(lv, lloc))
+    out.extend(_warmup_problems(bi, lv, lloc))
     sent = lv.entry.get("sent")
     if isinstance(sent, int) and not isinstance(sent, bool):
         have = bi.recorded.get((lv.workload, lv.index), 0)
@@ -393,6 +394,38 @@ def _admitted_problems(lv: LevelIndex, lloc: Location) -> list[Instance]:
     return [problem(f"{plural(n, 'record')} carry admitted (a wait for a slot under max_concurrency), but the level "
                     "declares no max_concurrency: not what the runner writes, and it would hide the load "
                     "generator's schedule lag", lloc)]
+
+
+def _warmup_problems(bi: BackendIndex, lv: LevelIndex, lloc: Location) -> list[Instance]:
+    """A counted warmup whose records disagree with its manifest's `warmup_sent` (the sum over
+    the processes under --workers): a fault of the evidence, as `sent` against the records is
+    (`_level_problems`), not a note -- the verdict's short-warmup note (judge.py
+    `_short_warmups`) trusts that count, so evidence that contradicts it must not pass.
+    Counted by the runner's rule (runner/load.py): a record of the level's warmup (bucket -1)
+    with a start (sent) that the backoff gate did not hold back."""
+    n = lv.entry.get("warmup_sent")
+    if type(n) is not int:  # a timed warmup, or evidence from before counted warmups
+        return []
+    have = _warmup_recorded(bi.all_records, lv.workload, lv.index)
+    if have == n:
+        return []
+    return [problem(f"its counted warmup recorded {plural(have, 'sent request')}, but the manifest says it sent {n} "
+                    "(warmup_sent): the evidence and the manifest disagree", lloc)]
+
+
+def _warmup_recorded(recs: Rows, workload: str, level: int) -> int:
+    """The requests of `recs` that a level's counted warmup sent (see `_warmup_problems`)."""
+    def held(e: Any) -> bool:
+        return isinstance(e, str) and e.startswith(HELD_BACK)
+
+    def col(t, idx) -> np.ndarray:
+        return ((t.i["bucket"][idx] == WARMUP_BUCKET) & (t.i["level"][idx] == level) & t.label_is("workload", workload, idx)
+                & ~np.isnan(t.f["start"][idx]) & ~t.label_where("error", held, idx))
+
+    def row(r) -> bool:
+        return (r.get("bucket") == WARMUP_BUCKET and r.get("level") == level and r.get("workload") == workload
+                and r.get("start") is not None and not held(r.get("error")))
+    return recs.count(col, row)
 
 
 def _planned_backend_problems(run: JudgedRun, name: str, bp: BackendPlan, cuts: Mapping[str, ClientCut]) -> list[Instance]:

@@ -163,7 +163,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from soakspec.evidence.record import FAILED_FINISH_REASONS, MAX_TOKENS_PER_CHUNK, usage_bound
+from soakspec.evidence.record import FAILED_FINISH_REASONS, HELD_BACK, MAX_TOKENS_PER_CHUNK, usage_bound
 from soakspec.runner.records import ERROR_LIMIT, ItlSource, Outcome, RequestRecord, TokensSource
 
 # --------------------------------------------------------------------------------------------
@@ -482,7 +482,6 @@ def describe_transport_error(exc: BaseException) -> str:
 
 
 CONNECT_FAILED = "connect failed: "  # a record's error when no connection could be made
-HELD_BACK = "held back: "  # an open-loop arrival the backoff gate did not let through (runner/liveness.py)
 HELD_REFUSED = "the backend refused its last "  # ... because connects were refused (liveness.Health.refused)
 CLOSED_BEFORE_RESPONSE = "connection closed before the response"
 CLOSED_MID_RESPONSE = "connection closed before the response finished"
