@@ -498,3 +498,29 @@ def test_the_network_path_is_read_from_the_recorded_fact_not_the_reason_text():
     mentions = _reached(builder(2), "http://[::1]:8000/", "unknown",
                         "PID 9 (its command line: a port forward script) runs in another namespace", via="namespace")
     assert not [n for n in compare(own.build(), mentions.build(), resamples=500).notes if "network path" in n]
+
+
+def test_levels_warmed_up_differently_are_said_in_every_format():
+    """Levels pair by their load, not their warmup: a level after `warmup = 20 requests` and the
+    same level after a timed warmup (or after another count) were measured on servers warmed
+    otherwise, and compare says so -- naming the backend, the level and both warmups -- in md,
+    html and json alike. The same warmup on both sides says nothing."""
+    counted, timed = builder(1), builder(2)
+    for lv in counted.entry("a")["levels"]:
+        lv.update(warmup_requests=20, warmup_s=0.0)
+    for lv in timed.entry("a")["levels"]:
+        lv.update(warmup_s=30.0)
+    c = compare(counted.build(), timed.build(), resamples=500)
+    (note,) = [n for n in c.notes if "warmed up differently" in n]
+    label = c.rows[0].label
+    assert note.startswith(f"backend 'a' level {label} warmed up differently: base warmup 20 requests, new warmup 30s"), note
+    assert note in c.to_json()["notes"]
+    for fmt in ("md", "html", "json"):
+        assert "base warmup 20 requests, new warmup 30s" in render(c, fmt), fmt
+    other = builder(3)
+    for lv in other.entry("a")["levels"]:
+        lv.update(warmup_requests=50, warmup_s=0.0)
+    (note,) = [n for n in compare(counted.build(), other.build(), resamples=500).notes if "warmed up differently" in n]
+    assert "base warmup 20 requests, new warmup 50 requests" in note
+    assert not [n for n in compare(counted.build(), counted.build(), resamples=500).notes if "warmed up" in n]
+    assert not [n for n in compare(builder(1).build(), builder(2).build(), resamples=500).notes if "warmed up" in n]

@@ -299,6 +299,7 @@ from soakspec.compare.sweep import SweepFigure, SweepRow, figures, pair_rows
 from soakspec.judge.table import Rows
 from soakspec.judge.workload import ran_spec, workload_differences, workload_shape  # noqa: F401  (workload_shape: read from here too)
 from soakspec.plan import shape_identity
+from soakspec.units import format_duration
 
 SCHEMA_VERSION = 1
 DEFAULT_RESAMPLES = 4000
@@ -897,6 +898,36 @@ def _path_notes(pairs: Sequence[tuple[BackendSamples, BackendSamples]], notes: l
         notes.append(f"backend {b.name!r} was reached by another network path: {said[0]}; {said[1]} -- a port forward "
                      "or another host adds latency of its own to every TTFT and latency (AIPerf PR #850): a change in "
                      "those rows may be the path's, not the server's")
+
+
+def warmup_of(entry: Mapping[str, Any]) -> str | None:
+    """A level's warmup in words, from its manifest entry: "20 requests" (counted:
+    `warmup_requests`), "30s" or "none" (timed: `warmup_s`); None where the entry says neither."""
+    n = entry.get("warmup_requests")
+    if type(n) is int:
+        return f"{n} requests"
+    s = entry.get("warmup_s")
+    if not isinstance(s, (int, float)) or isinstance(s, bool):
+        return None
+    return format_duration(float(s)) if s > 0 else "none"
+
+
+def _warmup_notes(backend: str, level_pairs: Sequence[tuple[LevelSamples, LevelSamples]], notes: list[str]) -> None:
+    """A note for each paired level the two runs warmed up differently (a counted warmup against
+    a timed one, or another N or duration: `warmup_of`), levels with the same difference in one
+    note. Levels pair by their load, not their warmup, and the measured window begins on a server
+    the warmup left (its prefix cache, its batch sizes, a compiled graph): the rows cannot tell
+    the warmup's effect from the server's. A note, as another network path is: both runs
+    measured what they say."""
+    by: dict[tuple[str, str], list[str]] = {}
+    for a, z in level_pairs:
+        wa, wz = warmup_of(a.entry), warmup_of(z.entry)
+        if wa is not None and wz is not None and wa != wz:
+            by.setdefault((wa, wz), []).append(a.label)
+    for (wa, wz), labels in by.items():
+        notes.append(f"backend {backend!r} {'level' if len(labels) == 1 else 'levels'} {'; '.join(labels)} warmed up "
+                     f"differently: base warmup {wa}, new warmup {wz} -- the measured window began on a server warmed "
+                     "otherwise (its caches, its batches): a change in those rows may be the warmup's, not the server's")
 
 
 def _lacking(base: Sequence[BackendSamples], pairs: Sequence[tuple[BackendSamples, BackendSamples]],
@@ -1553,6 +1584,7 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
     for bb, bn in backend_pairs:
         level_pairs, alone = _level_pairs(bb, bn)
         unpaired += alone
+        _warmup_notes(bb.name, level_pairs, notes)
         for a, z in level_pairs:
             workloads.append(a.workload)
             note = f"load differs: base {_load(a)}, new {_load(z)}" if _load(a) != _load(z) else None  # a phase's
