@@ -187,6 +187,53 @@ def test_the_simulators_prefix_cache_hits_within_a_group_and_never_across_groups
     assert all((measured[a] == measured[b]) == (drawn[a] == drawn[b]) for a in measured for b in measured)
 
 
+def _sim_traces(out: Path) -> list[dict]:
+    """The simulator's own trace of each request (server.log), in the order the server
+    scheduled them (when its prompt met the prefix cache)."""
+    with gzip.open(out / "backends" / "b0" / "server.log.gz", "rt") as fh:
+        rows = [json.loads(line.split("soakspec_sim_trace ", 1)[1]) for line in fh if "soakspec_sim_trace " in line]
+    return sorted(rows, key=lambda r: (r["scheduled_at"], r["arrival_index"]))
+
+
+@pytest.mark.slow
+def test_two_processes_send_every_group_and_each_groups_later_requests_hit_its_prefix(tmp_path):
+    """`--workers 2`: the level's 16 requests split between two load processes (one worker
+    each), which number them from one level-wide count. Each request's group is drawn from that
+    level-wide index -- not a process's own count, which would send each process's first
+    requests to the same prompts -- so the 16 send 16 distinct prompts, every group 4 times
+    (4 blocks of G, as the seeded draw over indexes 0..15 puts them), and against the
+    simulator's prefix cache the first request of each group the server scheduled finds nothing
+    cached and every later one its group's 32 tokens, as with one process. (A request's id is
+    not its prompt index under --workers: ids and prompts are two counts, runner/load.py.)"""
+    from runner_support import requests_of, run_spec
+
+    proc, out = run_spec(tmp_path, GSP_SPEC.replace("concurrency = [1]", "concurrency = [2]"), "--workers", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = requests_of(out)
+    assert len([r for r in records if r["outcome"] == "completed"]) == 16 and {r["worker"] for r in records} == {0, 1}
+    (level,) = json.loads((out / "manifest.json").read_text())["backends"][0]["levels"]
+    assert (level["workers"], level["prefix_tokens"], level["prefix_groups"], level["group_seed"]) == (2, 32, 4, 5)
+    rows = _sim_traces(out)
+    assert len(rows) == 17 and {r["prompt_tokens"] for r in rows} == {64}  # the pre-flight and 16 measured
+    seen: set[str] = set()
+    cached = []
+    for r in rows:  # a group's index is its prompt's first word (4 groups: one word)
+        group = r["prompt_head"].split()[0]
+        cached.append((group in seen, r["cached_tokens"]))
+        seen.add(group)
+    assert len(seen) == 4
+    assert {c for again, c in cached if not again} == {0} and {c for again, c in cached if again} == {32}
+    # the level-wide indexes 0..15, each sent once: 16 distinct prompts (two requests of one
+    # index would send one prompt, and find more than the prefix cached), their groups the
+    # draw's over 0..15 -- the pre-flight sends index 0's group, which names that group's word
+    measured = [r for r in rows if "preflight" not in r["client_request_id"]]
+    assert len({r["prompt_sha256"] for r in measured}) == 16
+    assert "preflight" in rows[0]["client_request_id"]
+    sent = [r["prompt_head"].split()[0] for r in measured]
+    drawn = [draws.prefix_group(k, 4, 5) for k in range(16)]
+    assert sorted(sent.count(g) for g in seen) == sorted(drawn.count(g) for g in range(4)) == [4, 4, 4, 4]
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.integers(2, 12), st.integers(0, 2**31), st.integers(0, 60), st.integers(1, 80))
 def test_blocks_from_the_levels_first_request_send_every_group_once_and_any_window_is_within_two(groups, seed, start, length):
