@@ -306,3 +306,64 @@ def test_a_capped_levels_block_without_its_intended_start_sections_is_still_capp
     assert _lint(tmp_path, capsys, _fenced(trimmed), capped) == (0, [])
     code, diags = _lint(tmp_path, capsys, _fenced(_set(trimmed, "Median TTFT (ms):", "300.00")), capped)
     assert code == 1 and len(diags) == 1 and "states sent TTFT p50 300.00 ms" in diags[0], diags
+
+
+# ---------------------------------------------------------------- failed requests, duration, peaks
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory) -> tuple[Path, Path]:
+    """sim-fast at concurrency 2 and 4, three of concurrency 4's requests not completed (two
+    failed, one timed out): bench serve's "Failed requests" counts all three."""
+    spec = small_spec(levels="[2, 4]", backends=("sim-fast",))
+    b = EvidenceBuilder(spec)
+    rows = list(b.measured("sim-fast", level=1))
+    b.set_outcome(rows[0], "failed", "HTTP 500")
+    b.set_outcome(rows[1], "failed", "HTTP 500", 500)
+    b.set_outcome(rows[2], "timeout", "deadline passed before the response finished")
+    return _write(tmp_path_factory.mktemp("bench-failing"), spec, b)
+
+
+def test_the_block_states_failed_requests_and_the_levels_measured_duration(capsys, failing):
+    """bench serve's "Failed requests" (every request that was not a success) and "Benchmark
+    duration (s)" (here the level's measured wall time: its two 1-minute buckets), where bench
+    serve prints them; no "Peak" line (results.json records no peak with bench serve's meaning)."""
+    c2, c4 = (b.splitlines() for b in _blocks(_bench(capsys, failing[0])))
+    assert "Failed requests:                         0" in c2 and "Failed requests:                         3" in c4
+    assert "Successful requests:                     13" in c4
+    assert "Benchmark duration (s):                  120.00" in c4
+    assert [ln.split(":")[0] for ln in c4[6:10]] == ["Successful requests", "Failed requests", "Benchmark duration (s)",
+                                                     "Request throughput (req/s)"]  # bench serve's order
+    assert not [ln for ln in c4 if ln.startswith("Peak")]
+
+
+def test_failed_requests_and_duration_as_written_lint_clean_and_edited_are_CB201(tmp_path, capsys, failing):
+    """An unedited block passes (0 and 3 failed, 120 s); each of the three lines edited is CB201
+    at the precision it is written with, naming the level's recorded figure. A "Peak" line in a
+    soakspec block was added by hand -- soakspec records no peak -- and is CB201 too."""
+    text = _bench(capsys, failing[0])
+    assert _lint(tmp_path, capsys, _fenced(*_blocks(text)), failing) == (0, [])
+    _, c4 = _blocks(text)
+    for label, value, msg in [
+        ("Failed requests:", "0", "failed requests 0 requests for sim-fast; the evidence records sim-fast · concurrency 4: 3 requests"),
+        ("Failed requests:", "2", "failed requests 2 requests"),
+        ("Benchmark duration (s):", "119.90", "benchmark duration 119.90 s for sim-fast; the evidence records "
+                                              "sim-fast · concurrency 4: 120.000 s"),
+        ("Benchmark duration (s):", "60.00", "benchmark duration 60.00 s"),
+    ]:
+        code, diags = _lint(tmp_path, capsys, _fenced(_set(c4, label, value)), failing)
+        assert code == 1, (label, value)
+        (d,) = diags
+        line = 4 + c4.splitlines().index(next(ln for ln in c4.splitlines() if ln.startswith(label)))
+        assert d.startswith(f"{line}:42: CB201 states {msg}"), d
+    assert _lint(tmp_path, capsys, _fenced(_set(c4, "Benchmark duration (s):", "120")), failing) == (0, [])  # 120 ± 0.5
+    for peak, msg in [("Peak output token throughput (tok/s):    500.00", "peak output token throughput 500.00 tok/s"),
+                      ("Peak concurrent requests:                4.00", "peak concurrent requests 4.00 requests")]:
+        block = c4.replace("Total token throughput", peak + "\nTotal token throughput", 1)
+        code, diags = _lint(tmp_path, capsys, _fenced(block), failing)
+        assert code == 1
+        (d,) = diags
+        assert f"CB201 states {msg} for sim-fast in soakspec's bench block" in d and "added by hand" in d, d
+    # bench serve's own block (no `Tool: soakspec`) keeps its Failed / duration / Peak lines unread
+    own = VLLM_BLOCK.replace("Total token", "Peak output token throughput (tok/s):    9999.00\nTotal token", 1)
+    assert _lint(tmp_path, capsys, _fenced(own), failing) == (0, [])

@@ -382,7 +382,7 @@ def _levels(entry: dict, judged: dict[tuple[str, str | None, int | None], dict[s
     level names them the same way); capped where the manifest's entry of that level (same
     workload and index) declares max_concurrency -- results.json's levels do not say."""
     from soakspec.judge.index import capped
-    from soakspec.report.common import level_rows, levels_with_buckets
+    from soakspec.report.common import level_rows, levels_with_buckets, not_completed
 
     caps = {(e.get("workload"), e.get("index")): capped(e) for e in manifest_levels or () if isinstance(e, dict)}
 
@@ -401,6 +401,7 @@ def _levels(entry: dict, judged: dict[tuple[str, str | None, int | None], dict[s
             buckets=len(buckets) if isinstance(entry.get("buckets"), list) else None,
             figures=_merge(_merge(_level_figures(row, lv), _bucket_means(buckets)), mine),
             capped=caps.get((lv.get("workload"), lv.get("index")), False),
+            not_completed=not_completed(req), wall_s=_real(lv.get("wall_s")),
         ))  # fmt: skip
     return tuple(out)
 

@@ -73,6 +73,11 @@ class LevelFacts:
     # the level's manifest entry declares max_concurrency (`soakspec.judge.index.capped`): a bench
     # block naming it gives bench serve's plain TTFT / E2EL the time from the send
     capped: bool = False
+    # a soakspec bench block's "Failed requests" (`report.common.not_completed`: measured requests
+    # that did not complete, every kind) and "Benchmark duration (s)" (results.json `wall_s`: the
+    # level's measured wall time)
+    not_completed: int | None = None
+    wall_s: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "figures", types.MappingProxyType(dict(self.figures or {})))

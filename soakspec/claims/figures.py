@@ -44,9 +44,15 @@ blockquotes are skipped):
   Only a block `soakspec report --format bench` wrote (its `Tool: soakspec` line) is read: one
   that bench serve printed measured its own run -- another tool's load, another time -- and, like
   a figure from the server's own metrics, is not contradicted by the retained run; reading it
-  would flag every honest paste. Read: "Successful requests" (the completed count), "Request
-  throughput (req/s)" (request rate), "Output token throughput (tok/s)", "Total token throughput
-  (tok/s)", and "Mean / Median / Pxx TTFT / TPOT / ITL / E2EL (ms)". A capped level's block (one
+  would flag every honest paste. Read: "Successful requests" (the completed count), "Failed
+  requests" (the level's measured requests that did not complete, every kind:
+  `report.common.not_completed`), "Benchmark duration (s)" (the level's measured wall time,
+  results.json `wall_s`) -- these three against the level's own figure, never a backend's over
+  the run --, "Request throughput (req/s)" (request rate), "Output token throughput (tok/s)",
+  "Total token throughput (tok/s)", and "Mean / Median / Pxx TTFT / TPOT / ITL / E2EL (ms)".
+  bench serve's "Peak output token throughput (tok/s)" and "Peak concurrent requests" are
+  figures results.json records none of and soakspec's block never writes: in a soakspec block
+  such a line was added by hand, and is CB201 whatever its value (`_UNWRITTEN`). A capped level's block (one
   with sections "(from intended start)", `_BENCH_INTENDED`, or, pasted without them, one naming a
   level the evidence records as capped: `_block_capped`) gives bench serve's meaning to its
   labels: plain TTFT / E2EL are the time from the send (sent_ttft, sent_latency), "intended TTFT /
@@ -219,9 +225,12 @@ _FUNCTION_OPEN = re.compile(r"([A-Za-z_][\w]*)\s*\($")
 
 METRIC_LABEL = {"ttft": "TTFT", "itl": "ITL", "tpot": "TPOT", "latency": "latency", "sent_ttft": "sent TTFT",
                 "sent_latency": "sent latency", "tok_s": "output throughput", "total_tok_s": "total throughput",
-                "req_s": "request rate", "completed": "successful requests"}
-# the rates (and a bench block's count of completed requests): a figure keyed by its metric alone
-RATE_UNIT = {"tok_s": "tok/s", "total_tok_s": "tok/s", "req_s": "req/s", "completed": "requests"}
+                "req_s": "request rate", "completed": "successful requests", "not_completed": "failed requests",
+                "duration": "benchmark duration", "peak_tok_s": "peak output token throughput",
+                "peak_concurrent": "peak concurrent requests"}
+# the rates (and a bench block's counts, its duration and its peaks): a figure keyed by its metric alone
+RATE_UNIT = {"tok_s": "tok/s", "total_tok_s": "tok/s", "req_s": "req/s", "completed": "requests", "not_completed": "requests",
+             "duration": "s", "peak_tok_s": "tok/s", "peak_concurrent": "requests"}
 
 # "sent TTFT p50", "p50 sent TTFT", "sent_latency": the times from the send (a capped level's
 # sent_ttft, sent_latency; compare's rows of them), not ttft / latency. The prefix is blanked before
@@ -602,7 +611,14 @@ _BENCH_RATES = {  # label (lower case, spaces collapsed) -> the figure; "Total t
     "successful requests": "completed", "request throughput (req/s)": "req_s",
     "output token throughput (tok/s)": "tok_s", "total token throughput (tok/s)": "total_tok_s",
     "total throughput (tok/s)": "total_tok_s",
+    "failed requests": "not_completed", "benchmark duration (s)": "duration",
+    "peak output token throughput (tok/s)": "peak_tok_s", "peak concurrent requests": "peak_concurrent",
 }
+# a level's figure a soakspec block states by its own field rather than `figures` (`_check`)
+_LEVEL_FIELD = {"completed": "completed", "not_completed": "not_completed", "duration": "wall_s"}
+# bench serve's figures results.json records none of (a one-second bin's output tokens, the most
+# requests in flight at a moment): soakspec's block writes no such line, so one in it was added by hand
+_UNWRITTEN = frozenset({"peak_tok_s", "peak_concurrent"})
 SOAKSPEC_TOOL = "soakspec"  # the `Tool:` line `soakspec report --format bench` writes
 
 
@@ -642,7 +658,7 @@ def _bench_hit(label: str, m: re.Match[str], capped: bool = False) -> Hit | None
         return Hit(kind, None, m.group("value"), RATE_UNIT[kind], a, b, a)
     lat = _BENCH_LATENCY.fullmatch(label.strip())
     if lat is None:
-        return None  # Benchmark duration, Total input tokens, Peak output token throughput, ...: not a figure
+        return None  # Total input tokens, Maximum request concurrency, ...: not a figure
     metric = _BENCH_LATENCY_KEY[" ".join(lat.group("metric").lower().split())]
     if lat.group("intended"):
         if metric not in ("ttft", "latency"):
@@ -761,7 +777,7 @@ def _fits(h: Hit, candidates: tuple[float, ...], lo_hi: tuple[float, float] | No
 
 def _show(h: Hit, x: float) -> str:
     x = _in_stated_unit(h, x)
-    if h.metric == "completed":
+    if h.metric in ("completed", "not_completed"):
         return f"{x:.0f} {h.unit}"
     decimals = len(h.number.split(".")[1]) if "." in h.number else 0
     sig = 3 - 1 - math.floor(math.log10(abs(x))) if x else 0
@@ -794,10 +810,18 @@ def _check(f: Figure, path: str) -> Diagnostic | None:
     def who(ev: EvidenceFacts) -> str:
         return run_name(ev, f.backends)
 
+    if h.metric in _UNWRITTEN:
+        return Diagnostic(
+            "CB201", f"states {_stated_text(h)}{for_backend(f.backends)} in soakspec's bench block; the evidence records "
+            "no such figure and `soakspec report --format bench` writes no such line: it was added by hand", f.span, path,
+            hint="remove the line, or paste bench serve's own block for bench serve's figures",
+        )
+
     def figures_of(facts: EvidenceFacts | LevelFacts) -> Mapping[str, tuple[float, ...]]:
-        if h.metric != "completed":
+        if h.metric not in _LEVEL_FIELD:
             return facts.figures
-        return {"completed": (float(facts.completed),)} if facts.completed is not None else {}
+        v = getattr(facts, _LEVEL_FIELD[h.metric], None)  # a backend's facts have no duration or failed count of bench serve's
+        return {h.metric: (float(v),)} if v is not None else {}
 
     if named:
         sets = [(f"{who(ev)} · {lv.label}", figures_of(lv)) for ev, lv in named]

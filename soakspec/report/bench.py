@@ -8,6 +8,8 @@ SGLang's `bench_serving`) result block, for reviewers who paste that block into 
     Backend:                                 sim-fast
     Level:                                   concurrency 4
     Successful requests:                     37
+    Failed requests:                         0
+    Benchmark duration (s):                  284.62
     Request throughput (req/s):              0.13
     Output token throughput (tok/s):         8.53
     Total token throughput (tok/s):          12.80
@@ -40,9 +42,15 @@ reads bench serve's block reads this one. What differs, on purpose:
   figures under bench serve's labels and the send's in sections "(from the send)" of `sent TTFT`:
   `lint-claims` reads a block by the sections it has, so such a pasted block is checked as written);
 - a figure the evidence has none of (no completed request, a run without streaming) is `n/a`,
-  never a number; no `Benchmark duration` line (a level's measured time is its buckets', not one
-  benchmark's wall time) and no failed count (soakspec splits failures by kind: the Markdown
-  report's per-level table).
+  never a number. `Failed requests` is every measured request of the level that did not
+  complete, whatever its kind (`common.not_completed`: bench serve counts every request that was
+  not a success; the Markdown report's per-level table splits them by kind), and `Benchmark
+  duration (s)` the level's measured wall time (results.json `levels[].wall_s`, from its
+  measure_start to its measure_end: the time bench serve's rates divide by, not the warmup's or
+  the drain's). No `Peak output token throughput` or `Peak concurrent requests` line: bench
+  serve's are a one-second bin's output tokens and the most requests in flight at any moment,
+  and results.json records neither (a bucket's figures are its means) -- so such a line in a
+  `Tool: soakspec` block was added by hand, and `lint-claims` says so.
 
 Percentiles: Mean and Median always, then the listed percentiles other than the median
 (`--percentiles`, default p95 and p99; bench serve's default is P99 alone).
@@ -107,6 +115,8 @@ def block(row: C.LevelRow, level: Mapping[str, Any], run_id: str | None, outcome
         _line("Backend:", row.backend, "{:<10}"),
         _line("Level:", row.label, "{:<10}"),
         _line("Successful requests:", completed if isinstance(completed, int) and not isinstance(completed, bool) else None, "{:<10}"),
+        _line("Failed requests:", C.not_completed(row.requests), "{:<10}"),
+        _line("Benchmark duration (s):", level.get("wall_s")),
         _line("Request throughput (req/s):", row.qps),
         _line("Output token throughput (tok/s):", row.tokens_per_s),
         _line("Total token throughput (tok/s):", row.total_tokens_per_s),

@@ -140,6 +140,16 @@ def as_int(v: Any) -> int | None:
     return int(f) if f is not None else None
 
 
+def not_completed(requests: Any) -> int | None:
+    """A level's measured requests that did not complete (results.json `requests.total` less
+    `requests.completed`): bench serve's "Failed requests", every request that was not a
+    success whatever its kind (the Markdown report splits them by kind). None where either
+    count is unknown. The bench block writes it and `lint-claims` checks it by this one rule."""
+    r = _map(requests)
+    total, done = as_int(r.get("total")), as_int(r.get("completed"))
+    return None if total is None or done is None else total - done
+
+
 def _map(v: Any) -> Mapping[str, Any]:
     return v if isinstance(v, Mapping) else {}
 
