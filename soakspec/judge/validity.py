@@ -345,7 +345,8 @@ def _level_problems(bi: BackendIndex, lv: LevelIndex, plv: Level | None = None, 
                                + (f": {client_cut}" if client_cut else ""), lloc, "inconclusive" if client_cut else "fail"))
     out.extend(_count_problems(lv, lloc, partial))
     out.extend(_admitted_problems(lv, lloc))
-    out.extend(_warmup_problems(bi, lv, lloc))
+    if not partial or lv.entry.get("completed") is True:  # (a level still going may not have written its count yet)
+        out.extend(_warmup_problems(bi, lv, lloc))
     sent = lv.entry.get("sent")
     if isinstance(sent, int) and not isinstance(sent, bool):
         have = bi.recorded.get((lv.workload, lv.index), 0)
