@@ -41,3 +41,15 @@ def starts(origin: float, duration: float, length: float) -> tuple[float, ...]:
 def holding(window_starts: Sequence[float], t: float) -> int:
     """The index of the window that holds time `t` (-1: before the first)."""
     return bisect.bisect_right(window_starts, t) - 1
+
+
+def counted_span(duration: float, rate: float, count: int | None, min_duration: float | None = None) -> float:
+    """How long a level at `rate` requests a second sends its measured requests: its `duration`
+    for a timed level (`count` None); a counted level (`requests_per_level`) until it has sent
+    `count` and, with `min_duration` (MLPerf LoadGen's min_query_count and min_duration), until
+    that long has passed too -- max(count / rate, min_duration) -- never past its duration, the
+    bound. One rule for check (W509, W517, W511), `plan` and their estimates of a level's length."""
+    if count is None:
+        return duration
+    need = count / rate if rate > 0 else math.inf
+    return min(duration, max(need, min_duration or 0.0))

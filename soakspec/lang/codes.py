@@ -81,6 +81,7 @@ CODES: dict[str, Code] = {
         Code("E422", "abort rule the runner cannot evaluate live"),
         Code("E423", "replay trace file unreadable or malformed"),
         Code("E424", "body asks for more than one answer a request"),
+        Code("E425", "min_duration longer than the level's duration bound (no level could complete)"),
         # W5xx warnings
         Code("W501", "launched backend never uses {port}"),
         Code("W502", "required env not set by the backend"),
@@ -99,6 +100,7 @@ CODES: dict[str, Code] = {
         Code("W515", "an open loop's rate × duration sends fewer than its requests_per_level (the duration ends the level first)"),
         Code("W516", "a replay's hash_block or seed without shared prefix blocks (it changes nothing)"),
         Code("W517", "an open loop's buckets expect so few arrivals that some will hold none (min_samples INCONCLUSIVE)"),
+        Code("W518", "min_duration shorter than a bucket (it guarantees no whole bucket)"),
     )
 }
 

@@ -159,6 +159,10 @@ class Load:
     # time (vLLM bench serve's --num-prompts, GuideLLM's --max-requests, k6's iterations); None:
     # the level runs for its duration. Not batch mode's `requests` (the size of one batch)
     requests_per_level: int | None = None
+    # with `requests_per_level`: the level also runs at least this long from its measured start
+    # (MLPerf LoadGen's min_duration beside its min_query_count): it ends once both hold -- N sent
+    # and this long passed -- its `duration` still the bound; None: it ends at its count
+    min_duration_s: float | None = None
     phases: tuple[Phase, ...] = ()  # named phases in sequence: each one is a level (its own shape and duration)
     replay: Replay | None = None  # mode = replay: a timestamped trace's arrivals and lengths
     # a sweep (`search = bisect`): the levels are the [low, high] bounds of a grid of `step`

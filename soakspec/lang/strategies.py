@@ -352,11 +352,15 @@ def _workload(draw, name: str) -> tuple[A.Block, tuple[int, Fraction, Fraction, 
         load.append(_attr("requests_per_level", A.Num(count)))
     n_levels = len(rates) if mode == "open" else len(conc)
     dq, d = draw(_duration())
-    body: list[A.Statement] = [_block("load", None, *load), _attr("duration", dq)]
-    b = d
+    b, bucket = d, []
     if draw(st.booleans()):
         bq, b = draw(_duration(lo_s=max(min(d, Fraction(1, 10)), d / 1000), hi_s=d))
-        body.append(_attr("bucket", bq))
+        bucket = [_attr("bucket", bq)]
+    if count is not None and draw(st.booleans()):  # LoadGen's min_duration: from a bucket up to the duration (the bound)
+        mq, least = draw(_duration(lo_s=b, hi_s=d))
+        if b <= least <= d:  # (`_duration` falls back to whole seconds where no unit fits)
+            load.append(_attr("min_duration", mq))
+    body: list[A.Statement] = [_block("load", None, *load), _attr("duration", dq), *bucket]
     w = Fraction(0)
     # a warmup by duration, or (open and closed loops, never with multi-turn) by count: vLLM's --num-warmups
     warm = draw(st.sampled_from(["none", "duration"] + (["count"] if mode != "batch" else [])))

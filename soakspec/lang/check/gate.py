@@ -25,7 +25,8 @@ from soakspec.lang.metrics import (AGGREGATE_WORDS, AGGREGATES, EVIDENCE_PREDICA
                                    SERVER_RATIO_SUFFIXES, SLO_FUNCTIONS, SLO_METRICS, Kind, parse_percentile)
 from soakspec.lang.samples import arrival_count_at_most, arrival_count_sd, min_samples_for_percentile, min_samples_for_share
 from soakspec.lang.simoptions import OPTIONS as _SIM_OPTIONS
-from soakspec.units import UNITS, Dimension
+from soakspec import windows
+from soakspec.units import UNITS, Dimension, format_duration
 
 SCOPES = ("run", "backend", "level", "bucket", "window", "phase", "turn")  # phase: each named phase (a level) of a workload's load;
 # turn: each user turn of a multi-turn level's sessions (its requests of that turn, `judge.scope.turn_scopes`)
@@ -665,8 +666,10 @@ def _planned(w: S.Workload, bk: S.Backend, scope: str, window_s: float | None) -
         if load.mode == "batch" and scope == "level" and latency:  # the waves in the level, as `plan` counts them
             n = batch_requests(int(x), int(load.requests or x), latency, w.warmup_s, w.warmup_s + w.duration_s)
             out.append(Planned(unit, float(n)))
-        elif count is not None and count < rate * length:
-            out.append(Planned(f"{unit}, {count} requests", float(count), by_count=True))
+        elif count is not None and count < rate * length:  # the level's count -- or its min_duration's requests
+            n = min(rate * length, rate * windows.counted_span(w.duration_s, rate, count, load.min_duration_s))
+            least = f", at least {format_duration(load.min_duration_s)}" if load.min_duration_s else ""
+            out.append(Planned(f"{unit}, {count} requests{least}", n, by_count=True))
         else:
             out.append(Planned(unit, rate * length))
     return out
@@ -782,12 +785,13 @@ def _random_count_warning(ctx: Ctx, rule: S.Rule, g: S.Gate, workloads, bk: S.Ba
             continue
         piece = (rule.window_s or w.bucket_s) if rule.scope == "window" else w.bucket_s
         for rate, (label, mean, _) in zip(load.levels, _planned(w, bk, rule.scope, rule.window_s)):
-            if load.requests_per_level is not None and mean >= load.requests_per_level:  # the count: exact
+            # the count: exact (with min_duration the count is a floor and the minimum's arrivals vary)
+            if load.requests_per_level is not None and mean >= load.requests_per_level and not load.min_duration_s:
                 continue
             if rule.scope == "level":
                 k = 1
             else:
-                span = w.duration_s if load.requests_per_level is None else min(w.duration_s, load.requests_per_level / rate)
+                span = windows.counted_span(w.duration_s, rate, load.requests_per_level, load.min_duration_s)
                 k = max(1, math.floor(span / piece + 1e-9))
             p = arrival_count_at_most(need - 1, mean, load.burstiness)
             none_short *= (1.0 - p) ** k

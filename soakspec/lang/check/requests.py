@@ -10,6 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from soakspec import windows
 from soakspec.diagnostics import Span
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
@@ -174,7 +175,8 @@ def planned_level_requests(w: S.Workload) -> tuple[str, float] | None:
         if count is None:
             return rate * span
         # a counted level: its warmup's requests, then N measured (fewer where its duration ends it first)
-        return rate * w.warmup_s + min(count, rate * w.duration_s)
+        # (with min_duration: until that has passed too, `windows.counted_span`)
+        return rate * w.warmup_s + (rate * windows.counted_span(w.duration_s, rate, count, load.min_duration_s) if rate > 0 else 0.0)
 
     if load.phases:
         for i, ph in enumerate(load.phases):

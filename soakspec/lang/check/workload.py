@@ -97,6 +97,7 @@ LOAD = Table(
         Key("requests_per_level", "int", "requests_per_level", minimum=1, maximum=MAX_LEVEL_REQUESTS,
             why="more than a billion requests a level is days of load: is there an extra digit?",
             low="a level sends at least one request; to run each level for its duration instead, remove requests_per_level"),
+        Key("min_duration", "quantity", "min_duration_s", Dimension.DURATION),  # with requests_per_level: _min_duration()
         Key("trace", "str"),
         Key("trace_format", "word", choices=R.FORMATS, default="mooncake"),
         Key("speed", "number", minimum=0.001, maximum=1000.0, default=1.0),
@@ -353,7 +354,14 @@ def _counted(ctx: Ctx, b: Body, lb: Body, load: S.Load) -> S.Load:
     batch mode (its `requests` is one batch's size), phases and a replay (their time *is* the
     shape), a sweep (each probe is judged over its duration), multi-turn sessions (a
     conversation's turns would be cut wherever the count fell)."""
-    if not lb.has("requests_per_level") or (lb.has("mode") and not lb.ok("mode")):
+    if lb.has("mode") and not lb.ok("mode"):
+        return load
+    if not lb.has("requests_per_level"):
+        if lb.has("min_duration"):
+            ctx.error("E403", "'min_duration' is the least time a counted level runs (with requests_per_level); "
+                              "a level without a count already runs for its duration", lb.got("min_duration").key_span,
+                      "add requests_per_level = N (the level then sends at least N requests for at least min_duration, "
+                      "as LoadGen's min_query_count and min_duration), or remove min_duration")
         return load
     got = lb.got("requests_per_level")
     n = lb["requests_per_level"] if lb.ok("requests_per_level") else "N"
@@ -381,7 +389,31 @@ def _counted(ctx: Ctx, b: Body, lb: Body, load: S.Load) -> S.Load:
     if not lb.ok("requests_per_level"):
         return load
     _short_count(ctx, b, lb, load, lb["requests_per_level"])
-    return dataclasses.replace(load, requests_per_level=lb["requests_per_level"])
+    return dataclasses.replace(load, requests_per_level=lb["requests_per_level"], min_duration_s=_min_duration(ctx, b, lb))
+
+
+def _min_duration(ctx: Ctx, b: Body, lb: Body) -> float | None:
+    """`min_duration = D` beside `requests_per_level = N` (MLPerf LoadGen's min_duration beside its
+    min_query_count): the level sends until it has sent N measured requests *and* D has passed
+    since its measured start (bucket 0: after a warmup, timed or counted), then ends once its
+    requests have finished; its `duration` stays the bound. E425: a D above the duration could
+    never hold -- the bound would end every level first, none complete. W518: a D shorter than
+    one bucket guarantees no whole bucket, so it rarely changes what the level measures."""
+    if not lb.ok("min_duration"):
+        return None
+    got, d = lb.got("min_duration"), lb["min_duration"]
+    if b.ok("duration") and d > b["duration"] + 1e-9:
+        dg = b.got("duration")
+        ctx.error("E425", f"min_duration {value_text(got.node)} is longer than the level's duration {value_text(dg.node)}, "
+                          "its bound: the bound would end every level first, none complete", got.span,
+                  f"set duration (the bound) to at least {value_text(got.node)}, or shorten min_duration")
+        return d
+    bucket = b["bucket"] if b.ok("bucket") else None
+    if bucket is not None and d < bucket - 1e-9:
+        ctx.warn("W518", f"min_duration {value_text(got.node)} is shorter than a bucket ({value_text(b.got('bucket').node)}): "
+                         "it guarantees no whole bucket, so a level that sends its count first ends inside its first bucket anyway",
+                 got.span, "set min_duration to a whole number of buckets (LoadGen's 600 s minimum is ten 60 s buckets), or remove it")
+    return d
 
 
 def _short_count(ctx: Ctx, b: Body, lb: Body, load: S.Load, n: int) -> None:
@@ -756,16 +788,22 @@ def _check_timing(ctx: Ctx, b: Body, load: S.Load) -> None:
 EMPTY_BUCKET_RISK = 0.01  # W517: warn where a workload's buckets are this likely to hold an empty one
 
 
-def _constant_empty(rate: float, warmup: float, duration: float, bucket: float, n_req: int | None) -> tuple[int, int]:
+def _constant_empty(rate: float, warmup: float, duration: float, bucket: float, n_req: int | None,
+                    least_s: float | None = None) -> tuple[int, int]:
     """(empty buckets, buckets) of a constant-arrival level, exactly as the runner places them
     (`arrivals.constant_counts`: arrival i at i / rate after the level's start, bucket j from
     warmup + j x bucket, decided in exact arithmetic, not by the run clock's floats). A level
     ended by its count lists buckets up to the one holding its N-th measured arrival, which
-    ends at the drain: none after it, and that one is not empty."""
+    ends at the drain: none after it, and that one is not empty. With `min_duration` (`least_s`)
+    it sends on until that has passed too: its last arrival is the later of the two."""
     n = windows.count(duration, bucket)
     counts = constant_counts(rate, warmup, duration, bucket, n)
     if n_req is not None:
         nth = constant_nth(rate, warmup, n_req) - rational(warmup)  # after the warmup
+        if least_s is not None and nth < rational(least_s):  # the last arrival before the minimum's end
+            r = rational(rate)  # arrivals before it: those at (ceil(warmup r) + k) / r < warmup + least_s
+            before = math.ceil((rational(warmup) + rational(least_s)) * r) - math.ceil(rational(warmup) * r)
+            nth = max(nth, constant_nth(rate, warmup, before) - rational(warmup))
         if nth < rational(duration):
             counts = counts[: min(math.floor(nth / rational(bucket)), n - 1) + 1]
     return sum(1 for c in counts if c == 0), len(counts)
@@ -789,10 +827,10 @@ def _empty_buckets(ctx: Ctx, b: Body, load: S.Load, duration: float, bucket: flo
     if (poisson and load.burstiness > 1.0) or min(load.rates) * duration < 1:
         return
     warmup = _warmup_seconds(b)  # a counted warmup's: 0, the measured schedule starts afresh at its end
-    n_req = load.requests_per_level
+    n_req, least_s = load.requests_per_level, load.min_duration_s
     none_empty, expected, buckets, worst = 1.0, 0.0, 0, None
     for rate in sorted(set(load.rates)):
-        span = duration if n_req is None else min(duration, n_req / rate)
+        span = windows.counted_span(duration, rate, n_req, least_s)
         if poisson:
             lengths = windows.lengths(span, bucket)
             for length in lengths:
@@ -801,7 +839,7 @@ def _empty_buckets(ctx: Ctx, b: Body, load: S.Load, duration: float, bucket: flo
                 expected += p
             buckets += len(lengths)
         else:
-            empty, n = _constant_empty(rate, warmup, duration, bucket, n_req)
+            empty, n = _constant_empty(rate, warmup, duration, bucket, n_req, least_s)
             if empty and worst is None:
                 worst = (rate, empty, n)
     bg = b.got("bucket")
