@@ -101,6 +101,9 @@ class Closed:
     # a fixed count: the level sends exactly this many measured requests (after its warmup), then
     # ends once they have finished, its duration the upper bound (`load { requests_per_level }`)
     requests_per_level: int | None = None
+    # with a count: it sends until that long has passed from its measured start too (`load {
+    # min_duration }`, MLPerf LoadGen's min_duration), time-scaled as the duration is
+    min_duration_s: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,6 +128,7 @@ class Open:
     # a fixed count: the first this many arrivals after the warmup, then the level ends once they
     # have finished, its duration the upper bound (vLLM's --num-prompts; as `Closed`'s)
     requests_per_level: int | None = None
+    min_duration_s: float | None = None  # with a count: arrivals go on until this long has passed too (as `Closed`'s)
 
 
 def _round_half_up(v: float) -> int:
@@ -376,9 +380,10 @@ def probe_level(lv: "Level", grid_index: int, probe: int) -> "Level":
 def shape_label(shape: LoadShape) -> str:
     """`concurrency 8`, `rate 2 rps`, `concurrency 4 (batches of 8)`: the one level label; an
     open loop's declared cap after it (`rate 20 rps, max_concurrency 2`)."""
-    cap, count = max_concurrency(shape), requests_per_level(shape)
+    cap, count, least = max_concurrency(shape), requests_per_level(shape), min_duration(shape)
     return (_shape_label(shape) + (f", max_concurrency {cap}" if cap is not None else "")
-            + (f", {count} requests" if count is not None else ""))
+            + (f", {count} requests" if count is not None else "")
+            + (f", min_duration {format_duration(least)}" if least is not None else ""))
 
 
 def requests_per_level(shape: LoadShape) -> int | None:
@@ -387,6 +392,16 @@ def requests_per_level(shape: LoadShape) -> int | None:
     match shape:
         case Open(requests_per_level=n) | Closed(requests_per_level=n):
             return n
+    return None
+
+
+def min_duration(shape: LoadShape) -> float | None:
+    """A count-bounded level's least measured time (`load { min_duration }`): it sends until it
+    has sent its count *and* this long has passed (LoadGen's min_query_count and min_duration);
+    None: it ends at its count (or a timed level)."""
+    match shape:
+        case Open(min_duration_s=d) | Closed(min_duration_s=d):
+            return d
     return None
 
 
@@ -590,6 +605,12 @@ class Level:
         return requests_per_level(self.shape)
 
     @property
+    def min_duration_s(self) -> float | None:
+        """A count-bounded level's least measured time: it sends until its count is sent and this
+        long has passed, its duration still the bound (`load { min_duration }`)."""
+        return min_duration(self.shape)
+
+    @property
     def label(self) -> str:
         if self.phase is not None:
             return f"phase {self.phase}, {shape_label(self.shape)}"
@@ -612,6 +633,8 @@ class Level:
             out["max_concurrency"] = self.max_concurrency
         if self.requests_per_level is not None:  # absent for a timed level, as in evidence from before the key
             out["requests_per_level"] = self.requests_per_level
+        if self.min_duration_s is not None:  # absent without one, as in evidence from before the key
+            out["min_duration_s"] = self.min_duration_s
         if self.warmup_requests is not None:  # absent for a timed warmup, as in evidence from before the key
             out["warmup_requests"] = self.warmup_requests
         if self.phase is not None or not isinstance(self.shape, (Closed, Batch, Open)):
@@ -1091,13 +1114,14 @@ def _prompt_source(w: Workload, base: Path) -> dict[str, Any]:
     return {"prompts": d.prompts, "output_lens": lens, "conversations": convs, "prompt_format": d.format, "prompt_sha256": d.sha256}
 
 
-def _shape(w: Workload, i: int, level: int | float) -> LoadShape:
+def _shape(w: Workload, i: int, level: int | float, scale: float = 1.0) -> LoadShape:
     load = w.load
+    least = load.min_duration_s * scale if load.min_duration_s is not None and load.requests_per_level is not None else None
     if load.mode == "open":
-        return Open(float(level), load.arrival, load.seed + i, load.burstiness, load.max_concurrency, load.requests_per_level)
+        return Open(float(level), load.arrival, load.seed + i, load.burstiness, load.max_concurrency, load.requests_per_level, least)
     if load.mode == "batch":
         return Batch(int(level), int(load.requests or level))
-    return Closed(int(level), load.requests_per_level)
+    return Closed(int(level), load.requests_per_level, least)
 
 
 def _phase_levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
@@ -1231,13 +1255,26 @@ def _count_load_s(shape: LoadShape, warmup: float, duration: float, latency: flo
     long ends in timeouts)."""
     match shape:
         case Open(requests_per_level=int(n)):
-            sent = warmup + min(duration, n / shape.rate)  # the last measured arrival's intended time
-            queued = _open_count(shape, warmup) + min(n, _open_count(shape, duration, warmup))
+            # the last measured arrival's intended time (with min_duration: that long, at least)
+            sent = warmup + windows.counted_span(duration, shape.rate, n, shape.min_duration_s)
+            queued = _open_count(shape, warmup) + min(max(n, _least_count(shape, warmup, latency)), _open_count(shape, duration, warmup))
             capped = _capped_s(shape, queued, latency)
             return sent if capped is None else min(max(sent, capped), sent + deadline)
         case Closed(requests_per_level=int(n), concurrency=c) if latency:
-            return warmup + min(duration, math.ceil(n / c) * latency)
+            return warmup + min(duration, max(math.ceil(n / c) * latency, shape.min_duration_s or 0.0))
     return None
+
+
+def _least_count(shape: "Open | Closed", warmup: float, latency: float | None) -> int:
+    """The measured requests a counted level's `min_duration` alone sends (0 without one): an
+    open loop's arrivals in it, a closed loop's concurrency × min_duration / expected_latency
+    (0 without a latency: its count is then the estimate)."""
+    least = shape.min_duration_s
+    if least is None:
+        return 0
+    if isinstance(shape, Open):
+        return _open_count(shape, least, warmup)
+    return int(shape.concurrency * least / latency) if latency else 0
 
 
 def _open_minimum(shape: "Open | OpenRamp", expected: int) -> int:
@@ -1281,7 +1318,7 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
     if w.load.search is not None:
         return [_sweep_level(w, scale, request)]
     for i, level in enumerate(w.load.levels):
-        shape = _shape(w, i, level)
+        shape = _shape(w, i, level, scale)
         match shape:
             case Open():
                 expected = _open_count(shape, duration, w.warmup_s * scale)
@@ -1295,9 +1332,10 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
                 expected = max(minimum, int(c * duration / latency)) if latency else None
         warm_s = _counted_warmup_s(shape, w.warmup_requests, latency, w.deadline_s * scale)
         count = shape.requests_per_level if isinstance(shape, (Open, Closed)) else None
-        if count is not None:  # at most the count, sent before the duration's bound ends the level
-            minimum = min(minimum, count)
-            expected = min(expected, count) if expected is not None else count  # (closed: with expected_latency)
+        if count is not None:  # at most the count -- or what its min_duration sends -- before the duration's bound ends the level
+            most = max(count, _least_count(shape, w.warmup_s * scale, latency))
+            minimum = min(minimum, most if isinstance(shape, Open) and shape.arrival == "constant" else count)
+            expected = min(expected, most) if expected is not None else count  # (closed: with expected_latency)
         out.append(
             Level(
                 workload=w.name, index=i, shape=shape, request=request, warmup_s=w.warmup_s * scale,
@@ -1597,6 +1635,8 @@ def _wall_text(est: float, most: float, count_est: float | None, levels: Iterabl
     if not counts:
         return f"wall time ≈ {format_duration(est)} ({upper})"
     ends = "ends at its count" if len(counts) == 1 else "its counted levels end at their counts"
+    if any(lv.min_duration_s is not None for lv in counts):  # and their min_durations (the later of the two)
+        ends += " or min_duration, the later" if len(counts) == 1 else " or min_durations, the later"
     if count_est is None:
         return f"wall time at most {format_duration(est)} ({ends}, how soon depends on the server; {upper})"
     paces = list(dict.fromkeys(_pace(lv) for lv in counts))
@@ -1715,9 +1755,12 @@ def _in_flight_lines(b: BackendPlan) -> list[str]:
 def _timing_text(lv: Level) -> str:
     """`30s`, or a count-bounded level's `100 requests (then it ends once they finish), at most
     30s` -- with what the bound leaves of the count where the plan expects fewer."""
-    n = lv.requests_per_level
+    n, least = lv.requests_per_level, lv.min_duration_s
     if n is None:
         return format_duration(lv.duration_s)
+    if least is not None:
+        return (f"at least {n} measured requests for at least {format_duration(least)} (it ends once both hold and its "
+                f"requests have finished), at most {format_duration(lv.duration_s)}")
     return f"{n} measured requests (it ends once they have finished), at most {format_duration(lv.duration_s)}"
 
 
@@ -1772,8 +1815,8 @@ def _counted_requests(levels: Iterable[Level]) -> int | None:
     where any is timed or expected to be ended by its duration (the plan gives a floor and an
     estimate instead)."""
     levels = list(levels)
-    if not levels or not all(_reaches_count(lv) for lv in levels):
-        return None
+    if not levels or not all(_reaches_count(lv) and lv.min_duration_s is None for lv in levels):
+        return None  # (a min_duration makes the count a floor: the plan gives it and an estimate)
     return sum(lv.requests_per_level or 0 for lv in levels)
 
 
@@ -1791,6 +1834,9 @@ def _level_requests_text(lv: Level) -> str:
     (random arrivals, ± 3 sd: 527-673)`; or a level that ends at its count: `requests: 500
     measured, ~20 in the warmup` -- N, not a floor, for random arrivals too (README "A fixed
     count per level"); the warmup's requests are recorded in no bucket."""
+    if _reaches_count(lv) and lv.min_duration_s is not None:  # the count is a floor: its min_duration may send more
+        return (f"requests ≥ {lv.requests_per_level} measured, expected ~{lv.expected_requests} "
+                f"(it runs for at least {format_duration(lv.min_duration_s)})")
     if _reaches_count(lv):
         warm = lv.expected_warmup_requests
         return f"requests: {lv.requests_per_level} measured" + (f", ~{warm} in the warmup" if lv.warmup_s and warm is not None else
@@ -1851,9 +1897,11 @@ def _shape_json(shape: LoadShape) -> dict[str, Any]:
                     "span_s": shape.offsets_s[-1] / shape.speed if shape.offsets_s else 0.0} | _cap_json(shape) | _sharing_json(shape)  # fmt: skip
         case _:
             kind = "closed"
-    count = requests_per_level(shape)
-    return {"kind": kind, **{k: v for k, v in dataclasses.asdict(shape).items() if k not in ("max_concurrency", "requests_per_level")},
-            **_cap_json(shape), **({} if count is None else {"requests_per_level": count})}
+    count, least = requests_per_level(shape), min_duration(shape)
+    skip = ("max_concurrency", "requests_per_level", "min_duration_s")  # absent where unset, as in older evidence
+    return {"kind": kind, **{k: v for k, v in dataclasses.asdict(shape).items() if k not in skip},
+            **_cap_json(shape), **({} if count is None else {"requests_per_level": count}),
+            **({} if least is None else {"min_duration_s": least})}
 
 
 def _sharing_json(shape: Replay) -> dict[str, Any]:
@@ -1916,7 +1964,7 @@ def _level_json(lv: Level) -> dict[str, Any]:
     return {
         "workload": lv.workload, "index": lv.index, "label": lv.label, "mode": lv.mode, "concurrency": lv.concurrency,
         "rate": lv.rate, "batch_requests": lv.batch_requests, "max_concurrency": lv.max_concurrency,
-        "requests_per_level": lv.requests_per_level, "shape": _shape_json(lv.shape),
+        "requests_per_level": lv.requests_per_level, "min_duration_s": lv.min_duration_s, "shape": _shape_json(lv.shape),
         "warmup_s": lv.warmup_s, "duration_s": lv.duration_s, "bucket_s": lv.bucket_s, "deadline_s": lv.deadline_s,
         "min_requests": lv.min_requests, "expected_requests": lv.expected_requests,
         "expected_warmup_requests": lv.expected_warmup_requests, "expected_load_s": lv.expected_load_s,
