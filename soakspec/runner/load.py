@@ -42,6 +42,12 @@ arrivals queued behind max_concurrency are served after their bucket's nominal e
 it). Ended by its duration first, it runs to `m + duration` as any level. A timed level's window
 is its declared duration: its in-flight requests -- and a capped open loop's queued arrivals --
 drain after it, in no scope of the level (a per-level server counter misses their work).
+With a min_duration (`Level.min_duration_s`, D: MLPerf LoadGen's min_duration beside its
+min_query_count) a counted level sends until it has sent n *and* D has passed since m (`Quota.until`):
+closed loop, its workers go on taking places past n until m + D on the run clock (every --workers
+process reads the same clock and m, so they stop at one instant); open loop, it follows its
+schedule to the last arrival due before m + D. Then it ends as above, once its requests have
+finished (`LevelRun.ended_by`: min_duration where it sent past n, count where n came last).
 
 A counted warmup (`Level.warmup_requests`, N; open and closed loops: `WARMUPS`): the level first
 sends N warmup requests -- closed loop: its workers take each from a `Quota` (the level's shared
@@ -494,11 +500,11 @@ class LevelRun:
             out.append({"index": b.index, "start": start, "end": stop, "planned_length_s": b.length_s})
         return out
 
-    def all_started(self, quota: Quota | None) -> bool:
+    def all_started(self, quota: Quota | None, now: float) -> bool:
         """Whether a count-bounded level (one process) has started all its measured requests:
         no measured request is due after its last bucket so far (`bucket_clock` holds that
-        bucket open for the drain)."""
-        return quota is not None and quota.shared is None and (quota.reached or quota.taken >= quota.n)
+        bucket open for the drain) -- with a min_duration, once that has passed too."""
+        return quota is not None and quota.shared is None and quota.done(now)
 
     def count_json(self) -> dict:
         """A count-bounded level's manifest fields: its measured requests sent (`measured_sent`,
@@ -506,13 +512,27 @@ class LevelRun:
         bound came first and it is not complete); {} for a timed level."""
         if self.level.requests_per_level is None:
             return self.warmup_json()
-        return self.warmup_json() | {"measured_sent": self.measured, "ended_by": "count" if self.count_reached else "duration"}
+        return self.warmup_json() | {"measured_sent": self.measured, "ended_by": self.ended_by}
+
+    @property
+    def ended_by(self) -> str:
+        """What ended a count-bounded level: `count` (its N sent, its min_duration, if any, passed
+        by then), `min_duration` (it sent its N first and went on until its min_duration had
+        passed: more than N sent, as only a min_duration sends past N) or `duration` (the bound
+        came first: not complete). One rule the judge reads from the records too."""
+        if not self.count_reached:
+            return "duration"
+        n = self.level.requests_per_level
+        return "min_duration" if n is not None and self.level.min_duration_s is not None and self.measured > n else "count"
 
 
     def warmup_json(self) -> dict:
         """A counted warmup's manifest field: its requests sent (`warmup_sent`, of its
         `warmup_requests`: fewer where its bound ended it); {} for a timed warmup."""
         return {} if self.level.warmup_requests is None else {"warmup_sent": self.warmup_sent}
+
+
+_PAST_ANY_COUNT = 2**62  # a shared count's limit past any count: a min_duration's places past n
 
 
 class Quota:
@@ -526,24 +546,43 @@ class Quota:
     schedule's arrivals up to its n-th at or after `measure` (every process reads the same
     schedule, so the n are split like any arrivals); a fixed schedule sends no extra arrival
     for one not sent, so such a level is short of its count. `reached`: the count ended the
-    level."""
+    level.
 
-    def __init__(self, n: int, shared: SharedCount | None = None, slot: int = SharedCount.MEASURED) -> None:
+    A min_duration (`Level.min_duration_s`, LoadGen's min_duration beside its min_query_count):
+    `until`, the measured start plus it (set by `drive_level` once the start is known). The level
+    goes on past n while the run clock is before it -- closed loop: `take(now)` grants a place
+    past n (the shared count moves on past n too, so it counts every request the processes sent)
+    until then, and every process reads the one run clock, so all stop taking at the same
+    instant; open loop: `first` sends the schedule's arrivals due before it, whatever the count.
+    It ends once both hold (n sent, `until` passed)."""
+
+    def __init__(self, n: int, shared: SharedCount | None = None, slot: int = SharedCount.MEASURED,
+                 least_s: float | None = None) -> None:
         self.n = n
         self.shared = shared
         self.slot = slot  # the shared count's slot: MEASURED, or WARMUP for a counted warmup's N
         self.taken = 0
         self.reached = False
+        self.least_s = least_s  # the min_duration: `until` is the measured start plus it
+        self.until: float | None = None
 
-    def take(self) -> bool:
+    def take(self, now: float | None = None) -> bool:
         if self.reached:
             return False
         ok = self.shared.take(self.slot, self.n) if self.shared is not None else self.taken < self.n
+        if not ok and self.until is not None and now is not None and now < self.until:
+            # its count is sent, its min_duration not passed: one more, counted past n
+            ok = self.shared.take(self.slot, _PAST_ANY_COUNT) if self.shared is not None else True
         if not ok:
             self.reached = True
             return False
         self.taken += 1
         return True
+
+    def done(self, now: float) -> bool:
+        """Whether no more measured request will start (one process): its count ended it, or it
+        took n and its min_duration (if any) has passed."""
+        return self.reached or (self.taken >= self.n and (self.until is None or now >= self.until))
 
     def give_back(self) -> None:
         self.taken -= 1
@@ -552,13 +591,22 @@ class Quota:
             self.shared.give_back(self.slot)
 
     def first(self, due, measure: float):
-        k = 0
+        """The arrivals of `due` up to its n-th at or after `measure` -- with a min_duration, and
+        every one due before `measure + least_s`: the first due at or after it once n are sent
+        is not (nor any after it). A schedule that ends (the level's bound) with n sent has
+        passed its min_duration too (check: min_duration <= duration)."""
+        k, until = 0, None if self.least_s is None else measure + self.least_s
+        self.until = until
         for item in due:
-            k += item[0] >= measure
-            yield item
-            if k >= self.n:
+            if until is not None and k >= self.n and item[0] >= until:
                 self.reached = True
                 return
+            k += item[0] >= measure
+            yield item
+            if k >= self.n and (until is None or item[0] >= until):
+                self.reached = True
+                return
+        self.reached = self.reached or (until is not None and k >= self.n)
 
 
 @dataclasses.dataclass
@@ -610,7 +658,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     if ctx.on_start is not None:
         ctx.on_start(t0)
     if level.requests_per_level is not None:  # an open loop's count is its schedule's: no shared count
-        ctx = dataclasses.replace(ctx, quota=Quota(level.requests_per_level, ctx.shared_count if level.mode == "closed" else None))
+        ctx = dataclasses.replace(ctx, quota=Quota(level.requests_per_level, ctx.shared_count if level.mode == "closed" else None,
+                                                   least_s=level.min_duration_s))
     quota = ctx.quota
     # a counted warmup (`Level.warmup_requests`): its N requests first, every one in no bucket,
     # none started after the warmup's bound; the measured window starts once they have finished
@@ -619,6 +668,8 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
     m = t0 + level.warmup_s if not warming else math.inf
     run = LevelRun(level, started_at=t0, measure_start=m)
     stop = m + level.duration_s if not warming else t0 + level.warmup_bound_s
+    if quota is not None and quota.least_s is not None and not warming:  # a min_duration from the measured start
+        quota.until = m + quota.least_s
 
     # the bucket windows' starts (`LevelRun.bucket_windows`), and where constant arrivals fall
     # (after a counted warmup: from its end, when that is known)
@@ -717,7 +768,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
             if warm and warm_quota is not None:
                 warm_quota.give_back()  # the warmup's bound came first: not one of its N
             return None
-        if intended is None and quota is not None and now >= m and not quota.take():
+        if intended is None and quota is not None and now >= m and not quota.take(now):
             return None  # a count-bounded closed loop has started its count of measured requests
         start_ref = intended if intended is not None else now
         rec = RequestRecord(
@@ -781,13 +832,15 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                 ctx = dataclasses.replace(ctx, grid=grid)
                 edges[:] = grid.starts
                 run.measure_start = m
+                if quota is not None and quota.least_s is not None:  # its min_duration runs from bucket 0
+                    quota.until = m + quota.least_s
                 if ctx.on_measure_start is not None:
                     ctx.on_measure_start(m)
                 load = _after_warmup(one, level.warmup_requests) if level.mode == "open" else one
             ended, drained = trio.Event(), trio.Event()
             async with trio.open_nursery() as outer:
                 outer.start_soon(bucket_clock, level, ctx, m, ended,
-                                 lambda k: run.all_started(quota) and run.last_bucket <= k, drained)
+                                 lambda k: run.all_started(quota, clock.now()) and run.last_bucket <= k, drained)
                 await LOAD_MODELS[type(level.shape)](level.shape, ctx, load, stop, start, m)
                 # The load functions return only after `stop`, with every request drained; an
                 # abort arrives as cancellation instead. The bucket clock ends with the last bucket

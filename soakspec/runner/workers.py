@@ -42,7 +42,6 @@ retires idle threads after 10 s.)
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import pickle
@@ -64,7 +63,7 @@ from soakspec.runner.clock import RunClock
 from soakspec.runner.liveness import Health
 from soakspec.runner.h11client import H11Connection
 from soakspec.runner.ids import IdSequence, SharedCount
-from soakspec.runner.load import (WARMUP_POLL_S, LevelContext, LevelRun, LiveStats, Shapes, bucket_clock, counts_toward, drive_level,
+from soakspec.runner.load import (WARMUP_POLL_S, LevelContext, Quota, LevelRun, LiveStats, Shapes, bucket_clock, counts_toward, drive_level,
                                   level_grid, schedule)
 from soakspec.runner.procs import spawned_ended, spawning
 from soakspec.runner.prompts import RunAborted
@@ -245,7 +244,7 @@ async def drive_level_workers(
                 run.measure_start = end
                 if ctx.on_measure_start is not None:
                     ctx.on_measure_start(end)
-            await bucket_clock(level, ctx, run.measure_start, counted, _holds(level, run, closed_count), drained)
+            await bucket_clock(level, ctx, run.measure_start, counted, _holds(level, run, closed_count, clock), drained)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(buckets)
@@ -328,26 +327,32 @@ async def _warmup_ended(count: SharedCount | None, parts: int, clock, drained: t
     return count.warmup_end(parts) if count is not None else None
 
 
-def _holds(level: Level, run: LevelRun, count: SharedCount | None) -> Callable[[int], bool] | None:
+def _holds(level: Level, run: LevelRun, count: SharedCount | None, clock: RunClock | None = None) -> Callable[[int], bool] | None:
     """The parent's `bucket_clock` hold of a count-bounded level's last bucket (its window
     ends at the drain): a closed loop's once the processes took all n places (the last one
     started by the bucket's end); an open loop's from or after the bucket of its schedule's
     n-th arrival after the warmup (every process reads the same schedule). None: no count, or
-    a closed loop in one process (no shared count: its summary's windows say it all)."""
-    n = level.requests_per_level
+    a closed loop in one process (no shared count: its summary's windows say it all). With a
+    min_duration the hold waits for it too (the processes read the one run clock: none takes a
+    place past n once it has passed), and an open loop's last arrival is the later of its n-th
+    and its last one due before the minimum's end (`Quota.first`, as each process reads it)."""
+    n, least = level.requests_per_level, level.min_duration_s
     if n is None:
         return None
     if count is not None:
-        return lambda k: count.value(SharedCount.MEASURED) >= n
+        return lambda k: (count.value(SharedCount.MEASURED) >= n
+                          and (least is None or clock is None or clock.now() >= run.measure_start + least))
     if not isinstance(level.shape, Open):
         return None
     m, stop = run.measure_start, run.measure_start + level.duration_s
     origin = m if level.warmup_requests is not None else run.started_at  # after a counted warmup the schedule starts afresh at m
     grid = level_grid(level, origin)  # as each process places them (`drive_level`)
     times = schedule(level.shape.rate, level.shape.arrival, level.shape.seed, origin, stop, level.shape.burstiness, grid)
-    # its n-th arrival after the warmup, read one at a time (n may be millions: no list of them)
-    nth = next(itertools.islice((t for t in times if t >= m), n - 1, None), None)
-    if nth is None:  # its duration ends it first: every bucket as planned
+    # its last measured arrival, read one at a time (n may be millions: no list of them)
+    quota, nth = Quota(n, least_s=least), None
+    for nth, _ in quota.first(((t, None) for t in times), m):
+        pass
+    if not quota.reached or nth is None:  # its duration ends it first: every bucket as planned
         return None
     last = windows.holding(grid.starts, nth)
     return lambda k: k >= last

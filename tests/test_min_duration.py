@@ -1,0 +1,179 @@
+"""`load { requests_per_level = N  min_duration = D }`: MLPerf LoadGen's min_query_count and
+min_duration -- a counted level sends until it has sent at least N measured requests *and* D has
+passed since its measured start, its `duration` still the bound. Checked (all errors at once,
+with carets and hints), formatted, planned (max(N / rate, D)), run in virtual time (open and
+closed loops, one process and two sharing the level's count and the run clock) and recorded
+(`ended_by`: count, min_duration or duration)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from soakspec.diagnostics import render_one
+from soakspec.lang import check, fmt, parse
+from soakspec.plan import plan, render_text, to_json
+
+from test_requests_per_level import _drive_parts, _level, _measured, _spec_text
+
+def _mock():
+    return trio.testing.MockClock(autojump_threshold=0)
+
+
+# ---------------------------------------------------------------- check and fmt
+
+
+def test_every_min_duration_mistake_is_reported_at_once_with_a_caret_and_a_hint():
+    """One spec, three workloads: min_duration without a count (E403), one above the level's
+    bound (E425) and one under a bucket (W518) -- all reported in one pass, each at its own
+    line and column with a caret and a hint."""
+    text = ('soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+            'workload "none" {\n  load {\n    mode = closed\n    concurrency = [2]\n    min_duration = 20s\n  }\n'
+            '  duration = 60s\n  bucket = 30s\n}\n'
+            'workload "long" {\n  load {\n    mode = open\n    rate = [10rps]\n    requests_per_level = 50\n'
+            '    min_duration = 2m\n  }\n  duration = 60s\n  bucket = 30s\n}\n'
+            'workload "short" {\n  load {\n    mode = closed\n    concurrency = [2]\n    requests_per_level = 10\n'
+            '    min_duration = 10s\n  }\n  duration = 60s\n  bucket = 30s\n}\n')
+    spec, diags = check(parse(text)[0])
+    assert spec is None
+    got = sorted((d.code, d.span.line, d.span.column) for d in diags if "min_duration" in d.message)
+    assert got == [("E403", 7, 5), ("E425", 17, 20), ("W518", 27, 20)], [(d.code, d.message) for d in diags]
+    for d in diags:
+        if "min_duration" in d.message:
+            assert d.hint and "^" in render_one(d, text)
+
+
+def test_fmt_keeps_min_duration():
+    text = _spec_text("mode = open\n    rate = [10rps]\n    requests_per_level = 25\n    min_duration = 1m",
+                      "duration = 2m\n  bucket = 30s\n  deadline = 60s")
+    out = fmt(parse(text)[0])
+    assert "min_duration = 1m" in out and fmt(parse(out)[0]) == out
+    spec, _ = check(parse(out)[0])
+    assert spec.workloads[0].load.min_duration_s == 60.0
+
+
+# ---------------------------------------------------------------- plan
+
+
+@pytest.mark.parametrize("load, extra, requests, load_s", [
+    # open, 10 rps: 100 requests take 10 s, the 60 s minimum sends ~600
+    ("mode = open\n    rate = [10rps]\n    arrival = constant\n    requests_per_level = 100\n    min_duration = 60s",
+     "duration = 120s\n  bucket = 30s", 600, 60.0),
+    # open, the count comes last: 1000 at 10 rps take 100 s, past the 60 s minimum
+    ("mode = open\n    rate = [10rps]\n    arrival = constant\n    requests_per_level = 1000\n    min_duration = 60s",
+     "duration = 120s\n  bucket = 30s", 1000, 100.0),
+    # closed, 4 workers at 1 s: 100 requests take 25 s, the 60 s minimum sends ~240
+    ("mode = closed\n    concurrency = [4]\n    requests_per_level = 100\n    min_duration = 60s",
+     "duration = 120s\n  bucket = 30s\n  expected_latency = 1s", 240, 60.0),
+])
+def test_the_plan_estimates_a_level_by_the_later_of_its_count_and_its_min_duration(load, extra, requests, load_s):
+    lv = _level(load, extra)
+    assert lv.min_duration_s == 60.0 and lv.expected_requests == requests
+    assert lv.expected_load_s == pytest.approx(load_s)
+    assert lv.to_json()["min_duration_s"] == 60.0 and "min_duration 1m" in lv.label
+    spec, _ = check(parse(_spec_text(load, extra))[0])
+    assert "for at least 1m" in render_text(plan(spec))
+    assert to_json(plan(spec))["backends"][0]["levels"][0]["min_duration_s"] == 60.0
+
+
+def test_a_time_scaled_rehearsal_scales_the_min_duration():
+    spec, _ = check(parse(_spec_text("mode = closed\n    concurrency = [2]\n    requests_per_level = 10\n    min_duration = 60s",
+                                     "duration = 120s\n  bucket = 30s"))[0])
+    assert plan(spec, time_scale=0.1, rehearse=True).backends[0].levels[0].min_duration_s == pytest.approx(6.0)
+
+
+# ---------------------------------------------------------------- the runner, in virtual time
+
+CLOSED = "mode = closed\n    concurrency = [3]\n    requests_per_level = 25\n    min_duration = {d}"
+OPEN = "mode = open\n    rate = [10rps]\n    arrival = constant\n    requests_per_level = 25\n    min_duration = {d}"
+TIMING = "duration = 10s\n  bucket = 1s\n  warmup = 1s\n  deadline = 60s"
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_a_closed_loop_whose_count_comes_first_runs_to_its_min_duration(parts):
+    """3 workers, 0.3 s a request: 25 requests take 2.5 s, but the 5 s minimum keeps the workers
+    going -- 50 measured requests, every one started before 5 s into the measured window (with
+    two processes too: they read one run clock, so none takes a place after it), and the level
+    ends when the last has ended: `ended_by: min_duration`."""
+    level = _level(CLOSED.format(d="5s"), TIMING)
+    t0, records, runs = trio.run(_drive_parts, level, 0.3, parts, clock=_mock())
+    measured = _measured(records)
+    m = t0 + 1.0
+    n = len(measured)  # 3 workers × the rounds of 0.3 s that start before the minimum's end
+    assert 45 <= n <= 51 and sum(r.measured for r in runs) == n
+    assert m + 5 - 0.3 <= max(r.start for r in measured) < m + 5 <= max(r.end for r in measured)
+    assert max(r.measure_end for r in runs) == pytest.approx(max(r.end for r in measured))
+    summed = runs[0] if parts == 1 else _summed(level, t0, runs, n)
+    assert summed.count_json() == {"measured_sent": n, "ended_by": "min_duration"}
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_a_closed_loop_whose_min_duration_comes_first_ends_at_its_count(parts):
+    """The same level with a 1 s minimum: its 25 requests take 2.5 s, past the minimum, so it
+    sends exactly 25 and ends by its count."""
+    level = _level(CLOSED.format(d="1s"), TIMING)
+    t0, records, runs = trio.run(_drive_parts, level, 0.3, parts, clock=_mock())
+    assert len(_measured(records)) == 25
+    summed = runs[0] if parts == 1 else _summed(level, t0, runs, 25)
+    assert summed.count_json() == {"measured_sent": 25, "ended_by": "count"}
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+def test_an_open_loop_whose_count_comes_first_follows_its_schedule_to_its_min_duration(parts):
+    """10 rps of constant arrivals, 25 asked, a 5 s minimum: the schedule goes on past the 25th
+    arrival (2.4 s) to every arrival due before 5 s -- 50 measured, intended at 1.0 .. 5.9 s from
+    the level's start -- none at or after the minimum's end, and the level ends at the last one's
+    end (with two processes splitting the arrivals, the same 50)."""
+    level = _level(OPEN.format(d="5s"), TIMING)
+    t0, records, runs = trio.run(_drive_parts, level, 0.2, parts, clock=_mock())
+    measured = sorted(_measured(records), key=lambda r: r.intended_start)
+    assert [r.intended_start - t0 for r in measured] == pytest.approx([1 + k / 10 for k in range(50)], abs=1e-9)
+    assert all(r.count_reached for r in runs)
+    assert max(r.measure_end for r in runs) == pytest.approx(t0 + 5.9 + 0.2, abs=1e-9)
+    summed = runs[0] if parts == 1 else _summed(level, t0, runs, 50)
+    assert summed.count_json() == {"measured_sent": 50, "ended_by": "min_duration"}
+
+
+def test_an_open_loop_whose_min_duration_comes_first_ends_at_its_count():
+    level = _level(OPEN.format(d="1s"), TIMING)
+    t0, records, (run,) = trio.run(_drive_parts, level, 0.2, 1, clock=_mock())
+    assert len(_measured(records)) == 25
+    assert run.count_json() == {"measured_sent": 25, "ended_by": "count"}
+    assert run.measure_end == pytest.approx(t0 + 3.4 + 0.2, abs=1e-9)
+
+
+def test_the_duration_still_bounds_a_level_with_a_min_duration():
+    """One worker, 1 s a request, 100 asked, a 3 s minimum and a 3 s bound: the bound ends it
+    with 3 sent, not complete."""
+    level = _level("mode = closed\n    concurrency = [1]\n    requests_per_level = 100\n    min_duration = 3s",
+                   "duration = 3s\n  bucket = 1s\n  deadline = 60s")
+    t0, records, (run,) = trio.run(_drive_parts, level, 1.0, 1, clock=_mock())
+    assert len(_measured(records)) == 3
+    assert run.count_json() == {"measured_sent": 3, "ended_by": "duration"}
+
+
+def test_the_parents_bucket_hold_waits_for_the_min_duration():
+    """--workers: the parent holds a counted level's last bucket open for the drain only once no
+    process will start another request -- with a min_duration, the bucket its minimum ends in,
+    not the one its n-th request started in (an open loop: read from the schedule)."""
+    from soakspec.runner import workers
+    from soakspec.runner.load import LevelRun
+
+    level = _level(OPEN.format(d="5s"), TIMING)
+    run = LevelRun(level, started_at=0.0, measure_start=1.0)
+    holds = workers._holds(level, run, None)
+    assert holds is not None and not holds(3) and holds(4)  # the last arrival, at 5.9 s: bucket 4 of the measured window
+
+
+def _summed(level, t0, runs, taken):
+    """The level's run as the --workers parent adds its processes' summaries up."""
+    from soakspec.runner import workers
+    from soakspec.runner.ids import IdSequence
+    from soakspec.runner.load import LevelRun
+
+    run = LevelRun(level, started_at=t0, measure_start=t0 + level.warmup_s)
+    shares = [IdSequence("t").share(p, 2) for p in range(2)]
+    workers._sum_up(run, [workers._summary(r, 0) for r in runs], shares, IdSequence("t"),
+                    taken if level.concurrency is not None else None)
+    return run
