@@ -177,3 +177,83 @@ def _summed(level, t0, runs, taken):
     workers._sum_up(run, [workers._summary(r, 0) for r in runs], shares, IdSequence("t"),
                     taken if level.concurrency is not None else None)
     return run
+
+
+# ---------------------------------------------------------------- evidence, judge, report, compare
+
+
+def _judged(least: str, per_bucket: int = 8):
+    """A closed loop asked for 10 requests with a min_duration, as the test builder records it:
+    `per_bucket` measured requests in each of its two 5 s buckets (its min_duration, 10 s, kept it
+    sending past its count)."""
+    from soakspec.judge.judge import judge
+    from soakspec.judge.testing import EvidenceBuilder, spec_from_text
+
+    spec = spec_from_text('soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+                          'workload "w" {\n  load {\n    mode = closed\n    concurrency = [2]\n    requests_per_level = 10\n'
+                          f'{least}  }}\n  duration = 10s\n  bucket = 5s\n  follow_up = false\n}}\n'
+                          'gate {\n  require completed_run\n  require duration_coverage\n}\n')
+    b = EvidenceBuilder(spec, per_bucket=per_bucket)
+    return judge(spec, b.build()), b
+
+
+def test_a_level_its_min_duration_ended_is_complete_and_its_extra_requests_are_no_problem():
+    """16 of at least 10 requests over its 10 s min_duration: complete -- completed_run and
+    duration_coverage pass, and results.json's level says `ended_by: min_duration` with the
+    minimum. The same 16 in a level without a min_duration are more than it asked: not valid."""
+    v, b = _judged("    min_duration = 10s\n")
+    assert b.level("a", 0)["ended_by"] == "min_duration" and b.level("a", 0)["min_duration_s"] == 10.0
+    status = {r.rule: (r.status, r.message) for r in v.rules}
+    assert {s for s, _ in status.values()} == {"pass"}, status
+    v2, _ = _judged("")
+    (ran,) = [r for r in v2.rules if r.rule == "completed_run"]
+    assert ran.status != "pass" and "more than the level's requests_per_level of 10" in ran.message
+
+
+def test_the_report_row_and_results_say_the_min_duration_ended_the_level(tmp_path):
+    """results.json's level `requests_per_level` carries `ended_by: min_duration` and the
+    minimum; the report's row says so: "16 requests (at least 10; ended by its min_duration, 10s)"."""
+    import json
+
+    import subprocess
+    import sys
+
+    from runner_support import REPO
+
+    v, b = _judged("    min_duration = 10s\n")
+    run = b.write(tmp_path / "ev")
+    results = json.loads((run / "results.json").read_text())
+    (lv,) = [lv for bk in results["backends"] for lv in bk["levels"]]
+    assert lv["requests_per_level"] == {"asked": 10, "sent": 16, "ended_by": "min_duration", "min_duration_s": 10.0}
+    md = subprocess.run([sys.executable, "-m", "soakspec", "report", str(run), "--format", "md"], cwd=REPO,
+                        capture_output=True, text=True, timeout=60).stdout
+    assert "concurrency 2, 16 requests (at least 10; ended by its min_duration, 10s) |" in md, md[-2000:]
+
+
+def test_compare_pairs_a_min_duration_level_only_with_one_of_the_same_minimum():
+    from soakspec.compare import _identity
+
+    class Lv:
+        workload = "w"
+
+        def __init__(self, entry):
+            self.entry = entry
+
+    base = {"mode": "closed", "concurrency": 2, "rate": None, "batch_requests": None, "shape": None, "requests_per_level": 10}
+    assert _identity(Lv(base)) != _identity(Lv(base | {"min_duration_s": 60.0}))
+    assert _identity(Lv(base | {"min_duration_s": 60.0})) != _identity(Lv(base | {"min_duration_s": 30.0}))
+    assert _identity(Lv(base | {"min_duration_s": 60.0})) == _identity(Lv(base | {"min_duration_s": 60.0}))
+
+
+def test_the_evidence_builder_writes_a_min_duration_level_that_verifies(tmp_path):
+    """`build_evidence_dir(count=, min_duration_s=)` leaves a schema-valid run whose level says
+    what the runner says: 3 sent of 2 asked under a min_duration, ended by it."""
+    import json
+
+    from soakspec.evidence import schema
+    from soakspec.evidence.testing import build_evidence_dir
+
+    m = build_evidence_dir(tmp_path / "ev", backends=("a",), requests_per_backend=3, count=2, min_duration_s=60.0)
+    (lv,) = m["backends"][0]["levels"]
+    assert (lv["requests_per_level"], lv["min_duration_s"], lv["measured_sent"], lv["ended_by"]) == (2, 60.0, 3, "min_duration")
+    assert schema.errors_for("manifest", json.loads((tmp_path / "ev" / "manifest.json").read_text())) == []

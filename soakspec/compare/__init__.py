@@ -968,6 +968,9 @@ def _identity(lv: LevelSamples) -> str:
         count = e.get("requests_per_level")
         if type(count) is int:  # a count-bounded level is not its timed namesake (nor one of another count)
             what.append(["requests_per_level", count])
+            least = e.get("min_duration_s")
+            if isinstance(least, int | float) and not isinstance(least, bool):  # nor one with another min_duration
+                what.append(["min_duration_s", float(f"{least:.9g}")])
     return json.dumps([lv.workload, *what], sort_keys=True, default=str)
 
 

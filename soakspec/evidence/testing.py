@@ -27,21 +27,26 @@ from soakspec.evidence.results import write_results, write_verdict
 from soakspec.evidence.serverlog import compress_server_log
 from soakspec.evidence.traces import TraceSource, collect_traces, match_traces
 from soakspec.lang import check, parse, simtrace
+from soakspec.units import format_duration
 
 T0 = 1_747_000_000.0  # a fixed wall-clock origin for synthetic runs
 from soakspec.evidence.record import FOLLOW_UP_BUCKET, RequestRecord, pack_gaps
 
 
-def sample_spec_text(backends: Sequence[str] = ("a", "b")) -> str:
+def sample_spec_text(backends: Sequence[str] = ("a", "b"), count: int | None = None, min_duration_s: float | None = None) -> str:
     """A spec that checks: one simulated backend per name, the workload `sample_request` rows
-    belong to (closed loop, concurrency 4, one 1-minute bucket) and a follow-up request."""
+    belong to (closed loop, concurrency 4, one 1-minute bucket) and a follow-up request; with
+    `count`, its level counted (`requests_per_level`, and `min_duration` where given)."""
     blocks = "".join(
         f'backend "{b}" {{\n  sim {{}}\n  runtime {{\n    label = "host-staged"\n  }}\n}}\n' for b in backends
     )
     return (
         'soak "sample" {\n  issue = "test"\n}\n'
         + blocks
-        + 'workload "short" {\n  load {\n    mode = closed\n    concurrency = [4]\n  }\n'
+        + 'workload "short" {\n  load {\n    mode = closed\n    concurrency = [4]\n'
+        + (f"    requests_per_level = {count}\n" if count is not None else "")
+        + (f"    min_duration = {min_duration_s:g}s\n" if count is not None and min_duration_s is not None else "")
+        + '  }\n'
         '  duration = 1m\n  bucket = 1m\n  deadline = 30s\n  follow_up = true\n}\n'
         "gate {\n  require failed == 0\n}\n"
         'claims {\n  claim "sample evidence"\n}\n'
@@ -146,15 +151,25 @@ SAMPLE_LEVEL = {"workload": "short", "index": 0, "label": "concurrency 4", "mode
                 "batch_requests": None, "planned_duration_s": 60.0, "bucket_s": 60.0, "warmup_s": 0.0, "deadline_s": 30.0}
 
 
-def _level_entry(n: int, started: float) -> dict[str, Any]:
+def _level_entry(n: int, started: float, count: int | None = None, min_duration_s: float | None = None) -> dict[str, Any]:
     """A manifest level entry for the one level of `sample_spec_text` (a 60 s bucket): the
-    plan's `Level.to_json()`, then what happened."""
+    plan's `Level.to_json()`, then what happened. `count` (with `min_duration_s`): the entry of
+    a counted level (`load { requests_per_level  min_duration }`) that sent its `n` over the
+    bucket, its `ended_by` as the runner says it (`LevelRun.ended_by`)."""
     ms = started
-    return dict(SAMPLE_LEVEL) | {
+    label = SAMPLE_LEVEL["label"] + (f", {count} requests" if count is not None else "")
+    label += f", min_duration {format_duration(min_duration_s)}" if count is not None and min_duration_s is not None else ""
+    out = dict(SAMPLE_LEVEL, label=label) | {
         "started_at": started, "measure_start": ms, "measure_end": ms + 60.0, "drained_at": ms + 60.5,
         "completed": True, "buckets": [{"index": 0, "start": ms, "end": ms + 60.0, "planned_length_s": 60.0}],
         "sent": n, "mean_in_flight": 4.0,
     }
+    if count is not None:
+        by = "duration" if n < count else "min_duration" if n > count and min_duration_s is not None else "count"
+        out |= {"requests_per_level": count, "measured_sent": n, "ended_by": by}
+        if min_duration_s is not None:
+            out["min_duration_s"] = min_duration_s
+    return out
 
 
 def sample_client_rows(backend: str, start: float = T0, end: float = T0 + 60.0, lag: float = 0.002, cpu: float = 0.2) -> list[dict[str, Any]]:
@@ -180,10 +195,13 @@ def build_evidence_dir(
     *,
     backends: Sequence[str] = ("a", "b"),
     requests_per_backend: int = 3,
+    count: int | None = None,
+    min_duration_s: float | None = None,
     status: str = "complete",
     run_id: str = "run1",
 ) -> dict[str, Any]:
     """Write a small, valid evidence directory like a finished run would; returns its manifest.
+    `count` (with `min_duration_s`): its level counted, as `sample_spec_text` writes it.
 
     `status="running"` stops where a run killed mid-soak stops (the start-of-run manifest, no
     hashes, no results); other statuses finalize the manifest, and a complete run's results
@@ -191,7 +209,7 @@ def build_evidence_dir(
     root = Path(run_dir)
     with RunLock(root):
         m = new_manifest(
-            run_id=run_id, spec_text=_canonical(sample_spec_text(backends)), spec_path="specs/sample.soak", started_at=T0,
+            run_id=run_id, spec_text=_canonical(sample_spec_text(backends, count, min_duration_s)), spec_path="specs/sample.soak", started_at=T0,
             host={"hostname": "h", "cpu_model": "cpu", "cpu_cores": 2, "memory_total": 1 << 30,
                   "kernel": "6.0", "os": "Linux", "python_version": "3.11", "soakspec_version": "0.1.0"},
             command=["soakspec", "run", "specs/sample.soak"],
@@ -210,7 +228,7 @@ def build_evidence_dir(
             with GzipJsonlWriter(d / layout.REQUESTS) as w:  # the runner's writer: one batch of `to_line`s
                 w.write_lines(b"".join(RequestRecord.from_json(r).to_line() for r in rows))
             with JsonlWriter(d / layout.BUCKETS) as w:  # the recorder's lines (a finished run: every record counted)
-                for line in lines_for([_level_entry(requests_per_backend, T0)], [RequestRecord.from_json(r).freeze() for r in rows]):
+                for line in lines_for([_level_entry(requests_per_backend, T0, count, min_duration_s)], [RequestRecord.from_json(r).freeze() for r in rows]):
                     w.write(line)
             log = "soakspec-sim listening on http://127.0.0.1:8000\n" + "".join(
                 _sim_trace_line(r, active=1 if r is fu else 4) for r in rows)
@@ -235,7 +253,7 @@ def build_evidence_dir(
                                   pid=1000 + i, started_at=T0, ready_at=T0 + 1.5, exit_status=0, stop_signal="SIGTERM",
                                   runtime_boundary={"declared": "host-staged", "detected": None, "env_observed": {},
                                                     "status": "declared", "display": "host-staged", "details": []})
-            entry.update(levels=[_level_entry(requests_per_backend, T0)], trace_source="log", server_log_cut=None, server_log_moved=None,
+            entry.update(levels=[_level_entry(requests_per_backend, T0, count, min_duration_s)], trace_source="log", server_log_cut=None, server_log_moved=None,
                          aborted_reason=None, planned_levels=1, timeouts=dict(SAMPLE_TIMEOUTS),
                          aborted_at=None, crash_diagnosis=[], preflight=None,
                          port_listener={"owner": "server", "via": "server", "pid": 1000 + i, "reason": None},

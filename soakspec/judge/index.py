@@ -142,7 +142,19 @@ class LevelIndex:
         c = self.count_sent
         if c is None or self.entry.get("completed") is not True:
             return False
-        return c[0] >= c[1] or (c[0] + self.not_sent >= c[1] and self.entry.get("ended_by") == "count")
+        return c[0] >= c[1] or (c[0] + self.not_sent >= c[1] and self.entry.get("ended_by") in ("count", "min_duration"))
+
+    @property
+    def ended_by(self) -> str:
+        """What ended a count-bounded level, read from its records: `min_duration` where it sent
+        more than its count under a `min_duration_s` (only a min_duration sends past N: LoadGen's
+        min_query_count and min_duration), `count` where its count ended it, else `duration`
+        (its bound came first, or it was cut short: not complete). The runner's rule too
+        (runner/load.py `LevelRun.ended_by`)."""
+        if not self.ended_by_count:
+            return "duration"
+        c = self.count_sent
+        return "min_duration" if c is not None and c[0] > c[1] and num(self.entry.get("min_duration_s")) is not None else "count"
 
     @property
     def measure_start(self) -> float | None:

@@ -344,12 +344,16 @@ def drain_summary(lv: LevelIndex) -> dict[str, Any] | None:
 
 def _count_summary(lv: LevelIndex) -> dict[str, Any] | None:
     """A count-bounded level's count: `asked` (requests_per_level), `sent` (its measured
-    requests sent; `not_sent` where the load generator could not send some) and `ended_by` -- "count" once it sent them all, else "duration" (its
+    requests sent; `not_sent` where the load generator could not send some) and `ended_by` -- "count" once it sent them all,
+    "min_duration" where its min_duration kept it sending past them (`min_duration_s` beside), else "duration" (its
     bound came first, or it was cut short: not complete). None for a level run for its duration."""
     c = lv.count_sent
     if c is None:
         return None
-    out = {"asked": c[1], "sent": c[0], "ended_by": "count" if lv.ended_by_count else "duration"}
+    out: dict[str, Any] = {"asked": c[1], "sent": c[0], "ended_by": lv.ended_by}
+    least = lv.entry.get("min_duration_s")
+    if isinstance(least, int | float) and not isinstance(least, bool):  # absent without one, as in evidence from before it
+        out["min_duration_s"] = least
     if lv.not_sent:  # measured requests the load generator could not send: not among the sent
         out["not_sent"] = lv.not_sent
     return out

@@ -96,12 +96,17 @@ class EvidenceBuilder:
                 s = a + bk.length_s * i / self.per_bucket
                 self.records[name].append(self.request(name, lv.workload, lv.index, bk.index, s, conc=lv.concurrency, rate=lv.rate))
         me = ms + lv.duration_s
+        sent = self.per_bucket * len(lv.buckets)
         entry = lv.to_json() | {  # the runner's entry: the plan's part, then what happened
             "started_at": started, "measure_start": ms, "measure_end": me, "drained_at": me + self.latency,
-            "completed": True, "buckets": buckets, "sent": self.per_bucket * len(lv.buckets),
+            "completed": True, "buckets": buckets, "sent": sent,
             # what the load measures: requests x latency over the measured time
-            "mean_in_flight": round(self.per_bucket * len(lv.buckets) * self.latency / lv.duration_s, 3),
+            "mean_in_flight": round(sent * self.latency / lv.duration_s, 3),
         }
+        if lv.requests_per_level is not None:  # a counted level's (`LevelRun.count_json`): it ran every bucket
+            n = lv.requests_per_level
+            by = "duration" if sent < n else "min_duration" if sent > n and lv.min_duration_s is not None else "count"
+            entry |= {"measured_sent": sent, "ended_by": by}
         return entry, me + self.latency + 1.0
 
     @staticmethod

@@ -437,9 +437,11 @@ def workload_line(w: Any) -> str:
         parts.append(f"max_concurrency={load.max_concurrency}")
     if load.requests_per_level is not None:
         parts.append(f"requests_per_level={load.requests_per_level}")
+    if load.requests_per_level is not None and load.min_duration_s is not None:
+        parts.append(f"min_duration_s={load.min_duration_s:g}")
     per = "in all" if load.phases else "per probe" if load.search else "per level"
     if load.requests_per_level is not None:
-        per += " (at most: the count ends it)"
+        per += " (at most: the count ends it)" if load.min_duration_s is None else " (at most: the count and min_duration end it)"
     parts.append(f"duration_s={w.duration_s:g} {per}")
     parts.append(f"bucket_s={w.bucket_s:g}")
     if w.warmup_s:
@@ -797,9 +799,12 @@ def count_text(lv: Mapping[str, Any]) -> str:
     sent, asked = as_int(c.get("sent")), as_int(c.get("asked"))
     if sent is None or asked is None:
         return ""
-    short = " (ended by its duration: not complete)" if c.get("ended_by") != "count" else ""
+    short = " (ended by its duration: not complete)" if c.get("ended_by") not in ("count", "min_duration") else ""
     if not short and sent < asked:  # an open loop's n arrivals, some never sent (`not_sent`)
         short = " (not complete: the load generator could not send the rest)"
+    least = c.get("min_duration_s")
+    if c.get("ended_by") == "min_duration" and isinstance(least, int | float):  # it sent on past its count
+        return f", {sent} requests (at least {asked}; ended by its min_duration, {format_duration(least)})"
     return f", {sent} of {asked} requests{short}"
 
 

@@ -251,7 +251,7 @@ async def _drive_level(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
                 if w["index"] not in closed:
                     await rec.bucket_closed(entry, w["index"], deps.clock.now(), length_s=w["end"] - w["start"])
         watch.level_drained(deps.clock.now())  # every request of the level has finished: what waited for them is judged
-        progress.level_ended(bp.name, lv.label, stats, run.count_reached)
+        progress.level_ended(bp.name, lv.label, stats, run.count_reached, run.ended_by)
     finally:
         if run is None or watch.fired is not None:  # cut short: an abort rule, Ctrl-C, a dead backend, a failure
             _cut_short(entry, lv, deps.clock.now())

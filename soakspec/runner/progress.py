@@ -158,15 +158,20 @@ class Progress:
             f"{stats.failed} not completed{ttft}; {format_duration(remaining)} left in level"
         )
 
-    def level_ended(self, backend: str, label: str, stats, by_count: bool) -> None:
+    def level_ended(self, backend: str, label: str, stats, by_count: bool, by: str | None = None) -> None:
         """A count-bounded level's last line (plain output): its requests, and whether its count
-        or its duration bound ended it (the bar shows it on a TTY). Nothing for a timed level."""
+        or its duration bound ended it (the bar shows it on a TTY). Nothing for a timed level.
+        `by` = "min_duration" (`LevelRun.ended_by`): it sent its count first and went on until
+        its min_duration had passed -- its line says all it sent ("51/25 requests")."""
         count = self._state.get("count")
         if count is None:
             return
         if self._rich is not None:
             if self._task is not None:
                 self._rich.update(self._task, completed=min(stats.measured, count))
+            return
+        if by_count and by == "min_duration":
+            self.log(f"[{backend}] {label}: {stats.measured}/{count} requests; ended by its min_duration (its count sent first)")
             return
         how = "ended by its count" if by_count else "ended by its duration bound: not complete"
         self.log(f"[{backend}] {label}: {min(stats.measured, count)}/{count} requests; {how}")
