@@ -25,7 +25,7 @@ from soakspec.lang.metrics import (AGGREGATE_WORDS, AGGREGATES, EVIDENCE_PREDICA
                                    SERVER_RATIO_SUFFIXES, SLO_FUNCTIONS, SLO_METRICS, Kind, parse_percentile)
 from soakspec.lang.samples import arrival_count_at_most, arrival_count_sd, min_samples_for_percentile, min_samples_for_share
 from soakspec.lang.simoptions import OPTIONS as _SIM_OPTIONS
-from soakspec import windows
+import soakspec.windows as windows
 from soakspec.units import UNITS, Dimension, format_duration
 
 SCOPES = ("run", "backend", "level", "bucket", "window", "phase", "turn")  # phase: each named phase (a level) of a workload's load;

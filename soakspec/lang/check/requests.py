@@ -10,7 +10,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from soakspec import windows
+import soakspec.windows as windows
 from soakspec.diagnostics import Span
 from soakspec.lang import ast as A
 from soakspec.lang import spec as S
