@@ -257,3 +257,41 @@ def test_the_evidence_builder_writes_a_min_duration_level_that_verifies(tmp_path
     (lv,) = m["backends"][0]["levels"]
     assert (lv["requests_per_level"], lv["min_duration_s"], lv["measured_sent"], lv["ended_by"]) == (2, 60.0, 3, "min_duration")
     assert schema.errors_for("manifest", json.loads((tmp_path / "ev" / "manifest.json").read_text())) == []
+
+
+def test_gate_with_a_spec_of_another_min_duration_says_the_level_is_not_the_one_that_ran():
+    """Evidence of a level with a 10 s min_duration, judged with a spec that plans 5 s (`gate
+    --spec`): completed_run names the difference -- the level did not run as the spec plans."""
+    from soakspec.judge.judge import judge
+    from soakspec.judge.testing import spec_from_text
+
+    v, b = _judged("    min_duration = 10s\n")
+    other = spec_from_text('soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+                           'workload "w" {\n  load {\n    mode = closed\n    concurrency = [2]\n    requests_per_level = 10\n'
+                           '    min_duration = 5s\n  }\n  duration = 10s\n  bucket = 5s\n  follow_up = false\n}\n'
+                           'gate {\n  require completed_run\n}\n')
+    (ran,) = [r for r in judge(other, b.build()).rules if r.rule == "completed_run"]
+    assert ran.status != "pass" and "min_duration 10s (the spec plans 5s)" in ran.message, ran.message
+
+
+def test_a_real_run_with_workers_ends_at_its_min_duration_every_process_agreeing(tmp_path):
+    """`soakspec run --workers 2` against the simulator: a closed loop of 3, 10 requests asked, a
+    1500 ms minimum (the ~60 ms server sends the 10 long before it): no measured request of either
+    process starts after the minimum's end, the level sent more than 10, the manifest says
+    `ended_by: min_duration` with the minimum, and the gate holds it complete."""
+    import json
+
+    from test_requests_per_level import _level_entry, _records, _run, _sim_spec
+
+    out = tmp_path / "ev"
+    spec = _sim_spec(tmp_path, "mode = closed\nconcurrency = [3]\nrequests_per_level = 10\nmin_duration = 1500ms",
+                     duration="10s")
+    proc = _run(spec, out, 2)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lv = _level_entry(out)
+    measured = [r for r in _records(out) if r.bucket >= 0]
+    assert (lv["min_duration_s"], lv["ended_by"], lv["measured_sent"]) == (1.5, "min_duration", len(measured))
+    assert len(measured) > 10 and {r.worker % 2 for r in measured} == {0, 1}  # both processes sent
+    assert max(r.start for r in measured) < lv["measure_start"] + 1.5 <= lv["measure_end"]
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert verdict["exit_code"] == 0, verdict["rules"]

@@ -288,6 +288,10 @@ def _load_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instance]
     count, planned_count = lv.entry.get("requests_per_level"), want.get("requests_per_level")
     if count != planned_count:  # absent: the level ran for its duration (as all did before the key)
         differ.append(f"requests_per_level {count or 'none (timed)'} (the spec plans {planned_count or 'none (timed)'})")
+    least, planned_least = lv.entry.get("min_duration_s"), want.get("min_duration_s")
+    if not _same(_plain(least), _plain(planned_least)):  # absent: it ended at its count (as every run before the key)
+        said = [format_duration(x) if isinstance(x, int | float) and not isinstance(x, bool) else "none" for x in (least, planned_least)]
+        differ.append(f"min_duration {said[0]} (the spec plans {said[1]})")
     warm, planned_warm = lv.entry.get("warmup_requests"), want.get("warmup_requests")
     if warm != planned_warm:  # absent: a timed warmup (as every run before the key)
         differ.append(f"a warmup of {f'{warm} requests' if warm else 'a duration'} (the spec plans "
