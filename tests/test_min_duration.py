@@ -295,3 +295,23 @@ def test_a_real_run_with_workers_ends_at_its_min_duration_every_process_agreeing
     assert max(r.start for r in measured) < lv["measure_start"] + 1.5 <= lv["measure_end"]
     verdict = json.loads((out / "verdict.json").read_text())
     assert verdict["exit_code"] == 0, verdict["rules"]
+
+
+def test_progress_says_the_minimum_and_that_it_ended_the_level():
+    """Plain progress lines: the level's first line says "at least 25 measured requests for at
+    least 5s", its last "51/25 requests; ended by its min_duration (its count sent first)" --
+    every request it sent, not the count's 25/25."""
+    import io
+
+    from soakspec.runner.load import LiveStats
+    from soakspec.runner.progress import Progress
+
+    buf = io.StringIO()
+    p = Progress(stream=buf)
+    p.level_started("a", "w / concurrency 3, 25 requests, min_duration 5s", 11.0, 1.0, 10, 1.0, 25, 5.0)
+    stats = LiveStats()
+    stats.measured = 51
+    p.level_ended("a", "w / concurrency 3, 25 requests, min_duration 5s", stats, True, "min_duration")
+    text = buf.getvalue()
+    assert "at least 25 measured requests for at least 5s, at most 11s" in text, text
+    assert "51/25 requests; ended by its min_duration (its count sent first)" in text, text

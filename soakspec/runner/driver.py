@@ -341,7 +341,7 @@ def _progress_started(progress, backend: str, lv: Level) -> None:
     has ended (`Progress.warmup_ended`), however long that takes."""
     warmup = lv.warmup_s if lv.warmup_requests is None else math.inf
     progress.level_started(backend, f"{lv.workload} / {lv.label}", lv.warmup_s + lv.duration_s, lv.bucket_s, len(lv.buckets), warmup,
-                           lv.requests_per_level)  # fmt: skip
+                           lv.requests_per_level, lv.min_duration_s)  # fmt: skip
 
 
 def _measure_started(backend: str, lv: Level, entry: dict, progress, watch: AbortWatch, starts: dict):

@@ -88,10 +88,11 @@ class Progress:
 
     # ------------------------------------------------------------ events
     def level_started(self, backend: str, label: str, total_s: float, bucket_s: float | None = None, buckets: int = 0,
-                      warmup_s: float = 0.0, count: int | None = None) -> None:
+                      warmup_s: float = 0.0, count: int | None = None, least_s: float | None = None) -> None:
         """`count`: a count-bounded level's requests_per_level. Such a level ends with its count,
         its duration only a bound, so its bar and lines count its requests ("k/N requests": the
-        measured requests sent and finished, `LiveStats.measured`), not the bound's countdown."""
+        measured requests sent and finished, `LiveStats.measured`), not the bound's countdown.
+        `least_s`: its min_duration, said on its first line ("at least N ... for at least D")."""
         self._state = {
             "backend": backend, "label": label, "t0": time.monotonic(), "total": total_s,
             "bucket_s": bucket_s, "buckets": buckets, "warmup_s": warmup_s, "count": count,
@@ -101,6 +102,9 @@ class Progress:
                 self._rich.update(self._task, completed=self._rich.tasks[-1].total)
             total = count if count is not None else max(total_s, 0.001)
             self._task = self._rich.add_task(f"{backend} · {label}", total=total, stats="")
+        elif count is not None and least_s is not None:
+            self.log(f"[{backend}] {label}: at least {count} measured requests for at least {format_duration(least_s)}, "
+                     f"at most {format_duration(total_s)}")
         elif count is not None:
             self.log(f"[{backend}] {label}: {count} measured requests, at most {format_duration(total_s)}")
         else:
