@@ -315,3 +315,12 @@ def test_progress_says_the_minimum_and_that_it_ended_the_level():
     text = buf.getvalue()
     assert "at least 25 measured requests for at least 5s, at most 11s" in text, text
     assert "51/25 requests; ended by its min_duration (its count sent first)" in text, text
+
+
+def test_the_judges_level_label_is_the_plans():
+    """The label the judge and the reports rebuild from a manifest entry (`index.level_label`) is
+    the plan's, min_duration included."""
+    from soakspec.judge.index import level_label
+
+    lv = _level(CLOSED.format(d="5s"), TIMING)
+    assert level_label(lv.to_json()) == lv.label == "concurrency 3, 25 requests, min_duration 5s"

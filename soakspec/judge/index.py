@@ -26,6 +26,7 @@ import numpy as np
 from soakspec.judge.evidence import BackendEvidence, Evidence
 from soakspec.judge import table as table_module
 from soakspec.judge.table import MISSING, RequestTable, Rows, fits, num, ordered  # noqa: F401  (num: read from here too)
+from soakspec.units import format_duration
 
 Row = Mapping[str, Any]
 FOLLOW_UP_BUCKET = -2  # the clean follow-up request after the last level
@@ -392,6 +393,9 @@ def level_label(entry: Mapping[str, Any], with_workload: bool = False) -> str:
     count = entry.get("requests_per_level")
     if type(count) is int and not entry.get("phase"):  # the plan's label names a level's count
         text += f", {count} requests"
+        least = entry.get("min_duration_s")
+        if isinstance(least, int | float) and not isinstance(least, bool):  # and its min_duration (`plan.shape_label`)
+            text += f", min_duration {format_duration(least)}"
     if with_workload:
         return f"{entry.get('workload')} / {text}"
     return text
