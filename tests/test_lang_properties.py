@@ -228,10 +228,14 @@ def test_valid_specs_check_and_plan_consistently(generated):
                 held = lv.rate * lv.warmup_s
                 want = (math.ceil(held + lv.rate * lv.duration_s - 1e-9) - math.ceil(held - 1e-9)
                         if lv.shape.arrival == "constant" else round(lv.rate * lv.duration_s))
-                n = lv.requests_per_level  # a count-bounded level: at most its count
-                assert lv.expected_requests == (want if n is None else min(want, n))
+                n = lv.requests_per_level  # a count-bounded level: at most its count -- or its min_duration's arrivals
+                d = lv.min_duration_s
+                least = 0 if d is None else (math.ceil(held + lv.rate * d - 1e-9) - math.ceil(held - 1e-9)
+                                             if lv.shape.arrival == "constant" else round(lv.rate * d))
+                assert lv.expected_requests == (want if n is None else min(want, max(n, least)))
                 # a seeded Poisson/gamma process may send fewer: no minimum is promised
-                assert lv.min_requests == min(want if lv.shape.arrival == "constant" else 0, n or math.inf)
+                assert lv.min_requests == min(want if lv.shape.arrival == "constant" else 0,
+                                              math.inf if n is None else max(n, least) if lv.shape.arrival == "constant" else n)
             else:  # one request per worker (at most its count), or one batch
                 want = lv.batch_requests if lv.mode == "batch" else lv.concurrency
                 assert lv.min_requests == min(want, lv.requests_per_level or want) >= 1

@@ -77,6 +77,14 @@ def test_the_plan_estimates_a_level_by_the_later_of_its_count_and_its_min_durati
     assert to_json(plan(spec))["backends"][0]["levels"][0]["min_duration_s"] == 60.0
 
 
+def test_a_counted_warmup_comes_before_the_min_duration():
+    """`warmup = 8 requests` at concurrency 4 and 1 s a request: ~2 s of warmup, then the level's
+    minimum of 60 s from bucket 0 (the warmup is not in it, as LoadGen's is not): ~62 s of load."""
+    lv = _level("mode = closed\n    concurrency = [4]\n    requests_per_level = 100\n    min_duration = 60s",
+                "duration = 120s\n  bucket = 30s\n  warmup = 8 requests\n  expected_latency = 1s")
+    assert lv.expected_warmup_s == pytest.approx(2.0) and lv.expected_load_s == pytest.approx(62.0)
+
+
 def test_a_time_scaled_rehearsal_scales_the_min_duration():
     spec, _ = check(parse(_spec_text("mode = closed\n    concurrency = [2]\n    requests_per_level = 10\n    min_duration = 60s",
                                      "duration = 120s\n  bucket = 30s"))[0])
