@@ -332,3 +332,26 @@ def test_the_judges_level_label_is_the_plans():
 
     lv = _level(CLOSED.format(d="5s"), TIMING)
     assert level_label(lv.to_json()) == lv.label == "concurrency 3, 25 requests, min_duration 5s"
+
+
+def test_a_level_that_stopped_at_its_count_before_its_min_duration_is_not_complete():
+    """Evidence whose level sent exactly its 10 and ended 5 s into its window though its
+    min_duration is 10 s (a runner that ignored the minimum): completed_run says it stopped short,
+    never a pass. The same level ending at 10 s is complete."""
+    from soakspec.judge.judge import judge
+    from soakspec.judge.testing import EvidenceBuilder, spec_from_text
+
+    spec = spec_from_text('soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+                          'workload "w" {\n  load {\n    mode = closed\n    concurrency = [2]\n    requests_per_level = 10\n'
+                          '    min_duration = 10s\n  }\n  duration = 10s\n  bucket = 5s\n  follow_up = false\n}\n'
+                          'gate {\n  require completed_run\n}\n')
+    b = EvidenceBuilder(spec, per_bucket=5)
+    (ok,) = [r for r in judge(spec, b.build()).rules if r.rule == "completed_run"]
+    assert ok.status == "pass", ok.message
+    b = EvidenceBuilder(spec, per_bucket=10)
+    b.drop_bucket_requests("a", 0, 1)
+    lv = b.level("a", 0)
+    first = lv["buckets"][0]
+    lv.update(buckets=[first], measure_end=first["end"], drained_at=first["end"], measured_sent=10, ended_by="count")
+    (short,) = [r for r in judge(spec, b.build()).rules if r.rule == "completed_run"]
+    assert short.status != "pass" and "before its min_duration (10s), with its 10 requests sent" in short.message, short.message

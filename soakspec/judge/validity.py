@@ -382,8 +382,16 @@ def _count_problems(lv: LevelIndex, lloc: Location, partial: bool = False) -> li
         also = f" ({unsent} more the load generator could not send)" if unsent else ""
         return [problem(f"the level ended by {by} with {sent} of its {n} requests sent (requests_per_level){also}: "
                         "not complete", lloc)]
-    if sent > n and num_(lv.entry.get("min_duration_s")) is None:  # a min_duration sends on past N until it has passed
+    least = num_(lv.entry.get("min_duration_s"))
+    if sent > n and least is None:  # a min_duration sends on past N until it has passed
         return [problem(f"{sent} measured requests recorded, more than the level's requests_per_level of {n}", lloc)]
+    ms, me = lv.measure_start, lv.measure_end
+    if least is not None and sent == n and ms is not None and me is not None and me - ms < least - 1e-6:
+        # exactly N sent, and its window ended before its minimum: a level that runs on to its minimum
+        # sends past N while it is not over (closed loop: a free worker takes another; open loop: the
+        # next arrival), and one whose N-th came after it ends after it -- so this one stopped short
+        return [problem(f"the level ended {format_duration(me - ms)} into its measured window, before its min_duration "
+                        f"({format_duration(least)}), with its {n} requests sent: not complete", lloc)]
     return []
 
 
