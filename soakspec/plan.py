@@ -639,6 +639,9 @@ class Level:
             out["warmup_requests"] = self.warmup_requests
         if self.phase is not None or not isinstance(self.shape, (Closed, Batch, Open)):
             out |= {"phase": self.phase, "shape": _shape_json(self.shape)}
+        if isinstance(self.shape, Open):  # what the judge rebuilds the sent schedule from (judge/schedproof.py); absent before it
+            out["schedule"] = {"rate": self.shape.rate, "arrival": self.shape.arrival, "seed": self.shape.seed,
+                               "burstiness": self.shape.burstiness}
         t = self.request
         if t.prompts and t.prompt_order != "file":  # which prompt each index sent (soakspec/draws.py)
             out |= {"prompt_order": t.prompt_order, "prompt_seed": t.prompt_seed}

@@ -77,8 +77,9 @@ class LevelIndex:
     label: str
     buckets: tuple[Window, ...]
     # a level under max_concurrency: its warm-up requests (bucket -1), not measured, but they
-    # held its slots as the measured ones did (`judge/capproof.py` counts them in flight);
-    # empty for any other level
+    # held its slots as the measured ones did (`judge/capproof.py` counts them in flight); an
+    # open loop with a recorded schedule: its warm-up arrivals are the schedule's first ones
+    # (`judge/schedproof.py` proves them); empty for any other level
     warmup: Rows = dataclasses.field(default_factory=Rows)
 
     @functools.cached_property
@@ -365,6 +366,12 @@ class BackendIndex:
         return ts if isinstance(ts, str) else "none"
 
 
+def scheduled(entry: Mapping[str, Any]) -> bool:
+    """Whether a level's manifest entry records the open-loop schedule it sent on
+    (`judge/schedproof.py` proves its records against it)."""
+    return isinstance(entry.get("schedule"), Mapping)
+
+
 def capped(entry: Mapping[str, Any]) -> bool:
     """Whether a level's manifest entry declares max_concurrency (an int; anything else is no
     cap): where its requests may wait for a slot, its times from the send (`sent_ttft`,
@@ -563,9 +570,10 @@ def index_backend(be: BackendEvidence) -> BackendIndex:
     for k, e in enumerate(entries):
         first = next(j for j, key in enumerate(keys) if key == keys[k] and type(key[1]) is type(keys[k][1]))
         sel = table_module.kept(everyone, lambda rows: (pos[rows] == first) & (bucket[rows] >= 0))  # a view of it, nearly always
-        # a capped level's warm-up held its slots (judge/capproof.py); no other level needs it kept
+        # a capped level's warm-up held its slots (judge/capproof.py), a scheduled one's was sent
+        # on its schedule (judge/schedproof.py); no other level needs it kept
         warm = (table_module.kept(everyone, lambda rows: (pos[rows] == first) & (bucket[rows] == WARMUP_BUCKET))
-                if capped(e) else everyone[:0])
+                if capped(e) or scheduled(e) else everyone[:0])
         levels.append(
             LevelIndex(be.name, str(e.get("workload")), int(e.get("index", 0)) if isinstance(e.get("index"), int) else 0,
                        e, level_label(e, len(workloads) > 1), _windows(e, t, sel), Rows.of(t, warm))

@@ -20,7 +20,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from soakspec import windows
 from soakspec.evidence import layout
+from soakspec.judge import schedproof
 from soakspec.judge.evidence import BackendEvidence, Evidence, Integrity
 from soakspec.lang.spec import Backend, Spec
 from soakspec.plan import BackendPlan, Level, plan as make_plan
@@ -59,10 +61,11 @@ class EvidenceBuilder:
 
     def __init__(self, spec: Spec, *, per_bucket: int = 8, latency: float = 1.0, t0: float = T0,
                  run_id: str = "run1", time_scale: float = 1.0, rehearsal: bool = False,
-                 only: tuple[str, ...] = ()):
+                 only: tuple[str, ...] = (), scheduled: bool = True):
         self.spec = spec
         self.run_id = run_id
         self.per_bucket = per_bucket
+        self.scheduled = scheduled
         self.latency = latency
         self._seq = 0
         p = make_plan(spec, time_scale=time_scale, rehearse=rehearsal, only=only)
@@ -92,21 +95,33 @@ class EvidenceBuilder:
         for bk in lv.buckets:
             a = ms + bk.start_s
             buckets.append({"index": bk.index, "start": a, "end": a + bk.length_s, "planned_length_s": bk.length_s})
-            for i in range(self.per_bucket):
-                s = a + bk.length_s * i / self.per_bucket
-                self.records[name].append(self.request(name, lv.workload, lv.index, bk.index, s, conc=lv.concurrency, rate=lv.rate))
         me = ms + lv.duration_s
-        sent = self.per_bucket * len(lv.buckets)
         entry = lv.to_json() | {  # the runner's entry: the plan's part, then what happened
             "started_at": started, "measure_start": ms, "measure_end": me, "drained_at": me + self.latency,
-            "completed": True, "buckets": buckets, "sent": sent,
-            # what the load measures: requests x latency over the measured time
-            "mean_in_flight": round(sent * self.latency / lv.duration_s, 3),
+            "completed": True, "buckets": buckets,
         }
+        if "schedule" in entry and not self.scheduled:
+            del entry["schedule"]  # opted out: the level's schedule is not recorded, as before the schedule proof (not proven)
+        if "schedule" in entry:  # an open loop: one record per arrival of its seeded schedule, as the runner sends
+            edges = [b["start"] for b in buckets]
+            times = list(schedproof.expected(entry))
+            for s in times:
+                k = windows.holding(edges, s)
+                self.records[name].append(self.request(name, lv.workload, lv.index, k, s, conc=lv.concurrency, rate=lv.rate))
+            measured = sum(s >= ms for s in times)
+            sent = len(times)
+        else:
+            for bk, b in zip(lv.buckets, buckets):
+                for i in range(self.per_bucket):
+                    s = b["start"] + bk.length_s * i / self.per_bucket
+                    self.records[name].append(self.request(name, lv.workload, lv.index, bk.index, s, conc=lv.concurrency, rate=lv.rate))
+            measured = sent = self.per_bucket * len(lv.buckets)
+        # what the load measures: requests x latency over the measured time
+        entry |= {"sent": sent, "mean_in_flight": round(measured * self.latency / lv.duration_s, 3)}
         if lv.requests_per_level is not None:  # a counted level's (`LevelRun.count_json`): it ran every bucket
             n = lv.requests_per_level
-            by = "duration" if sent < n else "min_duration" if sent > n and lv.min_duration_s is not None else "count"
-            entry |= {"measured_sent": sent, "ended_by": by}
+            by = "duration" if measured < n else "min_duration" if measured > n and lv.min_duration_s is not None else "count"
+            entry |= {"measured_sent": measured, "ended_by": by}
         return entry, me + self.latency + 1.0
 
     @staticmethod

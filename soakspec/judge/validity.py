@@ -28,6 +28,7 @@ from soakspec.evidence import layout
 from soakspec.evidence.ids import IdColumn, IdIndex
 from soakspec.evidence.record import HELD_BACK, WARMUP_BUCKET, outcomes_text
 from soakspec.evidence.record import schedule_lag as record_lag
+from soakspec.judge import schedproof
 from soakspec.judge.capproof import Breach, breaches
 from soakspec.judge.common import abort_observed_text, backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, capped, req_time
@@ -1042,9 +1043,11 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
     if not g.client_healthy:
         return result(None, "client_healthy", "validity", "require", [], "not judged (client_healthy = false in the gate)", 0)
     gap = client_measured(run)
-    if gap is None:
-        return result(None, "client_healthy", "validity", "require", [],
-                      f"not judged: the evidence has no {layout.CLIENT} (written before soakspec measured its load generator)", 0)
+    if gap is None:  # the schedule proof needs no samples: it is judged all the same
+        off_schedule, proven, unproven = schedule_kept(run)
+        return result(None, "client_healthy", "validity", "require", off_schedule,
+                      f"not judged: the evidence has no {layout.CLIENT} (written before soakspec measured its load generator)"
+                      + _schedule_said(off_schedule, proven, unproven), len(off_schedule))
     if gap:
         return result(None, "client_healthy", "validity", "require",
                       [problem(f"{gap}: the load generator's health is unknown", status="inconclusive")], "", 1)
@@ -1084,10 +1087,55 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
                              status="inconclusive"))
     capped_levels = [(bi, lv) for bi in run.judged for lv in bi.levels if capped(lv.entry)]
     off_cap = [d for bi, lv in capped_levels for d in cap_kept(bi, lv, g.client_schedule_lag)]
+    off_schedule, proven, unproven = schedule_kept(run)
     msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
         f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "") + (
-        f"; it kept to max_concurrency in {plural(len(capped_levels), 'capped level')}" if capped_levels and not off_cap else "")
-    return result(None, "client_healthy", "validity", "require", unsent + off_cap + insts, msg, n)
+        f"; it kept to max_concurrency in {plural(len(capped_levels), 'capped level')}" if capped_levels and not off_cap else "") + \
+        _schedule_said(off_schedule, proven, unproven)
+    return result(None, "client_healthy", "validity", "require", off_schedule + unsent + off_cap + insts, msg, n)
+
+
+def _schedule_said(off: list[Instance], proven: int, unproven: str) -> str:
+    """What client_healthy's message says of the schedule proof: the levels proven, and those it
+    could not cover with why."""
+    return (f"; it sent on its schedule in {plural(proven, 'open-loop level')}" if proven and not off else "") + (
+        f"; schedule not proven: {unproven}" if unproven else "")
+
+
+SCHEDULE_BROKEN = "the load generator did not send on its schedule"
+# the `cause` of an open-loop level whose records are not its schedule's arrivals
+# (judge/schedproof.py): the offered load, every latency from intended_start and every count is
+# the client's word, and that word was wrong, so no FAIL of the run is the server's
+CLIENT_SCHEDULE = "client_schedule"
+
+
+def schedule_kept(run: JudgedRun) -> tuple[list[Instance], int, str]:
+    """The schedule proof (`judge/schedproof.py`) of every open-loop level judged: one
+    INCONCLUSIVE instance (cause CLIENT_SCHEDULE) per level whose records' intended starts are
+    not exactly its seeded schedule's arrivals, naming the first mismatching arrival; how many
+    were proven; and the open-loop levels the proof could not cover, with why, for the message
+    (never a pass by omission: said, not silently passed). Closed loops and batches have no
+    schedule to prove and are not listed. It lives in client_healthy, beside the cap's proof,
+    because both are the load generator's promises about what it sent: off them, the load was
+    not the one declared, which is the client's failure, not the server's -- and a gate that
+    sets `client_healthy = false` has said it does not judge its load generator."""
+    off: list[Instance] = []
+    proven = 0
+    why: dict[str, int] = {}
+    for bi in run.judged:
+        for lv in bi.levels:
+            if lv.entry.get("mode") != "open":
+                continue
+            p = schedproof.prove(lv.entry, np.concatenate([_floats(lv.warmup, "intended_start"), _floats(lv.records, "intended_start")]))
+            if p.status == schedproof.PROVEN:
+                proven += 1
+            elif p.status == schedproof.UNPROVEN:
+                why[p.reason] = why.get(p.reason, 0) + 1
+            else:
+                off.append(Instance("inconclusive", loc(level_scope(bi, lv)), None, None, None,
+                                    f"{SCHEDULE_BROKEN}: {p.reason}", cause=CLIENT_SCHEDULE))
+    unproven = "; ".join(f"{plural(k, 'open-loop level')} ({reason})" for reason, k in why.items())
+    return off, proven, unproven
 
 
 CAP_BROKEN = "the load generator did not keep to the declared cap"
@@ -1193,6 +1241,9 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     health = next((x for x in results if x.rule == "client_healthy" and x.status == "inconclusive"), None)
     if health is None:
         return res
+    if health.details and health.details[0].cause == CLIENT_SCHEDULE:  # the records' times are not the schedule's: nothing they show is the server's
+        return dataclasses.replace(res, status="inconclusive",
+                                   message=f"not judged, {_at(health.details[0])}; it measured: {res.message}")
     if health.details and health.details[0].cause == CLIENT_NOT_SENT:
         return dataclasses.replace(res, status="inconclusive",
                                    message="not judged, the load generator did not send every request (client_healthy: "
