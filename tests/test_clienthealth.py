@@ -890,7 +890,7 @@ def test_timeouts_beside_a_saturated_client_are_inconclusive_not_the_servers_fai
                        mode="open", levels="[2rps]")
 
     def verdict(lag: float, cpu: float, late: float):
-        b = EvidenceBuilder(spec)
+        b = EvidenceBuilder(spec, scheduled=False)  # records per_bucket apart: not the schedule's
         for r in b.records["a"][::4]:
             b.set_outcome(r, "timeout", "deadline passed")
             r.update(start=r["intended_start"] + late, end=r["intended_start"] + 30.0, latency=None, first_token=None,

@@ -36,7 +36,7 @@ TURNS_SPEC = small_spec(levels="[4]", duration="4m", bucket="1m", follow_up=Fals
 
 
 def _run(seed: int, ttft_factor: float, per_bucket: int, fail_every: int) -> EvidenceBuilder:
-    b = EvidenceBuilder(SPEC, per_bucket=per_bucket, run_id=f"run{seed}")
+    b = EvidenceBuilder(SPEC, per_bucket=per_bucket, run_id=f"run{seed}", scheduled=False)
     rng = random.Random(seed)
     for level in (0, 1):
         for i, r in enumerate(b.measured("sim", level=level)):
@@ -52,7 +52,7 @@ def _run(seed: int, ttft_factor: float, per_bucket: int, fail_every: int) -> Evi
 
 def _turns_run(seed: int, slower_turn: int | None = None) -> EvidenceBuilder:
     """Conversations of 3 turns; turn k's TTFT about k x 10 ms, `slower_turn`'s half as long again."""
-    b = EvidenceBuilder(TURNS_SPEC, per_bucket=90, run_id=f"turns{seed}")
+    b = EvidenceBuilder(TURNS_SPEC, per_bucket=90, run_id=f"turns{seed}", scheduled=False)
     rng = random.Random(seed)
     for j, r in enumerate(b.measured("a")):
         k = j % 3 + 1
@@ -228,7 +228,7 @@ def test_a_turn_inside_a_clause_scopes_that_clause_only(tmp_path, capsys, turns)
 def _long_turns_run(seed: int, later: float) -> EvidenceBuilder:
     """Conversations of 25 turns; turn k's TTFT about (1 + k/10) x 10 ms, turns past the 20th `later`
     times that."""
-    b = EvidenceBuilder(TURNS_SPEC, per_bucket=200, run_id=f"long{seed}")
+    b = EvidenceBuilder(TURNS_SPEC, per_bucket=200, run_id=f"long{seed}", scheduled=False)
     rng = random.Random(seed)
     for j, r in enumerate(b.measured("a")):
         k = j % 25 + 1

@@ -1,6 +1,6 @@
 """`soakspec lint-claims --evidence DIR` on the performance figures a document states (latency
 percentiles and means, output tokens/s, requests/s), against evidence as `soakspec run` writes it
-(`EvidenceBuilder(...).write(dir)`): CB201 where the evidence contradicts a figure, at the
+(`EvidenceBuilder(..., scheduled=False).write(dir)`): CB201 where the evidence contradicts a figure, at the
 precision the document writes it (`soakspec.claims.figures`)."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def run(tmp_path_factory) -> tuple[Path, Path]:
     """Evidence of sim-fast at concurrency 2 and 4 (TTFT 100 ms and 40.87 ms), and its spec."""
     tmp = tmp_path_factory.mktemp("figures")
     spec = small_spec(levels="[2, 4]", backends=("sim-fast",))
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, scheduled=False)
     _faster_level(b)
     d = b.write(tmp / "run")
     spec_file = tmp / "spec.soak"
@@ -144,7 +144,7 @@ def test_the_gates_backend_figure_is_the_run_figure(tmp_path, capsys):
     """A rule at backend scope measures over the whole run (`mean(itl) = 14.3ms`): a sentence
     naming no level may cite it."""
     spec = small_spec("require failed == 0\n  require p99(ttft) < 1s", levels="[2, 4]", backends=("sim-fast",))
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, scheduled=False)
     _faster_level(b)
     d = b.write(tmp_path / "run")
     spec_file = tmp_path / "spec.soak"
@@ -277,7 +277,7 @@ def test_a_column_header_giving_its_unit_as_a_bare_word_is_read(tmp_path, capsys
 
 def test_an_edited_results_json_figure_is_CB402_and_not_what_the_document_is_checked_against(tmp_path, capsys):
     spec = small_spec(backends=("sim-fast",))
-    d = EvidenceBuilder(spec).write(tmp_path / "run")
+    d = EvidenceBuilder(spec, scheduled=False).write(tmp_path / "run")
     spec_file = tmp_path / "spec.soak"
     spec_file.write_text(spec.canonical_text)
     res = json.loads((d / "results.json").read_text())
@@ -346,7 +346,7 @@ def capped(tmp_path_factory) -> tuple[Path, Path]:
 
     tmp = tmp_path_factory.mktemp("capped")
     spec = small_spec(mode="open", levels="[2rps]\n    max_concurrency = 1", backends=("a",))
-    b = _waited(EvidenceBuilder(spec))
+    b = _waited(EvidenceBuilder(spec, scheduled=False))
     for k, r in enumerate(b.measured("a")):
         r["prompt_tokens"] = 100 + k
     d = b.write(tmp / "run")

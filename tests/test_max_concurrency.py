@@ -237,7 +237,7 @@ def test_a_wait_behind_the_declared_cap_is_not_the_clients_saturation():
     up, and the latency the wait adds is judged as the server's: a FAIL."""
     text = "require p95(latency) < 250ms per bucket"
     spec = _small_spec(text, mode="open", levels="[2rps]\n    max_concurrency = 1")
-    v = judge(spec, _with_client(_waited(EvidenceBuilder(spec)).build(), lag=0.002, cpu=0.2))
+    v = judge(spec, _with_client(_waited(EvidenceBuilder(spec, scheduled=False)).build(), lag=0.002, cpu=0.2))
     rules = {r.rule: r for r in v.rules}
     assert rules["client_healthy"].status == "pass", rules["client_healthy"].message
     assert rules[text.removeprefix("require ")].status == "fail"
@@ -268,7 +268,7 @@ def test_admitted_in_a_level_without_a_cap_cannot_hide_the_clients_lateness():
     client_healthy sees the lag (the latency FAIL is blocked, INCONCLUSIVE), and completed_run
     names the records the runner would not have written."""
     spec = _small_spec("require p95(latency) < 250ms per bucket", mode="open", levels="[2rps]")
-    v = judge(spec, _with_client(_waited(EvidenceBuilder(spec)).build(), lag=0.002, cpu=0.2))
+    v = judge(spec, _with_client(_waited(EvidenceBuilder(spec, scheduled=False)).build(), lag=0.002, cpu=0.2))
     rules = {r.rule: r for r in v.rules}
     assert rules["client_healthy"].status == "inconclusive" and "schedule lag" in rules["client_healthy"].message
     assert rules["completed_run"].status == "inconclusive"
@@ -288,7 +288,7 @@ def test_the_reports_cap_note_counts_only_levels_that_declare_a_cap():
     notes = {}
     for levels in ("[2rps]", "[2rps]\n    max_concurrency = 1"):
         spec = _small_spec("require failed == 0", mode="open", levels=levels)
-        notes[levels] = cap_notes(summarize(_with_client(_waited(EvidenceBuilder(spec)).build(), lag=0.002, cpu=0.2), spec))
+        notes[levels] = cap_notes(summarize(_with_client(_waited(EvidenceBuilder(spec, scheduled=False)).build(), lag=0.002, cpu=0.2), spec))
     assert notes["[2rps]"] == []
     assert [n.split(". ")[0] for n in notes["[2rps]\n    max_concurrency = 1"]] == [
         "a · rate 2 rps, max_concurrency 1: 15 of 16 requests waited for a slot under max_concurrency "
@@ -311,7 +311,7 @@ def test_more_in_flight_than_the_cap_is_inconclusive_never_the_servers_fail():
     server's."""
     text = "require p95(latency) < 250ms per bucket"
     spec = _small_spec(text, mode="open", levels="[2rps]\n    max_concurrency = 1")
-    v, rules = _cap_rules(spec, EvidenceBuilder(spec, latency=10.0))
+    v, rules = _cap_rules(spec, EvidenceBuilder(spec, latency=10.0, scheduled=False))
     health = rules["client_healthy"]
     assert health.status == "inconclusive", health.message
     assert ("rate 2 rps, max_concurrency 1: the load generator did not keep to the declared cap (max_concurrency 1): "
@@ -328,7 +328,7 @@ def test_errors_under_more_load_than_the_cap_are_not_the_servers_fail():
     spec = _small_spec("require errors == 0", mode="open", levels="[2rps]\n    max_concurrency = 1")
     statuses = []
     for latency in (10.0, 1.0):
-        b = EvidenceBuilder(spec, latency=latency)
+        b = EvidenceBuilder(spec, latency=latency, scheduled=False)
         b.set_outcome(next(iter(b.measured("a"))), "failed", "HTTP 500", status=500)
         v, rules = _cap_rules(spec, b)
         statuses.append((rules["errors == 0"].status, v.outcome))
@@ -346,7 +346,7 @@ def test_the_cap_is_checked_per_load_process_against_its_share():
     2 in one process whose share is 1. Without --workers (one process, 2 slots) the same
     records keep to the cap."""
     spec = _small_spec("require failed == 0", mode="open", levels="[2rps]\n    max_concurrency = 2")
-    b = EvidenceBuilder(spec, latency=10.0)
+    b = EvidenceBuilder(spec, latency=10.0, scheduled=False)
     for k, r in enumerate(b.measured("a")):
         r["worker"] = 2 * k + 1  # process 2 of 2 would write even ones: all from process 1 (worker % 2 == 1)
     _, rules = _cap_rules(spec, b)
@@ -365,7 +365,7 @@ def test_a_failure_discounted_beside_a_level_off_its_cap_is_not_called_saturated
     discounted, and the level beside it is named for what it was -- off its cap -- not
     "saturated", which client_healthy never said of it."""
     spec = _small_spec("require errors == 0 per bucket", mode="open", levels="[2rps, 3rps]\n    max_concurrency = 1")
-    b = EvidenceBuilder(spec, latency=10.0)
+    b = EvidenceBuilder(spec, latency=10.0, scheduled=False)
     for r in b.measured("a", 1):
         r["end"] = r["start"] + 0.05
     for level in (0, 1):
@@ -386,7 +386,7 @@ def test_records_that_name_no_process_cannot_prove_a_split_cap():
     pass that left them out -- and a count FAIL under that load is not judged, said once. One
     process needs no worker: the same records pass."""
     spec = _small_spec("require errors == 0", mode="open", levels="[2rps]\n    max_concurrency = 2")
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, scheduled=False)
     for k, r in enumerate(b.measured("a")):
         r["worker"] = None if k < 3 else k
     b.set_outcome(next(iter(b.measured("a"))), "failed", "HTTP 500", status=500)
@@ -410,7 +410,7 @@ def test_the_warm_up_holds_the_same_slots():
     starts under max_concurrency = 1: two at once, though the measured records alone never
     overlap -- the warm-up's requests held the level's slots too."""
     spec = _small_spec("require failed == 0", mode="open", levels="[2rps]\n    max_concurrency = 1")
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, scheduled=False)
     first = min(b.measured("a"), key=lambda r: r["start"])
     warm = b.request("a", "w", 0, -1, first["start"] - 1.0, conc=None, rate=2.0)
     warm["end"], warm["latency"] = first["start"] + 0.5, None
@@ -427,7 +427,7 @@ def test_a_wait_while_a_slot_was_free_is_inconclusive():
     The same waits behind a request that held the slot until then pass (the test above)."""
     text = "require p95(latency) < 250ms per bucket"
     spec = _small_spec(text, mode="open", levels="[2rps]\n    max_concurrency = 1")
-    v, rules = _cap_rules(spec, _waited(EvidenceBuilder(spec), chained=False))
+    v, rules = _cap_rules(spec, _waited(EvidenceBuilder(spec, scheduled=False), chained=False))
     health = rules["client_healthy"]
     assert health.status == "inconclusive", health.message
     assert ("did not keep to the declared cap (max_concurrency 1): the load process: 15 of its 15 requests that waited "
@@ -440,7 +440,7 @@ def test_a_wait_within_the_gates_schedule_lag_limit_is_not_held_against_the_queu
     leave out the moments between a slot's taking and the request's start and between its end
     and the slot's release, the client lateness the gate allows already."""
     spec = _small_spec("require failed == 0", mode="open", levels="[2rps]\n    max_concurrency = 1")
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, scheduled=False)
     for r in b.measured("a"):
         r["admitted"] = r["start"] = r["intended_start"] + 0.04
     _, rules = _cap_rules(spec, b)

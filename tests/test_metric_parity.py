@@ -24,7 +24,7 @@ def _overloaded(rules: str):
     the first bucket's requests within the level: the second bucket's 8 ended 5 s after the
     level's last bucket closed (drained), as under overload, each within its deadline."""
     spec = small_spec(rules, mode="open", levels="[1rps]", duration="20s", bucket="10s")
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, scheduled=False)
     me = b.level("a", 0)["measure_end"]
     for r in b.measured("a", 0, 1):
         r["end"] = me + 5.0
@@ -64,7 +64,7 @@ def test_latency_figures_are_vllms_formulas_over_the_same_requests():
     import numpy as np
 
     spec = small_spec("require failed == 0", mode="open", levels="[1rps]", duration="20s", bucket="10s")
-    b = EvidenceBuilder(spec, per_bucket=40)
+    b = EvidenceBuilder(spec, per_bucket=40, scheduled=False)
     rng = np.random.default_rng(7)
     for r in b.measured("a"):
         n = int(rng.integers(2, 64))

@@ -1011,7 +1011,7 @@ def _judged_with_a_drained_last_bucket(rules: str, edit=None):
     spec = spec_from_text(HEAD + 'workload "w" {\n  load {\n    mode = open\n    rate = [2rps]\n    max_concurrency = 1\n'
                           '    requests_per_level = 8\n  }\n  duration = 10s\n  bucket = 5s\n  follow_up = false\n}\n'
                           f'gate {{\n  {rules}\n}}\n')
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, scheduled=False)
     b.drop_bucket_requests("a", 0, 1)
     lv = b.level("a", 0)
     last = max(b.measured("a", 0), key=lambda r: r["intended_start"])

@@ -153,7 +153,7 @@ def test_the_summary_shows_the_figures_when_performance_was_not_evaluated():
     from soakspec.report.runsummary import summary_json, summary_lines
 
     spec = small_spec("require trace_coverage >= 100% per bucket\nrequire disconnected == 0", mode="open", levels="[1rps, 2rps]")
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, scheduled=False)
     b.set_outcome(list(b.measured("a", level=1, bucket=1))[0], "disconnected", "stream cut")
     b.untrace(list(b.measured("a", level=0, bucket=0))[0]["request_id"], "a")
     inp = prepare(spec, b.build())
@@ -182,7 +182,7 @@ def test_quiet_keeps_errors_on_stderr(tmp_path):
 
 def _aborted():
     spec = small_spec(backends=("a", "b"))
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, scheduled=False)
     t0 = b.manifest["started_at_epoch"]
     b.manifest.update(status="aborted", incomplete_reason="backend b exited with status 1", aborted_at=t0 + 12.5)
     e = b.entry("b")
@@ -217,7 +217,7 @@ def test_reports_show_when_and_why_a_run_aborted_and_the_crash_diagnosis():
 
 def test_a_complete_run_has_no_how_it_went_section():
     spec = small_spec()
-    inp = prepare(spec, EvidenceBuilder(spec).build())
+    inp = prepare(spec, EvidenceBuilder(spec, scheduled=False).build())
     md = inp.render("md")
     assert "- run status: complete\n" in md and "How the run went" not in md
     assert 'class="run-state"' not in inp.render("html")
@@ -225,7 +225,7 @@ def test_a_complete_run_has_no_how_it_went_section():
 
 def test_skipped_preflight_and_restricted_run_are_in_every_report():
     spec = small_spec(backends=("a", "b"))
-    b = EvidenceBuilder(spec, only=("a",))
+    b = EvidenceBuilder(spec, only=("a",), scheduled=False)
     b.manifest["preflight"] = False
     inp = prepare(spec, b.build())
     for fmt in ("md", "html", "json", "junit"):
@@ -275,7 +275,7 @@ def test_an_edited_manifest_or_an_unknown_key_fails_the_signature(signed_run, ke
 
 @needs_ssh_keygen
 def test_unsigned_evidence_says_so_and_fails_when_a_signature_is_required(key, tmp_path):
-    d = EvidenceBuilder(small_spec()).write(tmp_path / "run")
+    d = EvidenceBuilder(small_spec(), scheduled=False).write(tmp_path / "run")
     code, out, _ = cli("verify", str(d), "--allowed-signers", str(key[1]))
     assert code == 1 and "INVALID: no manifest.json.sig: the evidence is not signed" in out
     code, out, _ = cli("verify", str(d))
@@ -313,7 +313,7 @@ def test_the_summary_notes_a_level_whose_itl_gaps_are_mostly_coalesced():
     from soakspec.report.runsummary import summary_lines
 
     spec = small_spec(mode="open", levels="[1rps, 2rps]")
-    b = EvidenceBuilder(spec)
+    b = EvidenceBuilder(spec, scheduled=False)
     for r in b.measured("a", level=1):
         gap = r["itl"][0]
         r["itl"] = [0.0] * 40 + [gap * 63 / 23] * 23  # 40 of 63 gaps share a read; the sum is the same

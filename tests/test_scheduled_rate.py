@@ -15,7 +15,7 @@ from soakspec.report.runsummary import summary_json, summary_lines
 
 def _inputs(per_bucket: int, mode: str = "open"):
     spec = small_spec(mode=mode, levels="[2rps]" if mode == "open" else "[2]", duration="2m", bucket="1m")
-    return prepare(spec, EvidenceBuilder(spec, per_bucket=per_bucket).build())
+    return prepare(spec, EvidenceBuilder(spec, per_bucket=per_bucket, scheduled=False).build())
 
 
 def test_a_schedule_above_its_nominal_rate_is_shown_as_offered_with_the_nominal_beside():

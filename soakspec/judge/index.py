@@ -372,6 +372,22 @@ def scheduled(entry: Mapping[str, Any]) -> bool:
     return isinstance(entry.get("schedule"), Mapping)
 
 
+def scheduled_in(lv: LevelIndex, w: Window) -> float | None:
+    """What an open loop with a recorded schedule offered in bucket `w`, per second: the
+    arrivals its schedule put in the bucket (each has its record in the bucket it was due in,
+    sent, held back or never sent alike; `judge/schedproof.py` proves the records are exactly
+    the schedule, and a run where they are not is INCONCLUSIVE) over the bucket's wall time.
+    A seeded Poisson schedule at 40 rps puts 36 in one second and 44 in the next: the nominal
+    rate, held against what a bucket achieved, reads the one as a client short of its offer.
+    None without a recorded schedule (the nominal rate is all there is), for a bucket without a
+    window, and for the last bucket of a level its count ended (its window runs to the drain,
+    after its last arrival)."""
+    wall = w.wall_s
+    if not scheduled(lv.entry) or not wall or (lv.ended_by_count and w is lv.buckets[-1]):
+        return None
+    return len(w.records) / wall
+
+
 def capped(entry: Mapping[str, Any]) -> bool:
     """Whether a level's manifest entry declares max_concurrency (an int; anything else is no
     cap): where its requests may wait for a slot, its times from the send (`sent_ttft`,

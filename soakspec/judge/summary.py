@@ -25,7 +25,7 @@ from soakspec.judge import stats
 import numpy as np
 
 from soakspec.judge.evidence import OUTCOMES, BackendEvidence, Evidence
-from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, capped, error_message, index, num
+from soakspec.judge.index import BackendIndex, LevelIndex, Row, Window, capped, error_message, index, num, scheduled_in
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.measures import (Distribution, Outcome, PerBucket, PerRequest, PerSample, bucket_series, completed, excluded, gap_share, not_completed,
                                     outcome_is, quarters, relative_change)
@@ -226,6 +226,8 @@ def window_summary(bi: BackendIndex, lv: LevelIndex, w: Window, prev: Window | N
         "level_label": lv.label,
         "concurrency": lv.entry.get("concurrency"),
         "rate": lv.entry.get("rate"),
+        # an open loop's arrivals in the bucket per second, where its schedule is recorded (`index.scheduled_in`)
+        "scheduled_rate": scheduled_in(lv, w),
         "planned": w.planned,
         "started": w.start,
         "ended": w.end,

@@ -31,7 +31,7 @@ from soakspec.evidence.record import schedule_lag as record_lag
 from soakspec.judge import schedproof
 from soakspec.judge.capproof import Breach, breaches
 from soakspec.judge.common import abort_observed_text, backend_here, loc, plural, problem, result
-from soakspec.judge.index import BackendIndex, LevelIndex, capped, req_time
+from soakspec.judge.index import BackendIndex, LevelIndex, capped, req_time, scheduled_in
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.index import num as num_
 from soakspec.judge.measures import Columnar, bucket_in_flight, cap_wait, completed, timed_out
@@ -928,7 +928,10 @@ def client_bucket(bi: BackendIndex, lv: LevelIndex, w, prev=None) -> dict | None
         if held_s:
             held = min(offered, math.fsum(held_s) / wall) if near.count(_failed_sent.col, _failed_sent.row) else 0.0
     elif mode == "open" and type(rate) in (int, float) and rate > 0:
-        offered = _offered(lv, w, float(rate))
+        # what the schedule put in the bucket, where it is recorded (`index.scheduled_in`): a
+        # random schedule's bucket above its nominal rate is not a client short of its offer
+        sched = scheduled_in(lv, w)
+        offered = sched if sched is not None else _offered(lv, w, float(rate))
         achieved = _started_in(recs, w.start, w.end) / wall
     delays = _values(recs, lambda t, idx: t.f["client_delay"][idx], _delay_row)
     waited, wait_p99, cap_requests = _cap_waits(lv, recs)

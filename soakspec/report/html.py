@@ -156,8 +156,11 @@ def backend_charts(b: Mapping[str, Any], gpu_reason: str | None, verdict: Any = 
                           lambda v: f"{v:.1f} tokens/s", thresholds=lines("throughput"), marks=marks.get("throughput", ())))
     qps = [_num(w.get("qps")) for w in windows]
     ramps = {(lv.get("workload"), lv.get("index")) for lv in b.get("levels") or [] if isinstance(lv, Mapping) and C.ramp_range(lv)}
-    # a ramp's bucket `rate` is where the ramp ends, not what the bucket offered: no offered point there
-    offered = [None if (w.get("workload"), w.get("level")) in ramps else _num(w.get("rate")) for w in windows]
+    # a ramp's bucket `rate` is where the ramp ends, not what the bucket offered: no offered point there.
+    # An open loop whose schedule the run recorded: the arrivals its schedule put in the bucket
+    # (`scheduled_rate`, what it actually offered), not the nominal rate a random schedule only averages
+    offered = [_num(w.get("scheduled_rate")) if _num(w.get("scheduled_rate")) is not None
+               else None if (w.get("workload"), w.get("level")) in ramps else _num(w.get("rate")) for w in windows]
     qps_series = [Series("achieved", broken_at(list(zip(mids, qps)), lv_keys), "#1f77b4")]
     if any(v is not None for v in offered):
         qps_series.append(Series("offered", broken_at(list(zip(mids, offered)), lv_keys), "#8250df", "5 3"))

@@ -1,0 +1,182 @@
+"""The schedule proof (`judge/schedproof.py`): an open loop's records are exactly its seeded
+schedule's arrivals, or the run is INCONCLUSIVE -- the client did not do what it promised,
+never the server's FAIL. Levels the manifest does not determine are said to be not proven."""
+
+from __future__ import annotations
+
+import trio
+import trio.testing
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from soakspec.evidence.record import _round_us
+from soakspec.judge import judge, schedproof
+from soakspec.judge.testing import EvidenceBuilder, spec_from_text
+from soakspec.lang import check, parse
+from soakspec.plan import plan
+from soakspec.runner.clock import RunClock
+from soakspec.runner.ids import IdSequence
+from soakspec.runner.load import LevelContext, Shapes, drive_level
+
+from test_load_schedule import FakeServer
+
+
+def _open_spec(load: str, rules: str = "require failed == 0", duration: str = "\n  duration = 1m"):
+    return spec_from_text('soak "s" {}\nbackend "a" {\n  url = "http://127.0.0.1:8000"\n}\n'
+                          f'workload "w" {{\n  load {{\n    mode = open\n    {load}\n  }}{duration}\n'
+                          '  bucket = 20s\n  deadline = 30s\n  follow_up = false\n}\n'
+                          f'gate {{\n  {rules}\n}}\n')
+
+
+POISSON = _open_spec("rate = [2rps, 3rps]\n    arrival = poisson\n    seed = 7")
+
+
+def _health(v):
+    return next(r for r in v.rules if r.rule == "client_healthy")
+
+
+def _open_records(b: EvidenceBuilder, level: int = 0) -> list[dict]:
+    return sorted((r for r in b.records["a"] if r["level"] == level and r["bucket"] != -2), key=lambda r: r["intended_start"])
+
+
+def test_clean_scheduled_evidence_is_proven_and_says_so():
+    v = judge(POISSON, EvidenceBuilder(POISSON).build())
+    assert v.outcome == "PASS"
+    assert "it sent on its schedule in 2 open-loop levels" in _health(v).message
+
+
+def test_a_dropped_arrival_is_inconclusive_naming_it():
+    b = EvidenceBuilder(POISSON)
+    gone = _open_records(b)[7]
+    b.records["a"].remove(gone)
+    v = judge(POISSON, b.build())
+    assert v.outcome == "INCONCLUSIVE"
+    assert "the load generator did not send on its schedule: arrival 7 " in _health(v).message
+    assert "has no record: dropped" in _health(v).message and "rate 2 rps" in _health(v).message
+
+
+def test_an_added_record_is_inconclusive_naming_it():
+    b = EvidenceBuilder(POISSON)
+    recs = _open_records(b)
+    extra = dict(recs[3], request_id="run1-a-extra", intended_start=(recs[3]["intended_start"] + recs[4]["intended_start"]) / 2)
+    b.records["a"].append(extra)
+    v = judge(POISSON, b.build())
+    assert v.outcome == "INCONCLUSIVE"
+    assert "is no arrival of the schedule: added" in _health(v).message
+
+
+def test_a_shifted_intended_start_is_inconclusive_with_the_shift():
+    b = EvidenceBuilder(POISSON)
+    _open_records(b, 1)[5]["intended_start"] += 0.002  # 2 ms late on paper: more than the records' 1 us
+    v = judge(POISSON, b.build())
+    assert v.outcome == "INCONCLUSIVE"
+    msg = _health(v).message
+    assert "rate 3 rps" in msg and "arrival 5 was due" in msg and "shifted +2.00" in msg
+
+
+def test_a_shift_within_the_records_microsecond_is_not_a_mismatch():
+    b = EvidenceBuilder(POISSON)
+    _open_records(b)[5]["intended_start"] += 1e-6
+    assert judge(POISSON, b.build()).outcome == "PASS"
+
+
+def test_a_wrong_seed_in_the_manifest_is_inconclusive():
+    b = EvidenceBuilder(POISSON)
+    b.manifest["backends"][0]["levels"][0]["schedule"]["seed"] += 1
+    v = judge(POISSON, b.build())
+    assert v.outcome == "INCONCLUSIVE" and "did not send on its schedule" in _health(v).message
+
+
+def test_a_server_fail_beside_a_broken_schedule_is_not_the_servers():
+    spec = _open_spec("rate = [2rps]\n    arrival = poisson", "require p95(ttft) < 10ms")
+    b = EvidenceBuilder(spec)
+    assert judge(spec, b.build()).outcome == "FAIL"  # ttft is 100 ms: the server's FAIL
+    b.records["a"].remove(_open_records(b)[2])
+    v = judge(spec, b.build())
+    assert v.outcome == "INCONCLUSIVE"
+    rule = next(r for r in v.rules if "ttft" in r.rule)
+    assert rule.status == "inconclusive" and "did not send on its schedule" in rule.message
+
+
+def test_evidence_without_the_schedule_is_judged_as_it_ran_and_says_not_proven():
+    """Older evidence (no `schedule` in the manifest): no proof, said so, no new failure -- even
+    with records that no schedule would give."""
+    b = EvidenceBuilder(POISSON, scheduled=False)
+    assert "schedule" not in b.manifest["backends"][0]["levels"][0]
+    v = judge(POISSON, b.build())
+    assert v.outcome == "PASS"
+    assert "schedule not proven: 2 open-loop levels (the manifest records no schedule" in _health(v).message
+
+
+def test_a_ramp_is_stated_as_not_proven():
+    spec = _open_spec("phases {\n      up { rate = 1rps  ramp_to = 3rps  duration = 20s }\n      flat { rate = 2rps  duration = 40s }\n    }", duration="")
+    v = judge(spec, EvidenceBuilder(spec).build())
+    msg = _health(v).message
+    assert v.outcome == "PASS"
+    assert "it sent on its schedule in 1 open-loop level" in msg  # the flat phase
+    assert "schedule not proven: 1 open-loop level (a ramp's or step's rate varies" in msg
+
+
+def test_a_level_cut_short_is_not_proven():
+    b = EvidenceBuilder(POISSON)
+    b.manifest["backends"][0]["levels"][1]["completed"] = False
+    assert schedproof.prove(b.manifest["backends"][0]["levels"][1], []).status == "unproven"
+
+
+def _level(rate: float, arrival: str, seed: int, burst: float, duration_ms: int, bucket_ms: int, warmup: str, count: int | None):
+    burst_line = f"\n burstiness = {burst}" if arrival == "poisson" and burst != 1.0 else ""
+    count_line = f"\n requests_per_level = {count}" if count else ""
+    text = ('soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+            f'workload "w" {{\n load {{\n mode = open\n rate = [{rate}rps]\n arrival = {arrival}\n seed = {seed}{burst_line}{count_line}\n }}\n'
+            f' duration = {duration_ms}ms\n bucket = {bucket_ms}ms\n warmup = {warmup}\n deadline = 30s\n follow_up = false\n}}\n')
+    spec, diags = check(parse(text)[0])
+    assert spec is not None, [d.message for d in diags]
+    return plan(spec).backends[0].levels[0]
+
+
+def _drive(level, epoch: float):
+    async def main():
+        clock = RunClock(timer=trio.current_time, epoch=epoch)
+        server = FakeServer(clock, 0.05)
+        records: list = []
+        ctx = LevelContext("a", clock, server.connect, Shapes(level.request), records.extend, IdSequence("t"))
+        return await drive_level(level, ctx), records
+
+    return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rate=st.sampled_from([0.5, 2.0, 5.0, 7.5, 40.0]), arrival=st.sampled_from(["constant", "poisson"]),
+       seed=st.integers(0, 2**31), burst=st.sampled_from([1.0, 0.5, 3.0]),
+       duration_ms=st.sampled_from([1000, 2000, 3500]), bucket_ms=st.sampled_from([200, 300, 500, 1000]),
+       warmup=st.sampled_from(["0s", "300ms", "1s", "3 requests"]), count=st.sampled_from([None, 5]),
+       epoch=st.sampled_from([0.0, 1_747_000_000.123456, 1796638213.623406]))
+def test_runner_written_records_always_prove(rate, arrival, seed, burst, duration_ms, bucket_ms, warmup, count, epoch):
+    """Property: what the runner sends (`drive_level`, virtual time) and records -- rounded to
+    1 us as written -- proves against its manifest entry (the plan's, and the times the
+    recorder writes), for any rate, seed, arrival, burstiness, duration, bucket, warmup and count."""
+    level = _level(rate, arrival, seed, burst, duration_ms, bucket_ms, warmup, count)
+    run, records = _drive(level, epoch)
+    entry = level.to_json() | {"started_at": run.started_at, "measure_start": run.measure_start, "completed": run.completed}
+    proof = schedproof.prove(entry, [_round_us(r.intended_start) for r in records])
+    assert proof.status == "proven", proof.reason
+    assert proof.arrivals == len(records)
+
+
+def test_what_a_bucket_offered_is_its_schedules_arrivals_not_the_nominal_rate():
+    """Where the schedule is recorded, a bucket's offered rate -- results.json's per-bucket
+    `scheduled_rate`, client_healthy's achieved-vs-offered and the HTML qps chart's dashed
+    "offered" line -- is the arrivals the seeded schedule put in it per second, not the
+    nominal 2 rps a Poisson schedule only averages."""
+    from soakspec.report import prepare
+
+    inp = prepare(POISSON, EvidenceBuilder(POISSON).with_client().build())
+    be = inp.results["backends"][0]
+    b0 = next(w for w in be["buckets"] if w["level"] == 0 and w["bucket"] == 0)
+    due = sum(1 for r in _open_records(EvidenceBuilder(POISSON)) if r["bucket"] == 0)
+    assert b0["scheduled_rate"] == due / 20.0 and due != 40  # 2 rps nominal: 40 in a 20 s bucket
+    assert b0["client"]["offered"] == b0["scheduled_rate"]
+    assert f"offered at 10.0s: {due / 20.0:.2f} req/s" in inp.render("html")
+    unscheduled = prepare(POISSON, EvidenceBuilder(POISSON, scheduled=False).with_client().build())
+    w = next(w for w in unscheduled.results["backends"][0]["buckets"] if w["level"] == 0 and w["bucket"] == 0)
+    assert w["scheduled_rate"] is None and w["client"]["offered"] == 2.0
