@@ -33,6 +33,7 @@ from soakspec.runner.engine import h11_connect
 from soakspec.runner.procs import BackendError
 from soakspec.runner.progress import Progress
 from soakspec.runner.recorder import BackendRecorder, RunStatus
+from soakspec.judge import schedproof
 from soakspec.runner.load import CANCELLED_BY_ABORT
 from soakspec.runner.workers import processes_for
 
@@ -74,6 +75,9 @@ def test_two_workers_give_the_same_records_as_one(tmp_path):
         offsets = sorted(round(r["intended_start"] - level["started_at"], 6) for r in rows)
         summary[w] = (len(rows), Counter(r["bucket"] for r in rows), Counter(r["outcome"] for r in rows), offsets)
         assert 0 < level["mean_in_flight"] < 5
+        # what the runner wrote is its schedule's arrivals, however the processes split them
+        proof = schedproof.prove(level, [r["intended_start"] for r in rows if r["bucket"] != -2])
+        assert (proof.status, proof.arrivals) == ("proven", 60), proof.reason
     assert summary[1][:3] == summary[2][:3] == (60, Counter({0: 30, 1: 30}), Counter({"completed": 60}))
     # the same schedule (epoch floats near 1.7e9 carry ~2e-7 s of rounding)
     assert len(summary[1][3]) == len(summary[2][3])
