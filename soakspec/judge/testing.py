@@ -54,6 +54,14 @@ class EvidenceBuilder:
                  below the offered concurrency), which real client samples would rightly call
                  a client that did not keep up; `with_client()` adds the samples of a healthy
                  load generator (`client_rows`) for tests about client health.
+    scheduled    (keyword) True by default: an open loop at a fixed rate is laid out as the runner
+                 sends it -- one record per arrival of its seeded schedule (`schedproof.expected`:
+                 warm-up arrivals in bucket -1, the rest in the bucket each was due in), its
+                 manifest entry recording the schedule, so the judge's schedule proof holds and
+                 `per_bucket` does not apply to it. False: such a level keeps `per_bucket`
+                 evenly spaced records, which follow no schedule, and its entry records none --
+                 evidence as from before the schedule proof, judged "not proven" (for tests whose
+                 meaning is in those records' spacing).
     server_logs  backend name -> server.log text, to replace the default one (`server_log`: the
                  runtime's version line, one trace line per trace row when the backend's traces
                  come from its log, built from `traces` when the evidence is built)
