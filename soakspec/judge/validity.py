@@ -1238,7 +1238,10 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     discounted and the buckets beside them. Where every failing instance overlaps one -- or the
     result does not say where it failed -- it is INCONCLUSIVE, naming the saturated buckets.
     When the load generator could not send requests (NOT_SENT_NOTE) every FAIL is: those
-    requests count as unsuccessful, and the planned load was not applied."""
+    requests count as unsuccessful, and the planned load was not applied. So is every FAIL
+    when an open loop's records are not its schedule's arrivals (CLIENT_SCHEDULE,
+    `schedule_kept`): the times every figure is measured from are the client's word, and it
+    was wrong -- in that level, and so possibly in any (one load generator wrote them all)."""
     if res.status != "fail":
         return res
     health = next((x for x in results if x.rule == "client_healthy" and x.status == "inconclusive"), None)
