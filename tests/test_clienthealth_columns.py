@@ -112,7 +112,8 @@ def reference_bucket(client_rows, lv, w, prev=None, all_records=()):
         failed = any(r.get("outcome") != "completed" and num(r.get("start")) is not None for r in near)
         held = (min(offered, math.fsum(held_s) / wall) if failed else 0.0) if held_s else None
     elif mode == "open" and type(rate) in (int, float) and rate > 0:
-        offered = float(rate)
+        # a recorded schedule: the arrivals it put in the bucket (one record each) per second
+        offered = len(recs) / wall if isinstance(lv.entry.get("schedule"), dict) and wall else float(rate)
         achieved = sum(1 for r in recs if (s := num(r.get("start"))) is not None and w.start <= s < w.end) / wall
     delays = [d for r in recs if (d := num(r.get("client_delay"))) is not None]
     gaps = coal = 0
