@@ -124,9 +124,12 @@ def test_a_level_cut_short_is_not_proven():
     assert schedproof.prove(b.manifest["backends"][0]["levels"][1], []).status == "unproven"
 
 
-def _level(rate: float, arrival: str, seed: int, burst: float, duration_ms: int, bucket_ms: int, warmup: str, count: int | None):
+def _level(rate: float, arrival: str, seed: int, burst: float, duration_ms: int, bucket_ms: int, warmup: str, count: int | None,
+           least_ms: int | None = None):
     burst_line = f"\n burstiness = {burst}" if arrival == "poisson" and burst != 1.0 else ""
     count_line = f"\n requests_per_level = {count}" if count else ""
+    if count and least_ms:
+        count_line += f"\n min_duration = {min(least_ms, duration_ms)}ms"
     text = ('soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
             f'workload "w" {{\n load {{\n mode = open\n rate = [{rate}rps]\n arrival = {arrival}\n seed = {seed}{burst_line}{count_line}\n }}\n'
             f' duration = {duration_ms}ms\n bucket = {bucket_ms}ms\n warmup = {warmup}\n deadline = 30s\n follow_up = false\n}}\n')
@@ -151,12 +154,13 @@ def _drive(level, epoch: float):
        seed=st.integers(0, 2**31), burst=st.sampled_from([1.0, 0.5, 3.0]),
        duration_ms=st.sampled_from([1000, 2000, 3500]), bucket_ms=st.sampled_from([200, 300, 500, 1000]),
        warmup=st.sampled_from(["0s", "300ms", "1s", "3 requests"]), count=st.sampled_from([None, 5]),
-       epoch=st.sampled_from([0.0, 1_747_000_000.123456, 1796638213.623406]))
-def test_runner_written_records_always_prove(rate, arrival, seed, burst, duration_ms, bucket_ms, warmup, count, epoch):
+       least_ms=st.sampled_from([None, 200, 900, 2500]), epoch=st.sampled_from([0.0, 1_747_000_000.123456, 1796638213.623406]))
+def test_runner_written_records_always_prove(rate, arrival, seed, burst, duration_ms, bucket_ms, warmup, count, least_ms, epoch):
     """Property: what the runner sends (`drive_level`, virtual time) and records -- rounded to
     1 us as written -- proves against its manifest entry (the plan's, and the times the
-    recorder writes), for any rate, seed, arrival, burstiness, duration, bucket, warmup and count."""
-    level = _level(rate, arrival, seed, burst, duration_ms, bucket_ms, warmup, count)
+    recorder writes), for any rate, seed, arrival, burstiness, duration, bucket, warmup, count
+    and a count's min_duration (arrivals past the count until it has passed)."""
+    level = _level(rate, arrival, seed, burst, duration_ms, bucket_ms, warmup, count, least_ms)
     run, records = _drive(level, epoch)
     entry = level.to_json() | {"started_at": run.started_at, "measure_start": run.measure_start, "completed": run.completed}
     proof = schedproof.prove(entry, [_round_us(r.intended_start) for r in records])

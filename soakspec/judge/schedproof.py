@@ -19,7 +19,8 @@ What the rebuild follows (`expected`), as the runner does:
   - a counted warmup of N: the schedule's first N arrivals from t0 (no grid), then the schedule
     afresh from `measure_start` (the warmup's end) to measure_start + planned_duration_s;
   - a count of n (`requests_per_level`): the arrivals up to the n-th at or after the measured
-    window's start (`Quota.first`);
+    window's start (`Quota.first`) -- with a min_duration D (`min_duration_s`), every one due
+    before measure_start + D as well;
   - `--workers`: every process reads the same schedule and sends every `parts`-th arrival, so
     the level's records together are the schedule, split however they were.
 
@@ -126,11 +127,15 @@ def expected(entry: Mapping[str, Any]) -> Iterator[float]:
     if n is None:
         yield from times
         return
+    least = _num(entry.get("min_duration_s"))
+    until = None if least is None else m + least
     k = 0
-    for t in times:  # `Quota.first`: up to the n-th at or after the measured window's start
+    for t in times:  # `Quota.first`: up to the n-th at or after the measured window's start --
+        if until is not None and k >= n and t >= until:  # and with a min_duration, each due before m + it
+            return
         yield t
         k += t >= m
-        if k >= n:
+        if k >= n and (until is None or t >= until):
             return
 
 
