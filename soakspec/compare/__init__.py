@@ -1059,8 +1059,13 @@ def batch_effect(hits: np.ndarray) -> float | None:
         return None
     p = hit / n
     starts = (np.arange(b, dtype=np.int64) * n) // b
-    sizes = np.diff(np.append(starts, n)).astype(np.float64)
-    k = np.add.reduceat(hits.astype(np.float64), starts)
+    ends = np.append(starts[1:], n)
+    sizes = (ends - starts).astype(np.float64)
+    # each batch's hits counted where they lie: `hits.astype(float64)` summed by reduceat made a
+    # float64 copy of a whole level's outcomes (8 bytes a request: compare's peak, at the first
+    # level's design effects, beside the other run's samples); whole counts below 2**53, so the
+    # same float64 values whatever the order they are summed in
+    k = np.array([np.count_nonzero(hits[s:e]) for s, e in zip(starts.tolist(), ends.tolist())], dtype=np.float64)
     # Var(share) from the batches (a ratio estimator, b - 1 degrees of freedom) over the
     # p (1 - p) / n of independent draws
     d = b / (b - 1) * float(np.sum((k - p * sizes) ** 2)) / (n * p * (1.0 - p))
