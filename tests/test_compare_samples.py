@@ -187,3 +187,43 @@ def test_a_change_smaller_than_a_bin_is_never_read_as_a_pass_or_a_whole_bin(tmp_
     got = row(binned)
     assert got.low <= 20511 / 20448 - 1 <= got.high and got.low < 0.002 < got.high
     assert "bins" in got.note and got.change == pytest.approx(20495.5 / 20463.5 - 1)  # the bins' midpoints
+
+
+# per-request times as a recorder makes them: epoch seconds in whole microseconds, subtracted
+epoch_times = st.lists(st.tuples(st.integers(0, 86_400_000_000), st.integers(0, 600_000_000)), min_size=1, max_size=300).map(
+    lambda ps: [(1.7e9 * 1e6 + s + d) / 1e6 - (1.7e9 * 1e6 + s) / 1e6 for s, d in ps])
+any_floats = st.lists(st.floats(-1e6, 1e6, allow_nan=False), min_size=1, max_size=300)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(epoch_times, any_floats, tied), qs, st.integers(0, 2**32), st.one_of(st.none(), st.integers(1, 500)))
+def test_a_compact_sample_draws_and_points_exactly_as_the_float64_one(xs, q, seed, size):
+    """`Sorted.compact` (the base run's samples, held in 4 bytes a value where that is exact)
+    reads back every order statistic bit for bit -- -0.0 and 0.0 apart -- and so gives the same
+    draws and points; a sample it cannot hold exactly stays float64."""
+    array = Sorted.of(xs)
+    small = array.compact()
+    js = np.arange(len(xs))
+    assert small.n == array.n
+    assert small.take(js).view(np.uint64).tolist() == array.take(js).view(np.uint64).tolist()
+    assert percentile_draws(small, q, random.Random(seed), 40, size) == percentile_draws(array, q, random.Random(seed), 40, size)
+    p, r = small.percentile(q), array.percentile(q)
+    assert p == r and math.copysign(1, p) == math.copysign(1, r)
+
+
+def test_the_base_runs_samples_are_held_in_4_bytes_a_request():
+    """compare reads the base run's samples up front and holds them until the rows are made
+    (RunSamples.read(keep=False)): a recorder's times (epoch seconds in whole microseconds) in 4
+    bytes a request, not 8 -- a day-long run's ttft, tpot and latency 120 MB, not 240."""
+    from soakspec.compare import RunSamples
+
+    b = EvidenceBuilder(SPEC, per_bucket=100, run_id="recorded")
+    rng = random.Random(3)
+    for r in b.measured("a"):  # ttft and latency from the stamps, as the runner's records give them
+        ttft, gaps = rng.lognormvariate(-2.3, 0.35), [rng.randint(800, 1400) / 1e6 for _ in range(63)]
+        r.update(first_token=round(r["start"] + ttft, 6), end=round(r["start"] + ttft + sum(gaps), 6), itl=gaps)
+        r.pop("ttft", None), r.pop("latency", None)
+    lv = RunSamples.read(b.build(), keep=False).backends[0].levels[0]
+    for name in ("ttft", "latency"):
+        xs = lv.samples[name][0]
+        assert xs.n == 400 and xs.values.itemsize == 4, (name, xs.values.dtype)

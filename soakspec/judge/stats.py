@@ -110,17 +110,33 @@ def own_array(values: Any) -> bool:
     return isinstance(values, np.ndarray) and values.flags.owndata and values.flags.writeable
 
 
-def _percentile_array(values: np.ndarray, q: float, reorder: bool = False, presorted: bool = False) -> float | None:
-    n = len(values)
+def percentile_of_sorted(n: int, q: float, at: Callable[[int], float]) -> float | None:
+    """`percentile(values, q)` of n values in ascending order, `at(i)` the i-th smallest
+    (0-based): only the order statistics it needs are read (compare's samples, held compactly)."""
     if n == 0:
         return None
     h = (n - 1) * q / 100.0
     lo = math.floor(h)
     if n == 1 or lo >= n - 1:
-        return float(values[-1] if presorted else np.max(values)) if n > 1 else float(values[0])
+        return float(at(n - 1))
+    a, b = float(at(lo)), float(at(lo + 1))
+    frac = h - lo
+    if frac == 0 or a == b:
+        return a
+    return float(a + frac * (b - a))
+
+
+def _percentile_array(values: np.ndarray, q: float, reorder: bool = False, presorted: bool = False) -> float | None:
+    n = len(values)
+    if n == 0:
+        return None
     if presorted:
-        part = values
-    elif reorder:
+        return percentile_of_sorted(n, q, lambda i: values[i])
+    h = (n - 1) * q / 100.0
+    lo = math.floor(h)
+    if n == 1 or lo >= n - 1:
+        return float(np.max(values)) if n > 1 else float(values[0])
+    if reorder:
         values.partition((lo, lo + 1))
         part = values
     else:
