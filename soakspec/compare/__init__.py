@@ -51,9 +51,9 @@ equal), so its rows would say nothing the ttft rows do not, while each would wid
 interval of the comparison (Bonferroni: m rows, each at 1 - (1 - confidence) / m): they are not
 made there, and a capped level's pair adds six rows to m. Nor where only one run declared a cap:
 the cap itself changed, and a run read up front (`RunSamples.read(keep=False)`) keeps the sent_*
-samples of its capped levels only -- 16 bytes a request it would hold for nothing at every other
-level. A rule on sent_ttft or sent_latency judges the capped levels; with none, it is
-inconclusive and says so. Total token throughput has no row: with the workload held equal (or
+samples of its capped levels only -- 8 bytes a request (16 where not compact) it would hold
+for nothing at every other level. A rule on sent_ttft or sent_latency judges the capped
+levels; with none, it is inconclusive and says so. Total token throughput has no row: with the workload held equal (or
 the difference stated, "Comparable runs"), prompt tokens per second are qps times the fixed
 prompt, so its change is a weighted mix of the qps and throughput rows' -- one more row per
 level to widen the family, and nothing new to say.
@@ -122,7 +122,8 @@ the gate's counted form (`Distribution.counted`: distinct values ascending and c
 counts, j-th smallest = the first value whose cumulative count exceeds j), which is O(distinct
 gaps) -- a few thousand microsecond values for the ~10^9 gaps of a day-long soak that one float
 each would hold in tens of GB; a per-request metric as one sorted float64 array (8 bytes a
-request, where a list of Python floats took ~32). itl's values() are asked for only when its gaps
+request, where a list of Python floats took ~32) -- 4 where a run read up front holds it
+(`Sorted.compact`: uint32 offsets of a power of two, where every value is one exactly). itl's values() are asked for only when its gaps
 cannot be counted (not whole microseconds). A (level pair, metric)'s two samples are built once
 for all its statistics and dropped before the next pair's -- but the command's base run, whose
 samples are all read up front (`RunSamples.read(keep=False)`) so that its table is let go
@@ -1301,7 +1302,8 @@ class RunSamples:
     every level's samples at once and holds none of the run's table, so that the command reads
     the base run, lets its table go, and only then reads the new one: compare of two day-long
     runs held both tables (10^7 requests a side: 1.2 GiB), where one table and the other's
-    samples (ttft, tpot, latency: 24 bytes a request, 16 more at a level that declares
+    samples (ttft, tpot, latency: 12 bytes a request held compactly -- 24 where a value is not a
+    whole multiple of one power of two, `Sorted.compact` -- 8 more at a level that declares
     max_concurrency for sent_ttft and sent_latency, and at a multi-turn level ttft per turn, with
     sent_ttft where capped; itl counted by value) are enough."""
 
