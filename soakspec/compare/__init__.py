@@ -551,8 +551,8 @@ def _quanta_of(v: np.ndarray) -> tuple[float, int] | None:
         e = least if e is None else min(e, least)
     if e is None:  # every value 0
         e = 0
-    k0 = float(np.ldexp(v[0], -e))
-    top = float(np.ldexp(v[-1], -e))
+    with np.errstate(over="ignore"):  # values too wide for their finest quantum: inf, refused below
+        k0, top = float(np.ldexp(v[0], -e)), float(np.ldexp(v[-1], -e))
     if not (math.isfinite(k0) and math.isfinite(top)) or abs(k0) >= 2.0 ** 53 or abs(top) >= 2.0 ** 53:
         return None
     if top - k0 >= 2.0 ** 32:
