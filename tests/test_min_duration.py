@@ -355,3 +355,42 @@ def test_a_level_that_stopped_at_its_count_before_its_min_duration_is_not_comple
     lv.update(buckets=[first], measure_end=first["end"], drained_at=first["end"], measured_sent=10, ended_by="count")
     (short,) = [r for r in judge(spec, b.build()).rules if r.rule == "completed_run"]
     assert short.status != "pass" and "before its min_duration (10s), with its 10 requests sent" in short.message, short.message
+
+
+def _open_sim_spec(tmp_path, arrival: str):
+    """An open loop at 20 rps asked for 40 with a 2 s minimum (N = rate x D), 1 s buckets after a
+    1 s warmup, against a ~10 ms simulator: its last scheduled arrival before the minimum ends is
+    served before it, so the level drains inside its min_duration."""
+    path = tmp_path / "open.soak"
+    path.write_text('soak "count" {}\nbackend "a" {\n  sim {\n    ttft = 2ms\n    itl = 1ms\n  }\n}\n'
+                    'workload "w" {\n  prompt_words = 8\n  max_tokens = 4\n  load {\n    mode = open\n    rate = [20rps]\n'
+                    f'    {arrival}\n    requests_per_level = 40\n    min_duration = 2s\n  }}\n  warmup = 1s\n  duration = 5s\n'
+                    '  bucket = 1s\n  deadline = 30s\n  follow_up = false\n}\n'
+                    'gate {\n  require failed == 0\n  require duration_coverage\n  require completed_run\n}\n')
+    return path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arrival, last", [
+    # constant: 40 arrivals in [m, m + 2s), the 41st due exactly at m + 2s -- not sent
+    ("arrival = constant", 1.95),
+    # Poisson and gamma seeds whose schedule holds exactly 40 arrivals in [m, m + 2s) (P ~ 4%)
+    ("arrival = poisson\n    seed = 120", 1.93),
+    ("arrival = poisson\n    seed = 55\n    burstiness = 0.5", 1.822),
+])
+def test_an_open_loop_whose_schedule_holds_exactly_n_before_its_min_duration_is_complete(tmp_path, arrival, last):
+    """The schedule's 40 arrivals due before m + D are every one the level sends (the next is due
+    at or after it), so it ends with exactly 40, drained before its minimum's end: complete as
+    the schedule has it -- the gate passes, not "ended before its min_duration"."""
+    import json
+
+    from test_requests_per_level import _level_entry, _records, _run
+
+    out = tmp_path / "ev"
+    proc = _run(_open_sim_spec(tmp_path, arrival), out)
+    lv = _level_entry(out)
+    measured = sorted(r.intended_start - lv["measure_start"] for r in _records(out) if r.bucket >= 0)
+    assert len(measured) == 40 and measured[-1] == pytest.approx(last, abs=1e-3)
+    assert lv["measure_end"] - lv["measure_start"] < 2.0, lv  # drained inside its minimum
+    verdict = json.loads((out / "verdict.json").read_text())
+    assert proc.returncode == 0, [r for r in verdict["rules"] if r["status"] != "pass"]

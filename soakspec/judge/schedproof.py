@@ -58,7 +58,7 @@ import numpy as np
 from soakspec import windows
 from soakspec.arrivals import Grid, schedule
 
-__all__ = ["TOLERANCE_US", "Proof", "expected", "prove"]
+__all__ = ["TOLERANCE_US", "Proof", "expected", "measured_arrivals", "prove"]
 
 TOLERANCE_US = 1  # the records' precision: see the module docstring
 
@@ -137,6 +137,18 @@ def expected(entry: Mapping[str, Any]) -> Iterator[float]:
         k += t >= m
         if k >= n and (until is None or t >= until):
             return
+
+
+def measured_arrivals(entry: Mapping[str, Any]) -> int | None:
+    """How many measured arrivals (at or after `measure_start`) the level's schedule holds as the
+    runner sends it (`expected`); None where the manifest does not determine the schedule
+    (`why_unproven`). A counted level with a min_duration sends exactly its N when its schedule
+    has no arrival after its N-th that is due before measure_start + D: a level that then
+    drains before D is complete as scheduled (`validity._count_problems`)."""
+    if why_unproven(entry) is not None:
+        return None
+    m = float(entry["measure_start"])
+    return sum(1 for t in expected(entry) if t >= m)
 
 
 def _us(a: np.ndarray) -> np.ndarray:

@@ -387,13 +387,33 @@ def _count_problems(lv: LevelIndex, lloc: Location, partial: bool = False) -> li
     if sent > n and least is None:  # a min_duration sends on past N until it has passed
         return [problem(f"{sent} measured requests recorded, more than the level's requests_per_level of {n}", lloc)]
     ms, me = lv.measure_start, lv.measure_end
-    if least is not None and sent == n and ms is not None and me is not None and me - ms < least - 1e-6:
+    if least is not None and sent == n and ms is not None and me is not None and me - ms < least - 1e-6 \
+            and not _schedule_ends_at_count(lv.entry, n):
         # exactly N sent, and its window ended before its minimum: a level that runs on to its minimum
         # sends past N while it is not over (closed loop: a free worker takes another; open loop: the
-        # next arrival), and one whose N-th came after it ends after it -- so this one stopped short
+        # next arrival due before it), and one whose N-th came after it ends after it -- so this one
+        # stopped short, unless its schedule holds no arrival after the N-th before the minimum's end
         return [problem(f"the level ended {format_duration(me - ms)} into its measured window, before its min_duration "
                         f"({format_duration(least)}), with its {n} requests sent: not complete", lloc)]
     return []
+
+
+def _schedule_ends_at_count(entry: Mapping[str, Any], n: int) -> bool:
+    """Whether an open loop that sent exactly its `n` and drained before its min_duration sent
+    every arrival its schedule holds: the runner sends the arrivals due before measure_start + D
+    (`Quota.first`), so where the schedule's (n+1)-th measured arrival is due at or after it --
+    constant arrivals with n = rate x D (the next is due exactly at m + D), a Poisson or gamma
+    count that drew exactly n there -- the level is complete with n, and drains inside D.
+    Rebuilt from the manifest's schedule (`schedproof.measured_arrivals`, the runner's own
+    function). An open loop whose manifest does not determine its schedule (no `schedule`
+    entry, a ramp) leaves its next arrival unrecorded -- an arrival never sent has no record --
+    so the records cannot show it was due before D: not called short (its schedule proof says
+    why it is unproven, in client_healthy). A closed loop always can: a worker free before D
+    takes another place (`Quota.take`), so one that stopped at n before D stopped short."""
+    if entry.get("mode") != "open":
+        return False
+    k = schedproof.measured_arrivals(entry)
+    return k is None or k <= n
 
 
 def _admitted_problems(lv: LevelIndex, lloc: Location) -> list[Instance]:
