@@ -394,3 +394,28 @@ def test_an_open_loop_whose_schedule_holds_exactly_n_before_its_min_duration_is_
     assert lv["measure_end"] - lv["measure_start"] < 2.0, lv  # drained inside its minimum
     verdict = json.loads((out / "verdict.json").read_text())
     assert proc.returncode == 0, [r for r in verdict["rules"] if r["status"] != "pass"]
+
+
+@pytest.mark.parametrize("parts", [1, 2])
+@pytest.mark.parametrize("load, extra, latency, sent", [
+    # min_duration = duration: the workers take places past 10 until 3 s, then the bound (the
+    # same instant) ends their loop before they ask for another -- the minimum ended it
+    ("mode = closed\n    concurrency = [2]\n    requests_per_level = 10\n    min_duration = 3s",
+     "duration = 3s\n  bucket = 1s\n  deadline = 60s", 0.05, 120),
+    # 0.9 s a request: 2 at 0, 2 more at 0.9 (before the 1 s minimum), ending at 1.8 s, past the
+    # 1.5 s bound: its count and its minimum both held, so they ended it, not the bound
+    ("mode = closed\n    concurrency = [2]\n    requests_per_level = 2\n    min_duration = 1s",
+     "duration = 1500ms\n  bucket = 500ms\n  deadline = 60s", 0.9, 4),
+])
+def test_a_closed_loop_whose_bound_comes_after_its_minimum_records_the_minimum_ended_it(load, extra, latency, sent, parts):
+    """One process and two agree: `ended_by: min_duration` with every request sent, the measured
+    window ending at the drain (the last request's end), never `duration` (not complete) for a
+    level that sent its count and ran its minimum."""
+    level = _level(load, extra)
+    t0, records, runs = trio.run(_drive_parts, level, latency, parts, clock=_mock())
+    measured = _measured(records)
+    assert len(measured) == sent
+    summed = runs[0] if parts == 1 else _summed(level, t0, runs, sent)
+    assert summed.count_json() == {"measured_sent": sent, "ended_by": "min_duration"}
+    assert summed.measure_end == pytest.approx(max(r.end for r in measured))
+    assert summed.bucket_windows()[-1]["end"] == pytest.approx(summed.measure_end)

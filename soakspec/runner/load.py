@@ -821,6 +821,7 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
         return rec
 
     load, start = one, t0
+    reached = False
     try:
         async with trio.open_nursery() as background:
             background.start_soon(pending.writer)
@@ -844,15 +845,21 @@ async def drive_level(level: Level, ctx: LevelContext) -> LevelRun:
                 await LOAD_MODELS[type(level.shape)](level.shape, ctx, load, stop, start, m)
                 # The load functions return only after `stop`, with every request drained; an
                 # abort arrives as cancellation instead. The bucket clock ends with the last bucket
-                # -- or, a count-bounded level that sent its count, now: its last request has ended
-                if quota is not None and quota.reached:
+                # -- or, a count-bounded level that sent its count, now: its last request has ended.
+                # Its count ended it where it sent its n and its min_duration passed (`Quota.done`),
+                # whether or not a worker then asked for another: the bound, reached at the same
+                # instant as the minimum (or while the last requests ran), ends a worker's loop
+                # before it asks -- the --workers parent reads the shared count the same way
+                # (`workers._count_reached`), so one process and several record the same end
+                reached = quota is not None and quota.done(clock.now())
+                if reached:
                     ended.set()
                 drained.set()
             background.cancel_scope.cancel()
     finally:
         pending.write()  # also when aborting: every request sent has its record
     run.drained_at = clock.now()
-    run.count_reached = quota is not None and quota.reached
+    run.count_reached = reached
     run.measure_end = run.drain_end(stop)
     run.completed = True
     return run
