@@ -216,3 +216,23 @@ def test_a_real_split_poisson_run_proves_end_to_end(tmp_path):
     assert (proof.status, proof.arrivals) == ("proven", len(rows)), proof.reason
     if health["status"] == "pass":  # (a busy machine may find the client saturated: then it says that first)
         assert "it sent on its schedule in 1 open-loop level" in health["message"], health["message"]
+
+
+@pytest.mark.parametrize("other, said", [
+    ("rate = [2rps, 3rps]\n    arrival = poisson\n    seed = 8", "arrival poisson seed 7 (the spec plans poisson seed 8)"),
+    ("rate = [2rps, 3rps]\n    arrival = constant", "arrival poisson seed 7 (the spec plans constant)"),
+    ("rate = [2rps, 3rps]\n    arrival = poisson\n    seed = 7\n    burstiness = 0.5",
+     "arrival poisson seed 7 (the spec plans poisson seed 7 burstiness 0.5)"),
+])
+def test_gate_with_a_spec_of_another_schedule_says_the_level_is_not_the_one_that_ran(other, said):
+    """`gate --spec` with a spec whose open loop plans another arrival, seed or burstiness than
+    the manifest's `schedule`: completed_run names the difference (judged as the spec's level, its
+    offered load and latencies would speak of arrivals never sent). Evidence from before the
+    manifest recorded `schedule` is not compared: it passes as it did."""
+    b = EvidenceBuilder(POISSON)
+    spec = _open_spec(other, "require completed_run")
+    (ran,) = [r for r in judge(spec, b.build()).rules if r.rule == "completed_run"]
+    assert ran.status != "pass" and said in ran.message, ran.message
+    old = EvidenceBuilder(POISSON, scheduled=False)
+    (ran,) = [r for r in judge(spec, old.build()).rules if r.rule == "completed_run"]
+    assert ran.status == "pass", ran.message

@@ -297,6 +297,9 @@ def _load_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instance]
     if warm != planned_warm:  # absent: a timed warmup (as every run before the key)
         differ.append(f"a warmup of {f'{warm} requests' if warm else 'a duration'} (the spec plans "
                       f"{f'{planned_warm} requests' if planned_warm else 'a duration'})")
+    ran_on, planned_on = _arrivals(lv.entry.get("schedule")), _arrivals(want.get("schedule"))
+    if ran_on is not None and planned_on is not None and ran_on != planned_on:  # absent: evidence from before the key
+        differ.append(f"arrival {_arrivals_text(ran_on)} (the spec plans {_arrivals_text(planned_on)})")
     ran_for = _ran_duration(lv, plv)
     if ran_for is not None:
         differ.append(f"a planned duration of {format_duration(ran_for)} (the spec plans {format_duration(plv.duration_s)})")
@@ -304,6 +307,27 @@ def _load_problems(lv: LevelIndex, plv: Level, lloc: Location) -> list[Instance]
         return []
     return [problem(f"level {lv.index} of workload {lv.workload} ran with {', '.join(differ)}: not the level the spec "
                     f"plans ({plv.label}), so its evidence cannot be judged as that level", lloc)]
+
+
+def _arrivals(s: Any) -> tuple | None:
+    """What an open loop's `schedule` entry (rate aside: LEVEL_KEYS compares it) fixes of its
+    arrivals: (arrival, seed, burstiness) -- constant arrivals use neither seed nor burstiness
+    (`arrivals.schedule`), so they are left out of its identity; None for a level without the
+    entry (a closed loop, evidence from before the schedule proof), which is not compared."""
+    if not isinstance(s, Mapping):
+        return None
+    if s.get("arrival") != "poisson":
+        return (s.get("arrival"), None, None)
+    b = s.get("burstiness")
+    return ("poisson", s.get("seed"), float(b) if isinstance(b, (int, float)) and not isinstance(b, bool) else b)
+
+
+def _arrivals_text(a: tuple) -> str:
+    """`constant`, `poisson seed 7`, `poisson seed 7 burstiness 0.5`."""
+    arrival, seed, b = a
+    if arrival != "poisson":
+        return str(arrival)
+    return f"poisson seed {seed}" + (f" burstiness {b:g}" if isinstance(b, float) and b != 1.0 else "")
 
 
 def _ran_duration(lv: LevelIndex, plv: Level) -> float | None:
