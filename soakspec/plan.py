@@ -32,7 +32,10 @@ many measured requests (the minimum too); seeded Poisson or gamma arrivals vary 
 their minimum is 0 (`_open_minimum`) and the plan prints the expected count with its spread,
 three standard deviations either side (`lang.samples.arrival_count_spread`, W515's rule); a
 level that ends at its `requests_per_level` N sends N whatever its arrivals (`_reaches_count`),
-so the plan says N, and its warmup's estimate (`expected_warmup_requests`). Closed-loop and batch levels
+so the plan says N, and its warmup's estimate (`expected_warmup_requests`). With a
+`min_duration` its floor (`min_requests`, in its line, its backend's and the total) is N --
+closed or random arrivals alike -- or, constant arrivals, every arrival due before the minimum
+where those are more. Closed-loop and batch levels
 depend on the server's speed: the plan gives the minimum (one request per worker, one batch)
 and, when the workload sets `expected_latency`, an estimate: a closed loop `concurrency ×
 duration / expected_latency`; a batch level the requests its batches start in the measured
@@ -1339,16 +1342,20 @@ def _levels(w: Workload, scale: float, request: RequestTemplate) -> list[Level]:
             most = max(count, _least_count(shape, w.warmup_s * scale, latency))
             minimum = min(minimum, most if isinstance(shape, Open) and shape.arrival == "constant" else count)
             expected = min(expected, most) if expected is not None else count  # (closed: with expected_latency)
-        out.append(
-            Level(
-                workload=w.name, index=i, shape=shape, request=request, warmup_s=w.warmup_s * scale,
-                duration_s=duration, deadline_s=w.deadline_s * scale, buckets=_buckets(duration, w.bucket_s * scale),
-                min_requests=minimum, expected_requests=expected,
-                expected_warmup_requests=w.warmup_requests or _warmup_count(shape, w.warmup_s * scale, latency),
-                expected_load_s=_count_load_s(shape, w.warmup_s * scale + (warm_s or 0.0), duration, latency, w.deadline_s * scale),
-                cap_rps=_cap_rps(shape, latency), warmup_requests=w.warmup_requests, expected_warmup_s=warm_s,
-            )
+        lv = Level(
+            workload=w.name, index=i, shape=shape, request=request, warmup_s=w.warmup_s * scale,
+            duration_s=duration, deadline_s=w.deadline_s * scale, buckets=_buckets(duration, w.bucket_s * scale),
+            min_requests=minimum, expected_requests=expected,
+            expected_warmup_requests=w.warmup_requests or _warmup_count(shape, w.warmup_s * scale, latency),
+            expected_load_s=_count_load_s(shape, w.warmup_s * scale + (warm_s or 0.0), duration, latency, w.deadline_s * scale),
+            cap_rps=_cap_rps(shape, latency), warmup_requests=w.warmup_requests, expected_warmup_s=warm_s,
         )  # fmt: skip
+        if count is not None and _reaches_count(lv):
+            # a level the plan expects to reach its count sends at least its N, whatever its arrivals
+            # (a Poisson count's floor is not 0, a closed loop's not one a worker) -- constant
+            # arrivals every one due before its min_duration, if more: the floor its line says too
+            lv = dataclasses.replace(lv, min_requests=max(count, minimum))
+        out.append(lv)
     return out
 
 
@@ -1838,7 +1845,7 @@ def _level_requests_text(lv: Level) -> str:
     measured, ~20 in the warmup` -- N, not a floor, for random arrivals too (README "A fixed
     count per level"); the warmup's requests are recorded in no bucket."""
     if _reaches_count(lv) and lv.min_duration_s is not None:  # the count is a floor: its min_duration may send more
-        return (f"requests ≥ {lv.requests_per_level} measured, expected ~{lv.expected_requests} "
+        return (f"requests ≥ {lv.min_requests} measured, expected ~{lv.expected_requests} "
                 f"(it runs for at least {format_duration(lv.min_duration_s)})")
     if _reaches_count(lv):
         warm = lv.expected_warmup_requests

@@ -19,7 +19,7 @@ from soakspec.lang.fmt import string as fmt_string
 from soakspec.lang.fmt import strip_comments
 from soakspec.lang.parser import source_text
 from soakspec.lang.strategies import comment_texts, soak_files, strings, valid_specs
-from soakspec.plan import plan, to_json
+from soakspec.plan import _reaches_count, plan, to_json
 
 # Modest budgets: the whole file runs in well under a minute on two cores.
 MODEST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -233,12 +233,15 @@ def test_valid_specs_check_and_plan_consistently(generated):
                 least = 0 if d is None else (math.ceil(held + lv.rate * d - 1e-9) - math.ceil(held - 1e-9)
                                              if lv.shape.arrival == "constant" else round(lv.rate * d))
                 assert lv.expected_requests == (want if n is None else min(want, max(n, least)))
-                # a seeded Poisson/gamma process may send fewer: no minimum is promised
-                assert lv.min_requests == min(want if lv.shape.arrival == "constant" else 0,
-                                              math.inf if n is None else max(n, least) if lv.shape.arrival == "constant" else n)
-            else:  # one request per worker (at most its count), or one batch
+                # a seeded Poisson/gamma process may send fewer: no minimum is promised -- unless the plan
+                # expects it to reach its count, which it then sends whatever its arrivals
+                floor = min(want if lv.shape.arrival == "constant" else 0,
+                            math.inf if n is None else max(n, least) if lv.shape.arrival == "constant" else n)
+                assert lv.min_requests == (max(n, floor) if n is not None and _reaches_count(lv) else floor)
+            else:  # one request per worker (at most its count; its count where the plan expects it reached), or one batch
                 want = lv.batch_requests if lv.mode == "batch" else lv.concurrency
-                assert lv.min_requests == min(want, lv.requests_per_level or want) >= 1
+                n = lv.requests_per_level
+                assert lv.min_requests == (n if n is not None and _reaches_count(lv) else min(want, n or want)) >= 1
             assert lv.buckets[0].start_s == 0
             assert math.isclose(sum(b.length_s for b in lv.buckets), lv.duration_s, rel_tol=1e-9)
             assert all(b.length_s > 0 for b in lv.buckets)

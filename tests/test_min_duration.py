@@ -419,3 +419,27 @@ def test_a_closed_loop_whose_bound_comes_after_its_minimum_records_the_minimum_e
     assert summed.count_json() == {"measured_sent": sent, "ended_by": "min_duration"}
     assert summed.measure_end == pytest.approx(max(r.end for r in measured))
     assert summed.bucket_windows()[-1]["end"] == pytest.approx(summed.measure_end)
+
+
+@pytest.mark.parametrize("load, extra, floor", [
+    # Poisson: at least its 40 (the count), not 0 -- 90 expected over its 3 s minimum
+    ("mode = open\n    rate = [30rps]\n    arrival = poisson\n    requests_per_level = 40\n    min_duration = 3s",
+     "duration = 10s\n  bucket = 1s", 40),
+    # constant: every arrival due before 3 s -- 90, more than its 40
+    ("mode = open\n    rate = [30rps]\n    arrival = constant\n    requests_per_level = 40\n    min_duration = 3s",
+     "duration = 10s\n  bucket = 1s", 90),
+    # closed: its 40, not one a worker
+    ("mode = closed\n    concurrency = [4]\n    requests_per_level = 40\n    min_duration = 3s",
+     "duration = 10s\n  bucket = 1s", 40),
+])
+def test_the_plans_floor_of_a_counted_level_with_a_minimum_is_the_same_everywhere(load, extra, floor):
+    """A counted level the plan expects to reach its count sends at least its N (constant
+    arrivals: every one due before its minimum, if more): the level's line, the backend's and
+    the total's `requests: ≥ ...` and the JSON's min_requests all say the same floor."""
+    spec, _ = check(parse(_spec_text(load, extra))[0])
+    p = plan(spec)
+    assert p.backends[0].levels[0].min_requests == floor
+    j = to_json(p)
+    assert j["min_requests"] == j["backends"][0]["min_requests"] == j["backends"][0]["levels"][0]["min_requests"] == floor
+    text = render_text(p)
+    assert f"requests ≥ {floor} measured" in text and f"requests: ≥ {floor}," in text and f"total: requests ≥ {floor}," in text, text

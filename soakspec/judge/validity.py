@@ -557,10 +557,20 @@ def full_scale_run(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
     return result(None, "full_scale_run", "validity", "require", [inst], "", 1)
 
 
+def _worker_floor(plv: Level) -> int:
+    """The completed requests a closed or batch level needs: its plan's minimum (one a worker,
+    one batch) -- a count-bounded closed loop at most one a worker too, though its plan's floor
+    is its N (`plan._levels`): that N counts requests sent, and the ones that failed are the
+    failure rules' to judge, not too few samples (as the level was judged before the plan's
+    floor said N)."""
+    n, c = plv.requests_per_level, plv.concurrency
+    return plv.min_requests if n is None or c is None else min(plv.min_requests, c, n)
+
+
 def _level_samples(run: JudgedRun, bi: BackendIndex, plv: Level, lv: LevelIndex) -> list[Instance]:
     """Too few completed requests in a level, or a planned bucket with none."""
     out: list[Instance] = []
-    need = max(run.gate.min_samples, 1 if plv.mode == "open" else plv.min_requests)
+    need = max(run.gate.min_samples, 1 if plv.mode == "open" else _worker_floor(plv))
     have = len(completed(lv.records))
     where = loc(level_scope(bi, lv))
     if have < need:
