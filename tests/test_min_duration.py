@@ -443,3 +443,33 @@ def test_the_plans_floor_of_a_counted_level_with_a_minimum_is_the_same_everywher
     assert j["min_requests"] == j["backends"][0]["min_requests"] == j["backends"][0]["levels"][0]["min_requests"] == floor
     text = render_text(p)
     assert f"requests ≥ {floor} measured" in text and f"requests: ≥ {floor}," in text and f"total: requests ≥ {floor}," in text, text
+
+
+def test_the_judge_rebuilds_the_schedule_to_tell_a_complete_open_loop_from_one_stopped_short():
+    """Evidence of an open loop at 2 rps asked for 20 with a 10 s minimum, drained 9.6 s into its
+    window with exactly 20 sent: its schedule's 21st arrival is due at 10 s, so it sent every
+    arrival it was to send -- complete. With a 12 s minimum the schedule holds 24 before it, so
+    the same 20 stopped short: not complete."""
+    from soakspec.judge.judge import judge
+    from soakspec.judge.testing import EvidenceBuilder, spec_from_text
+
+    def ran(least: str):
+        spec = spec_from_text('soak "t" {}\nbackend "a" { url = "http://127.0.0.1:8000" }\n'
+                              'workload "w" {\n  load {\n    mode = open\n    rate = [2rps]\n    arrival = constant\n'
+                              f'    requests_per_level = 20\n    min_duration = {least}\n  }}\n  duration = 20s\n  bucket = 5s\n'
+                              '  follow_up = false\n}\ngate {\n  require completed_run\n}\n')
+        b = EvidenceBuilder(spec, latency=0.1)
+        lv = b.level("a", 0)
+        ms = lv["measure_start"]
+        kept = [r for r in b.records["a"] if r["bucket"] < 0 or r["intended_start"] < ms + 9.6]
+        b.records["a"][:] = kept
+        lv.update(buckets=lv["buckets"][:2], measure_end=ms + 9.6, drained_at=ms + 9.6, measured_sent=20, ended_by="count",
+                  sent=len(kept))
+        lv["buckets"][-1]["end"] = ms + 9.6
+        (rule,) = [r for r in judge(spec, b.build()).rules if r.rule == "completed_run"]
+        return rule
+
+    ok = ran("10s")
+    assert ok.status == "pass", ok.message
+    short = ran("12s")
+    assert short.status != "pass" and "before its min_duration (12s), with its 20 requests sent" in short.message, short.message
