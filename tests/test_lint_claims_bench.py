@@ -337,6 +337,21 @@ def test_the_block_states_failed_requests_and_the_levels_measured_duration(capsy
     assert not [ln for ln in c4 if ln.startswith("Peak")]
 
 
+def test_the_blocks_duration_is_what_its_rates_divide_by(capsys, failing):
+    """`Benchmark duration (s)` is the time the block's rates divide by: Request throughput x
+    duration is the requests the server delivered in the level's buckets (results.json's
+    bucket qps x wall time), not bench serve's first-send-to-last-response (README)."""
+    import json
+
+    c4 = _blocks(_bench(capsys, failing[0]))[1]
+    fig = {ln.split(":")[0]: ln.split(":", 1)[1].strip() for ln in c4.splitlines() if ":" in ln}
+    res = json.loads((failing[0] / "results.json").read_text())
+    buckets = [w for w in res["backends"][0]["buckets"] if w.get("level") == 1]
+    delivered = sum(w["qps"] * w["wall_s"] for w in buckets)
+    assert float(fig["Benchmark duration (s)"]) == pytest.approx(sum(w["wall_s"] for w in buckets), abs=0.005)
+    assert float(fig["Request throughput (req/s)"]) * float(fig["Benchmark duration (s)"]) == pytest.approx(delivered, abs=0.01 * 120)
+
+
 def test_failed_requests_and_duration_as_written_lint_clean_and_edited_are_CB201(tmp_path, capsys, failing):
     """An unedited block passes (0 and 3 failed, 120 s); each of the three lines edited is CB201
     at the precision it is written with, naming the level's recorded figure. A "Peak" line in a

@@ -46,8 +46,15 @@ reads bench serve's block reads this one. What differs, on purpose:
   complete, whatever its kind (`common.not_completed`: bench serve counts every request that was
   not a success; the Markdown report's per-level table splits them by kind), and `Benchmark
   duration (s)` the level's measured wall time (results.json `levels[].wall_s`, from its
-  measure_start to its measure_end: the time bench serve's rates divide by, not the warmup's or
-  the drain's). No `Peak output token throughput` or `Peak concurrent requests` line: bench
+  measure_start to its measure_end, neither warmup nor drain): the time this block's rates
+  divide by (each bucket's `qps` / tokens/s over its wall time, weighted by it). Those rates
+  count what the server *delivered* in that window (requests that ended in a bucket), while
+  `Successful requests` counts the level's measured requests by their start, so `Successful /
+  duration` is not `Request throughput` where measured requests end after the window (a closed
+  loop of 2-second answers measured for 4 s: 16 successful, 8 ended in the window, 2.00 req/s).
+  bench serve differs on purpose: its duration runs from the first send to the last response
+  (the drain included) and its throughput is successful / that duration (README, "Compared with
+  other load generators"). No `Peak output token throughput` or `Peak concurrent requests` line: bench
   serve's are a one-second bin's output tokens and the most requests in flight at any moment,
   and results.json records neither (a bucket's figures are its means) -- so such a line in a
   `Tool: soakspec` block was added by hand, and `lint-claims` says so.
