@@ -382,3 +382,27 @@ def test_failed_requests_and_duration_as_written_lint_clean_and_edited_are_CB201
     # bench serve's own block (no `Tool: soakspec`) keeps its Failed / duration / Peak lines unread
     own = VLLM_BLOCK.replace("Total token", "Peak output token throughput (tok/s):    9999.00\nTotal token", 1)
     assert _lint(tmp_path, capsys, _fenced(own), failing) == (0, [])
+
+
+def test_a_blocks_level_line_is_that_level_not_another_workloads_at_the_same_load(tmp_path, capsys):
+    """Two workloads at concurrency 2 (w1 timed, w2 counted), two backends: the block of
+    `w1 / concurrency 2` holds w1's figures; w2's pasted into it are CB201, not read as w2's
+    because both run at concurrency 2 (its `Level:` line is the label report wrote)."""
+    from soakspec.judge.testing import spec_from_text
+
+    bk = "\n".join(f'backend "{b}" {{\n  url = "http://127.0.0.1:8000"\n  runtime {{\n    label = "host-staged"\n  }}\n}}'
+                   for b in ("a", "b"))
+    w = 'workload "{}" {{\n  load {{\n    mode = closed\n    concurrency = [2]{}\n  }}\n  duration = 2m\n  bucket = 1m\n  deadline = 30s\n}}\n'
+    spec = spec_from_text('soak "small" {}\n' + bk + "\n" + w.format("w1", "") + w.format("w2", "\n    requests_per_level = 30")
+                          + "gate {\n  require failed == 0\n}\n")
+    b = EvidenceBuilder(spec)
+    for r in [r for r in b.measured("a", level=0) if r["workload"] == "w2"][:3]:
+        b.set_outcome(r, "failed", "HTTP 500")
+    run = _write(tmp_path, spec, b)
+    blocks = _blocks(_bench(capsys, run[0]))
+    w1 = next(x for x in blocks if "Backend:                                 a" in x and "w1 / concurrency 2" in x)
+    w2 = next(x for x in blocks if "Backend:                                 a" in x and "w2 / concurrency 2" in x)
+    assert "Failed requests:                         3" in w2 and "Failed requests:                         0" in w1
+    assert _lint(tmp_path, capsys, _fenced(w1, w2), run) == (0, [])
+    code, found = _lint(tmp_path, capsys, _fenced(_set(_set(w1, "Failed requests:", "3"), "Successful requests:", "13")), run)
+    assert code == 1 and len(found) == 2 and all("CB201" in f for f in found), found

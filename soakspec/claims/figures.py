@@ -363,6 +363,7 @@ class Figure:
     backends: tuple[EvidenceFacts, ...]
     context: str | None  # text that may name a level
     per_level: bool = False
+    exact_level: bool = False  # `context` is a soakspec bench block's `Level:` line: a level's exact label (`_levels_named`)
 
 
 _LOOKBACK = 200  # characters read before a figure for its context: linting stays linear
@@ -632,6 +633,20 @@ _BENCH_INTENDED = re.compile(r"^\s*-+\s*.*\(from\s+intended\s+start\)\s*-+\s*$",
 _BENCH_SENT = re.compile(r"^\s*(?:-+\s*.*\(from\s+the\s+send\)\s*-+|\S.*\bsent\s+(?:ttft|e2el)\b.*)\s*$", re.I)
 
 
+def _levels_named(ev: EvidenceFacts, f: Figure) -> tuple[LevelFacts, ...]:
+    """The levels of `ev` a figure's context names. A soakspec bench block's `Level:` line is
+    the label `report --format bench` wrote (`LevelRow.label`): the level with that exact label,
+    so `w1 / concurrency 2` is not also `w2 / concurrency 2` (the loose reading, `_named_levels`,
+    takes any level at concurrency 2); where no label matches exactly (a hand-written line), the
+    loose reading."""
+    if f.exact_level and f.context is not None:
+        want = " ".join(f.context.lower().split())
+        exact = tuple(lv for lv in ev.levels if " ".join(lv.label.lower().split()) == want)
+        if exact:
+            return exact
+    return _named_levels(ev, f.context or "")
+
+
 def _block_capped(lines: Sequence[str], backends: Sequence[EvidenceFacts], level: str | None) -> bool:
     """Whether a soakspec block is a capped level's as printed now (bench serve's plain TTFT /
     E2EL the time from the send): it has a "(from intended start)" section; or, pasted without
@@ -710,7 +725,8 @@ def _bench_figures(doc: Document, evidence: Sequence[EvidenceFacts]) -> tuple[li
             if h is None:
                 continue
             off = doc.line_offset(ln)
-            out.append(Figure(h, doc.span(off + h.start, off + h.end), backends, level, per_level=level is not None))
+            out.append(Figure(h, doc.span(off + h.start, off + h.end), backends, level, per_level=level is not None,
+                              exact_level=level is not None))
     return out, verdicts, done
 
 
@@ -803,7 +819,7 @@ def _check(f: Figure, path: str) -> Diagnostic | None:
     h = f.hit
     named: list[tuple[EvidenceFacts, LevelFacts]] = []
     if f.context is not None:
-        named = [(ev, lv) for ev in f.backends for lv in _named_levels(ev, f.context)]
+        named = [(ev, lv) for ev in f.backends for lv in _levels_named(ev, f)]
     if f.per_level and not named:
         return None  # a per-level row naming no level the evidence has
     sets: list[tuple[str, Mapping[str, tuple[float, ...]]]]
