@@ -53,6 +53,35 @@ def test_a_drift_of_a_quantile_in_the_inf_bucket_is_not_judged_on_its_bound():
     assert r.status == "inconclusive", r.message
 
 
+def _in_a_lowest_bucket_at_zero(i, row):
+    """A histogram whose lowest bucket is bounded at 0 (SGLang's queue time has le="0.0"): 80% of
+    the observations in it, 95% at or below 0.1 s, all at or below 0.2 s."""
+    h = row["families"][TTFT]
+    n = h["count"]
+    h["buckets"] = [[0.0, 0.8 * n], [0.1, 0.95 * n], [0.2, n], [None, n]]
+    h["sum"] = 0.02 * n
+
+
+@pytest.mark.parametrize("rule, status", [
+    (f'require p50(server("{TTFT}")) < 100ms', "pass"),  # was INCONCLUSIVE: at most 0, certainly < 100 ms
+    (f'require p50(server("{TTFT}")) <= 0ms per bucket', "pass"),  # a threshold at the bound is decided
+    (f'require p50(server("{TTFT}")) > 100ms', "fail"),  # at most 0: certainly not > 100 ms
+    (f'require p50(server("{TTFT}")) >= 0ms', "inconclusive"),  # 0 or below it: the histogram cannot say
+])
+def test_a_quantile_in_a_lowest_bucket_bounded_at_zero_is_an_upper_bound(rule, status):
+    """histogram_quantile answers the bound of a lowest bucket bounded at or below 0: the
+    quantile is at most it, how far below unknown -- it decides a threshold every value up to
+    it is on one side of, as the +Inf bucket's bound does from above."""
+    rules = _judged(rule, _in_a_lowest_bucket_at_zero)
+    assert rules and {r.status for r in rules} == {status}, [r.message for r in rules]
+    assert all("lowest bucket" in r.message and "0 or less" in r.message for r in rules), [r.message for r in rules]
+
+
+def test_a_drift_of_a_quantile_in_a_lowest_bucket_at_zero_is_not_judged_on_its_bound():
+    (r,) = _judged(f'require drift(p50(server("{TTFT}"))) <= 10% per level', _in_a_lowest_bucket_at_zero)
+    assert r.status == "inconclusive", r.message
+
+
 # ---------------------------------------------------------------------------- a quantile within its bucket
 
 

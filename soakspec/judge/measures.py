@@ -124,6 +124,10 @@ class Measure:
     # the value is only a lower bound, the true one at least it (how far beyond unknown): a
     # server histogram's quantile in its +Inf bucket, `reason` saying so
     at_least: bool = False
+    # the value is only an upper bound, the true one at most it (how far below unknown): a
+    # server histogram's quantile in a lowest bucket bounded at or below 0, a gauge's min over
+    # scrapes some of which the server answered NaN; `reason` saying so
+    at_most: bool = False
     # binned gaps (judge/gapbins.py): the least and greatest the value can be, where they differ
     # (the value is their bins' midpoints); on which side of a threshold the cells were cut at
     # it lies is exact all the same
@@ -1241,7 +1245,7 @@ def bucket_series(bi: BackendIndex, levels: Sequence[LevelIndex], impl: MetricIm
 
 
 def _known(m: Measure) -> Measure:
-    """`m`, or none where its value is only a lower bound: a drift or slope of it would be a
-    number the server never measured."""
-    return dataclasses.replace(m, value=None) if m.at_least else m
+    """`m`, or none where its value is only a bound (lower or upper): a drift or slope of it
+    would be a number the server never measured."""
+    return dataclasses.replace(m, value=None) if m.at_least or m.at_most else m
 

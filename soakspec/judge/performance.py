@@ -284,13 +284,14 @@ def _instance_of(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Jud
         # the threshold at or beyond the bucket's bounds (lo, hi]: every value the bucket allows is
         # on one side of it -- at most T where T >= hi, above it where T <= lo (so never equal)
         ok = rule.op == "!=" if rule.op in ("==", "!=") else (rule.threshold >= m.bounds[1]) == (rule.op in ("<", "<="))
-    if m.at_least:
-        # only a lower bound (a histogram quantile in the +Inf bucket): the rule holds or fails
-        # where every value from it up holds or fails it, else nobody can tell
-        vtext += " or more"
+    if m.at_least or m.at_most:
+        # only a lower bound (a histogram quantile in the +Inf bucket) or an upper one (one in a
+        # lowest bucket bounded at or below 0, a gauge's min beside NaN scrapes): the rule holds
+        # or fails where every value from it on (up, or down) holds or fails it, else nobody can tell
+        vtext += " or more" if m.at_least else " or less"
         if m.short:
             return _too_few(run, sc, rule, impl, m, vtext, ok), m.value, m.samples
-        if ok != compare(math.inf, rule.op, rule.threshold):
+        if ok != compare(math.inf if m.at_least else -math.inf, rule.op, rule.threshold):
             return Instance("inconclusive", where, m.value, vtext, m.samples,
                             f"{vtext}: {m.reason}, so whether it is {rule.op} {rule.threshold_text} is unknown", 1), m.value, m.samples
         return Instance("pass" if ok else "fail", where, m.value, vtext, m.samples,

@@ -27,7 +27,9 @@ over a scope's bucket windows (the index/scope API: `Scope.windows`):
              draw a request of the scope (`Measure.units`: a per-token histogram observes
              every token of a request); in the +Inf bucket only a
              lower bound, the largest finite bound (`Measure.at_least`: the rule is judged
-             for every value from it up); bare = observations, rate() =
+             for every value from it up), in a lowest bucket bounded at or below 0 only an
+             upper bound, that bound (`Measure.at_most`: judged for every value from it
+             down; SGLang's queue time has le="0.0"); bare = observations, rate() =
              observations per second; the quantile's value is Prometheus' own
              (`quantile_estimate`), a _sum of +Inf (an observation of +Inf) a mean of +Inf,
              or none between two such sums (`_sum_change`)
@@ -705,10 +707,11 @@ def _histogram(family: str, scope: Scope, agg: str, q: float | None, confidence:
             return Measure(None, n, need, "observation", f"'{family}' has no histogram buckets in the scope ({why}) "
                            "to estimate a quantile from (histogram_quantile answers NaN)")
         if math.isinf(lo):
-            # in a lowest bucket bounded at or below 0: at most its bound, how far below the
-            # histogram cannot say (histogram_quantile answers that bound)
-            return Measure(None, n, need, "observation", f"p{q:g} falls in the histogram's lowest bucket, at or below "
-                           f"its bound {hi:g}, how far below it cannot say")
+            # in a lowest bucket bounded at or below 0 (SGLang's queue time, le="0.0"): at most its
+            # bound, how far below the histogram cannot say (histogram_quantile answers that
+            # bound) -- an upper bound, deciding the thresholds every value up to it is on one side of
+            return Measure(value, n, need, "observation", f"p{q:g} falls in the histogram's lowest bucket, at or below "
+                           f"its bound {hi:g}, how far below it cannot say", at_most=True)
         if value is not None and hi is None:
             # in the +Inf bucket: above the largest finite bound, how far the histogram cannot say
             # (histogram_quantile answers that bound; as a value it would pass `p99 < 10s` for a
