@@ -225,6 +225,13 @@ def test_a_gauge_the_server_answers_nan_for_is_inconclusive_never_passed_on_the_
     spec, ev = _gauge_run(f'require max(server("{GAUGE}")) < 2', "NaN")
     (rule,) = _rules(spec, ev).values()
     assert rule.status == "fail" and rule.observed == 4.0, rule.message
+    # a min only falls with more values: one already below its floor fails, one above is unknown
+    spec, ev = _gauge_run(f'require min(server("{GAUGE}")) > 5', "NaN")
+    (rule,) = _rules(spec, ev).values()
+    assert rule.status == "fail" and rule.observed == 4.0 and "or less" in rule.message, rule.message
+    spec, ev = _gauge_run(f'require min(server("{GAUGE}")) > 3', "NaN")
+    (rule,) = _rules(spec, ev).values()
+    assert rule.status == "inconclusive" and "answered NaN" in rule.message, rule.message
 
 
 def test_a_gauge_both_plus_and_minus_inf_has_no_mean_and_nothing_crashes():

@@ -55,7 +55,8 @@ with a bucket no successful scrape covers (`_uncovered`, `_gap`: from the last s
 before it to the first at or after it, none failed and none further from the next than a
 scrape interval and its timeout; the same for every rule kind), but where the rest is a lower bound
 that decides it (a gauge's max, a counter's or histogram's bare count not taken across a gap
-to a scrape beyond the scope: `Measure.at_least`).
+to a scrape beyond the scope: `Measure.at_least`). Of scrapes the server answered NaN in, a
+gauge's max over the rest is a lower bound and its min an upper one (`Measure.at_most`).
 """
 
 from __future__ import annotations
@@ -608,11 +609,11 @@ def _gauge(family: str, scope: Scope, agg: str, q: float | None, confidence: flo
         return Measure(None, len(vals), 1, "scrape", f"'{family}' was both +Inf and -Inf in the scope: its {agg}{'' if agg != 'p' else f'{q:g}'} is no number")
     if nans:
         # the server's NaN: no value, what it was in those scrapes unknown -- never judged on the
-        # rest, but where the rest decides it (a max only grows with more values)
+        # rest, but where the rest decides it (a max only grows with more values, a min only falls)
         why = (f"the server answered NaN for '{family}' in {plural(nans, 'scrape')} inside the scope "
                "(no value: what it was then is unknown)")
-        if agg == "max":
-            return Measure(value, len(vals), 1, "scrape", why, at_least=True)
+        if agg in ("max", "min"):
+            return Measure(value, len(vals), 1, "scrape", why, at_least=agg == "max", at_most=agg == "min")
         return Measure(None, len(vals), 1, "scrape", why)
     return Measure(value, len(vals), 1, "scrape")
 
