@@ -212,14 +212,20 @@ def test_a_gauge_at_plus_inf_fails_a_ceiling_and_every_report_renders_it():
     assert {e["max"] for e in per.values()} == {4.0, "+Inf"}
     ET.fromstring(inp.render("junit"))
     assert GAUGE in inp.render("md") and GAUGE in inp.render("html")
+    # the Markdown range says the +Inf bucket (it was left out: "4 to 4")
+    assert f"`{GAUGE}` (gauge): per-bucket mean 4 to +Inf" in inp.render("md")
 
 
 def test_a_gauge_the_server_answers_nan_for_is_inconclusive_never_passed_on_the_rest():
     """NaN is the server saying it has no value: a rule over scrapes where it answered NaN is
     INCONCLUSIVE, saying so (the rule passed on the other scrapes), but where the rest decides
     it (a max seen above its ceiling only grows)."""
+    from soakspec.report import prepare
+
     spec, ev = _gauge_run(f'require max(server("{GAUGE}")) < 64\n  require mean(server("{GAUGE}")) < 64', "NaN")
     r = _rules(spec, ev)
+    # the Markdown range says the NaN scrapes beside it (it left them out)
+    assert f"`{GAUGE}` (gauge): per-bucket mean 4 to 4; NaN (the server's no value) in 12 scrapes of 1 bucket" in prepare(spec, ev).render("md")
     for rule in r.values():
         assert rule.status == "inconclusive" and "answered NaN" in rule.message, rule.message
     spec, ev = _gauge_run(f'require max(server("{GAUGE}")) < 2', "NaN")

@@ -10,6 +10,7 @@ available" for a server without /metrics) and each charted family's per-bucket r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -178,6 +179,29 @@ def _fmt(v: float | None) -> str:
     return "—" if v is None else f"{v:.4g}"
 
 
+_NONFINITE = {"+Inf": math.inf, "-Inf": -math.inf}  # results.json's text for a gauge's infinity (JSON has none)
+
+
+def _md_range(entries: Sequence[Mapping[str, Any]], key: str) -> str:
+    """The per-bucket `key` values' range as the Markdown report gives it: "+Inf" / "-Inf" (a
+    gauge's infinity, as results.json and the server's text format write it) are values and
+    bound the range, and the scrapes the server answered NaN in (no value: `nan_scrapes`) are
+    counted beside it -- neither left out silently (the chart cannot draw them; the text says them)."""
+    vals = []
+    for e in entries:
+        x = e.get(key)
+        v = _value(e, key) if isinstance(x, Mapping) else _NONFINITE.get(x) if isinstance(x, str) else _num(x)
+        if v is not None:
+            vals.append(v)
+    nan = [n for e in entries if isinstance(n := e.get("nan_scrapes"), int) and not isinstance(n, bool) and n > 0]
+
+    def show(v: float) -> str:
+        return ("+Inf" if v > 0 else "-Inf") if math.isinf(v) else _fmt(v)
+
+    rng = f"{show(min(vals))} to {show(max(vals))}" if vals else "no bucket value"
+    return rng + (f"; NaN (the server's no value) in {plural(sum(nan), 'scrape')} of {plural(len(nan), 'bucket')}" if nan else "")
+
+
 def md_lines(results: Mapping[str, Any], spec: Any = None) -> list[str]:
     """The Markdown report's "Server metrics" section (empty when no backend has any)."""
     from soakspec.report.md import md_code, md_text
@@ -205,8 +229,7 @@ def md_lines(results: Mapping[str, Any], spec: Any = None) -> list[str]:
                 continue
             kind = str(f.get("type"))
             key = _SERIES.get(kind, _SERIES["gauge"])[0][0]
-            vals = [v for e in (f.get("per_bucket") or {}).values() if (v := _value(e, key)) is not None]
-            rng = f"{_fmt(min(vals))} to {_fmt(max(vals))}" if vals else "no bucket value"
+            rng = _md_range([e for e in (f.get("per_bucket") or {}).values() if isinstance(e, Mapping)], key)
             res = ""
             if kind == "histogram":
                 bounds = [e.get("p99", {}).get("bucket") for e in (f.get("per_bucket") or {}).values() if isinstance(e, Mapping)]
