@@ -91,7 +91,9 @@ def _sigkill_mid_bucket(cmd: list[str], cwd: Path, ready, what: str, sig: int = 
 @pytest.mark.slow
 def test_sigkill_mid_bucket_leaves_evidence_verify_calls_incomplete_and_gate_partial_judges(tmp_path, capsys):
     spec = tmp_path / "t.soak"
-    spec.write_text(sim_spec(duration="30s", bucket="1s", sim="ttft = 20ms\n    itl = 20ms"))
+    spec.write_text(sim_spec(duration="30s", bucket="1s", sim="ttft = 20ms\n    itl = 20ms",
+                             extra_backend="  metrics {\n    every = 250ms\n  }\n",  # declared: metrics_scraped judged
+                             gate="require failed == 0\n  require max(server(\"vllm:num_requests_running\")) < 1000"))
     out = tmp_path / "ev"
     buckets = out / "backends" / "b0" / "buckets.jsonl"
     _sigkill_mid_bucket(soakspec_cmd("run", str(spec), "--out", str(out), "--quiet"), tmp_path,
@@ -119,6 +121,12 @@ def test_sigkill_mid_bucket_leaves_evidence_verify_calls_incomplete_and_gate_par
     assert f"judged buckets 0-{max(closed)} of 30" in text, text
     # the requests judged are those of the closed buckets, not every one on disk
     assert "the run counted" not in text and "which the manifest does not list" not in text, text
+    # the scrapes metrics.jsonl holds are judged (it was `FAIL metrics_scraped -- no scrape of the
+    # server's metrics is recorded`: the partial entry had no metrics summary), and the rule over them
+    scraped = out / "backends" / "b0" / "metrics.jsonl"
+    assert scraped.stat().st_size > 0
+    assert "PASS  metrics_scraped" in text and "no scrape of the server's metrics is recorded" not in text, text
+    assert 'PASS  max(server("vllm:num_requests_running")) < 1000' in text, text
     code, doc = _gate_partial(capsys, out, "--format", "json")
     rule = next(r for r in json.loads(doc[: doc.index("\n}\n") + 2])["rules"] if r["rule"] == "failed == 0")
     assert rule["samples"] == sum(1 for r in recs if r.bucket in closed) < len(recs), (rule, len(recs))
@@ -172,13 +180,14 @@ def test_sigkill_after_server_log_was_moved_leaves_a_log_that_reads_whole(tmp_pa
 
 
 def _killed_in_bucket(root: Path, *, failed_in_open: bool = False, failed_in_closed: bool = False,
-                      gate: str = "  require failed == 0\n  require goodput(ttft < 500ms) >= 90%\n") -> dict[int, int]:
+                      gate: str = "  require failed == 0\n  require goodput(ttft < 500ms) >= 90%\n", backend: str = "") -> dict[int, int]:
     """A run killed the way a SIGKILL leaves one, three 1-minute buckets in: the start-of-run
     manifest (a spec of 5 buckets), requests.jsonl.gz with the requests of buckets 0, 1 and 2
     (the runner's writer, one gzip member a bucket), buckets.jsonl with a line for bucket 0
     only (1 and 2 are within the level's deadline: not closed), server.log plain. With
     `failed_in_open`, one request of bucket 2 failed; with `failed_in_closed`, one of bucket 0.
-    `gate`: the lines of the spec's gate block. Returns requests per bucket."""
+    `gate`: the lines of the spec's gate block; `backend`: lines added to backend "a"'s block.
+    Returns requests per bucket."""
     from soakspec.evidence import layout
     from soakspec.evidence.buckets import lines_for
     from soakspec.evidence.io import GzipJsonlWriter, JsonlWriter, read_json, write_json_atomic
@@ -187,7 +196,7 @@ def _killed_in_bucket(root: Path, *, failed_in_open: bool = False, failed_in_clo
 
     build_evidence_dir(root, backends=("a",), status="running")
     text = sample_spec_text(("a",)).replace("duration = 1m", "duration = 5m").replace(
-        "gate {\n  require failed == 0\n}", "gate {\n" + gate + "}")
+        "gate {\n  require failed == 0\n}", "gate {\n" + gate + "}").replace("  sim {}\n", "  sim {}\n" + backend, 1)
     m = read_json(root / layout.MANIFEST)
     spec_text = _canonical(text)
     from soakspec.judge.evidence import embedded_spec_sha256
@@ -226,6 +235,28 @@ def _killed_in_bucket(root: Path, *, failed_in_open: bool = False, failed_in_clo
         (d / layout.SERVER_LOG).write_bytes(gzip.decompress(gz.read_bytes()))
         gz.unlink()
     return per_bucket
+
+
+def test_partial_gate_judges_the_scrapes_a_killed_run_recorded_and_none_yet_is_inconclusive(tmp_path, capsys):
+    """A declared `metrics { }` of a killed run: with no scrape in metrics.jsonl yet,
+    metrics_scraped is INCONCLUSIVE (it FAILED: the partial entry had no metrics summary, read
+    as "no scrape is recorded"); a failed scrape the file records still FAILS it."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import JsonlWriter
+    from soakspec.evidence.testing import T0
+
+    root = tmp_path / "run1"
+    _killed_in_bucket(root, backend="  metrics {}\n")
+    scraped = layout.RunLayout(root).metrics("a")
+    scraped.unlink(missing_ok=True)
+    code, out = _gate_partial(capsys, root)
+    line = next(ln for ln in out.splitlines() if "metrics_scraped" in ln)
+    assert code == 3 and line.lstrip().startswith("????") and "not finished" in line, out
+    with JsonlWriter(scraped, schema="metrics") as w:
+        w.write({"schema_version": 1, "t": T0 + 1.0, "ok": False, "status": 503, "error": "HTTP 503", "families": {}})
+    code, out = _gate_partial(capsys, root)
+    line = next(ln for ln in out.splitlines() if "metrics_scraped" in ln)
+    assert line.lstrip().startswith("FAIL") and "1 of 1 scrape of /metrics failed; first: HTTP 503" in line, out
 
 
 def test_partial_gate_judges_only_the_requests_of_closed_buckets(tmp_path, capsys):

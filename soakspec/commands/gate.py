@@ -143,9 +143,32 @@ def partial_entries(spec, root: Path) -> tuple[list[dict], list[str]]:
             notes.append(f"{bp.name} {lv.workload} / {lv.label}: judged buckets {ks[0]}-{ks[-1]} of {len(lv.buckets)}")
         if not levels:
             notes.append(f"{bp.name}: no bucket has closed yet")
-        entries.append({"name": bp.name, "safe_name": layout.safe_name(bp.name), "kind": bp.launch.kind,
-                        "trace_source": bp.traces.source, "levels": levels, "partial": True})  # fmt: skip
+        entry = {"name": bp.name, "safe_name": layout.safe_name(bp.name), "kind": bp.launch.kind,
+                 "trace_source": bp.traces.source, "levels": levels, "partial": True}  # fmt: skip
+        if bp.metrics is not None:
+            entry["metrics"] = _scrapes_so_far(bp.metrics, layout.RunLayout(root).metrics(bp.name), root)
+        entries.append(entry)
     return entries, notes
+
+
+def _scrapes_so_far(scrape, path: Path, root: Path) -> dict:
+    """The manifest's `metrics` summary of a backend whose run never finalized it: the one the
+    runner keeps while it scrapes (`runner.scrape.ScrapeLog`), replayed over the whole lines
+    metrics.jsonl holds (a cut-off last line is no scrape). Without it `metrics_scraped` read
+    the recorded scrapes as none and FAILED a SIGKILLed run; a scrape the file records as failed
+    still fails it, and none recorded yet is INCONCLUSIVE (`servermetrics.metrics_scraped`)."""
+    from soakspec.evidence import layout
+    from soakspec.evidence.io import iter_jsonl
+    from soakspec.runner.scrape import ScrapeLog
+
+    log = ScrapeLog(scrape)
+    rows = [r for _, r in iter_jsonl(path, [])] if layout.plain_file(path, root) else []
+    for r in rows:
+        if isinstance(r, dict) and isinstance(r.get("ok"), bool):
+            log.add(dict(r, families=r.get("families") or {}, error=r.get("error")))
+        if log.status == "not available":
+            break
+    return log.to_json() | {"partial": True}
 
 
 def closed_buckets(entries: list[dict]):

@@ -836,7 +836,11 @@ def metrics_scraped(run: JudgedRun, rule: Rule | None) -> RuleResult | None:
         total += scrapes(bi).total
         why = _scrape_problem(bi)
         if why is not None:
-            insts.append(problem(why, backend_here(bi.name)))
+            # a run not finished (`gate --partial`: its entry made from what it wrote so far) with
+            # no scrape recorded yet has missing data, not a failed scrape: never a FAIL for that
+            unfinished = bi.evidence.entry.get("partial") is True and scrapes(bi).total == 0
+            insts.append(problem(why + (" yet (the run is not finished)" if unfinished else ""), backend_here(bi.name),
+                                 **({"status": "inconclusive"} if unfinished else {})))
     if not bis:
         insts.append(problem("no backend to judge", status="inconclusive"))
     msg = f"all {plural(total, 'scrape')} of the server's metrics succeeded"
