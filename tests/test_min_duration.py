@@ -318,10 +318,13 @@ def test_progress_says_the_minimum_and_that_it_ended_the_level():
     p = Progress(stream=buf)
     p.level_started("a", "w / concurrency 3, 25 requests, min_duration 5s", 11.0, 1.0, 10, 1.0, 25, 5.0)
     stats = LiveStats()
+    stats.measured = 31  # past its count, its minimum not passed: the bucket's line counts on
+    p.bucket_done("a", "w / concurrency 3, 25 requests, min_duration 5s", 2, 10, stats)
     stats.measured = 51
     p.level_ended("a", "w / concurrency 3, 25 requests, min_duration 5s", stats, True, "min_duration")
     text = buf.getvalue()
     assert "at least 25 measured requests for at least 5s, at most 11s" in text, text
+    assert "bucket 2 done; 31/25 requests;" in text, text
     assert "51/25 requests; ended by its min_duration (its count sent first)" in text, text
 
 

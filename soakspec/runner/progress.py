@@ -92,10 +92,11 @@ class Progress:
         """`count`: a count-bounded level's requests_per_level. Such a level ends with its count,
         its duration only a bound, so its bar and lines count its requests ("k/N requests": the
         measured requests sent and finished, `LiveStats.measured`), not the bound's countdown.
-        `least_s`: its min_duration, said on its first line ("at least N ... for at least D")."""
+        `least_s`: its min_duration, said on its first line ("at least N ... for at least D"); its
+        level goes on past N until D has passed, so its lines count on past N too ("14/10")."""
         self._state = {
             "backend": backend, "label": label, "t0": time.monotonic(), "total": total_s,
-            "bucket_s": bucket_s, "buckets": buckets, "warmup_s": warmup_s, "count": count,
+            "bucket_s": bucket_s, "buckets": buckets, "warmup_s": warmup_s, "count": count, "least_s": least_s,
         }  # fmt: skip
         if self._rich is not None:
             if self._task is not None:
@@ -139,11 +140,17 @@ class Progress:
                 text = f"bucket {k} ({k + 1} of {st['buckets']}) · "
         count = st.get("count")
         if count is not None:
-            text += f"{min(stats.measured, count)}/{count} requests · "
+            text += f"{self._sent(stats)}/{count} requests · "
         text += f"done {stats.done} failed {stats.failed} in-flight {stats.in_flight}"
         if p50 is not None:
             text += f" TTFT p50 {p50 * 1000:.0f}ms"
         self._rich.update(self._task, completed=elapsed if count is None else min(stats.measured, count), stats=text)
+
+    def _sent(self, stats) -> int:
+        """A count-bounded level's measured requests so far, as its lines count them: at most its
+        N, but past it where a min_duration keeps the level going (`level_started`)."""
+        count = self._state["count"]
+        return stats.measured if self._state.get("least_s") is not None else min(stats.measured, count)
 
     def bucket_done(self, backend: str, label: str, bucket: int, nb: int, stats) -> None:
         if self._rich is not None:
@@ -152,7 +159,7 @@ class Progress:
         ttft = f", TTFT p50 {p50 * 1000:.1f}ms" if p50 is not None else ""
         count = self._state.get("count")
         if count is not None:  # it ends with its count: say how far it is, not the bound's countdown
-            self.log(f"[{backend}] {label}: bucket {bucket} done; {min(stats.measured, count)}/{count} requests; "
+            self.log(f"[{backend}] {label}: bucket {bucket} done; {self._sent(stats)}/{count} requests; "
                      f"{stats.done} requests, {stats.failed} not completed{ttft}")
             return
         elapsed = time.monotonic() - self._state.get("t0", time.monotonic())
