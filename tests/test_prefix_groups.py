@@ -172,19 +172,27 @@ def test_the_simulators_prefix_cache_hits_within_a_group_and_never_across_groups
         rows = [json.loads(line.split("soakspec_sim_trace ", 1)[1]) for line in fh if "soakspec_sim_trace " in line]
     rows.sort(key=lambda r: r["arrival_index"])
     assert len(rows) == 17 and {r["prompt_tokens"] for r in rows} == {64}  # the pre-flight and 16 measured
-    seen: set[str] = set()
-    cached = []
-    for r in rows:  # a group's index is its prompt's first word (4 groups: one word)
-        group = r["prompt_head"].split()[0]
-        cached.append((group in seen, r["cached_tokens"]))
-        seen.add(group)
-    assert len(seen) == 4
-    assert {c for again, c in cached if not again} == {0} and {c for again, c in cached if again} == {32}
+    _each_groups_first_finds_nothing_cached(rows)
     # two measured requests start alike exactly when the seeded draw put them in one group
     measured = {int(r["client_request_id"].rsplit("-", 1)[1]): r["prompt_head"].split()[0] for r in rows[1:]}
     assert sorted(measured) == list(range(16))
     drawn = {k: draws.prefix_group(k, 4, 5) for k in measured}
     assert all((measured[a] == measured[b]) == (drawn[a] == drawn[b]) for a in measured for b in measured)
+
+
+def _each_groups_first_finds_nothing_cached(rows: list[dict]) -> set[str]:
+    """In the server's order: the first request of each of the 4 groups finds nothing cached,
+    every later one exactly its group's 32 tokens; the groups seen (a group's index is its
+    prompt's first word: 4 groups, one word)."""
+    seen: set[str] = set()
+    cached = []
+    for r in rows:
+        group = r["prompt_head"].split()[0]
+        cached.append((group in seen, r["cached_tokens"]))
+        seen.add(group)
+    assert len(seen) == 4
+    assert {c for again, c in cached if not again} == {0} and {c for again, c in cached if again} == {32}
+    return seen
 
 
 def _sim_traces(out: Path) -> list[dict]:
@@ -215,14 +223,7 @@ def test_two_processes_send_every_group_and_each_groups_later_requests_hit_its_p
     assert (level["workers"], level["prefix_tokens"], level["prefix_groups"], level["group_seed"]) == (2, 32, 4, 5)
     rows = _sim_traces(out)
     assert len(rows) == 17 and {r["prompt_tokens"] for r in rows} == {64}  # the pre-flight and 16 measured
-    seen: set[str] = set()
-    cached = []
-    for r in rows:  # a group's index is its prompt's first word (4 groups: one word)
-        group = r["prompt_head"].split()[0]
-        cached.append((group in seen, r["cached_tokens"]))
-        seen.add(group)
-    assert len(seen) == 4
-    assert {c for again, c in cached if not again} == {0} and {c for again, c in cached if again} == {32}
+    seen = _each_groups_first_finds_nothing_cached(rows)
     # the level-wide indexes 0..15, each sent once: 16 distinct prompts (two requests of one
     # index would send one prompt, and find more than the prefix cached), their groups the
     # draw's over 0..15 -- the pre-flight sends index 0's group, which names that group's word
