@@ -177,6 +177,9 @@ def test_max_concurrency_and_requests_per_level_hold_on_vllms_own_counters(lane,
     (healthy,) = [r for r in verdict["rules"] if r["metric"] == "client_healthy"]
     sys.stderr.write(f"client_healthy: {healthy['status']} -- {healthy['message']}\n")
     assert healthy["status"] == "pass" and "kept to max_concurrency in 1 capped level" in healthy["message"], healthy
+    # and sent on its seeded schedule: every record's intended start one of its arrivals, the
+    # level rebuilt from the manifest (judge/schedproof.py), against a real server's queueing
+    assert "it sent on its schedule in 1 open-loop level" in healthy["message"], healthy
     cap = rules[CAP_RULE.removeprefix("require ")]
     sys.stderr.write(f"{cap['rule']}: {cap['status']} -- {cap['message']}\n")
     assert cap["status"] == "pass", cap
