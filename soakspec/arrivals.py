@@ -89,10 +89,7 @@ class Grid:
         or after the level's end. `Grid.place` in whole numbers: every offset counted in ticks
         of 1/q s, q the least common multiple of the denominators, so each arrival costs a
         few integer operations, not Fractions (a level start reads millions: `workers._holds`)."""
-        r = rational(rate)
-        q = math.lcm(r.numerator, self.warmup.denominator, self.bucket.denominator, self.end.denominator)
-        step = r.denominator * (q // r.numerator)  # ticks from one arrival to the next: q / rate
-        w, b, end = int(self.warmup * q), int(self.bucket * q), int(self.end * q)
+        step, w, b, end = self.constant_ticks(rate)
         last = len(self.starts) - 1
 
         def place(i: int, t: float) -> float | None:
@@ -102,6 +99,43 @@ class Grid:
             return self._inside(t, -1 if x < w else min((x - w) // b, last))
 
         return place
+
+    def constant_ticks(self, rate: float) -> tuple[int, int, int, int]:
+        """(step, warmup, bucket, end) in whole ticks of 1/q s (`constant_placer`): constant
+        arrival i is at i x step ticks from t0, in the warmup below `warmup`, in bucket
+        (x - warmup) // bucket (the last holding the rest) and past the level from `end`."""
+        r = rational(rate)
+        q = math.lcm(r.numerator, self.warmup.denominator, self.bucket.denominator, self.end.denominator)
+        step = r.denominator * (q // r.numerator)  # ticks from one arrival to the next: q / rate
+        return step, int(self.warmup * q), int(self.bucket * q), int(self.end * q)
+
+    def constant_array(self, rate: float, lo: int, hi: int):
+        """Constant arrivals lo..hi-1 at `rate` as `schedule` yields them with this grid (t0 +
+        i / rate, placed by `constant_placer`), as a numpy float64 array: the same IEEE
+        operations on the same doubles (int -> double, divide, add, compare, nextafter), so
+        bit for bit the walk's floats, a few nanoseconds an arrival instead of microseconds.
+        Arrivals at or past the level's end are the caller's to leave out (`constant_count`).
+        None where the ticks do not fit in int64 (a rate or bucket no spec decimal gives):
+        walk `schedule` instead."""
+        import numpy as np  # the judge's rebuild (judge/schedproof.py); the runner walks `schedule`
+
+        step, w, b, end = self.constant_ticks(rate)
+        if end + step >= 2**62 or hi >= 2**53:
+            return None
+        i = np.arange(lo, hi, dtype=np.int64)
+        t = self.t0 + i.astype(np.float64) / rate
+        x = i * step
+        last = len(self.starts) - 1
+        k = np.where(x < w, -1, np.minimum((x - w) // b, last))
+        edges = np.array((*self.starts, self.stop), dtype=np.float64)
+        top = edges[k + 1]  # the next bucket's start (the last's: stop; the warmup's: the first start)
+        low = edges[np.maximum(k, 0)]
+        return np.where((k >= 0) & (t < low), low, np.where(t >= top, np.nextafter(top, -np.inf), t))
+
+    def constant_count(self, rate: float) -> int:
+        """How many constant arrivals at `rate` the level holds: those before its end, exactly."""
+        step, _, _, end = self.constant_ticks(rate)
+        return max(0, -(-end // step))
 
 
 class LevelShape(Protocol):

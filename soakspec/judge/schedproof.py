@@ -40,9 +40,13 @@ does not determine -- a closed loop (no schedule: its intended start is its star
 step (`open_ramp`), a replay, a sweep's level without the field, and evidence written before
 the manifest recorded `schedule` (judged as it ran: no proof, said so, no new failure).
 
-Cost: one walk of the schedule in Python (the same generator the runner ran: a few
-microseconds an arrival, about 0.3 s for 10^5) and one sort of the level's intended starts;
-closed loops cost nothing.
+Cost: constant arrivals are rebuilt in numpy (`expected_times`, `Grid.constant_array`: the
+runner's float operations, element by element, so bit for bit the generator's floats, which a
+property test holds against the walk `expected`), a few nanoseconds an arrival -- a day at
+1000 rps (86 M) in seconds, not minutes; Poisson and gamma schedules are walked in Python, the
+same generator the runner ran (about 0.4-2.5 µs an arrival: numpy cannot reproduce them bit for
+bit, `_chunks` says why); then one sort of the level's intended starts. Memory: the arrivals'
+float64, the size of the records' own column. Closed loops cost nothing.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ import numpy as np
 from soakspec import windows
 from soakspec.arrivals import Grid, schedule
 
-__all__ = ["TOLERANCE_US", "Proof", "expected", "measured_arrivals", "prove"]
+__all__ = ["TOLERANCE_US", "Proof", "expected", "expected_times", "measured_arrivals", "prove"]
 
 TOLERANCE_US = 1  # the records' precision: see the module docstring
 
@@ -139,6 +143,111 @@ def expected(entry: Mapping[str, Any]) -> Iterator[float]:
             return
 
 
+CHUNK = 1 << 20  # arrivals rebuilt at a time: a count's quota stops the rebuild within a chunk of its end
+
+
+def _walked(times: Iterator[float]) -> Iterator[np.ndarray]:
+    """A schedule's Python walk in float64 chunks (never a Python list of millions)."""
+    while True:
+        a = np.fromiter(itertools.islice(times, CHUNK), dtype=np.float64)
+        if len(a):
+            yield a
+        if len(a) < CHUNK:
+            return
+
+
+def _constant(rate: float, origin: float, grid: Grid | None, count: int) -> Iterator[np.ndarray] | None:
+    """`schedule`'s first `count` constant arrivals from `origin` (`grid`: placed in the level's
+    buckets, up to its end), vectorised bit for bit (`Grid.constant_array`); None where the
+    grid's ticks do not fit in int64 (then walked)."""
+    if grid is None:
+        if count >= 2**53:
+            return None
+        return (origin + np.arange(lo, min(lo + CHUNK, count), dtype=np.float64) / rate for lo in range(0, count, CHUNK))
+    count = min(count, grid.constant_count(rate))
+    if grid.constant_array(rate, 0, 0) is None:
+        return None
+    return (grid.constant_array(rate, lo, min(lo + CHUNK, count)) for lo in range(0, count, CHUNK))
+
+
+def _chunks(rate: float, arrival: str, seed: int, origin: float, b: float, grid: Grid | None, count: float) -> Iterator[np.ndarray]:
+    """The first `count` arrivals (math.inf: all) of `schedule(rate, arrival, seed, origin, ...)`
+    in float64 chunks. Constant arrivals are vectorised; Poisson and gamma ones are walked, for
+    numpy cannot give the walk's floats bit for bit: `random.expovariate` is -log(1 - random())
+    / rate through libm's log, numpy's log (SIMD) may round an ulp apart, and each such ulp is
+    carried by every later cumulative time -- at 10^7 arrivals the drifts add past the proof's
+    microsecond; a gamma draw takes a varying number of `random()`s (rejection sampling)."""
+    if arrival != "poisson":
+        n = 2**62 if count == math.inf else int(count)
+        vec = _constant(rate, origin, grid, n)
+        if vec is not None:
+            yield from vec
+            return
+    times = schedule(rate, arrival, seed, origin, grid.stop if grid is not None else math.inf, b, grid)
+    yield from _walked(times if count == math.inf else itertools.islice(times, int(count)))
+
+
+def _sized(rate: float, arrival: str, grid: Grid | None, count: float) -> int | None:
+    """How many arrivals `_chunks` yields, where that is known before building them (constant
+    arrivals, vectorised); None otherwise."""
+    if arrival == "poisson" or (grid is not None and grid.constant_array(rate, 0, 0) is None):
+        return None
+    return int(count) if grid is None else min(grid.constant_count(rate), 2**62 if count == math.inf else int(count))
+
+
+def expected_times(entry: Mapping[str, Any]) -> np.ndarray:
+    """`expected` as one float64 array, bit for bit (tests/test_schedule_proof.py holds them
+    equal): constant arrivals computed in numpy, a few nanoseconds each, where `expected` walks
+    the generator at a microsecond or two (a day at 1000 rps is 86 M arrivals); Poisson and
+    gamma walked as `expected` does (`_chunks` says why). Memory: a timed constant level's
+    arrivals are written into one array of their known size (the float64 the records' column
+    takes, and one chunk's temporaries); a count's quota (`Quota.first`) is applied chunk by
+    chunk, so no more than its arrivals and one chunk are built; a walked schedule's chunks are
+    joined at the end (twice its float64 for a moment, beside the walk's own seconds)."""
+    s = entry["schedule"]
+    rate, arrival, seed, b = float(s["rate"]), s["arrival"], s["seed"], float(s["burstiness"])
+    t0, m = float(entry["started_at"]), float(entry["measure_start"])
+    duration, bucket = float(entry["planned_duration_s"]), float(entry["bucket_s"])
+    starts = [k * bucket for k in range(len(windows.lengths(duration, bucket)))]
+    warm_n = _count(entry.get("warmup_requests"))
+    if warm_n is not None:  # `_warm_open`: the first N from t0, then afresh from m
+        runs = [(t0, None, warm_n)]
+        origin, grid = m, Grid.of(m, 0.0, duration, bucket, starts)
+    else:
+        runs = []
+        origin, grid = t0, Grid.of(t0, float(entry["warmup_s"]), duration, bucket, starts)
+    runs.append((origin, grid, math.inf))
+    n = _count(entry.get("requests_per_level"))
+    sizes = [_sized(rate, arrival, g, c) for _, g, c in runs]
+    if n is None and None not in sizes:  # known size: filled in place
+        out = np.empty(sum(sizes), dtype=np.float64)
+        at = 0
+        for o, g, c in runs:
+            for t in _chunks(rate, arrival, seed, o, b, g, c):
+                out[at:at + len(t)] = t
+                at += len(t)
+        return out
+    parts = [t for o, g, c in runs[:-1] for t in _chunks(rate, arrival, seed, o, b, g, c)]
+    least = _num(entry.get("min_duration_s"))
+    until = None if least is None else m + least
+    k = 0  # arrivals at or after m so far
+    for t in _chunks(rate, arrival, seed, origin, b, grid, math.inf):
+        if n is None:
+            parts.append(t)
+            continue
+        ge = t >= m
+        after = k + np.cumsum(ge)  # `expected`'s k after each arrival
+        done = after >= n if until is None else (after >= n) & (t >= until)
+        if done.any():  # `expected` returns at the first j where it is done: after yielding j,
+            j = int(np.argmax(done))  # or before it where k had reached n already and t_j >= until
+            stop_before = until is not None and after[j] - ge[j] >= n
+            parts.append(t[: j if stop_before else j + 1])
+            break
+        parts.append(t)
+        k = int(after[-1])
+    return np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
+
+
 def measured_arrivals(entry: Mapping[str, Any]) -> int | None:
     """How many measured arrivals (at or after `measure_start`) the level's schedule holds as the
     runner sends it (`expected`); None where the manifest does not determine the schedule
@@ -147,8 +256,7 @@ def measured_arrivals(entry: Mapping[str, Any]) -> int | None:
     drains before D is complete as scheduled (`validity._count_problems`)."""
     if why_unproven(entry) is not None:
         return None
-    m = float(entry["measure_start"])
-    return sum(1 for t in expected(entry) if t >= m)
+    return int((expected_times(entry) >= float(entry["measure_start"])).sum())
 
 
 def _us(a: np.ndarray) -> np.ndarray:
@@ -166,7 +274,8 @@ def prove(entry: Mapping[str, Any], intended: np.ndarray) -> Proof:
     absent = int(np.isnan(got).sum())
     if absent:
         return Proof(BROKEN, f"{absent} of its {len(got)} records carry no intended_start, which every open-loop arrival has")
-    want = _us(np.fromiter(expected(entry), dtype=np.float64))
+    want = expected_times(entry)
+    np.rint(np.multiply(want, 1e6, out=want), out=want)  # `_us` in place: the day's arrivals are not copied
     got = np.sort(_us(got))
     n = min(len(got), len(want))
     off = np.flatnonzero(np.abs(got[:n] - want[:n]) > TOLERANCE_US)
