@@ -569,3 +569,44 @@ def test_the_runners_sweep_runs_at_most_the_probes_the_plan_says(monkeypatch, ma
     assert n <= lv.sweep.max_probes
     if sw["bounded_by_wall_time"]:
         assert n == lv.sweep.max_probes == int(lv.sweep.max_wall_s // (lv.warmup_s + lv.duration_s))
+
+
+def _open_sweep(shift_level: int | None = None):
+    """An open sweep of two probes, 2 and 3 rps (both hold: the figure is 3, found at level 1),
+    its records one per arrival of each probe's schedule; `shift_level`: that probe's first
+    arrival recorded 5 ms late (the client did not send on its schedule)."""
+    sweep = _sweep_spec("rate = [2rps, 3rps]\n    rate_step = 1rps\n    search = bisect\n    max_wall = 1h\n    seed = 7").replace(
+        "mode = closed", "mode = open").replace("duration = 10m", "duration = 1m").replace("bucket = 5m", "bucket = 20s")
+    plain = spec_from_text(sweep.replace("rate_step = 1rps\n    search = bisect\n    max_wall = 1h\n    ", ""))
+    b = EvidenceBuilder(plain, per_bucket=40)
+    if shift_level is not None:
+        first = min((r for r in b.records["b0"] if r["level"] == shift_level), key=lambda r: r["intended_start"])
+        first["intended_start"] += 0.005
+    b.entry("b0")["sweep"] = {"probes": [{"level": 0, "value": 2.0, "passed": True}, {"level": 1, "value": 3.0, "passed": True}],
+                              "bounded_by_wall_time": False}
+    return spec_from_text(sweep), b.build()
+
+
+def test_every_probe_of_an_open_sweep_is_proven_on_its_schedule():
+    """A reviewer's sweep of 2 open-loop probes read "it sent on its schedule in 1 open-loop
+    level": the gate judges the run as its found level, so the other probe's schedule -- on
+    which the figure rests as much (a probe above it that does not hold) -- was never proven,
+    and nothing said so. Every probe is proven, and counted."""
+    spec, ev = _open_sweep()
+    v = judge(spec, ev)
+    (health,) = [r for r in v.rules if r.rule == "client_healthy"]
+    assert health.status == "pass" and "it sent on its schedule in 2 open-loop levels (of the sweep's 2 probes)" in health.message
+    assert [p["schedule"] for p in join(spec, ev).sweep[0].probes] == ["proven", "proven"]
+
+
+def test_a_probe_off_its_schedule_neither_holds_nor_fails():
+    """The probe below the found level sent off its schedule: its load was not the one
+    declared, so it is INCONCLUSIVE in the search (not a hold, not the server's fail), and the
+    run's client_healthy says so."""
+    spec, ev = _open_sweep(shift_level=0)
+    run = join(spec, ev)
+    low, high = run.sweep[0].probes
+    assert low["status"] == "inconclusive" and "did not send on its schedule" in low["why"] and low["schedule"] == "broken"
+    assert high["passed"] and run.sweep[0].result == 3.0
+    (health,) = [r for r in judge(spec, ev).rules if r.rule == "client_healthy"]
+    assert health.status == "inconclusive" and "did not send on its schedule in the sweep's probe at 2 rps" in health.message

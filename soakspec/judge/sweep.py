@@ -31,6 +31,10 @@ provenance as recorded), and failing probes above it are expected, not gate fail
     below it; the level entry says `stopped_by`): a probe that did not run its full duration
     never holds, and is not a gate failure either (cut short otherwise -- an interrupt, a dead
     backend -- it is INCONCLUSIVE: it does not hold, and says nothing of the load);
+  - a probe whose records are not its seeded schedule's arrivals (an open loop's schedule
+    proof, judge/schedproof.py, run on every probe: `schedule` in its results.json entry) is
+    INCONCLUSIVE -- the load it offered was not the one declared, the client's failure, so it
+    neither holds nor fails -- and the run's client_healthy counts every probe's proof;
   - the judge's re-judgement disagrees with the runner's (a probe the runner counted as holding
     does not hold now, e.g. judged with a newer spec): the judge's is used and the note says so.
 
@@ -42,6 +46,7 @@ code as the gate's re-judgement (`judge_probe`).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -49,6 +54,7 @@ import numpy as np
 
 from soakspec.evidence.record import FOLLOW_UP_BUCKET
 
+from soakspec.judge import schedproof
 from soakspec.judge.evidence import BackendEvidence, Evidence, Integrity
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Load, Spec, Workload
@@ -182,6 +188,18 @@ def level_evidence(evidence: Evidence, workload: str, level: int) -> Evidence:
     return dataclasses.replace(evidence, manifest=manifest, backends=backends)
 
 
+def probe_schedule(evidence: Evidence) -> schedproof.Proof | None:
+    """The schedule proof (judge/schedproof.py) of a one-level run (`level_evidence`): its
+    records' intended starts -- warmup and measured -- against its manifest's schedule; None for
+    a level that is no open loop (no schedule to prove)."""
+    be = evidence.backends[0] if evidence.backends else None
+    levels = be.entry.get("levels") or [] if be is not None else []
+    if len(levels) != 1 or levels[0].get("mode") != "open":
+        return None
+    starts = [r.get("intended_start") for r in be.records if r.get("level") == 0 and r.get("bucket") != FOLLOW_UP_BUCKET]
+    return schedproof.prove(levels[0], np.array([math.nan if t is None else t for t in starts], dtype=np.float64))
+
+
 def probe_status(spec: Spec, evidence: Evidence) -> tuple[str, str]:
     """pass | fail | inconclusive of the one-level run `evidence` (of the one-level `spec`) over
     every performance `require` rule, and why: a failure first, else the first inconclusive."""
@@ -240,6 +258,8 @@ def _rejudge(spec: Spec, evidence: Evidence, be: BackendEvidence, wl: Workload) 
         if not isinstance(value, (int, float)):
             continue
         one = dataclasses.replace(evidence, backends=(be,), manifest=dict(evidence.manifest) | {"backends": [be.entry]})
+        narrowed = level_evidence(one, wl.name, e["index"])
+        proof = probe_schedule(narrowed)  # every probe's, as the gate's found level's (validity.schedule_kept)
         stop = e.get("stopped_by") if isinstance(e.get("stopped_by"), Mapping) else {}
         if e.get("completed") is not True or stop:  # cut short, or an abort rule fired on it: it does not hold
             if stop:  # an abort rule: the server could not take this load
@@ -247,12 +267,16 @@ def _rejudge(spec: Spec, evidence: Evidence, be: BackendEvidence, wl: Workload) 
                                        if e.get("completed") is not True else f"abort rule {stop.get('rule')} fired on it")
             else:  # an interrupt, a dead backend, a failed run: nothing is known of this load
                 status, why = "inconclusive", "the probe did not run its full duration (the run was cut short, not by an abort rule)"
+        elif proof is not None and proof.status == schedproof.BROKEN:  # the client's failure, not the load's:
+            from soakspec.judge.validity import SCHEDULE_BROKEN  # it neither holds nor fails
+            status, why = "inconclusive", f"{SCHEDULE_BROKEN}: {proof.reason}"
         else:
-            status, why = probe_status(level_spec(spec, value), level_evidence(one, wl.name, e["index"]))
+            status, why = probe_status(level_spec(spec, value), narrowed)
         passed = status == "pass"
         runner = by_level.get(e["index"], {}).get("passed")
         disagrees |= runner is not None and runner != passed
-        probes.append({"level": e["index"], "value": value, "passed": passed, "status": status, "why": why, "runner_passed": runner})
+        probes.append({"level": e["index"], "value": value, "passed": passed, "status": status, "why": why, "runner_passed": runner}
+                      | ({} if proof is None else {"schedule": proof.status} | ({"schedule_why": proof.reason} if proof.reason else {})))
         if passed and (best is None or value > best[0]):
             best = (value, e["index"])
     unit = " rps" if axis == "rate" else ""

@@ -1104,7 +1104,7 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
         off_schedule, proven, unproven = schedule_kept(run)
         return result(None, "client_healthy", "validity", "require", off_schedule,
                       f"not judged: the evidence has no {layout.CLIENT} (written before soakspec measured its load generator)"
-                      + _schedule_said(off_schedule, proven, unproven), len(off_schedule))
+                      + _schedule_said(off_schedule, proven, unproven, run), len(off_schedule))
     if gap:
         return result(None, "client_healthy", "validity", "require",
                       [problem(f"{gap}: the load generator's health is unknown", status="inconclusive")], "", 1)
@@ -1148,14 +1148,16 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
     msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
         f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "") + (
         f"; it kept to max_concurrency in {plural(len(capped_levels), 'capped level')}" if capped_levels and not off_cap else "") + \
-        _schedule_said(off_schedule, proven, unproven)
+        _schedule_said(off_schedule, proven, unproven, run)
     return result(None, "client_healthy", "validity", "require", off_schedule + unsent + off_cap + insts, msg, n)
 
 
-def _schedule_said(off: list[Instance], proven: int, unproven: str) -> str:
-    """What client_healthy's message says of the schedule proof: the levels proven, and those it
-    could not cover with why."""
-    return (f"; it sent on its schedule in {plural(proven, 'open-loop level')}" if proven and not off else "") + (
+def _schedule_said(off: list[Instance], proven: int, unproven: str, run: JudgedRun) -> str:
+    """What client_healthy's message says of the schedule proof: the levels proven (a sweep's:
+    its probes'), and those it could not cover with why."""
+    n = sum(len(sw.probes) for sw in run.sweep)
+    probes = f" (of the sweep's {plural(n, 'probe')})" if n else ""
+    return (f"; it sent on its schedule in {plural(proven, 'open-loop level')}{probes}" if proven and not off else "") + (
         f"; schedule not proven: {unproven}" if unproven else "")
 
 
@@ -1191,8 +1193,35 @@ def schedule_kept(run: JudgedRun) -> tuple[list[Instance], int, str]:
             else:
                 off.append(Instance("inconclusive", loc(level_scope(bi, lv)), None, None, None,
                                     f"{SCHEDULE_BROKEN}: {p.reason}", cause=CLIENT_SCHEDULE))
+    for sw in run.sweep:  # a sweep is judged as its found level; its figure rests on every probe's load
+        proven += _sweep_schedules(sw, off, why)
     unproven = "; ".join(f"{plural(k, 'open-loop level')} ({reason})" for reason, k in why.items())
     return off, proven, unproven
+
+
+def _sweep_schedules(sw: Any, off: list[Instance], why: dict[str, int]) -> int:
+    """The schedule proofs of a sweep's probes (`judge/sweep.py` proves each: its probes'
+    `schedule`) other than the level the run was narrowed to (proven above like any level): how
+    many were proven; a broken one an INCONCLUSIVE instance into `off`, an unproven one counted
+    into `why`. The found level alone was counted before, and a 2-probe sweep read "in 1
+    open-loop level", the other probe -- its load as much the figure's ground -- unsaid."""
+    found = sw.found_level if sw.found_level is not None else (
+        min(sw.probes, key=lambda p: p["value"])["level"] if sw.probes else None)
+    unit = " rps" if sw.axis == "rate" else ""
+    proven = 0
+    for p in sw.probes:
+        if p["level"] == found or "schedule" not in p:
+            continue
+        if p["schedule"] == schedproof.PROVEN:
+            proven += 1
+        elif p["schedule"] == schedproof.UNPROVEN:
+            reason = p.get("schedule_why", "")
+            why[reason] = why.get(reason, 0) + 1
+        else:
+            off.append(Instance("inconclusive", Location(backend=sw.backend, workload=sw.workload, level=p["level"]), None, None, None,
+                                f"{SCHEDULE_BROKEN} in the sweep's probe at {p['value']:g}{unit} (INCONCLUSIVE in the search): "
+                                f"{p.get('schedule_why', '')}", cause=CLIENT_SCHEDULE))
+    return proven
 
 
 CAP_BROKEN = "the load generator did not keep to the declared cap"
