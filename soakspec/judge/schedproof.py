@@ -55,7 +55,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -112,20 +112,38 @@ def why_unproven(entry: Mapping[str, Any]) -> str | None:
     return None
 
 
-def expected(entry: Mapping[str, Any]) -> Iterator[float]:
-    """The level's arrivals as the runner sent them (see the module docstring); `entry` must
-    pass `why_unproven`."""
+class _Setup(NamedTuple):
+    rate: float
+    arrival: str
+    seed: Any
+    burstiness: float
+    t0: float  # the level's start (`started_at`)
+    m: float  # its measured window's start
+    warm_n: int | None  # a counted warmup's N
+    origin: float  # where the measured schedule starts: t0, or m after a counted warmup
+    grid: Grid  # its buckets
+
+
+def _setup(entry: Mapping[str, Any]) -> _Setup:
+    """What `expected` and `expected_times` rebuild a level's schedule from: a counted warmup
+    (`_warm_open`) sends the schedule's first N from t0, then the schedule afresh from m, its
+    grid without a warmup; otherwise one schedule from t0, its grid after the timed warmup."""
     s = entry["schedule"]
-    rate, arrival, seed, b = float(s["rate"]), s["arrival"], s["seed"], float(s["burstiness"])
     t0, m = float(entry["started_at"]), float(entry["measure_start"])
     duration, bucket = float(entry["planned_duration_s"]), float(entry["bucket_s"])
     starts = [k * bucket for k in range(len(windows.lengths(duration, bucket)))]
     warm_n = _count(entry.get("warmup_requests"))
+    origin, warmup = (m, 0.0) if warm_n is not None else (t0, float(entry["warmup_s"]))
+    return _Setup(float(s["rate"]), s["arrival"], s["seed"], float(s["burstiness"]), t0, m, warm_n, origin,
+                  Grid.of(origin, warmup, duration, bucket, starts))
+
+
+def expected(entry: Mapping[str, Any]) -> Iterator[float]:
+    """The level's arrivals as the runner sent them (see the module docstring); `entry` must
+    pass `why_unproven`."""
+    rate, arrival, seed, b, t0, m, warm_n, origin, grid = _setup(entry)
     if warm_n is not None:  # `_warm_open`: the first N from t0, then afresh from m
         yield from itertools.islice(schedule(rate, arrival, seed, t0, math.inf, b), warm_n)
-        origin, grid = m, Grid.of(m, 0.0, duration, bucket, starts)
-    else:
-        origin, grid = t0, Grid.of(t0, float(entry["warmup_s"]), duration, bucket, starts)
     times = schedule(rate, arrival, seed, origin, grid.stop, b, grid)
     n = _count(entry.get("requests_per_level"))
     if n is None:
@@ -204,18 +222,8 @@ def expected_times(entry: Mapping[str, Any]) -> np.ndarray:
     takes, and one chunk's temporaries); a count's quota (`Quota.first`) is applied chunk by
     chunk, so no more than its arrivals and one chunk are built; a walked schedule's chunks are
     joined at the end (twice its float64 for a moment, beside the walk's own seconds)."""
-    s = entry["schedule"]
-    rate, arrival, seed, b = float(s["rate"]), s["arrival"], s["seed"], float(s["burstiness"])
-    t0, m = float(entry["started_at"]), float(entry["measure_start"])
-    duration, bucket = float(entry["planned_duration_s"]), float(entry["bucket_s"])
-    starts = [k * bucket for k in range(len(windows.lengths(duration, bucket)))]
-    warm_n = _count(entry.get("warmup_requests"))
-    if warm_n is not None:  # `_warm_open`: the first N from t0, then afresh from m
-        runs = [(t0, None, warm_n)]
-        origin, grid = m, Grid.of(m, 0.0, duration, bucket, starts)
-    else:
-        runs = []
-        origin, grid = t0, Grid.of(t0, float(entry["warmup_s"]), duration, bucket, starts)
+    rate, arrival, seed, b, t0, m, warm_n, origin, grid = _setup(entry)
+    runs: list[tuple[float, Grid | None, float]] = [] if warm_n is None else [(t0, None, warm_n)]  # `_warm_open`'s first N
     runs.append((origin, grid, math.inf))
     n = _count(entry.get("requests_per_level"))
     sizes = [_sized(rate, arrival, g, c) for _, g, c in runs]
