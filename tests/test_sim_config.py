@@ -64,10 +64,33 @@ def test_sim_argv_rejects_unknown_names_and_wrong_types(bad):
         sim_argv(bad)
 
 
+def test_a_value_of_dashdash_is_refused_not_dropped():
+    """argparse reads "--" as the end of options even in `--served-model-name=--`, and the
+    simulator came up with no extra model name: such a value is refused before any launch."""
+    for options in ({"served_model_name": ["a", "--"]}, {"model": "--"}):
+        with pytest.raises(ValueError, match="cannot be passed on a command line"):
+            sim_argv(options)
+        with pytest.raises(ValueError, match="cannot be passed on a command line"):
+            SimConfig.from_options(options)
+
+
+def test_check_refuses_a_dashdash_sim_value_before_anything_runs():
+    """The same value in a spec's sim block is a spec error (`check`, exit 2), not a traceback
+    from `plan` or a launch."""
+    from soakspec.lang import check as check_spec
+    from soakspec.lang import parse as parse_spec
+
+    text = ('soak "t" {}\nbackend "s" {\n  sim {\n    served_model_name = "--"\n  }\n}\n'
+            'workload "w" {\n  load {\n    concurrency = [1]\n  }\n  duration = 2s\n}\n')
+    spec, diags = check_spec(parse_spec(text)[0])
+    assert spec is None and [(d.code, d.span.line) for d in diags if d.severity == "error"] == [("E204", 4)], diags
+
+
 def _value(name: str) -> st.SearchStrategy[object]:
     kind = OPTIONS[name].kind
-    if name in REPEATABLE:
-        return st.lists(st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=8), max_size=3)
+    if name in REPEATABLE:  # ("--" is refused: test_a_value_of_dashdash_is_refused_not_dropped)
+        word = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=8).filter(lambda v: v != "--")
+        return st.lists(word, max_size=3)
     if kind == "duration":
         return st.floats(0, 1e4, allow_nan=False)
     if kind == "ratio":
@@ -78,7 +101,7 @@ def _value(name: str) -> st.SearchStrategy[object]:
         return st.booleans()
     if kind == "int":
         return st.integers(1, 10_000)
-    return st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1, max_size=12)
+    return st.text(st.characters(min_codepoint=32, max_codepoint=126), min_size=1, max_size=12).filter(lambda v: v != "--")
 
 
 _SAFE = sorted(set(OPTIONS) - {"host", "port_file", "trace_file"})

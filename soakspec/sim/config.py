@@ -63,6 +63,10 @@ def _format(name: str, kind: str, value: object) -> str:
     if kind == "str":
         if not isinstance(value, str):
             raise ValueError(f"sim option {name}: expected a string, got {value!r}")
+        if value == "--":
+            # argparse takes "--" for the end of options even as `--name=--` and drops it (a
+            # served_model_name of "--" became none): refused, never silently changed
+            raise ValueError(f"sim option {name}: '--' cannot be passed on a command line (it ends the options)")
         return value
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):

@@ -217,6 +217,11 @@ def _sim(ctx: Ctx, b: Body, where: str) -> tuple[tuple[str, object], ...]:
     sb = sub(ctx, b, "sim", SIM, f"the sim block of {where}")
     if sb is None:
         return ()
+    for key in sorted(sb.values):
+        v = sb[key] if sb.ok(key) and SIM_OPTIONS[key] == "str" else None
+        if v == "--" or (isinstance(v, (list, tuple)) and "--" in v):  # (soakspec.sim.config refuses it at launch)
+            ctx.error("E204", f"sim '{key}' cannot be \"--\": the simulator's command line reads it as the end of its options",
+                      sb.got(key).span, "choose another name")
     return tuple((key, sb[key]) for key in sorted(sb.values) if sb.ok(key))
 
 
