@@ -23,10 +23,10 @@ import functools
 import itertools
 import math
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 # a float is read as the fraction with a denominator up to this nearest to it (0.2 -> 1/5,
 # 0.1 x 3 = 0.30000000000000004 -> 3/10) where that is within RATIONAL_TOLERANCE of it
@@ -293,3 +293,36 @@ def replay_schedule(shape: ReplayShape, start: float, stop: float):
         if t >= stop:
             return
         yield t, (n_in, n_out, h)
+
+
+_Item = TypeVar("_Item")
+
+
+class CountedArrivals:
+    """Which arrivals a count-bounded level sends (`requests_per_level` n, and a `min_duration`
+    D beside it, MLPerf LoadGen's pair): those up to its n-th at or after the measured window's
+    start m -- with D, also every one due before m + D, and none due at or after it once n are
+    sent. A schedule that ends first (the level's bound) with n sent has passed D too (check:
+    min_duration <= duration). One rule for the runner (`runner/load.py` `Quota.first`, as it
+    sends) and the judge (`judge/schedproof.py`, as it rebuilds what was sent). `reached`: the
+    count (with D passed) ended the arrivals, set once `cut` has stopped."""
+
+    def __init__(self, n: int, measure: float, least_s: float | None = None) -> None:
+        self.n, self.measure = n, measure
+        self.until = None if least_s is None else measure + least_s
+        self.reached = False
+
+    def cut(self, due: Iterable[_Item], at: Callable[[_Item], float] = float) -> Iterator[_Item]:  # type: ignore[assignment]
+        """`due` (arrivals in time order, `at` their time) as far as the level sends them."""
+        k, until = 0, self.until
+        for item in due:
+            t = at(item)
+            if until is not None and k >= self.n and t >= until:
+                self.reached = True
+                return
+            k += t >= self.measure
+            yield item
+            if k >= self.n and (until is None or t >= until):
+                self.reached = True
+                return
+        self.reached = until is not None and k >= self.n

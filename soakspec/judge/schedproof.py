@@ -60,7 +60,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from soakspec import windows
-from soakspec.arrivals import Grid, schedule
+from soakspec.arrivals import CountedArrivals, Grid, schedule
 
 __all__ = ["TOLERANCE_US", "Proof", "expected", "expected_times", "measured_arrivals", "prove"]
 
@@ -149,16 +149,7 @@ def expected(entry: Mapping[str, Any]) -> Iterator[float]:
     if n is None:
         yield from times
         return
-    least = _num(entry.get("min_duration_s"))
-    until = None if least is None else m + least
-    k = 0
-    for t in times:  # `Quota.first`: up to the n-th at or after the measured window's start --
-        if until is not None and k >= n and t >= until:  # and with a min_duration, each due before m + it
-            return
-        yield t
-        k += t >= m
-        if k >= n and (until is None or t >= until):
-            return
+    yield from CountedArrivals(n, m, _num(entry.get("min_duration_s"))).cut(times)  # as `Quota.first` sends them
 
 
 CHUNK = 1 << 20  # arrivals rebuilt at a time: a count's quota stops the rebuild within a chunk of its end

@@ -85,13 +85,14 @@ import math
 import os
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
+from operator import itemgetter
 from typing import TYPE_CHECKING, Protocol
 
 import httpx
 import trio
 
 from soakspec import windows
-from soakspec.arrivals import Grid, level_grid, ramp_schedule, replay_schedule, schedule, unit_arrivals  # noqa: F401  (read from here too)
+from soakspec.arrivals import CountedArrivals, Grid, level_grid, ramp_schedule, replay_schedule, schedule, unit_arrivals  # noqa: F401  (read from here too)
 from soakspec import draws, lengths
 from soakspec.shares import in_flight_share
 from soakspec.evidence.record import CANCELLED_BY_ABORT  # noqa: F401  (read from here too)
@@ -591,22 +592,13 @@ class Quota:
             self.shared.give_back(self.slot)
 
     def first(self, due, measure: float):
-        """The arrivals of `due` up to its n-th at or after `measure` -- with a min_duration, and
-        every one due before `measure + least_s`: the first due at or after it once n are sent
-        is not (nor any after it). A schedule that ends (the level's bound) with n sent has
-        passed its min_duration too (check: min_duration <= duration)."""
-        k, until = 0, None if self.least_s is None else measure + self.least_s
-        self.until = until
-        for item in due:
-            if until is not None and k >= self.n and item[0] >= until:
-                self.reached = True
-                return
-            k += item[0] >= measure
-            yield item
-            if k >= self.n and (until is None or item[0] >= until):
-                self.reached = True
-                return
-        self.reached = self.reached or (until is not None and k >= self.n)
+        """The arrivals of `due` (tuples, their time first) a counted level sends from the
+        measured window's start `measure` (`arrivals.CountedArrivals`: up to its n-th -- with a
+        min_duration, every one due before `measure + least_s` too)."""
+        cut = CountedArrivals(self.n, measure, self.least_s)
+        self.until = cut.until
+        yield from cut.cut(due, itemgetter(0))
+        self.reached = self.reached or cut.reached
 
 
 @dataclasses.dataclass
