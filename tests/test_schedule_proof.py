@@ -110,6 +110,28 @@ def test_evidence_without_the_schedule_is_judged_as_it_ran_and_says_not_proven()
     assert "schedule not proven: 2 open-loop levels (the manifest records no schedule" in _health(v).message
 
 
+def test_a_client_inconclusive_for_another_reason_still_says_which_schedules_are_not_proven():
+    """client_healthy INCONCLUSIVE for a saturated load generator said that reason alone: the
+    levels whose schedule the proof could not cover ("schedule not proven: ...") were said only
+    when it passed, so a reader took the schedules for proven. Both are said -- and so when
+    client.jsonl is missing."""
+    b = EvidenceBuilder(POISSON, scheduled=False).with_client(lag=0.2)
+    msg = _health(judge(POISSON, b.build())).message
+    assert "load generator saturated in bucket 0: event-loop lag p99 200 ms (limit 50 ms)" in msg
+    assert "schedule not proven: 2 open-loop levels (the manifest records no schedule" in msg
+
+
+def test_a_missing_client_jsonl_still_says_which_schedules_are_not_proven(tmp_path):
+    from soakspec.judge.evidence import load_evidence
+
+    b = EvidenceBuilder(POISSON, scheduled=False).with_client()
+    root = b.write(tmp_path / "run")
+    (root / "client.jsonl").unlink()
+    health = _health(judge(POISSON, load_evidence(root)))
+    assert health.status == "inconclusive" and "client.jsonl is missing (the manifest lists it)" in health.message
+    assert "schedule not proven: 2 open-loop levels (the manifest records no schedule" in health.message
+
+
 def test_a_ramp_is_stated_as_not_proven():
     spec = _open_spec("phases {\n      up { rate = 1rps  ramp_to = 3rps  duration = 20s }\n      flat { rate = 2rps  duration = 40s }\n    }", duration="")
     v = judge(spec, EvidenceBuilder(spec).build())

@@ -1095,19 +1095,25 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
     load generator has none of these: its client health is not judged (the check passes and
     says so, as `client_healthy = false` does), because such a run never claimed it, and the
     record-derived criteria alone (schedule lag, achieved concurrency) are only judged beside
-    the samples they were defined with."""
+    the samples they were defined with.
+
+    Whatever else makes it INCONCLUSIVE, its message also says which open-loop levels the
+    schedule proof could not cover ("; schedule not proven: ..."): the first problem alone
+    left a reader to think the schedules were proven."""
     g = run.gate
     if not g.client_healthy:
         return result(None, "client_healthy", "validity", "require", [], "not judged (client_healthy = false in the gate)", 0)
     gap = client_measured(run)
-    if gap is None:  # the schedule proof needs no samples: it is judged all the same
-        off_schedule, proven, unproven = schedule_kept(run)
-        return result(None, "client_healthy", "validity", "require", off_schedule,
-                      f"not judged: the evidence has no {layout.CLIENT} (written before soakspec measured its load generator)"
-                      + _schedule_said(off_schedule, proven, unproven, run), len(off_schedule))
+    # the schedule proof needs no samples: it is judged whatever client.jsonl holds
+    off_schedule, proven, unproven = schedule_kept(run)
+    if gap is None:
+        return _said_unproven(result(None, "client_healthy", "validity", "require", off_schedule,
+                                     f"not judged: the evidence has no {layout.CLIENT} (written before soakspec measured its load generator)"
+                                     + _schedule_said(off_schedule, proven, unproven, run), len(off_schedule)), unproven)
     if gap:
-        return result(None, "client_healthy", "validity", "require",
-                      [problem(f"{gap}: the load generator's health is unknown", status="inconclusive")], "", 1)
+        return _said_unproven(result(None, "client_healthy", "validity", "require",
+                                     off_schedule + [problem(f"{gap}: the load generator's health is unknown", status="inconclusive")],
+                                     "", 1 + len(off_schedule)), unproven)
     insts: list[Instance] = []
     unsent: list[Instance] = []  # first: the message names the load generator's own failure
     n = sampled = 0
@@ -1144,12 +1150,21 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
                              status="inconclusive"))
     capped_levels = [(bi, lv) for bi in run.judged for lv in bi.levels if capped(lv.entry)]
     off_cap = [d for bi, lv in capped_levels for d in cap_kept(bi, lv, g.client_schedule_lag)]
-    off_schedule, proven, unproven = schedule_kept(run)
     msg = f"the load generator kept up in {plural(sampled, 'bucket')}" + (
         f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "") + (
         f"; it kept to max_concurrency in {plural(len(capped_levels), 'capped level')}" if capped_levels and not off_cap else "") + \
         _schedule_said(off_schedule, proven, unproven, run)
-    return result(None, "client_healthy", "validity", "require", off_schedule + unsent + off_cap + insts, msg, n)
+    return _said_unproven(result(None, "client_healthy", "validity", "require", off_schedule + unsent + off_cap + insts, msg, n),
+                          unproven)
+
+
+def _said_unproven(res: RuleResult, unproven: str) -> RuleResult:
+    """An INCONCLUSIVE client_healthy's message -- its first problem -- with the open-loop levels
+    the schedule proof could not cover after it (a PASS's message says them already): one
+    reason alone read as if every schedule had been proven."""
+    if res.status == "pass" or not unproven:
+        return res
+    return dataclasses.replace(res, message=f"{res.message}; schedule not proven: {unproven}")
 
 
 def _schedule_said(off: list[Instance], proven: int, unproven: str, run: JudgedRun) -> str:
