@@ -610,3 +610,67 @@ def test_a_probe_off_its_schedule_neither_holds_nor_fails():
     assert high["passed"] and run.sweep[0].result == 3.0
     (health,) = [r for r in judge(spec, ev).rules if r.rule == "client_healthy"]
     assert health.status == "inconclusive" and "did not send on its schedule in the sweep's probe at 2 rps" in health.message
+
+
+def _saturated_sweep(*, slow: bool):
+    """`_open_sweep` (probes 2 and 3 rps) with client.jsonl: the load generator healthy through
+    the 2 rps probe and saturated (event-loop lag p99 200 ms) through the 3 rps one, whose
+    requests are slow (ttft 500 ms, over the rule's 200 ms) when `slow`."""
+    from soakspec.judge.testing import client_rows
+
+    sweep = _sweep_spec("rate = [2rps, 3rps]\n    rate_step = 1rps\n    search = bisect\n    max_wall = 1h\n    seed = 7").replace(
+        "mode = closed", "mode = open").replace("duration = 10m", "duration = 1m").replace("bucket = 5m", "bucket = 20s")
+    plain = spec_from_text(sweep.replace("rate_step = 1rps\n    search = bisect\n    max_wall = 1h\n    ", ""))
+    b = EvidenceBuilder(plain, per_bucket=40)
+    lv0, lv1 = b.manifest["backends"][0]["levels"]
+    b.client["b0"] = client_rows("b0", lv0["started_at"], lv1["started_at"]) + client_rows("b0", lv1["started_at"], lv1["drained_at"] + 1.0, lag=0.2)
+    if slow:
+        for r in b.records["b0"]:
+            if r["level"] == 1 and r.get("first_token") is not None:
+                r["first_token"] = r["start"] + 0.5
+                r["ttft"] = 0.5
+                r["end"] = max(r["end"], r["first_token"] + 0.01)
+    b.entry("b0")["sweep"] = {"probes": [{"level": 0, "value": 2.0, "passed": True}, {"level": 1, "value": 3.0, "passed": not slow}],
+                              "bounded_by_wall_time": False}
+    return spec_from_text(sweep), b
+
+
+@pytest.mark.parametrize("slow", [True, False], ids=["its requests slow", "its requests fast"])
+def test_a_probe_whose_load_generator_was_saturated_neither_holds_nor_fails(slow):
+    """The 3 rps probe ran with its load generator saturated. Judged on the found level alone,
+    its slow requests read as the server failing at 3 rps (a PASS, "max_sustainable_rate =
+    2 rps", the limit found) -- or, fast, it held (the figure 3 rps rested on a load the client
+    could not apply). It is INCONCLUSIVE in the search: the figure is only a lower bound, and
+    client_healthy names the probe and why; the verdict is INCONCLUSIVE, not a PASS."""
+    spec, b = _saturated_sweep(slow=slow)
+    ev = b.build()
+    low, high = join(spec, ev).sweep[0].probes
+    assert low["status"] == "pass" and high["status"] == "inconclusive"
+    assert "load generator saturated" in high["why"] and "event-loop lag p99 200 ms (limit 50 ms)" in high["client"]
+    v = judge(spec, ev)
+    rules = {r.rule: r for r in v.rules}
+    assert v.outcome == "INCONCLUSIVE"
+    health = rules["client_healthy"]
+    assert health.status == "inconclusive"
+    assert "the sweep's probe at 3 rps is INCONCLUSIVE in the search" in health.message
+    assert "event-loop lag p99 200 ms (limit 50 ms)" in health.message
+    (sweep,) = [r for r in v.rules if r.metric == "max_sustainable_rate"]
+    assert ("max_sustainable_rate = at least 2 rps (the next level, 3 rps, could not be judged (INCONCLUSIVE: the load "
+            "generator was not healthy, see client_healthy))") in sweep.message
+
+
+def test_a_probe_a_timing_abort_stopped_on_a_saturated_client_is_not_the_servers_failure():
+    """An abort rule on ttft fired in the 3 rps probe while the load generator was saturated:
+    the values it fired on hold the client's lag (as the gate's abort_fired judges a run's
+    abort), so the probe is INCONCLUSIVE in the search -- not the server failing at 3 rps."""
+    spec, b = _saturated_sweep(slow=True)
+    lv1 = b.manifest["backends"][0]["levels"][1]
+    w = lv1["buckets"][0]
+    lv1["stopped_by"] = {"rule": "abort p90(ttft) > 300ms per bucket", "metric": "ttft", "backend": "b0", "workload": "w0",
+                         "level": 1, "scope": "bucket", "index": 0, "start": w["start"], "end": w["end"]}
+    b.entry("b0")["sweep"]["probes"][1]["passed"] = False
+    (sw,) = join(spec, b.build()).sweep
+    high = sw.probes[1]
+    assert high["status"] == "inconclusive" and not high["passed"]
+    assert "fired on it; not judged a failure: the load generator was saturated in bucket 0" in high["why"]
+    assert sw.result == 2.0 and sw.lower_bound is not None

@@ -35,6 +35,13 @@ provenance as recorded), and failing probes above it are expected, not gate fail
     proof, judge/schedproof.py, run on every probe: `schedule` in its results.json entry) is
     INCONCLUSIVE -- the load it offered was not the one declared, the client's failure, so it
     neither holds nor fails -- and the run's client_healthy counts every probe's proof;
+  - a probe whose load generator was not healthy (validity.client_healthy on that probe alone:
+    saturated -- event-loop lag, CPU, schedule lag, achieved concurrency --, requests never
+    sent, off its cap, or a bucket no sample covers) is INCONCLUSIVE likewise (`client` in its
+    results.json entry): judged on the found level only, its slow requests were the server
+    failing (the search moved down) or its fast ones a hold the client may not have applied.
+    The run's client_healthy names every such probe and why, so the run is INCONCLUSIVE; a
+    timing abort that stopped a probe while the client was saturated is not a FAIL either;
   - the judge's re-judgement disagrees with the runner's (a probe the runner counted as holding
     does not hold now, e.g. judged with a newer spec): the judge's is used and the note says so.
 
@@ -60,7 +67,7 @@ from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Load, Spec, Workload
 from soakspec.plan import workload_sweep
 
-__all__ = ["FIGURES", "SweepResult", "figure_name", "judge_probe", "narrow", "probe_judge", "sweep_rule", "sweep_workload",
+__all__ = ["FIGURES", "SweepResult", "figure_name", "judge_level", "judge_probe", "narrow", "probe_judge", "sweep_rule", "sweep_workload",
            "value_text"]
 
 FIGURES = {"concurrency": "max_sustainable_concurrency", "rate": "max_sustainable_rate"}
@@ -139,8 +146,18 @@ def _lower_bound(grid: Sequence[float], probes: Sequence[Mapping[str, Any]], bes
     if any(p.get("status") == "fail" for p in there):
         return None
     if there:
-        return f"the next level, {nxt:g}{unit}, could not be judged (INCONCLUSIVE)"
+        return f"the next level, {nxt:g}{unit}, could not be judged (INCONCLUSIVE{_client_said(there)})"
     return f"the next level, {nxt:g}{unit}, was not probed"
+
+
+def _client_said(probes: Sequence[Mapping[str, Any]]) -> str:
+    """Why the load generator made these probes INCONCLUSIVE, in a few words for the figure's
+    line (client_healthy names the probe and the whole reason), or ""."""
+    if any(p.get("schedule") == schedproof.BROKEN for p in probes):
+        return ": the load generator did not send on its schedule"
+    if any(p.get("client") for p in probes):
+        return ": the load generator was not healthy, see client_healthy"
+    return ""
 
 
 def sweep_workload(spec: Spec) -> Workload | None:
@@ -200,29 +217,82 @@ def probe_schedule(evidence: Evidence) -> schedproof.Proof | None:
     return schedproof.prove(levels[0], np.array([math.nan if t is None else t for t in starts], dtype=np.float64))
 
 
-def probe_status(spec: Spec, evidence: Evidence) -> tuple[str, str]:
-    """pass | fail | inconclusive of the one-level run `evidence` (of the one-level `spec`) over
-    every performance `require` rule, and why: a failure first, else the first inconclusive."""
+def probe_client(run: Any, *, tail_pending: bool = False) -> str | None:
+    """Why the load generator's health makes the joined one-level run `run` INCONCLUSIVE as a
+    probe (its client_healthy, schedule proof aside: `probe_schedule` proves that first), or
+    None: it kept up, or its health is not judged (`client_healthy = false`, evidence from
+    before client.jsonl). Saturated -- event-loop lag, CPU, schedule lag, achieved concurrency
+    --, unable to send, off its cap, or unmeasured, the load generator's numbers are its own:
+    the probe neither holds nor fails. `tail_pending`: the runner's judgement right after the
+    probe (validity.client_healthy)."""
+    from soakspec.judge.validity import client_healthy
+
+    h = client_healthy(run, prove_schedule=False, tail_pending=tail_pending)
+    return None if h.status == "pass" else h.message
+
+
+def _probe(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -> tuple[str, str, str | None]:
+    """pass | fail | inconclusive of the one-level run `evidence` (of the one-level `spec`), its
+    schedule proof aside, why, and why its client made it INCONCLUSIVE (else None): INCONCLUSIVE
+    when its load generator was not healthy (`probe_client`), else over every performance
+    `require` rule, a failure first, else the first inconclusive."""
     from soakspec.judge.joined import join
     from soakspec.judge.judge import judge_performance
 
     rules = [r for r in spec.gate.rules if r.klass == "performance" and r.severity == "require"]
-    if not rules:
-        return "pass", "no performance require rule"
     run = join(spec, evidence)
+    client = probe_client(run, tail_pending=tail_pending)
+    if client is not None:  # the client's failure, not the load's: it neither holds nor fails
+        return "inconclusive", f"client_healthy: {client}", client
+    if not rules:
+        return "pass", "no performance require rule", None
     results = [judge_performance(run, r) for r in rules]
     bad = [x for x in results if x.status == "fail"] or [x for x in results if x.status != "pass"]
     if not bad:
-        return "pass", f"all {len(results)} performance rules pass"
+        return "pass", f"all {len(results)} performance rules pass", None
     first = bad[0]
-    return ("fail" if first.status == "fail" else "inconclusive"), f"{first.rule}: {first.status.upper()} — {first.message}"
+    return ("fail" if first.status == "fail" else "inconclusive"), f"{first.rule}: {first.status.upper()} — {first.message}", None
 
 
-def judge_probe(spec: Spec, evidence: Evidence) -> tuple[bool, str]:
-    """Does the one-level run hold every performance `require` rule? (the search's predicate:
-    only PASS holds; see the module docstring)"""
-    status, why = probe_status(spec, evidence)
-    return status == "pass", why
+def judge_level(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -> dict[str, Any]:
+    """One completed probe, judged as the search reads it -- the gate's re-judgement and the
+    runner's own alike: `status` (pass | fail | inconclusive) and `why`; `schedule` (and
+    `schedule_why`) for an open loop's schedule proof; `client`, why the load generator's
+    health made it INCONCLUSIVE. A probe off its schedule, or whose client was not healthy,
+    neither holds nor fails: the load it offered, or the times it measured, were the client's,
+    so no figure of it is the server's -- counted as the server's failure, the search moved
+    down. `evidence` is the one-level run (`level_evidence`), `spec` the one-level spec."""
+    proof = probe_schedule(evidence)
+    sched = {} if proof is None else {"schedule": proof.status} | ({"schedule_why": proof.reason} if proof.reason else {})
+    if proof is not None and proof.status == schedproof.BROKEN:  # the client's failure, not the load's:
+        from soakspec.judge.validity import SCHEDULE_BROKEN  # it neither holds nor fails
+
+        return {"status": "inconclusive", "why": f"{SCHEDULE_BROKEN}: {proof.reason}"} | sched
+    status, why, client = _probe(spec, evidence, tail_pending=tail_pending)
+    return {"status": status, "why": why} | sched | ({"client": client} if client else {})
+
+
+def _abort_on_client(spec: Spec, evidence: Evidence, stop: Mapping[str, Any]) -> str | None:
+    """Why the abort rule that stopped a probe (`stop`, its `stopped_by`) fired on the load
+    generator's own lag, or None: a timing abort (CLIENT_SENSITIVE) whose window overlaps a
+    bucket where the client was saturated -- as the gate's abort_fired judges a run's abort.
+    Such a probe did not hold, but the server did not fail it either: INCONCLUSIVE."""
+    from soakspec.judge.joined import join
+    from soakspec.judge.validity import CLIENT_SENSITIVE, abort_client_saturated
+
+    if stop.get("metric") not in CLIENT_SENSITIVE:
+        return None
+    saturated = abort_client_saturated(join(spec, evidence), stop)
+    return (f"the load generator was saturated in {saturated}, so the {stop.get('metric')} values the abort rule fired on "
+            "hold the client's own lag") if saturated else None
+
+
+def judge_probe(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -> tuple[bool, str]:
+    """Does the one-level run hold every performance `require` rule, its schedule proven (where
+    it has one) and its client healthy? (the search's predicate: only PASS holds; see the module
+    docstring and `judge_level`)"""
+    j = judge_level(spec, evidence, tail_pending=tail_pending)
+    return j["status"] == "pass", j["why"] if j["status"] != "inconclusive" else f"INCONCLUSIVE: {j['why']}"
 
 
 def probe_judge(spec: Spec, *, time_scale: float = 1.0, rehearsal: bool = False) -> Callable[[str, dict, list[dict]], tuple[bool, str]]:
@@ -259,24 +329,24 @@ def _rejudge(spec: Spec, evidence: Evidence, be: BackendEvidence, wl: Workload) 
             continue
         one = dataclasses.replace(evidence, backends=(be,), manifest=dict(evidence.manifest) | {"backends": [be.entry]})
         narrowed = level_evidence(one, wl.name, e["index"])
-        proof = probe_schedule(narrowed)  # every probe's, as the gate's found level's (validity.schedule_kept)
         stop = e.get("stopped_by") if isinstance(e.get("stopped_by"), Mapping) else {}
         if e.get("completed") is not True or stop:  # cut short, or an abort rule fired on it: it does not hold
-            if stop:  # an abort rule: the server could not take this load
-                status, why = "fail", (f"the probe did not run its full duration{' (stopped by ' + str(stop.get('rule')) + ')' if stop.get('rule') else ''}"
-                                       if e.get("completed") is not True else f"abort rule {stop.get('rule')} fired on it")
+            proof = probe_schedule(narrowed)  # every probe's, as the gate's found level's (validity.schedule_kept)
+            j = {} if proof is None else {"schedule": proof.status} | ({"schedule_why": proof.reason} if proof.reason else {})
+            if stop:  # an abort rule: the server could not take this load -- unless it fired on the client's own lag
+                j |= {"status": "fail", "why": (f"the probe did not run its full duration{' (stopped by ' + str(stop.get('rule')) + ')' if stop.get('rule') else ''}"
+                                                if e.get("completed") is not True else f"abort rule {stop.get('rule')} fired on it")}
+                if (client := _abort_on_client(level_spec(spec, value), narrowed, stop)) is not None:
+                    j |= {"status": "inconclusive", "why": f"{j['why']}; not judged a failure: {client}", "client": client}
             else:  # an interrupt, a dead backend, a failed run: nothing is known of this load
-                status, why = "inconclusive", "the probe did not run its full duration (the run was cut short, not by an abort rule)"
-        elif proof is not None and proof.status == schedproof.BROKEN:  # the client's failure, not the load's:
-            from soakspec.judge.validity import SCHEDULE_BROKEN  # it neither holds nor fails
-            status, why = "inconclusive", f"{SCHEDULE_BROKEN}: {proof.reason}"
-        else:
-            status, why = probe_status(level_spec(spec, value), narrowed)
-        passed = status == "pass"
+                j |= {"status": "inconclusive", "why": "the probe did not run its full duration (the run was cut short, not by an abort rule)"}
+        else:  # its schedule proof, its client's health, its rules: as the runner's own judgement (`probe_judge`)
+            j = judge_level(level_spec(spec, value), narrowed)
+        passed = j["status"] == "pass"
         runner = by_level.get(e["index"], {}).get("passed")
         disagrees |= runner is not None and runner != passed
-        probes.append({"level": e["index"], "value": value, "passed": passed, "status": status, "why": why, "runner_passed": runner}
-                      | ({} if proof is None else {"schedule": proof.status} | ({"schedule_why": proof.reason} if proof.reason else {})))
+        probes.append({"level": e["index"], "value": value, "passed": passed, "status": j["status"], "why": j["why"],
+                       "runner_passed": runner} | {k: v for k, v in j.items() if k not in ("status", "why")})
         if passed and (best is None or value > best[0]):
             best = (value, e["index"])
     unit = " rps" if axis == "rate" else ""

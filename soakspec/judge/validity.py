@@ -649,7 +649,7 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
         what = (f"abort rule '{a.get('rule')}' fired: observed {seen} over {a.get('requests')} requests "
                 f"(threshold {a.get('op')} {limit})" + (f"; {a.get('requests')} requests{none}: {saw}" if saw else "")
                 + "; the rest of the load was not run")
-        saturated = _abort_client_saturated(run, a) if a.get("metric") in CLIENT_SENSITIVE else None
+        saturated = abort_client_saturated(run, a) if a.get("metric") in CLIENT_SENSITIVE else None
         if saturated:
             insts.append(problem(f"{what}; not judged a failure: the load generator was saturated in {saturated}, "
                                  f"so the {a.get('metric')} values it fired on hold the client's own lag", where,
@@ -685,7 +685,7 @@ def client_cuts(run: JudgedRun) -> dict[str, ClientCut]:
     for a in (aborts if isinstance(aborts, list) else [aborts] if aborts else []):
         if not isinstance(a, dict) or a.get("metric") not in CLIENT_SENSITIVE or not isinstance(a.get("backend"), str):
             continue
-        saturated = _abort_client_saturated(run, a)
+        saturated = abort_client_saturated(run, a)
         if saturated:
             out[a["backend"]] = ClientCut(a.get("workload"), a.get("level"),
                                           f"the load was stopped by abort rule '{a.get('rule')}', which fired on the load "
@@ -693,7 +693,7 @@ def client_cuts(run: JudgedRun) -> dict[str, ClientCut]:
     return out
 
 
-def _abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
+def abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
     """Where and why the load generator was saturated in a bucket that overlaps, on the run
     clock, the window an abort fired on ("bucket 1: event-loop lag p99 1200 ms (limit 50 ms),
     ..."; a bucket of another level or backend -- backends that run at once share the client
@@ -1084,7 +1084,13 @@ def client_measured(run: JudgedRun) -> str | None:
     return f"{layout.CLIENT} has no client-health samples"
 
 
-def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
+# A sweep's probes are judged one by one with client_healthy (judge/sweep.py `judge_level`):
+# `prove_schedule=False` where the caller has proven the probe's schedule already, and
+# `tail_pending` for the runner's own judgement right after a probe, when the sample of its last
+# second may not be written yet -- a bucket no sample covers is then not held against it (the
+# gate's re-judgement, with every sample, holds it).
+def client_healthy(run: JudgedRun, rule: Rule | None = None, *, prove_schedule: bool = True,
+                   tail_pending: bool = False) -> RuleResult:
     """Built in: the load generator kept up in every bucket (see "client health" above).
 
     Missing data is never a pass. A run measured its client when its manifest lists
@@ -1105,15 +1111,18 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
         return result(None, "client_healthy", "validity", "require", [], "not judged (client_healthy = false in the gate)", 0)
     gap = client_measured(run)
     # the schedule proof needs no samples: it is judged whatever client.jsonl holds
-    off_schedule, proven, unproven = schedule_kept(run)
+    off_schedule, proven, unproven = schedule_kept(run) if prove_schedule else ([], 0, "")
+    # a sweep's probes other than the judged level, as judge/sweep.py judged them: last, as they
+    # are of other times (`client_blocks` reads the judged level's causes from the first)
+    probes = _sweep_health(run)
     if gap is None:
-        return _said_unproven(result(None, "client_healthy", "validity", "require", off_schedule,
+        return _said_unproven(result(None, "client_healthy", "validity", "require", off_schedule + probes,
                                      f"not judged: the evidence has no {layout.CLIENT} (written before soakspec measured its load generator)"
-                                     + _schedule_said(off_schedule, proven, unproven, run), len(off_schedule)), unproven)
+                                     + _schedule_said(off_schedule, proven, unproven, run), len(off_schedule) + len(probes)), unproven)
     if gap:
         return _said_unproven(result(None, "client_healthy", "validity", "require",
-                                     off_schedule + [problem(f"{gap}: the load generator's health is unknown", status="inconclusive")],
-                                     "", 1 + len(off_schedule)), unproven)
+                                     off_schedule + [problem(f"{gap}: the load generator's health is unknown", status="inconclusive")]
+                                     + probes, "", 1 + len(off_schedule) + len(probes)), unproven)
     insts: list[Instance] = []
     unsent: list[Instance] = []  # first: the message names the load generator's own failure
     n = sampled = 0
@@ -1130,6 +1139,8 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
                 n += 1
                 sampled += 1 if row["samples"] else 0
                 if not row["samples"] and not bi.evidence.client.covered(w.start, w.end):  # its health is unknown
+                    if tail_pending:  # the runner's judgement of a probe just drained: its last sample may be unwritten
+                        continue
                     # the run measured its client: a bucket it did not measure is not a healthy one
                     insts.append(Instance("inconclusive", loc(bucket_scope(bi, lv, w)), None, None, None,
                                           f"no client-health sample in bucket {row['bucket']}: the load generator's health is unknown"))
@@ -1154,8 +1165,8 @@ def client_healthy(run: JudgedRun, rule: Rule | None = None) -> RuleResult:
         f" (worst event-loop lag p99 {_ms(worst[0])}, {worst[1]})" if worst else "") + (
         f"; it kept to max_concurrency in {plural(len(capped_levels), 'capped level')}" if capped_levels and not off_cap else "") + \
         _schedule_said(off_schedule, proven, unproven, run)
-    return _said_unproven(result(None, "client_healthy", "validity", "require", off_schedule + unsent + off_cap + insts, msg, n),
-                          unproven)
+    return _said_unproven(result(None, "client_healthy", "validity", "require", off_schedule + unsent + off_cap + insts + probes,
+                                 msg, n), unproven)
 
 
 def _said_unproven(res: RuleResult, unproven: str) -> RuleResult:
@@ -1165,6 +1176,31 @@ def _said_unproven(res: RuleResult, unproven: str) -> RuleResult:
     if res.status == "pass" or not unproven:
         return res
     return dataclasses.replace(res, message=f"{res.message}; schedule not proven: {unproven}")
+
+
+# the `cause` of a sweep's probe the load generator's health made INCONCLUSIVE in the search
+# (saturated, or its health unknown; judge/sweep.py judges each probe's): a figure read off
+# that probe's load is the client's, not the server's
+CLIENT_PROBE = "client_probe"
+
+
+def _sweep_health(run: JudgedRun) -> list[Instance]:
+    """An INCONCLUSIVE instance per probe of a sweep, other than the level the run was narrowed
+    to (judged above like any level), that the load generator's health made INCONCLUSIVE in the
+    search (`judge/sweep.py`: the probe's `client`, why). Judged on the found level alone, a
+    probe whose client was saturated was taken for the server failing -- the search moved
+    down -- or holding, and nothing said so."""
+    out = []
+    for sw in run.sweep:
+        found = sw.found_level if sw.found_level is not None else (
+            min(sw.probes, key=lambda p: p["value"])["level"] if sw.probes else None)
+        unit = " rps" if sw.axis == "rate" else ""
+        for p in sw.probes:
+            if p["level"] != found and p.get("client"):
+                out.append(Instance("inconclusive", Location(backend=sw.backend, workload=sw.workload, level=p["level"]), None, None, None,
+                                    f"the sweep's probe at {p['value']:g}{unit} is INCONCLUSIVE in the search: {p['client']}",
+                                    cause=CLIENT_PROBE))
+    return out
 
 
 def _schedule_said(off: list[Instance], proven: int, unproven: str, run: JudgedRun) -> str:
@@ -1358,8 +1394,9 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     # the buckets whose client may have made the failure: for a timing figure, every one where
     # it was saturated or its health is unknown; for a count, those where requests timed out
     # while it was saturated
+    # (a sweep's other probe, CLIENT_PROBE, is of another time than the judged level's figures)
     unhealthy = [(d, _merged(_spans(run, d.where, ()))) for d in (health.failures or health.details)
-                 if d.cause != CLIENT_NOT_SENT and (sensitive or d.cause in (CLIENT_TIMEOUTS, CLIENT_CAP))]
+                 if d.cause not in (CLIENT_NOT_SENT, CLIENT_PROBE) and (sensitive or d.cause in (CLIENT_TIMEOUTS, CLIENT_CAP))]
     if not unhealthy:
         return res
     own = run.backends_for(r)
