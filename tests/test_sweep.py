@@ -376,7 +376,7 @@ class _Fired:
 
 
 def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12, abort_above: int | None = None,
-               judged_on: list[str] | None = None):
+               judged_on: list[str] | None = None, client=None, samples: list | None = None):
     """The driver's sweep loop with its levels faked: each probe takes its planned warmup +
     duration of virtual time; the judge holds a level iff its concurrency <= capacity; above
     `abort_above` an abort rule fires a minute into the probe."""
@@ -398,6 +398,10 @@ def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12, abort_
 
     async def fake_level(bp_, probe, deps, rec_, ids, shapes, connect, where, watch, health, client=None):
         rec_.levels.append(probe.to_json() | {"started_at": trio.current_time(), "completed": False})
+        if client is not None:  # a client-health sample a second into the probe, as the loop monitor writes
+            from soakspec.judge.testing import client_rows
+
+            client.write_json(client_rows("b0", trio.current_time(), trio.current_time() + 1.0, lag=0.001 * probe.concurrency)[0])
         if abort_above is not None and probe.concurrency > abort_above:
             await trio.sleep(60)
             watch.fired = _Fired()
@@ -410,15 +414,18 @@ def _run_sweep(monkeypatch, capacity: int, max_wall: str, high: int = 12, abort_
     monkeypatch.setattr(driver, "_level_rows", lambda rec_, probe: [])
     loop_thread = threading.get_ident()
 
-    def judge_one(name, entry, rows):
+    def judge_one(name, entry, rows, client=()):
         judged_on.append("the event loop" if threading.get_ident() == loop_thread else "a worker thread")
+        if samples is not None:
+            samples.append((entry["concurrency"], [r["lag_p99"] for r in client]))
         return entry["concurrency"] <= capacity, "fake"
 
     deps = dataclasses.replace(Deps(_Clock(), _Progress(), None, None, None), sweep_judge=judge_one)  # type: ignore[arg-type]
     from soakspec.runner.abort import AbortWatch
 
     watch = AbortWatch("b0", ())
-    trio.run(driver._drive_sweep, bp, lv, deps, rec, None, None, None, None, watch, clock=trio.testing.MockClock(autojump_threshold=0))
+    trio.run(driver._drive_sweep, bp, lv, deps, rec, None, None, None, None, watch, None, client,
+             clock=trio.testing.MockClock(autojump_threshold=0))
     assert watch.fired is None  # re-armed: a probe's abort is not the run's
     return lv, rec
 
@@ -440,6 +447,17 @@ def test_the_runners_sweep_judges_each_probe_off_the_event_loop(monkeypatch):
     judged_on: list[str] = []
     _run_sweep(monkeypatch, 4, "2h", judged_on=judged_on)
     assert judged_on and set(judged_on) == {"a worker thread"}, judged_on
+
+
+def test_the_runners_sweep_judges_each_probe_on_its_own_client_samples(monkeypatch, tmp_path):
+    """The runner's judgement of a probe gets the load generator's samples written while that
+    probe ran -- no earlier probe's -- so a saturated client there does not count as holding."""
+    from soakspec.runner.clienthealth import ClientLog
+
+    log, samples = ClientLog(tmp_path / "client.jsonl"), []
+    _run_sweep(monkeypatch, 4, "2h", client=log, samples=samples)
+    log.close()
+    assert samples and all(lags == [0.001 * c] for c, lags in samples), samples
 
 
 def test_the_runners_sweep_stops_within_its_wall_time_bound(monkeypatch):
@@ -657,6 +675,29 @@ def test_a_probe_whose_load_generator_was_saturated_neither_holds_nor_fails(slow
     (sweep,) = [r for r in v.rules if r.metric == "max_sustainable_rate"]
     assert ("max_sustainable_rate = at least 2 rps (the next level, 3 rps, could not be judged (INCONCLUSIVE: the load "
             "generator was not healthy, see client_healthy))") in sweep.message
+
+
+def test_the_runners_own_judgement_of_a_probe_runs_the_gates_per_probe_checks():
+    """The runner decides its next probe from its own judgement (`probe_judge`): a probe off
+    its schedule, or with its load generator saturated, does not hold there either -- it said
+    "holds" (or, slow, "does not hold" as the server's failure), and the gate's note read only
+    "the runner's own judgement differs"."""
+    from soakspec.judge.sweep import probe_judge
+
+    spec, ev = _open_sweep(shift_level=1)
+    b_rows = [dict(r) for r in ev.backends[0].records if r.get("level") == 1]
+    entry = ev.backends[0].entry["levels"][1]
+    holds, why = probe_judge(spec)("b0", dict(entry), b_rows, [])
+    assert not holds and why.startswith("INCONCLUSIVE: the load generator did not send on its schedule")
+
+    spec, b = _saturated_sweep(slow=False)
+    ev = b.build()
+    rows = [dict(r) for r in ev.backends[0].records if r.get("level") == 1]
+    entry = dict(ev.backends[0].entry["levels"][1])
+    samples = [r for r in b.client["b0"] if r["t"] > entry["started_at"]]
+    holds, why = probe_judge(spec)("b0", entry, rows, samples)
+    assert not holds and why.startswith("INCONCLUSIVE: client_healthy:") and "event-loop lag p99 200 ms" in why
+    assert probe_judge(spec)("b0", entry, rows, []) == (True, "all 1 performance rules pass")  # no sample: not judged
 
 
 def test_a_probe_a_timing_abort_stopped_on_a_saturated_client_is_not_the_servers_failure():

@@ -46,8 +46,12 @@ provenance as recorded), and failing probes above it are expected, not gate fail
     does not hold now, e.g. judged with a newer spec): the judge's is used and the note says so.
 
 `probe_judge(spec, ...)` is the predicate the command layer hands the runner (`Deps.sweep_judge`):
-it judges one probe from its manifest entry and its request rows, in memory, with the same
-code as the gate's re-judgement (`judge_probe`).
+it judges one probe from its manifest entry, its request rows and the client.jsonl samples
+written while it ran, in memory, with the same code as the gate's re-judgement (`judge_level`:
+the schedule proof, the client's health, the rules). Its functions are pure: the runner hands
+them what it wrote and reaches into no later stage. Only the bisection's input is binary: an
+INCONCLUSIVE probe does not hold for the runner (its `why` says INCONCLUSIVE), and the gate
+re-judges it as neither holding nor failing.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ import numpy as np
 from soakspec.evidence.record import FOLLOW_UP_BUCKET
 
 from soakspec.judge import schedproof
+from soakspec.judge.clientsamples import samples_of
 from soakspec.judge.evidence import BackendEvidence, Evidence, Integrity
 from soakspec.judge.verdict import Instance, Location, RuleResult
 from soakspec.lang.spec import Load, Spec, Workload
@@ -295,21 +300,29 @@ def judge_probe(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -
     return j["status"] == "pass", j["why"] if j["status"] != "inconclusive" else f"INCONCLUSIVE: {j['why']}"
 
 
-def probe_judge(spec: Spec, *, time_scale: float = 1.0, rehearsal: bool = False) -> Callable[[str, dict, list[dict]], tuple[bool, str]]:
+def probe_judge(spec: Spec, *, time_scale: float = 1.0,
+                rehearsal: bool = False) -> Callable[..., tuple[bool, str]]:
     """The runner's per-level predicate (`Deps.sweep_judge`): (backend, the probe's manifest
-    level entry, its request rows) -> (holds, why), judged in memory like the gate's re-judgement."""
+    level entry, its request rows, and its client.jsonl samples so far) -> (holds, why), judged
+    in memory with the gate's per-probe checks (`judge_level`: the schedule proof, the client's
+    health, the rules). The judge's functions are pure; the runner hands them what it wrote.
+    The samples of the probe's last second may not be written yet when it is judged: a bucket
+    no sample covers is not held against it here (`tail_pending`), the gate's re-judgement is
+    what holds it to every bucket; saturation in any sample is."""
     wl = sweep_workload(spec)
 
-    def judge_one(backend: str, entry: dict, rows: list[dict]) -> tuple[bool, str]:
+    def judge_one(backend: str, entry: dict, rows: list[dict], client: Sequence[Mapping[str, Any]] = ()) -> tuple[bool, str]:
         if wl is None:
             return entry.get("completed") is True, "not a sweep"
         value = entry.get("rate") if wl.load.mode == "open" else entry.get("concurrency")
         one = level_spec(spec, value)
         lv = dict(entry) | {"index": 0}
         records = tuple(dict(r) | {"level": 0} for r in rows)
-        be = BackendEvidence(name=backend, safe_name=backend, entry={"name": backend, "levels": [lv]}, records=records)
+        samples = samples_of(sorted((r for r in client if r.get("backend") in (None, backend)), key=lambda r: r.get("t") or 0.0))
+        be = BackendEvidence(name=backend, safe_name=backend, entry={"name": backend, "levels": [lv]}, records=records,
+                             client=samples)
         manifest = {"status": "complete", "time_scale": time_scale, "rehearsal": rehearsal, "backends": [be.entry]}
-        return judge_probe(one, Evidence(manifest, (be,), Integrity(checked=0, verified=True)))
+        return judge_probe(one, Evidence(manifest, (be,), Integrity(checked=0, verified=True)), tail_pending=True)
 
     return judge_one
 

@@ -79,8 +79,9 @@ class Deps:
     workers: int = 1  # load processes per level (`--workers`)
     preflight: bool = True  # one request of each workload's shape must complete before any level
     # a sweep's per-level judgement, from the command layer (the runner never imports the judge):
-    # (backend, the probe's manifest level entry, its request rows) -> (the level holds, why)
-    sweep_judge: "Callable[[str, dict, list[dict]], tuple[bool, str]] | None" = None
+    # (backend, the probe's manifest level entry, its request rows, its client.jsonl samples)
+    # -> (the level holds, why); the gate's per-probe checks (judge/sweep.py `judge_level`)
+    sweep_judge: "Callable[[str, dict, list[dict], list[dict]], tuple[bool, str]] | None" = None
     # the ports the run's launched servers are given, each one once (the engine makes one a run;
     # a Deps made without one -- a test's -- has its own)
     ports: PortAllocator = dataclasses.field(default_factory=PortAllocator)

@@ -200,6 +200,7 @@ class ClientLog:
     def __init__(self, path) -> None:
         self._writer = JsonlWriter(path, schema="client")  # evidence/schemas/client.schema.json
         self.steps = WallSteps()  # the wall-clock steps its samples recorded: trace matching's
+        self._kept: list[dict[str, Any]] | None = None  # `keep`: the rows written since, for a sweep's probe
 
     def write(self, sample: HealthSample) -> None:
         self.write_json(sample.to_json())
@@ -207,6 +208,19 @@ class ClientLog:
     def write_json(self, row: dict[str, Any]) -> None:
         self.steps.add(row.get("wall_step_s"))
         self._writer.write(row)
+        if self._kept is not None:
+            self._kept.append(row)
+
+    def keep(self) -> None:
+        """From now on, also hold the rows written (until the next `keep`): a sweep's probe is
+        judged by the runner on its own samples (judge/sweep.py `probe_judge`), and reading
+        client.jsonl back would re-read every earlier probe's. About one row a second per load
+        process, over one probe."""
+        self._kept = []
+
+    def kept(self) -> list[dict[str, Any]]:
+        """The rows written since `keep` (none before it)."""
+        return list(self._kept or ())
 
     def close(self) -> None:
         self._writer.close()

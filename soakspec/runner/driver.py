@@ -278,6 +278,8 @@ async def _drive_sweep(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             if deps.clock.now() - start + probe.warmup_s + probe.duration_s > sw.max_wall_s:
                 bounded = True
                 break
+            if client is not None:
+                client.keep()  # the probe's client samples, for its judgement
             stopped = await _drive_probe(bp, probe, deps, rec, ids, shapes, connect, where, watch, health, client)
             entry = rec.levels[-1]
             if stopped is not None:  # an abort rule ended this probe: it does not hold; the search goes on
@@ -285,7 +287,7 @@ async def _drive_sweep(bp, lv: Level, deps: Deps, rec: BackendRecorder, ids: IdS
             elif deps.sweep_judge is None:
                 passed, why = entry.get("completed") is True, "no judge supplied: a completed level counts as holding"
             else:
-                passed, why = await _judge_probe(deps.sweep_judge, bp.name, entry, rec, probe)
+                passed, why = await _judge_probe(deps.sweep_judge, bp.name, entry, rec, probe, client)
             search.record(i, passed)
             probes.append({"probe": len(probes), "level": probe.index, "grid_index": i, "value": sw.grid[i], "passed": passed, "why": why})
             deps.progress.log(f"[{bp.name}] sweep: {sw.axis} {sw.grid[i]:g} {'holds' if passed else 'does not hold'} ({why})")
@@ -316,8 +318,13 @@ async def _drive_probe(bp, probe: Level, deps: Deps, rec: BackendRecorder, ids: 
     return fired
 
 
-async def _judge_probe(sweep_judge, name: str, entry: dict, rec: BackendRecorder, probe: Level) -> tuple[bool, str]:
-    """`sweep_judge` of the probe's records, on a worker thread. Judged on the event loop (as
+async def _judge_probe(sweep_judge, name: str, entry: dict, rec: BackendRecorder, probe: Level,
+                       client: ClientLog | None = None) -> tuple[bool, str]:
+    """`sweep_judge` of the probe's records and its client samples (the gate's per-probe checks:
+    the schedule proof and the load generator's health, with the rules), on a worker thread.
+    A probe whose client was saturated, or off its schedule, does not hold here (INCONCLUSIVE,
+    said in its `why`): the search cannot take it for holding, and the gate's re-judgement says
+    it neither held nor failed. Judged on the event loop (as
     it was), reading the requests file back and judging stalled the loop 20-90 ms between
     probes; the client's health monitor counted that stall into the next probe's first bucket
     and a sweep against the simulator ended INCONCLUSIVE ("event-loop lag p99 92 ms"): the
@@ -325,7 +332,8 @@ async def _judge_probe(sweep_judge, name: str, entry: dict, rec: BackendRecorder
     probe has drained); the thread is abandoned on cancel (Ctrl-C does not wait for it)."""
     rec.end_member()  # the probe's records read back whole
     snapshot = dict(entry)
-    return await trio.to_thread.run_sync(lambda: sweep_judge(name, snapshot, _level_rows(rec, probe)), abandon_on_cancel=True)
+    samples = client.kept() if client is not None else []
+    return await trio.to_thread.run_sync(lambda: sweep_judge(name, snapshot, _level_rows(rec, probe), samples), abandon_on_cancel=True)
 
 
 def _level_rows(rec: BackendRecorder, lv: Level) -> list[dict]:
