@@ -50,7 +50,7 @@ def _run(rules: str, *, fail=(), drop=(), late=(), interval: float | None = 1.25
 RULES = [
     f'require max(server("{WAITING}")) < 10',
     f'require mean(server("{WAITING}")) < 10 per bucket',
-    f'require min(server("{WAITING}")) < 10',
+    f'require min(server("{WAITING}")) > -1',  # what it saw (0) is an upper bound: it cannot decide > -1
     f'require server("{TOKENS}") < 1000000 per bucket',
     f'require server("{TOKENS}") < 1000000',
     f'require rate(server("{TOKENS}")) < 1000000rps',
@@ -75,6 +75,20 @@ def test_a_bucket_inside_a_gap_of_failed_scrapes_is_inconclusive_for_every_rule_
     assert "covers" in r.message and "failed; first: HTTP 503" in r.message, r.message
     (ok,) = _run(rule)
     assert ok.status == "pass", ok.message
+
+
+@pytest.mark.parametrize("rule, status", [
+    (f'require min(server("{WAITING}")) < 10', "pass"),  # it saw 0: the unseen buckets can only lower the min
+    (f'require min(server("{WAITING}")) > 5', "fail"),   # at most 0: certainly not above 5
+    (f'require min(server("{WAITING}")) >= 0', "inconclusive"),  # at most 0: the gap may hold less
+])
+def test_a_gauges_min_over_a_gap_is_decided_where_what_it_saw_decides_it(rule, status):
+    """A min over buckets some of which no scrape covers is an upper bound, the mirror of a
+    max's lower bound: the buckets it did not see could only lower it. It was INCONCLUSIVE
+    whatever it saw, though `min < 10` had seen 0; a bound that cannot decide stays so."""
+    (r,) = _run(rule, fail=GAP)
+    assert r.status == status, r.message
+    assert "covers" in r.message and "failed; first: HTTP 503" in r.message, r.message
 
 
 @pytest.mark.parametrize("rule", RULES)

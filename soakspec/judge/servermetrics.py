@@ -55,7 +55,8 @@ with a bucket no successful scrape covers (`_uncovered`, `_gap`: from the last s
 before it to the first at or after it, none failed and none further from the next than a
 scrape interval and its timeout; the same for every rule kind), but where the rest is a lower bound
 that decides it (a gauge's max, a counter's or histogram's bare count not taken across a gap
-to a scrape beyond the scope: `Measure.at_least`). Of scrapes the server answered NaN in, a
+to a scrape beyond the scope: `Measure.at_least`), or an upper bound that does (a gauge's min:
+`Measure.at_most`). Of scrapes the server answered NaN in, a
 gauge's max over the rest is a lower bound and its min an upper one (`Measure.at_most`).
 """
 
@@ -388,6 +389,8 @@ class ServerMetric:
             # change taken across a gap to a scrape far outside the scope is not: it counts
             # what happened outside)
             return dataclasses.replace(m, reason=why, at_least=True)
+        if kind == "gauge" and agg == "min":  # the mirror: the unseen buckets can only lower it
+            return dataclasses.replace(m, reason=why, at_most=True)
         return Measure(None, m.samples, m.needed, m.unit, why)
 
 
