@@ -290,3 +290,121 @@ def test_the_vectorised_rebuild_is_the_walk_bit_for_bit(rate, arrival, seed, bur
     finally:
         schedproof.CHUNK = old
     assert built.dtype == np.float64 and built.tobytes() == walked.tobytes()
+
+
+def _poisson_entry(rate, seed, origin, duration, bucket, warmup, warm_n, count, least):
+    entry = {"schedule": {"rate": rate, "arrival": "poisson", "seed": seed, "burstiness": 1.0}, "mode": "open", "completed": True,
+             "started_at": origin, "measure_start": origin + (0.4 if warm_n else warmup), "planned_duration_s": duration,
+             "bucket_s": bucket, "warmup_s": warmup}
+    if warm_n:
+        entry["warmup_requests"] = warm_n
+    if count:
+        entry["requests_per_level"] = count
+        if least is not None:
+            entry["min_duration_s"] = least
+    return entry
+
+
+@settings(max_examples=200, deadline=None)
+@given(rate=st.sampled_from([0.5, 1 / 3, 2.0, 7.3, 40.0, 999.9, 1000.0, 3.141592653589793]), seed=st.integers(0, 2**63),
+       origin=st.sampled_from([0.0, 1_747_000_000.123456, 1796638213.623406, 1_800_000_000.999999]),
+       duration=st.sampled_from([1.0, 3.5, 7.0, 0.3 * 3]), bucket=st.sampled_from([0.2, 0.3, 0.5, 1.0, 2.0]),
+       warmup=st.sampled_from([0.0, 0.3, 1.0, 2.5]), warm_n=st.sampled_from([None, 1, 3, 50, 700]),
+       count=st.sampled_from([None, 1, 5, 200, 3000]), least=st.sampled_from([None, 0.2, 0.9, 2.5]),
+       chunk=st.sampled_from([1, 2, 7, 64, 1 << 20]), block=st.sampled_from([1, 5, 1 << 16]))
+def test_the_vectorised_poisson_rebuild_is_the_walk_bit_for_bit(rate, seed, origin, duration, bucket, warmup, warm_n, count, least,
+                                                                  chunk, block):
+    """Property: a Poisson schedule rebuilt in numpy (`_poisson`: Python's MT19937 state in
+    numpy, libm's log, the running time as a cumulative sum carried across chunks) is the
+    runner's generator walked (`expected`) bit for bit, as one array and chunk by chunk (what
+    `prove` reads), for any rate, seed, origin at epoch scale, grid, timed or counted warmup,
+    count and min_duration, chunk and log block."""
+    entry = _poisson_entry(rate, seed, origin, duration, bucket, warmup, warm_n, count, least)
+    walked = np.fromiter(schedproof.expected(entry), dtype=np.float64)
+    old = schedproof.CHUNK, schedproof.LOG_BLOCK
+    schedproof.CHUNK, schedproof.LOG_BLOCK = chunk, block
+    try:
+        built = schedproof.expected_times(entry)
+        chunks = list(schedproof.arrival_chunks(entry))
+    finally:
+        schedproof.CHUNK, schedproof.LOG_BLOCK = old
+    assert built.dtype == np.float64 and built.tobytes() == walked.tobytes()
+    assert all(len(c) <= chunk for c in chunks) and np.concatenate(chunks or [built]).tobytes() == walked.tobytes()
+
+
+def test_a_poisson_day_is_rebuilt_in_numpy_not_walked(monkeypatch):
+    """On this interpreter (CPython's expovariate is -log(1 - random()) / rate) a long Poisson
+    schedule is not walked: `_walked` is never reached, and it is still the walk's floats."""
+    entry = _poisson_entry(1000.0, 11, 1_747_000_000.123456, 60.0, 10.0, 5.0, 200, None, None)
+    walked = np.fromiter(schedproof.expected(entry), dtype=np.float64)
+
+    def no_walk(times):
+        raise AssertionError("walked")
+
+    monkeypatch.setattr(schedproof, "_walked", no_walk)
+    assert len(walked) > 60_000 and schedproof.expected_times(entry).tobytes() == walked.tobytes()
+
+
+@pytest.mark.parametrize("from_call", [0, 1, 3])
+def test_a_chunk_numpy_gets_wrong_is_walked_instead(monkeypatch, from_call):
+    """The guard: where a chunk's first arrivals are not a short walk's (here: numpy's gaps an
+    ulp off from the first, the second or the fourth chunk on), the schedule is walked from
+    that chunk, still bit for bit."""
+    entry = _poisson_entry(40.0, 5, 1_796_638_213.623406, 20.0, 2.0, 1.0, 3, 500, 0.9)
+    walked = np.fromiter(schedproof.expected(entry), dtype=np.float64)
+    real, calls = schedproof._gaps, [0]
+
+    def off(mt, rate, n):
+        g = real(mt, rate, n)
+        calls[0] += 1
+        if calls[0] > from_call and calls[0] > 1:  # the interpreter check's own draw is call 1 where not cached
+            g[0] = np.nextafter(g[0], np.inf)
+        return g
+
+    schedproof._exponential_vectorises()  # cached before the fault
+    monkeypatch.setattr(schedproof, "_gaps", off)
+    monkeypatch.setattr(schedproof, "CHUNK", 64)
+    assert schedproof.expected_times(entry).tobytes() == walked.tobytes()
+    assert calls[0] >= 1
+
+
+def test_another_pythons_expovariate_is_walked(monkeypatch):
+    """The guard: an interpreter whose `expovariate` is another formula (here: -log(random()),
+    which the runner would then send on) is not vectorised: the rebuild is its walk."""
+    import math
+    import random
+
+    def other(self, lambd):
+        return -math.log(self.random() or 1.0) / lambd
+
+    entry = _poisson_entry(7.3, 3, 1_747_000_000.123456, 7.0, 1.0, 1.0, None, None, None)
+    schedproof._exponential_vectorises.cache_clear()
+    monkeypatch.setattr(random.Random, "expovariate", other)
+    try:
+        walked = np.fromiter(schedproof.expected(entry), dtype=np.float64)
+        assert schedproof.expected_times(entry).tobytes() == walked.tobytes()
+        assert not schedproof._exponential_vectorises()
+    finally:
+        schedproof._exponential_vectorises.cache_clear()
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**31), k=st.integers(0, 400), fault=st.sampled_from(["drop", "add", "shift", "truncate", "extra"]),
+       chunk=st.sampled_from([1, 7, 64]))
+def test_a_proof_read_chunk_by_chunk_says_what_the_whole_array_says(seed, k, fault, chunk):
+    """Property: `prove` reads the arrivals chunk by chunk (never the whole day at once) and
+    names the same first mismatch -- arrival, due time, records and arrivals counted -- as read
+    in one chunk, wherever the chunk edges fall."""
+    entry = _poisson_entry(40.0, seed, 1_747_000_000.123456, 10.0, 1.0, 0.5, None, None, None)
+    times = np.rint(np.fromiter(schedproof.expected(entry), dtype=np.float64) * 1e6) / 1e6
+    k = min(k, len(times) - 2)
+    got = {"drop": lambda: np.delete(times, k), "add": lambda: np.insert(times, k, (times[k] + times[k + 1]) / 2),
+           "shift": lambda: np.where(np.arange(len(times)) == k, times + 0.003, times), "truncate": lambda: times[:k],
+           "extra": lambda: np.append(times, times[-1] + 0.5)}[fault]()
+    whole = schedproof.prove(entry, got)
+    old, schedproof.CHUNK = schedproof.CHUNK, chunk
+    try:
+        chunked = schedproof.prove(entry, got)
+    finally:
+        schedproof.CHUNK = old
+    assert whole.status == "broken" and chunked == whole

@@ -52,8 +52,11 @@ float64, the size of the records' own column. Closed loops cost nothing.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import itertools
 import math
+import random
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
@@ -179,20 +182,126 @@ def _constant(rate: float, origin: float, grid: Grid | None, count: int) -> Iter
     return (grid.constant_array(rate, lo, min(lo + CHUNK, count)) for lo in range(0, count, CHUNK))
 
 
+LOG_BLOCK = 1 << 16  # logs taken at a time through Python floats (`_gaps`): bounded temporaries
+CHECKED = 8  # arrivals of each Poisson chunk checked against a short walk (`_poisson`)
+_EXPOVARIATE = "return -_log(1.0 - self.random()) / lambd"  # CPython 3.11-3.13's `random.expovariate`
+
+
+def _mt(rng: random.Random) -> np.random.RandomState | None:
+    """A numpy legacy MT19937 in `rng`'s state: its `random_sample` doubles are `rng.random()`'s,
+    the same 53 bits of the same two 32-bit words in the same operations. None where the state
+    is not CPython's version 3 (624 words and a position)."""
+    version, words, _ = rng.getstate()
+    if version != 3 or len(words) != 625:
+        return None
+    mt = np.random.RandomState()
+    mt.set_state(("MT19937", np.array(words[:624], dtype=np.uint32), words[624]))
+    return mt
+
+
+def _python(mt: np.random.RandomState) -> random.Random:
+    """A `random.Random` in `mt`'s state (`_mt` the other way)."""
+    _, keys, pos = mt.get_state()[:3]
+    rng = random.Random()
+    rng.setstate((3, (*(int(k) for k in keys), int(pos)), None))
+    return rng
+
+
+def _gaps(mt: np.random.RandomState, rate: float, n: int) -> np.ndarray:
+    """The next `n` of `random.Random.expovariate(rate)`, -log(1.0 - random()) / rate, bit for
+    bit: the uniforms and 1.0 - u, the negation and the division in numpy (single IEEE
+    operations, the same in any implementation); the log through the very function
+    `expovariate` calls (`random._log`, libm's log), for numpy's own log (SIMD) rounds some
+    values an ulp apart from libm's -- and each such ulp is carried by every later cumulative
+    time. The log is the cost: about 80-110 ns a value through Python floats, against the
+    walk's 0.4-1 µs an arrival (benchmarks/README.md)."""
+    x = 1.0 - mt.random_sample(n)
+    log = random._log  # type: ignore[attr-defined]
+    for lo in range(0, n, LOG_BLOCK):
+        x[lo:lo + LOG_BLOCK] = np.fromiter(map(log, x[lo:lo + LOG_BLOCK].tolist()), dtype=np.float64)
+    np.negative(x, out=x)
+    return np.divide(x, rate, out=x)
+
+
+@functools.lru_cache(maxsize=1)
+def _exponential_vectorises() -> bool:
+    """Whether this interpreter's `random.expovariate` is the formula `_gaps` vectorises: its
+    source says -_log(1.0 - self.random()) / lambd with `_log` math.log (CPython 3.11 to 3.13),
+    and a seeded draw of a few thousand is `_gaps`'s bit for bit. Else (another Python, a
+    patched `random`) Poisson schedules are walked."""
+    try:
+        source = inspect.getsource(random.Random.expovariate)
+    except (OSError, TypeError):
+        return False
+    if _EXPOVARIATE not in source or getattr(random, "_log", None) is not math.log:
+        return False
+    rng = random.Random(20261207)
+    mt = _mt(rng)
+    if mt is None:
+        return False
+    return np.array([rng.expovariate(3.7) for _ in range(4096)]).tobytes() == _gaps(mt, 3.7, 4096).tobytes()
+
+
+def _poisson(rate: float, seed: int, origin: float, stop: float, count: float) -> Iterator[np.ndarray]:
+    """`schedule(rate, "poisson", seed, origin, stop)` (burstiness 1)'s first `count` arrivals
+    (math.inf: all) in float64 chunks, vectorised bit for bit: Python's MT19937 state handed to
+    numpy (`_mt`), the exponential gaps (`_gaps`), and the running time t + gap -- the first
+    arrival origin + gap -- as `np.cumsum`, which adds left to right, one addition an element,
+    the walk's own additions; t carried from chunk to chunk. Guarded: where this interpreter's
+    expovariate is not that formula (`_exponential_vectorises`), or a chunk's first CHECKED
+    arrivals are not a short walk's (the first chunk against `schedule` itself, a later one
+    against Python's generator in the chunk's state), the schedule is walked from there."""
+
+    def walk(skip: int) -> Iterator[np.ndarray]:
+        times = schedule(rate, "poisson", seed, origin, stop)
+        return _walked(itertools.islice(times, skip, None if count == math.inf else int(count)))
+
+    mt = _mt(random.Random(seed)) if _exponential_vectorises() else None
+    if mt is None:
+        yield from walk(0)
+        return
+    t, done = origin, 0
+    while done < count:
+        due = (stop - t) * rate  # the arrivals left before stop on average: no chunk of logs taken past it
+        n = int(min(CHUNK, count - done, due + 6 * math.sqrt(due) + 64 if math.isfinite(due) else math.inf))
+        if done == 0:
+            short = list(itertools.islice(schedule(rate, "poisson", seed, origin, math.inf), min(CHECKED, n)))
+        else:
+            rng, short, s = _python(mt), [], t
+            for _ in range(min(CHECKED, n)):
+                s = s + rng.expovariate(rate)
+                short.append(s)
+        times = _gaps(mt, rate, n)
+        times[0] = t + times[0]
+        np.cumsum(times, out=times)
+        if times[: len(short)].tobytes() != np.array(short, dtype=np.float64).tobytes():
+            yield from walk(done)  # never seen: a numpy or libm that differs from the walk's
+            return
+        end = int(np.searchsorted(times, stop, side="left"))  # the first at or after stop: times never decrease
+        done, t = done + n, float(times[-1])  # before the yield: the reader may scale the chunk in place (`prove`)
+        if end:
+            yield times[:end]
+        if end < n:
+            return
+
+
 def _chunks(rate: float, arrival: str, seed: int, origin: float, b: float, grid: Grid | None, count: float) -> Iterator[np.ndarray]:
     """The first `count` arrivals (math.inf: all) of `schedule(rate, arrival, seed, origin, ...)`
-    in float64 chunks. Constant arrivals are vectorised; Poisson and gamma ones are walked, for
-    numpy cannot give the walk's floats bit for bit: `random.expovariate` is -log(1 - random())
-    / rate through libm's log, numpy's log (SIMD) may round an ulp apart, and each such ulp is
-    carried by every later cumulative time -- at 10^7 arrivals the drifts add past the proof's
-    microsecond; a gamma draw takes a varying number of `random()`s (rejection sampling)."""
+    in float64 chunks. Constant arrivals (`_constant`) and Poisson ones (`_poisson`) are
+    vectorised bit for bit; gamma ones (burstiness != 1) are walked: `random.gammavariate` is
+    rejection sampling, a varying number of `random()`s a draw through several branches (and
+    for shape < 1 a `pow`), which numpy cannot follow draw for draw."""
+    stop = grid.stop if grid is not None else math.inf
+    if arrival == "poisson" and b == 1.0:
+        yield from _poisson(rate, seed, origin, stop, count)
+        return
     if arrival != "poisson":
         n = 2**62 if count == math.inf else int(count)
         vec = _constant(rate, origin, grid, n)
         if vec is not None:
             yield from vec
             return
-    times = schedule(rate, arrival, seed, origin, grid.stop if grid is not None else math.inf, b, grid)
+    times = schedule(rate, arrival, seed, origin, stop, b, grid)
     yield from _walked(times if count == math.inf else itertools.islice(times, int(count)))
 
 
@@ -204,46 +313,58 @@ def _sized(rate: float, arrival: str, grid: Grid | None, count: float) -> int | 
     return int(count) if grid is None else min(grid.constant_count(rate), 2**62 if count == math.inf else int(count))
 
 
-def expected_times(entry: Mapping[str, Any]) -> np.ndarray:
-    """`expected` as one float64 array, bit for bit (tests/test_schedule_proof.py holds them
-    equal): constant arrivals computed in numpy, a few nanoseconds each, where `expected` walks
-    the generator at a microsecond or two (a day at 1000 rps is 86 M arrivals); Poisson and
-    gamma walked as `expected` does (`_chunks` says why). Memory: a timed constant level's
-    arrivals are written into one array of their known size (the float64 the records' column
-    takes, and one chunk's temporaries); a count's quota (`Quota.first`) is applied chunk by
-    chunk, so no more than its arrivals and one chunk are built; a walked schedule's chunks are
-    joined at the end (twice its float64 for a moment, beside the walk's own seconds)."""
-    rate, arrival, seed, b, t0, m, warm_n, origin, grid = _setup(entry)
-    runs: list[tuple[float, Grid | None, float]] = [] if warm_n is None else [(t0, None, warm_n)]  # `_warm_open`'s first N
-    runs.append((origin, grid, math.inf))
+def _runs(entry: Mapping[str, Any]) -> tuple[_Setup, list[tuple[float, Grid | None, float]]]:
+    """The level's setup and its schedules as (origin, grid, count): a counted warmup's first N
+    from t0 (`_warm_open`), then the level's from its origin."""
+    setup = _setup(entry)
+    runs: list[tuple[float, Grid | None, float]] = [] if setup.warm_n is None else [(setup.t0, None, setup.warm_n)]
+    runs.append((setup.origin, setup.grid, math.inf))
+    return setup, runs
+
+
+def arrival_chunks(entry: Mapping[str, Any]) -> Iterator[np.ndarray]:
+    """`expected` in float64 chunks, bit for bit (tests/test_schedule_proof.py holds them equal),
+    each at most CHUNK long and built as it is read: a count's quota (`Quota.first`) is applied
+    chunk by chunk, so no more than its arrivals and one chunk are built."""
+    (rate, arrival, seed, b, t0, m, warm_n, origin, grid), runs = _runs(entry)
+    for o, g, c in runs[:-1]:
+        yield from _chunks(rate, arrival, seed, o, b, g, c)
     n = _count(entry.get("requests_per_level"))
-    sizes = [_sized(rate, arrival, g, c) for _, g, c in runs]
-    if n is None and None not in sizes:  # known size: filled in place
-        out = np.empty(sum(sizes), dtype=np.float64)
-        at = 0
-        for o, g, c in runs:
-            for t in _chunks(rate, arrival, seed, o, b, g, c):
-                out[at:at + len(t)] = t
-                at += len(t)
-        return out
-    parts = [t for o, g, c in runs[:-1] for t in _chunks(rate, arrival, seed, o, b, g, c)]
+    if n is None:
+        yield from _chunks(rate, arrival, seed, origin, b, grid, math.inf)
+        return
     least = _num(entry.get("min_duration_s"))
     until = None if least is None else m + least
     k = 0  # arrivals at or after m so far
     for t in _chunks(rate, arrival, seed, origin, b, grid, math.inf):
-        if n is None:
-            parts.append(t)
-            continue
         ge = t >= m
         after = k + np.cumsum(ge)  # `expected`'s k after each arrival
         done = after >= n if until is None else (after >= n) & (t >= until)
         if done.any():  # `expected` returns at the first j where it is done: after yielding j,
             j = int(np.argmax(done))  # or before it where k had reached n already and t_j >= until
             stop_before = until is not None and after[j] - ge[j] >= n
-            parts.append(t[: j if stop_before else j + 1])
-            break
-        parts.append(t)
+            yield t[: j if stop_before else j + 1]
+            return
+        yield t
         k = int(after[-1])
+
+
+def expected_times(entry: Mapping[str, Any]) -> np.ndarray:
+    """`expected` as one float64 array, bit for bit: constant and Poisson arrivals computed in
+    numpy (`_chunks`), where `expected` walks the generator at a microsecond or so (a day at
+    1000 rps is 86 M arrivals); gamma walked. Memory: a timed constant level's arrivals are
+    written into one array of their known size; any other level's chunks (`arrival_chunks`)
+    are joined at the end (twice its float64 for a moment). `prove` reads the chunks instead."""
+    (rate, arrival, *_), runs = _runs(entry)
+    sizes = [_sized(rate, arrival, g, c) for _, g, c in runs]
+    if _count(entry.get("requests_per_level")) is None and None not in sizes:  # known size: filled in place
+        out = np.empty(sum(sizes), dtype=np.float64)  # type: ignore[arg-type]
+        at = 0
+        for t in arrival_chunks(entry):
+            out[at:at + len(t)] = t
+            at += len(t)
+        return out
+    parts = list(arrival_chunks(entry))
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.float64)
 
 
@@ -255,7 +376,8 @@ def measured_arrivals(entry: Mapping[str, Any]) -> int | None:
     drains before D is complete as scheduled (`validity._count_problems`)."""
     if why_unproven(entry) is not None:
         return None
-    return int((expected_times(entry) >= float(entry["measure_start"])).sum())
+    m = float(entry["measure_start"])
+    return sum(int(np.count_nonzero(t >= m)) for t in arrival_chunks(entry))
 
 
 def _us(a: np.ndarray) -> np.ndarray:
@@ -273,15 +395,11 @@ def prove(entry: Mapping[str, Any], intended: np.ndarray) -> Proof:
     absent = int(np.isnan(got).sum())
     if absent:
         return Proof(BROKEN, f"{absent} of its {len(got)} records carry no intended_start, which every open-loop arrival has")
-    want = expected_times(entry)
-    np.rint(np.multiply(want, 1e6, out=want), out=want)  # `_us` in place: the day's arrivals are not copied
     got = np.sort(_us(got))
-    n = min(len(got), len(want))
-    off = np.flatnonzero(np.abs(got[:n] - want[:n]) > TOLERANCE_US)
-    if not len(off) and len(got) == len(want):
-        return Proof(PROVEN, arrivals=len(want))
-    k = int(off[0]) if len(off) else n
-    counts = f" ({len(got)} records, {len(want)} arrivals scheduled)"
+    k, near, scheduled = _first_mismatch(got, arrival_chunks(entry))
+    if k is None:
+        return Proof(PROVEN, arrivals=scheduled)
+    counts = f" ({len(got)} records, {scheduled} arrivals scheduled)"
 
     def at(us: float) -> str:
         return f"{(us - round(t0 * 1e6)) / 1e6:.6f} s after the level's start"
@@ -289,10 +407,32 @@ def prove(entry: Mapping[str, Any], intended: np.ndarray) -> Proof:
     def close(a: np.ndarray, i: int, v: float) -> bool:
         return i < len(a) and abs(a[i] - v) <= TOLERANCE_US
 
-    dropped = k >= len(got) or (k < len(want) and k + 1 < len(want) and close(got, k, want[k + 1]))
-    if k < len(want) and dropped:
-        return Proof(BROKEN, f"arrival {k} (due {at(want[k])}) has no record: dropped" + counts)
-    if k >= len(want) or close(got, k + 1, want[k]):
+    dropped = k >= len(got) or (len(near) == 2 and close(got, k, near[1]))  # near: the arrivals k and k + 1
+    if near and dropped:
+        return Proof(BROKEN, f"arrival {k} (due {at(near[0])}) has no record: dropped" + counts)
+    if not near or close(got, k + 1, near[0]):
         return Proof(BROKEN, f"a record intended {at(got[k])} is no arrival of the schedule: added" + counts)
-    return Proof(BROKEN, f"arrival {k} was due {at(want[k])} but its record says {at(got[k])}: "
-                         f"shifted {(got[k] - want[k]) / 1e3:+.3f} ms" + counts)
+    return Proof(BROKEN, f"arrival {k} was due {at(near[0])} but its record says {at(got[k])}: "
+                         f"shifted {(got[k] - near[0]) / 1e3:+.3f} ms" + counts)
+
+
+def _first_mismatch(got: np.ndarray, chunks: Iterator[np.ndarray]) -> tuple[int | None, list[float], int]:
+    """Where the sorted record times `got` (whole µs) first part from the arrivals `chunks`
+    (seconds, in time order), read chunk by chunk so the day's arrivals are never held at once:
+    (k, the arrivals k and k + 1 in µs where they exist, how many arrivals there are); k None
+    where every record is its arrival and there are as many of each."""
+    k: int | None = None
+    near: list[float] = []
+    at = 0
+    for want in chunks:
+        us = np.rint(np.multiply(want, 1e6, out=want), out=want)  # `_us` in place: a chunk built for this
+        if k is None:
+            g = got[at:at + len(us)]
+            off = np.flatnonzero(np.abs(g - us[:len(g)]) > TOLERANCE_US)
+            k = at + int(off[0]) if len(off) else (at + len(g) if len(g) < len(us) else None)
+        if k is not None and len(near) < 2:
+            near += us[max(k - at, 0):][:2 - len(near)].tolist()
+        at += len(us)
+    if k is None and len(got) > at:
+        k = at
+    return k, near, at
