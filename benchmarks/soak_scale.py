@@ -46,6 +46,7 @@ TOKENS = 64
 TTFT = 0.005  # seconds
 ITL = 0.001
 BUCKET_S = 60
+POISSON_SEED = 7  # `--arrival poisson`'s schedule
 
 SPEC = """\
 soak "soak-scale" {{
@@ -69,8 +70,7 @@ workload "chat" {{
   max_tokens = {tokens}
   ignore_eos = true
   load {{
-    mode = closed
-    concurrency = [{c}]
+{load}
   }}
   warmup = 0s
   duration = {duration}s
@@ -146,8 +146,12 @@ class _Spread:
         return self.block.pop()
 
 
-async def generate(n: int, out: Path, spread: bool = False):
-    """Write the directory (async: the recorder's bucket ends fsync on a worker thread, as in a run)."""
+async def generate(n: int, out: Path, spread: bool = False, rate: float | None = None):
+    """Write the directory (async: the recorder's bucket ends fsync on a worker thread, as in a
+    run). `rate`: an open loop at `rate` on its seeded Poisson schedule (`arrivals.schedule`, as
+    the runner's `_open` sends), each request's intended_start its arrival and its start 50 µs
+    later, so `gate` proves the schedule (`judge/schedproof.py`) at scale; else the closed loop."""
+    from soakspec.arrivals import schedule
     from soakspec.evidence.layout import RunLayout
     from soakspec.evidence.manifest import finalize_manifest, new_manifest, write_manifest
     from soakspec.judge.testing import spec_from_text
@@ -160,7 +164,12 @@ async def generate(n: int, out: Path, spread: bool = False):
     from soakspec.runner.records import FOLLOW_UP_BUCKET, ItlSource, Outcome, RequestRecord, TokensSource
     from soakspec.runner.recorder import BackendRecorder, RunStatus
 
-    text = SPEC.format(n=n, c=CONCURRENCY, tokens=TOKENS, duration=duration_for(n, spread), bucket=BUCKET_S)
+    if rate is None:
+        load, duration = f"    mode = closed\n    concurrency = [{CONCURRENCY}]", duration_for(n, spread)
+    else:  # an open loop on its seeded Poisson schedule: about n arrivals
+        load = f"    mode = open\n    rate = [{rate:g}rps]\n    arrival = poisson\n    seed = {POISSON_SEED}"
+        duration = max(BUCKET_S, math.ceil(n / rate / BUCKET_S) * BUCKET_S)
+    text = SPEC.format(n=n, c=CONCURRENCY, tokens=TOKENS, duration=duration, bucket=BUCKET_S, load=load)
     spec = spec_from_text(text)
     plan = make_plan(spec)
     bp = plan.backends[0]
@@ -193,10 +202,16 @@ async def generate(n: int, out: Path, spread: bool = False):
     last_bucket = 0
     busy = 0.0
     trace_lines: list[str] = []
-    for i in range(n):
+    if rate is None:
+        due = (measure_start + (i // CONCURRENCY) * lat * 1.001 + (i % CONCURRENCY) * lat / CONCURRENCY for i in range(n))
+    else:  # the level's schedule from its start (no warmup: started_at is measure_start) to its end
+        due = schedule(lv.shape.rate, lv.shape.arrival, lv.shape.seed, measure_start, measure_start + lv.duration_s,
+                       lv.shape.burstiness)
+    i = -1
+    for i, intended in enumerate(due):
         _, rid = ids()
-        w, j = i % CONCURRENCY, i // CONCURRENCY
-        start = measure_start + j * lat * 1.001 + w * lat / CONCURRENCY
+        w = i % CONCURRENCY if rate is None else 0
+        start = intended if rate is None else intended + 50e-6
         if draw is None:
             itl = [ITL + jitter[(i + k) & 4095] for k in range(TOKENS - 1)]
             first = start + TTFT + jitter[i & 4095]
@@ -213,8 +228,8 @@ async def generate(n: int, out: Path, spread: bool = False):
             await rec.bucket_closed(entry, last_bucket, measure_start + (last_bucket + 1) * BUCKET_S)
             last_bucket = b
         batch.append(RequestRecord(
-            rid, backend=bp.name, workload=lv.workload, level=lv.index, concurrency=CONCURRENCY, bucket=b, worker=w,
-            intended_start=start, start=start, first_byte=first, first_token=first, end=end, status=200,
+            rid, backend=bp.name, workload=lv.workload, level=lv.index, concurrency=lv.concurrency, rate=lv.rate,
+            bucket=b, worker=w, intended_start=intended, start=start, first_byte=first, first_token=first, end=end, status=200,
             outcome=Outcome.COMPLETED, finish_reason="length", server_id=f"cmpl-{rid}-0", prompt_tokens=16,
             output_tokens=TOKENS, tokens_source=TokensSource.USAGE, itl_source=ItlSource.EXACT, chunks=TOKENS,
             tpot=(end - first) / (TOKENS - 1), itl=itl, output_sha256=digests[i & 4095], output_chars=5 * TOKENS,
@@ -235,6 +250,7 @@ async def generate(n: int, out: Path, spread: bool = False):
     rec.write_records(batch)
     log.write("".join(trace_lines))
     await rec.bucket_closed(entry, last_bucket, measure_start + (last_bucket + 1) * BUCKET_S)
+    n = i + 1
     run.sent = n
     run.measure_end = measure_start + lv.duration_s
     run.drained_at = run.measure_end + lat
@@ -250,7 +266,7 @@ async def generate(n: int, out: Path, spread: bool = False):
     ffirst = fs + TTFT
     fend = ffirst + sum(fitl)
     follow = RequestRecord(
-        rid, backend=bp.name, workload=lv.workload, level=lv.index, concurrency=CONCURRENCY, bucket=FOLLOW_UP_BUCKET,
+        rid, backend=bp.name, workload=lv.workload, level=lv.index, concurrency=lv.concurrency, rate=lv.rate, bucket=FOLLOW_UP_BUCKET,
         intended_start=fs, start=fs, first_byte=ffirst, first_token=ffirst, end=fend, status=200,
         outcome=Outcome.COMPLETED, finish_reason="length", server_id=f"cmpl-{rid}-0", prompt_tokens=16,
         output_tokens=TOKENS, tokens_source=TokensSource.USAGE, itl_source=ItlSource.EXACT, chunks=TOKENS,
@@ -280,6 +296,32 @@ def judge_written(out: Path, spec) -> int:
 
     with contextlib.redirect_stdout(io.StringIO()):
         return judge_run_dir(out, spec, "text", write=True)
+
+
+def time_proof(out: Path, repeat: int = 3) -> None:
+    """The schedule proof alone, in this process (`--time-proof`): each open-loop level's records'
+    intended starts read once, then `schedproof.prove` timed `repeat` times (best and all)."""
+    from soakspec.evidence.record import iter_records
+    from soakspec.judge import schedproof
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    for be in manifest["backends"]:
+        rows = [r for _, r in iter_records(out / "backends" / be["safe_name"] / "requests.jsonl.gz")]
+        for entry in be["levels"]:
+            if entry.get("mode") != "open":
+                continue
+            import numpy as np
+
+            starts = np.array([r["intended_start"] for r in rows if r["level"] == entry["index"] and r["bucket"] != -2],
+                              dtype=np.float64)
+            times = []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                proof = schedproof.prove(entry, starts)
+                times.append(time.perf_counter() - t)
+            print(f"prove: {proof.status} {proof.arrivals:,} arrivals {proof.reason}; best {min(times):.2f} s "
+                  f"({min(times) / max(1, len(starts)) * 1e9:,.0f} ns an arrival), all "
+                  + ", ".join(f"{x:.2f}" for x in times), flush=True)
 
 
 def evidence_bytes(root: Path) -> int:
@@ -312,6 +354,12 @@ def main() -> int:
     ap.add_argument("--spread", action="store_true",
                     help="TTFT and per-token gaps spread as a real server's (lognormal), 128 requests a second: "
                          "many buckets, each with tens of thousands of distinct gaps")
+    ap.add_argument("--arrival", choices=("closed", "poisson"), default="closed",
+                    help="poisson: an open loop at --rate on its seeded Poisson schedule (about --requests arrivals), "
+                         "so `gate` proves the schedule at scale (judge/schedproof.py); closed: concurrency 256")
+    ap.add_argument("--rate", type=float, default=1000.0, help="--arrival poisson's rate, requests a second")
+    ap.add_argument("--time-proof", action="store_true",
+                    help="time the schedule proof alone (`schedproof.prove`) in this process on each open-loop level")
     args = ap.parse_args()
     out = Path(args.out)
     if not args.measure_only:
@@ -322,7 +370,7 @@ def main() -> int:
 
         t = time.perf_counter()
         with RunLock(out):  # as `soakspec run` holds it (and creates the directory)
-            spec = trio.run(generate, args.requests, out, args.spread)
+            spec = trio.run(generate, args.requests, out, args.spread, args.rate if args.arrival == "poisson" else None)
         code = judge_written(out, spec)
         print(f"wrote {out} ({args.requests:,} requests, the run's own verdict exit {code}) in "
               f"{time.perf_counter() - t:.1f} s", flush=True)
@@ -335,6 +383,8 @@ def main() -> int:
     per["run root"] = sum(p.stat().st_size for p in out.iterdir() if p.is_file()) / n  # manifest, results, verdict
     print(f"evidence: {size:,} bytes, {size / n:,.0f} bytes a request ("
           + ", ".join(f"{k} {v:,.1f}" for k, v in per.items()) + ")")
+    if args.time_proof:
+        time_proof(out)
     py = [sys.executable, "-m", "soakspec"]
     skip = set(filter(None, args.skip.split(",")))
     cmds = {"gate": [*py, "gate", str(out)], "verify": [*py, "verify", str(out)],

@@ -40,13 +40,21 @@ does not determine -- a closed loop (no schedule: its intended start is its star
 step (`open_ramp`), a replay, a sweep's level without the field, and evidence written before
 the manifest recorded `schedule` (judged as it ran: no proof, said so, no new failure).
 
-Cost: constant arrivals are rebuilt in numpy (`expected_times`, `Grid.constant_array`: the
-runner's float operations, element by element, so bit for bit the generator's floats, which a
-property test holds against the walk `expected`), a few nanoseconds an arrival -- a day at
-1000 rps (86 M) in seconds, not minutes; Poisson and gamma schedules are walked in Python, the
-same generator the runner ran (about 0.4-2.5 µs an arrival: numpy cannot reproduce them bit for
-bit, `_chunks` says why); then one sort of the level's intended starts. Memory: the arrivals'
-float64, the size of the records' own column. Closed loops cost nothing.
+Cost: constant and Poisson arrivals are rebuilt in numpy, bit for bit the generator's floats
+(property tests hold both against the walk `expected`): constant ones by the runner's float
+operations element by element (`Grid.constant_array`), a few nanoseconds an arrival; Poisson
+ones (`_poisson`) from Python's own MT19937 state handed to numpy, the log through libm (the
+function `random.expovariate` calls: numpy's own rounds some values an ulp apart) and the
+running time as a left-to-right cumulative sum, about 0.1 µs an arrival -- the log through
+Python floats is most of it -- against the walk's 0.3-1 µs (a day at 1000 rps, 86 M arrivals,
+in about ten seconds rather than a minute or more; benchmarks/README.md). Guarded: where this
+interpreter's expovariate is not the formula vectorised, or a chunk's first arrivals are not a
+short walk's, the schedule is walked. Gamma schedules (burstiness != 1) are walked in Python,
+the same generator the runner ran (about 1-2.5 µs an arrival): rejection sampling takes a
+varying number of uniforms a draw (`_chunks`). Then one sort of the level's intended starts.
+Memory: the records' column and its sorted copy; the arrivals are compared chunk by chunk as
+they are rebuilt (`arrival_chunks`, CHUNK at a time), never held whole. Closed loops cost
+nothing.
 """
 
 from __future__ import annotations
@@ -227,7 +235,7 @@ def _gaps(mt: np.random.RandomState, rate: float, n: int) -> np.ndarray:
 def _exponential_vectorises() -> bool:
     """Whether this interpreter's `random.expovariate` is the formula `_gaps` vectorises: its
     source says -_log(1.0 - self.random()) / lambd with `_log` math.log (CPython 3.11 to 3.13),
-    and a seeded draw of a few thousand is `_gaps`'s bit for bit. Else (another Python, a
+    and a seeded draw of a thousand is `_gaps`'s bit for bit. Else (another Python, a
     patched `random`) Poisson schedules are walked."""
     try:
         source = inspect.getsource(random.Random.expovariate)
@@ -239,7 +247,7 @@ def _exponential_vectorises() -> bool:
     mt = _mt(rng)
     if mt is None:
         return False
-    return np.array([rng.expovariate(3.7) for _ in range(4096)]).tobytes() == _gaps(mt, 3.7, 4096).tobytes()
+    return np.array([rng.expovariate(3.7) for _ in range(1024)]).tobytes() == _gaps(mt, 3.7, 1024).tobytes()
 
 
 def _poisson(rate: float, seed: int, origin: float, stop: float, count: float) -> Iterator[np.ndarray]:
