@@ -73,7 +73,7 @@ import numpy as np
 from soakspec import windows
 from soakspec.arrivals import CountedArrivals, Grid, schedule
 
-__all__ = ["TOLERANCE_US", "Proof", "expected", "expected_times", "measured_arrivals", "prove"]
+__all__ = ["TOLERANCE_US", "Proof", "arrival_chunks", "expected", "expected_times", "measured_arrivals", "prove"]
 
 TOLERANCE_US = 1  # the records' precision: see the module docstring
 
@@ -241,7 +241,7 @@ def _exponential_vectorises() -> bool:
         source = inspect.getsource(random.Random.expovariate)
     except (OSError, TypeError):
         return False
-    if _EXPOVARIATE not in source or getattr(random, "_log", None) is not math.log:
+    if _EXPOVARIATE not in source or vars(random).get("_log") is not math.log:
         return False
     rng = random.Random(20261207)
     mt = _mt(rng)
