@@ -45,9 +45,9 @@ Cost: constant and Poisson arrivals are rebuilt in numpy, bit for bit the genera
 operations element by element (`Grid.constant_array`), a few nanoseconds an arrival; Poisson
 ones (`_poisson`) from Python's own MT19937 state handed to numpy, the log through libm (the
 function `random.expovariate` calls: numpy's own rounds some values an ulp apart) and the
-running time as a left-to-right cumulative sum, about 0.1 µs an arrival -- the log through
-Python floats is most of it -- against the walk's 0.3-1 µs (a day at 1000 rps, 86 M arrivals,
-in about ten seconds rather than a minute or more; benchmarks/README.md). Guarded: where this
+running time as a left-to-right cumulative sum, about 0.1-0.2 µs an arrival -- the log through
+Python floats is most of it -- against the walk's 0.3-0.6 µs (measured on a shared 2-vCPU VM:
+a day at 1000 rps, 86 M arrivals, in 10-20 s rather than 25-50 s; benchmarks/README.md). Guarded: where this
 interpreter's expovariate is not the formula vectorised, or a chunk's first arrivals are not a
 short walk's, the schedule is walked. Gamma schedules (burstiness != 1) are walked in Python,
 the same generator the runner ran (about 1-2.5 µs an arrival): rejection sampling takes a
@@ -221,8 +221,8 @@ def _gaps(mt: np.random.RandomState, rate: float, n: int) -> np.ndarray:
     operations, the same in any implementation); the log through the very function
     `expovariate` calls (`random._log`, libm's log), for numpy's own log (SIMD) rounds some
     values an ulp apart from libm's -- and each such ulp is carried by every later cumulative
-    time. The log is the cost: about 80-110 ns a value through Python floats, against the
-    walk's 0.4-1 µs an arrival (benchmarks/README.md)."""
+    time. The log is the cost: about 80-110 ns a value through Python floats on an idle core
+    (200 on a shared one), against the walk's 270-560 ns an arrival (benchmarks/README.md)."""
     x = 1.0 - mt.random_sample(n)
     log = random._log  # type: ignore[attr-defined]
     for lo in range(0, n, LOG_BLOCK):
