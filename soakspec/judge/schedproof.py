@@ -47,9 +47,9 @@ ones (`_poisson`) from Python's own MT19937 state handed to numpy, the log throu
 function `random.expovariate` calls: numpy's own rounds some values an ulp apart) and the
 running time as a left-to-right cumulative sum, about 0.1-0.2 µs an arrival -- the log through
 Python floats is most of it -- against the walk's 0.3-0.6 µs (measured on a shared 2-vCPU VM:
-a day at 1000 rps, 86 M arrivals, in 10-20 s rather than 25-50 s; benchmarks/README.md). Guarded: where this
-interpreter's expovariate is not the formula vectorised, or a chunk's first arrivals are not a
-short walk's, the schedule is walked. Gamma schedules (burstiness != 1) are walked in Python,
+a day at 1000 rps, 86 M arrivals, in 10-20 s rather than 25-50 s; benchmarks/README.md).
+Guarded: where this interpreter's expovariate is not the formula vectorised, or a chunk's first
+arrivals are not a short walk's, the schedule is walked. Gamma schedules (burstiness != 1) are walked in Python,
 the same generator the runner ran (about 1-2.5 µs an arrival): rejection sampling takes a
 varying number of uniforms a draw (`_chunks`). Then one sort of the level's intended starts.
 Memory: the records' column and its sorted copy; the arrivals are compared chunk by chunk as
