@@ -327,14 +327,15 @@ def failing(tmp_path_factory) -> tuple[Path, Path]:
 def test_the_block_states_failed_requests_and_the_levels_measured_duration(capsys, failing):
     """bench serve's "Failed requests" (every request that was not a success) and "Benchmark
     duration (s)" (here the level's measured wall time: its two 1-minute buckets), where bench
-    serve prints them; no "Peak" line (results.json records no peak with bench serve's meaning)."""
+    serve prints them; its two Peak lines after the output throughput, as bench serve's."""
     c2, c4 = (b.splitlines() for b in _blocks(_bench(capsys, failing[0])))
     assert "Failed requests:                         0" in c2 and "Failed requests:                         3" in c4
     assert "Successful requests:                     13" in c4
     assert "Benchmark duration (s):                  120.00" in c4
     assert [ln.split(":")[0] for ln in c4[6:10]] == ["Successful requests", "Failed requests", "Benchmark duration (s)",
                                                      "Request throughput (req/s)"]  # bench serve's order
-    assert not [ln for ln in c4 if ln.startswith("Peak")]
+    assert [ln.split(":")[0] for ln in c4[10:14]] == ["Output token throughput (tok/s)", "Peak output token throughput (tok/s)",
+                                                      "Peak concurrent requests", "Total token throughput (tok/s)"]
 
 
 def test_the_blocks_duration_is_what_its_rates_divide_by(capsys, failing):
@@ -354,8 +355,8 @@ def test_the_blocks_duration_is_what_its_rates_divide_by(capsys, failing):
 
 def test_failed_requests_and_duration_as_written_lint_clean_and_edited_are_CB201(tmp_path, capsys, failing):
     """An unedited block passes (0 and 3 failed, 120 s); each of the three lines edited is CB201
-    at the precision it is written with, naming the level's recorded figure. A "Peak" line in a
-    soakspec block was added by hand -- soakspec records no peak -- and is CB201 too."""
+    at the precision it is written with, naming the level's recorded figure; so is a Peak line
+    edited (the level's peaks: tests/test_peak_figures.py)."""
     text = _bench(capsys, failing[0])
     assert _lint(tmp_path, capsys, _fenced(*_blocks(text)), failing) == (0, [])
     _, c4 = _blocks(text)
@@ -372,13 +373,12 @@ def test_failed_requests_and_duration_as_written_lint_clean_and_edited_are_CB201
         line = 4 + c4.splitlines().index(next(ln for ln in c4.splitlines() if ln.startswith(label)))
         assert d.startswith(f"{line}:42: CB201 states {msg}"), d
     assert _lint(tmp_path, capsys, _fenced(_set(c4, "Benchmark duration (s):", "120")), failing) == (0, [])  # 120 ± 0.5
-    for peak, msg in [("Peak output token throughput (tok/s):    500.00", "peak output token throughput 500.00 tok/s"),
-                      ("Peak concurrent requests:                4.00", "peak concurrent requests 4.00 requests")]:
-        block = c4.replace("Total token throughput", peak + "\nTotal token throughput", 1)
-        code, diags = _lint(tmp_path, capsys, _fenced(block), failing)
+    for label, value, msg in [("Peak output token throughput (tok/s):", "500.00", "peak output token throughput 500.00 tok/s"),
+                              ("Peak concurrent requests:", "4.00", "peak concurrent requests 4.00 requests")]:
+        code, diags = _lint(tmp_path, capsys, _fenced(_set(c4, label, value)), failing)
         assert code == 1
         (d,) = diags
-        assert f"CB201 states {msg} for sim-fast in soakspec's bench block" in d and "added by hand" in d, d
+        assert f"CB201 states {msg} for sim-fast; the evidence records sim-fast · concurrency 4: " in d, d
     # bench serve's own block (no `Tool: soakspec`) keeps its Failed / duration / Peak lines unread
     own = VLLM_BLOCK.replace("Total token", "Peak output token throughput (tok/s):    9999.00\nTotal token", 1)
     assert _lint(tmp_path, capsys, _fenced(own), failing) == (0, [])

@@ -402,6 +402,7 @@ def _levels(entry: dict, judged: dict[tuple[str, str | None, int | None], dict[s
             figures=_merge(_merge(_level_figures(row, lv), _bucket_means(buckets)), mine),
             capped=caps.get((lv.get("workload"), lv.get("index")), False),
             not_completed=not_completed(req), wall_s=_real(lv.get("wall_s")),
+            peak_tok_s=_count(lv.get("peak_output_tokens_per_s")), peak_concurrent=_count(lv.get("peak_concurrent_requests")),
         ))  # fmt: skip
     return tuple(out)
 
@@ -493,6 +494,10 @@ def _mismatches(stored: tuple[EvidenceFacts, ...], judged: tuple[EvidenceFacts, 
                 a, b = getattr(s, field, None), getattr(lv, field)
                 if a != b:
                     out.append(f"results.json records {field} {_show(a)} for {ev.backend} · {lv.label}; re-judged: {_show(b)}")
+            for field, key in (("peak_tok_s", "peak_output_tokens_per_s"), ("peak_concurrent", "peak_concurrent_requests")):
+                a, b = getattr(s, field, None), getattr(lv, field)
+                if a is not None and a != b:  # none stored: a results.json from before they were recorded
+                    out.append(f"results.json records {key} {_show(a)} for {ev.backend} · {lv.label}; re-judged: {_show(b)}")
             out += [f"results.json records {k} {a} for {ev.backend} · {lv.label}; re-judged: {b}"
                     for k, a, b in _figure_changes(getattr(s, "figures", {}), lv.figures, later_aggs)]  # fmt: skip
         out += [f"results.json records {k} {a} for {ev.backend} over the run; re-judged: {b}"

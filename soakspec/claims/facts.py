@@ -78,6 +78,11 @@ class LevelFacts:
     # level's measured wall time)
     not_completed: int | None = None
     wall_s: float | None = None
+    # its "Peak output token throughput (tok/s)" and "Peak concurrent requests" (results.json
+    # `peak_output_tokens_per_s`, `peak_concurrent_requests`: `soakspec.judge.peaks`); None in
+    # results from before they were recorded, or where none was counted
+    peak_tok_s: int | None = None
+    peak_concurrent: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "figures", types.MappingProxyType(dict(self.figures or {})))

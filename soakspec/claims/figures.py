@@ -49,10 +49,13 @@ blockquotes are skipped):
   `report.common.not_completed`), "Benchmark duration (s)" (the level's measured wall time,
   results.json `wall_s`) -- these three against the level's own figure, never a backend's over
   the run --, "Request throughput (req/s)" (request rate), "Output token throughput (tok/s)",
-  "Total token throughput (tok/s)", and "Mean / Median / Pxx TTFT / TPOT / ITL / E2EL (ms)".
-  bench serve's "Peak output token throughput (tok/s)" and "Peak concurrent requests" are
-  figures results.json records none of and soakspec's block never writes: in a soakspec block
-  such a line was added by hand, and is CB201 whatever its value (`_UNWRITTEN`). A capped level's block (one
+  "Total token throughput (tok/s)", "Mean / Median / Pxx TTFT / TPOT / ITL / E2EL (ms)", and
+  "Peak output token throughput (tok/s)" and "Peak concurrent requests" (results.json
+  `levels[].peak_output_tokens_per_s` / `peak_concurrent_requests`, `soakspec.judge.peaks`:
+  against the level's own, never a backend's over the run -- bench serve's peaks are one run's).
+  A Peak line where no level it names records the figure (results from before soakspec recorded
+  peaks, a level with no completed streamed request: `report --format bench` writes no line or
+  `n/a` there) was added by hand, and is CB201 whatever its value (`_PEAKS`). A capped level's block (one
   with sections "(from intended start)", `_BENCH_INTENDED`, or, pasted without them, one naming a
   level the evidence records as capped: `_block_capped`) gives bench serve's meaning to its
   labels: plain TTFT / E2EL are the time from the send (sent_ttft, sent_latency), "intended TTFT /
@@ -616,10 +619,13 @@ _BENCH_RATES = {  # label (lower case, spaces collapsed) -> the figure; "Total t
     "peak output token throughput (tok/s)": "peak_tok_s", "peak concurrent requests": "peak_concurrent",
 }
 # a level's figure a soakspec block states by its own field rather than `figures` (`_check`)
-_LEVEL_FIELD = {"completed": "completed", "not_completed": "not_completed", "duration": "wall_s"}
-# bench serve's figures results.json records none of (a one-second bin's output tokens, the most
-# requests in flight at a moment): soakspec's block writes no such line, so one in it was added by hand
-_UNWRITTEN = frozenset({"peak_tok_s", "peak_concurrent"})
+_LEVEL_FIELD = {"completed": "completed", "not_completed": "not_completed", "duration": "wall_s",
+                "peak_tok_s": "peak_tok_s", "peak_concurrent": "peak_concurrent"}
+# bench serve's peaks (a one-second bin's output tokens, the most requests in flight at a moment):
+# a level's own figures; where none of the levels a line names has one, soakspec's block wrote no
+# such number, so one in it was added by hand
+_PEAKS = frozenset({"peak_tok_s", "peak_concurrent"})
+_WHOLE = frozenset({"completed", "not_completed", *_PEAKS})  # figures shown as whole numbers
 SOAKSPEC_TOOL = "soakspec"  # the `Tool:` line `soakspec report --format bench` writes
 
 
@@ -793,7 +799,7 @@ def _fits(h: Hit, candidates: tuple[float, ...], lo_hi: tuple[float, float] | No
 
 def _show(h: Hit, x: float) -> str:
     x = _in_stated_unit(h, x)
-    if h.metric in ("completed", "not_completed"):
+    if h.metric in _WHOLE:
         return f"{x:.0f} {h.unit}"
     decimals = len(h.number.split(".")[1]) if "." in h.number else 0
     sig = 3 - 1 - math.floor(math.log10(abs(x))) if x else 0
@@ -826,11 +832,13 @@ def _check(f: Figure, path: str) -> Diagnostic | None:
     def who(ev: EvidenceFacts) -> str:
         return run_name(ev, f.backends)
 
-    if h.metric in _UNWRITTEN:
+    if h.metric in _PEAKS and not any(
+            getattr(lv, _LEVEL_FIELD[h.metric]) is not None
+            for lv in ([lv for _, lv in named] if named else [lv for ev in f.backends for lv in ev.levels])):
         return Diagnostic(
             "CB201", f"states {_stated_text(h)}{for_backend(f.backends)} in soakspec's bench block; the evidence records "
-            "no such figure and `soakspec report --format bench` writes no such line: it was added by hand", f.span, path,
-            hint="remove the line, or paste bench serve's own block for bench serve's figures",
+            "no such figure for that level and `soakspec report --format bench` writes no such number: it was added by hand",
+            f.span, path, hint="remove the line, or paste bench serve's own block for bench serve's figures",
         )
 
     def figures_of(facts: EvidenceFacts | LevelFacts) -> Mapping[str, tuple[float, ...]]:

@@ -34,7 +34,7 @@ from soakspec.evidence import layout
 from soakspec.evidence.io import (EvidenceChanged, EvidenceError, EvidenceFormatError, EvidenceNotFound,  # noqa: F401 - EvidenceNotFound: the commands' import
                                   iter_jsonl, read_json, require_evidence_dir, sha256_file)
 from soakspec.evidence.record import OUTCOMES  # noqa: F401  (the record type's, defined once; re-exported)
-from soakspec.judge import gapbins
+from soakspec.judge import gapbins, peaks
 from soakspec.judge.clientsamples import ClientBuilder, ClientSamples, build_client, samples_of
 from soakspec.judge.scrapes import ScrapeBuilder, Scrapes, build_scrapes
 from soakspec.judge.table import RequestTable, TableBuilder, WindowSlots, build_table
@@ -139,7 +139,9 @@ class BackendEvidence:
         evidence was built in memory)."""
         if self.table is not None:
             return self.table
-        return build_table(r for r in self.records if request_problem(r) is None)
+        levels = self.entry.get("levels") if isinstance(self.entry, Mapping) else None
+        return build_table((r for r in self.records if request_problem(r) is None),
+                           peaks.level_origins(levels if isinstance(levels, list) else ()))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -571,9 +573,11 @@ def load_evidence(run_dir: str | os.PathLike, *, entries: list[dict] | None = No
                          and layout.server_log_file(root / layout.BACKENDS / layout.safe_name(e["name"]), root) is not None) \
         if isinstance(entries, list) else frozenset()
     windows = tuple(windows)
+    # per backend, where its levels' cells are cut: the spec's windows, and each level's seconds
+    # (its measure_start: the output tokens per second of bench serve's peak, `judge.peaks`)
     slots = {layout.safe_name(e["name"]): WindowSlots(e.get("levels") or (), windows) for e in entries
              if isinstance(e, dict) and isinstance(e.get("name"), str) and isinstance(e.get("levels") or [], list)} \
-        if windows and isinstance(entries, list) else {}
+        if isinstance(entries, list) else {}
     cut = {layout.safe_name(name): c for name, c in (closed or {}).items()}
     edges = gapbins.edges_for(itl_thresholds)
     integrity = _integrity(root, read, from_log, slots, cut, edges)

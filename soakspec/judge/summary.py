@@ -21,7 +21,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from soakspec.judge import stats
+from soakspec.judge import peaks, stats
 import numpy as np
 
 from soakspec.judge.evidence import OUTCOMES, BackendEvidence, Evidence
@@ -284,6 +284,7 @@ def level_summary(bi: BackendIndex, lv: LevelIndex) -> dict[str, Any]:
         "tpot": dist_summary(recs, "tpot"),
         "latency": dist_summary(recs, "latency"),
         **sent_summary(lv),
+        **peak_summary(lv),
         "trace_coverage": cov,
         "traced": traced,
         "errors": errors_by_message(recs),
@@ -319,6 +320,27 @@ def sent_summary(lv: LevelIndex) -> dict[str, Any]:
     if not capped(lv.entry):
         return {"sent_ttft": None, "sent_latency": None}
     return {"sent_ttft": dist_summary(lv.records, "sent_ttft"), "sent_latency": dist_summary(lv.records, "sent_latency")}
+
+
+def peak_summary(lv: LevelIndex) -> dict[str, int | None]:
+    """bench serve's `Peak output token throughput (tok/s)` and `Peak concurrent requests` of the
+    level's measured requests that completed (`judge.peaks`: the definitions, and where they
+    differ from bench serve's): the fullest second of output tokens from its measure_start,
+    counted as the records were read (the table's `token_seconds`), and the most of them in
+    flight at one instant, [start, end) swept. None where nothing was counted (no completed
+    request, a run without streaming, a level without a measure_start)."""
+    recs = lv.records
+    tables = {id(t): t for t, _ in recs.parts}
+    bins = None
+    if len(tables) == 1:
+        got = next(iter(tables.values())).token_seconds
+        bins = got.get((lv.workload, lv.index)) if got is not None else None
+    done = recs.where(lambda t, idx: t.label_is("outcome", "completed", idx), lambda r: r.get("outcome") == "completed")
+    start = done.map(lambda t, idx: t.f["start"][idx], lambda r: num(r.get("start")))
+    end = done.map(lambda t, idx: t.f["end"][idx], lambda r: num(r.get("end")))
+    return {"peak_output_tokens_per_s": peaks.peak_tokens(bins),
+            "peak_concurrent_requests": peaks.peak_concurrency(np.asarray(start, dtype=np.float64),
+                                                              np.asarray(end, dtype=np.float64))}
 
 
 DRAIN_TOLERANCE_S = 1e-3  # a last bucket this much past its planned end holds no drain worth saying

@@ -76,7 +76,7 @@ from typing import Any
 import numpy as np
 
 from soakspec import windows
-from soakspec.judge import gapbins, stats
+from soakspec.judge import gapbins, peaks, stats
 from soakspec.evidence.io import EvidenceChanged
 from soakspec.evidence.ids import U32, IdColumn, IdStore, as_numbers, put_numbers
 from soakspec.evidence.record import Record, unpack_block, unpack_gaps
@@ -399,9 +399,15 @@ class WindowSlots:
     -- puts it in the window that selects it. A request whose float lands otherwise (only
     after the last window's end) only makes that window's `counts_of` decline (it checks that
     a selection is exactly some cells' rows), never a wrong count. A level cut at more than
-    MAX_WINDOW_SLOTS edges is not cut (its windows read the gaps again)."""
+    MAX_WINDOW_SLOTS edges is not cut (its windows read the gaps again).
+
+    It carries each level's `measure_start` too (`origins`, with or without window lengths):
+    where the level's seconds start, the one-second cuts its output tokens are counted in for
+    bench serve's peak figure (`peaks.TokenSeconds`). Only the edges make it true."""
 
     def __init__(self, levels: Iterable[Mapping[str, Any]], lengths: Iterable[float]) -> None:
+        levels = list(levels)
+        self.origins = peaks.level_origins(levels)
         self.edges: dict[tuple[str, int], np.ndarray] = {}
         lengths = sorted({float(x) for x in lengths if x and x > 0})
         for lv in levels if lengths else ():
@@ -1041,8 +1047,13 @@ class TableBuilder:
     table's `GapCells` as they arrive and not kept; `finish(reload=...)` gets the function that
     reads them again from the file, for the rare computation cells cannot answer."""
 
-    def __init__(self, keep_gaps: bool = True, windows: WindowSlots | None = None, gap_edges: np.ndarray | None = None) -> None:
+    def __init__(self, keep_gaps: bool = True, windows: WindowSlots | None = None, gap_edges: np.ndarray | None = None,
+                 origins: Mapping[peaks.LevelKey, float] | None = None) -> None:
         self.keep_gaps = keep_gaps
+        if origins is None and windows is not None:
+            origins = windows.origins
+        # each level's output tokens per second from its measure_start (`origins`; else none counted)
+        self.peaks = peaks.TokenSeconds(origins) if origins else None
         self.windows = windows if windows else None  # the spec's window edges per level: cells cut there
         # where a cell's gaps are binned, the edges its bins are cut at (the spec's ITL thresholds)
         self.cells: _CellCounter | None = _CellCounter(gap_edges)
@@ -1204,6 +1215,8 @@ class TableBuilder:
             for k in odd:  # keys outside the columns (rare): kept as they were
                 if row[k] is not None:
                     self._extra(i, k, row[k])
+        if self.peaks is not None:
+            self._peak_row(i, get)
         if self.cells is not None:
             c = self.c
             out, src = self.values["outcome"][c["outcome"][-1]], self.values["itl_source"][c["itl_source"][-1]]
@@ -1211,6 +1224,18 @@ class TableBuilder:
             self.cells.add_row((c["workload"][-1], self.i["level"][-1], self.i["bucket"][-1], self._slot_of(row)), ok)
         if len(self._buf) >= GAP_CHUNK:
             self._flush()
+
+    def _peak_row(self, i: int, get: Callable[[str], Any]) -> None:
+        """Count the tokens of row i (just added) in its level's seconds (`peaks`): a measured
+        request that completed, with a first token; its gaps where every one is a number."""
+        assert self.peaks is not None
+        ft, wl, lv, bk, out = get("first_token"), get("workload"), get("level"), get("bucket"), get("outcome")
+        if (out != "completed" or not isinstance(out, str) or type(bk) is not int or bk < 0 or type(lv) is not int
+                or not isinstance(wl, str) or type(ft) not in (int, float) or not math.isfinite(ft)):
+            return
+        gaps = get("itl")
+        ok = isinstance(gaps, (list, tuple)) and all(type(g) in (int, float) and math.isfinite(g) for g in gaps)
+        self.peaks.add_one((str(wl), lv), float(ft), gaps if ok else ())
 
     def _server_id(self, i: int, rid: Any, sid: Any) -> None:
         """Row i's server id: the code of the (prefix, suffix) the server put around the
@@ -1324,6 +1349,8 @@ class TableBuilder:
         self.ids.extend(ids)
         self.n += m
         off = np.cumsum(lens) + self._stored
+        if self.peaks is not None:
+            self._peak_block(floats["first_token"], batch, lens, flat)
         if self.itl_us is not None:
             if self.keep_gaps:
                 self.itl_us.extend(flat)
@@ -1340,6 +1367,30 @@ class TableBuilder:
         self._gaps = self._stored
         self.itl_off = put_numbers(self.itl_off, off)
         return True
+
+    def _peak_block(self, ft: np.ndarray, batch: Mapping[str, np.ndarray], lens: np.ndarray, flat: np.ndarray) -> None:
+        """Count a block's tokens in its levels' seconds (`peaks.TokenSeconds.add_block`): its
+        measured requests that completed, with a first token (the block is nearly always one level)."""
+        assert self.peaks is not None
+        sel = np.isfinite(ft) & (batch["bucket"] >= 0) & self.label_lut("outcome", "completed")[batch["outcome"]]
+        if not sel.any():
+            return
+        before = np.cumsum(lens) - lens
+        wl, lv = batch["workload"], batch["level"]
+        cs = np.cumsum(flat, dtype=np.int64)
+        names = self.values["workload"]
+        if (wl == wl[0]).all() and (lv == lv[0]).all():
+            groups = [((int(wl[0]), int(lv[0])), sel)]
+        else:
+            pairs = np.unique(np.stack([wl[sel], lv[sel]], axis=1), axis=0).tolist()
+            groups = [((a, b), sel & (wl == a) & (lv == b)) for a, b in pairs]
+        for (a, b), rows in groups:
+            name = names[a]
+            if not isinstance(name, str) or b == MISSING:
+                continue
+            full = rows.all()
+            self.peaks.add_block((name, b), ft if full else ft[rows], lens if full else lens[rows], flat,
+                                 before if full else before[rows], cs)
 
     def _slot_of(self, row: Mapping[str, Any]) -> int:
         if self.windows is None:
@@ -1413,7 +1464,7 @@ class TableBuilder:
             self.itl_off = array(U32)
         return RequestTable(self.n, f, i, c, {k: tuple(v) for k, v in self.values.items()}, self.sparse, self.ids.finish(compact_codes),
                             self.extras, flat, off, scale, cells=self.cells.finish() if self.cells is not None else None,
-                            derived=frozenset(derived))
+                            derived=frozenset(derived), token_seconds=self.peaks.finish() if self.peaks is not None else None)
 
 
 class BlockOffsets:
@@ -1502,8 +1553,8 @@ class LazyGaps:
         return self.gaps
 
 
-def build_table(rows: Iterable[Mapping[str, Any]]) -> RequestTable:
-    return TableBuilder().extend(rows).finish()
+def build_table(rows: Iterable[Mapping[str, Any]], origins: Mapping[peaks.LevelKey, float] | None = None) -> RequestTable:
+    return TableBuilder(origins=origins).extend(rows).finish()
 
 
 class RequestTable:
@@ -1514,8 +1565,12 @@ class RequestTable:
                  values: Mapping[str, tuple[Any, ...]], sparse: Mapping[str, Mapping[int, Any]], ids: Sequence[str],
                  extras: Mapping[int, Mapping[str, Any]], itl: np.ndarray, itl_off: np.ndarray, itl_scale: float,
                  aux: Mapping[str, Any] | None = None, *, cells: GapCells | None = None,
-                 derived: frozenset[str] = frozenset()) -> None:
+                 derived: frozenset[str] = frozenset(),
+                 token_seconds: Mapping[peaks.LevelKey, np.ndarray] | None = None) -> None:
         self.n = n
+        # per (workload, level): output tokens per second from its measure_start, counted as the
+        # records were read (`peaks.TokenSeconds`); None where the builder had no levels' origins
+        self.token_seconds = token_seconds
         self.derived = derived  # ttft / latency: not held (NaN), every request's value derived when read
         # what the judge derived beside the columns (`rederive`: trace_multi, the rows of each
         # other row's trace payloads; repeated, the rows of each id recorded more than once)
@@ -1549,7 +1604,8 @@ class RequestTable:
             c[k], values[k] = compact_codes(codes), vals
         return RequestTable(self.n, self.f, self.i, c, values, self.sparse, self.ids,
                             self.extras if extras is None else extras, self._itl, self.itl_off, self.itl_scale,
-                            {**self.aux, **(aux or {})}, cells=self.cells, derived=self.derived)
+                            {**self.aux, **(aux or {})}, cells=self.cells, derived=self.derived,
+                            token_seconds=self.token_seconds)
 
     def traced(self, idx) -> np.ndarray:
         """Rows (of `idx`) with a trace the judge matched (after `rederive`)."""

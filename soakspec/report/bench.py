@@ -12,6 +12,8 @@ SGLang's `bench_serving`) result block, for reviewers who paste that block into 
     Benchmark duration (s):                  284.62
     Request throughput (req/s):              0.13
     Output token throughput (tok/s):         8.53
+    Peak output token throughput (tok/s):    63.00
+    Peak concurrent requests:                4.00
     Total token throughput (tok/s):          12.80
     ---------------Time to First Token----------------
     Mean TTFT (ms):                          40.87
@@ -54,10 +56,20 @@ reads bench serve's block reads this one. What differs, on purpose:
   loop of 2-second answers measured for 4 s: 16 successful, 8 ended in the window, 2.00 req/s).
   bench serve differs on purpose: its duration runs from the first send to the last response
   (the drain included) and its throughput is successful / that duration (README, "Compared with
-  other load generators"). No `Peak output token throughput` or `Peak concurrent requests` line: bench
-  serve's are a one-second bin's output tokens and the most requests in flight at any moment,
-  and results.json records neither (a bucket's figures are its means) -- so such a line in a
-  `Tool: soakspec` block was added by hand, and `lint-claims` says so.
+  other load generators").
+- `Peak output token throughput (tok/s)` and `Peak concurrent requests`, where bench serve prints
+  them (after the output throughput, both `{:<10.2f}`, so a count reads `4.00`): results.json's
+  `peak_output_tokens_per_s` and `peak_concurrent_requests` of the level (`soakspec.judge.peaks`
+  has the definitions). bench serve's over its successful requests, soakspec's over the level's
+  measured requests that completed (the warm-up's, the failed ones' and the next level's are
+  not counted, though the server held them too); the token bins are one-second bins as bench
+  serve's, but counted from the level's `measure_start` rather than the first request's send,
+  so the fullest second can differ by where the second boundaries fall; every token of a
+  measured request counts, those after the measured window's end too, as bench serve counts its
+  drain's. Concurrency is bench serve's exact sweep over [start, end) (older vLLM took the
+  fullest one-second bin, which reads higher). Results from before soakspec recorded them have
+  no such field: their blocks have no Peak lines, as they were printed then, and `lint-claims`
+  flags a Peak line in such a block as added by hand.
 
 Percentiles: Mean and Median always, then the listed percentiles other than the median
 (`--percentiles`, default p95 and p99; bench serve's default is P99 alone).
@@ -88,6 +100,12 @@ _CAPPED_SECTIONS = (
     ("sent_latency", "E2EL", "End-to-end Latency"),
     ("ttft", "intended TTFT", "Time to First Token (from intended start)"),
     ("latency", "intended E2EL", "End-to-end Latency (from intended start)"),
+)
+
+# (results.json level field, bench serve's label), in bench serve's order
+_PEAKS = (
+    ("peak_output_tokens_per_s", "Peak output token throughput (tok/s):"),
+    ("peak_concurrent_requests", "Peak concurrent requests:"),
 )
 
 
@@ -126,8 +144,10 @@ def block(row: C.LevelRow, level: Mapping[str, Any], run_id: str | None, outcome
         _line("Benchmark duration (s):", level.get("wall_s")),
         _line("Request throughput (req/s):", row.qps),
         _line("Output token throughput (tok/s):", row.tokens_per_s),
-        _line("Total token throughput (tok/s):", row.total_tokens_per_s),
     ]
+    # results from before the peaks were recorded have neither field: no line, as printed then
+    lines += [_line(label, level.get(key)) for key, label in _PEAKS if key in level]
+    lines.append(_line("Total token throughput (tok/s):", row.total_tokens_per_s))
     capped = any(isinstance(level.get(m), Mapping) for m in ("sent_ttft", "sent_latency"))  # else null: no cap
     for metric, name, header in _CAPPED_SECTIONS if capped else _SECTIONS:
         stats = getattr(row, metric) if hasattr(row, metric) else level.get(metric)

@@ -1,0 +1,270 @@
+"""bench serve's "Peak output token throughput (tok/s)" and "Peak concurrent requests", per level:
+results.json `levels[].peak_output_tokens_per_s` / `peak_concurrent_requests`, the bench block's
+two lines in bench serve's wording, and `lint-claims` checking them (`soakspec.judge.peaks`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from soakspec import cli
+from soakspec.evidence.record import RequestRecord, decode_line
+from soakspec.judge import peaks
+from soakspec.judge.table import TableBuilder
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+BOUNDARY = "\n\n## Claim boundary\n\nSynthetic evidence only.\n"
+BURST = 3  # requests whose 64 tokens all fall in the level's second 10
+PEAK_TOKENS = BURST * 64
+
+
+def naive_token_seconds(rows, origin: float) -> dict[int, int]:
+    """The reference: each token of each measured completed request, one at a time, in the
+    second (from `origin`) it arrived in -- first_token, then + each gap, in whole µs."""
+    out: dict[int, int] = {}
+    for r in rows:
+        if r["outcome"] != "completed" or r["bucket"] < 0 or r.get("first_token") is None:
+            continue
+        t = round((r["first_token"] - origin) * 1e6)
+        for gap in [0.0, *r["itl"]]:
+            t += round(gap * 1e6)
+            out[t // 1_000_000] = out.get(t // 1_000_000, 0) + 1
+    return out
+
+
+def naive_concurrency(intervals) -> int:
+    """The reference: at each arrival, how many [start, end) hold that instant (one that ends
+    there has left: bench serve's sweep puts a departure first)."""
+    return max((sum(1 for a, b in intervals if a <= s < b) for s, _ in intervals), default=0)
+
+
+def _known(b: EvidenceBuilder) -> float:
+    """Level 0's measured requests rearranged so that its peaks are known: BURST requests in
+    flight together from second 10.2 to 11.5, their 64 tokens 10 ms apart from 10.3 (all in
+    second 10: 192 tokens), a fourth starting at 11.6 (after they ended: three in flight, though
+    four were active in second 11), the rest one at a time, their tokens spread over a second.
+    A warm-up request bursts tokens into second 10 too: it does not count (nor would a failed
+    one: the property test below)."""
+    lv = b.level("sim-fast", 0)
+    ms = lv["measure_start"]
+    rows = list(b.measured("sim-fast", level=0))
+    placed = [(10.2, 11.5, 10.3, 0.01)] * BURST + [(11.6, 12.4, 11.7, 0.01)]
+    placed += [(20.0 + 5 * k, 21.0 + 5 * k, 20.1 + 5 * k, 0.9 / 63) for k in range(len(rows) - len(placed))]
+    for r, (s, e, ft, gap) in zip(rows, placed):
+        r.update(intended_start=ms + s, start=ms + s, first_byte=ms + ft - 0.05, first_token=ms + ft, end=ms + e,
+                 ttft=ft - s, latency=e - s, itl=[gap] * 63, tpot=(e - ft) / 63)
+    # a warm-up request (bucket -1) whose tokens fall in second 10: not counted either
+    warm = b.request("sim-fast", rows[0]["workload"], 0, -1, ms + 10.3, conc=2, rate=None)
+    warm.update(first_token=ms + 10.4, end=ms + 10.5, itl=[0.001] * 63)
+    b.records["sim-fast"].insert(0, warm)
+    return ms
+
+
+@pytest.fixture(scope="module")
+def known(tmp_path_factory) -> tuple[Path, Path, EvidenceBuilder, float]:
+    spec = small_spec(levels="[2, 4]", backends=("sim-fast",))
+    b = EvidenceBuilder(spec)
+    ms = _known(b)
+    tmp = tmp_path_factory.mktemp("peaks")
+    d = b.write(tmp / "run")
+    spec_file = tmp / "spec.soak"
+    spec_file.write_text(spec.canonical_text)
+    return d, spec_file, b, ms
+
+
+def _level0(d: Path) -> dict:
+    doc = json.loads((d / "results.json").read_text())
+    return next(lv for lv in doc["backends"][0]["levels"] if lv["index"] == 0)
+
+
+def test_results_record_the_levels_peak_second_and_peak_concurrency(known):
+    """results.json's level 0: 192 tokens in its fullest second (three requests' 64 tokens each,
+    the warm-up request's left out) and three requests in flight at once -- both what
+    a per-token loop and a naive sweep over the records find."""
+    d, _, b, ms = known
+    lv = _level0(d)
+    rows = [r for r in b.records["sim-fast"] if r["level"] == 0]
+    ref = naive_token_seconds(rows, ms)
+    assert max(ref.values()) == PEAK_TOKENS == ref[10]
+    assert lv["peak_output_tokens_per_s"] == PEAK_TOKENS
+    done = [(r["start"], r["end"]) for r in rows if r["bucket"] >= 0 and r["outcome"] == "completed"]
+    assert naive_concurrency(done) == BURST
+    assert lv["peak_concurrent_requests"] == BURST
+    # the level at concurrency 4 (untouched: one request at a time, each 64 tokens over 0.9 s)
+    other = next(x for x in json.loads((d / "results.json").read_text())["backends"][0]["levels"] if x["index"] == 1)
+    assert other["peak_concurrent_requests"] == 1 and 0 < other["peak_output_tokens_per_s"] <= 64
+
+
+def _bench(capsys, d: Path) -> list[str]:
+    assert cli.main(["report", str(d), "--format", "bench"]) == 0
+    return [b for b in capsys.readouterr().out.split("\n\n") if b.strip()]
+
+
+def test_the_bench_block_prints_the_peaks_in_bench_serves_words(capsys, known):
+    """The two lines bench serve prints, with its labels, its `{:<40} {:<10.2f}` layout (a count
+    reads 3.00, as bench serve prints it) and its order: after the output throughput."""
+    block = _bench(capsys, known[0])[0].splitlines()
+    i = block.index(next(ln for ln in block if ln.startswith("Output token throughput (tok/s):")))
+    assert block[i + 1] == f"{'Peak output token throughput (tok/s):':<40} {PEAK_TOKENS:<10.2f}".rstrip()
+    assert block[i + 2] == f"{'Peak concurrent requests:':<40} {BURST:<10.2f}".rstrip() == "Peak concurrent requests:                3.00"
+    assert block[i + 3].startswith("Total token throughput (tok/s):")
+
+
+def _lint(tmp_path: Path, capsys, doc: str, d: Path, spec_file: Path) -> tuple[int, list[str]]:
+    p = tmp_path / "PR.md"
+    p.write_text(doc + BOUNDARY)
+    code = cli.main(["lint-claims", str(p), "--spec", str(spec_file), "--evidence", str(d)])
+    out = capsys.readouterr().out
+    return code, [ln.removeprefix(f"{p}:") for ln in out.splitlines() if re.match(rf"{re.escape(str(p))}:\d+:\d+: ", ln)]
+
+
+def _set(block: str, label: str, value: str) -> str:
+    out, n = re.subn(rf"^{re.escape(label)}\s.*$", f"{label:<40} {value}", block, flags=re.M)
+    assert n == 1
+    return out
+
+
+def test_lint_claims_accepts_the_peaks_as_printed_and_flags_a_wrong_one(tmp_path, capsys, known):
+    """The block as report printed it is clean; a Peak figure edited is CB201 naming the level's
+    recorded figure, at the precision it is written with (192.00 holds, 191.00 and 4.00 do not)."""
+    d, spec_file, _, _ = known
+    block = _bench(capsys, d)[0]
+    assert _lint(tmp_path, capsys, f"```\n{block}\n```", d, spec_file) == (0, [])
+    for label, value, msg in [
+        ("Peak output token throughput (tok/s):", "191.00",
+         "peak output token throughput 191.00 tok/s for sim-fast; the evidence records sim-fast · concurrency 2: 192 tok/s"),
+        ("Peak concurrent requests:", "4.00",
+         "peak concurrent requests 4.00 requests for sim-fast; the evidence records sim-fast · concurrency 2: 3 requests"),
+    ]:
+        code, diags = _lint(tmp_path, capsys, f"```\n{_set(block, label, value)}\n```", d, spec_file)
+        assert code == 1, (label, value)
+        (got,) = diags
+        assert f"CB201 states {msg}" in got, got
+    assert _lint(tmp_path, capsys, f"```\n{_set(block, 'Peak concurrent requests:', '3')}\n```", d, spec_file) == (0, [])
+
+
+def test_results_from_before_the_peaks_report_as_they_did(tmp_path, capsys, known):
+    """A results.json written before the peaks were recorded (no such fields) is read as before:
+    the bench renderer prints no Peak line for it and every other line as it did, and
+    `lint-claims` reading the run beside such a stored results.json warns of nothing (CB402
+    compares a stored peak only where one was stored), while a stored peak edited is CB402."""
+    import shutil
+
+    from soakspec.judge.cli_support import judge_and_write
+    from soakspec.lang import load_spec
+    from soakspec.report import bench
+
+    d, spec_file, _, _ = known
+    spec = load_spec(str(spec_file))[0]
+    verdict, results = judge_and_write(d, spec)
+    old = json.loads(json.dumps(results))
+    for be in old["backends"]:
+        for lv in be["levels"]:
+            del lv["peak_output_tokens_per_s"], lv["peak_concurrent_requests"]
+    now = bench.render(verdict, results, {"run_id": "r"}, spec).splitlines()
+    before = bench.render(verdict, old, {"run_id": "r"}, spec).splitlines()
+    assert [ln for ln in now if not ln.startswith("Peak")] == before and len(now) == len(before) + 4
+
+    stored = Path(shutil.copytree(d, tmp_path / "old"))  # results.json is bound to the manifest, not hashed in it
+    doc = json.loads((d / "results.json").read_text())
+    for be in doc["backends"]:
+        for lv in be["levels"]:
+            del lv["peak_output_tokens_per_s"], lv["peak_concurrent_requests"]
+    (stored / "results.json").write_text(json.dumps(doc))
+    assert _lint(tmp_path, capsys, "Nothing measured here.", stored, spec_file) == (0, [])
+    doc["backends"][0]["levels"][0]["peak_concurrent_requests"] = 7
+    (stored / "results.json").write_text(json.dumps(doc))
+    code, diags = _lint(tmp_path, capsys, "Nothing measured here.", stored, spec_file)
+    assert len(diags) == 1 and "CB402" in diags[0] and "results.json records peak_concurrent_requests 7 for sim-fast · concurrency 2; re-judged: 3" in diags[0], diags
+
+
+def test_a_peak_line_for_a_level_with_no_peak_is_added_by_hand(tmp_path, capsys):
+    """Every measured request of a level failed: no token, no request completed -- results.json
+    has null peaks, the block prints n/a, and a number written there is CB201, added by hand."""
+    spec = small_spec(levels="[2]", backends=("sim-fast",), rules="require completed >= 0")
+    b = EvidenceBuilder(spec)
+    for r in list(b.measured("sim-fast", level=0)):
+        b.set_outcome(r, "failed", "HTTP 500")
+    d = b.write(tmp_path / "run")
+    spec_file = tmp_path / "spec.soak"
+    spec_file.write_text(spec.canonical_text)
+    lv = _level0(d)
+    assert lv["peak_output_tokens_per_s"] is None and lv["peak_concurrent_requests"] is None
+    (block,) = _bench(capsys, d)
+    assert "Peak output token throughput (tok/s):    n/a" in block.splitlines()
+    code, diags = _lint(tmp_path, capsys, f"```\n{_set(block, 'Peak concurrent requests:', '2.00')}\n```", d, spec_file)
+    assert code == 1 and len(diags) == 1 and "peak concurrent requests 2.00 requests" in diags[0] and "added by hand" in diags[0]
+
+
+# ---------------------------------------------------------------- the binned peak, property
+
+_TEMPLATE = EvidenceBuilder(small_spec(levels="[2]", backends=("a",)))
+_ROW = dict(next(_TEMPLATE.measured("a", level=0)))
+ORIGINS = {("w", 0): 1000.25, ("w", 1): 1003.0}
+
+
+@st.composite
+def records(draw):
+    n = draw(st.integers(1, 40))
+    rows = []
+    for i in range(n):
+        level = draw(st.sampled_from([0, 1]))
+        done = draw(st.booleans()) or draw(st.booleans())
+        gaps = draw(st.lists(st.integers(0, 1_500_000), max_size=12))
+        ft = 1000.0 + draw(st.integers(0, 6_000_000)) / 1e6
+        r = dict(_ROW, request_id=f"r-{i}", workload="w", level=level, bucket=draw(st.sampled_from([-1, 0, 1, 2])),
+                 start=ft - 0.05, intended_start=ft - 0.05, first_byte=ft, first_token=ft, ttft=None, latency=None,
+                 end=ft + sum(gaps) / 1e6 + 0.01, itl=[g / 1e6 for g in gaps], chunks=len(gaps) + 1,
+                 output_tokens=len(gaps) + 1, tpot=None)
+        if not done:
+            r.update(outcome="failed", error="HTTP 500", status=500)
+        rows.append(r)
+    return rows
+
+
+def _as_dict(bins: dict) -> dict:
+    return {k: {i: int(v) for i, v in enumerate(a) if v} for k, a in bins.items()}
+
+
+@settings(max_examples=60, deadline=None)
+@given(records())
+def test_the_binned_peak_is_a_per_token_loops(rows):
+    """Property: a level's seconds of output tokens, counted a block at a time (the typed records
+    `load_evidence` appends, `TableBuilder.add_records`) or a record at a time (`add`), are those
+    a per-token loop over the measured completed records counts, level by level; so is the peak."""
+    recs = [decode_line(RequestRecord.from_json(r).to_line()) for r in rows]
+    blocked = TableBuilder(origins=ORIGINS)
+    blocked.add_records(recs)
+    by_row = TableBuilder(origins=ORIGINS).extend(rows)
+    for t in (blocked.finish(), by_row.finish()):
+        got = _as_dict(t.token_seconds or {})
+        for key, origin in ORIGINS.items():
+            ref = naive_token_seconds([r for r in rows if (r["workload"], r["level"]) == key], origin)
+            assert got.get(key, {}) == {s: c for s, c in ref.items() if s >= 0}
+            assert peaks.peak_tokens((t.token_seconds or {}).get(key)) == (max((c for s, c in ref.items() if s >= 0), default=None))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20), st.integers(0, 6)), max_size=30))
+def test_peak_concurrency_is_a_naive_sweeps(pairs):
+    """Property: the sorted sweep's peak is the most [start, end) holding one arrival's instant,
+    ties included (whole seconds make many: one that ends as another starts has left)."""
+    intervals = [(float(s), float(s + d)) for s, d in pairs]
+    got = peaks.peak_concurrency(np.array([a for a, _ in intervals]), np.array([b for _, b in intervals]))
+    assert got == (naive_concurrency(intervals) if intervals else None)
+
+
+def test_a_block_with_a_gap_below_zero_counts_token_by_token():
+    """Foreign evidence with a negative gap (cumulative gaps not ascending) is counted as the
+    per-token loop counts it."""
+    ts = peaks.TokenSeconds({("w", 0): 0.0})
+    flat = np.array([900_000, -500_000, 700_000, 400_000], dtype=np.int64)
+    ts.add_block(("w", 0), np.array([0.5, 2.0]), np.array([3, 1]), flat, np.array([0, 3]))
+    # row 0: 0.5, 1.4, 0.9, 1.6 -> seconds 0, 1, 0, 1; row 1: 2.0, 2.4 -> 2, 2
+    assert list(ts.finish()[("w", 0)][:3]) == [2, 2, 2]
