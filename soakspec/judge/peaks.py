@@ -26,7 +26,11 @@ its `requests.completed` counts: bench serve's successes), where they differ:
 - concurrency is bench serve's sweep, over the same requests' [start, end) -- `start` is the send
   (after any wait for a max_concurrency slot), as bench serve's clock -- and so counts only the
   measured completed requests: the warm-up's, the failed ones' and the next level's are not in
-  it, though the server held them too.
+  it, though the server held them too;
+- the token seconds are counted by the outcome the record states, as it is read: a request
+  whose outcome the judge re-derives from its trace afterwards (`judge/rederive.py`, rare)
+  stays in them or out as recorded, where the concurrency, swept from the judged table, follows
+  the re-derived outcome.
 
 Cost at scale (issue 14: the gate near 15 µs a request at 10^7 and bounded memory). A level's
 bins are one int64 a second from its `measure_start` (a day: 86,400 counters, 675 KiB), grown as
@@ -95,13 +99,14 @@ class TokenSeconds:
         have[lo:hi] += got.astype(np.int64) if weights is not None else got
 
     def add_block(self, key: LevelKey, first_token: np.ndarray, lens: np.ndarray, flat: np.ndarray,
-                  before: np.ndarray, cs: np.ndarray | None = None) -> None:
+                  before: np.ndarray, cs: np.ndarray | None = None, nonneg: bool = False) -> None:
         """Count the tokens of a block's rows of one level: `first_token` (seconds, finite),
         `lens` (their gap counts), `before` (each row's position in `flat` where its gaps begin)
         and `flat`, the block's gaps (whole µs, int64), every row's; `cs`, its cumulative sum
         when the caller has it. A row's k-th token (k >= 1) is at first_token + (cs[before + k -
         1] - base), base = cs[before - 1] (0 at the block's start). A block with a gap below 0
-        (foreign evidence: `cs` would not ascend) is counted a token at a time.
+        (foreign evidence: `cs` would not ascend) is counted a token at a time; `nonneg` says
+        there is none (a typed record's gaps are unsigned: no pass to look).
 
         The bins, without a pass a token: F_r(e), the tokens of row r before edge e (a second's
         start), is 0 at or before its first token's second s0, all N_r past its last's s1, and
@@ -115,16 +120,17 @@ class TokenSeconds:
         if cs is None:
             cs = np.cumsum(flat, dtype=np.int64)
         ft = np.rint((first_token - origin) * _US).astype(np.int64)  # µs from the origin
-        padded = np.concatenate((np.zeros(1, dtype=np.int64), cs))
-        base = padded[before]
-        if len(flat) and int(flat.min()) < 0:
+        # the row's cumulative gaps before its first (no copy of cs: one pass over the gaps is the cumsum)
+        base = np.where(before > 0, cs[np.maximum(before - 1, 0)], 0) if len(cs) else np.zeros(len(before), dtype=np.int64)
+        if not nonneg and len(flat) and int(flat.min()) < 0:
             row = np.repeat(np.arange(len(lens)), lens)
             pos = np.concatenate([np.arange(b, b + k) for b, k in zip(before.tolist(), lens.tolist())]) if len(row) \
                 else np.zeros(0, dtype=np.int64)
             t = np.concatenate((ft, ft[row] + cs[pos] - base[row]))
             self._add(key, t // _US)
             return
-        last = ft + (padded[before + lens] - base)  # the row's last token
+        end = before + lens
+        last = ft + (np.where(end > 0, cs[np.maximum(end - 1, 0)], 0) - base if len(cs) else 0)  # the row's last token
         s0, s1 = ft // _US, last // _US
         n = lens + 1
         self._add(key, s1, n.astype(np.float64))

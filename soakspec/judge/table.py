@@ -1349,8 +1349,8 @@ class TableBuilder:
         self.ids.extend(ids)
         self.n += m
         off = np.cumsum(lens) + self._stored
-        if self.peaks is not None:
-            self._peak_block(floats["first_token"], batch, lens, flat)
+        if self.peaks is not None:  # narrow packed gaps (`unpack_block`) are unsigned; a wide one may be below 0
+            self._peak_block(floats["first_token"], batch, lens, flat, nonneg=packed is not None)
         if self.itl_us is not None:
             if self.keep_gaps:
                 self.itl_us.extend(flat)
@@ -1368,7 +1368,8 @@ class TableBuilder:
         self.itl_off = put_numbers(self.itl_off, off)
         return True
 
-    def _peak_block(self, ft: np.ndarray, batch: Mapping[str, np.ndarray], lens: np.ndarray, flat: np.ndarray) -> None:
+    def _peak_block(self, ft: np.ndarray, batch: Mapping[str, np.ndarray], lens: np.ndarray, flat: np.ndarray,
+                    nonneg: bool = False) -> None:
         """Count a block's tokens in its levels' seconds (`peaks.TokenSeconds.add_block`): its
         measured requests that completed, with a first token (the block is nearly always one level)."""
         assert self.peaks is not None
@@ -1390,7 +1391,7 @@ class TableBuilder:
                 continue
             full = rows.all()
             self.peaks.add_block((name, b), ft if full else ft[rows], lens if full else lens[rows], flat,
-                                 before if full else before[rows], cs)
+                                 before if full else before[rows], cs, nonneg)
 
     def _slot_of(self, row: Mapping[str, Any]) -> int:
         if self.windows is None:
