@@ -236,13 +236,15 @@ def _as_dict(bins: dict) -> dict:
 @given(records())
 def test_the_binned_peak_is_a_per_token_loops(rows):
     """Property: a level's seconds of output tokens, counted a block at a time (the typed records
-    `load_evidence` appends, `TableBuilder.add_records`) or a record at a time (`add`), are those
+    `load_evidence` appends, `TableBuilder.add_records`) or a record at a time (`add`, of a dict
+    or of a decoded record's dict, whose gaps are an array), are those
     a per-token loop over the measured completed records counts, level by level; so is the peak."""
     recs = [decode_line(RequestRecord.from_json(r).to_line()) for r in rows]
     blocked = TableBuilder(origins=ORIGINS)
     blocked.add_records(recs)
     by_row = TableBuilder(origins=ORIGINS).extend(rows)
-    for t in (blocked.finish(), by_row.finish()):
+    read_back = TableBuilder(origins=ORIGINS).extend(dict(r) for r in recs)  # a record's dict: its itl an array
+    for t in (blocked.finish(), by_row.finish(), read_back.finish()):
         got = _as_dict(t.token_seconds or {})
         for key, origin in ORIGINS.items():
             ref = naive_token_seconds([r for r in rows if (r["workload"], r["level"]) == key], origin)

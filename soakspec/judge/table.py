@@ -1234,7 +1234,7 @@ class TableBuilder:
                 or not isinstance(wl, str) or type(ft) not in (int, float) or not math.isfinite(ft)):
             return
         gaps = get("itl")
-        ok = isinstance(gaps, (list, tuple)) and all(type(g) in (int, float) and math.isfinite(g) for g in gaps)
+        ok = isinstance(gaps, (list, tuple, array)) and all(type(g) in (int, float) and math.isfinite(g) for g in gaps)  # as `_itl` takes them
         self.peaks.add_one((str(wl), lv), float(ft), gaps if ok else ())
 
     def _server_id(self, i: int, rid: Any, sid: Any) -> None:
