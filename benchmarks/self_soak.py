@@ -225,7 +225,7 @@ def main() -> int:
     if left:
         print(f"processes left behind: {left}")
         ok = False
-    if not args.keep and not args.out:
+    if not args.keep:  # with --out it holds only the generated spec (the evidence embeds it)
         shutil.rmtree(tmp, ignore_errors=True)
     print("\nresult:", "OK" if ok else "FAILED")
     return 0 if ok else 1
