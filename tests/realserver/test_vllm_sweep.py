@@ -4,7 +4,9 @@ build, tiny model), its probes checked against vLLM's own /metrics:
 - the search found a figure (`max_sustainable_rate`, or "at least X" where X is the grid's top
   or the next level could not be judged), and every probe is in results.json with its status;
 - the runner's own judgement of each probe (right after it, `tail_pending`) is the gate's
-  re-judgement with every client sample: no "runner's own judgement ... differs" note;
+  re-judgement with every client sample: no "runner's own judgement ... differs" note (before
+  the runner judged each probe's client health, it held a 6 rps probe the gate found the
+  client saturated in, and this test failed there);
 - every probe's schedule was proven and its load generator healthy -- or, where the lane's 2
   cores (vLLM's engine takes them) saturated the client, that probe is INCONCLUSIVE with the
   client's reason, never a FAIL, the runner did not count it as holding, and the run's
