@@ -274,15 +274,7 @@ def test_the_vectorised_rebuild_is_the_walk_bit_for_bit(rate, arrival, seed, bur
     runner's generator walked) bit for bit -- not within the proof's microsecond -- for any
     rate (one whose ticks overflow int64 included: walked), origin at epoch scale, bucket,
     timed or counted warmup, count and min_duration (`Quota.first`), across chunk edges."""
-    entry = {"schedule": {"rate": rate, "arrival": arrival, "seed": seed, "burstiness": burst},
-             "started_at": origin, "measure_start": origin + (0.4 if warm_n else warmup), "planned_duration_s": duration,
-             "bucket_s": bucket, "warmup_s": warmup}
-    if warm_n:
-        entry["warmup_requests"] = warm_n
-    if count:
-        entry["requests_per_level"] = count
-        if least is not None:
-            entry["min_duration_s"] = least
+    entry = _entry(rate, arrival, seed, burst, origin, duration, bucket, warmup, warm_n, count, least)
     walked = np.fromiter(schedproof.expected(entry), dtype=np.float64)
     old, schedproof.CHUNK = schedproof.CHUNK, chunk
     try:
@@ -292,8 +284,10 @@ def test_the_vectorised_rebuild_is_the_walk_bit_for_bit(rate, arrival, seed, bur
     assert built.dtype == np.float64 and built.tobytes() == walked.tobytes()
 
 
-def _poisson_entry(rate, seed, origin, duration, bucket, warmup, warm_n, count, least):
-    entry = {"schedule": {"rate": rate, "arrival": "poisson", "seed": seed, "burstiness": 1.0}, "mode": "open", "completed": True,
+def _entry(rate, arrival, seed, burst, origin, duration, bucket, warmup, warm_n, count, least):
+    """A completed open-loop level's manifest entry: its schedule, a timed warmup or a counted
+    one of `warm_n` (measured from 0.4 s on), a count and a min_duration where given."""
+    entry = {"schedule": {"rate": rate, "arrival": arrival, "seed": seed, "burstiness": burst}, "mode": "open", "completed": True,
              "started_at": origin, "measure_start": origin + (0.4 if warm_n else warmup), "planned_duration_s": duration,
              "bucket_s": bucket, "warmup_s": warmup}
     if warm_n:
@@ -303,6 +297,10 @@ def _poisson_entry(rate, seed, origin, duration, bucket, warmup, warm_n, count, 
         if least is not None:
             entry["min_duration_s"] = least
     return entry
+
+
+def _poisson_entry(rate, seed, origin, duration, bucket, warmup, warm_n, count, least):
+    return _entry(rate, "poisson", seed, 1.0, origin, duration, bucket, warmup, warm_n, count, least)
 
 
 @settings(max_examples=200, deadline=None)
