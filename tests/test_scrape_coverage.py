@@ -15,6 +15,7 @@ from soakspec.judge.testing import EvidenceBuilder, metrics_rows, small_spec
 TTFT = "vllm:time_to_first_token_seconds"
 TOKENS = "vllm:generation_tokens_total"
 WAITING = "vllm:num_requests_waiting"
+RUNNING = "vllm:num_requests_running"  # 4 in every scrape (`metrics_rows`)
 
 
 def _run(rules: str, *, fail=(), drop=(), late=(), interval: float | None = 1.25, step: float = 1.25, bare: bool = False):
@@ -81,11 +82,20 @@ def test_a_bucket_inside_a_gap_of_failed_scrapes_is_inconclusive_for_every_rule_
     (f'require min(server("{WAITING}")) < 10', "pass"),  # it saw 0: the unseen buckets can only lower the min
     (f'require min(server("{WAITING}")) > 5', "fail"),   # at most 0: certainly not above 5
     (f'require min(server("{WAITING}")) >= 0', "inconclusive"),  # at most 0: the gap may hold less
+    (f'require min(server("{RUNNING}")) != 0', "inconclusive"),  # at most 4: the gap may hold 0
+    (f'require min(server("{RUNNING}")) == 0', "inconclusive"),
+    (f'require min(server("{RUNNING}")) != 5', "pass"),  # at most 4: never 5
+    (f'require min(server("{RUNNING}")) == 5', "fail"),
+    (f'require max(server("{RUNNING}")) != 3', "pass"),  # at least 4: never 3
+    (f'require max(server("{RUNNING}")) == 3', "fail"),
+    (f'require max(server("{RUNNING}")) == 5', "inconclusive"),  # at least 4: the gap may hold 5
 ])
 def test_a_gauges_min_over_a_gap_is_decided_where_what_it_saw_decides_it(rule, status):
     """A min over buckets some of which no scrape covers is an upper bound, the mirror of a
     max's lower bound: the buckets it did not see could only lower it. It was INCONCLUSIVE
-    whatever it saw, though `min < 10` had seen 0; a bound that cannot decide stays so."""
+    whatever it saw, though `min < 10` had seen 0; a bound that cannot decide stays so. `==`
+    and `!=` are decided only by a threshold no value the bound allows can equal (a review
+    found `min != 0` PASSed at "4 or less", and `max == 3` FAILed at "4 or more" before)."""
     (r,) = _run(rule, fail=GAP)
     assert r.status == status, r.message
     assert "covers" in r.message and "failed; first: HTTP 503" in r.message, r.message

@@ -291,7 +291,11 @@ def _instance_of(run: JudgedRun, sc: Scope, rule: Rule, impl: MetricImpl) -> Jud
         vtext += " or more" if m.at_least else " or less"
         if m.short:
             return _too_few(run, sc, rule, impl, m, vtext, ok), m.value, m.samples
-        if ok != compare(math.inf if m.at_least else -math.inf, rule.op, rule.threshold):
+        if rule.op in ("==", "!="):  # decided only by a threshold outside every value the bound allows
+            undecided = rule.threshold >= m.value if m.at_least else rule.threshold <= m.value
+        else:  # a monotonic comparison: decided where both ends of the bound's range agree
+            undecided = ok != compare(math.inf if m.at_least else -math.inf, rule.op, rule.threshold)
+        if undecided:
             return Instance("inconclusive", where, m.value, vtext, m.samples,
                             f"{vtext}: {m.reason}, so whether it is {rule.op} {rule.threshold_text} is unknown", 1), m.value, m.samples
         return Instance("pass" if ok else "fail", where, m.value, vtext, m.samples,
