@@ -406,3 +406,12 @@ def test_a_proof_read_chunk_by_chunk_says_what_the_whole_array_says(seed, k, fau
     finally:
         schedproof.CHUNK = old
     assert whole.status == "broken" and chunked == whole
+
+
+def test_a_schedule_whose_window_ends_before_it_starts_holds_no_arrival_and_does_not_crash():
+    """Hand-edited evidence (the schema refuses it) with a negative planned duration: the walk
+    holds no arrival; the numpy rebuild raised `math domain error` from its chunk sizing."""
+    entry = _poisson_entry(40.0, 5, 1_747_000_000.123456, -1.0, 1.0, 0.0, None, None, None)
+    assert list(schedproof.expected(entry)) == []
+    proof = schedproof.prove(entry, np.empty(0))
+    assert proof.status == "proven" and proof.arrivals == 0, proof

@@ -270,7 +270,7 @@ def _poisson(rate: float, seed: int, origin: float, stop: float, count: float) -
         return
     t, done = origin, 0
     while done < count:
-        due = (stop - t) * rate  # the arrivals left before stop on average: no chunk of logs taken past it
+        due = max(stop - t, 0.0) * rate  # the arrivals left before stop on average: no chunk of logs taken past it
         n = int(min(CHUNK, count - done, due + 6 * math.sqrt(due) + 64 if math.isfinite(due) else math.inf))
         if done == 0:
             short = list(itertools.islice(schedule(rate, "poisson", seed, origin, math.inf), min(CHECKED, n)))
