@@ -287,7 +287,7 @@ def _abort_on_client(spec: Spec, evidence: Evidence, stop: Mapping[str, Any]) ->
 
     if stop.get("metric") not in CLIENT_SENSITIVE:
         return None
-    saturated = abort_client_saturated(join(spec, evidence), stop)
+    saturated = abort_client_saturated(join(spec, evidence), dict(stop) | {"level": 0})  # the narrowed run's one level
     return (f"the load generator was saturated in {saturated}, so the {stop.get('metric')} values the abort rule fired on "
             "hold the client's own lag") if saturated else None
 
