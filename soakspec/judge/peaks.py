@@ -17,12 +17,20 @@ its `requests.completed` counts: bench serve's successes), where they differ:
 
 - the bins run from the level's `measure_start`, not from its first request's send: a measured
   window's seconds, the same for every backend of the run and known before the evidence is read,
-  so the bins are counted as the records stream (below). A token is `first_token`, then
-  `first_token` plus each gap in turn (the record's own times: bench serve's send + ttft is the
-  same instant), to the microsecond; every token of a measured request counts, those it received
-  after `measure_end` too (bench serve counts every token of its successes, drain included). A
-  request with no `first_token` (no streaming) adds none; a level with no token counted has no
-  figure (null), never 0;
+  so the bins are counted as the records stream (below). The first chunk's k1 tokens are at
+  `first_token` (k1 = output_tokens - len(itl), the runner's ITL contract, runner/protocol.py
+  "ITL"; 1 without usage, `first_chunk_tokens`), then one token at `first_token` plus each gap in
+  turn (the record's own times: bench serve's send + ttft is the same instant), to the
+  microsecond; every token of a measured request counts, k1 + len(itl) = the output_tokens the
+  throughput counts, those it received after `measure_end` too (bench serve counts every token
+  of its successes, drain included). A request with no `first_token` (no streaming) adds none; a
+  level with no token counted has no figure (null), never 0;
+- bench serve counts a chunk event as one token (its ITL is a gap a chunk); soakspec counts
+  tokens, each where its ITL places it: a first chunk's k1 at the first token, a later chunk of
+  k tokens as k gaps of gap/k, so its tokens are spread over the gap before it rather than all at
+  its arrival. With one token a chunk the two agree; with `--stream-interval 32` bench serve's
+  peak reads about 1/32 of the tokens, and soakspec's can put some of a chunk's tokens in the
+  second before the one it arrived in;
 - concurrency is bench serve's sweep, over the same requests' [start, end) -- `start` is the send
   (after any wait for a max_concurrency slot), as bench serve's clock -- and so counts only the
   measured completed requests: the warm-up's, the failed ones' and the next level's are not in
@@ -99,14 +107,17 @@ class TokenSeconds:
         have[lo:hi] += got.astype(np.int64) if weights is not None else got
 
     def add_block(self, key: LevelKey, first_token: np.ndarray, lens: np.ndarray, flat: np.ndarray,
-                  before: np.ndarray, cs: np.ndarray | None = None, nonneg: bool = False) -> None:
+                  before: np.ndarray, cs: np.ndarray | None = None, nonneg: bool = False,
+                  first: np.ndarray | None = None) -> None:
         """Count the tokens of a block's rows of one level: `first_token` (seconds, finite),
         `lens` (their gap counts), `before` (each row's position in `flat` where its gaps begin)
         and `flat`, the block's gaps (whole µs, int64), every row's; `cs`, its cumulative sum
-        when the caller has it. A row's k-th token (k >= 1) is at first_token + (cs[before + k -
+        when the caller has it; `first`, each row's first chunk's tokens k1 (`first_chunk_tokens`;
+        None: 1 each). A row's k-th token (k >= 1) is at first_token + (cs[before + k -
         1] - base), base = cs[before - 1] (0 at the block's start). A block with a gap below 0
         (foreign evidence: `cs` would not ascend) is counted a token at a time; `nonneg` says
-        there is none (a typed record's gaps are unsigned: no pass to look).
+        there is none (a typed record's gaps are unsigned: no pass to look). The first chunk's
+        k1 - 1 tokens beyond its first are one more weighted add at its second (s0 below).
 
         The bins, without a pass a token: F_r(e), the tokens of row r before edge e (a second's
         start), is 0 at or before its first token's second s0, all N_r past its last's s1, and
@@ -128,10 +139,12 @@ class TokenSeconds:
                 else np.zeros(0, dtype=np.int64)
             t = np.concatenate((ft, ft[row] + cs[pos] - base[row]))
             self._add(key, t // _US)
+            self._first(key, ft // _US, first)
             return
         end = before + lens
         last = ft + (np.where(end > 0, cs[np.maximum(end - 1, 0)], 0) - base if len(cs) else 0)  # the row's last token
         s0, s1 = ft // _US, last // _US
+        self._first(key, s0, first)
         n = lens + 1
         self._add(key, s1, n.astype(np.float64))
         span = s1 - s0
@@ -149,17 +162,38 @@ class TokenSeconds:
         self._add(key, edge - 1, fw)
         self._add(key, edge, -fw)
 
-    def add_one(self, key: LevelKey, first_token: float, gaps_s: Iterable[float]) -> None:
-        """One record's tokens (the row-by-row path: rare, and a record at a time already)."""
+    def _first(self, key: LevelKey, s0: np.ndarray, first: np.ndarray | None) -> None:
+        """The first chunks' tokens beyond their first (k1 - 1 each), at their seconds `s0`."""
+        if first is None:
+            return
+        more = first > 1
+        if more.any():
+            self._add(key, s0[more], (first[more] - 1).astype(np.float64))
+
+    def add_one(self, key: LevelKey, first_token: float, gaps_s: Iterable[float], first: int = 1) -> None:
+        """One record's tokens (the row-by-row path: rare, and a record at a time already);
+        `first`, its first chunk's tokens k1 (`first_chunk_tokens`)."""
         origin = self.origins.get(key)
         if origin is None:
             return
         g = np.fromiter(gaps_s, dtype=np.float64)
         t = np.rint((first_token - origin) * _US) + np.concatenate(([0.0], np.cumsum(np.rint(g * _US))))
-        self._add(key, (t // _US).astype(np.int64))
+        sec = (t // _US).astype(np.int64)
+        self._add(key, sec)
+        self._first(key, sec[:1], np.array([first], dtype=np.int64))
 
     def finish(self) -> dict[LevelKey, np.ndarray]:
         return {k: v for k, v in self.bins.items() if v.any()}
+
+
+def first_chunk_tokens(output_tokens: np.ndarray, chunks: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+    """Each request's first chunk's tokens k1: `output_tokens - gaps` (the runner's ITL contract,
+    runner/protocol.py "ITL": len(itl) == output_tokens - k1), at least 1. Without usage the
+    runner's count is the chunks, one token each: 1. 1 too where the count is absent (below 0)
+    or below the chunks (each chunk carries at least one token: the judge flags such a count
+    `usage_mismatch`, and its throughput counts the chunks instead). Arrays of the rows, int64."""
+    k1 = output_tokens - gaps
+    return np.where((output_tokens >= 0) & (output_tokens >= chunks) & (k1 > 1), k1, 1).astype(np.int64)
 
 
 def peak_tokens(bins: np.ndarray | None) -> int | None:

@@ -1235,7 +1235,12 @@ class TableBuilder:
             return
         gaps = get("itl")
         ok = isinstance(gaps, (list, tuple, array)) and all(type(g) in (int, float) and math.isfinite(g) for g in gaps)  # as `_itl` takes them
-        self.peaks.add_one((str(wl), lv), float(ft), gaps if ok else ())
+        # the first chunk's k1 tokens: from the count and the gaps (an absent ITL reads as []); 1
+        # where the gaps are unusable (how many the first chunk carried is then not known)
+        n, ch = (v if type(v) is int and abs(v) < _INT_LIMIT else -1 for v in (get("output_tokens"), get("chunks")))
+        k1 = int(peaks.first_chunk_tokens(np.array([n]), np.array([ch]), np.array([len(gaps)]))[0]) if ok \
+            else 1 if gaps is not None else int(peaks.first_chunk_tokens(np.array([n]), np.array([ch]), np.array([0]))[0])
+        self.peaks.add_one((str(wl), lv), float(ft), gaps if ok else (), k1)
 
     def _server_id(self, i: int, rid: Any, sid: Any) -> None:
         """Row i's server id: the code of the (prefix, suffix) the server put around the
@@ -1377,6 +1382,7 @@ class TableBuilder:
         if not sel.any():
             return
         before = np.cumsum(lens) - lens
+        first = peaks.first_chunk_tokens(batch["output_tokens"].astype(np.int64), batch["chunks"].astype(np.int64), lens)
         wl, lv = batch["workload"], batch["level"]
         cs = np.cumsum(flat, dtype=np.int64)
         names = self.values["workload"]
@@ -1391,7 +1397,7 @@ class TableBuilder:
                 continue
             full = rows.all()
             self.peaks.add_block((name, b), ft if full else ft[rows], lens if full else lens[rows], flat,
-                                 before if full else before[rows], cs, nonneg)
+                                 before if full else before[rows], cs, nonneg, first if full else first[rows])
 
     def _slot_of(self, row: Mapping[str, Any]) -> int:
         if self.windows is None:

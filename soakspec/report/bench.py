@@ -66,7 +66,11 @@ reads bench serve's block reads this one. What differs, on purpose:
   serve's, but counted from the level's `measure_start` rather than the first request's send,
   so the fullest second can differ by where the second boundaries fall; every token of a
   measured request counts, those after the measured window's end too, as bench serve counts its
-  drain's. Concurrency is bench serve's exact sweep over [start, end) (older vLLM took the
+  drain's. soakspec counts tokens, where bench serve counts chunk events (a chunk one token): a
+  first chunk's tokens at the first token, a later chunk of k tokens spread over the gap before
+  it as its ITL gaps place them (README, "How a run works"), so with several tokens a chunk
+  soakspec's peak reads higher than bench serve's, and can put some of a chunk's tokens a second
+  earlier. Concurrency is bench serve's exact sweep over [start, end) (older vLLM took the
   fullest one-second bin, which reads higher). Results from before soakspec recorded them have
   no such field: their blocks have no Peak lines, as they were printed then, and `lint-claims`
   flags a Peak line in such a block as added by hand.
