@@ -298,3 +298,28 @@ def test_a_first_chunk_of_many_tokens_counts_them_all(tmp_path, capsys):
     mean = float(lines["Output token throughput (tok/s)"])
     peak = float(lines["Peak output token throughput (tok/s)"])
     assert peak == max(ref.values()) >= mean > 0, (peak, mean)
+
+
+def test_a_record_spanning_years_costs_what_its_counted_seconds_do():
+    """A record whose tokens span ~116 days, ending just after the level's origin (a clock that
+    jumped; 5000 gaps of 2000 s, each a value a block takes): its one token inside the level's
+    seconds is counted, without an edge for each of the ~10^7 seconds it crosses before them
+    (a few hundred MB and seconds of work before, now a few MB)."""
+    import tracemalloc
+
+    origin = 1e7 + 1000.0
+    gaps = [2000.0] * 5000
+    r = dict(_ROW, request_id="r-far", workload="w", level=0, bucket=0, start=999.0, intended_start=999.0,
+             first_byte=1000.0, first_token=origin - sum(gaps) + 0.5, end=origin + 1.0, ttft=None, latency=None,
+             itl=gaps, chunks=len(gaps) + 1, output_tokens=len(gaps) + 1, tpot=None)
+    rec = decode_line(RequestRecord.from_json(r).to_line())
+    b = TableBuilder(origins={("w", 0): origin})
+    tracemalloc.start()
+    try:
+        b.add_records([rec])
+        t = b.finish()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert _as_dict(t.token_seconds or {}) == {("w", 0): {0: 1}}
+    assert peak < 20 << 20, peak

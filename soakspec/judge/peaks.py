@@ -147,14 +147,18 @@ class TokenSeconds:
         self._first(key, s0, first)
         n = lens + 1
         self._add(key, s1, n.astype(np.float64))
-        span = s1 - s0
+        # the edges a row crosses, s0 + 1 .. s1, held to those that touch a bin (edge 0's -F is
+        # bin 0's, edge MAX_SECONDS's +F the last's): one record whose tokens span months (a clock
+        # that jumped) costs the level's seconds at most, not an edge for each second it crosses
+        lo = np.maximum(s0 + 1, 0)
+        span = np.clip(np.minimum(s1, MAX_SECONDS) - lo + 1, 0, MAX_SECONDS + 1)
         crossing = np.flatnonzero(span > 0)
         if not len(crossing):
             return
         per = span[crossing]
         row = np.repeat(crossing, per)
         step = np.arange(len(row), dtype=np.int64) - np.repeat(np.cumsum(per) - per, per)
-        edge = s0[row] + 1 + step  # each second's start the row's tokens cross, in seconds
+        edge = lo[row] + step  # each second's start the row's tokens cross, in seconds
         # gaps of the row with cs < edge - ft + base: searchsorted over the ascending cs, held to the row's own
         at = np.searchsorted(cs, edge * _US - ft[row] + base[row], side="left")
         f = 1 + np.clip(at, before[row], before[row] + lens[row]) - before[row]
