@@ -15,9 +15,12 @@ build, tiny model), its probes checked against vLLM's own /metrics:
   in every probe, as then nothing of the server was measured;
 - vLLM's view: for each probe, `vllm:request_success_total` between the scrape answered
   before it started and the first after its drain is at least the requests soakspec sent in
-  it (warmup and measured), and at most those plus the other requests (a neighbouring
-  probe's, the pre-flight) in flight between the two scrapes -- exactly them when none was;
-  over the run exactly every request sent (probes and pre-flight); and
+  it (warmup and measured) that completed, and at most every request it sent plus the other
+  requests (a neighbouring probe's, the pre-flight) in flight between the two scrapes --
+  exactly them when none was and every one completed; over the run exactly every request sent
+  (probes and pre-flight) where every one completed, else between the completed and all. Every
+  request of a probe that held completed; an overloaded probe's may time out (that is the
+  server's answer at that rate, which the search judged, not a wrong judgement); and
   at the found level vLLM's own TTFT histogram has more than half its first tokens under the
   rule's threshold (vLLM times from the request's arrival at its API server, so its TTFT is
   at most the client's: a client p50 under the threshold is one of vLLM's too).
@@ -182,13 +185,20 @@ def test_an_open_loop_rate_sweep_finds_a_rate_vllms_own_counters_agree_with(lane
                   if r["level"] != lv["index"] and r["end"] >= a["t"] and r["start"] <= b["t"] + b["seconds"]]
         sys.stderr.write(f"probe {lv['index']} ({lv['rate']:g} rps): soakspec sent {len(sent)}, vLLM counted {counted:g} "
                          f"between the scrapes around it ({len(others)} other requests in flight then)\n")
-        assert len(sent) >= 2 and all(r["outcome"] == "completed" for r in sent), lv["index"]
-        assert len(sent) <= counted <= len(sent) + len(others), (lv["index"], counted, len(sent), len(others))
+        done = [r for r in sent if r["outcome"] == "completed"]
+        assert len(sent) >= 2, lv["index"]
+        if probes[lv["index"]]["passed"]:  # a probe that held: every request answered
+            assert len(done) == len(sent), (lv["index"], [r["outcome"] for r in sent if r["outcome"] != "completed"])
+        assert len(done) <= counted <= len(sent) + len(others), (lv["index"], counted, len(done), len(sent), len(others))
     success = sum(float(ln.rsplit(" ", 1)[1]) for ln in (tmp_path / "metrics.txt").read_text().splitlines()
                   if ln.startswith("vllm:request_success_total{"))
     sys.stderr.write(f"vllm:request_success_total = {success:g}; soakspec sent {len(rows)} in {len(levels)} probes "
                      f"+ {len(preflight)} pre-flight\n")
-    assert success == len(rows) + len(preflight)
+    completed = sum(r["outcome"] == "completed" for r in rows + [p["record"] for p in preflight])
+    if completed == len(rows) + len(preflight):
+        assert success == completed
+    else:  # a request that timed out may or may not have finished in vLLM
+        assert completed <= success <= len(rows) + len(preflight), (success, completed, len(rows) + len(preflight))
 
     # vLLM's own TTFT over each probe's measured window (the first scrape in it to the last):
     # at the found level more than half its first tokens under the threshold, as the rule's PASS
@@ -196,6 +206,8 @@ def test_an_open_loop_rate_sweep_finds_a_rate_vllms_own_counters_agree_with(lane
     seen = {}
     for lv in levels:
         a, b = _after(scrapes, lv["measure_start"]), _before(scrapes, lv["measure_end"])
+        assert a is not None and b is not None, (f"probe {lv['index']}: no /metrics scrape answered within its measured "
+                                                 f"window [{lv['measure_start']}, {lv['measure_end']}]", len(scrapes))
         ha, hb = (s["families"]["vllm:time_to_first_token_seconds"] for s in (a, b))
         seen[lv["index"]] = n, under = hb["count"] - ha["count"], _below(hb, THRESHOLD_S) - _below(ha, THRESHOLD_S)
         sys.stderr.write(f"probe {lv['index']} ({lv['rate']:g} rps): vLLM's own TTFT histogram has {under:g} of {n:g} first "
