@@ -132,11 +132,19 @@ def main() -> int:
     p.add_argument("--out", metavar="DIR", help="evidence directory (default: a temporary one, removed unless --keep)")
     p.add_argument("--keep", action="store_true", help="keep the evidence directory")
     args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="self-soak-"))
+    try:
+        return soak(args, tmp)
+    finally:  # every way out, an early one or an exception too
+        if not args.keep:  # with --out it holds only the generated spec (the evidence embeds it)
+            shutil.rmtree(tmp, ignore_errors=True)
 
+
+def soak(args: argparse.Namespace, tmp: Path) -> int:
+    """The run, its samples and its tables; `tmp` holds the spec (and the evidence without --out)."""
     duration = max(10, round(args.minutes * 60))
     bucket = 60 if duration >= 600 else max(5, duration // 6)
     duration -= duration % bucket
-    tmp = Path(tempfile.mkdtemp(prefix="self-soak-"))
     run_dir = Path(args.out) if args.out else tmp / "ev"
     spec = tmp / "self_soak.soak"
     spec.write_text(SPEC.format(c=args.concurrency, duration=duration, bucket=bucket))
@@ -150,6 +158,8 @@ def main() -> int:
     hard_stop = time.monotonic() + 2 * (duration + 60)
     while not (requests.exists() and requests.stat().st_size > 0):
         if runner.poll() is not None or time.monotonic() > hard_stop:
+            if runner.poll() is None:  # no load after twice the run's length: it is not left writing into tmp
+                runner.kill()
             print("the runner ended before the load started:", runner.communicate(), file=sys.stderr)
             return 1
         time.sleep(0.1)
@@ -225,8 +235,6 @@ def main() -> int:
     if left:
         print(f"processes left behind: {left}")
         ok = False
-    if not args.keep:  # with --out it holds only the generated spec (the evidence embeds it)
-        shutil.rmtree(tmp, ignore_errors=True)
     print("\nresult:", "OK" if ok else "FAILED")
     return 0 if ok else 1
 

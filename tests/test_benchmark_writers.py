@@ -41,3 +41,39 @@ def test_log_disk_runs_a_soak_and_reports_the_log_on_disk() -> None:
     assert p.returncode == 0, p.stdout + p.stderr[-3000:]
     assert "run exit 0; verify exit 0; requests " in p.stdout
     assert "server.log on disk, peak during the run: " in p.stdout and "server_log_moved: " in p.stdout
+
+
+def test_self_soak_removes_its_temporary_directory_when_the_runner_ends_early(tmp_path, monkeypatch, capsys) -> None:
+    """`benchmarks/self_soak.py` whose runner ends before the load started (exit 1): the
+    directory it made for the spec and the evidence is removed, as on its other ways out. A fake
+    runner that has already exited: nothing is started."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("self_soak", ROOT / "benchmarks" / "self_soak.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    made: list[str] = []
+
+    def mkdtemp(prefix: str = "") -> str:
+        made.append(str(tmp_path / f"{prefix}x"))
+        Path(made[-1]).mkdir()
+        return made[-1]
+
+    class Ended:
+        pid = 0
+
+        def __init__(self, *a, **k) -> None:
+            pass
+
+        def poll(self) -> int:
+            return 1
+
+        def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+            return "", "boom"
+
+    monkeypatch.setattr(mod.tempfile, "mkdtemp", mkdtemp)
+    monkeypatch.setattr(mod.subprocess, "Popen", Ended)
+    monkeypatch.setattr(sys, "argv", ["self_soak.py", "--minutes", "0.2"])
+    assert mod.main() == 1
+    assert "the runner ended before the load started" in capsys.readouterr().err
+    assert len(made) == 1 and not Path(made[0]).exists()
