@@ -20,7 +20,10 @@ validity     Is this a run the gate can speak about? Built in, always run:
                                (ttft, itl, tpot, latency, ...) whose failing instances all
                                overlap such a bucket in time is INCONCLUSIVE too: the failure
                                may be the client's (a failing instance at another time still
-                               FAILs the rule: `validity.client_blocks`). `client_healthy =
+                               FAILs the rule: `validity.client_blocks`); so is an open
+                               loop's ttft or latency instance (no max_concurrency) that
+                               fails only by the client's schedule lag -- the same figure
+                               from the send passes (`validity.CLIENT_LAG`). `client_healthy =
                                false` in the gate turns it off;
                abort_fired     only when the manifest records an abort rule that fired
                                (`abort ... per bucket|window`, or the built-in one): FAIL,

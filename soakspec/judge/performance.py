@@ -721,6 +721,48 @@ def _client_twin(text: str) -> str:
     return "timing "
 
 
+# the times from the intended start, and the same times from the actual send: an open loop's
+# first token and end less `intended_start` hold the load generator's own lateness
+# (`schedule_lag`), which the same times less `start` do not
+FROM_SEND = {"ttft": "sent_ttft", "latency": "sent_latency"}
+
+
+def _lag_decided(run: JudgedRun, sc: Scope, rule: Rule, j: Judged) -> Judged:
+    """A failing instance of a time from the intended start (FROM_SEND), tagged CLIENT_LAG when
+    the same statistic over the same scope from the actual send does not fail: the load
+    generator's schedule lag, added to every open-loop time (rightly: coordinated omission),
+    is what carried it over the threshold, so `validity.client_blocks` makes it INCONCLUSIVE,
+    never the server's FAIL. Untouched where the send figure fails too (the server's own time),
+    in a scope with no open-loop level (a closed loop's intended start is its send), and in one
+    with a level that declares max_concurrency: there the difference also holds the wait for a
+    slot under the user's declared cap, which users see, so the FAIL stands; and where the gate
+    says `client_healthy = false`. Measured again with the same vectorised measures, and only
+    for failing instances."""
+    from soakspec.judge.index import capped
+    from soakspec.judge.registry import impl_for
+    from soakspec.judge.validity import CLIENT_LAG
+
+    inst = j[0]
+    if not run.gate.client_healthy:  # the gate turned the client's checks off: judged as measured
+        return j
+    levels = [sc.level] if sc.level is not None else [lv for bi in sc.backends for lv in bi.levels]
+    if not any(lv.entry.get("mode") == "open" for lv in levels) or any(capped(lv.entry) for lv in levels):
+        return j
+    e = rule.expr
+    sent = dataclasses.replace(e, metric=FROM_SEND[e.metric], text=e.text.replace(f"({e.metric})", f"({FROM_SEND[e.metric]})"))
+    mine = _instance(run, sc, dataclasses.replace(rule, expr=sent), impl_for(sent))[0]
+    if mine.status == "fail":
+        return j
+    lag = dataclasses.replace(e, metric="schedule_lag", text=e.text.replace(f"({e.metric})", "(schedule_lag)"))
+    m = impl_for(lag).measure(sc, lag.agg, lag.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples)
+    from_send = f"it is {mine.observed_text.split(' = ', 1)[-1]}" if mine.observed_text and mine.status == "pass" else \
+        f"it does not fail ({mine.message})"
+    lag_text = f"{lag.text} = {format_value(m.value, Kind.DURATION)}" if m.value is not None else "schedule_lag"
+    note = (f"{inst.observed_text or e.text} fails {rule.op} {rule.threshold_text}, but measured from the actual send "
+            f"({sent.text}) {from_send}: the load generator's own schedule lag ({lag_text}) decides it")
+    return dataclasses.replace(inst, cause=CLIENT_LAG, lag_note=note), j[1], j[2]
+
+
 def _badness(rule: Rule, v: float | None) -> float:
     if v is None or rule.threshold is None:
         return -math.inf
@@ -756,7 +798,10 @@ def judge(run: JudgedRun, rule: Rule, impl: MetricImpl) -> RuleResult:
         inst = Instance("inconclusive", Location(), None, None, 0, f"no {rule.scope} in the evidence to evaluate")
         return result(rule, e.text, "performance", rule.severity, [inst], "", 0, observed=None)
     one = _wrapped if e.wrapper is not None else _instance
-    pick, ordered = _pick(rule, [one(run, sc, rule, impl) for sc in scope_list])
+    judged = [one(run, sc, rule, impl) for sc in scope_list]
+    if e.wrapper is None and e.metric in FROM_SEND:  # only the failing instances are measured again
+        judged = [_lag_decided(run, sc, rule, j) if j[0].status == "fail" else j for sc, j in zip(scope_list, judged)]
+    pick, ordered = _pick(rule, judged)
     n = len(scope_list)
     msg = ""
     if pick is not None and pick[0].status == "pass":

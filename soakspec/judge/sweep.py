@@ -240,7 +240,9 @@ def _probe(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -> tup
     """pass | fail | inconclusive of the one-level run `evidence` (of the one-level `spec`), its
     schedule proof aside, why, and why its client made it INCONCLUSIVE (else None): INCONCLUSIVE
     when its load generator was not healthy (`probe_client`), else over every performance
-    `require` rule, a failure first, else the first inconclusive."""
+    `require` rule, a failure first, else the first inconclusive; a timing FAIL its client's
+    schedule lag alone decided is inconclusive, as the gate judges it (`validity.client_blocks`,
+    CLIENT_LAG)."""
     from soakspec.judge.joined import join
     from soakspec.judge.judge import judge_performance
 
@@ -251,7 +253,10 @@ def _probe(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -> tup
         return "inconclusive", f"client_healthy: {client}", client
     if not rules:
         return "pass", "no performance require rule", None
-    results = [judge_performance(run, r) for r in rules]
+    from soakspec.judge.validity import client_blocks
+
+    # a timing FAIL the probe's own schedule lag decided is INCONCLUSIVE here too (CLIENT_LAG)
+    results = [client_blocks(run, [], r, judge_performance(run, r)) for r in rules]
     bad = [x for x in results if x.status == "fail"] or [x for x in results if x.status != "pass"]
     if not bad:
         return "pass", f"all {len(results)} performance rules pass", None

@@ -755,6 +755,9 @@ def abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
 # that for 1 % of the time the client's times may be L late: a p99 claim is no longer the server's.
 # Also shown, not judged: the machine's CPU (host_cpu), the coalesced fraction of ITL gaps and,
 # open loop, the achieved rate (requests whose actual start fell in the bucket, per second).
+# A client late by less than client_schedule_lag is not saturated, but its lateness is in every
+# open-loop ttft and latency; where it alone carries a failing instance over the threshold (the
+# same figure from the send passes) that instance is the client's too (CLIENT_LAG, `client_blocks`).
 # Missing data is never a pass: a run that measured its client (client.jsonl listed in the
 # manifest, or there) with no sample for a bucket is INCONCLUSIVE, and so is a missing or empty
 # client.jsonl. Evidence from before soakspec wrote client.jsonl is not judged (`client_measured`).
@@ -1375,12 +1378,19 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     requests count as unsuccessful, and the planned load was not applied. So is every FAIL
     when an open loop's records are not its schedule's arrivals (CLIENT_SCHEDULE,
     `schedule_kept`): the times every figure is measured from are the client's word, and it
-    was wrong -- in that level, and so possibly in any (one load generator wrote them all)."""
+    was wrong -- in that level, and so possibly in any (one load generator wrote them all).
+
+    One more client cause needs no unhealthy bucket: a failing instance of ttft or latency in
+    an open loop without max_concurrency that the same statistic from the actual send
+    (sent_ttft, sent_latency) does not fail (CLIENT_LAG, tagged by `performance._lag_decided`)
+    was decided by the load generator's own schedule lag, within client_schedule_lag or not:
+    it is discounted as one beside a saturated bucket is (`_lag_blocks`), INCONCLUSIVE where
+    every failing instance is, else named beside the FAIL that stands."""
     if res.status != "fail":
         return res
     health = next((x for x in results if x.rule == "client_healthy" and x.status == "inconclusive"), None)
     if health is None:
-        return res
+        return _lag_blocks(res, r, [])
     if health.details and health.details[0].cause == CLIENT_SCHEDULE:  # the records' times are not the schedule's: nothing they show is the server's
         return dataclasses.replace(res, status="inconclusive",
                                    message=f"not judged, {_at(health.details[0])}; it measured: {res.message}")
@@ -1398,7 +1408,7 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     unhealthy = [(d, _merged(_spans(run, d.where, ()))) for d in (health.failures or health.details)
                  if d.cause not in (CLIENT_NOT_SENT, CLIENT_PROBE) and (sensitive or d.cause in (CLIENT_TIMEOUTS, CLIENT_CAP))]
     if not unhealthy:
-        return res
+        return _lag_blocks(res, r, [])
     own = run.backends_for(r)
     # every unhealthy bucket's time as one set of intervals: whether an instance overlaps any is
     # a bisection, not a walk over the buckets (a day-long soak: 10^4 buckets, 10^4 failing ones)
@@ -1413,6 +1423,8 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
             gone.append((d, mine))
         else:
             kept.append(d)
+    if not gone:  # no saturated bucket beside any: the schedule lag alone may have decided some
+        return _lag_blocks(res, r, kept)
 
     def beside(mine: Any) -> list[Instance]:  # the unhealthy buckets that overlap `mine`
         return [h for h, hs in unhealthy if _overlap(mine, hs)]
@@ -1420,6 +1432,8 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     what = "the load generator was saturated" if sensitive else "requests timed out while the load generator was saturated"
     if all(h.cause == CLIENT_CAP for h, _ in unhealthy):  # the load was not the declared one, saturated or not
         what = CAP_BROKEN if any(h.message.startswith(CAP_BROKEN) for h, _ in unhealthy) else CAP_UNPROVEN
+    lagged = [d for d in kept if d.cause == CLIENT_LAG]  # apart from every saturated bucket, but decided by the lag
+    kept = [d for d in kept if d.cause != CLIENT_LAG]
     if not kept:  # every failure known overlaps one (or none is known): the client may have made it
         times = None if any(m is None for _, m in gone) else _merged([s for _, m in gone for s in zip(*m)])  # type: ignore[misc]
         shown = beside(times) if gone else [h for h, _ in unhealthy]
@@ -1430,28 +1444,68 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
             what, said = _cap_blocked(first)
         return dataclasses.replace(res, status="inconclusive",
                                    message=f"not judged, {what} ({said}{more}); it measured: {res.message}")
-    if not gone:
+    return _discounted(res, r, kept, [(d, beside(mine)) for d, mine in gone[:MAX_SHOWN]], len(gone), what, lagged)
+
+
+# the `cause` of a failing instance of a time from the intended start (ttft, latency) in an open
+# loop without max_concurrency that the same figure from the actual send (sent_ttft,
+# sent_latency) does not fail (`performance._lag_decided`, its `lag_note` the figures): the load
+# generator's own schedule lag decided it -- within the gate's client_schedule_lag, so no bucket
+# was saturated, yet it was the client's lateness the rule saw over the threshold
+CLIENT_LAG = "client_lag"
+LAG_DECIDED = "the load generator's own schedule lag decided it"
+LAG_DECIDED_THEM = "the load generator's own schedule lag decided them"
+
+
+def _lag_blocks(res: RuleResult, r: Rule, kept: list[Instance]) -> RuleResult:
+    """`client_blocks` where no saturated bucket is beside a failing instance: those the schedule
+    lag decided (CLIENT_LAG) are discounted. Every one: INCONCLUSIVE, its message the lag's
+    figures ("not judged, the load generator's own schedule lag decided it: backend a, rate 12
+    rps: p50(ttft) = 304ms fails < 250ms, but measured from the actual send (p50(sent_ttft)) it
+    is 145ms: ..."); some: the FAIL stands on the rest, naming the discounted ones. `kept`:
+    the failing instances (none given: the result's own)."""
+    fails = kept or [d for d in (res.failures or res.details) if d.status == "fail"]
+    lagged = [d for d in fails if d.cause == CLIENT_LAG]
+    if not lagged:
         return res
-    return _discounted(res, r, kept, [(d, beside(mine)) for d, mine in gone[:MAX_SHOWN]], len(gone), what)
+    rest = [d for d in fails if d.cause != CLIENT_LAG]
+    if rest:
+        return _discounted(res, r, rest, [], 0, "", lagged)
+    if res.failing > len(lagged):  # failing instances the result does not list: they stand
+        return res
+    more = f" (and {plural(len(lagged) - 1, 'more failing ' + (r.scope or 'instance'))} the same)" if len(lagged) > 1 else ""
+    return dataclasses.replace(res, status="inconclusive", message=f"not judged, {LAG_DECIDED}: {_lag_at(lagged[0])}{more}")
+
+
+def _lag_at(d: Instance) -> str:
+    return f"{d.where.text}: {d.lag_note}" if d.where.text else str(d.lag_note)
 
 
 def _discounted(res: RuleResult, r: Rule, kept: list[Instance], shown: list[tuple[Instance, list[Instance]]], gone: int,
-                what: str) -> RuleResult:
+                what: str, lagged: list[Instance] | None = None) -> RuleResult:
     """`client_blocks`' FAIL that stands: on `kept` (the failing instances no unhealthy bucket
-    overlaps), its message the worst of them, naming the `gone` discounted ones (the first few,
-    `shown`, with the buckets beside each)."""
+    overlaps and the schedule lag did not decide), its message the worst of them, naming the
+    `gone` discounted ones (the first few, `shown`, with the buckets beside each) and the
+    `lagged` ones (CLIENT_LAG)."""
     from soakspec.judge.performance import _badness  # the worst failure is the one reported (`performance._pick`)
 
+    lagged = lagged or []
     lead = res.details[0] if res.details and any(k is res.details[0] for k in kept) else max(kept, key=lambda k: _badness(r, k.observed))
     kept = [lead] + [k for k in kept if k is not lead]
-    unknown = res.failing - len(kept) - gone  # failing instances the result does not list: they stand
+    unknown = res.failing - len(kept) - gone - len(lagged)  # failing instances the result does not list: they stand
     message = f"{_at(lead)}" + (f" (and {len(kept) + max(unknown, 0) - 1} more)" if len(kept) + max(unknown, 0) > 1 else "")
     scope = r.scope or "instance"
     listed = "; ".join(_where(d) + _beside(d, beside) for d, beside in shown)
     if gone > len(shown):
         listed += f"; ... and {gone - len(shown)} more"
-    message += (f"; {plural(gone, 'failing ' + scope)} discounted, {what} in time with "
-                f"{'it' if gone == 1 else 'them'}: {listed}")
+    if gone:
+        message += (f"; {plural(gone, 'failing ' + scope)} discounted, {what} in time with "
+                    f"{'it' if gone == 1 else 'them'}: {listed}")
+    if lagged:
+        said = "; ".join(_lag_at(d) for d in lagged[:MAX_SHOWN]) + (
+            f"; ... and {len(lagged) - MAX_SHOWN} more" if len(lagged) > MAX_SHOWN else "")
+        why = LAG_DECIDED if len(lagged) == 1 else LAG_DECIDED_THEM
+        message += f"; {plural(len(lagged), 'failing ' + scope)} discounted, {why}: {said}"
     changes: dict[str, Any] = {}
     if not res.details or lead is not res.details[0]:  # the reported instance was discounted: the worst left is
         changes = {"where": lead.where, "observed": lead.observed, "observed_text": lead.observed_text, "samples": lead.samples}

@@ -69,8 +69,10 @@ class Instance:
     needs: int | None = None  # inconclusive for want of samples: how many more
     # why, when a later step acts on it (not in the verdict's JSON): CLIENT_NOT_SENT, the load
     # generator could not send requests; CLIENT_TIMEOUTS, requests timed out in a bucket where it
-    # was saturated (judge/validity.py `client_blocks`)
+    # was saturated (judge/validity.py `client_blocks`); CLIENT_LAG, a FAIL of a time from the
+    # intended start that the same figure from the actual send does not fail (`lag_note` says so)
     cause: str | None = None
+    lag_note: str | None = None  # CLIENT_LAG's reason, for `client_blocks`' message (not in the JSON)
 
     def to_json(self) -> dict[str, Any]:
         return {

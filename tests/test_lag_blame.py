@@ -1,0 +1,159 @@
+"""A timing FAIL that the load generator's own schedule lag decided is INCONCLUSIVE, never the
+server's (README "Client health": "the schedule lag within its allowance").
+
+Seen on a real vLLM sweep: an open-loop probe at 12 rps FAILed `p50(ttft) < 250ms` at 304 ms
+while the client sent each request 159 ms late (p50; within the lane's client_schedule_lag of
+1 s, so no bucket was saturated) and the server's own first tokens all came within 250 ms of
+the send. TTFT from the intended start is right to hold the lateness (coordinated omission),
+but when the lateness is what carries it over the threshold the verdict must not blame the
+server. A figure the server fails from the send too, a capped level (the wait for a slot is
+the user's declared cap) and a closed loop keep their FAIL."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from soakspec.judge import judge
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+RULE = "p50(ttft) < 250ms per level"
+ALLOWANCE = "client_schedule_lag = 1s"  # the lane's: a client 160 ms late is not saturated
+
+
+def _spec(rule: str = RULE, *, mode: str = "open", levels: str = "[2rps]", gate: str = ALLOWANCE):
+    return small_spec(f"require {rule}", mode=mode, levels=levels, gate=gate)
+
+
+def _timed(b: EvidenceBuilder, *, lag: float, ttft: float, level: int | None = None) -> EvidenceBuilder:
+    """Every measured request sent `lag` after its intended start and answered its first token
+    `ttft` after the send (its end 1 s after the first token); ttft and latency from the intended
+    start, as the runner writes them."""
+    for r in b.measured("a", level):
+        i = r["intended_start"]
+        start = i + lag
+        r.update(start=start, first_byte=start + ttft - 0.01, first_token=start + ttft, end=start + ttft + 1.0,
+                 ttft=lag + ttft, latency=lag + ttft + 1.0)
+    return b
+
+
+def _rule(v, text: str = RULE):
+    return next(r for r in v.rules if r.rule == text)
+
+
+def test_a_fail_the_clients_schedule_lag_decides_is_inconclusive_naming_both_figures_and_the_lag():
+    spec = _spec()
+    v = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.145).build())
+    ttft = _rule(v)
+    health = _rule(v, "client_healthy")
+    assert health.status == "pass", health.message  # 160 ms late is within the allowance: no saturated bucket
+    assert ttft.status == "inconclusive", ttft.message
+    assert ttft.message.startswith("not judged, the load generator's own schedule lag decided it: backend a, rate 2 rps: "), ttft.message
+    assert "p50(ttft) = 305ms fails < 250ms" in ttft.message, ttft.message
+    assert "measured from the actual send (p50(sent_ttft)) it is 145ms" in ttft.message, ttft.message
+    assert "schedule lag (p50(schedule_lag) = 160ms) decides it" in ttft.message, ttft.message
+    assert v.outcome == "INCONCLUSIVE"
+
+
+def test_latency_is_judged_the_same_way():
+    rule = "p50(latency) < 1.25s per level"
+    spec = _spec(rule)
+    v = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.145).build())
+    assert _rule(v, rule).status == "inconclusive" and "p50(sent_latency)" in _rule(v, rule).message
+    assert v.outcome == "INCONCLUSIVE"
+
+
+def test_a_server_slow_from_the_send_too_still_fails():
+    spec = _spec()
+    v = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.3).build())
+    ttft = _rule(v)
+    assert ttft.status == "fail", ttft.message
+    assert "schedule lag" not in ttft.message and "not judged" not in ttft.message
+    assert v.outcome == "FAIL"
+
+
+def test_the_fail_stands_on_the_level_the_server_failed_and_names_the_one_the_lag_decided():
+    spec = _spec(levels="[2rps, 4rps]")
+    b = EvidenceBuilder(spec).with_client()
+    _timed(b, lag=0.2, ttft=0.145, level=0)  # the worst level, but the lag's
+    _timed(b, lag=0.0, ttft=0.3, level=1)  # the server's own
+    v = judge(spec, b.build())
+    ttft = _rule(v)
+    assert ttft.status == "fail", ttft.message
+    assert ttft.message.startswith("backend a, rate 4 rps: p50(ttft) = 300ms"), ttft.message
+    assert "1 failing level discounted, the load generator's own schedule lag decided it: backend a, rate 2 rps" in ttft.message
+    assert ttft.failing == 1 and ttft.where.level == 1
+    assert v.outcome == "FAIL"
+
+
+def test_a_capped_levels_wait_for_a_slot_is_the_users_and_its_fail_stands():
+    """Under max_concurrency the time from the intended start holds the wait for a slot under
+    the declared cap (what users see), not only the client's lateness: the FAIL stands."""
+    spec = _spec(levels="[2rps]\n    max_concurrency = 1", gate="")
+    b = EvidenceBuilder(spec, scheduled=False).with_client()
+    recs = sorted(b.measured("a"), key=lambda r: r["intended_start"])
+    for prev, r in zip(recs, recs[1:]):  # each waited 200 ms for the slot the one before held
+        r["admitted"] = r["start"] + 0.2
+        for k in ("start", "first_byte", "first_token", "end"):
+            r[k] += 0.2
+        r["latency"] = r["ttft"] = None  # derived from the intended start
+        prev["end"], prev["latency"] = r["admitted"], None
+    v = judge(spec, b.build())
+    assert _rule(v, "client_healthy").status == "pass", _rule(v, "client_healthy").message
+    ttft = _rule(v)
+    assert ttft.status == "fail", ttft.message  # p50(ttft) 300 ms, p50(sent_ttft) 100 ms: the cap's wait
+    assert v.outcome == "FAIL"
+
+
+def test_a_closed_loop_is_unchanged():
+    spec = _spec(mode="closed", levels="[2]", gate="")
+    b = EvidenceBuilder(spec)  # (no client samples: the builder's closed loop is sparser than its concurrency)
+    for r in b.measured("a"):
+        r.update(first_token=r["start"] + 0.3, ttft=0.3, first_byte=r["start"] + 0.29)
+    v = judge(spec, b.build())
+    assert _rule(v).status == "fail" and v.outcome == "FAIL"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ttft=st.floats(0.01, 0.24), lag=st.floats(0.0, 2.0))
+def test_schedule_lag_never_turns_a_servers_pass_into_a_fail(ttft, lag):
+    """Whatever the load generator's lateness, a server whose first tokens all came in time from
+    the send is never FAILed for it: the run is PASS where the lag leaves it under the threshold,
+    INCONCLUSIVE where the lag decides it (or saturates the client)."""
+    spec = _spec()
+    on_time = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=0.0, ttft=ttft).build())
+    assert _rule(on_time).status == "pass"
+    late = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=lag, ttft=ttft).build())
+    assert _rule(late).status != "fail", _rule(late).message
+    assert late.outcome != "FAIL"
+
+
+def test_a_sweep_probe_the_lag_decided_neither_holds_nor_fails():
+    """The finding itself: the runner's own judgement of an open-loop probe (`probe_judge`),
+    its client healthy within the allowance, sent 160 ms late: INCONCLUSIVE, not the server's
+    failure at that rate."""
+    from soakspec.judge.sweep import probe_judge
+    from soakspec.judge.testing import client_rows, spec_from_text
+
+    head = ('soak "s" {}\nbackend "b0" {\n  url = "http://127.0.0.1:8000"\n  runtime {\n    label = "host-staged"\n  }\n}\n'
+            'workload "w0" {\n  load {\n    mode = open\n    rate = [2rps, 3rps]\n    %s  }\n  duration = 1m\n  bucket = 20s\n'
+            '  deadline = 30s\n  follow_up = false\n}\n' f"gate {{\n  {ALLOWANCE}\n  require {RULE}\n}}\n")
+    spec = spec_from_text(head % "rate_step = 1rps\n    search = bisect\n    max_wall = 1h\n    seed = 7\n")
+    b = EvidenceBuilder(spec_from_text(head % "seed = 7\n"), per_bucket=40)
+    lv1 = b.manifest["backends"][0]["levels"][1]
+    b.client["b0"] = client_rows("b0", lv1["started_at"], lv1["drained_at"] + 1.0)
+    for r in b.records["b0"]:
+        if r["level"] == 1 and r["bucket"] >= 0:
+            start = r["intended_start"] + 0.16
+            r.update(start=start, first_byte=start + 0.1, first_token=start + 0.145, end=start + 1.145, ttft=0.305, latency=1.305)
+    ev = b.build()
+    rows = [dict(r) for r in ev.backends[0].records if r.get("level") == 1]
+    holds, why = probe_judge(spec)("b0", dict(ev.backends[0].entry["levels"][1]), rows, b.client["b0"])
+    assert not holds
+    assert why.startswith(f"INCONCLUSIVE: {RULE}: INCONCLUSIVE — not judged, the load generator's own schedule lag decided it"), why
+
+
+def test_client_healthy_false_judges_the_times_as_measured():
+    spec = _spec(gate="client_healthy = false")
+    v = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.145).build())
+    assert _rule(v).status == "fail" and v.outcome == "FAIL"
