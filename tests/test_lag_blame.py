@@ -157,3 +157,21 @@ def test_client_healthy_false_judges_the_times_as_measured():
     spec = _spec(gate="client_healthy = false")
     v = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.145).build())
     assert _rule(v).status == "fail" and v.outcome == "FAIL"
+
+
+def test_one_level_beside_a_saturated_bucket_and_one_the_lag_decided_is_inconclusive():
+    """Both failing levels are the client's, for two reasons: neither is the server's FAIL."""
+    from soakspec.judge.testing import client_rows
+
+    spec = _spec(levels="[2rps, 4rps]")
+    b = EvidenceBuilder(spec).with_client()
+    w = next(x for x in b.level("a", 0)["buckets"] if x["index"] == 1)  # level 0's bucket 1: event-loop lag 300 ms
+    b.client["a"] = [client_rows("a", r["start"], r["t"], lag=0.3)[0] if w["start"] <= (r["start"] + r["t"]) / 2 < w["end"]
+                     else r for r in b.client["a"]]
+    _timed(b, lag=0.0, ttft=0.3, level=0)
+    _timed(b, lag=0.2, ttft=0.145, level=1)
+    v = judge(spec, b.build())
+    ttft = _rule(v)
+    assert ttft.status == "inconclusive", ttft.message
+    assert ttft.message.startswith("not judged, the load generator was saturated (backend a, rate 2 rps, bucket 1"), ttft.message
+    assert v.outcome == "INCONCLUSIVE"

@@ -1380,12 +1380,9 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     `schedule_kept`): the times every figure is measured from are the client's word, and it
     was wrong -- in that level, and so possibly in any (one load generator wrote them all).
 
-    One more client cause needs no unhealthy bucket: a failing instance of ttft or latency in
-    an open loop without max_concurrency that the same statistic from the actual send
-    (sent_ttft, sent_latency) does not fail (CLIENT_LAG, tagged by `performance._lag_decided`)
-    was decided by the load generator's own schedule lag, within client_schedule_lag or not:
-    it is discounted as one beside a saturated bucket is (`_lag_blocks`), INCONCLUSIVE where
-    every failing instance is, else named beside the FAIL that stands."""
+    One more client cause needs no unhealthy bucket: an open loop's ttft or latency instance
+    that fails only by the load generator's own schedule lag (CLIENT_LAG) is discounted as one
+    beside a saturated bucket is (`_lag_blocks`)."""
     if res.status != "fail":
         return res
     health = next((x for x in results if x.rule == "client_healthy" and x.status == "inconclusive"), None)
@@ -1423,7 +1420,7 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
             gone.append((d, mine))
         else:
             kept.append(d)
-    if not gone:  # no saturated bucket beside any: the schedule lag alone may have decided some
+    if kept and not gone:  # no saturated bucket beside any: the schedule lag alone may have decided some
         return _lag_blocks(res, r, kept)
 
     def beside(mine: Any) -> list[Instance]:  # the unhealthy buckets that overlap `mine`
@@ -1436,15 +1433,19 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
     kept = [d for d in kept if d.cause != CLIENT_LAG]
     if not kept:  # every failure known overlaps one (or none is known): the client may have made it
         times = None if any(m is None for _, m in gone) else _merged([s for _, m in gone for s in zip(*m)])  # type: ignore[misc]
-        shown = beside(times) if gone else [h for h, _ in unhealthy]
-        first = shown[0]
-        more = f" (and {len(shown) - 1} more)" if len(shown) > 1 else ""
-        said = _at(first)
-        if first.cause == CLIENT_CAP and what in (CAP_BROKEN, CAP_UNPROVEN):  # its message leads with what it is: say it once
-            what, said = _cap_blocked(first)
-        return dataclasses.replace(res, status="inconclusive",
-                                   message=f"not judged, {what} ({said}{more}); it measured: {res.message}")
+        return _all_blocked(res, beside(times) if gone else [h for h, _ in unhealthy], what)
     return _discounted(res, r, kept, [(d, beside(mine)) for d, mine in gone[:MAX_SHOWN]], len(gone), what, lagged)
+
+
+def _all_blocked(res: RuleResult, shown: list[Instance], what: str) -> RuleResult:
+    """`client_blocks`' INCONCLUSIVE where every failing instance is beside an unhealthy bucket:
+    named by the first of those (`shown`)."""
+    first = shown[0]
+    more = f" (and {len(shown) - 1} more)" if len(shown) > 1 else ""
+    said = _at(first)
+    if first.cause == CLIENT_CAP and what in (CAP_BROKEN, CAP_UNPROVEN):  # its message leads with what it is: say it once
+        what, said = _cap_blocked(first)
+    return dataclasses.replace(res, status="inconclusive", message=f"not judged, {what} ({said}{more}); it measured: {res.message}")
 
 
 # the `cause` of a failing instance of a time from the intended start (ttft, latency) in an open
@@ -1459,7 +1460,9 @@ LAG_DECIDED_THEM = "the load generator's own schedule lag decided them"
 
 def _lag_blocks(res: RuleResult, r: Rule, kept: list[Instance]) -> RuleResult:
     """`client_blocks` where no saturated bucket is beside a failing instance: those the schedule
-    lag decided (CLIENT_LAG) are discounted. Every one: INCONCLUSIVE, its message the lag's
+    lag decided (CLIENT_LAG: a failing ttft or latency instance of an open loop without
+    max_concurrency whose same statistic from the actual send -- sent_ttft, sent_latency --
+    does not fail, `performance._lag_decided`) are discounted, within client_schedule_lag or not. Every one: INCONCLUSIVE, its message the lag's
     figures ("not judged, the load generator's own schedule lag decided it: backend a, rate 12
     rps: p50(ttft) = 304ms fails < 250ms, but measured from the actual send (p50(sent_ttft)) it
     is 145ms: ..."); some: the FAIL stands on the rest, naming the discounted ones. `kept`:
