@@ -175,3 +175,16 @@ def test_one_level_beside_a_saturated_bucket_and_one_the_lag_decided_is_inconclu
     assert ttft.status == "inconclusive", ttft.message
     assert ttft.message.startswith("not judged, the load generator was saturated (backend a, rate 2 rps, bucket 1"), ttft.message
     assert v.outcome == "INCONCLUSIVE"
+
+
+def test_a_send_figure_that_cannot_be_judged_is_said_so_not_that_it_does_not_fail():
+    """Few requests at p99: the send figure is INCONCLUSIVE (too few samples), the ttft figure
+    FAILs only by the lag. The message said "it does not fail (... needs N more)" -- read as a
+    contradiction by a reviewer; it says the server's own figure cannot be judged."""
+    rule = "p99(ttft) < 250ms per level"
+    spec = _spec(rule)
+    v = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.145).build())
+    r = _rule(v, rule)
+    assert r.status == "inconclusive", r.message
+    assert "measured from the actual send (p99(sent_ttft)) it cannot be judged (" in r.message, r.message
+    assert "it does not fail" not in r.message

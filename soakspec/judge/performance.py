@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 
@@ -755,8 +756,10 @@ def _lag_decided(run: JudgedRun, sc: Scope, rule: Rule, j: Judged) -> Judged:
         return j
     lag = dataclasses.replace(e, metric="schedule_lag", text=e.text.replace(f"({e.metric})", "(schedule_lag)"))
     m = impl_for(lag).measure(sc, lag.agg, lag.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples)
-    from_send = f"it is {mine.observed_text.split(' = ', 1)[-1]}" if mine.observed_text and mine.status == "pass" else \
-        f"it does not fail ({mine.message})"
+    if mine.observed_text and mine.status == "pass":  # "p50(sent_ttft) = 145ms" (or ≈): its figure
+        from_send = f"it is {re.split(' [=≈] ', mine.observed_text, maxsplit=1)[-1]}"
+    else:  # too few requests, or none completed: the server's own figure cannot be judged either
+        from_send = f"it cannot be judged ({mine.message})"
     lag_text = f"{lag.text} = {format_value(m.value, Kind.DURATION)}" if m.value is not None else "schedule_lag"
     note = (f"{inst.observed_text or e.text} fails {rule.op} {rule.threshold_text}, but measured from the actual send "
             f"({sent.text}) {from_send}: the load generator's own schedule lag ({lag_text}) decides it")
