@@ -11,7 +11,7 @@ the user's declared cap) and a closed loop keep their FAIL."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from soakspec.judge import judge
@@ -188,3 +188,96 @@ def test_a_send_figure_that_cannot_be_judged_is_said_so_not_that_it_does_not_fai
     assert r.status == "inconclusive", r.message
     assert "measured from the actual send (p99(sent_ttft)) it cannot be judged (" in r.message, r.message
     assert "it does not fail" not in r.message
+
+
+def _abort(b: EvidenceBuilder, rule: str = "abort p95(ttft) > 300ms per bucket", observed: float = 0.305) -> dict:
+    """The runner's manifest entry for `rule` fired on bucket 0 of backend a's level 0."""
+    lv = b.entry("a")["levels"][0]
+    w = lv["buckets"][0]
+    metric = rule.split("(")[1].split(")")[0]
+    threshold = float(rule.rsplit(" ", 3)[1].removesuffix("ms")) / 1000
+    return {"rule": rule, "builtin": False, "metric": metric, "op": ">", "threshold": threshold, "observed": observed,
+            "agg": "p", "percentile": 95.0, "requests": 20, "backend": "a", "workload": lv["workload"], "level": 0,
+            "level_label": "rate 2 rps", "scope": "bucket", "index": 0, "start": w["start"], "end": w["end"], "at": w["end"] + 1}
+
+
+def _abort_result(v):
+    return next(r for r in v.rules if r.metric == "abort_fired")
+
+
+def test_an_abort_the_schedule_lag_alone_fired_is_not_judged_a_failure():
+    """`abort p95(ttft) > 300ms per bucket` fired at 305 ms on a client sending 160 ms late
+    (within its client_schedule_lag: no saturated bucket) to a server answering in 145 ms: the
+    abort still stopped the load (the runner's), but the gate does not FAIL the server for it."""
+    spec = _spec("failed == 0")
+    b = _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.145)
+    b.manifest["aborts"] = [_abort(b)]
+    v = judge(spec, b.build())
+    r = _abort_result(v)
+    assert _rule(v, "client_healthy").status == "pass"
+    assert r.status == "inconclusive", r.message
+    assert ("not judged a failure: the load generator's own schedule lag decided it (from the send it is 145ms: "
+            "p95(sent_ttft) over the same requests does not fire > 300ms; p95(schedule_lag) = 160ms)") in r.message, r.message
+    assert v.outcome == "INCONCLUSIVE"
+
+
+def test_an_abort_written_before_the_entry_held_its_aggregate_is_read_from_its_rule():
+    spec = _spec("failed == 0")
+    b = _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.145)
+    old = {k: v for k, v in _abort(b, "abort p95(latency) > 1200ms per bucket", 1.305).items() if k not in ("agg", "percentile")}
+    b.manifest["aborts"] = [old]
+    r = _abort_result(judge(spec, b.build()))
+    assert r.status == "inconclusive" and "p95(sent_latency)" in r.message, r.message
+
+
+def test_an_abort_the_servers_own_times_fired_still_fails():
+    spec = _spec("failed == 0")
+    b = _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.3)  # 300 ms from the send: over 250 ms
+    b.manifest["aborts"] = [_abort(b, "abort p95(ttft) > 250ms per bucket", 0.46)]
+    v = judge(spec, b.build())
+    r = _abort_result(v)
+    assert r.status == "fail" and "schedule lag" not in r.message, r.message
+    assert v.outcome == "FAIL"
+    off = _spec("failed == 0", gate=f"{ALLOWANCE}\n  client_healthy = false")  # the client's checks off: as measured
+    b = _timed(EvidenceBuilder(off).with_client(), lag=0.16, ttft=0.145)
+    b.manifest["aborts"] = [_abort(b)]
+    assert _abort_result(judge(off, b.build())).status == "fail"
+
+
+def test_an_abort_at_a_capped_level_still_fails():
+    """Under max_concurrency the time from the intended start holds the wait for a slot under
+    the user's declared cap: what the abort fired on is what users waited, so it stands."""
+    spec = _spec("failed == 0", levels="[2rps]\n    max_concurrency = 4")
+    b = _timed(EvidenceBuilder(spec, scheduled=False).with_client(), lag=0.16, ttft=0.145)
+    b.manifest["aborts"] = [_abort(b)]
+    v = judge(spec, b.build())
+    assert _abort_result(v).status == "fail", _abort_result(v).message
+    assert v.outcome == "FAIL"
+
+
+def test_a_run_cut_by_an_abort_the_lag_decided_is_not_failed_for_being_cut():
+    spec = _spec("completed_run\n  require failed == 0", levels="[2rps, 4rps]")
+    b = _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.145)
+    b.manifest["aborts"] = [_abort(b)]
+    lv = b.entry("a")["levels"][0]
+    lv["completed"] = False
+    b.entry("a")["levels"] = [lv]
+    b.records["a"] = [r for r in b.records["a"] if r["level"] == 0]
+    v = judge(spec, b.build())
+    cut = _rule(v, "completed_run")
+    assert cut.status == "inconclusive" and "its schedule lag decided it" in cut.message, cut.message
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(ttft=st.floats(0.05, 0.6), lag=st.floats(0.0, 0.5))
+def test_an_ttft_abort_is_the_servers_failure_exactly_when_its_figure_from_the_send_fires_too(ttft, lag):
+    """Whatever the lateness (within the allowance) and the server's time: an abort that fired
+    stays a FAIL where the server's own time from the send is over its threshold, and is never
+    one where only the lateness carried it over."""
+    assume(abs(ttft - 0.3) > 1e-6 and abs(lag + ttft - 0.3) > 1e-6)  # not on the threshold: the stamps' rounding decides there
+    spec = _spec("failed == 0")
+    b = _timed(EvidenceBuilder(spec).with_client(), lag=lag, ttft=ttft)
+    b.manifest["aborts"] = [_abort(b, "abort p95(ttft) > 300ms per bucket", lag + ttft)]
+    r = _abort_result(judge(spec, b.build()))
+    lag_alone = ttft <= 0.3 < lag + ttft
+    assert r.status == ("inconclusive" if lag_alone else "fail"), r.message

@@ -715,3 +715,39 @@ def test_a_probe_a_timing_abort_stopped_on_a_saturated_client_is_not_the_servers
     assert high["status"] == "inconclusive" and not high["passed"]
     assert "fired on it; not judged a failure: the load generator was saturated in bucket 0 (" in high["why"], high["why"]  # its own, not "of" another level
     assert sw.result == 2.0 and sw.lower_bound is not None
+
+
+@pytest.mark.parametrize("server_ms", [145, 350], ids=["the lag fired it", "the server fired it"])
+def test_a_probe_a_timing_abort_stopped_on_the_clients_schedule_lag_alone_is_not_the_servers_failure(server_ms):
+    """The 3 rps probe's load generator kept up (no saturated bucket) but sent each request
+    160 ms late, within its client_schedule_lag; `abort p90(ttft) > 300ms per bucket` fired
+    at 305 ms on a server answering in 145 ms from the send. The probe is INCONCLUSIVE in the
+    search, not the server failing at 3 rps; where the server's own 350 ms fired it, it fails."""
+    from soakspec.judge.testing import client_rows
+
+    spec, b = _saturated_sweep(slow=False)
+    lv0, lv1 = b.manifest["backends"][0]["levels"]
+    b.client["b0"] = client_rows("b0", lv0["started_at"], lv1["drained_at"] + 1.0)  # healthy throughout
+    for r in b.records["b0"]:
+        if r["level"] == 1 and r.get("first_token") is not None:
+            start = r["intended_start"] + 0.16
+            r.update(start=start, first_byte=start + server_ms / 1000 - 0.01, first_token=start + server_ms / 1000,
+                     end=start + server_ms / 1000 + 0.5, ttft=0.16 + server_ms / 1000, latency=0.66 + server_ms / 1000)
+    sweep = _sweep_spec("rate = [2rps, 3rps]\n    rate_step = 1rps\n    search = bisect\n    max_wall = 1h\n    seed = 7",
+                        rule="require p90(ttft) < 200ms per level\n  client_schedule_lag = 1s")  # 160 ms late: not saturated
+    spec = spec_from_text(sweep.replace("mode = closed", "mode = open").replace("duration = 10m", "duration = 1m")
+                          .replace("bucket = 5m", "bucket = 20s"))
+    w = lv1["buckets"][0]
+    lv1["stopped_by"] = {"rule": "abort p90(ttft) > 300ms per bucket", "metric": "ttft", "op": ">", "threshold": 0.3,
+                         "agg": "p", "percentile": 90.0, "observed": 0.16 + server_ms / 1000, "backend": "b0",
+                         "workload": "w0", "level": 1, "scope": "bucket", "index": 0, "start": w["start"], "end": w["end"]}
+    b.entry("b0")["sweep"]["probes"][1]["passed"] = False
+    (sw,) = join(spec, b.build()).sweep
+    high = sw.probes[1]
+    assert not high["passed"]
+    if server_ms == 145:
+        assert high["status"] == "inconclusive", high["why"]
+        assert ("fired on it; not judged a failure: the load generator's own schedule lag decided it (from the send it is "
+                "145ms: p90(sent_ttft) over the same requests does not fire > 300ms") in high["why"], high["why"]
+    else:
+        assert high["status"] == "fail" and "schedule lag" not in high["why"], high["why"]

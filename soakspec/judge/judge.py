@@ -27,7 +27,11 @@ validity     Is this a run the gate can speak about? Built in, always run:
                                false` in the gate turns it off;
                abort_fired     only when the manifest records an abort rule that fired
                                (`abort ... per bucket|window`, or the built-in one): FAIL,
-                               naming the rule, where, when and the value it saw.
+                               naming the rule, where, when and the value it saw;
+                               INCONCLUSIVE where a timing abort fired on the client's
+                               lag (a saturated bucket, or an open loop's ttft/latency
+                               whose same figure from the send would not have fired:
+                               `validity.abort_on_client`).
              A failing built-in is INCONCLUSIVE (the evidence cannot support a verdict); the
              spec's own `require completed_run` replaces the built-in and FAILs instead.
 evidence     Is the evidence whole and trustworthy? artifacts_verified is built in and FAILs

@@ -285,16 +285,19 @@ def judge_level(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -
 def _abort_on_client(spec: Spec, evidence: Evidence, stop: Mapping[str, Any]) -> str | None:
     """Why the abort rule that stopped a probe (`stop`, its `stopped_by`) fired on the load
     generator's own lag, or None: a timing abort (CLIENT_SENSITIVE) whose window overlaps a
-    bucket where the client was saturated -- as the gate's abort_fired judges a run's abort.
+    bucket where the client was saturated, or a ttft/latency abort its schedule lag decided
+    (`validity.abort_lag_decided`) -- as the gate's abort_fired judges a run's abort.
     Such a probe did not hold, but the server did not fail it either: INCONCLUSIVE."""
     from soakspec.judge.joined import join
-    from soakspec.judge.validity import CLIENT_SENSITIVE, abort_client_saturated
+    from soakspec.judge.validity import CLIENT_SENSITIVE, abort_client_saturated, abort_lag_decided
 
     if stop.get("metric") not in CLIENT_SENSITIVE:
         return None
-    saturated = abort_client_saturated(join(spec, evidence), dict(stop) | {"level": 0})  # the narrowed run's one level
-    return (f"the load generator was saturated in {saturated}, so the {stop.get('metric')} values the abort rule fired on "
-            "hold the client's own lag") if saturated else None
+    run, one = join(spec, evidence), dict(stop) | {"level": 0}  # the narrowed run's one level
+    saturated = abort_client_saturated(run, one)
+    if saturated:
+        return f"the load generator was saturated in {saturated}, so the {stop.get('metric')} values the abort rule fired on hold the client's own lag"
+    return abort_lag_decided(run, one)
 
 
 def judge_probe(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -> tuple[bool, str]:

@@ -30,7 +30,7 @@ from soakspec.evidence.record import HELD_BACK, WARMUP_BUCKET, outcomes_text
 from soakspec.evidence.record import schedule_lag as record_lag
 from soakspec.judge import schedproof
 from soakspec.judge.capproof import Breach, breaches
-from soakspec.judge.common import abort_observed_text, backend_here, loc, plural, problem, result
+from soakspec.judge.common import OPS, abort_observed_text, backend_here, loc, plural, problem, result
 from soakspec.judge.index import BackendIndex, LevelIndex, capped, req_time, scheduled_in
 from soakspec.judge.joined import JudgedRun
 from soakspec.judge.index import num as num_
@@ -624,8 +624,11 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
     stalled 1.2 s reads a 23 ms server's TTFT p95 as 1.1 s), as a timing rule's FAIL beside a
     saturated bucket is (`client_blocks`). The saturated bucket may be of another level or
     backend (backends that run at once share the client); one at another time does not make the
-    abort inconclusive. The runner cannot tell that live and stops the load all the same -- a
-    stopped load never hammers a server -- so the run is never a PASS either."""
+    abort inconclusive. So is a ttft or latency abort in an open loop without max_concurrency
+    whose window's same statistic from the actual send does not fire (`abort_lag_decided`):
+    the load generator's own schedule lag, within client_schedule_lag, carried it over, as a
+    require rule's CLIENT_LAG instance. The runner cannot tell either live and stops the load
+    all the same -- a stopped load never hammers a server -- so the run is never a PASS either."""
     aborts = run.evidence.manifest.get("aborts")
     if not aborts:
         return None
@@ -649,11 +652,9 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
         what = (f"abort rule '{a.get('rule')}' fired: observed {seen} over {a.get('requests')} requests "
                 f"(threshold {a.get('op')} {limit})" + (f"; {a.get('requests')} requests{none}: {saw}" if saw else "")
                 + "; the rest of the load was not run")
-        saturated = abort_client_saturated(run, a) if a.get("metric") in CLIENT_SENSITIVE else None
-        if saturated:
-            insts.append(problem(f"{what}; not judged a failure: the load generator was saturated in {saturated}, "
-                                 f"so the {a.get('metric')} values it fired on hold the client's own lag", where,
-                                 status="inconclusive"))
+        client = abort_on_client(run, a)
+        if client:
+            insts.append(problem(f"{what}; not judged a failure: {client}", where, status="inconclusive"))
             continue
         insts.append(problem(what, where))
     return result(None, "abort_fired", "validity", "require", insts, "", len(entries))
@@ -686,11 +687,88 @@ def client_cuts(run: JudgedRun) -> dict[str, ClientCut]:
         if not isinstance(a, dict) or a.get("metric") not in CLIENT_SENSITIVE or not isinstance(a.get("backend"), str):
             continue
         saturated = abort_client_saturated(run, a)
-        if saturated:
+        lag = None if saturated else abort_lag_decided(run, a)
+        if saturated or lag:
+            how = f"saturated in {saturated}" if saturated else "its schedule lag decided it"
             out[a["backend"]] = ClientCut(a.get("workload"), a.get("level"),
                                           f"the load was stopped by abort rule '{a.get('rule')}', which fired on the load "
-                                          f"generator's own lag (saturated in {saturated}; see abort_fired), not the server's")
+                                          f"generator's own lag ({how}; see abort_fired), not the server's")
     return out
+
+
+def abort_on_client(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
+    """Why a fired abort (a manifest `aborts` entry, or a sweep probe's `stopped_by`) is the
+    load generator's, not the server's, or None: a timing abort beside a saturated bucket
+    (`abort_client_saturated`), or one the schedule lag within its allowance decided
+    (`abort_lag_decided`). The text follows "not judged a failure: "."""
+    if a.get("metric") not in CLIENT_SENSITIVE:
+        return None
+    saturated = abort_client_saturated(run, a)
+    if saturated:
+        return f"the load generator was saturated in {saturated}, so the {a.get('metric')} values it fired on hold the client's own lag"
+    return abort_lag_decided(run, a)
+
+
+_ABORT_STAT = re.compile(r"\s*(?:abort\s+)?(\w+)\s*\(")
+
+
+def _abort_stat(a: Mapping[str, Any]) -> tuple[str, float | None] | None:
+    """(agg, percentile) of a distribution abort (p with its percentile, mean, min, max), from
+    its entry or, before the entry held them, its rule's text; None for any other."""
+    agg, q = a.get("agg"), num_(a.get("percentile"))
+    if not isinstance(agg, str):
+        m = _ABORT_STAT.match(str(a.get("rule") or ""))
+        name = m.group(1) if m else ""
+        p = re.fullmatch(r"p(\d+(?:\.\d+)?)", name)
+        agg, q = ("p", float(p.group(1))) if p else (name, None)
+    if agg == "p" and q is not None and 0 <= q <= 100:
+        return "p", q
+    return (agg, None) if agg in ("mean", "min", "max") else None
+
+
+def abort_lag_decided(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
+    """Why a ttft or latency abort (a manifest `aborts` entry, or a sweep probe's `stopped_by`)
+    fired on the load generator's own schedule lag, or None: in an open loop without
+    max_concurrency, the same statistic of the same requests -- those the runner judged, the
+    ones its window scheduled (`scope.window_rows`, by intended start, as `runner/abort.py`
+    cuts them) -- from the actual send (sent_ttft, sent_latency: `performance.FROM_SEND`)
+    does not fire, while the same figure from the intended start over them does (the records
+    bear the abort out): what carried them over the threshold was the client's lateness, within
+    client_schedule_lag (a saturated bucket is `abort_client_saturated`'s). Measured with the
+    judge's own measures, as `performance._lag_decided` measures a require rule's failing
+    instance again. None too where the send figure fires as well (the server's own time), where
+    either cannot be computed or the records' own figure does not fire (then nothing shows the
+    lag made the difference; missing data is never the client's excuse), at a capped level (the
+    wait for a slot under the user's declared cap is what users see), in a closed loop, and
+    where the gate says `client_healthy = false`. The runner's firing is unchanged: it stops
+    the load all the same; only whose fault it was is judged here."""
+    from soakspec.judge.performance import FROM_SEND
+    from soakspec.judge.registry import metric
+    from soakspec.judge.scope import Scope, window_rows
+
+    sent_name = FROM_SEND.get(str(a.get("metric")))
+    stat = _abort_stat(a)
+    start, end, threshold, op = num_(a.get("start")), num_(a.get("end")), num_(a.get("threshold")), a.get("op")
+    if sent_name is None or stat is None or not run.gate.client_healthy or op not in OPS:
+        return None
+    if start is None or end is None or threshold is None or end < start:
+        return None
+    found = next(((bi, lv) for bi in run.judged if bi.name == a.get("backend") for lv in bi.levels
+                  if (lv.workload, lv.index) == (a.get("workload"), a.get("level"))), None)
+    if found is None or found[1].entry.get("mode") != "open" or capped(found[1].entry):
+        return None
+    bi, lv = found
+    sc = Scope("window", (bi,), window_rows(lv.records, [start], end)[0], (), lv, None, start, end)
+    agg, q = stat
+    mine = metric(str(a.get("metric"))).measure(sc, agg, q, confidence=run.gate.confidence).value
+    sent = metric(sent_name).measure(sc, agg, q, confidence=run.gate.confidence).value
+    if mine is None or sent is None or not OPS[op](mine, threshold) or OPS[op](sent, threshold):
+        return None
+    lag = metric("schedule_lag").measure(sc, agg, q, confidence=run.gate.confidence).value
+    name = f"p{q:g}" if q is not None else agg
+    lag_text = "" if lag is None else f"; {name}(schedule_lag) = {format_duration(lag)}"
+    return (f"{LAG_DECIDED} (from the send it is {format_duration(sent)}: {name}({sent_name}) over the same "
+            f"requests does not fire {op} {format_duration(threshold)}{lag_text})")
 
 
 def abort_client_saturated(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
