@@ -268,6 +268,18 @@ def test_a_run_cut_by_an_abort_the_lag_decided_is_not_failed_for_being_cut():
     assert cut.status == "inconclusive" and "its schedule lag decided it" in cut.message, cut.message
 
 
+def test_a_warn_the_schedule_lag_decided_stays_warn_and_says_so():
+    spec = small_spec(f"warn {RULE}\n  require failed == 0", mode="open", levels="[2rps]", gate=ALLOWANCE)
+    v = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.145).build())
+    w = _rule(v)
+    assert w.status == "warn", w.message
+    assert ("1 warning level not the server's own time, the load generator's own schedule lag decided it: backend a, "
+            "rate 2 rps: p50(ttft) = 305ms fails < 250ms, but measured from the actual send (p50(sent_ttft)) it is 145ms") in w.message, w.message
+    assert v.outcome == "PASS"  # a warn never decides the verdict
+    slow = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.3).build())
+    assert _rule(slow).status == "warn" and "schedule lag" not in _rule(slow).message
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ttft=st.floats(0.05, 0.6), lag=st.floats(0.0, 0.5))
 def test_an_ttft_abort_is_the_servers_failure_exactly_when_its_figure_from_the_send_fires_too(ttft, lag):
