@@ -92,7 +92,8 @@ def comparison_of(command: str, base_dir: str, new_dir: str, spec_file: str | No
         return loaded
     base_judge, base_ev = loaded
     base = RunSamples.read(base_ev, dir=str(base_dir), judge=base_judge,  # re-derived with --spec, else its own spec
-                           ran=None if spec_file else base_judge, keep=False)  # the spec it ran: its embedded one
+                           ran=None if spec_file else base_judge, keep=False,  # the spec it ran: its embedded one
+                           from_send=_lag_checked(base_judge, rules))
     del loaded, base_ev
     loaded = load_for_judging(command, new_dir, spec_file, name_dir=True)
     if isinstance(loaded, int):
@@ -104,6 +105,17 @@ def comparison_of(command: str, base_dir: str, new_dir: str, spec_file: str | No
                    rules=list(rules_of(spec)) + list(rules), resamples=resamples, seed=seed,
                    allow_rehearsal=spec.gate.allow_rehearsal, workload_change=allow_workload_change,
                    new_spec=None if spec_file else spec, judged_with=(base_judge, spec))
+
+
+def _lag_checked(spec: Any, rules: Sequence[Any]) -> bool:
+    """Whether the base run read up front keeps its open-loop levels' samples from the send (a
+    failing ttft or latency rule's check, `compare._lag_decided`): where a rule named so far --
+    --require, the compare block of the spec it is judged with -- is on ttft or latency (the new
+    run's spec is read after the base's table went; its own rule alone is checked where --spec
+    or --require names it too)."""
+    from soakspec.compare import rules_of
+
+    return any(r.metric in ("ttft", "latency") for r in list(rules_of(spec)) + list(rules))
 
 
 def main(args: argparse.Namespace) -> int:

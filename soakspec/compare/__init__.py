@@ -52,7 +52,9 @@ interval of the comparison (Bonferroni: m rows, each at 1 - (1 - confidence) / m
 made there, and a capped level's pair adds six rows to m. Nor where only one run declared a cap:
 the cap itself changed, and a run read up front (`RunSamples.read(keep=False)`) keeps the sent_*
 samples of its capped levels only -- 8 bytes a request (16 where not compact) it would hold
-for nothing at every other level. A rule on sent_ttft or sent_latency judges the capped
+for nothing at every other level (with `from_send`, an open-loop level's too, for the check
+below). An uncapped open-loop level's sent_* row is made for one purpose only, unshown and
+outside the family: a failing ttft or latency rule's check from the send ("Rules"). A rule on sent_ttft or sent_latency judges the capped
 levels; with none, it is inconclusive and says so. Total token throughput has no row: with the workload held equal (or
 the difference stated, "Comparable runs"), prompt tokens per second are qps times the fixed
 prompt, so its change is a weighted mix of the qps and throughput rows' -- one more row per
@@ -175,7 +177,10 @@ timing figure (ttft, itl, tpot, latency, qps, throughput) whose row fails at a l
 either run's load generator did not keep up (a bucket of it the gate's client_healthy finds
 saturated; every level where it cannot say which: no client.jsonl, requests never sent) is
 inconclusive there, as the gate makes a FAIL that overlaps such a bucket: the change may be the
-client's own lag. A failing row of a level where both kept up still FAILs the rule. The rule takes
+client's own lag. A failing row of a level where both kept up still FAILs the rule -- except a
+ttft or latency row of an open-loop level without max_concurrency in both runs whose same
+statistic from the actual send (sent_ttft, sent_latency) does not fail the limit: the new run's
+client was later, the server was not slower, and the rule is INCONCLUSIVE there (`_lag_decided`). The rule takes
 the worst row; a `warn` rule that fails is WARN (status "warn", as `gate` writes it) and
 never changes the outcome. `ratio(errors) regression <= 1%` bounds the rise of the share of
 unsuccessful requests in percentage points. Without a rule on ratio(errors), a significant rise
@@ -286,7 +291,7 @@ from soakspec.evidence import netpath
 from soakspec.evidence.record import CANCELLED_BY_ABORT
 from soakspec.exitcodes import ExitCode
 from soakspec.judge import stats
-from soakspec.judge.common import fold
+from soakspec.judge.common import Kind, fold, format_value
 from soakspec.judge.evidence import Evidence
 from soakspec.judge.index import BackendIndex, LevelIndex, capped, index
 from soakspec.judge.joined import _time_scale, join
@@ -1269,6 +1274,9 @@ class _LevelSamples:
     def __getitem__(self, name: str) -> Samples:
         return _samples(self.bi, self.lv, BY_NAME[name])
 
+    def lag_p50(self) -> float | None:
+        return _lag_p50(self.lv)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LevelSamples:
@@ -1314,11 +1322,15 @@ class RunSamples:
     sweeps: tuple[SweepFigure, ...] = ()  # each backend's sweep figure, re-judged as the gate does (compare/sweep.py)
 
     @classmethod
-    def read(cls, ev: Evidence, *, dir: str = "run", judge: Any = _RAN, ran: Any = None, keep: bool = True) -> RunSamples:
+    def read(cls, ev: Evidence, *, dir: str = "run", judge: Any = _RAN, ran: Any = None, keep: bool = True,
+             from_send: bool = False) -> RunSamples:
         """`ev` joined as the gate joins it (re-derived by `judge`, by default `ran`: the spec
         the run ran, read from its manifest when not given; None: read as stored; every sweep
         probe kept). `keep`: the samples are read from the table when a row asks (the table
-        stays with them)."""
+        stays with them). `from_send` (keep=False only): an open-loop level without
+        max_concurrency keeps its sent_ttft and sent_latency samples and its schedule lag's p50
+        too, for a failing ttft or latency rule's check from the send (`_lag_decided`); without
+        them such a FAIL stands, with a note."""
         side = _side(dir, ev)
         ran = ran if ran is not None else ran_spec(ev)
         judge = ran if judge is _RAN else judge
@@ -1327,11 +1339,39 @@ class RunSamples:
         swept = ran is not None and sweep_workload(ran) is not None  # (a sweep spec has one backend)
         backends = tuple(BackendSamples(bi.name, tuple(LevelSamples(
             bi.name, lv.workload, lv.index, lv.label, lv.entry,
-            _LevelSamples(bi, lv) if keep else {cm.name: _compact(_samples(bi, lv, cm)) for cm in METRICS if not cm.capped_only or capped(lv.entry)},
+            _LevelSamples(bi, lv) if keep else _read_up_front(bi, lv, from_send),
             _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels),
             swept or isinstance(bi.evidence.entry.get("sweep"), Mapping), network_path(bi.evidence.entry)) for bi in indexes)
         sweeps = figures(judge, ev) if judge is not None else ()  # before the table may go: it reads each probe
         return cls(side, ran, backends, _client_health(run), sweeps)
+
+
+def _open_uncapped(entry: Mapping[str, Any]) -> bool:
+    """An open-loop level without max_concurrency: its ttft and latency hold the load
+    generator's own schedule lag, and nothing else, beyond sent_ttft and sent_latency."""
+    return entry.get("mode") == "open" and not capped(entry)
+
+
+def _lag_p50(lv: LevelIndex) -> float | None:
+    """The p50 of the level's schedule lag (the gate's `schedule_lag`: actual send less
+    intended start), None without one."""
+    vals = np.asarray(metric("schedule_lag").values(lv.records), dtype=np.float64)
+    return float(stats.percentile(vals, 50)) if len(vals) else None  # type: ignore[arg-type]
+
+
+def _read_up_front(bi: BackendIndex, lv: LevelIndex, from_send: bool) -> dict[str, Any]:
+    """A level's samples read at once (`RunSamples.read(keep=False)`): every metric's row
+    samples, sent_* where the level is capped, and with `from_send` at an open-loop level
+    without a cap sent_* and the schedule lag's p50 too (`_lag_decided`)."""
+    lagged = from_send and _open_uncapped(lv.entry)
+    out: dict[str, Any] = {cm.name: _compact(_samples(bi, lv, cm)) for cm in METRICS
+                           if not cm.capped_only or capped(lv.entry) or lagged}
+    if lagged:
+        out[LAG_P50] = _lag_p50(lv)
+    return out
+
+
+LAG_P50 = "schedule_lag p50"  # a level read up front with `from_send`: its schedule lag's p50 (`_read_up_front`)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1531,9 +1571,17 @@ def _turn_pending(backend: str, new_backend: str, a: LevelSamples, z: LevelSampl
             for k in both for cm, stats_ in metrics for stat in stats_]
 
 
-def _judge_rule(rule: CompareRule, rows: Sequence[Row], blocked: Mapping[int, str] | None = None) -> RuleOutcome:
-    """The rule over its rows (the worst decides); a row in `blocked` (`_client_blocked`) that
-    would FAIL is INCONCLUSIVE instead, saying why: the rule FAILs on the other rows' failures."""
+def _fails(rule: CompareRule, r: Row) -> bool:
+    """Whether `r` fails `rule`'s limit: its regression's lower end is past it."""
+    iv = r.regression_interval()
+    return iv is not None and (iv[0] > rule.threshold if rule.op == "<=" else iv[0] >= rule.threshold)
+
+
+def _judge_rule(rule: CompareRule, rows: Sequence[Row], blocked: Mapping[int, str] | None = None,
+                lagged: Mapping[int, str] | None = None) -> RuleOutcome:
+    """The rule over its rows (the worst decides); a row in `blocked` (`_client_blocked`) or
+    `lagged` (`_lag_decided`) that would FAIL is INCONCLUSIVE instead, saying why: the rule
+    FAILs on the other rows' failures."""
     mine = [i for i, r in enumerate(rows) if r.metric == rule.metric and r.stat == rule.stat and r.turn is None]
     if not mine:
         if BY_NAME[rule.metric].capped_only:
@@ -1561,6 +1609,8 @@ def _judge_rule(rule: CompareRule, rows: Sequence[Row], blocked: Mapping[int, st
             msg = f"{where}: regression {signed_percent(lo, u)} .. {signed_percent(hi, u)} (limit {t * 100:g}{u})"
             if st == "fail" and blocked and i in blocked:
                 st, msg = "inconclusive", f"not judged, the load generator was saturated {blocked[i]}; it measured: {msg}"
+            elif st == "fail" and lagged and i in lagged:
+                st, msg = "inconclusive", f"not judged, {lagged[i]}; it measured: {msg}"
         key = (rank[st], iv[1] if iv is not None else -math.inf)  # of one status, the row nearest (or furthest past) the limit
         if worst_key is None or key > worst_key:
             worst, worst_key = (i, st, msg), key
@@ -1692,7 +1742,8 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
                      f"leaves {(1 - confidence) / (2 * m) * 100:.3g}% of the draws beyond each end of a row's interval, "
                      f"and each end needs at least {MIN_TAIL_DRAWS} draws to stand on")
     rows = tuple(_rows(pending, confidence, row_conf, resamples, seed))
-    outcomes = tuple(_judge_rule(r, rows, _client_blocked(r, rows, health)) for r in rules)
+    outcomes = tuple(_judge_rule(r, rows, _client_blocked(r, rows, health),
+                                 _lag_decided(r, rows, pending, (confidence, row_conf, resamples, seed), notes)) for r in rules)
     req = [o for o in outcomes if o.rule.severity == "require"]
     fails: list[str] = []  # reasons to FAIL besides the rules
     unsure: list[str] = []  # reasons to be INCONCLUSIVE besides the rules
@@ -1793,6 +1844,70 @@ def _client_blocked(rule: CompareRule, rows: Sequence[Row], health: Sequence[Cli
         if why:
             out[i] = "; ".join(why)
     return out
+
+
+def _lag_decided(rule: CompareRule, rows: Sequence[Row], pending: Sequence[_Pending],
+                 how: tuple[float, float, int, int], notes: list[str]) -> dict[int, str]:
+    """The rows of a rule on ttft or latency that fail it at an open-loop level without
+    max_concurrency in both runs where the same statistic from the actual send (sent_ttft,
+    sent_latency: `judge.performance.FROM_SEND`) does not fail the same limit, with why: the
+    regression is the new run's load generator being later (its schedule lag, within
+    client_schedule_lag: no saturated bucket, else `_client_blocked` has the row), not the
+    server, and is INCONCLUSIVE, never a FAIL -- as the gate's `performance._lag_decided` makes
+    such an instance. Where the send figure fails too the FAIL stands (the server's own time);
+    a capped level's difference is the wait for a slot, which users see, and a closed loop has
+    none: both judged as measured. The send row is made only for a failing row, by `_row` with
+    the same statistic, interval method, row confidence and seed scheme as the level's sent_*
+    rows where capped (`how`: confidence, row confidence, resamples, seed). It is not one more
+    comparison of the family (m, `family_confidence`): it cannot make a FAIL, only take one
+    back, so it adds no false FAIL for the correction to bound -- and counting it would widen
+    every row of a comparison by rows it does not show. A run read up front without its sent
+    samples (`RunSamples.read(keep=False)` without `from_send`) is not checked: a note says the
+    FAIL stands unchecked. `rows[i]` is `pending[i]`'s row."""
+    from soakspec.judge.performance import FROM_SEND
+
+    if rule.metric not in FROM_SEND:
+        return {}
+    sent = BY_NAME[FROM_SEND[rule.metric]]
+    confidence, row_conf, resamples, seed = how
+    out: dict[int, str] = {}
+    for i, r in enumerate(rows):
+        p = pending[i]
+        if r.metric != rule.metric or r.stat != rule.stat or r.turn is not None or not _fails(rule, r) \
+                or not (_open_uncapped(p.base_lv.entry) and _open_uncapped(p.new_lv.entry)):
+            continue
+        if not all(isinstance(lv.samples, _LevelSamples) or sent.name in lv.samples for lv in (p.base_lv, p.new_lv)):
+            notes.append(f"{r.backend} {r.where}: {rule.stat}({rule.metric}) was not checked from the actual send "
+                         f"(the base run was read without its {sent.name} samples): its FAIL may be the load generator's lag")
+            continue
+        s = _row(dataclasses.replace(p, key=(*p.key[:4], sent.name, p.stat), cm=sent), confidence, row_conf, resamples, seed)
+        if _fails(rule, s):
+            continue
+        out[i] = _lag_said(rule, s, p)
+    return out
+
+
+def _lag_said(rule: CompareRule, s: Row, p: _Pending) -> str:
+    """Why a failing row is the load generator's (`_lag_decided`): the send row's change and
+    interval, and each run's schedule lag p50."""
+    figure = f"{rule.stat}({s.metric})"
+    iv = s.regression_interval()
+    if iv is not None and s.change is not None:
+        send = f"from the actual send {figure} changed {signed_percent(s.change)} [{signed_percent(iv[0])}, {signed_percent(iv[1])}]"
+    else:
+        send = f"from the actual send {figure} cannot be judged ({s.verdict}, n={s.n_base}/{s.n_new}, needs {s.need})"
+    lag = [_lag_of(lv) for lv in (p.new_lv, p.base_lv)]
+    shown = ["unknown" if v is None else format_value(v, Kind.DURATION) for v in lag]
+    return (f"the regression of {rule.stat}({rule.metric}) is the load generator's: {send}; the new run's schedule lag "
+            f"p50 {shown[0]} against the base's {shown[1]}")
+
+
+def _lag_of(lv: LevelSamples) -> float | None:
+    """A level's schedule lag p50: from its table, or as read up front (`_read_up_front`)."""
+    if isinstance(lv.samples, _LevelSamples):
+        return lv.samples.lag_p50()
+    v: Any = lv.samples.get(LAG_P50)
+    return v
 
 
 def _cancelled_by_abort(lv: LevelIndex) -> int:

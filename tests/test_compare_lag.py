@@ -1,0 +1,110 @@
+"""compare's timing rule that FAILs only because the new run's load generator was later: at an
+open-loop level without max_concurrency, ttft and latency run from the intended start and hold
+the client's schedule lag (within client_schedule_lag: no saturated bucket), so a client later
+than the base's could carry a `p50(ttft) regression <= 5%` past its limit with the server
+unchanged. The same statistic from the actual send (sent_ttft) decides: where it does not fail
+the rule is INCONCLUSIVE with the reason, never FAIL (as the gate, tests/test_lag_blame.py);
+where it fails too, capped and closed-loop levels keep their FAIL."""
+
+from __future__ import annotations
+
+import random
+
+from soakspec.compare import RunSamples, compare, parse_rule
+from soakspec.judge.testing import EvidenceBuilder, small_spec
+
+ALLOWANCE = "client_schedule_lag = 1s"  # a client 160 ms late is not saturated: client_healthy passes
+OPEN = small_spec(mode="open", levels="[2rps]", duration="4m", bucket="1m", gate=ALLOWANCE)
+CAPPED = small_spec(mode="open", levels="[2rps]\n    max_concurrency = 4", duration="4m", bucket="1m", gate=ALLOWANCE)
+CLOSED = small_spec(mode="closed", levels="[4]", duration="4m", bucket="1m", gate=ALLOWANCE)
+RULE = "require p50(ttft) regression <= 5%"
+
+
+def timed(spec, seed: int, *, lag: float, server: float, run_id: str, client: bool = True) -> EvidenceBuilder:
+    """400 measured requests, each sent `lag` after its intended start and answered its first
+    token `server` x a lognormal draw (seeded) after the send; ttft and latency from the
+    intended start, as the runner writes them. `client`: with a client.jsonl of a load process
+    that kept up."""
+    b = EvidenceBuilder(spec, per_bucket=100, run_id=run_id)
+    if client:
+        b.with_client()
+    rng = random.Random(seed)
+    for r in b.measured("a"):
+        start = r["intended_start"] + lag
+        s = 0.15 * server * rng.lognormvariate(0.0, 0.2)
+        r.update(start=start, first_byte=start + s - 0.005, first_token=start + s, end=start + s + 1.0,
+                 ttft=None, latency=None)
+    return b
+
+
+def _judged(spec, *, base_lag: float, new_lag: float, server: float = 1.0, rule: str = RULE, client: bool = True):
+    base = timed(spec, 1, lag=base_lag, server=1.0, run_id="base", client=client).build()
+    new = timed(spec, 2, lag=new_lag, server=server, run_id="new", client=client).build()
+    return compare(base, new, resamples=2000, rules=[parse_rule(rule)])
+
+
+def test_a_regression_only_the_new_clients_lag_makes_is_inconclusive_with_the_send_figure_and_both_lags():
+    c = _judged(OPEN, base_lag=0.002, new_lag=0.16)
+    ttft = next(r for r in c.rows if (r.metric, r.stat) == ("ttft", "p50"))
+    assert ttft.verdict == "regression" and ttft.low > 0.05  # from the intended start it did regress
+    out = c.rules[0]
+    assert out.status == "inconclusive", out.message
+    assert out.message.startswith("not judged, the regression of p50(ttft) is the load generator's: from the actual "
+                                  "send p50(sent_ttft) changed "), out.message
+    assert "the new run's schedule lag p50 160ms against the base's 2ms" in out.message, out.message
+    assert "it measured: a " in out.message and "(limit 5%)" in out.message, out.message
+    assert c.outcome == "INCONCLUSIVE"
+    assert not [r for r in c.rows if r.metric.startswith("sent_")]  # the check is no row: the family is as it was
+
+
+def test_latency_is_checked_from_the_send_the_same_way():
+    c = _judged(OPEN, base_lag=0.002, new_lag=0.5, rule="require p50(latency) regression <= 5%")
+    assert c.rules[0].status == "inconclusive" and "p50(sent_latency)" in c.rules[0].message, c.rules[0].message
+
+
+def test_a_server_slower_from_the_send_too_still_fails():
+    c = _judged(OPEN, base_lag=0.002, new_lag=0.16, server=1.5)
+    assert c.rules[0].status == "fail", c.rules[0].message
+    assert "load generator" not in c.rules[0].message
+    assert c.outcome == "FAIL"
+
+
+def test_a_capped_level_keeps_its_fail():
+    """Under max_concurrency the difference from the send is also the wait for a slot, which
+    users see: judged as measured."""
+    c = _judged(CAPPED, base_lag=0.002, new_lag=0.16)
+    assert c.rules[0].status == "fail", c.rules[0].message
+    assert c.outcome == "FAIL"
+
+
+def test_a_closed_loop_keeps_its_fail():
+    """A closed loop's intended start is its send: nothing there is the schedule's lag to take
+    back (the builder's client.jsonl would read this loop's idle workers as saturated: left out,
+    a run that did not measure its client)."""
+    c = _judged(CLOSED, base_lag=0.002, new_lag=0.16, client=False)
+    assert c.rules[0].status == "fail", c.rules[0].message
+
+
+def test_a_base_run_read_up_front_keeps_what_the_check_needs_when_asked():
+    """The command reads the base run up front (`keep=False`): with `from_send` it keeps the
+    open level's sent_* samples and lag, and the rule is INCONCLUSIVE as above; without, the
+    FAIL stands, and a note says it was not checked."""
+    base_ev = timed(OPEN, 1, lag=0.002, server=1.0, run_id="base").build()
+    new_ev = timed(OPEN, 2, lag=0.16, server=1.0, run_id="new").build()
+    rule = [parse_rule(RULE)]
+    kept = compare(RunSamples.read(base_ev, dir="base", keep=False, from_send=True), new_ev, resamples=2000, rules=rule)
+    assert kept.rules[0].status == "inconclusive" and "against the base's 2ms" in kept.rules[0].message
+    bare = compare(RunSamples.read(base_ev, dir="base", keep=False), new_ev, resamples=2000, rules=rule)
+    assert bare.rules[0].status == "fail"
+    assert any("was not checked from the actual send" in n for n in bare.notes), bare.notes
+
+
+def test_the_command_checks_a_require_rule_from_the_send(tmp_path, capsys):
+    """`soakspec compare BASE NEW --require ...` reads the base run up front: it keeps what the
+    check needs, and the lag-only regression exits 3 (INCONCLUSIVE), not 1."""
+    from soakspec.cli import main
+
+    base = timed(OPEN, 1, lag=0.002, server=1.0, run_id="base").write(tmp_path / "base")
+    new = timed(OPEN, 2, lag=0.16, server=1.0, run_id="new").write(tmp_path / "new")
+    assert main(["compare", str(base), str(new), "--resamples", "2000", "--require", "p50(ttft) regression <= 5%"]) == 3
+    assert "is the load generator's" in capsys.readouterr().out
