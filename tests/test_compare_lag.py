@@ -108,3 +108,12 @@ def test_the_command_checks_a_require_rule_from_the_send(tmp_path, capsys):
     new = timed(OPEN, 2, lag=0.16, server=1.0, run_id="new").write(tmp_path / "new")
     assert main(["compare", str(base), str(new), "--resamples", "2000", "--require", "p50(ttft) regression <= 5%"]) == 3
     assert "is the load generator's" in capsys.readouterr().out
+
+
+def test_a_gate_that_does_not_judge_its_client_keeps_the_fail_as_measured():
+    """`client_healthy = false` in the gate: the gate keeps a lag-decided FAIL (judged as
+    measured), and so does compare -- it turned the check off for both runs' clients."""
+    off = small_spec(mode="open", levels="[2rps]", duration="4m", bucket="1m", gate=ALLOWANCE + "\n  client_healthy = false")
+    c = _judged(off, base_lag=0.002, new_lag=0.16)
+    assert c.rules[0].status == "fail", c.rules[0].message
+    assert "load generator" not in c.rules[0].message

@@ -1320,6 +1320,9 @@ class RunSamples:
     backends: tuple[BackendSamples, ...]
     health: ClientHealth | None
     sweeps: tuple[SweepFigure, ...] = ()  # each backend's sweep figure, re-judged as the gate does (compare/sweep.py)
+    # whether its gate judges the load generator (`client_healthy`, on by default): where either
+    # run's says `client_healthy = false`, a lag-decided FAIL stands as measured (`_lag_decided`)
+    client_judged: bool = True
 
     @classmethod
     def read(cls, ev: Evidence, *, dir: str = "run", judge: Any = _RAN, ran: Any = None, keep: bool = True,
@@ -1343,7 +1346,8 @@ class RunSamples:
             _cancelled_by_abort(lv), _TurnSamples(lv) if keep else _turn_samples(lv)) for lv in bi.levels),
             swept or isinstance(bi.evidence.entry.get("sweep"), Mapping), network_path(bi.evidence.entry)) for bi in indexes)
         sweeps = figures(judge, ev) if judge is not None else ()  # before the table may go: it reads each probe
-        return cls(side, ran, backends, _client_health(run), sweeps)
+        return cls(side, ran, backends, _client_health(run), sweeps,
+                   client_judged=run is None or bool(getattr(run.gate, "client_healthy", True)))
 
 
 def _open_uncapped(entry: Mapping[str, Any]) -> bool:
@@ -1742,8 +1746,10 @@ def compare(base: Evidence | RunSamples, new: Evidence | RunSamples, *, base_dir
                      f"leaves {(1 - confidence) / (2 * m) * 100:.3g}% of the draws beyond each end of a row's interval, "
                      f"and each end needs at least {MIN_TAIL_DRAWS} draws to stand on")
     rows = tuple(_rows(pending, confidence, row_conf, resamples, seed))
+    judged = all(r.client_judged for r in read)  # `client_healthy = false` in either run's gate: as measured, as the gate
     outcomes = tuple(_judge_rule(r, rows, _client_blocked(r, rows, health),
-                                 _lag_decided(r, rows, pending, (confidence, row_conf, resamples, seed), notes)) for r in rules)
+                                 _lag_decided(r, rows, pending, (confidence, row_conf, resamples, seed), notes) if judged else {})
+                     for r in rules)
     req = [o for o in outcomes if o.rule.severity == "require"]
     fails: list[str] = []  # reasons to FAIL besides the rules
     unsure: list[str] = []  # reasons to be INCONCLUSIVE besides the rules
