@@ -264,6 +264,12 @@ def _probe(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -> tup
     return ("fail" if first.status == "fail" else "inconclusive"), f"{first.rule}: {first.status.upper()} — {first.message}", None
 
 
+def _proof_fields(proof: schedproof.Proof | None) -> dict[str, Any]:
+    """A probe's schedule proof as its results.json entry holds it: `schedule` (and
+    `schedule_why`), nothing where it has no schedule."""
+    return {} if proof is None else {"schedule": proof.status} | ({"schedule_why": proof.reason} if proof.reason else {})
+
+
 def judge_level(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -> dict[str, Any]:
     """One completed probe, judged as the search reads it -- the gate's re-judgement and the
     runner's own alike: `status` (pass | fail | inconclusive) and `why`; `schedule` (and
@@ -273,7 +279,7 @@ def judge_level(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -
     so no figure of it is the server's -- counted as the server's failure, the search moved
     down. `evidence` is the one-level run (`level_evidence`), `spec` the one-level spec."""
     proof = probe_schedule(evidence)
-    sched = {} if proof is None else {"schedule": proof.status} | ({"schedule_why": proof.reason} if proof.reason else {})
+    sched = _proof_fields(proof)
     if proof is not None and proof.status == schedproof.BROKEN:  # the client's failure, not the load's:
         from soakspec.judge.validity import SCHEDULE_BROKEN  # it neither holds nor fails
 
@@ -284,20 +290,14 @@ def judge_level(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -
 
 def _abort_on_client(spec: Spec, evidence: Evidence, stop: Mapping[str, Any]) -> str | None:
     """Why the abort rule that stopped a probe (`stop`, its `stopped_by`) fired on the load
-    generator's own lag, or None: a timing abort (CLIENT_SENSITIVE) whose window overlaps a
-    bucket where the client was saturated, or a ttft/latency abort its schedule lag decided
-    (`validity.abort_lag_decided`) -- as the gate's abort_fired judges a run's abort.
-    Such a probe did not hold, but the server did not fail it either: INCONCLUSIVE."""
+    generator's own lag, or None: the gate's judgement of a run's abort
+    (`validity.abort_on_client`: a saturated bucket beside it, or its schedule lag within the
+    allowance), on the narrowed run, whose one level is numbered 0. Such a probe did not hold,
+    but the server did not fail it either: INCONCLUSIVE."""
     from soakspec.judge.joined import join
-    from soakspec.judge.validity import CLIENT_SENSITIVE, abort_client_saturated, abort_lag_decided
+    from soakspec.judge.validity import abort_on_client
 
-    if stop.get("metric") not in CLIENT_SENSITIVE:
-        return None
-    run, one = join(spec, evidence), dict(stop) | {"level": 0}  # the narrowed run's one level
-    saturated = abort_client_saturated(run, one)
-    if saturated:
-        return f"the load generator was saturated in {saturated}, so the {stop.get('metric')} values the abort rule fired on hold the client's own lag"
-    return abort_lag_decided(run, one)
+    return abort_on_client(join(spec, evidence), dict(stop) | {"level": 0})
 
 
 def judge_probe(spec: Spec, evidence: Evidence, *, tail_pending: bool = False) -> tuple[bool, str]:
@@ -353,7 +353,7 @@ def _rejudge(spec: Spec, evidence: Evidence, be: BackendEvidence, wl: Workload) 
         stop = e.get("stopped_by") if isinstance(e.get("stopped_by"), Mapping) else {}
         if e.get("completed") is not True or stop:  # cut short, or an abort rule fired on it: it does not hold
             proof = probe_schedule(narrowed)  # every probe's, as the gate's found level's (validity.schedule_kept)
-            j = {} if proof is None else {"schedule": proof.status} | ({"schedule_why": proof.reason} if proof.reason else {})
+            j = _proof_fields(proof)
             if stop:  # an abort rule: the server could not take this load -- unless it fired on the client's own lag
                 j |= {"status": "fail", "why": (f"the probe did not run its full duration{' (stopped by ' + str(stop.get('rule')) + ')' if stop.get('rule') else ''}"
                                                 if e.get("completed") is not True else f"abort rule {stop.get('rule')} fired on it")}
