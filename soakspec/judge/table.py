@@ -1238,8 +1238,8 @@ class TableBuilder:
         # the first chunk's k1 tokens: from the count and the gaps (an absent ITL reads as []); 1
         # where the gaps are unusable (how many the first chunk carried is then not known)
         n, ch = (v if type(v) is int and abs(v) < _INT_LIMIT else -1 for v in (get("output_tokens"), get("chunks")))
-        k1 = int(peaks.first_chunk_tokens(np.array([n]), np.array([ch]), np.array([len(gaps)]))[0]) if ok \
-            else 1 if gaps is not None else int(peaks.first_chunk_tokens(np.array([n]), np.array([ch]), np.array([0]))[0])
+        k1 = 1 if gaps is not None and not ok else \
+            int(peaks.first_chunk_tokens(np.array([n]), np.array([ch]), np.array([len(gaps) if ok else 0]))[0])
         self.peaks.add_one((str(wl), lv), float(ft), gaps if ok else (), k1)
 
     def _server_id(self, i: int, rid: Any, sid: Any) -> None:
