@@ -31,7 +31,6 @@ class JudgedRun:
     backends   planned backend name -> its index (the first backend of that name)
     judged     the planned backends that have evidence, in plan order
     levels     (backend, workload, level index) -> the level's index, for judged backends
-    where_of   (backend, request id) -> the level and bucket holding that measured request
     """
 
     spec: Spec
@@ -45,7 +44,6 @@ class JudgedRun:
     backends: Mapping[str, BackendIndex]
     judged: tuple[BackendIndex, ...]
     levels: Mapping[LevelKey, LevelIndex]
-    where_of: Mapping[tuple[str, str], tuple[LevelIndex, Window]]
     restricted: tuple[str, ...] = ()  # the backends a restricted run (`only`, `--backend`) ran
     not_run: tuple[str, ...] = ()  # the spec's backends a restricted run left out
     retained: bool = False  # judged from retained evidence (`gate`), not right after the run
@@ -101,30 +99,6 @@ class JudgedRun:
 
     def planned_for(self, rule: Rule) -> list[tuple[str, BackendPlan]]:
         return [(n, bp) for n, bp in self.planned.items() if rule.backend is None or n == rule.backend]
-
-
-class _WhereOf(Mapping):
-    """(backend, request id) -> (level, bucket) of each measured request, built only when
-    asked (rules use `JudgedRun.locate`, which needs no map of every request)."""
-
-    def __init__(self, judged: tuple[BackendIndex, ...]) -> None:
-        self._judged = judged
-        self._map: dict[tuple[str, str], tuple[LevelIndex, Window]] | None = None
-
-    def _built(self) -> dict[tuple[str, str], tuple[LevelIndex, Window]]:
-        if self._map is None:
-            self._map = {(bi.name, rid): (lv, w) for bi in self._judged for lv in bi.levels for w in lv.buckets
-                         for rid in w.records.ids()}
-        return self._map
-
-    def __getitem__(self, key: tuple[str, str]) -> tuple[LevelIndex, Window]:
-        return self._built()[key]
-
-    def __iter__(self):
-        return iter(self._built())
-
-    def __len__(self) -> int:
-        return len(self._built())
 
 
 def _time_scale(m: Mapping[str, Any]) -> tuple[float, bool]:
@@ -187,7 +161,6 @@ def join(spec: Spec, evidence: Evidence, *, retained: bool = False, backends: tu
     for bi in judged:
         for lv in bi.levels:
             levels.setdefault((bi.name, lv.workload, lv.index), lv)
-    where_of = _WhereOf(judged)
     not_run = tuple(b.name for b in spec.backends if b.name not in planned) if chosen else ()
     return JudgedRun(spec, evidence, p, time_scale, bad_time_scale, rehearsal, indexes, planned, backends,
-                     judged, levels, where_of, chosen, not_run, retained, gate_only, sweep, ran)
+                     judged, levels, chosen, not_run, retained, gate_only, sweep, ran)
