@@ -6,11 +6,14 @@ while the client sent each request 159 ms late (p50; within the lane's client_sc
 1 s, so no bucket was saturated) and the server's own first tokens all came within 250 ms of
 the send. TTFT from the intended start is right to hold the lateness (coordinated omission),
 but when the lateness is what carries it over the threshold the verdict must not blame the
-server. A figure the server fails from the send too, a capped level (the wait for a slot is
-the user's declared cap) and a closed loop keep their FAIL."""
+server. A figure the server fails from the send too and a closed loop keep their FAIL. At a
+capped level (max_concurrency) the figure is ttft - schedule_lag: the wait for a slot under the
+user's declared cap stays in it, only the client's lateness after the slot comes out; a FAIL
+the cap's wait carries stands."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -105,6 +108,71 @@ def test_a_capped_levels_wait_for_a_slot_is_the_users_and_its_fail_stands():
     assert v.outcome == "FAIL"
 
 
+CAPPED = "[2rps]\n    max_concurrency = 8"
+
+
+def _capped(b: EvidenceBuilder, *, wait: float, lag: float, ttft: float) -> EvidenceBuilder:
+    """A level under max_concurrency: every measured request waited `wait` for its slot
+    (`admitted` that long after its intended start; none where it waited none), was sent `lag`
+    after the slot, and answered its first token `ttft` after the send (its end 100 ms after
+    that); ttft and latency from the intended start, derived as the runner's reader derives them."""
+    for r in b.measured("a"):
+        i = r["intended_start"]
+        start = i + wait + lag
+        r.update(admitted=i + wait if wait else None, start=start, first_byte=start + ttft - 0.01, first_token=start + ttft,
+                 end=start + ttft + 0.1, ttft=None, latency=None)
+    return b
+
+
+def test_a_capped_fail_the_clients_lag_decides_is_inconclusive_and_says_the_slots_wait_is_kept():
+    """At a capped open-loop level each request waited 50 ms for a slot, then the client sent it
+    160 ms late (within its allowance), and the server answered in 145 ms: p50(ttft) 355 ms fails
+    < 250ms. Less the client's own lateness (ttft - schedule_lag: the slot's 50 ms kept) it is
+    195 ms: the lag decided it, so INCONCLUSIVE, saying what the figure is. Before, every capped
+    level kept the FAIL."""
+    spec = _spec(levels=CAPPED)
+    v = judge(spec, _capped(EvidenceBuilder(spec, scheduled=False).with_client(), wait=0.05, lag=0.16, ttft=0.145).build())
+    assert _rule(v, "client_healthy").status == "pass", _rule(v, "client_healthy").message
+    ttft = _rule(v)
+    assert ttft.status == "inconclusive", ttft.message
+    assert ttft.message.startswith("not judged, the load generator's own schedule lag decided it: backend a, "), ttft.message
+    assert ("p50(ttft) = 355ms fails < 250ms, but measured less the load generator's own lateness (p50(ttft - schedule_lag), "
+            "the wait for a slot under max_concurrency kept) it is 195ms: the load generator's own schedule lag "
+            "(p50(schedule_lag) = 160ms) decides it") in ttft.message, ttft.message
+    assert v.outcome == "INCONCLUSIVE"
+    rule = "p50(latency) < 350ms per level"
+    spec = _spec(rule, levels=CAPPED)
+    v = judge(spec, _capped(EvidenceBuilder(spec, scheduled=False).with_client(), wait=0.05, lag=0.16, ttft=0.145).build())
+    assert _rule(v, rule).status == "inconclusive" and "p50(latency - schedule_lag)" in _rule(v, rule).message, _rule(v, rule).message
+
+
+def test_a_capped_fail_the_slots_wait_carries_over_still_fails():
+    """The same client lateness, but each request waited 150 ms for its slot: less the client's
+    lateness it is 295 ms, still over 250 ms -- the wait behind the user's cap is what users
+    see (and the send figure, 145 ms, would have hidden it): the FAIL stands."""
+    spec = _spec(levels=CAPPED)
+    v = judge(spec, _capped(EvidenceBuilder(spec, scheduled=False).with_client(), wait=0.15, lag=0.16, ttft=0.145).build())
+    ttft = _rule(v)
+    assert ttft.status == "fail", ttft.message
+    assert "schedule lag" not in ttft.message and "not judged" not in ttft.message
+    assert v.outcome == "FAIL"
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(wait=st.floats(0.0, 0.2), ttft=st.floats(0.01, 0.24), lag=st.floats(0.0, 2.0))
+def test_schedule_lag_never_turns_a_capped_servers_pass_into_a_fail(wait, ttft, lag):
+    """At a capped level too: a server and cap whose first tokens all came in time from the
+    intended start when the client sent on time (the slot's wait included) are never FAILed for
+    the client's lateness after the slot."""
+    assume(wait + ttft < 0.249)  # on time, it passes
+    spec = _spec(levels=CAPPED)
+    on_time = judge(spec, _capped(EvidenceBuilder(spec, scheduled=False).with_client(), wait=wait, lag=0.0, ttft=ttft).build())
+    assert _rule(on_time).status == "pass", _rule(on_time).message
+    late = judge(spec, _capped(EvidenceBuilder(spec, scheduled=False).with_client(), wait=wait, lag=lag, ttft=ttft).build())
+    assert _rule(late).status != "fail", _rule(late).message
+    assert late.outcome != "FAIL"
+
+
 def test_a_closed_loop_is_unchanged():
     spec = _spec(mode="closed", levels="[2]", gate="")
     b = EvidenceBuilder(spec)  # (no client samples: the builder's closed loop is sparser than its concurrency)
@@ -153,14 +221,46 @@ def test_a_sweep_probe_the_lag_decided_neither_holds_nor_fails():
     assert why.startswith(f"INCONCLUSIVE: {RULE}: INCONCLUSIVE — not judged, the load generator's own schedule lag decided it"), why
 
 
+@pytest.mark.parametrize("wait", [0.05, 0.2], ids=["the lag decided it", "the slot's wait carries it"])
+def test_a_capped_sweep_probe_the_lag_decided_neither_holds_nor_fails(wait):
+    """The same probe under max_concurrency: each request waited `wait` for its slot, then was
+    sent 160 ms late. Less the client's lateness (the slot's wait kept) 50 ms of wait leaves
+    195 ms, under 250 ms: INCONCLUSIVE; 200 ms leaves 345 ms: the server's (and its cap's) fail."""
+    from soakspec.judge.sweep import probe_judge
+    from soakspec.judge.testing import client_rows, spec_from_text
+
+    head = ('soak "s" {}\nbackend "b0" {\n  url = "http://127.0.0.1:8000"\n  runtime {\n    label = "host-staged"\n  }\n}\n'
+            'workload "w0" {\n  load {\n    mode = open\n    rate = [2rps, 3rps]\n    max_concurrency = 8\n    %s  }\n'
+            '  duration = 1m\n  bucket = 20s\n  deadline = 30s\n  follow_up = false\n}\n' f"gate {{\n  {ALLOWANCE}\n  require {RULE}\n}}\n")
+    spec = spec_from_text(head % "rate_step = 1rps\n    search = bisect\n    max_wall = 1h\n    seed = 7\n")
+    b = EvidenceBuilder(spec_from_text(head % "seed = 7\n"), per_bucket=40)
+    lv1 = b.manifest["backends"][0]["levels"][1]
+    b.client["b0"] = client_rows("b0", lv1["started_at"], lv1["drained_at"] + 1.0)
+    for r in b.records["b0"]:
+        if r["level"] == 1 and r["bucket"] >= 0:
+            start = r["intended_start"] + wait + 0.16
+            r.update(admitted=r["intended_start"] + wait, start=start, first_byte=start + 0.1, first_token=start + 0.145,
+                     end=start + 0.245, ttft=None, latency=None)
+    ev = b.build()
+    rows = [dict(r) for r in ev.backends[0].records if r.get("level") == 1]
+    holds, why = probe_judge(spec)("b0", dict(ev.backends[0].entry["levels"][1]), rows, b.client["b0"])
+    assert not holds
+    if wait == 0.2:
+        assert why.startswith(f"{RULE}: FAIL"), why
+        return
+    assert why.startswith(f"INCONCLUSIVE: {RULE}: INCONCLUSIVE — not judged, the load generator's own schedule lag decided it"), why
+    assert "(p50(ttft - schedule_lag), the wait for a slot under max_concurrency kept) it is 195ms" in why, why
+
+
 def test_client_healthy_false_judges_the_times_as_measured():
     spec = _spec(gate="client_healthy = false")
     v = judge(spec, _timed(EvidenceBuilder(spec).with_client(), lag=0.16, ttft=0.145).build())
     assert _rule(v).status == "fail" and v.outcome == "FAIL"
 
 
-def test_one_level_beside_a_saturated_bucket_and_one_the_lag_decided_is_inconclusive():
-    """Both failing levels are the client's, for two reasons: neither is the server's FAIL."""
+def _saturated_and_lagged():
+    """Level 0 (2 rps) fails p50(ttft) beside a saturated bucket; level 1 (4 rps) fails only by
+    the client's 200 ms schedule lag."""
     from soakspec.judge.testing import client_rows
 
     spec = _spec(levels="[2rps, 4rps]")
@@ -170,7 +270,12 @@ def test_one_level_beside_a_saturated_bucket_and_one_the_lag_decided_is_inconclu
                      else r for r in b.client["a"]]
     _timed(b, lag=0.0, ttft=0.3, level=0)
     _timed(b, lag=0.2, ttft=0.145, level=1)
-    v = judge(spec, b.build())
+    return judge(spec, b.build())
+
+
+def test_one_level_beside_a_saturated_bucket_and_one_the_lag_decided_is_inconclusive():
+    """Both failing levels are the client's, for two reasons: neither is the server's FAIL."""
+    v = _saturated_and_lagged()
     ttft = _rule(v)
     assert ttft.status == "inconclusive", ttft.message
     assert ttft.message.startswith("not judged, the load generator was saturated (backend a, rate 2 rps, bucket 1"), ttft.message
@@ -244,15 +349,27 @@ def test_an_abort_the_servers_own_times_fired_still_fails():
     assert _abort_result(judge(off, b.build())).status == "fail"
 
 
-def test_an_abort_at_a_capped_level_still_fails():
+@pytest.mark.parametrize("wait", [0.05, 0.2], ids=["the lag fired it", "the slot's wait fired it"])
+def test_an_abort_at_a_capped_level_fails_where_the_slots_wait_carries_it(wait):
     """Under max_concurrency the time from the intended start holds the wait for a slot under
-    the user's declared cap: what the abort fired on is what users waited, so it stands."""
-    spec = _spec("failed == 0", levels="[2rps]\n    max_concurrency = 4")
-    b = _timed(EvidenceBuilder(spec, scheduled=False).with_client(), lag=0.16, ttft=0.145)
-    b.manifest["aborts"] = [_abort(b)]
+    the user's declared cap (what users waited) and the client's lateness after it. `abort
+    p95(ttft) > 300ms` fired: where the figure less the client's lateness (ttft - schedule_lag,
+    the slot's wait kept) fires too, the FAIL stands; where only the lateness carried it over,
+    it is not judged a failure, and says what the figure is."""
+    spec = _spec("failed == 0", levels=CAPPED)
+    b = _capped(EvidenceBuilder(spec, scheduled=False).with_client(), wait=wait, lag=0.16, ttft=0.145)
+    b.manifest["aborts"] = [_abort(b, observed=wait + 0.305)]
     v = judge(spec, b.build())
-    assert _abort_result(v).status == "fail", _abort_result(v).message
-    assert v.outcome == "FAIL"
+    r = _abort_result(v)
+    if wait == 0.2:
+        assert r.status == "fail" and "schedule lag" not in r.message, r.message
+        assert v.outcome == "FAIL"
+        return
+    assert r.status == "inconclusive", r.message
+    assert ("not judged a failure: the load generator's own schedule lag decided it (less the load generator's own lateness, "
+            "the wait for a slot under max_concurrency kept, it is 195ms: p95(ttft - schedule_lag) over the same requests does "
+            "not fire > 300ms; p95(schedule_lag) = 160ms)") in r.message, r.message
+    assert v.outcome == "INCONCLUSIVE"
 
 
 def test_a_run_cut_by_an_abort_the_lag_decided_is_not_failed_for_being_cut():

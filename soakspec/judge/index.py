@@ -392,7 +392,9 @@ def capped(entry: Mapping[str, Any]) -> bool:
     """Whether a level's manifest entry declares max_concurrency (an int; anything else is no
     cap): where its requests may wait for a slot, its times from the send (`sent_ttft`,
     `sent_latency`) have figures of their own and say what they leave out, its warm-up is kept
-    (`judge/capproof.py`), and `schedule_lag` counts from `admitted`. The one test for it: the
+    (`judge/capproof.py`), `schedule_lag` counts from `admitted`, and a failing ttft or latency
+    is measured again less the client's lateness as ttft - schedule_lag, not from the send
+    (`performance.lag_figure`: the slot's wait kept). The one test for it: the
     judge, compare and the reports all read a cap through this."""
     return type(entry.get("max_concurrency")) is int
 

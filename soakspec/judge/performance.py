@@ -724,45 +724,103 @@ def _client_twin(text: str) -> str:
 
 # the times from the intended start, and the same times from the actual send: an open loop's
 # first token and end less `intended_start` hold the load generator's own lateness
-# (`schedule_lag`), which the same times less `start` do not
+# (`schedule_lag`), which the same times less `start` do not (compare reads this table too)
 FROM_SEND = {"ttft": "sent_ttft", "latency": "sent_latency"}
+# where a level declares max_concurrency the send figure also leaves out the wait for a slot
+# under the user's cap: the figure there is the time less the client's own lateness alone
+LESS_LAG = "{} - schedule_lag"
+CAP_KEPT = "the wait for a slot under max_concurrency kept"
+
+
+@dataclasses.dataclass(frozen=True)
+class LagFigure:
+    """What a failing ttft or latency is measured again with to see whether the load
+    generator's own schedule lag decided it (`lag_figure`): `name` as the messages write it
+    inside the statistic (sent_ttft; ttft - schedule_lag), the catalogue metric that gives its
+    kind and names the requests it leaves out (the send metric; the judge's own figure keeps
+    the metric it is of: the same kind, the same requests), its implementation, and how the
+    messages say what it is: `measured` after "measured " and `keeps` after its name (a
+    require rule's note: "measured from the actual send (p50(sent_ttft))"), `short` before
+    "it is" (an abort's: "from the send it is 145ms")."""
+
+    name: str
+    metric: str
+    impl: MetricImpl
+    measured: str
+    keeps: str
+    short: str
+
+    def text(self, metric: str, stat_text: str) -> str:
+        """`stat_text` ("p50(ttft)") with this figure in place of `metric`."""
+        return stat_text.replace(f"({metric})", f"({self.name})")
+
+
+def lag_figure(run: JudgedRun, metric: str, levels: list[LevelIndex]) -> LagFigure | None:
+    """The figure that takes the load generator's own lateness out of `metric` (ttft, latency)
+    over `levels` (a scope's, or an abort's one), or None where the client's lag cannot decide
+    a failure there: the gate says `client_healthy = false` (the client not judged: its figures
+    as measured), no level is an open loop (a closed loop's intended start is its send), or
+    `metric` is no time from the intended start. The one predicate the require rules
+    (`_lag_decided`) and the abort rules (`validity.abort_lag_decided`) both ask.
+
+    Decision: the figure is `metric - schedule_lag` per request, the time less only the
+    client's lateness. Where no level declares max_concurrency that is the time from the
+    actual send, exactly (schedule_lag = start - intended_start), and the registered send
+    metric (sent_ttft, sent_latency) is used and named, as before. Where one does
+    (`index.capped`), schedule_lag counts from `admitted` (when the request got its slot), so
+    the figure is (admitted - intended_start) + (stamp - start): the wait behind the user's
+    declared cap -- which users see, and which must stay in the figure -- kept, the client's
+    lateness after it out; the send figure would take the cap's wait out too. It is the judge's
+    own figure (`registry.LESS_LAG`), not a metric a spec may write: a spec has ttft and
+    sent_ttft for what users and the server see; this one only answers whose lateness carried
+    a failure over its threshold. A record at a capped level without `admitted` found its slot
+    free (the runner writes it only after a wait: `runner/load.py` `Slots`), so its lateness is
+    all the client's -- as client_healthy reads the same records (`validity._lags`), the cap
+    proven from them (`cap_kept`)."""
+    from soakspec.judge.index import capped
+    from soakspec.judge.registry import LESS_LAG as LESS_LAG_IMPLS, metric as registered
+
+    if metric not in FROM_SEND or not run.gate.client_healthy or not any(lv.entry.get("mode") == "open" for lv in levels):
+        return None
+    if any(capped(lv.entry) for lv in levels):
+        return LagFigure(LESS_LAG.format(metric), metric, LESS_LAG_IMPLS[metric], "less the load generator's own lateness",
+                         f", {CAP_KEPT}", f"less the load generator's own lateness, {CAP_KEPT},")
+    return LagFigure(FROM_SEND[metric], FROM_SEND[metric], registered(FROM_SEND[metric]), "from the actual send", "", "from the send")
 
 
 def _lag_decided(run: JudgedRun, sc: Scope, rule: Rule, j: Judged) -> Judged:
     """A failing instance of a time from the intended start (FROM_SEND), tagged CLIENT_LAG when
-    the same statistic over the same scope from the actual send does not fail: the load
-    generator's schedule lag, added to every open-loop time (rightly: coordinated omission),
-    is what carried it over the threshold, so `validity.client_blocks` makes it INCONCLUSIVE,
-    never the server's FAIL. Untouched where the send figure fails too (the server's own time),
-    in a scope with no open-loop level (a closed loop's intended start is its send), and in one
-    with a level that declares max_concurrency: there the difference also holds the wait for a
-    slot under the user's declared cap, which users see, so the FAIL stands; and where the gate
-    says `client_healthy = false`. Measured again with the same vectorised measures, and only
+    the same statistic over the same scope less the load generator's own lateness
+    (`lag_figure`: from the actual send; at a level under max_concurrency, ttft -
+    schedule_lag, the wait for a slot under the user's cap kept) does not fail: the client's
+    schedule lag, added to every open-loop time (rightly: coordinated omission), is what
+    carried it over the threshold, so `validity.client_blocks` makes it INCONCLUSIVE, never the
+    server's FAIL. Untouched where that figure fails too (the server's own time, or the cap's
+    wait), and where `lag_figure` says the lag cannot decide (the gate's `client_healthy =
+    false`, no open-loop level). Measured again with the same vectorised measures, and only
     for failing instances."""
-    from soakspec.judge.index import capped
     from soakspec.judge.registry import impl_for
     from soakspec.judge.validity import CLIENT_LAG
 
     inst = j[0]
-    if not run.gate.client_healthy:  # the gate turned the client's checks off: judged as measured
-        return j
-    levels = [sc.level] if sc.level is not None else [lv for bi in sc.backends for lv in bi.levels]
-    if not any(lv.entry.get("mode") == "open" for lv in levels) or any(capped(lv.entry) for lv in levels):
-        return j
     e = rule.expr
-    sent = dataclasses.replace(e, metric=FROM_SEND[e.metric], text=e.text.replace(f"({e.metric})", f"({FROM_SEND[e.metric]})"))
-    mine = _instance(run, sc, dataclasses.replace(rule, expr=sent), impl_for(sent))[0]
+    levels = [sc.level] if sc.level is not None else [lv for bi in sc.backends for lv in bi.levels]
+    fig = lag_figure(run, e.metric, levels)
+    if fig is None:
+        return j
+    own = dataclasses.replace(e, metric=fig.metric, text=fig.text(e.metric, e.text))
+    mine = _instance(run, sc, dataclasses.replace(rule, expr=own), fig.impl)[0]
     if mine.status == "fail":
         return j
     lag = dataclasses.replace(e, metric="schedule_lag", text=e.text.replace(f"({e.metric})", "(schedule_lag)"))
     m = impl_for(lag).measure(sc, lag.agg, lag.percentile, confidence=run.gate.confidence, min_samples=run.gate.min_samples)
     if mine.observed_text and mine.status == "pass":  # "p50(sent_ttft) = 145ms" (or ≈): its figure
-        from_send = f"it is {re.split(' [=≈] ', mine.observed_text, maxsplit=1)[-1]}"
+        figure = f"it is {re.split(' [=≈] ', mine.observed_text, maxsplit=1)[-1]}"
     else:  # too few requests, or none completed: the server's own figure cannot be judged either
-        from_send = f"it cannot be judged ({mine.message})"
+        figure = f"it cannot be judged ({mine.message})"
     lag_text = f"{lag.text} = {format_value(m.value, Kind.DURATION)}" if m.value is not None else "schedule_lag"
-    note = (f"{inst.observed_text or e.text} fails {rule.op} {rule.threshold_text}, but measured from the actual send "
-            f"({sent.text}) {from_send}: the load generator's own schedule lag ({lag_text}) decides it")
+    note = (f"{inst.observed_text or e.text} fails {rule.op} {rule.threshold_text}, but measured {fig.measured} "
+            f"({own.text}{fig.keeps}) {figure}: the load generator's own schedule lag ({lag_text}) decides it")
     return dataclasses.replace(inst, cause=CLIENT_LAG, lag_note=note), j[1], j[2]
 
 

@@ -116,6 +116,19 @@ RULES: tuple[Entry, ...] = (
 
 BY_NAME: Mapping[str, Entry] = {e.name: e for e in RULES}
 
+# The judge's own figures of ttft and latency less the load generator's own lateness (ttft -
+# schedule_lag: the wait for a slot under max_concurrency kept, `measures._less_lag`), by the
+# metric they are measured again for: never written in a spec (no rule names them, so they are
+# not in RULES or the catalogue). `performance.lag_figure` measures a failing ttft or latency
+# instance at a capped open-loop level again with them, as it does an uncapped one with
+# sent_ttft and sent_latency (equal to these there); each counts the same requests, timed-out
+# and untimed ones alike, as the figure it stands beside.
+LESS_LAG: Mapping[str, M.MetricImpl] = {
+    "ttft": M.PerRequest(M.ttft_less_lag, when_timed_out=M.ttft_less_lag, untimed_low=M.first_byte_wait_less_lag,
+                         elapsed=M.latency_less_lag, excluded_as="ttft"),
+    "latency": M.PerRequest(M.latency_less_lag, when_timed_out=M.unmeasured, elapsed=M.latency_less_lag),
+}
+
 
 def metric(name: str) -> M.MetricImpl:
     """The implementation of performance metric `name` (KeyError: no such metric)."""

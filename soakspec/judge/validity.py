@@ -624,8 +624,9 @@ def abort_fired(run: JudgedRun, rule: Rule | None = None) -> RuleResult | None:
     stalled 1.2 s reads a 23 ms server's TTFT p95 as 1.1 s), as a timing rule's FAIL beside a
     saturated bucket is (`client_blocks`). The saturated bucket may be of another level or
     backend (backends that run at once share the client); one at another time does not make the
-    abort inconclusive. So is a ttft or latency abort in an open loop without max_concurrency
-    whose window's same statistic from the actual send does not fire (`abort_lag_decided`):
+    abort inconclusive. So is a ttft or latency abort in an open loop whose window's same
+    statistic less the client's own lateness -- from the actual send; under max_concurrency,
+    ttft - schedule_lag, the wait for a slot kept -- does not fire (`abort_lag_decided`):
     the load generator's own schedule lag, within client_schedule_lag, carried it over, as a
     require rule's CLIENT_LAG instance. The runner cannot tell either live and stops the load
     all the same -- a stopped load never hammers a server -- so the run is never a PASS either."""
@@ -680,33 +681,54 @@ class ClientCut:
 
 
 def client_cuts(run: JudgedRun) -> dict[str, ClientCut]:
-    """The backends whose load a timing abort fired on the client's own lag stopped (by name)."""
+    """The backends whose load a timing abort fired on the client's own lag stopped (by name):
+    those `abort_fired` judges INCONCLUSIVE, by the same decision (`_abort_blame`)."""
     aborts = run.evidence.manifest.get("aborts")
     out: dict[str, ClientCut] = {}
     for a in (aborts if isinstance(aborts, list) else [aborts] if aborts else []):
-        if not isinstance(a, dict) or a.get("metric") not in CLIENT_SENSITIVE or not isinstance(a.get("backend"), str):
+        if not isinstance(a, dict) or not isinstance(a.get("backend"), str):
             continue
-        saturated = abort_client_saturated(run, a)
-        lag = None if saturated else abort_lag_decided(run, a)
-        if saturated or lag:
-            how = f"saturated in {saturated}" if saturated else "its schedule lag decided it"
+        blame = _abort_blame(run, a)
+        if blame is not None:
             out[a["backend"]] = ClientCut(a.get("workload"), a.get("level"),
                                           f"the load was stopped by abort rule '{a.get('rule')}', which fired on the load "
-                                          f"generator's own lag ({how}; see abort_fired), not the server's")
+                                          f"generator's own lag ({blame.how}; see abort_fired), not the server's")
     return out
+
+
+@dataclasses.dataclass(frozen=True)
+class AbortBlame:
+    """Why a fired abort is the load generator's (`_abort_blame`): `how` in a few words, for a
+    cut's note ("saturated in bucket 1 (...)", "its schedule lag decided it"), and `why`, the
+    whole reason, after "not judged a failure: " (`abort_on_client`)."""
+
+    how: str
+    why: str
+
+
+def _abort_blame(run: JudgedRun, a: Mapping[str, Any]) -> AbortBlame | None:
+    """The one decision whether a fired abort is the client's: a timing abort
+    (CLIENT_SENSITIVE) beside a saturated bucket (`abort_client_saturated`), else a ttft or
+    latency abort its schedule lag within the allowance decided (`abort_lag_decided`); None:
+    the server's. `abort_on_client` says its `why`, `client_cuts` its `how`."""
+    if a.get("metric") not in CLIENT_SENSITIVE:
+        return None
+    saturated = abort_client_saturated(run, a)
+    if saturated:
+        return AbortBlame(f"saturated in {saturated}", f"the load generator was saturated in {saturated}, so the "
+                                                        f"{a.get('metric')} values it fired on hold the client's own lag")
+    lag = abort_lag_decided(run, a)
+    return AbortBlame("its schedule lag decided it", lag) if lag else None
 
 
 def abort_on_client(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
     """Why a fired abort (a manifest `aborts` entry, or a sweep probe's `stopped_by`) is the
     load generator's, not the server's, or None: a timing abort beside a saturated bucket
     (`abort_client_saturated`), or one the schedule lag within its allowance decided
-    (`abort_lag_decided`). The text follows "not judged a failure: "."""
-    if a.get("metric") not in CLIENT_SENSITIVE:
-        return None
-    saturated = abort_client_saturated(run, a)
-    if saturated:
-        return f"the load generator was saturated in {saturated}, so the {a.get('metric')} values it fired on hold the client's own lag"
-    return abort_lag_decided(run, a)
+    (`abort_lag_decided`) -- `_abort_blame`, the decision `client_cuts` reads too. The text
+    follows "not judged a failure: "."""
+    blame = _abort_blame(run, a)
+    return blame.why if blame is not None else None
 
 
 _ABORT_STAT = re.compile(r"\s*(?:abort\s+)?(\w+)\s*\(")
@@ -728,46 +750,46 @@ def _abort_stat(a: Mapping[str, Any]) -> tuple[str, float | None] | None:
 
 def abort_lag_decided(run: JudgedRun, a: Mapping[str, Any]) -> str | None:
     """Why a ttft or latency abort (a manifest `aborts` entry, or a sweep probe's `stopped_by`)
-    fired on the load generator's own schedule lag, or None: in an open loop without
-    max_concurrency, the same statistic of the same requests -- those the runner judged, the
-    ones its window scheduled (`scope.window_rows`, by intended start, as `runner/abort.py`
-    cuts them) -- from the actual send (sent_ttft, sent_latency: `performance.FROM_SEND`)
-    does not fire, while the same figure from the intended start over them does (the records
-    bear the abort out): what carried them over the threshold was the client's lateness, within
-    client_schedule_lag (a saturated bucket is `abort_client_saturated`'s). Measured with the
-    judge's own measures, as `performance._lag_decided` measures a require rule's failing
-    instance again. None too where the send figure fires as well (the server's own time), where
-    either cannot be computed or the records' own figure does not fire (then nothing shows the
-    lag made the difference; missing data is never the client's excuse), at a capped level (the
-    wait for a slot under the user's declared cap is what users see), in a closed loop, and
-    where the gate says `client_healthy = false`. The runner's firing is unchanged: it stops
-    the load all the same; only whose fault it was is judged here."""
-    from soakspec.judge.performance import FROM_SEND
+    fired on the load generator's own schedule lag, or None: in an open loop, the same
+    statistic of the same requests -- those the runner judged, the ones its window scheduled
+    (`scope.window_rows`, by intended start, as `runner/abort.py` cuts them) -- less the
+    client's own lateness (`performance.lag_figure`: from the actual send, sent_ttft and
+    sent_latency; at a level under max_concurrency ttft - schedule_lag, the wait for a slot
+    under the user's cap kept) does not fire, while the same figure from the intended start
+    over them does (the records bear the abort out): what carried them over the threshold was
+    the client's lateness, within client_schedule_lag (a saturated bucket is
+    `abort_client_saturated`'s). Measured with the judge's own measures, as
+    `performance._lag_decided` measures a require rule's failing instance again. None too
+    where that figure fires as well (the server's own time, or the cap's wait), where either
+    cannot be computed or the records' own figure does not fire (then nothing shows the lag
+    made the difference; missing data is never the client's excuse), and where `lag_figure`
+    says the lag cannot decide (a closed loop, the gate's `client_healthy = false`). The
+    runner's firing is unchanged: it stops the load all the same; only whose fault it was is
+    judged here."""
+    from soakspec.judge.performance import lag_figure
     from soakspec.judge.registry import metric
     from soakspec.judge.scope import Scope, window_rows
 
-    sent_name = FROM_SEND.get(str(a.get("metric")))
     stat = _abort_stat(a)
     start, end, threshold, op = num_(a.get("start")), num_(a.get("end")), num_(a.get("threshold")), a.get("op")
-    if sent_name is None or stat is None or not run.gate.client_healthy or op not in OPS:
-        return None
-    if start is None or end is None or threshold is None or end < start:
+    if stat is None or op not in OPS or start is None or end is None or threshold is None or end < start:
         return None
     found = next(((bi, lv) for bi in run.judged if bi.name == a.get("backend") for lv in bi.levels
                   if (lv.workload, lv.index) == (a.get("workload"), a.get("level"))), None)
-    if found is None or found[1].entry.get("mode") != "open" or capped(found[1].entry):
+    fig = lag_figure(run, str(a.get("metric")), [found[1]]) if found is not None else None
+    if fig is None:
         return None
     bi, lv = found
     sc = Scope("window", (bi,), window_rows(lv.records, [start], end)[0], (), lv, None, start, end)
     agg, q = stat
     mine = metric(str(a.get("metric"))).measure(sc, agg, q, confidence=run.gate.confidence).value
-    sent = metric(sent_name).measure(sc, agg, q, confidence=run.gate.confidence).value
-    if mine is None or sent is None or not OPS[op](mine, threshold) or OPS[op](sent, threshold):
+    less = fig.impl.measure(sc, agg, q, confidence=run.gate.confidence).value
+    if mine is None or less is None or not OPS[op](mine, threshold) or OPS[op](less, threshold):
         return None
     lag = metric("schedule_lag").measure(sc, agg, q, confidence=run.gate.confidence).value
     name = f"p{q:g}" if q is not None else agg
     lag_text = "" if lag is None else f"; {name}(schedule_lag) = {format_duration(lag)}"
-    return (f"{LAG_DECIDED} (from the send it is {format_duration(sent)}: {name}({sent_name}) over the same "
+    return (f"{LAG_DECIDED} ({fig.short} it is {format_duration(less)}: {name}({fig.name}) over the same "
             f"requests does not fire {op} {format_duration(threshold)}{lag_text})")
 
 
@@ -1529,8 +1551,9 @@ def _all_blocked(res: RuleResult, shown: list[Instance], what: str) -> RuleResul
 
 
 # the `cause` of a failing instance of a time from the intended start (ttft, latency) in an open
-# loop without max_concurrency that the same figure from the actual send (sent_ttft,
-# sent_latency) does not fail (`performance._lag_decided`, its `lag_note` the figures): the load
+# loop that the same figure less the client's own lateness (`performance.lag_figure`: from the
+# actual send, sent_ttft and sent_latency; under max_concurrency ttft - schedule_lag, the wait
+# for a slot kept) does not fail (`performance._lag_decided`, its `lag_note` the figures): the load
 # generator's own schedule lag decided it -- within the gate's client_schedule_lag, so no bucket
 # was saturated, yet it was the client's lateness the rule saw over the threshold
 CLIENT_LAG = "client_lag"
@@ -1540,9 +1563,9 @@ LAG_DECIDED_THEM = "the load generator's own schedule lag decided them"
 
 def _lag_blocks(res: RuleResult, r: Rule, kept: list[Instance]) -> RuleResult:
     """`client_blocks` where no saturated bucket is beside a failing instance: those the schedule
-    lag decided (CLIENT_LAG: a failing ttft or latency instance of an open loop without
-    max_concurrency whose same statistic from the actual send -- sent_ttft, sent_latency --
-    does not fail, `performance._lag_decided`) are discounted, within client_schedule_lag or not. Every one: INCONCLUSIVE, its message the lag's
+    lag decided (CLIENT_LAG: a failing ttft or latency instance of an open loop whose same
+    statistic less the client's own lateness -- sent_ttft, sent_latency; under max_concurrency
+    ttft - schedule_lag -- does not fail, `performance._lag_decided`) are discounted, within client_schedule_lag or not. Every one: INCONCLUSIVE, its message the lag's
     figures ("not judged, the load generator's own schedule lag decided it: backend a, rate 12
     rps: p50(ttft) = 304ms fails < 250ms, but measured from the actual send (p50(sent_ttft)) it
     is 145ms: ..."); some: the FAIL stands on the rest, naming the discounted ones. `kept`:
