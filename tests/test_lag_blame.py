@@ -282,6 +282,16 @@ def test_one_level_beside_a_saturated_bucket_and_one_the_lag_decided_is_inconclu
     assert v.outcome == "INCONCLUSIVE"
 
 
+def test_a_mixed_inconclusive_names_both_causes():
+    """The INCONCLUSIVE named the saturated bucket only: the 4 rps level, which the schedule
+    lag decided, read as if it too were beside the saturation (or as the server's figure). Both
+    causes are said, the lag-decided level with its figures."""
+    msg = _rule(_saturated_and_lagged()).message
+    assert ("; 1 failing level discounted, the load generator's own schedule lag decided it: backend a, rate 4 rps: "
+            "p50(ttft) = 345ms fails < 250ms, but measured from the actual send (p50(sent_ttft)) it is 145ms") in msg, msg
+    assert msg.index("saturated") < msg.index("schedule lag decided it") < msg.index("; it measured: "), msg
+
+
 def test_a_send_figure_that_cannot_be_judged_is_said_so_not_that_it_does_not_fail():
     """Few requests at p99: the send figure is INCONCLUSIVE (too few samples), the ttft figure
     FAILs only by the lag. The message said "it does not fail (... needs N more)" -- read as a

@@ -677,6 +677,28 @@ def test_a_probe_whose_load_generator_was_saturated_neither_holds_nor_fails(slow
             "generator was not healthy, see client_healthy))") in sweep.message
 
 
+def test_two_saturated_probes_count_their_problems_once():
+    """Probes at 3 and 4 rps both ran with the load generator saturated, in each of their 3
+    buckets. client_healthy read "...busy (and 2 more) (and 1 more)": the first probe's other
+    buckets, then the run's other probe, two counts side by side that a reader could not tell
+    apart. The probe's own count is folded in front, the run's said once."""
+    from soakspec.judge.testing import client_rows
+
+    sweep = _sweep_spec("rate = [2rps, 4rps]\n    rate_step = 1rps\n    search = bisect\n    max_wall = 1h\n    seed = 7").replace(
+        "mode = closed", "mode = open").replace("duration = 10m", "duration = 1m").replace("bucket = 5m", "bucket = 20s")
+    plain = spec_from_text(sweep.replace("rate = [2rps, 4rps]\n    rate_step = 1rps\n    search = bisect\n    max_wall = 1h\n    ",
+                                         "rate = [2rps, 3rps, 4rps]\n    "))
+    b = EvidenceBuilder(plain, per_bucket=40)
+    lv0, lv1, lv2 = b.manifest["backends"][0]["levels"]
+    b.client["b0"] = client_rows("b0", lv0["started_at"], lv1["started_at"]) + client_rows("b0", lv1["started_at"], lv2["drained_at"] + 1.0, lag=0.2)
+    b.entry("b0")["sweep"] = {"probes": [{"level": i, "value": float(i + 2), "passed": True} for i in range(3)], "bounded_by_wall_time": False}
+    (health,) = [r for r in judge(spec_from_text(sweep), b.build()).rules if r.rule == "client_healthy"]
+    assert health.status == "inconclusive"
+    assert health.message.count("more)") == 1, health.message
+    assert health.message.startswith("the sweep's probe at 3 rps is INCONCLUSIVE in the search on 3 problems, the first: backend b0, "), health.message
+    assert health.message.endswith("event-loop lag p99 200 ms (limit 50 ms), machine CPU 30 % busy (and 1 more)"), health.message
+
+
 def test_the_runners_own_judgement_of_a_probe_runs_the_gates_per_probe_checks():
     """The runner decides its next probe from its own judgement (`probe_judge`): a probe off
     its schedule, or with its load generator saturated, does not hold there either -- it said

@@ -1301,9 +1301,23 @@ def _sweep_health(run: JudgedRun) -> list[Instance]:
         for p in sw.probes:
             if p["level"] != found and p.get("client"):
                 out.append(Instance("inconclusive", Location(backend=sw.backend, workload=sw.workload, level=p["level"]), None, None, None,
-                                    f"the sweep's probe at {p['value']:g}{unit} is INCONCLUSIVE in the search: {p['client']}",
+                                    f"the sweep's probe at {p['value']:g}{unit} is INCONCLUSIVE in the search{_probe_said(p['client'])}",
                                     cause=CLIENT_PROBE))
     return out
+
+
+_AND_MORE = re.compile(r"(.*) \(and (\d+) more\)", re.S)
+
+
+def _probe_said(client: str) -> str:
+    """A probe's client_healthy message (its first problem, " (and N more)" of its own after it)
+    as the run's client_healthy says it: its count folded in front (": backend b0, ... (and 2
+    more)" -> " on 3 problems, the first: backend b0, ..."), so that the run's own " (and N
+    more)" -- its other probes and buckets, `result` -- is the only one, not a second beside it."""
+    m = _AND_MORE.fullmatch(client)
+    if m is None:
+        return f": {client}"
+    return f" on {int(m.group(2)) + 1} problems, the first: {m.group(1)}"
 
 
 def _schedule_said(off: list[Instance], proven: int, unproven: str, run: JudgedRun) -> str:
@@ -1533,21 +1547,35 @@ def client_blocks(run: JudgedRun, results: list[RuleResult], r: Rule, res: RuleR
         what = CAP_BROKEN if any(h.message.startswith(CAP_BROKEN) for h, _ in unhealthy) else CAP_UNPROVEN
     lagged = [d for d in kept if d.cause == CLIENT_LAG]  # apart from every saturated bucket, but decided by the lag
     kept = [d for d in kept if d.cause != CLIENT_LAG]
-    if not kept:  # every failure known overlaps one (or none is known): the client may have made it
+    if not kept:  # every failure known overlaps one (or none is known), or the lag decided it: the client may have made it
         times = None if any(m is None for _, m in gone) else _merged([s for _, m in gone for s in zip(*m)])  # type: ignore[misc]
-        return _all_blocked(res, beside(times) if gone else [h for h, _ in unhealthy], what)
+        return _all_blocked(res, r, beside(times) if gone else [h for h, _ in unhealthy], what, lagged)
     return _discounted(res, r, kept, [(d, beside(mine)) for d, mine in gone[:MAX_SHOWN]], len(gone), what, lagged)
 
 
-def _all_blocked(res: RuleResult, shown: list[Instance], what: str) -> RuleResult:
-    """`client_blocks`' INCONCLUSIVE where every failing instance is beside an unhealthy bucket:
-    named by the first of those (`shown`)."""
+def _all_blocked(res: RuleResult, r: Rule, shown: list[Instance], what: str, lagged: list[Instance]) -> RuleResult:
+    """`client_blocks`' INCONCLUSIVE where every failing instance is beside an unhealthy bucket
+    or was decided by the schedule lag (`lagged`, CLIENT_LAG): named by the first unhealthy
+    bucket (`shown`), then the lag-decided ones -- each cause said, not the saturation alone."""
     first = shown[0]
     more = f" (and {len(shown) - 1} more)" if len(shown) > 1 else ""
     said = _at(first)
     if first.cause == CLIENT_CAP and what in (CAP_BROKEN, CAP_UNPROVEN):  # its message leads with what it is: say it once
         what, said = _cap_blocked(first)
-    return dataclasses.replace(res, status="inconclusive", message=f"not judged, {what} ({said}{more}); it measured: {res.message}")
+    return dataclasses.replace(res, status="inconclusive",
+                               message=f"not judged, {what} ({said}{more}){_lag_said(r, lagged)}; it measured: {res.message}")
+
+
+def _lag_said(r: Rule, lagged: list[Instance]) -> str:
+    """"; 1 failing level discounted, the load generator's own schedule lag decided it: backend
+    a, rate 4 rps: p50(ttft) = ...": the failing instances the lag decided (CLIENT_LAG), the
+    first few with their figures, for a message that names them beside another cause; "" for none."""
+    if not lagged:
+        return ""
+    said = "; ".join(_lag_at(d) for d in lagged[:MAX_SHOWN]) + (
+        f"; ... and {len(lagged) - MAX_SHOWN} more" if len(lagged) > MAX_SHOWN else "")
+    why = LAG_DECIDED if len(lagged) == 1 else LAG_DECIDED_THEM
+    return f"; {plural(len(lagged), 'failing ' + (r.scope or 'instance'))} discounted, {why}: {said}"
 
 
 # the `cause` of a failing instance of a time from the intended start (ttft, latency) in an open
@@ -1626,11 +1654,7 @@ def _discounted(res: RuleResult, r: Rule, kept: list[Instance], shown: list[tupl
     if gone:
         message += (f"; {plural(gone, 'failing ' + scope)} discounted, {what} in time with "
                     f"{'it' if gone == 1 else 'them'}: {listed}")
-    if lagged:
-        said = "; ".join(_lag_at(d) for d in lagged[:MAX_SHOWN]) + (
-            f"; ... and {len(lagged) - MAX_SHOWN} more" if len(lagged) > MAX_SHOWN else "")
-        why = LAG_DECIDED if len(lagged) == 1 else LAG_DECIDED_THEM
-        message += f"; {plural(len(lagged), 'failing ' + scope)} discounted, {why}: {said}"
+    message += _lag_said(r, lagged)
     changes: dict[str, Any] = {}
     if not res.details or lead is not res.details[0]:  # the reported instance was discounted: the worst left is
         changes = {"where": lead.where, "observed": lead.observed, "observed_text": lead.observed_text, "samples": lead.samples}
